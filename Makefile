@@ -1,0 +1,67 @@
+# The two commands of the README: `make run` and `make test`.
+SHELL := /bin/bash
+GO ?= go
+STATE_DIR ?= $(CURDIR)/.state
+BIN := $(CURDIR)/bin
+LISTEN_ADDR ?= 127.0.0.1:8120
+
+.PHONY: all build generate check-generated lint vet fmt-check test unit bench run deps clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+# Regenerates everything under gen/ and the Wire injectors, deterministically.
+generate:
+	rm -rf gen/agentic
+	$(GO) tool buf generate
+	$(GO) tool oapi-codegen -config gen/restapi/oapi-codegen.yaml openapi.yaml
+	cd cmd/agentic-mgmt && $(GO) tool wire gen .
+	gofmt -w gen cmd
+
+# Fails when the committed generated code differs from what the contracts produce.
+check-generated: generate
+	@if ! git diff --quiet -- gen cmd || [ -n "$$(git status --porcelain --untracked-files=all -- gen cmd | grep '^??')" ]; then \
+		git status --short -- gen cmd; git diff --stat -- gen cmd; \
+		echo "generated code is stale: run 'make generate' and commit"; exit 1; fi
+
+lint:
+	$(GO) tool buf lint
+	@# Compare the contract with the previous commit on main, once there is one that has it.
+	@if git rev-parse -q --verify HEAD~1 >/dev/null && git cat-file -e HEAD~1:buf.yaml 2>/dev/null; then \
+		echo "buf breaking against HEAD~1"; $(GO) tool buf breaking --against '.git#ref=HEAD~1'; fi
+
+vet:
+	$(GO) vet ./...
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
+
+# Debian packages the tests and benchmarks use; installs only what is missing.
+deps:
+	@need=""; \
+	command -v tmux >/dev/null || need="$$need tmux"; \
+	command -v gcc >/dev/null || need="$$need gcc"; \
+	command -v sshd >/dev/null || [ -x /usr/sbin/sshd ] || need="$$need openssh-server"; \
+	command -v ssh >/dev/null || need="$$need openssh-client"; \
+	if [ -n "$$need" ]; then echo "installing:$$need"; \
+		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$need; \
+		else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$need; fi; fi
+
+unit:
+	$(GO) test -race -count=1 ./...
+
+test: deps check-generated lint vet fmt-check
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+bench: deps build
+	$(GO) run ./cmd/internal/benchrun -bin $(BIN)
+
+run: build
+	@mkdir -p $(STATE_DIR)
+	AGENTIC_HOST_AGENTS=$${AGENTIC_HOST_AGENTS:-1} SECRETS_DIR=$(STATE_DIR)/secrets LISTEN_ADDR=$(LISTEN_ADDR) \
+		AGENTIC_AGENT_BINARY=$(BIN)/agentic-agent $(BIN)/agentic-mgmt
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,215 @@
+// Package agent holds the registry rules for connected agents: how an agent's
+// status follows from its connection and heartbeats, which connection is the
+// current one, and when a gone agent is forgotten. It is pure: the caller
+// passes the time in and serialises access.
+package agent
+
+import (
+	"sort"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+// Status is what operators see of an agent.
+type Status string
+
+const (
+	StatusStarting     Status = "starting"
+	StatusReady        Status = "ready"
+	StatusBusy         Status = "busy"
+	StatusStale        Status = "stale"
+	StatusDisconnected Status = "disconnected"
+)
+
+// MissedHeartbeatsForStale is how many heartbeat intervals may pass in silence
+// before a connected agent is shown as stale.
+const MissedHeartbeatsForStale = 3
+
+// Reported is the status an agent claims in its heartbeat.
+type Reported string
+
+const (
+	ReportedUnknown  Reported = ""
+	ReportedStarting Reported = "starting"
+	ReportedReady    Reported = "ready"
+	ReportedBusy     Reported = "busy"
+	ReportedDraining Reported = "draining"
+)
+
+// Info is what the agent said about itself at registration.
+type Info struct {
+	Hostname     string
+	IPAddress    string
+	Runtime      string
+	AgentVersion string
+	Labels       map[string]string
+	Capabilities []string
+	System       ports.SystemInfo
+}
+
+// Record is the registry's state for one agent.
+type Record struct {
+	ID                string
+	Info              Info
+	Generation        uint64
+	Connected         bool
+	ConnectedAt       time.Time
+	LastHeartbeat     time.Time
+	DisconnectedAt    time.Time
+	HeartbeatInterval time.Duration
+	Reported          Reported
+	Metrics           *ports.Metrics
+	// RunningCommands counts commands the server has started and not yet seen end.
+	RunningCommands int
+}
+
+// StatusAt derives the status of r at now.
+func StatusAt(r Record, now time.Time) Status {
+	if !r.Connected {
+		return StatusDisconnected
+	}
+	last := r.ConnectedAt
+	if r.LastHeartbeat.After(last) {
+		last = r.LastHeartbeat
+	}
+	if r.HeartbeatInterval > 0 && now.Sub(last) > MissedHeartbeatsForStale*r.HeartbeatInterval {
+		return StatusStale
+	}
+	if r.LastHeartbeat.IsZero() || r.Reported == ReportedStarting {
+		return StatusStarting
+	}
+	if r.RunningCommands > 0 || r.Reported == ReportedBusy || r.Reported == ReportedDraining {
+		return StatusBusy
+	}
+	return StatusReady
+}
+
+// Registry is the set of agents known to the server. Not safe for concurrent use.
+type Registry struct {
+	records map[string]*Record
+	nextGen uint64
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry {
+	return &Registry{records: map[string]*Record{}}
+}
+
+// Connect records a new connection of agent id and returns its generation.
+// A connection with the same id replaces the previous one, which must then be
+// closed by the caller; replaced says whether there was one. Commands counted
+// for the old connection are kept: the agent still runs them.
+func (g *Registry) Connect(id string, info Info, heartbeatInterval time.Duration, now time.Time) (gen uint64, replaced bool) {
+	g.nextGen++
+	r, ok := g.records[id]
+	if !ok {
+		r = &Record{ID: id}
+		g.records[id] = r
+	}
+	replaced = ok && r.Connected
+	r.Info = info
+	r.Generation = g.nextGen
+	r.Connected = true
+	r.ConnectedAt = now
+	r.LastHeartbeat = time.Time{}
+	r.DisconnectedAt = time.Time{}
+	r.HeartbeatInterval = heartbeatInterval
+	r.Reported = ReportedUnknown
+	return r.Generation, replaced
+}
+
+// current returns the record of id only if gen is its live connection.
+func (g *Registry) current(id string, gen uint64) *Record {
+	r, ok := g.records[id]
+	if !ok || r.Generation != gen || !r.Connected {
+		return nil
+	}
+	return r
+}
+
+// Heartbeat records a heartbeat on connection gen. It reports false when gen
+// is not the agent's current connection (a replaced stream still talking).
+func (g *Registry) Heartbeat(id string, gen uint64, reported Reported, now time.Time) bool {
+	r := g.current(id, gen)
+	if r == nil {
+		return false
+	}
+	r.LastHeartbeat = now
+	r.Reported = reported
+	return true
+}
+
+// SetMetrics records the latest metrics reported on connection gen.
+func (g *Registry) SetMetrics(id string, gen uint64, m ports.Metrics) bool {
+	r := g.current(id, gen)
+	if r == nil {
+		return false
+	}
+	r.Metrics = &m
+	return true
+}
+
+// Disconnect marks connection gen of id closed. A stale generation (the
+// connection was already replaced) changes nothing and reports false.
+func (g *Registry) Disconnect(id string, gen uint64, now time.Time) bool {
+	r := g.current(id, gen)
+	if r == nil {
+		return false
+	}
+	r.Connected = false
+	r.DisconnectedAt = now
+	return true
+}
+
+// CommandStarted and CommandEnded keep the per-agent command count.
+func (g *Registry) CommandStarted(id string) {
+	if r, ok := g.records[id]; ok {
+		r.RunningCommands++
+	}
+}
+
+// CommandEnded is the counterpart of CommandStarted.
+func (g *Registry) CommandEnded(id string) {
+	if r, ok := g.records[id]; ok && r.RunningCommands > 0 {
+		r.RunningCommands--
+	}
+}
+
+// Sweep forgets agents whose stream has been closed for at least grace and
+// returns their ids.
+func (g *Registry) Sweep(now time.Time, grace time.Duration) []string {
+	var gone []string
+	for id, r := range g.records {
+		if !r.Connected && now.Sub(r.DisconnectedAt) >= grace {
+			gone = append(gone, id)
+			delete(g.records, id)
+		}
+	}
+	sort.Strings(gone)
+	return gone
+}
+
+// Get returns a copy of the record of id.
+func (g *Registry) Get(id string) (Record, bool) {
+	r, ok := g.records[id]
+	if !ok {
+		return Record{}, false
+	}
+	return *r, true
+}
+
+// IsCurrent reports whether gen is the live connection of id.
+func (g *Registry) IsCurrent(id string, gen uint64) bool {
+	return g.current(id, gen) != nil
+}
+
+// All returns copies of every record, sorted by id.
+func (g *Registry) All() []Record {
+	out := make([]Record, 0, len(g.records))
+	for _, r := range g.records {
+		out = append(out, *r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}

@@ -1,0 +1,171 @@
+// Package ports holds the interfaces between the core and the adapters, and
+// the plain types they exchange. Nothing here does I/O.
+package ports
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Clock gives the current time; tests pass a fake one.
+type Clock interface {
+	Now() time.Time
+}
+
+// IDGenerator makes unique ids (command ids, session ids, ...).
+type IDGenerator interface {
+	NewID() string
+}
+
+// Errors an AgentLink returns; adapters map them to REST codes / Connect codes.
+var (
+	ErrAgentNotFound     = errors.New("agent not found")
+	ErrAgentNotConnected = errors.New("agent not connected")
+	ErrCommandNotFound   = errors.New("command not found")
+	ErrCommandEnded      = errors.New("command already ended")
+	ErrAgentGone         = errors.New("agent disconnected while the command ran")
+)
+
+// OutputStream says where a chunk of output came from.
+type OutputStream int
+
+const (
+	StreamStdout OutputStream = iota + 1
+	StreamStderr
+	// StreamPTY is the merged output of a command run in a pseudo-terminal.
+	StreamPTY
+)
+
+// CommandSpec is what to run on an agent.
+type CommandSpec struct {
+	Command    string
+	Args       []string
+	WorkingDir string
+	Env        map[string]string
+	// Zero means no timeout.
+	Timeout time.Duration
+	// User to run as; empty means the agent's own user.
+	RunAs string
+	PTY   bool
+	Cols  uint16
+	Rows  uint16
+	Term  string
+	// StdinOpen keeps stdin open for WriteStdin; otherwise it is closed at once.
+	StdinOpen   bool
+	SessionID   string
+	SessionName string
+}
+
+// OutputChunk is a piece of a command's output.
+type OutputChunk struct {
+	Stream OutputStream
+	Data   []byte
+	// Offset of Data within its stream.
+	Offset uint64
+}
+
+// CommandResult is how a command ended.
+type CommandResult struct {
+	// The real exit code; 128+N when killed by signal N; 127 when it could not start.
+	ExitCode int
+	// Why the command could not run or finish; empty on a normal exit.
+	Error    string
+	Duration time.Duration
+	TimedOut bool
+	// Signal that killed the process, 0 if it exited by itself.
+	Signal int
+}
+
+// Success is true for a clean zero exit.
+func (r CommandResult) Success() bool {
+	return r.ExitCode == 0 && r.Error == "" && !r.TimedOut && r.Signal == 0
+}
+
+// StartOptions says how the server treats a command it starts.
+type StartOptions struct {
+	// OnOutput receives output in order. It is called from the agent link's
+	// receive loop, so it must return quickly (append to a buffer, not block on a network).
+	OnOutput func(OutputChunk)
+	// Detached commands outlive their caller's context and survive agent
+	// reconnects; others are killed when the caller's context ends.
+	Detached bool
+}
+
+// Command is a command running on an agent.
+type Command interface {
+	ID() string
+	AgentID() string
+	// Done is closed when the result is known.
+	Done() <-chan struct{}
+	// Result is valid once Done is closed.
+	Result() CommandResult
+	WriteStdin(ctx context.Context, data []byte, eof bool) error
+	Resize(ctx context.Context, cols, rows uint16) error
+	Signal(ctx context.Context, signal int) error
+	// Kill stops the whole process group; the result follows as usual.
+	Kill(ctx context.Context) error
+}
+
+// AgentLink starts and controls commands on connected agents.
+type AgentLink interface {
+	Start(ctx context.Context, agentID string, spec CommandSpec, opts StartOptions) (Command, error)
+	// Lookup finds a command started through this link that has not been forgotten yet.
+	Lookup(commandID string) (Command, bool)
+}
+
+// AgentInfo is what the registry knows about one agent.
+type AgentInfo struct {
+	ID              string
+	Status          string
+	Runtime         string
+	Hostname        string
+	IPAddress       string
+	AgentVersion    string
+	Labels          map[string]string
+	Capabilities    []string
+	System          SystemInfo
+	Metrics         *Metrics
+	ConnectedAt     time.Time
+	LastHeartbeat   time.Time
+	DisconnectedAt  time.Time
+	RunningCommands int
+}
+
+// SystemInfo describes an agent's machine.
+type SystemInfo struct {
+	OS          string
+	Kernel      string
+	Arch        string
+	CPUCores    uint32
+	MemoryBytes uint64
+	DiskBytes   uint64
+}
+
+// Metrics is an agent's last reported load.
+type Metrics struct {
+	CPUPercent       float64
+	MemoryUsedBytes  uint64
+	MemoryTotalBytes uint64
+	DiskUsedBytes    uint64
+	DiskTotalBytes   uint64
+	LoadAvg1         float64
+	LoadAvg5         float64
+	LoadAvg15        float64
+}
+
+// AgentDirectory lists the agents the registry knows.
+type AgentDirectory interface {
+	Agents() []AgentInfo
+	Agent(id string) (AgentInfo, bool)
+}
+
+// AgentCredentials stores the sha256 hashes of agent secrets.
+type AgentCredentials interface {
+	// Verify reports whether secret is the one stored for agentID (constant time).
+	Verify(agentID, secret string) (bool, error)
+	// Put stores the hash of secret for agentID, replacing any previous one.
+	Put(agentID, secret string) error
+	// Delete forgets agentID.
+	Delete(agentID string) error
+}
