@@ -16,6 +16,7 @@ build:
 generate:
 	rm -rf gen/agentic
 	$(GO) tool buf generate
+	cp openapi.yaml gen/restapi/openapi.yaml
 	$(GO) tool oapi-codegen -config gen/restapi/oapi-codegen.yaml openapi.yaml
 	cd cmd/agentic-mgmt && $(GO) tool wire gen .
 	gofmt -w gen cmd
