@@ -169,3 +169,28 @@ type AgentCredentials interface {
 	// Delete forgets agentID.
 	Delete(agentID string) error
 }
+
+// ProcessRunner starts processes on the agent's own machine.
+type ProcessRunner interface {
+	// Start runs spec; spec.Env is added to the agent's environment. A process
+	// that cannot start is returned already finished, its result saying why
+	// (exit code 127 for a missing program, 126 for one that cannot run).
+	// onOutput gets output in order; calls never overlap and never happen
+	// after Wait returns.
+	Start(spec CommandSpec, onOutput func(stream OutputStream, data []byte)) Process
+}
+
+// Process is a process started by a ProcessRunner.
+type Process interface {
+	Pid() int
+	WriteStdin(data []byte) error
+	CloseStdin() error
+	// Resize works for PTY processes only.
+	Resize(cols, rows uint16) error
+	// Signal signals the whole process group.
+	Signal(sig int) error
+	// Kill stops the whole process group: SIGTERM, then SIGKILL after a grace.
+	Kill()
+	Done() <-chan struct{}
+	Wait() CommandResult
+}

@@ -1,0 +1,490 @@
+// Package agent is the agent's side of the agent link: it keeps one Connect
+// stream open to the management server, registers, heartbeats, runs the
+// commands it is sent and streams their output back, reconnecting with
+// backoff when the stream breaks. Commands keep running while it is away.
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
+	"github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1/sandboxv1connect"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+// Config is what an agent needs to know.
+type Config struct {
+	AgentID   string
+	Secret    string
+	ServerURL string
+	Runtime   sandboxv1.RuntimeKind
+	Labels    map[string]string
+	Version   string
+	Runner    ports.ProcessRunner
+	Logger    *slog.Logger
+	// Reconnect backoff, 5 s doubling to 60 s by default.
+	BackoffMin, BackoffMax time.Duration
+	// OutboxBytes bounds output waiting to be sent (default 64 MiB).
+	OutboxBytes int
+	// OnShutdown is called when the server asks the agent to shut down.
+	OnShutdown func(reason string)
+}
+
+// Agent is a running agent.
+type Agent struct {
+	cfg    Config
+	log    *slog.Logger
+	client sandboxv1connect.AgentServiceClient
+	out    *outbox
+	// control carries small messages (heartbeats, pongs) ahead of output.
+	control   chan *sandboxv1.ConnectRequest
+	heartbeat atomic.Int64 // nanoseconds
+	draining  atomic.Bool
+	connected atomic.Bool
+	cpu       cpuSampler
+
+	mu      sync.Mutex
+	running map[string]*running
+	idle    *sync.Cond
+}
+
+type running struct {
+	id   string
+	proc ports.Process
+	// offsets per stream, touched only from the serialised output callback.
+	offsets map[ports.OutputStream]uint64
+}
+
+// New builds an agent; Run starts it.
+func New(cfg Config) (*Agent, error) {
+	if cfg.AgentID == "" || cfg.Secret == "" || cfg.ServerURL == "" {
+		return nil, errors.New("agent id, secret and management server URL are required")
+	}
+	u, err := url.Parse(cfg.ServerURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, errors.New("management server must be an http:// or https:// URL")
+	}
+	if cfg.Runner == nil {
+		return nil, errors.New("no process runner")
+	}
+	if cfg.BackoffMin <= 0 {
+		cfg.BackoffMin = 5 * time.Second
+	}
+	if cfg.BackoffMax <= 0 {
+		cfg.BackoffMax = 60 * time.Second
+	}
+	if cfg.OutboxBytes <= 0 {
+		cfg.OutboxBytes = 64 << 20
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	a := &Agent{
+		cfg:     cfg,
+		log:     cfg.Logger.With("agent_id", cfg.AgentID),
+		client:  sandboxv1connect.NewAgentServiceClient(httpClient(u), cfg.ServerURL, connect.WithGRPC(), connect.WithReadMaxBytes(8<<20)),
+		out:     newOutbox(cfg.OutboxBytes),
+		control: make(chan *sandboxv1.ConnectRequest, 64),
+		running: map[string]*running{},
+	}
+	a.idle = sync.NewCond(&a.mu)
+	a.heartbeat.Store(int64(5 * time.Second))
+	return a, nil
+}
+
+// httpClient speaks HTTP/2, over cleartext (h2c) for http:// URLs, and
+// pings an idle connection so a dead server is noticed.
+func httpClient(u *url.URL) *http.Client {
+	tr := &http.Transport{
+		DialContext:       (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 15 * time.Second}).DialContext,
+		TLSClientConfig:   &tls.Config{MinVersion: tls.VersionTLS12},
+		ForceAttemptHTTP2: true,
+		HTTP2:             &http.HTTP2Config{SendPingTimeout: 15 * time.Second, PingTimeout: 10 * time.Second},
+	}
+	p := new(http.Protocols)
+	if u.Scheme == "http" {
+		p.SetUnencryptedHTTP2(true)
+	} else {
+		p.SetHTTP2(true)
+	}
+	tr.Protocols = p
+	return &http.Client{Transport: tr}
+}
+
+// Connected reports whether the stream is up.
+func (a *Agent) Connected() bool { return a.connected.Load() }
+
+// Run connects and serves until ctx ends, reconnecting with backoff.
+func (a *Agent) Run(ctx context.Context) error {
+	backoff := a.cfg.BackoffMin
+	for {
+		registered, err := a.serve(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if registered {
+			backoff = a.cfg.BackoffMin
+		}
+		wait := jitter(backoff)
+		if connect.CodeOf(err) == connect.CodeUnauthenticated {
+			a.log.Error("management server rejected this agent's credentials; will retry", "retry_in", wait)
+		} else {
+			a.log.Warn("agent stream ended; reconnecting", "err", err, "retry_in", wait)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+		if !registered {
+			backoff = min(backoff*2, a.cfg.BackoffMax)
+		}
+	}
+}
+
+// jitter spreads reconnects of many agents by up to ±10%.
+func jitter(d time.Duration) time.Duration {
+	return d + time.Duration((rand.Float64()*0.2-0.1)*float64(d))
+}
+
+// serve runs one connection; registered says whether the server accepted us.
+func (a *Agent) serve(ctx context.Context) (registered bool, err error) {
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream := a.client.Connect(cctx)
+	stream.RequestHeader().Set("x-agent-id", a.cfg.AgentID)
+	stream.RequestHeader().Set("x-agent-secret", a.cfg.Secret)
+	if err := stream.Send(a.registration()); err != nil {
+		return false, drainErr(stream, err)
+	}
+	first, err := stream.Receive()
+	if err != nil {
+		return false, err
+	}
+	ack := first.GetRegistrationAck()
+	if ack == nil || !ack.GetAccepted() {
+		_ = stream.CloseRequest()
+		return false, errors.New("registration not accepted: " + ack.GetMessage())
+	}
+	if s := ack.GetHeartbeatIntervalSeconds(); s > 0 {
+		a.heartbeat.Store(int64(time.Duration(s) * time.Second))
+	}
+	a.connected.Store(true)
+	defer a.connected.Store(false)
+	a.log.Info("registered with management server", "server", a.cfg.ServerURL)
+
+	// Heartbeats queued during a previous connection are stale.
+	for len(a.control) > 0 {
+		<-a.control
+	}
+	a.queueControl(a.heartbeatMessage())
+
+	var wg sync.WaitGroup
+	errc := make(chan error, 3)
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		for {
+			msg, err := stream.Receive()
+			if err != nil {
+				errc <- err
+				return
+			}
+			a.handle(msg)
+		}
+	}()
+	go func() { defer wg.Done(); errc <- a.sendLoop(cctx, stream) }()
+	go func() { defer wg.Done(); a.heartbeatLoop(cctx) }()
+
+	err = <-errc
+	cancel()
+	_ = stream.CloseRequest()
+	_ = stream.CloseResponse()
+	wg.Wait()
+	return true, err
+}
+
+func drainErr(stream *connect.BidiStreamForClient[sandboxv1.ConnectRequest, sandboxv1.ConnectResponse], err error) error {
+	// A failed Send hides the server's real error; Receive returns it.
+	if errors.Is(err, io.EOF) {
+		if _, rerr := stream.Receive(); rerr != nil {
+			return rerr
+		}
+	}
+	return err
+}
+
+func (a *Agent) sendLoop(ctx context.Context, stream *connect.BidiStreamForClient[sandboxv1.ConnectRequest, sandboxv1.ConnectResponse]) error {
+	for {
+		select {
+		case m := <-a.control:
+			if err := stream.Send(m); err != nil {
+				return err
+			}
+			continue
+		default:
+		}
+		if m := a.out.peek(); m != nil {
+			if err := stream.Send(m); err != nil {
+				return err
+			}
+			a.out.pop()
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case m := <-a.control:
+			if err := stream.Send(m); err != nil {
+				return err
+			}
+		case <-a.out.notify:
+		}
+	}
+}
+
+func (a *Agent) heartbeatLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Duration(a.heartbeat.Load())):
+			a.queueControl(a.heartbeatMessage())
+		}
+	}
+}
+
+// queueControl never blocks: a control message that does not fit is dropped
+// (the next heartbeat replaces it).
+func (a *Agent) queueControl(m *sandboxv1.ConnectRequest) {
+	select {
+	case a.control <- m:
+	default:
+	}
+}
+
+func (a *Agent) registration() *sandboxv1.ConnectRequest {
+	host, _ := os.Hostname()
+	return &sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_Registration{Registration: &sandboxv1.Registration{
+		AgentId:      a.cfg.AgentID,
+		Hostname:     host,
+		IpAddress:    primaryIP(),
+		SystemInfo:   systemInfo(),
+		Labels:       a.cfg.Labels,
+		Runtime:      a.cfg.Runtime,
+		AgentVersion: a.cfg.Version,
+		Capabilities: detectCapabilities(),
+	}}}
+}
+
+// detectCapabilities lists the tools found on this machine that sessions use.
+func detectCapabilities() []string {
+	var caps []string
+	for _, tool := range []string{"tmux", "claude", "git"} {
+		if _, err := exec.LookPath(tool); err == nil {
+			caps = append(caps, tool)
+		}
+	}
+	return caps
+}
+
+func (a *Agent) heartbeatMessage() *sandboxv1.ConnectRequest {
+	a.mu.Lock()
+	n := len(a.running)
+	a.mu.Unlock()
+	status := sandboxv1.AgentStatus_AGENT_STATUS_READY
+	switch {
+	case a.draining.Load():
+		status = sandboxv1.AgentStatus_AGENT_STATUS_DRAINING
+	case n > 0:
+		status = sandboxv1.AgentStatus_AGENT_STATUS_BUSY
+	}
+	return &sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_Heartbeat{Heartbeat: &sandboxv1.Heartbeat{
+		Status:          status,
+		SentAt:          timestamppb.Now(),
+		RunningCommands: uint32(n),
+		Metrics:         readMetrics(&a.cpu),
+	}}}
+}
+
+func (a *Agent) handle(msg *sandboxv1.ConnectResponse) {
+	switch p := msg.GetPayload().(type) {
+	case *sandboxv1.ConnectResponse_Command:
+		a.startCommand(p.Command)
+	case *sandboxv1.ConnectResponse_Stdin:
+		if r := a.lookup(p.Stdin.GetCommandId()); r != nil {
+			if len(p.Stdin.GetData()) > 0 {
+				if err := r.proc.WriteStdin(p.Stdin.GetData()); err != nil {
+					a.log.Debug("stdin write failed", "command_id", r.id, "err", err)
+				}
+			}
+			if p.Stdin.GetEof() {
+				_ = r.proc.CloseStdin()
+			}
+		}
+	case *sandboxv1.ConnectResponse_PtyControl:
+		a.ptyControl(p.PtyControl)
+	case *sandboxv1.ConnectResponse_Ping:
+		a.queueControl(&sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_Pong{Pong: &sandboxv1.Pong{Nonce: p.Ping.GetNonce()}}})
+	case *sandboxv1.ConnectResponse_ConfigUpdate:
+		if s := p.ConfigUpdate.GetHeartbeatIntervalSeconds(); s > 0 {
+			a.heartbeat.Store(int64(time.Duration(s) * time.Second))
+		}
+	case *sandboxv1.ConnectResponse_Shutdown:
+		a.log.Info("management server asked this agent to shut down", "reason", p.Shutdown.GetReason())
+		if a.cfg.OnShutdown != nil {
+			go a.cfg.OnShutdown(p.Shutdown.GetReason())
+		}
+	case *sandboxv1.ConnectResponse_SessionQuery:
+		a.out.push(a.sessionReport(p.SessionQuery.GetRequestId()))
+	}
+}
+
+func (a *Agent) ptyControl(c *sandboxv1.PtyControl) {
+	r := a.lookup(c.GetCommandId())
+	if r == nil {
+		return
+	}
+	var err error
+	switch act := c.GetAction().(type) {
+	case *sandboxv1.PtyControl_Resize:
+		err = r.proc.Resize(uint16(min(act.Resize.GetCols(), 0xffff)), uint16(min(act.Resize.GetRows(), 0xffff)))
+	case *sandboxv1.PtyControl_Signal:
+		err = r.proc.Signal(int(act.Signal.GetSignal()))
+	case *sandboxv1.PtyControl_Kill:
+		r.proc.Kill()
+	}
+	if err != nil {
+		a.log.Debug("control failed", "command_id", r.id, "err", err)
+	}
+}
+
+func (a *Agent) lookup(id string) *running {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.running[id]
+}
+
+func (a *Agent) startCommand(req *sandboxv1.CommandRequest) {
+	id := req.GetCommandId()
+	a.mu.Lock()
+	if _, dup := a.running[id]; dup || id == "" {
+		a.mu.Unlock()
+		return
+	}
+	r := &running{id: id, offsets: map[ports.OutputStream]uint64{}}
+	a.running[id] = r
+	a.mu.Unlock()
+
+	spec := ports.CommandSpec{
+		Command:     req.GetCommand(),
+		Args:        req.GetArgs(),
+		WorkingDir:  req.GetWorkingDir(),
+		Env:         req.GetEnv(),
+		Timeout:     time.Duration(req.GetTimeoutSeconds()) * time.Second,
+		RunAs:       req.GetRunAs(),
+		PTY:         req.GetAllocatePty(),
+		Cols:        uint16(min(req.GetPtyCols(), 0xffff)),
+		Rows:        uint16(min(req.GetPtyRows(), 0xffff)),
+		Term:        req.GetPtyTerm(),
+		StdinOpen:   req.GetStdinOpen(),
+		SessionID:   req.GetSessionId(),
+		SessionName: req.GetSessionName(),
+	}
+	r.proc = a.cfg.Runner.Start(spec, func(stream ports.OutputStream, data []byte) {
+		off := r.offsets[stream]
+		r.offsets[stream] = off + uint64(len(data))
+		a.out.push(&sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_Output{Output: &sandboxv1.OutputChunk{
+			StreamId: id, Stream: streamToProto(stream), Data: data, Timestamp: timestamppb.Now(), Offset: off,
+		}}})
+	})
+	go func() {
+		res := r.proc.Wait()
+		for stream, off := range r.offsets {
+			a.out.push(&sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_Output{Output: &sandboxv1.OutputChunk{
+				StreamId: id, Stream: streamToProto(stream), Timestamp: timestamppb.Now(), Offset: off, Eof: true,
+			}}})
+		}
+		a.out.push(&sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_CommandResult{CommandResult: &sandboxv1.CommandResult{
+			CommandId:  id,
+			ExitCode:   int32(res.ExitCode),
+			Error:      res.Error,
+			DurationMs: uint64(res.Duration / time.Millisecond),
+			Success:    res.Success(),
+			TimedOut:   res.TimedOut,
+			Signal:     int32(res.Signal),
+		}}})
+		a.mu.Lock()
+		delete(a.running, id)
+		a.mu.Unlock()
+		a.idle.Broadcast()
+	}()
+}
+
+func (a *Agent) sessionReport(requestID string) *sandboxv1.ConnectRequest {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	rep := &sandboxv1.SessionReport{RequestId: requestID}
+	for _, r := range a.running {
+		rep.Sessions = append(rep.Sessions, &sandboxv1.SessionInfo{
+			CommandId: r.id, State: sandboxv1.SessionState_SESSION_STATE_RUNNING, Pid: int32(r.proc.Pid()),
+		})
+	}
+	return &sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_SessionReport{SessionReport: rep}}
+}
+
+// Shutdown stops every running command (TERM, then KILL) and waits up to
+// timeout for their results to be handed to the server.
+func (a *Agent) Shutdown(timeout time.Duration) {
+	a.draining.Store(true)
+	a.mu.Lock()
+	for _, r := range a.running {
+		r.proc.Kill()
+	}
+	a.mu.Unlock()
+	deadline := time.Now().Add(timeout)
+	done := make(chan struct{})
+	go func() {
+		a.mu.Lock()
+		for len(a.running) > 0 {
+			a.idle.Wait()
+		}
+		a.mu.Unlock()
+		for a.connected.Load() && a.out.len() > 0 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Until(deadline)):
+		a.log.Warn("shutdown timed out with commands or output still pending")
+	}
+}
+
+func streamToProto(s ports.OutputStream) sandboxv1.OutputStream {
+	switch s {
+	case ports.StreamStderr:
+		return sandboxv1.OutputStream_OUTPUT_STREAM_STDERR
+	case ports.StreamPTY:
+		return sandboxv1.OutputStream_OUTPUT_STREAM_PTY
+	default:
+		return sandboxv1.OutputStream_OUTPUT_STREAM_STDOUT
+	}
+}

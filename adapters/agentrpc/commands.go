@@ -1,0 +1,300 @@
+package agentrpc
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+// command is the server's handle on a command running on an agent.
+type command struct {
+	svc      *Service
+	id       string
+	agentID  string
+	detached bool
+	pty      bool
+	onOutput func(ports.OutputChunk)
+
+	// deliverMu serialises output delivery and guards next offsets.
+	deliverMu sync.Mutex
+	next      map[ports.OutputStream]uint64
+
+	mu       sync.Mutex
+	done     chan struct{}
+	result   ports.CommandResult
+	ended    bool
+	endedAt  time.Time
+	stopCtxW func() bool
+}
+
+var _ ports.Command = (*command)(nil)
+
+func (c *command) ID() string            { return c.id }
+func (c *command) AgentID() string       { return c.agentID }
+func (c *command) Done() <-chan struct{} { return c.done }
+func (c *command) Result() ports.CommandResult {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.result
+}
+
+func (c *command) isDone() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ended
+}
+
+func (c *command) finishedAt(now time.Time, retention time.Duration) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ended && now.Sub(c.endedAt) >= retention
+}
+
+// complete records the result once; later results (a resend after a
+// reconnect) are ignored.
+func (c *command) complete(r ports.CommandResult, now time.Time) bool {
+	c.mu.Lock()
+	if c.ended {
+		c.mu.Unlock()
+		return false
+	}
+	c.ended = true
+	c.endedAt = now
+	c.result = r
+	stop := c.stopCtxW
+	c.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	close(c.done)
+	return true
+}
+
+// deliver hands a chunk to the caller, dropping bytes it already received
+// (an agent resends what it was not sure got through).
+func (c *command) deliver(o *sandboxv1.OutputChunk) {
+	data := o.GetData()
+	if len(data) == 0 {
+		return
+	}
+	stream := streamFromProto(o.GetStream())
+	c.deliverMu.Lock()
+	defer c.deliverMu.Unlock()
+	off := o.GetOffset()
+	next := c.next[stream]
+	if off+uint64(len(data)) <= next {
+		return
+	}
+	if off < next {
+		data = data[next-off:]
+		off = next
+	}
+	c.next[stream] = off + uint64(len(data))
+	if c.onOutput != nil {
+		c.onOutput(ports.OutputChunk{Stream: stream, Data: data, Offset: off})
+	}
+}
+
+func (c *command) control(ctx context.Context, ctl *sandboxv1.PtyControl) error {
+	if c.isDone() {
+		return ports.ErrCommandEnded
+	}
+	conn, err := c.svc.liveConn(c.agentID)
+	if err != nil {
+		return err
+	}
+	ctl.CommandId = c.id
+	return conn.send(ctx, &sandboxv1.ConnectResponse{Payload: &sandboxv1.ConnectResponse_PtyControl{PtyControl: ctl}})
+}
+
+func (c *command) WriteStdin(ctx context.Context, data []byte, eof bool) error {
+	if c.isDone() {
+		return ports.ErrCommandEnded
+	}
+	conn, err := c.svc.liveConn(c.agentID)
+	if err != nil {
+		return err
+	}
+	return conn.send(ctx, &sandboxv1.ConnectResponse{Payload: &sandboxv1.ConnectResponse_Stdin{Stdin: &sandboxv1.StdinChunk{
+		CommandId: c.id, Data: data, Eof: eof,
+	}}})
+}
+
+func (c *command) Resize(ctx context.Context, cols, rows uint16) error {
+	return c.control(ctx, &sandboxv1.PtyControl{Action: &sandboxv1.PtyControl_Resize{Resize: &sandboxv1.PtyResize{Cols: uint32(cols), Rows: uint32(rows)}}})
+}
+
+func (c *command) Signal(ctx context.Context, signal int) error {
+	return c.control(ctx, &sandboxv1.PtyControl{Action: &sandboxv1.PtyControl_Signal{Signal: &sandboxv1.PtySignal{Signal: int32(signal)}}})
+}
+
+func (c *command) Kill(ctx context.Context) error {
+	return c.control(ctx, &sandboxv1.PtyControl{Action: &sandboxv1.PtyControl_Kill{Kill: &sandboxv1.CommandKill{Reason: "killed by the server"}}})
+}
+
+// Start sends a command to a connected agent.
+func (s *Service) Start(ctx context.Context, agentID string, spec ports.CommandSpec, opts ports.StartOptions) (ports.Command, error) {
+	if spec.Command == "" {
+		return nil, errors.New("empty command")
+	}
+	conn, err := s.liveConn(agentID)
+	if err != nil {
+		return nil, err
+	}
+	cmd := &command{
+		svc:      s,
+		id:       s.cfg.IDs.NewID(),
+		agentID:  agentID,
+		detached: opts.Detached,
+		pty:      spec.PTY,
+		onOutput: opts.OnOutput,
+		next:     map[ports.OutputStream]uint64{},
+		done:     make(chan struct{}),
+	}
+	s.mu.Lock()
+	s.commands[cmd.id] = cmd
+	s.registry.CommandStarted(agentID)
+	s.mu.Unlock()
+
+	req := commandRequest(cmd.id, spec)
+	if err := conn.send(ctx, &sandboxv1.ConnectResponse{Payload: &sandboxv1.ConnectResponse_Command{Command: req}}); err != nil {
+		s.finish(cmd, ports.CommandResult{ExitCode: -1, Error: "not sent to the agent: " + err.Error()})
+		return nil, err
+	}
+	if !opts.Detached {
+		// A caller that goes away takes its command with it.
+		stop := context.AfterFunc(ctx, func() {
+			if err := cmd.Kill(context.Background()); err != nil && !errors.Is(err, ports.ErrCommandEnded) {
+				s.log.Warn("could not kill abandoned command", "command_id", cmd.id, "err", err)
+			}
+		})
+		cmd.mu.Lock()
+		if cmd.ended {
+			cmd.mu.Unlock()
+			stop()
+		} else {
+			cmd.stopCtxW = stop
+			cmd.mu.Unlock()
+		}
+	}
+	return cmd, nil
+}
+
+// Lookup finds a command that has not been forgotten yet.
+func (s *Service) Lookup(commandID string) (ports.Command, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cmd, ok := s.commands[commandID]
+	if !ok {
+		return nil, false
+	}
+	return cmd, true
+}
+
+func commandRequest(id string, spec ports.CommandSpec) *sandboxv1.CommandRequest {
+	return &sandboxv1.CommandRequest{
+		CommandId:      id,
+		Command:        spec.Command,
+		Args:           spec.Args,
+		WorkingDir:     spec.WorkingDir,
+		Env:            spec.Env,
+		TimeoutSeconds: uint32((spec.Timeout + time.Second - 1) / time.Second),
+		RunAs:          spec.RunAs,
+		AllocatePty:    spec.PTY,
+		PtyCols:        uint32(spec.Cols),
+		PtyRows:        uint32(spec.Rows),
+		PtyTerm:        spec.Term,
+		SessionId:      spec.SessionID,
+		SessionName:    spec.SessionName,
+		StdinOpen:      spec.StdinOpen,
+	}
+}
+
+// CommandSpecFromProto is the inverse of commandRequest, for the Exec RPC.
+func CommandSpecFromProto(r *sandboxv1.CommandRequest) ports.CommandSpec {
+	return ports.CommandSpec{
+		Command:     r.GetCommand(),
+		Args:        r.GetArgs(),
+		WorkingDir:  r.GetWorkingDir(),
+		Env:         r.GetEnv(),
+		Timeout:     time.Duration(r.GetTimeoutSeconds()) * time.Second,
+		RunAs:       r.GetRunAs(),
+		PTY:         r.GetAllocatePty(),
+		Cols:        clampU16(r.GetPtyCols()),
+		Rows:        clampU16(r.GetPtyRows()),
+		Term:        r.GetPtyTerm(),
+		StdinOpen:   r.GetStdinOpen(),
+		SessionID:   r.GetSessionId(),
+		SessionName: r.GetSessionName(),
+	}
+}
+
+func clampU16(v uint32) uint16 {
+	if v > 0xffff {
+		return 0xffff
+	}
+	return uint16(v)
+}
+
+func streamFromProto(s sandboxv1.OutputStream) ports.OutputStream {
+	switch s {
+	case sandboxv1.OutputStream_OUTPUT_STREAM_STDERR:
+		return ports.StreamStderr
+	case sandboxv1.OutputStream_OUTPUT_STREAM_PTY:
+		return ports.StreamPTY
+	default:
+		return ports.StreamStdout
+	}
+}
+
+// StreamToProto maps a port stream to the wire enum.
+func StreamToProto(s ports.OutputStream) sandboxv1.OutputStream {
+	switch s {
+	case ports.StreamStderr:
+		return sandboxv1.OutputStream_OUTPUT_STREAM_STDERR
+	case ports.StreamPTY:
+		return sandboxv1.OutputStream_OUTPUT_STREAM_PTY
+	default:
+		return sandboxv1.OutputStream_OUTPUT_STREAM_STDOUT
+	}
+}
+
+func resultFromProto(r *sandboxv1.CommandResult) ports.CommandResult {
+	return ports.CommandResult{
+		ExitCode: int(r.GetExitCode()),
+		Error:    r.GetError(),
+		Duration: time.Duration(r.GetDurationMs()) * time.Millisecond,
+		TimedOut: r.GetTimedOut(),
+		Signal:   int(r.GetSignal()),
+	}
+}
+
+// ResultToProto maps a port result to the wire message.
+func ResultToProto(id string, r ports.CommandResult) *sandboxv1.CommandResult {
+	return &sandboxv1.CommandResult{
+		CommandId:  id,
+		ExitCode:   int32(r.ExitCode),
+		Error:      r.Error,
+		DurationMs: uint64(r.Duration / time.Millisecond),
+		Success:    r.Success(),
+		TimedOut:   r.TimedOut,
+		Signal:     int32(r.Signal),
+	}
+}
+
+func metricsFromProto(m *sandboxv1.Metrics) ports.Metrics {
+	return ports.Metrics{
+		CPUPercent:       m.GetCpuPercent(),
+		MemoryUsedBytes:  m.GetMemoryUsedBytes(),
+		MemoryTotalBytes: m.GetMemoryTotalBytes(),
+		DiskUsedBytes:    m.GetDiskUsedBytes(),
+		DiskTotalBytes:   m.GetDiskTotalBytes(),
+		LoadAvg1:         m.GetLoadAvg_1(),
+		LoadAvg5:         m.GetLoadAvg_5(),
+		LoadAvg15:        m.GetLoadAvg_15(),
+	}
+}

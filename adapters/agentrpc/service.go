@@ -1,0 +1,385 @@
+// Package agentrpc is the server side of the agent link: the Connect
+// AgentService every agent streams to, the registry of connected agents, and
+// the dispatcher that routes commands out and their output back.
+package agentrpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
+	"connectrpc.com/grpcreflect"
+
+	"github.com/agentic-sandbox/agentic-sandbox/core/agent"
+	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
+	"github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1/sandboxv1connect"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+// Header names of the agent's credentials.
+const (
+	HeaderAgentID     = "x-agent-id"
+	HeaderAgentSecret = "x-agent-secret"
+)
+
+// MaxMessageBytes bounds one message on the agent stream.
+const MaxMessageBytes = 8 << 20
+
+var agentIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// ValidAgentID reports whether id is usable as an agent id (and so as a file,
+// container or domain name).
+func ValidAgentID(id string) bool { return agentIDPattern.MatchString(id) }
+
+// Config is what the service needs.
+type Config struct {
+	Credentials ports.AgentCredentials
+	Clock       ports.Clock
+	IDs         ports.IDGenerator
+	Logger      *slog.Logger
+	// HeartbeatInterval is told to agents in the registration ack.
+	HeartbeatInterval time.Duration
+	// DisconnectGrace is how long a disconnected agent stays listed.
+	DisconnectGrace time.Duration
+	// CommandRetention is how long a finished command can still be looked up.
+	CommandRetention time.Duration
+	// OperatorToken authenticates the operator Exec RPC.
+	OperatorToken string
+}
+
+// Service implements sandboxv1connect.AgentServiceHandler, ports.AgentLink and
+// ports.AgentDirectory.
+type Service struct {
+	sandboxv1connect.UnimplementedAgentServiceHandler
+
+	cfg Config
+	log *slog.Logger
+
+	mu       sync.Mutex
+	registry *agent.Registry
+	conns    map[string]*conn // the live connection of each agent
+	commands map[string]*command
+}
+
+// New returns a service; call Run to sweep expired agents and commands.
+func New(cfg Config) *Service {
+	if cfg.HeartbeatInterval <= 0 {
+		cfg.HeartbeatInterval = 5 * time.Second
+	}
+	if cfg.DisconnectGrace <= 0 {
+		cfg.DisconnectGrace = 5 * time.Minute
+	}
+	if cfg.CommandRetention <= 0 {
+		cfg.CommandRetention = 10 * time.Minute
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Service{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		registry: agent.NewRegistry(),
+		conns:    map[string]*conn{},
+		commands: map[string]*command{},
+	}
+}
+
+// Mount registers the agent service, gRPC health and reflection on mux.
+func (s *Service) Mount(mux *http.ServeMux) {
+	mux.Handle(sandboxv1connect.NewAgentServiceHandler(s, connect.WithReadMaxBytes(MaxMessageBytes)))
+	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(sandboxv1connect.AgentServiceName)))
+	reflector := grpcreflect.NewStaticReflector(sandboxv1connect.AgentServiceName)
+	mux.Handle(grpcreflect.NewHandlerV1(reflector))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+}
+
+// Run sweeps forgotten agents and old commands until ctx ends.
+func (s *Service) Run(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.sweep()
+		}
+	}
+}
+
+func (s *Service) sweep() {
+	now := s.cfg.Clock.Now()
+	s.mu.Lock()
+	gone := s.registry.Sweep(now, s.cfg.DisconnectGrace)
+	for id, c := range s.commands {
+		if c.finishedAt(now, s.cfg.CommandRetention) {
+			delete(s.commands, id)
+		}
+	}
+	s.mu.Unlock()
+	for _, id := range gone {
+		s.log.Info("agent forgotten after disconnect grace", "agent_id", id)
+	}
+}
+
+// conn is one live Connect stream of an agent.
+type conn struct {
+	agentID string
+	gen     uint64
+	out     chan *sandboxv1.ConnectResponse
+	closed  chan struct{}
+	once    sync.Once
+}
+
+func (c *conn) close() { c.once.Do(func() { close(c.closed) }) }
+
+// send queues msg for the agent; it fails once the stream is gone.
+func (c *conn) send(ctx context.Context, msg *sandboxv1.ConnectResponse) error {
+	select {
+	case c.out <- msg:
+		return nil
+	case <-c.closed:
+		return ports.ErrAgentNotConnected
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Connect serves one agent's stream.
+func (s *Service) Connect(ctx context.Context, stream *connect.BidiStream[sandboxv1.ConnectRequest, sandboxv1.ConnectResponse]) error {
+	id := stream.RequestHeader().Get(HeaderAgentID)
+	secret := stream.RequestHeader().Get(HeaderAgentSecret)
+	if err := s.authenticate(id, secret); err != nil {
+		return err
+	}
+	first, err := stream.Receive()
+	if err != nil {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("expected a registration: %w", err))
+	}
+	reg := first.GetRegistration()
+	if reg == nil {
+		return connect.NewError(connect.CodeInvalidArgument, errors.New("the first message must be a registration"))
+	}
+	if reg.GetAgentId() != id {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("registration agent_id %q does not match header %s", reg.GetAgentId(), HeaderAgentID))
+	}
+
+	c := &conn{agentID: id, out: make(chan *sandboxv1.ConnectResponse, 256), closed: make(chan struct{})}
+	s.mu.Lock()
+	gen, replaced := s.registry.Connect(id, infoFromRegistration(reg), s.cfg.HeartbeatInterval, s.cfg.Clock.Now())
+	c.gen = gen
+	old := s.conns[id]
+	s.conns[id] = c
+	s.mu.Unlock()
+	if replaced && old != nil {
+		old.close()
+		s.log.Info("agent connection replaced by a new one", "agent_id", id)
+	}
+	s.log.Info("agent connected", "agent_id", id, "hostname", reg.GetHostname(), "runtime", reg.GetRuntime().String())
+
+	ack := &sandboxv1.ConnectResponse{Payload: &sandboxv1.ConnectResponse_RegistrationAck{RegistrationAck: &sandboxv1.RegistrationAck{
+		Accepted:                 true,
+		Message:                  "welcome " + id,
+		HeartbeatIntervalSeconds: uint32(s.cfg.HeartbeatInterval / time.Second),
+	}}}
+	if err := stream.Send(ack); err != nil {
+		s.disconnect(c)
+		return err
+	}
+
+	recvDone := make(chan error, 1)
+	go func() { recvDone <- s.receiveLoop(c, stream) }()
+
+	var result error
+loop:
+	for {
+		select {
+		case msg := <-c.out:
+			if err := stream.Send(msg); err != nil {
+				result = err
+				break loop
+			}
+		case err := <-recvDone:
+			recvDone = nil
+			if err != nil && !errors.Is(err, context.Canceled) {
+				result = err
+			}
+			break loop
+		case <-c.closed:
+			result = connect.NewError(connect.CodeAborted, errors.New("replaced by a newer connection of the same agent"))
+			break loop
+		case <-ctx.Done():
+			break loop
+		}
+	}
+	s.disconnect(c)
+	return result
+}
+
+func (s *Service) authenticate(id, secret string) error {
+	unauth := connect.NewError(connect.CodeUnauthenticated, errors.New("unknown agent or wrong secret"))
+	if !ValidAgentID(id) || secret == "" {
+		return unauth
+	}
+	ok, err := s.cfg.Credentials.Verify(id, secret)
+	if err != nil {
+		s.log.Error("agent credential store unreadable", "agent_id", id, "err", err)
+		return connect.NewError(connect.CodeUnavailable, errors.New("credential store unavailable"))
+	}
+	if !ok {
+		s.log.Warn("agent authentication failed", "agent_id", id)
+		return unauth
+	}
+	return nil
+}
+
+// disconnect marks c gone and fails the commands that cannot outlive it.
+func (s *Service) disconnect(c *conn) {
+	c.close()
+	s.mu.Lock()
+	current := s.registry.Disconnect(c.agentID, c.gen, s.cfg.Clock.Now())
+	if s.conns[c.agentID] == c {
+		delete(s.conns, c.agentID)
+	}
+	var lost []*command
+	if current {
+		for _, cmd := range s.commands {
+			if cmd.agentID == c.agentID && !cmd.detached && !cmd.isDone() {
+				lost = append(lost, cmd)
+			}
+		}
+	}
+	s.mu.Unlock()
+	for _, cmd := range lost {
+		s.finish(cmd, ports.CommandResult{ExitCode: -1, Error: ports.ErrAgentGone.Error()})
+	}
+	if current {
+		s.log.Info("agent disconnected", "agent_id", c.agentID)
+	}
+}
+
+func (s *Service) receiveLoop(c *conn, stream *connect.BidiStream[sandboxv1.ConnectRequest, sandboxv1.ConnectResponse]) error {
+	for {
+		msg, err := stream.Receive()
+		if err != nil {
+			return err
+		}
+		s.handle(c, msg)
+	}
+}
+
+func (s *Service) handle(c *conn, msg *sandboxv1.ConnectRequest) {
+	now := s.cfg.Clock.Now()
+	switch p := msg.GetPayload().(type) {
+	case *sandboxv1.ConnectRequest_Heartbeat:
+		s.mu.Lock()
+		s.registry.Heartbeat(c.agentID, c.gen, reportedStatus(p.Heartbeat.GetStatus()), now)
+		if m := p.Heartbeat.GetMetrics(); m != nil {
+			s.registry.SetMetrics(c.agentID, c.gen, metricsFromProto(m))
+		}
+		s.mu.Unlock()
+	case *sandboxv1.ConnectRequest_Metrics:
+		s.mu.Lock()
+		s.registry.SetMetrics(c.agentID, c.gen, metricsFromProto(p.Metrics))
+		s.mu.Unlock()
+	case *sandboxv1.ConnectRequest_Output:
+		if cmd := s.commandOf(c.agentID, p.Output.GetStreamId()); cmd != nil {
+			cmd.deliver(p.Output)
+		}
+	case *sandboxv1.ConnectRequest_CommandResult:
+		if cmd := s.commandOf(c.agentID, p.CommandResult.GetCommandId()); cmd != nil {
+			s.finish(cmd, resultFromProto(p.CommandResult))
+		}
+	case *sandboxv1.ConnectRequest_Pong, *sandboxv1.ConnectRequest_SessionReport, *sandboxv1.ConnectRequest_SessionAck:
+		// Sessions are reconciled by the session service; nothing to do here yet.
+	case *sandboxv1.ConnectRequest_Registration:
+		s.log.Warn("agent sent a second registration; ignored", "agent_id", c.agentID)
+	default:
+		s.log.Warn("agent sent an unknown message; ignored", "agent_id", c.agentID)
+	}
+}
+
+// commandOf finds a command of agentID; an agent cannot touch another's commands.
+func (s *Service) commandOf(agentID, commandID string) *command {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cmd := s.commands[commandID]
+	if cmd == nil || cmd.agentID != agentID {
+		return nil
+	}
+	return cmd
+}
+
+func (s *Service) finish(cmd *command, r ports.CommandResult) {
+	if !cmd.complete(r, s.cfg.Clock.Now()) {
+		return
+	}
+	s.mu.Lock()
+	s.registry.CommandEnded(cmd.agentID)
+	s.mu.Unlock()
+}
+
+// liveConn returns the live connection of agentID or the port error saying why not.
+func (s *Service) liveConn(agentID string) (*conn, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.registry.Get(agentID); !ok {
+		return nil, ports.ErrAgentNotFound
+	}
+	c := s.conns[agentID]
+	if c == nil {
+		return nil, ports.ErrAgentNotConnected
+	}
+	return c, nil
+}
+
+// Agents lists every agent in the registry.
+func (s *Service) Agents() []ports.AgentInfo {
+	now := s.cfg.Clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	records := s.registry.All()
+	out := make([]ports.AgentInfo, 0, len(records))
+	for _, r := range records {
+		out = append(out, agentInfo(r, now))
+	}
+	return out
+}
+
+// Agent returns one agent.
+func (s *Service) Agent(id string) (ports.AgentInfo, bool) {
+	now := s.cfg.Clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.registry.Get(id)
+	if !ok {
+		return ports.AgentInfo{}, false
+	}
+	return agentInfo(r, now), true
+}
+
+func agentInfo(r agent.Record, now time.Time) ports.AgentInfo {
+	return ports.AgentInfo{
+		ID:              r.ID,
+		Status:          string(agent.StatusAt(r, now)),
+		Runtime:         r.Info.Runtime,
+		Hostname:        r.Info.Hostname,
+		IPAddress:       r.Info.IPAddress,
+		AgentVersion:    r.Info.AgentVersion,
+		Labels:          r.Info.Labels,
+		Capabilities:    r.Info.Capabilities,
+		System:          r.Info.System,
+		Metrics:         r.Metrics,
+		ConnectedAt:     r.ConnectedAt,
+		LastHeartbeat:   r.LastHeartbeat,
+		DisconnectedAt:  r.DisconnectedAt,
+		RunningCommands: r.RunningCommands,
+	}
+}

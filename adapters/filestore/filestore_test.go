@@ -1,0 +1,521 @@
+package filestore
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// onlyFiles fails unless dir holds exactly the named entries (no temp files).
+func onlyFiles(t *testing.T, dir string, names ...string) {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range ents {
+		got = append(got, e.Name())
+	}
+	if strings.Join(got, ",") != strings.Join(names, ",") {
+		t.Fatalf("dir has %q, want %q", got, names)
+	}
+}
+
+func mode(t *testing.T, path string) fs.FileMode {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Mode().Perm()
+}
+
+func TestWriteFileAtomic(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f")
+	for _, tc := range []struct {
+		data string
+		perm fs.FileMode
+	}{{"first", 0o600}, {"second, longer", 0o644}, {"", 0o640}} {
+		if err := WriteFileAtomic(p, []byte(tc.data), tc.perm); err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(p)
+		if err != nil || string(got) != tc.data {
+			t.Fatalf("read %q, %v; want %q", got, err, tc.data)
+		}
+		if m := mode(t, p); m != tc.perm {
+			t.Fatalf("perm %v, want %v", m, tc.perm)
+		}
+		onlyFiles(t, dir, "f")
+	}
+}
+
+func TestWriteFileAtomicErrorsLeaveNoTemp(t *testing.T) {
+	dir := t.TempDir()
+	// Renaming a file over a non-empty directory fails after the temp file
+	// was written: it must be cleaned up.
+	target := filepath.Join(dir, "target")
+	if err := os.MkdirAll(filepath.Join(target, "child"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFileAtomic(target, []byte("x"), 0o600); err == nil {
+		t.Fatal("want an error replacing a directory")
+	}
+	onlyFiles(t, dir, "target")
+
+	if err := WriteFileAtomic(filepath.Join(dir, "missing", "f"), []byte("x"), 0o600); err == nil {
+		t.Fatal("want an error in a missing directory")
+	}
+	onlyFiles(t, dir, "target")
+}
+
+// Readers racing with writers must always see one whole version.
+func TestWriteFileAtomicNeverTorn(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f")
+	versions := make(map[string]bool)
+	for i := range 4 {
+		versions[strings.Repeat(string(rune('a'+i)), 4096*(i+1))] = true
+	}
+	var first string
+	for v := range versions {
+		first = v
+		break
+	}
+	if err := WriteFileAtomic(p, []byte(first), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	for v := range versions {
+		wg.Go(func() {
+			for range 20 {
+				if err := WriteFileAtomic(p, []byte(v), 0o600); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	readErr := make(chan error, 1)
+	go func() {
+		defer close(readErr)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			got, err := os.ReadFile(p)
+			if err != nil || !versions[string(got)] {
+				readErr <- fmt.Errorf("torn read: %d bytes, %v", len(got), err)
+				return
+			}
+		}
+	}()
+	wg.Wait()
+	close(done)
+	if err := <-readErr; err != nil {
+		t.Fatal(err)
+	}
+	onlyFiles(t, dir, "f")
+}
+
+func TestWriteFileExclusive(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f")
+	if err := writeFileExclusive(p, []byte("one"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeFileExclusive(p, []byte("two"), 0o600); !errors.Is(err, fs.ErrExist) {
+		t.Fatalf("want ErrExist, got %v", err)
+	}
+	if got, _ := os.ReadFile(p); string(got) != "one" {
+		t.Fatalf("got %q", got)
+	}
+	onlyFiles(t, dir, "f")
+}
+
+func hashOf(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+func newHashes(t *testing.T) (*AgentHashes, string) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "data", "secrets")
+	h, err := NewAgentHashes(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, dir
+}
+
+func mustVerify(t *testing.T, h *AgentHashes, id, secret string, want bool) {
+	t.Helper()
+	ok, err := h.Verify(id, secret)
+	if err != nil || ok != want {
+		t.Fatalf("Verify(%q, %q) = %v, %v; want %v, nil", id, secret, ok, err, want)
+	}
+}
+
+func TestAgentHashesPutVerifyDelete(t *testing.T) {
+	h, dir := newHashes(t)
+	if m := mode(t, dir); m != 0o700 {
+		t.Fatalf("secrets dir mode %v", m)
+	}
+	mustVerify(t, h, "host-01", "s", false) // no file yet
+
+	if err := h.Put("host-01", "secret-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Put("host-02", "secret-2"); err != nil {
+		t.Fatal(err)
+	}
+	mustVerify(t, h, "host-01", "secret-1", true)
+	mustVerify(t, h, "host-01", "secret-2", false)
+	mustVerify(t, h, "host-01", "", false)
+	mustVerify(t, h, "unknown", "secret-1", false)
+	mustVerify(t, h, "host-02", "secret-2", true)
+
+	p := filepath.Join(dir, AgentHashesFile)
+	if m := mode(t, p); m != 0o600 {
+		t.Fatalf("hash file mode %v", m)
+	}
+	var onDisk map[string]string
+	data, _ := os.ReadFile(p)
+	if err := json.Unmarshal(data, &onDisk); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"host-01": hashOf("secret-1"), "host-02": hashOf("secret-2")}
+	if fmt.Sprint(onDisk) != fmt.Sprint(want) {
+		t.Fatalf("file %s, want %v", data, want)
+	}
+	if bytes.Contains(data, []byte("secret-1")) {
+		t.Fatal("plain secret on disk")
+	}
+
+	// Replacing a secret invalidates the old one.
+	if err := h.Put("host-01", "secret-1b"); err != nil {
+		t.Fatal(err)
+	}
+	mustVerify(t, h, "host-01", "secret-1", false)
+	mustVerify(t, h, "host-01", "secret-1b", true)
+
+	if err := h.Delete("host-01"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Delete("never-existed"); err != nil {
+		t.Fatal(err)
+	}
+	mustVerify(t, h, "host-01", "secret-1b", false)
+	mustVerify(t, h, "host-02", "secret-2", true)
+
+	if err := h.Put("", "x"); err == nil {
+		t.Fatal("want error for empty id")
+	}
+	if err := h.Put("a", ""); err == nil {
+		t.Fatal("want error for empty secret")
+	}
+	onlyFiles(t, dir, ".agent-hashes.lock", AgentHashesFile)
+}
+
+func TestAgentHashesSeesOtherWriters(t *testing.T) {
+	h, dir := newHashes(t)
+	p := filepath.Join(dir, AgentHashesFile)
+	if err := h.Put("a", "one"); err != nil {
+		t.Fatal(err)
+	}
+	mustVerify(t, h, "a", "one", true)
+
+	// Another process replaces the file atomically.
+	write := func(m map[string]string) {
+		data, _ := json.Marshal(m)
+		if err := WriteFileAtomic(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(map[string]string{"a": hashOf("two"), "b": hashOf("bee")})
+	mustVerify(t, h, "a", "two", true)
+	mustVerify(t, h, "b", "bee", true)
+
+	// Another process rewrites it in place with the same size: the mtime
+	// tells (set explicitly, since the rewrite may land in the same tick).
+	data, _ := json.Marshal(map[string]string{"a": hashOf("six"), "b": hashOf("bee")})
+	if err := os.WriteFile(p, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	later := time.Now().Add(time.Hour)
+	if err := os.Chtimes(p, later, later); err != nil {
+		t.Fatal(err)
+	}
+	mustVerify(t, h, "a", "six", true)
+
+	// A second instance (as in another process) sees our writes and we see its.
+	h2, err := NewAgentHashes(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustVerify(t, h2, "a", "six", true)
+	if err := h2.Put("c", "sea"); err != nil {
+		t.Fatal(err)
+	}
+	mustVerify(t, h, "c", "sea", true)
+	mustVerify(t, h, "b", "bee", true) // not lost by h2's rewrite
+
+	// Uppercase hex from a provisioner is fine.
+	write(map[string]string{"u": strings.ToUpper(hashOf("up"))})
+	mustVerify(t, h, "u", "up", true)
+
+	// The file disappearing means no agents.
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	mustVerify(t, h, "u", "up", false)
+}
+
+func TestAgentHashesCorruptFile(t *testing.T) {
+	for _, content := range []string{
+		`{"a": "` + hashOf("x") + `"`, // truncated
+		`{"a": 1}`,
+		`null`,
+		`[]`,
+		`{"a": "` + hashOf("x") + `"} {}`,
+		"\x00\x01garbage",
+	} {
+		t.Run(fmt.Sprintf("%.12q", content), func(t *testing.T) {
+			h, dir := newHashes(t)
+			p := filepath.Join(dir, AgentHashesFile)
+			if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if ok, err := h.Verify("a", "x"); err == nil || ok {
+				t.Fatalf("Verify = %v, %v; want an error", ok, err)
+			}
+			if err := h.Put("b", "y"); err == nil {
+				t.Fatal("Put overwrote a corrupt file")
+			}
+			if err := h.Delete("a"); err == nil {
+				t.Fatal("Delete overwrote a corrupt file")
+			}
+			if got, _ := os.ReadFile(p); string(got) != content {
+				t.Fatalf("file changed to %q", got)
+			}
+			// Once repaired, it works again.
+			if err := WriteFileAtomic(p, []byte(`{"a": "`+hashOf("x")+`"}`), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			mustVerify(t, h, "a", "x", true)
+		})
+	}
+}
+
+func TestAgentHashesEmptyFileAndBadEntry(t *testing.T) {
+	h, dir := newHashes(t)
+	p := filepath.Join(dir, AgentHashesFile)
+	if err := os.WriteFile(p, nil, 0o644); err != nil { // as `touch` leaves it
+		t.Fatal(err)
+	}
+	mustVerify(t, h, "a", "x", false)
+	if err := h.Put("a", "x"); err != nil {
+		t.Fatal(err)
+	}
+	if m := mode(t, p); m != 0o600 {
+		t.Fatalf("rewritten file mode %v", m)
+	}
+
+	// One malformed hash fails only its own agent, and survives other writes.
+	data := fmt.Sprintf(`{"a": %q, "bad": "zz"}`, hashOf("x"))
+	if err := WriteFileAtomic(p, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Verify("bad", "x"); err == nil {
+		t.Fatal("want an error for a malformed stored hash")
+	}
+	mustVerify(t, h, "a", "x", true)
+	if err := h.Put("c", "z"); err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]string
+	raw, _ := os.ReadFile(p)
+	if err := json.Unmarshal(raw, &m); err != nil || m["bad"] != "zz" {
+		t.Fatalf("malformed entry lost: %s", raw)
+	}
+}
+
+func TestAgentHashesConcurrent(t *testing.T) {
+	h, dir := newHashes(t)
+	h2, err := NewAgentHashes(dir) // a second instance contends through the file lock
+	if err != nil {
+		t.Fatal(err)
+	}
+	const workers, rounds = 6, 15
+	var wg sync.WaitGroup
+	for w := range workers {
+		store := h
+		if w%2 == 1 {
+			store = h2
+		}
+		wg.Go(func() {
+			id := fmt.Sprintf("agent-%d", w)
+			for r := range rounds {
+				secret := fmt.Sprintf("s-%d-%d", w, r)
+				if err := store.Put(id, secret); err != nil {
+					t.Error(err)
+					return
+				}
+				for _, s := range []*AgentHashes{h, h2} {
+					if ok, err := s.Verify(id, secret); err != nil || !ok {
+						t.Errorf("Verify(%s, %s) = %v, %v", id, secret, ok, err)
+						return
+					}
+				}
+				if r%5 == 4 {
+					if err := store.Delete(id); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// Each worker's last round was a Put (rounds-1 = 14, 14%5 == 4 → deleted).
+	for w := range workers {
+		mustVerify(t, h, fmt.Sprintf("agent-%d", w), fmt.Sprintf("s-%d-%d", w, rounds-1), false)
+	}
+	for w := range workers {
+		if err := h.Put(fmt.Sprintf("agent-%d", w), "final"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for w := range workers {
+		mustVerify(t, h2, fmt.Sprintf("agent-%d", w), "final", true)
+	}
+}
+
+func TestGenerateSecret(t *testing.T) {
+	a, err := GenerateSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := GenerateSecret()
+	if len(a) != 64 || a == b {
+		t.Fatalf("secrets %q %q", a, b)
+	}
+	if _, err := hex.DecodeString(a); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOperatorToken(t *testing.T) {
+	dataDir := filepath.Join(t.TempDir(), "data")
+	tok, err := LoadOrCreateOperatorToken(dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tok) != 43 || strings.ContainsAny(tok, "+/= \n") {
+		t.Fatalf("token %q", tok)
+	}
+	p := filepath.Join(dataDir, OperatorTokenFile)
+	if m := mode(t, p); m != 0o600 {
+		t.Fatalf("token file mode %v", m)
+	}
+	if m := mode(t, dataDir); m != 0o700 {
+		t.Fatalf("data dir mode %v", m)
+	}
+	again, err := LoadOrCreateOperatorToken(dataDir)
+	if err != nil || again != tok {
+		t.Fatalf("second load %q, %v; want %q", again, err, tok)
+	}
+	onlyFiles(t, dataDir, OperatorTokenFile)
+
+	// An operator-provided token is trimmed.
+	if err := os.WriteFile(p, []byte("  my-token \n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := LoadOrCreateOperatorToken(dataDir); got != "my-token" {
+		t.Fatalf("got %q", got)
+	}
+
+	// A blank file is replaced by a fresh token.
+	if err := os.WriteFile(p, []byte(" \n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := LoadOrCreateOperatorToken(dataDir)
+	if err != nil || len(fresh) != 43 {
+		t.Fatalf("got %q, %v", fresh, err)
+	}
+	if raw, _ := os.ReadFile(p); strings.TrimSpace(string(raw)) != fresh || mode(t, p) != 0o600 {
+		t.Fatalf("file %q mode %v", raw, mode(t, p))
+	}
+
+	if _, err := LoadOrCreateOperatorToken(filepath.Join(p, "sub")); err == nil {
+		t.Fatal("want an error when the data dir is a file")
+	}
+}
+
+func TestOperatorTokenRace(t *testing.T) {
+	dataDir := t.TempDir()
+	const n = 8
+	toks := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			tok, err := LoadOrCreateOperatorToken(dataDir)
+			if err != nil {
+				t.Error(err)
+			}
+			toks[i] = tok
+		})
+	}
+	wg.Wait()
+	for _, tok := range toks {
+		if tok != toks[0] || tok == "" {
+			t.Fatalf("racing creators disagree: %q", toks)
+		}
+	}
+	onlyFiles(t, dataDir, OperatorTokenFile)
+}
+
+func TestDefaultSecretsDir(t *testing.T) {
+	tests := []struct {
+		euid      int
+		xdg, home string
+		want      string
+	}{
+		{0, "/x", "/root", "/var/lib/agentic-sandbox/secrets"},
+		{1000, "/xdg/state", "/home/u", "/xdg/state/agentic-sandbox/secrets"},
+		{1000, "", "/home/u", "/home/u/.local/state/agentic-sandbox/secrets"},
+		{1000, "relative/state", "/home/u", "/home/u/.local/state/agentic-sandbox/secrets"},
+		{1000, "", "", "/var/lib/agentic-sandbox/secrets"},
+	}
+	for _, tt := range tests {
+		if got := defaultSecretsDir(tt.euid, tt.xdg, tt.home); got != tt.want {
+			t.Errorf("defaultSecretsDir(%d, %q, %q) = %q, want %q", tt.euid, tt.xdg, tt.home, got, tt.want)
+		}
+	}
+	if os.Geteuid() != 0 {
+		t.Setenv("XDG_STATE_HOME", "/tmp/xdg-test")
+		if got := DefaultSecretsDir(); got != "/tmp/xdg-test/agentic-sandbox/secrets" {
+			t.Errorf("DefaultSecretsDir() = %q", got)
+		}
+	} else if got := DefaultSecretsDir(); got != "/var/lib/agentic-sandbox/secrets" {
+		t.Errorf("DefaultSecretsDir() as root = %q", got)
+	}
+	if got := DataDir("/var/lib/agentic-sandbox/secrets/"); got != "/var/lib/agentic-sandbox" {
+		t.Errorf("DataDir = %q", got)
+	}
+}

@@ -1,0 +1,242 @@
+package filestore
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+// AgentHashesFile is the name of the hash file in the secrets dir.
+const AgentHashesFile = "agent-hashes.json"
+
+// lockFile serialises read-modify-write of the hash file between processes
+// that use this package (a server and a provisioning tool, say).
+const lockFile = ".agent-hashes.lock"
+
+// AgentHashes stores sha256 hashes of agent secrets in
+// <secrets dir>/agent-hashes.json as {"<agent_id>": "<hex sha256>"}.
+// Other processes may write the file too; it is re-read whenever its
+// identity, size or mtime changes.
+type AgentHashes struct {
+	dir  string
+	path string
+
+	mu     sync.Mutex
+	hashes map[string]string
+	stamp  fileStamp // of the file hashes was read from; zero = not loaded
+}
+
+var _ ports.AgentCredentials = (*AgentHashes)(nil)
+
+// fileStamp tells whether the file changed since it was read. The inode
+// catches atomic replacements even within one mtime tick.
+type fileStamp struct {
+	exists bool
+	dev    uint64
+	ino    uint64
+	size   int64
+	mtime  time.Time
+}
+
+func stampOf(fi fs.FileInfo) fileStamp {
+	s := fileStamp{exists: true, size: fi.Size(), mtime: fi.ModTime()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		s.dev, s.ino = uint64(st.Dev), st.Ino
+	}
+	return s
+}
+
+// NewAgentHashes uses secretsDir, creating it with mode 0700 if needed. The
+// file itself is read lazily, so a corrupt file surfaces on Verify and Put.
+func NewAgentHashes(secretsDir string) (*AgentHashes, error) {
+	if secretsDir == "" {
+		return nil, errors.New("filestore: empty secrets dir")
+	}
+	if err := os.MkdirAll(secretsDir, 0o700); err != nil {
+		return nil, fmt.Errorf("filestore: create secrets dir: %w", err)
+	}
+	return &AgentHashes{dir: secretsDir, path: filepath.Join(secretsDir, AgentHashesFile)}, nil
+}
+
+// Path is the hash file's location.
+func (h *AgentHashes) Path() string { return h.path }
+
+// Verify reports whether sha256(secret) matches the hash stored for agentID,
+// comparing in constant time. An unknown agent or an empty secret is
+// (false, nil); an unreadable or corrupt file is an error.
+func (h *AgentHashes) Verify(agentID, secret string) (bool, error) {
+	if secret == "" {
+		return false, nil
+	}
+	h.mu.Lock()
+	err := h.refreshLocked()
+	stored, ok := h.hashes[agentID]
+	h.mu.Unlock()
+	if err != nil {
+		return false, err
+	}
+	if !ok {
+		return false, nil
+	}
+	want, err := hex.DecodeString(stored)
+	if err != nil || len(want) != sha256.Size {
+		return false, fmt.Errorf("filestore: %s: hash of agent %q is not %d hex digits", h.path, agentID, 2*sha256.Size)
+	}
+	got := sha256.Sum256([]byte(secret))
+	return subtle.ConstantTimeCompare(got[:], want) == 1, nil
+}
+
+// Put stores the hash of secret for agentID. It refuses to rewrite a file it
+// cannot parse, so entries written by others are never lost.
+func (h *AgentHashes) Put(agentID, secret string) error {
+	if agentID == "" {
+		return errors.New("filestore: empty agent id")
+	}
+	if secret == "" {
+		return errors.New("filestore: empty secret")
+	}
+	sum := sha256.Sum256([]byte(secret))
+	return h.update(func(m map[string]string) bool {
+		m[agentID] = hex.EncodeToString(sum[:])
+		return true
+	})
+}
+
+// Delete forgets agentID; an unknown agent is not an error.
+func (h *AgentHashes) Delete(agentID string) error {
+	return h.update(func(m map[string]string) bool {
+		if _, ok := m[agentID]; !ok {
+			return false
+		}
+		delete(m, agentID)
+		return true
+	})
+}
+
+// update applies change to a fresh copy of the file's contents and writes the
+// result back if change reports a modification.
+func (h *AgentHashes) update(change func(map[string]string) bool) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	unlock, err := h.lockFile()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := h.refreshLocked(); err != nil {
+		return fmt.Errorf("%w (refusing to overwrite it)", err)
+	}
+	next := make(map[string]string, len(h.hashes)+1)
+	for k, v := range h.hashes {
+		next[k] = v
+	}
+	if !change(next) {
+		return nil
+	}
+	data, err := json.MarshalIndent(next, "", "  ")
+	if err != nil {
+		return err
+	}
+	data = append(data, '\n')
+	if err := WriteFileAtomic(h.path, data, 0o600); err != nil {
+		return fmt.Errorf("filestore: write %s: %w", h.path, err)
+	}
+	h.hashes = next
+	// Forget the stamp so the next call re-reads: stat-ing here could record
+	// a later writer's stamp against our contents.
+	h.stamp = fileStamp{}
+	return nil
+}
+
+// lockFile takes an exclusive flock on the lock file beside the hashes.
+func (h *AgentHashes) lockFile() (func(), error) {
+	f, err := os.OpenFile(filepath.Join(h.dir, lockFile), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("filestore: open lock: %w", err)
+	}
+	for {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
+		if !errors.Is(err, syscall.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("filestore: lock: %w", err)
+	}
+	return func() { f.Close() }, nil // closing drops the lock
+}
+
+// refreshLocked re-reads the file if it changed since the last read.
+func (h *AgentHashes) refreshLocked() error {
+	f, err := os.Open(h.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		h.hashes, h.stamp = map[string]string{}, fileStamp{}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("filestore: %w", err)
+	}
+	defer f.Close()
+	// Stat the open file, not the path, so the stamp matches what we read.
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("filestore: %w", err)
+	}
+	st := stampOf(fi)
+	if h.stamp.exists && h.stamp == st {
+		return nil
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return fmt.Errorf("filestore: read %s: %w", h.path, err)
+	}
+	m, err := parseHashes(data)
+	if err != nil {
+		return fmt.Errorf("filestore: %s is corrupt: %w", h.path, err)
+	}
+	h.hashes, h.stamp = m, st
+	return nil
+}
+
+func parseHashes(data []byte) (map[string]string, error) {
+	// An empty file (as left by `touch`) holds nothing that could be lost.
+	if len(bytes.TrimSpace(data)) == 0 {
+		return map[string]string{}, nil
+	}
+	var m map[string]string
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&m); err != nil {
+		return nil, err
+	}
+	if len(bytes.TrimSpace(data[dec.InputOffset():])) != 0 {
+		return nil, errors.New("trailing data after the JSON object")
+	}
+	if m == nil { // the JSON literal null
+		return nil, errors.New("not a JSON object")
+	}
+	return m, nil
+}
+
+// GenerateSecret returns 32 random bytes, hex encoded.
+func GenerateSecret() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b), nil
+}

@@ -1,0 +1,633 @@
+// Package hostsup is the host supervisor behind the "host" isolation tier:
+// agentic-mgmt with AGENTIC_HOST_AGENTS=N keeps N agentic-agent processes,
+// host-01 … host-N, running on its own machine.
+//
+// The agents deliberately outlive agentic-mgmt: each runs in its own session,
+// so a Ctrl-C or SIGTERM to the server does not reach it, and Stop leaves it
+// running. A restarted server finds them again through their pid files in
+// StateDir and adopts them instead of starting duplicates.
+package hostsup
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+// Config says which agents to run and how.
+type Config struct {
+	Count       int
+	AgentBinary string // path to agentic-agent (a bare name is looked up in PATH)
+	// StateDir holds <id>.pid and <id>.log; created 0700.
+	StateDir    string
+	ServerURL   string // MANAGEMENT_SERVER for the agents
+	Credentials ports.AgentCredentials
+	Logger      *slog.Logger
+	ExtraEnv    []string // KEY=VALUE added to the agents' environment
+	// Crash restart backoff doubles from RestartMin to RestartMax (defaults
+	// 1s and 30s) and resets once an agent stayed up 30s.
+	RestartMin, RestartMax time.Duration
+	// PollInterval is how often adopted agents (not our children) are
+	// checked for liveness; default 500ms.
+	PollInterval time.Duration
+}
+
+// HostAgent is the supervisor's view of one agent.
+type HostAgent struct {
+	ID  string
+	PID int // 0 while the agent is down and waiting to be restarted
+	// Restarts counts restarts after a crash since this supervisor started.
+	Restarts int
+	// Adopted is true when the running process was found running at Start
+	// rather than spawned by this supervisor.
+	Adopted   bool
+	StartedAt time.Time
+}
+
+// Supervisor runs and restarts the host agents.
+type Supervisor struct {
+	cfg Config
+	log *slog.Logger
+	ids []string
+
+	// Fixed by the design; variables so tests need not wait for them.
+	stableAfter time.Duration // uptime after which the backoff resets
+	killAfter   time.Duration // SIGTERM → SIGKILL in StopAgents
+
+	mu      sync.Mutex
+	binary  string // resolved AgentBinary
+	agents  map[string]*agentState
+	started bool
+	stopped bool
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+type agentState struct {
+	id       string
+	cur      *proc // nil while down
+	restarts int
+}
+
+// proc is one agent process.
+type proc struct {
+	pid        int
+	startTicks uint64 // for adopted processes: guards against pid reuse
+	startedAt  time.Time
+	adopted    bool
+	// exited is closed once a child we spawned was reaped; nil for adopted
+	// processes, which are polled instead.
+	exited  chan struct{}
+	waitErr error // valid once exited is closed
+}
+
+// New prepares a supervisor; nothing happens before Start.
+func New(cfg Config) *Supervisor {
+	if cfg.RestartMin <= 0 {
+		cfg.RestartMin = time.Second
+	}
+	if cfg.RestartMax <= 0 {
+		cfg.RestartMax = 30 * time.Second
+	}
+	if cfg.RestartMax < cfg.RestartMin {
+		cfg.RestartMax = cfg.RestartMin
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = 500 * time.Millisecond
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	ids := make([]string, 0, max(cfg.Count, 0))
+	for i := 1; i <= cfg.Count; i++ {
+		ids = append(ids, AgentID(i))
+	}
+	return &Supervisor{
+		cfg:         cfg,
+		log:         log.With("component", "hostsup"),
+		ids:         ids,
+		stableAfter: 30 * time.Second,
+		killAfter:   5 * time.Second,
+		agents:      make(map[string]*agentState),
+	}
+}
+
+// AgentID is the id of the n-th host agent (1-based): host-01, host-02, …
+func AgentID(n int) string { return fmt.Sprintf("host-%02d", n) }
+
+// Start adopts or spawns each agent, then supervises them in the background
+// until ctx ends or Stop is called. It fails only on configuration problems;
+// an agent that cannot be spawned is logged and retried with backoff.
+func (s *Supervisor) Start(ctx context.Context) error {
+	s.mu.Lock()
+	if s.started || s.stopped {
+		s.mu.Unlock()
+		return errors.New("hostsup: Start called twice or after Stop")
+	}
+	s.started = true
+	s.mu.Unlock()
+	if len(s.ids) == 0 {
+		return nil
+	}
+	if err := s.prepare(); err != nil {
+		return err
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		cancel()
+		return nil
+	}
+	s.cancel = cancel
+	s.mu.Unlock()
+
+	for _, id := range s.ids {
+		a := &agentState{id: id}
+		p := s.adopt(id)
+		if p == nil {
+			var err error
+			if p, err = s.spawn(runCtx, id); err != nil && runCtx.Err() == nil {
+				s.log.Error("host agent failed to start; will retry", "agent", id, "err", err)
+			}
+		}
+		s.mu.Lock()
+		a.cur = p
+		s.agents[id] = a
+		// Stop may run concurrently: once it waits, no goroutine may be added.
+		if s.stopped {
+			s.mu.Unlock()
+			break
+		}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.supervise(runCtx, a, p)
+	}
+	return nil
+}
+
+// prepare checks the configuration and creates StateDir.
+func (s *Supervisor) prepare() error {
+	if s.cfg.Credentials == nil {
+		return errors.New("hostsup: no Credentials")
+	}
+	if s.cfg.ServerURL == "" {
+		return errors.New("hostsup: no ServerURL")
+	}
+	if s.cfg.StateDir == "" {
+		return errors.New("hostsup: no StateDir")
+	}
+	if _, err := s.resolveBinary(); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(s.cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("hostsup: state dir: %w", err)
+	}
+	return nil
+}
+
+func (s *Supervisor) resolveBinary() (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.binary != "" {
+		return s.binary, nil
+	}
+	bin := s.cfg.AgentBinary
+	if bin == "" {
+		return "", errors.New("hostsup: no AgentBinary")
+	}
+	if !strings.Contains(bin, "/") {
+		p, err := exec.LookPath(bin)
+		if err != nil {
+			return "", fmt.Errorf("hostsup: agent binary: %w", err)
+		}
+		bin = p
+	}
+	bin, err := filepath.Abs(bin)
+	if err != nil {
+		return "", err
+	}
+	fi, err := os.Stat(bin)
+	if err != nil {
+		return "", fmt.Errorf("hostsup: agent binary: %w", err)
+	}
+	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return "", fmt.Errorf("hostsup: agent binary %s is not an executable file", bin)
+	}
+	s.binary = bin
+	return bin, nil
+}
+
+func (s *Supervisor) pidPath(id string) string { return filepath.Join(s.cfg.StateDir, id+".pid") }
+func (s *Supervisor) logPath(id string) string { return filepath.Join(s.cfg.StateDir, id+".log") }
+
+// supervise waits for the agent's process to end and restarts it, until ctx
+// ends. It never kills the agent.
+func (s *Supervisor) supervise(ctx context.Context, a *agentState, p *proc) {
+	defer s.wg.Done()
+	b := backoff{min: s.cfg.RestartMin, max: s.cfg.RestartMax}
+	for {
+		if p != nil {
+			if !s.waitGone(ctx, p, s.cfg.PollInterval) {
+				return // supervision ended; the agent keeps running
+			}
+			up := time.Since(p.startedAt)
+			s.mu.Lock()
+			a.cur = nil
+			s.mu.Unlock()
+			s.log.Warn("host agent exited", "agent", a.id, "pid", p.pid, "how", p.exitDescription(), "uptime", up.Round(time.Millisecond))
+			if up >= s.stableAfter {
+				b.reset()
+			}
+		}
+		delay := b.next()
+		s.log.Info("restarting host agent", "agent", a.id, "in", delay)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		np, err := s.spawn(ctx, a.id)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Error("host agent failed to start", "agent", a.id, "err", err)
+			}
+			p = nil
+			continue
+		}
+		s.mu.Lock()
+		a.cur = np
+		a.restarts++
+		s.mu.Unlock()
+		p = np
+	}
+}
+
+// backoff doubles the restart delay from min to max.
+type backoff struct {
+	min, max, cur time.Duration
+}
+
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.min
+	} else {
+		b.cur = min(b.cur*2, b.max)
+	}
+	return b.cur
+}
+
+func (b *backoff) reset() { b.cur = 0 }
+
+// spawn starts a fresh agent process for id with a fresh secret.
+func (s *Supervisor) spawn(ctx context.Context, id string) (*proc, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	secret, err := newSecret()
+	if err != nil {
+		return nil, err
+	}
+	// Store the secret before the process exists so its first connect works.
+	if err := s.cfg.Credentials.Put(id, secret); err != nil {
+		return nil, fmt.Errorf("store agent secret: %w", err)
+	}
+	logf, err := os.OpenFile(s.logPath(id), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open agent log: %w", err)
+	}
+	defer logf.Close() // the child holds its own copy
+	fmt.Fprintf(logf, "--- %s host supervisor: starting %s\n", time.Now().UTC().Format(time.RFC3339), id)
+
+	bin := s.binary
+	cmd := &exec.Cmd{
+		Path: bin,
+		// The id in argv makes the process recognisable in ps and to adopt.
+		// The secret goes only into the environment, which ps does not show.
+		Args:   []string{bin, "--id", id},
+		Env:    agentEnv(os.Environ(), s.cfg.ExtraEnv, id, s.cfg.ServerURL, secret),
+		Stdout: logf,
+		Stderr: logf,
+		// Own session: the server's terminal and signals do not reach it.
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	p := &proc{pid: cmd.Process.Pid, startedAt: time.Now(), exited: make(chan struct{})}
+	go func() {
+		// Reap even after Stop, so an agent that dies later is no zombie.
+		p.waitErr = cmd.Wait()
+		close(p.exited)
+	}()
+	if err := writePidFile(s.pidPath(id), p.pid); err != nil {
+		// Without its pid file a restarted server would start a duplicate.
+		syscall.Kill(-p.pid, syscall.SIGKILL)
+		<-p.exited
+		return nil, fmt.Errorf("write pid file: %w", err)
+	}
+	s.log.Info("host agent started", "agent", id, "pid", p.pid, "log", s.logPath(id))
+	return p, nil
+}
+
+// strippedEnv are variables of the server that agents must not inherit: ours
+// are set explicitly, and the operator token would let any command run on an
+// agent call the operator API.
+var strippedEnv = map[string]bool{
+	"AGENT_ID":               true,
+	"AGENT_SECRET":           true,
+	"MANAGEMENT_SERVER":      true,
+	"AGENTIC_OPERATOR_TOKEN": true,
+}
+
+// agentEnv is base (the server's environment, filtered), then extra, then
+// the agent's own variables; a later entry for a key replaces an earlier one.
+func agentEnv(base, extra []string, id, server, secret string) []string {
+	var order []string
+	vals := make(map[string]string)
+	add := func(kv string, filter bool) {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || (filter && strippedEnv[k]) {
+			return
+		}
+		if _, seen := vals[k]; !seen {
+			order = append(order, k)
+		}
+		vals[k] = kv
+	}
+	for _, kv := range base {
+		add(kv, true)
+	}
+	for _, kv := range extra {
+		add(kv, false)
+	}
+	add("AGENT_ID="+id, false)
+	add("MANAGEMENT_SERVER="+server, false)
+	add("AGENT_SECRET="+secret, false)
+	env := make([]string, 0, len(order))
+	for _, k := range order {
+		env = append(env, vals[k])
+	}
+	return env
+}
+
+// newSecret is 32 random bytes, hex; local because adapters do not import
+// each other.
+func newSecret() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// adopt returns the running agent named by id's pid file, or nil if there is
+// none: no file, a dead pid, or a pid now used by some other process.
+func (s *Supervisor) adopt(id string) *proc {
+	path := s.pidPath(id)
+	pid, mtime, err := readPidFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		s.log.Warn("ignoring unreadable pid file", "agent", id, "err", err)
+		return nil
+	}
+	if why := s.notOurAgent(id, pid); why != "" {
+		s.log.Info("ignoring stale pid file", "agent", id, "pid", pid, "reason", why)
+		return nil
+	}
+	st, err := readProcStat(pid)
+	if err != nil || st.dead() {
+		return nil
+	}
+	s.log.Info("adopted running host agent", "agent", id, "pid", pid)
+	return &proc{pid: pid, startTicks: st.startTicks, startedAt: mtime, adopted: true}
+}
+
+// notOurAgent says why pid is not a live agent process for id, or "".
+func (s *Supervisor) notOurAgent(id string, pid int) string {
+	if pid == os.Getpid() {
+		return "pid is this server"
+	}
+	if !processExists(pid) {
+		return "no such process"
+	}
+	st, err := readProcStat(pid)
+	if err != nil || st.dead() {
+		return "process has exited"
+	}
+	if uid, err := procUID(pid); err != nil || uid != os.Geteuid() {
+		return "process belongs to another user"
+	}
+	argv, err := readCmdline(pid)
+	if err != nil || !s.isAgentCmdline(argv, id) {
+		return "process is not this agent"
+	}
+	// The cmdline read must be of the same process as the stat read.
+	if st2, err := readProcStat(pid); err != nil || st2.startTicks != st.startTicks {
+		return "process changed while checking"
+	}
+	return ""
+}
+
+func (s *Supervisor) isAgentCmdline(argv []string, id string) bool {
+	if len(argv) < 3 || filepath.Base(argv[0]) != filepath.Base(s.binary) {
+		return false
+	}
+	for i := 1; i+1 < len(argv); i++ {
+		if argv[i] == "--id" && argv[i+1] == id {
+			return true
+		}
+	}
+	return false
+}
+
+// gone reports whether p has ended. An adopted process counts as gone when
+// it no longer exists, is a zombie, or its pid now names another process.
+func (p *proc) gone() bool {
+	if p.exited != nil {
+		select {
+		case <-p.exited:
+			return true
+		default:
+			return false
+		}
+	}
+	if !processExists(p.pid) {
+		return true
+	}
+	st, err := readProcStat(p.pid)
+	return err != nil || st.dead() || st.startTicks != p.startTicks
+}
+
+// waitGone waits until p has ended (true) or ctx ends (false).
+func (s *Supervisor) waitGone(ctx context.Context, p *proc, poll time.Duration) bool {
+	if p.exited != nil {
+		select {
+		case <-p.exited:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	t := time.NewTicker(poll)
+	defer t.Stop()
+	for {
+		if p.gone() {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+	}
+}
+
+func (p *proc) exitDescription() string {
+	if p.exited == nil {
+		return "adopted process disappeared"
+	}
+	if p.waitErr == nil {
+		return "exit status 0"
+	}
+	return p.waitErr.Error()
+}
+
+// Stop ends supervision without touching the agents: they keep running, and
+// a later supervisor adopts them. It waits for the background goroutines.
+func (s *Supervisor) Stop() {
+	s.mu.Lock()
+	s.stopped = true
+	cancel := s.cancel
+	s.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	s.wg.Wait()
+}
+
+// StopAgents stops supervision, then terminates every agent: SIGTERM to its
+// process group, SIGKILL after 5s, and removes the pid files. It also works
+// on a supervisor that was never started (an operator tool), finding the
+// agents through their pid files. If ctx ends first, the remaining agents
+// are killed at once and ctx's error is returned.
+func (s *Supervisor) StopAgents(ctx context.Context) error {
+	s.Stop()
+	if _, err := s.resolveBinary(); err != nil && len(s.ids) > 0 {
+		return err
+	}
+	type target struct {
+		id string
+		p  *proc
+	}
+	var targets []target
+	s.mu.Lock()
+	for _, id := range s.ids {
+		var p *proc
+		if a := s.agents[id]; a != nil {
+			p = a.cur
+		}
+		targets = append(targets, target{id, p})
+	}
+	s.mu.Unlock()
+
+	errs := make([]error, len(targets))
+	var wg sync.WaitGroup
+	for i, tg := range targets {
+		if tg.p == nil && s.cfg.StateDir != "" {
+			tg.p = s.adopt(tg.id)
+		}
+		wg.Go(func() {
+			if tg.p != nil {
+				errs[i] = s.terminate(ctx, tg.id, tg.p)
+			}
+			if errs[i] == nil && s.cfg.StateDir != "" {
+				if err := os.Remove(s.pidPath(tg.id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+					errs[i] = err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	s.mu.Lock()
+	for _, a := range s.agents {
+		if a.cur != nil && a.cur.gone() {
+			a.cur = nil
+		}
+	}
+	s.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+// terminate sends SIGTERM to p's process group and waits, escalating to
+// SIGKILL after killAfter or when ctx ends.
+func (s *Supervisor) terminate(ctx context.Context, id string, p *proc) error {
+	signal := func(sig syscall.Signal) {
+		if p.gone() {
+			return
+		}
+		// Agents lead their own group (Setsid); signal the group so helpers
+		// the agent started in it go too, but only if that still holds.
+		target := p.pid
+		if pg, err := syscall.Getpgid(p.pid); err == nil && pg == p.pid {
+			target = -p.pid
+		}
+		if err := syscall.Kill(target, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+			s.log.Warn("signal host agent", "agent", id, "pid", p.pid, "signal", sig, "err", err)
+		}
+	}
+	s.log.Info("stopping host agent", "agent", id, "pid", p.pid)
+	signal(syscall.SIGTERM)
+	const poll = 20 * time.Millisecond
+	killCtx, cancel := context.WithTimeout(ctx, s.killAfter)
+	defer cancel()
+	if s.waitGone(killCtx, p, poll) {
+		return nil
+	}
+	s.log.Warn("host agent ignored SIGTERM; killing", "agent", id, "pid", p.pid)
+	signal(syscall.SIGKILL)
+	// SIGKILL cannot be ignored; bound the wait anyway in case of a
+	// process stuck in the kernel.
+	waitCtx, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel2()
+	if !s.waitGone(waitCtx, p, poll) {
+		return fmt.Errorf("hostsup: %s (pid %d) did not exit after SIGKILL", id, p.pid)
+	}
+	return ctx.Err()
+}
+
+// Agents returns a snapshot of the supervised agents, in id order.
+func (s *Supervisor) Agents() []HostAgent {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]HostAgent, 0, len(s.agents))
+	for _, id := range s.ids {
+		a := s.agents[id]
+		if a == nil {
+			continue
+		}
+		h := HostAgent{ID: id, Restarts: a.restarts}
+		if p := a.cur; p != nil {
+			h.PID, h.Adopted, h.StartedAt = p.pid, p.adopted, p.startedAt
+		}
+		out = append(out, h)
+	}
+	return out
+}

@@ -1,0 +1,137 @@
+package hostsup
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// procStat is what we need from /proc/<pid>/stat.
+type procStat struct {
+	state      byte   // R, S, D, Z, X, ...
+	session    int    // session id
+	startTicks uint64 // start time since boot; with the pid it names one process
+}
+
+func readProcStat(pid int) (procStat, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return procStat{}, err
+	}
+	// comm, in parentheses, may itself contain spaces and ')'.
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return procStat{}, errors.New("malformed stat")
+	}
+	f := strings.Fields(string(data[i+1:]))
+	// f[0] is field 3 (state) of proc(5); session is field 6, starttime 22.
+	if len(f) < 20 || len(f[0]) != 1 {
+		return procStat{}, errors.New("malformed stat")
+	}
+	sid, err1 := strconv.Atoi(f[3])
+	start, err2 := strconv.ParseUint(f[19], 10, 64)
+	if err1 != nil || err2 != nil {
+		return procStat{}, errors.New("malformed stat")
+	}
+	return procStat{state: f[0][0], session: sid, startTicks: start}, nil
+}
+
+// dead reports whether a state means the process has exited.
+func (st procStat) dead() bool { return st.state == 'Z' || st.state == 'X' || st.state == 'x' }
+
+func readCmdline(pid int) ([]string, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return nil, err
+	}
+	data = bytes.TrimSuffix(data, []byte{0})
+	if len(data) == 0 {
+		return nil, nil // a kernel thread or a zombie
+	}
+	return strings.Split(string(data), "\x00"), nil
+}
+
+// procUID is the real owner of the process.
+func procUID(pid int) (int, error) {
+	fi, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
+	if err != nil {
+		return 0, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, errors.New("no stat_t")
+	}
+	return int(st.Uid), nil
+}
+
+// processExists is kill(pid, 0): EPERM still means it exists.
+func processExists(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// readPidFile returns the pid in path and the file's mtime (≈ when the agent
+// was spawned).
+func readPidFile(path string) (int, time.Time, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	buf := make([]byte, 32)
+	n, _ := f.Read(buf)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(buf[:n])))
+	if err != nil || pid <= 0 {
+		return 0, time.Time{}, fmt.Errorf("%s: not a pid: %q", path, bytes.TrimSpace(buf[:n]))
+	}
+	return pid, fi.ModTime(), nil
+}
+
+// writePidFile replaces path atomically (temp file, fsync, rename, fsync of
+// the directory) so a crash never leaves a torn pid that could name another
+// process.
+func writePidFile(path string, pid int) (err error) {
+	dir, base := filepath.Split(path)
+	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	if err = f.Chmod(0o644); err != nil {
+		return err
+	}
+	if _, err = fmt.Fprintf(f, "%d\n", pid); err != nil {
+		return err
+	}
+	if err = f.Sync(); err != nil {
+		return err
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	if err = os.Rename(tmp, path); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

@@ -1,0 +1,546 @@
+// Package procexec is the agent-side process runner: it starts a command in
+// its own process group (piped or in a pseudo-terminal), streams its output
+// as it comes, and reports how it ended. Linux only.
+package procexec
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+const (
+	// DefaultKillGrace is the wait between SIGTERM and SIGKILL when Spec.KillGrace is 0.
+	DefaultKillGrace = 2 * time.Second
+	// drainGrace bounds how long output is still read after the main process
+	// exited, for when a background grandchild keeps the pipe or terminal open.
+	drainGrace = 200 * time.Millisecond
+	// afterKillWait bounds the wait for the group to vanish after SIGKILL
+	// (a process in uninterruptible sleep dies only when it wakes).
+	afterKillWait = time.Second
+	// groupPoll is how often a kill checks whether the group is gone yet.
+	groupPoll   = 20 * time.Millisecond
+	readBufSize = 32 << 10
+
+	defaultCols = 80
+	defaultRows = 24
+	defaultTerm = "xterm-256color"
+	// eofChar is the terminal's default VEOF (^D).
+	eofChar = 0x04
+)
+
+var (
+	// ErrNoStdin is returned by WriteStdin/CloseStdin for a piped command started without StdinOpen.
+	ErrNoStdin = errors.New("procexec: stdin is not open")
+	// ErrNotPTY is returned by Resize for a piped command.
+	ErrNotPTY = errors.New("procexec: command has no terminal")
+)
+
+// Spec says what to run and how.
+type Spec struct {
+	// Command is looked up in PATH (exec.LookPath semantics; the PATH of Env
+	// when Env sets one). A name with a slash is used as is, relative to Dir.
+	Command string
+	Args    []string
+	// Dir is the working directory; "" inherits the agent's.
+	Dir string
+	// Env is the full environment ("K=V"); nil inherits os.Environ().
+	Env []string
+	// Timeout kills the group (see KillGrace) when reached; 0 means none.
+	Timeout time.Duration
+	// KillGrace is the time between SIGTERM and SIGKILL of the group on
+	// timeout or Kill; 0 means DefaultKillGrace.
+	KillGrace time.Duration
+	// RunAs is a user name or uid; "" means the agent's own user. Switching
+	// user needs root; as root HOME, USER and LOGNAME are set for the user.
+	RunAs string
+	// PTY runs the command in a new session on a pseudo-terminal.
+	PTY bool
+	// Cols and Rows are the terminal size; 0 means 80x24.
+	Cols, Rows uint16
+	// Term is TERM for a PTY command; "" means xterm-256color.
+	Term string
+	// StdinOpen (piped only) makes stdin a pipe fed by WriteStdin; otherwise
+	// stdin is /dev/null. A PTY command always reads the terminal.
+	StdinOpen bool
+}
+
+// StartError says why a command could not be started.
+type StartError struct {
+	Command string
+	Err     error
+}
+
+func (e *StartError) Error() string {
+	if errors.Is(e.Err, exec.ErrNotFound) {
+		return fmt.Sprintf("command not found: %q", e.Command)
+	}
+	return fmt.Sprintf("cannot run %q: %v", e.Command, e.Err)
+}
+
+func (e *StartError) Unwrap() error { return e.Err }
+
+// StartFailure turns an error from Start into a result the way a shell
+// would: 126 when the command exists but cannot be executed, otherwise 127.
+func StartFailure(err error) ports.CommandResult {
+	if err == nil {
+		err = errors.New("procexec: command did not start")
+	}
+	code := 127
+	if errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.EISDIR) || errors.Is(err, syscall.ENOEXEC) {
+		code = 126
+	}
+	return ports.CommandResult{ExitCode: code, Error: err.Error()}
+}
+
+type outputFile struct {
+	f      *os.File
+	stream ports.OutputStream
+}
+
+// Process is a started command.
+type Process struct {
+	cmd       *exec.Cmd
+	pid       int
+	isPTY     bool
+	master    *os.File // PTY master; nil when piped
+	stdin     *os.File // write end of the stdin pipe; nil unless piped with StdinOpen
+	outputs   []outputFile
+	onOutput  func(ports.OutputStream, []byte)
+	killGrace time.Duration
+	timeout   time.Duration
+	timer     *time.Timer
+	started   time.Time
+
+	outMu       sync.Mutex // serialises onOutput calls
+	readers     sync.WaitGroup
+	readersDone chan struct{}
+	done        chan struct{}
+	result      ports.CommandResult // written once before done is closed
+
+	mu sync.Mutex
+	// exited: the main process has been reaped.
+	exited bool
+	// closing: the result is being assembled; the group id may soon belong
+	// to someone else, so no more signals are sent.
+	closing  bool
+	timedOut bool
+	killDone chan struct{} // non-nil once a kill sequence started; closed when it ends
+
+	// For tests: when the main process was reaped and when done was closed.
+	exitedAt, doneAt time.Time
+}
+
+// Start starts the process. onOutput (may be nil) receives output in order
+// per stream; calls never overlap, each gets a fresh slice it may keep, and
+// none happens after Wait returns. onOutput must not call Wait.
+func Start(spec Spec, onOutput func(stream ports.OutputStream, data []byte)) (*Process, error) {
+	fail := func(err error) (*Process, error) {
+		return nil, &StartError{Command: spec.Command, Err: err}
+	}
+	var env []string
+	if spec.Env == nil {
+		env = os.Environ()
+		if spec.Dir != "" {
+			// exec.Cmd does this only for a nil Env; keep PWD truthful for shells.
+			if abs, err := filepath.Abs(spec.Dir); err == nil {
+				env = setEnv(env, "PWD", abs)
+			}
+		}
+	} else {
+		env = slices.Clone(spec.Env)
+	}
+
+	path, err := lookPath(spec.Command, spec.Dir, env)
+	if err != nil {
+		return fail(err)
+	}
+	attr := &syscall.SysProcAttr{}
+	if spec.RunAs != "" {
+		cred, u, err := credentialFor(spec.RunAs)
+		if err != nil {
+			return fail(err)
+		}
+		if cred != nil {
+			attr.Credential = cred
+			env = setEnv(env, "HOME", u.HomeDir)
+			env = setEnv(env, "USER", u.Username)
+			env = setEnv(env, "LOGNAME", u.Username)
+		}
+	}
+	if spec.PTY {
+		term := spec.Term
+		if term == "" {
+			term = defaultTerm
+		}
+		env = setEnv(env, "TERM", term)
+	}
+
+	cmd := &exec.Cmd{
+		Path:        path,
+		Args:        append([]string{spec.Command}, spec.Args...),
+		Dir:         spec.Dir,
+		Env:         env,
+		SysProcAttr: attr,
+	}
+	p := &Process{
+		cmd:         cmd,
+		isPTY:       spec.PTY,
+		onOutput:    onOutput,
+		killGrace:   spec.KillGrace,
+		timeout:     spec.Timeout,
+		readersDone: make(chan struct{}),
+		done:        make(chan struct{}),
+	}
+	if p.killGrace <= 0 {
+		p.killGrace = DefaultKillGrace
+	}
+	if spec.PTY {
+		err = p.startPTY(spec)
+	} else {
+		err = p.startPiped(spec)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	p.pid = cmd.Process.Pid
+
+	for _, o := range p.outputs {
+		p.readers.Add(1)
+		go p.read(o)
+	}
+	go func() {
+		p.readers.Wait()
+		close(p.readersDone)
+	}()
+	if p.timeout > 0 {
+		p.timer = time.AfterFunc(p.timeout, func() { p.startKill(true) })
+	}
+	go p.reap()
+	return p, nil
+}
+
+func (p *Process) startPiped(spec Spec) (err error) {
+	var childEnds, parentEnds []*os.File
+	defer func() {
+		// The child has its own copies now (or never started); ours would
+		// keep the pipes open and hide EOF.
+		for _, f := range childEnds {
+			f.Close()
+		}
+		if err != nil {
+			for _, f := range parentEnds {
+				f.Close()
+			}
+		}
+	}()
+	pipe := func() (r, w *os.File, err error) {
+		r, w, err = os.Pipe()
+		if err != nil {
+			return nil, nil, fmt.Errorf("pipe: %w", err)
+		}
+		return r, w, nil
+	}
+
+	if spec.StdinOpen {
+		r, w, err := pipe()
+		if err != nil {
+			return err
+		}
+		childEnds, parentEnds = append(childEnds, r), append(parentEnds, w)
+		p.cmd.Stdin, p.stdin = r, w
+	} // else exec.Cmd opens /dev/null
+	for _, stream := range []ports.OutputStream{ports.StreamStdout, ports.StreamStderr} {
+		r, w, err := pipe()
+		if err != nil {
+			return err
+		}
+		childEnds, parentEnds = append(childEnds, w), append(parentEnds, r)
+		if stream == ports.StreamStdout {
+			p.cmd.Stdout = w
+		} else {
+			p.cmd.Stderr = w
+		}
+		p.outputs = append(p.outputs, outputFile{f: r, stream: stream})
+	}
+	// Own group, so signals reach children and the command cannot signal us.
+	p.cmd.SysProcAttr.Setpgid = true
+	p.started = time.Now()
+	return p.cmd.Start()
+}
+
+func (p *Process) startPTY(spec Spec) error {
+	master, slave, err := openPTY()
+	if err != nil {
+		return err
+	}
+	defer slave.Close() // the child has its own; ours would keep EIO from ever coming
+	cols, rows := spec.Cols, spec.Rows
+	if cols == 0 {
+		cols = defaultCols
+	}
+	if rows == 0 {
+		rows = defaultRows
+	}
+	if err := setSize(master, cols, rows); err != nil {
+		master.Close()
+		return err
+	}
+	if cred := p.cmd.SysProcAttr.Credential; cred != nil {
+		// Like login: the user owns its terminal (best effort).
+		_ = slave.Chown(int(cred.Uid), int(cred.Gid))
+	}
+	p.cmd.Stdin, p.cmd.Stdout, p.cmd.Stderr = slave, slave, slave
+	// New session (hence new group) with the terminal as controlling tty, so
+	// ^C, SIGWINCH and hangup work as in a real terminal.
+	p.cmd.SysProcAttr.Setsid = true
+	p.cmd.SysProcAttr.Setctty = true
+	p.cmd.SysProcAttr.Ctty = 0 // child's fd 0
+	p.started = time.Now()
+	if err := p.cmd.Start(); err != nil {
+		master.Close()
+		return err
+	}
+	p.master = master
+	p.outputs = []outputFile{{f: master, stream: ports.StreamPTY}}
+	return nil
+}
+
+// read forwards one stream until EOF, EIO (PTY slave side closed) or the
+// drain deadline set by reap.
+func (p *Process) read(o outputFile) {
+	defer p.readers.Done()
+	buf := make([]byte, readBufSize)
+	for {
+		n, err := o.f.Read(buf)
+		if n > 0 && p.onOutput != nil {
+			chunk := make([]byte, n)
+			copy(chunk, buf[:n])
+			p.outMu.Lock()
+			p.onOutput(o.stream, chunk)
+			p.outMu.Unlock()
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// reap waits for the main process, drains the output and publishes the result.
+func (p *Process) reap() {
+	waitErr := p.cmd.Wait()
+	exitedAt := time.Now()
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+	p.mu.Lock()
+	p.exited = true
+	p.exitedAt = exitedAt
+	p.mu.Unlock()
+
+	// Normally EOF comes at once; a leftover grandchild holding the output
+	// open only gets drainGrace.
+	grace := time.NewTimer(drainGrace)
+	select {
+	case <-p.readersDone:
+	case <-grace.C:
+	}
+	grace.Stop()
+
+	p.mu.Lock()
+	p.closing = true
+	kd := p.killDone
+	p.mu.Unlock()
+	if kd != nil {
+		// A kill is still taking the group down (at most KillGrace): let it
+		// finish so Wait returns with the group gone, reading meanwhile.
+		<-kd
+		select {
+		case <-p.readersDone:
+		case <-time.After(drainGrace):
+		}
+	}
+
+	for _, o := range p.outputs {
+		// The files are in the runtime poller, so a past deadline wakes a
+		// blocked Read; Close alone would not.
+		_ = o.f.SetReadDeadline(time.Now())
+	}
+	<-p.readersDone
+	for _, o := range p.outputs {
+		o.f.Close()
+	}
+	if p.stdin != nil {
+		p.stdin.Close() // also wakes a WriteStdin blocked on a full pipe
+	}
+
+	p.result = p.buildResult(waitErr, exitedAt.Sub(p.started))
+	p.mu.Lock()
+	p.doneAt = time.Now()
+	p.mu.Unlock()
+	close(p.done)
+}
+
+func (p *Process) buildResult(waitErr error, d time.Duration) ports.CommandResult {
+	res := ports.CommandResult{Duration: d, TimedOut: p.timedOut}
+	st := p.cmd.ProcessState
+	if st == nil {
+		res.ExitCode = -1
+		res.Error = fmt.Sprintf("wait: %v", waitErr)
+		return res
+	}
+	ws, _ := st.Sys().(syscall.WaitStatus)
+	if ws.Signaled() {
+		res.Signal = int(ws.Signal())
+		res.ExitCode = 128 + res.Signal
+	} else {
+		res.ExitCode = ws.ExitStatus()
+	}
+	if res.TimedOut {
+		res.Error = fmt.Sprintf("timed out after %v", p.timeout)
+	}
+	return res
+}
+
+// startKill begins SIGTERM, then SIGKILL after killGrace, to the group.
+func (p *Process) startKill(timeout bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closing || p.killDone != nil {
+		return
+	}
+	if timeout && p.exited {
+		return // it ended on its own just before the deadline
+	}
+	p.timedOut = timeout
+	kd := make(chan struct{})
+	p.killDone = kd
+	go p.killGroup(kd)
+}
+
+func (p *Process) killGroup(kd chan struct{}) {
+	defer close(kd)
+	_ = syscall.Kill(-p.pid, syscall.SIGTERM)
+	if p.waitGroupGone(p.killGrace) {
+		return
+	}
+	_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+	// SIGKILL is delivered asynchronously; wait so that "Wait returned"
+	// really means "the group is gone".
+	p.waitGroupGone(afterKillWait)
+}
+
+// waitGroupGone polls until no live process is left in the group or d passes.
+func (p *Process) waitGroupGone(d time.Duration) bool {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	tick := time.NewTicker(groupPoll)
+	defer tick.Stop()
+	for {
+		if !groupAlive(p.pid) {
+			return true
+		}
+		select {
+		case <-deadline.C:
+			return false
+		case <-tick.C:
+		}
+	}
+}
+
+// Pid is the process id of the main process; it is also its process group id.
+func (p *Process) Pid() int { return p.pid }
+
+func (p *Process) finished() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// WriteStdin writes to the command's stdin (piped with StdinOpen) or to its
+// terminal (PTY). It blocks while the pipe is full.
+func (p *Process) WriteStdin(b []byte) error {
+	f := p.stdin
+	if p.isPTY {
+		f = p.master
+	}
+	if f == nil {
+		return ErrNoStdin
+	}
+	if p.finished() {
+		return os.ErrProcessDone
+	}
+	_, err := f.Write(b)
+	return err
+}
+
+// CloseStdin signals end of input: it closes the pipe, or for a PTY types
+// the terminal's EOF character (^D), which ends input in canonical mode.
+func (p *Process) CloseStdin() error {
+	if p.isPTY {
+		return p.WriteStdin([]byte{eofChar})
+	}
+	if p.stdin == nil {
+		return ErrNoStdin
+	}
+	if p.finished() {
+		return os.ErrProcessDone
+	}
+	return p.stdin.Close()
+}
+
+// Resize sets the terminal size; the kernel sends SIGWINCH to the foreground group.
+func (p *Process) Resize(cols, rows uint16) error {
+	if !p.isPTY {
+		return ErrNotPTY
+	}
+	if cols == 0 || rows == 0 {
+		return fmt.Errorf("procexec: invalid terminal size %dx%d", cols, rows)
+	}
+	if p.finished() {
+		return os.ErrProcessDone
+	}
+	return setSize(p.master, cols, rows)
+}
+
+// Signal sends sig to the whole process group.
+func (p *Process) Signal(sig syscall.Signal) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closing {
+		return os.ErrProcessDone
+	}
+	if err := syscall.Kill(-p.pid, sig); err != nil {
+		if errors.Is(err, syscall.ESRCH) {
+			return os.ErrProcessDone
+		}
+		return err
+	}
+	return nil
+}
+
+// Kill sends SIGTERM to the group, then SIGKILL after KillGrace if anything
+// in it is still alive. It returns at once; the result follows as usual.
+func (p *Process) Kill() { p.startKill(false) }
+
+// Done is closed when Wait's result is ready.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Wait blocks until the process exited and its output was drained. It may be
+// called many times, concurrently.
+func (p *Process) Wait() ports.CommandResult {
+	<-p.done
+	return p.result
+}

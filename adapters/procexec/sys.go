@@ -1,0 +1,230 @@
+package procexec
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// lookPath resolves name like exec.LookPath, but searches the PATH of the
+// child's environment (falling back to ours), since that is the PATH the
+// command is meant to run with. A relative name with a slash is taken
+// relative to dir, where the child will be.
+func lookPath(name, dir string, env []string) (string, error) {
+	if name == "" {
+		return "", errors.New("empty command")
+	}
+	if strings.Contains(name, "/") {
+		p := name
+		if dir != "" && !filepath.IsAbs(p) {
+			p = filepath.Join(dir, p)
+		}
+		if err := checkExecutable(p); err != nil {
+			return "", err
+		}
+		return p, nil
+	}
+	path, ok := lookupEnv(env, "PATH")
+	if !ok {
+		path = os.Getenv("PATH")
+	}
+	var permErr error
+	for _, d := range filepath.SplitList(path) {
+		// exec.LookPath refuses results found via relative entries (ErrDot);
+		// skipping them keeps "." in PATH from hijacking a command.
+		if !filepath.IsAbs(d) {
+			continue
+		}
+		p := filepath.Join(d, name)
+		err := checkExecutable(p)
+		if err == nil {
+			return p, nil
+		}
+		if permErr == nil && errors.Is(err, fs.ErrPermission) {
+			permErr = err
+		}
+	}
+	if permErr != nil {
+		// Found, but not executable: a shell says 126 here, not 127.
+		return "", permErr
+	}
+	return "", exec.ErrNotFound
+}
+
+// checkExecutable mirrors os/exec's findExecutable on Linux.
+func checkExecutable(file string) error {
+	fi, err := os.Stat(file)
+	if err != nil {
+		return err
+	}
+	if fi.IsDir() {
+		return &fs.PathError{Op: "exec", Path: file, Err: syscall.EISDIR}
+	}
+	err = unix.Faccessat(unix.AT_FDCWD, file, unix.X_OK, unix.AT_EACCESS)
+	if err == nil {
+		return nil
+	}
+	if err != unix.ENOSYS && err != unix.EPERM {
+		return &fs.PathError{Op: "exec", Path: file, Err: err}
+	}
+	if fi.Mode()&0o111 != 0 {
+		return nil
+	}
+	return &fs.PathError{Op: "exec", Path: file, Err: fs.ErrPermission}
+}
+
+// lookupEnv finds key in env; the last entry wins, as in exec.Cmd.
+func lookupEnv(env []string, key string) (string, bool) {
+	prefix := key + "="
+	for i := len(env) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(env[i], prefix); ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// setEnv returns env with every key entry replaced by key=val.
+func setEnv(env []string, key, val string) []string {
+	prefix := key + "="
+	out := make([]string, 0, len(env)+1)
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, prefix) {
+			out = append(out, kv)
+		}
+	}
+	return append(out, prefix+val)
+}
+
+// credentialFor resolves runAs (name or uid). It returns a nil credential
+// when runAs is the current user, and an error when switching needs root.
+func credentialFor(runAs string) (*syscall.Credential, *user.User, error) {
+	u, err := user.Lookup(runAs)
+	if err != nil {
+		if _, nerr := strconv.ParseUint(runAs, 10, 32); nerr == nil {
+			u, err = user.LookupId(runAs)
+		}
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("run as %q: %w", runAs, err)
+	}
+	uid, err := strconv.ParseUint(u.Uid, 10, 32)
+	if err != nil {
+		return nil, nil, fmt.Errorf("run as %q: bad uid %q", runAs, u.Uid)
+	}
+	gid, err := strconv.ParseUint(u.Gid, 10, 32)
+	if err != nil {
+		return nil, nil, fmt.Errorf("run as %q: bad gid %q", runAs, u.Gid)
+	}
+	if os.Geteuid() != 0 {
+		if int(uid) == os.Geteuid() {
+			return nil, u, nil
+		}
+		return nil, nil, fmt.Errorf("run as %q: the agent is not root", runAs)
+	}
+	cred := &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	if ids, err := u.GroupIds(); err == nil {
+		for _, s := range ids {
+			if g, err := strconv.ParseUint(s, 10, 32); err == nil {
+				cred.Groups = append(cred.Groups, uint32(g))
+			}
+		}
+	}
+	if len(cred.Groups) == 0 {
+		// The child's group list is replaced either way; keep at least the primary group.
+		cred.Groups = []uint32{uint32(gid)}
+	}
+	return cred, u, nil
+}
+
+// openPTY opens a pseudo-terminal pair. The master is opened non-blocking
+// before os.NewFile so it lives in the runtime poller: read deadlines can
+// then stop a drain blocked on a terminal a grandchild keeps open.
+// (creack/pty's helpers call File.Fd, which turns the master back to
+// blocking mode and makes that impossible, so it is not used.)
+func openPTY() (master, slave *os.File, err error) {
+	fd, err := unix.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, nil, &fs.PathError{Op: "open", Path: "/dev/ptmx", Err: err}
+	}
+	if err := unix.IoctlSetPointerInt(fd, unix.TIOCSPTLCK, 0); err != nil { // unlockpt
+		unix.Close(fd)
+		return nil, nil, fmt.Errorf("unlockpt: %w", err)
+	}
+	n, err := unix.IoctlGetUint32(fd, unix.TIOCGPTN) // ptsname
+	if err != nil {
+		unix.Close(fd)
+		return nil, nil, fmt.Errorf("ptsname: %w", err)
+	}
+	master = os.NewFile(uintptr(fd), "/dev/ptmx")
+	// O_NOCTTY: the agent itself must not acquire the terminal.
+	slave, err = os.OpenFile("/dev/pts/"+strconv.FormatUint(uint64(n), 10), os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		master.Close()
+		return nil, nil, err
+	}
+	return master, slave, nil
+}
+
+// setSize sets the terminal size without File.Fd (see openPTY).
+func setSize(master *os.File, cols, rows uint16) error {
+	rc, err := master.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ioErr error
+	err = rc.Control(func(fd uintptr) {
+		ioErr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols})
+	})
+	if err != nil {
+		return err
+	}
+	if ioErr != nil {
+		return fmt.Errorf("set terminal size: %w", ioErr)
+	}
+	return nil
+}
+
+// groupAlive reports whether process group pgid has a member that is not a
+// zombie. Zombies count as gone: if init does not reap orphans they would
+// otherwise keep a kill waiting for its whole grace.
+func groupAlive(pgid int) bool {
+	if err := syscall.Kill(-pgid, 0); errors.Is(err, syscall.ESRCH) {
+		return false
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return true
+	}
+	want := strconv.Itoa(pgid)
+	for _, e := range ents {
+		name := e.Name()
+		if name[0] < '0' || name[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + name + "/stat")
+		if err != nil {
+			continue // exited meanwhile
+		}
+		// "pid (comm) state ppid pgrp ...": comm may hold spaces and parens.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) >= 3 && f[2] == want && f[0] != "Z" && f[0] != "X" {
+			return true
+		}
+	}
+	return false
+}

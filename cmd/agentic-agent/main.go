@@ -1,0 +1,152 @@
+// Command agentic-agent runs inside a VM, a container or on the host and
+// connects back to agentic-mgmt to run the commands it is sent.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/agent"
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/envfile"
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/procexec"
+	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
+)
+
+var version = "0.1.0-dev"
+
+const defaultConfigFile = "/etc/agentic-sandbox/agent.env"
+
+// shutdownGrace bounds how long SIGTERM waits for running commands to end.
+const shutdownGrace = 5 * time.Second
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Environ(), os.Stderr))
+}
+
+func run(args, environ []string, stderr io.Writer) int {
+	cfg, err := loadConfig(args, environ, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "agentic-agent:", err)
+		return 2
+	}
+	// Commands inherit the agent's environment; the secret must not reach them.
+	os.Unsetenv("AGENT_SECRET")
+
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cfg.Runner = procexec.Runner{}
+	cfg.Logger = log
+	cfg.Version = version
+	stopReq := make(chan string, 1)
+	cfg.OnShutdown = func(reason string) {
+		select {
+		case stopReq <- reason:
+		default:
+		}
+	}
+	a, err := agent.New(cfg)
+	if err != nil {
+		fmt.Fprintln(stderr, "agentic-agent:", err)
+		return 2
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = a.Run(ctx) }()
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	select {
+	case s := <-sigs:
+		log.Info("stopping", "agent_id", cfg.AgentID, "signal", s.String())
+	case reason := <-stopReq:
+		log.Info("stopping at the server's request", "reason", reason)
+	}
+	a.Shutdown(shutdownGrace)
+	cancel()
+	<-done
+	return 0
+}
+
+var flagEnv = map[string]string{
+	"id":      "AGENT_ID",
+	"server":  "MANAGEMENT_SERVER",
+	"secret":  "AGENT_SECRET",
+	"runtime": "AGENT_RUNTIME",
+	"labels":  "AGENT_LABELS",
+}
+
+// loadConfig reads flags, then the environment, then the env file.
+func loadConfig(args, environ []string, stderr io.Writer) (agent.Config, error) {
+	fs := flag.NewFlagSet("agentic-agent", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.String("id", "", "agent id (env AGENT_ID)")
+	fs.String("server", "", "URL of the management server's agent port, e.g. http://127.0.0.1:8120 (env MANAGEMENT_SERVER)")
+	fs.String("secret", "", "agent secret (env AGENT_SECRET; prefer the environment or the env file: flags show in ps)")
+	fs.String("runtime", "", "where this agent runs: host, container or vm (env AGENT_RUNTIME, default host)")
+	fs.String("labels", "", "comma-separated key=value labels (env AGENT_LABELS)")
+	configFile := fs.String("config", defaultConfigFile, "env file read after the environment")
+	if err := fs.Parse(args); err != nil {
+		return agent.Config{}, err
+	}
+	set := map[string]string{}
+	fs.Visit(func(f *flag.Flag) {
+		if env, ok := flagEnv[f.Name]; ok {
+			set[env] = f.Value.String()
+		}
+	})
+	file, err := envfile.Load(*configFile)
+	if err != nil {
+		return agent.Config{}, fmt.Errorf("config file %s: %w", *configFile, err)
+	}
+	src := envfile.NewSource(set, environ, file)
+	cfg := agent.Config{
+		AgentID:   src.GetDefault("AGENT_ID", ""),
+		Secret:    src.GetDefault("AGENT_SECRET", ""),
+		ServerURL: src.GetDefault("MANAGEMENT_SERVER", ""),
+	}
+	if cfg.AgentID == "" {
+		return cfg, errors.New("no agent id: set AGENT_ID or --id")
+	}
+	if cfg.Secret == "" {
+		return cfg, errors.New("no secret: set AGENT_SECRET (environment or " + defaultConfigFile + ")")
+	}
+	if cfg.ServerURL == "" {
+		return cfg, errors.New("no management server: set MANAGEMENT_SERVER or --server")
+	}
+	if !strings.Contains(cfg.ServerURL, "://") {
+		cfg.ServerURL = "http://" + cfg.ServerURL
+	}
+	switch rt := src.GetDefault("AGENT_RUNTIME", "host"); rt {
+	case "host":
+		cfg.Runtime = sandboxv1.RuntimeKind_RUNTIME_KIND_HOST
+	case "container":
+		cfg.Runtime = sandboxv1.RuntimeKind_RUNTIME_KIND_CONTAINER
+	case "vm":
+		cfg.Runtime = sandboxv1.RuntimeKind_RUNTIME_KIND_VM
+	default:
+		return cfg, fmt.Errorf("AGENT_RUNTIME %q: want host, container or vm", rt)
+	}
+	if l := src.GetDefault("AGENT_LABELS", ""); l != "" {
+		cfg.Labels = map[string]string{}
+		for _, kv := range strings.Split(l, ",") {
+			k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+			if !ok || k == "" {
+				return cfg, fmt.Errorf("AGENT_LABELS: %q is not key=value", kv)
+			}
+			cfg.Labels[k] = v
+		}
+	}
+	return cfg, nil
+}

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/envfile"
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
+)
+
+// Config is agentic-mgmt's configuration: flags override the environment,
+// which overrides /etc/agentic-sandbox/management.env.
+type Config struct {
+	ListenAddr      string
+	AdvertiseHost   string
+	SecretsDir      string
+	DataDir         string
+	HostAgents      int
+	OperatorToken   string
+	AgentBinary     string
+	AIWGEndpoint    string
+	AIWGName        string
+	PrintToken      bool
+	DisconnectGrace time.Duration
+	Version         string
+}
+
+// Ports derived from LISTEN_ADDR, as the contract fixes them.
+func (c Config) agentAddr() string { return c.ListenAddr }
+func (c Config) wsAddr() string    { return offsetAddr(c.ListenAddr, 1) }
+func (c Config) restAddr() string  { return offsetAddr(c.ListenAddr, 2) }
+
+func offsetAddr(addr string, delta int) string {
+	host, port, _ := net.SplitHostPort(addr)
+	p, _ := strconv.Atoi(port)
+	return net.JoinHostPort(host, strconv.Itoa(p+delta))
+}
+
+// agentServerURL is where host agents reach the agent port.
+func (c Config) agentServerURL() string {
+	host, port, _ := net.SplitHostPort(c.ListenAddr)
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
+}
+
+const defaultConfigFile = "/etc/agentic-sandbox/management.env"
+
+// flagEnv maps each flag to the variable it overrides.
+var flagEnv = map[string]string{
+	"listen":           "LISTEN_ADDR",
+	"advertise-host":   "AGENTIC_ADVERTISE_HOST",
+	"secrets-dir":      "SECRETS_DIR",
+	"host-agents":      "AGENTIC_HOST_AGENTS",
+	"agent-binary":     "AGENTIC_AGENT_BINARY",
+	"aiwg-endpoint":    "AIWG_SERVE_ENDPOINT",
+	"aiwg-name":        "AIWG_SERVE_NAME",
+	"disconnect-grace": "AGENTIC_DISCONNECT_GRACE",
+}
+
+func loadConfig(args, environ []string, stderr io.Writer, version string) (Config, error) {
+	fs := flag.NewFlagSet("agentic-mgmt", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.String("listen", "", "agent RPC address; client WebSocket on port+1, REST on port+2 (env LISTEN_ADDR, default 127.0.0.1:8120)")
+	fs.String("advertise-host", "", "host name advertised to aiwg serve (env AGENTIC_ADVERTISE_HOST)")
+	fs.String("secrets-dir", "", "agent secret hashes; its parent is the data dir (env SECRETS_DIR)")
+	fs.String("host-agents", "", "number of host agents to supervise (env AGENTIC_HOST_AGENTS, default 0)")
+	fs.String("agent-binary", "", "agentic-agent binary for host agents (env AGENTIC_AGENT_BINARY, default: next to this binary, then PATH)")
+	fs.String("aiwg-endpoint", "", "base URL of aiwg serve (env AIWG_SERVE_ENDPOINT)")
+	fs.String("aiwg-name", "", "display name for aiwg serve (env AIWG_SERVE_NAME)")
+	fs.String("disconnect-grace", "", "how long a disconnected agent stays listed (env AGENTIC_DISCONNECT_GRACE, default 5m)")
+	configFile := fs.String("config", defaultConfigFile, "env file read after the environment")
+	printToken := fs.Bool("print-token", false, "print the operator token on start-up")
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	set := map[string]string{}
+	fs.Visit(func(f *flag.Flag) {
+		if env, ok := flagEnv[f.Name]; ok {
+			set[env] = f.Value.String()
+		}
+	})
+	file, err := envfile.Load(*configFile)
+	if err != nil {
+		return Config{}, fmt.Errorf("config file %s: %w", *configFile, err)
+	}
+	src := envfile.NewSource(set, environ, file)
+
+	cfg := Config{
+		ListenAddr:   src.GetDefault("LISTEN_ADDR", "127.0.0.1:8120"),
+		SecretsDir:   src.GetDefault("SECRETS_DIR", filestore.DefaultSecretsDir()),
+		AgentBinary:  src.GetDefault("AGENTIC_AGENT_BINARY", ""),
+		AIWGEndpoint: src.GetDefault("AIWG_SERVE_ENDPOINT", ""),
+		AIWGName:     src.GetDefault("AIWG_SERVE_NAME", "agentic-sandbox"),
+		PrintToken:   *printToken,
+		Version:      version,
+	}
+	cfg.OperatorToken, _ = src.Get("AGENTIC_OPERATOR_TOKEN")
+	host, port, err := net.SplitHostPort(cfg.ListenAddr)
+	if err != nil {
+		return Config{}, fmt.Errorf("LISTEN_ADDR %q: want host:port", cfg.ListenAddr)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65533 {
+		return Config{}, fmt.Errorf("LISTEN_ADDR %q: port must be 1-65533 (port+1 and port+2 are used too)", cfg.ListenAddr)
+	}
+	cfg.AdvertiseHost = src.GetDefault("AGENTIC_ADVERTISE_HOST", host)
+	if cfg.HostAgents, err = strconv.Atoi(src.GetDefault("AGENTIC_HOST_AGENTS", "0")); err != nil || cfg.HostAgents < 0 || cfg.HostAgents > 99 {
+		return Config{}, fmt.Errorf("AGENTIC_HOST_AGENTS must be a number from 0 to 99")
+	}
+	if cfg.DisconnectGrace, err = time.ParseDuration(src.GetDefault("AGENTIC_DISCONNECT_GRACE", "5m")); err != nil || cfg.DisconnectGrace <= 0 {
+		return Config{}, fmt.Errorf("AGENTIC_DISCONNECT_GRACE must be a positive duration such as 5m")
+	}
+	if cfg.SecretsDir, err = filepath.Abs(cfg.SecretsDir); err != nil {
+		return Config{}, err
+	}
+	cfg.DataDir = filepath.Dir(cfg.SecretsDir)
+	return cfg, nil
+}

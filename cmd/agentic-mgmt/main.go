@@ -1,0 +1,46 @@
+// Command agentic-mgmt is the management server: agents connect to it, and
+// operators and aiwg serve drive it over REST.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+var version = "0.1.0-dev"
+
+func main() {
+	cfg, err := loadConfig(os.Args[1:], os.Environ(), os.Stderr, version)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "agentic-mgmt:", err)
+		os.Exit(2)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel()}))
+	app, err := newApp(cfg, log, os.Stdout)
+	if err != nil {
+		log.Error("start-up failed", "err", err)
+		os.Exit(1)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := app.Run(ctx); err != nil {
+		log.Error("agentic-mgmt failed", "err", err)
+		os.Exit(1)
+	}
+}
+
+func logLevel() slog.Level {
+	if os.Getenv("AGENTIC_LOG_LEVEL") == "debug" {
+		return slog.LevelDebug
+	}
+	return slog.LevelInfo
+}

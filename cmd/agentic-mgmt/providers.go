@@ -1,0 +1,120 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/agentrpc"
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/hostsup"
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/promexport"
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/rest"
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/system"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+// OperatorToken is the bearer token of the operator API.
+type OperatorToken string
+
+func provideCredentials(cfg Config) (*filestore.AgentHashes, error) {
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	return filestore.NewAgentHashes(cfg.SecretsDir)
+}
+
+func provideOperatorToken(cfg Config, _ *filestore.AgentHashes) (OperatorToken, error) {
+	if cfg.OperatorToken != "" {
+		return OperatorToken(cfg.OperatorToken), nil
+	}
+	t, err := filestore.LoadOrCreateOperatorToken(cfg.DataDir)
+	return OperatorToken(t), err
+}
+
+func provideAgentService(cfg Config, creds ports.AgentCredentials, clock ports.Clock, ids ports.IDGenerator, token OperatorToken, log *slog.Logger) *agentrpc.Service {
+	return agentrpc.New(agentrpc.Config{
+		Credentials:     creds,
+		Clock:           clock,
+		IDs:             ids,
+		Logger:          log,
+		DisconnectGrace: cfg.DisconnectGrace,
+		OperatorToken:   string(token),
+	})
+}
+
+func provideSupervisor(cfg Config, creds ports.AgentCredentials, log *slog.Logger) (*hostsup.Supervisor, error) {
+	if cfg.HostAgents == 0 {
+		return nil, nil
+	}
+	bin, err := agentBinary(cfg.AgentBinary)
+	if err != nil {
+		return nil, err
+	}
+	return hostsup.New(hostsup.Config{
+		Count:       cfg.HostAgents,
+		AgentBinary: bin,
+		StateDir:    filepath.Join(cfg.DataDir, "host-agents"),
+		ServerURL:   cfg.agentServerURL(),
+		Credentials: creds,
+		Logger:      log,
+	}), nil
+}
+
+// agentBinary finds agentic-agent: configured, else beside this binary, else in PATH.
+func agentBinary(configured string) (string, error) {
+	if configured != "" {
+		return filepath.Abs(configured)
+	}
+	if self, err := os.Executable(); err == nil {
+		sibling := filepath.Join(filepath.Dir(self), "agentic-agent")
+		if _, err := os.Stat(sibling); err == nil {
+			return sibling, nil
+		}
+	}
+	p, err := exec.LookPath("agentic-agent")
+	if err != nil {
+		return "", fmt.Errorf("agentic-agent binary not found (set AGENTIC_AGENT_BINARY)")
+	}
+	return filepath.Abs(p)
+}
+
+func provideREST(cfg Config, svc *agentrpc.Service, token OperatorToken, clock ports.Clock, log *slog.Logger, sup *hostsup.Supervisor) RESTHandler {
+	readiness := func() []rest.ReadinessCheck {
+		checks := []rest.ReadinessCheck{{Name: "agent_rpc", Ready: true}, {Name: "rest", Ready: true}}
+		if cfg.HostAgents > 0 {
+			connected := 0
+			for _, a := range svc.Agents() {
+				if a.Runtime == "host" && a.Status != "disconnected" && a.Status != "stale" {
+					connected++
+				}
+			}
+			checks = append(checks, rest.ReadinessCheck{
+				Name:   "host_agents",
+				Ready:  connected >= cfg.HostAgents,
+				Detail: fmt.Sprintf("%d of %d connected", connected, cfg.HostAgents),
+			})
+		}
+		return checks
+	}
+	return rest.New(rest.Deps{
+		Link:      svc,
+		Agents:    svc,
+		Token:     string(token),
+		Version:   cfg.Version,
+		Readiness: readiness,
+		Metrics:   promexport.Handler(svc),
+		Logger:    log,
+		Clock:     clock,
+	}).Handler()
+}
+
+func provideApp(cfg Config, log *slog.Logger, svc *agentrpc.Service, h RESTHandler, sup *hostsup.Supervisor, token OperatorToken, banner io.Writer) *App {
+	return &App{cfg: cfg, log: log, agents: svc, rest: h, supervisor: sup, token: token, banner: banner}
+}
+
+func provideClock() system.Clock { return system.Clock{} }
+func provideIDs() system.UUIDv7  { return system.UUIDv7{} }

@@ -1,0 +1,31 @@
+//go:build wireinject
+
+package main
+
+import (
+	"io"
+	"log/slog"
+
+	"github.com/google/wire"
+
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/system"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, error) {
+	wire.Build(
+		provideCredentials,
+		wire.Bind(new(ports.AgentCredentials), new(*filestore.AgentHashes)),
+		provideOperatorToken,
+		provideClock,
+		wire.Bind(new(ports.Clock), new(system.Clock)),
+		provideIDs,
+		wire.Bind(new(ports.IDGenerator), new(system.UUIDv7)),
+		provideAgentService,
+		provideSupervisor,
+		provideREST,
+		provideApp,
+	)
+	return nil, nil
+}

@@ -1,0 +1,295 @@
+// Package harness builds the real binaries and runs agentic-mgmt with host
+// agents on loopback, for the end-to-end tests and the benchmarks.
+package harness
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+)
+
+// Binaries are the built executables.
+type Binaries struct {
+	Mgmt, Agent, Ctl string
+}
+
+// Build compiles ./cmd/... of the module containing this package into dir.
+func Build(ctx context.Context, dir string) (Binaries, error) {
+	root, err := ModuleRoot()
+	if err != nil {
+		return Binaries{}, err
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "./cmd/agentic-mgmt", "./cmd/agentic-agent", "./cmd/agenticctl")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return Binaries{}, fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return Binaries{
+		Mgmt:  filepath.Join(dir, "agentic-mgmt"),
+		Agent: filepath.Join(dir, "agentic-agent"),
+		Ctl:   filepath.Join(dir, "agenticctl"),
+	}, nil
+}
+
+// ModuleRoot is the directory holding go.mod.
+func ModuleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", err
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", errors.New("not inside the module")
+	}
+	return filepath.Dir(mod), nil
+}
+
+// FreeBasePort finds a port p with p, p+1 and p+2 free on 127.0.0.1.
+func FreeBasePort() (int, error) {
+	for range 50 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		p := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if p > 65000 {
+			continue
+		}
+		ok := true
+		for d := 1; d <= 2; d++ {
+			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+d))
+			if err != nil {
+				ok = false
+				break
+			}
+			l.Close()
+		}
+		if ok {
+			return p, nil
+		}
+	}
+	return 0, errors.New("no three consecutive free ports")
+}
+
+// Options for a server.
+type Options struct {
+	HostAgents int
+	// DataDir is reused across restarts of the same server.
+	DataDir string
+	// BasePort is LISTEN_ADDR's port; 0 picks a free one.
+	BasePort int
+	Env      []string
+	Args     []string
+}
+
+// Server is a running agentic-mgmt.
+type Server struct {
+	Bins     Binaries
+	Opts     Options
+	Cmd      *exec.Cmd
+	AgentURL string
+	RESTURL  string
+	Token    string
+	DataDir  string
+	log      *lockedBuffer
+	waitErr  chan error
+}
+
+// Start runs agentic-mgmt and waits until its REST port answers.
+func Start(bins Binaries, opts Options) (*Server, error) {
+	if opts.BasePort == 0 {
+		p, err := FreeBasePort()
+		if err != nil {
+			return nil, err
+		}
+		opts.BasePort = p
+	}
+	if opts.DataDir == "" {
+		return nil, errors.New("harness: DataDir is required")
+	}
+	s := &Server{
+		Bins:     bins,
+		Opts:     opts,
+		AgentURL: fmt.Sprintf("http://127.0.0.1:%d", opts.BasePort),
+		RESTURL:  fmt.Sprintf("http://127.0.0.1:%d", opts.BasePort+2),
+		DataDir:  opts.DataDir,
+		log:      &lockedBuffer{},
+		waitErr:  make(chan error, 1),
+	}
+	cmd := exec.Command(bins.Mgmt, append([]string{"--config", "/nonexistent"}, opts.Args...)...)
+	cmd.Env = append(os.Environ(),
+		"LISTEN_ADDR=127.0.0.1:"+strconv.Itoa(opts.BasePort),
+		"SECRETS_DIR="+filepath.Join(opts.DataDir, "secrets"),
+		"AGENTIC_HOST_AGENTS="+strconv.Itoa(opts.HostAgents),
+		"AGENTIC_AGENT_BINARY="+bins.Agent,
+	)
+	cmd.Env = append(cmd.Env, opts.Env...)
+	cmd.Stdout = s.log
+	cmd.Stderr = s.log
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	s.Cmd = cmd
+	go func() { s.waitErr <- cmd.Wait() }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(s.RESTURL + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		select {
+		case err := <-s.waitErr:
+			return nil, fmt.Errorf("agentic-mgmt exited early: %v\n%s", err, s.Log())
+		default:
+		}
+		if time.Now().After(deadline) {
+			s.Kill()
+			return nil, fmt.Errorf("agentic-mgmt did not answer in time\n%s", s.Log())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	tok, err := os.ReadFile(filepath.Join(opts.DataDir, "operator-token"))
+	if err != nil {
+		s.Kill()
+		return nil, fmt.Errorf("operator token: %w", err)
+	}
+	s.Token = strings.TrimSpace(string(tok))
+	return s, nil
+}
+
+// Client is a generated REST client authenticated as the operator.
+func (s *Server) Client() *restapi.ClientWithResponses {
+	c, err := restapi.NewClientWithResponses(s.RESTURL, restapi.WithRequestEditorFn(func(_ context.Context, r *http.Request) error {
+		r.Header.Set("Authorization", "Bearer "+s.Token)
+		return nil
+	}))
+	if err != nil {
+		panic(err) // only fails on a malformed URL, which Start built
+	}
+	return c
+}
+
+// WaitAgents waits until each id is listed with status ready.
+func (s *Server) WaitAgents(ctx context.Context, ids ...string) error {
+	c := s.Client()
+	for {
+		resp, err := c.ListAgentsWithResponse(ctx)
+		if err == nil && resp.JSON200 != nil {
+			ready := map[string]bool{}
+			for _, a := range resp.JSON200.Agents {
+				if a.Status == restapi.Ready {
+					ready[a.Id] = true
+				}
+			}
+			all := true
+			for _, id := range ids {
+				all = all && ready[id]
+			}
+			if all {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("agents %v not ready: %w\n%s", ids, ctx.Err(), s.Log())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Signal sends sig and waits for the process to exit.
+func (s *Server) Stop(sig syscall.Signal, timeout time.Duration) (exitErr error, err error) {
+	_ = s.Cmd.Process.Signal(sig)
+	select {
+	case e := <-s.waitErr:
+		return e, nil
+	case <-time.After(timeout):
+		s.Kill()
+		return nil, fmt.Errorf("agentic-mgmt did not exit within %v after %v", timeout, sig)
+	}
+}
+
+// Kill stops the server at once (SIGKILL).
+func (s *Server) Kill() {
+	_ = s.Cmd.Process.Kill()
+	select {
+	case <-s.waitErr:
+	case <-time.After(5 * time.Second):
+	}
+}
+
+// Log is everything the server printed.
+func (s *Server) Log() string { return s.log.String() }
+
+// HostAgentPIDs reads the supervisor's pid files.
+func HostAgentPIDs(dataDir string) map[string]int {
+	out := map[string]int{}
+	files, _ := filepath.Glob(filepath.Join(dataDir, "host-agents", "*.pid"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			continue
+		}
+		out[strings.TrimSuffix(filepath.Base(f), ".pid")] = pid
+	}
+	return out
+}
+
+// KillHostAgents kills the host agents of dataDir and their process groups;
+// they outlive agentic-mgmt by design, so tests must clean them up.
+func KillHostAgents(dataDir string) {
+	for _, pid := range HostAgentPIDs(dataDir) {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+// Alive reports whether pid is a live (non-zombie) process.
+func Alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return false
+	}
+	st := b[i+2]
+	return st != 'Z' && st != 'X'
+}
+
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
