@@ -62,7 +62,7 @@ bench: deps build
 run: build
 	@mkdir -p $(STATE_DIR)
 	AGENTIC_HOST_AGENTS=$${AGENTIC_HOST_AGENTS:-1} SECRETS_DIR=$(STATE_DIR)/secrets LISTEN_ADDR=$(LISTEN_ADDR) \
-		AGENTIC_AGENT_BINARY=$(BIN)/agentic-agent $(BIN)/agentic-mgmt
+		AGENTIC_AGENT_BINARY=$(BIN)/agentic-agent $(BIN)/agentic-mgmt --print-token
 
 clean:
 	rm -rf $(BIN)

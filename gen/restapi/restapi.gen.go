@@ -162,7 +162,10 @@ type CommandStatus struct {
 
 // Error defines model for Error.
 type Error struct {
-	// Code A stable snake_case code for programs.
+	// Code A stable snake_case code for programs: unauthorized, invalid_json, invalid_request,
+	// body_too_large, not_found, method_not_allowed, agent_not_found, agent_not_connected,
+	// agent_gone, agent_error, command_not_found, command_ended, not_a_pty, stdin_closed,
+	// internal_error.
 	Code string `json:"code"`
 
 	// Error A message for people.
@@ -174,7 +177,7 @@ type ExecRequest struct {
 	Args *[]string `json:"args,omitempty"`
 	Cols *int      `json:"cols,omitempty"`
 
-	// Command Program to run
+	// Command Program to run, looked up in PATH.
 	Command string             `json:"command"`
 	Env     *map[string]string `json:"env,omitempty"`
 
@@ -189,10 +192,10 @@ type ExecRequest struct {
 	// Stdin Written to the command's stdin, which is then closed (exec), or left open (commands endpoint).
 	Stdin *string `json:"stdin,omitempty"`
 
-	// Term TERM for a PTY
+	// Term TERM for a PTY, default xterm-256color.
 	Term *string `json:"term,omitempty"`
 
-	// TimeoutSeconds Kill the whole process group after this long; 0 = no timeout (the default for exec is 300).
+	// TimeoutSeconds Kill the whole process group after this long (SIGTERM, then SIGKILL 2 s later). Absent or 0 means 300 s for exec and no timeout for the commands endpoint.
 	TimeoutSeconds *int    `json:"timeout_seconds,omitempty"`
 	WorkingDir     *string `json:"working_dir,omitempty"`
 }
@@ -206,13 +209,13 @@ type ExecResult struct {
 	// Encoding utf-8 when all returned output is valid UTF-8, otherwise base64.
 	Encoding OutputEncoding `json:"encoding"`
 
-	// Error Why the command could not run
+	// Error Why the command could not run, e.g. a missing binary.
 	Error *string `json:"error,omitempty"`
 
 	// ExitCode The real exit code; 128+N when killed by signal N; 127 when the program could not start.
 	ExitCode int `json:"exit_code"`
 
-	// Signal Signal that killed the process
+	// Signal Signal that killed the process, if any.
 	Signal    *int   `json:"signal,omitempty"`
 	Stderr    string `json:"stderr"`
 	Stdout    string `json:"stdout"`
@@ -458,6 +461,10 @@ type ClientInterface interface {
 	// Output is returned from the given byte offsets; the server keeps the last
 	// `max_output_bytes` of each stream, and `stdout_offset`/`stderr_offset`
 	// say where the returned data starts.
+	// At most 4 MiB per stream per response; continue from the returned offset.
+	// An offset past the end waits for new output. In `result`, stdout/stderr are
+	// empty (the output is in the status). Commands not started through this API
+	// are shown without output.
 	//
 	// Corresponds with GET /api/v1/commands/{command_id} (the `GetCommand` operationId).
 	GetCommand(ctx context.Context, commandId CommandID, params *GetCommandParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -619,6 +626,10 @@ func (c *Client) KillCommand(ctx context.Context, commandId CommandID, reqEditor
 // Output is returned from the given byte offsets; the server keeps the last
 // `max_output_bytes` of each stream, and `stdout_offset`/`stderr_offset`
 // say where the returned data starts.
+// At most 4 MiB per stream per response; continue from the returned offset.
+// An offset past the end waits for new output. In `result`, stdout/stderr are
+// empty (the output is in the status). Commands not started through this API
+// are shown without output.
 //
 // Corresponds with GET /api/v1/commands/{command_id} (the `GetCommand` operationId).
 func (c *Client) GetCommand(ctx context.Context, commandId CommandID, params *GetCommandParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1318,6 +1329,10 @@ type ClientWithResponsesInterface interface {
 	// Output is returned from the given byte offsets; the server keeps the last
 	// `max_output_bytes` of each stream, and `stdout_offset`/`stderr_offset`
 	// say where the returned data starts.
+	// At most 4 MiB per stream per response; continue from the returned offset.
+	// An offset past the end waits for new output. In `result`, stdout/stderr are
+	// empty (the output is in the status). Commands not started through this API
+	// are shown without output.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -1487,6 +1502,8 @@ type StartCommandResponse struct {
 	JSON409 *Conflict
 	// JSON413 the response for an HTTP 413 `application/json` response
 	JSON413 *TooLarge
+	// JSON502 the response for an HTTP 502 `application/json` response
+	JSON502 *BadGateway
 }
 
 // GetJSON202 returns the response for an HTTP 202 `application/json` response
@@ -1517,6 +1534,11 @@ func (r StartCommandResponse) GetJSON409() *Conflict {
 // GetJSON413 returns the response for an HTTP 413 `application/json` response
 func (r StartCommandResponse) GetJSON413() *TooLarge {
 	return r.JSON413
+}
+
+// GetJSON502 returns the response for an HTTP 502 `application/json` response
+func (r StartCommandResponse) GetJSON502() *BadGateway {
+	return r.JSON502
 }
 
 // GetBody returns the raw response body bytes
@@ -1642,6 +1664,8 @@ type KillCommandResponse struct {
 	JSON404 *NotFound
 	// JSON409 the response for an HTTP 409 `application/json` response
 	JSON409 *Conflict
+	// JSON502 the response for an HTTP 502 `application/json` response
+	JSON502 *BadGateway
 }
 
 // GetJSON202 returns the response for an HTTP 202 `application/json` response
@@ -1662,6 +1686,11 @@ func (r KillCommandResponse) GetJSON404() *NotFound {
 // GetJSON409 returns the response for an HTTP 409 `application/json` response
 func (r KillCommandResponse) GetJSON409() *Conflict {
 	return r.JSON409
+}
+
+// GetJSON502 returns the response for an HTTP 502 `application/json` response
+func (r KillCommandResponse) GetJSON502() *BadGateway {
+	return r.JSON502
 }
 
 // GetBody returns the raw response body bytes
@@ -1766,6 +1795,10 @@ type ResizeCommandResponse struct {
 	JSON404 *NotFound
 	// JSON409 the response for an HTTP 409 `application/json` response
 	JSON409 *Conflict
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *TooLarge
+	// JSON502 the response for an HTTP 502 `application/json` response
+	JSON502 *BadGateway
 }
 
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
@@ -1786,6 +1819,16 @@ func (r ResizeCommandResponse) GetJSON404() *NotFound {
 // GetJSON409 returns the response for an HTTP 409 `application/json` response
 func (r ResizeCommandResponse) GetJSON409() *Conflict {
 	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r ResizeCommandResponse) GetJSON413() *TooLarge {
+	return r.JSON413
+}
+
+// GetJSON502 returns the response for an HTTP 502 `application/json` response
+func (r ResizeCommandResponse) GetJSON502() *BadGateway {
+	return r.JSON502
 }
 
 // GetBody returns the raw response body bytes
@@ -1828,6 +1871,10 @@ type SignalCommandResponse struct {
 	JSON404 *NotFound
 	// JSON409 the response for an HTTP 409 `application/json` response
 	JSON409 *Conflict
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *TooLarge
+	// JSON502 the response for an HTTP 502 `application/json` response
+	JSON502 *BadGateway
 }
 
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
@@ -1848,6 +1895,16 @@ func (r SignalCommandResponse) GetJSON404() *NotFound {
 // GetJSON409 returns the response for an HTTP 409 `application/json` response
 func (r SignalCommandResponse) GetJSON409() *Conflict {
 	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r SignalCommandResponse) GetJSON413() *TooLarge {
+	return r.JSON413
+}
+
+// GetJSON502 returns the response for an HTTP 502 `application/json` response
+func (r SignalCommandResponse) GetJSON502() *BadGateway {
+	return r.JSON502
 }
 
 // GetBody returns the raw response body bytes
@@ -1892,6 +1949,8 @@ type WriteCommandStdinResponse struct {
 	JSON409 *Conflict
 	// JSON413 the response for an HTTP 413 `application/json` response
 	JSON413 *TooLarge
+	// JSON502 the response for an HTTP 502 `application/json` response
+	JSON502 *BadGateway
 }
 
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
@@ -1917,6 +1976,11 @@ func (r WriteCommandStdinResponse) GetJSON409() *Conflict {
 // GetJSON413 returns the response for an HTTP 413 `application/json` response
 func (r WriteCommandStdinResponse) GetJSON413() *TooLarge {
 	return r.JSON413
+}
+
+// GetJSON502 returns the response for an HTTP 502 `application/json` response
+func (r WriteCommandStdinResponse) GetJSON502() *BadGateway {
+	return r.JSON502
 }
 
 // GetBody returns the raw response body bytes
@@ -2137,6 +2201,10 @@ func (c *ClientWithResponses) KillCommandWithResponse(ctx context.Context, comma
 // Output is returned from the given byte offsets; the server keeps the last
 // `max_output_bytes` of each stream, and `stdout_offset`/`stderr_offset`
 // say where the returned data starts.
+// At most 4 MiB per stream per response; continue from the returned offset.
+// An offset past the end waits for new output. In `result`, stdout/stderr are
+// empty (the output is in the status). Commands not started through this API
+// are shown without output.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -2370,6 +2438,13 @@ func ParseStartCommandResponse(rsp *http.Response) (*StartCommandResponse, error
 		}
 		response.JSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
+		var dest BadGateway
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON502 = &dest
+
 	}
 
 	return response, nil
@@ -2485,6 +2560,13 @@ func ParseKillCommandResponse(rsp *http.Response) (*KillCommandResponse, error) 
 		}
 		response.JSON409 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
+		var dest BadGateway
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON502 = &dest
+
 	}
 
 	return response, nil
@@ -2582,6 +2664,20 @@ func ParseResizeCommandResponse(rsp *http.Response) (*ResizeCommandResponse, err
 		}
 		response.JSON409 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
+		var dest BadGateway
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON502 = &dest
+
 	}
 
 	return response, nil
@@ -2631,6 +2727,20 @@ func ParseSignalCommandResponse(rsp *http.Response) (*SignalCommandResponse, err
 			return nil, err
 		}
 		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
+		var dest BadGateway
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON502 = &dest
 
 	}
 
@@ -2688,6 +2798,13 @@ func ParseWriteCommandStdinResponse(rsp *http.Response) (*WriteCommandStdinRespo
 			return nil, err
 		}
 		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
+		var dest BadGateway
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON502 = &dest
 
 	}
 
@@ -3416,6 +3533,20 @@ func (response StartCommand413JSONResponse) VisitStartCommandResponse(w http.Res
 	return err
 }
 
+type StartCommand502JSONResponse struct{ BadGatewayJSONResponse }
+
+func (response StartCommand502JSONResponse) VisitStartCommandResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(502)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ExecCommandRequestObject struct {
 	AgentId AgentID `json:"agent_id"`
 	Body    *ExecCommandJSONRequestBody
@@ -3587,6 +3718,20 @@ func (response KillCommand409JSONResponse) VisitKillCommandResponse(w http.Respo
 	return err
 }
 
+type KillCommand502JSONResponse struct{ BadGatewayJSONResponse }
+
+func (response KillCommand502JSONResponse) VisitKillCommandResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(502)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetCommandRequestObject struct {
 	CommandId CommandID `json:"command_id"`
 	Params    GetCommandParams
@@ -3725,6 +3870,34 @@ func (response ResizeCommand409JSONResponse) VisitResizeCommandResponse(w http.R
 	return err
 }
 
+type ResizeCommand413JSONResponse struct{ TooLargeJSONResponse }
+
+func (response ResizeCommand413JSONResponse) VisitResizeCommandResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResizeCommand502JSONResponse struct{ BadGatewayJSONResponse }
+
+func (response ResizeCommand502JSONResponse) VisitResizeCommandResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(502)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type SignalCommandRequestObject struct {
 	CommandId CommandID `json:"command_id"`
 	Body      *SignalCommandJSONRequestBody
@@ -3794,6 +3967,34 @@ func (response SignalCommand409JSONResponse) VisitSignalCommandResponse(w http.R
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SignalCommand413JSONResponse struct{ TooLargeJSONResponse }
+
+func (response SignalCommand413JSONResponse) VisitSignalCommandResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SignalCommand502JSONResponse struct{ BadGatewayJSONResponse }
+
+func (response SignalCommand502JSONResponse) VisitSignalCommandResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(502)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -3881,6 +4082,20 @@ func (response WriteCommandStdin413JSONResponse) VisitWriteCommandStdinResponse(
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WriteCommandStdin502JSONResponse struct{ BadGatewayJSONResponse }
+
+func (response WriteCommandStdin502JSONResponse) VisitWriteCommandStdinResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(502)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -4338,58 +4553,61 @@ func (sh *strictHandler) GetReadyz(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7Fv/bhs38n+VAb9f4Bx0LclOmvoU3B9uzk18TZzAdhEc4kCiliOJNZfcklzLSiDgnuYe7J7kQHK1PyTK",
-	"sl3HCNr7J7B2yeFwfn5mZvOFpCrLlURpDel/ITnVNEOL2v86nKC0x393f3JJ+iSndkoSImmGpE+oezvg",
-	"jCRE428F18hI3+oCE2LSKWbU7cvo9RuUEzsl/b39g4RkXFa/E2LnuaNkrOZyQhaLhLxUWUYl23hoGt4/",
-	"7LELR8rkShr09/6RslfU4ozO3a9USYvSuj9pngueUsuV7P5qlHTP6kP/X+OY9Mn/dWuZdsNb0z3SWulw",
-	"FEOTap47IqRPzqcIXpIwc//QGZ3DbMoFgp0ilNcFTWWHLBLH2Sn+VqCxj8OZDocBN5BRMVY6Q+YZeank",
-	"WPD00dgwqtApOj64BArGUuskRC0whQakskCFUDOwU25gBzuTTilW9ypVUmJqkSWVRKnQSNkcUDJkT/yd",
-	"TpT9SRWSff07nSgwRTqt7uWPP1fqDdUTfFzNjhSbO7EKd7R2IpWwB2/5j56nXyQt7FRp/hkfQSxvuTFc",
-	"TkBpmGklJzBCqh1T6hKd/S+WLl5HJx+0tMpRWx6cN4SlK9SGB6ZWvD0hKc3piAu+3MEtZia6snxAtaZz",
-	"v3NpRwPqT3YO4f4ijFrctTxDkqxTYdzcb+NUGRviXoQ3zuKP8wFlTKOJ30jQEYogJ8a4kzsV71vy2yQE",
-	"NfoVUxtoGDuYItV2hHe5ToZW89RsM4+35TIXlQspuZwMSqdt8selxQnqcpU/sv+FoCwy0v/oJUe8vizl",
-	"EjVJyFVGElLIS6lmknyKsOdiSrGVO291Z2Gp2zQ3FrMBl2O1beeZX3rsVoaMs0xeH4nPZuX59X0aBlAp",
-	"LiKTTxEVeS7fcLPJP9p2v/W+676wcoGS6EZWzirZLjVkLNXWSd4RomxOEjIqzDzIQbgbN90mqrASKzja",
-	"LeWXEiIJwWt+i82BsVgU2eBjDRASe40yVcz9vUW07wqbF/ZouTqgkELYrfHzGtPTsLI0W9y2pSUqv4mh",
-	"1lHuw6uBGo8Ntp2bS/v8We3YDQ80lqnCbiKnCtsg1w757/xzUGMPd8ZcGwsabaElMgh7YTS32CHJdkZW",
-	"jLKFFRtoNUis4rqSxiqzq7JoaDZm6CGtrVlSqhiu3/vQQZiRQDCSXuIgpcaBPYYwVhpyrSaaZqYTi6K4",
-	"PGaVYIbG0ElJAVUuMLJ/RUSBWBKYjF7K21qFOFecRE/unEBD8snoNc+ct+71ej0Pz8ufMesq9bh+5/dB",
-	"TmAV6EK6IKnUJTIococS3x+ev+6QviyE2FIAOMVe/b6cmNHrgfL+PHDmaiKW7t/CJeYWctRgrEaawQ7D",
-	"MS2Ehb3nDnU9cTqrpPP8h73ewcHzZ9sklNv5+oGnhQxgOTdYMLVrUWdcUgE7pV85GBwsHDLUEw+DK+oj",
-	"pQRS6aOSmt1dabqQA2o2hQQu1/n9oLm1KJ02G6XPXwz49YmritKpg6p2ihJSoQwy2MFrTJ8kDjIKHFtQ",
-	"OUrYWeZGh+5zxaV9EnUlJ5HAR1DBtXuwu//981QJpSvbWQHPR6dvvY9ReH/+zyhZnqELIwZTVYKWNomf",
-	"uRD+jrOpEujcPUVjYKJVkQMdW4/DHSZXcvICevA3kApKqrDjNi45dnw4CTixPO312tZz8PxZS0+9mJ5m",
-	"Sl86OMF4LB3EI+oNkWKZvx4um7JC+yJjEELMLbLR/fPvhtj6YTpvVeOpKgTzhWUIO6HahKwsX0ZcUj2v",
-	"zGc92FxzO4inhVCZUQFujU8IL2Bv/+C7E5g5o7/kQiCD0RwMnzhXPnGvfwgvHYdl5mhw6HFWJ561PY11",
-	"Js4CbV9dlyeWtJ2ZkoTwMVC5dsE2HrgBXmyECkWatuuWRhBy5s8G7a3N17qQKbXIYq9viQtqvcSwQWVV",
-	"bZNsclZfoclQzFleIxUuF606Sl2D4DXNcuF3XcaCzOYCd+W2VVmx3BHj521dmq2gl7wY5KjTstSuCz1V",
-	"jESjypNFNgq6Z9xcDqyyVNSZ8BZO67cVBtmddglF2YBeTQZ7t+Su3vD9XXfcdkOGmdLze4ig3HhHIcTQ",
-	"yEpkW/Pwwo53D0LUoELUgDsgGJdMrqjgDH45/2n3IAFlp6hn3CCMqMHnzzreHUKx5Um54s2/iZZap0gZ",
-	"l6Vnr4LjZve5wpHtRQwt5SIaMjZ2R0JNuT0WlNV1WB7zjFUEe1vCy6K2ccMY+VM0/DNuRNj3wsv3wGtr",
-	"ETK0GhyhGNchQ2zkelNiOVymLSd12Dk+OU/g7PiVQ1QJ/Odf/37iYFxwpO2lS3lIlD0HGDdyx6ilcaRB",
-	"LR2Udtz0POeL0UpMjdfv+NLh0gBZSyg309xyOYlh65jvNtpEkYIrncYxVF4MUqVxQ4fMB9e7hKJL1BLj",
-	"LldGqbtQUyaeplbu7iAApoXmdn7mIFqg7+5PrdLn6hLrJrMXo+8O1ydOrc1DW3nZjlupwEpKcHp0dg6H",
-	"749BjWHoAQBPd7NJZoewY1BfuUgY8FQYIeRKW/gO9p90LuTRFeo55NROoZAMNQy7NOfdq70hSETmqxNY",
-	"8txqYF/IneHhq6OT8+OXg3fvj04Pz9+dDs7f/Xx0MvT1i98oESYo3W5kwKVVMLwoer2nqTNOYFz7X9hd",
-	"nrDrSQ89Zw68GqAagYoZnRv4x9m7Exh+uQi49oL04YJ0Op0LksCFL/nDo7oFMQgPF8POhfTIxopq0sfT",
-	"XUMlG6lryKikE8ycaA7fHzegRZ/0Onudntd5jpLmnPTJ006v85QkfpDnNVoKrFt3IiehNRQuxZU8ZqRP",
-	"3nBjD8OSlfncfq/3YMOIulN603DOJGCUtgF78zACe9bb20S84rbbGqB4Cy+yjOq5i4aeMPiG9LLo1Tjh",
-	"xuq5K2GrkZVviHoTabZEYcbtlAcznWiaIuSoufKzrEWyIuTulyXOXWyU9ysM4vaqqsfAH+NXrJd0l2Pi",
-	"xaevracbdXRfpbhNz7ZvqqaDi8WN8u02hxW5MhFJn7marGzJ/k5p+xz3o2IPOKludPwW7aRrdYGLNR3v",
-	"P9jR7Z58RNdnLuSUrtLUeW+7+hqT80cyE7fhr9s3VJN0t2Hv6fYN1Zy4HU68UQGtmhRKApXLTwu4narC",
-	"wox6KPICuHVYX/ArDAkrpUI40HWzZeM1pk2rXnfE5eHcLDsHfNw4ACYKTfjGYYRjpdExgpKZzoUs+6Mj",
-	"nCvJYLjaUB02m6bcANMqz5H5JuawKraH7pVBG/JX2+ucYf9hnK73wEeHaVI8ujY+QoGd2ZRavEIN3Jq6",
-	"S+WR+0rTCXaGHncMnUKe/Lk9NSHfhzi59erLD4/azn1ayA2u7X47t/atYKeTMENsu/IyJXW/1L2vRfBg",
-	"gWF62PaVn7kQ9/WV+hOuCCB4xGThu+wGpX1RQisTOuZCqJkBaqAwBRWdb9bIWgbgL0OhHG1XlrDjNB6Z",
-	"IgR3m0QnrlWPp2r7jLXKAo7kVyj9vBXCzNME2fmiSMMlYh7yhaDGXshIkFZjQJpOy0CdhPDcGqsOu8PW",
-	"WHV4IY3/5g01looq2fIljw8lJhbPX6F9ABNNys8MfytQz+vvDEuWnWRI88PCtWr3punKDcTd/X8/8ZUx",
-	"hQsDRR4AUjk+8mGhObuwyiVc32jB2bLht+OX5kqIBKiFTBkLT3u9cqAUu4ILOaH93froMnDrt27h/mvW",
-	"CltDQyOrfct5aRXfWfT+VCpNjaF0D2SN22wL++4k/hk3VyehJflQ0f/hsVK7ZXortPQsMh33VHx+CCPV",
-	"Kn6iNXB2/OrD8cnL138s2LLYbhx163ZD6erff7vG0e5M39c4ygmoaZSb9ecIrUT7p7OP5bcbcfP4oLnF",
-	"Kvy6pd+giTSnA/e1kJWPVf7XjCiNZ+oH259vajK+Lpd8RQBQjtc3ZP6lA/tWgb7ys5nm8IH0P35qZt43",
-	"DhW7DblWo9B26frx3o3XPA0rvuIt67lq5KL++E6oPJ8+zpEnyoKXSyga/P8sMHRuyi+3KnJO8FLZm4Ve",
-	"nRSk/gIEN9aE4qKm5KvfKdqpb0iEoibce4X22hzp4ycXX0JhEwJToUU5ROp3u3v7P3R6nV5nr3+wt79P",
-	"Fp8W/w0AAP//",
+	"7Fvvbts4kH+Vge6AS7CK7aTZbs79lPayba5tGiRZFIe6kGlpbHEjkVqSiuMWBu5p7sHuSQ5D6q8tx0ma",
+	"FsWhX4pYEofD+fubGfarF8o0kwKF0d7wq5cxxVI0qOyv4xkKc/of9CcX3tDLmIk93xMsRW/oMXob8Mjz",
+	"PYX/5Fxh5A2NytH3dBhjymhdym7foZiZ2BvuHxz5XspF9dv3zCIjStooLmbecul7r2SaMhFt3DR07592",
+	"2yWR0pkUGu25X7LoNTM4Zwv6FUphUBj6k2VZwkNmuBT9v7UU9Kze9F8VTr2h9y/9WqZ991b3T5SSym0V",
+	"oQ4Vz4iIN/SuYgQrSZjTP2zOFjCPeYJgYoTiuKCY6HlLnzi7wH9y1ObHcKbcZsA1pCyZSpViZBl5JcU0",
+	"4eEPY0PLXIVIfHABDLRhhiTEDEQSNQhpgCWJnIOJuYYd7M16hVjpVSiFwNBg5FcSZYlCFi0ARYTRrj3T",
+	"mTR/ylxE3/9MZxJ0HsbVuez2V1K+Y2qGP1azExktSKwJba1IpAL24T1/aXn6S7DcxFLxL/gDxPKea83F",
+	"DKSCuZJiBhNkipiS10j2vyxdvI5ONmgpmaEy3DmvC0s3qDR3TK14u++FLGMTnvByBTeY6s4viwdMKbaw",
+	"K0s7CpjdmRyC/vIiZnDP8BQ9f51KxPXjFsZSGxf3OnjjUffjLGBRpFB3nyhhE0ycnKKIk9xZct6S3yYh",
+	"yMnfGBpHQ5sgRqbMBB9ynBSN4qHeZh7vi88oKudCcDELCqdt8seFwRmq4iu75fCrhyJPveEnKznP6ssw",
+	"LlB5vneTer6Xi2sh58L73MEexZR8K3fW6i7dp7RooQ2mARdTuW3lpf30lL50GadMXp88m82K/evzNAyg",
+	"UlyHTD53qMhy+Y7rTf7Rtvut5133hZUDFEQ3snJZybbUkDZMGZI8EWLRwvO9Sa4XTg4JnbjpNp0KK7AC",
+	"0W4pv5CQ53t4y++x2DHWFUU2+FgDhHS9RhHKiP7eItoPuclyc1J+7VBInpit8fMWwwv3ZWG2uG1JS1R2",
+	"UYRKdXLvXgVyOtXYdm4uzPPD2rEbHqhNJHOziZzMTYNcO+R/sM9BTi3cmXKlDSg0uRIYgVsLk4XBnudv",
+	"Z2TFKFtYsYFWncQqritprDK7KouGZrsM3aW1NUsKZYTr5z4mCDNJELRg1xiETBPYixCmUkGm5EyxVA8h",
+	"b+RfH7i4YQmPAkq39a8ik/sjQbk8MFIGNpn7BH2CKSEaH1I0sYwCemJxEpFzIml8VD+oAdNIuKczKbD8",
+	"AumkFZRqUigfWVTlGGBBZhY+6ZKLIEyktkRJZ0qwxNHqjURXwsBSoquyS1FrNiuEhTJLrH2sVxNNa3DE",
+	"fKePTv1Zt6rA9Uo8ULMHYwWXZ1N2y1MKTPuDwcBWIsXPLkcq5Ld+5nNnEmAkqFz4kEh5jRHkGeHh8+Or",
+	"NySAO6scst6bb0v8KbsNpA1aAfmk7nBn+xauMTOQoQJtFLIUdiKcsjwxsP+coOWuZbaUy/M/9gdHR88P",
+	"t8kmM4v1DS9y4SqCTGMeyT2DKuWCJbBTBA/C+s6NIUU1s1i/oj6RMkEmbOiV84erS+UiYHpT3ONind+P",
+	"ihuDgvTYqO/+TTv/8Kn0C2PC4yZGAc5dYAdvMdz1CRcnODUgMxSwUwIAKmEyyYXZ7XU5EUlknY+rk4v3",
+	"1n0YnF/9lw+lgm7p872D35+HMpGqmyBPkaKkxlAWmKxN+y1PEnu6eSwTpGgWotYwUzLPgE2NLTOo5CCI",
+	"v3N5+pqY8d2JL09fvz199w4OgEoSg2q3B8cTTYWcVDCAFJnQ8GwwAG3ZJ8lYHQsJBWP2eUO4tYBaZnf0",
+	"/LCl4EGXgudSXRPYinhXsuzON3cElzK7Px3WiHJlS7DARaV75OrHo5MN4fhjvGj1KkKZJ5Etu22kcqU4",
+	"pEVtN+GCqUWnYRFaC7rTpatYWQL0jU2UL2D/4Oi3M5iT1VzzJMEIJgvQfEbef0av/3AvibciozZ4s/iz",
+	"141mLI11Ji4dbdt1KHYsaJN9+8CnwMSitwkh3QG4NoKnPAzblVwjYpG5R0F7afO1ykXIDEZdr++JlGqN",
+	"dKGlypLaZtjkrD5Ck6EuB3mDLKHEteocdVWGtyzNErvqust8Npf8K6etCq1yRRc/7+tidQXPZXmQoQqL",
+	"5kNd+sp8kjTqXpGnE6f7iOvrwEjDkjpt3sNR7bJcY/SgVYlkUcBuZsH+PbmrF/z+0BX3XZBiKtXiESIo",
+	"Fj5QCF3QZSWarfl2bqZ7Ry5esCSpSxAHdyghW7ANf139uXfkgzQxqjnXCBOm8flhz7qDKz8tKSpn7ZvO",
+	"4vMCWcRF4dmr5UKzH1/BzfZHERrGk86QsbFf5Krs7bGg6De4z7s8YxXo3pdwWeY3TthF/gI1/4Ibgfij",
+	"YPUjwN1ahHTNFyLUxbXLDRu53pRSjsuERVKHndOzKx8qQPS///0/u4R6nCNtr3CKTTrZI3S5kbuIGdaN",
+	"LphhQWHHTc8jX+zM4HK6fsZXBGIdvi3Q31xxw8WsC4h3+W6jcdZRl4VxN27K8iCUCjf0DG1wfUgoukYl",
+	"sNvliij1EGpSd6eplbMTBMAwV9wsLgmWOfp0fmakupLXWLfdrRhtv7zeMTYmc432skG5Uq4VlODi5PIK",
+	"js9PQU5hbAEAD/fSWWrGsKNR3VAkdEjKDVUyqQz8Bge7vZE4uUG1gIyZGHIRoYJxn2W8f7M/BoEY2VIG",
+	"Sp5bLf2R2Bkfvz45uzp9FXw4P7k4vvpwEVx9eHtyNrbFjl0oEGYoaDVGwIWRMB7lg8GzkIwTIq7sL+yX",
+	"O+xZ0mPLGQFWDUwhsGTOFhr+8/LDGYy/jhyWHXlDGHm9Xm/k+TCynQH3qG7KBO7hcly0KLhJqtknD/c0",
+	"E9FE3kLKBJthSqI5Pj9tQIuhN+jt9wZW5xkKlnFv6D3rDXrPPN+ONq1GC4H1697szDXL3KG4FKeRN/Te",
+	"cW2O3ScrE8uDweDJxjN17/iucaX2QUtlHOrmbih4ONjfRLzitt8aKVkLz9OUqQVFQ0sYbIu+rJAVzrg2",
+	"akH1bjXEsy1iayLNJjHMuYm5M9OZYiFChopLO91b+itC7n8tce5yo7xfoxO3VVU9GP/UfcT6k345OF9+",
+	"/t56ulNHj1UKLTrcvqialy6Xd8q33xzfZFJ3SPqSqrGiSf2N0rY57qWMnnB232gMLttJ16gcl2s6Pniy",
+	"rdtTig5dX1LIKVylqfPBdvU17hL8IDOhBf++fUF1t4AW7D/bvqCanC9973cn/a1HLy94tCOQtUNgVS9D",
+	"CmCivJ/BTSxzA3Nm0csL4IbKg4TfoMtxIUsSwml3OwPeYth0hHXfLTfnumwz8GljA5hJ1O6iyASnUiEx",
+	"giLSvZEo+q8TXEgRwXi1YTtuNmW5hkjJLMPINtDGVX0+plcajUt5bUclX/h/46eDJ97ajeS6A3LjJg/s",
+	"zGNm8AYVcKPrlpYF+ysdKtgZW6gyJoXs/nLub3Hui1xscG36TW5tW8ekEzeIbbtymcX6X+t22dJ5cIJu",
+	"BNv2lbc8SR7rK/U9uA4M8QPzi+3laxTmRYHGSC4wlUki5xqYhlznLOn9xEb2bTZjz8+guFJQGc8OGUnH",
+	"eMN56Kxz0l11kqrm0lTJ1KFVfoPCzrnBzZq1E7ctvRRcI2YuxSRMm5HoiOtyCsjCuIjtvovorXH2uD9u",
+	"jbPHI6HtXUNUWOi2YMsWVjb6UEo5NpBKbeAQ3vOXzfxBf5YSfAFkjlzkWB+q7qHZ/YiUKP6GjGljP8LC",
+	"89w0R+C86Lj14FTA2Jnb2C9uAvSLQR5TOBKYZmYBO7ZGrERboH/X4d3twatyBFQFVNu0VzKfxW4IdXx+",
+	"OhJUIeqYqo4yyRdcdGTA12iewKn94nbrPzmqRX29tdAYydBr3mddayncNba6gzip/9uJr8x/KHDmmUOh",
+	"5VhvZQZHL0nVLR3Djv00k0niAyvM7NlgMBjYSWbXEchU3IyhddfXcWuXbuH+exZkW4NpAwf8zJl8FREb",
+	"tOGkUJqcAqtcqT7NtkRJO/EvuLkEdH3fp8qXT48u233pe+HLw477CpaKzagudlXpA42Gy9PXH0/PXr35",
+	"BfQenLS3G2Ddg9/Qg7Dvf14DbI8YHmuAxRBbN/oG9SWUFpb5ZYPfwQbLW0HdJvhRcYNVGqFPf0IzbI6S",
+	"HmuFK9egfnWuHm9vsb048eWuJvab4pPviH2K6xsbQE8ZV2xfSd3Y2V9zuOUNP31ugo53VA/RgkzJCTpw",
+	"YcfHdx7zwn3xHU9Zz+07Dmq37zlNPvsxW55JA1Yurly0/5dHs4UurhFW5EjwQpq7hV7t5KT+AhKujXZl",
+	"ZU3JtkpiNLHtXrly1p17hfbanPLTZwpJrqR1sSxXSTGkHPb7+wd/9Aa9QW9/eLR/cOAtPy//LwAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

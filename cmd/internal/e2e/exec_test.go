@@ -125,11 +125,11 @@ func TestExecThroughHostAgent(t *testing.T) {
 	})
 	t.Run("1 MiB of output complete and in order", func(t *testing.T) {
 		// 16384 numbered lines of 64 bytes each = 1 MiB.
-		script := `i=0; while [ $i -lt 16384 ]; do printf '%06d:%057d\n' $i $i; i=$((i+1)); done`
+		script := `i=0; while [ $i -lt 16384 ]; do printf '%06d:%056d\n' $i $i; i=$((i+1)); done`
 		r := execOK(t, s, "host-01", restapi.ExecRequest{Command: "sh", Args: ptr([]string{"-c", script})})
 		var want bytes.Buffer
 		for i := range 16384 {
-			fmt.Fprintf(&want, "%06d:%057d\n", i, i)
+			fmt.Fprintf(&want, "%06d:%056d\n", i, i)
 		}
 		got := decoded(t, r, r.Stdout)
 		if len(got) != 1<<20 || sha256.Sum256(got) != sha256.Sum256(want.Bytes()) {

@@ -1,0 +1,246 @@
+package rest
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+// StartCommand starts a detached command whose output this server keeps.
+func (s *Server) StartCommand(ctx context.Context, req restapi.StartCommandRequestObject) (restapi.StartCommandResponseObject, error) {
+	if len(req.AgentId) > maxIDLen {
+		return portError(ports.ErrAgentNotFound, fmt.Sprintf("agent %q", clip(req.AgentId))), nil
+	}
+	o, apiErr := buildSpec(req.Body, false)
+	if apiErr != nil {
+		return apiErr, nil
+	}
+	// Stdin stays open for later writes through the stdin endpoint.
+	o.spec.StdinOpen = true
+	e := newEntry(req.AgentId, o.maxOut, o.spec.PTY)
+	cmd, err := s.d.Link.Start(ctx, req.AgentId, o.spec, ports.StartOptions{OnOutput: e.onOutput, Detached: true})
+	if err != nil {
+		return portError(err, fmt.Sprintf("agent %q", req.AgentId)), nil
+	}
+	e.mu.Lock()
+	e.id, e.cmd = cmd.ID(), cmd
+	e.mu.Unlock()
+	s.store.add(cmd.ID(), e)
+	go func() {
+		<-cmd.Done()
+		e.finish(cmd.Result(), s.clock.Now())
+	}()
+	s.log.Info("rest: command started", "agent", req.AgentId, "command_id", cmd.ID(), "program", o.spec.Command, "pty", o.spec.PTY)
+	if o.hasStdin {
+		// The command runs already; a failed first write is not worth hiding
+		// its id from the caller, who can write again.
+		if err := cmd.WriteStdin(ctx, o.stdin, false); err != nil {
+			s.log.Warn("rest: writing initial stdin failed", "command_id", cmd.ID(), "err", err)
+		}
+	}
+	return restapi.StartCommand202JSONResponse(e.status(0, 0)), nil
+}
+
+// lookup finds a command: ours (with output) or one the link knows from
+// elsewhere (controllable, but without output).
+func (s *Server) lookup(id string) (*entry, ports.Command, *apiError) {
+	subject := fmt.Sprintf("command %q", clip(id))
+	if len(id) > maxIDLen {
+		return nil, nil, commandNotFound(subject)
+	}
+	if e, ok := s.store.get(id); ok {
+		return e, e.cmd, nil
+	}
+	if cmd, ok := s.d.Link.Lookup(id); ok {
+		return nil, cmd, nil
+	}
+	return nil, nil, commandNotFound(subject)
+}
+
+// GetCommand returns state and output, long-polling with wait_ms.
+func (s *Server) GetCommand(ctx context.Context, req restapi.GetCommandRequestObject) (restapi.GetCommandResponseObject, error) {
+	var stdoutFrom, stderrFrom int64
+	var wait time.Duration
+	p := req.Params
+	if p.StdoutFrom != nil {
+		if stdoutFrom = *p.StdoutFrom; stdoutFrom < 0 {
+			return badRequest("parameter stdout_from: must be 0 or more"), nil
+		}
+	}
+	if p.StderrFrom != nil {
+		if stderrFrom = *p.StderrFrom; stderrFrom < 0 {
+			return badRequest("parameter stderr_from: must be 0 or more"), nil
+		}
+	}
+	if p.WaitMs != nil {
+		if *p.WaitMs < 0 || *p.WaitMs > maxWaitMS {
+			return badRequest("parameter wait_ms: must be between 0 and %d", maxWaitMS), nil
+		}
+		wait = time.Duration(*p.WaitMs) * time.Millisecond
+	}
+	e, cmd, apiErr := s.lookup(req.CommandId)
+	if apiErr != nil {
+		return apiErr, nil
+	}
+	if e == nil {
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-cmd.Done():
+			case <-t.C:
+			case <-ctx.Done():
+			}
+			t.Stop()
+		}
+		return restapi.GetCommand200JSONResponse(foreignStatus(cmd)), nil
+	}
+	stdoutFrom, stderrFrom = e.wait(ctx, stdoutFrom, stderrFrom, wait)
+	return restapi.GetCommand200JSONResponse(e.status(stdoutFrom, stderrFrom)), nil
+}
+
+// foreignStatus describes a command this API did not start: no output.
+func foreignStatus(cmd ports.Command) restapi.CommandStatus {
+	st := restapi.CommandStatus{
+		CommandId: cmd.ID(),
+		AgentId:   cmd.AgentID(),
+		State:     restapi.Running,
+		Encoding:  restapi.Utf8,
+	}
+	select {
+	case <-cmd.Done():
+		st.State = restapi.Exited
+		r := execResult(cmd.ID(), cmd.AgentID(), cmd.Result(), nil, nil, false)
+		st.Result = &r
+	default:
+	}
+	return st
+}
+
+// KillCommand kills the command's process group; the result follows.
+func (s *Server) KillCommand(ctx context.Context, req restapi.KillCommandRequestObject) (restapi.KillCommandResponseObject, error) {
+	e, cmd, apiErr := s.lookup(req.CommandId)
+	if apiErr != nil {
+		return apiErr, nil
+	}
+	subject := fmt.Sprintf("command %q", req.CommandId)
+	if ended(e, cmd) {
+		return portError(ports.ErrCommandEnded, subject), nil
+	}
+	if err := cmd.Kill(ctx); err != nil {
+		return portError(err, subject), nil
+	}
+	s.log.Info("rest: command killed by operator", "command_id", req.CommandId)
+	if e == nil {
+		return restapi.KillCommand202JSONResponse(foreignStatus(cmd)), nil
+	}
+	// Offsets past the end: the answer carries the state, not output again.
+	return restapi.KillCommand202JSONResponse(e.status(math.MaxInt64, math.MaxInt64)), nil
+}
+
+func ended(e *entry, cmd ports.Command) bool {
+	if e != nil {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return e.ended
+	}
+	select {
+	case <-cmd.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// WriteCommandStdin writes to the command's stdin, optionally closing it.
+func (s *Server) WriteCommandStdin(ctx context.Context, req restapi.WriteCommandStdinRequestObject) (restapi.WriteCommandStdinResponseObject, error) {
+	b := req.Body
+	var data []byte
+	eof := b.Eof != nil && *b.Eof
+	switch {
+	case b.Data != nil && b.DataBase64 != nil:
+		return badRequest("fields data and data_base64: give one of them, not both"), nil
+	case b.Data != nil:
+		data = []byte(*b.Data)
+	case b.DataBase64 != nil:
+		data = *b.DataBase64
+	case !eof:
+		return badRequest("give data, data_base64 or eof"), nil
+	}
+	e, cmd, apiErr := s.lookup(req.CommandId)
+	if apiErr != nil {
+		return apiErr, nil
+	}
+	subject := fmt.Sprintf("command %q", req.CommandId)
+	if ended(e, cmd) {
+		return portError(ports.ErrCommandEnded, subject), nil
+	}
+	if e != nil {
+		e.mu.Lock()
+		closed := e.stdinClosed
+		e.mu.Unlock()
+		if closed {
+			return newError(http.StatusConflict, "stdin_closed", "%s: stdin was already closed (eof)", subject), nil
+		}
+	}
+	if err := cmd.WriteStdin(ctx, data, eof); err != nil {
+		return portError(err, subject), nil
+	}
+	if e != nil && eof {
+		e.mu.Lock()
+		e.stdinClosed = true
+		e.mu.Unlock()
+	}
+	return restapi.WriteCommandStdin204Response{}, nil
+}
+
+// ResizeCommand changes a PTY's size.
+func (s *Server) ResizeCommand(ctx context.Context, req restapi.ResizeCommandRequestObject) (restapi.ResizeCommandResponseObject, error) {
+	b := req.Body
+	if b.Cols < 1 || b.Cols > 1000 {
+		return badRequest("field cols: must be between 1 and 1000, got %d", b.Cols), nil
+	}
+	if b.Rows < 1 || b.Rows > 1000 {
+		return badRequest("field rows: must be between 1 and 1000, got %d", b.Rows), nil
+	}
+	e, cmd, apiErr := s.lookup(req.CommandId)
+	if apiErr != nil {
+		return apiErr, nil
+	}
+	subject := fmt.Sprintf("command %q", req.CommandId)
+	if e != nil && !e.pty {
+		return newError(http.StatusConflict, "not_a_pty", "%s: does not run in a PTY, so it has no size", subject), nil
+	}
+	if ended(e, cmd) {
+		return portError(ports.ErrCommandEnded, subject), nil
+	}
+	if err := cmd.Resize(ctx, uint16(b.Cols), uint16(b.Rows)); err != nil {
+		return portError(err, subject), nil
+	}
+	return restapi.ResizeCommand204Response{}, nil
+}
+
+// SignalCommand sends a signal to the command's process group.
+func (s *Server) SignalCommand(ctx context.Context, req restapi.SignalCommandRequestObject) (restapi.SignalCommandResponseObject, error) {
+	sig, ok := parseSignal(req.Body.Signal)
+	if !ok {
+		return badRequest("field signal: unknown signal %q; use a name (INT, TERM, KILL, HUP, USR1, WINCH, …) or a number 1..64", clip(req.Body.Signal)), nil
+	}
+	e, cmd, apiErr := s.lookup(req.CommandId)
+	if apiErr != nil {
+		return apiErr, nil
+	}
+	subject := fmt.Sprintf("command %q", req.CommandId)
+	if ended(e, cmd) {
+		return portError(ports.ErrCommandEnded, subject), nil
+	}
+	if err := cmd.Signal(ctx, sig); err != nil {
+		return portError(err, subject), nil
+	}
+	s.log.Info("rest: signal sent", "command_id", req.CommandId, "signal", sig)
+	return restapi.SignalCommand204Response{}, nil
+}

@@ -1,0 +1,283 @@
+package rest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/legacy"
+
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/rest/resttest"
+	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+const testToken = "s3cret-operator-token"
+
+var (
+	specOnce   sync.Once
+	specDoc    *openapi3.T
+	specRouter routers.Router
+	specErr    error
+)
+
+func loadSpec(t testing.TB) (*openapi3.T, routers.Router) {
+	t.Helper()
+	specOnce.Do(func() {
+		loader := openapi3.NewLoader()
+		specDoc, specErr = loader.LoadFromData(restapi.Spec)
+		if specErr != nil {
+			return
+		}
+		// Route on the path alone: test servers listen on random ports.
+		specDoc.Servers = nil
+		if specErr = specDoc.Validate(loader.Context); specErr != nil {
+			return
+		}
+		specRouter, specErr = legacy.NewRouter(specDoc)
+	})
+	if specErr != nil {
+		t.Fatalf("loading openapi.yaml: %v", specErr)
+	}
+	return specDoc, specRouter
+}
+
+var snakeCase = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+
+// checkContract validates one response against openapi.yaml: a declared
+// status, a body matching its schema, and for every error the JSON Error
+// shape with a snake_case code. Every test request goes through it.
+func checkContract(t testing.TB, req *http.Request, status int, header http.Header, body []byte) {
+	t.Helper()
+	if bytes.Contains(body, []byte(testToken)) {
+		t.Errorf("%s %s: response echoes the token", req.Method, req.URL.Path)
+	}
+	if status >= 500 && status != http.StatusBadGateway && status != http.StatusServiceUnavailable {
+		t.Errorf("%s %s: server error %d: %s", req.Method, req.URL.Path, status, body)
+	}
+	// /readyz answers 503 with its Readiness body, not an error.
+	if status >= 400 && req.URL.Path != "/readyz" {
+		checkErrorBody(t, req, status, header, body)
+	}
+	_, router := loadSpec(t)
+	route, params, err := router.FindRoute(req)
+	if err != nil {
+		// Not in openapi.yaml: /metrics, /openapi.yaml, unknown routes and
+		// methods. Their errors were checked above.
+		return
+	}
+	in := &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route},
+		Status:                 status,
+		Header:                 header,
+		Options:                &openapi3filter.Options{IncludeResponseStatus: true},
+	}
+	in.SetBodyBytes(body)
+	if err := openapi3filter.ValidateResponse(context.Background(), in); err != nil {
+		t.Errorf("%s %s: response %d breaks openapi.yaml: %v\nbody: %s", req.Method, req.URL.Path, status, err, clipBody(body))
+	}
+}
+
+func checkErrorBody(t testing.TB, req *http.Request, status int, header http.Header, body []byte) {
+	t.Helper()
+	if ct := header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+		t.Errorf("%s %s: error %d has content type %q, want application/json", req.Method, req.URL.Path, status, ct)
+	}
+	var e map[string]any
+	if err := json.Unmarshal(body, &e); err != nil {
+		t.Errorf("%s %s: error %d body is not JSON: %v: %s", req.Method, req.URL.Path, status, err, clipBody(body))
+		return
+	}
+	msg, _ := e["error"].(string)
+	code, _ := e["code"].(string)
+	if msg == "" || !snakeCase.MatchString(code) || len(e) != 2 {
+		t.Errorf("%s %s: error %d body %s is not {error, code}", req.Method, req.URL.Path, status, clipBody(body))
+	}
+}
+
+func clipBody(b []byte) string {
+	if len(b) > 500 {
+		return string(b[:500]) + "…"
+	}
+	return string(b)
+}
+
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// env is a REST server on a fake link, reached over real HTTP.
+type env struct {
+	t     *testing.T
+	link  *resttest.Link
+	clock *fakeClock
+	srv   *httptest.Server
+	logs  *bytes.Buffer
+}
+
+func newEnv(t *testing.T, edit ...func(*Deps)) *env {
+	t.Helper()
+	link := resttest.NewLink()
+	link.AddAgent(ports.AgentInfo{ID: "a1", Status: "ready", Runtime: "host", Hostname: "h1"})
+	link.AddAgent(ports.AgentInfo{ID: "off", Status: "disconnected", Runtime: "vm", Hostname: "h2"})
+	clock := &fakeClock{now: time.Date(2026, 5, 9, 7, 13, 22, 0, time.UTC)}
+	var logs bytes.Buffer
+	var logMu sync.Mutex
+	d := Deps{
+		Link:    link,
+		Agents:  link,
+		Token:   testToken,
+		Version: "1.2.3",
+		Logger:  slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &logMu}, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Clock:   clock,
+	}
+	for _, f := range edit {
+		f(&d)
+	}
+	srv := httptest.NewServer(New(d).Handler())
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() {
+		logMu.Lock()
+		defer logMu.Unlock()
+		if strings.Contains(logs.String(), testToken) {
+			t.Errorf("the token appears in the log")
+		}
+	})
+	return &env{t: t, link: link, clock: clock, srv: srv, logs: &logs}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r response) decode(t testing.TB, v any) {
+	t.Helper()
+	if err := json.Unmarshal(r.body, v); err != nil {
+		t.Fatalf("decoding %s: %v", clipBody(r.body), err)
+	}
+}
+
+func (r response) code(t testing.TB) string {
+	t.Helper()
+	var e restapi.Error
+	r.decode(t, &e)
+	return e.Code
+}
+
+// call sends a request with the operator token.
+func (e *env) call(method, path, body string) response {
+	e.t.Helper()
+	return e.callCtx(context.Background(), method, path, body, "Bearer "+testToken)
+}
+
+// callAuth sends a request with the given Authorization header ("" = none).
+func (e *env) callAuth(method, path, body, auth string) response {
+	e.t.Helper()
+	return e.callCtx(context.Background(), method, path, body, auth)
+}
+
+func (e *env) callCtx(ctx context.Context, method, path, body, auth string) response {
+	e.t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, e.srv.URL+path, rd)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	resp, err := e.srv.Client().Do(req)
+	if err != nil {
+		e.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		e.t.Fatalf("%s %s: reading body: %v", method, path, err)
+	}
+	checkContract(e.t, req, resp.StatusCode, resp.Header, b)
+	return response{status: resp.StatusCode, header: resp.Header, body: b}
+}
+
+// expect fails unless r has the status (and, for errors, the code).
+func expect(t testing.TB, r response, status int, code string) {
+	t.Helper()
+	if r.status != status {
+		t.Fatalf("status %d, want %d: %s", r.status, status, clipBody(r.body))
+	}
+	if code != "" {
+		if got := r.code(t); got != code {
+			t.Fatalf("code %q, want %q: %s", got, code, clipBody(r.body))
+		}
+	}
+}
+
+// nextCommand waits for the fake link to start a command.
+func (e *env) nextCommand() *resttest.Command {
+	e.t.Helper()
+	select {
+	case c := <-e.link.Started():
+		return c
+	case <-time.After(5 * time.Second):
+		e.t.Fatal("no command was started")
+		return nil
+	}
+}
+
+func TestEveryBodyRouteIsCheckedStrictly(t *testing.T) {
+	doc, _ := loadSpec(t)
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			if op.RequestBody == nil {
+				continue
+			}
+			if _, ok := bodyTypes[method+" "+path]; !ok {
+				t.Errorf("%s %s takes a body but checkBody does not know it", method, path)
+			}
+		}
+	}
+}

@@ -1,0 +1,157 @@
+package rest
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"reflect"
+	"sort"
+	"strings"
+
+	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+)
+
+// bodyTypes says which request type each route with a JSON body takes. The
+// generated decoder is lenient (unknown and mis-cased fields are ignored,
+// trailing data is accepted), so checkBody decodes strictly first.
+var bodyTypes = map[string]reflect.Type{
+	"POST /api/v1/agents/{agent_id}/exec":       reflect.TypeFor[restapi.ExecRequest](),
+	"POST /api/v1/agents/{agent_id}/commands":   reflect.TypeFor[restapi.ExecRequest](),
+	"POST /api/v1/commands/{command_id}/stdin":  reflect.TypeFor[restapi.StdinRequest](),
+	"POST /api/v1/commands/{command_id}/resize": reflect.TypeFor[restapi.ResizeRequest](),
+	"POST /api/v1/commands/{command_id}/signal": reflect.TypeFor[restapi.SignalRequest](),
+}
+
+// checkBody rejects a body that is too large, not JSON, not one object, or
+// has unknown fields or fields of the wrong type, then hands the bytes on to
+// the generated decoder.
+func (s *Server) checkBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t, ok := bodyTypes[r.Pattern]
+		if !ok {
+			next.ServeHTTP(w, r)
+			return
+		}
+		b, apiErr := readStrict(r.Body, t)
+		if apiErr != nil {
+			_ = apiErr.write(w)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		next.ServeHTTP(w, r)
+	})
+}
+
+func readStrict(body io.Reader, t reflect.Type) ([]byte, *apiError) {
+	b, err := io.ReadAll(body)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return nil, newError(http.StatusRequestEntityTooLarge, "body_too_large", "request body is larger than %d bytes", MaxBodyBytes)
+		}
+		return nil, badRequest("reading the request body: %v", err)
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil, newError(http.StatusBadRequest, "invalid_json", "the request body is empty; send a JSON object")
+	}
+	var fields map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(&fields); err != nil {
+		var syn *json.SyntaxError
+		switch {
+		case errors.As(err, &syn):
+			return nil, newError(http.StatusBadRequest, "invalid_json", "malformed JSON at byte %d: %v", syn.Offset, err)
+		case errors.Is(err, io.ErrUnexpectedEOF):
+			return nil, newError(http.StatusBadRequest, "invalid_json", "malformed JSON: the body ends too early")
+		default:
+			var typ *json.UnmarshalTypeError
+			if errors.As(err, &typ) {
+				return nil, newError(http.StatusBadRequest, "invalid_json", "the request body must be a JSON object, not %s", typ.Value)
+			}
+			return nil, newError(http.StatusBadRequest, "invalid_json", "malformed JSON: %v", err)
+		}
+	}
+	if fields == nil {
+		return nil, newError(http.StatusBadRequest, "invalid_json", "the request body must be a JSON object, not null")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, newError(http.StatusBadRequest, "invalid_json", "unexpected data after the JSON object")
+	}
+	known := jsonFields(t)
+	names := make([]string, 0, len(fields))
+	for name := range fields {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if !known[name] {
+			return nil, badRequest("unknown field %q (known: %s)", clip(name), strings.Join(sortedKeys(known), ", "))
+		}
+	}
+	v := reflect.New(t).Interface()
+	if err := json.Unmarshal(b, v); err != nil {
+		var typ *json.UnmarshalTypeError
+		var b64 base64.CorruptInputError
+		switch {
+		case errors.As(err, &typ) && typ.Field != "":
+			return nil, badRequest("field %s: expected %s, got %s", typ.Field, jsonKind(typ.Type), typ.Value)
+		case errors.As(err, &b64):
+			return nil, badRequest("field data_base64: not valid base64")
+		default:
+			return nil, badRequest("%v", err)
+		}
+	}
+	return b, nil
+}
+
+// jsonFields lists the JSON member names of a generated struct.
+func jsonFields(t reflect.Type) map[string]bool {
+	out := map[string]bool{}
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name != "" && name != "-" {
+			out[name] = true
+		}
+	}
+	return out
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// jsonKind names a Go type the way a JSON client thinks of it.
+func jsonKind(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.String:
+		return "a string"
+	case reflect.Slice:
+		if t.Elem().Kind() == reflect.Uint8 {
+			return "a base64 string"
+		}
+		return "an array"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	default:
+		return fmt.Sprint(t)
+	}
+}

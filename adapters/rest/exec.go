@@ -1,0 +1,90 @@
+package rest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+// ExecCommand runs a command and waits for its result. The command runs under
+// the request's context, so it is killed when the caller goes away.
+func (s *Server) ExecCommand(ctx context.Context, req restapi.ExecCommandRequestObject) (restapi.ExecCommandResponseObject, error) {
+	if len(req.AgentId) > maxIDLen {
+		return portError(ports.ErrAgentNotFound, fmt.Sprintf("agent %q", clip(req.AgentId))), nil
+	}
+	o, apiErr := buildSpec(req.Body, true)
+	if apiErr != nil {
+		return apiErr, nil
+	}
+	o.spec.StdinOpen = o.hasStdin
+	col := &collector{max: o.maxOut}
+	cmd, err := s.d.Link.Start(ctx, req.AgentId, o.spec, ports.StartOptions{OnOutput: col.add})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return portError(err, fmt.Sprintf("agent %q", req.AgentId)), nil
+	}
+	log := s.log.With("agent", req.AgentId, "command_id", cmd.ID())
+	log.Info("rest: exec started", "program", o.spec.Command, "pty", o.spec.PTY, "timeout", o.spec.Timeout)
+	if o.hasStdin {
+		if err := cmd.WriteStdin(ctx, o.stdin, true); err != nil && !errors.Is(err, ports.ErrCommandEnded) {
+			// Without its stdin the command could wait forever for it.
+			s.kill(ctx, cmd)
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return portError(err, fmt.Sprintf("command %q", cmd.ID())), nil
+		}
+	}
+	select {
+	case <-cmd.Done():
+	case <-ctx.Done():
+		// The link kills a non-detached command with its context; the
+		// explicit kill makes sure of it.
+		s.kill(ctx, cmd)
+		log.Info("rest: exec caller went away; command killed")
+		return nil, ctx.Err()
+	}
+	res := cmd.Result()
+	stdout, stderr, truncated := col.take()
+	log.Info("rest: exec ended", "exit_code", res.ExitCode, "timed_out", res.TimedOut, "duration", res.Duration)
+	return restapi.ExecCommand200JSONResponse(execResult(cmd.ID(), req.AgentId, res, stdout, stderr, truncated)), nil
+}
+
+// kill stops cmd even when ctx has ended, within killTimeout.
+func (s *Server) kill(ctx context.Context, cmd ports.Command) {
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killTimeout)
+	defer cancel()
+	if err := cmd.Kill(kctx); err != nil && !errors.Is(err, ports.ErrCommandEnded) {
+		s.log.Warn("rest: kill failed", "command_id", cmd.ID(), "err", err)
+	}
+}
+
+func execResult(id, agentID string, r ports.CommandResult, stdout, stderr []byte, truncated bool) restapi.ExecResult {
+	so, se, enc := encodeOutput(stdout, stderr)
+	out := restapi.ExecResult{
+		CommandId:  id,
+		AgentId:    agentID,
+		ExitCode:   r.ExitCode,
+		Stdout:     so,
+		Stderr:     se,
+		Encoding:   enc,
+		DurationMs: r.Duration.Milliseconds(),
+		TimedOut:   r.TimedOut,
+		Success:    r.Success(),
+		Truncated:  truncated,
+	}
+	if r.Signal != 0 {
+		sig := r.Signal
+		out.Signal = &sig
+	}
+	if r.Error != "" {
+		msg := r.Error
+		out.Error = &msg
+	}
+	return out
+}

@@ -1,0 +1,135 @@
+package rest
+
+import (
+	"encoding/base64"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+// ring keeps the last max bytes of a stream with absolute offsets. It grows
+// on demand, so a command that prints little costs little.
+type ring struct {
+	buf  []byte
+	max  int
+	head int   // index of the oldest byte held
+	n    int   // bytes held
+	end  int64 // offset just after the newest byte ever written
+}
+
+func (r *ring) start() int64 { return r.end - int64(r.n) }
+
+func (r *ring) write(p []byte) {
+	r.end += int64(len(p))
+	if len(p) >= r.max {
+		if len(r.buf) < r.max {
+			r.buf = make([]byte, r.max)
+		}
+		copy(r.buf, p[len(p)-r.max:])
+		r.head, r.n = 0, r.max
+		return
+	}
+	if need := r.n + len(p); need > len(r.buf) && len(r.buf) < r.max {
+		r.grow(min(r.max, max(need, 2*len(r.buf), 4096)))
+	}
+	for len(p) > 0 {
+		tail := (r.head + r.n) % len(r.buf)
+		k := copy(r.buf[tail:], p)
+		p = p[k:]
+		r.n += k
+		// A full ring overwrites its oldest bytes.
+		if over := r.n - len(r.buf); over > 0 {
+			r.head = (r.head + over) % len(r.buf)
+			r.n = len(r.buf)
+		}
+	}
+}
+
+func (r *ring) grow(size int) {
+	nb := make([]byte, size)
+	r.copyOut(nb, 0, r.n)
+	r.buf, r.head = nb, 0
+}
+
+// copyOut copies n held bytes starting skip bytes after the oldest.
+func (r *ring) copyOut(dst []byte, skip, n int) {
+	if n == 0 {
+		return
+	}
+	i := (r.head + skip) % len(r.buf)
+	k := copy(dst[:n], r.buf[i:])
+	copy(dst[k:n], r.buf)
+}
+
+// read returns up to limit bytes from offset from (clamped to what is held)
+// and the offset the data starts at.
+func (r *ring) read(from int64, limit int) ([]byte, int64) {
+	from = max(r.start(), min(from, r.end))
+	n := min(int(r.end-from), limit)
+	out := make([]byte, n)
+	r.copyOut(out, int(from-r.start()), n)
+	return out, from
+}
+
+// collector gathers the output of an exec call, keeping the first max bytes
+// per stream; a PTY's merged output counts as stdout.
+type collector struct {
+	mu        sync.Mutex
+	max       int
+	stdout    []byte
+	stderr    []byte
+	truncated bool
+}
+
+func (c *collector) add(ch ports.OutputChunk) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	dst := &c.stdout
+	if ch.Stream == ports.StreamStderr {
+		dst = &c.stderr
+	}
+	room := c.max - len(*dst)
+	if len(ch.Data) > room {
+		c.truncated = true
+		*dst = append(*dst, ch.Data[:max(room, 0)]...)
+		return
+	}
+	*dst = append(*dst, ch.Data...)
+}
+
+func (c *collector) take() (stdout, stderr []byte, truncated bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stdout, c.stderr, c.truncated
+}
+
+// encodeOutput applies openapi's OutputEncoding: utf-8 when both streams are
+// valid UTF-8, else both base64.
+func encodeOutput(stdout, stderr []byte) (string, string, restapi.OutputEncoding) {
+	if utf8.Valid(stdout) && utf8.Valid(stderr) {
+		return string(stdout), string(stderr), restapi.Utf8
+	}
+	return base64.StdEncoding.EncodeToString(stdout), base64.StdEncoding.EncodeToString(stderr), restapi.Base64
+}
+
+// holdBackPartialRune drops an incomplete UTF-8 sequence at the end of b, so
+// text cut mid-character between two polls does not force base64; the bytes
+// come with the next poll. It never returns nothing for something: a poll
+// that got only a partial character returns it, or the client would spin.
+func holdBackPartialRune(b []byte) []byte {
+	for i := 1; i <= utf8.UTFMax-1 && i <= len(b); i++ {
+		c := b[len(b)-i]
+		if c < utf8.RuneSelf {
+			return b
+		}
+		if utf8.RuneStart(c) {
+			if !utf8.FullRune(b[len(b)-i:]) && i < len(b) {
+				return b[:len(b)-i]
+			}
+			return b
+		}
+	}
+	return b
+}

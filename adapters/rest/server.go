@@ -1,0 +1,242 @@
+// Package rest serves the operator REST API of agentic-mgmt (openapi.yaml)
+// on top of the oapi-codegen strict server in gen/restapi.
+package rest
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/subtle"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"path"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+// Limits and defaults of the API; the README and openapi.yaml describe them.
+const (
+	// MaxBodyBytes is the largest request body accepted (413 beyond).
+	MaxBodyBytes = 1 << 20
+	// DefaultExecTimeout applies to exec when timeout_seconds is absent or 0:
+	// a caller blocked on a response must not wait forever.
+	DefaultExecTimeout = 300 * time.Second
+	// DefaultMaxOutputBytes is the output kept per stream unless the request says otherwise.
+	DefaultMaxOutputBytes = 16 << 20
+	maxMaxOutputBytes     = 64 << 20
+	// RetainFinished is how long a finished background command stays queryable.
+	RetainFinished = 10 * time.Minute
+	// maxRetainedFinished bounds memory when many commands finish quickly.
+	maxRetainedFinished = 1000
+	// maxPollBytes caps the output of one stream in one GET of a command, so a
+	// response stays bounded; the client continues from the returned offset.
+	maxPollBytes = 4 << 20
+	maxWaitMS    = 30000
+	maxIDLen     = 128
+	killTimeout  = 5 * time.Second
+)
+
+// ReadinessCheck is one component reported by /readyz.
+type ReadinessCheck struct {
+	Name   string
+	Ready  bool
+	Detail string
+}
+
+// Deps is what the REST server needs.
+type Deps struct {
+	Link   ports.AgentLink
+	Agents ports.AgentDirectory
+	// Token is the operator bearer token; empty refuses every /api request.
+	Token   string
+	Version string
+	// Readiness lists the components /readyz reports; nil means always ready.
+	Readiness func() []ReadinessCheck
+	// Metrics is served at GET /metrics; nil answers 404.
+	Metrics http.Handler
+	Logger  *slog.Logger
+	Clock   ports.Clock
+}
+
+// Server implements restapi.StrictServerInterface.
+type Server struct {
+	d         Deps
+	log       *slog.Logger
+	clock     ports.Clock
+	tokenHash [32]byte
+	store     *commandStore
+}
+
+var _ restapi.StrictServerInterface = (*Server)(nil)
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// New returns a server; call Handler for its HTTP handler.
+func New(d Deps) *Server {
+	s := &Server{d: d, log: d.Logger, clock: d.Clock}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.clock == nil {
+		s.clock = systemClock{}
+	}
+	// Comparing hashes keeps the comparison constant-time even in the
+	// token's length.
+	s.tokenHash = sha256.Sum256([]byte(d.Token))
+	s.store = newCommandStore(s.clock)
+	return s
+}
+
+// Handler returns the full HTTP handler of the REST port.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	strict := restapi.NewStrictHandlerWithOptions(s, nil, restapi.StrictHTTPServerOptions{
+		RequestErrorHandlerFunc:  s.requestError,
+		ResponseErrorHandlerFunc: s.responseError,
+	})
+	restapi.HandlerWithOptions(strict, restapi.StdHTTPServerOptions{
+		BaseRouter:       mux,
+		Middlewares:      []restapi.MiddlewareFunc{s.checkBody},
+		ErrorHandlerFunc: s.paramError,
+	})
+	mux.HandleFunc("GET /openapi.yaml", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/yaml")
+		http.ServeContent(w, r, "openapi.yaml", time.Time{}, bytes.NewReader(restapi.Spec))
+	})
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		if s.d.Metrics == nil {
+			writeError(w, http.StatusNotFound, "not_found", "metrics are not enabled on this server")
+			return
+		}
+		s.d.Metrics.ServeHTTP(w, r)
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.serve(mux, w, r)
+	})
+}
+
+func (s *Server) serve(mux *http.ServeMux, w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	sw := &statusWriter{ResponseWriter: w}
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			s.log.Error("rest: handler panicked", "method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			if sw.status == 0 {
+				writeError(sw, http.StatusInternalServerError, "internal_error", "internal server error")
+			}
+		}
+		s.log.Debug("rest: request", "method", r.Method, "path", r.URL.Path, "status", sw.status, "duration", time.Since(start))
+	}()
+
+	r.Body = http.MaxBytesReader(sw, r.Body, MaxBodyBytes)
+	if p := path.Clean("/" + r.URL.Path); (p == "/api" || strings.HasPrefix(p, "/api/")) && !s.authorized(r) {
+		sw.Header().Set("WWW-Authenticate", `Bearer realm="agentic-sandbox"`)
+		writeError(sw, http.StatusUnauthorized, "unauthorized",
+			"missing or wrong bearer token: send 'Authorization: Bearer <operator token>' (AGENTIC_OPERATOR_TOKEN or <data dir>/operator-token)")
+		return
+	}
+	if _, pattern := mux.Handler(r); pattern == "" {
+		s.unmatched(mux, sw, r)
+		return
+	}
+	mux.ServeHTTP(sw, r)
+}
+
+// authorized compares the bearer token in constant time; the token itself is
+// never logged or echoed.
+func (s *Server) authorized(r *http.Request) bool {
+	if s.d.Token == "" {
+		return false
+	}
+	const prefix = "bearer "
+	h := r.Header.Get("Authorization")
+	if len(h) < len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
+		return false
+	}
+	got := sha256.Sum256([]byte(strings.TrimSpace(h[len(prefix):])))
+	return subtle.ConstantTimeCompare(got[:], s.tokenHash[:]) == 1
+}
+
+// unmatched turns the mux's plain-text 404/405 into JSON errors; anything
+// else it answers (a redirect to the clean path) passes through.
+func (s *Server) unmatched(mux *http.ServeMux, w http.ResponseWriter, r *http.Request) {
+	rec := &recorder{header: http.Header{}}
+	mux.ServeHTTP(rec, r)
+	switch rec.status {
+	case http.StatusNotFound:
+		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no such route: %s %s", r.Method, clip(r.URL.Path)))
+	case http.StatusMethodNotAllowed:
+		if allow := rec.header.Get("Allow"); allow != "" {
+			w.Header().Set("Allow", allow)
+		}
+		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", fmt.Sprintf("method %s is not allowed on %s", r.Method, clip(r.URL.Path)))
+	default:
+		for k, v := range rec.header {
+			w.Header()[k] = v
+		}
+		if rec.status == 0 {
+			rec.status = http.StatusOK
+		}
+		w.WriteHeader(rec.status)
+		_, _ = w.Write(rec.body.Bytes())
+	}
+}
+
+// clip keeps echoed request data short in error messages.
+func clip(s string) string {
+	const n = 200
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the real writer.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+type recorder struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+}
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.body.Write(b)
+}

@@ -1,0 +1,283 @@
+// Command benchrun is `make bench`: it starts the real agentic-mgmt with a
+// host agent and measures, in one run, the exec round trip through the stack
+// beside the floors it should be compared with (a bare fork/exec, ssh to
+// localhost) and output throughput beside a local cat.
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
+)
+
+func main() {
+	binDir := flag.String("bin", "bin", "directory with the built binaries")
+	n := flag.Int("n", 1000, "round trips per measurement")
+	sshN := flag.Int("ssh-n", 100, "ssh round trips (each is slow)")
+	flag.Parse()
+	if err := run(*binDir, *n, *sshN); err != nil {
+		fmt.Fprintln(os.Stderr, "benchrun:", err)
+		os.Exit(1)
+	}
+}
+
+type stats struct {
+	name          string
+	n             int
+	p50, p99, avg time.Duration
+}
+
+func measure(name string, n int, f func() error) (stats, error) {
+	d := make([]time.Duration, 0, n)
+	for range n {
+		start := time.Now()
+		if err := f(); err != nil {
+			return stats{}, fmt.Errorf("%s: %w", name, err)
+		}
+		d = append(d, time.Since(start))
+	}
+	slices.Sort(d)
+	var sum time.Duration
+	for _, x := range d {
+		sum += x
+	}
+	return stats{name: name, n: n, p50: d[n/2], p99: d[(n*99)/100], avg: sum / time.Duration(n)}, nil
+}
+
+func run(binDir string, n, sshN int) error {
+	abs, err := filepath.Abs(binDir)
+	if err != nil {
+		return err
+	}
+	bins := harness.Binaries{Mgmt: filepath.Join(abs, "agentic-mgmt"), Agent: filepath.Join(abs, "agentic-agent"), Ctl: filepath.Join(abs, "agenticctl")}
+	dataDir, err := os.MkdirTemp("", "agentic-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dataDir)
+	defer harness.KillHostAgents(dataDir)
+	srv, err := harness.Start(bins, harness.Options{HostAgents: 1, DataDir: dataDir})
+	if err != nil {
+		return err
+	}
+	defer srv.Kill()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := srv.WaitAgents(ctx, "host-01"); err != nil {
+		return err
+	}
+
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	exec1 := func(body string) ([]byte, error) {
+		req, _ := http.NewRequest(http.MethodPost, srv.RESTURL+"/api/v1/agents/host-01/exec", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+srv.Token)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			return nil, fmt.Errorf("status %d: %s", resp.StatusCode, b)
+		}
+		return b, err
+	}
+	restTrue := func() error { _, err := exec1(`{"command":"true"}`); return err }
+	bareTrue := func() error { return exec.Command("sh", "-c", "true").Run() }
+	for range 50 { // warm up connections, caches and the agent
+		if err := restTrue(); err != nil {
+			return err
+		}
+		_ = bareTrue()
+	}
+
+	var rows []stats
+	// Interleave so both see the same machine state.
+	for _, m := range []struct {
+		name string
+		f    func() error
+	}{
+		{"bare fork/exec `sh -c true` (floor)", bareTrue},
+		{"REST exec `true` via host agent", restTrue},
+	} {
+		s, err := measure(m.name, n, m.f)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, s)
+	}
+	sshNote := ""
+	if ssh, stop, err := startSSHD(); err != nil {
+		sshNote = "ssh baseline skipped: " + err.Error()
+	} else {
+		s, err := measure("`ssh localhost true` (local sshd, key auth)", sshN, ssh)
+		stop()
+		if err != nil {
+			sshNote = "ssh baseline failed: " + err.Error()
+		} else {
+			rows = append(rows, s)
+		}
+	}
+
+	fmt.Printf("# agentic-sandbox bench, %s, %d cores, %s\n\n", time.Now().UTC().Format(time.RFC3339), runtime.NumCPU(), runtime.Version())
+	fmt.Println("| measurement | n | p50 | p99 | mean |")
+	fmt.Println("| --- | --- | --- | --- | --- |")
+	for _, r := range rows {
+		fmt.Printf("| %s | %d | %s | %s | %s |\n", r.name, r.n, ms(r.p50), ms(r.p99), ms(r.avg))
+	}
+	floor, rest := rows[0], rows[1]
+	fmt.Printf("\nREST exec p50 / bare fork/exec p50 = %.2fx (goal ≤ 3x)\n", float64(rest.p50)/float64(floor.p50))
+	if len(rows) > 2 {
+		fmt.Printf("REST exec p50 / ssh p50 = %.3f (goal < 0.1)\n", float64(rest.p50)/float64(rows[2].p50))
+	}
+	if sshNote != "" {
+		fmt.Println(sshNote)
+	}
+	return throughput(exec1)
+}
+
+// throughput sends 1 MiB of text through the stack and compares with cat.
+func throughput(exec1 func(string) ([]byte, error)) error {
+	const size = 1 << 20
+	raw := make([]byte, size*3/4)
+	if _, err := rand.Read(raw); err != nil {
+		return err
+	}
+	text := []byte(base64.StdEncoding.EncodeToString(raw))[:size]
+	f, err := os.CreateTemp("", "agentic-bench-1mib-")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(text); err != nil {
+		return err
+	}
+	f.Close()
+	body := fmt.Sprintf(`{"command":"cat","args":[%q]}`, f.Name())
+	const reps = 50
+	check := func(b []byte) error {
+		var r struct {
+			Stdout string `json:"stdout"`
+		}
+		if err := json.Unmarshal(b, &r); err != nil {
+			return err
+		}
+		if !bytes.Equal([]byte(r.Stdout), text) {
+			return fmt.Errorf("output differs: %d bytes", len(r.Stdout))
+		}
+		return nil
+	}
+	viaStack, err := measure("1 MiB via REST exec `cat`", reps, func() error {
+		b, err := exec1(body)
+		if err != nil {
+			return err
+		}
+		return check(b)
+	})
+	if err != nil {
+		return err
+	}
+	local, err := measure("1 MiB local `cat` into a buffer (floor)", reps, func() error {
+		var buf bytes.Buffer
+		c := exec.Command("cat", f.Name())
+		c.Stdout = &buf
+		if err := c.Run(); err != nil {
+			return err
+		}
+		if buf.Len() != size {
+			return fmt.Errorf("short read")
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Println("\n| throughput | n | p50 | MiB/s at p50 |")
+	fmt.Println("| --- | --- | --- | --- |")
+	for _, s := range []stats{local, viaStack} {
+		fmt.Printf("| %s | %d | %s | %.0f |\n", s.name, s.n, ms(s.p50), 1/s.p50.Seconds())
+	}
+	return nil
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.3f ms", float64(d.Microseconds())/1000) }
+
+// startSSHD runs a throwaway sshd on a free loopback port with a fresh host
+// key and a fresh client key, and returns a function that runs `true` over ssh.
+func startSSHD() (func() error, func(), error) {
+	sshd, err := exec.LookPath("sshd")
+	if err != nil {
+		if _, e := os.Stat("/usr/sbin/sshd"); e != nil {
+			return nil, nil, fmt.Errorf("sshd not installed (make deps installs openssh-server)")
+		}
+		sshd = "/usr/sbin/sshd"
+	}
+	dir, err := os.MkdirTemp("", "agentic-bench-ssh-")
+	if err != nil {
+		return nil, nil, err
+	}
+	cleanup := func() { os.RemoveAll(dir) }
+	for _, k := range []string{"host", "client"} {
+		if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", filepath.Join(dir, k)).CombinedOutput(); err != nil {
+			cleanup()
+			return nil, nil, fmt.Errorf("ssh-keygen: %v %s", err, out)
+		}
+	}
+	pub, _ := os.ReadFile(filepath.Join(dir, "client.pub"))
+	if err := os.WriteFile(filepath.Join(dir, "authorized_keys"), pub, 0o600); err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	port, err := harness.FreeBasePort()
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	_ = os.MkdirAll("/run/sshd", 0o755) // privilege separation dir
+	cfg := fmt.Sprintf("Port %d\nListenAddress 127.0.0.1\nHostKey %s/host\nAuthorizedKeysFile %s/authorized_keys\nPidFile %s/pid\nStrictModes no\nUsePAM no\nPermitRootLogin yes\nPasswordAuthentication no\n", port, dir, dir, dir)
+	if err := os.WriteFile(filepath.Join(dir, "sshd_config"), []byte(cfg), 0o600); err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	d := exec.Command(sshd, "-D", "-e", "-f", filepath.Join(dir, "sshd_config"))
+	var dlog bytes.Buffer
+	d.Stderr = &dlog
+	if err := d.Start(); err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	stop := func() { _ = d.Process.Kill(); _ = d.Wait(); cleanup() }
+	ssh := func() error {
+		c := exec.Command("ssh", "-q", "-i", filepath.Join(dir, "client"), "-p", fmt.Sprint(port),
+			"-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes", "127.0.0.1", "true")
+		if out, err := c.CombinedOutput(); err != nil {
+			return fmt.Errorf("%v: %s %s", err, out, dlog.String())
+		}
+		return nil
+	}
+	var lastErr error
+	for range 50 { // wait for sshd to listen
+		if lastErr = ssh(); lastErr == nil {
+			return ssh, stop, nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	stop()
+	return nil, nil, lastErr
+}

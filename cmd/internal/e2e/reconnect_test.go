@@ -1,0 +1,150 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
+	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+)
+
+// cutProxy forwards TCP to target until cut, which drops every open connection.
+type cutProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+func newCutProxy(t *testing.T, target string) *cutProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln, target: target}
+	go p.serve()
+	t.Cleanup(func() { ln.Close(); p.cut() })
+	return p
+}
+
+func (p *cutProxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		up, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, c, up)
+		p.mu.Unlock()
+		go func() { _, _ = io.Copy(up, c); up.Close() }()
+		go func() { _, _ = io.Copy(c, up); c.Close() }()
+	}
+}
+
+func (p *cutProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+// TestOutputWhileDisconnectedArrivesAfterReconnect cuts the agent's network
+// in the middle of a command: the command goes on, and everything it printed
+// reaches the server once the agent is back, once and in order.
+func TestOutputWhileDisconnectedArrivesAfterReconnect(t *testing.T) {
+	dataDir := t.TempDir()
+	s := startServer(t, 0, dataDir)
+	hashes, err := filestore.NewAgentHashes(filepath.Join(dataDir, "secrets"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hashes.Put("remote-01", "remote-secret"); err != nil {
+		t.Fatal(err)
+	}
+	proxy := newCutProxy(t, strings.TrimPrefix(s.AgentURL, "http://"))
+	agent := exec.Command(bins.Agent, "--config", "/nonexistent", "--runtime", "vm")
+	agent.Env = append(os.Environ(), "AGENT_ID=remote-01", "AGENT_SECRET=remote-secret", "MANAGEMENT_SERVER=http://"+proxy.ln.Addr().String())
+	var agentLog strings.Builder
+	agent.Stderr = &agentLog
+	if err := agent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = agent.Process.Signal(syscall.SIGTERM)
+		_ = agent.Wait()
+		if t.Failed() {
+			t.Logf("agent log:\n%s", agentLog.String())
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := s.WaitAgents(ctx, "remote-01"); err != nil {
+		t.Fatal(err)
+	}
+	c := s.Client()
+	start, err := c.StartCommandWithResponse(ctx, "remote-01", restapi.ExecRequest{
+		Command: "sh", Args: ptr([]string{"-c", "i=1; while [ $i -le 8 ]; do echo line$i; i=$((i+1)); sleep 1; done"}),
+	})
+	if err != nil || start.JSON202 == nil {
+		t.Fatalf("start: %v %s", err, start.Body)
+	}
+	id := start.JSON202.CommandId
+	for {
+		r, err := c.GetCommandWithResponse(ctx, id, &restapi.GetCommandParams{WaitMs: ptr(2000)})
+		if err != nil || r.JSON200 == nil {
+			t.Fatalf("get: %v", err)
+		}
+		if strings.Contains(r.JSON200.Stdout, "line1") {
+			break
+		}
+	}
+	proxy.cut()
+	deadline := time.Now().Add(10 * time.Second)
+	for agentStatus(t, s, "remote-01") != restapi.Disconnected {
+		if time.Now().After(deadline) {
+			t.Fatalf("agent not seen as disconnected after the cut: %s", agentStatus(t, s, "remote-01"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var final restapi.CommandStatus
+	for {
+		r, err := c.GetCommandWithResponse(ctx, id, &restapi.GetCommandParams{WaitMs: ptr(2000)})
+		if err != nil || r.JSON200 == nil {
+			t.Fatalf("get: %v", err)
+		}
+		if r.JSON200.State == restapi.Exited {
+			final = *r.JSON200
+			break
+		}
+	}
+	var want strings.Builder
+	for i := 1; i <= 8; i++ {
+		fmt.Fprintf(&want, "line%d\n", i)
+	}
+	if final.Stdout != want.String() || final.StdoutOffset != 0 {
+		t.Fatalf("output after reconnect:\n%q\nwant\n%q", final.Stdout, want.String())
+	}
+	if final.Result == nil || final.Result.ExitCode != 0 {
+		t.Fatalf("result %+v", final.Result)
+	}
+	if st := agentStatus(t, s, "remote-01"); st != restapi.Ready && st != restapi.Busy {
+		t.Fatalf("agent status after reconnect: %s", st)
+	}
+}
