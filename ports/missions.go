@@ -1,0 +1,105 @@
+package ports
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// MissionState is where a mission is in its lifecycle (the rules are in core/mission).
+type MissionState string
+
+const (
+	MissionAssigned     MissionState = "assigned"
+	MissionRunning      MissionState = "running"
+	MissionHITLRequired MissionState = "hitl_required"
+	MissionSuspended    MissionState = "suspended"
+	MissionCompleted    MissionState = "completed"
+	MissionFailed       MissionState = "failed"
+	MissionAborted      MissionState = "aborted"
+)
+
+// Terminal reports whether no transition leaves s.
+func (s MissionState) Terminal() bool {
+	return s == MissionCompleted || s == MissionFailed || s == MissionAborted
+}
+
+// HITLRequest is a prompt waiting for a human.
+type HITLRequest struct {
+	ID        string    `json:"id"`
+	Prompt    string    `json:"prompt"`
+	Context   string    `json:"context"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Mission is the durable record of one mission (stored in missions.json).
+type Mission struct {
+	ID          string `json:"mission_id"`
+	Objective   string `json:"objective"`
+	Completion  string `json:"completion,omitempty"`
+	LongRunning bool   `json:"long_running,omitempty"`
+	// RequestHash identifies the dispatch body, for idempotent re-dispatch.
+	RequestHash string `json:"request_hash"`
+	// Metadata is the dispatch's metadata, kept verbatim (JSON).
+	Metadata []byte       `json:"metadata,omitempty"`
+	State    MissionState `json:"state"`
+	AgentID  string       `json:"agent_id,omitempty"`
+	// SessionID is the agent command running the objective (pty_session_id).
+	SessionID    string       `json:"session_id,omitempty"`
+	AgentRuntime string       `json:"agent_runtime,omitempty"`
+	CheckpointID string       `json:"checkpoint_id,omitempty"`
+	HITL         *HITLRequest `json:"hitl,omitempty"`
+	ExitCode     *int         `json:"exit_code,omitempty"`
+	Summary      string       `json:"summary,omitempty"`
+	Reason       string       `json:"reason,omitempty"`
+	Error        string       `json:"error,omitempty"`
+	// Iteration counts mission.progress events.
+	Iteration      int       `json:"iteration,omitempty"`
+	LastProgressAt time.Time `json:"last_progress_at,omitzero"`
+	EstimatedStart time.Time `json:"estimated_start"`
+	CreatedAt      time.Time `json:"created_at"`
+	UpdatedAt      time.Time `json:"updated_at"`
+	StartedAt      time.Time `json:"started_at,omitzero"`
+	EndedAt        time.Time `json:"ended_at,omitzero"`
+	// LastEvent is the type of the last event emitted for the mission.
+	LastEvent string `json:"last_event,omitempty"`
+}
+
+// ErrStoreUnavailable is returned by a store that cannot persist.
+var ErrStoreUnavailable = errors.New("mission store unavailable")
+
+// MissionStore persists mission records durably.
+type MissionStore interface {
+	// Load returns every mission on record that is not archived.
+	Load() ([]Mission, error)
+	// Put stores the missions (insert or replace by ID) and returns once
+	// they are durable on disk. Concurrent Puts may share one disk write.
+	Put(ctx context.Context, missions ...Mission) error
+	Close() error
+}
+
+// Event is one event of the executor stream.
+type Event struct {
+	// Seq orders events; assigned by the outbox.
+	Seq       uint64         `json:"seq"`
+	Type      string         `json:"event"`
+	MissionID string         `json:"mission_id,omitempty"`
+	TS        time.Time      `json:"ts"`
+	Data      map[string]any `json:"data"`
+}
+
+// EventOutbox keeps emitted events until they are delivered, across
+// restarts: at-least-once, in order.
+type EventOutbox interface {
+	// Append durably records events in order, assigning their Seq.
+	Append(ctx context.Context, events ...Event) ([]Event, error)
+	// Pending returns up to max undelivered events with Seq > after, in order.
+	Pending(after uint64, max int) ([]Event, error)
+	// Ack records that every event up to seq was delivered.
+	Ack(seq uint64) error
+	// Acked is the highest acknowledged Seq.
+	Acked() uint64
+	// Notify is signalled (non-blocking, capacity 1) after each Append.
+	Notify() <-chan struct{}
+	Close() error
+}
