@@ -75,6 +75,9 @@ type MissionStore interface {
 	// Put stores the missions (insert or replace by ID) and returns once
 	// they are durable on disk. Concurrent Puts may share one disk write.
 	Put(ctx context.Context, missions ...Mission) error
+	// Archived finds a mission moved to the archive by retention, so a
+	// re-dispatch of an old mission_id is still recognised.
+	Archived(id string) (Mission, bool, error)
 	Close() error
 }
 
