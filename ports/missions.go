@@ -40,6 +40,10 @@ type Mission struct {
 	LongRunning bool   `json:"long_running,omitempty"`
 	// RequestHash identifies the dispatch body, for idempotent re-dispatch.
 	RequestHash string `json:"request_hash"`
+	// AIWGSessionID is the {id} of the dispatch path.
+	AIWGSessionID string `json:"aiwg_session_id,omitempty"`
+	// Filter is the dispatch's executor_filter.
+	Filter MissionFilter `json:"executor_filter,omitzero"`
 	// Metadata is the dispatch's metadata, kept verbatim (JSON).
 	Metadata []byte       `json:"metadata,omitempty"`
 	State    MissionState `json:"state"`
@@ -63,6 +67,13 @@ type Mission struct {
 	EndedAt        time.Time `json:"ended_at,omitzero"`
 	// LastEvent is the type of the last event emitted for the mission.
 	LastEvent string `json:"last_event,omitempty"`
+}
+
+// MissionFilter is a dispatch's executor_filter.
+type MissionFilter struct {
+	ExecutorID   string   `json:"executor_id,omitempty"`
+	Capabilities []string `json:"capabilities,omitempty"`
+	AgentID      string   `json:"agent_id,omitempty"`
 }
 
 // ErrStoreUnavailable is returned by a store that cannot persist.

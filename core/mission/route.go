@@ -1,0 +1,108 @@
+package mission
+
+import (
+	"errors"
+	"slices"
+	"sort"
+
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+// Routing errors; the REST adapter maps them to 404 and 503.
+var (
+	ErrAgentNotConnected = errors.New("the requested agent is not connected")
+	ErrNoAgent           = errors.New("no connected agent can take the mission")
+)
+
+// Candidate is an agent as routing sees it.
+type Candidate struct {
+	ID           string
+	Status       string
+	Runtime      string
+	Arch         string
+	Capabilities []string // tools the agent found, e.g. "claude", "tmux"
+	Load         int
+}
+
+// accepting reports whether an agent can take new work: connected and
+// heartbeating (a busy agent can run more than one mission).
+func accepting(c Candidate) bool { return c.Status == "ready" || c.Status == "busy" }
+
+// AgentCapabilities is what a mission can ask of an agent, in the contract's vocabulary.
+func AgentCapabilities(c Candidate) []string {
+	caps := []string{"resumable", "hitl", "platform:linux/" + PlatformArch(c.Arch)}
+	switch c.Runtime {
+	case "host":
+		caps = append(caps, "isolation:host")
+	case "container":
+		caps = append(caps, "isolation:container")
+	case "vm":
+		caps = append(caps, "isolation:vm")
+	}
+	if slices.Contains(c.Capabilities, "claude") {
+		caps = append(caps, "runtime:claude-code")
+	}
+	return caps
+}
+
+// PlatformArch names a Go architecture the way aiwg does (Node's process.arch).
+func PlatformArch(goarch string) string {
+	switch goarch {
+	case "amd64", "":
+		return "x64"
+	case "386":
+		return "ia32"
+	default:
+		return goarch
+	}
+}
+
+// Route picks the agent for a mission: the named agent if the filter names
+// one (ErrAgentNotConnected if it cannot take work), otherwise an accepting
+// agent that has every requested capability, least loaded first, then by id.
+func Route(f ports.MissionFilter, agents []Candidate) (string, error) {
+	if f.AgentID != "" {
+		for _, c := range agents {
+			if c.ID == f.AgentID && accepting(c) {
+				return c.ID, nil
+			}
+		}
+		return "", ErrAgentNotConnected
+	}
+	var fit []Candidate
+	for _, c := range agents {
+		if !accepting(c) {
+			continue
+		}
+		have := AgentCapabilities(c)
+		ok := true
+		for _, want := range f.Capabilities {
+			if !slices.Contains(have, want) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			fit = append(fit, c)
+		}
+	}
+	if len(fit) == 0 {
+		return "", ErrNoAgent
+	}
+	sort.SliceStable(fit, func(i, j int) bool {
+		if fit[i].Load != fit[j].Load {
+			return fit[i].Load < fit[j].Load
+		}
+		return fit[i].ID < fit[j].ID
+	})
+	return fit[0].ID, nil
+}
+
+func sortByCreation(ms []ports.Mission) {
+	sort.SliceStable(ms, func(i, j int) bool {
+		if !ms[i].CreatedAt.Equal(ms[j].CreatedAt) {
+			return ms[i].CreatedAt.Before(ms[j].CreatedAt)
+		}
+		return ms[i].ID < ms[j].ID
+	})
+}
