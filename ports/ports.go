@@ -25,6 +25,7 @@ var (
 	ErrCommandNotFound   = errors.New("command not found")
 	ErrCommandEnded      = errors.New("command already ended")
 	ErrAgentGone         = errors.New("agent disconnected while the command ran")
+	ErrCommandLost       = errors.New("the agent no longer runs the command")
 )
 
 // OutputStream says where a chunk of output came from.
@@ -87,6 +88,9 @@ type StartOptions struct {
 	// OnOutput receives output in order. It is called from the agent link's
 	// receive loop, so it must return quickly (append to a buffer, not block on a network).
 	OnOutput func(OutputChunk)
+	// OnStarted is called once when the agent reports the process running
+	// (or its first output arrives), from the same loop as OnOutput.
+	OnStarted func()
 	// Detached commands outlive their caller's context and survive agent
 	// reconnects; others are killed when the caller's context ends.
 	Detached bool
@@ -112,6 +116,10 @@ type AgentLink interface {
 	Start(ctx context.Context, agentID string, spec CommandSpec, opts StartOptions) (Command, error)
 	// Lookup finds a command started through this link that has not been forgotten yet.
 	Lookup(commandID string) (Command, bool)
+	// Attach binds to a detached command started by an earlier run of this
+	// server, so its output and result are routed again once its agent
+	// reports back. A command the agent no longer runs ends with ErrCommandLost.
+	Attach(agentID, commandID string, opts StartOptions) Command
 }
 
 // AgentInfo is what the registry knows about one agent.

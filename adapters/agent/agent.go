@@ -194,6 +194,9 @@ func (a *Agent) serve(ctx context.Context) (registered bool, err error) {
 		<-a.control
 	}
 	a.queueControl(a.heartbeatMessage())
+	// Queued behind any output still held, so the server learns which of
+	// its commands this agent no longer runs.
+	a.out.push(a.sessionReport("connect:" + ack.GetConfig()["connection_id"]))
 
 	var wg sync.WaitGroup
 	errc := make(chan error, 3)
@@ -407,15 +410,24 @@ func (a *Agent) startCommand(req *sandboxv1.CommandRequest) {
 		SessionID:   req.GetSessionId(),
 		SessionName: req.GetSessionName(),
 	}
-	r.proc = a.cfg.Runner.Start(spec, func(stream ports.OutputStream, data []byte) {
+	proc := a.cfg.Runner.Start(spec, func(stream ports.OutputStream, data []byte) {
 		off := r.offsets[stream]
 		r.offsets[stream] = off + uint64(len(data))
 		a.out.push(&sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_Output{Output: &sandboxv1.OutputChunk{
 			StreamId: id, Stream: streamToProto(stream), Data: data, Timestamp: timestamppb.Now(), Offset: off,
 		}}})
 	})
+	// Set under the lock: Shutdown reads it from another goroutine.
+	a.mu.Lock()
+	r.proc = proc
+	a.mu.Unlock()
+	if pid := proc.Pid(); pid > 0 {
+		a.out.push(&sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_CommandStarted{CommandStarted: &sandboxv1.CommandStarted{
+			CommandId: id, Pid: int32(pid), StartedAt: timestamppb.Now(),
+		}}})
+	}
 	go func() {
-		res := r.proc.Wait()
+		res := proc.Wait()
 		for stream, off := range r.offsets {
 			a.out.push(&sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_Output{Output: &sandboxv1.OutputChunk{
 				StreamId: id, Stream: streamToProto(stream), Timestamp: timestamppb.Now(), Offset: off, Eof: true,
@@ -442,9 +454,11 @@ func (a *Agent) sessionReport(requestID string) *sandboxv1.ConnectRequest {
 	defer a.mu.Unlock()
 	rep := &sandboxv1.SessionReport{RequestId: requestID}
 	for _, r := range a.running {
-		rep.Sessions = append(rep.Sessions, &sandboxv1.SessionInfo{
-			CommandId: r.id, State: sandboxv1.SessionState_SESSION_STATE_RUNNING, Pid: int32(r.proc.Pid()),
-		})
+		si := &sandboxv1.SessionInfo{CommandId: r.id, State: sandboxv1.SessionState_SESSION_STATE_RUNNING}
+		if r.proc != nil {
+			si.Pid = int32(r.proc.Pid())
+		}
+		rep.Sessions = append(rep.Sessions, si)
 	}
 	return &sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_SessionReport{SessionReport: rep}}
 }
@@ -455,7 +469,9 @@ func (a *Agent) Shutdown(timeout time.Duration) {
 	a.draining.Store(true)
 	a.mu.Lock()
 	for _, r := range a.running {
-		r.proc.Kill()
+		if r.proc != nil {
+			r.proc.Kill()
+		}
 	}
 	a.mu.Unlock()
 	deadline := time.Now().Add(timeout)

@@ -18,6 +18,12 @@ type command struct {
 	detached bool
 	pty      bool
 	onOutput func(ports.OutputChunk)
+	// sentGen is the connection generation the command was sent on (0 for
+	// attached commands); a report from a later connection that lacks it
+	// means the agent lost it.
+	sentGen   uint64
+	started   sync.Once
+	onStarted func()
 
 	// deliverMu serialises output delivery and guards next offsets.
 	deliverMu sync.Mutex
@@ -74,6 +80,15 @@ func (c *command) complete(r ports.CommandResult, now time.Time) bool {
 	return true
 }
 
+// markStarted fires OnStarted once.
+func (c *command) markStarted() {
+	c.started.Do(func() {
+		if c.onStarted != nil {
+			c.onStarted()
+		}
+	})
+}
+
 // deliver hands a chunk to the caller, dropping bytes it already received
 // (an agent resends what it was not sure got through).
 func (c *command) deliver(o *sandboxv1.OutputChunk) {
@@ -82,6 +97,7 @@ func (c *command) deliver(o *sandboxv1.OutputChunk) {
 		return
 	}
 	stream := streamFromProto(o.GetStream())
+	c.markStarted()
 	c.deliverMu.Lock()
 	defer c.deliverMu.Unlock()
 	off := o.GetOffset()
@@ -146,14 +162,16 @@ func (s *Service) Start(ctx context.Context, agentID string, spec ports.CommandS
 		return nil, err
 	}
 	cmd := &command{
-		svc:      s,
-		id:       s.cfg.IDs.NewID(),
-		agentID:  agentID,
-		detached: opts.Detached,
-		pty:      spec.PTY,
-		onOutput: opts.OnOutput,
-		next:     map[ports.OutputStream]uint64{},
-		done:     make(chan struct{}),
+		svc:       s,
+		id:        s.cfg.IDs.NewID(),
+		agentID:   agentID,
+		detached:  opts.Detached,
+		pty:       spec.PTY,
+		onOutput:  opts.OnOutput,
+		onStarted: opts.OnStarted,
+		sentGen:   conn.gen,
+		next:      map[ports.OutputStream]uint64{},
+		done:      make(chan struct{}),
 	}
 	s.mu.Lock()
 	s.commands[cmd.id] = cmd
@@ -182,6 +200,28 @@ func (s *Service) Start(ctx context.Context, agentID string, spec ports.CommandS
 		}
 	}
 	return cmd, nil
+}
+
+// Attach binds to a detached command that an earlier run of the server started.
+func (s *Service) Attach(agentID, commandID string, opts ports.StartOptions) ports.Command {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cmd, ok := s.commands[commandID]; ok {
+		return cmd
+	}
+	cmd := &command{
+		svc:       s,
+		id:        commandID,
+		agentID:   agentID,
+		detached:  true,
+		onOutput:  opts.OnOutput,
+		onStarted: opts.OnStarted,
+		next:      map[ports.OutputStream]uint64{},
+		done:      make(chan struct{}),
+	}
+	s.commands[commandID] = cmd
+	s.registry.CommandStarted(agentID)
+	return cmd
 }
 
 // Lookup finds a command that has not been forgotten yet.

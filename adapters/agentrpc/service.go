@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
+	"strconv"
 	"sync"
 	"time"
 
@@ -28,6 +29,10 @@ const (
 	HeaderAgentID     = "x-agent-id"
 	HeaderAgentSecret = "x-agent-secret"
 )
+
+// ConfigConnectionID is the registration-ack config key naming the
+// connection; the agent's connect report echoes it as "connect:<id>".
+const ConfigConnectionID = "connection_id"
 
 // MaxMessageBytes bounds one message on the agent stream.
 const MaxMessageBytes = 8 << 20
@@ -188,6 +193,7 @@ func (s *Service) Connect(ctx context.Context, stream *connect.BidiStream[sandbo
 		Accepted:                 true,
 		Message:                  "welcome " + id,
 		HeartbeatIntervalSeconds: uint32(s.cfg.HeartbeatInterval / time.Second),
+		Config:                   map[string]string{ConfigConnectionID: strconv.FormatUint(gen, 10)},
 	}}}
 	if err := stream.Send(ack); err != nil {
 		s.disconnect(c)
@@ -297,12 +303,44 @@ func (s *Service) handle(c *conn, msg *sandboxv1.ConnectRequest) {
 		if cmd := s.commandOf(c.agentID, p.CommandResult.GetCommandId()); cmd != nil {
 			s.finish(cmd, resultFromProto(p.CommandResult))
 		}
-	case *sandboxv1.ConnectRequest_Pong, *sandboxv1.ConnectRequest_SessionReport, *sandboxv1.ConnectRequest_SessionAck:
-		// Sessions are reconciled by the session service; nothing to do here yet.
+	case *sandboxv1.ConnectRequest_CommandStarted:
+		if cmd := s.commandOf(c.agentID, p.CommandStarted.GetCommandId()); cmd != nil {
+			cmd.markStarted()
+		}
+	case *sandboxv1.ConnectRequest_SessionReport:
+		s.reconcileCommands(c, p.SessionReport)
+	case *sandboxv1.ConnectRequest_Pong, *sandboxv1.ConnectRequest_SessionAck:
 	case *sandboxv1.ConnectRequest_Registration:
 		s.log.Warn("agent sent a second registration; ignored", "agent_id", c.agentID)
 	default:
 		s.log.Warn("agent sent an unknown message; ignored", "agent_id", c.agentID)
+	}
+}
+
+// reconcileCommands ends the commands the agent no longer runs. The report
+// comes behind every result the agent still held, so a command sent before
+// this connection that is neither finished nor reported is gone for good.
+func (s *Service) reconcileCommands(c *conn, rep *sandboxv1.SessionReport) {
+	if rep.GetRequestId() != "connect:"+strconv.FormatUint(c.gen, 10) {
+		return // a report made for an earlier connection, or an answer to a query
+	}
+	running := map[string]bool{}
+	for _, si := range rep.GetSessions() {
+		running[si.GetCommandId()] = true
+	}
+	s.mu.Lock()
+	var lost []*command
+	if s.registry.IsCurrent(c.agentID, c.gen) {
+		for _, cmd := range s.commands {
+			if cmd.agentID == c.agentID && cmd.sentGen < c.gen && !running[cmd.id] && !cmd.isDone() {
+				lost = append(lost, cmd)
+			}
+		}
+	}
+	s.mu.Unlock()
+	for _, cmd := range lost {
+		s.log.Warn("agent no longer runs a command; marking it lost", "agent_id", c.agentID, "command_id", cmd.id)
+		s.finish(cmd, ports.CommandResult{ExitCode: -1, Error: ports.ErrCommandLost.Error()})
 	}
 }
 

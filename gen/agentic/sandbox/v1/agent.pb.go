@@ -366,6 +366,7 @@ type ConnectRequest struct {
 	//	*ConnectRequest_SessionReport
 	//	*ConnectRequest_SessionAck
 	//	*ConnectRequest_Pong
+	//	*ConnectRequest_CommandStarted
 	Payload       isConnectRequest_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -480,6 +481,15 @@ func (x *ConnectRequest) GetPong() *Pong {
 	return nil
 }
 
+func (x *ConnectRequest) GetCommandStarted() *CommandStarted {
+	if x != nil {
+		if x, ok := x.Payload.(*ConnectRequest_CommandStarted); ok {
+			return x.CommandStarted
+		}
+	}
+	return nil
+}
+
 type isConnectRequest_Payload interface {
 	isConnectRequest_Payload()
 }
@@ -516,6 +526,10 @@ type ConnectRequest_Pong struct {
 	Pong *Pong `protobuf:"bytes,8,opt,name=pong,proto3,oneof"`
 }
 
+type ConnectRequest_CommandStarted struct {
+	CommandStarted *CommandStarted `protobuf:"bytes,9,opt,name=command_started,json=commandStarted,proto3,oneof"`
+}
+
 func (*ConnectRequest_Registration) isConnectRequest_Payload() {}
 
 func (*ConnectRequest_Heartbeat) isConnectRequest_Payload() {}
@@ -531,6 +545,69 @@ func (*ConnectRequest_SessionReport) isConnectRequest_Payload() {}
 func (*ConnectRequest_SessionAck) isConnectRequest_Payload() {}
 
 func (*ConnectRequest_Pong) isConnectRequest_Payload() {}
+
+func (*ConnectRequest_CommandStarted) isConnectRequest_Payload() {}
+
+// CommandStarted says the process of a command is running.
+type CommandStarted struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	CommandId     string                 `protobuf:"bytes,1,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	Pid           int32                  `protobuf:"varint,2,opt,name=pid,proto3" json:"pid,omitempty"`
+	StartedAt     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommandStarted) Reset() {
+	*x = CommandStarted{}
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommandStarted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommandStarted) ProtoMessage() {}
+
+func (x *CommandStarted) ProtoReflect() protoreflect.Message {
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommandStarted.ProtoReflect.Descriptor instead.
+func (*CommandStarted) Descriptor() ([]byte, []int) {
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CommandStarted) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *CommandStarted) GetPid() int32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *CommandStarted) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
 
 // ConnectResponse is one message from the server to the agent.
 type ConnectResponse struct {
@@ -553,7 +630,7 @@ type ConnectResponse struct {
 
 func (x *ConnectResponse) Reset() {
 	*x = ConnectResponse{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[1]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -565,7 +642,7 @@ func (x *ConnectResponse) String() string {
 func (*ConnectResponse) ProtoMessage() {}
 
 func (x *ConnectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[1]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -578,7 +655,7 @@ func (x *ConnectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectResponse.ProtoReflect.Descriptor instead.
 func (*ConnectResponse) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ConnectResponse) GetPayload() isConnectResponse_Payload {
@@ -744,7 +821,7 @@ type Registration struct {
 
 func (x *Registration) Reset() {
 	*x = Registration{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[2]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -756,7 +833,7 @@ func (x *Registration) String() string {
 func (*Registration) ProtoMessage() {}
 
 func (x *Registration) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[2]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -769,7 +846,7 @@ func (x *Registration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Registration.ProtoReflect.Descriptor instead.
 func (*Registration) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Registration) GetAgentId() string {
@@ -842,7 +919,7 @@ type SystemInfo struct {
 
 func (x *SystemInfo) Reset() {
 	*x = SystemInfo{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[3]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -854,7 +931,7 @@ func (x *SystemInfo) String() string {
 func (*SystemInfo) ProtoMessage() {}
 
 func (x *SystemInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[3]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -867,7 +944,7 @@ func (x *SystemInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SystemInfo.ProtoReflect.Descriptor instead.
 func (*SystemInfo) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SystemInfo) GetOs() string {
@@ -924,7 +1001,7 @@ type RegistrationAck struct {
 
 func (x *RegistrationAck) Reset() {
 	*x = RegistrationAck{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[4]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -936,7 +1013,7 @@ func (x *RegistrationAck) String() string {
 func (*RegistrationAck) ProtoMessage() {}
 
 func (x *RegistrationAck) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[4]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -949,7 +1026,7 @@ func (x *RegistrationAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistrationAck.ProtoReflect.Descriptor instead.
 func (*RegistrationAck) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RegistrationAck) GetAccepted() bool {
@@ -992,7 +1069,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[5]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1004,7 +1081,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[5]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1017,7 +1094,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Heartbeat) GetStatus() AgentStatus {
@@ -1064,7 +1141,7 @@ type Metrics struct {
 
 func (x *Metrics) Reset() {
 	*x = Metrics{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[6]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1076,7 +1153,7 @@ func (x *Metrics) String() string {
 func (*Metrics) ProtoMessage() {}
 
 func (x *Metrics) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[6]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1089,7 +1166,7 @@ func (x *Metrics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Metrics.ProtoReflect.Descriptor instead.
 func (*Metrics) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Metrics) GetCpuPercent() float64 {
@@ -1166,7 +1243,7 @@ type OutputChunk struct {
 
 func (x *OutputChunk) Reset() {
 	*x = OutputChunk{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[7]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1178,7 +1255,7 @@ func (x *OutputChunk) String() string {
 func (*OutputChunk) ProtoMessage() {}
 
 func (x *OutputChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[7]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1191,7 +1268,7 @@ func (x *OutputChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputChunk.ProtoReflect.Descriptor instead.
 func (*OutputChunk) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *OutputChunk) GetStreamId() string {
@@ -1262,7 +1339,7 @@ type CommandRequest struct {
 
 func (x *CommandRequest) Reset() {
 	*x = CommandRequest{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[8]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1274,7 +1351,7 @@ func (x *CommandRequest) String() string {
 func (*CommandRequest) ProtoMessage() {}
 
 func (x *CommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[8]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1287,7 +1364,7 @@ func (x *CommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandRequest.ProtoReflect.Descriptor instead.
 func (*CommandRequest) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CommandRequest) GetCommandId() string {
@@ -1399,7 +1476,7 @@ type StdinChunk struct {
 
 func (x *StdinChunk) Reset() {
 	*x = StdinChunk{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[9]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1411,7 +1488,7 @@ func (x *StdinChunk) String() string {
 func (*StdinChunk) ProtoMessage() {}
 
 func (x *StdinChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[9]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1424,7 +1501,7 @@ func (x *StdinChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StdinChunk.ProtoReflect.Descriptor instead.
 func (*StdinChunk) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *StdinChunk) GetCommandId() string {
@@ -1463,7 +1540,7 @@ type PtyControl struct {
 
 func (x *PtyControl) Reset() {
 	*x = PtyControl{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[10]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1475,7 +1552,7 @@ func (x *PtyControl) String() string {
 func (*PtyControl) ProtoMessage() {}
 
 func (x *PtyControl) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[10]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1488,7 +1565,7 @@ func (x *PtyControl) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PtyControl.ProtoReflect.Descriptor instead.
 func (*PtyControl) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PtyControl) GetCommandId() string {
@@ -1565,7 +1642,7 @@ type CommandKill struct {
 
 func (x *CommandKill) Reset() {
 	*x = CommandKill{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[11]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1577,7 +1654,7 @@ func (x *CommandKill) String() string {
 func (*CommandKill) ProtoMessage() {}
 
 func (x *CommandKill) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[11]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1590,7 +1667,7 @@ func (x *CommandKill) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandKill.ProtoReflect.Descriptor instead.
 func (*CommandKill) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CommandKill) GetReason() string {
@@ -1610,7 +1687,7 @@ type PtyResize struct {
 
 func (x *PtyResize) Reset() {
 	*x = PtyResize{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[12]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1622,7 +1699,7 @@ func (x *PtyResize) String() string {
 func (*PtyResize) ProtoMessage() {}
 
 func (x *PtyResize) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[12]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1635,7 +1712,7 @@ func (x *PtyResize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PtyResize.ProtoReflect.Descriptor instead.
 func (*PtyResize) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PtyResize) GetCols() uint32 {
@@ -1662,7 +1739,7 @@ type PtySignal struct {
 
 func (x *PtySignal) Reset() {
 	*x = PtySignal{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[13]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1674,7 +1751,7 @@ func (x *PtySignal) String() string {
 func (*PtySignal) ProtoMessage() {}
 
 func (x *PtySignal) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[13]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1687,7 +1764,7 @@ func (x *PtySignal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PtySignal.ProtoReflect.Descriptor instead.
 func (*PtySignal) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PtySignal) GetSignal() int32 {
@@ -1715,7 +1792,7 @@ type CommandResult struct {
 
 func (x *CommandResult) Reset() {
 	*x = CommandResult{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[14]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1727,7 +1804,7 @@ func (x *CommandResult) String() string {
 func (*CommandResult) ProtoMessage() {}
 
 func (x *CommandResult) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[14]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1740,7 +1817,7 @@ func (x *CommandResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandResult.ProtoReflect.Descriptor instead.
 func (*CommandResult) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CommandResult) GetCommandId() string {
@@ -1802,7 +1879,7 @@ type ConfigUpdate struct {
 
 func (x *ConfigUpdate) Reset() {
 	*x = ConfigUpdate{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[15]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1814,7 +1891,7 @@ func (x *ConfigUpdate) String() string {
 func (*ConfigUpdate) ProtoMessage() {}
 
 func (x *ConfigUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[15]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1827,7 +1904,7 @@ func (x *ConfigUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigUpdate.ProtoReflect.Descriptor instead.
 func (*ConfigUpdate) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ConfigUpdate) GetConfig() map[string]string {
@@ -1855,7 +1932,7 @@ type Shutdown struct {
 
 func (x *Shutdown) Reset() {
 	*x = Shutdown{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[16]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1867,7 +1944,7 @@ func (x *Shutdown) String() string {
 func (*Shutdown) ProtoMessage() {}
 
 func (x *Shutdown) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[16]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1880,7 +1957,7 @@ func (x *Shutdown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Shutdown.ProtoReflect.Descriptor instead.
 func (*Shutdown) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Shutdown) GetReason() string {
@@ -1906,7 +1983,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[17]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1918,7 +1995,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[17]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1931,7 +2008,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Ping) GetNonce() uint64 {
@@ -1950,7 +2027,7 @@ type Pong struct {
 
 func (x *Pong) Reset() {
 	*x = Pong{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[18]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1962,7 +2039,7 @@ func (x *Pong) String() string {
 func (*Pong) ProtoMessage() {}
 
 func (x *Pong) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[18]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1975,7 +2052,7 @@ func (x *Pong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pong.ProtoReflect.Descriptor instead.
 func (*Pong) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Pong) GetNonce() uint64 {
@@ -1994,7 +2071,7 @@ type SessionQuery struct {
 
 func (x *SessionQuery) Reset() {
 	*x = SessionQuery{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[19]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2006,7 +2083,7 @@ func (x *SessionQuery) String() string {
 func (*SessionQuery) ProtoMessage() {}
 
 func (x *SessionQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[19]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2019,7 +2096,7 @@ func (x *SessionQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionQuery.ProtoReflect.Descriptor instead.
 func (*SessionQuery) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SessionQuery) GetRequestId() string {
@@ -2048,7 +2125,7 @@ type SessionInfo struct {
 
 func (x *SessionInfo) Reset() {
 	*x = SessionInfo{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[20]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2060,7 +2137,7 @@ func (x *SessionInfo) String() string {
 func (*SessionInfo) ProtoMessage() {}
 
 func (x *SessionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[20]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2073,7 +2150,7 @@ func (x *SessionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
 func (*SessionInfo) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SessionInfo) GetSessionId() string {
@@ -2146,6 +2223,9 @@ func (x *SessionInfo) GetOutputOffset() uint64 {
 	return 0
 }
 
+// SessionReport lists what the agent runs. The agent sends one with
+// request_id "connect" right after every registration, behind any output it
+// still holds, so the server can tell which commands were lost.
 type SessionReport struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
@@ -2156,7 +2236,7 @@ type SessionReport struct {
 
 func (x *SessionReport) Reset() {
 	*x = SessionReport{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[21]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2168,7 +2248,7 @@ func (x *SessionReport) String() string {
 func (*SessionReport) ProtoMessage() {}
 
 func (x *SessionReport) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[21]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2181,7 +2261,7 @@ func (x *SessionReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionReport.ProtoReflect.Descriptor instead.
 func (*SessionReport) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SessionReport) GetRequestId() string {
@@ -2209,7 +2289,7 @@ type SessionDecision struct {
 
 func (x *SessionDecision) Reset() {
 	*x = SessionDecision{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[22]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2221,7 +2301,7 @@ func (x *SessionDecision) String() string {
 func (*SessionDecision) ProtoMessage() {}
 
 func (x *SessionDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[22]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2234,7 +2314,7 @@ func (x *SessionDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionDecision.ProtoReflect.Descriptor instead.
 func (*SessionDecision) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SessionDecision) GetSessionId() string {
@@ -2268,7 +2348,7 @@ type SessionReconcile struct {
 
 func (x *SessionReconcile) Reset() {
 	*x = SessionReconcile{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[23]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2280,7 +2360,7 @@ func (x *SessionReconcile) String() string {
 func (*SessionReconcile) ProtoMessage() {}
 
 func (x *SessionReconcile) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[23]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2293,7 +2373,7 @@ func (x *SessionReconcile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionReconcile.ProtoReflect.Descriptor instead.
 func (*SessionReconcile) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SessionReconcile) GetRequestId() string {
@@ -2320,7 +2400,7 @@ type SessionAck struct {
 
 func (x *SessionAck) Reset() {
 	*x = SessionAck{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[24]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2332,7 +2412,7 @@ func (x *SessionAck) String() string {
 func (*SessionAck) ProtoMessage() {}
 
 func (x *SessionAck) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[24]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2345,7 +2425,7 @@ func (x *SessionAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionAck.ProtoReflect.Descriptor instead.
 func (*SessionAck) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SessionAck) GetRequestId() string {
@@ -2374,7 +2454,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[25]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2386,7 +2466,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[25]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2399,7 +2479,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ExecRequest) GetAgentId() string {
@@ -2436,7 +2516,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[26]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2448,7 +2528,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[26]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2461,7 +2541,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ExecResponse) GetPayload() isExecResponse_Payload {
@@ -2509,7 +2589,7 @@ var File_agentic_sandbox_v1_agent_proto protoreflect.FileDescriptor
 
 const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x1eagentic/sandbox/v1/agent.proto\x12\x12agentic.sandbox.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa1\x04\n" +
+	"\x1eagentic/sandbox/v1/agent.proto\x12\x12agentic.sandbox.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf0\x04\n" +
 	"\x0eConnectRequest\x12F\n" +
 	"\fregistration\x18\x01 \x01(\v2 .agentic.sandbox.v1.RegistrationH\x00R\fregistration\x12=\n" +
 	"\theartbeat\x18\x02 \x01(\v2\x1d.agentic.sandbox.v1.HeartbeatH\x00R\theartbeat\x127\n" +
@@ -2519,8 +2599,15 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"\x0esession_report\x18\x06 \x01(\v2!.agentic.sandbox.v1.SessionReportH\x00R\rsessionReport\x12A\n" +
 	"\vsession_ack\x18\a \x01(\v2\x1e.agentic.sandbox.v1.SessionAckH\x00R\n" +
 	"sessionAck\x12.\n" +
-	"\x04pong\x18\b \x01(\v2\x18.agentic.sandbox.v1.PongH\x00R\x04pongB\t\n" +
-	"\apayload\"\xfc\x04\n" +
+	"\x04pong\x18\b \x01(\v2\x18.agentic.sandbox.v1.PongH\x00R\x04pong\x12M\n" +
+	"\x0fcommand_started\x18\t \x01(\v2\".agentic.sandbox.v1.CommandStartedH\x00R\x0ecommandStartedB\t\n" +
+	"\apayload\"|\n" +
+	"\x0eCommandStarted\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x01 \x01(\tR\tcommandId\x12\x10\n" +
+	"\x03pid\x18\x02 \x01(\x05R\x03pid\x129\n" +
+	"\n" +
+	"started_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\"\xfc\x04\n" +
 	"\x0fConnectResponse\x12P\n" +
 	"\x10registration_ack\x18\x01 \x01(\v2#.agentic.sandbox.v1.RegistrationAckH\x00R\x0fregistrationAck\x12>\n" +
 	"\acommand\x18\x02 \x01(\v2\".agentic.sandbox.v1.CommandRequestH\x00R\acommand\x126\n" +
@@ -2750,7 +2837,7 @@ func file_agentic_sandbox_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_agentic_sandbox_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_agentic_sandbox_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_agentic_sandbox_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_agentic_sandbox_v1_agent_proto_goTypes = []any{
 	(RuntimeKind)(0),              // 0: agentic.sandbox.v1.RuntimeKind
 	(AgentStatus)(0),              // 1: agentic.sandbox.v1.AgentStatus
@@ -2759,89 +2846,92 @@ var file_agentic_sandbox_v1_agent_proto_goTypes = []any{
 	(SessionState)(0),             // 4: agentic.sandbox.v1.SessionState
 	(ReconcileAction)(0),          // 5: agentic.sandbox.v1.ReconcileAction
 	(*ConnectRequest)(nil),        // 6: agentic.sandbox.v1.ConnectRequest
-	(*ConnectResponse)(nil),       // 7: agentic.sandbox.v1.ConnectResponse
-	(*Registration)(nil),          // 8: agentic.sandbox.v1.Registration
-	(*SystemInfo)(nil),            // 9: agentic.sandbox.v1.SystemInfo
-	(*RegistrationAck)(nil),       // 10: agentic.sandbox.v1.RegistrationAck
-	(*Heartbeat)(nil),             // 11: agentic.sandbox.v1.Heartbeat
-	(*Metrics)(nil),               // 12: agentic.sandbox.v1.Metrics
-	(*OutputChunk)(nil),           // 13: agentic.sandbox.v1.OutputChunk
-	(*CommandRequest)(nil),        // 14: agentic.sandbox.v1.CommandRequest
-	(*StdinChunk)(nil),            // 15: agentic.sandbox.v1.StdinChunk
-	(*PtyControl)(nil),            // 16: agentic.sandbox.v1.PtyControl
-	(*CommandKill)(nil),           // 17: agentic.sandbox.v1.CommandKill
-	(*PtyResize)(nil),             // 18: agentic.sandbox.v1.PtyResize
-	(*PtySignal)(nil),             // 19: agentic.sandbox.v1.PtySignal
-	(*CommandResult)(nil),         // 20: agentic.sandbox.v1.CommandResult
-	(*ConfigUpdate)(nil),          // 21: agentic.sandbox.v1.ConfigUpdate
-	(*Shutdown)(nil),              // 22: agentic.sandbox.v1.Shutdown
-	(*Ping)(nil),                  // 23: agentic.sandbox.v1.Ping
-	(*Pong)(nil),                  // 24: agentic.sandbox.v1.Pong
-	(*SessionQuery)(nil),          // 25: agentic.sandbox.v1.SessionQuery
-	(*SessionInfo)(nil),           // 26: agentic.sandbox.v1.SessionInfo
-	(*SessionReport)(nil),         // 27: agentic.sandbox.v1.SessionReport
-	(*SessionDecision)(nil),       // 28: agentic.sandbox.v1.SessionDecision
-	(*SessionReconcile)(nil),      // 29: agentic.sandbox.v1.SessionReconcile
-	(*SessionAck)(nil),            // 30: agentic.sandbox.v1.SessionAck
-	(*ExecRequest)(nil),           // 31: agentic.sandbox.v1.ExecRequest
-	(*ExecResponse)(nil),          // 32: agentic.sandbox.v1.ExecResponse
-	nil,                           // 33: agentic.sandbox.v1.Registration.LabelsEntry
-	nil,                           // 34: agentic.sandbox.v1.RegistrationAck.ConfigEntry
-	nil,                           // 35: agentic.sandbox.v1.CommandRequest.EnvEntry
-	nil,                           // 36: agentic.sandbox.v1.ConfigUpdate.ConfigEntry
-	(*timestamppb.Timestamp)(nil), // 37: google.protobuf.Timestamp
+	(*CommandStarted)(nil),        // 7: agentic.sandbox.v1.CommandStarted
+	(*ConnectResponse)(nil),       // 8: agentic.sandbox.v1.ConnectResponse
+	(*Registration)(nil),          // 9: agentic.sandbox.v1.Registration
+	(*SystemInfo)(nil),            // 10: agentic.sandbox.v1.SystemInfo
+	(*RegistrationAck)(nil),       // 11: agentic.sandbox.v1.RegistrationAck
+	(*Heartbeat)(nil),             // 12: agentic.sandbox.v1.Heartbeat
+	(*Metrics)(nil),               // 13: agentic.sandbox.v1.Metrics
+	(*OutputChunk)(nil),           // 14: agentic.sandbox.v1.OutputChunk
+	(*CommandRequest)(nil),        // 15: agentic.sandbox.v1.CommandRequest
+	(*StdinChunk)(nil),            // 16: agentic.sandbox.v1.StdinChunk
+	(*PtyControl)(nil),            // 17: agentic.sandbox.v1.PtyControl
+	(*CommandKill)(nil),           // 18: agentic.sandbox.v1.CommandKill
+	(*PtyResize)(nil),             // 19: agentic.sandbox.v1.PtyResize
+	(*PtySignal)(nil),             // 20: agentic.sandbox.v1.PtySignal
+	(*CommandResult)(nil),         // 21: agentic.sandbox.v1.CommandResult
+	(*ConfigUpdate)(nil),          // 22: agentic.sandbox.v1.ConfigUpdate
+	(*Shutdown)(nil),              // 23: agentic.sandbox.v1.Shutdown
+	(*Ping)(nil),                  // 24: agentic.sandbox.v1.Ping
+	(*Pong)(nil),                  // 25: agentic.sandbox.v1.Pong
+	(*SessionQuery)(nil),          // 26: agentic.sandbox.v1.SessionQuery
+	(*SessionInfo)(nil),           // 27: agentic.sandbox.v1.SessionInfo
+	(*SessionReport)(nil),         // 28: agentic.sandbox.v1.SessionReport
+	(*SessionDecision)(nil),       // 29: agentic.sandbox.v1.SessionDecision
+	(*SessionReconcile)(nil),      // 30: agentic.sandbox.v1.SessionReconcile
+	(*SessionAck)(nil),            // 31: agentic.sandbox.v1.SessionAck
+	(*ExecRequest)(nil),           // 32: agentic.sandbox.v1.ExecRequest
+	(*ExecResponse)(nil),          // 33: agentic.sandbox.v1.ExecResponse
+	nil,                           // 34: agentic.sandbox.v1.Registration.LabelsEntry
+	nil,                           // 35: agentic.sandbox.v1.RegistrationAck.ConfigEntry
+	nil,                           // 36: agentic.sandbox.v1.CommandRequest.EnvEntry
+	nil,                           // 37: agentic.sandbox.v1.ConfigUpdate.ConfigEntry
+	(*timestamppb.Timestamp)(nil), // 38: google.protobuf.Timestamp
 }
 var file_agentic_sandbox_v1_agent_proto_depIdxs = []int32{
-	8,  // 0: agentic.sandbox.v1.ConnectRequest.registration:type_name -> agentic.sandbox.v1.Registration
-	11, // 1: agentic.sandbox.v1.ConnectRequest.heartbeat:type_name -> agentic.sandbox.v1.Heartbeat
-	12, // 2: agentic.sandbox.v1.ConnectRequest.metrics:type_name -> agentic.sandbox.v1.Metrics
-	13, // 3: agentic.sandbox.v1.ConnectRequest.output:type_name -> agentic.sandbox.v1.OutputChunk
-	20, // 4: agentic.sandbox.v1.ConnectRequest.command_result:type_name -> agentic.sandbox.v1.CommandResult
-	27, // 5: agentic.sandbox.v1.ConnectRequest.session_report:type_name -> agentic.sandbox.v1.SessionReport
-	30, // 6: agentic.sandbox.v1.ConnectRequest.session_ack:type_name -> agentic.sandbox.v1.SessionAck
-	24, // 7: agentic.sandbox.v1.ConnectRequest.pong:type_name -> agentic.sandbox.v1.Pong
-	10, // 8: agentic.sandbox.v1.ConnectResponse.registration_ack:type_name -> agentic.sandbox.v1.RegistrationAck
-	14, // 9: agentic.sandbox.v1.ConnectResponse.command:type_name -> agentic.sandbox.v1.CommandRequest
-	15, // 10: agentic.sandbox.v1.ConnectResponse.stdin:type_name -> agentic.sandbox.v1.StdinChunk
-	16, // 11: agentic.sandbox.v1.ConnectResponse.pty_control:type_name -> agentic.sandbox.v1.PtyControl
-	21, // 12: agentic.sandbox.v1.ConnectResponse.config_update:type_name -> agentic.sandbox.v1.ConfigUpdate
-	22, // 13: agentic.sandbox.v1.ConnectResponse.shutdown:type_name -> agentic.sandbox.v1.Shutdown
-	23, // 14: agentic.sandbox.v1.ConnectResponse.ping:type_name -> agentic.sandbox.v1.Ping
-	25, // 15: agentic.sandbox.v1.ConnectResponse.session_query:type_name -> agentic.sandbox.v1.SessionQuery
-	29, // 16: agentic.sandbox.v1.ConnectResponse.session_reconcile:type_name -> agentic.sandbox.v1.SessionReconcile
-	9,  // 17: agentic.sandbox.v1.Registration.system_info:type_name -> agentic.sandbox.v1.SystemInfo
-	33, // 18: agentic.sandbox.v1.Registration.labels:type_name -> agentic.sandbox.v1.Registration.LabelsEntry
-	0,  // 19: agentic.sandbox.v1.Registration.runtime:type_name -> agentic.sandbox.v1.RuntimeKind
-	34, // 20: agentic.sandbox.v1.RegistrationAck.config:type_name -> agentic.sandbox.v1.RegistrationAck.ConfigEntry
-	1,  // 21: agentic.sandbox.v1.Heartbeat.status:type_name -> agentic.sandbox.v1.AgentStatus
-	37, // 22: agentic.sandbox.v1.Heartbeat.sent_at:type_name -> google.protobuf.Timestamp
-	12, // 23: agentic.sandbox.v1.Heartbeat.metrics:type_name -> agentic.sandbox.v1.Metrics
-	2,  // 24: agentic.sandbox.v1.OutputChunk.stream:type_name -> agentic.sandbox.v1.OutputStream
-	37, // 25: agentic.sandbox.v1.OutputChunk.timestamp:type_name -> google.protobuf.Timestamp
-	35, // 26: agentic.sandbox.v1.CommandRequest.env:type_name -> agentic.sandbox.v1.CommandRequest.EnvEntry
-	18, // 27: agentic.sandbox.v1.PtyControl.resize:type_name -> agentic.sandbox.v1.PtyResize
-	19, // 28: agentic.sandbox.v1.PtyControl.signal:type_name -> agentic.sandbox.v1.PtySignal
-	17, // 29: agentic.sandbox.v1.PtyControl.kill:type_name -> agentic.sandbox.v1.CommandKill
-	36, // 30: agentic.sandbox.v1.ConfigUpdate.config:type_name -> agentic.sandbox.v1.ConfigUpdate.ConfigEntry
-	3,  // 31: agentic.sandbox.v1.SessionInfo.type:type_name -> agentic.sandbox.v1.SessionType
-	4,  // 32: agentic.sandbox.v1.SessionInfo.state:type_name -> agentic.sandbox.v1.SessionState
-	37, // 33: agentic.sandbox.v1.SessionInfo.started_at:type_name -> google.protobuf.Timestamp
-	37, // 34: agentic.sandbox.v1.SessionInfo.ended_at:type_name -> google.protobuf.Timestamp
-	26, // 35: agentic.sandbox.v1.SessionReport.sessions:type_name -> agentic.sandbox.v1.SessionInfo
-	5,  // 36: agentic.sandbox.v1.SessionDecision.action:type_name -> agentic.sandbox.v1.ReconcileAction
-	28, // 37: agentic.sandbox.v1.SessionReconcile.decisions:type_name -> agentic.sandbox.v1.SessionDecision
-	14, // 38: agentic.sandbox.v1.ExecRequest.command:type_name -> agentic.sandbox.v1.CommandRequest
-	13, // 39: agentic.sandbox.v1.ExecResponse.output:type_name -> agentic.sandbox.v1.OutputChunk
-	20, // 40: agentic.sandbox.v1.ExecResponse.result:type_name -> agentic.sandbox.v1.CommandResult
-	6,  // 41: agentic.sandbox.v1.AgentService.Connect:input_type -> agentic.sandbox.v1.ConnectRequest
-	31, // 42: agentic.sandbox.v1.AgentService.Exec:input_type -> agentic.sandbox.v1.ExecRequest
-	7,  // 43: agentic.sandbox.v1.AgentService.Connect:output_type -> agentic.sandbox.v1.ConnectResponse
-	32, // 44: agentic.sandbox.v1.AgentService.Exec:output_type -> agentic.sandbox.v1.ExecResponse
-	43, // [43:45] is the sub-list for method output_type
-	41, // [41:43] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	9,  // 0: agentic.sandbox.v1.ConnectRequest.registration:type_name -> agentic.sandbox.v1.Registration
+	12, // 1: agentic.sandbox.v1.ConnectRequest.heartbeat:type_name -> agentic.sandbox.v1.Heartbeat
+	13, // 2: agentic.sandbox.v1.ConnectRequest.metrics:type_name -> agentic.sandbox.v1.Metrics
+	14, // 3: agentic.sandbox.v1.ConnectRequest.output:type_name -> agentic.sandbox.v1.OutputChunk
+	21, // 4: agentic.sandbox.v1.ConnectRequest.command_result:type_name -> agentic.sandbox.v1.CommandResult
+	28, // 5: agentic.sandbox.v1.ConnectRequest.session_report:type_name -> agentic.sandbox.v1.SessionReport
+	31, // 6: agentic.sandbox.v1.ConnectRequest.session_ack:type_name -> agentic.sandbox.v1.SessionAck
+	25, // 7: agentic.sandbox.v1.ConnectRequest.pong:type_name -> agentic.sandbox.v1.Pong
+	7,  // 8: agentic.sandbox.v1.ConnectRequest.command_started:type_name -> agentic.sandbox.v1.CommandStarted
+	38, // 9: agentic.sandbox.v1.CommandStarted.started_at:type_name -> google.protobuf.Timestamp
+	11, // 10: agentic.sandbox.v1.ConnectResponse.registration_ack:type_name -> agentic.sandbox.v1.RegistrationAck
+	15, // 11: agentic.sandbox.v1.ConnectResponse.command:type_name -> agentic.sandbox.v1.CommandRequest
+	16, // 12: agentic.sandbox.v1.ConnectResponse.stdin:type_name -> agentic.sandbox.v1.StdinChunk
+	17, // 13: agentic.sandbox.v1.ConnectResponse.pty_control:type_name -> agentic.sandbox.v1.PtyControl
+	22, // 14: agentic.sandbox.v1.ConnectResponse.config_update:type_name -> agentic.sandbox.v1.ConfigUpdate
+	23, // 15: agentic.sandbox.v1.ConnectResponse.shutdown:type_name -> agentic.sandbox.v1.Shutdown
+	24, // 16: agentic.sandbox.v1.ConnectResponse.ping:type_name -> agentic.sandbox.v1.Ping
+	26, // 17: agentic.sandbox.v1.ConnectResponse.session_query:type_name -> agentic.sandbox.v1.SessionQuery
+	30, // 18: agentic.sandbox.v1.ConnectResponse.session_reconcile:type_name -> agentic.sandbox.v1.SessionReconcile
+	10, // 19: agentic.sandbox.v1.Registration.system_info:type_name -> agentic.sandbox.v1.SystemInfo
+	34, // 20: agentic.sandbox.v1.Registration.labels:type_name -> agentic.sandbox.v1.Registration.LabelsEntry
+	0,  // 21: agentic.sandbox.v1.Registration.runtime:type_name -> agentic.sandbox.v1.RuntimeKind
+	35, // 22: agentic.sandbox.v1.RegistrationAck.config:type_name -> agentic.sandbox.v1.RegistrationAck.ConfigEntry
+	1,  // 23: agentic.sandbox.v1.Heartbeat.status:type_name -> agentic.sandbox.v1.AgentStatus
+	38, // 24: agentic.sandbox.v1.Heartbeat.sent_at:type_name -> google.protobuf.Timestamp
+	13, // 25: agentic.sandbox.v1.Heartbeat.metrics:type_name -> agentic.sandbox.v1.Metrics
+	2,  // 26: agentic.sandbox.v1.OutputChunk.stream:type_name -> agentic.sandbox.v1.OutputStream
+	38, // 27: agentic.sandbox.v1.OutputChunk.timestamp:type_name -> google.protobuf.Timestamp
+	36, // 28: agentic.sandbox.v1.CommandRequest.env:type_name -> agentic.sandbox.v1.CommandRequest.EnvEntry
+	19, // 29: agentic.sandbox.v1.PtyControl.resize:type_name -> agentic.sandbox.v1.PtyResize
+	20, // 30: agentic.sandbox.v1.PtyControl.signal:type_name -> agentic.sandbox.v1.PtySignal
+	18, // 31: agentic.sandbox.v1.PtyControl.kill:type_name -> agentic.sandbox.v1.CommandKill
+	37, // 32: agentic.sandbox.v1.ConfigUpdate.config:type_name -> agentic.sandbox.v1.ConfigUpdate.ConfigEntry
+	3,  // 33: agentic.sandbox.v1.SessionInfo.type:type_name -> agentic.sandbox.v1.SessionType
+	4,  // 34: agentic.sandbox.v1.SessionInfo.state:type_name -> agentic.sandbox.v1.SessionState
+	38, // 35: agentic.sandbox.v1.SessionInfo.started_at:type_name -> google.protobuf.Timestamp
+	38, // 36: agentic.sandbox.v1.SessionInfo.ended_at:type_name -> google.protobuf.Timestamp
+	27, // 37: agentic.sandbox.v1.SessionReport.sessions:type_name -> agentic.sandbox.v1.SessionInfo
+	5,  // 38: agentic.sandbox.v1.SessionDecision.action:type_name -> agentic.sandbox.v1.ReconcileAction
+	29, // 39: agentic.sandbox.v1.SessionReconcile.decisions:type_name -> agentic.sandbox.v1.SessionDecision
+	15, // 40: agentic.sandbox.v1.ExecRequest.command:type_name -> agentic.sandbox.v1.CommandRequest
+	14, // 41: agentic.sandbox.v1.ExecResponse.output:type_name -> agentic.sandbox.v1.OutputChunk
+	21, // 42: agentic.sandbox.v1.ExecResponse.result:type_name -> agentic.sandbox.v1.CommandResult
+	6,  // 43: agentic.sandbox.v1.AgentService.Connect:input_type -> agentic.sandbox.v1.ConnectRequest
+	32, // 44: agentic.sandbox.v1.AgentService.Exec:input_type -> agentic.sandbox.v1.ExecRequest
+	8,  // 45: agentic.sandbox.v1.AgentService.Connect:output_type -> agentic.sandbox.v1.ConnectResponse
+	33, // 46: agentic.sandbox.v1.AgentService.Exec:output_type -> agentic.sandbox.v1.ExecResponse
+	45, // [45:47] is the sub-list for method output_type
+	43, // [43:45] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_agentic_sandbox_v1_agent_proto_init() }
@@ -2858,8 +2948,9 @@ func file_agentic_sandbox_v1_agent_proto_init() {
 		(*ConnectRequest_SessionReport)(nil),
 		(*ConnectRequest_SessionAck)(nil),
 		(*ConnectRequest_Pong)(nil),
+		(*ConnectRequest_CommandStarted)(nil),
 	}
-	file_agentic_sandbox_v1_agent_proto_msgTypes[1].OneofWrappers = []any{
+	file_agentic_sandbox_v1_agent_proto_msgTypes[2].OneofWrappers = []any{
 		(*ConnectResponse_RegistrationAck)(nil),
 		(*ConnectResponse_Command)(nil),
 		(*ConnectResponse_Stdin)(nil),
@@ -2870,12 +2961,12 @@ func file_agentic_sandbox_v1_agent_proto_init() {
 		(*ConnectResponse_SessionQuery)(nil),
 		(*ConnectResponse_SessionReconcile)(nil),
 	}
-	file_agentic_sandbox_v1_agent_proto_msgTypes[10].OneofWrappers = []any{
+	file_agentic_sandbox_v1_agent_proto_msgTypes[11].OneofWrappers = []any{
 		(*PtyControl_Resize)(nil),
 		(*PtyControl_Signal)(nil),
 		(*PtyControl_Kill)(nil),
 	}
-	file_agentic_sandbox_v1_agent_proto_msgTypes[26].OneofWrappers = []any{
+	file_agentic_sandbox_v1_agent_proto_msgTypes[27].OneofWrappers = []any{
 		(*ExecResponse_Output)(nil),
 		(*ExecResponse_Result)(nil),
 	}
@@ -2885,7 +2976,7 @@ func file_agentic_sandbox_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentic_sandbox_v1_agent_proto_rawDesc), len(file_agentic_sandbox_v1_agent_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
