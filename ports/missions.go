@@ -117,3 +117,57 @@ type EventOutbox interface {
 	Notify() <-chan struct{}
 	Close() error
 }
+
+// DispatchRequest is an authenticated, decoded dispatch from aiwg serve.
+type DispatchRequest struct {
+	AIWGSessionID string
+	MissionID     string
+	Objective     string
+	Completion    string
+	LongRunning   bool
+	Filter        MissionFilter
+	// Metadata is the request's metadata object, verbatim JSON (nil if absent).
+	Metadata []byte
+	// RequestHash identifies the request body (canonical JSON + path id):
+	// the same mission_id with another hash is a conflict.
+	RequestHash string
+}
+
+// OpenHITL is an unanswered HITL request and where it waits.
+type OpenHITL struct {
+	HITLRequest
+	MissionID string
+	AgentID   string
+	SessionID string
+}
+
+// Mission use-case errors, mapped to REST statuses by the REST adapter.
+var (
+	ErrMissionConflict      = errors.New("mission_id already dispatched with a different body")
+	ErrNoAgent              = errors.New("no connected agent can take the mission")
+	ErrMissionNotFound      = errors.New("mission not found")
+	ErrHITLNotFound         = errors.New("HITL request not found")
+	ErrHITLNotOpen          = errors.New("HITL request already answered or its mission ended")
+	ErrSessionNotFound      = errors.New("session not found")
+	ErrIntegrationDisabled  = errors.New("aiwg integration not configured (AIWG_SERVE_ENDPOINT unset)")
+	ErrExecutorUnregistered = errors.New("executor not registered with aiwg serve yet")
+)
+
+// Missions is the mission use case, as the REST adapter drives it.
+type Missions interface {
+	// Dispatch accepts a mission (or returns the existing one for a repeated
+	// identical dispatch) once it is durably stored; the session starts after.
+	// Errors: ErrMissionConflict, ErrAgentNotConnected (the named agent),
+	// ErrNoAgent, ErrStoreUnavailable.
+	Dispatch(ctx context.Context, req DispatchRequest) (Mission, error)
+	// Mission finds a mission, archived or not.
+	Mission(id string) (Mission, error)
+	// Missions lists live missions oldest first; state "" means all.
+	Missions(state MissionState) []Mission
+	OpenHITL() []OpenHITL
+	// RespondHITL writes text + "\n" to the waiting session and resumes the mission.
+	RespondHITL(ctx context.Context, hitlID, text string) (Mission, error)
+	// KillSession kills a session; a mission in it ends as aborted. It
+	// returns the mission id ("" if the session runs no mission).
+	KillSession(ctx context.Context, sessionID string) (missionID string, err error)
+}

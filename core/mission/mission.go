@@ -92,20 +92,8 @@ func FormatTS(t time.Time) string {
 	return t.UTC().Truncate(time.Millisecond).Format("2006-01-02T15:04:05.000Z")
 }
 
-// Dispatch is an accepted dispatch request.
-type Dispatch struct {
-	MissionID     string
-	AIWGSessionID string
-	Objective     string
-	Completion    string
-	LongRunning   bool
-	Filter        ports.MissionFilter
-	Metadata      []byte
-	RequestHash   string
-}
-
 // Assign creates the mission for an accepted dispatch routed to agentID.
-func Assign(d Dispatch, agentID string, now, estimatedStart time.Time) (ports.Mission, ports.Event) {
+func Assign(d ports.DispatchRequest, agentID string, now, estimatedStart time.Time) (ports.Mission, ports.Event) {
 	m := ports.Mission{
 		ID:             d.MissionID,
 		AIWGSessionID:  d.AIWGSessionID,

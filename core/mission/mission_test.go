@@ -129,7 +129,7 @@ func TestCanTransitionTable(t *testing.T) {
 
 func TestEventData(t *testing.T) {
 	est := t0.Add(50 * time.Millisecond)
-	m, ev := Assign(Dispatch{MissionID: "m1", Objective: "true", RequestHash: "h"}, "host-01", t0, est)
+	m, ev := Assign(ports.DispatchRequest{MissionID: "m1", Objective: "true", RequestHash: "h"}, "host-01", t0, est)
 	want := map[string]any{"state": "assigned", "estimated_start": "2026-05-09T07:13:22.173Z"}
 	if ev.Type != EventAssigned || !reflect.DeepEqual(ev.Data, want) || m.State != ports.MissionAssigned || m.AgentID != "host-01" {
 		t.Fatalf("assign: %+v %+v", m, ev)

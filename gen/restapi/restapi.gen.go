@@ -77,16 +77,49 @@ func (e AgentStatus) Valid() bool {
 
 // Defines values for CommandState.
 const (
-	Exited  CommandState = "exited"
-	Running CommandState = "running"
+	CommandStateExited  CommandState = "exited"
+	CommandStateRunning CommandState = "running"
 )
 
 // Valid indicates whether the value is a known member of the CommandState enum.
 func (e CommandState) Valid() bool {
 	switch e {
-	case Exited:
+	case CommandStateExited:
 		return true
-	case Running:
+	case CommandStateRunning:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for MissionState.
+const (
+	MissionStateAborted      MissionState = "aborted"
+	MissionStateAssigned     MissionState = "assigned"
+	MissionStateCompleted    MissionState = "completed"
+	MissionStateFailed       MissionState = "failed"
+	MissionStateHitlRequired MissionState = "hitl_required"
+	MissionStateRunning      MissionState = "running"
+	MissionStateSuspended    MissionState = "suspended"
+)
+
+// Valid indicates whether the value is a known member of the MissionState enum.
+func (e MissionState) Valid() bool {
+	switch e {
+	case MissionStateAborted:
+		return true
+	case MissionStateAssigned:
+		return true
+	case MissionStateCompleted:
+		return true
+	case MissionStateFailed:
+		return true
+	case MissionStateHitlRequired:
+		return true
+	case MissionStateRunning:
+		return true
+	case MissionStateSuspended:
 		return true
 	default:
 		return false
@@ -109,6 +142,16 @@ func (e OutputEncoding) Valid() bool {
 	default:
 		return false
 	}
+}
+
+// AIWGStatus defines model for AIWGStatus.
+type AIWGStatus struct {
+	Configured            bool    `json:"configured"`
+	Connected             *bool   `json:"connected,omitempty"`
+	Endpoint              *string `json:"endpoint,omitempty"`
+	ExecutorId            *string `json:"executor_id,omitempty"`
+	ExecutorRegisterError *string `json:"executor_register_error,omitempty"`
+	SandboxId             *string `json:"sandbox_id,omitempty"`
 }
 
 // Agent defines model for Agent.
@@ -160,12 +203,41 @@ type CommandStatus struct {
 	StdoutOffset int64 `json:"stdout_offset"`
 }
 
+// DispatchAccepted defines model for DispatchAccepted.
+type DispatchAccepted struct {
+	EstimatedStart time.Time `json:"estimated_start"`
+	ExecutorId     string    `json:"executor_id"`
+	MissionId      string    `json:"mission_id"`
+
+	// Status assigned (the state at first acceptance).
+	Status string `json:"status"`
+}
+
+// DispatchRequest defines model for DispatchRequest.
+type DispatchRequest struct {
+	Completion     *string `json:"completion,omitempty"`
+	ExecutorFilter *struct {
+		// AgentId Route to this agent (404 if not connected).
+		AgentId      *string   `json:"agent_id,omitempty"`
+		Capabilities *[]string `json:"capabilities,omitempty"`
+		ExecutorId   *string   `json:"executor_id,omitempty"`
+	} `json:"executor_filter,omitempty"`
+	LongRunning *bool                   `json:"long_running,omitempty"`
+	Metadata    *map[string]interface{} `json:"metadata,omitempty"`
+	MissionId   string                  `json:"mission_id"`
+
+	// Objective Run as `sh -c <objective>`.
+	Objective string `json:"objective"`
+}
+
 // Error defines model for Error.
 type Error struct {
 	// Code A stable snake_case code for programs: unauthorized, invalid_json, invalid_request,
 	// body_too_large, not_found, method_not_allowed, agent_not_found, agent_not_connected,
 	// agent_gone, agent_error, command_not_found, command_ended, not_a_pty, stdin_closed,
-	// internal_error.
+	// internal_error, integration_disabled, executor_not_registered, no_agent,
+	// store_unavailable, mission_conflict, mission_not_found, session_not_found,
+	// hitl_not_found, hitl_not_open.
 	Code string `json:"code"`
 
 	// Error A message for people.
@@ -224,6 +296,34 @@ type ExecResult struct {
 	Truncated bool   `json:"truncated"`
 }
 
+// HITLAnswered defines model for HITLAnswered.
+type HITLAnswered struct {
+	HitlId    string       `json:"hitl_id"`
+	MissionId string       `json:"mission_id"`
+	State     MissionState `json:"state"`
+}
+
+// HITLList defines model for HITLList.
+type HITLList struct {
+	Requests []HITLRequest `json:"requests"`
+}
+
+// HITLRequest defines model for HITLRequest.
+type HITLRequest struct {
+	AgentId   *string   `json:"agent_id,omitempty"`
+	Context   string    `json:"context"`
+	CreatedAt time.Time `json:"created_at"`
+	HitlId    string    `json:"hitl_id"`
+	MissionId string    `json:"mission_id"`
+	Prompt    string    `json:"prompt"`
+	SessionId *string   `json:"session_id,omitempty"`
+}
+
+// HITLResponse defines model for HITLResponse.
+type HITLResponse struct {
+	Text string `json:"text"`
+}
+
 // Health defines model for Health.
 type Health struct {
 	// Status Example: ok
@@ -243,6 +343,41 @@ type Metrics struct {
 	MemoryUsedBytes  *int64   `json:"memory_used_bytes,omitempty"`
 }
 
+// Mission defines model for Mission.
+type Mission struct {
+	AgentId        *string                 `json:"agent_id,omitempty"`
+	AgentRuntime   *string                 `json:"agent_runtime,omitempty"`
+	AiwgSessionId  *string                 `json:"aiwg_session_id,omitempty"`
+	CheckpointId   *string                 `json:"checkpoint_id,omitempty"`
+	Completion     *string                 `json:"completion,omitempty"`
+	CreatedAt      time.Time               `json:"created_at"`
+	EndedAt        *time.Time              `json:"ended_at,omitempty"`
+	Error          *string                 `json:"error,omitempty"`
+	EstimatedStart *time.Time              `json:"estimated_start,omitempty"`
+	ExitCode       *int                    `json:"exit_code,omitempty"`
+	Hitl           *HITLRequest            `json:"hitl,omitempty"`
+	Iteration      *int                    `json:"iteration,omitempty"`
+	LastEvent      *string                 `json:"last_event,omitempty"`
+	LongRunning    *bool                   `json:"long_running,omitempty"`
+	Metadata       *map[string]interface{} `json:"metadata,omitempty"`
+	MissionId      string                  `json:"mission_id"`
+	Objective      string                  `json:"objective"`
+	PtySessionId   *string                 `json:"pty_session_id,omitempty"`
+	Reason         *string                 `json:"reason,omitempty"`
+	StartedAt      *time.Time              `json:"started_at,omitempty"`
+	State          MissionState            `json:"state"`
+	Summary        *string                 `json:"summary,omitempty"`
+	UpdatedAt      time.Time               `json:"updated_at"`
+}
+
+// MissionList defines model for MissionList.
+type MissionList struct {
+	Missions []Mission `json:"missions"`
+}
+
+// MissionState defines model for MissionState.
+type MissionState string
+
 // OutputEncoding utf-8 when all returned output is valid UTF-8, otherwise base64.
 type OutputEncoding string
 
@@ -260,6 +395,15 @@ type Readiness struct {
 type ResizeRequest struct {
 	Cols int `json:"cols"`
 	Rows int `json:"rows"`
+}
+
+// SessionKilled defines model for SessionKilled.
+type SessionKilled struct {
+	MissionId *string `json:"mission_id,omitempty"`
+	SessionId string  `json:"session_id"`
+
+	// Status kill_sent
+	Status string `json:"status"`
 }
 
 // SignalRequest defines model for SignalRequest.
@@ -311,6 +455,9 @@ type TooLarge = Error
 // Unauthorized defines model for Unauthorized.
 type Unauthorized = Error
 
+// Unavailable defines model for Unavailable.
+type Unavailable = Error
+
 // GetCommandParams defines parameters for GetCommand.
 type GetCommandParams struct {
 	StdoutFrom *int64 `form:"stdout_from,omitempty" json:"stdout_from,omitempty"`
@@ -318,6 +465,12 @@ type GetCommandParams struct {
 
 	// WaitMs Wait up to this long for the command to end or new output (long poll, at most 30000).
 	WaitMs *int `form:"wait_ms,omitempty" json:"wait_ms,omitempty"`
+}
+
+// ListMissionsParams defines parameters for ListMissions.
+type ListMissionsParams struct {
+	// State Only missions in this state.
+	State *MissionState `form:"state,omitempty" json:"state,omitempty"`
 }
 
 // StartCommandJSONRequestBody defines body for StartCommand for application/json ContentType.
@@ -334,6 +487,12 @@ type SignalCommandJSONRequestBody = SignalRequest
 
 // WriteCommandStdinJSONRequestBody defines body for WriteCommandStdin for application/json ContentType.
 type WriteCommandStdinJSONRequestBody = StdinRequest
+
+// RespondHITLJSONRequestBody defines body for RespondHITL for application/json ContentType.
+type RespondHITLJSONRequestBody = HITLResponse
+
+// DispatchMissionJSONRequestBody defines body for DispatchMission for application/json ContentType.
+type DispatchMissionJSONRequestBody = DispatchRequest
 
 // RequestEditorFn is the function signature for the RequestEditor callback function
 type RequestEditorFn func(ctx context.Context, req *http.Request) error
@@ -451,6 +610,16 @@ type ClientInterface interface {
 	// Corresponds with POST /api/v1/agents/{agent_id}/exec (the `ExecCommand` operationId).
 	ExecCommand(ctx context.Context, agentId AgentID, body ExecCommandJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ReconnectAIWG Reconnect to aiwg serve now, skipping the backoff wait.
+	//
+	// Corresponds with POST /api/v1/aiwg/reconnect (the `ReconnectAIWG` operationId).
+	ReconnectAIWG(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetAIWGStatus State of the aiwg serve integration. Never contains a token.
+	//
+	// Corresponds with GET /api/v1/aiwg/status (the `GetAIWGStatus` operationId).
+	GetAIWGStatus(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// KillCommand Kill a running command (its whole process group).
 	//
 	// Corresponds with DELETE /api/v1/commands/{command_id} (the `KillCommand` operationId).
@@ -492,6 +661,68 @@ type ClientInterface interface {
 	// WriteCommandStdin performs a POST /api/v1/commands/{command_id}/stdin (the `WriteCommandStdin` operationId) request.
 	// Takes a body of the `application/json` content type.
 	WriteCommandStdin(ctx context.Context, commandId CommandID, body WriteCommandStdinJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListHITL Open human-in-the-loop requests, oldest first.
+	//
+	// Corresponds with GET /api/v1/hitl (the `ListHITL` operationId).
+	ListHITL(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RespondHITLWithBody Answer a HITL request; `text` + newline is written to the session's stdin.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/hitl/{hitl_id}/respond (the `RespondHITL` operationId).
+	RespondHITLWithBody(ctx context.Context, hitlId string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RespondHITL Answer a HITL request; `text` + newline is written to the session's stdin.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/hitl/{hitl_id}/respond (the `RespondHITL` operationId).
+	RespondHITL(ctx context.Context, hitlId string, body RespondHITLJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListMissions Missions on record (not archived), oldest first.
+	//
+	// Corresponds with GET /api/v1/missions (the `ListMissions` operationId).
+	ListMissions(ctx context.Context, params *ListMissionsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetMission performs a GET /api/v1/missions/{mission_id} (the `GetMission` operationId) request.
+	GetMission(ctx context.Context, missionId string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// KillSession Kill a session (its whole process group); a mission running in it ends as mission.aborted.
+	//
+	// Corresponds with DELETE /api/v1/sessions/{session_id} (the `KillSession` operationId).
+	KillSession(ctx context.Context, sessionId string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DispatchMissionWithBody aiwg serve dispatches a mission to this executor.
+	//
+	// Authenticated with the executor token issued by aiwg serve at executor registration
+	// (not the operator token). The objective runs as a background PTY session
+	// (`sh -c <objective>`) on the chosen agent, with `AIWG_MISSION_ID` in its environment.
+	// A second dispatch of the same `mission_id` with the same body answers 202 again with
+	// the same answer and starts nothing; with a different body it is 409.
+	// Checks happen in this order: integration configured and executor registered (503),
+	// bearer (401), body (413, 400), known `mission_id` (202 or 409), routing (404, 503).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/sessions/{session_id}/dispatch (the `DispatchMission` operationId).
+	DispatchMissionWithBody(ctx context.Context, sessionId string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DispatchMission aiwg serve dispatches a mission to this executor.
+	//
+	// Authenticated with the executor token issued by aiwg serve at executor registration
+	// (not the operator token). The objective runs as a background PTY session
+	// (`sh -c <objective>`) on the chosen agent, with `AIWG_MISSION_ID` in its environment.
+	// A second dispatch of the same `mission_id` with the same body answers 202 again with
+	// the same answer and starts nothing; with a different body it is 409.
+	// Checks happen in this order: integration configured and executor registered (503),
+	// bearer (401), body (413, 400), known `mission_id` (202 or 409), routing (404, 503).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/sessions/{session_id}/dispatch (the `DispatchMission` operationId).
+	DispatchMission(ctx context.Context, sessionId string, body DispatchMissionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetHealthz Liveness probe
 	//
@@ -596,6 +827,36 @@ func (c *Client) ExecCommandWithBody(ctx context.Context, agentId AgentID, conte
 // Corresponds with POST /api/v1/agents/{agent_id}/exec (the `ExecCommand` operationId).
 func (c *Client) ExecCommand(ctx context.Context, agentId AgentID, body ExecCommandJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewExecCommandRequest(c.Server, agentId, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReconnectAIWG Reconnect to aiwg serve now, skipping the backoff wait.
+//
+// Corresponds with POST /api/v1/aiwg/reconnect (the `ReconnectAIWG` operationId).
+func (c *Client) ReconnectAIWG(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReconnectAIWGRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetAIWGStatus State of the aiwg serve integration. Never contains a token.
+//
+// Corresponds with GET /api/v1/aiwg/status (the `GetAIWGStatus` operationId).
+func (c *Client) GetAIWGStatus(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetAIWGStatusRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -718,6 +979,148 @@ func (c *Client) WriteCommandStdinWithBody(ctx context.Context, commandId Comman
 // Takes a body of the `application/json` content type.
 func (c *Client) WriteCommandStdin(ctx context.Context, commandId CommandID, body WriteCommandStdinJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewWriteCommandStdinRequest(c.Server, commandId, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListHITL Open human-in-the-loop requests, oldest first.
+//
+// Corresponds with GET /api/v1/hitl (the `ListHITL` operationId).
+func (c *Client) ListHITL(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListHITLRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RespondHITLWithBody Answer a HITL request; `text` + newline is written to the session's stdin.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/hitl/{hitl_id}/respond (the `RespondHITL` operationId).
+func (c *Client) RespondHITLWithBody(ctx context.Context, hitlId string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRespondHITLRequestWithBody(c.Server, hitlId, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RespondHITL Answer a HITL request; `text` + newline is written to the session's stdin.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/hitl/{hitl_id}/respond (the `RespondHITL` operationId).
+func (c *Client) RespondHITL(ctx context.Context, hitlId string, body RespondHITLJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRespondHITLRequest(c.Server, hitlId, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListMissions Missions on record (not archived), oldest first.
+//
+// Corresponds with GET /api/v1/missions (the `ListMissions` operationId).
+func (c *Client) ListMissions(ctx context.Context, params *ListMissionsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListMissionsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetMission performs a GET /api/v1/missions/{mission_id} (the `GetMission` operationId) request.
+func (c *Client) GetMission(ctx context.Context, missionId string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetMissionRequest(c.Server, missionId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// KillSession Kill a session (its whole process group); a mission running in it ends as mission.aborted.
+//
+// Corresponds with DELETE /api/v1/sessions/{session_id} (the `KillSession` operationId).
+func (c *Client) KillSession(ctx context.Context, sessionId string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewKillSessionRequest(c.Server, sessionId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DispatchMissionWithBody aiwg serve dispatches a mission to this executor.
+//
+// Authenticated with the executor token issued by aiwg serve at executor registration
+// (not the operator token). The objective runs as a background PTY session
+// (`sh -c <objective>`) on the chosen agent, with `AIWG_MISSION_ID` in its environment.
+// A second dispatch of the same `mission_id` with the same body answers 202 again with
+// the same answer and starts nothing; with a different body it is 409.
+// Checks happen in this order: integration configured and executor registered (503),
+// bearer (401), body (413, 400), known `mission_id` (202 or 409), routing (404, 503).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/sessions/{session_id}/dispatch (the `DispatchMission` operationId).
+func (c *Client) DispatchMissionWithBody(ctx context.Context, sessionId string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDispatchMissionRequestWithBody(c.Server, sessionId, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DispatchMission aiwg serve dispatches a mission to this executor.
+//
+// Authenticated with the executor token issued by aiwg serve at executor registration
+// (not the operator token). The objective runs as a background PTY session
+// (`sh -c <objective>`) on the chosen agent, with `AIWG_MISSION_ID` in its environment.
+// A second dispatch of the same `mission_id` with the same body answers 202 again with
+// the same answer and starts nothing; with a different body it is 409.
+// Checks happen in this order: integration configured and executor registered (503),
+// bearer (401), body (413, 400), known `mission_id` (202 or 409), routing (404, 503).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/sessions/{session_id}/dispatch (the `DispatchMission` operationId).
+func (c *Client) DispatchMission(ctx context.Context, sessionId string, body DispatchMissionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDispatchMissionRequest(c.Server, sessionId, body)
 	if err != nil {
 		return nil, err
 	}
@@ -909,6 +1312,60 @@ func NewExecCommandRequestWithBody(server string, agentId AgentID, contentType s
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewReconnectAIWGRequest constructs an http.Request for the ReconnectAIWG method
+func NewReconnectAIWGRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/aiwg/reconnect")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetAIWGStatusRequest constructs an http.Request for the GetAIWGStatus method
+func NewGetAIWGStatusRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/aiwg/status")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
 
 	return req, nil
 }
@@ -1173,6 +1630,249 @@ func NewWriteCommandStdinRequestWithBody(server string, commandId CommandID, con
 	return req, nil
 }
 
+// NewListHITLRequest constructs an http.Request for the ListHITL method
+func NewListHITLRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/hitl")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewRespondHITLRequest calls the generic RespondHITL builder with application/json body
+func NewRespondHITLRequest(server string, hitlId string, body RespondHITLJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRespondHITLRequestWithBody(server, hitlId, "application/json", bodyReader)
+}
+
+// NewRespondHITLRequestWithBody constructs an http.Request for the RespondHITL method, with any body, and a specified content type
+func NewRespondHITLRequestWithBody(server string, hitlId string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "hitl_id", hitlId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/hitl/%s/respond", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewListMissionsRequest constructs an http.Request for the ListMissions method
+func NewListMissionsRequest(server string, params *ListMissionsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/missions")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.State != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "state", *params.State, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetMissionRequest constructs an http.Request for the GetMission method
+func NewGetMissionRequest(server string, missionId string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "mission_id", missionId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/missions/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewKillSessionRequest constructs an http.Request for the KillSession method
+func NewKillSessionRequest(server string, sessionId string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "session_id", sessionId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/sessions/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewDispatchMissionRequest calls the generic DispatchMission builder with application/json body
+func NewDispatchMissionRequest(server string, sessionId string, body DispatchMissionJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewDispatchMissionRequestWithBody(server, sessionId, "application/json", bodyReader)
+}
+
+// NewDispatchMissionRequestWithBody constructs an http.Request for the DispatchMission method, with any body, and a specified content type
+func NewDispatchMissionRequestWithBody(server string, sessionId string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "session_id", sessionId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/sessions/%s/dispatch", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewGetHealthzRequest constructs an http.Request for the GetHealthz method
 func NewGetHealthzRequest(server string) (*http.Request, error) {
 	var err error
@@ -1317,6 +2017,20 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /api/v1/agents/{agent_id}/exec (the `ExecCommand` operationId).
 	ExecCommandWithResponse(ctx context.Context, agentId AgentID, body ExecCommandJSONRequestBody, reqEditors ...RequestEditorFn) (*ExecCommandResponse, error)
 
+	// ReconnectAIWGWithResponse Reconnect to aiwg serve now, skipping the backoff wait.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/aiwg/reconnect (the `ReconnectAIWG` operationId).
+	ReconnectAIWGWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ReconnectAIWGResponse, error)
+
+	// GetAIWGStatusWithResponse State of the aiwg serve integration. Never contains a token.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/aiwg/status (the `GetAIWGStatus` operationId).
+	GetAIWGStatusWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetAIWGStatusResponse, error)
+
 	// KillCommandWithResponse Kill a running command (its whole process group).
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -1368,6 +2082,76 @@ type ClientWithResponsesInterface interface {
 	// WriteCommandStdinWithResponse performs a POST /api/v1/commands/{command_id}/stdin (the `WriteCommandStdin` operationId) request.
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	WriteCommandStdinWithResponse(ctx context.Context, commandId CommandID, body WriteCommandStdinJSONRequestBody, reqEditors ...RequestEditorFn) (*WriteCommandStdinResponse, error)
+
+	// ListHITLWithResponse Open human-in-the-loop requests, oldest first.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/hitl (the `ListHITL` operationId).
+	ListHITLWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListHITLResponse, error)
+
+	// RespondHITLWithBodyWithResponse Answer a HITL request; `text` + newline is written to the session's stdin.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/hitl/{hitl_id}/respond (the `RespondHITL` operationId).
+	RespondHITLWithBodyWithResponse(ctx context.Context, hitlId string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RespondHITLResponse, error)
+
+	// RespondHITLWithResponse Answer a HITL request; `text` + newline is written to the session's stdin.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/hitl/{hitl_id}/respond (the `RespondHITL` operationId).
+	RespondHITLWithResponse(ctx context.Context, hitlId string, body RespondHITLJSONRequestBody, reqEditors ...RequestEditorFn) (*RespondHITLResponse, error)
+
+	// ListMissionsWithResponse Missions on record (not archived), oldest first.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/missions (the `ListMissions` operationId).
+	ListMissionsWithResponse(ctx context.Context, params *ListMissionsParams, reqEditors ...RequestEditorFn) (*ListMissionsResponse, error)
+
+	// GetMissionWithResponse performs a GET /api/v1/missions/{mission_id} (the `GetMission` operationId) request.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	GetMissionWithResponse(ctx context.Context, missionId string, reqEditors ...RequestEditorFn) (*GetMissionResponse, error)
+
+	// KillSessionWithResponse Kill a session (its whole process group); a mission running in it ends as mission.aborted.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /api/v1/sessions/{session_id} (the `KillSession` operationId).
+	KillSessionWithResponse(ctx context.Context, sessionId string, reqEditors ...RequestEditorFn) (*KillSessionResponse, error)
+
+	// DispatchMissionWithBodyWithResponse aiwg serve dispatches a mission to this executor.
+	//
+	// Authenticated with the executor token issued by aiwg serve at executor registration
+	// (not the operator token). The objective runs as a background PTY session
+	// (`sh -c <objective>`) on the chosen agent, with `AIWG_MISSION_ID` in its environment.
+	// A second dispatch of the same `mission_id` with the same body answers 202 again with
+	// the same answer and starts nothing; with a different body it is 409.
+	// Checks happen in this order: integration configured and executor registered (503),
+	// bearer (401), body (413, 400), known `mission_id` (202 or 409), routing (404, 503).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/sessions/{session_id}/dispatch (the `DispatchMission` operationId).
+	DispatchMissionWithBodyWithResponse(ctx context.Context, sessionId string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*DispatchMissionResponse, error)
+
+	// DispatchMissionWithResponse aiwg serve dispatches a mission to this executor.
+	//
+	// Authenticated with the executor token issued by aiwg serve at executor registration
+	// (not the operator token). The objective runs as a background PTY session
+	// (`sh -c <objective>`) on the chosen agent, with `AIWG_MISSION_ID` in its environment.
+	// A second dispatch of the same `mission_id` with the same body answers 202 again with
+	// the same answer and starts nothing; with a different body it is 409.
+	// Checks happen in this order: integration configured and executor registered (503),
+	// bearer (401), body (413, 400), known `mission_id` (202 or 409), routing (404, 503).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/sessions/{session_id}/dispatch (the `DispatchMission` operationId).
+	DispatchMissionWithResponse(ctx context.Context, sessionId string, body DispatchMissionJSONRequestBody, reqEditors ...RequestEditorFn) (*DispatchMissionResponse, error)
 
 	// GetHealthzWithResponse Liveness probe
 	//
@@ -1647,6 +2431,109 @@ func (r ExecCommandResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ExecCommandResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ReconnectAIWGResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *AIWGStatus
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r ReconnectAIWGResponse) GetJSON202() *AIWGStatus {
+	return r.JSON202
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ReconnectAIWGResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ReconnectAIWGResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ReconnectAIWGResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ReconnectAIWGResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ReconnectAIWGResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ReconnectAIWGResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetAIWGStatusResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AIWGStatus
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetAIWGStatusResponse) GetJSON200() *AIWGStatus {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetAIWGStatusResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetBody returns the raw response body bytes
+func (r GetAIWGStatusResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetAIWGStatusResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetAIWGStatusResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetAIWGStatusResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -2012,6 +2899,399 @@ func (r WriteCommandStdinResponse) ContentType() string {
 	return ""
 }
 
+type ListHITLResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *HITLList
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListHITLResponse) GetJSON200() *HITLList {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ListHITLResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetBody returns the raw response body bytes
+func (r ListHITLResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListHITLResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListHITLResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListHITLResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type RespondHITLResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *HITLAnswered
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *TooLarge
+	// JSON502 the response for an HTTP 502 `application/json` response
+	JSON502 *BadGateway
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RespondHITLResponse) GetJSON200() *HITLAnswered {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r RespondHITLResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r RespondHITLResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r RespondHITLResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r RespondHITLResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r RespondHITLResponse) GetJSON413() *TooLarge {
+	return r.JSON413
+}
+
+// GetJSON502 returns the response for an HTTP 502 `application/json` response
+func (r RespondHITLResponse) GetJSON502() *BadGateway {
+	return r.JSON502
+}
+
+// GetBody returns the raw response body bytes
+func (r RespondHITLResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RespondHITLResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RespondHITLResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RespondHITLResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListMissionsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *MissionList
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListMissionsResponse) GetJSON200() *MissionList {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ListMissionsResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ListMissionsResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetBody returns the raw response body bytes
+func (r ListMissionsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListMissionsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListMissionsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListMissionsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetMissionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Mission
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetMissionResponse) GetJSON200() *Mission {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetMissionResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetMissionResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r GetMissionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetMissionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetMissionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetMissionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type KillSessionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *SessionKilled
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSON502 the response for an HTTP 502 `application/json` response
+	JSON502 *BadGateway
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r KillSessionResponse) GetJSON202() *SessionKilled {
+	return r.JSON202
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r KillSessionResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r KillSessionResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r KillSessionResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSON502 returns the response for an HTTP 502 `application/json` response
+func (r KillSessionResponse) GetJSON502() *BadGateway {
+	return r.JSON502
+}
+
+// GetBody returns the raw response body bytes
+func (r KillSessionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r KillSessionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r KillSessionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r KillSessionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DispatchMissionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *DispatchAccepted
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *TooLarge
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r DispatchMissionResponse) GetJSON202() *DispatchAccepted {
+	return r.JSON202
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r DispatchMissionResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r DispatchMissionResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r DispatchMissionResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r DispatchMissionResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r DispatchMissionResponse) GetJSON413() *TooLarge {
+	return r.JSON413
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r DispatchMissionResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r DispatchMissionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DispatchMissionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DispatchMissionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DispatchMissionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type GetHealthzResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -2183,6 +3463,32 @@ func (c *ClientWithResponses) ExecCommandWithResponse(ctx context.Context, agent
 	return ParseExecCommandResponse(rsp)
 }
 
+// ReconnectAIWGWithResponse Reconnect to aiwg serve now, skipping the backoff wait.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/aiwg/reconnect (the `ReconnectAIWG` operationId).
+func (c *ClientWithResponses) ReconnectAIWGWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ReconnectAIWGResponse, error) {
+	rsp, err := c.ReconnectAIWG(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReconnectAIWGResponse(rsp)
+}
+
+// GetAIWGStatusWithResponse State of the aiwg serve integration. Never contains a token.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/aiwg/status (the `GetAIWGStatus` operationId).
+func (c *ClientWithResponses) GetAIWGStatusWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetAIWGStatusResponse, error) {
+	rsp, err := c.GetAIWGStatus(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetAIWGStatusResponse(rsp)
+}
+
 // KillCommandWithResponse Kill a running command (its whole process group).
 //
 // Returns a wrapper object for the known response body format(s).
@@ -2281,6 +3587,124 @@ func (c *ClientWithResponses) WriteCommandStdinWithResponse(ctx context.Context,
 		return nil, err
 	}
 	return ParseWriteCommandStdinResponse(rsp)
+}
+
+// ListHITLWithResponse Open human-in-the-loop requests, oldest first.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/hitl (the `ListHITL` operationId).
+func (c *ClientWithResponses) ListHITLWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListHITLResponse, error) {
+	rsp, err := c.ListHITL(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListHITLResponse(rsp)
+}
+
+// RespondHITLWithBodyWithResponse Answer a HITL request; `text` + newline is written to the session's stdin.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/hitl/{hitl_id}/respond (the `RespondHITL` operationId).
+func (c *ClientWithResponses) RespondHITLWithBodyWithResponse(ctx context.Context, hitlId string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RespondHITLResponse, error) {
+	rsp, err := c.RespondHITLWithBody(ctx, hitlId, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRespondHITLResponse(rsp)
+}
+
+// RespondHITLWithResponse Answer a HITL request; `text` + newline is written to the session's stdin.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/hitl/{hitl_id}/respond (the `RespondHITL` operationId).
+func (c *ClientWithResponses) RespondHITLWithResponse(ctx context.Context, hitlId string, body RespondHITLJSONRequestBody, reqEditors ...RequestEditorFn) (*RespondHITLResponse, error) {
+	rsp, err := c.RespondHITL(ctx, hitlId, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRespondHITLResponse(rsp)
+}
+
+// ListMissionsWithResponse Missions on record (not archived), oldest first.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/missions (the `ListMissions` operationId).
+func (c *ClientWithResponses) ListMissionsWithResponse(ctx context.Context, params *ListMissionsParams, reqEditors ...RequestEditorFn) (*ListMissionsResponse, error) {
+	rsp, err := c.ListMissions(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListMissionsResponse(rsp)
+}
+
+// GetMissionWithResponse performs a GET /api/v1/missions/{mission_id} (the `GetMission` operationId) request.
+//
+// Returns a wrapper object for the known response body format(s).
+func (c *ClientWithResponses) GetMissionWithResponse(ctx context.Context, missionId string, reqEditors ...RequestEditorFn) (*GetMissionResponse, error) {
+	rsp, err := c.GetMission(ctx, missionId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetMissionResponse(rsp)
+}
+
+// KillSessionWithResponse Kill a session (its whole process group); a mission running in it ends as mission.aborted.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /api/v1/sessions/{session_id} (the `KillSession` operationId).
+func (c *ClientWithResponses) KillSessionWithResponse(ctx context.Context, sessionId string, reqEditors ...RequestEditorFn) (*KillSessionResponse, error) {
+	rsp, err := c.KillSession(ctx, sessionId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseKillSessionResponse(rsp)
+}
+
+// DispatchMissionWithBodyWithResponse aiwg serve dispatches a mission to this executor.
+//
+// Authenticated with the executor token issued by aiwg serve at executor registration
+// (not the operator token). The objective runs as a background PTY session
+// (`sh -c <objective>`) on the chosen agent, with `AIWG_MISSION_ID` in its environment.
+// A second dispatch of the same `mission_id` with the same body answers 202 again with
+// the same answer and starts nothing; with a different body it is 409.
+// Checks happen in this order: integration configured and executor registered (503),
+// bearer (401), body (413, 400), known `mission_id` (202 or 409), routing (404, 503).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/sessions/{session_id}/dispatch (the `DispatchMission` operationId).
+func (c *ClientWithResponses) DispatchMissionWithBodyWithResponse(ctx context.Context, sessionId string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*DispatchMissionResponse, error) {
+	rsp, err := c.DispatchMissionWithBody(ctx, sessionId, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDispatchMissionResponse(rsp)
+}
+
+// DispatchMissionWithResponse aiwg serve dispatches a mission to this executor.
+//
+// Authenticated with the executor token issued by aiwg serve at executor registration
+// (not the operator token). The objective runs as a background PTY session
+// (`sh -c <objective>`) on the chosen agent, with `AIWG_MISSION_ID` in its environment.
+// A second dispatch of the same `mission_id` with the same body answers 202 again with
+// the same answer and starts nothing; with a different body it is 409.
+// Checks happen in this order: integration configured and executor registered (503),
+// bearer (401), body (413, 400), known `mission_id` (202 or 409), routing (404, 503).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/sessions/{session_id}/dispatch (the `DispatchMission` operationId).
+func (c *ClientWithResponses) DispatchMissionWithResponse(ctx context.Context, sessionId string, body DispatchMissionJSONRequestBody, reqEditors ...RequestEditorFn) (*DispatchMissionResponse, error) {
+	rsp, err := c.DispatchMission(ctx, sessionId, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDispatchMissionResponse(rsp)
 }
 
 // GetHealthzWithResponse Liveness probe
@@ -2512,6 +3936,79 @@ func ParseExecCommandResponse(rsp *http.Response) (*ExecCommandResponse, error) 
 			return nil, err
 		}
 		response.JSON502 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseReconnectAIWGResponse parses an HTTP response from a ReconnectAIWGWithResponse call
+func ParseReconnectAIWGResponse(rsp *http.Response) (*ReconnectAIWGResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ReconnectAIWGResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest AIWGStatus
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetAIWGStatusResponse parses an HTTP response from a GetAIWGStatusWithResponse call
+func ParseGetAIWGStatusResponse(rsp *http.Response) (*GetAIWGStatusResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetAIWGStatusResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AIWGStatus
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
 
 	}
 
@@ -2811,6 +4308,309 @@ func ParseWriteCommandStdinResponse(rsp *http.Response) (*WriteCommandStdinRespo
 	return response, nil
 }
 
+// ParseListHITLResponse parses an HTTP response from a ListHITLWithResponse call
+func ParseListHITLResponse(rsp *http.Response) (*ListHITLResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListHITLResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest HITLList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseRespondHITLResponse parses an HTTP response from a RespondHITLWithResponse call
+func ParseRespondHITLResponse(rsp *http.Response) (*RespondHITLResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RespondHITLResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest HITLAnswered
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
+		var dest BadGateway
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON502 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListMissionsResponse parses an HTTP response from a ListMissionsWithResponse call
+func ParseListMissionsResponse(rsp *http.Response) (*ListMissionsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListMissionsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest MissionList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetMissionResponse parses an HTTP response from a GetMissionWithResponse call
+func ParseGetMissionResponse(rsp *http.Response) (*GetMissionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetMissionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Mission
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseKillSessionResponse parses an HTTP response from a KillSessionWithResponse call
+func ParseKillSessionResponse(rsp *http.Response) (*KillSessionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &KillSessionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest SessionKilled
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
+		var dest BadGateway
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON502 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDispatchMissionResponse parses an HTTP response from a DispatchMissionWithResponse call
+func ParseDispatchMissionResponse(rsp *http.Response) (*DispatchMissionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DispatchMissionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest DispatchAccepted
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseGetHealthzResponse parses an HTTP response from a GetHealthzWithResponse call
 func ParseGetHealthzResponse(rsp *http.Response) (*GetHealthzResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -2884,6 +4684,12 @@ type ServerInterface interface {
 	// ExecCommand Run a command on an agent and wait for its result.
 	// (POST /api/v1/agents/{agent_id}/exec)
 	ExecCommand(w http.ResponseWriter, r *http.Request, agentId AgentID)
+	// ReconnectAIWG Reconnect to aiwg serve now, skipping the backoff wait.
+	// (POST /api/v1/aiwg/reconnect)
+	ReconnectAIWG(w http.ResponseWriter, r *http.Request)
+	// GetAIWGStatus State of the aiwg serve integration. Never contains a token.
+	// (GET /api/v1/aiwg/status)
+	GetAIWGStatus(w http.ResponseWriter, r *http.Request)
 	// KillCommand Kill a running command (its whole process group).
 	// (DELETE /api/v1/commands/{command_id})
 	KillCommand(w http.ResponseWriter, r *http.Request, commandId CommandID)
@@ -2899,6 +4705,24 @@ type ServerInterface interface {
 
 	// (POST /api/v1/commands/{command_id}/stdin)
 	WriteCommandStdin(w http.ResponseWriter, r *http.Request, commandId CommandID)
+	// ListHITL Open human-in-the-loop requests, oldest first.
+	// (GET /api/v1/hitl)
+	ListHITL(w http.ResponseWriter, r *http.Request)
+	// RespondHITL Answer a HITL request; `text` + newline is written to the session's stdin.
+	// (POST /api/v1/hitl/{hitl_id}/respond)
+	RespondHITL(w http.ResponseWriter, r *http.Request, hitlId string)
+	// ListMissions Missions on record (not archived), oldest first.
+	// (GET /api/v1/missions)
+	ListMissions(w http.ResponseWriter, r *http.Request, params ListMissionsParams)
+
+	// (GET /api/v1/missions/{mission_id})
+	GetMission(w http.ResponseWriter, r *http.Request, missionId string)
+	// KillSession Kill a session (its whole process group); a mission running in it ends as mission.aborted.
+	// (DELETE /api/v1/sessions/{session_id})
+	KillSession(w http.ResponseWriter, r *http.Request, sessionId string)
+	// DispatchMission aiwg serve dispatches a mission to this executor.
+	// (POST /api/v1/sessions/{session_id}/dispatch)
+	DispatchMission(w http.ResponseWriter, r *http.Request, sessionId string)
 	// GetHealthz Liveness probe
 	// (GET /healthz)
 	GetHealthz(w http.ResponseWriter, r *http.Request)
@@ -2999,6 +4823,34 @@ func (siw *ServerInterfaceWrapper) ExecCommand(w http.ResponseWriter, r *http.Re
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.ExecCommand(w, r, agentId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ReconnectAIWG operation middleware
+func (siw *ServerInterfaceWrapper) ReconnectAIWG(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ReconnectAIWG(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetAIWGStatus operation middleware
+func (siw *ServerInterfaceWrapper) GetAIWGStatus(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetAIWGStatus(w, r)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -3180,6 +5032,157 @@ func (siw *ServerInterfaceWrapper) WriteCommandStdin(w http.ResponseWriter, r *h
 	handler.ServeHTTP(w, r)
 }
 
+// ListHITL operation middleware
+func (siw *ServerInterfaceWrapper) ListHITL(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListHITL(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// RespondHITL operation middleware
+func (siw *ServerInterfaceWrapper) RespondHITL(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "hitl_id" -------------
+	var hitlId string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "hitl_id", r.PathValue("hitl_id"), &hitlId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "hitl_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.RespondHITL(w, r, hitlId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListMissions operation middleware
+func (siw *ServerInterfaceWrapper) ListMissions(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListMissionsParams
+
+	// ------------- Optional query parameter "state" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "state", r.URL.Query(), &params.State, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "state"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "state", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListMissions(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetMission operation middleware
+func (siw *ServerInterfaceWrapper) GetMission(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "mission_id" -------------
+	var missionId string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "mission_id", r.PathValue("mission_id"), &missionId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "mission_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetMission(w, r, missionId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// KillSession operation middleware
+func (siw *ServerInterfaceWrapper) KillSession(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "session_id" -------------
+	var sessionId string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "session_id", r.PathValue("session_id"), &sessionId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "session_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.KillSession(w, r, sessionId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// DispatchMission operation middleware
+func (siw *ServerInterfaceWrapper) DispatchMission(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "session_id" -------------
+	var sessionId string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "session_id", r.PathValue("session_id"), &sessionId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "session_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DispatchMission(w, r, sessionId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // GetHealthz operation middleware
 func (siw *ServerInterfaceWrapper) GetHealthz(w http.ResponseWriter, r *http.Request) {
 
@@ -3339,6 +5342,14 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/commands/{command_id}/stdin", wrapper.WriteCommandStdin)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/commands/{command_id}/resize", wrapper.ResizeCommand)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/commands/{command_id}/signal", wrapper.SignalCommand)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/sessions/{session_id}/dispatch", wrapper.DispatchMission)
+	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/api/v1/sessions/{session_id}", wrapper.KillSession)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/missions", wrapper.ListMissions)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/missions/{mission_id}", wrapper.GetMission)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/hitl", wrapper.ListHITL)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/hitl/{hitl_id}/respond", wrapper.RespondHITL)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/aiwg/status", wrapper.GetAIWGStatus)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/aiwg/reconnect", wrapper.ReconnectAIWG)
 
 	return m
 }
@@ -3354,6 +5365,8 @@ type NotFoundJSONResponse Error
 type TooLargeJSONResponse Error
 
 type UnauthorizedJSONResponse Error
+
+type UnavailableJSONResponse Error
 
 type ListAgentsRequestObject struct {
 }
@@ -3650,6 +5663,90 @@ func (response ExecCommand502JSONResponse) VisitExecCommandResponse(w http.Respo
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(502)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReconnectAIWGRequestObject struct {
+}
+
+type ReconnectAIWGResponseObject interface {
+	VisitReconnectAIWGResponse(w http.ResponseWriter) error
+}
+
+type ReconnectAIWG202JSONResponse AIWGStatus
+
+func (response ReconnectAIWG202JSONResponse) VisitReconnectAIWGResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(202)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReconnectAIWG401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response ReconnectAIWG401JSONResponse) VisitReconnectAIWGResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReconnectAIWG503JSONResponse struct{ UnavailableJSONResponse }
+
+func (response ReconnectAIWG503JSONResponse) VisitReconnectAIWGResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAIWGStatusRequestObject struct {
+}
+
+type GetAIWGStatusResponseObject interface {
+	VisitGetAIWGStatusResponse(w http.ResponseWriter) error
+}
+
+type GetAIWGStatus200JSONResponse AIWGStatus
+
+func (response GetAIWGStatus200JSONResponse) VisitGetAIWGStatusResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAIWGStatus401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response GetAIWGStatus401JSONResponse) VisitGetAIWGStatusResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -4100,6 +6197,433 @@ func (response WriteCommandStdin502JSONResponse) VisitWriteCommandStdinResponse(
 	return err
 }
 
+type ListHITLRequestObject struct {
+}
+
+type ListHITLResponseObject interface {
+	VisitListHITLResponse(w http.ResponseWriter) error
+}
+
+type ListHITL200JSONResponse HITLList
+
+func (response ListHITL200JSONResponse) VisitListHITLResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListHITL401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response ListHITL401JSONResponse) VisitListHITLResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RespondHITLRequestObject struct {
+	HitlId string `json:"hitl_id"`
+	Body   *RespondHITLJSONRequestBody
+}
+
+type RespondHITLResponseObject interface {
+	VisitRespondHITLResponse(w http.ResponseWriter) error
+}
+
+type RespondHITL200JSONResponse HITLAnswered
+
+func (response RespondHITL200JSONResponse) VisitRespondHITLResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RespondHITL400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response RespondHITL400JSONResponse) VisitRespondHITLResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RespondHITL401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response RespondHITL401JSONResponse) VisitRespondHITLResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RespondHITL404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response RespondHITL404JSONResponse) VisitRespondHITLResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RespondHITL409JSONResponse struct{ ConflictJSONResponse }
+
+func (response RespondHITL409JSONResponse) VisitRespondHITLResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RespondHITL413JSONResponse struct{ TooLargeJSONResponse }
+
+func (response RespondHITL413JSONResponse) VisitRespondHITLResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RespondHITL502JSONResponse struct{ BadGatewayJSONResponse }
+
+func (response RespondHITL502JSONResponse) VisitRespondHITLResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(502)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListMissionsRequestObject struct {
+	Params ListMissionsParams
+}
+
+type ListMissionsResponseObject interface {
+	VisitListMissionsResponse(w http.ResponseWriter) error
+}
+
+type ListMissions200JSONResponse MissionList
+
+func (response ListMissions200JSONResponse) VisitListMissionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListMissions400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response ListMissions400JSONResponse) VisitListMissionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListMissions401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response ListMissions401JSONResponse) VisitListMissionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetMissionRequestObject struct {
+	MissionId string `json:"mission_id"`
+}
+
+type GetMissionResponseObject interface {
+	VisitGetMissionResponse(w http.ResponseWriter) error
+}
+
+type GetMission200JSONResponse Mission
+
+func (response GetMission200JSONResponse) VisitGetMissionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetMission401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response GetMission401JSONResponse) VisitGetMissionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetMission404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response GetMission404JSONResponse) VisitGetMissionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type KillSessionRequestObject struct {
+	SessionId string `json:"session_id"`
+}
+
+type KillSessionResponseObject interface {
+	VisitKillSessionResponse(w http.ResponseWriter) error
+}
+
+type KillSession202JSONResponse SessionKilled
+
+func (response KillSession202JSONResponse) VisitKillSessionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(202)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type KillSession401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response KillSession401JSONResponse) VisitKillSessionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type KillSession404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response KillSession404JSONResponse) VisitKillSessionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type KillSession409JSONResponse struct{ ConflictJSONResponse }
+
+func (response KillSession409JSONResponse) VisitKillSessionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type KillSession502JSONResponse struct{ BadGatewayJSONResponse }
+
+func (response KillSession502JSONResponse) VisitKillSessionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(502)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DispatchMissionRequestObject struct {
+	SessionId string `json:"session_id"`
+	Body      *DispatchMissionJSONRequestBody
+}
+
+type DispatchMissionResponseObject interface {
+	VisitDispatchMissionResponse(w http.ResponseWriter) error
+}
+
+type DispatchMission202JSONResponse DispatchAccepted
+
+func (response DispatchMission202JSONResponse) VisitDispatchMissionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(202)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DispatchMission400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response DispatchMission400JSONResponse) VisitDispatchMissionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DispatchMission401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response DispatchMission401JSONResponse) VisitDispatchMissionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DispatchMission404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response DispatchMission404JSONResponse) VisitDispatchMissionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DispatchMission409JSONResponse struct{ ConflictJSONResponse }
+
+func (response DispatchMission409JSONResponse) VisitDispatchMissionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DispatchMission413JSONResponse struct{ TooLargeJSONResponse }
+
+func (response DispatchMission413JSONResponse) VisitDispatchMissionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DispatchMission503JSONResponse struct{ UnavailableJSONResponse }
+
+func (response DispatchMission503JSONResponse) VisitDispatchMissionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetHealthzRequestObject struct {
 }
 
@@ -4170,6 +6694,12 @@ type StrictServerInterface interface {
 	// ExecCommand Run a command on an agent and wait for its result.
 	// (POST /api/v1/agents/{agent_id}/exec)
 	ExecCommand(ctx context.Context, request ExecCommandRequestObject) (ExecCommandResponseObject, error)
+	// ReconnectAIWG Reconnect to aiwg serve now, skipping the backoff wait.
+	// (POST /api/v1/aiwg/reconnect)
+	ReconnectAIWG(ctx context.Context, request ReconnectAIWGRequestObject) (ReconnectAIWGResponseObject, error)
+	// GetAIWGStatus State of the aiwg serve integration. Never contains a token.
+	// (GET /api/v1/aiwg/status)
+	GetAIWGStatus(ctx context.Context, request GetAIWGStatusRequestObject) (GetAIWGStatusResponseObject, error)
 	// KillCommand Kill a running command (its whole process group).
 	// (DELETE /api/v1/commands/{command_id})
 	KillCommand(ctx context.Context, request KillCommandRequestObject) (KillCommandResponseObject, error)
@@ -4185,6 +6715,24 @@ type StrictServerInterface interface {
 
 	// (POST /api/v1/commands/{command_id}/stdin)
 	WriteCommandStdin(ctx context.Context, request WriteCommandStdinRequestObject) (WriteCommandStdinResponseObject, error)
+	// ListHITL Open human-in-the-loop requests, oldest first.
+	// (GET /api/v1/hitl)
+	ListHITL(ctx context.Context, request ListHITLRequestObject) (ListHITLResponseObject, error)
+	// RespondHITL Answer a HITL request; `text` + newline is written to the session's stdin.
+	// (POST /api/v1/hitl/{hitl_id}/respond)
+	RespondHITL(ctx context.Context, request RespondHITLRequestObject) (RespondHITLResponseObject, error)
+	// ListMissions Missions on record (not archived), oldest first.
+	// (GET /api/v1/missions)
+	ListMissions(ctx context.Context, request ListMissionsRequestObject) (ListMissionsResponseObject, error)
+
+	// (GET /api/v1/missions/{mission_id})
+	GetMission(ctx context.Context, request GetMissionRequestObject) (GetMissionResponseObject, error)
+	// KillSession Kill a session (its whole process group); a mission running in it ends as mission.aborted.
+	// (DELETE /api/v1/sessions/{session_id})
+	KillSession(ctx context.Context, request KillSessionRequestObject) (KillSessionResponseObject, error)
+	// DispatchMission aiwg serve dispatches a mission to this executor.
+	// (POST /api/v1/sessions/{session_id}/dispatch)
+	DispatchMission(ctx context.Context, request DispatchMissionRequestObject) (DispatchMissionResponseObject, error)
 	// GetHealthz Liveness probe
 	// (GET /healthz)
 	GetHealthz(ctx context.Context, request GetHealthzRequestObject) (GetHealthzResponseObject, error)
@@ -4348,6 +6896,54 @@ func (sh *strictHandler) ExecCommand(w http.ResponseWriter, r *http.Request, age
 	}
 }
 
+// ReconnectAIWG operation middleware
+func (sh *strictHandler) ReconnectAIWG(w http.ResponseWriter, r *http.Request) {
+	var request ReconnectAIWGRequestObject
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ReconnectAIWG(ctx, request.(ReconnectAIWGRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ReconnectAIWG")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ReconnectAIWGResponseObject); ok {
+		if err := validResponse.VisitReconnectAIWGResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetAIWGStatus operation middleware
+func (sh *strictHandler) GetAIWGStatus(w http.ResponseWriter, r *http.Request) {
+	var request GetAIWGStatusRequestObject
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetAIWGStatus(ctx, request.(GetAIWGStatusRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetAIWGStatus")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetAIWGStatusResponseObject); ok {
+		if err := validResponse.VisitGetAIWGStatusResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // KillCommand operation middleware
 func (sh *strictHandler) KillCommand(w http.ResponseWriter, r *http.Request, commandId CommandID) {
 	var request KillCommandRequestObject
@@ -4500,6 +7096,174 @@ func (sh *strictHandler) WriteCommandStdin(w http.ResponseWriter, r *http.Reques
 	}
 }
 
+// ListHITL operation middleware
+func (sh *strictHandler) ListHITL(w http.ResponseWriter, r *http.Request) {
+	var request ListHITLRequestObject
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListHITL(ctx, request.(ListHITLRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListHITL")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListHITLResponseObject); ok {
+		if err := validResponse.VisitListHITLResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// RespondHITL operation middleware
+func (sh *strictHandler) RespondHITL(w http.ResponseWriter, r *http.Request, hitlId string) {
+	var request RespondHITLRequestObject
+
+	request.HitlId = hitlId
+
+	var body RespondHITLJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.RespondHITL(ctx, request.(RespondHITLRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "RespondHITL")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(RespondHITLResponseObject); ok {
+		if err := validResponse.VisitRespondHITLResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListMissions operation middleware
+func (sh *strictHandler) ListMissions(w http.ResponseWriter, r *http.Request, params ListMissionsParams) {
+	var request ListMissionsRequestObject
+
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListMissions(ctx, request.(ListMissionsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListMissions")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListMissionsResponseObject); ok {
+		if err := validResponse.VisitListMissionsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetMission operation middleware
+func (sh *strictHandler) GetMission(w http.ResponseWriter, r *http.Request, missionId string) {
+	var request GetMissionRequestObject
+
+	request.MissionId = missionId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetMission(ctx, request.(GetMissionRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetMission")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetMissionResponseObject); ok {
+		if err := validResponse.VisitGetMissionResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// KillSession operation middleware
+func (sh *strictHandler) KillSession(w http.ResponseWriter, r *http.Request, sessionId string) {
+	var request KillSessionRequestObject
+
+	request.SessionId = sessionId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.KillSession(ctx, request.(KillSessionRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "KillSession")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(KillSessionResponseObject); ok {
+		if err := validResponse.VisitKillSessionResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// DispatchMission operation middleware
+func (sh *strictHandler) DispatchMission(w http.ResponseWriter, r *http.Request, sessionId string) {
+	var request DispatchMissionRequestObject
+
+	request.SessionId = sessionId
+
+	var body DispatchMissionJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.DispatchMission(ctx, request.(DispatchMissionRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "DispatchMission")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(DispatchMissionResponseObject); ok {
+		if err := validResponse.VisitDispatchMissionResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // GetHealthz operation middleware
 func (sh *strictHandler) GetHealthz(w http.ResponseWriter, r *http.Request) {
 	var request GetHealthzRequestObject
@@ -4553,61 +7317,89 @@ func (sh *strictHandler) GetReadyz(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7Fvvbts4kH+Vge6AS7CK7aTZbs79lPayba5tGiRZFIe6kGlpbHEjkVqSiuMWBu5p7sHuSQ5D6q8tx0ma",
-	"FsWhX4pYEofD+fubGfarF8o0kwKF0d7wq5cxxVI0qOyv4xkKc/of9CcX3tDLmIk93xMsRW/oMXob8Mjz",
-	"PYX/5Fxh5A2NytH3dBhjymhdym7foZiZ2BvuHxz5XspF9dv3zCIjStooLmbecul7r2SaMhFt3DR07592",
-	"2yWR0pkUGu25X7LoNTM4Zwv6FUphUBj6k2VZwkNmuBT9v7UU9Kze9F8VTr2h9y/9WqZ991b3T5SSym0V",
-	"oQ4Vz4iIN/SuYgQrSZjTP2zOFjCPeYJgYoTiuKCY6HlLnzi7wH9y1ObHcKbcZsA1pCyZSpViZBl5JcU0",
-	"4eEPY0PLXIVIfHABDLRhhiTEDEQSNQhpgCWJnIOJuYYd7M16hVjpVSiFwNBg5FcSZYlCFi0ARYTRrj3T",
-	"mTR/ylxE3/9MZxJ0HsbVuez2V1K+Y2qGP1azExktSKwJba1IpAL24T1/aXn6S7DcxFLxL/gDxPKea83F",
-	"DKSCuZJiBhNkipiS10j2vyxdvI5ONmgpmaEy3DmvC0s3qDR3TK14u++FLGMTnvByBTeY6s4viwdMKbaw",
-	"K0s7CpjdmRyC/vIiZnDP8BQ9f51KxPXjFsZSGxf3OnjjUffjLGBRpFB3nyhhE0ycnKKIk9xZct6S3yYh",
-	"yMnfGBpHQ5sgRqbMBB9ynBSN4qHeZh7vi88oKudCcDELCqdt8seFwRmq4iu75fCrhyJPveEnKznP6ssw",
-	"LlB5vneTer6Xi2sh58L73MEexZR8K3fW6i7dp7RooQ2mARdTuW3lpf30lL50GadMXp88m82K/evzNAyg",
-	"UlyHTD53qMhy+Y7rTf7Rtvut5133hZUDFEQ3snJZybbUkDZMGZI8EWLRwvO9Sa4XTg4JnbjpNp0KK7AC",
-	"0W4pv5CQ53t4y++x2DHWFUU2+FgDhHS9RhHKiP7eItoPuclyc1J+7VBInpit8fMWwwv3ZWG2uG1JS1R2",
-	"UYRKdXLvXgVyOtXYdm4uzPPD2rEbHqhNJHOziZzMTYNcO+R/sM9BTi3cmXKlDSg0uRIYgVsLk4XBnudv",
-	"Z2TFKFtYsYFWncQqritprDK7KouGZrsM3aW1NUsKZYTr5z4mCDNJELRg1xiETBPYixCmUkGm5EyxVA8h",
-	"b+RfH7i4YQmPAkq39a8ik/sjQbk8MFIGNpn7BH2CKSEaH1I0sYwCemJxEpFzIml8VD+oAdNIuKczKbD8",
-	"AumkFZRqUigfWVTlGGBBZhY+6ZKLIEyktkRJZ0qwxNHqjURXwsBSoquyS1FrNiuEhTJLrH2sVxNNa3DE",
-	"fKePTv1Zt6rA9Uo8ULMHYwWXZ1N2y1MKTPuDwcBWIsXPLkcq5Ld+5nNnEmAkqFz4kEh5jRHkGeHh8+Or",
-	"NySAO6scst6bb0v8KbsNpA1aAfmk7nBn+xauMTOQoQJtFLIUdiKcsjwxsP+coOWuZbaUy/M/9gdHR88P",
-	"t8kmM4v1DS9y4SqCTGMeyT2DKuWCJbBTBA/C+s6NIUU1s1i/oj6RMkEmbOiV84erS+UiYHpT3ONind+P",
-	"ihuDgvTYqO/+TTv/8Kn0C2PC4yZGAc5dYAdvMdz1CRcnODUgMxSwUwIAKmEyyYXZ7XU5EUlknY+rk4v3",
-	"1n0YnF/9lw+lgm7p872D35+HMpGqmyBPkaKkxlAWmKxN+y1PEnu6eSwTpGgWotYwUzLPgE2NLTOo5CCI",
-	"v3N5+pqY8d2JL09fvz199w4OgEoSg2q3B8cTTYWcVDCAFJnQ8GwwAG3ZJ8lYHQsJBWP2eUO4tYBaZnf0",
-	"/LCl4EGXgudSXRPYinhXsuzON3cElzK7Px3WiHJlS7DARaV75OrHo5MN4fhjvGj1KkKZJ5Etu22kcqU4",
-	"pEVtN+GCqUWnYRFaC7rTpatYWQL0jU2UL2D/4Oi3M5iT1VzzJMEIJgvQfEbef0av/3AvibciozZ4s/iz",
-	"141mLI11Ji4dbdt1KHYsaJN9+8CnwMSitwkh3QG4NoKnPAzblVwjYpG5R0F7afO1ykXIDEZdr++JlGqN",
-	"dKGlypLaZtjkrD5Ck6EuB3mDLKHEteocdVWGtyzNErvqust8Npf8K6etCq1yRRc/7+tidQXPZXmQoQqL",
-	"5kNd+sp8kjTqXpGnE6f7iOvrwEjDkjpt3sNR7bJcY/SgVYlkUcBuZsH+PbmrF/z+0BX3XZBiKtXiESIo",
-	"Fj5QCF3QZSWarfl2bqZ7Ry5esCSpSxAHdyghW7ANf139uXfkgzQxqjnXCBOm8flhz7qDKz8tKSpn7ZvO",
-	"4vMCWcRF4dmr5UKzH1/BzfZHERrGk86QsbFf5Krs7bGg6De4z7s8YxXo3pdwWeY3TthF/gI1/4Ibgfij",
-	"YPUjwN1ahHTNFyLUxbXLDRu53pRSjsuERVKHndOzKx8qQPS///0/u4R6nCNtr3CKTTrZI3S5kbuIGdaN",
-	"LphhQWHHTc8jX+zM4HK6fsZXBGIdvi3Q31xxw8WsC4h3+W6jcdZRl4VxN27K8iCUCjf0DG1wfUgoukYl",
-	"sNvliij1EGpSd6eplbMTBMAwV9wsLgmWOfp0fmakupLXWLfdrRhtv7zeMTYmc432skG5Uq4VlODi5PIK",
-	"js9PQU5hbAEAD/fSWWrGsKNR3VAkdEjKDVUyqQz8Bge7vZE4uUG1gIyZGHIRoYJxn2W8f7M/BoEY2VIG",
-	"Sp5bLf2R2Bkfvz45uzp9FXw4P7k4vvpwEVx9eHtyNrbFjl0oEGYoaDVGwIWRMB7lg8GzkIwTIq7sL+yX",
-	"O+xZ0mPLGQFWDUwhsGTOFhr+8/LDGYy/jhyWHXlDGHm9Xm/k+TCynQH3qG7KBO7hcly0KLhJqtknD/c0",
-	"E9FE3kLKBJthSqI5Pj9tQIuhN+jt9wZW5xkKlnFv6D3rDXrPPN+ONq1GC4H1697szDXL3KG4FKeRN/Te",
-	"cW2O3ScrE8uDweDJxjN17/iucaX2QUtlHOrmbih4ONjfRLzitt8aKVkLz9OUqQVFQ0sYbIu+rJAVzrg2",
-	"akH1bjXEsy1iayLNJjHMuYm5M9OZYiFChopLO91b+itC7n8tce5yo7xfoxO3VVU9GP/UfcT6k345OF9+",
-	"/t56ulNHj1UKLTrcvqialy6Xd8q33xzfZFJ3SPqSqrGiSf2N0rY57qWMnnB232gMLttJ16gcl2s6Pniy",
-	"rdtTig5dX1LIKVylqfPBdvU17hL8IDOhBf++fUF1t4AW7D/bvqCanC9973cn/a1HLy94tCOQtUNgVS9D",
-	"CmCivJ/BTSxzA3Nm0csL4IbKg4TfoMtxIUsSwml3OwPeYth0hHXfLTfnumwz8GljA5hJ1O6iyASnUiEx",
-	"giLSvZEo+q8TXEgRwXi1YTtuNmW5hkjJLMPINtDGVX0+plcajUt5bUclX/h/46eDJ97ajeS6A3LjJg/s",
-	"zGNm8AYVcKPrlpYF+ysdKtgZW6gyJoXs/nLub3Hui1xscG36TW5tW8ekEzeIbbtymcX6X+t22dJ5cIJu",
-	"BNv2lbc8SR7rK/U9uA4M8QPzi+3laxTmRYHGSC4wlUki5xqYhlznLOn9xEb2bTZjz8+guFJQGc8OGUnH",
-	"eMN56Kxz0l11kqrm0lTJ1KFVfoPCzrnBzZq1E7ctvRRcI2YuxSRMm5HoiOtyCsjCuIjtvovorXH2uD9u",
-	"jbPHI6HtXUNUWOi2YMsWVjb6UEo5NpBKbeAQ3vOXzfxBf5YSfAFkjlzkWB+q7qHZ/YiUKP6GjGljP8LC",
-	"89w0R+C86Lj14FTA2Jnb2C9uAvSLQR5TOBKYZmYBO7ZGrERboH/X4d3twatyBFQFVNu0VzKfxW4IdXx+",
-	"OhJUIeqYqo4yyRdcdGTA12iewKn94nbrPzmqRX29tdAYydBr3mddayncNba6gzip/9uJr8x/KHDmmUOh",
-	"5VhvZQZHL0nVLR3Djv00k0niAyvM7NlgMBjYSWbXEchU3IyhddfXcWuXbuH+exZkW4NpAwf8zJl8FREb",
-	"tOGkUJqcAqtcqT7NtkRJO/EvuLkEdH3fp8qXT48u233pe+HLw477CpaKzagudlXpA42Gy9PXH0/PXr35",
-	"BfQenLS3G2Ddg9/Qg7Dvf14DbI8YHmuAxRBbN/oG9SWUFpb5ZYPfwQbLW0HdJvhRcYNVGqFPf0IzbI6S",
-	"HmuFK9egfnWuHm9vsb048eWuJvab4pPviH2K6xsbQE8ZV2xfSd3Y2V9zuOUNP31ugo53VA/RgkzJCTpw",
-	"YcfHdx7zwn3xHU9Zz+07Dmq37zlNPvsxW55JA1Yurly0/5dHs4UurhFW5EjwQpq7hV7t5KT+AhKujXZl",
-	"ZU3JtkpiNLHtXrly1p17hfbanPLTZwpJrqR1sSxXSTGkHPb7+wd/9Aa9QW9/eLR/cOAtPy//LwAA//8=",
+	"7Hzvbtu4svirDPT7AdfBKraTpt2e9FO229P13TYtmhwUB+uFTUtjmycSqSWpuN4iwH2a+2D3SS6GpP7Z",
+	"kp2kSe7ioF+CWCKHw/k/w6G+BpFMMylQGB2cfg0ypliKBpX9dbZAYUY/079cBKdBxswyCAPBUgxOA0Zv",
+	"JzwOwkDhHzlXGAenRuUYBjpaYspoXsq+vEOxMMvg9Oj4ZRikXJS/w8CsM4KkjeJiEdzchMFrmaZMxJ2L",
+	"Ru79wy57Q6B0JoVGu++fWPyWGVyxNf2KpDAoDP3LsizhETNcisG/tBT0rFr0/yucB6fB/xtUNB24t3rw",
+	"Rimp3FIx6kjxjIAEp8HlEsFSElb0h63YGlZLniCYJYLfLigm+sFNSJh9wj9y1OZpMFNuMeAaUpbMpUox",
+	"toi8lmKe8OjJ0NAyVxESHlwAA22YIQoxA7FEDUIaYEkiV2CWXEMP+4u+Jyu9iqQQGBmMw5KiLFHI4jWg",
+	"iDE+sHs6l+bvMhfx4+/pXILOo2W5L7v8pZTvmFrg03J2JuM1kTWhpRWRVMARvOc/WZz+IVhullLxP/EJ",
+	"yPKea83FAqSClZJiATNkipCSVygKfK4ZT9gswafgkoFMas1nCYKQK+hxYXCh7CIg5/MQ8AtGuZHKSpnC",
+	"BdcGFYmZkE78QtBGKoS8QpyE7aYwVs7Ojj6/vTDM5M4GK5mhMtzZokiKOV/kytHfW66ZlAkyQRQpRbv9",
+	"NYo4k9yRaMPshUGBPVnTne+LnU3Q0ur0ayDyxHPBmd6tuZqJeCa/tIO+qdvu3+p7/L0EJWf/wsgQKOuG",
+	"tinj/M81Ks0du7dwiFjGZjzhxQxuMNWtI/0DphRbN6g6YXZlsnz0XxAzg4eGpxi07Dnm+n4Tl1Ib5+Ba",
+	"cOtgDs8mLI4V6vYdJWyGiaNTHHOSWJZ8bNCviwgV4ROmzWSJTJkZ3mU7KRrFI71P8d77YSQNuRBcLCbe",
+	"OtfxszqHyo+yS55+DVDkKYkOUS6w/DKMC1RBGFynQRjk4krIlajJU000S1XbhZ2VOq+VNGmtDaYTLuZy",
+	"38wLO3REIzcl3YYtfv1qPzUBKBnXQpNO3XjHdZd+NOV+7363dWFjAx5oJyqVGSs4pA1ThihPgFi8DsJg",
+	"luu1o0NCO66rTSvDfFBIsBvM9xQKyFLxW0xus69lFNtqQKpos9U+ikjG9P8e0n7ITZabN8VoF27midnr",
+	"mb5g9MmN9GKL+6Y0SGUnxahUK/bu1UTO5xqbys2FeXFSKXZNA7WJZW66wMnc1MA1nekH+xzk3Ma1c640",
+	"OUyTK4ExuLkwWxvsB+F+RLb8Ry0pqKUljmIl1iU1NpHdpEWNs22C/jPXGTPR8iyKMPOetylUqA1PGXkB",
+	"K/23t5z7PHJKEZIUXa8ry9YkPtOaL4jQPSK+C56Z8VxgdhtMRBSZhHtcdQ2BJrY1s7a5+100rGUzm3FP",
+	"miVovGvfG26UqMx5YrA1ROnW+yaxPsmccgvpUgmXRPROhifA581kwpJrL2a3D0I6QJVByYZw7Fm51aFL",
+	"sZgUVrMbRC1+TNGwmBnWHUi4mR2QqqWbklvLz4+fv9iTn4ceDL/GFm7lApiGqV7CYQTjfDh8FpXD7U+c",
+	"Ep/2FR46hbxau02O3xQB8ab0xi24npHqUTKhBbvCScQ0ZfgxwlwqyJRcKJbqU8oVyqQrBC6uWcLjCSU1",
+	"1S+fvoVjQQncxEg5sRkcZR5mMqc0NoQUzVLGE3pik2MC5+S+Nqh6UGXJY+GeLqTAYoQN/cv8uQ6heGRT",
+	"aYcAm2RmTblPzMUkSqS2QMl+K8GSAlYtnZrEXBNp4iqnsks0c6qJy6nGwiZVk1pSFULBtMhXJqonNVQ1",
+	"bj4aiyU3SX1M+VtmKPpj0WqnC7ZvMjhFrdnCcxRlluB+m+qAhU5oWoXMxgEdhpKpxZ2TG5cYpOwLTymS",
+	"OhoOh1ZD/M82z++ZvL3nj05uyWCqXISQSHmFMeQZcAEfzy5/2at95G6vvy1TSdmXibRR1oSCiBYX6GIw",
+	"uMLMQIYKtFHIUujFOGd5YuDoBbznP1mTXtLlxY9Hw5cvX5zso01m1u2GydaqMo15LA8NqpQLlkDPRztM",
+	"2MAHlYIU1cL7k20TrOTq7uxSuZgw3RWocbGN72fFjUHhHF9ZefwP7ZQ4hNWSR0vgmt4KcDoNPVLWgxCk",
+	"ggTnBkhloFdkLFBUH9oCizAgimzjcfnm03urPgw+Xv4zhIJBX2j44fHzF5FMpGoHyFOksE5jJH0S2YT9",
+	"K08Su7vVUiZIJjdCrWGhZJ4BmxtbAOMayE9C72L0lpAJ3Y4vRm9/Hb17B8egIWEG1UEfzmaaogOpYAgp",
+	"MqHh2XAI2qJPlLE8FhI8YvZ5jbgVgRpi9/LFSYPBwzYGr6S6ouww5uo2BRanvN3GpUhHHi45inNv2Z1V",
+	"ukVycf90qsMcf16uG1X0SOZJ7Ep1ZKlckdi5CbGAGRdMrfvtYTkn99jm010tlSVAY6w3fwVHxy9/OIcV",
+	"Sc0VTxKMYbYGisBZAuf0+kf3knDzbr+Gmw2a++3pl4WxjcSFg23r4X5FD5vkO6TIlYl1vyul25EhdmZ7",
+	"eRQ1S081i0XiHk+aU+uvVS4i1lGyvGVqV3GkLb0rJakphnXMqi3UEWpTkF9Gl+/OhF6hakv1bLRw/2xt",
+	"b0L/3sHwCf0GdYrFw2bI6gB37aW9WuQDytvXiwhUEZTsqxqVwLtw6o5udlsgYfBLu4BGCtmdy7D352Wm",
+	"ZJp1qArumHk7hnro1Y4b++smqjvT3KZqQbVaGvbi+fNnL/ZFqnZe63LIEoKyuVBVkMAvjBJ6mnXVRvvu",
+	"Ov4GDmWZoZjRhs/7qgK9kZhl+SRDFfkThUouZD5LakIh8nTm7GPM9dXESMOSKrS8hTOz03KN8Z1mJZLF",
+	"E3a9mBzdErtqwvO7zrjthBRTqdb3IIGfeEcitIX33gje0Ty4l7VDg+0RfLWY7NTPMIiWGF3ZIG1HIFQr",
+	"VT2IJbKp9N1mFCHQ9pv7FyNrUc82e8lW3dFJcIPOG7dDtOdNeI0dx5Wb1av7V6v2VKd215+2bb9Z7xMi",
+	"hUx3iIdlyh2ZfY/IgeKdNGVq3YpEnsV3lNFdJbOi7l6RraEFjeV+71b39kDFr3T7QKUwHvuClBLwDpS2",
+	"jqCKynp1Xhf4OKIETZTXmdXooDQW9v8544n9h82k6jq/2sh2tmL/3MwPX7p8giVJdabiyiGUsNuKIfzj",
+	"8u+HL0OQZolqxTXCjGl8cdK34bLbjAUVhIF704rNJ2QxFz7y367YV51kJWuag2I0jCft5e+uA3B3bLg/",
+	"V/AHqG54GxM3C2G3BVycW9Z22Ab+E2r+J+440bhH2e0exZ+tDMqdJhOgNqwvnOX61aaNnerWmcPgvQ6k",
+	"KEmdaDL0+wxLbYESXOs2bArcSfyuzPmsyMtJeKA3Or8Moaz7/M9//fcBSAUuFtpfyPWLtKJnYi46sSt8",
+	"1nYRhRk28epYN8wUTrW6bDnf3uPrRGp0ZTxf5FopbrhYtNUb28KvWkNDS/k5WraHPVk+iaTCjl4OGx/f",
+	"JZq8QiWw3XL4QPMu0KRuzzQ29m4lPMoVN+sLcif+eNefUFzKKxTtJSHbsgYUX4JGdY3Atc4xBmaqnjF3",
+	"tuECImKFdViWGbbtrcJ7aUxmkc4ofKqtu2cGoV80rGxUwz0k+PTm4hLOPo5AzmFqA2YeHaaL1EyhZxGP",
+	"QbpClTsIzaQy8AMcH/TH4s01qjVkzCwhFzEqmA5YxgfXR1MQiLGtFEOBc6OXbyx607O3b84vR68nHz6+",
+	"+XR2+eHT5PLDr2/Op7aWbCcKhAUKmo0xcGEkTN3xHikFxFy5071BscKhBT21mFEwrIEpBJas2FrDf158",
+	"OIfp17GLk8fBKYyDfr8/DkIY24MX96g6mJu4hzdTfwLETVI2PfPo0Le3QcoEW2BKpDn7OKplpafBsH/U",
+	"H3q2CZbx4DR41h/2n1E+z8zSSpIn2KDq1Vm45gm3KS7FKA5OA4qEztyQjVbl4+HwwRohq16iXX3KOgRt",
+	"oxWYrYG7buCT4VEX8BLbQaOX9KYekLrWIQ22Zas4gPDasYZerXvXtgxZEak3DcGKmyV3YrpQLELIUHEZ",
+	"+07LJpEHX4uk8aaT3m/RkduyquqI/619i9WQQdExf/P7Y/NpJ4/uyxSadLJ/UtkofXOzk76DejtfJnUL",
+	"pS8o+/FNS99Ibetbf5LxAzbt185db5rOnvLImy0eHz/Y0s2utRZeX5DJ8apS5/lwP/tqlwieSExowt/2",
+	"TygvFdCEo2f7J5Qt8zdh8NxRf+/Wi5sdTQtk5RBYeVQkBTBRXMzgZilzAytmo6ZXwA1lVwm/RufjIpYk",
+	"FB/uVgby+3VF2NbdYnGui1McPq8tAAuJ2t0QmeFcKiREUMS6Pxb+eHuGaylimG6eh0/rZ95cQ6xkllE4",
+	"QoPL448pvdJonMtrKirpwr+Nng4feGnXotlukGtXeKC3WjKD16iAG12dGNokY+MAEHpTG6pMiSEH35X7",
+	"W5Tb9oi1qjb9JrW2J/PEE9eYu6HKfLUYKPThRrcv+1QMORt9fhs8onOo3RdpEboSDZvh3VcIng+f3WpS",
+	"eR1ng+QFEuSjammQkKsQ9BXPMi4W1rbNWHQl53PLhha6VxWEzkitosZjBl07aX7p22pz/QqkSNYwre60",
+	"TKE3Z4nGg+rQv36PiGuQ8/mDhNG2Olm0WNdzz2q5Ppxb++MvTGhg5e2qGuWLuG3wtTp/v3E+K0FXAG2y",
+	"4VeeJPf1DtWVz5ao+QkjKtscpFGYVz7/IEsAc5kkcqWBach1zpL+X9isfpuVtPtn4MvYpbnskVls6Zdy",
+	"PmnR2utflp7LavRcydTlZ/wahe30B9dtrx25raQquELMXFCVMG3GoiWSkXNAFi19NBO6GKbR0D8dTBsN",
+	"/dOx0PZaLSr0vPVo2VKC9bcURJ0ZSKU2cALv+U/1iIn+LSj4yuoOFzlWm6qK7nY9AiX8/5Axbewg9L7G",
+	"tYcJXPkSfR9GAqZO3Kahvwsx8J2BTOFYYJqZtevdr6r6Pt91VuegD6+LnrIyhLBdQErmi6Xrajv7OBoL",
+	"phD0kvLsIqz1WLTEfG/RPIBSh/4i9x85qnV1k9tzjGgY1K9ubxXvdvXB7QBO7P924BsNZRQq5Fl5OcD2",
+	"CW409dFLYnWDx9CzQzOZJCEwL2bPhsPh0LZGtm2BRMU1LTWutTts7dQ92D9mCWKvMa1Fvn/l2LXFfdoQ",
+	"0TFNzoGVqlTtZp+jpJX4n7grUKT3D+UvHz6fah5k3SqjOmlpgLZQrEd1tqt0H2g0XIzefh6dv/7le2pz",
+	"Z6e9XwCr066Oqpt9/9cVwOZh3n0F0HfF6lqlrOpqb8Qy32XwEWSwuGbQLoKfFTdYuhEa+hcUw/qh7X2l",
+	"cONexfda7TfLW9F41nlU9svo8t1j1gLKLuqOwMfegil6nh8ks/9AEJd5ysQhF4dmiYeJlFm5RggyiVH7",
+	"G73NEIWoNfjqG4tv/HLxzuCEBngabqhkyxeZqpblh/oc0yNpc6Ml+onLxI07BC1Ss2EkfNOLy4x9B45N",
+	"p31uzhaMi+9G5FuqHY4bwIBYUyjSK5ga/GKm8APlbgkX9otTq1bmFDfjmtpW707stE/vi0Fb+rVRRxHJ",
+	"umC/T/i5dtf3u7LG8pMHtxLLjcslj5kx1ns6O8xmsdMnFOyGSBRsAUnWO5Iqhp79sJiKlvwa44NdZrZA",
+	"fvC16pjb2WBQtKXexsY2umtvZWb336p/Cm7v4TT0WKIl2HvXvoO1IPX/TQeDV209+Fq1He6te/sGyn3K",
+	"fFmZDug1W8ZdocETxXa3VKdVPK4qRE2haHRGPqjvfaQKfLPTdFcF/t++yF4KQldx/VUlEKXX56I48Aem",
+	"i7d93zvetEatgjyI/UdXursQznKztA1urGircqXromXRtTX6XsbZun7I1NXZOBbWiDZ6AS2Ygz7YYLm4",
+	"JED7tDtj9kyQ6CBi+Hj5z4JaY9Hb+ZmPg6JVMVpKjaL4AJ/dxfRs9Pnt5P3o4mL04Xwy+nnqqKkBxTVX",
+	"UqQkdWNxBu7uOBSkKk7TNEsRppUdnlbEsa/sZxSZjSk0HA+PXYhmB41FOYr5oMPe/GfK2GL90vaUWHAM",
+	"Yj6fo0JRfJjRlvpPhn/rj8XrJUZXGpYso2SgiAakilGdNk4Uq6NHu9IGVygEhd7z4bODcCx8U2bvZHh0",
+	"ELoleydHz0I4GQ4PQt+Q19h2jzYnFeF0EIKSuSHR7J0MT0IgoG3nCMXHfjpdXksbmxMspwD1KHiGiRQL",
+	"DUa+ch9zKPlQKMRDWcvbutCHz1Q2P470xL1nW9+3ajHVxTvo+dMPK98FkwrtIQks9aCpLN/rvvdqsPDN",
+	"6FZrNtrQf/ud5LFyNTXbXPJD19xKcYhVgPEeZGmv8v65K3T9xQ95zITZXSjuiB8LX2nb1dS1a3RpkqdB",
+	"inf8GgVNyJScOUoO7KWendv85EY84i6r21StfTwsXvdrovL4S57br9iyeO0qD9YfaLbW/uMvJTgivJBm",
+	"N9HLlRzVX0HCNTlc1oDEXOhvlrYpzvUMuH1vyfvG9Qcv77ZvwLmRXCX+7sPpYHB0/GN/2B/2j05fHh0f",
+	"Bze/3/xvAAAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
