@@ -58,7 +58,9 @@ func TestEveryTransition(t *testing.T) {
 				return Finish(m, ports.CommandResult{ExitCode: 3}, "", now)
 			}},
 		{"fail", ports.MissionFailed, EventFailed, []ports.MissionState{ports.MissionAssigned, ports.MissionRunning, ports.MissionHITLRequired, ports.MissionSuspended},
-			func(m ports.Mission) (ports.Mission, ports.Event, error) { return Fail(m, ReasonSessionLost, "gone", nil, "", now) }},
+			func(m ports.Mission) (ports.Mission, ports.Event, error) {
+				return Fail(m, ReasonSessionLost, "gone", nil, "", now)
+			}},
 		{"abort", ports.MissionAborted, EventAborted, []ports.MissionState{ports.MissionAssigned, ports.MissionRunning, ports.MissionHITLRequired, ports.MissionSuspended},
 			func(m ports.Mission) (ports.Mission, ports.Event, error) { return Abort(m, "killed", now) }},
 	}
@@ -301,5 +303,31 @@ func TestRoute(t *testing.T) {
 	got, _ := Route(ports.MissionFilter{}, []Candidate{{ID: "b", Status: "ready"}, {ID: "a", Status: "ready"}})
 	if got != "a" {
 		t.Fatalf("tie: %s", got)
+	}
+}
+
+func TestExecutorCapabilities(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		host, claude bool
+		agents       []Candidate
+		want         []string
+	}{
+		{"nothing configured", false, false, nil, []string{"hitl", "platform:linux/x64", "resumable"}},
+		{"host supervisor", true, false, nil, []string{"hitl", "isolation:host", "platform:linux/x64", "resumable"}},
+		{"claude on the host", true, true, nil, []string{"hitl", "isolation:host", "platform:linux/x64", "resumable", "runtime:claude-code"}},
+		{"a connected vm agent with claude", false, false, []Candidate{{ID: "vm-1", Status: "ready", Runtime: "vm", Capabilities: []string{"claude"}}},
+			[]string{"hitl", "isolation:vm", "platform:linux/x64", "resumable", "runtime:claude-code"}},
+		{"a disconnected container agent counts for nothing", false, false, []Candidate{{ID: "c-1", Status: "disconnected", Runtime: "container"}},
+			[]string{"hitl", "platform:linux/x64", "resumable"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := ExecutorCapabilities("amd64", tc.host, tc.claude, tc.agents); !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+	if got := ExecutorCapabilities("arm64", false, false, nil); !reflect.DeepEqual(got, []string{"hitl", "platform:linux/arm64", "resumable"}) {
+		t.Fatalf("arm64: %v", got)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
@@ -105,4 +106,35 @@ func sortByCreation(ms []ports.Mission) {
 		}
 		return ms[i].ID < ms[j].ID
 	})
+}
+
+// ExecutorCapabilities is what the executor advertises to aiwg serve, honestly:
+// platform, resumable and hitl always; an isolation tier only when a runtime of
+// that kind is configured (hostConfigured for the host supervisor) or has a
+// connected agent; runtime:claude-code only when claude is on the host or an
+// agent reports it.
+func ExecutorCapabilities(goarch string, hostConfigured, claudeOnHost bool, agents []Candidate) []string {
+	set := map[string]bool{"platform:linux/" + PlatformArch(goarch): true, "resumable": true, "hitl": true}
+	if hostConfigured {
+		set["isolation:host"] = true
+	}
+	if claudeOnHost {
+		set["runtime:claude-code"] = true
+	}
+	for _, a := range agents {
+		if a.Status == "disconnected" {
+			continue
+		}
+		for _, c := range AgentCapabilities(a) {
+			if !strings.HasPrefix(c, "platform:") {
+				set[c] = true
+			}
+		}
+	}
+	out := make([]string, 0, len(set))
+	for c := range set {
+		out = append(out, c)
+	}
+	sort.Strings(out)
+	return out
 }
