@@ -108,12 +108,12 @@ func foreignStatus(cmd ports.Command) restapi.CommandStatus {
 	st := restapi.CommandStatus{
 		CommandId: cmd.ID(),
 		AgentId:   cmd.AgentID(),
-		State:     restapi.Running,
+		State:     restapi.CommandStateRunning,
 		Encoding:  restapi.Utf8,
 	}
 	select {
 	case <-cmd.Done():
-		st.State = restapi.Exited
+		st.State = restapi.CommandStateExited
 		r := execResult(cmd.ID(), cmd.AgentID(), cmd.Result(), nil, nil, false)
 		st.Result = &r
 	default:

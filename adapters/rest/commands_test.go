@@ -21,7 +21,7 @@ func startSleeping(t *testing.T, e *env, body string) *resttest.Command {
 	var st restapi.CommandStatus
 	r.decode(t, &st)
 	c := e.nextCommand()
-	if st.CommandId != c.ID() || st.AgentId != "a1" || st.State != restapi.Running {
+	if st.CommandId != c.ID() || st.AgentId != "a1" || st.State != restapi.CommandStateRunning {
 		t.Fatalf("start answered %+v", st)
 	}
 	return c
@@ -57,7 +57,7 @@ func TestCommandLifecycle(t *testing.T) {
 	id := c.ID()
 
 	st := getStatus(t, e, id, "")
-	if st.State != restapi.Running || st.Stdout != "" || st.StdoutOffset != 0 || st.Result != nil {
+	if st.State != restapi.CommandStateRunning || st.Stdout != "" || st.StdoutOffset != 0 || st.Result != nil {
 		t.Fatalf("fresh %+v", st)
 	}
 	c.Stdout("hello ")
@@ -94,7 +94,7 @@ func TestCommandLifecycle(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("long poll did not wake on exit")
 	}
-	if st.State != restapi.Exited || st.Result == nil || st.Result.ExitCode != 3 || st.Result.Success || st.Result.Truncated {
+	if st.State != restapi.CommandStateExited || st.Result == nil || st.Result.ExitCode != 3 || st.Result.Success || st.Result.Truncated {
 		t.Fatalf("after exit %+v", st)
 	}
 	// All output is still there from offset 0.
@@ -118,7 +118,7 @@ func TestCommandLongPollTimesOut(t *testing.T) {
 	if d := time.Since(start); d < 150*time.Millisecond {
 		t.Fatalf("returned after %v", d)
 	}
-	if st.State != restapi.Running || st.Stdout != "" {
+	if st.State != restapi.CommandStateRunning || st.Stdout != "" {
 		t.Fatalf("%+v", st)
 	}
 	// An offset past the end is clamped, and later output wakes the poll.
@@ -232,7 +232,7 @@ func TestCommandControl(t *testing.T) {
 		t.Fatalf("kills %d", kills)
 	}
 	st := getStatus(t, e, c.ID(), "?wait_ms=5000&stdout_from=0")
-	if st.State != restapi.Exited || st.Result.Signal == nil || *st.Result.Signal != 9 || st.Result.ExitCode != 137 {
+	if st.State != restapi.CommandStateExited || st.Result.Signal == nil || *st.Result.Signal != 9 || st.Result.ExitCode != 137 {
 		t.Fatalf("after kill %+v", st)
 	}
 	expect(t, e.call("DELETE", base, ""), 409, "command_ended")
@@ -286,7 +286,7 @@ func TestForeignCommand(t *testing.T) {
 	c := e.link.Adopt("a1", ports.CommandSpec{Command: "sh", PTY: true})
 	base := "/api/v1/commands/" + c.ID()
 	st := getStatus(t, e, c.ID(), "")
-	if st.State != restapi.Running || st.AgentId != "a1" || st.CommandId != c.ID() {
+	if st.State != restapi.CommandStateRunning || st.AgentId != "a1" || st.CommandId != c.ID() {
 		t.Fatalf("%+v", st)
 	}
 	expect(t, e.call("POST", base+"/signal", `{"signal":"INT"}`), 204, "")
@@ -297,7 +297,7 @@ func TestForeignCommand(t *testing.T) {
 		t.Fatalf("kills %d signals %v", kills, c.Signals())
 	}
 	st = getStatus(t, e, c.ID(), "?wait_ms=1000")
-	if st.State != restapi.Exited || st.Result == nil || st.Result.ExitCode != 137 {
+	if st.State != restapi.CommandStateExited || st.Result == nil || st.Result.ExitCode != 137 {
 		t.Fatalf("%+v", st)
 	}
 	expect(t, e.call("DELETE", base, ""), 409, "command_ended")

@@ -24,13 +24,19 @@ var bodyTypes = map[string]reflect.Type{
 	"POST /api/v1/commands/{command_id}/stdin":  reflect.TypeFor[restapi.StdinRequest](),
 	"POST /api/v1/commands/{command_id}/resize": reflect.TypeFor[restapi.ResizeRequest](),
 	"POST /api/v1/commands/{command_id}/signal": reflect.TypeFor[restapi.SignalRequest](),
+	"POST /api/v1/hitl/{hitl_id}/respond":       reflect.TypeFor[restapi.HITLResponse](),
 }
 
 // checkBody rejects a body that is too large, not JSON, not one object, or
-// has unknown fields or fields of the wrong type, then hands the bytes on to
-// the generated decoder.
+// has unknown fields, missing required fields or fields of the wrong type,
+// then hands the bytes on to the generated decoder. The dispatch body is
+// checked by its own rules (checkDispatchBody): unknown fields pass there.
 func (s *Server) checkBody(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Pattern == dispatchRoute {
+			checkDispatchBody(w, r, next)
+			return
+		}
 		t, ok := bodyTypes[r.Pattern]
 		if !ok {
 			next.ServeHTTP(w, r)
@@ -47,16 +53,9 @@ func (s *Server) checkBody(next http.Handler) http.Handler {
 }
 
 func readStrict(body io.Reader, t reflect.Type) ([]byte, *apiError) {
-	b, err := io.ReadAll(body)
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return nil, newError(http.StatusRequestEntityTooLarge, "body_too_large", "request body is larger than %d bytes", MaxBodyBytes)
-		}
-		return nil, badRequest("reading the request body: %v", err)
-	}
-	if len(bytes.TrimSpace(b)) == 0 {
-		return nil, newError(http.StatusBadRequest, "invalid_json", "the request body is empty; send a JSON object")
+	b, apiErr := readBody(body)
+	if apiErr != nil {
+		return nil, apiErr
 	}
 	var fields map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(b))
@@ -81,7 +80,7 @@ func readStrict(body io.Reader, t reflect.Type) ([]byte, *apiError) {
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, newError(http.StatusBadRequest, "invalid_json", "unexpected data after the JSON object")
 	}
-	known := jsonFields(t)
+	known, required := jsonFields(t)
 	names := make([]string, 0, len(fields))
 	for name := range fields {
 		names = append(names, name)
@@ -90,6 +89,11 @@ func readStrict(body io.Reader, t reflect.Type) ([]byte, *apiError) {
 	for _, name := range names {
 		if !known[name] {
 			return nil, badRequest("unknown field %q (known: %s)", clip(name), strings.Join(sortedKeys(known), ", "))
+		}
+	}
+	for _, name := range sortedKeys(required) {
+		if raw, ok := fields[name]; !ok || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+			return nil, badRequest("field %s: required", name)
 		}
 	}
 	v := reflect.New(t).Interface()
@@ -108,16 +112,21 @@ func readStrict(body io.Reader, t reflect.Type) ([]byte, *apiError) {
 	return b, nil
 }
 
-// jsonFields lists the JSON member names of a generated struct.
-func jsonFields(t reflect.Type) map[string]bool {
-	out := map[string]bool{}
+// jsonFields lists the JSON member names of a generated struct, and the
+// required ones: oapi-codegen marks every optional member omitempty.
+func jsonFields(t reflect.Type) (known, required map[string]bool) {
+	known, required = map[string]bool{}, map[string]bool{}
 	for i := range t.NumField() {
-		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-		if name != "" && name != "-" {
-			out[name] = true
+		name, opts, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name == "" || name == "-" {
+			continue
+		}
+		known[name] = true
+		if !strings.Contains(opts, "omitempty") {
+			required[name] = true
 		}
 	}
-	return out
+	return known, required
 }
 
 func sortedKeys(m map[string]bool) []string {

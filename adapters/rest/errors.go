@@ -56,6 +56,14 @@ func (e *apiError) VisitSignalCommandResponse(w http.ResponseWriter) error {
 func (e *apiError) VisitWriteCommandStdinResponse(w http.ResponseWriter) error {
 	return e.write(w)
 }
+func (e *apiError) VisitDispatchMissionResponse(w http.ResponseWriter) error { return e.write(w) }
+func (e *apiError) VisitKillSessionResponse(w http.ResponseWriter) error     { return e.write(w) }
+func (e *apiError) VisitListMissionsResponse(w http.ResponseWriter) error    { return e.write(w) }
+func (e *apiError) VisitGetMissionResponse(w http.ResponseWriter) error      { return e.write(w) }
+func (e *apiError) VisitListHITLResponse(w http.ResponseWriter) error        { return e.write(w) }
+func (e *apiError) VisitRespondHITLResponse(w http.ResponseWriter) error     { return e.write(w) }
+func (e *apiError) VisitGetAIWGStatusResponse(w http.ResponseWriter) error   { return e.write(w) }
+func (e *apiError) VisitReconnectAIWGResponse(w http.ResponseWriter) error   { return e.write(w) }
 
 var (
 	_ restapi.ListAgentsResponseObject        = (*apiError)(nil)
@@ -67,6 +75,17 @@ var (
 	_ restapi.ResizeCommandResponseObject     = (*apiError)(nil)
 	_ restapi.SignalCommandResponseObject     = (*apiError)(nil)
 	_ restapi.WriteCommandStdinResponseObject = (*apiError)(nil)
+	_ restapi.DispatchMissionResponseObject   = (*apiError)(nil)
+	_ restapi.KillSessionResponseObject       = (*apiError)(nil)
+	_ restapi.ListMissionsResponseObject      = (*apiError)(nil)
+	_ restapi.GetMissionResponseObject        = (*apiError)(nil)
+	_ restapi.ListHITLResponseObject          = (*apiError)(nil)
+	_ restapi.RespondHITLResponseObject       = (*apiError)(nil)
+	_ restapi.GetAIWGStatusResponseObject     = (*apiError)(nil)
+	_ restapi.ReconnectAIWGResponseObject     = (*apiError)(nil)
+	_ restapi.DispatchMissionResponseObject   = dispatchAccepted{}
+	_ restapi.GetAIWGStatusResponseObject     = aiwgStatusResponse{}
+	_ restapi.ReconnectAIWGResponseObject     = aiwgStatusResponse{}
 )
 
 // portError maps an AgentLink error; subject names what it is about
@@ -119,7 +138,12 @@ func (s *Server) responseError(w http.ResponseWriter, r *http.Request, err error
 func (s *Server) paramError(w http.ResponseWriter, _ *http.Request, err error) {
 	var bad *restapi.InvalidParamFormatError
 	if errors.As(err, &bad) {
-		writeError(w, http.StatusBadRequest, "invalid_request", fmt.Sprintf("parameter %s: must be a non-negative integer", bad.ParamName))
+		msg := fmt.Sprintf("parameter %s: invalid value", bad.ParamName)
+		switch bad.ParamName {
+		case "stdout_from", "stderr_from", "wait_ms":
+			msg = fmt.Sprintf("parameter %s: must be a non-negative integer", bad.ParamName)
+		}
+		writeError(w, http.StatusBadRequest, "invalid_request", msg)
 		return
 	}
 	writeError(w, http.StatusBadRequest, "invalid_request", err.Error())

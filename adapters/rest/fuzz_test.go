@@ -1,12 +1,14 @@
 package rest
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/rest/resttest"
+	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -47,5 +49,56 @@ func FuzzExecRequestDecoding(f *testing.F) {
 			t.Fatalf("status %d for %q: %s", rec.Code, body, rec.Body.Bytes())
 		}
 		checkContract(t, req, rec.Code, rec.Header(), rec.Body.Bytes())
+	})
+}
+
+// FuzzDispatchDecoding posts arbitrary bodies to dispatch with a valid
+// executor token: never a panic, never a 5xx but the use case's 503
+// no_agent, always a JSON error within the contract.
+func FuzzDispatchDecoding(f *testing.F) {
+	for _, seed := range []string{
+		``, `{}`, `null`, `[]`, `"x"`, `1`, `{`, "\xff\xfe", `{"mission_id":"m","objective":"o"}{}`,
+		`{"mission_id":"m","objective":"o"}`, `{"mission_id":"m"}`, `{"objective":"o"}`, `{"mission_id":"","objective":"o"}`,
+		`{"mission_id":1,"objective":"o"}`, `{"mission_id":"m","objective":null}`, `{"mission_id":"m","objective":"\u0000"}`,
+		`{"mission_id":"m","objective":"o","completion":"c","long_running":true,"executor_filter":{"executor_id":"e","capabilities":["hitl"],"agent_id":"a1"},"metadata":{"k":"v"}}`,
+		`{"mission_id":"m","objective":"o","completion":null,"long_running":null,"executor_filter":null,"metadata":null}`,
+		`{"mission_id":"m","objective":"o","executor_filter":{"agent_id":"off"}}`,
+		`{"mission_id":"m","objective":"o","executor_filter":{"capabilities":["isolation:vm"]}}`,
+		`{"mission_id":"m","objective":"o","executor_filter":{"capabilities":[1,null]}}`,
+		`{"mission_id":"m","objective":"o","metadata":{"n":1e400,"m":-0.0e-999,"deep":[[[[[{}]]]]]}}`,
+		`{"mission_id":"m","objective":"o","metadata":[]}`, `{"mission_id":"m","objective":"o","long_running":"yes"}`,
+		`{"mission_id":"m","objective":"o","extra":{"x":[1,2,3]},"Mission_ID":5,"OBJECTIVE":{}}`,
+		`{"mission_id":"\ud800","objective":"o\xff"}`, `{"mission_id":"m","mission_id":"n","objective":"o"}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	handler := func() http.Handler {
+		link := resttest.NewLink()
+		link.AddAgent(ports.AgentInfo{ID: "a1", Status: "ready"})
+		link.AddAgent(ports.AgentInfo{ID: "off", Status: "disconnected"})
+		return New(Deps{
+			Link: link, Agents: link, Token: testToken,
+			Missions: resttest.NewMissions(link),
+			Executor: resttest.NewExecutor("exec-1", testExecToken),
+		}).Handler()
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req := httptest.NewRequest("POST", "/api/v1/sessions/s-1/dispatch", strings.NewReader(string(body)))
+		req.Header.Set("Authorization", "Bearer "+testExecToken)
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		handler().ServeHTTP(rec, req)
+		checkContract(t, req, rec.Code, rec.Header(), rec.Body.Bytes())
+		var e restapi.Error
+		switch rec.Code {
+		case http.StatusAccepted, http.StatusBadRequest, http.StatusRequestEntityTooLarge:
+		case http.StatusNotFound, http.StatusServiceUnavailable:
+			_ = json.Unmarshal(rec.Body.Bytes(), &e)
+			if want := map[int]string{404: "agent_not_connected", 503: "no_agent"}[rec.Code]; e.Code != want {
+				t.Fatalf("status %d code %q for %q: %s", rec.Code, e.Code, body, rec.Body.Bytes())
+			}
+		default:
+			t.Fatalf("status %d for %q: %s", rec.Code, body, rec.Body.Bytes())
+		}
 	})
 }

@@ -60,6 +60,12 @@ type Deps struct {
 	Metrics http.Handler
 	Logger  *slog.Logger
 	Clock   ports.Clock
+	// Missions is the mission use case behind dispatch, missions, HITL and
+	// session kill; nil means there are no missions (dispatch answers 503).
+	Missions ports.Missions
+	// Executor is the link to aiwg serve; nil means the integration is off.
+	// Dispatch is authenticated with its executor token.
+	Executor ports.ExecutorLink
 }
 
 // Server implements restapi.StrictServerInterface.
@@ -138,32 +144,52 @@ func (s *Server) serve(mux *http.ServeMux, w http.ResponseWriter, r *http.Reques
 	}()
 
 	r.Body = http.MaxBytesReader(sw, r.Body, MaxBodyBytes)
-	if p := path.Clean("/" + r.URL.Path); (p == "/api" || strings.HasPrefix(p, "/api/")) && !s.authorized(r) {
+	_, pattern := mux.Handler(r)
+	if pattern == dispatchRoute {
+		// aiwg serve's route: its own gate and token, before the body.
+		if apiErr := s.dispatchGate(r); apiErr != nil {
+			if apiErr.status == http.StatusUnauthorized {
+				sw.Header().Set("WWW-Authenticate", `Bearer realm="agentic-sandbox"`)
+			}
+			_ = apiErr.write(sw)
+			return
+		}
+	} else if p := path.Clean("/" + r.URL.Path); (p == "/api" || strings.HasPrefix(p, "/api/")) && !s.authorized(r) {
 		sw.Header().Set("WWW-Authenticate", `Bearer realm="agentic-sandbox"`)
 		writeError(sw, http.StatusUnauthorized, "unauthorized",
 			"missing or wrong bearer token: send 'Authorization: Bearer <operator token>' (AGENTIC_OPERATOR_TOKEN or <data dir>/operator-token)")
 		return
 	}
-	if _, pattern := mux.Handler(r); pattern == "" {
+	if pattern == "" {
 		s.unmatched(mux, sw, r)
 		return
 	}
 	mux.ServeHTTP(sw, r)
 }
 
-// authorized compares the bearer token in constant time; the token itself is
-// never logged or echoed.
+// authorized compares the operator bearer token in constant time; the token
+// itself is never logged or echoed.
 func (s *Server) authorized(r *http.Request) bool {
 	if s.d.Token == "" {
 		return false
 	}
+	tok, ok := bearer(r)
+	if !ok {
+		return false
+	}
+	got := sha256.Sum256([]byte(tok))
+	return subtle.ConstantTimeCompare(got[:], s.tokenHash[:]) == 1
+}
+
+// bearer returns the token of an 'Authorization: Bearer <token>' header
+// (the scheme in any case).
+func bearer(r *http.Request) (string, bool) {
 	const prefix = "bearer "
 	h := r.Header.Get("Authorization")
 	if len(h) < len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
-		return false
+		return "", false
 	}
-	got := sha256.Sum256([]byte(strings.TrimSpace(h[len(prefix):])))
-	return subtle.ConstantTimeCompare(got[:], s.tokenHash[:]) == 1
+	return strings.TrimSpace(h[len(prefix):]), true
 }
 
 // unmatched turns the mux's plain-text 404/405 into JSON errors; anything

@@ -112,7 +112,7 @@ func (e *entry) status(stdoutFrom, stderrFrom int64) restapi.CommandStatus {
 	st := restapi.CommandStatus{
 		CommandId:    e.id,
 		AgentId:      e.agentID,
-		State:        restapi.Running,
+		State:        restapi.CommandStateRunning,
 		Stdout:       so,
 		Stderr:       se,
 		StdoutOffset: outOff,
@@ -120,7 +120,7 @@ func (e *entry) status(stdoutFrom, stderrFrom int64) restapi.CommandStatus {
 		Encoding:     enc,
 	}
 	if e.ended {
-		st.State = restapi.Exited
+		st.State = restapi.CommandStateExited
 		truncated := e.stdout.start() > 0 || e.stderr.start() > 0
 		// The output is in the status itself; the result carries none of it
 		// so a response does not hold the output twice.

@@ -144,7 +144,10 @@ func (e OutputEncoding) Valid() bool {
 	}
 }
 
-// AIWGStatus defines model for AIWGStatus.
+// AIWGStatus With the integration off, `{"configured": false}` and nothing else. With it on, every
+// member is present: `sandbox_id` and `executor_id` are empty strings until the
+// registrations are acknowledged, `executor_register_error` is null unless the last
+// executor registration failed. Never a token.
 type AIWGStatus struct {
 	Configured            bool    `json:"configured"`
 	Connected             *bool   `json:"connected,omitempty"`
@@ -205,6 +208,7 @@ type CommandStatus struct {
 
 // DispatchAccepted defines model for DispatchAccepted.
 type DispatchAccepted struct {
+	// EstimatedStart RFC 3339 in UTC with exactly millisecond precision, e.g. 2026-05-09T07:13:22.123Z.
 	EstimatedStart time.Time `json:"estimated_start"`
 	ExecutorId     string    `json:"executor_id"`
 	MissionId      string    `json:"mission_id"`
@@ -669,12 +673,22 @@ type ClientInterface interface {
 
 	// RespondHITLWithBody Answer a HITL request; `text` + newline is written to the session's stdin.
 	//
+	// An empty `text` is an answer too (a bare newline, for "Press ENTER").
+	// 404 `hitl_not_found`; 409 `hitl_not_open` (already answered, or its mission or session
+	// has ended) or `agent_not_connected` (retry once the agent is back); 502 `agent_gone`
+	// or `agent_error`; 503 `store_unavailable`.
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /api/v1/hitl/{hitl_id}/respond (the `RespondHITL` operationId).
 	RespondHITLWithBody(ctx context.Context, hitlId string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RespondHITL Answer a HITL request; `text` + newline is written to the session's stdin.
+	//
+	// An empty `text` is an answer too (a bare newline, for "Press ENTER").
+	// 404 `hitl_not_found`; 409 `hitl_not_open` (already answered, or its mission or session
+	// has ended) or `agent_not_connected` (retry once the agent is back); 502 `agent_gone`
+	// or `agent_error`; 503 `store_unavailable`.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -691,6 +705,10 @@ type ClientInterface interface {
 
 	// KillSession Kill a session (its whole process group); a mission running in it ends as mission.aborted.
 	//
+	// `mission_id` is in the answer when the session runs a mission.
+	// 404 `session_not_found`; 409 `command_ended` (already over) or `agent_not_connected`
+	// (retry once the agent is back); 502 `agent_gone` or `agent_error`.
+	//
 	// Corresponds with DELETE /api/v1/sessions/{session_id} (the `KillSession` operationId).
 	KillSession(ctx context.Context, sessionId string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
@@ -703,6 +721,20 @@ type ClientInterface interface {
 	// the same answer and starts nothing; with a different body it is 409.
 	// Checks happen in this order: integration configured and executor registered (503),
 	// bearer (401), body (413, 400), known `mission_id` (202 or 409), routing (404, 503).
+	//
+	// Members of the body this server does not know (also in `executor_filter`) are accepted
+	// and ignored, so aiwg serve may add some; known members must have their type, and the
+	// optional ones may be null. `metadata` is kept verbatim.
+	// A repeat is recognised by a hash of the body (canonical JSON: object members sorted,
+	// numbers as written, no white space) and the path's `session_id`: other spacing or
+	// member order is the same body; another value, an added member, null instead of absent,
+	// `1.0` instead of `1`, or another `session_id` is a different body (409).
+	// The 202 always says `status: "assigned"`, the state at acceptance, also when a repeat
+	// finds the mission further along; its `estimated_start` is the same in every answer.
+	// Codes: 503 `integration_disabled`, `executor_not_registered`, `no_agent`,
+	// `store_unavailable`; 401 `unauthorized`; 413 `body_too_large`; 400 `invalid_json`,
+	// `invalid_request`; 404 `agent_not_connected` (`executor_filter.agent_id` names no
+	// connected agent); 409 `mission_conflict`.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -718,6 +750,20 @@ type ClientInterface interface {
 	// the same answer and starts nothing; with a different body it is 409.
 	// Checks happen in this order: integration configured and executor registered (503),
 	// bearer (401), body (413, 400), known `mission_id` (202 or 409), routing (404, 503).
+	//
+	// Members of the body this server does not know (also in `executor_filter`) are accepted
+	// and ignored, so aiwg serve may add some; known members must have their type, and the
+	// optional ones may be null. `metadata` is kept verbatim.
+	// A repeat is recognised by a hash of the body (canonical JSON: object members sorted,
+	// numbers as written, no white space) and the path's `session_id`: other spacing or
+	// member order is the same body; another value, an added member, null instead of absent,
+	// `1.0` instead of `1`, or another `session_id` is a different body (409).
+	// The 202 always says `status: "assigned"`, the state at acceptance, also when a repeat
+	// finds the mission further along; its `estimated_start` is the same in every answer.
+	// Codes: 503 `integration_disabled`, `executor_not_registered`, `no_agent`,
+	// `store_unavailable`; 401 `unauthorized`; 413 `body_too_large`; 400 `invalid_json`,
+	// `invalid_request`; 404 `agent_not_connected` (`executor_filter.agent_id` names no
+	// connected agent); 409 `mission_conflict`.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1006,6 +1052,11 @@ func (c *Client) ListHITL(ctx context.Context, reqEditors ...RequestEditorFn) (*
 
 // RespondHITLWithBody Answer a HITL request; `text` + newline is written to the session's stdin.
 //
+// An empty `text` is an answer too (a bare newline, for "Press ENTER").
+// 404 `hitl_not_found`; 409 `hitl_not_open` (already answered, or its mission or session
+// has ended) or `agent_not_connected` (retry once the agent is back); 502 `agent_gone`
+// or `agent_error`; 503 `store_unavailable`.
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /api/v1/hitl/{hitl_id}/respond (the `RespondHITL` operationId).
@@ -1022,6 +1073,11 @@ func (c *Client) RespondHITLWithBody(ctx context.Context, hitlId string, content
 }
 
 // RespondHITL Answer a HITL request; `text` + newline is written to the session's stdin.
+//
+// An empty `text` is an answer too (a bare newline, for "Press ENTER").
+// 404 `hitl_not_found`; 409 `hitl_not_open` (already answered, or its mission or session
+// has ended) or `agent_not_connected` (retry once the agent is back); 502 `agent_gone`
+// or `agent_error`; 503 `store_unavailable`.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1068,6 +1124,10 @@ func (c *Client) GetMission(ctx context.Context, missionId string, reqEditors ..
 
 // KillSession Kill a session (its whole process group); a mission running in it ends as mission.aborted.
 //
+// `mission_id` is in the answer when the session runs a mission.
+// 404 `session_not_found`; 409 `command_ended` (already over) or `agent_not_connected`
+// (retry once the agent is back); 502 `agent_gone` or `agent_error`.
+//
 // Corresponds with DELETE /api/v1/sessions/{session_id} (the `KillSession` operationId).
 func (c *Client) KillSession(ctx context.Context, sessionId string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewKillSessionRequest(c.Server, sessionId)
@@ -1090,6 +1150,20 @@ func (c *Client) KillSession(ctx context.Context, sessionId string, reqEditors .
 // the same answer and starts nothing; with a different body it is 409.
 // Checks happen in this order: integration configured and executor registered (503),
 // bearer (401), body (413, 400), known `mission_id` (202 or 409), routing (404, 503).
+//
+// Members of the body this server does not know (also in `executor_filter`) are accepted
+// and ignored, so aiwg serve may add some; known members must have their type, and the
+// optional ones may be null. `metadata` is kept verbatim.
+// A repeat is recognised by a hash of the body (canonical JSON: object members sorted,
+// numbers as written, no white space) and the path's `session_id`: other spacing or
+// member order is the same body; another value, an added member, null instead of absent,
+// `1.0` instead of `1`, or another `session_id` is a different body (409).
+// The 202 always says `status: "assigned"`, the state at acceptance, also when a repeat
+// finds the mission further along; its `estimated_start` is the same in every answer.
+// Codes: 503 `integration_disabled`, `executor_not_registered`, `no_agent`,
+// `store_unavailable`; 401 `unauthorized`; 413 `body_too_large`; 400 `invalid_json`,
+// `invalid_request`; 404 `agent_not_connected` (`executor_filter.agent_id` names no
+// connected agent); 409 `mission_conflict`.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1115,6 +1189,20 @@ func (c *Client) DispatchMissionWithBody(ctx context.Context, sessionId string, 
 // the same answer and starts nothing; with a different body it is 409.
 // Checks happen in this order: integration configured and executor registered (503),
 // bearer (401), body (413, 400), known `mission_id` (202 or 409), routing (404, 503).
+//
+// Members of the body this server does not know (also in `executor_filter`) are accepted
+// and ignored, so aiwg serve may add some; known members must have their type, and the
+// optional ones may be null. `metadata` is kept verbatim.
+// A repeat is recognised by a hash of the body (canonical JSON: object members sorted,
+// numbers as written, no white space) and the path's `session_id`: other spacing or
+// member order is the same body; another value, an added member, null instead of absent,
+// `1.0` instead of `1`, or another `session_id` is a different body (409).
+// The 202 always says `status: "assigned"`, the state at acceptance, also when a repeat
+// finds the mission further along; its `estimated_start` is the same in every answer.
+// Codes: 503 `integration_disabled`, `executor_not_registered`, `no_agent`,
+// `store_unavailable`; 401 `unauthorized`; 413 `body_too_large`; 400 `invalid_json`,
+// `invalid_request`; 404 `agent_not_connected` (`executor_filter.agent_id` names no
+// connected agent); 409 `mission_conflict`.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2092,12 +2180,22 @@ type ClientWithResponsesInterface interface {
 
 	// RespondHITLWithBodyWithResponse Answer a HITL request; `text` + newline is written to the session's stdin.
 	//
+	// An empty `text` is an answer too (a bare newline, for "Press ENTER").
+	// 404 `hitl_not_found`; 409 `hitl_not_open` (already answered, or its mission or session
+	// has ended) or `agent_not_connected` (retry once the agent is back); 502 `agent_gone`
+	// or `agent_error`; 503 `store_unavailable`.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/hitl/{hitl_id}/respond (the `RespondHITL` operationId).
 	RespondHITLWithBodyWithResponse(ctx context.Context, hitlId string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RespondHITLResponse, error)
 
 	// RespondHITLWithResponse Answer a HITL request; `text` + newline is written to the session's stdin.
+	//
+	// An empty `text` is an answer too (a bare newline, for "Press ENTER").
+	// 404 `hitl_not_found`; 409 `hitl_not_open` (already answered, or its mission or session
+	// has ended) or `agent_not_connected` (retry once the agent is back); 502 `agent_gone`
+	// or `agent_error`; 503 `store_unavailable`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -2118,6 +2216,10 @@ type ClientWithResponsesInterface interface {
 
 	// KillSessionWithResponse Kill a session (its whole process group); a mission running in it ends as mission.aborted.
 	//
+	// `mission_id` is in the answer when the session runs a mission.
+	// 404 `session_not_found`; 409 `command_ended` (already over) or `agent_not_connected`
+	// (retry once the agent is back); 502 `agent_gone` or `agent_error`.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with DELETE /api/v1/sessions/{session_id} (the `KillSession` operationId).
@@ -2133,6 +2235,20 @@ type ClientWithResponsesInterface interface {
 	// Checks happen in this order: integration configured and executor registered (503),
 	// bearer (401), body (413, 400), known `mission_id` (202 or 409), routing (404, 503).
 	//
+	// Members of the body this server does not know (also in `executor_filter`) are accepted
+	// and ignored, so aiwg serve may add some; known members must have their type, and the
+	// optional ones may be null. `metadata` is kept verbatim.
+	// A repeat is recognised by a hash of the body (canonical JSON: object members sorted,
+	// numbers as written, no white space) and the path's `session_id`: other spacing or
+	// member order is the same body; another value, an added member, null instead of absent,
+	// `1.0` instead of `1`, or another `session_id` is a different body (409).
+	// The 202 always says `status: "assigned"`, the state at acceptance, also when a repeat
+	// finds the mission further along; its `estimated_start` is the same in every answer.
+	// Codes: 503 `integration_disabled`, `executor_not_registered`, `no_agent`,
+	// `store_unavailable`; 401 `unauthorized`; 413 `body_too_large`; 400 `invalid_json`,
+	// `invalid_request`; 404 `agent_not_connected` (`executor_filter.agent_id` names no
+	// connected agent); 409 `mission_conflict`.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/sessions/{session_id}/dispatch (the `DispatchMission` operationId).
@@ -2147,6 +2263,20 @@ type ClientWithResponsesInterface interface {
 	// the same answer and starts nothing; with a different body it is 409.
 	// Checks happen in this order: integration configured and executor registered (503),
 	// bearer (401), body (413, 400), known `mission_id` (202 or 409), routing (404, 503).
+	//
+	// Members of the body this server does not know (also in `executor_filter`) are accepted
+	// and ignored, so aiwg serve may add some; known members must have their type, and the
+	// optional ones may be null. `metadata` is kept verbatim.
+	// A repeat is recognised by a hash of the body (canonical JSON: object members sorted,
+	// numbers as written, no white space) and the path's `session_id`: other spacing or
+	// member order is the same body; another value, an added member, null instead of absent,
+	// `1.0` instead of `1`, or another `session_id` is a different body (409).
+	// The 202 always says `status: "assigned"`, the state at acceptance, also when a repeat
+	// finds the mission further along; its `estimated_start` is the same in every answer.
+	// Codes: 503 `integration_disabled`, `executor_not_registered`, `no_agent`,
+	// `store_unavailable`; 401 `unauthorized`; 413 `body_too_large`; 400 `invalid_json`,
+	// `invalid_request`; 404 `agent_not_connected` (`executor_filter.agent_id` names no
+	// connected agent); 409 `mission_conflict`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -2964,6 +3094,8 @@ type RespondHITLResponse struct {
 	JSON413 *TooLarge
 	// JSON502 the response for an HTTP 502 `application/json` response
 	JSON502 *BadGateway
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -2999,6 +3131,11 @@ func (r RespondHITLResponse) GetJSON413() *TooLarge {
 // GetJSON502 returns the response for an HTTP 502 `application/json` response
 func (r RespondHITLResponse) GetJSON502() *BadGateway {
 	return r.JSON502
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r RespondHITLResponse) GetJSON503() *Unavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -3094,6 +3231,8 @@ type GetMissionResponse struct {
 	JSON401 *Unauthorized
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -3109,6 +3248,11 @@ func (r GetMissionResponse) GetJSON401() *Unauthorized {
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
 func (r GetMissionResponse) GetJSON404() *NotFound {
 	return r.JSON404
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetMissionResponse) GetJSON503() *Unavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -3604,6 +3748,11 @@ func (c *ClientWithResponses) ListHITLWithResponse(ctx context.Context, reqEdito
 
 // RespondHITLWithBodyWithResponse Answer a HITL request; `text` + newline is written to the session's stdin.
 //
+// An empty `text` is an answer too (a bare newline, for "Press ENTER").
+// 404 `hitl_not_found`; 409 `hitl_not_open` (already answered, or its mission or session
+// has ended) or `agent_not_connected` (retry once the agent is back); 502 `agent_gone`
+// or `agent_error`; 503 `store_unavailable`.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/hitl/{hitl_id}/respond (the `RespondHITL` operationId).
@@ -3616,6 +3765,11 @@ func (c *ClientWithResponses) RespondHITLWithBodyWithResponse(ctx context.Contex
 }
 
 // RespondHITLWithResponse Answer a HITL request; `text` + newline is written to the session's stdin.
+//
+// An empty `text` is an answer too (a bare newline, for "Press ENTER").
+// 404 `hitl_not_found`; 409 `hitl_not_open` (already answered, or its mission or session
+// has ended) or `agent_not_connected` (retry once the agent is back); 502 `agent_gone`
+// or `agent_error`; 503 `store_unavailable`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -3654,6 +3808,10 @@ func (c *ClientWithResponses) GetMissionWithResponse(ctx context.Context, missio
 
 // KillSessionWithResponse Kill a session (its whole process group); a mission running in it ends as mission.aborted.
 //
+// `mission_id` is in the answer when the session runs a mission.
+// 404 `session_not_found`; 409 `command_ended` (already over) or `agent_not_connected`
+// (retry once the agent is back); 502 `agent_gone` or `agent_error`.
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with DELETE /api/v1/sessions/{session_id} (the `KillSession` operationId).
@@ -3675,6 +3833,20 @@ func (c *ClientWithResponses) KillSessionWithResponse(ctx context.Context, sessi
 // Checks happen in this order: integration configured and executor registered (503),
 // bearer (401), body (413, 400), known `mission_id` (202 or 409), routing (404, 503).
 //
+// Members of the body this server does not know (also in `executor_filter`) are accepted
+// and ignored, so aiwg serve may add some; known members must have their type, and the
+// optional ones may be null. `metadata` is kept verbatim.
+// A repeat is recognised by a hash of the body (canonical JSON: object members sorted,
+// numbers as written, no white space) and the path's `session_id`: other spacing or
+// member order is the same body; another value, an added member, null instead of absent,
+// `1.0` instead of `1`, or another `session_id` is a different body (409).
+// The 202 always says `status: "assigned"`, the state at acceptance, also when a repeat
+// finds the mission further along; its `estimated_start` is the same in every answer.
+// Codes: 503 `integration_disabled`, `executor_not_registered`, `no_agent`,
+// `store_unavailable`; 401 `unauthorized`; 413 `body_too_large`; 400 `invalid_json`,
+// `invalid_request`; 404 `agent_not_connected` (`executor_filter.agent_id` names no
+// connected agent); 409 `mission_conflict`.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/sessions/{session_id}/dispatch (the `DispatchMission` operationId).
@@ -3695,6 +3867,20 @@ func (c *ClientWithResponses) DispatchMissionWithBodyWithResponse(ctx context.Co
 // the same answer and starts nothing; with a different body it is 409.
 // Checks happen in this order: integration configured and executor registered (503),
 // bearer (401), body (413, 400), known `mission_id` (202 or 409), routing (404, 503).
+//
+// Members of the body this server does not know (also in `executor_filter`) are accepted
+// and ignored, so aiwg serve may add some; known members must have their type, and the
+// optional ones may be null. `metadata` is kept verbatim.
+// A repeat is recognised by a hash of the body (canonical JSON: object members sorted,
+// numbers as written, no white space) and the path's `session_id`: other spacing or
+// member order is the same body; another value, an added member, null instead of absent,
+// `1.0` instead of `1`, or another `session_id` is a different body (409).
+// The 202 always says `status: "assigned"`, the state at acceptance, also when a repeat
+// finds the mission further along; its `estimated_start` is the same in every answer.
+// Codes: 503 `integration_disabled`, `executor_not_registered`, `no_agent`,
+// `store_unavailable`; 401 `unauthorized`; 413 `body_too_large`; 400 `invalid_json`,
+// `invalid_request`; 404 `agent_not_connected` (`executor_filter.agent_id` names no
+// connected agent); 409 `mission_conflict`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -4404,6 +4590,13 @@ func ParseRespondHITLResponse(rsp *http.Response) (*RespondHITLResponse, error) 
 		}
 		response.JSON502 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
 	}
 
 	return response, nil
@@ -4483,6 +4676,13 @@ func ParseGetMissionResponse(rsp *http.Response) (*GetMissionResponse, error) {
 			return nil, err
 		}
 		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
 
 	}
 
@@ -6339,6 +6539,20 @@ func (response RespondHITL502JSONResponse) VisitRespondHITLResponse(w http.Respo
 	return err
 }
 
+type RespondHITL503JSONResponse struct{ UnavailableJSONResponse }
+
+func (response RespondHITL503JSONResponse) VisitRespondHITLResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListMissionsRequestObject struct {
 	Params ListMissionsParams
 }
@@ -6435,6 +6649,20 @@ func (response GetMission404JSONResponse) VisitGetMissionResponse(w http.Respons
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetMission503JSONResponse struct{ UnavailableJSONResponse }
+
+func (response GetMission503JSONResponse) VisitGetMissionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -7317,89 +7545,102 @@ func (sh *strictHandler) GetReadyz(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7Hzvbtu4svirDPT7AdfBKraTpt2e9FO229P13TYtmhwUB+uFTUtjmycSqSWpuN4iwH2a+2D3SS6GpP7Z",
-	"kp2kSe7ioF+CWCKHw/k/w6G+BpFMMylQGB2cfg0ypliKBpX9dbZAYUY/079cBKdBxswyCAPBUgxOA0Zv",
-	"JzwOwkDhHzlXGAenRuUYBjpaYspoXsq+vEOxMMvg9Oj4ZRikXJS/w8CsM4KkjeJiEdzchMFrmaZMxJ2L",
-	"Ru79wy57Q6B0JoVGu++fWPyWGVyxNf2KpDAoDP3LsizhETNcisG/tBT0rFr0/yucB6fB/xtUNB24t3rw",
-	"Rimp3FIx6kjxjIAEp8HlEsFSElb0h63YGlZLniCYJYLfLigm+sFNSJh9wj9y1OZpMFNuMeAaUpbMpUox",
-	"toi8lmKe8OjJ0NAyVxESHlwAA22YIQoxA7FEDUIaYEkiV2CWXEMP+4u+Jyu9iqQQGBmMw5KiLFHI4jWg",
-	"iDE+sHs6l+bvMhfx4+/pXILOo2W5L7v8pZTvmFrg03J2JuM1kTWhpRWRVMARvOc/WZz+IVhullLxP/EJ",
-	"yPKea83FAqSClZJiATNkipCSVygKfK4ZT9gswafgkoFMas1nCYKQK+hxYXCh7CIg5/MQ8AtGuZHKSpnC",
-	"BdcGFYmZkE78QtBGKoS8QpyE7aYwVs7Ojj6/vTDM5M4GK5mhMtzZokiKOV/kytHfW66ZlAkyQRQpRbv9",
-	"NYo4k9yRaMPshUGBPVnTne+LnU3Q0ur0ayDyxHPBmd6tuZqJeCa/tIO+qdvu3+p7/L0EJWf/wsgQKOuG",
-	"tinj/M81Ks0du7dwiFjGZjzhxQxuMNWtI/0DphRbN6g6YXZlsnz0XxAzg4eGpxi07Dnm+n4Tl1Ib5+Ba",
-	"cOtgDs8mLI4V6vYdJWyGiaNTHHOSWJZ8bNCviwgV4ROmzWSJTJkZ3mU7KRrFI71P8d77YSQNuRBcLCbe",
-	"OtfxszqHyo+yS55+DVDkKYkOUS6w/DKMC1RBGFynQRjk4krIlajJU000S1XbhZ2VOq+VNGmtDaYTLuZy",
-	"38wLO3REIzcl3YYtfv1qPzUBKBnXQpNO3XjHdZd+NOV+7363dWFjAx5oJyqVGSs4pA1ThihPgFi8DsJg",
-	"luu1o0NCO66rTSvDfFBIsBvM9xQKyFLxW0xus69lFNtqQKpos9U+ikjG9P8e0n7ITZabN8VoF27midnr",
-	"mb5g9MmN9GKL+6Y0SGUnxahUK/bu1UTO5xqbys2FeXFSKXZNA7WJZW66wMnc1MA1nekH+xzk3Ma1c640",
-	"OUyTK4ExuLkwWxvsB+F+RLb8Ry0pqKUljmIl1iU1NpHdpEWNs22C/jPXGTPR8iyKMPOetylUqA1PGXkB",
-	"K/23t5z7PHJKEZIUXa8ry9YkPtOaL4jQPSK+C56Z8VxgdhtMRBSZhHtcdQ2BJrY1s7a5+100rGUzm3FP",
-	"miVovGvfG26UqMx5YrA1ROnW+yaxPsmccgvpUgmXRPROhifA581kwpJrL2a3D0I6QJVByYZw7Fm51aFL",
-	"sZgUVrMbRC1+TNGwmBnWHUi4mR2QqqWbklvLz4+fv9iTn4ceDL/GFm7lApiGqV7CYQTjfDh8FpXD7U+c",
-	"Ep/2FR46hbxau02O3xQB8ab0xi24npHqUTKhBbvCScQ0ZfgxwlwqyJRcKJbqU8oVyqQrBC6uWcLjCSU1",
-	"1S+fvoVjQQncxEg5sRkcZR5mMqc0NoQUzVLGE3pik2MC5+S+Nqh6UGXJY+GeLqTAYoQN/cv8uQ6heGRT",
-	"aYcAm2RmTblPzMUkSqS2QMl+K8GSAlYtnZrEXBNp4iqnsks0c6qJy6nGwiZVk1pSFULBtMhXJqonNVQ1",
-	"bj4aiyU3SX1M+VtmKPpj0WqnC7ZvMjhFrdnCcxRlluB+m+qAhU5oWoXMxgEdhpKpxZ2TG5cYpOwLTymS",
-	"OhoOh1ZD/M82z++ZvL3nj05uyWCqXISQSHmFMeQZcAEfzy5/2at95G6vvy1TSdmXibRR1oSCiBYX6GIw",
-	"uMLMQIYKtFHIUujFOGd5YuDoBbznP1mTXtLlxY9Hw5cvX5zso01m1u2GydaqMo15LA8NqpQLlkDPRztM",
-	"2MAHlYIU1cL7k20TrOTq7uxSuZgw3RWocbGN72fFjUHhHF9ZefwP7ZQ4hNWSR0vgmt4KcDoNPVLWgxCk",
-	"ggTnBkhloFdkLFBUH9oCizAgimzjcfnm03urPgw+Xv4zhIJBX2j44fHzF5FMpGoHyFOksE5jJH0S2YT9",
-	"K08Su7vVUiZIJjdCrWGhZJ4BmxtbAOMayE9C72L0lpAJ3Y4vRm9/Hb17B8egIWEG1UEfzmaaogOpYAgp",
-	"MqHh2XAI2qJPlLE8FhI8YvZ5jbgVgRpi9/LFSYPBwzYGr6S6ouww5uo2BRanvN3GpUhHHi45inNv2Z1V",
-	"ukVycf90qsMcf16uG1X0SOZJ7Ep1ZKlckdi5CbGAGRdMrfvtYTkn99jm010tlSVAY6w3fwVHxy9/OIcV",
-	"Sc0VTxKMYbYGisBZAuf0+kf3knDzbr+Gmw2a++3pl4WxjcSFg23r4X5FD5vkO6TIlYl1vyul25EhdmZ7",
-	"eRQ1S081i0XiHk+aU+uvVS4i1lGyvGVqV3GkLb0rJakphnXMqi3UEWpTkF9Gl+/OhF6hakv1bLRw/2xt",
-	"b0L/3sHwCf0GdYrFw2bI6gB37aW9WuQDytvXiwhUEZTsqxqVwLtw6o5udlsgYfBLu4BGCtmdy7D352Wm",
-	"ZJp1qArumHk7hnro1Y4b++smqjvT3KZqQbVaGvbi+fNnL/ZFqnZe63LIEoKyuVBVkMAvjBJ6mnXVRvvu",
-	"Ov4GDmWZoZjRhs/7qgK9kZhl+SRDFfkThUouZD5LakIh8nTm7GPM9dXESMOSKrS8hTOz03KN8Z1mJZLF",
-	"E3a9mBzdErtqwvO7zrjthBRTqdb3IIGfeEcitIX33gje0Ty4l7VDg+0RfLWY7NTPMIiWGF3ZIG1HIFQr",
-	"VT2IJbKp9N1mFCHQ9pv7FyNrUc82e8lW3dFJcIPOG7dDtOdNeI0dx5Wb1av7V6v2VKd215+2bb9Z7xMi",
-	"hUx3iIdlyh2ZfY/IgeKdNGVq3YpEnsV3lNFdJbOi7l6RraEFjeV+71b39kDFr3T7QKUwHvuClBLwDpS2",
-	"jqCKynp1Xhf4OKIETZTXmdXooDQW9v8544n9h82k6jq/2sh2tmL/3MwPX7p8giVJdabiyiGUsNuKIfzj",
-	"8u+HL0OQZolqxTXCjGl8cdK34bLbjAUVhIF704rNJ2QxFz7y367YV51kJWuag2I0jCft5e+uA3B3bLg/",
-	"V/AHqG54GxM3C2G3BVycW9Z22Ab+E2r+J+440bhH2e0exZ+tDMqdJhOgNqwvnOX61aaNnerWmcPgvQ6k",
-	"KEmdaDL0+wxLbYESXOs2bArcSfyuzPmsyMtJeKA3Or8Moaz7/M9//fcBSAUuFtpfyPWLtKJnYi46sSt8",
-	"1nYRhRk28epYN8wUTrW6bDnf3uPrRGp0ZTxf5FopbrhYtNUb28KvWkNDS/k5WraHPVk+iaTCjl4OGx/f",
-	"JZq8QiWw3XL4QPMu0KRuzzQ29m4lPMoVN+sLcif+eNefUFzKKxTtJSHbsgYUX4JGdY3Atc4xBmaqnjF3",
-	"tuECImKFdViWGbbtrcJ7aUxmkc4ofKqtu2cGoV80rGxUwz0k+PTm4hLOPo5AzmFqA2YeHaaL1EyhZxGP",
-	"QbpClTsIzaQy8AMcH/TH4s01qjVkzCwhFzEqmA5YxgfXR1MQiLGtFEOBc6OXbyx607O3b84vR68nHz6+",
-	"+XR2+eHT5PLDr2/Op7aWbCcKhAUKmo0xcGEkTN3xHikFxFy5071BscKhBT21mFEwrIEpBJas2FrDf158",
-	"OIfp17GLk8fBKYyDfr8/DkIY24MX96g6mJu4hzdTfwLETVI2PfPo0Le3QcoEW2BKpDn7OKplpafBsH/U",
-	"H3q2CZbx4DR41h/2n1E+z8zSSpIn2KDq1Vm45gm3KS7FKA5OA4qEztyQjVbl4+HwwRohq16iXX3KOgRt",
-	"oxWYrYG7buCT4VEX8BLbQaOX9KYekLrWIQ22Zas4gPDasYZerXvXtgxZEak3DcGKmyV3YrpQLELIUHEZ",
-	"+07LJpEHX4uk8aaT3m/RkduyquqI/619i9WQQdExf/P7Y/NpJ4/uyxSadLJ/UtkofXOzk76DejtfJnUL",
-	"pS8o+/FNS99Ibetbf5LxAzbt185db5rOnvLImy0eHz/Y0s2utRZeX5DJ8apS5/lwP/tqlwieSExowt/2",
-	"TygvFdCEo2f7J5Qt8zdh8NxRf+/Wi5sdTQtk5RBYeVQkBTBRXMzgZilzAytmo6ZXwA1lVwm/RufjIpYk",
-	"FB/uVgby+3VF2NbdYnGui1McPq8tAAuJ2t0QmeFcKiREUMS6Pxb+eHuGaylimG6eh0/rZ95cQ6xkllE4",
-	"QoPL448pvdJonMtrKirpwr+Nng4feGnXotlukGtXeKC3WjKD16iAG12dGNokY+MAEHpTG6pMiSEH35X7",
-	"W5Tb9oi1qjb9JrW2J/PEE9eYu6HKfLUYKPThRrcv+1QMORt9fhs8onOo3RdpEboSDZvh3VcIng+f3WpS",
-	"eR1ng+QFEuSjammQkKsQ9BXPMi4W1rbNWHQl53PLhha6VxWEzkitosZjBl07aX7p22pz/QqkSNYwre60",
-	"TKE3Z4nGg+rQv36PiGuQ8/mDhNG2Olm0WNdzz2q5Ppxb++MvTGhg5e2qGuWLuG3wtTp/v3E+K0FXAG2y",
-	"4VeeJPf1DtWVz5ao+QkjKtscpFGYVz7/IEsAc5kkcqWBach1zpL+X9isfpuVtPtn4MvYpbnskVls6Zdy",
-	"PmnR2utflp7LavRcydTlZ/wahe30B9dtrx25raQquELMXFCVMG3GoiWSkXNAFi19NBO6GKbR0D8dTBsN",
-	"/dOx0PZaLSr0vPVo2VKC9bcURJ0ZSKU2cALv+U/1iIn+LSj4yuoOFzlWm6qK7nY9AiX8/5Axbewg9L7G",
-	"tYcJXPkSfR9GAqZO3Kahvwsx8J2BTOFYYJqZtevdr6r6Pt91VuegD6+LnrIyhLBdQErmi6Xrajv7OBoL",
-	"phD0kvLsIqz1WLTEfG/RPIBSh/4i9x85qnV1k9tzjGgY1K9ubxXvdvXB7QBO7P924BsNZRQq5Fl5OcD2",
-	"CW409dFLYnWDx9CzQzOZJCEwL2bPhsPh0LZGtm2BRMU1LTWutTts7dQ92D9mCWKvMa1Fvn/l2LXFfdoQ",
-	"0TFNzoGVqlTtZp+jpJX4n7grUKT3D+UvHz6fah5k3SqjOmlpgLZQrEd1tqt0H2g0XIzefh6dv/7le2pz",
-	"Z6e9XwCr066Oqpt9/9cVwOZh3n0F0HfF6lqlrOpqb8Qy32XwEWSwuGbQLoKfFTdYuhEa+hcUw/qh7X2l",
-	"cONexfda7TfLW9F41nlU9svo8t1j1gLKLuqOwMfegil6nh8ks/9AEJd5ysQhF4dmiYeJlFm5RggyiVH7",
-	"G73NEIWoNfjqG4tv/HLxzuCEBngabqhkyxeZqpblh/oc0yNpc6Ml+onLxI07BC1Ss2EkfNOLy4x9B45N",
-	"p31uzhaMi+9G5FuqHY4bwIBYUyjSK5ga/GKm8APlbgkX9otTq1bmFDfjmtpW707stE/vi0Fb+rVRRxHJ",
-	"umC/T/i5dtf3u7LG8pMHtxLLjcslj5kx1ns6O8xmsdMnFOyGSBRsAUnWO5Iqhp79sJiKlvwa44NdZrZA",
-	"fvC16pjb2WBQtKXexsY2umtvZWb336p/Cm7v4TT0WKIl2HvXvoO1IPX/TQeDV209+Fq1He6te/sGyn3K",
-	"fFmZDug1W8ZdocETxXa3VKdVPK4qRE2haHRGPqjvfaQKfLPTdFcF/t++yF4KQldx/VUlEKXX56I48Aem",
-	"i7d93zvetEatgjyI/UdXursQznKztA1urGircqXromXRtTX6XsbZun7I1NXZOBbWiDZ6AS2Ygz7YYLm4",
-	"JED7tDtj9kyQ6CBi+Hj5z4JaY9Hb+ZmPg6JVMVpKjaL4AJ/dxfRs9Pnt5P3o4mL04Xwy+nnqqKkBxTVX",
-	"UqQkdWNxBu7uOBSkKk7TNEsRppUdnlbEsa/sZxSZjSk0HA+PXYhmB41FOYr5oMPe/GfK2GL90vaUWHAM",
-	"Yj6fo0JRfJjRlvpPhn/rj8XrJUZXGpYso2SgiAakilGdNk4Uq6NHu9IGVygEhd7z4bODcCx8U2bvZHh0",
-	"ELoleydHz0I4GQ4PQt+Q19h2jzYnFeF0EIKSuSHR7J0MT0IgoG3nCMXHfjpdXksbmxMspwD1KHiGiRQL",
-	"DUa+ch9zKPlQKMRDWcvbutCHz1Q2P470xL1nW9+3ajHVxTvo+dMPK98FkwrtIQks9aCpLN/rvvdqsPDN",
-	"6FZrNtrQf/ud5LFyNTXbXPJD19xKcYhVgPEeZGmv8v65K3T9xQ95zITZXSjuiB8LX2nb1dS1a3RpkqdB",
-	"inf8GgVNyJScOUoO7KWendv85EY84i6r21StfTwsXvdrovL4S57br9iyeO0qD9YfaLbW/uMvJTgivJBm",
-	"N9HLlRzVX0HCNTlc1oDEXOhvlrYpzvUMuH1vyfvG9Qcv77ZvwLmRXCX+7sPpYHB0/GN/2B/2j05fHh0f",
-	"Bze/3/xvAAAA//8=",
+	"7Hz/cts48uerdPG2auVaWpZ/JJOx//JksxnfJE4q9lZqdzUnQmRLwpoEuABoRZNy1T3NPdg9ybcaAH9J",
+	"pGQ7dmpqa/5JLJIAGt2N7k83GvgaxDLLpUBhdHD6NciZYhkaVPbX+RyFufgr/clFcBrkzCyCMBAsw+A0",
+	"YPR2wpMgDBT+p+AKk+DUqALDQMcLzBi1y9iXdyjmZhGcHh69CoOMi+p3GJhVTj1po7iYB3d3YfBaZhkT",
+	"Se+gsXv/tMPeUVc6l0KjnfdPLHnLDC7Zin7FUhgUhv5keZ7ymBkuxcG/tRT0rB70TwpnwWnwvw5qnh64",
+	"t/rgjVJSuaES1LHiOXUSnAbXCwTLSVjSP2zJVrBc8BTBLBD8dEExMQzuQqLsE/6nQG2+D2XKDQZcQ8bS",
+	"mVQZJpaQ11LMUh5/NzK0LFSMRAcXwEAbZohDzEAiUYOQBliayiWYBdcwwOF86NlKr2IpBMYGk7DiKEsV",
+	"smQFKBJM9uycLqX5myxE8vxzupSgi3hRzcsOfy3lO6bm+H0lO5XJitia0tCKWCrgEN7znyxNfxesMAup",
+	"+G/4HdjynmvNxRykgqWSYg5TZIqIkjcoSnpuGU/ZNMXvISUDudSaT1MEIZcw4MLgXNlBQM5mIeAXjAsj",
+	"ldUyhXOuDSpSMyGd+oWgjVQIRU04Kdtdaaycnb34/PbKMFPYX20iPnOzsKZgY+zo65gYMOPzQmEyDk5h",
+	"xlKNdxGQfgtpFsRLTDUOwfbCDUgRAt6iWo1FhtkUFYk+V6hRmFOINBPJVH6Z8MR1EpXzc08UAma5WYGz",
+	"nBoKYXhK1I2Fm7yjT9tPWXwj5DLFZE4Mqbsq2TRBYnxEFIgiTaEQKWpt55oybcaiYm6zb5gxnmIyhEua",
+	"BzCvHGMRhEGuZI7KcGfFa97QL2/zp1KmyATpUmUUul+jSHLJnXKtOYwwaPBl+/v2ZOlbmqvTX+e0NtrW",
+	"Qujo+q7p9f7VnOOvVVdy+m+MDXVlHbj16y3OOM99i0pzt1A2aIhZzqY85WULbjDTnV/6B0wptmpxdcLs",
+	"yOQz6K8gYQb3Dc8w6JhzwvXjGi6kNg4adNDWIxyeT1iSKNTdM0rZFFPHpyThpHMs/djiXx8TasaTAk8W",
+	"yJSZ4kOmk6FRPNa7TNZ7/xlpQyEEF/OJ92tN+qzFQOW/skOefg1QFBmpDnEusPIyjAtUQRjcZkEYFIKW",
+	"rWjoU0M1KyO1jTqrdd6eUaOVNphNuJjJXS2v7KcX9OW6plvA58ev59NQgEpwHTzpXRvvuO5bH2293znf",
+	"zbWwNgHfaS8ptQMoJaQNU4Y4Tx2xZBWEwbTQK8eHlGbcXDadAvNwmvpuCd9zKCBLxe/R2BHWZUV61lgD",
+	"p3faRxHLhP7ewdoPhckL86b82gH1IjU7ffoXjD+5L73a4q4mLVbZRgkq1Um9ezWRs5nG9uLmwrw8qRd2",
+	"YwVqk8jC9HUnC9Poro0APtjnIGfWNc640gQ1TKEEJuDawnRlcBiEuwnZ8B+NcKoR0DmOVVRX3Fgndp0X",
+	"Dcl2Kfpfuc6ZiRfncYy597xtpUJteMbIC1jt3+TGp7+9huPj4x8pDvj79WtYErLBLyw26QoynqZcYyxF",
+	"Qqgm5uTgQrDRwNHo6OX+6MX+6Mfr0Q+nh8enR0fDw6Pjf7bY1jTOOTMGFY35f8bj5OvJ3f54nIzHif/v",
+	"2v132vpvPB7St8d3//xTl3nfBRsyAsBS9L3WPRiRac3npA0D0hAXGzHjVYVZXjMRE/AMd+CJBgFtahu2",
+	"d11E2wTdCFbXwVmWp2g8/tiJiSpSZjw12Imj+o3TmgLJgkJH6SJFFyMOTkYnwGftWNGyaydl90dKPV1V",
+	"yGlNOXaM3Ik6pJhPStPe30UD5GZoWMIM60c7rmVPT/XQbc1tpF+OXrzckX4JfTf8FjukVQhgGiK9gP0Y",
+	"xsVodBxXn9ufGJGcduWVepW8HrtLj9+UqH1de5MOWs9p6VGsqAW7wUnMNAJ9CTOpIFdyrlimTykUrGLq",
+	"ELi4ZSlPJhSz1r98dB6OBcXnEyPlxAboFFiayUwWIgkhQ7OQyYSe2NwHdef0vvFR/aBOgoyFezqXAssv",
+	"bHxSpUeaPZSPbKbEEcAmuVlRaJtwMYlTqW2n5GSUYGnZVyNinSRcE2uSOmS2Q7RD5okLmcfCxsyTRswc",
+	"Qim02Cee6icNUjWuPxqLBTdp85vqt8zLuHHT3JRiXxdwhlqzuZcoyjzF3TbVdRY6pelUMgtWegwlU/MH",
+	"R2AuesnYF54R3DscjUZ2hfifXfDEC3lzzh+d3pLBVIUIIZXyBhMocnLAH8+vf965+ggT3H5bOJWxLxNp",
+	"oeCEkE6HC3RAEW4wN5CjAm0UsgwGCc5YkRo4fAnv+U/WpFd8efnD4ejVq5cnu3iTm1W3YbKpyFxjkch9",
+	"gyrjgqUw8JCMCYvOUCnIUM29P9k0wUouHy4uVYgJ031okouOPJLixqBwjq9KLP9Zu0UcwnLB4wVwm38R",
+	"4NY0DGix7oUgFaQ4M0BLBgZlWAVliqQLWIQBcWSTjus3n97b5cPg4/U/QigF9IU+3z968TKWqVTdHfIM",
+	"CXs6gNehBL/w1GajYLmQKZLJjVFrmCtZ5MBmxuY3uQbykzC4unhLxIRuxlcXb3+5ePcOjkBDygyqvSGc",
+	"TzWhA6lgBBkyoeF4NAJtySfO+EQbeMLs8wZzawa11O7Vy5OWgEddAl5KdUMhbMLVfbJAbvH2G5cyZnq6",
+	"CC4pvGV3VukeEdDjY74ec/x5sWptksSySBOXiS1K1M+cmxBzmHLB1GrYDcs5uccun+5S5SwF+sZ68zM4",
+	"PHr1l0tYktbc8DTFBKYrIATOUrik1z+4l0Sbd/sN2ixoHnbHiLaPTSKuXN92u8OP6Psm/Q4JuTKxGvbF",
+	"nVvC2N6QtIjjdn6sYbFI3ZNJu2nztSpEzHryqveMP2uJdMWglSa11bBJWT2FJkFdC+Tni+t350IvUXXF",
+	"oxYtPD5a25l1eO/68FmHNe6Ug4dtyOo67ptLd0rLA8r7J7WoqxKU7EptVZ330dSPbrZbIGHwS7eCxgrZ",
+	"g3PFj5dlrmSW9ywV3NLyfgL1vdczbs2vn6luy3qTqyXXGmHYyxcvjl/uQqq2XedwyFLqZX2gOiGBXxgF",
+	"9NTqpov3/ZsNazRUaYayRRc97+s0+VpglheTHFXstz1qvZDFNG0ohSiyqbOPCdc3EyMNS2toeQ9nZpsV",
+	"GpMHtUolSybsdj45vCd1dYMXD21x3wYZZlKtHsEC3/CBTOiC994IPtA8uJeNnY3NL/hyPtm6PsMgXmB8",
+	"Y0HaFiDUSFU9iSWyofTDWpQQaPPNZsb0nl02Uc+meMlWPdBJcIPOG3f3aDfF8BZ79lTXs1ePz1btyE5t",
+	"zz9t2n6z2qVECpnuUQ8rlAcK+xHIgfBOljG16iSiyJMH6ui2lFm5OVCzrbUKWsP92r/cu4GKH+n+QKU0",
+	"HrtAStXxFpI29snKzHq9qRh4HFF1TZzXuV3RQWUs7N+uUoGA7VSqvk22tWhnA/sXZrb/ysUTLE3rjR+X",
+	"DqGA3WYM4e/Xf9t/FYI0C1RLrhGmTOPLk6GFy24ytqsgDNybTmo+IUu48Mh/M2NfFwpWoml/lKBhPO1O",
+	"f/ft0ru9zd2xgt/ldZ93CXE9EXbfjsvN1cYMu7r/hJr/hlt2NB6RdntE8mcjgnJb3tRRF9VXznL9YsPG",
+	"3uXWG8PgozakKEidaDL0uwxLY4Cqu85p2BC4l/l9kfN5GZeT8sDg4vI6hCrv8///7//bA6nAYaHdiVw/",
+	"SCd5JuGil7rSZ20mUZhhE78cm4aZ4FSny5azzTm+TqVGl8bzSa6l4oaLeVe+sQt+NaouOtLP8aIb9uTF",
+	"JJYKewpOLD5+CJq8QSWw23J4oPmQ3qTujjTW5m41PC4UN6srcid+D9rvUFzLGxTdKSFbdAaEL0GjukXg",
+	"WheYADPQWbVGorAOywrDVjXWdC+MyS3ROcGnxrg7WhD5ZVXNWjbc9wSf3lxdw/nHC5AziCxg5vF+Ns9M",
+	"BANLeALSJarcRmgulYG/wNHecCze3KJaQc7MAgqRoILogOX84PYwAoGYuEq9kuZWqeZYDKLzt28ury9e",
+	"Tz58fPPp/PrDp8n1h1/eXEY2l2wbCoQ5CmqNCXBhJERue48WBSRcud29g3KEfdt1ZCkjMOyLDNMlW2n4",
+	"31cfLm1BpMXJ4+AUxsFwOBwHIYztxot7VG/MTdzDu8jvAHGTVjXtPN73NXiQMcHmmBFrzj9eNKLS02A0",
+	"PByOvNgEy3lwGhwPR8NjVzmwsJrkGXZQFxTNXYWHmxSX4iIJTgNCQufuk7VK9KPR6MnqXOuCp21l6DoE",
+	"bdEKTFfAXbH3yeiwr/OK2oNWqfBdE5C6+iYNtq6s3IDwq2MFg0Zxtq1rsirSrGyyNR7cqelcsRghR8Vl",
+	"4gtp20w++FoGjXe9/H6Ljt1WVPWBh391T7H+5KA8EHH363PLaauMHisUanSyu1FVB393t5W/B82aw1zq",
+	"Dk5fUfTjK6u+kdvWt/4kkyc8k9HYd71rO3uKI+82ZHz0ZEO3S+s6ZH1FJscvlabMR7vF1zgj8p3UhBr8",
+	"uLtBdWaEGhwe725QnYi4C4MXjvs7p14e3GlbIKuHwKqtIimAifLcDTcLWRhYMouazmydfGFSfovOx8Us",
+	"TQkfbl8M5PebC2Fz7ZaDc13u4vBZYwCYS9TuANAUZ1IhEYIi0cOx8NvbU1xJkUC0vh8eNfe8uYZEyTwn",
+	"OEIfV9sfttReo3Eur71QaS3816zT0RMP7epIuw1y44QWDJYLZuyxBG50vWNog4y1DUAYRP74g0az98fi",
+	"/pbFbWvEOpc2/aZlbXfmSSauenhtKfPl/EChhxv9vuxT+cn5xee3wTM6h8ZxoA6lq8iwEd5jleDF6Phe",
+	"jarTVmssL4kgH9UIg4RchqBveJ5zMbe2bcriGzmbWTF08L3OIPQitZobzwm6tvL82pfVFvoMpEhXENUH",
+	"byIY2HNXe/Wmf/OoFtcgZ7MngdE2O1nWgTdjz3q48liUP9Whq/NRLc6XuO3ga73/fud8VoouAdoWwy88",
+	"TR/rHeoTvR2o+TsiKlscpFGYMx9/kCWAmUxTudTANBS6YOnwd2xWv81K2vkz8GnsylwOyCx21Es5nzTv",
+	"PJBQpZ6rbPRMyczFZ/wWhT2OAO5IgHbstpqq4AYxbx7x60AycgbI4oVHM6HDMK1TB9FB1Dp1EI2Ftqem",
+	"UaGXrSfLphKsvyUQdW4gk9rACbznPzURE/1ZcvDMrh0uCqwnVSfd7XjUlfB/Q860sR+h9zWuPEzg0qfo",
+	"h3AhIHLqFoX+wMaBrwxkCsfCnam0tft1Vt/Hu87q7A3hdVlTVkEIWwWkZDFfuKq2848XY8EUgl5QnF3C",
+	"Wk9FB+Z7i+YJFnXoz+n/p0C1qg/qe4kRD4PmyfyN5N22OrgtnZP4v73ztYIyggpFXh0OsHWCa0V99JJE",
+	"3ZIxDOynuUzTEJhXs+PRaDSypZFdUyBVcUVLrVsLHLW26Q7qnzMFsdOYNpDv7xm7drhPCxGd0OQMWLWU",
+	"6tnscpQ0Ev8NtwFFev9U/vLp46n2Rta9IqqTjgJo24v1qM52Ve4DjYari7efLy5f//xHaPNgp71bAevd",
+	"rp6sm33/+1XA9mbeYxXQV8XqRqasrmpvYZk/dPAZdLA8ZtCtgp8VN1i5Efr0d6iGzU3bx2rh2rmKP3K1",
+	"36xvZeFZ71bZzxfX754zF1BVUfcAH3sKpqx5fpLI/gP1uCgyJva52DcL3E+lzKsxQpBpgtqf6G1DFOLW",
+	"wVdfWHznh0v6E9Hnwt/hEhn8YmxKmAlgtgAejJQwYDClKELgMuUCQwuAx8FHReb0zeX1m0/jYG84Fiej",
+	"E4jah+uiMzgZ/dh4SpyKYFDetcR8mb3d4aNIyVef0E9fCDIWC6b9pUz0OOo4vxjBQKFRK5AixsbmNdc2",
+	"27R3Bi9GR2XLuRQYjUXdlUu70jfHFFeuHTSMugIlV2mdeL1bM2Mdl5TVZd5PdUPZM1nAVhn5d06tt85d",
+	"dKy0NcPq9cNlE0q94brKZ7A54+IPw/tAw/vNiWAnQWBA4iwN1llpXP5SWhGS1LJToOUJxLZVa1aB9vqB",
+	"9+VHG2tyLV8l7NUQ7mOXWOHaXZPQF51X91/cS5XXDvE8Z2TerJ3tcU/lTL/jYmipRCkWkOQlY6kSGNj7",
+	"+VS84LeY7G1zZyXxB1/rysSthRxl+e997HKrivlepnn37QXfQ9o7JE0OVkuwLthXCpes/o7p7EcYkqbg",
+	"vTnQB1/rktC1PYk2A6JamlEjYeqRTLUX43sjP6HL06BSlPhl48KAEsK0Lj1oQBh5i6ofmIzFQ5EJrAOT",
+	"LvzxC09TX8e7y9ZdN6Y8aJ9ccPkuzwALwepNU57Uicr2mmkV6D4pnHmmjaB2wfO2jaD/+r2eShH69njO",
+	"aoWogBQXZd0JsAqhD/0Rhrax7lyzB4m/+2dLDFKYha2zZGV1n9tBKStnXXWtL6mdrpp7nX0FtmNhfUyr",
+	"JNV2szcEG7OVZ1W8ISBbQEuS+CAS+Hj9jzoCGWy9bWavrJiNF1KjKK/5tLOIzi8+v528v7i6uvhwObn4",
+	"a+S4SQHNLVdSZKR1Y3EO/o6qklXlpq5mGULLsFXMsa/sZa3Owmk4Gh051Gs/GovqK28C3QUUTBldXgZ6",
+	"5rpjkPDZDBVZJnf9q7VQJ6Mfh2PxeoHxjYYFyykmLcGSVAmq09bGdr0Dbkdakwqhehi8GB3vhWPha4MH",
+	"J6PDvdANOTg5PA7hZDTaC31daGvaA5qcVETTXghKFoZUc3AyOgkpcKP4cyze2xtMdck826+Ddm6zsboZ",
+	"+MZe3mqdJBeNm0jdZVLRnr+u1N1JNhbWIM6FtJGqbtU3ZGwFLElAywzPPOGZJyMrtIEFu7WGnysgo+e2",
+	"L+0FqTJ3x9VACtS2oynai0+HEJUH26wjs3eY3KKaMsMzqy0Kc2R+wzWWc8G1XxewYHrRmv8gZkIKHrPU",
+	"1kSfesWviHS1veFYuEMPdiV4YG4vrV0uuEHQOYtxr6Td1oD/WdfekifRqTtpZL90V/ZWN8paXfE3idRq",
+	"ewZMuCa3LC0sY4iTmHjSQncJLBfaIHO+yt6+EY5FdDgcRc030aGrIy97bBJmExrrCj4gPRqOBVkCu2xc",
+	"1bimfyK3xXoK4+q01ziIQmhdpVZfohaC1SMHs7xkxmLGhS+IL83prFCWNpZKV1OoIVo7qhm1mMSFu5nX",
+	"L19aijJBfeoSFV13KUXNW3XbtynRq/I+pYhYuJnoIKBzCFHzNip6dngMUfvOKfvliEiob6qyfa5dVmW/",
+	"O+nL2KyvumFZORnZszm0UMeiLvm2b/c8GFu/+6kTJJVXzvUGBB3F1G5hO4E1hTdFkpoGI8/ccqzMcOkP",
+	"nwos3TfAePrcz/oVfd+5AnrjKsgOpFa+g4Hfg7cLpRRS6TyttpRusG10/th9fFR2xx+Jsqtm7TDUv34l",
+	"fayRZsM3VvJoxFlVKUXZjQeQC3uhxG/bAvuf/SfPmYJ011r0RNclVPaAwpVbttnTYsU7fouCGuRKTh0n",
+	"D2zQuHWan9wXzzjL+kxvZzUpS1bDhqo8/5CX9qp8RpCggi3WE7sryKru7MXw0mxnejWS4/oZpFwT3mat",
+	"nphLjFiHzD2QcvPe0Pe1Q3he3y2gdG6kUKk/gXd6cHB49MNwNBwND09fHR4dBXe/3v1PAAAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

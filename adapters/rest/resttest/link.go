@@ -97,8 +97,12 @@ func (l *Link) Adopt(agentID string, spec ports.CommandSpec) *Command {
 
 func (l *Link) newCommandLocked(agentID string, spec ports.CommandSpec, opts ports.StartOptions) *Command {
 	l.next++
+	id := opts.CommandID
+	if id == "" {
+		id = fmt.Sprintf("cmd-%04d", l.next)
+	}
 	c := &Command{
-		id:      fmt.Sprintf("cmd-%04d", l.next),
+		id:      id,
 		agentID: agentID,
 		Spec:    spec,
 		Opts:    opts,
@@ -166,6 +170,23 @@ func (l *Link) Lookup(commandID string) (ports.Command, bool) {
 		return nil, false
 	}
 	return c, true
+}
+
+// Attach implements ports.AgentLink: a command it knows is returned with
+// the new options; an unknown one is registered as running detached on
+// agentID, for the test to end (Finish, Kill) like any other.
+func (l *Link) Attach(agentID, commandID string, opts ports.StartOptions) ports.Command {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	opts.Detached = true
+	if c, ok := l.cmds[commandID]; ok {
+		c.mu.Lock()
+		c.Opts = opts
+		c.mu.Unlock()
+		return c
+	}
+	opts.CommandID = commandID
+	return l.newCommandLocked(agentID, ports.CommandSpec{}, opts)
 }
 
 // Forget drops a command from Lookup, as the real link does some time
@@ -313,9 +334,10 @@ func (c *Command) Emit(stream ports.OutputStream, data []byte) {
 	}
 	off := c.offsets[stream]
 	c.offsets[stream] += uint64(len(data))
+	onOutput := c.Opts.OnOutput
 	c.mu.Unlock()
-	if c.Opts.OnOutput != nil {
-		c.Opts.OnOutput(ports.OutputChunk{Stream: stream, Data: append([]byte(nil), data...), Offset: off})
+	if onOutput != nil {
+		onOutput(ports.OutputChunk{Stream: stream, Data: append([]byte(nil), data...), Offset: off})
 	}
 }
 

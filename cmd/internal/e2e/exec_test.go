@@ -176,7 +176,7 @@ func TestPTYResizeAndSignal(t *testing.T) {
 			if re.MatchString(resp.JSON200.Stdout) {
 				return *resp.JSON200
 			}
-			if resp.JSON200.State == restapi.Exited {
+			if resp.JSON200.State == restapi.CommandStateExited {
 				t.Fatalf("command ended without %v: %+v", re, resp.JSON200)
 			}
 		}
@@ -188,7 +188,7 @@ func TestPTYResizeAndSignal(t *testing.T) {
 			if err != nil || resp.JSON200 == nil {
 				t.Fatalf("get: %v %s", err, resp.Body)
 			}
-			if resp.JSON200.State == restapi.Exited {
+			if resp.JSON200.State == restapi.CommandStateExited {
 				return *resp.JSON200.Result
 			}
 		}

@@ -129,7 +129,7 @@ func TestOutputWhileDisconnectedArrivesAfterReconnect(t *testing.T) {
 		if err != nil || r.JSON200 == nil {
 			t.Fatalf("get: %v", err)
 		}
-		if r.JSON200.State == restapi.Exited {
+		if r.JSON200.State == restapi.CommandStateExited {
 			final = *r.JSON200
 			break
 		}

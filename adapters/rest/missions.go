@@ -1,0 +1,330 @@
+package rest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+const maxHITLTextLen = 65536
+
+// ListMissions lists the missions on record, oldest first, optionally in
+// one state. Without a mission service there are none.
+func (s *Server) ListMissions(_ context.Context, req restapi.ListMissionsRequestObject) (restapi.ListMissionsResponseObject, error) {
+	var state ports.MissionState
+	if p := req.Params.State; p != nil {
+		if !p.Valid() {
+			return badRequest("parameter state: unknown state %q (one of %s)", clip(string(*p)), strings.Join(missionStates(), ", ")), nil
+		}
+		state = ports.MissionState(*p)
+	}
+	out := restapi.MissionList{Missions: []restapi.Mission{}}
+	if s.d.Missions == nil {
+		return restapi.ListMissions200JSONResponse(out), nil
+	}
+	ms := s.d.Missions.Missions(state)
+	// The use case lists oldest first; a stable sort keeps that promise
+	// whatever it does with equal creation times.
+	slices.SortStableFunc(ms, func(a, b ports.Mission) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	for _, m := range ms {
+		if state != "" && m.State != state {
+			continue
+		}
+		out.Missions = append(out.Missions, s.toMission(m))
+	}
+	return restapi.ListMissions200JSONResponse(out), nil
+}
+
+func missionStates() []string {
+	return []string{
+		string(ports.MissionAssigned), string(ports.MissionRunning), string(ports.MissionHITLRequired),
+		string(ports.MissionSuspended), string(ports.MissionCompleted), string(ports.MissionFailed), string(ports.MissionAborted),
+	}
+}
+
+// GetMission returns one mission, archived or not.
+func (s *Server) GetMission(_ context.Context, req restapi.GetMissionRequestObject) (restapi.GetMissionResponseObject, error) {
+	subject := fmt.Sprintf("mission %q", clip(req.MissionId))
+	if s.d.Missions == nil || utf8.RuneCountInString(req.MissionId) > maxMissionIDLen {
+		return missionNotFound(subject), nil
+	}
+	m, err := s.d.Missions.Mission(req.MissionId)
+	switch {
+	case err == nil:
+		return restapi.GetMission200JSONResponse(s.toMission(m)), nil
+	case errors.Is(err, ports.ErrMissionNotFound):
+		return missionNotFound(subject), nil
+	case errors.Is(err, ports.ErrStoreUnavailable):
+		// The archive could not be read: the mission may exist.
+		return newError(http.StatusServiceUnavailable, "store_unavailable", "%s: the mission store cannot be read now; retry later", subject), nil
+	default:
+		return nil, err
+	}
+}
+
+func missionNotFound(subject string) *apiError {
+	return newError(http.StatusNotFound, "mission_not_found", "%s: mission not found (GET /api/v1/missions lists the missions on record)", subject)
+}
+
+// ListHITL lists the open HITL requests, oldest first.
+func (s *Server) ListHITL(context.Context, restapi.ListHITLRequestObject) (restapi.ListHITLResponseObject, error) {
+	out := restapi.HITLList{Requests: []restapi.HITLRequest{}}
+	if s.d.Missions == nil {
+		return restapi.ListHITL200JSONResponse(out), nil
+	}
+	open := s.d.Missions.OpenHITL()
+	slices.SortStableFunc(open, func(a, b ports.OpenHITL) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	for _, h := range open {
+		out.Requests = append(out.Requests, toHITL(h.HITLRequest, h.MissionID, h.AgentID, h.SessionID))
+	}
+	return restapi.ListHITL200JSONResponse(out), nil
+}
+
+// RespondHITL writes the answer to the waiting session.
+func (s *Server) RespondHITL(ctx context.Context, req restapi.RespondHITLRequestObject) (restapi.RespondHITLResponseObject, error) {
+	subject := fmt.Sprintf("HITL request %q", clip(req.HitlId))
+	if req.Body == nil {
+		return badRequest("the request body is required"), nil
+	}
+	if n := utf8.RuneCountInString(req.Body.Text); n > maxHITLTextLen {
+		return badRequest("field text: longer than %d characters", maxHITLTextLen), nil
+	}
+	if s.d.Missions == nil || len(req.HitlId) > maxIDLen {
+		return hitlNotFound(subject), nil
+	}
+	m, err := s.d.Missions.RespondHITL(ctx, req.HitlId, req.Body.Text)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		switch {
+		case errors.Is(err, ports.ErrHITLNotFound):
+			return hitlNotFound(subject), nil
+		case errors.Is(err, ports.ErrHITLNotOpen):
+			return newError(http.StatusConflict, "hitl_not_open", "%s: already answered, or its mission has ended", subject), nil
+		case errors.Is(err, ports.ErrMissionNotFound), errors.Is(err, ports.ErrSessionNotFound),
+			errors.Is(err, ports.ErrCommandNotFound), errors.Is(err, ports.ErrCommandEnded):
+			// The request outlived its session: it cannot be answered any more.
+			return newError(http.StatusConflict, "hitl_not_open", "%s: its session has ended", subject), nil
+		case errors.Is(err, ports.ErrStoreUnavailable):
+			return newError(http.StatusServiceUnavailable, "store_unavailable", "%s: the mission store cannot persist now; retry later", subject), nil
+		default:
+			// Agent errors: not connected is 409 (retry once it reconnects),
+			// gone and others are 502.
+			return portError(err, subject), nil
+		}
+	}
+	s.log.Info("rest: HITL answered by operator", "hitl_id", req.HitlId, "mission_id", m.ID)
+	return restapi.RespondHITL200JSONResponse{HitlId: req.HitlId, MissionId: m.ID, State: restapi.MissionState(m.State)}, nil
+}
+
+func hitlNotFound(subject string) *apiError {
+	return newError(http.StatusNotFound, "hitl_not_found", "%s: not found (GET /api/v1/hitl lists the open requests)", subject)
+}
+
+// KillSession kills a session: a mission's (which ends aborted) or any
+// command this server can reach.
+func (s *Server) KillSession(ctx context.Context, req restapi.KillSessionRequestObject) (restapi.KillSessionResponseObject, error) {
+	id := req.SessionId
+	subject := fmt.Sprintf("session %q", clip(id))
+	if len(id) > maxIDLen {
+		return sessionNotFound(subject), nil
+	}
+	if s.d.Missions != nil {
+		missionID, err := s.d.Missions.KillSession(ctx, id)
+		switch {
+		case err == nil:
+			s.log.Info("rest: session killed by operator", "session_id", id, "mission_id", missionID)
+			out := restapi.KillSession202JSONResponse{SessionId: id, Status: "kill_sent"}
+			if missionID != "" {
+				out.MissionId = ptr(missionID)
+			}
+			return out, nil
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case !errors.Is(err, ports.ErrSessionNotFound) && !errors.Is(err, ports.ErrCommandNotFound):
+			return sessionError(err, subject), nil
+		}
+		// Not a session the use case knows: maybe a command of this API.
+	}
+	e, cmd, apiErr := s.lookup(id)
+	if apiErr != nil {
+		return sessionNotFound(subject), nil
+	}
+	if ended(e, cmd) {
+		return sessionError(ports.ErrCommandEnded, subject), nil
+	}
+	if err := cmd.Kill(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return sessionError(err, subject), nil
+	}
+	s.log.Info("rest: session killed by operator", "session_id", id)
+	return restapi.KillSession202JSONResponse{SessionId: id, Status: "kill_sent"}, nil
+}
+
+func sessionNotFound(subject string) *apiError {
+	return newError(http.StatusNotFound, "session_not_found", "%s: session not found", subject)
+}
+
+// sessionError maps a kill failure onto the statuses killSession declares.
+func sessionError(err error, subject string) *apiError {
+	switch {
+	case errors.Is(err, ports.ErrSessionNotFound), errors.Is(err, ports.ErrCommandNotFound):
+		return sessionNotFound(subject)
+	case errors.Is(err, ports.ErrCommandEnded), errors.Is(err, ports.ErrCommandLost):
+		return newError(http.StatusConflict, "command_ended", "%s: has already ended", subject)
+	case errors.Is(err, ports.ErrAgentNotFound):
+		return newError(http.StatusBadGateway, "agent_gone", "%s: its agent is no longer known", subject)
+	default:
+		return portError(err, subject)
+	}
+}
+
+// GetAIWGStatus shows the aiwg serve integration; never a token.
+func (s *Server) GetAIWGStatus(context.Context, restapi.GetAIWGStatusRequestObject) (restapi.GetAIWGStatusResponseObject, error) {
+	return s.aiwgStatus(http.StatusOK), nil
+}
+
+// ReconnectAIWG skips the backoff wait of the aiwg serve connection.
+func (s *Server) ReconnectAIWG(context.Context, restapi.ReconnectAIWGRequestObject) (restapi.ReconnectAIWGResponseObject, error) {
+	if x := s.d.Executor; x == nil || !x.Configured() {
+		return newError(http.StatusServiceUnavailable, "integration_disabled",
+			"the aiwg integration is not configured on this server (AIWG_SERVE_ENDPOINT is unset)"), nil
+	}
+	s.d.Executor.Reconnect()
+	s.log.Info("rest: aiwg reconnect requested by operator")
+	return s.aiwgStatus(http.StatusAccepted), nil
+}
+
+// aiwgStatusBody is AIWGStatus with every member present when the
+// integration is configured (executor_register_error null when there is
+// none); with it off the body is {"configured": false} alone.
+type aiwgStatusBody struct {
+	Configured            bool    `json:"configured"`
+	Connected             bool    `json:"connected"`
+	Endpoint              string  `json:"endpoint"`
+	SandboxID             string  `json:"sandbox_id"`
+	ExecutorID            string  `json:"executor_id"`
+	ExecutorRegisterError *string `json:"executor_register_error"`
+}
+
+type aiwgStatusResponse struct {
+	status int
+	body   any
+}
+
+func (r aiwgStatusResponse) VisitGetAIWGStatusResponse(w http.ResponseWriter) error {
+	return writeJSON(w, r.status, r.body)
+}
+
+func (r aiwgStatusResponse) VisitReconnectAIWGResponse(w http.ResponseWriter) error {
+	return writeJSON(w, r.status, r.body)
+}
+
+func (s *Server) aiwgStatus(status int) aiwgStatusResponse {
+	x := s.d.Executor
+	if x == nil || !x.Configured() {
+		return aiwgStatusResponse{status, restapi.AIWGStatus{Configured: false}}
+	}
+	st := x.Status()
+	// Built field by field from ExecutorStatus, which holds no token.
+	b := aiwgStatusBody{
+		Configured: true,
+		Connected:  st.Connected,
+		Endpoint:   st.Endpoint,
+		SandboxID:  st.SandboxID,
+		ExecutorID: st.ExecutorID,
+	}
+	if st.ExecutorRegisterError != "" {
+		b.ExecutorRegisterError = ptr(st.ExecutorRegisterError)
+	}
+	return aiwgStatusResponse{status, b}
+}
+
+// toMission renders a mission record; zero times and empty strings are left out.
+func (s *Server) toMission(m ports.Mission) restapi.Mission {
+	out := restapi.Mission{
+		MissionId:      m.ID,
+		State:          restapi.MissionState(m.State),
+		Objective:      m.Objective,
+		Completion:     nonEmpty(m.Completion),
+		LongRunning:    ptr(m.LongRunning),
+		AiwgSessionId:  nonEmpty(m.AIWGSessionID),
+		AgentId:        nonEmpty(m.AgentID),
+		PtySessionId:   nonEmpty(m.SessionID),
+		AgentRuntime:   nonEmpty(m.AgentRuntime),
+		CheckpointId:   nonEmpty(m.CheckpointID),
+		Summary:        nonEmpty(m.Summary),
+		Reason:         nonEmpty(m.Reason),
+		Error:          nonEmpty(m.Error),
+		LastEvent:      nonEmpty(m.LastEvent),
+		Iteration:      ptr(m.Iteration),
+		EstimatedStart: timePtr(m.EstimatedStart),
+		CreatedAt:      m.CreatedAt.UTC(),
+		UpdatedAt:      m.UpdatedAt.UTC(),
+		StartedAt:      timePtr(m.StartedAt),
+		EndedAt:        timePtr(m.EndedAt),
+	}
+	if m.ExitCode != nil {
+		out.ExitCode = ptr(*m.ExitCode)
+	}
+	if m.HITL != nil {
+		h := toHITL(*m.HITL, m.ID, m.AgentID, m.SessionID)
+		out.Hitl = &h
+	}
+	if len(m.Metadata) > 0 {
+		md, err := decodeMetadata(m.Metadata)
+		if err != nil {
+			s.log.Warn("rest: mission metadata is not a JSON object; left out", "mission_id", m.ID, "err", err)
+		} else {
+			out.Metadata = &md
+		}
+	}
+	return out
+}
+
+// decodeMetadata decodes stored metadata with numbers kept as written
+// (json.Number re-encodes verbatim), so 1e400 or 12345678901234567890
+// come back unchanged.
+func decodeMetadata(b []byte) (map[string]any, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var md map[string]any
+	if err := dec.Decode(&md); err != nil {
+		return nil, err
+	}
+	if md == nil {
+		return nil, errors.New("metadata is null")
+	}
+	return md, nil
+}
+
+func toHITL(h ports.HITLRequest, missionID, agentID, sessionID string) restapi.HITLRequest {
+	return restapi.HITLRequest{
+		HitlId:    h.ID,
+		MissionId: missionID,
+		AgentId:   nonEmpty(agentID),
+		SessionId: nonEmpty(sessionID),
+		Prompt:    h.Prompt,
+		Context:   h.Context,
+		CreatedAt: h.CreatedAt.UTC(),
+	}
+}
+
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
