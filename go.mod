@@ -14,6 +14,7 @@ tool (
 require (
 	connectrpc.com/connect v1.21.1
 	github.com/getkin/kin-openapi v0.142.0
+	github.com/gorilla/websocket v1.5.3
 	github.com/oapi-codegen/runtime v1.9.0
 	google.golang.org/protobuf v1.36.13-0.20261016172727-e9ee2a76ab8e
 )

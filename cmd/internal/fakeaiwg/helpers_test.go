@@ -1,0 +1,304 @@
+package fakeaiwg_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/aiwg"
+	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/fakeaiwg"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+// memOutbox is an in-memory ports.EventOutbox.
+type memOutbox struct {
+	mu     sync.Mutex
+	events []ports.Event
+	seq    uint64
+	acked  uint64
+	notify chan struct{}
+}
+
+func newOutbox() *memOutbox { return &memOutbox{notify: make(chan struct{}, 1)} }
+
+func (o *memOutbox) Append(_ context.Context, evs ...ports.Event) ([]ports.Event, error) {
+	o.mu.Lock()
+	out := make([]ports.Event, 0, len(evs))
+	for _, ev := range evs {
+		o.seq++
+		ev.Seq = o.seq
+		o.events = append(o.events, ev)
+		out = append(out, ev)
+	}
+	o.mu.Unlock()
+	select {
+	case o.notify <- struct{}{}:
+	default:
+	}
+	return out, nil
+}
+
+func (o *memOutbox) Pending(after uint64, limit int) ([]ports.Event, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []ports.Event
+	for _, ev := range o.events {
+		if ev.Seq > after && len(out) < limit {
+			out = append(out, ev)
+		}
+	}
+	return out, nil
+}
+
+func (o *memOutbox) Ack(seq uint64) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if seq > o.seq {
+		return fmt.Errorf("ack %d beyond last seq %d", seq, o.seq)
+	}
+	o.acked = max(o.acked, seq)
+	return nil
+}
+
+func (o *memOutbox) Acked() uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.acked
+}
+
+func (o *memOutbox) Notify() <-chan struct{} { return o.notify }
+func (o *memOutbox) Close() error            { return nil }
+
+// add appends mission events numbered by data "n".
+func (o *memOutbox) add(t *testing.T, mission string, typ string, n int) ports.Event {
+	t.Helper()
+	evs, err := o.Append(context.Background(), ports.Event{
+		Type: typ, MissionID: mission,
+		TS:   time.Date(2026, 5, 9, 7, 13, 22, 120_000_000, time.UTC),
+		Data: map[string]any{"n": n},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evs[0]
+}
+
+type hitlCall struct{ id, text string }
+
+// memHub is an in-memory ports.ExecutorHub owning a fixed set of missions.
+type memHub struct {
+	mu       sync.Mutex
+	owned    []string
+	resyncs  int
+	hitl     []hitlCall
+	hitlCh   chan hitlCall
+	onResync func() // runs inside Resync, e.g. to append events meanwhile
+	fail     error
+}
+
+func newHub(owned ...string) *memHub {
+	return &memHub{owned: owned, hitlCh: make(chan hitlCall, 16)}
+}
+
+func (h *memHub) Resync(context.Context) (ports.Event, []ports.Event, error) {
+	h.mu.Lock()
+	h.resyncs++
+	owned := append([]string{}, h.owned...)
+	hook, fail := h.onResync, h.fail
+	h.mu.Unlock()
+	if fail != nil {
+		return ports.Event{}, nil, fail
+	}
+	if hook != nil {
+		hook()
+	}
+	now := time.Now()
+	resync := ports.Event{Type: aiwg.EventResync, TS: now, Data: map[string]any{
+		"owned_mission_ids": owned, "protocol_version": "1.0.0",
+	}}
+	var pairs []ports.Event
+	for _, id := range owned {
+		pairs = append(pairs,
+			ports.Event{Type: "mission.reconnected", MissionID: id, TS: now, Data: map[string]any{"checkpoint_id": "ck-" + id}},
+			ports.Event{Type: "mission.resumed", MissionID: id, TS: now, Data: map[string]any{"state": "running", "resumed_from": "suspended"}},
+		)
+	}
+	return resync, pairs, nil
+}
+
+func (h *memHub) HITLResponded(_ context.Context, id, text string) error {
+	h.mu.Lock()
+	h.hitl = append(h.hitl, hitlCall{id, text})
+	h.mu.Unlock()
+	select {
+	case h.hitlCh <- hitlCall{id, text}:
+	default:
+	}
+	if id == "unknown" {
+		return errors.New("no such HITL request")
+	}
+	return nil
+}
+
+func (h *memHub) hitlCalls() []hitlCall {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]hitlCall(nil), h.hitl...)
+}
+
+// logBuf collects log output for the token-leak check.
+type logBuf struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+const testInstance = "0196b3a4-7c1e-7d2a-9f00-1234567890ab"
+
+func testCaps() []string {
+	return []string{"isolation:host", "platform:linux/amd64", "resumable", "hitl"}
+}
+
+// rig is a client under test against a fake aiwg serve.
+type rig struct {
+	t    *testing.T
+	srv  *fakeaiwg.Server
+	hub  *memHub
+	out  *memOutbox
+	c    *aiwg.Client
+	logs *logBuf
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+// newRig builds (but does not start) a client against a fresh fake.
+func newRig(t *testing.T, hub *memHub, out *memOutbox, tweak func(*aiwg.Config)) *rig {
+	t.Helper()
+	srv, err := fakeaiwg.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hub == nil {
+		hub = newHub()
+	}
+	if out == nil {
+		out = newOutbox()
+	}
+	r := &rig{t: t, srv: srv, hub: hub, out: out, logs: &logBuf{}}
+	cfg := aiwg.Config{
+		Endpoint:     srv.URL(),
+		Name:         "test",
+		InstanceID:   testInstance,
+		Version:      "1.2.3",
+		GRPCEndpoint: "http://10.0.0.5:8120",
+		WSEndpoint:   "ws://10.0.0.5:8121",
+		RESTEndpoint: "http://10.0.0.5:8122",
+		Capabilities: testCaps,
+		Hub:          hub,
+		Outbox:       out,
+		Logger:       slog.New(slog.NewTextHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		BackoffMin:   20 * time.Millisecond,
+		BackoffMax:   200 * time.Millisecond,
+		PingInterval: time.Second, // generous: a loaded CI box must not look like a dead peer
+	}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	r.c = aiwg.New(cfg)
+	t.Cleanup(func() {
+		if r.stop != nil {
+			r.stop()
+			select {
+			case <-r.done:
+			case <-time.After(time.Second):
+				t.Error("Run did not return within 1 s after its context ended")
+			}
+		}
+		srv.Close()
+		r.checkNoTokenLeak()
+	})
+	return r
+}
+
+// start runs the client until the test ends.
+func (r *rig) start() *rig {
+	ctx, cancel := context.WithCancel(context.Background())
+	r.stop, r.done = cancel, make(chan struct{})
+	go func() {
+		defer close(r.done)
+		r.c.Run(ctx)
+	}()
+	return r
+}
+
+// checkNoTokenLeak fails if any issued token shows in the logs or status.
+func (r *rig) checkNoTokenLeak() {
+	st, _ := json.Marshal(r.c.Status())
+	logs := r.logs.String()
+	for _, tok := range r.srv.Tokens() {
+		if strings.Contains(logs, tok) {
+			r.t.Errorf("token %q appears in the logs", tok)
+		}
+		if strings.Contains(string(st), tok) {
+			r.t.Errorf("token %q appears in the status", tok)
+		}
+	}
+}
+
+// waitFor polls cond for up to 5 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// waitFrame waits up to 5 s for a matching frame.
+func (r *rig) waitFrame(what string, match func(fakeaiwg.Frame) bool) fakeaiwg.Frame {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	f, err := r.srv.WaitFrame(ctx, match)
+	if err != nil {
+		r.t.Fatalf("waiting for %s: %v (frames: %s)", what, err, describe(r.srv.Frames()))
+	}
+	return f
+}
+
+func describe(fs []fakeaiwg.Frame) string {
+	var b strings.Builder
+	for _, f := range fs {
+		fmt.Fprintf(&b, "\n  conn %d %s %s n=%v", f.Conn, f.Event, f.MissionID, f.Data["n"])
+	}
+	return b.String()
+}
+
+// num is a frame's data "n", or -1.
+func num(f fakeaiwg.Frame) int {
+	if v, ok := f.Data["n"].(float64); ok {
+		return int(v)
+	}
+	return -1
+}
