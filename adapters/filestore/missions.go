@@ -1,0 +1,606 @@
+package filestore
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+// Names of the mission files in the data dir.
+const (
+	MissionsFile        = "missions.json"
+	MissionsArchiveFile = "missions-archive.jsonl"
+)
+
+// missionsVersion is the format version of missions.json.
+const missionsVersion = 1
+
+// DefaultRetention is how long terminal missions stay in missions.json.
+const DefaultRetention = 24 * time.Hour
+
+// MissionStoreConfig configures NewMissionStore.
+type MissionStoreConfig struct {
+	// Dir is the data dir; created (0700) if missing.
+	Dir string
+	// Retention is how long a terminal mission stays in the live file
+	// after it ended; then it moves to the archive. Zero means
+	// DefaultRetention, negative means never.
+	Retention time.Duration
+	// Clock drives retention; nil means the wall clock.
+	Clock ports.Clock
+}
+
+// MissionStore keeps missions in <Dir>/missions.json, rewritten atomically
+// on every change, and moves old terminal missions to the append-only
+// <Dir>/missions-archive.jsonl so the live file stays small.
+//
+// Puts are group-committed: one writer goroutine takes everything queued,
+// writes one file and wakes every waiter, so N concurrent Puts cost about
+// one write. The in-memory state is always the last durable file.
+type MissionStore struct {
+	path, archivePath string
+	retention         time.Duration
+	clock             ports.Clock
+
+	// mu guards the state below. Only the writer goroutine (and Close,
+	// once the writer stopped) changes it, under Lock; the writer reads it
+	// without a lock.
+	mu      sync.RWMutex
+	byID    map[string]*missionRec
+	order   []*missionRec // sorted by CreatedAt, then ID
+	archive *archiveFile
+	arcIdx  map[string]arcLoc
+	closed  bool
+
+	writer *groupCommit[*putReq]
+	writes atomic.Int64 // files written, for tests and benchmarks
+}
+
+var _ ports.MissionStore = (*MissionStore)(nil)
+
+// missionRec is a stored mission and its encoding, kept so that a write
+// only marshals what changed.
+type missionRec struct {
+	m   ports.Mission
+	raw []byte
+}
+
+// arcLoc is where the latest archived record of a mission is: an index
+// entry per mission instead of the record, as the archive may be large.
+type arcLoc struct {
+	off int64
+	n   int32
+}
+
+type putReq struct {
+	recs []*missionRec
+	done chan error // buffered: the writer never blocks on a gone waiter
+}
+
+type wallClock struct{}
+
+func (wallClock) Now() time.Time { return time.Now() }
+
+// NewMissionStore reads missions.json and indexes the archive. A corrupt
+// missions.json is an error naming the file, left untouched: starting
+// empty would forget missions and then overwrite the evidence.
+func NewMissionStore(cfg MissionStoreConfig) (*MissionStore, error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("filestore: empty data dir")
+	}
+	if cfg.Retention == 0 {
+		cfg.Retention = DefaultRetention
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = wallClock{}
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("filestore: create data dir: %w", err)
+	}
+	s := &MissionStore{
+		path:        filepath.Join(cfg.Dir, MissionsFile),
+		archivePath: filepath.Join(cfg.Dir, MissionsArchiveFile),
+		retention:   cfg.Retention,
+		clock:       cfg.Clock,
+		byID:        make(map[string]*missionRec),
+		arcIdx:      make(map[string]arcLoc),
+	}
+	if err := s.loadLive(); err != nil {
+		return nil, err
+	}
+	arc, err := openArchive(s.archivePath, s.arcIdx)
+	if err != nil {
+		return nil, err
+	}
+	s.archive = arc
+	s.writer = newGroupCommit(func(batch []*putReq) {
+		err := s.commit(batch)
+		for _, req := range batch {
+			req.done <- err
+		}
+	}, nil)
+	return s, nil
+}
+
+// missionsDoc is the layout of missions.json.
+type missionsDoc struct {
+	Version  int               `json:"version"`
+	Missions []json.RawMessage `json:"missions"`
+}
+
+func (s *MissionStore) loadLive() error {
+	data, err := os.ReadFile(s.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("filestore: read %s: %w", s.path, err)
+	}
+	corrupt := func(err error) error {
+		return fmt.Errorf("filestore: %s is corrupt (fix or move it away; it was not changed): %w", s.path, err)
+	}
+	var doc missionsDoc
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil {
+		return corrupt(err)
+	}
+	if len(bytes.TrimSpace(data[dec.InputOffset():])) != 0 {
+		return corrupt(errors.New("trailing data after the JSON object"))
+	}
+	if doc.Version != missionsVersion {
+		return corrupt(fmt.Errorf("version %d, want %d", doc.Version, missionsVersion))
+	}
+	for i, raw := range doc.Missions {
+		r, err := decodeRec(raw)
+		if err != nil {
+			return corrupt(fmt.Errorf("mission %d: %w", i, err))
+		}
+		if old, ok := s.byID[r.m.ID]; ok {
+			// Never written by this package; the later record wins.
+			*old = *r
+			continue
+		}
+		s.byID[r.m.ID] = r
+		s.order = append(s.order, r)
+	}
+	slices.SortFunc(s.order, compareRecs)
+	return nil
+}
+
+// decodeRec decodes one mission and re-encodes it, so raw is exactly what
+// the next write will produce.
+func decodeRec(raw []byte) (*missionRec, error) {
+	var m ports.Mission
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, err
+	}
+	if m.ID == "" {
+		return nil, errors.New("empty mission_id")
+	}
+	return newRec(m)
+}
+
+// newRec encodes m and keeps the decoded copy of that encoding, so what is
+// in memory is exactly what a reopen will read (no monotonic clock
+// readings, no memory shared with the caller).
+func newRec(m ports.Mission) (*missionRec, error) {
+	raw, err := json.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	r := &missionRec{raw: raw}
+	if err := json.Unmarshal(raw, &r.m); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func compareRecs(a, b *missionRec) int {
+	if c := a.m.CreatedAt.Compare(b.m.CreatedAt); c != 0 {
+		return c
+	}
+	switch {
+	case a.m.ID < b.m.ID:
+		return -1
+	case a.m.ID > b.m.ID:
+		return 1
+	}
+	return 0
+}
+
+// cloneMission copies the parts of m that share memory, so callers of Load
+// cannot change the stored record.
+func cloneMission(m ports.Mission) ports.Mission {
+	m.Metadata = bytes.Clone(m.Metadata)
+	if m.HITL != nil {
+		h := *m.HITL
+		m.HITL = &h
+	}
+	if m.ExitCode != nil {
+		c := *m.ExitCode
+		m.ExitCode = &c
+	}
+	return m
+}
+
+// Load returns the live missions, sorted by CreatedAt then ID.
+func (s *MissionStore) Load() ([]ports.Mission, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]ports.Mission, len(s.order))
+	for i, r := range s.order {
+		out[i] = cloneMission(r.m)
+	}
+	return out, nil
+}
+
+// Archived returns the latest archived record of id, read from the archive
+// file on demand.
+func (s *MissionStore) Archived(id string) (ports.Mission, bool, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	loc, ok := s.arcIdx[id]
+	if !ok {
+		return ports.Mission{}, false, nil
+	}
+	if s.closed {
+		return ports.Mission{}, false, fmt.Errorf("%w: store closed", ports.ErrStoreUnavailable)
+	}
+	m, err := s.archive.read(loc)
+	if err != nil {
+		return ports.Mission{}, false, fmt.Errorf("%w: %v", ports.ErrStoreUnavailable, err)
+	}
+	return m, true, nil
+}
+
+// Put stores missions and returns once they are durable. If ctx ends first
+// it returns ctx.Err(); the write may still happen.
+func (s *MissionStore) Put(ctx context.Context, missions ...ports.Mission) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	// Encode here, in the callers' goroutines, so the writer only
+	// concatenates.
+	req := &putReq{recs: make([]*missionRec, len(missions)), done: make(chan error, 1)}
+	for i, m := range missions {
+		if m.ID == "" {
+			return errors.New("filestore: mission without an id")
+		}
+		r, err := newRec(m)
+		if err != nil {
+			return fmt.Errorf("filestore: encode mission %s: %w", m.ID, err)
+		}
+		req.recs[i] = r
+	}
+	if !s.writer.submit(req) {
+		return fmt.Errorf("%w: store closed", ports.ErrStoreUnavailable)
+	}
+	select {
+	case err := <-req.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close writes what is queued and stops the writer. Later Puts return
+// ports.ErrStoreUnavailable.
+func (s *MissionStore) Close() error {
+	s.writer.stop()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	return s.archive.close()
+}
+
+// commit applies a batch of Puts in order and writes it out: old terminal
+// missions to the archive first, then the live file without them. Nothing
+// in memory changes unless the live file was written.
+func (s *MissionStore) commit(batch []*putReq) error {
+	changed := make(map[string]*missionRec)
+	var added []*missionRec
+	for _, req := range batch {
+		for _, r := range req.recs {
+			if _, seen := changed[r.m.ID]; !seen {
+				if _, live := s.byID[r.m.ID]; !live {
+					added = append(added, r)
+				}
+			}
+			changed[r.m.ID] = r
+		}
+	}
+	// Build the next sorted order without touching the current one.
+	next := make([]*missionRec, 0, len(s.order)+len(added))
+	resort := false
+	for _, r := range s.order {
+		if c, ok := changed[r.m.ID]; ok {
+			resort = resort || !c.m.CreatedAt.Equal(r.m.CreatedAt)
+			r = c
+		}
+		next = append(next, r)
+	}
+	for _, a := range added {
+		a = changed[a.m.ID] // the last record for a new id in this batch
+		resort = resort || (len(next) > 0 && compareRecs(next[len(next)-1], a) > 0)
+		next = append(next, a)
+	}
+	if resort {
+		slices.SortFunc(next, compareRecs)
+	}
+
+	var expired []*missionRec
+	if s.retention > 0 {
+		// next is this commit's own slice: filter it in place.
+		cutoff := s.clock.Now().Add(-s.retention)
+		kept := next[:0]
+		for _, r := range next {
+			if s.expired(r, cutoff) {
+				expired = append(expired, r)
+			} else {
+				kept = append(kept, r)
+			}
+		}
+		clear(next[len(kept):])
+		next = kept
+	}
+
+	var locs []arcLoc
+	if len(expired) > 0 {
+		// Archive first: a crash before the live file is replaced leaves a
+		// mission in both files (Load prefers live), never in neither.
+		var err error
+		if locs, err = s.archive.append(expired); err != nil {
+			return fmt.Errorf("%w: append %s: %v", ports.ErrStoreUnavailable, s.archivePath, err)
+		}
+	}
+	err := WriteFileAtomic(s.path, encodeMissionsFile(next), 0o600)
+	s.writes.Add(1)
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, r := range expired {
+		// Durable in the archive even if the live write failed.
+		s.arcIdx[r.m.ID] = locs[i]
+	}
+	if err != nil {
+		return fmt.Errorf("%w: write %s: %v", ports.ErrStoreUnavailable, s.path, err)
+	}
+	for id, r := range changed {
+		s.byID[id] = r
+	}
+	for _, r := range expired {
+		delete(s.byID, r.m.ID)
+	}
+	s.order = next
+	return nil
+}
+
+// expired reports whether r is terminal and ended before cutoff. A
+// terminal mission without an end time counts from its last update.
+func (s *MissionStore) expired(r *missionRec, cutoff time.Time) bool {
+	if !r.m.State.Terminal() {
+		return false
+	}
+	end := r.m.EndedAt
+	if end.IsZero() {
+		end = r.m.UpdatedAt
+	}
+	return end.Before(cutoff)
+}
+
+// encodeMissionsFile lays out missions.json with one mission per line, so
+// it stays readable and diffable.
+func encodeMissionsFile(recs []*missionRec) []byte {
+	n := 64
+	for _, r := range recs {
+		n += len(r.raw) + 4
+	}
+	buf := make([]byte, 0, n)
+	buf = fmt.Appendf(buf, "{\"version\": %d, \"missions\": [", missionsVersion)
+	for i, r := range recs {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, "\n  "...)
+		buf = append(buf, r.raw...)
+	}
+	if len(recs) > 0 {
+		buf = append(buf, '\n')
+	}
+	return append(buf, "]}\n"...)
+}
+
+// archiveFile is missions-archive.jsonl: one mission per line, appended.
+type archiveFile struct {
+	path string
+	f    *os.File // nil until the file exists
+	// end is where the last complete line ends. A crash mid-append can
+	// leave a torn tail past it; the next append overwrites it.
+	end int64
+}
+
+// openArchive indexes the archive into idx (id → latest line). Lines that
+// do not parse are skipped: the archive is fsynced before missions.json
+// drops a mission, so a line torn by a crash belongs to missions that are
+// still in missions.json.
+func openArchive(path string, idx map[string]arcLoc) (*archiveFile, error) {
+	a := &archiveFile{path: path}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return a, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("filestore: open %s: %w", path, err)
+	}
+	br := bufio.NewReaderSize(f, 1<<16)
+	var off int64
+	var id struct {
+		ID string `json:"mission_id"`
+	}
+	for {
+		line, err := br.ReadBytes('\n')
+		if errors.Is(err, io.EOF) {
+			break // a tail without a newline is torn
+		}
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("filestore: read %s: %w", path, err)
+		}
+		id.ID = ""
+		if json.Unmarshal(line, &id) == nil && id.ID != "" {
+			idx[id.ID] = arcLoc{off: off, n: int32(len(line) - 1)}
+		}
+		off += int64(len(line))
+	}
+	a.f, a.end = f, off
+	return a, nil
+}
+
+// append writes recs as lines at the end of the complete lines and fsyncs.
+func (a *archiveFile) append(recs []*missionRec) ([]arcLoc, error) {
+	if a.f == nil {
+		f, err := os.OpenFile(a.path, os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, err
+		}
+		if err := syncDir(filepath.Dir(a.path)); err != nil {
+			f.Close()
+			return nil, err
+		}
+		a.f = f
+	}
+	var buf []byte
+	locs := make([]arcLoc, len(recs))
+	for i, r := range recs {
+		locs[i] = arcLoc{off: a.end + int64(len(buf)), n: int32(len(r.raw))}
+		buf = append(append(buf, r.raw...), '\n')
+	}
+	// Drop a torn tail first, so it cannot glue onto the new first line.
+	if err := a.f.Truncate(a.end); err != nil {
+		return nil, err
+	}
+	if _, err := a.f.WriteAt(buf, a.end); err != nil {
+		return nil, err
+	}
+	if err := a.f.Sync(); err != nil {
+		return nil, err
+	}
+	a.end += int64(len(buf))
+	return locs, nil
+}
+
+func (a *archiveFile) read(loc arcLoc) (ports.Mission, error) {
+	buf := make([]byte, loc.n)
+	if _, err := a.f.ReadAt(buf, loc.off); err != nil {
+		return ports.Mission{}, fmt.Errorf("read %s: %w", a.path, err)
+	}
+	var m ports.Mission
+	if err := json.Unmarshal(buf, &m); err != nil {
+		return ports.Mission{}, fmt.Errorf("%s at offset %d: %w", a.path, loc.off, err)
+	}
+	return m, nil
+}
+
+func (a *archiveFile) close() error {
+	if a.f == nil {
+		return nil
+	}
+	return a.f.Close()
+}
+
+// groupCommit feeds everything queued to commit as one batch, from one
+// goroutine: while a batch is being written the next one gathers, so
+// concurrent callers share a write and its fsyncs. The outbox uses it too.
+type groupCommit[R any] struct {
+	commit func([]R)
+	idle   func() // run on request, between batches; may be nil
+
+	mu       sync.Mutex
+	queue    []R
+	idleWant bool
+	stopped  bool
+	wake     chan struct{}
+	done     chan struct{}
+}
+
+func newGroupCommit[R any](commit func([]R), idle func()) *groupCommit[R] {
+	g := &groupCommit[R]{commit: commit, idle: idle, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	go g.run()
+	return g
+}
+
+// submit queues r for the next batch; false once stopped.
+func (g *groupCommit[R]) submit(r R) bool {
+	g.mu.Lock()
+	if g.stopped {
+		g.mu.Unlock()
+		return false
+	}
+	g.queue = append(g.queue, r)
+	g.mu.Unlock()
+	g.poke()
+	return true
+}
+
+// requestIdle asks for one run of idle once the queue is empty.
+func (g *groupCommit[R]) requestIdle() {
+	g.mu.Lock()
+	g.idleWant = true
+	g.mu.Unlock()
+	g.poke()
+}
+
+func (g *groupCommit[R]) poke() {
+	select {
+	case g.wake <- struct{}{}:
+	default:
+	}
+}
+
+// stop refuses new work, commits what is queued and waits for the goroutine.
+func (g *groupCommit[R]) stop() {
+	g.mu.Lock()
+	g.stopped = true
+	g.mu.Unlock()
+	g.poke()
+	<-g.done
+}
+
+func (g *groupCommit[R]) run() {
+	defer close(g.done)
+	for {
+		g.mu.Lock()
+		batch, idle, stopped := g.queue, g.idleWant, g.stopped
+		g.queue, g.idleWant = nil, false
+		g.mu.Unlock()
+		switch {
+		case len(batch) > 0:
+			g.commit(batch)
+			if idle {
+				g.requestIdle() // keep the request for when the queue is empty
+			}
+		case stopped:
+			return
+		case idle && g.idle != nil:
+			g.idle()
+		case !idle:
+			<-g.wake
+		}
+	}
+}

@@ -1,0 +1,340 @@
+package filestore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+	"github.com/agentic-sandbox/agentic-sandbox/ports/portstest"
+)
+
+func openOutbox(t *testing.T, dir string) *Outbox {
+	t.Helper()
+	o, err := NewOutbox(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { o.Close() })
+	return o
+}
+
+func mustAppend(t *testing.T, o *Outbox, evs ...ports.Event) []ports.Event {
+	t.Helper()
+	got, err := o.Append(context.Background(), evs...)
+	if err != nil {
+		t.Fatalf("Append: %v", err)
+	}
+	return got
+}
+
+func pendingSeqs(t *testing.T, o *Outbox) []uint64 {
+	t.Helper()
+	evs, err := o.Pending(0, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := make([]uint64, len(evs))
+	for i, e := range evs {
+		s[i] = e.Seq
+	}
+	return s
+}
+
+func wantPendingRange(t *testing.T, o *Outbox, from, to uint64) {
+	t.Helper()
+	got := pendingSeqs(t, o)
+	ok := len(got) == int(to-from+1)
+	for i := 0; ok && i < len(got); i++ {
+		ok = got[i] == from+uint64(i)
+	}
+	if !ok {
+		t.Fatalf("pending %v, want %d..%d", got, from, to)
+	}
+}
+
+// fileSeqs parses events.jsonl and returns its seqs.
+func fileSeqs(t *testing.T, dir string) []uint64 {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, EventsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs []uint64
+	for line := range strings.SplitSeq(strings.TrimSuffix(string(data), "\n"), "\n") {
+		if line == "" {
+			continue
+		}
+		var ev ports.Event
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		seqs = append(seqs, ev.Seq)
+	}
+	return seqs
+}
+
+func TestOutboxSuite(t *testing.T) {
+	portstest.RunEventOutboxSuite(t, func(t *testing.T, dir string) ports.EventOutbox {
+		return openOutbox(t, dir)
+	})
+}
+
+func TestOutboxFiles(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	o := openOutbox(t, dir)
+	evs := mustAppend(t, o, portstest.SampleEvent(1), portstest.SampleEvent(2))
+	mustAppend(t, o, portstest.SampleEvent(3))
+	if got := fileSeqs(t, dir); len(got) != 3 || got[0] != 1 || got[2] != 3 {
+		t.Fatalf("file seqs %v", got)
+	}
+	data, _ := os.ReadFile(filepath.Join(dir, EventsFile))
+	if !strings.HasPrefix(string(data), `{"seq":1,"event":"mission.progress","mission_id":"mission-1","ts":`) {
+		t.Fatalf("line layout %q", data)
+	}
+	if err := o.Ack(evs[1].Seq); err != nil {
+		t.Fatal(err)
+	}
+	ack, _ := os.ReadFile(filepath.Join(dir, EventsAckedFile))
+	if string(ack) != "2\n" {
+		t.Fatalf("events.acked = %q", ack)
+	}
+	for _, name := range []string{EventsFile, EventsAckedFile} {
+		if m := mode(t, filepath.Join(dir, name)); m != 0o600 {
+			t.Fatalf("%s mode %v", name, m)
+		}
+	}
+	onlyFiles(t, dir, EventsAckedFile, EventsFile)
+
+	// An Ack beyond the last seq would mark future events delivered.
+	if err := o.Ack(4); err == nil {
+		t.Fatal("Ack beyond the last seq succeeded")
+	}
+	if o.Acked() != 2 {
+		t.Fatalf("Acked = %d", o.Acked())
+	}
+	// An event that cannot be encoded is refused and uses no seq.
+	bad := portstest.SampleEvent(4)
+	bad.Data = map[string]any{"ch": make(chan int)}
+	if _, err := o.Append(context.Background(), bad); err == nil {
+		t.Fatal("Append of an unencodable event succeeded")
+	}
+	if got := mustAppend(t, o, portstest.SampleEvent(5)); got[0].Seq != 4 {
+		t.Fatalf("seq %d after a refused Append, want 4", got[0].Seq)
+	}
+
+	if err := o.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if err := o.Ack(3); !errors.Is(err, ports.ErrStoreUnavailable) {
+		t.Fatalf("Ack after Close = %v", err)
+	}
+	if _, err := o.Append(context.Background(), portstest.SampleEvent(6)); !errors.Is(err, ports.ErrStoreUnavailable) {
+		t.Fatalf("Append after Close = %v", err)
+	}
+}
+
+// A crash mid-append leaves a torn last line: it was never reported as
+// stored, so it is dropped, and the next Append does not glue onto it.
+func TestOutboxTornTail(t *testing.T) {
+	dir := t.TempDir()
+	o := openOutbox(t, dir)
+	for i := range 3 {
+		mustAppend(t, o, portstest.SampleEvent(i))
+	}
+	o.Close()
+	p := filepath.Join(dir, EventsFile)
+	line, _ := json.Marshal(ports.Event{Seq: 4, Type: "mission.completed", TS: portstest.SampleEvent(0).TS})
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write(line[:len(line)-5])
+	f.Close()
+
+	o = openOutbox(t, dir)
+	wantPendingRange(t, o, 1, 3)
+	if got := mustAppend(t, o, portstest.SampleEvent(9)); got[0].Seq != 4 {
+		t.Fatalf("seq %d after the torn line, want 4", got[0].Seq)
+	}
+	if got := fileSeqs(t, dir); len(got) != 4 || got[3] != 4 {
+		t.Fatalf("file seqs %v", got)
+	}
+
+	// Blocks left unwritten by a crash read as a garbage line: skipped.
+	o.Close()
+	f, _ = os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+	f.Write([]byte("\x00\x00\x00\x00\n"))
+	line, _ = json.Marshal(ports.Event{Seq: 5, Type: "mission.failed", TS: portstest.SampleEvent(0).TS})
+	f.Write(append(line, '\n'))
+	f.Close()
+	o = openOutbox(t, dir)
+	wantPendingRange(t, o, 1, 5)
+	if got := mustAppend(t, o, portstest.SampleEvent(10)); got[0].Seq != 6 {
+		t.Fatalf("seq %d, want 6", got[0].Seq)
+	}
+}
+
+func TestOutboxCorruptFiles(t *testing.T) {
+	dir := t.TempDir()
+	ap := filepath.Join(dir, EventsAckedFile)
+	if err := os.WriteFile(ap, []byte("twelve\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewOutbox(dir); err == nil || !strings.Contains(err.Error(), ap) {
+		t.Fatalf("NewOutbox = %v, want an error naming %s", err, ap)
+	}
+	if got, _ := os.ReadFile(ap); string(got) != "twelve\n" {
+		t.Fatalf("acked file changed to %q", got)
+	}
+
+	// Seqs going backwards is not something a crash can do.
+	dir = t.TempDir()
+	p := filepath.Join(dir, EventsFile)
+	a, _ := json.Marshal(ports.Event{Seq: 5, Type: "a"})
+	b, _ := json.Marshal(ports.Event{Seq: 3, Type: "b"})
+	if err := os.WriteFile(p, []byte(string(a)+"\n"+string(b)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewOutbox(dir); err == nil || !strings.Contains(err.Error(), p) {
+		t.Fatalf("NewOutbox = %v, want an error naming %s", err, p)
+	}
+	if _, err := NewOutbox(""); err == nil {
+		t.Fatal("opened an outbox without a dir")
+	}
+}
+
+// An acked file that lags (or is missing) only means redelivery.
+func TestOutboxAckedFileLags(t *testing.T) {
+	dir := t.TempDir()
+	o := openOutbox(t, dir)
+	for i := range 5 {
+		mustAppend(t, o, portstest.SampleEvent(i))
+	}
+	if err := o.Ack(4); err != nil {
+		t.Fatal(err)
+	}
+	o.Close()
+	if err := os.Remove(filepath.Join(dir, EventsAckedFile)); err != nil {
+		t.Fatal(err)
+	}
+	o = openOutbox(t, dir)
+	wantPendingRange(t, o, 1, 5)
+}
+
+// Appends that arrive while a write is in progress share the next fsync.
+func TestOutboxGroupCommit(t *testing.T) {
+	o := openOutbox(t, t.TempDir())
+	// Holding mu stalls the writer after its first fsync.
+	o.mu.Lock()
+	locked := true
+	t.Cleanup(func() { // before Close, which would wait for the writer
+		if locked {
+			o.mu.Unlock()
+		}
+	})
+	first := make(chan error, 1)
+	go func() {
+		_, err := o.Append(context.Background(), portstest.SampleEvent(0))
+		first <- err
+	}()
+	waitFor(t, func() bool { return o.syncs.Load() == 1 })
+	const n = 50
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			if _, err := o.Append(context.Background(), portstest.SampleEvent(i)); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	waitFor(t, func() bool {
+		o.writer.mu.Lock()
+		defer o.writer.mu.Unlock()
+		return len(o.writer.queue) == n
+	})
+	locked = false
+	o.mu.Unlock()
+	wg.Wait()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if s := o.syncs.Load(); s != 2 {
+		t.Fatalf("%d fsyncs for %d Appends, want 2", s, n+1)
+	}
+	wantPendingRange(t, o, 1, n+1)
+}
+
+func TestOutboxCompaction(t *testing.T) {
+	dir := t.TempDir()
+	o := openOutbox(t, dir)
+	o.mu.Lock()
+	o.compactMin = 4096
+	o.mu.Unlock()
+	for i := range 20 {
+		evs := make([]ports.Event, 10)
+		for j := range evs {
+			evs[j] = portstest.SampleEvent(i*10 + j)
+		}
+		mustAppend(t, o, evs...)
+	}
+	sizeBefore := fileSize(t, dir)
+	if err := o.Ack(150); err != nil {
+		t.Fatal(err)
+	}
+	// The Ack wakes the writer, which compacts while idle.
+	waitFor(t, func() bool { return o.compactions.Load() == 1 })
+	if got := fileSeqs(t, dir); len(got) != 50 || got[0] != 151 || got[49] != 200 {
+		t.Fatalf("after compaction the file has %d seqs from %v", len(got), got[:min(3, len(got))])
+	}
+	if after := fileSize(t, dir); after*3 > sizeBefore {
+		t.Fatalf("file %d bytes after compaction, %d before", after, sizeBefore)
+	}
+	wantPendingRange(t, o, 151, 200)
+	onlyFiles(t, dir, EventsAckedFile, EventsFile)
+
+	// Appends go to the new file; a later compaction counts from it.
+	mustAppend(t, o, portstest.SampleEvent(1000))
+	if err := o.Ack(152); err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, o, portstest.SampleEvent(1001)) // checks for compaction after the commit
+	if c := o.compactions.Load(); c != 1 {
+		t.Fatalf("%d compactions, want 1: 2 acked events are under the threshold", c)
+	}
+	for i := range 40 {
+		mustAppend(t, o, portstest.SampleEvent(2000+i))
+	}
+	if err := o.Ack(242); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return o.compactions.Load() == 2 })
+	if got := fileSeqs(t, dir); len(got) != 0 {
+		t.Fatalf("file seqs %v, want none", got)
+	}
+	o.Close()
+	o = openOutbox(t, dir)
+	if o.Acked() != 242 || len(pendingSeqs(t, o)) != 0 {
+		t.Fatalf("after reopen acked %d pending %v", o.Acked(), pendingSeqs(t, o))
+	}
+	if got := mustAppend(t, o, portstest.SampleEvent(1)); got[0].Seq != 243 {
+		t.Fatalf("seq %d, want 243", got[0].Seq)
+	}
+}
+
+func fileSize(t *testing.T, dir string) int64 {
+	t.Helper()
+	fi, err := os.Stat(filepath.Join(dir, EventsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
+}
