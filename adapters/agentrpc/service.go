@@ -141,9 +141,32 @@ type conn struct {
 	out     chan *sandboxv1.ConnectResponse
 	closed  chan struct{}
 	once    sync.Once
+	// reason is what the agent is told when the server closes the stream.
+	reason error
 }
 
-func (c *conn) close() { c.once.Do(func() { close(c.closed) }) }
+func (c *conn) close() { c.closeWith(nil) }
+
+func (c *conn) closeWith(reason error) {
+	c.once.Do(func() {
+		c.reason = reason
+		close(c.closed)
+	})
+}
+
+// CloseStreams ends every agent stream with Unavailable, so agents log a
+// clear reason and reconnect to the next server; used at shutdown.
+func (s *Service) CloseStreams() {
+	s.mu.Lock()
+	conns := make([]*conn, 0, len(s.conns))
+	for _, c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.closeWith(connect.NewError(connect.CodeUnavailable, errors.New("management server shutting down")))
+	}
+}
 
 // send queues msg for the agent; it fails once the stream is gone.
 func (c *conn) send(ctx context.Context, msg *sandboxv1.ConnectResponse) error {
@@ -219,7 +242,10 @@ loop:
 			}
 			break loop
 		case <-c.closed:
-			result = connect.NewError(connect.CodeAborted, errors.New("replaced by a newer connection of the same agent"))
+			result = c.reason
+			if result == nil {
+				result = connect.NewError(connect.CodeAborted, errors.New("replaced by a newer connection of the same agent"))
+			}
 			break loop
 		case <-ctx.Done():
 			break loop

@@ -12,7 +12,10 @@ import (
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/agentrpc"
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/aiwg"
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/hostsup"
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/missions"
 )
 
 // App is the running management server: its listeners and background loops.
@@ -24,16 +27,31 @@ type App struct {
 	supervisor *hostsup.Supervisor
 	token      OperatorToken
 	banner     io.Writer
+	missions   *missions.Service
+	aiwg       *aiwg.Client
+	store      *filestore.MissionStore
+	outbox     *filestore.Outbox
 }
 
 // RESTHandler is the REST port's handler.
 type RESTHandler http.Handler
 
-// shutdownTimeout keeps exit well inside the 2 s the contract allows.
-const shutdownTimeout = time.Second
+// Shutdown budget: the contract wants exit within 2 s of SIGTERM, with the
+// mission.suspended events flushed to aiwg serve first.
+const (
+	suspendTimeout  = 500 * time.Millisecond
+	flushTimeout    = 800 * time.Millisecond
+	shutdownTimeout = 400 * time.Millisecond
+)
 
 // Run serves until ctx ends. Host agents keep running after it returns.
 func (a *App) Run(ctx context.Context) error {
+	defer a.store.Close()
+	defer a.outbox.Close()
+	// Missions re-bind to their sessions before agents can report back.
+	if err := a.missions.Recover(); err != nil {
+		return fmt.Errorf("missions: %w", err)
+	}
 	agentLn, err := net.Listen("tcp", a.cfg.agentAddr())
 	if err != nil {
 		return fmt.Errorf("agent port: %w", err)
@@ -72,10 +90,12 @@ func (a *App) Run(ctx context.Context) error {
 			errc <- err
 		}
 	}
-	wg.Add(3)
+	wg.Add(5)
 	go serve(agentSrv, agentLn)
 	go serve(restSrv, restLn)
 	go func() { defer wg.Done(); a.agents.Run(runCtx) }()
+	go func() { defer wg.Done(); a.missions.Run(runCtx) }()
+	go func() { defer wg.Done(); a.aiwg.Run(runCtx) }()
 
 	if a.supervisor != nil {
 		if err := a.supervisor.Start(runCtx); err != nil {
@@ -97,9 +117,24 @@ func (a *App) Run(ctx context.Context) error {
 	case <-ctx.Done():
 	case runErr = <-errc:
 	}
+	// Missions keep running on their agents; aiwg serve hears they are
+	// suspended, and the next start resumes them.
+	suspendCtx, cancelSuspend := context.WithTimeout(context.Background(), suspendTimeout)
+	if err := a.missions.Suspend(suspendCtx); err != nil {
+		a.log.Error("suspending missions", "err", err)
+	}
+	cancelSuspend()
+	if a.aiwg.Configured() {
+		flushCtx, cancelFlush := context.WithTimeout(context.Background(), flushTimeout)
+		if err := a.aiwg.Flush(flushCtx); err != nil {
+			a.log.Warn("events not all delivered to aiwg serve before exit; they stay queued for the next start", "err", err)
+		}
+		cancelFlush()
+	}
 	if a.supervisor != nil {
 		a.supervisor.Stop() // the agents stay up; the next start adopts them
 	}
+	a.agents.CloseStreams()
 	shutCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	var shutWG sync.WaitGroup

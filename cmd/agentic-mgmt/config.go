@@ -27,7 +27,9 @@ type Config struct {
 	AIWGName        string
 	PrintToken      bool
 	DisconnectGrace time.Duration
-	Version         string
+	// MissionRetention is how long finished missions stay in missions.json.
+	MissionRetention time.Duration
+	Version          string
 }
 
 // Ports derived from LISTEN_ADDR, as the contract fixes them.
@@ -54,14 +56,15 @@ const defaultConfigFile = "/etc/agentic-sandbox/management.env"
 
 // flagEnv maps each flag to the variable it overrides.
 var flagEnv = map[string]string{
-	"listen":           "LISTEN_ADDR",
-	"advertise-host":   "AGENTIC_ADVERTISE_HOST",
-	"secrets-dir":      "SECRETS_DIR",
-	"host-agents":      "AGENTIC_HOST_AGENTS",
-	"agent-binary":     "AGENTIC_AGENT_BINARY",
-	"aiwg-endpoint":    "AIWG_SERVE_ENDPOINT",
-	"aiwg-name":        "AIWG_SERVE_NAME",
-	"disconnect-grace": "AGENTIC_DISCONNECT_GRACE",
+	"listen":            "LISTEN_ADDR",
+	"advertise-host":    "AGENTIC_ADVERTISE_HOST",
+	"secrets-dir":       "SECRETS_DIR",
+	"host-agents":       "AGENTIC_HOST_AGENTS",
+	"agent-binary":      "AGENTIC_AGENT_BINARY",
+	"aiwg-endpoint":     "AIWG_SERVE_ENDPOINT",
+	"aiwg-name":         "AIWG_SERVE_NAME",
+	"disconnect-grace":  "AGENTIC_DISCONNECT_GRACE",
+	"mission-retention": "AGENTIC_MISSION_RETENTION",
 }
 
 func loadConfig(args, environ []string, stderr io.Writer, version string) (Config, error) {
@@ -75,6 +78,7 @@ func loadConfig(args, environ []string, stderr io.Writer, version string) (Confi
 	fs.String("aiwg-endpoint", "", "base URL of aiwg serve (env AIWG_SERVE_ENDPOINT)")
 	fs.String("aiwg-name", "", "display name for aiwg serve (env AIWG_SERVE_NAME)")
 	fs.String("disconnect-grace", "", "how long a disconnected agent stays listed (env AGENTIC_DISCONNECT_GRACE, default 5m)")
+	fs.String("mission-retention", "", "how long finished missions stay in missions.json before the archive (env AGENTIC_MISSION_RETENTION, default 1h)")
 	configFile := fs.String("config", defaultConfigFile, "env file read after the environment")
 	printToken := fs.Bool("print-token", false, "print the operator token on start-up")
 	if err := fs.Parse(args); err != nil {
@@ -115,6 +119,9 @@ func loadConfig(args, environ []string, stderr io.Writer, version string) (Confi
 	}
 	if cfg.DisconnectGrace, err = time.ParseDuration(src.GetDefault("AGENTIC_DISCONNECT_GRACE", "5m")); err != nil || cfg.DisconnectGrace <= 0 {
 		return Config{}, fmt.Errorf("AGENTIC_DISCONNECT_GRACE must be a positive duration such as 5m")
+	}
+	if cfg.MissionRetention, err = time.ParseDuration(src.GetDefault("AGENTIC_MISSION_RETENTION", "1h")); err != nil || cfg.MissionRetention <= 0 {
+		return Config{}, fmt.Errorf("AGENTIC_MISSION_RETENTION must be a positive duration such as 1h")
 	}
 	if cfg.SecretsDir, err = filepath.Abs(cfg.SecretsDir); err != nil {
 		return Config{}, err

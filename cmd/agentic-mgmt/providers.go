@@ -9,8 +9,10 @@ import (
 	"path/filepath"
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/agentrpc"
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/aiwg"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/hostsup"
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/missions"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/promexport"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/rest"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/system"
@@ -82,7 +84,7 @@ func agentBinary(configured string) (string, error) {
 	return filepath.Abs(p)
 }
 
-func provideREST(cfg Config, svc *agentrpc.Service, token OperatorToken, clock ports.Clock, log *slog.Logger, sup *hostsup.Supervisor) RESTHandler {
+func provideREST(cfg Config, svc *agentrpc.Service, token OperatorToken, clock ports.Clock, log *slog.Logger, sup *hostsup.Supervisor, ms *missions.Service, link *aiwg.Client) RESTHandler {
 	readiness := func() []rest.ReadinessCheck {
 		checks := []rest.ReadinessCheck{{Name: "agent_rpc", Ready: true}, {Name: "rest", Ready: true}}
 		if cfg.HostAgents > 0 {
@@ -98,6 +100,13 @@ func provideREST(cfg Config, svc *agentrpc.Service, token OperatorToken, clock p
 				Detail: fmt.Sprintf("%d of %d connected", connected, cfg.HostAgents),
 			})
 		}
+		st := link.Status()
+		detail := "integration off"
+		if st.Configured {
+			detail = fmt.Sprintf("executor stream connected: %v", st.Connected)
+		}
+		// aiwg serve is another system: its absence must not make this server unready.
+		checks = append(checks, rest.ReadinessCheck{Name: "aiwg", Ready: true, Detail: detail})
 		return checks
 	}
 	return rest.New(rest.Deps{
@@ -109,11 +118,15 @@ func provideREST(cfg Config, svc *agentrpc.Service, token OperatorToken, clock p
 		Metrics:   promexport.Handler(svc),
 		Logger:    log,
 		Clock:     clock,
+		Missions:  ms,
+		Executor:  link,
 	}).Handler()
 }
 
-func provideApp(cfg Config, log *slog.Logger, svc *agentrpc.Service, h RESTHandler, sup *hostsup.Supervisor, token OperatorToken, banner io.Writer) *App {
-	return &App{cfg: cfg, log: log, agents: svc, rest: h, supervisor: sup, token: token, banner: banner}
+func provideApp(cfg Config, log *slog.Logger, svc *agentrpc.Service, h RESTHandler, sup *hostsup.Supervisor, token OperatorToken, banner io.Writer,
+	ms *missions.Service, link *aiwg.Client, store *filestore.MissionStore, outbox *filestore.Outbox) *App {
+	return &App{cfg: cfg, log: log, agents: svc, rest: h, supervisor: sup, token: token, banner: banner,
+		missions: ms, aiwg: link, store: store, outbox: outbox}
 }
 
 func provideClock() system.Clock { return system.Clock{} }

@@ -29,7 +29,21 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	restHandler := provideREST(cfg, service, operatorToken, clock, log, supervisor)
-	app := provideApp(cfg, log, service, restHandler, supervisor, operatorToken, banner)
+	missionStore, err := provideMissionStore(cfg, clock, agentHashes)
+	if err != nil {
+		return nil, err
+	}
+	outbox, err := provideOutbox(cfg, agentHashes)
+	if err != nil {
+		return nil, err
+	}
+	missionsService := provideMissions(cfg, missionStore, outbox, service, clock, uuiDv7, log)
+	identity, err := provideIdentity(cfg, agentHashes)
+	if err != nil {
+		return nil, err
+	}
+	client := provideAIWG(cfg, identity, missionsService, outbox, service, clock, log)
+	restHandler := provideREST(cfg, service, operatorToken, clock, log, supervisor, missionsService, client)
+	app := provideApp(cfg, log, service, restHandler, supervisor, operatorToken, banner, missionsService, client, missionStore, outbox)
 	return app, nil
 }

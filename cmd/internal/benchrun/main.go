@@ -51,7 +51,7 @@ func measure(name string, n int, f func() error) (stats, error) {
 		}
 		d = append(d, time.Since(start))
 	}
-	slices.Sort(d)
+	sortDurations(d)
 	var sum time.Duration
 	for _, x := range d {
 		sum += x
@@ -149,7 +149,11 @@ func run(binDir string, n, sshN int) error {
 	if sshNote != "" {
 		fmt.Println(sshNote)
 	}
-	return throughput(exec1)
+	if err := throughput(exec1); err != nil {
+		return err
+	}
+	srv.Kill()
+	return missionBench(bins, n/2, 2000, floor)
 }
 
 // throughput sends 1 MiB of text through the stack and compares with cat.
@@ -215,6 +219,8 @@ func throughput(exec1 func(string) ([]byte, error)) error {
 	}
 	return nil
 }
+
+func sortDurations(d []time.Duration) { slices.Sort(d) }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.3f ms", float64(d.Microseconds())/1000) }
 

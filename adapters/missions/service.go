@@ -1,0 +1,680 @@
+// Package missions is the mission use case: it accepts dispatches, runs each
+// objective as a background PTY session on an agent, turns what the session
+// does into lifecycle transitions (decided by core/mission), and makes each
+// one durable (store) before its event is emitted (outbox). It implements
+// ports.Missions for REST and ports.ExecutorHub for the AIWG client.
+package missions
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/core/hitl"
+	"github.com/agentic-sandbox/agentic-sandbox/core/mission"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+// Config is what the service needs.
+type Config struct {
+	Store  ports.MissionStore
+	Outbox ports.EventOutbox
+	Link   ports.AgentLink
+	Agents ports.AgentDirectory
+	Clock  ports.Clock
+	IDs    ports.IDGenerator
+	Logger *slog.Logger
+	// HITLQuiet is how long a prompt must stay unanswered by more output
+	// before it counts as waiting for a human.
+	HITLQuiet time.Duration
+	// Retention is how long finished missions stay in memory (and in the live store file).
+	Retention time.Duration
+	// Terminal size of mission sessions.
+	Cols, Rows uint16
+}
+
+// summaryBytes bounds a mission's summary (the tail of its output).
+const summaryBytes = 2048
+
+// Service runs missions.
+type Service struct {
+	cfg  Config
+	log  *slog.Logger
+	stop chan struct{}
+	wg   sync.WaitGroup
+
+	mu        sync.Mutex
+	missions  map[string]*live
+	reserving map[string]chan struct{} // mission ids being dispatched right now
+	bySession map[string]*live
+	byHITL    map[string]*live
+	suspended bool
+}
+
+// live is a mission known in memory, with what its session produced.
+type live struct {
+	// id and created never change, so they can be read without op.
+	id      string
+	created time.Time
+	// op serialises transitions of this mission, across store and outbox,
+	// so its events are emitted in the order its states were stored.
+	op sync.Mutex
+	m  ports.Mission
+
+	cmd     ports.Command
+	started chan struct{}
+	startMu sync.Once
+	output  chan struct{}
+
+	outMu sync.Mutex
+	tail  *hitl.Tail
+	det   *hitl.Detector
+}
+
+func (l *live) markStarted() { l.startMu.Do(func() { close(l.started) }) }
+
+func (l *live) onOutput(now func() time.Time) func(ports.OutputChunk) {
+	return func(c ports.OutputChunk) {
+		l.outMu.Lock()
+		l.tail.Write(c.Data)
+		l.det.Output(c.Data, now())
+		l.outMu.Unlock()
+		select {
+		case l.output <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// New returns the service; call Recover before serving.
+func New(cfg Config) *Service {
+	if cfg.HITLQuiet <= 0 {
+		cfg.HITLQuiet = 1500 * time.Millisecond
+	}
+	if cfg.Retention <= 0 {
+		cfg.Retention = time.Hour
+	}
+	if cfg.Cols == 0 {
+		cfg.Cols, cfg.Rows = 200, 50
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Service{
+		cfg:       cfg,
+		log:       cfg.Logger.With("component", "missions"),
+		stop:      make(chan struct{}),
+		missions:  map[string]*live{},
+		reserving: map[string]chan struct{}{},
+		bySession: map[string]*live{},
+		byHITL:    map[string]*live{},
+	}
+}
+
+func (s *Service) newLive(m ports.Mission) *live {
+	return &live{
+		id:      m.ID,
+		created: m.CreatedAt,
+		m:       m,
+		started: make(chan struct{}),
+		output:  make(chan struct{}, 1),
+		tail:    hitl.NewTail(summaryBytes),
+		det:     hitl.NewDetector(s.cfg.HITLQuiet),
+	}
+}
+
+// commit makes the new state durable, then emits its events, in that order:
+// a crash in between leaves a stored state no older than the last event.
+func (s *Service) commit(ctx context.Context, ms []ports.Mission, evs []ports.Event) error {
+	if len(ms) > 0 {
+		if err := s.cfg.Store.Put(ctx, ms...); err != nil {
+			return fmt.Errorf("%w: %v", ports.ErrStoreUnavailable, err)
+		}
+	}
+	if len(evs) > 0 {
+		if _, err := s.cfg.Outbox.Append(ctx, evs...); err != nil {
+			return fmt.Errorf("%w: event outbox: %v", ports.ErrStoreUnavailable, err)
+		}
+	}
+	return nil
+}
+
+// transition applies f to l's mission under its lock and commits the result.
+// A refused transition (the mission moved on meanwhile) changes nothing.
+func (s *Service) transition(l *live, f func(ports.Mission) (ports.Mission, ports.Event, error)) (ports.Mission, error) {
+	l.op.Lock()
+	defer l.op.Unlock()
+	next, ev, err := f(l.m)
+	if err != nil {
+		return l.m, err
+	}
+	if err := s.commit(context.Background(), []ports.Mission{next}, []ports.Event{ev}); err != nil {
+		s.log.Error("mission transition not stored", "mission_id", l.m.ID, "event", ev.Type, "err", err)
+		return l.m, err
+	}
+	l.m = next
+	return next, nil
+}
+
+// Recover loads the stored missions and re-binds every unfinished one to its
+// session, so output and results from agents that report back reach it.
+// Call it before the agent port is served.
+func (s *Service) Recover() error {
+	ms, err := s.cfg.Store.Load()
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range ms {
+		l := s.newLive(m)
+		s.missions[m.ID] = l
+		if m.State.Terminal() {
+			continue
+		}
+		if m.HITL != nil {
+			s.byHITL[m.HITL.ID] = l
+		}
+		if m.SessionID == "" {
+			continue
+		}
+		s.bySession[m.SessionID] = l
+		if m.State != ports.MissionAssigned {
+			l.markStarted()
+		}
+		l.cmd = s.cfg.Link.Attach(m.AgentID, m.SessionID, ports.StartOptions{
+			Detached: true, OnOutput: l.onOutput(s.cfg.Clock.Now), OnStarted: l.markStarted,
+		})
+		s.wg.Add(1)
+		go s.watch(l)
+	}
+	s.log.Info("missions recovered", "total", len(ms), "unfinished", len(mission.Owned(ms)))
+	return nil
+}
+
+// Dispatch accepts a mission.
+func (s *Service) Dispatch(ctx context.Context, req ports.DispatchRequest) (ports.Mission, error) {
+	for {
+		s.mu.Lock()
+		if s.suspended {
+			s.mu.Unlock()
+			return ports.Mission{}, fmt.Errorf("%w: shutting down", ports.ErrStoreUnavailable)
+		}
+		if l, ok := s.missions[req.MissionID]; ok {
+			s.mu.Unlock()
+			return sameOrConflict(l.snapshot(), req)
+		}
+		wait, busy := s.reserving[req.MissionID]
+		if !busy {
+			s.reserving[req.MissionID] = make(chan struct{})
+			s.mu.Unlock()
+			break
+		}
+		s.mu.Unlock()
+		select { // the same mission_id is being dispatched concurrently
+		case <-wait:
+		case <-ctx.Done():
+			return ports.Mission{}, ctx.Err()
+		}
+	}
+	defer func() {
+		s.mu.Lock()
+		close(s.reserving[req.MissionID])
+		delete(s.reserving, req.MissionID)
+		s.mu.Unlock()
+	}()
+
+	if old, ok, err := s.cfg.Store.Archived(req.MissionID); err != nil {
+		return ports.Mission{}, fmt.Errorf("%w: %v", ports.ErrStoreUnavailable, err)
+	} else if ok {
+		return sameOrConflict(old, req)
+	}
+	agentID, err := mission.Route(req.Filter, s.candidates())
+	switch {
+	case errors.Is(err, mission.ErrAgentNotConnected):
+		return ports.Mission{}, ports.ErrAgentNotConnected
+	case errors.Is(err, mission.ErrNoAgent):
+		return ports.Mission{}, ports.ErrNoAgent
+	case err != nil:
+		return ports.Mission{}, err
+	}
+	now := s.cfg.Clock.Now()
+	m, ev := mission.Assign(req, agentID, now, now)
+	m.SessionID = s.cfg.IDs.NewID()
+	if err := s.commit(ctx, []ports.Mission{m}, []ports.Event{ev}); err != nil {
+		return ports.Mission{}, err
+	}
+	l := s.newLive(m)
+	s.mu.Lock()
+	s.missions[m.ID] = l
+	s.bySession[m.SessionID] = l
+	s.mu.Unlock()
+	s.wg.Add(1)
+	go s.launch(l)
+	return m, nil
+}
+
+func sameOrConflict(m ports.Mission, req ports.DispatchRequest) (ports.Mission, error) {
+	if m.RequestHash != req.RequestHash {
+		return ports.Mission{}, ports.ErrMissionConflict
+	}
+	return m, nil
+}
+
+func (l *live) snapshot() ports.Mission {
+	l.op.Lock()
+	defer l.op.Unlock()
+	return l.m
+}
+
+func (s *Service) candidates() []mission.Candidate {
+	agents := s.cfg.Agents.Agents()
+	out := make([]mission.Candidate, 0, len(agents))
+	for _, a := range agents {
+		out = append(out, mission.Candidate{
+			ID: a.ID, Status: a.Status, Runtime: a.Runtime, Arch: a.System.Arch,
+			Capabilities: a.Capabilities, Load: a.RunningCommands,
+		})
+	}
+	return out
+}
+
+// agentRuntime names what runs the objective, for mission.started.
+func agentRuntime(objective string) string {
+	for _, prefix := range []string{"claude ", "claude\t"} {
+		if len(objective) >= len(prefix) && objective[:len(prefix)] == prefix {
+			return "claude-code"
+		}
+	}
+	if objective == "claude" {
+		return "claude-code"
+	}
+	return "shell"
+}
+
+// launch starts the objective's session on the agent, then watches it.
+func (s *Service) launch(l *live) {
+	m := l.snapshot()
+	spec := ports.CommandSpec{
+		Command:     "sh",
+		Args:        []string{"-c", m.Objective},
+		PTY:         true,
+		Cols:        s.cfg.Cols,
+		Rows:        s.cfg.Rows,
+		Env:         map[string]string{"AIWG_MISSION_ID": m.ID},
+		SessionID:   m.SessionID,
+		SessionName: "mission-" + m.ID,
+	}
+	cmd, err := s.cfg.Link.Start(context.Background(), m.AgentID, spec, ports.StartOptions{
+		Detached: true, CommandID: m.SessionID, OnOutput: l.onOutput(s.cfg.Clock.Now), OnStarted: l.markStarted,
+	})
+	if err != nil {
+		s.wg.Done()
+		_, _ = s.transition(l, func(m ports.Mission) (ports.Mission, ports.Event, error) {
+			return mission.Fail(m, mission.ReasonSessionStart, "session could not start: "+err.Error(), nil, "", s.cfg.Clock.Now())
+		})
+		s.forgetSession(l)
+		return
+	}
+	l.op.Lock()
+	l.cmd = cmd
+	l.op.Unlock()
+	s.watch(l)
+}
+
+// watch turns the session's life into transitions until it ends or the
+// service stops (the session itself goes on running).
+func (s *Service) watch(l *live) {
+	defer s.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	started := l.started
+	l.op.Lock()
+	done := l.cmd.Done()
+	l.op.Unlock()
+	for {
+		select {
+		case <-s.stop:
+			timer.Stop()
+			return
+		case <-started:
+			started = nil
+			s.onStarted(l)
+		case <-l.output:
+			if next := s.onOutput(l); !next.IsZero() {
+				timer.Reset(time.Until(next))
+			}
+		case <-timer.C:
+			if next := s.checkHITL(l); !next.IsZero() {
+				timer.Reset(time.Until(next))
+			}
+		case <-done:
+			timer.Stop()
+			// A process that started and ended at once may close done first.
+			select {
+			case <-started:
+				s.onStarted(l)
+			default:
+			}
+			s.onEnded(l)
+			return
+		}
+	}
+}
+
+func (s *Service) onStarted(l *live) {
+	_, _ = s.transition(l, func(m ports.Mission) (ports.Mission, ports.Event, error) {
+		if m.State != ports.MissionAssigned {
+			return m, ports.Event{}, mission.ErrIllegalTransition // recovered mission already running
+		}
+		return mission.Start(m, agentRuntime(m.Objective), m.SessionID, s.cfg.Clock.Now())
+	})
+}
+
+// onOutput emits progress when due and returns when to check for a HITL prompt.
+func (s *Service) onOutput(l *live) time.Time {
+	l.outMu.Lock()
+	last, summary, next := l.tail.LastLine(), l.tail.String(), l.det.NextCheck()
+	l.outMu.Unlock()
+	_, _ = s.transition(l, func(m ports.Mission) (ports.Mission, ports.Event, error) {
+		m, ev, ok := mission.Progress(m, last, summary, s.cfg.Clock.Now())
+		if !ok {
+			return m, ev, mission.ErrIllegalTransition
+		}
+		return m, ev, nil
+	})
+	return next
+}
+
+func (s *Service) checkHITL(l *live) time.Time {
+	now := s.cfg.Clock.Now()
+	l.outMu.Lock()
+	p, ok := l.det.Check(now)
+	next := l.det.NextCheck()
+	l.outMu.Unlock()
+	if !ok {
+		return next
+	}
+	req := ports.HITLRequest{ID: s.cfg.IDs.NewID(), Prompt: p.Text, Context: p.Context}
+	m, err := s.transition(l, func(m ports.Mission) (ports.Mission, ports.Event, error) {
+		return mission.RequireHITL(m, req, now)
+	})
+	if err == nil {
+		s.mu.Lock()
+		s.byHITL[req.ID] = l
+		s.mu.Unlock()
+		s.log.Info("mission waits for a human", "mission_id", m.ID, "hitl_id", req.ID)
+	}
+	return next
+}
+
+func (s *Service) onEnded(l *live) {
+	l.op.Lock()
+	r := l.cmd.Result()
+	l.op.Unlock()
+	l.outMu.Lock()
+	summary := l.tail.String()
+	l.outMu.Unlock()
+	m, err := s.transition(l, func(m ports.Mission) (ports.Mission, ports.Event, error) {
+		return mission.Finish(m, r, summary, s.cfg.Clock.Now())
+	})
+	if err == nil {
+		s.log.Info("mission ended", "mission_id", m.ID, "state", m.State, "exit_code", r.ExitCode)
+	}
+	s.forgetSession(l)
+}
+
+func (s *Service) forgetSession(l *live) {
+	m := l.snapshot()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.bySession, m.SessionID)
+	for id, x := range s.byHITL {
+		if x == l {
+			delete(s.byHITL, id)
+		}
+	}
+}
+
+// Mission finds a mission, archived or not.
+func (s *Service) Mission(id string) (ports.Mission, error) {
+	s.mu.Lock()
+	l, ok := s.missions[id]
+	s.mu.Unlock()
+	if ok {
+		return l.snapshot(), nil
+	}
+	m, ok, err := s.cfg.Store.Archived(id)
+	if err != nil {
+		return ports.Mission{}, fmt.Errorf("%w: %v", ports.ErrStoreUnavailable, err)
+	}
+	if !ok {
+		return ports.Mission{}, ports.ErrMissionNotFound
+	}
+	return m, nil
+}
+
+// Missions lists missions in memory, oldest first.
+func (s *Service) Missions(state ports.MissionState) []ports.Mission {
+	s.mu.Lock()
+	ls := make([]*live, 0, len(s.missions))
+	for _, l := range s.missions {
+		ls = append(ls, l)
+	}
+	s.mu.Unlock()
+	out := make([]ports.Mission, 0, len(ls))
+	for _, l := range ls {
+		if m := l.snapshot(); state == "" || m.State == state {
+			out = append(out, m)
+		}
+	}
+	sortMissions(out)
+	return out
+}
+
+func sortMissions(ms []ports.Mission) {
+	sort.Slice(ms, func(i, j int) bool {
+		if !ms[i].CreatedAt.Equal(ms[j].CreatedAt) {
+			return ms[i].CreatedAt.Before(ms[j].CreatedAt)
+		}
+		return ms[i].ID < ms[j].ID
+	})
+}
+
+// OpenHITL lists unanswered HITL requests, oldest first.
+func (s *Service) OpenHITL() []ports.OpenHITL {
+	var out []ports.OpenHITL
+	for _, m := range s.Missions(ports.MissionHITLRequired) {
+		if m.HITL != nil {
+			out = append(out, ports.OpenHITL{HITLRequest: *m.HITL, MissionID: m.ID, AgentID: m.AgentID, SessionID: m.SessionID})
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
+	return out
+}
+
+// RespondHITL writes the answer to the session and resumes the mission.
+func (s *Service) RespondHITL(ctx context.Context, hitlID, text string) (ports.Mission, error) {
+	s.mu.Lock()
+	l, ok := s.byHITL[hitlID]
+	s.mu.Unlock()
+	if !ok {
+		return ports.Mission{}, ports.ErrHITLNotFound
+	}
+	l.op.Lock()
+	defer l.op.Unlock()
+	if l.m.State != ports.MissionHITLRequired || l.m.HITL == nil || l.m.HITL.ID != hitlID {
+		return l.m, ports.ErrHITLNotOpen
+	}
+	if l.cmd == nil {
+		return l.m, ports.ErrAgentNotConnected
+	}
+	if err := l.cmd.WriteStdin(ctx, []byte(text+"\n"), false); err != nil {
+		return l.m, err
+	}
+	next, ev, err := mission.AnswerHITL(l.m, hitlID, s.cfg.Clock.Now())
+	if err != nil {
+		return l.m, ports.ErrHITLNotOpen
+	}
+	if err := s.commit(ctx, []ports.Mission{next}, []ports.Event{ev}); err != nil {
+		return l.m, err
+	}
+	l.m = next
+	l.outMu.Lock()
+	l.det.Answered()
+	l.outMu.Unlock()
+	s.mu.Lock()
+	delete(s.byHITL, hitlID)
+	s.mu.Unlock()
+	return next, nil
+}
+
+// HITLResponded answers a HITL request that came over the executor stream.
+func (s *Service) HITLResponded(ctx context.Context, hitlID, text string) error {
+	_, err := s.RespondHITL(ctx, hitlID, text)
+	return err
+}
+
+// KillSession kills a session; the mission in it, if any, is aborted first.
+func (s *Service) KillSession(ctx context.Context, sessionID string) (string, error) {
+	s.mu.Lock()
+	l, ok := s.bySession[sessionID]
+	s.mu.Unlock()
+	if !ok {
+		cmd, found := s.cfg.Link.Lookup(sessionID)
+		if !found {
+			return "", ports.ErrSessionNotFound
+		}
+		return "", cmd.Kill(ctx)
+	}
+	m, err := s.transition(l, func(m ports.Mission) (ports.Mission, ports.Event, error) {
+		return mission.Abort(m, "session killed by an operator", s.cfg.Clock.Now())
+	})
+	if errors.Is(err, mission.ErrIllegalTransition) {
+		return m.ID, ports.ErrCommandEnded
+	}
+	if err != nil {
+		return m.ID, err
+	}
+	l.op.Lock()
+	cmd := l.cmd
+	l.op.Unlock()
+	if cmd == nil {
+		return m.ID, nil
+	}
+	if err := cmd.Kill(ctx); err != nil && !errors.Is(err, ports.ErrCommandEnded) {
+		return m.ID, err
+	}
+	return m.ID, nil
+}
+
+// Resync moves suspended missions back to running and returns the frames a
+// new executor stream starts with.
+func (s *Service) Resync(ctx context.Context) (ports.Event, []ports.Event, error) {
+	s.mu.Lock()
+	ls := make([]*live, 0, len(s.missions))
+	for _, l := range s.missions {
+		ls = append(ls, l)
+	}
+	s.mu.Unlock()
+	// Hold every mission still so no transition slips between the decision and its storage.
+	sort.Slice(ls, func(i, j int) bool { return ls[i].id < ls[j].id })
+	for _, l := range ls {
+		l.op.Lock()
+	}
+	defer func() {
+		for _, l := range ls {
+			l.op.Unlock()
+		}
+	}()
+	ms := make([]ports.Mission, len(ls))
+	byID := make(map[string]*live, len(ls))
+	for i, l := range ls {
+		ms[i] = l.m
+		byID[l.m.ID] = l
+	}
+	resync, pairs, changed := mission.Resync(ms, s.cfg.IDs.NewID, s.cfg.Clock.Now())
+	if len(changed) > 0 {
+		if err := s.cfg.Store.Put(ctx, changed...); err != nil {
+			return ports.Event{}, nil, fmt.Errorf("%w: %v", ports.ErrStoreUnavailable, err)
+		}
+		for _, m := range changed {
+			byID[m.ID].m = m
+		}
+	}
+	return resync, pairs, nil
+}
+
+// Suspend is the shutdown of agentic-mgmt: every unfinished mission is
+// stored as suspended and its mission.suspended event is emitted. The
+// sessions go on running on their agents.
+func (s *Service) Suspend(ctx context.Context) error {
+	s.mu.Lock()
+	if s.suspended {
+		s.mu.Unlock()
+		return nil
+	}
+	s.suspended = true
+	ls := make([]*live, 0, len(s.missions))
+	for _, l := range s.missions {
+		ls = append(ls, l)
+	}
+	s.mu.Unlock()
+	close(s.stop)
+	s.wg.Wait()
+	now := s.cfg.Clock.Now()
+	var ms []ports.Mission
+	var evs []ports.Event
+	sort.Slice(ls, func(i, j int) bool { return ls[i].created.Before(ls[j].created) })
+	for _, l := range ls {
+		l.op.Lock()
+		if next, ev, err := mission.Suspend(l.m, s.cfg.IDs.NewID(), now); err == nil {
+			l.m = next
+			ms = append(ms, next)
+			evs = append(evs, ev)
+		}
+		l.op.Unlock()
+	}
+	if err := s.commit(ctx, ms, evs); err != nil {
+		return err
+	}
+	s.log.Info("missions suspended for shutdown", "count", len(ms))
+	return nil
+}
+
+// Run forgets finished missions after the retention until ctx ends.
+func (s *Service) Run(ctx context.Context) {
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.forgetFinished(s.cfg.Clock.Now().Add(-s.cfg.Retention))
+		}
+	}
+}
+
+// forgetFinished drops missions that ended before cutoff from memory; the
+// store still answers for them. Locks are taken one at a time: a mission's
+// op lock is never held while waiting for s.mu here.
+func (s *Service) forgetFinished(cutoff time.Time) {
+	s.mu.Lock()
+	ls := make([]*live, 0, len(s.missions))
+	for _, l := range s.missions {
+		ls = append(ls, l)
+	}
+	s.mu.Unlock()
+	for _, l := range ls {
+		if m := l.snapshot(); m.State.Terminal() && m.EndedAt.Before(cutoff) {
+			s.mu.Lock()
+			delete(s.missions, l.id)
+			s.mu.Unlock()
+		}
+	}
+}

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"log/slog"
+	"net"
+	"os/exec"
+	"runtime"
+	"strconv"
+
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/agentrpc"
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/aiwg"
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/missions"
+	"github.com/agentic-sandbox/agentic-sandbox/core/mission"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+// Identity is this instance's UUIDv7, also its executor_id.
+type Identity string
+
+func provideIdentity(cfg Config, _ *filestore.AgentHashes) (Identity, error) {
+	id, err := filestore.LoadOrCreateIdentity(cfg.DataDir)
+	return Identity(id), err
+}
+
+func provideMissionStore(cfg Config, clock ports.Clock, _ *filestore.AgentHashes) (*filestore.MissionStore, error) {
+	return filestore.NewMissionStore(filestore.MissionStoreConfig{Dir: cfg.DataDir, Retention: cfg.MissionRetention, Clock: clock})
+}
+
+func provideOutbox(cfg Config, _ *filestore.AgentHashes) (*filestore.Outbox, error) {
+	return filestore.NewOutbox(cfg.DataDir)
+}
+
+func provideMissions(cfg Config, store ports.MissionStore, outbox ports.EventOutbox, svc *agentrpc.Service, clock ports.Clock, ids ports.IDGenerator, log *slog.Logger) *missions.Service {
+	return missions.New(missions.Config{
+		Store: store, Outbox: outbox, Link: svc, Agents: svc, Clock: clock, IDs: ids, Logger: log,
+		Retention: cfg.MissionRetention,
+	})
+}
+
+func provideAIWG(cfg Config, id Identity, hub *missions.Service, outbox ports.EventOutbox, svc *agentrpc.Service, clock ports.Clock, log *slog.Logger) *aiwg.Client {
+	_, claudeErr := exec.LookPath("claude")
+	claudeOnHost := claudeErr == nil
+	_, port, _ := net.SplitHostPort(cfg.ListenAddr)
+	p, _ := strconv.Atoi(port)
+	host := cfg.AdvertiseHost
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	at := func(scheme string, delta int) string {
+		return scheme + "://" + net.JoinHostPort(host, strconv.Itoa(p+delta))
+	}
+	return aiwg.New(aiwg.Config{
+		Endpoint:     cfg.AIWGEndpoint,
+		Name:         cfg.AIWGName,
+		InstanceID:   string(id),
+		Version:      cfg.Version,
+		GRPCEndpoint: at("http", 0),
+		WSEndpoint:   at("ws", 1),
+		RESTEndpoint: at("http", 2),
+		Capabilities: func() []string {
+			var agents []mission.Candidate
+			for _, a := range svc.Agents() {
+				agents = append(agents, mission.Candidate{ID: a.ID, Status: a.Status, Runtime: a.Runtime, Arch: a.System.Arch, Capabilities: a.Capabilities})
+			}
+			return mission.ExecutorCapabilities(runtime.GOARCH, cfg.HostAgents > 0, claudeOnHost, agents)
+		},
+		Hub:    hub,
+		Outbox: outbox,
+		Logger: log,
+		Clock:  clock,
+	})
+}
