@@ -94,6 +94,9 @@ type StartOptions struct {
 	// Detached commands outlive their caller's context and survive agent
 	// reconnects; others are killed when the caller's context ends.
 	Detached bool
+	// CommandID, when set, is the command's id (so a caller can store it
+	// before the command exists); otherwise the link makes one.
+	CommandID string
 }
 
 // Command is a command running on an agent.

@@ -3,6 +3,7 @@ package agentrpc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -174,6 +175,10 @@ func (s *Service) Start(ctx context.Context, agentID string, spec ports.CommandS
 		done:      make(chan struct{}),
 	}
 	s.mu.Lock()
+	if _, dup := s.commands[cmd.id]; dup {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("command id %q already in use", cmd.id)
+	}
 	s.commands[cmd.id] = cmd
 	s.registry.CommandStarted(agentID)
 	s.mu.Unlock()
