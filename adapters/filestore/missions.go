@@ -39,9 +39,17 @@ type MissionStoreConfig struct {
 	// after it ended; then it moves to the archive. Zero means
 	// DefaultRetention, negative means never.
 	Retention time.Duration
+	// MaxFinished caps how many terminal missions stay in the live file
+	// whatever their age; the ones that ended first move to the archive.
+	// It keeps one write's cost flat under sustained load. Zero means
+	// DefaultMaxFinished, negative means no cap.
+	MaxFinished int
 	// Clock drives retention; nil means the wall clock.
 	Clock ports.Clock
 }
+
+// DefaultMaxFinished is MaxFinished's default.
+const DefaultMaxFinished = 256
 
 // MissionStore keeps missions in <Dir>/missions.json, rewritten atomically
 // on every change, and moves old terminal missions to the append-only
@@ -53,6 +61,7 @@ type MissionStoreConfig struct {
 type MissionStore struct {
 	path, archivePath string
 	retention         time.Duration
+	maxFinished       int
 	clock             ports.Clock
 
 	// mu guards the state below. Only the writer goroutine (and Close,
@@ -101,6 +110,9 @@ func NewMissionStore(cfg MissionStoreConfig) (*MissionStore, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("filestore: empty data dir")
 	}
+	if cfg.MaxFinished == 0 {
+		cfg.MaxFinished = DefaultMaxFinished
+	}
 	if cfg.Retention == 0 {
 		cfg.Retention = DefaultRetention
 	}
@@ -114,6 +126,7 @@ func NewMissionStore(cfg MissionStoreConfig) (*MissionStore, error) {
 		path:        filepath.Join(cfg.Dir, MissionsFile),
 		archivePath: filepath.Join(cfg.Dir, MissionsArchiveFile),
 		retention:   cfg.Retention,
+		maxFinished: cfg.MaxFinished,
 		clock:       cfg.Clock,
 		byID:        make(map[string]*missionRec),
 		arcIdx:      make(map[string]arcLoc),
@@ -359,6 +372,9 @@ func (s *MissionStore) commit(batch []*putReq) error {
 		clear(next[len(kept):])
 		next = kept
 	}
+	if s.maxFinished >= 0 {
+		next, expired = s.capFinished(next, expired)
+	}
 
 	var locs []arcLoc
 	if len(expired) > 0 {
@@ -389,6 +405,42 @@ func (s *MissionStore) commit(batch []*putReq) error {
 	}
 	s.order = next
 	return nil
+}
+
+// capFinished moves the terminal missions beyond maxFinished that ended
+// first from next to expired.
+func (s *MissionStore) capFinished(next, expired []*missionRec) ([]*missionRec, []*missionRec) {
+	var finished []*missionRec
+	for _, r := range next {
+		if r.m.State.Terminal() {
+			finished = append(finished, r)
+		}
+	}
+	extra := len(finished) - s.maxFinished
+	if extra <= 0 {
+		return next, expired
+	}
+	slices.SortStableFunc(finished, func(a, b *missionRec) int { return endOf(a).Compare(endOf(b)) })
+	drop := make(map[*missionRec]bool, extra)
+	for _, r := range finished[:extra] {
+		drop[r] = true
+		expired = append(expired, r)
+	}
+	kept := next[:0]
+	for _, r := range next {
+		if !drop[r] {
+			kept = append(kept, r)
+		}
+	}
+	clear(next[len(kept):])
+	return kept, expired
+}
+
+func endOf(r *missionRec) time.Time {
+	if r.m.EndedAt.IsZero() {
+		return r.m.UpdatedAt
+	}
+	return r.m.EndedAt
 }
 
 // expired reports whether r is terminal and ended before cutoff. A

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -643,5 +644,54 @@ func checkCrashState(t *testing.T, dir string, printed map[string]int) {
 		if m.Iteration < it {
 			t.Fatalf("mission %s at iteration %d, Put of %d had returned", id, m.Iteration, it)
 		}
+	}
+}
+
+func TestMissionStoreMaxFinished(t *testing.T) {
+	dir := t.TempDir()
+	clock := newTestClock()
+	s := openStore(t, MissionStoreConfig{Dir: dir, Clock: clock, MaxFinished: 3})
+	now := clock.Now()
+	var all []ports.Mission
+	for i := range 5 {
+		m := portstest.MinimalMission(fmt.Sprintf("done-%d", i))
+		m.State = ports.MissionCompleted
+		m.CreatedAt = now.Add(time.Duration(i) * time.Second)
+		m.EndedAt = now.Add(time.Duration(10-i) * time.Second) // done-4 ended first
+		all = append(all, m)
+	}
+	for i := range 2 {
+		m := portstest.MinimalMission(fmt.Sprintf("running-%d", i))
+		m.State = ports.MissionRunning
+		m.CreatedAt = now
+		all = append(all, m)
+	}
+	if err := s.Put(context.Background(), all...); err != nil {
+		t.Fatal(err)
+	}
+	live, err := s.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, m := range live {
+		ids = append(ids, m.ID)
+	}
+	slices.Sort(ids)
+	if want := []string{"done-0", "done-1", "done-2", "running-0", "running-1"}; !slices.Equal(ids, want) {
+		t.Fatalf("live %v, want %v (the two that ended first archived)", ids, want)
+	}
+	for _, id := range []string{"done-3", "done-4"} {
+		if m, ok, err := s.Archived(id); err != nil || !ok || m.State != ports.MissionCompleted {
+			t.Fatalf("%s not archived: %v %v %+v", id, ok, err, m)
+		}
+	}
+	// A negative cap keeps every finished mission live.
+	s2 := openStore(t, MissionStoreConfig{Dir: t.TempDir(), Clock: clock, MaxFinished: -1})
+	if err := s2.Put(context.Background(), all...); err != nil {
+		t.Fatal(err)
+	}
+	if live, _ := s2.Load(); len(live) != 7 {
+		t.Fatalf("uncapped store keeps %d of 7", len(live))
 	}
 }

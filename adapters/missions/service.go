@@ -31,8 +31,6 @@ type Config struct {
 	// HITLQuiet is how long a prompt must stay unanswered by more output
 	// before it counts as waiting for a human.
 	HITLQuiet time.Duration
-	// Retention is how long finished missions stay in memory (and in the live store file).
-	Retention time.Duration
 	// Terminal size of mission sessions.
 	Cols, Rows uint16
 }
@@ -94,9 +92,6 @@ func (l *live) onOutput(now func() time.Time) func(ports.OutputChunk) {
 func New(cfg Config) *Service {
 	if cfg.HITLQuiet <= 0 {
 		cfg.HITLQuiet = 1500 * time.Millisecond
-	}
-	if cfg.Retention <= 0 {
-		cfg.Retention = time.Hour
 	}
 	if cfg.Cols == 0 {
 		cfg.Cols, cfg.Rows = 200, 50
@@ -646,24 +641,24 @@ func (s *Service) Suspend(ctx context.Context) error {
 	return nil
 }
 
-// Run forgets finished missions after the retention until ctx ends.
+// Run forgets finished missions once the store archived them, until ctx ends.
 func (s *Service) Run(ctx context.Context) {
-	t := time.NewTicker(time.Minute)
+	t := time.NewTicker(10 * time.Second)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			s.forgetFinished(s.cfg.Clock.Now().Add(-s.cfg.Retention))
+			s.forgetArchived()
 		}
 	}
 }
 
-// forgetFinished drops missions that ended before cutoff from memory; the
-// store still answers for them. Locks are taken one at a time: a mission's
-// op lock is never held while waiting for s.mu here.
-func (s *Service) forgetFinished(cutoff time.Time) {
+// forgetArchived drops finished missions the store has archived from
+// memory; the store still answers for them. Locks are taken one at a time: a
+// mission's op lock is never held while waiting for s.mu here.
+func (s *Service) forgetArchived() {
 	s.mu.Lock()
 	ls := make([]*live, 0, len(s.missions))
 	for _, l := range s.missions {
@@ -671,10 +666,17 @@ func (s *Service) forgetFinished(cutoff time.Time) {
 	}
 	s.mu.Unlock()
 	for _, l := range ls {
-		if m := l.snapshot(); m.State.Terminal() && m.EndedAt.Before(cutoff) {
-			s.mu.Lock()
-			delete(s.missions, l.id)
-			s.mu.Unlock()
+		m := l.snapshot()
+		if !m.State.Terminal() {
+			continue
 		}
+		// Only once the store answers for it from the archive, so a lookup
+		// never misses a mission that is still on record.
+		if _, archived, err := s.cfg.Store.Archived(m.ID); err != nil || !archived {
+			continue
+		}
+		s.mu.Lock()
+		delete(s.missions, l.id)
+		s.mu.Unlock()
 	}
 }

@@ -34,7 +34,6 @@ func provideOutbox(cfg Config, _ *filestore.AgentHashes) (*filestore.Outbox, err
 func provideMissions(cfg Config, store ports.MissionStore, outbox ports.EventOutbox, svc *agentrpc.Service, clock ports.Clock, ids ports.IDGenerator, log *slog.Logger) *missions.Service {
 	return missions.New(missions.Config{
 		Store: store, Outbox: outbox, Link: svc, Agents: svc, Clock: clock, IDs: ids, Logger: log,
-		Retention: cfg.MissionRetention,
 	})
 }
 
