@@ -196,7 +196,7 @@ func (a *Agent) serve(ctx context.Context) (registered bool, err error) {
 	a.queueControl(a.heartbeatMessage())
 	// Queued behind any output still held, so the server learns which of
 	// its commands this agent no longer runs.
-	a.out.push(a.sessionReport("connect:" + ack.GetConfig()["connection_id"]))
+	a.out.pushNow(a.sessionReport("connect:" + ack.GetConfig()["connection_id"]))
 
 	var wg sync.WaitGroup
 	errc := make(chan error, 3)
@@ -355,7 +355,7 @@ func (a *Agent) handle(msg *sandboxv1.ConnectResponse) {
 			go a.cfg.OnShutdown(p.Shutdown.GetReason())
 		}
 	case *sandboxv1.ConnectResponse_SessionQuery:
-		a.out.push(a.sessionReport(p.SessionQuery.GetRequestId()))
+		a.out.pushNow(a.sessionReport(p.SessionQuery.GetRequestId()))
 	}
 }
 
@@ -417,12 +417,17 @@ func (a *Agent) startCommand(req *sandboxv1.CommandRequest) {
 			StreamId: id, Stream: streamToProto(stream), Data: data, Timestamp: timestamppb.Now(), Offset: off,
 		}}})
 	})
-	// Set under the lock: Shutdown reads it from another goroutine.
+	// Set under the lock: Shutdown reads it from another goroutine. A
+	// Shutdown that began meanwhile could not kill it, so kill it here.
 	a.mu.Lock()
 	r.proc = proc
+	stop := a.draining.Load()
 	a.mu.Unlock()
+	if stop {
+		proc.Kill()
+	}
 	if pid := proc.Pid(); pid > 0 {
-		a.out.push(&sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_CommandStarted{CommandStarted: &sandboxv1.CommandStarted{
+		a.out.pushNow(&sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_CommandStarted{CommandStarted: &sandboxv1.CommandStarted{
 			CommandId: id, Pid: int32(pid), StartedAt: timestamppb.Now(),
 		}}})
 	}
@@ -466,8 +471,8 @@ func (a *Agent) sessionReport(requestID string) *sandboxv1.ConnectRequest {
 // Shutdown stops every running command (TERM, then KILL) and waits up to
 // timeout for their results to be handed to the server.
 func (a *Agent) Shutdown(timeout time.Duration) {
-	a.draining.Store(true)
 	a.mu.Lock()
+	a.draining.Store(true) // under a.mu: startCommand kills what this loop cannot see
 	for _, r := range a.running {
 		if r.proc != nil {
 			r.proc.Kill()

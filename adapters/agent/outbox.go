@@ -44,6 +44,23 @@ func (o *outbox) push(m *sandboxv1.ConnectRequest) {
 	}
 }
 
+// pushNow queues m even when the box is full. It is for small messages
+// (command started, session reports) pushed where waiting for space could
+// deadlock: before the send loop runs, or on the receive loop, which serve
+// waits for after a send error.
+func (o *outbox) pushNow(m *sandboxv1.ConnectRequest) {
+	n := proto.Size(m)
+	o.mu.Lock()
+	o.items = append(o.items, m)
+	o.sizes = append(o.sizes, n)
+	o.bytes += n
+	o.mu.Unlock()
+	select {
+	case o.notify <- struct{}{}:
+	default:
+	}
+}
+
 // peek returns the oldest message without removing it, so a send that fails
 // leaves it to be sent again on the next connection.
 func (o *outbox) peek() *sandboxv1.ConnectRequest {

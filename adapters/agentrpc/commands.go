@@ -162,9 +162,13 @@ func (s *Service) Start(ctx context.Context, agentID string, spec ports.CommandS
 	if err != nil {
 		return nil, err
 	}
+	id := opts.CommandID
+	if id == "" {
+		id = s.cfg.IDs.NewID()
+	}
 	cmd := &command{
 		svc:       s,
-		id:        s.cfg.IDs.NewID(),
+		id:        id,
 		agentID:   agentID,
 		detached:  opts.Detached,
 		pty:       spec.PTY,

@@ -170,6 +170,13 @@ func (s *Service) CloseStreams() {
 
 // send queues msg for the agent; it fails once the stream is gone.
 func (c *conn) send(ctx context.Context, msg *sandboxv1.ConnectResponse) error {
+	// select picks at random among ready cases: check closed first so a
+	// message is never queued on a stream that will not send it.
+	select {
+	case <-c.closed:
+		return ports.ErrAgentNotConnected
+	default:
+	}
 	select {
 	case c.out <- msg:
 		return nil
@@ -252,7 +259,25 @@ loop:
 		}
 	}
 	s.disconnect(c)
+	s.failUnsent(c)
 	return result
+}
+
+// failUnsent ends the commands whose request was still queued when the
+// stream ended: the agent never got them.
+func (s *Service) failUnsent(c *conn) {
+	for {
+		select {
+		case msg := <-c.out:
+			if req := msg.GetCommand(); req != nil {
+				if cmd := s.commandOf(c.agentID, req.GetCommandId()); cmd != nil {
+					s.finish(cmd, ports.CommandResult{ExitCode: -1, Error: "not delivered to the agent: " + ports.ErrAgentNotConnected.Error()})
+				}
+			}
+		default:
+			return
+		}
+	}
 }
 
 func (s *Service) authenticate(id, secret string) error {

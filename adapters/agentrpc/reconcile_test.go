@@ -1,0 +1,226 @@
+package agentrpc
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+func TestAckNamesTheConnection(t *testing.T) {
+	h := newHarness(t)
+	a1 := h.connectAgent("agent-a")
+	b := h.connectAgent("agent-b")
+	a2 := h.connectAgent("agent-a")
+	var gens []uint64
+	for _, fa := range []*fakeAgent{a1, b, a2} {
+		g, err := strconv.ParseUint(fa.ack.GetConfig()[ConfigConnectionID], 10, 64)
+		if err != nil {
+			t.Fatalf("ack config %v: %v", fa.ack.GetConfig(), err)
+		}
+		gens = append(gens, g)
+	}
+	if !(gens[0] < gens[1] && gens[1] < gens[2]) {
+		t.Fatalf("connection ids %v are not increasing", gens)
+	}
+}
+
+func TestConnectReportEndsLostCommands(t *testing.T) {
+	h := newHarness(t)
+	a := h.connectAgent("agent-a")
+	var cmds []ports.Command
+	for _, name := range []string{"kept", "lost1", "lost2"} {
+		cmd, err := h.svc.Start(context.Background(), "agent-a", ports.CommandSpec{Command: name}, ports.StartOptions{Detached: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.recv()
+		cmds = append(cmds, cmd)
+	}
+	kept, lost1, lost2 := cmds[0], cmds[1], cmds[2]
+	a.hangUp()
+
+	b := h.connectAgent("agent-a")
+	// A command sent on the new connection is not judged by its report.
+	fresh, err := h.svc.Start(context.Background(), "agent-a", ports.CommandSpec{Command: "fresh"}, ports.StartOptions{Detached: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.recv()
+
+	// Reports for another connection, or answers to a query, change nothing.
+	b.send(connectReport(a))
+	other := connectReport(b)
+	other.GetSessionReport().RequestId = "query-1"
+	b.send(other)
+	b.barrier()
+	for _, cmd := range cmds {
+		if isDone(cmd) {
+			t.Fatalf("%s ended by a report not meant for this connection: %+v", cmd.ID(), cmd.Result())
+		}
+	}
+
+	b.send(connectReport(b, kept.ID()))
+	for _, cmd := range []ports.Command{lost1, lost2} {
+		if r := waitDone(t, cmd); r.Error != ports.ErrCommandLost.Error() || r.ExitCode != -1 {
+			t.Fatalf("%s: %+v, want ErrCommandLost", cmd.ID(), r)
+		}
+	}
+	b.barrier()
+	if isDone(kept) || isDone(fresh) {
+		t.Fatalf("kept done %v, fresh done %v", isDone(kept), isDone(fresh))
+	}
+	if n := agentInfoOf(t, h.svc, "agent-a").RunningCommands; n != 2 {
+		t.Fatalf("RunningCommands %d, want 2", n)
+	}
+	b.send(result(kept.ID(), ports.CommandResult{}))
+	b.send(result(fresh.ID(), ports.CommandResult{}))
+	waitDone(t, kept)
+	waitDone(t, fresh)
+}
+
+func TestCommandStartedCallsOnStartedOnce(t *testing.T) {
+	h := newHarness(t)
+	a := h.connectAgent("agent-a")
+	b := h.connectAgent("agent-b")
+	var n1, n2 atomic.Int32
+	c1, err := h.svc.Start(context.Background(), "agent-a", ports.CommandSpec{Command: "x"}, ports.StartOptions{OnStarted: func() { n1.Add(1) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := h.svc.Start(context.Background(), "agent-a", ports.CommandSpec{Command: "y"}, ports.StartOptions{OnStarted: func() { n2.Add(1) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.recv()
+	a.recv()
+
+	// Another agent cannot start it.
+	b.send(commandStarted(c1.ID(), 1))
+	b.barrier()
+	if n1.Load() != 0 {
+		t.Fatal("another agent's CommandStarted fired OnStarted")
+	}
+
+	a.send(commandStarted(c1.ID(), 1234))
+	a.send(commandStarted(c1.ID(), 1234))
+	a.send(output(c1.ID(), stdout, 0, "x"))
+	// Without CommandStarted, the first output counts as the start.
+	a.send(output(c2.ID(), stdout, 0, "y"))
+	a.send(output(c2.ID(), stdout, 1, "z"))
+	a.barrier()
+	if n1.Load() != 1 || n2.Load() != 1 {
+		t.Fatalf("OnStarted called %d and %d times, want once each", n1.Load(), n2.Load())
+	}
+}
+
+func TestAttachRoutesAnEarlierCommand(t *testing.T) {
+	h := newHarness(t)
+	var out outputLog
+	var started atomic.Int32
+	cmd := h.svc.Attach("agent-a", "old-7", ports.StartOptions{OnOutput: out.add, OnStarted: func() { started.Add(1) }})
+	if cmd.ID() != "old-7" || cmd.AgentID() != "agent-a" || isDone(cmd) {
+		t.Fatalf("Attach = %s on %s", cmd.ID(), cmd.AgentID())
+	}
+	if again := h.svc.Attach("agent-a", "old-7", ports.StartOptions{}); again != cmd {
+		t.Fatal("a second Attach made a second command")
+	}
+	if got, ok := h.svc.Lookup("old-7"); !ok || got != cmd {
+		t.Fatal("Lookup does not find the attached command")
+	}
+	if err := cmd.Signal(context.Background(), 2); err != ports.ErrAgentNotFound {
+		t.Fatalf("control before the agent is back: %v", err)
+	}
+
+	a := h.connectAgent("agent-a")
+	a.send(output("old-7", stdout, 0, "still here"))
+	a.send(result("old-7", ports.CommandResult{ExitCode: 2}))
+	if r := waitDone(t, cmd); r.ExitCode != 2 {
+		t.Fatalf("result %+v", r)
+	}
+	if out.text(ports.StreamStdout) != "still here" || started.Load() != 1 {
+		t.Fatalf("output %q, started %d", out.text(ports.StreamStdout), started.Load())
+	}
+
+	// An attached command the agent no longer runs ends as lost.
+	gone := h.svc.Attach("agent-a", "old-8", ports.StartOptions{})
+	a.send(connectReport(a))
+	if r := waitDone(t, gone); r.Error != ports.ErrCommandLost.Error() {
+		t.Fatalf("unreported attached command: %+v", r)
+	}
+	eventually(t, "nothing counted", func() bool { return agentInfoOf(t, h.svc, "agent-a").RunningCommands == 0 })
+}
+
+// ports.StartOptions.CommandID lets the caller choose the command's id (a
+// mission stores its session id before the session exists).
+//
+// BUG: Start ignores opts.CommandID and always takes an id from cfg.IDs.
+func TestStartUsesTheCallersCommandID(t *testing.T) {
+	h := newHarness(t)
+	a := h.connectAgent("agent-a")
+	cmd, err := h.svc.Start(context.Background(), "agent-a", ports.CommandSpec{Command: "x"},
+		ports.StartOptions{Detached: true, CommandID: "sess-42"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := a.recv().GetCommand()
+	if cmd.ID() != "sess-42" || req.GetCommandId() != "sess-42" {
+		t.Fatalf("command id %q, sent as %q; want the caller's sess-42", cmd.ID(), req.GetCommandId())
+	}
+	if got, ok := h.svc.Lookup("sess-42"); !ok || got != cmd {
+		t.Fatal("Lookup does not find the command by the caller's id")
+	}
+	if _, err := h.svc.Start(context.Background(), "agent-a", ports.CommandSpec{Command: "y"},
+		ports.StartOptions{Detached: true, CommandID: "sess-42"}); err == nil {
+		t.Fatal("a second command with the caller's id was accepted")
+	}
+	a.send(result("sess-42", ports.CommandResult{}))
+	waitDone(t, cmd)
+}
+
+// sameIDs hands out the same id every time.
+type sameIDs struct{}
+
+func (sameIDs) NewID() string { return "dup" }
+
+func TestStartRefusesADuplicateID(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.IDs = sameIDs{} })
+	a := h.connectAgent("agent-a")
+	first, err := h.svc.Start(context.Background(), "agent-a", ports.CommandSpec{Command: "x"}, ports.StartOptions{Detached: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.recv()
+	if _, err := h.svc.Start(context.Background(), "agent-a", ports.CommandSpec{Command: "y"}, ports.StartOptions{Detached: true}); err == nil {
+		t.Fatal("a second command with the same id was accepted")
+	}
+	if got, _ := h.svc.Lookup("dup"); got != first || isDone(first) {
+		t.Fatal("the refused start disturbed the first command")
+	}
+	if n := agentInfoOf(t, h.svc, "agent-a").RunningCommands; n != 1 {
+		t.Fatalf("RunningCommands %d", n)
+	}
+	if m := a.pending(); m != nil {
+		t.Fatalf("agent got %v", m)
+	}
+}
+
+func TestCloseStreamsEndsEveryStream(t *testing.T) {
+	h := newHarness(t)
+	agents := []*fakeAgent{h.connectAgent("agent-a"), h.connectAgent("agent-b")}
+	h.svc.CloseStreams()
+	for _, fa := range agents {
+		if err := fa.waitClosed(); connect.CodeOf(err) != connect.CodeUnavailable {
+			t.Fatalf("%s: stream ended with %v, want unavailable", fa.id, err)
+		}
+		if st := agentInfoOf(t, h.svc, fa.id).Status; st != "disconnected" {
+			t.Fatalf("%s status %q", fa.id, st)
+		}
+	}
+	// They may come back.
+	h.connectAgent("agent-a").barrier()
+}
