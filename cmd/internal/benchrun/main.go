@@ -29,8 +29,9 @@ func main() {
 	binDir := flag.String("bin", "bin", "directory with the built binaries")
 	n := flag.Int("n", 1000, "round trips per measurement")
 	sshN := flag.Int("ssh-n", 100, "ssh round trips (each is slow)")
+	sustained := flag.Int("sustained", 2000, "missions in the sustained-rate run")
 	flag.Parse()
-	if err := run(*binDir, *n, *sshN); err != nil {
+	if err := run(*binDir, *n, *sshN, *sustained); err != nil {
 		fmt.Fprintln(os.Stderr, "benchrun:", err)
 		os.Exit(1)
 	}
@@ -59,7 +60,7 @@ func measure(name string, n int, f func() error) (stats, error) {
 	return stats{name: name, n: n, p50: d[n/2], p99: d[(n*99)/100], avg: sum / time.Duration(n)}, nil
 }
 
-func run(binDir string, n, sshN int) error {
+func run(binDir string, n, sshN, sustained int) error {
 	abs, err := filepath.Abs(binDir)
 	if err != nil {
 		return err
@@ -153,7 +154,7 @@ func run(binDir string, n, sshN int) error {
 		return err
 	}
 	srv.Kill()
-	return missionBench(bins, n/2, 2000, floor)
+	return missionBench(bins, n/2, sustained, floor)
 }
 
 // throughput sends 1 MiB of text through the stack and compares with cat.
