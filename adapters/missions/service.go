@@ -308,7 +308,7 @@ func (s *Service) launch(l *live) {
 		Detached: true, CommandID: m.SessionID, OnOutput: l.onOutput(s.cfg.Clock.Now), OnStarted: l.markStarted,
 	})
 	if err != nil {
-		s.wg.Done()
+		defer s.wg.Done() // Suspend waits until the failure is stored and announced
 		_, _ = s.transition(l, func(m ports.Mission) (ports.Mission, ports.Event, error) {
 			return mission.Fail(m, mission.ReasonSessionStart, "session could not start: "+err.Error(), nil, "", s.cfg.Clock.Now())
 		})
@@ -317,7 +317,13 @@ func (s *Service) launch(l *live) {
 	}
 	l.op.Lock()
 	l.cmd = cmd
+	ended := l.m.State.Terminal() // aborted while Start was on its way
 	l.op.Unlock()
+	if ended {
+		if err := cmd.Kill(context.Background()); err != nil && !errors.Is(err, ports.ErrCommandEnded) {
+			s.log.Warn("could not kill the session of an aborted mission", "mission_id", l.id, "err", err)
+		}
+	}
 	s.watch(l)
 }
 
@@ -428,11 +434,6 @@ func (s *Service) forgetSession(l *live) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.bySession, m.SessionID)
-	for id, x := range s.byHITL {
-		if x == l {
-			delete(s.byHITL, id)
-		}
-	}
 }
 
 // Mission finds a mission, archived or not.
@@ -522,9 +523,6 @@ func (s *Service) RespondHITL(ctx context.Context, hitlID, text string) (ports.M
 	l.outMu.Lock()
 	l.det.Answered()
 	l.outMu.Unlock()
-	s.mu.Lock()
-	delete(s.byHITL, hitlID)
-	s.mu.Unlock()
 	return next, nil
 }
 
@@ -614,6 +612,19 @@ func (s *Service) Suspend(ctx context.Context) error {
 		return nil
 	}
 	s.suspended = true
+	inflight := make([]chan struct{}, 0, len(s.reserving))
+	for _, c := range s.reserving {
+		inflight = append(inflight, c)
+	}
+	s.mu.Unlock()
+	// A dispatch past its check adds its mission (and its launch to wg) before it lets go.
+	for _, c := range inflight {
+		select {
+		case <-c:
+		case <-ctx.Done():
+		}
+	}
+	s.mu.Lock()
 	ls := make([]*live, 0, len(s.missions))
 	for _, l := range s.missions {
 		ls = append(ls, l)
@@ -622,20 +633,34 @@ func (s *Service) Suspend(ctx context.Context) error {
 	close(s.stop)
 	s.wg.Wait()
 	now := s.cfg.Clock.Now()
-	var ms []ports.Mission
-	var evs []ports.Event
-	sort.Slice(ls, func(i, j int) bool { return ls[i].created.Before(ls[j].created) })
+	// Hold every mission (in Resync's lock order) until the suspension is
+	// stored and announced, so no transition slips in between.
+	sort.Slice(ls, func(i, j int) bool { return ls[i].id < ls[j].id })
 	for _, l := range ls {
 		l.op.Lock()
+	}
+	defer func() {
+		for _, l := range ls {
+			l.op.Unlock()
+		}
+	}()
+	byAge := append([]*live(nil), ls...)
+	sort.SliceStable(byAge, func(i, j int) bool { return byAge[i].created.Before(byAge[j].created) })
+	var ms []ports.Mission
+	var evs []ports.Event
+	var moved []*live
+	for _, l := range byAge {
 		if next, ev, err := mission.Suspend(l.m, s.cfg.IDs.NewID(), now); err == nil {
-			l.m = next
 			ms = append(ms, next)
 			evs = append(evs, ev)
+			moved = append(moved, l)
 		}
-		l.op.Unlock()
 	}
 	if err := s.commit(ctx, ms, evs); err != nil {
 		return err
+	}
+	for i, l := range moved {
+		l.m = ms[i]
 	}
 	s.log.Info("missions suspended for shutdown", "count", len(ms))
 	return nil
@@ -677,6 +702,11 @@ func (s *Service) forgetArchived() {
 		}
 		s.mu.Lock()
 		delete(s.missions, l.id)
+		for id, x := range s.byHITL {
+			if x == l {
+				delete(s.byHITL, id)
+			}
+		}
 		s.mu.Unlock()
 	}
 }

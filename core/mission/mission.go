@@ -274,6 +274,11 @@ func Resync(missions []ports.Mission, newCheckpoint func() string, now time.Time
 		switch m.State {
 		case ports.MissionSuspended:
 			_ = move(&m, ports.MissionRunning, now) // always allowed from suspended
+			if m.HITL != nil {
+				// Suspended while waiting for a human: it still waits.
+				_ = move(&m, ports.MissionHITLRequired, now)
+				pairs = append(pairs, hitlEvent(&m, now))
+			}
 		case ports.MissionHITLRequired:
 			pairs = append(pairs, hitlEvent(&m, now))
 		}

@@ -331,3 +331,20 @@ func TestExecutorCapabilities(t *testing.T) {
 		t.Fatalf("arm64: %v", got)
 	}
 }
+
+// A question open when agentic-mgmt stopped is still open after resync.
+func TestResyncKeepsAQuestionOpenAcrossRestart(t *testing.T) {
+	m := ports.Mission{ID: "q", State: ports.MissionSuspended, CheckpointID: "ck", CreatedAt: t0,
+		HITL: &ports.HITLRequest{ID: "h1", Prompt: "Proceed? [y/N]"}}
+	_, pairs, changed := Resync([]ports.Mission{m}, nil, t0)
+	var got []string
+	for _, e := range pairs {
+		got = append(got, e.Type)
+	}
+	if !reflect.DeepEqual(got, []string{EventReconnected, EventResumed, EventHITLRequired}) {
+		t.Fatalf("events %v", got)
+	}
+	if len(changed) != 1 || changed[0].State != ports.MissionHITLRequired || changed[0].HITL == nil || pairs[2].Data["hitl_id"] != "h1" {
+		t.Fatalf("changed %+v, hitl event %+v", changed, pairs[2].Data)
+	}
+}

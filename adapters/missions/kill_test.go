@@ -1,0 +1,175 @@
+package missions
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+func TestKillSessionAbortsThenKills(t *testing.T) {
+	h := newHarness(t)
+	m, c := h.run("m1")
+	id, err := h.svc.KillSession(context.Background(), m.SessionID)
+	if err != nil || id != "m1" {
+		t.Fatalf("KillSession = %q, %v; want m1, nil", id, err)
+	}
+	ev := h.waitEvent("m1", "mission.aborted")
+	if ev.Data["state"] != "aborted" || ev.Data["aborted_by"] != "operator" || ev.Data["reason"] == "" {
+		t.Fatalf("mission.aborted data = %v", ev.Data)
+	}
+	if got := h.mission("m1"); got.State != ports.MissionAborted || got.EndedAt.IsZero() {
+		t.Fatalf("state %q ended %v", got.State, got.EndedAt)
+	}
+	if st, _ := h.store.get("m1"); st.State != ports.MissionAborted {
+		t.Fatalf("stored state %q", st.State)
+	}
+	if n := c.killCount(); n != 1 {
+		t.Fatalf("%d kills, want 1", n)
+	}
+	// Aborted first (stored, announced), killed after.
+	var order []string
+	for _, e := range h.log.snapshot() {
+		switch {
+		case e.Kind == "put" && e.State == ports.MissionAborted:
+			order = append(order, "put")
+		case e.Event == "mission.aborted":
+			order = append(order, "append")
+		case e.Kind == "kill":
+			order = append(order, "kill")
+		}
+	}
+	if !reflect.DeepEqual(order, []string{"put", "append", "kill"}) {
+		t.Fatalf("order = %v, want put, append, kill", order)
+	}
+
+	// Killed again before the result came: the mission has ended already.
+	if id, err := h.svc.KillSession(context.Background(), m.SessionID); !errors.Is(err, ports.ErrCommandEnded) || id != "m1" {
+		t.Fatalf("second KillSession = %q, %v; want m1, ErrCommandEnded", id, err)
+	}
+
+	// The result of the killed process changes nothing.
+	c.finish(ports.CommandResult{ExitCode: 137, Signal: 9})
+	h.waitEnded(m.SessionID)
+	if got := h.mission("m1"); got.State != ports.MissionAborted {
+		t.Fatalf("state %q after the result, want aborted", got.State)
+	}
+	if got := h.outbox.types("m1"); !reflect.DeepEqual(got, []string{"mission.assigned", "mission.started", "mission.aborted"}) {
+		t.Fatalf("events = %v", got)
+	}
+	// And once it is over, the session has ended for good.
+	if _, err := h.svc.KillSession(context.Background(), m.SessionID); !errors.Is(err, ports.ErrCommandEnded) {
+		t.Fatalf("KillSession after the end: %v, want ErrCommandEnded", err)
+	}
+	h.checkOrder()
+}
+
+func TestKillSessionOfAssignedMission(t *testing.T) {
+	h := newHarness(t)
+	m := h.dispatch("m1")
+	c := h.cmd(m.SessionID)
+	waitFor(t, func() bool {
+		h.svc.mu.Lock()
+		l := h.svc.missions["m1"]
+		h.svc.mu.Unlock()
+		l.op.Lock()
+		defer l.op.Unlock()
+		return l.cmd != nil
+	}, "the service to hold the command")
+	if id, err := h.svc.KillSession(context.Background(), m.SessionID); err != nil || id != "m1" {
+		t.Fatalf("KillSession = %q, %v", id, err)
+	}
+	h.waitEvent("m1", "mission.aborted")
+	if n := c.killCount(); n != 1 {
+		t.Fatalf("%d kills, want 1", n)
+	}
+	c.start() // the process reports running after all: the mission stays aborted
+	c.finish(ports.CommandResult{ExitCode: 143, Signal: 15})
+	h.waitEnded(m.SessionID)
+	if got := h.outbox.types("m1"); !reflect.DeepEqual(got, []string{"mission.assigned", "mission.aborted"}) {
+		t.Fatalf("events = %v", got)
+	}
+}
+
+func TestKillSessionUnknown(t *testing.T) {
+	h := newHarness(t)
+	if id, err := h.svc.KillSession(context.Background(), "no-such-session"); !errors.Is(err, ports.ErrSessionNotFound) || id != "" {
+		t.Fatalf("KillSession = %q, %v; want ErrSessionNotFound", id, err)
+	}
+}
+
+func TestKillSessionNonMissionCommand(t *testing.T) {
+	h := newHarness(t)
+	c := h.link.addCommand("plain-cmd", "agent-1")
+	id, err := h.svc.KillSession(context.Background(), "plain-cmd")
+	if err != nil || id != "" {
+		t.Fatalf("KillSession = %q, %v; want \"\", nil", id, err)
+	}
+	if n := c.killCount(); n != 1 {
+		t.Fatalf("%d kills, want 1", n)
+	}
+	if n := len(h.outbox.all()); n != 0 {
+		t.Fatalf("%d events for a command that runs no mission", n)
+	}
+	c.finish(ports.CommandResult{})
+	if _, err := h.svc.KillSession(context.Background(), "plain-cmd"); !errors.Is(err, ports.ErrCommandEnded) {
+		t.Fatalf("KillSession of an ended command: %v, want ErrCommandEnded", err)
+	}
+}
+
+func TestKillSessionOfEndedMission(t *testing.T) {
+	h := newHarness(t)
+	m, c := h.run("m1")
+	c.finish(ports.CommandResult{})
+	h.waitEvent("m1", "mission.completed")
+	h.waitEnded(m.SessionID)
+	if _, err := h.svc.KillSession(context.Background(), m.SessionID); !errors.Is(err, ports.ErrCommandEnded) {
+		t.Fatalf("KillSession = %v, want ErrCommandEnded", err)
+	}
+	if got := h.mission("m1"); got.State != ports.MissionCompleted {
+		t.Fatalf("state %q, want completed", got.State)
+	}
+	if n := h.outbox.count("m1", "mission.aborted"); n != 0 {
+		t.Fatalf("ended mission aborted")
+	}
+	if n := c.killCount(); n != 0 {
+		t.Fatalf("%d kills of an ended command", n)
+	}
+}
+
+// An operator kills a mission whose Start is still on its way to the agent:
+// the mission is aborted at once, and the process must not be left running
+// once Start returns.
+func TestKillSessionWhileStartPendingKillsTheProcess(t *testing.T) {
+	h := newHarness(t)
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	h.link.setStartHook(func(string, ports.CommandSpec) {
+		close(entered)
+		<-release
+	})
+	m := h.dispatch("m1")
+	select {
+	case <-entered:
+	case <-time.After(waitTimeout):
+		t.Fatal("Start not called")
+	}
+	id, err := h.svc.KillSession(context.Background(), m.SessionID)
+	if err != nil || id != "m1" {
+		t.Fatalf("KillSession = %q, %v", id, err)
+	}
+	h.waitEvent("m1", "mission.aborted")
+	close(release)
+	c := h.cmd(m.SessionID)
+	if !within(time.Second, func() bool { return c.killCount() > 0 }) {
+		t.Errorf("the process of aborted mission m1 was started and never killed: it runs on with no mission")
+	}
+	c.finish(ports.CommandResult{ExitCode: 137, Signal: 9})
+	h.waitEnded(m.SessionID)
+	if got := h.mission("m1"); got.State != ports.MissionAborted {
+		t.Fatalf("state %q, want aborted", got.State)
+	}
+}
