@@ -631,7 +631,15 @@ func (s *Service) Suspend(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	close(s.stop)
-	s.wg.Wait()
+	// A launch stuck in Start must not hold the shutdown past its budget;
+	// the mission locks below keep whatever it does later in order.
+	watchers := make(chan struct{})
+	go func() { s.wg.Wait(); close(watchers) }()
+	select {
+	case <-watchers:
+	case <-ctx.Done():
+		s.log.Warn("suspending while a session start is still pending")
+	}
 	now := s.cfg.Clock.Now()
 	// Hold every mission (in Resync's lock order) until the suspension is
 	// stored and announced, so no transition slips in between.
