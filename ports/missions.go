@@ -65,8 +65,12 @@ type Mission struct {
 	UpdatedAt      time.Time `json:"updated_at"`
 	StartedAt      time.Time `json:"started_at,omitzero"`
 	EndedAt        time.Time `json:"ended_at,omitzero"`
-	// LastEvent is the type of the last event emitted for the mission.
-	LastEvent string `json:"last_event,omitempty"`
+	// LastEvent is the type of the last event emitted for the mission, with
+	// its time and data: stored with the state, so an event lost in a crash
+	// between storing the state and queueing the event can be queued again.
+	LastEvent     string         `json:"last_event,omitempty"`
+	LastEventAt   time.Time      `json:"last_event_at,omitzero"`
+	LastEventData map[string]any `json:"last_event_data,omitempty"`
 }
 
 // MissionFilter is a dispatch's executor_filter.

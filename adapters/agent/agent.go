@@ -59,17 +59,35 @@ type Agent struct {
 	connected atomic.Bool
 	cpu       cpuSampler
 
-	mu      sync.Mutex
-	running map[string]*running
-	idle    *sync.Cond
+	mu       sync.Mutex
+	running  map[string]*running
+	finished map[string]finished
+	idle     *sync.Cond
 }
 
 type running struct {
 	id   string
 	proc ports.Process
-	// offsets per stream, touched only from the serialised output callback.
+	// offsets per stream, and the tail of the main stream (the PTY, else
+	// stdout), touched only from the serialised output callback.
 	offsets map[ports.OutputStream]uint64
+	tail    []byte
 }
+
+// finished is a command that ended recently. Its result and output tail go
+// into every connect report, because the messages carrying them may have
+// been written into a connection that died.
+type finished struct {
+	info *sandboxv1.SessionInfo
+	at   time.Time
+}
+
+// Bounds of what the agent remembers of finished commands.
+const (
+	finishedTailBytes = 4096
+	finishedKeep      = 256
+	finishedFor       = 15 * time.Minute
+)
 
 // New builds an agent; Run starts it.
 func New(cfg Config) (*Agent, error) {
@@ -96,12 +114,13 @@ func New(cfg Config) (*Agent, error) {
 		cfg.Logger = slog.Default()
 	}
 	a := &Agent{
-		cfg:     cfg,
-		log:     cfg.Logger.With("agent_id", cfg.AgentID),
-		client:  sandboxv1connect.NewAgentServiceClient(httpClient(u), cfg.ServerURL, connect.WithGRPC(), connect.WithReadMaxBytes(8<<20)),
-		out:     newOutbox(cfg.OutboxBytes),
-		control: make(chan *sandboxv1.ConnectRequest, 64),
-		running: map[string]*running{},
+		cfg:      cfg,
+		log:      cfg.Logger.With("agent_id", cfg.AgentID),
+		client:   sandboxv1connect.NewAgentServiceClient(httpClient(u), cfg.ServerURL, connect.WithGRPC(), connect.WithReadMaxBytes(8<<20)),
+		out:      newOutbox(cfg.OutboxBytes),
+		control:  make(chan *sandboxv1.ConnectRequest, 64),
+		running:  map[string]*running{},
+		finished: map[string]finished{},
 	}
 	a.idle = sync.NewCond(&a.mu)
 	a.heartbeat.Store(int64(5 * time.Second))
@@ -410,9 +429,19 @@ func (a *Agent) startCommand(req *sandboxv1.CommandRequest) {
 		SessionID:   req.GetSessionId(),
 		SessionName: req.GetSessionName(),
 	}
+	mainStream := ports.StreamStdout
+	if spec.PTY {
+		mainStream = ports.StreamPTY
+	}
 	proc := a.cfg.Runner.Start(spec, func(stream ports.OutputStream, data []byte) {
 		off := r.offsets[stream]
 		r.offsets[stream] = off + uint64(len(data))
+		if stream == mainStream {
+			r.tail = append(r.tail, data...)
+			if len(r.tail) > finishedTailBytes {
+				r.tail = append(r.tail[:0], r.tail[len(r.tail)-finishedTailBytes:]...)
+			}
+		}
 		a.out.push(&sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_Output{Output: &sandboxv1.OutputChunk{
 			StreamId: id, Stream: streamToProto(stream), Data: data, Timestamp: timestamppb.Now(), Offset: off,
 		}}})
@@ -438,7 +467,7 @@ func (a *Agent) startCommand(req *sandboxv1.CommandRequest) {
 				StreamId: id, Stream: streamToProto(stream), Timestamp: timestamppb.Now(), Offset: off, Eof: true,
 			}}})
 		}
-		a.out.push(&sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_CommandResult{CommandResult: &sandboxv1.CommandResult{
+		result := &sandboxv1.CommandResult{
 			CommandId:  id,
 			ExitCode:   int32(res.ExitCode),
 			Error:      res.Error,
@@ -446,12 +475,42 @@ func (a *Agent) startCommand(req *sandboxv1.CommandRequest) {
 			Success:    res.Success(),
 			TimedOut:   res.TimedOut,
 			Signal:     int32(res.Signal),
-		}}})
+		}
+		a.out.push(&sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_CommandResult{CommandResult: result}})
+		// Output callbacks are over once Wait returned: r.tail is final.
+		info := &sandboxv1.SessionInfo{
+			CommandId: id, State: sandboxv1.SessionState_SESSION_STATE_EXITED, ExitCode: int32(res.ExitCode),
+			Result: result, OutputTail: r.tail, TailStream: streamToProto(mainStream), OutputOffset: r.offsets[mainStream],
+		}
 		a.mu.Lock()
 		delete(a.running, id)
+		a.rememberFinished(id, info, time.Now())
 		a.mu.Unlock()
 		a.idle.Broadcast()
 	}()
+}
+
+// rememberFinished keeps a finished command for the connect reports, within
+// the bounds; a.mu must be held.
+func (a *Agent) rememberFinished(id string, info *sandboxv1.SessionInfo, now time.Time) {
+	a.finished[id] = finished{info: info, at: now}
+	if len(a.finished) <= finishedKeep {
+		return
+	}
+	var oldestID string
+	var oldest time.Time
+	for fid, f := range a.finished {
+		if now.Sub(f.at) > finishedFor {
+			delete(a.finished, fid)
+			continue
+		}
+		if oldestID == "" || f.at.Before(oldest) {
+			oldestID, oldest = fid, f.at
+		}
+	}
+	if len(a.finished) > finishedKeep {
+		delete(a.finished, oldestID)
+	}
 }
 
 func (a *Agent) sessionReport(requestID string) *sandboxv1.ConnectRequest {
@@ -464,6 +523,11 @@ func (a *Agent) sessionReport(requestID string) *sandboxv1.ConnectRequest {
 			si.Pid = int32(r.proc.Pid())
 		}
 		rep.Sessions = append(rep.Sessions, si)
+	}
+	for _, f := range a.finished {
+		if time.Since(f.at) <= finishedFor {
+			rep.Sessions = append(rep.Sessions, f.info)
+		}
 	}
 	return &sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_SessionReport{SessionReport: rep}}
 }

@@ -293,10 +293,16 @@ func TestOutputSurvivesReconnect(t *testing.T) {
 	if res := s2.nextAny(t).GetCommandResult(); res.GetCommandId() != "cmd-1" || res.GetExitCode() != 4 {
 		t.Fatalf("result %v", res)
 	}
-	// The connect report comes behind everything held, and no longer lists
-	// the finished command.
-	if rep := s2.nextAny(t).GetSessionReport(); rep.GetRequestId() != "connect:"+s2.connID || len(rep.GetSessions()) != 0 {
+	// The connect report comes behind everything held and lists the command
+	// as exited, with its result and the tail of its main stream, in case
+	// the messages above were written into a connection that died.
+	rep := s2.nextAny(t).GetSessionReport()
+	if rep.GetRequestId() != "connect:"+s2.connID || len(rep.GetSessions()) != 1 {
 		t.Fatalf("connect report %v", rep)
+	}
+	if si := rep.GetSessions()[0]; si.GetState() != sandboxv1.SessionState_SESSION_STATE_EXITED || si.GetResult().GetExitCode() != 4 ||
+		string(si.GetOutputTail()) != "one two three" || si.GetOutputOffset() != 13 || si.GetTailStream() != pbStdout {
+		t.Fatalf("finished command in the report: %v", si)
 	}
 	if m := s2.pendingNonHeartbeat(); m != nil {
 		t.Fatalf("unexpected %v", m)

@@ -2,7 +2,9 @@ package agentrpc
 
 import (
 	"context"
+	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -223,4 +225,41 @@ func TestCloseStreamsEndsEveryStream(t *testing.T) {
 	}
 	// They may come back.
 	h.connectAgent("agent-a").barrier()
+}
+
+// A command the agent reports as finished ends with its real result, and
+// output lost in a connection that died is filled in from the reported tail.
+func TestConnectReportOfAFinishedCommandCompletesIt(t *testing.T) {
+	h := newHarness(t)
+	a := h.connectAgent("agent-a")
+	var mu sync.Mutex
+	var got []byte
+	cmd, err := h.svc.Start(context.Background(), "agent-a", ports.CommandSpec{Command: "x", PTY: true}, ports.StartOptions{
+		Detached: true,
+		OnOutput: func(c ports.OutputChunk) { mu.Lock(); got = append(got, c.Data...); mu.Unlock() },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.recv() // the command request
+	pty := sandboxv1.OutputStream_OUTPUT_STREAM_PTY
+	a.send(&sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_Output{Output: &sandboxv1.OutputChunk{StreamId: cmd.ID(), Stream: pty, Data: []byte("hello "), Offset: 0}}})
+	a.barrier()
+	// The rest of the output and the result vanish with the connection.
+	a.hangUp()
+	b := h.connectAgent("agent-a")
+	rep := &sandboxv1.SessionReport{RequestId: "connect:" + b.ack.GetConfig()[ConfigConnectionID], Sessions: []*sandboxv1.SessionInfo{{
+		CommandId: cmd.ID(), State: sandboxv1.SessionState_SESSION_STATE_EXITED, ExitCode: 5,
+		Result:     ResultToProto(cmd.ID(), ports.CommandResult{ExitCode: 5}),
+		OutputTail: []byte("lo world\n"), TailStream: pty, OutputOffset: 12,
+	}}}
+	b.send(&sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_SessionReport{SessionReport: rep}})
+	if r := waitDone(t, cmd); r.ExitCode != 5 || r.Error != "" {
+		t.Fatalf("result %+v, want the reported exit 5", r)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if string(got) != "hello world\n" {
+		t.Fatalf("output %q, want the gap filled from the tail", got)
+	}
 }

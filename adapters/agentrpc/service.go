@@ -368,30 +368,44 @@ func (s *Service) handle(c *conn, msg *sandboxv1.ConnectRequest) {
 	}
 }
 
-// reconcileCommands ends the commands the agent no longer runs. The report
-// comes behind every result the agent still held, so a command sent before
-// this connection that is neither finished nor reported is gone for good.
+// reconcileCommands settles the commands sent before this connection with
+// the agent's connect report, which comes behind every message the agent
+// still held: a command it still runs goes on; one it reports finished ends
+// with its reported result, after the end of its output is filled in from the
+// reported tail (result and output may have been written into a connection
+// that died); one it does not know any more is lost.
 func (s *Service) reconcileCommands(c *conn, rep *sandboxv1.SessionReport) {
 	if rep.GetRequestId() != "connect:"+strconv.FormatUint(c.gen, 10) {
 		return // a report made for an earlier connection, or an answer to a query
 	}
-	running := map[string]bool{}
+	reported := map[string]*sandboxv1.SessionInfo{}
 	for _, si := range rep.GetSessions() {
-		running[si.GetCommandId()] = true
+		reported[si.GetCommandId()] = si
 	}
 	s.mu.Lock()
-	var lost []*command
+	var pending []*command
 	if s.registry.IsCurrent(c.agentID, c.gen) {
 		for _, cmd := range s.commands {
-			if cmd.agentID == c.agentID && cmd.sentGen < c.gen && !running[cmd.id] && !cmd.isDone() {
-				lost = append(lost, cmd)
+			if cmd.agentID == c.agentID && cmd.sentGen < c.gen && !cmd.isDone() {
+				pending = append(pending, cmd)
 			}
 		}
 	}
 	s.mu.Unlock()
-	for _, cmd := range lost {
-		s.log.Warn("agent no longer runs a command; marking it lost", "agent_id", c.agentID, "command_id", cmd.id)
-		s.finish(cmd, ports.CommandResult{ExitCode: -1, Error: ports.ErrCommandLost.Error()})
+	for _, cmd := range pending {
+		si := reported[cmd.id]
+		switch {
+		case si.GetState() == sandboxv1.SessionState_SESSION_STATE_RUNNING:
+			// Still running: its output and result will come.
+		case si.GetState() == sandboxv1.SessionState_SESSION_STATE_EXITED && si.GetResult() != nil:
+			if tail := si.GetOutputTail(); len(tail) > 0 && uint64(len(tail)) <= si.GetOutputOffset() {
+				cmd.deliver(&sandboxv1.OutputChunk{StreamId: cmd.id, Stream: si.GetTailStream(), Data: tail, Offset: si.GetOutputOffset() - uint64(len(tail))})
+			}
+			s.finish(cmd, resultFromProto(si.GetResult()))
+		default:
+			s.log.Warn("agent no longer runs a command; marking it lost", "agent_id", c.agentID, "command_id", cmd.id)
+			s.finish(cmd, ports.CommandResult{ExitCode: -1, Error: ports.ErrCommandLost.Error()})
+		}
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sort"
 	"sync"
 	"time"
@@ -163,6 +164,9 @@ func (s *Service) Recover() error {
 	if err != nil {
 		return err
 	}
+	if err := s.requeueLastEvents(ms); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, m := range ms {
@@ -188,6 +192,54 @@ func (s *Service) Recover() error {
 		go s.watch(l)
 	}
 	s.log.Info("missions recovered", "total", len(ms), "unfinished", len(mission.Owned(ms)))
+	return nil
+}
+
+// crashWindow bounds how long before the last stored change a state may
+// have been stored without its event being queued (a crash between the two
+// writes); it is generous, since duplicates are harmless and losses are not.
+const crashWindow = 10 * time.Second
+
+// requeueLastEvents queues again the last event of every mission changed
+// just before the previous run stopped, unless the outbox still holds it.
+// Delivery is at-least-once, so an event that was queued, delivered and
+// compacted away may be sent twice; none is lost.
+func (s *Service) requeueLastEvents(ms []ports.Mission) error {
+	var newest time.Time
+	for _, m := range ms {
+		if m.LastEventAt.After(newest) {
+			newest = m.LastEventAt
+		}
+	}
+	queued, err := s.cfg.Outbox.Pending(s.cfg.Outbox.Acked(), math.MaxInt)
+	if err != nil {
+		return fmt.Errorf("reading the event outbox: %w", err)
+	}
+	type key struct {
+		mission, event string
+		at             int64
+	}
+	held := make(map[key]bool, len(queued))
+	for _, e := range queued {
+		held[key{e.MissionID, e.Type, e.TS.UnixNano()}] = true
+	}
+	sortMissions(ms)
+	var again []ports.Event
+	for _, m := range ms {
+		ev, ok := mission.LastEventOf(m)
+		if !ok || ev.TS.Before(newest.Add(-crashWindow)) || held[key{ev.MissionID, ev.Type, ev.TS.UnixNano()}] {
+			continue
+		}
+		again = append(again, ev)
+	}
+	if len(again) == 0 {
+		return nil
+	}
+	sort.SliceStable(again, func(i, j int) bool { return again[i].TS.Before(again[j].TS) })
+	if _, err := s.cfg.Outbox.Append(context.Background(), again...); err != nil {
+		return fmt.Errorf("requeueing events: %w", err)
+	}
+	s.log.Info("queued again the last events of missions changed just before the previous stop", "count", len(again))
 	return nil
 }
 
@@ -401,15 +453,21 @@ func (s *Service) checkHITL(l *live) time.Time {
 		return next
 	}
 	req := ports.HITLRequest{ID: s.cfg.IDs.NewID(), Prompt: p.Text, Context: p.Context}
+	// Known before the event can reach anyone, so an answer that comes at
+	// once finds it (and then waits on the mission's lock for the commit).
+	s.mu.Lock()
+	s.byHITL[req.ID] = l
+	s.mu.Unlock()
 	m, err := s.transition(l, func(m ports.Mission) (ports.Mission, ports.Event, error) {
 		return mission.RequireHITL(m, req, now)
 	})
-	if err == nil {
+	if err != nil {
 		s.mu.Lock()
-		s.byHITL[req.ID] = l
+		delete(s.byHITL, req.ID)
 		s.mu.Unlock()
-		s.log.Info("mission waits for a human", "mission_id", m.ID, "hitl_id", req.ID)
+		return next
 	}
+	s.log.Info("mission waits for a human", "mission_id", m.ID, "hitl_id", req.ID)
 	return next
 }
 

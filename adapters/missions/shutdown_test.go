@@ -502,3 +502,39 @@ func TestHITLSurvivesSuspendAndRestart(t *testing.T) {
 		t.Errorf("stdin = %q", got)
 	}
 }
+
+// A crash between storing a state and queueing its event: the next start
+// queues that event again, once, and leaves alone what the outbox still
+// holds and what changed long before the stop.
+func TestRecoverRequeuesAnEventLostBetweenStoreAndOutbox(t *testing.T) {
+	h := newHarness(t)
+	stop := time.Now().Add(-time.Minute).UTC()
+	code := 3
+	lost := ports.Mission{ID: "lost", Objective: "x", RequestHash: "h1", State: ports.MissionFailed, AgentID: "agent-1", SessionID: "s-1",
+		ExitCode: &code, CreatedAt: stop.Add(-time.Second), EndedAt: stop,
+		LastEvent: "mission.failed", LastEventAt: stop, LastEventData: map[string]any{"state": "failed", "reason": "non_zero_exit", "exit_code": 3.0}}
+	held := ports.Mission{ID: "held", Objective: "x", RequestHash: "h2", State: ports.MissionCompleted, AgentID: "agent-1", SessionID: "s-2",
+		CreatedAt: stop.Add(-time.Second), EndedAt: stop.Add(-time.Second),
+		LastEvent: "mission.completed", LastEventAt: stop.Add(-time.Second), LastEventData: map[string]any{"state": "done"}}
+	old := ports.Mission{ID: "old", Objective: "x", RequestHash: "h3", State: ports.MissionCompleted, AgentID: "agent-1", SessionID: "s-3",
+		CreatedAt: stop.Add(-time.Hour), EndedAt: stop.Add(-time.Hour),
+		LastEvent: "mission.completed", LastEventAt: stop.Add(-time.Hour), LastEventData: map[string]any{"state": "done"}}
+	h.store.seed(lost, held, old)
+	if _, err := h.outbox.Append(context.Background(), ports.Event{Type: "mission.completed", MissionID: "held", TS: held.LastEventAt, Data: held.LastEventData}); err != nil {
+		t.Fatal(err)
+	}
+	h.restart()
+	if n := h.outbox.count("lost", "mission.failed"); n != 1 {
+		t.Fatalf("the lost mission.failed queued %d times, want 1", n)
+	}
+	ev := h.outbox.of("lost")[0]
+	if !ev.TS.Equal(stop) || ev.Data["exit_code"] != 3.0 || ev.Data["reason"] != "non_zero_exit" {
+		t.Fatalf("requeued event %+v", ev)
+	}
+	if n := h.outbox.count("held", "mission.completed"); n != 1 {
+		t.Fatalf("an event still in the outbox was queued again (%d copies)", n)
+	}
+	if n := len(h.outbox.of("old")); n != 0 {
+		t.Fatalf("an event from long before the stop was queued again (%d)", n)
+	}
+}

@@ -83,8 +83,16 @@ func move(m *ports.Mission, to ports.MissionState, now time.Time) error {
 }
 
 func event(m *ports.Mission, typ string, now time.Time, data map[string]any) ports.Event {
-	m.LastEvent = typ
+	m.LastEvent, m.LastEventAt, m.LastEventData = typ, now, data
 	return ports.Event{Type: typ, MissionID: m.ID, TS: now, Data: data}
+}
+
+// LastEventOf rebuilds the last event emitted for m from its record.
+func LastEventOf(m ports.Mission) (ports.Event, bool) {
+	if m.LastEvent == "" || m.LastEventAt.IsZero() {
+		return ports.Event{}, false // a record from before events were kept with the state
+	}
+	return ports.Event{Type: m.LastEvent, MissionID: m.ID, TS: m.LastEventAt, Data: m.LastEventData}, true
 }
 
 // FormatTS renders t as the contract wants: RFC 3339, UTC, exactly milliseconds.
@@ -254,7 +262,8 @@ func Owned(missions []ports.Mission) []ports.Mission {
 
 // Resync computes what a new executor stream hears first: executor.resync
 // with the owned mission ids, then per owned mission mission.reconnected and
-// mission.resumed. Suspended missions go back to running (returned in
+// mission.resumed (only reconnected for a mission not started yet, which is
+// not running). Suspended missions go back to running (returned in
 // changed, to be stored before the events are sent); a mission waiting for a
 // human keeps waiting and its hitl_required is announced again after the pair.
 func Resync(missions []ports.Mission, newCheckpoint func() string, now time.Time) (resync ports.Event, pairs []ports.Event, changed []ports.Mission) {
@@ -270,6 +279,14 @@ func Resync(missions []ports.Mission, newCheckpoint func() string, now time.Time
 			m.CheckpointID = newCheckpoint()
 		}
 		pairs = append(pairs, event(&m, EventReconnected, now, map[string]any{"checkpoint_id": m.CheckpointID}))
+		if m.State == ports.MissionAssigned {
+			// Not started yet: saying it runs would be untrue (it may never).
+			if m.CheckpointID != orig.CheckpointID || m.LastEvent != orig.LastEvent {
+				m.UpdatedAt = now
+				changed = append(changed, m)
+			}
+			continue
+		}
 		pairs = append(pairs, event(&m, EventResumed, now, map[string]any{"state": string(ports.MissionRunning), "resumed_from": ResumedFromSuspended}))
 		switch m.State {
 		case ports.MissionSuspended:

@@ -348,3 +348,17 @@ func TestResyncKeepsAQuestionOpenAcrossRestart(t *testing.T) {
 		t.Fatalf("changed %+v, hitl event %+v", changed, pairs[2].Data)
 	}
 }
+
+func TestResyncOfAMissionNotStartedYet(t *testing.T) {
+	m := ports.Mission{ID: "a", State: ports.MissionAssigned, CreatedAt: t0}
+	resync, pairs, changed := Resync([]ports.Mission{m}, func() string { return "ck" }, t0)
+	if ids := resync.Data["owned_mission_ids"]; !reflect.DeepEqual(ids, []string{"a"}) {
+		t.Fatalf("owned %v", ids)
+	}
+	if len(pairs) != 1 || pairs[0].Type != EventReconnected {
+		t.Fatalf("pairs %+v: an assigned mission must not be announced as running", pairs)
+	}
+	if len(changed) != 1 || changed[0].State != ports.MissionAssigned || changed[0].CheckpointID != "ck" {
+		t.Fatalf("changed %+v", changed)
+	}
+}

@@ -2118,7 +2118,14 @@ type SessionInfo struct {
 	StartedAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
 	EndedAt   *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
 	// Bytes of output the agent holds for the session (sent or not).
-	OutputOffset  uint64 `protobuf:"varint,10,opt,name=output_offset,json=outputOffset,proto3" json:"output_offset,omitempty"`
+	OutputOffset uint64 `protobuf:"varint,10,opt,name=output_offset,json=outputOffset,proto3" json:"output_offset,omitempty"`
+	// For a command that ended (state EXITED): its result, and the last bytes
+	// of its main output stream (the PTY, else stdout) ending at
+	// output_offset, so a receiver that lost the end of the output or the
+	// result in a connection that died can still complete it.
+	Result        *CommandResult `protobuf:"bytes,11,opt,name=result,proto3" json:"result,omitempty"`
+	OutputTail    []byte         `protobuf:"bytes,12,opt,name=output_tail,json=outputTail,proto3" json:"output_tail,omitempty"`
+	TailStream    OutputStream   `protobuf:"varint,13,opt,name=tail_stream,json=tailStream,proto3,enum=agentic.sandbox.v1.OutputStream" json:"tail_stream,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2223,9 +2230,31 @@ func (x *SessionInfo) GetOutputOffset() uint64 {
 	return 0
 }
 
-// SessionReport lists what the agent runs. The agent sends one with
-// request_id "connect" right after every registration, behind any output it
-// still holds, so the server can tell which commands were lost.
+func (x *SessionInfo) GetResult() *CommandResult {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *SessionInfo) GetOutputTail() []byte {
+	if x != nil {
+		return x.OutputTail
+	}
+	return nil
+}
+
+func (x *SessionInfo) GetTailStream() OutputStream {
+	if x != nil {
+		return x.TailStream
+	}
+	return OutputStream_OUTPUT_STREAM_UNSPECIFIED
+}
+
+// SessionReport lists what the agent runs and what it finished recently.
+// The agent sends one with request_id "connect:<connection_id>" right after
+// every registration, behind any output it still holds, so the server can
+// tell which commands ended (and how) and which were lost.
 type SessionReport struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
@@ -2744,7 +2773,7 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"\x05nonce\x18\x01 \x01(\x04R\x05nonce\"-\n" +
 	"\fSessionQuery\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x01 \x01(\tR\trequestId\"\x92\x03\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\"\xb1\x04\n" +
 	"\vSessionInfo\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
@@ -2759,7 +2788,12 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"started_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x125\n" +
 	"\bended_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\x12#\n" +
 	"\routput_offset\x18\n" +
-	" \x01(\x04R\foutputOffset\"k\n" +
+	" \x01(\x04R\foutputOffset\x129\n" +
+	"\x06result\x18\v \x01(\v2!.agentic.sandbox.v1.CommandResultR\x06result\x12\x1f\n" +
+	"\voutput_tail\x18\f \x01(\fR\n" +
+	"outputTail\x12A\n" +
+	"\vtail_stream\x18\r \x01(\x0e2 .agentic.sandbox.v1.OutputStreamR\n" +
+	"tailStream\"k\n" +
 	"\rSessionReport\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12;\n" +
@@ -2917,21 +2951,23 @@ var file_agentic_sandbox_v1_agent_proto_depIdxs = []int32{
 	4,  // 34: agentic.sandbox.v1.SessionInfo.state:type_name -> agentic.sandbox.v1.SessionState
 	38, // 35: agentic.sandbox.v1.SessionInfo.started_at:type_name -> google.protobuf.Timestamp
 	38, // 36: agentic.sandbox.v1.SessionInfo.ended_at:type_name -> google.protobuf.Timestamp
-	27, // 37: agentic.sandbox.v1.SessionReport.sessions:type_name -> agentic.sandbox.v1.SessionInfo
-	5,  // 38: agentic.sandbox.v1.SessionDecision.action:type_name -> agentic.sandbox.v1.ReconcileAction
-	29, // 39: agentic.sandbox.v1.SessionReconcile.decisions:type_name -> agentic.sandbox.v1.SessionDecision
-	15, // 40: agentic.sandbox.v1.ExecRequest.command:type_name -> agentic.sandbox.v1.CommandRequest
-	14, // 41: agentic.sandbox.v1.ExecResponse.output:type_name -> agentic.sandbox.v1.OutputChunk
-	21, // 42: agentic.sandbox.v1.ExecResponse.result:type_name -> agentic.sandbox.v1.CommandResult
-	6,  // 43: agentic.sandbox.v1.AgentService.Connect:input_type -> agentic.sandbox.v1.ConnectRequest
-	32, // 44: agentic.sandbox.v1.AgentService.Exec:input_type -> agentic.sandbox.v1.ExecRequest
-	8,  // 45: agentic.sandbox.v1.AgentService.Connect:output_type -> agentic.sandbox.v1.ConnectResponse
-	33, // 46: agentic.sandbox.v1.AgentService.Exec:output_type -> agentic.sandbox.v1.ExecResponse
-	45, // [45:47] is the sub-list for method output_type
-	43, // [43:45] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	21, // 37: agentic.sandbox.v1.SessionInfo.result:type_name -> agentic.sandbox.v1.CommandResult
+	2,  // 38: agentic.sandbox.v1.SessionInfo.tail_stream:type_name -> agentic.sandbox.v1.OutputStream
+	27, // 39: agentic.sandbox.v1.SessionReport.sessions:type_name -> agentic.sandbox.v1.SessionInfo
+	5,  // 40: agentic.sandbox.v1.SessionDecision.action:type_name -> agentic.sandbox.v1.ReconcileAction
+	29, // 41: agentic.sandbox.v1.SessionReconcile.decisions:type_name -> agentic.sandbox.v1.SessionDecision
+	15, // 42: agentic.sandbox.v1.ExecRequest.command:type_name -> agentic.sandbox.v1.CommandRequest
+	14, // 43: agentic.sandbox.v1.ExecResponse.output:type_name -> agentic.sandbox.v1.OutputChunk
+	21, // 44: agentic.sandbox.v1.ExecResponse.result:type_name -> agentic.sandbox.v1.CommandResult
+	6,  // 45: agentic.sandbox.v1.AgentService.Connect:input_type -> agentic.sandbox.v1.ConnectRequest
+	32, // 46: agentic.sandbox.v1.AgentService.Exec:input_type -> agentic.sandbox.v1.ExecRequest
+	8,  // 47: agentic.sandbox.v1.AgentService.Connect:output_type -> agentic.sandbox.v1.ConnectResponse
+	33, // 48: agentic.sandbox.v1.AgentService.Exec:output_type -> agentic.sandbox.v1.ExecResponse
+	47, // [47:49] is the sub-list for method output_type
+	45, // [45:47] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_agentic_sandbox_v1_agent_proto_init() }
