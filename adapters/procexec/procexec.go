@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -23,7 +24,11 @@ const (
 	DefaultKillGrace = 2 * time.Second
 	// drainGrace bounds how long output is still read after the main process
 	// exited, for when a background grandchild keeps the pipe or terminal open.
+	// The grace counts from the last output activity, so output still being
+	// read or handed on (a slow consumer) is never cut; drainMax bounds it for
+	// a grandchild that keeps writing.
 	drainGrace = 200 * time.Millisecond
+	drainMax   = 5 * time.Second
 	// afterKillWait bounds the wait for the group to vanish after SIGKILL
 	// (a process in uninterruptible sleep dies only when it wakes).
 	afterKillWait = time.Second
@@ -121,7 +126,11 @@ type Process struct {
 	timer     *time.Timer
 	started   time.Time
 
-	outMu       sync.Mutex // serialises onOutput calls
+	outMu sync.Mutex // serialises onOutput calls
+	// lastOutput is when a reader last got data or finished handing it on
+	// (UnixNano); handing counts readers inside onOutput.
+	lastOutput  atomic.Int64
+	handing     atomic.Int32
 	readers     sync.WaitGroup
 	readersDone chan struct{}
 	done        chan struct{}
@@ -323,11 +332,15 @@ func (p *Process) read(o outputFile) {
 	for {
 		n, err := o.f.Read(buf)
 		if n > 0 && p.onOutput != nil {
+			p.handing.Add(1)
+			p.lastOutput.Store(time.Now().UnixNano())
 			chunk := make([]byte, n)
 			copy(chunk, buf[:n])
 			p.outMu.Lock()
 			p.onOutput(o.stream, chunk)
 			p.outMu.Unlock()
+			p.lastOutput.Store(time.Now().UnixNano())
+			p.handing.Add(-1)
 		}
 		if err != nil {
 			return
@@ -348,13 +361,8 @@ func (p *Process) reap() {
 	p.mu.Unlock()
 
 	// Normally EOF comes at once; a leftover grandchild holding the output
-	// open only gets drainGrace.
-	grace := time.NewTimer(drainGrace)
-	select {
-	case <-p.readersDone:
-	case <-grace.C:
-	}
-	grace.Stop()
+	// open gets drainGrace of silence (drainMax at most).
+	p.drainOutput(exitedAt)
 
 	p.mu.Lock()
 	p.closing = true
@@ -388,6 +396,31 @@ func (p *Process) reap() {
 	p.doneAt = time.Now()
 	p.mu.Unlock()
 	close(p.done)
+}
+
+// drainOutput waits for the readers to reach EOF, or for drainGrace without
+// output activity, or for drainMax in all.
+func (p *Process) drainOutput(exitedAt time.Time) {
+	deadline := exitedAt.Add(drainMax)
+	timer := time.NewTimer(drainGrace)
+	defer timer.Stop()
+	for {
+		select {
+		case <-p.readersDone:
+			return
+		case <-timer.C:
+		}
+		now := time.Now()
+		last := time.Unix(0, p.lastOutput.Load())
+		if last.Before(exitedAt) {
+			last = exitedAt
+		}
+		idle := now.Sub(last)
+		if now.After(deadline) || (p.handing.Load() == 0 && idle >= drainGrace) {
+			return
+		}
+		timer.Reset(max(drainGrace-idle, 10*time.Millisecond))
+	}
 }
 
 func (p *Process) buildResult(waitErr error, d time.Duration) ports.CommandResult {

@@ -836,3 +836,34 @@ func BenchmarkPTYTrue(b *testing.B) {
 		}
 	}
 }
+
+// A consumer slower than the drain grace (an agent whose outbox is full)
+// must not lose the end of the output of a command that already exited.
+func TestSlowConsumerGetsAllOutput(t *testing.T) {
+	for _, pty := range []bool{false, true} {
+		var mu sync.Mutex
+		var got []byte
+		first := true
+		p, err := Start(Spec{Command: "sh", Args: []string{"-c", "printf a; sleep 0.05; printf b"}, PTY: pty}, func(_ ports.OutputStream, b []byte) {
+			mu.Lock()
+			got = append(got, b...)
+			slow := first
+			first = false
+			mu.Unlock()
+			if slow {
+				time.Sleep(3 * drainGrace) // the process exits meanwhile
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := p.Wait(); r.ExitCode != 0 {
+			t.Fatalf("pty=%v: %+v", pty, r)
+		}
+		mu.Lock()
+		if string(got) != "ab" {
+			t.Errorf("pty=%v: output %q, want \"ab\"", pty, got)
+		}
+		mu.Unlock()
+	}
+}
