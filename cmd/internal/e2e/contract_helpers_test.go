@@ -696,8 +696,7 @@ func checkData(f fakeaiwg.Frame) error {
 // eventRank orders events by the mission state they report.
 func eventRank(ev string) int {
 	switch ev {
-	case evAssigned, evReconnected, evSuspended:
-		// reconnected and suspended say nothing of whether the mission started.
+	case evAssigned:
 		return 0
 	case evCompleted, evFailed, evAborted:
 		return 2
