@@ -2,6 +2,7 @@ package envfile
 
 import (
 	"errors"
+	"flag"
 	"io"
 	"maps"
 	"os"
@@ -224,4 +225,32 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("round trip differs\ninput %q\nformatted %q\nfirst %q\nsecond %q", data, s, m, m2)
 		}
 	})
+}
+
+func TestSourceFromFlags(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.env")
+	if err := os.WriteFile(path, []byte("A=file\nB=file\nC=file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.String("a", "", "")
+	fs.String("unset", "default-not-a-layer", "")
+	if err := fs.Parse([]string{"--a", "flag"}); err != nil {
+		t.Fatal(err)
+	}
+	src, err := SourceFromFlags(fs, map[string]string{"a": "A", "unset": "D"}, []string{"A=env", "B=env"}, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string]string{"A": "flag", "B": "env", "C": "file"} {
+		if got, _ := src.Get(k); got != want {
+			t.Errorf("%s = %q, want %q", k, got, want)
+		}
+	}
+	if _, ok := src.Get("D"); ok {
+		t.Error("a flag left at its default counts as set")
+	}
+	if _, err := SourceFromFlags(fs, nil, nil, t.TempDir()); err == nil {
+		t.Error("a directory as the env file is not an error")
+	}
 }

@@ -100,17 +100,10 @@ func loadConfig(args, environ []string, stderr io.Writer) (agent.Config, error) 
 	if err := fs.Parse(args); err != nil {
 		return agent.Config{}, err
 	}
-	set := map[string]string{}
-	fs.Visit(func(f *flag.Flag) {
-		if env, ok := flagEnv[f.Name]; ok {
-			set[env] = f.Value.String()
-		}
-	})
-	file, err := envfile.Load(*configFile)
+	src, err := envfile.SourceFromFlags(fs, flagEnv, environ, *configFile)
 	if err != nil {
-		return agent.Config{}, fmt.Errorf("config file %s: %w", *configFile, err)
+		return agent.Config{}, err
 	}
-	src := envfile.NewSource(set, environ, file)
 	cfg := agent.Config{
 		AgentID:   src.GetDefault("AGENT_ID", ""),
 		Secret:    src.GetDefault("AGENT_SECRET", ""),

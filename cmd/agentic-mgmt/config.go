@@ -84,17 +84,10 @@ func loadConfig(args, environ []string, stderr io.Writer, version string) (Confi
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
 	}
-	set := map[string]string{}
-	fs.Visit(func(f *flag.Flag) {
-		if env, ok := flagEnv[f.Name]; ok {
-			set[env] = f.Value.String()
-		}
-	})
-	file, err := envfile.Load(*configFile)
+	src, err := envfile.SourceFromFlags(fs, flagEnv, environ, *configFile)
 	if err != nil {
-		return Config{}, fmt.Errorf("config file %s: %w", *configFile, err)
+		return Config{}, err
 	}
-	src := envfile.NewSource(set, environ, file)
 
 	cfg := Config{
 		ListenAddr:   src.GetDefault("LISTEN_ADDR", "127.0.0.1:8120"),

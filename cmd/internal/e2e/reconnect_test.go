@@ -3,13 +3,10 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,53 +14,6 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
 )
-
-// cutProxy forwards TCP to target until cut, which drops every open connection.
-type cutProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	conns  []net.Conn
-}
-
-func newCutProxy(t *testing.T, target string) *cutProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cutProxy{ln: ln, target: target}
-	go p.serve()
-	t.Cleanup(func() { ln.Close(); p.cut() })
-	return p
-}
-
-func (p *cutProxy) serve() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		up, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns = append(p.conns, c, up)
-		p.mu.Unlock()
-		go func() { _, _ = io.Copy(up, c); up.Close() }()
-		go func() { _, _ = io.Copy(c, up); c.Close() }()
-	}
-}
-
-func (p *cutProxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-}
 
 // TestOutputWhileDisconnectedArrivesAfterReconnect cuts the agent's network
 // in the middle of a command: the command goes on, and everything it printed
@@ -78,7 +28,7 @@ func TestOutputWhileDisconnectedArrivesAfterReconnect(t *testing.T) {
 	if err := hashes.Put("remote-01", "remote-secret"); err != nil {
 		t.Fatal(err)
 	}
-	proxy := newCutProxy(t, strings.TrimPrefix(s.AgentURL, "http://"))
+	proxy := newHoldProxy(t, strings.TrimPrefix(s.AgentURL, "http://"))
 	agent := exec.Command(bins.Agent, "--config", "/nonexistent", "--runtime", "vm")
 	agent.Env = append(os.Environ(), "AGENT_ID=remote-01", "AGENT_SECRET=remote-secret", "MANAGEMENT_SERVER=http://"+proxy.ln.Addr().String())
 	var agentLog strings.Builder
