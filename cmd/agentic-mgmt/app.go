@@ -20,17 +20,19 @@ import (
 
 // App is the running management server: its listeners and background loops.
 type App struct {
-	cfg        Config
-	log        *slog.Logger
-	agents     *agentrpc.Service
-	rest       RESTHandler
-	supervisor *hostsup.Supervisor
-	token      OperatorToken
-	banner     io.Writer
-	missions   *missions.Service
-	aiwg       *aiwg.Client
-	store      *filestore.MissionStore
-	outbox     *filestore.Outbox
+	cfg         Config
+	log         *slog.Logger
+	agents      *agentrpc.Service
+	rest        RESTHandler
+	supervisor  *hostsup.Supervisor
+	token       OperatorToken
+	banner      io.Writer
+	missions    *missions.Service
+	aiwg        *aiwg.Client
+	store       *filestore.MissionStore
+	outbox      *filestore.Outbox
+	ws          WSHandler
+	sessionLogs *filestore.SessionLog
 }
 
 // RESTHandler is the REST port's handler.
@@ -48,6 +50,7 @@ const (
 func (a *App) Run(ctx context.Context) error {
 	defer a.store.Close()
 	defer a.outbox.Close()
+	defer a.sessionLogs.Close()
 	// Missions re-bind to their sessions before agents can report back.
 	if err := a.missions.Recover(); err != nil {
 		return fmt.Errorf("missions: %w", err)
@@ -60,6 +63,12 @@ func (a *App) Run(ctx context.Context) error {
 	if err != nil {
 		agentLn.Close()
 		return fmt.Errorf("REST port: %w", err)
+	}
+	wsLn, err := net.Listen("tcp", a.cfg.wsAddr())
+	if err != nil {
+		agentLn.Close()
+		restLn.Close()
+		return fmt.Errorf("client WebSocket port: %w", err)
 	}
 
 	agentMux := http.NewServeMux()
@@ -79,20 +88,26 @@ func (a *App) Run(ctx context.Context) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelDebug),
 	}
+	wsSrv := &http.Server{
+		Handler:           a.ws,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelDebug),
+	}
 
 	runCtx, stopRun := context.WithCancel(context.Background())
 	defer stopRun()
 	var wg sync.WaitGroup
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	serve := func(srv *http.Server, ln net.Listener) {
 		defer wg.Done()
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errc <- err
 		}
 	}
-	wg.Add(5)
+	wg.Add(6)
 	go serve(agentSrv, agentLn)
 	go serve(restSrv, restLn)
+	go serve(wsSrv, wsLn)
 	go func() { defer wg.Done(); a.agents.Run(runCtx) }()
 	go func() { defer wg.Done(); a.missions.Run(runCtx) }()
 	go func() { defer wg.Done(); a.aiwg.Run(runCtx) }()
@@ -104,8 +119,8 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	a.log.Info("agentic-mgmt started", "agent_rpc", agentLn.Addr().String(), "rest", restLn.Addr().String(),
 		"data_dir", a.cfg.DataDir, "host_agents", a.cfg.HostAgents, "version", a.cfg.Version)
-	fmt.Fprintf(a.banner, "agentic-mgmt %s\n  REST API:  http://%s/api/v1 (spec: /openapi.yaml)\n  agent RPC: %s\n  data dir:  %s\n",
-		a.cfg.Version, restLn.Addr(), a.cfg.agentServerURL(), a.cfg.DataDir)
+	fmt.Fprintf(a.banner, "agentic-mgmt %s\n  REST API:  http://%s/api/v1 (spec: /openapi.yaml)\n  terminals: ws://%s/ws\n  agent RPC: %s\n  data dir:  %s\n",
+		a.cfg.Version, restLn.Addr(), wsLn.Addr(), a.cfg.agentServerURL(), a.cfg.DataDir)
 	if a.cfg.PrintToken {
 		fmt.Fprintf(a.banner, "  operator token: %s\n", string(a.token))
 	} else {
@@ -138,7 +153,7 @@ func (a *App) Run(ctx context.Context) error {
 	shutCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	var shutWG sync.WaitGroup
-	for _, srv := range []*http.Server{agentSrv, restSrv} {
+	for _, srv := range []*http.Server{agentSrv, restSrv, wsSrv} {
 		shutWG.Add(1)
 		go func() {
 			defer shutWG.Done()

@@ -124,9 +124,9 @@ func provideREST(cfg Config, svc *agentrpc.Service, token OperatorToken, clock p
 }
 
 func provideApp(cfg Config, log *slog.Logger, svc *agentrpc.Service, h RESTHandler, sup *hostsup.Supervisor, token OperatorToken, banner io.Writer,
-	ms *missions.Service, link *aiwg.Client, store *filestore.MissionStore, outbox *filestore.Outbox) *App {
+	ms *missions.Service, link *aiwg.Client, store *filestore.MissionStore, outbox *filestore.Outbox, ws WSHandler, logs *filestore.SessionLog) *App {
 	return &App{cfg: cfg, log: log, agents: svc, rest: h, supervisor: sup, token: token, banner: banner,
-		missions: ms, aiwg: link, store: store, outbox: outbox}
+		missions: ms, aiwg: link, store: store, outbox: outbox, ws: ws, sessionLogs: logs}
 }
 
 func provideClock() system.Clock { return system.Clock{} }

@@ -1,0 +1,227 @@
+// Package sessions is the session use case: it starts interactive, headless
+// and background sessions on agents, writes their output into the
+// offset-addressed session log (whether or not anyone watches), and checks
+// every viewer's right to type before it reaches the process.
+package sessions
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+
+	"github.com/agentic-sandbox/agentic-sandbox/core/session"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+// Config is what the service needs.
+type Config struct {
+	Link   ports.AgentLink
+	Agents ports.AgentDirectory
+	Log    ports.SessionLog
+	Clock  ports.Clock
+	IDs    ports.IDGenerator
+	Logger *slog.Logger
+}
+
+// Service runs sessions.
+type Service struct {
+	cfg Config
+	log *slog.Logger
+
+	mu   sync.Mutex
+	reg  *session.Registry
+	cmds map[string]ports.Command
+	// exited is closed when a session ends, for viewers waiting on it.
+	exited map[string]chan struct{}
+}
+
+// New returns the service.
+func New(cfg Config) *Service {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Service{
+		cfg: cfg, log: cfg.Logger.With("component", "sessions"),
+		reg: session.NewRegistry(cfg.IDs), cmds: map[string]ports.Command{}, exited: map[string]chan struct{}{},
+	}
+}
+
+// Create starts a session on its agent, in a PTY of cols×rows.
+func (s *Service) Create(ctx context.Context, spec session.Spec, cols, rows uint16) (session.Session, error) {
+	if spec.Type == "" {
+		spec.Type = session.Background
+	}
+	spec.PTY = true
+	s.mu.Lock()
+	sess, err := s.reg.Create(spec, s.cfg.Clock.Now())
+	if err == nil {
+		s.exited[sess.ID] = make(chan struct{})
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return session.Session{}, err
+	}
+	if cols == 0 || rows == 0 {
+		cols, rows = 80, 24
+	}
+	cmd, err := s.cfg.Link.Start(ctx, spec.AgentID, ports.CommandSpec{
+		Command: sess.Command, Args: sess.Args, WorkingDir: sess.Cwd, Env: sess.Env,
+		PTY: true, Cols: cols, Rows: rows, SessionID: sess.ID, SessionName: session.AgentName(sess.Name),
+	}, ports.StartOptions{
+		Detached:  true, // sessions outlive the viewer that started them
+		CommandID: sess.ID,
+		OnOutput: func(c ports.OutputChunk) {
+			if _, err := s.cfg.Log.Append(sess.ID, c.Data); err != nil {
+				s.log.Error("session output not logged", "session_id", sess.ID, "err", err)
+			}
+		},
+		OnStarted: func() {
+			s.mu.Lock()
+			_, _ = s.reg.Started(sess.ID, s.cfg.Clock.Now())
+			s.mu.Unlock()
+		},
+	})
+	if err != nil {
+		s.mu.Lock()
+		_, _ = s.reg.Lost(sess.ID, "could not start: "+err.Error(), s.cfg.Clock.Now())
+		close(s.exited[sess.ID])
+		s.mu.Unlock()
+		return session.Session{}, err
+	}
+	s.mu.Lock()
+	s.cmds[sess.ID] = cmd
+	s.mu.Unlock()
+	go s.watch(sess.ID, cmd)
+	return sess, nil
+}
+
+func (s *Service) watch(id string, cmd ports.Command) {
+	<-cmd.Done()
+	r := cmd.Result()
+	now := s.cfg.Clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case r.Error != "" && r.ExitCode < 0:
+		_, _ = s.reg.Lost(id, r.Error, now)
+	case r.Signal != 0:
+		_, _ = s.reg.Killed(id, r.ExitCode, now)
+	default:
+		_, _ = s.reg.Exited(id, r.ExitCode, now)
+	}
+	close(s.exited[id])
+}
+
+// StartShell opens the agent's default interactive shell: a tmux session
+// (so a dropped viewer loses nothing) where the agent has tmux, else sh.
+func (s *Service) StartShell(ctx context.Context, agentID, name string, cols, rows uint16) (session.Session, error) {
+	info, ok := s.cfg.Agents.Agent(agentID)
+	if !ok {
+		return session.Session{}, ports.ErrAgentNotFound
+	}
+	if name == "" {
+		name = "shell-" + s.cfg.IDs.NewID()[:8]
+	}
+	spec := session.Spec{AgentID: agentID, Type: session.Interactive, Name: name,
+		Command: "sh", Args: []string{"-l"}, Env: map[string]string{"TERM": "xterm-256color"}}
+	if slices.Contains(info.Capabilities, "tmux") {
+		spec.Command, spec.Args = "tmux", []string{"new-session", "-A", "-s", session.AgentName(name)}
+	}
+	return s.Create(ctx, spec, cols, rows)
+}
+
+// Get returns a session.
+func (s *Service) Get(id string) (session.Session, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reg.Get(id)
+}
+
+// List returns the sessions of an agent ("" for all).
+func (s *Service) List(agentID string) []session.Session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reg.List(agentID)
+}
+
+// Exited is closed when the session ends.
+func (s *Service) Exited(id string) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.exited[id]
+}
+
+// Join adds a viewer and returns the role granted.
+func (s *Service) Join(id, viewerID string, want session.Role) (session.Role, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reg.Join(id, viewerID, want)
+}
+
+// Leave removes a viewer.
+func (s *Service) Leave(id, viewerID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_ = s.reg.Leave(id, viewerID)
+}
+
+// command returns the session's command if viewerID may control it.
+func (s *Service) command(id, viewerID string, input bool) (ports.Command, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.reg.Get(id); !ok {
+		return nil, session.ErrNotFound
+	}
+	allowed := s.reg.CanResize(id, viewerID)
+	if input {
+		allowed = s.reg.CanInput(id, viewerID)
+	}
+	if !allowed {
+		return nil, session.ErrNotController
+	}
+	cmd, ok := s.cmds[id]
+	if !ok {
+		return nil, fmt.Errorf("%w: no process", ports.ErrCommandEnded)
+	}
+	return cmd, nil
+}
+
+// Input writes to the session's terminal if viewerID controls it.
+func (s *Service) Input(ctx context.Context, id, viewerID string, data []byte) error {
+	cmd, err := s.command(id, viewerID, true)
+	if err != nil {
+		return err
+	}
+	return cmd.WriteStdin(ctx, data, false)
+}
+
+// Resize changes the terminal size if viewerID controls the session.
+func (s *Service) Resize(ctx context.Context, id, viewerID string, cols, rows uint16) error {
+	cmd, err := s.command(id, viewerID, false)
+	if err != nil {
+		return err
+	}
+	return cmd.Resize(ctx, cols, rows)
+}
+
+// Signal signals the session's process group if viewerID controls it.
+func (s *Service) Signal(ctx context.Context, id, viewerID string, sig int) error {
+	cmd, err := s.command(id, viewerID, true)
+	if err != nil {
+		return err
+	}
+	return cmd.Signal(ctx, sig)
+}
+
+// Kill ends the session (any viewer may, as any operator may over REST).
+func (s *Service) Kill(ctx context.Context, id string) error {
+	s.mu.Lock()
+	cmd, ok := s.cmds[id]
+	s.mu.Unlock()
+	if !ok {
+		return session.ErrNotFound
+	}
+	return cmd.Kill(ctx)
+}

@@ -1,0 +1,457 @@
+package wsterm
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/agentic-sandbox/agentic-sandbox/core/session"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+// SessionService is what the WebSocket needs of the session use case.
+type SessionService interface {
+	Create(ctx context.Context, spec session.Spec, cols, rows uint16) (session.Session, error)
+	StartShell(ctx context.Context, agentID, name string, cols, rows uint16) (session.Session, error)
+	Get(id string) (session.Session, bool)
+	List(agentID string) []session.Session
+	Exited(id string) <-chan struct{}
+	Join(id, viewerID string, want session.Role) (session.Role, error)
+	Leave(id, viewerID string)
+	Input(ctx context.Context, id, viewerID string, data []byte) error
+	Resize(ctx context.Context, id, viewerID string, cols, rows uint16) error
+	Signal(ctx context.Context, id, viewerID string, sig int) error
+	Kill(ctx context.Context, id string) error
+}
+
+// Config is what the server needs.
+type Config struct {
+	Sessions SessionService
+	Agents   ports.AgentDirectory
+	Log      ports.SessionLog
+	IDs      ports.IDGenerator
+	Token    string
+	Version  string
+	Logger   *slog.Logger
+}
+
+// Server serves /ws.
+type Server struct {
+	cfg Config
+	up  websocket.Upgrader
+}
+
+const (
+	readChunk    = 64 << 10
+	writeTimeout = 30 * time.Second
+	pingEvery    = 20 * time.Second
+	outQueue     = 64
+)
+
+// New returns the server.
+func New(cfg Config) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{cfg: cfg}
+	s.up = websocket.Upgrader{ReadBufferSize: 16 << 10, WriteBufferSize: 64 << 10, CheckOrigin: sameOrigin}
+	return s
+}
+
+// sameOrigin lets non-browser clients (no Origin) and pages served from the
+// same host in; a page elsewhere cannot drive terminals with a stolen token.
+func sameOrigin(r *http.Request) bool {
+	o := r.Header.Get("Origin")
+	if o == "" {
+		return true
+	}
+	u, err := url.Parse(o)
+	if err != nil {
+		return false
+	}
+	host := func(h string) string {
+		if i := strings.LastIndexByte(h, ':'); i > 0 && !strings.Contains(h[i:], "]") {
+			return h[:i]
+		}
+		return h
+	}
+	return strings.EqualFold(host(u.Host), host(r.Host))
+}
+
+// Handler serves the WebSocket at /ws.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/ws", s.serveWS)
+	return mux
+}
+
+func (s *Server) authorized(r *http.Request) bool {
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		tok = r.URL.Query().Get("token") // browsers cannot set headers on a WebSocket
+	}
+	if tok == "" || s.cfg.Token == "" {
+		return false
+	}
+	a, b := sha256.Sum256([]byte(tok)), sha256.Sum256([]byte(s.cfg.Token))
+	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
+}
+
+func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
+	if !s.authorized(r) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = w.Write([]byte(`{"error":"missing or wrong operator token","code":"unauthorized"}`))
+		return
+	}
+	ws, err := s.up.Upgrade(w, r, nil)
+	if err != nil {
+		return // the upgrader answered
+	}
+	ws.SetReadLimit(MaxFrameBytes)
+	c := &conn{srv: s, ws: ws, viewer: s.cfg.IDs.NewID(), out: make(chan any, outQueue), joins: map[string]context.CancelFunc{}}
+	c.run(r.Context())
+}
+
+// conn is one client connection: a viewer of any number of sessions.
+type conn struct {
+	srv    *Server
+	ws     *websocket.Conn
+	viewer string
+	out    chan any
+
+	mu    sync.Mutex
+	joins map[string]context.CancelFunc
+}
+
+func (c *conn) run(parent context.Context) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); c.writeLoop(ctx, cancel) }()
+	c.readLoop(ctx)
+	cancel()
+	c.mu.Lock()
+	for id, stop := range c.joins {
+		stop()
+		c.srv.cfg.Sessions.Leave(id, c.viewer)
+	}
+	c.mu.Unlock()
+	wg.Wait()
+	_ = c.ws.Close()
+}
+
+// send queues a frame; it blocks while the client is slow (that paces only
+// this client's streams), and gives up when the connection ends.
+func (c *conn) send(ctx context.Context, v any) bool {
+	select {
+	case c.out <- v:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (c *conn) writeLoop(ctx context.Context, cancel context.CancelFunc) {
+	ping := time.NewTicker(pingEvery)
+	defer ping.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case v := <-c.out:
+			_ = c.ws.SetWriteDeadline(time.Now().Add(writeTimeout))
+			if err := c.ws.WriteJSON(v); err != nil {
+				cancel()
+				return
+			}
+		case <-ping.C:
+			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(writeTimeout)); err != nil {
+				cancel()
+				return
+			}
+		}
+	}
+}
+
+func (c *conn) readLoop(ctx context.Context) {
+	for {
+		typ, raw, err := c.ws.ReadMessage()
+		if err != nil {
+			return
+		}
+		if typ != websocket.TextMessage {
+			c.send(ctx, ErrorFrame{Type: FrameError, Code: "invalid_frame", Message: "frames are JSON text messages"})
+			continue
+		}
+		f, err := DecodeClientFrame(raw)
+		if err != nil {
+			c.send(ctx, NewErrorFrame(f.ID, err))
+			continue
+		}
+		if err := c.handle(ctx, f); err != nil {
+			c.send(ctx, NewErrorFrame(f.ID, mapError(err)))
+		}
+	}
+}
+
+func mapError(err error) error {
+	var pe *ProtocolError
+	switch {
+	case errors.As(err, &pe):
+		return err
+	case errors.Is(err, session.ErrNotController):
+		return bad("not_controller", "only the session's controller may do that (join as controller, or ask for a hand-over)")
+	case errors.Is(err, session.ErrNotFound):
+		return bad("session_not_found", "no such session")
+	case errors.Is(err, ports.ErrAgentNotFound):
+		return bad("agent_not_found", "no such agent")
+	case errors.Is(err, ports.ErrAgentNotConnected):
+		return bad("agent_not_connected", "the agent is not connected")
+	case errors.Is(err, ports.ErrCommandEnded):
+		return bad("session_ended", "the session has ended")
+	case errors.Is(err, session.ErrInvalidName), errors.Is(err, session.ErrInvalidSpec), errors.Is(err, session.ErrNameTaken):
+		return bad("invalid_request", "%v", err)
+	default:
+		return err
+	}
+}
+
+type helloFrame struct {
+	Type     string   `json:"type"`
+	ID       string   `json:"id,omitempty"`
+	Version  string   `json:"version"`
+	Features []string `json:"features"`
+	ViewerID string   `json:"viewer_id"`
+}
+
+type startedFrame struct {
+	Type      string `json:"type"`
+	ID        string `json:"id,omitempty"`
+	SessionID string `json:"session_id"`
+	AgentID   string `json:"agent_id"`
+	Name      string `json:"name"`
+	SessType  string `json:"session_type"`
+}
+
+type roleFrame struct {
+	Type      string `json:"type"`
+	ID        string `json:"id,omitempty"`
+	SessionID string `json:"session_id"`
+	Role      string `json:"role"`
+}
+
+type exitedFrame struct {
+	Type      string `json:"type"`
+	SessionID string `json:"session_id"`
+	State     string `json:"state"`
+	ExitCode  *int   `json:"exit_code"`
+}
+
+type gapFrame struct {
+	Type      string `json:"type"`
+	SessionID string `json:"session_id"`
+	From      uint64 `json:"from"`
+	To        uint64 `json:"to"`
+}
+
+type listFrame struct {
+	Type     string `json:"type"`
+	ID       string `json:"id,omitempty"`
+	Agents   any    `json:"agents,omitempty"`
+	Sessions any    `json:"sessions,omitempty"`
+}
+
+type sessionView struct {
+	SessionID string `json:"session_id"`
+	AgentID   string `json:"agent_id"`
+	Name      string `json:"name"`
+	Type      string `json:"session_type"`
+	State     string `json:"state"`
+	ExitCode  *int   `json:"exit_code,omitempty"`
+}
+
+func (c *conn) handle(ctx context.Context, f ClientFrame) error {
+	sv := c.srv.cfg.Sessions
+	switch f.Type {
+	case FrameHello:
+		c.send(ctx, helloFrame{Type: FrameHello, ID: f.ID, Version: c.srv.cfg.Version, ViewerID: c.viewer,
+			Features: []string{"sessions", "replay", "roles", "base64"}})
+	case FramePing:
+		c.send(ctx, struct {
+			Type string `json:"type"`
+			ID   string `json:"id,omitempty"`
+		}{FramePong, f.ID})
+	case FrameListAgents:
+		type agentView struct {
+			ID     string `json:"id"`
+			Status string `json:"status"`
+		}
+		var out []agentView
+		for _, a := range c.srv.cfg.Agents.Agents() {
+			out = append(out, agentView{a.ID, a.Status})
+		}
+		c.send(ctx, listFrame{Type: FrameAgents, ID: f.ID, Agents: out})
+	case FrameListSessions:
+		out := []sessionView{}
+		for _, s := range sv.List(f.AgentID) {
+			out = append(out, sessionView{s.ID, s.AgentID, s.Name, string(s.Type), string(s.State), s.ExitCode})
+		}
+		c.send(ctx, listFrame{Type: FrameSessions, ID: f.ID, Sessions: out})
+	case FrameCreateSession, FrameStartShell:
+		var s session.Session
+		var err error
+		if f.Type == FrameStartShell {
+			s, err = sv.StartShell(ctx, f.AgentID, f.Name, uint16(f.Cols), uint16(f.Rows))
+		} else {
+			s, err = sv.Create(ctx, session.Spec{AgentID: f.AgentID, Name: f.Name, Type: session.Type(f.SessionTy),
+				Command: f.Command, Args: f.Args, Cwd: f.Cwd, Env: f.Env}, uint16(f.Cols), uint16(f.Rows))
+		}
+		if err != nil {
+			return err
+		}
+		c.send(ctx, startedFrame{Type: FrameSessionStarted, ID: f.ID, SessionID: s.ID, AgentID: s.AgentID, Name: s.Name, SessType: string(s.Type)})
+		// The creator watches from the start and controls an interactive session.
+		from := uint64(0)
+		role := session.Observer
+		if s.Type == session.Interactive {
+			role = session.Controller
+		}
+		return c.join(ctx, f.ID, s.ID, role, &from)
+	case FrameJoinSession:
+		role := session.Role(f.Role)
+		if role == "" {
+			role = session.Observer
+		}
+		return c.join(ctx, f.ID, f.SessionID, role, f.ReplayFrom)
+	case FrameLeaveSession:
+		c.leave(f.SessionID)
+	case FrameInput:
+		return sv.Input(ctx, f.SessionID, c.viewer, f.Bytes)
+	case FrameResize:
+		return sv.Resize(ctx, f.SessionID, c.viewer, uint16(f.Cols), uint16(f.Rows))
+	case FrameSignal:
+		sig, ok := ParseSignal(f.Signal)
+		if !ok {
+			return bad("invalid_frame", "unknown signal %q", f.Signal)
+		}
+		return sv.Signal(ctx, f.SessionID, c.viewer, sig)
+	case FrameKillSession:
+		return sv.Kill(ctx, f.SessionID)
+	}
+	return nil
+}
+
+func (c *conn) join(ctx context.Context, reqID, id string, want session.Role, replayFrom *uint64) error {
+	granted, err := c.srv.cfg.Sessions.Join(id, c.viewer, want)
+	if err != nil {
+		return err
+	}
+	c.send(ctx, roleFrame{Type: FrameRoleChanged, ID: reqID, SessionID: id, Role: string(granted)})
+	c.mu.Lock()
+	if stop, ok := c.joins[id]; ok {
+		stop() // a re-join restarts the stream from the new offset
+	}
+	sctx, stop := context.WithCancel(ctx)
+	c.joins[id] = stop
+	c.mu.Unlock()
+	from := c.srv.cfg.Log.End(id)
+	if replayFrom != nil {
+		from = *replayFrom
+	}
+	go c.stream(sctx, id, from)
+	return nil
+}
+
+func (c *conn) leave(id string) {
+	c.mu.Lock()
+	if stop, ok := c.joins[id]; ok {
+		stop()
+		delete(c.joins, id)
+	}
+	c.mu.Unlock()
+	c.srv.cfg.Sessions.Leave(id, c.viewer)
+}
+
+// stream sends the session's log from off on, then live output, exactly
+// once and in order, then session_exited. A client that reads slowly makes
+// send block, so it falls behind in the log instead of holding up anyone
+// else; if the log dropped what it had not read yet, it gets a gap frame.
+func (c *conn) stream(ctx context.Context, id string, off uint64) {
+	log := c.srv.cfg.Log
+	exited := c.srv.cfg.Sessions.Exited(id)
+	for {
+		data, start, gap, err := log.ReadFrom(id, off, readChunk)
+		if errors.Is(err, ports.ErrOffsetBeyondEnd) {
+			end := log.End(id)
+			c.send(ctx, gapFrame{Type: FrameGap, SessionID: id, From: off, To: end})
+			off = end
+			continue
+		}
+		if err != nil {
+			c.send(ctx, NewErrorFrame("", err))
+			return
+		}
+		if gap {
+			if !c.send(ctx, gapFrame{Type: FrameGap, SessionID: id, From: off, To: start}) {
+				return
+			}
+		}
+		if len(data) > 0 {
+			if !c.send(ctx, NewOutputFrame(id, start, data)) {
+				return
+			}
+			off = start + uint64(len(data))
+			continue
+		}
+		off = start
+		select {
+		case <-exited:
+			if log.End(id) > off {
+				continue // output that came with the end
+			}
+			s, _ := c.srv.cfg.Sessions.Get(id)
+			c.send(ctx, exitedFrame{Type: FrameSessionExited, SessionID: id, State: string(s.State), ExitCode: s.ExitCode})
+			return
+		default:
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-exited:
+				cancel()
+			case <-wctx.Done():
+			}
+		}()
+		err = log.Wait(wctx, id, off)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil && !errors.Is(err, context.Canceled) {
+			c.send(ctx, NewErrorFrame("", err))
+			return
+		}
+	}
+}
+
+// ParseSignal takes a signal name (INT, SIGINT, …) or number.
+func ParseSignal(s string) (int, bool) {
+	if n, err := strconv.Atoi(s); err == nil {
+		return n, n >= 1 && n <= 64
+	}
+	names := map[string]int{"HUP": 1, "INT": 2, "QUIT": 3, "KILL": 9, "USR1": 10, "USR2": 12, "PIPE": 13, "ALRM": 14, "TERM": 15, "CONT": 18, "STOP": 19, "TSTP": 20, "WINCH": 28}
+	n, ok := names[strings.TrimPrefix(strings.ToUpper(s), "SIG")]
+	return n, ok
+}

@@ -1,0 +1,28 @@
+package main
+
+import (
+	"log/slog"
+	"net/http"
+	"path/filepath"
+
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/agentrpc"
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/sessions"
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/wsterm"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+// WSHandler is the client WebSocket port's handler.
+type WSHandler http.Handler
+
+func provideSessionLog(cfg Config, _ *filestore.AgentHashes) (*filestore.SessionLog, error) {
+	return filestore.NewSessionLog(filepath.Join(cfg.DataDir, "sessions"), filestore.SessionLogOptions{})
+}
+
+func provideSessions(svc *agentrpc.Service, logs *filestore.SessionLog, clock ports.Clock, ids ports.IDGenerator, log *slog.Logger) *sessions.Service {
+	return sessions.New(sessions.Config{Link: svc, Agents: svc, Log: logs, Clock: clock, IDs: ids, Logger: log})
+}
+
+func provideWS(cfg Config, ss *sessions.Service, svc *agentrpc.Service, logs *filestore.SessionLog, ids ports.IDGenerator, token OperatorToken, log *slog.Logger) WSHandler {
+	return wsterm.New(wsterm.Config{Sessions: ss, Agents: svc, Log: logs, IDs: ids, Token: string(token), Version: cfg.Version, Logger: log}).Handler()
+}

@@ -1,0 +1,54 @@
+package ports
+
+import (
+	"context"
+	"errors"
+)
+
+// SessionLog errors.
+var (
+	// ErrSessionLogClosed is returned by every call after Close, and by a
+	// Wait that Close interrupts.
+	ErrSessionLogClosed = errors.New("session log closed")
+	// ErrOffsetBeyondEnd is returned by ReadFrom for an offset past End: the
+	// reader claims bytes that were never assigned (or did not survive a
+	// machine crash), so it must resync from End.
+	ErrOffsetBeyondEnd = errors.New("offset beyond the end of the session log")
+)
+
+// SessionLog is the output of every session: an append-only byte log per
+// session, addressed by absolute offsets that are assigned once and never
+// reused, bounded in size per session by dropping the oldest bytes. A
+// session's log springs into existence (empty, at offset 0) on first use.
+//
+// Concurrency: one writer per session (Append in order) and any number of
+// readers and waiters at the same time; different sessions are independent.
+type SessionLog interface {
+	// Append adds data to the end of the session's log and returns the
+	// offset of its first byte (End before the call; for empty data, End).
+	// When the log is over its bound afterwards, the oldest bytes are
+	// dropped. On error a prefix of data may have been appended (End says
+	// how much).
+	Append(sessionID string, data []byte) (offset uint64, err error)
+	// ReadFrom returns up to max bytes starting at offset, and start, the
+	// offset of data[0]. When offset is older than the first byte held,
+	// the bytes in between were dropped: data begins at the first held
+	// byte, start > offset and gap is true (the viewer shows a gap notice).
+	// At End it returns no data, start == offset. max <= 0 returns no data
+	// but still start and gap. Bytes are returned exactly as appended: a
+	// reader following start+len(data) sees every held byte once.
+	ReadFrom(sessionID string, offset uint64, max int) (data []byte, start uint64, gap bool, err error)
+	// Bounds returns the offset of the first byte held and End.
+	Bounds(sessionID string) (first, end uint64)
+	// End is the offset the next appended byte will get.
+	End(sessionID string) uint64
+	// Wait returns nil as soon as End(sessionID) > offset, ctx.Err() when
+	// ctx ends first, ErrSessionNotFound when the log is deleted while
+	// waiting and ErrSessionLogClosed when the log closes. It never polls.
+	Wait(ctx context.Context, sessionID string, offset uint64) error
+	// Delete removes the session's log. Session ids are never reused, so a
+	// later Append under the same id starts a new log at 0.
+	Delete(sessionID string) error
+	// Close makes what was appended durable and releases the log.
+	Close() error
+}
