@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/agentic-sandbox/agentic-sandbox/core/claudefeed"
 	"github.com/agentic-sandbox/agentic-sandbox/core/session"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
@@ -33,6 +34,8 @@ type Service struct {
 	mu   sync.Mutex
 	reg  *session.Registry
 	cmds map[string]ports.Command
+	// feeds parse the output of headless sessions (claude stream-json).
+	feeds map[string]*feed
 	// exited is closed when a session ends, for viewers waiting on it.
 	exited map[string]chan struct{}
 }
@@ -45,6 +48,7 @@ func New(cfg Config) *Service {
 	return &Service{
 		cfg: cfg, log: cfg.Logger.With("component", "sessions"),
 		reg: session.NewRegistry(cfg.IDs), cmds: map[string]ports.Command{}, exited: map[string]chan struct{}{},
+		feeds: map[string]*feed{},
 	}
 }
 
@@ -56,8 +60,13 @@ func (s *Service) Create(ctx context.Context, spec session.Spec, cols, rows uint
 	spec.PTY = true
 	s.mu.Lock()
 	sess, err := s.reg.Create(spec, s.cfg.Clock.Now())
+	var fd *feed
 	if err == nil {
 		s.exited[sess.ID] = make(chan struct{})
+		if sess.Type == session.Headless {
+			fd = &feed{parser: claudefeed.NewParser()}
+			s.feeds[sess.ID] = fd
+		}
 	}
 	s.mu.Unlock()
 	if err != nil {
@@ -75,6 +84,9 @@ func (s *Service) Create(ctx context.Context, spec session.Spec, cols, rows uint
 		OnOutput: func(c ports.OutputChunk) {
 			if _, err := s.cfg.Log.Append(sess.ID, c.Data); err != nil {
 				s.log.Error("session output not logged", "session_id", sess.ID, "err", err)
+			}
+			if fd != nil {
+				fd.write(c.Data)
 			}
 		},
 		OnStarted: func() {
@@ -110,6 +122,9 @@ func (s *Service) watch(id string, cmd ports.Command) {
 		_, _ = s.reg.Killed(id, r.ExitCode, now)
 	default:
 		_, _ = s.reg.Exited(id, r.ExitCode, now)
+	}
+	if fd := s.feeds[id]; fd != nil {
+		fd.flush()
 	}
 	close(s.exited[id])
 }
@@ -224,4 +239,56 @@ func (s *Service) Kill(ctx context.Context, id string) error {
 		return session.ErrNotFound
 	}
 	return cmd.Kill(ctx)
+}
+
+// maxFeedEvents bounds the activity feed kept per headless session; the
+// raw output stays complete in the session log.
+const maxFeedEvents = 2000
+
+// feed is the typed activity of a headless session.
+type feed struct {
+	mu      sync.Mutex
+	parser  *claudefeed.Parser
+	events  []claudefeed.Event
+	dropped int
+}
+
+func (f *feed) add(evs []claudefeed.Event) {
+	f.events = append(f.events, evs...)
+	if extra := len(f.events) - maxFeedEvents; extra > 0 {
+		f.events = append(f.events[:0], f.events[extra:]...)
+		f.dropped += extra
+	}
+}
+
+func (f *feed) write(b []byte) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.add(f.parser.Write(b))
+}
+
+func (f *feed) flush() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.add(f.parser.Flush())
+}
+
+// Activity returns the typed activity feed of a headless session (events
+// with Seq > after), its summary, and how many older events were dropped.
+// ok is false for a session that is not headless.
+func (s *Service) Activity(id string, after int) (events []claudefeed.Event, summary claudefeed.Summary, dropped int, ok bool) {
+	s.mu.Lock()
+	f := s.feeds[id]
+	s.mu.Unlock()
+	if f == nil {
+		return nil, claudefeed.Summary{}, 0, false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, e := range f.events {
+		if e.Seq > after {
+			events = append(events, e)
+		}
+	}
+	return events, f.parser.Summary(), f.dropped, true
 }
