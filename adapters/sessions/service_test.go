@@ -1,0 +1,272 @@
+package sessions
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/core/claudefeed"
+	"github.com/agentic-sandbox/agentic-sandbox/core/session"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+type clock struct{}
+
+func (clock) Now() time.Time { return time.Now() }
+
+type ids struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (g *ids) NewID() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.n++
+	return "0000000" + string(rune('a'+g.n)) + "-id"
+}
+
+// memLog is an unbounded in-memory ports.SessionLog.
+type memLog struct {
+	mu   sync.Mutex
+	data map[string][]byte
+}
+
+func (l *memLog) Append(id string, b []byte) (uint64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	off := uint64(len(l.data[id]))
+	l.data[id] = append(l.data[id], b...)
+	return off, nil
+}
+func (l *memLog) ReadFrom(id string, off uint64, max int) ([]byte, uint64, bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	d := l.data[id]
+	if off > uint64(len(d)) {
+		return nil, off, false, ports.ErrOffsetBeyondEnd
+	}
+	end := min(uint64(len(d)), off+uint64(max))
+	return append([]byte(nil), d[off:end]...), off, false, nil
+}
+func (l *memLog) Bounds(id string) (uint64, uint64) { return 0, l.End(id) }
+func (l *memLog) End(id string) uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return uint64(len(l.data[id]))
+}
+func (l *memLog) Wait(ctx context.Context, id string, off uint64) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+func (l *memLog) Delete(id string) error { return nil }
+func (l *memLog) Close() error           { return nil }
+
+// fakeCmd is a command the test finishes by hand.
+type fakeCmd struct {
+	id    string
+	spec  ports.CommandSpec
+	opts  ports.StartOptions
+	done  chan struct{}
+	res   ports.CommandResult
+	mu    sync.Mutex
+	stdin []byte
+	sizes [][2]uint16
+}
+
+func (c *fakeCmd) ID() string                  { return c.id }
+func (c *fakeCmd) AgentID() string             { return "agent-1" }
+func (c *fakeCmd) Done() <-chan struct{}       { return c.done }
+func (c *fakeCmd) Result() ports.CommandResult { return c.res }
+func (c *fakeCmd) Kill(context.Context) error {
+	c.finish(ports.CommandResult{ExitCode: 143, Signal: 15})
+	return nil
+}
+func (c *fakeCmd) Signal(context.Context, int) error { return nil }
+func (c *fakeCmd) WriteStdin(_ context.Context, b []byte, _ bool) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stdin = append(c.stdin, b...)
+	return nil
+}
+func (c *fakeCmd) Resize(_ context.Context, cols, rows uint16) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sizes = append(c.sizes, [2]uint16{cols, rows})
+	return nil
+}
+func (c *fakeCmd) finish(r ports.CommandResult) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	select {
+	case <-c.done:
+	default:
+		c.res = r
+		close(c.done)
+	}
+}
+
+type fakeLink struct {
+	mu   sync.Mutex
+	cmds map[string]*fakeCmd
+}
+
+func (l *fakeLink) Start(_ context.Context, agentID string, spec ports.CommandSpec, opts ports.StartOptions) (ports.Command, error) {
+	if agentID != "agent-1" {
+		return nil, ports.ErrAgentNotFound
+	}
+	c := &fakeCmd{id: opts.CommandID, spec: spec, opts: opts, done: make(chan struct{})}
+	l.mu.Lock()
+	l.cmds[c.id] = c
+	l.mu.Unlock()
+	return c, nil
+}
+func (l *fakeLink) Lookup(id string) (ports.Command, bool)                  { return nil, false }
+func (l *fakeLink) Attach(string, string, ports.StartOptions) ports.Command { return nil }
+
+type fakeAgents struct{ caps []string }
+
+func (a fakeAgents) Agents() []ports.AgentInfo {
+	return []ports.AgentInfo{{ID: "agent-1", Capabilities: a.caps}}
+}
+func (a fakeAgents) Agent(id string) (ports.AgentInfo, bool) {
+	if id != "agent-1" {
+		return ports.AgentInfo{}, false
+	}
+	return ports.AgentInfo{ID: id, Capabilities: a.caps}, true
+}
+
+func newSvc(caps ...string) (*Service, *fakeLink, *memLog) {
+	link := &fakeLink{cmds: map[string]*fakeCmd{}}
+	log := &memLog{data: map[string][]byte{}}
+	return New(Config{Link: link, Agents: fakeAgents{caps}, Log: log, Clock: clock{}, IDs: &ids{}}), link, log
+}
+
+func waitClosed(t *testing.T, c <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-c:
+	case <-time.After(5 * time.Second):
+		t.Fatal("not closed in time")
+	}
+}
+
+func TestCreateRunsInAPTYAndLogsOutput(t *testing.T) {
+	svc, link, log := newSvc()
+	s, err := svc.Create(context.Background(), session.Spec{AgentID: "agent-1", Name: "dev", Type: session.Background, Command: "npm", Args: []string{"run", "dev"}}, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := link.cmds[s.ID]
+	if c == nil || !c.spec.PTY || c.spec.Cols != 80 || c.spec.Rows != 24 || c.spec.SessionName != "as-dev" || !c.opts.Detached || c.spec.Command != "npm" {
+		t.Fatalf("started with %+v %+v", c.spec, c.opts)
+	}
+	c.opts.OnStarted()
+	if got, _ := svc.Get(s.ID); got.State != session.Running {
+		t.Fatalf("state %s after start", got.State)
+	}
+	c.opts.OnOutput(ports.OutputChunk{Data: []byte("ready\r\n")})
+	if string(log.data[s.ID]) != "ready\r\n" {
+		t.Fatalf("log %q", log.data[s.ID])
+	}
+	c.finish(ports.CommandResult{ExitCode: 3})
+	waitClosed(t, svc.Exited(s.ID))
+	if got, _ := svc.Get(s.ID); got.State != session.Exited || got.ExitCode == nil || *got.ExitCode != 3 {
+		t.Fatalf("after exit: %+v", got)
+	}
+	if _, err := svc.Create(context.Background(), session.Spec{AgentID: "nobody", Command: "x"}, 0, 0); !errors.Is(err, ports.ErrAgentNotFound) {
+		t.Fatalf("unknown agent: %v", err)
+	}
+}
+
+func TestShellUsesTmuxWhereTheAgentHasIt(t *testing.T) {
+	svc, link, _ := newSvc("tmux")
+	s, err := svc.StartShell(context.Background(), "agent-1", "main", 120, 40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := link.cmds[s.ID]; c.spec.Command != "tmux" || len(c.spec.Args) != 4 || c.spec.Args[3] != "as-main" || c.spec.Cols != 120 || s.Type != session.Interactive {
+		t.Fatalf("shell spec %+v", c.spec)
+	}
+	svc2, link2, _ := newSvc()
+	s2, _ := svc2.StartShell(context.Background(), "agent-1", "", 0, 0)
+	if c := link2.cmds[s2.ID]; c.spec.Command != "sh" {
+		t.Fatalf("without tmux: %+v", c.spec)
+	}
+}
+
+func TestOnlyTheControllerTypes(t *testing.T) {
+	svc, link, _ := newSvc()
+	s, _ := svc.Create(context.Background(), session.Spec{AgentID: "agent-1", Type: session.Interactive, Command: "bash"}, 0, 0)
+	link.cmds[s.ID].opts.OnStarted()
+	if r, _ := svc.Join(s.ID, "v1", session.Controller); r != session.Controller {
+		t.Fatalf("first viewer got %s", r)
+	}
+	if r, _ := svc.Join(s.ID, "v2", session.Controller); r != session.Observer {
+		t.Fatalf("second would-be controller got %s", r)
+	}
+	if err := svc.Input(context.Background(), s.ID, "v2", []byte("rm -rf /\r")); !errors.Is(err, session.ErrNotController) {
+		t.Fatalf("observer input: %v", err)
+	}
+	if err := svc.Resize(context.Background(), s.ID, "v2", 10, 10); !errors.Is(err, session.ErrNotController) {
+		t.Fatalf("observer resize: %v", err)
+	}
+	if err := svc.Input(context.Background(), s.ID, "v1", []byte("ls\r")); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Resize(context.Background(), s.ID, "v1", 100, 30); err != nil {
+		t.Fatal(err)
+	}
+	c := link.cmds[s.ID]
+	if string(c.stdin) != "ls\r" || len(c.sizes) != 1 {
+		t.Fatalf("stdin %q sizes %v", c.stdin, c.sizes)
+	}
+	if err := svc.Input(context.Background(), "nope", "v1", nil); !errors.Is(err, session.ErrNotFound) {
+		t.Fatalf("unknown session: %v", err)
+	}
+	if err := svc.Kill(context.Background(), s.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitClosed(t, svc.Exited(s.ID))
+	if got, _ := svc.Get(s.ID); got.State != session.Killed {
+		t.Fatalf("after kill: %s", got.State)
+	}
+}
+
+func TestHeadlessActivityFeed(t *testing.T) {
+	svc, link, _ := newSvc()
+	s, _ := svc.Create(context.Background(), session.Spec{AgentID: "agent-1", Type: session.Headless, Command: "claude"}, 0, 0)
+	raw, err := os.ReadFile(filepath.Join("..", "..", "core", "claudefeed", "testdata", "session.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := link.cmds[s.ID]
+	for i := 0; i < len(raw); i += 100 { // output arrives in arbitrary pieces, CRLF from the PTY
+		chunk := raw[i:min(i+100, len(raw))]
+		c.opts.OnOutput(ports.OutputChunk{Data: chunk})
+	}
+	c.finish(ports.CommandResult{})
+	waitClosed(t, svc.Exited(s.ID))
+	evs, sum, dropped, ok := svc.Activity(s.ID, 0)
+	if !ok || dropped != 0 || !sum.Done || !sum.Success || sum.CostUSD <= 0 || sum.ToolsUsed["Bash"] == 0 {
+		t.Fatalf("feed ok=%v dropped=%d summary %+v", ok, dropped, sum)
+	}
+	var kinds []claudefeed.Kind
+	for _, e := range evs {
+		kinds = append(kinds, e.Kind)
+	}
+	if len(kinds) == 0 || kinds[len(kinds)-1] != claudefeed.KindResult {
+		t.Fatalf("kinds %v", kinds)
+	}
+	if later, _, _, _ := svc.Activity(s.ID, evs[len(evs)-2].Seq); len(later) != 1 {
+		t.Fatalf("after: %d events", len(later))
+	}
+	other, _ := svc.Create(context.Background(), session.Spec{AgentID: "agent-1", Type: session.Background, Command: "x"}, 0, 0)
+	if _, _, _, ok := svc.Activity(other.ID, 0); ok {
+		t.Fatal("a background session has an activity feed")
+	}
+}
