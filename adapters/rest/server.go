@@ -66,6 +66,11 @@ type Deps struct {
 	// Executor is the link to aiwg serve; nil means the integration is off.
 	// Dispatch is authenticated with its executor token.
 	Executor ports.ExecutorLink
+	// Sessions is the session use case behind /api/v1/sessions and
+	// /api/v1/agents/{agent_id}/sessions; nil means there are none.
+	Sessions Sessions
+	// SessionLog holds the output of the sessions.
+	SessionLog ports.SessionLog
 }
 
 // Server implements restapi.StrictServerInterface.
@@ -108,7 +113,7 @@ func (s *Server) Handler() http.Handler {
 	})
 	restapi.HandlerWithOptions(strict, restapi.StdHTTPServerOptions{
 		BaseRouter:       mux,
-		Middlewares:      []restapi.MiddlewareFunc{s.checkBody},
+		Middlewares:      []restapi.MiddlewareFunc{s.checkBody, s.rawRoutes},
 		ErrorHandlerFunc: s.paramError,
 	})
 	mux.HandleFunc("GET /openapi.yaml", func(w http.ResponseWriter, r *http.Request) {

@@ -15,6 +15,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/missions"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/promexport"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/rest"
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/sessions"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/system"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
@@ -84,7 +85,8 @@ func agentBinary(configured string) (string, error) {
 	return filepath.Abs(p)
 }
 
-func provideREST(cfg Config, svc *agentrpc.Service, token OperatorToken, clock ports.Clock, log *slog.Logger, sup *hostsup.Supervisor, ms *missions.Service, link *aiwg.Client) RESTHandler {
+func provideREST(cfg Config, svc *agentrpc.Service, token OperatorToken, clock ports.Clock, log *slog.Logger, sup *hostsup.Supervisor, ms *missions.Service, link *aiwg.Client,
+	ss *sessions.Service, logs *filestore.SessionLog) RESTHandler {
 	readiness := func() []rest.ReadinessCheck {
 		checks := []rest.ReadinessCheck{{Name: "agent_rpc", Ready: true}, {Name: "rest", Ready: true}}
 		if cfg.HostAgents > 0 {
@@ -110,16 +112,18 @@ func provideREST(cfg Config, svc *agentrpc.Service, token OperatorToken, clock p
 		return checks
 	}
 	return rest.New(rest.Deps{
-		Link:      svc,
-		Agents:    svc,
-		Token:     string(token),
-		Version:   cfg.Version,
-		Readiness: readiness,
-		Metrics:   promexport.Handler(svc),
-		Logger:    log,
-		Clock:     clock,
-		Missions:  ms,
-		Executor:  link,
+		Link:       svc,
+		Agents:     svc,
+		Token:      string(token),
+		Version:    cfg.Version,
+		Readiness:  readiness,
+		Metrics:    promexport.Handler(svc),
+		Logger:     log,
+		Clock:      clock,
+		Missions:   ms,
+		Executor:   link,
+		Sessions:   ss,
+		SessionLog: logs,
 	}).Handler()
 }
 

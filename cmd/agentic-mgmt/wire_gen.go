@@ -43,12 +43,12 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, error) {
 		return nil, err
 	}
 	client := provideAIWG(cfg, identity, missionsService, outbox, service, clock, log)
-	restHandler := provideREST(cfg, service, operatorToken, clock, log, supervisor, missionsService, client)
 	sessionLog, err := provideSessionLog(cfg, agentHashes)
 	if err != nil {
 		return nil, err
 	}
 	sessionsService := provideSessions(service, sessionLog, clock, uuiDv7, log)
+	restHandler := provideREST(cfg, service, operatorToken, clock, log, supervisor, missionsService, client, sessionsService, sessionLog)
 	wsHandler := provideWS(cfg, sessionsService, service, sessionLog, uuiDv7, operatorToken, log)
 	app := provideApp(cfg, log, service, restHandler, supervisor, operatorToken, banner, missionsService, client, missionStore, outbox, wsHandler, sessionLog)
 	return app, nil

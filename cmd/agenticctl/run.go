@@ -46,6 +46,10 @@ Commands:
   agents list            list the agents the server knows
   agents get ID          show one agent as JSON
   exec AGENT -- CMD …    run a command on an agent and wait for it
+  sessions list|create|get|kill
+                         sessions on the agents ('agenticctl sessions help')
+  logs [-f] [--from N] SESSION
+                         write a session's raw output to stdout (-f: follow until it ends)
 
 Global flags:
   --server URL   REST endpoint of agentic-mgmt (env AGENTIC_SERVER, default ` + defaultServer + `)
@@ -88,6 +92,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer, env func(stri
 		return c.agents(rest[1:])
 	case "exec":
 		return c.exec(rest[1:])
+	case "sessions", "session":
+		return c.sessions(rest[1:])
+	case "logs":
+		return c.logs(rest[1:])
 	case "help":
 		fmt.Fprint(stdout, usageText)
 		return 0

@@ -24,6 +24,42 @@ import (
 	"github.com/oapi-codegen/runtime"
 )
 
+// Defines values for ActivityEventKind.
+const (
+	ActivityAssistantText ActivityEventKind = "assistant_text"
+	ActivityInit          ActivityEventKind = "init"
+	ActivityInvalid       ActivityEventKind = "invalid"
+	ActivityResult        ActivityEventKind = "result"
+	ActivityThinking      ActivityEventKind = "thinking"
+	ActivityToolCall      ActivityEventKind = "tool_call"
+	ActivityToolResult    ActivityEventKind = "tool_result"
+	ActivityUnknown       ActivityEventKind = "unknown"
+)
+
+// Valid indicates whether the value is a known member of the ActivityEventKind enum.
+func (e ActivityEventKind) Valid() bool {
+	switch e {
+	case ActivityAssistantText:
+		return true
+	case ActivityInit:
+		return true
+	case ActivityInvalid:
+		return true
+	case ActivityResult:
+		return true
+	case ActivityThinking:
+		return true
+	case ActivityToolCall:
+		return true
+	case ActivityToolResult:
+		return true
+	case ActivityUnknown:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for AgentRuntime.
 const (
 	Container AgentRuntime = "container"
@@ -144,6 +180,54 @@ func (e OutputEncoding) Valid() bool {
 	}
 }
 
+// Defines values for SessionState.
+const (
+	SessionStateSessionExited   SessionState = "exited"
+	SessionStateSessionKilled   SessionState = "killed"
+	SessionStateSessionLost     SessionState = "lost"
+	SessionStateSessionRunning  SessionState = "running"
+	SessionStateSessionStarting SessionState = "starting"
+)
+
+// Valid indicates whether the value is a known member of the SessionState enum.
+func (e SessionState) Valid() bool {
+	switch e {
+	case SessionStateSessionExited:
+		return true
+	case SessionStateSessionKilled:
+		return true
+	case SessionStateSessionLost:
+		return true
+	case SessionStateSessionRunning:
+		return true
+	case SessionStateSessionStarting:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for SessionType.
+const (
+	SessionBackground  SessionType = "background"
+	SessionHeadless    SessionType = "headless"
+	SessionInteractive SessionType = "interactive"
+)
+
+// Valid indicates whether the value is a known member of the SessionType enum.
+func (e SessionType) Valid() bool {
+	switch e {
+	case SessionBackground:
+		return true
+	case SessionHeadless:
+		return true
+	case SessionInteractive:
+		return true
+	default:
+		return false
+	}
+}
+
 // AIWGStatus With the integration off, `{"configured": false}` and nothing else. With it on, every
 // member is present: `sandbox_id` and `executor_id` are empty strings until the
 // registrations are acknowledged, `executor_register_error` is null unless the last
@@ -155,6 +239,53 @@ type AIWGStatus struct {
 	ExecutorId            *string `json:"executor_id,omitempty"`
 	ExecutorRegisterError *string `json:"executor_register_error,omitempty"`
 	SandboxId             *string `json:"sandbox_id,omitempty"`
+}
+
+// ActivityEvent defines model for ActivityEvent.
+type ActivityEvent struct {
+	CostUsd         *float64          `json:"cost_usd,omitempty"`
+	Cwd             *string           `json:"cwd,omitempty"`
+	DurationApiMs   *int64            `json:"duration_api_ms,omitempty"`
+	DurationMs      *int64            `json:"duration_ms,omitempty"`
+	IsError         *bool             `json:"is_error,omitempty"`
+	Kind            ActivityEventKind `json:"kind"`
+	Model           *string           `json:"model,omitempty"`
+	NumTurns        *int              `json:"num_turns,omitempty"`
+	ParentToolUseId *string           `json:"parent_tool_use_id,omitempty"`
+	Result          *string           `json:"result,omitempty"`
+
+	// Seq Position in the feed, from 1.
+	Seq int `json:"seq"`
+
+	// SessionId Claude's session id.
+	SessionId *string `json:"session_id,omitempty"`
+	Subtype   *string `json:"subtype,omitempty"`
+	Text      *string `json:"text,omitempty"`
+
+	// ToolInput A tool call's input, verbatim JSON.
+	ToolInput interface{} `json:"tool_input,omitempty"`
+	ToolName  *string     `json:"tool_name,omitempty"`
+	ToolUseId *string     `json:"tool_use_id,omitempty"`
+	Tools     *[]string   `json:"tools,omitempty"`
+	Truncated *bool       `json:"truncated,omitempty"`
+}
+
+// ActivityEventKind defines model for ActivityEvent.Kind.
+type ActivityEventKind string
+
+// ActivitySummary defines model for ActivitySummary.
+type ActivitySummary struct {
+	CostUsd float64 `json:"cost_usd"`
+
+	// Done The final result was seen.
+	Done       bool           `json:"done"`
+	DurationMs int64          `json:"duration_ms"`
+	LastText   *string        `json:"last_text,omitempty"`
+	Result     *string        `json:"result,omitempty"`
+	Success    bool           `json:"success"`
+	ToolCalls  int            `json:"tool_calls"`
+	ToolsUsed  map[string]int `json:"tools_used"`
+	Turns      int            `json:"turns"`
 }
 
 // Agent defines model for Agent.
@@ -206,6 +337,22 @@ type CommandStatus struct {
 	StdoutOffset int64 `json:"stdout_offset"`
 }
 
+// CreateSessionRequest defines model for CreateSessionRequest.
+type CreateSessionRequest struct {
+	Args *[]string `json:"args,omitempty"`
+	Cols *int      `json:"cols,omitempty"`
+
+	// Command Program to run, looked up in PATH.
+	Command string             `json:"command"`
+	Cwd     *string            `json:"cwd,omitempty"`
+	Env     *map[string]string `json:"env,omitempty"`
+
+	// Name 1-64 of A-Z a-z 0-9 _ -, not starting with - or _; default <type>-<id prefix>.
+	Name *string      `json:"name,omitempty"`
+	Rows *int         `json:"rows,omitempty"`
+	Type *SessionType `json:"type,omitempty"`
+}
+
 // DispatchAccepted defines model for DispatchAccepted.
 type DispatchAccepted struct {
 	// EstimatedStart RFC 3339 in UTC with exactly millisecond precision, e.g. 2026-05-09T07:13:22.123Z.
@@ -241,7 +388,7 @@ type Error struct {
 	// agent_gone, agent_error, command_not_found, command_ended, not_a_pty, stdin_closed,
 	// internal_error, integration_disabled, executor_not_registered, no_agent,
 	// store_unavailable, mission_conflict, mission_not_found, session_not_found,
-	// hitl_not_found, hitl_not_open.
+	// hitl_not_found, hitl_not_open, session_name_taken, not_headless, offset_beyond_end.
 	Code string `json:"code"`
 
 	// Error A message for people.
@@ -401,6 +548,39 @@ type ResizeRequest struct {
 	Rows int `json:"rows"`
 }
 
+// Session defines model for Session.
+type Session struct {
+	// Adopted The server learned of it from its agent's report.
+	Adopted   *bool      `json:"adopted,omitempty"`
+	AgentId   string     `json:"agent_id"`
+	Args      []string   `json:"args"`
+	Command   string     `json:"command"`
+	CreatedAt time.Time  `json:"created_at"`
+	Cwd       *string    `json:"cwd,omitempty"`
+	EndedAt   *time.Time `json:"ended_at,omitempty"`
+
+	// ExitCode Set once the session exited or was killed (128+N for signal N).
+	ExitCode *int `json:"exit_code,omitempty"`
+
+	// Name Unique among the live sessions of its agent.
+	Name string `json:"name"`
+
+	// Reason Why a session was lost.
+	Reason    *string      `json:"reason,omitempty"`
+	SessionId string       `json:"session_id"`
+	StartedAt *time.Time   `json:"started_at,omitempty"`
+	State     SessionState `json:"state"`
+	Type      SessionType  `json:"type"`
+}
+
+// SessionActivity defines model for SessionActivity.
+type SessionActivity struct {
+	// Dropped Older events no longer kept.
+	Dropped int             `json:"dropped"`
+	Events  []ActivityEvent `json:"events"`
+	Summary ActivitySummary `json:"summary"`
+}
+
 // SessionKilled defines model for SessionKilled.
 type SessionKilled struct {
 	MissionId *string `json:"mission_id,omitempty"`
@@ -409,6 +589,17 @@ type SessionKilled struct {
 	// Status kill_sent
 	Status string `json:"status"`
 }
+
+// SessionList defines model for SessionList.
+type SessionList struct {
+	Sessions []Session `json:"sessions"`
+}
+
+// SessionState defines model for SessionState.
+type SessionState string
+
+// SessionType defines model for SessionType.
+type SessionType string
 
 // SignalRequest defines model for SignalRequest.
 type SignalRequest struct {
@@ -440,6 +631,9 @@ type AgentID = string
 
 // CommandID defines model for CommandID.
 type CommandID = string
+
+// SessionID defines model for SessionID.
+type SessionID = string
 
 // BadGateway defines model for BadGateway.
 type BadGateway = Error
@@ -477,11 +671,40 @@ type ListMissionsParams struct {
 	State *MissionState `form:"state,omitempty" json:"state,omitempty"`
 }
 
+// ListSessionsParams defines parameters for ListSessions.
+type ListSessionsParams struct {
+	// AgentId Only the sessions of this agent.
+	AgentId *string `form:"agent_id,omitempty" json:"agent_id,omitempty"`
+
+	// State Only the sessions in this state.
+	State *SessionState `form:"state,omitempty" json:"state,omitempty"`
+}
+
+// GetSessionActivityParams defines parameters for GetSessionActivity.
+type GetSessionActivityParams struct {
+	After *int `form:"after,omitempty" json:"after,omitempty"`
+}
+
+// GetSessionOutputParams defines parameters for GetSessionOutput.
+type GetSessionOutputParams struct {
+	// From Offset to read from (default the first byte held).
+	From *int64 `form:"from,omitempty" json:"from,omitempty"`
+
+	// Max At most this many bytes in a plain answer (default and limit 4 MiB).
+	Max *int `form:"max,omitempty" json:"max,omitempty"`
+
+	// Follow Plain only; wait for output at the end of the log (SSE always follows).
+	Follow *bool `form:"follow,omitempty" json:"follow,omitempty"`
+}
+
 // StartCommandJSONRequestBody defines body for StartCommand for application/json ContentType.
 type StartCommandJSONRequestBody = ExecRequest
 
 // ExecCommandJSONRequestBody defines body for ExecCommand for application/json ContentType.
 type ExecCommandJSONRequestBody = ExecRequest
+
+// CreateSessionJSONRequestBody defines body for CreateSession for application/json ContentType.
+type CreateSessionJSONRequestBody = CreateSessionRequest
 
 // ResizeCommandJSONRequestBody defines body for ResizeCommand for application/json ContentType.
 type ResizeCommandJSONRequestBody = ResizeRequest
@@ -614,6 +837,37 @@ type ClientInterface interface {
 	// Corresponds with POST /api/v1/agents/{agent_id}/exec (the `ExecCommand` operationId).
 	ExecCommand(ctx context.Context, agentId AgentID, body ExecCommandJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListAgentSessions The sessions of one agent, oldest first (empty for an agent with none).
+	//
+	// Corresponds with GET /api/v1/agents/{agent_id}/sessions (the `ListAgentSessions` operationId).
+	ListAgentSessions(ctx context.Context, agentId AgentID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateSessionWithBody Start a session on an agent; it outlives the caller, its output goes into the session log.
+	//
+	// The session runs in a PTY of `cols`×`rows` (default 80×24); `type` defaults to background.
+	// A headless session's output is also parsed as claude stream-json into its activity feed.
+	// Codes: 400 `invalid_json`, `invalid_request` (bad type, name or command); 404
+	// `agent_not_found`; 409 `agent_not_connected`, `session_name_taken` (a live session of
+	// the agent has that name); 413 `body_too_large`; 502 `agent_gone`, `agent_error`.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/agents/{agent_id}/sessions (the `CreateSession` operationId).
+	CreateSessionWithBody(ctx context.Context, agentId AgentID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateSession Start a session on an agent; it outlives the caller, its output goes into the session log.
+	//
+	// The session runs in a PTY of `cols`×`rows` (default 80×24); `type` defaults to background.
+	// A headless session's output is also parsed as claude stream-json into its activity feed.
+	// Codes: 400 `invalid_json`, `invalid_request` (bad type, name or command); 404
+	// `agent_not_found`; 409 `agent_not_connected`, `session_name_taken` (a live session of
+	// the agent has that name); 413 `body_too_large`; 502 `agent_gone`, `agent_error`.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/agents/{agent_id}/sessions (the `CreateSession` operationId).
+	CreateSession(ctx context.Context, agentId AgentID, body CreateSessionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ReconnectAIWG Reconnect to aiwg serve now, skipping the backoff wait.
 	//
 	// Corresponds with POST /api/v1/aiwg/reconnect (the `ReconnectAIWG` operationId).
@@ -703,6 +957,11 @@ type ClientInterface interface {
 	// GetMission performs a GET /api/v1/missions/{mission_id} (the `GetMission` operationId) request.
 	GetMission(ctx context.Context, missionId string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListSessions Sessions (interactive, headless, background) on every agent, oldest first.
+	//
+	// Corresponds with GET /api/v1/sessions (the `ListSessions` operationId).
+	ListSessions(ctx context.Context, params *ListSessionsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// KillSession Kill a session (its whole process group); a mission running in it ends as mission.aborted.
 	//
 	// `mission_id` is in the answer when the session runs a mission.
@@ -711,6 +970,20 @@ type ClientInterface interface {
 	//
 	// Corresponds with DELETE /api/v1/sessions/{session_id} (the `KillSession` operationId).
 	KillSession(ctx context.Context, sessionId string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetSession One session. 404 `session_not_found`.
+	//
+	// Corresponds with GET /api/v1/sessions/{session_id} (the `GetSession` operationId).
+	GetSession(ctx context.Context, sessionId SessionID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetSessionActivity The typed activity feed of a headless session (claude stream-json).
+	//
+	// Events with `seq` > `after` (default 0: all kept), the summary of the run so far, and
+	// how many older events were dropped (at most 2000 are kept; the raw output stays in the
+	// session log). Codes: 404 `session_not_found`; 409 `not_headless`.
+	//
+	// Corresponds with GET /api/v1/sessions/{session_id}/activity (the `GetSessionActivity` operationId).
+	GetSessionActivity(ctx context.Context, sessionId SessionID, params *GetSessionActivityParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// DispatchMissionWithBody aiwg serve dispatches a mission to this executor.
 	//
@@ -769,6 +1042,34 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /api/v1/sessions/{session_id}/dispatch (the `DispatchMission` operationId).
 	DispatchMission(ctx context.Context, sessionId string, body DispatchMissionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetSessionOutput Read a session's output from an offset, plain or as a live Server-Sent Events stream.
+	//
+	// Output is an append-only byte log per session, addressed by absolute offsets and
+	// bounded in size (the oldest bytes are dropped).
+	//
+	// Plain (any `Accept` but `text/event-stream`): the body is the raw bytes from `from`
+	// (default: the first byte held), at most `max`. `X-Output-Start` is the offset of the
+	// first returned byte, `X-Output-End` the offset after the last (continue from it), and
+	// `X-Output-Gap: true` says bytes between `from` and `X-Output-Start` were dropped. At the
+	// end of the log the body is empty; with `follow=true` the request first waits (up to 30 s)
+	// for output or the end of the session.
+	//
+	// `Accept: text/event-stream`: an SSE stream that sends what is held from `from`, then
+	// follows live output until the session ends (then an `exited` frame and the end of the
+	// stream) or the client goes away. Frames: `event: output` with `data: {"offset", "data",
+	// "encoding"}` (`data` is UTF-8 text, or base64 with `"encoding": "base64"` when the bytes
+	// are not valid UTF-8) and `id:` the offset after it (a reconnecting EventSource resumes
+	// there through `Last-Event-ID` when `from` is absent); `event: gap` with `data: {"from",
+	// "to"}` when bytes were dropped; `event: exited` with `data: {"state", "exit_code",
+	// "end"}`. Comment lines (`: ping`) keep an idle stream alive. A slow reader is paced,
+	// never dropped: when it falls behind the bound it gets a `gap` frame.
+	//
+	// Codes: 400 `invalid_request`, `offset_beyond_end` (`from` is past the end of the log);
+	// 404 `session_not_found`.
+	//
+	// Corresponds with GET /api/v1/sessions/{session_id}/output (the `GetSessionOutput` operationId).
+	GetSessionOutput(ctx context.Context, sessionId SessionID, params *GetSessionOutputParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetHealthz Liveness probe
 	//
@@ -873,6 +1174,67 @@ func (c *Client) ExecCommandWithBody(ctx context.Context, agentId AgentID, conte
 // Corresponds with POST /api/v1/agents/{agent_id}/exec (the `ExecCommand` operationId).
 func (c *Client) ExecCommand(ctx context.Context, agentId AgentID, body ExecCommandJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewExecCommandRequest(c.Server, agentId, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListAgentSessions The sessions of one agent, oldest first (empty for an agent with none).
+//
+// Corresponds with GET /api/v1/agents/{agent_id}/sessions (the `ListAgentSessions` operationId).
+func (c *Client) ListAgentSessions(ctx context.Context, agentId AgentID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListAgentSessionsRequest(c.Server, agentId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateSessionWithBody Start a session on an agent; it outlives the caller, its output goes into the session log.
+//
+// The session runs in a PTY of `cols`×`rows` (default 80×24); `type` defaults to background.
+// A headless session's output is also parsed as claude stream-json into its activity feed.
+// Codes: 400 `invalid_json`, `invalid_request` (bad type, name or command); 404
+// `agent_not_found`; 409 `agent_not_connected`, `session_name_taken` (a live session of
+// the agent has that name); 413 `body_too_large`; 502 `agent_gone`, `agent_error`.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/agents/{agent_id}/sessions (the `CreateSession` operationId).
+func (c *Client) CreateSessionWithBody(ctx context.Context, agentId AgentID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateSessionRequestWithBody(c.Server, agentId, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateSession Start a session on an agent; it outlives the caller, its output goes into the session log.
+//
+// The session runs in a PTY of `cols`×`rows` (default 80×24); `type` defaults to background.
+// A headless session's output is also parsed as claude stream-json into its activity feed.
+// Codes: 400 `invalid_json`, `invalid_request` (bad type, name or command); 404
+// `agent_not_found`; 409 `agent_not_connected`, `session_name_taken` (a live session of
+// the agent has that name); 413 `body_too_large`; 502 `agent_gone`, `agent_error`.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/agents/{agent_id}/sessions (the `CreateSession` operationId).
+func (c *Client) CreateSession(ctx context.Context, agentId AgentID, body CreateSessionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateSessionRequest(c.Server, agentId, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1122,6 +1484,21 @@ func (c *Client) GetMission(ctx context.Context, missionId string, reqEditors ..
 	return c.Client.Do(req)
 }
 
+// ListSessions Sessions (interactive, headless, background) on every agent, oldest first.
+//
+// Corresponds with GET /api/v1/sessions (the `ListSessions` operationId).
+func (c *Client) ListSessions(ctx context.Context, params *ListSessionsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListSessionsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // KillSession Kill a session (its whole process group); a mission running in it ends as mission.aborted.
 //
 // `mission_id` is in the answer when the session runs a mission.
@@ -1131,6 +1508,40 @@ func (c *Client) GetMission(ctx context.Context, missionId string, reqEditors ..
 // Corresponds with DELETE /api/v1/sessions/{session_id} (the `KillSession` operationId).
 func (c *Client) KillSession(ctx context.Context, sessionId string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewKillSessionRequest(c.Server, sessionId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetSession One session. 404 `session_not_found`.
+//
+// Corresponds with GET /api/v1/sessions/{session_id} (the `GetSession` operationId).
+func (c *Client) GetSession(ctx context.Context, sessionId SessionID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetSessionRequest(c.Server, sessionId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetSessionActivity The typed activity feed of a headless session (claude stream-json).
+//
+// Events with `seq` > `after` (default 0: all kept), the summary of the run so far, and
+// how many older events were dropped (at most 2000 are kept; the raw output stays in the
+// session log). Codes: 404 `session_not_found`; 409 `not_headless`.
+//
+// Corresponds with GET /api/v1/sessions/{session_id}/activity (the `GetSessionActivity` operationId).
+func (c *Client) GetSessionActivity(ctx context.Context, sessionId SessionID, params *GetSessionActivityParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetSessionActivityRequest(c.Server, sessionId, params)
 	if err != nil {
 		return nil, err
 	}
@@ -1209,6 +1620,44 @@ func (c *Client) DispatchMissionWithBody(ctx context.Context, sessionId string, 
 // Corresponds with POST /api/v1/sessions/{session_id}/dispatch (the `DispatchMission` operationId).
 func (c *Client) DispatchMission(ctx context.Context, sessionId string, body DispatchMissionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewDispatchMissionRequest(c.Server, sessionId, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetSessionOutput Read a session's output from an offset, plain or as a live Server-Sent Events stream.
+//
+// Output is an append-only byte log per session, addressed by absolute offsets and
+// bounded in size (the oldest bytes are dropped).
+//
+// Plain (any `Accept` but `text/event-stream`): the body is the raw bytes from `from`
+// (default: the first byte held), at most `max`. `X-Output-Start` is the offset of the
+// first returned byte, `X-Output-End` the offset after the last (continue from it), and
+// `X-Output-Gap: true` says bytes between `from` and `X-Output-Start` were dropped. At the
+// end of the log the body is empty; with `follow=true` the request first waits (up to 30 s)
+// for output or the end of the session.
+//
+// `Accept: text/event-stream`: an SSE stream that sends what is held from `from`, then
+// follows live output until the session ends (then an `exited` frame and the end of the
+// stream) or the client goes away. Frames: `event: output` with `data: {"offset", "data",
+// "encoding"}` (`data` is UTF-8 text, or base64 with `"encoding": "base64"` when the bytes
+// are not valid UTF-8) and `id:` the offset after it (a reconnecting EventSource resumes
+// there through `Last-Event-ID` when `from` is absent); `event: gap` with `data: {"from",
+// "to"}` when bytes were dropped; `event: exited` with `data: {"state", "exit_code",
+// "end"}`. Comment lines (`: ping`) keep an idle stream alive. A slow reader is paced,
+// never dropped: when it falls behind the bound it gets a `gap` frame.
+//
+// Codes: 400 `invalid_request`, `offset_beyond_end` (`from` is past the end of the log);
+// 404 `session_not_found`.
+//
+// Corresponds with GET /api/v1/sessions/{session_id}/output (the `GetSessionOutput` operationId).
+func (c *Client) GetSessionOutput(ctx context.Context, sessionId SessionID, params *GetSessionOutputParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetSessionOutputRequest(c.Server, sessionId, params)
 	if err != nil {
 		return nil, err
 	}
@@ -1385,6 +1834,87 @@ func NewExecCommandRequestWithBody(server string, agentId AgentID, contentType s
 	}
 
 	operationPath := fmt.Sprintf("/api/v1/agents/%s/exec", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewListAgentSessionsRequest constructs an http.Request for the ListAgentSessions method
+func NewListAgentSessionsRequest(server string, agentId AgentID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "agent_id", agentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/agents/%s/sessions", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCreateSessionRequest calls the generic CreateSession builder with application/json body
+func NewCreateSessionRequest(server string, agentId AgentID, body CreateSessionJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateSessionRequestWithBody(server, agentId, "application/json", bodyReader)
+}
+
+// NewCreateSessionRequestWithBody constructs an http.Request for the CreateSession method, with any body, and a specified content type
+func NewCreateSessionRequestWithBody(server string, agentId AgentID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "agent_id", agentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/agents/%s/sessions", pathParam0)
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -1880,6 +2410,72 @@ func NewGetMissionRequest(server string, missionId string) (*http.Request, error
 	return req, nil
 }
 
+// NewListSessionsRequest constructs an http.Request for the ListSessions method
+func NewListSessionsRequest(server string, params *ListSessionsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/sessions")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.AgentId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "agent_id", *params.AgentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.State != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "state", *params.State, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewKillSessionRequest constructs an http.Request for the KillSession method
 func NewKillSessionRequest(server string, sessionId string) (*http.Request, error) {
 	var err error
@@ -1907,6 +2503,101 @@ func NewKillSessionRequest(server string, sessionId string) (*http.Request, erro
 	}
 
 	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetSessionRequest constructs an http.Request for the GetSession method
+func NewGetSessionRequest(server string, sessionId SessionID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "session_id", sessionId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/sessions/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetSessionActivityRequest constructs an http.Request for the GetSessionActivity method
+func NewGetSessionActivityRequest(server string, sessionId SessionID, params *GetSessionActivityParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "session_id", sessionId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/sessions/%s/activity", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.After != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "after", *params.After, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -1957,6 +2648,91 @@ func NewDispatchMissionRequestWithBody(server string, sessionId string, contentT
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewGetSessionOutputRequest constructs an http.Request for the GetSessionOutput method
+func NewGetSessionOutputRequest(server string, sessionId SessionID, params *GetSessionOutputParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "session_id", sessionId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/sessions/%s/output", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.From != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "from", *params.From, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Max != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "max", *params.Max, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Follow != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "follow", *params.Follow, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
 
 	return req, nil
 }
@@ -2105,6 +2881,39 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /api/v1/agents/{agent_id}/exec (the `ExecCommand` operationId).
 	ExecCommandWithResponse(ctx context.Context, agentId AgentID, body ExecCommandJSONRequestBody, reqEditors ...RequestEditorFn) (*ExecCommandResponse, error)
 
+	// ListAgentSessionsWithResponse The sessions of one agent, oldest first (empty for an agent with none).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/agents/{agent_id}/sessions (the `ListAgentSessions` operationId).
+	ListAgentSessionsWithResponse(ctx context.Context, agentId AgentID, reqEditors ...RequestEditorFn) (*ListAgentSessionsResponse, error)
+
+	// CreateSessionWithBodyWithResponse Start a session on an agent; it outlives the caller, its output goes into the session log.
+	//
+	// The session runs in a PTY of `cols`×`rows` (default 80×24); `type` defaults to background.
+	// A headless session's output is also parsed as claude stream-json into its activity feed.
+	// Codes: 400 `invalid_json`, `invalid_request` (bad type, name or command); 404
+	// `agent_not_found`; 409 `agent_not_connected`, `session_name_taken` (a live session of
+	// the agent has that name); 413 `body_too_large`; 502 `agent_gone`, `agent_error`.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/agents/{agent_id}/sessions (the `CreateSession` operationId).
+	CreateSessionWithBodyWithResponse(ctx context.Context, agentId AgentID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateSessionResponse, error)
+
+	// CreateSessionWithResponse Start a session on an agent; it outlives the caller, its output goes into the session log.
+	//
+	// The session runs in a PTY of `cols`×`rows` (default 80×24); `type` defaults to background.
+	// A headless session's output is also parsed as claude stream-json into its activity feed.
+	// Codes: 400 `invalid_json`, `invalid_request` (bad type, name or command); 404
+	// `agent_not_found`; 409 `agent_not_connected`, `session_name_taken` (a live session of
+	// the agent has that name); 413 `body_too_large`; 502 `agent_gone`, `agent_error`.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/agents/{agent_id}/sessions (the `CreateSession` operationId).
+	CreateSessionWithResponse(ctx context.Context, agentId AgentID, body CreateSessionJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateSessionResponse, error)
+
 	// ReconnectAIWGWithResponse Reconnect to aiwg serve now, skipping the backoff wait.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -2214,6 +3023,13 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	GetMissionWithResponse(ctx context.Context, missionId string, reqEditors ...RequestEditorFn) (*GetMissionResponse, error)
 
+	// ListSessionsWithResponse Sessions (interactive, headless, background) on every agent, oldest first.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/sessions (the `ListSessions` operationId).
+	ListSessionsWithResponse(ctx context.Context, params *ListSessionsParams, reqEditors ...RequestEditorFn) (*ListSessionsResponse, error)
+
 	// KillSessionWithResponse Kill a session (its whole process group); a mission running in it ends as mission.aborted.
 	//
 	// `mission_id` is in the answer when the session runs a mission.
@@ -2224,6 +3040,24 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with DELETE /api/v1/sessions/{session_id} (the `KillSession` operationId).
 	KillSessionWithResponse(ctx context.Context, sessionId string, reqEditors ...RequestEditorFn) (*KillSessionResponse, error)
+
+	// GetSessionWithResponse One session. 404 `session_not_found`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/sessions/{session_id} (the `GetSession` operationId).
+	GetSessionWithResponse(ctx context.Context, sessionId SessionID, reqEditors ...RequestEditorFn) (*GetSessionResponse, error)
+
+	// GetSessionActivityWithResponse The typed activity feed of a headless session (claude stream-json).
+	//
+	// Events with `seq` > `after` (default 0: all kept), the summary of the run so far, and
+	// how many older events were dropped (at most 2000 are kept; the raw output stays in the
+	// session log). Codes: 404 `session_not_found`; 409 `not_headless`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/sessions/{session_id}/activity (the `GetSessionActivity` operationId).
+	GetSessionActivityWithResponse(ctx context.Context, sessionId SessionID, params *GetSessionActivityParams, reqEditors ...RequestEditorFn) (*GetSessionActivityResponse, error)
 
 	// DispatchMissionWithBodyWithResponse aiwg serve dispatches a mission to this executor.
 	//
@@ -2282,6 +3116,36 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /api/v1/sessions/{session_id}/dispatch (the `DispatchMission` operationId).
 	DispatchMissionWithResponse(ctx context.Context, sessionId string, body DispatchMissionJSONRequestBody, reqEditors ...RequestEditorFn) (*DispatchMissionResponse, error)
+
+	// GetSessionOutputWithResponse Read a session's output from an offset, plain or as a live Server-Sent Events stream.
+	//
+	// Output is an append-only byte log per session, addressed by absolute offsets and
+	// bounded in size (the oldest bytes are dropped).
+	//
+	// Plain (any `Accept` but `text/event-stream`): the body is the raw bytes from `from`
+	// (default: the first byte held), at most `max`. `X-Output-Start` is the offset of the
+	// first returned byte, `X-Output-End` the offset after the last (continue from it), and
+	// `X-Output-Gap: true` says bytes between `from` and `X-Output-Start` were dropped. At the
+	// end of the log the body is empty; with `follow=true` the request first waits (up to 30 s)
+	// for output or the end of the session.
+	//
+	// `Accept: text/event-stream`: an SSE stream that sends what is held from `from`, then
+	// follows live output until the session ends (then an `exited` frame and the end of the
+	// stream) or the client goes away. Frames: `event: output` with `data: {"offset", "data",
+	// "encoding"}` (`data` is UTF-8 text, or base64 with `"encoding": "base64"` when the bytes
+	// are not valid UTF-8) and `id:` the offset after it (a reconnecting EventSource resumes
+	// there through `Last-Event-ID` when `from` is absent); `event: gap` with `data: {"from",
+	// "to"}` when bytes were dropped; `event: exited` with `data: {"state", "exit_code",
+	// "end"}`. Comment lines (`: ping`) keep an idle stream alive. A slow reader is paced,
+	// never dropped: when it falls behind the bound it gets a `gap` frame.
+	//
+	// Codes: 400 `invalid_request`, `offset_beyond_end` (`from` is past the end of the log);
+	// 404 `session_not_found`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/sessions/{session_id}/output (the `GetSessionOutput` operationId).
+	GetSessionOutputWithResponse(ctx context.Context, sessionId SessionID, params *GetSessionOutputParams, reqEditors ...RequestEditorFn) (*GetSessionOutputResponse, error)
 
 	// GetHealthzWithResponse Liveness probe
 	//
@@ -2561,6 +3425,137 @@ func (r ExecCommandResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ExecCommandResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListAgentSessionsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *SessionList
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListAgentSessionsResponse) GetJSON200() *SessionList {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ListAgentSessionsResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetBody returns the raw response body bytes
+func (r ListAgentSessionsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListAgentSessionsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListAgentSessionsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListAgentSessionsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CreateSessionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Session
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *TooLarge
+	// JSON502 the response for an HTTP 502 `application/json` response
+	JSON502 *BadGateway
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateSessionResponse) GetJSON201() *Session {
+	return r.JSON201
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r CreateSessionResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r CreateSessionResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r CreateSessionResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r CreateSessionResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r CreateSessionResponse) GetJSON413() *TooLarge {
+	return r.JSON413
+}
+
+// GetJSON502 returns the response for an HTTP 502 `application/json` response
+func (r CreateSessionResponse) GetJSON502() *BadGateway {
+	return r.JSON502
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateSessionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateSessionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateSessionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateSessionResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -3284,6 +4279,61 @@ func (r GetMissionResponse) ContentType() string {
 	return ""
 }
 
+type ListSessionsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *SessionList
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListSessionsResponse) GetJSON200() *SessionList {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ListSessionsResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ListSessionsResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetBody returns the raw response body bytes
+func (r ListSessionsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListSessionsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListSessionsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListSessionsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type KillSessionResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -3347,6 +4397,130 @@ func (r KillSessionResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r KillSessionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetSessionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Session
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetSessionResponse) GetJSON200() *Session {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetSessionResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetSessionResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r GetSessionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetSessionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetSessionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetSessionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetSessionActivityResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *SessionActivity
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetSessionActivityResponse) GetJSON200() *SessionActivity {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetSessionActivityResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetSessionActivityResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetSessionActivityResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r GetSessionActivityResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetBody returns the raw response body bytes
+func (r GetSessionActivityResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetSessionActivityResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetSessionActivityResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetSessionActivityResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -3430,6 +4604,70 @@ func (r DispatchMissionResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r DispatchMissionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetSessionOutputResponse200Headers the declared response headers of an HTTP 200 response for GetSessionOutput
+type GetSessionOutputResponse200Headers struct {
+	XOutputEnd   *int64
+	XOutputGap   *string
+	XOutputStart *int64
+}
+
+type GetSessionOutputResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetSessionOutputResponse200Headers
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetSessionOutputResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetSessionOutputResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetSessionOutputResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r GetSessionOutputResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetSessionOutputResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetSessionOutputResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetSessionOutputResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -3605,6 +4843,57 @@ func (c *ClientWithResponses) ExecCommandWithResponse(ctx context.Context, agent
 		return nil, err
 	}
 	return ParseExecCommandResponse(rsp)
+}
+
+// ListAgentSessionsWithResponse The sessions of one agent, oldest first (empty for an agent with none).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/agents/{agent_id}/sessions (the `ListAgentSessions` operationId).
+func (c *ClientWithResponses) ListAgentSessionsWithResponse(ctx context.Context, agentId AgentID, reqEditors ...RequestEditorFn) (*ListAgentSessionsResponse, error) {
+	rsp, err := c.ListAgentSessions(ctx, agentId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListAgentSessionsResponse(rsp)
+}
+
+// CreateSessionWithBodyWithResponse Start a session on an agent; it outlives the caller, its output goes into the session log.
+//
+// The session runs in a PTY of `cols`×`rows` (default 80×24); `type` defaults to background.
+// A headless session's output is also parsed as claude stream-json into its activity feed.
+// Codes: 400 `invalid_json`, `invalid_request` (bad type, name or command); 404
+// `agent_not_found`; 409 `agent_not_connected`, `session_name_taken` (a live session of
+// the agent has that name); 413 `body_too_large`; 502 `agent_gone`, `agent_error`.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/agents/{agent_id}/sessions (the `CreateSession` operationId).
+func (c *ClientWithResponses) CreateSessionWithBodyWithResponse(ctx context.Context, agentId AgentID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateSessionResponse, error) {
+	rsp, err := c.CreateSessionWithBody(ctx, agentId, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateSessionResponse(rsp)
+}
+
+// CreateSessionWithResponse Start a session on an agent; it outlives the caller, its output goes into the session log.
+//
+// The session runs in a PTY of `cols`×`rows` (default 80×24); `type` defaults to background.
+// A headless session's output is also parsed as claude stream-json into its activity feed.
+// Codes: 400 `invalid_json`, `invalid_request` (bad type, name or command); 404
+// `agent_not_found`; 409 `agent_not_connected`, `session_name_taken` (a live session of
+// the agent has that name); 413 `body_too_large`; 502 `agent_gone`, `agent_error`.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/agents/{agent_id}/sessions (the `CreateSession` operationId).
+func (c *ClientWithResponses) CreateSessionWithResponse(ctx context.Context, agentId AgentID, body CreateSessionJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateSessionResponse, error) {
+	rsp, err := c.CreateSession(ctx, agentId, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateSessionResponse(rsp)
 }
 
 // ReconnectAIWGWithResponse Reconnect to aiwg serve now, skipping the backoff wait.
@@ -3806,6 +5095,19 @@ func (c *ClientWithResponses) GetMissionWithResponse(ctx context.Context, missio
 	return ParseGetMissionResponse(rsp)
 }
 
+// ListSessionsWithResponse Sessions (interactive, headless, background) on every agent, oldest first.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/sessions (the `ListSessions` operationId).
+func (c *ClientWithResponses) ListSessionsWithResponse(ctx context.Context, params *ListSessionsParams, reqEditors ...RequestEditorFn) (*ListSessionsResponse, error) {
+	rsp, err := c.ListSessions(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListSessionsResponse(rsp)
+}
+
 // KillSessionWithResponse Kill a session (its whole process group); a mission running in it ends as mission.aborted.
 //
 // `mission_id` is in the answer when the session runs a mission.
@@ -3821,6 +5123,36 @@ func (c *ClientWithResponses) KillSessionWithResponse(ctx context.Context, sessi
 		return nil, err
 	}
 	return ParseKillSessionResponse(rsp)
+}
+
+// GetSessionWithResponse One session. 404 `session_not_found`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/sessions/{session_id} (the `GetSession` operationId).
+func (c *ClientWithResponses) GetSessionWithResponse(ctx context.Context, sessionId SessionID, reqEditors ...RequestEditorFn) (*GetSessionResponse, error) {
+	rsp, err := c.GetSession(ctx, sessionId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetSessionResponse(rsp)
+}
+
+// GetSessionActivityWithResponse The typed activity feed of a headless session (claude stream-json).
+//
+// Events with `seq` > `after` (default 0: all kept), the summary of the run so far, and
+// how many older events were dropped (at most 2000 are kept; the raw output stays in the
+// session log). Codes: 404 `session_not_found`; 409 `not_headless`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/sessions/{session_id}/activity (the `GetSessionActivity` operationId).
+func (c *ClientWithResponses) GetSessionActivityWithResponse(ctx context.Context, sessionId SessionID, params *GetSessionActivityParams, reqEditors ...RequestEditorFn) (*GetSessionActivityResponse, error) {
+	rsp, err := c.GetSessionActivity(ctx, sessionId, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetSessionActivityResponse(rsp)
 }
 
 // DispatchMissionWithBodyWithResponse aiwg serve dispatches a mission to this executor.
@@ -3891,6 +5223,42 @@ func (c *ClientWithResponses) DispatchMissionWithResponse(ctx context.Context, s
 		return nil, err
 	}
 	return ParseDispatchMissionResponse(rsp)
+}
+
+// GetSessionOutputWithResponse Read a session's output from an offset, plain or as a live Server-Sent Events stream.
+//
+// Output is an append-only byte log per session, addressed by absolute offsets and
+// bounded in size (the oldest bytes are dropped).
+//
+// Plain (any `Accept` but `text/event-stream`): the body is the raw bytes from `from`
+// (default: the first byte held), at most `max`. `X-Output-Start` is the offset of the
+// first returned byte, `X-Output-End` the offset after the last (continue from it), and
+// `X-Output-Gap: true` says bytes between `from` and `X-Output-Start` were dropped. At the
+// end of the log the body is empty; with `follow=true` the request first waits (up to 30 s)
+// for output or the end of the session.
+//
+// `Accept: text/event-stream`: an SSE stream that sends what is held from `from`, then
+// follows live output until the session ends (then an `exited` frame and the end of the
+// stream) or the client goes away. Frames: `event: output` with `data: {"offset", "data",
+// "encoding"}` (`data` is UTF-8 text, or base64 with `"encoding": "base64"` when the bytes
+// are not valid UTF-8) and `id:` the offset after it (a reconnecting EventSource resumes
+// there through `Last-Event-ID` when `from` is absent); `event: gap` with `data: {"from",
+// "to"}` when bytes were dropped; `event: exited` with `data: {"state", "exit_code",
+// "end"}`. Comment lines (`: ping`) keep an idle stream alive. A slow reader is paced,
+// never dropped: when it falls behind the bound it gets a `gap` frame.
+//
+// Codes: 400 `invalid_request`, `offset_beyond_end` (`from` is past the end of the log);
+// 404 `session_not_found`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/sessions/{session_id}/output (the `GetSessionOutput` operationId).
+func (c *ClientWithResponses) GetSessionOutputWithResponse(ctx context.Context, sessionId SessionID, params *GetSessionOutputParams, reqEditors ...RequestEditorFn) (*GetSessionOutputResponse, error) {
+	rsp, err := c.GetSessionOutput(ctx, sessionId, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetSessionOutputResponse(rsp)
 }
 
 // GetHealthzWithResponse Liveness probe
@@ -4080,6 +5448,107 @@ func ParseExecCommandResponse(rsp *http.Response) (*ExecCommandResponse, error) 
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
+		var dest BadGateway
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON502 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListAgentSessionsResponse parses an HTTP response from a ListAgentSessionsWithResponse call
+func ParseListAgentSessionsResponse(rsp *http.Response) (*ListAgentSessionsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListAgentSessionsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest SessionList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCreateSessionResponse parses an HTTP response from a CreateSessionWithResponse call
+func ParseCreateSessionResponse(rsp *http.Response) (*CreateSessionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateSessionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Session
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
 		var dest BadRequest
@@ -4689,6 +6158,46 @@ func ParseGetMissionResponse(rsp *http.Response) (*GetMissionResponse, error) {
 	return response, nil
 }
 
+// ParseListSessionsResponse parses an HTTP response from a ListSessionsWithResponse call
+func ParseListSessionsResponse(rsp *http.Response) (*ListSessionsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListSessionsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest SessionList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseKillSessionResponse parses an HTTP response from a KillSessionWithResponse call
 func ParseKillSessionResponse(rsp *http.Response) (*KillSessionResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -4737,6 +6246,100 @@ func ParseKillSessionResponse(rsp *http.Response) (*KillSessionResponse, error) 
 			return nil, err
 		}
 		response.JSON502 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetSessionResponse parses an HTTP response from a GetSessionWithResponse call
+func ParseGetSessionResponse(rsp *http.Response) (*GetSessionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetSessionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Session
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetSessionActivityResponse parses an HTTP response from a GetSessionActivityWithResponse call
+func ParseGetSessionActivityResponse(rsp *http.Response) (*GetSessionActivityResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetSessionActivityResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest SessionActivity
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
 
 	}
 
@@ -4806,6 +6409,73 @@ func ParseDispatchMissionResponse(rsp *http.Response) (*DispatchMissionResponse,
 		}
 		response.JSON503 = &dest
 
+	}
+
+	return response, nil
+}
+
+// ParseGetSessionOutputResponse parses an HTTP response from a GetSessionOutputWithResponse call
+func ParseGetSessionOutputResponse(rsp *http.Response) (*GetSessionOutputResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetSessionOutputResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetSessionOutputResponse200Headers
+		if values := rsp.Header.Values("X-Output-End"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Output-End", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.XOutputEnd = &value
+		}
+		if values := rsp.Header.Values("X-Output-Gap"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Output-Gap", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XOutputGap = &value
+		}
+		if values := rsp.Header.Values("X-Output-Start"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Output-Start", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.XOutputStart = &value
+		}
+		response.Headers200 = &headers
 	}
 
 	return response, nil
@@ -4884,6 +6554,12 @@ type ServerInterface interface {
 	// ExecCommand Run a command on an agent and wait for its result.
 	// (POST /api/v1/agents/{agent_id}/exec)
 	ExecCommand(w http.ResponseWriter, r *http.Request, agentId AgentID)
+	// ListAgentSessions The sessions of one agent, oldest first (empty for an agent with none).
+	// (GET /api/v1/agents/{agent_id}/sessions)
+	ListAgentSessions(w http.ResponseWriter, r *http.Request, agentId AgentID)
+	// CreateSession Start a session on an agent; it outlives the caller, its output goes into the session log.
+	// (POST /api/v1/agents/{agent_id}/sessions)
+	CreateSession(w http.ResponseWriter, r *http.Request, agentId AgentID)
 	// ReconnectAIWG Reconnect to aiwg serve now, skipping the backoff wait.
 	// (POST /api/v1/aiwg/reconnect)
 	ReconnectAIWG(w http.ResponseWriter, r *http.Request)
@@ -4917,12 +6593,24 @@ type ServerInterface interface {
 
 	// (GET /api/v1/missions/{mission_id})
 	GetMission(w http.ResponseWriter, r *http.Request, missionId string)
+	// ListSessions Sessions (interactive, headless, background) on every agent, oldest first.
+	// (GET /api/v1/sessions)
+	ListSessions(w http.ResponseWriter, r *http.Request, params ListSessionsParams)
 	// KillSession Kill a session (its whole process group); a mission running in it ends as mission.aborted.
 	// (DELETE /api/v1/sessions/{session_id})
 	KillSession(w http.ResponseWriter, r *http.Request, sessionId string)
+	// GetSession One session. 404 `session_not_found`.
+	// (GET /api/v1/sessions/{session_id})
+	GetSession(w http.ResponseWriter, r *http.Request, sessionId SessionID)
+	// GetSessionActivity The typed activity feed of a headless session (claude stream-json).
+	// (GET /api/v1/sessions/{session_id}/activity)
+	GetSessionActivity(w http.ResponseWriter, r *http.Request, sessionId SessionID, params GetSessionActivityParams)
 	// DispatchMission aiwg serve dispatches a mission to this executor.
 	// (POST /api/v1/sessions/{session_id}/dispatch)
 	DispatchMission(w http.ResponseWriter, r *http.Request, sessionId string)
+	// GetSessionOutput Read a session's output from an offset, plain or as a live Server-Sent Events stream.
+	// (GET /api/v1/sessions/{session_id}/output)
+	GetSessionOutput(w http.ResponseWriter, r *http.Request, sessionId SessionID, params GetSessionOutputParams)
 	// GetHealthz Liveness probe
 	// (GET /healthz)
 	GetHealthz(w http.ResponseWriter, r *http.Request)
@@ -5023,6 +6711,58 @@ func (siw *ServerInterfaceWrapper) ExecCommand(w http.ResponseWriter, r *http.Re
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.ExecCommand(w, r, agentId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListAgentSessions operation middleware
+func (siw *ServerInterfaceWrapper) ListAgentSessions(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "agent_id" -------------
+	var agentId AgentID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "agent_id", r.PathValue("agent_id"), &agentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "agent_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListAgentSessions(w, r, agentId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateSession operation middleware
+func (siw *ServerInterfaceWrapper) CreateSession(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "agent_id" -------------
+	var agentId AgentID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "agent_id", r.PathValue("agent_id"), &agentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "agent_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateSession(w, r, agentId)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -5331,6 +7071,52 @@ func (siw *ServerInterfaceWrapper) GetMission(w http.ResponseWriter, r *http.Req
 	handler.ServeHTTP(w, r)
 }
 
+// ListSessions operation middleware
+func (siw *ServerInterfaceWrapper) ListSessions(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListSessionsParams
+
+	// ------------- Optional query parameter "agent_id" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "agent_id", r.URL.Query(), &params.AgentId, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "agent_id"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "agent_id", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "state" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "state", r.URL.Query(), &params.State, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "state"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "state", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListSessions(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // KillSession operation middleware
 func (siw *ServerInterfaceWrapper) KillSession(w http.ResponseWriter, r *http.Request) {
 
@@ -5357,6 +7143,74 @@ func (siw *ServerInterfaceWrapper) KillSession(w http.ResponseWriter, r *http.Re
 	handler.ServeHTTP(w, r)
 }
 
+// GetSession operation middleware
+func (siw *ServerInterfaceWrapper) GetSession(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "session_id" -------------
+	var sessionId SessionID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "session_id", r.PathValue("session_id"), &sessionId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "session_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetSession(w, r, sessionId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetSessionActivity operation middleware
+func (siw *ServerInterfaceWrapper) GetSessionActivity(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "session_id" -------------
+	var sessionId SessionID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "session_id", r.PathValue("session_id"), &sessionId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "session_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetSessionActivityParams
+
+	// ------------- Optional query parameter "after" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "after", r.URL.Query(), &params.After, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "after"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "after", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetSessionActivity(w, r, sessionId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // DispatchMission operation middleware
 func (siw *ServerInterfaceWrapper) DispatchMission(w http.ResponseWriter, r *http.Request) {
 
@@ -5374,6 +7228,74 @@ func (siw *ServerInterfaceWrapper) DispatchMission(w http.ResponseWriter, r *htt
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.DispatchMission(w, r, sessionId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetSessionOutput operation middleware
+func (siw *ServerInterfaceWrapper) GetSessionOutput(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "session_id" -------------
+	var sessionId SessionID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "session_id", r.PathValue("session_id"), &sessionId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "session_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetSessionOutputParams
+
+	// ------------- Optional query parameter "from" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "from", r.URL.Query(), &params.From, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "from"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "from", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "max" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "max", r.URL.Query(), &params.Max, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "max"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "max", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "follow" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "follow", r.URL.Query(), &params.Follow, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "follow"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "follow", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetSessionOutput(w, r, sessionId, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -5543,7 +7465,13 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/commands/{command_id}/resize", wrapper.ResizeCommand)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/commands/{command_id}/signal", wrapper.SignalCommand)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/sessions/{session_id}/dispatch", wrapper.DispatchMission)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/sessions", wrapper.ListSessions)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/agents/{agent_id}/sessions", wrapper.ListAgentSessions)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/agents/{agent_id}/sessions", wrapper.CreateSession)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/sessions/{session_id}/output", wrapper.GetSessionOutput)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/sessions/{session_id}/activity", wrapper.GetSessionActivity)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/api/v1/sessions/{session_id}", wrapper.KillSession)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/sessions/{session_id}", wrapper.GetSession)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/missions", wrapper.ListMissions)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/missions/{mission_id}", wrapper.GetMission)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/hitl", wrapper.ListHITL)
@@ -5856,6 +7784,149 @@ func (response ExecCommand413JSONResponse) VisitExecCommandResponse(w http.Respo
 type ExecCommand502JSONResponse struct{ BadGatewayJSONResponse }
 
 func (response ExecCommand502JSONResponse) VisitExecCommandResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(502)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAgentSessionsRequestObject struct {
+	AgentId AgentID `json:"agent_id"`
+}
+
+type ListAgentSessionsResponseObject interface {
+	VisitListAgentSessionsResponse(w http.ResponseWriter) error
+}
+
+type ListAgentSessions200JSONResponse SessionList
+
+func (response ListAgentSessions200JSONResponse) VisitListAgentSessionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAgentSessions401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response ListAgentSessions401JSONResponse) VisitListAgentSessionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSessionRequestObject struct {
+	AgentId AgentID `json:"agent_id"`
+	Body    *CreateSessionJSONRequestBody
+}
+
+type CreateSessionResponseObject interface {
+	VisitCreateSessionResponse(w http.ResponseWriter) error
+}
+
+type CreateSession201JSONResponse Session
+
+func (response CreateSession201JSONResponse) VisitCreateSessionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSession400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response CreateSession400JSONResponse) VisitCreateSessionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSession401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response CreateSession401JSONResponse) VisitCreateSessionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSession404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response CreateSession404JSONResponse) VisitCreateSessionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSession409JSONResponse struct{ ConflictJSONResponse }
+
+func (response CreateSession409JSONResponse) VisitCreateSessionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSession413JSONResponse struct{ TooLargeJSONResponse }
+
+func (response CreateSession413JSONResponse) VisitCreateSessionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSession502JSONResponse struct{ BadGatewayJSONResponse }
+
+func (response CreateSession502JSONResponse) VisitCreateSessionResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response); err != nil {
@@ -6667,6 +8738,56 @@ func (response GetMission503JSONResponse) VisitGetMissionResponse(w http.Respons
 	return err
 }
 
+type ListSessionsRequestObject struct {
+	Params ListSessionsParams
+}
+
+type ListSessionsResponseObject interface {
+	VisitListSessionsResponse(w http.ResponseWriter) error
+}
+
+type ListSessions200JSONResponse SessionList
+
+func (response ListSessions200JSONResponse) VisitListSessionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSessions400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response ListSessions400JSONResponse) VisitListSessionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSessions401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response ListSessions401JSONResponse) VisitListSessionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type KillSessionRequestObject struct {
 	SessionId string `json:"session_id"`
 }
@@ -6741,6 +8862,135 @@ func (response KillSession502JSONResponse) VisitKillSessionResponse(w http.Respo
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(502)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSessionRequestObject struct {
+	SessionId SessionID `json:"session_id"`
+}
+
+type GetSessionResponseObject interface {
+	VisitGetSessionResponse(w http.ResponseWriter) error
+}
+
+type GetSession200JSONResponse Session
+
+func (response GetSession200JSONResponse) VisitGetSessionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSession401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response GetSession401JSONResponse) VisitGetSessionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSession404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response GetSession404JSONResponse) VisitGetSessionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSessionActivityRequestObject struct {
+	SessionId SessionID `json:"session_id"`
+	Params    GetSessionActivityParams
+}
+
+type GetSessionActivityResponseObject interface {
+	VisitGetSessionActivityResponse(w http.ResponseWriter) error
+}
+
+type GetSessionActivity200JSONResponse SessionActivity
+
+func (response GetSessionActivity200JSONResponse) VisitGetSessionActivityResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSessionActivity400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response GetSessionActivity400JSONResponse) VisitGetSessionActivityResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSessionActivity401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response GetSessionActivity401JSONResponse) VisitGetSessionActivityResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSessionActivity404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response GetSessionActivity404JSONResponse) VisitGetSessionActivityResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSessionActivity409JSONResponse struct{ ConflictJSONResponse }
+
+func (response GetSessionActivity409JSONResponse) VisitGetSessionActivityResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(409)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -6852,6 +9102,146 @@ func (response DispatchMission503JSONResponse) VisitDispatchMissionResponse(w ht
 	return err
 }
 
+type GetSessionOutputRequestObject struct {
+	SessionId SessionID `json:"session_id"`
+	Params    GetSessionOutputParams
+}
+
+type GetSessionOutputResponseObject interface {
+	VisitGetSessionOutputResponse(w http.ResponseWriter) error
+}
+
+type GetSessionOutput200ResponseHeaders struct {
+	XOutputEnd   *int64
+	XOutputGap   *string
+	XOutputStart *int64
+}
+
+type GetSessionOutput200ApplicationoctetStreamResponse struct {
+	Body          io.Reader
+	Headers       GetSessionOutput200ResponseHeaders
+	ContentLength int64
+}
+
+func (response GetSessionOutput200ApplicationoctetStreamResponse) VisitGetSessionOutputResponse(w http.ResponseWriter) error {
+
+	w.Header().Set("Content-Type", "application/octet-stream")
+	if response.ContentLength != 0 {
+		w.Header().Set("Content-Length", fmt.Sprint(response.ContentLength))
+	}
+	if response.Headers.XOutputEnd != nil {
+		w.Header().Set("X-Output-End", fmt.Sprint(*response.Headers.XOutputEnd))
+	}
+	if response.Headers.XOutputGap != nil {
+		w.Header().Set("X-Output-Gap", fmt.Sprint(*response.Headers.XOutputGap))
+	}
+	if response.Headers.XOutputStart != nil {
+		w.Header().Set("X-Output-Start", fmt.Sprint(*response.Headers.XOutputStart))
+	}
+	w.WriteHeader(200)
+
+	if closer, ok := response.Body.(io.ReadCloser); ok {
+		defer closer.Close()
+	}
+	_, err := io.Copy(w, response.Body)
+	return err
+}
+
+type GetSessionOutput200TexteventStreamResponse struct {
+	Body          io.Reader
+	Headers       GetSessionOutput200ResponseHeaders
+	ContentLength int64
+}
+
+func (response GetSessionOutput200TexteventStreamResponse) VisitGetSessionOutputResponse(w http.ResponseWriter) error {
+
+	w.Header().Set("Content-Type", "text/event-stream")
+	if response.ContentLength != 0 {
+		w.Header().Set("Content-Length", fmt.Sprint(response.ContentLength))
+	}
+	if response.Headers.XOutputEnd != nil {
+		w.Header().Set("X-Output-End", fmt.Sprint(*response.Headers.XOutputEnd))
+	}
+	if response.Headers.XOutputGap != nil {
+		w.Header().Set("X-Output-Gap", fmt.Sprint(*response.Headers.XOutputGap))
+	}
+	if response.Headers.XOutputStart != nil {
+		w.Header().Set("X-Output-Start", fmt.Sprint(*response.Headers.XOutputStart))
+	}
+	w.WriteHeader(200)
+
+	if closer, ok := response.Body.(io.ReadCloser); ok {
+		defer closer.Close()
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		// If w doesn't support flushing, fall back to io.Copy.
+		_, err := io.Copy(w, response.Body)
+		return err
+	}
+	// text/event-stream messages are typically small; use a
+	// modest buffer and flush after each chunk so clients see
+	// events immediately instead of waiting on OS buffering.
+	buf := make([]byte, 4096)
+	for {
+		n, err := response.Body.Read(buf)
+		if n > 0 {
+			if _, writeErr := w.Write(buf[:n]); writeErr != nil {
+				return writeErr
+			}
+			flusher.Flush()
+		}
+		if err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+type GetSessionOutput400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response GetSessionOutput400JSONResponse) VisitGetSessionOutputResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSessionOutput401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response GetSessionOutput401JSONResponse) VisitGetSessionOutputResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSessionOutput404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response GetSessionOutput404JSONResponse) VisitGetSessionOutputResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetHealthzRequestObject struct {
 }
 
@@ -6922,6 +9312,12 @@ type StrictServerInterface interface {
 	// ExecCommand Run a command on an agent and wait for its result.
 	// (POST /api/v1/agents/{agent_id}/exec)
 	ExecCommand(ctx context.Context, request ExecCommandRequestObject) (ExecCommandResponseObject, error)
+	// ListAgentSessions The sessions of one agent, oldest first (empty for an agent with none).
+	// (GET /api/v1/agents/{agent_id}/sessions)
+	ListAgentSessions(ctx context.Context, request ListAgentSessionsRequestObject) (ListAgentSessionsResponseObject, error)
+	// CreateSession Start a session on an agent; it outlives the caller, its output goes into the session log.
+	// (POST /api/v1/agents/{agent_id}/sessions)
+	CreateSession(ctx context.Context, request CreateSessionRequestObject) (CreateSessionResponseObject, error)
 	// ReconnectAIWG Reconnect to aiwg serve now, skipping the backoff wait.
 	// (POST /api/v1/aiwg/reconnect)
 	ReconnectAIWG(ctx context.Context, request ReconnectAIWGRequestObject) (ReconnectAIWGResponseObject, error)
@@ -6955,12 +9351,24 @@ type StrictServerInterface interface {
 
 	// (GET /api/v1/missions/{mission_id})
 	GetMission(ctx context.Context, request GetMissionRequestObject) (GetMissionResponseObject, error)
+	// ListSessions Sessions (interactive, headless, background) on every agent, oldest first.
+	// (GET /api/v1/sessions)
+	ListSessions(ctx context.Context, request ListSessionsRequestObject) (ListSessionsResponseObject, error)
 	// KillSession Kill a session (its whole process group); a mission running in it ends as mission.aborted.
 	// (DELETE /api/v1/sessions/{session_id})
 	KillSession(ctx context.Context, request KillSessionRequestObject) (KillSessionResponseObject, error)
+	// GetSession One session. 404 `session_not_found`.
+	// (GET /api/v1/sessions/{session_id})
+	GetSession(ctx context.Context, request GetSessionRequestObject) (GetSessionResponseObject, error)
+	// GetSessionActivity The typed activity feed of a headless session (claude stream-json).
+	// (GET /api/v1/sessions/{session_id}/activity)
+	GetSessionActivity(ctx context.Context, request GetSessionActivityRequestObject) (GetSessionActivityResponseObject, error)
 	// DispatchMission aiwg serve dispatches a mission to this executor.
 	// (POST /api/v1/sessions/{session_id}/dispatch)
 	DispatchMission(ctx context.Context, request DispatchMissionRequestObject) (DispatchMissionResponseObject, error)
+	// GetSessionOutput Read a session's output from an offset, plain or as a live Server-Sent Events stream.
+	// (GET /api/v1/sessions/{session_id}/output)
+	GetSessionOutput(ctx context.Context, request GetSessionOutputRequestObject) (GetSessionOutputResponseObject, error)
 	// GetHealthz Liveness probe
 	// (GET /healthz)
 	GetHealthz(ctx context.Context, request GetHealthzRequestObject) (GetHealthzResponseObject, error)
@@ -7117,6 +9525,65 @@ func (sh *strictHandler) ExecCommand(w http.ResponseWriter, r *http.Request, age
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(ExecCommandResponseObject); ok {
 		if err := validResponse.VisitExecCommandResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListAgentSessions operation middleware
+func (sh *strictHandler) ListAgentSessions(w http.ResponseWriter, r *http.Request, agentId AgentID) {
+	var request ListAgentSessionsRequestObject
+
+	request.AgentId = agentId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListAgentSessions(ctx, request.(ListAgentSessionsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListAgentSessions")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListAgentSessionsResponseObject); ok {
+		if err := validResponse.VisitListAgentSessionsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// CreateSession operation middleware
+func (sh *strictHandler) CreateSession(w http.ResponseWriter, r *http.Request, agentId AgentID) {
+	var request CreateSessionRequestObject
+
+	request.AgentId = agentId
+
+	var body CreateSessionJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.CreateSession(ctx, request.(CreateSessionRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CreateSession")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(CreateSessionResponseObject); ok {
+		if err := validResponse.VisitCreateSessionResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {
@@ -7433,6 +9900,32 @@ func (sh *strictHandler) GetMission(w http.ResponseWriter, r *http.Request, miss
 	}
 }
 
+// ListSessions operation middleware
+func (sh *strictHandler) ListSessions(w http.ResponseWriter, r *http.Request, params ListSessionsParams) {
+	var request ListSessionsRequestObject
+
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListSessions(ctx, request.(ListSessionsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListSessions")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListSessionsResponseObject); ok {
+		if err := validResponse.VisitListSessionsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // KillSession operation middleware
 func (sh *strictHandler) KillSession(w http.ResponseWriter, r *http.Request, sessionId string) {
 	var request KillSessionRequestObject
@@ -7452,6 +9945,59 @@ func (sh *strictHandler) KillSession(w http.ResponseWriter, r *http.Request, ses
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(KillSessionResponseObject); ok {
 		if err := validResponse.VisitKillSessionResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetSession operation middleware
+func (sh *strictHandler) GetSession(w http.ResponseWriter, r *http.Request, sessionId SessionID) {
+	var request GetSessionRequestObject
+
+	request.SessionId = sessionId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetSession(ctx, request.(GetSessionRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetSession")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetSessionResponseObject); ok {
+		if err := validResponse.VisitGetSessionResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetSessionActivity operation middleware
+func (sh *strictHandler) GetSessionActivity(w http.ResponseWriter, r *http.Request, sessionId SessionID, params GetSessionActivityParams) {
+	var request GetSessionActivityRequestObject
+
+	request.SessionId = sessionId
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetSessionActivity(ctx, request.(GetSessionActivityRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetSessionActivity")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetSessionActivityResponseObject); ok {
+		if err := validResponse.VisitGetSessionActivityResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {
@@ -7485,6 +10031,33 @@ func (sh *strictHandler) DispatchMission(w http.ResponseWriter, r *http.Request,
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(DispatchMissionResponseObject); ok {
 		if err := validResponse.VisitDispatchMissionResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetSessionOutput operation middleware
+func (sh *strictHandler) GetSessionOutput(w http.ResponseWriter, r *http.Request, sessionId SessionID, params GetSessionOutputParams) {
+	var request GetSessionOutputRequestObject
+
+	request.SessionId = sessionId
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetSessionOutput(ctx, request.(GetSessionOutputRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetSessionOutput")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetSessionOutputResponseObject); ok {
+		if err := validResponse.VisitGetSessionOutputResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {
@@ -7545,102 +10118,140 @@ func (sh *strictHandler) GetReadyz(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7Hz/cts48uerdPG2auVaWpZ/JJOx//JksxnfJE4q9lZqdzUnQmRLwpoEuABoRZNy1T3NPdg9ybcaAH9J",
-	"pGQ7dmpqa/5JLJIAGt2N7k83GvgaxDLLpUBhdHD6NciZYhkaVPbX+RyFufgr/clFcBrkzCyCMBAsw+A0",
-	"YPR2wpMgDBT+p+AKk+DUqALDQMcLzBi1y9iXdyjmZhGcHh69CoOMi+p3GJhVTj1po7iYB3d3YfBaZhkT",
-	"Se+gsXv/tMPeUVc6l0KjnfdPLHnLDC7Zin7FUhgUhv5keZ7ymBkuxcG/tRT0rB70TwpnwWnwvw5qnh64",
-	"t/rgjVJSuaES1LHiOXUSnAbXCwTLSVjSP2zJVrBc8BTBLBD8dEExMQzuQqLsE/6nQG2+D2XKDQZcQ8bS",
-	"mVQZJpaQ11LMUh5/NzK0LFSMRAcXwEAbZohDzEAiUYOQBliayiWYBdcwwOF86NlKr2IpBMYGk7DiKEsV",
-	"smQFKBJM9uycLqX5myxE8vxzupSgi3hRzcsOfy3lO6bm+H0lO5XJitia0tCKWCrgEN7znyxNfxesMAup",
-	"+G/4HdjynmvNxRykgqWSYg5TZIqIkjcoSnpuGU/ZNMXvISUDudSaT1MEIZcw4MLgXNlBQM5mIeAXjAsj",
-	"ldUyhXOuDSpSMyGd+oWgjVQIRU04Kdtdaaycnb34/PbKMFPYX20iPnOzsKZgY+zo65gYMOPzQmEyDk5h",
-	"xlKNdxGQfgtpFsRLTDUOwfbCDUgRAt6iWo1FhtkUFYk+V6hRmFOINBPJVH6Z8MR1EpXzc08UAma5WYGz",
-	"nBoKYXhK1I2Fm7yjT9tPWXwj5DLFZE4Mqbsq2TRBYnxEFIgiTaEQKWpt55oybcaiYm6zb5gxnmIyhEua",
-	"BzCvHGMRhEGuZI7KcGfFa97QL2/zp1KmyATpUmUUul+jSHLJnXKtOYwwaPBl+/v2ZOlbmqvTX+e0NtrW",
-	"Qujo+q7p9f7VnOOvVVdy+m+MDXVlHbj16y3OOM99i0pzt1A2aIhZzqY85WULbjDTnV/6B0wptmpxdcLs",
-	"yOQz6K8gYQb3Dc8w6JhzwvXjGi6kNg4adNDWIxyeT1iSKNTdM0rZFFPHpyThpHMs/djiXx8TasaTAk8W",
-	"yJSZ4kOmk6FRPNa7TNZ7/xlpQyEEF/OJ92tN+qzFQOW/skOefg1QFBmpDnEusPIyjAtUQRjcZkEYFIKW",
-	"rWjoU0M1KyO1jTqrdd6eUaOVNphNuJjJXS2v7KcX9OW6plvA58ev59NQgEpwHTzpXRvvuO5bH2293znf",
-	"zbWwNgHfaS8ptQMoJaQNU4Y4Tx2xZBWEwbTQK8eHlGbcXDadAvNwmvpuCd9zKCBLxe/R2BHWZUV61lgD",
-	"p3faRxHLhP7ewdoPhckL86b82gH1IjU7ffoXjD+5L73a4q4mLVbZRgkq1Um9ezWRs5nG9uLmwrw8qRd2",
-	"YwVqk8jC9HUnC9Poro0APtjnIGfWNc640gQ1TKEEJuDawnRlcBiEuwnZ8B+NcKoR0DmOVVRX3Fgndp0X",
-	"Dcl2Kfpfuc6ZiRfncYy597xtpUJteMbIC1jt3+TGp7+9huPj4x8pDvj79WtYErLBLyw26QoynqZcYyxF",
-	"Qqgm5uTgQrDRwNHo6OX+6MX+6Mfr0Q+nh8enR0fDw6Pjf7bY1jTOOTMGFY35f8bj5OvJ3f54nIzHif/v",
-	"2v132vpvPB7St8d3//xTl3nfBRsyAsBS9L3WPRiRac3npA0D0hAXGzHjVYVZXjMRE/AMd+CJBgFtahu2",
-	"d11E2wTdCFbXwVmWp2g8/tiJiSpSZjw12Imj+o3TmgLJgkJH6SJFFyMOTkYnwGftWNGyaydl90dKPV1V",
-	"yGlNOXaM3Ik6pJhPStPe30UD5GZoWMIM60c7rmVPT/XQbc1tpF+OXrzckX4JfTf8FjukVQhgGiK9gP0Y",
-	"xsVodBxXn9ufGJGcduWVepW8HrtLj9+UqH1de5MOWs9p6VGsqAW7wUnMNAJ9CTOpIFdyrlimTykUrGLq",
-	"ELi4ZSlPJhSz1r98dB6OBcXnEyPlxAboFFiayUwWIgkhQ7OQyYSe2NwHdef0vvFR/aBOgoyFezqXAssv",
-	"bHxSpUeaPZSPbKbEEcAmuVlRaJtwMYlTqW2n5GSUYGnZVyNinSRcE2uSOmS2Q7RD5okLmcfCxsyTRswc",
-	"Qim02Cee6icNUjWuPxqLBTdp85vqt8zLuHHT3JRiXxdwhlqzuZcoyjzF3TbVdRY6pelUMgtWegwlU/MH",
-	"R2AuesnYF54R3DscjUZ2hfifXfDEC3lzzh+d3pLBVIUIIZXyBhMocnLAH8+vf965+ggT3H5bOJWxLxNp",
-	"oeCEkE6HC3RAEW4wN5CjAm0UsgwGCc5YkRo4fAnv+U/WpFd8efnD4ejVq5cnu3iTm1W3YbKpyFxjkch9",
-	"gyrjgqUw8JCMCYvOUCnIUM29P9k0wUouHy4uVYgJ031okouOPJLixqBwjq9KLP9Zu0UcwnLB4wVwm38R",
-	"4NY0DGix7oUgFaQ4M0BLBgZlWAVliqQLWIQBcWSTjus3n97b5cPg4/U/QigF9IU+3z968TKWqVTdHfIM",
-	"CXs6gNehBL/w1GajYLmQKZLJjVFrmCtZ5MBmxuY3uQbykzC4unhLxIRuxlcXb3+5ePcOjkBDygyqvSGc",
-	"TzWhA6lgBBkyoeF4NAJtySfO+EQbeMLs8wZzawa11O7Vy5OWgEddAl5KdUMhbMLVfbJAbvH2G5cyZnq6",
-	"CC4pvGV3VukeEdDjY74ec/x5sWptksSySBOXiS1K1M+cmxBzmHLB1GrYDcs5uccun+5S5SwF+sZ68zM4",
-	"PHr1l0tYktbc8DTFBKYrIATOUrik1z+4l0Sbd/sN2ixoHnbHiLaPTSKuXN92u8OP6Psm/Q4JuTKxGvbF",
-	"nVvC2N6QtIjjdn6sYbFI3ZNJu2nztSpEzHryqveMP2uJdMWglSa11bBJWT2FJkFdC+Tni+t350IvUXXF",
-	"oxYtPD5a25l1eO/68FmHNe6Ug4dtyOo67ptLd0rLA8r7J7WoqxKU7EptVZ330dSPbrZbIGHwS7eCxgrZ",
-	"g3PFj5dlrmSW9ywV3NLyfgL1vdczbs2vn6luy3qTqyXXGmHYyxcvjl/uQqq2XedwyFLqZX2gOiGBXxgF",
-	"9NTqpov3/ZsNazRUaYayRRc97+s0+VpglheTHFXstz1qvZDFNG0ohSiyqbOPCdc3EyMNS2toeQ9nZpsV",
-	"GpMHtUolSybsdj45vCd1dYMXD21x3wYZZlKtHsEC3/CBTOiC994IPtA8uJeNnY3NL/hyPtm6PsMgXmB8",
-	"Y0HaFiDUSFU9iSWyofTDWpQQaPPNZsb0nl02Uc+meMlWPdBJcIPOG3f3aDfF8BZ79lTXs1ePz1btyE5t",
-	"zz9t2n6z2qVECpnuUQ8rlAcK+xHIgfBOljG16iSiyJMH6ui2lFm5OVCzrbUKWsP92r/cu4GKH+n+QKU0",
-	"HrtAStXxFpI29snKzHq9qRh4HFF1TZzXuV3RQWUs7N+uUoGA7VSqvk22tWhnA/sXZrb/ysUTLE3rjR+X",
-	"DqGA3WYM4e/Xf9t/FYI0C1RLrhGmTOPLk6GFy24ytqsgDNybTmo+IUu48Mh/M2NfFwpWoml/lKBhPO1O",
-	"f/ft0ru9zd2xgt/ldZ93CXE9EXbfjsvN1cYMu7r/hJr/hlt2NB6RdntE8mcjgnJb3tRRF9VXznL9YsPG",
-	"3uXWG8PgozakKEidaDL0uwxLY4Cqu85p2BC4l/l9kfN5GZeT8sDg4vI6hCrv8///7//bA6nAYaHdiVw/",
-	"SCd5JuGil7rSZ20mUZhhE78cm4aZ4FSny5azzTm+TqVGl8bzSa6l4oaLeVe+sQt+NaouOtLP8aIb9uTF",
-	"JJYKewpOLD5+CJq8QSWw23J4oPmQ3qTujjTW5m41PC4UN6srcid+D9rvUFzLGxTdKSFbdAaEL0GjukXg",
-	"WheYADPQWbVGorAOywrDVjXWdC+MyS3ROcGnxrg7WhD5ZVXNWjbc9wSf3lxdw/nHC5AziCxg5vF+Ns9M",
-	"BANLeALSJarcRmgulYG/wNHecCze3KJaQc7MAgqRoILogOX84PYwAoGYuEq9kuZWqeZYDKLzt28ury9e",
-	"Tz58fPPp/PrDp8n1h1/eXEY2l2wbCoQ5CmqNCXBhJERue48WBSRcud29g3KEfdt1ZCkjMOyLDNMlW2n4",
-	"31cfLm1BpMXJ4+AUxsFwOBwHIYztxot7VG/MTdzDu8jvAHGTVjXtPN73NXiQMcHmmBFrzj9eNKLS02A0",
-	"PByOvNgEy3lwGhwPR8NjVzmwsJrkGXZQFxTNXYWHmxSX4iIJTgNCQufuk7VK9KPR6MnqXOuCp21l6DoE",
-	"bdEKTFfAXbH3yeiwr/OK2oNWqfBdE5C6+iYNtq6s3IDwq2MFg0Zxtq1rsirSrGyyNR7cqelcsRghR8Vl",
-	"4gtp20w++FoGjXe9/H6Ljt1WVPWBh391T7H+5KA8EHH363PLaauMHisUanSyu1FVB393t5W/B82aw1zq",
-	"Dk5fUfTjK6u+kdvWt/4kkyc8k9HYd71rO3uKI+82ZHz0ZEO3S+s6ZH1FJscvlabMR7vF1zgj8p3UhBr8",
-	"uLtBdWaEGhwe725QnYi4C4MXjvs7p14e3GlbIKuHwKqtIimAifLcDTcLWRhYMouazmydfGFSfovOx8Us",
-	"TQkfbl8M5PebC2Fz7ZaDc13u4vBZYwCYS9TuANAUZ1IhEYIi0cOx8NvbU1xJkUC0vh8eNfe8uYZEyTwn",
-	"OEIfV9sfttReo3Eur71QaS3816zT0RMP7epIuw1y44QWDJYLZuyxBG50vWNog4y1DUAYRP74g0az98fi",
-	"/pbFbWvEOpc2/aZlbXfmSSauenhtKfPl/EChhxv9vuxT+cn5xee3wTM6h8ZxoA6lq8iwEd5jleDF6Phe",
-	"jarTVmssL4kgH9UIg4RchqBveJ5zMbe2bcriGzmbWTF08L3OIPQitZobzwm6tvL82pfVFvoMpEhXENUH",
-	"byIY2HNXe/Wmf/OoFtcgZ7MngdE2O1nWgTdjz3q48liUP9Whq/NRLc6XuO3ga73/fud8VoouAdoWwy88",
-	"TR/rHeoTvR2o+TsiKlscpFGYMx9/kCWAmUxTudTANBS6YOnwd2xWv81K2vkz8GnsylwOyCx21Es5nzTv",
-	"PJBQpZ6rbPRMyczFZ/wWhT2OAO5IgHbstpqq4AYxbx7x60AycgbI4oVHM6HDMK1TB9FB1Dp1EI2Ftqem",
-	"UaGXrSfLphKsvyUQdW4gk9rACbznPzURE/1ZcvDMrh0uCqwnVSfd7XjUlfB/Q860sR+h9zWuPEzg0qfo",
-	"h3AhIHLqFoX+wMaBrwxkCsfCnam0tft1Vt/Hu87q7A3hdVlTVkEIWwWkZDFfuKq2848XY8EUgl5QnF3C",
-	"Wk9FB+Z7i+YJFnXoz+n/p0C1qg/qe4kRD4PmyfyN5N22OrgtnZP4v73ztYIyggpFXh0OsHWCa0V99JJE",
-	"3ZIxDOynuUzTEJhXs+PRaDSypZFdUyBVcUVLrVsLHLW26Q7qnzMFsdOYNpDv7xm7drhPCxGd0OQMWLWU",
-	"6tnscpQ0Ev8NtwFFev9U/vLp46n2Rta9IqqTjgJo24v1qM52Ve4DjYari7efLy5f//xHaPNgp71bAevd",
-	"rp6sm33/+1XA9mbeYxXQV8XqRqasrmpvYZk/dPAZdLA8ZtCtgp8VN1i5Efr0d6iGzU3bx2rh2rmKP3K1",
-	"36xvZeFZ71bZzxfX754zF1BVUfcAH3sKpqx5fpLI/gP1uCgyJva52DcL3E+lzKsxQpBpgtqf6G1DFOLW",
-	"wVdfWHznh0v6E9Hnwt/hEhn8YmxKmAlgtgAejJQwYDClKELgMuUCQwuAx8FHReb0zeX1m0/jYG84Fiej",
-	"E4jah+uiMzgZ/dh4SpyKYFDetcR8mb3d4aNIyVef0E9fCDIWC6b9pUz0OOo4vxjBQKFRK5AixsbmNdc2",
-	"27R3Bi9GR2XLuRQYjUXdlUu70jfHFFeuHTSMugIlV2mdeL1bM2Mdl5TVZd5PdUPZM1nAVhn5d06tt85d",
-	"dKy0NcPq9cNlE0q94brKZ7A54+IPw/tAw/vNiWAnQWBA4iwN1llpXP5SWhGS1LJToOUJxLZVa1aB9vqB",
-	"9+VHG2tyLV8l7NUQ7mOXWOHaXZPQF51X91/cS5XXDvE8Z2TerJ3tcU/lTL/jYmipRCkWkOQlY6kSGNj7",
-	"+VS84LeY7G1zZyXxB1/rysSthRxl+e997HKrivlepnn37QXfQ9o7JE0OVkuwLthXCpes/o7p7EcYkqbg",
-	"vTnQB1/rktC1PYk2A6JamlEjYeqRTLUX43sjP6HL06BSlPhl48KAEsK0Lj1oQBh5i6ofmIzFQ5EJrAOT",
-	"LvzxC09TX8e7y9ZdN6Y8aJ9ccPkuzwALwepNU57Uicr2mmkV6D4pnHmmjaB2wfO2jaD/+r2eShH69njO",
-	"aoWogBQXZd0JsAqhD/0Rhrax7lyzB4m/+2dLDFKYha2zZGV1n9tBKStnXXWtL6mdrpp7nX0FtmNhfUyr",
-	"JNV2szcEG7OVZ1W8ISBbQEuS+CAS+Hj9jzoCGWy9bWavrJiNF1KjKK/5tLOIzi8+v528v7i6uvhwObn4",
-	"a+S4SQHNLVdSZKR1Y3EO/o6qklXlpq5mGULLsFXMsa/sZa3Owmk4Gh051Gs/GovqK28C3QUUTBldXgZ6",
-	"5rpjkPDZDBVZJnf9q7VQJ6Mfh2PxeoHxjYYFyykmLcGSVAmq09bGdr0Dbkdakwqhehi8GB3vhWPha4MH",
-	"J6PDvdANOTg5PA7hZDTaC31daGvaA5qcVETTXghKFoZUc3AyOgkpcKP4cyze2xtMdck826+Ddm6zsboZ",
-	"+MZe3mqdJBeNm0jdZVLRnr+u1N1JNhbWIM6FtJGqbtU3ZGwFLElAywzPPOGZJyMrtIEFu7WGnysgo+e2",
-	"L+0FqTJ3x9VACtS2oynai0+HEJUH26wjs3eY3KKaMsMzqy0Kc2R+wzWWc8G1XxewYHrRmv8gZkIKHrPU",
-	"1kSfesWviHS1veFYuEMPdiV4YG4vrV0uuEHQOYtxr6Td1oD/WdfekifRqTtpZL90V/ZWN8paXfE3idRq",
-	"ewZMuCa3LC0sY4iTmHjSQncJLBfaIHO+yt6+EY5FdDgcRc030aGrIy97bBJmExrrCj4gPRqOBVkCu2xc",
-	"1bimfyK3xXoK4+q01ziIQmhdpVZfohaC1SMHs7xkxmLGhS+IL83prFCWNpZKV1OoIVo7qhm1mMSFu5nX",
-	"L19aijJBfeoSFV13KUXNW3XbtynRq/I+pYhYuJnoIKBzCFHzNip6dngMUfvOKfvliEiob6qyfa5dVmW/",
-	"O+nL2KyvumFZORnZszm0UMeiLvm2b/c8GFu/+6kTJJVXzvUGBB3F1G5hO4E1hTdFkpoGI8/ccqzMcOkP",
-	"nwos3TfAePrcz/oVfd+5AnrjKsgOpFa+g4Hfg7cLpRRS6TyttpRusG10/th9fFR2xx+Jsqtm7TDUv34l",
-	"fayRZsM3VvJoxFlVKUXZjQeQC3uhxG/bAvuf/SfPmYJ011r0RNclVPaAwpVbttnTYsU7fouCGuRKTh0n",
-	"D2zQuHWan9wXzzjL+kxvZzUpS1bDhqo8/5CX9qp8RpCggi3WE7sryKru7MXw0mxnejWS4/oZpFwT3mat",
-	"nphLjFiHzD2QcvPe0Pe1Q3he3y2gdG6kUKk/gXd6cHB49MNwNBwND09fHR4dBXe/3v1PAAAA//8=",
+	"7H3rcuM2s+CroLinKlJ9tCxfZjKRa3848zkTb+ZWY6ey5/uYFSESkvCZBBgAtEaZctW+xXmDfZHzJvsk",
+	"W90AeJFIyfZ45mRT+TNj8QI0Go2+d/NTkMi8kIIJo4PJp6CgiubMMIW/zhdMmMu/w59cBJOgoGYZhIGg",
+	"OQsmAYW7U54GYaDYbyVXLA0mRpUsDHSyZDmF93L68TUTC7MMJkfHL8Ig56L6HQZmXcBI2iguFsHdXRi8",
+	"lHlORdo7aWLvP/W0V0xrLkXvtNref9pp72AoXUihGaL7e5q+ooat6Bp+JVIYJgz8SYsi4wk1XIrDf2kp",
+	"4Fo96b8pNg8mwX87rLfy0N7VhxdKSWWnSplOFC9gkGASXC8ZwQ0kK/iHruiarJY8Y8QsGXFYJoqKUXAX",
+	"AmQf2G8l0+brQKbsZIRrktNsLlXOUgTkpRTzjCdfDQwtS5UwgIMLQok21ACGqCGpZJoIaQjNMrkiZsk1",
+	"GbDRYuTQCrcSKQRLDEvDCqM0U4yma8JEytIhrumtND/IUqRffk1vJdFlsqzWhdNfS/maqgX7ujs7k+ka",
+	"0JrB1ApQKsgRecO/R5h+FrQ0S6n47+wroOUN15qLBZGKrJQUCzJjVAFQ8oYJD88t5RmdZexr7JIhhdSa",
+	"zzJGhFyRAReGLRROQuR8HhL2kSWlkQqpTLEF14YpIDMhLfmFRBupGClrwIHY7jyzsuz98pdXV4aaEn+1",
+	"gfiFmyWygq25408RIGDOF6ViaRRMyJxmmt3FBOhbSLMEXLJMsxHBUbghUoSE3TK1jkTO8hlTsPWFYpoJ",
+	"MyGxpiKdyY9TntpBYr8+e0UxwvLCrInlnJqUwvAMoIuEXbyFT+OjNLkRcpWxdAEIqYfyaJoyQHwMEIgy",
+	"y0gpMqY1rjWj2kSiQm5zbDKnPGPpiLyFdRDqiCMSQRgUShZMGW65eI0b+OV4/kzKjFEBtFQxhe7bTKSF",
+	"5Ja4NgRGGDTwsvt+e7HwLKzV0q8VWlvv1pvQMfRdU+r9s7nGX6uh5OxfLDEw1Hli+C0364tbd0o2MaTN",
+	"tNQ4D/B2aoJJkMoSoKtGEyXQCSJs1b3YtLRbM6UFn+a6NRoX5vlpPRgSsR2teuveb3BdY3F7v2645dxM",
+	"lDmghgtugjCgWnNtqDBTwz7CBTgWNwB5GBgps2lCs8z/rZguM4OahfujFEDEQFxc3NKMN/HsMBAGHw9g",
+	"0oNbqkBL0TC7x/ylhcL/PPfQXFtg/PXrGqjqkpTZSwtb89IHD5m/uHXh5wrkGggH+l0Y5DJlWec2ijKf",
+	"mlIJ3bjbwH5BFaiZiKdSsz7Kd5jruqXZb9v87b3UHM81F3j05wy4xVzJnByNOsmgoQJujfYyo2XKvtHE",
+	"PUR42hikAUo5s9c6wEQ66bwBS+eiKM32xOcE7hIgpm9ARylKE5JbpmbU8Jz8j6t3b0fVEFaV7ZtgB27h",
+	"Pu4ONyzX3Y/YC1QpusbfqhQJ7WFyG8wE9sedo13M5KrMc6rWn81OUinYNiJBN5lzQTNiKYmsKOwmyP+w",
+	"49Q/nIuAbJn27vEu8i2ThGndzX0qVtJzenDrYG8ROzRNkehp9r6FwY73Nneh94RubKZ9rgVYCwqH/3pZ",
+	"Yb1/bbR20sKiU6BYS/SWKc2tBraFxIQWdMYz7t+4PyVX4npKTZvCqGEHhues66CnXD/uxaXUpveg9pxP",
+	"Xkxpmqo2kdS3Mzpjlj727P8WEmrEI/UuGVVmxh6ynJwZxRO9Txd+4x4DYiqF4GIxdQZTD30qUAEtlrzg",
+	"BcwhNQlDuWAqCIPbvCFKf+3ix5X2uws6pDqnKMNLa21YPuViLve9eYWPXsKTmwcFPQlu/no9DQKoNq4D",
+	"J71n4zXXfeejTfd717t9FjYW4AbtBaW2LPwOaUOVsdoGGsFBGMxKvbZ4QGbdPDadG+bcQzB2a/MdhgJQ",
+	"gfk9XraAdXGRnjPW8Dt1Kt4ikSn8vQe170pTlObCP93i/DuNxY8scRqXI1u275UWqvCllCnVLWLw1lTO",
+	"55qZe8ozbVJZmr7hZGkaw7VF7Tu8TuTcKl5cabBhQXCwlNh3yWxtGEjevYBsGSYN92DDQWkxVkFdYWMT",
+	"2E1cNHa2i9BfKkYNc87Dhodsg7DU4sFCxzLsnH7kOVD40Xg8Rnei+9m1I27tHbqukgtFc2IkUaUISSbl",
+	"DUtJWYDy+/78+kfA9E5XZb8RxsTt50kWL+zaIB8dPD8FCjk/+AehB7+T8cF3ZEoOQnR4eD5CVtwsyQGR",
+	"ikzPSMrmFBS3qByPTxKYB/9iB/YCT0mh2Jx/tFdxybW39vlpx5qVXD18F7x+v1MsWIK5hkd7KLiT3P7O",
+	"dUFNsjxPElY45bpNakwbnoPePUUkbSP2ww8vycnJyXew9T9fv7QoZB9pYrI1yXmWcc0SKRBZCQcoQ4Je",
+	"zePx8fOD8bOD8XfX428nRyeT4+PR0fHJP1qntKkLFNQYpmDO/xVF6afTu4MoSqModf9d2/8mrf+iaATP",
+	"ntz949+6tIl97o+cN020HdK+jROw1RfAfAbAkKyPlxrHmSjimoqEDTtMuo3NawDQhrYh6je3aNdG97IU",
+	"IKqMGafu7vXtVKDMeWZYpz+oXxZuEJAsDQNWgh5v6+senI5PCZ+3fd6Irr2Q3V8x7xmq4pkbxLFn5k4l",
+	"V4rF1GsS/UM0zK+cGZpSQ/tZoH2zZ6R66jblNhjT8bPne3mzHYbfdvDRD6UgVJNYL8lB4lhj9bjlhPFe",
+	"7r+LyOu5u+j4wvvNNqk3ZV2+DG0ASUQLesOmCdWMwJNkLhUprAzTE1I2YgMhce6x6b80cCr/y0UZwkjM",
+	"ZLqeGimnGGhA+TGdy1KkIcmZWcp0ClcwhgPDWbpvPFRfqIM5kbBXF1Iw/wR6CKswT3MEfwkjPhYAOi3M",
+	"OgRdh4tpkkmNg4IQUYJmfqyG532acg2oSWvXP07Rdv1Pres/Euj7nzZ8/yHxm5a4AFp9pQGqd3HVlyKx",
+	"5CZrPlP9lgUTjVdozqaG3sA1uLtkNM2Y1iGxmtR0xtbSYsE6zbd5lKeVTarImdZ04ciAySJj+xmxHSy0",
+	"lNZJmahQ/4kVts9WzHL6cSrRXJmCNt4hN60xQ25YYUjBFNFGMZqTgdfEjp6TN/z7oVO1LCKef3s0fvEC",
+	"1K3duCnMupubYRy20KxM5YFhKkef3cCZDVSgBcGUIjlTCyeEtvn2ozQ7VYop1X0WDxcdQTTFjWHCSssq",
+	"qv6Ntic/JKslT5aEY/BJEMsIyABO+DAErTZjc0PgnJGBN/2Jjw8NOx3MgJEO5+bFhzd4fCh5f/3vYaUq",
+	"f4THD46fPU9kJlX3gDxnYB9ZrbCDCH7iGYbiyGopMwZ8OmFak4WSZUHo3GBwl2sCwpUMri5fATChXfHV",
+	"5aufLl+/JsdEk4wapoYjcj7ToFJIRcYkZ1RocjIeE43gA2ZclJE4wPB6A7k1glpk9+L5aWuDx10bvJLq",
+	"hovFNOXqPiGwfj29Ya0/qZfh4V7nx/sletjxL8t1K0MkkWWW2jB06U0FamWLWJAZF1StR926PAeZmvb4",
+	"4hWjGYFnUAU4I0fHL/72lqyAam54lrGUzNYE1Haakbdw+1t7E2BzukIDNtS0e8I6OMY2EFd2bMz1cDO6",
+	"sRMUa3xOqFiP+nwjO1wtvW6TnY5+nrN02n61efsB8ZY+H0m9I11+koqS2mTYhKzp1K8B6jogP15evz4X",
+	"esVUlxGLKsbjTby95vcbO4bzjG1gx08etvVcO3DfWrrdrk4Lvb/jFYbySsk+92s1eB9M/drNbg4keoNU",
+	"CXq7HhjPePxeFkrmRV9Id8eb99tQN3q94tb6+pFq8/W2seqx1nQqPXt28nyfporvdU7HaAajbE5UezHY",
+	"R5oXGb5104X7/oDYZgTW+yb8G13wvKlDORvWXFFOC6YSF5q7TwiW65upkYZmtWp5n9QNeK3ULH3QW5mk",
+	"6ZTeLqZH94SufuHZQ9+47ws5y6VaPwIF7sUHIqFLvXdM8IHswd5sRN+2n+CrxXTn+QyDZMmSG1TSdihC",
+	"Df/Wk3AitL8f9sZG1k/jzrab9Z5DNrWe7e0FXvVAIcENs9K4e0QM3DKfh7UdG95weT3exbXHpbXbabXN",
+	"+816HxEpRnUPeeCmPHCzH6E5gL5T5aRsDVgW6QNpdJefzQewarS1TkFrul/7j3u3ouJmur+i4pnHPiWl",
+	"GngHSFuxXO+OrwPfgdMjqqEB87rAEx1UzAL/tmmaoNjOpOoLBG9YO1u6f2nmBy+sPUGzrA5OWncIGOzo",
+	"ZiQ/X/9w8CIk0iyZWnHNyIxq9vx0hOqyXQwOFYSBvdMJzQdGUy6c5r/t5q+LM6qtaT+UMkN5T25dXyaJ",
+	"jb/vtxVcJoJ9vGsTNx1h9x3YJwA0Vtg1/Aem+e9sRxjkEW63Rzh/tiwom5YBA3VB7eJ7HbI1lT5ut23y",
+	"aqZumSIZo5bY5oQbm5HIjYu0fKOJYoVs2bINXr1bdD/CqVn5J59EAvfHkB8smfudB1fMECkSW8fi0zFt",
+	"Uggm+FPtzfmB9SnMpaocCcNue747Rv2z4L+VjNBcioVNH+e31ZTa7p/bt04PSC3Atl0stAIdAM6k7h5i",
+	"j4j8YnLQEXglBz836N0qr2q4JBz7weFrGejp0tH0XsPNzewTSTs4qJJF0XUs32UpUwTVJ02ERCcmU+jx",
+	"7qYU++j9M61aifIdR7ChYNxnHJ8juxUOsWDV44XVmncg7Cc8J73qQi/VsUdF4eFUTjXgYZ9i1KIWN9yO",
+	"ZXTrPP6c3nuvPFPfp/NUA+8AaUvnaabGbaayhYFlWAGo69rcsxKgnskP7NOUqvHdhQs/TXvba/zhpDXw",
+	"1+6w1xUPYIJ4pdQH/lDnSW4WCkvbHgTzZWtAd/HHelx35fvG8AAd8vBeVaHPz3vumT9AQQaXb69DUkUp",
+	"/u///j9DkBrWct8fdnSTdO68SXl/ipi3sLZd/tTQqVMemzwcjP9OySjnXeUJUjMbdHIhmZXiQBVdakSX",
+	"s6CRx9oRLE2W3SpCUU4TqfpSzNGb8xDfxw1ToqeGxLlFHjKa1N1+sY21Iz9LSgXMFRiBS7NyQfhrecNE",
+	"tzaH9WGE8tXCKnaEa12ylFBDOgvMYCuQ1eBmYAFiDffSmAKBLsDYb8y75w0A3+cpb0g2NxL5cHF1Tc7f",
+	"X4K+EqPo5clBvshNTAYIeEqkDavYXB/QPsnfyPFwFImLW6bWpKBmSUoBkjI+pAU/vD2KiWAstUV1HuZW",
+	"VWUkBvH5q4u315cvp+/eX3w4v373YXr97qeLtzFGPvFFwciCCXibpYQLI0lsM1jgUJCUK5vAcuhnOMCh",
+	"Y4RMKalcPWC2omuNtTBYu4henSiYkCgYjUZREJII0wTspTr3ZGov3sUuX4GbrKp658mBK5cjORV0wXJA",
+	"zfn7y4YPdRKMR0ejsds2QQseTIKT0Xh0YpPjlkhJDmGHdYr2wubM2kUBN0yDSQAy7HzhhHiraPx4PH6y",
+	"ktQ6hXxXxbgOiUbbmszWWOh0Fwan46O+wStoD1tVvXdN7cZmjGuCmfo+XO5Ox5oMGnXUmCmOJNLMFcc0",
+	"RlfJtVA0YaRgisvU1by2kXz4yWuYd734fsUsunGr6pYI/+xeYv3IoW+ZcPfrl96nnXv02E2Bl073v1SV",
+	"rN/d7cTvYbOKo5C6A9OooLysNPrPwTbK1u9l+oTtExpZQndtYW9Uye629vj4yaZuFyt07PUVsBx3VJp7",
+	"Pt6/fY12Dl+JTOCF7/a/ULV3gBeOTva/UDUvuAuDZxb7e5fue2y0ORDSIaFVYoMUhArfIoObpSwNWVHU",
+	"ms6wpL00YO9bGZfQLAP9cPdhALnfPAjbZ9dPzisnBZ83JiALybTt1TFjc6kYAMJEqkeRcMlYNs2OxJvZ",
+	"W3EzQ4tr4sw/W25fBeuxKl4zY0Ve+6DCWfjTnNPxE09tK3O6GXKjmQoZrJbUYAcBbnSd34JGxka6ChnE",
+	"rlOBZmb41+H+nMONadCdRxt+w7FGNyDsia3H2neUm96D3QrblX/yD6lJNF0kPeTrl/okel5zQLA4QMd3",
+	"DUtkljLtqy4GtuEH5iw2uTARUjB7GPq5qHedqlK4vj3vr/8d7ZtEZjr+z/+IlVzpuE5UfTH+z/84Ph2e",
+	"kRisp9jnR2oQr7UTYxSJc+LdG36Sb3QjKkQzLUlBlQbGqkmCXQEc0z2AjbFWDLqFnccOGw+MIvFSpkxP",
+	"yOl4TOJmTnsc1r8d54zJYEZTAqCG1muBzANpe3hGTsenkYg3EtljuP4diTvS2WGG7SzumAxoy6FN5DwS",
+	"tRm4pNrmxsErMOvRCYnbyfbxGXk2PvZzLqRgMFUjXT7uEjOtkro/nKDpLPi7l8Q5euoz26kTWod/y2L/",
+	"S3I8hVpYnYJadvSpgSEecMcVUGPDU9+MR2VysSFh+GpxqJg7lP3W0gf/yPnlL6+CL2h+NHpDddBZBQb6",
+	"EB9LLM/GJ/d6qWq9tSHUPRDAphuONiFXIdE3vCi4C8wBD5fzOQr6DrzXEYleX0CNjS9p1u/E+bWrTSz1",
+	"GZEiW4M0812YYjLAJlzDOgm62beLg6ydP4kAx8iFr91uejfr6XyPLNeJQVfNslqY956Bw091PvKdlecZ",
+	"s8GR9jb8xLPssfZH3VWyQ5v6ijY7Fkto5B3Ww4WtZuYyy+RKg8pQ6pJmoz8w+/08borrp8SFuCqFfAAM",
+	"s6N+xCp6i84mApXSVWXnYKoEegD5LRPYQsAVn+kzx30xweKGsaLZ763DVpZzwmiydKpbaK3kVqeA+DBu",
+	"dQqII6GxhSZTzO2tAwud1WjRgZl+bkgutSGn5A3/vmmTw58eg2d4drgoWb2oOgkJ54OhhPubFFQbfIg5",
+	"a8aWywi2cmJoRC4FiS25xaFrsnDoKqWoYpGw+jYWQNf6rPOoWq4zHJGXvsamMlKxKkLJcrG0VT7n7y8j",
+	"QRUjeilXonKcOCg61L1XzDzBoQ5d09bfSobBbd+11e4Y4DBotmndCg/tqgvaMThs/+cPvpH9AcZoWVQV",
+	"1lg3tVHkBDdhq1t7TAb4aCGzLCTUkdnJeDweY1ZL1xKAVGwRR6uFrYUWX90D/Zc0Tfcy04Zv5Y+s43aI",
+	"T3RC2E2Tc0Kro1SvZp+ghJn472yXogj3n0pePr0h1U7su5cFddpREIqjoES1vKsSH8xocnX56pfLty9/",
+	"/Mt59mChvZ8A63yKnrgO3v/jEmA7XeSxBOiqBHUjFlNX+bZ0mb9o8AvQoC+77ibBXxQ3rBIj8OgfkAyb",
+	"aUGPpcKNOvO/3D6fTW++EKfXt//j5fXrL+kLqKpKexQf7Arga0CfxLJ/ByMuy5yKAy4OzJIdZFIW1Rxt",
+	"B31bRQFsHX5yhZZ3brq0P9R5LlxD79iwjwaDjlQQigXBxEhJBpTMwIoQbJVxwUJUgKPgvQJ2evH2+uJD",
+	"FAxHkTgdn5K43aHEe7pbfUpiMvCN96krO8YcErCUXDYr/HTuuUgsqXYd+uFyp9ecDBQzal3nmlu/ONfo",
+	"bRpu+74jUQ9l3d/wzAnYlRvdWjr94rbyNHV0t8HGOr5YUZe9PtXnKr4QB2yV1X7l4G2rDr3jpG0wVkcf",
+	"1pvg6Ybryp9BF5SLvxjvAxnvZzuC7Q4SSmA7PcM688zlb56LwE6tOjfUd2Rpc7VmVVyvHHjD+8K7G/4q",
+	"gf31XOQTHStc215zfdZ51bPyXqS80dTgS1rmzVrCHvHkV/oVD0OLJPy2EAlSMpEqJQP8WItKlvyWpcNd",
+	"4swDf/iprnTYmSroyyHvw5dbVZ33Ys37W8B9jd3es9MgYLUkKIJd5aRH9Vd0Zz+CkTQ3/l5ZHf0JHR0n",
+	"3mzkO9RNE/tOfbNp7WM/Z7UflC/AgNo1YX+wrJWvzoA8ldiP97hqlpDUbfHqvJIhMCn8Ok5XKkybNfll",
+	"HX6qi6A2omZtXMQ1v4kbLn2na1fRwlbKDPWH2mvYW30BvZLd6m3YULLlLVP9qnMkHqo7k03VuUtD/oln",
+	"WW/eSH+W0KDda8B6ZB0C0EioE8d4WrvSv8L34b5kqLJd67UrVPmnj0ZWhNAXhTyrCaJS9bnwubeEVjbk",
+	"yDUdaIYtt5SFx6Y21Z8o/Bq8dQ9fHf2XRE/eiRoA0sOZ7sEvD2mjErgzunxhK34x4zDW7LfYts5lJMby",
+	"uUbq4HiCLSJuWGGGoWWlFlyfI6FKQUAxogrDyJFYyhXJqVgjl6+Ki8EErZKyBz58dzwej7GICcZ3OQO0",
+	"CvhpQ9eeo0eikVuEoVqXT7iLfTcbtcY90dnN4unPINueQCqitK3u/FfFHDcX21di4+7/qUz9rTxdwHza",
+	"TlS1wnEzB5YMtjNdh/c5h6lrc77DU1iaJdbbUV/lZfMcfAWlrbJ0pZWzdTMjqa/QMhJoCbZKE3GY4Yig",
+	"Z9V32HHKEOhDtbKGqcSVn3Cws7H20OdhJkupmfDaneUq55e/vJq+uby6unz3dnr599hKFE2YuOVKihwk",
+	"byTOiWvH71Hl2YqmOSMt5a5CDt7C72taLU+T4/Gx9U3hQzaNF59yaqBtm0sVNjnA7zee2eEoSfl8zhRo",
+	"Z/aLnailnY6/G0Xi5ZIlN5osaVEwUVkUUqVMTVrpZ3WeGs60sSsMrg+ejU+GYSRcjejgdHw0DO2Ug9Oj",
+	"k5CcjsfD0NUHtpY9gMVJBTANQ6JkiV+GGJyOT0MCg44iEYk3+NFJ7ZGH41r7x6YEVR9zvcHvbaIpy0Xj",
+	"45G2b348dF+YtJ9fiAQqhQsh0Z+sW1mIOV0TmqZEy5ydOcBzB0ZeakOW9BaVX65cKjcmdgAnl4VtskWk",
+	"YBoHmjH8VuWIxL4dFyrz2HnZf+0NqUWxglGXFpXIheDanQuypHrZWv8goUIKntAMa2MnjvArIG2NZxgJ",
+	"W/yOJ8G5z/A7o6slN4zogiZs6GHHWuBvdC1yeBpPbH8kfNJ+ZbX6CCjSiut/XJPtGaHCvnJLsxIRA5hk",
+	"qQMttN/t5EIbRi1Lwp7BYSTio9E4bt6Jj2w9sR+xCRiGHTYJfAB0NIoEcAI8NrZ6WMM/sU2EmpCo6lEV",
+	"BXFIWl+NqL8XEdp6AOsMcTsTiTkXrjDaq5TzUiFsNJO2tkyTeKPBXNxCEq/MRTy+dfUAhhO62sbHzQ+h",
+	"thvHwy3fOj4GFG6HI0BbOCJxs/F+3Jfx31HAEImtCoYzq5h0x1U2T93Iu0RiLDaAgxqJuvQX7w6dRrPZ",
+	"5r5Tq/Ff1+h123VIfHuw7YY1N2/GYNc0MfLMHseKDXub4KkMxvu6AZ8+QrP5NZKvXAm79dWbDq3M3yMD",
+	"lymHB8VvkheeSC1eDLaZzl85Qo+KwbjWGHhqNppi/PNXoMdapWzIxmo/Gr6mKuHRD3MfBdIaQr1mXJ0k",
+	"DCIE1JT0AFPnMTc4kwubgMucr8d9RNFJzJmWWVmnEFvjbQYbgt0oCGae2YRZ667D3GFUEJwdZ3WP9xlQ",
+	"3AAsvtiSaUxmpbHhqUM0/w6s4hwPJ7V4dgwfzD07MGYCx/BvHAlvf04a31DDRS1Zlg7r/M84px/jEYn/",
+	"54HFxcFVS5zI5qfYQDa1vsUGA4aNdy9EGjdf8939bSI1tmloJC1zMIgRafUIr2gxIcAvYitR7cpmzKwY",
+	"E25xNtl6E+CmfTwi58YCjEmwVqeB3WwiDxMMnBob2wz7/25nNo3P0NsV25Tpgc26PRkTPYzEXKoqR1NV",
+	"ydVe+2bePxoJt6kTsr2fE6C7q6sLn+ONBXManUarpVXTYL+aW2u/jADT25oALMFzcFSfPa/72sFQA/yW",
+	"AkV1laMInSur3KcbcEfCAjL0S0oyDppPVVY+Ij/Aq3pCYlzIxE3trIsYNM8J+RQFlgJs8xS4GAVhJKKq",
+	"SXwU3IEgrxRVbJSJCEJtzPYzcmM23wLVyt6Mgrj2TiOZ2LxyUNIbzTet5hnzdNJBmdyQASWqUatE0LFz",
+	"JUuV2OqLHMY1Lmnf5rHHr6k2B/jgAdhlCIUjTeAkqGsOzyoMLWixhR542qHESEQGjmLJvUnK9TB+7zZG",
+	"Qr3S4rlqelghO8X2NJiWD9uYcbAXBvGEFFws4iFWOgBh8DTzxjmhQFEjck50JldEMepUcNDjUdvH2h0H",
+	"3sTCzQ2Z0yyDk7rkjqqQE8IdTLWlJEY8IOXhsegqaPXqX0jira8CAb1USG4VNNQHfHjWG5DY7b2yvOQz",
+	"fVedX7E0EnFoj3DlFexiyn1RtqcuIPAVJihM0dFoyc5+OAeFkTP7K3DhDGU8564spRfUnH7srhU4Pfru",
+	"9GR8uq+J6tZ3jhAakMhndRG+Y3a0iwDIALips8kci+xHLN5vAbzV6+xhzkSZGOaZe1t/rfuy4RdPOhvF",
+	"bcmH9hAbicVXF/Ywac+DQ+A0oW9lOtDMhs4ar3V+oLA7e9DW47h2fXgaPgVNOd/71dYNmd/SFc7sUQCT",
+	"Fk4DctVBk+LsXu2g9I6+u03dYRsqkOhN3vpQVWI3fL7DIcyCvaUzzTpaODehvOr+7ObOb94ij/hMRN39",
+	"f1IA8wEohG53T0CKob6iLXSMSirrf0Ut6Ap9dQfY98gFaOw5cpbCEj+Y8fuuRJ0f3SNfMqXQfraj5+D5",
+	"wKJzPdry6bYh1TKaXvNbJuCFQsmZtbkOMcS+c5kf7BNfcJV1z/LO6nCa2tiIMyq//JRvpUHmsz6rjQC0",
+	"MOwn1qrhAPFCmt1Ir2ayWD8jGddG24rQeiRqE53Qdcedy9Wue8sy3mjb6CxjJGerh5Qqcz0bJ4eHR8ff",
+	"jsaj8eho8uLo+Di4+/Xu/wUAAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

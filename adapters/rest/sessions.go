@@ -1,0 +1,279 @@
+package rest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/agentic-sandbox/agentic-sandbox/core/claudefeed"
+	"github.com/agentic-sandbox/agentic-sandbox/core/session"
+	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+)
+
+// Sessions is what the REST adapter needs of the session use case
+// (adapters/sessions.Service implements it).
+type Sessions interface {
+	// Create starts a session on its agent in a PTY of cols×rows (0: 80×24).
+	Create(ctx context.Context, spec session.Spec, cols, rows uint16) (session.Session, error)
+	// List returns the sessions of an agent ("" for all), oldest first.
+	List(agentID string) []session.Session
+	Get(id string) (session.Session, bool)
+	// Exited is closed when the session ends (nil for an unknown session).
+	Exited(id string) <-chan struct{}
+	// Activity returns the feed of a headless session after Seq after; ok
+	// is false for a session that is not headless.
+	Activity(id string, after int) (events []claudefeed.Event, summary claudefeed.Summary, dropped int, ok bool)
+}
+
+func (e *apiError) VisitListSessionsResponse(w http.ResponseWriter) error       { return e.write(w) }
+func (e *apiError) VisitListAgentSessionsResponse(w http.ResponseWriter) error  { return e.write(w) }
+func (e *apiError) VisitCreateSessionResponse(w http.ResponseWriter) error      { return e.write(w) }
+func (e *apiError) VisitGetSessionResponse(w http.ResponseWriter) error         { return e.write(w) }
+func (e *apiError) VisitGetSessionActivityResponse(w http.ResponseWriter) error { return e.write(w) }
+func (e *apiError) VisitGetSessionOutputResponse(w http.ResponseWriter) error   { return e.write(w) }
+
+var (
+	_ restapi.ListSessionsResponseObject       = (*apiError)(nil)
+	_ restapi.ListAgentSessionsResponseObject  = (*apiError)(nil)
+	_ restapi.CreateSessionResponseObject      = (*apiError)(nil)
+	_ restapi.GetSessionResponseObject         = (*apiError)(nil)
+	_ restapi.GetSessionActivityResponseObject = (*apiError)(nil)
+	_ restapi.GetSessionOutputResponseObject   = (*apiError)(nil)
+)
+
+func sessionNotFoundErr(id string) *apiError {
+	return newError(http.StatusNotFound, "session_not_found", "session %q not found (GET /api/v1/sessions lists them)", clip(id))
+}
+
+// session returns a known session, or the 404.
+func (s *Server) session(id string) (session.Session, *apiError) {
+	if s.d.Sessions == nil || len(id) > maxIDLen {
+		return session.Session{}, sessionNotFoundErr(id)
+	}
+	sess, ok := s.d.Sessions.Get(id)
+	if !ok {
+		return session.Session{}, sessionNotFoundErr(id)
+	}
+	return sess, nil
+}
+
+func toSession(x session.Session) restapi.Session {
+	out := restapi.Session{
+		SessionId: x.ID, AgentId: x.AgentID, Name: x.Name, Type: restapi.SessionType(x.Type),
+		State: restapi.SessionState(x.State), Command: x.Command, Args: x.Args, CreatedAt: x.CreatedAt.UTC(),
+		ExitCode: x.ExitCode,
+	}
+	if out.Args == nil {
+		out.Args = []string{}
+	}
+	if x.Cwd != "" {
+		out.Cwd = ptr(x.Cwd)
+	}
+	if x.Reason != "" {
+		out.Reason = ptr(x.Reason)
+	}
+	if x.Adopted {
+		out.Adopted = ptr(true)
+	}
+	if !x.StartedAt.IsZero() {
+		out.StartedAt = ptr(x.StartedAt.UTC())
+	}
+	if !x.EndedAt.IsZero() {
+		out.EndedAt = ptr(x.EndedAt.UTC())
+	}
+	return out
+}
+
+func (s *Server) sessionList(agentID string, state *restapi.SessionState) restapi.SessionList {
+	out := restapi.SessionList{Sessions: []restapi.Session{}}
+	if s.d.Sessions == nil {
+		return out
+	}
+	for _, x := range s.d.Sessions.List(agentID) {
+		if state != nil && string(x.State) != string(*state) {
+			continue
+		}
+		out.Sessions = append(out.Sessions, toSession(x))
+	}
+	return out
+}
+
+// ListSessions lists the sessions of every agent, or of one.
+func (s *Server) ListSessions(_ context.Context, req restapi.ListSessionsRequestObject) (restapi.ListSessionsResponseObject, error) {
+	agentID := ""
+	if req.Params.AgentId != nil {
+		agentID = *req.Params.AgentId
+		if agentID == "" || len(agentID) > maxIDLen {
+			return badRequest("parameter agent_id: 1-%d characters", maxIDLen), nil
+		}
+	}
+	if st := req.Params.State; st != nil && !session.State(*st).Valid() {
+		return badRequest("parameter state: one of starting, running, exited, killed, lost"), nil
+	}
+	return restapi.ListSessions200JSONResponse(s.sessionList(agentID, req.Params.State)), nil
+}
+
+// ListAgentSessions lists the sessions of one agent.
+func (s *Server) ListAgentSessions(_ context.Context, req restapi.ListAgentSessionsRequestObject) (restapi.ListAgentSessionsResponseObject, error) {
+	return restapi.ListAgentSessions200JSONResponse(s.sessionList(req.AgentId, nil)), nil
+}
+
+// CreateSession starts a session on an agent.
+func (s *Server) CreateSession(ctx context.Context, req restapi.CreateSessionRequestObject) (restapi.CreateSessionResponseObject, error) {
+	subject := fmt.Sprintf("agent %q", clip(req.AgentId))
+	if s.d.Sessions == nil {
+		return newError(http.StatusNotFound, "agent_not_found", "%s: sessions are not enabled on this server", subject), nil
+	}
+	b := req.Body
+	if b == nil {
+		return badRequest("a JSON body is required"), nil
+	}
+	spec := session.Spec{AgentID: req.AgentId, Command: b.Command, Type: session.Background}
+	if b.Type != nil {
+		spec.Type = session.Type(*b.Type)
+	}
+	if !spec.Type.Valid() {
+		return badRequest("field type: one of interactive, headless, background"), nil
+	}
+	if b.Name != nil {
+		spec.Name = *b.Name
+		if err := session.ValidName(spec.Name); err != nil {
+			return badRequest("field name: %v", err), nil
+		}
+	}
+	if spec.Command == "" {
+		return badRequest("field command: must not be empty"), nil
+	}
+	if b.Args != nil {
+		spec.Args = *b.Args
+	}
+	if b.Cwd != nil {
+		spec.Cwd = *b.Cwd
+	}
+	if b.Env != nil {
+		spec.Env = *b.Env
+	}
+	var cols, rows uint16
+	for _, d := range []struct {
+		name string
+		v    *int
+		dst  *uint16
+	}{{"cols", b.Cols, &cols}, {"rows", b.Rows, &rows}} {
+		if d.v == nil {
+			continue
+		}
+		if *d.v < 1 || *d.v > 1000 {
+			return badRequest("field %s: between 1 and 1000", d.name), nil
+		}
+		*d.dst = uint16(*d.v)
+	}
+	sess, err := s.d.Sessions.Create(ctx, spec, cols, rows)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return createSessionError(err, subject), nil
+	}
+	s.log.Info("rest: session created", "session_id", sess.ID, "agent_id", sess.AgentID, "type", sess.Type, "name", sess.Name)
+	return restapi.CreateSession201JSONResponse(toSession(sess)), nil
+}
+
+func createSessionError(err error, subject string) *apiError {
+	switch {
+	case errors.Is(err, session.ErrNameTaken):
+		return newError(http.StatusConflict, "session_name_taken", "%s: %v", subject, err)
+	case errors.Is(err, session.ErrInvalidName), errors.Is(err, session.ErrInvalidType), errors.Is(err, session.ErrInvalidSpec):
+		return badRequest("%v", err)
+	default:
+		return portError(err, subject)
+	}
+}
+
+// GetSession shows one session.
+func (s *Server) GetSession(_ context.Context, req restapi.GetSessionRequestObject) (restapi.GetSessionResponseObject, error) {
+	sess, apiErr := s.session(req.SessionId)
+	if apiErr != nil {
+		return apiErr, nil
+	}
+	return restapi.GetSession200JSONResponse(toSession(sess)), nil
+}
+
+// GetSessionActivity returns the activity feed of a headless session.
+func (s *Server) GetSessionActivity(_ context.Context, req restapi.GetSessionActivityRequestObject) (restapi.GetSessionActivityResponseObject, error) {
+	sess, apiErr := s.session(req.SessionId)
+	if apiErr != nil {
+		return apiErr, nil
+	}
+	after := 0
+	if req.Params.After != nil {
+		if after = *req.Params.After; after < 0 {
+			return badRequest("parameter after: must be a non-negative integer"), nil
+		}
+	}
+	events, sum, dropped, ok := s.d.Sessions.Activity(sess.ID, after)
+	if !ok {
+		return newError(http.StatusConflict, "not_headless", "session %q is %s, not headless: only headless sessions have an activity feed", clip(sess.ID), sess.Type), nil
+	}
+	out := restapi.GetSessionActivity200JSONResponse{Events: make([]restapi.ActivityEvent, 0, len(events)), Dropped: dropped}
+	for _, e := range events {
+		out.Events = append(out.Events, toActivityEvent(e))
+	}
+	out.Summary = restapi.ActivitySummary{
+		Turns: sum.Turns, ToolCalls: sum.ToolCalls, ToolsUsed: sum.ToolsUsed, Done: sum.Done, Success: sum.Success,
+		CostUsd: sum.CostUSD, DurationMs: sum.DurationMS, LastText: optString(sum.LastText), Result: optString(sum.Result),
+	}
+	if f := finite(sum.CostUSD); f == nil {
+		out.Summary.CostUsd = 0
+	}
+	if out.Summary.ToolsUsed == nil {
+		out.Summary.ToolsUsed = map[string]int{}
+	}
+	return out, nil
+}
+
+func optString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func optInt[T int | int64](v T) *T {
+	if v == 0 {
+		return nil
+	}
+	return &v
+}
+
+func optTrue(b bool) *bool {
+	if !b {
+		return nil
+	}
+	return &b
+}
+
+func toActivityEvent(e claudefeed.Event) restapi.ActivityEvent {
+	out := restapi.ActivityEvent{
+		Seq: e.Seq, Kind: restapi.ActivityEventKind(e.Kind),
+		SessionId: optString(e.SessionID), Model: optString(e.Model), ParentToolUseId: optString(e.ParentToolUseID),
+		Text: optString(e.Text), Truncated: optTrue(e.Truncated), ToolName: optString(e.ToolName),
+		ToolUseId: optString(e.ToolUseID), IsError: optTrue(e.IsError), Cwd: optString(e.CWD),
+		Subtype: optString(e.Subtype), NumTurns: optInt(e.NumTurns), DurationMs: optInt(e.DurationMS),
+		DurationApiMs: optInt(e.DurationAPIMS), Result: optString(e.Result),
+	}
+	if len(e.ToolInput) > 0 && json.Valid(e.ToolInput) {
+		out.ToolInput = json.RawMessage(e.ToolInput)
+	}
+	if len(e.Tools) > 0 {
+		out.Tools = ptr(append([]string(nil), e.Tools...))
+	}
+	if e.Kind == claudefeed.KindResult || e.CostUSD != 0 {
+		out.CostUsd = finite(e.CostUSD)
+	}
+	return out
+}
+
+func itoa(v uint64) string { return strconv.FormatUint(v, 10) }

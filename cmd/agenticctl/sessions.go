@@ -1,0 +1,361 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+)
+
+const sessionsUsage = `Usage:
+  agenticctl sessions list [--agent A] [--state S] [--json]
+                                    list sessions (ID AGENT NAME TYPE STATE EXIT COMMAND)
+  agenticctl sessions create [--type T] [--name N] [--cwd DIR] [--env K=V]… AGENT -- CMD [ARGS…]
+                                    start a session (type interactive|headless|background,
+                                    default background) and print its id
+  agenticctl sessions get ID        show one session as indented JSON
+  agenticctl sessions kill ID       kill a session (its whole process group)
+`
+
+const logsUsage = `Usage:
+  agenticctl logs [-f] [--from N] SESSION
+
+Writes the session's raw output to stdout, from offset N (default: the first
+byte the server still holds). With -f it follows live output until the
+session ends. Dropped bytes are reported on stderr.
+`
+
+func (c *cli) sessions(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(c.stderr, sessionsUsage)
+		return exitError
+	}
+	switch args[0] {
+	case "list", "ls":
+		return c.sessionsList(args[1:])
+	case "create", "new":
+		return c.sessionsCreate(args[1:])
+	case "get", "show":
+		return c.sessionsGet(args[1:])
+	case "kill", "rm":
+		return c.sessionsKill(args[1:])
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(c.stdout, sessionsUsage)
+		return 0
+	default:
+		fmt.Fprintf(c.stderr, "agenticctl: unknown sessions command %q\n%s", args[0], sessionsUsage)
+		return exitError
+	}
+}
+
+func newFlags(name string, stderr io.Writer) *flag.FlagSet {
+	flags := flag.NewFlagSet(name, flag.ContinueOnError)
+	flags.SetOutput(stderr)
+	flags.Usage = func() {}
+	return flags
+}
+
+func (c *cli) sessionsList(args []string) int {
+	flags := newFlags("agenticctl sessions list", c.stderr)
+	agent := flags.String("agent", "", "only the sessions of agent `A`")
+	state := flags.String("state", "", "only sessions in state `S` (starting, running, exited, killed, lost)")
+	asJSON := flags.Bool("json", false, "print the list as JSON")
+	if code, done := parseFlags(flags, args, c.stdout, c.stderr, sessionsUsage); done {
+		return code
+	}
+	if flags.NArg() > 0 {
+		return c.fail("sessions list takes no arguments, got %q", flags.Args())
+	}
+	cl, server, err := c.client()
+	if err != nil {
+		return c.fail("%v", err)
+	}
+	params := &restapi.ListSessionsParams{}
+	if *agent != "" {
+		params.AgentId = agent
+	}
+	if *state != "" {
+		params.State = (*restapi.SessionState)(state)
+	}
+	resp, err := cl.ListSessionsWithResponse(context.Background(), params)
+	if err != nil {
+		return c.unreachable(server, err)
+	}
+	if resp.JSON200 == nil {
+		return c.apiError(resp.StatusCode(), resp.Body)
+	}
+	if *asJSON {
+		return c.printJSON(resp.Body)
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tAGENT\tNAME\tTYPE\tSTATE\tEXIT\tCOMMAND")
+	for _, s := range resp.JSON200.Sessions {
+		exit := "-"
+		if s.ExitCode != nil {
+			exit = strconv.Itoa(*s.ExitCode)
+		}
+		cmd := strings.Join(append([]string{s.Command}, s.Args...), " ")
+		if len(cmd) > 60 {
+			cmd = cmd[:60] + "…"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", cell(s.SessionId), cell(s.AgentId), cell(s.Name), cell(string(s.Type)), cell(string(s.State)), exit, cell(cmd))
+	}
+	if err := tw.Flush(); err != nil {
+		return c.fail("writing the table: %v", err)
+	}
+	return 0
+}
+
+func (c *cli) sessionsCreate(args []string) int {
+	flags := newFlags("agenticctl sessions create", c.stderr)
+	typ := flags.String("type", "background", "session type `T`: interactive, headless or background")
+	name := flags.String("name", "", "session `NAME`, unique among the agent's live sessions")
+	cwd := flags.String("cwd", "", "working `DIR` on the agent")
+	var envs multiFlag
+	flags.Var(&envs, "env", "set `KEY=VALUE` in the session's environment (repeatable)")
+	if code, done := parseFlags(flags, args, c.stdout, c.stderr, sessionsUsage); done {
+		return code
+	}
+	rest := flags.Args()
+	if len(rest) > 0 && rest[0] == "--" {
+		rest = rest[1:]
+	}
+	if len(rest) < 2 {
+		return c.fail("sessions create needs an agent and a command, e.g. 'agenticctl sessions create host-01 -- npm run dev'")
+	}
+	agent, cmdline := rest[0], rest[1:]
+	if cmdline[0] == "--" {
+		cmdline = cmdline[1:]
+	}
+	if len(cmdline) == 0 || cmdline[0] == "" {
+		return c.fail("sessions create needs a command after the agent")
+	}
+	switch *typ {
+	case "interactive", "headless", "background":
+	default:
+		return c.fail("--type must be interactive, headless or background, not %q", *typ)
+	}
+	t := restapi.SessionType(*typ)
+	req := restapi.CreateSessionRequest{Type: &t, Command: cmdline[0]}
+	if len(cmdline) > 1 {
+		a := cmdline[1:]
+		req.Args = &a
+	}
+	if *name != "" {
+		req.Name = name
+	}
+	if *cwd != "" {
+		req.Cwd = cwd
+	}
+	if len(envs) > 0 {
+		m := map[string]string{}
+		for _, kv := range envs {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || k == "" {
+				return c.fail("--env %q: write it as KEY=VALUE", kv)
+			}
+			m[k] = v
+		}
+		req.Env = &m
+	}
+	cl, server, err := c.client()
+	if err != nil {
+		return c.fail("%v", err)
+	}
+	resp, err := cl.CreateSessionWithResponse(context.Background(), agent, req)
+	if err != nil {
+		return c.unreachable(server, err)
+	}
+	if resp.JSON201 == nil {
+		return c.apiError(resp.StatusCode(), resp.Body)
+	}
+	fmt.Fprintln(c.stdout, clean(resp.JSON201.SessionId))
+	return 0
+}
+
+func (c *cli) sessionsGet(args []string) int {
+	flags := newFlags("agenticctl sessions get", c.stderr)
+	if code, done := parseFlags(flags, args, c.stdout, c.stderr, sessionsUsage); done {
+		return code
+	}
+	if flags.NArg() != 1 {
+		return c.fail("sessions get takes exactly one session id; 'agenticctl sessions list' shows them")
+	}
+	cl, server, err := c.client()
+	if err != nil {
+		return c.fail("%v", err)
+	}
+	resp, err := cl.GetSessionWithResponse(context.Background(), flags.Arg(0))
+	if err != nil {
+		return c.unreachable(server, err)
+	}
+	if resp.JSON200 == nil {
+		return c.apiError(resp.StatusCode(), resp.Body)
+	}
+	return c.printJSON(resp.Body)
+}
+
+func (c *cli) sessionsKill(args []string) int {
+	flags := newFlags("agenticctl sessions kill", c.stderr)
+	if code, done := parseFlags(flags, args, c.stdout, c.stderr, sessionsUsage); done {
+		return code
+	}
+	if flags.NArg() != 1 {
+		return c.fail("sessions kill takes exactly one session id; 'agenticctl sessions list' shows them")
+	}
+	cl, server, err := c.client()
+	if err != nil {
+		return c.fail("%v", err)
+	}
+	resp, err := cl.KillSessionWithResponse(context.Background(), flags.Arg(0))
+	if err != nil {
+		return c.unreachable(server, err)
+	}
+	if resp.JSON202 == nil {
+		return c.apiError(resp.StatusCode(), resp.Body)
+	}
+	fmt.Fprintf(c.stdout, "kill sent to %s\n", clean(resp.JSON202.SessionId))
+	return 0
+}
+
+func (c *cli) logs(args []string) int {
+	flags := newFlags("agenticctl logs", c.stderr)
+	follow := flags.Bool("f", false, "follow live output until the session ends")
+	from := flags.Int64("from", -1, "start at byte offset `N` (default: the first byte held)")
+	if code, done := parseFlags(flags, args, c.stdout, c.stderr, logsUsage); done {
+		return code
+	}
+	if flags.NArg() != 1 {
+		return c.fail("logs takes exactly one session id; 'agenticctl sessions list' shows them")
+	}
+	id := flags.Arg(0)
+	cl, server, err := c.client()
+	if err != nil {
+		return c.fail("%v", err)
+	}
+	params := &restapi.GetSessionOutputParams{}
+	if *from >= 0 {
+		params.From = from
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if *follow {
+		return c.logsFollow(ctx, cl, server, id, params)
+	}
+	for {
+		resp, err := cl.GetSessionOutput(ctx, id, params)
+		if err != nil {
+			return c.unreachable(server, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return c.fail("reading the output: %v", err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			return c.apiError(resp.StatusCode, body)
+		}
+		start, err1 := strconv.ParseInt(resp.Header.Get("X-Output-Start"), 10, 64)
+		end, err2 := strconv.ParseInt(resp.Header.Get("X-Output-End"), 10, 64)
+		if err1 != nil || err2 != nil {
+			return c.fail("the server sent no output offsets")
+		}
+		if resp.Header.Get("X-Output-Gap") == "true" {
+			c.gapNotice(params.From, start)
+		}
+		if _, err := c.stdout.Write(body); err != nil {
+			return c.fail("writing the output: %v", err)
+		}
+		if len(body) == 0 {
+			return 0
+		}
+		params.From = &end
+	}
+}
+
+func (c *cli) gapNotice(from *int64, start int64) {
+	f := int64(0)
+	if from != nil {
+		f = *from
+	}
+	fmt.Fprintf(c.stderr, "agenticctl: %d bytes of output were dropped before offset %d\n", start-f, start)
+}
+
+// logsFollow reads the SSE stream of the output until the session ends.
+func (c *cli) logsFollow(ctx context.Context, cl *restapi.ClientWithResponses, server, id string, params *restapi.GetSessionOutputParams) int {
+	resp, err := cl.GetSessionOutput(ctx, id, params, func(_ context.Context, req *http.Request) error {
+		req.Header.Set("Accept", "text/event-stream")
+		return nil
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return exitError
+		}
+		return c.unreachable(server, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		return c.apiError(resp.StatusCode, body)
+	}
+	br := bufio.NewReaderSize(resp.Body, 256<<10)
+	var event, data string
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			if ctx.Err() != nil {
+				return exitError
+			}
+			return c.fail("the output stream ended early: %v", err)
+		}
+		line = strings.TrimSuffix(strings.TrimSuffix(line, "\n"), "\r")
+		switch {
+		case strings.HasPrefix(line, "event:"):
+			event = strings.TrimSpace(strings.TrimPrefix(line, "event:"))
+			continue
+		case strings.HasPrefix(line, "data:"):
+			data = strings.TrimPrefix(strings.TrimPrefix(line, "data:"), " ")
+			continue
+		case line != "":
+			continue // id:, comments
+		}
+		switch event {
+		case "output":
+			var f struct {
+				Data     string `json:"data"`
+				Encoding string `json:"encoding"`
+			}
+			if err := json.Unmarshal([]byte(data), &f); err != nil {
+				return c.fail("the server sent an invalid output frame: %v", err)
+			}
+			b := []byte(f.Data)
+			if f.Encoding == string(restapi.Base64) {
+				if b, err = base64.StdEncoding.DecodeString(f.Data); err != nil {
+					return c.fail("the server sent invalid base64 output: %v", err)
+				}
+			}
+			if _, err := c.stdout.Write(b); err != nil {
+				return c.fail("writing the output: %v", err)
+			}
+		case "gap":
+			var g struct{ From, To int64 }
+			if json.Unmarshal([]byte(data), &g) == nil {
+				fmt.Fprintf(c.stderr, "agenticctl: %d bytes of output were dropped before offset %d\n", g.To-g.From, g.To)
+			}
+		case "exited":
+			return 0
+		}
+		event, data = "", ""
+	}
+}

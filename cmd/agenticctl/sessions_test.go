@@ -1,0 +1,118 @@
+package main
+
+import (
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/rest"
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/rest/resttest"
+	"github.com/agentic-sandbox/agentic-sandbox/core/session"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+type sessionFixture struct {
+	*fixture
+	sessions *resttest.Sessions
+}
+
+func newSessionFixture(t *testing.T, logMax int) *sessionFixture {
+	t.Helper()
+	link := resttest.NewLink()
+	link.AddAgent(ports.AgentInfo{ID: "host-01", Status: "ready", Runtime: "host", Hostname: "alpha"})
+	log := resttest.NewSessionLog(logMax)
+	ss := resttest.NewSessions(log)
+	srv := httptest.NewServer(rest.New(rest.Deps{Link: link, Agents: link, Token: token, Version: "test",
+		Missions: resttest.NewMissions(link), Sessions: ss, SessionLog: log}).Handler())
+	t.Cleanup(srv.Close)
+	return &sessionFixture{fixture: &fixture{link: link, url: srv.URL}, sessions: ss}
+}
+
+func TestSessionsCreateListKill(t *testing.T) {
+	f := newSessionFixture(t, 0)
+	r := f.run(t, "", "sessions", "create", "--type", "headless", "--name", "dev", "--env", "A=1", "host-01", "--", "claude", "-p", "hi")
+	if r.code != 0 || strings.TrimSpace(r.stdout) != "s1" {
+		t.Fatalf("create: exit %d, %q %q", r.code, r.stdout, r.stderr)
+	}
+	specs := f.sessions.Specs()
+	if len(specs) != 1 || specs[0].Type != session.Headless || specs[0].Name != "dev" || specs[0].Command != "claude" ||
+		strings.Join(specs[0].Args, " ") != "-p hi" || specs[0].Env["A"] != "1" {
+		t.Fatalf("spec %+v", specs)
+	}
+	f.sessions.Add(session.Session{ID: "s7", AgentID: "vm-01", Name: "old", Type: session.Background, Command: "sh",
+		State: session.Exited, ExitCode: new(int), CreatedAt: time.Unix(1, 0)})
+
+	r = f.run(t, "", "sessions", "list")
+	lines := strings.Split(strings.TrimRight(r.stdout, "\n"), "\n")
+	if r.code != 0 || len(lines) != 3 || strings.Join(strings.Fields(lines[0]), " ") != "ID AGENT NAME TYPE STATE EXIT COMMAND" ||
+		strings.Join(strings.Fields(lines[1]), " ") != "s1 host-01 dev headless running - claude -p hi" ||
+		strings.Join(strings.Fields(lines[2]), " ") != "s7 vm-01 old background exited 0 sh" {
+		t.Fatalf("list: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = f.run(t, "", "sessions", "list", "--agent", "vm-01")
+	if r.code != 0 || strings.Count(r.stdout, "\n") != 2 || !strings.Contains(r.stdout, "s7") {
+		t.Fatalf("list --agent: %q %q", r.stdout, r.stderr)
+	}
+	r = f.run(t, "", "sessions", "get", "s1")
+	if r.code != 0 || !strings.Contains(r.stdout, `"name": "dev"`) {
+		t.Fatalf("get: %q %q", r.stdout, r.stderr)
+	}
+
+	// Name clash and bad usage.
+	r = f.run(t, "", "sessions", "create", "--name", "dev", "host-01", "--", "sh")
+	if r.code != 1 || !strings.Contains(r.stderr, "session_name_taken") {
+		t.Fatalf("name clash: %d %q", r.code, r.stderr)
+	}
+	if r = f.run(t, "", "sessions", "create", "host-01"); r.code != 1 {
+		t.Fatalf("create without command: %d", r.code)
+	}
+	if r = f.run(t, "", "sessions", "create", "--type", "odd", "host-01", "--", "sh"); r.code != 1 {
+		t.Fatalf("bad type: %d", r.code)
+	}
+
+	// kill goes through DELETE /api/v1/sessions/{id}.
+	r = f.run(t, "", "sessions", "kill", "nope")
+	if r.code != 1 || !strings.Contains(r.stderr, "session_not_found") {
+		t.Fatalf("kill unknown: %d %q", r.code, r.stderr)
+	}
+}
+
+func TestLogs(t *testing.T) {
+	f := newSessionFixture(t, 8)
+	f.sessions.Add(session.Session{ID: "s1", AgentID: "host-01", Name: "b", Type: session.Background, Command: "sh", State: session.Running})
+	f.sessions.Output("s1", "abcdefghij") // 2 bytes dropped
+	r := f.run(t, "", "logs", "s1")
+	if r.code != 0 || r.stdout != "cdefghij" || r.stderr != "" {
+		t.Fatalf("logs: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	r = f.run(t, "", "logs", "--from", "5", "s1")
+	if r.code != 0 || r.stdout != "fghij" {
+		t.Fatalf("logs --from: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	r = f.run(t, "", "logs", "--from", "0", "s1")
+	if r.code != 0 || r.stdout != "cdefghij" || !strings.Contains(r.stderr, "2 bytes of output were dropped") {
+		t.Fatalf("logs with gap: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	r = f.run(t, "", "logs", "nope")
+	if r.code != 1 || !strings.Contains(r.stderr, "session_not_found") {
+		t.Fatalf("logs unknown: %d %q", r.code, r.stderr)
+	}
+
+	// -f follows live output (raw bytes, also invalid UTF-8) until the end.
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		f.sessions.Output("s1", "k\xff")
+		time.Sleep(50 * time.Millisecond)
+		f.sessions.Output("s1", "\n")
+		f.sessions.Exit("s1", 0)
+	}()
+	r = f.run(t, "", "logs", "-f", "--from", "8", "s1")
+	if r.code != 0 || r.stdout != "ij"+"k\xff\n" {
+		t.Fatalf("logs -f: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	r = f.run(t, "", "logs", "-f", "--from", "0", "s1")
+	if r.code != 0 || r.stdout != "fghijk\xff\n" || !strings.Contains(r.stderr, "5 bytes of output were dropped") {
+		t.Fatalf("logs -f with gap: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+}
