@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/agentic-sandbox/agentic-sandbox/core/claudefeed"
@@ -137,7 +138,10 @@ func (s *Service) StartShell(ctx context.Context, agentID, name string, cols, ro
 		return session.Session{}, ports.ErrAgentNotFound
 	}
 	if name == "" {
-		name = "shell-" + s.cfg.IDs.NewID()[:8]
+		// Named here because the tmux arguments carry it: the random end
+		// of an id (a UUIDv7 starts with its timestamp, which repeats).
+		id := strings.ReplaceAll(s.cfg.IDs.NewID(), "-", "")
+		name = "shell-" + id[max(0, len(id)-12):]
 	}
 	spec := session.Spec{AgentID: agentID, Type: session.Interactive, Name: name,
 		Command: "sh", Args: []string{"-l"}, Env: map[string]string{"TERM": "xterm-256color"}}
@@ -231,12 +235,26 @@ func (s *Service) Signal(ctx context.Context, id, viewerID string, sig int) erro
 }
 
 // Kill ends the session (any viewer may, as any operator may over REST).
+// For a tmux-backed shell that means the tmux session too, which would
+// otherwise outlive its terminal by design.
 func (s *Service) Kill(ctx context.Context, id string) error {
 	s.mu.Lock()
 	cmd, ok := s.cmds[id]
+	sess, _ := s.reg.Get(id)
 	s.mu.Unlock()
 	if !ok {
 		return session.ErrNotFound
+	}
+	if sess.Command == "tmux" {
+		end, err := s.cfg.Link.Start(ctx, sess.AgentID, ports.CommandSpec{
+			Command: "tmux", Args: []string{"kill-session", "-t", session.AgentName(sess.Name)},
+		}, ports.StartOptions{})
+		if err == nil {
+			select {
+			case <-end.Done():
+			case <-ctx.Done():
+			}
+		}
 	}
 	return cmd.Kill(ctx)
 }

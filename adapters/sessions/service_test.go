@@ -197,6 +197,12 @@ func TestShellUsesTmuxWhereTheAgentHasIt(t *testing.T) {
 	if c := link2.cmds[s2.ID]; c.spec.Command != "sh" {
 		t.Fatalf("without tmux: %+v", c.spec)
 	}
+	// Unnamed shells get distinct names, which are their tmux sessions.
+	a, _ := svc.StartShell(context.Background(), "agent-1", "", 0, 0)
+	b, _ := svc.StartShell(context.Background(), "agent-1", "", 0, 0)
+	if a.Name == b.Name || link.cmds[a.ID].spec.Args[3] != "as-"+a.Name || link.cmds[b.ID].spec.Args[3] != "as-"+b.Name {
+		t.Fatalf("unnamed shells %q / %q with tmux args %v / %v", a.Name, b.Name, link.cmds[a.ID].spec.Args, link.cmds[b.ID].spec.Args)
+	}
 }
 
 func TestOnlyTheControllerTypes(t *testing.T) {

@@ -3,6 +3,7 @@ package session
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
@@ -89,9 +90,12 @@ func (r *Registry) newID() string {
 }
 
 func (r *Registry) defaultName(agentID string, t Type, id string) string {
-	short := id
-	if len(short) > 8 {
-		short = short[:8]
+	// The end of the id: a UUIDv7 starts with its timestamp, so its first
+	// characters repeat for a minute; the name is also the agent's tmux
+	// session name, where a repeat would attach to another session.
+	short := strings.ReplaceAll(id, "-", "")
+	if len(short) > 12 {
+		short = short[len(short)-12:]
 	}
 	for _, name := range []string{string(t) + "-" + short, string(t) + "-" + id} {
 		if _, taken := r.byAgent[agentID][name]; !taken && ValidName(name) == nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -273,3 +274,25 @@ func TestAgentNames(t *testing.T) {
 		}
 	}
 }
+
+// UUIDv7 ids made within the same minute share their first characters; the
+// default names (also the agents' tmux session names) must still differ.
+func TestDefaultNamesDifferForIDsMadeTogether(t *testing.T) {
+	r := NewRegistry(&listIDs{ids: []string{"01a237f2-1111-7000-8000-aaaaaaaaaaaa", "01a237f2-2222-7000-8000-bbbbbbbbbbbb"}})
+	now := time.Now()
+	a, err := r.Create(Spec{AgentID: "h", Type: Interactive, Command: "tmux"}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := r.Create(Spec{AgentID: "h", Type: Interactive, Command: "tmux"}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Name == b.Name || !strings.HasSuffix(a.Name, "aaaaaaaaaaaa") {
+		t.Fatalf("names %q and %q", a.Name, b.Name)
+	}
+}
+
+type listIDs struct{ ids []string }
+
+func (g *listIDs) NewID() string { id := g.ids[0]; g.ids = g.ids[1:]; return id }

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -146,8 +148,25 @@ func (v *wsViewer) output(id string) []byte {
 	return append([]byte(nil), v.out[id]...)
 }
 
+// privateTmux gives the agents a tmux server of their own with a plain sh:
+// independent of a shared tmux server and of the machine's shell profile
+// (here ~/.bashrc can stall for a minute on a stale pyenv lock).
+func privateTmux(t *testing.T) []string {
+	dir, err := os.MkdirTemp("", "tmux-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		kill := exec.Command("tmux", "kill-server")
+		kill.Env = append(os.Environ(), "TMUX_TMPDIR="+dir)
+		_ = kill.Run()
+		os.RemoveAll(dir)
+	})
+	return []string{"TMUX_TMPDIR=" + dir, "SHELL=/bin/sh"}
+}
+
 func TestTerminalOverWebSocket(t *testing.T) {
-	s := startServer(t, 1, "")
+	s := startServer(t, 1, "", privateTmux(t)...)
 	if v := dialWS(t, s, "wrong"); v.ws != nil || v.frames[0]["status"] != 401 {
 		t.Fatalf("wrong token: %v", v.frames)
 	}
@@ -164,9 +183,15 @@ func TestTerminalOverWebSocket(t *testing.T) {
 		}
 	})
 
-	// Type and see the answer.
-	a.send(map[string]any{"type": "input", "session_id": id, "data": "echo $((6*7))\r"})
-	a.waitOutput(id, regexp.MustCompile(`\b42\b`))
+	// Type and see the answer. Keys typed before tmux set up its terminal
+	// are discarded (as on any terminal), so type until the shell answers.
+	answer := regexp.MustCompile(`\b42\b`)
+	for deadline := time.Now().Add(20 * time.Second); !answer.Match(a.output(id)); time.Sleep(time.Second) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the shell never answered:\n%q", a.output(id))
+		}
+		a.send(map[string]any{"type": "input", "session_id": id, "data": "echo $((6*7))\r"})
+	}
 
 	// Resize, and the shell sees it.
 	// tmux applies a resize asynchronously and keeps one row for its status
