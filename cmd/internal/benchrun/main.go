@@ -154,7 +154,7 @@ func run(binDir string, n, sshN, sustained int) error {
 		return err
 	}
 	srv.Kill()
-	return missionBench(bins, n/2, sustained, floor)
+	return terminalBench(bins, missionBench(bins, n/2, sustained, floor))
 }
 
 // throughput sends 1 MiB of text through the stack and compares with cat.

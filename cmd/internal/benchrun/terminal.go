@@ -1,0 +1,762 @@
+package main
+
+// Terminal benchmarks (issue 4, "Performance"): PTY throughput from a
+// process on the agent to a WebSocket viewer beside a local PTY and
+// `ssh -tt`, the keystroke echo round trip beside a local PTY and `ssh -tt`,
+// and the memory of idle sessions and idle viewers.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"golang.org/x/sys/unix"
+
+	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
+)
+
+var (
+	termMiB      = flag.Int("term-mib", 32, "MiB of PTY output per terminal throughput run")
+	termReps     = flag.Int("term-reps", 3, "runs per terminal throughput measurement (median reported)")
+	termEchoN    = flag.Int("term-echo-n", 1000, "keystroke echo round trips")
+	termSessions = flag.Int("term-sessions", 200, "idle sessions (and idle viewers) for the memory measurement")
+)
+
+// terminalBench runs after the other benchmarks (prev is their result; it
+// is returned as is when it failed). It starts its own agentic-mgmt so the
+// memory figures start from a fresh process.
+func terminalBench(bins harness.Binaries, prev error) error {
+	if prev != nil {
+		return prev
+	}
+	dataDir, err := os.MkdirTemp("", "agentic-bench-term-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dataDir)
+	defer harness.KillHostAgents(dataDir)
+	srv, err := harness.Start(bins, harness.Options{HostAgents: 1, DataDir: dataDir})
+	if err != nil {
+		return err
+	}
+	defer srv.Kill()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := srv.WaitAgents(ctx, "host-01"); err != nil {
+		return err
+	}
+	// Every step below is bounded by this deadline.
+	deadline := time.Now().Add(3 * time.Minute)
+
+	// 3. Memory, measured first so both processes start fresh, printed last.
+	memReport, err := memoryBench(srv, dataDir, *termSessions, deadline)
+	if err != nil {
+		return fmt.Errorf("memory: %w", err)
+	}
+
+	size := int64(*termMiB) << 20
+	script := fmt.Sprintf(`head -c %d /dev/zero | tr '\0' a`, size)
+	sshRun, sshStop, sshErr := startTermSSHD()
+	if sshErr == nil {
+		defer sshStop()
+	}
+
+	// 1. Throughput.
+	type tput struct {
+		name string
+		mbs  []float64
+		note string
+	}
+	rows := []*tput{
+		{name: "local PTY, no network (floor)"},
+		{name: "agent PTY → agentic-mgmt → WebSocket viewer"},
+		{name: "`ssh -tt 127.0.0.1 CMD` (local sshd)"},
+	}
+	for range *termReps { // interleaved, so all see the same machine state
+		mbs, err := localPTYThroughput(script, size)
+		if err != nil {
+			return fmt.Errorf("local PTY throughput: %w", err)
+		}
+		rows[0].mbs = append(rows[0].mbs, mbs)
+		mbs, total, err := wsThroughput(srv, script, size, deadline)
+		if err != nil {
+			return fmt.Errorf("WebSocket throughput: %w", err)
+		}
+		rows[1].mbs = append(rows[1].mbs, mbs)
+		rows[1].note = fmt.Sprintf("create_session → session_exited %.0f ms in the last run", total.Seconds()*1000)
+		if sshErr != nil {
+			rows[2].note = "skipped: " + sshErr.Error()
+			continue
+		}
+		if mbs, err := sshThroughput(sshRun, script, size, deadline); err != nil {
+			rows[2].note = "failed: " + err.Error()
+		} else {
+			rows[2].mbs = append(rows[2].mbs, mbs)
+		}
+	}
+	fmt.Printf("\n## Terminals\n\nPTY throughput, %d MiB of `a` (command `sh -c \"%s\"`), 200×50, %d runs each, MB/s from the first byte to the end (MB = 10^6 B):\n\n", *termMiB, script, *termReps)
+	fmt.Println("| path | median MB/s | runs | note |")
+	fmt.Println("| --- | --- | --- | --- |")
+	med := func(x []float64) float64 {
+		if len(x) == 0 {
+			return 0
+		}
+		y := slices.Clone(x)
+		slices.Sort(y)
+		return y[len(y)/2]
+	}
+	for _, r := range rows {
+		runs := make([]string, len(r.mbs))
+		for i, v := range r.mbs {
+			runs[i] = fmt.Sprintf("%.0f", v)
+		}
+		m := "—"
+		if len(r.mbs) > 0 {
+			m = fmt.Sprintf("%.0f", med(r.mbs))
+		}
+		fmt.Printf("| %s | %s | %s | %s |\n", r.name, m, strings.Join(runs, ", "), r.note)
+	}
+	floor, ws := med(rows[0].mbs), med(rows[1].mbs)
+	fmt.Printf("\nWebSocket / local PTY = %.2f (goal ≥ 0.5)\n", ws/floor)
+	if s := med(rows[2].mbs); s > 0 {
+		fmt.Printf("WebSocket / ssh -tt = %.2f\n", ws/s)
+	}
+
+	// 2. Keystroke echo.
+	n := *termEchoN
+	var echo []stats
+	s, err := localPTYEcho(n)
+	if err != nil {
+		return fmt.Errorf("local PTY echo: %w", err)
+	}
+	echo = append(echo, s)
+	s, err = wsEcho(srv, n, deadline)
+	if err != nil {
+		return fmt.Errorf("WebSocket echo: %w", err)
+	}
+	echo = append(echo, s)
+	sshEchoNote := ""
+	if sshErr != nil {
+		sshEchoNote = "ssh echo skipped: " + sshErr.Error()
+	} else if s, err := sshEcho(sshRun, n, deadline); err != nil {
+		sshEchoNote = "ssh echo failed: " + err.Error()
+	} else {
+		echo = append(echo, s)
+	}
+	fmt.Printf("\nKeystroke echo round trip (one byte in, the PTY's echo of it out; `cat` in canonical mode):\n\n")
+	fmt.Println("| path | n | p50 | p99 | mean |")
+	fmt.Println("| --- | --- | --- | --- | --- |")
+	for _, r := range echo {
+		fmt.Printf("| %s | %d | %s | %s | %s |\n", r.name, r.n, ms(r.p50), ms(r.p99), ms(r.avg))
+	}
+	fmt.Printf("\nWebSocket echo p50 %s (goal < 1 ms)\n", ms(echo[1].p50))
+	if sshEchoNote != "" {
+		fmt.Println(sshEchoNote)
+	}
+
+	fmt.Print(memReport)
+	return nil
+}
+
+// ---- WebSocket client ----
+
+type wsFrame struct {
+	Type      string `json:"type"`
+	ID        string `json:"id"`
+	SessionID string `json:"session_id"`
+	Offset    uint64 `json:"offset"`
+	Data      string `json:"data"`
+	Encoding  string `json:"encoding"`
+	Role      string `json:"role"`
+	State     string `json:"state"`
+	Code      string `json:"code"`
+	Message   string `json:"message"`
+	From      uint64 `json:"from"`
+	To        uint64 `json:"to"`
+	Sessions  []struct {
+		SessionID string `json:"session_id"`
+		State     string `json:"state"`
+	} `json:"sessions"`
+}
+
+type wsConn struct{ *websocket.Conn }
+
+func dialTerm(srv *harness.Server) (*wsConn, error) {
+	_, port, _ := strings.Cut(strings.TrimPrefix(srv.AgentURL, "http://"), ":")
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return nil, err
+	}
+	h := http.Header{}
+	h.Set("Authorization", "Bearer "+srv.Token)
+	d := websocket.Dialer{HandshakeTimeout: 10 * time.Second, ReadBufferSize: 64 << 10, WriteBufferSize: 4 << 10}
+	c, _, err := d.Dial(fmt.Sprintf("ws://127.0.0.1:%d/ws", p+1), h)
+	if err != nil {
+		return nil, err
+	}
+	return &wsConn{c}, nil
+}
+
+func (c *wsConn) next(deadline time.Time) (wsFrame, error) {
+	var f wsFrame
+	_ = c.SetReadDeadline(deadline)
+	_, raw, err := c.ReadMessage()
+	if err != nil {
+		return f, err
+	}
+	if err := json.Unmarshal(raw, &f); err != nil {
+		return f, err
+	}
+	if f.Type == "error" {
+		return f, fmt.Errorf("error frame %s: %s", f.Code, f.Message)
+	}
+	return f, nil
+}
+
+// waitType reads frames until one of type typ (others are dropped).
+func (c *wsConn) waitType(typ string, deadline time.Time) (wsFrame, error) {
+	for {
+		f, err := c.next(deadline)
+		if err != nil || f.Type == typ {
+			return f, err
+		}
+	}
+}
+
+func (c *wsConn) create(typ, command string, args []string, deadline time.Time) (string, error) {
+	if err := c.WriteJSON(map[string]any{"type": "create_session", "id": "c", "agent_id": "host-01",
+		"session_type": typ, "command": command, "args": args, "cols": 200, "rows": 50}); err != nil {
+		return "", err
+	}
+	f, err := c.waitType("session_started", deadline)
+	return f.SessionID, err
+}
+
+// ---- throughput ----
+
+func wsThroughput(srv *harness.Server, script string, size int64, deadline time.Time) (mbs float64, total time.Duration, err error) {
+	c, err := dialTerm(srv)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer c.Close()
+	start := time.Now()
+	id, err := c.create("background", "sh", []string{"-c", script}, deadline)
+	if err != nil {
+		return 0, 0, err
+	}
+	var got int64
+	var first time.Time
+	for {
+		f, err := c.next(deadline)
+		if err != nil {
+			return 0, 0, fmt.Errorf("after %d bytes: %w", got, err)
+		}
+		if f.SessionID != id {
+			continue
+		}
+		switch f.Type {
+		case "output":
+			if first.IsZero() {
+				first = time.Now()
+			}
+			if f.Offset != uint64(got) {
+				return 0, 0, fmt.Errorf("output at offset %d, expected %d", f.Offset, got)
+			}
+			if f.Encoding != "" || strings.Trim(f.Data, "a") != "" {
+				return 0, 0, fmt.Errorf("unexpected output %.40q (encoding %q)", f.Data, f.Encoding)
+			}
+			got += int64(len(f.Data))
+		case "gap":
+			return 0, 0, fmt.Errorf("gap %d..%d: the session log dropped output before the viewer read it", f.From, f.To)
+		case "session_exited":
+			end := time.Now()
+			if got != size {
+				return 0, 0, fmt.Errorf("got %d bytes, want %d (state %s)", got, size, f.State)
+			}
+			return float64(size) / end.Sub(first).Seconds() / 1e6, end.Sub(start), nil
+		}
+	}
+}
+
+// openPTY returns a master and its slave, sized 200×50.
+func openPTY() (master, slave *os.File, err error) {
+	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	fd := int(m.Fd())
+	if err := unix.IoctlSetPointerInt(fd, unix.TIOCSPTLCK, 0); err != nil {
+		m.Close()
+		return nil, nil, err
+	}
+	n, err := unix.IoctlGetInt(fd, unix.TIOCGPTN)
+	if err != nil {
+		m.Close()
+		return nil, nil, err
+	}
+	s, err := os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		m.Close()
+		return nil, nil, err
+	}
+	if err := unix.IoctlSetWinsize(int(s.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: 50, Col: 200}); err != nil {
+		m.Close()
+		s.Close()
+		return nil, nil, err
+	}
+	return m, s, nil
+}
+
+// startInPTY runs name args on a new PTY as its controlling terminal.
+func startInPTY(name string, args ...string) (*exec.Cmd, *os.File, error) {
+	m, s, err := openPTY()
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd := exec.Command(name, args...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = s, s, s
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	err = cmd.Start()
+	s.Close()
+	if err != nil {
+		m.Close()
+		return nil, nil, err
+	}
+	return cmd, m, nil
+}
+
+func localPTYThroughput(script string, size int64) (float64, error) {
+	cmd, m, err := startInPTY("sh", "-c", script)
+	if err != nil {
+		return 0, err
+	}
+	defer m.Close()
+	timer := time.AfterFunc(time.Minute, func() { _ = cmd.Process.Kill() })
+	defer timer.Stop()
+	buf := make([]byte, 64<<10)
+	var got int64
+	var first time.Time
+	for {
+		k, err := m.Read(buf)
+		if k > 0 && first.IsZero() {
+			first = time.Now()
+		}
+		got += int64(k)
+		if err != nil { // EIO once the last slave fd is closed
+			break
+		}
+	}
+	end := time.Now()
+	_ = cmd.Wait()
+	if got != size {
+		return 0, fmt.Errorf("got %d bytes, want %d", got, size)
+	}
+	return float64(size) / end.Sub(first).Seconds() / 1e6, nil
+}
+
+func sshThroughput(sshCmd func(...string) *exec.Cmd, script string, size int64, deadline time.Time) (float64, error) {
+	c := sshCmd("-tt", script)
+	stdin, err := c.StdinPipe() // kept open: EOF would end the remote side early
+	if err != nil {
+		return 0, err
+	}
+	defer stdin.Close()
+	out, err := c.StdoutPipe()
+	if err != nil {
+		return 0, err
+	}
+	var errb bytes.Buffer
+	c.Stderr = &errb
+	if err := c.Start(); err != nil {
+		return 0, err
+	}
+	timer := time.AfterFunc(time.Until(deadline), func() { _ = c.Process.Kill() })
+	defer timer.Stop()
+	buf := make([]byte, 64<<10)
+	var got int64
+	var first time.Time
+	for {
+		k, err := out.Read(buf)
+		if k > 0 && first.IsZero() {
+			first = time.Now()
+		}
+		got += int64(k)
+		if err != nil {
+			break
+		}
+	}
+	end := time.Now()
+	_ = c.Wait()
+	if got != size {
+		return 0, fmt.Errorf("got %d bytes, want %d: %s", got, size, errb.String())
+	}
+	return float64(size) / end.Sub(first).Seconds() / 1e6, nil
+}
+
+// ---- echo ----
+
+// echoLoop types n+warm printable bytes one at a time; each round trip is
+// from writing the byte to reading it back.
+func echoLoop(name string, n int, write func(b byte) error, readBack func(b byte) error) (stats, error) {
+	const warm = 50 // canonical mode holds 4095 bytes per line: n+warm must stay below
+	if n+warm >= 4000 {
+		return stats{}, fmt.Errorf("%s: at most %d round trips", name, 4000-warm-1)
+	}
+	i := 0
+	one := func() error {
+		b := byte('a' + i%26)
+		i++
+		if err := write(b); err != nil {
+			return err
+		}
+		return readBack(b)
+	}
+	for range warm {
+		if err := one(); err != nil {
+			return stats{}, fmt.Errorf("%s: warm-up: %w", name, err)
+		}
+	}
+	return measure(name, n, one)
+}
+
+// byteReader reads until b is the next byte; pending holds what was read
+// beyond it.
+type byteReader struct {
+	r       io.Reader
+	buf     []byte
+	pending []byte
+}
+
+func (br *byteReader) expect(b byte) error {
+	for len(br.pending) == 0 {
+		k, err := br.r.Read(br.buf)
+		if err != nil {
+			return err
+		}
+		br.pending = br.buf[:k]
+	}
+	if br.pending[0] != b {
+		return fmt.Errorf("echo %q, want %q", br.pending[0], b)
+	}
+	br.pending = br.pending[1:]
+	return nil
+}
+
+func localPTYEcho(n int) (stats, error) {
+	cmd, m, err := startInPTY("cat")
+	if err != nil {
+		return stats{}, err
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); m.Close() }()
+	timer := time.AfterFunc(time.Minute, func() { _ = cmd.Process.Kill(); m.Close() })
+	defer timer.Stop()
+	br := &byteReader{r: m, buf: make([]byte, 4096)}
+	return echoLoop("local PTY running `cat`, no network (floor)", n,
+		func(b byte) error { _, err := m.Write([]byte{b}); return err }, br.expect)
+}
+
+func wsEcho(srv *harness.Server, n int, deadline time.Time) (stats, error) {
+	c, err := dialTerm(srv)
+	if err != nil {
+		return stats{}, err
+	}
+	defer c.Close()
+	id, err := c.create("interactive", "cat", nil, deadline)
+	if err != nil {
+		return stats{}, err
+	}
+	defer func() { _ = c.WriteJSON(map[string]any{"type": "kill_session", "session_id": id}) }()
+	if _, err := c.waitType("role_changed", deadline); err != nil {
+		return stats{}, err
+	}
+	var pending []byte
+	input := func(b byte) error {
+		return c.WriteJSON(map[string]any{"type": "input", "session_id": id, "data": string([]byte{b})})
+	}
+	readBack := func(b byte) error {
+		for len(pending) == 0 {
+			f, err := c.next(deadline)
+			if err != nil {
+				return err
+			}
+			if f.SessionID != id {
+				continue
+			}
+			switch f.Type {
+			case "output":
+				pending = []byte(f.Data)
+			case "session_exited":
+				return errors.New("session exited")
+			}
+		}
+		if pending[0] != b {
+			return fmt.Errorf("echo %q, want %q", pending[0], b)
+		}
+		pending = pending[1:]
+		return nil
+	}
+	return echoLoop("WebSocket `input` → agent PTY `cat` → `output`", n, input, readBack)
+}
+
+func sshEcho(sshCmd func(...string) *exec.Cmd, n int, deadline time.Time) (stats, error) {
+	// The remote login shell's start-up files run before cat; wait for the
+	// marker so the round trips (and the kill at the end) only meet cat.
+	c := sshCmd("-tt", "echo cat-ready; exec cat")
+	stdin, err := c.StdinPipe()
+	if err != nil {
+		return stats{}, err
+	}
+	out, err := c.StdoutPipe()
+	if err != nil {
+		return stats{}, err
+	}
+	if err := c.Start(); err != nil {
+		return stats{}, err
+	}
+	defer func() { _ = c.Process.Kill(); _ = c.Wait() }()
+	timer := time.AfterFunc(time.Until(deadline), func() { _ = c.Process.Kill() })
+	defer timer.Stop()
+	br := &byteReader{r: out, buf: make([]byte, 4096)}
+	for _, b := range []byte("cat-ready\r\n") {
+		if err := br.expect(b); err != nil {
+			return stats{}, fmt.Errorf("waiting for the remote cat: %w", err)
+		}
+	}
+	return echoLoop("`ssh -tt 127.0.0.1 cat` (stdin → stdout)", n,
+		func(b byte) error { _, err := stdin.Write([]byte{b}); return err }, br.expect)
+}
+
+// ---- memory ----
+
+func rssKiB(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			return strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		}
+	}
+	return 0, errors.New("no VmRSS")
+}
+
+func memoryBench(srv *harness.Server, dataDir string, n int, deadline time.Time) (string, error) {
+	var out strings.Builder
+	mgmtPID := srv.Cmd.Process.Pid
+	agentPID := harness.HostAgentPIDs(dataDir)["host-01"]
+	if agentPID == 0 {
+		return "", fmt.Errorf("no host agent pid in %s", dataDir)
+	}
+	sample := func() ([2]int64, error) {
+		time.Sleep(time.Second) // let the last frames and goroutines settle
+		m, err := rssKiB(mgmtPID)
+		if err != nil {
+			return [2]int64{}, err
+		}
+		a, err := rssKiB(agentPID)
+		return [2]int64{m, a}, err
+	}
+	before, err := sample()
+	if err != nil {
+		return "", err
+	}
+
+	// n idle background sessions, created on one connection that then goes
+	// away (sessions outlive it), so they carry no viewer.
+	creator, err := dialTerm(srv)
+	if err != nil {
+		return "", err
+	}
+	ids := make([]string, 0, n)
+	killAll := func() {
+		k, err := dialTerm(srv)
+		if err != nil {
+			return
+		}
+		defer k.Close()
+		for _, id := range ids {
+			_ = k.WriteJSON(map[string]any{"type": "kill_session", "session_id": id})
+		}
+		// Each kill is answered only on error; a ping after them all comes
+		// back once they have been handled.
+		_ = k.WriteJSON(map[string]any{"type": "ping", "id": "done"})
+		_, _ = k.waitType("pong", time.Now().Add(30*time.Second))
+	}
+	defer func() { killAll() }()
+	createStart := time.Now()
+	for range n {
+		id, err := creator.create("background", "sleep", []string{"300"}, deadline)
+		if err != nil {
+			creator.Close()
+			return "", fmt.Errorf("session %d: %w", len(ids)+1, err)
+		}
+		ids = append(ids, id)
+	}
+	createTime := time.Since(createStart)
+	creator.Close()
+	withSessions, err := sample()
+	if err != nil {
+		return "", err
+	}
+	running, err := countRunning(srv, ids, deadline)
+	if err != nil {
+		return "", err
+	}
+
+	// n idle viewers, one connection each, each joined to one session.
+	viewers := make([]*wsConn, 0, n)
+	defer func() {
+		for _, v := range viewers {
+			v.Close()
+		}
+	}()
+	for _, id := range ids {
+		v, err := dialTerm(srv)
+		if err != nil {
+			return "", fmt.Errorf("viewer %d: %w", len(viewers)+1, err)
+		}
+		viewers = append(viewers, v)
+		if err := v.WriteJSON(map[string]any{"type": "join_session", "session_id": id, "role": "observer"}); err != nil {
+			return "", err
+		}
+		if _, err := v.waitType("role_changed", deadline); err != nil {
+			return "", fmt.Errorf("viewer %d: %w", len(viewers), err)
+		}
+	}
+	withViewers, err := sample()
+	if err != nil {
+		return "", err
+	}
+
+	// Kill the sessions; every viewer must hear of it.
+	killAll()
+	exited := 0
+	for _, v := range viewers {
+		if _, err := v.waitType("session_exited", time.Now().Add(10*time.Second)); err == nil {
+			exited++
+		}
+	}
+	ids = nil // killed
+
+	per := func(a, b int64) string { return fmt.Sprintf("%.1f", float64(b-a)/float64(n)) }
+	fmt.Fprintf(&out, "\nMemory (VmRSS), %d idle background sessions (`sleep 300`, PTY 200×50, no viewer; created in %.2f s), then %d idle viewers (one WebSocket each, joined as observer to one session):\n\n", n, createTime.Seconds(), n)
+	fmt.Fprintln(&out, "| process | before | + sessions | + viewers | KiB per session | KiB per viewer |")
+	fmt.Fprintln(&out, "| --- | --- | --- | --- | --- | --- |")
+	for i, name := range []string{"agentic-mgmt", "agentic-agent (host-01)"} {
+		viewer := per(withSessions[i], withViewers[i])
+		if i == 1 {
+			viewer += " (not involved)"
+		}
+		fmt.Fprintf(&out, "| %s | %d KiB | %d KiB | %d KiB | %s | %s |\n", name, before[i], withSessions[i], withViewers[i],
+			per(before[i], withSessions[i]), viewer)
+	}
+	fmt.Fprintf(&out, "\n%d of %d sessions were running when sampled; %d of %d viewers got session_exited after kill_session.\n", running, n, exited, n)
+	return out.String(), nil
+}
+
+// countRunning asks list_sessions how many of ids are running.
+func countRunning(srv *harness.Server, ids []string, deadline time.Time) (int, error) {
+	c, err := dialTerm(srv)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	if err := c.WriteJSON(map[string]any{"type": "list_sessions", "id": "l", "agent_id": "host-01"}); err != nil {
+		return 0, err
+	}
+	f, err := c.waitType("sessions", deadline)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, s := range f.Sessions {
+		if s.State == "running" && slices.Contains(ids, s.SessionID) {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// ---- ssh ----
+
+// startTermSSHD is startSSHD for the terminal benchmarks: it returns a
+// builder of ssh commands (extra args, then the remote command) instead of
+// one fixed command.
+func startTermSSHD() (func(...string) *exec.Cmd, func(), error) {
+	sshd, err := exec.LookPath("sshd")
+	if err != nil {
+		if _, e := os.Stat("/usr/sbin/sshd"); e != nil {
+			return nil, nil, fmt.Errorf("sshd not installed (make deps installs openssh-server)")
+		}
+		sshd = "/usr/sbin/sshd"
+	}
+	dir, err := os.MkdirTemp("", "agentic-bench-ssh-")
+	if err != nil {
+		return nil, nil, err
+	}
+	cleanup := func() { os.RemoveAll(dir) }
+	for _, k := range []string{"host", "client"} {
+		if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", filepath.Join(dir, k)).CombinedOutput(); err != nil {
+			cleanup()
+			return nil, nil, fmt.Errorf("ssh-keygen: %v %s", err, out)
+		}
+	}
+	pub, _ := os.ReadFile(filepath.Join(dir, "client.pub"))
+	if err := os.WriteFile(filepath.Join(dir, "authorized_keys"), pub, 0o600); err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	port, err := harness.FreeBasePort()
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	_ = os.MkdirAll("/run/sshd", 0o755)
+	cfg := fmt.Sprintf("Port %d\nListenAddress 127.0.0.1\nHostKey %s/host\nAuthorizedKeysFile %s/authorized_keys\nPidFile %s/pid\nStrictModes no\nUsePAM no\nPermitRootLogin yes\nPasswordAuthentication no\n", port, dir, dir, dir)
+	if err := os.WriteFile(filepath.Join(dir, "sshd_config"), []byte(cfg), 0o600); err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	d := exec.Command(sshd, "-D", "-e", "-f", filepath.Join(dir, "sshd_config"))
+	var dlog bytes.Buffer
+	d.Stderr = &dlog
+	if err := d.Start(); err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	stop := func() { _ = d.Process.Kill(); _ = d.Wait(); cleanup() }
+	build := func(args ...string) *exec.Cmd {
+		remote := args[len(args)-1]
+		a := []string{"-q", "-i", filepath.Join(dir, "client"), "-p", strconv.Itoa(port),
+			"-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes"}
+		a = append(a, args[:len(args)-1]...)
+		return exec.Command("ssh", append(a, "127.0.0.1", remote)...)
+	}
+	var lastErr error
+	for range 50 { // wait for sshd to listen
+		out, err := build("true").CombinedOutput()
+		if err == nil {
+			return build, stop, nil
+		}
+		lastErr = fmt.Errorf("%v: %s %s", err, out, dlog.String())
+		time.Sleep(100 * time.Millisecond)
+	}
+	stop()
+	return nil, nil, lastErr
+}
