@@ -124,10 +124,10 @@ func run(binDir string, n, sshN, sustained int) error {
 		rows = append(rows, s)
 	}
 	sshNote := ""
-	if ssh, stop, err := startSSHD(); err != nil {
+	if build, stop, err := startSSHD(); err != nil {
 		sshNote = "ssh baseline skipped: " + err.Error()
 	} else {
-		s, err := measure("`ssh localhost true` (local sshd, key auth)", sshN, ssh)
+		s, err := measure("`ssh localhost true` (local sshd, key auth)", sshN, sshTrue(build))
 		stop()
 		if err != nil {
 			sshNote = "ssh baseline failed: " + err.Error()
@@ -225,66 +225,21 @@ func sortDurations(d []time.Duration) { slices.Sort(d) }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.3f ms", float64(d.Microseconds())/1000) }
 
-// startSSHD runs a throwaway sshd on a free loopback port with a fresh host
-// key and a fresh client key, and returns a function that runs `true` over ssh.
-func startSSHD() (func() error, func(), error) {
-	sshd, err := exec.LookPath("sshd")
-	if err != nil {
-		if _, e := os.Stat("/usr/sbin/sshd"); e != nil {
-			return nil, nil, fmt.Errorf("sshd not installed (make deps installs openssh-server)")
+// sshTrue runs `true` over ssh through build, bounded so a hung ssh cannot
+// hang the whole bench.
+func sshTrue(build func(...string) *exec.Cmd) func() error {
+	return func() error {
+		cmd := build("true")
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			return err
 		}
-		sshd = "/usr/sbin/sshd"
-	}
-	dir, err := os.MkdirTemp("", "agentic-bench-ssh-")
-	if err != nil {
-		return nil, nil, err
-	}
-	cleanup := func() { os.RemoveAll(dir) }
-	for _, k := range []string{"host", "client"} {
-		if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", filepath.Join(dir, k)).CombinedOutput(); err != nil {
-			cleanup()
-			return nil, nil, fmt.Errorf("ssh-keygen: %v %s", err, out)
-		}
-	}
-	pub, _ := os.ReadFile(filepath.Join(dir, "client.pub"))
-	if err := os.WriteFile(filepath.Join(dir, "authorized_keys"), pub, 0o600); err != nil {
-		cleanup()
-		return nil, nil, err
-	}
-	port, err := harness.FreeBasePort()
-	if err != nil {
-		cleanup()
-		return nil, nil, err
-	}
-	_ = os.MkdirAll("/run/sshd", 0o755) // privilege separation dir
-	cfg := fmt.Sprintf("Port %d\nListenAddress 127.0.0.1\nHostKey %s/host\nAuthorizedKeysFile %s/authorized_keys\nPidFile %s/pid\nStrictModes no\nUsePAM no\nPermitRootLogin yes\nPasswordAuthentication no\n", port, dir, dir, dir)
-	if err := os.WriteFile(filepath.Join(dir, "sshd_config"), []byte(cfg), 0o600); err != nil {
-		cleanup()
-		return nil, nil, err
-	}
-	d := exec.Command(sshd, "-D", "-e", "-f", filepath.Join(dir, "sshd_config"))
-	var dlog bytes.Buffer
-	d.Stderr = &dlog
-	if err := d.Start(); err != nil {
-		cleanup()
-		return nil, nil, err
-	}
-	stop := func() { _ = d.Process.Kill(); _ = d.Wait(); cleanup() }
-	ssh := func() error {
-		c := exec.Command("ssh", "-q", "-i", filepath.Join(dir, "client"), "-p", fmt.Sprint(port),
-			"-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes", "127.0.0.1", "true")
-		if out, err := c.CombinedOutput(); err != nil {
-			return fmt.Errorf("%v: %s %s", err, out, dlog.String())
+		timer := time.AfterFunc(30*time.Second, func() { _ = cmd.Process.Kill() })
+		defer timer.Stop()
+		if err := cmd.Wait(); err != nil {
+			return fmt.Errorf("%v: %s", err, out.String())
 		}
 		return nil
 	}
-	var lastErr error
-	for range 50 { // wait for sshd to listen
-		if lastErr = ssh(); lastErr == nil {
-			return ssh, stop, nil
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	stop()
-	return nil, nil, lastErr
 }

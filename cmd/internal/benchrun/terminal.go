@@ -70,7 +70,7 @@ func terminalBench(bins harness.Binaries, prev error) error {
 
 	size := int64(*termMiB) << 20
 	script := fmt.Sprintf(`head -c %d /dev/zero | tr '\0' a`, size)
-	sshRun, sshStop, sshErr := startTermSSHD()
+	sshRun, sshStop, sshErr := startSSHD()
 	if sshErr == nil {
 		defer sshStop()
 	}
@@ -695,10 +695,10 @@ func countRunning(srv *harness.Server, ids []string, deadline time.Time) (int, e
 
 // ---- ssh ----
 
-// startTermSSHD is startSSHD for the terminal benchmarks: it returns a
-// builder of ssh commands (extra args, then the remote command) instead of
-// one fixed command.
-func startTermSSHD() (func(...string) *exec.Cmd, func(), error) {
+// startSSHD runs a throwaway sshd on a free loopback port with a fresh host
+// key and a fresh client key, and returns a builder of ssh commands to it
+// (extra ssh args, then the remote command) and a stop function.
+func startSSHD() (func(...string) *exec.Cmd, func(), error) {
 	sshd, err := exec.LookPath("sshd")
 	if err != nil {
 		if _, e := os.Stat("/usr/sbin/sshd"); e != nil {
