@@ -94,9 +94,9 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.AgentID == "" || cfg.Secret == "" || cfg.ServerURL == "" {
 		return nil, errors.New("agent id, secret and management server URL are required")
 	}
-	u, err := url.Parse(cfg.ServerURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, errors.New("management server must be an http:// or https:// URL")
+	client, base, err := serverClient(cfg.ServerURL)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.Runner == nil {
 		return nil, errors.New("no process runner")
@@ -116,7 +116,7 @@ func New(cfg Config) (*Agent, error) {
 	a := &Agent{
 		cfg:      cfg,
 		log:      cfg.Logger.With("agent_id", cfg.AgentID),
-		client:   sandboxv1connect.NewAgentServiceClient(httpClient(u), cfg.ServerURL, connect.WithGRPC(), connect.WithReadMaxBytes(8<<20)),
+		client:   sandboxv1connect.NewAgentServiceClient(client, base, connect.WithGRPC(), connect.WithReadMaxBytes(8<<20)),
 		out:      newOutbox(cfg.OutboxBytes),
 		control:  make(chan *sandboxv1.ConnectRequest, 64),
 		running:  map[string]*running{},
@@ -127,17 +127,42 @@ func New(cfg Config) (*Agent, error) {
 	return a, nil
 }
 
-// httpClient speaks HTTP/2, over cleartext (h2c) for http:// URLs, and
-// pings an idle connection so a dead server is noticed.
-func httpClient(u *url.URL) *http.Client {
+// serverClient returns the HTTP client and base URL for a management server
+// address: http:// (h2c) or https:// over TCP; unix:///path for the agent
+// socket mounted into a container without a network; serial:///dev/… for a
+// virtio-serial port of a VM (one byte stream the host side relays).
+func serverClient(server string) (*http.Client, string, error) {
+	u, err := url.Parse(server)
+	if err != nil {
+		return nil, "", errors.New("management server must be an http://, https://, unix:// or serial:// URL")
+	}
+	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 15 * time.Second}
+	switch {
+	case (u.Scheme == "http" || u.Scheme == "https") && u.Host != "":
+		return httpClient(u.Scheme == "http", dialer.DialContext), server, nil
+	case u.Scheme == "unix" && u.Path != "":
+		return httpClient(true, func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return dialer.DialContext(ctx, "unix", u.Path)
+		}), "http://agent-socket", nil
+	case u.Scheme == "serial" && u.Path != "":
+		return httpClient(true, func(context.Context, string, string) (net.Conn, error) {
+			return openSerial(u.Path)
+		}), "http://agent-serial", nil
+	}
+	return nil, "", errors.New("management server must be an http://, https://, unix:// or serial:// URL")
+}
+
+// httpClient speaks HTTP/2, over cleartext (h2c) or TLS, and pings an idle
+// connection so a dead server is noticed.
+func httpClient(cleartext bool, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *http.Client {
 	tr := &http.Transport{
-		DialContext:       (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 15 * time.Second}).DialContext,
+		DialContext:       dial,
 		TLSClientConfig:   &tls.Config{MinVersion: tls.VersionTLS12},
 		ForceAttemptHTTP2: true,
 		HTTP2:             &http.HTTP2Config{SendPingTimeout: 15 * time.Second, PingTimeout: 10 * time.Second},
 	}
 	p := new(http.Protocols)
-	if u.Scheme == "http" {
+	if cleartext {
 		p.SetUnencryptedHTTP2(true)
 	} else {
 		p.SetHTTP2(true)

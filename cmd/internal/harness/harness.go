@@ -34,6 +34,8 @@ func Build(ctx context.Context, dir string) (Binaries, error) {
 	}
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "./cmd/agentic-mgmt", "./cmd/agentic-agent", "./cmd/agenticctl")
 	cmd.Dir = root
+	// Static: the agent binary is mounted into containers and VMs with no libc.
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return Binaries{}, fmt.Errorf("go build: %v\n%s", err, out)
 	}

@@ -1,0 +1,145 @@
+package ports
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Errors a Runtime returns, wrapped with details (test with errors.Is).
+var (
+	ErrEnvNotFound        = errors.New("environment not found")
+	ErrEnvExists          = errors.New("environment already exists")
+	ErrRuntimeUnavailable = errors.New("runtime unavailable")
+	ErrInvalidSpec        = errors.New("invalid environment spec")
+)
+
+// Isolation levels, as advertised to AIWG ("isolation:<level>").
+const (
+	IsolationHost      = "host"
+	IsolationContainer = "container"
+	IsolationVM        = "vm"
+)
+
+// Network modes of an environment. NetworkNone still lets the agent reach
+// the management server, through whatever private channel the runtime has
+// (a mounted unix socket, a virtio-serial port); nothing else gets out.
+const (
+	NetworkNone = "none"
+	NetworkHost = "host"
+	// NetworkUser is QEMU user networking (outbound NAT, nothing inbound).
+	NetworkUser = "user"
+	// NetworkBridge is the engine's default bridged network.
+	NetworkBridge = "bridge"
+)
+
+// RuntimeCapabilities is what an adapter can do, declared once.
+type RuntimeCapabilities struct {
+	Runtime   string // "host", "docker", "libvirt"
+	Isolation string // IsolationHost, IsolationContainer, IsolationVM
+	Pause     bool
+	Snapshot  bool
+	// NetworkModes lists the modes Provision accepts; the first is the default.
+	NetworkModes []string
+	// Limits lists the Resources fields it enforces: "cpus", "memory_mb", "pids", "disk_gb".
+	Limits       []string
+	ReadOnlyRoot bool
+}
+
+// Resources bounds an environment; zero means the adapter's default.
+type Resources struct {
+	CPUs     float64
+	MemoryMB int
+	PIDs     int
+	DiskGB   int
+}
+
+// AgentBootstrap is how every environment gets its agent: the static
+// agentic-agent binary, an id equal to the environment's name, a fresh
+// secret (its hash already stored by the caller) and the way back to the
+// management server.
+type AgentBootstrap struct {
+	ID     string
+	Secret string
+	// Binary is the host path of the static agentic-agent binary.
+	Binary string
+	// ServerURL reaches the agent link over TCP from the host (http://127.0.0.1:8120).
+	ServerURL string
+	// Socket is a unix socket on the host where the agent link also
+	// listens, for environments without a network.
+	Socket string
+}
+
+// EnvironmentSpec is what Provision makes.
+type EnvironmentSpec struct {
+	// Name is the environment's name and its agent's id.
+	Name string
+	// Image: a container image, or a disk image path for VMs; empty means
+	// the adapter's default (a locally built image, the project's tiny VM).
+	Image string
+	// Profile names a preset of the adapter ("" for its default).
+	Profile      string
+	Resources    Resources
+	Network      string // "" means the adapter's default (its first NetworkModes entry)
+	ReadOnlyRoot bool
+	Labels       map[string]string
+	Agent        AgentBootstrap
+	// Progress, when set, is told each step while the environment comes up.
+	Progress func(step string)
+}
+
+// EnvState is the state of an environment as its runtime sees it.
+type EnvState string
+
+const (
+	EnvCreating EnvState = "creating"
+	EnvRunning  EnvState = "running"
+	EnvStopped  EnvState = "stopped"
+	EnvPaused   EnvState = "paused"
+	EnvFailed   EnvState = "failed"
+)
+
+// Environment is one environment a runtime manages for this server.
+type Environment struct {
+	Name    string
+	Runtime string
+	// RuntimeID is the engine's own id (container id, domain UUID, pid).
+	RuntimeID string
+	State     EnvState
+	Image     string
+	Network   string
+	Resources Resources
+	CreatedAt time.Time
+	// Detail says why a failed or stopped environment is so (exit code, reason).
+	Detail string
+	Labels map[string]string
+}
+
+// Runtime provisions and manages the environments agents live in. Every
+// method honours ctx. Adapters see and touch only environments this server
+// made (marked by labels, metadata or state files), never anything else on
+// the engine.
+type Runtime interface {
+	Capabilities() RuntimeCapabilities
+	// Ping reports whether the engine is reachable (ErrRuntimeUnavailable if not).
+	Ping(ctx context.Context) error
+	// Provision creates and starts an environment whose agent connects to
+	// the management server. It returns once the environment runs; the
+	// agent registers on its own shortly after. ErrEnvExists if the name is
+	// taken, ErrInvalidSpec for a spec the adapter cannot honour. A failed
+	// Provision leaves nothing behind.
+	Provision(ctx context.Context, spec EnvironmentSpec) (Environment, error)
+	Start(ctx context.Context, name string) error
+	// Stop stops an environment, keeping it for Start (graceful, then forced).
+	Stop(ctx context.Context, name string) error
+	// Destroy stops and removes an environment and everything it used
+	// (containers, domains, disks, sockets, processes).
+	Destroy(ctx context.Context, name string) error
+	Inspect(ctx context.Context, name string) (Environment, error)
+	// List returns this server's environments on the engine.
+	List(ctx context.Context) ([]Environment, error)
+	// Recover is called once after the server starts: it finds the
+	// environments an earlier run made, takes them over (reconnecting any
+	// host-side plumbing such as a serial proxy) and returns them.
+	Recover(ctx context.Context) ([]Environment, error)
+}
