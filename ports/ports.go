@@ -56,6 +56,12 @@ type CommandSpec struct {
 	StdinOpen   bool
 	SessionID   string
 	SessionName string
+	// SessionType ("interactive", "headless", "background") marks a command
+	// that is a session, reported back on every agent (re)connect.
+	SessionType string
+	// Persist keeps the session in tmux where the agent has tmux, so it
+	// outlives the agent process (needs PTY and SessionName).
+	Persist bool
 }
 
 // OutputChunk is a piece of a command's output.

@@ -3,6 +3,7 @@ package ports
 import (
 	"context"
 	"errors"
+	"time"
 )
 
 // SessionLog errors.
@@ -51,4 +52,24 @@ type SessionLog interface {
 	Delete(sessionID string) error
 	// Close makes what was appended durable and releases the log.
 	Close() error
+}
+
+// ReportedSession is one session an agent says it runs, from the report it
+// sends on every (re)connect.
+type ReportedSession struct {
+	SessionID string // empty when the agent does not know it
+	// AgentName is the agent-side name (tmux session name).
+	AgentName string
+	Type      string
+	// CommandID streams the session now: a session adopted by a restarted
+	// agent gets a new one, since its output offsets start again.
+	CommandID string
+	StartedAt time.Time
+}
+
+// SessionReconciler takes the sessions an agent reports on each
+// (re)connect. The agent link calls it before it settles the commands of
+// earlier connections, so a session can move to its new command first.
+type SessionReconciler interface {
+	ReconcileSessions(agentID string, reported []ReportedSession)
 }

@@ -59,6 +59,9 @@ type Agent struct {
 	connected atomic.Bool
 	cpu       cpuSampler
 
+	// tmux is whether sessions can be kept in tmux here.
+	tmux bool
+
 	mu       sync.Mutex
 	running  map[string]*running
 	finished map[string]finished
@@ -68,6 +71,9 @@ type Agent struct {
 type running struct {
 	id   string
 	proc ports.Process
+	// The session the command is, if any: reported on every connect.
+	sessionID, sessionName, sessionType string
+	startedAt                           time.Time
 	// offsets per stream, and the tail of the main stream (the PTY, else
 	// stdout), touched only from the serialised output callback.
 	offsets map[ports.OutputStream]uint64
@@ -121,6 +127,7 @@ func New(cfg Config) (*Agent, error) {
 		control:  make(chan *sandboxv1.ConnectRequest, 64),
 		running:  map[string]*running{},
 		finished: map[string]finished{},
+		tmux:     haveTmux(),
 	}
 	a.idle = sync.NewCond(&a.mu)
 	a.heartbeat.Store(int64(5 * time.Second))
@@ -176,6 +183,9 @@ func (a *Agent) Connected() bool { return a.connected.Load() }
 
 // Run connects and serves until ctx ends, reconnecting with backoff.
 func (a *Agent) Run(ctx context.Context) error {
+	if a.tmux {
+		a.adoptTmuxSessions(ctx)
+	}
 	backoff := a.cfg.BackoffMin
 	for {
 		registered, err := a.serve(ctx)
@@ -435,7 +445,8 @@ func (a *Agent) startCommand(req *sandboxv1.CommandRequest) {
 		a.mu.Unlock()
 		return
 	}
-	r := &running{id: id, offsets: map[ports.OutputStream]uint64{}}
+	r := &running{id: id, offsets: map[ports.OutputStream]uint64{}, startedAt: time.Now(),
+		sessionID: req.GetSessionId(), sessionName: req.GetSessionName(), sessionType: sessionTypeName(req.GetSessionType())}
 	a.running[id] = r
 	a.mu.Unlock()
 
@@ -453,12 +464,26 @@ func (a *Agent) startCommand(req *sandboxv1.CommandRequest) {
 		StdinOpen:   req.GetStdinOpen(),
 		SessionID:   req.GetSessionId(),
 		SessionName: req.GetSessionName(),
+		SessionType: r.sessionType,
+		Persist:     req.GetPersist(),
 	}
+	if spec.Command == "" && !(spec.Persist && a.tmux) {
+		// A terminal without a command is the agent's shell (tmux starts it itself).
+		cmd := sessionCommand(spec)
+		spec.Command, spec.Args = cmd[0], cmd[1:]
+	}
+	a.run(r, spec, nil)
+}
+
+// run starts r's process (or, with found, takes over a tmux session an
+// earlier agent process ran) and reports its output and end.
+func (a *Agent) run(r *running, spec ports.CommandSpec, found *foundSession) {
+	id := r.id
 	mainStream := ports.StreamStdout
-	if spec.PTY {
+	if spec.PTY || found != nil {
 		mainStream = ports.StreamPTY
 	}
-	proc := a.cfg.Runner.Start(spec, func(stream ports.OutputStream, data []byte) {
+	onOutput := func(stream ports.OutputStream, data []byte) {
 		off := r.offsets[stream]
 		r.offsets[stream] = off + uint64(len(data))
 		if stream == mainStream {
@@ -470,7 +495,20 @@ func (a *Agent) startCommand(req *sandboxv1.CommandRequest) {
 		a.out.push(&sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_Output{Output: &sandboxv1.OutputChunk{
 			StreamId: id, Stream: streamToProto(stream), Data: data, Timestamp: timestamppb.Now(), Offset: off,
 		}}})
-	})
+	}
+	var proc ports.Process
+	switch {
+	case found != nil && found.logFile != "":
+		proc = followTmuxLog(*found, onOutput)
+	case found != nil:
+		proc = attachTmuxSession(a.cfg.Runner, *found, onOutput)
+	case spec.Persist && spec.PTY && spec.SessionName != "" && a.tmux && spec.SessionType == "background":
+		proc = startTmuxLog(spec, onOutput)
+	case spec.Persist && spec.PTY && spec.SessionName != "" && a.tmux:
+		proc = startTmuxSession(a.cfg.Runner, spec, onOutput)
+	default:
+		proc = a.cfg.Runner.Start(spec, onOutput)
+	}
 	// Set under the lock: Shutdown reads it from another goroutine. A
 	// Shutdown that began meanwhile could not kill it, so kill it here.
 	a.mu.Lock()
@@ -487,6 +525,15 @@ func (a *Agent) startCommand(req *sandboxv1.CommandRequest) {
 	}
 	go func() {
 		res := proc.Wait()
+		if t, ok := proc.(interface{ isDetached() bool }); ok && t.isDetached() {
+			// The session lives on in tmux for the next agent process,
+			// which adopts it: no result, nothing to remember.
+			a.mu.Lock()
+			delete(a.running, id)
+			a.mu.Unlock()
+			a.idle.Broadcast()
+			return
+		}
 		for stream, off := range r.offsets {
 			a.out.push(&sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_Output{Output: &sandboxv1.OutputChunk{
 				StreamId: id, Stream: streamToProto(stream), Timestamp: timestamppb.Now(), Offset: off, Eof: true,
@@ -543,7 +590,8 @@ func (a *Agent) sessionReport(requestID string) *sandboxv1.ConnectRequest {
 	defer a.mu.Unlock()
 	rep := &sandboxv1.SessionReport{RequestId: requestID}
 	for _, r := range a.running {
-		si := &sandboxv1.SessionInfo{CommandId: r.id, State: sandboxv1.SessionState_SESSION_STATE_RUNNING}
+		si := &sandboxv1.SessionInfo{CommandId: r.id, State: sandboxv1.SessionState_SESSION_STATE_RUNNING,
+			SessionId: r.sessionID, Name: r.sessionName, Type: sessionTypeToProto(r.sessionType), StartedAt: timestamppb.New(r.startedAt)}
 		if r.proc != nil {
 			si.Pid = int32(r.proc.Pid())
 		}
@@ -563,7 +611,9 @@ func (a *Agent) Shutdown(timeout time.Duration) {
 	a.mu.Lock()
 	a.draining.Store(true) // under a.mu: startCommand kills what this loop cannot see
 	for _, r := range a.running {
-		if r.proc != nil {
+		if t, ok := r.proc.(interface{ Detach() }); ok {
+			t.Detach() // kept in tmux: the next agent process adopts it
+		} else if r.proc != nil {
 			r.proc.Kill()
 		}
 	}

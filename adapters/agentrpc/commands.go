@@ -155,7 +155,8 @@ func (c *command) Kill(ctx context.Context) error {
 
 // Start sends a command to a connected agent.
 func (s *Service) Start(ctx context.Context, agentID string, spec ports.CommandSpec, opts ports.StartOptions) (ports.Command, error) {
-	if spec.Command == "" {
+	if spec.Command == "" && spec.SessionType != "interactive" {
+		// Only a terminal has a default: the agent's shell.
 		return nil, errors.New("empty command")
 	}
 	conn, err := s.liveConn(agentID)
@@ -260,6 +261,8 @@ func commandRequest(id string, spec ports.CommandSpec) *sandboxv1.CommandRequest
 		SessionId:      spec.SessionID,
 		SessionName:    spec.SessionName,
 		StdinOpen:      spec.StdinOpen,
+		SessionType:    SessionTypeToProto(spec.SessionType),
+		Persist:        spec.Persist,
 	}
 }
 
@@ -279,7 +282,35 @@ func CommandSpecFromProto(r *sandboxv1.CommandRequest) ports.CommandSpec {
 		StdinOpen:   r.GetStdinOpen(),
 		SessionID:   r.GetSessionId(),
 		SessionName: r.GetSessionName(),
+		SessionType: SessionTypeFromProto(r.GetSessionType()),
+		Persist:     r.GetPersist(),
 	}
+}
+
+// SessionTypeToProto maps a session type name to the wire enum.
+func SessionTypeToProto(t string) sandboxv1.SessionType {
+	switch t {
+	case "interactive":
+		return sandboxv1.SessionType_SESSION_TYPE_INTERACTIVE
+	case "headless":
+		return sandboxv1.SessionType_SESSION_TYPE_HEADLESS
+	case "background":
+		return sandboxv1.SessionType_SESSION_TYPE_BACKGROUND
+	}
+	return sandboxv1.SessionType_SESSION_TYPE_UNSPECIFIED
+}
+
+// SessionTypeFromProto is the inverse of SessionTypeToProto ("" for unspecified).
+func SessionTypeFromProto(t sandboxv1.SessionType) string {
+	switch t {
+	case sandboxv1.SessionType_SESSION_TYPE_INTERACTIVE:
+		return "interactive"
+	case sandboxv1.SessionType_SESSION_TYPE_HEADLESS:
+		return "headless"
+	case sandboxv1.SessionType_SESSION_TYPE_BACKGROUND:
+		return "background"
+	}
+	return ""
 }
 
 func clampU16(v uint32) uint16 {

@@ -71,6 +71,15 @@ type Service struct {
 	registry *agent.Registry
 	conns    map[string]*conn // the live connection of each agent
 	commands map[string]*command
+	sessions ports.SessionReconciler
+}
+
+// SetSessionReconciler makes r hear every agent's session report (set once
+// at wiring, before agents connect).
+func (s *Service) SetSessionReconciler(r ports.SessionReconciler) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sessions = r
 }
 
 // New returns a service; call Run to sweep expired agents and commands.
@@ -143,7 +152,17 @@ type conn struct {
 	once    sync.Once
 	// reason is what the agent is told when the server closes the stream.
 	reason error
+	// Until the connect report is handled, output of commands the server
+	// does not know yet is held: an agent sends what it kept while the
+	// server was away before its report, and the report is what lets a
+	// restarted server adopt those commands. Receive loop only.
+	reported    bool
+	orphans     []*sandboxv1.OutputChunk
+	orphanBytes int
 }
+
+// maxOrphanBytes bounds the output held per connection before its report.
+const maxOrphanBytes = 16 << 20
 
 func (c *conn) close() { c.closeWith(nil) }
 
@@ -349,6 +368,9 @@ func (s *Service) handle(c *conn, msg *sandboxv1.ConnectRequest) {
 	case *sandboxv1.ConnectRequest_Output:
 		if cmd := s.commandOf(c.agentID, p.Output.GetStreamId()); cmd != nil {
 			cmd.deliver(p.Output)
+		} else if !c.reported && c.orphanBytes+len(p.Output.GetData()) <= maxOrphanBytes {
+			c.orphans = append(c.orphans, p.Output)
+			c.orphanBytes += len(p.Output.GetData())
 		}
 	case *sandboxv1.ConnectRequest_CommandResult:
 		if cmd := s.commandOf(c.agentID, p.CommandResult.GetCommandId()); cmd != nil {
@@ -379,9 +401,34 @@ func (s *Service) reconcileCommands(c *conn, rep *sandboxv1.SessionReport) {
 		return // a report made for an earlier connection, or an answer to a query
 	}
 	reported := map[string]*sandboxv1.SessionInfo{}
+	var sessions []ports.ReportedSession
 	for _, si := range rep.GetSessions() {
 		reported[si.GetCommandId()] = si
+		if si.GetState() == sandboxv1.SessionState_SESSION_STATE_RUNNING && si.GetType() != sandboxv1.SessionType_SESSION_TYPE_UNSPECIFIED {
+			rs := ports.ReportedSession{
+				SessionID: si.GetSessionId(), AgentName: si.GetName(), Type: SessionTypeFromProto(si.GetType()),
+				CommandID: si.GetCommandId(),
+			}
+			if si.GetStartedAt() != nil {
+				rs.StartedAt = si.GetStartedAt().AsTime()
+			}
+			sessions = append(sessions, rs)
+		}
 	}
+	s.mu.Lock()
+	reconciler, current := s.sessions, s.registry.IsCurrent(c.agentID, c.gen)
+	s.mu.Unlock()
+	if reconciler != nil && current {
+		reconciler.ReconcileSessions(c.agentID, sessions)
+	}
+	// Output that came ahead of the report goes to the commands adopted now.
+	c.reported = true
+	for _, o := range c.orphans {
+		if cmd := s.commandOf(c.agentID, o.GetStreamId()); cmd != nil {
+			cmd.deliver(o)
+		}
+	}
+	c.orphans, c.orphanBytes = nil, 0
 	s.mu.Lock()
 	var pending []*command
 	if s.registry.IsCurrent(c.agentID, c.gen) {

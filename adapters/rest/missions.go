@@ -11,6 +11,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/agentic-sandbox/agentic-sandbox/core/session"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
@@ -154,8 +155,24 @@ func (s *Server) KillSession(ctx context.Context, req restapi.KillSessionRequest
 		case !errors.Is(err, ports.ErrSessionNotFound) && !errors.Is(err, ports.ErrCommandNotFound):
 			return sessionError(err, subject), nil
 		}
-		// Not a session the use case knows: maybe a command of this API.
+		// Not a mission's session.
 	}
+	if s.d.Sessions != nil {
+		if sess, ok := s.d.Sessions.Get(id); ok {
+			if sess.State.Ended() {
+				return sessionError(ports.ErrCommandEnded, subject), nil
+			}
+			if err := s.d.Sessions.Kill(ctx, id); err == nil {
+				s.log.Info("rest: session killed by operator", "session_id", id)
+				return restapi.KillSession202JSONResponse{SessionId: id, Status: "kill_sent"}, nil
+			} else if ctx.Err() != nil {
+				return nil, ctx.Err()
+			} else if !errors.Is(err, session.ErrNotFound) {
+				return sessionError(err, subject), nil
+			}
+		}
+	}
+	// Maybe a command of this API.
 	e, cmd, apiErr := s.lookup(id)
 	if apiErr != nil {
 		return sessionNotFound(subject), nil

@@ -26,6 +26,8 @@ type Sessions interface {
 	// Activity returns the feed of a headless session after Seq after; ok
 	// is false for a session that is not headless.
 	Activity(id string, after int) (events []claudefeed.Event, summary claudefeed.Summary, dropped int, ok bool)
+	// Kill ends a live session (session.ErrNotFound for one without a process).
+	Kill(ctx context.Context, id string) error
 }
 
 func (e *apiError) VisitListSessionsResponse(w http.ResponseWriter) error       { return e.write(w) }
@@ -156,6 +158,7 @@ func (s *Server) CreateSession(ctx context.Context, req restapi.CreateSessionReq
 	if b.Env != nil {
 		spec.Env = *b.Env
 	}
+	spec.PTY = b.Pty == nil || *b.Pty
 	var cols, rows uint16
 	for _, d := range []struct {
 		name string

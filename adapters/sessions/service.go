@@ -8,9 +8,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/core/claudefeed"
 	"github.com/agentic-sandbox/agentic-sandbox/core/session"
@@ -58,7 +58,9 @@ func (s *Service) Create(ctx context.Context, spec session.Spec, cols, rows uint
 	if spec.Type == "" {
 		spec.Type = session.Background
 	}
-	spec.PTY = true
+	if spec.Type == session.Interactive {
+		spec.PTY = true
+	}
 	s.mu.Lock()
 	sess, err := s.reg.Create(spec, s.cfg.Clock.Now())
 	var fd *feed
@@ -78,28 +80,18 @@ func (s *Service) Create(ctx context.Context, spec session.Spec, cols, rows uint
 	}
 	cmd, err := s.cfg.Link.Start(ctx, spec.AgentID, ports.CommandSpec{
 		Command: sess.Command, Args: sess.Args, WorkingDir: sess.Cwd, Env: sess.Env,
-		PTY: true, Cols: cols, Rows: rows, SessionID: sess.ID, SessionName: session.AgentName(sess.Name),
-	}, ports.StartOptions{
-		Detached:  true, // sessions outlive the viewer that started them
-		CommandID: sess.ID,
-		OnOutput: func(c ports.OutputChunk) {
-			if _, err := s.cfg.Log.Append(sess.ID, c.Data); err != nil {
-				s.log.Error("session output not logged", "session_id", sess.ID, "err", err)
-			}
-			if fd != nil {
-				fd.write(c.Data)
-			}
-		},
-		OnStarted: func() {
-			s.mu.Lock()
-			_, _ = s.reg.Started(sess.ID, s.cfg.Clock.Now())
-			s.mu.Unlock()
-		},
-	})
+		PTY: sess.PTY, Cols: cols, Rows: rows, SessionID: sess.ID, SessionName: session.AgentName(sess.Name),
+		SessionType: string(sess.Type),
+		// Without a terminal, a background session's stdin is a pipe.
+		StdinOpen: !sess.PTY && sess.Type == session.Background,
+		// Terminals and background processes outlive the agent process in
+		// tmux where the agent has it; a headless run is tied to its agent.
+		Persist: sess.PTY && sess.Type != session.Headless,
+	}, s.startOptions(sess.ID, sess.ID, fd))
 	if err != nil {
 		s.mu.Lock()
 		_, _ = s.reg.Lost(sess.ID, "could not start: "+err.Error(), s.cfg.Clock.Now())
-		close(s.exited[sess.ID])
+		s.closeExitedLocked(sess.ID)
 		s.mu.Unlock()
 		return session.Session{}, err
 	}
@@ -110,12 +102,37 @@ func (s *Service) Create(ctx context.Context, spec session.Spec, cols, rows uint
 	return sess, nil
 }
 
+// startOptions routes a session's command output into its log (and its
+// activity feed) whether or not anyone watches.
+func (s *Service) startOptions(sessionID, commandID string, fd *feed) ports.StartOptions {
+	return ports.StartOptions{
+		Detached:  true, // sessions outlive the viewer that started them
+		CommandID: commandID,
+		OnOutput: func(c ports.OutputChunk) {
+			if _, err := s.cfg.Log.Append(sessionID, c.Data); err != nil {
+				s.log.Error("session output not logged", "session_id", sessionID, "err", err)
+			}
+			if fd != nil {
+				fd.write(c.Data)
+			}
+		},
+		OnStarted: func() {
+			s.mu.Lock()
+			_, _ = s.reg.Started(sessionID, s.cfg.Clock.Now())
+			s.mu.Unlock()
+		},
+	}
+}
+
 func (s *Service) watch(id string, cmd ports.Command) {
 	<-cmd.Done()
 	r := cmd.Result()
 	now := s.cfg.Clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.cmds[id] != cmd {
+		return // superseded: the session moved to a new command (an adopting agent)
+	}
 	switch {
 	case r.Error != "" && r.ExitCode < 0:
 		_, _ = s.reg.Lost(id, r.Error, now)
@@ -127,27 +144,100 @@ func (s *Service) watch(id string, cmd ports.Command) {
 	if fd := s.feeds[id]; fd != nil {
 		fd.flush()
 	}
-	close(s.exited[id])
+	s.closeExitedLocked(id)
+}
+
+// closeExitedLocked tells the session's waiters it ended (once); s.mu held.
+func (s *Service) closeExitedLocked(id string) {
+	ch := s.exited[id]
+	if ch == nil {
+		return
+	}
+	select {
+	case <-ch:
+	default:
+		close(ch)
+	}
+}
+
+// ReconcileSessions applies an agent's session report (the rule is
+// core/session.Reconcile's): sessions it still runs go on, on the command
+// that streams them now; sessions the server expected but the agent lost
+// are marked lost; ours that the server does not know (after a restart of
+// agentic-mgmt) are adopted under their reported id, so their log on disk
+// continues; the rest are killed on the agent.
+func (s *Service) ReconcileSessions(agentID string, reported []ports.ReportedSession) {
+	byName := map[string]ports.ReportedSession{}
+	reps := make([]session.Reported, 0, len(reported))
+	for _, r := range reported {
+		byName[r.AgentName] = r
+		reps = append(reps, session.Reported{ID: r.SessionID, AgentName: r.AgentName, Type: session.Type(r.Type),
+			StartedAt: r.StartedAt, PTY: true})
+	}
+	var kill []ports.ReportedSession
+	s.mu.Lock()
+	for _, d := range s.reg.Reconcile(agentID, reps, s.cfg.Clock.Now()) {
+		rep := byName[d.AgentName]
+		switch d.Action {
+		case session.Keep:
+			if cur := s.cmds[d.SessionID]; cur == nil || cur.ID() != rep.CommandID {
+				s.attachLocked(agentID, d.SessionID, rep.CommandID)
+			}
+		case session.Adopt:
+			s.exited[d.SessionID] = make(chan struct{})
+			if sess, _ := s.reg.Get(d.SessionID); sess.Type == session.Headless {
+				s.feeds[d.SessionID] = &feed{parser: claudefeed.NewParser()}
+			}
+			s.attachLocked(agentID, d.SessionID, rep.CommandID)
+			s.log.Info("adopted a session from the agent's report", "agent_id", agentID, "session_id", d.SessionID, "name", d.AgentName)
+		case session.MarkLost:
+			delete(s.cmds, d.SessionID)
+			s.closeExitedLocked(d.SessionID)
+			s.log.Warn("session lost: its agent no longer runs it", "agent_id", agentID, "session_id", d.SessionID)
+		case session.Kill:
+			s.log.Warn("killing a session on the agent", "agent_id", agentID, "name", d.AgentName, "reason", d.Reason)
+			kill = append(kill, rep)
+		}
+	}
+	s.mu.Unlock()
+	for _, rep := range kill {
+		if rep.CommandID == "" {
+			continue
+		}
+		cmd := s.cfg.Link.Attach(agentID, rep.CommandID, ports.StartOptions{})
+		// Not from the link's receive loop, which calls us.
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := cmd.Kill(ctx); err != nil {
+				s.log.Warn("could not kill a session on the agent", "agent_id", agentID, "command_id", rep.CommandID, "err", err)
+			}
+		}()
+	}
+}
+
+// attachLocked binds a session to the command that streams it now; s.mu held.
+func (s *Service) attachLocked(agentID, id, commandID string) {
+	cmd := s.cfg.Link.Attach(agentID, commandID, s.startOptions(id, commandID, s.feeds[id]))
+	s.cmds[id] = cmd
+	go s.watch(id, cmd)
 }
 
 // StartShell opens the agent's default interactive shell: a tmux session
 // (so a dropped viewer loses nothing) where the agent has tmux, else sh.
 func (s *Service) StartShell(ctx context.Context, agentID, name string, cols, rows uint16) (session.Session, error) {
-	info, ok := s.cfg.Agents.Agent(agentID)
-	if !ok {
+	if _, ok := s.cfg.Agents.Agent(agentID); !ok {
 		return session.Session{}, ports.ErrAgentNotFound
 	}
 	if name == "" {
-		// Named here because the tmux arguments carry it: the random end
-		// of an id (a UUIDv7 starts with its timestamp, which repeats).
+		// The random end of an id: a UUIDv7 starts with its timestamp,
+		// which two shells started together share.
 		id := strings.ReplaceAll(s.cfg.IDs.NewID(), "-", "")
 		name = "shell-" + id[max(0, len(id)-12):]
 	}
+	// No command: the agent's own shell, kept in tmux where the agent has it.
 	spec := session.Spec{AgentID: agentID, Type: session.Interactive, Name: name,
-		Command: "sh", Args: []string{"-l"}, Env: map[string]string{"TERM": "xterm-256color"}}
-	if slices.Contains(info.Capabilities, "tmux") {
-		spec.Command, spec.Args = "tmux", []string{"new-session", "-A", "-s", session.AgentName(name)}
-	}
+		Env: map[string]string{"TERM": "xterm-256color"}}
 	return s.Create(ctx, spec, cols, rows)
 }
 
@@ -234,27 +324,14 @@ func (s *Service) Signal(ctx context.Context, id, viewerID string, sig int) erro
 	return cmd.Signal(ctx, sig)
 }
 
-// Kill ends the session (any viewer may, as any operator may over REST).
-// For a tmux-backed shell that means the tmux session too, which would
-// otherwise outlive its terminal by design.
+// Kill ends the session (any viewer may, as any operator may over REST);
+// the agent ends a tmux-kept session's tmux session too.
 func (s *Service) Kill(ctx context.Context, id string) error {
 	s.mu.Lock()
 	cmd, ok := s.cmds[id]
-	sess, _ := s.reg.Get(id)
 	s.mu.Unlock()
 	if !ok {
 		return session.ErrNotFound
-	}
-	if sess.Command == "tmux" {
-		end, err := s.cfg.Link.Start(ctx, sess.AgentID, ports.CommandSpec{
-			Command: "tmux", Args: []string{"kill-session", "-t", session.AgentName(sess.Name)},
-		}, ports.StartOptions{})
-		if err == nil {
-			select {
-			case <-end.Done():
-			case <-ctx.Done():
-			}
-		}
 	}
 	return cmd.Kill(ctx)
 }

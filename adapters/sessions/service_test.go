@@ -125,8 +125,23 @@ func (l *fakeLink) Start(_ context.Context, agentID string, spec ports.CommandSp
 	l.mu.Unlock()
 	return c, nil
 }
-func (l *fakeLink) Lookup(id string) (ports.Command, bool)                  { return nil, false }
-func (l *fakeLink) Attach(string, string, ports.StartOptions) ports.Command { return nil }
+func (l *fakeLink) Lookup(id string) (ports.Command, bool) { return nil, false }
+func (l *fakeLink) Attach(_ string, id string, opts ports.StartOptions) ports.Command {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c, ok := l.cmds[id]; ok {
+		return c
+	}
+	c := &fakeCmd{id: id, opts: opts, done: make(chan struct{})}
+	l.cmds[id] = c
+	return c
+}
+
+func (l *fakeLink) cmd(id string) *fakeCmd {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cmds[id]
+}
 
 type fakeAgents struct{ caps []string }
 
@@ -157,7 +172,7 @@ func waitClosed(t *testing.T, c <-chan struct{}) {
 
 func TestCreateRunsInAPTYAndLogsOutput(t *testing.T) {
 	svc, link, log := newSvc()
-	s, err := svc.Create(context.Background(), session.Spec{AgentID: "agent-1", Name: "dev", Type: session.Background, Command: "npm", Args: []string{"run", "dev"}}, 0, 0)
+	s, err := svc.Create(context.Background(), session.Spec{AgentID: "agent-1", Name: "dev", Type: session.Background, Command: "npm", Args: []string{"run", "dev"}, PTY: true}, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,25 +198,114 @@ func TestCreateRunsInAPTYAndLogsOutput(t *testing.T) {
 	}
 }
 
-func TestShellUsesTmuxWhereTheAgentHasIt(t *testing.T) {
+func TestShellAsksTheAgentToKeepItInTmux(t *testing.T) {
 	svc, link, _ := newSvc("tmux")
 	s, err := svc.StartShell(context.Background(), "agent-1", "main", 120, 40)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := link.cmds[s.ID]; c.spec.Command != "tmux" || len(c.spec.Args) != 4 || c.spec.Args[3] != "as-main" || c.spec.Cols != 120 || s.Type != session.Interactive {
+	c := link.cmds[s.ID]
+	if c.spec.Command != "" || !c.spec.Persist || !c.spec.PTY || c.spec.SessionName != "as-main" || c.spec.SessionType != "interactive" || c.spec.Cols != 120 || s.Type != session.Interactive {
 		t.Fatalf("shell spec %+v", c.spec)
-	}
-	svc2, link2, _ := newSvc()
-	s2, _ := svc2.StartShell(context.Background(), "agent-1", "", 0, 0)
-	if c := link2.cmds[s2.ID]; c.spec.Command != "sh" {
-		t.Fatalf("without tmux: %+v", c.spec)
 	}
 	// Unnamed shells get distinct names, which are their tmux sessions.
 	a, _ := svc.StartShell(context.Background(), "agent-1", "", 0, 0)
 	b, _ := svc.StartShell(context.Background(), "agent-1", "", 0, 0)
-	if a.Name == b.Name || link.cmds[a.ID].spec.Args[3] != "as-"+a.Name || link.cmds[b.ID].spec.Args[3] != "as-"+b.Name {
-		t.Fatalf("unnamed shells %q / %q with tmux args %v / %v", a.Name, b.Name, link.cmds[a.ID].spec.Args, link.cmds[b.ID].spec.Args)
+	if a.Name == b.Name || link.cmds[a.ID].spec.SessionName != "as-"+a.Name || link.cmds[b.ID].spec.SessionName != "as-"+b.Name {
+		t.Fatalf("unnamed shells %q / %q", a.Name, b.Name)
+	}
+	// Headless runs are tied to their agent; background ones persist.
+	h, _ := svc.Create(context.Background(), session.Spec{AgentID: "agent-1", Type: session.Headless, Command: "claude", PTY: true}, 0, 0)
+	g, _ := svc.Create(context.Background(), session.Spec{AgentID: "agent-1", Type: session.Background, Command: "npm", PTY: true}, 0, 0)
+	if link.cmds[h.ID].spec.Persist || !link.cmds[g.ID].spec.Persist || link.cmds[g.ID].spec.SessionType != "background" {
+		t.Fatalf("persist: headless %v, background %v", link.cmds[h.ID].spec.Persist, link.cmds[g.ID].spec.Persist)
+	}
+	// Without a terminal: a background session's stdin is a pipe, and
+	// nothing is kept in tmux.
+	piped, _ := svc.Create(context.Background(), session.Spec{AgentID: "agent-1", Type: session.Background, Command: "cat"}, 0, 0)
+	if c := link.cmds[piped.ID].spec; c.PTY || c.Persist || !c.StdinOpen || piped.PTY {
+		t.Fatalf("piped background spec %+v", c)
+	}
+	hl, _ := svc.Create(context.Background(), session.Spec{AgentID: "agent-1", Type: session.Headless, Command: "claude"}, 0, 0)
+	if c := link.cmds[hl.ID].spec; c.PTY || c.StdinOpen {
+		t.Fatalf("piped headless spec %+v", c)
+	}
+}
+
+// An agent that restarted reports its tmux sessions under new commands:
+// the session moves to the new command, its old command's loss is ignored,
+// and output goes on into the same log.
+func TestReconcileMovesASessionToItsAdoptingCommand(t *testing.T) {
+	svc, link, log := newSvc("tmux")
+	s, _ := svc.StartShell(context.Background(), "agent-1", "main", 0, 0)
+	old := link.cmd(s.ID)
+	old.opts.OnStarted()
+	old.opts.OnOutput(ports.OutputChunk{Data: []byte("before ")})
+
+	svc.ReconcileSessions("agent-1", []ports.ReportedSession{{SessionID: s.ID, AgentName: "as-main", Type: "interactive", CommandID: s.ID + "~1"}})
+	old.finish(ports.CommandResult{ExitCode: -1, Error: "command lost"})
+	adopted := link.cmd(s.ID + "~1")
+	if adopted == nil {
+		t.Fatal("no command attached for the adopting agent's client")
+	}
+	adopted.opts.OnOutput(ports.OutputChunk{Data: []byte("after")})
+	time.Sleep(20 * time.Millisecond) // let the old command's watcher run
+	if got, _ := svc.Get(s.ID); got.State != session.Running {
+		t.Fatalf("state %s after the old command was lost", got.State)
+	}
+	if string(log.data[s.ID]) != "before after" {
+		t.Fatalf("log %q", log.data[s.ID])
+	}
+	if err := svc.Input(context.Background(), s.ID, "v", nil); !errors.Is(err, session.ErrNotController) {
+		t.Fatalf("input check: %v", err)
+	}
+	_, _ = svc.Join(s.ID, "v", session.Controller)
+	if err := svc.Input(context.Background(), s.ID, "v", []byte("x")); err != nil || string(adopted.stdin) != "x" {
+		t.Fatalf("input went to %q (err %v), want the adopting command", adopted.stdin, err)
+	}
+	adopted.finish(ports.CommandResult{ExitCode: 0})
+	waitClosed(t, svc.Exited(s.ID))
+	if got, _ := svc.Get(s.ID); got.State != session.Exited {
+		t.Fatalf("state %s after the adopting command ended", got.State)
+	}
+}
+
+// After a restart of agentic-mgmt the registry is empty: reported sessions
+// of ours are adopted under their ids, expected ones not reported are
+// lost, foreign ones are killed.
+func TestReconcileAdoptsLosesAndKills(t *testing.T) {
+	svc, link, log := newSvc("tmux")
+	gone, _ := svc.StartShell(context.Background(), "agent-1", "gone", 0, 0)
+	link.cmd(gone.ID).opts.OnStarted()
+	svc.ReconcileSessions("agent-1", []ports.ReportedSession{
+		{SessionID: "0000000z-id", AgentName: "as-dev", Type: "background", CommandID: "0000000z-id"},
+		{AgentName: "stranger", Type: "background", CommandID: "c-stranger"},
+	})
+	if got, _ := svc.Get(gone.ID); got.State != session.Lost {
+		t.Fatalf("unreported session: %s", got.State)
+	}
+	waitClosed(t, svc.Exited(gone.ID))
+	dev, ok := svc.Get("0000000z-id")
+	if !ok || dev.State != session.Running || dev.Name != "dev" || dev.Type != session.Background || !dev.Adopted {
+		t.Fatalf("adopted: %+v %v", dev, ok)
+	}
+	link.cmd("0000000z-id").opts.OnOutput(ports.OutputChunk{Data: []byte("tick")})
+	if string(log.data[dev.ID]) != "tick" {
+		t.Fatalf("adopted session's log %q", log.data[dev.ID])
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		if c := link.cmd("c-stranger"); c != nil {
+			select {
+			case <-c.done:
+				return
+			default:
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the foreign session was not killed")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 

@@ -67,6 +67,7 @@ type ClientFrame struct {
 	Env       map[string]string `json:"env,omitempty"`
 	Cols      int               `json:"cols,omitempty"`
 	Rows      int               `json:"rows,omitempty"`
+	PTY       *bool             `json:"pty,omitempty"` // create_session: default true
 	Role      string            `json:"role,omitempty"`
 	// ReplayFrom is the session-log offset to start from; nil means live only.
 	ReplayFrom *uint64 `json:"replay_from,omitempty"`

@@ -316,7 +316,7 @@ func (c *conn) handle(ctx context.Context, f ClientFrame) error {
 			s, err = sv.StartShell(ctx, f.AgentID, f.Name, uint16(f.Cols), uint16(f.Rows))
 		} else {
 			s, err = sv.Create(ctx, session.Spec{AgentID: f.AgentID, Name: f.Name, Type: session.Type(f.SessionTy),
-				Command: f.Command, Args: f.Args, Cwd: f.Cwd, Env: f.Env}, uint16(f.Cols), uint16(f.Rows))
+				Command: f.Command, Args: f.Args, Cwd: f.Cwd, Env: f.Env, PTY: f.PTY == nil || *f.PTY}, uint16(f.Cols), uint16(f.Rows))
 		}
 		if err != nil {
 			return err

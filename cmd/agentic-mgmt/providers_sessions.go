@@ -20,7 +20,9 @@ func provideSessionLog(cfg Config, _ *filestore.AgentHashes) (*filestore.Session
 }
 
 func provideSessions(svc *agentrpc.Service, logs *filestore.SessionLog, clock ports.Clock, ids ports.IDGenerator, log *slog.Logger) *sessions.Service {
-	return sessions.New(sessions.Config{Link: svc, Agents: svc, Log: logs, Clock: clock, IDs: ids, Logger: log})
+	ss := sessions.New(sessions.Config{Link: svc, Agents: svc, Log: logs, Clock: clock, IDs: ids, Logger: log})
+	svc.SetSessionReconciler(ss) // agents' session reports reach it from their first connect
+	return ss
 }
 
 func provideWS(cfg Config, ss *sessions.Service, svc *agentrpc.Service, logs *filestore.SessionLog, ids ports.IDGenerator, token OperatorToken, log *slog.Logger) WSHandler {

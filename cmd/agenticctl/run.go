@@ -50,6 +50,8 @@ Commands:
                          sessions on the agents ('agenticctl sessions help')
   logs [-f] [--from N] SESSION
                          write a session's raw output to stdout (-f: follow until it ends)
+  attach [--observe] [--detach-key ctrl-]] SESSION
+                         attach this terminal to a session (detach: Ctrl-])
 
 Global flags:
   --server URL   REST endpoint of agentic-mgmt (env AGENTIC_SERVER, default ` + defaultServer + `)
@@ -96,6 +98,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer, env func(stri
 		return c.sessions(rest[1:])
 	case "logs":
 		return c.logs(rest[1:])
+	case "attach":
+		return c.attach(rest[1:])
 	case "help":
 		fmt.Fprint(stdout, usageText)
 		return 0

@@ -305,3 +305,12 @@ func (l *SessionLog) Close() error {
 	l.closed = true
 	return nil
 }
+
+// Kill implements rest.Sessions: a live session ends killed (137).
+func (f *Sessions) Kill(_ context.Context, id string) error {
+	if s, ok := f.Get(id); !ok || s.State.Ended() {
+		return session.ErrNotFound
+	}
+	f.Exit(id, 137)
+	return nil
+}

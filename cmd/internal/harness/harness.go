@@ -186,7 +186,8 @@ func (s *Server) Client() *restapi.ClientWithResponses {
 	return c
 }
 
-// WaitAgents waits until each id is listed with status ready.
+// WaitAgents waits until each id is connected (status ready, or busy with
+// commands or sessions).
 func (s *Server) WaitAgents(ctx context.Context, ids ...string) error {
 	c := s.Client()
 	for {
@@ -194,7 +195,7 @@ func (s *Server) WaitAgents(ctx context.Context, ids ...string) error {
 		if err == nil && resp.JSON200 != nil {
 			ready := map[string]bool{}
 			for _, a := range resp.JSON200.Agents {
-				if a.Status == restapi.Ready {
+				if a.Status == restapi.Ready || a.Status == restapi.Busy {
 					ready[a.Id] = true
 				}
 			}

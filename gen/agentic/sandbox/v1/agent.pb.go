@@ -1332,7 +1332,13 @@ type CommandRequest struct {
 	SessionName string `protobuf:"bytes,13,opt,name=session_name,json=sessionName,proto3" json:"session_name,omitempty"`
 	// Whether stdin stays open for StdinChunk messages; otherwise it is closed
 	// at once so commands that read stdin see EOF.
-	StdinOpen     bool `protobuf:"varint,14,opt,name=stdin_open,json=stdinOpen,proto3" json:"stdin_open,omitempty"`
+	StdinOpen bool `protobuf:"varint,14,opt,name=stdin_open,json=stdinOpen,proto3" json:"stdin_open,omitempty"`
+	// Set for commands that are sessions; the agent reports these in its
+	// session reports so the server can reconcile and adopt them.
+	SessionType SessionType `protobuf:"varint,15,opt,name=session_type,json=sessionType,proto3,enum=agentic.sandbox.v1.SessionType" json:"session_type,omitempty"`
+	// Keep the session in tmux where the agent has it (session_name names
+	// the tmux session), so it outlives the agent process.
+	Persist       bool `protobuf:"varint,16,opt,name=persist,proto3" json:"persist,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1461,6 +1467,20 @@ func (x *CommandRequest) GetSessionName() string {
 func (x *CommandRequest) GetStdinOpen() bool {
 	if x != nil {
 		return x.StdinOpen
+	}
+	return false
+}
+
+func (x *CommandRequest) GetSessionType() SessionType {
+	if x != nil {
+		return x.SessionType
+	}
+	return SessionType_SESSION_TYPE_UNSPECIFIED
+}
+
+func (x *CommandRequest) GetPersist() bool {
+	if x != nil {
+		return x.Persist
 	}
 	return false
 }
@@ -2703,7 +2723,7 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"\x04data\x18\x03 \x01(\fR\x04data\x128\n" +
 	"\ttimestamp\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x12\x10\n" +
 	"\x03eof\x18\x05 \x01(\bR\x03eof\x12\x16\n" +
-	"\x06offset\x18\x06 \x01(\x04R\x06offset\"\x8a\x04\n" +
+	"\x06offset\x18\x06 \x01(\x04R\x06offset\"\xe8\x04\n" +
 	"\x0eCommandRequest\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12\x18\n" +
@@ -2723,7 +2743,9 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"session_id\x18\f \x01(\tR\tsessionId\x12!\n" +
 	"\fsession_name\x18\r \x01(\tR\vsessionName\x12\x1d\n" +
 	"\n" +
-	"stdin_open\x18\x0e \x01(\bR\tstdinOpen\x1a6\n" +
+	"stdin_open\x18\x0e \x01(\bR\tstdinOpen\x12B\n" +
+	"\fsession_type\x18\x0f \x01(\x0e2\x1f.agentic.sandbox.v1.SessionTypeR\vsessionType\x12\x18\n" +
+	"\apersist\x18\x10 \x01(\bR\apersist\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"Q\n" +
@@ -2943,31 +2965,32 @@ var file_agentic_sandbox_v1_agent_proto_depIdxs = []int32{
 	2,  // 26: agentic.sandbox.v1.OutputChunk.stream:type_name -> agentic.sandbox.v1.OutputStream
 	38, // 27: agentic.sandbox.v1.OutputChunk.timestamp:type_name -> google.protobuf.Timestamp
 	36, // 28: agentic.sandbox.v1.CommandRequest.env:type_name -> agentic.sandbox.v1.CommandRequest.EnvEntry
-	19, // 29: agentic.sandbox.v1.PtyControl.resize:type_name -> agentic.sandbox.v1.PtyResize
-	20, // 30: agentic.sandbox.v1.PtyControl.signal:type_name -> agentic.sandbox.v1.PtySignal
-	18, // 31: agentic.sandbox.v1.PtyControl.kill:type_name -> agentic.sandbox.v1.CommandKill
-	37, // 32: agentic.sandbox.v1.ConfigUpdate.config:type_name -> agentic.sandbox.v1.ConfigUpdate.ConfigEntry
-	3,  // 33: agentic.sandbox.v1.SessionInfo.type:type_name -> agentic.sandbox.v1.SessionType
-	4,  // 34: agentic.sandbox.v1.SessionInfo.state:type_name -> agentic.sandbox.v1.SessionState
-	38, // 35: agentic.sandbox.v1.SessionInfo.started_at:type_name -> google.protobuf.Timestamp
-	38, // 36: agentic.sandbox.v1.SessionInfo.ended_at:type_name -> google.protobuf.Timestamp
-	21, // 37: agentic.sandbox.v1.SessionInfo.result:type_name -> agentic.sandbox.v1.CommandResult
-	2,  // 38: agentic.sandbox.v1.SessionInfo.tail_stream:type_name -> agentic.sandbox.v1.OutputStream
-	27, // 39: agentic.sandbox.v1.SessionReport.sessions:type_name -> agentic.sandbox.v1.SessionInfo
-	5,  // 40: agentic.sandbox.v1.SessionDecision.action:type_name -> agentic.sandbox.v1.ReconcileAction
-	29, // 41: agentic.sandbox.v1.SessionReconcile.decisions:type_name -> agentic.sandbox.v1.SessionDecision
-	15, // 42: agentic.sandbox.v1.ExecRequest.command:type_name -> agentic.sandbox.v1.CommandRequest
-	14, // 43: agentic.sandbox.v1.ExecResponse.output:type_name -> agentic.sandbox.v1.OutputChunk
-	21, // 44: agentic.sandbox.v1.ExecResponse.result:type_name -> agentic.sandbox.v1.CommandResult
-	6,  // 45: agentic.sandbox.v1.AgentService.Connect:input_type -> agentic.sandbox.v1.ConnectRequest
-	32, // 46: agentic.sandbox.v1.AgentService.Exec:input_type -> agentic.sandbox.v1.ExecRequest
-	8,  // 47: agentic.sandbox.v1.AgentService.Connect:output_type -> agentic.sandbox.v1.ConnectResponse
-	33, // 48: agentic.sandbox.v1.AgentService.Exec:output_type -> agentic.sandbox.v1.ExecResponse
-	47, // [47:49] is the sub-list for method output_type
-	45, // [45:47] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	3,  // 29: agentic.sandbox.v1.CommandRequest.session_type:type_name -> agentic.sandbox.v1.SessionType
+	19, // 30: agentic.sandbox.v1.PtyControl.resize:type_name -> agentic.sandbox.v1.PtyResize
+	20, // 31: agentic.sandbox.v1.PtyControl.signal:type_name -> agentic.sandbox.v1.PtySignal
+	18, // 32: agentic.sandbox.v1.PtyControl.kill:type_name -> agentic.sandbox.v1.CommandKill
+	37, // 33: agentic.sandbox.v1.ConfigUpdate.config:type_name -> agentic.sandbox.v1.ConfigUpdate.ConfigEntry
+	3,  // 34: agentic.sandbox.v1.SessionInfo.type:type_name -> agentic.sandbox.v1.SessionType
+	4,  // 35: agentic.sandbox.v1.SessionInfo.state:type_name -> agentic.sandbox.v1.SessionState
+	38, // 36: agentic.sandbox.v1.SessionInfo.started_at:type_name -> google.protobuf.Timestamp
+	38, // 37: agentic.sandbox.v1.SessionInfo.ended_at:type_name -> google.protobuf.Timestamp
+	21, // 38: agentic.sandbox.v1.SessionInfo.result:type_name -> agentic.sandbox.v1.CommandResult
+	2,  // 39: agentic.sandbox.v1.SessionInfo.tail_stream:type_name -> agentic.sandbox.v1.OutputStream
+	27, // 40: agentic.sandbox.v1.SessionReport.sessions:type_name -> agentic.sandbox.v1.SessionInfo
+	5,  // 41: agentic.sandbox.v1.SessionDecision.action:type_name -> agentic.sandbox.v1.ReconcileAction
+	29, // 42: agentic.sandbox.v1.SessionReconcile.decisions:type_name -> agentic.sandbox.v1.SessionDecision
+	15, // 43: agentic.sandbox.v1.ExecRequest.command:type_name -> agentic.sandbox.v1.CommandRequest
+	14, // 44: agentic.sandbox.v1.ExecResponse.output:type_name -> agentic.sandbox.v1.OutputChunk
+	21, // 45: agentic.sandbox.v1.ExecResponse.result:type_name -> agentic.sandbox.v1.CommandResult
+	6,  // 46: agentic.sandbox.v1.AgentService.Connect:input_type -> agentic.sandbox.v1.ConnectRequest
+	32, // 47: agentic.sandbox.v1.AgentService.Exec:input_type -> agentic.sandbox.v1.ExecRequest
+	8,  // 48: agentic.sandbox.v1.AgentService.Connect:output_type -> agentic.sandbox.v1.ConnectResponse
+	33, // 49: agentic.sandbox.v1.AgentService.Exec:output_type -> agentic.sandbox.v1.ExecResponse
+	48, // [48:50] is the sub-list for method output_type
+	46, // [46:48] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_agentic_sandbox_v1_agent_proto_init() }

@@ -1,0 +1,143 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+// privateTmux points tmux (and the sessions dir) at a fresh directory.
+func privateTmux(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("tmux"); err != nil {
+		t.Fatal("these tests need tmux (apt-get install tmux)")
+	}
+	dir := t.TempDir()
+	t.Setenv("TMUX_TMPDIR", dir)
+	t.Setenv("TMPDIR", dir)
+	t.Setenv("TMUX", "")
+	t.Cleanup(func() { _ = exec.Command("tmux", "kill-server").Run() })
+}
+
+type capture struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (c *capture) add(_ ports.OutputStream, b []byte) {
+	c.mu.Lock()
+	c.buf.Write(b)
+	c.mu.Unlock()
+}
+
+func (c *capture) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.buf.String()
+}
+
+func (c *capture) waitFor(t *testing.T, s string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(c.String(), s) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q in %q", s, c.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func waitResult(t *testing.T, p ports.Process) ports.CommandResult {
+	t.Helper()
+	select {
+	case <-p.Done():
+		return p.Wait()
+	case <-time.After(15 * time.Second):
+		t.Fatal("the tmux session did not end")
+		return ports.CommandResult{}
+	}
+}
+
+func bgSpec(name string, script string) ports.CommandSpec {
+	return ports.CommandSpec{Command: "sh", Args: []string{"-c", script}, PTY: true, SessionName: name,
+		SessionID: "id-" + name, SessionType: "background", Persist: true, Env: map[string]string{"GREETING": "hi"}}
+}
+
+func TestBackgroundTmuxSessionLogsRawOutputAndExitCode(t *testing.T) {
+	privateTmux(t)
+	var out capture
+	p := startTmuxLog(bgSpec("as-one", `echo "$GREETING first"; read line; echo "got $line"; exit 3`), out.add)
+	out.waitFor(t, "hi first\r\n")
+	if err := p.WriteStdin([]byte("typed\r")); err != nil {
+		t.Fatal(err)
+	}
+	r := waitResult(t, p)
+	if r.ExitCode != 3 || r.Signal != 0 {
+		t.Fatalf("result %+v, want exit 3", r)
+	}
+	if got := out.String(); !strings.HasPrefix(got, "hi first\r\n") || !strings.Contains(got, "got typed\r\n") {
+		t.Fatalf("output %q", got)
+	}
+	if left, _ := os.ReadDir(sessionsDir()); len(left) != 0 {
+		t.Fatalf("files left behind: %v", left)
+	}
+}
+
+func TestBackgroundTmuxSessionKill(t *testing.T) {
+	privateTmux(t)
+	var out capture
+	p := startTmuxLog(bgSpec("as-two", `echo up; sleep 60`), out.add)
+	out.waitFor(t, "up")
+	p.Kill()
+	if r := waitResult(t, p); r.Signal != 9 || r.ExitCode != 137 {
+		t.Fatalf("result %+v, want killed", r)
+	}
+	if exec.Command("tmux", "has-session", "-t", "=as-two").Run() == nil {
+		t.Fatal("the tmux session outlived Kill")
+	}
+}
+
+// A detached session is found by the next agent process and streamed from
+// offset 0 of its raw log, including what it printed while nobody followed.
+func TestBackgroundTmuxSessionAdoptedAfterDetach(t *testing.T) {
+	privateTmux(t)
+	var first capture
+	p := startTmuxLog(bgSpec("as-three", `echo before; read x; echo "after $x"; exit 4`), first.add)
+	first.waitFor(t, "before")
+	p.(*tmuxLogProc).Detach()
+	if r := waitResult(t, p); r.ExitCode != -1 {
+		t.Fatalf("detached result %+v", r)
+	}
+	found := findTmuxSessions(context.Background())
+	if len(found) != 1 || found[0].name != "as-three" || found[0].sessionID != "id-as-three" || found[0].sessionType != "background" || found[0].logFile == "" {
+		t.Fatalf("found %+v", found)
+	}
+	var second capture
+	q := followTmuxLog(found[0], second.add)
+	if err := q.WriteStdin([]byte("adopted\r")); err != nil {
+		t.Fatal(err)
+	}
+	if r := waitResult(t, q); r.ExitCode != 4 {
+		t.Fatalf("adopted result %+v, want 4", r)
+	}
+	if got := second.String(); !strings.HasPrefix(got, "before\r\n") || !strings.Contains(got, "after adopted\r\n") {
+		t.Fatalf("adopted output %q", got)
+	}
+}
+
+func TestFindTmuxSessionsIgnoresOthers(t *testing.T) {
+	privateTmux(t)
+	if out, err := exec.Command("tmux", "new-session", "-d", "-s", "mine", "sleep", "60").CombinedOutput(); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	if found := findTmuxSessions(context.Background()); len(found) != 0 {
+		t.Fatalf("found %+v, want none of ours", found)
+	}
+}

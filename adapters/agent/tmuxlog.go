@@ -1,0 +1,211 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+// A background session kept in tmux has no client: tmux pipes the pane's raw
+// output (what the process wrote to its terminal, not tmux's rendering) into
+// a log file that the agent follows. Offsets are file offsets, so an agent
+// process that adopts the session streams it under the same command from
+// offset 0 and the server drops what it already has: nothing is lost while
+// no agent ran. Input goes in with send-keys.
+const (
+	// logWrapper waits until the pipe is in place, so the first bytes are
+	// logged too, then runs "$@" and writes its status to $0.
+	logWrapper = `f=$0; tmux wait-for "$1"; shift; "$@"; s=$?; echo $s >"$f.tmp" && mv "$f.tmp" "$f"; exit $s`
+	// logPoll is how often the follower looks for new output at the end of
+	// the file; livenessPoll how often it asks tmux whether the session is there.
+	logPoll      = 20 * time.Millisecond
+	livenessPoll = 500 * time.Millisecond
+	logChunk     = 32 << 10
+)
+
+type tmuxLogProc struct {
+	name, exitFile, logFile string
+	onOutput                func(ports.OutputStream, []byte)
+	start                   time.Time
+	pid                     int
+
+	mu       sync.Mutex
+	killed   bool
+	detached bool
+	stop     chan struct{}
+	done     chan struct{}
+	result   ports.CommandResult
+}
+
+var _ ports.Process = (*tmuxLogProc)(nil)
+
+// startTmuxLog creates spec's session detached, pipes its pane into the log
+// and then lets the command start.
+func startTmuxLog(spec ports.CommandSpec, onOutput func(ports.OutputStream, []byte)) ports.Process {
+	_ = os.MkdirAll(sessionsDir(), 0o700)
+	base := filepath.Join(sessionsDir(), spec.SessionName)
+	t := &tmuxLogProc{name: spec.SessionName, exitFile: base + ".exit", logFile: base + ".log", onOutput: onOutput,
+		start: time.Now(), stop: make(chan struct{}), done: make(chan struct{})}
+	_ = os.Remove(t.exitFile)
+	if err := os.WriteFile(t.logFile, nil, 0o600); err != nil {
+		return t.failed(err)
+	}
+	channel := "agentic-go-" + spec.SessionName
+	wrapped := append([]string{"sh", "-c", logWrapper, t.exitFile, channel}, sessionCommand(spec)...)
+	args := newSessionArgs(spec, true, wrapped, optExitFile, t.exitFile, optLogFile, t.logFile)
+	args = append(args, ";", "pipe-pane", "-o", "-t", "="+spec.SessionName+":", "cat >> '"+t.logFile+"'")
+	if _, err := tmuxCmd(context.Background(), args...); err != nil {
+		_ = os.Remove(t.logFile)
+		return t.failed(tmuxError(err))
+	}
+	if _, err := tmuxCmd(context.Background(), "wait-for", "-S", channel); err != nil {
+		t.Kill()
+	}
+	t.pid = panePid(t.name)
+	go t.follow()
+	return t
+}
+
+// followTmuxLog takes over a background session an earlier agent process ran.
+func followTmuxLog(found foundSession, onOutput func(ports.OutputStream, []byte)) ports.Process {
+	t := &tmuxLogProc{name: found.name, exitFile: found.exitFile, logFile: found.logFile, onOutput: onOutput,
+		start: found.created, stop: make(chan struct{}), done: make(chan struct{})}
+	t.pid = panePid(t.name)
+	go t.follow()
+	return t
+}
+
+func (t *tmuxLogProc) failed(err error) ports.Process {
+	t.result = ports.CommandResult{ExitCode: 127, Error: "tmux: " + err.Error()}
+	close(t.done)
+	return t
+}
+
+func tmuxError(err error) error {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && len(ee.Stderr) > 0 {
+		return errors.New(string(ee.Stderr))
+	}
+	return err
+}
+
+func panePid(name string) int {
+	out, err := tmuxCmd(context.Background(), "display-message", "-p", "-t", "="+name+":", "#{pane_pid}")
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(out))
+	return pid
+}
+
+// follow streams the log until the session is gone and the log is drained
+// (then the result is the exit file's), or until Detach.
+func (t *tmuxLogProc) follow() {
+	f, err := os.Open(t.logFile)
+	if err != nil {
+		t.finish(ports.CommandResult{ExitCode: -1, Error: "session log: " + err.Error(), Duration: time.Since(t.start)})
+		return
+	}
+	defer f.Close()
+	buf := make([]byte, logChunk)
+	lastCheck := time.Now()
+	gone := false
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			t.onOutput(ports.StreamPTY, append([]byte(nil), buf[:n]...))
+			continue
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			t.finish(ports.CommandResult{ExitCode: -1, Error: "session log: " + err.Error(), Duration: time.Since(t.start)})
+			return
+		}
+		if gone {
+			// Drained after the session ended: pipe-pane's cat has exited.
+			break
+		}
+		select {
+		case <-t.stop:
+			t.finish(ports.CommandResult{ExitCode: -1, Error: "detached: the session lives on in tmux", Duration: time.Since(t.start)})
+			return
+		case <-time.After(logPoll):
+		}
+		if time.Since(lastCheck) >= livenessPoll {
+			lastCheck = time.Now()
+			if _, err := tmuxCmd(context.Background(), "has-session", "-t", "="+t.name); err != nil {
+				gone = true
+				time.Sleep(logPoll) // let the pipe's cat write its last bytes
+			}
+		}
+	}
+	t.mu.Lock()
+	killed := t.killed
+	t.mu.Unlock()
+	r := endResult(t.exitFile, killed, t.start)
+	_ = os.Remove(t.logFile)
+	t.finish(r)
+}
+
+func (t *tmuxLogProc) finish(r ports.CommandResult) {
+	t.mu.Lock()
+	t.result = r
+	t.mu.Unlock()
+	close(t.done)
+}
+
+func (t *tmuxLogProc) Pid() int              { return t.pid }
+func (t *tmuxLogProc) Done() <-chan struct{} { return t.done }
+func (t *tmuxLogProc) Wait() ports.CommandResult {
+	<-t.done
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.result
+}
+
+// WriteStdin types into the pane, as a terminal would.
+func (t *tmuxLogProc) WriteStdin(b []byte) error {
+	_, err := tmuxCmd(context.Background(), "send-keys", "-t", "="+t.name+":", "-l", "--", string(b))
+	return err
+}
+
+// CloseStdin is Ctrl-D, end of input on a terminal.
+func (t *tmuxLogProc) CloseStdin() error { return t.WriteStdin([]byte{4}) }
+
+func (t *tmuxLogProc) Resize(cols, rows uint16) error {
+	_, err := tmuxCmd(context.Background(), "resize-window", "-t", "="+t.name+":", "-x", strconv.Itoa(int(cols)), "-y", strconv.Itoa(int(rows)))
+	return err
+}
+
+func (t *tmuxLogProc) Signal(sig int) error { return signalPane(t.name, sig) }
+
+func (t *tmuxLogProc) Kill() {
+	t.mu.Lock()
+	t.killed = true
+	t.mu.Unlock()
+	_, _ = tmuxCmd(context.Background(), "kill-session", "-t", "="+t.name)
+}
+
+// Detach stops following: the session stays for the next agent process.
+func (t *tmuxLogProc) Detach() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.detached {
+		t.detached = true
+		close(t.stop)
+	}
+}
+
+func (t *tmuxLogProc) isDetached() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.detached
+}
