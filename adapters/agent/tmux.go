@@ -109,6 +109,21 @@ func newSessionArgs(spec ports.CommandSpec, detached bool, wrapped []string, opt
 	return args
 }
 
+// sessionFileBase names a session's files: by name and id, because agents
+// on one machine with separate tmux servers share the directory.
+func sessionFileBase(spec ports.CommandSpec) string {
+	id := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' {
+			return r
+		}
+		return '_'
+	}, spec.SessionID)
+	if len(id) > 64 {
+		id = id[:64]
+	}
+	return filepath.Join(sessionsDir(), spec.SessionName+"."+id)
+}
+
 // sessionCommand is spec's command, or the agent's shell for none.
 func sessionCommand(spec ports.CommandSpec) []string {
 	command := spec.Command
@@ -124,7 +139,7 @@ func sessionCommand(spec ports.CommandSpec) []string {
 // and runs the first client in a PTY.
 func startTmuxSession(runner ports.ProcessRunner, spec ports.CommandSpec, onOutput func(ports.OutputStream, []byte)) *tmuxProc {
 	_ = os.MkdirAll(sessionsDir(), 0o700)
-	exitFile := filepath.Join(sessionsDir(), spec.SessionName+".exit")
+	exitFile := sessionFileBase(spec) + ".exit"
 	_ = os.Remove(exitFile)
 	wrapped := append([]string{"sh", "-c", exitWrapper, exitFile}, sessionCommand(spec)...)
 	args := newSessionArgs(spec, false, wrapped, optExitFile, exitFile)

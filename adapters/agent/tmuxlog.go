@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,7 +51,7 @@ var _ ports.Process = (*tmuxLogProc)(nil)
 // and then lets the command start.
 func startTmuxLog(spec ports.CommandSpec, onOutput func(ports.OutputStream, []byte)) ports.Process {
 	_ = os.MkdirAll(sessionsDir(), 0o700)
-	base := filepath.Join(sessionsDir(), spec.SessionName)
+	base := sessionFileBase(spec)
 	t := &tmuxLogProc{name: spec.SessionName, exitFile: base + ".exit", logFile: base + ".log", onOutput: onOutput,
 		start: time.Now(), stop: make(chan struct{}), done: make(chan struct{})}
 	_ = os.Remove(t.exitFile)

@@ -38,6 +38,8 @@ func startServer(t *testing.T, n int, dataDir string, env ...string) *harness.Se
 	if dataDir == "" {
 		dataDir = t.TempDir()
 	}
+	// Agents never share the machine's tmux server (a later entry wins).
+	env = append(privateTmux(t), env...)
 	s, err := harness.Start(bins, harness.Options{HostAgents: n, DataDir: dataDir, Env: env})
 	if err != nil {
 		t.Fatal(err)
