@@ -241,7 +241,7 @@ func (s *Supervisor) supervise(ctx context.Context, a *agentState, p *proc) {
 	b := backoff{min: s.cfg.RestartMin, max: s.cfg.RestartMax}
 	for {
 		if p != nil {
-			if !s.waitGone(ctx, p, s.cfg.PollInterval) {
+			if !waitGone(ctx, p, s.cfg.PollInterval) {
 				return // supervision ended; the agent keeps running
 			}
 			up := time.Since(p.startedAt)
@@ -477,7 +477,7 @@ func (p *proc) gone() bool {
 }
 
 // waitGone waits until p has ended (true) or ctx ends (false).
-func (s *Supervisor) waitGone(ctx context.Context, p *proc, poll time.Duration) bool {
+func waitGone(ctx context.Context, p *proc, poll time.Duration) bool {
 	if p.exited != nil {
 		select {
 		case <-p.exited:
@@ -598,7 +598,7 @@ func (s *Supervisor) terminate(ctx context.Context, id string, p *proc) error {
 	const poll = 20 * time.Millisecond
 	killCtx, cancel := context.WithTimeout(ctx, s.killAfter)
 	defer cancel()
-	if s.waitGone(killCtx, p, poll) {
+	if waitGone(killCtx, p, poll) {
 		return nil
 	}
 	s.log.Warn("host agent ignored SIGTERM; killing", "agent", id, "pid", p.pid)
@@ -607,7 +607,7 @@ func (s *Supervisor) terminate(ctx context.Context, id string, p *proc) error {
 	// process stuck in the kernel.
 	waitCtx, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel2()
-	if !s.waitGone(waitCtx, p, poll) {
+	if !waitGone(waitCtx, p, poll) {
 		return fmt.Errorf("hostsup: %s (pid %d) did not exit after SIGKILL", id, p.pid)
 	}
 	return ctx.Err()

@@ -308,26 +308,28 @@ func TestRoute(t *testing.T) {
 
 func TestExecutorCapabilities(t *testing.T) {
 	for _, tc := range []struct {
-		name         string
-		host, claude bool
-		agents       []Candidate
-		want         []string
+		name       string
+		isolations []string
+		claude     bool
+		agents     []Candidate
+		want       []string
 	}{
-		{"nothing configured", false, false, nil, []string{"hitl", "platform:linux/x64", "resumable"}},
-		{"host supervisor", true, false, nil, []string{"hitl", "isolation:host", "platform:linux/x64", "resumable"}},
-		{"claude on the host", true, true, nil, []string{"hitl", "isolation:host", "platform:linux/x64", "resumable", "runtime:claude-code"}},
-		{"a connected vm agent with claude", false, false, []Candidate{{ID: "vm-1", Status: "ready", Runtime: "vm", Capabilities: []string{"claude"}}},
+		{"nothing configured", nil, false, nil, []string{"hitl", "platform:linux/x64", "resumable"}},
+		{"host supervisor", []string{"host"}, false, nil, []string{"hitl", "isolation:host", "platform:linux/x64", "resumable"}},
+		{"claude on the host", []string{"host"}, true, nil, []string{"hitl", "isolation:host", "platform:linux/x64", "resumable", "runtime:claude-code"}},
+		{"docker and libvirt reachable", []string{"container", "vm"}, false, nil, []string{"hitl", "isolation:container", "isolation:vm", "platform:linux/x64", "resumable"}},
+		{"a connected vm agent with claude", nil, false, []Candidate{{ID: "vm-1", Status: "ready", Runtime: "vm", Capabilities: []string{"claude"}}},
 			[]string{"hitl", "isolation:vm", "platform:linux/x64", "resumable", "runtime:claude-code"}},
-		{"a disconnected container agent counts for nothing", false, false, []Candidate{{ID: "c-1", Status: "disconnected", Runtime: "container"}},
+		{"a disconnected container agent counts for nothing", nil, false, []Candidate{{ID: "c-1", Status: "disconnected", Runtime: "container"}},
 			[]string{"hitl", "platform:linux/x64", "resumable"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := ExecutorCapabilities("amd64", tc.host, tc.claude, tc.agents); !reflect.DeepEqual(got, tc.want) {
+			if got := ExecutorCapabilities("amd64", tc.isolations, tc.claude, tc.agents); !reflect.DeepEqual(got, tc.want) {
 				t.Fatalf("got %v, want %v", got, tc.want)
 			}
 		})
 	}
-	if got := ExecutorCapabilities("arm64", false, false, nil); !reflect.DeepEqual(got, []string{"hitl", "platform:linux/arm64", "resumable"}) {
+	if got := ExecutorCapabilities("arm64", nil, false, nil); !reflect.DeepEqual(got, []string{"hitl", "platform:linux/arm64", "resumable"}) {
 		t.Fatalf("arm64: %v", got)
 	}
 }

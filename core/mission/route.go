@@ -110,13 +110,13 @@ func sortByCreation(ms []ports.Mission) {
 
 // ExecutorCapabilities is what the executor advertises to aiwg serve, honestly:
 // platform, resumable and hitl always; an isolation tier only when a runtime of
-// that kind is configured (hostConfigured for the host supervisor) or has a
-// connected agent; runtime:claude-code only when claude is on the host or an
-// agent reports it.
-func ExecutorCapabilities(goarch string, hostConfigured, claudeOnHost bool, agents []Candidate) []string {
+// that kind is configured and reachable (isolations: "host" for the host
+// supervisor, "container", "vm") or has a connected agent;
+// runtime:claude-code only when claude is on the host or an agent reports it.
+func ExecutorCapabilities(goarch string, isolations []string, claudeOnHost bool, agents []Candidate) []string {
 	set := map[string]bool{"platform:linux/" + PlatformArch(goarch): true, "resumable": true, "hitl": true}
-	if hostConfigured {
-		set["isolation:host"] = true
+	for _, iso := range isolations {
+		set["isolation:"+iso] = true
 	}
 	if claudeOnHost {
 		set["runtime:claude-code"] = true

@@ -160,7 +160,11 @@ func rtLifecycle(t *testing.T, h RuntimeHarness) {
 		t.Error("Provision reported no progress")
 	}
 	stepsMu.Unlock()
-	if _, err := h.Runtime.Provision(ctx, h.spec(t, name)); !errors.Is(err, ports.ErrEnvExists) {
+	// A second claim on the name, with its own secret that is not stored:
+	// storing it would lock the running agent out.
+	dup := spec
+	dup.Agent.Secret, dup.Progress = "another-secret", nil
+	if _, err := h.Runtime.Provision(ctx, dup); !errors.Is(err, ports.ErrEnvExists) {
 		t.Errorf("second Provision of %s: %v, want ErrEnvExists", name, err)
 	}
 	waitAgent(t, h, name, true)

@@ -1,0 +1,117 @@
+// Package environment is the server's view of the environments agents
+// live in: their states as the API reports them and the progress events
+// kept while they come up.
+package environment
+
+import (
+	"errors"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+// States of an environment as the server reports it: the runtime's state,
+// refined by its agent.
+const (
+	StateProvisioning = "provisioning" // the runtime is making it
+	StateBooting      = "booting"      // it runs; its agent has not registered yet
+	StateReady        = "ready"        // its agent is connected
+	StateStopped      = "stopped"
+	StateFailed       = "failed"
+	StateDeleting     = "deleting"
+)
+
+// ErrUnknownRuntime is a request for a runtime that is not configured.
+var ErrUnknownRuntime = errors.New("runtime not configured")
+
+// Event is one step in an environment's life.
+type Event struct {
+	At      time.Time
+	Step    string
+	Message string
+}
+
+// Environment is what the API shows.
+type Environment struct {
+	Name        string
+	Runtime     string
+	State       string
+	RuntimeID   string
+	Image       string
+	Network     string
+	Resources   ports.Resources
+	AgentID     string
+	AgentStatus string
+	CreatedAt   time.Time
+	ReadyAt     time.Time
+	// ProvisionTime is request → agent ready (zero until ready).
+	ProvisionTime time.Duration
+	Error         string
+	Events        []Event
+}
+
+// Request is a create request.
+type Request struct {
+	Runtime      string
+	Name         string
+	Image        string
+	Profile      string
+	Resources    ports.Resources
+	Network      string
+	ReadOnlyRoot bool
+}
+
+// StatePaused is a paused environment (runtimes that can pause).
+const StatePaused = "paused"
+
+// Observation is what a refresh saw of an environment.
+type Observation struct {
+	Gone           bool // the runtime no longer has it
+	Runtime        ports.EnvState
+	AgentConnected bool
+}
+
+// Next is the state after an observation. Provisioning and deleting belong
+// to the operation in flight and are left alone; an environment whose agent
+// never came stays failed while it runs.
+func Next(current string, o Observation) string {
+	switch {
+	case current == StateProvisioning || current == StateDeleting:
+		return current
+	case o.Gone:
+		return StateFailed
+	}
+	switch o.Runtime {
+	case ports.EnvStopped:
+		return StateStopped
+	case ports.EnvFailed:
+		return StateFailed
+	case ports.EnvPaused:
+		return StatePaused
+	case ports.EnvRunning:
+		if o.AgentConnected {
+			return StateReady
+		}
+		if current == StateFailed {
+			return StateFailed
+		}
+		return StateBooting
+	}
+	return current
+}
+
+// FromRuntime is the state of an environment found on a runtime (after a
+// server restart) before its agent has been seen.
+func FromRuntime(st ports.EnvState) string {
+	switch st {
+	case ports.EnvRunning:
+		return StateBooting
+	case ports.EnvCreating:
+		return StateProvisioning
+	case ports.EnvPaused:
+		return StatePaused
+	case ports.EnvFailed:
+		return StateFailed
+	}
+	return StateStopped
+}

@@ -1,0 +1,50 @@
+package environment
+
+import (
+	"testing"
+
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+func TestNext(t *testing.T) {
+	running := Observation{Runtime: ports.EnvRunning}
+	up := Observation{Runtime: ports.EnvRunning, AgentConnected: true}
+	tests := []struct {
+		from string
+		obs  Observation
+		want string
+	}{
+		{StateProvisioning, up, StateProvisioning},
+		{StateDeleting, Observation{Gone: true}, StateDeleting},
+		{StateBooting, up, StateReady},
+		{StateBooting, running, StateBooting},
+		{StateReady, running, StateBooting},
+		{StateReady, up, StateReady},
+		{StateReady, Observation{Gone: true}, StateFailed},
+		{StateReady, Observation{Runtime: ports.EnvStopped}, StateStopped},
+		{StateReady, Observation{Runtime: ports.EnvFailed}, StateFailed},
+		{StateReady, Observation{Runtime: ports.EnvPaused}, StatePaused},
+		{StateStopped, running, StateBooting},
+		{StateStopped, up, StateReady},
+		{StateFailed, running, StateFailed},
+		{StateFailed, up, StateReady},
+		{StatePaused, up, StateReady},
+		{StateBooting, Observation{Runtime: ports.EnvCreating}, StateBooting},
+	}
+	for _, tt := range tests {
+		if got := Next(tt.from, tt.obs); got != tt.want {
+			t.Errorf("Next(%s, %+v) = %s, want %s", tt.from, tt.obs, got, tt.want)
+		}
+	}
+}
+
+func TestFromRuntime(t *testing.T) {
+	for st, want := range map[ports.EnvState]string{
+		ports.EnvRunning: StateBooting, ports.EnvCreating: StateProvisioning, ports.EnvPaused: StatePaused,
+		ports.EnvFailed: StateFailed, ports.EnvStopped: StateStopped,
+	} {
+		if got := FromRuntime(st); got != want {
+			t.Errorf("FromRuntime(%s) = %s, want %s", st, got, want)
+		}
+	}
+}
