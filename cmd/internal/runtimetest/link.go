@@ -33,9 +33,17 @@ type Link struct {
 
 var (
 	buildOnce sync.Once
+	buildDir  string
 	bins      harness.Binaries
 	buildErr  error
 )
+
+// RemoveBinaries deletes what AgentBinary built; for TestMain.
+func RemoveBinaries() {
+	if buildDir != "" {
+		_ = os.RemoveAll(buildDir)
+	}
+}
 
 // AgentBinary builds the static agentic-agent once per test binary.
 func AgentBinary(t *testing.T) string {
@@ -46,6 +54,7 @@ func AgentBinary(t *testing.T) string {
 			buildErr = err
 			return
 		}
+		buildDir = dir
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
 		bins, buildErr = harness.Build(ctx, dir)
@@ -56,9 +65,9 @@ func AgentBinary(t *testing.T) string {
 	return bins.Agent
 }
 
-// StartLink starts an agent service for one test; dir holds its socket and
-// secrets and must be reachable by the runtime (a VM's QEMU, a container's
-// bind mount).
+// StartLink starts an agent service for one test; dir holds its secrets and
+// link/agent.sock, and must be searchable by the runtime (a VM's QEMU, a
+// container's bind mount).
 func StartLink(t *testing.T, dir string) *Link {
 	t.Helper()
 	creds, err := filestore.NewAgentHashes(filepath.Join(dir, "secrets"))
@@ -83,7 +92,12 @@ func StartLink(t *testing.T, dir string) *Link {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sock := filepath.Join(dir, "agent.sock")
+	// The socket alone in its directory: containers mount the directory.
+	if err := os.MkdirAll(filepath.Join(dir, "link"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "link", "agent.sock")
+	_ = os.Remove(sock) // an earlier link's on the same dir (a server restart)
 	unix, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)

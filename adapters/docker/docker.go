@@ -1,0 +1,738 @@
+// Package docker is the "docker" runtime: every environment is one container
+// on a Docker engine whose only process is the static agentic-agent.
+//
+// Any image works unchanged: the agent binary is bind-mounted read-only at
+// /opt/agentic/agentic-agent and is the entrypoint (behind the engine's tiny
+// init, which reaps the orphans of the commands the agent runs). Without an
+// image the adapter uses agentic-sandbox/base:busybox, imported once from the
+// host's static busybox, so no registry is ever needed.
+//
+// Network: "none" by default. The agent still reaches the server through the
+// directory of the agent-link socket, mounted read-only at /run/agentic; the
+// directory rather than the socket file, so that a restarted server's new
+// socket (a new inode) is seen by the running agents. Keep that directory for
+// the socket alone: every environment can read it. "host" uses the server's
+// TCP URL; "bridge" needs a daemon with a bridge network.
+//
+// Hardening: all capabilities dropped, no-new-privileges, a pids limit
+// (512 unless set), memory (no extra swap) and CPU limits from the spec, and
+// a read-only root with a tmpfs /tmp when asked. The agent runs as nobody
+// (65534:65534, HOME=/tmp) so that a container escape does not start as host
+// root; the "root" profile runs it as uid 0 (still without capabilities) for
+// images that need it. The socket is 0666, so either user can connect.
+//
+// Ownership: containers carry io.agentic-sandbox.managed=true,
+// io.agentic-sandbox.owner=<Config.Owner> and io.agentic-sandbox.env=<name>.
+// Every lookup filters on all three, so the adapter never sees or touches a
+// container it did not make, nor one of another server sharing the daemon.
+package docker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/client"
+
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+// Labels on every container the adapter makes.
+const (
+	LabelManaged = "io.agentic-sandbox.managed"
+	LabelOwner   = "io.agentic-sandbox.owner"
+	LabelEnv     = "io.agentic-sandbox.env"
+	// LabelProvision is unique per Provision call, to find a container whose
+	// create reply was lost (ctx cancelled) without touching a namesake.
+	LabelProvision = "io.agentic-sandbox.provision"
+	// LabelUserPrefix prefixes the spec's own labels, keeping them apart from
+	// the image's labels and from the adapter's.
+	LabelUserPrefix = "io.agentic-sandbox.label."
+)
+
+// Paths inside the container.
+const (
+	AgentPath  = "/opt/agentic/agentic-agent"
+	SocketDir  = "/run/agentic"
+	DefaultTag = "agentic-sandbox/base:busybox"
+)
+
+// Profiles: who the agent runs as.
+const (
+	ProfileDefault = "default"
+	ProfileRoot    = "root"
+)
+
+const (
+	defaultOwner = "default"
+	nobody       = "65534:65534"
+)
+
+var (
+	nameRE  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+	ownerRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,30}$`)
+)
+
+// Config says which engine to use and how environments are made.
+type Config struct {
+	// Host is the engine address (unix:///var/run/docker.sock); empty
+	// means DOCKER_HOST or the default socket. The engine must run on this
+	// machine: the agent binary and socket are bind-mounted by host path.
+	Host string
+	// Owner tells this server's containers from another's on the same
+	// daemon ([a-z0-9-], default "default").
+	Owner string
+	// Busybox is a static busybox for the default image; empty looks in
+	// /bin and /usr/bin.
+	Busybox string
+	// PullMissing pulls a spec's image the engine lacks; otherwise such a
+	// spec is refused (ErrInvalidSpec).
+	PullMissing bool
+	// Defaults fill the zero fields of a spec's Resources (PIDs 512 if unset).
+	Defaults ports.Resources
+	// StopTimeout is how long Stop waits before SIGKILL (default 10 s).
+	StopTimeout time.Duration
+	// NoInit runs the agent as pid 1 instead of behind the engine's init.
+	NoInit bool
+}
+
+// Runtime is the Docker adapter; safe for concurrent use.
+type Runtime struct {
+	cfg Config
+	cli *client.Client
+
+	imageMu sync.Mutex // one default-image build at a time
+
+	negMu      sync.Mutex
+	negotiated atomic.Bool
+}
+
+var _ ports.Runtime = (*Runtime)(nil)
+
+// New makes the adapter; it does not contact the engine (see Ping).
+func New(cfg Config) (*Runtime, error) {
+	if cfg.Owner == "" {
+		cfg.Owner = defaultOwner
+	}
+	if !ownerRE.MatchString(cfg.Owner) {
+		return nil, fmt.Errorf("docker: owner %q: want [a-z0-9-], at most 31 characters", cfg.Owner)
+	}
+	if cfg.Defaults.PIDs == 0 {
+		cfg.Defaults.PIDs = 512
+	}
+	if cfg.StopTimeout <= 0 {
+		cfg.StopTimeout = 10 * time.Second
+	}
+	opts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
+	if cfg.Host != "" {
+		opts = append(opts, client.WithHost(cfg.Host))
+	}
+	cli, err := client.NewClientWithOpts(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("docker client: %w", err)
+	}
+	return &Runtime{cfg: cfg, cli: cli}, nil
+}
+
+// Close releases the engine connection.
+func (r *Runtime) Close() error { return r.cli.Close() }
+
+// ContainerName is the engine's name for an environment. The owner is part
+// of it (after a dot, which owners cannot contain) so that two servers can
+// both have an environment called "dev".
+func (r *Runtime) ContainerName(name string) string {
+	if r.cfg.Owner == defaultOwner {
+		return "agentic-" + name
+	}
+	return "agentic-" + r.cfg.Owner + "." + name
+}
+
+// Capabilities implements ports.Runtime.
+func (r *Runtime) Capabilities() ports.RuntimeCapabilities {
+	return ports.RuntimeCapabilities{
+		Runtime:      "docker",
+		Isolation:    ports.IsolationContainer,
+		Pause:        true,
+		NetworkModes: []string{ports.NetworkNone, ports.NetworkHost, ports.NetworkBridge},
+		Limits:       []string{"cpus", "memory_mb", "pids"},
+		ReadOnlyRoot: true,
+	}
+}
+
+// Ping implements ports.Runtime.
+func (r *Runtime) Ping(ctx context.Context) error {
+	ping, err := r.cli.Ping(ctx)
+	if err != nil {
+		return fmt.Errorf("docker ping: %w: %w", ports.ErrRuntimeUnavailable, err)
+	}
+	r.negotiate(ping)
+	return nil
+}
+
+// ready settles the API version before the first real call. When the SDK's
+// lazy negotiation fails (engine down), its calls go ahead with its own
+// newer version, which a 1.41 daemon refuses, and read it unlocked while
+// another call negotiates (a data race). Negotiated once up front, here,
+// later calls only read it.
+func (r *Runtime) ready(ctx context.Context) error {
+	if r.negotiated.Load() {
+		return nil
+	}
+	return r.Ping(ctx)
+}
+
+func (r *Runtime) negotiate(ping types.Ping) {
+	if r.negotiated.Load() {
+		return
+	}
+	r.negMu.Lock()
+	defer r.negMu.Unlock()
+	if !r.negotiated.Load() {
+		r.cli.NegotiateAPIVersionPing(ping)
+		r.negotiated.Store(true)
+	}
+}
+
+// engineErr wraps an engine error, marking an unreachable engine.
+func engineErr(op string, err error) error {
+	if client.IsErrConnectionFailed(err) {
+		return fmt.Errorf("docker %s: %w: %w", op, ports.ErrRuntimeUnavailable, err)
+	}
+	return fmt.Errorf("docker %s: %w", op, err)
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ports.ErrInvalidSpec, fmt.Sprintf(format, args...))
+}
+
+// plan is a validated spec turned into what the engine is given.
+type plan struct {
+	spec     ports.EnvironmentSpec
+	network  string
+	server   string // MANAGEMENT_SERVER for the agent
+	sockDir  string // host directory mounted at SocketDir, "" if none
+	user     string
+	res      ports.Resources
+	provisID string
+}
+
+func (r *Runtime) validate(spec ports.EnvironmentSpec) (plan, error) {
+	p := plan{spec: spec}
+	if !nameRE.MatchString(spec.Name) {
+		return p, invalid("name %q: want 1-63 of [A-Za-z0-9._-], starting with a letter or digit", spec.Name)
+	}
+	if spec.Agent.ID != "" && spec.Agent.ID != spec.Name {
+		return p, invalid("agent id %q differs from the environment name %q", spec.Agent.ID, spec.Name)
+	}
+	if spec.Agent.Secret == "" {
+		return p, invalid("no agent secret")
+	}
+	if spec.Agent.Binary == "" {
+		return p, invalid("no agent binary")
+	}
+	// The engine wants absolute bind sources.
+	if abs, err := filepath.Abs(spec.Agent.Binary); err == nil {
+		p.spec.Agent.Binary = abs
+	}
+	if fi, err := os.Stat(p.spec.Agent.Binary); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o005 != 0o005 {
+		return p, invalid("agent binary %s: not a regular file everyone may read and run", spec.Agent.Binary)
+	}
+	if static, err := isStatic(p.spec.Agent.Binary); err != nil || !static {
+		return p, invalid("agent binary %s: not a static executable (build it with CGO_ENABLED=0): images need not have a libc", spec.Agent.Binary)
+	}
+	switch spec.Profile {
+	case "", ProfileDefault:
+		p.user = nobody
+	case ProfileRoot:
+		p.user = "0:0"
+	default:
+		return p, invalid("unknown profile %q (want %q or %q)", spec.Profile, ProfileDefault, ProfileRoot)
+	}
+
+	p.network = spec.Network
+	if p.network == "" {
+		p.network = ports.NetworkNone
+	}
+	useSocket := func() error {
+		if spec.Agent.Socket == "" {
+			return invalid("network %s needs the agent-link socket", p.network)
+		}
+		dir, err := filepath.Abs(filepath.Dir(spec.Agent.Socket))
+		if err != nil {
+			return invalid("agent socket directory: %v", err)
+		}
+		fi, err := os.Stat(dir)
+		if err != nil {
+			return invalid("agent socket directory: %v", err)
+		}
+		// The agent may not be root; an untraversable directory would leave
+		// it retrying forever instead of failing here.
+		if p.user != "0:0" && fi.Mode().Perm()&0o001 == 0 {
+			return invalid("agent socket directory %s is not searchable by other users (chmod o+x)", dir)
+		}
+		p.sockDir = dir
+		p.server = "unix://" + SocketDir + "/" + filepath.Base(spec.Agent.Socket)
+		return nil
+	}
+	switch p.network {
+	case ports.NetworkNone:
+		if err := useSocket(); err != nil {
+			return p, err
+		}
+	case ports.NetworkHost:
+		// Loopback TCP reaches the server from the host's network namespace.
+		if spec.Agent.ServerURL != "" {
+			p.server = spec.Agent.ServerURL
+		} else if err := useSocket(); err != nil {
+			return p, err
+		}
+	case ports.NetworkBridge:
+		// The server's URL is usually loopback, which a bridged container
+		// cannot reach; the socket works on any network.
+		if spec.Agent.Socket != "" {
+			if err := useSocket(); err != nil {
+				return p, err
+			}
+		} else if spec.Agent.ServerURL != "" {
+			p.server = spec.Agent.ServerURL
+		} else {
+			return p, invalid("no way back to the management server")
+		}
+	default:
+		return p, invalid("network %q: want none, host or bridge", spec.Network)
+	}
+
+	res := spec.Resources
+	if res.CPUs < 0 || res.MemoryMB < 0 || res.PIDs < 0 || res.DiskGB < 0 {
+		return p, invalid("negative resources %+v", res)
+	}
+	if res.DiskGB > 0 {
+		return p, invalid("a disk limit is not enforced by the docker runtime")
+	}
+	if res.CPUs == 0 {
+		res.CPUs = r.cfg.Defaults.CPUs
+	}
+	if res.MemoryMB == 0 {
+		res.MemoryMB = r.cfg.Defaults.MemoryMB
+	}
+	if res.PIDs == 0 {
+		res.PIDs = r.cfg.Defaults.PIDs
+	}
+	p.res = res
+	for k := range spec.Labels {
+		if k == "" || strings.ContainsAny(k, " =\n") {
+			return p, invalid("label key %q", k)
+		}
+	}
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	p.provisID = hex.EncodeToString(b)
+	return p, nil
+}
+
+func (r *Runtime) ownerFilter() filters.Args {
+	return filters.NewArgs(
+		filters.Arg("label", LabelManaged+"=true"),
+		filters.Arg("label", LabelOwner+"="+r.cfg.Owner),
+	)
+}
+
+// find returns the id of this server's container for name, or ErrEnvNotFound.
+func (r *Runtime) find(ctx context.Context, name string) (string, error) {
+	if err := r.ready(ctx); err != nil {
+		return "", err
+	}
+	f := r.ownerFilter()
+	f.Add("label", LabelEnv+"="+name)
+	list, err := r.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
+	if err != nil {
+		return "", engineErr("list", err)
+	}
+	switch len(list) {
+	case 0:
+		return "", fmt.Errorf("%w: %s", ports.ErrEnvNotFound, name)
+	case 1:
+		return list[0].ID, nil
+	}
+	// Only a hand-made copy of our labels gets here: the container name is
+	// unique per owner. Prefer the one under our name.
+	want := "/" + r.ContainerName(name)
+	for _, c := range list {
+		for _, n := range c.Names {
+			if n == want {
+				return c.ID, nil
+			}
+		}
+	}
+	return list[0].ID, nil
+}
+
+// Provision implements ports.Runtime: image, create, start.
+func (r *Runtime) Provision(ctx context.Context, spec ports.EnvironmentSpec) (ports.Environment, error) {
+	p, err := r.validate(spec)
+	if err != nil {
+		return ports.Environment{}, err
+	}
+	progress := func(step string) {
+		if spec.Progress != nil {
+			spec.Progress(step)
+		}
+	}
+	if _, err := r.find(ctx, spec.Name); err == nil {
+		return ports.Environment{}, fmt.Errorf("%w: %s", ports.ErrEnvExists, spec.Name)
+	} else if !errors.Is(err, ports.ErrEnvNotFound) {
+		return ports.Environment{}, err
+	}
+
+	if p.network == ports.NetworkBridge {
+		// A daemon started with --bridge=none gives "bridge" containers no
+		// network at all instead of refusing them.
+		if _, err := r.cli.NetworkInspect(ctx, "bridge", network.InspectOptions{}); cerrdefs.IsNotFound(err) {
+			return ports.Environment{}, invalid("the engine has no bridge network")
+		} else if err != nil {
+			return ports.Environment{}, engineErr("network inspect", err)
+		}
+	}
+
+	progress("image")
+	image, err := r.ensureImage(ctx, spec.Image)
+	if err != nil {
+		return ports.Environment{}, err
+	}
+
+	progress("create")
+	cfg, host := r.containerConfig(p, image)
+	created, err := r.cli.ContainerCreate(ctx, cfg, host, nil, nil, r.ContainerName(spec.Name))
+	if err != nil {
+		if cerrdefs.IsConflict(err) {
+			return ports.Environment{}, fmt.Errorf("%w: %s (container %s: %v)", ports.ErrEnvExists, spec.Name, r.ContainerName(spec.Name), err)
+		}
+		r.removeOrphan(p.provisID)
+		// The image was checked; what is not found is the network.
+		if cerrdefs.IsInvalidArgument(err) || cerrdefs.IsNotFound(err) {
+			return ports.Environment{}, fmt.Errorf("%w: %w", ports.ErrInvalidSpec, err)
+		}
+		return ports.Environment{}, engineErr("create", err)
+	}
+
+	progress("start")
+	if err := r.cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
+		r.remove(created.ID)
+		if cerrdefs.IsInvalidArgument(err) {
+			return ports.Environment{}, fmt.Errorf("%w: %w", ports.ErrInvalidSpec, err)
+		}
+		return ports.Environment{}, engineErr("start", err)
+	}
+	env, err := r.inspectID(ctx, created.ID, spec.Name)
+	if err != nil {
+		r.remove(created.ID)
+		return ports.Environment{}, err
+	}
+	return env, nil
+}
+
+// cleanupTimeout bounds removing what a failed Provision made; it runs
+// on its own context because the caller's may be what failed.
+const cleanupTimeout = 30 * time.Second
+
+func (r *Runtime) remove(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	_ = r.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+}
+
+// removeOrphan removes a container a failed create may still have made.
+func (r *Runtime) removeOrphan(provisID string) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	f := r.ownerFilter()
+	f.Add("label", LabelProvision+"="+provisID)
+	list, err := r.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
+	if err != nil {
+		return
+	}
+	for _, c := range list {
+		_ = r.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	}
+}
+
+func (r *Runtime) containerConfig(p plan, image string) (*container.Config, *container.HostConfig) {
+	spec := p.spec
+	labels := map[string]string{
+		LabelManaged:   "true",
+		LabelOwner:     r.cfg.Owner,
+		LabelEnv:       spec.Name,
+		LabelProvision: p.provisID,
+	}
+	for k, v := range spec.Labels {
+		labels[LabelUserPrefix+k] = v
+	}
+	env := []string{
+		"AGENT_ID=" + spec.Name,
+		"AGENT_SECRET=" + spec.Agent.Secret,
+		"MANAGEMENT_SERVER=" + p.server,
+		"AGENT_RUNTIME=container",
+	}
+	if p.user == nobody {
+		// nobody has no home in most images; /tmp is always writable.
+		env = append(env, "HOME=/tmp")
+	}
+	stopSecs := int((r.cfg.StopTimeout + time.Second - 1) / time.Second)
+	cfg := &container.Config{
+		Image: image,
+		User:  p.user,
+		Env:   env,
+		// Setting the entrypoint also drops the image's CMD, which would
+		// otherwise become the agent's arguments.
+		Entrypoint: []string{AgentPath},
+		Labels:     labels,
+		// The image's stop signal and health check were meant for its own
+		// entrypoint, not the agent: the agent ends cleanly on SIGTERM, and
+		// a check would run unasked commands in the environment.
+		StopSignal:  "SIGTERM",
+		Healthcheck: &container.HealthConfig{Test: []string{"NONE"}},
+		// Also for stops the server does not ask for (a daemon shutdown).
+		StopTimeout: &stopSecs,
+	}
+	if p.network != ports.NetworkHost {
+		cfg.Hostname = spec.Name
+	}
+
+	mounts := []mount.Mount{{
+		Type: mount.TypeBind, Source: spec.Agent.Binary, Target: AgentPath, ReadOnly: true,
+	}}
+	if p.sockDir != "" {
+		mounts = append(mounts, mount.Mount{
+			Type: mount.TypeBind, Source: p.sockDir, Target: SocketDir, ReadOnly: true,
+		})
+	}
+	pids := int64(p.res.PIDs)
+	host := &container.HostConfig{
+		NetworkMode:    container.NetworkMode(p.network),
+		RestartPolicy:  container.RestartPolicy{Name: container.RestartPolicyDisabled},
+		CapDrop:        []string{"ALL"},
+		SecurityOpt:    []string{"no-new-privileges"},
+		ReadonlyRootfs: spec.ReadOnlyRoot,
+		Mounts:         mounts,
+		Resources: container.Resources{
+			NanoCPUs:  int64(p.res.CPUs * 1e9),
+			PidsLimit: &pids,
+		},
+	}
+	if p.res.MemoryMB > 0 {
+		host.Memory = int64(p.res.MemoryMB) << 20
+		host.MemorySwap = host.Memory // no swap beyond the limit
+	}
+	if spec.ReadOnlyRoot {
+		host.Tmpfs = map[string]string{"/tmp": "rw,nosuid,nodev,mode=1777"}
+	}
+	if !r.cfg.NoInit {
+		init := true
+		host.Init = &init
+	}
+	return cfg, host
+}
+
+// Start implements ports.Runtime; a paused environment is resumed.
+func (r *Runtime) Start(ctx context.Context, name string) error {
+	id, err := r.find(ctx, name)
+	if err != nil {
+		return err
+	}
+	c, err := r.cli.ContainerInspect(ctx, id)
+	if err != nil {
+		return r.idErr("inspect", name, err)
+	}
+	if c.State != nil && c.State.Paused {
+		return r.idErr("unpause", name, r.cli.ContainerUnpause(ctx, id))
+	}
+	return r.idErr("start", name, r.cli.ContainerStart(ctx, id, container.StartOptions{}))
+}
+
+// Stop implements ports.Runtime: SIGTERM, then SIGKILL after StopTimeout.
+func (r *Runtime) Stop(ctx context.Context, name string) error {
+	id, err := r.find(ctx, name)
+	if err != nil {
+		return err
+	}
+	// A paused container would sit out the whole timeout before the kill.
+	if c, err := r.cli.ContainerInspect(ctx, id); err == nil && c.State != nil && c.State.Paused {
+		if err := r.cli.ContainerUnpause(ctx, id); err != nil {
+			return r.idErr("unpause", name, err)
+		}
+	}
+	secs := int((r.cfg.StopTimeout + time.Second - 1) / time.Second)
+	return r.idErr("stop", name, r.cli.ContainerStop(ctx, id, container.StopOptions{Timeout: &secs}))
+}
+
+// Pause freezes an environment's processes (cgroup freezer).
+func (r *Runtime) Pause(ctx context.Context, name string) error {
+	id, err := r.find(ctx, name)
+	if err != nil {
+		return err
+	}
+	return r.idErr("pause", name, r.cli.ContainerPause(ctx, id))
+}
+
+// Resume thaws a paused environment.
+func (r *Runtime) Resume(ctx context.Context, name string) error {
+	id, err := r.find(ctx, name)
+	if err != nil {
+		return err
+	}
+	return r.idErr("unpause", name, r.cli.ContainerUnpause(ctx, id))
+}
+
+// Destroy implements ports.Runtime: a forced remove with its anonymous volumes.
+func (r *Runtime) Destroy(ctx context.Context, name string) error {
+	id, err := r.find(ctx, name)
+	if err != nil {
+		return err
+	}
+	return r.idErr("remove", name, r.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true}))
+}
+
+// idErr maps an engine error about one of our containers.
+func (r *Runtime) idErr(op, name string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case cerrdefs.IsNotFound(err):
+		// Removed between find and op.
+		return fmt.Errorf("%w: %s", ports.ErrEnvNotFound, name)
+	}
+	return engineErr(op+" "+name, err)
+}
+
+// Inspect implements ports.Runtime.
+func (r *Runtime) Inspect(ctx context.Context, name string) (ports.Environment, error) {
+	id, err := r.find(ctx, name)
+	if err != nil {
+		return ports.Environment{}, err
+	}
+	return r.inspectID(ctx, id, name)
+}
+
+func (r *Runtime) inspectID(ctx context.Context, id, name string) (ports.Environment, error) {
+	c, err := r.cli.ContainerInspect(ctx, id)
+	if err != nil {
+		return ports.Environment{}, r.idErr("inspect", name, err)
+	}
+	return toEnv(c), nil
+}
+
+// List implements ports.Runtime: every container of this owner, any state.
+func (r *Runtime) List(ctx context.Context) ([]ports.Environment, error) {
+	if err := r.ready(ctx); err != nil {
+		return nil, err
+	}
+	list, err := r.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: r.ownerFilter()})
+	if err != nil {
+		return nil, engineErr("list", err)
+	}
+	envs := make([]ports.Environment, 0, len(list))
+	for _, s := range list {
+		// The summary lacks limits and exit details; one inspect each is cheap.
+		c, err := r.cli.ContainerInspect(ctx, s.ID)
+		if cerrdefs.IsNotFound(err) {
+			continue // removed meanwhile
+		}
+		if err != nil {
+			return nil, engineErr("inspect", err)
+		}
+		envs = append(envs, toEnv(c))
+	}
+	return envs, nil
+}
+
+// Recover implements ports.Runtime. Containers need no host-side plumbing:
+// their agents reconnect through the mounted socket directory on their own.
+func (r *Runtime) Recover(ctx context.Context) ([]ports.Environment, error) {
+	return r.List(ctx)
+}
+
+// StateOf maps an engine container state onto an environment state and a
+// detail saying why it is not running.
+func StateOf(s *container.State) (ports.EnvState, string) {
+	if s == nil {
+		return ports.EnvFailed, "no state"
+	}
+	detail := func() string {
+		var parts []string
+		if s.ExitCode != 0 || s.Status == container.StateExited {
+			parts = append(parts, "exit code "+strconv.Itoa(s.ExitCode))
+		}
+		if s.OOMKilled {
+			parts = append(parts, "killed: out of memory")
+		}
+		if s.Error != "" {
+			parts = append(parts, s.Error)
+		}
+		return strings.Join(parts, "; ")
+	}
+	switch {
+	case s.Status == container.StateDead || s.Dead:
+		return ports.EnvFailed, detail()
+	case s.Paused || s.Status == container.StatePaused:
+		return ports.EnvPaused, ""
+	case s.Running || s.Status == container.StateRestarting:
+		return ports.EnvRunning, ""
+	case s.Error != "":
+		// The engine could not start it (a missing mount, a bad entrypoint).
+		return ports.EnvFailed, detail()
+	case s.Status == container.StateExited && (s.ExitCode != 0 || s.OOMKilled):
+		// Stop's SIGTERM ends the agent with 0; anything else is a crash or
+		// a kill from outside.
+		return ports.EnvFailed, detail()
+	}
+	// created, exited, removing
+	return ports.EnvStopped, detail()
+}
+
+func toEnv(c container.InspectResponse) ports.Environment {
+	env := ports.Environment{Runtime: "docker"}
+	if c.ContainerJSONBase != nil {
+		env.RuntimeID = c.ID
+		env.State, env.Detail = StateOf(c.State)
+		env.CreatedAt, _ = time.Parse(time.RFC3339Nano, c.Created)
+		if h := c.HostConfig; h != nil {
+			env.Network = string(h.NetworkMode)
+			env.Resources = ports.Resources{
+				CPUs:     float64(h.NanoCPUs) / 1e9,
+				MemoryMB: int(h.Memory >> 20),
+			}
+			if h.PidsLimit != nil {
+				env.Resources.PIDs = int(*h.PidsLimit)
+			}
+		}
+	}
+	if c.Config != nil {
+		env.Image = c.Config.Image
+		env.Name = c.Config.Labels[LabelEnv]
+		for k, v := range c.Config.Labels {
+			if uk, ok := strings.CutPrefix(k, LabelUserPrefix); ok {
+				if env.Labels == nil {
+					env.Labels = map[string]string{}
+				}
+				env.Labels[uk] = v
+			}
+		}
+	}
+	return env
+}

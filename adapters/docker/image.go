@@ -1,0 +1,237 @@
+package docker
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"debug/elf"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path"
+	"strings"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/image"
+
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+// ensureImage returns the image to create from, building the default one
+// or pulling a missing one as configured.
+func (r *Runtime) ensureImage(ctx context.Context, ref string) (string, error) {
+	if ref == "" {
+		return DefaultTag, r.ensureDefaultImage(ctx)
+	}
+	_, err := r.cli.ImageInspect(ctx, ref)
+	if err == nil {
+		return ref, nil
+	}
+	if cerrdefs.IsInvalidArgument(err) {
+		return "", fmt.Errorf("%w: image %q: %w", ports.ErrInvalidSpec, ref, err)
+	}
+	if !cerrdefs.IsNotFound(err) {
+		return "", engineErr("image inspect", err)
+	}
+	if !r.cfg.PullMissing {
+		return "", invalid("image %s is not on the engine", ref)
+	}
+	body, err := r.cli.ImagePull(ctx, ref, image.PullOptions{})
+	if err != nil {
+		if cerrdefs.IsNotFound(err) || cerrdefs.IsInvalidArgument(err) {
+			return "", fmt.Errorf("%w: pull %s: %w", ports.ErrInvalidSpec, ref, err)
+		}
+		return "", engineErr("pull "+ref, err)
+	}
+	if err := readProgress(body); err != nil {
+		return "", fmt.Errorf("%w: pull %s: %w", ports.ErrInvalidSpec, ref, err)
+	}
+	return ref, nil
+}
+
+// ensureDefaultImage imports DefaultTag once; the lock makes concurrent
+// first Provisions wait for one import instead of racing several.
+func (r *Runtime) ensureDefaultImage(ctx context.Context) error {
+	r.imageMu.Lock()
+	defer r.imageMu.Unlock()
+	_, err := r.cli.ImageInspect(ctx, DefaultTag)
+	if err == nil {
+		return nil
+	}
+	if !cerrdefs.IsNotFound(err) {
+		return engineErr("image inspect", err)
+	}
+	bb, err := findBusybox(r.cfg.Busybox)
+	if err != nil {
+		return fmt.Errorf("%w: default image: %w", ports.ErrRuntimeUnavailable, err)
+	}
+	rootfs, err := BusyboxRootfs(bb)
+	if err != nil {
+		return fmt.Errorf("%w: default image: %w", ports.ErrRuntimeUnavailable, err)
+	}
+	body, err := r.cli.ImageImport(ctx, image.ImportSource{Source: bytes.NewReader(rootfs), SourceName: "-"}, DefaultTag, image.ImportOptions{
+		Message: "agentic-sandbox default image: static busybox",
+		Changes: []string{
+			"ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+			`CMD ["/bin/sh"]`,
+		},
+	})
+	if err != nil {
+		return engineErr("image import", err)
+	}
+	if err := readProgress(body); err != nil {
+		return engineErr("image import", err)
+	}
+	return nil
+}
+
+// readProgress drains an engine progress stream and returns the error it
+// reports, if any (the HTTP status is 200 even when the operation fails).
+func readProgress(body io.ReadCloser) error {
+	defer body.Close()
+	dec := json.NewDecoder(body)
+	for {
+		var m struct {
+			Error       string `json:"error"`
+			ErrorDetail *struct {
+				Message string `json:"message"`
+			} `json:"errorDetail"`
+		}
+		if err := dec.Decode(&m); errors.Is(err, io.EOF) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		if m.ErrorDetail != nil && m.ErrorDetail.Message != "" {
+			return errors.New(m.ErrorDetail.Message)
+		}
+		if m.Error != "" {
+			return errors.New(m.Error)
+		}
+	}
+}
+
+// findBusybox returns a statically linked busybox: the image has no libc.
+func findBusybox(want string) (string, error) {
+	candidates := []string{"/bin/busybox", "/usr/bin/busybox"}
+	if want != "" {
+		candidates = []string{want}
+	}
+	var problems []string
+	for _, p := range candidates {
+		static, err := isStatic(p)
+		if err != nil {
+			problems = append(problems, err.Error())
+			continue
+		}
+		if static {
+			return p, nil
+		}
+		problems = append(problems, p+" is dynamically linked")
+	}
+	return "", fmt.Errorf("no static busybox (apt-get install busybox-static): %s", strings.Join(problems, "; "))
+}
+
+// isStatic reports whether the ELF executable at path needs no dynamic
+// loader: images need not have a libc.
+func isStatic(path string) (bool, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	for _, prog := range f.Progs {
+		if prog.Type == elf.PT_INTERP {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// BusyboxRootfs is the tarball of the default image: busybox at /bin/busybox,
+// a symlink per applet, the usual directories, and passwd/group entries for
+// root and nobody.
+func BusyboxRootfs(busybox string) ([]byte, error) {
+	bin, err := os.ReadFile(busybox)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, busybox, "--list-full").Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s --list-full: %w", busybox, err)
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	// A fixed time keeps the tarball, and so the image, the same each build.
+	mtime := time.Unix(0, 0)
+	dirs := map[string]bool{}
+	var addDir func(name string, mode int64) error
+	addDir = func(name string, mode int64) error {
+		if dirs[name] || name == "." {
+			return nil
+		}
+		if err := addDir(path.Dir(name), 0o755); err != nil {
+			return err
+		}
+		dirs[name] = true
+		return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: name + "/", Mode: mode, ModTime: mtime})
+	}
+	for _, d := range []struct {
+		name string
+		mode int64
+	}{
+		{"bin", 0o755}, {"sbin", 0o755}, {"usr", 0o755}, {"usr/bin", 0o755}, {"usr/sbin", 0o755},
+		{"etc", 0o755}, {"dev", 0o755}, {"proc", 0o755}, {"sys", 0o755}, {"run", 0o755},
+		{"var", 0o755}, {"root", 0o700}, {"home", 0o755}, {"tmp", 0o1777}, {"var/tmp", 0o1777},
+	} {
+		if err := addDir(d.name, d.mode); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "bin/busybox", Mode: 0o755, Size: int64(len(bin)), ModTime: mtime}); err != nil {
+		return nil, err
+	}
+	if _, err := tw.Write(bin); err != nil {
+		return nil, err
+	}
+	for _, f := range []struct{ name, body string }{
+		{"etc/passwd", "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/tmp:/bin/sh\n"},
+		{"etc/group", "root:x:0:\nnogroup:x:65534:\n"},
+	} {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: f.name, Mode: 0o644, Size: int64(len(f.body)), ModTime: mtime}); err != nil {
+			return nil, err
+		}
+		if _, err := io.WriteString(tw, f.body); err != nil {
+			return nil, err
+		}
+	}
+	seen := map[string]bool{"bin/busybox": true}
+	for _, line := range strings.Split(string(out), "\n") {
+		name := strings.TrimPrefix(strings.TrimSpace(line), "/")
+		if name == "" || seen[name] || strings.Contains(name, "..") {
+			continue
+		}
+		seen[name] = true
+		if err := addDir(path.Dir(name), 0o755); err != nil {
+			return nil, err
+		}
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: name, Linkname: "/bin/busybox", Mode: 0o777, ModTime: mtime}); err != nil {
+			return nil, err
+		}
+	}
+	if !seen["bin/sh"] {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: "bin/sh", Linkname: "/bin/busybox", Mode: 0o777, ModTime: mtime}); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}

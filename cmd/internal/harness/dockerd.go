@@ -1,0 +1,69 @@
+package harness
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// StartDockerd runs a private dockerd on its own directories and socket
+// (DOCKER_HOST is the returned address), without touching the host network
+// (no iptables, no bridge). stop ends it and removes its directories.
+func StartDockerd() (string, func(), error) {
+	bin, err := exec.LookPath("dockerd")
+	if err != nil {
+		return "", nil, errors.New("no dockerd (scripts/docker-test-env.sh installs it)")
+	}
+	if os.Geteuid() != 0 {
+		return "", nil, errors.New("a private dockerd needs root")
+	}
+	dir, err := os.MkdirTemp("/tmp", "bd")
+	if err != nil {
+		return "", nil, err
+	}
+	host := "unix://" + dir + "/docker.sock"
+	ns := "agentic-harness-" + filepath.Base(dir)
+	cmd := exec.Command(bin, "--iptables=false", "--bridge=none", "--log-level=warn", "-H", host,
+		"--data-root", dir+"/root", "--exec-root", dir+"/exec", "--pidfile", dir+"/pid",
+		"--containerd-namespace", ns, "--containerd-plugins-namespace", ns+"-plugins")
+	logf, err := os.Create(filepath.Join(dir, "dockerd.log"))
+	if err != nil {
+		return "", nil, err
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	if err := cmd.Start(); err != nil {
+		return "", nil, err
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	stop := func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		logf.Close()
+		// dockerd leaves its exec root and overlay mounts behind only when killed.
+		_ = exec.Command("umount", "-R", dir+"/root").Run()
+		_ = os.RemoveAll(dir)
+	}
+	for range 300 {
+		if exec.Command("docker", "-H", host, "version").Run() == nil {
+			return host, stop, nil
+		}
+		select {
+		case <-exited:
+			stop()
+			return "", nil, errors.New("dockerd exited at start")
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	stop()
+	return "", nil, errors.New("dockerd did not answer within 30s")
+}

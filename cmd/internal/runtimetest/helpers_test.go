@@ -1,0 +1,90 @@
+package runtimetest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	RemoveBinaries()
+	os.Exit(code)
+}
+
+// linkDir is a link directory the environments' users can search.
+func linkDir(t *testing.T) string {
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// envSpec is a spec for name whose agent secret link knows.
+func envSpec(t *testing.T, link *Link, name string) ports.EnvironmentSpec {
+	t.Helper()
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	spec := ports.EnvironmentSpec{Name: name, Agent: link.Bootstrap}
+	spec.Agent.ID = name
+	spec.Agent.Secret = hex.EncodeToString(b)
+	if err := link.Credentials.Put(name, spec.Agent.Secret); err != nil {
+		t.Fatal(err)
+	}
+	return spec
+}
+
+// waitStatus waits until the agent's status is one of want.
+func waitStatus(t *testing.T, link *Link, name string, timeout time.Duration, want ...string) ports.AgentInfo {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := "never seen"
+	for {
+		info, ok := link.Service.Agent(name)
+		if ok {
+			last = info.Status
+			if slices.Contains(want, info.Status) {
+				return info
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agent %s: status %s after %s, want %v", name, last, timeout, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// runSh runs a shell script through name's agent; output and exit code.
+func runSh(t *testing.T, link *Link, name, script string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	var out bytes.Buffer
+	cmd, err := link.Service.Start(ctx, name, ports.CommandSpec{Command: "sh", Args: []string{"-c", script}},
+		ports.StartOptions{OnOutput: func(c ports.OutputChunk) {
+			mu.Lock()
+			out.Write(c.Data)
+			mu.Unlock()
+		}})
+	if err != nil {
+		t.Fatalf("run on %s: %v", name, err)
+	}
+	select {
+	case <-cmd.Done():
+	case <-ctx.Done():
+		t.Fatalf("command on %s did not finish", name)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return out.String(), cmd.Result().ExitCode
+}

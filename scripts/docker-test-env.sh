@@ -1,0 +1,20 @@
+#!/bin/sh
+# Installs what the docker runtime and its tests need (dockerd and a static
+# busybox for the default image), only when missing. The tests start their
+# own private dockerd; nothing is started here. POSIX sh: root's bash
+# startup files may stall.
+set -eu
+
+export PATH="$PATH:/usr/sbin:/sbin"
+need=""
+command -v dockerd >/dev/null 2>&1 || need="$need docker.io"
+# The default image needs busybox-static: Debian's plain busybox is dynamic.
+dpkg -s busybox-static >/dev/null 2>&1 || need="$need busybox-static"
+[ -z "$need" ] && exit 0
+
+echo "docker-test-env: installing:$need" >&2
+SUDO=""
+[ "$(id -u)" = 0 ] || SUDO=sudo
+$SUDO apt-get update -qq
+# $need unquoted: one word per package.
+$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $need
