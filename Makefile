@@ -5,12 +5,13 @@ STATE_DIR ?= $(CURDIR)/.state
 BIN := $(CURDIR)/bin
 LISTEN_ADDR ?= 127.0.0.1:8120
 
-.PHONY: all build generate check-generated lint vet fmt-check test unit bench run deps clean
+.PHONY: all build generate check-generated lint vet fmt-check test test-env vm-image unit bench run deps clean
 
 all: build
 
+# Static (no cgo): the agent runs in images and VMs without a libc.
 build:
-	$(GO) build -o $(BIN)/ ./cmd/...
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/...
 
 # Regenerates everything under gen/ and the Wire injectors, deterministically.
 generate:
@@ -50,10 +51,20 @@ deps:
 		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$need; \
 		else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$need; fi; fi
 
+# The runtimes' engines: dockerd and busybox-static (each Docker test starts
+# its own private dockerd), libvirtd and QEMU (started here: no systemd).
+test-env: deps
+	bash scripts/docker-test-env.sh
+	bash scripts/libvirt-test-env.sh
+
+# The tiny VM image the libvirt runtime boots by default: build/vm/{vmlinuz,initrd.img}.
+vm-image:
+	bash scripts/build-vm-image.sh -o build/vm
+
 unit:
 	$(GO) test -race -count=1 ./...
 
-test: deps check-generated lint vet fmt-check
+test: deps test-env vm-image check-generated lint vet fmt-check
 	$(GO) test -race -count=1 -timeout 20m ./...
 
 bench: deps build
@@ -65,4 +76,4 @@ run: build
 		AGENTIC_AGENT_BINARY=$(BIN)/agentic-agent $(BIN)/agentic-mgmt --print-token
 
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) build

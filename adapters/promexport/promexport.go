@@ -3,6 +3,7 @@ package promexport
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -36,9 +37,32 @@ func (c *agentCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// Handler returns the /metrics handler with process, Go and agent metrics.
-func Handler(dir ports.AgentDirectory) http.Handler {
+// ProvisionTimes is the histogram of environment provision times (request
+// to agent ready) per runtime.
+type ProvisionTimes struct{ h *prometheus.HistogramVec }
+
+// NewProvisionTimes returns the histogram; buckets span containers (0.1 s)
+// to VMs under software emulation (minutes).
+func NewProvisionTimes() *ProvisionTimes {
+	return &ProvisionTimes{h: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "agentic_environment_provision_seconds",
+		Help:    "Time from an environment's provision request to its agent being ready, by runtime.",
+		Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160},
+	}, []string{"runtime"})}
+}
+
+// Observe records one provision time.
+func (p *ProvisionTimes) Observe(runtime string, d time.Duration) {
+	p.h.WithLabelValues(runtime).Observe(d.Seconds())
+}
+
+// Handler returns the /metrics handler with process, Go and agent metrics,
+// and the provision times when given.
+func Handler(dir ports.AgentDirectory, provision *ProvisionTimes) http.Handler {
 	reg := prometheus.NewRegistry()
+	if provision != nil {
+		reg.MustRegister(provision.h)
+	}
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

@@ -26,6 +26,7 @@ var bodyTypes = map[string]reflect.Type{
 	"POST /api/v1/commands/{command_id}/signal": reflect.TypeFor[restapi.SignalRequest](),
 	"POST /api/v1/hitl/{hitl_id}/respond":       reflect.TypeFor[restapi.HITLResponse](),
 	"POST /api/v1/agents/{agent_id}/sessions":   reflect.TypeFor[restapi.CreateSessionRequest](),
+	"POST /api/v1/environments":                 reflect.TypeFor[restapi.CreateEnvironmentRequest](),
 }
 
 // checkBody rejects a body that is too large, not JSON, not one object, or

@@ -71,6 +71,9 @@ type Deps struct {
 	Sessions Sessions
 	// SessionLog holds the output of the sessions.
 	SessionLog ports.SessionLog
+	// Environments is the environment use case behind /api/v1/environments;
+	// nil means this server provisions none.
+	Environments Environments
 }
 
 // Server implements restapi.StrictServerInterface.

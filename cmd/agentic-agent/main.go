@@ -41,8 +41,12 @@ func run(args, environ []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "agentic-agent:", err)
 		return 2
 	}
-	// Commands inherit the agent's environment; the secret must not reach them.
+	// Commands inherit the agent's environment; the secret must not reach
+	// them, and where they run (host, container, vm) should, however the
+	// agent was configured (flag, environment or agent.env).
 	os.Unsetenv("AGENT_SECRET")
+	os.Setenv("AGENT_ID", cfg.AgentID)
+	os.Setenv("AGENT_RUNTIME", runtimeName(cfg.Runtime))
 
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -121,14 +125,9 @@ func loadConfig(args, environ []string, stderr io.Writer) (agent.Config, error) 
 	if !strings.Contains(cfg.ServerURL, "://") {
 		cfg.ServerURL = "http://" + cfg.ServerURL
 	}
-	switch rt := src.GetDefault("AGENT_RUNTIME", "host"); rt {
-	case "host":
-		cfg.Runtime = sandboxv1.RuntimeKind_RUNTIME_KIND_HOST
-	case "container":
-		cfg.Runtime = sandboxv1.RuntimeKind_RUNTIME_KIND_CONTAINER
-	case "vm":
-		cfg.Runtime = sandboxv1.RuntimeKind_RUNTIME_KIND_VM
-	default:
+	rt := src.GetDefault("AGENT_RUNTIME", "host")
+	var ok bool
+	if cfg.Runtime, ok = runtimeKinds[rt]; !ok {
 		return cfg, fmt.Errorf("AGENT_RUNTIME %q: want host, container or vm", rt)
 	}
 	if l := src.GetDefault("AGENT_LABELS", ""); l != "" {
@@ -142,4 +141,19 @@ func loadConfig(args, environ []string, stderr io.Writer) (agent.Config, error) 
 		}
 	}
 	return cfg, nil
+}
+
+var runtimeKinds = map[string]sandboxv1.RuntimeKind{
+	"host":      sandboxv1.RuntimeKind_RUNTIME_KIND_HOST,
+	"container": sandboxv1.RuntimeKind_RUNTIME_KIND_CONTAINER,
+	"vm":        sandboxv1.RuntimeKind_RUNTIME_KIND_VM,
+}
+
+func runtimeName(k sandboxv1.RuntimeKind) string {
+	for name, kind := range runtimeKinds {
+		if kind == k {
+			return name
+		}
+	}
+	return "host"
 }

@@ -8,11 +8,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/agentrpc"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/aiwg"
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/environments"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/hostsup"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/missions"
@@ -20,19 +23,21 @@ import (
 
 // App is the running management server: its listeners and background loops.
 type App struct {
-	cfg         Config
-	log         *slog.Logger
-	agents      *agentrpc.Service
-	rest        RESTHandler
-	supervisor  *hostsup.Supervisor
-	token       OperatorToken
-	banner      io.Writer
-	missions    *missions.Service
-	aiwg        *aiwg.Client
-	store       *filestore.MissionStore
-	outbox      *filestore.Outbox
-	ws          WSHandler
-	sessionLogs *filestore.SessionLog
+	cfg          Config
+	log          *slog.Logger
+	agents       *agentrpc.Service
+	rest         RESTHandler
+	supervisor   *hostsup.Supervisor
+	token        OperatorToken
+	banner       io.Writer
+	missions     *missions.Service
+	aiwg         *aiwg.Client
+	store        *filestore.MissionStore
+	outbox       *filestore.Outbox
+	ws           WSHandler
+	sessionLogs  *filestore.SessionLog
+	runtimes     *Runtimes
+	environments *environments.Service
 }
 
 // RESTHandler is the REST port's handler.
@@ -51,6 +56,8 @@ func (a *App) Run(ctx context.Context) error {
 	defer a.store.Close()
 	defer a.outbox.Close()
 	defer a.sessionLogs.Close()
+	defer a.runtimes.Close()
+	defer a.environments.Close()
 	// Missions re-bind to their sessions before agents can report back.
 	if err := a.missions.Recover(); err != nil {
 		return fmt.Errorf("missions: %w", err)
@@ -69,6 +76,16 @@ func (a *App) Run(ctx context.Context) error {
 		agentLn.Close()
 		restLn.Close()
 		return fmt.Errorf("client WebSocket port: %w", err)
+	}
+	// Without the socket, only environments without a network need it:
+	// they fail to provision with the reason, the rest of the server works.
+	sockLn, err := listenAgentSocket(a.cfg.AgentSocket)
+	if err != nil {
+		a.log.Error("agent socket not available; containers and VMs without a network cannot reach this server", "path", a.cfg.AgentSocket, "err", err)
+	} else if err := os.Chmod(a.cfg.AgentSocket, 0o666); err != nil {
+		// It carries only agents' streams, each authenticated by its own
+		// secret; environments run as other users.
+		a.log.Warn("agent socket not opened to environments' users", "err", err)
 	}
 
 	agentMux := http.NewServeMux()
@@ -106,12 +123,19 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	wg.Add(6)
 	go serve(agentSrv, agentLn)
+	if sockLn != nil {
+		wg.Add(1)
+		go serve(agentSrv, sockLn)
+	}
 	go serve(restSrv, restLn)
 	go serve(wsSrv, wsLn)
 	go func() { defer wg.Done(); a.agents.Run(runCtx) }()
 	go func() { defer wg.Done(); a.missions.Run(runCtx) }()
 	go func() { defer wg.Done(); a.aiwg.Run(runCtx) }()
 
+	recoverCtx, cancelRecover := context.WithTimeout(runCtx, 30*time.Second)
+	a.environments.Recover(recoverCtx)
+	cancelRecover()
 	if a.supervisor != nil {
 		if err := a.supervisor.Start(runCtx); err != nil {
 			a.log.Error("host supervisor failed to start", "err", err)
@@ -168,4 +192,28 @@ func (a *App) Run(ctx context.Context) error {
 	wg.Wait()
 	a.log.Info("agentic-mgmt stopped")
 	return runErr
+}
+
+// listenAgentSocket listens on path, replacing a socket left by an earlier
+// run (nobody answers on it) but never anything else.
+func listenAgentSocket(path string) (net.Listener, error) {
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("%s exists and is not a socket", path)
+		}
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("%s is in use by another agentic-mgmt", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, err
+		}
+	}
+	// The socket's directory is what containers mount (so that a new
+	// socket after a restart reaches running agents): it must hold nothing
+	// else, and others may enter it.
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	return net.Listen("unix", path)
 }

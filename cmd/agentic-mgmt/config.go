@@ -6,7 +6,9 @@ import (
 	"io"
 	"net"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/envfile"
@@ -30,7 +32,21 @@ type Config struct {
 	// MissionRetention is how long finished missions stay in missions.json.
 	MissionRetention time.Duration
 	Version          string
+	// Runtimes lists the runtimes asked for (AGENTIC_RUNTIMES); nil means
+	// found without configuration: host always, Docker and libvirt where
+	// their daemons answer.
+	Runtimes []string
+	// AgentSocket is a unix socket where the agent link also listens, for
+	// environments without a network (mounted into containers, relayed from VMs).
+	AgentSocket string
+	// VMImageDir holds the tiny VM image (vmlinuz, initrd.img) of `make vm-image`.
+	VMImageDir string
+	// LibvirtAccel is the VMs' accelerator: kvm, tcg or auto (KVM where it works).
+	LibvirtAccel string
 }
+
+// knownRuntimes are the values of AGENTIC_RUNTIMES.
+var knownRuntimes = []string{"host", "docker", "libvirt"}
 
 // Ports derived from LISTEN_ADDR, as the contract fixes them.
 func (c Config) agentAddr() string { return c.ListenAddr }
@@ -65,6 +81,10 @@ var flagEnv = map[string]string{
 	"aiwg-name":         "AIWG_SERVE_NAME",
 	"disconnect-grace":  "AGENTIC_DISCONNECT_GRACE",
 	"mission-retention": "AGENTIC_MISSION_RETENTION",
+	"runtimes":          "AGENTIC_RUNTIMES",
+	"agent-socket":      "AGENTIC_AGENT_SOCKET",
+	"vm-image-dir":      "AGENTIC_VM_IMAGE_DIR",
+	"libvirt-accel":     "AGENTIC_LIBVIRT_ACCEL",
 }
 
 func loadConfig(args, environ []string, stderr io.Writer, version string) (Config, error) {
@@ -78,6 +98,10 @@ func loadConfig(args, environ []string, stderr io.Writer, version string) (Confi
 	fs.String("aiwg-endpoint", "", "base URL of aiwg serve (env AIWG_SERVE_ENDPOINT)")
 	fs.String("aiwg-name", "", "display name for aiwg serve (env AIWG_SERVE_NAME)")
 	fs.String("disconnect-grace", "", "how long a disconnected agent stays listed (env AGENTIC_DISCONNECT_GRACE, default 5m)")
+	fs.String("runtimes", "", "runtimes for environments, e.g. host,docker,libvirt (env AGENTIC_RUNTIMES; default: host, plus docker and libvirt where their daemons answer)")
+	fs.String("agent-socket", "", "unix socket for agents without a network (env AGENTIC_AGENT_SOCKET, default <data dir>/agent-link/agent.sock)")
+	fs.String("vm-image-dir", "", "tiny VM image dir with vmlinuz and initrd.img (env AGENTIC_VM_IMAGE_DIR, default ./build/vm from make vm-image)")
+	fs.String("libvirt-accel", "", "VM accelerator: kvm, tcg or auto (env AGENTIC_LIBVIRT_ACCEL, default auto: KVM where it works)")
 	fs.String("mission-retention", "", "how long finished missions stay in missions.json before the archive (env AGENTIC_MISSION_RETENTION, default 1h)")
 	configFile := fs.String("config", defaultConfigFile, "env file read after the environment")
 	printToken := fs.Bool("print-token", false, "print the operator token on start-up")
@@ -120,5 +144,21 @@ func loadConfig(args, environ []string, stderr io.Writer, version string) (Confi
 		return Config{}, err
 	}
 	cfg.DataDir = filepath.Dir(cfg.SecretsDir)
+	if list := strings.TrimSpace(src.GetDefault("AGENTIC_RUNTIMES", "")); list != "" {
+		for _, r := range strings.Split(list, ",") {
+			r = strings.TrimSpace(r)
+			if !slices.Contains(knownRuntimes, r) {
+				return Config{}, fmt.Errorf("AGENTIC_RUNTIMES: unknown runtime %q (known: %s)", r, strings.Join(knownRuntimes, ", "))
+			}
+			if !slices.Contains(cfg.Runtimes, r) {
+				cfg.Runtimes = append(cfg.Runtimes, r)
+			}
+		}
+	}
+	cfg.AgentSocket = src.GetDefault("AGENTIC_AGENT_SOCKET", filepath.Join(cfg.DataDir, "agent-link", "agent.sock"))
+	if cfg.VMImageDir, err = filepath.Abs(src.GetDefault("AGENTIC_VM_IMAGE_DIR", filepath.Join("build", "vm"))); err != nil {
+		return Config{}, err
+	}
+	cfg.LibvirtAccel = src.GetDefault("AGENTIC_LIBVIRT_ACCEL", "auto")
 	return cfg, nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/agentrpc"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/aiwg"
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/environments"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/hostsup"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/missions"
@@ -86,7 +87,7 @@ func agentBinary(configured string) (string, error) {
 }
 
 func provideREST(cfg Config, svc *agentrpc.Service, token OperatorToken, clock ports.Clock, log *slog.Logger, sup *hostsup.Supervisor, ms *missions.Service, link *aiwg.Client,
-	ss *sessions.Service, logs *filestore.SessionLog) RESTHandler {
+	ss *sessions.Service, logs *filestore.SessionLog, rts *Runtimes, envs *environments.Service, times *promexport.ProvisionTimes) RESTHandler {
 	readiness := func() []rest.ReadinessCheck {
 		checks := []rest.ReadinessCheck{{Name: "agent_rpc", Ready: true}, {Name: "rest", Ready: true}}
 		if cfg.HostAgents > 0 {
@@ -109,28 +110,30 @@ func provideREST(cfg Config, svc *agentrpc.Service, token OperatorToken, clock p
 		}
 		// aiwg serve is another system: its absence must not make this server unready.
 		checks = append(checks, rest.ReadinessCheck{Name: "aiwg", Ready: true, Detail: detail})
-		return checks
+		return append(checks, rts.Readiness()...)
 	}
 	return rest.New(rest.Deps{
-		Link:       svc,
-		Agents:     svc,
-		Token:      string(token),
-		Version:    cfg.Version,
-		Readiness:  readiness,
-		Metrics:    promexport.Handler(svc),
-		Logger:     log,
-		Clock:      clock,
-		Missions:   ms,
-		Executor:   link,
-		Sessions:   ss,
-		SessionLog: logs,
+		Link:         svc,
+		Agents:       svc,
+		Token:        string(token),
+		Version:      cfg.Version,
+		Readiness:    readiness,
+		Metrics:      promexport.Handler(svc, times),
+		Logger:       log,
+		Clock:        clock,
+		Missions:     ms,
+		Executor:     link,
+		Sessions:     ss,
+		SessionLog:   logs,
+		Environments: envs,
 	}).Handler()
 }
 
 func provideApp(cfg Config, log *slog.Logger, svc *agentrpc.Service, h RESTHandler, sup *hostsup.Supervisor, token OperatorToken, banner io.Writer,
-	ms *missions.Service, link *aiwg.Client, store *filestore.MissionStore, outbox *filestore.Outbox, ws WSHandler, logs *filestore.SessionLog) *App {
+	ms *missions.Service, link *aiwg.Client, store *filestore.MissionStore, outbox *filestore.Outbox, ws WSHandler, logs *filestore.SessionLog,
+	rts *Runtimes, envs *environments.Service) *App {
 	return &App{cfg: cfg, log: log, agents: svc, rest: h, supervisor: sup, token: token, banner: banner,
-		missions: ms, aiwg: link, store: store, outbox: outbox, ws: ws, sessionLogs: logs}
+		missions: ms, aiwg: link, store: store, outbox: outbox, ws: ws, sessionLogs: logs, runtimes: rts, environments: envs}
 }
 
 func provideClock() system.Clock { return system.Clock{} }

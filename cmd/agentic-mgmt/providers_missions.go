@@ -37,7 +37,7 @@ func provideMissions(cfg Config, store ports.MissionStore, outbox ports.EventOut
 	})
 }
 
-func provideAIWG(cfg Config, id Identity, hub *missions.Service, outbox ports.EventOutbox, svc *agentrpc.Service, clock ports.Clock, log *slog.Logger) *aiwg.Client {
+func provideAIWG(cfg Config, id Identity, hub *missions.Service, outbox ports.EventOutbox, svc *agentrpc.Service, clock ports.Clock, log *slog.Logger, rts *Runtimes) *aiwg.Client {
 	_, claudeErr := exec.LookPath("claude")
 	claudeOnHost := claudeErr == nil
 	_, port, _ := net.SplitHostPort(cfg.ListenAddr)
@@ -62,7 +62,7 @@ func provideAIWG(cfg Config, id Identity, hub *missions.Service, outbox ports.Ev
 			for _, a := range svc.Agents() {
 				agents = append(agents, mission.Candidate{ID: a.ID, Status: a.Status, Runtime: a.Runtime, Arch: a.System.Arch, Capabilities: a.Capabilities})
 			}
-			return mission.ExecutorCapabilities(runtime.GOARCH, cfg.HostAgents > 0, claudeOnHost, agents)
+			return mission.ExecutorCapabilities(runtime.GOARCH, rts.Isolations(cfg.HostAgents > 0), claudeOnHost, agents)
 		},
 		Hub:    hub,
 		Outbox: outbox,

@@ -34,6 +34,9 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, error) {
 		provideSessions,
 		provideWS,
 		provideSupervisor,
+		provideRuntimes,
+		provideProvisionTimes,
+		provideEnvironments,
 		provideREST,
 		provideApp,
 	)

@@ -42,14 +42,20 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	client := provideAIWG(cfg, identity, missionsService, outbox, service, clock, log)
+	runtimes := provideRuntimes(cfg, log)
+	client := provideAIWG(cfg, identity, missionsService, outbox, service, clock, log, runtimes)
 	sessionLog, err := provideSessionLog(cfg, agentHashes)
 	if err != nil {
 		return nil, err
 	}
 	sessionsService := provideSessions(service, sessionLog, clock, uuiDv7, log)
-	restHandler := provideREST(cfg, service, operatorToken, clock, log, supervisor, missionsService, client, sessionsService, sessionLog)
+	provisionTimes := provideProvisionTimes()
+	environmentsService, err := provideEnvironments(cfg, runtimes, service, agentHashes, clock, log, provisionTimes)
+	if err != nil {
+		return nil, err
+	}
+	restHandler := provideREST(cfg, service, operatorToken, clock, log, supervisor, missionsService, client, sessionsService, sessionLog, runtimes, environmentsService, provisionTimes)
 	wsHandler := provideWS(cfg, sessionsService, service, sessionLog, uuiDv7, operatorToken, log)
-	app := provideApp(cfg, log, service, restHandler, supervisor, operatorToken, banner, missionsService, client, missionStore, outbox, wsHandler, sessionLog)
+	app := provideApp(cfg, log, service, restHandler, supervisor, operatorToken, banner, missionsService, client, missionStore, outbox, wsHandler, sessionLog, runtimes, environmentsService)
 	return app, nil
 }

@@ -52,6 +52,9 @@ Commands:
                          write a session's raw output to stdout (-f: follow until it ends)
   attach [--observe] [--detach-key ctrl-]] SESSION
                          attach this terminal to a session (detach: Ctrl-])
+  env create|list|get|stop|start|rm|runtimes
+                         environments (host processes, containers, VMs) and their agents
+                         ('agenticctl env help')
 
 Global flags:
   --server URL   REST endpoint of agentic-mgmt (env AGENTIC_SERVER, default ` + defaultServer + `)
@@ -100,6 +103,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer, env func(stri
 		return c.logs(rest[1:])
 	case "attach":
 		return c.attach(rest[1:])
+	case "env", "environments":
+		return c.environments(rest[1:])
 	case "help":
 		fmt.Fprint(stdout, usageText)
 		return 0

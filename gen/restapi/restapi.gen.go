@@ -129,6 +129,39 @@ func (e CommandState) Valid() bool {
 	}
 }
 
+// Defines values for EnvironmentState.
+const (
+	EnvBooting      EnvironmentState = "booting"
+	EnvDeleting     EnvironmentState = "deleting"
+	EnvFailed       EnvironmentState = "failed"
+	EnvPaused       EnvironmentState = "paused"
+	EnvProvisioning EnvironmentState = "provisioning"
+	EnvReady        EnvironmentState = "ready"
+	EnvStopped      EnvironmentState = "stopped"
+)
+
+// Valid indicates whether the value is a known member of the EnvironmentState enum.
+func (e EnvironmentState) Valid() bool {
+	switch e {
+	case EnvBooting:
+		return true
+	case EnvDeleting:
+		return true
+	case EnvFailed:
+		return true
+	case EnvPaused:
+		return true
+	case EnvProvisioning:
+		return true
+	case EnvReady:
+		return true
+	case EnvStopped:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for MissionState.
 const (
 	MissionStateAborted      MissionState = "aborted"
@@ -174,6 +207,27 @@ func (e OutputEncoding) Valid() bool {
 	case Base64:
 		return true
 	case Utf8:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RuntimeIsolation.
+const (
+	IsolationContainer RuntimeIsolation = "container"
+	IsolationHost      RuntimeIsolation = "host"
+	IsolationVM        RuntimeIsolation = "vm"
+)
+
+// Valid indicates whether the value is a known member of the RuntimeIsolation enum.
+func (e RuntimeIsolation) Valid() bool {
+	switch e {
+	case IsolationContainer:
+		return true
+	case IsolationHost:
+		return true
+	case IsolationVM:
 		return true
 	default:
 		return false
@@ -337,6 +391,24 @@ type CommandStatus struct {
 	StdoutOffset int64 `json:"stdout_offset"`
 }
 
+// CreateEnvironmentRequest defines model for CreateEnvironmentRequest.
+type CreateEnvironmentRequest struct {
+	// Image Container image, or a disk image path for VMs; default: the runtime's own minimal image.
+	Image *string `json:"image,omitempty"`
+
+	// Name Also the agent's id: A-Z a-z 0-9 . _ -, starting with a letter or digit.
+	Name string `json:"name"`
+
+	// Network none (default where offered: the agent still reaches the server), host, bridge, user
+	Network      *string    `json:"network,omitempty"`
+	Profile      *string    `json:"profile,omitempty"`
+	ReadOnlyRoot *bool      `json:"read_only_root,omitempty"`
+	Resources    *Resources `json:"resources,omitempty"`
+
+	// Runtime host, docker or libvirt (GET /api/v1/runtimes lists those configured)
+	Runtime string `json:"runtime"`
+}
+
 // CreateSessionRequest defines model for CreateSessionRequest.
 type CreateSessionRequest struct {
 	Args *[]string `json:"args,omitempty"`
@@ -382,6 +454,45 @@ type DispatchRequest struct {
 
 	// Objective Run as `sh -c <objective>`.
 	Objective string `json:"objective"`
+}
+
+// Environment defines model for Environment.
+type Environment struct {
+	AgentId string `json:"agent_id"`
+
+	// AgentStatus Of the environment's agent, when it is listed.
+	AgentStatus *string            `json:"agent_status,omitempty"`
+	CreatedAt   time.Time          `json:"created_at"`
+	Error       *string            `json:"error,omitempty"`
+	Events      []EnvironmentEvent `json:"events"`
+	Image       *string            `json:"image,omitempty"`
+	Name        string             `json:"name"`
+	Network     *string            `json:"network,omitempty"`
+
+	// ProvisionMs Request to agent ready.
+	ProvisionMs *int64     `json:"provision_ms,omitempty"`
+	ReadyAt     *time.Time `json:"ready_at,omitempty"`
+	Resources   *Resources `json:"resources,omitempty"`
+	Runtime     string     `json:"runtime"`
+
+	// RuntimeId The engine's id: container id, domain UUID, pid.
+	RuntimeId *string          `json:"runtime_id,omitempty"`
+	State     EnvironmentState `json:"state"`
+}
+
+// EnvironmentState defines model for Environment.State.
+type EnvironmentState string
+
+// EnvironmentEvent defines model for EnvironmentEvent.
+type EnvironmentEvent struct {
+	At      time.Time `json:"at"`
+	Message *string   `json:"message,omitempty"`
+	Step    string    `json:"step"`
+}
+
+// EnvironmentList defines model for EnvironmentList.
+type EnvironmentList struct {
+	Environments []Environment `json:"environments"`
 }
 
 // Error defines model for Error.
@@ -551,6 +662,39 @@ type ResizeRequest struct {
 	Rows int `json:"rows"`
 }
 
+// Resources defines model for Resources.
+type Resources struct {
+	Cpus     *float32 `json:"cpus,omitempty"`
+	DiskGb   *int     `json:"disk_gb,omitempty"`
+	MemoryMb *int     `json:"memory_mb,omitempty"`
+	Pids     *int     `json:"pids,omitempty"`
+}
+
+// Runtime defines model for Runtime.
+type Runtime struct {
+	Isolation RuntimeIsolation `json:"isolation"`
+
+	// Limits Resource fields the runtime enforces (cpus, memory_mb, pids, disk_gb).
+	Limits []string `json:"limits"`
+
+	// NetworkModes Accepted network modes; the first is the default.
+	NetworkModes []string `json:"network_modes"`
+	Pause        bool     `json:"pause"`
+	ReadOnlyRoot bool     `json:"read_only_root"`
+
+	// Runtime host, docker or libvirt
+	Runtime  string `json:"runtime"`
+	Snapshot bool   `json:"snapshot"`
+}
+
+// RuntimeIsolation defines model for Runtime.Isolation.
+type RuntimeIsolation string
+
+// RuntimeList defines model for RuntimeList.
+type RuntimeList struct {
+	Runtimes []Runtime `json:"runtimes"`
+}
+
 // Session defines model for Session.
 type Session struct {
 	// Adopted The server learned of it from its agent's report.
@@ -635,6 +779,9 @@ type AgentID = string
 // CommandID defines model for CommandID.
 type CommandID = string
 
+// EnvironmentName defines model for EnvironmentName.
+type EnvironmentName = string
+
 // SessionID defines model for SessionID.
 type SessionID = string
 
@@ -717,6 +864,9 @@ type SignalCommandJSONRequestBody = SignalRequest
 
 // WriteCommandStdinJSONRequestBody defines body for WriteCommandStdin for application/json ContentType.
 type WriteCommandStdinJSONRequestBody = StdinRequest
+
+// CreateEnvironmentJSONRequestBody defines body for CreateEnvironment for application/json ContentType.
+type CreateEnvironmentJSONRequestBody = CreateEnvironmentRequest
 
 // RespondHITLJSONRequestBody defines body for RespondHITL for application/json ContentType.
 type RespondHITLJSONRequestBody = HITLResponse
@@ -923,6 +1073,57 @@ type ClientInterface interface {
 	// Takes a body of the `application/json` content type.
 	WriteCommandStdin(ctx context.Context, commandId CommandID, body WriteCommandStdinJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListEnvironments Environments this server made (and found again after a restart), by name.
+	//
+	// Corresponds with GET /api/v1/environments (the `ListEnvironments` operationId).
+	ListEnvironments(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateEnvironmentWithBody Provision an environment with its agent; answers at once, progress shows in state and events.
+	//
+	// The environment's agent gets the environment's name as its id and a fresh secret.
+	// `state` goes provisioning → booting (runs; its agent has not registered yet) → ready,
+	// or failed with `error`. 400 `invalid_request` (bad name, network, resources for the
+	// runtime) or `unknown_runtime`; 409 `environment_exists` (the name, or an agent of that
+	// name, is taken); 503 `runtime_unavailable`.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/environments (the `CreateEnvironment` operationId).
+	CreateEnvironmentWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateEnvironment Provision an environment with its agent; answers at once, progress shows in state and events.
+	//
+	// The environment's agent gets the environment's name as its id and a fresh secret.
+	// `state` goes provisioning → booting (runs; its agent has not registered yet) → ready,
+	// or failed with `error`. 400 `invalid_request` (bad name, network, resources for the
+	// runtime) or `unknown_runtime`; 409 `environment_exists` (the name, or an agent of that
+	// name, is taken); 503 `runtime_unavailable`.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/environments (the `CreateEnvironment` operationId).
+	CreateEnvironment(ctx context.Context, body CreateEnvironmentJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteEnvironment Destroy an environment and everything it used; its agent's secret is forgotten.
+	//
+	// Corresponds with DELETE /api/v1/environments/{name} (the `DeleteEnvironment` operationId).
+	DeleteEnvironment(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetEnvironment One environment, its state refreshed from its runtime and agent. 404 `environment_not_found`.
+	//
+	// Corresponds with GET /api/v1/environments/{name} (the `GetEnvironment` operationId).
+	GetEnvironment(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// StartEnvironment Start a stopped environment.
+	//
+	// Corresponds with POST /api/v1/environments/{name}/start (the `StartEnvironment` operationId).
+	StartEnvironment(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// StopEnvironment Stop an environment (graceful, then forced), keeping it for start.
+	//
+	// Corresponds with POST /api/v1/environments/{name}/stop (the `StopEnvironment` operationId).
+	StopEnvironment(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListHITL Open human-in-the-loop requests, oldest first.
 	//
 	// Corresponds with GET /api/v1/hitl (the `ListHITL` operationId).
@@ -959,6 +1160,11 @@ type ClientInterface interface {
 
 	// GetMission performs a GET /api/v1/missions/{mission_id} (the `GetMission` operationId) request.
 	GetMission(ctx context.Context, missionId string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListRuntimes The runtimes this server provisions environments with (configured and reachable), with their capabilities.
+	//
+	// Corresponds with GET /api/v1/runtimes (the `ListRuntimes` operationId).
+	ListRuntimes(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListSessions Sessions (interactive, headless, background) on every agent, oldest first.
 	//
@@ -1400,6 +1606,127 @@ func (c *Client) WriteCommandStdin(ctx context.Context, commandId CommandID, bod
 	return c.Client.Do(req)
 }
 
+// ListEnvironments Environments this server made (and found again after a restart), by name.
+//
+// Corresponds with GET /api/v1/environments (the `ListEnvironments` operationId).
+func (c *Client) ListEnvironments(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListEnvironmentsRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateEnvironmentWithBody Provision an environment with its agent; answers at once, progress shows in state and events.
+//
+// The environment's agent gets the environment's name as its id and a fresh secret.
+// `state` goes provisioning → booting (runs; its agent has not registered yet) → ready,
+// or failed with `error`. 400 `invalid_request` (bad name, network, resources for the
+// runtime) or `unknown_runtime`; 409 `environment_exists` (the name, or an agent of that
+// name, is taken); 503 `runtime_unavailable`.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/environments (the `CreateEnvironment` operationId).
+func (c *Client) CreateEnvironmentWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateEnvironmentRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateEnvironment Provision an environment with its agent; answers at once, progress shows in state and events.
+//
+// The environment's agent gets the environment's name as its id and a fresh secret.
+// `state` goes provisioning → booting (runs; its agent has not registered yet) → ready,
+// or failed with `error`. 400 `invalid_request` (bad name, network, resources for the
+// runtime) or `unknown_runtime`; 409 `environment_exists` (the name, or an agent of that
+// name, is taken); 503 `runtime_unavailable`.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/environments (the `CreateEnvironment` operationId).
+func (c *Client) CreateEnvironment(ctx context.Context, body CreateEnvironmentJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateEnvironmentRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteEnvironment Destroy an environment and everything it used; its agent's secret is forgotten.
+//
+// Corresponds with DELETE /api/v1/environments/{name} (the `DeleteEnvironment` operationId).
+func (c *Client) DeleteEnvironment(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteEnvironmentRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetEnvironment One environment, its state refreshed from its runtime and agent. 404 `environment_not_found`.
+//
+// Corresponds with GET /api/v1/environments/{name} (the `GetEnvironment` operationId).
+func (c *Client) GetEnvironment(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetEnvironmentRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// StartEnvironment Start a stopped environment.
+//
+// Corresponds with POST /api/v1/environments/{name}/start (the `StartEnvironment` operationId).
+func (c *Client) StartEnvironment(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewStartEnvironmentRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// StopEnvironment Stop an environment (graceful, then forced), keeping it for start.
+//
+// Corresponds with POST /api/v1/environments/{name}/stop (the `StopEnvironment` operationId).
+func (c *Client) StopEnvironment(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewStopEnvironmentRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListHITL Open human-in-the-loop requests, oldest first.
 //
 // Corresponds with GET /api/v1/hitl (the `ListHITL` operationId).
@@ -1477,6 +1804,21 @@ func (c *Client) ListMissions(ctx context.Context, params *ListMissionsParams, r
 // GetMission performs a GET /api/v1/missions/{mission_id} (the `GetMission` operationId) request.
 func (c *Client) GetMission(ctx context.Context, missionId string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetMissionRequest(c.Server, missionId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListRuntimes The runtimes this server provisions environments with (configured and reachable), with their capabilities.
+//
+// Corresponds with GET /api/v1/runtimes (the `ListRuntimes` operationId).
+func (c *Client) ListRuntimes(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListRuntimesRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -2251,6 +2593,209 @@ func NewWriteCommandStdinRequestWithBody(server string, commandId CommandID, con
 	return req, nil
 }
 
+// NewListEnvironmentsRequest constructs an http.Request for the ListEnvironments method
+func NewListEnvironmentsRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/environments")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCreateEnvironmentRequest calls the generic CreateEnvironment builder with application/json body
+func NewCreateEnvironmentRequest(server string, body CreateEnvironmentJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateEnvironmentRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewCreateEnvironmentRequestWithBody constructs an http.Request for the CreateEnvironment method, with any body, and a specified content type
+func NewCreateEnvironmentRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/environments")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewDeleteEnvironmentRequest constructs an http.Request for the DeleteEnvironment method
+func NewDeleteEnvironmentRequest(server string, name EnvironmentName) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/environments/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetEnvironmentRequest constructs an http.Request for the GetEnvironment method
+func NewGetEnvironmentRequest(server string, name EnvironmentName) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/environments/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewStartEnvironmentRequest constructs an http.Request for the StartEnvironment method
+func NewStartEnvironmentRequest(server string, name EnvironmentName) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/environments/%s/start", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewStopEnvironmentRequest constructs an http.Request for the StopEnvironment method
+func NewStopEnvironmentRequest(server string, name EnvironmentName) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/environments/%s/stop", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListHITLRequest constructs an http.Request for the ListHITL method
 func NewListHITLRequest(server string) (*http.Request, error) {
 	var err error
@@ -2396,6 +2941,33 @@ func NewGetMissionRequest(server string, missionId string) (*http.Request, error
 	}
 
 	operationPath := fmt.Sprintf("/api/v1/missions/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListRuntimesRequest constructs an http.Request for the ListRuntimes method
+func NewListRuntimesRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/runtimes")
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -2983,6 +3555,67 @@ type ClientWithResponsesInterface interface {
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	WriteCommandStdinWithResponse(ctx context.Context, commandId CommandID, body WriteCommandStdinJSONRequestBody, reqEditors ...RequestEditorFn) (*WriteCommandStdinResponse, error)
 
+	// ListEnvironmentsWithResponse Environments this server made (and found again after a restart), by name.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/environments (the `ListEnvironments` operationId).
+	ListEnvironmentsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListEnvironmentsResponse, error)
+
+	// CreateEnvironmentWithBodyWithResponse Provision an environment with its agent; answers at once, progress shows in state and events.
+	//
+	// The environment's agent gets the environment's name as its id and a fresh secret.
+	// `state` goes provisioning → booting (runs; its agent has not registered yet) → ready,
+	// or failed with `error`. 400 `invalid_request` (bad name, network, resources for the
+	// runtime) or `unknown_runtime`; 409 `environment_exists` (the name, or an agent of that
+	// name, is taken); 503 `runtime_unavailable`.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/environments (the `CreateEnvironment` operationId).
+	CreateEnvironmentWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateEnvironmentResponse, error)
+
+	// CreateEnvironmentWithResponse Provision an environment with its agent; answers at once, progress shows in state and events.
+	//
+	// The environment's agent gets the environment's name as its id and a fresh secret.
+	// `state` goes provisioning → booting (runs; its agent has not registered yet) → ready,
+	// or failed with `error`. 400 `invalid_request` (bad name, network, resources for the
+	// runtime) or `unknown_runtime`; 409 `environment_exists` (the name, or an agent of that
+	// name, is taken); 503 `runtime_unavailable`.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/environments (the `CreateEnvironment` operationId).
+	CreateEnvironmentWithResponse(ctx context.Context, body CreateEnvironmentJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateEnvironmentResponse, error)
+
+	// DeleteEnvironmentWithResponse Destroy an environment and everything it used; its agent's secret is forgotten.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /api/v1/environments/{name} (the `DeleteEnvironment` operationId).
+	DeleteEnvironmentWithResponse(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*DeleteEnvironmentResponse, error)
+
+	// GetEnvironmentWithResponse One environment, its state refreshed from its runtime and agent. 404 `environment_not_found`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/environments/{name} (the `GetEnvironment` operationId).
+	GetEnvironmentWithResponse(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*GetEnvironmentResponse, error)
+
+	// StartEnvironmentWithResponse Start a stopped environment.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/environments/{name}/start (the `StartEnvironment` operationId).
+	StartEnvironmentWithResponse(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*StartEnvironmentResponse, error)
+
+	// StopEnvironmentWithResponse Stop an environment (graceful, then forced), keeping it for start.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/environments/{name}/stop (the `StopEnvironment` operationId).
+	StopEnvironmentWithResponse(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*StopEnvironmentResponse, error)
+
 	// ListHITLWithResponse Open human-in-the-loop requests, oldest first.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -3025,6 +3658,13 @@ type ClientWithResponsesInterface interface {
 	//
 	// Returns a wrapper object for the known response body format(s).
 	GetMissionWithResponse(ctx context.Context, missionId string, reqEditors ...RequestEditorFn) (*GetMissionResponse, error)
+
+	// ListRuntimesWithResponse The runtimes this server provisions environments with (configured and reachable), with their capabilities.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/runtimes (the `ListRuntimes` operationId).
+	ListRuntimesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListRuntimesResponse, error)
 
 	// ListSessionsWithResponse Sessions (interactive, headless, background) on every agent, oldest first.
 	//
@@ -4027,6 +4667,378 @@ func (r WriteCommandStdinResponse) ContentType() string {
 	return ""
 }
 
+type ListEnvironmentsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *EnvironmentList
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListEnvironmentsResponse) GetJSON200() *EnvironmentList {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ListEnvironmentsResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetBody returns the raw response body bytes
+func (r ListEnvironmentsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListEnvironmentsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListEnvironmentsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListEnvironmentsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CreateEnvironmentResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *Environment
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r CreateEnvironmentResponse) GetJSON202() *Environment {
+	return r.JSON202
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r CreateEnvironmentResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r CreateEnvironmentResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r CreateEnvironmentResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r CreateEnvironmentResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateEnvironmentResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateEnvironmentResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateEnvironmentResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateEnvironmentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DeleteEnvironmentResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON502 the response for an HTTP 502 `application/json` response
+	JSON502 *BadGateway
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r DeleteEnvironmentResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r DeleteEnvironmentResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON502 returns the response for an HTTP 502 `application/json` response
+func (r DeleteEnvironmentResponse) GetJSON502() *BadGateway {
+	return r.JSON502
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r DeleteEnvironmentResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteEnvironmentResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteEnvironmentResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteEnvironmentResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteEnvironmentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetEnvironmentResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Environment
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetEnvironmentResponse) GetJSON200() *Environment {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetEnvironmentResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetEnvironmentResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r GetEnvironmentResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetEnvironmentResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetEnvironmentResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetEnvironmentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type StartEnvironmentResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Environment
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON502 the response for an HTTP 502 `application/json` response
+	JSON502 *BadGateway
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r StartEnvironmentResponse) GetJSON200() *Environment {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r StartEnvironmentResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r StartEnvironmentResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON502 returns the response for an HTTP 502 `application/json` response
+func (r StartEnvironmentResponse) GetJSON502() *BadGateway {
+	return r.JSON502
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r StartEnvironmentResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r StartEnvironmentResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r StartEnvironmentResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r StartEnvironmentResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r StartEnvironmentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type StopEnvironmentResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Environment
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON502 the response for an HTTP 502 `application/json` response
+	JSON502 *BadGateway
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r StopEnvironmentResponse) GetJSON200() *Environment {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r StopEnvironmentResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r StopEnvironmentResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON502 returns the response for an HTTP 502 `application/json` response
+func (r StopEnvironmentResponse) GetJSON502() *BadGateway {
+	return r.JSON502
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r StopEnvironmentResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r StopEnvironmentResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r StopEnvironmentResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r StopEnvironmentResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r StopEnvironmentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListHITLResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -4276,6 +5288,54 @@ func (r GetMissionResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetMissionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListRuntimesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RuntimeList
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListRuntimesResponse) GetJSON200() *RuntimeList {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ListRuntimesResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetBody returns the raw response body bytes
+func (r ListRuntimesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListRuntimesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListRuntimesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListRuntimesResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -5025,6 +6085,109 @@ func (c *ClientWithResponses) WriteCommandStdinWithResponse(ctx context.Context,
 	return ParseWriteCommandStdinResponse(rsp)
 }
 
+// ListEnvironmentsWithResponse Environments this server made (and found again after a restart), by name.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/environments (the `ListEnvironments` operationId).
+func (c *ClientWithResponses) ListEnvironmentsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListEnvironmentsResponse, error) {
+	rsp, err := c.ListEnvironments(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListEnvironmentsResponse(rsp)
+}
+
+// CreateEnvironmentWithBodyWithResponse Provision an environment with its agent; answers at once, progress shows in state and events.
+//
+// The environment's agent gets the environment's name as its id and a fresh secret.
+// `state` goes provisioning → booting (runs; its agent has not registered yet) → ready,
+// or failed with `error`. 400 `invalid_request` (bad name, network, resources for the
+// runtime) or `unknown_runtime`; 409 `environment_exists` (the name, or an agent of that
+// name, is taken); 503 `runtime_unavailable`.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/environments (the `CreateEnvironment` operationId).
+func (c *ClientWithResponses) CreateEnvironmentWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateEnvironmentResponse, error) {
+	rsp, err := c.CreateEnvironmentWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateEnvironmentResponse(rsp)
+}
+
+// CreateEnvironmentWithResponse Provision an environment with its agent; answers at once, progress shows in state and events.
+//
+// The environment's agent gets the environment's name as its id and a fresh secret.
+// `state` goes provisioning → booting (runs; its agent has not registered yet) → ready,
+// or failed with `error`. 400 `invalid_request` (bad name, network, resources for the
+// runtime) or `unknown_runtime`; 409 `environment_exists` (the name, or an agent of that
+// name, is taken); 503 `runtime_unavailable`.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/environments (the `CreateEnvironment` operationId).
+func (c *ClientWithResponses) CreateEnvironmentWithResponse(ctx context.Context, body CreateEnvironmentJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateEnvironmentResponse, error) {
+	rsp, err := c.CreateEnvironment(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateEnvironmentResponse(rsp)
+}
+
+// DeleteEnvironmentWithResponse Destroy an environment and everything it used; its agent's secret is forgotten.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /api/v1/environments/{name} (the `DeleteEnvironment` operationId).
+func (c *ClientWithResponses) DeleteEnvironmentWithResponse(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*DeleteEnvironmentResponse, error) {
+	rsp, err := c.DeleteEnvironment(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteEnvironmentResponse(rsp)
+}
+
+// GetEnvironmentWithResponse One environment, its state refreshed from its runtime and agent. 404 `environment_not_found`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/environments/{name} (the `GetEnvironment` operationId).
+func (c *ClientWithResponses) GetEnvironmentWithResponse(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*GetEnvironmentResponse, error) {
+	rsp, err := c.GetEnvironment(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetEnvironmentResponse(rsp)
+}
+
+// StartEnvironmentWithResponse Start a stopped environment.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/environments/{name}/start (the `StartEnvironment` operationId).
+func (c *ClientWithResponses) StartEnvironmentWithResponse(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*StartEnvironmentResponse, error) {
+	rsp, err := c.StartEnvironment(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseStartEnvironmentResponse(rsp)
+}
+
+// StopEnvironmentWithResponse Stop an environment (graceful, then forced), keeping it for start.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/environments/{name}/stop (the `StopEnvironment` operationId).
+func (c *ClientWithResponses) StopEnvironmentWithResponse(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*StopEnvironmentResponse, error) {
+	rsp, err := c.StopEnvironment(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseStopEnvironmentResponse(rsp)
+}
+
 // ListHITLWithResponse Open human-in-the-loop requests, oldest first.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -5096,6 +6259,19 @@ func (c *ClientWithResponses) GetMissionWithResponse(ctx context.Context, missio
 		return nil, err
 	}
 	return ParseGetMissionResponse(rsp)
+}
+
+// ListRuntimesWithResponse The runtimes this server provisions environments with (configured and reachable), with their capabilities.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/runtimes (the `ListRuntimes` operationId).
+func (c *ClientWithResponses) ListRuntimesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListRuntimesResponse, error) {
+	rsp, err := c.ListRuntimes(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListRuntimesResponse(rsp)
 }
 
 // ListSessionsWithResponse Sessions (interactive, headless, background) on every agent, oldest first.
@@ -5966,6 +7142,291 @@ func ParseWriteCommandStdinResponse(rsp *http.Response) (*WriteCommandStdinRespo
 	return response, nil
 }
 
+// ParseListEnvironmentsResponse parses an HTTP response from a ListEnvironmentsWithResponse call
+func ParseListEnvironmentsResponse(rsp *http.Response) (*ListEnvironmentsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListEnvironmentsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest EnvironmentList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCreateEnvironmentResponse parses an HTTP response from a CreateEnvironmentWithResponse call
+func ParseCreateEnvironmentResponse(rsp *http.Response) (*CreateEnvironmentResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateEnvironmentResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest Environment
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDeleteEnvironmentResponse parses an HTTP response from a DeleteEnvironmentWithResponse call
+func ParseDeleteEnvironmentResponse(rsp *http.Response) (*DeleteEnvironmentResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteEnvironmentResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
+		var dest BadGateway
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON502 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetEnvironmentResponse parses an HTTP response from a GetEnvironmentWithResponse call
+func ParseGetEnvironmentResponse(rsp *http.Response) (*GetEnvironmentResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetEnvironmentResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Environment
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseStartEnvironmentResponse parses an HTTP response from a StartEnvironmentWithResponse call
+func ParseStartEnvironmentResponse(rsp *http.Response) (*StartEnvironmentResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &StartEnvironmentResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Environment
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
+		var dest BadGateway
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON502 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseStopEnvironmentResponse parses an HTTP response from a StopEnvironmentWithResponse call
+func ParseStopEnvironmentResponse(rsp *http.Response) (*StopEnvironmentResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &StopEnvironmentResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Environment
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
+		var dest BadGateway
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON502 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseListHITLResponse parses an HTTP response from a ListHITLWithResponse call
 func ParseListHITLResponse(rsp *http.Response) (*ListHITLResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -6155,6 +7616,39 @@ func ParseGetMissionResponse(rsp *http.Response) (*GetMissionResponse, error) {
 			return nil, err
 		}
 		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListRuntimesResponse parses an HTTP response from a ListRuntimesWithResponse call
+func ParseListRuntimesResponse(rsp *http.Response) (*ListRuntimesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListRuntimesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RuntimeList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
 
 	}
 
@@ -6584,6 +8078,24 @@ type ServerInterface interface {
 
 	// (POST /api/v1/commands/{command_id}/stdin)
 	WriteCommandStdin(w http.ResponseWriter, r *http.Request, commandId CommandID)
+	// ListEnvironments Environments this server made (and found again after a restart), by name.
+	// (GET /api/v1/environments)
+	ListEnvironments(w http.ResponseWriter, r *http.Request)
+	// CreateEnvironment Provision an environment with its agent; answers at once, progress shows in state and events.
+	// (POST /api/v1/environments)
+	CreateEnvironment(w http.ResponseWriter, r *http.Request)
+	// DeleteEnvironment Destroy an environment and everything it used; its agent's secret is forgotten.
+	// (DELETE /api/v1/environments/{name})
+	DeleteEnvironment(w http.ResponseWriter, r *http.Request, name EnvironmentName)
+	// GetEnvironment One environment, its state refreshed from its runtime and agent. 404 `environment_not_found`.
+	// (GET /api/v1/environments/{name})
+	GetEnvironment(w http.ResponseWriter, r *http.Request, name EnvironmentName)
+	// StartEnvironment Start a stopped environment.
+	// (POST /api/v1/environments/{name}/start)
+	StartEnvironment(w http.ResponseWriter, r *http.Request, name EnvironmentName)
+	// StopEnvironment Stop an environment (graceful, then forced), keeping it for start.
+	// (POST /api/v1/environments/{name}/stop)
+	StopEnvironment(w http.ResponseWriter, r *http.Request, name EnvironmentName)
 	// ListHITL Open human-in-the-loop requests, oldest first.
 	// (GET /api/v1/hitl)
 	ListHITL(w http.ResponseWriter, r *http.Request)
@@ -6596,6 +8108,9 @@ type ServerInterface interface {
 
 	// (GET /api/v1/missions/{mission_id})
 	GetMission(w http.ResponseWriter, r *http.Request, missionId string)
+	// ListRuntimes The runtimes this server provisions environments with (configured and reachable), with their capabilities.
+	// (GET /api/v1/runtimes)
+	ListRuntimes(w http.ResponseWriter, r *http.Request)
 	// ListSessions Sessions (interactive, headless, background) on every agent, oldest first.
 	// (GET /api/v1/sessions)
 	ListSessions(w http.ResponseWriter, r *http.Request, params ListSessionsParams)
@@ -6975,6 +8490,138 @@ func (siw *ServerInterfaceWrapper) WriteCommandStdin(w http.ResponseWriter, r *h
 	handler.ServeHTTP(w, r)
 }
 
+// ListEnvironments operation middleware
+func (siw *ServerInterfaceWrapper) ListEnvironments(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListEnvironments(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateEnvironment operation middleware
+func (siw *ServerInterfaceWrapper) CreateEnvironment(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateEnvironment(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// DeleteEnvironment operation middleware
+func (siw *ServerInterfaceWrapper) DeleteEnvironment(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "name" -------------
+	var name EnvironmentName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", r.PathValue("name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "name", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DeleteEnvironment(w, r, name)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetEnvironment operation middleware
+func (siw *ServerInterfaceWrapper) GetEnvironment(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "name" -------------
+	var name EnvironmentName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", r.PathValue("name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "name", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetEnvironment(w, r, name)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// StartEnvironment operation middleware
+func (siw *ServerInterfaceWrapper) StartEnvironment(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "name" -------------
+	var name EnvironmentName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", r.PathValue("name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "name", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.StartEnvironment(w, r, name)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// StopEnvironment operation middleware
+func (siw *ServerInterfaceWrapper) StopEnvironment(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "name" -------------
+	var name EnvironmentName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", r.PathValue("name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "name", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.StopEnvironment(w, r, name)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ListHITL operation middleware
 func (siw *ServerInterfaceWrapper) ListHITL(w http.ResponseWriter, r *http.Request) {
 
@@ -7065,6 +8712,20 @@ func (siw *ServerInterfaceWrapper) GetMission(w http.ResponseWriter, r *http.Req
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.GetMission(w, r, missionId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListRuntimes operation middleware
+func (siw *ServerInterfaceWrapper) ListRuntimes(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListRuntimes(w, r)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -7475,6 +9136,13 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/sessions/{session_id}/activity", wrapper.GetSessionActivity)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/api/v1/sessions/{session_id}", wrapper.KillSession)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/sessions/{session_id}", wrapper.GetSession)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/runtimes", wrapper.ListRuntimes)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/environments", wrapper.ListEnvironments)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/environments", wrapper.CreateEnvironment)
+	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/api/v1/environments/{name}", wrapper.DeleteEnvironment)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/environments/{name}", wrapper.GetEnvironment)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/environments/{name}/start", wrapper.StartEnvironment)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/environments/{name}/stop", wrapper.StopEnvironment)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/missions", wrapper.ListMissions)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/missions/{mission_id}", wrapper.GetMission)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/hitl", wrapper.ListHITL)
@@ -8471,6 +10139,397 @@ func (response WriteCommandStdin502JSONResponse) VisitWriteCommandStdinResponse(
 	return err
 }
 
+type ListEnvironmentsRequestObject struct {
+}
+
+type ListEnvironmentsResponseObject interface {
+	VisitListEnvironmentsResponse(w http.ResponseWriter) error
+}
+
+type ListEnvironments200JSONResponse EnvironmentList
+
+func (response ListEnvironments200JSONResponse) VisitListEnvironmentsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListEnvironments401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response ListEnvironments401JSONResponse) VisitListEnvironmentsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateEnvironmentRequestObject struct {
+	Body *CreateEnvironmentJSONRequestBody
+}
+
+type CreateEnvironmentResponseObject interface {
+	VisitCreateEnvironmentResponse(w http.ResponseWriter) error
+}
+
+type CreateEnvironment202JSONResponse Environment
+
+func (response CreateEnvironment202JSONResponse) VisitCreateEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(202)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateEnvironment400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response CreateEnvironment400JSONResponse) VisitCreateEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateEnvironment401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response CreateEnvironment401JSONResponse) VisitCreateEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateEnvironment409JSONResponse struct{ ConflictJSONResponse }
+
+func (response CreateEnvironment409JSONResponse) VisitCreateEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateEnvironment503JSONResponse struct{ UnavailableJSONResponse }
+
+func (response CreateEnvironment503JSONResponse) VisitCreateEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteEnvironmentRequestObject struct {
+	Name EnvironmentName `json:"name"`
+}
+
+type DeleteEnvironmentResponseObject interface {
+	VisitDeleteEnvironmentResponse(w http.ResponseWriter) error
+}
+
+type DeleteEnvironment204Response struct {
+}
+
+func (response DeleteEnvironment204Response) VisitDeleteEnvironmentResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
+type DeleteEnvironment401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response DeleteEnvironment401JSONResponse) VisitDeleteEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteEnvironment404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response DeleteEnvironment404JSONResponse) VisitDeleteEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteEnvironment502JSONResponse struct{ BadGatewayJSONResponse }
+
+func (response DeleteEnvironment502JSONResponse) VisitDeleteEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(502)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteEnvironment503JSONResponse struct{ UnavailableJSONResponse }
+
+func (response DeleteEnvironment503JSONResponse) VisitDeleteEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetEnvironmentRequestObject struct {
+	Name EnvironmentName `json:"name"`
+}
+
+type GetEnvironmentResponseObject interface {
+	VisitGetEnvironmentResponse(w http.ResponseWriter) error
+}
+
+type GetEnvironment200JSONResponse Environment
+
+func (response GetEnvironment200JSONResponse) VisitGetEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetEnvironment401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response GetEnvironment401JSONResponse) VisitGetEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetEnvironment404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response GetEnvironment404JSONResponse) VisitGetEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type StartEnvironmentRequestObject struct {
+	Name EnvironmentName `json:"name"`
+}
+
+type StartEnvironmentResponseObject interface {
+	VisitStartEnvironmentResponse(w http.ResponseWriter) error
+}
+
+type StartEnvironment200JSONResponse Environment
+
+func (response StartEnvironment200JSONResponse) VisitStartEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type StartEnvironment401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response StartEnvironment401JSONResponse) VisitStartEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type StartEnvironment404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response StartEnvironment404JSONResponse) VisitStartEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type StartEnvironment502JSONResponse struct{ BadGatewayJSONResponse }
+
+func (response StartEnvironment502JSONResponse) VisitStartEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(502)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type StartEnvironment503JSONResponse struct{ UnavailableJSONResponse }
+
+func (response StartEnvironment503JSONResponse) VisitStartEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type StopEnvironmentRequestObject struct {
+	Name EnvironmentName `json:"name"`
+}
+
+type StopEnvironmentResponseObject interface {
+	VisitStopEnvironmentResponse(w http.ResponseWriter) error
+}
+
+type StopEnvironment200JSONResponse Environment
+
+func (response StopEnvironment200JSONResponse) VisitStopEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type StopEnvironment401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response StopEnvironment401JSONResponse) VisitStopEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type StopEnvironment404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response StopEnvironment404JSONResponse) VisitStopEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type StopEnvironment502JSONResponse struct{ BadGatewayJSONResponse }
+
+func (response StopEnvironment502JSONResponse) VisitStopEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(502)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type StopEnvironment503JSONResponse struct{ UnavailableJSONResponse }
+
+func (response StopEnvironment503JSONResponse) VisitStopEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListHITLRequestObject struct {
 }
 
@@ -8737,6 +10796,41 @@ func (response GetMission503JSONResponse) VisitGetMissionResponse(w http.Respons
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRuntimesRequestObject struct {
+}
+
+type ListRuntimesResponseObject interface {
+	VisitListRuntimesResponse(w http.ResponseWriter) error
+}
+
+type ListRuntimes200JSONResponse RuntimeList
+
+func (response ListRuntimes200JSONResponse) VisitListRuntimesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListRuntimes401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response ListRuntimes401JSONResponse) VisitListRuntimesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -9342,6 +11436,24 @@ type StrictServerInterface interface {
 
 	// (POST /api/v1/commands/{command_id}/stdin)
 	WriteCommandStdin(ctx context.Context, request WriteCommandStdinRequestObject) (WriteCommandStdinResponseObject, error)
+	// ListEnvironments Environments this server made (and found again after a restart), by name.
+	// (GET /api/v1/environments)
+	ListEnvironments(ctx context.Context, request ListEnvironmentsRequestObject) (ListEnvironmentsResponseObject, error)
+	// CreateEnvironment Provision an environment with its agent; answers at once, progress shows in state and events.
+	// (POST /api/v1/environments)
+	CreateEnvironment(ctx context.Context, request CreateEnvironmentRequestObject) (CreateEnvironmentResponseObject, error)
+	// DeleteEnvironment Destroy an environment and everything it used; its agent's secret is forgotten.
+	// (DELETE /api/v1/environments/{name})
+	DeleteEnvironment(ctx context.Context, request DeleteEnvironmentRequestObject) (DeleteEnvironmentResponseObject, error)
+	// GetEnvironment One environment, its state refreshed from its runtime and agent. 404 `environment_not_found`.
+	// (GET /api/v1/environments/{name})
+	GetEnvironment(ctx context.Context, request GetEnvironmentRequestObject) (GetEnvironmentResponseObject, error)
+	// StartEnvironment Start a stopped environment.
+	// (POST /api/v1/environments/{name}/start)
+	StartEnvironment(ctx context.Context, request StartEnvironmentRequestObject) (StartEnvironmentResponseObject, error)
+	// StopEnvironment Stop an environment (graceful, then forced), keeping it for start.
+	// (POST /api/v1/environments/{name}/stop)
+	StopEnvironment(ctx context.Context, request StopEnvironmentRequestObject) (StopEnvironmentResponseObject, error)
 	// ListHITL Open human-in-the-loop requests, oldest first.
 	// (GET /api/v1/hitl)
 	ListHITL(ctx context.Context, request ListHITLRequestObject) (ListHITLResponseObject, error)
@@ -9354,6 +11466,9 @@ type StrictServerInterface interface {
 
 	// (GET /api/v1/missions/{mission_id})
 	GetMission(ctx context.Context, request GetMissionRequestObject) (GetMissionResponseObject, error)
+	// ListRuntimes The runtimes this server provisions environments with (configured and reachable), with their capabilities.
+	// (GET /api/v1/runtimes)
+	ListRuntimes(ctx context.Context, request ListRuntimesRequestObject) (ListRuntimesResponseObject, error)
 	// ListSessions Sessions (interactive, headless, background) on every agent, oldest first.
 	// (GET /api/v1/sessions)
 	ListSessions(ctx context.Context, request ListSessionsRequestObject) (ListSessionsResponseObject, error)
@@ -9794,6 +11909,165 @@ func (sh *strictHandler) WriteCommandStdin(w http.ResponseWriter, r *http.Reques
 	}
 }
 
+// ListEnvironments operation middleware
+func (sh *strictHandler) ListEnvironments(w http.ResponseWriter, r *http.Request) {
+	var request ListEnvironmentsRequestObject
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListEnvironments(ctx, request.(ListEnvironmentsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListEnvironments")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListEnvironmentsResponseObject); ok {
+		if err := validResponse.VisitListEnvironmentsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// CreateEnvironment operation middleware
+func (sh *strictHandler) CreateEnvironment(w http.ResponseWriter, r *http.Request) {
+	var request CreateEnvironmentRequestObject
+
+	var body CreateEnvironmentJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.CreateEnvironment(ctx, request.(CreateEnvironmentRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CreateEnvironment")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(CreateEnvironmentResponseObject); ok {
+		if err := validResponse.VisitCreateEnvironmentResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// DeleteEnvironment operation middleware
+func (sh *strictHandler) DeleteEnvironment(w http.ResponseWriter, r *http.Request, name EnvironmentName) {
+	var request DeleteEnvironmentRequestObject
+
+	request.Name = name
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.DeleteEnvironment(ctx, request.(DeleteEnvironmentRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "DeleteEnvironment")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(DeleteEnvironmentResponseObject); ok {
+		if err := validResponse.VisitDeleteEnvironmentResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetEnvironment operation middleware
+func (sh *strictHandler) GetEnvironment(w http.ResponseWriter, r *http.Request, name EnvironmentName) {
+	var request GetEnvironmentRequestObject
+
+	request.Name = name
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetEnvironment(ctx, request.(GetEnvironmentRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetEnvironment")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetEnvironmentResponseObject); ok {
+		if err := validResponse.VisitGetEnvironmentResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// StartEnvironment operation middleware
+func (sh *strictHandler) StartEnvironment(w http.ResponseWriter, r *http.Request, name EnvironmentName) {
+	var request StartEnvironmentRequestObject
+
+	request.Name = name
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.StartEnvironment(ctx, request.(StartEnvironmentRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "StartEnvironment")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(StartEnvironmentResponseObject); ok {
+		if err := validResponse.VisitStartEnvironmentResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// StopEnvironment operation middleware
+func (sh *strictHandler) StopEnvironment(w http.ResponseWriter, r *http.Request, name EnvironmentName) {
+	var request StopEnvironmentRequestObject
+
+	request.Name = name
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.StopEnvironment(ctx, request.(StopEnvironmentRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "StopEnvironment")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(StopEnvironmentResponseObject); ok {
+		if err := validResponse.VisitStopEnvironmentResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // ListHITL operation middleware
 func (sh *strictHandler) ListHITL(w http.ResponseWriter, r *http.Request) {
 	var request ListHITLRequestObject
@@ -9896,6 +12170,30 @@ func (sh *strictHandler) GetMission(w http.ResponseWriter, r *http.Request, miss
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(GetMissionResponseObject); ok {
 		if err := validResponse.VisitGetMissionResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListRuntimes operation middleware
+func (sh *strictHandler) ListRuntimes(w http.ResponseWriter, r *http.Request) {
+	var request ListRuntimesRequestObject
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListRuntimes(ctx, request.(ListRuntimesRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListRuntimes")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListRuntimesResponseObject); ok {
+		if err := validResponse.VisitListRuntimesResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {
@@ -10121,142 +12419,162 @@ func (sh *strictHandler) GetReadyz(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H3tcuO2suCroLi3KlIdWpY/Zs5Erv3hzHEmvpmvGjuVPecwK0IkJOGYBBgAtEaZctW+xX2DfZH7Jvsk",
-	"W90A+CGRku3xzM1N5c+MxQ+g2Wj0dzc+BYnMCymYMDqYfAoKqmjODFP463zBhLn8G/zJRTAJCmqWQRgI",
-	"mrNgElC4O+VpEAaK/VpyxdJgYlTJwkAnS5ZTeC+nH18zsTDLYHJ0/CIMci6q32Fg1gWMpI3iYhHc3YXB",
-	"S5nnVKS9kyb2/lNPe8W05lL0Tqvt/aed9g6G0oUUmiG6v6PpK2rYiq7hVyKFYcLAn7QoMp5Qw6U4/JeW",
-	"Aq7Vk/6bYvNgEvyPw3opD+1dfXihlFR2qpTpRPECBgkmwfWSEVxAsoJ/6IquyWrJM0bMkhGHZaKoGAV3",
-	"IUD2gf1aMm2+DmTKTka4JjnN5lLlLEVAXkoxz3jy1cDQslQJAzi4IJRoQw1giBqSSqaJkIbQLJMrYpZc",
-	"kwEbLUYOrXArkUKwxLA0rDBKM8VouiZMpCwd4je9leZ7WYr0y3/TW0l0mSyr78Lpr6V8TdWCfd2Vncl0",
-	"DWjNYGoFKBXkiLzh3yFMPwlamqVU/Df2FdDyhmvNxYJIRVZKigWZMaoAKHnDhIfnlvKMzjL2NVbJkEJq",
-	"zWcZI0KuyIALwxYKJyFyPg8J+8iS0kiFVKbYgmvDFJCZkJb8QqKNVIyUNeBAbHeeWVn2fvnzqytDTYm/",
-	"2kD8zM0SWcHW3PGnCBAw54tSsTQKJmROM83uYgL0LaRZAi5ZptmI4CjcEClCwm6ZWkciZ/mMKVj6QjHN",
-	"hJmQWFORzuTHKU/tILH/PntFMcLywqyJ5ZyalMLwDKCLhP14C5/GR2lyI+QqY+kCEFIP5dE0ZYD4GCAQ",
-	"ZZaRUmRMa/zWjGoTiQq5zbHJnPKMpSPyFr6DUEcckQjCoFCyYMpwy8Vr3MAvx/NnUmaMCqCliil032Yi",
-	"LSS3xLUhMMKggZfd99sfC8/Ct1r6tUJr6916ETqGvmtKvX82v/GXaig5+xdLDAx1nhh+y8364tbtkk0M",
-	"aTMtNc4DvJ2aYBKksgToqtFECXSCCFt1f2xa2qWZ0oJPc90ajQvz/LQeDInYjla9de83uK6xuL1eN9xy",
-	"bibKHFDDBTdBGFCtuTZUmKlhH+ECbIsbgDwMjJTZNKFZ5v9WTJeZQc3C/VEKIGIgLi5uacabeHYYCIOP",
-	"BzDpwS1VoKVomN1j/tJC4X+ee2iuLTD++nUNVHVJyuylha156YOHzF/cuvBTBXINhAP9LgxymbKscxlF",
-	"mU9NqYRu3G1gv6AK1EzEU6lZH+U7zHXd0uzXbf72XmqO+5oL3PpzBtxirmROjkadZNBQAbdGe5nRMmXf",
-	"aOIeIjxtDNIApZzZax1gIp103oBP56IozfbE5wTuEiCmb0BHKUoTklumZtTwnPz71bu3o2oIq8r2TbAD",
-	"t3AfV4cbluvuR+wFqhRd429VioT2MLkNZgLr4/bRLmZyVeY5VevPZiepFGwbkaCbzLmgGbGURFYUVhPk",
-	"f9ix6x/ORUC2THvXeBf5lknCtO7mPhUr6dk9uHSwtogdmqZI9DR738Jgx3ubq9C7QzcW0z7XAqwFhcN/",
-	"/VlhvX5ttHbSwqJToFhL9JYpza0GtoXEhBZ0xjPu37g/JVfiekpNm8KoYQeG56xro6dcP+7FpdSmd6P2",
-	"7E9eTGmaqjaR1LczOmOWPvas/xYSasQj9S4ZVWbGHvI5OTOKJ3qfLvzGPQbEVArBxWLqDKYe+lSgAlos",
-	"ecELmENqEoZywVQQBrd5Q5T+0sWPK+13F3RIdU5RhpfW2rB8ysVc7nvzCh+9hCc3Nwp6Etz89fc0CKBa",
-	"uA6c9O6N11z37Y823e/93u29sPEBbtBeUGrLwq+QNlQZq22gERyEwazUa4sHZNbNbdO5YM49BGO3Ft9h",
-	"KAAVmN/jZQtYFxfp2WMNv1On4i0SmcLfe1D7rjRFaS780y3Ov9NY/MgSp3E5smX7XmmhCl9KmVLdIgZv",
-	"TeV8rpm5pzzTJpWl6RtOlqYxXFvUvsPrRM6t4sWVBhsWBAdLiX2XzNaGgeTdC8iWYdJwDzYclBZjFdQV",
-	"NjaB3cRFY2W7CP2lYtQw5zxseMg2CEstHix0LMPO6UeeA4UfjcdjdCe6n10r4r69Q9dVcqFoTowkqhQh",
-	"yaS8YSkpC1B+359f/wCY3umq7DfCmLj9PMnihV0b5KOD56dAIecH/yD04DcyPviWTMlBiA4Pz0fIipsl",
-	"OSBSkekZSdmcguIWlePxSQLz4F/swF7gKSkUm/OP9ip+cu2tfX7a8c2FWW9D9qEU1hdomMpRYRz4mcGw",
-	"PkOHiaKgtDJvDmhCsxVda5LKoXWKAI1LwUJCyYwmNwslS5H6x8GOMCkXhGtCScELRlaKG8MEma29kk/J",
-	"ktEUXRfe6FhSTQSO6nYRFbihmFJkJs2SLCTQAHo65CLE2/CjMlqsQ/OGFQbNorz8SAa84eqUpcngs7jR",
-	"zstZKAla3LBbS1Zy9XAy9gbSTrlqIb6GR3tYQOd+/RvXBTXJ8jxJWOGsk/ZeZdrwHAyXKVJZx/p//5Kc",
-	"nJx8Cxj66fqlpUH2kSYmW5OcZxnXLJECqS3hAGVI0C18PD5+fjB+djD+9nr818nRyeT4eHR0fPKPFptr",
-	"KlMFNYYpmPN/R1H66fTuIIrSKErdf9f2v0nrvygawbMnd//4ty51bJ//KOdNG3eHutTGCdWaL4B7D5Cc",
-	"0ElOjWPtFHFNRcKGHTbxxuI1AGhD29CVNpdo10L38mQgqowZZy/sdY5VoMx5ZlinQ61fmdggIFkaZvch",
-	"99tocDo+JXzeDhoguvZCdn/LpmeoSuhsEMeemTutBCkWU6+K9Q/R4BA5MzSlhvbLEPtmz0j11G3KbXD2",
-	"42fP9wo3Owy/Zd3snmoS6yU5SJxsqR63oiTeKz53EXk9dxcdX3jH4yb1pqzLGaQNIIloQW/YNKGaEXiS",
-	"zKUCTg1KgJ6QshFcCYnzL07/pYFT+V8uTBNGYibT9dRIOcVIDQrg6RykVUhyZpYyncIVDILBcJbuGw/V",
-	"F+poWCTs1YUVgfg3ulirOFlzBH8JQ2YWADotzDq0UnKaZFLjoCh5Bc38WI3QxTTlGlCT1rETnKIdO5na",
-	"2EkkMHgybQRPQuIXLXERyPpKA1TvI6wvRWLJTdZ8pvotCyYar9CcTQ29gWtw10v3kFhVdDpja2mxYKMO",
-	"2zzK08omVeRMa7pwZMBkkbH9jNgOFlpK66RMtEj+wBrvZ2u2Of04lWjvTcGc6ZCb1hq0ClfBFNFGMZrX",
-	"CuXRc/KGfzd0uqpFxPO/Ho1fvAB9dTdudiuvhWZlKg9qHXZbY8yZWjgh9ESanSrFlOo+k5GLjiikU3ud",
-	"1urW2+vHIVktebIEvdUsmSCWEZAB7PBhCGZBxuaGwD4jA+87IT7ANuz00ANGOrzDFx/e4Pah5P3138PK",
-	"1vgIjx8cP3ueyEyq7gF5zsDAtFphBxH8yDOMZZLVUmbMa9QETIKC0LnB6DjXBIQrGVxdvgJgQvvFV5ev",
-	"frx8/ZocE00yapgajsj5TINKIRUZk5xRocnJeEw0gg+YcWFa4gDD6w3k1ghqkd2L56etBR53LfBKqhsu",
-	"FtOUq/vEEPv19Ia740ndNA932z/esdPDjn9erlspNokss9TG8UtvKlArW8SCzLigaj3q1uU5yNS0J5ih",
-	"GM0IPIMqwBk5On7xl7dkBVRzw7OMpWBLgtpOM/IWbv/V3gTYnK7QgA017Z64GI6xDcSVHRuTZdyMbuwE",
-	"xRqfEyrWoz7n0g5fVa/faWekhOcsnbZfbd5+QMCqz8lUr0iXo6mipDYZNiFrRkVqgLo2yA+X16/PhV4x",
-	"1WXEoorxeBNvr/n9xo7hXIsb2PGTh2091w7c9y3dfmunhd7fcw1DeaVkn/+6GrwPpn7tZjcHEr1RvgTd",
-	"hQ8MCD1+LQsl86IvJr7jzfstqBu9/uLW9/Uj1SY8bmPVY63plXv27OT5Pk0V3+ucjtEMRtmcqPZisI80",
-	"LzJ866YL9/0Rxc0QtvdN+De64HlTx8I2rLminBZMJS62eZ8YNtc3UyMNzWrV8j65L/BaqVn6oLcySdMp",
-	"vV1Mj+4JXf3Cs4e+cd8XcpZLtX4ECtyLD0RCl3rvmOAD2YO92Qhfbj/BV4vpzv0ZBsmSJTeopO1QhBr+",
-	"rSfhRGh/P+yNjbSpxp1tN+s9h2xqPdvLC7zqgUKCG2alcfeIGPlmPpFtO7i+4fJ6vItrj0trt9OqK3ax",
-	"j4gUo7qHPHBRHrjYj9AcQN+pknq2BiyL9IE0usvP5iOANdpau6A13S/9271bUXEz3V9R8cxjn5JSDbwD",
-	"pK1guHfH15kDgdMjqqEB87rAHR1UzAL/tnmuoNjOpOqLpG9YO1u6f2nmBy+sPUGzrI7uWncIGOzoZiQ/",
-	"XX9/8CIk0iyZWnHNyIxq9vx0hOqy/RgcKggDe6cTmg+Mplw4zX/bzV9Xt1RL034oZYbynuTEvlQcm8Cw",
-	"31ZwqRz28a5F3HSE3Xdgn0HR+MKu4T8wzX9jO8Igj3C7PcL5s2VB2bwWGKgLahff65CtqfRxu22TVzN1",
-	"yxTJGLXENifc2JTOKmD5jSaKFbJlyzZ49W7R/QinZuWffBIJ3B+Ef7Bk7nceXDFDpEhYKzRss2qwQoJq",
-	"b84PrE9hLlXlSBh22/PdQf6fBP+1ZITmUixsVLoVM8f1c+vW6QGpBdi2i4VWoAPAmdTdQ+wRkV9MDjoC",
-	"r+Tg5wa9W/VpDZeEYz84fC0DPV06mt5ruLmZfSZuBwdVsii6tuW7LGWKoPqkiZDoxGQKPd7dlGIfvX+q",
-	"WqvSoGMLNhSM+4zjk4y3wiEWrHq8sPrmHQj7EfdJr7rQS3XsUVF42JVTDXjYpxi1qMUNt+MzunUev0/v",
-	"vVaeqe/TeaqBd4C0pfM0cws3cwHDwDKsANR1be5ZSlHP5Af2eV7V+O7ChZ+mvew1/nDSGvhrt9nrkpEq",
-	"YwgUNRf4Q53HpwY9DObL1oDu4g/1uO7Kd43hATrk4b2qQp+f99wzf4CCDC7fXoekilL8v//zf4cgNazl",
-	"vj/s6CbpXHmT8v4cO29hbbv8qaFTpzw2eTgY/52SUc676jukZi4py4ZkVooDVXSpEV3OgkYicEewNFl2",
-	"qwhFOU2k6svRR2/OQ3wfN0yJniIc5xZ5yGhSd/vFNr4d+VlSKmCuwAhcmpULwl/LGya6tTkssCOUrxZW",
-	"sSNc65KlhBrSWaEHS4GsBhcDKzhruJfGFAh0AcZ+Y949bwD4PtF7Q7K5kciHi6trcv7+EvSVGEUvTw7y",
-	"RW5iMkDAUyJtWMWlzEllyF/I8XAUiYtbptakoGZJSgGSMj6kBT+8PYqJYCy1VYke5lZZaiQG8fmri7fX",
-	"ly+n795ffDi/fvdhev3ux4u3MUY+8UXByIIJeJulhAsjSWwzWGBTkJQrm8By6Gc4wKFjhEwpqVxBpc1d",
-	"/Perd2+x+BO9OlEwIVEwGo2iICQRpgnYS3XuydRevItdvgI3WdU2gCcHrt6Q5FTQBcsBNefvLxs+1Ekw",
-	"Hh2Nxm7ZBC14MAlORuPRiU2OWyIlOYQd1jnuC5t0bD8KuGEaTAKQYecLJ8RbVffH4/GT1fTWOfi7Su51",
-	"SDTa1pjOaQvbT8dHfYNX0B62yqLvmtqNTbnXBEsdfLjc7Y41GTQK0THVHkmkmWyPaYyuFG6haMJIwRSX",
-	"qSsabiP58JPXMO968f2KWXTjUtU9Jf7Z/Yn1I4e+58TdL196nXau0WMXBV463f9SVfN/d7cTv4fNMphC",
-	"6g5Mo4LystLoPwfbKFu/k+kT9p9oZAndtYW9USW721rj4yebul3t0bHWV8By3FZprvl4//I1+mF8JTKB",
-	"F77d/0LVHwNeODrZ/0LV/eEuDJ5Z7O/9dN+kpM2BkA4JrRIbpCBU+B4jLuV9RVFrOsOeADaZ3Mq4hGYZ",
-	"6Ie7NwPI/eZG2N67fnJeOSn4vDEBWUimbbOTGZtLxQAQJlI9ioRLxrJpdiTezN6KmxlaXBNn/tl+BVWw",
-	"HtsKaGasyGtvVNgLf5h9On7iqW1pUzdDbnSjIYPVkhpswcCNrvNb0MjYSFchg9i1etDMDP/c3J+zuTEN",
-	"unNrw2/Y1ugGhDWxBW37tnLTe7BbYbvyT/4uNYmmi6SHfP2nPome1xwQLA7Q8V3HF5mlTPuqi4HtmII5",
-	"i00ujAVCdjP0c1HvOlWlcI2P3l//He2bRGY6/s//iJVc6bhOVH0x/s//OD4dnpEYrKfY50dqEK+1E2MU",
-	"ifOtqqVvdCMqRDMtSUGVBsaqSYJtFRzTPYCFsVYMuoWdxw47N4wi8VKmTE/I6XhM4mZOexzWvx3njMlg",
-	"RlMCoIbWa4HMA2l7eEZOx6eRiDcS2WO4/i2JO9LZYYbtLO6YDGjLoU3kPBK1Gbik2ubGwSsw69EJidvJ",
-	"9vEZeTY+9nMupGAwVSNdPu4SM62axN+doOmsmLyXxDl66j3bqRNah3/LYv9TcjyFWljtglp29KmBIW5w",
-	"xxVQY8Nd34xHZXKxIWH4anGomNuU/dbSB//I+eXPr4IvaH40mmt10FkFBvoQH0ssz8Yn93qp6l22IdQ9",
-	"EMCmG442IVch0Te8KLgLzAEPl/M5CvoOvNcRiV5fQI2NL2nW78T5tatNLPUZkSJbgzTzbaxiMsAuZsM6",
-	"CbrZ+IyDrJ0/iQDHyIUvfm96N+vpfJMx18pCV93GWpj3noHDT3U+8p2V5xmzwZH2MvzIs+yx9kfdlrND",
-	"m/qKNjsWS2jkHdbDhb165jLL5EqDylDqkmaj3zH7/Txuit9PiQtxVQr5ABhmR/2IVfQWnV0YKqWrys7B",
-	"VAn0APJbrDVHQp1rZvSZ476YYHHDWNFsmNdhK8s5YTRZOtXNlprHrVYL8WHcarUQR0JjD1KmmFtbBxY6",
-	"q9GiAzP93JBcakNOyRv+XdMmhz89Bs9w73BRsvqj6iQknA+GEu5vUlBt8CHmrBlbLiPYyomhEbkUJLbk",
-	"Fvv6+kNXKUUVi4TVt7EAutZnnUfVcp3hiLz0NTaVkYpVEUqWi6Wt8jl/fxkJqhjRS7kSlePEQdGh7r1i",
-	"5gk2dei63v5aMgxu+7a3dsUAh0Gzz+1WeGhXXdCOwWH5P3/wjewPMEbLoqqwxrqpjSInuAlL3VpjMsBH",
-	"C5llIaGOzE7G4/EYs1q6PgFIxRZxtHoAW2jx1T3Qf0nTdC8zbfhWfs86bof4RCeEXTQ5J7TaSvXX7BOU",
-	"MBP/je1SFOH+U8nLpzek2ol997KgTjsKQnEUlKiWd1XigxlNri5f/Xz59uUPfzrPHiy09xNgnU/RE9fB",
-	"+79fAmynizyWAF2VoG7EYuoq35Yu8ycNfgEa9GXX3ST4s+KGVWIEHv0dkmEzLeixVLhRZ/6n2+ez6c0X",
-	"4vT69n+4vH79JX0BVVVpj+KDXQF8DeiTWPbvYMRlmVNxwMWBWbKDTMqimqPtoG+rKICtw0+u0PLOTZf2",
-	"hzrPheuIHhv20WDQkQpCsSCYGCnJgJIZWBGCrTIuWIgKcBS8V8BOL95eX3yIguEoEqfjUxK3O5R4T3er",
-	"T0lMBv7kAurKjjGHBCwll80KP517LhJLqt0RB3C502tOBooZta5zza1fnGv0Ng23fd+RqIey7m945gTs",
-	"yo1uLZ1+cVt5mjq622BjHUd+1GWvT3XexxfigK2y2q8cvG3VoXfstA3G6ujDehM83XBd+TPognLxJ+N9",
-	"IOP9bEewXUFCCSynZ1hnnrn8xXMRWKlV54L6jixtrtasiuuVA294X3h3w18lsL+ei3yiY4Vr22uuzzqv",
-	"mn7ei5Q3mhp8Scu8WUvYI578l37FzdAiCb8sRIKUTKRKyQBPu1HJkt+ydLhLnHngDz/VlQ47UwV9OeR9",
-	"+HKrqvNerHl/C7ivsdp7VhoErJYERbCrnPSo/oru7EcwkubC3yuroz+ho2PHm418h7ppYt+ub3b9fex5",
-	"YPtB+QIMqF0T9jvLWvnqDMhTiT39yFWzhKRui1fnlQyBSeHxQl2pMG3W5D/r8FNdBLURNWvjIq75Tdxw",
-	"6Ttdu4oWtlJmqN/UXsPe6gvolexWb8OGki1vmepXnSPxUN2ZbKrOXRryjzzLevNG+rOEBu1eA9Yj6xCA",
-	"RkKdOMbT2pX+FQ7Y+5Khynat165Q5R8+GlkRQl8U8qwmiErV58Ln3hJa2ZAj13SgGbbcUhYem9pUn/H4",
-	"NXjrHr46+i+JnrwTNQCkhzPdg18e0kYlcGd0+cJW/GLGYazZr7FtnctIjOVzjdTB8QRbRNywwgxDy0ot",
-	"uD5HQpWCgGJEFYaRI7GUK5JTsUYuXxUXgwlaJWUPfPjueDweYxETjO9yBmgV8NOGrj1Hj0QjtwhDtS6f",
-	"cBf7bjZqjXuis5vF059Btj2BVERpW935r4o5bn5sX4mNu/+HMvW38nQB82k7UdUKx63O/YPtTNfhffZh",
-	"6tqc7/AUlmaJ9XbUV3nZPAdfQWmrLF1p5WzdzEjqK7SMBFqCrdJEHGY4IuhZ9R12nDKk24ccvL/+e+0n",
-	"HOxsrD30eZjJUmomvHZnucr55c+vpm8ur64u372dXv4tthJFEyZuuZIiB8kbiXPi2vF7VHm2omnOSEu5",
-	"q5CDt/CAUqvlaXI8Pra+KXzIpvHiU04NtG1zqcImB3gA5pkdjpKUz+dMgXZmjzxFLe10/O0oEi+XLLnR",
-	"ZEmLgonKopAqZWrSSj+r89Rwpo1VYXB98Gx8Mgwj4WpEB6fjo2FopxycHp2E5HQ8HoauPrD12QP4OKkA",
-	"pmFIlCzxaI3B6fg0JDDoKBKReIOndmqPPBzX2j82Jag6IuIGDyxFU5aLxumbtm9+PHRHdNrjFyKBSuFC",
-	"SPQn61YWYk7XhKYp0TJnZw7w3IGRl9qQJb1F5Zcrl8rtzrOIhCxsky0iBdM40IzhYZ8jEvt2XKjMY+dl",
-	"f1weUotiBaMuLSqRC8G12xdkSfWy9f2DhAopeEIzrI2dOMKvgLQ1nmEkbPE77gTnPsODWldLbhjRBU3Y",
-	"sDqLA7Tib3QtcngaT2x/JHzSHlNbnaKKtOL6H9dke0aosK/c0qxExAAmWepAC+3Bp1xow6hlSdgzOIxE",
-	"fDQax8078ZGtJ/YjNgGz55NsEPgA6GgUCeAEuG1s9bCGf2KbCDUhUdWjKgrikLROjajPiwhtPYB1hriV",
-	"icScC1cY7VXKeakQNppJW1umSbzRYC5uIYlX5iJu37p6AMMJXW3j4+ZJsu3G8XDLt46PAYXb4QjQFo5I",
-	"3Gy8H/dl/HcUMERiq4LhzCom3XGVzV038i6RGIsNYKNGoi79xbtDp9Fstrnv1Gr86Rq9brsOiW83tl2w",
-	"5uLNGKyaJkae2e1YsWFvEzyVwXhfN+DTR2g2TyP5ypWwW6fedGhl/h4ZuEw53Ch+kbzwRGrxYrDNdP7M",
-	"EXpUDMa1xsBds9EU45+/AD3WKmVDNlbr0fA1VQmPfpj7KJDWEOo14+okYRAhoKakB5g6j7nBmVzYBFzm",
-	"fD3uFEonMWdaZmWdQmyNtxksCHajIJh5ZhNmrbsOc4dRQXB2nNU93mdAcQOw+GJLpjGZlcaGpw7R/Duw",
-	"inM8nNTi2TF8MPfswJgJHMO/cSS8/TlpHEKHH7VkWTqs8z/jnH6MRyT+XwcWFwdXLXEim2fZgWxqHWYH",
-	"A4aNdy9EGjdf8939bSI1tmloJC1zMIgRafUIr2gxwXPGYitR7ZfNmFkxJtzH2WTrTYCb9vGInBsLMCbB",
-	"zv2RYC3kYYKBU2Njm2H/P+3MpnGOv/1imzI9sFm3J2Oih5GYS1XlaKoqudpr38z7RyPhFnVCttdzAnR3",
-	"dXXhc7yxYE6j02i1tGoarFdzae3JCDC9rQnAEjwHR3VufN3XDoYa4FkKFNVVjiJ0rqxyn27AHQkLyNB/",
-	"UpJx0HyqsvIR+R5e1RMS44dM3NTOuohB85yQT1FgKcA2T4GLURBGIqqaxEfBHQjySlHFRpmIINTGbD8j",
-	"N2bzLVCt7M0oiGvvNJKJzSsHJb3RfNNqnjFPJx2UyQ0ZUKIatUoEHTtXslSJrb7IYVzjkvZtHnv8mmpz",
-	"gA8egF2GUDjSBE6CuubwrMLQghZb6IGnHUqMRGTgKJbcm6RcD+PXbmMk1CstnqumhxWyU2xPg2n5sIwZ",
-	"B3thEE9IwcUiHmKlAxAGTzNvnBMKFDUi50RnckUUo04FBz0etX2s3XHgTSzc3JA5zTLYqUvuqAo5IdzB",
-	"VFtKYsQDUh5ui66CVq/+hSTeOhUI6KVCcqugod7gw7PegMRu75XlJZ/pu+o8BtRIxKHdwvVRih1MuS/K",
-	"9tQFBL7CBIUpOhot2dmDc1AYObO/Ahf2UMZz7spSekHN6cfuWoHTo29PT8an+5qobp1zhNCARD6ri/Ad",
-	"s6NdBEAGwE2dTeZYZD9i8X4L4K1eZw9zJsrEMM/c2/pr3ZcNTzzpbBS3JR/aQ2wkFl9d2M2kPQ8OgdOE",
-	"vpXpQDMbOmu81nlAYXf2oK3Hce36cDd8CppyvvfY2w2Z39IVzuxWAJMWdgNy1UGT4uxa7aD0jr67Td1h",
-	"GyqQ6E3e+lBVYjd8vsMhzIK9pTPNOlo4N6G86j52c+ehwcgjPhNRd/9NCmA+AIXQ7e4JSDHUV7SFjlFJ",
-	"Zf2vqAVdoa/uAPseuQCN3UfOUljigRm/7UrU+cE98iVTCu2xHT0bzwcWnevRlk+3DamW0fSa3zIBLxRK",
-	"zqzNdYgh9p2f+cE+8QW/su5Z3lkdTlMbG3FG5Zef8q00yHzWZ7URgBaGPWKtGs4dErwb6dVMFutnJOPa",
-	"aFsRWo9EbaITuu64c7na796yjDfaNjrLGMnZ6iGlylzPxsnh4dHxX0fj0Xh0NHlxdHwc3P1y9/8DAAD/",
-	"/w==",
+	"7H3bciO3kuCvZHAnwmRMiaIu3cemYh/kttzWuG/Rksd7zqGXBbJAEkdFoAygxKY7FLFP+wH7Mn+wPzJ/",
+	"Ml+ygQRQhSJRpKRW9/E6/NIt1gXISuQdmYmPnalYFoJTrlVn+LFTEEmWVFOJv87nlOvL78yfjHeGnYLo",
+	"RSfpcLKknWGHmLtjlnWSjqS/lkzSrDPUsqRJR00XdEnMe0vy4RXlc73oDI+Ov046S8ar30lHrwszktKS",
+	"8Xnn7i7pvBDLJeFZ66RTe/+pp73gt0wKvqRcv8GJopPjf/ec9vnJ/lmvqFJM8NaPVfb+037snRlKFYIr",
+	"iov8LcleEk1XZG1+TQXXlGvzJymKnE2JZoIf/kMJbq7Vk/6LpLPOsPPfDmsCOrR31eGFlELaqTKqppIV",
+	"ZpDOsHO9oIBkAyvzD1mRNawWLKegFxTc2oIkvN+5Swxk7+mvJVX6y0Am7WTAFCxJPhNySTME5IXgs5xN",
+	"vxgYSpRySg0cjAMBpYk2GCIaMkEVcKGB5LlYgV4wBV3an/cdWs2tqeCcTjXNkgqjJJeUZGugPKNZD7/p",
+	"jdDfi5Jnn/+b3ghQ5XRRfRdOfy3EKyLn9Muu7ERka4PW3EwtDUo5HMFr9i3C9BMnpV4IyX6jXwAtr5lS",
+	"jM9BSFhJwecwoUQaoMQN5R6eW8JyMsnpl1glDYVQik1yClysoMu4pnOJk4CYzRKgH+i01EIilUk6Z0pT",
+	"aciMC0t+CSgtJIWyBtwQ250XVlapXP788koTXeKvJhA/M71AUbA1d/pxZBAwY/NS0mzUGcKM5IrepWDo",
+	"mwu9MLikuaJ9wFGYBsEToLdUrkd8SZcTKs3SF5IqyvUQUkV4NhEfxiyzg6T+++wVSYEuC70GKzkVlFyz",
+	"3EA34vbjLXwKHyXTGy5WOc3mBiH1UB5NY2oQnxoIeJnnUPKcKoXfmhOlR7xCbjg2zAjLadaHN+Y7gDji",
+	"GPFO0imkKKjUzErxGjfml5P5EyFySrihpUooxG9TnhWCWeLaUBhJJ8DL7vvNjzXPmm+19GuV1ta79SJE",
+	"hr4Ltd7fw2/8pRpKTP5Bp9oMdT7V7Jbp9cWt45JNDCk9LhXOY2Q70Z1hJxOlga4ajZeGThBhq/jHZqVd",
+	"mjEp2HipGqMxrp+f1oMhEdvRqrfu/QZTNRa31+uGWclNebk0qGGc6U7SIUoxpQnXY00/mAuGLW4M5ElH",
+	"C5GPpyTP/d+SqjLXaFm4P0puiNgQF+O3JGchnh0Gks6HAzPpwS2RxkpRZnaP+UsLhf957qG5tsD469c1",
+	"UNUlIfIXFrbw0nsPmb+4deGnCuQaCAf6XdJZiozm0WXk5XKsS8lVcDfAfkGkMW4RT6WibZTvMBe7peiv",
+	"2/LtnVAM+ZpxZP0ZNdJiJsUSjvpRMghMwK3RXuSkzOhXCtxDwLJgkACUcmKvRcBEOoneMJ/OeFHq7YnP",
+	"wdwFQ0xfGRulKHUCt1ROiGZL+Lert2/61RDcmdPxCXbg1tzH1WGaLlX8EXuBSEnW+FuWfEpahNyGMDHr",
+	"4/holzC5KpdLItefLE4ywek2Io1tMmOc5GApCVbErKbR/0mE6x8uRYxuGbeu8S7yLadTqlRc+lSipIV7",
+	"cOnM2iJ2SJYh0ZP8XQODkfc2V6GVQzcW0z7XAKwBhcN//VlJvX5NtEZpYR5VKNb/vaVSMWuBbSFxSgoy",
+	"YTnzb9yfkit1PSa6SWFE0wPNljTG6BlTj3txIZRuZdQW/mTFmGSZbBJJfTsnE2rpY8/6byGhRjxS74IS",
+	"qSf0IZ+zpFqyqdpnC792jxliKjlnfD52DlMLfUpjAlosecVrMIfUxDVhnMpO0rldBqr0l5g8rqzfXdAh",
+	"1TlD2by0Vpoux4zPxL43r/DRS/PkJqNgJMHNX39PQADVwkVw0sobr5hq448m3e/93m1e2PgAN2grKLVn",
+	"4VdIaSK1tTbQCe4knUmp1hYPKKxDtokumAtKmbEbi+8w1DEmMLvHyxawmBRp4bEg2hU1vPlUZObvPah9",
+	"W+qi1Bf+6Ybk3+ksfqBTZ3E5sqX7XmmgCl/KqJRxFYO3xmI2U1TfU58pnYlStw0nSh0M11S1b/E6iJk1",
+	"vJhUxoc1ioNmYN+FyVpTo3n3ArLlmARBySAsajFWQV1hYxPYTVwEKxsj9BeSEk2DkGUQJWsSF1uSecTs",
+	"eOGlFeADCQjjW2ZM3dgLUBC9gJmQ8O+v1RlkdEbKXA8Rc05mfKVArDgsGWdLktvXosanVysbFmSuBA6H",
+	"2DJGZDaE84O/ATn4DQYH30AfxnCQgGdeWBmfnkBOtabSwJuxOdNmxofEXJMOp3ol5M02RFxwCl33qbBa",
+	"UElBzGZU0mxYQwpKs9xYa2S6oNZ9V1TeUtlLwMjQBCaSZQalpUJlsAVAIcWM5bTFHiPZWPB8PZZC6Ljt",
+	"5aNoe+Xp++rBpuZqfrYFOhPTG4vWnE1umdTQfXlxDYekYIe3R4fubQU5U9p8tVAUam+810n2eO61okFy",
+	"aCdqFxFvJWgi5w+2pKwVsiQf2NKI7aPBYIBk4n7GxIxj6IgDJ8VckiVoYRghgVyIG5pBWRiP7t359Q9I",
+	"kbtJsC2yQPntp5lLcVY7Onh+asReyF3IW1zoDf46MBQwrhgeRuVgcDI18+Bf9MBeYBkUks7YB3t1kwlP",
+	"Y1Sv19uQvS+5DXBrKpfoBVX8p2VJzzAKKInxxKj3cRWQfEXWCjLRs5E+I7gFpwkQmJDpzVyKkmf+ceMc",
+	"64xxYAoIFKygsJJMa8phsvaeK4EFJRnG47wnvSAKOI7qVAPhqCWolDARegFzYWgAw3dinuBtKwycJ26j",
+	"9De00OjrL8sP0GVB/F6UOjefxbRykqWQwrgmvbjrJ8Xq4WTsvf6dxqKF+No82qLXovz6HVMF0dPF+XRK",
+	"C+dyN3mVKs2WxhsfI5VF1v/7F3BycvKNwdBP1y8sDdIPZKrzNSxZnjNFp4IjtU2ZgTIB3Os4Hhw/Pxg8",
+	"Oxh8cz34y/DoZHh83D86PvlbQ3eHHkJBjNowc/7P0Sj7eHp3MBplo1Hm/ru2/w0b/41GffPsyd3f/iUm",
+	"x/cFRZcsDNzs8AGaOCFKsbkxSbpITrjzQ7SzVwjimvAp7fX3ytwAgCa0gQOwuUS7FrpVJhuiyql2TvDe",
+	"iG8FyozlmkajxO0W8gYBiVJTy4fMs1H3dHAKbNbcCUN07YXs/u56y1CV0tkgjj0zR11fwedj71+0DxFI",
+	"iCXVJCOatOsQ+2bLSPXUTcoNJPvxs+d7lZsdht3SuLgnClK1gIOp0y3V41aVpHvV5y4ir+eO0XFgLz/Q",
+	"C7M32zj2rfUoaD38V8pvh60WlAPDHWVjOtF4fHaKps/DIjabewPBndsHud0BWuzGScSGqtyIVut+l50d",
+	"M4FvUZy7OOYGmbi9Wu02FQG99nu5Zc7DfxAiP9me3h7R3otKrGuklDnj1Pk809oVy4wdviRGGf50+V0C",
+	"RVs4fzMMUeHTxiImQmzEO5QWRYFh0IK4eKjdWOwknYwa2d3wNHdt9Vzw23fN6S747bfVjBf89r2b9ILf",
+	"XlXzmtf81Bf89ns/+wW//a4CYJO5fbpN5Tx4fzpwsQPeqUh/D/e37A8+LMCoVBtLKE2L/XuZxHr9tNgH",
+	"bTy2FkibR7H63jhbY4IoiF4AbRoDWczdN5bMJKegOLmh4ylB/zGjGGMorE+lhlAGCRgJuD3I8T+UMfz8",
+	"L5fKkYz4RGTrsRZijNkc6M+MZ8b4T2BJ9UJkY3MFE2XMcJZogofqC3XGzIjbq3PrUeDfKGqrXJpwBH8J",
+	"02osAGRc6HVinY7xNBcKB0VHhpPcjxWkN4wzpgxqsjq/Aqdo5leMrUIZcUywGAcJFgl4HTh1WUr1lQBU",
+	"v49YXxrxBdN5+Ez1WxSUB6+QJR1rcmOumbveWUrAhqvGE7oWFgs2M6FdWW1SheMjSwZUFDndb9fawRJL",
+	"aVHKxKjlHziA8MmBgiX5MBYYEx5P1prGjBq8a/3XgkpQWlKyrP3zo+fwmn3bc66/RcTzvxwNvv7auP+7",
+	"cbM7FlAoWmbioA4JbDvgSyrnzqZ/IkdZlnxMVFtYmfFIppKLIrgggFtvH24wlh+bLozdp40JaAUBdA2H",
+	"9zDcmtOZBsNn0PX7K+CTcHpRtW8wEjEoLt6/RvYh8O76r0kVuvlgHj84fvZ8KnIh4wOyJRWlHlsnO0IE",
+	"P7Ic851gtRA59QEKmEtRFkBmGjPojGkr+By6V5cvDTCJ/eKry5c/Xr56BcegICeayl4fzifK2HNCwgCW",
+	"lHAFJ4MBKATfYMalcoEDDK8HyK0R1CC7r5+fNhZ4EFtgY4syPh9nTN4nz6g97BFsiTzpVs7Dt/Yfv/nT",
+	"Io5/XqwbabhTUeaZzfUrfeSFWN3C5zBhnMh1Px4aYUanZi0JD5KSHMwzaAKcwdHx1//6xrpKNyzPaQaT",
+	"NSg2N9z/xtz+i71pYHO2QgAbBi5acmdwjG0gruzYmFDrZnRjT1GtsRkQvu63bUDt2M9q3ZvamU3BljQb",
+	"N18Nbz8gqaVtI6pekdhmVEVJTTIMIQszJ2qAYgzyw+X1q3OuVlTGYoJoYjw+YrY3mvnajuG2Hzew4ydP",
+	"mmEDO3Dbt8Ttb2eF3t/2NkN5o2Sf7V0N3gZTu3WzWwLx1kygx4QgPmEtCymWRVve3I4377egbvT6ixvf",
+	"145UWxSxjVWPtXCT49mzk+f7LFV8LzodJbkZZXOiOsREP5BlkeNbNzHct2cdbaa5+VCvfyMGz+s6X2bD",
+	"myvKcUHl1DnM98lzY+pmrIUmeW1a3ic/1rxWKpo96K1ckGxMbufjo3tCV7/w7KFv3PeFJV0KuX4ECtyL",
+	"D0RCzLx3QvBRUc5dgS3CVvPxTv5MOtMFnd6gkbbDEAq2C54mGGr876cKn27vWt1zyNDq2V5eI6seqCSY",
+	"plYbx0fE7Djqg1nbCXgbOwiP3zHYs0Owew8gthW8j4gkJaqFPHBRHrjYj7AcjL1TJf5uDVgW2QNpdNe2",
+	"hY9q1mjbCGsG0/3Szu5xQ8XNdH9DxQuPfUZKNfAOkLYS5vzuZp1d2HF2RDW0wbwqkKM7lbBohqzJRMi2",
+	"bLsNb2fL9i/17OBr608QTORxGWA2HGIcdgwzwk/X3x98nYDQCypXTFGYEEWfn/bRXLYfg0N1ko69E4Xm",
+	"PSUZ487y3941retuq6VpPpRRTVj+sJ0XG/Tf7ytUxazm8dgibgbC7juw33UIvjA2/Huq2G90x67yI8Ju",
+	"jwj+bHlQNvfVDNQCdb1dtGUsOZbbikRs2EfzSctz2+bA8h6PFixT+56K2Qnva12/kTaoRF4pnt2Zzvfb",
+	"Nbr0A/5gB6l+vwhGqy7++2ss3snZkunoBqGrj50xmmcqzEoEymfCrA50zWokUGERt9NUAg7/GGK7fwzY",
+	"7WaOlyKLRUt9Dgy45wCfOwsyTW0g0EfnHjY57tm1JQPeI2Hwgal/UQ3KSaEW8RlaU/1qKtpEYLW2/uOC",
+	"GbY+6pd2ym3xzV224r1VnueDvX65HzgGksujihjdmfD5UduxMJs8CjklVgvNgGlbD1Ylhn2lQNJCNIJc",
+	"wfLutukfsdtRbVw8iWnenuz4YJO9Pap4RTUIPqWNFDybko/l1UT5OF/XBhtnQlYRxl480BdPpvyJs19L",
+	"CmQp+Nxm/zVyE3H93Lr149kG3rLdjr2SCnQDcC5UfIg9tvNnM5AdgVcG8qcmFzaaWwSxSmeX4PC1cezp",
+	"0tH03oiOm9mX8UVMK2lzE7a3vvKMSrCpBMAF7m5QiVthcUp5YMJNs0w5woKB53GfcXyF4tY+qQWrHi+p",
+	"vnkHwn5EPmn1I1qpjj4q29Fw5VgZPOzzmBrU4obb8RlxzeD59N5r5YX6Ps1QDbwDpC1nKCxM2iwkSjpW",
+	"YBlVaUym+5lZ9Ux+YJ9PX43vLlz4aZrLXuMPJ62Bv3bMXtebV5nZxoNzGQHoDPkU7IfBfNkY0F38oR7X",
+	"Xfk2GN5AhzK81Ydo2wA698LfQAHdyzfXCVTbl//1v/5vz2gNa7Pvz0dwk0RXXmesvZbBh1629wKJJmPn",
+	"VYYyfLLWcc0oZrHicKGoS363e7UryQxVxMyImHcQVBFGsiimi7iJUJTjqZBtBb5ofT8kKHpDJW+p4Hem",
+	"/UNGEyoeMN/4dpRn01Ia4WoEgUu5ctk51+KG8rg1h905gLDV3Bp2wJQqaQZEQ7S9h1kKFDW4GNj+pYZ7",
+	"oXWBQBdUknDePW8Y8H2V6IZmcyPB+4urazh/d2nslRRVL5seLOdLnUIXAc9A8KDoyVif8K9w3OuP+MUt",
+	"lWtbIFZyoylTVyWUAqfUuWMe5kZPmxHvpucvL95cX74Yv3138f78+u378fXbHy/epJgSgS9yCnPKzds0",
+	"A8a1gNRmChumgIxJmyh86Gc4wKFThExKIV03Flsj8m9Xb99g5xgM9446Qxh1+v3+qJPACPOH7KU6KW1s",
+	"L96lLpGJ6bzqdMamB65ZCSwJJ3O6NKg5f3cZbK4MO4P+UX/glo2TgnWGnZP+oH9iixAWSEm+rKoukJ3b",
+	"ikX7UUYaZp1hx+iw87lT4o2WXceDwZM1BKoLeHf161IJKAy6YdmM7Yp1OjhqG7yC9rDRU+kutG5sva4C",
+	"rJP2eTSOO9bQDbpYYZ1uYov+6kpdLBdxfTTmkkwpFFQykbmOQ00kH370FuZdK75fUotuXKq6Dd7f459Y",
+	"P3Lo2+Td/fK512nnGj12UcxLp/tfqhqG3d3txO9hWENfCBXBNBooLyqL/lOwjbr1W5E9YfO6IH3wrqns",
+	"tSzp3dYaHz/Z1M1S8chaXxmRo4PKWbfmg/3LFzTT+0JkYl74Zv8LVXM988LRyf4XqtZxd0nnmcX+3k/3",
+	"HQ6bEgjpEEiV8SQ4EO4bFLrSwhVBq+kMG4rZoj2r46Ykz419uJsZjN4PGWGbd/3krApSsFkwAcwFVbZT",
+	"4oTOhKQGEMoz1R9xl6Vp828h3UzrTMPUTabAuX+22VmVxYM9yRTVVuU1GdXwwh+GTwdPPLXtixAXyEEr",
+	"S+iuFkRj/zamVZ34hk7GRh4bdFPXJ05R3fuTuT+FubHcLMra5rdhawwDmjWx3TD2sXIYPdhtsF35J3+X",
+	"lkQYImkhX/+pT2LnhQMaj8PY+K4+TuQZVb66tWvbLWIycyiFsRDbMkO7FPWhU1ly1zX13fVf0b+Zilyl",
+	"//kfqRQrldYZ7F8P/vM/jk97Z5Aa7yn1WzPKqNc6iNEf8fOt6vCvVLBdTHIloCBSGcGqYIo92ZzQPTAL",
+	"Y70YDAu7iB22feuP+AuRUTWE08EA0rDYJU3q305yptCdkAwMqImNWqDwQNruncHp4HTE040Kl9Rc/wbS",
+	"SJ2LmWG7vCOFLmkEtEHMRrx2AxdE2aRZ84qZ9egE0mYVTnoGzwbHfs654NRMFdTRpDE10+j98LtTNNHO",
+	"FPfSOEdPzbNRm9AG/Bse+5+a4ynMwooLat3RZgYmyOBOKqDFhlwf7kflYr6hYdhqfiipY8p2b+m9f+T8",
+	"8ueXnc/ofgSdeSN0VoGBMcTHEsuzwcm9XqoaH28odQ8ElgfXgTYuVgmoG1YUzG3MGRkuZjNU9BG81zsS",
+	"rbGAGhuf063fifNr1wOiVGcgeL422sx33Umhiy2Qe3V1RNg1mRldO3sSBY47F75zVhjdrKfzHYpddoiq",
+	"WhU3MO8jA4cf60KFO6vPc2o3R5rL8CPL88f6H/VJAhFr6gv67FhFpVB22AgXNvqciTwXK2VMhlKVJO//",
+	"jsXvp0lT/H4CbourMsi7RmBGCsusoTePtnCrjK4qbQ9TJTACyG6xpw8S6kxR7dJvXILFDaVF2G074iuL",
+	"GVAyXTjTzbb0SRt92tLDtNGnLR1xhQcYUEnd2jqwMFiNHp1x0881LIXScAqv2behT27+9Bg8Q95hvKT1",
+	"R9XZiTifGYq7v6EgSrvGE9absXV0nK6cGurDJYfUklvq+xgduhJKIumIW3sbG83U9qyLqFqp0+vDC198",
+	"VzmpWC4lRTlf2PK/83eXI04kBbUQK14FThwUEXPvJdVPwNSJOzLj15Li5rY/M8OumMFhJzwkY2t7aHe2",
+	"XOvgZvk/ffCN7A/jjJZF1ckGCyo3qh/NTbPUjTWGLj5aiDxPgDgyOxkMBgOb4Bb5BEMqtrqrcYCIhRZf",
+	"3QP953RN9wrTILbye7ZxI+oTgxB20cQMSMVK9dfsU5RmJvYb3WUomvtPpS+f3pFqZvzey4M6jaZ/st8o",
+	"alQruyr1QbWCq8uXP1++efHDn8GzByvt/QRY51O07Ovg/d8vATbTRR5LgK58WAV7MXX5f8OW+ZMGPwMN",
+	"+n4McRL8WTJNKzViHv0dkmGYFvRYKtxoQPFn2OeT6W2zp1JrjP8ifPBzbjNtdIGK2EMhKE/i64cDWmPU",
+	"eVBLklHoGisGg8tA5qTKLCPGizH2TC+ByRrDw3vC9ZFueVZ/b7fSw2g3URhgY3bzksBMUrUARacS3aIU",
+	"04RTG3kL26HBf/3v/wOuIRp0ZcnVWdBy1XZ5Dc+ygjXVPXwJq5iSERfSHcJk9yLc/ly/GbVvRukNxImv",
+	"BUmqc8+UN+lH3FUS4BZg6o4K8KW3PmwfYGFMPzClVWrtHTt8uEuCoRmiR9zeYgownt87g2eDE0h9Q7qg",
+	"a9SOMHzYJexzBtQj/cu/cLpFox/aNm+Ffe6+sGR9cIDmk4Kq1YcaigrIzlJ8xS5nQLCvhzKepuBTmth2",
+	"LLgzthArjB2oytmx+edNvyYUsYcfDbXuDP9ha8ANgnyYMt881zPivUZ0q503+4IxuQdrrk9e9O+o0lKs",
+	"N5fcrZxc2wP1mIZS0eysUY5kxa4RMzMh58KYIWHQbivY85kXcPClBMKG4ur/U6IJb3kDCLvxZLlOUlSL",
+	"PiyKmQ2uLhK1JpqIcDo4bSqXesN4L7MeVj0RdiT2/VGW25dR/KHFQLXXaVu1btD3XmoQxS5iEMUfhxYQ",
+	"PX9wUhDFpjroYmb1rMxdWz+srs56CW6oOAWBxZS2C1tIML7hSasb9cPl9avP6T5V3btaRDl2X/S9tp7E",
+	"eXprRlyUS8IPGD/QC3qQC1FUczTznbaxdfjRNbS6c9Nl7Zmj59ydTptq+kFjDqdxB9BAAy0EdAlMiKTA",
+	"6SpnnCa4TKPOOzTXLt5cX7wfdXr9EUd10OwE6z2QRj/YFLr+FGni2ruhE2K0jCsOND9dtsOIG9/KHjeN",
+	"Tk4sCQm6kmq5rkt3rTfDFG7e97ZTidAba2QTOQ9nqytu1L+xHb4yR3cbwihy/HrdXuypzl7/TAGlRvuy",
+	"L5wL2+j3F+G0jTiVow+7OevphqlqexjDCn/Gsb607LcrCATMcnqBdeaFy796KWJWahVdUN/5tinVwu5D",
+	"rXrgNWvLlt3Y/ud4LIxLJMV9auZM37bNzuoAtnuR8kbzyM9pboQ9m1rUk//SL8gMDZLwywLCaMmpkBl0",
+	"udBA5HTBbtEIaFdnHvjDj3Xh+M7KK9926j5yudE9616ief/JJV9itfestFGwSrjwqu1Q5VH9Re3OBwuS",
+	"cOHD5iutHP/eP/QZcR62iIllMzoQnizDvTojLwyaV6FoFVrVygbWunUuH/rneKigQWkvsQ/oBWUSwlOJ",
+	"mkx2r4KE9lqEiHTVG6n69blKbRI2PO3ykUZRsh+UzyDsm+1MfmcFF19c2HsqgW7Q2SGB+qiHuiSiZxQC",
+	"hghjVRxxCj38WPfv2Ij4NnGR1rI9DbLRnF9TJbo2qj2IF6Dem9k668I7NI3zOgKHRtxS2e6mjPhD/RTY",
+	"dFNi3siPLM9bSx7aC1y6zf6ZNpnIIcAd5FpVFGZ1FlhTgza6qTypc/OZtmqabUp2Zdn+4RNpK0JoS6A9",
+	"qwmicqsY92WjQCp/ve8aae4M3j+2Ksf3dfkyxWx75Oo/L1TvAYAWyXQPeXlIgiZW0cToi9vaqkgV/TW1",
+	"p+tRSHF/Pqh6Gwyx7ekNLXQvsaLUguvT+2XJwRihRGIG9IgvxAqWhK9Ryld9sYy7X9UTd33m6fFgMMD+",
+	"G2Z8l+5OqlxVpcnaS/QRD8piMMvYlcLtEt/h4UNpS2LxZt+vTyDblhxgRGnT3Plnpctufmxbdwh3/w8V",
+	"VtkywA3ms2aNpVWOW4f7dreLNHv34cPMnYS6Iypb6gW2iiG+QYlNaPHNf2yDINcVaLIOi2naegSNOHrd",
+	"ja46OEyvDxjF9l2jnTGkmucgv7v+ax2T7e48e7PnSwinC6Eor86wRKlyfvnzy/Hry6ury7dvxpffpVaj",
+	"NNwarJV1J/Z6VHmxosiSQsO4q5CDtyaiiisrOB4cu/Qi85CtQMWnnBloj4IiEvvz4T71mT8fPmN4ZDvX",
+	"dkR79Obp4Jv+iL9Y0OmNggUpCsorj0LIjMpho3Jqwy3bWBXMEuo+G5z0khF37Y26p4OjXmKn7J4enSRw",
+	"Ohj0EtfapvHZXfNxQhqYeglIUdrMpNPBaQJm0P6Ij/hrupwYRDjk4bihW1mdIm0mcGEDxiHdOFo37dlm",
+	"SK477YijUTjnAmP3qlFAtyRrIFkGSizpmQN86cBYlkrDgtxS55HaKmR35PWIi8I2jgfBqcKBJhR4med9",
+	"SH2LeTTm8TSxWyonRLMlUoukBSWuomcq5pwpxxewIGrR+P7ulHDB2ZTk2NZp6Ai/AtK2J0pG3PZtQ05w",
+	"ocoEuIDVgmkKqiBT2quO6zZW8VeqVjksS4e25zc+aZZGyBG3c1ha8a18K7I9A8LtK7ckLxExBpM0c6Al",
+	"iAtgXGlKrEjCc7CSEU+P+oM0vJMepS6zy44YAmaPMN8g8K6ho/6IG0mAbGMbXynzT2preIYwqvqujzpp",
+	"Ao2DpesjpRNbym4DT25lRnzGuOvp5U3KWSkRNpIL2xZFQbpxaELaQBKr3EVk37rwHbduYkchpklAy83D",
+	"EM0tfxximmDm3+bWj7EWjiAND5NM24rVI7X3I76V1ndmDZP4HtYm1/V9SCTFTD3DqCNed63Cuz1n0Wwe",
+	"3Ri1avwB3K0h0ojGt4xtFyxcvAk1q6ZAizPLjpUY9j7BUzmM9w25Pv1u2OaB5V84q3DrYPyIVVY1DO+6",
+	"Ii9kFL9IXnnSLFCDTaHzZ3nLo/a7XFdH5JqNfo5//8XQY21SBrqxWo8g1lTV6vlh7mNAWkeo1Y2r61uN",
+	"CjFmSnaAVd9Y1pqLua0dpS7WQ7JMUuU15kSJvKyrX63zNjELgo0UAYumbK2nDddh2SsaCM6Ps7bHu9xQ",
+	"XNd4fKkl0xQmpbZbgYfo/h1YwzntDWv17AS+cffswJiClpp/0xH3/ucwaImPH7WgedarSxfTJfmQ9iH9",
+	"HwcWFwdXDXXiSl+tWWB0kxmnKpI1AybBuxc8S8PX/ImVtgYYw+9BvS0zDjEirR7hJSmGYORFajWq/bIJ",
+	"1StKufs4Wye8CXDoH/fhXFuAsX7T2jRmNUPkYTKHM2NTWxz+3+3MthDYnoluv9hW+3ZtwejJAFRvxGdC",
+	"VuWFsqoL9tY39fHREXeLOoTt9Rwauru6uvDlydjrRWHQaLWwZppZr3BpbVqQmd6Ws2P3GAdHyTXLmy3Z",
+	"zVBdTCQiaK4yVKEzSVyKYhPuEbeA9PwnTXOGhQK+I1ofvjevqiGk+CFDN7XzLlJjeQ7h46hjKcD2/TQX",
+	"R51kxEfVwYejzp1R5JWhioe/IILQGrOteN2Y4VvGtLI3R520jk4jmdiSaGOkBwfKWMszZdkwQplMQ5eA",
+	"DNpsAAZ2ruxpF5KqcmnG1a7e3JZgp6+I0gf44IHxyxAKR5pGkqCt2TurMDQnxRZ6zNMOJVogMnAUS+4h",
+	"KdfD+LXbGAntSovnql9/hewMO6tiRblZxpwZf6GbDqFgfJ72MKfMEAbLcu+cAzEU1YdzULlYYVGGNcGN",
+	"HY/WPradcOANLdxMw4zkueHUBXNUhZLQ3MEqEwIp4gEpD9ki1ovJm38JpFsnXRt6qZDcqMWvGbx31roh",
+	"sTt6ZWXJJ8auNnSLpTQtEIeWhauoYEwot+2yPXXtu2+OgMoUA42W7Oxh0KiMnNtfgWt4CA8QsR0VWkFd",
+	"kg/xMvfTo29OTwan+w4G2jq7G6ExGvms7h/nhB2JEQB0jTR1PpkTke2IxfsNgLfadD8smCimmnrh3rRf",
+	"65bieIpvtMf5ln5oDrGRH3t1YZlJeRmcGEmT+FM4uopSdwJO9VrsmOuWTE3bSsJ1mkdu+NgJ9XzElorq",
+	"/IatcGZZwbi0hhtQqnZDirNrtYPSI4cshbbDNlRGo4ey9aGmxG74fHN+Mwuel5YrGjmWLITyyufzR7Hn",
+	"KDliZ30qou7+P+nd8N5QCNlu/IcUQ3wzlsQJKiFt/BWtoCuM1R1gy163QWP5yHkKCzwE9rddSVE/uEc+",
+	"Z/qmPYq2hfH8xqILPdpiiKYj1XCaXrFbys0LhRQT63Md4hb7zs98b5/4nMlA1Tl80cZmJLN7I86p/PxT",
+	"vsGiU5Ktz2onAD2M1YJNF1ANZxDPhd6N9Gomi/UzyJnSyjYzqkciNqkMQ3fMhVztd295xhsnDjjPGMnZ",
+	"2iGlzN1xA8PDw6Pjv/QH/UH/aPj10fFx5+6Xu/8XAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

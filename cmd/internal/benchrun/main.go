@@ -30,6 +30,7 @@ func main() {
 	n := flag.Int("n", 1000, "round trips per measurement")
 	sshN := flag.Int("ssh-n", 100, "ssh round trips (each is slow)")
 	sustained := flag.Int("sustained", 2000, "missions in the sustained-rate run")
+	flag.StringVar(&only, "only", "", "run one part only: env")
 	flag.Parse()
 	if err := run(*binDir, *n, *sshN, *sustained); err != nil {
 		fmt.Fprintln(os.Stderr, "benchrun:", err)
@@ -60,12 +61,17 @@ func measure(name string, n int, f func() error) (stats, error) {
 	return stats{name: name, n: n, p50: d[n/2], p99: d[(n*99)/100], avg: sum / time.Duration(n)}, nil
 }
 
+var only string
+
 func run(binDir string, n, sshN, sustained int) error {
 	abs, err := filepath.Abs(binDir)
 	if err != nil {
 		return err
 	}
 	bins := harness.Binaries{Mgmt: filepath.Join(abs, "agentic-mgmt"), Agent: filepath.Join(abs, "agentic-agent"), Ctl: filepath.Join(abs, "agenticctl")}
+	if only == "env" {
+		return envBench(bins, nil)
+	}
 	dataDir, err := os.MkdirTemp("", "agentic-bench-")
 	if err != nil {
 		return err
@@ -154,7 +160,7 @@ func run(binDir string, n, sshN, sustained int) error {
 		return err
 	}
 	srv.Kill()
-	return terminalBench(bins, missionBench(bins, n/2, sustained, floor))
+	return envBench(bins, terminalBench(bins, missionBench(bins, n/2, sustained, floor)))
 }
 
 // throughput sends 1 MiB of text through the stack and compares with cat.

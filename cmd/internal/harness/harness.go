@@ -138,6 +138,9 @@ func Start(bins Binaries, opts Options) (*Server, error) {
 		"SECRETS_DIR="+filepath.Join(opts.DataDir, "secrets"),
 		"AGENTIC_HOST_AGENTS="+strconv.Itoa(opts.HostAgents),
 		"AGENTIC_AGENT_BINARY="+bins.Agent,
+		// The machine's own Docker or libvirt daemons are not the tests'
+		// unless a test says so (a later entry wins).
+		"AGENTIC_RUNTIMES=host",
 	)
 	cmd.Env = append(cmd.Env, opts.Env...)
 	cmd.Stdout = s.log

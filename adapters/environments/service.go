@@ -1,0 +1,460 @@
+// Package environments is the environment use case: it provisions the
+// environments agents live in through the configured runtimes (host,
+// Docker, libvirt), gives each its agent (id = environment name, a fresh
+// secret whose hash is stored), follows it until its agent is ready, and
+// keeps the steps as progress events.
+package environments
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/core/environment"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+// Config is what the service needs.
+type Config struct {
+	// Runtimes are the configured and reachable runtimes by name.
+	Runtimes    map[string]ports.Runtime
+	Agents      ports.AgentDirectory
+	Credentials ports.AgentCredentials
+	Clock       ports.Clock
+	Logger      *slog.Logger
+	// Bootstrap is the template of every environment's agent (binary and
+	// the ways back to this server); ID and Secret are filled in.
+	Bootstrap ports.AgentBootstrap
+	// ReadyTimeout bounds provision → agent ready (default 3 min: VMs
+	// under software emulation are slow).
+	ReadyTimeout time.Duration
+	// ObserveProvision records a provision time (request → agent ready).
+	ObserveProvision func(runtime string, d time.Duration)
+}
+
+// maxEvents bounds the events kept per environment.
+const maxEvents = 100
+
+type record struct {
+	env    environment.Environment
+	cancel context.CancelFunc // of the provisioning goroutine
+	// requested is when this server was asked for it (zero when recovered):
+	// the start of its provision time, recorded once.
+	requested time.Time
+	observed  bool
+}
+
+// Service manages environments.
+type Service struct {
+	cfg Config
+	log *slog.Logger
+
+	mu   sync.Mutex
+	envs map[string]*record
+	wg   sync.WaitGroup
+}
+
+// New returns the service; call Recover once at start.
+func New(cfg Config) *Service {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.ReadyTimeout <= 0 {
+		cfg.ReadyTimeout = 3 * time.Minute
+	}
+	return &Service{cfg: cfg, log: cfg.Logger.With("component", "environments"), envs: map[string]*record{}}
+}
+
+// Runtimes names the configured runtimes and their capabilities.
+func (s *Service) Runtimes() []ports.RuntimeCapabilities {
+	out := make([]ports.RuntimeCapabilities, 0, len(s.cfg.Runtimes))
+	for _, rt := range s.cfg.Runtimes {
+		out = append(out, rt.Capabilities())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Runtime < out[j].Runtime })
+	return out
+}
+
+// Recover takes over the environments earlier runs of the server made.
+func (s *Service) Recover(ctx context.Context) {
+	for name, rt := range s.cfg.Runtimes {
+		envs, err := rt.Recover(ctx)
+		if err != nil {
+			s.log.Error("could not recover environments", "runtime", name, "err", err)
+			continue
+		}
+		now := s.cfg.Clock.Now()
+		s.mu.Lock()
+		for _, e := range envs {
+			if _, dup := s.envs[e.Name]; dup {
+				continue
+			}
+			env := fromRuntime(e, name)
+			env.Events = []environment.Event{{At: now, Step: "recovered", Message: "found after a restart of agentic-mgmt"}}
+			s.envs[e.Name] = &record{env: env}
+		}
+		s.mu.Unlock()
+		s.log.Info("environments recovered", "runtime", name, "count", len(envs))
+	}
+}
+
+func fromRuntime(e ports.Environment, runtime string) environment.Environment {
+	env := environment.Environment{Name: e.Name, Runtime: runtime, RuntimeID: e.RuntimeID, Image: e.Image, Network: e.Network,
+		Resources: e.Resources, AgentID: e.Name, CreatedAt: e.CreatedAt, State: environment.FromRuntime(e.State)}
+	if e.State == ports.EnvFailed {
+		env.Error = e.Detail
+	}
+	return env
+}
+
+// Create starts provisioning and returns at once; progress shows in Get.
+func (s *Service) Create(ctx context.Context, req environment.Request) (environment.Environment, error) {
+	rt, ok := s.cfg.Runtimes[req.Runtime]
+	if !ok {
+		return environment.Environment{}, fmt.Errorf("%w: %q (configured: %v)", environment.ErrUnknownRuntime, req.Runtime, s.names())
+	}
+	if req.Name == "" {
+		return environment.Environment{}, fmt.Errorf("%w: a name is required (it is also the agent's id)", ports.ErrInvalidSpec)
+	}
+	if _, taken := s.cfg.Agents.Agent(req.Name); taken {
+		return environment.Environment{}, fmt.Errorf("%w: an agent named %q is connected", ports.ErrEnvExists, req.Name)
+	}
+	secret, err := newSecret()
+	if err != nil {
+		return environment.Environment{}, err
+	}
+	now := s.cfg.Clock.Now()
+	s.mu.Lock()
+	if _, dup := s.envs[req.Name]; dup {
+		s.mu.Unlock()
+		return environment.Environment{}, fmt.Errorf("%w: %q", ports.ErrEnvExists, req.Name)
+	}
+	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	rec := &record{cancel: cancel, requested: now, env: environment.Environment{
+		Name: req.Name, Runtime: req.Runtime, State: environment.StateProvisioning, Image: req.Image, Network: req.Network,
+		Resources: req.Resources, AgentID: req.Name, CreatedAt: now,
+		Events: []environment.Event{{At: now, Step: "requested"}},
+	}}
+	s.envs[req.Name] = rec
+	s.mu.Unlock()
+
+	if err := s.cfg.Credentials.Put(req.Name, secret); err != nil {
+		s.forget(req.Name)
+		cancel()
+		return environment.Environment{}, fmt.Errorf("storing the agent's secret: %w", err)
+	}
+	bootstrap := s.cfg.Bootstrap
+	bootstrap.ID, bootstrap.Secret = req.Name, secret
+	spec := ports.EnvironmentSpec{
+		Name: req.Name, Image: req.Image, Profile: req.Profile, Resources: req.Resources, Network: req.Network,
+		ReadOnlyRoot: req.ReadOnlyRoot, Agent: bootstrap,
+		Progress: func(step string) { s.event(req.Name, step, "") },
+	}
+	// Validation errors come back to the caller; the rest shows as progress.
+	env, err := rt.Provision(pctx, spec)
+	if err != nil {
+		cancel()
+		_ = s.cfg.Credentials.Delete(req.Name)
+		if errors.Is(err, ports.ErrInvalidSpec) || errors.Is(err, ports.ErrEnvExists) {
+			s.forget(req.Name)
+			return environment.Environment{}, err
+		}
+		s.update(req.Name, func(e *environment.Environment) {
+			e.State, e.Error = environment.StateFailed, err.Error()
+			e.Events = appendEvent(e.Events, environment.Event{At: s.cfg.Clock.Now(), Step: "failed", Message: err.Error()})
+		})
+		s.log.Error("environment failed to provision", "name", req.Name, "runtime", req.Runtime, "err", err)
+		got, _ := s.Get(req.Name)
+		return got, nil
+	}
+	s.update(req.Name, func(e *environment.Environment) {
+		e.RuntimeID, e.State = env.RuntimeID, environment.StateBooting
+		if e.Image == "" {
+			e.Image = env.Image
+		}
+		if e.Network == "" {
+			e.Network = env.Network
+		}
+		e.Events = appendEvent(e.Events, environment.Event{At: s.cfg.Clock.Now(), Step: "running", Message: "waiting for the agent to register"})
+	})
+	s.wg.Add(1)
+	go s.awaitAgent(pctx, req.Name, req.Runtime, now)
+	got, _ := s.Get(req.Name)
+	return got, nil
+}
+
+// awaitAgent marks the environment ready once its agent is connected.
+func (s *Service) awaitAgent(ctx context.Context, name, runtime string, requested time.Time) {
+	defer s.wg.Done()
+	deadline := time.NewTimer(s.cfg.ReadyTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if s.connected(name) {
+			s.markReady(name)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-deadline.C:
+			msg := fmt.Sprintf("the agent did not register within %s", s.cfg.ReadyTimeout)
+			s.update(name, func(e *environment.Environment) {
+				e.State, e.Error = environment.StateFailed, msg
+				e.Events = appendEvent(e.Events, environment.Event{At: s.cfg.Clock.Now(), Step: "failed", Message: msg})
+			})
+			s.log.Error("environment failed: no agent", "name", name, "runtime", runtime)
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func (s *Service) connected(name string) bool {
+	a, ok := s.cfg.Agents.Agent(name)
+	return ok && (a.Status == "ready" || a.Status == "busy")
+}
+
+// markReady records that the environment's agent is connected; the first
+// time after a request, with its provision time.
+func (s *Service) markReady(name string) {
+	now := s.cfg.Clock.Now()
+	s.mu.Lock()
+	rec, ok := s.envs[name]
+	if !ok || rec.env.State == environment.StateReady || rec.env.State == environment.StateDeleting {
+		s.mu.Unlock()
+		return
+	}
+	e := &rec.env
+	e.State, e.Error, e.ReadyAt = environment.StateReady, "", now
+	var observe time.Duration
+	msg := ""
+	if !rec.requested.IsZero() && !rec.observed {
+		rec.observed = true
+		observe = now.Sub(rec.requested)
+		e.ProvisionTime = observe
+		msg = fmt.Sprintf("after %s", observe.Round(time.Millisecond))
+	}
+	e.Events = appendEvent(e.Events, environment.Event{At: now, Step: "agent_ready", Message: msg})
+	runtime := e.Runtime
+	s.mu.Unlock()
+	if observe > 0 {
+		if s.cfg.ObserveProvision != nil {
+			s.cfg.ObserveProvision(runtime, observe)
+		}
+		s.log.Info("environment ready", "name", name, "runtime", runtime, "provision_time", observe)
+	}
+}
+
+// List returns every environment, by name, with fresh states.
+func (s *Service) List(ctx context.Context) []environment.Environment {
+	s.mu.Lock()
+	names := make([]string, 0, len(s.envs))
+	for n := range s.envs {
+		names = append(names, n)
+	}
+	s.mu.Unlock()
+	sort.Strings(names)
+	out := make([]environment.Environment, 0, len(names))
+	for _, n := range names {
+		if e, ok := s.Inspect(ctx, n); ok {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// Get returns an environment as last known, without asking its runtime.
+func (s *Service) Get(name string) (environment.Environment, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rec, ok := s.envs[name]
+	if !ok {
+		return environment.Environment{}, false
+	}
+	e := rec.env
+	e.Events = append([]environment.Event(nil), e.Events...)
+	if a, ok := s.cfg.Agents.Agent(name); ok {
+		e.AgentStatus = a.Status
+	}
+	return e, true
+}
+
+// Inspect refreshes an environment's state from its runtime and agent.
+func (s *Service) Inspect(ctx context.Context, name string) (environment.Environment, bool) {
+	e, ok := s.Get(name)
+	if !ok {
+		return e, false
+	}
+	rt := s.cfg.Runtimes[e.Runtime]
+	if rt == nil || e.State == environment.StateProvisioning || e.State == environment.StateDeleting {
+		return e, true
+	}
+	re, err := rt.Inspect(ctx, name)
+	if err != nil && !errors.Is(err, ports.ErrEnvNotFound) {
+		return e, true // unknown now; keep the last state
+	}
+	obs := environment.Observation{Gone: err != nil, Runtime: re.State, AgentConnected: s.connected(name)}
+	if environment.Next(e.State, obs) == environment.StateReady {
+		s.markReady(name)
+	} else {
+		now := s.cfg.Clock.Now()
+		s.update(name, func(x *environment.Environment) {
+			next := environment.Next(x.State, obs)
+			if next == x.State {
+				return
+			}
+			msg := re.Detail
+			if obs.Gone {
+				msg = "removed outside agentic-sandbox"
+			}
+			x.State = next
+			if msg != "" && (next == environment.StateFailed || next == environment.StateStopped) {
+				x.Error = msg
+			}
+			x.Events = appendEvent(x.Events, environment.Event{At: now, Step: next, Message: msg})
+		})
+	}
+	e, _ = s.Get(name)
+	return e, true
+}
+
+// Start starts a stopped environment.
+func (s *Service) Start(ctx context.Context, name string) (environment.Environment, error) {
+	e, rt, err := s.lookup(name)
+	if err != nil {
+		return environment.Environment{}, err
+	}
+	if err := rt.Start(ctx, name); err != nil {
+		return environment.Environment{}, err
+	}
+	now := s.cfg.Clock.Now()
+	s.update(name, func(x *environment.Environment) {
+		x.State, x.Error = environment.StateBooting, ""
+		x.Events = appendEvent(x.Events, environment.Event{At: now, Step: "started"})
+	})
+	s.wg.Add(1)
+	go s.awaitAgent(context.Background(), name, e.Runtime, now)
+	got, _ := s.Get(name)
+	return got, nil
+}
+
+// Stop stops an environment, keeping it.
+func (s *Service) Stop(ctx context.Context, name string) (environment.Environment, error) {
+	_, rt, err := s.lookup(name)
+	if err != nil {
+		return environment.Environment{}, err
+	}
+	if err := rt.Stop(ctx, name); err != nil {
+		return environment.Environment{}, err
+	}
+	now := s.cfg.Clock.Now()
+	s.update(name, func(x *environment.Environment) {
+		x.State = environment.StateStopped
+		x.Events = appendEvent(x.Events, environment.Event{At: now, Step: "stopped"})
+	})
+	got, _ := s.Get(name)
+	return got, nil
+}
+
+// Delete destroys an environment and forgets its agent's secret.
+func (s *Service) Delete(ctx context.Context, name string) error {
+	_, rt, err := s.lookup(name)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	rec := s.envs[name]
+	if rec.cancel != nil {
+		rec.cancel()
+	}
+	rec.env.State = environment.StateDeleting
+	s.mu.Unlock()
+	if err := rt.Destroy(ctx, name); err != nil && !errors.Is(err, ports.ErrEnvNotFound) {
+		s.update(name, func(x *environment.Environment) {
+			x.State, x.Error = environment.StateFailed, "delete: "+err.Error()
+		})
+		return err
+	}
+	_ = s.cfg.Credentials.Delete(name)
+	s.forget(name)
+	s.log.Info("environment deleted", "name", name)
+	return nil
+}
+
+// Close waits for the background waits to end (they end with ctx or the timeout).
+func (s *Service) Close() {
+	s.mu.Lock()
+	for _, r := range s.envs {
+		if r.cancel != nil {
+			r.cancel()
+		}
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+func (s *Service) lookup(name string) (environment.Environment, ports.Runtime, error) {
+	e, ok := s.Get(name)
+	if !ok {
+		return environment.Environment{}, nil, fmt.Errorf("%w: %q", ports.ErrEnvNotFound, name)
+	}
+	rt := s.cfg.Runtimes[e.Runtime]
+	if rt == nil {
+		return environment.Environment{}, nil, fmt.Errorf("%w: %s is not configured now", ports.ErrRuntimeUnavailable, e.Runtime)
+	}
+	return e, rt, nil
+}
+
+func (s *Service) names() []string {
+	out := make([]string, 0, len(s.cfg.Runtimes))
+	for n := range s.cfg.Runtimes {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (s *Service) event(name, step, msg string) {
+	now := s.cfg.Clock.Now()
+	s.update(name, func(e *environment.Environment) {
+		e.Events = appendEvent(e.Events, environment.Event{At: now, Step: step, Message: msg})
+	})
+}
+
+func (s *Service) update(name string, f func(*environment.Environment)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if rec, ok := s.envs[name]; ok {
+		f(&rec.env)
+	}
+}
+
+func (s *Service) forget(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.envs, name)
+}
+
+func appendEvent(evs []environment.Event, e environment.Event) []environment.Event {
+	evs = append(evs, e)
+	if len(evs) > maxEvents {
+		evs = append(evs[:1], evs[len(evs)-maxEvents+1:]...) // keep the first ("requested")
+	}
+	return evs
+}
+
+func newSecret() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b), nil
+}

@@ -1,0 +1,281 @@
+package environments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/core/environment"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+type clock struct{}
+
+func (clock) Now() time.Time { return time.Now() }
+
+// fakeRuntime keeps environments in memory; its agents "connect" through
+// the fake directory when the test says so.
+type fakeRuntime struct {
+	mu        sync.Mutex
+	envs      map[string]ports.Environment
+	specs     map[string]ports.EnvironmentSpec
+	provision error
+}
+
+func newFakeRuntime() *fakeRuntime {
+	return &fakeRuntime{envs: map[string]ports.Environment{}, specs: map[string]ports.EnvironmentSpec{}}
+}
+
+func (r *fakeRuntime) Capabilities() ports.RuntimeCapabilities {
+	return ports.RuntimeCapabilities{Runtime: "fake", Isolation: ports.IsolationContainer, NetworkModes: []string{"none"}}
+}
+func (r *fakeRuntime) Ping(context.Context) error { return nil }
+func (r *fakeRuntime) Provision(_ context.Context, spec ports.EnvironmentSpec) (ports.Environment, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if spec.Network == "bogus" {
+		return ports.Environment{}, fmt.Errorf("%w: network", ports.ErrInvalidSpec)
+	}
+	if r.provision != nil {
+		return ports.Environment{}, r.provision
+	}
+	spec.Progress("create")
+	e := ports.Environment{Name: spec.Name, Runtime: "fake", RuntimeID: "rt-" + spec.Name, State: ports.EnvRunning, Image: "base"}
+	r.envs[spec.Name] = e
+	r.specs[spec.Name] = spec
+	return e, nil
+}
+func (r *fakeRuntime) set(name string, st ports.EnvState) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.envs[name]
+	if !ok {
+		return ports.ErrEnvNotFound
+	}
+	e.State = st
+	r.envs[name] = e
+	return nil
+}
+func (r *fakeRuntime) Start(_ context.Context, n string) error { return r.set(n, ports.EnvRunning) }
+func (r *fakeRuntime) Stop(_ context.Context, n string) error  { return r.set(n, ports.EnvStopped) }
+func (r *fakeRuntime) Destroy(_ context.Context, n string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.envs[n]; !ok {
+		return ports.ErrEnvNotFound
+	}
+	delete(r.envs, n)
+	return nil
+}
+func (r *fakeRuntime) Inspect(_ context.Context, n string) (ports.Environment, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.envs[n]
+	if !ok {
+		return e, ports.ErrEnvNotFound
+	}
+	return e, nil
+}
+func (r *fakeRuntime) List(context.Context) ([]ports.Environment, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []ports.Environment
+	for _, e := range r.envs {
+		out = append(out, e)
+	}
+	return out, nil
+}
+func (r *fakeRuntime) Recover(ctx context.Context) ([]ports.Environment, error) { return r.List(ctx) }
+
+type fakeAgents struct {
+	mu     sync.Mutex
+	status map[string]string
+}
+
+func (a *fakeAgents) Agents() []ports.AgentInfo { return nil }
+func (a *fakeAgents) Agent(id string) (ports.AgentInfo, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st, ok := a.status[id]
+	return ports.AgentInfo{ID: id, Status: st}, ok
+}
+func (a *fakeAgents) set(id, st string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.status[id] = st
+}
+
+type fakeCreds struct {
+	mu      sync.Mutex
+	secrets map[string]string
+}
+
+func (c *fakeCreds) Verify(id, s string) (bool, error) { return false, nil }
+func (c *fakeCreds) Put(id, s string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.secrets[id] = s
+	return nil
+}
+func (c *fakeCreds) Delete(id string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.secrets, id)
+	return nil
+}
+func (c *fakeCreds) has(id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.secrets[id]
+	return ok
+}
+
+type fixture struct {
+	svc      *Service
+	rt       *fakeRuntime
+	agents   *fakeAgents
+	creds    *fakeCreds
+	mu       sync.Mutex
+	observed []time.Duration
+}
+
+func newFixture(t *testing.T, readyTimeout time.Duration) *fixture {
+	f := &fixture{rt: newFakeRuntime(), agents: &fakeAgents{status: map[string]string{}}, creds: &fakeCreds{secrets: map[string]string{}}}
+	f.svc = New(Config{Runtimes: map[string]ports.Runtime{"fake": f.rt}, Agents: f.agents, Credentials: f.creds, Clock: clock{},
+		Bootstrap: ports.AgentBootstrap{Binary: "/bin/agent", ServerURL: "http://127.0.0.1:1", Socket: "/tmp/s"}, ReadyTimeout: readyTimeout,
+		ObserveProvision: func(rt string, d time.Duration) {
+			f.mu.Lock()
+			f.observed = append(f.observed, d)
+			f.mu.Unlock()
+		}})
+	t.Cleanup(f.svc.Close)
+	return f
+}
+
+func waitState(t *testing.T, s *Service, name, want string) environment.Environment {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		e, ok := s.Inspect(context.Background(), name)
+		if ok && e.State == want {
+			return e
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: state %q (ok %v), want %q; events %+v", name, e.State, ok, want, e.Events)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestCreateGoesReadyWhenTheAgentConnects(t *testing.T) {
+	f := newFixture(t, time.Minute)
+	e, err := f.svc.Create(context.Background(), environment.Request{Runtime: "fake", Name: "box"})
+	if err != nil || e.State != environment.StateBooting || e.RuntimeID != "rt-box" || e.AgentID != "box" {
+		t.Fatalf("create: %+v %v", e, err)
+	}
+	spec := f.rt.specs["box"]
+	if spec.Agent.ID != "box" || spec.Agent.Secret == "" || spec.Agent.Binary != "/bin/agent" || spec.Agent.Socket != "/tmp/s" || !f.creds.has("box") {
+		t.Fatalf("bootstrap %+v, secret stored %v", spec.Agent, f.creds.has("box"))
+	}
+	if f.creds.secrets["box"] != spec.Agent.Secret {
+		t.Fatal("the stored secret is not the one the agent got")
+	}
+	f.agents.set("box", "ready")
+	e = waitState(t, f.svc, "box", environment.StateReady)
+	if e.ProvisionTime <= 0 || e.ReadyAt.IsZero() {
+		t.Fatalf("ready without a provision time: %+v", e)
+	}
+	steps := []string{}
+	for _, ev := range e.Events {
+		steps = append(steps, ev.Step)
+	}
+	if fmt.Sprint(steps) != "[requested create running agent_ready]" {
+		t.Fatalf("events %v", steps)
+	}
+	f.mu.Lock()
+	if len(f.observed) != 1 {
+		t.Fatalf("observed %v", f.observed)
+	}
+	f.mu.Unlock()
+
+	// Stopped from outside: Inspect follows the runtime.
+	_ = f.rt.set("box", ports.EnvStopped)
+	f.agents.set("box", "disconnected")
+	waitState(t, f.svc, "box", environment.StateStopped)
+	if _, err := f.svc.Start(context.Background(), "box"); err != nil {
+		t.Fatal(err)
+	}
+	f.agents.set("box", "ready")
+	waitState(t, f.svc, "box", environment.StateReady)
+
+	if err := f.svc.Delete(context.Background(), "box"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := f.svc.Get("box"); ok || f.creds.has("box") || len(f.rt.envs) != 0 {
+		t.Fatalf("after delete: listed %v, secret %v, runtime %v", ok, f.creds.has("box"), f.rt.envs)
+	}
+	if err := f.svc.Delete(context.Background(), "box"); !errors.Is(err, ports.ErrEnvNotFound) {
+		t.Fatalf("second delete: %v", err)
+	}
+}
+
+func TestBadRequestsLeaveNothing(t *testing.T) {
+	f := newFixture(t, time.Minute)
+	for _, tc := range []struct {
+		req  environment.Request
+		want error
+	}{
+		{environment.Request{Runtime: "nope", Name: "a"}, environment.ErrUnknownRuntime},
+		{environment.Request{Runtime: "fake"}, ports.ErrInvalidSpec},
+		{environment.Request{Runtime: "fake", Name: "b", Network: "bogus"}, ports.ErrInvalidSpec},
+	} {
+		if _, err := f.svc.Create(context.Background(), tc.req); !errors.Is(err, tc.want) {
+			t.Errorf("%+v: %v, want %v", tc.req, err, tc.want)
+		}
+	}
+	f.agents.set("taken", "ready")
+	if _, err := f.svc.Create(context.Background(), environment.Request{Runtime: "fake", Name: "taken"}); !errors.Is(err, ports.ErrEnvExists) {
+		t.Errorf("a connected agent's name: %v", err)
+	}
+	if got := f.svc.List(context.Background()); len(got) != 0 || len(f.creds.secrets) != 0 {
+		t.Fatalf("left %v and secrets %v", got, f.creds.secrets)
+	}
+	if _, err := f.svc.Create(context.Background(), environment.Request{Runtime: "fake", Name: "dup"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.svc.Create(context.Background(), environment.Request{Runtime: "fake", Name: "dup"}); !errors.Is(err, ports.ErrEnvExists) {
+		t.Fatalf("duplicate: %v", err)
+	}
+}
+
+func TestFailuresShowInTheEnvironment(t *testing.T) {
+	f := newFixture(t, 100*time.Millisecond)
+	f.rt.provision = fmt.Errorf("engine exploded")
+	e, err := f.svc.Create(context.Background(), environment.Request{Runtime: "fake", Name: "x"})
+	if err != nil || e.State != environment.StateFailed || e.Error != "engine exploded" || f.creds.has("x") {
+		t.Fatalf("failed provision: %+v %v", e, err)
+	}
+	f.rt.provision = nil
+	if _, err := f.svc.Create(context.Background(), environment.Request{Runtime: "fake", Name: "silent"}); err != nil {
+		t.Fatal(err)
+	}
+	e = waitState(t, f.svc, "silent", environment.StateFailed)
+	if e.Error == "" {
+		t.Fatal("no reason for an agent that never came")
+	}
+}
+
+func TestRecoverFindsWhatTheRuntimeHas(t *testing.T) {
+	f := newFixture(t, time.Minute)
+	f.rt.envs["old"] = ports.Environment{Name: "old", Runtime: "fake", State: ports.EnvRunning}
+	f.rt.envs["off"] = ports.Environment{Name: "off", Runtime: "fake", State: ports.EnvStopped}
+	f.agents.set("old", "ready")
+	f.svc.Recover(context.Background())
+	got := f.svc.List(context.Background())
+	if len(got) != 2 || got[0].Name != "off" || got[0].State != environment.StateStopped || got[1].Name != "old" || got[1].State != environment.StateReady {
+		t.Fatalf("recovered %+v", got)
+	}
+}

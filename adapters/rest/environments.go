@@ -1,0 +1,241 @@
+package rest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/agentic-sandbox/agentic-sandbox/core/environment"
+	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+// Environments is the environment use case behind /api/v1/environments.
+type Environments interface {
+	Runtimes() []ports.RuntimeCapabilities
+	Create(ctx context.Context, req environment.Request) (environment.Environment, error)
+	List(ctx context.Context) []environment.Environment
+	Inspect(ctx context.Context, name string) (environment.Environment, bool)
+	Start(ctx context.Context, name string) (environment.Environment, error)
+	Stop(ctx context.Context, name string) (environment.Environment, error)
+	Delete(ctx context.Context, name string) error
+}
+
+func (e *apiError) VisitListRuntimesResponse(w http.ResponseWriter) error      { return e.write(w) }
+func (e *apiError) VisitListEnvironmentsResponse(w http.ResponseWriter) error  { return e.write(w) }
+func (e *apiError) VisitCreateEnvironmentResponse(w http.ResponseWriter) error { return e.write(w) }
+func (e *apiError) VisitGetEnvironmentResponse(w http.ResponseWriter) error    { return e.write(w) }
+func (e *apiError) VisitDeleteEnvironmentResponse(w http.ResponseWriter) error { return e.write(w) }
+func (e *apiError) VisitStartEnvironmentResponse(w http.ResponseWriter) error  { return e.write(w) }
+func (e *apiError) VisitStopEnvironmentResponse(w http.ResponseWriter) error   { return e.write(w) }
+
+// environmentError maps the use case's and runtimes' errors to answers.
+func environmentError(err error, subject string) *apiError {
+	switch {
+	case errors.Is(err, ports.ErrEnvNotFound):
+		return newError(http.StatusNotFound, "environment_not_found", "%s: not found", subject)
+	case errors.Is(err, ports.ErrEnvExists):
+		return newError(http.StatusConflict, "environment_exists", "%s: %v", subject, err)
+	case errors.Is(err, ports.ErrInvalidSpec):
+		return badRequest("%s: %v", subject, err)
+	case errors.Is(err, environment.ErrUnknownRuntime):
+		return newError(http.StatusBadRequest, "unknown_runtime", "%s: %v", subject, err)
+	case errors.Is(err, ports.ErrRuntimeUnavailable):
+		return newError(http.StatusServiceUnavailable, "runtime_unavailable", "%s: %v", subject, err)
+	default:
+		return newError(http.StatusBadGateway, "runtime_error", "%s: %v", subject, err)
+	}
+}
+
+func noEnvironments() *apiError {
+	return newError(http.StatusServiceUnavailable, "runtime_unavailable", "this server provisions no environments")
+}
+
+func (s *Server) ListRuntimes(_ context.Context, _ restapi.ListRuntimesRequestObject) (restapi.ListRuntimesResponseObject, error) {
+	out := restapi.ListRuntimes200JSONResponse{Runtimes: []restapi.Runtime{}}
+	if s.d.Environments == nil {
+		return out, nil
+	}
+	for _, c := range s.d.Environments.Runtimes() {
+		out.Runtimes = append(out.Runtimes, restapi.Runtime{
+			Runtime: c.Runtime, Isolation: restapi.RuntimeIsolation(c.Isolation), NetworkModes: nonNil(c.NetworkModes),
+			Limits: nonNil(c.Limits), Pause: c.Pause, Snapshot: c.Snapshot, ReadOnlyRoot: c.ReadOnlyRoot,
+		})
+	}
+	return out, nil
+}
+
+func nonNil(v []string) []string {
+	if v == nil {
+		return []string{}
+	}
+	return v
+}
+
+func (s *Server) ListEnvironments(ctx context.Context, _ restapi.ListEnvironmentsRequestObject) (restapi.ListEnvironmentsResponseObject, error) {
+	out := restapi.ListEnvironments200JSONResponse{Environments: []restapi.Environment{}}
+	if s.d.Environments == nil {
+		return out, nil
+	}
+	for _, e := range s.d.Environments.List(ctx) {
+		out.Environments = append(out.Environments, toEnvironment(e))
+	}
+	return out, nil
+}
+
+func (s *Server) CreateEnvironment(ctx context.Context, req restapi.CreateEnvironmentRequestObject) (restapi.CreateEnvironmentResponseObject, error) {
+	if s.d.Environments == nil {
+		return noEnvironments(), nil
+	}
+	b := req.Body
+	subject := fmt.Sprintf("environment %q", clip(b.Name))
+	r := environment.Request{Runtime: b.Runtime, Name: b.Name}
+	if b.Image != nil {
+		r.Image = *b.Image
+	}
+	if b.Profile != nil {
+		r.Profile = *b.Profile
+	}
+	if b.Network != nil {
+		r.Network = *b.Network
+	}
+	if b.ReadOnlyRoot != nil {
+		r.ReadOnlyRoot = *b.ReadOnlyRoot
+	}
+	if res := b.Resources; res != nil {
+		if res.Cpus != nil {
+			r.Resources.CPUs = float64(*res.Cpus)
+		}
+		for _, f := range []struct {
+			name string
+			v    *int
+			dst  *int
+		}{{"memory_mb", res.MemoryMb, &r.Resources.MemoryMB}, {"pids", res.Pids, &r.Resources.PIDs}, {"disk_gb", res.DiskGb, &r.Resources.DiskGB}} {
+			if f.v == nil {
+				continue
+			}
+			if *f.v < 0 {
+				return badRequest("field resources.%s: must not be negative", f.name), nil
+			}
+			*f.dst = *f.v
+		}
+		if r.Resources.CPUs < 0 {
+			return badRequest("field resources.cpus: must not be negative"), nil
+		}
+	}
+	env, err := s.d.Environments.Create(ctx, r)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return environmentError(err, subject), nil
+	}
+	s.log.Info("rest: environment requested", "name", env.Name, "runtime", env.Runtime)
+	return restapi.CreateEnvironment202JSONResponse(toEnvironment(env)), nil
+}
+
+func (s *Server) GetEnvironment(ctx context.Context, req restapi.GetEnvironmentRequestObject) (restapi.GetEnvironmentResponseObject, error) {
+	subject := fmt.Sprintf("environment %q", clip(req.Name))
+	if s.d.Environments == nil {
+		return environmentError(ports.ErrEnvNotFound, subject), nil
+	}
+	e, ok := s.d.Environments.Inspect(ctx, req.Name)
+	if !ok {
+		return environmentError(ports.ErrEnvNotFound, subject), nil
+	}
+	return restapi.GetEnvironment200JSONResponse(toEnvironment(e)), nil
+}
+
+func (s *Server) DeleteEnvironment(ctx context.Context, req restapi.DeleteEnvironmentRequestObject) (restapi.DeleteEnvironmentResponseObject, error) {
+	subject := fmt.Sprintf("environment %q", clip(req.Name))
+	if s.d.Environments == nil {
+		return environmentError(ports.ErrEnvNotFound, subject), nil
+	}
+	if err := s.d.Environments.Delete(ctx, req.Name); err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return environmentError(err, subject), nil
+	}
+	s.log.Info("rest: environment deleted", "name", req.Name)
+	return restapi.DeleteEnvironment204Response{}, nil
+}
+
+func (s *Server) StartEnvironment(ctx context.Context, req restapi.StartEnvironmentRequestObject) (restapi.StartEnvironmentResponseObject, error) {
+	subject := fmt.Sprintf("environment %q", clip(req.Name))
+	if s.d.Environments == nil {
+		return environmentError(ports.ErrEnvNotFound, subject), nil
+	}
+	e, err := s.d.Environments.Start(ctx, req.Name)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return environmentError(err, subject), nil
+	}
+	return restapi.StartEnvironment200JSONResponse(toEnvironment(e)), nil
+}
+
+func (s *Server) StopEnvironment(ctx context.Context, req restapi.StopEnvironmentRequestObject) (restapi.StopEnvironmentResponseObject, error) {
+	subject := fmt.Sprintf("environment %q", clip(req.Name))
+	if s.d.Environments == nil {
+		return environmentError(ports.ErrEnvNotFound, subject), nil
+	}
+	e, err := s.d.Environments.Stop(ctx, req.Name)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return environmentError(err, subject), nil
+	}
+	return restapi.StopEnvironment200JSONResponse(toEnvironment(e)), nil
+}
+
+func toEnvironment(e environment.Environment) restapi.Environment {
+	out := restapi.Environment{
+		Name: e.Name, Runtime: e.Runtime, State: restapi.EnvironmentState(e.State), AgentId: e.AgentID,
+		CreatedAt: e.CreatedAt, Events: make([]restapi.EnvironmentEvent, 0, len(e.Events)),
+	}
+	if !out.State.Valid() {
+		out.State = restapi.EnvFailed
+	}
+	for _, ev := range e.Events {
+		item := restapi.EnvironmentEvent{At: ev.At, Step: ev.Step}
+		if ev.Message != "" {
+			item.Message = ptr(ev.Message)
+		}
+		out.Events = append(out.Events, item)
+	}
+	setStr := func(dst **string, v string) {
+		if v != "" {
+			*dst = ptr(v)
+		}
+	}
+	setStr(&out.RuntimeId, e.RuntimeID)
+	setStr(&out.Image, e.Image)
+	setStr(&out.Network, e.Network)
+	setStr(&out.AgentStatus, e.AgentStatus)
+	setStr(&out.Error, e.Error)
+	if !e.ReadyAt.IsZero() {
+		out.ReadyAt = ptr(e.ReadyAt)
+		out.ProvisionMs = ptr(e.ProvisionTime.Milliseconds())
+	}
+	if r := e.Resources; r != (ports.Resources{}) {
+		res := restapi.Resources{}
+		if r.CPUs > 0 {
+			res.Cpus = ptr(float32(r.CPUs))
+		}
+		if r.MemoryMB > 0 {
+			res.MemoryMb = ptr(r.MemoryMB)
+		}
+		if r.PIDs > 0 {
+			res.Pids = ptr(r.PIDs)
+		}
+		if r.DiskGB > 0 {
+			res.DiskGb = ptr(r.DiskGB)
+		}
+		out.Resources = &res
+	}
+	return out
+}

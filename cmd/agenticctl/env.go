@@ -1,0 +1,285 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+)
+
+const envUsage = `Usage:
+  agenticctl env create --runtime R [flags] NAME
+                         provision an environment and its agent (id NAME), showing
+                         progress until the agent is ready (--no-wait: return at once)
+  agenticctl env list [--json]
+  agenticctl env get NAME
+  agenticctl env stop NAME
+  agenticctl env start NAME
+  agenticctl env rm NAME
+  agenticctl env runtimes
+                         the runtimes the server offers, with their capabilities
+
+Exit status: create exits 0 once the agent is ready, 1 if the environment failed.
+`
+
+func (c *cli) environments(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(c.stderr, envUsage)
+		return exitError
+	}
+	switch args[0] {
+	case "create", "new":
+		return c.envCreate(args[1:])
+	case "list", "ls":
+		return c.envList(args[1:])
+	case "get", "show":
+		return c.envOne("get", args[1:])
+	case "stop":
+		return c.envOne("stop", args[1:])
+	case "start":
+		return c.envOne("start", args[1:])
+	case "rm", "delete":
+		return c.envOne("rm", args[1:])
+	case "runtimes":
+		return c.envRuntimes(args[1:])
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(c.stdout, envUsage)
+		return 0
+	default:
+		fmt.Fprintf(c.stderr, "agenticctl: unknown env command %q\n%s", args[0], envUsage)
+		return exitError
+	}
+}
+
+func (c *cli) envCreate(args []string) int {
+	flags := newFlags("agenticctl env create", c.stderr)
+	runtime := flags.String("runtime", "", "runtime `R`: host, docker or libvirt ('agenticctl env runtimes')")
+	image := flags.String("image", "", "container `IMAGE` or VM disk image path (default: the runtime's own)")
+	network := flags.String("network", "", "network `MODE` (default: the runtime's first, none where offered)")
+	cpus := flags.Float64("cpus", 0, "CPU limit")
+	memory := flags.Int("memory", 0, "memory limit in `MB`")
+	pids := flags.Int("pids", 0, "process limit")
+	readOnly := flags.Bool("read-only", false, "read-only root filesystem")
+	noWait := flags.Bool("no-wait", false, "return once provisioning started")
+	timeout := flags.Duration("timeout", 5*time.Minute, "how long to wait for the agent")
+	if code, done := parseFlags(flags, args, c.stdout, c.stderr, envUsage); done {
+		return code
+	}
+	if flags.NArg() != 1 || *runtime == "" {
+		return c.fail("env create takes --runtime and one NAME; run 'agenticctl env --help'")
+	}
+	cl, server, err := c.client()
+	if err != nil {
+		return c.fail("%v", err)
+	}
+	body := restapi.CreateEnvironmentRequest{Name: flags.Arg(0), Runtime: *runtime}
+	if *image != "" {
+		body.Image = image
+	}
+	if *network != "" {
+		body.Network = network
+	}
+	if *readOnly {
+		body.ReadOnlyRoot = readOnly
+	}
+	if *cpus != 0 || *memory != 0 || *pids != 0 {
+		res := restapi.Resources{}
+		if *cpus != 0 {
+			v := float32(*cpus)
+			res.Cpus = &v
+		}
+		if *memory != 0 {
+			res.MemoryMb = memory
+		}
+		if *pids != 0 {
+			res.Pids = pids
+		}
+		body.Resources = &res
+	}
+	ctx := context.Background()
+	resp, err := cl.CreateEnvironmentWithResponse(ctx, body)
+	if err != nil {
+		return c.unreachable(server, err)
+	}
+	if resp.JSON202 == nil {
+		return c.apiError(resp.StatusCode(), resp.Body)
+	}
+	env := *resp.JSON202
+	shown := c.showEvents(env, 0)
+	if *noWait {
+		fmt.Fprintf(c.stdout, "%s: %s\n", clean(env.Name), env.State)
+		return 0
+	}
+	deadline := time.Now().Add(*timeout)
+	for {
+		switch env.State {
+		case restapi.EnvReady:
+			ms := int64(0)
+			if env.ProvisionMs != nil {
+				ms = *env.ProvisionMs
+			}
+			fmt.Fprintf(c.stdout, "%s: ready (agent %s connected after %.1fs)\n", clean(env.Name), clean(env.AgentId), float64(ms)/1000)
+			return 0
+		case restapi.EnvFailed:
+			msg := ""
+			if env.Error != nil {
+				msg = *env.Error
+			}
+			return c.fail("%s failed: %s", clean(env.Name), clean(msg))
+		}
+		if time.Now().After(deadline) {
+			return c.fail("%s is still %s after %s ('agenticctl env get %s' shows it)", clean(env.Name), env.State, *timeout, clean(env.Name))
+		}
+		time.Sleep(200 * time.Millisecond)
+		got, err := cl.GetEnvironmentWithResponse(ctx, env.Name)
+		if err != nil {
+			return c.unreachable(server, err)
+		}
+		if got.JSON200 == nil {
+			return c.apiError(got.StatusCode(), got.Body)
+		}
+		env = *got.JSON200
+		shown = c.showEvents(env, shown)
+	}
+}
+
+// showEvents prints the events after the first shown ones, with the time
+// since the request; it returns how many are shown.
+func (c *cli) showEvents(env restapi.Environment, shown int) int {
+	for _, ev := range env.Events[min(shown, len(env.Events)):] {
+		msg := ""
+		if ev.Message != nil {
+			msg = " — " + clean(*ev.Message)
+		}
+		fmt.Fprintf(c.stderr, "  %6.1fs  %s%s\n", ev.At.Sub(env.CreatedAt).Seconds(), clean(ev.Step), msg)
+	}
+	return len(env.Events)
+}
+
+func (c *cli) envList(args []string) int {
+	flags := newFlags("agenticctl env list", c.stderr)
+	asJSON := flags.Bool("json", false, "print the list as JSON")
+	if code, done := parseFlags(flags, args, c.stdout, c.stderr, envUsage); done {
+		return code
+	}
+	cl, server, err := c.client()
+	if err != nil {
+		return c.fail("%v", err)
+	}
+	resp, err := cl.ListEnvironmentsWithResponse(context.Background())
+	if err != nil {
+		return c.unreachable(server, err)
+	}
+	if resp.JSON200 == nil {
+		return c.apiError(resp.StatusCode(), resp.Body)
+	}
+	if *asJSON {
+		return c.printJSON(resp.Body)
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tRUNTIME\tSTATE\tAGENT\tPROVISION\tIMAGE")
+	for _, e := range resp.JSON200.Environments {
+		prov, agent, image := "-", "-", "-"
+		if e.ProvisionMs != nil {
+			prov = fmt.Sprintf("%.2fs", float64(*e.ProvisionMs)/1000)
+		}
+		if e.AgentStatus != nil {
+			agent = *e.AgentStatus
+		}
+		if e.Image != nil {
+			image = *e.Image
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", cell(e.Name), cell(e.Runtime), cell(string(e.State)), cell(agent), prov, cell(image))
+	}
+	if err := tw.Flush(); err != nil {
+		return c.fail("writing the table: %v", err)
+	}
+	return 0
+}
+
+func (c *cli) envOne(op string, args []string) int {
+	flags := newFlags("agenticctl env "+op, c.stderr)
+	if code, done := parseFlags(flags, args, c.stdout, c.stderr, envUsage); done {
+		return code
+	}
+	if flags.NArg() != 1 {
+		return c.fail("env %s takes exactly one environment name; 'agenticctl env list' shows them", op)
+	}
+	name := flags.Arg(0)
+	cl, server, err := c.client()
+	if err != nil {
+		return c.fail("%v", err)
+	}
+	ctx := context.Background()
+	var status int
+	var body []byte
+	var ok bool
+	switch op {
+	case "get":
+		r, err := cl.GetEnvironmentWithResponse(ctx, name)
+		if err != nil {
+			return c.unreachable(server, err)
+		}
+		status, body, ok = r.StatusCode(), r.Body, r.JSON200 != nil
+	case "stop":
+		r, err := cl.StopEnvironmentWithResponse(ctx, name)
+		if err != nil {
+			return c.unreachable(server, err)
+		}
+		status, body, ok = r.StatusCode(), r.Body, r.JSON200 != nil
+	case "start":
+		r, err := cl.StartEnvironmentWithResponse(ctx, name)
+		if err != nil {
+			return c.unreachable(server, err)
+		}
+		status, body, ok = r.StatusCode(), r.Body, r.JSON200 != nil
+	case "rm":
+		r, err := cl.DeleteEnvironmentWithResponse(ctx, name)
+		if err != nil {
+			return c.unreachable(server, err)
+		}
+		if r.StatusCode() != 204 {
+			return c.apiError(r.StatusCode(), r.Body)
+		}
+		fmt.Fprintf(c.stdout, "%s deleted\n", clean(name))
+		return 0
+	}
+	if !ok {
+		return c.apiError(status, body)
+	}
+	if op == "get" {
+		return c.printJSON(body)
+	}
+	fmt.Fprintf(c.stdout, "%s: %s\n", clean(name), map[string]string{"stop": "stopped", "start": "starting"}[op])
+	return 0
+}
+
+func (c *cli) envRuntimes(args []string) int {
+	flags := newFlags("agenticctl env runtimes", c.stderr)
+	if code, done := parseFlags(flags, args, c.stdout, c.stderr, envUsage); done {
+		return code
+	}
+	cl, server, err := c.client()
+	if err != nil {
+		return c.fail("%v", err)
+	}
+	resp, err := cl.ListRuntimesWithResponse(context.Background())
+	if err != nil {
+		return c.unreachable(server, err)
+	}
+	if resp.JSON200 == nil {
+		return c.apiError(resp.StatusCode(), resp.Body)
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUNTIME\tISOLATION\tNETWORKS\tLIMITS")
+	for _, r := range resp.JSON200.Runtimes {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", cell(r.Runtime), r.Isolation, cell(strings.Join(r.NetworkModes, ",")), cell(strings.Join(r.Limits, ",")))
+	}
+	if err := tw.Flush(); err != nil {
+		return c.fail("writing the table: %v", err)
+	}
+	return 0
+}

@@ -1,0 +1,232 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/docker"
+	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
+)
+
+var (
+	envN   = flag.Int("env-n", 20, "environments per runtime (host, docker)")
+	vmN    = flag.Int("vm-n", 5, "VMs (each boots under TCG)")
+	vmDir  = flag.String("vm-image", "build/vm", "tiny VM image (make vm-image)")
+	envRTs = flag.String("env-runtimes", "host,docker,libvirt", "runtimes to measure where available")
+)
+
+// envBench measures, per runtime, provision request → agent ready and →
+// first command output through the real server, beside the engine's own
+// floor measured in the same run: `docker run --rm IMAGE true` for
+// containers, a bare qemu-system boot of the same kernel and initramfs for
+// VMs.
+func envBench(bins harness.Binaries, prev error) error {
+	if prev != nil {
+		return prev
+	}
+	dataDir, err := os.MkdirTemp("", "agentic-bench-env-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dataDir)
+	want := strings.Split(*envRTs, ",")
+	runtimes := []string{"host"}
+	var env []string
+	var notes []string
+
+	var dockerHost string
+	if contains(want, "docker") {
+		host, stop, err := harness.StartDockerd()
+		if err != nil {
+			notes = append(notes, "docker not measured: "+err.Error())
+		} else {
+			defer stop()
+			dockerHost = host
+			runtimes = append(runtimes, "docker")
+			env = append(env, "DOCKER_HOST="+host)
+		}
+	}
+	kernel, initrd := filepath.Join(*vmDir, "vmlinuz"), filepath.Join(*vmDir, "initrd.img")
+	if contains(want, "libvirt") {
+		if _, err := os.Stat("/var/run/libvirt/libvirt-sock"); err != nil {
+			notes = append(notes, "libvirt not measured: no libvirtd (scripts/libvirt-test-env.sh starts one)")
+		} else if _, err := os.Stat(initrd); err != nil {
+			notes = append(notes, "libvirt not measured: no VM image (make vm-image)")
+		} else {
+			abs, _ := filepath.Abs(*vmDir)
+			runtimes = append(runtimes, "libvirt")
+			env = append(env, "AGENTIC_VM_IMAGE_DIR="+abs, "AGENTIC_LIBVIRT_ACCEL=tcg")
+		}
+	}
+	env = append(env, "AGENTIC_RUNTIMES="+strings.Join(runtimes, ","))
+	srv, err := harness.Start(bins, harness.Options{DataDir: dataDir, Env: env})
+	if err != nil {
+		return err
+	}
+	defer srv.Kill()
+
+	var rows []stats
+	for _, rt := range runtimes {
+		n := *envN
+		if rt == "libvirt" {
+			n = *vmN
+		}
+		// The first environment of a runtime pays one-time costs (the
+		// default image is built on first use): measured apart.
+		first, _, err := provisionOnce(srv, rt, rt+"-first")
+		if err != nil {
+			return fmt.Errorf("%s: %w", rt, err)
+		}
+		var ready, output []time.Duration
+		for i := range n {
+			r, o, err := provisionOnce(srv, rt, fmt.Sprintf("%s-%d", rt, i))
+			if err != nil {
+				return fmt.Errorf("%s: %w", rt, err)
+			}
+			ready, output = append(ready, r), append(output, o)
+		}
+		rows = append(rows, stats{name: rt + ": first environment → agent ready", n: 1, p50: first, p99: first, avg: first},
+			summarize(rt+": provision → agent ready", ready), summarize(rt+": provision → first command output", output))
+		switch rt {
+		case "docker":
+			s, err := measure("`docker run --rm "+docker.DefaultTag+" true` (floor)", n, func() error {
+				out, err := exec.Command("docker", "-H", dockerHost, "run", "--rm", "--network", "none", docker.DefaultTag, "true").CombinedOutput()
+				if err != nil {
+					return fmt.Errorf("%v: %s", err, out)
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			rows = append(rows, s)
+		case "libvirt":
+			s, err := measure("bare `qemu-system-x86_64 -accel tcg` boot to userspace, same kernel+initrd (floor)", n, func() error {
+				return bareQEMUBoot(kernel, initrd)
+			})
+			if err != nil {
+				return err
+			}
+			rows = append(rows, s)
+		}
+	}
+	fmt.Println("\n| environments | n | p50 | p99 | mean |")
+	fmt.Println("| --- | --- | --- | --- | --- |")
+	for _, r := range rows {
+		fmt.Printf("| %s | %d | %s | %s | %s |\n", r.name, r.n, ms(r.p50), ms(r.p99), ms(r.avg))
+	}
+	for _, n := range notes {
+		fmt.Println(n)
+	}
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if strings.TrimSpace(x) == s {
+			return true
+		}
+	}
+	return false
+}
+
+// provisionOnce creates an environment, waits for its agent, runs `echo`
+// in it, and deletes it (waiting until it is gone, outside the timings).
+func provisionOnce(srv *harness.Server, runtime, name string) (ready, output time.Duration, err error) {
+	call := func(method, path string, body any) (int, []byte, error) {
+		var rd io.Reader
+		if body != nil {
+			b, _ := json.Marshal(body)
+			rd = bytes.NewReader(b)
+		}
+		req, _ := http.NewRequest(method, srv.RESTURL+path, rd)
+		req.Header.Set("Authorization", "Bearer "+srv.Token)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, nil, err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, b, err
+	}
+	start := time.Now()
+	code, body, err := call(http.MethodPost, "/api/v1/environments", map[string]any{"runtime": runtime, "name": name})
+	if err != nil || code != http.StatusAccepted {
+		return 0, 0, fmt.Errorf("create %s: %d %s %v", name, code, body, err)
+	}
+	defer func() {
+		if _, b, derr := call(http.MethodDelete, "/api/v1/environments/"+name, nil); derr != nil {
+			err = errors.Join(err, fmt.Errorf("delete %s: %v %s", name, derr, b))
+		}
+		for range 600 {
+			if c, _, _ := call(http.MethodGet, "/api/v1/environments/"+name, nil); c == http.StatusNotFound {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		err = errors.Join(err, fmt.Errorf("%s not gone a minute after delete", name))
+	}()
+	deadline := start.Add(3 * time.Minute)
+	for {
+		_, b, err := call(http.MethodGet, "/api/v1/environments/"+name, nil)
+		if err != nil {
+			return 0, 0, err
+		}
+		var e struct {
+			State string `json:"state"`
+			Error string `json:"error"`
+		}
+		_ = json.Unmarshal(b, &e)
+		if e.State == "ready" {
+			break
+		}
+		if e.State == "failed" || time.Now().After(deadline) {
+			return 0, 0, fmt.Errorf("%s: %s (%s)", name, e.State, e.Error)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	ready = time.Since(start)
+	code, body, err = call(http.MethodPost, "/api/v1/agents/"+name+"/exec", map[string]any{"command": "echo", "args": []string{"first"}})
+	if err != nil || code != http.StatusOK || !bytes.Contains(body, []byte("first")) {
+		return 0, 0, fmt.Errorf("exec in %s: %d %s %v", name, code, body, err)
+	}
+	return ready, time.Since(start), nil
+}
+
+// bareQEMUBoot boots kernel+initrd under TCG with no libvirt and no agent
+// configuration, until the image's init says userspace is up.
+func bareQEMUBoot(kernel, initrd string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "qemu-system-x86_64", "-accel", "tcg", "-m", "256", "-smp", "1",
+		"-nographic", "-nodefaults", "-serial", "stdio", "-no-reboot",
+		"-kernel", kernel, "-initrd", initrd, "-append", "console=ttyS0 panic=-1 quiet")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), "agentic-init: userspace up") {
+			return nil
+		}
+	}
+	return fmt.Errorf("qemu boot: no userspace marker (%v)", ctx.Err())
+}

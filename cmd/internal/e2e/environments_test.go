@@ -1,0 +1,302 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
+	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+)
+
+func ctl(t *testing.T, url, token string, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(bins.Ctl, append([]string{"--server", url, "--token", token}, args...)...)
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), errb.String(), code
+}
+
+// An environment on the host runtime through the CLI and REST: created with
+// progress until its agent is ready, used, stopped, started, deleted, with
+// its provision time in /metrics; it survives a restart of agentic-mgmt.
+func TestEnvironmentsOnTheHostRuntime(t *testing.T) {
+	dataDir := t.TempDir()
+	s := startServer(t, 0, dataDir)
+	t.Cleanup(func() { ctl(t, s.RESTURL, s.Token, "env", "rm", "hb-1") })
+
+	out, errOut, code := ctl(t, s.RESTURL, s.Token, "env", "runtimes")
+	if code != 0 || !strings.Contains(out, "host") {
+		t.Fatalf("runtimes: %d %q %q", code, out, errOut)
+	}
+	out, errOut, code = ctl(t, s.RESTURL, s.Token, "env", "create", "--runtime", "host", "hb-1")
+	if code != 0 || !strings.Contains(out, "hb-1: ready") || !strings.Contains(errOut, "agent_ready") {
+		t.Fatalf("create: exit %d\nstdout %q\nstderr %q", code, out, errOut)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	exe, err := s.Client().ExecCommandWithResponse(ctx, "hb-1", restapi.ExecRequest{Command: "sh", Args: ptr([]string{"-c", "echo from-$AGENT_RUNTIME"})})
+	if err != nil || exe.JSON200 == nil || !strings.Contains(exe.JSON200.Stdout, "from-host") {
+		t.Fatalf("exec in the environment: %v %s", err, exe.Body)
+	}
+	out, _, _ = ctl(t, s.RESTURL, s.Token, "env", "list")
+	if !strings.Contains(out, "hb-1") || !strings.Contains(out, "ready") {
+		t.Fatalf("list: %q", out)
+	}
+	metrics := readMetrics(t, s.RESTURL)
+	if !strings.Contains(metrics, `agentic_environment_provision_seconds_count{runtime="host"} 1`) {
+		t.Fatalf("no provision time in /metrics:\n%s", metrics)
+	}
+
+	// Bad requests are refused with their reasons and leave nothing.
+	_, errOut, code = ctl(t, s.RESTURL, s.Token, "env", "create", "--runtime", "docker", "hb-2")
+	if code == 0 || !strings.Contains(errOut, "unknown_runtime") {
+		t.Fatalf("unconfigured runtime: %d %q", code, errOut)
+	}
+	_, errOut, code = ctl(t, s.RESTURL, s.Token, "env", "create", "--runtime", "host", "hb-1")
+	if code == 0 || !strings.Contains(errOut, "environment_exists") {
+		t.Fatalf("duplicate: %d %q", code, errOut)
+	}
+	_, errOut, code = ctl(t, s.RESTURL, s.Token, "env", "create", "--runtime", "host", "bad/name")
+	if code == 0 || !strings.Contains(errOut, "invalid_request") {
+		t.Fatalf("bad name: %d %q", code, errOut)
+	}
+
+	// The environment outlives agentic-mgmt and is found again.
+	if _, err := s.Stop(syscall.SIGTERM, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := s.Restart()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s2.Kill)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got, err := s2.Client().GetEnvironmentWithResponse(context.Background(), "hb-1")
+		if err == nil && got.JSON200 != nil && got.JSON200.State == restapi.EnvReady {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("environment not ready again after the restart: %v %s", err, got.Body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	out, errOut, code = ctl(t, s2.RESTURL, s2.Token, "env", "stop", "hb-1")
+	if code != 0 {
+		t.Fatalf("stop: %q %q", out, errOut)
+	}
+	waitEnvState(t, s2.Client(), "hb-1", restapi.EnvStopped)
+	if _, _, code = ctl(t, s2.RESTURL, s2.Token, "env", "start", "hb-1"); code != 0 {
+		t.Fatal("start failed")
+	}
+	waitEnvState(t, s2.Client(), "hb-1", restapi.EnvReady)
+	if out, errOut, code = ctl(t, s2.RESTURL, s2.Token, "env", "rm", "hb-1"); code != 0 {
+		t.Fatalf("rm: %q %q", out, errOut)
+	}
+	if got, _ := s2.Client().GetEnvironmentWithResponse(context.Background(), "hb-1"); got.StatusCode() != 404 {
+		t.Fatalf("after rm: %d %s", got.StatusCode(), got.Body)
+	}
+}
+
+func waitEnvState(t *testing.T, c *restapi.ClientWithResponses, name string, want restapi.EnvironmentState) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got, err := c.GetEnvironmentWithResponse(context.Background(), name)
+		if err == nil && got.JSON200 != nil && got.JSON200.State == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not %s: %v %s", name, want, err, got.Body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func readMetrics(t *testing.T, restURL string) string {
+	t.Helper()
+	resp, err := http.Get(restURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// Containers through the real server on a private dockerd: the agent runs
+// as nobody without a network and reaches the server through the mounted
+// socket; a container killed from outside shows failed and its agent gone;
+// a restarted agentic-mgmt recovers the running one.
+func TestEnvironmentsInDocker(t *testing.T) {
+	host, stop, err := harness.StartDockerd()
+	if err != nil {
+		t.Fatalf("private dockerd (make test-env installs it): %v", err)
+	}
+	t.Cleanup(stop)
+	docker := func(args ...string) string {
+		out, err := exec.Command("docker", append([]string{"-H", host}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("docker %v: %v %s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	dataDir := t.TempDir()
+	s := startServer(t, 0, dataDir, "DOCKER_HOST="+host, "AGENTIC_RUNTIMES=host,docker")
+
+	out, errOut, code := ctl(t, s.RESTURL, s.Token, "env", "runtimes")
+	if code != 0 || !strings.Contains(out, "docker") || !strings.Contains(out, "container") {
+		t.Fatalf("runtimes: %d %q %q", code, out, errOut)
+	}
+	for _, name := range []string{"dk-1", "dk-2"} {
+		out, errOut, code = ctl(t, s.RESTURL, s.Token, "env", "create", "--runtime", "docker", name)
+		if code != 0 || !strings.Contains(out, name+": ready") {
+			t.Fatalf("create %s: exit %d\nstdout %q\nstderr %q", name, code, out, errOut)
+		}
+	}
+	run := func(s *harness.Server, name, script string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		exe, err := s.Client().ExecCommandWithResponse(ctx, name, restapi.ExecRequest{Command: "sh", Args: ptr([]string{"-c", script})})
+		if err != nil || exe.JSON200 == nil {
+			t.Fatalf("exec in %s: %v %s", name, err, exe.Body)
+		}
+		return exe.JSON200.Stdout
+	}
+	if got := run(s, "dk-1", "echo from-$AGENT_RUNTIME uid-$(id -u); ls /sys/class/net"); !strings.Contains(got, "from-container uid-65534") || strings.Contains(got, "eth0") {
+		t.Fatalf("inside the container: %q; want the agent as nobody and no network but lo", got)
+	}
+	if !strings.Contains(readMetrics(t, s.RESTURL), `agentic_environment_provision_seconds_count{runtime="docker"} 2`) {
+		t.Fatal("no docker provision times in /metrics")
+	}
+
+	// Killed from outside.
+	docker("kill", docker("ps", "-q", "--filter", "label=io.agentic-sandbox.env=dk-2"))
+	waitEnvState(t, s.Client(), "dk-2", restapi.EnvFailed)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		a, err := s.Client().GetAgentWithResponse(context.Background(), "dk-2")
+		if err == nil && (a.StatusCode() == 404 || (a.JSON200 != nil && a.JSON200.Status == "disconnected")) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agent of the killed container still %s", a.Body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	// agentic-mgmt restarts; the running container is recovered and its
+	// agent comes back through the new socket.
+	if _, err := s.Stop(syscall.SIGTERM, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := s.Restart()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s2.Kill)
+	waitEnvState(t, s2.Client(), "dk-1", restapi.EnvReady)
+	if got := run(s2, "dk-1", "echo again"); !strings.Contains(got, "again") {
+		t.Fatalf("after the restart: %q", got)
+	}
+	for _, name := range []string{"dk-1", "dk-2"} {
+		if out, errOut, code := ctl(t, s2.RESTURL, s2.Token, "env", "rm", name); code != 0 {
+			t.Fatalf("rm %s: %q %q", name, out, errOut)
+		}
+	}
+	if left := docker("ps", "-aq", "--filter", "label=io.agentic-sandbox.managed=true"); left != "" {
+		t.Fatalf("containers left: %s", left)
+	}
+}
+
+// A VM through the real server on the machine's libvirtd (make test-env),
+// booting the project's tiny image (make vm-image) under TCG: its progress
+// shows while it boots, its agent comes over the virtio-serial channel, and
+// rm leaves no domain.
+func TestEnvironmentsInLibvirt(t *testing.T) {
+	root, err := harness.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	imageDir := filepath.Join(root, "build", "vm")
+	if _, err := os.Stat(filepath.Join(imageDir, "initrd.img")); err != nil {
+		t.Fatalf("no VM image: run make vm-image (%v)", err)
+	}
+	if _, err := os.Stat("/var/run/libvirt/libvirt-sock"); err != nil {
+		t.Fatalf("no libvirtd: run make test-env (%v)", err)
+	}
+	dataDir := t.TempDir()
+	// QEMU runs as libvirt-qemu and must reach the data dir's vms/.
+	for d := filepath.Dir(dataDir); d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := startServer(t, 0, dataDir, "AGENTIC_RUNTIMES=libvirt", "AGENTIC_VM_IMAGE_DIR="+imageDir, "AGENTIC_LIBVIRT_ACCEL=tcg")
+	name := fmt.Sprintf("vm-%d", time.Now().UnixNano()%100000)
+	t.Cleanup(func() { ctl(t, s.RESTURL, s.Token, "env", "rm", name) })
+
+	// The progress while it boots, as a client polling sees it.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	created, err := s.Client().CreateEnvironmentWithResponse(ctx, restapi.CreateEnvironmentRequest{Runtime: "libvirt", Name: name})
+	if err != nil || created.JSON202 == nil {
+		t.Fatalf("create: %v %s", err, created.Body)
+	}
+	states := map[restapi.EnvironmentState]bool{}
+	var last *restapi.Environment
+	for last == nil || last.State != restapi.EnvReady {
+		got, err := s.Client().GetEnvironmentWithResponse(ctx, name)
+		if err != nil || got.JSON200 == nil {
+			t.Fatalf("get: %v %s", err, got.Body)
+		}
+		last = got.JSON200
+		states[last.State] = true
+		if last.State == restapi.EnvFailed {
+			t.Fatalf("VM failed: %s", got.Body)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !states[restapi.EnvBooting] {
+		t.Errorf("never saw booting, saw %v", states)
+	}
+	steps := map[string]bool{}
+	for _, e := range last.Events {
+		steps[e.Step] = true
+	}
+	if !steps["agent_ready"] || len(last.Events) < 3 {
+		t.Errorf("events %+v; want the steps up to agent_ready", last.Events)
+	}
+	exe, err := s.Client().ExecCommandWithResponse(ctx, name, restapi.ExecRequest{Command: "sh", Args: ptr([]string{"-c", "echo from-$AGENT_RUNTIME; ls /sys/class/net"})})
+	if err != nil || exe.JSON200 == nil || !strings.Contains(exe.JSON200.Stdout, "from-vm") || strings.Contains(exe.JSON200.Stdout, "eth0") {
+		t.Fatalf("exec in the VM: %v %s", err, exe.Body)
+	}
+	if out, errOut, code := ctl(t, s.RESTURL, s.Token, "env", "rm", name); code != 0 {
+		t.Fatalf("rm: %q %q", out, errOut)
+	}
+	out, err := exec.Command("virsh", "-c", "qemu:///system", "list", "--all", "--name").CombinedOutput()
+	if err != nil || strings.Contains(string(out), name) {
+		t.Fatalf("domain left after rm: %v %s", err, out)
+	}
+}
