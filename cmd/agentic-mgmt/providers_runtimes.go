@@ -34,11 +34,18 @@ type Runtimes struct {
 }
 
 // Isolations are the tiers to advertise: the host tier where host agents
-// run, container and VM where those runtimes answer.
+// run, container and VM where the operator configured those runtimes
+// (AGENTIC_RUNTIMES) and they answer. Runtimes merely found serve
+// environments; their tier is advertised once an agent of that kind is
+// connected (see mission.ExecutorCapabilities), since a mission can only
+// run on a connected agent.
 func (r *Runtimes) Isolations(hostAgents bool) []string {
 	var out []string
 	if hostAgents {
 		out = append(out, ports.IsolationHost)
+	}
+	if !r.explicit {
+		return out
 	}
 	for _, rt := range r.Available {
 		if iso := rt.Capabilities().Isolation; iso != ports.IsolationHost && !slices.Contains(out, iso) {
