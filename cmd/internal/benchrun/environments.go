@@ -58,7 +58,11 @@ func envBench(bins harness.Binaries, prev error) error {
 			env = append(env, "DOCKER_HOST="+host)
 		}
 	}
-	kernel, initrd := filepath.Join(*vmDir, "vmlinuz"), filepath.Join(*vmDir, "initrd.img")
+	// The uncompressed kernel when the image has it, as the adapter boots.
+	kernel, initrd := filepath.Join(*vmDir, "vmlinux"), filepath.Join(*vmDir, "initrd.img")
+	if _, err := os.Stat(kernel); err != nil {
+		kernel = filepath.Join(*vmDir, "vmlinuz")
+	}
 	if contains(want, "libvirt") {
 		if _, err := os.Stat("/var/run/libvirt/libvirt-sock"); err != nil {
 			notes = append(notes, "libvirt not measured: no libvirtd (scripts/libvirt-test-env.sh starts one)")
