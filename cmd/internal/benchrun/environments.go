@@ -105,7 +105,7 @@ func envBench(bins harness.Binaries, prev error) error {
 			summarize(rt+": provision → agent ready", ready), summarize(rt+": provision → first command output", output))
 		switch rt {
 		case "docker":
-			s, err := measure("`docker run --rm "+docker.DefaultTag+" true` (floor)", n, func() error {
+			s, err := measure("`docker run --rm --network none "+docker.DefaultTag+" true` (floor)", n, func() error {
 				out, err := exec.Command("docker", "-H", dockerHost, "run", "--rm", "--network", "none", docker.DefaultTag, "true").CombinedOutput()
 				if err != nil {
 					return fmt.Errorf("%v: %s", err, out)
