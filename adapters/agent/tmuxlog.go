@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
@@ -25,8 +26,12 @@ const (
 	// logged too, then runs "$@" and writes its status to $0.
 	logWrapper = `f=$0; tmux wait-for "$1"; shift; "$@"; s=$?; echo $s >"$f.tmp" && mv "$f.tmp" "$f"; exit $s`
 	// logPoll is how often the follower looks for new output at the end of
-	// the file; livenessPoll how often it asks tmux whether the session is there.
+	// the file, idleLogPoll once nothing came for idleAfter (hundreds of idle
+	// sessions must cost next to nothing); livenessPoll how often it checks
+	// that the session is there.
 	logPoll      = 20 * time.Millisecond
+	idleLogPoll  = 100 * time.Millisecond
+	idleAfter    = time.Second
 	livenessPoll = 500 * time.Millisecond
 	logChunk     = 32 << 10
 )
@@ -116,12 +121,13 @@ func (t *tmuxLogProc) follow() {
 	}
 	defer f.Close()
 	buf := make([]byte, logChunk)
-	lastCheck := time.Now()
+	lastCheck, lastOutput := time.Now(), time.Now()
 	gone := false
 	for {
 		n, err := f.Read(buf)
 		if n > 0 {
 			t.onOutput(ports.StreamPTY, append([]byte(nil), buf[:n]...))
+			lastOutput = time.Now()
 			continue
 		}
 		if err != nil && !errors.Is(err, io.EOF) {
@@ -136,11 +142,11 @@ func (t *tmuxLogProc) follow() {
 		case <-t.stop:
 			t.finish(ports.CommandResult{ExitCode: -1, Error: "detached: the session lives on in tmux", Duration: time.Since(t.start)})
 			return
-		case <-time.After(logPoll):
+		case <-time.After(pollAfter(lastOutput)):
 		}
 		if time.Since(lastCheck) >= livenessPoll {
 			lastCheck = time.Now()
-			if _, err := tmuxCmd(context.Background(), "has-session", "-t", "="+t.name); err != nil {
+			if t.ended() {
 				gone = true
 				time.Sleep(logPoll) // let the pipe's cat write its last bytes
 			}
@@ -152,6 +158,24 @@ func (t *tmuxLogProc) follow() {
 	r := endResult(t.exitFile, killed, t.start)
 	_ = os.Remove(t.logFile)
 	t.finish(r)
+}
+
+func pollAfter(lastOutput time.Time) time.Duration {
+	if time.Since(lastOutput) > idleAfter {
+		return idleLogPoll
+	}
+	return logPoll
+}
+
+// ended reports whether the session is over without starting a process
+// where it can: the pane's process (the wrapper, which a kill-session takes
+// along) is gone; tmux is asked only when that pid is unknown.
+func (t *tmuxLogProc) ended() bool {
+	if t.pid > 0 {
+		return errors.Is(syscall.Kill(t.pid, 0), syscall.ESRCH)
+	}
+	_, err := tmuxCmd(context.Background(), "has-session", "-t", "="+t.name)
+	return err != nil
 }
 
 func (t *tmuxLogProc) finish(r ports.CommandResult) {

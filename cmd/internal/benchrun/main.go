@@ -30,7 +30,7 @@ func main() {
 	n := flag.Int("n", 1000, "round trips per measurement")
 	sshN := flag.Int("ssh-n", 100, "ssh round trips (each is slow)")
 	sustained := flag.Int("sustained", 2000, "missions in the sustained-rate run")
-	flag.StringVar(&only, "only", "", "run one part only: env")
+	flag.StringVar(&only, "only", "", "run one part only: env or term")
 	flag.Parse()
 	if err := run(*binDir, *n, *sshN, *sustained); err != nil {
 		fmt.Fprintln(os.Stderr, "benchrun:", err)
@@ -69,8 +69,11 @@ func run(binDir string, n, sshN, sustained int) error {
 		return err
 	}
 	bins := harness.Binaries{Mgmt: filepath.Join(abs, "agentic-mgmt"), Agent: filepath.Join(abs, "agentic-agent"), Ctl: filepath.Join(abs, "agenticctl")}
-	if only == "env" {
+	switch only {
+	case "env":
 		return envBench(bins, nil)
+	case "term":
+		return terminalBench(bins, nil)
 	}
 	dataDir, err := os.MkdirTemp("", "agentic-bench-")
 	if err != nil {

@@ -49,11 +49,17 @@ func terminalBench(bins harness.Binaries, prev error) error {
 	}
 	defer os.RemoveAll(dataDir)
 	defer harness.KillHostAgents(dataDir)
-	srv, err := harness.Start(bins, harness.Options{HostAgents: 1, DataDir: dataDir})
+	// The agent's tmux server of its own, to count its memory.
+	tmuxDir := filepath.Join(dataDir, "tmux")
+	if err := os.Mkdir(tmuxDir, 0o700); err != nil {
+		return err
+	}
+	srv, err := harness.Start(bins, harness.Options{HostAgents: 1, DataDir: dataDir, Env: []string{"TMUX_TMPDIR=" + tmuxDir}})
 	if err != nil {
 		return err
 	}
 	defer srv.Kill()
+	defer func() { _ = exec.Command("env", "TMUX_TMPDIR="+tmuxDir, "tmux", "kill-server").Run() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := srv.WaitAgents(ctx, "host-01"); err != nil {
@@ -63,7 +69,7 @@ func terminalBench(bins harness.Binaries, prev error) error {
 	deadline := time.Now().Add(3 * time.Minute)
 
 	// 3. Memory, measured first so both processes start fresh, printed last.
-	memReport, err := memoryBench(srv, dataDir, *termSessions, deadline)
+	memReport, err := memoryBench(srv, dataDir, tmuxDir, *termSessions, deadline)
 	if err != nil {
 		return fmt.Errorf("memory: %w", err)
 	}
@@ -83,8 +89,9 @@ func terminalBench(bins harness.Binaries, prev error) error {
 	}
 	rows := []*tput{
 		{name: "local PTY, no network (floor)"},
-		{name: "agent PTY → agentic-mgmt → WebSocket viewer"},
+		{name: "agent PTY → agentic-mgmt → WebSocket viewer (headless session, plain PTY)"},
 		{name: "`ssh -tt 127.0.0.1 CMD` (local sshd)"},
+		{name: "agent PTY kept in tmux → agentic-mgmt → WebSocket viewer (background session, pane log)"},
 	}
 	for range *termReps { // interleaved, so all see the same machine state
 		mbs, err := localPTYThroughput(script, size)
@@ -92,12 +99,14 @@ func terminalBench(bins harness.Binaries, prev error) error {
 			return fmt.Errorf("local PTY throughput: %w", err)
 		}
 		rows[0].mbs = append(rows[0].mbs, mbs)
-		mbs, total, err := wsThroughput(srv, script, size, deadline)
-		if err != nil {
-			return fmt.Errorf("WebSocket throughput: %w", err)
+		for i, typ := range map[int]string{1: "headless", 3: "background"} {
+			mbs, total, err := wsThroughput(srv, typ, script, size, deadline)
+			if err != nil {
+				return fmt.Errorf("WebSocket throughput (%s): %w", typ, err)
+			}
+			rows[i].mbs = append(rows[i].mbs, mbs)
+			rows[i].note = fmt.Sprintf("create_session → session_exited %.0f ms in the last run", total.Seconds()*1000)
 		}
-		rows[1].mbs = append(rows[1].mbs, mbs)
-		rows[1].note = fmt.Sprintf("create_session → session_exited %.0f ms in the last run", total.Seconds()*1000)
 		if sshErr != nil {
 			rows[2].note = "skipped: " + sshErr.Error()
 			continue
@@ -131,6 +140,7 @@ func terminalBench(bins harness.Binaries, prev error) error {
 		fmt.Printf("| %s | %s | %s | %s |\n", r.name, m, strings.Join(runs, ", "), r.note)
 	}
 	floor, ws := med(rows[0].mbs), med(rows[1].mbs)
+	fmt.Printf("\nkept in tmux / local PTY = %.2f (the price of sessions that outlive the agent)\n", med(rows[3].mbs)/floor)
 	fmt.Printf("\nWebSocket / local PTY = %.2f (goal ≥ 0.5)\n", ws/floor)
 	if s := med(rows[2].mbs); s > 0 {
 		fmt.Printf("WebSocket / ssh -tt = %.2f\n", ws/s)
@@ -239,7 +249,7 @@ func (c *wsConn) waitType(typ string, deadline time.Time) (wsFrame, error) {
 
 func (c *wsConn) create(typ, command string, args []string, deadline time.Time) (string, error) {
 	if err := c.WriteJSON(map[string]any{"type": "create_session", "id": "c", "agent_id": "host-01",
-		"session_type": typ, "command": command, "args": args, "cols": 200, "rows": 50}); err != nil {
+		"session_type": typ, "command": command, "args": args, "cols": 200, "rows": 50, "pty": true}); err != nil {
 		return "", err
 	}
 	f, err := c.waitType("session_started", deadline)
@@ -248,14 +258,14 @@ func (c *wsConn) create(typ, command string, args []string, deadline time.Time) 
 
 // ---- throughput ----
 
-func wsThroughput(srv *harness.Server, script string, size int64, deadline time.Time) (mbs float64, total time.Duration, err error) {
+func wsThroughput(srv *harness.Server, typ, script string, size int64, deadline time.Time) (mbs float64, total time.Duration, err error) {
 	c, err := dialTerm(srv)
 	if err != nil {
 		return 0, 0, err
 	}
 	defer c.Close()
 	start := time.Now()
-	id, err := c.create("background", "sh", []string{"-c", script}, deadline)
+	id, err := c.create(typ, "sh", []string{"-c", script}, deadline)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -484,12 +494,15 @@ func wsEcho(srv *harness.Server, n int, deadline time.Time) (stats, error) {
 	if _, err := c.waitType("role_changed", deadline); err != nil {
 		return stats{}, err
 	}
-	var pending []byte
 	input := func(b byte) error {
 		return c.WriteJSON(map[string]any{"type": "input", "session_id": id, "data": string([]byte{b})})
 	}
+	// The session is kept in tmux: its client redraws around the echo
+	// (cursor moves, attributes), so the echo is the first frame after the
+	// input whose printable text holds the byte. In steady state each echo
+	// is one frame of its own; the warm-up absorbs the first screen draw.
 	readBack := func(b byte) error {
-		for len(pending) == 0 {
+		for {
 			f, err := c.next(deadline)
 			if err != nil {
 				return err
@@ -499,18 +512,15 @@ func wsEcho(srv *harness.Server, n int, deadline time.Time) (stats, error) {
 			}
 			switch f.Type {
 			case "output":
-				pending = []byte(f.Data)
+				if bytes.IndexByte(stripEscapes([]byte(f.Data)), b) >= 0 {
+					return nil
+				}
 			case "session_exited":
 				return errors.New("session exited")
 			}
 		}
-		if pending[0] != b {
-			return fmt.Errorf("echo %q, want %q", pending[0], b)
-		}
-		pending = pending[1:]
-		return nil
 	}
-	return echoLoop("WebSocket `input` → agent PTY `cat` → `output`", n, input, readBack)
+	return echoLoop("WebSocket `input` → agent PTY `cat` in tmux → `output`", n, input, readBack)
 }
 
 func sshEcho(sshCmd func(...string) *exec.Cmd, n int, deadline time.Time) (stats, error) {
@@ -556,21 +566,32 @@ func rssKiB(pid int) (int64, error) {
 	return 0, errors.New("no VmRSS")
 }
 
-func memoryBench(srv *harness.Server, dataDir string, n int, deadline time.Time) (string, error) {
+func memoryBench(srv *harness.Server, dataDir, tmuxDir string, n int, deadline time.Time) (string, error) {
 	var out strings.Builder
 	mgmtPID := srv.Cmd.Process.Pid
 	agentPID := harness.HostAgentPIDs(dataDir)["host-01"]
 	if agentPID == 0 {
 		return "", fmt.Errorf("no host agent pid in %s", dataDir)
 	}
-	sample := func() ([2]int64, error) {
+	// The tmux server holds each kept session's pane (grid, history);
+	// it is counted with the agent's. Zero while it does not run.
+	tmuxRSS := func() int64 {
+		out, err := exec.Command("env", "TMUX_TMPDIR="+tmuxDir, "tmux", "display-message", "-p", "#{pid}").Output()
+		if err != nil {
+			return 0
+		}
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(out)))
+		kib, _ := rssKiB(pid)
+		return kib
+	}
+	sample := func() ([3]int64, error) {
 		time.Sleep(time.Second) // let the last frames and goroutines settle
 		m, err := rssKiB(mgmtPID)
 		if err != nil {
-			return [2]int64{}, err
+			return [3]int64{}, err
 		}
 		a, err := rssKiB(agentPID)
-		return [2]int64{m, a}, err
+		return [3]int64{m, a, tmuxRSS()}, err
 	}
 	before, err := sample()
 	if err != nil {
@@ -610,11 +631,16 @@ func memoryBench(srv *harness.Server, dataDir string, n int, deadline time.Time)
 	}
 	createTime := time.Since(createStart)
 	creator.Close()
-	withSessions, err := sample()
-	if err != nil {
-		return "", err
+	// Kept sessions start in tmux one after another: wait for them all.
+	running := 0
+	for running < n && time.Now().Before(deadline) {
+		if running, err = countRunning(srv, ids, deadline); err != nil {
+			return "", err
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	running, err := countRunning(srv, ids, deadline)
+	allRunning := time.Since(createStart)
+	withSessions, err := sample()
 	if err != nil {
 		return "", err
 	}
@@ -655,12 +681,12 @@ func memoryBench(srv *harness.Server, dataDir string, n int, deadline time.Time)
 	ids = nil // killed
 
 	per := func(a, b int64) string { return fmt.Sprintf("%.1f", float64(b-a)/float64(n)) }
-	fmt.Fprintf(&out, "\nMemory (VmRSS), %d idle background sessions (`sleep 300`, PTY 200×50, no viewer; created in %.2f s), then %d idle viewers (one WebSocket each, joined as observer to one session):\n\n", n, createTime.Seconds(), n)
+	fmt.Fprintf(&out, "\nMemory (VmRSS), %d idle background sessions (`sleep 300`, PTY 200×50, kept in tmux, no viewer; created in %.2f s, all running after %.2f s), then %d idle viewers (one WebSocket each, joined as observer to one session):\n\n", n, createTime.Seconds(), allRunning.Seconds(), n)
 	fmt.Fprintln(&out, "| process | before | + sessions | + viewers | KiB per session | KiB per viewer |")
 	fmt.Fprintln(&out, "| --- | --- | --- | --- | --- | --- |")
-	for i, name := range []string{"agentic-mgmt", "agentic-agent (host-01)"} {
+	for i, name := range []string{"agentic-mgmt", "agentic-agent (host-01)", "the agent's tmux server"} {
 		viewer := per(withSessions[i], withViewers[i])
-		if i == 1 {
+		if i > 0 {
 			viewer += " (not involved)"
 		}
 		fmt.Fprintf(&out, "| %s | %d KiB | %d KiB | %d KiB | %s | %s |\n", name, before[i], withSessions[i], withViewers[i],
@@ -759,4 +785,33 @@ func startSSHD() (func(...string) *exec.Cmd, func(), error) {
 	}
 	stop()
 	return nil, nil, lastErr
+}
+
+// stripEscapes drops terminal escape sequences (CSI, OSC, two-byte ESC) and
+// control bytes, leaving the text a terminal would print. A sequence cut
+// between two frames is not handled: tmux writes whole sequences.
+func stripEscapes(b []byte) []byte {
+	out := b[:0:0]
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == 0x1b && i+1 < len(b) && b[i+1] == '[':
+			i += 2
+			for i < len(b) && (b[i] < 0x40 || b[i] > 0x7e) {
+				i++
+			}
+		case c == 0x1b && i+1 < len(b) && b[i+1] == ']':
+			for i < len(b) && b[i] != 0x07 && !(b[i] == 0x1b && i+1 < len(b) && b[i+1] == '\\') {
+				i++
+			}
+			if i < len(b) && b[i] == 0x1b {
+				i++
+			}
+		case c == 0x1b:
+			i++
+		case c < 0x20 || c == 0x7f:
+		default:
+			out = append(out, c)
+		}
+	}
+	return out
 }
