@@ -43,6 +43,10 @@ type Config struct {
 	Token    string
 	Version  string
 	Logger   *slog.Logger
+	// StallTimeout is how long one frame may wait for a viewer that does
+	// not read before the viewer is disconnected (default 2m); it rejoins
+	// from its offset and loses nothing the log still holds.
+	StallTimeout time.Duration
 }
 
 // Server serves /ws.
@@ -52,16 +56,19 @@ type Server struct {
 }
 
 const (
-	readChunk    = 64 << 10
-	writeTimeout = 30 * time.Second
-	pingEvery    = 20 * time.Second
-	outQueue     = 64
+	readChunk   = 64 << 10
+	pingTimeout = 30 * time.Second
+	pingEvery   = 20 * time.Second
+	outQueue    = 64
 )
 
 // New returns the server.
 func New(cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.StallTimeout <= 0 {
+		cfg.StallTimeout = 2 * time.Minute
 	}
 	s := &Server{cfg: cfg}
 	s.up = websocket.Upgrader{ReadBufferSize: 16 << 10, WriteBufferSize: 64 << 10, CheckOrigin: sameOrigin}
@@ -171,18 +178,27 @@ func (c *conn) writeLoop(ctx context.Context, cancel context.CancelFunc) {
 		case <-ctx.Done():
 			return
 		case v := <-c.out:
-			_ = c.ws.SetWriteDeadline(time.Now().Add(writeTimeout))
+			_ = c.ws.SetWriteDeadline(time.Now().Add(c.srv.cfg.StallTimeout))
 			if err := c.ws.WriteJSON(v); err != nil {
-				cancel()
+				c.drop(cancel, err)
 				return
 			}
 		case <-ping.C:
-			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(writeTimeout)); err != nil {
-				cancel()
+			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(pingTimeout)); err != nil {
+				c.drop(cancel, err)
 				return
 			}
 		}
 	}
+}
+
+// drop ends a connection whose writes fail or stall: closing the socket
+// tells the viewer (a read error, not silence) and ends the read loop, which
+// would otherwise wait on a viewer that sends nothing.
+func (c *conn) drop(cancel context.CancelFunc, err error) {
+	c.srv.cfg.Logger.Info("terminal viewer disconnected: writes stalled or failed", "viewer", c.viewer, "err", err)
+	cancel()
+	_ = c.ws.Close()
 }
 
 func (c *conn) readLoop(ctx context.Context) {

@@ -29,6 +29,9 @@ type Config struct {
 	AIWGName        string
 	PrintToken      bool
 	DisconnectGrace time.Duration
+	// ViewerStallTimeout is how long a terminal viewer may leave its
+	// stream unread before it is disconnected (it can rejoin from its offset).
+	ViewerStallTimeout time.Duration
 	// MissionRetention is how long finished missions stay in missions.json.
 	MissionRetention time.Duration
 	Version          string
@@ -80,6 +83,7 @@ var flagEnv = map[string]string{
 	"aiwg-endpoint":     "AIWG_SERVE_ENDPOINT",
 	"aiwg-name":         "AIWG_SERVE_NAME",
 	"disconnect-grace":  "AGENTIC_DISCONNECT_GRACE",
+	"viewer-stall":      "AGENTIC_VIEWER_STALL_TIMEOUT",
 	"mission-retention": "AGENTIC_MISSION_RETENTION",
 	"runtimes":          "AGENTIC_RUNTIMES",
 	"agent-socket":      "AGENTIC_AGENT_SOCKET",
@@ -98,6 +102,7 @@ func loadConfig(args, environ []string, stderr io.Writer, version string) (Confi
 	fs.String("aiwg-endpoint", "", "base URL of aiwg serve (env AIWG_SERVE_ENDPOINT)")
 	fs.String("aiwg-name", "", "display name for aiwg serve (env AIWG_SERVE_NAME)")
 	fs.String("disconnect-grace", "", "how long a disconnected agent stays listed (env AGENTIC_DISCONNECT_GRACE, default 5m)")
+	fs.String("viewer-stall", "", "how long a terminal viewer may leave output unread before it is disconnected (env AGENTIC_VIEWER_STALL_TIMEOUT, default 2m)")
 	fs.String("runtimes", "", "runtimes for environments, e.g. host,docker,libvirt (env AGENTIC_RUNTIMES; default: host, plus docker and libvirt where their daemons answer)")
 	fs.String("agent-socket", "", "unix socket for agents without a network (env AGENTIC_AGENT_SOCKET, default <data dir>/agent-link/agent.sock)")
 	fs.String("vm-image-dir", "", "tiny VM image dir with vmlinuz and initrd.img (env AGENTIC_VM_IMAGE_DIR, default ./build/vm from make vm-image)")
@@ -136,6 +141,9 @@ func loadConfig(args, environ []string, stderr io.Writer, version string) (Confi
 	}
 	if cfg.DisconnectGrace, err = time.ParseDuration(src.GetDefault("AGENTIC_DISCONNECT_GRACE", "5m")); err != nil || cfg.DisconnectGrace <= 0 {
 		return Config{}, fmt.Errorf("AGENTIC_DISCONNECT_GRACE must be a positive duration such as 5m")
+	}
+	if cfg.ViewerStallTimeout, err = time.ParseDuration(src.GetDefault("AGENTIC_VIEWER_STALL_TIMEOUT", "2m")); err != nil || cfg.ViewerStallTimeout <= 0 {
+		return Config{}, fmt.Errorf("AGENTIC_VIEWER_STALL_TIMEOUT must be a positive duration such as 2m")
 	}
 	if cfg.MissionRetention, err = time.ParseDuration(src.GetDefault("AGENTIC_MISSION_RETENTION", "1h")); err != nil || cfg.MissionRetention <= 0 {
 		return Config{}, fmt.Errorf("AGENTIC_MISSION_RETENTION must be a positive duration such as 1h")

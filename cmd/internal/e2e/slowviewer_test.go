@@ -3,7 +3,9 @@ package e2e
 import (
 	"bytes"
 	"encoding/base64"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -84,12 +86,23 @@ func dialFlow(t *testing.T, s *harness.Server) *websocket.Conn {
 // received and the bytes reported as gaps.
 func readStream(t *testing.T, ws *websocket.Conn, id string, deadline time.Time) (got, gaps uint64) {
 	t.Helper()
-	var next uint64
+	got, gaps, next, err := readStreamFrom(t, ws, id, 0, deadline)
+	if err != nil {
+		t.Fatalf("viewer at offset %d: %v", next, err)
+	}
+	return got, gaps
+}
+
+// readStreamFrom is readStream for a viewer that joined at offset from; a
+// connection that ends early is returned as err with the offset reached.
+func readStreamFrom(t *testing.T, ws *websocket.Conn, id string, from uint64, deadline time.Time) (got, gaps, next uint64, err error) {
+	t.Helper()
+	next = from
 	_ = ws.SetReadDeadline(deadline)
 	for {
 		var f flowFrame
 		if err := ws.ReadJSON(&f); err != nil {
-			t.Fatalf("viewer at offset %d: %v", next, err)
+			return got, gaps, next, err
 		}
 		if f.SessionID != id && f.Type != "error" {
 			continue
@@ -121,7 +134,7 @@ func readStream(t *testing.T, ws *websocket.Conn, id string, deadline time.Time)
 			if next != flowBytes {
 				t.Fatalf("session ended at offset %d for this viewer, want %d", next, flowBytes)
 			}
-			return got, gaps
+			return got, gaps, next, nil
 		case "error":
 			t.Fatalf("error frame: %s %s", f.Code, f.Message)
 		}
@@ -204,5 +217,48 @@ func TestFastAndStalledViewersOf100MB(t *testing.T) {
 		if rss > 160<<20 {
 			t.Errorf("%s peak RSS %d MiB for a %d MB stream: memory is not bounded", name, rss>>20, flowBytes/1_000_000)
 		}
+	}
+}
+
+// A viewer that leaves its stream unread longer than the stall timeout is
+// disconnected, visibly (its connection closes; it is not left waiting on a
+// silent socket), and rejoining from the offset it reached gets the rest:
+// every byte the log still holds and a gap notice for what it dropped.
+func TestStalledViewerIsDisconnectedAndRejoins(t *testing.T) {
+	dataDir := t.TempDir()
+	s := startServer(t, 1, dataDir, "AGENTIC_VIEWER_STALL_TIMEOUT=2s")
+	ws := dialFlow(t, s)
+	if err := ws.WriteJSON(map[string]any{"type": "create_session", "id": "c", "agent_id": "host-01", "session_type": "background",
+		"pty": false, "name": "stall", "command": "sh", "args": []string{"-c", flowProducer}}); err != nil {
+		t.Fatal(err)
+	}
+	var id string
+	for id == "" {
+		var f map[string]any
+		if err := ws.ReadJSON(&f); err != nil {
+			t.Fatal(err)
+		}
+		if f["type"] == "session_started" {
+			id = f["session_id"].(string)
+		}
+	}
+	if err := ws.WriteJSON(map[string]any{"type": "join_session", "session_id": id, "role": "observer", "replay_from": 0}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(6 * time.Second) // stalled: three times the timeout
+	got, gaps, reached, err := readStreamFrom(t, ws, id, 0, time.Now().Add(time.Minute))
+	var ne net.Error
+	if err == nil || (errors.As(err, &ne) && ne.Timeout()) {
+		t.Fatalf("stalled viewer: read %d bytes, then %v; want its connection closed by the server", got, err)
+	}
+	t.Logf("stalled viewer: %d bytes (+%d in gaps) before the server closed it: %v", got, gaps, err)
+
+	again := dialFlow(t, s)
+	if err := again.WriteJSON(map[string]any{"type": "join_session", "session_id": id, "role": "observer", "replay_from": reached}); err != nil {
+		t.Fatal(err)
+	}
+	got2, gaps2, end, err := readStreamFrom(t, again, id, reached, time.Now().Add(3*time.Minute))
+	if err != nil || end != flowBytes || reached+got2+gaps2 != flowBytes {
+		t.Fatalf("rejoined at %d: %d bytes + %d in gaps, ended at %d (%v); want the rest up to %d", reached, got2, gaps2, end, err, flowBytes)
 	}
 }
