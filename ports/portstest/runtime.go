@@ -249,27 +249,50 @@ func waitAgent(t *testing.T, h RuntimeHarness, name string, up bool) {
 // output and exit code.
 func runEcho(t *testing.T, h RuntimeHarness, name string) {
 	t.Helper()
+	r := RunScript(t, h.Link, name, "echo hello-from-$AGENT_ID_CHECK; exit 7", map[string]string{"AGENT_ID_CHECK": name})
+	if r.Exit != 7 || !strings.Contains(r.Output, "hello-from-"+name) {
+		t.Fatalf("command on %s: exit %d (%s), output %q; want 7 and hello-from-%s", name, r.Exit, r.Error, r.Output, name)
+	}
+}
+
+// ScriptResult is what RunScript saw.
+type ScriptResult struct {
+	Output string
+	Exit   int
+	Error  string
+	// FirstOutput is when the first output arrived (zero if none did).
+	FirstOutput time.Time
+}
+
+// RunScript runs `sh -c script` on an agent through the link and waits
+// (30 s at most) for it to end.
+func RunScript(t *testing.T, link ports.AgentLink, agent, script string, env map[string]string) ScriptResult {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var mu sync.Mutex
+	var r ScriptResult
 	var out bytes.Buffer
-	cmd, err := h.Link.Start(ctx, name, ports.CommandSpec{Command: "sh", Args: []string{"-c", "echo hello-from-$AGENT_ID_CHECK; exit 7"},
-		Env: map[string]string{"AGENT_ID_CHECK": name}}, ports.StartOptions{OnOutput: func(c ports.OutputChunk) {
-		mu.Lock()
-		out.Write(c.Data)
-		mu.Unlock()
-	}})
+	cmd, err := link.Start(ctx, agent, ports.CommandSpec{Command: "sh", Args: []string{"-c", script}, Env: env},
+		ports.StartOptions{OnOutput: func(c ports.OutputChunk) {
+			mu.Lock()
+			if r.FirstOutput.IsZero() {
+				r.FirstOutput = time.Now()
+			}
+			out.Write(c.Data)
+			mu.Unlock()
+		}})
 	if err != nil {
-		t.Fatalf("start a command on %s: %v", name, err)
+		t.Fatalf("start a command on %s: %v", agent, err)
 	}
 	select {
 	case <-cmd.Done():
 	case <-ctx.Done():
-		t.Fatalf("command on %s did not finish", name)
+		t.Fatalf("command on %s did not finish", agent)
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if r := cmd.Result(); r.ExitCode != 7 || !strings.Contains(out.String(), "hello-from-"+name) {
-		t.Fatalf("command on %s: exit %d (%s), output %q; want 7 and hello-from-%s", name, r.ExitCode, r.Error, out.String(), name)
-	}
+	res := cmd.Result()
+	r.Output, r.Exit, r.Error = out.String(), res.ExitCode, res.Error
+	return r
 }

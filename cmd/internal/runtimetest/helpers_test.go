@@ -1,17 +1,15 @@
 package runtimetest
 
 import (
-	"bytes"
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"os"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
+	"github.com/agentic-sandbox/agentic-sandbox/ports/portstest"
 )
 
 func TestMain(m *testing.M) {
@@ -66,25 +64,6 @@ func waitStatus(t *testing.T, link *Link, name string, timeout time.Duration, wa
 // runSh runs a shell script through name's agent; output and exit code.
 func runSh(t *testing.T, link *Link, name, script string) (string, int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var mu sync.Mutex
-	var out bytes.Buffer
-	cmd, err := link.Service.Start(ctx, name, ports.CommandSpec{Command: "sh", Args: []string{"-c", script}},
-		ports.StartOptions{OnOutput: func(c ports.OutputChunk) {
-			mu.Lock()
-			out.Write(c.Data)
-			mu.Unlock()
-		}})
-	if err != nil {
-		t.Fatalf("run on %s: %v", name, err)
-	}
-	select {
-	case <-cmd.Done():
-	case <-ctx.Done():
-		t.Fatalf("command on %s did not finish", name)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	return out.String(), cmd.Result().ExitCode
+	r := portstest.RunScript(t, link.Service, name, script, nil)
+	return r.Output, r.Exit
 }

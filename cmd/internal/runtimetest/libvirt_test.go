@@ -678,34 +678,11 @@ func waitReady(t *testing.T, link *Link, name string, up bool) {
 // when the first of it arrived.
 func runVM(t *testing.T, link *Link, name, script string) (string, time.Time) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var mu sync.Mutex
-	var out bytes.Buffer
-	var first time.Time
-	cmd, err := link.Service.Start(ctx, name, ports.CommandSpec{Command: "sh", Args: []string{"-c", script}},
-		ports.StartOptions{OnOutput: func(c ports.OutputChunk) {
-			mu.Lock()
-			if first.IsZero() {
-				first = time.Now()
-			}
-			out.Write(c.Data)
-			mu.Unlock()
-		}})
-	if err != nil {
-		t.Fatalf("run on %s: %v", name, err)
+	r := portstest.RunScript(t, link.Service, name, script, nil)
+	if r.Exit != 0 {
+		t.Fatalf("command on %s: exit %d (%s), output %q", name, r.Exit, r.Error, r.Output)
 	}
-	select {
-	case <-cmd.Done():
-	case <-ctx.Done():
-		t.Fatalf("command on %s did not finish", name)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if r := cmd.Result(); r.ExitCode != 0 {
-		t.Fatalf("command on %s: exit %d (%s), output %q", name, r.ExitCode, r.Error, out.String())
-	}
-	return out.String(), first
+	return r.Output, r.FirstOutput
 }
 
 // TestLibvirtTestDriverConformance is the fast conformance path: the
