@@ -59,6 +59,7 @@ func (c *cli) envCreate(args []string) int {
 	runtime := flags.String("runtime", "", "runtime `R`: host, docker or libvirt ('agenticctl env runtimes')")
 	image := flags.String("image", "", "container `IMAGE` or VM disk image path (default: the runtime's own)")
 	network := flags.String("network", "", "network `MODE` (default: the runtime's first, none where offered)")
+	profile := flags.String("profile", "", "the runtime's `PROFILE` (docker: root runs the agent as uid 0)")
 	cpus := flags.Float64("cpus", 0, "CPU limit")
 	memory := flags.Int("memory", 0, "memory limit in `MB`")
 	pids := flags.Int("pids", 0, "process limit")
@@ -81,6 +82,9 @@ func (c *cli) envCreate(args []string) int {
 	}
 	if *network != "" {
 		body.Network = network
+	}
+	if *profile != "" {
+		body.Profile = profile
 	}
 	if *readOnly {
 		body.ReadOnlyRoot = readOnly
