@@ -3,6 +3,7 @@ package ports
 import (
 	"context"
 	"errors"
+	"regexp"
 	"time"
 )
 
@@ -69,6 +70,13 @@ type AgentBootstrap struct {
 	// listens, for environments without a network.
 	Socket string
 }
+
+var environmentName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+
+// ValidEnvironmentName reports whether name can name an environment on every
+// runtime (a container, a domain, a directory) and be its agent's id: 1-63
+// letters, digits, '.', '_' or '-', starting with a letter or digit.
+func ValidEnvironmentName(name string) bool { return environmentName.MatchString(name) }
 
 // EnvironmentSpec is what Provision makes.
 type EnvironmentSpec struct {

@@ -84,10 +84,7 @@ const (
 	nobody       = "65534:65534"
 )
 
-var (
-	nameRE  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
-	ownerRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,30}$`)
-)
+var ownerRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,30}$`)
 
 // Config says which engine to use and how environments are made.
 type Config struct {
@@ -234,7 +231,7 @@ type plan struct {
 
 func (r *Runtime) validate(spec ports.EnvironmentSpec) (plan, error) {
 	p := plan{spec: spec}
-	if !nameRE.MatchString(spec.Name) {
+	if !ports.ValidEnvironmentName(spec.Name) {
 		return p, invalid("name %q: want 1-63 of [A-Za-z0-9._-], starting with a letter or digit", spec.Name)
 	}
 	if spec.Agent.ID != "" && spec.Agent.ID != spec.Name {

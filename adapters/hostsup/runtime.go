@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"sync"
 	"syscall"
@@ -95,14 +94,12 @@ func (r *Runtime) Ping(ctx context.Context) error {
 	return nil
 }
 
-var envNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
-
 func validate(spec ports.EnvironmentSpec) error {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("%w: %s", ports.ErrInvalidSpec, fmt.Sprintf(format, a...))
 	}
 	switch {
-	case !envNameRE.MatchString(spec.Name):
+	case !ports.ValidEnvironmentName(spec.Name):
 		return bad("name %q: want 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit", spec.Name)
 	case spec.Network != "" && spec.Network != ports.NetworkHost:
 		return bad("network %q: the host runtime has only %q", spec.Network, ports.NetworkHost)
@@ -301,7 +298,7 @@ func (r *Runtime) environment(rec envRecord, p *proc) ports.Environment {
 }
 
 func (r *Runtime) load(name string) (envRecord, error) {
-	if !envNameRE.MatchString(name) {
+	if !ports.ValidEnvironmentName(name) {
 		return envRecord{}, fmt.Errorf("%w: %q", ports.ErrEnvNotFound, name)
 	}
 	data, err := os.ReadFile(r.recPath(name))

@@ -47,7 +47,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -68,8 +67,6 @@ const (
 	// maxSocketPath is the longest unix socket path (sun_path, with its NUL).
 	maxSocketPath = 107
 )
-
-var validName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
 
 // Runtime is the libvirt adapter of ports.Runtime.
 type Runtime struct {
@@ -309,7 +306,7 @@ func (r *Runtime) describe(lv *golibvirt.Libvirt, dom golibvirt.Domain) (owned, 
 // lookup finds the environment's domain (ErrEnvNotFound if there is none
 // or it is not ours).
 func (r *Runtime) lookup(ctx context.Context, name string) (*golibvirt.Libvirt, owned, error) {
-	if !validName.MatchString(name) {
+	if !ports.ValidEnvironmentName(name) {
 		return nil, owned{}, fmt.Errorf("environment %q: %w", name, ports.ErrEnvNotFound)
 	}
 	lv, err := r.conn(ctx)
@@ -499,7 +496,7 @@ func (r *Runtime) Recover(ctx context.Context) ([]ports.Environment, error) {
 	}
 	entries, _ := os.ReadDir(r.cfg.StateDir)
 	for _, e := range entries {
-		if !e.IsDir() || known[e.Name()] || !validName.MatchString(e.Name()) {
+		if !e.IsDir() || known[e.Name()] || !ports.ValidEnvironmentName(e.Name()) {
 			continue
 		}
 		unlock := r.lock(e.Name())
@@ -614,7 +611,7 @@ func (r *Runtime) plan(spec ports.EnvironmentSpec) (domainPlan, func(ctx context
 		return domainPlan{}, nil, fmt.Errorf("%w: %s", ports.ErrInvalidSpec, fmt.Sprintf(format, a...))
 	}
 	name := spec.Name
-	if !validName.MatchString(name) {
+	if !ports.ValidEnvironmentName(name) {
 		return bad("name %q: want 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit", name)
 	}
 	if spec.Agent.Secret == "" {
