@@ -9,6 +9,18 @@ import (
 	"time"
 )
 
+// DockerdArgs are the arguments of a private dockerd living in dir: its
+// socket (host, the DOCKER_HOST for it), data, exec root and pid file there,
+// its own containerd namespaces (should a system containerd be shared), and
+// no iptables rules or bridge, so the host network is left alone.
+func DockerdArgs(dir string) (host string, args []string) {
+	host = "unix://" + dir + "/docker.sock"
+	ns := "agentic-" + filepath.Base(dir)
+	return host, []string{"--iptables=false", "--bridge=none", "--log-level=warn", "-H", host,
+		"--data-root", dir + "/root", "--exec-root", dir + "/exec", "--pidfile", dir + "/pid",
+		"--containerd-namespace", ns, "--containerd-plugins-namespace", ns + "-plugins"}
+}
+
 // StartDockerd runs a private dockerd on its own directories and socket
 // (DOCKER_HOST is the returned address), without touching the host network
 // (no iptables, no bridge). stop ends it and removes its directories.
@@ -24,11 +36,8 @@ func StartDockerd() (string, func(), error) {
 	if err != nil {
 		return "", nil, err
 	}
-	host := "unix://" + dir + "/docker.sock"
-	ns := "agentic-harness-" + filepath.Base(dir)
-	cmd := exec.Command(bin, "--iptables=false", "--bridge=none", "--log-level=warn", "-H", host,
-		"--data-root", dir+"/root", "--exec-root", dir+"/exec", "--pidfile", dir+"/pid",
-		"--containerd-namespace", ns, "--containerd-plugins-namespace", ns+"-plugins")
+	host, args := DockerdArgs(dir)
+	cmd := exec.Command(bin, args...)
 	logf, err := os.Create(filepath.Join(dir, "dockerd.log"))
 	if err != nil {
 		return "", nil, err

@@ -22,6 +22,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/docker"
+	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 	"github.com/agentic-sandbox/agentic-sandbox/ports/portstest"
 )
@@ -99,7 +100,8 @@ func startDockerd(t *testing.T) *dockerd {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &dockerd{bin: bin, host: "unix://" + dir + "/docker.sock", dir: dir, logf: logf}
+	host, _ := harness.DockerdArgs(dir)
+	d := &dockerd{bin: bin, host: host, dir: dir, logf: logf}
 	t.Cleanup(func() {
 		if d.cli != nil && d.cmd != nil {
 			// Whatever a failed test left; the daemon would stop them anyway.
@@ -133,11 +135,8 @@ func startDockerd(t *testing.T) *dockerd {
 // start runs the daemon on d's directories and waits until it answers.
 func (d *dockerd) start(t *testing.T) {
 	t.Helper()
-	ns := "agentic-test-" + filepath.Base(d.dir)
-	cmd := exec.Command(d.bin, "--iptables=false", "--bridge=none", "--log-level=warn",
-		"-H", d.host, "--data-root", d.dir+"/root", "--exec-root", d.dir+"/exec", "--pidfile", d.dir+"/pid",
-		// Own containerd namespaces, should a system containerd be shared.
-		"--containerd-namespace", ns, "--containerd-plugins-namespace", ns+"-plugins")
+	_, args := harness.DockerdArgs(d.dir)
+	cmd := exec.Command(d.bin, args...)
 	cmd.Stdout, cmd.Stderr = d.logf, d.logf
 	// A test binary that dies (panic, timeout) takes its daemon along.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
