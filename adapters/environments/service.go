@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentic-sandbox/agentic-sandbox/core/agent"
 	"github.com/agentic-sandbox/agentic-sandbox/core/environment"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
@@ -165,10 +166,7 @@ func (s *Service) Create(ctx context.Context, req environment.Request) (environm
 			s.forget(req.Name)
 			return environment.Environment{}, err
 		}
-		s.update(req.Name, func(e *environment.Environment) {
-			e.State, e.Error = environment.StateFailed, err.Error()
-			e.Events = appendEvent(e.Events, environment.Event{At: s.cfg.Clock.Now(), Step: "failed", Message: err.Error()})
-		})
+		s.fail(req.Name, err.Error())
 		s.log.Error("environment failed to provision", "name", req.Name, "runtime", req.Runtime, "err", err)
 		got, _ := s.Get(req.Name)
 		return got, nil
@@ -205,11 +203,7 @@ func (s *Service) awaitAgent(ctx context.Context, name, runtime string, requeste
 		case <-ctx.Done():
 			return
 		case <-deadline.C:
-			msg := fmt.Sprintf("the agent did not register within %s", s.cfg.ReadyTimeout)
-			s.update(name, func(e *environment.Environment) {
-				e.State, e.Error = environment.StateFailed, msg
-				e.Events = appendEvent(e.Events, environment.Event{At: s.cfg.Clock.Now(), Step: "failed", Message: msg})
-			})
+			s.fail(name, fmt.Sprintf("the agent did not register within %s", s.cfg.ReadyTimeout))
 			s.log.Error("environment failed: no agent", "name", name, "runtime", runtime)
 			return
 		case <-tick.C:
@@ -219,7 +213,7 @@ func (s *Service) awaitAgent(ctx context.Context, name, runtime string, requeste
 
 func (s *Service) connected(name string) bool {
 	a, ok := s.cfg.Agents.Agent(name)
-	return ok && (a.Status == "ready" || a.Status == "busy")
+	return ok && agent.Working(a.Status)
 }
 
 // markReady records that the environment's agent is connected; the first
@@ -426,6 +420,15 @@ func (s *Service) event(name, step, msg string) {
 	now := s.cfg.Clock.Now()
 	s.update(name, func(e *environment.Environment) {
 		e.Events = appendEvent(e.Events, environment.Event{At: now, Step: step, Message: msg})
+	})
+}
+
+// fail marks an environment failed, saying why in its error and events.
+func (s *Service) fail(name, why string) {
+	now := s.cfg.Clock.Now()
+	s.update(name, func(e *environment.Environment) {
+		e.State, e.Error = environment.StateFailed, why
+		e.Events = appendEvent(e.Events, environment.Event{At: now, Step: "failed", Message: why})
 	})
 }
 

@@ -64,6 +64,10 @@ type Record struct {
 	RunningCommands int
 }
 
+// Working reports whether an agent in status s is connected and
+// heartbeating, so it can take work (a busy agent can take more).
+func Working(s string) bool { return s == string(StatusReady) || s == string(StatusBusy) }
+
 // StatusAt derives the status of r at now.
 func StatusAt(r Record, now time.Time) Status {
 	if !r.Connected {

@@ -151,3 +151,13 @@ func ids(rs []Record) []string {
 	}
 	return out
 }
+
+func TestWorking(t *testing.T) {
+	for s, want := range map[Status]bool{
+		StatusStarting: false, StatusReady: true, StatusBusy: true, StatusStale: false, StatusDisconnected: false,
+	} {
+		if got := Working(string(s)); got != want {
+			t.Errorf("Working(%s) = %v, want %v", s, got, want)
+		}
+	}
+}

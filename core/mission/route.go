@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/agentic-sandbox/agentic-sandbox/core/agent"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -27,7 +28,7 @@ type Candidate struct {
 
 // accepting reports whether an agent can take new work: connected and
 // heartbeating (a busy agent can run more than one mission).
-func accepting(c Candidate) bool { return c.Status == "ready" || c.Status == "busy" }
+func accepting(c Candidate) bool { return agent.Working(c.Status) }
 
 // AgentCapabilities is what a mission can ask of an agent, in the contract's vocabulary.
 func AgentCapabilities(c Candidate) []string {
