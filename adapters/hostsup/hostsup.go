@@ -307,39 +307,15 @@ func (s *Supervisor) spawn(ctx context.Context, id string) (*proc, error) {
 	if err := s.cfg.Credentials.Put(id, secret); err != nil {
 		return nil, fmt.Errorf("store agent secret: %w", err)
 	}
-	logf, err := os.OpenFile(s.logPath(id), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	// The id in argv makes the process recognisable in ps and to adopt.
+	// The secret goes only into the environment, which ps does not show.
+	p, err := startAgent(agentLaunch{
+		binary: s.binary, id: id, who: "host supervisor",
+		env:     agentEnv(os.Environ(), s.cfg.ExtraEnv, id, s.cfg.ServerURL, secret),
+		logPath: s.logPath(id), pidPath: s.pidPath(id),
+	})
 	if err != nil {
-		return nil, fmt.Errorf("open agent log: %w", err)
-	}
-	defer logf.Close() // the child holds its own copy
-	fmt.Fprintf(logf, "--- %s host supervisor: starting %s\n", time.Now().UTC().Format(time.RFC3339), id)
-
-	bin := s.binary
-	cmd := &exec.Cmd{
-		Path: bin,
-		// The id in argv makes the process recognisable in ps and to adopt.
-		// The secret goes only into the environment, which ps does not show.
-		Args:   []string{bin, "--id", id},
-		Env:    agentEnv(os.Environ(), s.cfg.ExtraEnv, id, s.cfg.ServerURL, secret),
-		Stdout: logf,
-		Stderr: logf,
-		// Own session: the server's terminal and signals do not reach it.
-		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", bin, err)
-	}
-	p := &proc{pid: cmd.Process.Pid, startedAt: time.Now(), exited: make(chan struct{})}
-	go func() {
-		// Reap even after Stop, so an agent that dies later is no zombie.
-		p.waitErr = cmd.Wait()
-		close(p.exited)
-	}()
-	if err := writePidFile(s.pidPath(id), p.pid); err != nil {
-		// Without its pid file a restarted server would start a duplicate.
-		syscall.Kill(-p.pid, syscall.SIGKILL)
-		<-p.exited
-		return nil, fmt.Errorf("write pid file: %w", err)
+		return nil, err
 	}
 	s.log.Info("host agent started", "agent", id, "pid", p.pid, "log", s.logPath(id))
 	return p, nil
@@ -421,42 +397,7 @@ func (s *Supervisor) adopt(id string) *proc {
 }
 
 // notOurAgent says why pid is not a live agent process for id, or "".
-func (s *Supervisor) notOurAgent(id string, pid int) string {
-	if pid == os.Getpid() {
-		return "pid is this server"
-	}
-	if !processExists(pid) {
-		return "no such process"
-	}
-	st, err := readProcStat(pid)
-	if err != nil || st.dead() {
-		return "process has exited"
-	}
-	if uid, err := procUID(pid); err != nil || uid != os.Geteuid() {
-		return "process belongs to another user"
-	}
-	argv, err := readCmdline(pid)
-	if err != nil || !s.isAgentCmdline(argv, id) {
-		return "process is not this agent"
-	}
-	// The cmdline read must be of the same process as the stat read.
-	if st2, err := readProcStat(pid); err != nil || st2.startTicks != st.startTicks {
-		return "process changed while checking"
-	}
-	return ""
-}
-
-func (s *Supervisor) isAgentCmdline(argv []string, id string) bool {
-	if len(argv) < 3 || filepath.Base(argv[0]) != filepath.Base(s.binary) {
-		return false
-	}
-	for i := 1; i+1 < len(argv); i++ {
-		if argv[i] == "--id" && argv[i+1] == id {
-			return true
-		}
-	}
-	return false
-}
+func (s *Supervisor) notOurAgent(id string, pid int) string { return notAgent(pid, s.binary, id) }
 
 // gone reports whether p has ended. An adopted process counts as gone when
 // it no longer exists, is a zombie, or its pid now names another process.

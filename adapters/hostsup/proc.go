@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -74,6 +75,88 @@ func procUID(pid int) (int, error) {
 func processExists(pid int) bool {
 	err := syscall.Kill(pid, 0)
 	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// agentLaunch is one agent process to start.
+type agentLaunch struct {
+	binary, id string
+	env        []string
+	dir        string // working directory ("" for ours)
+	logPath    string // output is appended here
+	pidPath    string
+	who        string // says who started it, in the log
+}
+
+// startAgent starts an agent in its own session, so that the server's
+// terminal and signals do not reach it and it outlives the server, and
+// records its pid atomically: without its pid file a restarted server would
+// start a duplicate. The process is reaped even after the caller is gone,
+// so an agent that dies later is no zombie.
+func startAgent(l agentLaunch) (*proc, error) {
+	logf, err := os.OpenFile(l.logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open agent log: %w", err)
+	}
+	defer logf.Close() // the child holds its own copy
+	fmt.Fprintf(logf, "--- %s %s: starting %s\n", time.Now().UTC().Format(time.RFC3339), l.who, l.id)
+	cmd := &exec.Cmd{
+		Path: l.binary, Args: []string{l.binary, "--id", l.id}, Env: l.env, Dir: l.dir,
+		Stdout: logf, Stderr: logf,
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", l.binary, err)
+	}
+	p := &proc{pid: cmd.Process.Pid, startedAt: time.Now(), exited: make(chan struct{})}
+	go func() {
+		p.waitErr = cmd.Wait()
+		close(p.exited)
+	}()
+	if err := writePidFile(l.pidPath, p.pid); err != nil {
+		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+		<-p.exited
+		return nil, fmt.Errorf("write pid file: %w", err)
+	}
+	return p, nil
+}
+
+// notAgent says why pid is not a live process of this user running binary
+// as the agent id, or "".
+func notAgent(pid int, binary, id string) string {
+	if pid == os.Getpid() {
+		return "pid is this server"
+	}
+	if !processExists(pid) {
+		return "no such process"
+	}
+	st, err := readProcStat(pid)
+	if err != nil || st.dead() {
+		return "process has exited"
+	}
+	if uid, err := procUID(pid); err != nil || uid != os.Geteuid() {
+		return "process belongs to another user"
+	}
+	argv, err := readCmdline(pid)
+	if err != nil || !isAgentCmdline(argv, binary, id) {
+		return "process is not this agent"
+	}
+	// The cmdline read must be of the same process as the stat read.
+	if st2, err := readProcStat(pid); err != nil || st2.startTicks != st.startTicks {
+		return "process changed while checking"
+	}
+	return ""
+}
+
+func isAgentCmdline(argv []string, binary, id string) bool {
+	if len(argv) < 3 || filepath.Base(argv[0]) != filepath.Base(binary) {
+		return false
+	}
+	for i := 1; i+1 < len(argv); i++ {
+		if argv[i] == "--id" && argv[i+1] == id {
+			return true
+		}
+	}
+	return false
 }
 
 // readPidFile returns the pid in path and the file's mtime (≈ when the agent

@@ -191,34 +191,14 @@ func (r *Runtime) Provision(ctx context.Context, spec ports.EnvironmentSpec) (po
 
 // spawn starts rec's agent in its own session, in the environment's work dir.
 func (r *Runtime) spawn(rec envRecord) (*proc, error) {
-	logf, err := os.OpenFile(r.logPath(rec.Name), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	p, err := startAgent(agentLaunch{
+		binary: rec.Binary, id: rec.Name, who: "host runtime",
+		env:     agentEnv(os.Environ(), append(append([]string(nil), r.cfg.ExtraEnv...), "AGENT_RUNTIME=host"), rec.Name, rec.ServerURL, rec.Secret),
+		dir:     filepath.Join(r.dir(rec.Name), "work"),
+		logPath: r.logPath(rec.Name), pidPath: r.pidPath(rec.Name),
+	})
 	if err != nil {
-		return nil, fmt.Errorf("open agent log: %w", err)
-	}
-	defer logf.Close() // the child holds its own copy
-	fmt.Fprintf(logf, "--- %s host runtime: starting %s\n", time.Now().UTC().Format(time.RFC3339), rec.Name)
-	extra := append(append([]string(nil), r.cfg.ExtraEnv...), "AGENT_RUNTIME=host")
-	cmd := &exec.Cmd{
-		Path:        rec.Binary,
-		Args:        []string{rec.Binary, "--id", rec.Name},
-		Env:         agentEnv(os.Environ(), extra, rec.Name, rec.ServerURL, rec.Secret),
-		Dir:         filepath.Join(r.dir(rec.Name), "work"),
-		Stdout:      logf,
-		Stderr:      logf,
-		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", rec.Binary, err)
-	}
-	p := &proc{pid: cmd.Process.Pid, startedAt: time.Now(), exited: make(chan struct{})}
-	go func() {
-		p.waitErr = cmd.Wait()
-		close(p.exited)
-	}()
-	if err := writePidFile(r.pidPath(rec.Name), p.pid); err != nil {
-		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
-		<-p.exited
-		return nil, fmt.Errorf("write pid file: %w", err)
+		return nil, err
 	}
 	r.mu.Lock()
 	r.procs[rec.Name] = p
@@ -240,7 +220,7 @@ func (r *Runtime) current(rec envRecord) *proc {
 		return nil // our child, reaped: the pid file names nothing of ours
 	}
 	pid, mtime, err := readPidFile(r.pidPath(rec.Name))
-	if err != nil || !isAgentProcess(pid, rec) {
+	if err != nil || notAgent(pid, rec.Binary, rec.Name) != "" {
 		return nil
 	}
 	st, err := readProcStat(pid)
@@ -252,26 +232,6 @@ func (r *Runtime) current(rec envRecord) *proc {
 	r.procs[rec.Name] = p
 	r.mu.Unlock()
 	return p
-}
-
-// isAgentProcess reports whether pid is rec's agent, run by this user.
-func isAgentProcess(pid int, rec envRecord) bool {
-	if pid <= 0 || pid == os.Getpid() || !processExists(pid) {
-		return false
-	}
-	if uid, err := procUID(pid); err != nil || uid != os.Geteuid() {
-		return false
-	}
-	argv, err := readCmdline(pid)
-	if err != nil || len(argv) < 3 || filepath.Base(argv[0]) != filepath.Base(rec.Binary) {
-		return false
-	}
-	for i := 1; i+1 < len(argv); i++ {
-		if argv[i] == "--id" && argv[i+1] == rec.Name {
-			return true
-		}
-	}
-	return false
 }
 
 func (r *Runtime) environment(rec envRecord, p *proc) ports.Environment {
