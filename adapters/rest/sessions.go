@@ -14,7 +14,7 @@ import (
 )
 
 // Sessions is what the REST adapter needs of the session use case
-// (adapters/sessions.Service implements it).
+// (core/session.Service implements it).
 type Sessions interface {
 	// Create starts a session on its agent in a PTY of cols×rows (0: 80×24).
 	Create(ctx context.Context, spec session.Spec, cols, rows uint16) (session.Session, error)

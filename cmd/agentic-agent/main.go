@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/agentic-sandbox/agentic-sandbox/adapters/agent"
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/agentd"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/envfile"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/procexec"
 	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
@@ -61,7 +61,7 @@ func run(args, environ []string, stderr io.Writer) int {
 		default:
 		}
 	}
-	a, err := agent.New(cfg)
+	a, err := agentd.New(cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "agentic-agent:", err)
 		return 2
@@ -92,7 +92,7 @@ var flagEnv = map[string]string{
 }
 
 // loadConfig reads flags, then the environment, then the env file.
-func loadConfig(args, environ []string, stderr io.Writer) (agent.Config, error) {
+func loadConfig(args, environ []string, stderr io.Writer) (agentd.Config, error) {
 	fs := flag.NewFlagSet("agentic-agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.String("id", "", "agent id (env AGENT_ID)")
@@ -102,13 +102,13 @@ func loadConfig(args, environ []string, stderr io.Writer) (agent.Config, error) 
 	fs.String("labels", "", "comma-separated key=value labels (env AGENT_LABELS)")
 	configFile := fs.String("config", defaultConfigFile, "env file read after the environment")
 	if err := fs.Parse(args); err != nil {
-		return agent.Config{}, err
+		return agentd.Config{}, err
 	}
 	src, err := envfile.SourceFromFlags(fs, flagEnv, environ, *configFile)
 	if err != nil {
-		return agent.Config{}, err
+		return agentd.Config{}, err
 	}
-	cfg := agent.Config{
+	cfg := agentd.Config{
 		AgentID:   src.GetDefault("AGENT_ID", ""),
 		Secret:    src.GetDefault("AGENT_SECRET", ""),
 		ServerURL: src.GetDefault("MANAGEMENT_SERVER", ""),

@@ -15,10 +15,10 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/agentrpc"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/aiwg"
-	"github.com/agentic-sandbox/agentic-sandbox/adapters/environments"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/hostsup"
-	"github.com/agentic-sandbox/agentic-sandbox/adapters/missions"
+	"github.com/agentic-sandbox/agentic-sandbox/core/environment"
+	"github.com/agentic-sandbox/agentic-sandbox/core/mission"
 )
 
 // App is the running management server: its listeners and background loops.
@@ -30,14 +30,14 @@ type App struct {
 	supervisor   *hostsup.Supervisor
 	token        OperatorToken
 	banner       io.Writer
-	missions     *missions.Service
+	missions     *mission.Service
 	aiwg         *aiwg.Client
 	store        *filestore.MissionStore
 	outbox       *filestore.Outbox
 	ws           WSHandler
 	sessionLogs  *filestore.SessionLog
 	runtimes     *Runtimes
-	environments *environments.Service
+	environments *environment.Service
 }
 
 // RESTHandler is the REST port's handler.

@@ -10,14 +10,14 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/agentrpc"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/aiwg"
-	"github.com/agentic-sandbox/agentic-sandbox/adapters/environments"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/hostsup"
-	"github.com/agentic-sandbox/agentic-sandbox/adapters/missions"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/promexport"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/rest"
-	"github.com/agentic-sandbox/agentic-sandbox/adapters/sessions"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/system"
+	"github.com/agentic-sandbox/agentic-sandbox/core/environment"
+	"github.com/agentic-sandbox/agentic-sandbox/core/mission"
+	"github.com/agentic-sandbox/agentic-sandbox/core/session"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -86,8 +86,8 @@ func agentBinary(configured string) (string, error) {
 	return filepath.Abs(p)
 }
 
-func provideREST(cfg Config, svc *agentrpc.Service, token OperatorToken, clock ports.Clock, log *slog.Logger, sup *hostsup.Supervisor, ms *missions.Service, link *aiwg.Client,
-	ss *sessions.Service, logs *filestore.SessionLog, rts *Runtimes, envs *environments.Service, times *promexport.ProvisionTimes) RESTHandler {
+func provideREST(cfg Config, svc *agentrpc.Service, token OperatorToken, clock ports.Clock, log *slog.Logger, sup *hostsup.Supervisor, ms *mission.Service, link *aiwg.Client,
+	ss *session.Service, logs *filestore.SessionLog, rts *Runtimes, envs *environment.Service, times *promexport.ProvisionTimes) RESTHandler {
 	readiness := func() []rest.ReadinessCheck {
 		checks := []rest.ReadinessCheck{{Name: "agent_rpc", Ready: true}, {Name: "rest", Ready: true}}
 		if cfg.HostAgents > 0 {
@@ -130,8 +130,8 @@ func provideREST(cfg Config, svc *agentrpc.Service, token OperatorToken, clock p
 }
 
 func provideApp(cfg Config, log *slog.Logger, svc *agentrpc.Service, h RESTHandler, sup *hostsup.Supervisor, token OperatorToken, banner io.Writer,
-	ms *missions.Service, link *aiwg.Client, store *filestore.MissionStore, outbox *filestore.Outbox, ws WSHandler, logs *filestore.SessionLog,
-	rts *Runtimes, envs *environments.Service) *App {
+	ms *mission.Service, link *aiwg.Client, store *filestore.MissionStore, outbox *filestore.Outbox, ws WSHandler, logs *filestore.SessionLog,
+	rts *Runtimes, envs *environment.Service) *App {
 	return &App{cfg: cfg, log: log, agents: svc, rest: h, supervisor: sup, token: token, banner: banner,
 		missions: ms, aiwg: link, store: store, outbox: outbox, ws: ws, sessionLogs: logs, runtimes: rts, environments: envs}
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/agentrpc"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/aiwg"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
-	"github.com/agentic-sandbox/agentic-sandbox/adapters/missions"
 	"github.com/agentic-sandbox/agentic-sandbox/core/mission"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
@@ -31,13 +30,13 @@ func provideOutbox(cfg Config, _ *filestore.AgentHashes) (*filestore.Outbox, err
 	return filestore.NewOutbox(cfg.DataDir)
 }
 
-func provideMissions(cfg Config, store ports.MissionStore, outbox ports.EventOutbox, svc *agentrpc.Service, clock ports.Clock, ids ports.IDGenerator, log *slog.Logger) *missions.Service {
-	return missions.New(missions.Config{
+func provideMissions(cfg Config, store ports.MissionStore, outbox ports.EventOutbox, svc *agentrpc.Service, clock ports.Clock, ids ports.IDGenerator, log *slog.Logger) *mission.Service {
+	return mission.New(mission.Config{
 		Store: store, Outbox: outbox, Link: svc, Agents: svc, Clock: clock, IDs: ids, Logger: log,
 	})
 }
 
-func provideAIWG(cfg Config, id Identity, hub *missions.Service, outbox ports.EventOutbox, svc *agentrpc.Service, clock ports.Clock, log *slog.Logger, rts *Runtimes) *aiwg.Client {
+func provideAIWG(cfg Config, id Identity, hub *mission.Service, outbox ports.EventOutbox, svc *agentrpc.Service, clock ports.Clock, log *slog.Logger, rts *Runtimes) *aiwg.Client {
 	_, claudeErr := exec.LookPath("claude")
 	claudeOnHost := claudeErr == nil
 	_, port, _ := net.SplitHostPort(cfg.ListenAddr)

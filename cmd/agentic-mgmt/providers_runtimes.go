@@ -14,11 +14,11 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/agentrpc"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/docker"
-	"github.com/agentic-sandbox/agentic-sandbox/adapters/environments"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/hostsup"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/libvirt"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/promexport"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/rest"
+	"github.com/agentic-sandbox/agentic-sandbox/core/environment"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -155,7 +155,7 @@ func exists(path string) bool {
 
 func provideProvisionTimes() *promexport.ProvisionTimes { return promexport.NewProvisionTimes() }
 
-func provideEnvironments(cfg Config, rts *Runtimes, svc *agentrpc.Service, creds ports.AgentCredentials, clock ports.Clock, log *slog.Logger, times *promexport.ProvisionTimes) (*environments.Service, error) {
+func provideEnvironments(cfg Config, rts *Runtimes, svc *agentrpc.Service, creds ports.AgentCredentials, clock ports.Clock, log *slog.Logger, times *promexport.ProvisionTimes) (*environment.Service, error) {
 	var bin string
 	if len(rts.Available) > 0 {
 		b, err := agentBinary(cfg.AgentBinary)
@@ -164,7 +164,7 @@ func provideEnvironments(cfg Config, rts *Runtimes, svc *agentrpc.Service, creds
 		}
 		bin = b
 	}
-	return environments.New(environments.Config{
+	return environment.New(environment.Config{
 		Runtimes: rts.Available, Agents: svc, Credentials: creds, Clock: clock, Logger: log,
 		Bootstrap:        ports.AgentBootstrap{Binary: bin, ServerURL: cfg.agentServerURL(), Socket: cfg.AgentSocket},
 		ObserveProvision: times.Observe,

@@ -7,8 +7,8 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/agentrpc"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
-	"github.com/agentic-sandbox/agentic-sandbox/adapters/sessions"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/wsterm"
+	"github.com/agentic-sandbox/agentic-sandbox/core/session"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -19,12 +19,12 @@ func provideSessionLog(cfg Config, _ *filestore.AgentHashes) (*filestore.Session
 	return filestore.NewSessionLog(filepath.Join(cfg.DataDir, "sessions"), filestore.SessionLogOptions{})
 }
 
-func provideSessions(svc *agentrpc.Service, logs *filestore.SessionLog, clock ports.Clock, ids ports.IDGenerator, log *slog.Logger) *sessions.Service {
-	ss := sessions.New(sessions.Config{Link: svc, Agents: svc, Log: logs, Clock: clock, IDs: ids, Logger: log})
+func provideSessions(svc *agentrpc.Service, logs *filestore.SessionLog, clock ports.Clock, ids ports.IDGenerator, log *slog.Logger) *session.Service {
+	ss := session.New(session.Config{Link: svc, Agents: svc, Log: logs, Clock: clock, IDs: ids, Logger: log})
 	svc.SetSessionReconciler(ss) // agents' session reports reach it from their first connect
 	return ss
 }
 
-func provideWS(cfg Config, ss *sessions.Service, svc *agentrpc.Service, logs *filestore.SessionLog, ids ports.IDGenerator, token OperatorToken, log *slog.Logger) WSHandler {
+func provideWS(cfg Config, ss *session.Service, svc *agentrpc.Service, logs *filestore.SessionLog, ids ports.IDGenerator, token OperatorToken, log *slog.Logger) WSHandler {
 	return wsterm.New(wsterm.Config{Sessions: ss, Agents: svc, Log: logs, IDs: ids, Token: string(token), Version: cfg.Version, Logger: log, StallTimeout: cfg.ViewerStallTimeout}).Handler()
 }

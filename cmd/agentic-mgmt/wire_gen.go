@@ -37,25 +37,25 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	missionsService := provideMissions(cfg, missionStore, outbox, service, clock, uuiDv7, log)
+	missionService := provideMissions(cfg, missionStore, outbox, service, clock, uuiDv7, log)
 	identity, err := provideIdentity(cfg, agentHashes)
 	if err != nil {
 		return nil, err
 	}
 	runtimes := provideRuntimes(cfg, log)
-	client := provideAIWG(cfg, identity, missionsService, outbox, service, clock, log, runtimes)
+	client := provideAIWG(cfg, identity, missionService, outbox, service, clock, log, runtimes)
 	sessionLog, err := provideSessionLog(cfg, agentHashes)
 	if err != nil {
 		return nil, err
 	}
-	sessionsService := provideSessions(service, sessionLog, clock, uuiDv7, log)
+	sessionService := provideSessions(service, sessionLog, clock, uuiDv7, log)
 	provisionTimes := provideProvisionTimes()
-	environmentsService, err := provideEnvironments(cfg, runtimes, service, agentHashes, clock, log, provisionTimes)
+	environmentService, err := provideEnvironments(cfg, runtimes, service, agentHashes, clock, log, provisionTimes)
 	if err != nil {
 		return nil, err
 	}
-	restHandler := provideREST(cfg, service, operatorToken, clock, log, supervisor, missionsService, client, sessionsService, sessionLog, runtimes, environmentsService, provisionTimes)
-	wsHandler := provideWS(cfg, sessionsService, service, sessionLog, uuiDv7, operatorToken, log)
-	app := provideApp(cfg, log, service, restHandler, supervisor, operatorToken, banner, missionsService, client, missionStore, outbox, wsHandler, sessionLog, runtimes, environmentsService)
+	restHandler := provideREST(cfg, service, operatorToken, clock, log, supervisor, missionService, client, sessionService, sessionLog, runtimes, environmentService, provisionTimes)
+	wsHandler := provideWS(cfg, sessionService, service, sessionLog, uuiDv7, operatorToken, log)
+	app := provideApp(cfg, log, service, restHandler, supervisor, operatorToken, banner, missionService, client, missionStore, outbox, wsHandler, sessionLog, runtimes, environmentService)
 	return app, nil
 }

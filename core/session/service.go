@@ -1,8 +1,9 @@
-// Package sessions is the session use case: it starts interactive, headless
+// Service is the session use case: it starts interactive, headless
 // and background sessions on agents, writes their output into the
 // offset-addressed session log (whether or not anyone watches), and checks
 // every viewer's right to type before it reaches the process.
-package sessions
+
+package session
 
 import (
 	"context"
@@ -13,7 +14,6 @@ import (
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/core/claudefeed"
-	"github.com/agentic-sandbox/agentic-sandbox/core/session"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -33,7 +33,7 @@ type Service struct {
 	log *slog.Logger
 
 	mu   sync.Mutex
-	reg  *session.Registry
+	reg  *Registry
 	cmds map[string]ports.Command
 	// feeds parse the output of headless sessions (claude stream-json).
 	feeds map[string]*feed
@@ -48,17 +48,17 @@ func New(cfg Config) *Service {
 	}
 	return &Service{
 		cfg: cfg, log: cfg.Logger.With("component", "sessions"),
-		reg: session.NewRegistry(cfg.IDs), cmds: map[string]ports.Command{}, exited: map[string]chan struct{}{},
+		reg: NewRegistry(cfg.IDs), cmds: map[string]ports.Command{}, exited: map[string]chan struct{}{},
 		feeds: map[string]*feed{},
 	}
 }
 
 // Create starts a session on its agent, in a PTY of cols×rows.
-func (s *Service) Create(ctx context.Context, spec session.Spec, cols, rows uint16) (session.Session, error) {
+func (s *Service) Create(ctx context.Context, spec Spec, cols, rows uint16) (Session, error) {
 	if spec.Type == "" {
-		spec.Type = session.Background
+		spec.Type = Background
 	}
-	if spec.Type == session.Interactive {
+	if spec.Type == Interactive {
 		spec.PTY = true
 	}
 	s.mu.Lock()
@@ -66,34 +66,34 @@ func (s *Service) Create(ctx context.Context, spec session.Spec, cols, rows uint
 	var fd *feed
 	if err == nil {
 		s.exited[sess.ID] = make(chan struct{})
-		if sess.Type == session.Headless {
+		if sess.Type == Headless {
 			fd = &feed{parser: claudefeed.NewParser()}
 			s.feeds[sess.ID] = fd
 		}
 	}
 	s.mu.Unlock()
 	if err != nil {
-		return session.Session{}, err
+		return Session{}, err
 	}
 	if cols == 0 || rows == 0 {
 		cols, rows = 80, 24
 	}
 	cmd, err := s.cfg.Link.Start(ctx, spec.AgentID, ports.CommandSpec{
 		Command: sess.Command, Args: sess.Args, WorkingDir: sess.Cwd, Env: sess.Env,
-		PTY: sess.PTY, Cols: cols, Rows: rows, SessionID: sess.ID, SessionName: session.AgentName(sess.Name),
+		PTY: sess.PTY, Cols: cols, Rows: rows, SessionID: sess.ID, SessionName: AgentName(sess.Name),
 		SessionType: string(sess.Type),
 		// Without a terminal, a background session's stdin is a pipe.
-		StdinOpen: !sess.PTY && sess.Type == session.Background,
+		StdinOpen: !sess.PTY && sess.Type == Background,
 		// Terminals and background processes outlive the agent process in
 		// tmux where the agent has it; a headless run is tied to its agent.
-		Persist: sess.PTY && sess.Type != session.Headless,
+		Persist: sess.PTY && sess.Type != Headless,
 	}, s.startOptions(sess.ID, sess.ID, fd))
 	if err != nil {
 		s.mu.Lock()
 		_, _ = s.reg.Lost(sess.ID, "could not start: "+err.Error(), s.cfg.Clock.Now())
 		s.closeExitedLocked(sess.ID)
 		s.mu.Unlock()
-		return session.Session{}, err
+		return Session{}, err
 	}
 	s.mu.Lock()
 	s.cmds[sess.ID] = cmd
@@ -168,10 +168,10 @@ func (s *Service) closeExitedLocked(id string) {
 // continues; the rest are killed on the agent.
 func (s *Service) ReconcileSessions(agentID string, reported []ports.ReportedSession) {
 	byName := map[string]ports.ReportedSession{}
-	reps := make([]session.Reported, 0, len(reported))
+	reps := make([]Reported, 0, len(reported))
 	for _, r := range reported {
 		byName[r.AgentName] = r
-		reps = append(reps, session.Reported{ID: r.SessionID, AgentName: r.AgentName, Type: session.Type(r.Type),
+		reps = append(reps, Reported{ID: r.SessionID, AgentName: r.AgentName, Type: Type(r.Type),
 			StartedAt: r.StartedAt, PTY: true})
 	}
 	var kill []ports.ReportedSession
@@ -179,22 +179,22 @@ func (s *Service) ReconcileSessions(agentID string, reported []ports.ReportedSes
 	for _, d := range s.reg.Reconcile(agentID, reps, s.cfg.Clock.Now()) {
 		rep := byName[d.AgentName]
 		switch d.Action {
-		case session.Keep:
+		case Keep:
 			if cur := s.cmds[d.SessionID]; cur == nil || cur.ID() != rep.CommandID {
 				s.attachLocked(agentID, d.SessionID, rep.CommandID)
 			}
-		case session.Adopt:
+		case Adopt:
 			s.exited[d.SessionID] = make(chan struct{})
-			if sess, _ := s.reg.Get(d.SessionID); sess.Type == session.Headless {
+			if sess, _ := s.reg.Get(d.SessionID); sess.Type == Headless {
 				s.feeds[d.SessionID] = &feed{parser: claudefeed.NewParser()}
 			}
 			s.attachLocked(agentID, d.SessionID, rep.CommandID)
 			s.log.Info("adopted a session from the agent's report", "agent_id", agentID, "session_id", d.SessionID, "name", d.AgentName)
-		case session.MarkLost:
+		case MarkLost:
 			delete(s.cmds, d.SessionID)
 			s.closeExitedLocked(d.SessionID)
 			s.log.Warn("session lost: its agent no longer runs it", "agent_id", agentID, "session_id", d.SessionID)
-		case session.Kill:
+		case Kill:
 			s.log.Warn("killing a session on the agent", "agent_id", agentID, "name", d.AgentName, "reason", d.Reason)
 			kill = append(kill, rep)
 		}
@@ -225,9 +225,9 @@ func (s *Service) attachLocked(agentID, id, commandID string) {
 
 // StartShell opens the agent's default interactive shell: a tmux session
 // (so a dropped viewer loses nothing) where the agent has tmux, else sh.
-func (s *Service) StartShell(ctx context.Context, agentID, name string, cols, rows uint16) (session.Session, error) {
+func (s *Service) StartShell(ctx context.Context, agentID, name string, cols, rows uint16) (Session, error) {
 	if _, ok := s.cfg.Agents.Agent(agentID); !ok {
-		return session.Session{}, ports.ErrAgentNotFound
+		return Session{}, ports.ErrAgentNotFound
 	}
 	if name == "" {
 		// The random end of an id: a UUIDv7 starts with its timestamp,
@@ -236,20 +236,20 @@ func (s *Service) StartShell(ctx context.Context, agentID, name string, cols, ro
 		name = "shell-" + id[max(0, len(id)-12):]
 	}
 	// No command: the agent's own shell, kept in tmux where the agent has it.
-	spec := session.Spec{AgentID: agentID, Type: session.Interactive, Name: name,
+	spec := Spec{AgentID: agentID, Type: Interactive, Name: name,
 		Env: map[string]string{"TERM": "xterm-256color"}}
 	return s.Create(ctx, spec, cols, rows)
 }
 
 // Get returns a session.
-func (s *Service) Get(id string) (session.Session, bool) {
+func (s *Service) Get(id string) (Session, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.reg.Get(id)
 }
 
 // List returns the sessions of an agent ("" for all).
-func (s *Service) List(agentID string) []session.Session {
+func (s *Service) List(agentID string) []Session {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.reg.List(agentID)
@@ -263,7 +263,7 @@ func (s *Service) Exited(id string) <-chan struct{} {
 }
 
 // Join adds a viewer and returns the role granted.
-func (s *Service) Join(id, viewerID string, want session.Role) (session.Role, error) {
+func (s *Service) Join(id, viewerID string, want Role) (Role, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.reg.Join(id, viewerID, want)
@@ -281,14 +281,14 @@ func (s *Service) command(id, viewerID string, input bool) (ports.Command, error
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.reg.Get(id); !ok {
-		return nil, session.ErrNotFound
+		return nil, ErrNotFound
 	}
 	allowed := s.reg.CanResize(id, viewerID)
 	if input {
 		allowed = s.reg.CanInput(id, viewerID)
 	}
 	if !allowed {
-		return nil, session.ErrNotController
+		return nil, ErrNotController
 	}
 	cmd, ok := s.cmds[id]
 	if !ok {
@@ -331,7 +331,7 @@ func (s *Service) Kill(ctx context.Context, id string) error {
 	cmd, ok := s.cmds[id]
 	s.mu.Unlock()
 	if !ok {
-		return session.ErrNotFound
+		return ErrNotFound
 	}
 	return cmd.Kill(ctx)
 }

@@ -1,4 +1,4 @@
-package missions
+package mission
 
 import (
 	"context"
@@ -14,10 +14,10 @@ import (
 func TestDispatchRoutesToLeastLoadedReadyAgent(t *testing.T) {
 	h := newHarness(t)
 	h.dir.set(
-		agent("agent-a", "ready", 3),
-		agent("agent-b", "ready", 1),
-		agent("agent-c", "disconnected", 0),
-		agent("agent-d", "busy", 2),
+		agentInfo("agent-a", "ready", 3),
+		agentInfo("agent-b", "ready", 1),
+		agentInfo("agent-c", "disconnected", 0),
+		agentInfo("agent-d", "busy", 2),
 	)
 	m := h.dispatch("m1")
 	if m.AgentID != "agent-b" {
@@ -31,8 +31,8 @@ func TestDispatchRoutesToLeastLoadedReadyAgent(t *testing.T) {
 
 func TestDispatchCapabilityFilter(t *testing.T) {
 	h := newHarness(t)
-	plain := agent("agent-a", "ready", 0)
-	claude := agent("agent-b", "ready", 5)
+	plain := agentInfo("agent-a", "ready", 0)
+	claude := agentInfo("agent-b", "ready", 5)
 	claude.Capabilities = []string{"claude"}
 	h.dir.set(plain, claude)
 	req := request("m1")
@@ -53,7 +53,7 @@ func TestDispatchCapabilityFilter(t *testing.T) {
 
 func TestDispatchAgentHint(t *testing.T) {
 	h := newHarness(t)
-	h.dir.set(agent("agent-a", "ready", 0), agent("agent-b", "ready", 9), agent("agent-c", "disconnected", 0))
+	h.dir.set(agentInfo("agent-a", "ready", 0), agentInfo("agent-b", "ready", 9), agentInfo("agent-c", "disconnected", 0))
 
 	req := request("m1")
 	req.Filter.AgentID = "agent-b"
@@ -86,7 +86,7 @@ func TestDispatchAgentHint(t *testing.T) {
 
 func TestDispatchNoAgent(t *testing.T) {
 	h := newHarness(t)
-	for _, agents := range [][]ports.AgentInfo{nil, {agent("agent-a", "disconnected", 0), agent("agent-b", "stale", 0)}} {
+	for _, agents := range [][]ports.AgentInfo{nil, {agentInfo("agent-a", "disconnected", 0), agentInfo("agent-b", "stale", 0)}} {
 		h.dir.set(agents...)
 		_, err := h.svc.Dispatch(context.Background(), request("m1"))
 		if !errors.Is(err, ports.ErrNoAgent) {
@@ -97,7 +97,7 @@ func TestDispatchNoAgent(t *testing.T) {
 		t.Fatalf("%d events appended for a refused dispatch", n)
 	}
 	// Once an agent connects, the same mission is accepted.
-	h.dir.set(agent("agent-a", "ready", 0))
+	h.dir.set(agentInfo("agent-a", "ready", 0))
 	h.dispatch("m1")
 }
 

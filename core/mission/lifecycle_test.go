@@ -1,4 +1,4 @@
-package missions
+package mission
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentic-sandbox/agentic-sandbox/core/mission"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -107,10 +106,10 @@ func TestFailures(t *testing.T) {
 		errPrefix  string
 		wantExitEv bool
 	}{
-		{"non-zero exit", ports.CommandResult{ExitCode: 3}, mission.ReasonNonZeroExit, 3, "objective exited with code 3", true},
-		{"session lost", ports.CommandResult{ExitCode: -1, Error: ports.ErrCommandLost.Error()}, mission.ReasonSessionLost, nil, ports.ErrCommandLost.Error(), false},
-		{"timed out", ports.CommandResult{ExitCode: 124, TimedOut: true}, mission.ReasonTimedOut, 124, "objective timed out", true},
-		{"killed by signal", ports.CommandResult{ExitCode: 137, Signal: 9}, mission.ReasonNonZeroExit, 137, "objective killed by signal 9", true},
+		{"non-zero exit", ports.CommandResult{ExitCode: 3}, ReasonNonZeroExit, 3, "objective exited with code 3", true},
+		{"session lost", ports.CommandResult{ExitCode: -1, Error: ports.ErrCommandLost.Error()}, ReasonSessionLost, nil, ports.ErrCommandLost.Error(), false},
+		{"timed out", ports.CommandResult{ExitCode: 124, TimedOut: true}, ReasonTimedOut, 124, "objective timed out", true},
+		{"killed by signal", ports.CommandResult{ExitCode: 137, Signal: 9}, ReasonNonZeroExit, 137, "objective killed by signal 9", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t)
@@ -138,7 +137,7 @@ func TestStartErrorFailsMission(t *testing.T) {
 	h.link.setStartErr(ports.ErrAgentNotConnected)
 	m := h.dispatch("m1")
 	ev := h.waitEvent("m1", "mission.failed")
-	if ev.Data["reason"] != mission.ReasonSessionStart || !strings.Contains(fmt.Sprint(ev.Data["error"]), ports.ErrAgentNotConnected.Error()) {
+	if ev.Data["reason"] != ReasonSessionStart || !strings.Contains(fmt.Sprint(ev.Data["error"]), ports.ErrAgentNotConnected.Error()) {
 		t.Fatalf("mission.failed data = %v, want session_start_failed", ev.Data)
 	}
 	if _, ok := ev.Data["exit_code"]; ok {
@@ -161,7 +160,7 @@ func TestResultBeforeStartedFailsAsNotStarted(t *testing.T) {
 	c := h.cmd(m.SessionID)
 	c.finish(ports.CommandResult{ExitCode: 127, Error: "sh: not found"})
 	ev := h.waitEvent("m1", "mission.failed")
-	if ev.Data["reason"] != mission.ReasonSessionStart || ev.Data["error"] != "sh: not found" {
+	if ev.Data["reason"] != ReasonSessionStart || ev.Data["error"] != "sh: not found" {
 		t.Fatalf("mission.failed data = %v", ev.Data)
 	}
 	if got := h.outbox.types("m1"); !reflect.DeepEqual(got, []string{"mission.assigned", "mission.failed"}) {
@@ -263,7 +262,7 @@ func TestProgressRateLimited(t *testing.T) {
 		if want := fmt.Sprintf("line %d", 1+10*i); e.Data["summary"] != want {
 			t.Errorf("progress %d summary = %q, want the last line %q", i, e.Data["summary"], want)
 		}
-		if i > 0 && e.TS.Sub(progress[i-1].TS) < mission.ProgressInterval {
+		if i > 0 && e.TS.Sub(progress[i-1].TS) < ProgressInterval {
 			t.Errorf("progress %d only %v after the previous one", i, e.TS.Sub(progress[i-1].TS))
 		}
 	}

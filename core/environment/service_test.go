@@ -1,4 +1,4 @@
-package environments
+package environment
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentic-sandbox/agentic-sandbox/core/environment"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -155,7 +154,7 @@ func newFixture(t *testing.T, readyTimeout time.Duration) *fixture {
 	return f
 }
 
-func waitState(t *testing.T, s *Service, name, want string) environment.Environment {
+func waitState(t *testing.T, s *Service, name, want string) Environment {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -172,8 +171,8 @@ func waitState(t *testing.T, s *Service, name, want string) environment.Environm
 
 func TestCreateGoesReadyWhenTheAgentConnects(t *testing.T) {
 	f := newFixture(t, time.Minute)
-	e, err := f.svc.Create(context.Background(), environment.Request{Runtime: "fake", Name: "box"})
-	if err != nil || e.State != environment.StateBooting || e.RuntimeID != "rt-box" || e.AgentID != "box" {
+	e, err := f.svc.Create(context.Background(), Request{Runtime: "fake", Name: "box"})
+	if err != nil || e.State != StateBooting || e.RuntimeID != "rt-box" || e.AgentID != "box" {
 		t.Fatalf("create: %+v %v", e, err)
 	}
 	spec := f.rt.specs["box"]
@@ -184,7 +183,7 @@ func TestCreateGoesReadyWhenTheAgentConnects(t *testing.T) {
 		t.Fatal("the stored secret is not the one the agent got")
 	}
 	f.agents.set("box", "ready")
-	e = waitState(t, f.svc, "box", environment.StateReady)
+	e = waitState(t, f.svc, "box", StateReady)
 	if e.ProvisionTime <= 0 || e.ReadyAt.IsZero() {
 		t.Fatalf("ready without a provision time: %+v", e)
 	}
@@ -204,12 +203,12 @@ func TestCreateGoesReadyWhenTheAgentConnects(t *testing.T) {
 	// Stopped from outside: Inspect follows the runtime.
 	_ = f.rt.set("box", ports.EnvStopped)
 	f.agents.set("box", "disconnected")
-	waitState(t, f.svc, "box", environment.StateStopped)
+	waitState(t, f.svc, "box", StateStopped)
 	if _, err := f.svc.Start(context.Background(), "box"); err != nil {
 		t.Fatal(err)
 	}
 	f.agents.set("box", "ready")
-	waitState(t, f.svc, "box", environment.StateReady)
+	waitState(t, f.svc, "box", StateReady)
 
 	if err := f.svc.Delete(context.Background(), "box"); err != nil {
 		t.Fatal(err)
@@ -225,28 +224,28 @@ func TestCreateGoesReadyWhenTheAgentConnects(t *testing.T) {
 func TestBadRequestsLeaveNothing(t *testing.T) {
 	f := newFixture(t, time.Minute)
 	for _, tc := range []struct {
-		req  environment.Request
+		req  Request
 		want error
 	}{
-		{environment.Request{Runtime: "nope", Name: "a"}, environment.ErrUnknownRuntime},
-		{environment.Request{Runtime: "fake"}, ports.ErrInvalidSpec},
-		{environment.Request{Runtime: "fake", Name: "b", Network: "bogus"}, ports.ErrInvalidSpec},
+		{Request{Runtime: "nope", Name: "a"}, ErrUnknownRuntime},
+		{Request{Runtime: "fake"}, ports.ErrInvalidSpec},
+		{Request{Runtime: "fake", Name: "b", Network: "bogus"}, ports.ErrInvalidSpec},
 	} {
 		if _, err := f.svc.Create(context.Background(), tc.req); !errors.Is(err, tc.want) {
 			t.Errorf("%+v: %v, want %v", tc.req, err, tc.want)
 		}
 	}
 	f.agents.set("taken", "ready")
-	if _, err := f.svc.Create(context.Background(), environment.Request{Runtime: "fake", Name: "taken"}); !errors.Is(err, ports.ErrEnvExists) {
+	if _, err := f.svc.Create(context.Background(), Request{Runtime: "fake", Name: "taken"}); !errors.Is(err, ports.ErrEnvExists) {
 		t.Errorf("a connected agent's name: %v", err)
 	}
 	if got := f.svc.List(context.Background()); len(got) != 0 || len(f.creds.secrets) != 0 {
 		t.Fatalf("left %v and secrets %v", got, f.creds.secrets)
 	}
-	if _, err := f.svc.Create(context.Background(), environment.Request{Runtime: "fake", Name: "dup"}); err != nil {
+	if _, err := f.svc.Create(context.Background(), Request{Runtime: "fake", Name: "dup"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.svc.Create(context.Background(), environment.Request{Runtime: "fake", Name: "dup"}); !errors.Is(err, ports.ErrEnvExists) {
+	if _, err := f.svc.Create(context.Background(), Request{Runtime: "fake", Name: "dup"}); !errors.Is(err, ports.ErrEnvExists) {
 		t.Fatalf("duplicate: %v", err)
 	}
 }
@@ -254,15 +253,15 @@ func TestBadRequestsLeaveNothing(t *testing.T) {
 func TestFailuresShowInTheEnvironment(t *testing.T) {
 	f := newFixture(t, 100*time.Millisecond)
 	f.rt.provision = fmt.Errorf("engine exploded")
-	e, err := f.svc.Create(context.Background(), environment.Request{Runtime: "fake", Name: "x"})
-	if err != nil || e.State != environment.StateFailed || e.Error != "engine exploded" || f.creds.has("x") {
+	e, err := f.svc.Create(context.Background(), Request{Runtime: "fake", Name: "x"})
+	if err != nil || e.State != StateFailed || e.Error != "engine exploded" || f.creds.has("x") {
 		t.Fatalf("failed provision: %+v %v", e, err)
 	}
 	f.rt.provision = nil
-	if _, err := f.svc.Create(context.Background(), environment.Request{Runtime: "fake", Name: "silent"}); err != nil {
+	if _, err := f.svc.Create(context.Background(), Request{Runtime: "fake", Name: "silent"}); err != nil {
 		t.Fatal(err)
 	}
-	e = waitState(t, f.svc, "silent", environment.StateFailed)
+	e = waitState(t, f.svc, "silent", StateFailed)
 	if e.Error == "" {
 		t.Fatal("no reason for an agent that never came")
 	}
@@ -275,7 +274,7 @@ func TestRecoverFindsWhatTheRuntimeHas(t *testing.T) {
 	f.agents.set("old", "ready")
 	f.svc.Recover(context.Background())
 	got := f.svc.List(context.Background())
-	if len(got) != 2 || got[0].Name != "off" || got[0].State != environment.StateStopped || got[1].Name != "old" || got[1].State != environment.StateReady {
+	if len(got) != 2 || got[0].Name != "off" || got[0].State != StateStopped || got[1].Name != "old" || got[1].State != StateReady {
 		t.Fatalf("recovered %+v", got)
 	}
 }

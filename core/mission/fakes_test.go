@@ -1,4 +1,4 @@
-package missions
+package mission
 
 import (
 	"context"
@@ -546,7 +546,7 @@ func (d *fakeDir) set(agents ...ports.AgentInfo) {
 	d.mu.Unlock()
 }
 
-func agent(id, status string, load int) ports.AgentInfo {
+func agentInfo(id, status string, load int) ports.AgentInfo {
 	return ports.AgentInfo{ID: id, Status: status, Runtime: "host", System: ports.SystemInfo{Arch: "amd64"}, RunningCommands: load}
 }
 
@@ -619,7 +619,7 @@ func newHarness(t *testing.T) *harness {
 		clock:  &testClock{},
 		ids:    &seqIDs{},
 	}
-	h.dir.set(agent("agent-1", "ready", 0))
+	h.dir.set(agentInfo("agent-1", "ready", 0))
 	h.svc = h.newService()
 	return h
 }

@@ -2,7 +2,7 @@
 // stream open to the management server, registers, heartbeats, runs the
 // commands it is sent and streams their output back, reconnecting with
 // backoff when the stream breaks. Commands keep running while it is away.
-package agent
+package agentd
 
 import (
 	"context"

@@ -1,9 +1,10 @@
-// Package missions is the mission use case: it accepts dispatches, runs each
+// Service is the mission use case: it accepts dispatches, runs each
 // objective as a background PTY session on an agent, turns what the session
 // does into lifecycle transitions (decided by core/mission), and makes each
 // one durable (store) before its event is emitted (outbox). It implements
 // ports.Missions for REST and ports.ExecutorHub for the AIWG client.
-package missions
+
+package mission
 
 import (
 	"context"
@@ -16,7 +17,6 @@ import (
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/core/hitl"
-	"github.com/agentic-sandbox/agentic-sandbox/core/mission"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -191,7 +191,7 @@ func (s *Service) Recover() error {
 		s.wg.Add(1)
 		go s.watch(l)
 	}
-	s.log.Info("missions recovered", "total", len(ms), "unfinished", len(mission.Owned(ms)))
+	s.log.Info("missions recovered", "total", len(ms), "unfinished", len(Owned(ms)))
 	return nil
 }
 
@@ -226,7 +226,7 @@ func (s *Service) requeueLastEvents(ms []ports.Mission) error {
 	sortMissions(ms)
 	var again []ports.Event
 	for _, m := range ms {
-		ev, ok := mission.LastEventOf(m)
+		ev, ok := LastEventOf(m)
 		if !ok || ev.TS.Before(newest.Add(-crashWindow)) || held[key{ev.MissionID, ev.Type, ev.TS.UnixNano()}] {
 			continue
 		}
@@ -280,17 +280,17 @@ func (s *Service) Dispatch(ctx context.Context, req ports.DispatchRequest) (port
 	} else if ok {
 		return sameOrConflict(old, req)
 	}
-	agentID, err := mission.Route(req.Filter, s.candidates())
+	agentID, err := Route(req.Filter, s.candidates())
 	switch {
-	case errors.Is(err, mission.ErrAgentNotConnected):
+	case errors.Is(err, ErrAgentNotConnected):
 		return ports.Mission{}, ports.ErrAgentNotConnected
-	case errors.Is(err, mission.ErrNoAgent):
+	case errors.Is(err, ErrNoAgent):
 		return ports.Mission{}, ports.ErrNoAgent
 	case err != nil:
 		return ports.Mission{}, err
 	}
 	now := s.cfg.Clock.Now()
-	m, ev := mission.Assign(req, agentID, now, now)
+	m, ev := Assign(req, agentID, now, now)
 	m.SessionID = s.cfg.IDs.NewID()
 	if err := s.commit(ctx, []ports.Mission{m}, []ports.Event{ev}); err != nil {
 		return ports.Mission{}, err
@@ -318,11 +318,11 @@ func (l *live) snapshot() ports.Mission {
 	return l.m
 }
 
-func (s *Service) candidates() []mission.Candidate {
+func (s *Service) candidates() []Candidate {
 	agents := s.cfg.Agents.Agents()
-	out := make([]mission.Candidate, 0, len(agents))
+	out := make([]Candidate, 0, len(agents))
 	for _, a := range agents {
-		out = append(out, mission.Candidate{
+		out = append(out, Candidate{
 			ID: a.ID, Status: a.Status, Runtime: a.Runtime, Arch: a.System.Arch,
 			Capabilities: a.Capabilities, Load: a.RunningCommands,
 		})
@@ -362,7 +362,7 @@ func (s *Service) launch(l *live) {
 	if err != nil {
 		defer s.wg.Done() // Suspend waits until the failure is stored and announced
 		_, _ = s.transition(l, func(m ports.Mission) (ports.Mission, ports.Event, error) {
-			return mission.Fail(m, mission.ReasonSessionStart, "session could not start: "+err.Error(), nil, "", s.cfg.Clock.Now())
+			return Fail(m, ReasonSessionStart, "session could not start: "+err.Error(), nil, "", s.cfg.Clock.Now())
 		})
 		s.forgetSession(l)
 		return
@@ -422,9 +422,9 @@ func (s *Service) watch(l *live) {
 func (s *Service) onStarted(l *live) {
 	_, _ = s.transition(l, func(m ports.Mission) (ports.Mission, ports.Event, error) {
 		if m.State != ports.MissionAssigned {
-			return m, ports.Event{}, mission.ErrIllegalTransition // recovered mission already running
+			return m, ports.Event{}, ErrIllegalTransition // recovered mission already running
 		}
-		return mission.Start(m, agentRuntime(m.Objective), m.SessionID, s.cfg.Clock.Now())
+		return Start(m, agentRuntime(m.Objective), m.SessionID, s.cfg.Clock.Now())
 	})
 }
 
@@ -434,9 +434,9 @@ func (s *Service) onOutput(l *live) time.Time {
 	last, summary, next := l.tail.LastLine(), l.tail.String(), l.det.NextCheck()
 	l.outMu.Unlock()
 	_, _ = s.transition(l, func(m ports.Mission) (ports.Mission, ports.Event, error) {
-		m, ev, ok := mission.Progress(m, last, summary, s.cfg.Clock.Now())
+		m, ev, ok := Progress(m, last, summary, s.cfg.Clock.Now())
 		if !ok {
-			return m, ev, mission.ErrIllegalTransition
+			return m, ev, ErrIllegalTransition
 		}
 		return m, ev, nil
 	})
@@ -459,7 +459,7 @@ func (s *Service) checkHITL(l *live) time.Time {
 	s.byHITL[req.ID] = l
 	s.mu.Unlock()
 	m, err := s.transition(l, func(m ports.Mission) (ports.Mission, ports.Event, error) {
-		return mission.RequireHITL(m, req, now)
+		return RequireHITL(m, req, now)
 	})
 	if err != nil {
 		s.mu.Lock()
@@ -479,7 +479,7 @@ func (s *Service) onEnded(l *live) {
 	summary := l.tail.String()
 	l.outMu.Unlock()
 	m, err := s.transition(l, func(m ports.Mission) (ports.Mission, ports.Event, error) {
-		return mission.Finish(m, r, summary, s.cfg.Clock.Now())
+		return Finish(m, r, summary, s.cfg.Clock.Now())
 	})
 	if err == nil {
 		s.log.Info("mission ended", "mission_id", m.ID, "state", m.State, "exit_code", r.ExitCode)
@@ -570,7 +570,7 @@ func (s *Service) RespondHITL(ctx context.Context, hitlID, text string) (ports.M
 	if err := l.cmd.WriteStdin(ctx, []byte(text+"\n"), false); err != nil {
 		return l.m, err
 	}
-	next, ev, err := mission.AnswerHITL(l.m, hitlID, s.cfg.Clock.Now())
+	next, ev, err := AnswerHITL(l.m, hitlID, s.cfg.Clock.Now())
 	if err != nil {
 		return l.m, ports.ErrHITLNotOpen
 	}
@@ -603,9 +603,9 @@ func (s *Service) KillSession(ctx context.Context, sessionID string) (string, er
 		return "", cmd.Kill(ctx)
 	}
 	m, err := s.transition(l, func(m ports.Mission) (ports.Mission, ports.Event, error) {
-		return mission.Abort(m, "session killed by an operator", s.cfg.Clock.Now())
+		return Abort(m, "session killed by an operator", s.cfg.Clock.Now())
 	})
-	if errors.Is(err, mission.ErrIllegalTransition) {
+	if errors.Is(err, ErrIllegalTransition) {
 		return m.ID, ports.ErrCommandEnded
 	}
 	if err != nil {
@@ -648,7 +648,7 @@ func (s *Service) Resync(ctx context.Context) (ports.Event, []ports.Event, error
 		ms[i] = l.m
 		byID[l.m.ID] = l
 	}
-	resync, pairs, changed := mission.Resync(ms, s.cfg.IDs.NewID, s.cfg.Clock.Now())
+	resync, pairs, changed := Resync(ms, s.cfg.IDs.NewID, s.cfg.Clock.Now())
 	if len(changed) > 0 {
 		if err := s.cfg.Store.Put(ctx, changed...); err != nil {
 			return ports.Event{}, nil, fmt.Errorf("%w: %v", ports.ErrStoreUnavailable, err)
@@ -716,7 +716,7 @@ func (s *Service) Suspend(ctx context.Context) error {
 	var evs []ports.Event
 	var moved []*live
 	for _, l := range byAge {
-		if next, ev, err := mission.Suspend(l.m, s.cfg.IDs.NewID(), now); err == nil {
+		if next, ev, err := Suspend(l.m, s.cfg.IDs.NewID(), now); err == nil {
 			ms = append(ms, next)
 			evs = append(evs, ev)
 			moved = append(moved, l)

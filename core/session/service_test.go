@@ -1,4 +1,4 @@
-package sessions
+package session
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/core/claudefeed"
-	"github.com/agentic-sandbox/agentic-sandbox/core/session"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -172,7 +171,7 @@ func waitClosed(t *testing.T, c <-chan struct{}) {
 
 func TestCreateRunsInAPTYAndLogsOutput(t *testing.T) {
 	svc, link, log := newSvc()
-	s, err := svc.Create(context.Background(), session.Spec{AgentID: "agent-1", Name: "dev", Type: session.Background, Command: "npm", Args: []string{"run", "dev"}, PTY: true}, 0, 0)
+	s, err := svc.Create(context.Background(), Spec{AgentID: "agent-1", Name: "dev", Type: Background, Command: "npm", Args: []string{"run", "dev"}, PTY: true}, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +180,7 @@ func TestCreateRunsInAPTYAndLogsOutput(t *testing.T) {
 		t.Fatalf("started with %+v %+v", c.spec, c.opts)
 	}
 	c.opts.OnStarted()
-	if got, _ := svc.Get(s.ID); got.State != session.Running {
+	if got, _ := svc.Get(s.ID); got.State != Running {
 		t.Fatalf("state %s after start", got.State)
 	}
 	c.opts.OnOutput(ports.OutputChunk{Data: []byte("ready\r\n")})
@@ -190,10 +189,10 @@ func TestCreateRunsInAPTYAndLogsOutput(t *testing.T) {
 	}
 	c.finish(ports.CommandResult{ExitCode: 3})
 	waitClosed(t, svc.Exited(s.ID))
-	if got, _ := svc.Get(s.ID); got.State != session.Exited || got.ExitCode == nil || *got.ExitCode != 3 {
+	if got, _ := svc.Get(s.ID); got.State != Exited || got.ExitCode == nil || *got.ExitCode != 3 {
 		t.Fatalf("after exit: %+v", got)
 	}
-	if _, err := svc.Create(context.Background(), session.Spec{AgentID: "nobody", Command: "x"}, 0, 0); !errors.Is(err, ports.ErrAgentNotFound) {
+	if _, err := svc.Create(context.Background(), Spec{AgentID: "nobody", Command: "x"}, 0, 0); !errors.Is(err, ports.ErrAgentNotFound) {
 		t.Fatalf("unknown agent: %v", err)
 	}
 }
@@ -205,7 +204,7 @@ func TestShellAsksTheAgentToKeepItInTmux(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := link.cmds[s.ID]
-	if c.spec.Command != "" || !c.spec.Persist || !c.spec.PTY || c.spec.SessionName != "as-main" || c.spec.SessionType != "interactive" || c.spec.Cols != 120 || s.Type != session.Interactive {
+	if c.spec.Command != "" || !c.spec.Persist || !c.spec.PTY || c.spec.SessionName != "as-main" || c.spec.SessionType != "interactive" || c.spec.Cols != 120 || s.Type != Interactive {
 		t.Fatalf("shell spec %+v", c.spec)
 	}
 	// Unnamed shells get distinct names, which are their tmux sessions.
@@ -215,18 +214,18 @@ func TestShellAsksTheAgentToKeepItInTmux(t *testing.T) {
 		t.Fatalf("unnamed shells %q / %q", a.Name, b.Name)
 	}
 	// Headless runs are tied to their agent; background ones persist.
-	h, _ := svc.Create(context.Background(), session.Spec{AgentID: "agent-1", Type: session.Headless, Command: "claude", PTY: true}, 0, 0)
-	g, _ := svc.Create(context.Background(), session.Spec{AgentID: "agent-1", Type: session.Background, Command: "npm", PTY: true}, 0, 0)
+	h, _ := svc.Create(context.Background(), Spec{AgentID: "agent-1", Type: Headless, Command: "claude", PTY: true}, 0, 0)
+	g, _ := svc.Create(context.Background(), Spec{AgentID: "agent-1", Type: Background, Command: "npm", PTY: true}, 0, 0)
 	if link.cmds[h.ID].spec.Persist || !link.cmds[g.ID].spec.Persist || link.cmds[g.ID].spec.SessionType != "background" {
 		t.Fatalf("persist: headless %v, background %v", link.cmds[h.ID].spec.Persist, link.cmds[g.ID].spec.Persist)
 	}
 	// Without a terminal: a background session's stdin is a pipe, and
 	// nothing is kept in tmux.
-	piped, _ := svc.Create(context.Background(), session.Spec{AgentID: "agent-1", Type: session.Background, Command: "cat"}, 0, 0)
+	piped, _ := svc.Create(context.Background(), Spec{AgentID: "agent-1", Type: Background, Command: "cat"}, 0, 0)
 	if c := link.cmds[piped.ID].spec; c.PTY || c.Persist || !c.StdinOpen || piped.PTY {
 		t.Fatalf("piped background spec %+v", c)
 	}
-	hl, _ := svc.Create(context.Background(), session.Spec{AgentID: "agent-1", Type: session.Headless, Command: "claude"}, 0, 0)
+	hl, _ := svc.Create(context.Background(), Spec{AgentID: "agent-1", Type: Headless, Command: "claude"}, 0, 0)
 	if c := link.cmds[hl.ID].spec; c.PTY || c.StdinOpen {
 		t.Fatalf("piped headless spec %+v", c)
 	}
@@ -250,22 +249,22 @@ func TestReconcileMovesASessionToItsAdoptingCommand(t *testing.T) {
 	}
 	adopted.opts.OnOutput(ports.OutputChunk{Data: []byte("after")})
 	time.Sleep(20 * time.Millisecond) // let the old command's watcher run
-	if got, _ := svc.Get(s.ID); got.State != session.Running {
+	if got, _ := svc.Get(s.ID); got.State != Running {
 		t.Fatalf("state %s after the old command was lost", got.State)
 	}
 	if string(log.data[s.ID]) != "before after" {
 		t.Fatalf("log %q", log.data[s.ID])
 	}
-	if err := svc.Input(context.Background(), s.ID, "v", nil); !errors.Is(err, session.ErrNotController) {
+	if err := svc.Input(context.Background(), s.ID, "v", nil); !errors.Is(err, ErrNotController) {
 		t.Fatalf("input check: %v", err)
 	}
-	_, _ = svc.Join(s.ID, "v", session.Controller)
+	_, _ = svc.Join(s.ID, "v", Controller)
 	if err := svc.Input(context.Background(), s.ID, "v", []byte("x")); err != nil || string(adopted.stdin) != "x" {
 		t.Fatalf("input went to %q (err %v), want the adopting command", adopted.stdin, err)
 	}
 	adopted.finish(ports.CommandResult{ExitCode: 0})
 	waitClosed(t, svc.Exited(s.ID))
-	if got, _ := svc.Get(s.ID); got.State != session.Exited {
+	if got, _ := svc.Get(s.ID); got.State != Exited {
 		t.Fatalf("state %s after the adopting command ended", got.State)
 	}
 }
@@ -281,12 +280,12 @@ func TestReconcileAdoptsLosesAndKills(t *testing.T) {
 		{SessionID: "0000000z-id", AgentName: "as-dev", Type: "background", CommandID: "0000000z-id"},
 		{AgentName: "stranger", Type: "background", CommandID: "c-stranger"},
 	})
-	if got, _ := svc.Get(gone.ID); got.State != session.Lost {
+	if got, _ := svc.Get(gone.ID); got.State != Lost {
 		t.Fatalf("unreported session: %s", got.State)
 	}
 	waitClosed(t, svc.Exited(gone.ID))
 	dev, ok := svc.Get("0000000z-id")
-	if !ok || dev.State != session.Running || dev.Name != "dev" || dev.Type != session.Background || !dev.Adopted {
+	if !ok || dev.State != Running || dev.Name != "dev" || dev.Type != Background || !dev.Adopted {
 		t.Fatalf("adopted: %+v %v", dev, ok)
 	}
 	link.cmd("0000000z-id").opts.OnOutput(ports.OutputChunk{Data: []byte("tick")})
@@ -311,18 +310,18 @@ func TestReconcileAdoptsLosesAndKills(t *testing.T) {
 
 func TestOnlyTheControllerTypes(t *testing.T) {
 	svc, link, _ := newSvc()
-	s, _ := svc.Create(context.Background(), session.Spec{AgentID: "agent-1", Type: session.Interactive, Command: "bash"}, 0, 0)
+	s, _ := svc.Create(context.Background(), Spec{AgentID: "agent-1", Type: Interactive, Command: "bash"}, 0, 0)
 	link.cmds[s.ID].opts.OnStarted()
-	if r, _ := svc.Join(s.ID, "v1", session.Controller); r != session.Controller {
+	if r, _ := svc.Join(s.ID, "v1", Controller); r != Controller {
 		t.Fatalf("first viewer got %s", r)
 	}
-	if r, _ := svc.Join(s.ID, "v2", session.Controller); r != session.Observer {
+	if r, _ := svc.Join(s.ID, "v2", Controller); r != Observer {
 		t.Fatalf("second would-be controller got %s", r)
 	}
-	if err := svc.Input(context.Background(), s.ID, "v2", []byte("rm -rf /\r")); !errors.Is(err, session.ErrNotController) {
+	if err := svc.Input(context.Background(), s.ID, "v2", []byte("rm -rf /\r")); !errors.Is(err, ErrNotController) {
 		t.Fatalf("observer input: %v", err)
 	}
-	if err := svc.Resize(context.Background(), s.ID, "v2", 10, 10); !errors.Is(err, session.ErrNotController) {
+	if err := svc.Resize(context.Background(), s.ID, "v2", 10, 10); !errors.Is(err, ErrNotController) {
 		t.Fatalf("observer resize: %v", err)
 	}
 	if err := svc.Input(context.Background(), s.ID, "v1", []byte("ls\r")); err != nil {
@@ -335,21 +334,21 @@ func TestOnlyTheControllerTypes(t *testing.T) {
 	if string(c.stdin) != "ls\r" || len(c.sizes) != 1 {
 		t.Fatalf("stdin %q sizes %v", c.stdin, c.sizes)
 	}
-	if err := svc.Input(context.Background(), "nope", "v1", nil); !errors.Is(err, session.ErrNotFound) {
+	if err := svc.Input(context.Background(), "nope", "v1", nil); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("unknown session: %v", err)
 	}
 	if err := svc.Kill(context.Background(), s.ID); err != nil {
 		t.Fatal(err)
 	}
 	waitClosed(t, svc.Exited(s.ID))
-	if got, _ := svc.Get(s.ID); got.State != session.Killed {
+	if got, _ := svc.Get(s.ID); got.State != Killed {
 		t.Fatalf("after kill: %s", got.State)
 	}
 }
 
 func TestHeadlessActivityFeed(t *testing.T) {
 	svc, link, _ := newSvc()
-	s, _ := svc.Create(context.Background(), session.Spec{AgentID: "agent-1", Type: session.Headless, Command: "claude"}, 0, 0)
+	s, _ := svc.Create(context.Background(), Spec{AgentID: "agent-1", Type: Headless, Command: "claude"}, 0, 0)
 	raw, err := os.ReadFile(filepath.Join("..", "..", "core", "claudefeed", "testdata", "session.jsonl"))
 	if err != nil {
 		t.Fatal(err)
@@ -375,7 +374,7 @@ func TestHeadlessActivityFeed(t *testing.T) {
 	if later, _, _, _ := svc.Activity(s.ID, evs[len(evs)-2].Seq); len(later) != 1 {
 		t.Fatalf("after: %d events", len(later))
 	}
-	other, _ := svc.Create(context.Background(), session.Spec{AgentID: "agent-1", Type: session.Background, Command: "x"}, 0, 0)
+	other, _ := svc.Create(context.Background(), Spec{AgentID: "agent-1", Type: Background, Command: "x"}, 0, 0)
 	if _, _, _, ok := svc.Activity(other.ID, 0); ok {
 		t.Fatal("a background session has an activity feed")
 	}

@@ -1,9 +1,10 @@
-// Package environments is the environment use case: it provisions the
+// Service is the environment use case: it provisions the
 // environments agents live in through the configured runtimes (host,
 // Docker, libvirt), gives each its agent (id = environment name, a fresh
 // secret whose hash is stored), follows it until its agent is ready, and
 // keeps the steps as progress events.
-package environments
+
+package environment
 
 import (
 	"context"
@@ -17,7 +18,6 @@ import (
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/core/agent"
-	"github.com/agentic-sandbox/agentic-sandbox/core/environment"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -43,7 +43,7 @@ type Config struct {
 const maxEvents = 100
 
 type record struct {
-	env    environment.Environment
+	env    Environment
 	cancel context.CancelFunc // of the provisioning goroutine
 	// requested is when this server was asked for it (zero when recovered):
 	// the start of its provision time, recorded once.
@@ -97,7 +97,7 @@ func (s *Service) Recover(ctx context.Context) {
 				continue
 			}
 			env := fromRuntime(e, name)
-			env.Events = []environment.Event{{At: now, Step: "recovered", Message: "found after a restart of agentic-mgmt"}}
+			env.Events = []Event{{At: now, Step: "recovered", Message: "found after a restart of agentic-mgmt"}}
 			s.envs[e.Name] = &record{env: env}
 		}
 		s.mu.Unlock()
@@ -105,9 +105,9 @@ func (s *Service) Recover(ctx context.Context) {
 	}
 }
 
-func fromRuntime(e ports.Environment, runtime string) environment.Environment {
-	env := environment.Environment{Name: e.Name, Runtime: runtime, RuntimeID: e.RuntimeID, Image: e.Image, Network: e.Network,
-		Resources: e.Resources, AgentID: e.Name, CreatedAt: e.CreatedAt, State: environment.FromRuntime(e.State)}
+func fromRuntime(e ports.Environment, runtime string) Environment {
+	env := Environment{Name: e.Name, Runtime: runtime, RuntimeID: e.RuntimeID, Image: e.Image, Network: e.Network,
+		Resources: e.Resources, AgentID: e.Name, CreatedAt: e.CreatedAt, State: FromRuntime(e.State)}
 	if e.State == ports.EnvFailed {
 		env.Error = e.Detail
 	}
@@ -115,32 +115,32 @@ func fromRuntime(e ports.Environment, runtime string) environment.Environment {
 }
 
 // Create starts provisioning and returns at once; progress shows in Get.
-func (s *Service) Create(ctx context.Context, req environment.Request) (environment.Environment, error) {
+func (s *Service) Create(ctx context.Context, req Request) (Environment, error) {
 	rt, ok := s.cfg.Runtimes[req.Runtime]
 	if !ok {
-		return environment.Environment{}, fmt.Errorf("%w: %q (configured: %v)", environment.ErrUnknownRuntime, req.Runtime, s.names())
+		return Environment{}, fmt.Errorf("%w: %q (configured: %v)", ErrUnknownRuntime, req.Runtime, s.names())
 	}
 	if req.Name == "" {
-		return environment.Environment{}, fmt.Errorf("%w: a name is required (it is also the agent's id)", ports.ErrInvalidSpec)
+		return Environment{}, fmt.Errorf("%w: a name is required (it is also the agent's id)", ports.ErrInvalidSpec)
 	}
 	if _, taken := s.cfg.Agents.Agent(req.Name); taken {
-		return environment.Environment{}, fmt.Errorf("%w: an agent named %q is connected", ports.ErrEnvExists, req.Name)
+		return Environment{}, fmt.Errorf("%w: an agent named %q is connected", ports.ErrEnvExists, req.Name)
 	}
 	secret, err := newSecret()
 	if err != nil {
-		return environment.Environment{}, err
+		return Environment{}, err
 	}
 	now := s.cfg.Clock.Now()
 	s.mu.Lock()
 	if _, dup := s.envs[req.Name]; dup {
 		s.mu.Unlock()
-		return environment.Environment{}, fmt.Errorf("%w: %q", ports.ErrEnvExists, req.Name)
+		return Environment{}, fmt.Errorf("%w: %q", ports.ErrEnvExists, req.Name)
 	}
 	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	rec := &record{cancel: cancel, requested: now, env: environment.Environment{
-		Name: req.Name, Runtime: req.Runtime, State: environment.StateProvisioning, Image: req.Image, Network: req.Network,
+	rec := &record{cancel: cancel, requested: now, env: Environment{
+		Name: req.Name, Runtime: req.Runtime, State: StateProvisioning, Image: req.Image, Network: req.Network,
 		Resources: req.Resources, AgentID: req.Name, CreatedAt: now,
-		Events: []environment.Event{{At: now, Step: "requested"}},
+		Events: []Event{{At: now, Step: "requested"}},
 	}}
 	s.envs[req.Name] = rec
 	s.mu.Unlock()
@@ -148,7 +148,7 @@ func (s *Service) Create(ctx context.Context, req environment.Request) (environm
 	if err := s.cfg.Credentials.Put(req.Name, secret); err != nil {
 		s.forget(req.Name)
 		cancel()
-		return environment.Environment{}, fmt.Errorf("storing the agent's secret: %w", err)
+		return Environment{}, fmt.Errorf("storing the agent's secret: %w", err)
 	}
 	bootstrap := s.cfg.Bootstrap
 	bootstrap.ID, bootstrap.Secret = req.Name, secret
@@ -164,22 +164,22 @@ func (s *Service) Create(ctx context.Context, req environment.Request) (environm
 		_ = s.cfg.Credentials.Delete(req.Name)
 		if errors.Is(err, ports.ErrInvalidSpec) || errors.Is(err, ports.ErrEnvExists) {
 			s.forget(req.Name)
-			return environment.Environment{}, err
+			return Environment{}, err
 		}
 		s.fail(req.Name, err.Error())
 		s.log.Error("environment failed to provision", "name", req.Name, "runtime", req.Runtime, "err", err)
 		got, _ := s.Get(req.Name)
 		return got, nil
 	}
-	s.update(req.Name, func(e *environment.Environment) {
-		e.RuntimeID, e.State = env.RuntimeID, environment.StateBooting
+	s.update(req.Name, func(e *Environment) {
+		e.RuntimeID, e.State = env.RuntimeID, StateBooting
 		if e.Image == "" {
 			e.Image = env.Image
 		}
 		if e.Network == "" {
 			e.Network = env.Network
 		}
-		e.Events = appendEvent(e.Events, environment.Event{At: s.cfg.Clock.Now(), Step: "running", Message: "waiting for the agent to register"})
+		e.Events = appendEvent(e.Events, Event{At: s.cfg.Clock.Now(), Step: "running", Message: "waiting for the agent to register"})
 	})
 	s.wg.Add(1)
 	go s.awaitAgent(pctx, req.Name, req.Runtime, now)
@@ -222,12 +222,12 @@ func (s *Service) markReady(name string) {
 	now := s.cfg.Clock.Now()
 	s.mu.Lock()
 	rec, ok := s.envs[name]
-	if !ok || rec.env.State == environment.StateReady || rec.env.State == environment.StateDeleting {
+	if !ok || rec.env.State == StateReady || rec.env.State == StateDeleting {
 		s.mu.Unlock()
 		return
 	}
 	e := &rec.env
-	e.State, e.Error, e.ReadyAt = environment.StateReady, "", now
+	e.State, e.Error, e.ReadyAt = StateReady, "", now
 	var observe time.Duration
 	msg := ""
 	if !rec.requested.IsZero() && !rec.observed {
@@ -236,7 +236,7 @@ func (s *Service) markReady(name string) {
 		e.ProvisionTime = observe
 		msg = fmt.Sprintf("after %s", observe.Round(time.Millisecond))
 	}
-	e.Events = appendEvent(e.Events, environment.Event{At: now, Step: "agent_ready", Message: msg})
+	e.Events = appendEvent(e.Events, Event{At: now, Step: "agent_ready", Message: msg})
 	runtime := e.Runtime
 	s.mu.Unlock()
 	if observe > 0 {
@@ -248,7 +248,7 @@ func (s *Service) markReady(name string) {
 }
 
 // List returns every environment, by name, with fresh states.
-func (s *Service) List(ctx context.Context) []environment.Environment {
+func (s *Service) List(ctx context.Context) []Environment {
 	s.mu.Lock()
 	names := make([]string, 0, len(s.envs))
 	for n := range s.envs {
@@ -256,7 +256,7 @@ func (s *Service) List(ctx context.Context) []environment.Environment {
 	}
 	s.mu.Unlock()
 	sort.Strings(names)
-	out := make([]environment.Environment, 0, len(names))
+	out := make([]Environment, 0, len(names))
 	for _, n := range names {
 		if e, ok := s.Inspect(ctx, n); ok {
 			out = append(out, e)
@@ -266,15 +266,15 @@ func (s *Service) List(ctx context.Context) []environment.Environment {
 }
 
 // Get returns an environment as last known, without asking its runtime.
-func (s *Service) Get(name string) (environment.Environment, bool) {
+func (s *Service) Get(name string) (Environment, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	rec, ok := s.envs[name]
 	if !ok {
-		return environment.Environment{}, false
+		return Environment{}, false
 	}
 	e := rec.env
-	e.Events = append([]environment.Event(nil), e.Events...)
+	e.Events = append([]Event(nil), e.Events...)
 	if a, ok := s.cfg.Agents.Agent(name); ok {
 		e.AgentStatus = a.Status
 	}
@@ -282,26 +282,26 @@ func (s *Service) Get(name string) (environment.Environment, bool) {
 }
 
 // Inspect refreshes an environment's state from its runtime and agent.
-func (s *Service) Inspect(ctx context.Context, name string) (environment.Environment, bool) {
+func (s *Service) Inspect(ctx context.Context, name string) (Environment, bool) {
 	e, ok := s.Get(name)
 	if !ok {
 		return e, false
 	}
 	rt := s.cfg.Runtimes[e.Runtime]
-	if rt == nil || e.State == environment.StateProvisioning || e.State == environment.StateDeleting {
+	if rt == nil || e.State == StateProvisioning || e.State == StateDeleting {
 		return e, true
 	}
 	re, err := rt.Inspect(ctx, name)
 	if err != nil && !errors.Is(err, ports.ErrEnvNotFound) {
 		return e, true // unknown now; keep the last state
 	}
-	obs := environment.Observation{Gone: err != nil, Runtime: re.State, AgentConnected: s.connected(name)}
-	if environment.Next(e.State, obs) == environment.StateReady {
+	obs := Observation{Gone: err != nil, Runtime: re.State, AgentConnected: s.connected(name)}
+	if Next(e.State, obs) == StateReady {
 		s.markReady(name)
 	} else {
 		now := s.cfg.Clock.Now()
-		s.update(name, func(x *environment.Environment) {
-			next := environment.Next(x.State, obs)
+		s.update(name, func(x *Environment) {
+			next := Next(x.State, obs)
 			if next == x.State {
 				return
 			}
@@ -310,10 +310,10 @@ func (s *Service) Inspect(ctx context.Context, name string) (environment.Environ
 				msg = "removed outside agentic-sandbox"
 			}
 			x.State = next
-			if msg != "" && (next == environment.StateFailed || next == environment.StateStopped) {
+			if msg != "" && (next == StateFailed || next == StateStopped) {
 				x.Error = msg
 			}
-			x.Events = appendEvent(x.Events, environment.Event{At: now, Step: next, Message: msg})
+			x.Events = appendEvent(x.Events, Event{At: now, Step: next, Message: msg})
 		})
 	}
 	e, _ = s.Get(name)
@@ -321,18 +321,18 @@ func (s *Service) Inspect(ctx context.Context, name string) (environment.Environ
 }
 
 // Start starts a stopped environment.
-func (s *Service) Start(ctx context.Context, name string) (environment.Environment, error) {
+func (s *Service) Start(ctx context.Context, name string) (Environment, error) {
 	e, rt, err := s.lookup(name)
 	if err != nil {
-		return environment.Environment{}, err
+		return Environment{}, err
 	}
 	if err := rt.Start(ctx, name); err != nil {
-		return environment.Environment{}, err
+		return Environment{}, err
 	}
 	now := s.cfg.Clock.Now()
-	s.update(name, func(x *environment.Environment) {
-		x.State, x.Error = environment.StateBooting, ""
-		x.Events = appendEvent(x.Events, environment.Event{At: now, Step: "started"})
+	s.update(name, func(x *Environment) {
+		x.State, x.Error = StateBooting, ""
+		x.Events = appendEvent(x.Events, Event{At: now, Step: "started"})
 	})
 	s.wg.Add(1)
 	go s.awaitAgent(context.Background(), name, e.Runtime, now)
@@ -341,18 +341,18 @@ func (s *Service) Start(ctx context.Context, name string) (environment.Environme
 }
 
 // Stop stops an environment, keeping it.
-func (s *Service) Stop(ctx context.Context, name string) (environment.Environment, error) {
+func (s *Service) Stop(ctx context.Context, name string) (Environment, error) {
 	_, rt, err := s.lookup(name)
 	if err != nil {
-		return environment.Environment{}, err
+		return Environment{}, err
 	}
 	if err := rt.Stop(ctx, name); err != nil {
-		return environment.Environment{}, err
+		return Environment{}, err
 	}
 	now := s.cfg.Clock.Now()
-	s.update(name, func(x *environment.Environment) {
-		x.State = environment.StateStopped
-		x.Events = appendEvent(x.Events, environment.Event{At: now, Step: "stopped"})
+	s.update(name, func(x *Environment) {
+		x.State = StateStopped
+		x.Events = appendEvent(x.Events, Event{At: now, Step: "stopped"})
 	})
 	got, _ := s.Get(name)
 	return got, nil
@@ -369,11 +369,11 @@ func (s *Service) Delete(ctx context.Context, name string) error {
 	if rec.cancel != nil {
 		rec.cancel()
 	}
-	rec.env.State = environment.StateDeleting
+	rec.env.State = StateDeleting
 	s.mu.Unlock()
 	if err := rt.Destroy(ctx, name); err != nil && !errors.Is(err, ports.ErrEnvNotFound) {
-		s.update(name, func(x *environment.Environment) {
-			x.State, x.Error = environment.StateFailed, "delete: "+err.Error()
+		s.update(name, func(x *Environment) {
+			x.State, x.Error = StateFailed, "delete: "+err.Error()
 		})
 		return err
 	}
@@ -395,14 +395,14 @@ func (s *Service) Close() {
 	s.wg.Wait()
 }
 
-func (s *Service) lookup(name string) (environment.Environment, ports.Runtime, error) {
+func (s *Service) lookup(name string) (Environment, ports.Runtime, error) {
 	e, ok := s.Get(name)
 	if !ok {
-		return environment.Environment{}, nil, fmt.Errorf("%w: %q", ports.ErrEnvNotFound, name)
+		return Environment{}, nil, fmt.Errorf("%w: %q", ports.ErrEnvNotFound, name)
 	}
 	rt := s.cfg.Runtimes[e.Runtime]
 	if rt == nil {
-		return environment.Environment{}, nil, fmt.Errorf("%w: %s is not configured now", ports.ErrRuntimeUnavailable, e.Runtime)
+		return Environment{}, nil, fmt.Errorf("%w: %s is not configured now", ports.ErrRuntimeUnavailable, e.Runtime)
 	}
 	return e, rt, nil
 }
@@ -418,21 +418,21 @@ func (s *Service) names() []string {
 
 func (s *Service) event(name, step, msg string) {
 	now := s.cfg.Clock.Now()
-	s.update(name, func(e *environment.Environment) {
-		e.Events = appendEvent(e.Events, environment.Event{At: now, Step: step, Message: msg})
+	s.update(name, func(e *Environment) {
+		e.Events = appendEvent(e.Events, Event{At: now, Step: step, Message: msg})
 	})
 }
 
 // fail marks an environment failed, saying why in its error and events.
 func (s *Service) fail(name, why string) {
 	now := s.cfg.Clock.Now()
-	s.update(name, func(e *environment.Environment) {
-		e.State, e.Error = environment.StateFailed, why
-		e.Events = appendEvent(e.Events, environment.Event{At: now, Step: "failed", Message: why})
+	s.update(name, func(e *Environment) {
+		e.State, e.Error = StateFailed, why
+		e.Events = appendEvent(e.Events, Event{At: now, Step: "failed", Message: why})
 	})
 }
 
-func (s *Service) update(name string, f func(*environment.Environment)) {
+func (s *Service) update(name string, f func(*Environment)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if rec, ok := s.envs[name]; ok {
@@ -446,7 +446,7 @@ func (s *Service) forget(name string) {
 	delete(s.envs, name)
 }
 
-func appendEvent(evs []environment.Event, e environment.Event) []environment.Event {
+func appendEvent(evs []Event, e Event) []Event {
 	evs = append(evs, e)
 	if len(evs) > maxEvents {
 		evs = append(evs[:1], evs[len(evs)-maxEvents+1:]...) // keep the first ("requested")
