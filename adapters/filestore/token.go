@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // OperatorTokenFile is the name of the operator token file in the data dir.
@@ -30,29 +31,39 @@ func LoadOrCreateOperatorToken(dataDir string) (string, error) {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return "", fmt.Errorf("filestore: create data dir: %w", err)
 	}
+	// Creators, in this process or another, take turns on an advisory lock
+	// of the data dir itself, so the first one's token is the one all see
+	// and no lock file joins the data dir.
+	unlock, err := lockDir(dataDir)
+	if err != nil {
+		return "", fmt.Errorf("filestore: lock data dir: %w", err)
+	}
+	defer unlock()
+	if tok, err := readToken(path); err != nil || tok != "" {
+		return tok, err
+	}
 	b := make([]byte, 32)
 	if _, err := rand.Read(b); err != nil {
 		return "", err
 	}
 	tok = base64.RawURLEncoding.EncodeToString(b)
-	data := []byte(tok + "\n")
-	if _, statErr := os.Stat(path); statErr == nil {
-		// The file exists but is blank: replace it.
-		if err := WriteFileAtomic(path, data, 0o600); err != nil {
-			return "", fmt.Errorf("filestore: write operator token: %w", err)
-		}
-		return tok, nil
-	}
-	// Create it only if nobody else did meanwhile; if another process won
-	// the race, use its token so both agree.
-	err = writeFileExclusive(path, data, 0o600)
-	if errors.Is(err, fs.ErrExist) {
-		return readToken(path)
-	}
-	if err != nil {
+	if err := WriteFileAtomic(path, []byte(tok+"\n"), 0o600); err != nil {
 		return "", fmt.Errorf("filestore: write operator token: %w", err)
 	}
 	return tok, nil
+}
+
+// lockDir takes an exclusive flock on dir and returns its release.
+func lockDir(dir string) (func(), error) {
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(d.Fd()), syscall.LOCK_EX); err != nil {
+		d.Close()
+		return nil, err
+	}
+	return func() { d.Close() }, nil // closing the descriptor drops the lock
 }
 
 // readToken returns the trimmed token, or "" if the file is missing or blank.
