@@ -13,6 +13,9 @@ var (
 	ErrEnvExists          = errors.New("environment already exists")
 	ErrRuntimeUnavailable = errors.New("runtime unavailable")
 	ErrInvalidSpec        = errors.New("invalid environment spec")
+	// ErrUnsupported is an operation the runtime does not declare (Pause
+	// where Capabilities().Pause is false).
+	ErrUnsupported = errors.New("not supported by this runtime")
 )
 
 // Isolation levels, as advertised to AIWG ("isolation:<level>").
@@ -33,19 +36,6 @@ const (
 	// NetworkBridge is the engine's default bridged network.
 	NetworkBridge = "bridge"
 )
-
-// RuntimeCapabilities is what an adapter can do, declared once.
-type RuntimeCapabilities struct {
-	Runtime   string // "host", "docker", "libvirt"
-	Isolation string // IsolationHost, IsolationContainer, IsolationVM
-	Pause     bool
-	Snapshot  bool
-	// NetworkModes lists the modes Provision accepts; the first is the default.
-	NetworkModes []string
-	// Limits lists the Resources fields it enforces: "cpus", "memory_mb", "pids", "disk_gb".
-	Limits       []string
-	ReadOnlyRoot bool
-}
 
 // Resources bounds an environment; zero means the adapter's default.
 type Resources struct {
@@ -138,6 +128,10 @@ type Runtime interface {
 	// Provision leaves nothing behind.
 	Provision(ctx context.Context, spec EnvironmentSpec) (Environment, error)
 	Start(ctx context.Context, name string) error
+	// Pause freezes a running environment's processes, keeping their memory;
+	// Resume lets them run again. ErrUnsupported unless Capabilities().Pause.
+	Pause(ctx context.Context, name string) error
+	Resume(ctx context.Context, name string) error
 	// Stop stops an environment, keeping it for Start (graceful, then forced).
 	Stop(ctx context.Context, name string) error
 	// Destroy stops and removes an environment and everything it used

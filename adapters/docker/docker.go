@@ -66,6 +66,9 @@ const (
 	LabelUserPrefix = "io.agentic-sandbox.label."
 )
 
+// RuntimeName is this runtime's catalog name, Capabilities().Runtime and Environment.Runtime.
+const RuntimeName = "docker"
+
 // Paths inside the container.
 const (
 	AgentPath  = "/opt/agentic/agentic-agent"
@@ -163,12 +166,14 @@ func (r *Runtime) ContainerName(name string) string {
 // Capabilities implements ports.Runtime.
 func (r *Runtime) Capabilities() ports.RuntimeCapabilities {
 	return ports.RuntimeCapabilities{
-		Runtime:      "docker",
+		Runtime:      RuntimeName,
 		Isolation:    ports.IsolationContainer,
 		Pause:        true,
 		NetworkModes: []string{ports.NetworkNone, ports.NetworkHost, ports.NetworkBridge},
-		Limits:       []string{"cpus", "memory_mb", "pids"},
+		Limits:       []ports.Limit{ports.LimitCPUs, ports.LimitMemoryMB, ports.LimitPIDs},
 		ReadOnlyRoot: true,
+		Images:       true,
+		Profiles:     []string{ProfileDefault, ProfileRoot},
 	}
 }
 
@@ -231,14 +236,8 @@ type plan struct {
 
 func (r *Runtime) validate(spec ports.EnvironmentSpec) (plan, error) {
 	p := plan{spec: spec}
-	if !ports.ValidEnvironmentName(spec.Name) {
-		return p, invalid("name %q: want 1-63 of [A-Za-z0-9._-], starting with a letter or digit", spec.Name)
-	}
-	if spec.Agent.ID != "" && spec.Agent.ID != spec.Name {
-		return p, invalid("agent id %q differs from the environment name %q", spec.Agent.ID, spec.Name)
-	}
-	if spec.Agent.Secret == "" {
-		return p, invalid("no agent secret")
+	if err := r.Capabilities().CheckSpec(spec); err != nil {
+		return p, err
 	}
 	if spec.Agent.Binary == "" {
 		return p, invalid("no agent binary")
@@ -253,13 +252,9 @@ func (r *Runtime) validate(spec ports.EnvironmentSpec) (plan, error) {
 	if static, err := isStatic(p.spec.Agent.Binary); err != nil || !static {
 		return p, invalid("agent binary %s: not a static executable (build it with CGO_ENABLED=0): images need not have a libc", spec.Agent.Binary)
 	}
-	switch spec.Profile {
-	case "", ProfileDefault:
-		p.user = nobody
-	case ProfileRoot:
+	p.user = nobody
+	if spec.Profile == ProfileRoot {
 		p.user = "0:0"
-	default:
-		return p, invalid("unknown profile %q (want %q or %q)", spec.Profile, ProfileDefault, ProfileRoot)
 	}
 
 	p.network = spec.Network
@@ -311,17 +306,9 @@ func (r *Runtime) validate(spec ports.EnvironmentSpec) (plan, error) {
 		} else {
 			return p, invalid("no way back to the management server")
 		}
-	default:
-		return p, invalid("network %q: want none, host or bridge", spec.Network)
 	}
 
 	res := spec.Resources
-	if res.CPUs < 0 || res.MemoryMB < 0 || res.PIDs < 0 || res.DiskGB < 0 {
-		return p, invalid("negative resources %+v", res)
-	}
-	if res.DiskGB > 0 {
-		return p, invalid("a disk limit is not enforced by the docker runtime")
-	}
 	if res.CPUs == 0 {
 		res.CPUs = r.cfg.Defaults.CPUs
 	}
@@ -332,11 +319,6 @@ func (r *Runtime) validate(spec ports.EnvironmentSpec) (plan, error) {
 		res.PIDs = r.cfg.Defaults.PIDs
 	}
 	p.res = res
-	for k := range spec.Labels {
-		if k == "" || strings.ContainsAny(k, " =\n") {
-			return p, invalid("label key %q", k)
-		}
-	}
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	p.provisID = hex.EncodeToString(b)
@@ -703,7 +685,7 @@ func StateOf(s *container.State) (ports.EnvState, string) {
 }
 
 func toEnv(c container.InspectResponse) ports.Environment {
-	env := ports.Environment{Runtime: "docker"}
+	env := ports.Environment{Runtime: RuntimeName}
 	if c.ContainerJSONBase != nil {
 		env.RuntimeID = c.ID
 		env.State, env.Detail = StateOf(c.State)

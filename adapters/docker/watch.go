@@ -102,7 +102,7 @@ func (r *Runtime) event(ctx context.Context, m events.Message, at time.Time) Eve
 		Name:   m.Actor.Attributes[LabelEnv],
 		Action: string(m.Action),
 		Time:   at,
-		Env:    ports.Environment{Name: m.Actor.Attributes[LabelEnv], Runtime: "docker", RuntimeID: m.Actor.ID},
+		Env:    ports.Environment{Name: m.Actor.Attributes[LabelEnv], Runtime: RuntimeName, RuntimeID: m.Actor.ID},
 	}
 	if code, err := strconv.Atoi(m.Actor.Attributes["exitCode"]); err == nil {
 		ev.ExitCode = code

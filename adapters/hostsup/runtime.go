@@ -77,10 +77,13 @@ func NewRuntime(cfg RuntimeConfig) *Runtime {
 	}
 }
 
+// RuntimeName is this runtime's catalog name, Capabilities().Runtime and Environment.Runtime.
+const RuntimeName = "host"
+
 // Capabilities: processes share the host; nothing is limited or isolated.
 func (r *Runtime) Capabilities() ports.RuntimeCapabilities {
 	return ports.RuntimeCapabilities{
-		Runtime:      "host",
+		Runtime:      RuntimeName,
 		Isolation:    ports.IsolationHost,
 		NetworkModes: []string{ports.NetworkHost},
 	}
@@ -94,31 +97,27 @@ func (r *Runtime) Ping(ctx context.Context) error {
 	return nil
 }
 
-func validate(spec ports.EnvironmentSpec) error {
-	bad := func(format string, a ...any) error {
-		return fmt.Errorf("%w: %s", ports.ErrInvalidSpec, fmt.Sprintf(format, a...))
+func (r *Runtime) validate(spec ports.EnvironmentSpec) error {
+	if err := r.Capabilities().CheckSpec(spec); err != nil {
+		return err
 	}
 	switch {
-	case !ports.ValidEnvironmentName(spec.Name):
-		return bad("name %q: want 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit", spec.Name)
-	case spec.Network != "" && spec.Network != ports.NetworkHost:
-		return bad("network %q: the host runtime has only %q", spec.Network, ports.NetworkHost)
-	case spec.Image != "":
-		return bad("image %q: the host runtime runs no images", spec.Image)
-	case spec.Resources != ports.Resources{}:
-		return bad("resources: the host runtime enforces no limits")
-	case spec.ReadOnlyRoot:
-		return bad("read-only root: not possible on the host")
-	case spec.Agent.Secret == "":
-		return bad("no agent secret")
 	case spec.Agent.Binary == "":
-		return bad("no agent binary")
+		return fmt.Errorf("%w: no agent binary", ports.ErrInvalidSpec)
 	case spec.Agent.ServerURL == "":
-		return bad("no management server URL")
-	case spec.Agent.ID != "" && spec.Agent.ID != spec.Name:
-		return bad("agent id %q differs from the name %q", spec.Agent.ID, spec.Name)
+		return fmt.Errorf("%w: no management server URL", ports.ErrInvalidSpec)
 	}
 	return nil
+}
+
+// Pause is not offered: host processes share the host's cgroup.
+func (r *Runtime) Pause(context.Context, string) error {
+	return fmt.Errorf("%w: the host runtime cannot pause", ports.ErrUnsupported)
+}
+
+// Resume is not offered either.
+func (r *Runtime) Resume(context.Context, string) error {
+	return fmt.Errorf("%w: the host runtime cannot pause", ports.ErrUnsupported)
 }
 
 func (r *Runtime) lock(name string) func() {
@@ -140,7 +139,7 @@ func (r *Runtime) logPath(name string) string { return filepath.Join(r.dir(name)
 
 // Provision makes the environment's directory and starts its agent.
 func (r *Runtime) Provision(ctx context.Context, spec ports.EnvironmentSpec) (ports.Environment, error) {
-	if err := validate(spec); err != nil {
+	if err := r.validate(spec); err != nil {
 		return ports.Environment{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -236,7 +235,7 @@ func (r *Runtime) current(rec envRecord) *proc {
 
 func (r *Runtime) environment(rec envRecord, p *proc) ports.Environment {
 	env := ports.Environment{
-		Name: rec.Name, Runtime: "host", State: ports.EnvRunning, Network: ports.NetworkHost,
+		Name: rec.Name, Runtime: RuntimeName, State: ports.EnvRunning, Network: ports.NetworkHost,
 		CreatedAt: rec.CreatedAt, Labels: rec.Labels,
 	}
 	switch {

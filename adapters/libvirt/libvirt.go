@@ -43,10 +43,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -180,9 +182,12 @@ func (r *Runtime) Capabilities() ports.RuntimeCapabilities {
 		Runtime:      RuntimeName,
 		Isolation:    ports.IsolationVM,
 		Pause:        true,
-		Snapshot:     false,
 		NetworkModes: []string{networkNone, networkUser},
-		Limits:       []string{"cpus", "memory_mb"},
+		// disk_gb sizes the overlay of a disk image; pids has no VM-wide
+		// equivalent, so it is refused rather than ignored.
+		Limits:   []ports.Limit{ports.LimitCPUs, ports.LimitMemoryMB, ports.LimitDiskGB},
+		Images:   true,
+		Profiles: slices.Sorted(maps.Keys(r.cfg.Profiles)),
 	}
 }
 
@@ -611,14 +616,8 @@ func (r *Runtime) plan(spec ports.EnvironmentSpec) (domainPlan, func(ctx context
 		return domainPlan{}, nil, fmt.Errorf("%w: %s", ports.ErrInvalidSpec, fmt.Sprintf(format, a...))
 	}
 	name := spec.Name
-	if !ports.ValidEnvironmentName(name) {
-		return bad("name %q: want 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit", name)
-	}
-	if spec.Agent.Secret == "" {
-		return bad("no agent secret")
-	}
-	if spec.Agent.ID != "" && spec.Agent.ID != name {
-		return bad("agent id %q is not the environment's name %q", spec.Agent.ID, name)
+	if err := r.Capabilities().CheckSpec(spec); err != nil {
+		return domainPlan{}, nil, err
 	}
 	if spec.Agent.Socket == "" {
 		return bad("no agent socket: a VM reaches the server only through it")
@@ -630,22 +629,9 @@ func (r *Runtime) plan(spec ports.EnvironmentSpec) (domainPlan, func(ctx context
 	if network == "" {
 		network = networkNone
 	}
-	if network != networkNone && network != networkUser {
-		return bad("network %q: want none or user", spec.Network)
-	}
-	if spec.ReadOnlyRoot {
-		return bad("a read-only root is not supported by the libvirt runtime")
-	}
 	res := spec.Resources
-	if res.CPUs < 0 || res.MemoryMB < 0 || res.PIDs < 0 || res.DiskGB < 0 || math.IsNaN(res.CPUs) || math.IsInf(res.CPUs, 0) {
-		return bad("negative or invalid resources %+v", res)
-	}
 	cpus, mem := r.cfg.CPUs, r.cfg.MemoryMB
-	if spec.Profile != "" {
-		p, ok := r.cfg.Profiles[spec.Profile]
-		if !ok {
-			return bad("unknown profile %q", spec.Profile)
-		}
+	if p, ok := r.cfg.Profiles[spec.Profile]; ok {
 		if p.CPUs > 0 {
 			cpus = p.CPUs
 		}
@@ -664,11 +650,6 @@ func (r *Runtime) plan(spec ports.EnvironmentSpec) (domainPlan, func(ctx context
 	}
 	if mem < 64 {
 		return bad("%d MiB of memory is less than 64", mem)
-	}
-	for k := range spec.Labels {
-		if k == "" {
-			return bad("empty label key")
-		}
 	}
 
 	dir := r.EnvDir(name)
@@ -725,6 +706,10 @@ func (r *Runtime) plan(spec ports.EnvironmentSpec) (domainPlan, func(ctx context
 				return r.prepareDisk(ctx, image, plan.Disk, plan.Seed, name, env, spec.Agent.Binary, spec.Resources.DiskGB)
 			}, nil
 		}
+	}
+	if res.DiskGB > 0 {
+		// The default image boots from an initramfs: there is no disk to size.
+		return bad("resources: disk_gb needs a disk image (the default image has no disk)")
 	}
 	if kernel == "" || initrd == "" {
 		return bad("no image: the spec names none and the runtime has no default kernel and initrd (build them with `make vm-image`)")

@@ -60,10 +60,18 @@ func (s *Server) ListRuntimes(_ context.Context, _ restapi.ListRuntimesRequestOb
 	for _, c := range s.d.Environments.Runtimes() {
 		out.Runtimes = append(out.Runtimes, restapi.Runtime{
 			Runtime: c.Runtime, Isolation: restapi.RuntimeIsolation(c.Isolation), NetworkModes: nonNil(c.NetworkModes),
-			Limits: nonNil(c.Limits), Pause: c.Pause, Snapshot: c.Snapshot, ReadOnlyRoot: c.ReadOnlyRoot,
+			Limits: limitNames(c.Limits), Pause: c.Pause, ReadOnlyRoot: c.ReadOnlyRoot,
 		})
 	}
 	return out, nil
+}
+
+func limitNames(ls []ports.Limit) []string {
+	out := make([]string, len(ls))
+	for i, l := range ls {
+		out[i] = string(l)
+	}
+	return out
 }
 
 func nonNil(v []string) []string {

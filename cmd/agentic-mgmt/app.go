@@ -15,7 +15,6 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/agentrpc"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/aiwg"
-	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/hostsup"
 	"github.com/agentic-sandbox/agentic-sandbox/core/environment"
 	"github.com/agentic-sandbox/agentic-sandbox/core/mission"
@@ -32,12 +31,9 @@ type App struct {
 	banner       io.Writer
 	missions     *mission.Service
 	aiwg         *aiwg.Client
-	store        *filestore.MissionStore
-	outbox       *filestore.Outbox
 	ws           WSHandler
-	sessionLogs  *filestore.SessionLog
-	runtimes     *Runtimes
 	environments *environment.Service
+	ready        *Readiness
 }
 
 // RESTHandler is the REST port's handler.
@@ -51,13 +47,9 @@ const (
 	shutdownTimeout = 400 * time.Millisecond
 )
 
-// Run serves until ctx ends. Host agents keep running after it returns.
+// Run serves until ctx ends. Host agents keep running after it returns;
+// the stores and runtimes close in newApp's cleanup.
 func (a *App) Run(ctx context.Context) error {
-	defer a.store.Close()
-	defer a.outbox.Close()
-	defer a.sessionLogs.Close()
-	defer a.runtimes.Close()
-	defer a.environments.Close()
 	// Missions re-bind to their sessions before agents can report back.
 	if err := a.missions.Recover(); err != nil {
 		return fmt.Errorf("missions: %w", err)
@@ -115,20 +107,22 @@ func (a *App) Run(ctx context.Context) error {
 	defer stopRun()
 	var wg sync.WaitGroup
 	errc := make(chan error, 3)
-	serve := func(srv *http.Server, ln net.Listener) {
+	serve := func(name string, srv *http.Server, ln net.Listener) {
 		defer wg.Done()
+		a.ready.setServing(name, true)
+		defer a.ready.setServing(name, false)
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errc <- err
 		}
 	}
 	wg.Add(6)
-	go serve(agentSrv, agentLn)
+	go serve(listenerAgentRPC, agentSrv, agentLn)
 	if sockLn != nil {
 		wg.Add(1)
-		go serve(agentSrv, sockLn)
+		go serve(listenerAgentSocket, agentSrv, sockLn)
 	}
-	go serve(restSrv, restLn)
-	go serve(wsSrv, wsLn)
+	go serve(listenerREST, restSrv, restLn)
+	go serve(listenerWS, wsSrv, wsLn)
 	go func() { defer wg.Done(); a.agents.Run(runCtx) }()
 	go func() { defer wg.Done(); a.missions.Run(runCtx) }()
 	go func() { defer wg.Done(); a.aiwg.Run(runCtx) }()

@@ -48,9 +48,6 @@ type Config struct {
 	LibvirtAccel string
 }
 
-// knownRuntimes are the values of AGENTIC_RUNTIMES.
-var knownRuntimes = []string{"host", "docker", "libvirt"}
-
 // Ports derived from LISTEN_ADDR, as the contract fixes them.
 func (c Config) agentAddr() string { return c.ListenAddr }
 func (c Config) wsAddr() string    { return offsetAddr(c.ListenAddr, 1) }
@@ -155,8 +152,8 @@ func loadConfig(args, environ []string, stderr io.Writer, version string) (Confi
 	if list := strings.TrimSpace(src.GetDefault("AGENTIC_RUNTIMES", "")); list != "" {
 		for _, r := range strings.Split(list, ",") {
 			r = strings.TrimSpace(r)
-			if !slices.Contains(knownRuntimes, r) {
-				return Config{}, fmt.Errorf("AGENTIC_RUNTIMES: unknown runtime %q (known: %s)", r, strings.Join(knownRuntimes, ", "))
+			if !slices.Contains(runtimeNames(), r) {
+				return Config{}, fmt.Errorf("AGENTIC_RUNTIMES: unknown runtime %q (known: %s)", r, strings.Join(runtimeNames(), ", "))
 			}
 			if !slices.Contains(cfg.Runtimes, r) {
 				cfg.Runtimes = append(cfg.Runtimes, r)

@@ -25,17 +25,23 @@ func main() {
 		os.Exit(2)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel()}))
-	app, err := newApp(cfg, log, os.Stdout)
-	if err != nil {
-		log.Error("start-up failed", "err", err)
-		os.Exit(1)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	if err := app.Run(ctx); err != nil {
+	if err := run(cfg, log); err != nil {
 		log.Error("agentic-mgmt failed", "err", err)
 		os.Exit(1)
 	}
+}
+
+// run builds the server, serves until SIGTERM or SIGINT, and tears it down
+// in the reverse order of construction.
+func run(cfg Config, log *slog.Logger) error {
+	app, cleanup, err := newApp(cfg, log, os.Stdout)
+	if err != nil {
+		return fmt.Errorf("start-up: %w", err)
+	}
+	defer cleanup()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	return app.Run(ctx)
 }
 
 func logLevel() slog.Level {

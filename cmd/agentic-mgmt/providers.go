@@ -24,18 +24,25 @@ import (
 // OperatorToken is the bearer token of the operator API.
 type OperatorToken string
 
-func provideCredentials(cfg Config) (*filestore.AgentHashes, error) {
+// DataDir is the data dir, made (0700) before any store opens a file in it.
+type DataDir string
+
+func provideDataDir(cfg Config) (DataDir, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("data dir: %w", err)
+		return "", fmt.Errorf("data dir: %w", err)
 	}
+	return DataDir(cfg.DataDir), nil
+}
+
+func provideCredentials(cfg Config) (*filestore.AgentHashes, error) {
 	return filestore.NewAgentHashes(cfg.SecretsDir)
 }
 
-func provideOperatorToken(cfg Config, _ *filestore.AgentHashes) (OperatorToken, error) {
+func provideOperatorToken(cfg Config, dir DataDir) (OperatorToken, error) {
 	if cfg.OperatorToken != "" {
 		return OperatorToken(cfg.OperatorToken), nil
 	}
-	t, err := filestore.LoadOrCreateOperatorToken(cfg.DataDir)
+	t, err := filestore.LoadOrCreateOperatorToken(string(dir))
 	return OperatorToken(t), err
 }
 
@@ -86,38 +93,14 @@ func agentBinary(configured string) (string, error) {
 	return filepath.Abs(p)
 }
 
-func provideREST(cfg Config, svc *agentrpc.Service, token OperatorToken, clock ports.Clock, log *slog.Logger, sup *hostsup.Supervisor, ms *mission.Service, link *aiwg.Client,
-	ss *session.Service, logs *filestore.SessionLog, rts *Runtimes, envs *environment.Service, times *promexport.ProvisionTimes) RESTHandler {
-	readiness := func() []rest.ReadinessCheck {
-		checks := []rest.ReadinessCheck{{Name: "agent_rpc", Ready: true}, {Name: "rest", Ready: true}}
-		if cfg.HostAgents > 0 {
-			connected := 0
-			for _, a := range svc.Agents() {
-				if a.Runtime == "host" && a.Status != "disconnected" && a.Status != "stale" {
-					connected++
-				}
-			}
-			checks = append(checks, rest.ReadinessCheck{
-				Name:   "host_agents",
-				Ready:  connected >= cfg.HostAgents,
-				Detail: fmt.Sprintf("%d of %d connected", connected, cfg.HostAgents),
-			})
-		}
-		st := link.Status()
-		detail := "integration off"
-		if st.Configured {
-			detail = fmt.Sprintf("executor stream connected: %v", st.Connected)
-		}
-		// aiwg serve is another system: its absence must not make this server unready.
-		checks = append(checks, rest.ReadinessCheck{Name: "aiwg", Ready: true, Detail: detail})
-		return append(checks, rts.Readiness()...)
-	}
+func provideREST(cfg Config, svc *agentrpc.Service, token OperatorToken, clock ports.Clock, log *slog.Logger, ms *mission.Service, link *aiwg.Client,
+	ss *session.Service, logs *filestore.SessionLog, envs *environment.Service, times *promexport.ProvisionTimes, ready *Readiness) RESTHandler {
 	return rest.New(rest.Deps{
 		Link:         svc,
 		Agents:       svc,
 		Token:        string(token),
 		Version:      cfg.Version,
-		Readiness:    readiness,
+		Readiness:    ready.Checks,
 		Metrics:      promexport.Handler(svc, times),
 		Logger:       log,
 		Clock:        clock,
@@ -130,11 +113,9 @@ func provideREST(cfg Config, svc *agentrpc.Service, token OperatorToken, clock p
 }
 
 func provideApp(cfg Config, log *slog.Logger, svc *agentrpc.Service, h RESTHandler, sup *hostsup.Supervisor, token OperatorToken, banner io.Writer,
-	ms *mission.Service, link *aiwg.Client, store *filestore.MissionStore, outbox *filestore.Outbox, ws WSHandler, logs *filestore.SessionLog,
-	rts *Runtimes, envs *environment.Service) *App {
+	ms *mission.Service, link *aiwg.Client, ws WSHandler, envs *environment.Service, ready *Readiness) *App {
 	return &App{cfg: cfg, log: log, agents: svc, rest: h, supervisor: sup, token: token, banner: banner,
-		missions: ms, aiwg: link, store: store, outbox: outbox, ws: ws, sessionLogs: logs, runtimes: rts, environments: envs}
+		missions: ms, aiwg: link, ws: ws, environments: envs, ready: ready}
 }
-
 func provideClock() system.Clock { return system.Clock{} }
 func provideIDs() system.UUIDv7  { return system.UUIDv7{} }

@@ -17,17 +17,25 @@ import (
 // Identity is this instance's UUIDv7, also its executor_id.
 type Identity string
 
-func provideIdentity(cfg Config, _ *filestore.AgentHashes) (Identity, error) {
-	id, err := filestore.LoadOrCreateIdentity(cfg.DataDir)
+func provideIdentity(dir DataDir) (Identity, error) {
+	id, err := filestore.LoadOrCreateIdentity(string(dir))
 	return Identity(id), err
 }
 
-func provideMissionStore(cfg Config, clock ports.Clock, _ *filestore.AgentHashes) (*filestore.MissionStore, error) {
-	return filestore.NewMissionStore(filestore.MissionStoreConfig{Dir: cfg.DataDir, Retention: cfg.MissionRetention, Clock: clock})
+func provideMissionStore(cfg Config, dir DataDir, clock ports.Clock) (*filestore.MissionStore, func(), error) {
+	st, err := filestore.NewMissionStore(filestore.MissionStoreConfig{Dir: string(dir), Retention: cfg.MissionRetention, Clock: clock})
+	if err != nil {
+		return nil, nil, err
+	}
+	return st, func() { _ = st.Close() }, nil
 }
 
-func provideOutbox(cfg Config, _ *filestore.AgentHashes) (*filestore.Outbox, error) {
-	return filestore.NewOutbox(cfg.DataDir)
+func provideOutbox(dir DataDir) (*filestore.Outbox, func(), error) {
+	o, err := filestore.NewOutbox(string(dir))
+	if err != nil {
+		return nil, nil, err
+	}
+	return o, func() { _ = o.Close() }, nil
 }
 
 func provideMissions(cfg Config, store ports.MissionStore, outbox ports.EventOutbox, svc *agentrpc.Service, clock ports.Clock, ids ports.IDGenerator, log *slog.Logger) *mission.Service {

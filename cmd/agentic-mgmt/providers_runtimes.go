@@ -56,9 +56,9 @@ func (r *Runtimes) Isolations(hostAgents bool) []string {
 	return out
 }
 
-// Readiness reports each runtime; one asked for by AGENTIC_RUNTIMES that
+// readiness reports each runtime; one asked for by AGENTIC_RUNTIMES that
 // does not answer makes the server unready, one only found does not.
-func (r *Runtimes) Readiness() []rest.ReadinessCheck {
+func (r *Runtimes) readiness() []rest.ReadinessCheck {
 	var out []rest.ReadinessCheck
 	for name := range r.Available {
 		out = append(out, rest.ReadinessCheck{Name: "runtime_" + name, Ready: true, Detail: "reachable"})
@@ -84,23 +84,97 @@ func owner(cfg Config) string {
 	return "as-" + hex.EncodeToString(sum[:6])
 }
 
-// provideRuntimes finds the runtimes: AGENTIC_RUNTIMES, else host always
-// and Docker and libvirt where DOCKER_HOST / LIBVIRT_DEFAULT_URI or their
-// default sockets exist.
-func provideRuntimes(cfg Config, log *slog.Logger) *Runtimes {
+// runtimeEntry is one runtime in the catalog: everything the server knows
+// of it in one place. Its capabilities are declared by the adapter itself
+// (ports.Runtime.Capabilities), so they cannot drift from what it does.
+type runtimeEntry struct {
+	// Name is the adapter's RuntimeName, a value of AGENTIC_RUNTIMES.
+	Name string
+	// Found reports whether the engine seems to be on this machine; it
+	// decides which runtimes are tried when AGENTIC_RUNTIMES is unset.
+	Found func() bool
+	// New makes the adapter; the func, when not nil, releases it.
+	New func(cfg Config, log *slog.Logger) (ports.Runtime, func(), error)
+}
+
+// runtimeCatalog lists every runtime this server can use. Adding a runtime
+// is one entry here (see docs/contributing.md).
+var runtimeCatalog = []runtimeEntry{
+	{
+		Name:  hostsup.RuntimeName,
+		Found: func() bool { return true },
+		New: func(cfg Config, log *slog.Logger) (ports.Runtime, func(), error) {
+			return hostsup.NewRuntime(hostsup.RuntimeConfig{StateDir: filepath.Join(cfg.DataDir, "host-envs"), Logger: log}), nil, nil
+		},
+	},
+	{
+		Name:  docker.RuntimeName,
+		Found: func() bool { return os.Getenv("DOCKER_HOST") != "" || exists("/var/run/docker.sock") },
+		New: func(cfg Config, _ *slog.Logger) (ports.Runtime, func(), error) {
+			rt, err := docker.New(docker.Config{Owner: owner(cfg)})
+			if err != nil {
+				return nil, nil, err
+			}
+			return rt, func() { _ = rt.Close() }, nil
+		},
+	},
+	{
+		Name:  libvirt.RuntimeName,
+		Found: func() bool { return os.Getenv("LIBVIRT_DEFAULT_URI") != "" || exists("/var/run/libvirt/libvirt-sock") },
+		New: func(cfg Config, log *slog.Logger) (ports.Runtime, func(), error) {
+			// QEMU runs as its own user and must reach the VMs' files: the data
+			// dir is opened for search only (its files stay 0600, secrets/ 0700).
+			if err := os.Chmod(cfg.DataDir, 0o711); err != nil {
+				return nil, nil, err
+			}
+			rt, err := libvirt.New(libvirt.Config{
+				Owner: owner(cfg), StateDir: filepath.Join(cfg.DataDir, "vms"), Logger: log,
+				ImageDir: cfg.VMImageDir, Accel: cfg.LibvirtAccel,
+			})
+			if err != nil {
+				return nil, nil, err
+			}
+			return rt, func() { _ = rt.Close() }, nil
+		},
+	},
+}
+
+// runtimeNames are the catalog's names, the values AGENTIC_RUNTIMES takes.
+func runtimeNames() []string {
+	out := make([]string, len(runtimeCatalog))
+	for i, e := range runtimeCatalog {
+		out[i] = e.Name
+	}
+	return out
+}
+
+func catalogEntry(name string) (runtimeEntry, bool) {
+	i := slices.IndexFunc(runtimeCatalog, func(e runtimeEntry) bool { return e.Name == name })
+	if i < 0 {
+		return runtimeEntry{}, false
+	}
+	return runtimeCatalog[i], true
+}
+
+// provideRuntimes makes the runtimes AGENTIC_RUNTIMES names, else every
+// catalog entry found on this machine, and keeps those whose engine answers.
+func provideRuntimes(cfg Config, log *slog.Logger) (*Runtimes, func()) {
 	r := &Runtimes{Available: map[string]ports.Runtime{}, Unreachable: map[string]error{}, explicit: cfg.Runtimes != nil}
 	want := cfg.Runtimes
 	if want == nil {
-		want = []string{"host"}
-		if os.Getenv("DOCKER_HOST") != "" || exists("/var/run/docker.sock") {
-			want = append(want, "docker")
-		}
-		if os.Getenv("LIBVIRT_DEFAULT_URI") != "" || exists("/var/run/libvirt/libvirt-sock") {
-			want = append(want, "libvirt")
+		for _, e := range runtimeCatalog {
+			if e.Found() {
+				want = append(want, e.Name)
+			}
 		}
 	}
 	for _, name := range want {
-		rt, closer, err := newRuntime(name, cfg, log)
+		e, ok := catalogEntry(name)
+		if !ok { // config refuses unknown names; this is a programming error
+			r.Unreachable[name] = fmt.Errorf("unknown runtime %q", name)
+			continue
+		}
+		rt, closer, err := e.New(cfg, log)
 		if err == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			err = rt.Ping(ctx)
@@ -117,35 +191,7 @@ func provideRuntimes(cfg Config, log *slog.Logger) *Runtimes {
 		r.Available[name] = rt
 		log.Info("runtime available", "runtime", name, "isolation", rt.Capabilities().Isolation)
 	}
-	return r
-}
-
-func newRuntime(name string, cfg Config, log *slog.Logger) (ports.Runtime, func(), error) {
-	switch name {
-	case "host":
-		return hostsup.NewRuntime(hostsup.RuntimeConfig{StateDir: filepath.Join(cfg.DataDir, "host-envs"), Logger: log}), nil, nil
-	case "docker":
-		rt, err := docker.New(docker.Config{Owner: owner(cfg)})
-		if err != nil {
-			return nil, nil, err
-		}
-		return rt, func() { _ = rt.Close() }, nil
-	case "libvirt":
-		// QEMU runs as its own user and must reach the VMs' files: the data
-		// dir is opened for search only (its files stay 0600, secrets/ 0700).
-		if err := os.Chmod(cfg.DataDir, 0o711); err != nil {
-			return nil, nil, err
-		}
-		rt, err := libvirt.New(libvirt.Config{
-			Owner: owner(cfg), StateDir: filepath.Join(cfg.DataDir, "vms"), Logger: log,
-			ImageDir: cfg.VMImageDir, Accel: cfg.LibvirtAccel,
-		})
-		if err != nil {
-			return nil, nil, err
-		}
-		return rt, func() { _ = rt.Close() }, nil
-	}
-	return nil, nil, fmt.Errorf("unknown runtime %q", name)
+	return r, r.Close
 }
 
 func exists(path string) bool {
@@ -155,7 +201,7 @@ func exists(path string) bool {
 
 func provideProvisionTimes() *promexport.ProvisionTimes { return promexport.NewProvisionTimes() }
 
-func provideEnvironments(cfg Config, rts *Runtimes, svc *agentrpc.Service, creds ports.AgentCredentials, clock ports.Clock, log *slog.Logger, times *promexport.ProvisionTimes) (*environment.Service, error) {
+func provideEnvironments(cfg Config, rts *Runtimes, svc *agentrpc.Service, creds ports.AgentCredentials, clock ports.Clock, log *slog.Logger, times *promexport.ProvisionTimes) (*environment.Service, func()) {
 	var bin string
 	if len(rts.Available) > 0 {
 		b, err := agentBinary(cfg.AgentBinary)
@@ -164,9 +210,10 @@ func provideEnvironments(cfg Config, rts *Runtimes, svc *agentrpc.Service, creds
 		}
 		bin = b
 	}
-	return environment.New(environment.Config{
+	envs := environment.New(environment.Config{
 		Runtimes: rts.Available, Agents: svc, Credentials: creds, Clock: clock, Logger: log,
 		Bootstrap:        ports.AgentBootstrap{Binary: bin, ServerURL: cfg.agentServerURL(), Socket: cfg.AgentSocket},
 		ObserveProvision: times.Observe,
-	}), nil
+	})
+	return envs, envs.Close
 }

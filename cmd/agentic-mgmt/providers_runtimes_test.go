@@ -37,7 +37,7 @@ func TestIsolationsAdvertiseOnlyConfiguredReachableTiers(t *testing.T) {
 		if got := r.Isolations(c.hostAgents); !slices.Equal(got, c.want) {
 			t.Errorf("explicit=%v hostAgents=%v: %v, want %v", c.explicit, c.hostAgents, got, c.want)
 		}
-		checks := r.Readiness()
+		checks := r.readiness()
 		i := slices.IndexFunc(checks, func(ch rest.ReadinessCheck) bool { return ch.Name == "runtime_libvirt" })
 		if i < 0 || checks[i].Ready == c.explicit {
 			t.Errorf("explicit=%v: readiness %+v; libvirt must be shown, and fail only when configured", c.explicit, checks)

@@ -15,8 +15,12 @@ import (
 // WSHandler is the client WebSocket port's handler.
 type WSHandler http.Handler
 
-func provideSessionLog(cfg Config, _ *filestore.AgentHashes) (*filestore.SessionLog, error) {
-	return filestore.NewSessionLog(filepath.Join(cfg.DataDir, "sessions"), filestore.SessionLogOptions{})
+func provideSessionLog(dir DataDir) (*filestore.SessionLog, func(), error) {
+	l, err := filestore.NewSessionLog(filepath.Join(string(dir), "sessions"), filestore.SessionLogOptions{})
+	if err != nil {
+		return nil, nil, err
+	}
+	return l, func() { _ = l.Close() }, nil
 }
 
 func provideSessions(svc *agentrpc.Service, logs *filestore.SessionLog, clock ports.Clock, ids ports.IDGenerator, log *slog.Logger) *session.Service {

@@ -13,8 +13,9 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
-func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, error) {
+func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error) {
 	wire.Build(
+		provideDataDir,
 		provideCredentials,
 		wire.Bind(new(ports.AgentCredentials), new(*filestore.AgentHashes)),
 		provideOperatorToken,
@@ -37,8 +38,9 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, error) {
 		provideRuntimes,
 		provideProvisionTimes,
 		provideEnvironments,
+		provideReadiness,
 		provideREST,
 		provideApp,
 	)
-	return nil, nil
+	return nil, nil, nil
 }

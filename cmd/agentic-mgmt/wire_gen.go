@@ -13,49 +13,68 @@ import (
 
 // Injectors from wire.go:
 
-func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, error) {
+func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error) {
 	agentHashes, err := provideCredentials(cfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	clock := provideClock()
 	uuiDv7 := provideIDs()
-	operatorToken, err := provideOperatorToken(cfg, agentHashes)
+	dataDir, err := provideDataDir(cfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	operatorToken, err := provideOperatorToken(cfg, dataDir)
+	if err != nil {
+		return nil, nil, err
 	}
 	service := provideAgentService(cfg, agentHashes, clock, uuiDv7, operatorToken, log)
-	supervisor, err := provideSupervisor(cfg, agentHashes, log)
+	missionStore, cleanup, err := provideMissionStore(cfg, dataDir, clock)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	missionStore, err := provideMissionStore(cfg, clock, agentHashes)
+	outbox, cleanup2, err := provideOutbox(dataDir)
 	if err != nil {
-		return nil, err
-	}
-	outbox, err := provideOutbox(cfg, agentHashes)
-	if err != nil {
-		return nil, err
+		cleanup()
+		return nil, nil, err
 	}
 	missionService := provideMissions(cfg, missionStore, outbox, service, clock, uuiDv7, log)
-	identity, err := provideIdentity(cfg, agentHashes)
+	identity, err := provideIdentity(dataDir)
 	if err != nil {
-		return nil, err
+		cleanup2()
+		cleanup()
+		return nil, nil, err
 	}
-	runtimes := provideRuntimes(cfg, log)
+	runtimes, cleanup3 := provideRuntimes(cfg, log)
 	client := provideAIWG(cfg, identity, missionService, outbox, service, clock, log, runtimes)
-	sessionLog, err := provideSessionLog(cfg, agentHashes)
+	sessionLog, cleanup4, err := provideSessionLog(dataDir)
 	if err != nil {
-		return nil, err
+		cleanup3()
+		cleanup2()
+		cleanup()
+		return nil, nil, err
 	}
 	sessionService := provideSessions(service, sessionLog, clock, uuiDv7, log)
 	provisionTimes := provideProvisionTimes()
-	environmentService, err := provideEnvironments(cfg, runtimes, service, agentHashes, clock, log, provisionTimes)
+	environmentService, cleanup5 := provideEnvironments(cfg, runtimes, service, agentHashes, clock, log, provisionTimes)
+	readiness := provideReadiness(cfg, service, client, runtimes)
+	restHandler := provideREST(cfg, service, operatorToken, clock, log, missionService, client, sessionService, sessionLog, environmentService, provisionTimes, readiness)
+	supervisor, err := provideSupervisor(cfg, agentHashes, log)
 	if err != nil {
-		return nil, err
+		cleanup5()
+		cleanup4()
+		cleanup3()
+		cleanup2()
+		cleanup()
+		return nil, nil, err
 	}
-	restHandler := provideREST(cfg, service, operatorToken, clock, log, supervisor, missionService, client, sessionService, sessionLog, runtimes, environmentService, provisionTimes)
 	wsHandler := provideWS(cfg, sessionService, service, sessionLog, uuiDv7, operatorToken, log)
-	app := provideApp(cfg, log, service, restHandler, supervisor, operatorToken, banner, missionService, client, missionStore, outbox, wsHandler, sessionLog, runtimes, environmentService)
-	return app, nil
+	app := provideApp(cfg, log, service, restHandler, supervisor, operatorToken, banner, missionService, client, wsHandler, environmentService, readiness)
+	return app, func() {
+		cleanup5()
+		cleanup4()
+		cleanup3()
+		cleanup2()
+		cleanup()
+	}, nil
 }

@@ -68,6 +68,10 @@ type Record struct {
 // heartbeating, so it can take work (a busy agent can take more).
 func Working(s string) bool { return s == string(StatusReady) || s == string(StatusBusy) }
 
+// Connected reports whether an agent in status s has a live stream, even
+// if it is still starting or has gone quiet.
+func Connected(s string) bool { return s != string(StatusDisconnected) && s != string(StatusStale) }
+
 // StatusAt derives the status of r at now.
 func StatusAt(r Record, now time.Time) Status {
 	if !r.Connected {

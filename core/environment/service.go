@@ -130,6 +130,17 @@ func (s *Service) Create(ctx context.Context, req Request) (Environment, error) 
 	if err != nil {
 		return Environment{}, err
 	}
+	bootstrap := s.cfg.Bootstrap
+	bootstrap.ID, bootstrap.Secret = req.Name, secret
+	spec := ports.EnvironmentSpec{
+		Name: req.Name, Image: req.Image, Profile: req.Profile, Resources: req.Resources, Network: req.Network,
+		ReadOnlyRoot: req.ReadOnlyRoot, Agent: bootstrap,
+		Progress: func(step string) { s.event(req.Name, step, "") },
+	}
+	// The runtime's declared capabilities decide, before anything is stored.
+	if err := rt.Capabilities().CheckSpec(spec); err != nil {
+		return Environment{}, err
+	}
 	now := s.cfg.Clock.Now()
 	s.mu.Lock()
 	if _, dup := s.envs[req.Name]; dup {
@@ -149,13 +160,6 @@ func (s *Service) Create(ctx context.Context, req Request) (Environment, error) 
 		s.forget(req.Name)
 		cancel()
 		return Environment{}, fmt.Errorf("storing the agent's secret: %w", err)
-	}
-	bootstrap := s.cfg.Bootstrap
-	bootstrap.ID, bootstrap.Secret = req.Name, secret
-	spec := ports.EnvironmentSpec{
-		Name: req.Name, Image: req.Image, Profile: req.Profile, Resources: req.Resources, Network: req.Network,
-		ReadOnlyRoot: req.ReadOnlyRoot, Agent: bootstrap,
-		Progress: func(step string) { s.event(req.Name, step, "") },
 	}
 	// Validation errors come back to the caller; the rest shows as progress.
 	env, err := rt.Provision(pctx, spec)
@@ -336,6 +340,51 @@ func (s *Service) Start(ctx context.Context, name string) (Environment, error) {
 	})
 	s.wg.Add(1)
 	go s.awaitAgent(context.Background(), name, e.Runtime, now)
+	got, _ := s.Get(name)
+	return got, nil
+}
+
+// Pause freezes an environment's processes, on runtimes that declare it.
+func (s *Service) Pause(ctx context.Context, name string) (Environment, error) {
+	_, rt, err := s.lookup(name)
+	if err != nil {
+		return Environment{}, err
+	}
+	if !rt.Capabilities().Pause {
+		return Environment{}, fmt.Errorf("%w: the %s runtime cannot pause", ports.ErrUnsupported, rt.Capabilities().Runtime)
+	}
+	if err := rt.Pause(ctx, name); err != nil {
+		return Environment{}, err
+	}
+	now := s.cfg.Clock.Now()
+	s.update(name, func(x *Environment) {
+		x.State = StatePaused
+		x.Events = appendEvent(x.Events, Event{At: now, Step: "paused"})
+	})
+	got, _ := s.Get(name)
+	return got, nil
+}
+
+// Resume lets a paused environment run again.
+func (s *Service) Resume(ctx context.Context, name string) (Environment, error) {
+	_, rt, err := s.lookup(name)
+	if err != nil {
+		return Environment{}, err
+	}
+	if !rt.Capabilities().Pause {
+		return Environment{}, fmt.Errorf("%w: the %s runtime cannot pause", ports.ErrUnsupported, rt.Capabilities().Runtime)
+	}
+	if err := rt.Resume(ctx, name); err != nil {
+		return Environment{}, err
+	}
+	now := s.cfg.Clock.Now()
+	connected := s.connected(name)
+	s.update(name, func(x *Environment) {
+		// A paused agent missed its heartbeats; it is ready again once it
+		// is seen connected.
+		x.State = Next(StateBooting, Observation{Runtime: ports.EnvRunning, AgentConnected: connected})
+		x.Events = appendEvent(x.Events, Event{At: now, Step: "resumed"})
+	})
 	got, _ := s.Get(name)
 	return got, nil
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -90,15 +91,42 @@ func (h RuntimeHarness) spec(t *testing.T, name string) ports.EnvironmentSpec {
 
 func rtInvalid(t *testing.T, h RuntimeHarness) {
 	ctx := context.Background()
-	bad := []struct {
+	type badSpec struct {
 		why    string
 		mutate func(*ports.EnvironmentSpec)
-	}{
+	}
+	bad := []badSpec{
 		{"empty name", func(s *ports.EnvironmentSpec) { s.Name = "" }},
 		{"name with a slash", func(s *ports.EnvironmentSpec) { s.Name = "a/b" }},
 		{"unknown network", func(s *ports.EnvironmentSpec) { s.Network = "carrier-pigeon" }},
 		{"negative memory", func(s *ports.EnvironmentSpec) { s.Resources.MemoryMB = -1 }},
 		{"no agent secret", func(s *ports.EnvironmentSpec) { s.Agent.Secret = "" }},
+	}
+	// Whatever the capabilities do not declare is refused, not ignored.
+	c := h.Runtime.Capabilities()
+	for _, l := range []ports.Limit{ports.LimitCPUs, ports.LimitMemoryMB, ports.LimitPIDs, ports.LimitDiskGB} {
+		if slices.Contains(c.Limits, l) {
+			continue
+		}
+		bad = append(bad, badSpec{"undeclared limit " + string(l), func(s *ports.EnvironmentSpec) {
+			s.Resources = ports.Resources{}
+			switch l {
+			case ports.LimitCPUs:
+				s.Resources.CPUs = 1
+			case ports.LimitMemoryMB:
+				s.Resources.MemoryMB = 512
+			case ports.LimitPIDs:
+				s.Resources.PIDs = 100
+			case ports.LimitDiskGB:
+				s.Resources.DiskGB = 2
+			}
+		}})
+	}
+	if !c.ReadOnlyRoot {
+		bad = append(bad, badSpec{"undeclared read-only root", func(s *ports.EnvironmentSpec) { s.ReadOnlyRoot = true }})
+	}
+	if !c.Images {
+		bad = append(bad, badSpec{"an image where none are declared", func(s *ports.EnvironmentSpec) { s.Image = "some-image" }})
 	}
 	for _, b := range bad {
 		spec := h.spec(t, newEnvName(t))
@@ -186,6 +214,8 @@ func rtLifecycle(t *testing.T, h RuntimeHarness) {
 		t.Errorf("Recover: %v, %v; want it to find %s", recovered, err, name)
 	}
 
+	rtPause(t, h, name)
+
 	if err := h.Runtime.Stop(ctx, name); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
@@ -213,6 +243,37 @@ func rtLifecycle(t *testing.T, h RuntimeHarness) {
 	list, err = h.Runtime.List(ctx)
 	if err != nil || hasEnv(list, name) {
 		t.Errorf("List after Destroy: %v, %v", list, err)
+	}
+}
+
+// rtPause checks Pause and Resume where declared, and ErrUnsupported where not.
+func rtPause(t *testing.T, h RuntimeHarness, name string) {
+	ctx := context.Background()
+	if !h.Runtime.Capabilities().Pause {
+		if err := h.Runtime.Pause(ctx, name); !errors.Is(err, ports.ErrUnsupported) {
+			t.Errorf("Pause without the capability: %v, want ErrUnsupported", err)
+		}
+		if err := h.Runtime.Resume(ctx, name); !errors.Is(err, ports.ErrUnsupported) {
+			t.Errorf("Resume without the capability: %v, want ErrUnsupported", err)
+		}
+		return
+	}
+	if err := h.Runtime.Pause(ctx, name); err != nil {
+		t.Fatalf("Pause: %v", err)
+	}
+	if got, err := h.Runtime.Inspect(ctx, name); err != nil || got.State != ports.EnvPaused {
+		t.Errorf("Inspect after Pause: %+v, %v; want paused", got, err)
+	}
+	if err := h.Runtime.Resume(ctx, name); err != nil {
+		t.Fatalf("Resume: %v", err)
+	}
+	if got, err := h.Runtime.Inspect(ctx, name); err != nil || got.State != ports.EnvRunning {
+		t.Errorf("Inspect after Resume: %+v, %v; want running", got, err)
+	}
+	waitAgent(t, h, name, true)
+	runEcho(t, h, name) // the frozen agent works again
+	if err := h.Runtime.Pause(ctx, "absent-"+name); !errors.Is(err, ports.ErrEnvNotFound) {
+		t.Errorf("Pause of an unknown environment: %v, want ErrEnvNotFound", err)
 	}
 }
 

@@ -1,0 +1,74 @@
+package environment
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+func (r *fakeRuntime) Pause(_ context.Context, n string) error  { return r.set(n, ports.EnvPaused) }
+func (r *fakeRuntime) Resume(_ context.Context, n string) error { return r.set(n, ports.EnvRunning) }
+
+// pausable is the fake runtime declaring pause and a memory limit.
+type pausable struct{ *fakeRuntime }
+
+func (p pausable) Capabilities() ports.RuntimeCapabilities {
+	c := p.fakeRuntime.Capabilities()
+	c.Pause, c.Limits = true, []ports.Limit{ports.LimitMemoryMB}
+	return c
+}
+
+func TestPauseAndResumeFollowTheCapability(t *testing.T) {
+	f := newFixture(t, time.Minute)
+	f.svc.cfg.Runtimes["pausable"] = pausable{f.rt}
+	ctx := context.Background()
+
+	if _, err := f.svc.Create(ctx, Request{Runtime: "fake", Name: "plain"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.svc.Pause(ctx, "plain"); !errors.Is(err, ports.ErrUnsupported) {
+		t.Fatalf("pause on a runtime without pause: %v", err)
+	}
+	if e, _ := f.svc.Get("plain"); e.State == StatePaused || f.rt.envs["plain"].State != ports.EnvRunning {
+		t.Fatalf("a refused pause changed the state: %+v", e)
+	}
+
+	if _, err := f.svc.Create(ctx, Request{Runtime: "pausable", Name: "box", Resources: ports.Resources{MemoryMB: 256}}); err != nil {
+		t.Fatal(err)
+	}
+	f.agents.set("box", "ready")
+	waitState(t, f.svc, "box", StateReady)
+	e, err := f.svc.Pause(ctx, "box")
+	if err != nil || e.State != StatePaused || f.rt.envs["box"].State != ports.EnvPaused {
+		t.Fatalf("pause: %+v %v", e, err)
+	}
+	waitState(t, f.svc, "box", StatePaused) // a refresh agrees with the runtime
+	e, err = f.svc.Resume(ctx, "box")
+	if err != nil || e.State != StateReady || f.rt.envs["box"].State != ports.EnvRunning {
+		t.Fatalf("resume: %+v %v", e, err)
+	}
+	if _, err := f.svc.Pause(ctx, "nope"); !errors.Is(err, ports.ErrEnvNotFound) {
+		t.Fatalf("pause of an unknown environment: %v", err)
+	}
+}
+
+func TestUndeclaredLimitsAreRefusedBeforeAnythingIsStored(t *testing.T) {
+	f := newFixture(t, time.Minute)
+	f.svc.cfg.Runtimes["pausable"] = pausable{f.rt}
+	for _, req := range []Request{
+		{Runtime: "fake", Name: "a", Resources: ports.Resources{MemoryMB: 256}}, // fake declares no limits
+		{Runtime: "pausable", Name: "b", Resources: ports.Resources{PIDs: 10}},
+		{Runtime: "pausable", Name: "c", ReadOnlyRoot: true},
+		{Runtime: "pausable", Name: "d", Image: "alpine"},
+	} {
+		if _, err := f.svc.Create(context.Background(), req); !errors.Is(err, ports.ErrInvalidSpec) {
+			t.Errorf("%+v: %v, want ErrInvalidSpec", req, err)
+		}
+	}
+	if len(f.rt.specs) != 0 || len(f.creds.secrets) != 0 || len(f.svc.List(context.Background())) != 0 {
+		t.Fatalf("refused requests left specs %v secrets %v", f.rt.specs, f.creds.secrets)
+	}
+}
