@@ -22,7 +22,7 @@ const (
 // use case and each adapter refuse the same things with the same error.
 type RuntimeCapabilities struct {
 	Runtime   string // the catalog name: "host", "docker", "libvirt"
-	Isolation string // IsolationHost, IsolationContainer, IsolationVM
+	Isolation RuntimeKind
 	// Pause: Pause and Resume work.
 	Pause bool
 	// NetworkModes lists the modes Provision accepts; the first is the default.

@@ -9,7 +9,7 @@ import (
 
 func TestCheckSpec(t *testing.T) {
 	caps := RuntimeCapabilities{
-		Runtime: "vmish", Isolation: IsolationVM, NetworkModes: []string{NetworkNone, NetworkUser},
+		Runtime: "vmish", Isolation: KindVM, NetworkModes: []string{NetworkNone, NetworkUser},
 		Limits: []Limit{LimitCPUs, LimitDiskGB}, Images: true, Profiles: []string{"small"},
 	}
 	ok := EnvironmentSpec{Name: "env-1", Agent: AgentBootstrap{ID: "env-1", Secret: "s"}}

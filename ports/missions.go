@@ -68,7 +68,7 @@ type Mission struct {
 	// LastEvent is the type of the last event emitted for the mission, with
 	// its time and data: stored with the state, so an event lost in a crash
 	// between storing the state and queueing the event can be queued again.
-	LastEvent     string         `json:"last_event,omitempty"`
+	LastEvent     EventType      `json:"last_event,omitempty"`
 	LastEventAt   time.Time      `json:"last_event_at,omitzero"`
 	LastEventData map[string]any `json:"last_event_data,omitempty"`
 }
@@ -96,11 +96,31 @@ type MissionStore interface {
 	Close() error
 }
 
+// EventType names an event of the executor stream.
+type EventType string
+
+// Event types of the executor stream, both ways.
+const (
+	EventAssigned     EventType = "mission.assigned"
+	EventStarted      EventType = "mission.started"
+	EventProgress     EventType = "mission.progress"
+	EventHITLRequired EventType = "mission.hitl_required"
+	EventResumed      EventType = "mission.resumed"
+	EventSuspended    EventType = "mission.suspended"
+	EventReconnected  EventType = "mission.reconnected"
+	EventCompleted    EventType = "mission.completed"
+	EventFailed       EventType = "mission.failed"
+	EventAborted      EventType = "mission.aborted"
+	EventResync       EventType = "executor.resync"
+	// EventHITLResponded is the one aiwg serve sends: the answer to a HITL request.
+	EventHITLResponded EventType = "mission.hitl_responded"
+)
+
 // Event is one event of the executor stream.
 type Event struct {
 	// Seq orders events; assigned by the outbox.
 	Seq       uint64         `json:"seq"`
-	Type      string         `json:"event"`
+	Type      EventType      `json:"event"`
 	MissionID string         `json:"mission_id,omitempty"`
 	TS        time.Time      `json:"ts"`
 	Data      map[string]any `json:"data"`

@@ -56,9 +56,9 @@ type CommandSpec struct {
 	StdinOpen   bool
 	SessionID   string
 	SessionName string
-	// SessionType ("interactive", "headless", "background") marks a command
-	// that is a session, reported back on every agent (re)connect.
-	SessionType string
+	// SessionType marks a command that is a session, reported back on
+	// every agent (re)connect; empty for a plain command.
+	SessionType SessionType
 	// Persist keeps the session in tmux where the agent has tmux, so it
 	// outlives the agent process (needs PTY and SessionName).
 	Persist bool
@@ -134,8 +134,8 @@ type AgentLink interface {
 // AgentInfo is what the registry knows about one agent.
 type AgentInfo struct {
 	ID              string
-	Status          string
-	Runtime         string
+	Status          AgentStatus
+	Runtime         RuntimeKind
 	Hostname        string
 	IPAddress       string
 	AgentVersion    string

@@ -18,13 +18,6 @@ var (
 	ErrUnsupported = errors.New("not supported by this runtime")
 )
 
-// Isolation levels, as advertised to AIWG ("isolation:<level>").
-const (
-	IsolationHost      = "host"
-	IsolationContainer = "container"
-	IsolationVM        = "vm"
-)
-
 // Network modes of an environment. NetworkNone still lets the agent reach
 // the management server, through whatever private channel the runtime has
 // (a mounted unix socket, a virtio-serial port); nothing else gets out.

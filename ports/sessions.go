@@ -60,7 +60,7 @@ type ReportedSession struct {
 	SessionID string // empty when the agent does not know it
 	// AgentName is the agent-side name (tmux session name).
 	AgentName string
-	Type      string
+	Type      SessionType
 	// CommandID streams the session now: a session adopted by a restarted
 	// agent gets a new one, since its output offsets start again.
 	CommandID string

@@ -25,6 +25,7 @@ import (
 
 	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1/sandboxv1connect"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -72,8 +73,9 @@ type running struct {
 	id   string
 	proc ports.Process
 	// The session the command is, if any: reported on every connect.
-	sessionID, sessionName, sessionType string
-	startedAt                           time.Time
+	sessionID, sessionName string
+	sessionType            ports.SessionType
+	startedAt              time.Time
 	// offsets per stream, and the tail of the main stream (the PTY, else
 	// stdout), touched only from the serialised output callback.
 	offsets map[ports.OutputStream]uint64
@@ -445,28 +447,12 @@ func (a *Agent) startCommand(req *sandboxv1.CommandRequest) {
 		a.mu.Unlock()
 		return
 	}
+	spec := agentwire.CommandSpec(req)
 	r := &running{id: id, offsets: map[ports.OutputStream]uint64{}, startedAt: time.Now(),
-		sessionID: req.GetSessionId(), sessionName: req.GetSessionName(), sessionType: sessionTypeName(req.GetSessionType())}
+		sessionID: spec.SessionID, sessionName: spec.SessionName, sessionType: spec.SessionType}
 	a.running[id] = r
 	a.mu.Unlock()
 
-	spec := ports.CommandSpec{
-		Command:     req.GetCommand(),
-		Args:        req.GetArgs(),
-		WorkingDir:  req.GetWorkingDir(),
-		Env:         req.GetEnv(),
-		Timeout:     time.Duration(req.GetTimeoutSeconds()) * time.Second,
-		RunAs:       req.GetRunAs(),
-		PTY:         req.GetAllocatePty(),
-		Cols:        uint16(min(req.GetPtyCols(), 0xffff)),
-		Rows:        uint16(min(req.GetPtyRows(), 0xffff)),
-		Term:        req.GetPtyTerm(),
-		StdinOpen:   req.GetStdinOpen(),
-		SessionID:   req.GetSessionId(),
-		SessionName: req.GetSessionName(),
-		SessionType: r.sessionType,
-		Persist:     req.GetPersist(),
-	}
 	if spec.Command == "" && !(spec.Persist && a.tmux) {
 		// A terminal without a command is the agent's shell (tmux starts it itself).
 		cmd := sessionCommand(spec)
@@ -493,7 +479,7 @@ func (a *Agent) run(r *running, spec ports.CommandSpec, found *foundSession) {
 			}
 		}
 		a.out.push(&sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_Output{Output: &sandboxv1.OutputChunk{
-			StreamId: id, Stream: streamToProto(stream), Data: data, Timestamp: timestamppb.Now(), Offset: off,
+			StreamId: id, Stream: agentwire.StreamToProto(stream), Data: data, Timestamp: timestamppb.Now(), Offset: off,
 		}}})
 	}
 	var proc ports.Process
@@ -502,7 +488,7 @@ func (a *Agent) run(r *running, spec ports.CommandSpec, found *foundSession) {
 		proc = followTmuxLog(*found, onOutput)
 	case found != nil:
 		proc = attachTmuxSession(a.cfg.Runner, *found, onOutput)
-	case spec.Persist && spec.PTY && spec.SessionName != "" && a.tmux && spec.SessionType == "background":
+	case spec.Persist && spec.PTY && spec.SessionName != "" && a.tmux && spec.SessionType == ports.SessionBackground:
 		proc = startTmuxLog(spec, onOutput)
 	case spec.Persist && spec.PTY && spec.SessionName != "" && a.tmux:
 		proc = startTmuxSession(a.cfg.Runner, spec, onOutput)
@@ -536,23 +522,15 @@ func (a *Agent) run(r *running, spec ports.CommandSpec, found *foundSession) {
 		}
 		for stream, off := range r.offsets {
 			a.out.push(&sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_Output{Output: &sandboxv1.OutputChunk{
-				StreamId: id, Stream: streamToProto(stream), Timestamp: timestamppb.Now(), Offset: off, Eof: true,
+				StreamId: id, Stream: agentwire.StreamToProto(stream), Timestamp: timestamppb.Now(), Offset: off, Eof: true,
 			}}})
 		}
-		result := &sandboxv1.CommandResult{
-			CommandId:  id,
-			ExitCode:   int32(res.ExitCode),
-			Error:      res.Error,
-			DurationMs: uint64(res.Duration / time.Millisecond),
-			Success:    res.Success(),
-			TimedOut:   res.TimedOut,
-			Signal:     int32(res.Signal),
-		}
+		result := agentwire.CommandResult(id, res)
 		a.out.push(&sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_CommandResult{CommandResult: result}})
 		// Output callbacks are over once Wait returned: r.tail is final.
 		info := &sandboxv1.SessionInfo{
 			CommandId: id, State: sandboxv1.SessionState_SESSION_STATE_EXITED, ExitCode: int32(res.ExitCode),
-			Result: result, OutputTail: r.tail, TailStream: streamToProto(mainStream), OutputOffset: r.offsets[mainStream],
+			Result: result, OutputTail: r.tail, TailStream: agentwire.StreamToProto(mainStream), OutputOffset: r.offsets[mainStream],
 		}
 		a.mu.Lock()
 		delete(a.running, id)
@@ -591,7 +569,7 @@ func (a *Agent) sessionReport(requestID string) *sandboxv1.ConnectRequest {
 	rep := &sandboxv1.SessionReport{RequestId: requestID}
 	for _, r := range a.running {
 		si := &sandboxv1.SessionInfo{CommandId: r.id, State: sandboxv1.SessionState_SESSION_STATE_RUNNING,
-			SessionId: r.sessionID, Name: r.sessionName, Type: sessionTypeToProto(r.sessionType), StartedAt: timestamppb.New(r.startedAt)}
+			SessionId: r.sessionID, Name: r.sessionName, Type: agentwire.SessionTypeToProto(r.sessionType), StartedAt: timestamppb.New(r.startedAt)}
 		if r.proc != nil {
 			si.Pid = int32(r.proc.Pid())
 		}
@@ -635,16 +613,5 @@ func (a *Agent) Shutdown(timeout time.Duration) {
 	case <-done:
 	case <-time.After(time.Until(deadline)):
 		a.log.Warn("shutdown timed out with commands or output still pending")
-	}
-}
-
-func streamToProto(s ports.OutputStream) sandboxv1.OutputStream {
-	switch s {
-	case ports.StreamStderr:
-		return sandboxv1.OutputStream_OUTPUT_STREAM_STDERR
-	case ports.StreamPTY:
-		return sandboxv1.OutputStream_OUTPUT_STREAM_PTY
-	default:
-		return sandboxv1.OutputStream_OUTPUT_STREAM_STDOUT
 	}
 }

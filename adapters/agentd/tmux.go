@@ -17,7 +17,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -102,7 +101,7 @@ func newSessionArgs(spec ports.CommandSpec, detached bool, wrapped []string, opt
 	}
 	args = append(args, "--")
 	args = append(args, wrapped...)
-	opts = append([]string{optSessionID, spec.SessionID, optSessionType, spec.SessionType}, opts...)
+	opts = append([]string{optSessionID, spec.SessionID, optSessionType, string(spec.SessionType)}, opts...)
 	for i := 0; i+1 < len(opts); i += 2 {
 		args = append(args, ";", "set-option", "-q", "-t", "="+spec.SessionName+":", opts[i], opts[i+1])
 	}
@@ -320,8 +319,9 @@ func (t *tmuxProc) Detach() {
 
 // foundSession is a tmux session of ours that an earlier agent process ran.
 type foundSession struct {
-	name, sessionID, sessionType, exitFile, logFile string
-	created                                         time.Time
+	name, sessionID, exitFile, logFile string
+	sessionType                        ports.SessionType
+	created                            time.Time
 }
 
 // findTmuxSessions lists our tmux sessions (tmux missing or no server: none).
@@ -338,7 +338,7 @@ func findTmuxSessions(ctx context.Context) []foundSession {
 		if len(f) != 6 || !strings.HasPrefix(f[0], tmuxPrefix) {
 			continue
 		}
-		s := foundSession{name: f[0], sessionID: f[2], sessionType: f[3], exitFile: f[4], logFile: f[5]}
+		s := foundSession{name: f[0], sessionID: f[2], sessionType: ports.SessionType(f[3]), exitFile: f[4], logFile: f[5]}
 		if sec, err := strconv.ParseInt(f[1], 10, 64); err == nil {
 			s.created = time.Unix(sec, 0)
 		}
@@ -391,7 +391,7 @@ func (a *Agent) adoptTmuxSessions(ctx context.Context) {
 			id = f.sessionID
 		}
 		if f.sessionType == "" {
-			f.sessionType = "background"
+			f.sessionType = ports.SessionBackground
 		}
 		r := &running{id: id, offsets: map[ports.OutputStream]uint64{}, startedAt: f.created,
 			sessionID: f.sessionID, sessionName: f.name, sessionType: f.sessionType}
@@ -402,28 +402,4 @@ func (a *Agent) adoptTmuxSessions(ctx context.Context) {
 		a.run(r, ports.CommandSpec{PTY: true, SessionID: f.sessionID, SessionName: f.name, SessionType: f.sessionType}, &found)
 		a.log.Info("adopted a tmux session of an earlier agent process", "tmux_session", f.name, "session_id", f.sessionID, "command_id", r.id)
 	}
-}
-
-func sessionTypeName(t sandboxv1.SessionType) string {
-	switch t {
-	case sandboxv1.SessionType_SESSION_TYPE_INTERACTIVE:
-		return "interactive"
-	case sandboxv1.SessionType_SESSION_TYPE_HEADLESS:
-		return "headless"
-	case sandboxv1.SessionType_SESSION_TYPE_BACKGROUND:
-		return "background"
-	}
-	return ""
-}
-
-func sessionTypeToProto(t string) sandboxv1.SessionType {
-	switch t {
-	case "interactive":
-		return sandboxv1.SessionType_SESSION_TYPE_INTERACTIVE
-	case "headless":
-		return sandboxv1.SessionType_SESSION_TYPE_HEADLESS
-	case "background":
-		return sandboxv1.SessionType_SESSION_TYPE_BACKGROUND
-	}
-	return sandboxv1.SessionType_SESSION_TYPE_UNSPECIFIED
 }

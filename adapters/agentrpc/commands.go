@@ -8,6 +8,7 @@ import (
 	"time"
 
 	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -97,7 +98,7 @@ func (c *command) deliver(o *sandboxv1.OutputChunk) {
 	if len(data) == 0 {
 		return
 	}
-	stream := streamFromProto(o.GetStream())
+	stream := agentwire.StreamFromProto(o.GetStream())
 	c.markStarted()
 	c.deliverMu.Lock()
 	defer c.deliverMu.Unlock()
@@ -155,7 +156,7 @@ func (c *command) Kill(ctx context.Context) error {
 
 // Start sends a command to a connected agent.
 func (s *Service) Start(ctx context.Context, agentID string, spec ports.CommandSpec, opts ports.StartOptions) (ports.Command, error) {
-	if spec.Command == "" && spec.SessionType != "interactive" {
+	if spec.Command == "" && spec.SessionType != ports.SessionInteractive {
 		// Only a terminal has a default: the agent's shell.
 		return nil, errors.New("empty command")
 	}
@@ -188,7 +189,7 @@ func (s *Service) Start(ctx context.Context, agentID string, spec ports.CommandS
 	s.registry.CommandStarted(agentID)
 	s.mu.Unlock()
 
-	req := commandRequest(cmd.id, spec)
+	req := agentwire.CommandRequest(cmd.id, spec)
 	if err := conn.send(ctx, &sandboxv1.ConnectResponse{Payload: &sandboxv1.ConnectResponse_Command{Command: req}}); err != nil {
 		s.finish(cmd, ports.CommandResult{ExitCode: -1, Error: "not sent to the agent: " + err.Error()})
 		return nil, err
@@ -243,138 +244,4 @@ func (s *Service) Lookup(commandID string) (ports.Command, bool) {
 		return nil, false
 	}
 	return cmd, true
-}
-
-func commandRequest(id string, spec ports.CommandSpec) *sandboxv1.CommandRequest {
-	return &sandboxv1.CommandRequest{
-		CommandId:      id,
-		Command:        spec.Command,
-		Args:           spec.Args,
-		WorkingDir:     spec.WorkingDir,
-		Env:            spec.Env,
-		TimeoutSeconds: uint32((spec.Timeout + time.Second - 1) / time.Second),
-		RunAs:          spec.RunAs,
-		AllocatePty:    spec.PTY,
-		PtyCols:        uint32(spec.Cols),
-		PtyRows:        uint32(spec.Rows),
-		PtyTerm:        spec.Term,
-		SessionId:      spec.SessionID,
-		SessionName:    spec.SessionName,
-		StdinOpen:      spec.StdinOpen,
-		SessionType:    SessionTypeToProto(spec.SessionType),
-		Persist:        spec.Persist,
-	}
-}
-
-// CommandSpecFromProto is the inverse of commandRequest, for the Exec RPC.
-func CommandSpecFromProto(r *sandboxv1.CommandRequest) ports.CommandSpec {
-	return ports.CommandSpec{
-		Command:     r.GetCommand(),
-		Args:        r.GetArgs(),
-		WorkingDir:  r.GetWorkingDir(),
-		Env:         r.GetEnv(),
-		Timeout:     time.Duration(r.GetTimeoutSeconds()) * time.Second,
-		RunAs:       r.GetRunAs(),
-		PTY:         r.GetAllocatePty(),
-		Cols:        clampU16(r.GetPtyCols()),
-		Rows:        clampU16(r.GetPtyRows()),
-		Term:        r.GetPtyTerm(),
-		StdinOpen:   r.GetStdinOpen(),
-		SessionID:   r.GetSessionId(),
-		SessionName: r.GetSessionName(),
-		SessionType: SessionTypeFromProto(r.GetSessionType()),
-		Persist:     r.GetPersist(),
-	}
-}
-
-// SessionTypeToProto maps a session type name to the wire enum.
-func SessionTypeToProto(t string) sandboxv1.SessionType {
-	switch t {
-	case "interactive":
-		return sandboxv1.SessionType_SESSION_TYPE_INTERACTIVE
-	case "headless":
-		return sandboxv1.SessionType_SESSION_TYPE_HEADLESS
-	case "background":
-		return sandboxv1.SessionType_SESSION_TYPE_BACKGROUND
-	}
-	return sandboxv1.SessionType_SESSION_TYPE_UNSPECIFIED
-}
-
-// SessionTypeFromProto is the inverse of SessionTypeToProto ("" for unspecified).
-func SessionTypeFromProto(t sandboxv1.SessionType) string {
-	switch t {
-	case sandboxv1.SessionType_SESSION_TYPE_INTERACTIVE:
-		return "interactive"
-	case sandboxv1.SessionType_SESSION_TYPE_HEADLESS:
-		return "headless"
-	case sandboxv1.SessionType_SESSION_TYPE_BACKGROUND:
-		return "background"
-	}
-	return ""
-}
-
-func clampU16(v uint32) uint16 {
-	if v > 0xffff {
-		return 0xffff
-	}
-	return uint16(v)
-}
-
-func streamFromProto(s sandboxv1.OutputStream) ports.OutputStream {
-	switch s {
-	case sandboxv1.OutputStream_OUTPUT_STREAM_STDERR:
-		return ports.StreamStderr
-	case sandboxv1.OutputStream_OUTPUT_STREAM_PTY:
-		return ports.StreamPTY
-	default:
-		return ports.StreamStdout
-	}
-}
-
-// StreamToProto maps a port stream to the wire enum.
-func StreamToProto(s ports.OutputStream) sandboxv1.OutputStream {
-	switch s {
-	case ports.StreamStderr:
-		return sandboxv1.OutputStream_OUTPUT_STREAM_STDERR
-	case ports.StreamPTY:
-		return sandboxv1.OutputStream_OUTPUT_STREAM_PTY
-	default:
-		return sandboxv1.OutputStream_OUTPUT_STREAM_STDOUT
-	}
-}
-
-func resultFromProto(r *sandboxv1.CommandResult) ports.CommandResult {
-	return ports.CommandResult{
-		ExitCode: int(r.GetExitCode()),
-		Error:    r.GetError(),
-		Duration: time.Duration(r.GetDurationMs()) * time.Millisecond,
-		TimedOut: r.GetTimedOut(),
-		Signal:   int(r.GetSignal()),
-	}
-}
-
-// ResultToProto maps a port result to the wire message.
-func ResultToProto(id string, r ports.CommandResult) *sandboxv1.CommandResult {
-	return &sandboxv1.CommandResult{
-		CommandId:  id,
-		ExitCode:   int32(r.ExitCode),
-		Error:      r.Error,
-		DurationMs: uint64(r.Duration / time.Millisecond),
-		Success:    r.Success(),
-		TimedOut:   r.TimedOut,
-		Signal:     int32(r.Signal),
-	}
-}
-
-func metricsFromProto(m *sandboxv1.Metrics) ports.Metrics {
-	return ports.Metrics{
-		CPUPercent:       m.GetCpuPercent(),
-		MemoryUsedBytes:  m.GetMemoryUsedBytes(),
-		MemoryTotalBytes: m.GetMemoryTotalBytes(),
-		DiskUsedBytes:    m.GetDiskUsedBytes(),
-		DiskTotalBytes:   m.GetDiskTotalBytes(),
-		LoadAvg1:         m.GetLoadAvg_1(),
-		LoadAvg5:         m.GetLoadAvg_5(),
-		LoadAvg15:        m.GetLoadAvg_15(),
-	}
 }

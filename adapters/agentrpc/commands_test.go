@@ -14,6 +14,7 @@ import (
 
 	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1/sandboxv1connect"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -60,7 +61,7 @@ func TestCommandRoundTrip(t *testing.T) {
 	if !proto.Equal(req, want) {
 		t.Fatalf("agent got\n%v\nwant\n%v", req, want)
 	}
-	if got := CommandSpecFromProto(req); !reflect.DeepEqual(got, ports.CommandSpec{
+	if got := agentwire.CommandSpec(req); !reflect.DeepEqual(got, ports.CommandSpec{
 		Command: "bash", Args: spec.Args, WorkingDir: "/work", Env: spec.Env, Timeout: 2 * time.Second, RunAs: "nobody",
 		PTY: true, Cols: 120, Rows: 40, Term: "xterm-256color", StdinOpen: true, SessionID: "sess-1", SessionName: "main",
 	}) {

@@ -3,40 +3,18 @@ package agentrpc
 import (
 	"github.com/agentic-sandbox/agentic-sandbox/core/agent"
 	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
-	"github.com/agentic-sandbox/agentic-sandbox/ports"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
 )
 
 func infoFromRegistration(r *sandboxv1.Registration) agent.Info {
-	si := r.GetSystemInfo()
 	return agent.Info{
 		Hostname:     r.GetHostname(),
 		IPAddress:    r.GetIpAddress(),
-		Runtime:      RuntimeName(r.GetRuntime()),
+		Runtime:      agentwire.RuntimeKindFromProto(r.GetRuntime()),
 		AgentVersion: r.GetAgentVersion(),
 		Labels:       r.GetLabels(),
 		Capabilities: r.GetCapabilities(),
-		System: ports.SystemInfo{
-			OS:          si.GetOs(),
-			Kernel:      si.GetKernel(),
-			Arch:        si.GetArch(),
-			CPUCores:    si.GetCpuCores(),
-			MemoryBytes: si.GetMemoryBytes(),
-			DiskBytes:   si.GetDiskBytes(),
-		},
-	}
-}
-
-// RuntimeName is the REST name of a runtime kind.
-func RuntimeName(k sandboxv1.RuntimeKind) string {
-	switch k {
-	case sandboxv1.RuntimeKind_RUNTIME_KIND_HOST:
-		return "host"
-	case sandboxv1.RuntimeKind_RUNTIME_KIND_CONTAINER:
-		return "container"
-	case sandboxv1.RuntimeKind_RUNTIME_KIND_VM:
-		return "vm"
-	default:
-		return "unknown"
+		System:       agentwire.SystemInfo(r.GetSystemInfo()),
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 
 	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -26,7 +27,7 @@ func (s *Service) Exec(ctx context.Context, req *connect.Request[sandboxv1.ExecR
 	if msg.GetCommand().GetCommand() == "" {
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("command.command is required"))
 	}
-	spec := CommandSpecFromProto(msg.GetCommand())
+	spec := agentwire.CommandSpec(msg.GetCommand())
 	spec.StdinOpen = len(msg.GetStdin()) > 0
 
 	q := &chunkQueue{notify: make(chan struct{}, 1)}
@@ -46,7 +47,7 @@ func (s *Service) Exec(ctx context.Context, req *connect.Request[sandboxv1.ExecR
 	}
 	sendQueued := func() error {
 		for _, ch := range q.drain() {
-			out := &sandboxv1.OutputChunk{StreamId: cmd.ID(), Stream: StreamToProto(ch.Stream), Data: ch.Data, Offset: ch.Offset}
+			out := &sandboxv1.OutputChunk{StreamId: cmd.ID(), Stream: agentwire.StreamToProto(ch.Stream), Data: ch.Data, Offset: ch.Offset}
 			if err := stream.Send(&sandboxv1.ExecResponse{Payload: &sandboxv1.ExecResponse_Output{Output: out}}); err != nil {
 				return err
 			}
@@ -71,7 +72,7 @@ func (s *Service) Exec(ctx context.Context, req *connect.Request[sandboxv1.ExecR
 			if r.Error == ports.ErrAgentGone.Error() {
 				return connect.NewError(connect.CodeUnavailable, ports.ErrAgentGone)
 			}
-			return stream.Send(&sandboxv1.ExecResponse{Payload: &sandboxv1.ExecResponse_Result{Result: ResultToProto(cmd.ID(), r)}})
+			return stream.Send(&sandboxv1.ExecResponse{Payload: &sandboxv1.ExecResponse_Result{Result: agentwire.CommandResult(cmd.ID(), r)}})
 		case <-ctx.Done():
 			return ctx.Err()
 		}

@@ -18,6 +18,7 @@ import (
 
 	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1/sandboxv1connect"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -424,7 +425,7 @@ func eofChunk(cmdID string, s sandboxv1.OutputStream, off uint64) *sandboxv1.Con
 }
 
 func result(cmdID string, r ports.CommandResult) *sandboxv1.ConnectRequest {
-	return &sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_CommandResult{CommandResult: ResultToProto(cmdID, r)}}
+	return &sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_CommandResult{CommandResult: agentwire.CommandResult(cmdID, r)}}
 }
 
 // connectReport is the session report an agent sends right after it

@@ -2,11 +2,13 @@ package agentrpc
 
 import (
 	"context"
-	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
 
 	"connectrpc.com/connect"
 
@@ -250,7 +252,7 @@ func TestConnectReportOfAFinishedCommandCompletesIt(t *testing.T) {
 	b := h.connectAgent("agent-a")
 	rep := &sandboxv1.SessionReport{RequestId: "connect:" + b.ack.GetConfig()[ConfigConnectionID], Sessions: []*sandboxv1.SessionInfo{{
 		CommandId: cmd.ID(), State: sandboxv1.SessionState_SESSION_STATE_EXITED, ExitCode: 5,
-		Result:     ResultToProto(cmd.ID(), ports.CommandResult{ExitCode: 5}),
+		Result:     agentwire.CommandResult(cmd.ID(), ports.CommandResult{ExitCode: 5}),
 		OutputTail: []byte("lo world\n"), TailStream: pty, OutputOffset: 12,
 	}}}
 	b.send(&sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_SessionReport{SessionReport: rep}})

@@ -21,6 +21,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/core/agent"
 	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1/sandboxv1connect"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -358,12 +359,12 @@ func (s *Service) handle(c *conn, msg *sandboxv1.ConnectRequest) {
 		s.mu.Lock()
 		s.registry.Heartbeat(c.agentID, c.gen, reportedStatus(p.Heartbeat.GetStatus()), now)
 		if m := p.Heartbeat.GetMetrics(); m != nil {
-			s.registry.SetMetrics(c.agentID, c.gen, metricsFromProto(m))
+			s.registry.SetMetrics(c.agentID, c.gen, agentwire.Metrics(m))
 		}
 		s.mu.Unlock()
 	case *sandboxv1.ConnectRequest_Metrics:
 		s.mu.Lock()
-		s.registry.SetMetrics(c.agentID, c.gen, metricsFromProto(p.Metrics))
+		s.registry.SetMetrics(c.agentID, c.gen, agentwire.Metrics(p.Metrics))
 		s.mu.Unlock()
 	case *sandboxv1.ConnectRequest_Output:
 		if cmd := s.commandOf(c.agentID, p.Output.GetStreamId()); cmd != nil {
@@ -374,7 +375,7 @@ func (s *Service) handle(c *conn, msg *sandboxv1.ConnectRequest) {
 		}
 	case *sandboxv1.ConnectRequest_CommandResult:
 		if cmd := s.commandOf(c.agentID, p.CommandResult.GetCommandId()); cmd != nil {
-			s.finish(cmd, resultFromProto(p.CommandResult))
+			s.finish(cmd, agentwire.Result(p.CommandResult))
 		}
 	case *sandboxv1.ConnectRequest_CommandStarted:
 		if cmd := s.commandOf(c.agentID, p.CommandStarted.GetCommandId()); cmd != nil {
@@ -406,7 +407,7 @@ func (s *Service) reconcileCommands(c *conn, rep *sandboxv1.SessionReport) {
 		reported[si.GetCommandId()] = si
 		if si.GetState() == sandboxv1.SessionState_SESSION_STATE_RUNNING && si.GetType() != sandboxv1.SessionType_SESSION_TYPE_UNSPECIFIED {
 			rs := ports.ReportedSession{
-				SessionID: si.GetSessionId(), AgentName: si.GetName(), Type: SessionTypeFromProto(si.GetType()),
+				SessionID: si.GetSessionId(), AgentName: si.GetName(), Type: agentwire.SessionTypeFromProto(si.GetType()),
 				CommandID: si.GetCommandId(),
 			}
 			if si.GetStartedAt() != nil {
@@ -448,7 +449,7 @@ func (s *Service) reconcileCommands(c *conn, rep *sandboxv1.SessionReport) {
 			if tail := si.GetOutputTail(); len(tail) > 0 && uint64(len(tail)) <= si.GetOutputOffset() {
 				cmd.deliver(&sandboxv1.OutputChunk{StreamId: cmd.id, Stream: si.GetTailStream(), Data: tail, Offset: si.GetOutputOffset() - uint64(len(tail))})
 			}
-			s.finish(cmd, resultFromProto(si.GetResult()))
+			s.finish(cmd, agentwire.Result(si.GetResult()))
 		default:
 			s.log.Warn("agent no longer runs a command; marking it lost", "agent_id", c.agentID, "command_id", cmd.id)
 			s.finish(cmd, ports.CommandResult{ExitCode: -1, Error: ports.ErrCommandLost.Error()})
@@ -518,7 +519,7 @@ func (s *Service) Agent(id string) (ports.AgentInfo, bool) {
 func agentInfo(r agent.Record, now time.Time) ports.AgentInfo {
 	return ports.AgentInfo{
 		ID:              r.ID,
-		Status:          string(agent.StatusAt(r, now)),
+		Status:          agent.StatusAt(r, now),
 		Runtime:         r.Info.Runtime,
 		Hostname:        r.Info.Hostname,
 		IPAddress:       r.Info.IPAddress,

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
 // FuzzInboundFrame feeds arbitrary frames to the inbound handler: it must
@@ -34,7 +36,7 @@ func FuzzInboundFrame(f *testing.F) {
 				Text   *string `json:"text"`
 			} `json:"data"`
 		}
-		valid := json.Unmarshal(raw, &fr) == nil && fr.Event == EventHITLResponded &&
+		valid := json.Unmarshal(raw, &fr) == nil && ports.EventType(fr.Event) == ports.EventHITLResponded &&
 			fr.Data.HITLID != nil && *fr.Data.HITLID != "" && fr.Data.Text != nil
 		if called && !valid {
 			t.Fatalf("hub called for %q", raw)

@@ -22,7 +22,7 @@ type stubHub struct {
 }
 
 func (h *stubHub) Resync(context.Context) (ports.Event, []ports.Event, error) {
-	return ports.Event{Type: EventResync}, nil, nil
+	return ports.Event{Type: ports.EventResync}, nil, nil
 }
 
 func (h *stubHub) HITLResponded(_ context.Context, id, text string) error {
@@ -40,7 +40,7 @@ func (h *stubHub) calls() int {
 
 func TestEncodeEvent(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 6_000_000, time.UTC)
-	b, err := encodeEvent(ports.Event{Seq: 9, Type: EventResync, MissionID: "ignored"}, "ex", now)
+	b, err := encodeEvent(ports.Event{Seq: 9, Type: ports.EventResync, MissionID: "ignored"}, "ex", now)
 	if err != nil {
 		t.Fatal(err)
 	}

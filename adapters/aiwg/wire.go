@@ -16,28 +16,15 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
-// tsLayout is RFC 3339 in UTC with exactly three fractional digits, as the
-// contract requires (time.RFC3339Nano would drop trailing zeros).
-const tsLayout = "2006-01-02T15:04:05.000Z"
-
-// EventResync is the first frame on every connect; it has no mission.
-const EventResync = "executor.resync"
-
-// EventHITLResponded is the inbound HITL answer.
-const EventHITLResponded = "mission.hitl_responded"
-
 // wireEvent is one event frame. Seq stays local: it orders the outbox,
 // aiwg serve has no use for it.
 type wireEvent struct {
-	Event      string         `json:"event"`
-	ExecutorID string         `json:"executor_id"`
-	MissionID  string         `json:"mission_id,omitempty"`
-	TS         string         `json:"ts"`
-	Data       map[string]any `json:"data"`
+	Event      ports.EventType `json:"event"`
+	ExecutorID string          `json:"executor_id"`
+	MissionID  string          `json:"mission_id,omitempty"`
+	TS         string          `json:"ts"`
+	Data       map[string]any  `json:"data"`
 }
-
-// formatTS renders t as the contract's ts.
-func formatTS(t time.Time) string { return t.UTC().Format(tsLayout) }
 
 // encodeEvent renders ev as an executor stream frame.
 func encodeEvent(ev ports.Event, executorID string, now time.Time) ([]byte, error) {
@@ -49,8 +36,8 @@ func encodeEvent(ev ports.Event, executorID string, now time.Time) ([]byte, erro
 	if data == nil {
 		data = map[string]any{}
 	}
-	w := wireEvent{Event: ev.Type, ExecutorID: executorID, MissionID: ev.MissionID, TS: formatTS(ts), Data: data}
-	if ev.Type == EventResync {
+	w := wireEvent{Event: ev.Type, ExecutorID: executorID, MissionID: ev.MissionID, TS: ports.FormatTimestamp(ts), Data: data}
+	if ev.Type == ports.EventResync { // the first frame on every connect; it has no mission
 		w.MissionID = ""
 	}
 	return json.Marshal(w)
@@ -58,7 +45,7 @@ func encodeEvent(ev ports.Event, executorID string, now time.Time) ([]byte, erro
 
 // inboundFrame is what aiwg serve sends on the executor stream.
 type inboundFrame struct {
-	Event string          `json:"event"`
+	Event ports.EventType `json:"event"`
 	Data  json.RawMessage `json:"data"`
 }
 
@@ -81,7 +68,7 @@ func (c *Client) handleInbound(ctx context.Context, raw []byte) {
 		return
 	}
 	switch f.Event {
-	case EventHITLResponded:
+	case ports.EventHITLResponded:
 		var d hitlResponded
 		if len(f.Data) == 0 || json.Unmarshal(f.Data, &d) != nil || d.HITLID == nil || *d.HITLID == "" || d.Text == nil {
 			c.log.Warn("aiwg: mission.hitl_responded without hitl_id and text ignored")
@@ -98,7 +85,7 @@ func (c *Client) handleInbound(ctx context.Context, raw []byte) {
 	case "":
 		c.log.Warn("aiwg: frame without event ignored", "bytes", len(raw))
 	default:
-		c.log.Debug("aiwg: unknown event on executor stream ignored", "event", truncate(f.Event, 64))
+		c.log.Debug("aiwg: unknown event on executor stream ignored", "event", truncate(string(f.Event), 64))
 	}
 }
 

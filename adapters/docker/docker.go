@@ -167,7 +167,7 @@ func (r *Runtime) ContainerName(name string) string {
 func (r *Runtime) Capabilities() ports.RuntimeCapabilities {
 	return ports.RuntimeCapabilities{
 		Runtime:      RuntimeName,
-		Isolation:    ports.IsolationContainer,
+		Isolation:    ports.KindContainer,
 		Pause:        true,
 		NetworkModes: []string{ports.NetworkNone, ports.NetworkHost, ports.NetworkBridge},
 		Limits:       []ports.Limit{ports.LimitCPUs, ports.LimitMemoryMB, ports.LimitPIDs},
@@ -466,7 +466,7 @@ func (r *Runtime) containerConfig(p plan, image string) (*container.Config, *con
 		"AGENT_ID=" + spec.Name,
 		"AGENT_SECRET=" + spec.Agent.Secret,
 		"MANAGEMENT_SERVER=" + p.server,
-		"AGENT_RUNTIME=container",
+		"AGENT_RUNTIME=" + string(ports.KindContainer),
 	}
 	if p.user == nobody {
 		// nobody has no home in most images; /tmp is always writable.

@@ -84,7 +84,7 @@ const RuntimeName = "host"
 func (r *Runtime) Capabilities() ports.RuntimeCapabilities {
 	return ports.RuntimeCapabilities{
 		Runtime:      RuntimeName,
-		Isolation:    ports.IsolationHost,
+		Isolation:    ports.KindHost,
 		NetworkModes: []string{ports.NetworkHost},
 	}
 }
@@ -192,7 +192,7 @@ func (r *Runtime) Provision(ctx context.Context, spec ports.EnvironmentSpec) (po
 func (r *Runtime) spawn(rec envRecord) (*proc, error) {
 	p, err := startAgent(agentLaunch{
 		binary: rec.Binary, id: rec.Name, who: "host runtime",
-		env:     agentEnv(os.Environ(), append(append([]string(nil), r.cfg.ExtraEnv...), "AGENT_RUNTIME=host"), rec.Name, rec.ServerURL, rec.Secret),
+		env:     agentEnv(os.Environ(), append(append([]string(nil), r.cfg.ExtraEnv...), "AGENT_RUNTIME="+string(ports.KindHost)), rec.Name, rec.ServerURL, rec.Secret),
 		dir:     filepath.Join(r.dir(rec.Name), "work"),
 		logPath: r.logPath(rec.Name), pidPath: r.pidPath(rec.Name),
 	})

@@ -180,7 +180,7 @@ func (r *Runtime) Relaying(name string) (running, connected bool) {
 func (r *Runtime) Capabilities() ports.RuntimeCapabilities {
 	return ports.RuntimeCapabilities{
 		Runtime:      RuntimeName,
-		Isolation:    ports.IsolationVM,
+		Isolation:    ports.KindVM,
 		Pause:        true,
 		NetworkModes: []string{networkNone, networkUser},
 		// disk_gb sizes the overlay of a disk image; pids has no VM-wide
@@ -674,7 +674,7 @@ func (r *Runtime) plan(spec ports.EnvironmentSpec) (domainPlan, func(ctx context
 	env := map[string]string{
 		"AGENT_ID":          name,
 		"AGENT_SECRET":      spec.Agent.Secret,
-		"AGENT_RUNTIME":     "vm",
+		"AGENT_RUNTIME":     string(ports.KindVM),
 		"MANAGEMENT_SERVER": "serial:///dev/virtio-ports/" + AgentChannel,
 	}
 

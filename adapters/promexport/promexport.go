@@ -12,8 +12,6 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
-var statuses = []string{"starting", "ready", "busy", "stale", "disconnected"}
-
 // agentCollector reads the registry at scrape time, so the numbers are never stale.
 type agentCollector struct {
 	dir     ports.AgentDirectory
@@ -27,13 +25,13 @@ func (c *agentCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *agentCollector) Collect(ch chan<- prometheus.Metric) {
-	counts := map[string]int{}
+	counts := map[ports.AgentStatus]int{}
 	for _, a := range c.dir.Agents() {
 		counts[a.Status]++
 		ch <- prometheus.MustNewConstMetric(c.running, prometheus.GaugeValue, float64(a.RunningCommands), a.ID)
 	}
-	for _, s := range statuses {
-		ch <- prometheus.MustNewConstMetric(c.agents, prometheus.GaugeValue, float64(counts[s]), s)
+	for _, s := range ports.AgentStatuses {
+		ch <- prometheus.MustNewConstMetric(c.agents, prometheus.GaugeValue, float64(counts[s]), string(s))
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"math"
 	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
@@ -36,8 +35,8 @@ func (s *Server) GetAgent(_ context.Context, req restapi.GetAgentRequestObject) 
 func toAgent(a ports.AgentInfo) restapi.Agent {
 	out := restapi.Agent{
 		Id:              a.ID,
-		Status:          restapi.AgentStatus(strings.ToLower(a.Status)),
-		Runtime:         restapi.AgentRuntime(strings.ToLower(a.Runtime)),
+		Status:          restapi.AgentStatus(a.Status),
+		Runtime:         restapi.AgentRuntime(a.Runtime),
 		Hostname:        a.Hostname,
 		Labels:          map[string]string{},
 		RunningCommands: a.RunningCommands,

@@ -11,7 +11,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
@@ -27,13 +26,7 @@ const dispatchRoute = "POST /api/v1/sessions/{session_id}/dispatch"
 const (
 	maxMissionIDLen     = 256
 	maxAIWGSessionIDLen = 256
-	// tsLayout is RFC 3339 in UTC with exactly millisecond precision, the
-	// format of every timestamp aiwg serve receives from an executor.
-	tsLayout = "2006-01-02T15:04:05.000Z"
 )
-
-// formatTS renders t in tsLayout.
-func formatTS(t time.Time) string { return t.UTC().Format(tsLayout) }
 
 // dispatchGate runs the checks of a dispatch that come before its body, in
 // the order openapi.yaml gives: integration configured (503), executor
@@ -369,7 +362,7 @@ func (s *Server) DispatchMission(ctx context.Context, r restapi.DispatchMissionR
 		// The state at acceptance, also for a repeated dispatch of a
 		// mission that has moved on since: the answer is the same.
 		Status:         string(ports.MissionAssigned),
-		EstimatedStart: formatTS(est),
+		EstimatedStart: ports.FormatTimestamp(est),
 	}, nil
 }
 

@@ -223,7 +223,7 @@ func toEnvironment(e environment.Environment) restapi.Environment {
 	setStr(&out.RuntimeId, e.RuntimeID)
 	setStr(&out.Image, e.Image)
 	setStr(&out.Network, e.Network)
-	setStr(&out.AgentStatus, e.AgentStatus)
+	setStr(&out.AgentStatus, string(e.AgentStatus))
 	setStr(&out.Error, e.Error)
 	if !e.ReadyAt.IsZero() {
 		out.ReadyAt = ptr(e.ReadyAt)

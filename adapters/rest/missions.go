@@ -285,7 +285,7 @@ func (s *Server) toMission(m ports.Mission) restapi.Mission {
 		Summary:        nonEmpty(m.Summary),
 		Reason:         nonEmpty(m.Reason),
 		Error:          nonEmpty(m.Error),
-		LastEvent:      nonEmpty(m.LastEvent),
+		LastEvent:      nonEmpty(string(m.LastEvent)),
 		Iteration:      ptr(m.Iteration),
 		EstimatedStart: timePtr(m.EstimatedStart),
 		CreatedAt:      m.CreatedAt.UTC(),

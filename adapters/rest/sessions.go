@@ -11,6 +11,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/core/claudefeed"
 	"github.com/agentic-sandbox/agentic-sandbox/core/session"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
 // Sessions is what the REST adapter needs of the session use case
@@ -133,9 +134,9 @@ func (s *Server) CreateSession(ctx context.Context, req restapi.CreateSessionReq
 	if b == nil {
 		return badRequest("a JSON body is required"), nil
 	}
-	spec := session.Spec{AgentID: req.AgentId, Command: b.Command, Type: session.Background}
+	spec := session.Spec{AgentID: req.AgentId, Command: b.Command, Type: ports.SessionBackground}
 	if b.Type != nil {
-		spec.Type = session.Type(*b.Type)
+		spec.Type = ports.SessionType(*b.Type)
 	}
 	if !spec.Type.Valid() {
 		return badRequest("field type: one of interactive, headless, background"), nil

@@ -18,6 +18,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/core/claudefeed"
 	"github.com/agentic-sandbox/agentic-sandbox/core/session"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
 func init() {
@@ -60,7 +61,7 @@ func TestSessionsCreateListGet(t *testing.T) {
 	if s2.Type != restapi.SessionBackground {
 		t.Fatalf("default type %q", s2.Type)
 	}
-	e.sessions.Add(session.Session{ID: "old", AgentID: "a2", Name: "x", Type: session.Headless, Command: "claude",
+	e.sessions.Add(session.Session{ID: "old", AgentID: "a2", Name: "x", Type: ports.SessionHeadless, Command: "claude",
 		State: session.Exited, ExitCode: ptr(3), CreatedAt: time.Unix(1, 0), EndedAt: time.Unix(2, 0)})
 
 	expect(t, e.call("POST", "/api/v1/agents/a1/sessions", `{"name":"dev","command":"sh"}`), 409, "session_name_taken")
@@ -119,7 +120,7 @@ func TestSessionsWithoutUseCase(t *testing.T) {
 
 func TestSessionOutputPlain(t *testing.T) {
 	e := newSessionEnv(t, 16)
-	e.sessions.Add(session.Session{ID: "s9", AgentID: "a1", Name: "b", Type: session.Background, Command: "sh", State: session.Running})
+	e.sessions.Add(session.Session{ID: "s9", AgentID: "a1", Name: "b", Type: ports.SessionBackground, Command: "sh", State: session.Running})
 	e.sessions.Output("s9", "hello world")
 
 	r := e.call("GET", "/api/v1/sessions/s9/output", "")
@@ -218,7 +219,7 @@ func readFrames(t *testing.T, br *bufio.Reader, raw *bytes.Buffer, n int) []sseF
 
 func TestSessionOutputSSE(t *testing.T) {
 	e := newSessionEnv(t, 16)
-	e.sessions.Add(session.Session{ID: "s9", AgentID: "a1", Name: "b", Type: session.Background, Command: "sh", State: session.Running})
+	e.sessions.Add(session.Session{ID: "s9", AgentID: "a1", Name: "b", Type: ports.SessionBackground, Command: "sh", State: session.Running})
 	e.sessions.Output("s9", "0123456789abcdefXYZ") // 19 bytes, 3 dropped
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -270,7 +271,7 @@ func TestSessionOutputSSE(t *testing.T) {
 
 func TestSessionOutputSSEResumesAndStopsWithClient(t *testing.T) {
 	e := newSessionEnv(t, 0)
-	e.sessions.Add(session.Session{ID: "s9", AgentID: "a1", Name: "b", Type: session.Background, Command: "sh", State: session.Running})
+	e.sessions.Add(session.Session{ID: "s9", AgentID: "a1", Name: "b", Type: ports.SessionBackground, Command: "sh", State: session.Running})
 	e.sessions.Output("s9", "abcdef")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -295,8 +296,8 @@ func TestSessionOutputSSEResumesAndStopsWithClient(t *testing.T) {
 
 func TestSessionActivity(t *testing.T) {
 	e := newSessionEnv(t, 0)
-	e.sessions.Add(session.Session{ID: "h1", AgentID: "a1", Name: "h", Type: session.Headless, Command: "claude", State: session.Running})
-	e.sessions.Add(session.Session{ID: "b1", AgentID: "a1", Name: "b", Type: session.Background, Command: "sh", State: session.Running})
+	e.sessions.Add(session.Session{ID: "h1", AgentID: "a1", Name: "h", Type: ports.SessionHeadless, Command: "claude", State: session.Running})
+	e.sessions.Add(session.Session{ID: "b1", AgentID: "a1", Name: "b", Type: ports.SessionBackground, Command: "sh", State: session.Running})
 	e.sessions.SetActivity("h1", []claudefeed.Event{
 		{Kind: claudefeed.KindInit, Seq: 1, SessionID: "cs", Model: "m", Tools: []string{"Bash"}, CWD: "/w"},
 		{Kind: claudefeed.KindToolCall, Seq: 2, ToolName: "Bash", ToolUseID: "t1", ToolInput: json.RawMessage(`{"command":"ls"}`), Text: "ls"},

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
 // Client frame types.
@@ -138,9 +140,7 @@ func DecodeClientFrame(raw []byte) (ClientFrame, error) {
 			err = need("command", f.Command)
 		}
 		if err == nil {
-			switch f.SessionTy {
-			case "", "interactive", "headless", "background":
-			default:
+			if t := ports.SessionType(f.SessionTy); t != "" && !t.Valid() {
 				err = bad("invalid_frame", "session_type must be interactive, headless or background")
 			}
 		}

@@ -316,7 +316,7 @@ func (c *conn) handle(ctx context.Context, f ClientFrame) error {
 		}
 		var out []agentView
 		for _, a := range c.srv.cfg.Agents.Agents() {
-			out = append(out, agentView{a.ID, a.Status})
+			out = append(out, agentView{a.ID, string(a.Status)})
 		}
 		c.send(ctx, listFrame{Type: FrameAgents, ID: f.ID, Agents: out})
 	case FrameListSessions:
@@ -331,7 +331,7 @@ func (c *conn) handle(ctx context.Context, f ClientFrame) error {
 		if f.Type == FrameStartShell {
 			s, err = sv.StartShell(ctx, f.AgentID, f.Name, uint16(f.Cols), uint16(f.Rows))
 		} else {
-			s, err = sv.Create(ctx, session.Spec{AgentID: f.AgentID, Name: f.Name, Type: session.Type(f.SessionTy),
+			s, err = sv.Create(ctx, session.Spec{AgentID: f.AgentID, Name: f.Name, Type: ports.SessionType(f.SessionTy),
 				Command: f.Command, Args: f.Args, Cwd: f.Cwd, Env: f.Env, PTY: f.PTY == nil || *f.PTY}, uint16(f.Cols), uint16(f.Rows))
 		}
 		if err != nil {
@@ -341,7 +341,7 @@ func (c *conn) handle(ctx context.Context, f ClientFrame) error {
 		// The creator watches from the start and controls an interactive session.
 		from := uint64(0)
 		role := session.Observer
-		if s.Type == session.Interactive {
+		if s.Type == ports.SessionInteractive {
 			role = session.Controller
 		}
 		return c.join(ctx, f.ID, s.ID, role, &from)

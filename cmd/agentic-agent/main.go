@@ -18,7 +18,8 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/agentd"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/envfile"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/procexec"
-	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
 var version = "0.1.0-dev"
@@ -46,7 +47,7 @@ func run(args, environ []string, stderr io.Writer) int {
 	// agent was configured (flag, environment or agent.env).
 	os.Unsetenv("AGENT_SECRET")
 	os.Setenv("AGENT_ID", cfg.AgentID)
-	os.Setenv("AGENT_RUNTIME", runtimeName(cfg.Runtime))
+	os.Setenv("AGENT_RUNTIME", string(agentwire.RuntimeKindFromProto(cfg.Runtime)))
 
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -125,11 +126,11 @@ func loadConfig(args, environ []string, stderr io.Writer) (agentd.Config, error)
 	if !strings.Contains(cfg.ServerURL, "://") {
 		cfg.ServerURL = "http://" + cfg.ServerURL
 	}
-	rt := src.GetDefault("AGENT_RUNTIME", "host")
-	var ok bool
-	if cfg.Runtime, ok = runtimeKinds[rt]; !ok {
+	rt := ports.RuntimeKind(src.GetDefault("AGENT_RUNTIME", string(ports.KindHost)))
+	if !rt.Valid() {
 		return cfg, fmt.Errorf("AGENT_RUNTIME %q: want host, container or vm", rt)
 	}
+	cfg.Runtime = agentwire.RuntimeKindToProto(rt)
 	if l := src.GetDefault("AGENT_LABELS", ""); l != "" {
 		cfg.Labels = map[string]string{}
 		for _, kv := range strings.Split(l, ",") {
@@ -141,19 +142,4 @@ func loadConfig(args, environ []string, stderr io.Writer) (agentd.Config, error)
 		}
 	}
 	return cfg, nil
-}
-
-var runtimeKinds = map[string]sandboxv1.RuntimeKind{
-	"host":      sandboxv1.RuntimeKind_RUNTIME_KIND_HOST,
-	"container": sandboxv1.RuntimeKind_RUNTIME_KIND_CONTAINER,
-	"vm":        sandboxv1.RuntimeKind_RUNTIME_KIND_VM,
-}
-
-func runtimeName(k sandboxv1.RuntimeKind) string {
-	for name, kind := range runtimeKinds {
-		if kind == k {
-			return name
-		}
-	}
-	return "host"
 }

@@ -39,20 +39,20 @@ type Runtimes struct {
 // environments; their tier is advertised once an agent of that kind is
 // connected (see mission.ExecutorCapabilities), since a mission can only
 // run on a connected agent.
-func (r *Runtimes) Isolations(hostAgents bool) []string {
-	var out []string
+func (r *Runtimes) Isolations(hostAgents bool) []ports.RuntimeKind {
+	var out []ports.RuntimeKind
 	if hostAgents {
-		out = append(out, ports.IsolationHost)
+		out = append(out, ports.KindHost)
 	}
 	if !r.explicit {
 		return out
 	}
 	for _, rt := range r.Available {
-		if iso := rt.Capabilities().Isolation; iso != ports.IsolationHost && !slices.Contains(out, iso) {
+		if iso := rt.Capabilities().Isolation; iso != ports.KindHost && !slices.Contains(out, iso) {
 			out = append(out, iso)
 		}
 	}
-	sort.Strings(out)
+	slices.Sort(out)
 	return out
 }
 

@@ -13,25 +13,25 @@ import (
 // tierRuntime is a runtime that only declares its isolation tier.
 type tierRuntime struct {
 	ports.Runtime
-	iso string
+	iso ports.RuntimeKind
 }
 
 func (r tierRuntime) Capabilities() ports.RuntimeCapabilities {
-	return ports.RuntimeCapabilities{Runtime: r.iso, Isolation: r.iso}
+	return ports.RuntimeCapabilities{Runtime: string(r.iso), Isolation: r.iso}
 }
 
 func TestIsolationsAdvertiseOnlyConfiguredReachableTiers(t *testing.T) {
 	host := hostsup.NewRuntime(hostsup.RuntimeConfig{StateDir: t.TempDir()})
-	avail := map[string]ports.Runtime{"host": host, "docker": tierRuntime{iso: ports.IsolationContainer}}
+	avail := map[string]ports.Runtime{"host": host, "docker": tierRuntime{iso: ports.KindContainer}}
 	unreachable := map[string]error{"libvirt": errors.New("no socket")}
 	for _, c := range []struct {
 		explicit, hostAgents bool
-		want                 []string
+		want                 []ports.RuntimeKind
 	}{
 		{false, false, nil},
-		{false, true, []string{"host"}},
-		{true, false, []string{"container"}},
-		{true, true, []string{"container", "host"}},
+		{false, true, []ports.RuntimeKind{ports.KindHost}},
+		{true, false, []ports.RuntimeKind{ports.KindContainer}},
+		{true, true, []ports.RuntimeKind{ports.KindContainer, ports.KindHost}},
 	} {
 		r := &Runtimes{Available: avail, Unreachable: unreachable, explicit: c.explicit}
 		if got := r.Isolations(c.hostAgents); !slices.Equal(got, c.want) {

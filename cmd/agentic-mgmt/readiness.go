@@ -7,9 +7,8 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/agentrpc"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/aiwg"
-	"github.com/agentic-sandbox/agentic-sandbox/adapters/hostsup"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/rest"
-	"github.com/agentic-sandbox/agentic-sandbox/core/agent"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
 // Listeners /readyz follows: each is ready only while it serves.
@@ -60,7 +59,7 @@ func (r *Readiness) Checks() []rest.ReadinessCheck {
 	if r.cfg.HostAgents > 0 {
 		connected := 0
 		for _, a := range r.agents.Agents() {
-			if a.Runtime == hostsup.RuntimeName && agent.Connected(a.Status) {
+			if a.Runtime == ports.KindHost && a.Status.Connected() {
 				connected++
 			}
 		}

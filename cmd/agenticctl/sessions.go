@@ -119,7 +119,7 @@ func (c *cli) sessionsList(args []string) int {
 
 func (c *cli) sessionsCreate(args []string) int {
 	flags := newFlags("agenticctl sessions create", c.stderr)
-	typ := flags.String("type", "background", "session type `T`: interactive, headless or background")
+	typ := flags.String("type", string(restapi.SessionBackground), "session type `T`: interactive, headless or background")
 	name := flags.String("name", "", "session `NAME`, unique among the agent's live sessions")
 	cwd := flags.String("cwd", "", "working `DIR` on the agent")
 	var envs multiFlag
@@ -141,9 +141,7 @@ func (c *cli) sessionsCreate(args []string) int {
 	if len(cmdline) == 0 || cmdline[0] == "" {
 		return c.fail("sessions create needs a command after the agent")
 	}
-	switch *typ {
-	case "interactive", "headless", "background":
-	default:
+	if !restapi.SessionType(*typ).Valid() {
 		return c.fail("--type must be interactive, headless or background, not %q", *typ)
 	}
 	t := restapi.SessionType(*typ)

@@ -36,11 +36,11 @@ func TestSessionsCreateListKill(t *testing.T) {
 		t.Fatalf("create: exit %d, %q %q", r.code, r.stdout, r.stderr)
 	}
 	specs := f.sessions.Specs()
-	if len(specs) != 1 || specs[0].Type != session.Headless || specs[0].Name != "dev" || specs[0].Command != "claude" ||
+	if len(specs) != 1 || specs[0].Type != ports.SessionHeadless || specs[0].Name != "dev" || specs[0].Command != "claude" ||
 		strings.Join(specs[0].Args, " ") != "-p hi" || specs[0].Env["A"] != "1" {
 		t.Fatalf("spec %+v", specs)
 	}
-	f.sessions.Add(session.Session{ID: "s7", AgentID: "vm-01", Name: "old", Type: session.Background, Command: "sh",
+	f.sessions.Add(session.Session{ID: "s7", AgentID: "vm-01", Name: "old", Type: ports.SessionBackground, Command: "sh",
 		State: session.Exited, ExitCode: new(int), CreatedAt: time.Unix(1, 0)})
 
 	r = f.run(t, "", "sessions", "list")
@@ -80,7 +80,7 @@ func TestSessionsCreateListKill(t *testing.T) {
 
 func TestLogs(t *testing.T) {
 	f := newSessionFixture(t, 8)
-	f.sessions.Add(session.Session{ID: "s1", AgentID: "host-01", Name: "b", Type: session.Background, Command: "sh", State: session.Running})
+	f.sessions.Add(session.Session{ID: "s1", AgentID: "host-01", Name: "b", Type: ports.SessionBackground, Command: "sh", State: session.Running})
 	f.sessions.Output("s1", "abcdefghij") // 2 bytes dropped
 	r := f.run(t, "", "logs", "s1")
 	if r.code != 0 || r.stdout != "cdefghij" || r.stderr != "" {

@@ -11,17 +11,6 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
-// Status is what operators see of an agent.
-type Status string
-
-const (
-	StatusStarting     Status = "starting"
-	StatusReady        Status = "ready"
-	StatusBusy         Status = "busy"
-	StatusStale        Status = "stale"
-	StatusDisconnected Status = "disconnected"
-)
-
 // MissedHeartbeatsForStale is how many heartbeat intervals may pass in silence
 // before a connected agent is shown as stale.
 const MissedHeartbeatsForStale = 3
@@ -41,7 +30,7 @@ const (
 type Info struct {
 	Hostname     string
 	IPAddress    string
-	Runtime      string
+	Runtime      ports.RuntimeKind
 	AgentVersion string
 	Labels       map[string]string
 	Capabilities []string
@@ -64,33 +53,25 @@ type Record struct {
 	RunningCommands int
 }
 
-// Working reports whether an agent in status s is connected and
-// heartbeating, so it can take work (a busy agent can take more).
-func Working(s string) bool { return s == string(StatusReady) || s == string(StatusBusy) }
-
-// Connected reports whether an agent in status s has a live stream, even
-// if it is still starting or has gone quiet.
-func Connected(s string) bool { return s != string(StatusDisconnected) && s != string(StatusStale) }
-
 // StatusAt derives the status of r at now.
-func StatusAt(r Record, now time.Time) Status {
+func StatusAt(r Record, now time.Time) ports.AgentStatus {
 	if !r.Connected {
-		return StatusDisconnected
+		return ports.AgentDisconnected
 	}
 	last := r.ConnectedAt
 	if r.LastHeartbeat.After(last) {
 		last = r.LastHeartbeat
 	}
 	if r.HeartbeatInterval > 0 && now.Sub(last) > MissedHeartbeatsForStale*r.HeartbeatInterval {
-		return StatusStale
+		return ports.AgentStale
 	}
 	if r.LastHeartbeat.IsZero() || r.Reported == ReportedStarting {
-		return StatusStarting
+		return ports.AgentStarting
 	}
 	if r.RunningCommands > 0 || r.Reported == ReportedBusy || r.Reported == ReportedDraining {
-		return StatusBusy
+		return ports.AgentBusy
 	}
-	return StatusReady
+	return ports.AgentReady
 }
 
 // Registry is the set of agents known to the server. Not safe for concurrent use.

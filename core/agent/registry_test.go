@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
 var t0 = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
@@ -16,20 +18,20 @@ func TestStatusAt(t *testing.T) {
 		name string
 		r    Record
 		now  time.Time
-		want Status
+		want ports.AgentStatus
 	}{
-		{"registered, no heartbeat yet", connected, t0.Add(time.Second), StatusStarting},
-		{"heartbeat, ready", with(func(r *Record) { r.LastHeartbeat = t0.Add(time.Second); r.Reported = ReportedReady }), t0.Add(2 * time.Second), StatusReady},
-		{"agent says starting", with(func(r *Record) { r.LastHeartbeat = t0; r.Reported = ReportedStarting }), t0, StatusStarting},
-		{"agent says busy", with(func(r *Record) { r.LastHeartbeat = t0; r.Reported = ReportedBusy }), t0, StatusBusy},
-		{"agent draining shows busy", with(func(r *Record) { r.LastHeartbeat = t0; r.Reported = ReportedDraining }), t0, StatusBusy},
-		{"server counts running commands", with(func(r *Record) { r.LastHeartbeat = t0; r.Reported = ReportedReady; r.RunningCommands = 2 }), t0, StatusBusy},
-		{"exactly 3 intervals silent is not stale yet", with(func(r *Record) { r.LastHeartbeat = t0; r.Reported = ReportedReady }), t0.Add(3 * hb), StatusReady},
-		{"more than 3 intervals silent is stale", with(func(r *Record) { r.LastHeartbeat = t0; r.Reported = ReportedReady }), t0.Add(3*hb + time.Millisecond), StatusStale},
-		{"stale beats busy", with(func(r *Record) { r.LastHeartbeat = t0; r.RunningCommands = 1 }), t0.Add(time.Minute), StatusStale},
-		{"never a heartbeat and silent: stale", connected, t0.Add(time.Minute), StatusStale},
-		{"disconnected beats everything", with(func(r *Record) { r.Connected = false; r.LastHeartbeat = t0; r.RunningCommands = 3 }), t0, StatusDisconnected},
-		{"no interval known: never stale", with(func(r *Record) { r.HeartbeatInterval = 0; r.LastHeartbeat = t0; r.Reported = ReportedReady }), t0.Add(time.Hour), StatusReady},
+		{"registered, no heartbeat yet", connected, t0.Add(time.Second), ports.AgentStarting},
+		{"heartbeat, ready", with(func(r *Record) { r.LastHeartbeat = t0.Add(time.Second); r.Reported = ReportedReady }), t0.Add(2 * time.Second), ports.AgentReady},
+		{"agent says starting", with(func(r *Record) { r.LastHeartbeat = t0; r.Reported = ReportedStarting }), t0, ports.AgentStarting},
+		{"agent says busy", with(func(r *Record) { r.LastHeartbeat = t0; r.Reported = ReportedBusy }), t0, ports.AgentBusy},
+		{"agent draining shows busy", with(func(r *Record) { r.LastHeartbeat = t0; r.Reported = ReportedDraining }), t0, ports.AgentBusy},
+		{"server counts running commands", with(func(r *Record) { r.LastHeartbeat = t0; r.Reported = ReportedReady; r.RunningCommands = 2 }), t0, ports.AgentBusy},
+		{"exactly 3 intervals silent is not stale yet", with(func(r *Record) { r.LastHeartbeat = t0; r.Reported = ReportedReady }), t0.Add(3 * hb), ports.AgentReady},
+		{"more than 3 intervals silent is stale", with(func(r *Record) { r.LastHeartbeat = t0; r.Reported = ReportedReady }), t0.Add(3*hb + time.Millisecond), ports.AgentStale},
+		{"stale beats busy", with(func(r *Record) { r.LastHeartbeat = t0; r.RunningCommands = 1 }), t0.Add(time.Minute), ports.AgentStale},
+		{"never a heartbeat and silent: stale", connected, t0.Add(time.Minute), ports.AgentStale},
+		{"disconnected beats everything", with(func(r *Record) { r.Connected = false; r.LastHeartbeat = t0; r.RunningCommands = 3 }), t0, ports.AgentDisconnected},
+		{"no interval known: never stale", with(func(r *Record) { r.HeartbeatInterval = 0; r.LastHeartbeat = t0; r.Reported = ReportedReady }), t0.Add(time.Hour), ports.AgentReady},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -50,7 +52,7 @@ func TestRegistryConnectionLifecycle(t *testing.T) {
 		t.Fatal("heartbeat on the live connection refused")
 	}
 	r, _ := g.Get("a")
-	if StatusAt(r, t0.Add(time.Second)) != StatusReady {
+	if StatusAt(r, t0.Add(time.Second)) != ports.AgentReady {
 		t.Fatalf("status %s", StatusAt(r, t0.Add(time.Second)))
 	}
 
@@ -77,7 +79,7 @@ func TestRegistryConnectionLifecycle(t *testing.T) {
 		t.Fatal("double disconnect accepted")
 	}
 	r, _ = g.Get("a")
-	if StatusAt(r, t0.Add(4*time.Second)) != StatusDisconnected || !r.DisconnectedAt.Equal(t0.Add(4*time.Second)) {
+	if StatusAt(r, t0.Add(4*time.Second)) != ports.AgentDisconnected || !r.DisconnectedAt.Equal(t0.Add(4*time.Second)) {
 		t.Fatalf("after disconnect: %+v", r)
 	}
 	if g.Heartbeat("a", gen2, ReportedReady, t0.Add(5*time.Second)) {
@@ -150,14 +152,4 @@ func ids(rs []Record) []string {
 		out[i] = r.ID
 	}
 	return out
-}
-
-func TestWorking(t *testing.T) {
-	for s, want := range map[Status]bool{
-		StatusStarting: false, StatusReady: true, StatusBusy: true, StatusStale: false, StatusDisconnected: false,
-	} {
-		if got := Working(string(s)); got != want {
-			t.Errorf("Working(%s) = %v, want %v", s, got, want)
-		}
-	}
 }

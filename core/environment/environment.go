@@ -41,7 +41,7 @@ type Environment struct {
 	Network     string
 	Resources   ports.Resources
 	AgentID     string
-	AgentStatus string
+	AgentStatus ports.AgentStatus
 	CreatedAt   time.Time
 	ReadyAt     time.Time
 	// ProvisionTime is request → agent ready (zero until ready).

@@ -17,7 +17,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentic-sandbox/agentic-sandbox/core/agent"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -217,7 +216,7 @@ func (s *Service) awaitAgent(ctx context.Context, name, runtime string, requeste
 
 func (s *Service) connected(name string) bool {
 	a, ok := s.cfg.Agents.Agent(name)
-	return ok && agent.Working(a.Status)
+	return ok && a.Status.Working()
 }
 
 // markReady records that the environment's agent is connected; the first

@@ -29,7 +29,7 @@ func newFakeRuntime() *fakeRuntime {
 }
 
 func (r *fakeRuntime) Capabilities() ports.RuntimeCapabilities {
-	return ports.RuntimeCapabilities{Runtime: "fake", Isolation: ports.IsolationContainer, NetworkModes: []string{"none"}}
+	return ports.RuntimeCapabilities{Runtime: "fake", Isolation: ports.KindContainer, NetworkModes: []string{"none"}}
 }
 func (r *fakeRuntime) Ping(context.Context) error { return nil }
 func (r *fakeRuntime) Provision(_ context.Context, spec ports.EnvironmentSpec) (ports.Environment, error) {
@@ -99,7 +99,7 @@ func (a *fakeAgents) Agent(id string) (ports.AgentInfo, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	st, ok := a.status[id]
-	return ports.AgentInfo{ID: id, Status: st}, ok
+	return ports.AgentInfo{ID: id, Status: ports.AgentStatus(st)}, ok
 }
 func (a *fakeAgents) set(id, st string) {
 	a.mu.Lock()

@@ -135,7 +135,7 @@ func TestDispatchStoresBeforeAssignedEventAndStartsSession(t *testing.T) {
 	var order []string
 	for _, e := range h.log.snapshot() {
 		if e.MissionID == "m1" {
-			order = append(order, e.Kind+":"+string(e.State)+e.Event)
+			order = append(order, e.Kind+":"+string(e.State)+string(e.Event))
 		}
 	}
 	if want := []string{"put:assigned", "append:mission.assigned", "start:"}; !reflect.DeepEqual(order, want) {

@@ -23,8 +23,8 @@ type logEntry struct {
 	Kind      string // "put", "append", "start", "kill", "stdin"
 	MissionID string
 	State     ports.MissionState // put
-	LastEvent string             // put
-	Event     string             // append
+	LastEvent ports.EventType    // put
+	Event     ports.EventType    // append
 	CommandID string             // start, kill, stdin
 }
 
@@ -273,12 +273,12 @@ func (o *fakeOutbox) of(missionID string) []ports.Event {
 func (o *fakeOutbox) types(missionID string) []string {
 	var out []string
 	for _, e := range o.of(missionID) {
-		out = append(out, e.Type)
+		out = append(out, string(e.Type))
 	}
 	return out
 }
 
-func (o *fakeOutbox) count(missionID, typ string) int {
+func (o *fakeOutbox) count(missionID string, typ ports.EventType) int {
 	n := 0
 	for _, e := range o.of(missionID) {
 		if e.Type == typ {
@@ -547,7 +547,7 @@ func (d *fakeDir) set(agents ...ports.AgentInfo) {
 }
 
 func agentInfo(id, status string, load int) ports.AgentInfo {
-	return ports.AgentInfo{ID: id, Status: status, Runtime: "host", System: ports.SystemInfo{Arch: "amd64"}, RunningCommands: load}
+	return ports.AgentInfo{ID: id, Status: ports.AgentStatus(status), Runtime: ports.KindHost, System: ports.SystemInfo{Arch: "amd64"}, RunningCommands: load}
 }
 
 // ---------------------------------------------------------------------------
@@ -693,7 +693,7 @@ func (h *harness) mission(id string) ports.Mission {
 }
 
 // waitEvent waits for the n-th (default first) event of type typ of a mission.
-func (h *harness) waitEvent(missionID, typ string, nth ...int) ports.Event {
+func (h *harness) waitEvent(missionID string, typ ports.EventType, nth ...int) ports.Event {
 	h.t.Helper()
 	n := 1
 	if len(nth) > 0 {

@@ -320,13 +320,13 @@ func TestEventsInOrderAcrossConcurrentMissions(t *testing.T) {
 	wg.Wait()
 	for i := range n {
 		id := fmt.Sprintf("m%02d", i)
-		end := "mission.completed"
+		end := ports.EventCompleted
 		if i%2 == 1 {
-			end = "mission.failed"
+			end = ports.EventFailed
 		}
 		h.waitEvent(id, end)
 		types := h.outbox.types(id)
-		if types[0] != "mission.assigned" || types[1] != "mission.started" || types[len(types)-1] != end {
+		if types[0] != "mission.assigned" || types[1] != "mission.started" || types[len(types)-1] != string(end) {
 			t.Errorf("%s: events = %v", id, types)
 		}
 		for _, typ := range types[2 : len(types)-1] {
@@ -337,7 +337,7 @@ func TestEventsInOrderAcrossConcurrentMissions(t *testing.T) {
 		// The store's sequence of states announces the same events, in the same order.
 		var stored []string
 		for _, p := range h.store.putsOf(id) {
-			stored = append(stored, p.LastEvent)
+			stored = append(stored, string(p.LastEvent))
 		}
 		if !reflect.DeepEqual(stored, types) {
 			t.Errorf("%s: stored %v, emitted %v", id, stored, types)

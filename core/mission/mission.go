@@ -12,21 +12,6 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
-// Event types of the executor stream.
-const (
-	EventAssigned     = "mission.assigned"
-	EventStarted      = "mission.started"
-	EventProgress     = "mission.progress"
-	EventHITLRequired = "mission.hitl_required"
-	EventResumed      = "mission.resumed"
-	EventSuspended    = "mission.suspended"
-	EventReconnected  = "mission.reconnected"
-	EventCompleted    = "mission.completed"
-	EventFailed       = "mission.failed"
-	EventAborted      = "mission.aborted"
-	EventResync       = "executor.resync"
-)
-
 // ProtocolVersion is the executor contract version spoken here.
 const ProtocolVersion = "1.0.0"
 
@@ -82,7 +67,7 @@ func move(m *ports.Mission, to ports.MissionState, now time.Time) error {
 	return nil
 }
 
-func event(m *ports.Mission, typ string, now time.Time, data map[string]any) ports.Event {
+func event(m *ports.Mission, typ ports.EventType, now time.Time, data map[string]any) ports.Event {
 	m.LastEvent, m.LastEventAt, m.LastEventData = typ, now, data
 	return ports.Event{Type: typ, MissionID: m.ID, TS: now, Data: data}
 }
@@ -93,11 +78,6 @@ func LastEventOf(m ports.Mission) (ports.Event, bool) {
 		return ports.Event{}, false // a record from before events were kept with the state
 	}
 	return ports.Event{Type: m.LastEvent, MissionID: m.ID, TS: m.LastEventAt, Data: m.LastEventData}, true
-}
-
-// FormatTS renders t as the contract wants: RFC 3339, UTC, exactly milliseconds.
-func FormatTS(t time.Time) string {
-	return t.UTC().Truncate(time.Millisecond).Format("2006-01-02T15:04:05.000Z")
 }
 
 // Assign creates the mission for an accepted dispatch routed to agentID.
@@ -117,7 +97,7 @@ func Assign(d ports.DispatchRequest, agentID string, now, estimatedStart time.Ti
 		CreatedAt:      now,
 		UpdatedAt:      now,
 	}
-	ev := event(&m, EventAssigned, now, map[string]any{"state": string(ports.MissionAssigned), "estimated_start": FormatTS(estimatedStart)})
+	ev := event(&m, ports.EventAssigned, now, map[string]any{"state": string(ports.MissionAssigned), "estimated_start": ports.FormatTimestamp(estimatedStart)})
 	return m, ev
 }
 
@@ -132,7 +112,7 @@ func Start(m ports.Mission, agentRuntime, sessionID string, now time.Time) (port
 	m.AgentRuntime = agentRuntime
 	m.SessionID = sessionID
 	m.StartedAt = now
-	return m, event(&m, EventStarted, now, map[string]any{"state": string(ports.MissionRunning), "agent_runtime": agentRuntime, "pty_session_id": sessionID}), nil
+	return m, event(&m, ports.EventStarted, now, map[string]any{"state": string(ports.MissionRunning), "agent_runtime": agentRuntime, "pty_session_id": sessionID}), nil
 }
 
 // Progress emits mission.progress for new output, at most once per
@@ -145,7 +125,7 @@ func Progress(m ports.Mission, lastLine, summary string, now time.Time) (ports.M
 	m.LastProgressAt = now
 	m.Summary = summary
 	m.UpdatedAt = now
-	return m, event(&m, EventProgress, now, map[string]any{"phase": progressPhase, "summary": lastLine, "iteration": m.Iteration}), true
+	return m, event(&m, ports.EventProgress, now, map[string]any{"phase": progressPhase, "summary": lastLine, "iteration": m.Iteration}), true
 }
 
 // RequireHITL records that the session waits for a human.
@@ -159,7 +139,7 @@ func RequireHITL(m ports.Mission, req ports.HITLRequest, now time.Time) (ports.M
 }
 
 func hitlEvent(m *ports.Mission, now time.Time) ports.Event {
-	return event(m, EventHITLRequired, now, map[string]any{"hitl_id": m.HITL.ID, "prompt": m.HITL.Prompt, "context": m.HITL.Context})
+	return event(m, ports.EventHITLRequired, now, map[string]any{"hitl_id": m.HITL.ID, "prompt": m.HITL.Prompt, "context": m.HITL.Context})
 }
 
 // AnswerHITL records that the answer to hitlID was written to the session.
@@ -171,7 +151,7 @@ func AnswerHITL(m ports.Mission, hitlID string, now time.Time) (ports.Mission, p
 		return m, ports.Event{}, err
 	}
 	m.HITL = nil
-	return m, event(&m, EventResumed, now, map[string]any{"state": string(ports.MissionRunning), "resumed_from": ResumedFromHITL}), nil
+	return m, event(&m, ports.EventResumed, now, map[string]any{"state": string(ports.MissionRunning), "resumed_from": ResumedFromHITL}), nil
 }
 
 // Suspend records a shutdown of agentic-mgmt; the process goes on.
@@ -180,7 +160,7 @@ func Suspend(m ports.Mission, checkpointID string, now time.Time) (ports.Mission
 		return m, ports.Event{}, err
 	}
 	m.CheckpointID = checkpointID
-	return m, event(&m, EventSuspended, now, map[string]any{"state": string(ports.MissionSuspended), "checkpoint_id": checkpointID, "reason": ReasonShutdown}), nil
+	return m, event(&m, ports.EventSuspended, now, map[string]any{"state": string(ports.MissionSuspended), "checkpoint_id": checkpointID, "reason": ReasonShutdown}), nil
 }
 
 // Finish records how the objective's process ended. A zero exit completes
@@ -201,7 +181,7 @@ func Finish(m ports.Mission, r ports.CommandResult, summary string, now time.Tim
 		code := 0
 		m.ExitCode = &code
 		m.Summary = summary
-		return m, event(&m, EventCompleted, now, map[string]any{"state": completedStateWording, "exit_code": 0, "summary": summary}), nil
+		return m, event(&m, ports.EventCompleted, now, map[string]any{"state": completedStateWording, "exit_code": 0, "summary": summary}), nil
 	}
 	code := r.ExitCode
 	reason, msg := ReasonNonZeroExit, fmt.Sprintf("objective exited with code %d", code)
@@ -235,7 +215,7 @@ func Fail(m ports.Mission, reason, msg string, exitCode *int, summary string, no
 	if summary != "" {
 		data["summary"] = summary
 	}
-	return m, event(&m, EventFailed, now, data), nil
+	return m, event(&m, ports.EventFailed, now, data), nil
 }
 
 // Abort ends the mission because an operator killed its session.
@@ -244,7 +224,7 @@ func Abort(m ports.Mission, reason string, now time.Time) (ports.Mission, ports.
 		return m, ports.Event{}, err
 	}
 	m.Reason = reason
-	return m, event(&m, EventAborted, now, map[string]any{"state": string(ports.MissionAborted), "aborted_by": AbortedByOperator, "reason": reason}), nil
+	return m, event(&m, ports.EventAborted, now, map[string]any{"state": string(ports.MissionAborted), "aborted_by": AbortedByOperator, "reason": reason}), nil
 }
 
 // Owned returns the non-terminal missions, oldest first: what the executor
@@ -272,13 +252,13 @@ func Resync(missions []ports.Mission, newCheckpoint func() string, now time.Time
 	for _, m := range owned {
 		ids = append(ids, m.ID)
 	}
-	resync = ports.Event{Type: EventResync, TS: now, Data: map[string]any{"owned_mission_ids": ids, "protocol_version": ProtocolVersion}}
+	resync = ports.Event{Type: ports.EventResync, TS: now, Data: map[string]any{"owned_mission_ids": ids, "protocol_version": ProtocolVersion}}
 	for _, m := range owned {
 		orig := m
 		if m.CheckpointID == "" {
 			m.CheckpointID = newCheckpoint()
 		}
-		pairs = append(pairs, event(&m, EventReconnected, now, map[string]any{"checkpoint_id": m.CheckpointID}))
+		pairs = append(pairs, event(&m, ports.EventReconnected, now, map[string]any{"checkpoint_id": m.CheckpointID}))
 		if m.State == ports.MissionAssigned {
 			// Not started yet: saying it runs would be untrue (it may never).
 			if m.CheckpointID != orig.CheckpointID || m.LastEvent != orig.LastEvent {
@@ -287,7 +267,7 @@ func Resync(missions []ports.Mission, newCheckpoint func() string, now time.Time
 			}
 			continue
 		}
-		pairs = append(pairs, event(&m, EventResumed, now, map[string]any{"state": string(ports.MissionRunning), "resumed_from": ResumedFromSuspended}))
+		pairs = append(pairs, event(&m, ports.EventResumed, now, map[string]any{"state": string(ports.MissionRunning), "resumed_from": ResumedFromSuspended}))
 		switch m.State {
 		case ports.MissionSuspended:
 			_ = move(&m, ports.MissionRunning, now) // always allowed from suspended

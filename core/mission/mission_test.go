@@ -32,36 +32,36 @@ func TestEveryTransition(t *testing.T) {
 	ops := []struct {
 		name  string
 		to    ports.MissionState
-		event string
+		event ports.EventType
 		from  []ports.MissionState // states it is allowed from
 		do    func(ports.Mission) (ports.Mission, ports.Event, error)
 	}{
-		{"start", ports.MissionRunning, EventStarted, []ports.MissionState{ports.MissionAssigned},
+		{"start", ports.MissionRunning, ports.EventStarted, []ports.MissionState{ports.MissionAssigned},
 			func(m ports.Mission) (ports.Mission, ports.Event, error) { return Start(m, "host", "s1", now) }},
-		{"require hitl", ports.MissionHITLRequired, EventHITLRequired, []ports.MissionState{ports.MissionRunning},
+		{"require hitl", ports.MissionHITLRequired, ports.EventHITLRequired, []ports.MissionState{ports.MissionRunning},
 			func(m ports.Mission) (ports.Mission, ports.Event, error) {
 				return RequireHITL(m, ports.HITLRequest{ID: "h2", Prompt: "ok?"}, now)
 			}},
-		{"answer hitl", ports.MissionRunning, EventResumed, []ports.MissionState{ports.MissionHITLRequired},
+		{"answer hitl", ports.MissionRunning, ports.EventResumed, []ports.MissionState{ports.MissionHITLRequired},
 			func(m ports.Mission) (ports.Mission, ports.Event, error) { return AnswerHITL(m, "h1", now) }},
-		{"suspend", ports.MissionSuspended, EventSuspended, []ports.MissionState{ports.MissionAssigned, ports.MissionRunning, ports.MissionHITLRequired},
+		{"suspend", ports.MissionSuspended, ports.EventSuspended, []ports.MissionState{ports.MissionAssigned, ports.MissionRunning, ports.MissionHITLRequired},
 			func(m ports.Mission) (ports.Mission, ports.Event, error) { return Suspend(m, "c1", now) }},
-		{"finish ok", ports.MissionCompleted, EventCompleted, []ports.MissionState{ports.MissionRunning, ports.MissionHITLRequired, ports.MissionSuspended},
+		{"finish ok", ports.MissionCompleted, ports.EventCompleted, []ports.MissionState{ports.MissionRunning, ports.MissionHITLRequired, ports.MissionSuspended},
 			func(m ports.Mission) (ports.Mission, ports.Event, error) {
 				if m.State == ports.MissionAssigned {
 					return m, ports.Event{}, ErrIllegalTransition // covered by "finish before start"
 				}
 				return Finish(m, ports.CommandResult{ExitCode: 0}, "done", now)
 			}},
-		{"finish non-zero", ports.MissionFailed, EventFailed, []ports.MissionState{ports.MissionAssigned, ports.MissionRunning, ports.MissionHITLRequired, ports.MissionSuspended},
+		{"finish non-zero", ports.MissionFailed, ports.EventFailed, []ports.MissionState{ports.MissionAssigned, ports.MissionRunning, ports.MissionHITLRequired, ports.MissionSuspended},
 			func(m ports.Mission) (ports.Mission, ports.Event, error) {
 				return Finish(m, ports.CommandResult{ExitCode: 3}, "", now)
 			}},
-		{"fail", ports.MissionFailed, EventFailed, []ports.MissionState{ports.MissionAssigned, ports.MissionRunning, ports.MissionHITLRequired, ports.MissionSuspended},
+		{"fail", ports.MissionFailed, ports.EventFailed, []ports.MissionState{ports.MissionAssigned, ports.MissionRunning, ports.MissionHITLRequired, ports.MissionSuspended},
 			func(m ports.Mission) (ports.Mission, ports.Event, error) {
 				return Fail(m, ReasonSessionLost, "gone", nil, "", now)
 			}},
-		{"abort", ports.MissionAborted, EventAborted, []ports.MissionState{ports.MissionAssigned, ports.MissionRunning, ports.MissionHITLRequired, ports.MissionSuspended},
+		{"abort", ports.MissionAborted, ports.EventAborted, []ports.MissionState{ports.MissionAssigned, ports.MissionRunning, ports.MissionHITLRequired, ports.MissionSuspended},
 			func(m ports.Mission) (ports.Mission, ports.Event, error) { return Abort(m, "killed", now) }},
 	}
 	for _, op := range ops {
@@ -133,7 +133,7 @@ func TestEventData(t *testing.T) {
 	est := t0.Add(50 * time.Millisecond)
 	m, ev := Assign(ports.DispatchRequest{MissionID: "m1", Objective: "true", RequestHash: "h"}, "host-01", t0, est)
 	want := map[string]any{"state": "assigned", "estimated_start": "2026-05-09T07:13:22.173Z"}
-	if ev.Type != EventAssigned || !reflect.DeepEqual(ev.Data, want) || m.State != ports.MissionAssigned || m.AgentID != "host-01" {
+	if ev.Type != ports.EventAssigned || !reflect.DeepEqual(ev.Data, want) || m.State != ports.MissionAssigned || m.AgentID != "host-01" {
 		t.Fatalf("assign: %+v %+v", m, ev)
 	}
 	m, ev, _ = Start(m, "host", "cmd-1", t0)
@@ -210,7 +210,7 @@ func TestFormatTS(t *testing.T) {
 		{time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), "2026-01-02T03:04:05.000Z"},
 		{time.Date(2026, 1, 2, 3, 4, 5, 120000000, time.FixedZone("x", 3600)), "2026-01-02T02:04:05.120Z"},
 	} {
-		if got := FormatTS(tc.in); got != tc.want {
+		if got := ports.FormatTimestamp(tc.in); got != tc.want {
 			t.Errorf("FormatTS(%v) = %s, want %s", tc.in, got, tc.want)
 		}
 	}
@@ -226,7 +226,7 @@ func TestResync(t *testing.T) {
 	}
 	n := 0
 	resync, pairs, changed := Resync(ms, func() string { n++; return "ck-new" }, t0)
-	if resync.Type != EventResync || resync.MissionID != "" {
+	if resync.Type != ports.EventResync || resync.MissionID != "" {
 		t.Fatalf("resync event %+v", resync)
 	}
 	if ids := resync.Data["owned_mission_ids"]; !reflect.DeepEqual(ids, []string{"a-run", "b-susp", "c-hitl"}) || resync.Data["protocol_version"] != "1.0.0" {
@@ -234,7 +234,7 @@ func TestResync(t *testing.T) {
 	}
 	var got []string
 	for _, e := range pairs {
-		got = append(got, e.MissionID+" "+e.Type)
+		got = append(got, e.MissionID+" "+string(e.Type))
 	}
 	want := []string{
 		"a-run mission.reconnected", "a-run mission.resumed",
@@ -309,15 +309,15 @@ func TestRoute(t *testing.T) {
 func TestExecutorCapabilities(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
-		isolations []string
+		isolations []ports.RuntimeKind
 		claude     bool
 		agents     []Candidate
 		want       []string
 	}{
 		{"nothing configured", nil, false, nil, []string{"hitl", "platform:linux/x64", "resumable"}},
-		{"host supervisor", []string{"host"}, false, nil, []string{"hitl", "isolation:host", "platform:linux/x64", "resumable"}},
-		{"claude on the host", []string{"host"}, true, nil, []string{"hitl", "isolation:host", "platform:linux/x64", "resumable", "runtime:claude-code"}},
-		{"docker and libvirt reachable", []string{"container", "vm"}, false, nil, []string{"hitl", "isolation:container", "isolation:vm", "platform:linux/x64", "resumable"}},
+		{"host supervisor", []ports.RuntimeKind{ports.KindHost}, false, nil, []string{"hitl", "isolation:host", "platform:linux/x64", "resumable"}},
+		{"claude on the host", []ports.RuntimeKind{ports.KindHost}, true, nil, []string{"hitl", "isolation:host", "platform:linux/x64", "resumable", "runtime:claude-code"}},
+		{"docker and libvirt reachable", []ports.RuntimeKind{ports.KindContainer, ports.KindVM}, false, nil, []string{"hitl", "isolation:container", "isolation:vm", "platform:linux/x64", "resumable"}},
 		{"a connected vm agent with claude", nil, false, []Candidate{{ID: "vm-1", Status: "ready", Runtime: "vm", Capabilities: []string{"claude"}}},
 			[]string{"hitl", "isolation:vm", "platform:linux/x64", "resumable", "runtime:claude-code"}},
 		{"a disconnected container agent counts for nothing", nil, false, []Candidate{{ID: "c-1", Status: "disconnected", Runtime: "container"}},
@@ -339,11 +339,11 @@ func TestResyncKeepsAQuestionOpenAcrossRestart(t *testing.T) {
 	m := ports.Mission{ID: "q", State: ports.MissionSuspended, CheckpointID: "ck", CreatedAt: t0,
 		HITL: &ports.HITLRequest{ID: "h1", Prompt: "Proceed? [y/N]"}}
 	_, pairs, changed := Resync([]ports.Mission{m}, nil, t0)
-	var got []string
+	var got []ports.EventType
 	for _, e := range pairs {
 		got = append(got, e.Type)
 	}
-	if !reflect.DeepEqual(got, []string{EventReconnected, EventResumed, EventHITLRequired}) {
+	if !reflect.DeepEqual(got, []ports.EventType{ports.EventReconnected, ports.EventResumed, ports.EventHITLRequired}) {
 		t.Fatalf("events %v", got)
 	}
 	if len(changed) != 1 || changed[0].State != ports.MissionHITLRequired || changed[0].HITL == nil || pairs[2].Data["hitl_id"] != "h1" {
@@ -357,7 +357,7 @@ func TestResyncOfAMissionNotStartedYet(t *testing.T) {
 	if ids := resync.Data["owned_mission_ids"]; !reflect.DeepEqual(ids, []string{"a"}) {
 		t.Fatalf("owned %v", ids)
 	}
-	if len(pairs) != 1 || pairs[0].Type != EventReconnected {
+	if len(pairs) != 1 || pairs[0].Type != ports.EventReconnected {
 		t.Fatalf("pairs %+v: an assigned mission must not be announced as running", pairs)
 	}
 	if len(changed) != 1 || changed[0].State != ports.MissionAssigned || changed[0].CheckpointID != "ck" {

@@ -6,7 +6,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/agentic-sandbox/agentic-sandbox/core/agent"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -19,8 +18,8 @@ var (
 // Candidate is an agent as routing sees it.
 type Candidate struct {
 	ID           string
-	Status       string
-	Runtime      string
+	Status       ports.AgentStatus
+	Runtime      ports.RuntimeKind
 	Arch         string
 	Capabilities []string // tools the agent found, e.g. "claude", "tmux"
 	Load         int
@@ -28,18 +27,13 @@ type Candidate struct {
 
 // accepting reports whether an agent can take new work: connected and
 // heartbeating (a busy agent can run more than one mission).
-func accepting(c Candidate) bool { return agent.Working(c.Status) }
+func accepting(c Candidate) bool { return c.Status.Working() }
 
 // AgentCapabilities is what a mission can ask of an agent, in the contract's vocabulary.
 func AgentCapabilities(c Candidate) []string {
 	caps := []string{"resumable", "hitl", "platform:linux/" + PlatformArch(c.Arch)}
-	switch c.Runtime {
-	case "host":
-		caps = append(caps, "isolation:host")
-	case "container":
-		caps = append(caps, "isolation:container")
-	case "vm":
-		caps = append(caps, "isolation:vm")
+	if c.Runtime.Valid() {
+		caps = append(caps, "isolation:"+string(c.Runtime))
 	}
 	if slices.Contains(c.Capabilities, "claude") {
 		caps = append(caps, "runtime:claude-code")
@@ -114,16 +108,16 @@ func sortByCreation(ms []ports.Mission) {
 // that kind is configured and reachable (isolations: "host" for the host
 // supervisor, "container", "vm") or has a connected agent;
 // runtime:claude-code only when claude is on the host or an agent reports it.
-func ExecutorCapabilities(goarch string, isolations []string, claudeOnHost bool, agents []Candidate) []string {
+func ExecutorCapabilities(goarch string, isolations []ports.RuntimeKind, claudeOnHost bool, agents []Candidate) []string {
 	set := map[string]bool{"platform:linux/" + PlatformArch(goarch): true, "resumable": true, "hitl": true}
 	for _, iso := range isolations {
-		set["isolation:"+iso] = true
+		set["isolation:"+string(iso)] = true
 	}
 	if claudeOnHost {
 		set["runtime:claude-code"] = true
 	}
 	for _, a := range agents {
-		if a.Status == "disconnected" {
+		if a.Status == ports.AgentDisconnected {
 			continue
 		}
 		for _, c := range AgentCapabilities(a) {

@@ -216,8 +216,9 @@ func (s *Service) requeueLastEvents(ms []ports.Mission) error {
 		return fmt.Errorf("reading the event outbox: %w", err)
 	}
 	type key struct {
-		mission, event string
-		at             int64
+		mission string
+		event   ports.EventType
+		at      int64
 	}
 	held := make(map[key]bool, len(queued))
 	for _, e := range queued {

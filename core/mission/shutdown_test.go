@@ -210,7 +210,7 @@ func TestKillDuringSuspendKeepsStoreAndEventsInStep(t *testing.T) {
 		}
 	}
 	st, _ := h.store.get("m1")
-	if last := types[len(types)-1]; st.LastEvent != last || st.State != h.mission("m1").State {
+	if last := types[len(types)-1]; string(st.LastEvent) != last || st.State != h.mission("m1").State {
 		t.Errorf("stored state %q (last event %s), in memory %q, last emitted %s", st.State, st.LastEvent, h.mission("m1").State, last)
 	}
 }
@@ -353,7 +353,7 @@ func TestResyncAfterRestart(t *testing.T) {
 	}
 	var got []string
 	for _, e := range pairs {
-		got = append(got, e.MissionID+" "+e.Type)
+		got = append(got, e.MissionID+" "+string(e.Type))
 	}
 	want := []string{
 		"zeta mission.reconnected", "zeta mission.resumed",
@@ -450,7 +450,7 @@ func TestResyncWithLiveMissions(t *testing.T) {
 	}
 	var got []string
 	for _, e := range pairs {
-		got = append(got, e.MissionID+" "+e.Type)
+		got = append(got, e.MissionID+" "+string(e.Type))
 	}
 	want := []string{"m1 mission.reconnected", "m1 mission.resumed", "m2 mission.reconnected", "m2 mission.resumed", "m2 mission.hitl_required"}
 	if !reflect.DeepEqual(got, want) {
@@ -487,7 +487,7 @@ func TestHITLSurvivesSuspendAndRestart(t *testing.T) {
 	}
 	var types []string
 	for _, e := range pairs {
-		types = append(types, e.Type)
+		types = append(types, string(e.Type))
 	}
 	if got := h.mission("m1"); got.State != ports.MissionHITLRequired {
 		t.Errorf("after restart and resync: state %q, HITL %+v, pairs %v; want hitl_required with %s announced again",

@@ -1,6 +1,10 @@
 package session
 
-import "time"
+import (
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
 
 // Reported is one session an agent says it runs, in its session report on
 // every (re)connect.
@@ -12,7 +16,7 @@ type Reported struct {
 	// AgentNamePrefix + session name for ours.
 	AgentName string
 	// Type as recorded on the agent; unknown types are adopted as Background.
-	Type      Type
+	Type      ports.SessionType
 	Command   string
 	PTY       bool
 	StartedAt time.Time
@@ -137,7 +141,7 @@ func (r *Registry) Reconcile(agentID string, reports []Reported, now time.Time) 
 		}
 		typ := rep.Type
 		if !typ.Valid() {
-			typ = Background
+			typ = ports.SessionBackground
 		}
 		started := rep.StartedAt
 		if started.IsZero() {
@@ -145,7 +149,7 @@ func (r *Registry) Reconcile(agentID string, reports []Reported, now time.Time) 
 		}
 		r.insert(Session{
 			ID: id, AgentID: agentID, Name: name, Type: typ, Command: rep.Command,
-			PTY: rep.PTY || typ == Interactive, State: Running, Adopted: true,
+			PTY: rep.PTY || typ == ports.SessionInteractive, State: Running, Adopted: true,
 			CreatedAt: started, StartedAt: started,
 		})
 		out = append(out, Decision{Action: Adopt, SessionID: id, AgentName: rep.AgentName})

@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
 func TestReconcile(t *testing.T) {
@@ -27,20 +29,20 @@ func TestReconcile(t *testing.T) {
 
 	agentStart := t0.Add(time.Minute)
 	reports := []Reported{
-		{ID: running.ID, AgentName: "as-running", Type: Interactive},
-		{AgentName: "as-starting", Type: Interactive, StartedAt: agentStart},
-		{ID: ended.ID, AgentName: "as-ended", Type: Interactive},
-		{ID: running.ID, AgentName: "as-running", Type: Interactive}, // repeated: ignored
-		{ID: running.ID, AgentName: "as-copy", Type: Interactive},    // one id, two processes
-		{ID: moved.ID, AgentName: "as-moved2", Type: Interactive},
-		{ID: "y", AgentName: "as-moved", Type: Interactive}, // name held by the kept "moved"
-		{ID: "prev-1", AgentName: "as-adopted", Type: Background, Command: "npm", StartedAt: agentStart},
+		{ID: running.ID, AgentName: "as-running", Type: ports.SessionInteractive},
+		{AgentName: "as-starting", Type: ports.SessionInteractive, StartedAt: agentStart},
+		{ID: ended.ID, AgentName: "as-ended", Type: ports.SessionInteractive},
+		{ID: running.ID, AgentName: "as-running", Type: ports.SessionInteractive},
+		{ID: running.ID, AgentName: "as-copy", Type: ports.SessionInteractive},
+		{ID: moved.ID, AgentName: "as-moved2", Type: ports.SessionInteractive},
+		{ID: "y", AgentName: "as-moved", Type: ports.SessionInteractive},
+		{ID: "prev-1", AgentName: "as-adopted", Type: ports.SessionBackground, Command: "npm", StartedAt: agentStart},
 		{AgentName: "as-noid", Type: "weird"},
 		{AgentName: "vim-leftover"},
 		{ID: "x", AgentName: "as-running"}, // repeated agent-side name: ignored
-		{ID: "new-clash", AgentName: "as-clash", Type: Interactive},
-		{ID: other.ID, AgentName: "as-elsewhere", Type: Interactive}, // id of a2's session
-		{ID: "../evil", AgentName: "as-evil", Type: Interactive},
+		{ID: "new-clash", AgentName: "as-clash", Type: ports.SessionInteractive},
+		{ID: other.ID, AgentName: "as-elsewhere", Type: ports.SessionInteractive},
+		{ID: "../evil", AgentName: "as-evil", Type: ports.SessionInteractive},
 	}
 	got := r.Reconcile("a1", reports, now)
 	want := []Decision{
@@ -75,11 +77,11 @@ func TestReconcile(t *testing.T) {
 		t.Fatal("states of kept, ended or other-agent sessions changed")
 	}
 	ad, _ := r.Get("prev-1")
-	if !ad.Adopted || ad.State != Running || ad.Name != "adopted" || ad.Type != Background || ad.Command != "npm" ||
+	if !ad.Adopted || ad.State != Running || ad.Name != "adopted" || ad.Type != ports.SessionBackground || ad.Command != "npm" ||
 		!ad.StartedAt.Equal(agentStart) || ad.AgentID != "a1" {
 		t.Fatalf("adopted: %+v", ad)
 	}
-	if s, _ := r.Get("s9"); s.Type != Background || !s.StartedAt.Equal(now) {
+	if s, _ := r.Get("s9"); s.Type != ports.SessionBackground || !s.StartedAt.Equal(now) {
 		t.Fatalf("adopted with unknown type: %+v", s)
 	}
 	if s, _ := r.Get("s11"); s.Name != "evil" || !s.PTY {
@@ -126,8 +128,8 @@ func TestReconcile(t *testing.T) {
 func TestReconcileAfterServerRestart(t *testing.T) {
 	r := newReg()
 	got := r.Reconcile("a1", []Reported{
-		{ID: "0194-aaaa", AgentName: "as-dev", Type: Interactive},
-		{ID: "0194-bbbb", AgentName: "as-build", Type: Background},
+		{ID: "0194-aaaa", AgentName: "as-dev", Type: ports.SessionInteractive},
+		{ID: "0194-bbbb", AgentName: "as-build", Type: ports.SessionBackground},
 		{AgentName: "tmux-0"},
 	}, t0)
 	want := []Decision{

@@ -14,7 +14,7 @@ type Spec struct {
 	AgentID string
 	// Name is optional: empty gets "<type>-<first 8 chars of the id>".
 	Name    string
-	Type    Type
+	Type    ports.SessionType
 	Command string
 	Args    []string
 	Cwd     string
@@ -53,7 +53,7 @@ func (r *Registry) Create(spec Spec, now time.Time) (Session, error) {
 	if spec.AgentID == "" {
 		return Session{}, fmt.Errorf("%w: no agent", ErrInvalidSpec)
 	}
-	if spec.Type != Interactive && spec.Command == "" {
+	if spec.Type != ports.SessionInteractive && spec.Command == "" {
 		// Interactive sessions default to the agent's shell; the others have nothing to run.
 		return Session{}, fmt.Errorf("%w: %s session without a command", ErrInvalidSpec, spec.Type)
 	}
@@ -71,7 +71,7 @@ func (r *Registry) Create(spec Spec, now time.Time) (Session, error) {
 	s := Session{
 		ID: id, AgentID: spec.AgentID, Name: name, Type: spec.Type,
 		Command: spec.Command, Args: spec.Args, Cwd: spec.Cwd, Env: spec.Env,
-		PTY: spec.PTY || spec.Type == Interactive, State: Starting, CreatedAt: now,
+		PTY: spec.PTY || spec.Type == ports.SessionInteractive, State: Starting, CreatedAt: now,
 	}
 	s = s.clone() // the caller's slices and maps are not ours to keep
 	r.insert(s)
@@ -89,7 +89,7 @@ func (r *Registry) newID() string {
 	}
 }
 
-func (r *Registry) defaultName(agentID string, t Type, id string) string {
+func (r *Registry) defaultName(agentID string, t ports.SessionType, id string) string {
 	// The end of the id: a UUIDv7 starts with its timestamp, so its first
 	// characters repeat for a minute; the name is also the agent's tmux
 	// session name, where a repeat would attach to another session.

@@ -56,9 +56,9 @@ func New(cfg Config) *Service {
 // Create starts a session on its agent, in a PTY of cols×rows.
 func (s *Service) Create(ctx context.Context, spec Spec, cols, rows uint16) (Session, error) {
 	if spec.Type == "" {
-		spec.Type = Background
+		spec.Type = ports.SessionBackground
 	}
-	if spec.Type == Interactive {
+	if spec.Type == ports.SessionInteractive {
 		spec.PTY = true
 	}
 	s.mu.Lock()
@@ -66,7 +66,7 @@ func (s *Service) Create(ctx context.Context, spec Spec, cols, rows uint16) (Ses
 	var fd *feed
 	if err == nil {
 		s.exited[sess.ID] = make(chan struct{})
-		if sess.Type == Headless {
+		if sess.Type == ports.SessionHeadless {
 			fd = &feed{parser: claudefeed.NewParser()}
 			s.feeds[sess.ID] = fd
 		}
@@ -81,12 +81,12 @@ func (s *Service) Create(ctx context.Context, spec Spec, cols, rows uint16) (Ses
 	cmd, err := s.cfg.Link.Start(ctx, spec.AgentID, ports.CommandSpec{
 		Command: sess.Command, Args: sess.Args, WorkingDir: sess.Cwd, Env: sess.Env,
 		PTY: sess.PTY, Cols: cols, Rows: rows, SessionID: sess.ID, SessionName: AgentName(sess.Name),
-		SessionType: string(sess.Type),
+		SessionType: sess.Type,
 		// Without a terminal, a background session's stdin is a pipe.
-		StdinOpen: !sess.PTY && sess.Type == Background,
+		StdinOpen: !sess.PTY && sess.Type == ports.SessionBackground,
 		// Terminals and background processes outlive the agent process in
 		// tmux where the agent has it; a headless run is tied to its agent.
-		Persist: sess.PTY && sess.Type != Headless,
+		Persist: sess.PTY && sess.Type != ports.SessionHeadless,
 	}, s.startOptions(sess.ID, sess.ID, fd))
 	if err != nil {
 		s.mu.Lock()
@@ -171,7 +171,7 @@ func (s *Service) ReconcileSessions(agentID string, reported []ports.ReportedSes
 	reps := make([]Reported, 0, len(reported))
 	for _, r := range reported {
 		byName[r.AgentName] = r
-		reps = append(reps, Reported{ID: r.SessionID, AgentName: r.AgentName, Type: Type(r.Type),
+		reps = append(reps, Reported{ID: r.SessionID, AgentName: r.AgentName, Type: ports.SessionType(r.Type),
 			StartedAt: r.StartedAt, PTY: true})
 	}
 	var kill []ports.ReportedSession
@@ -185,7 +185,7 @@ func (s *Service) ReconcileSessions(agentID string, reported []ports.ReportedSes
 			}
 		case Adopt:
 			s.exited[d.SessionID] = make(chan struct{})
-			if sess, _ := s.reg.Get(d.SessionID); sess.Type == Headless {
+			if sess, _ := s.reg.Get(d.SessionID); sess.Type == ports.SessionHeadless {
 				s.feeds[d.SessionID] = &feed{parser: claudefeed.NewParser()}
 			}
 			s.attachLocked(agentID, d.SessionID, rep.CommandID)
@@ -236,7 +236,7 @@ func (s *Service) StartShell(ctx context.Context, agentID, name string, cols, ro
 		name = "shell-" + id[max(0, len(id)-12):]
 	}
 	// No command: the agent's own shell, kept in tmux where the agent has it.
-	spec := Spec{AgentID: agentID, Type: Interactive, Name: name,
+	spec := Spec{AgentID: agentID, Type: ports.SessionInteractive, Name: name,
 		Env: map[string]string{"TERM": "xterm-256color"}}
 	return s.Create(ctx, spec, cols, rows)
 }

@@ -171,7 +171,7 @@ func waitClosed(t *testing.T, c <-chan struct{}) {
 
 func TestCreateRunsInAPTYAndLogsOutput(t *testing.T) {
 	svc, link, log := newSvc()
-	s, err := svc.Create(context.Background(), Spec{AgentID: "agent-1", Name: "dev", Type: Background, Command: "npm", Args: []string{"run", "dev"}, PTY: true}, 0, 0)
+	s, err := svc.Create(context.Background(), Spec{AgentID: "agent-1", Name: "dev", Type: ports.SessionBackground, Command: "npm", Args: []string{"run", "dev"}, PTY: true}, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func TestShellAsksTheAgentToKeepItInTmux(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := link.cmds[s.ID]
-	if c.spec.Command != "" || !c.spec.Persist || !c.spec.PTY || c.spec.SessionName != "as-main" || c.spec.SessionType != "interactive" || c.spec.Cols != 120 || s.Type != Interactive {
+	if c.spec.Command != "" || !c.spec.Persist || !c.spec.PTY || c.spec.SessionName != "as-main" || c.spec.SessionType != "interactive" || c.spec.Cols != 120 || s.Type != ports.SessionInteractive {
 		t.Fatalf("shell spec %+v", c.spec)
 	}
 	// Unnamed shells get distinct names, which are their tmux sessions.
@@ -214,18 +214,18 @@ func TestShellAsksTheAgentToKeepItInTmux(t *testing.T) {
 		t.Fatalf("unnamed shells %q / %q", a.Name, b.Name)
 	}
 	// Headless runs are tied to their agent; background ones persist.
-	h, _ := svc.Create(context.Background(), Spec{AgentID: "agent-1", Type: Headless, Command: "claude", PTY: true}, 0, 0)
-	g, _ := svc.Create(context.Background(), Spec{AgentID: "agent-1", Type: Background, Command: "npm", PTY: true}, 0, 0)
+	h, _ := svc.Create(context.Background(), Spec{AgentID: "agent-1", Type: ports.SessionHeadless, Command: "claude", PTY: true}, 0, 0)
+	g, _ := svc.Create(context.Background(), Spec{AgentID: "agent-1", Type: ports.SessionBackground, Command: "npm", PTY: true}, 0, 0)
 	if link.cmds[h.ID].spec.Persist || !link.cmds[g.ID].spec.Persist || link.cmds[g.ID].spec.SessionType != "background" {
 		t.Fatalf("persist: headless %v, background %v", link.cmds[h.ID].spec.Persist, link.cmds[g.ID].spec.Persist)
 	}
 	// Without a terminal: a background session's stdin is a pipe, and
 	// nothing is kept in tmux.
-	piped, _ := svc.Create(context.Background(), Spec{AgentID: "agent-1", Type: Background, Command: "cat"}, 0, 0)
+	piped, _ := svc.Create(context.Background(), Spec{AgentID: "agent-1", Type: ports.SessionBackground, Command: "cat"}, 0, 0)
 	if c := link.cmds[piped.ID].spec; c.PTY || c.Persist || !c.StdinOpen || piped.PTY {
 		t.Fatalf("piped background spec %+v", c)
 	}
-	hl, _ := svc.Create(context.Background(), Spec{AgentID: "agent-1", Type: Headless, Command: "claude"}, 0, 0)
+	hl, _ := svc.Create(context.Background(), Spec{AgentID: "agent-1", Type: ports.SessionHeadless, Command: "claude"}, 0, 0)
 	if c := link.cmds[hl.ID].spec; c.PTY || c.StdinOpen {
 		t.Fatalf("piped headless spec %+v", c)
 	}
@@ -285,7 +285,7 @@ func TestReconcileAdoptsLosesAndKills(t *testing.T) {
 	}
 	waitClosed(t, svc.Exited(gone.ID))
 	dev, ok := svc.Get("0000000z-id")
-	if !ok || dev.State != Running || dev.Name != "dev" || dev.Type != Background || !dev.Adopted {
+	if !ok || dev.State != Running || dev.Name != "dev" || dev.Type != ports.SessionBackground || !dev.Adopted {
 		t.Fatalf("adopted: %+v %v", dev, ok)
 	}
 	link.cmd("0000000z-id").opts.OnOutput(ports.OutputChunk{Data: []byte("tick")})
@@ -310,7 +310,7 @@ func TestReconcileAdoptsLosesAndKills(t *testing.T) {
 
 func TestOnlyTheControllerTypes(t *testing.T) {
 	svc, link, _ := newSvc()
-	s, _ := svc.Create(context.Background(), Spec{AgentID: "agent-1", Type: Interactive, Command: "bash"}, 0, 0)
+	s, _ := svc.Create(context.Background(), Spec{AgentID: "agent-1", Type: ports.SessionInteractive, Command: "bash"}, 0, 0)
 	link.cmds[s.ID].opts.OnStarted()
 	if r, _ := svc.Join(s.ID, "v1", Controller); r != Controller {
 		t.Fatalf("first viewer got %s", r)
@@ -348,7 +348,7 @@ func TestOnlyTheControllerTypes(t *testing.T) {
 
 func TestHeadlessActivityFeed(t *testing.T) {
 	svc, link, _ := newSvc()
-	s, _ := svc.Create(context.Background(), Spec{AgentID: "agent-1", Type: Headless, Command: "claude"}, 0, 0)
+	s, _ := svc.Create(context.Background(), Spec{AgentID: "agent-1", Type: ports.SessionHeadless, Command: "claude"}, 0, 0)
 	raw, err := os.ReadFile(filepath.Join("..", "..", "core", "claudefeed", "testdata", "session.jsonl"))
 	if err != nil {
 		t.Fatal(err)
@@ -374,7 +374,7 @@ func TestHeadlessActivityFeed(t *testing.T) {
 	if later, _, _, _ := svc.Activity(s.ID, evs[len(evs)-2].Seq); len(later) != 1 {
 		t.Fatalf("after: %d events", len(later))
 	}
-	other, _ := svc.Create(context.Background(), Spec{AgentID: "agent-1", Type: Background, Command: "x"}, 0, 0)
+	other, _ := svc.Create(context.Background(), Spec{AgentID: "agent-1", Type: ports.SessionBackground, Command: "x"}, 0, 0)
 	if _, _, _, ok := svc.Activity(other.ID, 0); ok {
 		t.Fatal("a background session has an activity feed")
 	}

@@ -15,27 +15,8 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
-// Type is what kind of work a session runs.
-type Type string
-
-const (
-	// Interactive is a person at a terminal: always a PTY, stdin open,
-	// persisted in tmux on the agent.
-	Interactive Type = "interactive"
-	// Headless is an agent run with a prompt: PTY optional, no stdin.
-	Headless Type = "headless"
-	// Background is a long-running detached process: PTY optional, stdin
-	// through the PTY or a fifo.
-	Background Type = "background"
-)
-
-// Valid reports whether t is one of the three types.
-func (t Type) Valid() bool {
-	return t == Interactive || t == Headless || t == Background
-}
-
 // AcceptsInput reports whether sessions of type t take stdin at all.
-func (t Type) AcceptsInput() bool { return t != Headless }
+func AcceptsInput(t ports.SessionType) bool { return t != ports.SessionHeadless }
 
 // State is where a session is in its lifecycle.
 type State string
@@ -111,7 +92,7 @@ type Session struct {
 	AgentID string
 	// Name is unique among the live sessions of its agent.
 	Name    string
-	Type    Type
+	Type    ports.SessionType
 	Command string
 	Args    []string
 	Cwd     string

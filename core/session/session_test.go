@@ -29,7 +29,7 @@ func mustCreate(t *testing.T, r *Registry, spec Spec) Session {
 }
 
 func shell(agent, name string) Spec {
-	return Spec{AgentID: agent, Name: name, Type: Interactive}
+	return Spec{AgentID: agent, Name: name, Type: ports.SessionInteractive}
 }
 
 // TestTransitionTable checks CanTransition for every ordered pair of states
@@ -59,7 +59,7 @@ func TestTransitionTable(t *testing.T) {
 // reach puts a new session in state st through the registry's own operations.
 func reach(t *testing.T, r *Registry, st State) Session {
 	t.Helper()
-	s := mustCreate(t, r, Spec{AgentID: "a1", Type: Background, Command: "sleep"})
+	s := mustCreate(t, r, Spec{AgentID: "a1", Type: ports.SessionBackground, Command: "sleep"})
 	var err error
 	switch st {
 	case Starting:
@@ -136,11 +136,11 @@ func TestEveryTransitionThroughRegistry(t *testing.T) {
 
 func TestCreate(t *testing.T) {
 	r := newReg()
-	s := mustCreate(t, r, Spec{AgentID: "a1", Type: Interactive})
+	s := mustCreate(t, r, Spec{AgentID: "a1", Type: ports.SessionInteractive})
 	if s.ID != "s1" || s.Name != "interactive-s1" || !s.PTY || s.State != Starting || !s.CreatedAt.Equal(t0) {
 		t.Fatalf("default session: %+v", s)
 	}
-	hl := mustCreate(t, r, Spec{AgentID: "a1", Type: Headless, Command: "claude", Args: []string{"-p", "x"}})
+	hl := mustCreate(t, r, Spec{AgentID: "a1", Type: ports.SessionHeadless, Command: "claude", Args: []string{"-p", "x"}})
 	if hl.PTY || hl.Name != "headless-s2" {
 		t.Fatalf("headless: %+v", hl)
 	}
@@ -150,9 +150,9 @@ func TestCreate(t *testing.T) {
 		err  error
 	}{
 		{Spec{AgentID: "a1", Type: "daemon", Command: "x"}, ErrInvalidType},
-		{Spec{Type: Interactive}, ErrInvalidSpec},
-		{Spec{AgentID: "a1", Type: Headless}, ErrInvalidSpec},
-		{Spec{AgentID: "a1", Type: Background}, ErrInvalidSpec},
+		{Spec{Type: ports.SessionInteractive}, ErrInvalidSpec},
+		{Spec{AgentID: "a1", Type: ports.SessionHeadless}, ErrInvalidSpec},
+		{Spec{AgentID: "a1", Type: ports.SessionBackground}, ErrInvalidSpec},
 		{shell("a1", "has.dot"), ErrInvalidName},
 		{shell("a1", "-dash"), ErrInvalidName},
 		{shell("a1", "a:b"), ErrInvalidName},
@@ -219,7 +219,7 @@ func TestCopiesAreNotShared(t *testing.T) {
 	r := newReg()
 	args := []string{"a"}
 	env := map[string]string{"K": "v"}
-	s := mustCreate(t, r, Spec{AgentID: "a1", Type: Background, Command: "c", Args: args, Env: env})
+	s := mustCreate(t, r, Spec{AgentID: "a1", Type: ports.SessionBackground, Command: "c", Args: args, Env: env})
 	args[0], env["K"] = "changed", "changed"
 	s.Args[0] = "changed too"
 	got, _ := r.Get(s.ID)
@@ -280,11 +280,11 @@ func TestAgentNames(t *testing.T) {
 func TestDefaultNamesDifferForIDsMadeTogether(t *testing.T) {
 	r := NewRegistry(&listIDs{ids: []string{"01a237f2-1111-7000-8000-aaaaaaaaaaaa", "01a237f2-2222-7000-8000-bbbbbbbbbbbb"}})
 	now := time.Now()
-	a, err := r.Create(Spec{AgentID: "h", Type: Interactive, Command: "tmux"}, now)
+	a, err := r.Create(Spec{AgentID: "h", Type: ports.SessionInteractive, Command: "tmux"}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := r.Create(Spec{AgentID: "h", Type: Interactive, Command: "tmux"}, now)
+	b, err := r.Create(Spec{AgentID: "h", Type: ports.SessionInteractive, Command: "tmux"}, now)
 	if err != nil {
 		t.Fatal(err)
 	}

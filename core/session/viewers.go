@@ -131,7 +131,7 @@ func (r *Registry) Viewers(sessionID string) []Viewer {
 // controller, the session is live and its type takes input.
 func (r *Registry) CanInput(sessionID, viewerID string) bool {
 	rec, ok := r.byID[sessionID]
-	return ok && viewerID != "" && rec.controller == viewerID && rec.s.State.Live() && rec.s.Type.AcceptsInput()
+	return ok && viewerID != "" && rec.controller == viewerID && rec.s.State.Live() && AcceptsInput(rec.s.Type)
 }
 
 // CanResize reports whether viewerID may resize the session's terminal: it

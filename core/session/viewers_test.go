@@ -4,6 +4,8 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
 func join(t *testing.T, r *Registry, sid, vid string, want, granted Role) {
@@ -112,8 +114,8 @@ func TestRoles(t *testing.T) {
 
 func TestInputByType(t *testing.T) {
 	r := newReg()
-	hl := mustCreate(t, r, Spec{AgentID: "a1", Type: Headless, Command: "claude", PTY: true})
-	bg := mustCreate(t, r, Spec{AgentID: "a1", Type: Background, Command: "npm"})
+	hl := mustCreate(t, r, Spec{AgentID: "a1", Type: ports.SessionHeadless, Command: "claude", PTY: true})
+	bg := mustCreate(t, r, Spec{AgentID: "a1", Type: ports.SessionBackground, Command: "npm"})
 	for _, id := range []string{hl.ID, bg.ID} {
 		join(t, r, id, "v", Controller, Controller)
 	}

@@ -57,7 +57,7 @@ func rtCapabilities(t *testing.T, h RuntimeHarness) {
 		t.Error("capabilities name no runtime")
 	}
 	switch c.Isolation {
-	case ports.IsolationHost, ports.IsolationContainer, ports.IsolationVM:
+	case ports.KindHost, ports.KindContainer, ports.KindVM:
 	default:
 		t.Errorf("isolation %q is not host, container or vm", c.Isolation)
 	}
@@ -295,9 +295,9 @@ func waitAgent(t *testing.T, h RuntimeHarness, name string, up bool) {
 	for time.Now().Before(deadline) {
 		info, ok := h.Agents.Agent(name)
 		if ok {
-			last = info.Status
+			last = string(info.Status)
 		}
-		connected := ok && (info.Status == "ready" || info.Status == "busy")
+		connected := ok && info.Status.Working()
 		if connected == up {
 			return
 		}

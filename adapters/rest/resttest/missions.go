@@ -110,7 +110,7 @@ func (m *Missions) Dispatch(_ context.Context, req ports.DispatchRequest) (ports
 		State:          ports.MissionAssigned,
 		AgentID:        agent.ID,
 		SessionID:      fmt.Sprintf("sess-%04d", m.next),
-		AgentRuntime:   agent.Runtime,
+		AgentRuntime:   string(agent.Runtime),
 		EstimatedStart: now,
 		CreatedAt:      now,
 		UpdatedAt:      now,

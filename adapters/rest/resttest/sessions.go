@@ -161,7 +161,7 @@ func (f *Sessions) Activity(id string, after int) ([]claudefeed.Event, claudefee
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s, ok := f.sessions[id]
-	if !ok || s.Type != session.Headless {
+	if !ok || s.Type != ports.SessionHeadless {
 		return nil, claudefeed.Summary{}, 0, false
 	}
 	var out []claudefeed.Event

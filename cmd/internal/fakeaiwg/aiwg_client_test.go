@@ -22,7 +22,7 @@ import (
 
 var tsPattern = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$`)
 
-func isResync(f fakeaiwg.Frame) bool { return f.Event == aiwg.EventResync }
+func isResync(f fakeaiwg.Frame) bool { return f.Event == string(ports.EventResync) }
 
 func TestRegistrationPayloads(t *testing.T) {
 	r := newRig(t, nil, nil, nil).start()
@@ -144,7 +144,7 @@ func TestFrameFormat(t *testing.T) {
 	fs := r.srv.Frames()
 
 	resync := fs[0]
-	if resync.Event != aiwg.EventResync || resync.HasMissionID || resync.ExecutorID != testInstance || !tsPattern.MatchString(resync.TS) {
+	if resync.Event != string(ports.EventResync) || resync.HasMissionID || resync.ExecutorID != testInstance || !tsPattern.MatchString(resync.TS) {
 		t.Errorf("resync frame %s", resync.Raw)
 	}
 	if fs[1].TS != "2026-05-09T07:13:22.000Z" || fs[2].TS != "2026-05-09T07:13:22.123Z" || !tsPattern.MatchString(last.TS) {
@@ -161,7 +161,7 @@ func TestFrameFormat(t *testing.T) {
 		if d, ok := m["data"].(map[string]any); !ok || d == nil {
 			t.Errorf("data not an object: %s", f.Raw)
 		}
-		if f.Event != aiwg.EventResync && (!f.HasMissionID || f.MissionID != "m1" || f.ExecutorID != testInstance) {
+		if f.Event != string(ports.EventResync) && (!f.HasMissionID || f.MissionID != "m1" || f.ExecutorID != testInstance) {
 			t.Errorf("envelope: %s", f.Raw)
 		}
 		keys := make([]string, 0, len(m))
@@ -241,7 +241,7 @@ func testDropMidStream(t *testing.T, drop func(*fakeaiwg.Server)) {
 	for _, f := range frames {
 		if f.Conn != conn {
 			conn = f.Conn
-			if f.Event != aiwg.EventResync {
+			if f.Event != string(ports.EventResync) {
 				t.Errorf("conn %d starts with %s", conn, f.Event)
 			}
 		}
@@ -278,7 +278,7 @@ func TestEventsWhileDown(t *testing.T) {
 	if dups := checkDelivery(t, r.srv.Frames(), 5); dups != 0 {
 		t.Errorf("%d duplicates", dups)
 	}
-	if r.srv.Frames()[0].Event != aiwg.EventResync {
+	if r.srv.Frames()[0].Event != string(ports.EventResync) {
 		t.Error("first frame is not the resync")
 	}
 }

@@ -80,7 +80,7 @@ func (o *memOutbox) Close() error            { return nil }
 func (o *memOutbox) add(t *testing.T, mission string, typ string, n int) ports.Event {
 	t.Helper()
 	evs, err := o.Append(context.Background(), ports.Event{
-		Type: typ, MissionID: mission,
+		Type: ports.EventType(typ), MissionID: mission,
 		TS:   time.Date(2026, 5, 9, 7, 13, 22, 120_000_000, time.UTC),
 		Data: map[string]any{"n": n},
 	})
@@ -120,7 +120,7 @@ func (h *memHub) Resync(context.Context) (ports.Event, []ports.Event, error) {
 		hook()
 	}
 	now := time.Now()
-	resync := ports.Event{Type: aiwg.EventResync, TS: now, Data: map[string]any{
+	resync := ports.Event{Type: ports.EventResync, TS: now, Data: map[string]any{
 		"owned_mission_ids": owned, "protocol_version": "1.0.0",
 	}}
 	var pairs []ports.Event

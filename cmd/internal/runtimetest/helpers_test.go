@@ -49,8 +49,8 @@ func waitStatus(t *testing.T, link *Link, name string, timeout time.Duration, wa
 	for {
 		info, ok := link.Service.Agent(name)
 		if ok {
-			last = info.Status
-			if slices.Contains(want, info.Status) {
+			last = string(info.Status)
+			if slices.Contains(want, string(info.Status)) {
 				return info
 			}
 		}

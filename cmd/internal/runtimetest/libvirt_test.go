@@ -206,7 +206,7 @@ func TestLibvirtTestDriver(t *testing.T) {
 	leftovers := libvirtLeftovers(rt, lv)
 
 	caps := rt.Capabilities()
-	if caps.Runtime != "libvirt" || caps.Isolation != ports.IsolationVM || !caps.Pause || caps.NetworkModes[0] != ports.NetworkNone {
+	if caps.Runtime != "libvirt" || caps.Isolation != ports.KindVM || !caps.Pause || caps.NetworkModes[0] != ports.NetworkNone {
 		t.Errorf("capabilities %+v", caps)
 	}
 	if err := rt.Ping(ctx); err != nil {
