@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentic-sandbox/agentic-sandbox/internal/clock"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -109,7 +110,7 @@ func New(cfg Config) *Client {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Clock == nil {
-		cfg.Clock = realClock{}
+		cfg.Clock = clock.Wall{}
 	}
 	c := &Client{
 		cfg:      cfg,
@@ -318,7 +319,3 @@ func jitter(d time.Duration) time.Duration {
 func nextBackoff(cur, maxB time.Duration) time.Duration {
 	return min(cur*2, maxB)
 }
-
-type realClock struct{}
-
-func (realClock) Now() time.Time { return time.Now() }

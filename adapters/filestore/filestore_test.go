@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -14,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/internal/fsatomic"
 )
 
 // onlyFiles fails unless dir holds exactly the named entries (no temp files).
@@ -39,113 +40,6 @@ func mode(t *testing.T, path string) fs.FileMode {
 		t.Fatal(err)
 	}
 	return fi.Mode().Perm()
-}
-
-func TestWriteFileAtomic(t *testing.T) {
-	dir := t.TempDir()
-	p := filepath.Join(dir, "f")
-	for _, tc := range []struct {
-		data string
-		perm fs.FileMode
-	}{{"first", 0o600}, {"second, longer", 0o644}, {"", 0o640}} {
-		if err := WriteFileAtomic(p, []byte(tc.data), tc.perm); err != nil {
-			t.Fatal(err)
-		}
-		got, err := os.ReadFile(p)
-		if err != nil || string(got) != tc.data {
-			t.Fatalf("read %q, %v; want %q", got, err, tc.data)
-		}
-		if m := mode(t, p); m != tc.perm {
-			t.Fatalf("perm %v, want %v", m, tc.perm)
-		}
-		onlyFiles(t, dir, "f")
-	}
-}
-
-func TestWriteFileAtomicErrorsLeaveNoTemp(t *testing.T) {
-	dir := t.TempDir()
-	// Renaming a file over a non-empty directory fails after the temp file
-	// was written: it must be cleaned up.
-	target := filepath.Join(dir, "target")
-	if err := os.MkdirAll(filepath.Join(target, "child"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := WriteFileAtomic(target, []byte("x"), 0o600); err == nil {
-		t.Fatal("want an error replacing a directory")
-	}
-	onlyFiles(t, dir, "target")
-
-	if err := WriteFileAtomic(filepath.Join(dir, "missing", "f"), []byte("x"), 0o600); err == nil {
-		t.Fatal("want an error in a missing directory")
-	}
-	onlyFiles(t, dir, "target")
-}
-
-// Readers racing with writers must always see one whole version.
-func TestWriteFileAtomicNeverTorn(t *testing.T) {
-	dir := t.TempDir()
-	p := filepath.Join(dir, "f")
-	versions := make(map[string]bool)
-	for i := range 4 {
-		versions[strings.Repeat(string(rune('a'+i)), 4096*(i+1))] = true
-	}
-	var first string
-	for v := range versions {
-		first = v
-		break
-	}
-	if err := WriteFileAtomic(p, []byte(first), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	done := make(chan struct{})
-	for v := range versions {
-		wg.Go(func() {
-			for range 20 {
-				if err := WriteFileAtomic(p, []byte(v), 0o600); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		})
-	}
-	readErr := make(chan error, 1)
-	go func() {
-		defer close(readErr)
-		for {
-			select {
-			case <-done:
-				return
-			default:
-			}
-			got, err := os.ReadFile(p)
-			if err != nil || !versions[string(got)] {
-				readErr <- fmt.Errorf("torn read: %d bytes, %v", len(got), err)
-				return
-			}
-		}
-	}()
-	wg.Wait()
-	close(done)
-	if err := <-readErr; err != nil {
-		t.Fatal(err)
-	}
-	onlyFiles(t, dir, "f")
-}
-
-func TestWriteFileExclusive(t *testing.T) {
-	dir := t.TempDir()
-	p := filepath.Join(dir, "f")
-	if err := writeFileExclusive(p, []byte("one"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := writeFileExclusive(p, []byte("two"), 0o600); !errors.Is(err, fs.ErrExist) {
-		t.Fatalf("want ErrExist, got %v", err)
-	}
-	if got, _ := os.ReadFile(p); string(got) != "one" {
-		t.Fatalf("got %q", got)
-	}
-	onlyFiles(t, dir, "f")
 }
 
 func hashOf(s string) string {
@@ -243,7 +137,7 @@ func TestAgentHashesSeesOtherWriters(t *testing.T) {
 	// Another process replaces the file atomically.
 	write := func(m map[string]string) {
 		data, _ := json.Marshal(m)
-		if err := WriteFileAtomic(p, data, 0o600); err != nil {
+		if err := fsatomic.WriteFile(p, data, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -314,7 +208,7 @@ func TestAgentHashesCorruptFile(t *testing.T) {
 				t.Fatalf("file changed to %q", got)
 			}
 			// Once repaired, it works again.
-			if err := WriteFileAtomic(p, []byte(`{"a": "`+hashOf("x")+`"}`), 0o600); err != nil {
+			if err := fsatomic.WriteFile(p, []byte(`{"a": "`+hashOf("x")+`"}`), 0o600); err != nil {
 				t.Fatal(err)
 			}
 			mustVerify(t, h, "a", "x", true)
@@ -338,7 +232,7 @@ func TestAgentHashesEmptyFileAndBadEntry(t *testing.T) {
 
 	// One malformed hash fails only its own agent, and survives other writes.
 	data := fmt.Sprintf(`{"a": %q, "bad": "zz"}`, hashOf("x"))
-	if err := WriteFileAtomic(p, []byte(data), 0o600); err != nil {
+	if err := fsatomic.WriteFile(p, []byte(data), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := h.Verify("bad", "x"); err == nil {
@@ -403,20 +297,6 @@ func TestAgentHashesConcurrent(t *testing.T) {
 	}
 	for w := range workers {
 		mustVerify(t, h2, fmt.Sprintf("agent-%d", w), "final", true)
-	}
-}
-
-func TestGenerateSecret(t *testing.T) {
-	a, err := GenerateSecret()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := GenerateSecret()
-	if len(a) != 64 || a == b {
-		t.Fatalf("secrets %q %q", a, b)
-	}
-	if _, err := hex.DecodeString(a); err != nil {
-		t.Fatal(err)
 	}
 }
 

@@ -2,7 +2,6 @@ package filestore
 
 import (
 	"bytes"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
@@ -17,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentic-sandbox/agentic-sandbox/internal/fsatomic"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -152,7 +152,7 @@ func (h *AgentHashes) update(change func(map[string]string) bool) error {
 		return err
 	}
 	data = append(data, '\n')
-	if err := WriteFileAtomic(h.path, data, 0o600); err != nil {
+	if err := fsatomic.WriteFile(h.path, data, 0o600); err != nil {
 		return fmt.Errorf("filestore: write %s: %w", h.path, err)
 	}
 	h.hashes = next
@@ -230,13 +230,4 @@ func parseHashes(data []byte) (map[string]string, error) {
 		return nil, errors.New("not a JSON object")
 	}
 	return m, nil
-}
-
-// GenerateSecret returns 32 random bytes, hex encoded.
-func GenerateSecret() (string, error) {
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(b), nil
 }

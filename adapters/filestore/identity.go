@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/agentic-sandbox/agentic-sandbox/internal/fsatomic"
 	"github.com/google/uuid"
 )
 
@@ -38,7 +39,7 @@ func LoadOrCreateIdentity(dataDir string) (string, error) {
 	}
 	// Exclusive create: of two processes starting at once, one wins and
 	// the other reads the winner's id, so both agree.
-	err = writeFileExclusive(path, []byte(u.String()+"\n"), 0o644)
+	err = fsatomic.WriteFileExclusive(path, []byte(u.String()+"\n"), 0o644)
 	if errors.Is(err, fs.ErrExist) {
 		return readIdentity(path)
 	}

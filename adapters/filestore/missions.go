@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/agentic-sandbox/agentic-sandbox/internal/clock"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/fsatomic"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -99,10 +101,6 @@ type putReq struct {
 	done chan error // buffered: the writer never blocks on a gone waiter
 }
 
-type wallClock struct{}
-
-func (wallClock) Now() time.Time { return time.Now() }
-
 // NewMissionStore reads missions.json and indexes the archive. A corrupt
 // missions.json is an error naming the file, left untouched: starting
 // empty would forget missions and then overwrite the evidence.
@@ -117,7 +115,7 @@ func NewMissionStore(cfg MissionStoreConfig) (*MissionStore, error) {
 		cfg.Retention = DefaultRetention
 	}
 	if cfg.Clock == nil {
-		cfg.Clock = wallClock{}
+		cfg.Clock = clock.Wall{}
 	}
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("filestore: create data dir: %w", err)
@@ -385,7 +383,7 @@ func (s *MissionStore) commit(batch []*putReq) error {
 			return fmt.Errorf("%w: append %s: %v", ports.ErrStoreUnavailable, s.archivePath, err)
 		}
 	}
-	err := WriteFileAtomic(s.path, encodeMissionsFile(next), 0o600)
+	err := fsatomic.WriteFile(s.path, encodeMissionsFile(next), 0o600)
 	s.writes.Add(1)
 
 	s.mu.Lock()
@@ -531,7 +529,7 @@ func (a *archiveFile) append(recs []*missionRec) ([]arcLoc, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := syncDir(filepath.Dir(a.path)); err != nil {
+		if err := fsatomic.SyncDir(filepath.Dir(a.path)); err != nil {
 			f.Close()
 			return nil, err
 		}

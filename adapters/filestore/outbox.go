@@ -16,6 +16,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/agentic-sandbox/agentic-sandbox/internal/fsatomic"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -137,7 +138,7 @@ func (o *Outbox) readEvents() error {
 		f.Close()
 		return err
 	}
-	if err := syncDir(filepath.Dir(o.path)); err != nil {
+	if err := fsatomic.SyncDir(filepath.Dir(o.path)); err != nil {
 		return fail(err)
 	}
 	br := bufio.NewReaderSize(f, 1<<16)
@@ -327,7 +328,7 @@ func (o *Outbox) maybeCompact() {
 		buf = appendLine(buf, seq, raw[len(seqPrefix):])
 		lens[seq] = int64(len(buf) - start)
 	}
-	if err := WriteFileAtomic(o.path, buf, 0o600); err != nil {
+	if err := fsatomic.WriteFile(o.path, buf, 0o600); err != nil {
 		return // the old file is intact; try again later
 	}
 	// The old handle now points at the replaced file: appends must go to
@@ -387,7 +388,7 @@ func (o *Outbox) Ack(seq uint64) error {
 	case seq > last:
 		return fmt.Errorf("filestore: ack of seq %d beyond the last event %d", seq, last)
 	}
-	if err := WriteFileAtomic(o.ackPath, fmt.Appendf(nil, "%d\n", seq), 0o600); err != nil {
+	if err := fsatomic.WriteFile(o.ackPath, fmt.Appendf(nil, "%d\n", seq), 0o600); err != nil {
 		return fmt.Errorf("%w: write %s: %v", ports.ErrStoreUnavailable, o.ackPath, err)
 	}
 	o.mu.Lock()

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/agentic-sandbox/agentic-sandbox/internal/fsatomic"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -401,7 +402,7 @@ func (s *slSession) roll(segMax int64) error {
 	if err != nil {
 		return fmt.Errorf("filestore: create session log segment: %w", err)
 	}
-	if err := syncDir(s.dir); err != nil {
+	if err := fsatomic.SyncDir(s.dir); err != nil {
 		f.Close()
 		return err
 	}
@@ -596,7 +597,7 @@ func (l *SessionLog) Delete(sessionID string) error {
 	s.deleted.Store(true)
 	close(s.notify)
 	l.forget(sessionID, s)
-	return syncDir(l.dir)
+	return fsatomic.SyncDir(l.dir)
 }
 
 // Close fsyncs and closes every open segment. Calls after it fail with

@@ -1,8 +1,6 @@
 package filestore
 
 import (
-	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -10,6 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/agentic-sandbox/agentic-sandbox/internal/fsatomic"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/secret"
 )
 
 // OperatorTokenFile is the name of the operator token file in the data dir.
@@ -42,12 +43,10 @@ func LoadOrCreateOperatorToken(dataDir string) (string, error) {
 	if tok, err := readToken(path); err != nil || tok != "" {
 		return tok, err
 	}
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
+	if tok, err = secret.Token(); err != nil {
 		return "", err
 	}
-	tok = base64.RawURLEncoding.EncodeToString(b)
-	if err := WriteFileAtomic(path, []byte(tok+"\n"), 0o600); err != nil {
+	if err := fsatomic.WriteFile(path, []byte(tok+"\n"), 0o600); err != nil {
 		return "", fmt.Errorf("filestore: write operator token: %w", err)
 	}
 	return tok, nil

@@ -10,8 +10,6 @@ package hostsup
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentic-sandbox/agentic-sandbox/internal/secret"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -299,19 +298,19 @@ func (s *Supervisor) spawn(ctx context.Context, id string) (*proc, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	secret, err := newSecret()
+	agentSecret, err := secret.New()
 	if err != nil {
 		return nil, err
 	}
 	// Store the secret before the process exists so its first connect works.
-	if err := s.cfg.Credentials.Put(id, secret); err != nil {
+	if err := s.cfg.Credentials.Put(id, agentSecret); err != nil {
 		return nil, fmt.Errorf("store agent secret: %w", err)
 	}
 	// The id in argv makes the process recognisable in ps and to adopt.
 	// The secret goes only into the environment, which ps does not show.
 	p, err := startAgent(agentLaunch{
 		binary: s.binary, id: id, who: "host supervisor",
-		env:     agentEnv(os.Environ(), s.cfg.ExtraEnv, id, s.cfg.ServerURL, secret),
+		env:     agentEnv(os.Environ(), s.cfg.ExtraEnv, id, s.cfg.ServerURL, agentSecret),
 		logPath: s.logPath(id), pidPath: s.pidPath(id),
 	})
 	if err != nil {
@@ -360,16 +359,6 @@ func agentEnv(base, extra []string, id, server, secret string) []string {
 		env = append(env, vals[k])
 	}
 	return env
-}
-
-// newSecret is 32 random bytes, hex; local because adapters do not import
-// each other.
-func newSecret() (string, error) {
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(b), nil
 }
 
 // adopt returns the running agent named by id's pid file, or nil if there is

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/internal/fsatomic"
 )
 
 // procStat is what we need from /proc/<pid>/stat.
@@ -180,41 +182,8 @@ func readPidFile(path string) (int, time.Time, error) {
 	return pid, fi.ModTime(), nil
 }
 
-// writePidFile replaces path atomically (temp file, fsync, rename, fsync of
-// the directory) so a crash never leaves a torn pid that could name another
-// process.
-func writePidFile(path string, pid int) (err error) {
-	dir, base := filepath.Split(path)
-	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if err = f.Chmod(0o644); err != nil {
-		return err
-	}
-	if _, err = fmt.Fprintf(f, "%d\n", pid); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp, path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+// writePidFile replaces path atomically, so a crash never leaves a torn
+// pid that could name another process.
+func writePidFile(path string, pid int) error {
+	return fsatomic.WriteFile(path, []byte(strconv.Itoa(pid)+"\n"), 0o644)
 }

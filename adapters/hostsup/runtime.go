@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentic-sandbox/agentic-sandbox/internal/fsatomic"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/keylock"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -40,7 +42,7 @@ type Runtime struct {
 	mu    sync.Mutex
 	procs map[string]*proc // live or last known process per environment
 	// locks serialises operations per environment name.
-	locks map[string]*sync.Mutex
+	locks keylock.Map
 }
 
 var _ ports.Runtime = (*Runtime)(nil)
@@ -73,7 +75,6 @@ func NewRuntime(cfg RuntimeConfig) *Runtime {
 		cfg:   cfg,
 		log:   log.With("component", "host-runtime"),
 		procs: make(map[string]*proc),
-		locks: make(map[string]*sync.Mutex),
 	}
 }
 
@@ -120,17 +121,7 @@ func (r *Runtime) Resume(context.Context, string) error {
 	return fmt.Errorf("%w: the host runtime cannot pause", ports.ErrUnsupported)
 }
 
-func (r *Runtime) lock(name string) func() {
-	r.mu.Lock()
-	l, ok := r.locks[name]
-	if !ok {
-		l = &sync.Mutex{}
-		r.locks[name] = l
-	}
-	r.mu.Unlock()
-	l.Lock()
-	return l.Unlock
-}
+func (r *Runtime) lock(name string) func() { return r.locks.Lock(name) }
 
 func (r *Runtime) dir(name string) string     { return filepath.Join(r.cfg.StateDir, name) }
 func (r *Runtime) recPath(name string) string { return filepath.Join(r.dir(name), "env.json") }
@@ -400,9 +391,5 @@ func writeRecord(path string, rec envRecord) error {
 	if err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(data, '\n'), 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return fsatomic.WriteFile(path, append(data, '\n'), 0o600)
 }

@@ -58,6 +58,7 @@ import (
 	"github.com/digitalocean/go-libvirt/socket/dialers"
 	"libvirt.org/go/libvirtxml"
 
+	"github.com/agentic-sandbox/agentic-sandbox/internal/keylock"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -79,7 +80,7 @@ type Runtime struct {
 	connMu sync.Mutex
 	lv     *golibvirt.Libvirt
 
-	locks sync.Map // environment name → *sync.Mutex
+	locks keylock.Map // by environment name
 
 	relayMu sync.Mutex
 	relays  map[string]*relay
@@ -274,12 +275,7 @@ func (r *Runtime) Close() error {
 	return nil
 }
 
-func (r *Runtime) lock(name string) func() {
-	m, _ := r.locks.LoadOrStore(name, new(sync.Mutex))
-	mu := m.(*sync.Mutex)
-	mu.Lock()
-	return mu.Unlock
-}
+func (r *Runtime) lock(name string) func() { return r.locks.Lock(name) }
 
 // --- domains ------------------------------------------------------------
 

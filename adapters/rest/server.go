@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/clock"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -87,10 +88,6 @@ type Server struct {
 
 var _ restapi.StrictServerInterface = (*Server)(nil)
 
-type systemClock struct{}
-
-func (systemClock) Now() time.Time { return time.Now() }
-
 // New returns a server; call Handler for its HTTP handler.
 func New(d Deps) *Server {
 	s := &Server{d: d, log: d.Logger, clock: d.Clock}
@@ -98,7 +95,7 @@ func New(d Deps) *Server {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	if s.clock == nil {
-		s.clock = systemClock{}
+		s.clock = clock.Wall{}
 	}
 	// Comparing hashes keeps the comparison constant-time even in the
 	// token's length.

@@ -1,17 +1,10 @@
-// Package system provides the real clock and id generator behind the ports.
+// Package system provides the real id generator behind ports.IDGenerator
+// (the wall clock is internal/clock).
 package system
 
 import (
-	"time"
-
 	"github.com/google/uuid"
 )
-
-// Clock is the wall clock.
-type Clock struct{}
-
-// Now returns the current time.
-func (Clock) Now() time.Time { return time.Now() }
 
 // UUIDv7 makes time-ordered UUIDv7 ids, so ids sort by creation.
 type UUIDv7 struct{}

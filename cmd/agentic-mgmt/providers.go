@@ -18,6 +18,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/core/environment"
 	"github.com/agentic-sandbox/agentic-sandbox/core/mission"
 	"github.com/agentic-sandbox/agentic-sandbox/core/session"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/clock"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -117,5 +118,5 @@ func provideApp(cfg Config, log *slog.Logger, svc *agentrpc.Service, h RESTHandl
 	return &App{cfg: cfg, log: log, agents: svc, rest: h, supervisor: sup, token: token, banner: banner,
 		missions: ms, aiwg: link, ws: ws, environments: envs, ready: ready}
 }
-func provideClock() system.Clock { return system.Clock{} }
-func provideIDs() system.UUIDv7  { return system.UUIDv7{} }
+func provideClock() clock.Wall  { return clock.Wall{} }
+func provideIDs() system.UUIDv7 { return system.UUIDv7{} }

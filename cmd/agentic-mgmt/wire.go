@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/system"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/clock"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -20,7 +21,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		wire.Bind(new(ports.AgentCredentials), new(*filestore.AgentHashes)),
 		provideOperatorToken,
 		provideClock,
-		wire.Bind(new(ports.Clock), new(system.Clock)),
+		wire.Bind(new(ports.Clock), new(clock.Wall)),
 		provideIDs,
 		wire.Bind(new(ports.IDGenerator), new(system.UUIDv7)),
 		provideAgentService,

@@ -18,7 +18,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 	if err != nil {
 		return nil, nil, err
 	}
-	clock := provideClock()
+	wall := provideClock()
 	uuiDv7 := provideIDs()
 	dataDir, err := provideDataDir(cfg)
 	if err != nil {
@@ -28,8 +28,8 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 	if err != nil {
 		return nil, nil, err
 	}
-	service := provideAgentService(cfg, agentHashes, clock, uuiDv7, operatorToken, log)
-	missionStore, cleanup, err := provideMissionStore(cfg, dataDir, clock)
+	service := provideAgentService(cfg, agentHashes, wall, uuiDv7, operatorToken, log)
+	missionStore, cleanup, err := provideMissionStore(cfg, dataDir, wall)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -38,7 +38,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		cleanup()
 		return nil, nil, err
 	}
-	missionService := provideMissions(cfg, missionStore, outbox, service, clock, uuiDv7, log)
+	missionService := provideMissions(cfg, missionStore, outbox, service, wall, uuiDv7, log)
 	identity, err := provideIdentity(dataDir)
 	if err != nil {
 		cleanup2()
@@ -46,7 +46,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		return nil, nil, err
 	}
 	runtimes, cleanup3 := provideRuntimes(cfg, log)
-	client := provideAIWG(cfg, identity, missionService, outbox, service, clock, log, runtimes)
+	client := provideAIWG(cfg, identity, missionService, outbox, service, wall, log, runtimes)
 	sessionLog, cleanup4, err := provideSessionLog(dataDir)
 	if err != nil {
 		cleanup3()
@@ -54,11 +54,11 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		cleanup()
 		return nil, nil, err
 	}
-	sessionService := provideSessions(service, sessionLog, clock, uuiDv7, log)
+	sessionService := provideSessions(service, sessionLog, wall, uuiDv7, log)
 	provisionTimes := provideProvisionTimes()
-	environmentService, cleanup5 := provideEnvironments(cfg, runtimes, service, agentHashes, clock, log, provisionTimes)
+	environmentService, cleanup5 := provideEnvironments(cfg, runtimes, service, agentHashes, wall, log, provisionTimes)
 	readiness := provideReadiness(cfg, service, client, runtimes)
-	restHandler := provideREST(cfg, service, operatorToken, clock, log, missionService, client, sessionService, sessionLog, environmentService, provisionTimes, readiness)
+	restHandler := provideREST(cfg, service, operatorToken, wall, log, missionService, client, sessionService, sessionLog, environmentService, provisionTimes, readiness)
 	supervisor, err := provideSupervisor(cfg, agentHashes, log)
 	if err != nil {
 		cleanup5()

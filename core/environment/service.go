@@ -8,8 +8,6 @@ package environment
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentic-sandbox/agentic-sandbox/internal/secret"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -125,12 +124,12 @@ func (s *Service) Create(ctx context.Context, req Request) (Environment, error) 
 	if _, taken := s.cfg.Agents.Agent(req.Name); taken {
 		return Environment{}, fmt.Errorf("%w: an agent named %q is connected", ports.ErrEnvExists, req.Name)
 	}
-	secret, err := newSecret()
+	agentSecret, err := secret.New()
 	if err != nil {
 		return Environment{}, err
 	}
 	bootstrap := s.cfg.Bootstrap
-	bootstrap.ID, bootstrap.Secret = req.Name, secret
+	bootstrap.ID, bootstrap.Secret = req.Name, agentSecret
 	spec := ports.EnvironmentSpec{
 		Name: req.Name, Image: req.Image, Profile: req.Profile, Resources: req.Resources, Network: req.Network,
 		ReadOnlyRoot: req.ReadOnlyRoot, Agent: bootstrap,
@@ -155,7 +154,7 @@ func (s *Service) Create(ctx context.Context, req Request) (Environment, error) 
 	s.envs[req.Name] = rec
 	s.mu.Unlock()
 
-	if err := s.cfg.Credentials.Put(req.Name, secret); err != nil {
+	if err := s.cfg.Credentials.Put(req.Name, agentSecret); err != nil {
 		s.forget(req.Name)
 		cancel()
 		return Environment{}, fmt.Errorf("storing the agent's secret: %w", err)
@@ -500,12 +499,4 @@ func appendEvent(evs []Event, e Event) []Event {
 		evs = append(evs[:1], evs[len(evs)-maxEvents+1:]...) // keep the first ("requested")
 	}
 	return evs
-}
-
-func newSecret() (string, error) {
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(b), nil
 }

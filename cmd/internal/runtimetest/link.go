@@ -19,6 +19,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/system"
 	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/clock"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 	"github.com/agentic-sandbox/agentic-sandbox/ports/portstest"
 )
@@ -75,7 +76,7 @@ func StartLink(t *testing.T, dir string) *Link {
 		t.Fatal(err)
 	}
 	svc := agentrpc.New(agentrpc.Config{
-		Credentials: creds, Clock: system.Clock{}, IDs: system.UUIDv7{},
+		Credentials: creds, Clock: clock.Wall{}, IDs: system.UUIDv7{},
 		Logger:            slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		HeartbeatInterval: time.Second, DisconnectGrace: time.Minute,
 	})

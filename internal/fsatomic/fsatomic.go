@@ -1,6 +1,7 @@
-// Package filestore keeps the durable files of the data dir: agent secret
-// hashes, the operator token, and the atomic write they all share.
-package filestore
+// Package fsatomic replaces files so that a crash at any instant leaves
+// either the old or the new content, never a torn file: every durable file
+// of the server (stores, pid files, records) is written through it.
+package fsatomic
 
 import (
 	"errors"
@@ -14,7 +15,7 @@ import (
 // over path and fsyncs the directory, so a crash at any instant leaves either
 // the old or the new file, never a torn one. perm is applied exactly,
 // regardless of the umask. On error no temp file is left behind.
-func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
+func WriteFile(path string, data []byte, perm os.FileMode) error {
 	tmp, err := writeTemp(path, data, perm)
 	if err != nil {
 		return err
@@ -23,13 +24,13 @@ func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 		os.Remove(tmp)
 		return err
 	}
-	return syncDir(filepath.Dir(path))
+	return SyncDir(filepath.Dir(path))
 }
 
-// writeFileExclusive is WriteFileAtomic that fails with fs.ErrExist instead of
+// WriteFileExclusive is WriteFile that fails with fs.ErrExist instead of
 // replacing an existing file: link(2) of the finished temp file refuses an
 // existing name, so two racing creators cannot both win.
-func writeFileExclusive(path string, data []byte, perm os.FileMode) error {
+func WriteFileExclusive(path string, data []byte, perm os.FileMode) error {
 	tmp, err := writeTemp(path, data, perm)
 	if err != nil {
 		return err
@@ -42,7 +43,7 @@ func writeFileExclusive(path string, data []byte, perm os.FileMode) error {
 		}
 		return err
 	}
-	return syncDir(filepath.Dir(path))
+	return SyncDir(filepath.Dir(path))
 }
 
 // writeTemp writes data to a new, fsynced temp file beside path and returns
@@ -78,8 +79,8 @@ func writeTemp(path string, data []byte, perm os.FileMode) (name string, err err
 	return name, nil
 }
 
-// syncDir makes a rename or link in dir durable.
-func syncDir(dir string) error {
+// SyncDir makes a rename, link or removal in dir durable.
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err

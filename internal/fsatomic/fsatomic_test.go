@@ -1,0 +1,144 @@
+package fsatomic
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// onlyFiles fails unless dir holds exactly the named entries (no temp files).
+func onlyFiles(t *testing.T, dir string, names ...string) {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range ents {
+		got = append(got, e.Name())
+	}
+	if strings.Join(got, ",") != strings.Join(names, ",") {
+		t.Fatalf("dir has %q, want %q", got, names)
+	}
+}
+
+func mode(t *testing.T, path string) fs.FileMode {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Mode().Perm()
+}
+
+func TestWriteFile(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f")
+	for _, tc := range []struct {
+		data string
+		perm fs.FileMode
+	}{{"first", 0o600}, {"second, longer", 0o644}, {"", 0o640}} {
+		if err := WriteFile(p, []byte(tc.data), tc.perm); err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(p)
+		if err != nil || string(got) != tc.data {
+			t.Fatalf("read %q, %v; want %q", got, err, tc.data)
+		}
+		if m := mode(t, p); m != tc.perm {
+			t.Fatalf("perm %v, want %v", m, tc.perm)
+		}
+		onlyFiles(t, dir, "f")
+	}
+}
+
+func TestWriteFileAtomicErrorsLeaveNoTemp(t *testing.T) {
+	dir := t.TempDir()
+	// Renaming a file over a non-empty directory fails after the temp file
+	// was written: it must be cleaned up.
+	target := filepath.Join(dir, "target")
+	if err := os.MkdirAll(filepath.Join(target, "child"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFile(target, []byte("x"), 0o600); err == nil {
+		t.Fatal("want an error replacing a directory")
+	}
+	onlyFiles(t, dir, "target")
+
+	if err := WriteFile(filepath.Join(dir, "missing", "f"), []byte("x"), 0o600); err == nil {
+		t.Fatal("want an error in a missing directory")
+	}
+	onlyFiles(t, dir, "target")
+}
+
+// Readers racing with writers must always see one whole version.
+func TestWriteFileAtomicNeverTorn(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f")
+	versions := make(map[string]bool)
+	for i := range 4 {
+		versions[strings.Repeat(string(rune('a'+i)), 4096*(i+1))] = true
+	}
+	var first string
+	for v := range versions {
+		first = v
+		break
+	}
+	if err := WriteFile(p, []byte(first), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	for v := range versions {
+		wg.Go(func() {
+			for range 20 {
+				if err := WriteFile(p, []byte(v), 0o600); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	readErr := make(chan error, 1)
+	go func() {
+		defer close(readErr)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			got, err := os.ReadFile(p)
+			if err != nil || !versions[string(got)] {
+				readErr <- fmt.Errorf("torn read: %d bytes, %v", len(got), err)
+				return
+			}
+		}
+	}()
+	wg.Wait()
+	close(done)
+	if err := <-readErr; err != nil {
+		t.Fatal(err)
+	}
+	onlyFiles(t, dir, "f")
+}
+
+func TestWriteFileExclusive(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f")
+	if err := WriteFileExclusive(p, []byte("one"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFileExclusive(p, []byte("two"), 0o600); !errors.Is(err, fs.ErrExist) {
+		t.Fatalf("want ErrExist, got %v", err)
+	}
+	if got, _ := os.ReadFile(p); string(got) != "one" {
+		t.Fatalf("got %q", got)
+	}
+	onlyFiles(t, dir, "f")
+}
