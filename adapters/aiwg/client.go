@@ -313,7 +313,7 @@ func sleep(ctx context.Context, d time.Duration, kick <-chan struct{}) bool {
 // jitter spreads reconnects of many instances over the lower fifth of the
 // wait, so the 30 s cap still holds.
 func jitter(d time.Duration) time.Duration {
-	return d - time.Duration(rand.Float64()*0.2*float64(d))
+	return d - time.Duration(rand.Float64()*0.2*float64(d)) //nolint:gosec // jitter needs no unpredictability
 }
 
 func nextBackoff(cur, maxB time.Duration) time.Duration {

@@ -143,7 +143,7 @@ func isStatic(path string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only
 	for _, prog := range f.Progs {
 		if prog.Type == elf.PT_INTERP {
 			return false, nil

@@ -65,7 +65,7 @@ func (r *Runtime) Watch(ctx context.Context, since time.Time, fn func(Event)) er
 			sctx, cancel := context.WithCancel(ctx)
 			msgs, errs := r.cli.Events(sctx, events.ListOptions{Since: unixNano(since), Filters: f})
 			if lost {
-				lost, backoff = false, minBackoff
+				backoff = minBackoff
 				fn(Event{Action: ActionReconnect, Time: time.Now()})
 			}
 		stream:
@@ -73,7 +73,8 @@ func (r *Runtime) Watch(ctx context.Context, since time.Time, fn func(Event)) er
 				select {
 				case <-ctx.Done():
 					break stream
-				case <-errs:
+				case err := <-errs:
+					_ = err // the stream dropped: asked again, after a backoff, from since
 					break stream
 				case m := <-msgs:
 					at := time.Unix(0, m.TimeNano)

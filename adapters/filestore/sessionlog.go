@@ -253,7 +253,7 @@ func (s *slSession) load(bound int64) error {
 	}
 	sort.Slice(segs, func(i, j int) bool { return segs[i].base < segs[j].base })
 	for i := len(segs) - 1; i > 0; i-- {
-		if segs[i-1].base+uint64(segs[i-1].size) != segs[i].base {
+		if segs[i-1].base+uint64(segs[i-1].size) != segs[i].base { //nolint:gosec // file sizes are never negative
 			s.removeSegments(segs[:i])
 			segs = segs[i:]
 			break
@@ -262,7 +262,7 @@ func (s *slSession) load(bound int64) error {
 	s.segs = segs
 	if len(segs) > 0 {
 		last := segs[len(segs)-1]
-		s.first, s.end = segs[0].base, last.base+uint64(last.size)
+		s.first, s.end = segs[0].base, last.base+uint64(last.size) //nolint:gosec // file sizes are never negative
 	}
 	s.trim(bound)
 	return nil
@@ -298,7 +298,7 @@ func (s *slSession) removeSegments(segs []slSegment) {
 // trim moves the first held offset up to the bound and removes segments
 // wholly before it. The active segment always stays (it holds End).
 func (s *slSession) trim(bound int64) {
-	if s.end > uint64(bound) && s.end-uint64(bound) > s.first {
+	if s.end > uint64(bound) && s.end-uint64(bound) > s.first { //nolint:gosec // the bound is positive (checked in New)
 		s.first = s.end - uint64(bound)
 	}
 	n := 0
@@ -337,7 +337,7 @@ func (l *SessionLog) Append(sessionID string, data []byte) (uint64, error) {
 		}
 		s.removeSegments(s.segs)
 		s.segs = s.segs[:0]
-		s.end += uint64(skip)
+		s.end += uint64(skip) //nolint:gosec // skip is a slice length
 		s.first = s.end
 		data = data[skip:]
 	}
@@ -458,9 +458,9 @@ func (s *slSession) readAt(buf []byte, pos uint64) error {
 	i := sort.Search(len(s.segs), func(i int) bool { return s.segs[i].base+uint64(s.segs[i].size) > pos })
 	for len(buf) > 0 && i < len(s.segs) {
 		seg := s.segs[i]
-		n := min(int64(len(buf)), seg.size-int64(pos-seg.base))
+		n := min(int64(len(buf)), seg.size-int64(pos-seg.base)) //nolint:gosec // pos lies within the segment: the difference is below its size
 		if i == len(s.segs)-1 && s.w != nil {
-			if _, err := s.w.ReadAt(buf[:n], int64(pos-seg.base)); err != nil {
+			if _, err := s.w.ReadAt(buf[:n], int64(pos-seg.base)); err != nil { //nolint:gosec // pos lies within the segment
 				return fmt.Errorf("filestore: read session log segment: %w", err)
 			}
 		} else {
@@ -468,7 +468,7 @@ func (s *slSession) readAt(buf []byte, pos uint64) error {
 			if err != nil {
 				return err
 			}
-			_, err = rf.f.ReadAt(buf[:n], int64(pos-seg.base))
+			_, err = rf.f.ReadAt(buf[:n], int64(pos-seg.base)) //nolint:gosec // pos lies within the segment
 			s.release(rf)
 			if err != nil {
 				return fmt.Errorf("filestore: read session log segment: %w", err)
@@ -586,7 +586,8 @@ func (l *SessionLog) Delete(sessionID string) error {
 		return err
 	}
 	defer s.mu.Unlock()
-	s.closeWriter()
+	// The files go next: a segment that failed to close loses nothing.
+	_ = s.closeWriter()
 	s.dropReaders()
 	// Removed before the entry leaves the map, so a new entry for the id
 	// cannot load the old files.

@@ -189,7 +189,7 @@ func (s *Supervisor) prepare() error {
 	if s.cfg.StateDir == "" {
 		return errors.New("hostsup: no StateDir")
 	}
-	if _, err := s.resolveBinary(); err != nil {
+	if err := s.resolveBinary(); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(s.cfg.StateDir, 0o700); err != nil {
@@ -198,36 +198,37 @@ func (s *Supervisor) prepare() error {
 	return nil
 }
 
-func (s *Supervisor) resolveBinary() (string, error) {
+// resolveBinary finds and checks the agent binary once, into s.binary.
+func (s *Supervisor) resolveBinary() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.binary != "" {
-		return s.binary, nil
+		return nil
 	}
 	bin := s.cfg.AgentBinary
 	if bin == "" {
-		return "", errors.New("hostsup: no AgentBinary")
+		return errors.New("hostsup: no AgentBinary")
 	}
 	if !strings.Contains(bin, "/") {
 		p, err := exec.LookPath(bin)
 		if err != nil {
-			return "", fmt.Errorf("hostsup: agent binary: %w", err)
+			return fmt.Errorf("hostsup: agent binary: %w", err)
 		}
 		bin = p
 	}
 	bin, err := filepath.Abs(bin)
 	if err != nil {
-		return "", err
+		return err
 	}
 	fi, err := os.Stat(bin)
 	if err != nil {
-		return "", fmt.Errorf("hostsup: agent binary: %w", err)
+		return fmt.Errorf("hostsup: agent binary: %w", err)
 	}
 	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
-		return "", fmt.Errorf("hostsup: agent binary %s is not an executable file", bin)
+		return fmt.Errorf("hostsup: agent binary %s is not an executable file", bin)
 	}
 	s.binary = bin
-	return bin, nil
+	return nil
 }
 
 func (s *Supervisor) pidPath(id string) string { return filepath.Join(s.cfg.StateDir, id+".pid") }
@@ -460,7 +461,7 @@ func (s *Supervisor) Stop() {
 // are killed at once and ctx's error is returned.
 func (s *Supervisor) StopAgents(ctx context.Context) error {
 	s.Stop()
-	if _, err := s.resolveBinary(); err != nil && len(s.ids) > 0 {
+	if err := s.resolveBinary(); err != nil && len(s.ids) > 0 {
 		return err
 	}
 	type target struct {

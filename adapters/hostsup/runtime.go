@@ -387,7 +387,7 @@ func (r *Runtime) Recover(ctx context.Context) ([]ports.Environment, error) {
 }
 
 func writeRecord(path string, rec envRecord) error {
-	data, err := json.MarshalIndent(rec, "", "  ")
+	data, err := json.MarshalIndent(rec, "", "  ") //nolint:gosec // the record keeps the secret to restart the agent: 0600 in a 0700 dir
 	if err != nil {
 		return err
 	}

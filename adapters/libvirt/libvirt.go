@@ -96,11 +96,11 @@ func New(cfg Config) (*Runtime, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(cfg.StateDir, 0o711); err != nil {
+	if err := os.MkdirAll(cfg.StateDir, 0o711); err != nil { //nolint:gosec // QEMU runs as another user and must traverse it
 		return nil, fmt.Errorf("libvirt state dir: %w", err)
 	}
 	// QEMU runs as another user and must reach the per-domain folders.
-	if err := os.Chmod(cfg.StateDir, 0o711); err != nil {
+	if err := os.Chmod(cfg.StateDir, 0o711); err != nil { //nolint:gosec // QEMU runs as another user and must traverse it
 		return nil, fmt.Errorf("libvirt state dir: %w", err)
 	}
 	abs, err := filepath.Abs(cfg.StateDir)
@@ -545,10 +545,10 @@ func (r *Runtime) Provision(ctx context.Context, spec ports.EnvironmentSpec) (po
 		}
 	}()
 	progress("prepare")
-	if err := os.Mkdir(dir, 0o711); err != nil {
+	if err := os.Mkdir(dir, 0o711); err != nil { //nolint:gosec // QEMU must traverse the per-domain folder
 		return ports.Environment{}, fmt.Errorf("libvirt: %w", err)
 	}
-	if err := os.Chmod(dir, 0o711); err != nil {
+	if err := os.Chmod(dir, 0o711); err != nil { //nolint:gosec // QEMU must traverse the per-domain folder
 		return ports.Environment{}, fmt.Errorf("libvirt: %w", err)
 	}
 	if err := boot(ctx, dir); err != nil {
@@ -756,7 +756,7 @@ func (r *Runtime) Start(ctx context.Context, name string) error {
 			return r.lverr(lv, "resume "+o.dom.Name, err)
 		}
 	default:
-		if err := os.MkdirAll(r.EnvDir(name), 0o711); err != nil {
+		if err := os.MkdirAll(r.EnvDir(name), 0o711); err != nil { //nolint:gosec // QEMU must traverse the per-domain folder
 			return fmt.Errorf("libvirt: %w", err)
 		}
 		if err := lv.DomainCreate(o.dom); err != nil {

@@ -127,7 +127,7 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 	ws.SetReadLimit(MaxFrameBytes)
 	c := &conn{srv: s, ws: ws, viewer: s.cfg.IDs.NewID(), out: make(chan any, outQueue), joins: map[string]context.CancelFunc{}}
-	c.run(r.Context())
+	c.run()
 }
 
 // conn is one client connection: a viewer of any number of sessions.
@@ -141,7 +141,9 @@ type conn struct {
 	joins map[string]context.CancelFunc
 }
 
-func (c *conn) run(parent context.Context) {
+// run serves the connection until it ends. Its context is its own: a
+// hijacked connection outlives the request that opened it.
+func (c *conn) run() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var wg sync.WaitGroup
@@ -329,10 +331,10 @@ func (c *conn) handle(ctx context.Context, f ClientFrame) error {
 		var s session.Session
 		var err error
 		if f.Type == FrameStartShell {
-			s, err = sv.StartShell(ctx, f.AgentID, f.Name, uint16(f.Cols), uint16(f.Rows))
+			s, err = sv.StartShell(ctx, f.AgentID, f.Name, uint16(f.Cols), uint16(f.Rows)) //nolint:gosec // validate bounds cols and rows to 1..maxDim
 		} else {
 			s, err = sv.Create(ctx, session.Spec{AgentID: f.AgentID, Name: f.Name, Type: ports.SessionType(f.SessionTy),
-				Command: f.Command, Args: f.Args, Cwd: f.Cwd, Env: f.Env, PTY: f.PTY == nil || *f.PTY}, uint16(f.Cols), uint16(f.Rows))
+				Command: f.Command, Args: f.Args, Cwd: f.Cwd, Env: f.Env, PTY: f.PTY == nil || *f.PTY}, uint16(f.Cols), uint16(f.Rows)) //nolint:gosec // validate bounds cols and rows to 1..maxDim
 		}
 		if err != nil {
 			return err
@@ -356,7 +358,7 @@ func (c *conn) handle(ctx context.Context, f ClientFrame) error {
 	case FrameInput:
 		return sv.Input(ctx, f.SessionID, c.viewer, f.Bytes)
 	case FrameResize:
-		return sv.Resize(ctx, f.SessionID, c.viewer, uint16(f.Cols), uint16(f.Rows))
+		return sv.Resize(ctx, f.SessionID, c.viewer, uint16(f.Cols), uint16(f.Rows)) //nolint:gosec // validate bounds cols and rows to 1..maxDim
 	case FrameSignal:
 		sig, ok := ParseSignal(f.Signal)
 		if !ok {

@@ -45,9 +45,11 @@ func run(args, environ []string, stderr io.Writer) int {
 	// Commands inherit the agent's environment; the secret must not reach
 	// them, and where they run (host, container, vm) should, however the
 	// agent was configured (flag, environment or agent.env).
-	os.Unsetenv("AGENT_SECRET")
-	os.Setenv("AGENT_ID", cfg.AgentID)
-	os.Setenv("AGENT_RUNTIME", string(agentwire.RuntimeKindFromProto(cfg.Runtime)))
+	if err := errors.Join(os.Unsetenv("AGENT_SECRET"), os.Setenv("AGENT_ID", cfg.AgentID),
+		os.Setenv("AGENT_RUNTIME", string(agentwire.RuntimeKindFromProto(cfg.Runtime)))); err != nil {
+		fmt.Fprintln(stderr, "agentic-agent:", err)
+		return 2
+	}
 
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	ctx, cancel := context.WithCancel(context.Background())

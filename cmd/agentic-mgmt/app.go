@@ -74,7 +74,7 @@ func (a *App) Run(ctx context.Context) error {
 	sockLn, err := listenAgentSocket(a.cfg.AgentSocket)
 	if err != nil {
 		a.log.Error("agent socket not available; containers and VMs without a network cannot reach this server", "path", a.cfg.AgentSocket, "err", err)
-	} else if err := os.Chmod(a.cfg.AgentSocket, 0o666); err != nil {
+	} else if err := os.Chmod(a.cfg.AgentSocket, 0o666); err != nil { //nolint:gosec // environments run as other users; each stream is authenticated by its own secret
 		// It carries only agents' streams, each authenticated by its own
 		// secret; environments run as other users.
 		a.log.Warn("agent socket not opened to environments' users", "err", err)
@@ -206,7 +206,7 @@ func listenAgentSocket(path string) (net.Listener, error) {
 	// The socket's directory is what containers mount (so that a new
 	// socket after a restart reaches running agents): it must hold nothing
 	// else, and others may enter it.
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil { //nolint:gosec // containers mount it and their agents run as other users
 		return nil, err
 	}
 	return net.Listen("unix", path)

@@ -38,7 +38,7 @@ func provideOutbox(dir DataDir) (*filestore.Outbox, func(), error) {
 	return o, func() { _ = o.Close() }, nil
 }
 
-func provideMissions(cfg Config, store ports.MissionStore, outbox ports.EventOutbox, svc *agentrpc.Service, clock ports.Clock, ids ports.IDGenerator, log *slog.Logger) *mission.Service {
+func provideMissions(store ports.MissionStore, outbox ports.EventOutbox, svc *agentrpc.Service, clock ports.Clock, ids ports.IDGenerator, log *slog.Logger) *mission.Service {
 	return mission.New(mission.Config{
 		Store: store, Outbox: outbox, Link: svc, Agents: svc, Clock: clock, IDs: ids, Logger: log,
 	})

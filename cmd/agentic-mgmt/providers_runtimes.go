@@ -124,7 +124,7 @@ var runtimeCatalog = []runtimeEntry{
 		New: func(cfg Config, log *slog.Logger) (ports.Runtime, func(), error) {
 			// QEMU runs as its own user and must reach the VMs' files: the data
 			// dir is opened for search only (its files stay 0600, secrets/ 0700).
-			if err := os.Chmod(cfg.DataDir, 0o711); err != nil {
+			if err := os.Chmod(cfg.DataDir, 0o711); err != nil { //nolint:gosec // search only, for QEMU; the files inside stay 0600
 				return nil, nil, err
 			}
 			rt, err := libvirt.New(libvirt.Config{

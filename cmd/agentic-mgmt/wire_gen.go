@@ -38,7 +38,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		cleanup()
 		return nil, nil, err
 	}
-	missionService := provideMissions(cfg, missionStore, outbox, service, wall, uuiDv7, log)
+	missionService := provideMissions(missionStore, outbox, service, wall, uuiDv7, log)
 	identity, err := provideIdentity(dataDir)
 	if err != nil {
 		cleanup2()

@@ -140,7 +140,7 @@ func (c *cli) attachTo(wsURL, token, id string, detach int, o attachOptions) int
 		}
 		return c.fail("WebSocket %s: %v", wsURL, err)
 	}
-	defer ws.Close()
+	defer func() { _ = ws.Close() }() // the session goes on; nothing to do if the close fails
 
 	var wmu sync.Mutex
 	send := func(f attachFrame) error {
@@ -170,7 +170,7 @@ func (c *cli) attachTo(wsURL, token, id string, detach int, o attachOptions) int
 		if err != nil {
 			return c.fail("raw mode: %v", err)
 		}
-		defer term.Restore(int(stdinFile.Fd()), state)
+		defer func() { _ = term.Restore(int(stdinFile.Fd()), state) }() // best effort: the process ends next
 		size = func() (int, int, bool) {
 			w, h, err := term.GetSize(int(stdinFile.Fd()))
 			return w, h, err == nil && w > 0 && h > 0
@@ -265,7 +265,7 @@ func (c *cli) attachTo(wsURL, token, id string, detach int, o attachOptions) int
 			chunk := buf[:n]
 			detached := false
 			if detach >= 0 {
-				if i := bytes.IndexByte(chunk, byte(detach)); i >= 0 {
+				if i := bytes.IndexByte(chunk, byte(detach)); i >= 0 { //nolint:gosec // parseDetachKey gives 0-31
 					chunk, detached = chunk[:i], true
 				}
 			}

@@ -190,7 +190,7 @@ func TestProgressRateLimit(t *testing.T) {
 	if _, _, ok := Progress(m, "step 2", "", t0.Add(4999*time.Millisecond)); ok {
 		t.Fatal("second progress within 5 s")
 	}
-	m, ev, ok = Progress(m, "step 3", "", t0.Add(5*time.Second))
+	_, ev, ok = Progress(m, "step 3", "", t0.Add(5*time.Second))
 	if !ok || ev.Data["iteration"] != 2 {
 		t.Fatalf("progress after 5 s: %v %+v", ok, ev)
 	}

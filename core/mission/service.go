@@ -302,7 +302,7 @@ func (s *Service) Dispatch(ctx context.Context, req ports.DispatchRequest) (port
 	s.bySession[m.SessionID] = l
 	s.mu.Unlock()
 	s.wg.Add(1)
-	go s.launch(l)
+	go s.launch(l) //nolint:gosec // a mission outlives the dispatch request; Close ends it
 	return m, nil
 }
 

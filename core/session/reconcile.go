@@ -112,7 +112,8 @@ func (r *Registry) Reconcile(agentID string, reports []Reported, now time.Time) 
 				if started.IsZero() {
 					started = now
 				}
-				r.move(rec.s.ID, Running, now, func(s *Session) { s.StartedAt = started })
+				// rec was just listed under the registry's lock: it exists.
+				_, _ = r.move(rec.s.ID, Running, now, func(s *Session) { s.StartedAt = started })
 			}
 			out = append(out, Decision{Action: Keep, SessionID: rec.s.ID, AgentName: rep.AgentName})
 		}
@@ -120,7 +121,7 @@ func (r *Registry) Reconcile(agentID string, reports []Reported, now time.Time) 
 
 	for _, s := range r.List(agentID) {
 		if s.State.Live() && !matched[s.ID] {
-			r.Lost(s.ID, ReasonMissing, now)
+			_, _ = r.Lost(s.ID, ReasonMissing, now) // listed just now: it exists
 			out = append(out, Decision{Action: MarkLost, SessionID: s.ID, Reason: ReasonMissing})
 		}
 	}

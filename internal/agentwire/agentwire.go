@@ -5,6 +5,7 @@
 package agentwire
 
 import (
+	"math"
 	"time"
 
 	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
@@ -19,7 +20,7 @@ func CommandRequest(id string, spec ports.CommandSpec) *sandboxv1.CommandRequest
 		Args:           spec.Args,
 		WorkingDir:     spec.WorkingDir,
 		Env:            spec.Env,
-		TimeoutSeconds: uint32((spec.Timeout + time.Second - 1) / time.Second),
+		TimeoutSeconds: timeoutSeconds(spec.Timeout),
 		RunAs:          spec.RunAs,
 		AllocatePty:    spec.PTY,
 		PtyCols:        uint32(spec.Cols),
@@ -56,16 +57,25 @@ func CommandSpec(r *sandboxv1.CommandRequest) ports.CommandSpec {
 
 func clampU16(v uint32) uint16 { return uint16(min(v, 0xffff)) }
 
+func clampI32(v int) int32 { return int32(max(min(v, math.MaxInt32), math.MinInt32)) } //nolint:gosec // clamped
+
+// timeoutSeconds rounds up (a sub-second timeout must not become none) and
+// clamps what the wire cannot carry.
+func timeoutSeconds(d time.Duration) uint32 {
+	s := (d + time.Second - 1) / time.Second
+	return uint32(max(min(s, math.MaxUint32), 0)) //nolint:gosec // clamped
+}
+
 // CommandResult is r as the agent reports it for command id.
 func CommandResult(id string, r ports.CommandResult) *sandboxv1.CommandResult {
 	return &sandboxv1.CommandResult{
 		CommandId:  id,
-		ExitCode:   int32(r.ExitCode),
+		ExitCode:   clampI32(r.ExitCode),
 		Error:      r.Error,
-		DurationMs: uint64(r.Duration / time.Millisecond),
+		DurationMs: uint64(max(r.Duration/time.Millisecond, 0)), //nolint:gosec // not negative
 		Success:    r.Success(),
 		TimedOut:   r.TimedOut,
-		Signal:     int32(r.Signal),
+		Signal:     clampI32(r.Signal),
 	}
 }
 
@@ -74,7 +84,8 @@ func Result(r *sandboxv1.CommandResult) ports.CommandResult {
 	return ports.CommandResult{
 		ExitCode: int(r.GetExitCode()),
 		Error:    r.GetError(),
-		Duration: time.Duration(r.GetDurationMs()) * time.Millisecond,
+		// An agent is untrusted: a duration past int64 must not turn negative.
+		Duration: time.Duration(min(r.GetDurationMs(), math.MaxInt64/uint64(time.Millisecond))) * time.Millisecond, //nolint:gosec // clamped
 		TimedOut: r.GetTimedOut(),
 		Signal:   int(r.GetSignal()),
 	}

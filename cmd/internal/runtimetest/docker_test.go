@@ -456,12 +456,12 @@ func dockerAnyImage(t *testing.T, d *dockerd) {
 	ctx := context.Background()
 	link := StartLink(t, linkDir(t))
 	rt := d.runtime(t, "img")
-	rootfs, err := docker.BusyboxRootfs("")
-	if err == nil {
+	if _, err := docker.BusyboxRootfs(""); err == nil {
 		t.Fatal("BusyboxRootfs of no file succeeded")
 	}
 	bb, _ := exec.LookPath("busybox")
-	if rootfs, err = docker.BusyboxRootfs(bb); err != nil {
+	rootfs, err := docker.BusyboxRootfs(bb)
+	if err != nil {
 		t.Fatal(err)
 	}
 	body, err := d.cli.ImageImport(ctx, image.ImportSource{Source: bytes.NewReader(rootfs), SourceName: "-"}, "example.org/custom:base", image.ImportOptions{})
