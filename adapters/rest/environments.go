@@ -19,6 +19,8 @@ type Environments interface {
 	Inspect(ctx context.Context, name string) (environment.Environment, bool)
 	Start(ctx context.Context, name string) (environment.Environment, error)
 	Stop(ctx context.Context, name string) (environment.Environment, error)
+	Pause(ctx context.Context, name string) (environment.Environment, error)
+	Resume(ctx context.Context, name string) (environment.Environment, error)
 	Delete(ctx context.Context, name string) error
 }
 
@@ -28,6 +30,8 @@ func (e *apiError) VisitCreateEnvironmentResponse(w http.ResponseWriter) error {
 func (e *apiError) VisitGetEnvironmentResponse(w http.ResponseWriter) error    { return e.write(w) }
 func (e *apiError) VisitDeleteEnvironmentResponse(w http.ResponseWriter) error { return e.write(w) }
 func (e *apiError) VisitStartEnvironmentResponse(w http.ResponseWriter) error  { return e.write(w) }
+func (e *apiError) VisitPauseEnvironmentResponse(w http.ResponseWriter) error  { return e.write(w) }
+func (e *apiError) VisitResumeEnvironmentResponse(w http.ResponseWriter) error { return e.write(w) }
 func (e *apiError) VisitStopEnvironmentResponse(w http.ResponseWriter) error   { return e.write(w) }
 
 // environmentError maps the use case's and runtimes' errors to answers.
@@ -41,6 +45,8 @@ func environmentError(err error, subject string) *apiError {
 		return badRequest("%s: %v", subject, err)
 	case errors.Is(err, environment.ErrUnknownRuntime):
 		return newError(http.StatusBadRequest, "unknown_runtime", "%s: %v", subject, err)
+	case errors.Is(err, ports.ErrUnsupported):
+		return newError(http.StatusConflict, "not_supported", "%s: %v (GET /api/v1/runtimes shows what each runtime can do)", subject, err)
 	case errors.Is(err, ports.ErrRuntimeUnavailable):
 		return newError(http.StatusServiceUnavailable, "runtime_unavailable", "%s: %v", subject, err)
 	default:
@@ -61,6 +67,7 @@ func (s *Server) ListRuntimes(_ context.Context, _ restapi.ListRuntimesRequestOb
 		out.Runtimes = append(out.Runtimes, restapi.Runtime{
 			Runtime: c.Runtime, Isolation: restapi.RuntimeIsolation(c.Isolation), NetworkModes: nonNil(c.NetworkModes),
 			Limits: limitNames(c.Limits), Pause: c.Pause, ReadOnlyRoot: c.ReadOnlyRoot,
+			Images: c.Images, Profiles: nonNil(c.Profiles),
 		})
 	}
 	return out, nil
@@ -183,6 +190,36 @@ func (s *Server) StartEnvironment(ctx context.Context, req restapi.StartEnvironm
 		return environmentError(err, subject), nil
 	}
 	return restapi.StartEnvironment200JSONResponse(toEnvironment(e)), nil
+}
+
+func (s *Server) PauseEnvironment(ctx context.Context, req restapi.PauseEnvironmentRequestObject) (restapi.PauseEnvironmentResponseObject, error) {
+	subject := fmt.Sprintf("environment %q", clip(req.Name))
+	if s.d.Environments == nil {
+		return environmentError(ports.ErrEnvNotFound, subject), nil
+	}
+	e, err := s.d.Environments.Pause(ctx, req.Name)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return environmentError(err, subject), nil
+	}
+	return restapi.PauseEnvironment200JSONResponse(toEnvironment(e)), nil
+}
+
+func (s *Server) ResumeEnvironment(ctx context.Context, req restapi.ResumeEnvironmentRequestObject) (restapi.ResumeEnvironmentResponseObject, error) {
+	subject := fmt.Sprintf("environment %q", clip(req.Name))
+	if s.d.Environments == nil {
+		return environmentError(ports.ErrEnvNotFound, subject), nil
+	}
+	e, err := s.d.Environments.Resume(ctx, req.Name)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return environmentError(err, subject), nil
+	}
+	return restapi.ResumeEnvironment200JSONResponse(toEnvironment(e)), nil
 }
 
 func (s *Server) StopEnvironment(ctx context.Context, req restapi.StopEnvironmentRequestObject) (restapi.StopEnvironmentResponseObject, error) {

@@ -18,6 +18,9 @@ const envUsage = `Usage:
   agenticctl env get NAME
   agenticctl env stop NAME
   agenticctl env start NAME
+  agenticctl env pause NAME
+                         freeze its processes, keeping their memory (runtimes with pause)
+  agenticctl env resume NAME
   agenticctl env rm NAME
   agenticctl env runtimes
                          the runtimes the server offers, with their capabilities
@@ -41,6 +44,10 @@ func (c *cli) environments(args []string) int {
 		return c.envOne("stop", args[1:])
 	case "start":
 		return c.envOne("start", args[1:])
+	case "pause":
+		return c.envOne("pause", args[1:])
+	case "resume":
+		return c.envOne("resume", args[1:])
 	case "rm", "delete":
 		return c.envOne("rm", args[1:])
 	case "runtimes":
@@ -63,6 +70,7 @@ func (c *cli) envCreate(args []string) int {
 	cpus := flags.Float64("cpus", 0, "CPU limit")
 	memory := flags.Int("memory", 0, "memory limit in `MB`")
 	pids := flags.Int("pids", 0, "process limit")
+	disk := flags.Int("disk", 0, "disk size in `GB` (libvirt with a disk image)")
 	readOnly := flags.Bool("read-only", false, "read-only root filesystem")
 	noWait := flags.Bool("no-wait", false, "return once provisioning started")
 	timeout := flags.Duration("timeout", 5*time.Minute, "how long to wait for the agent")
@@ -89,7 +97,7 @@ func (c *cli) envCreate(args []string) int {
 	if *readOnly {
 		body.ReadOnlyRoot = readOnly
 	}
-	if *cpus != 0 || *memory != 0 || *pids != 0 {
+	if *cpus != 0 || *memory != 0 || *pids != 0 || *disk != 0 {
 		res := restapi.Resources{}
 		if *cpus != 0 {
 			v := float32(*cpus)
@@ -100,6 +108,9 @@ func (c *cli) envCreate(args []string) int {
 		}
 		if *pids != 0 {
 			res.Pids = pids
+		}
+		if *disk != 0 {
+			res.DiskGb = disk
 		}
 		body.Resources = &res
 	}
@@ -240,6 +251,18 @@ func (c *cli) envOne(op string, args []string) int {
 			return c.unreachable(server, err)
 		}
 		status, body, ok = r.StatusCode(), r.Body, r.JSON200 != nil
+	case "pause":
+		r, err := cl.PauseEnvironmentWithResponse(ctx, name)
+		if err != nil {
+			return c.unreachable(server, err)
+		}
+		status, body, ok = r.StatusCode(), r.Body, r.JSON200 != nil
+	case "resume":
+		r, err := cl.ResumeEnvironmentWithResponse(ctx, name)
+		if err != nil {
+			return c.unreachable(server, err)
+		}
+		status, body, ok = r.StatusCode(), r.Body, r.JSON200 != nil
 	case "rm":
 		r, err := cl.DeleteEnvironmentWithResponse(ctx, name)
 		if err != nil {
@@ -257,7 +280,7 @@ func (c *cli) envOne(op string, args []string) int {
 	if op == "get" {
 		return c.printJSON(body)
 	}
-	fmt.Fprintf(c.stdout, "%s: %s\n", clean(name), map[string]string{"stop": "stopped", "start": "starting"}[op])
+	fmt.Fprintf(c.stdout, "%s: %s\n", clean(name), map[string]string{"stop": "stopped", "start": "starting", "pause": "paused", "resume": "resumed"}[op])
 	return 0
 }
 
@@ -278,9 +301,19 @@ func (c *cli) envRuntimes(args []string) int {
 		return c.apiError(resp.StatusCode(), resp.Body)
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "RUNTIME\tISOLATION\tNETWORKS\tLIMITS")
+	fmt.Fprintln(tw, "RUNTIME\tISOLATION\tNETWORKS\tLIMITS\tOPTIONS")
 	for _, r := range resp.JSON200.Runtimes {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", cell(r.Runtime), r.Isolation, cell(strings.Join(r.NetworkModes, ",")), cell(strings.Join(r.Limits, ",")))
+		var opts []string
+		for _, o := range []struct {
+			on   bool
+			name string
+		}{{r.Pause, "pause"}, {r.ReadOnlyRoot, "read-only-root"}, {r.Images, "images"}} {
+			if o.on {
+				opts = append(opts, o.name)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", cell(r.Runtime), r.Isolation, cell(strings.Join(r.NetworkModes, ",")),
+			cell(strings.Join(r.Limits, ",")), cell(strings.Join(opts, ",")))
 	}
 	if err := tw.Flush(); err != nil {
 		return c.fail("writing the table: %v", err)

@@ -672,19 +672,25 @@ type Resources struct {
 
 // Runtime defines model for Runtime.
 type Runtime struct {
+	// Images A create request may name an image.
+	Images    bool             `json:"images"`
 	Isolation RuntimeIsolation `json:"isolation"`
 
-	// Limits Resource fields the runtime enforces (cpus, memory_mb, pids, disk_gb).
+	// Limits Resource fields the runtime enforces (cpus, memory_mb, pids, disk_gb); any other is refused.
 	Limits []string `json:"limits"`
 
 	// NetworkModes Accepted network modes; the first is the default.
 	NetworkModes []string `json:"network_modes"`
-	Pause        bool     `json:"pause"`
+
+	// Pause POST .../pause and .../resume work.
+	Pause bool `json:"pause"`
+
+	// Profiles Presets a create request may name in profile.
+	Profiles     []string `json:"profiles"`
 	ReadOnlyRoot bool     `json:"read_only_root"`
 
 	// Runtime host, docker or libvirt
-	Runtime  string `json:"runtime"`
-	Snapshot bool   `json:"snapshot"`
+	Runtime string `json:"runtime"`
 }
 
 // RuntimeIsolation defines model for Runtime.Isolation.
@@ -1113,6 +1119,16 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /api/v1/environments/{name} (the `GetEnvironment` operationId).
 	GetEnvironment(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PauseEnvironment Freeze an environment's processes, keeping their memory (runtimes whose capabilities say pause).
+	//
+	// Corresponds with POST /api/v1/environments/{name}/pause (the `PauseEnvironment` operationId).
+	PauseEnvironment(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ResumeEnvironment Let a paused environment run again.
+	//
+	// Corresponds with POST /api/v1/environments/{name}/resume (the `ResumeEnvironment` operationId).
+	ResumeEnvironment(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// StartEnvironment Start a stopped environment.
 	//
@@ -1687,6 +1703,36 @@ func (c *Client) DeleteEnvironment(ctx context.Context, name EnvironmentName, re
 // Corresponds with GET /api/v1/environments/{name} (the `GetEnvironment` operationId).
 func (c *Client) GetEnvironment(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetEnvironmentRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PauseEnvironment Freeze an environment's processes, keeping their memory (runtimes whose capabilities say pause).
+//
+// Corresponds with POST /api/v1/environments/{name}/pause (the `PauseEnvironment` operationId).
+func (c *Client) PauseEnvironment(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPauseEnvironmentRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ResumeEnvironment Let a paused environment run again.
+//
+// Corresponds with POST /api/v1/environments/{name}/resume (the `ResumeEnvironment` operationId).
+func (c *Client) ResumeEnvironment(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewResumeEnvironmentRequest(c.Server, name)
 	if err != nil {
 		return nil, err
 	}
@@ -2728,6 +2774,74 @@ func NewGetEnvironmentRequest(server string, name EnvironmentName) (*http.Reques
 	return req, nil
 }
 
+// NewPauseEnvironmentRequest constructs an http.Request for the PauseEnvironment method
+func NewPauseEnvironmentRequest(server string, name EnvironmentName) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/environments/%s/pause", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewResumeEnvironmentRequest constructs an http.Request for the ResumeEnvironment method
+func NewResumeEnvironmentRequest(server string, name EnvironmentName) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/environments/%s/resume", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewStartEnvironmentRequest constructs an http.Request for the StartEnvironment method
 func NewStartEnvironmentRequest(server string, name EnvironmentName) (*http.Request, error) {
 	var err error
@@ -3601,6 +3715,20 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /api/v1/environments/{name} (the `GetEnvironment` operationId).
 	GetEnvironmentWithResponse(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*GetEnvironmentResponse, error)
+
+	// PauseEnvironmentWithResponse Freeze an environment's processes, keeping their memory (runtimes whose capabilities say pause).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/environments/{name}/pause (the `PauseEnvironment` operationId).
+	PauseEnvironmentWithResponse(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*PauseEnvironmentResponse, error)
+
+	// ResumeEnvironmentWithResponse Let a paused environment run again.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/environments/{name}/resume (the `ResumeEnvironment` operationId).
+	ResumeEnvironmentWithResponse(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*ResumeEnvironmentResponse, error)
 
 	// StartEnvironmentWithResponse Start a stopped environment.
 	//
@@ -4901,6 +5029,158 @@ func (r GetEnvironmentResponse) ContentType() string {
 	return ""
 }
 
+type PauseEnvironmentResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Environment
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSON502 the response for an HTTP 502 `application/json` response
+	JSON502 *BadGateway
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PauseEnvironmentResponse) GetJSON200() *Environment {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r PauseEnvironmentResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r PauseEnvironmentResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r PauseEnvironmentResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSON502 returns the response for an HTTP 502 `application/json` response
+func (r PauseEnvironmentResponse) GetJSON502() *BadGateway {
+	return r.JSON502
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r PauseEnvironmentResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r PauseEnvironmentResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PauseEnvironmentResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PauseEnvironmentResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PauseEnvironmentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ResumeEnvironmentResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Environment
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSON502 the response for an HTTP 502 `application/json` response
+	JSON502 *BadGateway
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ResumeEnvironmentResponse) GetJSON200() *Environment {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ResumeEnvironmentResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r ResumeEnvironmentResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r ResumeEnvironmentResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSON502 returns the response for an HTTP 502 `application/json` response
+func (r ResumeEnvironmentResponse) GetJSON502() *BadGateway {
+	return r.JSON502
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ResumeEnvironmentResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ResumeEnvironmentResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ResumeEnvironmentResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ResumeEnvironmentResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ResumeEnvironmentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type StartEnvironmentResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -6162,6 +6442,32 @@ func (c *ClientWithResponses) GetEnvironmentWithResponse(ctx context.Context, na
 	return ParseGetEnvironmentResponse(rsp)
 }
 
+// PauseEnvironmentWithResponse Freeze an environment's processes, keeping their memory (runtimes whose capabilities say pause).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/environments/{name}/pause (the `PauseEnvironment` operationId).
+func (c *ClientWithResponses) PauseEnvironmentWithResponse(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*PauseEnvironmentResponse, error) {
+	rsp, err := c.PauseEnvironment(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePauseEnvironmentResponse(rsp)
+}
+
+// ResumeEnvironmentWithResponse Let a paused environment run again.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/environments/{name}/resume (the `ResumeEnvironment` operationId).
+func (c *ClientWithResponses) ResumeEnvironmentWithResponse(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*ResumeEnvironmentResponse, error) {
+	rsp, err := c.ResumeEnvironment(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseResumeEnvironmentResponse(rsp)
+}
+
 // StartEnvironmentWithResponse Start a stopped environment.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -7319,6 +7625,128 @@ func ParseGetEnvironmentResponse(rsp *http.Response) (*GetEnvironmentResponse, e
 	return response, nil
 }
 
+// ParsePauseEnvironmentResponse parses an HTTP response from a PauseEnvironmentWithResponse call
+func ParsePauseEnvironmentResponse(rsp *http.Response) (*PauseEnvironmentResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PauseEnvironmentResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Environment
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
+		var dest BadGateway
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON502 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseResumeEnvironmentResponse parses an HTTP response from a ResumeEnvironmentWithResponse call
+func ParseResumeEnvironmentResponse(rsp *http.Response) (*ResumeEnvironmentResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ResumeEnvironmentResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Environment
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
+		var dest BadGateway
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON502 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseStartEnvironmentResponse parses an HTTP response from a StartEnvironmentWithResponse call
 func ParseStartEnvironmentResponse(rsp *http.Response) (*StartEnvironmentResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -8090,6 +8518,12 @@ type ServerInterface interface {
 	// GetEnvironment One environment, its state refreshed from its runtime and agent. 404 `environment_not_found`.
 	// (GET /api/v1/environments/{name})
 	GetEnvironment(w http.ResponseWriter, r *http.Request, name EnvironmentName)
+	// PauseEnvironment Freeze an environment's processes, keeping their memory (runtimes whose capabilities say pause).
+	// (POST /api/v1/environments/{name}/pause)
+	PauseEnvironment(w http.ResponseWriter, r *http.Request, name EnvironmentName)
+	// ResumeEnvironment Let a paused environment run again.
+	// (POST /api/v1/environments/{name}/resume)
+	ResumeEnvironment(w http.ResponseWriter, r *http.Request, name EnvironmentName)
 	// StartEnvironment Start a stopped environment.
 	// (POST /api/v1/environments/{name}/start)
 	StartEnvironment(w http.ResponseWriter, r *http.Request, name EnvironmentName)
@@ -8561,6 +8995,58 @@ func (siw *ServerInterfaceWrapper) GetEnvironment(w http.ResponseWriter, r *http
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.GetEnvironment(w, r, name)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// PauseEnvironment operation middleware
+func (siw *ServerInterfaceWrapper) PauseEnvironment(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "name" -------------
+	var name EnvironmentName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", r.PathValue("name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "name", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.PauseEnvironment(w, r, name)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ResumeEnvironment operation middleware
+func (siw *ServerInterfaceWrapper) ResumeEnvironment(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "name" -------------
+	var name EnvironmentName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", r.PathValue("name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "name", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ResumeEnvironment(w, r, name)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -9142,6 +9628,8 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/api/v1/environments/{name}", wrapper.DeleteEnvironment)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/environments/{name}", wrapper.GetEnvironment)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/environments/{name}/start", wrapper.StartEnvironment)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/environments/{name}/pause", wrapper.PauseEnvironment)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/environments/{name}/resume", wrapper.ResumeEnvironment)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/environments/{name}/stop", wrapper.StopEnvironment)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/missions", wrapper.ListMissions)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/missions/{mission_id}", wrapper.GetMission)
@@ -10374,6 +10862,190 @@ func (response GetEnvironment404JSONResponse) VisitGetEnvironmentResponse(w http
 	return err
 }
 
+type PauseEnvironmentRequestObject struct {
+	Name EnvironmentName `json:"name"`
+}
+
+type PauseEnvironmentResponseObject interface {
+	VisitPauseEnvironmentResponse(w http.ResponseWriter) error
+}
+
+type PauseEnvironment200JSONResponse Environment
+
+func (response PauseEnvironment200JSONResponse) VisitPauseEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PauseEnvironment401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response PauseEnvironment401JSONResponse) VisitPauseEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PauseEnvironment404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response PauseEnvironment404JSONResponse) VisitPauseEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PauseEnvironment409JSONResponse struct{ ConflictJSONResponse }
+
+func (response PauseEnvironment409JSONResponse) VisitPauseEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PauseEnvironment502JSONResponse struct{ BadGatewayJSONResponse }
+
+func (response PauseEnvironment502JSONResponse) VisitPauseEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(502)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PauseEnvironment503JSONResponse struct{ UnavailableJSONResponse }
+
+func (response PauseEnvironment503JSONResponse) VisitPauseEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResumeEnvironmentRequestObject struct {
+	Name EnvironmentName `json:"name"`
+}
+
+type ResumeEnvironmentResponseObject interface {
+	VisitResumeEnvironmentResponse(w http.ResponseWriter) error
+}
+
+type ResumeEnvironment200JSONResponse Environment
+
+func (response ResumeEnvironment200JSONResponse) VisitResumeEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResumeEnvironment401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response ResumeEnvironment401JSONResponse) VisitResumeEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResumeEnvironment404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response ResumeEnvironment404JSONResponse) VisitResumeEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResumeEnvironment409JSONResponse struct{ ConflictJSONResponse }
+
+func (response ResumeEnvironment409JSONResponse) VisitResumeEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResumeEnvironment502JSONResponse struct{ BadGatewayJSONResponse }
+
+func (response ResumeEnvironment502JSONResponse) VisitResumeEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(502)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResumeEnvironment503JSONResponse struct{ UnavailableJSONResponse }
+
+func (response ResumeEnvironment503JSONResponse) VisitResumeEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type StartEnvironmentRequestObject struct {
 	Name EnvironmentName `json:"name"`
 }
@@ -11448,6 +12120,12 @@ type StrictServerInterface interface {
 	// GetEnvironment One environment, its state refreshed from its runtime and agent. 404 `environment_not_found`.
 	// (GET /api/v1/environments/{name})
 	GetEnvironment(ctx context.Context, request GetEnvironmentRequestObject) (GetEnvironmentResponseObject, error)
+	// PauseEnvironment Freeze an environment's processes, keeping their memory (runtimes whose capabilities say pause).
+	// (POST /api/v1/environments/{name}/pause)
+	PauseEnvironment(ctx context.Context, request PauseEnvironmentRequestObject) (PauseEnvironmentResponseObject, error)
+	// ResumeEnvironment Let a paused environment run again.
+	// (POST /api/v1/environments/{name}/resume)
+	ResumeEnvironment(ctx context.Context, request ResumeEnvironmentRequestObject) (ResumeEnvironmentResponseObject, error)
 	// StartEnvironment Start a stopped environment.
 	// (POST /api/v1/environments/{name}/start)
 	StartEnvironment(ctx context.Context, request StartEnvironmentRequestObject) (StartEnvironmentResponseObject, error)
@@ -12016,6 +12694,58 @@ func (sh *strictHandler) GetEnvironment(w http.ResponseWriter, r *http.Request, 
 	}
 }
 
+// PauseEnvironment operation middleware
+func (sh *strictHandler) PauseEnvironment(w http.ResponseWriter, r *http.Request, name EnvironmentName) {
+	var request PauseEnvironmentRequestObject
+
+	request.Name = name
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.PauseEnvironment(ctx, request.(PauseEnvironmentRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "PauseEnvironment")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(PauseEnvironmentResponseObject); ok {
+		if err := validResponse.VisitPauseEnvironmentResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ResumeEnvironment operation middleware
+func (sh *strictHandler) ResumeEnvironment(w http.ResponseWriter, r *http.Request, name EnvironmentName) {
+	var request ResumeEnvironmentRequestObject
+
+	request.Name = name
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ResumeEnvironment(ctx, request.(ResumeEnvironmentRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ResumeEnvironment")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ResumeEnvironmentResponseObject); ok {
+		if err := validResponse.VisitResumeEnvironmentResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // StartEnvironment operation middleware
 func (sh *strictHandler) StartEnvironment(w http.ResponseWriter, r *http.Request, name EnvironmentName) {
 	var request StartEnvironmentRequestObject
@@ -12419,162 +13149,166 @@ func (sh *strictHandler) GetReadyz(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H3bciO3kuCvZHAnwmRMiaIu3cemYh/kttzWuG/Rksd7zqGXBbJAEkdFoAygxKY7FLFP+wH7Mn+wPzJ/",
-	"Ml+ygQRQhSJRpKRW9/E6/NIt1gXISuQdmYmPnalYFoJTrlVn+LFTEEmWVFOJv87nlOvL78yfjHeGnYLo",
-	"RSfpcLKknWGHmLtjlnWSjqS/lkzSrDPUsqRJR00XdEnMe0vy4RXlc73oDI+Ov046S8ar30lHrwszktKS",
-	"8Xnn7i7pvBDLJeFZ66RTe/+pp73gt0wKvqRcv8GJopPjf/ec9vnJ/lmvqFJM8NaPVfb+037snRlKFYIr",
-	"iov8LcleEk1XZG1+TQXXlGvzJymKnE2JZoIf/kMJbq7Vk/6LpLPOsPPfDmsCOrR31eGFlELaqTKqppIV",
-	"ZpDOsHO9oIBkAyvzD1mRNawWLKegFxTc2oIkvN+5Swxk7+mvJVX6y0Am7WTAFCxJPhNySTME5IXgs5xN",
-	"vxgYSpRySg0cjAMBpYk2GCIaMkEVcKGB5LlYgV4wBV3an/cdWs2tqeCcTjXNkgqjJJeUZGugPKNZD7/p",
-	"jdDfi5Jnn/+b3ghQ5XRRfRdOfy3EKyLn9Muu7ERka4PW3EwtDUo5HMFr9i3C9BMnpV4IyX6jXwAtr5lS",
-	"jM9BSFhJwecwoUQaoMQN5R6eW8JyMsnpl1glDYVQik1yClysoMu4pnOJk4CYzRKgH+i01EIilUk6Z0pT",
-	"aciMC0t+CSgtJIWyBtwQ250XVlapXP788koTXeKvJhA/M71AUbA1d/pxZBAwY/NS0mzUGcKM5IrepWDo",
-	"mwu9MLikuaJ9wFGYBsEToLdUrkd8SZcTKs3SF5IqyvUQUkV4NhEfxiyzg6T+++wVSYEuC70GKzkVlFyz",
-	"3EA34vbjLXwKHyXTGy5WOc3mBiH1UB5NY2oQnxoIeJnnUPKcKoXfmhOlR7xCbjg2zAjLadaHN+Y7gDji",
-	"GPFO0imkKKjUzErxGjfml5P5EyFySrihpUooxG9TnhWCWeLaUBhJJ8DL7vvNjzXPmm+19GuV1ta79SJE",
-	"hr4Ltd7fw2/8pRpKTP5Bp9oMdT7V7Jbp9cWt45JNDCk9LhXOY2Q70Z1hJxOlga4ajZeGThBhq/jHZqVd",
-	"mjEp2HipGqMxrp+f1oMhEdvRqrfu/QZTNRa31+uGWclNebk0qGGc6U7SIUoxpQnXY00/mAuGLW4M5ElH",
-	"C5GPpyTP/d+SqjLXaFm4P0puiNgQF+O3JGchnh0Gks6HAzPpwS2RxkpRZnaP+UsLhf957qG5tsD469c1",
-	"UNUlIfIXFrbw0nsPmb+4deGnCuQaCAf6XdJZiozm0WXk5XKsS8lVcDfAfkGkMW4RT6WibZTvMBe7peiv",
-	"2/LtnVAM+ZpxZP0ZNdJiJsUSjvpRMghMwK3RXuSkzOhXCtxDwLJgkACUcmKvRcBEOoneMJ/OeFHq7YnP",
-	"wdwFQ0xfGRulKHUCt1ROiGZL+Lert2/61RDcmdPxCXbg1tzH1WGaLlX8EXuBSEnW+FuWfEpahNyGMDHr",
-	"4/holzC5KpdLItefLE4ywek2Io1tMmOc5GApCVbErKbR/0mE6x8uRYxuGbeu8S7yLadTqlRc+lSipIV7",
-	"cOnM2iJ2SJYh0ZP8XQODkfc2V6GVQzcW0z7XAKwBhcN//VlJvX5NtEZpYR5VKNb/vaVSMWuBbSFxSgoy",
-	"YTnzb9yfkit1PSa6SWFE0wPNljTG6BlTj3txIZRuZdQW/mTFmGSZbBJJfTsnE2rpY8/6byGhRjxS74IS",
-	"qSf0IZ+zpFqyqdpnC792jxliKjlnfD52DlMLfUpjAlosecVrMIfUxDVhnMpO0rldBqr0l5g8rqzfXdAh",
-	"1TlD2by0Vpoux4zPxL43r/DRS/PkJqNgJMHNX39PQADVwkVw0sobr5hq448m3e/93m1e2PgAN2grKLVn",
-	"4VdIaSK1tTbQCe4knUmp1hYPKKxDtokumAtKmbEbi+8w1DEmMLvHyxawmBRp4bEg2hU1vPlUZObvPah9",
-	"W+qi1Bf+6Ybk3+ksfqBTZ3E5sqX7XmmgCl/KqJRxFYO3xmI2U1TfU58pnYlStw0nSh0M11S1b/E6iJk1",
-	"vJhUxoc1ioNmYN+FyVpTo3n3ArLlmARBySAsajFWQV1hYxPYTVwEKxsj9BeSEk2DkGUQJWsSF1uSecTs",
-	"eOGlFeADCQjjW2ZM3dgLUBC9gJmQ8O+v1RlkdEbKXA8Rc05mfKVArDgsGWdLktvXosanVysbFmSuBA6H",
-	"2DJGZDaE84O/ATn4DQYH30AfxnCQgGdeWBmfnkBOtabSwJuxOdNmxofEXJMOp3ol5M02RFxwCl33qbBa",
-	"UElBzGZU0mxYQwpKs9xYa2S6oNZ9V1TeUtlLwMjQBCaSZQalpUJlsAVAIcWM5bTFHiPZWPB8PZZC6Ljt",
-	"5aNoe+Xp++rBpuZqfrYFOhPTG4vWnE1umdTQfXlxDYekYIe3R4fubQU5U9p8tVAUam+810n2eO61okFy",
-	"aCdqFxFvJWgi5w+2pKwVsiQf2NKI7aPBYIBk4n7GxIxj6IgDJ8VckiVoYRghgVyIG5pBWRiP7t359Q9I",
-	"kbtJsC2yQPntp5lLcVY7Onh+asReyF3IW1zoDf46MBQwrhgeRuVgcDI18+Bf9MBeYBkUks7YB3t1kwlP",
-	"Y1Sv19uQvS+5DXBrKpfoBVX8p2VJzzAKKInxxKj3cRWQfEXWCjLRs5E+I7gFpwkQmJDpzVyKkmf+ceMc",
-	"64xxYAoIFKygsJJMa8phsvaeK4EFJRnG47wnvSAKOI7qVAPhqCWolDARegFzYWgAw3dinuBtKwycJ26j",
-	"9De00OjrL8sP0GVB/F6UOjefxbRykqWQwrgmvbjrJ8Xq4WTsvf6dxqKF+No82qLXovz6HVMF0dPF+XRK",
-	"C+dyN3mVKs2WxhsfI5VF1v/7F3BycvKNwdBP1y8sDdIPZKrzNSxZnjNFp4IjtU2ZgTIB3Os4Hhw/Pxg8",
-	"Oxh8cz34y/DoZHh83D86PvlbQ3eHHkJBjNowc/7P0Sj7eHp3MBplo1Hm/ru2/w0b/41GffPsyd3f/iUm",
-	"x/cFRZcsDNzs8AGaOCFKsbkxSbpITrjzQ7SzVwjimvAp7fX3ytwAgCa0gQOwuUS7FrpVJhuiyql2TvDe",
-	"iG8FyozlmkajxO0W8gYBiVJTy4fMs1H3dHAKbNbcCUN07YXs/u56y1CV0tkgjj0zR11fwedj71+0DxFI",
-	"iCXVJCOatOsQ+2bLSPXUTcoNJPvxs+d7lZsdht3SuLgnClK1gIOp0y3V41aVpHvV5y4ir+eO0XFgLz/Q",
-	"C7M32zj2rfUoaD38V8pvh60WlAPDHWVjOtF4fHaKps/DIjabewPBndsHud0BWuzGScSGqtyIVut+l50d",
-	"M4FvUZy7OOYGmbi9Wu02FQG99nu5Zc7DfxAiP9me3h7R3otKrGuklDnj1Pk809oVy4wdviRGGf50+V0C",
-	"RVs4fzMMUeHTxiImQmzEO5QWRYFh0IK4eKjdWOwknYwa2d3wNHdt9Vzw23fN6S747bfVjBf89r2b9ILf",
-	"XlXzmtf81Bf89ns/+wW//a4CYJO5fbpN5Tx4fzpwsQPeqUh/D/e37A8+LMCoVBtLKE2L/XuZxHr9tNgH",
-	"bTy2FkibR7H63jhbY4IoiF4AbRoDWczdN5bMJKegOLmh4ylB/zGjGGMorE+lhlAGCRgJuD3I8T+UMfz8",
-	"L5fKkYz4RGTrsRZijNkc6M+MZ8b4T2BJ9UJkY3MFE2XMcJZogofqC3XGzIjbq3PrUeDfKGqrXJpwBH8J",
-	"02osAGRc6HVinY7xNBcKB0VHhpPcjxWkN4wzpgxqsjq/Aqdo5leMrUIZcUywGAcJFgl4HTh1WUr1lQBU",
-	"v49YXxrxBdN5+Ez1WxSUB6+QJR1rcmOumbveWUrAhqvGE7oWFgs2M6FdWW1SheMjSwZUFDndb9fawRJL",
-	"aVHKxKjlHziA8MmBgiX5MBYYEx5P1prGjBq8a/3XgkpQWlKyrP3zo+fwmn3bc66/RcTzvxwNvv7auP+7",
-	"cbM7FlAoWmbioA4JbDvgSyrnzqZ/IkdZlnxMVFtYmfFIppKLIrgggFtvH24wlh+bLozdp40JaAUBdA2H",
-	"9zDcmtOZBsNn0PX7K+CTcHpRtW8wEjEoLt6/RvYh8O76r0kVuvlgHj84fvZ8KnIh4wOyJRWlHlsnO0IE",
-	"P7Ic851gtRA59QEKmEtRFkBmGjPojGkr+By6V5cvDTCJ/eKry5c/Xr56BcegICeayl4fzifK2HNCwgCW",
-	"lHAFJ4MBKATfYMalcoEDDK8HyK0R1CC7r5+fNhZ4EFtgY4syPh9nTN4nz6g97BFsiTzpVs7Dt/Yfv/nT",
-	"Io5/XqwbabhTUeaZzfUrfeSFWN3C5zBhnMh1Px4aYUanZi0JD5KSHMwzaAKcwdHx1//6xrpKNyzPaQaT",
-	"NSg2N9z/xtz+i71pYHO2QgAbBi5acmdwjG0gruzYmFDrZnRjT1GtsRkQvu63bUDt2M9q3ZvamU3BljQb",
-	"N18Nbz8gqaVtI6pekdhmVEVJTTIMIQszJ2qAYgzyw+X1q3OuVlTGYoJoYjw+YrY3mvnajuG2Hzew4ydP",
-	"mmEDO3Dbt8Ttb2eF3t/2NkN5o2Sf7V0N3gZTu3WzWwLx1kygx4QgPmEtCymWRVve3I4377egbvT6ixvf",
-	"145UWxSxjVWPtXCT49mzk+f7LFV8LzodJbkZZXOiOsREP5BlkeNbNzHct2cdbaa5+VCvfyMGz+s6X2bD",
-	"myvKcUHl1DnM98lzY+pmrIUmeW1a3ic/1rxWKpo96K1ckGxMbufjo3tCV7/w7KFv3PeFJV0KuX4ECtyL",
-	"D0RCzLx3QvBRUc5dgS3CVvPxTv5MOtMFnd6gkbbDEAq2C54mGGr876cKn27vWt1zyNDq2V5eI6seqCSY",
-	"plYbx0fE7Djqg1nbCXgbOwiP3zHYs0Owew8gthW8j4gkJaqFPHBRHrjYj7AcjL1TJf5uDVgW2QNpdNe2",
-	"hY9q1mjbCGsG0/3Szu5xQ8XNdH9DxQuPfUZKNfAOkLYS5vzuZp1d2HF2RDW0wbwqkKM7lbBohqzJRMi2",
-	"bLsNb2fL9i/17OBr608QTORxGWA2HGIcdgwzwk/X3x98nYDQCypXTFGYEEWfn/bRXLYfg0N1ko69E4Xm",
-	"PSUZ487y3941retuq6VpPpRRTVj+sJ0XG/Tf7ytUxazm8dgibgbC7juw33UIvjA2/Huq2G90x67yI8Ju",
-	"jwj+bHlQNvfVDNQCdb1dtGUsOZbbikRs2EfzSctz2+bA8h6PFixT+56K2Qnva12/kTaoRF4pnt2Zzvfb",
-	"Nbr0A/5gB6l+vwhGqy7++2ss3snZkunoBqGrj50xmmcqzEoEymfCrA50zWokUGERt9NUAg7/GGK7fwzY",
-	"7WaOlyKLRUt9Dgy45wCfOwsyTW0g0EfnHjY57tm1JQPeI2Hwgal/UQ3KSaEW8RlaU/1qKtpEYLW2/uOC",
-	"GbY+6pd2ym3xzV224r1VnueDvX65HzgGksujihjdmfD5UduxMJs8CjklVgvNgGlbD1Ylhn2lQNJCNIJc",
-	"wfLutukfsdtRbVw8iWnenuz4YJO9Pap4RTUIPqWNFDybko/l1UT5OF/XBhtnQlYRxl480BdPpvyJs19L",
-	"CmQp+Nxm/zVyE3H93Lr149kG3rLdjr2SCnQDcC5UfIg9tvNnM5AdgVcG8qcmFzaaWwSxSmeX4PC1cezp",
-	"0tH03oiOm9mX8UVMK2lzE7a3vvKMSrCpBMAF7m5QiVthcUp5YMJNs0w5woKB53GfcXyF4tY+qQWrHi+p",
-	"vnkHwn5EPmn1I1qpjj4q29Fw5VgZPOzzmBrU4obb8RlxzeD59N5r5YX6Ps1QDbwDpC1nKCxM2iwkSjpW",
-	"YBlVaUym+5lZ9Ux+YJ9PX43vLlz4aZrLXuMPJ62Bv3bMXtebV5nZxoNzGQHoDPkU7IfBfNkY0F38oR7X",
-	"Xfk2GN5AhzK81Ydo2wA698LfQAHdyzfXCVTbl//1v/5vz2gNa7Pvz0dwk0RXXmesvZbBh1629wKJJmPn",
-	"VYYyfLLWcc0oZrHicKGoS363e7UryQxVxMyImHcQVBFGsiimi7iJUJTjqZBtBb5ofT8kKHpDJW+p4Hem",
-	"/UNGEyoeMN/4dpRn01Ia4WoEgUu5ctk51+KG8rg1h905gLDV3Bp2wJQqaQZEQ7S9h1kKFDW4GNj+pYZ7",
-	"oXWBQBdUknDePW8Y8H2V6IZmcyPB+4urazh/d2nslRRVL5seLOdLnUIXAc9A8KDoyVif8K9w3OuP+MUt",
-	"lWtbIFZyoylTVyWUAqfUuWMe5kZPmxHvpucvL95cX74Yv3138f78+u378fXbHy/epJgSgS9yCnPKzds0",
-	"A8a1gNRmChumgIxJmyh86Gc4wKFThExKIV03Flsj8m9Xb99g5xgM9446Qxh1+v3+qJPACPOH7KU6KW1s",
-	"L96lLpGJ6bzqdMamB65ZCSwJJ3O6NKg5f3cZbK4MO4P+UX/glo2TgnWGnZP+oH9iixAWSEm+rKoukJ3b",
-	"ikX7UUYaZp1hx+iw87lT4o2WXceDwZM1BKoLeHf161IJKAy6YdmM7Yp1OjhqG7yC9rDRU+kutG5sva4C",
-	"rJP2eTSOO9bQDbpYYZ1uYov+6kpdLBdxfTTmkkwpFFQykbmOQ00kH370FuZdK75fUotuXKq6Dd7f459Y",
-	"P3Lo2+Td/fK512nnGj12UcxLp/tfqhqG3d3txO9hWENfCBXBNBooLyqL/lOwjbr1W5E9YfO6IH3wrqns",
-	"tSzp3dYaHz/Z1M1S8chaXxmRo4PKWbfmg/3LFzTT+0JkYl74Zv8LVXM988LRyf4XqtZxd0nnmcX+3k/3",
-	"HQ6bEgjpEEiV8SQ4EO4bFLrSwhVBq+kMG4rZoj2r46Ykz419uJsZjN4PGWGbd/3krApSsFkwAcwFVbZT",
-	"4oTOhKQGEMoz1R9xl6Vp828h3UzrTMPUTabAuX+22VmVxYM9yRTVVuU1GdXwwh+GTwdPPLXtixAXyEEr",
-	"S+iuFkRj/zamVZ34hk7GRh4bdFPXJ05R3fuTuT+FubHcLMra5rdhawwDmjWx3TD2sXIYPdhtsF35J3+X",
-	"lkQYImkhX/+pT2LnhQMaj8PY+K4+TuQZVb66tWvbLWIycyiFsRDbMkO7FPWhU1ly1zX13fVf0b+Zilyl",
-	"//kfqRQrldYZ7F8P/vM/jk97Z5Aa7yn1WzPKqNc6iNEf8fOt6vCvVLBdTHIloCBSGcGqYIo92ZzQPTAL",
-	"Y70YDAu7iB22feuP+AuRUTWE08EA0rDYJU3q305yptCdkAwMqImNWqDwQNruncHp4HTE040Kl9Rc/wbS",
-	"SJ2LmWG7vCOFLmkEtEHMRrx2AxdE2aRZ84qZ9egE0mYVTnoGzwbHfs654NRMFdTRpDE10+j98LtTNNHO",
-	"FPfSOEdPzbNRm9AG/Bse+5+a4ynMwooLat3RZgYmyOBOKqDFhlwf7kflYr6hYdhqfiipY8p2b+m9f+T8",
-	"8ueXnc/ofgSdeSN0VoGBMcTHEsuzwcm9XqoaH28odQ8ElgfXgTYuVgmoG1YUzG3MGRkuZjNU9BG81zsS",
-	"rbGAGhuf063fifNr1wOiVGcgeL422sx33Umhiy2Qe3V1RNg1mRldO3sSBY47F75zVhjdrKfzHYpddoiq",
-	"WhU3MO8jA4cf60KFO6vPc2o3R5rL8CPL88f6H/VJAhFr6gv67FhFpVB22AgXNvqciTwXK2VMhlKVJO//",
-	"jsXvp0lT/H4CbourMsi7RmBGCsusoTePtnCrjK4qbQ9TJTACyG6xpw8S6kxR7dJvXILFDaVF2G074iuL",
-	"GVAyXTjTzbb0SRt92tLDtNGnLR1xhQcYUEnd2jqwMFiNHp1x0881LIXScAqv2behT27+9Bg8Q95hvKT1",
-	"R9XZiTifGYq7v6EgSrvGE9absXV0nK6cGurDJYfUklvq+xgduhJKIumIW3sbG83U9qyLqFqp0+vDC198",
-	"VzmpWC4lRTlf2PK/83eXI04kBbUQK14FThwUEXPvJdVPwNSJOzLj15Li5rY/M8OumMFhJzwkY2t7aHe2",
-	"XOvgZvk/ffCN7A/jjJZF1ckGCyo3qh/NTbPUjTWGLj5aiDxPgDgyOxkMBgOb4Bb5BEMqtrqrcYCIhRZf",
-	"3QP953RN9wrTILbye7ZxI+oTgxB20cQMSMVK9dfsU5RmJvYb3WUomvtPpS+f3pFqZvzey4M6jaZ/st8o",
-	"alQruyr1QbWCq8uXP1++efHDn8GzByvt/QRY51O07Ovg/d8vATbTRR5LgK58WAV7MXX5f8OW+ZMGPwMN",
-	"+n4McRL8WTJNKzViHv0dkmGYFvRYKtxoQPFn2OeT6W2zp1JrjP8ifPBzbjNtdIGK2EMhKE/i64cDWmPU",
-	"eVBLklHoGisGg8tA5qTKLCPGizH2TC+ByRrDw3vC9ZFueVZ/b7fSw2g3URhgY3bzksBMUrUARacS3aIU",
-	"04RTG3kL26HBf/3v/wOuIRp0ZcnVWdBy1XZ5Dc+ygjXVPXwJq5iSERfSHcJk9yLc/ly/GbVvRukNxImv",
-	"BUmqc8+UN+lH3FUS4BZg6o4K8KW3PmwfYGFMPzClVWrtHTt8uEuCoRmiR9zeYgownt87g2eDE0h9Q7qg",
-	"a9SOMHzYJexzBtQj/cu/cLpFox/aNm+Ffe6+sGR9cIDmk4Kq1YcaigrIzlJ8xS5nQLCvhzKepuBTmth2",
-	"LLgzthArjB2oytmx+edNvyYUsYcfDbXuDP9ha8ANgnyYMt881zPivUZ0q503+4IxuQdrrk9e9O+o0lKs",
-	"N5fcrZxc2wP1mIZS0eysUY5kxa4RMzMh58KYIWHQbivY85kXcPClBMKG4ur/U6IJb3kDCLvxZLlOUlSL",
-	"PiyKmQ2uLhK1JpqIcDo4bSqXesN4L7MeVj0RdiT2/VGW25dR/KHFQLXXaVu1btD3XmoQxS5iEMUfhxYQ",
-	"PX9wUhDFpjroYmb1rMxdWz+srs56CW6oOAWBxZS2C1tIML7hSasb9cPl9avP6T5V3btaRDl2X/S9tp7E",
-	"eXprRlyUS8IPGD/QC3qQC1FUczTznbaxdfjRNbS6c9Nl7Zmj59ydTptq+kFjDqdxB9BAAy0EdAlMiKTA",
-	"6SpnnCa4TKPOOzTXLt5cX7wfdXr9EUd10OwE6z2QRj/YFLr+FGni2ruhE2K0jCsOND9dtsOIG9/KHjeN",
-	"Tk4sCQm6kmq5rkt3rTfDFG7e97ZTidAba2QTOQ9nqytu1L+xHb4yR3cbwihy/HrdXuypzl7/TAGlRvuy",
-	"L5wL2+j3F+G0jTiVow+7OevphqlqexjDCn/Gsb607LcrCATMcnqBdeaFy796KWJWahVdUN/5tinVwu5D",
-	"rXrgNWvLlt3Y/ud4LIxLJMV9auZM37bNzuoAtnuR8kbzyM9pboQ9m1rUk//SL8gMDZLwywLCaMmpkBl0",
-	"udBA5HTBbtEIaFdnHvjDj3Xh+M7KK9926j5yudE9616ief/JJV9itfestFGwSrjwqu1Q5VH9Re3OBwuS",
-	"cOHD5iutHP/eP/QZcR62iIllMzoQnizDvTojLwyaV6FoFVrVygbWunUuH/rneKigQWkvsQ/oBWUSwlOJ",
-	"mkx2r4KE9lqEiHTVG6n69blKbRI2PO3ykUZRsh+UzyDsm+1MfmcFF19c2HsqgW7Q2SGB+qiHuiSiZxQC",
-	"hghjVRxxCj38WPfv2Ij4NnGR1rI9DbLRnF9TJbo2qj2IF6Dem9k668I7NI3zOgKHRtxS2e6mjPhD/RTY",
-	"dFNi3siPLM9bSx7aC1y6zf6ZNpnIIcAd5FpVFGZ1FlhTgza6qTypc/OZtmqabUp2Zdn+4RNpK0JoS6A9",
-	"qwmicqsY92WjQCp/ve8aae4M3j+2Ksf3dfkyxWx75Oo/L1TvAYAWyXQPeXlIgiZW0cToi9vaqkgV/TW1",
-	"p+tRSHF/Pqh6Gwyx7ekNLXQvsaLUguvT+2XJwRihRGIG9IgvxAqWhK9Ryld9sYy7X9UTd33m6fFgMMD+",
-	"G2Z8l+5OqlxVpcnaS/QRD8piMMvYlcLtEt/h4UNpS2LxZt+vTyDblhxgRGnT3Plnpctufmxbdwh3/w8V",
-	"VtkywA3ms2aNpVWOW4f7dreLNHv34cPMnYS6Iypb6gW2iiG+QYlNaPHNf2yDINcVaLIOi2naegSNOHrd",
-	"ja46OEyvDxjF9l2jnTGkmucgv7v+ax2T7e48e7PnSwinC6Eor86wRKlyfvnzy/Hry6ury7dvxpffpVaj",
-	"NNwarJV1J/Z6VHmxosiSQsO4q5CDtyaiiisrOB4cu/Qi85CtQMWnnBloj4IiEvvz4T71mT8fPmN4ZDvX",
-	"dkR79Obp4Jv+iL9Y0OmNggUpCsorj0LIjMpho3Jqwy3bWBXMEuo+G5z0khF37Y26p4OjXmKn7J4enSRw",
-	"Ohj0EtfapvHZXfNxQhqYeglIUdrMpNPBaQJm0P6Ij/hrupwYRDjk4bihW1mdIm0mcGEDxiHdOFo37dlm",
-	"SK477YijUTjnAmP3qlFAtyRrIFkGSizpmQN86cBYlkrDgtxS55HaKmR35PWIi8I2jgfBqcKBJhR4med9",
-	"SH2LeTTm8TSxWyonRLMlUoukBSWuomcq5pwpxxewIGrR+P7ulHDB2ZTk2NZp6Ai/AtK2J0pG3PZtQ05w",
-	"ocoEuIDVgmkKqiBT2quO6zZW8VeqVjksS4e25zc+aZZGyBG3c1ha8a18K7I9A8LtK7ckLxExBpM0c6Al",
-	"iAtgXGlKrEjCc7CSEU+P+oM0vJMepS6zy44YAmaPMN8g8K6ho/6IG0mAbGMbXynzT2preIYwqvqujzpp",
-	"Ao2DpesjpRNbym4DT25lRnzGuOvp5U3KWSkRNpIL2xZFQbpxaELaQBKr3EVk37rwHbduYkchpklAy83D",
-	"EM0tfxximmDm3+bWj7EWjiAND5NM24rVI7X3I76V1ndmDZP4HtYm1/V9SCTFTD3DqCNed63Cuz1n0Wwe",
-	"3Ri1avwB3K0h0ojGt4xtFyxcvAk1q6ZAizPLjpUY9j7BUzmM9w25Pv1u2OaB5V84q3DrYPyIVVY1DO+6",
-	"Ii9kFL9IXnnSLFCDTaHzZ3nLo/a7XFdH5JqNfo5//8XQY21SBrqxWo8g1lTV6vlh7mNAWkeo1Y2r61uN",
-	"CjFmSnaAVd9Y1pqLua0dpS7WQ7JMUuU15kSJvKyrX63zNjELgo0UAYumbK2nDddh2SsaCM6Ps7bHu9xQ",
-	"XNd4fKkl0xQmpbZbgYfo/h1YwzntDWv17AS+cffswJiClpp/0xH3/ucwaImPH7WgedarSxfTJfmQ9iH9",
-	"HwcWFwdXDXXiSl+tWWB0kxmnKpI1AybBuxc8S8PX/ImVtgYYw+9BvS0zDjEirR7hJSmGYORFajWq/bIJ",
-	"1StKufs4Wye8CXDoH/fhXFuAsX7T2jRmNUPkYTKHM2NTWxz+3+3MthDYnoluv9hW+3ZtwejJAFRvxGdC",
-	"VuWFsqoL9tY39fHREXeLOoTt9Rwauru6uvDlydjrRWHQaLWwZppZr3BpbVqQmd6Ws2P3GAdHyTXLmy3Z",
-	"zVBdTCQiaK4yVKEzSVyKYhPuEbeA9PwnTXOGhQK+I1ofvjevqiGk+CFDN7XzLlJjeQ7h46hjKcD2/TQX",
-	"R51kxEfVwYejzp1R5JWhioe/IILQGrOteN2Y4VvGtLI3R520jk4jmdiSaGOkBwfKWMszZdkwQplMQ5eA",
-	"DNpsAAZ2ruxpF5KqcmnG1a7e3JZgp6+I0gf44IHxyxAKR5pGkqCt2TurMDQnxRZ6zNMOJVogMnAUS+4h",
-	"KdfD+LXbGAntSovnql9/hewMO6tiRblZxpwZf6GbDqFgfJ72MKfMEAbLcu+cAzEU1YdzULlYYVGGNcGN",
-	"HY/WPradcOANLdxMw4zkueHUBXNUhZLQ3MEqEwIp4gEpD9ki1ovJm38JpFsnXRt6qZDcqMWvGbx31roh",
-	"sTt6ZWXJJ8auNnSLpTQtEIeWhauoYEwot+2yPXXtu2+OgMoUA42W7Oxh0KiMnNtfgWt4CA8QsR0VWkFd",
-	"kg/xMvfTo29OTwan+w4G2jq7G6ExGvms7h/nhB2JEQB0jTR1PpkTke2IxfsNgLfadD8smCimmnrh3rRf",
-	"65bieIpvtMf5ln5oDrGRH3t1YZlJeRmcGEmT+FM4uopSdwJO9VrsmOuWTE3bSsJ1mkdu+NgJ9XzElorq",
-	"/IatcGZZwbi0hhtQqnZDirNrtYPSI4cshbbDNlRGo4ey9aGmxG74fHN+Mwuel5YrGjmWLITyyufzR7Hn",
-	"KDliZ30qou7+P+nd8N5QCNlu/IcUQ3wzlsQJKiFt/BWtoCuM1R1gy163QWP5yHkKCzwE9rddSVE/uEc+",
-	"Z/qmPYq2hfH8xqILPdpiiKYj1XCaXrFbys0LhRQT63Md4hb7zs98b5/4nMlA1Tl80cZmJLN7I86p/PxT",
-	"vsGiU5Ktz2onAD2M1YJNF1ANZxDPhd6N9Gomi/UzyJnSyjYzqkciNqkMQ3fMhVztd295xhsnDjjPGMnZ",
-	"2iGlzN1xA8PDw6Pjv/QH/UH/aPj10fFx5+6Xu/8XAAD//w==",
+	"7H3bciO3kuCvZHAnwmRMiaIu3cemYh/kttzW2H2Jljzecw69LJAFkjgqAmUAJTbdoYh92g/Yl/mD/ZH5",
+	"k/mSDSSAKhSJIiW1uo+3wy/dYl2ArETekZn40JmKZSE45Vp1hh86BZFkSTWV+Ot8Trm+/M78yXhn2CmI",
+	"XnSSDidL2hl2iLk7Zlkn6Uj6W8kkzTpDLUuadNR0QZfEvLck73+ifK4XneHR8ddJZ8l49Tvp6HVhRlJa",
+	"Mj7v3N0lnRdiuSQ8a510au8/9bQX/JZJwZeU69c4UXRy/O+e0z4/2T/rFVWKCd76scref9qPvTNDqUJw",
+	"RXGRvyXZS6LpiqzNr6ngmnJt/iRFkbMp0Uzww38owc21etJ/kXTWGXb+22FNQIf2rjq8kFJIO1VG1VSy",
+	"wgzSGXauFxSQbGBl/iErsobVguUU9IKCW1uQhPc7d4mB7B39raRKfx7IpJ0MmIIlyWdCLmmGgLwQfJaz",
+	"6WcDQ4lSTqmBg3EgoDTRBkNEQyaoAi40kDwXK9ALpqBL+/O+Q6u5NRWc06mmWVJhlOSSkmwNlGc06+E3",
+	"vRb6e1Hy7NN/02sBqpwuqu/C6a+F+InIOf28KzsR2dqgNTdTS4NSDkfwin2LMP3MSakXQrLf6WdAyyum",
+	"FONzEBJWUvA5TCiRBihxQ7mH55awnExy+jlWSUMhlGKTnAIXK+gyrulc4iQgZrME6Hs6LbWQSGWSzpnS",
+	"VBoy48KSXwJKC0mhrAE3xHbnhZVVKpe/vLzSRJf4qwnEL0wvUBRszZ1+GBkEzNi8lDQbdYYwI7midykY",
+	"+uZCLwwuaa5oH3AUpkHwBOgtlesRX9LlhEqz9IWkinI9hFQRnk3E+zHL7CCp/z57RVKgy0KvwUpOBSXX",
+	"LDfQjbj9eAufwkfJ9IaLVU6zuUFIPZRH05gaxKcGAl7mOZQ8p0rht+ZE6RGvkBuODTPCcpr14bX5DiCO",
+	"OEa8k3QKKQoqNbNSvMaN+eVk/kSInBJuaKkSCvHblGeFYJa4NhRG0gnwsvt+82PNs+ZbLf1apbX1br0I",
+	"kaHvQq339/Abf62GEpN/0Kk2Q51PNbtlen1x67hkE0NKj0uF8xjZTnRn2MlEaaCrRuOloRNE2Cr+sVlp",
+	"l2ZMCjZeqsZojOvnp/VgSMR2tOqte7/BVI3F7fW6YVZyU14uDWoYZ7qTdIhSTGnC9VjT9+aCYYsbA3nS",
+	"0ULk4ynJc/+3pKrMNVoW7o+SGyI2xMX4LclZiGeHgaTz/sBMenBLpLFSlJndY/7SQuF/nntori0w/vp1",
+	"DVR1SYj8hYUtvPTOQ+Yvbl34uQK5BsKBfpd0liKjeXQZebkc61JyFdwNsF8QaYxbxFOpaBvlO8zFbin6",
+	"27Z8eysUQ75mHFl/Ro20mEmxhKN+lAwCE3BrtBc5KTP6lQL3ELAsGCQApZzYaxEwkU6iN8ynM16Uenvi",
+	"czB3wRDTV8ZGKUqdwC2VE6LZEv7t6s3rfjUEd+Z0fIIduDX3cXWYpksVf8ReIFKSNf6WJZ+SFiG3IUzM",
+	"+jg+2iVMrsrlksj1R4uTTHC6jUhjm8wYJzlYSoIVMatp9H8S4fqHSxGjW8ata7yLfMvplCoVlz6VKGnh",
+	"Hlw6s7aIHZJlSPQkf9vAYOS9zVVo5dCNxbTPNQBrQOHwX39WUq9fE61RWphHFYr1f2+pVMxaYFtInJKC",
+	"TFjO/Bv3p+RKXY+JblIY0fRAsyWNMXrG1ONeXAilWxm1hT9ZMSZZJptEUt/OyYRa+tiz/ltIqBGP1Lug",
+	"ROoJfcjnLKmWbKr22cKv3GOGmErOGZ+PncPUQp/SmIAWS17xGswhNXFNGKeyk3Rul4Eq/TUmjyvrdxd0",
+	"SHXOUDYvrZWmyzHjM7HvzSt89NI8uckoGElw89ffExBAtXARnLTyxk9MtfFHk+73fu82L2x8gBu0FZTa",
+	"s/ArpDSR2lob6AR3ks6kVGuLBxTWIdtEF8wFpczYjcV3GOoYE5jd42ULWEyKtPBYEO2KGt58KjLz9x7U",
+	"vil1UeoL/3RD8u90Ft/TqbO4HNnSfa80UIUvZVTKuIrBW2Mxmymq76nPlM5EqduGE6UOhmuq2jd4HcTM",
+	"Gl5MKuPDGsVBM7DvwmStqdG8ewHZckyCoGQQFrUYq6CusLEJ7CYugpWNEfoLSYmmQcgyiJI1iYstyTxi",
+	"drzw0grwgQSE8S0zpm7sBSiIXsBMSPj3V+oMMjojZa6HiDknM75SIFYcloyzJcnta1Hj06uVDQsyVwKH",
+	"Q2wZIzIbwvnB34Ac/A6Dg2+gD2M4SMAzL6yMT08gp1pTaeDN2JxpM+NDYq5Jh1O9EvJmGyIuOIWu+1RY",
+	"LaikIGYzKmk2rCEFpVlurDUyXVDrvisqb6nsJWBkaAITyTKD0lKhMtgCoJBixnLaYo+RbCx4vh5LIXTc",
+	"9vJRtL3y9F31YFNzNT/bAp2J6Y1Fa84mt0xq6L68uIZDUrDD26ND97aCnCltvlooCrU33uskezz3WtEg",
+	"ObQTtYuItxI0kfMHW1LWClmS92xpxPbRYDBAMnE/Y2LGMXTEgZNiLskStDCMkEAuxA3NoCyMR/f2/PoH",
+	"pMjdJNgWWaD89uPMpTirHR08PzViL+Qu5C0u9AZ/HRgKGFcMD6NyMDiZmnnwL3pgL7AMCkln7L29usmE",
+	"pzGq1+ttyN6V3Aa4NZVL9IIq/tOypGcYBZTEeGLU+7gKSL4iawWZ6NlInxHcgtMECEzI9GYuRckz/7hx",
+	"jnXGODAFBApWUFhJpjXlMFl7z5XAgpIM43Hek14QBRxHdaqBcNQSVEqYCL2AuTA0gOE7MU/wthUGzhO3",
+	"UfobWmj09Zfle+iyIH4vSp2bz2JaOclSSGFck17c9ZNi9XAy9l7/TmPRQnxtHm3Ra1F+/Y6pgujp4nw6",
+	"pYVzuZu8SpVmS+ONj5HKIuv//Qs4OTn5xmDo5+sXlgbpezLV+RqWLM+ZolPBkdqmzECZAO51HA+Onx8M",
+	"nh0Mvrke/GV4dDI8Pu4fHZ/8raG7Qw+hIEZtmDn/52iUfTi9OxiNstEoc/9d2/+Gjf9Go7559uTub/8S",
+	"k+P7gqJLFgZudvgATZwQpdjcmCRdJCfc+SHa2SsEcU34lPb6e2VuAEAT2sAB2FyiXQvdKpMNUeVUOyd4",
+	"b8S3AmXGck2jUeJ2C3mDgESpqeVD5tmoezo4BTZr7oQhuvZCdn93vWWoSulsEMeemaOur+Dzsfcv2ocI",
+	"JMSSapIRTdp1iH2zZaR66iblBpL9+NnzvcrNDsNuaVzcEwWpWsDB1OmW6nGrStK96nMXkddzx+g4sJcf",
+	"6IXZm20c+8Z6FLQe/ivlt8NWC8qB4Y6yMZ1oPD47RdPnYRGbzb2B4M7tg9zuAC124yRiQ1VuRKt1v8vO",
+	"jpnAtyjOXRxzg0zcXq12m4qAXvu93DLn4T8IkR9tT2+PaO9FJdY1Usqccep8nmntimXGDl8Sowx/vvwu",
+	"gaItnL8ZhqjwaWMREyE24h1Ki6LAMGhBXDzUbix2kk5GjexueJq7tnou+O3b5nQX/PbbasYLfvvOTXrB",
+	"b6+qec1rfuoLfvu9n/2C335XAbDJ3D7dpnIevD8duNgB71Skv4f7W/YHHxZgVKqNJZSmxf69TGK9flrs",
+	"gzYeWwukzaNYfW+crTFBFEQvgDaNgSzm7htLZpJTUJzc0PGUoP+YUYwxFNanUkMogwSMBNwe5Pgfyhh+",
+	"/pdL5UhGfCKy9VgLMcZsDvRnxjNj/CewpHohsrG5gokyZjhLNMFD9YU6Y2bE7dW59SjwbxS1VS5NOIK/",
+	"hGk1FgAyLvQ6sU7HeJoLhYOiI8NJ7scK0hvGGVMGNVmdX4FTNPMrxlahjDgmWIyDBIsEvA6cuiyl+koA",
+	"qt9HrC+N+ILpPHym+i0KyoNXyJKONbkx18xd7ywlYMNV4wldC4sFm5nQrqw2qcLxkSUDKoqc7rdr7WCJ",
+	"pbQoZWLU8gsOIHx0oGBJ3o8FxoTHk7WmMaMG71r/taASlJaULGv//Og5vGLf9pzrbxHx/C9Hg6+/Nu7/",
+	"btzsjgUUipaZOKhDAtsO+JLKubPpn8hRliUfE9UWVmY8kqnkogguCODW24cbjOXHpgtj92ljAlpBAF3D",
+	"4T0Mt+Z0psHwGXT9/gr4JJxeVO0bjEQMiot3r5B9CLy9/mtShW7em8cPjp89n4pcyPiAbElFqcfWyY4Q",
+	"wY8sx3wnWC1ETn2AAuZSlAWQmcYMOmPaCj6H7tXlSwNMYr/46vLlj5c//QTHoCAnmspeH84nythzQsIA",
+	"lpRwBSeDASgE32DGpXKBAwyvB8itEdQgu6+fnzYWeBBbYGOLMj4fZ0zeJ8+oPewRbIk86VbOw7f2H7/5",
+	"0yKOf1msG2m4U1Hmmc31K33khVjdwucwYZzIdT8eGmFGp2YtCQ+SkhzMM2gCnMHR8df/+tq6Sjcsz2kG",
+	"kzUoNjfc/9rc/ou9aWBztkIAGwYuWnJncIxtIK7s2JhQ62Z0Y09RrbEZEL7ut21A7djPat2b2plNwZY0",
+	"GzdfDW8/IKmlbSOqXpHYZlRFSU0yDCELMydqgGIM8sPl9U/nXK2ojMUE0cR4fMRsbzTzlR3DbT9uYMdP",
+	"njTDBnbgtm+J29/OCr2/7W2G8kbJPtu7GrwNpnbrZrcE4q2ZQI8JQXzEWhZSLIu2vLkdb95vQd3o9Rc3",
+	"vq8dqbYoYhurHmvhJsezZyfP91mq+F50OkpyM8rmRHWIib4nyyLHt25iuG/POtpMc/OhXv9GDJ5Xdb7M",
+	"hjdXlOOCyqlzmO+T58bUzVgLTfLatLxPfqx5rVQ0e9BbuSDZmNzOx0f3hK5+4dlD37jvC0u6FHL9CBS4",
+	"Fx+IhJh574Tgo6KcuwJbhK3m4538mXSmCzq9QSNthyEUbBc8TTDU+N9PFT7d3rW655Ch1bO9vEZWPVBJ",
+	"ME2tNo6PiNlx1AezthPwNnYQHr9jsGeHYPceQGwreB8RSUpUC3ngojxwsR9hORh7p0r83RqwLLIH0uiu",
+	"bQsf1azRthHWDKb7tZ3d44aKm+n+hooXHvuMlGrgHSBtJcz53c06u7Dj7IhqaIN5VSBHdyph0QxZk4mQ",
+	"bdl2G97Olu1f6tnB19afIJjI4zLAbDjEOOwYZoSfr78/+DoBoRdUrpiiMCGKPj/to7lsPwaH6iQdeycK",
+	"zTtKMsad5b+9a1rX3VZL03woo5qw/GE7Lzbov99XqIpZzeOxRdwMhN13YL/rEHxhbPh3VLHf6Y5d5UeE",
+	"3R4R/NnyoGzuqxmoBep6u2jLWHIstxWJ2LCP5pOW57bNgeU9Hi1YpvY9FbMT3tW6PpI2qGIBWyuXqnrK",
+	"JVmDoSMgfCsFMFA0TIm8UmS7M6fvtwt16Qf8wQ5S/X4RjFZd/PdXWAyUsyXT0Q1HV287YzTPVJjlCJTP",
+	"hFlt6JrVTaBaFdyeUwm49eydAeFrKy6MEJF0Zgw5g477R5rdnul4KbIo9l2mDbjnAJ87C/JZbbjRxwAf",
+	"NjnuDEbi1W+urqHf7x/ifYzQmV+SqnJJwYARX3KX5qhiEXCqqFZAWomJcXCvP+wT7pU++cBEyAekNtZU",
+	"vrmUFe15NG/BmnieCzD3azvLtgQlXJrmvXW9FwB7AxJ+4BhILoEs4m1kwieGbQcBbdYs5JRY9TsDpm0h",
+	"XJUR95Vho0I0onvBSu52Zh6xzVPt2DyJT9Ke5flgX6U9nHpFNQg+pY3cQ1uLgHXlRPkAZ9dGWWdCVqHV",
+	"XjzCGc8i/Zmz30oKZCn43KY9NpIycf3cuvXjaRbepN8OOpMKdANwLlR8iD1OwyfzDByBV57Bx2ZVNrp6",
+	"BEFaZ5Dh8LVX4OnS0fTeUJab2dcvRmxKaZMytvf88oxKsDkUwAVu61CJe4BxSnlgplGzPjvCgoHLdZ9x",
+	"fGnm1gaxBaseL6m+eQfCfkQ+aXWgWqmOPirN03DlWBk87NMvDWpxw+34jLhm8Hx677XyQn2fZqgG3gHS",
+	"lhcYVmRtVlAlHSuwjM40tt397MF6Jj+wLySoxncXLvw0zWWv8YeT1sBfO2avC+2rlHTjurpUCPQCfe75",
+	"w2C+bAzoLv5Qj+uufBsMb6BDGd7qPLXtfJ174Y92Vvfy9XUC1b7tf/2v/9szWsM6K/sTMdwk0ZXXGWsv",
+	"4vAxp+1NUKLJ2LnToQyfrHVcM4pZrCpeKOqy/u0m9UoyQxUxMyLmFgXlk5H0kekibiIU5XgqZFtlM7oJ",
+	"D4kG31DJW1oXOB/kIaMJFd8p2Ph2lGfTUhrhagSByzVzaUnX4obyuDWHbUmAsNXcGnbAlCppBkRDtK+J",
+	"WQoUNbgY2PemhnuhdYFAF1SScN49bxjwfXnshmZzI8G7i6trOH97aeyVFFUvmx4s50udQhcBz0DwoNrL",
+	"WJ/wr3Dc64/4xS2Va1sZV3KjKVNXHpUCp9T5jR7mRjOfEe+m5y8vXl9fvhi/eXvx7vz6zbvx9ZsfL16n",
+	"mAuCL3IKc8rN2zQDxrWA1KZIG6aAjEmbIX3oZzjAoVOETEohXRsaWxzzb1dvXmPLHIxzjzpDGHX6/f6o",
+	"k8AIE6fspTobb2wv3qUug4vpvGrxxqYHrksLLAknc7o0qDl/exnsKg07g/5Rf+CWjZOCdYadk/6gf2Kr",
+	"LxZISb6erK4MnttSTftRRhpmnWHH6LDzuVPijV5lx4PBk3VCqiuXdzUqUwkojDZivZBtB3Y6OGobvIL2",
+	"sNFM6i60bmyhsgIsEPcJRI471tAN2ndhgXJiqx3rEmWsk3ENROaSTCkUVDKRuVZLTSQffvAW5l0rvl9S",
+	"i25cqrr/39/jn1g/cuj7A979+qnXaecaPXZRzEun+1+qOqXd3e3E72HYPKAQKoJpNFBeVBb9x2Abdeu3",
+	"InvCrn1B3uRdU9lrWdK7rTU+frKpmzXykbW+MiJHByXDbs0H+5cv6CL4mcjEvPDN/heqroLmhaOT/S9U",
+	"PfPuks4zi/29n+5bOzYlENIhkCrVS3Ag3HdmdDWVK4JW0xl2UrPVilbHTUmeG/twNzMYvR8ywjbv+slZ",
+	"FaRgs2ACmAuqbIvICZ0JSQ0glGeqP+IuPdUmHkO6mc+ahjmrTIFz/2yXtyp9CZuxKaqtymsyquGFL4ZP",
+	"B088tW0IERfIQQ9P6K4WRGPjOqZVnfGHTsZGAh90U9cgT1Hd+5O5P4a5sc4uytrmt2FrDAOaNbFtQPax",
+	"chg92G2wXfkn/5CWRBgiaSFf/6lPYueFAxqPw9j4rjBQ5BlVvqy3a/tMYhZ3KIWxAt0yQ7sU9aFTWXLX",
+	"Lvbt9V/Rv5mKXKX/+R+pFCuV1qn7Xw/+8z+OT3tnkBrvKfW7Rcqo1zqI0R/x862y+K9UsE9OciWgIFIZ",
+	"wapgis3onNA9MAtjvRgMC7uIHfa764/4C5FRNYTTwQDSsMonTerfTnKm0J2QDAyoiY1aoPBA2u6dweng",
+	"dMTTjdKe1Fz/BtJIgY+ZYbuuJYUuaQS0QcxGvHYDF0TZbGHzipn16ATSZvlRegbPBsd+zrng1EwVFBCl",
+	"MTXTaHrxh1M00ZYc99I4R0/Ns1Gb0Ab8Gx77n5rjKczCigtq3dFmBibI4E4qoMWGXB/uR+VivqFh2Gp+",
+	"KKljynZv6Z1/5Pzyl5edT+h+BC2JI3RWgYExxMcSy7PByb1eqjo+byh1DwTWRdeBNi5WCagbVhTMbcwZ",
+	"GS5mM1T0EbzXOxKtsYAaG5/Srd+J82vX/KJUZyB4vjbazLcbSqGLvZ97dVlI2C6aGV07exIFjjsXvmVY",
+	"GN2sp/OtmV0ai6p6NDcw7yMDhx/qCo07q89zajdHmsvwI8vzx/of9REKEWvqM/rsWD6mUHbYCBd2OJ2J",
+	"PBcrZUyGUpUk7/+Bxe/HSVP8fgJui6syyLtGYEYq6qyhN4/2rquMripfEVMlMALIbrGZERLqTFHtMoJc",
+	"gsUNpUXYZjziK4sZUDJdONPN9jJKGw3q0sO00aAuHXGFJzdQSd3aOrAwWI0enXHTzzUshdJwCq/Yt6FP",
+	"bv70GDxD3mG8pPVH1WmZOJ8Ziru/oSBKu44b1puxBYScrpwa6sMlh9SSW+obOB262lEi6Yhbexs77NT2",
+	"rIuoWqnT68MLX3VYOalYJyZFOV/Yusfzt5cjTiQFtRArXgVOHBQRc+8l1U/A1Ik7K+S3kuLmtj8sxK6Y",
+	"wWEnPB1ka3tod5pg6+Bm+T9+8I3sD+OMlkXVwgcrSTfKPs1Ns9SNNYYuPlqIPE+AODI7GQwGA8xqiX2C",
+	"IRVb1tY4OcVCi6/ugf5TuqZ7hWkQW/kj27gR9YlBCLtoYgakYqX6a/YpSjMT+53uMhTN/afSl0/vSDVT",
+	"ne/lQZ1G81TZ7xQ1qpVdlfqgWsHV5ctfLl+/+OHP4NmDlfZ+AqzzKVr2dfD+H5cAm+kijyVAVzetgr2Y",
+	"uu9Bw5b5kwY/AQ36RhRxEvxFMk0rNWIe/QOSYZgW9Fgq3Oi88WfY56PpbbOZVGuM/yJ88FNuM220v4rY",
+	"QyEoT+LrhwNaY9R5UEuSUegaKwaDy0DmpMosI8aLMfZML4GJrV7YE66PtAm0+nu7h6AtrFEYYGN285LA",
+	"TFK1AEWnEt2iFNOEUxt5C/vAwX/97/8DrhMcdGXJ1VnQa9a2tw0P8YI11T18Ccu3khEX0p0+Zfci3P5c",
+	"vxm1b0bpDcSJL09JqgPflDfpR9xVEuAWYOrOSPA1xz5sH2BhTN8zpVVq7R07fLhLgqEZokfc3mIKMJ7f",
+	"O4NngxNIfSe+oF3WjjB82B7tUwbUI43bP3O6RaMR3DZvhQ3+PrNkfXCA5qOCqtWHGooKyM5SfMUuZ0Cw",
+	"oYkynqbgU5rYPjS4M7YQK4wdqMrZsfnnTb8mFLGHHwy17gz/YU/EDYJ8mDLfPNA04r1GdKudN/uMMbkH",
+	"a66PXvTvqNJSrDeX3K2cXNuTBJmGUtHsrFGOZMWuETMzIefCmCFh0G4r2POJF3DwuQTChuLq/1OiCW94",
+	"Awi78WS5TlJUiz4sipkNroATtSaaiHA6OG0ql3rDeC+zHlblkXHrG5ubfinLbTu1flGB+Y+WGt9LSn+n",
+	"G0KjdnupSjDU7jbhmHSVwmh62bMzVvbUjKDHOCiyBiSs3n4CtBW3O2Ng5fKLIUFXt2ON7TNrk9pKx9qI",
+	"Zf6ovD/ptKbTn6gGYokqa+g3WXKLzf2kVjW+2ZHE/KUQmi8Z+6JNniqvw/bj3tDle6lBFLuIQRRfDi0g",
+	"er5wUhDFpunbxSqSWZm73q3Y8iLr1RrNZYy6VpshwfiuVq0hox8ur3/6lKGiqkVji9mKLXZ9Q8UnCRS9",
+	"MSMuyiXhB4wf6AU9yIUoqjmauZ3b2Dr84LoW3rnpsvYs+XPujiBPNX2vMV+dcOeMghYCugQmRFLgdJUz",
+	"ThNcphG22FBw8fr64t2o0+uPOJq+zXbfPtrSaPqdQpfkVtkS18MTAy5G6bpCaPPTZXaN+IJgU16a2YBO",
+	"LOESupJqua7bFFTKe0KmN73ttEmMPDUyJ100Z6v1eTSWY9s4Zo7uNoQR7gsXRC/qbeG6h2Qz/rKxTVz1",
+	"4z7+et8JJZ8oeN7oUfmZ8/4bTV0jnLYRk3f0YRNRPN0wVaXCeDvkz5j9Z5X9dgWBgFlOL7DOvHD5Vy9F",
+	"zEqtogvq25s3pVrYYq5VD7xibZUBG6lOHM/+cknzmJPDnJvflthRnbJ5L1Le6BD8Kc2NsDFfi3ryX/oZ",
+	"maFBEn5ZQBgtORUygy4XGoicLtgtGgHt6swDf/ihbpKxs8rU9xa8j1xutEi8l2jefzzV51jtPSttFKwS",
+	"bivJtiH0qP6sdueDBUm48GGjqVaOf+cf+oQ4D9thxaMICMKTVfNUwZxwg7DadlOhVa3sJkK3zlvGWCSe",
+	"HGtQ2kvsAzZaFIaFmkx2r+Kr9rqriHTVG2VJ9eF5bRI2PNL4kUZRsh+UTyDsm62b/mDFZZ9d2HsqgW7Q",
+	"xSaB+jyfuvyrZxQCbofEKtbiFHr4oe5VtLG71cRFWsv2NMi8dX5NldTfqGwjXoB6b2brQCPv0DQOZQoc",
+	"GnFLZbubMuIP9VNg002JeSM/sjxvLe9qL+brNpsk28RJhwB3WndVPZ3VGa9NDdroHPWkzs0n2pZutmTa",
+	"VVHwxRcNVITQVixwVhNE5VYx7kvkgVT+et91S965UfnYCkTfw+rzFO7ukav/vG1JDwC0SKZ7yMtDEjTs",
+	"ixaBXNzWVkWq6G+pPUKVQoq5SEGF72CIva1vaKF7iRWlFlxfyiRLDsYIJRKrPUZ8IVawxAa2YQ9A4+5X",
+	"vRO6Psv+eDAYYK8hM74r7SFVXr7SZO0l+ogHJYBYUeHKfneJ7/CEubSliGKzx+FHkG1LvQOitGnu/LNK",
+	"AzY/tq0Tjrv/RYVVtgxwg/msWU9ulePWCe7d7YL03n34MHPHXe+IypZ6gW2xiG/GZJP3fKMz2wzNdUCb",
+	"rMPCwbZ+aCOOXnejgxgO0+sDRrH90QDOGFLNw+7fXv+1jsl2dx6w3PPl0tOFUJRXBxWjVDm//OXl+NXl",
+	"1dXlm9fjy+9Sq1Eabg32BXDHsntUebGiyJJCw7irkIO3JqKKKys4Hhy7VErzkK22V7aVuI1S4Xl/RGIv",
+	"UszJObPDEcjYbEalsc5wRHu+8ungm/6Iv1jQ6Y2CBSkKyiuPQsiMymGjSnTDLdtYFcyI7D4bnPSSEXet",
+	"3Lqng6NeYqfsnh6dJHA6GPQS18ar8dld83FCGph6CUhR2izM08FpAmbQ/oiP+Cu6nBhEOOThuKFbmQlq",
+	"kzTNBC5swDikG+enpz3b+M01Bx9xNArnXGDsXjWKhZdkDSTLQIklPXOALx0Yy1JpWJBb6jxS23EB66+M",
+	"JBeFPR0EBKcKB5pQ4GWe9yH154igMY9HRt5SOSGaLZFaJC0ocdWLUzHnTDm+gAVRi8b3d6eEC86mJMcW",
+	"dkNH+BWQthVbMuK2RyVyggtVJsAFrBZMU1AFmdKehx1b9n2lapXDsnToOrWbJ83SCDnidg5LK76TekW2",
+	"Z0C4feWW5CUixmCSZg60BHEBjCtNiRVJeNhhMuLpUX+QhnfSo9RlsdoRQ8Bwi2eTwLuGjvojbiQBso1t",
+	"8qfMP6mtVxzCqDpcY9RJk6qUEWWOJQ6CmYtIRzbw5FZmxGeMu/6F3qSclRJhI7mwLaAUpBsn46QNJLHK",
+	"XUT2rZt84NZN7LzbNAlouXnirbnlz7xNE8xy3tz6MdbCEaThicFpW2OOSJ+REd9KYT6zhkl8D2uT6/o+",
+	"JJJiVrJh1BGvO/Th3Z6zaDbP541aNd85WdoaIo1ofMvYdsHCxZtQs2oKtDiz7FiJYe8TPJXDeN+Q69Pv",
+	"hnl8/ZMyqP30/kyGmFVWndfQdQWtyCh+kbzypFmgBptC589Svkftd7kOtsg1G71r//6rocfapAx0Y7Ue",
+	"Qaypqkv2w9zHgLSOUKsbV9fyGxVizJTsADtcYAl/Lua2Tp66WA/JMkmV15gTJfKyrvS3ztvELAg2jQUs",
+	"ELV17TZchyX+aCA4P87aHm9zQ3Fd4/GllkxTmJTabgUeovt3YA3ntDes1bMT+MbdswNjum1q/k1H3Puf",
+	"w+BEEvyoBc2zXl2mnS7J+7QP6f84sLg4uGqoE1fmb80Co5vMOFVDADNgErx7wbM0fM0fS2z7HWD4Pegt",
+	"wIxDjEirR3hJiiEYeZFajWq/bEL1ilLuPs72RNgEOPSP+3CuLcBYq25tGrOaIfIwmcOZsalthPHf7cy2",
+	"6YE9B8V+se1s0LXF8ScDUL0RnwlZlVLLqgeCt76pj4+OuFvUIWyv59DQ3dXVhW/FgH2tFAaNVgtrppn1",
+	"CpfWpgWZ6W3rDuyU5eAouWZ58/gJM1QXE4kImqsMVehMEpeO3YR7xC0gPf9J05xhUZTv/tiH782raggp",
+	"fsjQTe28i9RYnkP4MOpYCrA9js3FUScZ8VF1uu2oc2cUeWWo4glfiCC0xmzbcTdm+JYxrezNUSeto9NI",
+	"Jrb9gzHSg1PDrOWZsmwYoUymoUtABi2FAAM7V/YIIpvlq9Adwt4att1E+hNR+gAfPDB+GULhSNNIErQ1",
+	"e2cVhuak2EKPedqhRAtEBo5iyT0k5XoYv3YbI6FdafFcnU1SITvDLtLYPcMsY86Mv9BNh1AwPk97mFOG",
+	"x0VluXfOgRiK6sM5qFysMNnXmuDGjkdrH1vsOPCGFm6mYUby3HDqgjmqQklo7sztAUMp4gEpD9ki1nfO",
+	"m38JpHahxrar6JhyNPwqJDf6jtQM3jtr3ZDYHb2ysuQjY1cbusVSmhaIQ8vCVVQwJpTbdtmeus+HbwSD",
+	"yhQDjZbs7In/qIyc21+Ba3gIT02y3WNaQV2S9/GWHqdH35yeDE73nf62dTwVQmM08lndK9MJOxIjAOga",
+	"aep8Mici2xGL9xsAbx1J8LBgophq6oV7036tj0/Ao9qj5zls6YfmEBv5sVcXlpmUl8GJkTSJP3Goqyh1",
+	"B5BVr/Vi50jEMzVt2xx3qgZyw4dOqOcjtlRU5zdsBVs7AMalNdyAUrUbUpxdqx2UHjlJL7QdtqEyGj2U",
+	"rQ81JXbD5w8iMbPgoZi5opGzJ0Mor3w+fxR7jpIjdtbHIuru/5M+Ne8MhZDtJqdIMcQ3nkqcoBLSxl/R",
+	"CrrCWN0Btid3GzSWj5ynsMCTvn/flRT1g3vkU6Zv2vPGWxjPbyy60KMthmg6Ug2n6Sd2S7l5oZBiYn2u",
+	"Q9xi3/mZ7+wTnzIZqDpsNdrEkWR2b8Q5lZ9+ytdYYE+y9VntBKCHsVqw6QKq4QziudC7kV7NZLF+BjlT",
+	"WtnGbfVIxCaV2VMoXcjVfveWZ7xxuorzjJGcrR1SytwdrTI8PDw6/kt/0B/0j4ZfHx0fd+5+vft/AQAA",
+	"//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

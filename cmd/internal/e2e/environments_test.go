@@ -76,6 +76,18 @@ func TestEnvironmentsOnTheHostRuntime(t *testing.T) {
 	if code == 0 || !strings.Contains(errOut, "invalid_request") {
 		t.Fatalf("bad name: %d %q", code, errOut)
 	}
+	// What the runtime does not declare is refused, not ignored.
+	_, errOut, code = ctl(t, s.RESTURL, s.Token, "env", "create", "--runtime", "host", "--memory", "256", "hb-3")
+	if code == 0 || !strings.Contains(errOut, "invalid_request") || !strings.Contains(errOut, "memory_mb is not enforced") {
+		t.Fatalf("undeclared limit: %d %q", code, errOut)
+	}
+	if got, _ := s.Client().GetEnvironmentWithResponse(context.Background(), "hb-3"); got.StatusCode() != 404 {
+		t.Fatalf("a refused create left %s", got.Body)
+	}
+	_, errOut, code = ctl(t, s.RESTURL, s.Token, "env", "pause", "hb-1")
+	if code == 0 || !strings.Contains(errOut, "not_supported") {
+		t.Fatalf("pause on the host runtime: %d %q", code, errOut)
+	}
 
 	// The environment outlives agentic-mgmt and is found again.
 	if _, err := s.Stop(syscall.SIGTERM, 10*time.Second); err != nil {
@@ -189,6 +201,26 @@ func TestEnvironmentsInDocker(t *testing.T) {
 	}
 	if !strings.Contains(readMetrics(t, s.RESTURL), `agentic_environment_provision_seconds_count{runtime="docker"} 2`) {
 		t.Fatal("no docker provision times in /metrics")
+	}
+	_, errOut, code = ctl(t, s.RESTURL, s.Token, "env", "create", "--runtime", "docker", "--disk", "2", "dk-3")
+	if code == 0 || !strings.Contains(errOut, "disk_gb is not enforced") {
+		t.Fatalf("undeclared disk limit: %d %q", code, errOut)
+	}
+
+	// Paused, its processes are frozen; resumed, the agent works again.
+	if out, errOut, code = ctl(t, s.RESTURL, s.Token, "env", "pause", "dk-1"); code != 0 || !strings.Contains(out, "paused") {
+		t.Fatalf("pause: %d %q %q", code, out, errOut)
+	}
+	waitEnvState(t, s.Client(), "dk-1", restapi.EnvPaused)
+	if state := docker("inspect", "-f", "{{.State.Status}}", docker("ps", "-q", "--filter", "label=io.agentic-sandbox.env=dk-1")); state != "paused" {
+		t.Fatalf("the engine says %q, want paused", state)
+	}
+	if out, errOut, code = ctl(t, s.RESTURL, s.Token, "env", "resume", "dk-1"); code != 0 || !strings.Contains(out, "resumed") {
+		t.Fatalf("resume: %d %q %q", code, out, errOut)
+	}
+	waitEnvState(t, s.Client(), "dk-1", restapi.EnvReady)
+	if got := run(s, "dk-1", "echo thawed"); !strings.Contains(got, "thawed") {
+		t.Fatalf("after resume: %q", got)
 	}
 
 	// Killed from outside.
