@@ -177,14 +177,32 @@ type AgentDirectory interface {
 	Agent(id string) (AgentInfo, bool)
 }
 
+// ErrCredentialExists is a Create for an agent id that has a credential.
+var ErrCredentialExists = errors.New("agent credential exists")
+
 // AgentCredentials stores the sha256 hashes of agent secrets.
 type AgentCredentials interface {
 	// Verify reports whether secret is the one stored for agentID (constant time).
 	Verify(agentID, secret string) (bool, error)
 	// Put stores the hash of secret for agentID, replacing any previous one.
 	Put(agentID, secret string) error
+	// Create is Put for a new agent: it refuses, with ErrCredentialExists,
+	// to replace the credential of an agent that has one.
+	Create(agentID, secret string) error
 	// Delete forgets agentID.
 	Delete(agentID string) error
+}
+
+// ReasonEnvironmentDeleted is why an agent is retired when its environment
+// is deleted; missions that ran there fail with it.
+const ReasonEnvironmentDeleted = "environment_deleted"
+
+// AgentRetirer ends what an agent that will never come back was doing.
+type AgentRetirer interface {
+	// RetireAgent forgets agentID at once and ends what ran there: commands
+	// and sessions end with reason as their error, missions fail with it
+	// (snake_case, such as ReasonEnvironmentDeleted).
+	RetireAgent(ctx context.Context, agentID, reason string)
 }
 
 // ProcessRunner starts processes on the agent's own machine.

@@ -54,6 +54,16 @@ func (c *fakeCreds) Put(id, secret string) error {
 	return nil
 }
 
+func (c *fakeCreds) Create(id, secret string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.secrets[id]; ok {
+		return ports.ErrCredentialExists
+	}
+	c.secrets[id] = secret
+	return nil
+}
+
 func (c *fakeCreds) Delete(id string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -477,6 +477,32 @@ func (s *Service) finish(cmd *command, r ports.CommandResult) {
 	s.mu.Unlock()
 }
 
+// RetireAgent implements ports.AgentRetirer: the agent leaves the registry
+// at once (not after the disconnect grace), its stream is closed and every
+// command it ran, detached ones too, ends with reason.
+func (s *Service) RetireAgent(_ context.Context, agentID, reason string) {
+	s.mu.Lock()
+	c := s.conns[agentID]
+	delete(s.conns, agentID)
+	known := s.registry.Forget(agentID)
+	var ending []*command
+	for _, cmd := range s.commands {
+		if cmd.agentID == agentID && !cmd.isDone() {
+			ending = append(ending, cmd)
+		}
+	}
+	s.mu.Unlock()
+	if c != nil {
+		c.closeWith(connect.NewError(connect.CodePermissionDenied, errors.New("agent retired: "+reason)))
+	}
+	for _, cmd := range ending {
+		s.finish(cmd, ports.CommandResult{ExitCode: -1, Error: reason})
+	}
+	if known {
+		s.log.Info("agent retired", "agent_id", agentID, "reason", reason, "commands_ended", len(ending))
+	}
+}
+
 // liveConn returns the live connection of agentID or the port error saying why not.
 func (s *Service) liveConn(agentID string) (*conn, error) {
 	s.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/internal/fsatomic"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
 // onlyFiles fails unless dir holds exactly the named entries (no temp files).
@@ -398,4 +400,41 @@ func TestDefaultSecretsDir(t *testing.T) {
 	if got := DataDir("/var/lib/agentic-sandbox/secrets/"); got != "/var/lib/agentic-sandbox" {
 		t.Errorf("DataDir = %q", got)
 	}
+}
+
+func TestAgentHashesCreateNeverReplaces(t *testing.T) {
+	h, _ := newHashes(t)
+	if err := h.Put("hand-made", "theirs"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Create("hand-made", "mine"); !errors.Is(err, ports.ErrCredentialExists) {
+		t.Fatalf("Create over an existing credential: %v", err)
+	}
+	mustVerify(t, h, "hand-made", "theirs", true)
+	mustVerify(t, h, "hand-made", "mine", false)
+
+	// Racing creators of one new id: exactly one wins, and its secret is the one stored.
+	const n = 8
+	var wg sync.WaitGroup
+	won := make(chan string, n)
+	for i := range n {
+		wg.Go(func() {
+			secret := fmt.Sprintf("s%d", i)
+			if err := h.Create("new", secret); err == nil {
+				won <- secret
+			} else if !errors.Is(err, ports.ErrCredentialExists) {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	close(won)
+	var winners []string
+	for w := range won {
+		winners = append(winners, w)
+	}
+	if len(winners) != 1 {
+		t.Fatalf("winners %v", winners)
+	}
+	mustVerify(t, h, "new", winners[0], true)
 }

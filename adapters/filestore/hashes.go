@@ -116,6 +116,30 @@ func (h *AgentHashes) Put(agentID, secret string) error {
 	})
 }
 
+// Create is Put that refuses to replace an existing credential, checked and
+// written under the file lock, so two creators cannot both win.
+func (h *AgentHashes) Create(agentID, secret string) error {
+	if agentID == "" {
+		return errors.New("filestore: empty agent id")
+	}
+	if secret == "" {
+		return errors.New("filestore: empty secret")
+	}
+	sum := sha256.Sum256([]byte(secret))
+	exists := false
+	err := h.update(func(m map[string]string) bool {
+		if _, exists = m[agentID]; exists {
+			return false
+		}
+		m[agentID] = hex.EncodeToString(sum[:])
+		return true
+	})
+	if err == nil && exists {
+		return fmt.Errorf("%w: %q", ports.ErrCredentialExists, agentID)
+	}
+	return err
+}
+
 // Delete forgets agentID; an unknown agent is not an error.
 func (h *AgentHashes) Delete(agentID string) error {
 	return h.update(func(m map[string]string) bool {

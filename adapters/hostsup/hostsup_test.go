@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
 // fakeAgentBin is testdata/fakeagent, built once as "agentic-agent".
@@ -59,6 +61,16 @@ func (c *memCreds) Put(id, secret string) error {
 	defer c.mu.Unlock()
 	c.m[id] = secret
 	c.puts++
+	return nil
+}
+
+func (c *memCreds) Create(id, secret string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.m[id]; ok {
+		return ports.ErrCredentialExists
+	}
+	c.m[id] = secret
 	return nil
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/promexport"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/rest"
 	"github.com/agentic-sandbox/agentic-sandbox/core/environment"
+	"github.com/agentic-sandbox/agentic-sandbox/core/mission"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -201,7 +202,16 @@ func exists(path string) bool {
 
 func provideProvisionTimes() *promexport.ProvisionTimes { return promexport.NewProvisionTimes() }
 
-func provideEnvironments(cfg Config, rts *Runtimes, svc *agentrpc.Service, creds ports.AgentCredentials, clock ports.Clock, log *slog.Logger, times *promexport.ProvisionTimes) (*environment.Service, func()) {
+// retirers retire an agent in each part of the server, in order.
+type retirers []ports.AgentRetirer
+
+func (rs retirers) RetireAgent(ctx context.Context, agentID, reason string) {
+	for _, r := range rs {
+		r.RetireAgent(ctx, agentID, reason)
+	}
+}
+
+func provideEnvironments(cfg Config, rts *Runtimes, svc *agentrpc.Service, ms *mission.Service, creds ports.AgentCredentials, clock ports.Clock, log *slog.Logger, times *promexport.ProvisionTimes) (*environment.Service, func()) {
 	var bin string
 	if len(rts.Available) > 0 {
 		b, err := agentBinary(cfg.AgentBinary)
@@ -214,6 +224,9 @@ func provideEnvironments(cfg Config, rts *Runtimes, svc *agentrpc.Service, creds
 		Runtimes: rts.Available, Agents: svc, Credentials: creds, Clock: clock, Logger: log,
 		Bootstrap:        ports.AgentBootstrap{Binary: bin, ServerURL: cfg.agentServerURL(), Socket: cfg.AgentSocket},
 		ObserveProvision: times.Observe,
+		// Missions first, so they fail with the reason before their
+		// sessions end under them.
+		Retire: retirers{ms, svc},
 	})
 	return envs, envs.Close
 }

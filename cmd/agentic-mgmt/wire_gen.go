@@ -56,7 +56,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 	}
 	sessionService := provideSessions(service, sessionLog, wall, uuiDv7, log)
 	provisionTimes := provideProvisionTimes()
-	environmentService, cleanup5 := provideEnvironments(cfg, runtimes, service, agentHashes, wall, log, provisionTimes)
+	environmentService, cleanup5 := provideEnvironments(cfg, runtimes, service, missionService, agentHashes, wall, log, provisionTimes)
 	readiness := provideReadiness(cfg, service, client, runtimes)
 	restHandler := provideREST(cfg, service, operatorToken, wall, log, missionService, client, sessionService, sessionLog, environmentService, provisionTimes, readiness)
 	supervisor, err := provideSupervisor(cfg, agentHashes, log)

@@ -179,6 +179,13 @@ func (g *Registry) Sweep(now time.Time, grace time.Duration) []string {
 	return gone
 }
 
+// Forget drops id at once, connected or not (its environment is gone).
+func (g *Registry) Forget(id string) bool {
+	_, ok := g.records[id]
+	delete(g.records, id)
+	return ok
+}
+
 // Get returns a copy of the record of id.
 func (g *Registry) Get(id string) (Record, bool) {
 	r, ok := g.records[id]

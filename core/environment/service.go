@@ -35,6 +35,9 @@ type Config struct {
 	ReadyTimeout time.Duration
 	// ObserveProvision records a provision time (request → agent ready).
 	ObserveProvision func(runtime string, d time.Duration)
+	// Retire ends what a deleted environment's agent was doing (its
+	// commands, sessions and missions) and forgets it at once.
+	Retire ports.AgentRetirer
 }
 
 // maxEvents bounds the events kept per environment.
@@ -54,6 +57,11 @@ type Service struct {
 	cfg Config
 	log *slog.Logger
 
+	// life ends with Close: every background wait (for an agent to
+	// register) runs under it, so shutdown never waits out a timeout.
+	life context.Context
+	end  context.CancelFunc
+
 	mu   sync.Mutex
 	envs map[string]*record
 	wg   sync.WaitGroup
@@ -67,7 +75,8 @@ func New(cfg Config) *Service {
 	if cfg.ReadyTimeout <= 0 {
 		cfg.ReadyTimeout = 3 * time.Minute
 	}
-	return &Service{cfg: cfg, log: cfg.Logger.With("component", "environments"), envs: map[string]*record{}}
+	life, end := context.WithCancel(context.Background())
+	return &Service{cfg: cfg, log: cfg.Logger.With("component", "environments"), envs: map[string]*record{}, life: life, end: end}
 }
 
 // Runtimes names the configured runtimes and their capabilities.
@@ -145,7 +154,8 @@ func (s *Service) Create(ctx context.Context, req Request) (Environment, error) 
 		s.mu.Unlock()
 		return Environment{}, fmt.Errorf("%w: %q", ports.ErrEnvExists, req.Name)
 	}
-	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	// Provisioning outlives the request that asked for it, not the service.
+	pctx, cancel := context.WithCancel(s.life)
 	rec := &record{cancel: cancel, requested: now, env: Environment{
 		Name: req.Name, Runtime: req.Runtime, State: StateProvisioning, Image: req.Image, Network: req.Network,
 		Resources: req.Resources, AgentID: req.Name, CreatedAt: now,
@@ -154,9 +164,14 @@ func (s *Service) Create(ctx context.Context, req Request) (Environment, error) 
 	s.envs[req.Name] = rec
 	s.mu.Unlock()
 
-	if err := s.cfg.Credentials.Put(req.Name, agentSecret); err != nil {
+	// Create, not Put: an agent that already has a credential under this
+	// name (provisioned by hand, or a host agent) keeps it.
+	if err := s.cfg.Credentials.Create(req.Name, agentSecret); err != nil {
 		s.forget(req.Name)
 		cancel()
+		if errors.Is(err, ports.ErrCredentialExists) {
+			return Environment{}, fmt.Errorf("%w: an agent named %q already has a credential", ports.ErrEnvExists, req.Name)
+		}
 		return Environment{}, fmt.Errorf("storing the agent's secret: %w", err)
 	}
 	// Validation errors come back to the caller; the rest shows as progress.
@@ -184,13 +199,13 @@ func (s *Service) Create(ctx context.Context, req Request) (Environment, error) 
 		e.Events = appendEvent(e.Events, Event{At: s.cfg.Clock.Now(), Step: "running", Message: "waiting for the agent to register"})
 	})
 	s.wg.Add(1)
-	go s.awaitAgent(pctx, req.Name, req.Runtime, now)
+	go s.awaitAgent(pctx, req.Name, req.Runtime)
 	got, _ := s.Get(req.Name)
 	return got, nil
 }
 
 // awaitAgent marks the environment ready once its agent is connected.
-func (s *Service) awaitAgent(ctx context.Context, name, runtime string, requested time.Time) {
+func (s *Service) awaitAgent(ctx context.Context, name, runtime string) {
 	defer s.wg.Done()
 	deadline := time.NewTimer(s.cfg.ReadyTimeout)
 	defer deadline.Stop()
@@ -332,12 +347,22 @@ func (s *Service) Start(ctx context.Context, name string) (Environment, error) {
 		return Environment{}, err
 	}
 	now := s.cfg.Clock.Now()
-	s.update(name, func(x *Environment) {
-		x.State, x.Error = StateBooting, ""
-		x.Events = appendEvent(x.Events, Event{At: now, Step: "started"})
-	})
+	s.mu.Lock()
+	rec, ok := s.envs[name]
+	if !ok { // deleted meanwhile
+		s.mu.Unlock()
+		return Environment{}, fmt.Errorf("%w: %q", ports.ErrEnvNotFound, name)
+	}
+	if rec.cancel != nil {
+		rec.cancel() // an earlier wait for this environment's agent
+	}
+	var wait context.Context
+	wait, rec.cancel = context.WithCancel(s.life)
+	rec.env.State, rec.env.Error = StateBooting, ""
+	rec.env.Events = appendEvent(rec.env.Events, Event{At: now, Step: "started"})
+	s.mu.Unlock()
 	s.wg.Add(1)
-	go s.awaitAgent(context.Background(), name, e.Runtime, now)
+	go s.awaitAgent(wait, name, e.Runtime)
 	got, _ := s.Get(name)
 	return got, nil
 }
@@ -413,32 +438,40 @@ func (s *Service) Delete(ctx context.Context, name string) error {
 	}
 	s.mu.Lock()
 	rec := s.envs[name]
+	// Another Delete may have finished, or be under way, since lookup.
+	if rec == nil || rec.env.State == StateDeleting {
+		s.mu.Unlock()
+		return fmt.Errorf("%w: %q (being deleted)", ports.ErrEnvNotFound, name)
+	}
 	if rec.cancel != nil {
 		rec.cancel()
 	}
 	rec.env.State = StateDeleting
 	s.mu.Unlock()
+	// Before the runtime kills anything: the credential goes, so the agent
+	// cannot come back, and what ran there ends saying why (killed first,
+	// a mission would fail as a mere non-zero exit). From here the
+	// environment is gone for its work even if Destroy fails.
+	if err := s.cfg.Credentials.Delete(name); err != nil {
+		s.log.Error("the deleted environment's agent credential could not be removed", "name", name, "err", err)
+	}
+	if s.cfg.Retire != nil {
+		s.cfg.Retire.RetireAgent(ctx, name, ports.ReasonEnvironmentDeleted)
+	}
 	if err := rt.Destroy(ctx, name); err != nil && !errors.Is(err, ports.ErrEnvNotFound) {
 		s.update(name, func(x *Environment) {
 			x.State, x.Error = StateFailed, "delete: "+err.Error()
 		})
 		return err
 	}
-	_ = s.cfg.Credentials.Delete(name)
 	s.forget(name)
 	s.log.Info("environment deleted", "name", name)
 	return nil
 }
 
-// Close waits for the background waits to end (they end with ctx or the timeout).
+// Close ends the background waits and provisioning, and waits for them.
 func (s *Service) Close() {
-	s.mu.Lock()
-	for _, r := range s.envs {
-		if r.cancel != nil {
-			r.cancel()
-		}
-	}
-	s.mu.Unlock()
+	s.end()
 	s.wg.Wait()
 }
 

@@ -488,6 +488,32 @@ func (s *Service) onEnded(l *live) {
 	s.forgetSession(l)
 }
 
+// RetireAgent implements ports.AgentRetirer: the missions that ran on
+// agentID fail with reason before their sessions end, so aiwg serve hears
+// why rather than a lost session.
+func (s *Service) RetireAgent(_ context.Context, agentID, reason string) {
+	s.mu.Lock()
+	var on []*live
+	for _, l := range s.missions {
+		on = append(on, l)
+	}
+	s.mu.Unlock()
+	for _, l := range on {
+		if l.snapshot().AgentID != agentID {
+			continue
+		}
+		l.outMu.Lock()
+		summary := l.tail.String()
+		l.outMu.Unlock()
+		m, err := s.transition(l, func(m ports.Mission) (ports.Mission, ports.Event, error) {
+			return Fail(m, reason, "agent retired: "+reason, nil, summary, s.cfg.Clock.Now())
+		})
+		if err == nil {
+			s.log.Info("mission failed: its agent was retired", "mission_id", m.ID, "agent_id", agentID, "reason", reason)
+		}
+	}
+}
+
 func (s *Service) forgetSession(l *live) {
 	m := l.snapshot()
 	s.mu.Lock()
