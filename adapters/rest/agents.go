@@ -27,7 +27,7 @@ func (s *Server) ListAgents(context.Context, restapi.ListAgentsRequestObject) (r
 func (s *Server) GetAgent(_ context.Context, req restapi.GetAgentRequestObject) (restapi.GetAgentResponseObject, error) {
 	a, ok := s.d.Agents.Agent(req.AgentId)
 	if !ok {
-		return portError(ports.ErrAgentNotFound, fmt.Sprintf("agent %q", clip(req.AgentId))), nil
+		return nil, agentNotFound(fmt.Sprintf("agent %q", clip(req.AgentId)))
 	}
 	return restapi.GetAgent200JSONResponse(toAgent(a)), nil
 }

@@ -14,18 +14,18 @@ import (
 // StartCommand starts a detached command whose output this server keeps.
 func (s *Server) StartCommand(ctx context.Context, req restapi.StartCommandRequestObject) (restapi.StartCommandResponseObject, error) {
 	if len(req.AgentId) > maxIDLen {
-		return portError(ports.ErrAgentNotFound, fmt.Sprintf("agent %q", clip(req.AgentId))), nil
+		return nil, portError(ports.ErrAgentNotFound, fmt.Sprintf("agent %q", clip(req.AgentId)))
 	}
 	o, apiErr := buildSpec(req.Body, false)
 	if apiErr != nil {
-		return apiErr, nil
+		return nil, apiErr
 	}
 	// Stdin stays open for later writes through the stdin endpoint.
 	o.spec.StdinOpen = true
 	e := newEntry(req.AgentId, o.maxOut, o.spec.PTY)
 	cmd, err := s.d.Link.Start(ctx, req.AgentId, o.spec, ports.StartOptions{OnOutput: e.onOutput, Detached: true})
 	if err != nil {
-		return portError(err, fmt.Sprintf("agent %q", req.AgentId)), nil
+		return nil, portError(err, fmt.Sprintf("agent %q", req.AgentId))
 	}
 	e.mu.Lock()
 	e.id, e.cmd = cmd.ID(), cmd
@@ -69,23 +69,23 @@ func (s *Server) GetCommand(ctx context.Context, req restapi.GetCommandRequestOb
 	p := req.Params
 	if p.StdoutFrom != nil {
 		if stdoutFrom = *p.StdoutFrom; stdoutFrom < 0 {
-			return badRequest("parameter stdout_from: must be 0 or more"), nil
+			return nil, badRequest("parameter stdout_from: must be 0 or more")
 		}
 	}
 	if p.StderrFrom != nil {
 		if stderrFrom = *p.StderrFrom; stderrFrom < 0 {
-			return badRequest("parameter stderr_from: must be 0 or more"), nil
+			return nil, badRequest("parameter stderr_from: must be 0 or more")
 		}
 	}
 	if p.WaitMs != nil {
 		if *p.WaitMs < 0 || *p.WaitMs > maxWaitMS {
-			return badRequest("parameter wait_ms: must be between 0 and %d", maxWaitMS), nil
+			return nil, badRequest("parameter wait_ms: must be between 0 and %d", maxWaitMS)
 		}
 		wait = time.Duration(*p.WaitMs) * time.Millisecond
 	}
 	e, cmd, apiErr := s.lookup(req.CommandId)
 	if apiErr != nil {
-		return apiErr, nil
+		return nil, apiErr
 	}
 	if e == nil {
 		if wait > 0 {
@@ -125,14 +125,14 @@ func foreignStatus(cmd ports.Command) restapi.CommandStatus {
 func (s *Server) KillCommand(ctx context.Context, req restapi.KillCommandRequestObject) (restapi.KillCommandResponseObject, error) {
 	e, cmd, apiErr := s.lookup(req.CommandId)
 	if apiErr != nil {
-		return apiErr, nil
+		return nil, apiErr
 	}
 	subject := fmt.Sprintf("command %q", req.CommandId)
 	if ended(e, cmd) {
-		return portError(ports.ErrCommandEnded, subject), nil
+		return nil, portError(ports.ErrCommandEnded, subject)
 	}
 	if err := cmd.Kill(ctx); err != nil {
-		return portError(err, subject), nil
+		return nil, portError(err, subject)
 	}
 	s.log.Info("rest: command killed by operator", "command_id", req.CommandId)
 	if e == nil {
@@ -163,32 +163,32 @@ func (s *Server) WriteCommandStdin(ctx context.Context, req restapi.WriteCommand
 	eof := b.Eof != nil && *b.Eof
 	switch {
 	case b.Data != nil && b.DataBase64 != nil:
-		return badRequest("fields data and data_base64: give one of them, not both"), nil
+		return nil, badRequest("fields data and data_base64: give one of them, not both")
 	case b.Data != nil:
 		data = []byte(*b.Data)
 	case b.DataBase64 != nil:
 		data = *b.DataBase64
 	case !eof:
-		return badRequest("give data, data_base64 or eof"), nil
+		return nil, badRequest("give data, data_base64 or eof")
 	}
 	e, cmd, apiErr := s.lookup(req.CommandId)
 	if apiErr != nil {
-		return apiErr, nil
+		return nil, apiErr
 	}
 	subject := fmt.Sprintf("command %q", req.CommandId)
 	if ended(e, cmd) {
-		return portError(ports.ErrCommandEnded, subject), nil
+		return nil, portError(ports.ErrCommandEnded, subject)
 	}
 	if e != nil {
 		e.mu.Lock()
 		closed := e.stdinClosed
 		e.mu.Unlock()
 		if closed {
-			return newError(http.StatusConflict, "stdin_closed", "%s: stdin was already closed (eof)", subject), nil
+			return nil, newError(http.StatusConflict, "stdin_closed", "%s: stdin was already closed (eof)", subject)
 		}
 	}
 	if err := cmd.WriteStdin(ctx, data, eof); err != nil {
-		return portError(err, subject), nil
+		return nil, portError(err, subject)
 	}
 	if e != nil && eof {
 		e.mu.Lock()
@@ -202,24 +202,24 @@ func (s *Server) WriteCommandStdin(ctx context.Context, req restapi.WriteCommand
 func (s *Server) ResizeCommand(ctx context.Context, req restapi.ResizeCommandRequestObject) (restapi.ResizeCommandResponseObject, error) {
 	b := req.Body
 	if b.Cols < 1 || b.Cols > 1000 {
-		return badRequest("field cols: must be between 1 and 1000, got %d", b.Cols), nil
+		return nil, badRequest("field cols: must be between 1 and 1000, got %d", b.Cols)
 	}
 	if b.Rows < 1 || b.Rows > 1000 {
-		return badRequest("field rows: must be between 1 and 1000, got %d", b.Rows), nil
+		return nil, badRequest("field rows: must be between 1 and 1000, got %d", b.Rows)
 	}
 	e, cmd, apiErr := s.lookup(req.CommandId)
 	if apiErr != nil {
-		return apiErr, nil
+		return nil, apiErr
 	}
 	subject := fmt.Sprintf("command %q", req.CommandId)
 	if e != nil && !e.pty {
-		return newError(http.StatusConflict, "not_a_pty", "%s: does not run in a PTY, so it has no size", subject), nil
+		return nil, newError(http.StatusConflict, "not_a_pty", "%s: does not run in a PTY, so it has no size", subject)
 	}
 	if ended(e, cmd) {
-		return portError(ports.ErrCommandEnded, subject), nil
+		return nil, portError(ports.ErrCommandEnded, subject)
 	}
 	if err := cmd.Resize(ctx, uint16(b.Cols), uint16(b.Rows)); err != nil {
-		return portError(err, subject), nil
+		return nil, portError(err, subject)
 	}
 	return restapi.ResizeCommand204Response{}, nil
 }
@@ -228,18 +228,18 @@ func (s *Server) ResizeCommand(ctx context.Context, req restapi.ResizeCommandReq
 func (s *Server) SignalCommand(ctx context.Context, req restapi.SignalCommandRequestObject) (restapi.SignalCommandResponseObject, error) {
 	sig, ok := parseSignal(req.Body.Signal)
 	if !ok {
-		return badRequest("field signal: unknown signal %q; use a name (INT, TERM, KILL, HUP, USR1, WINCH, …) or a number 1..64", clip(req.Body.Signal)), nil
+		return nil, badRequest("field signal: unknown signal %q; use a name (INT, TERM, KILL, HUP, USR1, WINCH, …) or a number 1..64", clip(req.Body.Signal))
 	}
 	e, cmd, apiErr := s.lookup(req.CommandId)
 	if apiErr != nil {
-		return apiErr, nil
+		return nil, apiErr
 	}
 	subject := fmt.Sprintf("command %q", req.CommandId)
 	if ended(e, cmd) {
-		return portError(ports.ErrCommandEnded, subject), nil
+		return nil, portError(ports.ErrCommandEnded, subject)
 	}
 	if err := cmd.Signal(ctx, sig); err != nil {
-		return portError(err, subject), nil
+		return nil, portError(err, subject)
 	}
 	s.log.Info("rest: signal sent", "command_id", req.CommandId, "signal", sig)
 	return restapi.SignalCommand204Response{}, nil

@@ -301,3 +301,26 @@ func TestEveryBodyRouteIsCheckedStrictly(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryOperationDeclaresTheSharedAnswers: the answers any handler can
+// give whatever it does (401 without a token, 400 and 413 for a body the
+// shared checks refuse) are declared by every operation they apply to.
+func TestEveryOperationDeclaresTheSharedAnswers(t *testing.T) {
+	doc, _ := loadSpec(t)
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			want := []string{}
+			if op.Security == nil || len(*op.Security) > 0 {
+				want = append(want, "401")
+			}
+			if op.RequestBody != nil {
+				want = append(want, "400", "413")
+			}
+			for _, status := range want {
+				if op.Responses.Value(status) == nil {
+					t.Errorf("%s %s does not declare %s", method, path, status)
+				}
+			}
+		}
+	}
+}

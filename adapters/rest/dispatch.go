@@ -334,22 +334,22 @@ func (s *Server) DispatchMission(ctx context.Context, r restapi.DispatchMissionR
 		// Not reached through checkBody: decode what the generated decoder got.
 		b, err := json.Marshal(r.Body)
 		if err != nil || r.Body == nil {
-			return badRequest("the request body is required"), nil
+			return nil, badRequest("the request body is required")
 		}
 		var apiErr *apiError
 		if req, _, apiErr = parseDispatch(b, r.SessionId); apiErr != nil {
-			return apiErr, nil
+			return nil, apiErr
 		}
 	}
 	if s.d.Missions == nil || s.d.Executor == nil {
-		return newError(http.StatusServiceUnavailable, "integration_disabled", "the mission service is not running on this server"), nil
+		return nil, newError(http.StatusServiceUnavailable, "integration_disabled", "the mission service is not running on this server")
 	}
 	m, err := s.d.Missions.Dispatch(ctx, req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return dispatchError(err, req, s), nil
+		return nil, dispatchError(err, req, s)
 	}
 	est := m.EstimatedStart
 	if est.IsZero() {

@@ -24,29 +24,33 @@ type Environments interface {
 	Delete(ctx context.Context, name string) error
 }
 
-func (e *apiError) VisitListRuntimesResponse(w http.ResponseWriter) error      { return e.write(w) }
-func (e *apiError) VisitListEnvironmentsResponse(w http.ResponseWriter) error  { return e.write(w) }
-func (e *apiError) VisitCreateEnvironmentResponse(w http.ResponseWriter) error { return e.write(w) }
-func (e *apiError) VisitGetEnvironmentResponse(w http.ResponseWriter) error    { return e.write(w) }
-func (e *apiError) VisitDeleteEnvironmentResponse(w http.ResponseWriter) error { return e.write(w) }
-func (e *apiError) VisitStartEnvironmentResponse(w http.ResponseWriter) error  { return e.write(w) }
-func (e *apiError) VisitPauseEnvironmentResponse(w http.ResponseWriter) error  { return e.write(w) }
-func (e *apiError) VisitResumeEnvironmentResponse(w http.ResponseWriter) error { return e.write(w) }
-func (e *apiError) VisitStopEnvironmentResponse(w http.ResponseWriter) error   { return e.write(w) }
+func environmentNotFound(subject string) *apiError {
+	return newError(http.StatusNotFound, "environment_not_found", "%s: not found", subject)
+}
 
-// environmentError maps the use case's and runtimes' errors to answers.
+// environmentError maps the errors of an operation on an environment.
 func environmentError(err error, subject string) *apiError {
 	switch {
 	case errors.Is(err, ports.ErrEnvNotFound):
-		return newError(http.StatusNotFound, "environment_not_found", "%s: not found", subject)
-	case errors.Is(err, ports.ErrEnvExists):
-		return newError(http.StatusConflict, "environment_exists", "%s: %v", subject, err)
+		return environmentNotFound(subject)
+	case errors.Is(err, ports.ErrUnsupported):
+		return newError(http.StatusConflict, "not_supported", "%s: %v (GET /api/v1/runtimes shows what each runtime can do)", subject, err)
+	case errors.Is(err, ports.ErrRuntimeUnavailable):
+		return newError(http.StatusServiceUnavailable, "runtime_unavailable", "%s: %v", subject, err)
+	default:
+		return newError(http.StatusBadGateway, "runtime_error", "%s: %v", subject, err)
+	}
+}
+
+// createEnvironmentError maps the errors of a create request.
+func createEnvironmentError(err error, subject string) *apiError {
+	switch {
 	case errors.Is(err, ports.ErrInvalidSpec):
 		return badRequest("%s: %v", subject, err)
 	case errors.Is(err, environment.ErrUnknownRuntime):
 		return newError(http.StatusBadRequest, "unknown_runtime", "%s: %v", subject, err)
-	case errors.Is(err, ports.ErrUnsupported):
-		return newError(http.StatusConflict, "not_supported", "%s: %v (GET /api/v1/runtimes shows what each runtime can do)", subject, err)
+	case errors.Is(err, ports.ErrEnvExists):
+		return newError(http.StatusConflict, "environment_exists", "%s: %v", subject, err)
 	case errors.Is(err, ports.ErrRuntimeUnavailable):
 		return newError(http.StatusServiceUnavailable, "runtime_unavailable", "%s: %v", subject, err)
 	default:
@@ -101,7 +105,7 @@ func (s *Server) ListEnvironments(ctx context.Context, _ restapi.ListEnvironment
 
 func (s *Server) CreateEnvironment(ctx context.Context, req restapi.CreateEnvironmentRequestObject) (restapi.CreateEnvironmentResponseObject, error) {
 	if s.d.Environments == nil {
-		return noEnvironments(), nil
+		return nil, noEnvironments()
 	}
 	b := req.Body
 	subject := fmt.Sprintf("environment %q", clip(b.Name))
@@ -131,12 +135,12 @@ func (s *Server) CreateEnvironment(ctx context.Context, req restapi.CreateEnviro
 				continue
 			}
 			if *f.v < 0 {
-				return badRequest("field resources.%s: must not be negative", f.name), nil
+				return nil, badRequest("field resources.%s: must not be negative", f.name)
 			}
 			*f.dst = *f.v
 		}
 		if r.Resources.CPUs < 0 {
-			return badRequest("field resources.cpus: must not be negative"), nil
+			return nil, badRequest("field resources.cpus: must not be negative")
 		}
 	}
 	env, err := s.d.Environments.Create(ctx, r)
@@ -144,7 +148,7 @@ func (s *Server) CreateEnvironment(ctx context.Context, req restapi.CreateEnviro
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return environmentError(err, subject), nil
+		return nil, createEnvironmentError(err, subject)
 	}
 	s.log.Info("rest: environment requested", "name", env.Name, "runtime", env.Runtime)
 	return restapi.CreateEnvironment202JSONResponse(toEnvironment(env)), nil
@@ -153,11 +157,11 @@ func (s *Server) CreateEnvironment(ctx context.Context, req restapi.CreateEnviro
 func (s *Server) GetEnvironment(ctx context.Context, req restapi.GetEnvironmentRequestObject) (restapi.GetEnvironmentResponseObject, error) {
 	subject := fmt.Sprintf("environment %q", clip(req.Name))
 	if s.d.Environments == nil {
-		return environmentError(ports.ErrEnvNotFound, subject), nil
+		return nil, environmentNotFound(subject)
 	}
 	e, ok := s.d.Environments.Inspect(ctx, req.Name)
 	if !ok {
-		return environmentError(ports.ErrEnvNotFound, subject), nil
+		return nil, environmentNotFound(subject)
 	}
 	return restapi.GetEnvironment200JSONResponse(toEnvironment(e)), nil
 }
@@ -165,13 +169,13 @@ func (s *Server) GetEnvironment(ctx context.Context, req restapi.GetEnvironmentR
 func (s *Server) DeleteEnvironment(ctx context.Context, req restapi.DeleteEnvironmentRequestObject) (restapi.DeleteEnvironmentResponseObject, error) {
 	subject := fmt.Sprintf("environment %q", clip(req.Name))
 	if s.d.Environments == nil {
-		return environmentError(ports.ErrEnvNotFound, subject), nil
+		return nil, environmentNotFound(subject)
 	}
 	if err := s.d.Environments.Delete(ctx, req.Name); err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return environmentError(err, subject), nil
+		return nil, environmentError(err, subject)
 	}
 	s.log.Info("rest: environment deleted", "name", req.Name)
 	return restapi.DeleteEnvironment204Response{}, nil
@@ -180,14 +184,14 @@ func (s *Server) DeleteEnvironment(ctx context.Context, req restapi.DeleteEnviro
 func (s *Server) StartEnvironment(ctx context.Context, req restapi.StartEnvironmentRequestObject) (restapi.StartEnvironmentResponseObject, error) {
 	subject := fmt.Sprintf("environment %q", clip(req.Name))
 	if s.d.Environments == nil {
-		return environmentError(ports.ErrEnvNotFound, subject), nil
+		return nil, environmentNotFound(subject)
 	}
 	e, err := s.d.Environments.Start(ctx, req.Name)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return environmentError(err, subject), nil
+		return nil, environmentError(err, subject)
 	}
 	return restapi.StartEnvironment200JSONResponse(toEnvironment(e)), nil
 }
@@ -195,14 +199,14 @@ func (s *Server) StartEnvironment(ctx context.Context, req restapi.StartEnvironm
 func (s *Server) PauseEnvironment(ctx context.Context, req restapi.PauseEnvironmentRequestObject) (restapi.PauseEnvironmentResponseObject, error) {
 	subject := fmt.Sprintf("environment %q", clip(req.Name))
 	if s.d.Environments == nil {
-		return environmentError(ports.ErrEnvNotFound, subject), nil
+		return nil, environmentNotFound(subject)
 	}
 	e, err := s.d.Environments.Pause(ctx, req.Name)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return environmentError(err, subject), nil
+		return nil, environmentError(err, subject)
 	}
 	return restapi.PauseEnvironment200JSONResponse(toEnvironment(e)), nil
 }
@@ -210,14 +214,14 @@ func (s *Server) PauseEnvironment(ctx context.Context, req restapi.PauseEnvironm
 func (s *Server) ResumeEnvironment(ctx context.Context, req restapi.ResumeEnvironmentRequestObject) (restapi.ResumeEnvironmentResponseObject, error) {
 	subject := fmt.Sprintf("environment %q", clip(req.Name))
 	if s.d.Environments == nil {
-		return environmentError(ports.ErrEnvNotFound, subject), nil
+		return nil, environmentNotFound(subject)
 	}
 	e, err := s.d.Environments.Resume(ctx, req.Name)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return environmentError(err, subject), nil
+		return nil, environmentError(err, subject)
 	}
 	return restapi.ResumeEnvironment200JSONResponse(toEnvironment(e)), nil
 }
@@ -225,14 +229,14 @@ func (s *Server) ResumeEnvironment(ctx context.Context, req restapi.ResumeEnviro
 func (s *Server) StopEnvironment(ctx context.Context, req restapi.StopEnvironmentRequestObject) (restapi.StopEnvironmentResponseObject, error) {
 	subject := fmt.Sprintf("environment %q", clip(req.Name))
 	if s.d.Environments == nil {
-		return environmentError(ports.ErrEnvNotFound, subject), nil
+		return nil, environmentNotFound(subject)
 	}
 	e, err := s.d.Environments.Stop(ctx, req.Name)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return environmentError(err, subject), nil
+		return nil, environmentError(err, subject)
 	}
 	return restapi.StopEnvironment200JSONResponse(toEnvironment(e)), nil
 }

@@ -12,9 +12,9 @@ import (
 )
 
 // apiError is an error answer: a status and the JSON body of openapi's Error.
-// One type serves every operation, so the mapping of errors to statuses lives
-// in one place; the contract tests check each status is one the operation
-// declares.
+// Handlers return it as their error ("return nil, err"); responseError
+// writes it, for every operation alike. The contract tests check each status
+// is one the operation declares.
 type apiError struct {
 	status int
 	body   restapi.Error
@@ -41,51 +41,10 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 	_ = newError(status, code, "%s", msg).write(w)
 }
 
-func (e *apiError) VisitListAgentsResponse(w http.ResponseWriter) error   { return e.write(w) }
-func (e *apiError) VisitGetAgentResponse(w http.ResponseWriter) error     { return e.write(w) }
-func (e *apiError) VisitStartCommandResponse(w http.ResponseWriter) error { return e.write(w) }
-func (e *apiError) VisitExecCommandResponse(w http.ResponseWriter) error  { return e.write(w) }
-func (e *apiError) VisitKillCommandResponse(w http.ResponseWriter) error  { return e.write(w) }
-func (e *apiError) VisitGetCommandResponse(w http.ResponseWriter) error   { return e.write(w) }
-func (e *apiError) VisitResizeCommandResponse(w http.ResponseWriter) error {
-	return e.write(w)
-}
-func (e *apiError) VisitSignalCommandResponse(w http.ResponseWriter) error {
-	return e.write(w)
-}
-func (e *apiError) VisitWriteCommandStdinResponse(w http.ResponseWriter) error {
-	return e.write(w)
-}
-func (e *apiError) VisitDispatchMissionResponse(w http.ResponseWriter) error { return e.write(w) }
-func (e *apiError) VisitKillSessionResponse(w http.ResponseWriter) error     { return e.write(w) }
-func (e *apiError) VisitListMissionsResponse(w http.ResponseWriter) error    { return e.write(w) }
-func (e *apiError) VisitGetMissionResponse(w http.ResponseWriter) error      { return e.write(w) }
-func (e *apiError) VisitListHITLResponse(w http.ResponseWriter) error        { return e.write(w) }
-func (e *apiError) VisitRespondHITLResponse(w http.ResponseWriter) error     { return e.write(w) }
-func (e *apiError) VisitGetAIWGStatusResponse(w http.ResponseWriter) error   { return e.write(w) }
-func (e *apiError) VisitReconnectAIWGResponse(w http.ResponseWriter) error   { return e.write(w) }
-
 var (
-	_ restapi.ListAgentsResponseObject        = (*apiError)(nil)
-	_ restapi.GetAgentResponseObject          = (*apiError)(nil)
-	_ restapi.StartCommandResponseObject      = (*apiError)(nil)
-	_ restapi.ExecCommandResponseObject       = (*apiError)(nil)
-	_ restapi.KillCommandResponseObject       = (*apiError)(nil)
-	_ restapi.GetCommandResponseObject        = (*apiError)(nil)
-	_ restapi.ResizeCommandResponseObject     = (*apiError)(nil)
-	_ restapi.SignalCommandResponseObject     = (*apiError)(nil)
-	_ restapi.WriteCommandStdinResponseObject = (*apiError)(nil)
-	_ restapi.DispatchMissionResponseObject   = (*apiError)(nil)
-	_ restapi.KillSessionResponseObject       = (*apiError)(nil)
-	_ restapi.ListMissionsResponseObject      = (*apiError)(nil)
-	_ restapi.GetMissionResponseObject        = (*apiError)(nil)
-	_ restapi.ListHITLResponseObject          = (*apiError)(nil)
-	_ restapi.RespondHITLResponseObject       = (*apiError)(nil)
-	_ restapi.GetAIWGStatusResponseObject     = (*apiError)(nil)
-	_ restapi.ReconnectAIWGResponseObject     = (*apiError)(nil)
-	_ restapi.DispatchMissionResponseObject   = dispatchAccepted{}
-	_ restapi.GetAIWGStatusResponseObject     = aiwgStatusResponse{}
-	_ restapi.ReconnectAIWGResponseObject     = aiwgStatusResponse{}
+	_ restapi.DispatchMissionResponseObject = dispatchAccepted{}
+	_ restapi.GetAIWGStatusResponseObject   = aiwgStatusResponse{}
+	_ restapi.ReconnectAIWGResponseObject   = aiwgStatusResponse{}
 )
 
 // portError maps an AgentLink error; subject names what it is about
@@ -93,7 +52,7 @@ var (
 func portError(err error, subject string) *apiError {
 	switch {
 	case errors.Is(err, ports.ErrAgentNotFound):
-		return newError(http.StatusNotFound, "agent_not_found", "%s: agent not found (GET /api/v1/agents lists the known agents)", subject)
+		return agentNotFound(subject)
 	case errors.Is(err, ports.ErrAgentNotConnected):
 		return newError(http.StatusConflict, "agent_not_connected", "%s: agent is not connected; retry once it has reconnected", subject)
 	case errors.Is(err, ports.ErrCommandNotFound):
@@ -105,6 +64,10 @@ func portError(err error, subject string) *apiError {
 	default:
 		return newError(http.StatusBadGateway, "agent_error", "%s: %v", subject, err)
 	}
+}
+
+func agentNotFound(subject string) *apiError {
+	return newError(http.StatusNotFound, "agent_not_found", "%s: agent not found (GET /api/v1/agents lists the known agents)", subject)
 }
 
 func commandNotFound(subject string) *apiError {
@@ -123,9 +86,18 @@ func (s *Server) requestError(w http.ResponseWriter, _ *http.Request, err error)
 	writeError(w, http.StatusBadRequest, "invalid_json", err.Error())
 }
 
-// responseError answers a handler error or a response that could not be
-// written. A caller that went away gets nothing: there is no one to read it.
+// responseError is the one place a handler's error becomes an answer: an
+// *apiError (what the handlers return for every refusal) is written as is,
+// a caller that went away gets nothing (there is no one to read it), and
+// anything else is an internal error, logged and not shown.
 func (s *Server) responseError(w http.ResponseWriter, r *http.Request, err error) {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		if werr := ae.write(w); werr != nil {
+			s.log.Debug("rest: error answer not written", "method", r.Method, "path", r.URL.Path, "err", werr)
+		}
+		return
+	}
 	if r.Context().Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 		s.log.Debug("rest: caller went away", "method", r.Method, "path", r.URL.Path)
 		return

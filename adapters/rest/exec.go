@@ -13,11 +13,11 @@ import (
 // the request's context, so it is killed when the caller goes away.
 func (s *Server) ExecCommand(ctx context.Context, req restapi.ExecCommandRequestObject) (restapi.ExecCommandResponseObject, error) {
 	if len(req.AgentId) > maxIDLen {
-		return portError(ports.ErrAgentNotFound, fmt.Sprintf("agent %q", clip(req.AgentId))), nil
+		return nil, portError(ports.ErrAgentNotFound, fmt.Sprintf("agent %q", clip(req.AgentId)))
 	}
 	o, apiErr := buildSpec(req.Body, true)
 	if apiErr != nil {
-		return apiErr, nil
+		return nil, apiErr
 	}
 	o.spec.StdinOpen = o.hasStdin
 	col := &collector{max: o.maxOut}
@@ -26,7 +26,7 @@ func (s *Server) ExecCommand(ctx context.Context, req restapi.ExecCommandRequest
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return portError(err, fmt.Sprintf("agent %q", req.AgentId)), nil
+		return nil, portError(err, fmt.Sprintf("agent %q", req.AgentId))
 	}
 	log := s.log.With("agent", req.AgentId, "command_id", cmd.ID())
 	log.Info("rest: exec started", "program", o.spec.Command, "pty", o.spec.PTY, "timeout", o.spec.Timeout)
@@ -37,7 +37,7 @@ func (s *Server) ExecCommand(ctx context.Context, req restapi.ExecCommandRequest
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
-			return portError(err, fmt.Sprintf("command %q", cmd.ID())), nil
+			return nil, portError(err, fmt.Sprintf("command %q", cmd.ID()))
 		}
 	}
 	select {

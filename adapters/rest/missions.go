@@ -24,7 +24,7 @@ func (s *Server) ListMissions(_ context.Context, req restapi.ListMissionsRequest
 	var state ports.MissionState
 	if p := req.Params.State; p != nil {
 		if !p.Valid() {
-			return badRequest("parameter state: unknown state %q (one of %s)", clip(string(*p)), strings.Join(missionStates(), ", ")), nil
+			return nil, badRequest("parameter state: unknown state %q (one of %s)", clip(string(*p)), strings.Join(missionStates(), ", "))
 		}
 		state = ports.MissionState(*p)
 	}
@@ -56,17 +56,17 @@ func missionStates() []string {
 func (s *Server) GetMission(_ context.Context, req restapi.GetMissionRequestObject) (restapi.GetMissionResponseObject, error) {
 	subject := fmt.Sprintf("mission %q", clip(req.MissionId))
 	if s.d.Missions == nil || utf8.RuneCountInString(req.MissionId) > maxMissionIDLen {
-		return missionNotFound(subject), nil
+		return nil, missionNotFound(subject)
 	}
 	m, err := s.d.Missions.Mission(req.MissionId)
 	switch {
 	case err == nil:
 		return restapi.GetMission200JSONResponse(s.toMission(m)), nil
 	case errors.Is(err, ports.ErrMissionNotFound):
-		return missionNotFound(subject), nil
+		return nil, missionNotFound(subject)
 	case errors.Is(err, ports.ErrStoreUnavailable):
 		// The archive could not be read: the mission may exist.
-		return newError(http.StatusServiceUnavailable, "store_unavailable", "%s: the mission store cannot be read now; retry later", subject), nil
+		return nil, newError(http.StatusServiceUnavailable, "store_unavailable", "%s: the mission store cannot be read now; retry later", subject)
 	default:
 		return nil, err
 	}
@@ -94,13 +94,13 @@ func (s *Server) ListHITL(context.Context, restapi.ListHITLRequestObject) (resta
 func (s *Server) RespondHITL(ctx context.Context, req restapi.RespondHITLRequestObject) (restapi.RespondHITLResponseObject, error) {
 	subject := fmt.Sprintf("HITL request %q", clip(req.HitlId))
 	if req.Body == nil {
-		return badRequest("the request body is required"), nil
+		return nil, badRequest("the request body is required")
 	}
 	if n := utf8.RuneCountInString(req.Body.Text); n > maxHITLTextLen {
-		return badRequest("field text: longer than %d characters", maxHITLTextLen), nil
+		return nil, badRequest("field text: longer than %d characters", maxHITLTextLen)
 	}
 	if s.d.Missions == nil || len(req.HitlId) > maxIDLen {
-		return hitlNotFound(subject), nil
+		return nil, hitlNotFound(subject)
 	}
 	m, err := s.d.Missions.RespondHITL(ctx, req.HitlId, req.Body.Text)
 	if err != nil {
@@ -109,19 +109,19 @@ func (s *Server) RespondHITL(ctx context.Context, req restapi.RespondHITLRequest
 		}
 		switch {
 		case errors.Is(err, ports.ErrHITLNotFound):
-			return hitlNotFound(subject), nil
+			return nil, hitlNotFound(subject)
 		case errors.Is(err, ports.ErrHITLNotOpen):
-			return newError(http.StatusConflict, "hitl_not_open", "%s: already answered, or its mission has ended", subject), nil
+			return nil, newError(http.StatusConflict, "hitl_not_open", "%s: already answered, or its mission has ended", subject)
 		case errors.Is(err, ports.ErrMissionNotFound), errors.Is(err, ports.ErrSessionNotFound),
 			errors.Is(err, ports.ErrCommandNotFound), errors.Is(err, ports.ErrCommandEnded):
 			// The request outlived its session: it cannot be answered any more.
-			return newError(http.StatusConflict, "hitl_not_open", "%s: its session has ended", subject), nil
+			return nil, newError(http.StatusConflict, "hitl_not_open", "%s: its session has ended", subject)
 		case errors.Is(err, ports.ErrStoreUnavailable):
-			return newError(http.StatusServiceUnavailable, "store_unavailable", "%s: the mission store cannot persist now; retry later", subject), nil
+			return nil, newError(http.StatusServiceUnavailable, "store_unavailable", "%s: the mission store cannot persist now; retry later", subject)
 		default:
 			// Agent errors: not connected is 409 (retry once it reconnects),
 			// gone and others are 502.
-			return portError(err, subject), nil
+			return nil, portError(err, subject)
 		}
 	}
 	s.log.Info("rest: HITL answered by operator", "hitl_id", req.HitlId, "mission_id", m.ID)
@@ -138,7 +138,7 @@ func (s *Server) KillSession(ctx context.Context, req restapi.KillSessionRequest
 	id := req.SessionId
 	subject := fmt.Sprintf("session %q", clip(id))
 	if len(id) > maxIDLen {
-		return sessionNotFound(subject), nil
+		return nil, sessionNotFound(subject)
 	}
 	if s.d.Missions != nil {
 		missionID, err := s.d.Missions.KillSession(ctx, id)
@@ -153,14 +153,14 @@ func (s *Server) KillSession(ctx context.Context, req restapi.KillSessionRequest
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
 		case !errors.Is(err, ports.ErrSessionNotFound) && !errors.Is(err, ports.ErrCommandNotFound):
-			return sessionError(err, subject), nil
+			return nil, sessionError(err, subject)
 		}
 		// Not a mission's session.
 	}
 	if s.d.Sessions != nil {
 		if sess, ok := s.d.Sessions.Get(id); ok {
 			if sess.State.Ended() {
-				return sessionError(ports.ErrCommandEnded, subject), nil
+				return nil, sessionError(ports.ErrCommandEnded, subject)
 			}
 			if err := s.d.Sessions.Kill(ctx, id); err == nil {
 				s.log.Info("rest: session killed by operator", "session_id", id)
@@ -168,23 +168,23 @@ func (s *Server) KillSession(ctx context.Context, req restapi.KillSessionRequest
 			} else if ctx.Err() != nil {
 				return nil, ctx.Err()
 			} else if !errors.Is(err, session.ErrNotFound) {
-				return sessionError(err, subject), nil
+				return nil, sessionError(err, subject)
 			}
 		}
 	}
 	// Maybe a command of this API.
 	e, cmd, apiErr := s.lookup(id)
 	if apiErr != nil {
-		return sessionNotFound(subject), nil
+		return nil, sessionNotFound(subject)
 	}
 	if ended(e, cmd) {
-		return sessionError(ports.ErrCommandEnded, subject), nil
+		return nil, sessionError(ports.ErrCommandEnded, subject)
 	}
 	if err := cmd.Kill(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return sessionError(err, subject), nil
+		return nil, sessionError(err, subject)
 	}
 	s.log.Info("rest: session killed by operator", "session_id", id)
 	return restapi.KillSession202JSONResponse{SessionId: id, Status: "kill_sent"}, nil
@@ -216,8 +216,8 @@ func (s *Server) GetAIWGStatus(context.Context, restapi.GetAIWGStatusRequestObje
 // ReconnectAIWG skips the backoff wait of the aiwg serve connection.
 func (s *Server) ReconnectAIWG(context.Context, restapi.ReconnectAIWGRequestObject) (restapi.ReconnectAIWGResponseObject, error) {
 	if x := s.d.Executor; x == nil || !x.Configured() {
-		return newError(http.StatusServiceUnavailable, "integration_disabled",
-			"the aiwg integration is not configured on this server (AIWG_SERVE_ENDPOINT is unset)"), nil
+		return nil, newError(http.StatusServiceUnavailable, "integration_disabled",
+			"the aiwg integration is not configured on this server (AIWG_SERVE_ENDPOINT is unset)")
 	}
 	s.d.Executor.Reconnect()
 	s.log.Info("rest: aiwg reconnect requested by operator")

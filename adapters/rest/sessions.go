@@ -31,21 +31,7 @@ type Sessions interface {
 	Kill(ctx context.Context, id string) error
 }
 
-func (e *apiError) VisitListSessionsResponse(w http.ResponseWriter) error       { return e.write(w) }
-func (e *apiError) VisitListAgentSessionsResponse(w http.ResponseWriter) error  { return e.write(w) }
-func (e *apiError) VisitCreateSessionResponse(w http.ResponseWriter) error      { return e.write(w) }
-func (e *apiError) VisitGetSessionResponse(w http.ResponseWriter) error         { return e.write(w) }
-func (e *apiError) VisitGetSessionActivityResponse(w http.ResponseWriter) error { return e.write(w) }
-func (e *apiError) VisitGetSessionOutputResponse(w http.ResponseWriter) error   { return e.write(w) }
-
-var (
-	_ restapi.ListSessionsResponseObject       = (*apiError)(nil)
-	_ restapi.ListAgentSessionsResponseObject  = (*apiError)(nil)
-	_ restapi.CreateSessionResponseObject      = (*apiError)(nil)
-	_ restapi.GetSessionResponseObject         = (*apiError)(nil)
-	_ restapi.GetSessionActivityResponseObject = (*apiError)(nil)
-	_ restapi.GetSessionOutputResponseObject   = (*apiError)(nil)
-)
+var ()
 
 func sessionNotFoundErr(id string) *apiError {
 	return newError(http.StatusNotFound, "session_not_found", "session %q not found (GET /api/v1/sessions lists them)", clip(id))
@@ -110,11 +96,11 @@ func (s *Server) ListSessions(_ context.Context, req restapi.ListSessionsRequest
 	if req.Params.AgentId != nil {
 		agentID = *req.Params.AgentId
 		if agentID == "" || len(agentID) > maxIDLen {
-			return badRequest("parameter agent_id: 1-%d characters", maxIDLen), nil
+			return nil, badRequest("parameter agent_id: 1-%d characters", maxIDLen)
 		}
 	}
 	if st := req.Params.State; st != nil && !session.State(*st).Valid() {
-		return badRequest("parameter state: one of starting, running, exited, killed, lost"), nil
+		return nil, badRequest("parameter state: one of starting, running, exited, killed, lost")
 	}
 	return restapi.ListSessions200JSONResponse(s.sessionList(agentID, req.Params.State)), nil
 }
@@ -128,27 +114,27 @@ func (s *Server) ListAgentSessions(_ context.Context, req restapi.ListAgentSessi
 func (s *Server) CreateSession(ctx context.Context, req restapi.CreateSessionRequestObject) (restapi.CreateSessionResponseObject, error) {
 	subject := fmt.Sprintf("agent %q", clip(req.AgentId))
 	if s.d.Sessions == nil {
-		return newError(http.StatusNotFound, "agent_not_found", "%s: sessions are not enabled on this server", subject), nil
+		return nil, newError(http.StatusNotFound, "agent_not_found", "%s: sessions are not enabled on this server", subject)
 	}
 	b := req.Body
 	if b == nil {
-		return badRequest("a JSON body is required"), nil
+		return nil, badRequest("a JSON body is required")
 	}
 	spec := session.Spec{AgentID: req.AgentId, Command: b.Command, Type: ports.SessionBackground}
 	if b.Type != nil {
 		spec.Type = ports.SessionType(*b.Type)
 	}
 	if !spec.Type.Valid() {
-		return badRequest("field type: one of interactive, headless, background"), nil
+		return nil, badRequest("field type: one of interactive, headless, background")
 	}
 	if b.Name != nil {
 		spec.Name = *b.Name
 		if err := session.ValidName(spec.Name); err != nil {
-			return badRequest("field name: %v", err), nil
+			return nil, badRequest("field name: %v", err)
 		}
 	}
 	if spec.Command == "" {
-		return badRequest("field command: must not be empty"), nil
+		return nil, badRequest("field command: must not be empty")
 	}
 	if b.Args != nil {
 		spec.Args = *b.Args
@@ -170,7 +156,7 @@ func (s *Server) CreateSession(ctx context.Context, req restapi.CreateSessionReq
 			continue
 		}
 		if *d.v < 1 || *d.v > 1000 {
-			return badRequest("field %s: between 1 and 1000", d.name), nil
+			return nil, badRequest("field %s: between 1 and 1000", d.name)
 		}
 		*d.dst = uint16(*d.v)
 	}
@@ -179,7 +165,7 @@ func (s *Server) CreateSession(ctx context.Context, req restapi.CreateSessionReq
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return createSessionError(err, subject), nil
+		return nil, createSessionError(err, subject)
 	}
 	s.log.Info("rest: session created", "session_id", sess.ID, "agent_id", sess.AgentID, "type", sess.Type, "name", sess.Name)
 	return restapi.CreateSession201JSONResponse(toSession(sess)), nil
@@ -200,7 +186,7 @@ func createSessionError(err error, subject string) *apiError {
 func (s *Server) GetSession(_ context.Context, req restapi.GetSessionRequestObject) (restapi.GetSessionResponseObject, error) {
 	sess, apiErr := s.session(req.SessionId)
 	if apiErr != nil {
-		return apiErr, nil
+		return nil, apiErr
 	}
 	return restapi.GetSession200JSONResponse(toSession(sess)), nil
 }
@@ -209,17 +195,17 @@ func (s *Server) GetSession(_ context.Context, req restapi.GetSessionRequestObje
 func (s *Server) GetSessionActivity(_ context.Context, req restapi.GetSessionActivityRequestObject) (restapi.GetSessionActivityResponseObject, error) {
 	sess, apiErr := s.session(req.SessionId)
 	if apiErr != nil {
-		return apiErr, nil
+		return nil, apiErr
 	}
 	after := 0
 	if req.Params.After != nil {
 		if after = *req.Params.After; after < 0 {
-			return badRequest("parameter after: must be a non-negative integer"), nil
+			return nil, badRequest("parameter after: must be a non-negative integer")
 		}
 	}
 	events, sum, dropped, ok := s.d.Sessions.Activity(sess.ID, after)
 	if !ok {
-		return newError(http.StatusConflict, "not_headless", "session %q is %s, not headless: only headless sessions have an activity feed", clip(sess.ID), sess.Type), nil
+		return nil, newError(http.StatusConflict, "not_headless", "session %q is %s, not headless: only headless sessions have an activity feed", clip(sess.ID), sess.Type)
 	}
 	out := restapi.GetSessionActivity200JSONResponse{Events: make([]restapi.ActivityEvent, 0, len(events)), Dropped: dropped}
 	for _, e := range events {

@@ -4854,6 +4854,10 @@ type CreateEnvironmentResponse struct {
 	JSON401 *Unauthorized
 	// JSON409 the response for an HTTP 409 `application/json` response
 	JSON409 *Conflict
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *TooLarge
+	// JSON502 the response for an HTTP 502 `application/json` response
+	JSON502 *BadGateway
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *Unavailable
 }
@@ -4876,6 +4880,16 @@ func (r CreateEnvironmentResponse) GetJSON401() *Unauthorized {
 // GetJSON409 returns the response for an HTTP 409 `application/json` response
 func (r CreateEnvironmentResponse) GetJSON409() *Conflict {
 	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r CreateEnvironmentResponse) GetJSON413() *TooLarge {
+	return r.JSON413
+}
+
+// GetJSON502 returns the response for an HTTP 502 `application/json` response
+func (r CreateEnvironmentResponse) GetJSON502() *BadGateway {
+	return r.JSON502
 }
 
 // GetJSON503 returns the response for an HTTP 503 `application/json` response
@@ -4919,6 +4933,8 @@ type DeleteEnvironmentResponse struct {
 	JSON401 *Unauthorized
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
 	// JSON502 the response for an HTTP 502 `application/json` response
 	JSON502 *BadGateway
 	// JSON503 the response for an HTTP 503 `application/json` response
@@ -4933,6 +4949,11 @@ func (r DeleteEnvironmentResponse) GetJSON401() *Unauthorized {
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
 func (r DeleteEnvironmentResponse) GetJSON404() *NotFound {
 	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r DeleteEnvironmentResponse) GetJSON409() *Conflict {
+	return r.JSON409
 }
 
 // GetJSON502 returns the response for an HTTP 502 `application/json` response
@@ -5190,6 +5211,8 @@ type StartEnvironmentResponse struct {
 	JSON401 *Unauthorized
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
 	// JSON502 the response for an HTTP 502 `application/json` response
 	JSON502 *BadGateway
 	// JSON503 the response for an HTTP 503 `application/json` response
@@ -5209,6 +5232,11 @@ func (r StartEnvironmentResponse) GetJSON401() *Unauthorized {
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
 func (r StartEnvironmentResponse) GetJSON404() *NotFound {
 	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r StartEnvironmentResponse) GetJSON409() *Conflict {
+	return r.JSON409
 }
 
 // GetJSON502 returns the response for an HTTP 502 `application/json` response
@@ -5259,6 +5287,8 @@ type StopEnvironmentResponse struct {
 	JSON401 *Unauthorized
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
 	// JSON502 the response for an HTTP 502 `application/json` response
 	JSON502 *BadGateway
 	// JSON503 the response for an HTTP 503 `application/json` response
@@ -5278,6 +5308,11 @@ func (r StopEnvironmentResponse) GetJSON401() *Unauthorized {
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
 func (r StopEnvironmentResponse) GetJSON404() *NotFound {
 	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r StopEnvironmentResponse) GetJSON409() *Conflict {
+	return r.JSON409
 }
 
 // GetJSON502 returns the response for an HTTP 502 `application/json` response
@@ -7523,6 +7558,20 @@ func ParseCreateEnvironmentResponse(rsp *http.Response) (*CreateEnvironmentRespo
 		}
 		response.JSON409 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
+		var dest BadGateway
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON502 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Unavailable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7565,6 +7614,13 @@ func ParseDeleteEnvironmentResponse(rsp *http.Response) (*DeleteEnvironmentRespo
 			return nil, err
 		}
 		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
 		var dest BadGateway
@@ -7782,6 +7838,13 @@ func ParseStartEnvironmentResponse(rsp *http.Response) (*StartEnvironmentRespons
 		}
 		response.JSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
 		var dest BadGateway
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7835,6 +7898,13 @@ func ParseStopEnvironmentResponse(rsp *http.Response) (*StopEnvironmentResponse,
 			return nil, err
 		}
 		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
 		var dest BadGateway
@@ -10726,6 +10796,34 @@ func (response CreateEnvironment409JSONResponse) VisitCreateEnvironmentResponse(
 	return err
 }
 
+type CreateEnvironment413JSONResponse struct{ TooLargeJSONResponse }
+
+func (response CreateEnvironment413JSONResponse) VisitCreateEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateEnvironment502JSONResponse struct{ BadGatewayJSONResponse }
+
+func (response CreateEnvironment502JSONResponse) VisitCreateEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(502)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type CreateEnvironment503JSONResponse struct{ UnavailableJSONResponse }
 
 func (response CreateEnvironment503JSONResponse) VisitCreateEnvironmentResponse(w http.ResponseWriter) error {
@@ -10780,6 +10878,20 @@ func (response DeleteEnvironment404JSONResponse) VisitDeleteEnvironmentResponse(
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteEnvironment409JSONResponse struct{ ConflictJSONResponse }
+
+func (response DeleteEnvironment409JSONResponse) VisitDeleteEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(409)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -11096,6 +11208,20 @@ func (response StartEnvironment404JSONResponse) VisitStartEnvironmentResponse(w 
 	return err
 }
 
+type StartEnvironment409JSONResponse struct{ ConflictJSONResponse }
+
+func (response StartEnvironment409JSONResponse) VisitStartEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type StartEnvironment502JSONResponse struct{ BadGatewayJSONResponse }
 
 func (response StartEnvironment502JSONResponse) VisitStartEnvironmentResponse(w http.ResponseWriter) error {
@@ -11170,6 +11296,20 @@ func (response StopEnvironment404JSONResponse) VisitStopEnvironmentResponse(w ht
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type StopEnvironment409JSONResponse struct{ ConflictJSONResponse }
+
+func (response StopEnvironment409JSONResponse) VisitStopEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(409)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -13150,7 +13290,7 @@ func (sh *strictHandler) GetReadyz(w http.ResponseWriter, r *http.Request) {
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
 	"7H3bciO3kuCvZHAnwmRMiaIu3cemYh/kttzW2H2Jljzecw69LJAFkjgqAmUAJTbdoYh92g/Yl/mD/ZH5",
-	"k/mSDSSAKhSJIiW1uo+3wy/dYl2ArETekZn40JmKZSE45Vp1hh86BZFkSTWV+Ot8Trm+/M78yXhn2CmI",
+	"k/mSDSSAKhSJIiW1uo/X0S/dYl2ArEQi75n40JmKZSE45Vp1hh86BZFkSTWV+Ot8Trm+/M78yXhn2CmI",
 	"XnSSDidL2hl2iLk7Zlkn6Uj6W8kkzTpDLUuadNR0QZfEvLck73+ifK4XneHR8ddJZ8l49Tvp6HVhRlJa",
 	"Mj7v3N0lnRdiuSQ8a510au8/9bQX/JZJwZeU69c4UXRy/O+e0z4/2T/rFVWKCd76scref9qPvTNDqUJw",
 	"RXGRvyXZS6LpiqzNr6ngmnJt/iRFkbMp0Uzww38owc21etJ/kXTWGXb+22FNQIf2rjq8kFJIO1VG1VSy",
@@ -13158,157 +13298,157 @@ var swaggerSpec = []string{
 	"6WcDQ4lSTqmBg3EgoDTRBkNEQyaoAi40kDwXK9ALpqBL+/O+Q6u5NRWc06mmWVJhlOSSkmwNlGc06+E3",
 	"vRb6e1Hy7NN/02sBqpwuqu/C6a+F+InIOf28KzsR2dqgNTdTS4NSDkfwin2LMP3MSakXQrLf6WdAyyum",
 	"FONzEBJWUvA5TCiRBihxQ7mH55awnExy+jlWSUMhlGKTnAIXK+gyrulc4iQgZrME6Hs6LbWQSGWSzpnS",
-	"VBoy48KSXwJKC0mhrAE3xHbnhZVVKpe/vLzSRJf4qwnEL0wvUBRszZ1+GBkEzNi8lDQbdYYwI7midykY",
-	"+uZCLwwuaa5oH3AUpkHwBOgtlesRX9LlhEqz9IWkinI9hFQRnk3E+zHL7CCp/z57RVKgy0KvwUpOBSXX",
+	"VBoy48KSXwJKC0mhrAE3xHbnmZUVKpe/vLzSRJf4qwnEL0wvkBVszZ1+GBkEzNi8lDQbdYYwI7midykY",
+	"+uZCLwwuaa5oH3AUpkHwBOgtlesRX9LlhEqz9IWkinI9hFQRnk3E+zHL7CCp/z57RVKgy0KvwXJOBSXX",
 	"LDfQjbj9eAufwkfJ9IaLVU6zuUFIPZRH05gaxKcGAl7mOZQ8p0rht+ZE6RGvkBuODTPCcpr14bX5DiCO",
-	"OEa8k3QKKQoqNbNSvMaN+eVk/kSInBJuaKkSCvHblGeFYJa4NhRG0gnwsvt+82PNs+ZbLf1apbX1br0I",
-	"kaHvQq339/Abf62GEpN/0Kk2Q51PNbtlen1x67hkE0NKj0uF8xjZTnRn2MlEaaCrRuOloRNE2Cr+sVlp",
-	"l2ZMCjZeqsZojOvnp/VgSMR2tOqte7/BVI3F7fW6YVZyU14uDWoYZ7qTdIhSTGnC9VjT9+aCYYsbA3nS",
-	"0ULk4ynJc/+3pKrMNVoW7o+SGyI2xMX4LclZiGeHgaTz/sBMenBLpLFSlJndY/7SQuF/nntori0w/vp1",
-	"DVR1SYj8hYUtvPTOQ+Yvbl34uQK5BsKBfpd0liKjeXQZebkc61JyFdwNsF8QaYxbxFOpaBvlO8zFbin6",
-	"27Z8eysUQ75mHFl/Ro20mEmxhKN+lAwCE3BrtBc5KTP6lQL3ELAsGCQApZzYaxEwkU6iN8ynM16Uenvi",
-	"czB3wRDTV8ZGKUqdwC2VE6LZEv7t6s3rfjUEd+Z0fIIduDX3cXWYpksVf8ReIFKSNf6WJZ+SFiG3IUzM",
-	"+jg+2iVMrsrlksj1R4uTTHC6jUhjm8wYJzlYSoIVMatp9H8S4fqHSxGjW8ata7yLfMvplCoVlz6VKGnh",
-	"Hlw6s7aIHZJlSPQkf9vAYOS9zVVo5dCNxbTPNQBrQOHwX39WUq9fE61RWphHFYr1f2+pVMxaYFtInJKC",
-	"TFjO/Bv3p+RKXY+JblIY0fRAsyWNMXrG1ONeXAilWxm1hT9ZMSZZJptEUt/OyYRa+tiz/ltIqBGP1Lug",
-	"ROoJfcjnLKmWbKr22cKv3GOGmErOGZ+PncPUQp/SmIAWS17xGswhNXFNGKeyk3Rul4Eq/TUmjyvrdxd0",
-	"SHXOUDYvrZWmyzHjM7HvzSt89NI8uckoGElw89ffExBAtXARnLTyxk9MtfFHk+73fu82L2x8gBu0FZTa",
-	"s/ArpDSR2lob6AR3ks6kVGuLBxTWIdtEF8wFpczYjcV3GOoYE5jd42ULWEyKtPBYEO2KGt58KjLz9x7U",
-	"vil1UeoL/3RD8u90Ft/TqbO4HNnSfa80UIUvZVTKuIrBW2Mxmymq76nPlM5EqduGE6UOhmuq2jd4HcTM",
-	"Gl5MKuPDGsVBM7DvwmStqdG8ewHZckyCoGQQFrUYq6CusLEJ7CYugpWNEfoLSYmmQcgyiJI1iYstyTxi",
-	"drzw0grwgQSE8S0zpm7sBSiIXsBMSPj3V+oMMjojZa6HiDknM75SIFYcloyzJcnta1Hj06uVDQsyVwKH",
-	"Q2wZIzIbwvnB34Ac/A6Dg2+gD2M4SMAzL6yMT08gp1pTaeDN2JxpM+NDYq5Jh1O9EvJmGyIuOIWu+1RY",
-	"LaikIGYzKmk2rCEFpVlurDUyXVDrvisqb6nsJWBkaAITyTKD0lKhMtgCoJBixnLaYo+RbCx4vh5LIXTc",
-	"9vJRtL3y9F31YFNzNT/bAp2J6Y1Fa84mt0xq6L68uIZDUrDD26ND97aCnCltvlooCrU33uskezz3WtEg",
-	"ObQTtYuItxI0kfMHW1LWClmS92xpxPbRYDBAMnE/Y2LGMXTEgZNiLskStDCMkEAuxA3NoCyMR/f2/PoH",
-	"pMjdJNgWWaD89uPMpTirHR08PzViL+Qu5C0u9AZ/HRgKGFcMD6NyMDiZmnnwL3pgL7AMCkln7L29usmE",
-	"pzGq1+ttyN6V3Aa4NZVL9IIq/tOypGcYBZTEeGLU+7gKSL4iawWZ6NlInxHcgtMECEzI9GYuRckz/7hx",
-	"jnXGODAFBApWUFhJpjXlMFl7z5XAgpIM43Hek14QBRxHdaqBcNQSVEqYCL2AuTA0gOE7MU/wthUGzhO3",
-	"UfobWmj09Zfle+iyIH4vSp2bz2JaOclSSGFck17c9ZNi9XAy9l7/TmPRQnxtHm3Ra1F+/Y6pgujp4nw6",
-	"pYVzuZu8SpVmS+ONj5HKIuv//Qs4OTn5xmDo5+sXlgbpezLV+RqWLM+ZolPBkdqmzECZAO51HA+Onx8M",
-	"nh0Mvrke/GV4dDI8Pu4fHZ/8raG7Qw+hIEZtmDn/52iUfTi9OxiNstEoc/9d2/+Gjf9Go7559uTub/8S",
-	"k+P7gqJLFgZudvgATZwQpdjcmCRdJCfc+SHa2SsEcU34lPb6e2VuAEAT2sAB2FyiXQvdKpMNUeVUOyd4",
-	"b8S3AmXGck2jUeJ2C3mDgESpqeVD5tmoezo4BTZr7oQhuvZCdn93vWWoSulsEMeemaOur+Dzsfcv2ocI",
-	"JMSSapIRTdp1iH2zZaR66iblBpL9+NnzvcrNDsNuaVzcEwWpWsDB1OmW6nGrStK96nMXkddzx+g4sJcf",
-	"6IXZm20c+8Z6FLQe/ivlt8NWC8qB4Y6yMZ1oPD47RdPnYRGbzb2B4M7tg9zuAC124yRiQ1VuRKt1v8vO",
-	"jpnAtyjOXRxzg0zcXq12m4qAXvu93DLn4T8IkR9tT2+PaO9FJdY1Usqccep8nmntimXGDl8Sowx/vvwu",
-	"gaItnL8ZhqjwaWMREyE24h1Ki6LAMGhBXDzUbix2kk5GjexueJq7tnou+O3b5nQX/PbbasYLfvvOTXrB",
-	"b6+qec1rfuoLfvu9n/2C335XAbDJ3D7dpnIevD8duNgB71Skv4f7W/YHHxZgVKqNJZSmxf69TGK9flrs",
-	"gzYeWwukzaNYfW+crTFBFEQvgDaNgSzm7htLZpJTUJzc0PGUoP+YUYwxFNanUkMogwSMBNwe5Pgfyhh+",
-	"/pdL5UhGfCKy9VgLMcZsDvRnxjNj/CewpHohsrG5gokyZjhLNMFD9YU6Y2bE7dW59SjwbxS1VS5NOIK/",
-	"hGk1FgAyLvQ6sU7HeJoLhYOiI8NJ7scK0hvGGVMGNVmdX4FTNPMrxlahjDgmWIyDBIsEvA6cuiyl+koA",
-	"qt9HrC+N+ILpPHym+i0KyoNXyJKONbkx18xd7ywlYMNV4wldC4sFm5nQrqw2qcLxkSUDKoqc7rdr7WCJ",
-	"pbQoZWLU8gsOIHx0oGBJ3o8FxoTHk7WmMaMG71r/taASlJaULGv//Og5vGLf9pzrbxHx/C9Hg6+/Nu7/",
-	"btzsjgUUipaZOKhDAtsO+JLKubPpn8hRliUfE9UWVmY8kqnkogguCODW24cbjOXHpgtj92ljAlpBAF3D",
-	"4T0Mt+Z0psHwGXT9/gr4JJxeVO0bjEQMiot3r5B9CLy9/mtShW7em8cPjp89n4pcyPiAbElFqcfWyY4Q",
-	"wY8sx3wnWC1ETn2AAuZSlAWQmcYMOmPaCj6H7tXlSwNMYr/46vLlj5c//QTHoCAnmspeH84nythzQsIA",
-	"lpRwBSeDASgE32DGpXKBAwyvB8itEdQgu6+fnzYWeBBbYGOLMj4fZ0zeJ8+oPewRbIk86VbOw7f2H7/5",
-	"0yKOf1msG2m4U1Hmmc31K33khVjdwucwYZzIdT8eGmFGp2YtCQ+SkhzMM2gCnMHR8df/+tq6Sjcsz2kG",
-	"kzUoNjfc/9rc/ou9aWBztkIAGwYuWnJncIxtIK7s2JhQ62Z0Y09RrbEZEL7ut21A7djPat2b2plNwZY0",
-	"GzdfDW8/IKmlbSOqXpHYZlRFSU0yDCELMydqgGIM8sPl9U/nXK2ojMUE0cR4fMRsbzTzlR3DbT9uYMdP",
-	"njTDBnbgtm+J29/OCr2/7W2G8kbJPtu7GrwNpnbrZrcE4q2ZQI8JQXzEWhZSLIu2vLkdb95vQd3o9Rc3",
-	"vq8dqbYoYhurHmvhJsezZyfP91mq+F50OkpyM8rmRHWIib4nyyLHt25iuG/POtpMc/OhXv9GDJ5Xdb7M",
-	"hjdXlOOCyqlzmO+T58bUzVgLTfLatLxPfqx5rVQ0e9BbuSDZmNzOx0f3hK5+4dlD37jvC0u6FHL9CBS4",
-	"Fx+IhJh574Tgo6KcuwJbhK3m4538mXSmCzq9QSNthyEUbBc8TTDU+N9PFT7d3rW655Ch1bO9vEZWPVBJ",
-	"ME2tNo6PiNlx1AezthPwNnYQHr9jsGeHYPceQGwreB8RSUpUC3ngojxwsR9hORh7p0r83RqwLLIH0uiu",
-	"bQsf1azRthHWDKb7tZ3d44aKm+n+hooXHvuMlGrgHSBtJcz53c06u7Dj7IhqaIN5VSBHdyph0QxZk4mQ",
-	"bdl2G97Olu1f6tnB19afIJjI4zLAbDjEOOwYZoSfr78/+DoBoRdUrpiiMCGKPj/to7lsPwaH6iQdeycK",
-	"zTtKMsad5b+9a1rX3VZL03woo5qw/GE7Lzbov99XqIpZzeOxRdwMhN13YL/rEHxhbPh3VLHf6Y5d5UeE",
-	"3R4R/NnyoGzuqxmoBep6u2jLWHIstxWJ2LCP5pOW57bNgeU9Hi1YpvY9FbMT3tW6PpI2qGIBWyuXqnrK",
-	"JVmDoSMgfCsFMFA0TIm8UmS7M6fvtwt16Qf8wQ5S/X4RjFZd/PdXWAyUsyXT0Q1HV287YzTPVJjlCJTP",
-	"hFlt6JrVTaBaFdyeUwm49eydAeFrKy6MEJF0Zgw5g477R5rdnul4KbIo9l2mDbjnAJ87C/JZbbjRxwAf",
-	"NjnuDEbi1W+urqHf7x/ifYzQmV+SqnJJwYARX3KX5qhiEXCqqFZAWomJcXCvP+wT7pU++cBEyAekNtZU",
-	"vrmUFe15NG/BmnieCzD3azvLtgQlXJrmvXW9FwB7AxJ+4BhILoEs4m1kwieGbQcBbdYs5JRY9TsDpm0h",
-	"XJUR95Vho0I0onvBSu52Zh6xzVPt2DyJT9Ke5flgX6U9nHpFNQg+pY3cQ1uLgHXlRPkAZ9dGWWdCVqHV",
-	"XjzCGc8i/Zmz30oKZCn43KY9NpIycf3cuvXjaRbepN8OOpMKdANwLlR8iD1OwyfzDByBV57Bx2ZVNrp6",
-	"BEFaZ5Dh8LVX4OnS0fTeUJab2dcvRmxKaZMytvf88oxKsDkUwAVu61CJe4BxSnlgplGzPjvCgoHLdZ9x",
-	"fGnm1gaxBaseL6m+eQfCfkQ+aXWgWqmOPirN03DlWBk87NMvDWpxw+34jLhm8Hx677XyQn2fZqgG3gHS",
-	"lhcYVmRtVlAlHSuwjM40tt397MF6Jj+wLySoxncXLvw0zWWv8YeT1sBfO2avC+2rlHTjurpUCPQCfe75",
-	"w2C+bAzoLv5Qj+uufBsMb6BDGd7qPLXtfJ174Y92Vvfy9XUC1b7tf/2v/9szWsM6K/sTMdwk0ZXXGWsv",
-	"4vAxp+1NUKLJ2LnToQyfrHVcM4pZrCpeKOqy/u0m9UoyQxUxMyLmFgXlk5H0kekibiIU5XgqZFtlM7oJ",
-	"D4kG31DJW1oXOB/kIaMJFd8p2Ph2lGfTUhrhagSByzVzaUnX4obyuDWHbUmAsNXcGnbAlCppBkRDtK+J",
-	"WQoUNbgY2PemhnuhdYFAF1SScN49bxjwfXnshmZzI8G7i6trOH97aeyVFFUvmx4s50udQhcBz0DwoNrL",
-	"WJ/wr3Dc64/4xS2Va1sZV3KjKVNXHpUCp9T5jR7mRjOfEe+m5y8vXl9fvhi/eXvx7vz6zbvx9ZsfL16n",
-	"mAuCL3IKc8rN2zQDxrWA1KZIG6aAjEmbIX3oZzjAoVOETEohXRsaWxzzb1dvXmPLHIxzjzpDGHX6/f6o",
-	"k8AIE6fspTobb2wv3qUug4vpvGrxxqYHrksLLAknc7o0qDl/exnsKg07g/5Rf+CWjZOCdYadk/6gf2Kr",
-	"LxZISb6erK4MnttSTftRRhpmnWHH6LDzuVPijV5lx4PBk3VCqiuXdzUqUwkojDZivZBtB3Y6OGobvIL2",
-	"sNFM6i60bmyhsgIsEPcJRI471tAN2ndhgXJiqx3rEmWsk3ENROaSTCkUVDKRuVZLTSQffvAW5l0rvl9S",
-	"i25cqrr/39/jn1g/cuj7A979+qnXaecaPXZRzEun+1+qOqXd3e3E72HYPKAQKoJpNFBeVBb9x2Abdeu3",
-	"InvCrn1B3uRdU9lrWdK7rTU+frKpmzXykbW+MiJHByXDbs0H+5cv6CL4mcjEvPDN/heqroLmhaOT/S9U",
-	"PfPuks4zi/29n+5bOzYlENIhkCrVS3Ag3HdmdDWVK4JW0xl2UrPVilbHTUmeG/twNzMYvR8ywjbv+slZ",
-	"FaRgs2ACmAuqbIvICZ0JSQ0glGeqP+IuPdUmHkO6mc+ahjmrTIFz/2yXtyp9CZuxKaqtymsyquGFL4ZP",
-	"B088tW0IERfIQQ9P6K4WRGPjOqZVnfGHTsZGAh90U9cgT1Hd+5O5P4a5sc4uytrmt2FrDAOaNbFtQPax",
-	"chg92G2wXfkn/5CWRBgiaSFf/6lPYueFAxqPw9j4rjBQ5BlVvqy3a/tMYhZ3KIWxAt0yQ7sU9aFTWXLX",
-	"Lvbt9V/Rv5mKXKX/+R+pFCuV1qn7Xw/+8z+OT3tnkBrvKfW7Rcqo1zqI0R/x862y+K9UsE9OciWgIFIZ",
-	"wapgis3onNA9MAtjvRgMC7uIHfa764/4C5FRNYTTwQDSsMonTerfTnKm0J2QDAyoiY1aoPBA2u6dweng",
-	"dMTTjdKe1Fz/BtJIgY+ZYbuuJYUuaQS0QcxGvHYDF0TZbGHzipn16ATSZvlRegbPBsd+zrng1EwVFBCl",
-	"MTXTaHrxh1M00ZYc99I4R0/Ns1Gb0Ab8Gx77n5rjKczCigtq3dFmBibI4E4qoMWGXB/uR+VivqFh2Gp+",
-	"KKljynZv6Z1/5Pzyl5edT+h+BC2JI3RWgYExxMcSy7PByb1eqjo+byh1DwTWRdeBNi5WCagbVhTMbcwZ",
-	"GS5mM1T0EbzXOxKtsYAaG5/Srd+J82vX/KJUZyB4vjbazLcbSqGLvZ97dVlI2C6aGV07exIFjjsXvmVY",
-	"GN2sp/OtmV0ai6p6NDcw7yMDhx/qCo07q89zajdHmsvwI8vzx/of9REKEWvqM/rsWD6mUHbYCBd2OJ2J",
-	"PBcrZUyGUpUk7/+Bxe/HSVP8fgJui6syyLtGYEYq6qyhN4/2rquMripfEVMlMALIbrGZERLqTFHtMoJc",
-	"gsUNpUXYZjziK4sZUDJdONPN9jJKGw3q0sO00aAuHXGFJzdQSd3aOrAwWI0enXHTzzUshdJwCq/Yt6FP",
-	"bv70GDxD3mG8pPVH1WmZOJ8Ziru/oSBKu44b1puxBYScrpwa6sMlh9SSW+obOB262lEi6Yhbexs77NT2",
-	"rIuoWqnT68MLX3VYOalYJyZFOV/Yusfzt5cjTiQFtRArXgVOHBQRc+8l1U/A1Ik7K+S3kuLmtj8sxK6Y",
-	"wWEnPB1ka3tod5pg6+Bm+T9+8I3sD+OMlkXVwgcrSTfKPs1Ns9SNNYYuPlqIPE+AODI7GQwGA8xqiX2C",
-	"IRVb1tY4OcVCi6/ugf5TuqZ7hWkQW/kj27gR9YlBCLtoYgakYqX6a/YpSjMT+53uMhTN/afSl0/vSDVT",
-	"ne/lQZ1G81TZ7xQ1qpVdlfqgWsHV5ctfLl+/+OHP4NmDlfZ+AqzzKVr2dfD+H5cAm+kijyVAVzetgr2Y",
-	"uu9Bw5b5kwY/AQ36RhRxEvxFMk0rNWIe/QOSYZgW9Fgq3Oi88WfY56PpbbOZVGuM/yJ88FNuM220v4rY",
-	"QyEoT+LrhwNaY9R5UEuSUegaKwaDy0DmpMosI8aLMfZML4GJrV7YE66PtAm0+nu7h6AtrFEYYGN285LA",
-	"TFK1AEWnEt2iFNOEUxt5C/vAwX/97/8DrhMcdGXJ1VnQa9a2tw0P8YI11T18Ccu3khEX0p0+Zfci3P5c",
-	"vxm1b0bpDcSJL09JqgPflDfpR9xVEuAWYOrOSPA1xz5sH2BhTN8zpVVq7R07fLhLgqEZokfc3mIKMJ7f",
-	"O4NngxNIfSe+oF3WjjB82B7tUwbUI43bP3O6RaMR3DZvhQ3+PrNkfXCA5qOCqtWHGooKyM5SfMUuZ0Cw",
-	"oYkynqbgU5rYPjS4M7YQK4wdqMrZsfnnTb8mFLGHHwy17gz/YU/EDYJ8mDLfPNA04r1GdKudN/uMMbkH",
-	"a66PXvTvqNJSrDeX3K2cXNuTBJmGUtHsrFGOZMWuETMzIefCmCFh0G4r2POJF3DwuQTChuLq/1OiCW94",
-	"Awi78WS5TlJUiz4sipkNroATtSaaiHA6OG0ql3rDeC+zHlblkXHrG5ubfinLbTu1flGB+Y+WGt9LSn+n",
-	"G0KjdnupSjDU7jbhmHSVwmh62bMzVvbUjKDHOCiyBiSs3n4CtBW3O2Ng5fKLIUFXt2ON7TNrk9pKx9qI",
-	"Zf6ovD/ptKbTn6gGYokqa+g3WXKLzf2kVjW+2ZHE/KUQmi8Z+6JNniqvw/bj3tDle6lBFLuIQRRfDi0g",
-	"er5wUhDFpunbxSqSWZm73q3Y8iLr1RrNZYy6VpshwfiuVq0hox8ur3/6lKGiqkVji9mKLXZ9Q8UnCRS9",
-	"MSMuyiXhB4wf6AU9yIUoqjmauZ3b2Dr84LoW3rnpsvYs+XPujiBPNX2vMV+dcOeMghYCugQmRFLgdJUz",
-	"ThNcphG22FBw8fr64t2o0+uPOJq+zXbfPtrSaPqdQpfkVtkS18MTAy5G6bpCaPPTZXaN+IJgU16a2YBO",
-	"LOESupJqua7bFFTKe0KmN73ttEmMPDUyJ100Z6v1eTSWY9s4Zo7uNoQR7gsXRC/qbeG6h2Qz/rKxTVz1",
-	"4z7+et8JJZ8oeN7oUfmZ8/4bTV0jnLYRk3f0YRNRPN0wVaXCeDvkz5j9Z5X9dgWBgFlOL7DOvHD5Vy9F",
-	"zEqtogvq25s3pVrYYq5VD7xibZUBG6lOHM/+cknzmJPDnJvflthRnbJ5L1Le6BD8Kc2NsDFfi3ryX/oZ",
-	"maFBEn5ZQBgtORUygy4XGoicLtgtGgHt6swDf/ihbpKxs8rU9xa8j1xutEi8l2jefzzV51jtPSttFKwS",
-	"bivJtiH0qP6sdueDBUm48GGjqVaOf+cf+oQ4D9thxaMICMKTVfNUwZxwg7DadlOhVa3sJkK3zlvGWCSe",
-	"HGtQ2kvsAzZaFIaFmkx2r+Kr9rqriHTVG2VJ9eF5bRI2PNL4kUZRsh+UTyDsm62b/mDFZZ9d2HsqgW7Q",
-	"xSaB+jyfuvyrZxQCbofEKtbiFHr4oe5VtLG71cRFWsv2NMi8dX5NldTfqGwjXoB6b2brQCPv0DQOZQoc",
-	"GnFLZbubMuIP9VNg002JeSM/sjxvLe9qL+brNpsk28RJhwB3WndVPZ3VGa9NDdroHPWkzs0n2pZutmTa",
-	"VVHwxRcNVITQVixwVhNE5VYx7kvkgVT+et91S965UfnYCkTfw+rzFO7ukav/vG1JDwC0SKZ7yMtDEjTs",
-	"ixaBXNzWVkWq6G+pPUKVQoq5SEGF72CIva1vaKF7iRWlFlxfyiRLDsYIJRKrPUZ8IVawxAa2YQ9A4+5X",
-	"vRO6Psv+eDAYYK8hM74r7SFVXr7SZO0l+ogHJYBYUeHKfneJ7/CEubSliGKzx+FHkG1LvQOitGnu/LNK",
-	"AzY/tq0Tjrv/RYVVtgxwg/msWU9ulePWCe7d7YL03n34MHPHXe+IypZ6gW2xiG/GZJP3fKMz2wzNdUCb",
-	"rMPCwbZ+aCOOXnejgxgO0+sDRrH90QDOGFLNw+7fXv+1jsl2dx6w3PPl0tOFUJRXBxWjVDm//OXl+NXl",
-	"1dXlm9fjy+9Sq1Eabg32BXDHsntUebGiyJJCw7irkIO3JqKKKys4Hhy7VErzkK22V7aVuI1S4Xl/RGIv",
-	"UszJObPDEcjYbEalsc5wRHu+8ungm/6Iv1jQ6Y2CBSkKyiuPQsiMymGjSnTDLdtYFcyI7D4bnPSSEXet",
-	"3Lqng6NeYqfsnh6dJHA6GPQS18ar8dld83FCGph6CUhR2izM08FpAmbQ/oiP+Cu6nBhEOOThuKFbmQlq",
-	"kzTNBC5swDikG+enpz3b+M01Bx9xNArnXGDsXjWKhZdkDSTLQIklPXOALx0Yy1JpWJBb6jxS23EB66+M",
-	"JBeFPR0EBKcKB5pQ4GWe9yH154igMY9HRt5SOSGaLZFaJC0ocdWLUzHnTDm+gAVRi8b3d6eEC86mJMcW",
-	"dkNH+BWQthVbMuK2RyVyggtVJsAFrBZMU1AFmdKehx1b9n2lapXDsnToOrWbJ83SCDnidg5LK76TekW2",
-	"Z0C4feWW5CUixmCSZg60BHEBjCtNiRVJeNhhMuLpUX+QhnfSo9RlsdoRQ8Bwi2eTwLuGjvojbiQBso1t",
-	"8qfMP6mtVxzCqDpcY9RJk6qUEWWOJQ6CmYtIRzbw5FZmxGeMu/6F3qSclRJhI7mwLaAUpBsn46QNJLHK",
-	"XUT2rZt84NZN7LzbNAlouXnirbnlz7xNE8xy3tz6MdbCEaThicFpW2OOSJ+REd9KYT6zhkl8D2uT6/o+",
-	"JJJiVrJh1BGvO/Th3Z6zaDbP541aNd85WdoaIo1ofMvYdsHCxZtQs2oKtDiz7FiJYe8TPJXDeN+Q69Pv",
-	"hnl8/ZMyqP30/kyGmFVWndfQdQWtyCh+kbzypFmgBptC589Svkftd7kOtsg1G71r//6rocfapAx0Y7Ue",
-	"Qaypqkv2w9zHgLSOUKsbV9fyGxVizJTsADtcYAl/Lua2Tp66WA/JMkmV15gTJfKyrvS3ztvELAg2jQUs",
-	"ELV17TZchyX+aCA4P87aHm9zQ3Fd4/GllkxTmJTabgUeovt3YA3ntDes1bMT+MbdswNjum1q/k1H3Puf",
-	"w+BEEvyoBc2zXl2mnS7J+7QP6f84sLg4uGqoE1fmb80Co5vMOFVDADNgErx7wbM0fM0fS2z7HWD4Pegt",
-	"wIxDjEirR3hJiiEYeZFajWq/bEL1ilLuPs72RNgEOPSP+3CuLcBYq25tGrOaIfIwmcOZsalthPHf7cy2",
-	"6YE9B8V+se1s0LXF8ScDUL0RnwlZlVLLqgeCt76pj4+OuFvUIWyv59DQ3dXVhW/FgH2tFAaNVgtrppn1",
-	"CpfWpgWZ6W3rDuyU5eAouWZ58/gJM1QXE4kImqsMVehMEpeO3YR7xC0gPf9J05xhUZTv/tiH782raggp",
-	"fsjQTe28i9RYnkP4MOpYCrA9js3FUScZ8VF1uu2oc2cUeWWo4glfiCC0xmzbcTdm+JYxrezNUSeto9NI",
-	"Jrb9gzHSg1PDrOWZsmwYoUymoUtABi2FAAM7V/YIIpvlq9Adwt4att1E+hNR+gAfPDB+GULhSNNIErQ1",
-	"e2cVhuak2EKPedqhRAtEBo5iyT0k5XoYv3YbI6FdafFcnU1SITvDLtLYPcMsY86Mv9BNh1AwPk97mFOG",
-	"x0VluXfOgRiK6sM5qFysMNnXmuDGjkdrH1vsOPCGFm6mYUby3HDqgjmqQklo7sztAUMp4gEpD9ki1nfO",
-	"m38JpHahxrar6JhyNPwqJDf6jtQM3jtr3ZDYHb2ysuQjY1cbusVSmhaIQ8vCVVQwJpTbdtmeus+HbwSD",
-	"yhQDjZbs7In/qIyc21+Ba3gIT02y3WNaQV2S9/GWHqdH35yeDE73nf62dTwVQmM08lndK9MJOxIjAOga",
-	"aep8Mici2xGL9xsAbx1J8LBgophq6oV7036tj0/Ao9qj5zls6YfmEBv5sVcXlpmUl8GJkTSJP3Goqyh1",
-	"B5BVr/Vi50jEMzVt2xx3qgZyw4dOqOcjtlRU5zdsBVs7AMalNdyAUrUbUpxdqx2UHjlJL7QdtqEyGj2U",
-	"rQ81JXbD5w8iMbPgoZi5opGzJ0Mor3w+fxR7jpIjdtbHIuru/5M+Ne8MhZDtJqdIMcQ3nkqcoBLSxl/R",
-	"CrrCWN0Btid3GzSWj5ynsMCTvn/flRT1g3vkU6Zv2vPGWxjPbyy60KMthmg6Ug2n6Sd2S7l5oZBiYn2u",
-	"Q9xi3/mZ7+wTnzIZqDpsNdrEkWR2b8Q5lZ9+ytdYYE+y9VntBKCHsVqw6QKq4QziudC7kV7NZLF+BjlT",
-	"WtnGbfVIxCaV2VMoXcjVfveWZ7xxuorzjJGcrR1SytwdrTI8PDw6/kt/0B/0j4ZfHx0fd+5+vft/AQAA",
-	"//8=",
+	"OEa8k3QKKQoqNbNcvMaN+eV4/kSInBJuaKliCvHblGeFYJa4NgRG0gnwsvt+82PNs+ZbLf1aobX1br0I",
+	"kaHvQqn39/Abf62GEpN/0Kk2Q51PNbtlen1x63bJJoaUHpcK5zG8nejOsJOJ0kBXjcZLQyeIsFX8Y7PS",
+	"Ls2YFGy8VI3RGNfPT+vBkIjtaNVb936DqRqL2+t1wyznprxcGtQwznQn6RClmNKE67Gm780Fsy1uDORJ",
+	"RwuRj6ckz/3fkqoy16hZuD9KbojYEBfjtyRnIZ4dBpLO+wMz6cEtkUZLUWZ2j/lLC4X/ee6hubbA+OvX",
+	"NVDVJSHyFxa28NI7D5m/uHXh5wrkGggH+l3SWYqM5tFl5OVyrEvJVXA3wH5BpFFuEU+lom2U7zAXu6Xo",
+	"b9v87a1QDPc147j1Z9Rwi5kUSzjqR8kgUAG3RnuRkzKjXylwDwHLgkECUMqJvRYBE+kkesN8OuNFqbcn",
+	"PgdzFwwxfWV0lKLUCdxSOSGaLeHfrt687ldDcKdOxyfYgVtzH1eHabpU8UfsBSIlWeNvWfIpaWFyG8zE",
+	"rI/bR7uYyVW5XBK5/mh2kglOtxFpdJMZ4yQHS0mwImY1jfxPIrv+4VzEyJZx6xrvIt9yOqVKxblPxUpa",
+	"dg8unVlbxA7JMiR6kr9tYDDy3uYqtO7QjcW0zzUAa0Dh8F9/VlKvXxOtUVqYRwWKtX9vqVTMamBbSJyS",
+	"gkxYzvwb96fkSlyPiW5SGNH0QLMljW30jKnHvbgQSrdu1Jb9yYoxyTLZJJL6dk4m1NLHnvXfQkKNeKTe",
+	"BSVST+hDPmdJtWRTtU8XfuUeM8RUcs74fOwMphb6lEYFtFjygtdgDqmJa8I4lZ2kc7sMROmvMX5cab+7",
+	"oEOqc4qyeWmtNF2OGZ+JfW9e4aOX5snNjYKeBDd//T0BAVQLF8FJ6974iam2/dGk+73fu70XNj7ADdoK",
+	"Sm1Z+BVSmkhttQ00gjtJZ1KqtcUDMutw20QXzDmlzNiNxXcY6hgVmN3jZQtYjIu07LHA2xVVvPlUZObv",
+	"Pah9U+qi1Bf+6Qbn32ksvqdTp3E5sqX7XmmgCl/KqJRxEYO3xmI2U1TfU54pnYlStw0nSh0M1xS1b/A6",
+	"iJlVvJhUxoY1goNmYN+FyVpTI3n3ArJlmAROycAtajFWQV1hYxPYTVwEKxsj9BeSEk0Dl2XgJWsSF1uS",
+	"eUTteOG5FeADCQhjW2ZM3dgLUBC9gJmQ8O+v1BlkdEbKXA8Rc45nfKVArDgsGWdLktvXosqnFysbGmSu",
+	"BA6H2DJKZDaE84O/ATn4HQYH30AfxnCQgN+8sDI2PYGcak2lgTdjc6bNjA/xuSYdTvVKyJttiLjgFLru",
+	"U2G1oJKCmM2opNmwhhSUZrnR1sh0Qa35rqi8pbKXgOGhCUwkywxKS4XCYAuAQooZy2mLPkayseD5eiyF",
+	"0HHdy3vR9vLTd9WDTcnV/GwLdCamNxatOZvcMqmh+/LiGg5JwQ5vjw7d2wpyprT5aqEo1NZ4r5Pssdxr",
+	"QYPk0E7UziPeStBEzh+sSVktZEnes6Vh20eDwQDJxP2MsRm3oSMGnBRzSZaghdkICeRC3NAMysJYdG/P",
+	"r39AitxNgm2eBcpvP05dim+1o4Pnp4bthbsL9xYXemN/HRgKGFcbHkblYHAyNfPgX/TAXmAZFJLO2Ht7",
+	"dXMTnsaoXq+3IXtXcuvg1lQu0Qqq9p+WJT1DL6AkxhKj3sZVQPIVWSvIRM96+gzjFpwmQGBCpjdzKUqe",
+	"+ceNcawzxoEpIFCwgsJKMq0ph8naW64EFpRk6I/zlvSCKOA4qhMNhKOUoFLCROgFzIWhAXTfiXmCty0z",
+	"cJa49dLf0EKjrb8s30OXBf57UercfBbTynGWQgpjmvTipp8Uq4eTsbf6dyqLFuJr82iLXIvu1++YKoie",
+	"Ls6nU1o4k7u5V6nSbGms8TFSWWT9v38BJycn3xgM/Xz9wtIgfU+mOl/DkuU5U3QqOFLblBkoE8BYx/Hg",
+	"+PnB4NnB4JvrwV+GRyfD4+P+0fHJ3xqyO7QQCmLEhpnzf45G2YfTu4PRKBuNMvfftf1v2PhvNOqbZ0/u",
+	"/vYvMT6+zym6ZKHjZocN0MQJUYrNjUrSRXLCyA/RTl8hiGvCp7TX38tzAwCa0AYGwOYS7VroVp5siCqn",
+	"2hnBez2+FSgzlmsa9RK3a8gbBCRKTe0+ZH4bdU8Hp8BmzUgYomsvZPc311uGqoTOBnHsmTlq+go+H3v7",
+	"on2IgEMsqSYZ0aRdhtg3W0aqp25SbsDZj5893yvc7DDslsbZPVGQqgUcTJ1sqR63oiTdKz53EXk9d4yO",
+	"A335gVaYvdm2Y99Yi4LWw3+lfDhstaAcGEaUjepE4/7ZKao+D/PYbMYGgju3DzK7A7TYwElEh6rMiFbt",
+	"fpeeHVOBb5GdOz/mBpm4WK12QUVAq/1eZpmz8B+EyI/Wp7dHtPeiHOsaKWXOOHU2z7Q2xTKjhy+JEYY/",
+	"X36XQNHmzt90Q1T4tL6IiRAb/g6lRVGgG7Qgzh9qA4udpJNRw7sbluauUM8Fv33bnO6C335bzXjBb9+5",
+	"SS/47VU1r3nNT33Bb7/3s1/w2+8qADY3t0+3qYwHb08HJnawdyrS37P7W+KDD3MwKtW2JZSmxf5YJrFW",
+	"Py32QRv3rQXc5lFbfa+frTFBFETPgDaVgSxm7htNZpJTUJzc0PGUoP2YUfQxFNamUkMogwSMBFwMcvwP",
+	"ZRQ//8ulciQjPhHZeqyFGGM2B9oz45lR/hNYUr0Q2dhcwUQZM5wlmuCh+kKdMTPi9urcWhT4N7LaKpcm",
+	"HMFfwrQaCwAZF3qdWKNjPM2FwkHRkOEk92MF6Q3jjCmDmqzOr8ApmvkVYytQRhwTLMZBgkUCXgZOXZZS",
+	"fSUA1ccR60sjvmA6D5+pfouC8uAVsqRjTW7MNXPXG0sJWHfVeELXwmLBZia0C6tNqnD7yJIBFUVO9+u1",
+	"drDEUlqUMtFr+Sd2IHy0o2BJ3o8F+oTHk7WmMaUG71r7taASlJaULGv7/Og5vGLf9pzpbxHx/C9Hg6+/",
+	"Nub/btzs9gUUipaZOKhdAtsG+JLKudPpn8hQliUfE9XmVmY8kqnkvAjOCeDW27sbjObHpguj92mjAlpG",
+	"AF2zw3vobs3pTIPZZ9D18RXwSTi9qNg3GIkoFBfvXuH2IfD2+q9J5bp5bx4/OH72fCpyIeMDsiUVpR5b",
+	"IztCBD+yHPOdYLUQOfUOCphLURZAZhoz6IxqK/gculeXLw0wif3iq8uXP17+9BMcg4KcaCp7fTifKKPP",
+	"CQkDWFLCFZwMBqAQfIMZl8oFDjC8HiC3RlCD7L5+ftpY4EFsgY0uyvh8nDF5nzyjdrdHEBJ50lDOw0P7",
+	"jw/+tLDjXxbrRhruVJR5ZnP9Su95IVa28DlMGCdy3Y+7RpiRqVlLwoOkJAfzDKoAZ3B0/PW/vram0g3L",
+	"c5rBZA2Kzc3uf21u/8XeNLA5XSGADR0XLbkzOMY2EFd2bEyodTO6saco1tgMCF/32wJQO+JZrbGpndkU",
+	"bEmzcfPV8PYDklraAlH1isSCURUlNckwhCzMnKgBim2QHy6vfzrnakVlzCeIKsbjPWZ7vZmv7Bgu/LiB",
+	"HT950nQb2IHbviWufzst9P66txnKKyX7dO9q8DaY2rWb3RyIt2YCPcYF8RFrWUixLNry5na8eb8FdaPX",
+	"X9z4vnak2qKIbax6rIVBjmfPTp7v01Txveh0lORmlM2JahcTfU+WRY5v3cRw3551tJnm5l29/o0YPK/q",
+	"fJkNa64oxwWVU2cw3yfPjambsRaa5LVqeZ/8WPNaqWj2oLdyQbIxuZ2Pj+4JXf3Cs4e+cd8XlnQp5PoR",
+	"KHAvPhAJMfXeMcFHeTl3ObYIW83HO/dn0pku6PQGlbQdilAQLngaZ6ixv5/KfbodtbrnkKHWs728hlc9",
+	"UEgwTa00jo+I2XHUO7O2E/A2IgiPjxjsiRDsjgHEQsH7iEhSolrIAxflgYv9CM3B6DtV4u/WgGWRPZBG",
+	"d4UtvFezRtuGWzOY7tf27R5XVNxM91dUPPPYp6RUA+8AaSthzkc36+zCjtMjqqEN5lWBO7pTMYumy5pM",
+	"hGzLttuwdrZ0/1LPDr629gTBRB6XAWbdIcZgRzcj/Hz9/cHXCQi9oHLFFIUJUfT5aR/VZfsxOFQn6dg7",
+	"UWjeUZIx7jT/7ahpXXdbLU3zoYxqwvKHRV6s03+/rVAVs5rHY4u46Qi778A+6hB8YWz4d1Sx3+mOqPIj",
+	"3G6PcP5sWVA299UM1AJ1HS7aUpbcltvyRGzoR/NJy3Pb6sDyHo8WLFP7norpCe9qWR9JG1Qxh63lS1U9",
+	"5ZKswdAREL6VAhgIGqZEXgmy3ZnT94tCXfoBf7CDVL9fBKNVF//9FRYD5WzJdDTg6OptZ4zmmQqzHIHy",
+	"mTCrDV2zuglUq4LhOZWAW8/eGRC+tuzCMBFJZ0aRM+i4v6fZxUzHS5FFse8ybcA9B/jcWZDPat2N3gf4",
+	"sMkxMhjxV7+5uoZ+v3+I99FDZ35JqsolBQNGfMldmqOKecCpoloBaSUmxsG9/rBPuFf65AMTIR+Q2lhT",
+	"+eZSVrTn0bwFa+L3XIC5X9u3bItTwqVp3lvWewaw1yHhB46B5BLIItZGJnxi2LYT0GbNQk6JFb8zYNoW",
+	"wlUZcV+ZbVSIhncvWMndxswjwjxVxOZJbJL2LM8H2yrt7tQrqkHwKW3kHtpaBKwrJ8o7OLvWyzoTsnKt",
+	"9uIezngW6c+c/VZSIEvB5zbtsZGUievn1q0fT7PwKv2205lUoBuAc6HiQ+wxGj6ZZeAIvLIMPjarstHV",
+	"I3DSOoUMh6+tAk+Xjqb3urLczL5+MaJTSpuUsR3zyzMqweZQABcY1qESY4BxSnlgplGzPjuyBQOT6z7j",
+	"+NLMrQCxBaseL6m+eQfCfsR90mpAtVIdfVSap9mVY2XwsE++NKjFDbfjM+KSwe/Te6+VZ+r7JEM18A6Q",
+	"tqzAsCJrs4Iq6ViGZWSm0e3upw/WM/mBfSFBNb67cOGnaS57jT+ctAb+2m32utC+Skk3pqtLhUAr0Oee",
+	"Pwzmy8aA7uIP9bjuyrfB8AY65OGtxlNb5OvcM3/Us7qXr68TqOK2//W//m/PSA1rrOxPxHCTRFdeZ6y9",
+	"iMP7nLaDoESTsTOnQx4+Weu4ZBSzWFW8UNRl/dsg9UoyQxUxNSJmFgXlk5H0kekiriIU5XgqZFtlM5oJ",
+	"D/EG31DJW1oXOBvkIaMJFY8UbHw78rNpKQ1zNYzA5Zq5tKRrcUN5XJvDtiRA2GpuFTtgSpU0A6Ih2tfE",
+	"LAWyGlwM7HtTw73QukCgCypJOO+eNwz4vjx2Q7K5keDdxdU1nL+9NPpKiqKXTQ+W86VOoYuAZyB4UO1l",
+	"tE/4Vzju9Uf84pbKta2MK7mRlKkrj0qBU+rsRg9zo5nPiHfT85cXr68vX4zfvL14d3795t34+s2PF69T",
+	"zAXBFzmFOeXmbZoB41pAalOkzaaAjEmbIX3oZzjAoVOETEohXRsaWxzzb1dvXmPLHPRzjzpDGHX6/f6o",
+	"k8AIE6fspTobb2wv3qUug4vpvGrxxqYHrksLLAknc7o0qDl/exlElYadQf+oP3DLxknBOsPOSX/QP7HV",
+	"FwukJF9PVlcGz22ppv0oww2zzrBjZNj53AnxRq+y48HgyToh1ZXLuxqVqQQUehuxXsi2AzsdHLUNXkF7",
+	"2GgmdRdqN7ZQWQEWiPsEIrc71tAN2ndhgXJiqx3rEmWsk3ENROaSTCkUVDKRuVZLTSQffvAa5l0rvl9S",
+	"i25cqrr/39/jn1g/cuj7A979+qnXaecaPXZRzEun+1+qOqXd3e3E72HYPKAQKoJpVFBeVBr9x2AbZeu3",
+	"InvCrn1B3uRdU9hrWdK7rTU+frKpmzXykbW+MixHByXDbs0H+5cv6CL4mcjEvPDN/heqroLmhaOT/S9U",
+	"PfPuks4zi/29n+5bOzY5ENIhkCrVS3Ag3HdmdDWVK4Ja0xl2UrPVilbGTUmeG/1w92Ywcj/cCNt710/O",
+	"KicFmwUTwFxQZVtETuhMSGoAoTxT/RF36ak28RjSzXzWNMxZZQqc+We7vFXpS9iMTVFtRV5zo5q98KfZ",
+	"p4Mnnto2hIgz5KCHJ3RXC6KxcR3Tqs74QyNjI4EPuqlrkKeo7n3Z3B+zubHOLrq1zW+zrdENaNbEtgHZ",
+	"t5VD78Fuhe3KP/mH1CRCF0kL+fpPfRI9LxzQWBxGx3eFgSLPqPJlvV3bZxKzuEMujBXodjO0c1HvOpUl",
+	"d+1i317/Fe2bqchV+p//kUqxUmmduv/14D//4/i0dwapsZ5SHy1SRrzWToz+iJ9vlcV/pYI4OcmVgIJI",
+	"ZRirgik2o3NM98AsjLVi0C3sPHbY764/4i9ERtUQTgcDSMMqnzSpfzvOmUJ3QjIwoCbWa4HMA2m7dwan",
+	"g9MRTzdKe1Jz/RtIIwU+ZobtupYUuqTh0AYxG/HaDFwQZbOFzStm1qMTSJvlR+kZPBsc+znnglMzVVBA",
+	"lMbETKPpxR9O0ERbctxL4hw99Z6N6oTW4d+w2L9IjqdQC6tdUMuONjUwwQ3uuAJqbLjrw3hULuYbEoat",
+	"5oeSuk3Zbi2984+cX/7ysvMJzY+gJXGEziow0If4WGJ5Nji510tVx+cNoe6BwLro2tHGxSoBdcOKgrnA",
+	"nOHhYjZDQR/Bex2RaPUF1Nj4lGb9Tpxfu+YXpToDwfO1kWa+3VAKXez93KvLQsJ20czI2tmTCHCMXPiW",
+	"YaF3s57Ot2Z2aSyq6tHcwLz3DBx+qCs07qw8z6kNjjSX4UeW54+1P+ojFCLa1Ge02bF8TCHvsB4u7HA6",
+	"E3kuVsqoDKUqSd7/A7Pfj+Om+P0EXIirUsi7hmFGKuqsojeP9q6rlK4qXxFTJdADyG6xmRES6kxR7TKC",
+	"XILFDaVF2GY8YiuLGVAyXTjVzfYyShsN6tLDtNGgLh1xhSc3UEnd2jqw0FmNFp0x0881LIXScAqv2Leh",
+	"TW7+9Bg8w73DeEnrj6rTMnE+MxR3f0NBlHYdN6w1YwsIOV05MdSHSw6pJbfUN3A6dLWjRNIRt/o2dtip",
+	"9VnnUbVcp9eHF77qsDJSsU5MinK+sHWP528vR5xICmohVrxynDgoIureS6qfYFMn7qyQ30qKwW1/WIhd",
+	"MYPDTng6yFZ4aHeaYOvgZvk/fvCN7A9jjJZF1cIHK0k3yj7NTbPUjTWGLj5aiDxPgDgyOxkMBgPMaol9",
+	"giEVW9bWODnFQouv7oH+U5qme5lp4Fv5I+u4EfGJTgi7aGIGpNpK9dfsE5RmJvY73aUomvtPJS+f3pBq",
+	"pjrfy4I6jeapst8pSlTLuyrxQbWCq8uXv1y+fvHDF+fZg4X2fgKs8yla4jp4/49LgM10kccSoKubVkEs",
+	"pu570NBlvtDgJ6BB34giToK/SKZpJUbMo39AMgzTgh5LhRudN764fT6a3jabSbX6+C/CBz9lmGmj/VVE",
+	"HwpBeRJbPxzQKqPOglqSjELXaDHoXAYyJ1VmGTFWjNFneglMbPXCHnd9pE2gld/bPQRtYY1CBxuzwUsC",
+	"M0nVAhSdSjSLUkwTTq3nLewDB//1v/8PuE5w0JUlV2dBr1nb3jY8xAvWVPfwJSzfSkZcSHf6lI1FuPhc",
+	"v+m1b3rpDcSJL09JqgPflFfpR9xVEmAIMHVnJPiaY++2D7Awpu+Z0iq1+o4dPoySoGuG6BG3t5gC9Of3",
+	"zuDZ4ARS34kvaJe1ww0ftkf7lA71SOP2z5xu0WgEt723wgZ/n5mz/uEY5Uc7bitkGqoNSNvuqmpLngHB",
+	"pinKWLOCT2lie91g9G0hVuifUJVBZXPcm7ZTyMYPP5gdsdPFiH0XN4j+YQrD5qGpEQs5Ir/tvNmfyu/3",
+	"0VTyHVVaivUmjbillmt7vCHTUCqanTVqpKwsMLxvJuRcGN0o9CRueaA+8YoPPheX2pCm/X+Ki+MNbwBh",
+	"o2F2m0qKstr7ajHdwlWVoihHvRVOB6dNiVdHsffu7sOqZjNuEmDH1T/Lctv2sV+4Rkh930tKf6cbTKO2",
+	"xalK0P/vIoNMuvJl1AftgR4re5RH0PgcFFkDElZvPwHaMuCdjrly+achQVdMZC2AM6so2/LLWrNm/vy+",
+	"L3Ra0+lPVAOxRJU15JssucXmflKruvHsyKz+sxCar2P7QkXR7BTbVXxD+O8lH1Hsoh5R/HmIB9HzhXaa",
+	"tCOKTeW6i8UzszJ3LWux00fWq2WmS5R1HUZDCvPNvFo9ZT9cXv/0KT1kVWfKFsUYOwv7PpJP4h97Y0Zc",
+	"lEvCDxg/0At6kAtRVHM0U1q3sXX4wTVrvHPTZe3FAefcnbyeavpeY5o+4c4+Bi0EdAlMiKTA6SpnnCa4",
+	"TCPsLKLg4vX1xbtRp9cfcVSum13OvZOp0es8hS7JrTgnrnUp+pmMWHf13+anS2gb8QXBXsQ0s36sWJ4p",
+	"dCXVcl13Z6jUgwmZ3vS2s0XR4dZIGHVOrK2O71EXlu1emTm62+BeGA4viF7U0fC6dWbT7bQRHa/akB9/",
+	"ve9glk8UM2i05vzM5Q6NXraRnbYRinD0YfNvPN0wVWUAeU3nS6jis/J+u4JAwCynZ1hnnrn8q+ciZqVW",
+	"0QX1Xd2bXC3srNcqB16xtoKIjQwvjkeeuVoBTEVizpHQls9SHS56L1LeaIz8KfWTsB9hi3jyX/oZN0OD",
+	"JPyygDBScipkBl0uNBA5XbBbVALaxZkH/vBD3RtkZ3Gtb6l4H77c6Ax5L9a8/1Suz7Hae1baCFglXATN",
+	"dl/0qP6MiuojGEm48GF/rdYd/84/9AlxHnYBi/spEIQnK2Kq3EVhXLSKNqpQq1Y2rtGt07XR24kH5hqU",
+	"9hL7gPVHhY6n5ia7V81Ze7lZhLvqjWqs+szANg4bnuT8SKUo2Q/KJ2D2zY5Vf7Caus/O7D2VQDdo3pNA",
+	"fYxRXfXWMwIBAy6xQr04hR5+qFs0bQTcmrhIa96eBgnHzq6pahkaBX3EM1BvzWyd4+QNmsZZVIFBI26p",
+	"bDdTRvyhdgpsmikxa+RHluetVW3tNYzdZm9omy/qEOAOKa+KxrM60bcpQRsNs57UuPlE0fhmJ6pdhRR/",
+	"+lqJihDaaiTOaoKozCrGfWcAIJW93ndNoneGQh9beOlbd32eeuU9fPWfF/j0AEALZ7oHvzwkQZ/CaO3L",
+	"xW2tVaSK/pbak2MppJiCFRQ2D4bY0vuGFrqXWFZqwfUVXLLkYJRQIrHIZcQXYgVL7Nsbtj405n7VMqLr",
+	"iwuOB4MBtlgy47uKJlKVIyhN1p6jj3hQ+YiFJK7aeRf7Dg/WS1tqRzZbO34E2baUeSBKm+rOP6siYvNj",
+	"2xoAuft/KrfKlgJuMJ81y+itcNw6uL67XYffu88+zNwp3zu8sqVeYDcw4ntQ2ZxF39/N9oBzjd8m67Be",
+	"sq0N3Iij1d1onIbD9PqAXmx/IoJThlTzjP+313+tfbLdnedK93yV+HQhFOXV+czIVc4vf3k5fnV5dXX5",
+	"5vX48rvUSpSGWYPtENxp9B5Vnq0osqTQUO4q5OCtiaj8ygqOB8cug9Q8ZJsMKNtB3Xqp8JhDIrEFK2b9",
+	"nNnhCGRsNqPSaGc4oj1W+nTwTX/EXyzo9EbBghQF5ZVFIWRG5bBRHLthlm2sCiaCdp8NTnrJiLsOdt3T",
+	"wVEvsVN2T49OEjgdDHqJ617W+Oyu+TghDUy9BKQobfLp6eA0ATNof8RH/BVdTgwiHPJw3NCszAS1ualm",
+	"Auc2YBzSjWPj057td+d6oo84KoVzLtB3rxo10kuyBpJloMSSnjnAlw6MZak0LMgtdRapbTSBZWeGk4vC",
+	"HooCglOFA00o8DLP+5D641NQmceTMm+pnBDNlkgtkhaUuKLNqZhzpty+gAVRi8b3d6eEC86mJMfOfUNH",
+	"+BWQtgNdMuK2NSfuBOeqTIALWC2YpqAKMqU9Dzt2KvxK1SKHZenQNag3T5qlEXLE7RyWVnwD+Ypsz4Bw",
+	"+8otyUtEjMEkzRxoCeICGFeaEsuS8IzHZMTTo/4gDe+kR6lL3rUjhoBhiGeTwLuGjvojbjgBbhvb21CZ",
+	"f1JbpjmEUXWmyKiTJlUFJ/IcSxwEkymRjqzjya3MiM8Yd20bvUo5KyXCRnJhO18pSDcOBEobSGKVuYjb",
+	"t+5tgqGb2DG/aRLQcvOgX3PLH/WbJpjcvRn6MdrCEaThQclpWz+SSHuVEd/K3D6zikk8hrW56/reJZJi",
+	"MrbZqCNeNybEuz2n0WweSxzVar5zvLTVRRqR+HZj2wULF29Czaop0OLMbseKDXub4KkMxvu6XJ8+Gubx",
+	"9U9KHPfT+6MoYlpZdUxF19Xx4kbxi+SFJ80CMdhkOl8qGB8V73KNe3HXbLTs/fuvhh5rlTKQjdV6BL6m",
+	"qhzbD3MfBdIaQq1mXN3CwIgQo6ZkB9jYAzsX5GJu2wNQ5+shWSap8hJzokRe1g0OrPE2MQuCvXIB62Jt",
+	"Ob9112FnA1QQnB1ndY+3uaG4rrH4UkumKUxKbUOBh2j+HVjFOe0Na/HsGL4x9+zAmNCbmn/TEff25zA4",
+	"iAU/akHzrFdXp6dL8j7tQ/o/DiwuDq4a4sR1N7BqgZFNZpyqD4IZMAneveBZGr7mT2O2bR7Q/R60VGDG",
+	"IEak1SO8JMUQDL9IrUS1XzahekUpdx9nW0FsAhzax3041xZgLNG3Oo1ZzRB5mMzh1NjU9v/473Zm2+vB",
+	"Hv9iv9g2dOjangAnA1C9EZ8JWVWQy6r1g9e+qfePjrhb1CFsr+fQ0N3V1YXvQIHtvBQ6jVYLq6aZ9QqX",
+	"1qYFmeltxxJsEObgKLlmefPUDTNUFxOJCKqrDEXoTBKX8N2Ee8QtID3/SdOcYS2Yb3rZh+/Nq2oIKX7I",
+	"0E3trIvUaJ5D+DDqWAqwrZ3NxVEnGfFRdajvqHNnBHmlqOLBZogg1MZst3U3ZviWUa3szVEnrb3TSCa2",
+	"64VR0oPD0qzmmbJsGKFMpqFLQAadlAAdO1f25CWbR6zQHMKWIrbLRvoTUfoAHzwwdhlC4UjTcBLUNXtn",
+	"FYbmpNhCj3naoUQLRAaOYsk9JOV6GL92GyOhXmnxXB3JUiE7w+bZ2DTELGPOjL3QTYdQMD5Pe5hThqdk",
+	"Zbk3zoEYiurDOahcrDCd2KrgRo9HbR87CznwhhZupmFG8tzs1AVzVIWc0NyZ23OVUsQDUh5ui1i7Pa/+",
+	"JZDahRrbZqpjylHxq5DcaLdSb/DeWWtAYrf3yvKSj/RdbcgWS2laIA7tFq68gjGm3BZle+r2Jr7/DQpT",
+	"dDRassM2jQUKI2f2V+CaPYSHRdmmOa2gLsn7eCeT06NvTk8Gp/sOvds6lQuhMRL5rG4R6pgdiREAdA03",
+	"dTaZY5HtiMX7DYC3TmJ4mDNRTDX1zL2pv9anRuAJ9dFjLLbkQ3OIjYTaqwu7mZTnwYnhNIk/aKmrKHXn",
+	"rlWv9WLHZ8QzNW23IHeYCO6GD51Qzkd0qajMb+gKtjoBjElrdgNy1W5IcXatdlB65ADBUHfYhspI9JC3",
+	"PlSV2A2fP3/FzIJngeaKRo7cDKG88hUDUew5So7oWR+LqLv/T9rzvDMUQrZ7uyLFEN9vK3GMSkjrf0Ut",
+	"6Ap9dQfYld0FaOw+cpbCAg84/31XUtQP7pFPmb5pj1lv2Xg+sOhcj7bcomlINYymn9gt5eaFQoqJtbkO",
+	"McS+8zPf2Sc+ZTJQdcZstHclyWxsxBmVn37K19hXgGTrs9oIQAtjtWDTBVTDGcRzoXcjvZrJYv0Mcqa0",
+	"sv3q6pGITSqzh286l6v97i3LeONQGWcZIzlbPaSUuTtRZnh4eHT8l/6gP+gfDb8+Oj7u3P169/8CAAD/",
+	"/w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
