@@ -216,7 +216,7 @@ func (a *Agent) Run(ctx context.Context) error {
 
 // jitter spreads reconnects of many agents by up to ±10%.
 func jitter(d time.Duration) time.Duration {
-	return d + time.Duration((rand.Float64()*0.2-0.1)*float64(d))
+	return d + time.Duration((rand.Float64()*0.2-0.1)*float64(d)) //nolint:gosec // jitter needs no unpredictability
 }
 
 // serve runs one connection; registered says whether the server accepted us.
@@ -377,7 +377,7 @@ func (a *Agent) heartbeatMessage() *sandboxv1.ConnectRequest {
 	return &sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_Heartbeat{Heartbeat: &sandboxv1.Heartbeat{
 		Status:          status,
 		SentAt:          timestamppb.Now(),
-		RunningCommands: uint32(n),
+		RunningCommands: uint32(n), //nolint:gosec // a count of running commands
 		Metrics:         readMetrics(&a.cpu),
 	}}}
 }
@@ -506,7 +506,7 @@ func (a *Agent) run(r *running, spec ports.CommandSpec, found *foundSession) {
 	}
 	if pid := proc.Pid(); pid > 0 {
 		a.out.pushNow(&sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_CommandStarted{CommandStarted: &sandboxv1.CommandStarted{
-			CommandId: id, Pid: int32(pid), StartedAt: timestamppb.Now(),
+			CommandId: id, Pid: int32(pid), StartedAt: timestamppb.Now(), //nolint:gosec // Linux pids fit in int32
 		}}})
 	}
 	go func() {
@@ -529,7 +529,7 @@ func (a *Agent) run(r *running, spec ports.CommandSpec, found *foundSession) {
 		a.out.push(&sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_CommandResult{CommandResult: result}})
 		// Output callbacks are over once Wait returned: r.tail is final.
 		info := &sandboxv1.SessionInfo{
-			CommandId: id, State: sandboxv1.SessionState_SESSION_STATE_EXITED, ExitCode: int32(res.ExitCode),
+			CommandId: id, State: sandboxv1.SessionState_SESSION_STATE_EXITED, ExitCode: int32(res.ExitCode), //nolint:gosec // exit codes are 0-255 or 128+signal
 			Result: result, OutputTail: r.tail, TailStream: agentwire.StreamToProto(mainStream), OutputOffset: r.offsets[mainStream],
 		}
 		a.mu.Lock()
@@ -571,7 +571,7 @@ func (a *Agent) sessionReport(requestID string) *sandboxv1.ConnectRequest {
 		si := &sandboxv1.SessionInfo{CommandId: r.id, State: sandboxv1.SessionState_SESSION_STATE_RUNNING,
 			SessionId: r.sessionID, Name: r.sessionName, Type: agentwire.SessionTypeToProto(r.sessionType), StartedAt: timestamppb.New(r.startedAt)}
 		if r.proc != nil {
-			si.Pid = int32(r.proc.Pid())
+			si.Pid = int32(r.proc.Pid()) //nolint:gosec // Linux pids fit in int32
 		}
 		rep.Sessions = append(rep.Sessions, si)
 	}

@@ -48,7 +48,8 @@ func TestOutboxFIFO(t *testing.T) {
 		t.Fatalf("len %d", o.len())
 	}
 	// peek does not remove: a failed send leaves the message for the next connection.
-	if dataOf(o.peek()) != "a" || dataOf(o.peek()) != "a" || o.len() != 3 {
+	first, again := dataOf(o.peek()), dataOf(o.peek())
+	if first != "a" || again != "a" || o.len() != 3 {
 		t.Fatal("peek removed or reordered")
 	}
 	var got []string

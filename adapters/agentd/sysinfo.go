@@ -53,8 +53,8 @@ func readMetrics(cpu *cpuSampler) *sandboxv1.Metrics {
 	}
 	var st syscall.Statfs_t
 	if syscall.Statfs("/", &st) == nil {
-		m.DiskTotalBytes = st.Blocks * uint64(st.Bsize)
-		m.DiskUsedBytes = (st.Blocks - st.Bfree) * uint64(st.Bsize)
+		m.DiskTotalBytes = st.Blocks * uint64(st.Bsize) //nolint:gosec // statfs block size is positive
+		m.DiskUsedBytes = (st.Blocks - st.Bfree) * uint64(st.Bsize) //nolint:gosec // statfs block size is positive
 	}
 	if data, err := os.ReadFile("/proc/loadavg"); err == nil {
 		f := strings.Fields(string(data))
@@ -91,7 +91,7 @@ func memInfo() (total, available uint64, ok bool) {
 }
 
 func systemInfo() *sandboxv1.SystemInfo {
-	si := &sandboxv1.SystemInfo{Os: runtime.GOOS, Arch: runtime.GOARCH, CpuCores: uint32(runtime.NumCPU())}
+	si := &sandboxv1.SystemInfo{Os: runtime.GOOS, Arch: runtime.GOARCH, CpuCores: uint32(runtime.NumCPU())} //nolint:gosec // a CPU count
 	var u syscall.Utsname
 	if syscall.Uname(&u) == nil {
 		si.Kernel = utsString(u.Release[:])
@@ -101,7 +101,7 @@ func systemInfo() *sandboxv1.SystemInfo {
 	}
 	var st syscall.Statfs_t
 	if syscall.Statfs("/", &st) == nil {
-		si.DiskBytes = st.Blocks * uint64(st.Bsize)
+		si.DiskBytes = st.Blocks * uint64(st.Bsize) //nolint:gosec // statfs block size is positive
 	}
 	return si
 }
@@ -112,7 +112,7 @@ func utsString(b []int8) string {
 		if c == 0 {
 			break
 		}
-		out = append(out, byte(c))
+		out = append(out, byte(c)) //nolint:gosec // uname bytes are ASCII
 	}
 	return string(out)
 }

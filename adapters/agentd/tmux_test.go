@@ -10,15 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testreq"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
 // privateTmux points tmux (and the sessions dir) at a fresh directory.
 func privateTmux(t *testing.T) {
 	t.Helper()
-	if _, err := exec.LookPath("tmux"); err != nil {
-		t.Fatal("these tests need tmux (apt-get install tmux)")
-	}
+	testreq.Command(t, "tmux", "apt-get install tmux")
 	dir := t.TempDir()
 	t.Setenv("TMUX_TMPDIR", dir)
 	t.Setenv("TMPDIR", dir)

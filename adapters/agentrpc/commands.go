@@ -147,7 +147,7 @@ func (c *command) Resize(ctx context.Context, cols, rows uint16) error {
 }
 
 func (c *command) Signal(ctx context.Context, signal int) error {
-	return c.control(ctx, &sandboxv1.PtyControl{Action: &sandboxv1.PtyControl_Signal{Signal: &sandboxv1.PtySignal{Signal: int32(signal)}}})
+	return c.control(ctx, &sandboxv1.PtyControl{Action: &sandboxv1.PtyControl_Signal{Signal: &sandboxv1.PtySignal{Signal: int32(signal)}}}) //nolint:gosec // signal numbers are validated at the API (1-64)
 }
 
 func (c *command) Kill(ctx context.Context) error {

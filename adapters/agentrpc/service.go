@@ -242,7 +242,7 @@ func (s *Service) Connect(ctx context.Context, stream *connect.BidiStream[sandbo
 	ack := &sandboxv1.ConnectResponse{Payload: &sandboxv1.ConnectResponse_RegistrationAck{RegistrationAck: &sandboxv1.RegistrationAck{
 		Accepted:                 true,
 		Message:                  "welcome " + id,
-		HeartbeatIntervalSeconds: uint32(s.cfg.HeartbeatInterval / time.Second),
+		HeartbeatIntervalSeconds: uint32(s.cfg.HeartbeatInterval / time.Second), //nolint:gosec // a configured interval of seconds
 		Config:                   map[string]string{ConfigConnectionID: strconv.FormatUint(gen, 10)},
 	}}}
 	if err := stream.Send(ack); err != nil {

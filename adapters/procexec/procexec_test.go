@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testreq"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -743,13 +744,9 @@ func TestWaitConcurrent(t *testing.T) {
 
 func TestRunAs(t *testing.T) {
 	t.Parallel()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
+	testreq.Root(t, "switching users")
 	u, err := user.Lookup("nobody")
-	if err != nil {
-		t.Skip("no user nobody")
-	}
+	testreq.Need(t, err == nil, "the user nobody", "useradd --system nobody")
 	for _, who := range []string{"nobody", u.Uid} {
 		spec := sh(`echo "$(id -u) $(id -g) $(id -G) $HOME $USER $LOGNAME"`)
 		spec.RunAs = who

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"net"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/rest"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/rest/resttest"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testreq"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -274,9 +276,14 @@ func TestDataDir(t *testing.T) {
 
 func TestDefaultServer(t *testing.T) {
 	// Nothing listens on the default port in tests; the message names it.
+	c, err := net.DialTimeout("tcp", strings.TrimPrefix(defaultServer, "http://"), time.Second)
+	if err == nil {
+		c.Close()
+	}
+	testreq.Need(t, err != nil, "nothing listening on "+defaultServer, "stop what listens there (a `make run` server?)")
 	r := runWith(t, envOf("AGENTIC_OPERATOR_TOKEN", token), "", "agents", "list")
 	if r.code != exitError || !strings.Contains(r.stderr, defaultServer) {
-		t.Skipf("something answers on %s: %+v", defaultServer, r)
+		t.Fatalf("with nothing on %s: %+v; want an error naming it", defaultServer, r)
 	}
 }
 

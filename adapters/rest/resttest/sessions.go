@@ -217,7 +217,7 @@ func (l *SessionLog) Append(id string, data []byte) (uint64, error) {
 	m.data = append(m.data, data...)
 	if l.max > 0 && len(m.data) > l.max {
 		drop := len(m.data) - l.max
-		m.first += uint64(drop)
+		m.first += uint64(drop) //nolint:gosec // drop is a slice length
 		m.data = append([]byte(nil), m.data[drop:]...)
 	}
 	if len(data) > 0 {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testreq"
 )
 
 func ctl(t *testing.T, url, token string, args ...string) (string, string, int) {
@@ -161,6 +162,8 @@ func readMetrics(t *testing.T, restURL string) string {
 // socket; a container killed from outside shows failed and its agent gone;
 // a restarted agentic-mgmt recovers the running one.
 func TestEnvironmentsInDocker(t *testing.T) {
+	testreq.Command(t, "dockerd", "run make test-env")
+	testreq.Root(t, "a private dockerd")
 	host, stop, err := harness.StartDockerd()
 	if err != nil {
 		t.Fatalf("private dockerd (make test-env installs it): %v", err)
@@ -272,12 +275,8 @@ func TestEnvironmentsInLibvirt(t *testing.T) {
 		t.Fatal(err)
 	}
 	imageDir := filepath.Join(root, "build", "vm")
-	if _, err := os.Stat(filepath.Join(imageDir, "initrd.img")); err != nil {
-		t.Fatalf("no VM image: run make vm-image (%v)", err)
-	}
-	if _, err := os.Stat("/var/run/libvirt/libvirt-sock"); err != nil {
-		t.Fatalf("no libvirtd: run make test-env (%v)", err)
-	}
+	testreq.File(t, filepath.Join(imageDir, "initrd.img"), "the tiny VM image", "run make vm-image")
+	testreq.File(t, "/var/run/libvirt/libvirt-sock", "libvirtd", "run make test-env")
 	dataDir := t.TempDir()
 	// QEMU runs as libvirt-qemu and must reach the data dir's vms/.
 	for d := filepath.Dir(dataDir); d != os.TempDir() && d != "/"; d = filepath.Dir(d) {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/docker"
 	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testreq"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 	"github.com/agentic-sandbox/agentic-sandbox/ports/portstest"
 )
@@ -81,15 +82,12 @@ type dockerd struct {
 
 func startDockerd(t *testing.T) *dockerd {
 	t.Helper()
+	testreq.Command(t, "dockerd", "run make test-env (or apt-get install -y docker.io busybox-static)")
+	testreq.Command(t, "busybox", "run make test-env (or apt-get install -y busybox-static)")
+	testreq.Root(t, "a private dockerd")
 	bin, err := exec.LookPath("dockerd")
 	if err != nil {
-		t.Fatal("dockerd is not installed: run scripts/docker-test-env.sh (or apt-get install -y docker.io busybox-static)")
-	}
-	if _, err := exec.LookPath("busybox"); err != nil {
-		t.Fatal("busybox is not installed: run scripts/docker-test-env.sh (or apt-get install -y busybox-static)")
-	}
-	if os.Geteuid() != 0 {
-		t.Fatal("a private dockerd needs root")
+		t.Fatal(err)
 	}
 	// Short: the socket path must fit in 108 bytes.
 	dir, err := os.MkdirTemp("/tmp", "dk")

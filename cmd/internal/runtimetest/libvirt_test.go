@@ -25,6 +25,7 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/libvirt"
 	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testreq"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 	"github.com/agentic-sandbox/agentic-sandbox/ports/portstest"
 )
@@ -40,8 +41,7 @@ var (
 
 // needLibvirt runs scripts/libvirt-test-env.sh once (installs libvirt and
 // QEMU when missing, starts virtlogd and libvirtd); without root it only
-// checks for the daemon's socket and skips when there is none, except in
-// CI (CI set), where a missing libvirt fails rather than passing silently.
+// checks for the daemon's socket, and testreq decides: skip, or fail in CI.
 func needLibvirt(t *testing.T) {
 	t.Helper()
 	if testing.Short() {
@@ -64,12 +64,7 @@ func needLibvirt(t *testing.T) {
 			libvirtEnvErr = errors.New("scripts/libvirt-test-env.sh: " + err.Error() + "\n" + string(out))
 		}
 	})
-	if errors.Is(libvirtEnvErr, errSkip) {
-		if os.Getenv("CI") != "" {
-			t.Fatal("CI: no libvirtd, and not root to start one with scripts/libvirt-test-env.sh")
-		}
-		t.Skip("no libvirtd and not root to start one")
-	}
+	testreq.Need(t, !errors.Is(libvirtEnvErr, errSkip), "libvirtd", "run make test-env as root (or the tests as root, which start it)")
 	if libvirtEnvErr != nil {
 		t.Fatal(libvirtEnvErr)
 	}
