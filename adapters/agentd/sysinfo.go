@@ -53,7 +53,7 @@ func readMetrics(cpu *cpuSampler) *sandboxv1.Metrics {
 	}
 	var st syscall.Statfs_t
 	if syscall.Statfs("/", &st) == nil {
-		m.DiskTotalBytes = st.Blocks * uint64(st.Bsize) //nolint:gosec // statfs block size is positive
+		m.DiskTotalBytes = st.Blocks * uint64(st.Bsize)             //nolint:gosec // statfs block size is positive
 		m.DiskUsedBytes = (st.Blocks - st.Bfree) * uint64(st.Bsize) //nolint:gosec // statfs block size is positive
 	}
 	if data, err := os.ReadFile("/proc/loadavg"); err == nil {
