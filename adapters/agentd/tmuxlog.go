@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"strconv"
@@ -172,7 +173,7 @@ func pollAfter(lastOutput time.Time) time.Duration {
 // along) is gone; tmux is asked only when that pid is unknown.
 func (t *tmuxLogProc) ended() bool {
 	if t.pid > 0 {
-		return errors.Is(syscall.Kill(t.pid, 0), syscall.ESRCH)
+		return processEnded(t.pid)
 	}
 	_, err := tmuxCmd(context.Background(), "has-session", "-t", "="+t.name)
 	return err != nil
@@ -231,4 +232,31 @@ func (t *tmuxLogProc) isDetached() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.detached
+}
+
+// processEnded reports whether pid has ended. A zombie has: when the tmux
+// server exits with its last session before reaping the pane's process,
+// that process goes to the nearest subreaper, and under one that never
+// waits it stays a zombie for good, which kill(pid, 0) still finds.
+func processEnded(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+			return true
+		}
+		return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) // no /proc to read
+	}
+	state, ok := procState(string(stat))
+	return ok && (state == 'Z' || state == 'X')
+}
+
+// procState is the state letter of a /proc/<pid>/stat line: the field after
+// the command name, which is in parentheses and may itself hold spaces and
+// parentheses, so the last ')' ends it.
+func procState(stat string) (byte, bool) {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 || i+2 >= len(stat) || stat[i+1] != ' ' {
+		return 0, false
+	}
+	return stat[i+2], true
 }
