@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -43,6 +44,10 @@ type Config struct {
 	Token    string
 	Version  string
 	Logger   *slog.Logger
+	// Origins are the server's own origins (scheme://host:port, as a
+	// browser sends them): pages from these may open /ws. A request
+	// without Origin is not a browser's and is let in on its token.
+	Origins []string
 	// StallTimeout is how long one frame may wait for a viewer that does
 	// not read before the viewer is disconnected (default 2m); it rejoins
 	// from its offset and loses nothing the log still holds.
@@ -71,28 +76,36 @@ func New(cfg Config) *Server {
 		cfg.StallTimeout = 2 * time.Minute
 	}
 	s := &Server{cfg: cfg}
-	s.up = websocket.Upgrader{ReadBufferSize: 16 << 10, WriteBufferSize: 64 << 10, CheckOrigin: sameOrigin}
+	allowed := map[string]bool{}
+	for _, o := range cfg.Origins {
+		if n, ok := normalOrigin(o); ok {
+			allowed[n] = true
+		}
+	}
+	s.up = websocket.Upgrader{ReadBufferSize: 16 << 10, WriteBufferSize: 64 << 10, CheckOrigin: func(r *http.Request) bool {
+		o := r.Header.Get("Origin")
+		if o == "" {
+			return true
+		}
+		n, ok := normalOrigin(o)
+		return ok && allowed[n]
+	}}
 	return s
 }
 
-// sameOrigin lets non-browser clients (no Origin) and pages served from the
-// same host in; a page elsewhere cannot drive terminals with a stolen token.
-func sameOrigin(r *http.Request) bool {
-	o := r.Header.Get("Origin")
-	if o == "" {
-		return true
-	}
+// normalOrigin is o as scheme://host:port, lower case, with the scheme's
+// default port made explicit. The request's Host is never compared: a page
+// on a rebound DNS name sends a Host of its own choosing.
+func normalOrigin(o string) (string, bool) {
 	u, err := url.Parse(o)
-	if err != nil {
-		return false
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") || u.User != nil || (u.Path != "" && u.Path != "/") {
+		return "", false
 	}
-	host := func(h string) string {
-		if i := strings.LastIndexByte(h, ':'); i > 0 && !strings.Contains(h[i:], "]") {
-			return h[:i]
-		}
-		return h
+	host, port := u.Hostname(), u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
 	}
-	return strings.EqualFold(host(u.Host), host(r.Host))
+	return strings.ToLower(u.Scheme + "://" + net.JoinHostPort(host, port)), true
 }
 
 // Handler serves the WebSocket at /ws.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -57,6 +58,35 @@ func offsetAddr(addr string, delta int) string {
 	host, port, _ := net.SplitHostPort(addr)
 	p, _ := strconv.Atoi(port)
 	return net.JoinHostPort(host, strconv.Itoa(p+delta))
+}
+
+// operatorOrigins are the origins of this server's own pages, as browsers
+// send them: the REST port (where pages are served) and the WebSocket port,
+// on each name the operator side is reached by.
+func (c Config) operatorOrigins() []string {
+	host, _, _ := net.SplitHostPort(c.restAddr())
+	hosts := []string{host}
+	if c.AdvertiseHost != "" {
+		hosts = append(hosts, c.AdvertiseHost)
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && (ip.IsLoopback() || ip.IsUnspecified())) {
+		hosts = append(hosts, "127.0.0.1", "localhost", "::1")
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		if name, err := os.Hostname(); err == nil {
+			hosts = append(hosts, name)
+		}
+	}
+	var out []string
+	for _, addr := range []string{c.restAddr(), c.wsAddr()} {
+		_, port, _ := net.SplitHostPort(addr)
+		for _, h := range hosts {
+			if h != "" && !net.ParseIP(h).IsUnspecified() {
+				out = append(out, "http://"+net.JoinHostPort(h, port))
+			}
+		}
+	}
+	return out
 }
 
 // agentServerURL is where host agents reach the agent port.

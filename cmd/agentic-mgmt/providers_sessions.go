@@ -30,5 +30,5 @@ func provideSessions(svc *agentrpc.Service, logs *filestore.SessionLog, clock po
 }
 
 func provideWS(cfg Config, ss *session.Service, svc *agentrpc.Service, logs *filestore.SessionLog, ids ports.IDGenerator, token OperatorToken, log *slog.Logger) WSHandler {
-	return wsterm.New(wsterm.Config{Sessions: ss, Agents: svc, Log: logs, IDs: ids, Token: string(token), Version: cfg.Version, Logger: log, StallTimeout: cfg.ViewerStallTimeout}).Handler()
+	return wsterm.New(wsterm.Config{Sessions: ss, Agents: svc, Log: logs, IDs: ids, Token: string(token), Version: cfg.Version, Logger: log, StallTimeout: cfg.ViewerStallTimeout, Origins: cfg.operatorOrigins()}).Handler()
 }
