@@ -218,7 +218,15 @@ func (s *Service) Attach(agentID, commandID string, opts ports.StartOptions) por
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if cmd, ok := s.commands[commandID]; ok {
-		return cmd
+		if cmd.agentID == agentID {
+			return cmd
+		}
+		// Another agent's command: whoever names it gets a command that has
+		// already ended, never a handle on that agent's process.
+		s.log.Warn("refused: an agent named another agent's command", "agent_id", agentID, "command_id", commandID, "owner", cmd.agentID)
+		foreign := &command{svc: s, id: commandID, agentID: agentID, detached: true, next: map[ports.OutputStream]uint64{}, done: make(chan struct{})}
+		foreign.complete(ports.CommandResult{ExitCode: -1, Error: ports.ErrCommandLost.Error()}, s.cfg.Clock.Now())
+		return foreign
 	}
 	cmd := &command{
 		svc:       s,

@@ -2,6 +2,7 @@ package agentrpc
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -263,5 +264,66 @@ func TestConnectReportOfAFinishedCommandCompletesIt(t *testing.T) {
 	defer mu.Unlock()
 	if string(got) != "hello world\n" {
 		t.Fatalf("output %q, want the gap filled from the tail", got)
+	}
+}
+
+type recordedReports struct {
+	mu   sync.Mutex
+	reps map[string][]ports.ReportedSession
+}
+
+func (r *recordedReports) ReconcileSessions(agentID string, reported []ports.ReportedSession) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reps[agentID] = reported
+}
+
+// An agent that names another agent's command in its report gets nothing:
+// the command is not handed to the session reconciler (which would adopt or
+// kill it), Attach gives it an ended stand-in, and the owner's command runs on.
+func TestAnAgentCannotReachAnotherAgentsCommands(t *testing.T) {
+	h := newHarness(t)
+	rec := &recordedReports{reps: map[string][]ports.ReportedSession{}}
+	h.svc.SetSessionReconciler(rec)
+	a := h.connectAgent("agent-a")
+	victim, err := h.svc.Start(context.Background(), "agent-a", ports.CommandSpec{Command: "sleep", PTY: true, SessionID: "s-a", SessionName: "as-work", SessionType: ports.SessionBackground}, ports.StartOptions{Detached: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.recv() // the command request
+
+	b := h.connectAgent("agent-b")
+	rep := &sandboxv1.SessionReport{RequestId: "connect:" + b.ack.GetConfig()[ConfigConnectionID], Sessions: []*sandboxv1.SessionInfo{{
+		CommandId: victim.ID(), SessionId: "s-a", Name: "stolen", Type: sandboxv1.SessionType_SESSION_TYPE_BACKGROUND,
+		State: sandboxv1.SessionState_SESSION_STATE_RUNNING,
+	}}}
+	b.send(&sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_SessionReport{SessionReport: rep}})
+	b.send(result(victim.ID(), ports.CommandResult{ExitCode: 9}))
+	b.barrier()
+
+	rec.mu.Lock()
+	got := rec.reps["agent-b"]
+	rec.mu.Unlock()
+	if len(got) != 0 {
+		t.Fatalf("agent-b's report of agent-a's command reached the reconciler: %+v", got)
+	}
+	if isDone(victim) {
+		t.Fatalf("agent-b ended agent-a's command: %+v", victim.Result())
+	}
+	stand := h.svc.Attach("agent-b", victim.ID(), ports.StartOptions{})
+	if !isDone(stand) || stand == victim {
+		t.Fatal("Attach handed agent-b agent-a's command")
+	}
+	if err := stand.Kill(context.Background()); !errors.Is(err, ports.ErrCommandEnded) {
+		t.Fatalf("killing through the stand-in: %v", err)
+	}
+	a.barrier()
+	if m := a.pending(); m != nil {
+		t.Fatalf("agent-a was sent %v", m)
+	}
+	// The owner still finishes its command.
+	a.send(result(victim.ID(), ports.CommandResult{ExitCode: 0}))
+	if r := waitDone(t, victim); r.ExitCode != 0 {
+		t.Fatalf("victim result %+v", r)
 	}
 }

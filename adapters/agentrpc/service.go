@@ -404,6 +404,10 @@ func (s *Service) reconcileCommands(c *conn, rep *sandboxv1.SessionReport) {
 	reported := map[string]*sandboxv1.SessionInfo{}
 	var sessions []ports.ReportedSession
 	for _, si := range rep.GetSessions() {
+		if owner := s.ownerOf(si.GetCommandId()); owner != "" && owner != c.agentID {
+			s.log.Warn("refused: an agent reported another agent's command", "agent_id", c.agentID, "command_id", si.GetCommandId(), "owner", owner)
+			continue
+		}
 		reported[si.GetCommandId()] = si
 		if si.GetState() == sandboxv1.SessionState_SESSION_STATE_RUNNING && si.GetType() != sandboxv1.SessionType_SESSION_TYPE_UNSPECIFIED {
 			rs := ports.ReportedSession{
@@ -455,6 +459,16 @@ func (s *Service) reconcileCommands(c *conn, rep *sandboxv1.SessionReport) {
 			s.finish(cmd, ports.CommandResult{ExitCode: -1, Error: ports.ErrCommandLost.Error()})
 		}
 	}
+}
+
+// ownerOf is the agent a known command runs on, "" for an unknown id.
+func (s *Service) ownerOf(commandID string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cmd := s.commands[commandID]; cmd != nil {
+		return cmd.agentID
+	}
+	return ""
 }
 
 // commandOf finds a command of agentID; an agent cannot touch another's commands.
