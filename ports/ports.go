@@ -189,8 +189,13 @@ type AgentCredentials interface {
 	// Create is Put for a new agent: it refuses, with ErrCredentialExists,
 	// to replace the credential of an agent that has one.
 	Create(agentID, secret string) error
-	// Delete forgets agentID.
+	// Delete forgets agentID, its kind included.
 	Delete(agentID string) error
+	// PinKind records kind as agentID's runtime kind unless one is recorded
+	// already, and returns the recorded one. Who issues a credential pins
+	// the kind it knows (an environment's runtime, the host supervisor); a
+	// hand-written credential gets the kind of its first registration.
+	PinKind(agentID string, kind RuntimeKind) (RuntimeKind, error)
 }
 
 // ReasonEnvironmentDeleted is why an agent is retired when its environment

@@ -20,6 +20,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1/sandboxv1connect"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
+	"github.com/agentic-sandbox/agentic-sandbox/ports/portstest"
 )
 
 // waitTimeout bounds every wait in these tests; nothing should come close.
@@ -29,53 +30,6 @@ const (
 	operatorToken = "operator-token"
 	secretPrefix  = "secret-of-"
 )
-
-// fakeCreds is an in-memory ports.AgentCredentials.
-type fakeCreds struct {
-	mu      sync.Mutex
-	secrets map[string]string
-	err     error
-}
-
-func (c *fakeCreds) Verify(id, secret string) (bool, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.err != nil {
-		return false, c.err
-	}
-	s, ok := c.secrets[id]
-	return ok && s == secret, nil
-}
-
-func (c *fakeCreds) Put(id, secret string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.secrets[id] = secret
-	return nil
-}
-
-func (c *fakeCreds) Create(id, secret string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.secrets[id]; ok {
-		return ports.ErrCredentialExists
-	}
-	c.secrets[id] = secret
-	return nil
-}
-
-func (c *fakeCreds) Delete(id string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.secrets, id)
-	return nil
-}
-
-func (c *fakeCreds) setErr(err error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.err = err
-}
 
 // fakeClock is a ports.Clock the test moves by hand.
 type fakeClock struct {
@@ -107,7 +61,7 @@ type harness struct {
 	svc    *Service
 	cfg    Config
 	clock  *fakeClock
-	creds  *fakeCreds
+	creds  *portstest.Credentials
 	url    string
 	hc     *http.Client
 	client sandboxv1connect.AgentServiceClient
@@ -129,7 +83,7 @@ func h2cClient() *http.Client {
 func newHarness(t *testing.T, tweak ...func(*Config)) *harness {
 	t.Helper()
 	clock := &fakeClock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
-	creds := &fakeCreds{secrets: map[string]string{}}
+	creds := portstest.NewCredentials()
 	for _, id := range []string{"agent-a", "agent-b", "host-01"} {
 		_ = creds.Put(id, secretPrefix+id)
 	}

@@ -225,6 +225,9 @@ func (s *Service) Connect(ctx context.Context, stream *connect.BidiStream[sandbo
 	if reg.GetAgentId() != id {
 		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("registration agent_id %q does not match header %s", reg.GetAgentId(), HeaderAgentID))
 	}
+	if err := s.checkKind(id, reg.GetRuntime()); err != nil {
+		return err
+	}
 
 	c := &conn{agentID: id, out: make(chan *sandboxv1.ConnectResponse, 256), closed: make(chan struct{})}
 	s.mu.Lock()
@@ -313,6 +316,25 @@ func (s *Service) authenticate(id, secret string) error {
 	if !ok {
 		s.log.Warn("agent authentication failed", "agent_id", id)
 		return unauth
+	}
+	return nil
+}
+
+// checkKind holds an agent to the runtime kind recorded with its credential:
+// the isolation tier missions are routed by is never the agent's say.
+func (s *Service) checkKind(id string, declared sandboxv1.RuntimeKind) error {
+	kind := agentwire.RuntimeKindFromProto(declared)
+	if !kind.Valid() {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("registration runtime %v: want host, container or vm", declared))
+	}
+	recorded, err := s.cfg.Credentials.PinKind(id, kind)
+	if err != nil {
+		s.log.Error("agent credential store unwritable", "agent_id", id, "err", err)
+		return connect.NewError(connect.CodeUnavailable, errors.New("credential store unavailable"))
+	}
+	if recorded != kind {
+		s.log.Warn("refused: an agent declared another runtime kind than its credential's", "agent_id", id, "declared", kind, "recorded", recorded)
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("agent %q is a %s agent; it cannot register as %s", id, recorded, kind))
 	}
 	return nil
 }

@@ -56,12 +56,12 @@ func TestValidAgentID(t *testing.T) {
 
 func TestCredentialStoreErrorIsUnavailable(t *testing.T) {
 	h := newHarness(t)
-	h.creds.setErr(errStore)
+	h.creds.SetErr(errStore)
 	err := h.attempt("agent-a", secretPrefix+"agent-a", registration("agent-a"))
 	if got := connect.CodeOf(err); got != connect.CodeUnavailable {
 		t.Fatalf("code = %v (%v), want unavailable", got, err)
 	}
-	h.creds.setErr(nil)
+	h.creds.SetErr(nil)
 	if err := h.attempt("agent-a", secretPrefix+"agent-a", registration("agent-a")); err != nil {
 		t.Fatalf("after the store recovered: %v", err)
 	}

@@ -438,3 +438,40 @@ func TestAgentHashesCreateNeverReplaces(t *testing.T) {
 	}
 	mustVerify(t, h, "new", winners[0], true)
 }
+
+func TestAgentHashesPinKind(t *testing.T) {
+	h, dir := newHashes(t)
+	if k, err := h.PinKind("a", ports.KindContainer); err != nil || k != ports.KindContainer {
+		t.Fatalf("first pin: %q %v", k, err)
+	}
+	if k, err := h.PinKind("a", ports.KindVM); err != nil || k != ports.KindContainer {
+		t.Fatalf("a later pin changed the kind: %q %v", k, err)
+	}
+	if _, err := h.PinKind("b", "mainframe"); err == nil {
+		t.Fatal("an unknown kind was recorded")
+	}
+	// Another process sees it, and Delete forgets it with the credential.
+	h2, _ := NewAgentHashes(dir)
+	if k, _ := h2.PinKind("a", ports.KindVM); k != ports.KindContainer {
+		t.Fatalf("another store sees %q", k)
+	}
+	if err := h.Delete("a"); err != nil {
+		t.Fatal(err)
+	}
+	if k, _ := h.PinKind("a", ports.KindVM); k != ports.KindVM {
+		t.Fatalf("after Delete the old kind remained: %q", k)
+	}
+	if m := mode(t, filepath.Join(dir, AgentKindsFile)); m != 0o600 {
+		t.Fatalf("kinds file mode %v", m)
+	}
+	// A corrupt kinds file is never overwritten.
+	if err := os.WriteFile(filepath.Join(dir, AgentKindsFile), []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.PinKind("c", ports.KindHost); err == nil {
+		t.Fatal("pinned into a corrupt file")
+	}
+	if raw, _ := os.ReadFile(filepath.Join(dir, AgentKindsFile)); string(raw) != "{not json" {
+		t.Fatalf("the corrupt file was changed: %q", raw)
+	}
+}

@@ -23,6 +23,11 @@ import (
 // AgentHashesFile is the name of the hash file in the secrets dir.
 const AgentHashesFile = "agent-hashes.json"
 
+// AgentKindsFile records each agent's runtime kind beside its hash,
+// {"<agent_id>": "host|container|vm"}: the isolation tier an agent is
+// trusted with, which it cannot change by declaring another.
+const AgentKindsFile = "agent-kinds.json"
+
 // lockFile serialises read-modify-write of the hash file between processes
 // that use this package (a server and a provisioning tool, say).
 const lockFile = ".agent-hashes.lock"
@@ -140,15 +145,73 @@ func (h *AgentHashes) Create(agentID, secret string) error {
 	return err
 }
 
-// Delete forgets agentID; an unknown agent is not an error.
+// Delete forgets agentID and its kind; an unknown agent is not an error.
 func (h *AgentHashes) Delete(agentID string) error {
-	return h.update(func(m map[string]string) bool {
+	if err := h.update(func(m map[string]string) bool {
+		if _, ok := m[agentID]; !ok {
+			return false
+		}
+		delete(m, agentID)
+		return true
+	}); err != nil {
+		return err
+	}
+	return h.updateKinds(func(m map[string]string) bool {
 		if _, ok := m[agentID]; !ok {
 			return false
 		}
 		delete(m, agentID)
 		return true
 	})
+}
+
+// PinKind implements ports.AgentCredentials, under the same file lock as
+// the hashes.
+func (h *AgentHashes) PinKind(agentID string, kind ports.RuntimeKind) (ports.RuntimeKind, error) {
+	if !kind.Valid() {
+		return "", fmt.Errorf("filestore: runtime kind %q", kind)
+	}
+	recorded := kind
+	err := h.updateKinds(func(m map[string]string) bool {
+		if k, ok := m[agentID]; ok {
+			recorded = ports.RuntimeKind(k)
+			return false
+		}
+		m[agentID] = string(kind)
+		return true
+	})
+	return recorded, err
+}
+
+// updateKinds is update for the kinds file, which is small and read afresh.
+func (h *AgentHashes) updateKinds(change func(map[string]string) bool) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	unlock, err := h.lockFile()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	path := filepath.Join(h.dir, AgentKindsFile)
+	data, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("filestore: %w", err)
+	}
+	m, err := parseHashes(data)
+	if err != nil {
+		return fmt.Errorf("filestore: %s is corrupt: %w (refusing to overwrite it)", path, err)
+	}
+	if !change(m) {
+		return nil
+	}
+	out, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := fsatomic.WriteFile(path, append(out, '\n'), 0o600); err != nil {
+		return fmt.Errorf("filestore: write %s: %w", path, err)
+	}
+	return nil
 }
 
 // update applies change to a fresh copy of the file's contents and writes the

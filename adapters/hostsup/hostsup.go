@@ -307,6 +307,9 @@ func (s *Supervisor) spawn(ctx context.Context, id string) (*proc, error) {
 	if err := s.cfg.Credentials.Put(id, agentSecret); err != nil {
 		return nil, fmt.Errorf("store agent secret: %w", err)
 	}
+	if kind, err := s.cfg.Credentials.PinKind(id, ports.KindHost); err != nil || kind != ports.KindHost {
+		return nil, fmt.Errorf("agent %s: runtime kind %q recorded, want host (%v)", id, kind, err)
+	}
 	// The id in argv makes the process recognisable in ps and to adopt.
 	// The secret goes only into the environment, which ps does not show.
 	p, err := startAgent(agentLaunch{

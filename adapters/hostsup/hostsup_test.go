@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentic-sandbox/agentic-sandbox/ports"
+	"github.com/agentic-sandbox/agentic-sandbox/ports/portstest"
 )
 
 // fakeAgentBin is testdata/fakeagent, built once as "agentic-agent".
@@ -40,51 +40,6 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
-}
-
-// memCreds is an in-memory ports.AgentCredentials.
-type memCreds struct {
-	mu   sync.Mutex
-	m    map[string]string
-	puts int
-}
-
-func (c *memCreds) Verify(id, secret string) (bool, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	s, ok := c.m[id]
-	return ok && secret != "" && s == secret, nil
-}
-
-func (c *memCreds) Put(id, secret string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.m[id] = secret
-	c.puts++
-	return nil
-}
-
-func (c *memCreds) Create(id, secret string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.m[id]; ok {
-		return ports.ErrCredentialExists
-	}
-	c.m[id] = secret
-	return nil
-}
-
-func (c *memCreds) Delete(id string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.m, id)
-	return nil
-}
-
-func (c *memCreds) putCount() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.puts
 }
 
 type syncBuffer struct {
@@ -123,7 +78,7 @@ type harness struct {
 	t        *testing.T
 	stateDir string
 	recDir   string
-	creds    *memCreds
+	creds    *portstest.Credentials
 	logs     *syncBuffer
 }
 
@@ -134,7 +89,7 @@ func newHarness(t *testing.T) *harness {
 		t:        t,
 		stateDir: filepath.Join(base, "host-agents"),
 		recDir:   filepath.Join(base, "records"),
-		creds:    &memCreds{m: map[string]string{}},
+		creds:    portstest.NewCredentials(),
 		logs:     &syncBuffer{},
 	}
 	if err := os.Mkdir(h.recDir, 0o700); err != nil {
@@ -359,7 +314,7 @@ func TestStopLeavesAgentsAndNextSupervisorAdopts(t *testing.T) {
 	for _, a := range before {
 		h.record(a.ID, a.PID)
 	}
-	puts := h.creds.putCount()
+	puts := h.creds.Puts()
 
 	s1.Stop()
 	time.Sleep(5 * cfg.PollInterval)
@@ -379,7 +334,7 @@ func TestStopLeavesAgentsAndNextSupervisorAdopts(t *testing.T) {
 	if n := len(h.records("")); n != 2 {
 		t.Fatalf("%d agent processes started, want 2 (no duplicates)", n)
 	}
-	if h.creds.putCount() != puts {
+	if h.creds.Puts() != puts {
 		t.Fatal("adoption replaced a secret")
 	}
 

@@ -11,16 +11,6 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
-func (c *fakeCreds) Create(id, s string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.secrets[id]; ok {
-		return fmt.Errorf("%w: %q", ports.ErrCredentialExists, id)
-	}
-	c.secrets[id] = s
-	return nil
-}
-
 // recordingRetirer remembers which agents were retired, and why.
 type recordingRetirer struct {
 	mu      sync.Mutex
@@ -71,7 +61,7 @@ func TestCloseEndsTheWaitsForAgentsAtOnce(t *testing.T) {
 func TestCreateNeverTouchesAnotherAgentsCredential(t *testing.T) {
 	f := newFixture(t, time.Minute)
 	ctx := context.Background()
-	f.creds.secrets["hand-made"] = "their-secret"
+	_ = f.creds.Put("hand-made", "their-secret")
 
 	// A valid request for the name: refused, the credential untouched.
 	if _, err := f.svc.Create(ctx, Request{Runtime: "fake", Name: "hand-made"}); !errors.Is(err, ports.ErrEnvExists) {
@@ -81,7 +71,7 @@ func TestCreateNeverTouchesAnotherAgentsCredential(t *testing.T) {
 	if _, err := f.svc.Create(ctx, Request{Runtime: "fake", Name: "hand-made", Network: "bogus"}); !errors.Is(err, ports.ErrInvalidSpec) {
 		t.Fatalf("invalid spec: %v", err)
 	}
-	if got := f.creds.secrets["hand-made"]; got != "their-secret" {
+	if got := secretOf(f.creds, "hand-made"); got != "their-secret" {
 		t.Fatalf("the existing agent's credential became %q", got)
 	}
 	if _, ok := f.svc.Get("hand-made"); ok || len(f.rt.specs) != 0 {
@@ -94,8 +84,8 @@ func TestCreateNeverTouchesAnotherAgentsCredential(t *testing.T) {
 	if _, err := f.svc.Create(ctx, Request{Runtime: "fake", Name: "fresh"}); !errors.Is(err, ports.ErrInvalidSpec) {
 		t.Fatalf("runtime refusal: %v", err)
 	}
-	if f.creds.has("fresh") || f.creds.secrets["hand-made"] != "their-secret" {
-		t.Fatalf("after a refused provision: %v", f.creds.secrets)
+	if has(f.creds, "fresh") || secretOf(f.creds, "hand-made") != "their-secret" {
+		t.Fatalf("after a refused provision: %v", f.creds)
 	}
 }
 
@@ -117,7 +107,7 @@ func TestDeleteRetiresTheAgentAtOnce(t *testing.T) {
 	if len(ret.retired) != 1 || ret.retired[0] != "box:"+ports.ReasonEnvironmentDeleted {
 		t.Fatalf("retired %v, want box with reason %s", ret.retired, ports.ReasonEnvironmentDeleted)
 	}
-	if f.creds.has("box") {
+	if has(f.creds, "box") {
 		t.Fatal("the credential outlived its environment")
 	}
 }

@@ -68,7 +68,7 @@ func TestUndeclaredLimitsAreRefusedBeforeAnythingIsStored(t *testing.T) {
 			t.Errorf("%+v: %v, want ErrInvalidSpec", req, err)
 		}
 	}
-	if len(f.rt.specs) != 0 || len(f.creds.secrets) != 0 || len(f.svc.List(context.Background())) != 0 {
-		t.Fatalf("refused requests left specs %v secrets %v", f.rt.specs, f.creds.secrets)
+	if len(f.rt.specs) != 0 || f.creds.Len() != 0 || len(f.svc.List(context.Background())) != 0 {
+		t.Fatalf("refused requests left specs %v secrets %v", f.rt.specs, f.creds)
 	}
 }

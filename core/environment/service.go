@@ -174,6 +174,13 @@ func (s *Service) Create(ctx context.Context, req Request) (Environment, error) 
 		}
 		return Environment{}, fmt.Errorf("storing the agent's secret: %w", err)
 	}
+	// The agent's tier is the runtime's, whatever it may later declare.
+	if _, err := s.cfg.Credentials.PinKind(req.Name, rt.Capabilities().Isolation); err != nil {
+		_ = s.cfg.Credentials.Delete(req.Name)
+		s.forget(req.Name)
+		cancel()
+		return Environment{}, fmt.Errorf("recording the agent's runtime kind: %w", err)
+	}
 	// Validation errors come back to the caller; the rest shows as progress.
 	env, err := rt.Provision(pctx, spec)
 	if err != nil {

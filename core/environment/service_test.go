@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
+	"github.com/agentic-sandbox/agentic-sandbox/ports/portstest"
 )
 
 type clock struct{}
@@ -107,42 +108,17 @@ func (a *fakeAgents) set(id, st string) {
 	a.status[id] = st
 }
 
-type fakeCreds struct {
-	mu      sync.Mutex
-	secrets map[string]string
-}
-
-func (c *fakeCreds) Verify(id, s string) (bool, error) { return false, nil }
-func (c *fakeCreds) Put(id, s string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.secrets[id] = s
-	return nil
-}
-func (c *fakeCreds) Delete(id string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.secrets, id)
-	return nil
-}
-func (c *fakeCreds) has(id string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	_, ok := c.secrets[id]
-	return ok
-}
-
 type fixture struct {
 	svc      *Service
 	rt       *fakeRuntime
 	agents   *fakeAgents
-	creds    *fakeCreds
+	creds    *portstest.Credentials
 	mu       sync.Mutex
 	observed []time.Duration
 }
 
 func newFixture(t *testing.T, readyTimeout time.Duration) *fixture {
-	f := &fixture{rt: newFakeRuntime(), agents: &fakeAgents{status: map[string]string{}}, creds: &fakeCreds{secrets: map[string]string{}}}
+	f := &fixture{rt: newFakeRuntime(), agents: &fakeAgents{status: map[string]string{}}, creds: portstest.NewCredentials()}
 	f.svc = New(Config{Runtimes: map[string]ports.Runtime{"fake": f.rt}, Agents: f.agents, Credentials: f.creds, Clock: clock{},
 		Bootstrap: ports.AgentBootstrap{Binary: "/bin/agent", ServerURL: "http://127.0.0.1:1", Socket: "/tmp/s"}, ReadyTimeout: readyTimeout,
 		ObserveProvision: func(rt string, d time.Duration) {
@@ -176,10 +152,10 @@ func TestCreateGoesReadyWhenTheAgentConnects(t *testing.T) {
 		t.Fatalf("create: %+v %v", e, err)
 	}
 	spec := f.rt.specs["box"]
-	if spec.Agent.ID != "box" || spec.Agent.Secret == "" || spec.Agent.Binary != "/bin/agent" || spec.Agent.Socket != "/tmp/s" || !f.creds.has("box") {
-		t.Fatalf("bootstrap %+v, secret stored %v", spec.Agent, f.creds.has("box"))
+	if spec.Agent.ID != "box" || spec.Agent.Secret == "" || spec.Agent.Binary != "/bin/agent" || spec.Agent.Socket != "/tmp/s" || !has(f.creds, "box") {
+		t.Fatalf("bootstrap %+v, secret stored %v", spec.Agent, has(f.creds, "box"))
 	}
-	if f.creds.secrets["box"] != spec.Agent.Secret {
+	if secretOf(f.creds, "box") != spec.Agent.Secret {
 		t.Fatal("the stored secret is not the one the agent got")
 	}
 	f.agents.set("box", "ready")
@@ -213,8 +189,8 @@ func TestCreateGoesReadyWhenTheAgentConnects(t *testing.T) {
 	if err := f.svc.Delete(context.Background(), "box"); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := f.svc.Get("box"); ok || f.creds.has("box") || len(f.rt.envs) != 0 {
-		t.Fatalf("after delete: listed %v, secret %v, runtime %v", ok, f.creds.has("box"), f.rt.envs)
+	if _, ok := f.svc.Get("box"); ok || has(f.creds, "box") || len(f.rt.envs) != 0 {
+		t.Fatalf("after delete: listed %v, secret %v, runtime %v", ok, has(f.creds, "box"), f.rt.envs)
 	}
 	if err := f.svc.Delete(context.Background(), "box"); !errors.Is(err, ports.ErrEnvNotFound) {
 		t.Fatalf("second delete: %v", err)
@@ -239,8 +215,8 @@ func TestBadRequestsLeaveNothing(t *testing.T) {
 	if _, err := f.svc.Create(context.Background(), Request{Runtime: "fake", Name: "taken"}); !errors.Is(err, ports.ErrEnvExists) {
 		t.Errorf("a connected agent's name: %v", err)
 	}
-	if got := f.svc.List(context.Background()); len(got) != 0 || len(f.creds.secrets) != 0 {
-		t.Fatalf("left %v and secrets %v", got, f.creds.secrets)
+	if got := f.svc.List(context.Background()); len(got) != 0 || f.creds.Len() != 0 {
+		t.Fatalf("left %v and secrets %v", got, f.creds)
 	}
 	if _, err := f.svc.Create(context.Background(), Request{Runtime: "fake", Name: "dup"}); err != nil {
 		t.Fatal(err)
@@ -254,7 +230,7 @@ func TestFailuresShowInTheEnvironment(t *testing.T) {
 	f := newFixture(t, 100*time.Millisecond)
 	f.rt.provision = fmt.Errorf("engine exploded")
 	e, err := f.svc.Create(context.Background(), Request{Runtime: "fake", Name: "x"})
-	if err != nil || e.State != StateFailed || e.Error != "engine exploded" || f.creds.has("x") {
+	if err != nil || e.State != StateFailed || e.Error != "engine exploded" || has(f.creds, "x") {
 		t.Fatalf("failed provision: %+v %v", e, err)
 	}
 	f.rt.provision = nil
@@ -278,3 +254,7 @@ func TestRecoverFindsWhatTheRuntimeHas(t *testing.T) {
 		t.Fatalf("recovered %+v", got)
 	}
 }
+
+func has(c *portstest.Credentials, id string) bool { _, ok := c.Secret(id); return ok }
+
+func secretOf(c *portstest.Credentials, id string) string { s, _ := c.Secret(id); return s }
