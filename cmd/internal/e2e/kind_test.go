@@ -12,9 +12,9 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
+	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
 	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1/sandboxv1connect"
-	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
 )
 
 // registerAs opens an agent stream declaring kind and returns how the
