@@ -312,9 +312,15 @@ func (s *Supervisor) spawn(ctx context.Context, id string) (*proc, error) {
 	}
 	// The id in argv makes the process recognisable in ps and to adopt.
 	// The secret goes only into the environment, which ps does not show.
+	// Its own tmux server and session files: agents on one host never see,
+	// attach to or adopt each other's sessions.
+	tmpEnv, err := agentTmpEnv(AgentTmpDir(s.pidPath(id)))
+	if err != nil {
+		return nil, err
+	}
 	p, err := startAgent(agentLaunch{
 		binary: s.binary, id: id, who: "host supervisor",
-		env:     agentEnv(os.Environ(), s.cfg.ExtraEnv, id, s.cfg.ServerURL, agentSecret),
+		env:     agentEnv(os.Environ(), append(append([]string(nil), s.cfg.ExtraEnv...), tmpEnv...), id, s.cfg.ServerURL, agentSecret),
 		logPath: s.logPath(id), pidPath: s.pidPath(id),
 	})
 	if err != nil {

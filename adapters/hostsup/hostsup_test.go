@@ -103,6 +103,10 @@ func newHarness(t *testing.T) *harness {
 				syscall.Kill(-r.PID, syscall.SIGKILL)
 			}
 		}
+		// Each agent's own temp dir outlives it by design, not the test.
+		for _, r := range h.records("") {
+			os.RemoveAll(AgentTmpDir(filepath.Join(h.stateDir, r.FlagID+".pid")))
+		}
 		// No secret may ever reach the log.
 		logs := h.logs.String()
 		for _, r := range h.records("") {

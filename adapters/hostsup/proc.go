@@ -2,6 +2,9 @@ package hostsup
 
 import (
 	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -186,4 +189,35 @@ func readPidFile(path string) (int, time.Time, error) {
 // pid that could name another process.
 func writePidFile(path string, pid int) error {
 	return fsatomic.WriteFile(path, []byte(strconv.Itoa(pid)+"\n"), 0o644)
+}
+
+// AgentTmpDir is the temp dir of the agent whose state lives at key (its
+// environment's dir, or the supervisor's pid file): TMPDIR and TMUX_TMPDIR
+// of the agent, so its tmux server, session files and its commands' temp
+// files are its own. Short, because tmux puts its socket in it and a unix
+// socket path is at most 107 bytes.
+func AgentTmpDir(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return filepath.Join(os.TempDir(), "agentic-"+hex.EncodeToString(sum[:6]))
+}
+
+// agentTmpEnv makes dir and returns the variables that send an agent there.
+func agentTmpEnv(dir string) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	return []string{"TMUX_TMPDIR=" + dir, "TMPDIR=" + dir}, nil
+}
+
+// EndTmux stops the tmux server of TMUX_TMPDIR dir, if one runs, and with
+// it every session it kept.
+func EndTmux(ctx context.Context, dir string) {
+	if _, err := exec.LookPath("tmux"); err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	kill := exec.CommandContext(ctx, "tmux", "kill-server")
+	kill.Env = append(os.Environ(), "TMUX_TMPDIR="+dir)
+	_ = kill.Run() // no server: nothing to end
 }

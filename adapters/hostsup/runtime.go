@@ -2,8 +2,6 @@ package hostsup
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -127,25 +125,9 @@ func (r *Runtime) lock(name string) func() { return r.locks.Lock(name) }
 
 func (r *Runtime) dir(name string) string { return filepath.Join(r.cfg.StateDir, name) }
 
-// tmpDir is an environment's temp dir and tmux server directory: short,
-// because a unix socket path is (tmux puts tmux-<uid>/default in it).
-func (r *Runtime) tmpDir(name string) string {
-	sum := sha256.Sum256([]byte(r.dir(name)))
-	return filepath.Join(os.TempDir(), "agentic-env-"+hex.EncodeToString(sum[:6]))
-}
+// tmpDir is an environment's temp dir and tmux server directory.
+func (r *Runtime) tmpDir(name string) string { return AgentTmpDir(r.dir(name)) }
 
-// endTmux stops the tmux server of TMUX_TMPDIR dir, if one runs, and with
-// it every session it kept.
-func endTmux(ctx context.Context, dir string) {
-	if _, err := exec.LookPath("tmux"); err != nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	kill := exec.CommandContext(ctx, "tmux", "kill-server")
-	kill.Env = append(os.Environ(), "TMUX_TMPDIR="+dir)
-	_ = kill.Run() // no server: nothing to end
-}
 func (r *Runtime) recPath(name string) string { return filepath.Join(r.dir(name), "env.json") }
 func (r *Runtime) pidPath(name string) string { return filepath.Join(r.dir(name), "agent.pid") }
 func (r *Runtime) logPath(name string) string { return filepath.Join(r.dir(name), "agent.log") }
@@ -203,14 +185,13 @@ func (r *Runtime) Provision(ctx context.Context, spec ports.EnvironmentSpec) (po
 
 // spawn starts rec's agent in its own session, in the environment's work dir.
 func (r *Runtime) spawn(rec envRecord) (*proc, error) {
-	tmp := r.tmpDir(rec.Name)
-	if err := os.MkdirAll(tmp, 0o700); err != nil {
+	// The environment's own tmux server and temp files: its sessions are
+	// apart from every other agent's and end with it.
+	tmpEnv, err := agentTmpEnv(r.tmpDir(rec.Name))
+	if err != nil {
 		return nil, err
 	}
-	extra := append(append([]string(nil), r.cfg.ExtraEnv...), "AGENT_RUNTIME="+string(ports.KindHost),
-		// The environment's own tmux server and temp files: its sessions
-		// are apart from every other agent's and end with it.
-		"TMUX_TMPDIR="+tmp, "TMPDIR="+tmp)
+	extra := append(append(append([]string(nil), r.cfg.ExtraEnv...), "AGENT_RUNTIME="+string(ports.KindHost)), tmpEnv...)
 	p, err := startAgent(agentLaunch{
 		binary: rec.Binary, id: rec.Name, who: "host runtime",
 		env:     agentEnv(os.Environ(), extra, rec.Name, rec.ServerURL, rec.Secret),
@@ -366,7 +347,7 @@ func (r *Runtime) Destroy(ctx context.Context, name string) error {
 		return err
 	}
 	// Sessions kept in tmux outlive the agent by design; not its environment.
-	endTmux(ctx, r.tmpDir(name))
+	EndTmux(ctx, r.tmpDir(name))
 	if err := os.RemoveAll(r.tmpDir(name)); err != nil {
 		return err
 	}

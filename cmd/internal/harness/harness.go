@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/hostsup"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
 )
 
@@ -263,9 +264,13 @@ func HostAgentPIDs(dataDir string) map[string]int {
 // KillHostAgents kills the host agents of dataDir and their process groups;
 // they outlive agentic-mgmt by design, so tests must clean them up.
 func KillHostAgents(dataDir string) {
-	for _, pid := range HostAgentPIDs(dataDir) {
+	for id, pid := range HostAgentPIDs(dataDir) {
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
 		_ = syscall.Kill(pid, syscall.SIGKILL)
+		// Sessions kept in tmux outlive their agent by design.
+		dir := hostsup.AgentTmpDir(filepath.Join(dataDir, "host-agents", id+".pid"))
+		hostsup.EndTmux(context.Background(), dir)
+		_ = os.RemoveAll(dir)
 	}
 }
 
