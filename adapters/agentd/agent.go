@@ -38,7 +38,11 @@ type Config struct {
 	Labels    map[string]string
 	Version   string
 	Runner    ports.ProcessRunner
-	Logger    *slog.Logger
+	// NoTmux keeps sessions out of tmux even where it is installed: an
+	// agent that runs its commands as another user would run the tmux
+	// server, and so the sessions, as itself.
+	NoTmux bool
+	Logger *slog.Logger
 	// Reconnect backoff, 5 s doubling to 60 s by default.
 	BackoffMin, BackoffMax time.Duration
 	// OutboxBytes bounds output waiting to be sent (default 64 MiB).
@@ -129,7 +133,7 @@ func New(cfg Config) (*Agent, error) {
 		control:  make(chan *sandboxv1.ConnectRequest, 64),
 		running:  map[string]*running{},
 		finished: map[string]finished{},
-		tmux:     haveTmux(),
+		tmux:     !cfg.NoTmux && haveTmux(),
 	}
 	a.idle = sync.NewCond(&a.mu)
 	a.heartbeat.Store(int64(5 * time.Second))

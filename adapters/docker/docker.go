@@ -14,12 +14,14 @@
 // the socket alone: every environment can read it. "host" uses the server's
 // TCP URL; "bridge" needs a daemon with a bridge network.
 //
-// Hardening: all capabilities dropped, no-new-privileges, a pids limit
-// (512 unless set), memory (no extra swap) and CPU limits from the spec, and
-// a read-only root with a tmpfs /tmp when asked. The agent runs as nobody
-// (65534:65534, HOME=/tmp) so that a container escape does not start as host
-// root; the "root" profile runs it as uid 0 (still without capabilities) for
-// images that need it. The socket is 0666, so either user can connect.
+// Hardening: all capabilities dropped but setuid, setgid and kill, which
+// the agent (uid 0 in the container) needs to run and signal its commands
+// as nobody (65534:65534, HOME=/tmp), who get none; no-new-privileges, a
+// pids limit (512 unless set), memory (no extra swap) and CPU limits from
+// the spec, and a read-only root with a tmpfs /tmp when asked. The agent's
+// secret is a root-only file mounted read-only, so its commands cannot read
+// it. The "root" profile runs the commands as uid 0 (still without
+// capabilities) for images that need it. The socket is 0666.
 //
 // Ownership: containers carry io.agentic-sandbox.managed=true,
 // io.agentic-sandbox.owner=<Config.Owner> and io.agentic-sandbox.env=<name>.
@@ -33,6 +35,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -40,6 +43,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -50,6 +54,7 @@ import (
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
 
+	"github.com/agentic-sandbox/agentic-sandbox/internal/fsatomic"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -71,7 +76,10 @@ const RuntimeName = "docker"
 
 // Paths inside the container.
 const (
-	AgentPath  = "/opt/agentic/agentic-agent"
+	AgentPath = "/opt/agentic/agentic-agent"
+	// SecretPath is the agent's secret: root's, 0400, read-only; commands
+	// run as another user and cannot read it.
+	SecretPath = "/run/agentic-secret" //nolint:gosec // a path, not a credential
 	SocketDir  = "/run/agentic"
 	DefaultTag = "agentic-sandbox/base:busybox"
 )
@@ -110,6 +118,9 @@ type Config struct {
 	StopTimeout time.Duration
 	// NoInit runs the agent as pid 1 instead of behind the engine's init.
 	NoInit bool
+	// SecretDir holds each environment's agent secret (0400), bind-mounted
+	// read-only into its container; default <temp dir>/agentic-docker-<owner>.
+	SecretDir string
 }
 
 // Runtime is the Docker adapter; safe for concurrent use.
@@ -138,6 +149,9 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	if cfg.StopTimeout <= 0 {
 		cfg.StopTimeout = 10 * time.Second
+	}
+	if cfg.SecretDir == "" {
+		cfg.SecretDir = filepath.Join(os.TempDir(), "agentic-docker-"+cfg.Owner)
 	}
 	opts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
 	if cfg.Host != "" {
@@ -273,9 +287,10 @@ func (r *Runtime) validate(spec ports.EnvironmentSpec) (plan, error) {
 		if err != nil {
 			return invalid("agent socket directory: %v", err)
 		}
-		// The agent may not be root; an untraversable directory would leave
+		// The agent is root without capabilities: it passes only what root
+		// owns or others may search; an untraversable directory would leave
 		// it retrying forever instead of failing here.
-		if p.user != "0:0" && fi.Mode().Perm()&0o001 == 0 {
+		if st, ok := fi.Sys().(*syscall.Stat_t); (!ok || st.Uid != 0) && fi.Mode().Perm()&0o001 == 0 {
 			return invalid("agent socket directory %s is not searchable by other users (chmod o+x)", dir)
 		}
 		p.sockDir = dir
@@ -396,6 +411,21 @@ func (r *Runtime) Provision(ctx context.Context, spec ports.EnvironmentSpec) (po
 	}
 
 	progress("create")
+	// The secret goes in a file only the agent's user can read, never in
+	// the environment, which the container's init and `docker inspect` show.
+	secretFile := r.secretFile(spec.Name)
+	if err := os.MkdirAll(r.cfg.SecretDir, 0o700); err != nil {
+		return ports.Environment{}, fmt.Errorf("docker: secret dir: %w", err)
+	}
+	if err := fsatomic.WriteFile(secretFile, []byte(spec.Agent.Secret+"\n"), 0o400); err != nil {
+		return ports.Environment{}, fmt.Errorf("docker: agent secret: %w", err)
+	}
+	provisioned := false
+	defer func() {
+		if !provisioned {
+			_ = os.Remove(secretFile)
+		}
+	}()
 	cfg, host := r.containerConfig(p, image)
 	created, err := r.cli.ContainerCreate(ctx, cfg, host, nil, nil, r.ContainerName(spec.Name))
 	if err != nil {
@@ -423,6 +453,7 @@ func (r *Runtime) Provision(ctx context.Context, spec ports.EnvironmentSpec) (po
 		r.remove(created.ID)
 		return ports.Environment{}, err
 	}
+	provisioned = true
 	return env, nil
 }
 
@@ -464,18 +495,20 @@ func (r *Runtime) containerConfig(p plan, image string) (*container.Config, *con
 	}
 	env := []string{
 		"AGENT_ID=" + spec.Name,
-		"AGENT_SECRET=" + spec.Agent.Secret,
+		"AGENT_SECRET_FILE=" + SecretPath,
 		"MANAGEMENT_SERVER=" + p.server,
 		"AGENT_RUNTIME=" + string(ports.KindContainer),
 	}
 	if p.user == nobody {
+		// The agent stays root with only what starting processes as nobody
+		// takes; its commands run as nobody, with no capabilities at all.
 		// nobody has no home in most images; /tmp is always writable.
-		env = append(env, "HOME=/tmp")
+		env = append(env, "AGENT_RUN_AS="+nobody, "HOME=/tmp")
 	}
 	stopSecs := int((r.cfg.StopTimeout + time.Second - 1) / time.Second)
 	cfg := &container.Config{
 		Image: image,
-		User:  p.user,
+		User:  "0:0",
 		Env:   env,
 		// Setting the entrypoint also drops the image's CMD, which would
 		// otherwise become the agent's arguments.
@@ -495,6 +528,8 @@ func (r *Runtime) containerConfig(p plan, image string) (*container.Config, *con
 
 	mounts := []mount.Mount{{
 		Type: mount.TypeBind, Source: spec.Agent.Binary, Target: AgentPath, ReadOnly: true,
+	}, {
+		Type: mount.TypeBind, Source: r.secretFile(spec.Name), Target: SecretPath, ReadOnly: true,
 	}}
 	if p.sockDir != "" {
 		mounts = append(mounts, mount.Mount{
@@ -506,6 +541,7 @@ func (r *Runtime) containerConfig(p plan, image string) (*container.Config, *con
 		NetworkMode:    container.NetworkMode(p.network),
 		RestartPolicy:  container.RestartPolicy{Name: container.RestartPolicyDisabled},
 		CapDrop:        []string{"ALL"},
+		CapAdd:         agentCaps(p.user),
 		SecurityOpt:    []string{"no-new-privileges"},
 		ReadonlyRootfs: spec.ReadOnlyRoot,
 		Mounts:         mounts,
@@ -584,7 +620,28 @@ func (r *Runtime) Destroy(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	return r.idErr("remove", name, r.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true}))
+	if err := r.idErr("remove", name, r.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})); err != nil {
+		return err
+	}
+	if err := os.Remove(r.secretFile(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("docker: %w", err)
+	}
+	return nil
+}
+
+// secretFile is where an environment's agent secret lives on the host.
+func (r *Runtime) secretFile(name string) string {
+	return filepath.Join(r.cfg.SecretDir, r.cfg.Owner+"."+name+".secret")
+}
+
+// agentCaps are the capabilities the agent keeps: starting its commands as
+// user (setuid, setgid) and signalling them (kill). With profile root the
+// commands run as the agent's own user and it needs none.
+func agentCaps(user string) []string {
+	if user == nobody {
+		return []string{"SETUID", "SETGID", "KILL"}
+	}
+	return nil
 }
 
 // idErr maps an engine error about one of our containers.

@@ -51,9 +51,12 @@ func validSpec(t *testing.T) ports.EnvironmentSpec {
 func TestProvisionRefusesBadSpecsBeforeTheEngine(t *testing.T) {
 	rt := offline(t)
 	closedDir := t.TempDir()
-	if err := os.Chmod(closedDir, 0o700); err != nil { // nobody cannot enter it
+	if err := os.Chmod(closedDir, 0o700); err != nil { // only its owner may enter it
 		t.Fatal(err)
 	}
+	// Not root's: the agent, root without capabilities, cannot enter it.
+	// (Running unprivileged, the test's own user owns it, which does as well.)
+	_ = os.Chown(closedDir, 65534, 65534)
 	dynamic, err := os.Executable() // built with cgo for -race
 	if err != nil {
 		t.Fatal(err)
@@ -92,12 +95,17 @@ func TestProvisionRefusesBadSpecsBeforeTheEngine(t *testing.T) {
 			t.Errorf("%s: %v, want ErrInvalidSpec", c.why, err)
 		}
 	}
-	// The root profile may use a socket directory only root can enter.
-	spec := validSpec(t)
-	spec.Profile = ProfileRoot
-	spec.Agent.Socket = filepath.Join(closedDir, "agent.sock")
-	if _, err := rt.Provision(context.Background(), spec); !errors.Is(err, ports.ErrRuntimeUnavailable) {
-		t.Errorf("root profile, closed socket dir: %v, want to reach the (absent) engine", err)
+	// A socket directory only root can enter is fine: the agent is root.
+	if os.Geteuid() == 0 {
+		rootOnly := t.TempDir()
+		if err := os.Chmod(rootOnly, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		spec := validSpec(t)
+		spec.Agent.Socket = filepath.Join(rootOnly, "agent.sock")
+		if _, err := rt.Provision(context.Background(), spec); !errors.Is(err, ports.ErrRuntimeUnavailable) {
+			t.Errorf("root-only socket dir: %v, want to reach the (absent) engine", err)
+		}
 	}
 }
 
@@ -216,7 +224,10 @@ func TestContainerConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg, host := rt.containerConfig(p, DefaultTag)
-	if host.NetworkMode != "none" || len(host.CapDrop) != 1 || host.CapDrop[0] != "ALL" || len(host.CapAdd) > 0 || host.Privileged {
+	// The agent keeps only what starting and signalling its commands as
+	// nobody takes; the commands get no capabilities at all.
+	if host.NetworkMode != "none" || len(host.CapDrop) != 1 || host.CapDrop[0] != "ALL" ||
+		!slices.Equal(host.CapAdd, []string{"SETUID", "SETGID", "KILL"}) || host.Privileged {
 		t.Errorf("network %q, cap drop %v add %v, privileged %v", host.NetworkMode, host.CapDrop, host.CapAdd, host.Privileged)
 	}
 	if len(host.SecurityOpt) != 1 || host.SecurityOpt[0] != "no-new-privileges" {
@@ -228,7 +239,7 @@ func TestContainerConfig(t *testing.T) {
 	if host.Init == nil || !*host.Init || host.RestartPolicy.Name != container.RestartPolicyDisabled {
 		t.Errorf("init %v restart %q", host.Init, host.RestartPolicy.Name)
 	}
-	want := map[string]string{AgentPath: spec.Agent.Binary, SocketDir: filepath.Dir(spec.Agent.Socket)}
+	want := map[string]string{AgentPath: spec.Agent.Binary, SocketDir: filepath.Dir(spec.Agent.Socket), SecretPath: rt.secretFile(spec.Name)}
 	for _, m := range host.Mounts {
 		if want[m.Target] != m.Source || !m.ReadOnly {
 			t.Errorf("mount %+v: want read-only from %s", m, want[m.Target])
@@ -238,13 +249,18 @@ func TestContainerConfig(t *testing.T) {
 	if len(want) > 0 {
 		t.Errorf("not mounted: %v", want)
 	}
-	if cfg.User != "65534:65534" || cfg.Entrypoint[0] != AgentPath || len(cfg.Cmd) > 0 || cfg.StopSignal != "SIGTERM" ||
+	if cfg.User != "0:0" || cfg.Entrypoint[0] != AgentPath || len(cfg.Cmd) > 0 || cfg.StopSignal != "SIGTERM" ||
 		cfg.Healthcheck == nil || cfg.Healthcheck.Test[0] != "NONE" || cfg.StopTimeout == nil || *cfg.StopTimeout != 10 {
 		t.Errorf("config %+v", cfg)
 	}
-	for _, e := range []string{"AGENT_ID=ok-1", "AGENT_SECRET=s", "MANAGEMENT_SERVER=unix://" + SocketDir + "/agent.sock", "AGENT_RUNTIME=container", "HOME=/tmp"} {
+	for _, e := range []string{"AGENT_ID=ok-1", "AGENT_SECRET_FILE=" + SecretPath, "AGENT_RUN_AS=65534:65534", "MANAGEMENT_SERVER=unix://" + SocketDir + "/agent.sock", "AGENT_RUNTIME=container", "HOME=/tmp"} {
 		if !slices.Contains(cfg.Env, e) {
 			t.Errorf("env %v lacks %s", cfg.Env, e)
+		}
+	}
+	for _, e := range cfg.Env {
+		if strings.HasPrefix(e, "AGENT_SECRET=") {
+			t.Errorf("the secret is in the container's environment: %v", cfg.Env)
 		}
 	}
 	for k, v := range map[string]string{LabelManaged: "true", LabelOwner: "default", LabelEnv: "ok-1", LabelUserPrefix + "project": "demo"} {

@@ -9,13 +9,21 @@ import (
 )
 
 // Runner implements ports.ProcessRunner with real processes.
-type Runner struct{}
+type Runner struct {
+	// DefaultUser runs every command that names no user (RunAs) as this
+	// one: an agent that keeps its secret from its commands runs them as
+	// another user.
+	DefaultUser string
+}
 
 var _ ports.ProcessRunner = Runner{}
 
 // Start runs spec with spec.Env added to this process's environment. A
 // command that cannot start comes back as a finished process.
-func (Runner) Start(spec ports.CommandSpec, onOutput func(ports.OutputStream, []byte)) ports.Process {
+func (r Runner) Start(spec ports.CommandSpec, onOutput func(ports.OutputStream, []byte)) ports.Process {
+	if spec.RunAs == "" {
+		spec.RunAs = r.DefaultUser
+	}
 	p, err := Start(Spec{
 		Command:   spec.Command,
 		Args:      spec.Args,

@@ -106,15 +106,12 @@ func setEnv(env []string, key, val string) []string {
 	return append(out, prefix+val)
 }
 
-// credentialFor resolves runAs (name or uid). It returns a nil credential
-// when runAs is the current user, and an error when switching needs root.
+// credentialFor resolves runAs: a name, a uid, or uid:gid (which needs no
+// passwd entry: images often have none for the user a sandbox runs as). It
+// returns a nil credential when runAs is the current user, and an error when
+// switching needs root.
 func credentialFor(runAs string) (*syscall.Credential, *user.User, error) {
-	u, err := user.Lookup(runAs)
-	if err != nil {
-		if _, nerr := strconv.ParseUint(runAs, 10, 32); nerr == nil {
-			u, err = user.LookupId(runAs)
-		}
-	}
+	u, err := lookupRunAs(runAs)
 	if err != nil {
 		return nil, nil, fmt.Errorf("run as %q: %w", runAs, err)
 	}
@@ -145,6 +142,29 @@ func credentialFor(runAs string) (*syscall.Credential, *user.User, error) {
 		cred.Groups = []uint32{uint32(gid)}
 	}
 	return cred, u, nil
+}
+
+func lookupRunAs(runAs string) (*user.User, error) {
+	if uidS, gidS, ok := strings.Cut(runAs, ":"); ok {
+		_, uerr := strconv.ParseUint(uidS, 10, 32)
+		_, gerr := strconv.ParseUint(gidS, 10, 32)
+		if uerr != nil || gerr != nil {
+			return nil, errors.New("want uid:gid in numbers")
+		}
+		u, err := user.LookupId(uidS)
+		if err != nil {
+			u = &user.User{Uid: uidS, Username: uidS, HomeDir: "/tmp"}
+		}
+		u.Gid = gidS
+		return u, nil
+	}
+	u, err := user.Lookup(runAs)
+	if err != nil {
+		if _, nerr := strconv.ParseUint(runAs, 10, 32); nerr == nil {
+			u, err = user.LookupId(runAs)
+		}
+	}
+	return u, err
 }
 
 // openPTY opens a pseudo-terminal pair. The master is opened non-blocking

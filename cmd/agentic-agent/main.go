@@ -20,6 +20,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/procexec"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
+	"golang.org/x/sys/unix"
 )
 
 var version = "0.1.0-dev"
@@ -42,10 +43,16 @@ func run(args, environ []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "agentic-agent:", err)
 		return 2
 	}
+	// Nothing the agent runs may read its memory or its /proc environ,
+	// where the secret is (os.Unsetenv does not clear the latter).
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		fmt.Fprintln(stderr, "agentic-agent: prctl(PR_SET_DUMPABLE):", err)
+		return 2
+	}
 	// Commands inherit the agent's environment; the secret must not reach
 	// them, and where they run (host, container, vm) should, however the
 	// agent was configured (flag, environment or agent.env).
-	if err := errors.Join(os.Unsetenv("AGENT_SECRET"), os.Setenv("AGENT_ID", cfg.AgentID),
+	if err := errors.Join(os.Unsetenv("AGENT_SECRET"), os.Unsetenv("AGENT_SECRET_FILE"), os.Unsetenv("AGENT_RUN_AS"), os.Setenv("AGENT_ID", cfg.AgentID),
 		os.Setenv("AGENT_RUNTIME", string(agentwire.RuntimeKindFromProto(cfg.Runtime)))); err != nil {
 		fmt.Fprintln(stderr, "agentic-agent:", err)
 		return 2
@@ -54,7 +61,6 @@ func run(args, environ []string, stderr io.Writer) int {
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cfg.Runner = procexec.Runner{}
 	cfg.Logger = log
 	cfg.Version = version
 	stopReq := make(chan string, 1)
@@ -115,6 +121,19 @@ func loadConfig(args, environ []string, stderr io.Writer) (agentd.Config, error)
 		AgentID:   src.GetDefault("AGENT_ID", ""),
 		Secret:    src.GetDefault("AGENT_SECRET", ""),
 		ServerURL: src.GetDefault("MANAGEMENT_SERVER", ""),
+	}
+	// Commands as another user, who cannot read the agent's secret.
+	runAs := src.GetDefault("AGENT_RUN_AS", "")
+	cfg.Runner = procexec.Runner{DefaultUser: runAs}
+	cfg.NoTmux = runAs != ""
+	// A secret file is read once; the commands run as another user
+	// (AGENT_RUN_AS) who cannot read it.
+	if path := src.GetDefault("AGENT_SECRET_FILE", ""); path != "" && cfg.Secret == "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return cfg, fmt.Errorf("AGENT_SECRET_FILE: %w", err)
+		}
+		cfg.Secret = strings.TrimSpace(string(b))
 	}
 	if cfg.AgentID == "" {
 		return cfg, errors.New("no agent id: set AGENT_ID or --id")

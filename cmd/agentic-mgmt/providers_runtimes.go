@@ -112,7 +112,7 @@ var runtimeCatalog = []runtimeEntry{
 		Name:  docker.RuntimeName,
 		Found: func() bool { return os.Getenv("DOCKER_HOST") != "" || exists("/var/run/docker.sock") },
 		New: func(cfg Config, _ *slog.Logger) (ports.Runtime, func(), error) {
-			rt, err := docker.New(docker.Config{Owner: owner(cfg)})
+			rt, err := docker.New(docker.Config{Owner: owner(cfg), SecretDir: filepath.Join(cfg.DataDir, "docker-secrets")})
 			if err != nil {
 				return nil, nil, err
 			}

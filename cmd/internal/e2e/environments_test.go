@@ -200,7 +200,26 @@ func TestEnvironmentsInDocker(t *testing.T) {
 		return exe.JSON200.Stdout
 	}
 	if got := run(s, "dk-1", "echo from-$AGENT_RUNTIME uid-$(id -u); ls /sys/class/net"); !strings.Contains(got, "from-container uid-65534") || strings.Contains(got, "eth0") {
-		t.Fatalf("inside the container: %q; want the agent as nobody and no network but lo", got)
+		t.Fatalf("inside the container: %q; want commands as nobody and no network but lo", got)
+	}
+	// A workload looks for its agent's secret everywhere it could be: its
+	// environment, every process's environ and memory map, the secret
+	// file, docker's init. It finds none of it.
+	secrets, _ := filepath.Glob(filepath.Join(dataDir, "docker-secrets", "*.dk-1.secret"))
+	if len(secrets) != 1 {
+		t.Fatalf("secret files %v", secrets)
+	}
+	raw, err := os.ReadFile(secrets[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := strings.TrimSpace(string(raw))
+	probe := `env; for p in /proc/[0-9]*; do cat $p/environ; cat $p/cmdline; head -c 65536 $p/mem; done; cat /run/agentic-secret; grep -r . /run /etc/agentic-sandbox 2>/dev/null; echo probed`
+	if got := run(s, "dk-1", probe+" 2>&1"); !strings.Contains(got, "probed") || strings.Contains(got, secret) {
+		t.Fatalf("a workload found its agent's secret (or the probe did not run): %q", got)
+	}
+	if inspect := docker("inspect", docker("ps", "-q", "--filter", "label=io.agentic-sandbox.env=dk-1")); strings.Contains(inspect, secret) {
+		t.Fatal("the secret is in the container's configuration")
 	}
 	if !strings.Contains(readMetrics(t, s.RESTURL), `agentic_environment_provision_seconds_count{runtime="docker"} 2`) {
 		t.Fatal("no docker provision times in /metrics")

@@ -352,8 +352,10 @@ func dockerHardening(t *testing.T, d *dockerd) {
 		t.Fatal(err)
 	}
 	h := c.HostConfig
-	if !slices.Contains(h.CapDrop, "ALL") || len(h.CapAdd) > 0 || h.Privileged {
-		t.Errorf("capabilities: drop %v add %v privileged %v; want ALL dropped, none added", h.CapDrop, h.CapAdd, h.Privileged)
+	// The agent keeps what starting and signalling its commands as nobody
+	// takes; the commands themselves get nothing (checked from inside).
+	if !slices.Contains(h.CapDrop, "ALL") || len(h.CapAdd) != 3 || h.Privileged {
+		t.Errorf("capabilities: drop %v add %v privileged %v; want ALL dropped, setuid, setgid and kill added", h.CapDrop, h.CapAdd, h.Privileged)
 	}
 	if !slices.ContainsFunc(h.SecurityOpt, func(s string) bool { return strings.HasPrefix(s, "no-new-privileges") }) {
 		t.Errorf("security options %v lack no-new-privileges", h.SecurityOpt)
@@ -367,23 +369,25 @@ func dockerHardening(t *testing.T, d *dockerd) {
 	if h.Memory != 128<<20 || h.MemorySwap != h.Memory || h.NanoCPUs != 5e8 {
 		t.Errorf("memory %d swap %d nanocpus %d; want 128 MiB, no swap, 0.5 CPU", h.Memory, h.MemorySwap, h.NanoCPUs)
 	}
-	if !h.ReadonlyRootfs || h.Init == nil || !*h.Init || c.Config.User != "65534:65534" {
+	if !h.ReadonlyRootfs || h.Init == nil || !*h.Init || c.Config.User != "0:0" {
 		t.Errorf("read-only root %v, init %v, user %q", h.ReadonlyRootfs, h.Init, c.Config.User)
 	}
 	if c.Config.StopTimeout == nil || *c.Config.StopTimeout != 30 || h.RestartPolicy.Name != container.RestartPolicyDisabled {
 		t.Errorf("stop timeout %v, restart policy %q; want the adapter's 30 s and none", c.Config.StopTimeout, h.RestartPolicy.Name)
 	}
-	var agentRO, sockRO bool
+	var agentRO, sockRO, secretRO bool
 	for _, m := range c.Mounts {
 		switch m.Destination {
 		case docker.AgentPath:
 			agentRO = !m.RW
 		case docker.SocketDir:
 			sockRO = !m.RW
+		case docker.SecretPath:
+			secretRO = !m.RW
 		}
 	}
-	if !agentRO || !sockRO {
-		t.Errorf("mounts %+v: want the agent binary and the socket dir read-only", c.Mounts)
+	if !agentRO || !sockRO || !secretRO {
+		t.Errorf("mounts %+v: want the agent binary, the socket dir and the secret read-only", c.Mounts)
 	}
 	for k, v := range map[string]string{docker.LabelManaged: "true", docker.LabelOwner: "hard", docker.LabelEnv: "hard-1"} {
 		if c.Config.Labels[k] != v {
@@ -398,9 +402,11 @@ func dockerHardening(t *testing.T, d *dockerd) {
 	out, code := runSh(t, link, "hard-1", `id -u; grep -E '^(CapEff|NoNewPrivs)' /proc/self/status
 touch /probe 2>/dev/null && echo root-writable || echo root-readonly
 touch /tmp/probe && echo tmp-writable
-echo "home=$HOME"; echo "nets="$(ls /sys/class/net); echo "secret=${AGENT_SECRET:-unset}"`)
+echo "home=$HOME"; echo "nets="$(ls /sys/class/net); echo "secret=${AGENT_SECRET:-unset}"
+cat `+docker.SecretPath+` >/dev/null 2>&1 && echo secret-readable || echo secret-unreadable
+cat /proc/1/environ >/dev/null 2>&1 && echo init-environ-readable || echo init-environ-unreadable`)
 	for _, want := range []string{"65534\n", "CapEff:\t0000000000000000", "NoNewPrivs:\t1", "root-readonly",
-		"tmp-writable", "home=/tmp", "nets=lo\n", "secret=unset"} {
+		"tmp-writable", "home=/tmp", "nets=lo\n", "secret=unset", "secret-unreadable", "init-environ-unreadable"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("inside the container: want %q in\n%s (exit %d)", want, out, code)
 		}
