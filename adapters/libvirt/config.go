@@ -44,6 +44,11 @@ type Config struct {
 	// files instead.
 	ImageDir       string
 	Kernel, Initrd string
+	// DiskImageDir, when set, is the only place a spec's Image may come
+	// from (besides ImageDir): an API caller must not boot any host file.
+	// Images with a backing file are refused there, as their contents
+	// would come from elsewhere.
+	DiskImageDir string
 	// Cmdline is the guest kernel command line for direct boot (default
 	// "console=ttyS0 panic=-1").
 	Cmdline string

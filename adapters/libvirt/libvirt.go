@@ -685,6 +685,9 @@ func (r *Runtime) plan(spec ports.EnvironmentSpec) (domainPlan, func(ctx context
 		}
 	}
 	if spec.Image != "" {
+		if err := r.imageAllowed(spec.Image); err != nil {
+			return domainPlan{}, nil, err
+		}
 		st, err := os.Stat(spec.Image)
 		if err != nil {
 			return bad("image %q: %v", spec.Image, err)
@@ -734,6 +737,31 @@ func (r *Runtime) plan(spec ports.EnvironmentSpec) (domainPlan, func(ctx context
 		}
 		return nil
 	}, nil
+}
+
+// imageAllowed refuses an image outside DiskImageDir (and the tiny image's
+// dir), symbolic links resolved: otherwise a caller could boot /etc/shadow.
+func (r *Runtime) imageAllowed(image string) error {
+	if r.cfg.DiskImageDir == "" {
+		return nil
+	}
+	real, err := filepath.EvalSymlinks(image)
+	if err != nil {
+		return fmt.Errorf("%w: image %q: %v", ports.ErrInvalidSpec, image, err)
+	}
+	for _, dir := range []string{r.cfg.DiskImageDir, r.cfg.ImageDir} {
+		if dir == "" {
+			continue
+		}
+		root, err := filepath.EvalSymlinks(dir)
+		if err != nil {
+			continue
+		}
+		if rel, err := filepath.Rel(root, real); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: image %q: images come only from %s", ports.ErrInvalidSpec, image, r.cfg.DiskImageDir)
 }
 
 // Start implements ports.Runtime: it boots a stopped environment (resumes a

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testreq"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -211,5 +213,53 @@ func TestUnsearchable(t *testing.T) {
 	}
 	if d := unsearchable(filepath.Join(closed, "x", "file")); d != closed && !strings.HasPrefix(dir, d) {
 		t.Errorf("closed: %q, want %s", d, closed)
+	}
+}
+
+// With DiskImageDir set, an API caller boots only images from it: not any
+// host file, not through a symbolic link, not an image whose contents
+// come from a backing file elsewhere.
+func TestImagesComeOnlyFromTheImageDir(t *testing.T) {
+	rt, dir := newTestRuntime(t)
+	images := filepath.Join(dir, "images")
+	if err := os.Mkdir(images, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rt.cfg.DiskImageDir = images
+	if err := os.Symlink("/etc/passwd", filepath.Join(images, "sneaky.qcow2")); err != nil {
+		t.Fatal(err)
+	}
+	for _, image := range []string{"/etc/shadow", "/etc/passwd", filepath.Join(images, "sneaky.qcow2"), filepath.Join(images, "..", "state")} {
+		s := goodSpec(dir)
+		s.Image = image
+		if _, err := rt.Provision(context.Background(), s); !errors.Is(err, ports.ErrInvalidSpec) || !strings.Contains(err.Error(), "images come only from") {
+			t.Errorf("image %s: %v, want refused", image, err)
+		}
+	}
+	// The tiny image's own dir stays allowed.
+	s := goodSpec(dir)
+	s.Image = filepath.Join(dir, "image")
+	if err := rt.imageAllowed(s.Image); err != nil {
+		t.Errorf("the tiny image dir: %v", err)
+	}
+
+	testreq.Command(t, "qemu-img", "run make test-env (it installs qemu-utils)")
+	base := filepath.Join(dir, "elsewhere.qcow2")
+	layered := filepath.Join(images, "layered.qcow2")
+	plain := filepath.Join(images, "plain.qcow2")
+	for _, args := range [][]string{
+		{"create", "-q", "-f", "qcow2", base, "16M"},
+		{"create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", base, layered},
+		{"create", "-q", "-f", "qcow2", plain, "16M"},
+	} {
+		if out, err := exec.Command("qemu-img", args...).CombinedOutput(); err != nil {
+			t.Fatalf("qemu-img %v: %v %s", args, err, out)
+		}
+	}
+	if _, err := rt.imageFormat(context.Background(), layered); !errors.Is(err, ports.ErrInvalidSpec) || !strings.Contains(err.Error(), "backing file") {
+		t.Errorf("an image with a backing file: %v, want refused", err)
+	}
+	if f, err := rt.imageFormat(context.Background(), plain); err != nil || f != "qcow2" {
+		t.Errorf("a plain image: %q %v", f, err)
 	}
 }

@@ -40,10 +40,17 @@ func (r *Runtime) imageFormat(ctx context.Context, image string) (string, error)
 		return "", fmt.Errorf("%w: image %s: qemu-img info: %v", ports.ErrInvalidSpec, image, err)
 	}
 	var info struct {
-		Format string `json:"format"`
+		Format  string `json:"format"`
+		Backing string `json:"backing-filename"`
 	}
 	if err := json.Unmarshal(out, &info); err != nil || info.Format == "" {
 		return "", fmt.Errorf("%w: image %s: unknown format", ports.ErrInvalidSpec, image)
+	}
+	if info.Backing != "" && r.cfg.DiskImageDir != "" {
+		return "", fmt.Errorf("%w: image %s has a backing file (%s): only self-contained images are booted", ports.ErrInvalidSpec, image, info.Backing)
+	}
+	if info.Format != "qcow2" && info.Format != "raw" {
+		return "", fmt.Errorf("%w: image %s: format %s, want qcow2 or raw", ports.ErrInvalidSpec, image, info.Format)
 	}
 	return info.Format, nil
 }

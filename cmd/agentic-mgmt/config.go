@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/envfile"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
 // Config is agentic-mgmt's configuration: flags override the environment,
@@ -47,6 +48,11 @@ type Config struct {
 	VMImageDir string
 	// LibvirtAccel is the VMs' accelerator: kvm, tcg or auto (KVM where it works).
 	LibvirtAccel string
+	// ImageDir is the only place VM disk images named by API callers come from.
+	ImageDir string
+	// AllowedNetworks are the network modes callers may ask for containers
+	// and VMs (host environments always share the host's network).
+	AllowedNetworks []string
 }
 
 // Ports derived from LISTEN_ADDR, as the contract fixes them.
@@ -116,7 +122,12 @@ var flagEnv = map[string]string{
 	"agent-socket":      "AGENTIC_AGENT_SOCKET",
 	"vm-image-dir":      "AGENTIC_VM_IMAGE_DIR",
 	"libvirt-accel":     "AGENTIC_LIBVIRT_ACCEL",
+	"image-dir":         "AGENTIC_IMAGE_DIR",
+	"allowed-networks":  "AGENTIC_ALLOWED_NETWORKS",
 }
+
+// knownNetworks are the values of AGENTIC_ALLOWED_NETWORKS.
+var knownNetworks = []string{ports.NetworkNone, "proxy", ports.NetworkUser, ports.NetworkBridge, ports.NetworkHost}
 
 func loadConfig(args, environ []string, stderr io.Writer, version string) (Config, error) {
 	fs := flag.NewFlagSet("agentic-mgmt", flag.ContinueOnError)
@@ -134,6 +145,8 @@ func loadConfig(args, environ []string, stderr io.Writer, version string) (Confi
 	fs.String("agent-socket", "", "unix socket for agents without a network (env AGENTIC_AGENT_SOCKET, default <data dir>/agent-link/agent.sock)")
 	fs.String("vm-image-dir", "", "tiny VM image dir with vmlinuz and initrd.img (env AGENTIC_VM_IMAGE_DIR, default ./build/vm from make vm-image)")
 	fs.String("libvirt-accel", "", "VM accelerator: kvm, tcg or auto (env AGENTIC_LIBVIRT_ACCEL, default auto: KVM where it works)")
+	fs.String("image-dir", "", "the only dir VM disk images named by API callers come from (env AGENTIC_IMAGE_DIR, default <data dir>/images)")
+	fs.String("allowed-networks", "", "network modes callers may ask for containers and VMs, comma-separated (env AGENTIC_ALLOWED_NETWORKS, default none)")
 	fs.String("mission-retention", "", "how long finished missions stay in missions.json before the archive (env AGENTIC_MISSION_RETENTION, default 1h)")
 	configFile := fs.String("config", defaultConfigFile, "env file read after the environment")
 	printToken := fs.Bool("print-token", false, "print the operator token on start-up")
@@ -195,5 +208,15 @@ func loadConfig(args, environ []string, stderr io.Writer, version string) (Confi
 		return Config{}, err
 	}
 	cfg.LibvirtAccel = src.GetDefault("AGENTIC_LIBVIRT_ACCEL", "auto")
+	if cfg.ImageDir, err = filepath.Abs(src.GetDefault("AGENTIC_IMAGE_DIR", filepath.Join(cfg.DataDir, "images"))); err != nil {
+		return Config{}, err
+	}
+	for _, n := range strings.Split(src.GetDefault("AGENTIC_ALLOWED_NETWORKS", ports.NetworkNone), ",") {
+		n = strings.TrimSpace(n)
+		if !slices.Contains(knownNetworks, n) {
+			return Config{}, fmt.Errorf("AGENTIC_ALLOWED_NETWORKS: unknown network mode %q (known: %s)", n, strings.Join(knownNetworks, ", "))
+		}
+		cfg.AllowedNetworks = append(cfg.AllowedNetworks, n)
+	}
 	return cfg, nil
 }

@@ -130,7 +130,7 @@ var runtimeCatalog = []runtimeEntry{
 			}
 			rt, err := libvirt.New(libvirt.Config{
 				Owner: owner(cfg), StateDir: filepath.Join(cfg.DataDir, "vms"), Logger: log,
-				ImageDir: cfg.VMImageDir, Accel: cfg.LibvirtAccel,
+				ImageDir: cfg.VMImageDir, Accel: cfg.LibvirtAccel, DiskImageDir: cfg.ImageDir,
 			})
 			if err != nil {
 				return nil, nil, err
@@ -224,6 +224,7 @@ func provideEnvironments(cfg Config, rts *Runtimes, svc *agentrpc.Service, ms *m
 		Runtimes: rts.Available, Agents: svc, Credentials: creds, Clock: clock, Logger: log,
 		Bootstrap:        ports.AgentBootstrap{Binary: bin, ServerURL: cfg.agentServerURL(), Socket: cfg.AgentSocket},
 		ObserveProvision: times.Observe,
+		AllowedNetworks:  cfg.AllowedNetworks,
 		// Missions first, so they fail with the reason before their
 		// sessions end under them.
 		Retire: retirers{ms, svc},

@@ -3,6 +3,7 @@ package environment
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -70,5 +71,31 @@ func TestUndeclaredLimitsAreRefusedBeforeAnythingIsStored(t *testing.T) {
 	}
 	if len(f.rt.specs) != 0 || f.creds.Len() != 0 || len(f.svc.List(context.Background())) != 0 {
 		t.Fatalf("refused requests left specs %v secrets %v", f.rt.specs, f.creds)
+	}
+}
+
+// networked is the fake runtime offering a bridge too.
+type networked struct{ *fakeRuntime }
+
+func (n networked) Capabilities() ports.RuntimeCapabilities {
+	c := n.fakeRuntime.Capabilities()
+	c.NetworkModes = []string{ports.NetworkNone, ports.NetworkBridge}
+	return c
+}
+
+func TestOnlyAllowedNetworksForContainersAndVMs(t *testing.T) {
+	f := newFixture(t, time.Minute)
+	f.svc.cfg.Runtimes["net"] = networked{f.rt}
+	f.svc.cfg.AllowedNetworks = []string{ports.NetworkNone}
+	ctx := context.Background()
+	if _, err := f.svc.Create(ctx, Request{Runtime: "net", Name: "open", Network: ports.NetworkBridge}); !errors.Is(err, ports.ErrInvalidSpec) || !strings.Contains(err.Error(), "not allowed") {
+		t.Fatalf("a network the runtime offers but the server does not allow: %v", err)
+	}
+	if _, err := f.svc.Create(ctx, Request{Runtime: "net", Name: "closed", Network: ports.NetworkNone}); err != nil {
+		t.Fatalf("an allowed network: %v", err)
+	}
+	f.svc.cfg.AllowedNetworks = []string{ports.NetworkNone, ports.NetworkBridge}
+	if _, err := f.svc.Create(ctx, Request{Runtime: "net", Name: "opened", Network: ports.NetworkBridge}); err != nil {
+		t.Fatalf("once allowed: %v", err)
 	}
 }

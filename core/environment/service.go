@@ -11,7 +11,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,6 +37,9 @@ type Config struct {
 	ReadyTimeout time.Duration
 	// ObserveProvision records a provision time (request → agent ready).
 	ObserveProvision func(runtime string, d time.Duration)
+	// AllowedNetworks, when set, are the only network modes a request may
+	// name for a container or a VM (host environments share the host's).
+	AllowedNetworks []string
 	// Retire ends what a deleted environment's agent was doing (its
 	// commands, sessions and missions) and forgets it at once.
 	Retire ports.AgentRetirer
@@ -129,6 +134,10 @@ func (s *Service) Create(ctx context.Context, req Request) (Environment, error) 
 	}
 	if req.Name == "" {
 		return Environment{}, fmt.Errorf("%w: a name is required (it is also the agent's id)", ports.ErrInvalidSpec)
+	}
+	if req.Network != "" && s.cfg.AllowedNetworks != nil && rt.Capabilities().Isolation != ports.KindHost &&
+		!slices.Contains(s.cfg.AllowedNetworks, req.Network) {
+		return Environment{}, fmt.Errorf("%w: network %q is not allowed on this server (allowed: %s)", ports.ErrInvalidSpec, req.Network, strings.Join(s.cfg.AllowedNetworks, ", "))
 	}
 	if _, taken := s.cfg.Agents.Agent(req.Name); taken {
 		return Environment{}, fmt.Errorf("%w: an agent named %q is connected", ports.ErrEnvExists, req.Name)

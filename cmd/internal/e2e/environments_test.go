@@ -224,6 +224,11 @@ func TestEnvironmentsInDocker(t *testing.T) {
 	if !strings.Contains(readMetrics(t, s.RESTURL), `agentic_environment_provision_seconds_count{runtime="docker"} 2`) {
 		t.Fatal("no docker provision times in /metrics")
 	}
+	// The server, not the caller, decides which networks containers get.
+	_, errOut, code = ctl(t, s.RESTURL, s.Token, "env", "create", "--runtime", "docker", "--network", "bridge", "dk-3")
+	if code == 0 || !strings.Contains(errOut, "not allowed on this server") {
+		t.Fatalf("a bridge by default: %d %q", code, errOut)
+	}
 	_, errOut, code = ctl(t, s.RESTURL, s.Token, "env", "create", "--runtime", "docker", "--disk", "2", "dk-3")
 	if code == 0 || !strings.Contains(errOut, "disk_gb is not enforced") {
 		t.Fatalf("undeclared disk limit: %d %q", code, errOut)
