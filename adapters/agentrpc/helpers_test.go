@@ -102,7 +102,7 @@ func newHarness(t *testing.T, tweak ...func(*Config)) *harness {
 	}
 	svc := New(cfg)
 	mux := http.NewServeMux()
-	svc.Mount(mux)
+	svc.Mount(mux, true)
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -73,6 +73,43 @@ type Service struct {
 	conns    map[string]*conn // the live connection of each agent
 	commands map[string]*command
 	sessions ports.SessionReconciler
+	// streams counts each agent's open Connect streams, authenticated or
+	// waiting for their registration: one stolen credential cannot open
+	// streams without bound.
+	streams map[string]int
+	// failedLogins rate-limits the log lines of failed logins.
+	failedLogins loginLog
+}
+
+// maxStreamsPerAgent bounds one agent's concurrent streams (a new one
+// replaces the old, so more than a couple is never legitimate).
+const maxStreamsPerAgent = 4
+
+// loginLog keeps the log from flooding with failed logins: at most one
+// line per agent id per loginLogEvery, saying how many were left out.
+type loginLog struct {
+	mu   sync.Mutex
+	last map[string]time.Time
+	left map[string]int
+}
+
+const loginLogEvery = 10 * time.Second
+
+// allow reports whether a failure for id may be logged now, and how many
+// were not since the last line.
+func (l *loginLog) allow(id string, now time.Time) (bool, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.last == nil || len(l.last) > 4096 { // random ids cannot grow it without bound
+		l.last, l.left = map[string]time.Time{}, map[string]int{}
+	}
+	if t, ok := l.last[id]; ok && now.Sub(t) < loginLogEvery {
+		l.left[id]++
+		return false, 0
+	}
+	n := l.left[id]
+	l.last[id], l.left[id] = now, 0
+	return true, n
 }
 
 // SetSessionReconciler makes r hear every agent's session report (set once
@@ -103,12 +140,30 @@ func New(cfg Config) *Service {
 		registry: agent.NewRegistry(),
 		conns:    map[string]*conn{},
 		commands: map[string]*command{},
+		streams:  map[string]int{},
 	}
 }
 
 // Mount registers the agent service, gRPC health and reflection on mux.
-func (s *Service) Mount(mux *http.ServeMux) {
-	mux.Handle(sandboxv1connect.NewAgentServiceHandler(s, connect.WithReadMaxBytes(MaxMessageBytes)))
+// With operator false (the agent socket every container mounts) the
+// operator Exec RPC is not served; with it, Exec's bearer token is checked
+// before a byte of its body is read.
+func (s *Service) Mount(mux *http.ServeMux, operator bool) {
+	path, h := sandboxv1connect.NewAgentServiceHandler(s, connect.WithReadMaxBytes(MaxMessageBytes))
+	mux.Handle(path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == sandboxv1connect.AgentServiceExecProcedure {
+			if !operator {
+				http.NotFound(w, r) // Connect and gRPC clients read 404 as unimplemented
+				return
+			}
+			if !s.operatorAuthorized(r.Header.Get("Authorization")) {
+				w.Header().Set("WWW-Authenticate", "Bearer")
+				http.Error(w, "missing or wrong operator bearer token", http.StatusUnauthorized)
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	}))
 	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(sandboxv1connect.AgentServiceName)))
 	reflector := grpcreflect.NewStaticReflector(sandboxv1connect.AgentServiceName)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
@@ -214,6 +269,21 @@ func (s *Service) Connect(ctx context.Context, stream *connect.BidiStream[sandbo
 	if err := s.authenticate(id, secret); err != nil {
 		return err
 	}
+	s.mu.Lock()
+	if s.streams[id] >= maxStreamsPerAgent {
+		s.mu.Unlock()
+		s.log.Warn("refused: too many streams of one agent", "agent_id", id, "limit", maxStreamsPerAgent)
+		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("agent %q has %d streams open already", id, maxStreamsPerAgent))
+	}
+	s.streams[id]++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		if s.streams[id]--; s.streams[id] <= 0 {
+			delete(s.streams, id)
+		}
+		s.mu.Unlock()
+	}()
 	first, err := stream.Receive()
 	if err != nil {
 		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("expected a registration: %w", err))
@@ -314,7 +384,9 @@ func (s *Service) authenticate(id, secret string) error {
 		return connect.NewError(connect.CodeUnavailable, errors.New("credential store unavailable"))
 	}
 	if !ok {
-		s.log.Warn("agent authentication failed", "agent_id", id)
+		if log, left := s.failedLogins.allow(id, s.cfg.Clock.Now()); log {
+			s.log.Warn("agent authentication failed", "agent_id", id, "not_logged_since_last", left)
+		}
 		return unauth
 	}
 	return nil

@@ -2,8 +2,10 @@ package agentrpc
 
 import (
 	"context"
+	"log/slog"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -267,4 +269,70 @@ func TestSweepForgetsDisconnectedAgentsAndOldCommands(t *testing.T) {
 	if got := agentInfoOf(t, h.svc, "agent-a").Status; got != "starting" {
 		t.Fatalf("returning agent status %q", got)
 	}
+}
+
+// One credential opens a bounded number of streams; the next is refused.
+func TestStreamsPerAgentAreBounded(t *testing.T) {
+	h := newHarness(t)
+	var open []*fakeAgent
+	for range maxStreamsPerAgent {
+		fa := h.open("agent-a", secretPrefix+"agent-a")
+		_ = fa.stream.Send(nil) // the headers alone: authenticated, no registration yet
+		open = append(open, fa)
+	}
+	eventually(t, "the streams to be counted", func() bool {
+		h.svc.mu.Lock()
+		defer h.svc.mu.Unlock()
+		return h.svc.streams["agent-a"] == maxStreamsPerAgent
+	})
+	if err := h.attempt("agent-a", secretPrefix+"agent-a", registration("agent-a")); connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Fatalf("one stream too many: %v, want resource_exhausted", err)
+	}
+	// Another agent is not affected, and a closed stream frees its place.
+	h.connectAgent("agent-b").barrier()
+	open[0].cancel()
+	eventually(t, "a place to free", func() bool {
+		h.svc.mu.Lock()
+		defer h.svc.mu.Unlock()
+		return h.svc.streams["agent-a"] < maxStreamsPerAgent
+	})
+	h.connectAgent("agent-a").barrier()
+}
+
+// Failed logins are logged, but not one line each: a flood of guesses
+// leaves one line per agent id per interval, counting the rest.
+func TestFailedLoginsAreLoggedRateLimited(t *testing.T) {
+	var buf syncBuffer
+	h := newHarness(t, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&buf, nil)) })
+	for range 20 {
+		if err := h.attempt("agent-a", "guess", registration("agent-a")); connect.CodeOf(err) != connect.CodeUnauthenticated {
+			t.Fatal(err)
+		}
+	}
+	if n := strings.Count(buf.String(), "agent authentication failed"); n != 1 {
+		t.Fatalf("%d log lines for 20 failures, want 1:\n%s", n, buf.String())
+	}
+	h.clock.Advance(loginLogEvery + time.Second)
+	_ = h.attempt("agent-a", "guess", registration("agent-a"))
+	if out := buf.String(); strings.Count(out, "agent authentication failed") != 2 || !strings.Contains(out, "not_logged_since_last=19") {
+		t.Fatalf("after the interval:\n%s", out)
+	}
+}
+
+// syncBuffer is a log sink safe for the service's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -81,25 +81,39 @@ func (a *App) Run(ctx context.Context) error {
 	}
 
 	agentMux := http.NewServeMux()
-	a.agents.Mount(agentMux)
+	a.agents.Mount(agentMux, true)
+	// The socket is mounted into every container: agents only.
+	socketMux := http.NewServeMux()
+	a.agents.Mount(socketMux, false)
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true) // h2c: gRPC clients and agents speak HTTP/2 without TLS
-	agentSrv := &http.Server{
-		Handler:           agentMux,
-		Protocols:         protocols,
-		ReadHeaderTimeout: 10 * time.Second,
-		HTTP2:             &http.HTTP2Config{SendPingTimeout: 15 * time.Second, PingTimeout: 10 * time.Second},
-		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelDebug),
+	// Every server bounds idle connections and header reads; agent streams
+	// are kept alive by HTTP/2 pings instead of a read timeout.
+	agentServer := func(h http.Handler) *http.Server {
+		return &http.Server{
+			Handler:           h,
+			Protocols:         protocols,
+			ReadHeaderTimeout: 10 * time.Second,
+			IdleTimeout:       2 * time.Minute,
+			HTTP2:             &http.HTTP2Config{SendPingTimeout: 15 * time.Second, PingTimeout: 10 * time.Second},
+			ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelDebug),
+		}
 	}
+	agentSrv, socketSrv := agentServer(agentMux), agentServer(socketMux)
 	restSrv := &http.Server{
 		Handler:           a.rest,
 		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelDebug),
+		// A declared body that never comes holds nothing for long; output
+		// streams (SSE) write, and are not bounded by it.
+		ReadTimeout: time.Minute,
+		IdleTimeout: 2 * time.Minute,
+		ErrorLog:    slog.NewLogLogger(a.log.Handler(), slog.LevelDebug),
 	}
 	wsSrv := &http.Server{
 		Handler:           a.ws,
 		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelDebug),
 	}
 
@@ -119,7 +133,7 @@ func (a *App) Run(ctx context.Context) error {
 	go serve(listenerAgentRPC, agentSrv, agentLn)
 	if sockLn != nil {
 		wg.Add(1)
-		go serve(listenerAgentSocket, agentSrv, sockLn)
+		go serve(listenerAgentSocket, socketSrv, sockLn)
 	}
 	go serve(listenerREST, restSrv, restLn)
 	go serve(listenerWS, wsSrv, wsLn)
@@ -171,7 +185,7 @@ func (a *App) Run(ctx context.Context) error {
 	shutCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	var shutWG sync.WaitGroup
-	for _, srv := range []*http.Server{agentSrv, restSrv, wsSrv} {
+	for _, srv := range []*http.Server{agentSrv, socketSrv, restSrv, wsSrv} {
 		shutWG.Add(1)
 		go func() {
 			defer shutWG.Done()

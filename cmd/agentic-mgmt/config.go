@@ -48,6 +48,9 @@ type Config struct {
 	VMImageDir string
 	// LibvirtAccel is the VMs' accelerator: kvm, tcg or auto (KVM where it works).
 	LibvirtAccel string
+	// OperatorHost is where REST and the client WebSocket listen; "" is
+	// LISTEN_ADDR's host.
+	OperatorHost string
 	// ImageDir is the only place VM disk images named by API callers come from.
 	ImageDir string
 	// AllowedNetworks are the network modes callers may ask for containers
@@ -57,8 +60,19 @@ type Config struct {
 
 // Ports derived from LISTEN_ADDR, as the contract fixes them.
 func (c Config) agentAddr() string { return c.ListenAddr }
-func (c Config) wsAddr() string    { return offsetAddr(c.ListenAddr, 1) }
-func (c Config) restAddr() string  { return offsetAddr(c.ListenAddr, 2) }
+func (c Config) wsAddr() string    { return c.operatorAddr(1) }
+func (c Config) restAddr() string  { return c.operatorAddr(2) }
+
+// operatorAddr is LISTEN_ADDR's port+delta on AGENTIC_OPERATOR_HOST, so
+// that the agent port can face a network while the operator API does not.
+func (c Config) operatorAddr(delta int) string {
+	addr := offsetAddr(c.ListenAddr, delta)
+	if c.OperatorHost == "" {
+		return addr
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	return net.JoinHostPort(c.OperatorHost, port)
+}
 
 func offsetAddr(addr string, delta int) string {
 	host, port, _ := net.SplitHostPort(addr)
@@ -123,6 +137,7 @@ var flagEnv = map[string]string{
 	"vm-image-dir":      "AGENTIC_VM_IMAGE_DIR",
 	"libvirt-accel":     "AGENTIC_LIBVIRT_ACCEL",
 	"image-dir":         "AGENTIC_IMAGE_DIR",
+	"operator-host":     "AGENTIC_OPERATOR_HOST",
 	"allowed-networks":  "AGENTIC_ALLOWED_NETWORKS",
 }
 
@@ -145,6 +160,7 @@ func loadConfig(args, environ []string, stderr io.Writer, version string) (Confi
 	fs.String("agent-socket", "", "unix socket for agents without a network (env AGENTIC_AGENT_SOCKET, default <data dir>/agent-link/agent.sock)")
 	fs.String("vm-image-dir", "", "tiny VM image dir with vmlinuz and initrd.img (env AGENTIC_VM_IMAGE_DIR, default ./build/vm from make vm-image)")
 	fs.String("libvirt-accel", "", "VM accelerator: kvm, tcg or auto (env AGENTIC_LIBVIRT_ACCEL, default auto: KVM where it works)")
+	fs.String("operator-host", "", "host the REST API and the client WebSocket listen on (env AGENTIC_OPERATOR_HOST, default LISTEN_ADDR's host)")
 	fs.String("image-dir", "", "the only dir VM disk images named by API callers come from (env AGENTIC_IMAGE_DIR, default <data dir>/images)")
 	fs.String("allowed-networks", "", "network modes callers may ask for containers and VMs, comma-separated (env AGENTIC_ALLOWED_NETWORKS, default none)")
 	fs.String("mission-retention", "", "how long finished missions stay in missions.json before the archive (env AGENTIC_MISSION_RETENTION, default 1h)")
@@ -176,6 +192,7 @@ func loadConfig(args, environ []string, stderr io.Writer, version string) (Confi
 		return Config{}, fmt.Errorf("LISTEN_ADDR %q: port must be 1-65533 (port+1 and port+2 are used too)", cfg.ListenAddr)
 	}
 	cfg.AdvertiseHost = src.GetDefault("AGENTIC_ADVERTISE_HOST", host)
+	cfg.OperatorHost = src.GetDefault("AGENTIC_OPERATOR_HOST", "")
 	if cfg.HostAgents, err = strconv.Atoi(src.GetDefault("AGENTIC_HOST_AGENTS", "0")); err != nil || cfg.HostAgents < 0 || cfg.HostAgents > 99 {
 		return Config{}, fmt.Errorf("AGENTIC_HOST_AGENTS must be a number from 0 to 99")
 	}

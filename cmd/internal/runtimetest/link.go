@@ -83,7 +83,7 @@ func StartLink(t *testing.T, dir string) *Link {
 	ctx, cancel := context.WithCancel(context.Background())
 	go svc.Run(ctx)
 	mux := http.NewServeMux()
-	svc.Mount(mux)
+	svc.Mount(mux, true)
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)

@@ -1,0 +1,125 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
+	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
+	"github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1/sandboxv1connect"
+)
+
+// The operator side does not ride the agent side: the operator Exec RPC is
+// not served on the agent socket every container mounts, its token is
+// checked before its body is read, and AGENTIC_OPERATOR_HOST puts REST and
+// the WebSocket on another address than the agent port.
+func TestOperatorAPIIsApartFromTheAgentSide(t *testing.T) {
+	dataDir := t.TempDir()
+	s := startServer(t, 1, dataDir)
+
+	// Exec through the agent socket, even with the operator token: no such RPC.
+	sock := filepath.Join(dataDir, "agent-link", "agent.sock")
+	overSocket := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	client := sandboxv1connect.NewAgentServiceClient(overSocket, "http://agent-socket")
+	req := connect.NewRequest(&sandboxv1.ExecRequest{AgentId: "host-01", Command: &sandboxv1.CommandRequest{Command: "true"}})
+	req.Header().Set("Authorization", "Bearer "+s.Token)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := client.Exec(ctx, req)
+	if err == nil {
+		for stream.Receive() {
+		}
+		err = stream.Err()
+	}
+	if connect.CodeOf(err) != connect.CodeUnimplemented {
+		t.Fatalf("Exec over the agent socket: %v, want unimplemented", err)
+	}
+
+	// Without the token, Exec answers before the (endless) body is read.
+	body, feed := io.Pipe()
+	defer feed.Close()
+	go func() {
+		chunk := make([]byte, 64<<10)
+		for {
+			if _, err := feed.Write(chunk); err != nil {
+				return
+			}
+		}
+	}()
+	hreq, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.AgentURL+sandboxv1connect.AgentServiceExecProcedure, body)
+	hreq.Header.Set("Content-Type", "application/connect+proto")
+	resp, err := http.DefaultClient.Do(hreq)
+	if err != nil {
+		t.Fatalf("Exec without a token: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("Exec without a token: %d, want 401 before the body", resp.StatusCode)
+	}
+
+	// REST and the WebSocket on the operator host only.
+	base, err := freeBase()
+	if err != nil {
+		t.Fatal(err)
+	}
+	split, err := harness.Start(bins, harness.Options{DataDir: t.TempDir(), BasePort: base,
+		Env: []string{"LISTEN_ADDR=127.0.0.2:" + strconv.Itoa(base), "AGENTIC_OPERATOR_HOST=127.0.0.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(split.Kill)
+	for _, tc := range []struct {
+		addr string
+		open bool
+	}{
+		{fmt.Sprintf("127.0.0.2:%d", base), true},    // agent port
+		{fmt.Sprintf("127.0.0.1:%d", base+2), true},  // REST
+		{fmt.Sprintf("127.0.0.1:%d", base+1), true},  // WebSocket
+		{fmt.Sprintf("127.0.0.2:%d", base+2), false}, // REST not beside the agent port
+		{fmt.Sprintf("127.0.0.2:%d", base+1), false},
+	} {
+		c, err := net.DialTimeout("tcp", tc.addr, 2*time.Second)
+		if err == nil {
+			c.Close()
+		}
+		if (err == nil) != tc.open {
+			t.Errorf("%s: reachable %v, want %v", tc.addr, err == nil, tc.open)
+		}
+	}
+}
+
+// freeBase finds three free consecutive ports on 127.0.0.2.
+func freeBase() (int, error) {
+	for range 50 {
+		ln, err := net.Listen("tcp", "127.0.0.2:0")
+		if err != nil {
+			return 0, err
+		}
+		p := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		ok := true
+		for _, addr := range []string{fmt.Sprintf("127.0.0.2:%d", p+1), fmt.Sprintf("127.0.0.2:%d", p+2), fmt.Sprintf("127.0.0.1:%d", p+1), fmt.Sprintf("127.0.0.1:%d", p+2)} {
+			l, err := net.Listen("tcp", addr)
+			if err != nil {
+				ok = false
+				break
+			}
+			l.Close()
+		}
+		if ok {
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("no free ports")
+}
