@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -322,5 +324,36 @@ func TestEveryOperationDeclaresTheSharedAnswers(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestEveryErrorCodeIsDocumented: each code a handler can answer is in the
+// spec's list of Error codes, so clients can rely on the list.
+func TestEveryErrorCodeIsDocumented(t *testing.T) {
+	doc, _ := loadSpec(t)
+	listed := doc.Components.Schemas["Error"].Value.Properties["code"].Value.Description
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := regexp.MustCompile(`(?:newError\(http\.\w+|writeError\(w, http\.\w+), "([a-z_]+)"`)
+	found := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range used.FindAllStringSubmatch(string(src), -1) {
+			found++
+			if !regexp.MustCompile(`\b` + m[1] + `\b`).MatchString(listed) {
+				t.Errorf("%s answers code %q, which openapi.yaml's Error does not list", f, m[1])
+			}
+		}
+	}
+	if found < 20 {
+		t.Fatalf("found only %d codes: the pattern no longer matches the handlers", found)
 	}
 }

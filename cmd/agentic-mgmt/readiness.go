@@ -7,8 +7,8 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/agentrpc"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/aiwg"
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/hostsup"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/rest"
-	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
 // Listeners /readyz follows: each is ready only while it serves.
@@ -57,9 +57,11 @@ func (r *Readiness) Checks() []rest.ReadinessCheck {
 	r.mu.Unlock()
 
 	if r.cfg.HostAgents > 0 {
+		// The supervisor's own agents only: host environments' agents are
+		// host agents too, and counting them said "4 of 2 connected".
 		connected := 0
-		for _, a := range r.agents.Agents() {
-			if a.Runtime == ports.KindHost && a.Status.Connected() {
+		for n := 1; n <= r.cfg.HostAgents; n++ {
+			if a, ok := r.agents.Agent(hostsup.AgentID(n)); ok && a.Status.Connected() {
 				connected++
 			}
 		}

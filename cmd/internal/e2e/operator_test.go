@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -122,4 +123,22 @@ func freeBase() (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("no free ports")
+}
+
+// /readyz counts the supervisor's host agents only, not environments'.
+func TestReadinessCountsOnlyTheSupervisorsAgents(t *testing.T) {
+	s := startServer(t, 1, "")
+	t.Cleanup(func() { ctl(t, s.RESTURL, s.Token, "env", "rm", "extra") })
+	if out, errOut, code := ctl(t, s.RESTURL, s.Token, "env", "create", "--runtime", "host", "extra"); code != 0 {
+		t.Fatalf("create: %d %q %q", code, out, errOut)
+	}
+	resp, err := http.Get(s.RESTURL + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if !strings.Contains(string(b), "1 of 1 connected") {
+		t.Fatalf("readyz: %s", b)
+	}
 }
