@@ -84,6 +84,9 @@ type running struct {
 	// stdout), touched only from the serialised output callback.
 	offsets map[ports.OutputStream]uint64
 	tail    []byte
+	// stdin is the command's input queue, made on its first input.
+	stdinOnce sync.Once
+	stdin     *stdinQueue
 }
 
 // finished is a command that ended recently. Its result and output tail go
@@ -391,14 +394,13 @@ func (a *Agent) handle(msg *sandboxv1.ConnectResponse) {
 	case *sandboxv1.ConnectResponse_Command:
 		a.startCommand(p.Command)
 	case *sandboxv1.ConnectResponse_Stdin:
-		if r := a.lookup(p.Stdin.GetCommandId()); r != nil {
-			if len(p.Stdin.GetData()) > 0 {
-				if err := r.proc.WriteStdin(p.Stdin.GetData()); err != nil {
-					a.log.Debug("stdin write failed", "command_id", r.id, "err", err)
-				}
-			}
-			if p.Stdin.GetEof() {
-				_ = r.proc.CloseStdin()
+		if r := a.lookup(p.Stdin.GetCommandId()); r != nil && r.proc != nil {
+			r.stdinOnce.Do(func() {
+				r.stdin = newStdinQueue()
+				go a.stdinLoop(r, r.stdin)
+			})
+			if !r.stdin.push(p.Stdin.GetData(), p.Stdin.GetEof()) {
+				a.log.Warn("stdin dropped: the command does not read it", "command_id", r.id, "bytes", len(p.Stdin.GetData()))
 			}
 		}
 	case *sandboxv1.ConnectResponse_PtyControl:
