@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -13,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gorilla/websocket"
 
@@ -61,10 +64,13 @@ type Server struct {
 }
 
 const (
-	readChunk   = 64 << 10
-	pingTimeout = 30 * time.Second
-	pingEvery   = 20 * time.Second
-	outQueue    = 64
+	readChunk = 64 << 10
+	// maxDiscardBytes is the largest frame read (and discarded) to answer
+	// it with an error; a larger one closes the connection.
+	maxDiscardBytes = 16 << 20
+	pingTimeout     = 30 * time.Second
+	pingEvery       = 20 * time.Second
+	outQueue        = 64
 )
 
 // New returns the server.
@@ -138,7 +144,10 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return // the upgrader answered
 	}
-	ws.SetReadLimit(MaxFrameBytes)
+	// Frames over MaxFrameBytes are answered with an error frame, not a
+	// dropped connection: readLoop reads up to this much of any frame and
+	// discards the rest. Beyond it (a flood) the connection goes.
+	ws.SetReadLimit(maxDiscardBytes)
 	c := &conn{srv: s, ws: ws, viewer: s.cfg.IDs.NewID(), out: make(chan any, outQueue), joins: map[string]context.CancelFunc{}}
 	c.run()
 }
@@ -218,12 +227,27 @@ func (c *conn) drop(cancel context.CancelFunc, err error) {
 
 func (c *conn) readLoop(ctx context.Context) {
 	for {
-		typ, raw, err := c.ws.ReadMessage()
+		typ, r, err := c.ws.NextReader()
 		if err != nil {
 			return
 		}
+		raw, err := io.ReadAll(io.LimitReader(r, MaxFrameBytes+1))
+		if err != nil {
+			return
+		}
+		if len(raw) > MaxFrameBytes {
+			if _, err := io.Copy(io.Discard, r); err != nil {
+				return
+			}
+			c.send(ctx, ErrorFrame{Type: FrameError, Code: "frame_too_large", Message: fmt.Sprintf("frames are at most %d bytes", MaxFrameBytes)})
+			continue
+		}
 		if typ != websocket.TextMessage {
 			c.send(ctx, ErrorFrame{Type: FrameError, Code: "invalid_frame", Message: "frames are JSON text messages"})
+			continue
+		}
+		if !utf8.Valid(raw) {
+			c.send(ctx, ErrorFrame{Type: FrameError, Code: "invalid_frame", Message: "text frames must be valid UTF-8"})
 			continue
 		}
 		f, err := DecodeClientFrame(raw)

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gorilla/websocket"
 )
@@ -55,5 +56,50 @@ func TestWebSocketOriginMustBeTheServersOwn(t *testing.T) {
 		if got := dial(tc.origin, tc.host); got != tc.want {
 			t.Errorf("Origin %q Host %q: %d, want %d", tc.origin, tc.host, got, tc.want)
 		}
+	}
+}
+
+// A frame too large or not UTF-8 is answered with an error frame; the
+// connection stays up for the next one.
+func TestWebSocketBadFramesGetErrorFrames(t *testing.T) {
+	s := startServer(t, 0, "")
+	host, port, _ := strings.Cut(strings.TrimPrefix(s.AgentURL, "http://"), ":")
+	p, _ := strconv.Atoi(port)
+	ws, _, err := websocket.DefaultDialer.Dial(fmt.Sprintf("ws://%s:%d/ws", host, p+1), http.Header{"Authorization": {"Bearer " + s.Token}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	next := func(want string) map[string]any {
+		t.Helper()
+		for {
+			_ = ws.SetReadDeadline(time.Now().Add(10 * time.Second))
+			var f map[string]any
+			if err := ws.ReadJSON(&f); err != nil {
+				t.Fatalf("waiting for %s: %v", want, err)
+			}
+			if f["type"] == want {
+				return f
+			}
+		}
+	}
+	big := `{"type":"ping","id":"` + strings.Repeat("x", 2<<20) + `"}`
+	if err := ws.WriteMessage(websocket.TextMessage, []byte(big)); err != nil {
+		t.Fatal(err)
+	}
+	if f := next("error"); f["code"] != "frame_too_large" {
+		t.Fatalf("a 2 MiB frame: %v", f)
+	}
+	if err := ws.WriteMessage(websocket.TextMessage, []byte("{\"type\":\"ping\",\"id\":\"\xff\xfe\"}")); err != nil {
+		t.Fatal(err)
+	}
+	if f := next("error"); f["code"] != "invalid_frame" {
+		t.Fatalf("invalid UTF-8: %v", f)
+	}
+	if err := ws.WriteJSON(map[string]any{"type": "ping", "id": "still-here"}); err != nil {
+		t.Fatal(err)
+	}
+	if f := next("pong"); f["id"] != "still-here" {
+		t.Fatalf("after the bad frames: %v", f)
 	}
 }
