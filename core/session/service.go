@@ -61,6 +61,10 @@ func (s *Service) Create(ctx context.Context, spec Spec, cols, rows uint16) (Ses
 	if spec.Type == ports.SessionInteractive {
 		spec.PTY = true
 	}
+	// An unknown agent gets nothing stored: its id is the caller's words.
+	if _, ok := s.cfg.Agents.Agent(spec.AgentID); !ok {
+		return Session{}, fmt.Errorf("%w: %q", ports.ErrAgentNotFound, clipID(spec.AgentID))
+	}
 	s.mu.Lock()
 	sess, err := s.reg.Create(spec, s.cfg.Clock.Now())
 	var fd *feed
@@ -89,9 +93,12 @@ func (s *Service) Create(ctx context.Context, spec Spec, cols, rows uint16) (Ses
 		Persist: sess.PTY && sess.Type != ports.SessionHeadless,
 	}, s.startOptions(sess.ID, sess.ID, fd))
 	if err != nil {
+		// Nothing ran: the session is not kept, not even as lost.
 		s.mu.Lock()
 		_, _ = s.reg.Lost(sess.ID, "could not start: "+err.Error(), s.cfg.Clock.Now())
 		s.closeExitedLocked(sess.ID)
+		_ = s.reg.Forget(sess.ID)
+		delete(s.feeds, sess.ID)
 		s.mu.Unlock()
 		return Session{}, err
 	}
@@ -386,4 +393,12 @@ func (s *Service) Activity(id string, after int) (events []claudefeed.Event, sum
 		}
 	}
 	return events, f.parser.Summary(), f.dropped, true
+}
+
+// clipID shortens an id for a message: callers may send anything.
+func clipID(id string) string {
+	if len(id) > 64 {
+		return id[:64] + "…"
+	}
+	return id
 }

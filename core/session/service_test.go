@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -377,5 +378,18 @@ func TestHeadlessActivityFeed(t *testing.T) {
 	other, _ := svc.Create(context.Background(), Spec{AgentID: "agent-1", Type: ports.SessionBackground, Command: "x"}, 0, 0)
 	if _, _, _, ok := svc.Activity(other.ID, 0); ok {
 		t.Fatal("a background session has an activity feed")
+	}
+}
+
+// A create that cannot start leaves nothing stored: not a session under
+// an id the caller made up (any length, NUL, CRLF), not a "lost" record.
+func TestFailedCreateStoresNothing(t *testing.T) {
+	svc, _, _ := newSvc()
+	hostile := strings.Repeat("a", 5000) + "\x00\r\n"
+	if _, err := svc.Create(context.Background(), Spec{AgentID: hostile, Command: "sh"}, 0, 0); !errors.Is(err, ports.ErrAgentNotFound) {
+		t.Fatalf("unknown agent: %v", err)
+	}
+	if got := svc.List(""); len(got) != 0 {
+		t.Fatalf("a failed create left %d sessions: %+v", len(got), got[0].AgentID[:20])
 	}
 }
