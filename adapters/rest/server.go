@@ -149,6 +149,12 @@ func (s *Server) serve(mux *http.ServeMux, w http.ResponseWriter, r *http.Reques
 	}()
 
 	r.Body = http.MaxBytesReader(sw, r.Body, MaxBodyBytes)
+	// ServeMux would answer a path with "//" or dot segments with a
+	// redirect to its clean form: a JSON API answers 404 instead.
+	if p := r.URL.Path; strings.Contains(p, "//") || strings.Contains(p+"/", "/./") || strings.Contains(p+"/", "/../") {
+		writeError(sw, http.StatusNotFound, "not_found", "no such path (paths have no empty or dot segments)")
+		return
+	}
 	_, pattern := mux.Handler(r)
 	if pattern == dispatchRoute {
 		// aiwg serve's route: its own gate and token, before the body.

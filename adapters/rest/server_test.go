@@ -414,3 +414,14 @@ func TestExecStdinFailureKills(t *testing.T) {
 		t.Fatalf("a command whose stdin could not be written was not killed (kills = %d)", kills)
 	}
 }
+
+// Paths with empty or dot segments get a JSON 404, never a redirect.
+func TestUncleanPathsAreNotRedirected(t *testing.T) {
+	e := newEnv(t)
+	e.srv.Client().CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	for _, p := range []string{"/api/v1//agents", "/api/v1/./agents", "/api/v1/x/../agents", "//healthz", "/api/v1/agents/.."} {
+		r := e.call("GET", p, "")
+		expect(t, r, http.StatusNotFound, "not_found")
+	}
+	expect(t, e.call("GET", "/api/v1/agents", ""), http.StatusOK, "")
+}
