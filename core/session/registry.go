@@ -57,6 +57,9 @@ func (r *Registry) Create(spec Spec, now time.Time) (Session, error) {
 		// Interactive sessions default to the agent's shell; the others have nothing to run.
 		return Session{}, fmt.Errorf("%w: %s session without a command", ErrInvalidSpec, spec.Type)
 	}
+	if n := commandLineBytes(spec); n > MaxCommandLineBytes {
+		return Session{}, fmt.Errorf("%w: command line of %d bytes is over %d", ErrInvalidSpec, n, MaxCommandLineBytes)
+	}
 	id := r.newID()
 	name := spec.Name
 	if name == "" {
@@ -217,4 +220,20 @@ func (r *Registry) Forget(id string) error {
 	}
 	delete(r.byID, id)
 	return nil
+}
+
+// MaxCommandLineBytes bounds a session's command, arguments and environment:
+// a session kept in tmux passes them on tmux's own command line, which
+// refuses (after a long stall) what is much larger.
+const MaxCommandLineBytes = 32 << 10
+
+func commandLineBytes(spec Spec) int {
+	n := len(spec.Command) + len(spec.Cwd)
+	for _, a := range spec.Args {
+		n += len(a) + 1
+	}
+	for k, v := range spec.Env {
+		n += len(k) + len(v) + 2
+	}
+	return n
 }

@@ -152,6 +152,7 @@ func TestCreate(t *testing.T) {
 		{Spec{AgentID: "a1", Type: "daemon", Command: "x"}, ErrInvalidType},
 		{Spec{Type: ports.SessionInteractive}, ErrInvalidSpec},
 		{Spec{AgentID: "a1", Type: ports.SessionHeadless}, ErrInvalidSpec},
+		{Spec{AgentID: "a1", Type: ports.SessionBackground, Command: "echo", Args: []string{strings.Repeat("x", 100<<10)}}, ErrInvalidSpec},
 		{Spec{AgentID: "a1", Type: ports.SessionBackground}, ErrInvalidSpec},
 		{shell("a1", "has.dot"), ErrInvalidName},
 		{shell("a1", "-dash"), ErrInvalidName},
