@@ -47,6 +47,10 @@ type SessionLog interface {
 	// ctx ends first, ErrSessionNotFound when the log is deleted while
 	// waiting and ErrSessionLogClosed when the log closes. It never polls.
 	Wait(ctx context.Context, sessionID string, offset uint64) error
+	// Release closes what the log holds open for the session (its files);
+	// they reopen on the next use. Called when a session ends, so that
+	// ended sessions hold no descriptors.
+	Release(sessionID string) error
 	// Delete removes the session's log. Session ids are never reused, so a
 	// later Append under the same id starts a new log at 0.
 	Delete(sessionID string) error

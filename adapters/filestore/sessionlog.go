@@ -535,6 +535,17 @@ func (s *slSession) dropReaders() {
 	s.rmu.Unlock()
 }
 
+// Release implements ports.SessionLog.
+func (l *SessionLog) Release(sessionID string) error {
+	s, err := l.lock(sessionID, false, true)
+	if s == nil || err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	s.dropReaders()
+	return s.closeWriter()
+}
+
 // Bounds implements ports.SessionLog.
 func (l *SessionLog) Bounds(sessionID string) (first, end uint64) {
 	s, err := l.lock(sessionID, false, false)

@@ -154,7 +154,8 @@ func (s *Service) watch(id string, cmd ports.Command) {
 	s.closeExitedLocked(id)
 }
 
-// closeExitedLocked tells the session's waiters it ended (once); s.mu held.
+// closeExitedLocked tells the session's waiters it ended (once) and lets
+// its log close its files, which an ended session must not hold; s.mu held.
 func (s *Service) closeExitedLocked(id string) {
 	ch := s.exited[id]
 	if ch == nil {
@@ -164,6 +165,9 @@ func (s *Service) closeExitedLocked(id string) {
 	case <-ch:
 	default:
 		close(ch)
+		if err := s.cfg.Log.Release(id); err != nil {
+			s.log.Warn("session log not released", "session_id", id, "err", err)
+		}
 	}
 }
 

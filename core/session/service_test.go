@@ -32,8 +32,9 @@ func (g *ids) NewID() string {
 
 // memLog is an unbounded in-memory ports.SessionLog.
 type memLog struct {
-	mu   sync.Mutex
-	data map[string][]byte
+	mu       sync.Mutex
+	data     map[string][]byte
+	released []string
 }
 
 func (l *memLog) Append(id string, b []byte) (uint64, error) {
@@ -64,6 +65,12 @@ func (l *memLog) Wait(ctx context.Context, id string, off uint64) error {
 	return ctx.Err()
 }
 func (l *memLog) Delete(id string) error { return nil }
+func (l *memLog) Release(id string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.released = append(l.released, id)
+	return nil
+}
 func (l *memLog) Close() error           { return nil }
 
 // fakeCmd is a command the test finishes by hand.

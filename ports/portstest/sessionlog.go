@@ -30,6 +30,7 @@ func RunSessionLogSuite(t *testing.T, open OpenSessionLog) {
 	t.Run("ReopenKeepsOffsets", func(t *testing.T) { slReopen(t, open) })
 	t.Run("Wait", func(t *testing.T) { slWait(t, open) })
 	t.Run("Delete", func(t *testing.T) { slDelete(t, open) })
+	t.Run("ReleaseKeepsTheLog", func(t *testing.T) { slRelease(t, open) })
 	t.Run("Closed", func(t *testing.T) { slClosed(t, open) })
 	t.Run("ConcurrentWriterAndReaders", func(t *testing.T) { slConcurrent(t, open, 8<<20) })
 	t.Run("ConcurrentSlowReadersFallBehind", func(t *testing.T) { slConcurrent(t, open, 128<<10) })
@@ -44,6 +45,30 @@ func PatternAt(off uint64, b []byte) []byte {
 		b[i] = byte(o ^ o>>8 ^ o>>16 ^ o>>24)
 	}
 	return b
+}
+
+// slRelease: a released log reads and appends on as before.
+func slRelease(t *testing.T, open OpenSessionLog) {
+	h := newSL(t, open, 1<<20)
+	if _, err := h.log.Append("s1", []byte("abc")); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.log.Release("s1"); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if err := h.log.Release("never-written"); err != nil {
+		t.Fatalf("Release of an unknown session: %v", err)
+	}
+	data, start, _, err := h.log.ReadFrom("s1", 0, 100)
+	if err != nil || string(data) != "abc" || start != 0 {
+		t.Fatalf("after Release: %q %d %v", data, start, err)
+	}
+	if off, err := h.log.Append("s1", []byte("def")); err != nil || off != 3 {
+		t.Fatalf("Append after Release: %d %v", off, err)
+	}
+	if data, _, _, _ := h.log.ReadFrom("s1", 0, 100); string(data) != "abcdef" {
+		t.Fatalf("read %q", data)
+	}
 }
 
 type slHarness struct {

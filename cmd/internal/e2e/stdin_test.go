@@ -2,6 +2,10 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -40,5 +44,50 @@ func TestUnreadStdinDoesNotFreezeTheAgent(t *testing.T) {
 	}
 	if k, err := s.Client().KillCommandWithResponse(ctx, id); err != nil || k.StatusCode() >= 300 {
 		t.Fatalf("kill: %v %v", err, k.Status())
+	}
+}
+
+// Ended sessions hold no file descriptors in agentic-mgmt.
+func TestEndedSessionsHoldNoFiles(t *testing.T) {
+	dataDir := t.TempDir()
+	s := startServer(t, 1, dataDir)
+	sessionFiles := func() int {
+		fds, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", s.Cmd.Process.Pid))
+		n := 0
+		for _, fd := range fds {
+			if target, err := os.Readlink(fd); err == nil && strings.HasPrefix(target, filepath.Join(dataDir, "sessions")) {
+				n++
+			}
+		}
+		return n
+	}
+	bg := restapi.SessionBackground
+	var ids []string
+	for i := range 12 {
+		sess := createSession(t, s, "host-01", restapi.CreateSessionRequest{Type: &bg, Name: ptr(fmt.Sprintf("short-%d", i)), Command: "echo",
+			Args: ptr([]string{"done"})})
+		ids = append(ids, sess.SessionId)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	eventually(t, 20*time.Second, "the sessions to end", func() bool {
+		for _, id := range ids {
+			got, err := s.Client().GetSessionWithResponse(ctx, id)
+			if err != nil || got.JSON200 == nil || got.JSON200.State == restapi.SessionStateSessionRunning || got.JSON200.State == restapi.SessionStateSessionStarting {
+				return false
+			}
+		}
+		return true
+	})
+	eventually(t, 10*time.Second, "the ended sessions' files to close", func() bool { return sessionFiles() == 0 })
+	// Their output is still there to read.
+	resp, err := s.Client().GetSessionOutput(ctx, ids[0], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), "done") {
+		t.Fatalf("output after release: %q", b)
 	}
 }
