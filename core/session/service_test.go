@@ -71,7 +71,7 @@ func (l *memLog) Release(id string) error {
 	l.released = append(l.released, id)
 	return nil
 }
-func (l *memLog) Close() error           { return nil }
+func (l *memLog) Close() error { return nil }
 
 // fakeCmd is a command the test finishes by hand.
 type fakeCmd struct {
