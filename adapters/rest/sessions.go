@@ -175,6 +175,8 @@ func createSessionError(err error, subject string) *apiError {
 	switch {
 	case errors.Is(err, session.ErrNameTaken):
 		return newError(http.StatusConflict, "session_name_taken", "%s: %v", subject, err)
+	case errors.Is(err, session.ErrQuota):
+		return newError(http.StatusTooManyRequests, "too_many_sessions", "%s: %v", subject, err)
 	case errors.Is(err, session.ErrInvalidName), errors.Is(err, session.ErrInvalidType), errors.Is(err, session.ErrInvalidSpec):
 		return badRequest("%v", err)
 	default:

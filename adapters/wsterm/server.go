@@ -276,6 +276,8 @@ func mapError(err error) error {
 		return bad("agent_not_connected", "the agent is not connected")
 	case errors.Is(err, ports.ErrCommandEnded):
 		return bad("session_ended", "the session has ended")
+	case errors.Is(err, session.ErrQuota):
+		return bad("too_many_sessions", "%v", err)
 	case errors.Is(err, session.ErrInvalidName), errors.Is(err, session.ErrInvalidSpec), errors.Is(err, session.ErrNameTaken):
 		return bad("invalid_request", "%v", err)
 	default:

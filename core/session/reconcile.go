@@ -46,6 +46,7 @@ const (
 	ReasonEndedOnServer = "ended_on_server"           // Kill: the server already ended it
 	ReasonDuplicate     = "duplicate_report"          // Kill: a second report of one session
 	ReasonNameTaken     = "name_taken"                // Kill: a live session already has the name
+	ReasonQuota         = "over_quota"                // Kill: the agent has MaxLiveSessionsPerAgent already
 )
 
 // Decision is the outcome of reconciliation for one session.
@@ -134,6 +135,10 @@ func (r *Registry) Reconcile(agentID string, reports []Reported, now time.Time) 
 		}
 		if _, taken := r.byAgent[agentID][name]; taken {
 			out = append(out, Decision{Action: Kill, SessionID: rep.ID, AgentName: rep.AgentName, Reason: ReasonNameTaken})
+			continue
+		}
+		if r.live(agentID) >= MaxLiveSessionsPerAgent {
+			out = append(out, Decision{Action: Kill, SessionID: rep.ID, AgentName: rep.AgentName, Reason: ReasonQuota})
 			continue
 		}
 		id := rep.ID

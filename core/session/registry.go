@@ -71,6 +71,9 @@ func (r *Registry) Create(spec Spec, now time.Time) (Session, error) {
 	if _, taken := r.byAgent[spec.AgentID][name]; taken {
 		return Session{}, fmt.Errorf("%w: %q on agent %q", ErrNameTaken, name, spec.AgentID)
 	}
+	if n := r.live(spec.AgentID); n >= MaxLiveSessionsPerAgent {
+		return Session{}, fmt.Errorf("%w: agent %q runs %d, the limit is %d", ErrQuota, spec.AgentID, n, MaxLiveSessionsPerAgent)
+	}
 	s := Session{
 		ID: id, AgentID: spec.AgentID, Name: name, Type: spec.Type,
 		Command: spec.Command, Args: spec.Args, Cwd: spec.Cwd, Env: spec.Env,
@@ -236,4 +239,9 @@ func commandLineBytes(spec Spec) int {
 		n += len(k) + len(v) + 2
 	}
 	return n
+}
+
+// live counts agentID's live sessions.
+func (r *Registry) live(agentID string) int {
+	return len(r.byAgent[agentID])
 }

@@ -83,7 +83,14 @@ var (
 	ErrNotJoined         = errors.New("viewer has not joined the session")
 	ErrNotController     = errors.New("viewer is not the session's controller")
 	ErrInvalidRole       = errors.New("invalid viewer role")
+	// ErrQuota is a new session beyond an agent's live-session quota.
+	ErrQuota = errors.New("too many live sessions on this agent")
 )
+
+// MaxLiveSessionsPerAgent bounds an agent's live sessions, created or
+// adopted from its reports: one report cannot make the server keep tens of
+// thousands of sessions.
+const MaxLiveSessionsPerAgent = 128
 
 // Session is the server's record of one session.
 type Session struct {

@@ -297,3 +297,53 @@ func TestDefaultNamesDifferForIDsMadeTogether(t *testing.T) {
 type listIDs struct{ ids []string }
 
 func (g *listIDs) NewID() string { id := g.ids[0]; g.ids = g.ids[1:]; return id }
+
+// An agent's live sessions are bounded, whether created or adopted from its
+// report; ended ones do not count.
+func TestLiveSessionsPerAgentAreBounded(t *testing.T) {
+	r := newReg()
+	now := time.Now()
+	var first Session
+	for i := range MaxLiveSessionsPerAgent {
+		s, err := r.Create(Spec{AgentID: "a1", Type: ports.SessionBackground, Command: "sleep", Name: fmt.Sprintf("s%d", i)}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			first = s
+		}
+	}
+	if _, err := r.Create(Spec{AgentID: "a1", Type: ports.SessionBackground, Command: "sleep"}, now); !errors.Is(err, ErrQuota) {
+		t.Fatalf("one over the quota: %v", err)
+	}
+	if _, err := r.Create(Spec{AgentID: "a2", Type: ports.SessionBackground, Command: "sleep"}, now); err != nil {
+		t.Fatalf("another agent: %v", err)
+	}
+	// A report of many unknown sessions adopts up to the quota and kills the rest.
+	var reps []Reported
+	for _, s := range r.List("a1") {
+		reps = append(reps, Reported{ID: s.ID, AgentName: AgentName(s.Name)})
+	}
+	for i := range 500 {
+		reps = append(reps, Reported{AgentName: AgentName(fmt.Sprintf("extra%d", i)), Type: ports.SessionBackground})
+	}
+	kills := 0
+	for _, d := range r.Reconcile("a1", reps, now) {
+		switch {
+		case d.Action == Adopt:
+			t.Fatalf("adopted %s beyond the quota", d.AgentName)
+		case d.Action == Kill && d.Reason == ReasonQuota:
+			kills++
+		}
+	}
+	if kills != 500 {
+		t.Fatalf("%d over-quota reports killed, want 500", kills)
+	}
+	// An ended session frees its place.
+	if _, err := r.Exited(first.ID, 0, now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Create(Spec{AgentID: "a1", Type: ports.SessionBackground, Command: "sleep"}, now); err != nil {
+		t.Fatalf("after one ended: %v", err)
+	}
+}

@@ -504,7 +504,7 @@ type Error struct {
 	// store_unavailable, mission_conflict, mission_not_found, session_not_found,
 	// hitl_not_found, hitl_not_open, session_name_taken, not_headless, offset_beyond_end,
 	// environment_not_found, environment_exists, unknown_runtime, runtime_unavailable,
-	// runtime_error, not_supported.
+	// runtime_error, not_supported, too_many_sessions.
 	Code string `json:"code"`
 
 	// Error A message for people.
@@ -807,6 +807,9 @@ type NotFound = Error
 
 // TooLarge defines model for TooLarge.
 type TooLarge = Error
+
+// TooManyRequests defines model for TooManyRequests.
+type TooManyRequests = Error
 
 // Unauthorized defines model for Unauthorized.
 type Unauthorized = Error
@@ -4267,6 +4270,8 @@ type CreateSessionResponse struct {
 	JSON409 *Conflict
 	// JSON413 the response for an HTTP 413 `application/json` response
 	JSON413 *TooLarge
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *TooManyRequests
 	// JSON502 the response for an HTTP 502 `application/json` response
 	JSON502 *BadGateway
 }
@@ -4299,6 +4304,11 @@ func (r CreateSessionResponse) GetJSON409() *Conflict {
 // GetJSON413 returns the response for an HTTP 413 `application/json` response
 func (r CreateSessionResponse) GetJSON413() *TooLarge {
 	return r.JSON413
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r CreateSessionResponse) GetJSON429() *TooManyRequests {
+	return r.JSON429
 }
 
 // GetJSON502 returns the response for an HTTP 502 `application/json` response
@@ -7107,6 +7117,13 @@ func ParseCreateSessionResponse(rsp *http.Response) (*CreateSessionResponse, err
 		}
 		response.JSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
 		var dest BadGateway
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -9723,6 +9740,8 @@ type NotFoundJSONResponse Error
 
 type TooLargeJSONResponse Error
 
+type TooManyRequestsJSONResponse Error
+
 type UnauthorizedJSONResponse Error
 
 type UnavailableJSONResponse Error
@@ -10151,6 +10170,20 @@ func (response CreateSession413JSONResponse) VisitCreateSessionResponse(w http.R
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSession429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response CreateSession429JSONResponse) VisitCreateSessionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -13291,166 +13324,167 @@ func (sh *strictHandler) GetReadyz(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H3bciO3kuCvZHAnwmScEkVduo9NxT7IbbmtsfsSLXm8cw69LJAFkjgqAmUAJTbdoYh92g/Yl/mD/ZH5",
-	"k/mSDSSAKhSJIiW1uo/X0S/dYl2ArETekZn40JmKZSE45Vp1hh86BZFkSTWV+Ot8Trm+/M78yXhn2CmI",
-	"XnSSDidL2hl2iLk7Zlkn6Uj6W8kkzTpDLUuadNR0QZfEvLck73+ifK4XneHR8ddJZ8l49Tvp6HVhRlJa",
-	"Mj7v3N0lnRdiuSQ8a510au8/9bQX/JZJwZeU69c4UXRy/O+e0z4/2T/rFVWKCd76scref9qPvTNDqUJw",
-	"RXGRvyXZS6LpiqzNr6ngmnJt/iRFkbMp0Uzww38owc21etJ/kXTWGXb+22FNQIf2rjq8kFJIO1VG1VSy",
-	"wgzSGXauFxSQbGBl/iErsobVguUU9IKCW1uQhPc7d4mB7B39raRKfx7IpJ0MmIIlyWdCLmmGgLwQfJaz",
-	"6WcDQ4lSTqmBg3EgoDTRBkNEQyaoAi40kDwXK9ALpqBL+/O+Q6u5NRWc06mmWVJhlOSSkmwNlGc06+E3",
-	"vRb6e1Hy7NN/02sBqpwuqu/C6a+F+InIOf28KzsR2dqgNTdTS4NSDkfwin2LMP3MSakXQrLf6WdAyyum",
-	"FONzEBJWUvA5TCiRBihxQ7mH55awnExy+jlWSUMhlGKTnAIXK+gyrulc4iQgZrME6Hs6LbWQSGWSzpnS",
-	"VBoy48KSXwJKC0mhrAE3xHbnhZVVKpe/vLzSRJf4qwnEL0wvUBRszZ1+GBkEzNi8lDQbdYYwI7midykY",
-	"+uZCLwwuaa5oH3AUpkHwBOgtlesRX9LlhEqz9IWkinI9hFQRnk3E+zHL7CCp/z57RVKgy0KvwUpOBSXX",
-	"LDfQjbj9eAufwkfJ9IaLVU6zuUFIPZRH05gaxKcGAl7mOZQ8p0rht+ZE6RGvkBuODTPCcpr14bX5DiCO",
-	"OEa8k3QKKQoqNbNSvMaN+eVk/kSInBJuaKkSCvHblGeFYJa4NhRG0gnwsvt+82PNs+ZbLf1apbX1br0I",
-	"kaHvQq339/Abf62GEpN/0Kk2Q51PNbtlen1x67hkE0NKj0uF8xjZTnRn2MlEaaCrRuOloRNE2Cr+sVlp",
-	"l2ZMCjZeqsZojOvnp/VgSMR2tOqte7/BVI3F7fW6YVZyU14uDWoYZ7qTdIhSTGnC9VjT9+aCYYsbA3nS",
-	"0ULk4ynJc/+3pKrMNVoW7o+SGyI2xMX4LclZiGeHgaTz/sBMenBLpLFSlJndY/7SQuF/nntori0w/vp1",
-	"DVR1SYj8hYUtvPTOQ+Yvbl34uQK5BsKBfpd0liKjeXQZebkc61JyFdwNsF8QaYxbxFOpaBvlO8zFbin6",
-	"27Z8eysUQ75mHFl/Ro20mEmxhKN+lAwCE3BrtBc5KTP6lQL3ELAsGCQApZzYaxEwkU6iN8ynM16Uenvi",
-	"czB3wRDTV8ZGKUqdwC2VE6LZEv716s3rfjUEd+Z0fIIduDX3cXWYpksVf8ReIFKSNf6WJZ+SFiG3IUzM",
-	"+jg+2iVMrsrlksj1R4uTTHC6jUhjm8wYJzlYSoIVMatp9H8S4fqHSxGjW8ata7yLfMvplCoVlz6VKGnh",
-	"Hlw6s7aIHZJlSPQkf9vAYOS9zVVo5dCNxbTPNQBrQOHwX39WUq9fE61RWphHFYr1f2+pVMxaYFtInJKC",
-	"TFjO/Bv3p+RKXY+JblIY0fRAsyWNMXrG1ONeXAilWxm1hT9ZMSZZJptEUt/OyYRa+tiz/ltIqBGP1Lug",
-	"ROoJfcjnLKmWbKr22cKv3GOGmErOGZ+PncPUQp/SmIAWS17xGswhNXFNGKeyk3Rul4Eq/TUmjyvrdxd0",
-	"SHXOUDYvrZWmyzHjM7HvzSt89NI8uckoGElw89ffExBAtXARnLTyxk9MtfFHk+73fu82L2x8gBu0FZTa",
-	"s/ArpDSR2lob6AR3ks6kVGuLBxTWIdtEF8wFpczYjcV3GOoYE5jd42ULWEyKtPBYEO2KGt58KjLz9x7U",
-	"vil1UeoL/3RD8u90Ft/TqbO4HNnSfa80UIUvZVTKuIrBW2Mxmymq76nPlM5EqduGE6UOhmuq2jd4HcTM",
-	"Gl5MKuPDGsVBM7DvwmStqdG8ewHZckyCoGQQFrUYq6CusLEJ7CYugpWNEfoLSYmmQcgyiJI1iYstyTxi",
-	"drzw0grwgQSE8S0zpm7sBSiIXsBMSPi3V+oMMjojZa6HiDknM75SIFYcloyzJcnta1Hj06uVDQsyVwKH",
-	"Q2wZIzIbwvnB34Ac/A6Dg2+gD2M4SMAzL6yMT08gp1pTaeDN2JxpM+NDYq5Jh1O9EvJmGyIuOIWu+1RY",
-	"LaikIGYzKmk2rCEFpVlurDUyXVDrvisqb6nsJWBkaAITyTKD0lKhMtgCoJBixnLaYo+RbCx4vh5LIXTc",
-	"9vJRtL3y9F31YFNzNT/bAp2J6Y1Fa84mt0xq6L68uIZDUrDD26ND97aCnCltvlooCrU33uskezz3WtEg",
-	"ObQTtYuItxI0kfMHW1LWClmS92xpxPbRYDBAMnE/Y2LGMXTEgZNiLskStDCMkEAuxA3NoCyMR/f2/PoH",
-	"pMjdJNgWWaD89uPMpTirHR08PzViL+Qu5C0u9AZ/HRgKGFcMD6NyMDiZmnnwL3pgL7AMCkln7L29usmE",
-	"pzGq1+ttyN6V3Aa4NZVL9IIq/tOypGcYBZTEeGLU+7gKSL4iawWZ6NlInxHcgtMECEzI9GYuRckz/7hx",
-	"jnXGODAFBApWUFhJpjXlMFl7z5XAgpIM43Hek14QBRxHdaqBcNQSVEqYCL2AuTA0gOE7MU/wthUGzhO3",
-	"UfobWmj09Zfle+iyIH4vSp2bz2JaOclSSGFck17c9ZNi9XAy9l7/TmPRQnxtHm3Ra1F+/Y6pgujp4nw6",
-	"pYVzuZu8SpVmS+ONj5HKIuv//Qs4OTn5xmDo5+sXlgbpezLV+RqWLM+ZolPBkdqmzECZAO51HA+Onx8M",
-	"nh0Mvrke/HV4dDI8Pu4fHZ/8raG7Qw+hIEZtmDn/52iUfTi9OxiNstEoc/9d2/+Gjf9Go7559uTub/8S",
-	"k+P7gqJLFgZudvgATZwQpdjcmCRdJCfc+SHa2SsEcU34lPb6e2VuAEAT2sAB2FyiXQvdKpMNUeVUOyd4",
-	"b8S3AmXGck2jUeJ2C3mDgESpqeVD5tmoezo4BTZr7oQhuvZCdn93vWWoSulsEMeemaOur+Dzsfcv2ocI",
-	"JMSSapIRTdp1iH2zZaR66iblBpL9+NnzvcrNDsNuaVzcEwWpWsDB1OmW6nGrStK96nMXkddzx+g4sJcf",
-	"6IXZm20c+8Z6FLQe/ivlt8NWC8qB4Y6yMZ1oPD47RdPnYRGbzb2B4M7tg9zuAC124yRiQ1VuRKt1v8vO",
-	"jpnAtyjOXRxzg0zcXq12m4qAXvu93DLn4T8IkR9tT2+PaO9FJdY1Usqccep8nmntimXGDl8Sowx/vvwu",
-	"gaItnL8ZhqjwaWMREyE24h1Ki6LAMGhBXDzUbix2kk5GjexueJq7tnou+O3b5nQX/PbbasYLfvvOTXrB",
-	"b6+qec1rfuoLfvu9n/2C335XAbDJ3D7dpnIevD8duNgB71Skv4f7W/YHHxZgVKqNJZSmxf69TGK9flrs",
-	"gzYeWwukzaNYfW+crTFBFEQvgDaNgSzm7htLZpJTUJzc0PGUoP+YUYwxFNanUkMogwSMBNwe5Pgfyhh+",
-	"/pdL5UhGfCKy9VgLMcZsDvRnxjNj/CewpHohsrG5gokyZjhLNMFD9YU6Y2bE7dW59SjwbxS1VS5NOIK/",
-	"hGk1FgAyLvQ6sU7HeJoLhYOiI8NJ7scK0hvGGVMGNVmdX4FTNPMrxlahjDgmWIyDBIsEvA6cuiyl+koA",
-	"qt9HrC+N+ILpPHym+i0KyoNXyJKONbkx18xd7ywlYMNV4wldC4uFZMQDwgnHDi/T90xplYCLkY8dgyc+",
-	"ttT4vBH3Vx3uzKCqLAohjT7FVIh27bhJho5xLd1RUeR0vyFtB0ssaUdZAcOkf+KIxUdHJpbk/VhgEHo8",
-	"WWsas6LwrnWYCypBaUnJsg4IHD2HV+zbnos1WEQ8/+vR4Ouvn5/uw83u4EOhaJmJgzoGse3xL6mcOyfi",
-	"iTxzWfIxUW1xbMYjqVEubOGiDm69fXzDmJpsujCGpjY2p5U80DUipYfx3ZzONBjGhq7f0AGf9dOL2hkG",
-	"IxEL5uLdK2QfAm+v/z2pYkXvzeMHx8+eT0UuZHxAtqSi1GPr1UeI4EeWY4IVrBYipz4iAnMpygLITGPK",
-	"nrGlBZ9D9+rypQEmsV98dfnyx8uffoJjUJATTWWvD+cTZQxIIWEAS0q4gpPBABSCbzDjcsfAAYbXA+TW",
-	"CGqQ3dfPTxsLPIgtsDF+GZ+PMybvk9jUHmcJ9mCedO/o4bkEj99tahHHvyzWjbzfqSjzzCYXlj7UQ6wy",
-	"43OYME7kuh+PxTCjxLOWDAtJSQ7mGbQ5zuDo+Ou/vLa+2Q3Lc5rBZA2KzQ33vza3/2pvGticcRLAhpGS",
-	"lmQdHGMbiCs7Nmbwuhnd2FPUo2wGhK/7bTteOzbQWjfDdqZvsCXNxs1Xw9sPyKJp2/mqVyS2+1VRUpMM",
-	"Q8jCVI0aoBiD/HB5/dM5VysqY0FItGkeH6LbGz59Zcdw+50b2PGTJ804hR247VviBr8ze+9v7JuhvFGy",
-	"z9ivBm+Dqd262S2BeGvq0WNiHh+xloUUy6ItUW/Hm/dbUDd6/cWN72tHqq3C2Maqx1q4q/Ls2cnzfZYq",
-	"vhedjpLcjLI5UR3Tou/JssjxrZsY7tvTnDbz6nxs2b8Rg+dVnaCz4T4W5bigcuo89Psk1jF1M9ZCk7w2",
-	"Le+TkGteKxXNHvRWLkg2Jrfz8dE9oatfePbQN+77wpIuhVw/AgXuxQciIWbeOyH4qLDqrkgaYav5eCd/",
-	"Jp3pgk5v0EjbYQgF+xNPE301Dv9TxWu3t8nuOWRo9Wwvr5FVD1QSTFOrjeMjYjoe9dGz7Yy/jS2Lx29R",
-	"7NmS2L3pENt73kdEkhLVQh64KA9c7EdYDsbeqTKNtwYsi+yBNLprn8SHUWu0bcRRg+l+bWf3uKHiZrq/",
-	"oeKFxz4jpRp4B0hbGXp+O7VOZ+w4O6Ia2mBeFcjRnUpYNGPkZILBpmh634a3s2X7l3p28LX1JwhmDrmU",
-	"MxsOMQ47xjXh5+vvD75OQOgFlSumKEyIos9P+2gu24/BoTpJx96JQvOOkoxxZ/lvb9PWhb7V0jQfyqgm",
-	"LH/YVo/dZdjvK1TVs+bx2CJuBsLuO7Df5gi+MDb8O6rY73THNvYjwm6PCP5seVA22dYM1AJ1vT+1ZSw5",
-	"ltuKRGzYR/NJy3Pb5sDyHo8WLFP7norZCe9qXR/JU1SxgK2VS1UB55KswdAREL6VcxgoGqZEXimy3ana",
-	"99v2uvQD/mAHqX6/CEarLv7bK6w+ytmS6egOpyvwnTGaZypMqwTKZ8KsNnTN6iZQrQruB6oE3Hr2zoDw",
-	"tRUXRohIOjOGnEHH/SPNbpN2vBRZFPsutQfcc4DPnQUJtDbc6GOAD5sctyIj8eo3V9fQ7/cP8T5G6Mwv",
-	"SVW5pGDAiC+5y6tUsQg4VVQrIK3ExDi41x/2CffK13xg5uUDcilrKt9cyor2PJq3YE08zwWY+7WdZVuC",
-	"Ei4v9N663guAvQEJP3AMJJexFvE2MuEz0baDgDZNF3JKrPqdAdO28q5KwfvKsFEhGtG9YCV3OzOP2Oap",
-	"dmyexCdpTyt9sK/SHk69ohoEn9JGsqMtfsBCdqJ8gLNro6wzIavQai8e4Yynrf7M2W8lBbIUfG7zLBtZ",
-	"oLh+bt368bwOb9JvB51JBboBOBcqPsQep+GTeQaOwCvP4GPTOBttRIIgrTPIcPjaK/B06Wh6byjLzewL",
-	"JiM2pbRZINt7fnlGJdikDeACt3WoxD3AOKU8MLWpWRAeYcHA5brPOL4WdGuD2IJVj5dU37wDYT8in7Q6",
-	"UK1URx+VV2q4cqwMHvbplwa1uOF2fEZcM3g+vfdaeaG+TzNUA+8AacsLDEvANku2ko4VWEZnGtvufvZg",
-	"PZMf2FcuVOO7Cxd+muay1/jDSWvgrx2z15X9VQ68cV1d7gV6gT7Z/WEwXzYGdBd/qMd1V74NhjfQoQxv",
-	"dZ7adr7OvfBHO6t7+fo6gWrf9r/+1//tGa1hnZX9iRhukujK64y1V434mNP2JijRZOzc6VCGT9Y6rhnF",
-	"LFaGLxR1ZQZ2k3olmaGKmBkRc4uCes1I+sh0ETcRinI8FbKtlBrdhIdEg2+o5C29EpwP8pDRhIrvFGx8",
-	"O8qzaSmNcDWCwCW3uTyoa3FDedyawz4oQNhqbg07YEqVNAOiIdpIxSwFihpcDGy0U8O90LpAoAsqSTjv",
-	"njcM+L4ed0OzuZHg3cXVNZy/vTT2Soqql00PlvOlTqGLgGcgeFBeZqxP+Asc9/ojfnFL5dqW4pXcaMrU",
-	"1WOlwCl1fqOHudE9aMS76fnLi9fXly/Gb95evDu/fvNufP3mx4vXKeaC4Iucwpxy8zbNgHEtILU52YYp",
-	"IGPSpmQf+hkOcOgUIZNSSNf3xlbj/OvVm9fYowfj3KPOEEadfr8/6iQwwsQpe6lO/xvbi3epy+BiOq96",
-	"yrHpgWsLA0vCyZwuDWrO314Gu0rDzqB/1B+4ZeOkYJ1h56Q/6J/Yco8FUpIvYKtLkee2NtR+lJGGWWfY",
-	"MTrsfO6UeKM52vFg8GStl+pS6V2d0VQCCqONWKBk+4+dDo7aBq+gPWx0r7oLrRtbGa0As+18ApHjjjV0",
-	"g35hWBGd2PLKuiYaC3Ncx5K5JFMKBZVMZK63UxPJhx+8hXnXiu+X1KIbl6puOPj3+CfWjxz6hoR3v37q",
-	"ddq5Ro9dFPPS6f6XqtZsd3c78XsYdisohIpgGg2UF5VF/zHYRt36rciesE1gkDd511T2Wpb0bmuNj59s",
-	"6mZRfmStr4zI0UGNslvzwf7lC9oWfiYyMS98s/+Fqo2heeHoZP8LVZO+u6TzzGJ/76f7XpJNCYR0CKRK",
-	"9RIcCPetIF0R54qg1XSGrdtseaTVcVOS58Y+3M0MRu+HjLDNu35yVgUp2CyYAOaCKtuTckJnQlIDCOWZ",
-	"6o+4S0+1mc6QbuazpmHOKlPg3D/bVq5KX8Lub4pqq/KajGp44U/Dp4Mnntp2oIgL5KBpKHRXC6KxUx7T",
-	"qs74QydjI4EPuqnryKeo7n1h7o9hbizsi7K2+W3YGsOAZk1s35F9rBxGD3YbbFf+yT+kJRGGSFrI13/q",
-	"k9h54YDG4zA2vqtEFHlGla8j7trGlpjFHUphLHm3zNAuRX3oVJbc9ad9e/3v6N9MRa7S//yPVIqVSuvU",
-	"/a8H//kfx6e9M0iN95T63SJl1GsdxOiP+PlWHf5XKtgnJ7kSUBCpjGBVMMXud07oHpiFsV4MhoVdxA4b",
-	"7PVH/IXIqBrC6WAAaVhWlCb1byc5U+hOSAYG1MRGLVB4IG33zuB0cDri6UYtUWqufwNppKLIzLBdSJNC",
-	"lzQC2iBmI167gQuibLawecXMenQCabPeKT2DZ4NjP+dccGqmCiqW0piaaXTZ+MMpmmgPkHtpnKOn5tmo",
-	"TWgD/g2P/YvmeAqzsOKCWne0mYEJMriTCmixIdeH+1G5mG9oGLaaH0rqmLLdW3rnHzm//OVl5xO6H0EP",
-	"5AidVWBgDPGxxPJscHKvl6oW0xtK3QOBhdh1oI2LVQLqhhUFcxtzRoaL2QwVfQTv9Y5EayygxsandOt3",
-	"4vzaddso1RkInq+NNvP9jVLoYrPpXl0WEvanZkbXzp5EgePOhe9RFkY36+l8L2iXxqKqptANzPvIwOGH",
-	"ukLjzurznNrNkeYy/Mjy/LH+R31mQ8Sa+ow+O5aPKZQdNsKFLVVnIs/FShmToVQlyft/YPH7cdIUv5+A",
-	"2+KqDPKuEZiRijpr6M2jzfIqo6vKV8RUCYwAslvsnoSEOlNUu4wgl2BxQ2kR9jWP+MpiBpRMF850s82T",
-	"0kZHvPQwbXTES0dc4VERVFK3tg4sDFajR2fc9HMNS6E0nMIr9m3ok5s/PQbPkHcYL2n9UXVaJs5nhuLu",
-	"byiI0q7Fh/VmbAEhpyunhvpwySG15Jb6jlGHrnaUSDri1t7Glj61Pesiqlbq9PrwwlcdVk4q1olJUc4X",
-	"tu7x/O3liBNJQS3EileBEwdFxNx7SfUTMHXiDif5raS4ue1PJ7ErZnDYCY8j2doe2p0m2Dq4Wf6PH3wj",
-	"+8M4o2VR9QzCStKNsk9z0yx1Y42hi48WIs8TII7MTgaDwQCzWmKfYEjFlrU1jmqx0OKre6D/lK7pXmEa",
-	"xFb+yDZuRH1iEMIumpgBqVip/pp9itLMxH6nuwxFc/+p9OXTO1LNVOd7eVCn0TxV9jtFjWplV6U+qFZw",
-	"dfnyl8vXL374Ejx7sNLeT4B1PkXLvg7e/+MSYDNd5LEE6OqmVbAXU/c9aNgyX2jwE9Cgb0QRJ8FfJNO0",
-	"UiPm0T8gGYZpQY+lwo3OG1/CPh9Nb5vdq1pj/Bfhg59ym2mj31bEHgpBeRJfPxzQGqPOg1qSjELXWDEY",
-	"XAYyJ1VmGTFejLFneglMbPXCnnB9pC+h1d/bTQttYY3CABuzm5cEZpKqBSg6legWpZgmnNrIW9h4Dv7r",
-	"f/8fcK3noCtLrs6C5ra2n254ahisqe7hS1i+lYy4kO64K7sX4fbn+s2ofTNKbyBOfHlKUp0wp7xJXzWP",
-	"wi3AdKPhlA/bb/emSq29Y4cPd0kwNEP0iNtbTAHG83tn8GxwAmmkgdWOMHzYj+1TBtQjneI/c7pFo/Pc",
-	"Nm+FHQU/s2T9wwnKjw7cVsg0VBuQtuWqiiXPgGDTFGW8WcGnNLG9bnD3bSFWGJ9QlUNlc9ybvlMoxg8/",
-	"GI7YGWLERo8bRP8wg2HzlNaIhxzR33be7E8V9/toKvmOKi3FepNG3FLLtT1PkWkoFc3OGjVSVhcY2TcT",
-	"ci6MbRRGErciUJ94xQefS0ptaNP+PyXE8YY3gLC7YZZNJUVd7WO1mG7hqkpRlaPdCqeD06bGq3ex93L3",
-	"YVWzGXcJsMXrn2W5bb/aL1IjpL7vJaW/0w2hUfviVCUY/3c7g0y68mW0B+0JIit7dkjQaR0UWQMSVm8/",
-	"Adoy4J2BuXL5pyFBV0xkPYAzayjb8svasmb+wMAvdFrT6U9UA7FElTX0myy5xeZ+Uqu68ezIrP6zEJqv",
-	"Y/tCRdHsFNvGfEP57yUfUeyiHlH8eYgH0fOFdpq0I4pN47qLxTOzMncta7HTR9ardaZLlHUdRkMK8828",
-	"WiNlP1xe//QpI2RVZ8oWwxg7C/s+kk8SH3tjRlyUS8IPGD/QC3qQC1FUczRTWrexdfjBNWu8c9Nl7cUB",
-	"59wd9Z5q+l5jmj7hzj8GLQR0CUyIpMDpKmecJrhMI+wsouDi9fXFu1Gn1x9xNK6bbdV9kKnRXD2FLsmt",
-	"OieudSnGmYxad/Xf5qdLaBvxBcFexDSzcaxYnil0JdVyXXdnqMyDCZne9LazRTHg1kgYdUGsrRbz0RCW",
-	"7V6ZObrbkF64HV4Qvah3w+vWmc2w08bueNWG/PjrfSfBfKI9g0Zrzs9c7tDoZRvhtI2tCEcfNv/G0w1T",
-	"VQaQt3S+bFV8VtlvVxAImOX0AuvMC5e/eCliVmoVXVDf1b0p1cLOeq164BVrK4jYyPDieMaaqxXAVCTm",
-	"Aglt+SzVaab3IuWNxsif0j4J+xG2qCf/pZ+RGRok4ZcFhNGSUyEz6HKhgcjpgt2iEdCuzjzwhx/q3iA7",
-	"i2t9S8X7yOVGZ8h7ieb9x4B9jtXes9JGwSrhdtBs90WP6s9oqD5CkIQLH/bXauX4d/6hT4jzsAtYPE6B",
-	"IDxZEVMVLgr3RavdRhVa1crua3TrdG2MduIJvQalvcQ+YONRYeCpyWT3qjlrLzeLSFe9UY1VH1LYJmHD",
-	"o6MfaRQl+0H5BMK+2bHqD1ZT99mFvacS6AbNexKoz02qq956RiHghkusUC9OoYcf6hZNGxtuTVyktWxP",
-	"g4Rj59dUtQyNgj7iBaj3ZrYOjvIOTePwq8ChEbdUtrspI/5QPwU23ZSYN/Ijy/PWqrb2GsZusze0zRd1",
-	"CHCnoldF41md6NvUoI2GWU/q3Hyi3fhmJ6pdhRR/+lqJihDaaiTOaoKo3CrGfWcAIJW/3ndNonduhT62",
-	"8NK37vo89cp75Oo/b+PTAwAtkuke8vKQBH0Ko7UvF7e1VZEq+ltqj6qlkGIKVlDYPBhiS+8bWuheYkWp",
-	"BddXcMmSgzFCicQilxFfiBUssW9v2PrQuPtVy4iuLy44HgwG2GLJjO8qmkhVjqA0WXuJPuJB5SMWkrhq",
-	"513iOzzJL22pHdls7fgRZNtS5oEobZo7/6yKiM2PbWsA5O7/qcIqWwa4wXzWLKO3ynHrpPzudh1+7z58",
-	"mLljxXdEZUu9wG5gxPegsjmLvr+b7QHnGr9N1mG9ZFsbuBFHr7vROA2H6fUBo9j+RARnDBl7qDbWsNFB",
-	"FZPt7jzIuuerxKcLoSivDoRGqXJ++cvL8avLq6vLN6/Hl9+lVqM03Bpsh+COv/eo8mJFkSWFhnFXIQdv",
-	"TUQVV1ZwPDh2GaTmIdtkQNkO6jZKhcccEoktWDHr58wORyBjsxmVxjrDEe051qeDb/oj/mJBpzcKFqQo",
-	"KK88CiEzKoeN4tgNt2xjVTARtPtscNJLRtx1sOueDo56iZ2ye3p0ksDpYNBLXPeyxmd3zccJaWDqJSBF",
-	"aZNPTwenCZhB+yM+4q/ocmIQ4ZCH44ZuZSaozU01E7iwAeOQbpxTn/ZsvzvXE33E0Sicc4Gxe9WokV6S",
-	"NZAsAyWW9MwBvnRgLEulYUFuqfNIbaMJLDszklwU9lAUEJwqHGhCgZd53ofUH5+CxjyelHlL5YRotkRq",
-	"kbSgxBVtTsWcM+X4AhZELRrf350SLjibkhw79w0d4VdA2g50yYjb1pzICS5UmQAXsFowTUEVZEp7Hnbs",
-	"VPiVqlUOy9Kha1BvnjRLI+SI2zksrfgG8hXZngHh9pVbkpeIGINJmjnQEsQFMK40JVYk4RmPyYinR/1B",
-	"Gt5Jj1KXvGtHDAHDLZ5NAu8aOuqPuJEEyDa2t6Ey/6S2THMIo+pMkVEnTaoKTpQ5ljgIJlMiHdnAk1uZ",
-	"EZ8x7to2epNyVkqEjeTCdr5SkG4cCJQ2kMQqdxHZt+5tgls3sXOF0ySg5ebJwuaWP1s4TTC5e3Prx1gL",
-	"R5CGJzOnbf1IIu1VRnwrc/vMGibxPaxNruv7kEiKydiGUUe8bkyId3vOotk8Bzlq1XznZGlriDSi8S1j",
-	"2wULF29Czaop0OLMsmMlhr1P8FQO431Drk+/G+bx9U9KHPfT+6MoYlZZdUxF19XxIqP4RfLKk2aBGmwK",
-	"nS8VjI/a73KNe5FrNlr2/v1XQ4+1SRnoxmo9glhTVY7th7mPAWkdoVY3rm5hYFSIMVOyA2zsgZ0LcjG3",
-	"7QGoi/WQLJNUeY05USIv6wYH1nmbmAXBXrmAdbG2nN+G67CzARoIzo+ztsfb3FBc13h8qSXTFCaltluB",
-	"h+j+HVjDOe0Na/XsBL5x9+zAmNCbmn/TEff+5zA4iAU/akHzrFdXp6dL8j7tQ/o/DiwuDq4a6sR1N7Bm",
-	"gdFNZpyqD4IZMAneveBZGr7mT2O2bR4w/B60VGDGIUak1SO8JMUQjLxIrUa1XzahekUpdx9nW0FsAhz6",
-	"x3041xZgLNG3No1ZzRB5mMzhzNjU9v/473Zm2+vBHv9iv9g2dOjangAnA1C9EZ8JWVWQy6r1g7e+qY+P",
-	"jrhb1CFsr+fQ0N3V1YXvQIHtvBQGjVYLa6aZ9QqX1qYFmeltxxJsEObgKLlmefPUDTNUFxOJCJqrDFXo",
-	"TBKX8N2Ee8QtID3/SdOcYS2Yb3rZh+/Nq2oIKX7I0E3tvIvUWJ5D+DDqWAqwrZ3NxVEnGfFRdajvqHNn",
-	"FHllqOLBZoggtMZst3U3ZviWMa3szVEnraPTSCa264Ux0oPD0qzlmbJsGKFMpqFLQAadlAADO1f25CWb",
-	"R6zQHcKWIrbLRvoTUfoAHzwwfhlC4UjTSBK0NXtnFYbmpNhCj3naoUQLRAaOYsk9JOV6GL92GyOhXWnx",
-	"XB3JUiE7w+bZ2DTELGPOjL/QTYdQMD5Pe5hThqdkZbl3zoEYiurDOahcrDCd2Jrgxo5Hax87CznwhhZu",
-	"pmFG8txw6oI5qkJJaO7M7blKKeIBKQ/ZItZuz5t/CaR2oca2meqYcjT8KiQ32q3UDN47a92Q2B29srLk",
-	"I2NXG7rFUpoWiEPLwlVUMCaU23bZnrq9ie9/g8oUA42W7LBNY4HKyLn9FbiGh/CwKNs0pxXUJXkf72Ry",
-	"evTN6cngdN+hd1unciE0RiOf1S1CnbAjMQKArpGmzidzIrIdsXi/AfDWSQwPCyaKqaZeuDft1/rUCDyh",
-	"PnqMxZZ+aA6xkVB7dWGZSXkZnBhJk/iDlrqKUnfuWvVaL3Z8RjxT03YLcoeJIDd86IR6PmJLRXV+w1aw",
-	"1QlgXFrDDShVuyHF2bXaQemRAwRD22EbKqPRQ9n6UFNiN3z+/BUzC54FmisaOXIzhPLKVwxEsecoOWJn",
-	"fSyi7v4/ac/zzlAI2e7tihRDfL+txAkqIW38Fa2gK4zVHWBXdrdBY/nIeQoLPOD8911JUT+4Rz5l+qY9",
-	"Zr2F8fzGogs92nKLpiPVcJp+YreUmxcKKSbW5zrELfadn/nOPvEpk4GqM2ajvStJZvdGnFP56ad8jX0F",
-	"SLY+q50A9DBWCzZdQDWcQTwXejfSq5ks1s8gZ0or26+uHonYpDJ7+KYLudrv3vKMNw6VcZ4xkrO1Q0qZ",
-	"uxNlhoeHR8d/7Q/6g/7R8Ouj4+PO3a93/y8AAP//",
+	"7L3dciO3kiD8Khn8JsJknBJF/XQfm4rvQm7LbY3dP9GSxzvn0MsCWSCJoyJQBlBi0x2K2Kt9gL2ZN9gX",
+	"mTeZJ9lAAqhCkShSUqv7eL190y3WD5CVSOR/Jj50pmJZCE65Vp3hh05BJFlSTSX+Op9Tri+/M38y3hl2",
+	"CqIXnaTDyZJ2hh1i7o5Z1kk6kv5WMkmzzlDLkiYdNV3QJTHvLcn7nyif60VneHT8ddJZMl79Tjp6XZiR",
+	"lJaMzzt3d0nnhVguCc9aJ53a+0897QW/ZVLwJeX6NU4UnRz/u+e0z0/2z3pFlWKCt36ssvef9mPvzFCq",
+	"EFxRXORvSfaSaLoia/NrKrimXJs/SVHkbEo0E/zwH0pwc62e9F8knXWGnf/vsCagQ3tXHV5IKaSdKqNq",
+	"KllhBukMO9cLCkg2sDL/kBVZw2rBcgp6QcGtLUjC+527xED2jv5WUqU/D2TSTgZMwZLkMyGXNENAXgg+",
+	"y9n0s4GhRCmn1MDBOBBQmmiDIaIhE1QBFxpInosV6AVT0KX9ed+h1dyaCs7pVNMsqTBKcklJtgbKM5r1",
+	"8JteC/29KHn26b/ptQBVThfVd+H010L8ROScft6VnYhsbdCam6mlQSmHI3jFvvUwvSJ87WhOfXrQzuG3",
+	"UmhiIJKUTBc0g67ZCEuqFJlTUGStzP6YLhIwy8i0gpwtmbZL+DMnpV4IyX6nn2EZXzGlGJ+DkLCSgs9h",
+	"Qok0SBQ3lHt4bgnLySSnn4OqNBRCKTbJKXCxgi7jms4lTgJiNkuAvqfTUguJu0LSOVOaSrMtuLDbJQGl",
+	"haRQ1oAbzN555mqF4OUvL6800SX+agLxC9MLZF1bc6cfRgYBMzYvJc1GnSHMSK7oXYoLyYVeGFzSXNE+",
+	"4ChMg+AJ0Fsq1yO+pMsJlYYwCkkV5XoIqSI8m4j3Y5bZQVL/ffaKpECXhV6D5fQKSq5ZbqAbcfvxFj6F",
+	"j5LpDRernGZzg5B6KI+mMTWITw0EvMxzKHlOlcJvzYnSI14hNxwbZoTlNOvDa/MdQBxxjHgn6RRSFFRq",
+	"Rv3Gcrgxv5yMmgiRU8INLVVMLH6b8qwQzBLXhoBLOgFedt9vfqx51nyrpV8rZLferRchMvRdKKX/Hn7j",
+	"r9VQYvIPOtVmqPOpZrdMry9u3S7ZxJDS41LhPEYWEd0ZdjJRGuiq0Xhp6AQRtop/bFbapRmTgo2XqjEa",
+	"4/r5aT0YErEdrXrr3m8wVWNxe71umJU0lJdLgxrGme4kHaIUU5pwPdb0vblgtsWNgTzpaCHy8ZTkuf9b",
+	"UlXmGjUh90fJDREb4mL8luQsxLPDQNJ5f2AmPbgl0mhVyszuMX9pofA/zz001xYYf/26Bqq6JET+wsIW",
+	"XnrnIfMXty78XIFcA+FAv0s6S5HRPLqMvFyOdSm5Cu4G2C+INMo44qlUtI3yHeZitxT9bZu/vRWK4b5m",
+	"HLf+jBpuMZNiCUf9KBkEKuvWaC9yUmb0KwXuIWBZMEgASjmx1yJgIp1Eb5hPZ7wo9fbE52DugiGmr4xO",
+	"VZQ6gVsqJ0SzJfzr1ZvX/WoI7tT/+AQ7cGvu4+owTZcq/oi9QKQka/wtSz4lLUxug5mY9XH7aBczuSqX",
+	"SyLXH81OMsHpNiKNLjVjnORgKQlWxKymkf9JZNc/nIsY2TJuXeNd5FtOp1SpOPepWEnL7sGlM2uL2CFZ",
+	"hkRP8rcNDEbe21yF1h26sZj2uQZgDSgc/uvPSur1a6I1SgvzqECx9votlYpZDWwLiVNSkAnLmX/j/pRc",
+	"iesx0U0KI5oeaLaksY2eMfW4FxdC6daN2rI/WTEmWSabRFLfzsmEWvrYs/5bSKgRj9S7oETqCX3I5yyp",
+	"lmyq9unCr9xjhphKzhmfj52B10Kf0qiAFkte8BrMITVxTRinspN0bpeBKP01xo8r7XcXdEh1TlE2L62V",
+	"pssx4zOx780rfPTSPLm5UdDz4eavvycggGrhIjhp3Rs/MdW2P5p0v/d7t/fCxge4QVtBqS0Lv0JKE6mt",
+	"toFGeyfpTEq1tnhAZh1um+iCOSeaGbux+A5DHaMCs3u8bAGLcZGWPRZ456KKN5+KzPy9B7VvSl2U+sI/",
+	"3eD8O43F93TqNC5HtnTfKw1U4UsZlTIuYvDWWMxmiup7yjOlM1HqtuFEqYPhmqL2DV4HMbOKF5PK2LBG",
+	"cNAM7LswWWtqJO9eQLYMk8CJGrhxLcYqqCtsbAK7iYtgZWOE/kJSomngYg28ek3iYksyj6gdLzy3Anwg",
+	"AWFsy4ypG3sBCqIXMBMS/u2VOoOMzkiZ6yFizvGMrxSIFYcl42xJcvtaVPn0YmVDg8yVwOEQW0aJzIZw",
+	"fvA3IAe/w+DgG+jDGA4S8JsXVsamJ5BTrak08GZszrSZ8SE+4qTDqV4JebMNERecQtd9KqwWVFIQsxmV",
+	"NBvWkILSLM+dd8ma74rKWyp7CRgemsBEssygtFQoDLYAKKSYsZy26GMkGwuer8dSCB3XvbzXby8/fVc9",
+	"2JRczc+2QGdiemPRmrPJLZMaui8vruGQFOzw9ujQva0gZ0qbrxaKQm2N9zrJHsu9FjRIDu1E7Tz4rQRN",
+	"5PzBmpTVQpbkPVsatn00GAyQTNzPGJtxGzpiwEkxl2QJWpiNkEAuxA3NoCyMRff2/PoHpMjdJNjmWaD8",
+	"9uPUpfhWOzp4fmrYXri7cG9xoTf214GhgHG14WFUDgYnUzMP/kUP7AWWQSHpjL23Vzc34WmM6vV6G7J3",
+	"JbcOeU3lEq2gav9pWdIz9AJKYiwx6m1cBSRfkbWCTPSsp88wbsFpAgQmZHozl6LkmX/cGMc6YxyYAgIF",
+	"KyisJNOacpisveVKYEFJhv44b0kviAKOozrRQDhKCSolTIRewFwYGkD3nZhbb7JlBs4St1GFG1potPWX",
+	"5XvosiDeIEqdm89iWjnOUkhhTJNe3PSTYvVwMvZW/05l0UJ8bR5tkWvR/fodUwXR08X5dEoLZ3I39ypV",
+	"mi2NNT5GKous//cv4OTk5BuDoZ+vX1gapO/JVOdrWLI8Z4pOBUdqmzIDZQIYmzkeHD8/GDw7GHxzPfjr",
+	"8OhkeHzcPzo++VtDdocWQkGM2DBz/vfRKPtwencwGmWjUeb+u7b/DRv/jUZ98+zJ3d/+JcbH9zlFlyx0",
+	"3OywAZo4IUqxOfeBCxupItrpKwRxTfiU9vp7eW4AQBPawADYXKJdC93Kkw1R5VQ7I3ivx7cCZcZyTaNe",
+	"4nYNeYOARKmp3YfMb6Pu6eAU2KwZuUN07YXs/uZ6y1CV0Nkgjj0zR01fwedjb1+0DxFwiCXVJCOatMsQ",
+	"+2bLSPXUTcoNOPvxs+d7hZsdht3SOLsnClK1gIOpky3V41aUpHvF5y4ir+eO0XGgLz/QCrM323bsG2tR",
+	"0Hr4r5QPh60WlAPDCLhRnWjcPztF1edhHpvN2EBw5/ZBZneAFhs4iehQlRnRqt3v0rNjKvAtsnPnx9wg",
+	"Exdb1i6oCGi138sscxb+gxD50fr09oj2XpRjXSOlzBmnzuaZ1qZYZvTwJTHC8OfL7xIo2tz5m26ICp/W",
+	"FzERYsPfobQoCnSDFsT5Q21gsZN0Mmp4d8PS3BXqueC3b5vTXfDbb6sZL/jtOzfpBb+9quY1r/mpL/jt",
+	"9372C377XQXA5ub26UGV8eDt6cDEDvZORfp7dn9LfPBhDkZMKGiR7LTYH8sk1uqnxT5o4761gNs8aqvv",
+	"9bM1JoiC6BnQpjKQxcx9o8lMcgqKkxs6nhK0HzOKPobC2lRqCGWQgJGAi0GO/6GM4ud/udSTZMQnIluP",
+	"tRBjzD5Be2Y8M8p/AkuqFyIbmyuY2GOGs0QTPFRfqDN8RtxenVuLAv9GVlvl/oQj+EuYBmQBIONCrxNr",
+	"dIynuVA4KBoynOR+rCC9YZwxZVCT1fkVOEUzv2JsBcqIY4LFOEiwSMDLwKnLqqqvBKD6OGJ9acQXTOfh",
+	"M9VvUVAevEKWdKzJjblm7npjKQHrrhpP6FpYLCQjHhBOOHZ4mb5nSqsEnI987DZ44n1Ljc8bcX/V4c4M",
+	"qsqiEBJTsgwBLAlfj72BaLMj2gXmJmX65CAkRSqKnO7Xre1giaX26O5Az+mf2Inx0c6KJXk/FuiXHk/W",
+	"msYUK7xrbeiCSlBaUrKsfQRHz+EV+7bn3A8WEc//ejT4+uvnp/tws9sfUShaZuKgdktsOwGWVM6dXfFE",
+	"xros+ZioNtc245FsKefJcI4It97e5ZHYTDeje2qjhlpmBF3DZXro8s3pTIPZ69D1MR7wiUC9qOphMBJR",
+	"ai7evcLtQ+Dt9b8nlfvovXn84PjZ86nIhYwPyJZUlHpsDf0IEfzIcsy5gtVC5NQ7SWAuRVkAmWnMOjTq",
+	"teBz6F5dvjTAJPaLry5f/nj5009wDApyoqns9eF8ooxOKSQMYEkJV3AyGIBC8A1mXDoZOMDweoDcGkEN",
+	"svv6+WljgQexBTb6MOPzccbkfXKd2l0vQVjmScNJD08veHwAqoUd/7JYN1KXp6LMM5tvWHrvD7Hyjc9h",
+	"wjiR637cPcOMXM9aki4kJTmYZ1ANOYOj46//8tqaazcsz2kGkzUoNje7/7W5/Vd708Dm9JUANnSetOTv",
+	"4BjbQFzZsTEJ2c3oxp6iaGUzIHzdbwuC7YiptcbHdmZ0sCXNxs1Xw9sPSKxpC4bVKxILiFWU1CTDELIw",
+	"e6MGKLZBfri8/umcqxWVMb8kqjmP99rt9ai+smO4EOgGdvzkSdN1YQdu+5a4DSCDvOp76f9mKK+U7NP/",
+	"q8HbYGrXbnZzIN6ajfQYN8hHrGUhxbJoy93b8eb9FtSNXn9x4/vakWoLSbax6rEWBlqePTt5vk9Txfei",
+	"01GSm1E2J6rdXPQ9WRY5vnUTw3175tNmqp13N/s3YvC8qnN2NizKohwXVE6d0X6fXDumbsZaaJLXquV9",
+	"cnTNa6Wi2YPeygXJxuR2Pj66J3T1C88e+sZ9X1jSpZDrR6DAvfhAJMTUe8cEH+Vp3eVcI2w1H+/cn0ln",
+	"uqDTG1TSdihCQcjiaRyyPHs6F+525OyeQ4Zaz/byGl71QCHBNLXSOD4iZuhR71DbTgLciGI8PmqxJ0qx",
+	"Ow4RC0fvIyJJiWohD1yUBy72IzQHo+9UycdbA5ZF9kAa3RU68Z7VGm0brtVgul/bt3tcUXEz3V9R8cxj",
+	"n5JSDbwDpK2kPR9hrTMcO06PqIY2mFcF7uhOxSyabnMyQf9TNONvw9rZ0v1LPTv42toTBJOJXBaadYcY",
+	"gx1dnfDz9fcHXycg9ILKFVMUJkTR56d9VJftx+BQnaRj70SheUdJxrjT/Lcjt3WtcrU0zYcyqgnLHxb9",
+	"sYGH/bZCVQBsHo8t4qYj7L4D+8hH8IWx4d9RxX6nOyLbj3C7PcL5s2VB2fxbM1AL1HXIaktZcltuyxOx",
+	"oR/NJy3PbasDy3s8WrBM7Xsqpie8q2V9JHVRxRy2li9VNahLsgZDR0D4VhpiIGiYEnklyHZnb98vEnbp",
+	"B/zBDlL9fhGMVl38t1dYkITVptGgp6tRnjGaZyrMtATKZ8KsNnTN6iZQrQqGCFUCbj17Z0D42rILWwI7",
+	"M4qcQcf9Pc0ubjteiiyKfZftA+45wOfOgpxa6270PsCHTY7RyYi/+s3VNfT7/UO8jx4680tSVS4pGDDi",
+	"S+5SLVXMA04V1QpIKzExDu71h33CvVI4H5iM+YD0yprKN5eyoj2P5i1YE7/nAsz92r5lW5wSLlX03rLe",
+	"M4C9Dgk/cAwkl8QWsTYy4ZPTtp2ANnMXckqs+J0B07YYr8rK+8pso0I0vHvBSu42Zh4R5qkiNk9ik7Rn",
+	"mj7YVml3p15RDYJPaSP/0dZDYG07Ud7B2bVe1pmQlWu1F/dwxjNZf+bst5ICWQo+t6mXjcRQXD+3bv14",
+	"qodX6bedzqQC3QCcCxUfYo/R8MksA0fglWXwsZmdjU4ogZPWKWQ4fG0VeLp0NL3XleVm9jWUEZ1S2sSQ",
+	"7ZhfnlEJNo8DuMCwDpUYA4xTygOznZo14pEtGJhc9xnHl4duBYgtWPV4SfXNOxD2I+6TVgOqleroo1JN",
+	"za4cK4OHffKlQS1uuB2fEZcMfp/ee608U98nGaqBd4C0ZQWGVWGbVVxJxzIsIzONbnc/fbCeyQ/sixmq",
+	"8d2FCz9Nc9lr/OGkNfDXbrPXxf5VWrwxXV06BlqBPv/9YTBfNgZ0F3+ox3VXvg2GN9AhD281ntoiX+ee",
+	"+aOe1b18fZ1AFbf9r//xv3tGalhjZX8ihpskuvI6Y+2FJN7ntB0EJZqMnTkd8vDJWsclo5jFKvOFoq7y",
+	"wAapV5IZqoipETGzKCjhjKSPTBdxFaEox1Mh26qr0Ux4iDf4hkre0j7B2SAPGU2oeKRg49uRn01LaZir",
+	"YQQu382lRl2LG8rj2hy2RgHCVnOr2AFTqqQZEA3R3ipmKZDV4GJg750a7oXWBQJdUEnCefe8YcD3Jbob",
+	"ks2NBO8urq7h/O2l0VdSFL1serCcL3UKXQQ8A8GDijOjfcJf4LjXH/GLWyrXtjqv5EZSpq5EKwVOqbMb",
+	"PcyNhkIj3k3PX168vr58MX7z9uLd+fWbd+PrNz9evE4xFwRf5BTmlJu3aQaMawGpTdM2mwIyJm2W9qGf",
+	"4QCHThEyKYV0rXBsgc6/Xr15jW170M896gxh1On3+6NOAiNMnLKX6ozAsb14l7oMLqbzqi0emx64TjGw",
+	"JJzM6dKg5vztZRBVGnYG/aP+wC0bJwXrDDsn/UH/xFaALJCSfE1bXZ08t+Wi9qMMN8w6w46RYedzJ8Qb",
+	"/d2OB4Mn68ZUV0/vau6mElDobcSaJdtC7XRw1DZ4Be1ho6HVXajd2GJpBZiA5xOI3O5YQzdoeYZF0omt",
+	"uKzLpLFWxzUxmUsypVBQyUTm2j01kXz4wWuYd634fkktunGp6p6Jf49/Yv3Ioe+pePfrp16nnWv02EUx",
+	"L53uf6nqLnd3txO/h2EDg0KoCKZRQXlRafQfg22Urd+K7Ak7HQZ5k3dNYa9lSe+21vj4yaZu1ulH1vrK",
+	"sBwdlC27NR/sX76g8+JnIhPzwjf7X6g6MZoXjk72v1D1GbxLOs8s9vd+um+H2eRASIdAqlQvwYFw383S",
+	"1XWuCGpNZ9jNzVZMWhk3JXlu9MPdm8HI/XAjbO9dPzmrnBRsFkwAc0GVbas5oTMhqQGE8kz1R9ylp9rk",
+	"Z0g381nTMGeVKXDmn+00V6UvYUM4RbUVec2NavbCn2afDp54atuUIs6Qg76n0F0tiMbmeUyrOuMPjYyN",
+	"BD7opq5Jn6KuI+SXzf3IzY21ftGtbX6bbY1uQLMmthXJvq0ceg92K2xX/sk/pCYRukhayLcqZHgKPS8c",
+	"0FgcRsd3xYkiz6jypcVd2+sSs7hDLoxV8HYztHNR7zqVJXctdt9e/zvaN1ORq/Q//yOVYqXSOnX/68F/",
+	"/sfxae8MUmM9pT5apIx4rZ0Y/RE/3yrN/0oFcXKSKwEFkcowVgVTbIjnmO6BWRhrxaBb2HnssOdef8Rf",
+	"iIyqIZwOBpCGlUZpUv92nDOF7oRkYEBNrNcCmQfSdu8MTgenI55ulBel5vo3kEaKjMwM27U1KXRJw6EN",
+	"YjbitRm4IMpmC5tXzKxHJ5A2S6DSM3g2OPZzzgWnZqqgiCmNiZlG440/nKCJtgW5l8Q5euo9G9UJrcO/",
+	"YbH/vy45To+/udcLjd7QT6ZOVrunljlt6mOCjMFxE9T0kFuEcaxczDckE1vNDyV1m7ndynrnHzm//OVl",
+	"5xOaLUE75Qh9VmCg7/GxRPZscHKvl6pu1RvKgAcCa7prBx0XqwTUDSsK5gJ6hveL2QwVhAje60hGqw+h",
+	"xsandAfsxPm1a9xRqjMQPF8bKehbJaXQxb7VvbqcJGx1zYyMnj2J4MeIh293FnpF6+l8W2mX/qKq/tIN",
+	"zHuPwuGHurLjzuoBObVBleYy/Mjy/LF2S31cRUQL+4y2PpadKeQd1jOG3VlnIs/FShlVo1Qlyft/YLb9",
+	"cdwUv5+AC41VinzXMMxIJZ5VEOfRvnuVslblOWKKBXoO2S02YkJCnSmqXSaRS8y4obQIW6RHbGwxA0qm",
+	"C6fy2T5MaaO5XnqYNprrpSOu8JQMKqlbWwcWOrnREjTm/bmGpVAaTuEV+za05c2fHoNnuHcYL2n9UXU6",
+	"J85nhuLubyiI0q5biLWCbOEhpysnhvpwySG15Jb65lOHruaUSDriVk/H7kC1Huw8sZbr9PrwwlcrVsYt",
+	"1pdJUc4Xtl7y/O3liBNJQS3EilcOFwdFRE18SfUTbOrEncvyW0kxKO4PZrErZnDYCU9i2Qor7U4vbB3c",
+	"LP/HD76RNWKM2LKo2g9hBepGuai5aZa6scbQxUcLkecJEEdmJ4PBYIDZMLFPMKRiy+Eap9RYaPHVPdB/",
+	"SpN2LzMNfDJ/ZN04Ij7ReWEXTcyAVFup/pp9gtLMxH6nuxRFc/+p5OXTG2DNFOl7WV6n0fxW9jtFiWp5",
+	"VyU+qFZwdfnyl8vXL3744nR7sNDeT4B1HkZLPAjv/3EJsJlm8lgCdPXWKojh1P0SGrrMFxr8BDToG1jE",
+	"SfAXyTStxIh59A9IhmE60WOpcKNjxxd30UfT22YjrNbYwEX44KcMT2207oroQyEoT2LrhwNaZdRZUEuS",
+	"UegaLQad0kDmpMpII8aKMfpML4GJrXrY4+aPtDi08nu7/6EtyFHoYGM26ElgJqlagKJTiWZRiunFqfW8",
+	"hT3s4L/+5/8C18UOurLk6izok2tb84YHkMGa6h6+hGVfyYgL6U7OsjEMF9frN739Te++gTjxZS1Jdbie",
+	"8ip91YcKQ4fpRu8q7+7fbnOVWn3HDh9GV9A1Q/SI21tMAcYBemfwbHACaaQX1g73fdja7VM64iNN5z9z",
+	"mkajid323gqbE35mzvqHY5Qf7bitkGmoNiBtu6uqLXkGBJutKGPNCj6lie2Rg1G7hVihf0JVBpXNjW/a",
+	"TiEbP/xgdsROFyP2jNwg+ocpDJsH1EYs5Ij8tvNmfyq/30dTyXdUaSnWmzTillqu7dGMTEOpaHbWqK2y",
+	"ssDwvpmQc2F0o9CTuOWB+sQrPvhcXGpDmvb/KS6ON7wBhI2G2W0qKcpq76vFNA1XjYqiHPVWOB2cNiVe",
+	"Hf3eu7sPq1rPuEmA3WL/LMttW99+4Roh9X0vKf2dbjCN2hanKkH/v4sMMunKnlEftIeRrOwxJEHTdlBk",
+	"DUhYvf0EaMuHdzrmyuWfhgRdEZK1AM6somzLNmvNmvmzB7/QaU2nP1ENxBJV1pBvsuQWm/tJrerisyMj",
+	"+89CaL7+7QsVRbNTbEf0DeG/l3xEsYt6RPHnIR5EzxfaadKOKDaV6y4W3czK3LW6xQ4hWa+WmS7B1nUm",
+	"DSnMNwFr9ZT9cHn906f0kFUdLVsUY+xI7PtPPol/7I0ZcVEuCT9g/EAv6EEuRFHN0UyF3cbW4QfX5PHO",
+	"TZe1FxWcc3dqfKrpe43p/YQ7+xi0ENAlMCGSAqernHGa4DKNsCOJgovX1xfvRp1ef8RRuW52aPdOpkaf",
+	"9hS6JLfinLiWp+hnMmLd1Y2bny6hbcQXBHsY08z6sWL5qdCVVMt13dWhUg8mZHrT284yRYdbI9HUObG2",
+	"utVHXVi262Xm6G6De2E4vCB6UUfD65abTbfTRnS8al9+/PW+Q2U+Ucyg0dLzM5dJNHrgRnbaRijC0YfN",
+	"v/F0w1SVAeQ1nS+his/K++0KAgGznJ5hnXnm8hfPRcxKraIL6rvBN7la2JGvVQ68Ym2FFBsZXhyPa3M1",
+	"BpiKxJwjoS2fpToY9V6kvNFQ+VPqJ2Efwxbx5L/0M26GBkn4ZQFhpORUyAy6XGggcrpgt6gEtIszD/zh",
+	"h7qnyM6iXN+K8T58udFR8l6sef+JYp9jtfestBGwSrgImu3a6FH9GRXVRzCScOHDvlytO/6df+gT4jzs",
+	"Hhb3UyAIT1b8VLmLwrhoFW1UoVatbFyjW6dro7cTD/s1KO0l9gHrjwodT81Ndq9atfYytQh31RtVXPV5",
+	"h20cNjyF+pFKUbIflE/A7Judrv5gtXifndl7KoFu0PQngfoIprparmcEAgZcYgV+cQo9/FC3dtoIuDVx",
+	"kda8PQ0Sjp1dU9UyNAoBiWeg3prZOoPKGzSNc7QCg0bcUtlupoz4Q+0U2DRTYtbIjyzPW6vh2msfu82e",
+	"0jZf1CHAHbBeFZtndaJvU4I2Gm09qXHziaLxzQ5Wuwop/vS1EhUhtNVInNUEUZlVjPuOAkAqe73vmkvv",
+	"DIU+tmDTt/z6PHXOe/jqPy/w6QGAFs50D355SIL+htHal4vbWqtIFf0ttafeUkgxBSsoiB4MsRX4DS10",
+	"L7Gs1ILrK7hkycEooURikcuIL8QKltjvN2yZaMz9qtVE1xcXHA8GA2zNZMZ3FU2kKkdQmqw9Rx/xoPIR",
+	"C0lclfQu9h0eCpi21I5stoT8CLJtKfNAlDbVnX9WRcTmx7Y1DnL3/1RulS0F3GA+a5bfW+G4deh+d7t+",
+	"v3effZi5E8p3eGVLvcAuYsT3rrI5i74vnO0d5xrGTdZhvWRb+7gRR6u70XANh+n1Ab3Y/iQFpwwZfahW",
+	"1rBBQuWT7e48E7vnq8unC6Eor86WRq5yfvnLy/Gry6uryzevx5ffpVaiNMwabKPgTtL3qPJsRZElhYZy",
+	"VyEHb01E5VdWcDw4dhmk5iHbnEDZzuvWS4XHIxKJrVsx6+fMDkcgY7MZlUY7wxHtkding2/6I/5iQac3",
+	"ChakKCivLAohMyqHjeLYDbNsY1UwEbT7bHDSS0bcdb7rng6Oeomdsnt6dJLA6WDQS1zXs8Znd83HCWlg",
+	"6iUgRWmTT08HpwmYQfsjPuKv6HJiEOGQh+OGZmUmqM1NNRM4twHjkG4ceZ/2bJ8810t9xFEpnHOBvnvV",
+	"qJFekjWQLAMllvTMAb50YCxLpWFBbqmzSG2DCiw7M5xcFPYwFRCcKhxoQoGXed6H1B+7gso8nrB5S+WE",
+	"aLZEapG0oMQVbU7FnDPl9gUsiFo0vr87JVxwNiU5dvwbOsKvgLSd65IRty09cSc4V2UCXMBqwTQFVZAp",
+	"7XnYscPhV6oWOSxLh66xvXnSLI2QI27nsLTiG89XZHsGhNtXbkleImIMJmnmQEsQF8C40pRYloRnQyYj",
+	"nh71B2l4Jz1KXfKuHTEEDEM8mwTeNXTUH3HDCXDb2J6IyvyT2jLNIYyqs0hGnTSpKjiR51jiIJhMiXRk",
+	"HU9uZUZ8xrhr9+hVylkpETaSC9sxS0G6cZBQ2kASq8xF3L51TxQM3cSOKE6TgJabhxSbW/6Y4jTB5O7N",
+	"0I/RFo4gDQ95Ttv6mETasoz4Vub2mVVM4jGszV3X9y6RFJOxzUYd8bqhId7tOY1m80jlqFbzneOlrS7S",
+	"iMS3G9suWLh4E2pWTYEWZ3Y7VmzY2wRPZTDe1+X69NEwj69/UuK4n94fYRHTyqrjLbqujhc3il8kLzxp",
+	"FojBJtP5UsH4qHiXa/iLu2aj1e/ffzX0WKuUgWys1iPwNVXl2H6Y+yiQ1hBqNePqFgZGhBg1JTvAxh7Y",
+	"uSAXc9segDpfD8kySZWXmBMl8rJucGCNt4lZEOyxC1gXa8v5rbsOOxugguDsOKt7vM0NxXWNxZdaMk1h",
+	"UmobCjxE8+/AKs5pb1iLZ8fwjblnB8aE3tT8m464tz+HwQEu+FELmme9ujo9XZL3aR/S/3ZgcXFw1RAn",
+	"rruBVQuMbDLjVH0QzIBJ8O4Fz9LwNX+Ks23zgO73oKUCMwYxIq0e4SUphmD4RWolqv2yCdUrSrn7ONsK",
+	"YhPg0D7uw7m2AGOJvtVpzGqGyMNkDqfGprb/x/9vZ7a9HuyxMfaLbUOHru0JcDIA1RvxmZBVBbmsWj94",
+	"7Zt6/+iIu0UdwvZ6Dg3dXV1d+A4U2AZModNotbBqmlmvcGltWpCZ3nYswcZiDo6Sa5Y3T+swQ3UxkYig",
+	"uspQhM4kcQnfTbhH3ALS8580zRnWgvlmmX343ryqhpDihwzd1M66SI3mOYQPo46lANsS2lwcdZIRH1WH",
+	"AY86d0aQV4oqHoiGCEJtzHZpd2OGbxnVyt4cddLaO41kYrteGCU9OGTNap4py4YRymQaugRk0EkJ0LFz",
+	"ZU9ssnnECs0hbCliu2ykPxGlD/DBA2OXIRSONA0nQV2zd1ZhaE6KLfSYpx1KtEBk4CiW3ENSrofxa7cx",
+	"EuqVFs/VUS4VsjNsuo1NQ8wy5szYC910CAXj87SHOWV4ulaWe+MciKGoPpyDysUK04mtCm70eNT2sbOQ",
+	"A29o4WYaZiTPzU5dMEdVyAnNnbk9jylFPCDl4baItenz6l8CqV2osW3COqYcFb8KyY12K/UG7521BiR2",
+	"e68sL/lI39WGbLGUpgXi0G7hyisYY8ptUbanbm/i+9+gMEVHoyU7bO9YoDByZn8FrtlDeMiUbZrTCuqS",
+	"vI93Mjk9+ub0ZHC677C8rdO8EBojkc/q1qKO2ZEYAUDXcFNnkzkW2Y5YvN8AeOsEh4c5E8VUU8/cm/pr",
+	"fdoEnmwfPf5iSz40h9hIqL26sJtJeR6cGE6T+AOauopSd15b9VovduxGPFPTdgtyh5DgbvjQCeV8RJeK",
+	"yvyGrmCrE8CYtGY3IFfthhRn12oHpUcOHgx1h22ojEQPeetDVYnd8PlzW8wseIZormjkqM4QyitfMRDF",
+	"nqPkiJ71sYi6+7+kPc87QyFkuycsUgzx/bYSx6iEtP5X1IKu0Fd3gN3cXYDG7iNnKSzwYPTfdyVF/eAe",
+	"+ZTpm/Z49paN5wOLzvVoyy2ahlTDaPqJ3VJuXiikmFib6xBD7Ds/85194lMmA1Vn00Z7V5LMxkacUfnp",
+	"p3yNfQVItj6rjQC0MFYLNl1ANZxBPBd6N9KrmSzWzyBnSivbr64eidikMntop3O52u/esow3DqNxljGS",
+	"s9VDSpm7k2iGh4dHx3/tD/qD/tHw66Pj487dr3f/JwAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
