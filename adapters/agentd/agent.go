@@ -7,7 +7,9 @@ package agentd
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -42,6 +44,10 @@ type Config struct {
 	// agent that runs its commands as another user would run the tmux
 	// server, and so the sessions, as itself.
 	NoTmux bool
+	// CAFile is the PEM CA an https:// server must be signed by
+	// (MANAGEMENT_CA); empty trusts the system's roots. Verification is
+	// never skipped.
+	CAFile string
 	Logger *slog.Logger
 	// Reconnect backoff, 5 s doubling to 60 s by default.
 	BackoffMin, BackoffMax time.Duration
@@ -109,7 +115,7 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.AgentID == "" || cfg.Secret == "" || cfg.ServerURL == "" {
 		return nil, errors.New("agent id, secret and management server URL are required")
 	}
-	client, base, err := serverClient(cfg.ServerURL)
+	client, base, err := serverClient(cfg.ServerURL, cfg.CAFile)
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +153,7 @@ func New(cfg Config) (*Agent, error) {
 // address: http:// (h2c) or https:// over TCP; unix:///path for the agent
 // socket mounted into a container without a network; serial:///dev/… for a
 // virtio-serial port of a VM (one byte stream the host side relays).
-func serverClient(server string) (*http.Client, string, error) {
+func serverClient(server, caFile string) (*http.Client, string, error) {
 	u, err := url.Parse(server)
 	if err != nil {
 		return nil, "", errors.New("management server must be an http://, https://, unix:// or serial:// URL")
@@ -155,7 +161,19 @@ func serverClient(server string) (*http.Client, string, error) {
 	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 15 * time.Second}
 	switch {
 	case (u.Scheme == "http" || u.Scheme == "https") && u.Host != "":
-		return httpClient(u.Scheme == "http", dialer.DialContext), server, nil
+		c := httpClient(u.Scheme == "http", dialer.DialContext)
+		if caFile != "" {
+			pem, err := os.ReadFile(caFile)
+			if err != nil {
+				return nil, "", fmt.Errorf("MANAGEMENT_CA: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, "", fmt.Errorf("MANAGEMENT_CA %s: no certificate in it", caFile)
+			}
+			c.Transport.(*http.Transport).TLSClientConfig.RootCAs = pool
+		}
+		return c, server, nil
 	case u.Scheme == "unix" && u.Path != "":
 		return httpClient(true, func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return dialer.DialContext(ctx, "unix", u.Path)

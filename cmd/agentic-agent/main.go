@@ -122,6 +122,7 @@ func loadConfig(args, environ []string, stderr io.Writer) (agentd.Config, error)
 		Secret:    src.GetDefault("AGENT_SECRET", ""),
 		ServerURL: src.GetDefault("MANAGEMENT_SERVER", ""),
 	}
+	cfg.CAFile = src.GetDefault("MANAGEMENT_CA", "")
 	// Commands as another user, who cannot read the agent's secret.
 	runAs := src.GetDefault("AGENT_RUN_AS", "")
 	cfg.Runner = procexec.Runner{DefaultUser: runAs}

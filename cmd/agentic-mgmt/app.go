@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -34,6 +35,7 @@ type App struct {
 	ws           WSHandler
 	environments *environment.Service
 	ready        *Readiness
+	tls          *AgentTLS
 }
 
 // RESTHandler is the REST port's handler.
@@ -57,6 +59,9 @@ func (a *App) Run(ctx context.Context) error {
 	agentLn, err := net.Listen("tcp", a.cfg.agentAddr())
 	if err != nil {
 		return fmt.Errorf("agent port: %w", err)
+	}
+	if a.tls != nil {
+		agentLn = tls.NewListener(agentLn, a.tls.Config)
 	}
 	restLn, err := net.Listen("tcp", a.cfg.restAddr())
 	if err != nil {
@@ -90,17 +95,24 @@ func (a *App) Run(ctx context.Context) error {
 	protocols.SetUnencryptedHTTP2(true) // h2c: gRPC clients and agents speak HTTP/2 without TLS
 	// Every server bounds idle connections and header reads; agent streams
 	// are kept alive by HTTP/2 pings instead of a read timeout.
-	agentServer := func(h http.Handler) *http.Server {
+	tlsProtocols := new(http.Protocols)
+	tlsProtocols.SetHTTP1(true)
+	tlsProtocols.SetHTTP2(true)
+	agentServer := func(h http.Handler, p *http.Protocols) *http.Server {
 		return &http.Server{
 			Handler:           h,
-			Protocols:         protocols,
+			Protocols:         p,
 			ReadHeaderTimeout: 10 * time.Second,
 			IdleTimeout:       2 * time.Minute,
 			HTTP2:             &http.HTTP2Config{SendPingTimeout: 15 * time.Second, PingTimeout: 10 * time.Second},
 			ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelDebug),
 		}
 	}
-	agentSrv, socketSrv := agentServer(agentMux), agentServer(socketMux)
+	// The socket is local: it stays cleartext whatever the TCP port does.
+	agentSrv, socketSrv := agentServer(agentMux, protocols), agentServer(socketMux, protocols)
+	if a.tls != nil {
+		agentSrv = agentServer(agentMux, tlsProtocols)
+	}
 	restSrv := &http.Server{
 		Handler:           a.rest,
 		ReadHeaderTimeout: 10 * time.Second,

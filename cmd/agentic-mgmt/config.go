@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/envfile"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/tlsca"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -48,6 +49,9 @@ type Config struct {
 	VMImageDir string
 	// LibvirtAccel is the VMs' accelerator: kvm, tcg or auto (KVM where it works).
 	LibvirtAccel string
+	// AgentTLS is "off", "auto" (a CA and server certificate made in
+	// <data dir>/tls/) or "CERT.pem:KEY.pem".
+	AgentTLS string
 	// OperatorHost is where REST and the client WebSocket listen; "" is
 	// LISTEN_ADDR's host.
 	OperatorHost string
@@ -109,13 +113,36 @@ func (c Config) operatorOrigins() []string {
 	return out
 }
 
+// agentCA is the CA host agents trust for the agent port: the one made
+// under AGENTIC_AGENT_TLS=auto ("" otherwise: off, or given files signed by
+// a CA the system trusts).
+func (c Config) agentCA() string {
+	if c.AgentTLS != "auto" {
+		return ""
+	}
+	return filepath.Join(c.DataDir, "tls", tlsca.CAFile)
+}
+
+// agentEnv is what every agent this server starts on the host is given
+// to trust the agent port.
+func (c Config) agentEnv() []string {
+	if ca := c.agentCA(); ca != "" {
+		return []string{"MANAGEMENT_CA=" + ca}
+	}
+	return nil
+}
+
 // agentServerURL is where host agents reach the agent port.
 func (c Config) agentServerURL() string {
 	host, port, _ := net.SplitHostPort(c.ListenAddr)
 	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
 		host = "127.0.0.1"
 	}
-	return "http://" + net.JoinHostPort(host, port)
+	scheme := "https://"
+	if c.AgentTLS == "off" {
+		scheme = "http://"
+	}
+	return scheme + net.JoinHostPort(host, port)
 }
 
 const defaultConfigFile = "/etc/agentic-sandbox/management.env"
@@ -138,6 +165,7 @@ var flagEnv = map[string]string{
 	"libvirt-accel":     "AGENTIC_LIBVIRT_ACCEL",
 	"image-dir":         "AGENTIC_IMAGE_DIR",
 	"operator-host":     "AGENTIC_OPERATOR_HOST",
+	"agent-tls":         "AGENTIC_AGENT_TLS",
 	"allowed-networks":  "AGENTIC_ALLOWED_NETWORKS",
 }
 
@@ -160,6 +188,7 @@ func loadConfig(args, environ []string, stderr io.Writer, version string) (Confi
 	fs.String("agent-socket", "", "unix socket for agents without a network (env AGENTIC_AGENT_SOCKET, default <data dir>/agent-link/agent.sock)")
 	fs.String("vm-image-dir", "", "tiny VM image dir with vmlinuz and initrd.img (env AGENTIC_VM_IMAGE_DIR, default ./build/vm from make vm-image)")
 	fs.String("libvirt-accel", "", "VM accelerator: kvm, tcg or auto (env AGENTIC_LIBVIRT_ACCEL, default auto: KVM where it works)")
+	fs.String("agent-tls", "", "TLS on the agent port: off, auto or CERT.pem:KEY.pem (env AGENTIC_AGENT_TLS, default off on loopback, else auto)")
 	fs.String("operator-host", "", "host the REST API and the client WebSocket listen on (env AGENTIC_OPERATOR_HOST, default LISTEN_ADDR's host)")
 	fs.String("image-dir", "", "the only dir VM disk images named by API callers come from (env AGENTIC_IMAGE_DIR, default <data dir>/images)")
 	fs.String("allowed-networks", "", "network modes callers may ask for containers and VMs, comma-separated (env AGENTIC_ALLOWED_NETWORKS, default none)")
@@ -193,6 +222,17 @@ func loadConfig(args, environ []string, stderr io.Writer, version string) (Confi
 	}
 	cfg.AdvertiseHost = src.GetDefault("AGENTIC_ADVERTISE_HOST", host)
 	cfg.OperatorHost = src.GetDefault("AGENTIC_OPERATOR_HOST", "")
+	// TLS is off by default only where nothing can listen in: loopback.
+	tlsDefault := "auto"
+	if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
+		tlsDefault = "off"
+	}
+	cfg.AgentTLS = src.GetDefault("AGENTIC_AGENT_TLS", tlsDefault)
+	if cfg.AgentTLS != "off" && cfg.AgentTLS != "auto" {
+		if c, k, ok := strings.Cut(cfg.AgentTLS, ":"); !ok || c == "" || k == "" {
+			return Config{}, fmt.Errorf("AGENTIC_AGENT_TLS %q: want off, auto or CERT.pem:KEY.pem", cfg.AgentTLS)
+		}
+	}
 	if cfg.HostAgents, err = strconv.Atoi(src.GetDefault("AGENTIC_HOST_AGENTS", "0")); err != nil || cfg.HostAgents < 0 || cfg.HostAgents > 99 {
 		return Config{}, fmt.Errorf("AGENTIC_HOST_AGENTS must be a number from 0 to 99")
 	}

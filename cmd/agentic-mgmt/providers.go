@@ -1,12 +1,15 @@
 package main
 
 import (
+	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/agentrpc"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/aiwg"
@@ -15,6 +18,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/promexport"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/rest"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/system"
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/tlsca"
 	"github.com/agentic-sandbox/agentic-sandbox/core/environment"
 	"github.com/agentic-sandbox/agentic-sandbox/core/mission"
 	"github.com/agentic-sandbox/agentic-sandbox/core/session"
@@ -33,6 +37,33 @@ func provideDataDir(cfg Config) (DataDir, error) {
 		return "", fmt.Errorf("data dir: %w", err)
 	}
 	return DataDir(cfg.DataDir), nil
+}
+
+// AgentTLS is the agent port's TLS, nil when it is off.
+type AgentTLS struct{ Config *tls.Config }
+
+func provideAgentTLS(cfg Config, dir DataDir) (*AgentTLS, error) {
+	switch cfg.AgentTLS {
+	case "off":
+		return nil, nil
+	case "auto":
+		host, _, _ := net.SplitHostPort(cfg.ListenAddr)
+		hosts := []string{host, cfg.AdvertiseHost, "localhost", "127.0.0.1"}
+		if name, err := os.Hostname(); err == nil {
+			hosts = append(hosts, name)
+		}
+		a, err := tlsca.Open(filepath.Join(string(dir), "tls"), hosts, nil)
+		if err != nil {
+			return nil, fmt.Errorf("agent TLS: %w", err)
+		}
+		return &AgentTLS{Config: a.TLSConfig()}, nil
+	}
+	certFile, keyFile, _ := strings.Cut(cfg.AgentTLS, ":")
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("AGENTIC_AGENT_TLS: %w", err)
+	}
+	return &AgentTLS{Config: &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}, Certificates: []tls.Certificate{cert}}}, nil
 }
 
 func provideCredentials(cfg Config) (*filestore.AgentHashes, error) {
@@ -67,6 +98,7 @@ func provideSupervisor(cfg Config, creds ports.AgentCredentials, log *slog.Logge
 		return nil, err
 	}
 	return hostsup.New(hostsup.Config{
+		ExtraEnv:    cfg.agentEnv(),
 		Count:       cfg.HostAgents,
 		AgentBinary: bin,
 		StateDir:    filepath.Join(cfg.DataDir, "host-agents"),
@@ -114,9 +146,9 @@ func provideREST(cfg Config, svc *agentrpc.Service, token OperatorToken, clock p
 }
 
 func provideApp(cfg Config, log *slog.Logger, svc *agentrpc.Service, h RESTHandler, sup *hostsup.Supervisor, token OperatorToken, banner io.Writer,
-	ms *mission.Service, link *aiwg.Client, ws WSHandler, envs *environment.Service, ready *Readiness) *App {
+	ms *mission.Service, link *aiwg.Client, ws WSHandler, envs *environment.Service, ready *Readiness, agentTLS *AgentTLS) *App {
 	return &App{cfg: cfg, log: log, agents: svc, rest: h, supervisor: sup, token: token, banner: banner,
-		missions: ms, aiwg: link, ws: ws, environments: envs, ready: ready}
+		missions: ms, aiwg: link, ws: ws, environments: envs, ready: ready, tls: agentTLS}
 }
 func provideClock() clock.Wall  { return clock.Wall{} }
 func provideIDs() system.UUIDv7 { return system.UUIDv7{} }

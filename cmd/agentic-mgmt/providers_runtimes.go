@@ -105,7 +105,7 @@ var runtimeCatalog = []runtimeEntry{
 		Name:  hostsup.RuntimeName,
 		Found: func() bool { return true },
 		New: func(cfg Config, log *slog.Logger) (ports.Runtime, func(), error) {
-			return hostsup.NewRuntime(hostsup.RuntimeConfig{StateDir: filepath.Join(cfg.DataDir, "host-envs"), Logger: log}), nil, nil
+			return hostsup.NewRuntime(hostsup.RuntimeConfig{StateDir: filepath.Join(cfg.DataDir, "host-envs"), Logger: log, ExtraEnv: cfg.agentEnv()}), nil, nil
 		},
 	},
 	{

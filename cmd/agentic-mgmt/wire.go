@@ -40,6 +40,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		provideProvisionTimes,
 		provideEnvironments,
 		provideReadiness,
+		provideAgentTLS,
 		provideREST,
 		provideApp,
 	)

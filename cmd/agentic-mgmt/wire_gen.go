@@ -69,7 +69,16 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		return nil, nil, err
 	}
 	wsHandler := provideWS(cfg, sessionService, service, sessionLog, uuiDv7, operatorToken, log)
-	app := provideApp(cfg, log, service, restHandler, supervisor, operatorToken, banner, missionService, client, wsHandler, environmentService, readiness)
+	agentTLS, err := provideAgentTLS(cfg, dataDir)
+	if err != nil {
+		cleanup5()
+		cleanup4()
+		cleanup3()
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	app := provideApp(cfg, log, service, restHandler, supervisor, operatorToken, banner, missionService, client, wsHandler, environmentService, readiness, agentTLS)
 	return app, func() {
 		cleanup5()
 		cleanup4()
