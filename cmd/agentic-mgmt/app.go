@@ -19,6 +19,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/hostsup"
 	"github.com/agentic-sandbox/agentic-sandbox/core/environment"
 	"github.com/agentic-sandbox/agentic-sandbox/core/mission"
+	"github.com/agentic-sandbox/agentic-sandbox/core/session"
 )
 
 // App is the running management server: its listeners and background loops.
@@ -31,6 +32,7 @@ type App struct {
 	token        OperatorToken
 	banner       io.Writer
 	missions     *mission.Service
+	sessions     *session.Service
 	aiwg         *aiwg.Client
 	ws           WSHandler
 	environments *environment.Service
@@ -141,7 +143,7 @@ func (a *App) Run(ctx context.Context) error {
 			errc <- err
 		}
 	}
-	wg.Add(6)
+	wg.Add(7)
 	go serve(listenerAgentRPC, agentSrv, agentLn)
 	if sockLn != nil {
 		wg.Add(1)
@@ -151,6 +153,7 @@ func (a *App) Run(ctx context.Context) error {
 	go serve(listenerWS, wsSrv, wsLn)
 	go func() { defer wg.Done(); a.agents.Run(runCtx) }()
 	go func() { defer wg.Done(); a.missions.Run(runCtx) }()
+	go func() { defer wg.Done(); a.sessions.Run(runCtx) }()
 	go func() { defer wg.Done(); a.aiwg.Run(runCtx) }()
 
 	recoverCtx, cancelRecover := context.WithTimeout(runCtx, 30*time.Second)

@@ -49,6 +49,8 @@ type Config struct {
 	VMImageDir string
 	// LibvirtAccel is the VMs' accelerator: kvm, tcg or auto (KVM where it works).
 	LibvirtAccel string
+	// SessionRetention is how long ended sessions and their logs are kept.
+	SessionRetention time.Duration
 	// AgentTLS is "off", "auto" (a CA and server certificate made in
 	// <data dir>/tls/) or "CERT.pem:KEY.pem".
 	AgentTLS string
@@ -166,6 +168,7 @@ var flagEnv = map[string]string{
 	"image-dir":         "AGENTIC_IMAGE_DIR",
 	"operator-host":     "AGENTIC_OPERATOR_HOST",
 	"agent-tls":         "AGENTIC_AGENT_TLS",
+	"session-retention": "AGENTIC_SESSION_RETENTION",
 	"allowed-networks":  "AGENTIC_ALLOWED_NETWORKS",
 }
 
@@ -188,6 +191,7 @@ func loadConfig(args, environ []string, stderr io.Writer, version string) (Confi
 	fs.String("agent-socket", "", "unix socket for agents without a network (env AGENTIC_AGENT_SOCKET, default <data dir>/agent-link/agent.sock)")
 	fs.String("vm-image-dir", "", "tiny VM image dir with vmlinuz and initrd.img (env AGENTIC_VM_IMAGE_DIR, default ./build/vm from make vm-image)")
 	fs.String("libvirt-accel", "", "VM accelerator: kvm, tcg or auto (env AGENTIC_LIBVIRT_ACCEL, default auto: KVM where it works)")
+	fs.String("session-retention", "", "how long ended sessions and their logs are kept (env AGENTIC_SESSION_RETENTION, default 24h)")
 	fs.String("agent-tls", "", "TLS on the agent port: off, auto or CERT.pem:KEY.pem (env AGENTIC_AGENT_TLS, default off on loopback, else auto)")
 	fs.String("operator-host", "", "host the REST API and the client WebSocket listen on (env AGENTIC_OPERATOR_HOST, default LISTEN_ADDR's host)")
 	fs.String("image-dir", "", "the only dir VM disk images named by API callers come from (env AGENTIC_IMAGE_DIR, default <data dir>/images)")
@@ -222,6 +226,9 @@ func loadConfig(args, environ []string, stderr io.Writer, version string) (Confi
 	}
 	cfg.AdvertiseHost = src.GetDefault("AGENTIC_ADVERTISE_HOST", host)
 	cfg.OperatorHost = src.GetDefault("AGENTIC_OPERATOR_HOST", "")
+	if cfg.SessionRetention, err = time.ParseDuration(src.GetDefault("AGENTIC_SESSION_RETENTION", "24h")); err != nil || cfg.SessionRetention <= 0 {
+		return Config{}, fmt.Errorf("AGENTIC_SESSION_RETENTION must be a positive duration such as 24h")
+	}
 	// TLS is off by default only where nothing can listen in: loopback.
 	tlsDefault := "auto"
 	if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {

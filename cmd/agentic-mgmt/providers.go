@@ -146,9 +146,9 @@ func provideREST(cfg Config, svc *agentrpc.Service, token OperatorToken, clock p
 }
 
 func provideApp(cfg Config, log *slog.Logger, svc *agentrpc.Service, h RESTHandler, sup *hostsup.Supervisor, token OperatorToken, banner io.Writer,
-	ms *mission.Service, link *aiwg.Client, ws WSHandler, envs *environment.Service, ready *Readiness, agentTLS *AgentTLS) *App {
+	ms *mission.Service, ss *session.Service, link *aiwg.Client, ws WSHandler, envs *environment.Service, ready *Readiness, agentTLS *AgentTLS) *App {
 	return &App{cfg: cfg, log: log, agents: svc, rest: h, supervisor: sup, token: token, banner: banner,
-		missions: ms, aiwg: link, ws: ws, environments: envs, ready: ready, tls: agentTLS}
+		missions: ms, sessions: ss, aiwg: link, ws: ws, environments: envs, ready: ready, tls: agentTLS}
 }
 func provideClock() clock.Wall  { return clock.Wall{} }
 func provideIDs() system.UUIDv7 { return system.UUIDv7{} }

@@ -54,7 +54,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		cleanup()
 		return nil, nil, err
 	}
-	sessionService := provideSessions(service, sessionLog, wall, uuiDv7, log)
+	sessionService := provideSessions(cfg, service, sessionLog, wall, uuiDv7, log)
 	provisionTimes := provideProvisionTimes()
 	environmentService, cleanup5 := provideEnvironments(cfg, runtimes, service, missionService, agentHashes, wall, log, provisionTimes)
 	readiness := provideReadiness(cfg, service, client, runtimes)
@@ -78,7 +78,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		cleanup()
 		return nil, nil, err
 	}
-	app := provideApp(cfg, log, service, restHandler, supervisor, operatorToken, banner, missionService, client, wsHandler, environmentService, readiness, agentTLS)
+	app := provideApp(cfg, log, service, restHandler, supervisor, operatorToken, banner, missionService, sessionService, client, wsHandler, environmentService, readiness, agentTLS)
 	return app, func() {
 		cleanup5()
 		cleanup4()

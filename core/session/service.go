@@ -25,6 +25,9 @@ type Config struct {
 	Clock  ports.Clock
 	IDs    ports.IDGenerator
 	Logger *slog.Logger
+	// Retention is how long an ended session, and its log, is kept
+	// (default 24h): ended sessions must not pile up without end.
+	Retention time.Duration
 }
 
 // Service runs sessions.
@@ -43,6 +46,9 @@ type Service struct {
 
 // New returns the service.
 func New(cfg Config) *Service {
+	if cfg.Retention <= 0 {
+		cfg.Retention = 24 * time.Hour
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -405,4 +411,47 @@ func clipID(id string) string {
 		return id[:64] + "…"
 	}
 	return id
+}
+
+// Run forgets ended sessions past their retention, with their logs, until
+// ctx ends.
+func (s *Service) Run(ctx context.Context) {
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.ForgetEnded(s.cfg.Clock.Now().Add(-s.cfg.Retention))
+		}
+	}
+}
+
+// ForgetEnded drops the sessions that ended before cutoff, and their logs,
+// and returns how many.
+func (s *Service) ForgetEnded(cutoff time.Time) int {
+	s.mu.Lock()
+	var gone []string
+	for _, sess := range s.reg.List("") {
+		if !sess.State.Ended() || sess.EndedAt.IsZero() || !sess.EndedAt.Before(cutoff) {
+			continue
+		}
+		if s.reg.Forget(sess.ID) == nil {
+			gone = append(gone, sess.ID)
+			delete(s.feeds, sess.ID)
+			delete(s.exited, sess.ID)
+			delete(s.cmds, sess.ID)
+		}
+	}
+	s.mu.Unlock()
+	for _, id := range gone {
+		if err := s.cfg.Log.Delete(id); err != nil {
+			s.log.Warn("ended session's log not deleted", "session_id", id, "err", err)
+		}
+	}
+	if len(gone) > 0 {
+		s.log.Info("ended sessions forgotten after their retention", "count", len(gone), "retention", s.cfg.Retention)
+	}
+	return len(gone)
 }

@@ -64,7 +64,12 @@ func (l *memLog) Wait(ctx context.Context, id string, off uint64) error {
 	<-ctx.Done()
 	return ctx.Err()
 }
-func (l *memLog) Delete(id string) error { return nil }
+func (l *memLog) Delete(id string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.data, id)
+	return nil
+}
 func (l *memLog) Release(id string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -398,5 +403,49 @@ func TestFailedCreateStoresNothing(t *testing.T) {
 	}
 	if got := svc.List(""); len(got) != 0 {
 		t.Fatalf("a failed create left %d sessions: %+v", len(got), got[0].AgentID[:20])
+	}
+}
+
+// Ended sessions are forgotten after their retention, their logs deleted;
+// live ones and recently ended ones stay.
+func TestEndedSessionsAreForgottenAfterRetention(t *testing.T) {
+	svc, link, log := newSvc()
+	ctx := context.Background()
+	old, err := svc.Create(ctx, Spec{AgentID: "agent-1", Command: "true"}, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := svc.Create(ctx, Spec{AgentID: "agent-1", Command: "sleep"}, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := log.Append(old.ID, []byte("output")); err != nil {
+		t.Fatal(err)
+	}
+	link.cmd(old.ID).finish(ports.CommandResult{ExitCode: 0})
+	deadline := time.Now().Add(5 * time.Second)
+	for s, _ := svc.Get(old.ID); !s.State.Ended(); s, _ = svc.Get(old.ID) {
+		if time.Now().After(deadline) {
+			t.Fatalf("session still %s", s.State)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := svc.ForgetEnded(time.Now().Add(-time.Hour)); n != 0 {
+		t.Fatalf("forgot %d sessions that ended within the retention", n)
+	}
+	if n := svc.ForgetEnded(time.Now().Add(time.Hour)); n != 1 {
+		t.Fatalf("forgot %d, want the one ended session", n)
+	}
+	if _, ok := svc.Get(old.ID); ok {
+		t.Fatal("the ended session is still listed")
+	}
+	if _, ok := svc.Get(live.ID); !ok {
+		t.Fatal("a live session was forgotten")
+	}
+	log.mu.Lock()
+	_, kept := log.data[old.ID]
+	log.mu.Unlock()
+	if kept {
+		t.Fatal("the ended session's log was kept")
 	}
 }
