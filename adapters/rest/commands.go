@@ -12,6 +12,10 @@ import (
 )
 
 // StartCommand starts a detached command whose output this server keeps.
+// MaxRunningCommandsPerAgent bounds what one agent runs at once, started
+// through REST (missions and sessions have their own bounds).
+const MaxRunningCommandsPerAgent = 256
+
 func (s *Server) StartCommand(ctx context.Context, req restapi.StartCommandRequestObject) (restapi.StartCommandResponseObject, error) {
 	if len(req.AgentId) > maxIDLen {
 		return nil, portError(ports.ErrAgentNotFound, fmt.Sprintf("agent %q", clip(req.AgentId)))
@@ -19,6 +23,11 @@ func (s *Server) StartCommand(ctx context.Context, req restapi.StartCommandReque
 	o, apiErr := buildSpec(req.Body, false)
 	if apiErr != nil {
 		return nil, apiErr
+	}
+	// Background commands are counted: an agent runs at most so many.
+	if a, ok := s.d.Agents.Agent(req.AgentId); ok && a.RunningCommands >= MaxRunningCommandsPerAgent {
+		return nil, newError(http.StatusTooManyRequests, "too_many_commands", "agent %q runs %d commands, the limit is %d; wait for one to end or kill one",
+			clip(req.AgentId), a.RunningCommands, MaxRunningCommandsPerAgent)
 	}
 	// Stdin stays open for later writes through the stdin endpoint.
 	o.spec.StdinOpen = true

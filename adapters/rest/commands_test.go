@@ -3,6 +3,7 @@ package rest
 import (
 	"encoding/base64"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -301,4 +302,16 @@ func TestForeignCommand(t *testing.T) {
 		t.Fatalf("%+v", st)
 	}
 	expect(t, e.call("DELETE", base, ""), 409, "command_ended")
+}
+
+// An agent that runs MaxRunningCommandsPerAgent commands gets no more
+// through REST: 429 with the limit, declared in the spec.
+func TestBackgroundCommandsPerAgentAreBounded(t *testing.T) {
+	e := newEnv(t)
+	e.link.AddAgent(ports.AgentInfo{ID: "busy", Status: "ready", Runtime: "host", RunningCommands: MaxRunningCommandsPerAgent})
+	r := e.call("POST", "/api/v1/agents/busy/commands", `{"command":"sleep","args":["60"]}`)
+	expect(t, r, http.StatusTooManyRequests, "too_many_commands")
+	if !strings.Contains(string(r.body), "256") {
+		t.Fatalf("the answer does not say the limit: %s", r.body)
+	}
 }

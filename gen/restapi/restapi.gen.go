@@ -504,7 +504,7 @@ type Error struct {
 	// store_unavailable, mission_conflict, mission_not_found, session_not_found,
 	// hitl_not_found, hitl_not_open, session_name_taken, not_headless, offset_beyond_end,
 	// environment_not_found, environment_exists, unknown_runtime, runtime_unavailable,
-	// runtime_error, not_supported, too_many_sessions.
+	// runtime_error, not_supported, too_many_sessions, too_many_commands.
 	Code string `json:"code"`
 
 	// Error A message for people.
@@ -4056,6 +4056,8 @@ type StartCommandResponse struct {
 	JSON409 *Conflict
 	// JSON413 the response for an HTTP 413 `application/json` response
 	JSON413 *TooLarge
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *TooManyRequests
 	// JSON502 the response for an HTTP 502 `application/json` response
 	JSON502 *BadGateway
 }
@@ -4088,6 +4090,11 @@ func (r StartCommandResponse) GetJSON409() *Conflict {
 // GetJSON413 returns the response for an HTTP 413 `application/json` response
 func (r StartCommandResponse) GetJSON413() *TooLarge {
 	return r.JSON413
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r StartCommandResponse) GetJSON429() *TooManyRequests {
+	return r.JSON429
 }
 
 // GetJSON502 returns the response for an HTTP 502 `application/json` response
@@ -6947,6 +6954,13 @@ func ParseStartCommandResponse(rsp *http.Response) (*StartCommandResponse, error
 			return nil, err
 		}
 		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
 		var dest BadGateway
@@ -9920,6 +9934,20 @@ func (response StartCommand413JSONResponse) VisitStartCommandResponse(w http.Res
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type StartCommand429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response StartCommand429JSONResponse) VisitStartCommandResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -13374,117 +13402,117 @@ var swaggerSpec = []string{
 	"tRBjzD5Be2Y8M8p/AkuqFyIbmyuY2GOGs0QTPFRfqDN8RtxenVuLAv9GVlvl/oQj+EuYBmQBIONCrxNr",
 	"dIynuVA4KBoynOR+rCC9YZwxZVCT1fkVOEUzv2JsBcqIY4LFOEiwSMDLwKnLqqqvBKD6OGJ9acQXTOfh",
 	"M9VvUVAevEKWdKzJjblm7npjKQHrrhpP6FpYLCQjHhBOOHZ4mb5nSqsEnI987DZ44n1Ljc8bcX/V4c4M",
-	"qsqiEBJTsgwBLAlfj72BaLMj2gXmJmX65CAkRSqKnO7Xre1giaX26O5Az+mf2Inx0c6KJXk/FuiXHk/W",
-	"msYUK7xrbeiCSlBaUrKsfQRHz+EV+7bn3A8WEc//ejT4+uvnp/tws9sfUShaZuKgdktsOwGWVM6dXfFE",
-	"xros+ZioNtc245FsKefJcI4It97e5ZHYTDeje2qjhlpmBF3DZXro8s3pTIPZ69D1MR7wiUC9qOphMBJR",
-	"ai7evcLtQ+Dt9b8nlfvovXn84PjZ86nIhYwPyJZUlHpsDf0IEfzIcsy5gtVC5NQ7SWAuRVkAmWnMOjTq",
-	"teBz6F5dvjTAJPaLry5f/nj5009wDApyoqns9eF8ooxOKSQMYEkJV3AyGIBC8A1mXDoZOMDweoDcGkEN",
-	"svv6+WljgQexBTb6MOPzccbkfXKd2l0vQVjmScNJD08veHwAqoUd/7JYN1KXp6LMM5tvWHrvD7Hyjc9h",
-	"wjiR637cPcOMXM9aki4kJTmYZ1ANOYOj46//8tqaazcsz2kGkzUoNje7/7W5/Vd708Dm9JUANnSetOTv",
-	"4BjbQFzZsTEJ2c3oxp6iaGUzIHzdbwuC7YiptcbHdmZ0sCXNxs1Xw9sPSKxpC4bVKxILiFWU1CTDELIw",
-	"e6MGKLZBfri8/umcqxWVMb8kqjmP99rt9ai+smO4EOgGdvzkSdN1YQdu+5a4DSCDvOp76f9mKK+U7NP/",
-	"q8HbYGrXbnZzIN6ajfQYN8hHrGUhxbJoy93b8eb9FtSNXn9x4/vakWoLSbax6rEWBlqePTt5vk9Txfei",
-	"01GSm1E2J6rdXPQ9WRY5vnUTw3175tNmqp13N/s3YvC8qnN2NizKohwXVE6d0X6fXDumbsZaaJLXquV9",
-	"cnTNa6Wi2YPeygXJxuR2Pj66J3T1C88e+sZ9X1jSpZDrR6DAvfhAJMTUe8cEH+Vp3eVcI2w1H+/cn0ln",
-	"uqDTG1TSdihCQcjiaRyyPHs6F+525OyeQ4Zaz/byGl71QCHBNLXSOD4iZuhR71DbTgLciGI8PmqxJ0qx",
-	"Ow4RC0fvIyJJiWohD1yUBy72IzQHo+9UycdbA5ZF9kAa3RU68Z7VGm0brtVgul/bt3tcUXEz3V9R8cxj",
-	"n5JSDbwDpK2kPR9hrTMcO06PqIY2mFcF7uhOxSyabnMyQf9TNONvw9rZ0v1LPTv42toTBJOJXBaadYcY",
-	"gx1dnfDz9fcHXycg9ILKFVMUJkTR56d9VJftx+BQnaRj70SheUdJxrjT/Lcjt3WtcrU0zYcyqgnLHxb9",
-	"sYGH/bZCVQBsHo8t4qYj7L4D+8hH8IWx4d9RxX6nOyLbj3C7PcL5s2VB2fxbM1AL1HXIaktZcltuyxOx",
-	"oR/NJy3PbasDy3s8WrBM7Xsqpie8q2V9JHVRxRy2li9VNahLsgZDR0D4VhpiIGiYEnklyHZnb98vEnbp",
-	"B/zBDlL9fhGMVl38t1dYkITVptGgp6tRnjGaZyrMtATKZ8KsNnTN6iZQrQqGCFUCbj17Z0D42rILWwI7",
-	"M4qcQcf9Pc0ubjteiiyKfZftA+45wOfOgpxa6270PsCHTY7RyYi/+s3VNfT7/UO8jx4680tSVS4pGDDi",
-	"S+5SLVXMA04V1QpIKzExDu71h33CvVI4H5iM+YD0yprKN5eyoj2P5i1YE7/nAsz92r5lW5wSLlX03rLe",
-	"M4C9Dgk/cAwkl8QWsTYy4ZPTtp2ANnMXckqs+J0B07YYr8rK+8pso0I0vHvBSu42Zh4R5qkiNk9ik7Rn",
-	"mj7YVml3p15RDYJPaSP/0dZDYG07Ud7B2bVe1pmQlWu1F/dwxjNZf+bst5ICWQo+t6mXjcRQXD+3bv14",
-	"qodX6bedzqQC3QCcCxUfYo/R8MksA0fglWXwsZmdjU4ogZPWKWQ4fG0VeLp0NL3XleVm9jWUEZ1S2sSQ",
-	"7ZhfnlEJNo8DuMCwDpUYA4xTygOznZo14pEtGJhc9xnHl4duBYgtWPV4SfXNOxD2I+6TVgOqleroo1JN",
-	"za4cK4OHffKlQS1uuB2fEZcMfp/ee608U98nGaqBd4C0ZQWGVWGbVVxJxzIsIzONbnc/fbCeyQ/sixmq",
-	"8d2FCz9Nc9lr/OGkNfDXbrPXxf5VWrwxXV06BlqBPv/9YTBfNgZ0F3+ox3VXvg2GN9AhD281ntoiX+ee",
-	"+aOe1b18fZ1AFbf9r//xv3tGalhjZX8ihpskuvI6Y+2FJN7ntB0EJZqMnTkd8vDJWsclo5jFKvOFoq7y",
-	"wAapV5IZqoipETGzKCjhjKSPTBdxFaEox1Mh26qr0Ux4iDf4hkre0j7B2SAPGU2oeKRg49uRn01LaZir",
-	"YQQu382lRl2LG8rj2hy2RgHCVnOr2AFTqqQZEA3R3ipmKZDV4GJg750a7oXWBQJdUEnCefe8YcD3Jbob",
-	"ks2NBO8urq7h/O2l0VdSFL1serCcL3UKXQQ8A8GDijOjfcJf4LjXH/GLWyrXtjqv5EZSpq5EKwVOqbMb",
-	"PcyNhkIj3k3PX168vr58MX7z9uLd+fWbd+PrNz9evE4xFwRf5BTmlJu3aQaMawGpTdM2mwIyJm2W9qGf",
-	"4QCHThEyKYV0rXBsgc6/Xr15jW170M896gxh1On3+6NOAiNMnLKX6ozAsb14l7oMLqbzqi0emx64TjGw",
-	"JJzM6dKg5vztZRBVGnYG/aP+wC0bJwXrDDsn/UH/xFaALJCSfE1bXZ08t+Wi9qMMN8w6w46RYedzJ8Qb",
-	"/d2OB4Mn68ZUV0/vau6mElDobcSaJdtC7XRw1DZ4Be1ho6HVXajd2GJpBZiA5xOI3O5YQzdoeYZF0omt",
-	"uKzLpLFWxzUxmUsypVBQyUTm2j01kXz4wWuYd634fkktunGp6p6Jf49/Yv3Ioe+pePfrp16nnWv02EUx",
-	"L53uf6nqLnd3txO/h2EDg0KoCKZRQXlRafQfg22Urd+K7Ak7HQZ5k3dNYa9lSe+21vj4yaZu1ulH1vrK",
-	"sBwdlC27NR/sX76g8+JnIhPzwjf7X6g6MZoXjk72v1D1GbxLOs8s9vd+um+H2eRASIdAqlQvwYFw383S",
-	"1XWuCGpNZ9jNzVZMWhk3JXlu9MPdm8HI/XAjbO9dPzmrnBRsFkwAc0GVbas5oTMhqQGE8kz1R9ylp9rk",
-	"Z0g381nTMGeVKXDmn+00V6UvYUM4RbUVec2NavbCn2afDp54atuUIs6Qg76n0F0tiMbmeUyrOuMPjYyN",
-	"BD7opq5Jn6KuI+SXzf3IzY21ftGtbX6bbY1uQLMmthXJvq0ceg92K2xX/sk/pCYRukhayLcqZHgKPS8c",
-	"0FgcRsd3xYkiz6jypcVd2+sSs7hDLoxV8HYztHNR7zqVJXctdt9e/zvaN1ORq/Q//yOVYqXSOnX/68F/",
-	"/sfxae8MUmM9pT5apIx4rZ0Y/RE/3yrN/0oFcXKSKwEFkcowVgVTbIjnmO6BWRhrxaBb2HnssOdef8Rf",
-	"iIyqIZwOBpCGlUZpUv92nDOF7oRkYEBNrNcCmQfSdu8MTgenI55ulBel5vo3kEaKjMwM27U1KXRJw6EN",
-	"YjbitRm4IMpmC5tXzKxHJ5A2S6DSM3g2OPZzzgWnZqqgiCmNiZlG440/nKCJtgW5l8Q5euo9G9UJrcO/",
-	"YbH/vy45To+/udcLjd7QT6ZOVrunljlt6mOCjMFxE9T0kFuEcaxczDckE1vNDyV1m7ndynrnHzm//OVl",
-	"5xOaLUE75Qh9VmCg7/GxRPZscHKvl6pu1RvKgAcCa7prBx0XqwTUDSsK5gJ6hveL2QwVhAje60hGqw+h",
-	"xsandAfsxPm1a9xRqjMQPF8bKehbJaXQxb7VvbqcJGx1zYyMnj2J4MeIh293FnpF6+l8W2mX/qKq/tIN",
-	"zHuPwuGHurLjzuoBObVBleYy/Mjy/LF2S31cRUQL+4y2PpadKeQd1jOG3VlnIs/FShlVo1Qlyft/YLb9",
-	"cdwUv5+AC41VinzXMMxIJZ5VEOfRvnuVslblOWKKBXoO2S02YkJCnSmqXSaRS8y4obQIW6RHbGwxA0qm",
-	"C6fy2T5MaaO5XnqYNprrpSOu8JQMKqlbWwcWOrnREjTm/bmGpVAaTuEV+za05c2fHoNnuHcYL2n9UXU6",
-	"J85nhuLubyiI0q5biLWCbOEhpysnhvpwySG15Jb65lOHruaUSDriVk/H7kC1Huw8sZbr9PrwwlcrVsYt",
-	"1pdJUc4Xtl7y/O3liBNJQS3EilcOFwdFRE18SfUTbOrEncvyW0kxKO4PZrErZnDYCU9i2Qor7U4vbB3c",
-	"LP/HD76RNWKM2LKo2g9hBepGuai5aZa6scbQxUcLkecJEEdmJ4PBYIDZMLFPMKRiy+Eap9RYaPHVPdB/",
-	"SpN2LzMNfDJ/ZN04Ij7ReWEXTcyAVFup/pp9gtLMxH6nuxRFc/+p5OXTG2DNFOl7WV6n0fxW9jtFiWp5",
-	"VyU+qFZwdfnyl8vXL3744nR7sNDeT4B1HkZLPAjv/3EJsJlm8lgCdPXWKojh1P0SGrrMFxr8BDToG1jE",
-	"SfAXyTStxIh59A9IhmE60WOpcKNjxxd30UfT22YjrNbYwEX44KcMT2207oroQyEoT2LrhwNaZdRZUEuS",
-	"UegaLQad0kDmpMpII8aKMfpML4GJrXrY4+aPtDi08nu7/6EtyFHoYGM26ElgJqlagKJTiWZRiunFqfW8",
-	"hT3s4L/+5/8C18UOurLk6izok2tb84YHkMGa6h6+hGVfyYgL6U7OsjEMF9frN739Te++gTjxZS1Jdbie",
-	"8ip91YcKQ4fpRu8q7+7fbnOVWn3HDh9GV9A1Q/SI21tMAcYBemfwbHACaaQX1g73fdja7VM64iNN5z9z",
-	"mkajid323gqbE35mzvqHY5Qf7bitkGmoNiBtu6uqLXkGBJutKGPNCj6lie2Rg1G7hVihf0JVBpXNjW/a",
-	"TiEbP/xgdsROFyP2jNwg+ocpDJsH1EYs5Ij8tvNmfyq/30dTyXdUaSnWmzTillqu7dGMTEOpaHbWqK2y",
-	"ssDwvpmQc2F0o9CTuOWB+sQrPvhcXGpDmvb/KS6ON7wBhI2G2W0qKcpq76vFNA1XjYqiHPVWOB2cNiVe",
-	"Hf3eu7sPq1rPuEmA3WL/LMttW99+4Roh9X0vKf2dbjCN2hanKkH/v4sMMunKnlEftIeRrOwxJEHTdlBk",
-	"DUhYvf0EaMuHdzrmyuWfhgRdEZK1AM6somzLNmvNmvmzB7/QaU2nP1ENxBJV1pBvsuQWm/tJrerisyMj",
-	"+89CaL7+7QsVRbNTbEf0DeG/l3xEsYt6RPHnIR5EzxfaadKOKDaV6y4W3czK3LW6xQ4hWa+WmS7B1nUm",
-	"DSnMNwFr9ZT9cHn906f0kFUdLVsUY+xI7PtPPol/7I0ZcVEuCT9g/EAv6EEuRFHN0UyF3cbW4QfX5PHO",
-	"TZe1FxWcc3dqfKrpe43p/YQ7+xi0ENAlMCGSAqernHGa4DKNsCOJgovX1xfvRp1ef8RRuW52aPdOpkaf",
-	"9hS6JLfinLiWp+hnMmLd1Y2bny6hbcQXBHsY08z6sWL5qdCVVMt13dWhUg8mZHrT284yRYdbI9HUObG2",
-	"utVHXVi262Xm6G6De2E4vCB6UUfD65abTbfTRnS8al9+/PW+Q2U+Ucyg0dLzM5dJNHrgRnbaRijC0YfN",
-	"v/F0w1SVAeQ1nS+his/K++0KAgGznJ5hnXnm8hfPRcxKraIL6rvBN7la2JGvVQ68Ym2FFBsZXhyPa3M1",
-	"BpiKxJwjoS2fpToY9V6kvNFQ+VPqJ2Efwxbx5L/0M26GBkn4ZQFhpORUyAy6XGggcrpgt6gEtIszD/zh",
-	"h7qnyM6iXN+K8T58udFR8l6sef+JYp9jtfestBGwSrgImu3a6FH9GRXVRzCScOHDvlytO/6df+gT4jzs",
-	"Hhb3UyAIT1b8VLmLwrhoFW1UoVatbFyjW6dro7cTD/s1KO0l9gHrjwodT81Ndq9atfYytQh31RtVXPV5",
-	"h20cNjyF+pFKUbIflE/A7Judrv5gtXifndl7KoFu0PQngfoIprparmcEAgZcYgV+cQo9/FC3dtoIuDVx",
-	"kda8PQ0Sjp1dU9UyNAoBiWeg3prZOoPKGzSNc7QCg0bcUtlupoz4Q+0U2DRTYtbIjyzPW6vh2msfu82e",
-	"0jZf1CHAHbBeFZtndaJvU4I2Gm09qXHziaLxzQ5Wuwop/vS1EhUhtNVInNUEUZlVjPuOAkAqe73vmkvv",
-	"DIU+tmDTt/z6PHXOe/jqPy/w6QGAFs50D355SIL+htHal4vbWqtIFf0ttafeUkgxBSsoiB4MsRX4DS10",
-	"L7Gs1ILrK7hkycEooURikcuIL8QKltjvN2yZaMz9qtVE1xcXHA8GA2zNZMZ3FU2kKkdQmqw9Rx/xoPIR",
-	"C0lclfQu9h0eCpi21I5stoT8CLJtKfNAlDbVnX9WRcTmx7Y1DnL3/1RulS0F3GA+a5bfW+G4deh+d7t+",
-	"v3effZi5E8p3eGVLvcAuYsT3rrI5i74vnO0d5xrGTdZhvWRb+7gRR6u70XANh+n1Ab3Y/iQFpwwZfahW",
-	"1rBBQuWT7e48E7vnq8unC6Eor86WRq5yfvnLy/Gry6uryzevx5ffpVaiNMwabKPgTtL3qPJsRZElhYZy",
-	"VyEHb01E5VdWcDw4dhmk5iHbnEDZzuvWS4XHIxKJrVsx6+fMDkcgY7MZlUY7wxHtkding2/6I/5iQac3",
-	"ChakKCivLAohMyqHjeLYDbNsY1UwEbT7bHDSS0bcdb7rng6Oeomdsnt6dJLA6WDQS1zXs8Znd83HCWlg",
-	"6iUgRWmTT08HpwmYQfsjPuKv6HJiEOGQh+OGZmUmqM1NNRM4twHjkG4ceZ/2bJ8810t9xFEpnHOBvnvV",
-	"qJFekjWQLAMllvTMAb50YCxLpWFBbqmzSG2DCiw7M5xcFPYwFRCcKhxoQoGXed6H1B+7gso8nrB5S+WE",
-	"aLZEapG0oMQVbU7FnDPl9gUsiFo0vr87JVxwNiU5dvwbOsKvgLSd65IRty09cSc4V2UCXMBqwTQFVZAp",
-	"7XnYscPhV6oWOSxLh66xvXnSLI2QI27nsLTiG89XZHsGhNtXbkleImIMJmnmQEsQF8C40pRYloRnQyYj",
-	"nh71B2l4Jz1KXfKuHTEEDEM8mwTeNXTUH3HDCXDb2J6IyvyT2jLNIYyqs0hGnTSpKjiR51jiIJhMiXRk",
-	"HU9uZUZ8xrhr9+hVylkpETaSC9sxS0G6cZBQ2kASq8xF3L51TxQM3cSOKE6TgJabhxSbW/6Y4jTB5O7N",
-	"0I/RFo4gDQ95Ttv6mETasoz4Vub2mVVM4jGszV3X9y6RFJOxzUYd8bqhId7tOY1m80jlqFbzneOlrS7S",
-	"iMS3G9suWLh4E2pWTYEWZ3Y7VmzY2wRPZTDe1+X69NEwj69/UuK4n94fYRHTyqrjLbqujhc3il8kLzxp",
-	"FojBJtP5UsH4qHiXa/iLu2aj1e/ffzX0WKuUgWys1iPwNVXl2H6Y+yiQ1hBqNePqFgZGhBg1JTvAxh7Y",
-	"uSAXc9segDpfD8kySZWXmBMl8rJucGCNt4lZEOyxC1gXa8v5rbsOOxugguDsOKt7vM0NxXWNxZdaMk1h",
-	"UmobCjxE8+/AKs5pb1iLZ8fwjblnB8aE3tT8m464tz+HwQEu+FELmme9ujo9XZL3aR/S/3ZgcXFw1RAn",
-	"rruBVQuMbDLjVH0QzIBJ8O4Fz9LwNX+Ks23zgO73oKUCMwYxIq0e4SUphmD4RWolqv2yCdUrSrn7ONsK",
-	"YhPg0D7uw7m2AGOJvtVpzGqGyMNkDqfGprb/x/9vZ7a9HuyxMfaLbUOHru0JcDIA1RvxmZBVBbmsWj94",
-	"7Zt6/+iIu0UdwvZ6Dg3dXV1d+A4U2AZModNotbBqmlmvcGltWpCZ3nYswcZiDo6Sa5Y3T+swQ3UxkYig",
-	"uspQhM4kcQnfTbhH3ALS8580zRnWgvlmmX343ryqhpDihwzd1M66SI3mOYQPo46lANsS2lwcdZIRH1WH",
-	"AY86d0aQV4oqHoiGCEJtzHZpd2OGbxnVyt4cddLaO41kYrteGCU9OGTNap4py4YRymQaugRk0EkJ0LFz",
-	"ZU9ssnnECs0hbCliu2ykPxGlD/DBA2OXIRSONA0nQV2zd1ZhaE6KLfSYpx1KtEBk4CiW3ENSrofxa7cx",
-	"EuqVFs/VUS4VsjNsuo1NQ8wy5szYC910CAXj87SHOWV4ulaWe+MciKGoPpyDysUK04mtCm70eNT2sbOQ",
-	"A29o4WYaZiTPzU5dMEdVyAnNnbk9jylFPCDl4baItenz6l8CqV2osW3COqYcFb8KyY12K/UG7521BiR2",
-	"e68sL/lI39WGbLGUpgXi0G7hyisYY8ptUbanbm/i+9+gMEVHoyU7bO9YoDByZn8FrtlDeMiUbZrTCuqS",
-	"vI93Mjk9+ub0ZHC677C8rdO8EBojkc/q1qKO2ZEYAUDXcFNnkzkW2Y5YvN8AeOsEh4c5E8VUU8/cm/pr",
-	"fdoEnmwfPf5iSz40h9hIqL26sJtJeR6cGE6T+AOauopSd15b9VovduxGPFPTdgtyh5DgbvjQCeV8RJeK",
-	"yvyGrmCrE8CYtGY3IFfthhRn12oHpUcOHgx1h22ojEQPeetDVYnd8PlzW8wseIZormjkqM4QyitfMRDF",
-	"nqPkiJ71sYi6+7+kPc87QyFkuycsUgzx/bYSx6iEtP5X1IKu0Fd3gN3cXYDG7iNnKSzwYPTfdyVF/eAe",
-	"+ZTpm/Z49paN5wOLzvVoyy2ahlTDaPqJ3VJuXiikmFib6xBD7Ds/85194lMmA1Vn00Z7V5LMxkacUfnp",
-	"p3yNfQVItj6rjQC0MFYLNl1ANZxBPBd6N9KrmSzWzyBnSivbr64eidikMntop3O52u/esow3DqNxljGS",
-	"s9VDSpm7k2iGh4dHx3/tD/qD/tHw66Pj487dr3f/JwAA//8=",
+	"qsqiEBJTsgwBLAlfj72BGFzynmubMNEuQzeJ1ecLIXVSUeR0v7ptB0vsBohuGHSm/on9Gh/tv1iS92OB",
+	"rurxZK1pTNfCu9asLqgEpSUly9ptcPQcXrFve84jYRHx/K9Hg6+/fn66Dze7XRSFomUmDmpPxbZfYEnl",
+	"3JkaT2S/y5KPiWrzdjMeSaByzg3nm3Dr7b0giU1+M+qoNpqp5U/QNYynh17gnM40mO0PXb95wOcG9aLa",
+	"iMFIRM+5ePcKtw+Bt9f/nlQepffm8YPjZ8+nIhcyPiBbUlHqsbX9I0TwI8sxDQtWC5FT7zeBuRRlAWSm",
+	"MRHRaNyCz6F7dfnSAJPYL766fPnj5U8/wTEoyImmsteH84kyaqaQMIAlJVzByWAACsE3mHEZZuAAw+sB",
+	"cmsENcju6+enjQUexBbYqMiMz8cZk/dJf2r3xgSRmieNMD084+DxMakWdvzLYt3IZp6KMs9sCmLpHULE",
+	"ijw+hwnjRK77cY8NM6I+a8nDkJTkYJ5BzeQMjo6//stra8HdsDynGUzWoNjc7P7X5vZf7U0Dm1NhAtjQ",
+	"n9KS0oNjbANxZcfGvGQ3oxt7itKWzYDwdb8tLrYjzNYaMtuZ5MGWNBs3Xw1vPyDXpi0+Vq9ILEZWUVKT",
+	"DEPIwoSOGqDYBvnh8vqnc65WVMZclaj5PN6Rt9fJ+sqO4aKiG9jxkydNb4YduO1b4maBDFKt72USmKG8",
+	"UrLPJKgGb4OpXbvZzYF4a4LSYzwjH7GWhRTLoi2db8eb91tQN3r9xY3va0eqrS3ZxqrHWhh7efbs5Pk+",
+	"TRXfi05HSW5G2Zyo9nzR92RZ5PjWTQz37clQm9l33gPt34jB86pO49kwMotyXFA5dXb8fdLvmLoZa6FJ",
+	"XquW90nbNa+VimYPeisXJBuT2/n46J7Q1S88e+gb931hSZdCrh+BAvfiA5EQU+8dE3yU83WXv42w1Xy8",
+	"c38mnemCTm9QSduhCAVRjKfx0fLs6by628G0ew4Zaj3by2t41QOFBNPUSuP4iJi0R72PbTsvcCOw8fhA",
+	"xp7Axe7QRCxCvY+IJCWqhTxwUR642I/QHIy+U+Ujbw1YFtkDaXRXNMU7W2u0bXhbg+l+bd/ucUXFzXR/",
+	"RcUzj31KSjXwDpC28vh80LVOeuw4PaIa2mBeFbijOxWzaHrSyQRdUtEkwA1rZ0v3L/Xs4GtrTxDML3KJ",
+	"adYdYgx29H7Cz9ffH3ydgNALKldMUZgQRZ+f9lFdth+DQ3WSjr0TheYdJRnjTvPfDubW5cvV0jQfyqgm",
+	"LH9YQMjGIvbbClVNsHk8toibjrD7DuyDIcEXxoZ/RxX7ne4Idj/C7fYI58+WBWVTcs1ALVDXUawtZclt",
+	"uS1PxIZ+NJ+0PLetDizv8WjBMrXvqZie8K6W9ZFsRhVz2Fq+VJWlLskaDB0B4VuZiYGgYUrklSDbndB9",
+	"v+DYpR/wBztI9ftFMFp18d9eYY0SFqBG46CubHnGaJ6pMPkSKJ8Js9rQNaubQLUqGDVUCbj17J0B4WvL",
+	"LmxV7MwocgYd9/c0u1DueCmyKPZdAhC45wCfOwvSbK270fsAHzY5Biwj/uo3V9fQ7/cP8T566MwvSVW5",
+	"pGDAiC+5y75UMQ84VVQrIK3ExDi41x/2CffK6nxgfuYDMi5rKt9cyor2PJq3YE38ngsw92v7lm1xSrjs",
+	"0XvLes8A9jok/MAxkFxeW8TayITPV9t2AtpkXsgpseJ3Bkzb+rwqUe8rs40K0fDuBSu525h5RJinitg8",
+	"iU3Snnz6YFul3Z16RTUIPqWNlEhbIoHl7kR5B2fXellnQlau1V7cwxlPbv2Zs99KCmQp+NxmYzZyRXH9",
+	"3Lr149kfXqXfdjqTCnQDcC5UfIg9RsMnswwcgVeWwccmezaaowROWqeQ4fC1VeDp0tH0XleWm9mXVUZ0",
+	"SmlzRbZjfnlGJdjUDuACwzpUYgwwTikPTIBqlo1HtmBgct1nHF8xuhUgtmDV4yXVN+9A2I+4T1oNqFaq",
+	"o4/KPjW7cqwMHvbJlwa1uOF2fEZcMvh9eu+18kx9n2SoBt4B0pYVGBaKbRZ2JR3LsIzMNLrd/fTBeiY/",
+	"sK9vqMZ3Fy78NM1lr/GHk9bAX7vNXtf/V5nyxnR1GRpoBfqU+IfBfNkY0F38oR7XXfk2GN5Ahzy81Xhq",
+	"i3yde+aPelb38vV1AlXc9r/+x//uGalhjZX9iRhukujK64y115Z4n9N2EJRoMnbmdMjDJ2sdl4xiFivW",
+	"F4q6YgQbpF5JZqgipkbEzKKgqjOSPjJdxFWEohxPhWwruEYz4SHe4BsqeUtHBWeDPGQ0oeKRgo1vR342",
+	"LaVhroYRuBQ4ly11LW4oj2tz2C0FCFvNrWIHTKmSZkA0RNutmKVAVoOLge14argXWhcIdEElCefd84YB",
+	"31ftbkg2NxK8u7i6hvO3l0ZfSVH0sunBcr7UKXQR8AwED4rQjPYJf4HjXn/EL26pXNuCvZIbSZm6qq0U",
+	"OKXObvQwN3oMjXg3PX958fr68sX4zduLd+fXb96Nr9/8ePE6xVwQfJFTmFNu3qYZMK4FpDZz22wKyJi0",
+	"iduHfoYDHDpFyKQU0nXHsTU7/3r15jV28kE/96gzhFGn3++POgmMMHHKXqqTBMf24l3qMriYzqtOeWx6",
+	"4JrHwJJwMqdLg5rzt5dBVGnYGfSP+gO3bJwUrDPsnPQH/RNbFLJASvJlbnXB8txWkNqPMtww6ww7Road",
+	"z50Qb7R8Ox4MnqxBU11Qvavfm0pAobcRy5hsV7XTwVHb4BW0h40eV3ehdmPrpxVgTp5PIHK7Yw3doAsa",
+	"1k0ntgizrpzG8h3X12QuyZRCQSUTmesA1UTy4QevYd614vsltejGparbKP49/on1I4e+zeLdr596nXau",
+	"0WMXxbx0uv+lquHc3d1O/B6GPQ0KoSKYRgXlRaXRfwy2UbZ+K7InbH4Y5E3eNYW9liW921rj4yebulm6",
+	"H1nrK8NydFDJ7NZ8sH/5gmaMn4lMzAvf7H+has5oXjg62f9C1XrQvHD8zb1eaPQFvEs6z+yq7UWZ76zZ",
+	"5FxIv0CqFDHBgXDfGNOViK4Ialtn2BjOFl9a2TgleW70yt2byOgL4Qba3vN+clY5N9gsmADmgirboXNC",
+	"Z0JSAwi1yckurdXmUUO6mQebhrmuTIEzG23TuirtCXvLKaqtqGxucLOH/jT7e/DEU9v+FnFGHrRQhe5q",
+	"QTT24WNa1ZmCaJxsJP5BN3X9/hR1zSX/H2YKH7e5sWwwurXNb7Ot0X1o1sR2Ndm3lUOvw25F78o/+YfU",
+	"QELXSgv5+k99Ev0wHNBYKsY2cHWOIs+o8lXKXds2E7O/Qy6MBfV2M7RzUe9ylSV33XrfXv872kVTkav0",
+	"P/8jlWKl0jrl/+vBf/7H8WnvDFJjdaU+yqSMWK6dH/0RP9+q8v9KBfF1kisBBZHKMFYFU+yt55jugVkY",
+	"a/2gO9l5+rB9X3/EX4iMqiGcDgaQhkVLaVL/dpwzhe6EZGBATay3A5kH0nbvDE4HpyOeblQqpeb6N5BG",
+	"6pXMDNtlOil0ScMRDmI24rX5uCDKZhmbV8ysRyeQNqup0jN4Njj2c84Fp2aqoB4qjYmZRg+PP5ygiXYY",
+	"uZfEOXrqPRvVJW2goGHpf1En/5nqZLV7apnTpj4myBgcN0FND7lFGP/KxXxDMrHV/FBSt5nbrbN3/pHz",
+	"y19edj6huRN0Zo7QZwUG+iwfS2TPBif3eqlqfL2hDHggsDy8duxxsUpA3bCiYC4QaHi/mM1QQYjgvY6A",
+	"tPoeamx8SjfCTpxfux4gpToDwfO1kYK+61IKXWyB3avLUMKu2czI6NmTCH6MlPjOaaE3tZ7Od6h2aTOq",
+	"alXdwLz3RBx+qCtC7qwekFMbjGkuw48szx9rt9QnX0S0sM/oI8ByNYW8w3rUsNHrTOS5WCmjapSqJHn/",
+	"D8y2P46b4vcTcCG1SpHvGoYZqeCzCuI82sKvUtaq/EhMzUCPI7vFnk5IqDNFtctAcgkdN5QWYbf1iI0t",
+	"ZkDJdOFUPtvSKW306UsP00afvnTEFR64QSV1a+vAQuc4WoLGvD/XsBRKwym8Yt+Gtrz502PwDPcO4yWt",
+	"P6pOA8X5zFDc/Q0FUdo1HrFWkC1Y5HTlxFAfLjmkltxS38fq0NWqEklH3Orp2Gio1oOdB9dynV4fXvgq",
+	"x8q4xbo0Kcr5wtZZnr+9HHEiKaiFWPHK4eKgiKiJL6l+gk2duCNefispBtP9GS92xQwOO+GhLlvhqN1p",
+	"ia2Dm+X/+ME3sk2MEVsWVScjrFzdKDM1N81SN9YYuvhoIfI8AeLI7GQwGAwwiyb2CYZUbBld48AbCy2+",
+	"ugf6T2nS7mWmgU/mj6wbR8QnOi/sookZkGor1V+zT1CamdjvdJeiaO4/lbx8egOsmVp9L8vrNJoXy36n",
+	"KFEt76rEB9UKri5f/nL5+sUPX5xuDxba+wmwzt9oiSPh/T8uATbTUx5LgK5OWwWxn7rPQkOX+UKDn4AG",
+	"feOLOAn+IpmmlRgxj/4ByTBMQ3osFW50+vjiLvpoetvsqdUaG7gIH/yU4amNLmARfSgE5Uls/XBAq4w6",
+	"C2pJMgpdo8WgUxrInFSZbMRYMUaf6SUwsdUSe9z8kW6JVn5vt1K0hTwKHWzMBj0JzCRVC1B0KtEsSjEt",
+	"ObWet7AdHvzX//xf4BriQVeWXJ0FLXdtl9/wLDNYU93Dl7BcLBlxId0hXDaG4eJ6/aa3v+ndNxAnvhwm",
+	"qc7pU16lr1paYegw3WiD5d392x2zUqvv2OHD6Aq6ZogecXuLKcA4QO8Mng1OII201drhvg+7xH1KR3yk",
+	"f/1nTu9o9MPb3lthn8PPzFn/cIzyox23FTIN1QakbXdVtSXPgGCTFmWsWcGnNLG9dTBqtxAr9E+oyqCy",
+	"OfVN2ylk44cfzI7Y6WLE9pMbRP8whWHzrNuIhRyR33be7E/l9/toKvmOKi3FepNG3FLLtT3lkWkoFc3O",
+	"GjVZVhYY3jcTci6MbhR6Erc8UJ94xQefi0ttSNP+P8XF8YY3gLDRMLtNJUVZ7X21mKbhqlhRlKPeCqeD",
+	"06bEq6Pfe3f3YVUjGjcJsPHsn2W5bRfdL1wjpL7vJaW/0w2mUdviVCXo/3eRQSZduTTqg/Zck5U90STo",
+	"/w6KrAEJq7efAG3Z8U7HXLn805CgK16yFsCZVZRtuWetWTN/jOEXOq3p9CeqgViiyhryTZbcYnM/qVXd",
+	"f3Zkcv9ZCM3XzX2homh2im2uviH895KPKHZRjyj+PMSD6PlCO03aEcWmct3FYp1ZmbsWudhZJOvVMtMl",
+	"2LqOpiGF+eZhrZ6yHy6vf/qUHrKqE2aLYoydjH3fyifxj70xIy7KJeEHjB/oBT3IhSiqOZqpsNvYOvzg",
+	"mkPeuemy9qKCc+4OoE81fa8xvZ9wZx+DFgK6BCZEUuB0lTNOE1ymEXYyUXDx+vri3ajT6484KtfNZu/e",
+	"ydRo+Z5Cl+RWnBPXKhX9TEasu3pz89MltI34gmDvY5pZP1YsPxW6kmq5rrtBVOrBhExvettZpuhwaySa",
+	"OifWVuP7qAvLdsvMHN1tcC8MhxdEL+poeN2qs+l22oiOV23Pj7/edz7NJ4oZNFqBfuYyiUbv3MhO2whF",
+	"OPqw+TeebpiqMoC8pvMlVPFZeb9dQSBgltMzrDPPXP7iuYhZqVV0QX0X+SZXCzv5tcqBV6ytkGIjw4vj",
+	"yW+uxgBTkZhzJLTls1RnrN6LlDcaMX9K/STsf9ginvyXfsbN0CAJvywgjJScCplBlwsNRE4X7BaVgHZx",
+	"5oE//FD3ItlZzOtbON6HLzc6Ud6LNe8/nOxzrPaelTYCVgkXQbPdHj2qP6Oi+ghGEi582M+rdce/8w99",
+	"QpyHXcfifgoE4cmKnyp3URgXraKNKtSqlY1rdOt0bfR24rnBBqW9xD5g/VGh46m5ye5Vq9Zephbhrnqj",
+	"iqs+OrGNw4YHWj9SKUr2g/IJmH2zQ9YfrBbvszN7TyXQDZoFJVCf5lRXy/WMQMCAS6zAL06hhx/qllAb",
+	"AbcmLtKat6dBwrGza6pahkYhIPEM1FszW8dZeYOmcSRXYNCIWyrbzZQRf6idAptmSswa+ZHleWs1XHvt",
+	"Y7fZi9rmizoEuLPaq2LzrE70bUrQRoOuJzVuPlE0vtn5alchxZ++VqIihLYaibOaICqzinHfUQBIZa/3",
+	"XVPqnaHQxxZs+lZhn6fOeQ9f/ecFPj0A0MKZ7sEvD0nQFzFa+3JxW2sVqaK/pfYAXQoppmAFBdGDIbYQ",
+	"v6GF7iWWlVpwfQWXLDkYJZRILHIZ8YVYwRL7BIetFo25X7Wa6PriguPBYIAtncz4rqKJVOUISpO15+gj",
+	"HlQ+YiGJq5Lexb7D8wXTltqRzVaSH0G2LWUeiNKmuvPPqojY/Ni2hkPu/p/KrbKlgBvMZ83yeysct87v",
+	"727X7/fusw8zd9j5Dq9sqRfYfYz4nlc2Z9H3k7M951yjuck6rJdsazs34mh1Nxq14TC9PqAX25/A4JQh",
+	"ow/Vyho2SKh8st2dx2v3fHX5dCEU5dUx1chVzi9/eTl+dXl1dfnm9fjyu9RKlIZZg20U3KH8HlWerSiy",
+	"pNBQ7irk4K2JqPzKCo4Hxy6D1DxkmxMo27HdeqnwWEUiseUrZv2c2eEIZGw2o9JoZziiPV37dPBNf8Rf",
+	"LOj0RsGCFAXllUUhZEblsFEcu2GWbawKJoJ2nw1OesmIu4553dPBUS+xU3ZPj04SOB0Meonrltb47K75",
+	"OCENTL0EpCht8unp4DQBM2h/xEf8FV1ODCIc8nDc0KzMBLW5qWYC5zZgHNKN0/PTnu2v53qwjzgqhXMu",
+	"0HevGjXSS7IGkmWgxJKeOcCXDoxlqTQsyC11FqltUIFlZ4aTi8IewgKCU4UDTSjwMs/7kPrjWlCZx5M5",
+	"b6mcEM2WSC2SFpS4os2pmHOm3L6ABVGLxvd3p4QLzqYkx06BQ0f4FZC2410y4rYVKO4E56pMgAtYLZim",
+	"oAoypT0PO3ZG/ErVIodl6dA1xDdPmqURcsTtHJZWfMP6imzPgHD7yi3JS0SMwSTNHGgJ4gIYV5oSy5Lw",
+	"TMlkxNOj/iAN76RHqUvetSOGgGGIZ5PAu4aO+iNuOAFuG9tLUZl/UlumOYRRdYbJqJMmVQUn8hxLHAST",
+	"KZGOrOPJrcyIzxh3bSK9SjkrJcJGcmE7ZilINw4gShtIYpW5iNu37omCoZvYacdpEtBy87xjc8ufeJwm",
+	"mNy9Gfox2sIRpOF50WlbH5NIW5YR38rcPrOKSTyGtbnr+t4lkmIyttmoI143QsS7PafRbJ7OHNVqvnO8",
+	"tNVFGpH4dmPbBQsXb0LNqinQ4sxux4oNe5vgqQzG+7pcnz4a5vH1T0oc99P7oy9iWll1LEbX1fHiRvGL",
+	"5IUnzQIx2GQ6XyoYHxXvco2CcddstAj++6+GHmuVMpCN1XoEvqaqHNsPcx8F0hpCrWZc3cLAiBCjpmQH",
+	"2NgDOxfkYm7bA1Dn6yFZJqnyEnOiRF7WDQ6s8TYxC4K9eQHrYm05v3XXYWcDVBCcHWd1j7e5obiusfhS",
+	"S6YpTEptQ4GHaP4dWMU57Q1r8ewYvjH37MCY0Juaf9MR9/bnMDj4BT9qQfOsV1enp0vyPu1D+t8OLC4O",
+	"rhrixHU3sGqBkU1mnKoPghkwCd694FkavuZPf7ZtHtD9HrRUYMYgRqTVI7wkxRAMv0itRLVfNqF6RSl3",
+	"H2dbQWwCHNrHfTjXFmAs0bc6jVnNEHmYzOHU2NT2//j/7cy214M9bsZ+sW3o0LU9AU4GoHojPhOyqiCX",
+	"VesHr31T7x8dcbeoQ9hez6Ghu6urC9+BAtuAKXQarRZWTTPrFS6tTQsy09uOJdhYzMFRcs3y5ikfZqgu",
+	"JhIRVFcZitCZJC7huwn3iFtAev6TpjnDWjDfLLMP35tX1RBS/JChm9pZF6nRPIfwYdSxFGBbSZuLo04y",
+	"4qPqEOFR584I8kpRxYPUEEGojdnu7m7M8C2jWtmbo05ae6eRTGzXC6OkB4ezWc0zZdkwQplMQ5eADDop",
+	"ATp2ruxJTzaPWKE5hC1FbJeN9Cei9AE+eGDsMoTCkabhJKhr9s4qDM1JsYUe87RDiRaIDBzFkntIyvUw",
+	"fu02RkK90uK5OgKmQnaGzbqxaYhZxpwZe6GbDqFgfJ72MKcMT+XKcm+cAzEU1YdzULlYYTqxVcGNHo/a",
+	"PnYWcuANLdxMw4zkudmpC+aoCjmhuTO35ziliAekPNwWsTZ9Xv1LILULNbZNWMeUo+JXIbnRbqXe4L2z",
+	"1oDEbu+V5SUf6bvakC2W0rRAHNotXHkFY0y5Lcr21O1NfP8bFKboaLRkh+0dCxRGzuyvwDV7CA+nsk1z",
+	"WkFdkvfxTianR9+cngxO9x2yt3UKGEJjJPJZ3VrUMTsSIwDoGm7qbDLHItsRi/cbAG+d/PAwZ6KYauqZ",
+	"e1N/rU+pwBPxo8dmbMmH5hAbCbVXF3YzKc+DE8NpEn+wU1dR6s55q17rxY7riGdq2m5B7vAS3A0fOqGc",
+	"j+hSUZnf0BVsdQIYk9bsBuSq3ZDi7FrtoPTIgYWh7rANlZHoIW99qCqxGz5/3ouZBc8ezRWNHPEZQnnl",
+	"Kwai2HOUHNGzPhZRd/+XtOd5ZyiEbPeERYohvt9W4hiVkNb/ilrQFfrqDrALvAvQ2H3kLIUFHqj++66k",
+	"qB/cI58yfdMe696y8Xxg0bkebblF05BqGE0/sVvKzQuFFBNrcx1iiH3nZ76zT3zKZKDqTNto70qS2diI",
+	"Myo//ZSvsa8AydZntRGAFsZqwaYLqIYziOdC70Z6NZPF+hnkTGll+9XVIxGbVGYP+3QuV/vdW5bxxiE2",
+	"zjJGcrZ6SClzd4LN8PDw6Piv/UF/0D8afn10fNy5+/Xu/wQAAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
