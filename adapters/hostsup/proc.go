@@ -98,6 +98,7 @@ type agentLaunch struct {
 // start a duplicate. The process is reaped even after the caller is gone,
 // so an agent that dies later is no zombie.
 func startAgent(l agentLaunch) (*proc, error) {
+	rotateLog(l.logPath)
 	logf, err := os.OpenFile(l.logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open agent log: %w", err)
@@ -220,4 +221,15 @@ func EndTmux(ctx context.Context, dir string) {
 	kill := exec.CommandContext(ctx, "tmux", "kill-server")
 	kill.Env = append(os.Environ(), "TMUX_TMPDIR="+dir)
 	_ = kill.Run() // no server: nothing to end
+}
+
+// maxAgentLog is the size past which an agent's log is rotated when the
+// agent (re)starts: the current log becomes <log>.1 (replacing the older
+// one), so an agent's logs take at most about twice this.
+const maxAgentLog = 8 << 20
+
+func rotateLog(path string) {
+	if fi, err := os.Stat(path); err == nil && fi.Size() > maxAgentLog {
+		_ = os.Rename(path, path+".1")
+	}
 }
