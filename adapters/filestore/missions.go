@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,7 +49,15 @@ type MissionStoreConfig struct {
 	MaxFinished int
 	// Clock drives retention; nil means the wall clock.
 	Clock ports.Clock
+	// MaxArchiveBytes is the size past which the archive is rotated: it
+	// becomes missions-archive.1.jsonl (replacing the older one) and a new
+	// one starts, so the archive keeps about two generations. Zero means
+	// DefaultMaxArchiveBytes, negative means never.
+	MaxArchiveBytes int64
 }
+
+// DefaultMaxArchiveBytes is MaxArchiveBytes's default.
+const DefaultMaxArchiveBytes = 256 << 20
 
 // DefaultMaxFinished is MaxFinished's default.
 const DefaultMaxFinished = 256
@@ -94,6 +103,7 @@ type missionRec struct {
 type arcLoc struct {
 	off int64
 	n   int32
+	old bool // in the rotated archive, missions-archive.1.jsonl
 }
 
 type putReq struct {
@@ -117,6 +127,9 @@ func NewMissionStore(cfg MissionStoreConfig) (*MissionStore, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Wall{}
 	}
+	if cfg.MaxArchiveBytes == 0 {
+		cfg.MaxArchiveBytes = DefaultMaxArchiveBytes
+	}
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("filestore: create data dir: %w", err)
 	}
@@ -132,7 +145,7 @@ func NewMissionStore(cfg MissionStoreConfig) (*MissionStore, error) {
 	if err := s.loadLive(); err != nil {
 		return nil, err
 	}
-	arc, err := openArchive(s.archivePath, s.arcIdx)
+	arc, err := openArchive(s.archivePath, s.arcIdx, cfg.MaxArchiveBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -375,6 +388,26 @@ func (s *MissionStore) commit(batch []*putReq) error {
 	}
 
 	var locs []arcLoc
+	if len(expired) > 0 && s.archive.full() {
+		// Rotated under the lock: a reader never follows an index entry
+		// into the wrong generation.
+		s.mu.Lock()
+		err := s.archive.rotate()
+		if err == nil {
+			for id, loc := range s.arcIdx {
+				if loc.old {
+					delete(s.arcIdx, id) // the oldest generation is gone
+				} else {
+					loc.old = true
+					s.arcIdx[id] = loc
+				}
+			}
+		}
+		s.mu.Unlock()
+		if err != nil {
+			return fmt.Errorf("%w: rotate %s: %v", ports.ErrStoreUnavailable, s.archivePath, err)
+		}
+	}
 	if len(expired) > 0 {
 		// Archive first: a crash before the live file is replaced leaves a
 		// mission in both files (Load prefers live), never in neither.
@@ -479,6 +512,8 @@ func encodeMissionsFile(recs []*missionRec) []byte {
 // archiveFile is missions-archive.jsonl: one mission per line, appended.
 type archiveFile struct {
 	path string
+	max  int64    // rotate past this many bytes; negative: never
+	old  *os.File // the rotated generation, nil if none
 	f    *os.File // nil until the file exists
 	// end is where the last complete line ends. A crash mid-append can
 	// leave a torn tail past it; the next append overwrites it.
@@ -489,15 +524,43 @@ type archiveFile struct {
 // do not parse are skipped: the archive is fsynced before missions.json
 // drops a mission, so a line torn by a crash belongs to missions that are
 // still in missions.json.
-func openArchive(path string, idx map[string]arcLoc) (*archiveFile, error) {
-	a := &archiveFile{path: path}
+func openArchive(path string, idx map[string]arcLoc, max int64) (*archiveFile, error) {
+	a := &archiveFile{path: path, max: max}
+	// The rotated generation first: the current one's lines are newer.
+	if old, err := os.Open(rotatedPath(path)); err == nil {
+		if _, err := indexArchive(old, rotatedPath(path), idx, true); err != nil {
+			old.Close()
+			return nil, err
+		}
+		a.old = old
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("filestore: open %s: %w", rotatedPath(path), err)
+	}
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return a, nil
 	}
 	if err != nil {
+		a.close()
 		return nil, fmt.Errorf("filestore: open %s: %w", path, err)
 	}
+	off, err := indexArchive(f, path, idx, false)
+	if err != nil {
+		f.Close()
+		a.close()
+		return nil, err
+	}
+	a.f, a.end = f, off
+	return a, nil
+}
+
+// rotatedPath is the archive's older generation.
+func rotatedPath(path string) string {
+	return strings.TrimSuffix(path, ".jsonl") + ".1.jsonl"
+}
+
+// indexArchive adds f's complete lines to idx and returns where they end.
+func indexArchive(f *os.File, path string, idx map[string]arcLoc, old bool) (int64, error) {
 	br := bufio.NewReaderSize(f, 1<<16)
 	var off int64
 	var id struct {
@@ -509,17 +572,34 @@ func openArchive(path string, idx map[string]arcLoc) (*archiveFile, error) {
 			break // a tail without a newline is torn
 		}
 		if err != nil {
-			f.Close()
-			return nil, fmt.Errorf("filestore: read %s: %w", path, err)
+			return 0, fmt.Errorf("filestore: read %s: %w", path, err)
 		}
 		id.ID = ""
 		if json.Unmarshal(line, &id) == nil && id.ID != "" {
-			idx[id.ID] = arcLoc{off: off, n: int32(len(line) - 1)} //nolint:gosec // a record line is far below 2 GiB (records are bounded)
+			idx[id.ID] = arcLoc{off: off, n: int32(len(line) - 1), old: old} //nolint:gosec // a record line is far below 2 GiB (records are bounded)
 		}
 		off += int64(len(line))
 	}
-	a.f, a.end = f, off
-	return a, nil
+	return off, nil
+}
+
+// full reports whether the archive is due for rotation.
+func (a *archiveFile) full() bool { return a.max > 0 && a.f != nil && a.end >= a.max }
+
+// rotate makes the current generation the old one (dropping the older) and
+// starts an empty one at the next append.
+func (a *archiveFile) rotate() error {
+	if err := os.Rename(a.path, rotatedPath(a.path)); err != nil {
+		return err
+	}
+	if err := fsatomic.SyncDir(filepath.Dir(a.path)); err != nil {
+		return err
+	}
+	if a.old != nil {
+		a.old.Close()
+	}
+	a.old, a.f, a.end = a.f, nil, 0 // the open file follows the rename
+	return nil
 }
 
 // append writes recs as lines at the end of the complete lines and fsyncs.
@@ -556,8 +636,15 @@ func (a *archiveFile) append(recs []*missionRec) ([]arcLoc, error) {
 }
 
 func (a *archiveFile) read(loc arcLoc) (ports.Mission, error) {
+	f := a.f
+	if loc.old {
+		f = a.old
+	}
+	if f == nil {
+		return ports.Mission{}, fmt.Errorf("read %s: no such generation", a.path)
+	}
 	buf := make([]byte, loc.n)
-	if _, err := a.f.ReadAt(buf, loc.off); err != nil {
+	if _, err := f.ReadAt(buf, loc.off); err != nil {
 		return ports.Mission{}, fmt.Errorf("read %s: %w", a.path, err)
 	}
 	var m ports.Mission
@@ -568,6 +655,9 @@ func (a *archiveFile) read(loc arcLoc) (ports.Mission, error) {
 }
 
 func (a *archiveFile) close() error {
+	if a.old != nil {
+		a.old.Close()
+	}
 	if a.f == nil {
 		return nil
 	}

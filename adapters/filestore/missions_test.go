@@ -695,3 +695,53 @@ func TestMissionStoreMaxFinished(t *testing.T) {
 		t.Fatalf("uncapped store keeps %d of 7", len(live))
 	}
 }
+
+// The archive rotates past its bound: two generations stay findable, the
+// oldest goes, and a reopened store finds what it found before.
+func TestMissionStoreArchiveRotates(t *testing.T) {
+	dir := t.TempDir()
+	clock := newTestClock()
+	cfg := MissionStoreConfig{Dir: dir, Clock: clock, MaxFinished: -1, Retention: time.Hour, MaxArchiveBytes: 2048}
+	s := openStore(t, cfg)
+	var archived []ports.Mission
+	for i := range 60 {
+		m := terminal(fmt.Sprintf("m%02d", i), ports.MissionCompleted, clock.Now().Add(-48*time.Hour))
+		mustPut(t, s, m)
+		mustPut(t, s, portstest.MinimalMission("keep")) // a write archives m
+		archived = append(archived, m)
+	}
+	st, err := os.Stat(filepath.Join(dir, MissionsArchiveFile))
+	if err != nil || st.Size() > 2048+4096 {
+		t.Fatalf("current archive: %v %v", st, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "missions-archive.1.jsonl")); err != nil {
+		t.Fatalf("no rotated generation: %v", err)
+	}
+	check := func(s *MissionStore) {
+		t.Helper()
+		found, gone := 0, 0
+		for i, m := range archived {
+			got, ok, err := s.Archived(m.ID)
+			switch {
+			case err != nil:
+				t.Fatalf("Archived(%s): %v", m.ID, err)
+			case ok:
+				found++
+				if got.ID != m.ID {
+					t.Fatalf("Archived(%s) = %s", m.ID, got.ID)
+				}
+			default:
+				gone++
+				if i >= len(archived)-5 {
+					t.Fatalf("a recent mission %s is not findable", m.ID)
+				}
+			}
+		}
+		if gone == 0 || found == 0 {
+			t.Fatalf("found %d, gone %d: want the oldest gone and the newer found", found, gone)
+		}
+	}
+	check(s)
+	s.Close()
+	check(openStore(t, cfg))
+}
