@@ -541,13 +541,13 @@ func openArchive(path string, idx map[string]arcLoc, max int64) (*archiveFile, e
 		return a, nil
 	}
 	if err != nil {
-		a.close()
+		_ = a.close() // the open error is the one to report
 		return nil, fmt.Errorf("filestore: open %s: %w", path, err)
 	}
 	off, err := indexArchive(f, path, idx, false)
 	if err != nil {
 		f.Close()
-		a.close()
+		_ = a.close()
 		return nil, err
 	}
 	a.f, a.end = f, off
