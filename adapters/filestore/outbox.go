@@ -55,6 +55,7 @@ type Outbox struct {
 	lastSeq    uint64
 	acked      uint64
 	deadBytes  int64 // bytes of events.jsonl that no open needs (acked or unreadable lines)
+	corrupt    int   // lines that did not parse when the file was read
 	closed     bool
 	compactMin int64 // compactMinBytes; tests lower it
 
@@ -81,6 +82,14 @@ type appendReq struct {
 
 // seqPrefix starts every encoded event, since Seq is its first field.
 var seqPrefix = []byte(`{"seq":0,`)
+
+// CorruptLines counts the lines of events.jsonl that did not parse when it
+// was opened (a crash mid-write leaves such): skipped, and to be reported.
+func (o *Outbox) CorruptLines() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.corrupt
+}
 
 // NewOutbox opens the outbox in dir (created 0700 if missing), reading
 // back the unacknowledged events.
@@ -156,6 +165,7 @@ func (o *Outbox) readEvents() error {
 		var ev ports.Event
 		if json.Unmarshal(line, &ev) != nil || ev.Seq == 0 {
 			o.deadBytes += int64(len(line))
+			o.corrupt++
 			continue
 		}
 		if ev.Seq <= maxSeq {

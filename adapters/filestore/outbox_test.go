@@ -178,6 +178,9 @@ func TestOutboxTornTail(t *testing.T) {
 	f.Close()
 	o = openOutbox(t, dir)
 	wantPendingRange(t, o, 1, 5)
+	if n := o.CorruptLines(); n != 1 {
+		t.Fatalf("counted %d corrupt lines, want the one", n)
+	}
 	if got := mustAppend(t, o, portstest.SampleEvent(10)); got[0].Seq != 6 {
 		t.Fatalf("seq %d, want 6", got[0].Seq)
 	}

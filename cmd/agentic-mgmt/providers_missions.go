@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"net"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 
@@ -30,10 +31,13 @@ func provideMissionStore(cfg Config, dir DataDir, clock ports.Clock) (*filestore
 	return st, func() { _ = st.Close() }, nil
 }
 
-func provideOutbox(dir DataDir) (*filestore.Outbox, func(), error) {
+func provideOutbox(dir DataDir, log *slog.Logger) (*filestore.Outbox, func(), error) {
 	o, err := filestore.NewOutbox(string(dir))
 	if err != nil {
 		return nil, nil, err
+	}
+	if n := o.CorruptLines(); n > 0 {
+		log.Warn("event outbox: lines that did not parse were skipped (a crash mid-write leaves such)", "file", filepath.Join(string(dir), "events.jsonl"), "lines", n)
 	}
 	return o, func() { _ = o.Close() }, nil
 }

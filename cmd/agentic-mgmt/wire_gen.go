@@ -33,7 +33,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 	if err != nil {
 		return nil, nil, err
 	}
-	outbox, cleanup2, err := provideOutbox(dataDir)
+	outbox, cleanup2, err := provideOutbox(dataDir, log)
 	if err != nil {
 		cleanup()
 		return nil, nil, err
