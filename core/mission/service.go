@@ -156,6 +156,32 @@ func (s *Service) transition(l *live, f func(ports.Mission) (ports.Mission, port
 	return next, nil
 }
 
+// transitionDurably is transition for what a session did (it started, asks
+// a human, ended): that cannot be refused, so a store that cannot write
+// (a full disk) is retried with backoff until it can, or the service stops.
+// Until then the mission stays in its stored state and nothing is emitted.
+func (s *Service) transitionDurably(l *live, f func(ports.Mission) (ports.Mission, ports.Event, error)) (ports.Mission, error) {
+	backoff := storeRetryMin
+	for {
+		m, err := s.transition(l, f)
+		if err == nil || !errors.Is(err, ports.ErrStoreUnavailable) {
+			return m, err
+		}
+		select {
+		case <-s.stop:
+			return m, err
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, storeRetryMax)
+	}
+}
+
+// Bounds of the backoff of transitionDurably.
+const (
+	storeRetryMin = 100 * time.Millisecond
+	storeRetryMax = 5 * time.Second
+)
+
 // Recover loads the stored missions and re-binds every unfinished one to its
 // session, so output and results from agents that report back reach it.
 // Call it before the agent port is served.
@@ -421,7 +447,7 @@ func (s *Service) watch(l *live) {
 }
 
 func (s *Service) onStarted(l *live) {
-	_, _ = s.transition(l, func(m ports.Mission) (ports.Mission, ports.Event, error) {
+	_, _ = s.transitionDurably(l, func(m ports.Mission) (ports.Mission, ports.Event, error) {
 		if m.State != ports.MissionAssigned {
 			return m, ports.Event{}, ErrIllegalTransition // recovered mission already running
 		}
@@ -459,7 +485,7 @@ func (s *Service) checkHITL(l *live) time.Time {
 	s.mu.Lock()
 	s.byHITL[req.ID] = l
 	s.mu.Unlock()
-	m, err := s.transition(l, func(m ports.Mission) (ports.Mission, ports.Event, error) {
+	m, err := s.transitionDurably(l, func(m ports.Mission) (ports.Mission, ports.Event, error) {
 		return RequireHITL(m, req, now)
 	})
 	if err != nil {
@@ -479,7 +505,7 @@ func (s *Service) onEnded(l *live) {
 	l.outMu.Lock()
 	summary := l.tail.String()
 	l.outMu.Unlock()
-	m, err := s.transition(l, func(m ports.Mission) (ports.Mission, ports.Event, error) {
+	m, err := s.transitionDurably(l, func(m ports.Mission) (ports.Mission, ports.Event, error) {
 		return Finish(m, r, summary, s.cfg.Clock.Now())
 	})
 	if err == nil {
@@ -505,7 +531,7 @@ func (s *Service) RetireAgent(_ context.Context, agentID, reason string) {
 		l.outMu.Lock()
 		summary := l.tail.String()
 		l.outMu.Unlock()
-		m, err := s.transition(l, func(m ports.Mission) (ports.Mission, ports.Event, error) {
+		m, err := s.transitionDurably(l, func(m ports.Mission) (ports.Mission, ports.Event, error) {
 			return Fail(m, reason, "agent retired: "+reason, nil, summary, s.cfg.Clock.Now())
 		})
 		if err == nil {

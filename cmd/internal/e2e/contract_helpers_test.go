@@ -56,6 +56,8 @@ type copts struct {
 	// noAIWG leaves AIWG_SERVE_ENDPOINT unset (integration off).
 	noAIWG bool
 	env    []string
+	// prepare runs on the data dir before agentic-mgmt first starts.
+	prepare func(dataDir string)
 	// setup runs on the fake before agentic-mgmt starts.
 	setup func(*fakeaiwg.Server)
 	// noWaitResync skips waiting for the first executor.resync.
@@ -90,6 +92,9 @@ type run struct {
 func newContract(t *testing.T, o copts) *cenv {
 	t.Helper()
 	e := &cenv{t: t, o: o, dataDir: t.TempDir(), tmp: t.TempDir()}
+	if o.prepare != nil {
+		o.prepare(e.dataDir)
+	}
 	// Registered first, so it runs last: after every process is gone.
 	t.Cleanup(e.finalChecks)
 	if !o.noAIWG {
