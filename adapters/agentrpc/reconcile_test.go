@@ -3,6 +3,7 @@ package agentrpc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -325,5 +326,28 @@ func TestAnAgentCannotReachAnotherAgentsCommands(t *testing.T) {
 	a.send(result(victim.ID(), ports.CommandResult{ExitCode: 0}))
 	if r := waitDone(t, victim); r.ExitCode != 0 {
 		t.Fatalf("victim result %+v", r)
+	}
+}
+
+// A report listing far more sessions than an agent can run is cut at the
+// bound: the reconciler never sees tens of thousands.
+func TestAHugeReportIsBounded(t *testing.T) {
+	h := newHarness(t)
+	rec := &recordedReports{reps: map[string][]ports.ReportedSession{}}
+	h.svc.SetSessionReconciler(rec)
+	b := h.connectAgent("agent-b")
+	rep := &sandboxv1.SessionReport{RequestId: "connect:" + b.ack.GetConfig()[ConfigConnectionID]}
+	for i := range 5000 {
+		rep.Sessions = append(rep.Sessions, &sandboxv1.SessionInfo{
+			CommandId: fmt.Sprintf("c%d", i), Name: fmt.Sprintf("as-s%d", i),
+			Type: sandboxv1.SessionType_SESSION_TYPE_BACKGROUND, State: sandboxv1.SessionState_SESSION_STATE_RUNNING,
+		})
+	}
+	b.send(&sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_SessionReport{SessionReport: rep}})
+	b.barrier()
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if n := len(rec.reps["agent-b"]); n != maxReportedSessions {
+		t.Fatalf("the reconciler got %d sessions, want the bound %d", n, maxReportedSessions)
 	}
 }

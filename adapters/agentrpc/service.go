@@ -81,6 +81,11 @@ type Service struct {
 	failedLogins loginLog
 }
 
+// maxReportedSessions bounds the entries of one connect report taken on:
+// well above what an agent may run (live sessions, REST commands,
+// missions), far below what a rogue report can list.
+const maxReportedSessions = 1024
+
 // maxStreamsPerAgent bounds one agent's concurrent streams (a new one
 // replaces the old, so more than a couple is never legitimate).
 const maxStreamsPerAgent = 4
@@ -497,7 +502,14 @@ func (s *Service) reconcileCommands(c *conn, rep *sandboxv1.SessionReport) {
 	}
 	reported := map[string]*sandboxv1.SessionInfo{}
 	var sessions []ports.ReportedSession
-	for _, si := range rep.GetSessions() {
+	infos := rep.GetSessions()
+	if len(infos) > maxReportedSessions {
+		// More than an agent can have (its sessions, commands and missions
+		// are bounded): the rest is not taken on, nor killed one by one.
+		s.log.Warn("refused: an agent reported more commands than it can run; the rest ignored", "agent_id", c.agentID, "reported", len(infos), "limit", maxReportedSessions)
+		infos = infos[:maxReportedSessions]
+	}
+	for _, si := range infos {
 		if owner := s.ownerOf(si.GetCommandId()); owner != "" && owner != c.agentID {
 			s.log.Warn("refused: an agent reported another agent's command", "agent_id", c.agentID, "command_id", si.GetCommandId(), "owner", owner)
 			continue
