@@ -672,6 +672,9 @@ func (r *Runtime) plan(spec ports.EnvironmentSpec) (domainPlan, func(ctx context
 		"AGENT_SECRET":      spec.Agent.Secret,
 		"AGENT_RUNTIME":     string(ports.KindVM),
 		"MANAGEMENT_SERVER": "serial:///dev/virtio-ports/" + AgentChannel,
+		// The guest's commands run as nobody: agent.env (root's, 0600)
+		// and the agent's memory are out of their reach.
+		"AGENT_RUN_AS": "65534:65534",
 	}
 
 	kernel, initrd := r.cfg.Kernel, r.cfg.Initrd

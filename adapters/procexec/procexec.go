@@ -181,6 +181,13 @@ func Start(spec Spec, onOutput func(stream ports.OutputStream, data []byte)) (*P
 		}
 		if cred != nil {
 			attr.Credential = cred
+			if spec.Dir == "" {
+				// Not the agent's own directory, which its user may not enter.
+				spec.Dir = u.HomeDir
+				if fi, err := os.Stat(spec.Dir); err != nil || !fi.IsDir() {
+					spec.Dir = "/"
+				}
+			}
 			env = setEnv(env, "HOME", u.HomeDir)
 			env = setEnv(env, "USER", u.Username)
 			env = setEnv(env, "LOGNAME", u.Username)

@@ -546,6 +546,12 @@ func TestLibvirtAgent(t *testing.T) {
 	if strings.Contains(out, spec.Agent.Secret) {
 		t.Errorf("the secret is visible to guest processes: %q", out)
 	}
+	// The guest's commands run as nobody: the agent's config and memory
+	// are out of their reach.
+	probe, _ := runVM(t, link, name, "id -u; cat /etc/agentic-sandbox/agent.env 2>&1; cat /proc/$(pidof agentic-agent)/environ 2>&1; echo probed")
+	if !strings.HasPrefix(probe, "65534") || !strings.Contains(probe, "probed") || strings.Contains(probe, spec.Agent.Secret) {
+		t.Errorf("a guest command as %q found the secret or did not run: %q", strings.SplitN(probe, "\n", 2)[0], probe)
+	}
 	b, err := os.ReadFile(rt.ConsolePath(name))
 	if err != nil || !bytes.Contains(b, []byte("agentic-init: agent starting")) {
 		t.Errorf("console log: %v\n%s", err, tail(b, 2000))
@@ -564,8 +570,9 @@ func TestLibvirtAgent(t *testing.T) {
 	before, _ := link.Service.Agent(name)
 	killStart := time.Now()
 	// Detached: a command whose caller goes away is killed, and this one
-	// ends with the agent that runs it.
-	if _, err := link.Service.Start(ctx, name, ports.CommandSpec{Command: "sh", Args: []string{"-c", "kill -9 $(pidof agentic-agent)"}},
+	// ends with the agent that runs it. As root: the guest's commands run
+	// as nobody by default, who cannot signal the agent.
+	if _, err := link.Service.Start(ctx, name, ports.CommandSpec{Command: "sh", Args: []string{"-c", "kill -9 $(pidof agentic-agent)"}, RunAs: "0:0"},
 		ports.StartOptions{Detached: true}); err != nil {
 		t.Fatalf("kill the agent: %v", err)
 	}
