@@ -330,15 +330,16 @@ func (s *Supervisor) spawn(ctx context.Context, id string) (*proc, error) {
 	return p, nil
 }
 
-// strippedEnv are variables of the server that agents must not inherit: ours
-// are set explicitly, and the operator token would let any command run on an
-// agent call the operator API.
-var strippedEnv = map[string]bool{
-	"AGENT_ID":               true,
-	"AGENT_SECRET":           true,
-	"MANAGEMENT_SERVER":      true,
-	"AGENTIC_OPERATOR_TOKEN": true,
+// inheritedEnv are the only variables of the server's environment an agent
+// inherits (and LC_*): an allowlist, because the server's environment holds
+// what its workloads must not see (SECRETS_DIR, AIWG_SERVE_ENDPOINT,
+// DOCKER_HOST, the operator token, whatever the operator's shell exports).
+var inheritedEnv = map[string]bool{
+	"PATH": true, "HOME": true, "LANG": true, "TERM": true, "TZ": true,
+	"USER": true, "LOGNAME": true, "SHELL": true,
 }
+
+func inherited(k string) bool { return inheritedEnv[k] || strings.HasPrefix(k, "LC_") }
 
 // agentEnv is base (the server's environment, filtered), then extra, then
 // the agent's own variables; a later entry for a key replaces an earlier one.
@@ -347,7 +348,7 @@ func agentEnv(base, extra []string, id, server, secret string) []string {
 	vals := make(map[string]string)
 	add := func(kv string, filter bool) {
 		k, _, ok := strings.Cut(kv, "=")
-		if !ok || k == "" || (filter && strippedEnv[k]) {
+		if !ok || k == "" || (filter && !inherited(k)) {
 			return
 		}
 		if _, seen := vals[k]; !seen {

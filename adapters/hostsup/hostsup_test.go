@@ -505,11 +505,15 @@ func TestBackoff(t *testing.T) {
 	}
 }
 
+// Agents inherit only an allowlist of the server's environment: nothing
+// the server knows (its secrets dir, aiwg serve, docker's socket, tokens).
 func TestAgentEnv(t *testing.T) {
-	base := []string{"PATH=/bin", "AGENT_SECRET=old", "AGENTIC_OPERATOR_TOKEN=tok", "HOME=/root", "AGENT_ID=x", "NOEQ"}
+	base := []string{"PATH=/bin", "AGENT_SECRET=old", "AGENTIC_OPERATOR_TOKEN=tok", "HOME=/root", "AGENT_ID=x", "NOEQ",
+		"SECRETS_DIR=/var/lib/agentic-sandbox/secrets", "AIWG_SERVE_ENDPOINT=http://aiwg", "DOCKER_HOST=unix:///var/run/docker.sock",
+		"AWS_SECRET_ACCESS_KEY=k", "LC_ALL=C.UTF-8", "TERM=xterm"}
 	extra := []string{"HOME=/home/agent", "FOO=bar", "AGENT_ID=nope"}
 	got := agentEnv(base, extra, "host-01", "http://s", "sec")
-	want := []string{"PATH=/bin", "HOME=/home/agent", "FOO=bar", "AGENT_ID=host-01", "MANAGEMENT_SERVER=http://s", "AGENT_SECRET=sec"}
+	want := []string{"PATH=/bin", "HOME=/home/agent", "LC_ALL=C.UTF-8", "TERM=xterm", "FOO=bar", "AGENT_ID=host-01", "MANAGEMENT_SERVER=http://s", "AGENT_SECRET=sec"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("env %q\nwant %q", got, want)
 	}

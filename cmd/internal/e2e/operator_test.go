@@ -17,6 +17,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
 	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1/sandboxv1connect"
+	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
 )
 
 // The operator side does not ride the agent side: the operator Exec RPC is
@@ -140,5 +141,19 @@ func TestReadinessCountsOnlyTheSupervisorsAgents(t *testing.T) {
 	b, _ := io.ReadAll(resp.Body)
 	if !strings.Contains(string(b), "1 of 1 connected") {
 		t.Fatalf("readyz: %s", b)
+	}
+}
+
+// A host agent's commands see none of the server's configuration.
+func TestHostAgentsInheritOnlyAnAllowlist(t *testing.T) {
+	s := startServer(t, 1, "", "AIWG_SERVE_NAME=leaky", "DOCKER_HOST=unix:///nonexistent.sock")
+	r := execOK(t, s, "host-01", restapi.ExecRequest{Command: "env"})
+	for _, leak := range []string{"SECRETS_DIR=", "AIWG_SERVE_NAME=", "DOCKER_HOST=", "AGENTIC_RUNTIMES=", "AGENT_SECRET="} {
+		if strings.Contains(r.Stdout, leak) {
+			t.Errorf("a host agent's command sees %s…:\n%s", leak, r.Stdout)
+		}
+	}
+	if !strings.Contains(r.Stdout, "PATH=") || !strings.Contains(r.Stdout, "AGENT_ID=host-01") {
+		t.Fatalf("the allowed and the agent's own variables are missing:\n%s", r.Stdout)
 	}
 }
