@@ -446,7 +446,8 @@ func (s *Service) Stop(ctx context.Context, name string) (Environment, error) {
 	return got, nil
 }
 
-// Delete destroys an environment and forgets its agent's secret.
+// Delete retires the environment's agent (credential, work, registry entry)
+// and destroys the environment.
 func (s *Service) Delete(ctx context.Context, name string) error {
 	_, rt, err := s.lookup(name)
 	if err != nil {
