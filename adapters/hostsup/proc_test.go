@@ -2,8 +2,14 @@ package hostsup
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testreq"
 )
 
 func TestAgentLogsAreRotated(t *testing.T) {
@@ -29,5 +35,25 @@ func TestAgentLogsAreRotated(t *testing.T) {
 	rotateLog(log)
 	if b, _ := os.ReadFile(log); string(b) != "small" {
 		t.Fatalf("a small log was rotated: %q", b)
+	}
+}
+
+// Agents make themselves non-dumpable, which makes the files under
+// /proc/<pid> root's: the owner a restarted server checks before adopting an
+// agent must still be the process's own.
+func TestProcUIDOfANonDumpableProcess(t *testing.T) {
+	testreq.Root(t, "starting a process as another user")
+	testreq.File(t, "/usr/bin/perl", "perl (Debian's perl-base)", "apt-get install perl-base")
+	// prctl(PR_SET_DUMPABLE, 0) is syscall 157 on x86-64.
+	testreq.Need(t, runtime.GOARCH == "amd64", "x86-64 (the syscall number)", "run it on x86-64")
+	cmd := exec.Command("/usr/bin/perl", "-e", "syscall(157, 4, 0, 0, 0, 0) == 0 or die; sleep 30")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	time.Sleep(300 * time.Millisecond) // let it drop dumpable
+	if uid, err := procUID(cmd.Process.Pid); err != nil || uid != 65534 {
+		t.Fatalf("procUID = %d, %v; want 65534", uid, err)
 	}
 }
