@@ -35,6 +35,8 @@ type Config struct {
 	Credentials ports.AgentCredentials
 	Logger      *slog.Logger
 	ExtraEnv    []string // KEY=VALUE added to the agents' environment
+	// User, when set, is who the agents run as (see AgentUser).
+	User *AgentUser
 	// Crash restart backoff doubles from RestartMin to RestartMax (defaults
 	// 1s and 30s) and resets once an agent stayed up 30s.
 	RestartMin, RestartMax time.Duration
@@ -314,12 +316,13 @@ func (s *Supervisor) spawn(ctx context.Context, id string) (*proc, error) {
 	// The secret goes only into the environment, which ps does not show.
 	// Its own tmux server and session files: agents on one host never see,
 	// attach to or adopt each other's sessions.
-	tmpEnv, err := agentTmpEnv(AgentTmpDir(s.pidPath(id)))
+	tmpDir := AgentTmpDir(s.pidPath(id))
+	tmpEnv, err := agentTmpEnv(tmpDir)
 	if err != nil {
 		return nil, err
 	}
 	p, err := startAgent(agentLaunch{
-		binary: s.binary, id: id, who: "host supervisor",
+		binary: s.binary, id: id, who: "host supervisor", user: s.cfg.User, tmpDir: tmpDir,
 		env:     agentEnv(os.Environ(), append(append([]string(nil), s.cfg.ExtraEnv...), tmpEnv...), id, s.cfg.ServerURL, agentSecret),
 		logPath: s.logPath(id), pidPath: s.pidPath(id),
 	})
@@ -397,7 +400,9 @@ func (s *Supervisor) adopt(id string) *proc {
 }
 
 // notOurAgent says why pid is not a live agent process for id, or "".
-func (s *Supervisor) notOurAgent(id string, pid int) string { return notAgent(pid, s.binary, id) }
+func (s *Supervisor) notOurAgent(id string, pid int) string {
+	return notAgent(pid, s.binary, id, uidOf(s.cfg.User))
+}
 
 // gone reports whether p has ended. An adopted process counts as gone when
 // it no longer exists, is a zombie, or its pid now names another process.

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -87,9 +88,14 @@ type agentLaunch struct {
 	binary, id string
 	env        []string
 	dir        string // working directory ("" for ours)
-	logPath    string // output is appended here
-	pidPath    string
-	who        string // says who started it, in the log
+	// user, when set, is who the agent runs as; tmpDir (its own temp dir)
+	// is given to it, with a copy of the binary and of its CA file, since
+	// the server's files are not that user's to read.
+	user    *AgentUser
+	tmpDir  string
+	logPath string // output is appended here
+	pidPath string
+	who     string // says who started it, in the log
 }
 
 // startAgent starts an agent in its own session, so that the server's
@@ -105,10 +111,17 @@ func startAgent(l agentLaunch) (*proc, error) {
 	}
 	defer logf.Close() // the child holds its own copy
 	fmt.Fprintf(logf, "--- %s %s: starting %s\n", time.Now().UTC().Format(time.RFC3339), l.who, l.id)
+	attr := &syscall.SysProcAttr{Setsid: true}
+	if l.user != nil {
+		if err := l.user.prepare(&l); err != nil {
+			return nil, fmt.Errorf("start %s as %s: %w", l.id, l.user.Name, err)
+		}
+		attr.Credential = &syscall.Credential{Uid: l.user.UID, Gid: l.user.GID, Groups: []uint32{l.user.GID}}
+	}
 	cmd := &exec.Cmd{
 		Path: l.binary, Args: []string{l.binary, "--id", l.id}, Env: l.env, Dir: l.dir,
 		Stdout: logf, Stderr: logf,
-		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
+		SysProcAttr: attr,
 	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", l.binary, err)
@@ -128,7 +141,7 @@ func startAgent(l agentLaunch) (*proc, error) {
 
 // notAgent says why pid is not a live process of this user running binary
 // as the agent id, or "".
-func notAgent(pid int, binary, id string) string {
+func notAgent(pid int, binary, id string, uid int) string {
 	if pid == os.Getpid() {
 		return "pid is this server"
 	}
@@ -139,7 +152,7 @@ func notAgent(pid int, binary, id string) string {
 	if err != nil || st.dead() {
 		return "process has exited"
 	}
-	if uid, err := procUID(pid); err != nil || uid != os.Geteuid() {
+	if owner, err := procUID(pid); err != nil || owner != uid {
 		return "process belongs to another user"
 	}
 	argv, err := readCmdline(pid)
@@ -210,17 +223,22 @@ func agentTmpEnv(dir string) ([]string, error) {
 	return []string{"TMUX_TMPDIR=" + dir, "TMPDIR=" + dir}, nil
 }
 
-// EndTmux stops the tmux server of TMUX_TMPDIR dir, if one runs, and with
-// it every session it kept.
+// EndTmux stops the tmux server of an agent's temp dir (its own, or its
+// user's home in it), if one runs, and with it every session it kept.
 func EndTmux(ctx context.Context, dir string) {
 	if _, err := exec.LookPath("tmux"); err != nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	kill := exec.CommandContext(ctx, "tmux", "kill-server")
-	kill.Env = append(os.Environ(), "TMUX_TMPDIR="+dir)
-	_ = kill.Run() // no server: nothing to end
+	for _, d := range []string{dir, UserHome(dir)} {
+		if _, err := os.Stat(d); err != nil {
+			continue
+		}
+		kill := exec.CommandContext(ctx, "tmux", "kill-server")
+		kill.Env = append(os.Environ(), "TMUX_TMPDIR="+d)
+		_ = kill.Run() // no server: nothing to end
+	}
 }
 
 // maxAgentLog is the size past which an agent's log is rotated when the
@@ -232,4 +250,77 @@ func rotateLog(path string) {
 	if fi, err := os.Stat(path); err == nil && fi.Size() > maxAgentLog {
 		_ = os.Rename(path, path+".1")
 	}
+}
+
+// uidOf is the uid agents run as: u's, else this process's.
+func uidOf(u *AgentUser) int {
+	if u == nil {
+		return os.Geteuid()
+	}
+	return int(u.UID)
+}
+
+// AgentUser is an unprivileged user host agents run as (when the server is
+// root): its agents and their commands cannot read the data dir.
+type AgentUser struct {
+	Name     string
+	UID, GID uint32
+}
+
+// prepare gives the user what it may reach. The temp dir stays root's
+// (0711: the user cannot rename or replace anything in it) and holds the
+// copies of the binary and the CA file; the user's own home inside it
+// (0700, the user's) is its HOME, TMPDIR, TMUX_TMPDIR and working dir.
+// Nothing is changed inside that home but its own ownership, so a user
+// cannot steer a root operation elsewhere through a symbolic link there.
+func (u *AgentUser) prepare(l *agentLaunch) error {
+	if l.tmpDir == "" {
+		return errors.New("no temp dir for the agent")
+	}
+	if err := os.MkdirAll(l.tmpDir, 0o711); err != nil { //nolint:gosec // search only, for the agent's user: it owns nothing here
+		return err
+	}
+	if err := os.Lchown(l.tmpDir, 0, 0); err != nil {
+		return err
+	}
+	if err := os.Chmod(l.tmpDir, 0o711); err != nil { //nolint:gosec // search only, for the agent's user
+		return err
+	}
+	bin := filepath.Join(l.tmpDir, filepath.Base(l.binary))
+	if err := copyFile(l.binary, bin, 0o555); err != nil {
+		return fmt.Errorf("agent binary: %w", err)
+	}
+	l.binary = bin
+	for i, kv := range l.env {
+		if path, ok := strings.CutPrefix(kv, "MANAGEMENT_CA="); ok && path != "" {
+			ca := filepath.Join(l.tmpDir, "ca.pem")
+			if err := copyFile(path, ca, 0o444); err != nil {
+				return fmt.Errorf("CA file: %w", err)
+			}
+			l.env[i] = "MANAGEMENT_CA=" + ca
+		}
+	}
+	home := UserHome(l.tmpDir)
+	if err := os.Mkdir(home, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	if err := os.Lchown(home, int(u.UID), int(u.GID)); err != nil {
+		return err
+	}
+	l.dir = home
+	l.env = append(l.env, "HOME="+home, "TMPDIR="+home, "TMUX_TMPDIR="+home, "USER="+u.Name, "LOGNAME="+u.Name)
+	return nil
+}
+
+// UserHome is the home (and temp dir) of an agent run as another user,
+// inside its temp dir.
+func UserHome(tmpDir string) string { return filepath.Join(tmpDir, "home") }
+
+// copyFile copies src to dst (replaced atomically) with perm.
+func copyFile(src, dst string, perm os.FileMode) error {
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return fsatomic.WriteFile(dst, data, perm)
 }

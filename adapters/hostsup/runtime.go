@@ -30,6 +30,9 @@ type RuntimeConfig struct {
 	ExtraEnv []string
 	// StopTimeout is SIGTERM → SIGKILL in Stop and Destroy (default 5s).
 	StopTimeout time.Duration
+	// User, when set, is who the agents run as (see AgentUser); their work
+	// dir is then in their own temp dir, outside the state dir.
+	User *AgentUser
 }
 
 // Runtime is ports.Runtime for the host tier. Like the supervisor's agents,
@@ -193,7 +196,7 @@ func (r *Runtime) spawn(rec envRecord) (*proc, error) {
 	}
 	extra := append(append(append([]string(nil), r.cfg.ExtraEnv...), "AGENT_RUNTIME="+string(ports.KindHost)), tmpEnv...)
 	p, err := startAgent(agentLaunch{
-		binary: rec.Binary, id: rec.Name, who: "host runtime",
+		binary: rec.Binary, id: rec.Name, who: "host runtime", user: r.cfg.User, tmpDir: r.tmpDir(rec.Name),
 		env:     agentEnv(os.Environ(), extra, rec.Name, rec.ServerURL, rec.Secret),
 		dir:     filepath.Join(r.dir(rec.Name), "work"),
 		logPath: r.logPath(rec.Name), pidPath: r.pidPath(rec.Name),
@@ -221,7 +224,7 @@ func (r *Runtime) current(rec envRecord) *proc {
 		return nil // our child, reaped: the pid file names nothing of ours
 	}
 	pid, mtime, err := readPidFile(r.pidPath(rec.Name))
-	if err != nil || notAgent(pid, rec.Binary, rec.Name) != "" {
+	if err != nil || notAgent(pid, rec.Binary, rec.Name, uidOf(r.cfg.User)) != "" {
 		return nil
 	}
 	st, err := readProcStat(pid)

@@ -49,6 +49,8 @@ type Config struct {
 	VMImageDir string
 	// LibvirtAccel is the VMs' accelerator: kvm, tcg or auto (KVM where it works).
 	LibvirtAccel string
+	// HostUser is who host agents run as: "" for this server's own user.
+	HostUser string
 	// SessionRetention is how long ended sessions and their logs are kept.
 	SessionRetention time.Duration
 	// AgentTLS is "off", "auto" (a CA and server certificate made in
@@ -169,8 +171,13 @@ var flagEnv = map[string]string{
 	"operator-host":     "AGENTIC_OPERATOR_HOST",
 	"agent-tls":         "AGENTIC_AGENT_TLS",
 	"session-retention": "AGENTIC_SESSION_RETENTION",
+	"host-user":         "AGENTIC_HOST_USER",
 	"allowed-networks":  "AGENTIC_ALLOWED_NETWORKS",
 }
+
+// defaultHostUser is the system user host agents run as when the server is
+// root, created at start if missing.
+const defaultHostUser = "agentic-host"
 
 // knownNetworks are the values of AGENTIC_ALLOWED_NETWORKS.
 var knownNetworks = []string{ports.NetworkNone, "proxy", ports.NetworkUser, ports.NetworkBridge, ports.NetworkHost}
@@ -191,6 +198,7 @@ func loadConfig(args, environ []string, stderr io.Writer, version string) (Confi
 	fs.String("agent-socket", "", "unix socket for agents without a network (env AGENTIC_AGENT_SOCKET, default <data dir>/agent-link/agent.sock)")
 	fs.String("vm-image-dir", "", "tiny VM image dir with vmlinuz and initrd.img (env AGENTIC_VM_IMAGE_DIR, default ./build/vm from make vm-image)")
 	fs.String("libvirt-accel", "", "VM accelerator: kvm, tcg or auto (env AGENTIC_LIBVIRT_ACCEL, default auto: KVM where it works)")
+	fs.String("host-user", "", "user host agents and their commands run as (env AGENTIC_HOST_USER; as root default "+defaultHostUser+", created if missing; else the server's own user)")
 	fs.String("session-retention", "", "how long ended sessions and their logs are kept (env AGENTIC_SESSION_RETENTION, default 24h)")
 	fs.String("agent-tls", "", "TLS on the agent port: off, auto or CERT.pem:KEY.pem (env AGENTIC_AGENT_TLS, default off on loopback, else auto)")
 	fs.String("operator-host", "", "host the REST API and the client WebSocket listen on (env AGENTIC_OPERATOR_HOST, default LISTEN_ADDR's host)")
@@ -226,6 +234,12 @@ func loadConfig(args, environ []string, stderr io.Writer, version string) (Confi
 	}
 	cfg.AdvertiseHost = src.GetDefault("AGENTIC_ADVERTISE_HOST", host)
 	cfg.OperatorHost = src.GetDefault("AGENTIC_OPERATOR_HOST", "")
+	// As root, host agents get a user of their own unless told otherwise.
+	hostUser := ""
+	if os.Geteuid() == 0 {
+		hostUser = defaultHostUser
+	}
+	cfg.HostUser = src.GetDefault("AGENTIC_HOST_USER", hostUser)
 	if cfg.SessionRetention, err = time.ParseDuration(src.GetDefault("AGENTIC_SESSION_RETENTION", "24h")); err != nil || cfg.SessionRetention <= 0 {
 		return Config{}, fmt.Errorf("AGENTIC_SESSION_RETENTION must be a positive duration such as 24h")
 	}

@@ -8,7 +8,9 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/agentrpc"
@@ -66,6 +68,36 @@ func provideAgentTLS(cfg Config, dir DataDir) (*AgentTLS, error) {
 	return &AgentTLS{Config: &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}, Certificates: []tls.Certificate{cert}}}, nil
 }
 
+// provideHostUser resolves AGENTIC_HOST_USER (creating the default system
+// user if missing); nil runs host agents as this server's own user.
+func provideHostUser(cfg Config, log *slog.Logger) (*hostsup.AgentUser, error) {
+	if cfg.HostUser == "" {
+		return nil, nil
+	}
+	u, err := user.Lookup(cfg.HostUser)
+	if err != nil && cfg.HostUser == defaultHostUser {
+		out, cerr := exec.Command("useradd", "--system", "--user-group", "--no-create-home",
+			"--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", defaultHostUser).CombinedOutput()
+		if cerr != nil {
+			return nil, fmt.Errorf("AGENTIC_HOST_USER: creating %s: %v: %s", defaultHostUser, cerr, out)
+		}
+		log.Info("created the system user host agents run as", "user", defaultHostUser)
+		u, err = user.Lookup(cfg.HostUser)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("AGENTIC_HOST_USER: %w", err)
+	}
+	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
+	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
+	if int(uid) == os.Geteuid() {
+		return nil, nil // this server's own user: nothing to switch
+	}
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("AGENTIC_HOST_USER %s: only a root server can run agents as another user", cfg.HostUser)
+	}
+	return &hostsup.AgentUser{Name: u.Username, UID: uint32(uid), GID: uint32(gid)}, nil
+}
+
 func provideCredentials(cfg Config) (*filestore.AgentHashes, error) {
 	return filestore.NewAgentHashes(cfg.SecretsDir)
 }
@@ -89,7 +121,7 @@ func provideAgentService(cfg Config, creds ports.AgentCredentials, clock ports.C
 	})
 }
 
-func provideSupervisor(cfg Config, creds ports.AgentCredentials, log *slog.Logger) (*hostsup.Supervisor, error) {
+func provideSupervisor(cfg Config, creds ports.AgentCredentials, log *slog.Logger, hostUser *hostsup.AgentUser) (*hostsup.Supervisor, error) {
 	if cfg.HostAgents == 0 {
 		return nil, nil
 	}
@@ -99,6 +131,7 @@ func provideSupervisor(cfg Config, creds ports.AgentCredentials, log *slog.Logge
 	}
 	return hostsup.New(hostsup.Config{
 		ExtraEnv:    cfg.agentEnv(),
+		User:        hostUser,
 		Count:       cfg.HostAgents,
 		AgentBinary: bin,
 		StateDir:    filepath.Join(cfg.DataDir, "host-agents"),

@@ -95,7 +95,14 @@ type runtimeEntry struct {
 	// decides which runtimes are tried when AGENTIC_RUNTIMES is unset.
 	Found func() bool
 	// New makes the adapter; the func, when not nil, releases it.
-	New func(cfg Config, log *slog.Logger) (ports.Runtime, func(), error)
+	New func(cfg Config, d runtimeDeps) (ports.Runtime, func(), error)
+}
+
+// runtimeDeps is what a catalog entry's constructor may use besides Config.
+type runtimeDeps struct {
+	Log *slog.Logger
+	// HostUser is who host agents run as (nil: this server's user).
+	HostUser *hostsup.AgentUser
 }
 
 // runtimeCatalog lists every runtime this server can use. Adding a runtime
@@ -104,14 +111,15 @@ var runtimeCatalog = []runtimeEntry{
 	{
 		Name:  hostsup.RuntimeName,
 		Found: func() bool { return true },
-		New: func(cfg Config, log *slog.Logger) (ports.Runtime, func(), error) {
-			return hostsup.NewRuntime(hostsup.RuntimeConfig{StateDir: filepath.Join(cfg.DataDir, "host-envs"), Logger: log, ExtraEnv: cfg.agentEnv()}), nil, nil
+		New: func(cfg Config, d runtimeDeps) (ports.Runtime, func(), error) {
+			return hostsup.NewRuntime(hostsup.RuntimeConfig{StateDir: filepath.Join(cfg.DataDir, "host-envs"), Logger: d.Log,
+				ExtraEnv: cfg.agentEnv(), User: d.HostUser}), nil, nil
 		},
 	},
 	{
 		Name:  docker.RuntimeName,
 		Found: func() bool { return os.Getenv("DOCKER_HOST") != "" || exists("/var/run/docker.sock") },
-		New: func(cfg Config, _ *slog.Logger) (ports.Runtime, func(), error) {
+		New: func(cfg Config, _ runtimeDeps) (ports.Runtime, func(), error) {
 			rt, err := docker.New(docker.Config{Owner: owner(cfg), SecretDir: filepath.Join(cfg.DataDir, "docker-secrets")})
 			if err != nil {
 				return nil, nil, err
@@ -122,14 +130,14 @@ var runtimeCatalog = []runtimeEntry{
 	{
 		Name:  libvirt.RuntimeName,
 		Found: func() bool { return os.Getenv("LIBVIRT_DEFAULT_URI") != "" || exists("/var/run/libvirt/libvirt-sock") },
-		New: func(cfg Config, log *slog.Logger) (ports.Runtime, func(), error) {
+		New: func(cfg Config, d runtimeDeps) (ports.Runtime, func(), error) {
 			// QEMU runs as its own user and must reach the VMs' files: the data
 			// dir is opened for search only (its files stay 0600, secrets/ 0700).
 			if err := os.Chmod(cfg.DataDir, 0o711); err != nil { //nolint:gosec // search only, for QEMU; the files inside stay 0600
 				return nil, nil, err
 			}
 			rt, err := libvirt.New(libvirt.Config{
-				Owner: owner(cfg), StateDir: filepath.Join(cfg.DataDir, "vms"), Logger: log,
+				Owner: owner(cfg), StateDir: filepath.Join(cfg.DataDir, "vms"), Logger: d.Log,
 				ImageDir: cfg.VMImageDir, Accel: cfg.LibvirtAccel, DiskImageDir: cfg.ImageDir,
 			})
 			if err != nil {
@@ -159,7 +167,7 @@ func catalogEntry(name string) (runtimeEntry, bool) {
 
 // provideRuntimes makes the runtimes AGENTIC_RUNTIMES names, else every
 // catalog entry found on this machine, and keeps those whose engine answers.
-func provideRuntimes(cfg Config, log *slog.Logger) (*Runtimes, func()) {
+func provideRuntimes(cfg Config, log *slog.Logger, hostUser *hostsup.AgentUser) (*Runtimes, func()) {
 	r := &Runtimes{Available: map[string]ports.Runtime{}, Unreachable: map[string]error{}, explicit: cfg.Runtimes != nil}
 	want := cfg.Runtimes
 	if want == nil {
@@ -175,7 +183,7 @@ func provideRuntimes(cfg Config, log *slog.Logger) (*Runtimes, func()) {
 			r.Unreachable[name] = fmt.Errorf("unknown runtime %q", name)
 			continue
 		}
-		rt, closer, err := e.New(cfg, log)
+		rt, closer, err := e.New(cfg, runtimeDeps{Log: log, HostUser: hostUser})
 		if err == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			err = rt.Ping(ctx)

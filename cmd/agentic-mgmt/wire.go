@@ -41,6 +41,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		provideEnvironments,
 		provideReadiness,
 		provideAgentTLS,
+		provideHostUser,
 		provideREST,
 		provideApp,
 	)

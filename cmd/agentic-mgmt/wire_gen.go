@@ -45,7 +45,13 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		cleanup()
 		return nil, nil, err
 	}
-	runtimes, cleanup3 := provideRuntimes(cfg, log)
+	agentUser, err := provideHostUser(cfg, log)
+	if err != nil {
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	runtimes, cleanup3 := provideRuntimes(cfg, log, agentUser)
 	client := provideAIWG(cfg, identity, missionService, outbox, service, wall, log, runtimes)
 	sessionLog, cleanup4, err := provideSessionLog(dataDir)
 	if err != nil {
@@ -59,7 +65,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 	environmentService, cleanup5 := provideEnvironments(cfg, runtimes, service, missionService, agentHashes, wall, log, provisionTimes)
 	readiness := provideReadiness(cfg, service, client, runtimes)
 	restHandler := provideREST(cfg, service, operatorToken, wall, log, missionService, client, sessionService, sessionLog, environmentService, provisionTimes, readiness)
-	supervisor, err := provideSupervisor(cfg, agentHashes, log)
+	supervisor, err := provideSupervisor(cfg, agentHashes, log, agentUser)
 	if err != nil {
 		cleanup5()
 		cleanup4()

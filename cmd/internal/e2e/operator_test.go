@@ -18,6 +18,7 @@ import (
 	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1/sandboxv1connect"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testreq"
 )
 
 // The operator side does not ride the agent side: the operator Exec RPC is
@@ -155,5 +156,45 @@ func TestHostAgentsInheritOnlyAnAllowlist(t *testing.T) {
 	}
 	if !strings.Contains(r.Stdout, "PATH=") || !strings.Contains(r.Stdout, "AGENT_ID=host-01") {
 		t.Fatalf("the allowed and the agent's own variables are missing:\n%s", r.Stdout)
+	}
+}
+
+// A root server runs host agents as their own unprivileged user: a mission
+// on host-01 cannot read the operator token or the agents' secret hashes,
+// and the agent still works (commands, sessions kept in tmux).
+func TestHostAgentsRunAsTheirOwnUser(t *testing.T) {
+	testreq.Root(t, "a server that runs host agents as another user")
+	dataDir := t.TempDir()
+	s := startServer(t, 1, dataDir, "AGENTIC_HOST_USER=agentic-host")
+	r := execOK(t, s, "host-01", restapi.ExecRequest{Command: "sh", Args: ptr([]string{"-c",
+		"id -un; cat " + filepath.Join(dataDir, "operator-token") + " 2>&1; cat " + filepath.Join(dataDir, "secrets", "agent-hashes.json") + " 2>&1; echo done"})})
+	if !strings.HasPrefix(r.Stdout, "agentic-host\n") || !strings.Contains(r.Stdout, "done") {
+		t.Fatalf("the command ran as %q: %s", strings.SplitN(r.Stdout, "\n", 2)[0], r.Stdout)
+	}
+	if strings.Contains(r.Stdout, s.Token) || strings.Contains(r.Stdout, "host-01\"") {
+		t.Fatalf("a host agent's command read the server's data dir:\n%s", r.Stdout)
+	}
+	bg := restapi.SessionBackground
+	sess := createSession(t, s, "host-01", restapi.CreateSessionRequest{Type: &bg, Name: ptr("mine"), Command: "sh",
+		Args: ptr([]string{"-c", "echo session-as-$(id -un)"})})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	eventually(t, 15*time.Second, "the session's output", func() bool {
+		resp, err := s.Client().GetSessionOutput(ctx, sess.SessionId, nil)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(b), "session-as-agentic-host")
+	})
+	// A host environment's agent too.
+	t.Cleanup(func() { ctl(t, s.RESTURL, s.Token, "env", "rm", "own-user") })
+	if out, errOut, code := ctl(t, s.RESTURL, s.Token, "env", "create", "--runtime", "host", "own-user"); code != 0 {
+		t.Fatalf("create: %d %q %q", code, out, errOut)
+	}
+	r = execOK(t, s, "own-user", restapi.ExecRequest{Command: "sh", Args: ptr([]string{"-c", "id -un; cat " + filepath.Join(dataDir, "operator-token") + " 2>&1"})})
+	if !strings.HasPrefix(r.Stdout, "agentic-host\n") || strings.Contains(r.Stdout, s.Token) {
+		t.Fatalf("the host environment's command: %s", r.Stdout)
 	}
 }

@@ -143,6 +143,11 @@ func Start(bins Binaries, opts Options) (*Server, error) {
 		// unless a test says so (a later entry wins).
 		"AGENTIC_RUNTIMES=host",
 	)
+	if os.Geteuid() == 0 {
+		// Tests hand host agents files in their own temp dirs, which a
+		// dedicated user could not read; the one test of that user sets it.
+		cmd.Env = append(cmd.Env, "AGENTIC_HOST_USER=root")
+	}
 	cmd.Env = append(cmd.Env, opts.Env...)
 	cmd.Stdout = s.log
 	cmd.Stderr = s.log
