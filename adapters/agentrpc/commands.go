@@ -151,7 +151,14 @@ func (c *command) Signal(ctx context.Context, signal int) error {
 }
 
 func (c *command) Kill(ctx context.Context) error {
-	return c.control(ctx, &sandboxv1.PtyControl{Action: &sandboxv1.PtyControl_Kill{Kill: &sandboxv1.CommandKill{Reason: "killed by the server"}}})
+	err := c.control(ctx, &sandboxv1.PtyControl{Action: &sandboxv1.PtyControl_Kill{Kill: &sandboxv1.CommandKill{Reason: "killed by the server"}}})
+	if err == nil {
+		// The agent reports the end; if it never does, the server ends it.
+		time.AfterFunc(c.svc.cfg.KillTimeout, func() {
+			c.svc.finish(c, ports.CommandResult{ExitCode: -1, Error: "the agent did not report the end of a killed command"})
+		})
+	}
+	return err
 }
 
 // Start sends a command to a connected agent.

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
@@ -349,5 +350,24 @@ func TestAHugeReportIsBounded(t *testing.T) {
 	defer rec.mu.Unlock()
 	if n := len(rec.reps["agent-b"]); n != maxReportedSessions {
 		t.Fatalf("the reconciler got %d sessions, want the bound %d", n, maxReportedSessions)
+	}
+}
+
+// A killed command the agent never reports ended (it ignores the kill, or
+// named a command it does not run) is ended by the server after a while:
+// no command object lives forever.
+func TestAKilledCommandEndsEvenIfTheAgentNeverSaysSo(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.KillTimeout = 200 * time.Millisecond })
+	a := h.connectAgent("agent-a")
+	made := h.svc.Attach("agent-a", "made-up-by-the-agent", ports.StartOptions{})
+	if err := made.Kill(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	a.recv() // the kill, which the agent ignores
+	if r := waitDone(t, made); r.Error == "" || r.ExitCode != -1 {
+		t.Fatalf("result %+v, want ended by the server", r)
+	}
+	if info := agentInfoOf(t, h.svc, "agent-a"); info.RunningCommands != 0 {
+		t.Fatalf("the agent still counts %d running commands", info.RunningCommands)
 	}
 }

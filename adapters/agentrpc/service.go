@@ -56,6 +56,10 @@ type Config struct {
 	DisconnectGrace time.Duration
 	// CommandRetention is how long a finished command can still be looked up.
 	CommandRetention time.Duration
+	// KillTimeout is how long a killed command may take to be reported
+	// ended before the server ends it itself (default 1m): an agent that
+	// never answers (or names a command it does not run) cannot keep it.
+	KillTimeout time.Duration
 	// OperatorToken authenticates the operator Exec RPC.
 	OperatorToken string
 }
@@ -135,6 +139,9 @@ func New(cfg Config) *Service {
 	}
 	if cfg.CommandRetention <= 0 {
 		cfg.CommandRetention = 10 * time.Minute
+	}
+	if cfg.KillTimeout <= 0 {
+		cfg.KillTimeout = time.Minute
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
