@@ -1,0 +1,82 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/agentrpc"
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
+	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
+	"github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1/sandboxv1connect"
+	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+)
+
+// A rogue agent with a valid credential of its own, against the real
+// server: its connect report names host-01's command and thousands of
+// sessions. host-01's command runs on, and the server keeps at most the
+// per-agent quota of the rogue's sessions.
+func TestARogueAgentsReportIsContained(t *testing.T) {
+	dataDir := t.TempDir()
+	s := startServer(t, 1, dataDir)
+	hashes, err := filestore.NewAgentHashes(filepath.Join(dataDir, "secrets"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hashes.Put("rogue", "rogue-secret"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	victim, err := s.Client().StartCommandWithResponse(ctx, "host-01", restapi.ExecRequest{Command: "sleep", Args: ptr([]string{"60"})})
+	if err != nil || victim.JSON202 == nil {
+		t.Fatalf("start: %v %s", err, victim.Body)
+	}
+
+	client := sandboxv1connect.NewAgentServiceClient(h2cClient(), s.AgentURL, connect.WithGRPC())
+	stream := client.Connect(ctx)
+	stream.RequestHeader().Set("x-agent-id", "rogue")
+	stream.RequestHeader().Set("x-agent-secret", "rogue-secret")
+	defer func() { _ = stream.CloseRequest(); _ = stream.CloseResponse() }()
+	if err := stream.Send(&sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_Registration{Registration: &sandboxv1.Registration{
+		AgentId: "rogue", Runtime: sandboxv1.RuntimeKind_RUNTIME_KIND_CONTAINER}}}); err != nil {
+		t.Fatal(err)
+	}
+	ack, err := stream.Receive()
+	if err != nil || ack.GetRegistrationAck() == nil {
+		t.Fatalf("registration: %v", err)
+	}
+	rep := &sandboxv1.SessionReport{RequestId: "connect:" + ack.GetRegistrationAck().GetConfig()[agentrpc.ConfigConnectionID]}
+	rep.Sessions = append(rep.Sessions, &sandboxv1.SessionInfo{CommandId: victim.JSON202.CommandId, Name: "stolen",
+		Type: sandboxv1.SessionType_SESSION_TYPE_BACKGROUND, State: sandboxv1.SessionState_SESSION_STATE_RUNNING})
+	for i := range 3000 {
+		rep.Sessions = append(rep.Sessions, &sandboxv1.SessionInfo{CommandId: fmt.Sprintf("rogue-%d", i), Name: fmt.Sprintf("as-r%d", i),
+			Type: sandboxv1.SessionType_SESSION_TYPE_BACKGROUND, State: sandboxv1.SessionState_SESSION_STATE_RUNNING})
+	}
+	if err := stream.Send(&sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_SessionReport{SessionReport: rep}}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+
+	got, err := s.Client().GetCommandWithResponse(ctx, victim.JSON202.CommandId, nil)
+	if err != nil || got.JSON200 == nil || got.JSON200.State != restapi.CommandStateRunning {
+		t.Fatalf("host-01's command after the rogue report: %v %s", err, got.Body)
+	}
+	rogue := "rogue"
+	list, err := s.Client().ListSessionsWithResponse(ctx, &restapi.ListSessionsParams{AgentId: &rogue})
+	if err != nil || list.JSON200 == nil {
+		t.Fatalf("sessions: %v", err)
+	}
+	if n := len(list.JSON200.Sessions); n == 0 || n > 128 {
+		t.Fatalf("the server keeps %d of the rogue's sessions, want at most the quota of 128", n)
+	}
+	for _, sess := range list.JSON200.Sessions {
+		if sess.Name == "stolen" {
+			t.Fatal("the rogue adopted host-01's command as its session")
+		}
+	}
+}
