@@ -315,6 +315,12 @@ func TestEnvironmentsInLibvirt(t *testing.T) {
 	// The progress while it boots, as a client polling sees it.
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+	// A caller cannot boot a host file of its choosing.
+	shadow := "/etc/shadow"
+	refused, err := s.Client().CreateEnvironmentWithResponse(ctx, restapi.CreateEnvironmentRequest{Runtime: "libvirt", Name: name + "-x", Image: &shadow})
+	if err != nil || refused.StatusCode() != 400 || !strings.Contains(string(refused.Body), "images come only from") {
+		t.Fatalf("an image outside AGENTIC_IMAGE_DIR: %v %d %s", err, refused.StatusCode(), refused.Body)
+	}
 	created, err := s.Client().CreateEnvironmentWithResponse(ctx, restapi.CreateEnvironmentRequest{Runtime: "libvirt", Name: name})
 	if err != nil || created.JSON202 == nil {
 		t.Fatalf("create: %v %s", err, created.Body)
