@@ -198,3 +198,35 @@ func TestHostAgentsRunAsTheirOwnUser(t *testing.T) {
 		t.Fatalf("the host environment's command: %s", r.Stdout)
 	}
 }
+
+// A request whose declared body never comes holds its connection only
+// until the read timeout (a minute), not forever, even on /healthz.
+func TestAnUnsentBodyDoesNotHoldAConnection(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, 0, "")
+	paths := []string{"/healthz", "/api/v1/agents/host-01/exec"}
+	errs := make(chan error, len(paths))
+	for _, path := range paths {
+		go func() {
+			c, err := net.Dial("tcp", strings.TrimPrefix(s.RESTURL, "http://"))
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{", path, s.Token)
+			_ = c.SetReadDeadline(time.Now().Add(100 * time.Second))
+			start := time.Now()
+			if _, err := io.Copy(io.Discard, c); err != nil { // until the server closes the connection
+				errs <- fmt.Errorf("%s: the connection was still held after %s: %w", path, time.Since(start).Round(time.Second), err)
+				return
+			}
+			errs <- nil
+		}()
+	}
+	for range paths {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
