@@ -167,7 +167,11 @@ func TestHostAgentsRunAsTheirOwnUser(t *testing.T) {
 	dataDir := t.TempDir()
 	s := startServer(t, 1, dataDir, "AGENTIC_HOST_USER=agentic-host")
 	r := execOK(t, s, "host-01", restapi.ExecRequest{Command: "sh", Args: ptr([]string{"-c",
-		"id -un; cat " + filepath.Join(dataDir, "operator-token") + " 2>&1; cat " + filepath.Join(dataDir, "secrets", "agent-hashes.json") + " 2>&1; echo done"})})
+		"id -un; cat " + filepath.Join(dataDir, "operator-token") + " 2>&1; cat " + filepath.Join(dataDir, "secrets", "agent-hashes.json") +
+			" 2>&1; tr '\\0' '\\n' </proc/$PPID/environ 2>&1; echo done"})})
+	if strings.Contains(r.Stdout, "AGENT_SECRET=") {
+		t.Fatalf("a host agent's command read its agent's environment:\n%s", r.Stdout)
+	}
 	if !strings.HasPrefix(r.Stdout, "agentic-host\n") || !strings.Contains(r.Stdout, "done") {
 		t.Fatalf("the command ran as %q: %s", strings.SplitN(r.Stdout, "\n", 2)[0], r.Stdout)
 	}
