@@ -1,6 +1,7 @@
 package agentd
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -37,6 +38,30 @@ func TestProcState(t *testing.T) {
 	}
 }
 
+// A child that exited but was not waited for is a zombie, which kill(pid, 0)
+// still finds; once reaped its /proc entry is gone. Both have ended.
+func TestProcessEndedOnZombieAndReaped(t *testing.T) {
+	cmd := exec.Command("true")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	deadline := time.Now().Add(10 * time.Second)
+	for !processEnded(pid) {
+		if time.Now().After(deadline) {
+			t.Fatal("an exited, unreaped child does not count as ended")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if unix.Kill(pid, 0) != nil {
+		t.Fatal("kill(pid, 0) fails on the zombie: this test shows nothing")
+	}
+	_ = cmd.Wait()
+	if !processEnded(pid) {
+		t.Error("a reaped child does not count as ended")
+	}
+}
+
 // subreaperHelperEnv makes the test binary the non-reaping subreaper of
 // TestTmuxSessionEndsUnderANonReapingSubreaper.
 const subreaperHelperEnv = "AGENTD_SUBREAPER_HELPER"
@@ -70,7 +95,9 @@ func runSubreaperHelper() int {
 
 func TestTmuxSessionEndsUnderANonReapingSubreaper(t *testing.T) {
 	privateTmux(t) // sets TMUX_TMPDIR and TMPDIR, which the helper inherits
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), subreaperHelperEnv+"=1")
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "exit="+strconv.Itoa(3)) {
