@@ -63,8 +63,9 @@ func (c *command) finishedAt(now time.Time, retention time.Duration) bool {
 }
 
 // complete records the result once; later results (a resend after a
-// reconnect) are ignored.
-func (c *command) complete(r ports.CommandResult, now time.Time) bool {
+// reconnect) are ignored. beforeDone (may be nil) runs after the result is
+// claimed and before waiters wake, so a waiter sees the bookkeeping done.
+func (c *command) complete(r ports.CommandResult, now time.Time, beforeDone func()) bool {
 	c.mu.Lock()
 	if c.ended {
 		c.mu.Unlock()
@@ -77,6 +78,9 @@ func (c *command) complete(r ports.CommandResult, now time.Time) bool {
 	c.mu.Unlock()
 	if stop != nil {
 		stop()
+	}
+	if beforeDone != nil {
+		beforeDone()
 	}
 	close(c.done)
 	return true
@@ -232,7 +236,7 @@ func (s *Service) Attach(agentID, commandID string, opts ports.StartOptions) por
 		// already ended, never a handle on that agent's process.
 		s.log.Warn("refused: an agent named another agent's command", "agent_id", agentID, "command_id", commandID, "owner", cmd.agentID)
 		foreign := &command{svc: s, id: commandID, agentID: agentID, detached: true, next: map[ports.OutputStream]uint64{}, done: make(chan struct{})}
-		foreign.complete(ports.CommandResult{ExitCode: -1, Error: ports.ErrCommandLost.Error()}, s.cfg.Clock.Now())
+		foreign.complete(ports.CommandResult{ExitCode: -1, Error: ports.ErrCommandLost.Error()}, s.cfg.Clock.Now(), nil)
 		return foreign
 	}
 	cmd := &command{

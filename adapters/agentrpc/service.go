@@ -596,12 +596,11 @@ func (s *Service) commandOf(agentID, commandID string) *command {
 }
 
 func (s *Service) finish(cmd *command, r ports.CommandResult) {
-	if !cmd.complete(r, s.cfg.Clock.Now()) {
-		return
-	}
-	s.mu.Lock()
-	s.registry.CommandEnded(cmd.agentID)
-	s.mu.Unlock()
+	cmd.complete(r, s.cfg.Clock.Now(), func() {
+		s.mu.Lock()
+		s.registry.CommandEnded(cmd.agentID)
+		s.mu.Unlock()
+	})
 }
 
 // RetireAgent implements ports.AgentRetirer: the agent leaves the registry
