@@ -55,6 +55,8 @@ type Config struct {
 	OutboxBytes int
 	// OnShutdown is called when the server asks the agent to shut down.
 	OnShutdown func(reason string)
+	// Files does the file work the server asks for; nil refuses it.
+	Files ports.FileSystem
 }
 
 // Agent is a running agent.
@@ -62,7 +64,11 @@ type Agent struct {
 	cfg    Config
 	log    *slog.Logger
 	client sandboxv1connect.AgentServiceClient
-	out    *outbox
+	// files opens Transfer streams on the same connection, without gzip:
+	// compressing file bytes cost the server a core for 30 MiB/s, and
+	// most archives and binaries do not shrink.
+	files sandboxv1connect.AgentServiceClient
+	out   *outbox
 	// control carries small messages (heartbeats, pongs) ahead of output.
 	control   chan *sandboxv1.ConnectRequest
 	heartbeat atomic.Int64 // nanoseconds
@@ -138,6 +144,7 @@ func New(cfg Config) (*Agent, error) {
 		cfg:      cfg,
 		log:      cfg.Logger.With("agent_id", cfg.AgentID),
 		client:   sandboxv1connect.NewAgentServiceClient(client, base, connect.WithGRPC(), connect.WithReadMaxBytes(8<<20)),
+		files:    sandboxv1connect.NewAgentServiceClient(client, base, connect.WithGRPC(), connect.WithReadMaxBytes(8<<20), connect.WithAcceptCompression("gzip", nil, nil)),
 		out:      newOutbox(cfg.OutboxBytes),
 		control:  make(chan *sandboxv1.ConnectRequest, 64),
 		running:  map[string]*running{},
@@ -193,7 +200,10 @@ func httpClient(cleartext bool, dial func(ctx context.Context, network, addr str
 		DialContext:       dial,
 		TLSClientConfig:   &tls.Config{MinVersion: tls.VersionTLS12},
 		ForceAttemptHTTP2: true,
-		HTTP2:             &http.HTTP2Config{SendPingTimeout: 15 * time.Second, PingTimeout: 10 * time.Second},
+		// The server's windows (agentrpc.HTTP2Config): a stalled upload
+		// holds at most its stream's 4 MiB of the connection's 64 MiB.
+		HTTP2: &http.HTTP2Config{SendPingTimeout: 15 * time.Second, PingTimeout: 10 * time.Second,
+			MaxReceiveBufferPerStream: 4 << 20, MaxReceiveBufferPerConnection: 64 << 20},
 	}
 	p := new(http.Protocols)
 	if cleartext {
@@ -290,7 +300,7 @@ func (a *Agent) serve(ctx context.Context) (registered bool, err error) {
 				errc <- err
 				return
 			}
-			a.handle(msg)
+			a.handle(cctx, msg)
 		}
 	}()
 	go func() { defer wg.Done(); errc <- a.sendLoop(cctx, stream) }()
@@ -407,7 +417,7 @@ func (a *Agent) heartbeatMessage() *sandboxv1.ConnectRequest {
 	}}}
 }
 
-func (a *Agent) handle(msg *sandboxv1.ConnectResponse) {
+func (a *Agent) handle(ctx context.Context, msg *sandboxv1.ConnectResponse) {
 	switch p := msg.GetPayload().(type) {
 	case *sandboxv1.ConnectResponse_Command:
 		a.startCommand(p.Command)
@@ -436,6 +446,8 @@ func (a *Agent) handle(msg *sandboxv1.ConnectResponse) {
 		}
 	case *sandboxv1.ConnectResponse_SessionQuery:
 		a.out.pushNow(a.sessionReport(p.SessionQuery.GetRequestId()))
+	case *sandboxv1.ConnectResponse_FileRequest:
+		go a.transfer(ctx, p.FileRequest)
 	}
 }
 

@@ -65,11 +65,11 @@ func (c *command) finishedAt(now time.Time, retention time.Duration) bool {
 // complete records the result once; later results (a resend after a
 // reconnect) are ignored. beforeDone (may be nil) runs after the result is
 // claimed and before waiters wake, so a waiter sees the bookkeeping done.
-func (c *command) complete(r ports.CommandResult, now time.Time, beforeDone func()) bool {
+func (c *command) complete(r ports.CommandResult, now time.Time, beforeDone func()) {
 	c.mu.Lock()
 	if c.ended {
 		c.mu.Unlock()
-		return false
+		return
 	}
 	c.ended = true
 	c.endedAt = now
@@ -83,7 +83,6 @@ func (c *command) complete(r ports.CommandResult, now time.Time, beforeDone func
 		beforeDone()
 	}
 	close(c.done)
-	return true
 }
 
 // markStarted fires OnStarted once.

@@ -62,6 +62,9 @@ type Config struct {
 	KillTimeout time.Duration
 	// OperatorToken authenticates the operator Exec RPC.
 	OperatorToken string
+	// MaxFileBytes is the largest file or archive moved to or from an
+	// agent (default DefaultMaxFileBytes).
+	MaxFileBytes int64
 }
 
 // Service implements sandboxv1connect.AgentServiceHandler, ports.AgentLink and
@@ -83,6 +86,10 @@ type Service struct {
 	streams map[string]int
 	// failedLogins rate-limits the log lines of failed logins.
 	failedLogins loginLog
+	// transfers are the file transfers asked of agents, by transfer id;
+	// transferCount counts each agent's.
+	transfers     map[string]*transfer
+	transferCount map[string]int
 }
 
 // maxReportedSessions bounds the entries of one connect report taken on:
@@ -140,6 +147,9 @@ func New(cfg Config) *Service {
 	if cfg.CommandRetention <= 0 {
 		cfg.CommandRetention = 10 * time.Minute
 	}
+	if cfg.MaxFileBytes <= 0 {
+		cfg.MaxFileBytes = DefaultMaxFileBytes
+	}
 	if cfg.KillTimeout <= 0 {
 		cfg.KillTimeout = time.Minute
 	}
@@ -153,6 +163,9 @@ func New(cfg Config) *Service {
 		conns:    map[string]*conn{},
 		commands: map[string]*command{},
 		streams:  map[string]int{},
+
+		transfers:     map[string]*transfer{},
+		transferCount: map[string]int{},
 	}
 }
 
@@ -173,6 +186,12 @@ func (s *Service) Mount(mux *http.ServeMux, operator bool) {
 				http.Error(w, "missing or wrong operator bearer token", http.StatusUnauthorized)
 				return
 			}
+		}
+		if r.URL.Path == sandboxv1connect.AgentServiceTransferProcedure {
+			// File bytes go uncompressed whatever the agent accepts: gzip
+			// cost a core for 30 MiB/s, and archives and binaries rarely shrink.
+			r.Header.Del("Grpc-Accept-Encoding")
+			r.Header.Del("Connect-Accept-Encoding")
 		}
 		h.ServeHTTP(w, r)
 	}))

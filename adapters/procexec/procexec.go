@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentic-sandbox/agentic-sandbox/internal/runas"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -175,7 +176,7 @@ func Start(spec Spec, onOutput func(stream ports.OutputStream, data []byte)) (*P
 	}
 	attr := &syscall.SysProcAttr{}
 	if spec.RunAs != "" {
-		cred, u, err := credentialFor(spec.RunAs)
+		cred, u, err := runas.Credential(spec.RunAs)
 		if err != nil {
 			return fail(err)
 		}
@@ -183,10 +184,7 @@ func Start(spec Spec, onOutput func(stream ports.OutputStream, data []byte)) (*P
 			attr.Credential = cred
 			if spec.Dir == "" {
 				// Not the agent's own directory, which its user may not enter.
-				spec.Dir = u.HomeDir
-				if fi, err := os.Stat(spec.Dir); err != nil || !fi.IsDir() {
-					spec.Dir = "/"
-				}
+				spec.Dir = runas.Dir(u)
 			}
 			env = setEnv(env, "HOME", u.HomeDir)
 			env = setEnv(env, "USER", u.Username)

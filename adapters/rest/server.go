@@ -75,6 +75,10 @@ type Deps struct {
 	// Environments is the environment use case behind /api/v1/environments;
 	// nil means this server provisions none.
 	Environments Environments
+	// Files moves files to and from agents; MaxFileBytes bounds one file
+	// or archive (AGENTIC_FILE_MAX_BYTES; 0 means 16 GiB).
+	Files        ports.AgentFiles
+	MaxFileBytes int64
 }
 
 // Server implements restapi.StrictServerInterface.
@@ -148,14 +152,16 @@ func (s *Server) serve(mux *http.ServeMux, w http.ResponseWriter, r *http.Reques
 		s.log.Debug("rest: request", "method", r.Method, "path", r.URL.Path, "status", sw.status, "duration", time.Since(start))
 	}()
 
-	r.Body = http.MaxBytesReader(sw, r.Body, MaxBodyBytes)
+	_, pattern := mux.Handler(r)
+	if !uploadRoutes[pattern] {
+		r.Body = http.MaxBytesReader(sw, r.Body, MaxBodyBytes)
+	}
 	// ServeMux would answer a path with "//" or dot segments with a
 	// redirect to its clean form: a JSON API answers 404 instead.
 	if p := r.URL.Path; strings.Contains(p, "//") || strings.Contains(p+"/", "/./") || strings.Contains(p+"/", "/../") {
 		writeError(sw, http.StatusNotFound, "not_found", "no such path (paths have no empty or dot segments)")
 		return
 	}
-	_, pattern := mux.Handler(r)
 	if pattern == dispatchRoute {
 		// aiwg serve's route: its own gate and token, before the body.
 		if apiErr := s.dispatchGate(r); apiErr != nil {
@@ -174,6 +180,15 @@ func (s *Server) serve(mux *http.ServeMux, w http.ResponseWriter, r *http.Reques
 	if pattern == "" {
 		s.unmatched(mux, sw, r)
 		return
+	}
+	if uploadRoutes[pattern] {
+		// After authentication: a stranger learns nothing of the limits.
+		body, apiErr := s.uploadBody(sw, r)
+		if apiErr != nil {
+			_ = apiErr.write(sw)
+			return
+		}
+		r.Body = body
 	}
 	mux.ServeHTTP(sw, r)
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/agentd"
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/agentfs"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/envfile"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/procexec"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
@@ -31,6 +32,11 @@ const defaultConfigFile = "/etc/agentic-sandbox/agent.env"
 const shutdownGrace = 5 * time.Second
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == agentfs.HelperArg {
+		// The file helper: this binary, started by the agent as its
+		// commands' user for one file operation.
+		os.Exit(agentfs.Serve(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+	}
 	os.Exit(run(os.Args[1:], os.Environ(), os.Stderr))
 }
 
@@ -127,6 +133,14 @@ func loadConfig(args, environ []string, stderr io.Writer) (agentd.Config, error)
 	runAs := src.GetDefault("AGENT_RUN_AS", "")
 	cfg.Runner = procexec.Runner{DefaultUser: runAs}
 	cfg.NoTmux = runAs != ""
+	// File work runs as the same user, in the same place, as the commands.
+	exe, err := os.Executable()
+	if err != nil {
+		return cfg, fmt.Errorf("finding this binary for file work: %w", err)
+	}
+	if cfg.Files, err = agentfs.New(exe, runAs); err != nil {
+		return cfg, fmt.Errorf("AGENT_RUN_AS: %w", err)
+	}
 	// A secret file is read once; the commands run as another user
 	// (AGENT_RUN_AS) who cannot read it.
 	if path := src.GetDefault("AGENT_SECRET_FILE", ""); path != "" && cfg.Secret == "" {

@@ -106,7 +106,7 @@ func (a *App) Run(ctx context.Context) error {
 			Protocols:         p,
 			ReadHeaderTimeout: 10 * time.Second,
 			IdleTimeout:       2 * time.Minute,
-			HTTP2:             &http.HTTP2Config{SendPingTimeout: 15 * time.Second, PingTimeout: 10 * time.Second},
+			HTTP2:             agentrpc.HTTP2Config(),
 			ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelDebug),
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/agentrpc"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/envfile"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/tlsca"
@@ -53,6 +54,8 @@ type Config struct {
 	HostUser string
 	// SessionRetention is how long ended sessions and their logs are kept.
 	SessionRetention time.Duration
+	// FileMaxBytes is the largest file or archive moved to or from an agent.
+	FileMaxBytes int64
 	// AgentTLS is "off", "auto" (a CA and server certificate made in
 	// <data dir>/tls/) or "CERT.pem:KEY.pem".
 	AgentTLS string
@@ -171,6 +174,7 @@ var flagEnv = map[string]string{
 	"operator-host":     "AGENTIC_OPERATOR_HOST",
 	"agent-tls":         "AGENTIC_AGENT_TLS",
 	"session-retention": "AGENTIC_SESSION_RETENTION",
+	"file-max-bytes":    "AGENTIC_FILE_MAX_BYTES",
 	"host-user":         "AGENTIC_HOST_USER",
 	"allowed-networks":  "AGENTIC_ALLOWED_NETWORKS",
 }
@@ -200,6 +204,7 @@ func loadConfig(args, environ []string, stderr io.Writer, version string) (Confi
 	fs.String("libvirt-accel", "", "VM accelerator: kvm, tcg or auto (env AGENTIC_LIBVIRT_ACCEL, default auto: KVM where it works)")
 	fs.String("host-user", "", "user host agents and their commands run as (env AGENTIC_HOST_USER; as root default "+defaultHostUser+", created if missing; else the server's own user)")
 	fs.String("session-retention", "", "how long ended sessions and their logs are kept (env AGENTIC_SESSION_RETENTION, default 24h)")
+	fs.String("file-max-bytes", "", "largest file or archive moved to or from an agent, in bytes (env AGENTIC_FILE_MAX_BYTES, default 16 GiB)")
 	fs.String("agent-tls", "", "TLS on the agent port: off, auto or CERT.pem:KEY.pem (env AGENTIC_AGENT_TLS, default off on loopback, else auto)")
 	fs.String("operator-host", "", "host the REST API and the client WebSocket listen on (env AGENTIC_OPERATOR_HOST, default LISTEN_ADDR's host)")
 	fs.String("image-dir", "", "the only dir VM disk images named by API callers come from (env AGENTIC_IMAGE_DIR, default <data dir>/images)")
@@ -242,6 +247,9 @@ func loadConfig(args, environ []string, stderr io.Writer, version string) (Confi
 	cfg.HostUser = src.GetDefault("AGENTIC_HOST_USER", hostUser)
 	if cfg.SessionRetention, err = time.ParseDuration(src.GetDefault("AGENTIC_SESSION_RETENTION", "24h")); err != nil || cfg.SessionRetention <= 0 {
 		return Config{}, fmt.Errorf("AGENTIC_SESSION_RETENTION must be a positive duration such as 24h")
+	}
+	if cfg.FileMaxBytes, err = strconv.ParseInt(src.GetDefault("AGENTIC_FILE_MAX_BYTES", strconv.FormatInt(agentrpc.DefaultMaxFileBytes, 10)), 10, 64); err != nil || cfg.FileMaxBytes <= 0 {
+		return Config{}, fmt.Errorf("AGENTIC_FILE_MAX_BYTES must be a positive number of bytes")
 	}
 	// TLS is off by default only where nothing can listen in: loopback.
 	tlsDefault := "auto"

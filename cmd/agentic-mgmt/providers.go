@@ -118,6 +118,7 @@ func provideAgentService(cfg Config, creds ports.AgentCredentials, clock ports.C
 		Logger:          log,
 		DisconnectGrace: cfg.DisconnectGrace,
 		OperatorToken:   string(token),
+		MaxFileBytes:    cfg.FileMaxBytes,
 	})
 }
 
@@ -175,6 +176,8 @@ func provideREST(cfg Config, svc *agentrpc.Service, token OperatorToken, clock p
 		Sessions:     ss,
 		SessionLog:   logs,
 		Environments: envs,
+		Files:        svc,
+		MaxFileBytes: cfg.FileMaxBytes,
 	}).Handler()
 }
 

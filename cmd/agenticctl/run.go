@@ -55,6 +55,8 @@ Commands:
   env create|list|get|stop|start|rm|runtimes
                          environments (host processes, containers, VMs) and their agents
                          ('agenticctl env help')
+  cp [-q] SRC DST        copy files and directories to or from an agent (AGENT:PATH)
+  ls AGENT:PATH          list a directory on an agent
 
 Global flags:
   --server URL   REST endpoint of agentic-mgmt (env AGENTIC_SERVER, default ` + defaultServer + `)
@@ -105,6 +107,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer, env func(stri
 		return c.attach(rest[1:])
 	case "env", "environments":
 		return c.environments(rest[1:])
+	case "cp":
+		return c.cp(rest[1:])
+	case "ls":
+		return c.ls(rest[1:])
 	case "help":
 		fmt.Fprint(stdout, usageText)
 		return 0

@@ -162,6 +162,30 @@ func (e EnvironmentState) Valid() bool {
 	}
 }
 
+// Defines values for FileEntryType.
+const (
+	Dir     FileEntryType = "dir"
+	File    FileEntryType = "file"
+	Other   FileEntryType = "other"
+	Symlink FileEntryType = "symlink"
+)
+
+// Valid indicates whether the value is a known member of the FileEntryType enum.
+func (e FileEntryType) Valid() bool {
+	switch e {
+	case Dir:
+		return true
+	case File:
+		return true
+	case Other:
+		return true
+	case Symlink:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for MissionState.
 const (
 	MissionStateAborted      MissionState = "aborted"
@@ -504,7 +528,9 @@ type Error struct {
 	// store_unavailable, mission_conflict, mission_not_found, session_not_found,
 	// hitl_not_found, hitl_not_open, session_name_taken, not_headless, offset_beyond_end,
 	// environment_not_found, environment_exists, unknown_runtime, runtime_unavailable,
-	// runtime_error, not_supported, too_many_sessions, too_many_commands.
+	// runtime_error, not_supported, too_many_sessions, too_many_commands, file_not_found,
+	// permission_denied, invalid_path, file_too_large, directory_not_empty,
+	// too_many_transfers.
 	Code string `json:"code"`
 
 	// Error A message for people.
@@ -561,6 +587,33 @@ type ExecResult struct {
 	Success   bool   `json:"success"`
 	TimedOut  bool   `json:"timed_out"`
 	Truncated bool   `json:"truncated"`
+}
+
+// FileEntry defines model for FileEntry.
+type FileEntry struct {
+	// LinkTarget A symlink's target.
+	LinkTarget *string `json:"link_target,omitempty"`
+
+	// Mode Octal permission bits, e.g. 0644 (with setuid/setgid/sticky as a fourth digit).
+	Mode  string        `json:"mode"`
+	Mtime time.Time     `json:"mtime"`
+	Name  string        `json:"name"`
+	Size  int64         `json:"size"`
+	Type  FileEntryType `json:"type"`
+}
+
+// FileEntryType defines model for FileEntry.Type.
+type FileEntryType string
+
+// FileListing defines model for FileListing.
+type FileListing struct {
+	Entries []FileEntry `json:"entries"`
+
+	// Path The absolute path listed.
+	Path string `json:"path"`
+
+	// Truncated More entries than one answer lists were left out.
+	Truncated *bool `json:"truncated,omitempty"`
 }
 
 // HITLAnswered defines model for HITLAnswered.
@@ -790,6 +843,12 @@ type CommandID = string
 // EnvironmentName defines model for EnvironmentName.
 type EnvironmentName = string
 
+// FileMode defines model for FileMode.
+type FileMode = string
+
+// FilePath defines model for FilePath.
+type FilePath = string
+
 // SessionID defines model for SessionID.
 type SessionID = string
 
@@ -801,6 +860,12 @@ type BadRequest = Error
 
 // Conflict defines model for Conflict.
 type Conflict = Error
+
+// FileTooLarge defines model for FileTooLarge.
+type FileTooLarge = Error
+
+// Forbidden defines model for Forbidden.
+type Forbidden = Error
 
 // NotFound defines model for NotFound.
 type NotFound = Error
@@ -816,6 +881,46 @@ type Unauthorized = Error
 
 // Unavailable defines model for Unavailable.
 type Unavailable = Error
+
+// DeleteFileParams defines parameters for DeleteFile.
+type DeleteFileParams struct {
+	// Path Absolute, or relative to the directory the agent's commands start in.
+	Path      FilePath `form:"path" json:"path"`
+	Recursive *bool    `form:"recursive,omitempty" json:"recursive,omitempty"`
+}
+
+// ListFilesParams defines parameters for ListFiles.
+type ListFilesParams struct {
+	// Path Absolute, or relative to the directory the agent's commands start in.
+	Path FilePath `form:"path" json:"path"`
+}
+
+// ReadArchiveParams defines parameters for ReadArchive.
+type ReadArchiveParams struct {
+	// Path Absolute, or relative to the directory the agent's commands start in.
+	Path FilePath `form:"path" json:"path"`
+}
+
+// WriteArchiveParams defines parameters for WriteArchive.
+type WriteArchiveParams struct {
+	// Path Absolute, or relative to the directory the agent's commands start in.
+	Path FilePath `form:"path" json:"path"`
+}
+
+// ReadFileParams defines parameters for ReadFile.
+type ReadFileParams struct {
+	// Path Absolute, or relative to the directory the agent's commands start in.
+	Path FilePath `form:"path" json:"path"`
+}
+
+// WriteFileParams defines parameters for WriteFile.
+type WriteFileParams struct {
+	// Path Absolute, or relative to the directory the agent's commands start in.
+	Path FilePath `form:"path" json:"path"`
+
+	// Mode Octal permission bits, e.g. 0644 or 755.
+	Mode *FileMode `form:"mode,omitempty" json:"mode,omitempty"`
+}
 
 // GetCommandParams defines parameters for GetCommand.
 type GetCommandParams struct {
@@ -1000,6 +1105,66 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /api/v1/agents/{agent_id}/exec (the `ExecCommand` operationId).
 	ExecCommand(ctx context.Context, agentId AgentID, body ExecCommandJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteFile Delete a file, a symlink (not its target) or an empty directory; a whole tree with recursive=true.
+	//
+	// 409 `directory_not_empty` for a directory with entries without `recursive`; 400
+	// `invalid_path` for `/`. Other errors as for listing.
+	//
+	// Corresponds with DELETE /api/v1/agents/{agent_id}/files (the `DeleteFile` operationId).
+	DeleteFile(ctx context.Context, agentId AgentID, params *DeleteFileParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListFiles A directory's entries, or the one entry of a file, symlink or other node.
+	//
+	// `path` is absolute, or relative to the directory the agent's commands start in (an
+	// environment's workspace). The agent reads as the user its commands run as. At most
+	// 10,000 entries are listed (`truncated` says more were left out).
+	// 404 `file_not_found`, 403 `permission_denied`, 400 `invalid_path`, 409
+	// `agent_not_connected`.
+	//
+	// Corresponds with GET /api/v1/agents/{agent_id}/files (the `ListFiles` operationId).
+	ListFiles(ctx context.Context, agentId AgentID, params *ListFilesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReadArchive A directory tree as tar (regular files, directories, symlinks kept as links).
+	//
+	// Streamed; an archive cut short (the agent went away, or it grew past
+	// `AGENTIC_FILE_MAX_BYTES`) is aborted, never ended as a complete tar.
+	//
+	// Corresponds with GET /api/v1/agents/{agent_id}/files/archive (the `ReadArchive` operationId).
+	ReadArchive(ctx context.Context, agentId AgentID, params *ReadArchiveParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// WriteArchiveWithBody Extract a tar (gzip accepted) under a directory, which is made if missing.
+	//
+	// Every entry is checked before anything is written: an entry with `..` or an
+	// absolute name, one that would be written through a symlink, a device node, FIFO or
+	// hard link refuses the whole archive with 400 `invalid_path`, and nothing is written.
+	// Symlinks in the archive are created as links. 413 `file_too_large` when the archive
+	// (uncompressed) is over `AGENTIC_FILE_MAX_BYTES`.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /api/v1/agents/{agent_id}/files/archive (the `WriteArchive` operationId).
+	WriteArchiveWithBody(ctx context.Context, agentId AgentID, params *WriteArchiveParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReadFile A regular file's bytes, streamed (Content-Length is the file's size when the read began).
+	//
+	// A transfer cut short (the agent went away) ends the response early, so the client
+	// sees fewer bytes than Content-Length. 400 `invalid_path` for a directory; 413
+	// `file_too_large` over the server's maximum (`AGENTIC_FILE_MAX_BYTES`).
+	//
+	// Corresponds with GET /api/v1/agents/{agent_id}/files/content (the `ReadFile` operationId).
+	ReadFile(ctx context.Context, agentId AgentID, params *ReadFileParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// WriteFileWithBody Write a file from the body, streamed; parent directories are made.
+	//
+	// The bytes go to a temporary name beside the file, renamed over it only when all
+	// have arrived: an interrupted upload leaves the old file (or none). `mode` is octal
+	// permission bits (default 0644). 413 `file_too_large` over `AGENTIC_FILE_MAX_BYTES`.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /api/v1/agents/{agent_id}/files/content (the `WriteFile` operationId).
+	WriteFileWithBody(ctx context.Context, agentId AgentID, params *WriteFileParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListAgentSessions The sessions of one agent, oldest first (empty for an agent with none).
 	//
@@ -1404,6 +1569,126 @@ func (c *Client) ExecCommandWithBody(ctx context.Context, agentId AgentID, conte
 // Corresponds with POST /api/v1/agents/{agent_id}/exec (the `ExecCommand` operationId).
 func (c *Client) ExecCommand(ctx context.Context, agentId AgentID, body ExecCommandJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewExecCommandRequest(c.Server, agentId, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteFile Delete a file, a symlink (not its target) or an empty directory; a whole tree with recursive=true.
+//
+// 409 `directory_not_empty` for a directory with entries without `recursive`; 400
+// `invalid_path` for `/`. Other errors as for listing.
+//
+// Corresponds with DELETE /api/v1/agents/{agent_id}/files (the `DeleteFile` operationId).
+func (c *Client) DeleteFile(ctx context.Context, agentId AgentID, params *DeleteFileParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteFileRequest(c.Server, agentId, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListFiles A directory's entries, or the one entry of a file, symlink or other node.
+//
+// `path` is absolute, or relative to the directory the agent's commands start in (an
+// environment's workspace). The agent reads as the user its commands run as. At most
+// 10,000 entries are listed (`truncated` says more were left out).
+// 404 `file_not_found`, 403 `permission_denied`, 400 `invalid_path`, 409
+// `agent_not_connected`.
+//
+// Corresponds with GET /api/v1/agents/{agent_id}/files (the `ListFiles` operationId).
+func (c *Client) ListFiles(ctx context.Context, agentId AgentID, params *ListFilesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListFilesRequest(c.Server, agentId, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReadArchive A directory tree as tar (regular files, directories, symlinks kept as links).
+//
+// Streamed; an archive cut short (the agent went away, or it grew past
+// `AGENTIC_FILE_MAX_BYTES`) is aborted, never ended as a complete tar.
+//
+// Corresponds with GET /api/v1/agents/{agent_id}/files/archive (the `ReadArchive` operationId).
+func (c *Client) ReadArchive(ctx context.Context, agentId AgentID, params *ReadArchiveParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReadArchiveRequest(c.Server, agentId, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// WriteArchiveWithBody Extract a tar (gzip accepted) under a directory, which is made if missing.
+//
+// Every entry is checked before anything is written: an entry with `..` or an
+// absolute name, one that would be written through a symlink, a device node, FIFO or
+// hard link refuses the whole archive with 400 `invalid_path`, and nothing is written.
+// Symlinks in the archive are created as links. 413 `file_too_large` when the archive
+// (uncompressed) is over `AGENTIC_FILE_MAX_BYTES`.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /api/v1/agents/{agent_id}/files/archive (the `WriteArchive` operationId).
+func (c *Client) WriteArchiveWithBody(ctx context.Context, agentId AgentID, params *WriteArchiveParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWriteArchiveRequestWithBody(c.Server, agentId, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReadFile A regular file's bytes, streamed (Content-Length is the file's size when the read began).
+//
+// A transfer cut short (the agent went away) ends the response early, so the client
+// sees fewer bytes than Content-Length. 400 `invalid_path` for a directory; 413
+// `file_too_large` over the server's maximum (`AGENTIC_FILE_MAX_BYTES`).
+//
+// Corresponds with GET /api/v1/agents/{agent_id}/files/content (the `ReadFile` operationId).
+func (c *Client) ReadFile(ctx context.Context, agentId AgentID, params *ReadFileParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReadFileRequest(c.Server, agentId, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// WriteFileWithBody Write a file from the body, streamed; parent directories are made.
+//
+// The bytes go to a temporary name beside the file, renamed over it only when all
+// have arrived: an interrupted upload leaves the old file (or none). `mode` is octal
+// permission bits (default 0644). 413 `file_too_large` over `AGENTIC_FILE_MAX_BYTES`.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /api/v1/agents/{agent_id}/files/content (the `WriteFile` operationId).
+func (c *Client) WriteFileWithBody(ctx context.Context, agentId AgentID, params *WriteFileParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWriteFileRequestWithBody(c.Server, agentId, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2240,6 +2525,376 @@ func NewExecCommandRequestWithBody(server string, agentId AgentID, contentType s
 	}
 
 	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewDeleteFileRequest constructs an http.Request for the DeleteFile method
+func NewDeleteFileRequest(server string, agentId AgentID, params *DeleteFileParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "agent_id", agentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/agents/%s/files", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "path", params.Path, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if params.Recursive != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "recursive", *params.Recursive, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListFilesRequest constructs an http.Request for the ListFiles method
+func NewListFilesRequest(server string, agentId AgentID, params *ListFilesParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "agent_id", agentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/agents/%s/files", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "path", params.Path, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewReadArchiveRequest constructs an http.Request for the ReadArchive method
+func NewReadArchiveRequest(server string, agentId AgentID, params *ReadArchiveParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "agent_id", agentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/agents/%s/files/archive", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "path", params.Path, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewWriteArchiveRequestWithBody constructs an http.Request for the WriteArchive method, with any body, and a specified content type
+func NewWriteArchiveRequestWithBody(server string, agentId AgentID, params *WriteArchiveParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "agent_id", agentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/agents/%s/files/archive", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "path", params.Path, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewReadFileRequest constructs an http.Request for the ReadFile method
+func NewReadFileRequest(server string, agentId AgentID, params *ReadFileParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "agent_id", agentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/agents/%s/files/content", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "path", params.Path, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewWriteFileRequestWithBody constructs an http.Request for the WriteFile method, with any body, and a specified content type
+func NewWriteFileRequestWithBody(server string, agentId AgentID, params *WriteFileParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "agent_id", agentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/agents/%s/files/content", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "path", params.Path, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if params.Mode != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "mode", *params.Mode, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
 	if err != nil {
 		return nil, err
 	}
@@ -3575,6 +4230,74 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /api/v1/agents/{agent_id}/exec (the `ExecCommand` operationId).
 	ExecCommandWithResponse(ctx context.Context, agentId AgentID, body ExecCommandJSONRequestBody, reqEditors ...RequestEditorFn) (*ExecCommandResponse, error)
 
+	// DeleteFileWithResponse Delete a file, a symlink (not its target) or an empty directory; a whole tree with recursive=true.
+	//
+	// 409 `directory_not_empty` for a directory with entries without `recursive`; 400
+	// `invalid_path` for `/`. Other errors as for listing.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /api/v1/agents/{agent_id}/files (the `DeleteFile` operationId).
+	DeleteFileWithResponse(ctx context.Context, agentId AgentID, params *DeleteFileParams, reqEditors ...RequestEditorFn) (*DeleteFileResponse, error)
+
+	// ListFilesWithResponse A directory's entries, or the one entry of a file, symlink or other node.
+	//
+	// `path` is absolute, or relative to the directory the agent's commands start in (an
+	// environment's workspace). The agent reads as the user its commands run as. At most
+	// 10,000 entries are listed (`truncated` says more were left out).
+	// 404 `file_not_found`, 403 `permission_denied`, 400 `invalid_path`, 409
+	// `agent_not_connected`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/agents/{agent_id}/files (the `ListFiles` operationId).
+	ListFilesWithResponse(ctx context.Context, agentId AgentID, params *ListFilesParams, reqEditors ...RequestEditorFn) (*ListFilesResponse, error)
+
+	// ReadArchiveWithResponse A directory tree as tar (regular files, directories, symlinks kept as links).
+	//
+	// Streamed; an archive cut short (the agent went away, or it grew past
+	// `AGENTIC_FILE_MAX_BYTES`) is aborted, never ended as a complete tar.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/agents/{agent_id}/files/archive (the `ReadArchive` operationId).
+	ReadArchiveWithResponse(ctx context.Context, agentId AgentID, params *ReadArchiveParams, reqEditors ...RequestEditorFn) (*ReadArchiveResponse, error)
+
+	// WriteArchiveWithBodyWithResponse Extract a tar (gzip accepted) under a directory, which is made if missing.
+	//
+	// Every entry is checked before anything is written: an entry with `..` or an
+	// absolute name, one that would be written through a symlink, a device node, FIFO or
+	// hard link refuses the whole archive with 400 `invalid_path`, and nothing is written.
+	// Symlinks in the archive are created as links. 413 `file_too_large` when the archive
+	// (uncompressed) is over `AGENTIC_FILE_MAX_BYTES`.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /api/v1/agents/{agent_id}/files/archive (the `WriteArchive` operationId).
+	WriteArchiveWithBodyWithResponse(ctx context.Context, agentId AgentID, params *WriteArchiveParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*WriteArchiveResponse, error)
+
+	// ReadFileWithResponse A regular file's bytes, streamed (Content-Length is the file's size when the read began).
+	//
+	// A transfer cut short (the agent went away) ends the response early, so the client
+	// sees fewer bytes than Content-Length. 400 `invalid_path` for a directory; 413
+	// `file_too_large` over the server's maximum (`AGENTIC_FILE_MAX_BYTES`).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/agents/{agent_id}/files/content (the `ReadFile` operationId).
+	ReadFileWithResponse(ctx context.Context, agentId AgentID, params *ReadFileParams, reqEditors ...RequestEditorFn) (*ReadFileResponse, error)
+
+	// WriteFileWithBodyWithResponse Write a file from the body, streamed; parent directories are made.
+	//
+	// The bytes go to a temporary name beside the file, renamed over it only when all
+	// have arrived: an interrupted upload leaves the old file (or none). `mode` is octal
+	// permission bits (default 0644). 413 `file_too_large` over `AGENTIC_FILE_MAX_BYTES`.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /api/v1/agents/{agent_id}/files/content (the `WriteFile` operationId).
+	WriteFileWithBodyWithResponse(ctx context.Context, agentId AgentID, params *WriteFileParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*WriteFileResponse, error)
+
 	// ListAgentSessionsWithResponse The sessions of one agent, oldest first (empty for an agent with none).
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -4208,6 +4931,532 @@ func (r ExecCommandResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ExecCommandResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DeleteFileResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *TooManyRequests
+	// JSON502 the response for an HTTP 502 `application/json` response
+	JSON502 *BadGateway
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r DeleteFileResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r DeleteFileResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r DeleteFileResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r DeleteFileResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r DeleteFileResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r DeleteFileResponse) GetJSON429() *TooManyRequests {
+	return r.JSON429
+}
+
+// GetJSON502 returns the response for an HTTP 502 `application/json` response
+func (r DeleteFileResponse) GetJSON502() *BadGateway {
+	return r.JSON502
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteFileResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteFileResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteFileResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteFileResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListFilesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *FileListing
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *TooManyRequests
+	// JSON502 the response for an HTTP 502 `application/json` response
+	JSON502 *BadGateway
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListFilesResponse) GetJSON200() *FileListing {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ListFilesResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ListFilesResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ListFilesResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r ListFilesResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r ListFilesResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r ListFilesResponse) GetJSON429() *TooManyRequests {
+	return r.JSON429
+}
+
+// GetJSON502 returns the response for an HTTP 502 `application/json` response
+func (r ListFilesResponse) GetJSON502() *BadGateway {
+	return r.JSON502
+}
+
+// GetBody returns the raw response body bytes
+func (r ListFilesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListFilesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListFilesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListFilesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ReadArchiveResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *TooManyRequests
+	// JSON502 the response for an HTTP 502 `application/json` response
+	JSON502 *BadGateway
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ReadArchiveResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ReadArchiveResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ReadArchiveResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r ReadArchiveResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r ReadArchiveResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r ReadArchiveResponse) GetJSON429() *TooManyRequests {
+	return r.JSON429
+}
+
+// GetJSON502 returns the response for an HTTP 502 `application/json` response
+func (r ReadArchiveResponse) GetJSON502() *BadGateway {
+	return r.JSON502
+}
+
+// GetBody returns the raw response body bytes
+func (r ReadArchiveResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ReadArchiveResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ReadArchiveResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ReadArchiveResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type WriteArchiveResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *FileTooLarge
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *TooManyRequests
+	// JSON502 the response for an HTTP 502 `application/json` response
+	JSON502 *BadGateway
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r WriteArchiveResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r WriteArchiveResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r WriteArchiveResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r WriteArchiveResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r WriteArchiveResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r WriteArchiveResponse) GetJSON413() *FileTooLarge {
+	return r.JSON413
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r WriteArchiveResponse) GetJSON429() *TooManyRequests {
+	return r.JSON429
+}
+
+// GetJSON502 returns the response for an HTTP 502 `application/json` response
+func (r WriteArchiveResponse) GetJSON502() *BadGateway {
+	return r.JSON502
+}
+
+// GetBody returns the raw response body bytes
+func (r WriteArchiveResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r WriteArchiveResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r WriteArchiveResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r WriteArchiveResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ReadFileResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *FileTooLarge
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *TooManyRequests
+	// JSON502 the response for an HTTP 502 `application/json` response
+	JSON502 *BadGateway
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ReadFileResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ReadFileResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ReadFileResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r ReadFileResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r ReadFileResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r ReadFileResponse) GetJSON413() *FileTooLarge {
+	return r.JSON413
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r ReadFileResponse) GetJSON429() *TooManyRequests {
+	return r.JSON429
+}
+
+// GetJSON502 returns the response for an HTTP 502 `application/json` response
+func (r ReadFileResponse) GetJSON502() *BadGateway {
+	return r.JSON502
+}
+
+// GetBody returns the raw response body bytes
+func (r ReadFileResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ReadFileResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ReadFileResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ReadFileResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type WriteFileResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *FileTooLarge
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *TooManyRequests
+	// JSON502 the response for an HTTP 502 `application/json` response
+	JSON502 *BadGateway
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r WriteFileResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r WriteFileResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r WriteFileResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r WriteFileResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r WriteFileResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r WriteFileResponse) GetJSON413() *FileTooLarge {
+	return r.JSON413
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r WriteFileResponse) GetJSON429() *TooManyRequests {
+	return r.JSON429
+}
+
+// GetJSON502 returns the response for an HTTP 502 `application/json` response
+func (r WriteFileResponse) GetJSON502() *BadGateway {
+	return r.JSON502
+}
+
+// GetBody returns the raw response body bytes
+func (r WriteFileResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r WriteFileResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r WriteFileResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r WriteFileResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -6242,6 +7491,110 @@ func (c *ClientWithResponses) ExecCommandWithResponse(ctx context.Context, agent
 	return ParseExecCommandResponse(rsp)
 }
 
+// DeleteFileWithResponse Delete a file, a symlink (not its target) or an empty directory; a whole tree with recursive=true.
+//
+// 409 `directory_not_empty` for a directory with entries without `recursive`; 400
+// `invalid_path` for `/`. Other errors as for listing.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /api/v1/agents/{agent_id}/files (the `DeleteFile` operationId).
+func (c *ClientWithResponses) DeleteFileWithResponse(ctx context.Context, agentId AgentID, params *DeleteFileParams, reqEditors ...RequestEditorFn) (*DeleteFileResponse, error) {
+	rsp, err := c.DeleteFile(ctx, agentId, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteFileResponse(rsp)
+}
+
+// ListFilesWithResponse A directory's entries, or the one entry of a file, symlink or other node.
+//
+// `path` is absolute, or relative to the directory the agent's commands start in (an
+// environment's workspace). The agent reads as the user its commands run as. At most
+// 10,000 entries are listed (`truncated` says more were left out).
+// 404 `file_not_found`, 403 `permission_denied`, 400 `invalid_path`, 409
+// `agent_not_connected`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/agents/{agent_id}/files (the `ListFiles` operationId).
+func (c *ClientWithResponses) ListFilesWithResponse(ctx context.Context, agentId AgentID, params *ListFilesParams, reqEditors ...RequestEditorFn) (*ListFilesResponse, error) {
+	rsp, err := c.ListFiles(ctx, agentId, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListFilesResponse(rsp)
+}
+
+// ReadArchiveWithResponse A directory tree as tar (regular files, directories, symlinks kept as links).
+//
+// Streamed; an archive cut short (the agent went away, or it grew past
+// `AGENTIC_FILE_MAX_BYTES`) is aborted, never ended as a complete tar.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/agents/{agent_id}/files/archive (the `ReadArchive` operationId).
+func (c *ClientWithResponses) ReadArchiveWithResponse(ctx context.Context, agentId AgentID, params *ReadArchiveParams, reqEditors ...RequestEditorFn) (*ReadArchiveResponse, error) {
+	rsp, err := c.ReadArchive(ctx, agentId, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReadArchiveResponse(rsp)
+}
+
+// WriteArchiveWithBodyWithResponse Extract a tar (gzip accepted) under a directory, which is made if missing.
+//
+// Every entry is checked before anything is written: an entry with `..` or an
+// absolute name, one that would be written through a symlink, a device node, FIFO or
+// hard link refuses the whole archive with 400 `invalid_path`, and nothing is written.
+// Symlinks in the archive are created as links. 413 `file_too_large` when the archive
+// (uncompressed) is over `AGENTIC_FILE_MAX_BYTES`.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /api/v1/agents/{agent_id}/files/archive (the `WriteArchive` operationId).
+func (c *ClientWithResponses) WriteArchiveWithBodyWithResponse(ctx context.Context, agentId AgentID, params *WriteArchiveParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*WriteArchiveResponse, error) {
+	rsp, err := c.WriteArchiveWithBody(ctx, agentId, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseWriteArchiveResponse(rsp)
+}
+
+// ReadFileWithResponse A regular file's bytes, streamed (Content-Length is the file's size when the read began).
+//
+// A transfer cut short (the agent went away) ends the response early, so the client
+// sees fewer bytes than Content-Length. 400 `invalid_path` for a directory; 413
+// `file_too_large` over the server's maximum (`AGENTIC_FILE_MAX_BYTES`).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/agents/{agent_id}/files/content (the `ReadFile` operationId).
+func (c *ClientWithResponses) ReadFileWithResponse(ctx context.Context, agentId AgentID, params *ReadFileParams, reqEditors ...RequestEditorFn) (*ReadFileResponse, error) {
+	rsp, err := c.ReadFile(ctx, agentId, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReadFileResponse(rsp)
+}
+
+// WriteFileWithBodyWithResponse Write a file from the body, streamed; parent directories are made.
+//
+// The bytes go to a temporary name beside the file, renamed over it only when all
+// have arrived: an interrupted upload leaves the old file (or none). `mode` is octal
+// permission bits (default 0644). 413 `file_too_large` over `AGENTIC_FILE_MAX_BYTES`.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /api/v1/agents/{agent_id}/files/content (the `WriteFile` operationId).
+func (c *ClientWithResponses) WriteFileWithBodyWithResponse(ctx context.Context, agentId AgentID, params *WriteFileParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*WriteFileResponse, error) {
+	rsp, err := c.WriteFileWithBody(ctx, agentId, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseWriteFileResponse(rsp)
+}
+
 // ListAgentSessionsWithResponse The sessions of one agent, oldest first (empty for an agent with none).
 //
 // Returns a wrapper object for the known response body format(s).
@@ -7029,6 +8382,451 @@ func ParseExecCommandResponse(rsp *http.Response) (*ExecCommandResponse, error) 
 			return nil, err
 		}
 		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
+		var dest BadGateway
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON502 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDeleteFileResponse parses an HTTP response from a DeleteFileWithResponse call
+func ParseDeleteFileResponse(rsp *http.Response) (*DeleteFileResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteFileResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
+		var dest BadGateway
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON502 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListFilesResponse parses an HTTP response from a ListFilesWithResponse call
+func ParseListFilesResponse(rsp *http.Response) (*ListFilesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListFilesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest FileListing
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
+		var dest BadGateway
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON502 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseReadArchiveResponse parses an HTTP response from a ReadArchiveWithResponse call
+func ParseReadArchiveResponse(rsp *http.Response) (*ReadArchiveResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ReadArchiveResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
+		var dest BadGateway
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON502 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseWriteArchiveResponse parses an HTTP response from a WriteArchiveWithResponse call
+func ParseWriteArchiveResponse(rsp *http.Response) (*WriteArchiveResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &WriteArchiveResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest FileTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
+		var dest BadGateway
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON502 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseReadFileResponse parses an HTTP response from a ReadFileWithResponse call
+func ParseReadFileResponse(rsp *http.Response) (*ReadFileResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ReadFileResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest FileTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
+		var dest BadGateway
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON502 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseWriteFileResponse parses an HTTP response from a WriteFileWithResponse call
+func ParseWriteFileResponse(rsp *http.Response) (*WriteFileResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &WriteFileResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest FileTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
 		var dest BadGateway
@@ -8582,6 +10380,24 @@ type ServerInterface interface {
 	// ExecCommand Run a command on an agent and wait for its result.
 	// (POST /api/v1/agents/{agent_id}/exec)
 	ExecCommand(w http.ResponseWriter, r *http.Request, agentId AgentID)
+	// DeleteFile Delete a file, a symlink (not its target) or an empty directory; a whole tree with recursive=true.
+	// (DELETE /api/v1/agents/{agent_id}/files)
+	DeleteFile(w http.ResponseWriter, r *http.Request, agentId AgentID, params DeleteFileParams)
+	// ListFiles A directory's entries, or the one entry of a file, symlink or other node.
+	// (GET /api/v1/agents/{agent_id}/files)
+	ListFiles(w http.ResponseWriter, r *http.Request, agentId AgentID, params ListFilesParams)
+	// ReadArchive A directory tree as tar (regular files, directories, symlinks kept as links).
+	// (GET /api/v1/agents/{agent_id}/files/archive)
+	ReadArchive(w http.ResponseWriter, r *http.Request, agentId AgentID, params ReadArchiveParams)
+	// WriteArchive Extract a tar (gzip accepted) under a directory, which is made if missing.
+	// (PUT /api/v1/agents/{agent_id}/files/archive)
+	WriteArchive(w http.ResponseWriter, r *http.Request, agentId AgentID, params WriteArchiveParams)
+	// ReadFile A regular file's bytes, streamed (Content-Length is the file's size when the read began).
+	// (GET /api/v1/agents/{agent_id}/files/content)
+	ReadFile(w http.ResponseWriter, r *http.Request, agentId AgentID, params ReadFileParams)
+	// WriteFile Write a file from the body, streamed; parent directories are made.
+	// (PUT /api/v1/agents/{agent_id}/files/content)
+	WriteFile(w http.ResponseWriter, r *http.Request, agentId AgentID, params WriteFileParams)
 	// ListAgentSessions The sessions of one agent, oldest first (empty for an agent with none).
 	// (GET /api/v1/agents/{agent_id}/sessions)
 	ListAgentSessions(w http.ResponseWriter, r *http.Request, agentId AgentID)
@@ -8766,6 +10582,284 @@ func (siw *ServerInterfaceWrapper) ExecCommand(w http.ResponseWriter, r *http.Re
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.ExecCommand(w, r, agentId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// DeleteFile operation middleware
+func (siw *ServerInterfaceWrapper) DeleteFile(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "agent_id" -------------
+	var agentId AgentID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "agent_id", r.PathValue("agent_id"), &agentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "agent_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params DeleteFileParams
+
+	// ------------- Required query parameter "path" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "path", r.URL.Query(), &params.Path, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "path"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "path", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "recursive" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "recursive", r.URL.Query(), &params.Recursive, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "recursive"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "recursive", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DeleteFile(w, r, agentId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListFiles operation middleware
+func (siw *ServerInterfaceWrapper) ListFiles(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "agent_id" -------------
+	var agentId AgentID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "agent_id", r.PathValue("agent_id"), &agentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "agent_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListFilesParams
+
+	// ------------- Required query parameter "path" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "path", r.URL.Query(), &params.Path, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "path"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "path", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListFiles(w, r, agentId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ReadArchive operation middleware
+func (siw *ServerInterfaceWrapper) ReadArchive(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "agent_id" -------------
+	var agentId AgentID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "agent_id", r.PathValue("agent_id"), &agentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "agent_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ReadArchiveParams
+
+	// ------------- Required query parameter "path" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "path", r.URL.Query(), &params.Path, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "path"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "path", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ReadArchive(w, r, agentId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// WriteArchive operation middleware
+func (siw *ServerInterfaceWrapper) WriteArchive(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "agent_id" -------------
+	var agentId AgentID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "agent_id", r.PathValue("agent_id"), &agentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "agent_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params WriteArchiveParams
+
+	// ------------- Required query parameter "path" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "path", r.URL.Query(), &params.Path, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "path"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "path", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.WriteArchive(w, r, agentId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ReadFile operation middleware
+func (siw *ServerInterfaceWrapper) ReadFile(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "agent_id" -------------
+	var agentId AgentID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "agent_id", r.PathValue("agent_id"), &agentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "agent_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ReadFileParams
+
+	// ------------- Required query parameter "path" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "path", r.URL.Query(), &params.Path, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "path"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "path", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ReadFile(w, r, agentId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// WriteFile operation middleware
+func (siw *ServerInterfaceWrapper) WriteFile(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "agent_id" -------------
+	var agentId AgentID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "agent_id", r.PathValue("agent_id"), &agentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "agent_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params WriteFileParams
+
+	// ------------- Required query parameter "path" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "path", r.URL.Query(), &params.Path, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "path"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "path", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "mode" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "mode", r.URL.Query(), &params.Mode, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "mode"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "mode", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.WriteFile(w, r, agentId, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -9712,6 +11806,12 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/agents/{agent_id}", wrapper.GetAgent)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/agents/{agent_id}/exec", wrapper.ExecCommand)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/agents/{agent_id}/commands", wrapper.StartCommand)
+	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/api/v1/agents/{agent_id}/files", wrapper.DeleteFile)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/agents/{agent_id}/files", wrapper.ListFiles)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/agents/{agent_id}/files/content", wrapper.ReadFile)
+	m.HandleFunc(http.MethodPut+" "+options.BaseURL+"/api/v1/agents/{agent_id}/files/content", wrapper.WriteFile)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/agents/{agent_id}/files/archive", wrapper.ReadArchive)
+	m.HandleFunc(http.MethodPut+" "+options.BaseURL+"/api/v1/agents/{agent_id}/files/archive", wrapper.WriteArchive)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/api/v1/commands/{command_id}", wrapper.KillCommand)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/commands/{command_id}", wrapper.GetCommand)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/commands/{command_id}/stdin", wrapper.WriteCommandStdin)
@@ -9749,6 +11849,10 @@ type BadGatewayJSONResponse Error
 type BadRequestJSONResponse Error
 
 type ConflictJSONResponse Error
+
+type FileTooLargeJSONResponse Error
+
+type ForbiddenJSONResponse Error
 
 type NotFoundJSONResponse Error
 
@@ -10062,6 +12166,770 @@ func (response ExecCommand413JSONResponse) VisitExecCommandResponse(w http.Respo
 type ExecCommand502JSONResponse struct{ BadGatewayJSONResponse }
 
 func (response ExecCommand502JSONResponse) VisitExecCommandResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(502)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteFileRequestObject struct {
+	AgentId AgentID `json:"agent_id"`
+	Params  DeleteFileParams
+}
+
+type DeleteFileResponseObject interface {
+	VisitDeleteFileResponse(w http.ResponseWriter) error
+}
+
+type DeleteFile204Response struct {
+}
+
+func (response DeleteFile204Response) VisitDeleteFileResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
+type DeleteFile400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response DeleteFile400JSONResponse) VisitDeleteFileResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteFile401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response DeleteFile401JSONResponse) VisitDeleteFileResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteFile403JSONResponse struct{ ForbiddenJSONResponse }
+
+func (response DeleteFile403JSONResponse) VisitDeleteFileResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteFile404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response DeleteFile404JSONResponse) VisitDeleteFileResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteFile409JSONResponse struct{ ConflictJSONResponse }
+
+func (response DeleteFile409JSONResponse) VisitDeleteFileResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteFile429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response DeleteFile429JSONResponse) VisitDeleteFileResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteFile502JSONResponse struct{ BadGatewayJSONResponse }
+
+func (response DeleteFile502JSONResponse) VisitDeleteFileResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(502)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListFilesRequestObject struct {
+	AgentId AgentID `json:"agent_id"`
+	Params  ListFilesParams
+}
+
+type ListFilesResponseObject interface {
+	VisitListFilesResponse(w http.ResponseWriter) error
+}
+
+type ListFiles200JSONResponse FileListing
+
+func (response ListFiles200JSONResponse) VisitListFilesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListFiles400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response ListFiles400JSONResponse) VisitListFilesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListFiles401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response ListFiles401JSONResponse) VisitListFilesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListFiles403JSONResponse struct{ ForbiddenJSONResponse }
+
+func (response ListFiles403JSONResponse) VisitListFilesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListFiles404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response ListFiles404JSONResponse) VisitListFilesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListFiles409JSONResponse struct{ ConflictJSONResponse }
+
+func (response ListFiles409JSONResponse) VisitListFilesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListFiles429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response ListFiles429JSONResponse) VisitListFilesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListFiles502JSONResponse struct{ BadGatewayJSONResponse }
+
+func (response ListFiles502JSONResponse) VisitListFilesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(502)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReadArchiveRequestObject struct {
+	AgentId AgentID `json:"agent_id"`
+	Params  ReadArchiveParams
+}
+
+type ReadArchiveResponseObject interface {
+	VisitReadArchiveResponse(w http.ResponseWriter) error
+}
+
+type ReadArchive200ApplicationxTarResponse struct {
+	Body          io.Reader
+	ContentLength int64
+}
+
+func (response ReadArchive200ApplicationxTarResponse) VisitReadArchiveResponse(w http.ResponseWriter) error {
+
+	w.Header().Set("Content-Type", "application/x-tar")
+	if response.ContentLength != 0 {
+		w.Header().Set("Content-Length", fmt.Sprint(response.ContentLength))
+	}
+	w.WriteHeader(200)
+
+	if closer, ok := response.Body.(io.ReadCloser); ok {
+		defer closer.Close()
+	}
+	_, err := io.Copy(w, response.Body)
+	return err
+}
+
+type ReadArchive400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response ReadArchive400JSONResponse) VisitReadArchiveResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReadArchive401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response ReadArchive401JSONResponse) VisitReadArchiveResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReadArchive403JSONResponse struct{ ForbiddenJSONResponse }
+
+func (response ReadArchive403JSONResponse) VisitReadArchiveResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReadArchive404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response ReadArchive404JSONResponse) VisitReadArchiveResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReadArchive409JSONResponse struct{ ConflictJSONResponse }
+
+func (response ReadArchive409JSONResponse) VisitReadArchiveResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReadArchive429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response ReadArchive429JSONResponse) VisitReadArchiveResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReadArchive502JSONResponse struct{ BadGatewayJSONResponse }
+
+func (response ReadArchive502JSONResponse) VisitReadArchiveResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(502)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WriteArchiveRequestObject struct {
+	AgentId AgentID `json:"agent_id"`
+	Params  WriteArchiveParams
+	Body    io.Reader
+}
+
+type WriteArchiveResponseObject interface {
+	VisitWriteArchiveResponse(w http.ResponseWriter) error
+}
+
+type WriteArchive204Response struct {
+}
+
+func (response WriteArchive204Response) VisitWriteArchiveResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
+type WriteArchive400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response WriteArchive400JSONResponse) VisitWriteArchiveResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WriteArchive401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response WriteArchive401JSONResponse) VisitWriteArchiveResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WriteArchive403JSONResponse struct{ ForbiddenJSONResponse }
+
+func (response WriteArchive403JSONResponse) VisitWriteArchiveResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WriteArchive404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response WriteArchive404JSONResponse) VisitWriteArchiveResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WriteArchive409JSONResponse struct{ ConflictJSONResponse }
+
+func (response WriteArchive409JSONResponse) VisitWriteArchiveResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WriteArchive413JSONResponse struct{ FileTooLargeJSONResponse }
+
+func (response WriteArchive413JSONResponse) VisitWriteArchiveResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WriteArchive429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response WriteArchive429JSONResponse) VisitWriteArchiveResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WriteArchive502JSONResponse struct{ BadGatewayJSONResponse }
+
+func (response WriteArchive502JSONResponse) VisitWriteArchiveResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(502)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReadFileRequestObject struct {
+	AgentId AgentID `json:"agent_id"`
+	Params  ReadFileParams
+}
+
+type ReadFileResponseObject interface {
+	VisitReadFileResponse(w http.ResponseWriter) error
+}
+
+type ReadFile200ApplicationoctetStreamResponse struct {
+	Body          io.Reader
+	ContentLength int64
+}
+
+func (response ReadFile200ApplicationoctetStreamResponse) VisitReadFileResponse(w http.ResponseWriter) error {
+
+	w.Header().Set("Content-Type", "application/octet-stream")
+	if response.ContentLength != 0 {
+		w.Header().Set("Content-Length", fmt.Sprint(response.ContentLength))
+	}
+	w.WriteHeader(200)
+
+	if closer, ok := response.Body.(io.ReadCloser); ok {
+		defer closer.Close()
+	}
+	_, err := io.Copy(w, response.Body)
+	return err
+}
+
+type ReadFile400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response ReadFile400JSONResponse) VisitReadFileResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReadFile401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response ReadFile401JSONResponse) VisitReadFileResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReadFile403JSONResponse struct{ ForbiddenJSONResponse }
+
+func (response ReadFile403JSONResponse) VisitReadFileResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReadFile404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response ReadFile404JSONResponse) VisitReadFileResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReadFile409JSONResponse struct{ ConflictJSONResponse }
+
+func (response ReadFile409JSONResponse) VisitReadFileResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReadFile413JSONResponse struct{ FileTooLargeJSONResponse }
+
+func (response ReadFile413JSONResponse) VisitReadFileResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReadFile429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response ReadFile429JSONResponse) VisitReadFileResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReadFile502JSONResponse struct{ BadGatewayJSONResponse }
+
+func (response ReadFile502JSONResponse) VisitReadFileResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(502)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WriteFileRequestObject struct {
+	AgentId AgentID `json:"agent_id"`
+	Params  WriteFileParams
+	Body    io.Reader
+}
+
+type WriteFileResponseObject interface {
+	VisitWriteFileResponse(w http.ResponseWriter) error
+}
+
+type WriteFile204Response struct {
+}
+
+func (response WriteFile204Response) VisitWriteFileResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
+type WriteFile400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response WriteFile400JSONResponse) VisitWriteFileResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WriteFile401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response WriteFile401JSONResponse) VisitWriteFileResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WriteFile403JSONResponse struct{ ForbiddenJSONResponse }
+
+func (response WriteFile403JSONResponse) VisitWriteFileResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WriteFile404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response WriteFile404JSONResponse) VisitWriteFileResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WriteFile409JSONResponse struct{ ConflictJSONResponse }
+
+func (response WriteFile409JSONResponse) VisitWriteFileResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WriteFile413JSONResponse struct{ FileTooLargeJSONResponse }
+
+func (response WriteFile413JSONResponse) VisitWriteFileResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WriteFile429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response WriteFile429JSONResponse) VisitWriteFileResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WriteFile502JSONResponse struct{ BadGatewayJSONResponse }
+
+func (response WriteFile502JSONResponse) VisitWriteFileResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response); err != nil {
@@ -12284,6 +15152,24 @@ type StrictServerInterface interface {
 	// ExecCommand Run a command on an agent and wait for its result.
 	// (POST /api/v1/agents/{agent_id}/exec)
 	ExecCommand(ctx context.Context, request ExecCommandRequestObject) (ExecCommandResponseObject, error)
+	// DeleteFile Delete a file, a symlink (not its target) or an empty directory; a whole tree with recursive=true.
+	// (DELETE /api/v1/agents/{agent_id}/files)
+	DeleteFile(ctx context.Context, request DeleteFileRequestObject) (DeleteFileResponseObject, error)
+	// ListFiles A directory's entries, or the one entry of a file, symlink or other node.
+	// (GET /api/v1/agents/{agent_id}/files)
+	ListFiles(ctx context.Context, request ListFilesRequestObject) (ListFilesResponseObject, error)
+	// ReadArchive A directory tree as tar (regular files, directories, symlinks kept as links).
+	// (GET /api/v1/agents/{agent_id}/files/archive)
+	ReadArchive(ctx context.Context, request ReadArchiveRequestObject) (ReadArchiveResponseObject, error)
+	// WriteArchive Extract a tar (gzip accepted) under a directory, which is made if missing.
+	// (PUT /api/v1/agents/{agent_id}/files/archive)
+	WriteArchive(ctx context.Context, request WriteArchiveRequestObject) (WriteArchiveResponseObject, error)
+	// ReadFile A regular file's bytes, streamed (Content-Length is the file's size when the read began).
+	// (GET /api/v1/agents/{agent_id}/files/content)
+	ReadFile(ctx context.Context, request ReadFileRequestObject) (ReadFileResponseObject, error)
+	// WriteFile Write a file from the body, streamed; parent directories are made.
+	// (PUT /api/v1/agents/{agent_id}/files/content)
+	WriteFile(ctx context.Context, request WriteFileRequestObject) (WriteFileResponseObject, error)
 	// ListAgentSessions The sessions of one agent, oldest first (empty for an agent with none).
 	// (GET /api/v1/agents/{agent_id}/sessions)
 	ListAgentSessions(ctx context.Context, request ListAgentSessionsRequestObject) (ListAgentSessionsResponseObject, error)
@@ -12524,6 +15410,172 @@ func (sh *strictHandler) ExecCommand(w http.ResponseWriter, r *http.Request, age
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(ExecCommandResponseObject); ok {
 		if err := validResponse.VisitExecCommandResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// DeleteFile operation middleware
+func (sh *strictHandler) DeleteFile(w http.ResponseWriter, r *http.Request, agentId AgentID, params DeleteFileParams) {
+	var request DeleteFileRequestObject
+
+	request.AgentId = agentId
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.DeleteFile(ctx, request.(DeleteFileRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "DeleteFile")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(DeleteFileResponseObject); ok {
+		if err := validResponse.VisitDeleteFileResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListFiles operation middleware
+func (sh *strictHandler) ListFiles(w http.ResponseWriter, r *http.Request, agentId AgentID, params ListFilesParams) {
+	var request ListFilesRequestObject
+
+	request.AgentId = agentId
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListFiles(ctx, request.(ListFilesRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListFiles")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListFilesResponseObject); ok {
+		if err := validResponse.VisitListFilesResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ReadArchive operation middleware
+func (sh *strictHandler) ReadArchive(w http.ResponseWriter, r *http.Request, agentId AgentID, params ReadArchiveParams) {
+	var request ReadArchiveRequestObject
+
+	request.AgentId = agentId
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ReadArchive(ctx, request.(ReadArchiveRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ReadArchive")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ReadArchiveResponseObject); ok {
+		if err := validResponse.VisitReadArchiveResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// WriteArchive operation middleware
+func (sh *strictHandler) WriteArchive(w http.ResponseWriter, r *http.Request, agentId AgentID, params WriteArchiveParams) {
+	var request WriteArchiveRequestObject
+
+	request.AgentId = agentId
+	request.Params = params
+
+	request.Body = r.Body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.WriteArchive(ctx, request.(WriteArchiveRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "WriteArchive")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(WriteArchiveResponseObject); ok {
+		if err := validResponse.VisitWriteArchiveResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ReadFile operation middleware
+func (sh *strictHandler) ReadFile(w http.ResponseWriter, r *http.Request, agentId AgentID, params ReadFileParams) {
+	var request ReadFileRequestObject
+
+	request.AgentId = agentId
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ReadFile(ctx, request.(ReadFileRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ReadFile")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ReadFileResponseObject); ok {
+		if err := validResponse.VisitReadFileResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// WriteFile operation middleware
+func (sh *strictHandler) WriteFile(w http.ResponseWriter, r *http.Request, agentId AgentID, params WriteFileParams) {
+	var request WriteFileRequestObject
+
+	request.AgentId = agentId
+	request.Params = params
+
+	request.Body = r.Body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.WriteFile(ctx, request.(WriteFileRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "WriteFile")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(WriteFileResponseObject); ok {
+		if err := validResponse.VisitWriteFileResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {
@@ -13352,167 +16404,190 @@ func (sh *strictHandler) GetReadyz(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L3dciO3kiD8Khn8JsJknBJF/XQfm4rvQm7LbY3dP9GSxzvn0MsCWSCJoyJQBlBi0x2K2Kt9gL2ZN9gX",
-	"mTeZJ9lAAqhCkShSUqv7eL190y3WD5CVSOR/Jj50pmJZCE65Vp3hh05BJFlSTSX+Op9Tri+/M38y3hl2",
-	"CqIXnaTDyZJ2hh1i7o5Z1kk6kv5WMkmzzlDLkiYdNV3QJTHvLcn7nyif60VneHT8ddJZMl79Tjp6XZiR",
-	"lJaMzzt3d0nnhVguCc9aJ53a+0897QW/ZVLwJeX6NU4UnRz/u+e0z0/2z3pFlWKCt36ssvef9mPvzFCq",
-	"EFxRXORvSfaSaLoia/NrKrimXJs/SVHkbEo0E/zwH0pwc62e9F8knXWGnf/vsCagQ3tXHV5IKaSdKqNq",
-	"KllhBukMO9cLCkg2sDL/kBVZw2rBcgp6QcGtLUjC+527xED2jv5WUqU/D2TSTgZMwZLkMyGXNENAXgg+",
-	"y9n0s4GhRCmn1MDBOBBQmmiDIaIhE1QBFxpInosV6AVT0KX9ed+h1dyaCs7pVNMsqTBKcklJtgbKM5r1",
-	"8JteC/29KHn26b/ptQBVThfVd+H010L8ROScft6VnYhsbdCam6mlQSmHI3jFvvUwvSJ87WhOfXrQzuG3",
-	"UmhiIJKUTBc0g67ZCEuqFJlTUGStzP6YLhIwy8i0gpwtmbZL+DMnpV4IyX6nn2EZXzGlGJ+DkLCSgs9h",
-	"Qok0SBQ3lHt4bgnLySSnn4OqNBRCKTbJKXCxgi7jms4lTgJiNkuAvqfTUguJu0LSOVOaSrMtuLDbJQGl",
-	"haRQ1oAbzN555mqF4OUvL6800SX+agLxC9MLZF1bc6cfRgYBMzYvJc1GnSHMSK7oXYoLyYVeGFzSXNE+",
-	"4ChMg+AJ0Fsq1yO+pMsJlYYwCkkV5XoIqSI8m4j3Y5bZQVL/ffaKpECXhV6D5fQKSq5ZbqAbcfvxFj6F",
-	"j5LpDRernGZzg5B6KI+mMTWITw0EvMxzKHlOlcJvzYnSI14hNxwbZoTlNOvDa/MdQBxxjHgn6RRSFFRq",
-	"Rv3Gcrgxv5yMmgiRU8INLVVMLH6b8qwQzBLXhoBLOgFedt9vfqx51nyrpV8rZLferRchMvRdKKX/Hn7j",
-	"r9VQYvIPOtVmqPOpZrdMry9u3S7ZxJDS41LhPEYWEd0ZdjJRGuiq0Xhp6AQRtop/bFbapRmTgo2XqjEa",
-	"4/r5aT0YErEdrXrr3m8wVWNxe71umJU0lJdLgxrGme4kHaIUU5pwPdb0vblgtsWNgTzpaCHy8ZTkuf9b",
-	"UlXmGjUh90fJDREb4mL8luQsxLPDQNJ5f2AmPbgl0mhVyszuMX9pofA/zz001xYYf/26Bqq6JET+wsIW",
-	"XnrnIfMXty78XIFcA+FAv0s6S5HRPLqMvFyOdSm5Cu4G2C+INMo44qlUtI3yHeZitxT9bZu/vRWK4b5m",
-	"HLf+jBpuMZNiCUf9KBkEKuvWaC9yUmb0KwXuIWBZMEgASjmx1yJgIp1Eb5hPZ7wo9fbE52DugiGmr4xO",
-	"VZQ6gVsqJ0SzJfzr1ZvX/WoI7tT/+AQ7cGvu4+owTZcq/oi9QKQka/wtSz4lLUxug5mY9XH7aBczuSqX",
-	"SyLXH81OMsHpNiKNLjVjnORgKQlWxKymkf9JZNc/nIsY2TJuXeNd5FtOp1SpOPepWEnL7sGlM2uL2CFZ",
-	"hkRP8rcNDEbe21yF1h26sZj2uQZgDSgc/uvPSur1a6I1SgvzqECx9votlYpZDWwLiVNSkAnLmX/j/pRc",
-	"iesx0U0KI5oeaLaksY2eMfW4FxdC6daN2rI/WTEmWSabRFLfzsmEWvrYs/5bSKgRj9S7oETqCX3I5yyp",
-	"lmyq9unCr9xjhphKzhmfj52B10Kf0qiAFkte8BrMITVxTRinspN0bpeBKP01xo8r7XcXdEh1TlE2L62V",
-	"pssx4zOx780rfPTSPLm5UdDz4eavvycggGrhIjhp3Rs/MdW2P5p0v/d7t/fCxge4QVtBqS0Lv0JKE6mt",
-	"toFGeyfpTEq1tnhAZh1um+iCOSeaGbux+A5DHaMCs3u8bAGLcZGWPRZ456KKN5+KzPy9B7VvSl2U+sI/",
-	"3eD8O43F93TqNC5HtnTfKw1U4UsZlTIuYvDWWMxmiup7yjOlM1HqtuFEqYPhmqL2DV4HMbOKF5PK2LBG",
-	"cNAM7LswWWtqJO9eQLYMk8CJGrhxLcYqqCtsbAK7iYtgZWOE/kJSomngYg28ek3iYksyj6gdLzy3Anwg",
-	"AWFsy4ypG3sBCqIXMBMS/u2VOoOMzkiZ6yFizvGMrxSIFYcl42xJcvtaVPn0YmVDg8yVwOEQW0aJzIZw",
-	"fvA3IAe/w+DgG+jDGA4S8JsXVsamJ5BTrak08GZszrSZ8SE+4qTDqV4JebMNERecQtd9KqwWVFIQsxmV",
-	"NBvWkILSLM+dd8ma74rKWyp7CRgemsBEssygtFQoDLYAKKSYsZy26GMkGwuer8dSCB3XvbzXby8/fVc9",
-	"2JRczc+2QGdiemPRmrPJLZMaui8vruGQFOzw9ujQva0gZ0qbrxaKQm2N9zrJHsu9FjRIDu1E7Tz4rQRN",
-	"5PzBmpTVQpbkPVsatn00GAyQTNzPGJtxGzpiwEkxl2QJWpiNkEAuxA3NoCyMRff2/PoHpMjdJNjmWaD8",
-	"9uPUpfhWOzp4fmrYXri7cG9xoTf214GhgHG14WFUDgYnUzMP/kUP7AWWQSHpjL23Vzc34WmM6vV6G7J3",
-	"JbcOeU3lEq2gav9pWdIz9AJKYiwx6m1cBSRfkbWCTPSsp88wbsFpAgQmZHozl6LkmX/cGMc6YxyYAgIF",
-	"KyisJNOacpisveVKYEFJhv44b0kviAKOozrRQDhKCSolTIRewFwYGkD3nZhbb7JlBs4St1GFG1potPWX",
-	"5XvosiDeIEqdm89iWjnOUkhhTJNe3PSTYvVwMvZW/05l0UJ8bR5tkWvR/fodUwXR08X5dEoLZ3I39ypV",
-	"mi2NNT5GKous//cv4OTk5BuDoZ+vX1gapO/JVOdrWLI8Z4pOBUdqmzIDZQIYmzkeHD8/GDw7GHxzPfjr",
-	"8OhkeHzcPzo++VtDdocWQkGM2DBz/vfRKPtwencwGmWjUeb+u7b/DRv/jUZ98+zJ3d/+JcbH9zlFlyx0",
-	"3OywAZo4IUqxOfeBCxupItrpKwRxTfiU9vp7eW4AQBPawADYXKJdC93Kkw1R5VQ7I3ivx7cCZcZyTaNe",
-	"4nYNeYOARKmp3YfMb6Pu6eAU2KwZuUN07YXs/uZ6y1CV0Nkgjj0zR01fwedjb1+0DxFwiCXVJCOatMsQ",
-	"+2bLSPXUTcoNOPvxs+d7hZsdht3SOLsnClK1gIOpky3V41aUpHvF5y4ir+eO0XGgLz/QCrM323bsG2tR",
-	"0Hr4r5QPh60WlAPDCLhRnWjcPztF1edhHpvN2EBw5/ZBZneAFhs4iehQlRnRqt3v0rNjKvAtsnPnx9wg",
-	"Exdb1i6oCGi138sscxb+gxD50fr09oj2XpRjXSOlzBmnzuaZ1qZYZvTwJTHC8OfL7xIo2tz5m26ICp/W",
-	"FzERYsPfobQoCnSDFsT5Q21gsZN0Mmp4d8PS3BXqueC3b5vTXfDbb6sZL/jtOzfpBb+9quY1r/mpL/jt",
-	"9372C377XQXA5ub26UGV8eDt6cDEDvZORfp7dn9LfPBhDkZMKGiR7LTYH8sk1uqnxT5o4761gNs8aqvv",
-	"9bM1JoiC6BnQpjKQxcx9o8lMcgqKkxs6nhK0HzOKPobC2lRqCGWQgJGAi0GO/6GM4ud/udSTZMQnIluP",
-	"tRBjzD5Be2Y8M8p/AkuqFyIbmyuY2GOGs0QTPFRfqDN8RtxenVuLAv9GVlvl/oQj+EuYBmQBIONCrxNr",
-	"dIynuVA4KBoynOR+rCC9YZwxZVCT1fkVOEUzv2JsBcqIY4LFOEiwSMDLwKnLqqqvBKD6OGJ9acQXTOfh",
-	"M9VvUVAevEKWdKzJjblm7npjKQHrrhpP6FpYLCQjHhBOOHZ4mb5nSqsEnI987DZ44n1Ljc8bcX/V4c4M",
-	"qsqiEBJTsgwBLAlfj72BGFzynmubMNEuQzeJ1ecLIXVSUeR0v7ptB0vsBohuGHSm/on9Gh/tv1iS92OB",
-	"rurxZK1pTNfCu9asLqgEpSUly9ptcPQcXrFve84jYRHx/K9Hg6+/fn66Dze7XRSFomUmDmpPxbZfYEnl",
-	"3JkaT2S/y5KPiWrzdjMeSaByzg3nm3Dr7b0giU1+M+qoNpqp5U/QNYynh17gnM40mO0PXb95wOcG9aLa",
-	"iMFIRM+5ePcKtw+Bt9f/nlQepffm8YPjZ8+nIhcyPiBbUlHqsbX9I0TwI8sxDQtWC5FT7zeBuRRlAWSm",
-	"MRHRaNyCz6F7dfnSAJPYL766fPnj5U8/wTEoyImmsteH84kyaqaQMIAlJVzByWAACsE3mHEZZuAAw+sB",
-	"cmsENcju6+enjQUexBbYqMiMz8cZk/dJf2r3xgSRmieNMD084+DxMakWdvzLYt3IZp6KMs9sCmLpHULE",
-	"ijw+hwnjRK77cY8NM6I+a8nDkJTkYJ5BzeQMjo6//stra8HdsDynGUzWoNjc7P7X5vZf7U0Dm1NhAtjQ",
-	"n9KS0oNjbANxZcfGvGQ3oxt7itKWzYDwdb8tLrYjzNYaMtuZ5MGWNBs3Xw1vPyDXpi0+Vq9ILEZWUVKT",
-	"DEPIwoSOGqDYBvnh8vqnc65WVMZclaj5PN6Rt9fJ+sqO4aKiG9jxkydNb4YduO1b4maBDFKt72USmKG8",
-	"UrLPJKgGb4OpXbvZzYF4a4LSYzwjH7GWhRTLoi2db8eb91tQN3r9xY3va0eqrS3ZxqrHWhh7efbs5Pk+",
-	"TRXfi05HSW5G2Zyo9nzR92RZ5PjWTQz37clQm9l33gPt34jB86pO49kwMotyXFA5dXb8fdLvmLoZa6FJ",
-	"XquW90nbNa+VimYPeisXJBuT2/n46J7Q1S88e+gb931hSZdCrh+BAvfiA5EQU+8dE3yU83WXv42w1Xy8",
-	"c38mnemCTm9QSduhCAVRjKfx0fLs6by628G0ew4Zaj3by2t41QOFBNPUSuP4iJi0R72PbTsvcCOw8fhA",
-	"xp7Axe7QRCxCvY+IJCWqhTxwUR642I/QHIy+U+Ujbw1YFtkDaXRXNMU7W2u0bXhbg+l+bd/ucUXFzXR/",
-	"RcUzj31KSjXwDpC28vh80LVOeuw4PaIa2mBeFbijOxWzaHrSyQRdUtEkwA1rZ0v3L/Xs4GtrTxDML3KJ",
-	"adYdYgx29H7Cz9ffH3ydgNALKldMUZgQRZ+f9lFdth+DQ3WSjr0TheYdJRnjTvPfDubW5cvV0jQfyqgm",
-	"LH9YQMjGIvbbClVNsHk8toibjrD7DuyDIcEXxoZ/RxX7ne4Idj/C7fYI58+WBWVTcs1ALVDXUawtZclt",
-	"uS1PxIZ+NJ+0PLetDizv8WjBMrXvqZie8K6W9ZFsRhVz2Fq+VJWlLskaDB0B4VuZiYGgYUrklSDbndB9",
-	"v+DYpR/wBztI9ftFMFp18d9eYY0SFqBG46CubHnGaJ6pMPkSKJ8Js9rQNaubQLUqGDVUCbj17J0B4WvL",
-	"LmxV7MwocgYd9/c0u1DueCmyKPZdAhC45wCfOwvSbK270fsAHzY5Biwj/uo3V9fQ7/cP8T566MwvSVW5",
-	"pGDAiC+5y75UMQ84VVQrIK3ExDi41x/2CffK6nxgfuYDMi5rKt9cyor2PJq3YE38ngsw92v7lm1xSrjs",
-	"0XvLes8A9jok/MAxkFxeW8TayITPV9t2AtpkXsgpseJ3Bkzb+rwqUe8rs40K0fDuBSu525h5RJinitg8",
-	"iU3Snnz6YFul3Z16RTUIPqWNlEhbIoHl7kR5B2fXellnQlau1V7cwxlPbv2Zs99KCmQp+NxmYzZyRXH9",
-	"3Lr149kfXqXfdjqTCnQDcC5UfIg9RsMnswwcgVeWwccmezaaowROWqeQ4fC1VeDp0tH0XleWm9mXVUZ0",
-	"SmlzRbZjfnlGJdjUDuACwzpUYgwwTikPTIBqlo1HtmBgct1nHF8xuhUgtmDV4yXVN+9A2I+4T1oNqFaq",
-	"o4/KPjW7cqwMHvbJlwa1uOF2fEZcMvh9eu+18kx9n2SoBt4B0pYVGBaKbRZ2JR3LsIzMNLrd/fTBeiY/",
-	"sK9vqMZ3Fy78NM1lr/GHk9bAX7vNXtf/V5nyxnR1GRpoBfqU+IfBfNkY0F38oR7XXfk2GN5Ahzy81Xhq",
-	"i3yde+aPelb38vV1AlXc9r/+x//uGalhjZX9iRhukujK64y115Z4n9N2EJRoMnbmdMjDJ2sdl4xiFivW",
-	"F4q6YgQbpF5JZqgipkbEzKKgqjOSPjJdxFWEohxPhWwruEYz4SHe4BsqeUtHBWeDPGQ0oeKRgo1vR342",
-	"LaVhroYRuBQ4ly11LW4oj2tz2C0FCFvNrWIHTKmSZkA0RNutmKVAVoOLge14argXWhcIdEElCefd84YB",
-	"31ftbkg2NxK8u7i6hvO3l0ZfSVH0sunBcr7UKXQR8AwED4rQjPYJf4HjXn/EL26pXNuCvZIbSZm6qq0U",
-	"OKXObvQwN3oMjXg3PX958fr68sX4zduLd+fXb96Nr9/8ePE6xVwQfJFTmFNu3qYZMK4FpDZz22wKyJi0",
-	"iduHfoYDHDpFyKQU0nXHsTU7/3r15jV28kE/96gzhFGn3++POgmMMHHKXqqTBMf24l3qMriYzqtOeWx6",
-	"4JrHwJJwMqdLg5rzt5dBVGnYGfSP+gO3bJwUrDPsnPQH/RNbFLJASvJlbnXB8txWkNqPMtww6ww7Road",
-	"z50Qb7R8Ox4MnqxBU11Qvavfm0pAobcRy5hsV7XTwVHb4BW0h40eV3ehdmPrpxVgTp5PIHK7Yw3doAsa",
-	"1k0ntgizrpzG8h3X12QuyZRCQSUTmesA1UTy4QevYd614vsltejGparbKP49/on1I4e+zeLdr596nXau",
-	"0WMXxbx0uv+lquHc3d1O/B6GPQ0KoSKYRgXlRaXRfwy2UbZ+K7InbH4Y5E3eNYW9liW921rj4yebulm6",
-	"H1nrK8NydFDJ7NZ8sH/5gmaMn4lMzAvf7H+has5oXjg62f9C1XrQvHD8zb1eaPQFvEs6z+yq7UWZ76zZ",
-	"5FxIv0CqFDHBgXDfGNOViK4Ialtn2BjOFl9a2TgleW70yt2byOgL4Qba3vN+clY5N9gsmADmgirboXNC",
-	"Z0JSAwi1yckurdXmUUO6mQebhrmuTIEzG23TuirtCXvLKaqtqGxucLOH/jT7e/DEU9v+FnFGHrRQhe5q",
-	"QTT24WNa1ZmCaJxsJP5BN3X9/hR1zSX/H2YKH7e5sWwwurXNb7Ot0X1o1sR2Ndm3lUOvw25F78o/+YfU",
-	"QELXSgv5+k99Ev0wHNBYKsY2cHWOIs+o8lXKXds2E7O/Qy6MBfV2M7RzUe9ylSV33XrfXv872kVTkav0",
-	"P/8jlWKl0jrl/+vBf/7H8WnvDFJjdaU+yqSMWK6dH/0RP9+q8v9KBfF1kisBBZHKMFYFU+yt55jugVkY",
-	"a/2gO9l5+rB9X3/EX4iMqiGcDgaQhkVLaVL/dpwzhe6EZGBATay3A5kH0nbvDE4HpyOeblQqpeb6N5BG",
-	"6pXMDNtlOil0ScMRDmI24rX5uCDKZhmbV8ysRyeQNqup0jN4Njj2c84Fp2aqoB4qjYmZRg+PP5ygiXYY",
-	"uZfEOXrqPRvVJW2goGHpf1En/5nqZLV7apnTpj4myBgcN0FND7lFGP/KxXxDMrHV/FBSt5nbrbN3/pHz",
-	"y19edj6huRN0Zo7QZwUG+iwfS2TPBif3eqlqfL2hDHggsDy8duxxsUpA3bCiYC4QaHi/mM1QQYjgvY6A",
-	"tPoeamx8SjfCTpxfux4gpToDwfO1kYK+61IKXWyB3avLUMKu2czI6NmTCH6MlPjOaaE3tZ7Od6h2aTOq",
-	"alXdwLz3RBx+qCtC7qwekFMbjGkuw48szx9rt9QnX0S0sM/oI8ByNYW8w3rUsNHrTOS5WCmjapSqJHn/",
-	"D8y2P46b4vcTcCG1SpHvGoYZqeCzCuI82sKvUtaq/EhMzUCPI7vFnk5IqDNFtctAcgkdN5QWYbf1iI0t",
-	"ZkDJdOFUPtvSKW306UsP00afvnTEFR64QSV1a+vAQuc4WoLGvD/XsBRKwym8Yt+Gtrz502PwDPcO4yWt",
-	"P6pOA8X5zFDc/Q0FUdo1HrFWkC1Y5HTlxFAfLjmkltxS38fq0NWqEklH3Orp2Gio1oOdB9dynV4fXvgq",
-	"x8q4xbo0Kcr5wtZZnr+9HHEiKaiFWPHK4eKgiKiJL6l+gk2duCNefispBtP9GS92xQwOO+GhLlvhqN1p",
-	"ia2Dm+X/+ME3sk2MEVsWVScjrFzdKDM1N81SN9YYuvhoIfI8AeLI7GQwGAwwiyb2CYZUbBld48AbCy2+",
-	"ugf6T2nS7mWmgU/mj6wbR8QnOi/sookZkGor1V+zT1CamdjvdJeiaO4/lbx8egOsmVp9L8vrNJoXy36n",
-	"KFEt76rEB9UKri5f/nL5+sUPX5xuDxba+wmwzt9oiSPh/T8uATbTUx5LgK5OWwWxn7rPQkOX+UKDn4AG",
-	"feOLOAn+IpmmlRgxj/4ByTBMQ3osFW50+vjiLvpoetvsqdUaG7gIH/yU4amNLmARfSgE5Uls/XBAq4w6",
-	"C2pJMgpdo8WgUxrInFSZbMRYMUaf6SUwsdUSe9z8kW6JVn5vt1K0hTwKHWzMBj0JzCRVC1B0KtEsSjEt",
-	"ObWet7AdHvzX//xf4BriQVeWXJ0FLXdtl9/wLDNYU93Dl7BcLBlxId0hXDaG4eJ6/aa3v+ndNxAnvhwm",
-	"qc7pU16lr1paYegw3WiD5d392x2zUqvv2OHD6Aq6ZogecXuLKcA4QO8Mng1OII201drhvg+7xH1KR3yk",
-	"f/1nTu9o9MPb3lthn8PPzFn/cIzyox23FTIN1QakbXdVtSXPgGCTFmWsWcGnNLG9dTBqtxAr9E+oyqCy",
-	"OfVN2ylk44cfzI7Y6WLE9pMbRP8whWHzrNuIhRyR33be7E/l9/toKvmOKi3FepNG3FLLtT3lkWkoFc3O",
-	"GjVZVhYY3jcTci6MbhR6Erc8UJ94xQefi0ttSNP+P8XF8YY3gLDRMLtNJUVZ7X21mKbhqlhRlKPeCqeD",
-	"06bEq6Pfe3f3YVUjGjcJsPHsn2W5bRfdL1wjpL7vJaW/0w2mUdviVCXo/3eRQSZduTTqg/Zck5U90STo",
-	"/w6KrAEJq7efAG3Z8U7HXLn805CgK16yFsCZVZRtuWetWTN/jOEXOq3p9CeqgViiyhryTZbcYnM/qVXd",
-	"f3Zkcv9ZCM3XzX2homh2im2uviH895KPKHZRjyj+PMSD6PlCO03aEcWmct3FYp1ZmbsWudhZJOvVMtMl",
-	"2LqOpiGF+eZhrZ6yHy6vf/qUHrKqE2aLYoydjH3fyifxj70xIy7KJeEHjB/oBT3IhSiqOZqpsNvYOvzg",
-	"mkPeuemy9qKCc+4OoE81fa8xvZ9wZx+DFgK6BCZEUuB0lTNOE1ymEXYyUXDx+vri3ajT6484KtfNZu/e",
-	"ydRo+Z5Cl+RWnBPXKhX9TEasu3pz89MltI34gmDvY5pZP1YsPxW6kmq5rrtBVOrBhExvettZpuhwaySa",
-	"OifWVuP7qAvLdsvMHN1tcC8MhxdEL+poeN2qs+l22oiOV23Pj7/edz7NJ4oZNFqBfuYyiUbv3MhO2whF",
-	"OPqw+TeebpiqMoC8pvMlVPFZeb9dQSBgltMzrDPPXP7iuYhZqVV0QX0X+SZXCzv5tcqBV6ytkGIjw4vj",
-	"yW+uxgBTkZhzJLTls1RnrN6LlDcaMX9K/STsf9ginvyXfsbN0CAJvywgjJScCplBlwsNRE4X7BaVgHZx",
-	"5oE//FD3ItlZzOtbON6HLzc6Ud6LNe8/nOxzrPaelTYCVgkXQbPdHj2qP6Oi+ghGEi582M+rdce/8w99",
-	"QpyHXcfifgoE4cmKnyp3URgXraKNKtSqlY1rdOt0bfR24rnBBqW9xD5g/VGh46m5ye5Vq9Zephbhrnqj",
-	"iqs+OrGNw4YHWj9SKUr2g/IJmH2zQ9YfrBbvszN7TyXQDZoFJVCf5lRXy/WMQMCAS6zAL06hhx/qllAb",
-	"AbcmLtKat6dBwrGza6pahkYhIPEM1FszW8dZeYOmcSRXYNCIWyrbzZQRf6idAptmSswa+ZHleWs1XHvt",
-	"Y7fZi9rmizoEuLPaq2LzrE70bUrQRoOuJzVuPlE0vtn5alchxZ++VqIihLYaibOaICqzinHfUQBIZa/3",
-	"XVPqnaHQxxZs+lZhn6fOeQ9f/ecFPj0A0MKZ7sEvD0nQFzFa+3JxW2sVqaK/pfYAXQoppmAFBdGDIbYQ",
-	"v6GF7iWWlVpwfQWXLDkYJZRILHIZ8YVYwRL7BIetFo25X7Wa6PriguPBYIAtncz4rqKJVOUISpO15+gj",
-	"HlQ+YiGJq5Lexb7D8wXTltqRzVaSH0G2LWUeiNKmuvPPqojY/Ni2hkPu/p/KrbKlgBvMZ83yeysct87v",
-	"727X7/fusw8zd9j5Dq9sqRfYfYz4nlc2Z9H3k7M951yjuck6rJdsazs34mh1Nxq14TC9PqAX25/A4JQh",
-	"ow/Vyho2SKh8st2dx2v3fHX5dCEU5dUx1chVzi9/eTl+dXl1dfnm9fjyu9RKlIZZg20U3KH8HlWerSiy",
-	"pNBQ7irk4K2JqPzKCo4Hxy6D1DxkmxMo27HdeqnwWEUiseUrZv2c2eEIZGw2o9JoZziiPV37dPBNf8Rf",
-	"LOj0RsGCFAXllUUhZEblsFEcu2GWbawKJoJ2nw1OesmIu4553dPBUS+xU3ZPj04SOB0Meonrltb47K75",
-	"OCENTL0EpCht8unp4DQBM2h/xEf8FV1ODCIc8nDc0KzMBLW5qWYC5zZgHNKN0/PTnu2v53qwjzgqhXMu",
-	"0HevGjXSS7IGkmWgxJKeOcCXDoxlqTQsyC11FqltUIFlZ4aTi8IewgKCU4UDTSjwMs/7kPrjWlCZx5M5",
-	"b6mcEM2WSC2SFpS4os2pmHOm3L6ABVGLxvd3p4QLzqYkx06BQ0f4FZC2410y4rYVKO4E56pMgAtYLZim",
-	"oAoypT0PO3ZG/ErVIodl6dA1xDdPmqURcsTtHJZWfMP6imzPgHD7yi3JS0SMwSTNHGgJ4gIYV5oSy5Lw",
-	"TMlkxNOj/iAN76RHqUvetSOGgGGIZ5PAu4aO+iNuOAFuG9tLUZl/UlumOYRRdYbJqJMmVQUn8hxLHAST",
-	"KZGOrOPJrcyIzxh3bSK9SjkrJcJGcmE7ZilINw4gShtIYpW5iNu37omCoZvYacdpEtBy87xjc8ufeJwm",
-	"mNy9Gfox2sIRpOF50WlbH5NIW5YR38rcPrOKSTyGtbnr+t4lkmIyttmoI143QsS7PafRbJ7OHNVqvnO8",
-	"tNVFGpH4dmPbBQsXb0LNqinQ4sxux4oNe5vgqQzG+7pcnz4a5vH1T0oc99P7oy9iWll1LEbX1fHiRvGL",
-	"5IUnzQIx2GQ6XyoYHxXvco2CcddstAj++6+GHmuVMpCN1XoEvqaqHNsPcx8F0hpCrWZc3cLAiBCjpmQH",
-	"2NgDOxfkYm7bA1Dn6yFZJqnyEnOiRF7WDQ6s8TYxC4K9eQHrYm05v3XXYWcDVBCcHWd1j7e5obiusfhS",
-	"S6YpTEptQ4GHaP4dWMU57Q1r8ewYvjH37MCY0Juaf9MR9/bnMDj4BT9qQfOsV1enp0vyPu1D+t8OLC4O",
-	"rhrixHU3sGqBkU1mnKoPghkwCd694FkavuZPf7ZtHtD9HrRUYMYgRqTVI7wkxRAMv0itRLVfNqF6RSl3",
-	"H2dbQWwCHNrHfTjXFmAs0bc6jVnNEHmYzOHU2NT2//j/7cy214M9bsZ+sW3o0LU9AU4GoHojPhOyqiCX",
-	"VesHr31T7x8dcbeoQ9hez6Ghu6urC9+BAtuAKXQarRZWTTPrFS6tTQsy09uOJdhYzMFRcs3y5ikfZqgu",
-	"JhIRVFcZitCZJC7huwn3iFtAev6TpjnDWjDfLLMP35tX1RBS/JChm9pZF6nRPIfwYdSxFGBbSZuLo04y",
-	"4qPqEOFR584I8kpRxYPUEEGojdnu7m7M8C2jWtmbo05ae6eRTGzXC6OkB4ezWc0zZdkwQplMQ5eADDop",
-	"ATp2ruxJTzaPWKE5hC1FbJeN9Cei9AE+eGDsMoTCkabhJKhr9s4qDM1JsYUe87RDiRaIDBzFkntIyvUw",
-	"fu02RkK90uK5OgKmQnaGzbqxaYhZxpwZe6GbDqFgfJ72MKcMT+XKcm+cAzEU1YdzULlYYTqxVcGNHo/a",
-	"PnYWcuANLdxMw4zkudmpC+aoCjmhuTO35ziliAekPNwWsTZ9Xv1LILULNbZNWMeUo+JXIbnRbqXe4L2z",
-	"1oDEbu+V5SUf6bvakC2W0rRAHNotXHkFY0y5Lcr21O1NfP8bFKboaLRkh+0dCxRGzuyvwDV7CA+nsk1z",
-	"WkFdkvfxTianR9+cngxO9x2yt3UKGEJjJPJZ3VrUMTsSIwDoGm7qbDLHItsRi/cbAG+d/PAwZ6KYauqZ",
-	"e1N/rU+pwBPxo8dmbMmH5hAbCbVXF3YzKc+DE8NpEn+wU1dR6s55q17rxY7riGdq2m5B7vAS3A0fOqGc",
-	"j+hSUZnf0BVsdQIYk9bsBuSq3ZDi7FrtoPTIgYWh7rANlZHoIW99qCqxGz5/3ouZBc8ezRWNHPEZQnnl",
-	"Kwai2HOUHNGzPhZRd/+XtOd5ZyiEbPeERYohvt9W4hiVkNb/ilrQFfrqDrALvAvQ2H3kLIUFHqj++66k",
-	"qB/cI58yfdMe696y8Xxg0bkebblF05BqGE0/sVvKzQuFFBNrcx1iiH3nZ76zT3zKZKDqTNto70qS2diI",
-	"Myo//ZSvsa8AydZntRGAFsZqwaYLqIYziOdC70Z6NZPF+hnkTGll+9XVIxGbVGYP+3QuV/vdW5bxxiE2",
-	"zjJGcrZ6SClzd4LN8PDw6Piv/UF/0D8afn10fNy5+/Xu/wQAAP//",
+	"7L3vchu3kij+Kl38bZXJOiOKkmUnkWrrV4ojO9rEf8pSNnvOYS4H5IAkjobABMBIZlyqup/uA9wv+wb3",
+	"RfZN9kluoQHMYEgMScmykpPrL7Y4fwBMo7vR//tjZyIWheCUa9U5/tgpiCQLqqnEX6czyvX5d+ZPxjvH",
+	"nYLoeSfpcLKgneMOMXdHLOskHUl/LZmkWedYy5ImHTWZ0wUx7y3Ihx8pn+l55/jg8Ouks2C8+p109LIw",
+	"IyktGZ91bm+TzguxWBCetU46sfcfetozfs2k4AvK9RucKDo5/rfjtM+fbp/1Jcvpa5HhdBlVE8kKzYSZ",
+	"9+1EkxwKKhdMKSY4jJlWCdD+rA+D50dHICR89exZv5PYdf5aUrmsF7owg4YLK4jWVJon/8fg///7YO+r",
+	"Xz4+vf2XTtui3pnPXlvU6ViJvNQ0MbNLmhPNriloAXpOIWOSTrSQS/yFuPFEgdsuBUoTqYHxthU7QO8E",
+	"2qPBN8+3A/eCIuRaMUnZ+w+LSbdmKFUIrihS0Lcke0U0vSFL82siuKZcmz9JUeRsQgxk9/+hDHg/BpP+",
+	"i6TTznHn/9uvqXPf3lX7Z1IKaadqbs+lhzvcmH/IDVnCzZzlFHfE7QRIwvud28Ss7D39taRKP87KpJ0M",
+	"mIIFyadCLmiGC3kh+DRnk0dbhhKlnFCzDsaBGMTUBkJEQyaoAi40kDwXN6DnTEEXSc6C1dyaCM7pRNMs",
+	"qSBKcklJtgTKM5r18JsMDV0K8SORM/o43zU1+8wU5GZKab6H47YrKq+pfGKA/oEtygV0T1+dvbk8fzF6",
+	"ef7j2ej16X+Mvv3r5dmFW7eQY5ZllD8itj5RUCoqYUGWCOFMOMjX3G+UUc48bN8I/VKUPPv8S3wjQJWT",
+	"eYUzOP3jbqunmrHIlqvbewCv2bd+Ta8JXzp6Vp9/aafwayk0MSuSlEzmNIOuwbYFVYrMKCiyVIb3TOYJ",
+	"GBJhWkHOFkzbLfyJk1LPhWS/0UfYxtcGifjMHFo3UvAZjCmRBojiinK/nmvCcjLO6WNglYZCKMXGOQUu",
+	"bqDLuKYziZOAmE4ToB/opNRCIj1IOmNKU2lYDheWZhJQWkgKZb1wA9lbf3BZ6e3851cXmuhSrR/lPzM9",
+	"R/6wNnf6cWgAMGWzUtJs2DmGKckVvU1xI7nQcwNLmivaBxyFaRA8AXpN5XLIF3QxptIgRiGpolwfQ6oI",
+	"z8biw4hldpDUf5+9IinQRaGXYE9RBSXXLDerG3L78XZ9Ch8lkysubnKazQxA6qE8mEbUAD41K+BlnkPJ",
+	"c6oUfmtOlB7yCrjh2DAlLKdZH96Y7wDikGPIO0mnkKKgUjPqCcvBxvxy5/9YiJwSbnCpOiDitynPCsEs",
+	"cq0ID0kngMvm+82PNc+ab7X4awWYtXfrTYgMfRtKQH8Pv/GXaigx/gedaDPU6USza6aXZ9eOSlYhpPSo",
+	"VDiPOeeJ7hx3MlGa1VWj8dLgCQLsJv6xWWm3ZkQKNlqoxmiM6+dH9WCIxHa06q2d32CqhuL6fl0xe9JQ",
+	"Xi4MaBhnupN0iFJMacL1SNMP5oIhiyuz8qSjhchHE5Ln/m9JVZlrlDLdHyU3SMxRFr4mOQvh7CCQdD7s",
+	"mUn3rok0Eqsys3vIn9tV+J+nfjWXdjH++mW9qOqSEPkLu7bw0nu/Mn9x7cJP1ZLrRbil3yaocOTRbeTl",
+	"YqRLyVVwN4B+QaTRIhFOpaJtmO8gF7ul6K/r/O2dUAzpmlkxaEoNt5hKsYCDfhQNAnVgbbQXOSkz+kSB",
+	"ewhY1u/EaKwc22uRZSKeRG+YT2e8KHVE4wJzFwwyPTHyalHqBK6pHBPNFvBvF2/f9KshuNNb4xNsgK25",
+	"j7vDNF2o+CP2ApGSLPG3LPmEtDC5FWZi9sfR0SZmclEuFkQuP5mdZIJH9GkrInOSg8UkuCFmNykP9jGg",
+	"+rtzEXO2jFr3eBP6lpMJVSrOfSpW0kI9uHVmbxE6JMsQ6Un+rgHByHuru9BKoSubaZ9rLKyxCgf/+rOS",
+	"ev+aYI3iwix6oFhD0zWVilkJbA2IE1KQMcuZf2N3TK6O6xHRTQwjmu5ptqAxQs+Yut+Lc6F0K6G20Ccr",
+	"RiTLZBNJ6ts5GVOLH1v2fw0INeARe+eUSD2md/mcBdWSTdQ2Wfi1e8wgU8k547ORNwzF8VMaEdBCyR+8",
+	"BnKITVwTxqnsJJ3rRXCU/hLjx5X0u2l1iHVOUDYvLZWmixHjU7HtzQt89Nw8uUooaFVy89ffEyBAtXER",
+	"mLTSxo9MtdFHE++3fu86Lax8gBu0dSm1ZuF3CE18VtpAg0gn6YxLtbRwQGYdkk10w5z114zd2HwHoY4R",
+	"gdkOL9uFxbhIC40FZuWo4M0nIjN/bwHt21IXpT7zTzc4/0Zl8QOdOInLoS3d9koDVPhSRqWMHzF4aySm",
+	"U0X1jueZ0pkoddtwotTBcCuma7wOYmoFLyaV0WHNwUEzsO/CeKmpOXm3LmRNMQms/4H/wUKsWnUFjdXF",
+	"rsIi2NkYor+QlGga+AYCi2kTudiCzCJixwvPrQAfQMM5gYypK3sBCqLnMBUS/v21OoGMTkmZ62OEnOMZ",
+	"TxSIGw4LxtmC5Pa1qPDpj5UVCTJXomGRZ9kxnO79DcjebzDY+wb6MIK9BDzxwo3R6QnkVGsqzXozNmPa",
+	"zHgX50bS4VTfCHm1viIuOIWu+1S4mVNJQUynVNLsuF4pKM3y3FmXVGDK7CVgeGgCY8kyA9JS4WGwtoBC",
+	"iinLaYs8RrKR4PlyJIXQcdnLW/228tP31YPNk6v52XbRmZhcWbDmbHzNpIbuq7NL2CcF278+2HdvK8iZ",
+	"0uarhaJQa+O9qMMmJJD6oEF0aEdq5x1pRWgiZ3eWpKwU4gzNneODwWCAaOJ+xtiMI+iIAifFTJIFaGEI",
+	"IYFciCuaQVkYje7d6eX3iJGbUbDNskD59aeJS3FSO9h7fmTYXkhdSFtc6BX62jMYMKoIHoblYPB0YubB",
+	"v+ievcAyKCSdsg/26ioRHsWwXi/XV/a+5NbZoalcoBZU0Z+WJT1BK6AkE/TnOR1XAclvyFJBJnrW0mcY",
+	"t+A0AQJjMrmaSVHyzD9ulGOdMQ5MAYGCFRRuJNOachgvveZKYE5JhvY4r0nPiQKOo7qjgXA8JaiUMBZ6",
+	"DjPhPYy5mFlrsmUGThO3HpsrWmjU9RflB+iywJcjSp2bz2JaOc5SSGFUk15c9ZPi5u5o7LX+jcKiXfGl",
+	"ebTlXIvS63dMFURP5qeTCS2cyt2kVao0WxhtfIRYFtn/ly/g6dOn3xgI/XT5wuIg/UAmOl/CguU5U3Qi",
+	"OGLbhJlVOlfz4eDw+d7g2d7gm8vBV8cHT48PD/sHh0//1ji7Qw0h8DMPh9nHo9u94TAbDjP336X977jx",
+	"33DYN88+vf3bv8T4+DajqPcRtdxWLRZwohSbce+4sF5Aop28QhDWhE9or7+V5wYLaK42UABWt2jTRrfy",
+	"ZINUOdVOCd5q8a2WMmW5plErcbuEvIJAotTO0888GXWPBkfApk2vKIJr68p2V9dbhqoOnRXk2DJzVPUV",
+	"fDby+kX7EAGHWFBNMqJJ+xli32wZqZ66ibkBZz989nzr4WaHYdc0zu6JglTNYW/izpbqcXuUpFuPz01I",
+	"Xs8dw+NAXr6jFmZvtlHsW6tR0Hr4J8q7w27mlAPD6AIjOtG4fXaCos/dLDarvoHgzvWd1O4ALNZxEpGh",
+	"KjWiVbrfJGfHROBrZOfOjrmCJs63rJ1TEVBr30ktcxr+nQD5yfL0+oj2XpRjXSKmzBinTueZ1KpYZuTw",
+	"BTGH4U/n3yVQtJnzV80QFTytLWIsxIq9Q2lRFGgGLYizh1rHYifpZNTw7oamucnVc8av3zWnO+PX31Yz",
+	"nvHr927SM359Uc1rXvNTn/Hrl372M379XbWAVeL2cW2V8uD16UDFDminQv0t1N/iH7ybgREDClpOdlps",
+	"92USq/XTYttq47a1gNvci9S32tkaE0SX6BnQqjAQixs8NZLMOKegOLmiowlB/TGjaGMorE6ljqEMAjAS",
+	"cD7I0T+UEfz8Lxd6kgz5WGTLkRZihNEnqM+Mpkb4T2BB9VxkI3MFg6bMcBZpgofqC3X01JDbqzOrUeDf",
+	"yGqruKpwBH8JQ6zsAsio0MvEKh2jSS4UDoqKDCe5HysIbxhlTBnQZHV8BU7RjK8Y2QNlyDHAYhQEWCTg",
+	"z8CJi1irrwRL9X7E+tKQz5nOw2eq36KgPHiFLOhIkytzzdz1ylIC1lw1GtOlsFBIhjxAnHDs8DL9wJRW",
+	"CTgb+cgReOJtS43PG3J/1cHODKrKohASw90MAiwIX468ghhc8pbrBOPQGt++FsVVY1hB9Ny9EWBXFUiK",
+	"w2BkSDLk1VRaEq6mVCobnNF+Xq8Sho9NQkqgosjpdtHeDpZYYosSJxpu/8Q2lE+2lSzIh5FAs/hovNQ0",
+	"JtfhXavCF1SC0pKSRW2iOHgOr9m3PWf9sIB4/tXB4Ouvnx9tg81mc0ihaJmJvdoqsm6DWFA5c2rNA9kK",
+	"ZMlHRLVZ1hmPBGs5Q4qzg7j99haXxAbaGdFXGynY8kLoGibXQ4tzTqcaDKuBbhWP7eOQelHJx0AkIlOd",
+	"vX+N5EPg3eVfk8p69cE8vnf47PlE5ELGB2QLKko9snaGCBL8wHIM+YKbucipt9HATIqyADLVGPRopHvB",
+	"Z9C9OH9lFpPYL744f/XD+Y8/wiEoyImmsteH07EyIq2QMIAFJVzB08EAFC7fQMZFs4FbGF4PgFsDqIF2",
+	"Xz8/amzwILbBRhxnfDbKmNwl1Krd8hN4hR7Um3X36Ib7+79a2PHP82UjKn0iyjyz4Y6lNz4Re7zyGYwZ",
+	"J3LZj1uHmBErspaYD0lJDuYZlIJO4ODw67+8sdriFctzmsF4CYrNDPW/Mbe/sjfN2py4FKwNbTct4UM4",
+	"xvoiLuzYGF/uZnRjT/BkZ1MgfNlv88FtcOm1uuc2BpSwBc1GzVfD23eI62nzxdU7EvPHVZjURMNwZWHw",
+	"SL2gGIG8ZDk94zoWNZQzfjXSRqKIhlWp5cI88USBfSaKW4v7peZ00byqqC5Ztq+onpn/NJtcLYEoIDAV",
+	"pdRz61eLs9+FV3l3U5JabQOK/UZ3pHBvwfaqLrrOko7hYUnHQauTdISeUxnxvscVSnzILSPxSUn249q2",
+	"02hhjtGsKmJarpoLN7GiGjciclYRzW/ClASX42Q9sxtsSQ1SWQk4F5KCW68N1RecAuHqhkrn2buhkrpz",
+	"udQx4WIFoC51yQMhBr3vzy9/PMU5Yj4CVDnub0Hf6t14bcdw4Qgrq/eTJ00zoh247Vvi+rgMchx2wgMz",
+	"lJfQt+ni1eBta2oX9Tcfx7w1MvA+JslP2MtCikXRFke74c3dNtSNXn9x4/vagWoT5tah6qEWOj2fPXv6",
+	"fBv7wfei01GSW8pvTlSbnOkHsihyfOsqBvv2KMTVsFfv+vFvxNbzuo6fW7HuFOWooHLiDGi7xL0ydTXS",
+	"QpO81rN2iZc3r5WKZnd6KxckG5Hr2ehgx9XVLzy76xu7vrCgCyGX9wCBe/GOQIjpuo4J3svrscnQTdjN",
+	"bLSRPpPOZE4nV6ixbNAKAvfhwzhHePZw7pR1L/aOQ4YqwPr2Gl51x0OCaWpF0/iIGC1LvXF7PSB3xaN4",
+	"fw/iFo/hZp9gLDRkGxJJSlQLeuCm3HGz7yE5GOG/SgRYG7Assjvi6CY3pvdy1GBbcXME0/3STu5xQcXN",
+	"tLug4pnHNiGlGnjDktYCaH20Qx1t3HFyRDW0gbwqkKI7FbNourDIGG3B0ejbFdV/TSgu9XTva6tcEwzs",
+	"cxGh1jYITAEaheGny5d7XyeAisYNUxTGRNHnR32Ufu3H4FCdpGPvRFfznpKMcacGr0dR1AUvqq1pPpRR",
+	"TVh+N0+sdQJuV5yrKhLm8dgmrmoruw7svZDBF8aGf0+NQrYhyuQeNuh7WELXzAk2Ft4M1LLq2n28Jiw5",
+	"klszy63IR7Nxy3Pr4sBih0cLlqltT8XkhPf1WR8JI1Yxg4XlS1U+OCbLk4XRKtdCgoODhimRVwfZ5kyK",
+	"3bzS537A7+0g1e8XwWjVxX9/jcmBmPkdDUBwtRimjOaZCqOegfKpMLsNXbO7CVS7gu56lYDbz94JEL60",
+	"7MKmo0+NIIdlRnZ2u7gYitFCZFHou8g7cM8BPncSxLdb27s3iN9tcowUiDhv3l5cQr/f38f7aK42vyRV",
+	"5YKCWUZ8y13Ys4q5g6iiWgFpRSbGwb1+t0/YKZz6joHRdwh1rrF8dSsr3PNgXltr4mkugNwv7STbYpRw",
+	"Yds7n/WeAWw1SPiBY0tyAaURbSMTRdQwdVlF0UNOiT1+p8C0TYytImSfGDIqhNRxDNuszNzD51m5Lx9E",
+	"J2mP+r6zrtLuW7igGgSf0EYsss1NwjoTRHlrf9e6HKZCVn6GXtzcH48q/4mzX0sKZCH4zIZBN4K0cf/c",
+	"vvXjYVdepF/3wJBq6WbBuVDxIbYoDZ9NM3AIXmkGnxpl3aj4FHgsVqzVTivweOlweqspy83s85kjMqW0",
+	"QVrrHoU8oxJsTBVwgT5OKtEhHseUO0YeNus1REgwULl2Gcenaq9FS9hl1eMl1TdvANgPSCetClQr1tF7",
+	"hX0bqhwpA4dt50sDW9xwGz4jfjJ4Ot15rzxT33YyVANvWNKaFhhmaK5mVCYdy7DMmWlku93kwXomP7BP",
+	"LKrGdxfO/DTNba/hh5PWi79ccUgFKSpGdXWhUagF+lyUu635vDGgu/h9Pa678m0wvFkd8vBW5anNDXzq",
+	"mT/KWd3zN5cJVEEM//0//0/PnBpWWdkeleQmie68zlh7Upe3Oa1HBBBNRk6dDnn4eKnjJ6OYxqpkCEVd",
+	"FpCN2LiRzGBFi39rffF1OnUklmoyj4sIRTmaCNlW6QDVhLtYg6+o5C2lTJwOcpfRhIp7Cla+HfnZpJSG",
+	"uRpG4FyeLkzxUlxRHpfmsEwREHYzs4IdMKVKmgHREK1z1PdVIXEzsA5Wve651gUuuqCShPNuecMs36fL",
+	"r5xsbiR4f3ZxCafvzo28kuLRyyZ7i9lCp9DFhWcgeJD9aaRP+Asc9vpDfnZN5dL6Y0tuTsrUpUumwCl1",
+	"eqNfc6O415B3U1/u7u27s/enl2/fjy7f/nD2JsXAKHyRU5hRbt6mGTCuBaQ2ZcIQBWRM2oyJfT/DHg6d",
+	"4sqkFNKVpbLJcv928fYNltBCO/ewcwzDTr/fH3YSGGIUob1UR+eO7MXb1IUzMp1XtVXZZM9VbYIF4WRG",
+	"FwY0p+/OA6/ScWfQP+gP3LZxUrDOcedpf9B/arOx5ohJPr+0rhTg4iLsRxlumHWOO+YMO525Q7xRx/Jw",
+	"MHiwymh1JYNNZQFVAgqtjZg/aEtFHg0O2gavVrvfKC53G0o3tnCBAgyG9dF0jjqW0A1KO2LBgsRmP9cl",
+	"CzBvzhUUmkkyoVBQyUTmSq81gbz/0UuYt63wfkUtuHGr6sK7f49/Yv3Ivi/Me/vL596njXt0300xLx1t",
+	"f6mq9Hh7uxG++2ExkUKoCKRRQHlRSfSfAm08W78V2QNWdA2CiG+bh72WJb1d2+PDB5u6WTMjstcXhuXo",
+	"oISA2/PB9u0LKsw+EpqYF77Z/kJVcda8cPB0+wtVzU/zwuE3O73QKMh5m3Se2V3bCjJfLrjJuRB/gVTx",
+	"koID4b7ar8vNviEobZ1gRUab9WzPxgnJcyNXbiYiIy+EBLRO835yVhk32DSYAGaCKlt2eEynQlKzEMoz",
+	"1R9yF+NtExggXQ0KT8PAb6bAqY22WmQVaYVFHRXV9qhsErihoT8NfQ8eeGpbWCbOyIO60NC9mRONBTCZ",
+	"VnXYLConK1Gw0E1doU1FXVXX/4eZwqcRN+brRknb/DZkjeZDsye2nNA2Ug4cADnVEaPi0eAbSCOJNqkL",
+	"76+LudtSAS6W0XOaVBplRbFrmp7A0WAw5GmY02NHSffTPrxFvwx1crINv89tiGeMijFFkb60saf3JOJk",
+	"66NVhXvzbKwYffV5jRr6zrvTOcaCuBGVdl0YO1oHvf3E7JEpZgd8rmt/Pw6N/S7nqIU+EMw6S4D4QHDo",
+	"Gs5mKMzGgyPLI9wVJq7I4QSIS1DRklJLHBWy/Kth5riv0aDz1JIGU1WM8af0UYAu4Y0cwCcKnYKqIBPa",
+	"60PdDEBSkiHtmfGw0rr5zGpAicUC+nCqYSGUHvKDQTIYDCqaN8qtDYOGbngUY4nvhTnlG7HMRi0+GhxB",
+	"2kwETBM4GjyFdC0bEG8MoMk/zLVvhjyNJI6mMbZhlMmXyPMehWt8TqUrjIFvObE9//zCQX4PDnJaU+gT",
+	"5amkYU0y15YgphWX8TxGSBenwEVGdzrD94mczF08X5SpXKDITLMTlBnswzApNai5MEKaXu8JgmtlGmaS",
+	"3kCBJdHTeE+ItGe5lUsA5igZohvVJrL4GDHDM2Nk+Z6S7NR9wB+QMD/saSKblFkbvjHjrBNt8BKxwhL5",
+	"hRp/b2q0RzLBExy6ks7KnEikQFUnlSOtOnpUNuWYKMBfVomJluG2FmhL10wBhlrTzGu5hC9tUwSmfM2z",
+	"Y5Qd8HmUEdJ+P7USxZBXGUZG2EyQY2B24A0qWOO6bpqeS1HO5rWQYuSVjF6zCUUOksDL85dvQcghnxOZ",
+	"4Ve4+CcVpNJ6roALiZ21YV+H+hP6Q37h4eRsnn4kIxI4Z3gFvT4cHTx1p36VzJ/WyZTu3SHvltxssaRK",
+	"0QwZjDBspY0FxfjKz5Jp+viMZRfDwH15yjaLQESROPugJZl8USV2VNcbLZl+N37lNg2I5VKz31jhis0Z",
+	"YrDurUD9DnL7FySjwKY+J3o38SHA0pZEWF9OY4vQ0ENDnnOY2K8ESmS+TMDVl53kjHI95IpSBVN6QyVW",
+	"+XUJkC/sQvZsGlc/wodWLQ8nhqEM+RpHQW4R72zVKsa0CSePZ2i4m2QiJprqPWsOfRABBXfiC5/45+ET",
+	"pxAKME+U3cHEmciNLt6kKB+B7J5W7Ddan72SEiNYzAjfIONUaOIqrhLQdFEISaQLDh5TxTJazZKApByX",
+	"IqzBGATPl1WCh5FJUFSQ7JpmKA9hBI8sMZK6LHJBMsgp8U4KkWe2iV0X+15x2utDuhAZRZOJmGiSh8WE",
+	"MOu+rhEzeH501GuRQe4nXzyqEXKHZ7FP6O6CyCeykHvII65KzRcu88/DZRDRnZnCxoAbShyLbFlzmhOw",
+	"LZpCFQo1ACOQbJNCwvDHzREnF/7JP2QoRBjj2XLE+k99kECVcEAQU1s/wlY6FXlGla9T3LX26ak1Vtfu",
+	"YMdAkdm3unN97LcsueuF+u7yrxigNRG5Sv/rP1MpblRaM9mvB//1n4dHvRNIDcdIfbqLMsdFHYXZH/LT",
+	"tTrfT1SQ6EdyJQxWKas/TrC7lkO4PbMxNgwL49pdyDE28OoP+QuRUXXcFB/NG2lS/3YMMoXumGRglprY",
+	"Ewy9mGj27p3A0eCoYWG2Zmpz/RuIGp4TSNcL9aXQJY2IfBDTIa8F6Dna3YnGBfRO7AHVrKeYnsCzwaGf",
+	"cyY4NVMFFRGjZ1Sjiv8fzuMd7TGw08Fy8NA0Gw1qsRkLjZDDL3Etv2dcS0U9tfO7LY4lQcbguAmGnCC3",
+	"CBNxcrGqH7Ob2b6kjpjbw8Te+0dOz39+1fmMcVdBb9YIflbLqN0890CyZ7sIR2Hr25WoBL8I1AbqCGMu",
+	"bhJQV6womMtIMrxfTKcYqRCBe52K0RoEWUPjc8YzboT5pesCUKoTq8mkdd+VFLro8+/VOlXYN9foJ9Pp",
+	"gxz8mLLheyeFYd31dL5HrcvfVVWz2gbkvX93/2Ndp+22GRLS3IYfWJ7fN4DKvReXwh4xWBGLSCrkHc5S",
+	"ZcSWqchzcYMu8FKVJO//gdn2p3FT/H4CLreniijqGoYZqavZaw9WeFsJa1Whhko/mLFr7OqCiDpVVLtU",
+	"aJdZekVpEfZbjgT7iSlQMpk7kc96INJGp650P2106kqHXJGl6xZl99YtC6P0MSpCGcnTRjHAEbxm34ZB",
+	"heZPD8ETpB3Gy0DpqetR4HxmKO7+Riepaz1gw7FsHBOnN+4Y6sM5h9SiW+o72ey7CrJE0iG3cjpaVms5",
+	"2LlVLNfp9eGFj8moouywWqT1AmH109N350NulC81Fze8isdyq4iIia+ofgCibgmTcjtmYNgIlFrLi9lc",
+	"H6F1cLP9nz74ipWCMA1lUfUywXqyK8VfzU2z1Y09hi4+Wog8T4A4NHs6GAwGmM4b+wSDKra4Zb38qkAG",
+	"vrpl9Z9Tpd3KTIPg0D+ybBw5PjGK0m4aRmF4Uqq/ZttBaWZytTPbBEVz/6HOy4dXwJo1Xu5r0rOj4Ilq",
+	"eVd1fFCt4OL81c/nb158/yX6986H9nYErBNJWxJa8P4fFwGbebL3RUBXPVkFSSh19fOGLPMFBz8DDvpy",
+	"9HEUROtxdYyYR/+AaBjmQ3+iZ+NLGtSD4dtqV51W38BZ+ODnzJNZ6QMUkYfCpTyIrh8OaIVRp0FhqEfX",
+	"SDFolAYyI1VKPTFajJFnegmMrWd2i5k/0i/Nnt/rzdRsRTGFBjZms68ITCVVc1B0IlEtSrE+Smotb2FD",
+	"LPjv//W/wbXEgq4suToJmm7aPp8a6m47sKS6hy9h3bpkyIUEW2rQBc0563fT2t+07tsYOlf0KYGqx5gX",
+	"6aumNhjQn640wvHm/vWeOamVd1yIXuBdQdMM0UNubzEF6AfoncCzwVNII411Npjvwz5Rn9MQH+lg/ch5",
+	"po2OWOu0FXY6e2TO+odjlJ9suK2AaYNQK8BbqqpI8sRVpFdGmxV8QhPb8QK9dnNxg/YJVSlUtrhPU3cK",
+	"2fj+R0MRG02MNvmmifR3ExiCd98YHfs+KVd/DrvfJ2PJd1RpKZarOOK2WvqQZg2lotlJozicPQsM75sK",
+	"ORNV1Eebef8z7/jgsbjUymna/11MHG95YxHWG2bJVFI8q72tFvNFXTlNPMpRbgXMzoo2j0u3Uvd+Vawy",
+	"rhJg68k/y3bbPppfuEaIfS8lpb/RFaZR6+JUJWj/d55BJl3dVpQHsZIl3MyFohB2gAZFloCI1duOgLb+",
+	"6UbDXLn406Cgq6JmNYATKyjbupO1ZI16QxV39wVPEU9/pBqIRaqscb5huquB5nZUq9oQbCgp82dBNF/A",
+	"7wsWRaNTbHvllcN/K/qIYhP2iOLPgzwIni+408QdUawK112sGjYtc9e4EkucZ736zHSVPlyfwRDDfBeT",
+	"VkvZ9+eXP35OC1nVkqtFMMb+or6B1oPYx96aEeflgvA9xvf0nO7lQhTVHM1Q2HVo7X90Xapu3XRZe3Wj",
+	"U1/pIdX0g7ZFGrjv2KaFgC6BMZEUOL3JGacJbtMQS6orOHtzefZ+2KlKHzTbPXsjU6PpcwpdktvjnLie",
+	"bS4vW/mm0uanC2gb8jlRNvPa2rFi8anQlRQTz31Z6ko8GJPJVW89yhQNbo1AU2fEWmt9ncYTqBCoDu9W",
+	"uBe6w13TOucNr3uGNc1OK97xqhnx4ddbmhN/Lp9BoyfZI9drajTxi1DaiivC4YeNv/F4w1QVAeQlnS+u",
+	"ikfl/XYHgYDZTs+wTjxz+YvnIkG29cqG+t7OTa4WthRqPQdes7ZEipUIL54vPcq4UCTmDAlt8Sy+Mvpu",
+	"qLzSEfJzyidhI6aW48l/6SMSQwMl/LaAMKfkRMjMlhxyefFGCGg/zvzi9z/WRdE3VhX1vaR24cuNllg7",
+	"sebDZ893Ys2fd7e37LQ5YJVwHjSblehB/YiC6j0YSbjxYWORVop/7x/6jDAP25/E7RS4hAdLfqrMRaFf",
+	"tPI2qlCqtmXpsHyvC9dGa6ekZDI3IO0l9gFrjwoNT00i2ylXrT1NLcJd9UoWF35L1akjxmGDphT3FYqS",
+	"7Uv5DMy+2arjD5aL9+jM3mMJdIOuBUmVFJcE2XI9cyCgwyWW4BfH0P2PdW+K201lHtOat6dBwLHTa6pc",
+	"hkYiIPEM1GszVdLbqkLjQ4VQLwkUGnFNZbuaMuR31VNgVU2JaSM/sDxvzYZrz33sNpti2nhRBwDr+K+r",
+	"3mZ1oG/zBG10CnlQ5eYzeeObLTg2JVL86XMlKkRoy5E4qRGiUqsY96WNgVT6et8VStvoCr1vwqbvWfI4",
+	"ec5b+Orv5/j0C4AWzrQDv9wnQYOmaO7L2XUtVaSK/pqC7QABKYZgBQnRg2PsZXpFC91LLCu1y/UZXLLk",
+	"YIRQIjHJZcjn4gYW2LAw7PmEFTR9zeuuTy44HAwGmGlvxncZTaRKR1CaLD1HH/Ig8xETSVyW9Cb2bS74",
+	"EyltyR1Z7Wn1CWjbkuaBIG2KO79XRsTqx7Z1PnD3/1RmlTUB3EA+a6bf28NxNbMfuuv5+71d6DBjqiDa",
+	"dvVpscqWeo5tUIhvvmFjFn1jG9v8xnW8GS/DfMm2/jdDjlp3o2MMDuNK5latoJ0wZOShWljDAgmVTbab",
+	"qjnsTSx3mFRvWmaR9nx2+WQuFOVeurNc5fT851ej1+cXF+dv34zOv0vtidJQa7CMgqITwTPwoPJsRZEF",
+	"hYZwVwEHb41FZVdWcDg4dBGk5iFbnEDZ1rHWSsUzlz/nqwCe2OEIZGw6pVj8A0dkKKUdDb7pD/mLOZ1c",
+	"KZiTojB74DQKITMqjxvJsStq2cquYCBo99ngaS8Zcte6p3s0OOgldsru0cFTrBDcS1zblsZnd83HCWnW",
+	"1EtAitIGnx4NjhIwg/aHfMhf08XYAMIBD8cN1cpMUBubaiZwZgPGIfVLHU1Zbvh+zzb6cdXahhyFwhkX",
+	"aLtXjRzpBVkCyTJQYkFP3MIXbhmLUmnA4khWI7UFKjDtzHByUdhu8CA4VTjQmAIv87wPqe8bj8I8Fq+8",
+	"pnJMNFsgtkhaUOKSNidixplydAFzouaN7+9OCBecTUiOLYuOHeJXi7Std5Ihtz3JkBKcqTIBLuBmzjQF",
+	"W2zarx1bND1R9ZHDsvTYVbw1T5qtEXLI7RwWV3zdqgptT4Bw+8o1yUsEjIEkzdzSEoQFMK40JZYljY2g",
+	"mgx5etAfpOGd9CB1wbt2xHBh6OJZRfCuwaP+kBtOgGRjmzphqevUpmkew7Bqpj7spEmVwYk8xyIHwWBK",
+	"xCNreHI7M+RT5qvoeZFyWkpcG8mFbd2hIKVKswW2mkS6TBtAYpW6iORb10RB101AeaOMKTLObeWSCpfN",
+	"qV+TnrnFxQh5U5pgcPeq68dICweQlsGBlLbVMYmUZQlaA/jI7RMrmMR9WKtU1/cmkRSDsQ2hDnndkQnv",
+	"9pxE4znDxB1rUanmO8dLW02kkRPfErbdsHDzxtTsmgItTiw5VmzY6wQPpTDuanJ9eG+Yh9fvFDjup/c9",
+	"uGNSWdWfu+vyeJFQ/Cb5w5NmwTHYZDpfMhjv5e9yHQuRalZ6Ff79F4OPtUgZnI3VfgS2piod2w+ziwBp",
+	"FaFWNa4uYWCOECOmZHtY2AMrF+RiZssDUGfrIVlmaxLjielrNLsCB1Z5G5sNwSaBtsBi19UtpEq70omk",
+	"1uOs7PEuJ7ZXwxJSi6YpjEttXYH7qP65In1p77g+nh3DN+qeHRgDelPzbzrkXv88DjrQ40fNaZ716uz0",
+	"dEE+pH1I/2PPwmLvonGcuOoGViwwZ5MZp6qDYAZMgnfPeJaGr9l0JF/mAc3vQUkFZhRiBFo9witSHIPh",
+	"F655hP2yMdU3lHL3cbYUxOqCQ/0YO1XggjFF38o0ZjdD4GEwhxNjU1v/41/tzLbWg+17b7/YFnTo2poA",
+	"TwegekM+FbLKIJdV6QcvfVNvHx1yt6nHsL6fWPPy4uLMV6DAMmAKjUY3cyummf0Kt9aGBZnpbcUSLCzm",
+	"1lFyzfJmu3EzVBcDiQiKqwyP0KkkLuC7ue4htwvp+U+yFXvrrl19eGleVceQ4occu6mddpEayfMYPg47",
+	"FgNsT0tzcdhJhnzYoXwiMsZnw86tOcgrQfWny5d7XyOAUBqzbWbdmOFbRrSyN4edoHI4oomtemGEdJQl",
+	"7JhW8kxZdhzBTKahS0AGlZQADTsXmCAGNo5YoTqEJUVslY30R6L0Hj64Z/QyXIVDTdu5xcobHkIzUqyB",
+	"xzztQKIFAgNHsegeonI9jN+7lZFQrrRwrnrRV8DOsGsoFg0x25gzoy9002MoGJ+lPYwpw7KrWe6VcyAG",
+	"o/pwCioXNxhObEVwI8ejtI+Vhdzyju26mYYpyXNDqXPmsAo5ITaRQOYIKcIBMQ/JIlamz4t/CaR2o0a2",
+	"G9yIchT8KiA3yq3UBN47aXVIbLZeWV7yibarlbPFYpoWtrYuknBlFYwx5TYv20OXN/H1b/AwRUOjRTss",
+	"71jgYeTU/mq5hoZytmCuaE7rUhfkQ7ySydHBN0dPB0fBUg92Wao9Gs2JfFL3OHPMjsQQALqGmzqdzLHI",
+	"dsDi/caCd+jX9bmKciedtfOhOcRKQO3FmSUm5XlwYjhN4vgEdBW1rrPgtV5/12LgrlqQ66KO1PCxE57z",
+	"EVkqeuY3ZAWbnQBGpTXUgFy1G2Kc3asNmL6OMp1QdlhflTnRQ956V1Fi8/p843kzSyfpYAG49Q7zjVVe",
+	"+IyBKPQcJkfkrE8F1O0/SXme9wZDyHpNWMQY4uttJY5RCWntrygFXaCtbg/b0ToHjaUjpynMKcn1/LdN",
+	"QVHfu0c+Z/gmTtFGeN6x6EyPVReHQJFqKE0/smvKzQuFFGOrc+2ji33jZ763T3zOYCBKMiNttNSuJJn1",
+	"jTil8vNP+UbYLnfLk1oJQA3DNs+ohjOA50JvBno1k4X6CbZbU7ZeXT0SsUFlaLpjzuRqv3tNM17ppu80",
+	"Y0RnK4eUMnet9I/39w8Ov+oP+oP+wfHXB4eHndtfbv9vAAAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

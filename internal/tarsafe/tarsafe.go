@@ -63,14 +63,17 @@ func checkHeader(h *tar.Header) (string, error) {
 }
 
 // Extract writes the archive r into dir (which must exist). It first spools
-// r to a temporary file beside dir and checks every entry, so a refused
+// r to a temporary file (in $TMPDIR, else beside dir) and checks every
+// entry, so a refused
 // archive writes nothing into dir; then it extracts, creating symlinks as
 // links and refusing to write through any symlink, even one the archive
 // itself made.
 func Extract(r io.Reader, dir string) error {
-	spool, err := os.CreateTemp(filepath.Dir(filepath.Clean(dir)), ".tarsafe-*")
+	spool, err := os.CreateTemp("", ".tarsafe-*")
 	if err != nil {
-		return err
+		if spool, err = os.CreateTemp(filepath.Dir(filepath.Clean(dir)), ".tarsafe-*"); err != nil {
+			return err
+		}
 	}
 	defer os.Remove(spool.Name())
 	defer spool.Close()

@@ -353,6 +353,199 @@ func (ReconcileAction) EnumDescriptor() ([]byte, []int) {
 	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
+// FileOp is a file operation on the agent's filesystem.
+type FileOp int32
+
+const (
+	FileOp_FILE_OP_UNSPECIFIED FileOp = 0
+	// LIST: the entries of a directory, or the one entry of anything else.
+	FileOp_FILE_OP_LIST FileOp = 1
+	// READ: a regular file's bytes, agent to server.
+	FileOp_FILE_OP_READ FileOp = 2
+	// WRITE: a file's bytes, server to agent; parents made; written under a
+	// temporary name and renamed at the end.
+	FileOp_FILE_OP_WRITE FileOp = 3
+	// DELETE: a file, a symlink or an empty directory; a tree with recursive.
+	FileOp_FILE_OP_DELETE FileOp = 4
+	// READ_ARCHIVE: a directory tree as tar, agent to server.
+	FileOp_FILE_OP_READ_ARCHIVE FileOp = 5
+	// WRITE_ARCHIVE: a tar (or gzipped tar), server to agent, extracted
+	// under path; every entry checked before anything is written.
+	FileOp_FILE_OP_WRITE_ARCHIVE FileOp = 6
+)
+
+// Enum value maps for FileOp.
+var (
+	FileOp_name = map[int32]string{
+		0: "FILE_OP_UNSPECIFIED",
+		1: "FILE_OP_LIST",
+		2: "FILE_OP_READ",
+		3: "FILE_OP_WRITE",
+		4: "FILE_OP_DELETE",
+		5: "FILE_OP_READ_ARCHIVE",
+		6: "FILE_OP_WRITE_ARCHIVE",
+	}
+	FileOp_value = map[string]int32{
+		"FILE_OP_UNSPECIFIED":   0,
+		"FILE_OP_LIST":          1,
+		"FILE_OP_READ":          2,
+		"FILE_OP_WRITE":         3,
+		"FILE_OP_DELETE":        4,
+		"FILE_OP_READ_ARCHIVE":  5,
+		"FILE_OP_WRITE_ARCHIVE": 6,
+	}
+)
+
+func (x FileOp) Enum() *FileOp {
+	p := new(FileOp)
+	*p = x
+	return p
+}
+
+func (x FileOp) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (FileOp) Descriptor() protoreflect.EnumDescriptor {
+	return file_agentic_sandbox_v1_agent_proto_enumTypes[6].Descriptor()
+}
+
+func (FileOp) Type() protoreflect.EnumType {
+	return &file_agentic_sandbox_v1_agent_proto_enumTypes[6]
+}
+
+func (x FileOp) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use FileOp.Descriptor instead.
+func (FileOp) EnumDescriptor() ([]byte, []int) {
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{6}
+}
+
+// FileType is what a directory entry is.
+type FileType int32
+
+const (
+	FileType_FILE_TYPE_UNSPECIFIED FileType = 0
+	FileType_FILE_TYPE_FILE        FileType = 1
+	FileType_FILE_TYPE_DIR         FileType = 2
+	FileType_FILE_TYPE_SYMLINK     FileType = 3
+	// A device node, FIFO or socket.
+	FileType_FILE_TYPE_OTHER FileType = 4
+)
+
+// Enum value maps for FileType.
+var (
+	FileType_name = map[int32]string{
+		0: "FILE_TYPE_UNSPECIFIED",
+		1: "FILE_TYPE_FILE",
+		2: "FILE_TYPE_DIR",
+		3: "FILE_TYPE_SYMLINK",
+		4: "FILE_TYPE_OTHER",
+	}
+	FileType_value = map[string]int32{
+		"FILE_TYPE_UNSPECIFIED": 0,
+		"FILE_TYPE_FILE":        1,
+		"FILE_TYPE_DIR":         2,
+		"FILE_TYPE_SYMLINK":     3,
+		"FILE_TYPE_OTHER":       4,
+	}
+)
+
+func (x FileType) Enum() *FileType {
+	p := new(FileType)
+	*p = x
+	return p
+}
+
+func (x FileType) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (FileType) Descriptor() protoreflect.EnumDescriptor {
+	return file_agentic_sandbox_v1_agent_proto_enumTypes[7].Descriptor()
+}
+
+func (FileType) Type() protoreflect.EnumType {
+	return &file_agentic_sandbox_v1_agent_proto_enumTypes[7]
+}
+
+func (x FileType) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use FileType.Descriptor instead.
+func (FileType) EnumDescriptor() ([]byte, []int) {
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{7}
+}
+
+// FileError is why a file operation failed.
+type FileError int32
+
+const (
+	// The operation succeeded.
+	FileError_FILE_ERROR_UNSPECIFIED       FileError = 0
+	FileError_FILE_ERROR_NOT_FOUND         FileError = 1
+	FileError_FILE_ERROR_PERMISSION_DENIED FileError = 2
+	// An empty or malformed path, a directory where a file is needed or the
+	// reverse, or an archive entry that would land outside its directory.
+	FileError_FILE_ERROR_INVALID_PATH FileError = 3
+	FileError_FILE_ERROR_TOO_LARGE    FileError = 4
+	// A directory deleted without recursive still has entries.
+	FileError_FILE_ERROR_NOT_EMPTY FileError = 5
+	FileError_FILE_ERROR_FAILED    FileError = 6
+)
+
+// Enum value maps for FileError.
+var (
+	FileError_name = map[int32]string{
+		0: "FILE_ERROR_UNSPECIFIED",
+		1: "FILE_ERROR_NOT_FOUND",
+		2: "FILE_ERROR_PERMISSION_DENIED",
+		3: "FILE_ERROR_INVALID_PATH",
+		4: "FILE_ERROR_TOO_LARGE",
+		5: "FILE_ERROR_NOT_EMPTY",
+		6: "FILE_ERROR_FAILED",
+	}
+	FileError_value = map[string]int32{
+		"FILE_ERROR_UNSPECIFIED":       0,
+		"FILE_ERROR_NOT_FOUND":         1,
+		"FILE_ERROR_PERMISSION_DENIED": 2,
+		"FILE_ERROR_INVALID_PATH":      3,
+		"FILE_ERROR_TOO_LARGE":         4,
+		"FILE_ERROR_NOT_EMPTY":         5,
+		"FILE_ERROR_FAILED":            6,
+	}
+)
+
+func (x FileError) Enum() *FileError {
+	p := new(FileError)
+	*p = x
+	return p
+}
+
+func (x FileError) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (FileError) Descriptor() protoreflect.EnumDescriptor {
+	return file_agentic_sandbox_v1_agent_proto_enumTypes[8].Descriptor()
+}
+
+func (FileError) Type() protoreflect.EnumType {
+	return &file_agentic_sandbox_v1_agent_proto_enumTypes[8]
+}
+
+func (x FileError) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use FileError.Descriptor instead.
+func (FileError) EnumDescriptor() ([]byte, []int) {
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{8}
+}
+
 // ConnectRequest is one message from the agent to the server.
 type ConnectRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -623,6 +816,7 @@ type ConnectResponse struct {
 	//	*ConnectResponse_Ping
 	//	*ConnectResponse_SessionQuery
 	//	*ConnectResponse_SessionReconcile
+	//	*ConnectResponse_FileRequest
 	Payload       isConnectResponse_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -746,6 +940,15 @@ func (x *ConnectResponse) GetSessionReconcile() *SessionReconcile {
 	return nil
 }
 
+func (x *ConnectResponse) GetFileRequest() *FileRequest {
+	if x != nil {
+		if x, ok := x.Payload.(*ConnectResponse_FileRequest); ok {
+			return x.FileRequest
+		}
+	}
+	return nil
+}
+
 type isConnectResponse_Payload interface {
 	isConnectResponse_Payload()
 }
@@ -786,6 +989,10 @@ type ConnectResponse_SessionReconcile struct {
 	SessionReconcile *SessionReconcile `protobuf:"bytes,9,opt,name=session_reconcile,json=sessionReconcile,proto3,oneof"`
 }
 
+type ConnectResponse_FileRequest struct {
+	FileRequest *FileRequest `protobuf:"bytes,10,opt,name=file_request,json=fileRequest,proto3,oneof"`
+}
+
 func (*ConnectResponse_RegistrationAck) isConnectResponse_Payload() {}
 
 func (*ConnectResponse_Command) isConnectResponse_Payload() {}
@@ -804,6 +1011,627 @@ func (*ConnectResponse_SessionQuery) isConnectResponse_Payload() {}
 
 func (*ConnectResponse_SessionReconcile) isConnectResponse_Payload() {}
 
+func (*ConnectResponse_FileRequest) isConnectResponse_Payload() {}
+
+// FileRequest asks the agent to open a Transfer stream for one operation.
+// The agent does the work as the user its commands run as; a relative path
+// is relative to the directory its commands start in.
+type FileRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	TransferId string                 `protobuf:"bytes,1,opt,name=transfer_id,json=transferId,proto3" json:"transfer_id,omitempty"`
+	Op         FileOp                 `protobuf:"varint,2,opt,name=op,proto3,enum=agentic.sandbox.v1.FileOp" json:"op,omitempty"`
+	Path       string                 `protobuf:"bytes,3,opt,name=path,proto3" json:"path,omitempty"`
+	// WRITE: the permission bits of the file; 0 means 0644.
+	Mode uint32 `protobuf:"varint,4,opt,name=mode,proto3" json:"mode,omitempty"`
+	// DELETE: remove a directory with everything in it.
+	Recursive bool `protobuf:"varint,5,opt,name=recursive,proto3" json:"recursive,omitempty"`
+	// WRITE, WRITE_ARCHIVE: the most bytes the agent may write (after gzip).
+	MaxBytes      int64 `protobuf:"varint,6,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FileRequest) Reset() {
+	*x = FileRequest{}
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FileRequest) ProtoMessage() {}
+
+func (x *FileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FileRequest.ProtoReflect.Descriptor instead.
+func (*FileRequest) Descriptor() ([]byte, []int) {
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *FileRequest) GetTransferId() string {
+	if x != nil {
+		return x.TransferId
+	}
+	return ""
+}
+
+func (x *FileRequest) GetOp() FileOp {
+	if x != nil {
+		return x.Op
+	}
+	return FileOp_FILE_OP_UNSPECIFIED
+}
+
+func (x *FileRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *FileRequest) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+func (x *FileRequest) GetRecursive() bool {
+	if x != nil {
+		return x.Recursive
+	}
+	return false
+}
+
+func (x *FileRequest) GetMaxBytes() int64 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+// TransferRequest is one message from the agent on a Transfer stream.
+type TransferRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Payload:
+	//
+	//	*TransferRequest_Open
+	//	*TransferRequest_Ready
+	//	*TransferRequest_Data
+	//	*TransferRequest_Listing
+	//	*TransferRequest_End
+	Payload       isTransferRequest_Payload `protobuf_oneof:"payload"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferRequest) Reset() {
+	*x = TransferRequest{}
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferRequest) ProtoMessage() {}
+
+func (x *TransferRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferRequest.ProtoReflect.Descriptor instead.
+func (*TransferRequest) Descriptor() ([]byte, []int) {
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *TransferRequest) GetPayload() isTransferRequest_Payload {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *TransferRequest) GetOpen() *TransferOpen {
+	if x != nil {
+		if x, ok := x.Payload.(*TransferRequest_Open); ok {
+			return x.Open
+		}
+	}
+	return nil
+}
+
+func (x *TransferRequest) GetReady() *TransferReady {
+	if x != nil {
+		if x, ok := x.Payload.(*TransferRequest_Ready); ok {
+			return x.Ready
+		}
+	}
+	return nil
+}
+
+func (x *TransferRequest) GetData() []byte {
+	if x != nil {
+		if x, ok := x.Payload.(*TransferRequest_Data); ok {
+			return x.Data
+		}
+	}
+	return nil
+}
+
+func (x *TransferRequest) GetListing() *FileListing {
+	if x != nil {
+		if x, ok := x.Payload.(*TransferRequest_Listing); ok {
+			return x.Listing
+		}
+	}
+	return nil
+}
+
+func (x *TransferRequest) GetEnd() *TransferEnd {
+	if x != nil {
+		if x, ok := x.Payload.(*TransferRequest_End); ok {
+			return x.End
+		}
+	}
+	return nil
+}
+
+type isTransferRequest_Payload interface {
+	isTransferRequest_Payload()
+}
+
+type TransferRequest_Open struct {
+	// First message: which FileRequest this stream serves.
+	Open *TransferOpen `protobuf:"bytes,1,opt,name=open,proto3,oneof"`
+}
+
+type TransferRequest_Ready struct {
+	// READ, READ_ARCHIVE: the file opened; data follows.
+	Ready *TransferReady `protobuf:"bytes,2,opt,name=ready,proto3,oneof"`
+}
+
+type TransferRequest_Data struct {
+	// READ, READ_ARCHIVE: the bytes, in order.
+	Data []byte `protobuf:"bytes,3,opt,name=data,proto3,oneof"`
+}
+
+type TransferRequest_Listing struct {
+	// LIST: entries, in one or more batches.
+	Listing *FileListing `protobuf:"bytes,4,opt,name=listing,proto3,oneof"`
+}
+
+type TransferRequest_End struct {
+	// Last message: the outcome.
+	End *TransferEnd `protobuf:"bytes,5,opt,name=end,proto3,oneof"`
+}
+
+func (*TransferRequest_Open) isTransferRequest_Payload() {}
+
+func (*TransferRequest_Ready) isTransferRequest_Payload() {}
+
+func (*TransferRequest_Data) isTransferRequest_Payload() {}
+
+func (*TransferRequest_Listing) isTransferRequest_Payload() {}
+
+func (*TransferRequest_End) isTransferRequest_Payload() {}
+
+type TransferOpen struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TransferId    string                 `protobuf:"bytes,1,opt,name=transfer_id,json=transferId,proto3" json:"transfer_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferOpen) Reset() {
+	*x = TransferOpen{}
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferOpen) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferOpen) ProtoMessage() {}
+
+func (x *TransferOpen) ProtoReflect() protoreflect.Message {
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferOpen.ProtoReflect.Descriptor instead.
+func (*TransferOpen) Descriptor() ([]byte, []int) {
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *TransferOpen) GetTransferId() string {
+	if x != nil {
+		return x.TransferId
+	}
+	return ""
+}
+
+type TransferReady struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The size of a regular file; -1 for an archive.
+	Size          int64 `protobuf:"varint,1,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferReady) Reset() {
+	*x = TransferReady{}
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferReady) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferReady) ProtoMessage() {}
+
+func (x *TransferReady) ProtoReflect() protoreflect.Message {
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferReady.ProtoReflect.Descriptor instead.
+func (*TransferReady) Descriptor() ([]byte, []int) {
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *TransferReady) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+type FileListing struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The absolute path listed.
+	Path    string       `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Entries []*FileEntry `protobuf:"bytes,2,rep,name=entries,proto3" json:"entries,omitempty"`
+	// More entries than the agent lists in one answer were left out.
+	Truncated     bool `protobuf:"varint,3,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FileListing) Reset() {
+	*x = FileListing{}
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FileListing) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FileListing) ProtoMessage() {}
+
+func (x *FileListing) ProtoReflect() protoreflect.Message {
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FileListing.ProtoReflect.Descriptor instead.
+func (*FileListing) Descriptor() ([]byte, []int) {
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *FileListing) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *FileListing) GetEntries() []*FileEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *FileListing) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+type FileEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Type  FileType               `protobuf:"varint,2,opt,name=type,proto3,enum=agentic.sandbox.v1.FileType" json:"type,omitempty"`
+	Size  int64                  `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	// Permission bits (and setuid, setgid, sticky).
+	Mode  uint32                 `protobuf:"varint,4,opt,name=mode,proto3" json:"mode,omitempty"`
+	Mtime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=mtime,proto3" json:"mtime,omitempty"`
+	// A symlink's target.
+	LinkTarget    string `protobuf:"bytes,6,opt,name=link_target,json=linkTarget,proto3" json:"link_target,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FileEntry) Reset() {
+	*x = FileEntry{}
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FileEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FileEntry) ProtoMessage() {}
+
+func (x *FileEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FileEntry.ProtoReflect.Descriptor instead.
+func (*FileEntry) Descriptor() ([]byte, []int) {
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *FileEntry) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *FileEntry) GetType() FileType {
+	if x != nil {
+		return x.Type
+	}
+	return FileType_FILE_TYPE_UNSPECIFIED
+}
+
+func (x *FileEntry) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *FileEntry) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+func (x *FileEntry) GetMtime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Mtime
+	}
+	return nil
+}
+
+func (x *FileEntry) GetLinkTarget() string {
+	if x != nil {
+		return x.LinkTarget
+	}
+	return ""
+}
+
+type TransferEnd struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Error         FileError              `protobuf:"varint,1,opt,name=error,proto3,enum=agentic.sandbox.v1.FileError" json:"error,omitempty"`
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferEnd) Reset() {
+	*x = TransferEnd{}
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferEnd) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferEnd) ProtoMessage() {}
+
+func (x *TransferEnd) ProtoReflect() protoreflect.Message {
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferEnd.ProtoReflect.Descriptor instead.
+func (*TransferEnd) Descriptor() ([]byte, []int) {
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *TransferEnd) GetError() FileError {
+	if x != nil {
+		return x.Error
+	}
+	return FileError_FILE_ERROR_UNSPECIFIED
+}
+
+func (x *TransferEnd) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+// TransferResponse is one message from the server on a Transfer stream.
+type TransferResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Payload:
+	//
+	//	*TransferResponse_Data
+	//	*TransferResponse_Eof
+	//	*TransferResponse_Abort
+	Payload       isTransferResponse_Payload `protobuf_oneof:"payload"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferResponse) Reset() {
+	*x = TransferResponse{}
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferResponse) ProtoMessage() {}
+
+func (x *TransferResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferResponse.ProtoReflect.Descriptor instead.
+func (*TransferResponse) Descriptor() ([]byte, []int) {
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *TransferResponse) GetPayload() isTransferResponse_Payload {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *TransferResponse) GetData() []byte {
+	if x != nil {
+		if x, ok := x.Payload.(*TransferResponse_Data); ok {
+			return x.Data
+		}
+	}
+	return nil
+}
+
+func (x *TransferResponse) GetEof() bool {
+	if x != nil {
+		if x, ok := x.Payload.(*TransferResponse_Eof); ok {
+			return x.Eof
+		}
+	}
+	return false
+}
+
+func (x *TransferResponse) GetAbort() bool {
+	if x != nil {
+		if x, ok := x.Payload.(*TransferResponse_Abort); ok {
+			return x.Abort
+		}
+	}
+	return false
+}
+
+type isTransferResponse_Payload interface {
+	isTransferResponse_Payload()
+}
+
+type TransferResponse_Data struct {
+	// WRITE, WRITE_ARCHIVE: the bytes, in order.
+	Data []byte `protobuf:"bytes,1,opt,name=data,proto3,oneof"`
+}
+
+type TransferResponse_Eof struct {
+	// WRITE, WRITE_ARCHIVE: all bytes sent; the agent commits and ends.
+	// A stream that ends without it is an abort: nothing is kept.
+	Eof bool `protobuf:"varint,2,opt,name=eof,proto3,oneof"`
+}
+
+type TransferResponse_Abort struct {
+	// WRITE, WRITE_ARCHIVE: the upload was given up (its client went
+	// away, or it grew too large); the agent keeps nothing and ends.
+	Abort bool `protobuf:"varint,3,opt,name=abort,proto3,oneof"`
+}
+
+func (*TransferResponse_Data) isTransferResponse_Payload() {}
+
+func (*TransferResponse_Eof) isTransferResponse_Payload() {}
+
+func (*TransferResponse_Abort) isTransferResponse_Payload() {}
+
 type Registration struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	AgentId      string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
@@ -821,7 +1649,7 @@ type Registration struct {
 
 func (x *Registration) Reset() {
 	*x = Registration{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[3]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -833,7 +1661,7 @@ func (x *Registration) String() string {
 func (*Registration) ProtoMessage() {}
 
 func (x *Registration) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[3]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -846,7 +1674,7 @@ func (x *Registration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Registration.ProtoReflect.Descriptor instead.
 func (*Registration) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Registration) GetAgentId() string {
@@ -919,7 +1747,7 @@ type SystemInfo struct {
 
 func (x *SystemInfo) Reset() {
 	*x = SystemInfo{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[4]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -931,7 +1759,7 @@ func (x *SystemInfo) String() string {
 func (*SystemInfo) ProtoMessage() {}
 
 func (x *SystemInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[4]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -944,7 +1772,7 @@ func (x *SystemInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SystemInfo.ProtoReflect.Descriptor instead.
 func (*SystemInfo) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SystemInfo) GetOs() string {
@@ -1001,7 +1829,7 @@ type RegistrationAck struct {
 
 func (x *RegistrationAck) Reset() {
 	*x = RegistrationAck{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[5]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1013,7 +1841,7 @@ func (x *RegistrationAck) String() string {
 func (*RegistrationAck) ProtoMessage() {}
 
 func (x *RegistrationAck) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[5]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1026,7 +1854,7 @@ func (x *RegistrationAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistrationAck.ProtoReflect.Descriptor instead.
 func (*RegistrationAck) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RegistrationAck) GetAccepted() bool {
@@ -1069,7 +1897,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[6]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1081,7 +1909,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[6]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1094,7 +1922,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Heartbeat) GetStatus() AgentStatus {
@@ -1141,7 +1969,7 @@ type Metrics struct {
 
 func (x *Metrics) Reset() {
 	*x = Metrics{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[7]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1153,7 +1981,7 @@ func (x *Metrics) String() string {
 func (*Metrics) ProtoMessage() {}
 
 func (x *Metrics) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[7]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1166,7 +1994,7 @@ func (x *Metrics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Metrics.ProtoReflect.Descriptor instead.
 func (*Metrics) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Metrics) GetCpuPercent() float64 {
@@ -1243,7 +2071,7 @@ type OutputChunk struct {
 
 func (x *OutputChunk) Reset() {
 	*x = OutputChunk{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[8]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1255,7 +2083,7 @@ func (x *OutputChunk) String() string {
 func (*OutputChunk) ProtoMessage() {}
 
 func (x *OutputChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[8]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1268,7 +2096,7 @@ func (x *OutputChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputChunk.ProtoReflect.Descriptor instead.
 func (*OutputChunk) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *OutputChunk) GetStreamId() string {
@@ -1345,7 +2173,7 @@ type CommandRequest struct {
 
 func (x *CommandRequest) Reset() {
 	*x = CommandRequest{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[9]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1357,7 +2185,7 @@ func (x *CommandRequest) String() string {
 func (*CommandRequest) ProtoMessage() {}
 
 func (x *CommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[9]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1370,7 +2198,7 @@ func (x *CommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandRequest.ProtoReflect.Descriptor instead.
 func (*CommandRequest) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CommandRequest) GetCommandId() string {
@@ -1496,7 +2324,7 @@ type StdinChunk struct {
 
 func (x *StdinChunk) Reset() {
 	*x = StdinChunk{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[10]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1508,7 +2336,7 @@ func (x *StdinChunk) String() string {
 func (*StdinChunk) ProtoMessage() {}
 
 func (x *StdinChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[10]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1521,7 +2349,7 @@ func (x *StdinChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StdinChunk.ProtoReflect.Descriptor instead.
 func (*StdinChunk) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StdinChunk) GetCommandId() string {
@@ -1560,7 +2388,7 @@ type PtyControl struct {
 
 func (x *PtyControl) Reset() {
 	*x = PtyControl{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[11]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1572,7 +2400,7 @@ func (x *PtyControl) String() string {
 func (*PtyControl) ProtoMessage() {}
 
 func (x *PtyControl) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[11]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1585,7 +2413,7 @@ func (x *PtyControl) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PtyControl.ProtoReflect.Descriptor instead.
 func (*PtyControl) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PtyControl) GetCommandId() string {
@@ -1662,7 +2490,7 @@ type CommandKill struct {
 
 func (x *CommandKill) Reset() {
 	*x = CommandKill{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[12]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1674,7 +2502,7 @@ func (x *CommandKill) String() string {
 func (*CommandKill) ProtoMessage() {}
 
 func (x *CommandKill) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[12]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1687,7 +2515,7 @@ func (x *CommandKill) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandKill.ProtoReflect.Descriptor instead.
 func (*CommandKill) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CommandKill) GetReason() string {
@@ -1707,7 +2535,7 @@ type PtyResize struct {
 
 func (x *PtyResize) Reset() {
 	*x = PtyResize{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[13]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1719,7 +2547,7 @@ func (x *PtyResize) String() string {
 func (*PtyResize) ProtoMessage() {}
 
 func (x *PtyResize) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[13]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1732,7 +2560,7 @@ func (x *PtyResize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PtyResize.ProtoReflect.Descriptor instead.
 func (*PtyResize) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PtyResize) GetCols() uint32 {
@@ -1759,7 +2587,7 @@ type PtySignal struct {
 
 func (x *PtySignal) Reset() {
 	*x = PtySignal{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[14]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1771,7 +2599,7 @@ func (x *PtySignal) String() string {
 func (*PtySignal) ProtoMessage() {}
 
 func (x *PtySignal) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[14]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1784,7 +2612,7 @@ func (x *PtySignal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PtySignal.ProtoReflect.Descriptor instead.
 func (*PtySignal) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PtySignal) GetSignal() int32 {
@@ -1812,7 +2640,7 @@ type CommandResult struct {
 
 func (x *CommandResult) Reset() {
 	*x = CommandResult{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[15]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1824,7 +2652,7 @@ func (x *CommandResult) String() string {
 func (*CommandResult) ProtoMessage() {}
 
 func (x *CommandResult) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[15]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1837,7 +2665,7 @@ func (x *CommandResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandResult.ProtoReflect.Descriptor instead.
 func (*CommandResult) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CommandResult) GetCommandId() string {
@@ -1899,7 +2727,7 @@ type ConfigUpdate struct {
 
 func (x *ConfigUpdate) Reset() {
 	*x = ConfigUpdate{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[16]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1911,7 +2739,7 @@ func (x *ConfigUpdate) String() string {
 func (*ConfigUpdate) ProtoMessage() {}
 
 func (x *ConfigUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[16]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1924,7 +2752,7 @@ func (x *ConfigUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigUpdate.ProtoReflect.Descriptor instead.
 func (*ConfigUpdate) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ConfigUpdate) GetConfig() map[string]string {
@@ -1952,7 +2780,7 @@ type Shutdown struct {
 
 func (x *Shutdown) Reset() {
 	*x = Shutdown{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[17]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1964,7 +2792,7 @@ func (x *Shutdown) String() string {
 func (*Shutdown) ProtoMessage() {}
 
 func (x *Shutdown) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[17]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1977,7 +2805,7 @@ func (x *Shutdown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Shutdown.ProtoReflect.Descriptor instead.
 func (*Shutdown) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Shutdown) GetReason() string {
@@ -2003,7 +2831,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[18]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2015,7 +2843,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[18]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2028,7 +2856,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Ping) GetNonce() uint64 {
@@ -2047,7 +2875,7 @@ type Pong struct {
 
 func (x *Pong) Reset() {
 	*x = Pong{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[19]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2059,7 +2887,7 @@ func (x *Pong) String() string {
 func (*Pong) ProtoMessage() {}
 
 func (x *Pong) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[19]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2072,7 +2900,7 @@ func (x *Pong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pong.ProtoReflect.Descriptor instead.
 func (*Pong) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Pong) GetNonce() uint64 {
@@ -2091,7 +2919,7 @@ type SessionQuery struct {
 
 func (x *SessionQuery) Reset() {
 	*x = SessionQuery{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[20]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2103,7 +2931,7 @@ func (x *SessionQuery) String() string {
 func (*SessionQuery) ProtoMessage() {}
 
 func (x *SessionQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[20]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2116,7 +2944,7 @@ func (x *SessionQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionQuery.ProtoReflect.Descriptor instead.
 func (*SessionQuery) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SessionQuery) GetRequestId() string {
@@ -2152,7 +2980,7 @@ type SessionInfo struct {
 
 func (x *SessionInfo) Reset() {
 	*x = SessionInfo{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[21]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2164,7 +2992,7 @@ func (x *SessionInfo) String() string {
 func (*SessionInfo) ProtoMessage() {}
 
 func (x *SessionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[21]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2177,7 +3005,7 @@ func (x *SessionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
 func (*SessionInfo) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SessionInfo) GetSessionId() string {
@@ -2285,7 +3113,7 @@ type SessionReport struct {
 
 func (x *SessionReport) Reset() {
 	*x = SessionReport{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[22]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2297,7 +3125,7 @@ func (x *SessionReport) String() string {
 func (*SessionReport) ProtoMessage() {}
 
 func (x *SessionReport) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[22]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2310,7 +3138,7 @@ func (x *SessionReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionReport.ProtoReflect.Descriptor instead.
 func (*SessionReport) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SessionReport) GetRequestId() string {
@@ -2338,7 +3166,7 @@ type SessionDecision struct {
 
 func (x *SessionDecision) Reset() {
 	*x = SessionDecision{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[23]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2350,7 +3178,7 @@ func (x *SessionDecision) String() string {
 func (*SessionDecision) ProtoMessage() {}
 
 func (x *SessionDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[23]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2363,7 +3191,7 @@ func (x *SessionDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionDecision.ProtoReflect.Descriptor instead.
 func (*SessionDecision) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SessionDecision) GetSessionId() string {
@@ -2397,7 +3225,7 @@ type SessionReconcile struct {
 
 func (x *SessionReconcile) Reset() {
 	*x = SessionReconcile{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[24]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2409,7 +3237,7 @@ func (x *SessionReconcile) String() string {
 func (*SessionReconcile) ProtoMessage() {}
 
 func (x *SessionReconcile) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[24]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2422,7 +3250,7 @@ func (x *SessionReconcile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionReconcile.ProtoReflect.Descriptor instead.
 func (*SessionReconcile) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SessionReconcile) GetRequestId() string {
@@ -2449,7 +3277,7 @@ type SessionAck struct {
 
 func (x *SessionAck) Reset() {
 	*x = SessionAck{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[25]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2461,7 +3289,7 @@ func (x *SessionAck) String() string {
 func (*SessionAck) ProtoMessage() {}
 
 func (x *SessionAck) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[25]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2474,7 +3302,7 @@ func (x *SessionAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionAck.ProtoReflect.Descriptor instead.
 func (*SessionAck) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SessionAck) GetRequestId() string {
@@ -2503,7 +3331,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[26]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2515,7 +3343,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[26]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2528,7 +3356,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ExecRequest) GetAgentId() string {
@@ -2565,7 +3393,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[27]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2577,7 +3405,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[27]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2590,7 +3418,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ExecResponse) GetPayload() isExecResponse_Payload {
@@ -2656,7 +3484,7 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\x05R\x03pid\x129\n" +
 	"\n" +
-	"started_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\"\xfc\x04\n" +
+	"started_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\"\xc2\x05\n" +
 	"\x0fConnectResponse\x12P\n" +
 	"\x10registration_ack\x18\x01 \x01(\v2#.agentic.sandbox.v1.RegistrationAckH\x00R\x0fregistrationAck\x12>\n" +
 	"\acommand\x18\x02 \x01(\v2\".agentic.sandbox.v1.CommandRequestH\x00R\acommand\x126\n" +
@@ -2667,7 +3495,49 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"\bshutdown\x18\x06 \x01(\v2\x1c.agentic.sandbox.v1.ShutdownH\x00R\bshutdown\x12.\n" +
 	"\x04ping\x18\a \x01(\v2\x18.agentic.sandbox.v1.PingH\x00R\x04ping\x12G\n" +
 	"\rsession_query\x18\b \x01(\v2 .agentic.sandbox.v1.SessionQueryH\x00R\fsessionQuery\x12S\n" +
-	"\x11session_reconcile\x18\t \x01(\v2$.agentic.sandbox.v1.SessionReconcileH\x00R\x10sessionReconcileB\t\n" +
+	"\x11session_reconcile\x18\t \x01(\v2$.agentic.sandbox.v1.SessionReconcileH\x00R\x10sessionReconcile\x12D\n" +
+	"\ffile_request\x18\n" +
+	" \x01(\v2\x1f.agentic.sandbox.v1.FileRequestH\x00R\vfileRequestB\t\n" +
+	"\apayload\"\xbd\x01\n" +
+	"\vFileRequest\x12\x1f\n" +
+	"\vtransfer_id\x18\x01 \x01(\tR\n" +
+	"transferId\x12*\n" +
+	"\x02op\x18\x02 \x01(\x0e2\x1a.agentic.sandbox.v1.FileOpR\x02op\x12\x12\n" +
+	"\x04path\x18\x03 \x01(\tR\x04path\x12\x12\n" +
+	"\x04mode\x18\x04 \x01(\rR\x04mode\x12\x1c\n" +
+	"\trecursive\x18\x05 \x01(\bR\trecursive\x12\x1b\n" +
+	"\tmax_bytes\x18\x06 \x01(\x03R\bmaxBytes\"\x97\x02\n" +
+	"\x0fTransferRequest\x126\n" +
+	"\x04open\x18\x01 \x01(\v2 .agentic.sandbox.v1.TransferOpenH\x00R\x04open\x129\n" +
+	"\x05ready\x18\x02 \x01(\v2!.agentic.sandbox.v1.TransferReadyH\x00R\x05ready\x12\x14\n" +
+	"\x04data\x18\x03 \x01(\fH\x00R\x04data\x12;\n" +
+	"\alisting\x18\x04 \x01(\v2\x1f.agentic.sandbox.v1.FileListingH\x00R\alisting\x123\n" +
+	"\x03end\x18\x05 \x01(\v2\x1f.agentic.sandbox.v1.TransferEndH\x00R\x03endB\t\n" +
+	"\apayload\"/\n" +
+	"\fTransferOpen\x12\x1f\n" +
+	"\vtransfer_id\x18\x01 \x01(\tR\n" +
+	"transferId\"#\n" +
+	"\rTransferReady\x12\x12\n" +
+	"\x04size\x18\x01 \x01(\x03R\x04size\"x\n" +
+	"\vFileListing\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x127\n" +
+	"\aentries\x18\x02 \x03(\v2\x1d.agentic.sandbox.v1.FileEntryR\aentries\x12\x1c\n" +
+	"\ttruncated\x18\x03 \x01(\bR\ttruncated\"\xcc\x01\n" +
+	"\tFileEntry\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x120\n" +
+	"\x04type\x18\x02 \x01(\x0e2\x1c.agentic.sandbox.v1.FileTypeR\x04type\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size\x12\x12\n" +
+	"\x04mode\x18\x04 \x01(\rR\x04mode\x120\n" +
+	"\x05mtime\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05mtime\x12\x1f\n" +
+	"\vlink_target\x18\x06 \x01(\tR\n" +
+	"linkTarget\"\\\n" +
+	"\vTransferEnd\x123\n" +
+	"\x05error\x18\x01 \x01(\x0e2\x1d.agentic.sandbox.v1.FileErrorR\x05error\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"_\n" +
+	"\x10TransferResponse\x12\x14\n" +
+	"\x04data\x18\x01 \x01(\fH\x00R\x04data\x12\x12\n" +
+	"\x03eof\x18\x02 \x01(\bH\x00R\x03eof\x12\x16\n" +
+	"\x05abort\x18\x03 \x01(\bH\x00R\x05abortB\t\n" +
 	"\apayload\"\xaa\x03\n" +
 	"\fRegistration\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1a\n" +
@@ -2875,10 +3745,33 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"\x1cRECONCILE_ACTION_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15RECONCILE_ACTION_KEEP\x10\x01\x12\x1a\n" +
 	"\x16RECONCILE_ACTION_ADOPT\x10\x02\x12\x19\n" +
-	"\x15RECONCILE_ACTION_KILL\x10\x032\xb3\x01\n" +
+	"\x15RECONCILE_ACTION_KILL\x10\x03*\xa1\x01\n" +
+	"\x06FileOp\x12\x17\n" +
+	"\x13FILE_OP_UNSPECIFIED\x10\x00\x12\x10\n" +
+	"\fFILE_OP_LIST\x10\x01\x12\x10\n" +
+	"\fFILE_OP_READ\x10\x02\x12\x11\n" +
+	"\rFILE_OP_WRITE\x10\x03\x12\x12\n" +
+	"\x0eFILE_OP_DELETE\x10\x04\x12\x18\n" +
+	"\x14FILE_OP_READ_ARCHIVE\x10\x05\x12\x19\n" +
+	"\x15FILE_OP_WRITE_ARCHIVE\x10\x06*x\n" +
+	"\bFileType\x12\x19\n" +
+	"\x15FILE_TYPE_UNSPECIFIED\x10\x00\x12\x12\n" +
+	"\x0eFILE_TYPE_FILE\x10\x01\x12\x11\n" +
+	"\rFILE_TYPE_DIR\x10\x02\x12\x15\n" +
+	"\x11FILE_TYPE_SYMLINK\x10\x03\x12\x13\n" +
+	"\x0fFILE_TYPE_OTHER\x10\x04*\xcb\x01\n" +
+	"\tFileError\x12\x1a\n" +
+	"\x16FILE_ERROR_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14FILE_ERROR_NOT_FOUND\x10\x01\x12 \n" +
+	"\x1cFILE_ERROR_PERMISSION_DENIED\x10\x02\x12\x1b\n" +
+	"\x17FILE_ERROR_INVALID_PATH\x10\x03\x12\x18\n" +
+	"\x14FILE_ERROR_TOO_LARGE\x10\x04\x12\x18\n" +
+	"\x14FILE_ERROR_NOT_EMPTY\x10\x05\x12\x15\n" +
+	"\x11FILE_ERROR_FAILED\x10\x062\x8e\x02\n" +
 	"\fAgentService\x12V\n" +
 	"\aConnect\x12\".agentic.sandbox.v1.ConnectRequest\x1a#.agentic.sandbox.v1.ConnectResponse(\x010\x01\x12K\n" +
-	"\x04Exec\x12\x1f.agentic.sandbox.v1.ExecRequest\x1a .agentic.sandbox.v1.ExecResponse0\x01BMZKgithub.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1;sandboxv1b\x06proto3"
+	"\x04Exec\x12\x1f.agentic.sandbox.v1.ExecRequest\x1a .agentic.sandbox.v1.ExecResponse0\x01\x12Y\n" +
+	"\bTransfer\x12#.agentic.sandbox.v1.TransferRequest\x1a$.agentic.sandbox.v1.TransferResponse(\x010\x01BMZKgithub.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1;sandboxv1b\x06proto3"
 
 var (
 	file_agentic_sandbox_v1_agent_proto_rawDescOnce sync.Once
@@ -2892,8 +3785,8 @@ func file_agentic_sandbox_v1_agent_proto_rawDescGZIP() []byte {
 	return file_agentic_sandbox_v1_agent_proto_rawDescData
 }
 
-var file_agentic_sandbox_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_agentic_sandbox_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_agentic_sandbox_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
+var file_agentic_sandbox_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_agentic_sandbox_v1_agent_proto_goTypes = []any{
 	(RuntimeKind)(0),              // 0: agentic.sandbox.v1.RuntimeKind
 	(AgentStatus)(0),              // 1: agentic.sandbox.v1.AgentStatus
@@ -2901,96 +3794,119 @@ var file_agentic_sandbox_v1_agent_proto_goTypes = []any{
 	(SessionType)(0),              // 3: agentic.sandbox.v1.SessionType
 	(SessionState)(0),             // 4: agentic.sandbox.v1.SessionState
 	(ReconcileAction)(0),          // 5: agentic.sandbox.v1.ReconcileAction
-	(*ConnectRequest)(nil),        // 6: agentic.sandbox.v1.ConnectRequest
-	(*CommandStarted)(nil),        // 7: agentic.sandbox.v1.CommandStarted
-	(*ConnectResponse)(nil),       // 8: agentic.sandbox.v1.ConnectResponse
-	(*Registration)(nil),          // 9: agentic.sandbox.v1.Registration
-	(*SystemInfo)(nil),            // 10: agentic.sandbox.v1.SystemInfo
-	(*RegistrationAck)(nil),       // 11: agentic.sandbox.v1.RegistrationAck
-	(*Heartbeat)(nil),             // 12: agentic.sandbox.v1.Heartbeat
-	(*Metrics)(nil),               // 13: agentic.sandbox.v1.Metrics
-	(*OutputChunk)(nil),           // 14: agentic.sandbox.v1.OutputChunk
-	(*CommandRequest)(nil),        // 15: agentic.sandbox.v1.CommandRequest
-	(*StdinChunk)(nil),            // 16: agentic.sandbox.v1.StdinChunk
-	(*PtyControl)(nil),            // 17: agentic.sandbox.v1.PtyControl
-	(*CommandKill)(nil),           // 18: agentic.sandbox.v1.CommandKill
-	(*PtyResize)(nil),             // 19: agentic.sandbox.v1.PtyResize
-	(*PtySignal)(nil),             // 20: agentic.sandbox.v1.PtySignal
-	(*CommandResult)(nil),         // 21: agentic.sandbox.v1.CommandResult
-	(*ConfigUpdate)(nil),          // 22: agentic.sandbox.v1.ConfigUpdate
-	(*Shutdown)(nil),              // 23: agentic.sandbox.v1.Shutdown
-	(*Ping)(nil),                  // 24: agentic.sandbox.v1.Ping
-	(*Pong)(nil),                  // 25: agentic.sandbox.v1.Pong
-	(*SessionQuery)(nil),          // 26: agentic.sandbox.v1.SessionQuery
-	(*SessionInfo)(nil),           // 27: agentic.sandbox.v1.SessionInfo
-	(*SessionReport)(nil),         // 28: agentic.sandbox.v1.SessionReport
-	(*SessionDecision)(nil),       // 29: agentic.sandbox.v1.SessionDecision
-	(*SessionReconcile)(nil),      // 30: agentic.sandbox.v1.SessionReconcile
-	(*SessionAck)(nil),            // 31: agentic.sandbox.v1.SessionAck
-	(*ExecRequest)(nil),           // 32: agentic.sandbox.v1.ExecRequest
-	(*ExecResponse)(nil),          // 33: agentic.sandbox.v1.ExecResponse
-	nil,                           // 34: agentic.sandbox.v1.Registration.LabelsEntry
-	nil,                           // 35: agentic.sandbox.v1.RegistrationAck.ConfigEntry
-	nil,                           // 36: agentic.sandbox.v1.CommandRequest.EnvEntry
-	nil,                           // 37: agentic.sandbox.v1.ConfigUpdate.ConfigEntry
-	(*timestamppb.Timestamp)(nil), // 38: google.protobuf.Timestamp
+	(FileOp)(0),                   // 6: agentic.sandbox.v1.FileOp
+	(FileType)(0),                 // 7: agentic.sandbox.v1.FileType
+	(FileError)(0),                // 8: agentic.sandbox.v1.FileError
+	(*ConnectRequest)(nil),        // 9: agentic.sandbox.v1.ConnectRequest
+	(*CommandStarted)(nil),        // 10: agentic.sandbox.v1.CommandStarted
+	(*ConnectResponse)(nil),       // 11: agentic.sandbox.v1.ConnectResponse
+	(*FileRequest)(nil),           // 12: agentic.sandbox.v1.FileRequest
+	(*TransferRequest)(nil),       // 13: agentic.sandbox.v1.TransferRequest
+	(*TransferOpen)(nil),          // 14: agentic.sandbox.v1.TransferOpen
+	(*TransferReady)(nil),         // 15: agentic.sandbox.v1.TransferReady
+	(*FileListing)(nil),           // 16: agentic.sandbox.v1.FileListing
+	(*FileEntry)(nil),             // 17: agentic.sandbox.v1.FileEntry
+	(*TransferEnd)(nil),           // 18: agentic.sandbox.v1.TransferEnd
+	(*TransferResponse)(nil),      // 19: agentic.sandbox.v1.TransferResponse
+	(*Registration)(nil),          // 20: agentic.sandbox.v1.Registration
+	(*SystemInfo)(nil),            // 21: agentic.sandbox.v1.SystemInfo
+	(*RegistrationAck)(nil),       // 22: agentic.sandbox.v1.RegistrationAck
+	(*Heartbeat)(nil),             // 23: agentic.sandbox.v1.Heartbeat
+	(*Metrics)(nil),               // 24: agentic.sandbox.v1.Metrics
+	(*OutputChunk)(nil),           // 25: agentic.sandbox.v1.OutputChunk
+	(*CommandRequest)(nil),        // 26: agentic.sandbox.v1.CommandRequest
+	(*StdinChunk)(nil),            // 27: agentic.sandbox.v1.StdinChunk
+	(*PtyControl)(nil),            // 28: agentic.sandbox.v1.PtyControl
+	(*CommandKill)(nil),           // 29: agentic.sandbox.v1.CommandKill
+	(*PtyResize)(nil),             // 30: agentic.sandbox.v1.PtyResize
+	(*PtySignal)(nil),             // 31: agentic.sandbox.v1.PtySignal
+	(*CommandResult)(nil),         // 32: agentic.sandbox.v1.CommandResult
+	(*ConfigUpdate)(nil),          // 33: agentic.sandbox.v1.ConfigUpdate
+	(*Shutdown)(nil),              // 34: agentic.sandbox.v1.Shutdown
+	(*Ping)(nil),                  // 35: agentic.sandbox.v1.Ping
+	(*Pong)(nil),                  // 36: agentic.sandbox.v1.Pong
+	(*SessionQuery)(nil),          // 37: agentic.sandbox.v1.SessionQuery
+	(*SessionInfo)(nil),           // 38: agentic.sandbox.v1.SessionInfo
+	(*SessionReport)(nil),         // 39: agentic.sandbox.v1.SessionReport
+	(*SessionDecision)(nil),       // 40: agentic.sandbox.v1.SessionDecision
+	(*SessionReconcile)(nil),      // 41: agentic.sandbox.v1.SessionReconcile
+	(*SessionAck)(nil),            // 42: agentic.sandbox.v1.SessionAck
+	(*ExecRequest)(nil),           // 43: agentic.sandbox.v1.ExecRequest
+	(*ExecResponse)(nil),          // 44: agentic.sandbox.v1.ExecResponse
+	nil,                           // 45: agentic.sandbox.v1.Registration.LabelsEntry
+	nil,                           // 46: agentic.sandbox.v1.RegistrationAck.ConfigEntry
+	nil,                           // 47: agentic.sandbox.v1.CommandRequest.EnvEntry
+	nil,                           // 48: agentic.sandbox.v1.ConfigUpdate.ConfigEntry
+	(*timestamppb.Timestamp)(nil), // 49: google.protobuf.Timestamp
 }
 var file_agentic_sandbox_v1_agent_proto_depIdxs = []int32{
-	9,  // 0: agentic.sandbox.v1.ConnectRequest.registration:type_name -> agentic.sandbox.v1.Registration
-	12, // 1: agentic.sandbox.v1.ConnectRequest.heartbeat:type_name -> agentic.sandbox.v1.Heartbeat
-	13, // 2: agentic.sandbox.v1.ConnectRequest.metrics:type_name -> agentic.sandbox.v1.Metrics
-	14, // 3: agentic.sandbox.v1.ConnectRequest.output:type_name -> agentic.sandbox.v1.OutputChunk
-	21, // 4: agentic.sandbox.v1.ConnectRequest.command_result:type_name -> agentic.sandbox.v1.CommandResult
-	28, // 5: agentic.sandbox.v1.ConnectRequest.session_report:type_name -> agentic.sandbox.v1.SessionReport
-	31, // 6: agentic.sandbox.v1.ConnectRequest.session_ack:type_name -> agentic.sandbox.v1.SessionAck
-	25, // 7: agentic.sandbox.v1.ConnectRequest.pong:type_name -> agentic.sandbox.v1.Pong
-	7,  // 8: agentic.sandbox.v1.ConnectRequest.command_started:type_name -> agentic.sandbox.v1.CommandStarted
-	38, // 9: agentic.sandbox.v1.CommandStarted.started_at:type_name -> google.protobuf.Timestamp
-	11, // 10: agentic.sandbox.v1.ConnectResponse.registration_ack:type_name -> agentic.sandbox.v1.RegistrationAck
-	15, // 11: agentic.sandbox.v1.ConnectResponse.command:type_name -> agentic.sandbox.v1.CommandRequest
-	16, // 12: agentic.sandbox.v1.ConnectResponse.stdin:type_name -> agentic.sandbox.v1.StdinChunk
-	17, // 13: agentic.sandbox.v1.ConnectResponse.pty_control:type_name -> agentic.sandbox.v1.PtyControl
-	22, // 14: agentic.sandbox.v1.ConnectResponse.config_update:type_name -> agentic.sandbox.v1.ConfigUpdate
-	23, // 15: agentic.sandbox.v1.ConnectResponse.shutdown:type_name -> agentic.sandbox.v1.Shutdown
-	24, // 16: agentic.sandbox.v1.ConnectResponse.ping:type_name -> agentic.sandbox.v1.Ping
-	26, // 17: agentic.sandbox.v1.ConnectResponse.session_query:type_name -> agentic.sandbox.v1.SessionQuery
-	30, // 18: agentic.sandbox.v1.ConnectResponse.session_reconcile:type_name -> agentic.sandbox.v1.SessionReconcile
-	10, // 19: agentic.sandbox.v1.Registration.system_info:type_name -> agentic.sandbox.v1.SystemInfo
-	34, // 20: agentic.sandbox.v1.Registration.labels:type_name -> agentic.sandbox.v1.Registration.LabelsEntry
-	0,  // 21: agentic.sandbox.v1.Registration.runtime:type_name -> agentic.sandbox.v1.RuntimeKind
-	35, // 22: agentic.sandbox.v1.RegistrationAck.config:type_name -> agentic.sandbox.v1.RegistrationAck.ConfigEntry
-	1,  // 23: agentic.sandbox.v1.Heartbeat.status:type_name -> agentic.sandbox.v1.AgentStatus
-	38, // 24: agentic.sandbox.v1.Heartbeat.sent_at:type_name -> google.protobuf.Timestamp
-	13, // 25: agentic.sandbox.v1.Heartbeat.metrics:type_name -> agentic.sandbox.v1.Metrics
-	2,  // 26: agentic.sandbox.v1.OutputChunk.stream:type_name -> agentic.sandbox.v1.OutputStream
-	38, // 27: agentic.sandbox.v1.OutputChunk.timestamp:type_name -> google.protobuf.Timestamp
-	36, // 28: agentic.sandbox.v1.CommandRequest.env:type_name -> agentic.sandbox.v1.CommandRequest.EnvEntry
-	3,  // 29: agentic.sandbox.v1.CommandRequest.session_type:type_name -> agentic.sandbox.v1.SessionType
-	19, // 30: agentic.sandbox.v1.PtyControl.resize:type_name -> agentic.sandbox.v1.PtyResize
-	20, // 31: agentic.sandbox.v1.PtyControl.signal:type_name -> agentic.sandbox.v1.PtySignal
-	18, // 32: agentic.sandbox.v1.PtyControl.kill:type_name -> agentic.sandbox.v1.CommandKill
-	37, // 33: agentic.sandbox.v1.ConfigUpdate.config:type_name -> agentic.sandbox.v1.ConfigUpdate.ConfigEntry
-	3,  // 34: agentic.sandbox.v1.SessionInfo.type:type_name -> agentic.sandbox.v1.SessionType
-	4,  // 35: agentic.sandbox.v1.SessionInfo.state:type_name -> agentic.sandbox.v1.SessionState
-	38, // 36: agentic.sandbox.v1.SessionInfo.started_at:type_name -> google.protobuf.Timestamp
-	38, // 37: agentic.sandbox.v1.SessionInfo.ended_at:type_name -> google.protobuf.Timestamp
-	21, // 38: agentic.sandbox.v1.SessionInfo.result:type_name -> agentic.sandbox.v1.CommandResult
-	2,  // 39: agentic.sandbox.v1.SessionInfo.tail_stream:type_name -> agentic.sandbox.v1.OutputStream
-	27, // 40: agentic.sandbox.v1.SessionReport.sessions:type_name -> agentic.sandbox.v1.SessionInfo
-	5,  // 41: agentic.sandbox.v1.SessionDecision.action:type_name -> agentic.sandbox.v1.ReconcileAction
-	29, // 42: agentic.sandbox.v1.SessionReconcile.decisions:type_name -> agentic.sandbox.v1.SessionDecision
-	15, // 43: agentic.sandbox.v1.ExecRequest.command:type_name -> agentic.sandbox.v1.CommandRequest
-	14, // 44: agentic.sandbox.v1.ExecResponse.output:type_name -> agentic.sandbox.v1.OutputChunk
-	21, // 45: agentic.sandbox.v1.ExecResponse.result:type_name -> agentic.sandbox.v1.CommandResult
-	6,  // 46: agentic.sandbox.v1.AgentService.Connect:input_type -> agentic.sandbox.v1.ConnectRequest
-	32, // 47: agentic.sandbox.v1.AgentService.Exec:input_type -> agentic.sandbox.v1.ExecRequest
-	8,  // 48: agentic.sandbox.v1.AgentService.Connect:output_type -> agentic.sandbox.v1.ConnectResponse
-	33, // 49: agentic.sandbox.v1.AgentService.Exec:output_type -> agentic.sandbox.v1.ExecResponse
-	48, // [48:50] is the sub-list for method output_type
-	46, // [46:48] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	20, // 0: agentic.sandbox.v1.ConnectRequest.registration:type_name -> agentic.sandbox.v1.Registration
+	23, // 1: agentic.sandbox.v1.ConnectRequest.heartbeat:type_name -> agentic.sandbox.v1.Heartbeat
+	24, // 2: agentic.sandbox.v1.ConnectRequest.metrics:type_name -> agentic.sandbox.v1.Metrics
+	25, // 3: agentic.sandbox.v1.ConnectRequest.output:type_name -> agentic.sandbox.v1.OutputChunk
+	32, // 4: agentic.sandbox.v1.ConnectRequest.command_result:type_name -> agentic.sandbox.v1.CommandResult
+	39, // 5: agentic.sandbox.v1.ConnectRequest.session_report:type_name -> agentic.sandbox.v1.SessionReport
+	42, // 6: agentic.sandbox.v1.ConnectRequest.session_ack:type_name -> agentic.sandbox.v1.SessionAck
+	36, // 7: agentic.sandbox.v1.ConnectRequest.pong:type_name -> agentic.sandbox.v1.Pong
+	10, // 8: agentic.sandbox.v1.ConnectRequest.command_started:type_name -> agentic.sandbox.v1.CommandStarted
+	49, // 9: agentic.sandbox.v1.CommandStarted.started_at:type_name -> google.protobuf.Timestamp
+	22, // 10: agentic.sandbox.v1.ConnectResponse.registration_ack:type_name -> agentic.sandbox.v1.RegistrationAck
+	26, // 11: agentic.sandbox.v1.ConnectResponse.command:type_name -> agentic.sandbox.v1.CommandRequest
+	27, // 12: agentic.sandbox.v1.ConnectResponse.stdin:type_name -> agentic.sandbox.v1.StdinChunk
+	28, // 13: agentic.sandbox.v1.ConnectResponse.pty_control:type_name -> agentic.sandbox.v1.PtyControl
+	33, // 14: agentic.sandbox.v1.ConnectResponse.config_update:type_name -> agentic.sandbox.v1.ConfigUpdate
+	34, // 15: agentic.sandbox.v1.ConnectResponse.shutdown:type_name -> agentic.sandbox.v1.Shutdown
+	35, // 16: agentic.sandbox.v1.ConnectResponse.ping:type_name -> agentic.sandbox.v1.Ping
+	37, // 17: agentic.sandbox.v1.ConnectResponse.session_query:type_name -> agentic.sandbox.v1.SessionQuery
+	41, // 18: agentic.sandbox.v1.ConnectResponse.session_reconcile:type_name -> agentic.sandbox.v1.SessionReconcile
+	12, // 19: agentic.sandbox.v1.ConnectResponse.file_request:type_name -> agentic.sandbox.v1.FileRequest
+	6,  // 20: agentic.sandbox.v1.FileRequest.op:type_name -> agentic.sandbox.v1.FileOp
+	14, // 21: agentic.sandbox.v1.TransferRequest.open:type_name -> agentic.sandbox.v1.TransferOpen
+	15, // 22: agentic.sandbox.v1.TransferRequest.ready:type_name -> agentic.sandbox.v1.TransferReady
+	16, // 23: agentic.sandbox.v1.TransferRequest.listing:type_name -> agentic.sandbox.v1.FileListing
+	18, // 24: agentic.sandbox.v1.TransferRequest.end:type_name -> agentic.sandbox.v1.TransferEnd
+	17, // 25: agentic.sandbox.v1.FileListing.entries:type_name -> agentic.sandbox.v1.FileEntry
+	7,  // 26: agentic.sandbox.v1.FileEntry.type:type_name -> agentic.sandbox.v1.FileType
+	49, // 27: agentic.sandbox.v1.FileEntry.mtime:type_name -> google.protobuf.Timestamp
+	8,  // 28: agentic.sandbox.v1.TransferEnd.error:type_name -> agentic.sandbox.v1.FileError
+	21, // 29: agentic.sandbox.v1.Registration.system_info:type_name -> agentic.sandbox.v1.SystemInfo
+	45, // 30: agentic.sandbox.v1.Registration.labels:type_name -> agentic.sandbox.v1.Registration.LabelsEntry
+	0,  // 31: agentic.sandbox.v1.Registration.runtime:type_name -> agentic.sandbox.v1.RuntimeKind
+	46, // 32: agentic.sandbox.v1.RegistrationAck.config:type_name -> agentic.sandbox.v1.RegistrationAck.ConfigEntry
+	1,  // 33: agentic.sandbox.v1.Heartbeat.status:type_name -> agentic.sandbox.v1.AgentStatus
+	49, // 34: agentic.sandbox.v1.Heartbeat.sent_at:type_name -> google.protobuf.Timestamp
+	24, // 35: agentic.sandbox.v1.Heartbeat.metrics:type_name -> agentic.sandbox.v1.Metrics
+	2,  // 36: agentic.sandbox.v1.OutputChunk.stream:type_name -> agentic.sandbox.v1.OutputStream
+	49, // 37: agentic.sandbox.v1.OutputChunk.timestamp:type_name -> google.protobuf.Timestamp
+	47, // 38: agentic.sandbox.v1.CommandRequest.env:type_name -> agentic.sandbox.v1.CommandRequest.EnvEntry
+	3,  // 39: agentic.sandbox.v1.CommandRequest.session_type:type_name -> agentic.sandbox.v1.SessionType
+	30, // 40: agentic.sandbox.v1.PtyControl.resize:type_name -> agentic.sandbox.v1.PtyResize
+	31, // 41: agentic.sandbox.v1.PtyControl.signal:type_name -> agentic.sandbox.v1.PtySignal
+	29, // 42: agentic.sandbox.v1.PtyControl.kill:type_name -> agentic.sandbox.v1.CommandKill
+	48, // 43: agentic.sandbox.v1.ConfigUpdate.config:type_name -> agentic.sandbox.v1.ConfigUpdate.ConfigEntry
+	3,  // 44: agentic.sandbox.v1.SessionInfo.type:type_name -> agentic.sandbox.v1.SessionType
+	4,  // 45: agentic.sandbox.v1.SessionInfo.state:type_name -> agentic.sandbox.v1.SessionState
+	49, // 46: agentic.sandbox.v1.SessionInfo.started_at:type_name -> google.protobuf.Timestamp
+	49, // 47: agentic.sandbox.v1.SessionInfo.ended_at:type_name -> google.protobuf.Timestamp
+	32, // 48: agentic.sandbox.v1.SessionInfo.result:type_name -> agentic.sandbox.v1.CommandResult
+	2,  // 49: agentic.sandbox.v1.SessionInfo.tail_stream:type_name -> agentic.sandbox.v1.OutputStream
+	38, // 50: agentic.sandbox.v1.SessionReport.sessions:type_name -> agentic.sandbox.v1.SessionInfo
+	5,  // 51: agentic.sandbox.v1.SessionDecision.action:type_name -> agentic.sandbox.v1.ReconcileAction
+	40, // 52: agentic.sandbox.v1.SessionReconcile.decisions:type_name -> agentic.sandbox.v1.SessionDecision
+	26, // 53: agentic.sandbox.v1.ExecRequest.command:type_name -> agentic.sandbox.v1.CommandRequest
+	25, // 54: agentic.sandbox.v1.ExecResponse.output:type_name -> agentic.sandbox.v1.OutputChunk
+	32, // 55: agentic.sandbox.v1.ExecResponse.result:type_name -> agentic.sandbox.v1.CommandResult
+	9,  // 56: agentic.sandbox.v1.AgentService.Connect:input_type -> agentic.sandbox.v1.ConnectRequest
+	43, // 57: agentic.sandbox.v1.AgentService.Exec:input_type -> agentic.sandbox.v1.ExecRequest
+	13, // 58: agentic.sandbox.v1.AgentService.Transfer:input_type -> agentic.sandbox.v1.TransferRequest
+	11, // 59: agentic.sandbox.v1.AgentService.Connect:output_type -> agentic.sandbox.v1.ConnectResponse
+	44, // 60: agentic.sandbox.v1.AgentService.Exec:output_type -> agentic.sandbox.v1.ExecResponse
+	19, // 61: agentic.sandbox.v1.AgentService.Transfer:output_type -> agentic.sandbox.v1.TransferResponse
+	59, // [59:62] is the sub-list for method output_type
+	56, // [56:59] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_agentic_sandbox_v1_agent_proto_init() }
@@ -3019,13 +3935,26 @@ func file_agentic_sandbox_v1_agent_proto_init() {
 		(*ConnectResponse_Ping)(nil),
 		(*ConnectResponse_SessionQuery)(nil),
 		(*ConnectResponse_SessionReconcile)(nil),
+		(*ConnectResponse_FileRequest)(nil),
 	}
-	file_agentic_sandbox_v1_agent_proto_msgTypes[11].OneofWrappers = []any{
+	file_agentic_sandbox_v1_agent_proto_msgTypes[4].OneofWrappers = []any{
+		(*TransferRequest_Open)(nil),
+		(*TransferRequest_Ready)(nil),
+		(*TransferRequest_Data)(nil),
+		(*TransferRequest_Listing)(nil),
+		(*TransferRequest_End)(nil),
+	}
+	file_agentic_sandbox_v1_agent_proto_msgTypes[10].OneofWrappers = []any{
+		(*TransferResponse_Data)(nil),
+		(*TransferResponse_Eof)(nil),
+		(*TransferResponse_Abort)(nil),
+	}
+	file_agentic_sandbox_v1_agent_proto_msgTypes[19].OneofWrappers = []any{
 		(*PtyControl_Resize)(nil),
 		(*PtyControl_Signal)(nil),
 		(*PtyControl_Kill)(nil),
 	}
-	file_agentic_sandbox_v1_agent_proto_msgTypes[27].OneofWrappers = []any{
+	file_agentic_sandbox_v1_agent_proto_msgTypes[35].OneofWrappers = []any{
 		(*ExecResponse_Output)(nil),
 		(*ExecResponse_Result)(nil),
 	}
@@ -3034,8 +3963,8 @@ func file_agentic_sandbox_v1_agent_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentic_sandbox_v1_agent_proto_rawDesc), len(file_agentic_sandbox_v1_agent_proto_rawDesc)),
-			NumEnums:      6,
-			NumMessages:   32,
+			NumEnums:      9,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

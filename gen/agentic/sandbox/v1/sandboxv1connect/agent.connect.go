@@ -39,6 +39,8 @@ const (
 	AgentServiceConnectProcedure = "/agentic.sandbox.v1.AgentService/Connect"
 	// AgentServiceExecProcedure is the fully-qualified name of the AgentService's Exec RPC.
 	AgentServiceExecProcedure = "/agentic.sandbox.v1.AgentService/Exec"
+	// AgentServiceTransferProcedure is the fully-qualified name of the AgentService's Transfer RPC.
+	AgentServiceTransferProcedure = "/agentic.sandbox.v1.AgentService/Transfer"
 )
 
 // AgentServiceClient is a client for the agentic.sandbox.v1.AgentService service.
@@ -50,6 +52,14 @@ type AgentServiceClient interface {
 	// Exec runs one command on a connected agent for an operator (bearer token in
 	// the Authorization header) and streams its output, then its result.
 	Exec(context.Context, *connect.Request[v1.ExecRequest]) (*connect.ServerStreamForClient[v1.ExecResponse], error)
+	// Transfer carries the data of one file operation the server asked for in
+	// a FileRequest on Connect; the agent opens it (same headers as Connect)
+	// and its first message is a TransferOpen naming the request. A stream of
+	// its own per transfer, not messages on Connect, because HTTP/2 gives each
+	// stream its own flow-control window: a slow reader slows only its own
+	// writer, a 10 GiB file moves through a window of bounded size, and a
+	// transfer never queues in front of terminal output on Connect.
+	Transfer(context.Context) *connect.BidiStreamForClient[v1.TransferRequest, v1.TransferResponse]
 }
 
 // NewAgentServiceClient constructs a client for the agentic.sandbox.v1.AgentService service. By
@@ -75,13 +85,20 @@ func NewAgentServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(agentServiceMethods.ByName("Exec")),
 			connect.WithClientOptions(opts...),
 		),
+		transfer: connect.NewClient[v1.TransferRequest, v1.TransferResponse](
+			httpClient,
+			baseURL+AgentServiceTransferProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("Transfer")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // agentServiceClient implements AgentServiceClient.
 type agentServiceClient struct {
-	connect *connect.Client[v1.ConnectRequest, v1.ConnectResponse]
-	exec    *connect.Client[v1.ExecRequest, v1.ExecResponse]
+	connect  *connect.Client[v1.ConnectRequest, v1.ConnectResponse]
+	exec     *connect.Client[v1.ExecRequest, v1.ExecResponse]
+	transfer *connect.Client[v1.TransferRequest, v1.TransferResponse]
 }
 
 // Connect calls agentic.sandbox.v1.AgentService.Connect.
@@ -94,6 +111,11 @@ func (c *agentServiceClient) Exec(ctx context.Context, req *connect.Request[v1.E
 	return c.exec.CallServerStream(ctx, req)
 }
 
+// Transfer calls agentic.sandbox.v1.AgentService.Transfer.
+func (c *agentServiceClient) Transfer(ctx context.Context) *connect.BidiStreamForClient[v1.TransferRequest, v1.TransferResponse] {
+	return c.transfer.CallBidiStream(ctx)
+}
+
 // AgentServiceHandler is an implementation of the agentic.sandbox.v1.AgentService service.
 type AgentServiceHandler interface {
 	// Connect is the agent's one long-lived stream. The agent authenticates with
@@ -103,6 +125,14 @@ type AgentServiceHandler interface {
 	// Exec runs one command on a connected agent for an operator (bearer token in
 	// the Authorization header) and streams its output, then its result.
 	Exec(context.Context, *connect.Request[v1.ExecRequest], *connect.ServerStream[v1.ExecResponse]) error
+	// Transfer carries the data of one file operation the server asked for in
+	// a FileRequest on Connect; the agent opens it (same headers as Connect)
+	// and its first message is a TransferOpen naming the request. A stream of
+	// its own per transfer, not messages on Connect, because HTTP/2 gives each
+	// stream its own flow-control window: a slow reader slows only its own
+	// writer, a 10 GiB file moves through a window of bounded size, and a
+	// transfer never queues in front of terminal output on Connect.
+	Transfer(context.Context, *connect.BidiStream[v1.TransferRequest, v1.TransferResponse]) error
 }
 
 // NewAgentServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -124,12 +154,20 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(agentServiceMethods.ByName("Exec")),
 		connect.WithHandlerOptions(opts...),
 	)
+	agentServiceTransferHandler := connect.NewBidiStreamHandler(
+		AgentServiceTransferProcedure,
+		svc.Transfer,
+		connect.WithSchema(agentServiceMethods.ByName("Transfer")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/agentic.sandbox.v1.AgentService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AgentServiceConnectProcedure:
 			agentServiceConnectHandler.ServeHTTP(w, r)
 		case AgentServiceExecProcedure:
 			agentServiceExecHandler.ServeHTTP(w, r)
+		case AgentServiceTransferProcedure:
+			agentServiceTransferHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -145,4 +183,8 @@ func (UnimplementedAgentServiceHandler) Connect(context.Context, *connect.BidiSt
 
 func (UnimplementedAgentServiceHandler) Exec(context.Context, *connect.Request[v1.ExecRequest], *connect.ServerStream[v1.ExecResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("agentic.sandbox.v1.AgentService.Exec is not implemented"))
+}
+
+func (UnimplementedAgentServiceHandler) Transfer(context.Context, *connect.BidiStream[v1.TransferRequest, v1.TransferResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("agentic.sandbox.v1.AgentService.Transfer is not implemented"))
 }

@@ -1,0 +1,426 @@
+// Package agentfs is an agent's file work (ports.FileSystem): listing,
+// reading, writing, deleting and moving trees as tar. Each operation runs in
+// a helper process, the agent's own binary started with HelperArg as the
+// user the agent's commands run as (AGENT_RUN_AS) and in the directory they
+// start in, so a file operation can do exactly what a command could, and no
+// more: the agent itself may be root in a container.
+//
+// The helper speaks over its standard streams: stdin carries upload data in
+// frames (a 4-byte big-endian length, then the bytes; a zero length commits,
+// and a stream that ends without it is an abort); stdout carries download
+// data (or a listing as JSON); stderr carries status lines as JSON: an
+// optional {"ready":true,"size":N} once a read has opened its file, then
+// one final {"done":true} or {"error":code,"message":…}.
+package agentfs
+
+import (
+	"bufio"
+	"compress/gzip"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/internal/tarsafe"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+// HelperArg is the first argument that makes the agent binary a file helper.
+const HelperArg = "__agentic-files"
+
+// maxFrame bounds one upload frame; the agent writes at most chunkSize.
+const maxFrame = 4 << 20
+
+// status is one line the helper writes to stderr.
+type status struct {
+	Ready   bool   `json:"ready,omitempty"`
+	Size    int64  `json:"size,omitempty"`
+	Done    bool   `json:"done,omitempty"`
+	Error   string `json:"error,omitempty"`
+	Message string `json:"message,omitempty"`
+}
+
+// The error codes of status lines.
+const (
+	codeNotFound  = "not_found"
+	codeDenied    = "permission_denied"
+	codeInvalid   = "invalid_path"
+	codeTooLarge  = "too_large"
+	codeNotEmpty  = "not_empty"
+	codeFailed    = "failed"
+	codeCutShort  = "cut_short"
+	exitHelperErr = 3
+)
+
+var (
+	errInvalid  = ports.ErrInvalidPath
+	errTooLarge = ports.ErrFileTooLarge
+	errCutShort = errors.New("the upload ended before all of it arrived")
+)
+
+// Serve is the helper's main: args are what follows HelperArg.
+func Serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	report := func(st status) {
+		b, _ := json.Marshal(st)
+		_, _ = stderr.Write(append(b, '\n'))
+	}
+	err := serve(args, stdin, stdout, func(size int64) { report(status{Ready: true, Size: size}) })
+	if err != nil {
+		report(status{Error: errorCode(err), Message: err.Error()})
+		return exitHelperErr
+	}
+	report(status{Done: true})
+	return 0
+}
+
+func serve(args []string, stdin io.Reader, stdout io.Writer, ready func(size int64)) error {
+	if len(args) < 2 {
+		return fmt.Errorf("%w: usage: %s OP PATH [ARGS]", errInvalid, HelperArg)
+	}
+	op, p := args[0], args[1]
+	path, err := cleanPath(p)
+	if err != nil {
+		return err
+	}
+	intArg := func(i int) (int64, error) {
+		if len(args) <= i {
+			return 0, fmt.Errorf("%s: missing argument %d", op, i)
+		}
+		return strconv.ParseInt(args[i], 0, 64)
+	}
+	switch op {
+	case "list":
+		l, err := list(path)
+		if err != nil {
+			return err
+		}
+		return json.NewEncoder(stdout).Encode(l)
+	case "read":
+		return read(path, stdout, ready)
+	case "write":
+		mode, err := intArg(2)
+		if err != nil {
+			return err
+		}
+		max, err := intArg(3)
+		if err != nil {
+			return err
+		}
+		return write(path, fs.FileMode(mode)&(fs.ModePerm), max, frames(stdin)) //nolint:gosec // permission bits only
+	case "delete":
+		rec, err := intArg(2)
+		if err != nil {
+			return err
+		}
+		return remove(path, rec != 0)
+	case "read-archive":
+		fi, err := os.Stat(path)
+		if err != nil {
+			return err
+		}
+		if !fi.IsDir() {
+			return fmt.Errorf("%w: %s is not a directory", errInvalid, path)
+		}
+		ready(-1)
+		return tarsafe.Create(stdout, path)
+	case "write-archive":
+		max, err := intArg(2)
+		if err != nil {
+			return err
+		}
+		return writeArchive(path, max, frames(stdin))
+	}
+	return fmt.Errorf("%w: unknown operation %q", errInvalid, op)
+}
+
+// cleanPath makes p absolute against the working directory.
+func cleanPath(p string) (string, error) {
+	if p == "" || strings.ContainsRune(p, 0) {
+		return "", fmt.Errorf("%w: empty or with a NUL byte", errInvalid)
+	}
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", errInvalid, err)
+	}
+	return abs, nil
+}
+
+// errorCode sorts an error into the codes a caller can act on.
+func errorCode(err error) string {
+	switch {
+	case errors.Is(err, errCutShort):
+		return codeCutShort
+	case errors.Is(err, errTooLarge):
+		return codeTooLarge
+	case errors.Is(err, fs.ErrNotExist):
+		return codeNotFound
+	case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EROFS):
+		return codeDenied
+	case errors.Is(err, syscall.ENOTEMPTY):
+		return codeNotEmpty
+	case errors.Is(err, errInvalid), errors.Is(err, tarsafe.ErrRefused), errors.Is(err, syscall.ENOTDIR),
+		errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.ENAMETOOLONG), errors.Is(err, syscall.ELOOP):
+		return codeInvalid
+	}
+	return codeFailed
+}
+
+// wireEntry is a FileEntry as the helper writes it.
+type wireEntry struct {
+	Name  string    `json:"name"`
+	Type  string    `json:"type"`
+	Size  int64     `json:"size"`
+	Mode  uint32    `json:"mode"`
+	MTime time.Time `json:"mtime"`
+	Link  string    `json:"link,omitempty"`
+}
+
+type wireListing struct {
+	Path      string      `json:"path"`
+	Entries   []wireEntry `json:"entries"`
+	Truncated bool        `json:"truncated,omitempty"`
+}
+
+func entryOf(dir, name string, fi fs.FileInfo) wireEntry {
+	e := wireEntry{Name: name, Size: fi.Size(), Mode: uint32(fi.Mode().Perm() | fi.Mode()&(fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky)), MTime: fi.ModTime().UTC()}
+	switch m := fi.Mode(); {
+	case m.IsRegular():
+		e.Type = string(ports.FileTypeFile)
+	case m.IsDir():
+		e.Type = string(ports.FileTypeDir)
+	case m&fs.ModeSymlink != 0:
+		e.Type = string(ports.FileTypeSymlink)
+		e.Link, _ = os.Readlink(filepath.Join(dir, name))
+	default:
+		e.Type = string(ports.FileTypeOther)
+	}
+	return e
+}
+
+// list follows a symlink named by path itself, as ls does, but lists the
+// entries inside a directory as they are.
+func list(path string) (wireListing, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		lfi, lerr := os.Lstat(path)
+		if lerr != nil {
+			return wireListing{}, err
+		}
+		fi = lfi // a dangling symlink is listed as itself
+	}
+	if !fi.IsDir() {
+		lfi, err := os.Lstat(path)
+		if err != nil {
+			return wireListing{}, err
+		}
+		return wireListing{Path: path, Entries: []wireEntry{entryOf(filepath.Dir(path), filepath.Base(path), lfi)}}, nil
+	}
+	d, err := os.Open(path)
+	if err != nil {
+		return wireListing{}, err
+	}
+	defer d.Close()
+	l := wireListing{Path: path, Entries: []wireEntry{}}
+	for {
+		des, err := d.ReadDir(256)
+		for _, de := range des {
+			if len(l.Entries) == ports.MaxListedEntries {
+				l.Truncated = true
+				break
+			}
+			info, ierr := de.Info()
+			if ierr != nil {
+				continue // removed while listing
+			}
+			l.Entries = append(l.Entries, entryOf(path, de.Name(), info))
+		}
+		if l.Truncated || errors.Is(err, io.EOF) || len(des) == 0 {
+			break
+		}
+		if err != nil {
+			return wireListing{}, err
+		}
+	}
+	sort.Slice(l.Entries, func(i, j int) bool { return l.Entries[i].Name < l.Entries[j].Name })
+	return l, nil
+}
+
+func read(path string, out io.Writer, ready func(int64)) error {
+	// O_NONBLOCK: opening a FIFO must not hang the helper.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if fi.IsDir() {
+		return fmt.Errorf("%w: %s is a directory (read it as an archive)", errInvalid, path)
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%w: %s is not a regular file", errInvalid, path)
+	}
+	ready(fi.Size())
+	_, err = io.Copy(out, f)
+	return err
+}
+
+// write puts the bytes under a temporary name beside path and renames it
+// over path once all have arrived (an existing symlink is replaced, not
+// written through).
+func write(path string, mode fs.FileMode, max int64, in io.Reader) error {
+	if mode == 0 {
+		mode = 0o644
+	}
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if fi, err := os.Lstat(path); err == nil && fi.IsDir() {
+		return fmt.Errorf("%w: %s is a directory", errInvalid, path)
+	}
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".upload-*")
+	if err != nil {
+		return err
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if _, err := io.Copy(tmp, limit(in, max)); err != nil {
+		return err
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	committed = true
+	return nil
+}
+
+func remove(path string, recursive bool) error {
+	if path == "/" {
+		return fmt.Errorf("%w: refusing to delete /", errInvalid)
+	}
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return err
+	}
+	if fi.IsDir() && recursive {
+		return os.RemoveAll(path)
+	}
+	err = os.Remove(path)
+	if errors.Is(err, syscall.EEXIST) {
+		err = syscall.ENOTEMPTY
+	}
+	return err
+}
+
+// writeArchive extracts a tar, gzipped or not, under dir; tarsafe checks
+// every entry before it writes anything.
+func writeArchive(dir string, max int64, in io.Reader) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	br := bufio.NewReaderSize(in, 64<<10)
+	var r io.Reader = br
+	if magic, err := br.Peek(2); err == nil && magic[0] == 0x1f && magic[1] == 0x8b {
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return fmt.Errorf("%w: bad gzip: %v", tarsafe.ErrRefused, err)
+		}
+		r = zr
+	}
+	return tarsafe.Extract(limit(r, max), dir)
+}
+
+// frames reads the upload framing: a zero-length frame is the end; a
+// stream that ends before it was cut short.
+func frames(r io.Reader) io.Reader {
+	return &frameReader{r: bufio.NewReaderSize(r, 64<<10)}
+}
+
+type frameReader struct {
+	r    *bufio.Reader
+	left uint32
+	end  bool
+}
+
+func (f *frameReader) Read(p []byte) (int, error) {
+	if f.end {
+		return 0, io.EOF
+	}
+	for f.left == 0 {
+		var hdr [4]byte
+		if _, err := io.ReadFull(f.r, hdr[:]); err != nil {
+			return 0, errCutShort
+		}
+		f.left = binary.BigEndian.Uint32(hdr[:])
+		if f.left == 0 {
+			f.end = true
+			return 0, io.EOF
+		}
+		if f.left > maxFrame {
+			return 0, fmt.Errorf("%w: a frame of %d bytes", errCutShort, f.left)
+		}
+	}
+	if int64(len(p)) > int64(f.left) {
+		p = p[:f.left]
+	}
+	n, err := f.r.Read(p)
+	f.left -= uint32(n) //nolint:gosec // n <= len(p) <= f.left
+	if err != nil && !errors.Is(err, io.EOF) {
+		return n, err
+	}
+	if err != nil && f.left > 0 {
+		return n, errCutShort
+	}
+	return n, nil
+}
+
+// limit fails a read that goes past max bytes (max <= 0: no limit).
+func limit(r io.Reader, max int64) io.Reader {
+	if max <= 0 {
+		return r
+	}
+	return &limitReader{r: r, left: max}
+}
+
+type limitReader struct {
+	r    io.Reader
+	left int64
+}
+
+func (l *limitReader) Read(p []byte) (int, error) {
+	if l.left < 0 {
+		return 0, errTooLarge
+	}
+	if int64(len(p)) > l.left+1 {
+		p = p[:l.left+1]
+	}
+	n, err := l.r.Read(p)
+	l.left -= int64(n)
+	if l.left < 0 {
+		return n, errTooLarge
+	}
+	return n, err
+}

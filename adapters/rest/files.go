@@ -1,0 +1,251 @@
+package rest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+// Files on an agent (CONTRACT "Files on an agent"): every body streams
+// through ports.AgentFiles, so memory does not grow with a file's size.
+
+// The upload routes take bodies of any size (up to the file maximum) instead
+// of MaxBodyBytes, and a read deadline that moves with the data.
+var uploadRoutes = map[string]bool{
+	http.MethodPut + " /api/v1/agents/{agent_id}/files/content": true,
+	http.MethodPut + " /api/v1/agents/{agent_id}/files/archive": true,
+}
+
+// uploadIdle is how long an upload may go without a byte before it is cut.
+const uploadIdle = time.Minute
+
+const maxPathLen = 4096
+
+var fileModePattern = regexp.MustCompile(`^0?[0-7]{3}$`)
+
+// uploadBody is an upload's body: bounded by the file maximum, with a read
+// deadline pushed back on every read, so a slow upload lives and a stalled
+// one does not.
+func (s *Server) uploadBody(w http.ResponseWriter, r *http.Request) (io.ReadCloser, *apiError) {
+	if r.ContentLength > s.maxFileBytes() {
+		return nil, tooLarge(r.ContentLength, s.maxFileBytes())
+	}
+	rc := http.NewResponseController(w)
+	body := http.MaxBytesReader(w, r.Body, s.maxFileBytes())
+	return &deadlineBody{ReadCloser: body, push: func() { _ = rc.SetReadDeadline(time.Now().Add(uploadIdle)) }}, nil
+}
+
+type deadlineBody struct {
+	io.ReadCloser
+	push func()
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	b.push()
+	n, err := b.ReadCloser.Read(p)
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		err = fmt.Errorf("%w: the upload is over the maximum of %d bytes", ports.ErrFileTooLarge, tooBig.Limit)
+	}
+	return n, err
+}
+
+func (s *Server) maxFileBytes() int64 {
+	if s.d.MaxFileBytes > 0 {
+		return s.d.MaxFileBytes
+	}
+	return 16 << 30
+}
+
+func tooLarge(n, limit int64) *apiError {
+	return newError(http.StatusRequestEntityTooLarge, "file_too_large", "%d bytes is over the maximum of %d (AGENTIC_FILE_MAX_BYTES)", n, limit)
+}
+
+func checkPath(p string) *apiError {
+	if p == "" || len(p) > maxPathLen || strings.ContainsRune(p, 0) {
+		return newError(http.StatusBadRequest, "invalid_path", "path must be 1 to %d bytes with no NUL", maxPathLen)
+	}
+	return nil
+}
+
+// fileError maps an AgentFiles error; subject names the path.
+func fileError(err error, agentID, path string) *apiError {
+	subject := fmt.Sprintf("agent %q: %s", agentID, clip(path))
+	switch {
+	case errors.Is(err, ports.ErrFileNotFound):
+		return newError(http.StatusNotFound, "file_not_found", "%s: %v", subject, err)
+	case errors.Is(err, ports.ErrPermissionDenied):
+		return newError(http.StatusForbidden, "permission_denied", "%s: %v", subject, err)
+	case errors.Is(err, ports.ErrInvalidPath):
+		return newError(http.StatusBadRequest, "invalid_path", "%s: %v", subject, err)
+	case errors.Is(err, ports.ErrFileTooLarge):
+		return newError(http.StatusRequestEntityTooLarge, "file_too_large", "%s: %v", subject, err)
+	case errors.Is(err, ports.ErrDirectoryNotEmpty):
+		return newError(http.StatusConflict, "directory_not_empty", "%s: %v (delete with recursive=true)", subject, err)
+	case errors.Is(err, ports.ErrTooManyTransfers):
+		return newError(http.StatusTooManyRequests, "too_many_transfers", "%s: %v", subject, err)
+	case errors.Is(err, ports.ErrAgentGone):
+		return newError(http.StatusBadGateway, "agent_gone", "%s: %v", subject, err)
+	}
+	return portError(err, fmt.Sprintf("agent %q", agentID))
+}
+
+func (s *Server) files() (ports.AgentFiles, *apiError) {
+	if s.d.Files == nil {
+		return nil, newError(http.StatusConflict, "not_supported", "this server moves no files")
+	}
+	return s.d.Files, nil
+}
+
+// ListFiles implements restapi.StrictServerInterface.
+func (s *Server) ListFiles(ctx context.Context, req restapi.ListFilesRequestObject) (restapi.ListFilesResponseObject, error) {
+	f, apiErr := s.files()
+	if apiErr != nil {
+		return nil, apiErr
+	}
+	if apiErr := checkPath(req.Params.Path); apiErr != nil {
+		return nil, apiErr
+	}
+	l, err := f.ListFiles(ctx, req.AgentId, req.Params.Path)
+	if err != nil {
+		return nil, fileError(err, req.AgentId, req.Params.Path)
+	}
+	out := restapi.ListFiles200JSONResponse{Path: l.Path, Entries: make([]restapi.FileEntry, 0, len(l.Entries))}
+	if l.Truncated {
+		out.Truncated = &l.Truncated
+	}
+	for _, e := range l.Entries {
+		fe := restapi.FileEntry{
+			Name: e.Name, Type: restapi.FileEntryType(e.Type), Size: e.Size,
+			Mode: fmt.Sprintf("%04o", agentwire.UnixMode(e.Mode)), Mtime: e.ModTime.UTC(),
+		}
+		if e.LinkTarget != "" {
+			fe.LinkTarget = &e.LinkTarget
+		}
+		out.Entries = append(out.Entries, fe)
+	}
+	return out, nil
+}
+
+// DeleteFile implements restapi.StrictServerInterface.
+func (s *Server) DeleteFile(ctx context.Context, req restapi.DeleteFileRequestObject) (restapi.DeleteFileResponseObject, error) {
+	f, apiErr := s.files()
+	if apiErr != nil {
+		return nil, apiErr
+	}
+	if apiErr := checkPath(req.Params.Path); apiErr != nil {
+		return nil, apiErr
+	}
+	recursive := req.Params.Recursive != nil && *req.Params.Recursive
+	if err := f.DeleteFile(ctx, req.AgentId, req.Params.Path, recursive); err != nil {
+		return nil, fileError(err, req.AgentId, req.Params.Path)
+	}
+	return restapi.DeleteFile204Response{}, nil
+}
+
+// ReadFile implements restapi.StrictServerInterface.
+func (s *Server) ReadFile(ctx context.Context, req restapi.ReadFileRequestObject) (restapi.ReadFileResponseObject, error) {
+	f, apiErr := s.files()
+	if apiErr != nil {
+		return nil, apiErr
+	}
+	if apiErr := checkPath(req.Params.Path); apiErr != nil {
+		return nil, apiErr
+	}
+	r, err := f.ReadFile(ctx, req.AgentId, req.Params.Path)
+	if err != nil {
+		return nil, fileError(err, req.AgentId, req.Params.Path)
+	}
+	return restapi.ReadFile200ApplicationoctetStreamResponse{Body: download(ctx, r), ContentLength: r.Size()}, nil
+}
+
+// ReadArchive implements restapi.StrictServerInterface.
+func (s *Server) ReadArchive(ctx context.Context, req restapi.ReadArchiveRequestObject) (restapi.ReadArchiveResponseObject, error) {
+	f, apiErr := s.files()
+	if apiErr != nil {
+		return nil, apiErr
+	}
+	if apiErr := checkPath(req.Params.Path); apiErr != nil {
+		return nil, apiErr
+	}
+	r, err := f.ReadArchive(ctx, req.AgentId, req.Params.Path)
+	if err != nil {
+		return nil, fileError(err, req.AgentId, req.Params.Path)
+	}
+	return restapi.ReadArchive200ApplicationxTarResponse{Body: download(ctx, r)}, nil
+}
+
+// download closes r when the request ends, and turns an error in the middle
+// of the bytes into an aborted response (see responseError): ended normally,
+// a cut archive would look complete.
+func download(ctx context.Context, r ports.FileReader) io.Reader {
+	context.AfterFunc(ctx, func() { _ = r.Close() })
+	return &downloadBody{r: r}
+}
+
+type downloadBody struct{ r ports.FileReader }
+
+func (d *downloadBody) Read(p []byte) (int, error) {
+	n, err := d.r.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		_ = d.r.Close()
+		return n, &streamBroken{err}
+	}
+	return n, err
+}
+
+// streamBroken is an error after the answer's status went out: the only
+// honest thing left is to abort the response.
+type streamBroken struct{ err error }
+
+func (e *streamBroken) Error() string { return "transfer cut short: " + e.err.Error() }
+func (e *streamBroken) Unwrap() error { return e.err }
+
+// WriteFile implements restapi.StrictServerInterface.
+func (s *Server) WriteFile(ctx context.Context, req restapi.WriteFileRequestObject) (restapi.WriteFileResponseObject, error) {
+	f, apiErr := s.files()
+	if apiErr != nil {
+		return nil, apiErr
+	}
+	if apiErr := checkPath(req.Params.Path); apiErr != nil {
+		return nil, apiErr
+	}
+	mode := fs.FileMode(0o644)
+	if req.Params.Mode != nil {
+		if !fileModePattern.MatchString(*req.Params.Mode) {
+			return nil, badRequest("parameter mode: want octal permission bits like 0644, got %q", clip(*req.Params.Mode))
+		}
+		m, _ := strconv.ParseUint(*req.Params.Mode, 8, 32)
+		mode = fs.FileMode(m)
+	}
+	if err := f.WriteFile(ctx, req.AgentId, req.Params.Path, mode, req.Body); err != nil {
+		return nil, fileError(err, req.AgentId, req.Params.Path)
+	}
+	return restapi.WriteFile204Response{}, nil
+}
+
+// WriteArchive implements restapi.StrictServerInterface.
+func (s *Server) WriteArchive(ctx context.Context, req restapi.WriteArchiveRequestObject) (restapi.WriteArchiveResponseObject, error) {
+	f, apiErr := s.files()
+	if apiErr != nil {
+		return nil, apiErr
+	}
+	if apiErr := checkPath(req.Params.Path); apiErr != nil {
+		return nil, apiErr
+	}
+	if err := f.WriteArchive(ctx, req.AgentId, req.Params.Path, req.Body); err != nil {
+		return nil, fileError(err, req.AgentId, req.Params.Path)
+	}
+	return restapi.WriteArchive204Response{}, nil
+}

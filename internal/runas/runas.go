@@ -1,0 +1,84 @@
+// Package runas resolves the user an agent runs its commands (and its file
+// work) as: AGENT_RUN_AS, a name, a uid, or uid:gid.
+package runas
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/user"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// Credential resolves runAs: a name, a uid, or uid:gid (which needs no
+// passwd entry: images often have none for the user a sandbox runs as). It
+// returns a nil credential when runAs is the current user, and an error when
+// switching needs root.
+func Credential(runAs string) (*syscall.Credential, *user.User, error) {
+	u, err := lookupRunAs(runAs)
+	if err != nil {
+		return nil, nil, fmt.Errorf("run as %q: %w", runAs, err)
+	}
+	uid, err := strconv.ParseUint(u.Uid, 10, 32)
+	if err != nil {
+		return nil, nil, fmt.Errorf("run as %q: bad uid %q", runAs, u.Uid)
+	}
+	gid, err := strconv.ParseUint(u.Gid, 10, 32)
+	if err != nil {
+		return nil, nil, fmt.Errorf("run as %q: bad gid %q", runAs, u.Gid)
+	}
+	if os.Geteuid() != 0 {
+		if int(uid) == os.Geteuid() {
+			return nil, u, nil
+		}
+		return nil, nil, fmt.Errorf("run as %q: the agent is not root", runAs)
+	}
+	cred := &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	if ids, err := u.GroupIds(); err == nil {
+		for _, s := range ids {
+			if g, err := strconv.ParseUint(s, 10, 32); err == nil {
+				cred.Groups = append(cred.Groups, uint32(g))
+			}
+		}
+	}
+	if len(cred.Groups) == 0 {
+		// The child's group list is replaced either way; keep at least the primary group.
+		cred.Groups = []uint32{uint32(gid)}
+	}
+	return cred, u, nil
+}
+
+func lookupRunAs(runAs string) (*user.User, error) {
+	if uidS, gidS, ok := strings.Cut(runAs, ":"); ok {
+		_, uerr := strconv.ParseUint(uidS, 10, 32)
+		_, gerr := strconv.ParseUint(gidS, 10, 32)
+		if uerr != nil || gerr != nil {
+			return nil, errors.New("want uid:gid in numbers")
+		}
+		u, err := user.LookupId(uidS)
+		if err != nil {
+			u = &user.User{Uid: uidS, Username: uidS, HomeDir: "/tmp"}
+		}
+		u.Gid = gidS
+		return u, nil
+	}
+	u, err := user.Lookup(runAs)
+	if err != nil {
+		if _, nerr := strconv.ParseUint(runAs, 10, 32); nerr == nil {
+			u, err = user.LookupId(runAs)
+		}
+	}
+	return u, err
+}
+
+// Dir is where a process run as u starts when nothing names a directory:
+// u's home if it is a directory, else "/" (not the agent's own directory,
+// which u may not enter).
+func Dir(u *user.User) string {
+	if fi, err := os.Stat(u.HomeDir); err == nil && fi.IsDir() {
+		return u.HomeDir
+	}
+	return "/"
+}
