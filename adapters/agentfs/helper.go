@@ -23,6 +23,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -107,6 +108,9 @@ func serve(args []string, stdin io.Reader, stdout io.Writer, ready func(size int
 	case "read":
 		return read(path, stdout, ready)
 	case "write":
+		// An upload ends by its input (committed or cut short), never by
+		// a signal that would leave its temporary file behind.
+		signal.Ignore(syscall.SIGTERM)
 		mode, err := intArg(2)
 		if err != nil {
 			return err
@@ -133,6 +137,7 @@ func serve(args []string, stdin io.Reader, stdout io.Writer, ready func(size int
 		ready(-1)
 		return tarsafe.Create(stdout, path)
 	case "write-archive":
+		signal.Ignore(syscall.SIGTERM)
 		max, err := intArg(2)
 		if err != nil {
 			return err
@@ -337,10 +342,26 @@ func remove(path string, recursive bool) error {
 
 // writeArchive extracts a tar, gzipped or not, under dir; tarsafe checks
 // every entry before it writes anything.
-func writeArchive(dir string, max int64, in io.Reader) error {
+func writeArchive(dir string, max int64, in io.Reader) (err error) {
+	// The directories made here are removed again if the archive is
+	// refused: a refused archive leaves nothing behind.
+	var made []string
+	for p := dir; ; p = filepath.Dir(p) {
+		if _, serr := os.Lstat(p); serr == nil || p == filepath.Dir(p) {
+			break
+		}
+		made = append(made, p)
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
+	defer func() {
+		if err != nil {
+			for _, p := range made {
+				_ = os.Remove(p)
+			}
+		}
+	}()
 	br := bufio.NewReaderSize(in, 64<<10)
 	var r io.Reader = br
 	if magic, err := br.Peek(2); err == nil && magic[0] == 0x1f && magic[1] == 0x8b {

@@ -79,7 +79,9 @@ func (l *Local) start(ctx context.Context, withStdin bool, args ...string) (*hel
 	cmd := exec.Command(l.exe, append([]string{HelperArg}, args...)...) //nolint:gosec // our own binary
 	cmd.Dir = l.dir
 	cmd.Env = l.env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: l.cred, Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// SIGTERM when the agent dies: a helper writing a file ignores it and
+	// ends on its input's end instead, removing its temporary file.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: l.cred, Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	h := &helper{cmd: cmd}
 	var err error
 	if withStdin {

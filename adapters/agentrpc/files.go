@@ -72,7 +72,7 @@ type transfer struct {
 func (t *transfer) finish() { t.doneOnce.Do(func() { close(t.done) }) }
 
 // Transfer serves the stream an agent opens for a FileRequest.
-func (s *Service) Transfer(ctx context.Context, stream transferServerStream) error {
+func (s *Service) Transfer(_ context.Context, stream transferServerStream) error {
 	id := stream.RequestHeader().Get(HeaderAgentID)
 	if err := s.authenticate(id, stream.RequestHeader().Get(HeaderAgentSecret)); err != nil {
 		return err
@@ -95,10 +95,11 @@ func (s *Service) Transfer(ctx context.Context, stream transferServerStream) err
 	t.claimed = true
 	s.mu.Unlock()
 	t.opened <- stream
-	select {
-	case <-t.done:
-	case <-ctx.Done():
-	}
+	// Not before the transfer's user is done with the stream, even when
+	// the agent has gone (ctx ended): a Send after the handler returned
+	// would touch a finished response. A gone agent makes that user's next
+	// Send or Receive fail, so it is never long.
+	<-t.done
 	return nil
 }
 

@@ -86,11 +86,17 @@ func (s *Server) requestError(w http.ResponseWriter, _ *http.Request, err error)
 	writeError(w, http.StatusBadRequest, "invalid_json", err.Error())
 }
 
-// responseError is the one place a handler's error becomes an answer: an
-// *apiError (what the handlers return for every refusal) is written as is,
+// responseError is the one place a handler's error becomes an answer: a
+// download cut after its status went out is aborted; an *apiError (what
+// the handlers return for every refusal) is written as is,
 // a caller that went away gets nothing (there is no one to read it), and
 // anything else is an internal error, logged and not shown.
 func (s *Server) responseError(w http.ResponseWriter, r *http.Request, err error) {
+	var broken *streamBroken
+	if errors.As(err, &broken) {
+		s.log.Info("rest: transfer cut short", "method", r.Method, "path", r.URL.Path, "err", broken.err)
+		panic(http.ErrAbortHandler)
+	}
 	var ae *apiError
 	if errors.As(err, &ae) {
 		if werr := ae.write(w); werr != nil {

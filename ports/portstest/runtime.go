@@ -21,6 +21,7 @@ import (
 type RuntimeHarness struct {
 	Runtime     ports.Runtime
 	Link        ports.AgentLink
+	Files       ports.AgentFiles
 	Agents      ports.AgentDirectory
 	Credentials ports.AgentCredentials
 	// Bootstrap is the template for every environment's agent; the suite
@@ -197,6 +198,7 @@ func rtLifecycle(t *testing.T, h RuntimeHarness) {
 	}
 	waitAgent(t, h, name, true)
 	runEcho(t, h, name)
+	t.Run("Files", func(t *testing.T) { rtFiles(t, h, name) })
 
 	list, err := h.Runtime.List(ctx)
 	if err != nil {

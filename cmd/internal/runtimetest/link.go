@@ -132,7 +132,7 @@ func StartLink(t *testing.T, dir string) *Link {
 // Harness is the conformance harness for rt over this link.
 func (l *Link) Harness(rt ports.Runtime, base ports.EnvironmentSpec, leftovers func(t *testing.T, name string) []string) portstest.RuntimeHarness {
 	return portstest.RuntimeHarness{
-		Runtime: rt, Link: l.Service, Agents: l.Service, Credentials: l.Credentials,
+		Runtime: rt, Link: l.Service, Files: l.Service, Agents: l.Service, Credentials: l.Credentials,
 		Bootstrap: l.Bootstrap, Spec: base, Leftovers: leftovers,
 	}
 }
