@@ -133,10 +133,15 @@ func loadConfig(args, environ []string, stderr io.Writer) (agentd.Config, error)
 	runAs := src.GetDefault("AGENT_RUN_AS", "")
 	cfg.Runner = procexec.Runner{DefaultUser: runAs}
 	cfg.NoTmux = runAs != ""
-	// File work runs as the same user, in the same place, as the commands.
-	exe, err := os.Executable()
-	if err != nil {
-		return cfg, fmt.Errorf("finding this binary for file work: %w", err)
+	// File work runs as the same user, in the same place, as the commands,
+	// in this binary started again. Through /proc/self/exe, a magic link
+	// that needs no search permission on the binary's directories (the
+	// commands' user may have none there, as in a private temp dir).
+	exe := "/proc/self/exe"
+	if _, err := os.Stat(exe); err != nil {
+		if exe, err = os.Executable(); err != nil {
+			return cfg, fmt.Errorf("finding this binary for file work: %w", err)
+		}
 	}
 	if cfg.Files, err = agentfs.New(exe, runAs); err != nil {
 		return cfg, fmt.Errorf("AGENT_RUN_AS: %w", err)

@@ -29,21 +29,32 @@ func rtFiles(t *testing.T, h RuntimeHarness, name string) {
 		t.Fatalf("listing the working directory: %+v, %v", wd, err)
 	}
 	// Relative paths start where the commands start.
-	pwd := RunScript(t, h.Link, name, "pwd; id -u", nil)
+	pwd := RunScript(t, h.Link, name, "pwd; id -u; if [ -w . ]; then echo writable; fi", nil)
 	lines := strings.Fields(pwd.Output)
-	if pwd.Exit != 0 || len(lines) != 2 || lines[0] != wd.Path {
+	if pwd.Exit != 0 || len(lines) < 2 || lines[0] != wd.Path {
 		t.Fatalf("commands start in %q, files in %q", pwd.Output, wd.Path)
 	}
 	uid := lines[1]
+	// Relative paths where the commands' user may write there (a workspace,
+	// a home); else under /tmp (a user without a home starts in /).
+	dir := "agentic-files-test"
+	base := wd.Path
+	if len(lines) < 3 {
+		base = "/tmp/" + name
+		dir = base + "/" + dir
+	}
 
 	data := make([]byte, 1<<20)
 	_, _ = rand.Read(data)
-	const dir = "agentic-files-test"
 	rel := dir + "/sub/data.bin"
 	if err := f.WriteFile(ctx, name, rel, 0o640, bytes.NewReader(data)); err != nil {
 		t.Fatalf("WriteFile: %v", err)
 	}
-	abs := path.Join(wd.Path, rel)
+	dirAbs := dir
+	if !path.IsAbs(dir) {
+		dirAbs = path.Join(base, dir)
+	}
+	abs := path.Join(dirAbs, "sub/data.bin")
 	r, err := f.ReadFile(ctx, name, abs)
 	if err != nil {
 		t.Fatalf("ReadFile: %v", err)
@@ -65,7 +76,7 @@ func rtFiles(t *testing.T, h RuntimeHarness, name string) {
 	}
 
 	// A tree round trip keeps a symlink as a link.
-	if r := RunScript(t, h.Link, name, `cd "$D" && mkdir -p t/d && echo x > t/d/f && ln -s d/f t/link`, map[string]string{"D": path.Join(wd.Path, dir)}); r.Exit != 0 {
+	if r := RunScript(t, h.Link, name, `cd "$D" && mkdir -p t/d && echo x > t/d/f && ln -s d/f t/link`, map[string]string{"D": dirAbs}); r.Exit != 0 {
 		t.Fatalf("making a tree: %+v", r)
 	}
 	ar, err := f.ReadArchive(ctx, name, dir+"/t")
@@ -80,7 +91,7 @@ func rtFiles(t *testing.T, h RuntimeHarness, name string) {
 	if err := f.WriteArchive(ctx, name, dir+"/copy", bytes.NewReader(archive)); err != nil {
 		t.Fatalf("WriteArchive: %v", err)
 	}
-	chk := RunScript(t, h.Link, name, `cd "$D/copy" && readlink link && cat link`, map[string]string{"D": path.Join(wd.Path, dir)})
+	chk := RunScript(t, h.Link, name, `cd "$D/copy" && readlink link && cat link`, map[string]string{"D": dirAbs})
 	if chk.Exit != 0 || chk.Output != "d/f\nx\n" {
 		t.Errorf("the copied tree: %+v", chk)
 	}
@@ -103,11 +114,16 @@ func rtFiles(t *testing.T, h RuntimeHarness, name string) {
 		t.Errorf("a refused archive made its directory: %+v, %v", l, err)
 	}
 
-	// The commands' user cannot write where it may not.
-	if uid != "0" {
-		if err := f.WriteFile(ctx, name, "/agentic-denied", 0o644, strings.NewReader("x")); !errors.Is(err, ports.ErrPermissionDenied) {
-			t.Errorf("writing / as uid %s: %v, want ErrPermissionDenied", uid, err)
+	// Where the commands' user cannot write, the file work cannot either
+	// (root, on a host runtime, can write anywhere: nothing to try there).
+	ro := RunScript(t, h.Link, name, `for d in /etc /usr /bin /sbin /; do [ -w "$d" ] || { echo "$d"; exit 0; }; done; exit 1`, nil)
+	if ro.Exit == 0 {
+		denied := path.Join(strings.TrimSpace(ro.Output), "agentic-denied")
+		if err := f.WriteFile(ctx, name, denied, 0o644, strings.NewReader("x")); !errors.Is(err, ports.ErrPermissionDenied) {
+			t.Errorf("writing %s as uid %s: %v, want ErrPermissionDenied", denied, uid, err)
 		}
+	} else if uid != "0" {
+		t.Errorf("uid %s can write to /etc, /usr, /bin, /sbin and /", uid)
 	}
 	if _, err := f.ReadFile(ctx, name, dir+"/missing"); !errors.Is(err, ports.ErrFileNotFound) {
 		t.Errorf("reading a missing file: %v, want ErrFileNotFound", err)
