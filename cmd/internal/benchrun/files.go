@@ -1,0 +1,246 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
+)
+
+// filesBench moves 64 MiB and 1 GiB files through REST to a host agent and
+// back, beside a local cp (the floor) and scp to a throwaway local sshd, and
+// samples the peak RSS of agentic-mgmt and of the agent (with its file
+// helper) during each transfer.
+func filesBench(bins harness.Binaries, prev error) error {
+	if prev != nil {
+		return prev
+	}
+	dataDir, err := os.MkdirTemp("", "agentic-bench-files-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dataDir)
+	defer harness.KillHostAgents(dataDir)
+	srv, err := harness.Start(bins, harness.Options{HostAgents: 1, DataDir: dataDir})
+	if err != nil {
+		return err
+	}
+	defer srv.Kill()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := srv.WaitAgents(ctx, "host-01"); err != nil {
+		return err
+	}
+	agentPID := harness.HostAgentPIDs(dataDir)["host-01"]
+	sshd, sshErr := startSSHDWithSCP()
+	if sshErr == nil {
+		defer sshd.stop()
+	}
+	work := filepath.Join(dataDir, "work")
+	if err := os.Mkdir(work, 0o755); err != nil {
+		return err
+	}
+
+	fmt.Printf("\n## File transfer through REST → agent (host agent, loopback)\n\n")
+	fmt.Println("| size | path | MiB/s | time | peak RSS agentic-mgmt | peak RSS agent + helper |")
+	fmt.Println("| --- | --- | --- | --- | --- | --- |")
+	for _, size := range []int64{64 << 20, 1 << 30} {
+		src := filepath.Join(work, "src")
+		if err := randomFile(src, size); err != nil {
+			return err
+		}
+		row := func(path string, d time.Duration, mgmt, agent int64) {
+			rss := func(k int64) string {
+				if k == 0 {
+					return "-"
+				}
+				return fmt.Sprintf("%.1f MiB", float64(k)/1024)
+			}
+			fmt.Printf("| %d MiB | %s | %.0f | %s | %s | %s |\n", size>>20, path, float64(size)/(1<<20)/d.Seconds(), d.Round(time.Millisecond), rss(mgmt), rss(agent))
+		}
+		dst := filepath.Join(work, "dst")
+		d, err := timed(func() error { return exec.Command("cp", src, dst).Run() })
+		if err != nil {
+			return fmt.Errorf("cp: %w", err)
+		}
+		row("local `cp` (floor)", d, 0, 0)
+		_ = os.Remove(dst)
+		if sshErr == nil {
+			d, err = timed(func() error { return quiet(sshd.scp(src, "127.0.0.1:"+dst)) })
+			if err != nil {
+				return fmt.Errorf("scp up: %w", err)
+			}
+			row("`scp` up (local sshd)", d, 0, 0)
+			back := filepath.Join(work, "back")
+			d, err = timed(func() error { return quiet(sshd.scp("127.0.0.1:"+dst, back)) })
+			if err != nil {
+				return fmt.Errorf("scp down: %w", err)
+			}
+			row("`scp` down (local sshd)", d, 0, 0)
+			_ = os.Remove(dst)
+			_ = os.Remove(back)
+		}
+		var mgmtPeak, agentPeak int64
+		sample := peakRSS(srv.Cmd.Process.Pid, agentPID, &mgmtPeak, &agentPeak)
+		d, err = timed(func() error { return restUpload(srv, src, dst, size) })
+		sample()
+		if err != nil {
+			return fmt.Errorf("REST upload: %w", err)
+		}
+		row("REST PUT files/content → agent", d, mgmtPeak, agentPeak)
+		back := filepath.Join(work, "back")
+		mgmtPeak, agentPeak = 0, 0
+		sample = peakRSS(srv.Cmd.Process.Pid, agentPID, &mgmtPeak, &agentPeak)
+		d, err = timed(func() error { return restDownload(srv, dst, back, size) })
+		sample()
+		if err != nil {
+			return fmt.Errorf("REST download: %w", err)
+		}
+		row("REST GET files/content ← agent", d, mgmtPeak, agentPeak)
+		for _, p := range []string{src, dst, back} {
+			_ = os.Remove(p)
+		}
+	}
+	if sshErr != nil {
+		fmt.Println("\nscp baseline skipped:", sshErr)
+	}
+	return nil
+}
+
+func timed(f func() error) (time.Duration, error) {
+	start := time.Now()
+	err := f()
+	return time.Since(start), err
+}
+
+func quiet(c *exec.Cmd) error {
+	out, err := c.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%v: %s", err, out)
+	}
+	return nil
+}
+
+// randomFile writes size bytes that do not compress.
+func randomFile(p string, size int64) error {
+	f, err := os.Create(p)
+	if err != nil {
+		return err
+	}
+	rng := rand.NewChaCha8([32]byte{1, 2, 3})
+	if _, err := io.CopyN(f, rng, size); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func fileRoute(srv *harness.Server, p string) string {
+	return srv.RESTURL + "/api/v1/agents/host-01/files/content?path=" + url.QueryEscape(p)
+}
+
+func restUpload(srv *harness.Server, src, dst string, size int64) error {
+	f, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	req, _ := http.NewRequest(http.MethodPut, fileRoute(srv, dst), f)
+	req.ContentLength = size
+	req.Header.Set("Authorization", "Bearer "+srv.Token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("status %d: %s", resp.StatusCode, b)
+	}
+	return nil
+}
+
+func restDownload(srv *harness.Server, src, dst string, size int64) error {
+	req, _ := http.NewRequest(http.MethodGet, fileRoute(srv, src), nil)
+	req.Header.Set("Authorization", "Bearer "+srv.Token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("status %d: %s", resp.StatusCode, b)
+	}
+	f, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	n, err := io.Copy(f, resp.Body)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && n != size {
+		err = errors.New("short download: " + strconv.FormatInt(n, 10))
+	}
+	return err
+}
+
+// peakRSS samples the RSS of mgmt and of agent with its children every
+// 20 ms until the returned stop is called; peaks go to the pointers.
+func peakRSS(mgmt, agent int, mgmtPeak, agentPeak *int64) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for {
+			if k, err := rssKiB(mgmt); err == nil && k > *mgmtPeak {
+				*mgmtPeak = k
+			}
+			total := int64(0)
+			for _, pid := range append([]int{agent}, childrenOf(agent)...) {
+				if k, err := rssKiB(pid); err == nil {
+					total += k
+				}
+			}
+			if total > *agentPeak {
+				*agentPeak = total
+			}
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}
+
+func childrenOf(pid int) []int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, f := range strings.Fields(string(b)) {
+		if n, err := strconv.Atoi(f); err == nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
