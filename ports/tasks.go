@@ -1,0 +1,116 @@
+package ports
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+)
+
+// Errors of tasks.
+var (
+	ErrTaskNotFound     = errors.New("task not found")
+	ErrTaskConflict     = errors.New("a task with this id or idempotency key exists with another manifest")
+	ErrArtifactNotFound = errors.New("artifact not found")
+)
+
+// TaskRecord is a task as stored: its checkpoint. It holds no secret value,
+// only the manifest (which names secrets, never holds them).
+type TaskRecord struct {
+	ID             string
+	Name           string
+	Labels         map[string]string
+	State          string
+	Reason         string
+	Error          string
+	CreatedAt      time.Time
+	StateChangedAt time.Time
+	StartedAt      time.Time
+	FinishedAt     time.Time
+	Phases         []TaskPhase
+	// Manifest is the manifest as submitted (YAML or JSON).
+	Manifest       string
+	IdempotencyKey string
+	// ManifestSHA256 identifies the manifest for idempotency.
+	ManifestSHA256 string
+	Environment    TaskEnvironment
+	AgentID        string
+	CommandID      string
+	ExitCode       *int
+	BaseCommit     string
+	Progress       TaskProgress
+	Artifacts      []Artifact
+	// PreserveUntil is when a preserved environment is destroyed.
+	PreserveUntil time.Time
+}
+
+// TaskPhase is a state entered at a time.
+type TaskPhase struct {
+	State string
+	At    time.Time
+}
+
+// TaskEnvironment is where a task runs.
+type TaskEnvironment struct {
+	Name    string
+	Runtime string
+}
+
+// TaskProgress is the run's activity as far as the server has seen it.
+type TaskProgress struct {
+	OutputBytes    int64
+	ToolCalls      int
+	CurrentTool    string
+	Turns          int
+	CostUSD        float64
+	LastActivityAt time.Time
+	// Activity is what the agent is doing: working, idle or waiting.
+	Activity string
+}
+
+// Artifact is a file a task produced, stored on the server.
+type Artifact struct {
+	// Name is its path relative to the workspace.
+	Name        string
+	Size        int64
+	SHA256      string
+	ContentType string
+}
+
+// TaskStore keeps task records durably: Put returns once the record is on
+// disk (a crash after it keeps it); a crash during it leaves the old record
+// or the new one, never a torn one. Its cost does not grow with the number
+// of tasks stored.
+type TaskStore interface {
+	Put(ctx context.Context, t TaskRecord) error
+	Get(ctx context.Context, id string) (TaskRecord, error)
+	// List returns every task, in no particular order.
+	List(ctx context.Context) ([]TaskRecord, error)
+	Delete(ctx context.Context, id string) error
+}
+
+// Workspace is the server's side of a task's files: it stages a repository
+// into a tree to upload, and takes the tree back to keep artifacts and a
+// patch before the environment is touched.
+type Workspace interface {
+	// Stage fetches the repository at branch and commit (unreachable is an
+	// error), writes TASK.md (excluded from git) and returns the base commit.
+	Stage(ctx context.Context, taskID string, repo TaskRepository, taskMD string) (baseCommit string, err error)
+	// Tree streams the staged tree as tar (with .git).
+	Tree(ctx context.Context, taskID string) (io.ReadCloser, error)
+	// Collect reads the workspace as tar, keeps what matches patterns
+	// (confined to the tree, at most maxBytes each) and, with a base
+	// commit, changes.patch from it; it returns what it kept.
+	Collect(ctx context.Context, taskID string, tree io.Reader, baseCommit string, patterns []string) ([]Artifact, error)
+	// Open reads a kept artifact.
+	Open(taskID, name string) (io.ReadCloser, error)
+	// Remove forgets everything of a task.
+	Remove(taskID string) error
+}
+
+// TaskRepository is what Stage fetches.
+type TaskRepository struct {
+	URL    string
+	Branch string
+	Commit string
+}
