@@ -38,8 +38,10 @@ type TaskRecord struct {
 	CommandID      string
 	ExitCode       *int
 	BaseCommit     string
-	Progress       TaskProgress
-	Artifacts      []Artifact
+	// Workspace is the workspace's absolute path on the agent.
+	Workspace string
+	Progress  TaskProgress
+	Artifacts []Artifact
 	// PreserveUntil is when a preserved environment is destroyed.
 	PreserveUntil time.Time
 }

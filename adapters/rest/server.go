@@ -79,6 +79,8 @@ type Deps struct {
 	// or archive (AGENTIC_FILE_MAX_BYTES; 0 means 16 GiB).
 	Files        ports.AgentFiles
 	MaxFileBytes int64
+	// Tasks is the task use case; nil means this server runs none.
+	Tasks Tasks
 }
 
 // Server implements restapi.StrictServerInterface.

@@ -41,8 +41,12 @@ func (s *Server) GetSessionOutput(context.Context, restapi.GetSessionOutputReque
 // (their parameters are already parsed by the generated wrapper).
 func (s *Server) rawRoutes(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Pattern == sessionOutputRoute {
+		switch r.Pattern {
+		case sessionOutputRoute:
 			s.sessionOutput(w, r)
+			return
+		case createTaskRoute:
+			s.createTask(w, r)
 			return
 		}
 		next.ServeHTTP(w, r)

@@ -20,6 +20,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/core/environment"
 	"github.com/agentic-sandbox/agentic-sandbox/core/mission"
 	"github.com/agentic-sandbox/agentic-sandbox/core/session"
+	"github.com/agentic-sandbox/agentic-sandbox/core/task"
 )
 
 // App is the running management server: its listeners and background loops.
@@ -36,6 +37,7 @@ type App struct {
 	aiwg         *aiwg.Client
 	ws           WSHandler
 	environments *environment.Service
+	tasks        *task.Service
 	ready        *Readiness
 	tls          *AgentTLS
 }
@@ -159,6 +161,10 @@ func (a *App) Run(ctx context.Context) error {
 	recoverCtx, cancelRecover := context.WithTimeout(runCtx, 30*time.Second)
 	a.environments.Recover(recoverCtx)
 	cancelRecover()
+	// After the environments: a task continues with its environment known.
+	if err := a.tasks.Recover(runCtx); err != nil {
+		a.log.Error("tasks not recovered", "err", err)
+	}
 	if a.supervisor != nil {
 		if err := a.supervisor.Start(runCtx); err != nil {
 			a.log.Error("host supervisor failed to start", "err", err)

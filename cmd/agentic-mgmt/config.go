@@ -56,6 +56,9 @@ type Config struct {
 	SessionRetention time.Duration
 	// FileMaxBytes is the largest file or archive moved to or from an agent.
 	FileMaxBytes int64
+	// TaskRuntime runs tasks whose manifest names no runtime ("": docker
+	// where configured, else host).
+	TaskRuntime string
 	// AgentTLS is "off", "auto" (a CA and server certificate made in
 	// <data dir>/tls/) or "CERT.pem:KEY.pem".
 	AgentTLS string
@@ -175,6 +178,7 @@ var flagEnv = map[string]string{
 	"agent-tls":         "AGENTIC_AGENT_TLS",
 	"session-retention": "AGENTIC_SESSION_RETENTION",
 	"file-max-bytes":    "AGENTIC_FILE_MAX_BYTES",
+	"task-runtime":      "AGENTIC_TASK_RUNTIME",
 	"host-user":         "AGENTIC_HOST_USER",
 	"allowed-networks":  "AGENTIC_ALLOWED_NETWORKS",
 }
@@ -204,6 +208,7 @@ func loadConfig(args, environ []string, stderr io.Writer, version string) (Confi
 	fs.String("libvirt-accel", "", "VM accelerator: kvm, tcg or auto (env AGENTIC_LIBVIRT_ACCEL, default auto: KVM where it works)")
 	fs.String("host-user", "", "user host agents and their commands run as (env AGENTIC_HOST_USER; as root default "+defaultHostUser+", created if missing; else the server's own user)")
 	fs.String("session-retention", "", "how long ended sessions and their logs are kept (env AGENTIC_SESSION_RETENTION, default 24h)")
+	fs.String("task-runtime", "", "runtime of a task whose manifest names none (env AGENTIC_TASK_RUNTIME, default docker where configured, else host)")
 	fs.String("file-max-bytes", "", "largest file or archive moved to or from an agent, in bytes (env AGENTIC_FILE_MAX_BYTES, default 16 GiB)")
 	fs.String("agent-tls", "", "TLS on the agent port: off, auto or CERT.pem:KEY.pem (env AGENTIC_AGENT_TLS, default off on loopback, else auto)")
 	fs.String("operator-host", "", "host the REST API and the client WebSocket listen on (env AGENTIC_OPERATOR_HOST, default LISTEN_ADDR's host)")
@@ -248,6 +253,7 @@ func loadConfig(args, environ []string, stderr io.Writer, version string) (Confi
 	if cfg.SessionRetention, err = time.ParseDuration(src.GetDefault("AGENTIC_SESSION_RETENTION", "24h")); err != nil || cfg.SessionRetention <= 0 {
 		return Config{}, fmt.Errorf("AGENTIC_SESSION_RETENTION must be a positive duration such as 24h")
 	}
+	cfg.TaskRuntime = src.GetDefault("AGENTIC_TASK_RUNTIME", "")
 	if cfg.FileMaxBytes, err = strconv.ParseInt(src.GetDefault("AGENTIC_FILE_MAX_BYTES", strconv.FormatInt(agentrpc.DefaultMaxFileBytes, 10)), 10, 64); err != nil || cfg.FileMaxBytes <= 0 {
 		return Config{}, fmt.Errorf("AGENTIC_FILE_MAX_BYTES must be a positive number of bytes")
 	}

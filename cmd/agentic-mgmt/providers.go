@@ -24,6 +24,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/core/environment"
 	"github.com/agentic-sandbox/agentic-sandbox/core/mission"
 	"github.com/agentic-sandbox/agentic-sandbox/core/session"
+	"github.com/agentic-sandbox/agentic-sandbox/core/task"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/clock"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
@@ -161,7 +162,7 @@ func agentBinary(configured string) (string, error) {
 }
 
 func provideREST(cfg Config, svc *agentrpc.Service, token OperatorToken, clock ports.Clock, log *slog.Logger, ms *mission.Service, link *aiwg.Client,
-	ss *session.Service, logs *filestore.SessionLog, envs *environment.Service, times *promexport.ProvisionTimes, ready *Readiness) RESTHandler {
+	ss *session.Service, logs *filestore.SessionLog, envs *environment.Service, tasks *task.Service, times *promexport.ProvisionTimes, ready *Readiness) RESTHandler {
 	return rest.New(rest.Deps{
 		Link:         svc,
 		Agents:       svc,
@@ -178,13 +179,14 @@ func provideREST(cfg Config, svc *agentrpc.Service, token OperatorToken, clock p
 		Environments: envs,
 		Files:        svc,
 		MaxFileBytes: cfg.FileMaxBytes,
+		Tasks:        tasks,
 	}).Handler()
 }
 
 func provideApp(cfg Config, log *slog.Logger, svc *agentrpc.Service, h RESTHandler, sup *hostsup.Supervisor, token OperatorToken, banner io.Writer,
-	ms *mission.Service, ss *session.Service, link *aiwg.Client, ws WSHandler, envs *environment.Service, ready *Readiness, agentTLS *AgentTLS) *App {
+	ms *mission.Service, ss *session.Service, link *aiwg.Client, ws WSHandler, envs *environment.Service, tasks *task.Service, ready *Readiness, agentTLS *AgentTLS) *App {
 	return &App{cfg: cfg, log: log, agents: svc, rest: h, supervisor: sup, token: token, banner: banner,
-		missions: ms, sessions: ss, aiwg: link, ws: ws, environments: envs, ready: ready, tls: agentTLS}
+		missions: ms, sessions: ss, aiwg: link, ws: ws, environments: envs, tasks: tasks, ready: ready, tls: agentTLS}
 }
 func provideClock() clock.Wall  { return clock.Wall{} }
 func provideIDs() system.UUIDv7 { return system.UUIDv7{} }

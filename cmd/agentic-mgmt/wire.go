@@ -39,6 +39,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		provideRuntimes,
 		provideProvisionTimes,
 		provideEnvironments,
+		provideTasks,
 		provideReadiness,
 		provideAgentTLS,
 		provideHostUser,

@@ -63,10 +63,20 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 	sessionService := provideSessions(cfg, service, sessionLog, wall, uuiDv7, log)
 	provisionTimes := provideProvisionTimes()
 	environmentService, cleanup5 := provideEnvironments(cfg, runtimes, service, missionService, agentHashes, wall, log, provisionTimes)
+	taskService, cleanup6, err := provideTasks(cfg, dataDir, environmentService, service, runtimes, wall, uuiDv7, log)
+	if err != nil {
+		cleanup5()
+		cleanup4()
+		cleanup3()
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
 	readiness := provideReadiness(cfg, service, client, runtimes)
-	restHandler := provideREST(cfg, service, operatorToken, wall, log, missionService, client, sessionService, sessionLog, environmentService, provisionTimes, readiness)
+	restHandler := provideREST(cfg, service, operatorToken, wall, log, missionService, client, sessionService, sessionLog, environmentService, taskService, provisionTimes, readiness)
 	supervisor, err := provideSupervisor(cfg, agentHashes, log, agentUser)
 	if err != nil {
+		cleanup6()
 		cleanup5()
 		cleanup4()
 		cleanup3()
@@ -77,6 +87,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 	wsHandler := provideWS(cfg, sessionService, service, sessionLog, uuiDv7, operatorToken, log)
 	agentTLS, err := provideAgentTLS(cfg, dataDir)
 	if err != nil {
+		cleanup6()
 		cleanup5()
 		cleanup4()
 		cleanup3()
@@ -84,8 +95,9 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		cleanup()
 		return nil, nil, err
 	}
-	app := provideApp(cfg, log, service, restHandler, supervisor, operatorToken, banner, missionService, sessionService, client, wsHandler, environmentService, readiness, agentTLS)
+	app := provideApp(cfg, log, service, restHandler, supervisor, operatorToken, banner, missionService, sessionService, client, wsHandler, environmentService, taskService, readiness, agentTLS)
 	return app, func() {
+		cleanup6()
 		cleanup5()
 		cleanup4()
 		cleanup3()

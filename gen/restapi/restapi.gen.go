@@ -395,6 +395,19 @@ type AgentList struct {
 // AgentStatus defines model for AgentStatus.
 type AgentStatus string
 
+// Artifact defines model for Artifact.
+type Artifact struct {
+	ContentType string `json:"content_type"`
+	Name        string `json:"name"`
+	Sha256      string `json:"sha256"`
+	Size        int64  `json:"size"`
+}
+
+// ArtifactList defines model for ArtifactList.
+type ArtifactList struct {
+	Artifacts []Artifact `json:"artifacts"`
+}
+
 // CommandState defines model for CommandState.
 type CommandState string
 
@@ -530,7 +543,8 @@ type Error struct {
 	// environment_not_found, environment_exists, unknown_runtime, runtime_unavailable,
 	// runtime_error, not_supported, too_many_sessions, too_many_commands, file_not_found,
 	// permission_denied, invalid_path, file_too_large, directory_not_empty,
-	// too_many_transfers.
+	// too_many_transfers, invalid_manifest, task_not_found, task_conflict,
+	// artifact_not_found.
 	Code string `json:"code"`
 
 	// Error A message for people.
@@ -834,6 +848,67 @@ type SystemInfo struct {
 	Os          *string `json:"os,omitempty"`
 }
 
+// Task defines model for Task.
+type Task struct {
+	AgentId     *string   `json:"agent_id,omitempty"`
+	BaseCommit  *string   `json:"base_commit,omitempty"`
+	CreatedAt   time.Time `json:"created_at"`
+	Environment struct {
+		Name    string `json:"name"`
+		Runtime string `json:"runtime"`
+	} `json:"environment"`
+	Error      *string           `json:"error,omitempty"`
+	ExitCode   *int              `json:"exit_code,omitempty"`
+	FinishedAt *time.Time        `json:"finished_at,omitempty"`
+	Id         string            `json:"id"`
+	Labels     map[string]string `json:"labels"`
+	Name       string            `json:"name"`
+	Phases     []struct {
+		At    time.Time `json:"at"`
+		State string    `json:"state"`
+	} `json:"phases"`
+	PreserveUntil *time.Time `json:"preserve_until,omitempty"`
+	Progress      struct {
+		// Activity working, idle or waiting (for a human).
+		Activity       *string    `json:"activity,omitempty"`
+		CostUsd        float32    `json:"cost_usd"`
+		CurrentTool    *string    `json:"current_tool,omitempty"`
+		LastActivityAt *time.Time `json:"last_activity_at,omitempty"`
+		OutputBytes    int64      `json:"output_bytes"`
+		ToolCalls      int        `json:"tool_calls"`
+		Turns          int        `json:"turns"`
+	} `json:"progress"`
+
+	// Reason Why it failed: claude_error, no_result, non_zero_exit, timeout, idle_timeout, staging_failed, provision_failed, secret_unresolved, artifacts_missing, agent_lost, cancelled, internal_error.
+	Reason *string `json:"reason,omitempty"`
+
+	// SessionId The command id of the run on its agent.
+	SessionId *string    `json:"session_id,omitempty"`
+	StartedAt *time.Time `json:"started_at,omitempty"`
+
+	// State pending, staging, provisioning, ready, running, completing, completed; or failed, failed_preserved, cancelled.
+	State          string    `json:"state"`
+	StateChangedAt time.Time `json:"state_changed_at"`
+}
+
+// TaskAccepted defines model for TaskAccepted.
+type TaskAccepted struct {
+	State  string `json:"state"`
+	TaskId string `json:"task_id"`
+}
+
+// TaskList defines model for TaskList.
+type TaskList struct {
+	NextCursor *string `json:"next_cursor,omitempty"`
+	Tasks      []Task  `json:"tasks"`
+}
+
+// TaskSubmitRequest defines model for TaskSubmitRequest.
+type TaskSubmitRequest struct {
+	Manifest     *map[string]interface{} `json:"manifest,omitempty"`
+	ManifestYaml *string                 `json:"manifest_yaml,omitempty"`
+}
+
 // AgentID defines model for AgentID.
 type AgentID = string
 
@@ -851,6 +926,9 @@ type FilePath = string
 
 // SessionID defines model for SessionID.
 type SessionID = string
+
+// TaskID defines model for TaskID.
+type TaskID = string
 
 // BadGateway defines model for BadGateway.
 type BadGateway = Error
@@ -963,6 +1041,25 @@ type GetSessionOutputParams struct {
 	Follow *bool `form:"follow,omitempty" json:"follow,omitempty"`
 }
 
+// ListTasksParams defines parameters for ListTasks.
+type ListTasksParams struct {
+	// State Comma-separated states.
+	State *string `form:"state,omitempty" json:"state,omitempty"`
+
+	// Label A label as key=value; repeat for more.
+	Label *[]string `form:"label,omitempty" json:"label,omitempty"`
+	Limit *int      `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The next_cursor of the previous page.
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// CreateTaskParams defines parameters for CreateTask.
+type CreateTaskParams struct {
+	DryRun         *bool   `form:"dry_run,omitempty" json:"dry_run,omitempty"`
+	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
+}
+
 // StartCommandJSONRequestBody defines body for StartCommand for application/json ContentType.
 type StartCommandJSONRequestBody = ExecRequest
 
@@ -989,6 +1086,9 @@ type RespondHITLJSONRequestBody = HITLResponse
 
 // DispatchMissionJSONRequestBody defines body for DispatchMission for application/json ContentType.
 type DispatchMissionJSONRequestBody = DispatchRequest
+
+// CreateTaskJSONRequestBody defines body for CreateTask for application/json ContentType.
+type CreateTaskJSONRequestBody = TaskSubmitRequest
 
 // RequestEditorFn is the function signature for the RequestEditor callback function
 type RequestEditorFn func(ctx context.Context, req *http.Request) error
@@ -1465,6 +1565,55 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /api/v1/sessions/{session_id}/output (the `GetSessionOutput` operationId).
 	GetSessionOutput(ctx context.Context, sessionId SessionID, params *GetSessionOutputParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListTasks Tasks, newest first (a stable order), a page at a time.
+	//
+	// Corresponds with GET /api/v1/tasks (the `ListTasks` operationId).
+	ListTasks(ctx context.Context, params *ListTasksParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateTaskWithBody Submit a task manifest; it runs in the background.
+	//
+	// The manifest as YAML (`Content-Type: application/yaml`) or JSON (`{"manifest_yaml": "…"}`
+	// or `{"manifest": {…}}`). 202 `{task_id, state: "pending"}`; `?dry_run=true` only
+	// validates (200 with the normalised manifest). An `Idempotency-Key` header (or
+	// `metadata.id`) with the same manifest returns the same task; with another, 409
+	// `task_conflict`. Invalid manifests get 400 `invalid_manifest` naming the field's path;
+	// unknown fields are refused.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/tasks (the `CreateTask` operationId).
+	CreateTaskWithBody(ctx context.Context, params *CreateTaskParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateTask Submit a task manifest; it runs in the background.
+	//
+	// The manifest as YAML (`Content-Type: application/yaml`) or JSON (`{"manifest_yaml": "…"}`
+	// or `{"manifest": {…}}`). 202 `{task_id, state: "pending"}`; `?dry_run=true` only
+	// validates (200 with the normalised manifest). An `Idempotency-Key` header (or
+	// `metadata.id`) with the same manifest returns the same task; with another, 409
+	// `task_conflict`. Invalid manifests get 400 `invalid_manifest` naming the field's path;
+	// unknown fields are refused.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/tasks (the `CreateTask` operationId).
+	CreateTask(ctx context.Context, params *CreateTaskParams, body CreateTaskJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CancelTask Cancel a task (its process and environment are ended) or, for a preserved failure, destroy its environment now.
+	//
+	// Corresponds with DELETE /api/v1/tasks/{task_id} (the `CancelTask` operationId).
+	CancelTask(ctx context.Context, taskId TaskID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetTask performs a GET /api/v1/tasks/{task_id} (the `GetTask` operationId) request.
+	GetTask(ctx context.Context, taskId TaskID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListTaskArtifacts performs a GET /api/v1/tasks/{task_id}/artifacts (the `ListTaskArtifacts` operationId) request.
+	ListTaskArtifacts(ctx context.Context, taskId TaskID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetTaskArtifact One artifact's bytes; name is its path in the workspace, URL-escaped (changes.patch for the patch).
+	//
+	// Corresponds with GET /api/v1/tasks/{task_id}/artifacts/{name} (the `GetTaskArtifact` operationId).
+	GetTaskArtifact(ctx context.Context, taskId TaskID, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetHealthz Liveness probe
 	//
@@ -2339,6 +2488,125 @@ func (c *Client) DispatchMission(ctx context.Context, sessionId string, body Dis
 // Corresponds with GET /api/v1/sessions/{session_id}/output (the `GetSessionOutput` operationId).
 func (c *Client) GetSessionOutput(ctx context.Context, sessionId SessionID, params *GetSessionOutputParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetSessionOutputRequest(c.Server, sessionId, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListTasks Tasks, newest first (a stable order), a page at a time.
+//
+// Corresponds with GET /api/v1/tasks (the `ListTasks` operationId).
+func (c *Client) ListTasks(ctx context.Context, params *ListTasksParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListTasksRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateTaskWithBody Submit a task manifest; it runs in the background.
+//
+// The manifest as YAML (`Content-Type: application/yaml`) or JSON (`{"manifest_yaml": "…"}`
+// or `{"manifest": {…}}`). 202 `{task_id, state: "pending"}`; `?dry_run=true` only
+// validates (200 with the normalised manifest). An `Idempotency-Key` header (or
+// `metadata.id`) with the same manifest returns the same task; with another, 409
+// `task_conflict`. Invalid manifests get 400 `invalid_manifest` naming the field's path;
+// unknown fields are refused.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/tasks (the `CreateTask` operationId).
+func (c *Client) CreateTaskWithBody(ctx context.Context, params *CreateTaskParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateTaskRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateTask Submit a task manifest; it runs in the background.
+//
+// The manifest as YAML (`Content-Type: application/yaml`) or JSON (`{"manifest_yaml": "…"}`
+// or `{"manifest": {…}}`). 202 `{task_id, state: "pending"}`; `?dry_run=true` only
+// validates (200 with the normalised manifest). An `Idempotency-Key` header (or
+// `metadata.id`) with the same manifest returns the same task; with another, 409
+// `task_conflict`. Invalid manifests get 400 `invalid_manifest` naming the field's path;
+// unknown fields are refused.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/tasks (the `CreateTask` operationId).
+func (c *Client) CreateTask(ctx context.Context, params *CreateTaskParams, body CreateTaskJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateTaskRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CancelTask Cancel a task (its process and environment are ended) or, for a preserved failure, destroy its environment now.
+//
+// Corresponds with DELETE /api/v1/tasks/{task_id} (the `CancelTask` operationId).
+func (c *Client) CancelTask(ctx context.Context, taskId TaskID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCancelTaskRequest(c.Server, taskId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetTask performs a GET /api/v1/tasks/{task_id} (the `GetTask` operationId) request.
+func (c *Client) GetTask(ctx context.Context, taskId TaskID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetTaskRequest(c.Server, taskId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListTaskArtifacts performs a GET /api/v1/tasks/{task_id}/artifacts (the `ListTaskArtifacts` operationId) request.
+func (c *Client) ListTaskArtifacts(ctx context.Context, taskId TaskID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListTaskArtifactsRequest(c.Server, taskId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetTaskArtifact One artifact's bytes; name is its path in the workspace, URL-escaped (changes.patch for the patch).
+//
+// Corresponds with GET /api/v1/tasks/{task_id}/artifacts/{name} (the `GetTaskArtifact` operationId).
+func (c *Client) GetTaskArtifact(ctx context.Context, taskId TaskID, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetTaskArtifactRequest(c.Server, taskId, name)
 	if err != nil {
 		return nil, err
 	}
@@ -4086,6 +4354,321 @@ func NewGetSessionOutputRequest(server string, sessionId SessionID, params *GetS
 	return req, nil
 }
 
+// NewListTasksRequest constructs an http.Request for the ListTasks method
+func NewListTasksRequest(server string, params *ListTasksParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/tasks")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.State != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "state", *params.State, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Label != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "label", *params.Label, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "array", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCreateTaskRequest calls the generic CreateTask builder with application/json body
+func NewCreateTaskRequest(server string, params *CreateTaskParams, body CreateTaskJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateTaskRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewCreateTaskRequestWithBody constructs an http.Request for the CreateTask method, with any body, and a specified content type
+func NewCreateTaskRequestWithBody(server string, params *CreateTaskParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/tasks")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.DryRun != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "dry_run", *params.DryRun, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewCancelTaskRequest constructs an http.Request for the CancelTask method
+func NewCancelTaskRequest(server string, taskId TaskID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "task_id", taskId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/tasks/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetTaskRequest constructs an http.Request for the GetTask method
+func NewGetTaskRequest(server string, taskId TaskID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "task_id", taskId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/tasks/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListTaskArtifactsRequest constructs an http.Request for the ListTaskArtifacts method
+func NewListTaskArtifactsRequest(server string, taskId TaskID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "task_id", taskId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/tasks/%s/artifacts", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetTaskArtifactRequest constructs an http.Request for the GetTaskArtifact method
+func NewGetTaskArtifactRequest(server string, taskId TaskID, name string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "task_id", taskId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/tasks/%s/artifacts/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewGetHealthzRequest constructs an http.Request for the GetHealthz method
 func NewGetHealthzRequest(server string) (*http.Request, error) {
 	var err error
@@ -4645,6 +5228,65 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /api/v1/sessions/{session_id}/output (the `GetSessionOutput` operationId).
 	GetSessionOutputWithResponse(ctx context.Context, sessionId SessionID, params *GetSessionOutputParams, reqEditors ...RequestEditorFn) (*GetSessionOutputResponse, error)
+
+	// ListTasksWithResponse Tasks, newest first (a stable order), a page at a time.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/tasks (the `ListTasks` operationId).
+	ListTasksWithResponse(ctx context.Context, params *ListTasksParams, reqEditors ...RequestEditorFn) (*ListTasksResponse, error)
+
+	// CreateTaskWithBodyWithResponse Submit a task manifest; it runs in the background.
+	//
+	// The manifest as YAML (`Content-Type: application/yaml`) or JSON (`{"manifest_yaml": "…"}`
+	// or `{"manifest": {…}}`). 202 `{task_id, state: "pending"}`; `?dry_run=true` only
+	// validates (200 with the normalised manifest). An `Idempotency-Key` header (or
+	// `metadata.id`) with the same manifest returns the same task; with another, 409
+	// `task_conflict`. Invalid manifests get 400 `invalid_manifest` naming the field's path;
+	// unknown fields are refused.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/tasks (the `CreateTask` operationId).
+	CreateTaskWithBodyWithResponse(ctx context.Context, params *CreateTaskParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTaskResponse, error)
+
+	// CreateTaskWithResponse Submit a task manifest; it runs in the background.
+	//
+	// The manifest as YAML (`Content-Type: application/yaml`) or JSON (`{"manifest_yaml": "…"}`
+	// or `{"manifest": {…}}`). 202 `{task_id, state: "pending"}`; `?dry_run=true` only
+	// validates (200 with the normalised manifest). An `Idempotency-Key` header (or
+	// `metadata.id`) with the same manifest returns the same task; with another, 409
+	// `task_conflict`. Invalid manifests get 400 `invalid_manifest` naming the field's path;
+	// unknown fields are refused.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/tasks (the `CreateTask` operationId).
+	CreateTaskWithResponse(ctx context.Context, params *CreateTaskParams, body CreateTaskJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTaskResponse, error)
+
+	// CancelTaskWithResponse Cancel a task (its process and environment are ended) or, for a preserved failure, destroy its environment now.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /api/v1/tasks/{task_id} (the `CancelTask` operationId).
+	CancelTaskWithResponse(ctx context.Context, taskId TaskID, reqEditors ...RequestEditorFn) (*CancelTaskResponse, error)
+
+	// GetTaskWithResponse performs a GET /api/v1/tasks/{task_id} (the `GetTask` operationId) request.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	GetTaskWithResponse(ctx context.Context, taskId TaskID, reqEditors ...RequestEditorFn) (*GetTaskResponse, error)
+
+	// ListTaskArtifactsWithResponse performs a GET /api/v1/tasks/{task_id}/artifacts (the `ListTaskArtifacts` operationId) request.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	ListTaskArtifactsWithResponse(ctx context.Context, taskId TaskID, reqEditors ...RequestEditorFn) (*ListTaskArtifactsResponse, error)
+
+	// GetTaskArtifactWithResponse One artifact's bytes; name is its path in the workspace, URL-escaped (changes.patch for the patch).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/tasks/{task_id}/artifacts/{name} (the `GetTaskArtifact` operationId).
+	GetTaskArtifactWithResponse(ctx context.Context, taskId TaskID, name string, reqEditors ...RequestEditorFn) (*GetTaskArtifactResponse, error)
 
 	// GetHealthzWithResponse Liveness probe
 	//
@@ -7320,6 +7962,357 @@ func (r GetSessionOutputResponse) ContentType() string {
 	return ""
 }
 
+type ListTasksResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *TaskList
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListTasksResponse) GetJSON200() *TaskList {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ListTasksResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ListTasksResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetBody returns the raw response body bytes
+func (r ListTasksResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListTasksResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListTasksResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListTasksResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CreateTaskResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *map[string]interface{}
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *TaskAccepted
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *TooLarge
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CreateTaskResponse) GetJSON200() *map[string]interface{} {
+	return r.JSON200
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r CreateTaskResponse) GetJSON202() *TaskAccepted {
+	return r.JSON202
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r CreateTaskResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r CreateTaskResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r CreateTaskResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r CreateTaskResponse) GetJSON413() *TooLarge {
+	return r.JSON413
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r CreateTaskResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateTaskResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateTaskResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateTaskResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateTaskResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CancelTaskResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *Task
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r CancelTaskResponse) GetJSON202() *Task {
+	return r.JSON202
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r CancelTaskResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r CancelTaskResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r CancelTaskResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CancelTaskResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CancelTaskResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CancelTaskResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetTaskResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Task
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetTaskResponse) GetJSON200() *Task {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetTaskResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetTaskResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r GetTaskResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetTaskResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetTaskResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetTaskResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListTaskArtifactsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ArtifactList
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListTaskArtifactsResponse) GetJSON200() *ArtifactList {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ListTaskArtifactsResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r ListTaskArtifactsResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r ListTaskArtifactsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListTaskArtifactsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListTaskArtifactsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListTaskArtifactsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetTaskArtifactResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetTaskArtifactResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetTaskArtifactResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r GetTaskArtifactResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetTaskArtifactResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetTaskArtifactResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetTaskArtifactResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type GetHealthzResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -8151,6 +9144,107 @@ func (c *ClientWithResponses) GetSessionOutputWithResponse(ctx context.Context, 
 		return nil, err
 	}
 	return ParseGetSessionOutputResponse(rsp)
+}
+
+// ListTasksWithResponse Tasks, newest first (a stable order), a page at a time.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/tasks (the `ListTasks` operationId).
+func (c *ClientWithResponses) ListTasksWithResponse(ctx context.Context, params *ListTasksParams, reqEditors ...RequestEditorFn) (*ListTasksResponse, error) {
+	rsp, err := c.ListTasks(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListTasksResponse(rsp)
+}
+
+// CreateTaskWithBodyWithResponse Submit a task manifest; it runs in the background.
+//
+// The manifest as YAML (`Content-Type: application/yaml`) or JSON (`{"manifest_yaml": "…"}`
+// or `{"manifest": {…}}`). 202 `{task_id, state: "pending"}`; `?dry_run=true` only
+// validates (200 with the normalised manifest). An `Idempotency-Key` header (or
+// `metadata.id`) with the same manifest returns the same task; with another, 409
+// `task_conflict`. Invalid manifests get 400 `invalid_manifest` naming the field's path;
+// unknown fields are refused.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/tasks (the `CreateTask` operationId).
+func (c *ClientWithResponses) CreateTaskWithBodyWithResponse(ctx context.Context, params *CreateTaskParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTaskResponse, error) {
+	rsp, err := c.CreateTaskWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateTaskResponse(rsp)
+}
+
+// CreateTaskWithResponse Submit a task manifest; it runs in the background.
+//
+// The manifest as YAML (`Content-Type: application/yaml`) or JSON (`{"manifest_yaml": "…"}`
+// or `{"manifest": {…}}`). 202 `{task_id, state: "pending"}`; `?dry_run=true` only
+// validates (200 with the normalised manifest). An `Idempotency-Key` header (or
+// `metadata.id`) with the same manifest returns the same task; with another, 409
+// `task_conflict`. Invalid manifests get 400 `invalid_manifest` naming the field's path;
+// unknown fields are refused.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/tasks (the `CreateTask` operationId).
+func (c *ClientWithResponses) CreateTaskWithResponse(ctx context.Context, params *CreateTaskParams, body CreateTaskJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTaskResponse, error) {
+	rsp, err := c.CreateTask(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateTaskResponse(rsp)
+}
+
+// CancelTaskWithResponse Cancel a task (its process and environment are ended) or, for a preserved failure, destroy its environment now.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /api/v1/tasks/{task_id} (the `CancelTask` operationId).
+func (c *ClientWithResponses) CancelTaskWithResponse(ctx context.Context, taskId TaskID, reqEditors ...RequestEditorFn) (*CancelTaskResponse, error) {
+	rsp, err := c.CancelTask(ctx, taskId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCancelTaskResponse(rsp)
+}
+
+// GetTaskWithResponse performs a GET /api/v1/tasks/{task_id} (the `GetTask` operationId) request.
+//
+// Returns a wrapper object for the known response body format(s).
+func (c *ClientWithResponses) GetTaskWithResponse(ctx context.Context, taskId TaskID, reqEditors ...RequestEditorFn) (*GetTaskResponse, error) {
+	rsp, err := c.GetTask(ctx, taskId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetTaskResponse(rsp)
+}
+
+// ListTaskArtifactsWithResponse performs a GET /api/v1/tasks/{task_id}/artifacts (the `ListTaskArtifacts` operationId) request.
+//
+// Returns a wrapper object for the known response body format(s).
+func (c *ClientWithResponses) ListTaskArtifactsWithResponse(ctx context.Context, taskId TaskID, reqEditors ...RequestEditorFn) (*ListTaskArtifactsResponse, error) {
+	rsp, err := c.ListTaskArtifacts(ctx, taskId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListTaskArtifactsResponse(rsp)
+}
+
+// GetTaskArtifactWithResponse One artifact's bytes; name is its path in the workspace, URL-escaped (changes.patch for the patch).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/tasks/{task_id}/artifacts/{name} (the `GetTaskArtifact` operationId).
+func (c *ClientWithResponses) GetTaskArtifactWithResponse(ctx context.Context, taskId TaskID, name string, reqEditors ...RequestEditorFn) (*GetTaskArtifactResponse, error) {
+	rsp, err := c.GetTaskArtifact(ctx, taskId, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetTaskArtifactResponse(rsp)
 }
 
 // GetHealthzWithResponse Liveness probe
@@ -10307,6 +11401,267 @@ func ParseGetSessionOutputResponse(rsp *http.Response) (*GetSessionOutputRespons
 	return response, nil
 }
 
+// ParseListTasksResponse parses an HTTP response from a ListTasksWithResponse call
+func ParseListTasksResponse(rsp *http.Response) (*ListTasksResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListTasksResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest TaskList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCreateTaskResponse parses an HTTP response from a CreateTaskWithResponse call
+func ParseCreateTaskResponse(rsp *http.Response) (*CreateTaskResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateTaskResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest map[string]interface{}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest TaskAccepted
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCancelTaskResponse parses an HTTP response from a CancelTaskWithResponse call
+func ParseCancelTaskResponse(rsp *http.Response) (*CancelTaskResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CancelTaskResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest Task
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetTaskResponse parses an HTTP response from a GetTaskWithResponse call
+func ParseGetTaskResponse(rsp *http.Response) (*GetTaskResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetTaskResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Task
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListTaskArtifactsResponse parses an HTTP response from a ListTaskArtifactsWithResponse call
+func ParseListTaskArtifactsResponse(rsp *http.Response) (*ListTaskArtifactsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListTaskArtifactsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ArtifactList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetTaskArtifactResponse parses an HTTP response from a GetTaskArtifactWithResponse call
+func ParseGetTaskArtifactResponse(rsp *http.Response) (*GetTaskArtifactResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetTaskArtifactResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseGetHealthzResponse parses an HTTP response from a GetHealthzWithResponse call
 func ParseGetHealthzResponse(rsp *http.Response) (*GetHealthzResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -10482,6 +11837,24 @@ type ServerInterface interface {
 	// GetSessionOutput Read a session's output from an offset, plain or as a live Server-Sent Events stream.
 	// (GET /api/v1/sessions/{session_id}/output)
 	GetSessionOutput(w http.ResponseWriter, r *http.Request, sessionId SessionID, params GetSessionOutputParams)
+	// ListTasks Tasks, newest first (a stable order), a page at a time.
+	// (GET /api/v1/tasks)
+	ListTasks(w http.ResponseWriter, r *http.Request, params ListTasksParams)
+	// CreateTask Submit a task manifest; it runs in the background.
+	// (POST /api/v1/tasks)
+	CreateTask(w http.ResponseWriter, r *http.Request, params CreateTaskParams)
+	// CancelTask Cancel a task (its process and environment are ended) or, for a preserved failure, destroy its environment now.
+	// (DELETE /api/v1/tasks/{task_id})
+	CancelTask(w http.ResponseWriter, r *http.Request, taskId TaskID)
+
+	// (GET /api/v1/tasks/{task_id})
+	GetTask(w http.ResponseWriter, r *http.Request, taskId TaskID)
+
+	// (GET /api/v1/tasks/{task_id}/artifacts)
+	ListTaskArtifacts(w http.ResponseWriter, r *http.Request, taskId TaskID)
+	// GetTaskArtifact One artifact's bytes; name is its path in the workspace, URL-escaped (changes.patch for the patch).
+	// (GET /api/v1/tasks/{task_id}/artifacts/{name})
+	GetTaskArtifact(w http.ResponseWriter, r *http.Request, taskId TaskID, name string)
 	// GetHealthz Liveness probe
 	// (GET /healthz)
 	GetHealthz(w http.ResponseWriter, r *http.Request)
@@ -11652,6 +13025,245 @@ func (siw *ServerInterfaceWrapper) GetSessionOutput(w http.ResponseWriter, r *ht
 	handler.ServeHTTP(w, r)
 }
 
+// ListTasks operation middleware
+func (siw *ServerInterfaceWrapper) ListTasks(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListTasksParams
+
+	// ------------- Optional query parameter "state" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "state", r.URL.Query(), &params.State, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "state"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "state", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "label" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "label", r.URL.Query(), &params.Label, runtime.BindQueryParameterOptions{Type: "array", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "label"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "label", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListTasks(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateTask operation middleware
+func (siw *ServerInterfaceWrapper) CreateTask(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params CreateTaskParams
+
+	// ------------- Optional query parameter "dry_run" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "dry_run", r.URL.Query(), &params.DryRun, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "dry_run"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "dry_run", Err: err})
+		}
+		return
+	}
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey string
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateTask(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CancelTask operation middleware
+func (siw *ServerInterfaceWrapper) CancelTask(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "task_id" -------------
+	var taskId TaskID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "task_id", r.PathValue("task_id"), &taskId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "task_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CancelTask(w, r, taskId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetTask operation middleware
+func (siw *ServerInterfaceWrapper) GetTask(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "task_id" -------------
+	var taskId TaskID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "task_id", r.PathValue("task_id"), &taskId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "task_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetTask(w, r, taskId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListTaskArtifacts operation middleware
+func (siw *ServerInterfaceWrapper) ListTaskArtifacts(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "task_id" -------------
+	var taskId TaskID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "task_id", r.PathValue("task_id"), &taskId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "task_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListTaskArtifacts(w, r, taskId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetTaskArtifact operation middleware
+func (siw *ServerInterfaceWrapper) GetTaskArtifact(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "task_id" -------------
+	var taskId TaskID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "task_id", r.PathValue("task_id"), &taskId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "task_id", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "name" -------------
+	var name string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", r.PathValue("name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "name", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetTaskArtifact(w, r, taskId, name)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // GetHealthz operation middleware
 func (siw *ServerInterfaceWrapper) GetHealthz(w http.ResponseWriter, r *http.Request) {
 
@@ -11834,6 +13446,12 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/environments/{name}/pause", wrapper.PauseEnvironment)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/environments/{name}/resume", wrapper.ResumeEnvironment)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/environments/{name}/stop", wrapper.StopEnvironment)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/tasks", wrapper.ListTasks)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/tasks", wrapper.CreateTask)
+	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/api/v1/tasks/{task_id}", wrapper.CancelTask)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/tasks/{task_id}", wrapper.GetTask)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/tasks/{task_id}/artifacts", wrapper.ListTaskArtifacts)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/tasks/{task_id}/artifacts/{name}", wrapper.GetTaskArtifact)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/missions", wrapper.ListMissions)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/missions/{mission_id}", wrapper.GetMission)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/hitl", wrapper.ListHITL)
@@ -15082,6 +16700,371 @@ func (response GetSessionOutput404JSONResponse) VisitGetSessionOutputResponse(w 
 	return err
 }
 
+type ListTasksRequestObject struct {
+	Params ListTasksParams
+}
+
+type ListTasksResponseObject interface {
+	VisitListTasksResponse(w http.ResponseWriter) error
+}
+
+type ListTasks200JSONResponse TaskList
+
+func (response ListTasks200JSONResponse) VisitListTasksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTasks400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response ListTasks400JSONResponse) VisitListTasksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTasks401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response ListTasks401JSONResponse) VisitListTasksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTaskRequestObject struct {
+	Params   CreateTaskParams
+	JSONBody *CreateTaskJSONRequestBody
+	Body     io.Reader
+}
+
+type CreateTaskResponseObject interface {
+	VisitCreateTaskResponse(w http.ResponseWriter) error
+}
+
+type CreateTask200JSONResponse map[string]interface{}
+
+func (response CreateTask200JSONResponse) VisitCreateTaskResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTask202JSONResponse TaskAccepted
+
+func (response CreateTask202JSONResponse) VisitCreateTaskResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(202)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTask400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response CreateTask400JSONResponse) VisitCreateTaskResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTask401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response CreateTask401JSONResponse) VisitCreateTaskResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTask409JSONResponse struct{ ConflictJSONResponse }
+
+func (response CreateTask409JSONResponse) VisitCreateTaskResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTask413JSONResponse struct{ TooLargeJSONResponse }
+
+func (response CreateTask413JSONResponse) VisitCreateTaskResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTask503JSONResponse struct{ UnavailableJSONResponse }
+
+func (response CreateTask503JSONResponse) VisitCreateTaskResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelTaskRequestObject struct {
+	TaskId TaskID `json:"task_id"`
+}
+
+type CancelTaskResponseObject interface {
+	VisitCancelTaskResponse(w http.ResponseWriter) error
+}
+
+type CancelTask202JSONResponse Task
+
+func (response CancelTask202JSONResponse) VisitCancelTaskResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(202)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelTask401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response CancelTask401JSONResponse) VisitCancelTaskResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelTask404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response CancelTask404JSONResponse) VisitCancelTaskResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetTaskRequestObject struct {
+	TaskId TaskID `json:"task_id"`
+}
+
+type GetTaskResponseObject interface {
+	VisitGetTaskResponse(w http.ResponseWriter) error
+}
+
+type GetTask200JSONResponse Task
+
+func (response GetTask200JSONResponse) VisitGetTaskResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetTask401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response GetTask401JSONResponse) VisitGetTaskResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetTask404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response GetTask404JSONResponse) VisitGetTaskResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTaskArtifactsRequestObject struct {
+	TaskId TaskID `json:"task_id"`
+}
+
+type ListTaskArtifactsResponseObject interface {
+	VisitListTaskArtifactsResponse(w http.ResponseWriter) error
+}
+
+type ListTaskArtifacts200JSONResponse ArtifactList
+
+func (response ListTaskArtifacts200JSONResponse) VisitListTaskArtifactsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTaskArtifacts401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response ListTaskArtifacts401JSONResponse) VisitListTaskArtifactsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTaskArtifacts404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response ListTaskArtifacts404JSONResponse) VisitListTaskArtifactsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetTaskArtifactRequestObject struct {
+	TaskId TaskID `json:"task_id"`
+	Name   string `json:"name"`
+}
+
+type GetTaskArtifactResponseObject interface {
+	VisitGetTaskArtifactResponse(w http.ResponseWriter) error
+}
+
+type GetTaskArtifact200ApplicationoctetStreamResponse struct {
+	Body          io.Reader
+	ContentLength int64
+}
+
+func (response GetTaskArtifact200ApplicationoctetStreamResponse) VisitGetTaskArtifactResponse(w http.ResponseWriter) error {
+
+	w.Header().Set("Content-Type", "application/octet-stream")
+	if response.ContentLength != 0 {
+		w.Header().Set("Content-Length", fmt.Sprint(response.ContentLength))
+	}
+	w.WriteHeader(200)
+
+	if closer, ok := response.Body.(io.ReadCloser); ok {
+		defer closer.Close()
+	}
+	_, err := io.Copy(w, response.Body)
+	return err
+}
+
+type GetTaskArtifact401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response GetTaskArtifact401JSONResponse) VisitGetTaskArtifactResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetTaskArtifact404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response GetTaskArtifact404JSONResponse) VisitGetTaskArtifactResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetHealthzRequestObject struct {
 }
 
@@ -15254,6 +17237,24 @@ type StrictServerInterface interface {
 	// GetSessionOutput Read a session's output from an offset, plain or as a live Server-Sent Events stream.
 	// (GET /api/v1/sessions/{session_id}/output)
 	GetSessionOutput(ctx context.Context, request GetSessionOutputRequestObject) (GetSessionOutputResponseObject, error)
+	// ListTasks Tasks, newest first (a stable order), a page at a time.
+	// (GET /api/v1/tasks)
+	ListTasks(ctx context.Context, request ListTasksRequestObject) (ListTasksResponseObject, error)
+	// CreateTask Submit a task manifest; it runs in the background.
+	// (POST /api/v1/tasks)
+	CreateTask(ctx context.Context, request CreateTaskRequestObject) (CreateTaskResponseObject, error)
+	// CancelTask Cancel a task (its process and environment are ended) or, for a preserved failure, destroy its environment now.
+	// (DELETE /api/v1/tasks/{task_id})
+	CancelTask(ctx context.Context, request CancelTaskRequestObject) (CancelTaskResponseObject, error)
+
+	// (GET /api/v1/tasks/{task_id})
+	GetTask(ctx context.Context, request GetTaskRequestObject) (GetTaskResponseObject, error)
+
+	// (GET /api/v1/tasks/{task_id}/artifacts)
+	ListTaskArtifacts(ctx context.Context, request ListTaskArtifactsRequestObject) (ListTaskArtifactsResponseObject, error)
+	// GetTaskArtifact One artifact's bytes; name is its path in the workspace, URL-escaped (changes.patch for the patch).
+	// (GET /api/v1/tasks/{task_id}/artifacts/{name})
+	GetTaskArtifact(ctx context.Context, request GetTaskArtifactRequestObject) (GetTaskArtifactResponseObject, error)
 	// GetHealthz Liveness probe
 	// (GET /healthz)
 	GetHealthz(ctx context.Context, request GetHealthzRequestObject) (GetHealthzResponseObject, error)
@@ -16351,6 +18352,176 @@ func (sh *strictHandler) GetSessionOutput(w http.ResponseWriter, r *http.Request
 	}
 }
 
+// ListTasks operation middleware
+func (sh *strictHandler) ListTasks(w http.ResponseWriter, r *http.Request, params ListTasksParams) {
+	var request ListTasksRequestObject
+
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListTasks(ctx, request.(ListTasksRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListTasks")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListTasksResponseObject); ok {
+		if err := validResponse.VisitListTasksResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// CreateTask operation middleware
+func (sh *strictHandler) CreateTask(w http.ResponseWriter, r *http.Request, params CreateTaskParams) {
+	var request CreateTaskRequestObject
+
+	request.Params = params
+	if strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") {
+
+		var body CreateTaskJSONRequestBody
+		if err := runtime.BindJSONBody(r, &body); err != nil {
+			sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+			return
+		}
+		request.JSONBody = &body
+
+	}
+	if strings.HasPrefix(r.Header.Get("Content-Type"), "application/yaml") {
+		request.Body = r.Body
+	}
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.CreateTask(ctx, request.(CreateTaskRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CreateTask")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(CreateTaskResponseObject); ok {
+		if err := validResponse.VisitCreateTaskResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// CancelTask operation middleware
+func (sh *strictHandler) CancelTask(w http.ResponseWriter, r *http.Request, taskId TaskID) {
+	var request CancelTaskRequestObject
+
+	request.TaskId = taskId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.CancelTask(ctx, request.(CancelTaskRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CancelTask")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(CancelTaskResponseObject); ok {
+		if err := validResponse.VisitCancelTaskResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetTask operation middleware
+func (sh *strictHandler) GetTask(w http.ResponseWriter, r *http.Request, taskId TaskID) {
+	var request GetTaskRequestObject
+
+	request.TaskId = taskId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetTask(ctx, request.(GetTaskRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetTask")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetTaskResponseObject); ok {
+		if err := validResponse.VisitGetTaskResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListTaskArtifacts operation middleware
+func (sh *strictHandler) ListTaskArtifacts(w http.ResponseWriter, r *http.Request, taskId TaskID) {
+	var request ListTaskArtifactsRequestObject
+
+	request.TaskId = taskId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListTaskArtifacts(ctx, request.(ListTaskArtifactsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListTaskArtifacts")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListTaskArtifactsResponseObject); ok {
+		if err := validResponse.VisitListTaskArtifactsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetTaskArtifact operation middleware
+func (sh *strictHandler) GetTaskArtifact(w http.ResponseWriter, r *http.Request, taskId TaskID, name string) {
+	var request GetTaskArtifactRequestObject
+
+	request.TaskId = taskId
+	request.Name = name
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetTaskArtifact(ctx, request.(GetTaskArtifactRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetTaskArtifact")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetTaskArtifactResponseObject); ok {
+		if err := validResponse.VisitGetTaskArtifactResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // GetHealthz operation middleware
 func (sh *strictHandler) GetHealthz(w http.ResponseWriter, r *http.Request) {
 	var request GetHealthzRequestObject
@@ -16404,190 +18575,210 @@ func (sh *strictHandler) GetReadyz(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L3vchu3kij+Kl38bZXJOiOKkmUnkWrrV4ojO9rEf8pSNnvOYS4H5IAkjobABMBIZlyqup/uA9wv+wb3",
-	"RfZN9kluoQHMYEgMScmykpPrL7Y4fwBMo7vR//tjZyIWheCUa9U5/tgpiCQLqqnEX6czyvX5d+ZPxjvH",
-	"nYLoeSfpcLKgneMOMXdHLOskHUl/LZmkWedYy5ImHTWZ0wUx7y3Ihx8pn+l55/jg8Ouks2C8+p109LIw",
-	"IyktGZ91bm+TzguxWBCetU46sfcfetozfs2k4AvK9RucKDo5/rfjtM+fbp/1Jcvpa5HhdBlVE8kKzYSZ",
-	"9+1EkxwKKhdMKSY4jJlWCdD+rA+D50dHICR89exZv5PYdf5aUrmsF7owg4YLK4jWVJon/8fg///7YO+r",
-	"Xz4+vf2XTtui3pnPXlvU6ViJvNQ0MbNLmhPNriloAXpOIWOSTrSQS/yFuPFEgdsuBUoTqYHxthU7QO8E",
-	"2qPBN8+3A/eCIuRaMUnZ+w+LSbdmKFUIrihS0Lcke0U0vSFL82siuKZcmz9JUeRsQgxk9/+hDHg/BpP+",
-	"i6TTznHn/9uvqXPf3lX7Z1IKaadqbs+lhzvcmH/IDVnCzZzlFHfE7QRIwvud28Ss7D39taRKP87KpJ0M",
-	"mIIFyadCLmiGC3kh+DRnk0dbhhKlnFCzDsaBGMTUBkJEQyaoAi40kDwXN6DnTEEXSc6C1dyaCM7pRNMs",
-	"qSBKcklJtgTKM5r18JsMDV0K8SORM/o43zU1+8wU5GZKab6H47YrKq+pfGKA/oEtygV0T1+dvbk8fzF6",
-	"ef7j2ej16X+Mvv3r5dmFW7eQY5ZllD8itj5RUCoqYUGWCOFMOMjX3G+UUc48bN8I/VKUPPv8S3wjQJWT",
-	"eYUzOP3jbqunmrHIlqvbewCv2bd+Ta8JXzp6Vp9/aafwayk0MSuSlEzmNIOuwbYFVYrMKCiyVIb3TOYJ",
-	"GBJhWkHOFkzbLfyJk1LPhWS/0UfYxtcGifjMHFo3UvAZjCmRBojiinK/nmvCcjLO6WNglYZCKMXGOQUu",
-	"bqDLuKYziZOAmE4ToB/opNRCIj1IOmNKU2lYDheWZhJQWkgKZb1wA9lbf3BZ6e3851cXmuhSrR/lPzM9",
-	"R/6wNnf6cWgAMGWzUtJs2DmGKckVvU1xI7nQcwNLmivaBxyFaRA8AXpN5XLIF3QxptIgRiGpolwfQ6oI",
-	"z8biw4hldpDUf5+9IinQRaGXYE9RBSXXLDerG3L78XZ9Ch8lkysubnKazQxA6qE8mEbUAD41K+BlnkPJ",
-	"c6oUfmtOlB7yCrjh2DAlLKdZH96Y7wDikGPIO0mnkKKgUjPqCcvBxvxy5/9YiJwSbnCpOiDitynPCsEs",
-	"cq0ID0kngMvm+82PNc+ab7X4awWYtXfrTYgMfRtKQH8Pv/GXaigx/gedaDPU6USza6aXZ9eOSlYhpPSo",
-	"VDiPOeeJ7hx3MlGa1VWj8dLgCQLsJv6xWWm3ZkQKNlqoxmiM6+dH9WCIxHa06q2d32CqhuL6fl0xe9JQ",
-	"Xi4MaBhnupN0iFJMacL1SNMP5oIhiyuz8qSjhchHE5Ln/m9JVZlrlDLdHyU3SMxRFr4mOQvh7CCQdD7s",
-	"mUn3rok0Eqsys3vIn9tV+J+nfjWXdjH++mW9qOqSEPkLu7bw0nu/Mn9x7cJP1ZLrRbil3yaocOTRbeTl",
-	"YqRLyVVwN4B+QaTRIhFOpaJtmO8gF7ul6K/r/O2dUAzpmlkxaEoNt5hKsYCDfhQNAnVgbbQXOSkz+kSB",
-	"ewhY1u/EaKwc22uRZSKeRG+YT2e8KHVE4wJzFwwyPTHyalHqBK6pHBPNFvBvF2/f9KshuNNb4xNsgK25",
-	"j7vDNF2o+CP2ApGSLPG3LPmEtDC5FWZi9sfR0SZmclEuFkQuP5mdZIJH9GkrInOSg8UkuCFmNykP9jGg",
-	"+rtzEXO2jFr3eBP6lpMJVSrOfSpW0kI9uHVmbxE6JMsQ6Un+rgHByHuru9BKoSubaZ9rLKyxCgf/+rOS",
-	"ev+aYI3iwix6oFhD0zWVilkJbA2IE1KQMcuZf2N3TK6O6xHRTQwjmu5ptqAxQs+Yut+Lc6F0K6G20Ccr",
-	"RiTLZBNJ6ts5GVOLH1v2fw0INeARe+eUSD2md/mcBdWSTdQ2Wfi1e8wgU8k547ORNwzF8VMaEdBCyR+8",
-	"BnKITVwTxqnsJJ3rRXCU/hLjx5X0u2l1iHVOUDYvLZWmixHjU7HtzQt89Nw8uUooaFVy89ffEyBAtXER",
-	"mLTSxo9MtdFHE++3fu86Lax8gBu0dSm1ZuF3CE18VtpAg0gn6YxLtbRwQGYdkk10w5z114zd2HwHoY4R",
-	"gdkOL9uFxbhIC40FZuWo4M0nIjN/bwHt21IXpT7zTzc4/0Zl8QOdOInLoS3d9koDVPhSRqWMHzF4aySm",
-	"U0X1jueZ0pkoddtwotTBcCuma7wOYmoFLyaV0WHNwUEzsO/CeKmpOXm3LmRNMQms/4H/wUKsWnUFjdXF",
-	"rsIi2NkYor+QlGga+AYCi2kTudiCzCJixwvPrQAfQMM5gYypK3sBCqLnMBUS/v21OoGMTkmZ62OEnOMZ",
-	"TxSIGw4LxtmC5Pa1qPDpj5UVCTJXomGRZ9kxnO79DcjebzDY+wb6MIK9BDzxwo3R6QnkVGsqzXozNmPa",
-	"zHgX50bS4VTfCHm1viIuOIWu+1S4mVNJQUynVNLsuF4pKM3y3FmXVGDK7CVgeGgCY8kyA9JS4WGwtoBC",
-	"iinLaYs8RrKR4PlyJIXQcdnLW/228tP31YPNk6v52XbRmZhcWbDmbHzNpIbuq7NL2CcF278+2HdvK8iZ",
-	"0uarhaJQa+O9qMMmJJD6oEF0aEdq5x1pRWgiZ3eWpKwU4gzNneODwWCAaOJ+xtiMI+iIAifFTJIFaGEI",
-	"IYFciCuaQVkYje7d6eX3iJGbUbDNskD59aeJS3FSO9h7fmTYXkhdSFtc6BX62jMYMKoIHoblYPB0YubB",
-	"v+ievcAyKCSdsg/26ioRHsWwXi/XV/a+5NbZoalcoBZU0Z+WJT1BK6AkE/TnOR1XAclvyFJBJnrW0mcY",
-	"t+A0AQJjMrmaSVHyzD9ulGOdMQ5MAYGCFRRuJNOachgvveZKYE5JhvY4r0nPiQKOo7qjgXA8JaiUMBZ6",
-	"DjPhPYy5mFlrsmUGThO3HpsrWmjU9RflB+iywJcjSp2bz2JaOc5SSGFUk15c9ZPi5u5o7LX+jcKiXfGl",
-	"ebTlXIvS63dMFURP5qeTCS2cyt2kVao0WxhtfIRYFtn/ly/g6dOn3xgI/XT5wuIg/UAmOl/CguU5U3Qi",
-	"OGLbhJlVOlfz4eDw+d7g2d7gm8vBV8cHT48PD/sHh0//1ji7Qw0h8DMPh9nHo9u94TAbDjP336X977jx",
-	"33DYN88+vf3bv8T4+DajqPcRtdxWLRZwohSbce+4sF5Aop28QhDWhE9or7+V5wYLaK42UABWt2jTRrfy",
-	"ZINUOdVOCd5q8a2WMmW5plErcbuEvIJAotTO0888GXWPBkfApk2vKIJr68p2V9dbhqoOnRXk2DJzVPUV",
-	"fDby+kX7EAGHWFBNMqJJ+xli32wZqZ66ibkBZz989nzr4WaHYdc0zu6JglTNYW/izpbqcXuUpFuPz01I",
-	"Xs8dw+NAXr6jFmZvtlHsW6tR0Hr4J8q7w27mlAPD6AIjOtG4fXaCos/dLDarvoHgzvWd1O4ALNZxEpGh",
-	"KjWiVbrfJGfHROBrZOfOjrmCJs63rJ1TEVBr30ktcxr+nQD5yfL0+oj2XpRjXSKmzBinTueZ1KpYZuTw",
-	"BTGH4U/n3yVQtJnzV80QFTytLWIsxIq9Q2lRFGgGLYizh1rHYifpZNTw7oamucnVc8av3zWnO+PX31Yz",
-	"nvHr927SM359Uc1rXvNTn/Hrl372M379XbWAVeL2cW2V8uD16UDFDminQv0t1N/iH7ybgREDClpOdlps",
-	"92USq/XTYttq47a1gNvci9S32tkaE0SX6BnQqjAQixs8NZLMOKegOLmiowlB/TGjaGMorE6ljqEMAjAS",
-	"cD7I0T+UEfz8Lxd6kgz5WGTLkRZihNEnqM+Mpkb4T2BB9VxkI3MFg6bMcBZpgofqC3X01JDbqzOrUeDf",
-	"yGqruKpwBH8JQ6zsAsio0MvEKh2jSS4UDoqKDCe5HysIbxhlTBnQZHV8BU7RjK8Y2QNlyDHAYhQEWCTg",
-	"z8CJi1irrwRL9X7E+tKQz5nOw2eq36KgPHiFLOhIkytzzdz1ylIC1lw1GtOlsFBIhjxAnHDs8DL9wJRW",
-	"CTgb+cgReOJtS43PG3J/1cHODKrKohASw90MAiwIX468ghhc8pbrBOPQGt++FsVVY1hB9Ny9EWBXFUiK",
-	"w2BkSDLk1VRaEq6mVCobnNF+Xq8Sho9NQkqgosjpdtHeDpZYYosSJxpu/8Q2lE+2lSzIh5FAs/hovNQ0",
-	"JtfhXavCF1SC0pKSRW2iOHgOr9m3PWf9sIB4/tXB4Ouvnx9tg81mc0ihaJmJvdoqsm6DWFA5c2rNA9kK",
-	"ZMlHRLVZ1hmPBGs5Q4qzg7j99haXxAbaGdFXGynY8kLoGibXQ4tzTqcaDKuBbhWP7eOQelHJx0AkIlOd",
-	"vX+N5EPg3eVfk8p69cE8vnf47PlE5ELGB2QLKko9snaGCBL8wHIM+YKbucipt9HATIqyADLVGPRopHvB",
-	"Z9C9OH9lFpPYL744f/XD+Y8/wiEoyImmsteH07EyIq2QMIAFJVzB08EAFC7fQMZFs4FbGF4PgFsDqIF2",
-	"Xz8/amzwILbBRhxnfDbKmNwl1Krd8hN4hR7Um3X36Ib7+79a2PHP82UjKn0iyjyz4Y6lNz4Re7zyGYwZ",
-	"J3LZj1uHmBErspaYD0lJDuYZlIJO4ODw67+8sdriFctzmsF4CYrNDPW/Mbe/sjfN2py4FKwNbTct4UM4",
-	"xvoiLuzYGF/uZnRjT/BkZ1MgfNlv88FtcOm1uuc2BpSwBc1GzVfD23eI62nzxdU7EvPHVZjURMNwZWHw",
-	"SL2gGIG8ZDk94zoWNZQzfjXSRqKIhlWp5cI88USBfSaKW4v7peZ00byqqC5Ztq+onpn/NJtcLYEoIDAV",
-	"pdRz61eLs9+FV3l3U5JabQOK/UZ3pHBvwfaqLrrOko7hYUnHQauTdISeUxnxvscVSnzILSPxSUn249q2",
-	"02hhjtGsKmJarpoLN7GiGjciclYRzW/ClASX42Q9sxtsSQ1SWQk4F5KCW68N1RecAuHqhkrn2buhkrpz",
-	"udQx4WIFoC51yQMhBr3vzy9/PMU5Yj4CVDnub0Hf6t14bcdw4Qgrq/eTJ00zoh247Vvi+rgMchx2wgMz",
-	"lJfQt+ni1eBta2oX9Tcfx7w1MvA+JslP2MtCikXRFke74c3dNtSNXn9x4/vagWoT5tah6qEWOj2fPXv6",
-	"fBv7wfei01GSW8pvTlSbnOkHsihyfOsqBvv2KMTVsFfv+vFvxNbzuo6fW7HuFOWooHLiDGi7xL0ydTXS",
-	"QpO81rN2iZc3r5WKZnd6KxckG5Hr2ehgx9XVLzy76xu7vrCgCyGX9wCBe/GOQIjpuo4J3svrscnQTdjN",
-	"bLSRPpPOZE4nV6ixbNAKAvfhwzhHePZw7pR1L/aOQ4YqwPr2Gl51x0OCaWpF0/iIGC1LvXF7PSB3xaN4",
-	"fw/iFo/hZp9gLDRkGxJJSlQLeuCm3HGz7yE5GOG/SgRYG7Assjvi6CY3pvdy1GBbcXME0/3STu5xQcXN",
-	"tLug4pnHNiGlGnjDktYCaH20Qx1t3HFyRDW0gbwqkKI7FbNourDIGG3B0ejbFdV/TSgu9XTva6tcEwzs",
-	"cxGh1jYITAEaheGny5d7XyeAisYNUxTGRNHnR32Ufu3H4FCdpGPvRFfznpKMcacGr0dR1AUvqq1pPpRR",
-	"TVh+N0+sdQJuV5yrKhLm8dgmrmoruw7svZDBF8aGf0+NQrYhyuQeNuh7WELXzAk2Ft4M1LLq2n28Jiw5",
-	"klszy63IR7Nxy3Pr4sBih0cLlqltT8XkhPf1WR8JI1Yxg4XlS1U+OCbLk4XRKtdCgoODhimRVwfZ5kyK",
-	"3bzS537A7+0g1e8XwWjVxX9/jcmBmPkdDUBwtRimjOaZCqOegfKpMLsNXbO7CVS7gu56lYDbz94JEL60",
-	"7MKmo0+NIIdlRnZ2u7gYitFCZFHou8g7cM8BPncSxLdb27s3iN9tcowUiDhv3l5cQr/f38f7aK42vyRV",
-	"5YKCWUZ8y13Ys4q5g6iiWgFpRSbGwb1+t0/YKZz6joHRdwh1rrF8dSsr3PNgXltr4mkugNwv7STbYpRw",
-	"Yds7n/WeAWw1SPiBY0tyAaURbSMTRdQwdVlF0UNOiT1+p8C0TYytImSfGDIqhNRxDNuszNzD51m5Lx9E",
-	"J2mP+r6zrtLuW7igGgSf0EYsss1NwjoTRHlrf9e6HKZCVn6GXtzcH48q/4mzX0sKZCH4zIZBN4K0cf/c",
-	"vvXjYVdepF/3wJBq6WbBuVDxIbYoDZ9NM3AIXmkGnxpl3aj4FHgsVqzVTivweOlweqspy83s85kjMqW0",
-	"QVrrHoU8oxJsTBVwgT5OKtEhHseUO0YeNus1REgwULl2Gcenaq9FS9hl1eMl1TdvANgPSCetClQr1tF7",
-	"hX0bqhwpA4dt50sDW9xwGz4jfjJ4Ot15rzxT33YyVANvWNKaFhhmaK5mVCYdy7DMmWlku93kwXomP7BP",
-	"LKrGdxfO/DTNba/hh5PWi79ccUgFKSpGdXWhUagF+lyUu635vDGgu/h9Pa678m0wvFkd8vBW5anNDXzq",
-	"mT/KWd3zN5cJVEEM//0//0/PnBpWWdkeleQmie68zlh7Upe3Oa1HBBBNRk6dDnn4eKnjJ6OYxqpkCEVd",
-	"FpCN2LiRzGBFi39rffF1OnUklmoyj4sIRTmaCNlW6QDVhLtYg6+o5C2lTJwOcpfRhIp7Cla+HfnZpJSG",
-	"uRpG4FyeLkzxUlxRHpfmsEwREHYzs4IdMKVKmgHREK1z1PdVIXEzsA5Wve651gUuuqCShPNuecMs36fL",
-	"r5xsbiR4f3ZxCafvzo28kuLRyyZ7i9lCp9DFhWcgeJD9aaRP+Asc9vpDfnZN5dL6Y0tuTsrUpUumwCl1",
-	"eqNfc6O415B3U1/u7u27s/enl2/fjy7f/nD2JsXAKHyRU5hRbt6mGTCuBaQ2ZcIQBWRM2oyJfT/DHg6d",
-	"4sqkFNKVpbLJcv928fYNltBCO/ewcwzDTr/fH3YSGGIUob1UR+eO7MXb1IUzMp1XtVXZZM9VbYIF4WRG",
-	"FwY0p+/OA6/ScWfQP+gP3LZxUrDOcedpf9B/arOx5ohJPr+0rhTg4iLsRxlumHWOO+YMO525Q7xRx/Jw",
-	"MHiwymh1JYNNZQFVAgqtjZg/aEtFHg0O2gavVrvfKC53G0o3tnCBAgyG9dF0jjqW0A1KO2LBgsRmP9cl",
-	"CzBvzhUUmkkyoVBQyUTmSq81gbz/0UuYt63wfkUtuHGr6sK7f49/Yv3Ivi/Me/vL596njXt0300xLx1t",
-	"f6mq9Hh7uxG++2ExkUKoCKRRQHlRSfSfAm08W78V2QNWdA2CiG+bh72WJb1d2+PDB5u6WTMjstcXhuXo",
-	"oISA2/PB9u0LKsw+EpqYF77Z/kJVcda8cPB0+wtVzU/zwuE3O73QKMh5m3Se2V3bCjJfLrjJuRB/gVTx",
-	"koID4b7ar8vNviEobZ1gRUab9WzPxgnJcyNXbiYiIy+EBLRO835yVhk32DSYAGaCKlt2eEynQlKzEMoz",
-	"1R9yF+NtExggXQ0KT8PAb6bAqY22WmQVaYVFHRXV9qhsErihoT8NfQ8eeGpbWCbOyIO60NC9mRONBTCZ",
-	"VnXYLConK1Gw0E1doU1FXVXX/4eZwqcRN+brRknb/DZkjeZDsye2nNA2Ug4cADnVEaPi0eAbSCOJNqkL",
-	"76+LudtSAS6W0XOaVBplRbFrmp7A0WAw5GmY02NHSffTPrxFvwx1crINv89tiGeMijFFkb60saf3JOJk",
-	"66NVhXvzbKwYffV5jRr6zrvTOcaCuBGVdl0YO1oHvf3E7JEpZgd8rmt/Pw6N/S7nqIU+EMw6S4D4QHDo",
-	"Gs5mKMzGgyPLI9wVJq7I4QSIS1DRklJLHBWy/Kth5riv0aDz1JIGU1WM8af0UYAu4Y0cwCcKnYKqIBPa",
-	"60PdDEBSkiHtmfGw0rr5zGpAicUC+nCqYSGUHvKDQTIYDCqaN8qtDYOGbngUY4nvhTnlG7HMRi0+GhxB",
-	"2kwETBM4GjyFdC0bEG8MoMk/zLVvhjyNJI6mMbZhlMmXyPMehWt8TqUrjIFvObE9//zCQX4PDnJaU+gT",
-	"5amkYU0y15YgphWX8TxGSBenwEVGdzrD94mczF08X5SpXKDITLMTlBnswzApNai5MEKaXu8JgmtlGmaS",
-	"3kCBJdHTeE+ItGe5lUsA5igZohvVJrL4GDHDM2Nk+Z6S7NR9wB+QMD/saSKblFkbvjHjrBNt8BKxwhL5",
-	"hRp/b2q0RzLBExy6ks7KnEikQFUnlSOtOnpUNuWYKMBfVomJluG2FmhL10wBhlrTzGu5hC9tUwSmfM2z",
-	"Y5Qd8HmUEdJ+P7USxZBXGUZG2EyQY2B24A0qWOO6bpqeS1HO5rWQYuSVjF6zCUUOksDL85dvQcghnxOZ",
-	"4Ve4+CcVpNJ6roALiZ21YV+H+hP6Q37h4eRsnn4kIxI4Z3gFvT4cHTx1p36VzJ/WyZTu3SHvltxssaRK",
-	"0QwZjDBspY0FxfjKz5Jp+viMZRfDwH15yjaLQESROPugJZl8USV2VNcbLZl+N37lNg2I5VKz31jhis0Z",
-	"YrDurUD9DnL7FySjwKY+J3o38SHA0pZEWF9OY4vQ0ENDnnOY2K8ESmS+TMDVl53kjHI95IpSBVN6QyVW",
-	"+XUJkC/sQvZsGlc/wodWLQ8nhqEM+RpHQW4R72zVKsa0CSePZ2i4m2QiJprqPWsOfRABBXfiC5/45+ET",
-	"pxAKME+U3cHEmciNLt6kKB+B7J5W7Ddan72SEiNYzAjfIONUaOIqrhLQdFEISaQLDh5TxTJazZKApByX",
-	"IqzBGATPl1WCh5FJUFSQ7JpmKA9hBI8sMZK6LHJBMsgp8U4KkWe2iV0X+15x2utDuhAZRZOJmGiSh8WE",
-	"MOu+rhEzeH501GuRQe4nXzyqEXKHZ7FP6O6CyCeykHvII65KzRcu88/DZRDRnZnCxoAbShyLbFlzmhOw",
-	"LZpCFQo1ACOQbJNCwvDHzREnF/7JP2QoRBjj2XLE+k99kECVcEAQU1s/wlY6FXlGla9T3LX26ak1Vtfu",
-	"YMdAkdm3unN97LcsueuF+u7yrxigNRG5Sv/rP1MpblRaM9mvB//1n4dHvRNIDcdIfbqLMsdFHYXZH/LT",
-	"tTrfT1SQ6EdyJQxWKas/TrC7lkO4PbMxNgwL49pdyDE28OoP+QuRUXXcFB/NG2lS/3YMMoXumGRglprY",
-	"Ewy9mGj27p3A0eCoYWG2Zmpz/RuIGp4TSNcL9aXQJY2IfBDTIa8F6Dna3YnGBfRO7AHVrKeYnsCzwaGf",
-	"cyY4NVMFFRGjZ1Sjiv8fzuMd7TGw08Fy8NA0Gw1qsRkLjZDDL3Etv2dcS0U9tfO7LY4lQcbguAmGnCC3",
-	"CBNxcrGqH7Ob2b6kjpjbw8Te+0dOz39+1fmMcVdBb9YIflbLqN0890CyZ7sIR2Hr25WoBL8I1AbqCGMu",
-	"bhJQV6womMtIMrxfTKcYqRCBe52K0RoEWUPjc8YzboT5pesCUKoTq8mkdd+VFLro8+/VOlXYN9foJ9Pp",
-	"gxz8mLLheyeFYd31dL5HrcvfVVWz2gbkvX93/2Ndp+22GRLS3IYfWJ7fN4DKvReXwh4xWBGLSCrkHc5S",
-	"ZcSWqchzcYMu8FKVJO//gdn2p3FT/H4CLreniijqGoYZqavZaw9WeFsJa1Whhko/mLFr7OqCiDpVVLtU",
-	"aJdZekVpEfZbjgT7iSlQMpk7kc96INJGp650P2106kqHXJGl6xZl99YtC6P0MSpCGcnTRjHAEbxm34ZB",
-	"heZPD8ETpB3Gy0DpqetR4HxmKO7+Riepaz1gw7FsHBOnN+4Y6sM5h9SiW+o72ey7CrJE0iG3cjpaVms5",
-	"2LlVLNfp9eGFj8moouywWqT1AmH109N350NulC81Fze8isdyq4iIia+ofgCibgmTcjtmYNgIlFrLi9lc",
-	"H6F1cLP9nz74ipWCMA1lUfUywXqyK8VfzU2z1Y09hi4+Wog8T4A4NHs6GAwGmM4b+wSDKra4Zb38qkAG",
-	"vrpl9Z9Tpd3KTIPg0D+ybBw5PjGK0m4aRmF4Uqq/ZttBaWZytTPbBEVz/6HOy4dXwJo1Xu5r0rOj4Ilq",
-	"eVd1fFCt4OL81c/nb158/yX6986H9nYErBNJWxJa8P4fFwGbebL3RUBXPVkFSSh19fOGLPMFBz8DDvpy",
-	"9HEUROtxdYyYR/+AaBjmQ3+iZ+NLGtSD4dtqV51W38BZ+ODnzJNZ6QMUkYfCpTyIrh8OaIVRp0FhqEfX",
-	"SDFolAYyI1VKPTFajJFnegmMrWd2i5k/0i/Nnt/rzdRsRTGFBjZms68ITCVVc1B0IlEtSrE+Smotb2FD",
-	"LPjv//W/wbXEgq4suToJmm7aPp8a6m47sKS6hy9h3bpkyIUEW2rQBc0563fT2t+07tsYOlf0KYGqx5gX",
-	"6aumNhjQn640wvHm/vWeOamVd1yIXuBdQdMM0UNubzEF6AfoncCzwVNII411Npjvwz5Rn9MQH+lg/ch5",
-	"po2OWOu0FXY6e2TO+odjlJ9suK2AaYNQK8BbqqpI8sRVpFdGmxV8QhPb8QK9dnNxg/YJVSlUtrhPU3cK",
-	"2fj+R0MRG02MNvmmifR3ExiCd98YHfs+KVd/DrvfJ2PJd1RpKZarOOK2WvqQZg2lotlJozicPQsM75sK",
-	"ORNV1Eebef8z7/jgsbjUymna/11MHG95YxHWG2bJVFI8q72tFvNFXTlNPMpRbgXMzoo2j0u3Uvd+Vawy",
-	"rhJg68k/y3bbPppfuEaIfS8lpb/RFaZR6+JUJWj/d55BJl3dVpQHsZIl3MyFohB2gAZFloCI1duOgLb+",
-	"6UbDXLn406Cgq6JmNYATKyjbupO1ZI16QxV39wVPEU9/pBqIRaqscb5huquB5nZUq9oQbCgp82dBNF/A",
-	"7wsWRaNTbHvllcN/K/qIYhP2iOLPgzwIni+408QdUawK112sGjYtc9e4EkucZ736zHSVPlyfwRDDfBeT",
-	"VkvZ9+eXP35OC1nVkqtFMMb+or6B1oPYx96aEeflgvA9xvf0nO7lQhTVHM1Q2HVo7X90Xapu3XRZe3Wj",
-	"U1/pIdX0g7ZFGrjv2KaFgC6BMZEUOL3JGacJbtMQS6orOHtzefZ+2KlKHzTbPXsjU6PpcwpdktvjnLie",
-	"bS4vW/mm0uanC2gb8jlRNvPa2rFi8anQlRQTz31Z6ko8GJPJVW89yhQNbo1AU2fEWmt9ncYTqBCoDu9W",
-	"uBe6w13TOucNr3uGNc1OK97xqhnx4ddbmhN/Lp9BoyfZI9drajTxi1DaiivC4YeNv/F4w1QVAeQlnS+u",
-	"ikfl/XYHgYDZTs+wTjxz+YvnIkG29cqG+t7OTa4WthRqPQdes7ZEipUIL54vPcq4UCTmDAlt8Sy+Mvpu",
-	"qLzSEfJzyidhI6aW48l/6SMSQwMl/LaAMKfkRMjMlhxyefFGCGg/zvzi9z/WRdE3VhX1vaR24cuNllg7",
-	"sebDZ893Ys2fd7e37LQ5YJVwHjSblehB/YiC6j0YSbjxYWORVop/7x/6jDAP25/E7RS4hAdLfqrMRaFf",
-	"tPI2qlCqtmXpsHyvC9dGa6ekZDI3IO0l9gFrjwoNT00i2ylXrT1NLcJd9UoWF35L1akjxmGDphT3FYqS",
-	"7Uv5DMy+2arjD5aL9+jM3mMJdIOuBUmVFJcE2XI9cyCgwyWW4BfH0P2PdW+K201lHtOat6dBwLHTa6pc",
-	"hkYiIPEM1GszVdLbqkLjQ4VQLwkUGnFNZbuaMuR31VNgVU2JaSM/sDxvzYZrz33sNpti2nhRBwDr+K+r",
-	"3mZ1oG/zBG10CnlQ5eYzeeObLTg2JVL86XMlKkRoy5E4qRGiUqsY96WNgVT6et8VStvoCr1vwqbvWfI4",
-	"ec5b+Orv5/j0C4AWzrQDv9wnQYOmaO7L2XUtVaSK/pqC7QABKYZgBQnRg2PsZXpFC91LLCu1y/UZXLLk",
-	"YIRQIjHJZcjn4gYW2LAw7PmEFTR9zeuuTy44HAwGmGlvxncZTaRKR1CaLD1HH/Ig8xETSVyW9Cb2bS74",
-	"EyltyR1Z7Wn1CWjbkuaBIG2KO79XRsTqx7Z1PnD3/1RmlTUB3EA+a6bf28NxNbMfuuv5+71d6DBjqiDa",
-	"dvVpscqWeo5tUIhvvmFjFn1jG9v8xnW8GS/DfMm2/jdDjlp3o2MMDuNK5latoJ0wZOShWljDAgmVTbab",
-	"qjnsTSx3mFRvWmaR9nx2+WQuFOVeurNc5fT851ej1+cXF+dv34zOv0vtidJQa7CMgqITwTPwoPJsRZEF",
-	"hYZwVwEHb41FZVdWcDg4dBGk5iFbnEDZ1rHWSsUzlz/nqwCe2OEIZGw6pVj8A0dkKKUdDb7pD/mLOZ1c",
-	"KZiTojB74DQKITMqjxvJsStq2cquYCBo99ngaS8Zcte6p3s0OOgldsru0cFTrBDcS1zblsZnd83HCWnW",
-	"1EtAitIGnx4NjhIwg/aHfMhf08XYAMIBD8cN1cpMUBubaiZwZgPGIfVLHU1Zbvh+zzb6cdXahhyFwhkX",
-	"aLtXjRzpBVkCyTJQYkFP3MIXbhmLUmnA4khWI7UFKjDtzHByUdhu8CA4VTjQmAIv87wPqe8bj8I8Fq+8",
-	"pnJMNFsgtkhaUOKSNidixplydAFzouaN7+9OCBecTUiOLYuOHeJXi7Std5Ihtz3JkBKcqTIBLuBmzjQF",
-	"W2zarx1bND1R9ZHDsvTYVbw1T5qtEXLI7RwWV3zdqgptT4Bw+8o1yUsEjIEkzdzSEoQFMK40JZYljY2g",
-	"mgx5etAfpOGd9CB1wbt2xHBh6OJZRfCuwaP+kBtOgGRjmzphqevUpmkew7Bqpj7spEmVwYk8xyIHwWBK",
-	"xCNreHI7M+RT5qvoeZFyWkpcG8mFbd2hIKVKswW2mkS6TBtAYpW6iORb10RB101AeaOMKTLObeWSCpfN",
-	"qV+TnrnFxQh5U5pgcPeq68dICweQlsGBlLbVMYmUZQlaA/jI7RMrmMR9WKtU1/cmkRSDsQ2hDnndkQnv",
-	"9pxE4znDxB1rUanmO8dLW02kkRPfErbdsHDzxtTsmgItTiw5VmzY6wQPpTDuanJ9eG+Yh9fvFDjup/c9",
-	"uGNSWdWfu+vyeJFQ/Cb5w5NmwTHYZDpfMhjv5e9yHQuRalZ6Ff79F4OPtUgZnI3VfgS2piod2w+ziwBp",
-	"FaFWNa4uYWCOECOmZHtY2AMrF+RiZssDUGfrIVlmaxLjielrNLsCB1Z5G5sNwSaBtsBi19UtpEq70omk",
-	"1uOs7PEuJ7ZXwxJSi6YpjEttXYH7qP65In1p77g+nh3DN+qeHRgDelPzbzrkXv88DjrQ40fNaZ716uz0",
-	"dEE+pH1I/2PPwmLvonGcuOoGViwwZ5MZp6qDYAZMgnfPeJaGr9l0JF/mAc3vQUkFZhRiBFo9witSHIPh",
-	"F655hP2yMdU3lHL3cbYUxOqCQ/0YO1XggjFF38o0ZjdD4GEwhxNjU1v/41/tzLbWg+17b7/YFnTo2poA",
-	"TwegekM+FbLKIJdV6QcvfVNvHx1yt6nHsL6fWPPy4uLMV6DAMmAKjUY3cyummf0Kt9aGBZnpbcUSLCzm",
-	"1lFyzfJmu3EzVBcDiQiKqwyP0KkkLuC7ue4htwvp+U+yFXvrrl19eGleVceQ4occu6mddpEayfMYPg47",
-	"FgNsT0tzcdhJhnzYoXwiMsZnw86tOcgrQfWny5d7XyOAUBqzbWbdmOFbRrSyN4edoHI4oomtemGEdJQl",
-	"7JhW8kxZdhzBTKahS0AGlZQADTsXmCAGNo5YoTqEJUVslY30R6L0Hj64Z/QyXIVDTdu5xcobHkIzUqyB",
-	"xzztQKIFAgNHsegeonI9jN+7lZFQrrRwrnrRV8DOsGsoFg0x25gzoy9002MoGJ+lPYwpw7KrWe6VcyAG",
-	"o/pwCioXNxhObEVwI8ejtI+Vhdzyju26mYYpyXNDqXPmsAo5ITaRQOYIKcIBMQ/JIlamz4t/CaR2o0a2",
-	"G9yIchT8KiA3yq3UBN47aXVIbLZeWV7yibarlbPFYpoWtrYuknBlFYwx5TYv20OXN/H1b/AwRUOjRTss",
-	"71jgYeTU/mq5hoZytmCuaE7rUhfkQ7ySydHBN0dPB0fBUg92Wao9Gs2JfFL3OHPMjsQQALqGmzqdzLHI",
-	"dsDi/caCd+jX9bmKciedtfOhOcRKQO3FmSUm5XlwYjhN4vgEdBW1rrPgtV5/12LgrlqQ66KO1PCxE57z",
-	"EVkqeuY3ZAWbnQBGpTXUgFy1G2Kc3asNmL6OMp1QdlhflTnRQ956V1Fi8/p843kzSyfpYAG49Q7zjVVe",
-	"+IyBKPQcJkfkrE8F1O0/SXme9wZDyHpNWMQY4uttJY5RCWntrygFXaCtbg/b0ToHjaUjpynMKcn1/LdN",
-	"QVHfu0c+Z/gmTtFGeN6x6EyPVReHQJFqKE0/smvKzQuFFGOrc+2ji33jZ763T3zOYCBKMiNttNSuJJn1",
-	"jTil8vNP+UbYLnfLk1oJQA3DNs+ohjOA50JvBno1k4X6CbZbU7ZeXT0SsUFlaLpjzuRqv3tNM17ppu80",
-	"Y0RnK4eUMnet9I/39w8Ov+oP+oP+wfHXB4eHndtfbv9vAAAA//8=",
+	"7H3tchu3kuiroHi3ymTtiKJk2Umk2tpSHDnRxh8pS9ns2cNcDsgBSayGwATASGZcqtpf9wHun32DfZF9",
+	"k/Mkt9ANzGBIDEnJkp2T6z+2OB8AptHd6O/+0JnIRSEFE0Z3jj90Cqroghmm4NfpjAlz/p39k4vOcaeg",
+	"Zt5JOoIuWOe4Q+3dEc86SUex30quWNY5NqpkSUdP5mxB7XsL+v4VEzMz7xwfHH6ddBZcVL+TjlkWdiRt",
+	"FBezzu1t0nkhFwsqstZJJ3j/oac9E9dcSbFgwryBiaKTw387Tvv86fZZX/KcvZYZTJcxPVG8MFzaed9O",
+	"DM1JwdSCa82lIGNudEJYf9Yng+dHR0Qq8tWzZ/1Oguv8rWRqWS90YQcNF1ZQY5iyT/7vwT//dbD31a8f",
+	"nt7+Q6dtUT/Zz15b1OlYy7w0LLGzK5ZTw68ZMZKYOSMZV2xipFrCL8CNJ5q47dJEG6oM4aJtxQ7QO4H2",
+	"aPDN8+3AvWAAuVZM0nj/oTHpkuqr1jkN1VcPO+GtHUoXUmgGJPstzb6nht3Qpf01kcIwYeyftChyPqF2",
+	"K/f/Q9v9/BBM+g+KTTvHnf+1X7ODfbyr98+UkgqnauLDpd9ocmP/oTd0SW7mPGeAAm7riaKi37lN7Mre",
+	"sd9Kps2nWZnCyQjXZEHzqVQLlsFCXkgxzfnkky1Dy1JNmF0HF4RaSjAWQtSQTDJNhDSE5rm8IWbONekC",
+	"jSNY7a2JFIJNDMuSCqI0V4xmS8JExrIefJMl2kspX1E1Y5/mu6Z2n7kmuZ1S2e8RsO2aqWumnligv+eL",
+	"ckG6p9+fvbk8fzF6ef7qbPT69N9G3/7l8uzCrVuqMc8yJj4htj7RpNRMkQVdAoQz6SBfs9tRxgT3sH0j",
+	"zUtZiuzxl/hGEl1O5hXOwPSfdls91Yxltlzd3gPymn/r1/SaiqWjZ/34Szslv5XSULsixehkzjLStdi2",
+	"YFrTGSOaLrXlPZN5QiyJcKNJzhfc4Bb+LGhp5lLx39kn2MbXFonEzJ6SN0qKGRkzqiwQ5RUTfj3XlOd0",
+	"nLNPgVWGFFJrPs4ZEfKGdLkwbKZgEiKn04Sw92xSGqmAHhSbcW2YsixHSKSZhGgjFSNlvXAL2Vt/cKG4",
+	"eP7L9xeGmlKvyw6/cDMH/rA2d/phaAEw5bNSsWzYOSZTmmt2m8JGCmnmFpYs16xPYBRuiBQJYddMLYdi",
+	"wRZjpixiFIppJswxSTUV2Vi+H/EMB0n99+EVxQhbFGZJ8BTVpBSG53Z1Q4Efj+vT8CidXAl5k7NsZgFS",
+	"D+XBNGIW8KldgSjznJQiZ1rDt+ZUm6GogBuOTaaU5yzrkzf2Owh1yDEUnaRTKFkwZTjzhOVgY3+5838s",
+	"Zc6osLhUHRDx20xkheSIXCvCQ9IJ4LL5fvNj7bP2WxF/UYBZe7fehMjQt6EE9NfwG3+thpLj/2ATY4c6",
+	"nRh+zc3y7NpRySqEtBmVGuax5zw1neNOJku7umo0UVo8AYDdxD82K3FrRrTgo4VujMaFeX5UDwZIjKNV",
+	"b+38Btc1FNf364rjScNEubCg4YKbTtKhWnNtqDAjw97bC5YsruzKk46RMh9NaJ77vxXTZW5AynR/lMIi",
+	"sQDh+5rmPISzg0DSeb9nJ927psqKq9rO7iF/jqvwP0/9ai5xMf76Zb2o6pKU+QtcW3jpnV+Zv7h24edq",
+	"yfUi3NJvE9Bw8ug2inIxMqUSOrgbQL+gyqqtAKdSszbMd5CL3dLst3X+9pPUHOiaoxg0ZZZbTJVckIN+",
+	"FA0C/WNttBc5LTP2RBP3EOFZvxOjsXKM1yLLBDyJ3rCfzkVRmoiKR+xdYpHpiZVXi9Ik5JqpMTV8Qf7l",
+	"4u2bfjWEcIpyfIINsLX3YXe4YQsdfwQvUKXoEn6rUkxoC5NbYSZ2fxwdbWImF+ViQdXyo9lJJkVEgUcR",
+	"WdCcICaRG2p3k4lgHwOqvzsXsWfLqHWPN6FvOZkwrePcp2IlLdQDW2f3FqBDswyQnuY/NSAYeW91F1op",
+	"dGUz8bnGwhqrcPCvPyup968J1iguzKIHClq2rpnSHCWwNSBOaEHHPOf+jd0xuTquR9Q0MYwatmf4gsUI",
+	"PeP6fi/OpTathNpCn7wY0SxTTSSpb+d0zBA/tuz/GhBqwAP2zhlVZszu8jkLZhSf6G2y8Gv3mEWmUggu",
+	"ZiNviYrjp7IiIELJH7wWcoBNwlAumOoknetFcJT+GuPHlfS7aXWAdU5Qti8ttWGLERdTue3NC3j03D65",
+	"SihgVXLz198TIEC1cRGYtNLGK67b6KOJ91u/d50WVj7ADdq6lFqz8DsENkWUNsAg0kk641IvEQ7ArEOy",
+	"iW7YqTJ8SidRoRJ0slHr+dpKVXpOD589j9/iv7Od+PsKbNwGwuvVBElzjVHAuc9r2UZ39w476cG1dTOr",
+	"oWPLckZ+u6MNknN42bGKB2/bsuBlRIcY727hbIH3IKruiInM7N9bwPC2NEVpzvzTjfN2o4r+nk2cnOuY",
+	"Bdv2SgNU8FLGlIojF9wayelUM7OjFKFNJkvTNpwsTTDciocCrhM5RXGXK22IYva4ZhnBd8l4aZiVd+6K",
+	"7g0nT+BmQohVq66gsbrYVVgEOxtFR8WoYYELKLBTN5GLL+gsIuy98GcEgQfAP0JJxvUVXiAFNXMylYr8",
+	"62t9QjI2pWVujgFyjlM/0UTeCLLggi9ojq9FRX7Pdlbk9lzLhuOFZ8fkdO/fCd37nQz2viF9MiJ7CfEs",
+	"k9xwMyeU5MwYpux6Mz7jxs54Fx9W0hHM3Eh1tb4iIQUjXfep5GbOFCNyOmWKZcf1Sok2PM+dTU8HBuRe",
+	"QuzJlZCx4pkFaanhCF5bQKHklOesRQqm2UiKfDlSUpq4xOttrVt537vqwaa80PxsXHQmJ1cI1pyPr7ky",
+	"pPv92SXZpwXfvz7Yd29rknNt7FdLzUhtA+lF/XIhgdTHO6BDO1I7J1grQlM1u7P8irKfM+93jg8GgwGg",
+	"ifsZYzOOoCNqs5IzRRfESEsICcmlvGIZKQurR/90evkDYORmFGyz5zBx/XFCapzUDvaeH1m2F1IX0JaQ",
+	"ZoW+9iwGjCqCJ8NyMHg6sfPAX2wPL/CMFIpN+Xu8ukqERzGsN8v1lb0rBbqYDFML0D0r+jOqZCdge1V0",
+	"Am5bZ1nQhOY3dKlJJntoX7WMWwqWEErGdHI1U7IUmX/8iba8nQvCNaGk4AUjN4obwwQZL729gJI5oxlY",
+	"Qb39Yk41ETCqOxqogFOCKUXG0szJTHpHci5naMNHZuDsH+gnu2KFAQvLonxPujzwoMnS5PazuNGOsxRK",
+	"WoWwF1e4lby5Oxp7WXCjiI4rvrSPtpxrUXr9juuCmsn8dDJhhTN0NGmVacMX1CqAgGWR/X/5gjx9+vQb",
+	"C6GfL18gDrL3dGLyJVnwPOeaTaQAbJtwu0oXUXA4OHy+N3i2N/jmcvDV8cHT48PD/sHh039vnN2hXhaE",
+	"EwyH2Yej273hMBsOM/ffJf533PhvOOzbZ5/e/vs/xPj4NlO098y13NYtfgeqNZ8J7y5C3ys1Tl6hAGsq",
+	"JqzX38pzgwU0VxuoXatbtGmjW3myRaqcGWd62Gpnr5Yy5blhUdt8u4S8gkCyNC6gg3sy6h4NjgifNn3R",
+	"AK6tK9vdSNIyVHXorCDHlpmjBgcpZiOvX7QPEXCIBTM0o4a2nyH4ZstI9dRNzA04++Gz51sPNxyGX7M4",
+	"u6eapHpO9ibubKkex6Mk3Xp8bkLyeu4YHgfy8h21MLzZRrFvUaNg9fBPtHdC3syZIBxiOqzoxOJW8QmI",
+	"Pnezk616ZII713cydgRgQXdVRIaq1IjdjQqBnB0Tga+BnTvr8QqaOI++ca5cAraSndQyZ1e5EyA/Wp5e",
+	"HxHvRTnWJWDKjAvmdJ5JrYplVg5fUHsY/nz+XUKKNifKqhmigifaIsZSrliZtJFFAcbngjorNLpzO0kn",
+	"Y5Z3NzTNTQ62M3H9U3O6M3H9bTXjmbh+5yY9E9cX1bz2NT/1mbh+6Wc/E9ffVQtosSLVyoPXpwMVO6Cd",
+	"CvW3UH+LV/ZuZl0I42g52Vmx3YNMUetnxbbVxk1hAbe5F6lvNYg1Jogu0TOgVWEgFh56aiWZcc6IFvSK",
+	"jSYU9MeMgY2hQJ1KH5MyCHtJiPP8jv5DW8HP/3IBP8lQjGW2HBkpRxDzA/rMaGqF/4QsmJnLbGSvQKia",
+	"HQ6RJniovlDHrA0FXp2hRgF/A6utotnCEfwlCGzDBdBRYZYJKh2jSS41DAqKjKC5HysIKhllXFvQZHVU",
+	"C0zRjGoZ4YEyFBDWMgrCWhLiz8CJixOsrwRL9d7b+tJQzLnJw2eq37JgIniFLtjI0Ct7zd71ylJC0Fw1",
+	"GrOlRCgkQxEgTjh2eJm959rohDjPxMgReOJtS43PGwp/1cHODqrLopAKggwtAiyoWI68ghhc8v6CBKL/",
+	"Gt++FjtXY1hBzdy9EWBXFS8Mw0A8TjIU1VRGUaGnTOl6nAUVfGpRlUAYbQAM+F1t11B463P9DAbWtJ/6",
+	"q+Tl48qAnpgscrZdQcDBEiTZKImD+fdPbIn5aIvLgr4fSTCuj8ZLw2LSIdxFQ0DBFNFGMbqoDR0Hz8lr",
+	"/m3P2VAQEM+/Ohh8/fXzo22w2WxUKTQrM7lX21bWLRkLpmZOOXogi4MqxYjqNvs8F5FAO2eOcdYUt9/e",
+	"bpNgkKQVoI2VpZGjkq5llT2wW+dsaohlWKRbBe/7GLJeVH6yEIlIZmfvXgP5UPLT5V+Sygb23j6+d/js",
+	"+UTmUsUH5AsmSzNCa0UECX7kOYTrkZu5zJm39JCZkmVB6NRAwKrVEaSYke7F+fd2MQl+8cX59z+ev3pF",
+	"DokmOTVM9frkdKytYCwVGZAFo0KTp4MB0bB8CxkXiUjcwuB6ANwaQA20+/r5UWODB7ENtkI9F7NRxtUu",
+	"YXLt9qPAt/SgPrG7R6bc34vWwo5/mS8bGQUTWeYZhqqW3oRF8ZAWMzLmgqplP25j4lY4yVridRSjObHP",
+	"gCx1Qg4Ov/7HN6hzXvE8ZxkZL4nmM0v9b+ztr/CmXZsTuoK1gQWoJfQLxlhfxAWODbkBbkY39gTkAz4l",
+	"VCz7bZ68DY7BViffxmAgvmDZqPlqePsOMVltHr16R2JevQqTmmgYriwM/KkXFCOQlzxnZ8LEIr5yLq5G",
+	"xsol0ZA4vVzYJ55ogs9EcWtxvzyuLhhpNTMlz/Y1MzP7n+GTqyWhmlAylaUyc/TOxdnvwivOu6la7WEL",
+	"u8Ym1HZwrzCDAy7pWB6WdBy0OklHmjlTER9+XC2Fh6oYB5fBhh/Xtp1Wl3OMZlWdM2rV6LiJFdW4EZGz",
+	"imgyHKSTuIQ49O9usEg1SGUlWUAqRtx6Mc1CCkao0DdMOf/gDVPMnculiQkXKwB1OWceCDHo/XB++eoU",
+	"5oh5GkBxub8dfquP5DWO4YIaVlbvJ0+axkgcuO1b4lq9CvJTdsIDO5SX0Ldp9NXgbWtqF/U3H8eiNarz",
+	"PobNj9jLQslF0RYDveHN3TbUjV5/ceP72oGKyY7rUPVQC12nz549fb6N/cB70ekYzZHymxPVhmv2ni6K",
+	"HN66isG+PYJ0NWTZO5D8G7H1vK5jH1dsREU5KpiaODPcLjHLXF+NjDQ0r/WsXXId7GulZtmd3solzUb0",
+	"ejY62HF19QvP7vrGri8s2EKq5T1A4F68IxBiuq5jgvfynWwyl1N+MxttpM+kM5mzyRVoLBu0gsAJ+TAu",
+	"FpE9nFNm3Re+45ChCrC+vZZX3fGQ4IahaBofESKdmTeRrwdTr/gl7++H3OJ33OxZjAWYbEMixahuQQ/Y",
+	"lDtu9j0kByv8V0kcawOWRXZHHN3kDPW+khpsK86SYLpf28k9Lqi4mXYXVDzz2CakVANvWNJaGK6Pmagj",
+	"xTtOjqiGtpDXBVB0p2IWTUcYHYNFORrDu6L6rwnFpZnufY3KNYXwQBdXirZBwjUBkzD5+fLl3tcJAUXj",
+	"hmtGxlSz50d9kH7xY2CoTtLBO9HVvGM048KpweuxGHV1lGprmg9lzFCe382fi67E7YpzVXLEPh7bxFVt",
+	"ZdeBvS8z+MLY8O+YVcg2xKrcwwZ9D0vomjkB8xjsQC2rrp3Qa8KSI7k1s9yKfDQbtzy3Lg4sdni04Jne",
+	"9lRMTnhXn/WRYGQdM1ggX6py+aHQAV1YrXItsDg4aLiWeXWQbc6C2c23fe4H/AEHqX6/CEarLv7ra0js",
+	"hKz9aBiDq6Mx5SzPdBg7TZiYSrvbpGt3NyHVroDTXyfE7WfvhFCxRHaBpQSmVpCDmjQ7u11cJMZoIbMo",
+	"9F38HnHPEXjuJIiSR9u7N4jfbXKIN4g4b95eXJJ+v78P98FcbX8ppssFI3YZ8S13wdM65g5imhlNaCsy",
+	"cUHc63f7hJ2Csu8YXn2HgOkay1e3ssI9D+a1tSae5gLI/dpOsi1GCRf8vfNZ7xnAVoOEHzi2JBeWGtE2",
+	"MllEDVOXVSw+yRnF43dKuMGk5irO9oklo0IqE8ewzcrMPXyelfvyQXSS9tjxO+sq7b6FC2aIFBPWiGjG",
+	"DCeoEUK1t/Z30eUwlaryM/Ti5v54bPrPgv9WMkIXUswwmLoR6g375/atHw/e8iL9ugeGVku3C86ljg+x",
+	"RWl4NM3AIXilGXxsrHajPFjgsVixVjutwOOlw+mtpiw3s89Fj8iUCkO91j0KecYUwcgsIiT4OJkCh3gc",
+	"U+4Yv9istREhwUDl2mUcn2a/Fi2By6rHS6pv3gCwH4FOWhWoVqxj9woet1Q50hYO286XBra44TZ8Rvxk",
+	"8HS68155pr7tZKgG3rCkNS0wzK5dzctMOsiw7JlpZbvd5MF6Jj+wT0+qxncXzvw0zW2v4QeT1ou/XHFI",
+	"BYkuVnV1AVagBfqMlrut+bwxoLv4Qz2uu/JtMLxdHfDwVuWpzQ186pk/yFnd8zeXCamCGP72n//ds6cG",
+	"Kivbo5LcJNGdNxlvTw3zNqf1iABq6Mip0yEPHy9N/GSU01iFE6mZyyXCiI0bxS1WtPi31hdfp8JHYqkm",
+	"87iIUJSjiVRtVSpATbiLNfiKKdFShsbpIHcZTeq4p2Dt2y+pvrqj3djuF8TvcfOABt0NGQDtlo9W2/Xm",
+	"cOUYBm8wEG+280654Hp+x+9tAe1D1MNohVYxp5ptMj7dS5Da7o2CsHCzk8UJ6q6pazaCMmq7rwZCZqJW",
+	"NxqIRU224cKlEsKznKHwDFyDdDHUbF4uqIjHSYRlfdZrgpWqKgvVssnajPy67oQ1q/GMu8RXbKvCs2Px",
+	"nMbUqzV0XGGdCiyxrd6kD1hNEGy9x2QC5arqgGJXgMz+KUa/MyVHlhwTHz+HuzeqfmlDZ1zMRjhcQup8",
+	"Fn9Fs4liZlQKxbTMryH83FeYGLnALx9enoOJYELFhOU5xiGHweI7KC3rerCPPOOZL3igSkGk2KJOfZSy",
+	"01xFwUQGH+mAFUAJfoE5FyK+8bf33wV/s+zEUoyHKf4/8tSbBTBrT5MZTeZUzD7GqRIqUVVBmkqNCh0q",
+	"axNW3LB59ASc5NeWw7I9qbaNJSZVreat7LIu6tweo2IXERf6BXtvRpNS6ZaDzI6+u0YAksE2dQCHbFvm",
+	"RTle8PYSGD4K/+7uSPfiaEkX+U6CDhDmpFRWi7Tf52K7XFbHpbxiIk6uUEuTUH4zQwsW4VqXLCPUkGgx",
+	"zr6vlQ5SJxRrrfF4bkwBfLxgiobzbnnDLt/XdFpR4d1I5N3ZxSU5/encMpUU2Aif7C1mC5OSLhKl5TF1",
+	"sYxCKkP+kRz2+kNxds3UEgPPSpExRVJXXSIlgjFnIPdrblSgHYpu6msyv/3p7N3p5dt3o8u3P569SSEC",
+	"HF4UjMyYsG+zzHJQSVLMMLXSP8m4wgTTfT/DHgydwsosm3W1U7G2wL9cvH0DdV6BAw87x2TY6ff7w05C",
+	"hpAugZfqZKYRXrxNXd4GN3nVcYBP9lxpUbKggs6YZQIWikH4zHFn0D/oD9y2CVrwznHnaX/Qf4rJ63PA",
+	"JF+Ooy5n5QJA8aOs2pd1jjuWbk9nzlrRKLZ+OBg8WPneutzWptrVOiEa3KpQbgHrmR8NDtoGr1a736iA",
+	"fBuacbC6liaQO+TTBhx1LEk3qD8OVbUSLBZT19WCMgOu6uVM0QkjBVNcZq4+cBPI+x+8lnLbCu/vGYIb",
+	"tqpuR/HX+CfWj+z7dhW3vz72Pm3co/tuin3paPtLVTny29uN8N0PK94VUkcgDZaYF5Xp8mOgDafFtzJ7",
+	"wLYDQbbUbfMIsyfM7doeHz7Y1M0SY5G9vrAsxwQVl9yeD7ZvX9AG4ROhiX3hm+0vVG0R7AsHT7e/UBWm",
+	"ty8cfrPTC42q8bdJ5xnu2laQ+Z4WTc4F+EtoJZ5LQajwLSlcKRunIJ5A2XAsEoNno1WEmNrCpPatvBAS",
+	"0AbdoPLi8GkwAZlJprE3xphNpWJ2IUxkuj8ULpkN8z1Jupr9loYZblwTZx/HkuZVSDlUHtfM4FHZJHBL",
+	"Q38a+h488NRYhy/OyIPmJaR7M6cGqrRbba/KDwIr7Eq6D+mmrhq8Zq71wP/HTOHjiBvKm0RJ2/62ZA1+",
+	"UrsnaG7YRspBpIPVhtep+WjwDUkjecmpy2OsWxxhZSWXtOE5TaqssqL5NUtPyNFgMBRpmAKNo6T7aZ+8",
+	"hQAU5uRkzDPMMZclRsVQ0YG9xCSbexJxsvXRqu+TfTbWoqn6vEZnKRfG0jmGrg0R2/26MHa0Dnr8xOwT",
+	"U8wO+Fw3qPk0NPZZzlGEPqGQpJ8Q6jPeSNdyNkthmPgGLI8K1z2jIocTQl0mrlGMIXFUyPJPlpnDvkaz",
+	"61IkDa6rZKqP6S5GulQ0SiY80RD9pAs6Yb0+qTtWKUYzoD07HrQDsp9ZDaigtlKfnBqykNoMxcEgGQwG",
+	"Fc1b5RbzvUg3PIqhD83CnvKNpC2rFh8NjkjarJuQJuRo8JSka8UT4MaANPmHvfbNUKSROhtpjG1YZfIl",
+	"8LxPwjUeU+kKk/1aTmzPP79wkM/BQU5rCn2iPZU0rEn22pLIacVlPI+RygVkCpmxnc7wfaomc5e4EGUq",
+	"FyAys+wEZAZ8mExKQ/RcWiHNrDeug7VyQ2aK3ZAC+vak8cZlaQ+5lauXIkAyhHgxzNj11nbLM2Nk+Y7R",
+	"7NR9wB+QMN/vGaqalFl7+CG1vhPtQhixwlL1hRo/NzXikUzhBCddxWZlThVQoK5r8ACtOnrUWFuFagK/",
+	"UImJ9opBCzTSNdcEcspY5rVcKpbYuYtrXyL2GGQHeB5khLTfT1GiGIoqldoKmwlwDCiDcAMK1rguM2vm",
+	"SpazeS2kWHklY9d8woCDJOTl+cu3RKqhmFOVwVe4QG8d1AzxXAEWEjtrw+Zj9Sf0h+LCw8nZPP1IViRw",
+	"/qsKen1ydPDUnfpV7aO0rhrh3h2KbinsFiumNcuAwUjLVtpYUIyv/KK4YZ+esexiGLgvT9lmEYgoEmfv",
+	"jaKTL6rEjup6o2/oZ+NXbtMIRS41+50XrjavJQZ0bwXqd1DEaEEzRvjUF3/ZTXwIsLSl4oevPrZFaOiB",
+	"Ic85TPArCaMqXybEleOf5JwJMxSaMU2m7IYpaIrgKj28wIXsYb56P8KHVi0PJ5ahDMUaRwFuEW+/2irG",
+	"tAknn87QcDfJRE4MM3toDn0QAQV24guf+PvhE6ckFGCeaNzBxJnIrS7epCifauWe1vx3Vp+9ilErWMwg",
+	"XqxNxqnQxBWop8SwRSEVVS4Lasw0z1g1S0IUE7AUiQZjIkW+rDJZrUwCooLi1ywDeQiik1QJKWNlkUua",
+	"kZxR76SQeYadlrvQnFWwXp+kC5kxMJnIiaF5WHsRygvVxfAGz4+Oei0yyP3ki09qhNzhWeiev7sg8pEs",
+	"5B7yiCvH94XL/P1wGUB0Z6bAZDdLiWOZLWtOc0Kwj2ioQoEGYAWSbVJImOexOeLkwj/5hwyFCJNZWo5Y",
+	"/6kPEqgSDkjkFAtlYWF4mWdM+7YOXbRPT9FYXbuDHQMFZt/qzvVJbqoUrmH/T5d/gQCticx1+j//lSp5",
+	"o9OayX49+J//OjzqnZDUcozU5/Vqe1zU6Sb9oThda4vyRAcVDWiupcUqjfojxtQ6hNuzG4NhWBBx6uKQ",
+	"octsfyheyIzp46b4aN9Ik/q3Y5Ap6Y5pRuxSEzzBwIsJZu/eCTkaHDUszGimtte/IVHDc0LS9brGKenS",
+	"RuohkdOhqAXoOdjdqYEF9E7wgGqWn05PyLPBoZ9zJgWzUwUFpKNnVKPp0R/O4x1tybTTwXLw0DQbDWrB",
+	"aOVGyOGXuJbPGddSUU/t/G6LY0mAMThuAiEnwC3CjONcrurH/Ga2r5gj5vYwsXf+kdPzX77vPGLclR2/",
+	"PeiqWkbt5rkHkj3bRTj6uS6YvhqV4BcB2kAdYSzkTUL0FS8K7lKvLe+X0ylEKkTgXuectgZB1tB4zHjG",
+	"jTC/dE2TSn2Cmkxat6lLSRd8/r1apwrq8IN+Mp0+yMEPuak+8yIM666n65M34IhxhUq01dTkFQjeAeS9",
+	"f3f/Q12Q9rYZEtLchh95nt83gMq9F5fCPmGwIlTL1sA7nKXKii1TmefyBlzgpS5p3v8Ds+2P46bw/dSn",
+	"xlQRRV3LMCMFxHvtwQpvK2GtqkhV6Qczfg1N8ABRp5oZV/PFldC4YqxAfp2jc3E92E9OCaOTuRP50AOR",
+	"Nhqbpvtpo7FpOhSaLl1zTdxbtyyI0oeoCG0lT4xiIEfkNf82DCq0f3oIngDtcFEGSk9deAvms0MJ9zc4",
+	"SV2nJgzHwjgmwW7cMdQn54KkiG6pb/y370rlU8WGAuV0sKzWcrBzqyDX6fXJCx+TUUXZQVls9AJBmffT",
+	"n86Hwipfei5vRBWP5VYRERO/Z+YBiLolTMrtmIVhI1BqLe9vcyGo1sHt9n/84CtWCsoNKYuq9RsUzl+p",
+	"cm9v2q1u7DHpwqOFzPOEUIdmTweDwQCSMGOfYFEFq3jXy68qgcGrW1b/mCrtVmYaBIf+kWXjyPEJUZS4",
+	"aRCF4Ump/pptB6WdyRUJbxMU7f2HOi8fXgFrFrO7r0kPR4ETFXlXdXwwo8nF+fe/nL958cOX6N87H9rb",
+	"EbCumNGS0AL3/7gI2CwIcl8EdG0idJCEUrd5acgyX3DwEXDQ992JoyBYj6tjxD76B0TDsPDLR3o2vqRB",
+	"PRi+rTYhbPUNnIUPPmaezErbxIg8FC7lQXT9cEAURp0GBaEeXSvFgFGa0BmtagdRq8VYeaaXkDF6ZreY",
+	"+SPtZfH8Xu89i6VTNRjYOGZfUTJVTM9dXYr+UKSQ+p+i5S2szED+9n/+L3EdRElXlUKfBD3KsS26IXVz",
+	"QrJkpgcvYUWHoahKNrigOWf9blr7m9Z9jKFz1S0TUrVk9SJ91QMQAvrTlb6B3ty/3mIwRXnHhegF3hUw",
+	"zVAzFHiLawJ+gN4JeTZ4StJIH8IN5vuzRm2HxzPEB/N8pjzTRgPRddoKG8N+Ys76h2OUH224rYCJQagV",
+	"4JGqKpI8ca13tNVmpZiwhPjqImBeAPuErhQqrGLY1J1CNr7/wVLERhMjJt80kf5uAkPw7hurY98n5erP",
+	"Yff7aCz5jmmj5HIVR9xWKx/SbEipWXbSqIKLZ4HlfVOpZrKK+mgz7z/yjg8+FZdaOU37n8XE8VY0FoHe",
+	"MCRTxeCs9rZayBd1dcPhKAe5lUB2VrTXbrqVuverqtxxlQA6df9Zthvbjn/hGiH2vVSM/c5WmEatizOd",
+	"gP3feQa5cgXqQR6Ekt3kZi41IxNa0DHPueFME02XBBCrtx0BsdD7RsNcufjToKArF4sawAkKylhgu5as",
+	"QW+o4u6+4Cng6StmCEWkyhrnG6S7WmhuR7Wq39KGkjJ/FkTzlYq/YFE0OsVgOZLm4b8VfWSxCXtk8edB",
+	"HgDPF9xp4o4sVoXrLlQNm5a569ANvVyyXn1mukofrqFyiGG+XVurpeyH88tXj2khq3qPtgjG0Ejddwp9",
+	"EPvYWzsilLnd42LPzNleLmVRzdEMhV2H1v4H147z1k2XtVc3OvWVHlLD3hss0iB8a1ojJelSMqaKEcFu",
+	"ci5YAts0hN4xmpy9uTx7N+xUpQ9g3rWY0uqqhVRKujTH45y65rQuL1sTn+FgEQED2oZiTjVmXqMdKxaf",
+	"SrqKQeK5779RiQdjOrnqrUeZgsGtEWjqjFjaSLXdhIX9STOHdyvcC9zhrjuv84bXzVGbZqcV77jvaHpw",
+	"+DV4x6vf63kKj+QzaDRf/cT1mhrdiiOUtuKKcPiB8Tceb7iuIoC8pPPFVfFJeT/uIKHEbqdnWCeeufyj",
+	"5yJBtvXKhj7R2DCgydXC3omt58Br3pZIsRLhJfKlRxkXisSdIaEtnsXXLt4NlVdaXz+mfBJ2nGw5nvyX",
+	"fkJiaKCE3xYi7Sk5kSrDkkMuL94KAe3HmV/8/oe6+8vGqqK+aeYufLnR+3Mn1nz47PlOrPlxd3vLTtsD",
+	"VkvnQcOsRA/qTyio3oORhBsfdlBrpfh3/qFHhHnY5y1up4AlPFjyU2UuCv2ilbdRh1I1lqWD8r0uXBus",
+	"nYrRydyCtJfgA2iPCg1PTSLbKVetPU0twl3NShYXfEtVQz/GYYPuW/cVipLtS3kEZt/sSfYHy8X75Mze",
+	"YwnpBu2ZkiopLgmy5Xr2QACHSyzBL46h+x/qLg63m8o8pjVvT4OAY6fXVLkMjURA6hmo12aqpLdVhcaH",
+	"CoFeEig08pqpdjVlKO6qp5BVNSWmjfzI87w1G64997Hb7P6N8aIOAOj4Dzpi1IG+zRO00RLtQZWbR/LG",
+	"N3uNbUqk+NPnSlSI0JYjcVIjRKVWceFLGxNa6et9Vyhtoyv0vgmbvjnbp8lz3sJXP5/j0y+AtHCmHfjl",
+	"fthyKZr7cnZdSxWpZr+lBDtAkBRCsIKE6MExNG2/YoXpJchKcblh7xwrhFIFSS5DMZc3ZAGdmcPmllBB",
+	"09e87vrkgsPBYACZ9nZ8l9FEq3QEbejSc/ShCDIfIZHEZUlvYt/2gj+R0pbckdXmnR+Bti1pHgDSprjz",
+	"uTIiVj+2rfOBu/+nMqusCeAW8lkz/R4Px9XMftJdz9/v7UKHGdcFNdi+sMUqW5o5tEGhvvkGxiz6xjbY",
+	"/MZ1vBkvw3zJtv43QwFad6NjDAzjSuZiQx5+zZwwZOWhWliDAgmVTbab6jnZmyB3mFRvIrNIez67fDKX",
+	"mgkv3SFXOT3/5fvR6/OLi/O3b0bn36V4ojTUGiijoNlEiox4UHm2oumCkYZwVwEHbo1lZVfW5HBw6CJI",
+	"7UNYnEBjj3y0UonM5c/5KoAnOBwlGZ9OGRT/gBE5SGlHg2/6Q/FiziZXmsxpUdg9cBqFVBlTx43k2BW1",
+	"bGVXIBC0+2zwtJcMhWvd0z0aHPQSnLJ7dPAUKgT3Ete2pfHZXftxUtk19RKiZInBp0eDo4TYQftDMRSv",
+	"2WJsAeGAB+OGamUmGcam2gmc2YALkvqljqY8t3y/h41+XLW2oQChcCYk2O51I0d6QZeEZhnRcsFO3MIX",
+	"bhmLUhsCxZFQI8UCFZB2Zjm5LLDPFJGCaRhozIgo87xP0gUzNKOGgjAPxSuvmRpTwxeALYoVjLqkzYmc",
+	"Ca4dXZA51fPG93cnVEjBJzSHlkXHDvGrRWLrnWQosHEgUIIzVSZESHIz54YRLDbt1w4tmp7o+sjhWXrs",
+	"Kt7aJ+3WSDUUOAfiiq9bVaHtCaECX7mmeQmAsZBkmVtaArAgXGjDKLKksRVUk6FID/qDNLyTHqQueBdH",
+	"DBcGLp5VBO9aPOoPheUEQDbY1AlKXaeYpnlMhh2qNZ8Jlg07aVJlcALPQeSgEEwJeISGJ7czQzHlvoqe",
+	"FymnpYK10Vxi6w5NUqYNX0B3OKDLtAEkXqmLQL51TRRw3QSUN8q4puMcK5dUuGxP/Zr07C0hR8Cb0gSC",
+	"u1ddP1ZaOCBpGRxIaVsdk0hZlqA1gI/cPkHBJO7DWqW6vjeJpBCMbQl1KOqOTHC35yQazxkm7liLSjXf",
+	"OV7aaiKNnPhI2Lhh4eaNmd01TYw8QXKs2LDXCR5KYdzV5Prw3jAPr88UOO6nr/oaRqQyfw9Kx1WE4jfJ",
+	"H54sC47BJtP5ksF4L3+X61gIVLPSq/Cvv1p8rEXK4Gys9iOwNVXp2H6YXQRIVIRa1bi6hIE9QqyYku1B",
+	"YQ+oXJDLGZYHYM7WQ7MMaxLDielrNLsCB6i8je2GQJNALLDYdXULmTaudCKt9TiUPX7KKfZqWJIU0TQl",
+	"49KgK3Af1D9XpC/tHdfHs2P4Vt3DgSGgN7X/pkPh9c9jV4xRufnJnOVZr85OTxf0fdon6b/tISz2LhrH",
+	"iatugGKBPZvsOFUdBDtgErx7JrI0fA3TkXyZBzC/ByUVuFWIAWj1CN/T4phYfuGaR+CXjZm5YUy4j8NS",
+	"EKsLDvVj6FQBC4YUfZRp7G6GwINgDifGplj/459wZqz1AATsIIcFHbpYE+DpgOjeUEylqjLIVVX6wUvf",
+	"zNtHh8Jt6jFZ30+oeXlxceYrUEAZMA1Go5s5iml2v8KtxbAgOz1WLIHCYm4d0HK6Ya6FoboQSERBXOVw",
+	"hE4VdQHfzXUPBS6k5z8JK/bWXbv65KV9VR+TFD7k2E3ttIvUSp7H5MOwgxiAPS3txWEnGYphh4mJzLiY",
+	"DTu39iCvBNWfL1/ufQ0AAmkM++m7McO3rGiFN4edoHI4oAlWvbBCOsgSOCZKninPjiOYyQ3pUqKCSkoE",
+	"DDsXkCBGMI5YgzoEJUWwykb6imqzBw/uWb0MVuFQEzu3oLzhITSjxRp47NMOJEYCMGAURPcQleth/N6t",
+	"jARyJcK56vJeATuDrqFQNMRuY86tvtBNj0nBxSztQUwZlF3Ncq+cE2oxqk9Oic7lDYQTowhu5XiQ9qGy",
+	"kFveMa4bul/nuaXUOXdYBZwQmkgAcyQpwAEwD8giVqbPi38JSXGjRtgNbsQECH4VkBvlVmoC7520OiQ2",
+	"W6+Ql3yk7WrlbEFMMxJr6wIJV1bBGFNu87I9dHkTX/8GDlMwNCLaQXnHAg4jp/ZXy7U0lPMFd0VzWpe6",
+	"oO/jlUyODr45ejo4CpZ6sMtS8Wi0J/JJ3ePMMTsaQwDStdzU6WSORbYDFu43FrxDv67HKsqddNbOh+YQ",
+	"KwG1F2dITNrz4MRymsTxCdLVDF1nwWu9/q7FwF21oE7SmQMDgG8Pz/mILBU98xuyAmYnEKvSWmoArtoN",
+	"MQ73agOmR1r8h7LD+qrsiR7y1ruKEpvXx4RF5b/CLJ2kAwXgglbiwd4252iFnsPkiJz1sYC6/Tspz/PO",
+	"YghdrwkLGEN9va3EMSqp0P4KUtAF2Or2oB2tc9AgHTU1haqHfGsExyU8sUXrh8IUe5rZhyzBwUGsdw+V",
+	"2BqUcUpyOma5/cArtvwnsHWdeAOeZYQLqVpDM+DVxnxVx/z1pvor7fHjXhjg/3Hu/qxRpWonzm6ZTNDs",
+	"3yN+odg1l6U94Get34avbATmY/qALHZsiizBpX+eqBLA3IQIdhMUgIbqVuOcoTnVKl2wRjBGEsO3VodY",
+	"UMGndjyqyV9OX78i3dR3FrhcFuyYhLBc0kWegv4Afe676Ydhxw8wsjdRiP/bf/63lU0xvjx4xN798Lf/",
+	"/O/b27TXBwNr+sES7Ihjy3XD7NtWUXdaxAlJ/zlTy5EqhVPfrLgwRIHSUiTpHg4GtUFHWE6Zg9nbz9nr",
+	"k1NB0vOMLQppmJgs935ky5Tg0Ue6Ug1FZVfv8yztrdiHKgAhxw4ssXbp3lWCFmbftxA+qrZCknNccTUW",
+	"FNBqSsf+Fpg5fWHVKWc5VDqiZn4yFK56BV5GYwO2e8raS0xYpGkJA12hPAfozSKT5x8IvvrlFfhujF/7",
+	"RIZL++UX5XjBg5oXSWcVnZvj3aMTwt14j5sAvS1tTCZTS6JKez5GEBro+SEtrBZOu1hX/3R1OT4uvQsw",
+	"C/o46atqc6Bmta+n70sju7L463LKvud+G6tmvKBiwvI4HW9RYe1Lj12UFxYWQRtcdg7uZDNHbom1hayO",
+	"L+TN54kiwmX5fYOoLx/vBe7psBSGYnXOVeL6UxWKgRk7g1JFpWKJVcKgksaKA7/6xrZYsAfe0sGjb+ml",
+	"28ZPt3MbSGafKsOndGK2i/un1ZN/RGj71W0SO6tvBTfjHwz+QeWfTajuv/Pem5BE01fgv13DbgeHRw+b",
+	"ufKondo+Q4Cl31TfcewEa8JxrAlnIe9PtqrZeEJ+fvdqj+kJBZPKZE7FjOk+Biz5ysrwy4eFzRnNzfz3",
+	"TQjzg3vkMVMtYYpWRc8dCi5MqOq4GDg9Gw7OV/yaCftCoeQYhYV9CIff+Jnv8InHTNxhNON2YfE+EzTD",
+	"OEYnDT3+lG8kdqRfntQOO/AGYqPLajgUEsxmoFczIdRPoDW6xtry9UgUE8AgzIa78Cj87jUvto8JbHqx",
+	"wfSErKpUudV+jCmO9/cPDr/qD/qD/sHx1weHh53bX2//XwAAAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -1,0 +1,312 @@
+package rest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/core/task"
+	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+// Tasks is the task use case behind /api/v1/tasks.
+type Tasks interface {
+	Submit(ctx context.Context, doc []byte, idempotencyKey string) (task.Submitted, error)
+	Get(id string) (ports.TaskRecord, error)
+	List(f task.Filter) ([]ports.TaskRecord, string)
+	Cancel(ctx context.Context, id string) (ports.TaskRecord, error)
+	OpenArtifact(id, name string) (io.ReadCloser, ports.Artifact, error)
+}
+
+// createTaskRoute takes YAML or JSON bodies, which the generated decoder
+// cannot both take: it is served here, before the strict handler.
+const createTaskRoute = http.MethodPost + " /api/v1/tasks"
+
+func (s *Server) tasks() (Tasks, *apiError) {
+	if s.d.Tasks == nil {
+		return nil, newError(http.StatusServiceUnavailable, "not_supported", "this server runs no tasks")
+	}
+	return s.d.Tasks, nil
+}
+
+func taskError(err error, id string) *apiError {
+	switch {
+	case errors.Is(err, ports.ErrTaskNotFound):
+		return newError(http.StatusNotFound, "task_not_found", "task %q not found", clip(id))
+	case errors.Is(err, ports.ErrTaskConflict):
+		return newError(http.StatusConflict, "task_conflict", "%v", err)
+	case errors.Is(err, task.ErrInvalidManifest):
+		return newError(http.StatusBadRequest, "invalid_manifest", "%v", err)
+	case errors.Is(err, ports.ErrArtifactNotFound):
+		return newError(http.StatusNotFound, "artifact_not_found", "%v", err)
+	case errors.Is(err, ports.ErrStoreUnavailable):
+		return newError(http.StatusServiceUnavailable, "store_unavailable", "%v", err)
+	}
+	return nil
+}
+
+// createTask serves POST /api/v1/tasks.
+func (s *Server) createTask(w http.ResponseWriter, r *http.Request) {
+	t, apiErr := s.tasks()
+	if apiErr != nil {
+		_ = apiErr.write(w)
+		return
+	}
+	doc, apiErr := manifestOf(r)
+	if apiErr != nil {
+		_ = apiErr.write(w)
+		return
+	}
+	if r.URL.Query().Get("dry_run") == "true" {
+		m, err := task.Parse(doc)
+		if err != nil {
+			_ = taskError(err, "").write(w)
+			return
+		}
+		_ = writeJSON(w, http.StatusOK, normalised(m))
+		return
+	}
+	key := r.Header.Get("Idempotency-Key")
+	if len(key) > 128 {
+		_ = badRequest("Idempotency-Key: at most 128 bytes").write(w)
+		return
+	}
+	sub, err := t.Submit(r.Context(), doc, key)
+	if err != nil {
+		if ae := taskError(err, ""); ae != nil {
+			_ = ae.write(w)
+			return
+		}
+		s.responseError(w, r, err)
+		return
+	}
+	_ = writeJSON(w, http.StatusAccepted, restapi.TaskAccepted{TaskId: sub.Task.ID, State: sub.Task.State})
+}
+
+// manifestOf reads the manifest: YAML as the body, or JSON with
+// manifest_yaml (a string) or manifest (an object, itself YAML).
+func manifestOf(r *http.Request) ([]byte, *apiError) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return nil, newError(http.StatusRequestEntityTooLarge, "body_too_large", "request body is larger than %d bytes", MaxBodyBytes)
+		}
+		return nil, badRequest("reading the body: %v", err)
+	}
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	switch mt {
+	case "application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml":
+		return body, nil
+	case "application/json", "":
+		var req struct {
+			ManifestYAML *string         `json:"manifest_yaml"`
+			Manifest     json.RawMessage `json:"manifest"`
+		}
+		dec := json.NewDecoder(strings.NewReader(string(body)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			return nil, newError(http.StatusBadRequest, "invalid_json", "want {\"manifest_yaml\": \"…\"} or {\"manifest\": {…}}: %v", err)
+		}
+		switch {
+		case req.ManifestYAML != nil && req.Manifest != nil:
+			return nil, badRequest("give manifest_yaml or manifest, not both")
+		case req.ManifestYAML != nil:
+			return []byte(*req.ManifestYAML), nil
+		case len(req.Manifest) > 0 && string(req.Manifest) != "null":
+			return req.Manifest, nil // JSON is YAML
+		}
+		return nil, badRequest("give manifest_yaml or manifest")
+	}
+	return nil, newError(http.StatusUnsupportedMediaType, "invalid_request", "Content-Type %q: send application/yaml or application/json", clip(mt))
+}
+
+// normalised is a manifest as the server understood it, defaults filled in.
+func normalised(m task.Manifest) map[string]any {
+	out := map[string]any{"version": m.Version, "kind": m.Kind,
+		"metadata": map[string]any{"name": m.Metadata.Name, "id": m.Metadata.ID, "labels": m.Metadata.Labels},
+		"environment": map[string]any{"runtime": m.Environment.Runtime, "image": m.Environment.Image, "cpus": m.Environment.CPUs,
+			"memory_mb": m.Environment.MemoryMB, "disk_gb": m.Environment.DiskGB, "network_mode": m.Environment.NetworkMode,
+			"allowed_hosts": m.Environment.AllowedHosts},
+		"lifecycle": map[string]any{"timeout": m.Lifecycle.Timeout.String(), "idle_timeout": durationOrEmpty(m.Lifecycle.IdleTimeout),
+			"failure_action": m.Lifecycle.FailureAction, "preserve_for": m.Lifecycle.PreserveFor.String(),
+			"artifact_patterns": m.Lifecycle.ArtifactPatterns},
+	}
+	if r := m.Repository; r != nil {
+		out["repository"] = map[string]any{"url": r.URL, "branch": r.Branch, "commit": r.Commit, "subpath": r.Subpath}
+	}
+	if c := m.Claude; c != nil {
+		out["claude"] = map[string]any{"prompt": c.Prompt, "model": c.Model, "max_turns": c.MaxTurns, "allowed_tools": c.AllowedTools,
+			"skip_permissions": c.SkipPermissions}
+	}
+	if c := m.Command; c != nil {
+		out["command"] = map[string]any{"argv": c.Argv}
+	}
+	secrets := []map[string]any{}
+	for _, sec := range m.Secrets {
+		secrets = append(secrets, map[string]any{"name": sec.Name, "source": sec.Source, "key": sec.Key, "required": sec.Required})
+	}
+	out["secrets"] = secrets
+	return out
+}
+
+func durationOrEmpty(d time.Duration) string {
+	if d == 0 {
+		return ""
+	}
+	return d.String()
+}
+
+// CreateTask implements restapi.StrictServerInterface; createTask serves the
+// route before the strict handler is reached.
+func (s *Server) CreateTask(context.Context, restapi.CreateTaskRequestObject) (restapi.CreateTaskResponseObject, error) {
+	return nil, errors.New("POST /api/v1/tasks is served by createTask")
+}
+
+func opt[T comparable](v T) *T {
+	var zero T
+	if v == zero {
+		return nil
+	}
+	return &v
+}
+
+func optTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	t = t.UTC()
+	return &t
+}
+
+func toTask(r ports.TaskRecord) restapi.Task {
+	out := restapi.Task{
+		Id: r.ID, Name: r.Name, Labels: r.Labels, State: r.State, Reason: opt(r.Reason), Error: opt(r.Error),
+		CreatedAt: r.CreatedAt.UTC(), StateChangedAt: r.StateChangedAt.UTC(), StartedAt: optTime(r.StartedAt), FinishedAt: optTime(r.FinishedAt),
+		PreserveUntil: optTime(r.PreserveUntil), AgentId: opt(r.AgentID), SessionId: opt(r.CommandID), ExitCode: r.ExitCode,
+		BaseCommit: opt(r.BaseCommit),
+	}
+	if out.Labels == nil {
+		out.Labels = map[string]string{}
+	}
+	out.Environment.Name, out.Environment.Runtime = r.Environment.Name, r.Environment.Runtime
+	for _, p := range r.Phases {
+		out.Phases = append(out.Phases, struct {
+			At    time.Time `json:"at"`
+			State string    `json:"state"`
+		}{p.At.UTC(), p.State})
+	}
+	p := r.Progress
+	out.Progress.OutputBytes, out.Progress.ToolCalls, out.Progress.Turns = p.OutputBytes, p.ToolCalls, p.Turns
+	out.Progress.CostUsd = float32(p.CostUSD)
+	out.Progress.CurrentTool, out.Progress.Activity, out.Progress.LastActivityAt = opt(p.CurrentTool), opt(p.Activity), optTime(p.LastActivityAt)
+	return out
+}
+
+// GetTask implements restapi.StrictServerInterface.
+func (s *Server) GetTask(_ context.Context, req restapi.GetTaskRequestObject) (restapi.GetTaskResponseObject, error) {
+	t, apiErr := s.tasks()
+	if apiErr != nil {
+		return nil, apiErr
+	}
+	r, err := t.Get(req.TaskId)
+	if err != nil {
+		return nil, taskError(err, req.TaskId)
+	}
+	return restapi.GetTask200JSONResponse(toTask(r)), nil
+}
+
+// ListTasks implements restapi.StrictServerInterface.
+func (s *Server) ListTasks(_ context.Context, req restapi.ListTasksRequestObject) (restapi.ListTasksResponseObject, error) {
+	t, apiErr := s.tasks()
+	if apiErr != nil {
+		return nil, apiErr
+	}
+	f := task.Filter{Labels: map[string]string{}}
+	if req.Params.State != nil {
+		for _, st := range strings.Split(*req.Params.State, ",") {
+			if st = strings.TrimSpace(st); st != "" {
+				if !task.State(st).Valid() {
+					return nil, badRequest("state %q: not a task state", clip(st))
+				}
+				f.States = append(f.States, st)
+			}
+		}
+	}
+	if req.Params.Label != nil {
+		for _, l := range *req.Params.Label {
+			k, v, ok := strings.Cut(l, "=")
+			if !ok || k == "" {
+				return nil, badRequest("label %q: want key=value", clip(l))
+			}
+			f.Labels[k] = v
+		}
+	}
+	if req.Params.Limit != nil {
+		if *req.Params.Limit < 1 || *req.Params.Limit > 500 {
+			return nil, badRequest("limit: 1 to 500")
+		}
+		f.Limit = *req.Params.Limit
+	}
+	if req.Params.Cursor != nil {
+		f.After = *req.Params.Cursor
+	}
+	recs, next := t.List(f)
+	out := restapi.ListTasks200JSONResponse{Tasks: make([]restapi.Task, 0, len(recs)), NextCursor: opt(next)}
+	for _, r := range recs {
+		out.Tasks = append(out.Tasks, toTask(r))
+	}
+	return out, nil
+}
+
+// CancelTask implements restapi.StrictServerInterface.
+func (s *Server) CancelTask(ctx context.Context, req restapi.CancelTaskRequestObject) (restapi.CancelTaskResponseObject, error) {
+	t, apiErr := s.tasks()
+	if apiErr != nil {
+		return nil, apiErr
+	}
+	r, err := t.Cancel(ctx, req.TaskId)
+	if err != nil {
+		return nil, taskError(err, req.TaskId)
+	}
+	return restapi.CancelTask202JSONResponse(toTask(r)), nil
+}
+
+// ListTaskArtifacts implements restapi.StrictServerInterface.
+func (s *Server) ListTaskArtifacts(_ context.Context, req restapi.ListTaskArtifactsRequestObject) (restapi.ListTaskArtifactsResponseObject, error) {
+	t, apiErr := s.tasks()
+	if apiErr != nil {
+		return nil, apiErr
+	}
+	r, err := t.Get(req.TaskId)
+	if err != nil {
+		return nil, taskError(err, req.TaskId)
+	}
+	out := restapi.ListTaskArtifacts200JSONResponse{Artifacts: []restapi.Artifact{}}
+	for _, a := range r.Artifacts {
+		out.Artifacts = append(out.Artifacts, restapi.Artifact{Name: a.Name, Size: a.Size, Sha256: a.SHA256, ContentType: a.ContentType})
+	}
+	return out, nil
+}
+
+// GetTaskArtifact implements restapi.StrictServerInterface.
+func (s *Server) GetTaskArtifact(_ context.Context, req restapi.GetTaskArtifactRequestObject) (restapi.GetTaskArtifactResponseObject, error) {
+	t, apiErr := s.tasks()
+	if apiErr != nil {
+		return nil, apiErr
+	}
+	rc, a, err := t.OpenArtifact(req.TaskId, req.Name)
+	if err != nil {
+		if ae := taskError(err, req.TaskId); ae != nil {
+			return nil, ae
+		}
+		return nil, err
+	}
+	return restapi.GetTaskArtifact200ApplicationoctetStreamResponse{Body: rc, ContentLength: a.Size}, nil
+}

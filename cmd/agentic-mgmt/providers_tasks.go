@@ -1,0 +1,41 @@
+package main
+
+import (
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/agentrpc"
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/gitwork"
+	"github.com/agentic-sandbox/agentic-sandbox/core/environment"
+	"github.com/agentic-sandbox/agentic-sandbox/core/task"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+// provideTasks is the task use case: records in <data dir>/tasks, staged
+// trees and artifacts in <data dir>/task-work, file secrets from
+// <data dir>/task-secrets.
+func provideTasks(cfg Config, dir DataDir, envs *environment.Service, svc *agentrpc.Service, rts *Runtimes, clock ports.Clock, ids ports.IDGenerator, log *slog.Logger) (*task.Service, func(), error) {
+	store, err := filestore.NewTaskStore(filepath.Join(string(dir), "tasks"))
+	if err != nil {
+		return nil, nil, err
+	}
+	ws, err := gitwork.New(filepath.Join(string(dir), "task-work"))
+	if err != nil {
+		return nil, nil, err
+	}
+	runtime := cfg.TaskRuntime
+	if runtime == "" {
+		runtime = "host"
+		if _, ok := rts.Available["docker"]; ok {
+			runtime = "docker"
+		}
+	}
+	svcTasks := task.New(task.Config{
+		Store: store, Workspace: ws, Environments: envs, Files: svc, Link: svc,
+		Secrets: filestore.TaskSecrets{Dir: filepath.Join(string(dir), "task-secrets"), Getenv: os.LookupEnv},
+		Clock:   clock, IDs: ids, Logger: log, DefaultRuntime: runtime,
+	})
+	return svcTasks, svcTasks.Close, nil
+}

@@ -1,0 +1,312 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
+	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+)
+
+// fakeClaude is a stand-in for claude on PATH: by its prompt ($2) it edits,
+// deletes, adds and commits files and prints stream-json like claude's, or
+// reports an API error with exit 0, or hangs after its result.
+const fakeClaude = `#!/bin/sh
+prompt="$2"
+case "$*" in *"--output-format stream-json --verbose"*) ;; *) echo "bad flags: $*" >&2; exit 64;; esac
+echo '{"type":"system","subtype":"init","session_id":"s1","model":"fake","cwd":"'"$PWD"'","tools":["Edit"]}'
+case "$prompt" in
+happy)
+	echo '{"type":"assistant","message":{"content":[{"type":"tool_use","id":"t1","name":"Edit","input":{"file_path":"a.txt"}}]},"session_id":"s1"}'
+	echo edited > a.txt
+	rm -f b.txt
+	echo committed > c.txt
+	git add c.txt && git -c user.name=agent -c user.email=agent@x commit -q -m agent
+	mkdir -p new && echo new > new/d.txt
+	echo "token-length=${#MY_TOKEN}" > REPORT.md
+	echo '{"type":"result","subtype":"success","is_error":false,"num_turns":2,"total_cost_usd":0.25,"result":"done","session_id":"s1"}'
+	;;
+api-error)
+	echo '{"type":"result","subtype":"success","is_error":true,"num_turns":1,"result":"API Error: 529 overloaded","session_id":"s1"}'
+	;;
+hang)
+	echo '{"type":"result","subtype":"success","is_error":false,"num_turns":1,"result":"done","session_id":"s1"}'
+	sleep 600
+	;;
+esac
+exit 0
+`
+
+// taskEnv is a server with host environments, a fake claude on PATH, a
+// secret in its environment and a repository made here.
+type taskEnv struct {
+	t    *testing.T
+	s    *harness.Server
+	repo string
+	data string
+}
+
+const taskSecret = "s3cr3t-Value-7f9c2e"
+
+func newTaskEnv(t *testing.T) *taskEnv {
+	t.Helper()
+	bin := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bin, "claude"), []byte(fakeClaude), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	repo := t.TempDir()
+	for _, c := range [][]string{{"init", "-q", "-b", "main"}} {
+		gitIn(t, repo, c...)
+	}
+	_ = os.WriteFile(filepath.Join(repo, "a.txt"), []byte("a\n"), 0o644)
+	_ = os.WriteFile(filepath.Join(repo, "b.txt"), []byte("b\n"), 0o644)
+	gitIn(t, repo, "add", "-A")
+	gitIn(t, repo, "-c", "user.name=t", "-c", "user.email=t@x", "commit", "-q", "-m", "base")
+	data := t.TempDir()
+	s := startServer(t, 0, data, "PATH="+bin+":"+os.Getenv("PATH"), "TASK_TEST_TOKEN="+taskSecret, "AGENTIC_TASK_RUNTIME=host")
+	return &taskEnv{t: t, s: s, repo: repo, data: data}
+}
+
+func gitIn(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("git", append([]string{"-C", dir}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %v: %v %s", args, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func (e *taskEnv) submit(manifest string, headers ...string) (int, []byte) {
+	e.t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, e.s.RESTURL+"/api/v1/tasks", strings.NewReader(manifest))
+	req.Header.Set("Authorization", "Bearer "+e.s.Token)
+	req.Header.Set("Content-Type", "application/yaml")
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+func (e *taskEnv) run(manifest string) restapi.Task {
+	e.t.Helper()
+	st, b := e.submit(manifest)
+	if st != http.StatusAccepted {
+		e.t.Fatalf("submit: %d %s", st, b)
+	}
+	var acc restapi.TaskAccepted
+	_ = json.Unmarshal(b, &acc)
+	return e.waitEnd(acc.TaskId, 90*time.Second)
+}
+
+func (e *taskEnv) get(id string) restapi.Task {
+	e.t.Helper()
+	st, b := fileDo(e.t, e.s, http.MethodGet, e.s.RESTURL+"/api/v1/tasks/"+id, nil)
+	if st != http.StatusOK {
+		e.t.Fatalf("get task: %d %s", st, b)
+	}
+	var tk restapi.Task
+	if err := json.Unmarshal(b, &tk); err != nil {
+		e.t.Fatal(err)
+	}
+	return tk
+}
+
+var taskEnds = map[string]bool{"completed": true, "failed": true, "failed_preserved": true, "cancelled": true}
+
+func (e *taskEnv) waitEnd(id string, d time.Duration) restapi.Task {
+	e.t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		tk := e.get(id)
+		if taskEnds[tk.State] {
+			return tk
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("task %s still %s after %v: %+v", id, tk.State, d, tk)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (e *taskEnv) environmentsLeft() []string {
+	st, b := fileDo(e.t, e.s, http.MethodGet, e.s.RESTURL+"/api/v1/environments", nil)
+	if st != http.StatusOK {
+		e.t.Fatalf("environments: %d %s", st, b)
+	}
+	var l restapi.EnvironmentList
+	_ = json.Unmarshal(b, &l)
+	var names []string
+	for _, env := range l.Environments {
+		names = append(names, env.Name+":"+string(env.State))
+	}
+	return names
+}
+
+// The happy path on the host runtime: the repository staged, claude run
+// headless in argv form with its secret in its environment only, artifacts
+// and a patch that reproduces the agent's tree on a fresh clone, the
+// environment gone, and the secret's value nowhere the server keeps.
+func TestTaskHappyPathOnHost(t *testing.T) {
+	e := newTaskEnv(t)
+	tk := e.run(`
+version: "1"
+kind: Task
+metadata: {name: happy, labels: {team: core}}
+repository: {url: ` + e.repo + `, branch: main}
+claude: {prompt: happy, model: fake, max_turns: 5}
+environment: {runtime: host}
+secrets: [{name: MY_TOKEN, source: env, key: TASK_TEST_TOKEN}]
+lifecycle: {timeout: 5m, artifact_patterns: [REPORT.md, "new/**/*.txt"]}
+`)
+	if tk.State != "completed" || tk.ExitCode == nil || *tk.ExitCode != 0 {
+		t.Fatalf("task: %+v (reason %v, error %v)", tk, deref(tk.Reason), deref(tk.Error))
+	}
+	if tk.Progress.ToolCalls != 1 || tk.Progress.Turns != 2 || tk.Progress.CostUsd != 0.25 {
+		t.Errorf("progress %+v", tk.Progress)
+	}
+	var states []string
+	for _, p := range tk.Phases {
+		states = append(states, p.State)
+	}
+	if strings.Join(states, ",") != "pending,staging,provisioning,ready,running,completing,completed" {
+		t.Errorf("phases %v", states)
+	}
+	st, b := fileDo(t, e.s, http.MethodGet, e.s.RESTURL+"/api/v1/tasks/"+tk.Id+"/artifacts", nil)
+	var arts restapi.ArtifactList
+	_ = json.Unmarshal(b, &arts)
+	names := map[string]restapi.Artifact{}
+	for _, a := range arts.Artifacts {
+		names[a.Name] = a
+	}
+	if st != http.StatusOK || len(arts.Artifacts) != 3 || names["REPORT.md"].Sha256 == "" || names["changes.patch"].Size == 0 || names["new/d.txt"].Size != 4 {
+		t.Fatalf("artifacts: %d %s", st, b)
+	}
+	_, report := fileDo(t, e.s, http.MethodGet, e.s.RESTURL+"/api/v1/tasks/"+tk.Id+"/artifacts/REPORT.md", nil)
+	if string(report) != "token-length="+strconv.Itoa(len(taskSecret))+"\n" {
+		t.Errorf("REPORT.md %q: the secret did not reach the process's environment", report)
+	}
+	_, patch := fileDo(t, e.s, http.MethodGet, e.s.RESTURL+"/api/v1/tasks/"+tk.Id+"/artifacts/changes.patch", nil)
+	fresh := t.TempDir()
+	gitIn(t, fresh, "clone", "-q", e.repo, ".")
+	pf := filepath.Join(t.TempDir(), "p")
+	_ = os.WriteFile(pf, patch, 0o644)
+	gitIn(t, fresh, "apply", "--binary", pf)
+	for p, want := range map[string]string{"a.txt": "edited\n", "c.txt": "committed\n", "new/d.txt": "new\n"} {
+		if got, _ := os.ReadFile(filepath.Join(fresh, p)); string(got) != want {
+			t.Errorf("%s after the patch: %q", p, got)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(fresh, "b.txt")); !os.IsNotExist(err) {
+		t.Error("b.txt survived the patch")
+	}
+	if bytes.Contains(patch, []byte("TASK.md")) {
+		t.Error("the patch carries TASK.md")
+	}
+	if left := e.environmentsLeft(); len(left) != 0 {
+		t.Errorf("environments left: %v", left)
+	}
+	// The secret's value: not in the record, the log, or the data dir.
+	_, rec := fileDo(t, e.s, http.MethodGet, e.s.RESTURL+"/api/v1/tasks/"+tk.Id, nil)
+	if bytes.Contains(rec, []byte(taskSecret)) || strings.Contains(e.s.Log(), taskSecret) {
+		t.Error("the secret's value is in the task record or the server's log")
+	}
+	_ = filepath.Walk(e.data, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode().IsRegular() {
+			if b, _ := os.ReadFile(p); bytes.Contains(b, []byte(taskSecret)) {
+				t.Errorf("the secret's value is in %s", p)
+			}
+		}
+		return nil
+	})
+	// Idempotency: the same key and manifest is the same task; another is 409.
+	m := "command: {argv: [\"true\"]}\nenvironment: {runtime: host}\n"
+	st1, b1 := e.submit(m, "Idempotency-Key", "k1")
+	st2, b2 := e.submit(m, "Idempotency-Key", "k1")
+	st3, b3 := e.submit(m+"metadata: {name: other}\n", "Idempotency-Key", "k1")
+	var a1, a2 restapi.TaskAccepted
+	_, _ = json.Unmarshal(b1, &a1), json.Unmarshal(b2, &a2)
+	if st1 != 202 || st2 != 202 || a1.TaskId == "" || a1.TaskId != a2.TaskId || st3 != 409 || errorCode(b3) != "task_conflict" {
+		t.Errorf("idempotency: %d %s / %d %s / %d %s", st1, b1, st2, b2, st3, b3)
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// Each way a run can end badly ends the task failed with its reason, and
+// no environment is left.
+func TestTaskFailureReasons(t *testing.T) {
+	e := newTaskEnv(t)
+	for _, c := range []struct{ name, manifest, reason string }{
+		{"claude reports an API error with exit 0", "claude: {prompt: api-error}\nenvironment: {runtime: host}\n", "claude_error"},
+		{"a command exits non-zero", "command: {argv: [sh, -c, \"exit 3\"]}\nenvironment: {runtime: host}\n", "non_zero_exit"},
+		{"a required secret is missing", "command: {argv: [\"true\"]}\nenvironment: {runtime: host}\nsecrets: [{name: X, source: env, key: NO_SUCH_VARIABLE_HERE}]\n", "secret_unresolved"},
+		{"the commit is unreachable", "repository: {url: " + e.repo + ", commit: 0123456789abcdef0123456789abcdef01234567}\ncommand: {argv: [\"true\"]}\nenvironment: {runtime: host}\n", "staging_failed"},
+		{"idle timeout", "command: {argv: [sleep, \"60\"]}\nenvironment: {runtime: host}\nlifecycle: {idle_timeout: 1s}\n", "idle_timeout"},
+		{"wall-clock timeout", "command: {argv: [sh, -c, \"while :; do echo x; sleep 0.2; done\"]}\nenvironment: {runtime: host}\nlifecycle: {timeout: 2s}\n", "timeout"},
+		{"an artifact was not made", "command: {argv: [\"true\"]}\nenvironment: {runtime: host}\nlifecycle: {artifact_patterns: [REPORT.md]}\n", "artifacts_missing"},
+	} {
+		tk := e.run(c.manifest)
+		if tk.State != "failed" || deref(tk.Reason) != c.reason {
+			t.Errorf("%s: %s %q (%s), want failed %s", c.name, tk.State, deref(tk.Reason), deref(tk.Error), c.reason)
+		}
+	}
+	// claude that hangs after its result is ended, and its result decides.
+	if tk := e.run("claude: {prompt: hang}\nenvironment: {runtime: host}\n"); tk.State != "completed" {
+		t.Errorf("claude hanging after a good result: %s %s %s", tk.State, deref(tk.Reason), deref(tk.Error))
+	}
+	if left := e.environmentsLeft(); len(left) != 0 {
+		t.Errorf("environments left: %v", left)
+	}
+	// Invalid manifests name the field.
+	if st, b := e.submit("claude: {prompt: x}\nenvironment: {memory: 2048}\n"); st != 400 || !strings.Contains(string(b), "environment.memory") {
+		t.Errorf("invalid manifest: %d %s", st, b)
+	}
+	if st, b := e.submit("claude: {prompt: x}\n", "X-Ignored", "1"); st != 202 {
+		t.Errorf("minimal manifest: %d %s", st, b)
+	}
+}
+
+// Cancel really ends the process and the environment.
+func TestTaskCancel(t *testing.T) {
+	e := newTaskEnv(t)
+	st, b := e.submit("command: {argv: [sleep, \"300\"]}\nenvironment: {runtime: host}\n")
+	if st != 202 {
+		t.Fatalf("submit: %d %s", st, b)
+	}
+	var acc restapi.TaskAccepted
+	_ = json.Unmarshal(b, &acc)
+	eventually(t, 60*time.Second, "the task running", func() bool { return e.get(acc.TaskId).State == "running" })
+	if st, b := fileDo(t, e.s, http.MethodDelete, e.s.RESTURL+"/api/v1/tasks/"+acc.TaskId, nil); st != 202 {
+		t.Fatalf("cancel: %d %s", st, b)
+	}
+	tk := e.waitEnd(acc.TaskId, 30*time.Second)
+	if tk.State != "cancelled" {
+		t.Fatalf("after cancel: %s", tk.State)
+	}
+	if left := e.environmentsLeft(); len(left) != 0 {
+		t.Errorf("environments left: %v", left)
+	}
+	if out, _ := exec.Command("pgrep", "-f", "sleep 300").Output(); len(bytes.TrimSpace(out)) > 0 {
+		t.Errorf("the cancelled process still runs: %s", out)
+	}
+}
