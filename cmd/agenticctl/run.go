@@ -55,6 +55,8 @@ Commands:
   env create|list|get|stop|start|rm|runtimes
                          environments (host processes, containers, VMs) and their agents
                          ('agenticctl env help')
+  task submit|list|get|cancel|artifacts
+                         tasks: a manifest in, artifacts and a patch out ('agenticctl task help')
   cp [-q] SRC DST        copy files and directories to or from an agent (AGENT:PATH)
   ls AGENT:PATH          list a directory on an agent
 
@@ -107,6 +109,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer, env func(stri
 		return c.attach(rest[1:])
 	case "env", "environments":
 		return c.environments(rest[1:])
+	case "task", "tasks":
+		return c.task(rest[1:])
 	case "cp":
 		return c.cp(rest[1:])
 	case "ls":

@@ -310,3 +310,73 @@ func TestTaskCancel(t *testing.T) {
 		t.Errorf("the cancelled process still runs: %s", out)
 	}
 }
+
+// agentic-mgmt killed with SIGKILL while a task runs: after the restart the
+// task continues from its checkpoint, binds to the process its agent kept
+// (never starting it twice) and ends with its real outcome.
+func TestTaskSurvivesAServerKill(t *testing.T) {
+	e := newTaskEnv(t)
+	marker := filepath.Join(t.TempDir(), "starts")
+	st, b := e.submit("command: {argv: [sh, -c, \"echo x >> " + marker + "; sleep 4; echo made > REPORT.md\"]}\nenvironment: {runtime: host}\nlifecycle: {artifact_patterns: [REPORT.md]}\n")
+	if st != 202 {
+		t.Fatalf("submit: %d %s", st, b)
+	}
+	var acc restapi.TaskAccepted
+	_ = json.Unmarshal(b, &acc)
+	eventually(t, 60*time.Second, "the task running", func() bool { return e.get(acc.TaskId).State == "running" })
+	e.s.Kill()
+	s2, err := harness.Start(bins, harness.Options{DataDir: e.data, BasePort: e.s.Opts.BasePort, Env: e.s.Opts.Env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s2.Kill()
+		if t.Failed() {
+			t.Logf("restarted agentic-mgmt log:\n%s", s2.Log())
+		}
+	})
+	e.s = s2
+	tk := e.waitEnd(acc.TaskId, 90*time.Second)
+	if tk.State != "completed" {
+		t.Fatalf("after the restart: %s %s %s", tk.State, deref(tk.Reason), deref(tk.Error))
+	}
+	if b, _ := os.ReadFile(marker); string(b) != "x\n" {
+		t.Errorf("the process started %d times", strings.Count(string(b), "x"))
+	}
+	if left := e.environmentsLeft(); len(left) != 0 {
+		t.Errorf("environments left: %v", left)
+	}
+}
+
+// agenticctl task submit --follow shows the phases and exits with the
+// outcome; artifacts --download saves them by path.
+func TestTaskCLI(t *testing.T) {
+	e := newTaskEnv(t)
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	_ = os.WriteFile(good, []byte("command: {argv: [sh, -c, \"mkdir -p out && echo hi > out/r.txt\"]}\nenvironment: {runtime: host}\nlifecycle: {artifact_patterns: [\"out/*.txt\"]}\n"), 0o644)
+	out, errOut, code := ctl(t, e.s.RESTURL, e.s.Token, "task", "submit", "-f", good, "--follow")
+	if code != 0 || !strings.Contains(out, "completed") || !strings.Contains(out, "running (ready took") {
+		t.Fatalf("submit --follow: %d %q %q", code, out, errOut)
+	}
+	id := strings.TrimSpace(strings.TrimPrefix(strings.SplitN(errOut, "\n", 2)[0], "task "))
+	list, _, code := ctl(t, e.s.RESTURL, e.s.Token, "task", "list", "--state", "completed")
+	if code != 0 || !strings.Contains(list, id) {
+		t.Errorf("list: %d %q (want %s)", code, list, id)
+	}
+	dl := filepath.Join(dir, "dl")
+	if out, errOut, code := ctl(t, e.s.RESTURL, e.s.Token, "task", "artifacts", id, "--download", dl); code != 0 {
+		t.Fatalf("artifacts: %d %s %s", code, out, errOut)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dl, "out", "r.txt")); string(b) != "hi\n" {
+		t.Errorf("downloaded artifact: %q", b)
+	}
+	bad := filepath.Join(dir, "bad.yaml")
+	_ = os.WriteFile(bad, []byte("command: {argv: [sh, -c, \"exit 7\"]}\nenvironment: {runtime: host}\n"), 0o644)
+	if _, errOut, code := ctl(t, e.s.RESTURL, e.s.Token, "task", "submit", "-f", bad, "--follow"); code != 7 || !strings.Contains(errOut, "non_zero_exit") {
+		t.Errorf("a failing task: exit %d %q, want 7 and the reason", code, errOut)
+	}
+	if out, _, code := ctl(t, e.s.RESTURL, e.s.Token, "task", "submit", "-f", good, "--dry-run"); code != 0 || !strings.Contains(out, `"timeout": "2h0m0s"`) {
+		t.Errorf("dry run: %d %q", code, out)
+	}
+}

@@ -1,0 +1,326 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+)
+
+const taskUsage = `Usage:
+  agenticctl task submit -f MANIFEST.yaml [--follow] [--idempotency-key K] [--dry-run]
+                                  submit a task ('-' reads stdin); --follow shows its phases
+                                  and progress and exits with its outcome (0: completed)
+  agenticctl task list [--state S,S] [--label k=v] [--json]
+  agenticctl task get ID          the task as JSON
+  agenticctl task cancel ID       end its process and environment
+  agenticctl task artifacts ID [--download DIR]
+`
+
+func (c *cli) task(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(c.stderr, taskUsage)
+		return exitError
+	}
+	switch args[0] {
+	case "submit":
+		return c.taskSubmit(args[1:])
+	case "list", "ls":
+		return c.taskList(args[1:])
+	case "get", "show":
+		return c.taskGet(args[1:])
+	case "cancel", "rm":
+		return c.taskCancel(args[1:])
+	case "artifacts":
+		return c.taskArtifacts(args[1:])
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(c.stdout, taskUsage)
+		return 0
+	}
+	fmt.Fprintf(c.stderr, "agenticctl: unknown task command %q\n%s", args[0], taskUsage)
+	return exitError
+}
+
+func (c *cli) taskSubmit(args []string) int {
+	flags := flag.NewFlagSet("agenticctl task submit", flag.ContinueOnError)
+	flags.SetOutput(c.stderr)
+	flags.Usage = func() {}
+	file := flags.String("f", "", "the manifest (YAML or JSON); - for stdin")
+	follow := flags.Bool("follow", false, "follow the task until it ends; exit with its outcome")
+	key := flags.String("idempotency-key", "", "the same key and manifest return the same task")
+	dry := flags.Bool("dry-run", false, "only validate; print the normalised manifest")
+	if code, done := parseFlags(flags, args, c.stdout, c.stderr, taskUsage); done {
+		return code
+	}
+	if *file == "" {
+		return c.fail("task submit needs -f MANIFEST")
+	}
+	var doc []byte
+	var err error
+	if *file == "-" {
+		doc, err = io.ReadAll(io.LimitReader(c.stdin, 1<<20))
+	} else {
+		doc, err = os.ReadFile(*file)
+	}
+	if err != nil {
+		return c.fail("reading the manifest: %v", err)
+	}
+	cl, server, err := c.client()
+	if err != nil {
+		return c.fail("%v", err)
+	}
+	params := &restapi.CreateTaskParams{}
+	if *dry {
+		params.DryRun = dry
+	}
+	if *key != "" {
+		params.IdempotencyKey = key
+	}
+	resp, err := cl.CreateTaskWithBodyWithResponse(context.Background(), params, "application/yaml", strings.NewReader(string(doc)))
+	if err != nil {
+		return c.unreachable(server, err)
+	}
+	if *dry {
+		if resp.StatusCode() != http.StatusOK {
+			return c.apiError(resp.StatusCode(), resp.Body)
+		}
+		return c.printJSON(resp.Body)
+	}
+	if resp.JSON202 == nil {
+		return c.apiError(resp.StatusCode(), resp.Body)
+	}
+	id := resp.JSON202.TaskId
+	if !*follow {
+		fmt.Fprintln(c.stdout, id)
+		return 0
+	}
+	fmt.Fprintf(c.stderr, "task %s\n", id)
+	return c.followTask(cl, server, id)
+}
+
+// followTask shows each phase with when it began, then the progress as it
+// changes, and exits with the outcome.
+func (c *cli) followTask(cl *restapi.ClientWithResponses, server, id string) int {
+	seenPhases, lastProgress := 0, ""
+	for {
+		resp, err := cl.GetTaskWithResponse(context.Background(), id)
+		if err != nil {
+			return c.unreachable(server, err)
+		}
+		if resp.JSON200 == nil {
+			return c.apiError(resp.StatusCode(), resp.Body)
+		}
+		t := resp.JSON200
+		for ; seenPhases < len(t.Phases); seenPhases++ {
+			p := t.Phases[seenPhases]
+			took := ""
+			if seenPhases > 0 {
+				took = fmt.Sprintf(" (%s took %s)", t.Phases[seenPhases-1].State, p.At.Sub(t.Phases[seenPhases-1].At).Round(time.Millisecond))
+			}
+			fmt.Fprintf(c.stdout, "%s  %s%s\n", p.At.UTC().Format("15:04:05.000"), cell(p.State), took)
+		}
+		pr := t.Progress
+		line := fmt.Sprintf("  output %d B, tool calls %d, turns %d, cost $%.4f", pr.OutputBytes, pr.ToolCalls, pr.Turns, pr.CostUsd)
+		if pr.CurrentTool != nil {
+			line += ", tool " + cell(*pr.CurrentTool)
+		}
+		if t.State == "running" && line != lastProgress {
+			fmt.Fprintln(c.stdout, line)
+			lastProgress = line
+		}
+		switch t.State {
+		case "completed":
+			return 0
+		case "failed", "failed_preserved", "cancelled":
+			reason, msg := "", ""
+			if t.Reason != nil {
+				reason = *t.Reason
+			}
+			if t.Error != nil {
+				msg = *t.Error
+			}
+			fmt.Fprintf(c.stderr, "agenticctl: task %s %s: %s %s\n", id, t.State, cell(reason), clip(msg))
+			if t.ExitCode != nil && *t.ExitCode > 0 && *t.ExitCode < 256 {
+				return *t.ExitCode
+			}
+			return exitError
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+func (c *cli) taskList(args []string) int {
+	flags := flag.NewFlagSet("agenticctl task list", flag.ContinueOnError)
+	flags.SetOutput(c.stderr)
+	flags.Usage = func() {}
+	state := flags.String("state", "", "comma-separated states")
+	var labels multiFlag
+	flags.Var(&labels, "label", "key=value (repeatable)")
+	asJSON := flags.Bool("json", false, "print the server's JSON")
+	if code, done := parseFlags(flags, args, c.stdout, c.stderr, taskUsage); done {
+		return code
+	}
+	cl, server, err := c.client()
+	if err != nil {
+		return c.fail("%v", err)
+	}
+	params := &restapi.ListTasksParams{}
+	if *state != "" {
+		params.State = state
+	}
+	if len(labels) > 0 {
+		l := []string(labels)
+		params.Label = &l
+	}
+	resp, err := cl.ListTasksWithResponse(context.Background(), params)
+	if err != nil {
+		return c.unreachable(server, err)
+	}
+	if resp.JSON200 == nil {
+		return c.apiError(resp.StatusCode(), resp.Body)
+	}
+	if *asJSON {
+		return c.printJSON(resp.Body)
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tSTATE\tREASON\tRUNTIME\tCREATED")
+	for _, t := range resp.JSON200.Tasks {
+		reason := ""
+		if t.Reason != nil {
+			reason = *t.Reason
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", cell(t.Id), cell(t.Name), cell(t.State), cell(reason), cell(t.Environment.Runtime), t.CreatedAt.UTC().Format(time.RFC3339))
+	}
+	if err := tw.Flush(); err != nil {
+		return c.fail("writing the table: %v", err)
+	}
+	return 0
+}
+
+func (c *cli) oneTaskArg(args []string, what string) (string, int, bool) {
+	flags := flag.NewFlagSet("agenticctl task "+what, flag.ContinueOnError)
+	flags.SetOutput(c.stderr)
+	flags.Usage = func() {}
+	if code, done := parseFlags(flags, args, c.stdout, c.stderr, taskUsage); done {
+		return "", code, false
+	}
+	if flags.NArg() != 1 {
+		return "", c.fail("task %s takes one task id", what), false
+	}
+	return flags.Arg(0), 0, true
+}
+
+func (c *cli) taskGet(args []string) int {
+	id, code, ok := c.oneTaskArg(args, "get")
+	if !ok {
+		return code
+	}
+	cl, server, err := c.client()
+	if err != nil {
+		return c.fail("%v", err)
+	}
+	resp, err := cl.GetTaskWithResponse(context.Background(), id)
+	if err != nil {
+		return c.unreachable(server, err)
+	}
+	if resp.JSON200 == nil {
+		return c.apiError(resp.StatusCode(), resp.Body)
+	}
+	return c.printJSON(resp.Body)
+}
+
+func (c *cli) taskCancel(args []string) int {
+	id, code, ok := c.oneTaskArg(args, "cancel")
+	if !ok {
+		return code
+	}
+	cl, server, err := c.client()
+	if err != nil {
+		return c.fail("%v", err)
+	}
+	resp, err := cl.CancelTaskWithResponse(context.Background(), id)
+	if err != nil {
+		return c.unreachable(server, err)
+	}
+	if resp.JSON202 == nil {
+		return c.apiError(resp.StatusCode(), resp.Body)
+	}
+	fmt.Fprintf(c.stdout, "%s %s\n", id, cell(resp.JSON202.State))
+	return 0
+}
+
+func (c *cli) taskArtifacts(args []string) int {
+	flags := flag.NewFlagSet("agenticctl task artifacts", flag.ContinueOnError)
+	flags.SetOutput(c.stderr)
+	flags.Usage = func() {}
+	dir := flags.String("download", "", "save every artifact under DIR, by its path")
+	if code, done := parseFlags(flags, args, c.stdout, c.stderr, taskUsage); done {
+		return code
+	}
+	if flags.NArg() < 1 {
+		return c.fail("task artifacts takes one task id")
+	}
+	id := flags.Arg(0)
+	// Flags may follow the id too.
+	if code, done := parseFlags(flags, flags.Args()[1:], c.stdout, c.stderr, taskUsage); done {
+		return code
+	}
+	if flags.NArg() != 0 {
+		return c.fail("task artifacts takes one task id")
+	}
+	cl, server, err := c.client()
+	if err != nil {
+		return c.fail("%v", err)
+	}
+	resp, err := cl.ListTaskArtifactsWithResponse(context.Background(), id)
+	if err != nil {
+		return c.unreachable(server, err)
+	}
+	if resp.JSON200 == nil {
+		return c.apiError(resp.StatusCode(), resp.Body)
+	}
+	if *dir == "" {
+		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tSIZE\tSHA256\tTYPE")
+		for _, a := range resp.JSON200.Artifacts {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", cell(a.Name), a.Size, cell(a.Sha256), cell(a.ContentType))
+		}
+		_ = tw.Flush()
+		return 0
+	}
+	for _, a := range resp.JSON200.Artifacts {
+		// Names come from the server: nothing may land outside DIR.
+		target := filepath.Join(*dir, filepath.FromSlash(a.Name))
+		if rel, err := filepath.Rel(*dir, target); err != nil || strings.HasPrefix(rel, "..") || filepath.IsAbs(a.Name) {
+			return c.fail("artifact name %q would land outside %s", clip(a.Name), *dir)
+		}
+		r, err := cl.GetTaskArtifact(context.Background(), id, a.Name)
+		if err != nil {
+			return c.unreachable(server, err)
+		}
+		if r.StatusCode != http.StatusOK {
+			body, _ := io.ReadAll(io.LimitReader(r.Body, 64<<10))
+			r.Body.Close()
+			return c.apiError(r.StatusCode, body)
+		}
+		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil { //nolint:gosec // the operator's own directory
+			r.Body.Close()
+			return c.fail("%v", err)
+		}
+		err = writeLocal(target, 0o644, r.Body)
+		r.Body.Close()
+		if err != nil {
+			return c.fail("%s: %v", a.Name, err)
+		}
+		fmt.Fprintln(c.stdout, target)
+	}
+	return 0
+}
