@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testreq"
 )
 
 // fakeClaude is a stand-in for claude on PATH: by its prompt ($2) it edits,
@@ -378,5 +379,44 @@ func TestTaskCLI(t *testing.T) {
 	}
 	if out, _, code := ctl(t, e.s.RESTURL, e.s.Token, "task", "submit", "-f", good, "--dry-run"); code != 0 || !strings.Contains(out, `"timeout": "2h0m0s"`) {
 		t.Errorf("dry run: %d %q", code, out)
+	}
+}
+
+// A task in a Docker container: staged over the agent link into a
+// container without a network, run as nobody, the patch and artifacts back.
+func TestTaskInDocker(t *testing.T) {
+	testreq.Command(t, "dockerd", "run make test-env")
+	testreq.Root(t, "a private dockerd")
+	host, stop, err := harness.StartDockerd()
+	if err != nil {
+		t.Fatalf("private dockerd (make test-env installs it): %v", err)
+	}
+	t.Cleanup(stop)
+	repo := t.TempDir()
+	gitIn(t, repo, "init", "-q", "-b", "main")
+	_ = os.WriteFile(filepath.Join(repo, "a.txt"), []byte("a\n"), 0o644)
+	gitIn(t, repo, "add", "-A")
+	gitIn(t, repo, "-c", "user.name=t", "-c", "user.email=t@x", "commit", "-q", "-m", "base")
+	s := startServer(t, 0, t.TempDir(), "DOCKER_HOST="+host, "AGENTIC_RUNTIMES=host,docker", "TASK_TEST_TOKEN="+taskSecret)
+	e := &taskEnv{t: t, s: s, repo: repo}
+	tk := e.run(`
+repository: {url: ` + repo + `}
+command: {argv: [sh, -c, "echo changed > a.txt && echo \"uid=$(id -u) token=${#MY_TOKEN}\" > REPORT.md"]}
+secrets: [{name: MY_TOKEN, source: env, key: TASK_TEST_TOKEN}]
+lifecycle: {artifact_patterns: [REPORT.md]}
+`)
+	if tk.State != "completed" || tk.Environment.Runtime != "docker" {
+		t.Fatalf("task: %s on %s: %s %s", tk.State, tk.Environment.Runtime, deref(tk.Reason), deref(tk.Error))
+	}
+	_, report := fileDo(t, s, http.MethodGet, s.RESTURL+"/api/v1/tasks/"+tk.Id+"/artifacts/REPORT.md", nil)
+	if string(report) != "uid=65534 token="+strconv.Itoa(len(taskSecret))+"\n" {
+		t.Errorf("REPORT.md %q: want the run as nobody with its secret", report)
+	}
+	_, patch := fileDo(t, s, http.MethodGet, s.RESTURL+"/api/v1/tasks/"+tk.Id+"/artifacts/changes.patch", nil)
+	if !bytes.Contains(patch, []byte("+changed")) {
+		t.Errorf("patch: %s", patch)
+	}
+	if left := e.environmentsLeft(); len(left) != 0 {
+		t.Errorf("environments left: %v", left)
 	}
 }
