@@ -54,12 +54,55 @@ func (p *ProvisionTimes) Observe(runtime string, d time.Duration) {
 	p.h.WithLabelValues(runtime).Observe(d.Seconds())
 }
 
+// TaskMetrics are the tasks' metrics: how long each took to its end, by
+// outcome, and (read at scrape time) how many are in each state.
+type TaskMetrics struct {
+	durations *prometheus.HistogramVec
+	// Counts is read at each scrape; nil counts nothing.
+	Counts func() map[string]int
+}
+
+// NewTaskMetrics returns the task metrics; buckets span a trivial command
+// (0.1 s) to a long agent run (hours).
+func NewTaskMetrics() *TaskMetrics {
+	return &TaskMetrics{durations: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "agentic_task_duration_seconds",
+		Help:    "Time from a task's submission to its end, by outcome (completed, failed, failed_preserved, cancelled).",
+		Buckets: []float64{0.1, 0.5, 1, 5, 15, 60, 300, 900, 1800, 3600, 7200, 14400},
+	}, []string{"outcome"})}
+}
+
+// ObserveEnd records a task's end.
+func (m *TaskMetrics) ObserveEnd(outcome string, d time.Duration) {
+	m.durations.WithLabelValues(outcome).Observe(d.Seconds())
+}
+
+type taskCollector struct {
+	m     *TaskMetrics
+	tasks *prometheus.Desc
+}
+
+func (c *taskCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.tasks }
+
+func (c *taskCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.m.Counts == nil {
+		return
+	}
+	for state, n := range c.m.Counts() {
+		ch <- prometheus.MustNewConstMetric(c.tasks, prometheus.GaugeValue, float64(n), state)
+	}
+}
+
 // Handler returns the /metrics handler with process, Go and agent metrics,
-// and the provision times when given.
-func Handler(dir ports.AgentDirectory, provision *ProvisionTimes) http.Handler {
+// and the provision times and task metrics when given.
+func Handler(dir ports.AgentDirectory, provision *ProvisionTimes, tasks *TaskMetrics) http.Handler {
 	reg := prometheus.NewRegistry()
 	if provision != nil {
 		reg.MustRegister(provision.h)
+	}
+	if tasks != nil {
+		reg.MustRegister(tasks.durations, &taskCollector{m: tasks,
+			tasks: prometheus.NewDesc("agentic_tasks", "Tasks by state.", []string{"state"}, nil)})
 	}
 	reg.MustRegister(
 		collectors.NewGoCollector(),

@@ -162,14 +162,14 @@ func agentBinary(configured string) (string, error) {
 }
 
 func provideREST(cfg Config, svc *agentrpc.Service, token OperatorToken, clock ports.Clock, log *slog.Logger, ms *mission.Service, link *aiwg.Client,
-	ss *session.Service, logs *filestore.SessionLog, envs *environment.Service, tasks *task.Service, times *promexport.ProvisionTimes, ready *Readiness) RESTHandler {
+	ss *session.Service, logs *filestore.SessionLog, envs *environment.Service, tasks *task.Service, times *promexport.ProvisionTimes, taskMetrics *promexport.TaskMetrics, ready *Readiness) RESTHandler {
 	return rest.New(rest.Deps{
 		Link:         svc,
 		Agents:       svc,
 		Token:        string(token),
 		Version:      cfg.Version,
 		Readiness:    ready.Checks,
-		Metrics:      promexport.Handler(svc, times),
+		Metrics:      promexport.Handler(svc, times, taskMetrics),
 		Logger:       log,
 		Clock:        clock,
 		Missions:     ms,

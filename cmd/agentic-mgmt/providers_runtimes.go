@@ -209,6 +209,7 @@ func exists(path string) bool {
 }
 
 func provideProvisionTimes() *promexport.ProvisionTimes { return promexport.NewProvisionTimes() }
+func provideTaskMetrics() *promexport.TaskMetrics       { return promexport.NewTaskMetrics() }
 
 // retirers retire an agent in each part of the server, in order.
 type retirers []ports.AgentRetirer

@@ -8,6 +8,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/agentrpc"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/gitwork"
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/promexport"
 	"github.com/agentic-sandbox/agentic-sandbox/core/environment"
 	"github.com/agentic-sandbox/agentic-sandbox/core/task"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
@@ -16,7 +17,7 @@ import (
 // provideTasks is the task use case: records in <data dir>/tasks, staged
 // trees and artifacts in <data dir>/task-work, file secrets from
 // <data dir>/task-secrets.
-func provideTasks(cfg Config, dir DataDir, envs *environment.Service, svc *agentrpc.Service, rts *Runtimes, clock ports.Clock, ids ports.IDGenerator, log *slog.Logger) (*task.Service, func(), error) {
+func provideTasks(cfg Config, dir DataDir, envs *environment.Service, svc *agentrpc.Service, rts *Runtimes, clock ports.Clock, ids ports.IDGenerator, log *slog.Logger, metrics *promexport.TaskMetrics) (*task.Service, func(), error) {
 	store, err := filestore.NewTaskStore(filepath.Join(string(dir), "tasks"))
 	if err != nil {
 		return nil, nil, err
@@ -35,7 +36,8 @@ func provideTasks(cfg Config, dir DataDir, envs *environment.Service, svc *agent
 	svcTasks := task.New(task.Config{
 		Store: store, Workspace: ws, Environments: envs, Files: svc, Link: svc,
 		Secrets: filestore.TaskSecrets{Dir: filepath.Join(string(dir), "task-secrets"), Getenv: os.LookupEnv},
-		Clock:   clock, IDs: ids, Logger: log, DefaultRuntime: runtime,
+		Clock:   clock, IDs: ids, Logger: log, DefaultRuntime: runtime, ObserveEnd: metrics.ObserveEnd,
 	})
+	metrics.Counts = svcTasks.Counts
 	return svcTasks, svcTasks.Close, nil
 }

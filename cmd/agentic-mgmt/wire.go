@@ -38,6 +38,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		provideSupervisor,
 		provideRuntimes,
 		provideProvisionTimes,
+		provideTaskMetrics,
 		provideEnvironments,
 		provideTasks,
 		provideReadiness,

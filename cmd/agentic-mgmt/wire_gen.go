@@ -63,7 +63,8 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 	sessionService := provideSessions(cfg, service, sessionLog, wall, uuiDv7, log)
 	provisionTimes := provideProvisionTimes()
 	environmentService, cleanup5 := provideEnvironments(cfg, runtimes, service, missionService, agentHashes, wall, log, provisionTimes)
-	taskService, cleanup6, err := provideTasks(cfg, dataDir, environmentService, service, runtimes, wall, uuiDv7, log)
+	taskMetrics := provideTaskMetrics()
+	taskService, cleanup6, err := provideTasks(cfg, dataDir, environmentService, service, runtimes, wall, uuiDv7, log, taskMetrics)
 	if err != nil {
 		cleanup5()
 		cleanup4()
@@ -73,7 +74,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		return nil, nil, err
 	}
 	readiness := provideReadiness(cfg, service, client, runtimes)
-	restHandler := provideREST(cfg, service, operatorToken, wall, log, missionService, client, sessionService, sessionLog, environmentService, taskService, provisionTimes, readiness)
+	restHandler := provideREST(cfg, service, operatorToken, wall, log, missionService, client, sessionService, sessionLog, environmentService, taskService, provisionTimes, taskMetrics, readiness)
 	supervisor, err := provideSupervisor(cfg, agentHashes, log, agentUser)
 	if err != nil {
 		cleanup6()

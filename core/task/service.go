@@ -53,6 +53,8 @@ type Config struct {
 	// ReapEvery is how often preserved environments past their time are
 	// destroyed (default 30 s).
 	ReapEvery time.Duration
+	// ObserveEnd records a task's end: its state and submission → end.
+	ObserveEnd func(state string, d time.Duration)
 }
 
 // WorkspaceDir is the workspace on the agent, relative to where its
@@ -217,6 +219,20 @@ func (s *Service) start(e *entry) {
 	}()
 }
 
+// Counts is how many tasks are in each state (every state named).
+func (s *Service) Counts() map[string]int {
+	out := map[string]int{}
+	for _, st := range States {
+		out[string(st)] = 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range s.tasks {
+		out[e.rec.State]++
+	}
+	return out
+}
+
 // Get returns a task.
 func (s *Service) Get(id string) (ports.TaskRecord, error) {
 	s.mu.Lock()
@@ -356,6 +372,9 @@ func (s *Service) transition(e *entry, to State) {
 		}
 		if to.Terminal() {
 			r.FinishedAt = now
+			if s.cfg.ObserveEnd != nil {
+				s.cfg.ObserveEnd(string(to), now.Sub(r.CreatedAt))
+			}
 		}
 	})
 	s.log.Info("task", "task_id", e.rec.ID, "state", to)

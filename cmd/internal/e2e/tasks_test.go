@@ -234,6 +234,13 @@ lifecycle: {timeout: 5m, artifact_patterns: [REPORT.md, "new/**/*.txt"]}
 		}
 		return nil
 	})
+	// Metrics: the end by outcome, and the tasks by state.
+	_, metrics := fileDo(t, e.s, http.MethodGet, e.s.RESTURL+"/metrics", nil)
+	for _, want := range []string{`agentic_task_duration_seconds_count{outcome="completed"} 1`, `agentic_tasks{state="completed"} 1`, `agentic_tasks{state="running"} 0`} {
+		if !bytes.Contains(metrics, []byte(want)) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 	// Idempotency: the same key and manifest is the same task; another is 409.
 	m := "command: {argv: [\"true\"]}\nenvironment: {runtime: host}\n"
 	st1, b1 := e.submit(m, "Idempotency-Key", "k1")
