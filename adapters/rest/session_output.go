@@ -48,6 +48,9 @@ func (s *Server) rawRoutes(next http.Handler) http.Handler {
 		case createTaskRoute:
 			s.createTask(w, r)
 			return
+		case taskEventsRoute:
+			s.taskEvents(w, r)
+			return
 		}
 		next.ServeHTTP(w, r)
 	})

@@ -7,6 +7,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,6 +23,7 @@ type Tasks interface {
 	List(f task.Filter) ([]ports.TaskRecord, string)
 	Cancel(ctx context.Context, id string) (ports.TaskRecord, error)
 	OpenArtifact(id, name string) (io.ReadCloser, ports.Artifact, error)
+	Events(id string, after int64) (events []task.Event, more <-chan struct{}, over bool, err error)
 }
 
 // createTaskRoute takes YAML or JSON bodies, which the generated decoder
@@ -309,4 +311,71 @@ func (s *Server) GetTaskArtifact(_ context.Context, req restapi.GetTaskArtifactR
 		return nil, err
 	}
 	return restapi.GetTaskArtifact200ApplicationoctetStreamResponse{Body: rc, ContentLength: a.Size}, nil
+}
+
+// taskEventsRoute streams; the strict handler cannot.
+const taskEventsRoute = http.MethodGet + " /api/v1/tasks/{task_id}/events"
+
+// TaskEvents implements restapi.StrictServerInterface; taskEvents serves
+// the route before the strict handler is reached.
+func (s *Server) TaskEvents(context.Context, restapi.TaskEventsRequestObject) (restapi.TaskEventsResponseObject, error) {
+	return nil, errors.New("GET /api/v1/tasks/{task_id}/events is served by taskEvents")
+}
+
+// taskEvents serves a task's events as SSE until its end event.
+func (s *Server) taskEvents(w http.ResponseWriter, r *http.Request) {
+	t, apiErr := s.tasks()
+	if apiErr != nil {
+		_ = apiErr.write(w)
+		return
+	}
+	id := r.PathValue("task_id")
+	var after int64
+	if v := r.Header.Get("Last-Event-ID"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			_ = badRequest("Last-Event-ID: a non-negative integer").write(w)
+			return
+		}
+		after = n
+	}
+	events, more, over, err := t.Events(id, after)
+	if err != nil {
+		_ = taskError(err, id).write(w)
+		return
+	}
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	_ = rc.Flush()
+	for {
+		for _, ev := range events {
+			data := ev.Data
+			if rec, ok := data.(ports.TaskRecord); ok {
+				data = toTask(rec)
+			}
+			if writeSSE(w, ev.Type, strconv.FormatInt(ev.ID, 10), data) != nil {
+				return
+			}
+			after = ev.ID
+			if ev.Type == task.EventEnd {
+				_ = rc.Flush()
+				return
+			}
+		}
+		if rc.Flush() != nil || over {
+			return
+		}
+		select {
+		case <-r.Context().Done():
+			return
+		case <-more:
+		}
+		if events, more, over, err = t.Events(id, after); err != nil {
+			return
+		}
+	}
 }

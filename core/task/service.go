@@ -83,6 +83,8 @@ type entry struct {
 	running   bool
 	// watch is what the current run's output has told.
 	watch *runWatch
+	// events is the task's event stream.
+	events eventLog
 }
 
 // New returns the use case; call Recover, then it takes tasks.
@@ -126,6 +128,12 @@ func (s *Service) Recover(ctx context.Context) error {
 			continue
 		}
 		e := &entry{rec: r, manifest: m}
+		for _, p := range r.Phases {
+			e.events.add(EventState, StateData{State: p.State, At: p.At})
+		}
+		if State(r.State).Terminal() {
+			e.events.add(EventEnd, cloneRecord(r))
+		}
 		s.mu.Lock()
 		s.tasks[r.ID] = e
 		s.mu.Unlock()
@@ -184,6 +192,7 @@ func (s *Service) Submit(ctx context.Context, doc []byte, idempotencyKey string)
 		Phases: []ports.TaskPhase{{State: string(Pending), At: now}}, Manifest: string(doc), IdempotencyKey: idempotencyKey,
 		ManifestSHA256: hash, Environment: ports.TaskEnvironment{Name: EnvironmentName(id), Runtime: runtime},
 	}}
+	e.events.add(EventState, StateData{State: string(Pending), At: now})
 	s.tasks[id] = e
 	s.mu.Unlock()
 	if err := s.cfg.Store.Put(ctx, e.rec); err != nil {
@@ -367,6 +376,10 @@ func (s *Service) transition(e *entry, to State) {
 		}
 		r.State, r.StateChangedAt = string(to), now
 		r.Phases = append(r.Phases, ports.TaskPhase{State: string(to), At: now})
+		e.events.add(EventState, StateData{State: string(to), At: now, Reason: r.Reason})
+		if to.Terminal() {
+			e.events.add(EventEnd, cloneRecord(*r))
+		}
 		if to == Running && r.StartedAt.IsZero() {
 			r.StartedAt = now
 		}
@@ -704,6 +717,13 @@ func (s *Service) onOutput(e *entry) func(ports.OutputChunk) {
 		}
 		w.mu.Unlock()
 		s.mu.Lock()
+		e.events.add(EventOutput, OutputData{Offset: e.rec.Progress.OutputBytes, Data: string(c.Data)})
+		for _, ev := range events {
+			if ev.Kind == claudefeed.KindInvalid {
+				continue
+			}
+			e.events.add(EventActivity, ActivityData{Kind: string(ev.Kind), Text: ev.Text, ToolName: ev.ToolName, IsError: ev.IsError, CostUSD: ev.CostUSD})
+		}
 		p := &e.rec.Progress
 		p.OutputBytes += int64(len(c.Data))
 		p.LastActivityAt = now

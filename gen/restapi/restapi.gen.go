@@ -1060,6 +1060,11 @@ type CreateTaskParams struct {
 	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
 }
 
+// TaskEventsParams defines parameters for TaskEvents.
+type TaskEventsParams struct {
+	LastEventID *string `json:"Last-Event-ID,omitempty"`
+}
+
 // StartCommandJSONRequestBody defines body for StartCommand for application/json ContentType.
 type StartCommandJSONRequestBody = ExecRequest
 
@@ -1614,6 +1619,16 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /api/v1/tasks/{task_id}/artifacts/{name} (the `GetTaskArtifact` operationId).
 	GetTaskArtifact(ctx context.Context, taskId TaskID, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// TaskEvents The task's events as Server-Sent Events, from the start or after Last-Event-ID.
+	//
+	// `state` `{state, at, reason?}`, `activity` (claude's feed: `{kind, text?, tool_name?,
+	// is_error?, cost_usd?}`), `output` `{offset, data}`, and last `end` with the final task;
+	// the stream ends when the task has. Each event's `id` counts up; output older than the
+	// server keeps (8 MiB per task, or before a restart) is gone, which offsets show.
+	//
+	// Corresponds with GET /api/v1/tasks/{task_id}/events (the `TaskEvents` operationId).
+	TaskEvents(ctx context.Context, taskId TaskID, params *TaskEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetHealthz Liveness probe
 	//
@@ -2607,6 +2622,26 @@ func (c *Client) ListTaskArtifacts(ctx context.Context, taskId TaskID, reqEditor
 // Corresponds with GET /api/v1/tasks/{task_id}/artifacts/{name} (the `GetTaskArtifact` operationId).
 func (c *Client) GetTaskArtifact(ctx context.Context, taskId TaskID, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetTaskArtifactRequest(c.Server, taskId, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// TaskEvents The task's events as Server-Sent Events, from the start or after Last-Event-ID.
+//
+// `state` `{state, at, reason?}`, `activity` (claude's feed: `{kind, text?, tool_name?,
+// is_error?, cost_usd?}`), `output` `{offset, data}`, and last `end` with the final task;
+// the stream ends when the task has. Each event's `id` counts up; output older than the
+// server keeps (8 MiB per task, or before a restart) is gone, which offsets show.
+//
+// Corresponds with GET /api/v1/tasks/{task_id}/events (the `TaskEvents` operationId).
+func (c *Client) TaskEvents(ctx context.Context, taskId TaskID, params *TaskEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTaskEventsRequest(c.Server, taskId, params)
 	if err != nil {
 		return nil, err
 	}
@@ -4669,6 +4704,55 @@ func NewGetTaskArtifactRequest(server string, taskId TaskID, name string) (*http
 	return req, nil
 }
 
+// NewTaskEventsRequest constructs an http.Request for the TaskEvents method
+func NewTaskEventsRequest(server string, taskId TaskID, params *TaskEventsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "task_id", taskId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/tasks/%s/events", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.LastEventID != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Last-Event-ID", *params.LastEventID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Last-Event-ID", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
 // NewGetHealthzRequest constructs an http.Request for the GetHealthz method
 func NewGetHealthzRequest(server string) (*http.Request, error) {
 	var err error
@@ -5287,6 +5371,18 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /api/v1/tasks/{task_id}/artifacts/{name} (the `GetTaskArtifact` operationId).
 	GetTaskArtifactWithResponse(ctx context.Context, taskId TaskID, name string, reqEditors ...RequestEditorFn) (*GetTaskArtifactResponse, error)
+
+	// TaskEventsWithResponse The task's events as Server-Sent Events, from the start or after Last-Event-ID.
+	//
+	// `state` `{state, at, reason?}`, `activity` (claude's feed: `{kind, text?, tool_name?,
+	// is_error?, cost_usd?}`), `output` `{offset, data}`, and last `end` with the final task;
+	// the stream ends when the task has. Each event's `id` counts up; output older than the
+	// server keeps (8 MiB per task, or before a restart) is gone, which offsets show.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/tasks/{task_id}/events (the `TaskEvents` operationId).
+	TaskEventsWithResponse(ctx context.Context, taskId TaskID, params *TaskEventsParams, reqEditors ...RequestEditorFn) (*TaskEventsResponse, error)
 
 	// GetHealthzWithResponse Liveness probe
 	//
@@ -8313,6 +8409,54 @@ func (r GetTaskArtifactResponse) ContentType() string {
 	return ""
 }
 
+type TaskEventsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r TaskEventsResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r TaskEventsResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r TaskEventsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r TaskEventsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r TaskEventsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r TaskEventsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type GetHealthzResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -9245,6 +9389,24 @@ func (c *ClientWithResponses) GetTaskArtifactWithResponse(ctx context.Context, t
 		return nil, err
 	}
 	return ParseGetTaskArtifactResponse(rsp)
+}
+
+// TaskEventsWithResponse The task's events as Server-Sent Events, from the start or after Last-Event-ID.
+//
+// `state` `{state, at, reason?}`, `activity` (claude's feed: `{kind, text?, tool_name?,
+// is_error?, cost_usd?}`), `output` `{offset, data}`, and last `end` with the final task;
+// the stream ends when the task has. Each event's `id` counts up; output older than the
+// server keeps (8 MiB per task, or before a restart) is gone, which offsets show.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/tasks/{task_id}/events (the `TaskEvents` operationId).
+func (c *ClientWithResponses) TaskEventsWithResponse(ctx context.Context, taskId TaskID, params *TaskEventsParams, reqEditors ...RequestEditorFn) (*TaskEventsResponse, error) {
+	rsp, err := c.TaskEvents(ctx, taskId, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseTaskEventsResponse(rsp)
 }
 
 // GetHealthzWithResponse Liveness probe
@@ -11662,6 +11824,39 @@ func ParseGetTaskArtifactResponse(rsp *http.Response) (*GetTaskArtifactResponse,
 	return response, nil
 }
 
+// ParseTaskEventsResponse parses an HTTP response from a TaskEventsWithResponse call
+func ParseTaskEventsResponse(rsp *http.Response) (*TaskEventsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &TaskEventsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseGetHealthzResponse parses an HTTP response from a GetHealthzWithResponse call
 func ParseGetHealthzResponse(rsp *http.Response) (*GetHealthzResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -11855,6 +12050,9 @@ type ServerInterface interface {
 	// GetTaskArtifact One artifact's bytes; name is its path in the workspace, URL-escaped (changes.patch for the patch).
 	// (GET /api/v1/tasks/{task_id}/artifacts/{name})
 	GetTaskArtifact(w http.ResponseWriter, r *http.Request, taskId TaskID, name string)
+	// TaskEvents The task's events as Server-Sent Events, from the start or after Last-Event-ID.
+	// (GET /api/v1/tasks/{task_id}/events)
+	TaskEvents(w http.ResponseWriter, r *http.Request, taskId TaskID, params TaskEventsParams)
 	// GetHealthz Liveness probe
 	// (GET /healthz)
 	GetHealthz(w http.ResponseWriter, r *http.Request)
@@ -13264,6 +13462,56 @@ func (siw *ServerInterfaceWrapper) GetTaskArtifact(w http.ResponseWriter, r *htt
 	handler.ServeHTTP(w, r)
 }
 
+// TaskEvents operation middleware
+func (siw *ServerInterfaceWrapper) TaskEvents(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "task_id" -------------
+	var taskId TaskID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "task_id", r.PathValue("task_id"), &taskId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "task_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params TaskEventsParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Last-Event-ID" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Last-Event-ID")]; found {
+		var LastEventID string
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Last-Event-ID", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Last-Event-ID", valueList[0], &LastEventID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Last-Event-ID", Err: err})
+			return
+		}
+
+		params.LastEventID = &LastEventID
+
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.TaskEvents(w, r, taskId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // GetHealthz operation middleware
 func (siw *ServerInterfaceWrapper) GetHealthz(w http.ResponseWriter, r *http.Request) {
 
@@ -13450,6 +13698,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/tasks", wrapper.CreateTask)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/api/v1/tasks/{task_id}", wrapper.CancelTask)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/tasks/{task_id}", wrapper.GetTask)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/tasks/{task_id}/events", wrapper.TaskEvents)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/tasks/{task_id}/artifacts", wrapper.ListTaskArtifacts)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/tasks/{task_id}/artifacts/{name}", wrapper.GetTaskArtifact)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/missions", wrapper.ListMissions)
@@ -17065,6 +17314,86 @@ func (response GetTaskArtifact404JSONResponse) VisitGetTaskArtifactResponse(w ht
 	return err
 }
 
+type TaskEventsRequestObject struct {
+	TaskId TaskID `json:"task_id"`
+	Params TaskEventsParams
+}
+
+type TaskEventsResponseObject interface {
+	VisitTaskEventsResponse(w http.ResponseWriter) error
+}
+
+type TaskEvents200TexteventStreamResponse struct {
+	Body          io.Reader
+	ContentLength int64
+}
+
+func (response TaskEvents200TexteventStreamResponse) VisitTaskEventsResponse(w http.ResponseWriter) error {
+
+	w.Header().Set("Content-Type", "text/event-stream")
+	if response.ContentLength != 0 {
+		w.Header().Set("Content-Length", fmt.Sprint(response.ContentLength))
+	}
+	w.WriteHeader(200)
+
+	if closer, ok := response.Body.(io.ReadCloser); ok {
+		defer closer.Close()
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		// If w doesn't support flushing, fall back to io.Copy.
+		_, err := io.Copy(w, response.Body)
+		return err
+	}
+	// text/event-stream messages are typically small; use a
+	// modest buffer and flush after each chunk so clients see
+	// events immediately instead of waiting on OS buffering.
+	buf := make([]byte, 4096)
+	for {
+		n, err := response.Body.Read(buf)
+		if n > 0 {
+			if _, writeErr := w.Write(buf[:n]); writeErr != nil {
+				return writeErr
+			}
+			flusher.Flush()
+		}
+		if err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+type TaskEvents401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response TaskEvents401JSONResponse) VisitTaskEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type TaskEvents404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response TaskEvents404JSONResponse) VisitTaskEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetHealthzRequestObject struct {
 }
 
@@ -17255,6 +17584,9 @@ type StrictServerInterface interface {
 	// GetTaskArtifact One artifact's bytes; name is its path in the workspace, URL-escaped (changes.patch for the patch).
 	// (GET /api/v1/tasks/{task_id}/artifacts/{name})
 	GetTaskArtifact(ctx context.Context, request GetTaskArtifactRequestObject) (GetTaskArtifactResponseObject, error)
+	// TaskEvents The task's events as Server-Sent Events, from the start or after Last-Event-ID.
+	// (GET /api/v1/tasks/{task_id}/events)
+	TaskEvents(ctx context.Context, request TaskEventsRequestObject) (TaskEventsResponseObject, error)
 	// GetHealthz Liveness probe
 	// (GET /healthz)
 	GetHealthz(ctx context.Context, request GetHealthzRequestObject) (GetHealthzResponseObject, error)
@@ -18522,6 +18854,33 @@ func (sh *strictHandler) GetTaskArtifact(w http.ResponseWriter, r *http.Request,
 	}
 }
 
+// TaskEvents operation middleware
+func (sh *strictHandler) TaskEvents(w http.ResponseWriter, r *http.Request, taskId TaskID, params TaskEventsParams) {
+	var request TaskEventsRequestObject
+
+	request.TaskId = taskId
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.TaskEvents(ctx, request.(TaskEventsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "TaskEvents")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(TaskEventsResponseObject); ok {
+		if err := validResponse.VisitTaskEventsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // GetHealthz operation middleware
 func (sh *strictHandler) GetHealthz(w http.ResponseWriter, r *http.Request) {
 	var request GetHealthzRequestObject
@@ -18575,210 +18934,214 @@ func (sh *strictHandler) GetReadyz(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H3tchu3kuiroHi3ymTtiKJk2Umk2tpSHDnRxh8pS9ns2cNcDsgBSayGwATASGZcqtpf9wHun32DfZF9",
-	"k/Mkt9ANzGBIDEnJkp2T6z+2OB8AptHd6O/+0JnIRSEFE0Z3jj90Cqroghmm4NfpjAlz/p39k4vOcaeg",
-	"Zt5JOoIuWOe4Q+3dEc86SUex30quWNY5NqpkSUdP5mxB7XsL+v4VEzMz7xwfHH6ddBZcVL+TjlkWdiRt",
-	"FBezzu1t0nkhFwsqstZJJ3j/oac9E9dcSbFgwryBiaKTw387Tvv86fZZX/KcvZYZTJcxPVG8MFzaed9O",
-	"DM1JwdSCa82lIGNudEJYf9Yng+dHR0Qq8tWzZ/1Oguv8rWRqWS90YQcNF1ZQY5iyT/7vwT//dbD31a8f",
-	"nt7+Q6dtUT/Zz15b1OlYy7w0LLGzK5ZTw68ZMZKYOSMZV2xipFrCL8CNJ5q47dJEG6oM4aJtxQ7QO4H2",
-	"aPDN8+3AvWAAuVZM0nj/oTHpkuqr1jkN1VcPO+GtHUoXUmgGJPstzb6nht3Qpf01kcIwYeyftChyPqF2",
-	"K/f/Q9v9/BBM+g+KTTvHnf+1X7ODfbyr98+UkgqnauLDpd9ocmP/oTd0SW7mPGeAAm7riaKi37lN7Mre",
-	"sd9Kps2nWZnCyQjXZEHzqVQLlsFCXkgxzfnkky1Dy1JNmF0HF4RaSjAWQtSQTDJNhDSE5rm8IWbONekC",
-	"jSNY7a2JFIJNDMuSCqI0V4xmS8JExrIefJMl2kspX1E1Y5/mu6Z2n7kmuZ1S2e8RsO2aqWumnligv+eL",
-	"ckG6p9+fvbk8fzF6ef7qbPT69N9G3/7l8uzCrVuqMc8yJj4htj7RpNRMkQVdAoQz6SBfs9tRxgT3sH0j",
-	"zUtZiuzxl/hGEl1O5hXOwPSfdls91Yxltlzd3gPymn/r1/SaiqWjZ/34Szslv5XSULsixehkzjLStdi2",
-	"YFrTGSOaLrXlPZN5QiyJcKNJzhfc4Bb+LGhp5lLx39kn2MbXFonEzJ6SN0qKGRkzqiwQ5RUTfj3XlOd0",
-	"nLNPgVWGFFJrPs4ZEfKGdLkwbKZgEiKn04Sw92xSGqmAHhSbcW2YsixHSKSZhGgjFSNlvXAL2Vt/cKG4",
-	"eP7L9xeGmlKvyw6/cDMH/rA2d/phaAEw5bNSsWzYOSZTmmt2m8JGCmnmFpYs16xPYBRuiBQJYddMLYdi",
-	"wRZjpixiFIppJswxSTUV2Vi+H/EMB0n99+EVxQhbFGZJ8BTVpBSG53Z1Q4Efj+vT8CidXAl5k7NsZgFS",
-	"D+XBNGIW8KldgSjznJQiZ1rDt+ZUm6GogBuOTaaU5yzrkzf2Owh1yDEUnaRTKFkwZTjzhOVgY3+5838s",
-	"Zc6osLhUHRDx20xkheSIXCvCQ9IJ4LL5fvNj7bP2WxF/UYBZe7fehMjQt6EE9NfwG3+thpLj/2ATY4c6",
-	"nRh+zc3y7NpRySqEtBmVGuax5zw1neNOJku7umo0UVo8AYDdxD82K3FrRrTgo4VujMaFeX5UDwZIjKNV",
-	"b+38Btc1FNf364rjScNEubCg4YKbTtKhWnNtqDAjw97bC5YsruzKk46RMh9NaJ77vxXTZW5AynR/lMIi",
-	"sQDh+5rmPISzg0DSeb9nJ927psqKq9rO7iF/jqvwP0/9ai5xMf76Zb2o6pKU+QtcW3jpnV+Zv7h24edq",
-	"yfUi3NJvE9Bw8ug2inIxMqUSOrgbQL+gyqqtAKdSszbMd5CL3dLst3X+9pPUHOiaoxg0ZZZbTJVckIN+",
-	"FA0C/WNttBc5LTP2RBP3EOFZvxOjsXKM1yLLBDyJ3rCfzkVRmoiKR+xdYpHpiZVXi9Ik5JqpMTV8Qf7l",
-	"4u2bfjWEcIpyfIINsLX3YXe4YQsdfwQvUKXoEn6rUkxoC5NbYSZ2fxwdbWImF+ViQdXyo9lJJkVEgUcR",
-	"WdCcICaRG2p3k4lgHwOqvzsXsWfLqHWPN6FvOZkwrePcp2IlLdQDW2f3FqBDswyQnuY/NSAYeW91F1op",
-	"dGUz8bnGwhqrcPCvPyup968J1iguzKIHClq2rpnSHCWwNSBOaEHHPOf+jd0xuTquR9Q0MYwatmf4gsUI",
-	"PeP6fi/OpTathNpCn7wY0SxTTSSpb+d0zBA/tuz/GhBqwAP2zhlVZszu8jkLZhSf6G2y8Gv3mEWmUggu",
-	"ZiNviYrjp7IiIELJH7wWcoBNwlAumOoknetFcJT+GuPHlfS7aXWAdU5Qti8ttWGLERdTue3NC3j03D65",
-	"SihgVXLz198TIEC1cRGYtNLGK67b6KOJ91u/d50WVj7ADdq6lFqz8DsENkWUNsAg0kk641IvEQ7ArEOy",
-	"iW7YqTJ8SidRoRJ0slHr+dpKVXpOD589j9/iv7Od+PsKbNwGwuvVBElzjVHAuc9r2UZ39w476cG1dTOr",
-	"oWPLckZ+u6MNknN42bGKB2/bsuBlRIcY727hbIH3IKruiInM7N9bwPC2NEVpzvzTjfN2o4r+nk2cnOuY",
-	"Bdv2SgNU8FLGlIojF9wayelUM7OjFKFNJkvTNpwsTTDciocCrhM5RXGXK22IYva4ZhnBd8l4aZiVd+6K",
-	"7g0nT+BmQohVq66gsbrYVVgEOxtFR8WoYYELKLBTN5GLL+gsIuy98GcEgQfAP0JJxvUVXiAFNXMylYr8",
-	"62t9QjI2pWVujgFyjlM/0UTeCLLggi9ojq9FRX7Pdlbk9lzLhuOFZ8fkdO/fCd37nQz2viF9MiJ7CfEs",
-	"k9xwMyeU5MwYpux6Mz7jxs54Fx9W0hHM3Eh1tb4iIQUjXfep5GbOFCNyOmWKZcf1Sok2PM+dTU8HBuRe",
-	"QuzJlZCx4pkFaanhCF5bQKHklOesRQqm2UiKfDlSUpq4xOttrVt537vqwaa80PxsXHQmJ1cI1pyPr7ky",
-	"pPv92SXZpwXfvz7Yd29rknNt7FdLzUhtA+lF/XIhgdTHO6BDO1I7J1grQlM1u7P8irKfM+93jg8GgwGg",
-	"ifsZYzOOoCNqs5IzRRfESEsICcmlvGIZKQurR/90evkDYORmFGyz5zBx/XFCapzUDvaeH1m2F1IX0JaQ",
-	"ZoW+9iwGjCqCJ8NyMHg6sfPAX2wPL/CMFIpN+Xu8ukqERzGsN8v1lb0rBbqYDFML0D0r+jOqZCdge1V0",
-	"Am5bZ1nQhOY3dKlJJntoX7WMWwqWEErGdHI1U7IUmX/8iba8nQvCNaGk4AUjN4obwwQZL729gJI5oxlY",
-	"Qb39Yk41ETCqOxqogFOCKUXG0szJTHpHci5naMNHZuDsH+gnu2KFAQvLonxPujzwoMnS5PazuNGOsxRK",
-	"WoWwF1e4lby5Oxp7WXCjiI4rvrSPtpxrUXr9juuCmsn8dDJhhTN0NGmVacMX1CqAgGWR/X/5gjx9+vQb",
-	"C6GfL18gDrL3dGLyJVnwPOeaTaQAbJtwu0oXUXA4OHy+N3i2N/jmcvDV8cHT48PD/sHh039vnN2hXhaE",
-	"EwyH2Yej273hMBsOM/ffJf533PhvOOzbZ5/e/vs/xPj4NlO098y13NYtfgeqNZ8J7y5C3ys1Tl6hAGsq",
-	"JqzX38pzgwU0VxuoXatbtGmjW3myRaqcGWd62Gpnr5Yy5blhUdt8u4S8gkCyNC6gg3sy6h4NjgifNn3R",
-	"AK6tK9vdSNIyVHXorCDHlpmjBgcpZiOvX7QPEXCIBTM0o4a2nyH4ZstI9dRNzA04++Gz51sPNxyGX7M4",
-	"u6eapHpO9ibubKkex6Mk3Xp8bkLyeu4YHgfy8h21MLzZRrFvUaNg9fBPtHdC3syZIBxiOqzoxOJW8QmI",
-	"Pnezk616ZII713cydgRgQXdVRIaq1IjdjQqBnB0Tga+BnTvr8QqaOI++ca5cAraSndQyZ1e5EyA/Wp5e",
-	"HxHvRTnWJWDKjAvmdJ5JrYplVg5fUHsY/nz+XUKKNifKqhmigifaIsZSrliZtJFFAcbngjorNLpzO0kn",
-	"Y5Z3NzTNTQ62M3H9U3O6M3H9bTXjmbh+5yY9E9cX1bz2NT/1mbh+6Wc/E9ffVQtosSLVyoPXpwMVO6Cd",
-	"CvW3UH+LV/ZuZl0I42g52Vmx3YNMUetnxbbVxk1hAbe5F6lvNYg1Jogu0TOgVWEgFh56aiWZcc6IFvSK",
-	"jSYU9MeMgY2hQJ1KH5MyCHtJiPP8jv5DW8HP/3IBP8lQjGW2HBkpRxDzA/rMaGqF/4QsmJnLbGSvQKia",
-	"HQ6RJniovlDHrA0FXp2hRgF/A6utotnCEfwlCGzDBdBRYZYJKh2jSS41DAqKjKC5HysIKhllXFvQZHVU",
-	"C0zRjGoZ4YEyFBDWMgrCWhLiz8CJixOsrwRL9d7b+tJQzLnJw2eq37JgIniFLtjI0Ct7zd71ylJC0Fw1",
-	"GrOlRCgkQxEgTjh2eJm959rohDjPxMgReOJtS43PGwp/1cHODqrLopAKggwtAiyoWI68ghhc8v6CBKL/",
-	"Gt++FjtXY1hBzdy9EWBXFS8Mw0A8TjIU1VRGUaGnTOl6nAUVfGpRlUAYbQAM+F1t11B463P9DAbWtJ/6",
-	"q+Tl48qAnpgscrZdQcDBEiTZKImD+fdPbIn5aIvLgr4fSTCuj8ZLw2LSIdxFQ0DBFNFGMbqoDR0Hz8lr",
-	"/m3P2VAQEM+/Ohh8/fXzo22w2WxUKTQrM7lX21bWLRkLpmZOOXogi4MqxYjqNvs8F5FAO2eOcdYUt9/e",
-	"bpNgkKQVoI2VpZGjkq5llT2wW+dsaohlWKRbBe/7GLJeVH6yEIlIZmfvXgP5UPLT5V+Sygb23j6+d/js",
-	"+UTmUsUH5AsmSzNCa0UECX7kOYTrkZu5zJm39JCZkmVB6NRAwKrVEaSYke7F+fd2MQl+8cX59z+ev3pF",
-	"DokmOTVM9frkdKytYCwVGZAFo0KTp4MB0bB8CxkXiUjcwuB6ANwaQA20+/r5UWODB7ENtkI9F7NRxtUu",
-	"YXLt9qPAt/SgPrG7R6bc34vWwo5/mS8bGQUTWeYZhqqW3oRF8ZAWMzLmgqplP25j4lY4yVridRSjObHP",
-	"gCx1Qg4Ov/7HN6hzXvE8ZxkZL4nmM0v9b+ztr/CmXZsTuoK1gQWoJfQLxlhfxAWODbkBbkY39gTkAz4l",
-	"VCz7bZ68DY7BViffxmAgvmDZqPlqePsOMVltHr16R2JevQqTmmgYriwM/KkXFCOQlzxnZ8LEIr5yLq5G",
-	"xsol0ZA4vVzYJ55ogs9EcWtxvzyuLhhpNTMlz/Y1MzP7n+GTqyWhmlAylaUyc/TOxdnvwivOu6la7WEL",
-	"u8Ym1HZwrzCDAy7pWB6WdBy0OklHmjlTER9+XC2Fh6oYB5fBhh/Xtp1Wl3OMZlWdM2rV6LiJFdW4EZGz",
-	"imgyHKSTuIQ49O9usEg1SGUlWUAqRtx6Mc1CCkao0DdMOf/gDVPMnculiQkXKwB1OWceCDHo/XB++eoU",
-	"5oh5GkBxub8dfquP5DWO4YIaVlbvJ0+axkgcuO1b4lq9CvJTdsIDO5SX0Ldp9NXgbWtqF/U3H8eiNarz",
-	"PobNj9jLQslF0RYDveHN3TbUjV5/ceP72oGKyY7rUPVQC12nz549fb6N/cB70ekYzZHymxPVhmv2ni6K",
-	"HN66isG+PYJ0NWTZO5D8G7H1vK5jH1dsREU5KpiaODPcLjHLXF+NjDQ0r/WsXXId7GulZtmd3solzUb0",
-	"ejY62HF19QvP7vrGri8s2EKq5T1A4F68IxBiuq5jgvfynWwyl1N+MxttpM+kM5mzyRVoLBu0gsAJ+TAu",
-	"FpE9nFNm3Re+45ChCrC+vZZX3fGQ4IahaBofESKdmTeRrwdTr/gl7++H3OJ33OxZjAWYbEMixahuQQ/Y",
-	"lDtu9j0kByv8V0kcawOWRXZHHN3kDPW+khpsK86SYLpf28k9Lqi4mXYXVDzz2CakVANvWNJaGK6Pmagj",
-	"xTtOjqiGtpDXBVB0p2IWTUcYHYNFORrDu6L6rwnFpZnufY3KNYXwQBdXirZBwjUBkzD5+fLl3tcJAUXj",
-	"hmtGxlSz50d9kH7xY2CoTtLBO9HVvGM048KpweuxGHV1lGprmg9lzFCe382fi67E7YpzVXLEPh7bxFVt",
-	"ZdeBvS8z+MLY8O+YVcg2xKrcwwZ9D0vomjkB8xjsQC2rrp3Qa8KSI7k1s9yKfDQbtzy3Lg4sdni04Jne",
-	"9lRMTnhXn/WRYGQdM1ggX6py+aHQAV1YrXItsDg4aLiWeXWQbc6C2c23fe4H/AEHqX6/CEarLv7ra0js",
-	"hKz9aBiDq6Mx5SzPdBg7TZiYSrvbpGt3NyHVroDTXyfE7WfvhFCxRHaBpQSmVpCDmjQ7u11cJMZoIbMo",
-	"9F38HnHPEXjuJIiSR9u7N4jfbXKIN4g4b95eXJJ+v78P98FcbX8ppssFI3YZ8S13wdM65g5imhlNaCsy",
-	"cUHc63f7hJ2Csu8YXn2HgOkay1e3ssI9D+a1tSae5gLI/dpOsi1GCRf8vfNZ7xnAVoOEHzi2JBeWGtE2",
-	"MllEDVOXVSw+yRnF43dKuMGk5irO9oklo0IqE8ewzcrMPXyelfvyQXSS9tjxO+sq7b6FC2aIFBPWiGjG",
-	"DCeoEUK1t/Z30eUwlaryM/Ti5v54bPrPgv9WMkIXUswwmLoR6g375/atHw/e8iL9ugeGVku3C86ljg+x",
-	"RWl4NM3AIXilGXxsrHajPFjgsVixVjutwOOlw+mtpiw3s89Fj8iUCkO91j0KecYUwcgsIiT4OJkCh3gc",
-	"U+4Yv9istREhwUDl2mUcn2a/Fi2By6rHS6pv3gCwH4FOWhWoVqxj9woet1Q50hYO286XBra44TZ8Rvxk",
-	"8HS68155pr7tZKgG3rCkNS0wzK5dzctMOsiw7JlpZbvd5MF6Jj+wT0+qxncXzvw0zW2v4QeT1ou/XHFI",
-	"BYkuVnV1AVagBfqMlrut+bwxoLv4Qz2uu/JtMLxdHfDwVuWpzQ186pk/yFnd8zeXCamCGP72n//ds6cG",
-	"Kivbo5LcJNGdNxlvTw3zNqf1iABq6Mip0yEPHy9N/GSU01iFE6mZyyXCiI0bxS1WtPi31hdfp8JHYqkm",
-	"87iIUJSjiVRtVSpATbiLNfiKKdFShsbpIHcZTeq4p2Dt2y+pvrqj3djuF8TvcfOABt0NGQDtlo9W2/Xm",
-	"cOUYBm8wEG+280654Hp+x+9tAe1D1MNohVYxp5ptMj7dS5Da7o2CsHCzk8UJ6q6pazaCMmq7rwZCZqJW",
-	"NxqIRU224cKlEsKznKHwDFyDdDHUbF4uqIjHSYRlfdZrgpWqKgvVssnajPy67oQ1q/GMu8RXbKvCs2Px",
-	"nMbUqzV0XGGdCiyxrd6kD1hNEGy9x2QC5arqgGJXgMz+KUa/MyVHlhwTHz+HuzeqfmlDZ1zMRjhcQup8",
-	"Fn9Fs4liZlQKxbTMryH83FeYGLnALx9enoOJYELFhOU5xiGHweI7KC3rerCPPOOZL3igSkGk2KJOfZSy",
-	"01xFwUQGH+mAFUAJfoE5FyK+8bf33wV/s+zEUoyHKf4/8tSbBTBrT5MZTeZUzD7GqRIqUVVBmkqNCh0q",
-	"axNW3LB59ASc5NeWw7I9qbaNJSZVreat7LIu6tweo2IXERf6BXtvRpNS6ZaDzI6+u0YAksE2dQCHbFvm",
-	"RTle8PYSGD4K/+7uSPfiaEkX+U6CDhDmpFRWi7Tf52K7XFbHpbxiIk6uUEuTUH4zQwsW4VqXLCPUkGgx",
-	"zr6vlQ5SJxRrrfF4bkwBfLxgiobzbnnDLt/XdFpR4d1I5N3ZxSU5/encMpUU2Aif7C1mC5OSLhKl5TF1",
-	"sYxCKkP+kRz2+kNxds3UEgPPSpExRVJXXSIlgjFnIPdrblSgHYpu6msyv/3p7N3p5dt3o8u3P569SSEC",
-	"HF4UjMyYsG+zzHJQSVLMMLXSP8m4wgTTfT/DHgydwsosm3W1U7G2wL9cvH0DdV6BAw87x2TY6ff7w05C",
-	"hpAugZfqZKYRXrxNXd4GN3nVcYBP9lxpUbKggs6YZQIWikH4zHFn0D/oD9y2CVrwznHnaX/Qf4rJ63PA",
-	"JF+Ooy5n5QJA8aOs2pd1jjuWbk9nzlrRKLZ+OBg8WPneutzWptrVOiEa3KpQbgHrmR8NDtoGr1a736iA",
-	"fBuacbC6liaQO+TTBhx1LEk3qD8OVbUSLBZT19WCMgOu6uVM0QkjBVNcZq4+cBPI+x+8lnLbCu/vGYIb",
-	"tqpuR/HX+CfWj+z7dhW3vz72Pm3co/tuin3paPtLVTny29uN8N0PK94VUkcgDZaYF5Xp8mOgDafFtzJ7",
-	"wLYDQbbUbfMIsyfM7doeHz7Y1M0SY5G9vrAsxwQVl9yeD7ZvX9AG4ROhiX3hm+0vVG0R7AsHT7e/UBWm",
-	"ty8cfrPTC42q8bdJ5xnu2laQ+Z4WTc4F+EtoJZ5LQajwLSlcKRunIJ5A2XAsEoNno1WEmNrCpPatvBAS",
-	"0AbdoPLi8GkwAZlJprE3xphNpWJ2IUxkuj8ULpkN8z1Jupr9loYZblwTZx/HkuZVSDlUHtfM4FHZJHBL",
-	"Q38a+h488NRYhy/OyIPmJaR7M6cGqrRbba/KDwIr7Eq6D+mmrhq8Zq71wP/HTOHjiBvKm0RJ2/62ZA1+",
-	"UrsnaG7YRspBpIPVhtep+WjwDUkjecmpy2OsWxxhZSWXtOE5TaqssqL5NUtPyNFgMBRpmAKNo6T7aZ+8",
-	"hQAU5uRkzDPMMZclRsVQ0YG9xCSbexJxsvXRqu+TfTbWoqn6vEZnKRfG0jmGrg0R2/26MHa0Dnr8xOwT",
-	"U8wO+Fw3qPk0NPZZzlGEPqGQpJ8Q6jPeSNdyNkthmPgGLI8K1z2jIocTQl0mrlGMIXFUyPJPlpnDvkaz",
-	"61IkDa6rZKqP6S5GulQ0SiY80RD9pAs6Yb0+qTtWKUYzoD07HrQDsp9ZDaigtlKfnBqykNoMxcEgGQwG",
-	"Fc1b5RbzvUg3PIqhD83CnvKNpC2rFh8NjkjarJuQJuRo8JSka8UT4MaANPmHvfbNUKSROhtpjG1YZfIl",
-	"8LxPwjUeU+kKk/1aTmzPP79wkM/BQU5rCn2iPZU0rEn22pLIacVlPI+RygVkCpmxnc7wfaomc5e4EGUq",
-	"FyAys+wEZAZ8mExKQ/RcWiHNrDeug7VyQ2aK3ZAC+vak8cZlaQ+5lauXIkAyhHgxzNj11nbLM2Nk+Y7R",
-	"7NR9wB+QMN/vGaqalFl7+CG1vhPtQhixwlL1hRo/NzXikUzhBCddxWZlThVQoK5r8ACtOnrUWFuFagK/",
-	"UImJ9opBCzTSNdcEcspY5rVcKpbYuYtrXyL2GGQHeB5khLTfT1GiGIoqldoKmwlwDCiDcAMK1rguM2vm",
-	"SpazeS2kWHklY9d8woCDJOTl+cu3RKqhmFOVwVe4QG8d1AzxXAEWEjtrw+Zj9Sf0h+LCw8nZPP1IViRw",
-	"/qsKen1ydPDUnfpV7aO0rhrh3h2KbinsFiumNcuAwUjLVtpYUIyv/KK4YZ+esexiGLgvT9lmEYgoEmfv",
-	"jaKTL6rEjup6o2/oZ+NXbtMIRS41+50XrjavJQZ0bwXqd1DEaEEzRvjUF3/ZTXwIsLSl4oevPrZFaOiB",
-	"Ic85TPArCaMqXybEleOf5JwJMxSaMU2m7IYpaIrgKj28wIXsYb56P8KHVi0PJ5ahDMUaRwFuEW+/2irG",
-	"tAknn87QcDfJRE4MM3toDn0QAQV24guf+PvhE6ckFGCeaNzBxJnIrS7epCifauWe1vx3Vp+9ilErWMwg",
-	"XqxNxqnQxBWop8SwRSEVVS4Lasw0z1g1S0IUE7AUiQZjIkW+rDJZrUwCooLi1ywDeQiik1QJKWNlkUua",
-	"kZxR76SQeYadlrvQnFWwXp+kC5kxMJnIiaF5WHsRygvVxfAGz4+Oei0yyP3ki09qhNzhWeiev7sg8pEs",
-	"5B7yiCvH94XL/P1wGUB0Z6bAZDdLiWOZLWtOc0Kwj2ioQoEGYAWSbVJImOexOeLkwj/5hwyFCJNZWo5Y",
-	"/6kPEqgSDkjkFAtlYWF4mWdM+7YOXbRPT9FYXbuDHQMFZt/qzvVJbqoUrmH/T5d/gQCticx1+j//lSp5",
-	"o9OayX49+J//OjzqnZDUcozU5/Vqe1zU6Sb9oThda4vyRAcVDWiupcUqjfojxtQ6hNuzG4NhWBBx6uKQ",
-	"octsfyheyIzp46b4aN9Ik/q3Y5Ap6Y5pRuxSEzzBwIsJZu/eCTkaHDUszGimtte/IVHDc0LS9brGKenS",
-	"RuohkdOhqAXoOdjdqYEF9E7wgGqWn05PyLPBoZ9zJgWzUwUFpKNnVKPp0R/O4x1tybTTwXLw0DQbDWrB",
-	"aOVGyOGXuJbPGddSUU/t/G6LY0mAMThuAiEnwC3CjONcrurH/Ga2r5gj5vYwsXf+kdPzX77vPGLclR2/",
-	"PeiqWkbt5rkHkj3bRTj6uS6YvhqV4BcB2kAdYSzkTUL0FS8K7lKvLe+X0ylEKkTgXuectgZB1tB4zHjG",
-	"jTC/dE2TSn2Cmkxat6lLSRd8/r1apwrq8IN+Mp0+yMEPuak+8yIM666n65M34IhxhUq01dTkFQjeAeS9",
-	"f3f/Q12Q9rYZEtLchh95nt83gMq9F5fCPmGwIlTL1sA7nKXKii1TmefyBlzgpS5p3v8Ds+2P46bw/dSn",
-	"xlQRRV3LMCMFxHvtwQpvK2GtqkhV6Qczfg1N8ABRp5oZV/PFldC4YqxAfp2jc3E92E9OCaOTuRP50AOR",
-	"Nhqbpvtpo7FpOhSaLl1zTdxbtyyI0oeoCG0lT4xiIEfkNf82DCq0f3oIngDtcFEGSk9deAvms0MJ9zc4",
-	"SV2nJgzHwjgmwW7cMdQn54KkiG6pb/y370rlU8WGAuV0sKzWcrBzqyDX6fXJCx+TUUXZQVls9AJBmffT",
-	"n86Hwipfei5vRBWP5VYRERO/Z+YBiLolTMrtmIVhI1BqLe9vcyGo1sHt9n/84CtWCsoNKYuq9RsUzl+p",
-	"cm9v2q1u7DHpwqOFzPOEUIdmTweDwQCSMGOfYFEFq3jXy68qgcGrW1b/mCrtVmYaBIf+kWXjyPEJUZS4",
-	"aRCF4Ump/pptB6WdyRUJbxMU7f2HOi8fXgFrFrO7r0kPR4ETFXlXdXwwo8nF+fe/nL958cOX6N87H9rb",
-	"EbCumNGS0AL3/7gI2CwIcl8EdG0idJCEUrd5acgyX3DwEXDQ992JoyBYj6tjxD76B0TDsPDLR3o2vqRB",
-	"PRi+rTYhbPUNnIUPPmaezErbxIg8FC7lQXT9cEAURp0GBaEeXSvFgFGa0BmtagdRq8VYeaaXkDF6ZreY",
-	"+SPtZfH8Xu89i6VTNRjYOGZfUTJVTM9dXYr+UKSQ+p+i5S2szED+9n/+L3EdRElXlUKfBD3KsS26IXVz",
-	"QrJkpgcvYUWHoahKNrigOWf9blr7m9Z9jKFz1S0TUrVk9SJ91QMQAvrTlb6B3ty/3mIwRXnHhegF3hUw",
-	"zVAzFHiLawJ+gN4JeTZ4StJIH8IN5vuzRm2HxzPEB/N8pjzTRgPRddoKG8N+Ys76h2OUH224rYCJQagV",
-	"4JGqKpI8ca13tNVmpZiwhPjqImBeAPuErhQqrGLY1J1CNr7/wVLERhMjJt80kf5uAkPw7hurY98n5erP",
-	"Yff7aCz5jmmj5HIVR9xWKx/SbEipWXbSqIKLZ4HlfVOpZrKK+mgz7z/yjg8+FZdaOU37n8XE8VY0FoHe",
-	"MCRTxeCs9rZayBd1dcPhKAe5lUB2VrTXbrqVuverqtxxlQA6df9Zthvbjn/hGiH2vVSM/c5WmEatizOd",
-	"gP3feQa5cgXqQR6Ekt3kZi41IxNa0DHPueFME02XBBCrtx0BsdD7RsNcufjToKArF4sawAkKylhgu5as",
-	"QW+o4u6+4Cng6StmCEWkyhrnG6S7WmhuR7Wq39KGkjJ/FkTzlYq/YFE0OsVgOZLm4b8VfWSxCXtk8edB",
-	"HgDPF9xp4o4sVoXrLlQNm5a569ANvVyyXn1mukofrqFyiGG+XVurpeyH88tXj2khq3qPtgjG0Ejddwp9",
-	"EPvYWzsilLnd42LPzNleLmVRzdEMhV2H1v4H147z1k2XtVc3OvWVHlLD3hss0iB8a1ojJelSMqaKEcFu",
-	"ci5YAts0hN4xmpy9uTx7N+xUpQ9g3rWY0uqqhVRKujTH45y65rQuL1sTn+FgEQED2oZiTjVmXqMdKxaf",
-	"SrqKQeK5779RiQdjOrnqrUeZgsGtEWjqjFjaSLXdhIX9STOHdyvcC9zhrjuv84bXzVGbZqcV77jvaHpw",
-	"+DV4x6vf63kKj+QzaDRf/cT1mhrdiiOUtuKKcPiB8Tceb7iuIoC8pPPFVfFJeT/uIKHEbqdnWCeeufyj",
-	"5yJBtvXKhj7R2DCgydXC3omt58Br3pZIsRLhJfKlRxkXisSdIaEtnsXXLt4NlVdaXz+mfBJ2nGw5nvyX",
-	"fkJiaKCE3xYi7Sk5kSrDkkMuL94KAe3HmV/8/oe6+8vGqqK+aeYufLnR+3Mn1nz47PlOrPlxd3vLTtsD",
-	"VkvnQcOsRA/qTyio3oORhBsfdlBrpfh3/qFHhHnY5y1up4AlPFjyU2UuCv2ilbdRh1I1lqWD8r0uXBus",
-	"nYrRydyCtJfgA2iPCg1PTSLbKVetPU0twl3NShYXfEtVQz/GYYPuW/cVipLtS3kEZt/sSfYHy8X75Mze",
-	"YwnpBu2ZkiopLgmy5Xr2QACHSyzBL46h+x/qLg63m8o8pjVvT4OAY6fXVLkMjURA6hmo12aqpLdVhcaH",
-	"CoFeEig08pqpdjVlKO6qp5BVNSWmjfzI87w1G64997Hb7P6N8aIOAOj4Dzpi1IG+zRO00RLtQZWbR/LG",
-	"N3uNbUqk+NPnSlSI0JYjcVIjRKVWceFLGxNa6et9Vyhtoyv0vgmbvjnbp8lz3sJXP5/j0y+AtHCmHfjl",
-	"fthyKZr7cnZdSxWpZr+lBDtAkBRCsIKE6MExNG2/YoXpJchKcblh7xwrhFIFSS5DMZc3ZAGdmcPmllBB",
-	"09e87vrkgsPBYACZ9nZ8l9FEq3QEbejSc/ShCDIfIZHEZUlvYt/2gj+R0pbckdXmnR+Bti1pHgDSprjz",
-	"uTIiVj+2rfOBu/+nMqusCeAW8lkz/R4Px9XMftJdz9/v7UKHGdcFNdi+sMUqW5o5tEGhvvkGxiz6xjbY",
-	"/MZ1vBkvw3zJtv43QwFad6NjDAzjSuZiQx5+zZwwZOWhWliDAgmVTbab6jnZmyB3mFRvIrNIez67fDKX",
-	"mgkv3SFXOT3/5fvR6/OLi/O3b0bn36V4ojTUGiijoNlEiox4UHm2oumCkYZwVwEHbo1lZVfW5HBw6CJI",
-	"7UNYnEBjj3y0UonM5c/5KoAnOBwlGZ9OGRT/gBE5SGlHg2/6Q/FiziZXmsxpUdg9cBqFVBlTx43k2BW1",
-	"bGVXIBC0+2zwtJcMhWvd0z0aHPQSnLJ7dPAUKgT3Ete2pfHZXftxUtk19RKiZInBp0eDo4TYQftDMRSv",
-	"2WJsAeGAB+OGamUmGcam2gmc2YALkvqljqY8t3y/h41+XLW2oQChcCYk2O51I0d6QZeEZhnRcsFO3MIX",
-	"bhmLUhsCxZFQI8UCFZB2Zjm5LLDPFJGCaRhozIgo87xP0gUzNKOGgjAPxSuvmRpTwxeALYoVjLqkzYmc",
-	"Ca4dXZA51fPG93cnVEjBJzSHlkXHDvGrRWLrnWQosHEgUIIzVSZESHIz54YRLDbt1w4tmp7o+sjhWXrs",
-	"Kt7aJ+3WSDUUOAfiiq9bVaHtCaECX7mmeQmAsZBkmVtaArAgXGjDKLKksRVUk6FID/qDNLyTHqQueBdH",
-	"DBcGLp5VBO9aPOoPheUEQDbY1AlKXaeYpnlMhh2qNZ8Jlg07aVJlcALPQeSgEEwJeISGJ7czQzHlvoqe",
-	"FymnpYK10Vxi6w5NUqYNX0B3OKDLtAEkXqmLQL51TRRw3QSUN8q4puMcK5dUuGxP/Zr07C0hR8Cb0gSC",
-	"u1ddP1ZaOCBpGRxIaVsdk0hZlqA1gI/cPkHBJO7DWqW6vjeJpBCMbQl1KOqOTHC35yQazxkm7liLSjXf",
-	"OV7aaiKNnPhI2Lhh4eaNmd01TYw8QXKs2LDXCR5KYdzV5Prw3jAPr88UOO6nr/oaRqQyfw9Kx1WE4jfJ",
-	"H54sC47BJtP5ksF4L3+X61gIVLPSq/Cvv1p8rEXK4Gys9iOwNVXp2H6YXQRIVIRa1bi6hIE9QqyYku1B",
-	"YQ+oXJDLGZYHYM7WQ7MMaxLDielrNLsCB6i8je2GQJNALLDYdXULmTaudCKt9TiUPX7KKfZqWJIU0TQl",
-	"49KgK3Af1D9XpC/tHdfHs2P4Vt3DgSGgN7X/pkPh9c9jV4xRufnJnOVZr85OTxf0fdon6b/tISz2LhrH",
-	"iatugGKBPZvsOFUdBDtgErx7JrI0fA3TkXyZBzC/ByUVuFWIAWj1CN/T4phYfuGaR+CXjZm5YUy4j8NS",
-	"EKsLDvVj6FQBC4YUfZRp7G6GwINgDifGplj/459wZqz1AATsIIcFHbpYE+DpgOjeUEylqjLIVVX6wUvf",
-	"zNtHh8Jt6jFZ30+oeXlxceYrUEAZMA1Go5s5iml2v8KtxbAgOz1WLIHCYm4d0HK6Ya6FoboQSERBXOVw",
-	"hE4VdQHfzXUPBS6k5z8JK/bWXbv65KV9VR+TFD7k2E3ttIvUSp7H5MOwgxiAPS3txWEnGYphh4mJzLiY",
-	"DTu39iCvBNWfL1/ufQ0AAmkM++m7McO3rGiFN4edoHI4oAlWvbBCOsgSOCZKninPjiOYyQ3pUqKCSkoE",
-	"DDsXkCBGMI5YgzoEJUWwykb6imqzBw/uWb0MVuFQEzu3oLzhITSjxRp47NMOJEYCMGAURPcQleth/N6t",
-	"jARyJcK56vJeATuDrqFQNMRuY86tvtBNj0nBxSztQUwZlF3Ncq+cE2oxqk9Oic7lDYQTowhu5XiQ9qGy",
-	"kFveMa4bul/nuaXUOXdYBZwQmkgAcyQpwAEwD8giVqbPi38JSXGjRtgNbsQECH4VkBvlVmoC7520OiQ2",
-	"W6+Ql3yk7WrlbEFMMxJr6wIJV1bBGFNu87I9dHkTX/8GDlMwNCLaQXnHAg4jp/ZXy7U0lPMFd0VzWpe6",
-	"oO/jlUyODr45ejo4CpZ6sMtS8Wi0J/JJ3ePMMTsaQwDStdzU6WSORbYDFu43FrxDv67HKsqddNbOh+YQ",
-	"KwG1F2dITNrz4MRymsTxCdLVDF1nwWu9/q7FwF21oE7SmQMDgG8Pz/mILBU98xuyAmYnEKvSWmoArtoN",
-	"MQ73agOmR1r8h7LD+qrsiR7y1ruKEpvXx4RF5b/CLJ2kAwXgglbiwd4252iFnsPkiJz1sYC6/Tspz/PO",
-	"YghdrwkLGEN9va3EMSqp0P4KUtAF2Or2oB2tc9AgHTU1haqHfGsExyU8sUXrh8IUe5rZhyzBwUGsdw+V",
-	"2BqUcUpyOma5/cArtvwnsHWdeAOeZYQLqVpDM+DVxnxVx/z1pvor7fHjXhjg/3Hu/qxRpWonzm6ZTNDs",
-	"3yN+odg1l6U94Get34avbATmY/qALHZsiizBpX+eqBLA3IQIdhMUgIbqVuOcoTnVKl2wRjBGEsO3VodY",
-	"UMGndjyqyV9OX78i3dR3FrhcFuyYhLBc0kWegv4Afe676Ydhxw8wsjdRiP/bf/63lU0xvjx4xN798Lf/",
-	"/O/b27TXBwNr+sES7Ihjy3XD7NtWUXdaxAlJ/zlTy5EqhVPfrLgwRIHSUiTpHg4GtUFHWE6Zg9nbz9nr",
-	"k1NB0vOMLQppmJgs935ky5Tg0Ue6Ug1FZVfv8yztrdiHKgAhxw4ssXbp3lWCFmbftxA+qrZCknNccTUW",
-	"FNBqSsf+Fpg5fWHVKWc5VDqiZn4yFK56BV5GYwO2e8raS0xYpGkJA12hPAfozSKT5x8IvvrlFfhujF/7",
-	"RIZL++UX5XjBg5oXSWcVnZvj3aMTwt14j5sAvS1tTCZTS6JKez5GEBro+SEtrBZOu1hX/3R1OT4uvQsw",
-	"C/o46atqc6Bmta+n70sju7L463LKvud+G6tmvKBiwvI4HW9RYe1Lj12UFxYWQRtcdg7uZDNHbom1hayO",
-	"L+TN54kiwmX5fYOoLx/vBe7psBSGYnXOVeL6UxWKgRk7g1JFpWKJVcKgksaKA7/6xrZYsAfe0sGjb+ml",
-	"28ZPt3MbSGafKsOndGK2i/un1ZN/RGj71W0SO6tvBTfjHwz+QeWfTajuv/Pem5BE01fgv13DbgeHRw+b",
-	"ufKondo+Q4Cl31TfcewEa8JxrAlnIe9PtqrZeEJ+fvdqj+kJBZPKZE7FjOk+Biz5ysrwy4eFzRnNzfz3",
-	"TQjzg3vkMVMtYYpWRc8dCi5MqOq4GDg9Gw7OV/yaCftCoeQYhYV9CIff+Jnv8InHTNxhNON2YfE+EzTD",
-	"OEYnDT3+lG8kdqRfntQOO/AGYqPLajgUEsxmoFczIdRPoDW6xtry9UgUE8AgzIa78Cj87jUvto8JbHqx",
-	"wfSErKpUudV+jCmO9/cPDr/qD/qD/sHx1weHh53bX2//XwAAAP//",
+	"7H3tchs3suirdPGeKpN1RhQly44j1VZKcWRHJ/5IWcrJ2V3mcsAZkMRqCEwAjGTGpar9dR/g/jlvsC9y",
+	"3mSf5BYawAyGnCGpT2dz/ccW5wPANLob/d2fOomY54JTrlXn8FMnJ5LMqaYSfx1PKden35k/Ge8cdnKi",
+	"Z52ow8mcdg47xNwdsbQTdST9tWCSpp1DLQsadVQyo3Ni3puTj28on+pZ53Bv/0XUmTNe/o46epGbkZSW",
+	"jE8719dR56WYzwlPWydN7P37nvaEXzIp+Jxy/Q4napwc/9ty2udPN8/6imX0rUhxupSqRLJcM2HmfZ9o",
+	"kkFO5ZwpxQSHMdMqAtqf9mHw/OAAhISvnj3rdyK7zl8LKhfVQudm0HBhOdGaSvPk/x5889fBzle/fHp6",
+	"/W+dtkX9aD57ZVHHYyWyQtPIzC5pRjS7pKAF6BmFlEmaaCEX+Atx44kCt10KlCZSA+NtK3aA3gq0B4Ov",
+	"n28G7hlFyLVikrL37xuTzom6aJ1TE3VxvxNem6FULriiSLLfkvQ10fSKLMyvRHBNuTZ/kjzPWELMVu7+",
+	"TZn9/BRM+m+STjqHnf+1W7GDXXtX7Z5IKaSdqo4P536j4cr8Q67IAq5mLKOIAm7rQRLe71xHZmUf6K8F",
+	"VfpxVibtZMAUzEk2EXJOU1zIS8EnGUsebRlKFDKhZh2MAzGUoA2EiIZUUAVcaCBZJq5Az5iCLtK4Bau5",
+	"lQjOaaJpGpUQJZmkJF0A5SlNe/hNhmjPhXhD5JQ+zndNzD4zBZmZUprv4bjtispLKp8YoH9k82IO3ePX",
+	"J+/OT1+OXp2+ORm9Pf6v0bd/Pj85c+sWcszSlPJHxNYnCgpFJczJAiGcCgf5it2OUsqZh+07oV+JgqcP",
+	"v8R3AlSRzEqcwekfd1s91YxFulje3j14y771a3pL+MLRs3r4pR3Dr4XQxKxIUpLMaApdg21zqhSZUlBk",
+	"oQzvSWYRGBJhWkHG5kzbLfyJk0LPhGS/0UfYxrcGifjUnJJXUvApjCmRBojignK/nkvCMjLO6GNglYZc",
+	"KMXGGQUurqDLuKZTiZOAmEwioB9pUmghkR4knTKlqTQshwtLMxEoLSSFolq4gey1P7isuHj68+szTXSh",
+	"VmWHn5meIX9YmTv+NDQAmLBpIWk67BzChGSKXse4kVzomYElzRTtA47CNAgeAb2kcjHkczofU2kQI5dU",
+	"Ua4PIVaEp2PxccRSO0jsv89ekRToPNcLsKeogoJrlpnVDbn9eLs+hY+S5IKLq4ymUwOQaigPphE1gI/N",
+	"CniRZVDwjCqF35oRpYe8BG44NkwIy2jah3fmO4A45BjyTtTJpcip1Ix6wnKwMb/c+T8WIqOEG1wqD4jm",
+	"25SnuWAWuZaEh6gTwGX9/frHmmfNt1r8tQLMyrvVJjQMfR1KQH8Nv/GXcigx/htNtBnqONHskunFyaWj",
+	"kmUIKT0qFM5jznmiO4edVBRmdeVovDB4ggC7av7YtLBbMyI5G81VbTTG9fODajBEYjta+dbWbzBVQXF1",
+	"vy6YPWkoL+YGNIwz3Yk6RCmmNOF6pOlHc8GQxYVZedTRQmSjhGSZ/1tSVWQapUz3R8ENEnMUvi9JxkI4",
+	"OwhEnY87ZtKdSyKNuKrM7B7yp3YV/uexX825XYy/fl4tqrwkRPbSri289MGvzF9cufBTueRqEW7p1xFq",
+	"OFnjNvJiPtKF5Cq4G0A/J9KorQinQtE2zHeQa7ql6K+r/O1HoRjSNbNi0IQabjGRYg57/UY0CPSPldFe",
+	"ZqRI6RMF7iFgab/TRGPF2F5rWCbiSeMN8+mM54VuUPHA3AWDTE+MvJoXOoJLKsdEszn8x9n7d/1yCO4U",
+	"5eYJ1sDW3MfdYZrOVfMj9gKRkizwtyx4QlqY3BIzMfvj6GgdMzkr5nMiF3dmJ6ngDQq8FZE5ycBiElwR",
+	"s5uUB/sYUP3NuYg5W0ate7wOfYskoUo1c5+SlbRQD26d2VuEDklTRHqS/ViDYMN7y7vQSqFLm2mfqy2s",
+	"tgoH/+qzomr/6mBtxIVp44FiLVuXVCpmJbAVICYkJ2OWMf/G9phcHtcjousYRjTd0WxOmwg9Zep2L86E",
+	"0q2E2kKfLB+RNJV1JKluZ2RMLX5s2P8VIFSAR+ydUSL1mN7kc+ZUS5aoTbLwW/eYQaaCc8anI2+JasZP",
+	"aURACyV/8BrIITZxTRinshN1LufBUfpLEz8upd91q0Osc4KyeWmhNJ2PGJ+ITW+e4aOn5sllQkGrkpu/",
+	"+p4AAcqNa4BJK228YaqNPup4v/F7V2lh6QPcoK1LqTQLv0NoU7TSBhpEOlFnXKiFhQMy65BsGjfsWGo2",
+	"IUmjUIk62aj1fG2lKjUj+8+eN99iv9Gt+PsSbNwG4uvlBFF9jY2Ac5/Xso3u7g120oNr42aWQzctyxn5",
+	"zY7WSM7hZccoHqxty4KXLTo08e4WzhZ4DxrVHZ6I1Py9AQzvC50X+sQ/XTtv16roH2ni5FzHLOimV2qg",
+	"wpdSKmUzcuGtkZhMFNVbShFKp6LQbcOJQgfDLXko8DqIiRV3mVQaJDXHNU3BvgvjhaZG3rkputecPIGb",
+	"yUKsXHUJjeXFLsMi2NlGdJSUaBq4gAI7dR252JxMG4S9l/6MAHwA/SMEUqYu7AXIiZ7BREj4z7fqCFI6",
+	"IUWmDxFyjlM/USCuOMwZZ3OS2dcaRX7Pdpbk9kyJmuOFpYdwvPMXIDu/wWDna+jDCHYi8CwTrpieAYGM",
+	"ak2lWW/KpkybGW/iw4o6nOorIS9WV8QFp9B1nwpXMyopiMmESpoeVisFpVmWOZueCgzIvQjMyRXBWLLU",
+	"gLRQeASvLCCXYsIy2iIFk3QkeLYYSSF0s8Trba0bed+H8sG6vFD/bLvoVCQXFqwZG18yqaH7+uQcdknO",
+	"di/3dt3bCjKmtPlqoShUNpBeo18uJJDqeEd0aEdq5wRrRWgipzeWX63s58z7ncO9wWCAaOJ+NrEZR9AN",
+	"arMUU0nmoIUhhAgyIS5oCkVu9Ogfj8+/R4xcj4Jt9hzKL+8mpDaT2t7O8wPD9kLqQtriQi/R147BgFFJ",
+	"8DAsBoOniZkH/6I79gJLIZd0wj7aq8tEeNCE9XqxurIPBbcuJk3lHHXPkv60LOgR2l4lSdBt6ywLCkh2",
+	"RRYKUtGz9lXDuAWnERAYk+RiKkXBU//4E2V4O+PAFBDIWU7hSjKtKYfxwtsLCMwoSdEK6u0XM6KA46ju",
+	"aCAcTwkqJYyFnsFUeEdyJqbWhm+ZgbN/WD/ZBc01WljmxUfossCDJgqdmc9iWjnOkkthFMJes8ItxdXN",
+	"0djLgmtFdLvic/Noy7nWSK/fMZUTncyOk4TmztBRp1WqNJsTowAiljXs/6uX8PTp068NhH46f2lxkH4k",
+	"ic4WMGdZxhRNBEdsS5hZpYso2B/sP98ZPNsZfH0++Opw7+nh/n5/b//pX2pnd6iXBeEEw2H66eB6ZzhM",
+	"h8PU/Xdu/zus/Tcc9s2zT6//8m9NfHyTKdp75lpuqxa/A1GKTbl3F1nfK9FOXiEIa8IT2utv5LnBAuqr",
+	"DdSu5S1at9GtPNkgVUa1Mz1stLOXS5mwTNNG23y7hLyEQKLQLqCDeTLqHgwOgE3qvmgE18aVbW8kaRmq",
+	"PHSWkGPDzI0GB8GnI69ftA8RcIg51SQlmrSfIfbNlpGqqeuYG3D2/WfPNx5udhh2SZvZPVEQqxnsJO5s",
+	"KR+3R0m88fhch+TV3E14HMjLN9TC7M02in1vNQpaDf9EeSfk1YxyYBjTYUQn2mwVT1D0uZmdbNkjE9y5",
+	"vJGxIwCLdVc1yFClGrG9USGQs5tE4Etk5856vIQmzqOvnSsX0FaylVrm7Co3AuSd5enVEe29Ro51jpgy",
+	"ZZw6nSepVLHUyOFzYg7Dn06/iyBvc6IsmyFKeFpbxFiIJSuT0iLP0ficE2eFtu7cTtRJqeHdNU1znYPt",
+	"hF/+WJ/uhF9+W854wi8/uElP+OVZOa95zU99wi9f+dlP+OV35QJarEiV8uD16UDFDminRP0N1N/ilb2Z",
+	"WRfDOFpOdppv9iATq/XTfNNqm01hAbe5FalvNIjVJmhcomdAy8JAU3josZFkxhkFxckFHSUE9ceUoo0h",
+	"tzqVOoQiCHuJwHl+R39TRvDzv1zATzTkY5EuRlqIEcb8oD4zmhjhP4I51TORjswVDFUzw1mkCR6qLlQx",
+	"a0Nur06tRoF/I6sto9nCEfwlDGyzCyCjXC8iq3SMkkwoHBQVGU4yP1YQVDJKmTKgSauoFpyiHtUysgfK",
+	"kGNYyygIa4nAn4GJixOsrgRL9d7b6tKQz5jOwmfK3yKnPHiFzOlIkwtzzdz1ylIE1lw1GtOFsFCIhjxA",
+	"nHDs8DL9yJRWETjPxMgReORtS7XPG3J/1cHODKqKPBcSgwwNAswJX4y8ghhc8v6CCKP/at++EjtXYVhO",
+	"9My9EWBXGS+Mw2A8TjTk5VRaEq4mVKpqnDnhbGJQFTCMNgAG/i63a8i99bl6xgbWtJ/6y+Tl48qQnqjI",
+	"M7pZQbCDRZZkG0kczb9/YEvMnS0uc/JxJNC4PhovNG2SDvGuNQTkVILSkpJ5ZejYew5v2bc9Z0OxgHj+",
+	"1d7gxYvnB5tgs96okitapGKnsq2sWjLmVE6dcnRPFgdZ8BFRbfZ5xhsC7Zw5xllT3H57u01kgySNAK2N",
+	"LG05KnQNq+yh3TqjEw2GYUG3DN73MWS9RvnJQKRBMjv58BbJh8CP53+OShvYR/P4zv6z54nIhGwekM2p",
+	"KPTIWisakOAHlmG4HlzNREa9pQemUhQ5kInGgFWjIwg+he7Z6WuzmMh+8dnp6x9O37yBfVCQEU1lrw/H",
+	"Y2UEYyFhAHNKuIKngwEoXL6BjItEBLcwvB4AtwJQDe1ePD+obfCgaYONUM/4dJQyuU2YXLv9KPAt3atP",
+	"7OaRKbf3orWw459ni1pGQSKKLLWhqoU3YRF7SPMpjBknctFvtjExI5ykLfE6kpIMzDMoSx3B3v6Lf39n",
+	"dc4LlmU0hfECFJsa6n9nbn9lb5q1OaErWBtagFpCv3CM1UWc2bExN8DN6MZOUD5gEyB80W/z5K1xDLY6",
+	"+dYGA7E5TUf1V8PbN4jJavPoVTvS5NUrMamOhuHKwsCfakFNBPKKZfSE66aIr4zxi5E2ckljSJxazM0T",
+	"TxTYZxpxa367PK4uGmkV1QVLdxXVU/OfZsnFAogCAhNRSD2z3rlm9jv3ivN2qlZ72MK2sQmVHdwrzOiA",
+	"izqGh0UdB61O1BF6RmWDD79ZLcWHyhgHl8FmP65tO40u5xjNsjqn5bLRcR0rqnCjQc7KG5PhMJ3EJcRZ",
+	"/+4ai1SNVJaSBYSk4NZr0ywEp0C4uqLS+QevqKTuXC50k3CxBFCXc+aB0AS970/P3xzjHE2eBlRcbm+H",
+	"3+gjeWvHcEENS6v3k0d1Y6QduO1bmrV6GeSnbIUHZigvoW/S6MvB29bULuqvP455a1TnbQybd9jLXIp5",
+	"3hYDvebN7TbUjV59ce372oFqkx1XoeqhFrpOnz17+nwT+8H3GqejJLOUX5+oMlzTj2SeZ/jWRRPs2yNI",
+	"l0OWvQPJv9G0nrdV7OOSjSgvRjmViTPDbROzzNTFSAtNskrP2ibXwbxWKJre6K1MkHRELqejvS1XV73w",
+	"7KZvbPvCnM6FXNwCBO7FGwKhSdd1TPBWvpN15nLCrqajtfQZdZIZTS5QY1mjFQROyPtxsfD0/pwyq77w",
+	"LYcMVYDV7TW86oaHBNPUiqbNI2KkM/Um8tVg6iW/5O39kBv8jus9i00BJpuQSFKiWtADN+WGm30LycEI",
+	"/2USx8qARZ7eEEfXOUO9r6QC25KzJJjul3ZybxZU3EzbCyqeeWwSUsqB1yxpJQzXx0xUkeIdJ0eUQxvI",
+	"qxwpulMyi7ojjIzRotwYw7uk+q8IxYWe7LywyjXB8EAXV2ptg8AUoEkYfjp/tfMiAlQ0rpiiMCaKPj/o",
+	"o/RrPwaH6kQde6dxNR8oSRl3avBqLEZVHaXcmvpDKdWEZTfz51pX4mbFuSw5Yh5v2sRlbWXbgb0vM/jC",
+	"puE/UKOQrYlVuYUN+haW0BVzgs1jMAO1rLpyQq8IS47kVsxyS/LRdNzy3Ko4MN/i0ZylatNTTXLCh+qs",
+	"bwhGVk0GC8uXylx+LHRA5karXAksDg4apkRWHmTrs2C2822f+gG/t4OUv18Go5UX//MtJnZi1n5jGIOr",
+	"ozFhNEtVGDsNlE+E2W3omt2NoNwVdPqrCNx+9o6A8IVlF7aUwMQIcliTZmu3i4vEGM1F2gh9F78H7jnA",
+	"546CKHlre/cG8ZtNjvEGDc6b92fn0O/3d/E+mqvNL0lVMadgltG85S54WjW5g6iiWgFpRSbGwb1+s0/Y",
+	"Kij7huHVNwiYrrB8eStL3PNgXllr5GkugNwv7STbYpRwwd9bn/WeAWw0SPiBm5bkwlIbtI1U5I2GqfMy",
+	"Fh8ySuzxOwGmbVJzGWf7xJBRLqRuxrD1yswtfJ6l+/JedJL22PEb6yrtvoUzqkHwhNYimm2GE9YIIcpb",
+	"+7vW5TARsvQz9JrN/c2x6T9x9mtBgcwFn9pg6lqoN+6f27d+c/CWF+lXPTCkXLpZcCZU8xAblIYH0wwc",
+	"gpeawV1jtWvlwQKPxZK12mkFHi8dTm80ZbmZfS56g0wpbajXqkchS6kEG5kFXKCPk0p0iDdjyg3jF+u1",
+	"NhpIMFC5thnHp9mvREvYZVXjReU3rwHYD0gnrQpUK9bRWwWPG6ocKQOHTedLDVvccGs+o/lk8HS69V55",
+	"pr7pZCgHXrOkFS0wzK5dzsuMOpZhmTPTyHbbyYPVTH5gn55Uju8unPhp6ttewQ8nrRZ/vuSQChJdjOrq",
+	"AqxQC/QZLTdb82ltQHfx+2pcd+XbYHizOuThrcpTmxv42DN/lLO6p+/OIyiDGP7593/0zKlhlZXNUUlu",
+	"ksad1ylrTw3zNqfViACiycip0yEPHy9088koJk0VToSiLpfIRmxcSWawosW/tbr4KhW+IZYqmTWLCHkx",
+	"SoRsq1KBasJNrMEXVPKWMjROB7nJaEI1ewpWvv2cqIsb2o3NfmH8HtP3aNBdkwHQbvlotV2vD1duwuA1",
+	"BuL1dt4J40zNbvi9LaC9j3oYrdDKZ0TRdcanWwlSm71RGBaut7I4Yd01eUlHWEZt+9VgyEyj1Y0EYlGd",
+	"bbhwqQhYmlErPCPXgK4NNZsVc8Kb4yTCsj6rNcEKWZaFatlkpUd+XTfCmuV4xm3iKzZV4dmyeE5t6uUa",
+	"Oq6wTgmWpq1epw8YTRBtvYeQYLmqKqDYFSAzf/LRb1SKkSHHyMfP2d0blb+UJlPGpyM7XARVPou/omgi",
+	"qR4VXFIlsksMP/cVJkYu8MuHl2doIkgIT2iW2TjkMFh8C6VlVQ/2kWcs9QUPZMFB8A3q1J2UnfoqcspT",
+	"/EgHrABK+AvNuRjxbX97/13wN02PDMV4mNr/R5560wBm7Wkyo2RG+PQuTpVQiSoL0pRqVOhQWZmw5Ib1",
+	"oyfgJL+0HJbtSbVtLDEqazVvZJdVUef2GBWziGahn9OPepQUUrUcZGb07TUClAw2qQN2yLZlnhXjOWsv",
+	"geGj8G/ujnQvjhZknm0l6CBhJoU0WqT5Phfb5bI6zsUF5c3kirU0gbCrqbVgAVOqoCkQDY3FOPu+VjpK",
+	"nVistcLjmdY58vGcShLOu+ENs3xf02lJhXcjwYeTs3M4/vHUMJUY2QhLdubTuY6ha4nS8JiqWEYupIZ/",
+	"h/1ef8hPLqlc2MCzgqdUQuyqS8TAKXUGcr/mWgXaIe/Gvibz+x9PPhyfv/8wOn//w8m7GCPA8UVOYUq5",
+	"eZumhoMKiG2GqZH+IWXSJpju+hl2cOgYV2bYrKudamsL/MfZ+3dY5xU58LBzCMNOv98fdiIYYrqEvVQl",
+	"M43sxevY5W0wnZUdB1iy40qLwpxwMqWGCRgoBuEzh51Bf68/cNvGSc46h52n/UH/qU1enyEm+XIcVTkr",
+	"FwBqP8qofWnnsGPo9njqrBW1Yuv7g8G9le+tym2tq12tIlDoVsVyC7ae+cFgr23wcrW7tQrI16EZx1bX",
+	"UoC5Qz5twFHHArpB/XGsqhXZYjFVXS0sM+CqXk4lSSjkVDKRuvrAdSDvfvJaynUrvF9TC27cqqodxV+b",
+	"P7F6ZNe3q7j+5aH3ae0e3XZTzEsHm18qy5FfX6+F725Y8S4XqgHSaIl5WZou7wJtPC2+Fek9th0IsqWu",
+	"60eYOWGuV/Z4/96mrpcYa9jrM8NydFBxye35YPP2BW0QHglNzAtfb36hbItgXth7uvmFsjC9eWH/661e",
+	"qFWNv446z+yubQSZ72lR51yIv0BK8VxwINy3pHClbJyCeIRlw22RGHs2GkWIyg1MatfICyEBrdENSi8O",
+	"mwQTwFRQZXtjjOlESGoWQnmq+kPuktlsvifEy9lvcZjhxhQ4+7gtaV6GlGPlcUW1PSrrBG5o6A9D34N7",
+	"ntrW4Wtm5EHzEuhezYjGKu1G2yvzg9AKu5TuA93YVYNX1LUe+P+YKdyNuLG8SSNpm9+GrNFPavbEmhs2",
+	"kXIQ6WC04VVqPhh8DXFDXnLs8hirFke2spJL2vCcJpZGWVHsksZHcDAYDHkcpkDbUeLduA/vMQCFOjnZ",
+	"5hlmNpeliYqxogN9ZZNsbknE0cZHy75P5tmmFk3l59U6S7kwls4hdm1osN2vCmMHq6C3n5g+MsVsgc9V",
+	"g5rHobHPco5a6APBJP0IiM94g67hbIbCbOIbsjzCXfeMkhyOgLhMXC0ptcRRIsufDDPHfW3MrostaTBV",
+	"JlPdpbsYdAmvlUx4ojD6SeUkob0+VB2rJCUp0p4ZD9sBmc8sB5RYW6kPxxrmQukh3xtEg8GgpHmj3Np8",
+	"L+iGRzH2oZmbU76WtGXU4oPBAcT1uglxBAeDpxCvFE/AGwOo8w9z7eshjxvqbMRNbMMok6+Q5z0K13hI",
+	"pStM9ms5sT3//MJBPgcHOa4o9InyVFKzJplrCxCTkst4HiOkC8jkIqVbneG7RCYzl7jQyFTOUGSm6RHK",
+	"DPZhSAoNaiaMkKZXG9fhWpmGqaRXkGPfnri5cVncs9zK1UvhKBlivJjN2PXWdsMzm8jyAyXpsfuA3yFh",
+	"ftzRRNYps/LwY2p9p7ELYYMVlsgv1Pi5qdEeyQRPcOhKOi0yIpECVVWDB2nV0aOytVWIAvxllZjGXjHW",
+	"Am3pminAnDKaei2X8IXt3MWULxF7iLIDPo8yQtzvx1aiGPIyldoImxFyDCyDcIUK1rgqM6tnUhTTWSWk",
+	"GHklpZcsochBInh1+uo9CDnkMyJT/AoX6K2CmiGeK+BCms7asPlY9Qn9IT/zcHI2Tz+SEQmc/6qEXh8O",
+	"9p66U7+sfRRXVSPcu0PeLbjZYkmVoikyGGHYShsLauIrP0um6eMzlm0MA7flKZssAg2KxMlHLUnyRZXY",
+	"Ul2v9Q39bPzKbRoQy6Wmv7Hc1eY1xGDdW4H6HRQxmpOUApv44i/biQ8BlrZU/PDVxzYIDT005DmHif1K",
+	"oERmiwhcOf4kY5TrIVeUKpjQKyqxKYKr9PDSLmTH5qv3G/jQsuXhyDCUIV/hKMgtmtuvtooxbcLJ4xka",
+	"biaZiERTvWPNofcioOBOfOET/zp84hhCAeaJsjsYORO50cXrFOVTrdzTiv1Gq7NXUmIEiynGi7XJOCWa",
+	"uAL1BDSd50IS6bKgxlSxlJazRCApx6UIazAGwbNFmclqZBIUFSS7pCnKQxidJAtMGSvyTJAUMkq8k0Jk",
+	"qe203MXmrJz2+hDPRUrRZCISTbKw9iKWF6qK4Q2eHxz0WmSQ28kXj2qE3OJZ7J6/vSByRxZyC3nEleP7",
+	"wmX+dbgMIrozU9hkN0OJY5EuKk5zBLaPaKhCoQZgBJJNUkiY57E+4uTMP/m7DIUIk1lajlj/qfcSqBIO",
+	"CGJiC2XZwvAiS6nybR261j49scbqyh3sGCgy+1Z3rk9ykwV3Dft/PP8zBmglIlPx//x3LMWViism+2Lw",
+	"P/+9f9A7gthwjNjn9SpzXFTpJv0hP15pi/JEBRUNSKaEwSpl9UcbU+sQbsdsjA3DwohTF4eMXWb7Q/5S",
+	"pFQd1sVH80YcVb8dg4yhOyYpmKVG9gRDLyaavXtHcDA4qFmYrZnaXP8aGg3PEcSrdY1j6JJa6iGIyZBX",
+	"AvQM7e5E4wJ6R/aAqpefjo/g2WDfzzkVnJqpggLSjWdUrenR787j3diSaauDZe++abYxqMVGK9dCDr/E",
+	"tXzOuJaSeirnd1scS4SMwXETDDlBbhFmHGdiWT9mV9NdSR0xt4eJffCPHJ/+/LrzgHFXZvz2oKtyGZWb",
+	"5xZI9mwb4einqmD6clSCXwRqA1WEMRdXEagLlufMpV4b3i8mE4xUaIB7lXPaGgRZQeMh4xnXwvzcNU0q",
+	"1JHVZOKqTV0MXfT59yqdKqjDj/rJZHIvBz/mpvrMizCsu5quD+/QEeMKlSijqYkLFLwDyHv/7u6nqiDt",
+	"dT0kpL4NP7Asu20AlXuvWQp7xGBFrJatkHc4S5URWyYiy8QVusALVZCs/ztm23fjpvj9xKfGlBFFXcMw",
+	"GwqI99qDFd6XwlpZkarUD6bsEpvgIaJOFNWu5osroXFBaW75dWadi6vBfmIClCQzJ/JZD0Rca2wa78a1",
+	"xqbxkCuycM017d66ZWGUPkZFKCN52igGOIC37NswqND86SF4hLTDeBEoPVXhLZzPDMXd3+gkdZ2abDiW",
+	"jWPi9ModQ3045RBbdIt9479dVyqfSDrkVk5Hy2olBzu3iuU6vT689DEZZZQdlsW2XiAs83784+mQG+VL",
+	"zcQVL+Ox3CoaxMTXVN8DUbeESbkdMzCsBUqt5P2tLwTVOrjZ/rsPvmSlIExDkZet37Bw/lKVe3PTbHVt",
+	"j6GLj+YiyyIgDs2eDgaDASZhNn2CQRVbxbtaflkJDF/dsPqHVGk3MtMgOPT3LBs3HJ8YRWk3DaMwPClV",
+	"X7PpoDQzuSLhbYKiuX9f5+X9K2D1Yna3NenZUfBEtbyrPD6oVnB2+vrn03cvv/8S/XvjQ3szAlYVM1oS",
+	"WvD+7xcB6wVBbouArk2ECpJQqjYvNVnmCw4+AA76vjvNKIjW4/IYMY/+DtEwLPxyR8/GlzSoe8O35SaE",
+	"rb6Bk/DBh8yTWWqb2CAPhUu5F10/HNAKo06DwlCPrpFi0CgNZErK2kHEaDFGnulFMLae2Q1m/ob2svb8",
+	"Xu09a0unKjSwMZt9RWAiqZq5uhT9IY8x9T+2lrewMgP88//8X3AdRKErC66Ogh7lti26hqo5ISyo7uFL",
+	"tqLDkJclG1zQnLN+1639deu+jaFz1S0jKFuyepG+7AGIAf3xUt9Ab+5fbTEYW3nHhegF3hU0zRA95PYW",
+	"U4B+gN4RPBs8hbihD+Ea8/1JrbbDwxnig3k+U55prYHoKm2FjWEfmbP+7hjlnQ23JTBtEGoJeEtVJUke",
+	"udY7ymizgic0Al9dBM0LaJ9QpUJlqxjWdaeQje9+MhSx1sRok2/qSH8zgSF4953RsW+TcvXHsPvdGUu+",
+	"o0pLsVjGEbfV0oc0aygUTY9qVXDtWWB430TIqSijPtrM+w+844PH4lJLp2n/s5g43vPaIqw3zJKppHhW",
+	"e1st5ou6uuF4lKPcCpid1dhrN95I3btlVe5mlQA7df9Rttu2Hf/CNULseyUp/Y0uMY1KF6cqQvu/8wwy",
+	"6QrUozyIJbvhaiYUhYTkZMwyphlVoMgCELF6mxHQFnpfa5gr5n8YFHTlYq0GcGQFZVtgu5KsUW8o4+6+",
+	"4Cni6RuqgVikSmvnG6a7GmhuRrWy39KakjJ/FETzlYq/YFFjdIq25Ujqh/9G9BH5OuwR+R8HeRA8X3Cn",
+	"jjsiXxauu1g1bFJkrkM39nJJe9WZ6Sp9uIbKIYb5dm2tlrLvT8/fPKSFrOw92iIYYyN13yn0Xuxj782I",
+	"WOZ2h/EdPaM7mRB5OUc9FHYVWrufXDvOazdd2l7d6NhXeog1/ahtkQbuW9NqIaBLYEwkBU6vMsZphNs0",
+	"xN4xCk7enZ98GHbK0gc470pMaXnVQCqGLsnscU5cc1qXl63AZzgYRLABbUM+I8pmXls7VlN8KnQlxcRz",
+	"33+jFA/GJLnorUaZosGtFmjqjFhKC7nZhGX7k6YO75a4F7rDXXde5w2vmqPWzU5L3nHf0XRv/wV6x8vf",
+	"q3kKD+QzqDVffeR6TbVuxQ2UtuSKcPhh42883jBVRgB5SeeLq+JReb/dQSBgttMzrCPPXP7dc5Eg23pp",
+	"Q58o2zCgztXC3omt58Bb1pZIsRThxbOFRxkXisScIaEtnsXXLt4OlZdaXz+kfBJ2nGw5nvyXPiIx1FDC",
+	"bwsIc0omQqa25JDLizdCQPtx5he/+6nq/rK2qqhvmrkNX671/tyKNe8/e74Va37Y3d6w0+aAVcJ50GxW",
+	"ogf1Iwqqt2Ak4caHHdRaKf6Df+gBYR72eWu2U+AS7i35qTQXhX7R0tuoQqnalqXD8r0uXButnZKSZGZA",
+	"2ovsA9YeFRqe6kS2Va5ae5paA3fVS1lc+C1lDf0mDht037qtUBRtXsoDMPt6T7LfWS7eozN7jyXQDdoz",
+	"RWVSXBRky/XMgYAOl6YEv2YM3f1UdXG4XlfmMa54exwEHDu9psxlqCUCEs9AvTZTJr0tKzQ+VAj1kkCh",
+	"EZdUtqspQ35TPQWW1ZQmbeQHlmWt2XDtuY/devdvGy/qAGAd/0FHjCrQt36C1lqi3aty80De+HqvsXWJ",
+	"FH/4XIkSEdpyJI4qhCjVKsZ9aWMgpb7ed4XS1rpCb5uw6ZuzPU6e8wa++vkcn34B0MKZtuCXu2HLpcbc",
+	"l5PLSqqIFf01BtsBAmIMwQoSogeH2LT9gua6F1lWapcb9s4xQiiRmOQy5DNxBXPszBw2t8QKmr7mddcn",
+	"F+wPBgPMtDfju4wmUqYjKE0WnqMPeZD5iIkkLkt6Hfs2F/yJFLfkjiw377wD2rakeSBI6+LO58qIWP7Y",
+	"ts4H7v4fyqyyIoAbyKf19Ht7OC5n9kN3NX+/tw0dpkzlRNv2hS1W2ULPsA0K8c03bMyib2xjm9+4jjfj",
+	"RZgv2db/ZshR6651jMFhXMlc25CHXVInDBl5qBLWsEBCaZPtxmoGO4nlDkn5pmUWcc9nlyczoSj30p3l",
+	"KsenP78evT09Ozt9/250+l1sT5SaWoNlFBRNBE/Bg8qzFUXmFGrCXQkcvDUWpV1Zwf5g30WQmodscQJl",
+	"e+RbKxVPXf6crwJ4ZIcjkLLJhGLxDxyRoZR2MPi6P+QvZzS5UDAjeW72wGkUQqZUHtaSY5fUsqVdwUDQ",
+	"7rPB01405K51T/dgsNeL7JTdg72nWCG4F7m2LbXP7pqPE9KsqReBFIUNPj0YHERgBu0P+ZC/pfOxAYQD",
+	"Ho4bqpWpoDY21UzgzAaMQ+yXOpqwzPD9nm3046q1DTkKhVMu0HavajnSc7IAkqagxJweuYXP3TLmhdKA",
+	"xZGsRmoLVGDameHkIrd9pkBwqnCgMQVeZFkf4jnVJCWaoDCPxSsvqRwTzeaILZLmlLikzURMOVOOLmBG",
+	"1Kz2/d2EcMFZQjJsWXToEL9cpG29Ew25bRyIlOBMlRFwAVczpinYYtN+7dii6YmqjhyWxoeu4q150myN",
+	"kENu57C44utWlWh7BITbVy5JViBgDCRp6pYWISyAcaUpsSxpbATVaMjjvf4gDu/Ee7EL3rUjhgtDF88y",
+	"gncNHvWH3HACJBvb1AlLXcc2TfMQhh2iFJtymg47cVRmcCLPschBMJgS8cgantzODPmE+Sp6XqScFBLX",
+	"RjJhW3coiKnSbI7d4ZAu4xqQWKkuIvlWNVHQdRNQ3ihliowzW7mkxGVz6lekZ25xMULeFEcY3L3s+jHS",
+	"wh7ERXAgxW11TBrKsgStAXzk9pEVTJp9WMtU1/cmkRiDsQ2hDnnVkQnv9pxE4zlD4o61RqnmO8dLW02k",
+	"DSe+JWy7YeHmjanZNQVaHFlyLNmw1wnuS2Hc1uR6/94wD6/PFDjupy/7GjZIZf4elo4rCcVvkj88aRoc",
+	"g3Wm8yWD8Vb+LtexEKlmqVfhX38x+FiJlMHZWO5HYGsq07H9MNsIkFYRalXjqhIG5ggxYkq6g4U9sHJB",
+	"Jqa2PAB1th6SprYmMZ6YvkazK3Bglbex2RBsEmgLLHZd3UKqtCudSCo9zsoeP2bE9mpYQGzRNIZxoa0r",
+	"cBfVP1ekL+4dVsezY/hG3bMDY0BvbP6Nh9zrn4euGKN088OMZmmvyk6P5+Rj3If4v3YsLHbOaseJq25g",
+	"xQJzNplxyjoIZsAoePeEp3H4mk1H8mUe0PwelFRgRiFGoFUjvCb5IRh+4ZpH2C8bU31FKXcfZ0tBLC84",
+	"1I+xUwUuGFP0rUxjdjMEHgZzODE2tvU//mRntrUekIAd5GxBh66tCfB0AKo35BMhywxyWZZ+8NI39fbR",
+	"IXebegir+4k1L8/OTnwFCiwDptBodDWzYprZr3BrbViQmd5WLMHCYm4d2HK6Zq7FoboYSERQXGV4hE4k",
+	"cQHf9XUPuV1Iz3+Srdhbde3qwyvzqjqEGD/k0E3ttIvYSJ6H8GnYsRhge1qai8NONOTDDuWJSBmfDjvX",
+	"5iAvBdWfzl/tvEAAoTRm++m7McO3jGhlbw47QeVwRBNb9cII6ShL2DGt5Bmz9LABM5mGLgEZVFICNOyc",
+	"YYIY2DhiheoQlhSxVTbiN0TpHXxwx+hluAqHmrZzi5U3PISmJF8Bj3nagUQLBAaOYtE9ROVqGL93SyOh",
+	"XGnhXHZ5L4GdYtdQLBpitjFjRl/oxoeQMz6NexhThmVX08wr50AMRvXhGFQmrjCc2IrgRo5HaR8rC7nl",
+	"Hdp1Y/frLDOUOmMOq5ATYhMJZI4QIxwQ85Asmsr0efEvgthu1Mh2gxtRjoJfCeRauZWKwHtHrQ6J9dYr",
+	"y0vuaLtaOlsspmlha+siCZdWwSam3OZlu+/yJr7+DR6maGi0aIflHXM8jJzaXy7X0FDG5swVzWld6px8",
+	"bK5kcrD39cHTwUGw1L1tlmqPRnMiH1U9zhyzI00IAF3DTZ1O5lhkO2Dxfm3BW/Treqii3FFn5XyoD7EU",
+	"UHt2YolJeR4cGU4TOT4BXUWt6yx4rdffthi4qxbUiTozZAD47eE53yBLNZ75NVnBZieAUWkNNSBX7YYY",
+	"Z/dqDaY3tPgPZYfVVZkTPeStNxUl1q+PcoPKf8VZOlEHC8AFrcSDva3P0Qo9h8kNctZdAXX9L1Ke54PB",
+	"ELJaExYxhvh6W5FjVEJa+ytKQWdoq9vBdrTOQWPpqK4plD3kWyM4zvGJDVo/FqbYUdQ8ZAgOD2K1fajE",
+	"xqCMY8jImGbmAy/o4k9o6zryBjzDCOdCtoZm4Ku1+cqO+atN9Zfa4zd7YZD/N3P3Z7UqVVtxdsNkgmb/",
+	"HvFzSS+ZKMwBP239NvvKWmA+pA/IYMe6yBK79M8TVYKYGwGnV0EBaKxuNc6oNacapQvXiMZI0GxjdYg5",
+	"4WxixiMK/nz89g10Y99Z4HyR00MIYbkg8yxG/QH73HfjT8OOH2Bkbloh/p9//4eRTW18efCIufvpn3//",
+	"x/V13OujgTX+ZAh2xGzLdU3N20ZRd1rEEcTfpHIxkgV36psRF4ZWoDQUCd39waAy6HDDKTM0e/s5e304",
+	"5hCfpnSeC015stj5gS5isEcfdIUc8tKu3mdp3FuyD5UAshw7sMSapXtXibUw+76F+FGVFRJO7YrLsbCA",
+	"Vl069rfQzOkLq04YzbDSEdGzoyF31SvsZWtssO2e0vYSEwZpWsJAlyjPAXq9yOT5hwVf9fISfNfGrz2S",
+	"4dJ8+VkxnrOg5kXUWUbn+ni36IRwM97jJrDeljYmk8oFyMKcjw0IjfR8nxZWA6dtrKt/uLocd0vvQszC",
+	"Pk7qotwcrFnt6+n70siuLP6qnLLrud/aqhkvCU9o1kzHG1RY89JDF+XFhTWgjV12hu5kPbPc0tYWMjo+",
+	"F1efJ4rILsvvG0Z9+XgvdE+HpTAkrXKuItefKpcUzdgplioqJI2MEoaVNJYc+OU3tsWC3fOWDh58S8/d",
+	"Nj7ezq0hmV0iNZuQRG8W94/LJ3+P0ParWyd2lt+KbsbfGfyDyj/rUN1/5603IWpMX8H/tg27Hewf3G/m",
+	"yoN2avsMAZZ+U33HsSNbE47ZmnAG8v5kK5uNR/DThzc7VCUETSrJjPApVX0bsOQrK+Ov3toz0FrHVKs/",
+	"zxeeiz/hHxEQHYGkRAn+zTW2THHBarEPSXuiMG7tEOJPF4ynEfogvolAC5FhD5dvoiFnykaVfxNBIpQe",
+	"FSr95jruRRB770f8ydsljI5w7TqmogUsRtt1qTBMGCeZ1QtcnJU1uzunj3No4MkzI6oPJySZ2RjQJwpi",
+	"lsaQiIJrBUV+VPqfMFAUmyi6SM+gynr3RVnn3Ixq/SuuK21ZKNDs3lRw6ptJep+mmomrJsXB0Js1sdyZ",
+	"VJfVhJp35Y5K/gaL6lbUhq9XhqTPQHT+TH2ifDAwUQ3GrqiqVI+bisYxtMbWQOoIbEZJpme/rePI37tH",
+	"HjKXGadotaQ4qcvF4ZUtTYOogloEwRt2Sbl5IZdibKXxXcw3WfuZH+wTD5kZR0nKzMKaG7mQ1AYKO3Xj",
+	"4ad8h0U2Sbo4qjzi6G63xF8OZ6VwvR7o5UwW6keQMWWkXFIbidgMS4xjYy7+0H73SpiID7qth4kgulsG",
+	"U8jM8A2t88Pd3b39r/qD/qC/d/hib3+/c/3L9f8LAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

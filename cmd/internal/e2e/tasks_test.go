@@ -234,6 +234,29 @@ lifecycle: {timeout: 5m, artifact_patterns: [REPORT.md, "new/**/*.txt"]}
 		}
 		return nil
 	})
+	// The event stream from the start: states, claude's activity, output,
+	// and the end; from Last-Event-ID only what follows.
+	evs := readSSE(t, e.s, tk.Id, "")
+	var kinds []string
+	lastID := ""
+	sawTool, sawOutput := false, false
+	for _, ev := range evs {
+		switch ev.event {
+		case "state":
+			kinds = append(kinds, ev.event)
+		case "activity":
+			sawTool = sawTool || strings.Contains(ev.data, `"tool_name":"Edit"`)
+		case "output":
+			sawOutput = sawOutput || strings.Contains(ev.data, `"offset":0`)
+		}
+		lastID = ev.id
+	}
+	if len(kinds) != 7 || !sawTool || !sawOutput || evs[len(evs)-1].event != "end" || !strings.Contains(evs[len(evs)-1].data, `"state":"completed"`) {
+		t.Errorf("events: %d states, tool %v, output %v, last %+v", len(kinds), sawTool, sawOutput, evs[len(evs)-1])
+	}
+	if again := readSSE(t, e.s, tk.Id, evs[len(evs)-2].id); len(again) != 1 || again[0].event != "end" || again[0].id != lastID {
+		t.Errorf("after Last-Event-ID: %+v", again)
+	}
 	// Metrics: the end by outcome, and the tasks by state.
 	_, metrics := fileDo(t, e.s, http.MethodGet, e.s.RESTURL+"/metrics", nil)
 	for _, want := range []string{`agentic_task_duration_seconds_count{outcome="completed"} 1`, `agentic_tasks{state="completed"} 1`, `agentic_tasks{state="running"} 0`} {
@@ -304,8 +327,20 @@ func TestTaskCancel(t *testing.T) {
 	var acc restapi.TaskAccepted
 	_ = json.Unmarshal(b, &acc)
 	eventually(t, 60*time.Second, "the task running", func() bool { return e.get(acc.TaskId).State == "running" })
+	// A live event stream ends with the task.
+	live := make(chan []sseEvent, 1)
+	go func() { live <- readSSE(t, e.s, acc.TaskId, "") }()
+	time.Sleep(200 * time.Millisecond)
 	if st, b := fileDo(t, e.s, http.MethodDelete, e.s.RESTURL+"/api/v1/tasks/"+acc.TaskId, nil); st != 202 {
 		t.Fatalf("cancel: %d %s", st, b)
+	}
+	select {
+	case evs := <-live:
+		if last := evs[len(evs)-1]; last.event != "end" || !strings.Contains(last.data, `"state":"cancelled"`) {
+			t.Errorf("the live stream ended with %+v", last)
+		}
+	case <-time.After(40 * time.Second):
+		t.Fatal("the live event stream did not end with the task")
 	}
 	tk := e.waitEnd(acc.TaskId, 30*time.Second)
 	if tk.State != "cancelled" {
@@ -426,4 +461,46 @@ lifecycle: {artifact_patterns: [REPORT.md]}
 	if left := e.environmentsLeft(); len(left) != 0 {
 		t.Errorf("environments left: %v", left)
 	}
+}
+
+type sseEvent struct{ event, id, data string }
+
+// readSSE reads a task's event stream until the server ends it.
+func readSSE(t *testing.T, s *harness.Server, id, lastEventID string) []sseEvent {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, s.RESTURL+"/api/v1/tasks/"+id+"/events", nil)
+	req.Header.Set("Authorization", "Bearer "+s.Token)
+	if lastEventID != "" {
+		req.Header.Set("Last-Event-ID", lastEventID)
+	}
+	client := &http.Client{Timeout: 30 * time.Second}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("events: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("the event stream did not end cleanly: %v", err)
+	}
+	var out []sseEvent
+	for _, block := range strings.Split(strings.TrimSpace(string(body)), "\n\n") {
+		var ev sseEvent
+		for _, line := range strings.Split(block, "\n") {
+			k, v, _ := strings.Cut(line, ": ")
+			switch k {
+			case "event":
+				ev.event = v
+			case "id":
+				ev.id = v
+			case "data":
+				ev.data = v
+			}
+		}
+		out = append(out, ev)
+	}
+	return out
 }
