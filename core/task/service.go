@@ -589,7 +589,9 @@ func (s *Service) provision(ctx context.Context, e *entry) (Reason, error) {
 	}
 	deadline := time.NewTimer(s.cfg.ReadyTimeout)
 	defer deadline.Stop()
-	tick := time.NewTicker(50 * time.Millisecond)
+	// Polled: the environments use case has no notification yet. 5 ms
+	// costs nothing and keeps the wait from adding to every task.
+	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		got, ok := s.cfg.Environments.Get(name)
