@@ -546,3 +546,40 @@ lifecycle: {artifact_patterns: [REPORT.md]}
 		t.Errorf("environments left: %v", left)
 	}
 }
+
+// While a task with a secret runs, no process on the machine has the
+// secret's value in its argv.
+func TestTaskSecretNeverInArgv(t *testing.T) {
+	e := newTaskEnv(t)
+	st, b := e.submit("command: {argv: [sleep, \"5\"]}\nenvironment: {runtime: host}\nsecrets: [{name: MY_TOKEN, source: env, key: TASK_TEST_TOKEN}]\n")
+	if st != 202 {
+		t.Fatalf("submit: %d %s", st, b)
+	}
+	var acc restapi.TaskAccepted
+	_ = json.Unmarshal(b, &acc)
+	eventually(t, 60*time.Second, "the task running", func() bool { return e.get(acc.TaskId).State == "running" })
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	sawSleep := false
+	for _, p := range procs {
+		cmdline, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		if bytes.Contains(cmdline, []byte(taskSecret)) {
+			t.Errorf("%s has the secret in its argv: %q", p, cmdline)
+		}
+		if string(cmdline) == "sleep\x005\x00" {
+			sawSleep = true
+			// The run itself has it in its environment, and only there.
+			if env, err := os.ReadFile(filepath.Join(filepath.Dir(p), "environ")); err == nil && !bytes.Contains(env, []byte("MY_TOKEN="+taskSecret)) {
+				t.Errorf("the run's environment lacks its secret")
+			}
+		}
+	}
+	if !sawSleep {
+		t.Error("the run was not found among the processes")
+	}
+	if tk := e.waitEnd(acc.TaskId, 60*time.Second); tk.State != "completed" {
+		t.Errorf("task %s %s", tk.State, deref(tk.Reason))
+	}
+}
