@@ -583,3 +583,24 @@ func TestTaskSecretNeverInArgv(t *testing.T) {
 		t.Errorf("task %s %s", tk.State, deref(tk.Reason))
 	}
 }
+
+// failure_action: preserve keeps the environment of a failed task for a
+// look; DELETE destroys it at once.
+func TestTaskPreservedOnFailure(t *testing.T) {
+	e := newTaskEnv(t)
+	tk := e.run("command: {argv: [sh, -c, \"echo evidence > clue.txt; exit 4\"]}\nenvironment: {runtime: host}\nlifecycle: {failure_action: preserve, preserve_for: 1h, artifact_patterns: [clue.txt]}\n")
+	if tk.State != "failed_preserved" || deref(tk.Reason) != "non_zero_exit" || tk.PreserveUntil == nil {
+		t.Fatalf("task: %s %s %v", tk.State, deref(tk.Reason), tk.PreserveUntil)
+	}
+	if left := e.environmentsLeft(); len(left) != 1 || !strings.HasPrefix(left[0], tk.Environment.Name+":") {
+		t.Fatalf("preserved environments: %v", left)
+	}
+	// What it made was kept before anything else.
+	if _, clue := fileDo(t, e.s, http.MethodGet, e.s.RESTURL+"/api/v1/tasks/"+tk.Id+"/artifacts/clue.txt", nil); string(clue) != "evidence\n" {
+		t.Errorf("clue.txt: %q", clue)
+	}
+	if st, b := fileDo(t, e.s, http.MethodDelete, e.s.RESTURL+"/api/v1/tasks/"+tk.Id, nil); st != 202 {
+		t.Fatalf("delete: %d %s", st, b)
+	}
+	eventually(t, 30*time.Second, "the preserved environment destroyed", func() bool { return len(e.environmentsLeft()) == 0 })
+}
