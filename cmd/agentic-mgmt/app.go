@@ -162,9 +162,7 @@ func (a *App) Run(ctx context.Context) error {
 	a.environments.Recover(recoverCtx)
 	cancelRecover()
 	// After the environments: a task continues with its environment known.
-	if err := a.tasks.Recover(runCtx); err != nil {
-		a.log.Error("tasks not recovered", "err", err)
-	}
+	a.tasks.Resume()
 	if a.supervisor != nil {
 		if err := a.supervisor.Start(runCtx); err != nil {
 			a.log.Error("host supervisor failed to start", "err", err)

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -39,5 +41,10 @@ func provideTasks(cfg Config, dir DataDir, envs *environment.Service, svc *agent
 		Clock:   clock, IDs: ids, Logger: log, DefaultRuntime: runtime, ObserveEnd: metrics.ObserveEnd,
 	})
 	metrics.Counts = svcTasks.Counts
+	// Loaded before the API serves: a restarted server knows its tasks at once.
+	if err := svcTasks.Load(context.Background()); err != nil {
+		svcTasks.Close()
+		return nil, nil, fmt.Errorf("loading tasks: %w", err)
+	}
 	return svcTasks, svcTasks.Close, nil
 }

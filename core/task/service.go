@@ -115,8 +115,9 @@ func (s *Service) Close() {
 	s.wg.Wait()
 }
 
-// Recover loads every task and continues those that had not ended.
-func (s *Service) Recover(ctx context.Context) error {
+// Load reads every stored task, so that the API answers for them from the
+// first request; Resume then continues those that had not ended.
+func (s *Service) Load(ctx context.Context) error {
 	recs, err := s.cfg.Store.List(ctx)
 	if err != nil {
 		return err
@@ -137,12 +138,25 @@ func (s *Service) Recover(ctx context.Context) error {
 		s.mu.Lock()
 		s.tasks[r.ID] = e
 		s.mu.Unlock()
-		if !State(r.State).Terminal() {
-			s.log.Info("task continues from its checkpoint", "task_id", r.ID, "state", r.State)
-			s.start(e)
-		}
 	}
 	return nil
+}
+
+// Resume continues every loaded task that had not ended, from its
+// checkpoint (after the environments are recovered, so a task finds its own).
+func (s *Service) Resume() {
+	s.mu.Lock()
+	var todo []*entry
+	for _, e := range s.tasks {
+		if !State(e.rec.State).Terminal() && !e.running {
+			todo = append(todo, e)
+		}
+	}
+	s.mu.Unlock()
+	for _, e := range todo {
+		s.log.Info("task continues from its checkpoint", "task_id", e.rec.ID, "state", e.rec.State)
+		s.start(e)
+	}
 }
 
 // Submitted is a submit's answer: the task, and whether it is new.

@@ -551,7 +551,7 @@ lifecycle: {artifact_patterns: [REPORT.md]}
 // secret's value in its argv.
 func TestTaskSecretNeverInArgv(t *testing.T) {
 	e := newTaskEnv(t)
-	st, b := e.submit("command: {argv: [sleep, \"5\"]}\nenvironment: {runtime: host}\nsecrets: [{name: MY_TOKEN, source: env, key: TASK_TEST_TOKEN}]\n")
+	st, b := e.submit("command: {argv: [sleep, \"31\"]}\nenvironment: {runtime: host}\nsecrets: [{name: MY_TOKEN, source: env, key: TASK_TEST_TOKEN}]\n")
 	if st != 202 {
 		t.Fatalf("submit: %d %s", st, b)
 	}
@@ -568,7 +568,7 @@ func TestTaskSecretNeverInArgv(t *testing.T) {
 		if bytes.Contains(cmdline, []byte(taskSecret)) {
 			t.Errorf("%s has the secret in its argv: %q", p, cmdline)
 		}
-		if string(cmdline) == "sleep\x005\x00" {
+		if string(cmdline) == "sleep\x0031\x00" {
 			sawSleep = true
 			// The run itself has it in its environment, and only there.
 			if env, err := os.ReadFile(filepath.Join(filepath.Dir(p), "environ")); err == nil && !bytes.Contains(env, []byte("MY_TOKEN="+taskSecret)) {
@@ -579,7 +579,10 @@ func TestTaskSecretNeverInArgv(t *testing.T) {
 	if !sawSleep {
 		t.Error("the run was not found among the processes")
 	}
-	if tk := e.waitEnd(acc.TaskId, 60*time.Second); tk.State != "completed" {
+	if st, b := fileDo(t, e.s, http.MethodDelete, e.s.RESTURL+"/api/v1/tasks/"+acc.TaskId, nil); st != 202 {
+		t.Fatalf("cancel: %d %s", st, b)
+	}
+	if tk := e.waitEnd(acc.TaskId, 60*time.Second); tk.State != "cancelled" {
 		t.Errorf("task %s %s", tk.State, deref(tk.Reason))
 	}
 }
