@@ -1,0 +1,262 @@
+package task
+
+import (
+	"context"
+	"io"
+	"io/fs"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/core/environment"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/clock"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+// Fakes of what the task use case reaches through ports, recording what
+// was asked of them.
+
+type memStore struct {
+	mu   sync.Mutex
+	recs map[string]ports.TaskRecord
+}
+
+func (m *memStore) Put(_ context.Context, t ports.TaskRecord) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.recs[t.ID] = cloneRecord(t)
+	return nil
+}
+func (m *memStore) Get(_ context.Context, id string) (ports.TaskRecord, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, ok := m.recs[id]
+	if !ok {
+		return r, ports.ErrTaskNotFound
+	}
+	return r, nil
+}
+func (m *memStore) List(context.Context) ([]ports.TaskRecord, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []ports.TaskRecord
+	for _, r := range m.recs {
+		out = append(out, r)
+	}
+	return out, nil
+}
+func (m *memStore) Delete(_ context.Context, id string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.recs, id)
+	return nil
+}
+
+type fakeWorkspace struct{ staged, collected atomic.Int32 }
+
+func (w *fakeWorkspace) Stage(context.Context, string, ports.TaskRepository, string) (string, error) {
+	w.staged.Add(1)
+	return "base123", nil
+}
+func (w *fakeWorkspace) Tree(context.Context, string) (io.ReadCloser, error) {
+	return io.NopCloser(strings.NewReader("tar")), nil
+}
+func (w *fakeWorkspace) Collect(_ context.Context, _ string, tree io.Reader, _ string, _ []string) ([]ports.Artifact, error) {
+	_, _ = io.Copy(io.Discard, tree)
+	w.collected.Add(1)
+	return []ports.Artifact{{Name: "changes.patch", Size: 1}}, nil
+}
+func (w *fakeWorkspace) Open(string, string) (io.ReadCloser, error) {
+	return nil, ports.ErrArtifactNotFound
+}
+func (w *fakeWorkspace) Remove(string) error { return nil }
+
+type fakeEnvs struct {
+	mu               sync.Mutex
+	envs             map[string]environment.Environment
+	created, deleted int
+}
+
+func (f *fakeEnvs) Create(_ context.Context, req environment.Request) (environment.Environment, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.envs[req.Name]; ok {
+		return environment.Environment{}, ports.ErrEnvExists
+	}
+	f.created++
+	e := environment.Environment{Name: req.Name, Runtime: req.Runtime, State: environment.StateReady, AgentID: req.Name}
+	f.envs[req.Name] = e
+	return e, nil
+}
+func (f *fakeEnvs) Get(name string) (environment.Environment, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e, ok := f.envs[name]
+	return e, ok
+}
+func (f *fakeEnvs) Delete(_ context.Context, name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.envs[name]; !ok {
+		return ports.ErrEnvNotFound
+	}
+	f.deleted++
+	delete(f.envs, name)
+	return nil
+}
+
+type fakeFiles struct{ ports.AgentFiles }
+
+func (fakeFiles) WriteArchive(_ context.Context, _, _ string, r io.Reader) error {
+	_, err := io.Copy(io.Discard, r)
+	return err
+}
+func (fakeFiles) WriteFile(_ context.Context, _, _ string, _ fs.FileMode, r io.Reader) error {
+	_, err := io.Copy(io.Discard, r)
+	return err
+}
+func (fakeFiles) ListFiles(context.Context, string, string) (ports.FileListing, error) {
+	return ports.FileListing{Path: "/w/workspace"}, nil
+}
+func (fakeFiles) ReadArchive(context.Context, string, string) (ports.FileReader, error) {
+	return readerOf("tar"), nil
+}
+
+type sizedReader struct{ io.Reader }
+
+func (sizedReader) Close() error { return nil }
+func (sizedReader) Size() int64  { return -1 }
+
+func readerOf(s string) ports.FileReader { return sizedReader{strings.NewReader(s)} }
+
+type fakeCommand struct {
+	id   string
+	done chan struct{}
+	res  ports.CommandResult
+}
+
+func (c *fakeCommand) ID() string                                     { return c.id }
+func (c *fakeCommand) AgentID() string                                { return "a" }
+func (c *fakeCommand) Done() <-chan struct{}                          { return c.done }
+func (c *fakeCommand) Result() ports.CommandResult                    { return c.res }
+func (c *fakeCommand) WriteStdin(context.Context, []byte, bool) error { return nil }
+func (c *fakeCommand) Resize(context.Context, uint16, uint16) error   { return nil }
+func (c *fakeCommand) Signal(context.Context, int) error              { return nil }
+func (c *fakeCommand) Kill(context.Context) error                     { return nil }
+func finished(id string, code int) *fakeCommand {
+	c := &fakeCommand{id: id, done: make(chan struct{}), res: ports.CommandResult{ExitCode: code}}
+	close(c.done)
+	return c
+}
+
+// fakeLink runs every command to exit 0 at once; Attach finds a command
+// the agent kept only when kept says so.
+type fakeLink struct {
+	started, attached atomic.Int32
+	kept              bool
+}
+
+func (l *fakeLink) Start(_ context.Context, _ string, _ ports.CommandSpec, o ports.StartOptions) (ports.Command, error) {
+	l.started.Add(1)
+	return finished(o.CommandID, 0), nil
+}
+func (l *fakeLink) Lookup(string) (ports.Command, bool) { return nil, false }
+func (l *fakeLink) Attach(_, id string, _ ports.StartOptions) ports.Command {
+	l.attached.Add(1)
+	if l.kept {
+		return finished(id, 0)
+	}
+	c := finished(id, -1)
+	c.res.Error = ports.ErrCommandLost.Error()
+	return c
+}
+
+type noSecrets struct{}
+
+func (noSecrets) Resolve(string, string) (string, bool, error) { return "", false, nil }
+
+type seq struct{ n atomic.Int32 }
+
+func (s *seq) NewID() string { return "id" + string(rune('a'+s.n.Add(1))) }
+
+// A server that stopped in any state continues each task from its
+// checkpoint: staging and provisioning are redone (a left-over environment
+// replaced), a run is never started twice (bound again when its command id
+// was stored), and it ends with its real outcome.
+func TestEveryStateContinuesAfterARestart(t *testing.T) {
+	const manifest = "repository: {url: /r}\ncommand: {argv: [\"true\"]}\nenvironment: {runtime: host}\n"
+	for _, c := range []struct {
+		state       State
+		commandID   bool // a command id was stored before the stop
+		kept        bool // the agent still has that command
+		want        State
+		starts      int32
+		attaches    int32
+		leftoverEnv bool
+	}{
+		{state: Pending, want: Completed, starts: 1},
+		{state: Staging, want: Completed, starts: 1},
+		{state: Provisioning, want: Completed, starts: 1, leftoverEnv: true},
+		{state: Ready, want: Completed, starts: 1, leftoverEnv: true},
+		{state: Ready, commandID: true, kept: true, want: Completed, attaches: 1, leftoverEnv: true},
+		{state: Ready, commandID: true, kept: false, want: Failed, attaches: 1, leftoverEnv: true},
+		{state: Running, commandID: true, kept: true, want: Completed, attaches: 1, leftoverEnv: true},
+		{state: Running, commandID: true, kept: false, want: Failed, attaches: 1, leftoverEnv: true},
+		{state: Completing, commandID: true, want: Completed, leftoverEnv: true},
+	} {
+		name := string(c.state)
+		store := &memStore{recs: map[string]ports.TaskRecord{}}
+		now := time.Now()
+		rec := ports.TaskRecord{ID: "t1", State: string(c.state), Manifest: manifest, CreatedAt: now,
+			Phases: []ports.TaskPhase{{State: string(c.state), At: now}}, Environment: ports.TaskEnvironment{Name: EnvironmentName("t1"), Runtime: "host"}}
+		if c.state == Ready || c.state == Running || c.state == Completing {
+			rec.AgentID, rec.Workspace = EnvironmentName("t1"), "/w/workspace"
+		}
+		if c.commandID {
+			rec.CommandID = "task-t1"
+		}
+		_ = store.Put(context.Background(), rec)
+		envs := &fakeEnvs{envs: map[string]environment.Environment{}}
+		if c.leftoverEnv {
+			envs.envs[rec.Environment.Name] = environment.Environment{Name: rec.Environment.Name, State: environment.StateReady, AgentID: rec.Environment.Name}
+		}
+		link := &fakeLink{kept: c.kept}
+		ws := &fakeWorkspace{}
+		s := New(Config{Store: store, Workspace: ws, Environments: envs, Files: fakeFiles{}, Link: link, Secrets: noSecrets{},
+			Clock: clock.Wall{}, IDs: &seq{}, DefaultRuntime: "host"})
+		if err := s.Load(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Get("t1"); err != nil {
+			t.Fatalf("%s: not loaded: %v", name, err)
+		}
+		s.Resume()
+		deadline := time.Now().Add(5 * time.Second)
+		var got ports.TaskRecord
+		for time.Now().Before(deadline) {
+			got, _ = s.Get("t1")
+			if State(got.State).Terminal() {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		s.Close()
+		if State(got.State) != c.want {
+			t.Errorf("%s (command id %v, kept %v): ended %s (%s %s), want %s", name, c.commandID, c.kept, got.State, got.Reason, got.Error, c.want)
+		}
+		if link.started.Load() != c.starts || link.attached.Load() != c.attaches {
+			t.Errorf("%s: started %d, attached %d; want %d, %d", name, link.started.Load(), link.attached.Load(), c.starts, c.attaches)
+		}
+		if len(envs.envs) != 0 {
+			t.Errorf("%s: environments left %v", name, envs.envs)
+		}
+		if stored, _ := store.Get(context.Background(), "t1"); stored.State != got.State {
+			t.Errorf("%s: the checkpoint says %s, the task %s", name, stored.State, got.State)
+		}
+		if c.want == Completed && ws.collected.Load() != 1 {
+			t.Errorf("%s: collected %d times", name, ws.collected.Load())
+		}
+	}
+}
