@@ -607,3 +607,57 @@ func TestTaskPreservedOnFailure(t *testing.T) {
 	}
 	eventually(t, 30*time.Second, "the preserved environment destroyed", func() bool { return len(e.environmentsLeft()) == 0 })
 }
+
+// Listing: newest first, filters by state and label, pages by cursor.
+func TestTaskListFiltersAndPages(t *testing.T) {
+	e := newTaskEnv(t)
+	var ids []string
+	for i, team := range []string{"a", "b", "a"} {
+		st, b := e.submit("metadata: {name: l" + strconv.Itoa(i) + ", labels: {team: " + team + "}}\ncommand: {argv: [\"true\"]}\nenvironment: {runtime: host}\n")
+		if st != 202 {
+			t.Fatalf("submit: %d %s", st, b)
+		}
+		var acc restapi.TaskAccepted
+		_ = json.Unmarshal(b, &acc)
+		ids = append(ids, acc.TaskId)
+		e.waitEnd(acc.TaskId, 60*time.Second)
+	}
+	list := func(q string) restapi.TaskList {
+		st, b := fileDo(t, e.s, http.MethodGet, e.s.RESTURL+"/api/v1/tasks?"+q, nil)
+		if st != http.StatusOK {
+			t.Fatalf("list %s: %d %s", q, st, b)
+		}
+		var l restapi.TaskList
+		_ = json.Unmarshal(b, &l)
+		return l
+	}
+	all := list("")
+	if len(all.Tasks) != 3 || all.Tasks[0].Id != ids[2] || all.Tasks[2].Id != ids[0] {
+		t.Errorf("newest first: %v, want %v reversed", taskIDs(all.Tasks), ids)
+	}
+	if a := list("label=team%3Da"); len(a.Tasks) != 2 || a.Tasks[0].Id != ids[2] || a.Tasks[1].Id != ids[0] {
+		t.Errorf("label team=a: %v", taskIDs(a.Tasks))
+	}
+	if none := list("state=running"); len(none.Tasks) != 0 {
+		t.Errorf("state=running: %v", taskIDs(none.Tasks))
+	}
+	p1 := list("limit=2")
+	if len(p1.Tasks) != 2 || p1.NextCursor == nil {
+		t.Fatalf("page 1: %v %v", taskIDs(p1.Tasks), p1.NextCursor)
+	}
+	p2 := list("limit=2&cursor=" + *p1.NextCursor)
+	if len(p2.Tasks) != 1 || p2.Tasks[0].Id != ids[0] || p2.NextCursor != nil {
+		t.Errorf("page 2: %v %v", taskIDs(p2.Tasks), p2.NextCursor)
+	}
+	if st, b := fileDo(t, e.s, http.MethodGet, e.s.RESTURL+"/api/v1/tasks?state=bogus", nil); st != 400 {
+		t.Errorf("a bad state: %d %s", st, b)
+	}
+}
+
+func taskIDs(ts []restapi.Task) []string {
+	var out []string
+	for _, t := range ts {
+		out = append(out, t.Id)
+	}
+	return out
+}
