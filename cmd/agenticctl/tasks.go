@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,6 +26,7 @@ const taskUsage = `Usage:
   agenticctl task get ID          the task as JSON
   agenticctl task cancel ID       end its process and environment
   agenticctl task artifacts ID [--download DIR]
+  agenticctl task logs ID [-f]    the run's output kept so far (-f: follow until the task ends)
 `
 
 func (c *cli) task(args []string) int {
@@ -41,6 +45,8 @@ func (c *cli) task(args []string) int {
 		return c.taskCancel(args[1:])
 	case "artifacts":
 		return c.taskArtifacts(args[1:])
+	case "logs":
+		return c.taskLogs(args[1:])
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(c.stdout, taskUsage)
 		return 0
@@ -323,4 +329,83 @@ func (c *cli) taskArtifacts(args []string) int {
 		fmt.Fprintln(c.stdout, target)
 	}
 	return 0
+}
+
+// taskLogs prints the run's output from the task's event stream; without
+// -f it stops at the first quiet moment, with -f at the task's end.
+func (c *cli) taskLogs(args []string) int {
+	flags := flag.NewFlagSet("agenticctl task logs", flag.ContinueOnError)
+	flags.SetOutput(c.stderr)
+	flags.Usage = func() {}
+	follow := flags.Bool("f", false, "follow until the task ends")
+	if code, done := parseFlags(flags, args, c.stdout, c.stderr, taskUsage); done {
+		return code
+	}
+	if flags.NArg() != 1 {
+		return c.fail("task logs takes one task id")
+	}
+	id := flags.Arg(0)
+	_, server, err := c.client()
+	if err != nil {
+		return c.fail("%v", err)
+	}
+	token, err := c.resolveToken()
+	if err != nil {
+		return c.fail("%v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(server, "/")+"/api/v1/tasks/"+url.PathEscape(id)+"/events", nil)
+	if err != nil {
+		return c.fail("%v", err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return c.unreachable(server, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		return c.apiError(resp.StatusCode, body)
+	}
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 64<<10), 16<<20)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	event := ""
+	for {
+		var line string
+		var ok bool
+		if *follow {
+			line, ok = <-lines
+		} else {
+			select {
+			case line, ok = <-lines:
+			case <-time.After(time.Second):
+				return 0 // what was kept is out; the task goes on
+			}
+		}
+		if !ok {
+			return 0
+		}
+		switch {
+		case strings.HasPrefix(line, "event: "):
+			event = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: ") && event == "output":
+			var o struct {
+				Data string `json:"data"`
+			}
+			if json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &o) == nil {
+				_, _ = io.WriteString(c.stdout, o.Data)
+			}
+		case event == "end" && line == "":
+			return 0
+		}
+	}
 }

@@ -419,6 +419,13 @@ func TestTaskCLI(t *testing.T) {
 	if _, errOut, code := ctl(t, e.s.RESTURL, e.s.Token, "task", "submit", "-f", bad, "--follow"); code != 7 || !strings.Contains(errOut, "non_zero_exit") {
 		t.Errorf("a failing task: exit %d %q, want 7 and the reason", code, errOut)
 	}
+	logsYAML := filepath.Join(dir, "logs.yaml")
+	_ = os.WriteFile(logsYAML, []byte("command: {argv: [sh, -c, \"echo line-one; echo line-two\"]}\nenvironment: {runtime: host}\n"), 0o644)
+	lout, _, _ := ctl(t, e.s.RESTURL, e.s.Token, "task", "submit", "-f", logsYAML)
+	lid := strings.TrimSpace(lout)
+	if out, errOut, code := ctl(t, e.s.RESTURL, e.s.Token, "task", "logs", "-f", lid); code != 0 || out != "line-one\nline-two\n" {
+		t.Errorf("task logs -f: %d %q %q", code, out, errOut)
+	}
 	if out, _, code := ctl(t, e.s.RESTURL, e.s.Token, "task", "submit", "-f", good, "--dry-run"); code != 0 || !strings.Contains(out, `"timeout": "2h0m0s"`) {
 		t.Errorf("dry run: %d %q", code, out)
 	}
