@@ -211,10 +211,9 @@ func writeSSE(w http.ResponseWriter, event, id string, v any) error {
 	return err
 }
 
-// sessionSSE streams the session's output from offset until the session
-// ends or the client goes away. Writes block on a slow client, which only
-// slows this stream: the log keeps the bytes, or says what it dropped.
-func (s *Server) sessionSSE(w http.ResponseWriter, r *http.Request, id string, offset uint64) {
+// startSSE sends the headers of an event stream (never cached, never
+// buffered by a proxy) and returns the controller that flushes it.
+func startSSE(w http.ResponseWriter) *http.ResponseController {
 	rc := http.NewResponseController(w)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -222,6 +221,14 @@ func (s *Server) sessionSSE(w http.ResponseWriter, r *http.Request, id string, o
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	_ = rc.Flush()
+	return rc
+}
+
+// sessionSSE streams the session's output from offset until the session
+// ends or the client goes away. Writes block on a slow client, which only
+// slows this stream: the log keeps the bytes, or says what it dropped.
+func (s *Server) sessionSSE(w http.ResponseWriter, r *http.Request, id string, offset uint64) {
+	rc := startSSE(w)
 	ctx := r.Context()
 	for {
 		// Read the end state before the log: output comes before the exit,

@@ -344,13 +344,7 @@ func (s *Server) taskEvents(w http.ResponseWriter, r *http.Request) {
 		_ = taskError(err, id).write(w)
 		return
 	}
-	rc := http.NewResponseController(w)
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	_ = rc.Flush()
+	rc := startSSE(w)
 	for {
 		for _, ev := range events {
 			data := ev.Data

@@ -289,11 +289,11 @@ func TestEnvironmentsInDocker(t *testing.T) {
 	}
 }
 
-// A VM through the real server on the machine's libvirtd (make test-env),
-// booting the project's tiny image (make vm-image) under TCG: its progress
-// shows while it boots, its agent comes over the virtio-serial channel, and
-// rm leaves no domain.
-func TestEnvironmentsInLibvirt(t *testing.T) {
+// startLibvirtServer runs the server with only the libvirt runtime, on the
+// machine's libvirtd (make test-env) and the tiny image (make vm-image),
+// under TCG.
+func startLibvirtServer(t *testing.T) *harness.Server {
+	t.Helper()
 	root, err := harness.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -308,7 +308,15 @@ func TestEnvironmentsInLibvirt(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s := startServer(t, 0, dataDir, "AGENTIC_RUNTIMES=libvirt", "AGENTIC_VM_IMAGE_DIR="+imageDir, "AGENTIC_LIBVIRT_ACCEL=tcg")
+	return startServer(t, 0, dataDir, "AGENTIC_RUNTIMES=libvirt", "AGENTIC_VM_IMAGE_DIR="+imageDir, "AGENTIC_LIBVIRT_ACCEL=tcg")
+}
+
+// A VM through the real server on the machine's libvirtd (make test-env),
+// booting the project's tiny image (make vm-image) under TCG: its progress
+// shows while it boots, its agent comes over the virtio-serial channel, and
+// rm leaves no domain.
+func TestEnvironmentsInLibvirt(t *testing.T) {
+	s := startLibvirtServer(t)
 	name := fmt.Sprintf("vm-%d", time.Now().UnixNano()%100000)
 	t.Cleanup(func() { ctl(t, s.RESTURL, s.Token, "env", "rm", name) })
 

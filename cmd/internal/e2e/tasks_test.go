@@ -515,25 +515,12 @@ func readSSE(t *testing.T, s *harness.Server, id, lastEventID string) []sseEvent
 // A task in a VM (libvirt, TCG): the repository goes in over the
 // virtio-serial link, the run is the guest's nobody, the patch comes back.
 func TestTaskInLibvirt(t *testing.T) {
-	root, err := harness.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	imageDir := filepath.Join(root, "build", "vm")
-	testreq.File(t, filepath.Join(imageDir, "initrd.img"), "the tiny VM image", "run make vm-image")
-	testreq.File(t, "/var/run/libvirt/libvirt-sock", "libvirtd", "run make test-env")
-	dataDir := t.TempDir()
-	for d := filepath.Dir(dataDir); d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
-		if err := os.Chmod(d, 0o711); err != nil {
-			t.Fatal(err)
-		}
-	}
 	repo := t.TempDir()
 	gitIn(t, repo, "init", "-q", "-b", "main")
 	_ = os.WriteFile(filepath.Join(repo, "a.txt"), []byte("a\n"), 0o644)
 	gitIn(t, repo, "add", "-A")
 	gitIn(t, repo, "-c", "user.name=t", "-c", "user.email=t@x", "commit", "-q", "-m", "base")
-	s := startServer(t, 0, dataDir, "AGENTIC_RUNTIMES=libvirt", "AGENTIC_VM_IMAGE_DIR="+imageDir, "AGENTIC_LIBVIRT_ACCEL=tcg")
+	s := startLibvirtServer(t)
 	e := &taskEnv{t: t, s: s, repo: repo}
 	tk := e.run(`
 repository: {url: ` + repo + `}
