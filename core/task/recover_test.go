@@ -260,3 +260,66 @@ func TestEveryStateContinuesAfterARestart(t *testing.T) {
 		}
 	}
 }
+
+// runningCommand never ends by itself; Kill ends it and is counted.
+type runningCommand struct {
+	fakeCommand
+	kills atomic.Int32
+	once  sync.Once
+}
+
+func (c *runningCommand) Kill(context.Context) error {
+	c.kills.Add(1)
+	c.once.Do(func() { c.res.ExitCode = 143; close(c.done) })
+	return nil
+}
+
+type holdLink struct {
+	fakeLink
+	cmd *runningCommand
+}
+
+func (l *holdLink) Start(_ context.Context, _ string, _ ports.CommandSpec, o ports.StartOptions) (ports.Command, error) {
+	l.started.Add(1)
+	return l.cmd, nil
+}
+
+// A server that stops leaves a running task's process alone (the next
+// start binds to it); a cancel kills it.
+func TestStoppingTheServerLeavesTheRunAlone(t *testing.T) {
+	for _, cancel := range []bool{false, true} {
+		store := &memStore{recs: map[string]ports.TaskRecord{}}
+		cmd := &runningCommand{fakeCommand: fakeCommand{id: "task-x", done: make(chan struct{})}}
+		link := &holdLink{cmd: cmd}
+		s := New(Config{Store: store, Workspace: &fakeWorkspace{}, Environments: &fakeEnvs{envs: map[string]environment.Environment{}},
+			Files: fakeFiles{}, Link: link, Secrets: noSecrets{}, Clock: clock.Wall{}, IDs: &seq{}, DefaultRuntime: "host"})
+		sub, err := s.Submit(context.Background(), []byte("command: {argv: [sleep, \"100\"]}\n"), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for time.Now().Before(deadline) {
+			if got, _ := s.Get(sub.Task.ID); got.State == string(Running) {
+				break
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		if cancel {
+			_, _ = s.Cancel(context.Background(), sub.Task.ID)
+			for time.Now().Before(deadline) {
+				if got, _ := s.Get(sub.Task.ID); got.State == string(Cancelled) {
+					break
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+		}
+		s.Close()
+		got, _ := store.Get(context.Background(), sub.Task.ID)
+		switch {
+		case !cancel && (cmd.kills.Load() != 0 || got.State != string(Running)):
+			t.Errorf("server stop: %d kills, checkpoint %s; want the run left alone, running", cmd.kills.Load(), got.State)
+		case cancel && (cmd.kills.Load() == 0 || got.State != string(Cancelled)):
+			t.Errorf("cancel: %d kills, checkpoint %s; want it killed and cancelled", cmd.kills.Load(), got.State)
+		}
+	}
+}

@@ -789,7 +789,12 @@ func (s *Service) wait(ctx context.Context, e *entry, cmd ports.Command) (RunEnd
 			}
 			return end, nil
 		case <-ctx.Done():
-			_ = cmd.Kill(context.Background())
+			if s.life.Err() != nil {
+				// The server stops: the run goes on on its agent, and the
+				// next start binds to it again.
+				return RunEnd{}, ctx.Err()
+			}
+			_ = cmd.Kill(context.Background()) // cancelled
 			<-cmd.Done()
 			return RunEnd{}, ctx.Err()
 		case <-tick.C:
