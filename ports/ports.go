@@ -62,6 +62,9 @@ type CommandSpec struct {
 	// Persist keeps the session in tmux where the agent has tmux, so it
 	// outlives the agent process (needs PTY and SessionName).
 	Persist bool
+	// PermissionPrompts gives the command a way to ask for permissions
+	// (PermissionRequest), answered through the server.
+	PermissionPrompts bool
 }
 
 // OutputChunk is a piece of a command's output.

@@ -116,3 +116,24 @@ type TaskRepository struct {
 	Branch string
 	Commit string
 }
+
+// PermissionRequest is a running command's question (claude's permission
+// prompt): may it use ToolName with Input?
+type PermissionRequest struct {
+	AgentID   string
+	CommandID string
+	RequestID string
+	ToolName  string
+	InputJSON string
+}
+
+// PermissionAsker hears the permission requests of agents' commands.
+type PermissionAsker interface {
+	PermissionAsked(req PermissionRequest)
+}
+
+// PermissionDecider sends the answer to a permission request back to the
+// command that asked.
+type PermissionDecider interface {
+	DecidePermission(ctx context.Context, req PermissionRequest, allow bool, message string) error
+}

@@ -79,6 +79,9 @@ type Agent struct {
 	// tmux is whether sessions can be kept in tmux here.
 	tmux bool
 
+	// perms are the permission requests waiting for the server.
+	perms permissions
+
 	mu       sync.Mutex
 	running  map[string]*running
 	finished map[string]finished
@@ -448,6 +451,8 @@ func (a *Agent) handle(ctx context.Context, msg *sandboxv1.ConnectResponse) {
 		a.out.pushNow(a.sessionReport(p.SessionQuery.GetRequestId()))
 	case *sandboxv1.ConnectResponse_FileRequest:
 		go a.transfer(ctx, p.FileRequest)
+	case *sandboxv1.ConnectResponse_PermissionDecision:
+		a.perms.deliver(p.PermissionDecision)
 	}
 }
 
@@ -494,7 +499,32 @@ func (a *Agent) startCommand(req *sandboxv1.CommandRequest) {
 		cmd := sessionCommand(spec)
 		spec.Command, spec.Args = cmd[0], cmd[1:]
 	}
+	stop := func() {}
+	if spec.PermissionPrompts {
+		path, stopSocket, err := a.permissionSocket(id)
+		if err != nil {
+			a.log.Warn("no permission socket for a command that asked for one", "command_id", id, "err", err)
+		} else {
+			stop = stopSocket
+			env := map[string]string{EnvPermissionSocket: path}
+			if exe, err := os.Executable(); err == nil {
+				env[EnvAgentExe] = exe
+			}
+			for k, v := range spec.Env {
+				env[k] = v
+			}
+			spec.Env = env
+		}
+	}
 	a.run(r, spec, nil)
+	a.mu.Lock()
+	proc := r.proc
+	a.mu.Unlock()
+	if proc == nil {
+		stop()
+		return
+	}
+	go func() { <-proc.Done(); stop() }()
 }
 
 // run starts r's process (or, with found, takes over a tmux session an

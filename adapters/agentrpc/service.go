@@ -90,6 +90,8 @@ type Service struct {
 	// transferCount counts each agent's.
 	transfers     map[string]*transfer
 	transferCount map[string]int
+	// permissions hears commands' permission requests (nil: refused).
+	permissions ports.PermissionAsker
 }
 
 // maxReportedSessions bounds the entries of one connect report taken on:
@@ -508,6 +510,8 @@ func (s *Service) handle(c *conn, msg *sandboxv1.ConnectRequest) {
 		}
 	case *sandboxv1.ConnectRequest_SessionReport:
 		s.reconcileCommands(c, p.SessionReport)
+	case *sandboxv1.ConnectRequest_PermissionRequest:
+		s.permissionAsked(c.agentID, p.PermissionRequest)
 	case *sandboxv1.ConnectRequest_Pong, *sandboxv1.ConnectRequest_SessionAck:
 	case *sandboxv1.ConnectRequest_Registration:
 		s.log.Warn("agent sent a second registration; ignored", "agent_id", c.agentID)

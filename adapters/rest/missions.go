@@ -79,14 +79,17 @@ func missionNotFound(subject string) *apiError {
 // ListHITL lists the open HITL requests, oldest first.
 func (s *Server) ListHITL(context.Context, restapi.ListHITLRequestObject) (restapi.ListHITLResponseObject, error) {
 	out := restapi.HITLList{Requests: []restapi.HITLRequest{}}
-	if s.d.Missions == nil {
-		return restapi.ListHITL200JSONResponse(out), nil
+	if s.d.Missions != nil {
+		for _, h := range s.d.Missions.OpenHITL() {
+			out.Requests = append(out.Requests, toHITL(h.HITLRequest, h.MissionID, h.AgentID, h.SessionID))
+		}
 	}
-	open := s.d.Missions.OpenHITL()
-	slices.SortStableFunc(open, func(a, b ports.OpenHITL) int { return a.CreatedAt.Compare(b.CreatedAt) })
-	for _, h := range open {
-		out.Requests = append(out.Requests, toHITL(h.HITLRequest, h.MissionID, h.AgentID, h.SessionID))
+	if s.d.Tasks != nil {
+		for _, h := range s.d.Tasks.OpenHITL() {
+			out.Requests = append(out.Requests, taskHITL(h))
+		}
 	}
+	slices.SortStableFunc(out.Requests, func(a, b restapi.HITLRequest) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	return restapi.ListHITL200JSONResponse(out), nil
 }
 
@@ -99,7 +102,16 @@ func (s *Server) RespondHITL(ctx context.Context, req restapi.RespondHITLRequest
 	if n := utf8.RuneCountInString(req.Body.Text); n > maxHITLTextLen {
 		return nil, badRequest("field text: longer than %d characters", maxHITLTextLen)
 	}
-	if s.d.Missions == nil || len(req.HitlId) > maxIDLen {
+	if len(req.HitlId) > maxIDLen {
+		return nil, hitlNotFound(subject)
+	}
+	if answered, apiErr, ok := s.answerTaskHITL(ctx, req, subject); ok {
+		if apiErr != nil {
+			return nil, apiErr
+		}
+		return answered, nil
+	}
+	if s.d.Missions == nil {
 		return nil, hitlNotFound(subject)
 	}
 	m, err := s.d.Missions.RespondHITL(ctx, req.HitlId, req.Body.Text)
@@ -125,7 +137,8 @@ func (s *Server) RespondHITL(ctx context.Context, req restapi.RespondHITLRequest
 		}
 	}
 	s.log.Info("rest: HITL answered by operator", "hitl_id", req.HitlId, "mission_id", m.ID)
-	return restapi.RespondHITL200JSONResponse{HitlId: req.HitlId, MissionId: m.ID, State: restapi.MissionState(m.State)}, nil
+	state := restapi.MissionState(m.State)
+	return restapi.RespondHITL200JSONResponse{HitlId: req.HitlId, MissionId: &m.ID, State: &state}, nil
 }
 
 func hitlNotFound(subject string) *apiError {
@@ -330,7 +343,7 @@ func decodeMetadata(b []byte) (map[string]any, error) {
 func toHITL(h ports.HITLRequest, missionID, agentID, sessionID string) restapi.HITLRequest {
 	return restapi.HITLRequest{
 		HitlId:    h.ID,
-		MissionId: missionID,
+		MissionId: nonEmpty(missionID),
 		AgentId:   nonEmpty(agentID),
 		SessionId: nonEmpty(sessionID),
 		Prompt:    h.Prompt,

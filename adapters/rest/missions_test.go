@@ -90,7 +90,7 @@ func TestGetMission(t *testing.T) {
 	r.decode(t, &m)
 	if m.MissionId != "full" || m.State != restapi.MissionStateFailed || *m.PtySessionId != "sess-9" || *m.AgentId != "a1" ||
 		*m.AiwgSessionId != "as-1" || *m.ExitCode != 3 || *m.CheckpointId != "ck-1" || !*m.LongRunning ||
-		m.Hitl == nil || m.Hitl.HitlId != "h-1" || m.Hitl.MissionId != "full" || *m.Hitl.SessionId != "sess-9" ||
+		m.Hitl == nil || m.Hitl.HitlId != "h-1" || deref(m.Hitl.MissionId) != "full" || *m.Hitl.SessionId != "sess-9" ||
 		!m.EndedAt.Equal(missionEpoch.Add(2*time.Second)) || *m.LastEvent != "mission.failed" || *m.Iteration != 4 {
 		t.Fatalf("mission %+v", m)
 	}
@@ -176,7 +176,7 @@ func TestHITL(t *testing.T) {
 		t.Fatalf("requests %+v, want h-1 then h-2 (oldest first)", l.Requests)
 	}
 	h := l.Requests[0]
-	if h.MissionId != "m-1" || h.Prompt != "Do you want to proceed?" || h.Context != "ctx" || *h.AgentId != "a1" ||
+	if deref(h.MissionId) != "m-1" || h.Prompt != "Do you want to proceed?" || h.Context != "ctx" || *h.AgentId != "a1" ||
 		*h.SessionId != m1.SessionID || !h.CreatedAt.Equal(missionEpoch) {
 		t.Fatalf("request %+v", h)
 	}
@@ -197,7 +197,7 @@ func TestHITL(t *testing.T) {
 	expect(t, r, 200, "")
 	var a restapi.HITLAnswered
 	r.decode(t, &a)
-	if a.HitlId != "h-1" || a.MissionId != "m-1" || a.State != restapi.MissionStateRunning {
+	if a.HitlId != "h-1" || deref(a.MissionId) != "m-1" || a.State == nil || *a.State != restapi.MissionStateRunning {
 		t.Fatalf("answered %+v", a)
 	}
 	if ans := e.missions.Answers(); len(ans) != 1 || ans[0].Text != "yes" || ans[0].HITLID != "h-1" {
@@ -351,4 +351,11 @@ func TestAIWGReconnect(t *testing.T) {
 	if n := e.exec.Reconnects(); n != 1 {
 		t.Fatalf("reconnects %d", n)
 	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }

@@ -24,6 +24,8 @@ type Tasks interface {
 	Cancel(ctx context.Context, id string) (ports.TaskRecord, error)
 	OpenArtifact(id, name string) (io.ReadCloser, ports.Artifact, error)
 	Events(id string, after int64) (events []task.Event, more <-chan struct{}, over bool, err error)
+	OpenHITL() []task.HITL
+	AnswerHITL(ctx context.Context, id string, allow bool, message string) (task.HITL, error)
 }
 
 // createTaskRoute takes YAML or JSON bodies, which the generated decoder
@@ -372,4 +374,43 @@ func (s *Server) taskEvents(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+func taskHITL(h task.HITL) restapi.HITLRequest {
+	return restapi.HITLRequest{
+		HitlId: h.ID, TaskId: &h.TaskID, AgentId: nonEmpty(h.AgentID), ToolName: &h.ToolName, ToolInput: &h.InputJSON,
+		Prompt:  "claude asks to use " + h.ToolName,
+		Context: h.InputJSON, CreatedAt: h.CreatedAt.UTC(),
+	}
+}
+
+// answerTaskHITL answers a task's permission question; ok is false when
+// the id is none of the tasks' (a mission's, or nothing).
+func (s *Server) answerTaskHITL(ctx context.Context, req restapi.RespondHITLRequestObject, subject string) (restapi.RespondHITLResponseObject, *apiError, bool) {
+	if s.d.Tasks == nil {
+		return nil, nil, false
+	}
+	open := false
+	for _, h := range s.d.Tasks.OpenHITL() {
+		open = open || h.ID == req.HitlId
+	}
+	if !open {
+		return nil, nil, false
+	}
+	decision := ""
+	if req.Body.Decision != nil {
+		decision = *req.Body.Decision
+	}
+	if decision != "allow" && decision != "deny" {
+		return nil, badRequest("%s: a task's permission needs decision allow or deny", subject), true
+	}
+	h, err := s.d.Tasks.AnswerHITL(ctx, req.HitlId, decision == "allow", req.Body.Text)
+	switch {
+	case errors.Is(err, ports.ErrHITLNotFound):
+		return nil, newError(http.StatusConflict, "hitl_not_open", "%s: already answered, or its task has ended", subject), true
+	case err != nil:
+		return nil, portError(err, subject), true
+	}
+	s.log.Info("rest: task permission answered by operator", "hitl_id", req.HitlId, "task_id", h.TaskID, "decision", decision)
+	return restapi.RespondHITL200JSONResponse{HitlId: req.HitlId, TaskId: &h.TaskID, Decision: &decision}, nil, true
 }

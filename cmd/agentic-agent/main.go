@@ -37,6 +37,14 @@ func main() {
 		// commands' user for one file operation.
 		os.Exit(agentfs.Serve(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
 	}
+	if len(os.Args) > 1 && os.Args[1] == agentd.PermissionHelperArg {
+		// claude's permission prompt server, started by claude in a task.
+		if err := agentd.ServePermissionPrompts(context.Background(), os.Getenv(agentd.EnvPermissionSocket)); err != nil {
+			fmt.Fprintln(os.Stderr, "agentic-agent permission prompts:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	os.Exit(run(os.Args[1:], os.Environ(), os.Stderr))
 }
 

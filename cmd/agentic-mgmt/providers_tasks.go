@@ -38,9 +38,10 @@ func provideTasks(cfg Config, dir DataDir, envs *environment.Service, svc *agent
 	svcTasks := task.New(task.Config{
 		Store: store, Workspace: ws, Environments: envs, Files: svc, Link: svc,
 		Secrets: filestore.TaskSecrets{Dir: filepath.Join(string(dir), "task-secrets"), Getenv: os.LookupEnv},
-		Clock:   clock, IDs: ids, Logger: log, DefaultRuntime: runtime, ObserveEnd: metrics.ObserveEnd,
+		Clock:   clock, IDs: ids, Logger: log, DefaultRuntime: runtime, ObserveEnd: metrics.ObserveEnd, Permissions: svc,
 	})
 	metrics.Counts = svcTasks.Counts
+	svc.SetPermissionAsker(svcTasks)
 	// Loaded before the API serves: a restarted server knows its tasks at once.
 	if err := svcTasks.Load(context.Background()); err != nil {
 		svcTasks.Close()

@@ -55,6 +55,9 @@ type Config struct {
 	ReapEvery time.Duration
 	// ObserveEnd records a task's end: its state and submission → end.
 	ObserveEnd func(state string, d time.Duration)
+	// Permissions answers claude's permission prompts (skip_permissions:
+	// false); the server's agent link.
+	Permissions ports.PermissionDecider
 }
 
 // WorkspaceDir is the workspace on the agent, relative to where its
@@ -85,6 +88,8 @@ type entry struct {
 	watch *runWatch
 	// events is the task's event stream.
 	events eventLog
+	// hitl are its open permission questions, by id.
+	hitl map[string]*HITL
 }
 
 // New returns the use case; call Recover, then it takes tasks.
@@ -664,7 +669,7 @@ func (s *Service) launch(ctx context.Context, e *entry) (ports.Command, Reason, 
 	s.update(e, func(r *ports.TaskRecord) { r.Workspace, r.CommandID = l.Path, commandID })
 	cmd, err := s.cfg.Link.Start(ctx, agent, ports.CommandSpec{
 		Command: argv[0], Args: argv[1:], WorkingDir: dir, Env: env, Timeout: e.manifest.Lifecycle.Timeout,
-		SessionType: ports.SessionHeadless,
+		SessionType: ports.SessionHeadless, PermissionPrompts: e.manifest.Claude != nil && !e.manifest.Claude.SkipPermissions,
 	}, ports.StartOptions{CommandID: commandID, Detached: true, OnOutput: s.onOutput(e)})
 	if err != nil {
 		return nil, ReasonAgentLost, err
@@ -691,6 +696,9 @@ func Argv(m Manifest) []string {
 	}
 	if c.SkipPermissions {
 		argv = append(argv, "--dangerously-skip-permissions")
+	} else {
+		// Each prompt goes to an operator as a HITL request.
+		argv = append(argv, "--permission-prompt-tool", PermissionTool, "--mcp-config", permissionMCPConfig)
 	}
 	return argv
 }

@@ -632,9 +632,11 @@ type FileListing struct {
 
 // HITLAnswered defines model for HITLAnswered.
 type HITLAnswered struct {
-	HitlId    string       `json:"hitl_id"`
-	MissionId string       `json:"mission_id"`
-	State     MissionState `json:"state"`
+	Decision  *string       `json:"decision,omitempty"`
+	HitlId    string        `json:"hitl_id"`
+	MissionId *string       `json:"mission_id,omitempty"`
+	State     *MissionState `json:"state,omitempty"`
+	TaskId    *string       `json:"task_id,omitempty"`
 }
 
 // HITLList defines model for HITLList.
@@ -642,19 +644,29 @@ type HITLList struct {
 	Requests []HITLRequest `json:"requests"`
 }
 
-// HITLRequest defines model for HITLRequest.
+// HITLRequest A mission's session waiting at a prompt (mission_id), or a task's claude asking to use
+// a tool (task_id, tool_name, tool_input; answered with decision allow or deny).
 type HITLRequest struct {
 	AgentId   *string   `json:"agent_id,omitempty"`
 	Context   string    `json:"context"`
 	CreatedAt time.Time `json:"created_at"`
 	HitlId    string    `json:"hitl_id"`
-	MissionId string    `json:"mission_id"`
+	MissionId *string   `json:"mission_id,omitempty"`
 	Prompt    string    `json:"prompt"`
 	SessionId *string   `json:"session_id,omitempty"`
+	TaskId    *string   `json:"task_id,omitempty"`
+
+	// ToolInput The tool's input as JSON.
+	ToolInput *string `json:"tool_input,omitempty"`
+	ToolName  *string `json:"tool_name,omitempty"`
 }
 
 // HITLResponse defines model for HITLResponse.
 type HITLResponse struct {
+	// Decision A task's permission: allow or deny (required for those).
+	Decision *string `json:"decision,omitempty"`
+
+	// Text A mission's answer; for a task's permission, the message claude gets.
 	Text string `json:"text"`
 }
 
@@ -679,29 +691,32 @@ type Metrics struct {
 
 // Mission defines model for Mission.
 type Mission struct {
-	AgentId        *string                 `json:"agent_id,omitempty"`
-	AgentRuntime   *string                 `json:"agent_runtime,omitempty"`
-	AiwgSessionId  *string                 `json:"aiwg_session_id,omitempty"`
-	CheckpointId   *string                 `json:"checkpoint_id,omitempty"`
-	Completion     *string                 `json:"completion,omitempty"`
-	CreatedAt      time.Time               `json:"created_at"`
-	EndedAt        *time.Time              `json:"ended_at,omitempty"`
-	Error          *string                 `json:"error,omitempty"`
-	EstimatedStart *time.Time              `json:"estimated_start,omitempty"`
-	ExitCode       *int                    `json:"exit_code,omitempty"`
-	Hitl           *HITLRequest            `json:"hitl,omitempty"`
-	Iteration      *int                    `json:"iteration,omitempty"`
-	LastEvent      *string                 `json:"last_event,omitempty"`
-	LongRunning    *bool                   `json:"long_running,omitempty"`
-	Metadata       *map[string]interface{} `json:"metadata,omitempty"`
-	MissionId      string                  `json:"mission_id"`
-	Objective      string                  `json:"objective"`
-	PtySessionId   *string                 `json:"pty_session_id,omitempty"`
-	Reason         *string                 `json:"reason,omitempty"`
-	StartedAt      *time.Time              `json:"started_at,omitempty"`
-	State          MissionState            `json:"state"`
-	Summary        *string                 `json:"summary,omitempty"`
-	UpdatedAt      time.Time               `json:"updated_at"`
+	AgentId        *string    `json:"agent_id,omitempty"`
+	AgentRuntime   *string    `json:"agent_runtime,omitempty"`
+	AiwgSessionId  *string    `json:"aiwg_session_id,omitempty"`
+	CheckpointId   *string    `json:"checkpoint_id,omitempty"`
+	Completion     *string    `json:"completion,omitempty"`
+	CreatedAt      time.Time  `json:"created_at"`
+	EndedAt        *time.Time `json:"ended_at,omitempty"`
+	Error          *string    `json:"error,omitempty"`
+	EstimatedStart *time.Time `json:"estimated_start,omitempty"`
+	ExitCode       *int       `json:"exit_code,omitempty"`
+
+	// Hitl A mission's session waiting at a prompt (mission_id), or a task's claude asking to use
+	// a tool (task_id, tool_name, tool_input; answered with decision allow or deny).
+	Hitl         *HITLRequest            `json:"hitl,omitempty"`
+	Iteration    *int                    `json:"iteration,omitempty"`
+	LastEvent    *string                 `json:"last_event,omitempty"`
+	LongRunning  *bool                   `json:"long_running,omitempty"`
+	Metadata     *map[string]interface{} `json:"metadata,omitempty"`
+	MissionId    string                  `json:"mission_id"`
+	Objective    string                  `json:"objective"`
+	PtySessionId *string                 `json:"pty_session_id,omitempty"`
+	Reason       *string                 `json:"reason,omitempty"`
+	StartedAt    *time.Time              `json:"started_at,omitempty"`
+	State        MissionState            `json:"state"`
+	Summary      *string                 `json:"summary,omitempty"`
+	UpdatedAt    time.Time               `json:"updated_at"`
 }
 
 // MissionList defines model for MissionList.
@@ -18934,214 +18949,216 @@ func (sh *strictHandler) GetReadyz(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H3tchs3suirdPGeKpN1RhQly44j1VZKcWRHJ/5IWcrJ2V3mcsAZkMRqCEwAjGTGpar9dR/g/jlvsC9y",
-	"3mSf5BYawAyGnCGpT2dz/ccW5wPANLob/d2fOomY54JTrlXn8FMnJ5LMqaYSfx1PKden35k/Ge8cdnKi",
-	"Z52ow8mcdg47xNwdsbQTdST9tWCSpp1DLQsadVQyo3Ni3puTj28on+pZ53Bv/0XUmTNe/o46epGbkZSW",
-	"jE8719dR56WYzwlPWydN7P37nvaEXzIp+Jxy/Q4napwc/9ty2udPN8/6imX0rUhxupSqRLJcM2HmfZ9o",
-	"kkFO5ZwpxQSHMdMqAtqf9mHw/OAAhISvnj3rdyK7zl8LKhfVQudm0HBhOdGaSvPk/x5889fBzle/fHp6",
-	"/W+dtkX9aD57ZVHHYyWyQtPIzC5pRjS7pKAF6BmFlEmaaCEX+Atx44kCt10KlCZSA+NtK3aA3gq0B4Ov",
-	"n28G7hlFyLVikrL37xuTzom6aJ1TE3VxvxNem6FULriiSLLfkvQ10fSKLMyvRHBNuTZ/kjzPWELMVu7+",
-	"TZn9/BRM+m+STjqHnf+1W7GDXXtX7Z5IKaSdqo4P536j4cr8Q67IAq5mLKOIAm7rQRLe71xHZmUf6K8F",
-	"VfpxVibtZMAUzEk2EXJOU1zIS8EnGUsebRlKFDKhZh2MAzGUoA2EiIZUUAVcaCBZJq5Az5iCLtK4Bau5",
-	"lQjOaaJpGpUQJZmkJF0A5SlNe/hNhmjPhXhD5JQ+zndNzD4zBZmZUprv4bjtispLKp8YoH9k82IO3ePX",
-	"J+/OT1+OXp2+ORm9Pf6v0bd/Pj85c+sWcszSlPJHxNYnCgpFJczJAiGcCgf5it2OUsqZh+07oV+JgqcP",
-	"v8R3AlSRzEqcwekfd1s91YxFulje3j14y771a3pL+MLRs3r4pR3Dr4XQxKxIUpLMaApdg21zqhSZUlBk",
-	"oQzvSWYRGBJhWkHG5kzbLfyJk0LPhGS/0UfYxrcGifjUnJJXUvApjCmRBojignK/nkvCMjLO6GNglYZc",
-	"KMXGGQUurqDLuKZTiZOAmEwioB9pUmghkR4knTKlqTQshwtLMxEoLSSFolq4gey1P7isuHj68+szTXSh",
-	"VmWHn5meIX9YmTv+NDQAmLBpIWk67BzChGSKXse4kVzomYElzRTtA47CNAgeAb2kcjHkczofU2kQI5dU",
-	"Ua4PIVaEp2PxccRSO0jsv89ekRToPNcLsKeogoJrlpnVDbn9eLs+hY+S5IKLq4ymUwOQaigPphE1gI/N",
-	"CniRZVDwjCqF35oRpYe8BG44NkwIy2jah3fmO4A45BjyTtTJpcip1Ix6wnKwMb/c+T8WIqOEG1wqD4jm",
-	"25SnuWAWuZaEh6gTwGX9/frHmmfNt1r8tQLMyrvVJjQMfR1KQH8Nv/GXcigx/htNtBnqONHskunFyaWj",
-	"kmUIKT0qFM5jznmiO4edVBRmdeVovDB4ggC7av7YtLBbMyI5G81VbTTG9fODajBEYjta+dbWbzBVQXF1",
-	"vy6YPWkoL+YGNIwz3Yk6RCmmNOF6pOlHc8GQxYVZedTRQmSjhGSZ/1tSVWQapUz3R8ENEnMUvi9JxkI4",
-	"OwhEnY87ZtKdSyKNuKrM7B7yp3YV/uexX825XYy/fl4tqrwkRPbSri289MGvzF9cufBTueRqEW7p1xFq",
-	"OFnjNvJiPtKF5Cq4G0A/J9KorQinQtE2zHeQa7ql6K+r/O1HoRjSNbNi0IQabjGRYg57/UY0CPSPldFe",
-	"ZqRI6RMF7iFgab/TRGPF2F5rWCbiSeMN8+mM54VuUPHA3AWDTE+MvJoXOoJLKsdEszn8x9n7d/1yCO4U",
-	"5eYJ1sDW3MfdYZrOVfMj9gKRkizwtyx4QlqY3BIzMfvj6GgdMzkr5nMiF3dmJ6ngDQq8FZE5ycBiElwR",
-	"s5uUB/sYUP3NuYg5W0ate7wOfYskoUo1c5+SlbRQD26d2VuEDklTRHqS/ViDYMN7y7vQSqFLm2mfqy2s",
-	"tgoH/+qzomr/6mBtxIVp44FiLVuXVCpmJbAVICYkJ2OWMf/G9phcHtcjousYRjTd0WxOmwg9Zep2L86E",
-	"0q2E2kKfLB+RNJV1JKluZ2RMLX5s2P8VIFSAR+ydUSL1mN7kc+ZUS5aoTbLwW/eYQaaCc8anI2+JasZP",
-	"aURACyV/8BrIITZxTRinshN1LufBUfpLEz8upd91q0Osc4KyeWmhNJ2PGJ+ITW+e4aOn5sllQkGrkpu/",
-	"+p4AAcqNa4BJK228YaqNPup4v/F7V2lh6QPcoK1LqTQLv0NoU7TSBhpEOlFnXKiFhQMy65BsGjfsWGo2",
-	"IUmjUIk62aj1fG2lKjUj+8+eN99iv9Gt+PsSbNwG4uvlBFF9jY2Ac5/Xso3u7g120oNr42aWQzctyxn5",
-	"zY7WSM7hZccoHqxty4KXLTo08e4WzhZ4DxrVHZ6I1Py9AQzvC50X+sQ/XTtv16roH2ni5FzHLOimV2qg",
-	"wpdSKmUzcuGtkZhMFNVbShFKp6LQbcOJQgfDLXko8DqIiRV3mVQaJDXHNU3BvgvjhaZG3rkputecPIGb",
-	"yUKsXHUJjeXFLsMi2NlGdJSUaBq4gAI7dR252JxMG4S9l/6MAHwA/SMEUqYu7AXIiZ7BREj4z7fqCFI6",
-	"IUWmDxFyjlM/USCuOMwZZ3OS2dcaRX7Pdpbk9kyJmuOFpYdwvPMXIDu/wWDna+jDCHYi8CwTrpieAYGM",
-	"ak2lWW/KpkybGW/iw4o6nOorIS9WV8QFp9B1nwpXMyopiMmESpoeVisFpVmWOZueCgzIvQjMyRXBWLLU",
-	"gLRQeASvLCCXYsIy2iIFk3QkeLYYSSF0s8Trba0bed+H8sG6vFD/bLvoVCQXFqwZG18yqaH7+uQcdknO",
-	"di/3dt3bCjKmtPlqoShUNpBeo18uJJDqeEd0aEdq5wRrRWgipzeWX63s58z7ncO9wWCAaOJ+NrEZR9AN",
-	"arMUU0nmoIUhhAgyIS5oCkVu9Ogfj8+/R4xcj4Jt9hzKL+8mpDaT2t7O8wPD9kLqQtriQi/R147BgFFJ",
-	"8DAsBoOniZkH/6I79gJLIZd0wj7aq8tEeNCE9XqxurIPBbcuJk3lHHXPkv60LOgR2l4lSdBt6ywLCkh2",
-	"RRYKUtGz9lXDuAWnERAYk+RiKkXBU//4E2V4O+PAFBDIWU7hSjKtKYfxwtsLCMwoSdEK6u0XM6KA46ju",
-	"aCAcTwkqJYyFnsFUeEdyJqbWhm+ZgbN/WD/ZBc01WljmxUfossCDJgqdmc9iWjnOkkthFMJes8ItxdXN",
-	"0djLgmtFdLvic/Noy7nWSK/fMZUTncyOk4TmztBRp1WqNJsTowAiljXs/6uX8PTp068NhH46f2lxkH4k",
-	"ic4WMGdZxhRNBEdsS5hZpYso2B/sP98ZPNsZfH0++Opw7+nh/n5/b//pX2pnd6iXBeEEw2H66eB6ZzhM",
-	"h8PU/Xdu/zus/Tcc9s2zT6//8m9NfHyTKdp75lpuqxa/A1GKTbl3F1nfK9FOXiEIa8IT2utv5LnBAuqr",
-	"DdSu5S1at9GtPNkgVUa1Mz1stLOXS5mwTNNG23y7hLyEQKLQLqCDeTLqHgwOgE3qvmgE18aVbW8kaRmq",
-	"PHSWkGPDzI0GB8GnI69ftA8RcIg51SQlmrSfIfbNlpGqqeuYG3D2/WfPNx5udhh2SZvZPVEQqxnsJO5s",
-	"KR+3R0m88fhch+TV3E14HMjLN9TC7M02in1vNQpaDf9EeSfk1YxyYBjTYUQn2mwVT1D0uZmdbNkjE9y5",
-	"vJGxIwCLdVc1yFClGrG9USGQs5tE4Etk5856vIQmzqOvnSsX0FaylVrm7Co3AuSd5enVEe29Ro51jpgy",
-	"ZZw6nSepVLHUyOFzYg7Dn06/iyBvc6IsmyFKeFpbxFiIJSuT0iLP0ficE2eFtu7cTtRJqeHdNU1znYPt",
-	"hF/+WJ/uhF9+W854wi8/uElP+OVZOa95zU99wi9f+dlP+OV35QJarEiV8uD16UDFDminRP0N1N/ilb2Z",
-	"WRfDOFpOdppv9iATq/XTfNNqm01hAbe5FalvNIjVJmhcomdAy8JAU3josZFkxhkFxckFHSUE9ceUoo0h",
-	"tzqVOoQiCHuJwHl+R39TRvDzv1zATzTkY5EuRlqIEcb8oD4zmhjhP4I51TORjswVDFUzw1mkCR6qLlQx",
-	"a0Nur06tRoF/I6sto9nCEfwlDGyzCyCjXC8iq3SMkkwoHBQVGU4yP1YQVDJKmTKgSauoFpyiHtUysgfK",
-	"kGNYyygIa4nAn4GJixOsrgRL9d7b6tKQz5jOwmfK3yKnPHiFzOlIkwtzzdz1ylIE1lw1GtOFsFCIhjxA",
-	"nHDs8DL9yJRWETjPxMgReORtS7XPG3J/1cHODKqKPBcSgwwNAswJX4y8ghhc8v6CCKP/at++EjtXYVhO",
-	"9My9EWBXGS+Mw2A8TjTk5VRaEq4mVKpqnDnhbGJQFTCMNgAG/i63a8i99bl6xgbWtJ/6y+Tl48qQnqjI",
-	"M7pZQbCDRZZkG0kczb9/YEvMnS0uc/JxJNC4PhovNG2SDvGuNQTkVILSkpJ5ZejYew5v2bc9Z0OxgHj+",
-	"1d7gxYvnB5tgs96okitapGKnsq2sWjLmVE6dcnRPFgdZ8BFRbfZ5xhsC7Zw5xllT3H57u01kgySNAK2N",
-	"LG05KnQNq+yh3TqjEw2GYUG3DN73MWS9RvnJQKRBMjv58BbJh8CP53+OShvYR/P4zv6z54nIhGwekM2p",
-	"KPTIWisakOAHlmG4HlzNREa9pQemUhQ5kInGgFWjIwg+he7Z6WuzmMh+8dnp6x9O37yBfVCQEU1lrw/H",
-	"Y2UEYyFhAHNKuIKngwEoXL6BjItEBLcwvB4AtwJQDe1ePD+obfCgaYONUM/4dJQyuU2YXLv9KPAt3atP",
-	"7OaRKbf3orWw459ni1pGQSKKLLWhqoU3YRF7SPMpjBknctFvtjExI5ykLfE6kpIMzDMoSx3B3v6Lf39n",
-	"dc4LlmU0hfECFJsa6n9nbn9lb5q1OaErWBtagFpCv3CM1UWc2bExN8DN6MZOUD5gEyB80W/z5K1xDLY6",
-	"+dYGA7E5TUf1V8PbN4jJavPoVTvS5NUrMamOhuHKwsCfakFNBPKKZfSE66aIr4zxi5E2ckljSJxazM0T",
-	"TxTYZxpxa367PK4uGmkV1QVLdxXVU/OfZsnFAogCAhNRSD2z3rlm9jv3ivN2qlZ72MK2sQmVHdwrzOiA",
-	"izqGh0UdB61O1BF6RmWDD79ZLcWHyhgHl8FmP65tO40u5xjNsjqn5bLRcR0rqnCjQc7KG5PhMJ3EJcRZ",
-	"/+4ai1SNVJaSBYSk4NZr0ywEp0C4uqLS+QevqKTuXC50k3CxBFCXc+aB0AS970/P3xzjHE2eBlRcbm+H",
-	"3+gjeWvHcEENS6v3k0d1Y6QduO1bmrV6GeSnbIUHZigvoW/S6MvB29bULuqvP455a1TnbQybd9jLXIp5",
-	"3hYDvebN7TbUjV59ce372oFqkx1XoeqhFrpOnz17+nwT+8H3GqejJLOUX5+oMlzTj2SeZ/jWRRPs2yNI",
-	"l0OWvQPJv9G0nrdV7OOSjSgvRjmViTPDbROzzNTFSAtNskrP2ibXwbxWKJre6K1MkHRELqejvS1XV73w",
-	"7KZvbPvCnM6FXNwCBO7FGwKhSdd1TPBWvpN15nLCrqajtfQZdZIZTS5QY1mjFQROyPtxsfD0/pwyq77w",
-	"LYcMVYDV7TW86oaHBNPUiqbNI2KkM/Um8tVg6iW/5O39kBv8jus9i00BJpuQSFKiWtADN+WGm30LycEI",
-	"/2USx8qARZ7eEEfXOUO9r6QC25KzJJjul3ZybxZU3EzbCyqeeWwSUsqB1yxpJQzXx0xUkeIdJ0eUQxvI",
-	"qxwpulMyi7ojjIzRotwYw7uk+q8IxYWe7LywyjXB8EAXV2ptg8AUoEkYfjp/tfMiAlQ0rpiiMCaKPj/o",
-	"o/RrPwaH6kQde6dxNR8oSRl3avBqLEZVHaXcmvpDKdWEZTfz51pX4mbFuSw5Yh5v2sRlbWXbgb0vM/jC",
-	"puE/UKOQrYlVuYUN+haW0BVzgs1jMAO1rLpyQq8IS47kVsxyS/LRdNzy3Ko4MN/i0ZylatNTTXLCh+qs",
-	"bwhGVk0GC8uXylx+LHRA5karXAksDg4apkRWHmTrs2C2822f+gG/t4OUv18Go5UX//MtJnZi1n5jGIOr",
-	"ozFhNEtVGDsNlE+E2W3omt2NoNwVdPqrCNx+9o6A8IVlF7aUwMQIcliTZmu3i4vEGM1F2gh9F78H7jnA",
-	"546CKHlre/cG8ZtNjvEGDc6b92fn0O/3d/E+mqvNL0lVMadgltG85S54WjW5g6iiWgFpRSbGwb1+s0/Y",
-	"Kij7huHVNwiYrrB8eStL3PNgXllr5GkugNwv7STbYpRwwd9bn/WeAWw0SPiBm5bkwlIbtI1U5I2GqfMy",
-	"Fh8ySuzxOwGmbVJzGWf7xJBRLqRuxrD1yswtfJ6l+/JedJL22PEb6yrtvoUzqkHwhNYimm2GE9YIIcpb",
-	"+7vW5TARsvQz9JrN/c2x6T9x9mtBgcwFn9pg6lqoN+6f27d+c/CWF+lXPTCkXLpZcCZU8xAblIYH0wwc",
-	"gpeawV1jtWvlwQKPxZK12mkFHi8dTm80ZbmZfS56g0wpbajXqkchS6kEG5kFXKCPk0p0iDdjyg3jF+u1",
-	"NhpIMFC5thnHp9mvREvYZVXjReU3rwHYD0gnrQpUK9bRWwWPG6ocKQOHTedLDVvccGs+o/lk8HS69V55",
-	"pr7pZCgHXrOkFS0wzK5dzsuMOpZhmTPTyHbbyYPVTH5gn55Uju8unPhp6ttewQ8nrRZ/vuSQChJdjOrq",
-	"AqxQC/QZLTdb82ltQHfx+2pcd+XbYHizOuThrcpTmxv42DN/lLO6p+/OIyiDGP7593/0zKlhlZXNUUlu",
-	"ksad1ylrTw3zNqfViACiycip0yEPHy9088koJk0VToSiLpfIRmxcSWawosW/tbr4KhW+IZYqmTWLCHkx",
-	"SoRsq1KBasJNrMEXVPKWMjROB7nJaEI1ewpWvv2cqIsb2o3NfmH8HtP3aNBdkwHQbvlotV2vD1duwuA1",
-	"BuL1dt4J40zNbvi9LaC9j3oYrdDKZ0TRdcanWwlSm71RGBaut7I4Yd01eUlHWEZt+9VgyEyj1Y0EYlGd",
-	"bbhwqQhYmlErPCPXgK4NNZsVc8Kb4yTCsj6rNcEKWZaFatlkpUd+XTfCmuV4xm3iKzZV4dmyeE5t6uUa",
-	"Oq6wTgmWpq1epw8YTRBtvYeQYLmqKqDYFSAzf/LRb1SKkSHHyMfP2d0blb+UJlPGpyM7XARVPou/omgi",
-	"qR4VXFIlsksMP/cVJkYu8MuHl2doIkgIT2iW2TjkMFh8C6VlVQ/2kWcs9QUPZMFB8A3q1J2UnfoqcspT",
-	"/EgHrABK+AvNuRjxbX97/13wN02PDMV4mNr/R5560wBm7Wkyo2RG+PQuTpVQiSoL0pRqVOhQWZmw5Ib1",
-	"oyfgJL+0HJbtSbVtLDEqazVvZJdVUef2GBWziGahn9OPepQUUrUcZGb07TUClAw2qQN2yLZlnhXjOWsv",
-	"geGj8G/ujnQvjhZknm0l6CBhJoU0WqT5Phfb5bI6zsUF5c3kirU0gbCrqbVgAVOqoCkQDY3FOPu+VjpK",
-	"nVistcLjmdY58vGcShLOu+ENs3xf02lJhXcjwYeTs3M4/vHUMJUY2QhLdubTuY6ha4nS8JiqWEYupIZ/",
-	"h/1ef8hPLqlc2MCzgqdUQuyqS8TAKXUGcr/mWgXaIe/Gvibz+x9PPhyfv/8wOn//w8m7GCPA8UVOYUq5",
-	"eZumhoMKiG2GqZH+IWXSJpju+hl2cOgYV2bYrKudamsL/MfZ+3dY5xU58LBzCMNOv98fdiIYYrqEvVQl",
-	"M43sxevY5W0wnZUdB1iy40qLwpxwMqWGCRgoBuEzh51Bf68/cNvGSc46h52n/UH/qU1enyEm+XIcVTkr",
-	"FwBqP8qofWnnsGPo9njqrBW1Yuv7g8G9le+tym2tq12tIlDoVsVyC7ae+cFgr23wcrW7tQrI16EZx1bX",
-	"UoC5Qz5twFHHArpB/XGsqhXZYjFVXS0sM+CqXk4lSSjkVDKRuvrAdSDvfvJaynUrvF9TC27cqqodxV+b",
-	"P7F6ZNe3q7j+5aH3ae0e3XZTzEsHm18qy5FfX6+F725Y8S4XqgHSaIl5WZou7wJtPC2+Fek9th0IsqWu",
-	"60eYOWGuV/Z4/96mrpcYa9jrM8NydFBxye35YPP2BW0QHglNzAtfb36hbItgXth7uvmFsjC9eWH/661e",
-	"qFWNv446z+yubQSZ72lR51yIv0BK8VxwINy3pHClbJyCeIRlw22RGHs2GkWIyg1MatfICyEBrdENSi8O",
-	"mwQTwFRQZXtjjOlESGoWQnmq+kPuktlsvifEy9lvcZjhxhQ4+7gtaV6GlGPlcUW1PSrrBG5o6A9D34N7",
-	"ntrW4Wtm5EHzEuhezYjGKu1G2yvzg9AKu5TuA93YVYNX1LUe+P+YKdyNuLG8SSNpm9+GrNFPavbEmhs2",
-	"kXIQ6WC04VVqPhh8DXFDXnLs8hirFke2spJL2vCcJpZGWVHsksZHcDAYDHkcpkDbUeLduA/vMQCFOjnZ",
-	"5hlmNpeliYqxogN9ZZNsbknE0cZHy75P5tmmFk3l59U6S7kwls4hdm1osN2vCmMHq6C3n5g+MsVsgc9V",
-	"g5rHobHPco5a6APBJP0IiM94g67hbIbCbOIbsjzCXfeMkhyOgLhMXC0ptcRRIsufDDPHfW3MrostaTBV",
-	"JlPdpbsYdAmvlUx4ojD6SeUkob0+VB2rJCUp0p4ZD9sBmc8sB5RYW6kPxxrmQukh3xtEg8GgpHmj3Np8",
-	"L+iGRzH2oZmbU76WtGXU4oPBAcT1uglxBAeDpxCvFE/AGwOo8w9z7eshjxvqbMRNbMMok6+Q5z0K13hI",
-	"pStM9ms5sT3//MJBPgcHOa4o9InyVFKzJplrCxCTkst4HiOkC8jkIqVbneG7RCYzl7jQyFTOUGSm6RHK",
-	"DPZhSAoNaiaMkKZXG9fhWpmGqaRXkGPfnri5cVncs9zK1UvhKBlivJjN2PXWdsMzm8jyAyXpsfuA3yFh",
-	"ftzRRNYps/LwY2p9p7ELYYMVlsgv1Pi5qdEeyQRPcOhKOi0yIpECVVWDB2nV0aOytVWIAvxllZjGXjHW",
-	"Am3pminAnDKaei2X8IXt3MWULxF7iLIDPo8yQtzvx1aiGPIyldoImxFyDCyDcIUK1rgqM6tnUhTTWSWk",
-	"GHklpZcsochBInh1+uo9CDnkMyJT/AoX6K2CmiGeK+BCms7asPlY9Qn9IT/zcHI2Tz+SEQmc/6qEXh8O",
-	"9p66U7+sfRRXVSPcu0PeLbjZYkmVoikyGGHYShsLauIrP0um6eMzlm0MA7flKZssAg2KxMlHLUnyRZXY",
-	"Ul2v9Q39bPzKbRoQy6Wmv7Hc1eY1xGDdW4H6HRQxmpOUApv44i/biQ8BlrZU/PDVxzYIDT005DmHif1K",
-	"oERmiwhcOf4kY5TrIVeUKpjQKyqxKYKr9PDSLmTH5qv3G/jQsuXhyDCUIV/hKMgtmtuvtooxbcLJ4xka",
-	"biaZiERTvWPNofcioOBOfOET/zp84hhCAeaJsjsYORO50cXrFOVTrdzTiv1Gq7NXUmIEiynGi7XJOCWa",
-	"uAL1BDSd50IS6bKgxlSxlJazRCApx6UIazAGwbNFmclqZBIUFSS7pCnKQxidJAtMGSvyTJAUMkq8k0Jk",
-	"qe203MXmrJz2+hDPRUrRZCISTbKw9iKWF6qK4Q2eHxz0WmSQ28kXj2qE3OJZ7J6/vSByRxZyC3nEleP7",
-	"wmX+dbgMIrozU9hkN0OJY5EuKk5zBLaPaKhCoQZgBJJNUkiY57E+4uTMP/m7DIUIk1lajlj/qfcSqBIO",
-	"CGJiC2XZwvAiS6nybR261j49scbqyh3sGCgy+1Z3rk9ykwV3Dft/PP8zBmglIlPx//x3LMWViism+2Lw",
-	"P/+9f9A7gthwjNjn9SpzXFTpJv0hP15pi/JEBRUNSKaEwSpl9UcbU+sQbsdsjA3DwohTF4eMXWb7Q/5S",
-	"pFQd1sVH80YcVb8dg4yhOyYpmKVG9gRDLyaavXtHcDA4qFmYrZnaXP8aGg3PEcSrdY1j6JJa6iGIyZBX",
-	"AvQM7e5E4wJ6R/aAqpefjo/g2WDfzzkVnJqpggLSjWdUrenR787j3diSaauDZe++abYxqMVGK9dCDr/E",
-	"tXzOuJaSeirnd1scS4SMwXETDDlBbhFmHGdiWT9mV9NdSR0xt4eJffCPHJ/+/LrzgHFXZvz2oKtyGZWb",
-	"5xZI9mwb4einqmD6clSCXwRqA1WEMRdXEagLlufMpV4b3i8mE4xUaIB7lXPaGgRZQeMh4xnXwvzcNU0q",
-	"1JHVZOKqTV0MXfT59yqdKqjDj/rJZHIvBz/mpvrMizCsu5quD+/QEeMKlSijqYkLFLwDyHv/7u6nqiDt",
-	"dT0kpL4NP7Asu20AlXuvWQp7xGBFrJatkHc4S5URWyYiy8QVusALVZCs/ztm23fjpvj9xKfGlBFFXcMw",
-	"GwqI99qDFd6XwlpZkarUD6bsEpvgIaJOFNWu5osroXFBaW75dWadi6vBfmIClCQzJ/JZD0Rca2wa78a1",
-	"xqbxkCuycM017d66ZWGUPkZFKCN52igGOIC37NswqND86SF4hLTDeBEoPVXhLZzPDMXd3+gkdZ2abDiW",
-	"jWPi9ModQ3045RBbdIt9479dVyqfSDrkVk5Hy2olBzu3iuU6vT689DEZZZQdlsW2XiAs83784+mQG+VL",
-	"zcQVL+Ox3CoaxMTXVN8DUbeESbkdMzCsBUqt5P2tLwTVOrjZ/rsPvmSlIExDkZet37Bw/lKVe3PTbHVt",
-	"j6GLj+YiyyIgDs2eDgaDASZhNn2CQRVbxbtaflkJDF/dsPqHVGk3MtMgOPT3LBs3HJ8YRWk3DaMwPClV",
-	"X7PpoDQzuSLhbYKiuX9f5+X9K2D1Yna3NenZUfBEtbyrPD6oVnB2+vrn03cvv/8S/XvjQ3szAlYVM1oS",
-	"WvD+7xcB6wVBbouArk2ECpJQqjYvNVnmCw4+AA76vjvNKIjW4/IYMY/+DtEwLPxyR8/GlzSoe8O35SaE",
-	"rb6Bk/DBh8yTWWqb2CAPhUu5F10/HNAKo06DwlCPrpFi0CgNZErK2kHEaDFGnulFMLae2Q1m/ob2svb8",
-	"Xu09a0unKjSwMZt9RWAiqZq5uhT9IY8x9T+2lrewMgP88//8X3AdRKErC66Ogh7lti26hqo5ISyo7uFL",
-	"tqLDkJclG1zQnLN+1639deu+jaFz1S0jKFuyepG+7AGIAf3xUt9Ab+5fbTEYW3nHhegF3hU0zRA95PYW",
-	"U4B+gN4RPBs8hbihD+Ea8/1JrbbDwxnig3k+U55prYHoKm2FjWEfmbP+7hjlnQ23JTBtEGoJeEtVJUke",
-	"udY7ymizgic0Al9dBM0LaJ9QpUJlqxjWdaeQje9+MhSx1sRok2/qSH8zgSF4953RsW+TcvXHsPvdGUu+",
-	"o0pLsVjGEbfV0oc0aygUTY9qVXDtWWB430TIqSijPtrM+w+844PH4lJLp2n/s5g43vPaIqw3zJKppHhW",
-	"e1st5ou6uuF4lKPcCpid1dhrN95I3btlVe5mlQA7df9Rttu2Hf/CNULseyUp/Y0uMY1KF6cqQvu/8wwy",
-	"6QrUozyIJbvhaiYUhYTkZMwyphlVoMgCELF6mxHQFnpfa5gr5n8YFHTlYq0GcGQFZVtgu5KsUW8o4+6+",
-	"4Cni6RuqgVikSmvnG6a7GmhuRrWy39KakjJ/FETzlYq/YFFjdIq25Ujqh/9G9BH5OuwR+R8HeRA8X3Cn",
-	"jjsiXxauu1g1bFJkrkM39nJJe9WZ6Sp9uIbKIYb5dm2tlrLvT8/fPKSFrOw92iIYYyN13yn0Xuxj782I",
-	"WOZ2h/EdPaM7mRB5OUc9FHYVWrufXDvOazdd2l7d6NhXeog1/ahtkQbuW9NqIaBLYEwkBU6vMsZphNs0",
-	"xN4xCk7enZ98GHbK0gc470pMaXnVQCqGLsnscU5cc1qXl63AZzgYRLABbUM+I8pmXls7VlN8KnQlxcRz",
-	"33+jFA/GJLnorUaZosGtFmjqjFhKC7nZhGX7k6YO75a4F7rDXXde5w2vmqPWzU5L3nHf0XRv/wV6x8vf",
-	"q3kKD+QzqDVffeR6TbVuxQ2UtuSKcPhh42883jBVRgB5SeeLq+JReb/dQSBgttMzrCPPXP7dc5Eg23pp",
-	"Q58o2zCgztXC3omt58Bb1pZIsRThxbOFRxkXisScIaEtnsXXLt4OlZdaXz+kfBJ2nGw5nvyXPiIx1FDC",
-	"bwsIc0omQqa25JDLizdCQPtx5he/+6nq/rK2qqhvmrkNX671/tyKNe8/e74Va37Y3d6w0+aAVcJ50GxW",
-	"ogf1Iwqqt2Ak4caHHdRaKf6Df+gBYR72eWu2U+AS7i35qTQXhX7R0tuoQqnalqXD8r0uXButnZKSZGZA",
-	"2ovsA9YeFRqe6kS2Va5ae5paA3fVS1lc+C1lDf0mDht037qtUBRtXsoDMPt6T7LfWS7eozN7jyXQDdoz",
-	"RWVSXBRky/XMgYAOl6YEv2YM3f1UdXG4XlfmMa54exwEHDu9psxlqCUCEs9AvTZTJr0tKzQ+VAj1kkCh",
-	"EZdUtqspQ35TPQWW1ZQmbeQHlmWt2XDtuY/devdvGy/qAGAd/0FHjCrQt36C1lqi3aty80De+HqvsXWJ",
-	"FH/4XIkSEdpyJI4qhCjVKsZ9aWMgpb7ed4XS1rpCb5uw6ZuzPU6e8wa++vkcn34B0MKZtuCXu2HLpcbc",
-	"l5PLSqqIFf01BtsBAmIMwQoSogeH2LT9gua6F1lWapcb9s4xQiiRmOQy5DNxBXPszBw2t8QKmr7mddcn",
-	"F+wPBgPMtDfju4wmUqYjKE0WnqMPeZD5iIkkLkt6Hfs2F/yJFLfkjiw377wD2rakeSBI6+LO58qIWP7Y",
-	"ts4H7v4fyqyyIoAbyKf19Ht7OC5n9kN3NX+/tw0dpkzlRNv2hS1W2ULPsA0K8c03bMyib2xjm9+4jjfj",
-	"RZgv2db/ZshR6651jMFhXMlc25CHXVInDBl5qBLWsEBCaZPtxmoGO4nlDkn5pmUWcc9nlyczoSj30p3l",
-	"KsenP78evT09Ozt9/250+l1sT5SaWoNlFBRNBE/Bg8qzFUXmFGrCXQkcvDUWpV1Zwf5g30WQmodscQJl",
-	"e+RbKxVPXf6crwJ4ZIcjkLLJhGLxDxyRoZR2MPi6P+QvZzS5UDAjeW72wGkUQqZUHtaSY5fUsqVdwUDQ",
-	"7rPB01405K51T/dgsNeL7JTdg72nWCG4F7m2LbXP7pqPE9KsqReBFIUNPj0YHERgBu0P+ZC/pfOxAYQD",
-	"Ho4bqpWpoDY21UzgzAaMQ+yXOpqwzPD9nm3046q1DTkKhVMu0HavajnSc7IAkqagxJweuYXP3TLmhdKA",
-	"xZGsRmoLVGDameHkIrd9pkBwqnCgMQVeZFkf4jnVJCWaoDCPxSsvqRwTzeaILZLmlLikzURMOVOOLmBG",
-	"1Kz2/d2EcMFZQjJsWXToEL9cpG29Ew25bRyIlOBMlRFwAVczpinYYtN+7dii6YmqjhyWxoeu4q150myN",
-	"kENu57C44utWlWh7BITbVy5JViBgDCRp6pYWISyAcaUpsSxpbATVaMjjvf4gDu/Ee7EL3rUjhgtDF88y",
-	"gncNHvWH3HACJBvb1AlLXcc2TfMQhh2iFJtymg47cVRmcCLPschBMJgS8cgantzODPmE+Sp6XqScFBLX",
-	"RjJhW3coiKnSbI7d4ZAu4xqQWKkuIvlWNVHQdRNQ3ihliowzW7mkxGVz6lekZ25xMULeFEcY3L3s+jHS",
-	"wh7ERXAgxW11TBrKsgStAXzk9pEVTJp9WMtU1/cmkRiDsQ2hDnnVkQnv9pxE4zlD4o61RqnmO8dLW02k",
-	"DSe+JWy7YeHmjanZNQVaHFlyLNmw1wnuS2Hc1uR6/94wD6/PFDjupy/7GjZIZf4elo4rCcVvkj88aRoc",
-	"g3Wm8yWD8Vb+LtexEKlmqVfhX38x+FiJlMHZWO5HYGsq07H9MNsIkFYRalXjqhIG5ggxYkq6g4U9sHJB",
-	"Jqa2PAB1th6SprYmMZ6YvkazK3Bglbex2RBsEmgLLHZd3UKqtCudSCo9zsoeP2bE9mpYQGzRNIZxoa0r",
-	"cBfVP1ekL+4dVsezY/hG3bMDY0BvbP6Nh9zrn4euGKN088OMZmmvyk6P5+Rj3If4v3YsLHbOaseJq25g",
-	"xQJzNplxyjoIZsAoePeEp3H4mk1H8mUe0PwelFRgRiFGoFUjvCb5IRh+4ZpH2C8bU31FKXcfZ0tBLC84",
-	"1I+xUwUuGFP0rUxjdjMEHgZzODE2tvU//mRntrUekIAd5GxBh66tCfB0AKo35BMhywxyWZZ+8NI39fbR",
-	"IXebegir+4k1L8/OTnwFCiwDptBodDWzYprZr3BrbViQmd5WLMHCYm4d2HK6Zq7FoboYSERQXGV4hE4k",
-	"cQHf9XUPuV1Iz3+Srdhbde3qwyvzqjqEGD/k0E3ttIvYSJ6H8GnYsRhge1qai8NONOTDDuWJSBmfDjvX",
-	"5iAvBdWfzl/tvEAAoTRm++m7McO3jGhlbw47QeVwRBNb9cII6ShL2DGt5Bmz9LABM5mGLgEZVFICNOyc",
-	"YYIY2DhiheoQlhSxVTbiN0TpHXxwx+hluAqHmrZzi5U3PISmJF8Bj3nagUQLBAaOYtE9ROVqGL93SyOh",
-	"XGnhXHZ5L4GdYtdQLBpitjFjRl/oxoeQMz6NexhThmVX08wr50AMRvXhGFQmrjCc2IrgRo5HaR8rC7nl",
-	"Hdp1Y/frLDOUOmMOq5ATYhMJZI4QIxwQ85Asmsr0efEvgthu1Mh2gxtRjoJfCeRauZWKwHtHrQ6J9dYr",
-	"y0vuaLtaOlsspmlha+siCZdWwSam3OZlu+/yJr7+DR6maGi0aIflHXM8jJzaXy7X0FDG5swVzWld6px8",
-	"bK5kcrD39cHTwUGw1L1tlmqPRnMiH1U9zhyzI00IAF3DTZ1O5lhkO2Dxfm3BW/Treqii3FFn5XyoD7EU",
-	"UHt2YolJeR4cGU4TOT4BXUWt6yx4rdffthi4qxbUiTozZAD47eE53yBLNZ75NVnBZieAUWkNNSBX7YYY",
-	"Z/dqDaY3tPgPZYfVVZkTPeStNxUl1q+PcoPKf8VZOlEHC8AFrcSDva3P0Qo9h8kNctZdAXX9L1Ke54PB",
-	"ELJaExYxhvh6W5FjVEJa+ytKQWdoq9vBdrTOQWPpqK4plD3kWyM4zvGJDVo/FqbYUdQ8ZAgOD2K1fajE",
-	"xqCMY8jImGbmAy/o4k9o6zryBjzDCOdCtoZm4Ku1+cqO+atN9Zfa4zd7YZD/N3P3Z7UqVVtxdsNkgmb/",
-	"HvFzSS+ZKMwBP239NvvKWmA+pA/IYMe6yBK79M8TVYKYGwGnV0EBaKxuNc6oNacapQvXiMZI0GxjdYg5",
-	"4WxixiMK/nz89g10Y99Z4HyR00MIYbkg8yxG/QH73HfjT8OOH2Bkbloh/p9//4eRTW18efCIufvpn3//",
-	"x/V13OujgTX+ZAh2xGzLdU3N20ZRd1rEEcTfpHIxkgV36psRF4ZWoDQUCd39waAy6HDDKTM0e/s5e304",
-	"5hCfpnSeC015stj5gS5isEcfdIUc8tKu3mdp3FuyD5UAshw7sMSapXtXibUw+76F+FGVFRJO7YrLsbCA",
-	"Vl069rfQzOkLq04YzbDSEdGzoyF31SvsZWtssO2e0vYSEwZpWsJAlyjPAXq9yOT5hwVf9fISfNfGrz2S",
-	"4dJ8+VkxnrOg5kXUWUbn+ni36IRwM97jJrDeljYmk8oFyMKcjw0IjfR8nxZWA6dtrKt/uLocd0vvQszC",
-	"Pk7qotwcrFnt6+n70siuLP6qnLLrud/aqhkvCU9o1kzHG1RY89JDF+XFhTWgjV12hu5kPbPc0tYWMjo+",
-	"F1efJ4rILsvvG0Z9+XgvdE+HpTAkrXKuItefKpcUzdgplioqJI2MEoaVNJYc+OU3tsWC3fOWDh58S8/d",
-	"Nj7ezq0hmV0iNZuQRG8W94/LJ3+P0ParWyd2lt+KbsbfGfyDyj/rUN1/5603IWpMX8H/tg27Hewf3G/m",
-	"yoN2avsMAZZ+U33HsSNbE47ZmnAG8v5kK5uNR/DThzc7VCUETSrJjPApVX0bsOQrK+Ov3toz0FrHVKs/",
-	"zxeeiz/hHxEQHYGkRAn+zTW2THHBarEPSXuiMG7tEOJPF4ynEfogvolAC5FhD5dvoiFnykaVfxNBIpQe",
-	"FSr95jruRRB770f8ydsljI5w7TqmogUsRtt1qTBMGCeZ1QtcnJU1uzunj3No4MkzI6oPJySZ2RjQJwpi",
-	"lsaQiIJrBUV+VPqfMFAUmyi6SM+gynr3RVnn3Ixq/SuuK21ZKNDs3lRw6ptJep+mmomrJsXB0Js1sdyZ",
-	"VJfVhJp35Y5K/gaL6lbUhq9XhqTPQHT+TH2ifDAwUQ3GrqiqVI+bisYxtMbWQOoIbEZJpme/rePI37tH",
-	"HjKXGadotaQ4qcvF4ZUtTYOogloEwRt2Sbl5IZdibKXxXcw3WfuZH+wTD5kZR0nKzMKaG7mQ1AYKO3Xj",
-	"4ad8h0U2Sbo4qjzi6G63xF8OZ6VwvR7o5UwW6keQMWWkXFIbidgMS4xjYy7+0H73SpiID7qth4kgulsG",
-	"U8jM8A2t88Pd3b39r/qD/qC/d/hib3+/c/3L9f8LAAD//w==",
+	"7H3rchs3k+irdPFslcnaEUXJsr9Eqq2U4siJNr6kLGWz337M4YAckMRqCEwAjGTGpar9dR7g/Nk32BfZ",
+	"N/me5BS6gbmQMyQlS3Y2x39scS4AptHd6Ht/6EzUIlOSS2s6xx86GdNswS3X+Ot0xqU9/879KWTnuJMx",
+	"O+9EHckWvHPcYe7uSCSdqKP5b7nQPOkcW53zqGMmc75g7r0Fe/+Ky5mdd44PDr+KOgshi99Rxy4zN5Kx",
+	"WshZ5/Y26rxQiwWTSeukE7r/0NOeyWuhlVxwad/gRI2T4387Tvv86fZZX4qUv1YJTpdwM9Eis0K5ed9O",
+	"LEsh43ohjBFKwlhYEwHvz/oweH50BErDX54963ciWudvOdfLcqELN2h1YRmzlmv35P8efPO3wd5ffv3w",
+	"9PYfOm2L+sl99tqiTsdGpbnlkZtd85RZcc3BKrBzDonQfGKVXuIvxI0nBvx2GTCWaQtCtq3YA3on0B4N",
+	"vn6+HbgXHCHXikmG7j80Jl0yc9U6p2Xm6mEnvHVDmUxJw5Fkv2XJ98zyG7Z0vyZKWi6t+5NlWSomzG3l",
+	"/r8bt58fKpP+g+bTznHnf+2X7GCf7pr9M62Vpqnq+HAZNhpu3D/shi3hZi5Sjijgtx40k/3ObeRW9o7/",
+	"lnNjP83KNE0GwsCCpVOlFzzBhbxQcpqKySdbhlG5nnC3DiGBOUqwDkLMQqK4AakssDRVN2DnwkAXaZzA",
+	"6m5NlJR8YnkSFRBlqeYsWQKXCU96+E2OaC+VesX0jH+a75q6fRYGUjeldt8jcdsN19dcP3FAfy8W+QK6",
+	"p9+fvbk8fzF6ef7qbPT69F9H3/718uzCr1vpsUgSLj8htj4xkBuuYcGWCOFEeciX7HaUcCkCbN8o+1Ll",
+	"Mnn8Jb5RYPLJvMAZnP7TbmugmrFKlqvbewCvxbdhTa+ZXHp6No+/tFP4LVeWuRVpziZznkDXYduCG8Nm",
+	"HAxbGsd7JvMIHIkIayAVC2FpC3+WLLdzpcXv/BNs42uHRHLmTskbreQMxpxpB0R1xWVYzzUTKRun/FNg",
+	"lYVMGSPGKQepbqArpOUzjZOAmk4j4O/5JLdKIz1oPhPGcu1YjlREMxEYqzSHvFy4g+xtOLhIXDz/5fsL",
+	"y2xu1mWHX4SdI39Ymzv+MHQAmIpZrnky7BzDlKWG38a4kVLZuYMlTw3vA44iLCgZAb/mejmUC74Yc+0Q",
+	"I9PccGmPITZMJmP1fiQSGiQO30dXNAe+yOwS6BQ1kEsrUre6oaSPp/UZfJRNrqS6SXkycwAphwpgGnEH",
+	"+NitQOZpCrlMuTH4rSkzdigL4FbHhikTKU/68MZ9BzCPHEPZiTqZVhnXVvBAWB427pc//8dKpZxJh0vF",
+	"AdF8m8skU4KQa0V4iDoVuGy+X/9Y96z7VsJfEmDW3i03oWHo26oE9LfqN/5aDKXG/84n1g11OrHiWtjl",
+	"2bWnklUIGTvKDc7jznlmO8edROVudcVoMnd4ggC7af7YJKetGbFMjBamNpqQ9vlRORgiMY1WvLXzG8KU",
+	"UFzfrytBJw2X+cKBRkhhO1GHGSOMZdKOLH/vLjiyuHIrjzpWqXQ0YWka/tbc5KlFKdP/kUuHxBKF72uW",
+	"iiqcPQSizvs9N+neNdNOXDVu9gD5c1pF+HkaVnNJiwnXL8tFFZeUSl/Q2qqX3oWVhYtrF34ullwuwi/9",
+	"NkINJ23cRpkvRjbX0lTuVqCfMe3UVoRTbngb5nvINd0y/Ld1/vaTMgLpWpAYNOWOW0y1WsBBvxENKvrH",
+	"2mgvUpYn/IkB/xCIpN9porF8TNcalol40njDfbqQWW4bVDxwd8Eh0xMnr2a5jeCa6zGzYgH/fPH2Tb8Y",
+	"QnpFuXmCDbB193F3hOUL0/wIXWBasyX+1rmcsBYmt8JM3P54OtrETC7yxYLp5Uezk0TJBgWeRGTJUiBM",
+	"ghvmdpPLyj5WqP7uXMSdLaPWPd6Evvlkwo1p5j4FK2mhHtw6t7cIHZYkiPQs/akGwYb3VnehlUJXNpOe",
+	"qy2stgoP//KzonL/6mBtxIVZ44FClq1rro0gCWwNiBOWsbFIRXhjd0wujusRs3UMY5bvWbHgTYSeCHO/",
+	"F+fK2FZCbaFPkY1Ykug6kpS3UzbmhB9b9n8NCCXgEXvnnGk75nf5nAW3WkzMNln4tX/MIVMupZCzUbBE",
+	"NeOndiIgQSkcvA5yiE3SMiG57kSd60XlKP21iR8X0u+m1SHWeUHZvbQ0li9GQk7Vtjcv8NFz9+QqoaBV",
+	"yc9ffk8FAYqNa4BJK228EqaNPup4v/V712lh5QP8oK1LKTWLsENoUyRpAw0inagzzs2S4IDMuko2jRt2",
+	"qq2YskmjUIk62aj1fG2lKjNnh8+eN98Sv/Od+PsKbPwG4uvFBFF9jY2A85/Xso3+7h12MoBr62YWQzct",
+	"yxv53Y7WSM7jZccpHqJtyyovEzo08e4WzlbxHjSqO3KiEvf3FjC8zW2W27PwdO283aiiv+cTL+d6ZsG3",
+	"vVIDFb6UcK2bkQtvjdR0arjdUYowNlG5bRtO5bYy3IqHAq+DmpK4K7SxoLk7rnkC9C6Ml5Y7eeeu6F5z",
+	"8lTcTASxYtUFNFYXuwqLys42oqPmzPKKC6hip64jl1iwWYOw9yKcEYAPoH+EQSLMFV2AjNk5TJWGf3lt",
+	"TiDhU5an9hgh5zn1EwPqRsJCSLFgKb3WKPIHtrMit6dG1RwvIjmG071/A7b3Owz2voY+jGAvgsAy4UbY",
+	"OTBIubVcu/UmYiasm/EuPqyoI7m9UfpqfUVSSQ5d/6lwM+eag5pOuebJcblSMFakqbfpmYoBuReBO7ki",
+	"GGuROJDmBo/gtQVkWk1FylukYJaMlEyXI62UbZZ4g611K+97VzxYlxfqn02LTtTkisCaivG10Ba6359d",
+	"wj7LxP71wb5/20AqjHVfrQyH0gbSa/TLVQmkPN4RHdqR2jvBWhGa6dmd5VeS/bx5v3N8MBgMEE38zyY2",
+	"4wm6QW3WaqbZAqxyhBBBqtQVTyDPnB790+nlD4iRm1GwzZ7D5fXHCanNpHaw9/zIsb0qdSFtSWVX6GvP",
+	"YcCoIHgY5oPB04mbB//ie3RBJJBpPhXv6eoqER41Yb1drq/sXS7JxWS5XqDuWdCf1Tk/QdurZhN023rL",
+	"ggGW3rClgUT1yL7qGLeSPAIGYza5mmmVyyQ8/sQ43i4kCAMMMpFxuNHCWi5hvAz2AgZzzhK0ggb7xZwZ",
+	"kDiqPxqYxFOCaw1jZecwU8GRnKoZ2fCJGXj7B/nJrnhm0cKyyN9DV1Q8aCq3qfssYY3nLJlWTiHsNSvc",
+	"Wt3cHY2DLLhRRKcVX7pHW861Rnr9TpiM2cn8dDLhmTd01GmVGysWzCmAiGUN+//yBTx9+vRrB6GfL18Q",
+	"DvL3bGLTJSxEmgrDJ0oitk2EW6WPKDgcHD7fGzzbG3x9OfjL8cHT48PD/sHh03+rnd1VvawSTjAcJh+O",
+	"bveGw2Q4TPx/l/Tfce2/4bDvnn16+2//0MTHt5mig2eu5bZp8TswY8RMBncR+V6Z9fIKQ1gzOeG9/lae",
+	"W1lAfbUVtWt1izZtdCtPdkiVcutND1vt7MVSpiK1vNE23y4hryCQyq0P6BCBjLpHgyMQ07ovGsG1dWW7",
+	"G0lahioOnRXk2DJzo8FBydko6BftQ1Q4xIJbljDL2s8QerNlpHLqOuZWOPvhs+dbDzcaRlzzZnbPDMRm",
+	"DnsTf7YUj9NREm89PjcheTl3Ex5X5OU7amF0s41i35JGwcvhn5jghLyZcwkCYzqc6MSbreITFH3uZidb",
+	"9chU7lzfydhRAQu5qxpkqEKN2N2oUJGzm0Tga2Tn3nq8gibeo2+9KxfQVrKTWubtKncC5EfL0+sj0r1G",
+	"jnWJmDITknudZ1KqYomTwxfMHYY/n38XQdbmRFk1QxTwJFvEWKkVK5OxKsvQ+Jwxb4Umd24n6iTc8e6a",
+	"prnJwXYmr3+qT3cmr78tZjyT1+/8pGfy+qKY170Wpj6T1y/D7Gfy+rtiAS1WpFJ5CPp0RcWu0E6B+luo",
+	"v8UrezezLoZxtJzsPNvuQWak9fNs22qbTWEVbnMvUt9qEKtN0LjEwIBWhYGm8NBTJ8mMUw5Gsis+mjDU",
+	"HxOONoaMdCpzDHkl7CUC7/kd/btxgl/45QN+oqEcq2Q5skqNMOYH9ZnR1An/ESy4natk5K5gqJobjpCm",
+	"8lB5oYxZG0q6OiONAv9GVltEs1VHCJcwsI0WwEaZXUakdIwmqTI4KCoykqVhrEpQySgRxoEmKaNacIp6",
+	"VMuIDpShxLCWUSWsJYJwBk58nGB5pbLU4L0tLw3lXNi0+kzxW2VcVl5hCz6y7Mpdc3eDshQBmatGY75U",
+	"BIVoKCuIUx27epm/F8aaCLxnYuQJPAq2pdrnDWW46mHnBjV5limNQYYOARZMLkdBQaxcCv6CCKP/at++",
+	"FjtXYljG7Ny/UcGuIl4Yh8F4nGgoi6msZtJMuTblOAsmxdShKmAYbQUY+LvYrqEM1ufyGQqsaT/1V8kr",
+	"xJUhPXGVpXy7gkCDRUSyjSSO5t8/sSXmoy0uC/Z+pNC4PhovLW+SDvEuGQIyrsFYzdmiNHQcPIfX4tue",
+	"t6EQIJ7/5WDw1VfPj7bBZrNRJTM8T9ReaVtZt2QsuJ555eiBLA46lyNm2uzzQjYE2nlzjLem+P0OdpuI",
+	"giSdAG2dLE0cFbqOVfbQbp3yqQXHsKBbBO+HGLJeo/zkINIgmZ29e43kw+Cny79GhQ3svXt87/DZ84lK",
+	"lW4eUCy4yu2IrBUNSPCjSDFcD27mKuXB0gMzrfIM2NRiwKrTEZScQffi/Hu3mIi++OL8+x/PX72CQzCQ",
+	"Mst1rw+nY+MEY6VhAAvOpIGngwEYXL6DjI9EBL8wvF4BbgmgGtp99fyotsGDpg12Qr2Qs1Ei9C5hcu32",
+	"o4pv6UF9YnePTLm/F62FHf8yX9YyCiYqTxMKVc2DCYvRIS1nMBaS6WW/2cYknHCStMTraM5ScM+gLHUC",
+	"B4df/eMb0jmvRJryBMZLMGLmqP+Nu/0XuunW5oWuytrQAtQS+oVjrC/igsbG3AA/ox97gvKBmAKTy36b",
+	"J2+DY7DVybcxGEgseDKqv1q9fYeYrDaPXrkjTV69ApPqaFhdWTXwp1xQE4G8FCk/k7Yp4isV8mpknVzS",
+	"GBJnlgv3xBMD9Ewjbi3ul8fVRSOt4TYXyb7hdub+s2JytQRmgMFU5drOyTvXzH4XQXHeTdVqD1vYNTah",
+	"tIMHhRkdcFHH8bCo46HViTrKzrlu8OE3q6X4UBHj4DPY6OPattPpcp7RrKpzVq8aHTexohI3GuSsrDEZ",
+	"DtNJfEIc+Xc3WKRqpLKSLKA0B79eSrNQkgOT5oZr7x+84Zr7czm3TcLFCkB9zlkAQhP0fji/fHWKczR5",
+	"GhLvHmjEE9Rq7m+k3+pAeU1jFBEPIWdu6+kYFtb2vc2av67ksOyEK26oIMVv0/qLwdvWVFEH1lQQUXjc",
+	"vBPshgn0LTLrxFGtFpmFbgnyno87cAB7YmCCMcTAjJMvnDiYGz6UjAJ8ux6qqNxRKK//E314Jx4BeUJO",
+	"pIAQPlFNaUi4XPaa0hW2yBqyNWT1Plbbj8BFgl9LgPfGN9sRcnNsteMY7n4IrHYMniKqo5aBWnh1C94X",
+	"31TCuQbVdhyk/NHNfGAtTpywrDzajuvIAd2wRi8uK8Pb9If3WwiAkPHEqxNrM6NkX6jsHu9n3JpVT/qz",
+	"Z0+fbzuNcDWNoOIspYOgDqTSj8Hfs0WW4ltXTR/aHlC8GsEe/Inhjab1vC5DYVdMhlk+yrieeKvsLiHs",
+	"wlyNrLIsLdXuXVJf3Gu54cmd3koVS0bsejY62HF15QvP7vrGri8s+ELp5T1A4F+8IxCaTB/+2LuXK22T",
+	"94SJm9loC0ebzPnkChXYDUpixSf9MB43mTycj249NGLHIasa4fr2OtZ6R3lAWE6aSvOIGPjOg8dkPbZ+",
+	"xU19f7f0Fjf0ZkdzU7zRNiTSnJkW9MBNueNm30tWNGVOz9qAeZbcEUc3+caD66wE24rvrDLdr+3k3iyT",
+	"+pl2l0kD89gmjxYDb1jSWlR2CKEpEwc6XvIqhnaQNxlSdKdgFnW/KBujg6ExpHvFErQmC+R2uvcV2VoY",
+	"Rov6MGMyFYMwgB4C+Pny5d5XEaDeeSMMhzEz/PlRH5Uh+hgcqhN16E7jat5xlgjprSLroTllsZxia1al",
+	"JstEejf3PnmWt9tRigo07vGmTVxVXncdOLi2K1/YNPw77vTzDaFL93BJ3MMwvmZdorQWN1DLqsuYhDVh",
+	"yZPcmpV2RT6ajVueWxcHFjs8monEbHuqSU54V571DbHppkmQJr5UlHbAuhdswYHJtTjzykEjjEqLg2xz",
+	"UtRuoQ7nYcAfaJDi94vKaMXFf3mNeb5YxKExqsWXVZkKniamGkoPXE6V223out2NoNgVjAExEfj97Dk1",
+	"d0nsgipLTJ0ghyWKdvbC+cCc0UIljdD34ZzgnwN87qSSNEGumOAfudvkGH7S4Mt7e3EJ/X5/H++j98L9",
+	"0tzkCw5uGc1b7mPpTZN3kBtuDbBWZBIS/Ot3+4SdYvTvGG1/h/j5EstXt7LAvQDmtbVGgeYqkPu1nWRb",
+	"7E8+F2Dnsz4wgK22pzBw05J8lHKDtpGorNFOeVmkZkDKGR2/UxCWctyLsOsnjowypW0zhm1WZu7hAi+8",
+	"2Q+ik7SnEtxZV2l3NV1wC0pOeC3AnRLesGQMM8H50yUP1FTpwu3Ua/b+NKcq/CzFbzkHtlByRrH1tch/",
+	"3D+/b/3mWL4g0q875FjFLGkgVaZ5iC1Kw6NpBh7BSyvyR4bu16rFVRxYK84LrxUEvPQ4vdUM52cOpQka",
+	"ZEpNkX/rDqY04RooUA+kQpc31xgf0YwpdwxnrZdeaSDBisq1yzih6sJa8AwtqxwvKr55A8B+RDppVaBa",
+	"sY7fK5fAUeXIODhsO19q2OKH2/AZzSdDoNOd9yow9W0nQzHwhiWtaYHVZOvVNN2oQwzLnZlOtttNHixn",
+	"CgOHbLVifH/hLExT3/YSfjhpufjLFf9kJe/Jqa4+3g61wJDgdLc1n9cG9Bd/KMf1V76tDO9Whzy8VXlq",
+	"iwo4Dcwf5azu+ZvLCIqYlr//x3/13KlBysr2IDU/SePO20S0ZwoGm9N6gAizbOTV6SoPHy9t88mopk0F",
+	"b5ThPrWMAnhuNDq7Wtyd64svKyM0hNZN5s0iQpaPJkq3FS1BNeEu1uArrmVLVSKvg9xlNGWaPQVr337J",
+	"zNUd7cZuvzCcU9gHNOhuSAhpt3y02q43R683YfAGA/FmO+9USGHmd/zeFtA+RHmUVmhlc2b4JuPTvQSp",
+	"7d4ozBKwO1mcsAyfvuYjrKq3+2owgqrR6sYqYlGdbfjouQhEknISnslF3iVX4TxfMNnsdaxWeVovEZfr",
+	"okpYyyYbOwrruhPWrIa37hJus60o0461lGpTr5ZU8nWWCrA0bfUmfcBpgmjrPfYe2DK+3Nejc3/K0e9c",
+	"q5EjxyiEU9LujYpfxrKZkLMRDRdBmd4Urhg+0dyOcqm5Uek1ZiOEgiMjHwcYsg1SNBFMmJzwNKWw9Gru",
+	"wA5Ky7oeHAIRRRLqX+hcgpJb1KmPUnbqq8i4TPAjPbAqUMJfaM7FBAD6Hfx3lb95cuIoJsCU/h8F6k0q",
+	"MGvPmhpN5kzOPsapUlWiivpEhRpVdaisTVhww/rRU+Ekv7Yclu051m0s8Q5hSGWNbxqsbRHNQr/k7+1o",
+	"kmvTcpC50XfXCFAy2KYO0JBty7zIxwvRXhElJGXc3R3pXxwt2SLdSdBBwpzk2mmR7vt8qJ9P8rlUV1y2",
+	"Bd1ccQlM3MzIggXCmJwnwCw01mbth9L5KHVi7d4Sj+fWZsjHM65Zdd4tb7jlhxJfKyq8HwnenV1cwulP",
+	"546pxMhGxGRvMVvYGLpElI7HlLVTMqUt/CMc9vpDeXbN9ZLiEHOZcA2xLzYSg+TcG8jDmmsFiYeyG4cS",
+	"3W9/Ont3evn23ejy7Y9nb2IMKMMXJYcZl+5tnjgOqiCmhGMn/UMiNOUb74cZ9nDoGFfm2KwvpUulJv75",
+	"4u0bLPuLHHjYOYZhp9/vDzsRDDF7hi6VuW0jungb+zQeYdOiAYWY7PlKs7Bgks24YwIOipXwmePOoH/Q",
+	"H/htkywTnePO0/6g/5RqGcwRk0J1lrK6mY8Hpo9yal/SOe44uj2deWtFrfb+4WDwYNWcy+prm0qZmwgM",
+	"ulWx+gaVtz8aHLQNXqx2v1YQ+7ZqxqFiawYwlSxkkXjqWEK3Uo4ei6xFVDuoLLOGAYO+COpMswmHjGuh",
+	"El8uug7k/Q9BS7lthff3nMCNW1V2J/lb8yeWj+yH7iW3vz72Pm3co/tuinvpaPtLRXX629uN8N2vFkDM",
+	"lGmANFpiXhSmy4+BNp4W36rkAbtQVJLnbutHmDthbtf2+PDBpq5XnGvY6wvHcmylAJff88H27at0xfhE",
+	"aOJe+Hr7C0WXDPfCwdPtLxR9CtwLh1/v9EKticBt1HlGu7YVZKHFSZ1zIf4CK8RzJYHJ0KHEVzbyCuIJ",
+	"VpGnmkF0NjpFiOstTGrfyQtVAtqgGxReHDGtTAAzxQ21ShnzqdLcLYTLxPSH0uc2UvovxKvJkHE14VEY",
+	"8PZxqnBfZBhgIXrDLR2VdQJ3NPSnoe/BA09NZRmbGXmllw10b+bMYtF+p+0V6WJohV3J/oJu7JsDGO47",
+	"Ufx/zBQ+jrix2k0jabvfjqzRT+r2hMwN20i5EungtOF1aj4afA1xQ5p67OPQy45XVGjL5/AEThNrp6wY",
+	"cc3jEzgaDIYyrmbE0yjxftyHtxiAwr2cTGmnKaU2NVExFvjgLynn6p5EHG19tGgD5p5t6thVfF6t0ZgP",
+	"Y+kcYxOPBtv9ujB2tA56+sTkE1PMDvhc9iv6NDT2Wc5Rgj4wrNkQAQsJkNB1nM1RGOVBIstj0jdTKcjh",
+	"BJhPzLaacyKOAln+yTFz3NfGZMuYSEOYIrfuY5rNQZfJWgWNJwajn0zGJrzXh7KBmeYsQdpz42F3KPeZ",
+	"xYAaS2314dTCQhk7lAeDaDAYFDTvlFtK/4Nu9SjGtkQLd8rXcvicWnw0OIK4XkYjjuBo8BTitVoaeGMA",
+	"df7hrn09lHFD2ZW4iW04ZfIl8rxPwjUeU+mq5n62nNiBf37hIJ+Dg5yWFPrEBCqpWZPctSWoacFlAo9R",
+	"2gdkSpXwnc7wfaYnc5+40MhULlBk5skJygz0MExyC2aunJBm1/sY4lqFhZnmN5BhG6e4uY9d3CNu5cvn",
+	"SJQMMV6MEriDtd3xzCayfMdZcuo/4A9ImO/3LNN1yiw9/FhpodPYlLLBCsv0F2r83NRIRzLDExy6ms/y",
+	"lGmkQFOWZEJa9fRoqNQOM4C/SIlpTG8lCzTRtTCAOWU8CVouk0tq5CZMqBh8jLIDPo8yQtzvxyRRDGWR",
+	"WU+ZyY5jYFWMG1SwxmXVYTvXKp/NSyHFySsJvxYTjhwkgpfnL9+C0kM5ZzrBr/CB3qZSQiZwBVxI01lb",
+	"7UVXfkJ/KC8CnLzNM4zkRALvvyqg14ejg6f+1C9KYcVlERH/7lB2c+m2WHNjeIIMRjm20saCmvjKL1pY",
+	"/ukZyy6GgfvylG0WgQZF4uy91WzyRZXYUV2vtZH9bPzKbxqmemvozn4XmS/V7IiB3FsV9btS02rBEg5i",
+	"GmoB7SY+VLC0pQBMKEa3RWjooSHPO0zoK4EznS4j8N0ZJqng0g6l4dzAlN9wjT0yfOGPF7SQPcpX7zfw",
+	"oVXLw4ljKEO5xlGQWzR3420VY9qEk09naLibZKImlts9Moc+iICCO/GFT/zP4ROnUBVgnhjawcibyJ0u",
+	"XqeokGrlnzbid16evZozJ1jMMF6sTcYp0MT3K2Bg+SJTmmmfBTXmRiS8mCUCzSUuRZHBGJRMl0Umq5NJ",
+	"UFTQ4ponKA9hdJLOMWUsz1LFEkg5C04KlSbUeLuLvXol7/UhXqiEo8lETSxLq6U4sdpUWRtx8PzoqNci",
+	"g9xPvvikRsgdnn2tEn4HQeQjWcg95BFfnfELl/mfw2UQ0b2ZgpLdHCWOVbIsOc0JUFvZqgqFGoATSLZJ",
+	"IdU8j80RJxfhyT9kKEQ1maXliA2f+iCBKtUBQU2pbhr1CVBpwk3o8tEl+/SUjNWlO9gzUGT2re7ckOSm",
+	"c2moDuxPl3/FAK2JSk383/8Za3Vj4pLJfjX47/88POqdQOw4Rhzyeo07Lsp0k/5Qnq51yXliKhUNWGqU",
+	"wypD+qOvakQIt+c2hsKwMOLUxyFj0+H+UL5QCTfHdfHRvRFH5W/PIGPojlkCbqkRnWDoxUSzd+8EjgZH",
+	"NQszmand9a+h0fAcQbxe5jqGLqulHoKaDmUpQM/R7s4sLqB3QgdUvRp5fALPBodhzpmS3E1VqSfeeEbV",
+	"emD94TzejR26djpYDh6aZhuDWihauRZy+CWu5XPGtRTUUzq/2+JYImQMnptgyAlyi2rGcapW9WNxM9vX",
+	"3BNze5jYu/DI6fkv33ceMe7Kjd8edFUso3Tz3APJnu0iHP1c1s9fjUoIi0BtoIwwluomAnMlskz41GvH",
+	"+9V0ipEKDXAvc05bgyBLaDxmPONGmF/6Hlq5OSFNJi67FsbQRZ9/r9SpKm0ZUD+ZTh/k4Mfc1JB5UQ3r",
+	"Lqfrwxt0xPhCJcZpauoKBe8K5IN/d/9DWZ/4th4SUt+GH0Wa3jeAyr/XLIV9wmBFLJ5ukHd4S5UTW6Yq",
+	"TdUNusBzk7O0/wdm2x/HTfH7WUiNKSKKuo5hNtST77UHK7wthLWiIlWhH8zENfZERESdGm59zRdfQuOK",
+	"84z4dUrOxfVgPzUFziZzL/KRByKu9bmN9+Nan9t4KA1b+l6rtLd+WRilj1ERxkmeFMUAR/BafFsNKnR/",
+	"BgieIO0ImVeUnrLwFs7nhpL+b3SS+sZdFI5FcUyS3/hjqA/nEmJCtzj0gdz3nROY5kNJcjpaVks52LtV",
+	"iOv0+vAixGQUUXZYJZ28QFj1//Sn86F0ypeZqxtZxGP5VTSIid9z+wBE3RIm5XfMwbAWKLWW97e5EFTr",
+	"4G77P37wFSsFExbyrOgEiH0UVpoeuJtuq2t7DF18NFNpGgHzaPZ0MBgMMAmz6RMcqlBR93L5RSUwfHXL",
+	"6h9Tpd3KTCvBoX9k2bjh+MQoSto0jMIIpFR+zbaD0s3ka8a3CYru/kOdlw+vgNWL2d3XpEej4IlKvKs4",
+	"Prg1cHH+/S/nb1788CX6986H9nYELCtmtCS04P0/LgLWC4LcFwF91xBTSUIpu/7UZJkvOPgIOBjaMDWj",
+	"IFqPi2PEPfoHRMNq4ZeP9Gx8SYN6MHxb7UnZ6hs4qz74mHkyK100G+Sh6lIeRNevDkjCqNegMNSj66QY",
+	"NEoDm7GidhBzWoyTZ3oRjMkzu8XM39BtmM7v9VbEVDrVoIFNUPYVg6nmZu7rUvSHMsbU/5gsb9XKDPD3",
+	"//N/wTeUha7OpTmptKynLvkWyl6VsOS2hy9RRYehLEo2+KA5b/2uW/vr1n2KofPVLSMoOvQGkb5oCYkB",
+	"/fFKG8lg7l/vOBmTvOND9CreFTTNMDuUdEsYQD9A7wSeDZ5C3NCWcoP5/qxW2+HxDPGVeT5Tnmmtn+w6",
+	"bVX7BH9izvqHY5QfbbgtgElBqAXgiaoKkgyNcIzTZpWc8AhCdRE0L6B9whQKFVUxrOtOVTa+/8FRxEYT",
+	"IyXf1JH+bgJD5d03Tse+T8rVn8Pu99FY8h03VqvlKo74rdYhpNlCbnhyUquCS2eB431TpWeqiPpoM+8/",
+	"8o4PPhWXWjlN+5/FxPFW1hZB3jAiU83xrA62WswX9XXD8ShHuRUwO6ux9XK8lbr3i6rczSoBNm7/s2w3",
+	"daH/wjWq2PdSc/47X2EapS7OTYT2f+8ZFNoXqEd5EEt2w81cGQ4TlrGxSIUV3IBhS0DE6m1HQCr0vtEw",
+	"ly/+NCjoy8WSBnBCgjIV2C4la9Qbiri7L3iKePqKYyNBpODa+Ybprg6a21Gt6Le0oaTMnwXRQqXiL1jU",
+	"GJ1iqRxJ/fDfij4q24Q9KvvzIA+C5wvu1HFHZavCdRerhk3z1Ddsx14uSa88M32lD99fu4phoV1bq6Xs",
+	"h/PLV49pISvazLYIxthXPzSFfRD72Fs3Ipa53RNyz875XqpUVsxRD4Vdh9b+B9899NZPl7RXNzoNlR5i",
+	"y99bKtIgQ6diqxR0GYyZ5iD5TSokj3Cbhtg7xsDZm8uzd8NOUfoA512LKS2uOkjF0GUpHeehHa3Pyzah",
+	"Oaj76QPahnLODGVekx2rKT4Vuppj4nnov1GIB2M2ueqtR5miwa0WaOqNWMYqvd2ERb1VE493K9wL3eG+",
+	"WbP3hpe9XOtmpxXveOhoenD4FXrHi9/reQqP5DOoNY79xPWaas2rGyhtxRXh8YPibwLeCFNEAAVJ54ur",
+	"4pPyftpBYOC2MzCsk8Bc/jFwkUq29cqGPjHUMKDO1aq9E1vPgdeiLZFiJcJLpsuAMj4USXhDQls8S6hd",
+	"vBsq1xtYPqp8Uu042XI8hS/9hMRQQ4mwLaDcKTlROqGSQz4vHjuctx5nYfH7H8ruLxurioammbvw5Vrv",
+	"z51Y8+Gz5zux5sfd7S077Q5Yo7wHjbISA6g/oaB6D0ZS3fhqB7VWin8XHnpEmFf7vDXbKXAJD5b8VJiL",
+	"qn7RwttoqlI1laXD8r0+XButnZqzydyBtBfRA2SPqhqe6kS2U65ae5paA3e1K1lc+C1FDf0mDlvpvnVf",
+	"oSjavpRHYPb1nmR/sFy8T87sA5ZAt9KeKSqS4qJKtlzPHQjocGlK8GvG0P0PZReH201lHuOSt8eVgGOv",
+	"1xS5DLVEQBYYaNBmiqS3VYUmhAqhXlJRaNQ11+1qylDeVU+BVTWlSRv5UaRpazZce+5jt979m+JFPQDI",
+	"8V/piFEG+tZP0FpLtAdVbh7JG1/vNbYpkeJPnytRIEJbjsRJiRCFWiVkKG0MrNDX+75Q2kZX6H0TNkNz",
+	"tk+T57yFr34+x2dYALRwph345X615VJj7svZdSlVxIb/FgN1gIAYQ7AqCdGDY2zafsUz24uIldJyq71z",
+	"nBDKNCa5DOVc3cACOzNXm1tiBc1Q87obkgsOB4MBZtq78X1GEyvSEYxly8DRh7KS+YiJJD5LehP7dhfC",
+	"iRS35I6sNu/8CLRtSfNAkNbFnc+VEbH6sW2dD/z9P5VZZU0Ad5BP6un3dDiuZvZDdz1/v7cLHSbCZMxS",
+	"+8IWq2xu59gGhYXmGxSzGBrbUPMb3/FmvKzmS7b1vxlK1LprHWNwGF8ylxryiGvuhSEnD5XCGhZIKGyy",
+	"3djMYW9C3GFSvEnMIu6F7PLJXBkug3RHXOX0/JfvR6/PLy7O374ZnX8X04lSU2uwjILhEyUTCKAKbMWw",
+	"BYeacFcAB2+NVWFXNnA4OPQRpO4hKk5gqEc+Walk4vPnQhXAExqOQSKmU47FP3BEgVLa0eDr/lC+mPPJ",
+	"lYE5yzK3B16jUDrh+riWHLuilq3sCgaCdp8NnvaiofSte7pHg4NeRFN2jw6eYoXgXuTbttQ+u+s+Tmm3",
+	"pl4EWuUUfHo0OIrADdofyqF8zRdjBwgPPBy3qlYmilNsqpvAmw2EhDgsdTQVqeP7PWr046u1DSUKhTOp",
+	"0HZvajnSC7YEliRg1IKf+IUv/DIWubGAxZFII6UCFZh25ji5yqjPFCjJDQ405iDzNO1DvOCWJcwyFOax",
+	"eOU112NmxQKxRfOMM5+0OVEzKYynC5gzM699f3fCpJJiwlJsWXTsEb9YJLXeiYaSGgciJXhTZQRSwc1c",
+	"WA5UbDqsHVs0PTHlkSOS+NhXvHVPuq1ReihpDsKVULeqQNsTYJJeuWZpjoBxkOSJX1qEsAAhjeWMWNLY",
+	"CarRUMYH/UFcvRMfxD54l0asLgxdPKsI3nV41B9KxwmQbKipE5a6jilN8xiGHWaMmEmeDDtxVGRwIs8h",
+	"5GAYTIl4RIYnvzNDORWhil4QKae5xrWxVFHrDgMxN1YssDsc0mVcA5Io1EUk37ImCrpuKpQ3SoRh45Qq",
+	"lxS47E79kvTcLalGyJviCIO7V10/Tlo4gDivHEhxWx2ThrIsldYAIXL7hASTZh/WKtX1g0kkxmBsR6hD",
+	"WXZkwrs9L9EEzjDxx1qjVPOd56WtJtKGE58Imzasunlj7nbNgFUnRI4FGw46wUMpjLuaXB/eGxbg9ZkC",
+	"x8P0RV/DBqks3MPScQWhhE0KhydPKsdgnel8yWC8l7/LdyxEqlnpVfi3Xx0+liJl5Wws9qNiayrSscMw",
+	"uwiQpAi1qnFlCQN3hDgxJdnDwh5YuSBVMyoPwL2thyUJ1STGEzPUaPYFDkh5G7sNwSaBVGCx6+sWcmN9",
+	"6URW6nEke/yUMurVsISY0DSGcW7JFbiP6p8v0hf3jsvj2TN8p+7RwBjQG7t/46EM+uexL8ao/fww52nS",
+	"K7PT4wV7H/ch/tc9gsXeRe048dUNSCxwZ5Mbp6iD4AaMKu+eySSuvkbpSKHMA5rfKyUVhFOIEWjlCN+z",
+	"7Bgcv/DNI+jLxtzecC79x1EpiNUFV/Vj7FSBC8YUfZJp3G5WgYfBHF6Mjan+xz/RzFTrAQnYQ44KOnSp",
+	"JsDTAZjeUE6VLjLIdVH6IUjfPNhHh9Jv6jGs7yfWvLy4OAsVKLAMmEGj0c2cxDS3X9WtpbAgNz1VLMHC",
+	"Yn4d2HK6Zq7FoboYSMRQXBV4hE418wHf9XUPJS2kFz6JKvaWXbv68NK9ao4hxg859lN77SJ2kucxfBh2",
+	"CAOop6W7OOxEQznscDlRiZCzYefWHeSFoPrz5cu9rxBAKI1RP30/ZvUtJ1rRzWGnUjkc0YSqXjghHWUJ",
+	"GpMkz1gkxw2YKSx0GehKJSVAw84FJogBxREbVIewpAhV2YhfMWP38ME9p5fhKjxqUucWkjcChGYsWwOP",
+	"e9qDxCoEBo5C6F5F5XKYsHcrI6FcSXAuurwXwE6waygWDXHbmAqnL3TjY8iEnMU9jCnDsqtJGpRzYA6j",
+	"+nAKJlU3GE5MIriT41Hax8pCfnnHtG7sfp2mjlLnwmMVckJsIoHMEWKEA2IekkVTmb4g/kUQ00aNqBvc",
+	"iEsU/Aog18qtlATeO2l1SGy2XhEv+Ujb1crZQphmFdXWRRIurIJNTLnNy/bQ5U1C/Rs8TNHQSGiH5R0z",
+	"PIy82l8s19FQKhbCF81pXeqCvW+uZHJ08PXR08FRZakHuyyVjkZ3Ip+UPc48s2NNCABdx029TuZZZDtg",
+	"8X5twTv063qsotxRZ+18qA+xElB7cUbEZAIPjhyniTyfgK7h5DqrvNbr71oM3FcL6kSdOTIA/PbqOd8g",
+	"SzWe+TVZgbITwKm0jhqQq3arGEd7tQHTG1r8V2WH9VW5E73KW+8qSmxeH5cOlf+Gs3SiDhaAq7QSr+xt",
+	"fY5W6HlMbpCzPhZQt/9DyvO8cxjC1mvCIsawUG8r8oxKabK/ohR0gba6PWxH6x00REd1TaHoId8awXGJ",
+	"T2zR+rEwxZ7h7iFHcHgQm91DJbYGZZxCysY8dR94xZf/hLauk2DAc4xwoXRraAa+Wpuv6Ji/3lR/pT1+",
+	"sxcG+X8zd39Wq1K1E2d3TKbS7D8gfqb5tVC5O+Bnrd9Gr2wE5mP6gBx2bIosoaV/nqgSxNwIJL+pFIDG",
+	"6lbjlJM51SlduEY0RoIVW6tDLJgUUzceM/DX09evoBuHzgKXy4wfQxWWS7ZIY9QfsM99N/4w7IQBRu4m",
+	"CfF//4//crIpxZdXHnF3P/z9P/7r9jbu9dHAGn9wBDsS1HLdcve2U9S9FnEC8TeJXo50Lr365sSFIQmU",
+	"jiKhezgYlAYd6ThlimbvMGevD6cS4vOELzJluZws937kyxjo6IOu0kNZ2NX7Iol7K/ahAkDEsSuWWLf0",
+	"4CohC3PoW4gfVVoh4ZxWXIyFBbTq0nG4hWbOUFh1KniKlY6YnZ8Mpa9eQZfJ2EDtnpL2EhMOaVrCQFco",
+	"zwN6s8gU+AeBr3x5Bb4b49c+keHSfflFPl6ISs2LqLOKzvXx7tEJ4W68x09A3pY2JpPoJejcnY8NCI30",
+	"/JAWVgenXayrf7q6HB+X3oWYhX2czFWxOVizOtTTD6WRfVn8dTllP3C/jVUzXjA54WkzHW9RYd1Lj12U",
+	"FxfWgDa07BTdyXZO3JJqCzkdX6qbzxNFRMsK+4ZRXyHeC93T1VIYmpc5V5HvT5VpjmbsBEsV5ZpHTgnD",
+	"ShorDvziG9tiwR54SwePvqWXfhs/3c5tIJl9pq2YsondLu6fFk/+EaEdVrdJ7Cy+Fd2MfzD4Vyr/bEL1",
+	"8J333oSoMX0F/9s17HZwePSwmSuP2qntMwRYhk0NHcdOqCacoJpwDvLhZCuajUfw87tXe9xMGJpUJnMm",
+	"Z9z0KWApVFbGX72NZyBZx0yrPy8Unos/4B8RMBuB5swo+c0ttkzxwWpxCEl7YjBu7RjiD1dCJhH6IL6J",
+	"wCqVYg+Xb6KhFIaiyr+JYKKMHeUm+eY27kUQB+9H/CHYJZyOcOs7pqIFLEbbdaEwTIVkKekFPs6KzO7e",
+	"6eMdGnjyzJnpwxmbzCkG9ImBWCQxTFQurYE8Oyn8Txgoik0UfaRnpcp696uizrkblfwrvittUSjQ7d5M",
+	"SR6aSQafppmrmybFwdEbmVg+mlRX1YSad+UjlfwtFtWdqA1fLw1Jn4Howpn6xIRgYGYajF1RWakeNxWN",
+	"Y2iNrYHUE9ics9TOf9/EkX/wjzxmLjNO0WpJ8VKXj8MrWppWogpqEQSvxDWX7oVMqzFJ4/uYb7LxM9/R",
+	"E4+ZGcdZItzCmhu5sIQChb268fhTvsEimyxZnpQecXS3E/EXw5EUbjcDvZiJoH4CqTBOymW1kRhlWGIc",
+	"m/Dxh/Tda2EiIei2HiaC6E4MJtep4xvWZsf7+weHf+kP+oP+wfFXB4eHndtfb/9fAAAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

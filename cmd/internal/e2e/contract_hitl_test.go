@@ -112,7 +112,7 @@ func TestContractHITL(t *testing.T) {
 		if found == nil {
 			t.Fatalf("GET /api/v1/hitl does not list %s: %s", hitlID, list.Body)
 		}
-		if found.MissionId != "m-hitl-rest" || found.Prompt != data["prompt"] || found.Context != data["context"] ||
+		if deref(found.MissionId) != "m-hitl-rest" || found.Prompt != data["prompt"] || found.Context != data["context"] ||
 			found.AgentId == nil || *found.AgentId != "host-01" || found.SessionId == nil || *found.SessionId != started.Data["pty_session_id"] {
 			t.Errorf("listed request %s", list.Body)
 		}
@@ -125,7 +125,7 @@ func TestContractHITL(t *testing.T) {
 		if err != nil || ans.JSON200 == nil {
 			t.Fatalf("respond: %v %d %s", err, ans.StatusCode(), ans.Body)
 		}
-		if ans.JSON200.HitlId != hitlID || ans.JSON200.MissionId != "m-hitl-rest" || string(ans.JSON200.State) != "running" {
+		if ans.JSON200.HitlId != hitlID || deref(ans.JSON200.MissionId) != "m-hitl-rest" || ans.JSON200.State == nil || string(*ans.JSON200.State) != "running" {
 			t.Errorf("respond answered %s", ans.Body)
 		}
 		expectResumedAndDone(t, "m-hitl-rest")
@@ -271,7 +271,7 @@ func TestContractAbort(t *testing.T) {
 		t.Fatalf("list hitl: %v", err)
 	}
 	for _, r := range list.JSON200.Requests {
-		if r.MissionId == "m-abort-hitl" {
+		if deref(r.MissionId) == "m-abort-hitl" {
 			t.Errorf("the aborted mission's HITL request is still listed: %s", list.Body)
 		}
 	}

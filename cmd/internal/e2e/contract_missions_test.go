@@ -173,7 +173,7 @@ func (e *cenv) checkMissionsAgree(t *testing.T, ids []string, want map[string]st
 				t.Errorf("%s: an ended mission still shows a HITL request", id)
 			}
 		case evHITLRequired:
-			if m.Hitl == nil || m.Hitl.HitlId != end.Data["hitl_id"] || m.Hitl.Prompt != end.Data["prompt"] || m.Hitl.Context != end.Data["context"] || m.Hitl.MissionId != id {
+			if m.Hitl == nil || m.Hitl.HitlId != end.Data["hitl_id"] || m.Hitl.Prompt != end.Data["prompt"] || m.Hitl.Context != end.Data["context"] || deref(m.Hitl.MissionId) != id {
 				t.Errorf("%s: hitl %+v, hitl_required said %v", id, m.Hitl, end.Data)
 			}
 		}

@@ -655,3 +655,67 @@ func taskIDs(ts []restapi.Task) []string {
 	}
 	return out
 }
+
+// With skip_permissions: false, claude's permission prompts come to the
+// operator as HITL requests (GET /api/v1/hitl, with the task id) through
+// the agent's MCP server; the task waits, and the answer reaches claude.
+func TestTaskPermissionPromptsAreHITL(t *testing.T) {
+	root, err := harness.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	build := exec.Command("go", "build", "-o", filepath.Join(bin, "claude"), "./cmd/internal/e2e/testdata/fakeclaude")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the fake claude: %v %s", err, out)
+	}
+	s := startServer(t, 0, t.TempDir(), "PATH="+bin+":"+os.Getenv("PATH"), "AGENTIC_TASK_RUNTIME=host")
+	e := &taskEnv{t: t, s: s}
+	for _, decision := range []string{"allow", "deny"} {
+		st, b := e.submit("claude: {prompt: ask, skip_permissions: false}\nenvironment: {runtime: host}\nlifecycle: {artifact_patterns: [\"*.txt\"]}\n")
+		if st != 202 {
+			t.Fatalf("submit: %d %s", st, b)
+		}
+		var acc restapi.TaskAccepted
+		_ = json.Unmarshal(b, &acc)
+		var hitl restapi.HITLRequest
+		eventually(t, 60*time.Second, "the permission request", func() bool {
+			_, b := fileDo(t, s, http.MethodGet, s.RESTURL+"/api/v1/hitl", nil)
+			var l restapi.HITLList
+			_ = json.Unmarshal(b, &l)
+			for _, h := range l.Requests {
+				if deref(h.TaskId) == acc.TaskId {
+					hitl = h
+					return true
+				}
+			}
+			return false
+		})
+		if deref(hitl.ToolName) != "Bash" || !strings.Contains(deref(hitl.ToolInput), "rm -rf build") {
+			t.Errorf("the request: %+v", hitl)
+		}
+		if tk := e.get(acc.TaskId); tk.State != "running" || deref(tk.Progress.Activity) != "waiting" {
+			t.Errorf("while it waits: %s, activity %q", tk.State, deref(tk.Progress.Activity))
+		}
+		body := `{"text": "not in this repository", "decision": "` + decision + `"}`
+		st, b = fileDo(t, s, http.MethodPost, s.RESTURL+"/api/v1/hitl/"+hitl.HitlId+"/respond", strings.NewReader(body))
+		if st != 200 {
+			t.Fatalf("respond: %d %s", st, b)
+		}
+		tk := e.waitEnd(acc.TaskId, 60*time.Second)
+		if tk.State != "completed" {
+			t.Fatalf("after %s: %s %s %s", decision, tk.State, deref(tk.Reason), deref(tk.Error))
+		}
+		name := map[string]string{"allow": "allowed.txt", "deny": "denied.txt"}[decision]
+		_, got := fileDo(t, s, http.MethodGet, s.RESTURL+"/api/v1/tasks/"+tk.Id+"/artifacts/"+name, nil)
+		want := map[string]string{"allow": `"behavior":"allow"`, "deny": `"message":"not in this repository"`}[decision]
+		if !strings.Contains(string(got), want) {
+			t.Errorf("%s: claude was told %q", decision, got)
+		}
+		// Answered: no longer open.
+		if st, b := fileDo(t, s, http.MethodPost, s.RESTURL+"/api/v1/hitl/"+hitl.HitlId+"/respond", strings.NewReader(body)); st != 404 && st != 409 {
+			t.Errorf("answering again: %d %s", st, b)
+		}
+	}
+}

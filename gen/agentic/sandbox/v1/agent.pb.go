@@ -560,6 +560,7 @@ type ConnectRequest struct {
 	//	*ConnectRequest_SessionAck
 	//	*ConnectRequest_Pong
 	//	*ConnectRequest_CommandStarted
+	//	*ConnectRequest_PermissionRequest
 	Payload       isConnectRequest_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -683,6 +684,15 @@ func (x *ConnectRequest) GetCommandStarted() *CommandStarted {
 	return nil
 }
 
+func (x *ConnectRequest) GetPermissionRequest() *PermissionRequest {
+	if x != nil {
+		if x, ok := x.Payload.(*ConnectRequest_PermissionRequest); ok {
+			return x.PermissionRequest
+		}
+	}
+	return nil
+}
+
 type isConnectRequest_Payload interface {
 	isConnectRequest_Payload()
 }
@@ -723,6 +733,10 @@ type ConnectRequest_CommandStarted struct {
 	CommandStarted *CommandStarted `protobuf:"bytes,9,opt,name=command_started,json=commandStarted,proto3,oneof"`
 }
 
+type ConnectRequest_PermissionRequest struct {
+	PermissionRequest *PermissionRequest `protobuf:"bytes,10,opt,name=permission_request,json=permissionRequest,proto3,oneof"`
+}
+
 func (*ConnectRequest_Registration) isConnectRequest_Payload() {}
 
 func (*ConnectRequest_Heartbeat) isConnectRequest_Payload() {}
@@ -740,6 +754,8 @@ func (*ConnectRequest_SessionAck) isConnectRequest_Payload() {}
 func (*ConnectRequest_Pong) isConnectRequest_Payload() {}
 
 func (*ConnectRequest_CommandStarted) isConnectRequest_Payload() {}
+
+func (*ConnectRequest_PermissionRequest) isConnectRequest_Payload() {}
 
 // CommandStarted says the process of a command is running.
 type CommandStarted struct {
@@ -817,6 +833,7 @@ type ConnectResponse struct {
 	//	*ConnectResponse_SessionQuery
 	//	*ConnectResponse_SessionReconcile
 	//	*ConnectResponse_FileRequest
+	//	*ConnectResponse_PermissionDecision
 	Payload       isConnectResponse_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -949,6 +966,15 @@ func (x *ConnectResponse) GetFileRequest() *FileRequest {
 	return nil
 }
 
+func (x *ConnectResponse) GetPermissionDecision() *PermissionDecision {
+	if x != nil {
+		if x, ok := x.Payload.(*ConnectResponse_PermissionDecision); ok {
+			return x.PermissionDecision
+		}
+	}
+	return nil
+}
+
 type isConnectResponse_Payload interface {
 	isConnectResponse_Payload()
 }
@@ -993,6 +1019,10 @@ type ConnectResponse_FileRequest struct {
 	FileRequest *FileRequest `protobuf:"bytes,10,opt,name=file_request,json=fileRequest,proto3,oneof"`
 }
 
+type ConnectResponse_PermissionDecision struct {
+	PermissionDecision *PermissionDecision `protobuf:"bytes,11,opt,name=permission_decision,json=permissionDecision,proto3,oneof"`
+}
+
 func (*ConnectResponse_RegistrationAck) isConnectResponse_Payload() {}
 
 func (*ConnectResponse_Command) isConnectResponse_Payload() {}
@@ -1012,6 +1042,8 @@ func (*ConnectResponse_SessionQuery) isConnectResponse_Payload() {}
 func (*ConnectResponse_SessionReconcile) isConnectResponse_Payload() {}
 
 func (*ConnectResponse_FileRequest) isConnectResponse_Payload() {}
+
+func (*ConnectResponse_PermissionDecision) isConnectResponse_Payload() {}
 
 // FileRequest asks the agent to open a Transfer stream for one operation.
 // The agent does the work as the user its commands run as; a relative path
@@ -2166,9 +2198,13 @@ type CommandRequest struct {
 	SessionType SessionType `protobuf:"varint,15,opt,name=session_type,json=sessionType,proto3,enum=agentic.sandbox.v1.SessionType" json:"session_type,omitempty"`
 	// Keep the session in tmux where the agent has it (session_name names
 	// the tmux session), so it outlives the agent process.
-	Persist       bool `protobuf:"varint,16,opt,name=persist,proto3" json:"persist,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Persist bool `protobuf:"varint,16,opt,name=persist,proto3" json:"persist,omitempty"`
+	// The command asks for permissions (claude's --permission-prompt-tool):
+	// the agent gives it a socket (AGENTIC_PERMISSION_SOCKET) whose requests
+	// it forwards as PermissionRequest and answers with the decision.
+	PermissionPrompts bool `protobuf:"varint,17,opt,name=permission_prompts,json=permissionPrompts,proto3" json:"permission_prompts,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *CommandRequest) Reset() {
@@ -2313,6 +2349,152 @@ func (x *CommandRequest) GetPersist() bool {
 	return false
 }
 
+func (x *CommandRequest) GetPermissionPrompts() bool {
+	if x != nil {
+		return x.PermissionPrompts
+	}
+	return false
+}
+
+// PermissionRequest is a command's question: may it use a tool so?
+type PermissionRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	CommandId string                 `protobuf:"bytes,1,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	RequestId string                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	ToolName  string                 `protobuf:"bytes,3,opt,name=tool_name,json=toolName,proto3" json:"tool_name,omitempty"`
+	// The tool's input as JSON.
+	InputJson     string `protobuf:"bytes,4,opt,name=input_json,json=inputJson,proto3" json:"input_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PermissionRequest) Reset() {
+	*x = PermissionRequest{}
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PermissionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PermissionRequest) ProtoMessage() {}
+
+func (x *PermissionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PermissionRequest.ProtoReflect.Descriptor instead.
+func (*PermissionRequest) Descriptor() ([]byte, []int) {
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *PermissionRequest) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *PermissionRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *PermissionRequest) GetToolName() string {
+	if x != nil {
+		return x.ToolName
+	}
+	return ""
+}
+
+func (x *PermissionRequest) GetInputJson() string {
+	if x != nil {
+		return x.InputJson
+	}
+	return ""
+}
+
+// PermissionDecision answers a PermissionRequest.
+type PermissionDecision struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	CommandId     string                 `protobuf:"bytes,1,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	RequestId     string                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Allow         bool                   `protobuf:"varint,3,opt,name=allow,proto3" json:"allow,omitempty"`
+	Message       string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PermissionDecision) Reset() {
+	*x = PermissionDecision{}
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PermissionDecision) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PermissionDecision) ProtoMessage() {}
+
+func (x *PermissionDecision) ProtoReflect() protoreflect.Message {
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PermissionDecision.ProtoReflect.Descriptor instead.
+func (*PermissionDecision) Descriptor() ([]byte, []int) {
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *PermissionDecision) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *PermissionDecision) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *PermissionDecision) GetAllow() bool {
+	if x != nil {
+		return x.Allow
+	}
+	return false
+}
+
+func (x *PermissionDecision) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 type StdinChunk struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	CommandId     string                 `protobuf:"bytes,1,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
@@ -2324,7 +2506,7 @@ type StdinChunk struct {
 
 func (x *StdinChunk) Reset() {
 	*x = StdinChunk{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[18]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2336,7 +2518,7 @@ func (x *StdinChunk) String() string {
 func (*StdinChunk) ProtoMessage() {}
 
 func (x *StdinChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[18]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2349,7 +2531,7 @@ func (x *StdinChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StdinChunk.ProtoReflect.Descriptor instead.
 func (*StdinChunk) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StdinChunk) GetCommandId() string {
@@ -2388,7 +2570,7 @@ type PtyControl struct {
 
 func (x *PtyControl) Reset() {
 	*x = PtyControl{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[19]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2400,7 +2582,7 @@ func (x *PtyControl) String() string {
 func (*PtyControl) ProtoMessage() {}
 
 func (x *PtyControl) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[19]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2413,7 +2595,7 @@ func (x *PtyControl) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PtyControl.ProtoReflect.Descriptor instead.
 func (*PtyControl) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PtyControl) GetCommandId() string {
@@ -2490,7 +2672,7 @@ type CommandKill struct {
 
 func (x *CommandKill) Reset() {
 	*x = CommandKill{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[20]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2502,7 +2684,7 @@ func (x *CommandKill) String() string {
 func (*CommandKill) ProtoMessage() {}
 
 func (x *CommandKill) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[20]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2515,7 +2697,7 @@ func (x *CommandKill) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandKill.ProtoReflect.Descriptor instead.
 func (*CommandKill) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CommandKill) GetReason() string {
@@ -2535,7 +2717,7 @@ type PtyResize struct {
 
 func (x *PtyResize) Reset() {
 	*x = PtyResize{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[21]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2547,7 +2729,7 @@ func (x *PtyResize) String() string {
 func (*PtyResize) ProtoMessage() {}
 
 func (x *PtyResize) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[21]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2560,7 +2742,7 @@ func (x *PtyResize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PtyResize.ProtoReflect.Descriptor instead.
 func (*PtyResize) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PtyResize) GetCols() uint32 {
@@ -2587,7 +2769,7 @@ type PtySignal struct {
 
 func (x *PtySignal) Reset() {
 	*x = PtySignal{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[22]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2599,7 +2781,7 @@ func (x *PtySignal) String() string {
 func (*PtySignal) ProtoMessage() {}
 
 func (x *PtySignal) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[22]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2612,7 +2794,7 @@ func (x *PtySignal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PtySignal.ProtoReflect.Descriptor instead.
 func (*PtySignal) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PtySignal) GetSignal() int32 {
@@ -2640,7 +2822,7 @@ type CommandResult struct {
 
 func (x *CommandResult) Reset() {
 	*x = CommandResult{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[23]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2652,7 +2834,7 @@ func (x *CommandResult) String() string {
 func (*CommandResult) ProtoMessage() {}
 
 func (x *CommandResult) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[23]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2665,7 +2847,7 @@ func (x *CommandResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandResult.ProtoReflect.Descriptor instead.
 func (*CommandResult) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CommandResult) GetCommandId() string {
@@ -2727,7 +2909,7 @@ type ConfigUpdate struct {
 
 func (x *ConfigUpdate) Reset() {
 	*x = ConfigUpdate{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[24]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2739,7 +2921,7 @@ func (x *ConfigUpdate) String() string {
 func (*ConfigUpdate) ProtoMessage() {}
 
 func (x *ConfigUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[24]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2752,7 +2934,7 @@ func (x *ConfigUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigUpdate.ProtoReflect.Descriptor instead.
 func (*ConfigUpdate) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ConfigUpdate) GetConfig() map[string]string {
@@ -2780,7 +2962,7 @@ type Shutdown struct {
 
 func (x *Shutdown) Reset() {
 	*x = Shutdown{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[25]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2792,7 +2974,7 @@ func (x *Shutdown) String() string {
 func (*Shutdown) ProtoMessage() {}
 
 func (x *Shutdown) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[25]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2805,7 +2987,7 @@ func (x *Shutdown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Shutdown.ProtoReflect.Descriptor instead.
 func (*Shutdown) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Shutdown) GetReason() string {
@@ -2831,7 +3013,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[26]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2843,7 +3025,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[26]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2856,7 +3038,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Ping) GetNonce() uint64 {
@@ -2875,7 +3057,7 @@ type Pong struct {
 
 func (x *Pong) Reset() {
 	*x = Pong{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[27]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2887,7 +3069,7 @@ func (x *Pong) String() string {
 func (*Pong) ProtoMessage() {}
 
 func (x *Pong) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[27]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2900,7 +3082,7 @@ func (x *Pong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pong.ProtoReflect.Descriptor instead.
 func (*Pong) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Pong) GetNonce() uint64 {
@@ -2919,7 +3101,7 @@ type SessionQuery struct {
 
 func (x *SessionQuery) Reset() {
 	*x = SessionQuery{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[28]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2931,7 +3113,7 @@ func (x *SessionQuery) String() string {
 func (*SessionQuery) ProtoMessage() {}
 
 func (x *SessionQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[28]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2944,7 +3126,7 @@ func (x *SessionQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionQuery.ProtoReflect.Descriptor instead.
 func (*SessionQuery) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SessionQuery) GetRequestId() string {
@@ -2980,7 +3162,7 @@ type SessionInfo struct {
 
 func (x *SessionInfo) Reset() {
 	*x = SessionInfo{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[29]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2992,7 +3174,7 @@ func (x *SessionInfo) String() string {
 func (*SessionInfo) ProtoMessage() {}
 
 func (x *SessionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[29]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3005,7 +3187,7 @@ func (x *SessionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
 func (*SessionInfo) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SessionInfo) GetSessionId() string {
@@ -3113,7 +3295,7 @@ type SessionReport struct {
 
 func (x *SessionReport) Reset() {
 	*x = SessionReport{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[30]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3125,7 +3307,7 @@ func (x *SessionReport) String() string {
 func (*SessionReport) ProtoMessage() {}
 
 func (x *SessionReport) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[30]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3138,7 +3320,7 @@ func (x *SessionReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionReport.ProtoReflect.Descriptor instead.
 func (*SessionReport) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SessionReport) GetRequestId() string {
@@ -3166,7 +3348,7 @@ type SessionDecision struct {
 
 func (x *SessionDecision) Reset() {
 	*x = SessionDecision{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[31]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3178,7 +3360,7 @@ func (x *SessionDecision) String() string {
 func (*SessionDecision) ProtoMessage() {}
 
 func (x *SessionDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[31]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3191,7 +3373,7 @@ func (x *SessionDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionDecision.ProtoReflect.Descriptor instead.
 func (*SessionDecision) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SessionDecision) GetSessionId() string {
@@ -3225,7 +3407,7 @@ type SessionReconcile struct {
 
 func (x *SessionReconcile) Reset() {
 	*x = SessionReconcile{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[32]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3237,7 +3419,7 @@ func (x *SessionReconcile) String() string {
 func (*SessionReconcile) ProtoMessage() {}
 
 func (x *SessionReconcile) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[32]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3250,7 +3432,7 @@ func (x *SessionReconcile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionReconcile.ProtoReflect.Descriptor instead.
 func (*SessionReconcile) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SessionReconcile) GetRequestId() string {
@@ -3277,7 +3459,7 @@ type SessionAck struct {
 
 func (x *SessionAck) Reset() {
 	*x = SessionAck{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[33]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3289,7 +3471,7 @@ func (x *SessionAck) String() string {
 func (*SessionAck) ProtoMessage() {}
 
 func (x *SessionAck) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[33]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3302,7 +3484,7 @@ func (x *SessionAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionAck.ProtoReflect.Descriptor instead.
 func (*SessionAck) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SessionAck) GetRequestId() string {
@@ -3331,7 +3513,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[34]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3343,7 +3525,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[34]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3356,7 +3538,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ExecRequest) GetAgentId() string {
@@ -3393,7 +3575,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[35]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3405,7 +3587,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[35]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3418,7 +3600,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ExecResponse) GetPayload() isExecResponse_Payload {
@@ -3466,7 +3648,7 @@ var File_agentic_sandbox_v1_agent_proto protoreflect.FileDescriptor
 
 const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x1eagentic/sandbox/v1/agent.proto\x12\x12agentic.sandbox.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf0\x04\n" +
+	"\x1eagentic/sandbox/v1/agent.proto\x12\x12agentic.sandbox.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc8\x05\n" +
 	"\x0eConnectRequest\x12F\n" +
 	"\fregistration\x18\x01 \x01(\v2 .agentic.sandbox.v1.RegistrationH\x00R\fregistration\x12=\n" +
 	"\theartbeat\x18\x02 \x01(\v2\x1d.agentic.sandbox.v1.HeartbeatH\x00R\theartbeat\x127\n" +
@@ -3477,14 +3659,16 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"\vsession_ack\x18\a \x01(\v2\x1e.agentic.sandbox.v1.SessionAckH\x00R\n" +
 	"sessionAck\x12.\n" +
 	"\x04pong\x18\b \x01(\v2\x18.agentic.sandbox.v1.PongH\x00R\x04pong\x12M\n" +
-	"\x0fcommand_started\x18\t \x01(\v2\".agentic.sandbox.v1.CommandStartedH\x00R\x0ecommandStartedB\t\n" +
+	"\x0fcommand_started\x18\t \x01(\v2\".agentic.sandbox.v1.CommandStartedH\x00R\x0ecommandStarted\x12V\n" +
+	"\x12permission_request\x18\n" +
+	" \x01(\v2%.agentic.sandbox.v1.PermissionRequestH\x00R\x11permissionRequestB\t\n" +
 	"\apayload\"|\n" +
 	"\x0eCommandStarted\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\x05R\x03pid\x129\n" +
 	"\n" +
-	"started_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\"\xc2\x05\n" +
+	"started_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\"\x9d\x06\n" +
 	"\x0fConnectResponse\x12P\n" +
 	"\x10registration_ack\x18\x01 \x01(\v2#.agentic.sandbox.v1.RegistrationAckH\x00R\x0fregistrationAck\x12>\n" +
 	"\acommand\x18\x02 \x01(\v2\".agentic.sandbox.v1.CommandRequestH\x00R\acommand\x126\n" +
@@ -3497,7 +3681,8 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"\rsession_query\x18\b \x01(\v2 .agentic.sandbox.v1.SessionQueryH\x00R\fsessionQuery\x12S\n" +
 	"\x11session_reconcile\x18\t \x01(\v2$.agentic.sandbox.v1.SessionReconcileH\x00R\x10sessionReconcile\x12D\n" +
 	"\ffile_request\x18\n" +
-	" \x01(\v2\x1f.agentic.sandbox.v1.FileRequestH\x00R\vfileRequestB\t\n" +
+	" \x01(\v2\x1f.agentic.sandbox.v1.FileRequestH\x00R\vfileRequest\x12Y\n" +
+	"\x13permission_decision\x18\v \x01(\v2&.agentic.sandbox.v1.PermissionDecisionH\x00R\x12permissionDecisionB\t\n" +
 	"\apayload\"\xbd\x01\n" +
 	"\vFileRequest\x12\x1f\n" +
 	"\vtransfer_id\x18\x01 \x01(\tR\n" +
@@ -3593,7 +3778,7 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"\x04data\x18\x03 \x01(\fR\x04data\x128\n" +
 	"\ttimestamp\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x12\x10\n" +
 	"\x03eof\x18\x05 \x01(\bR\x03eof\x12\x16\n" +
-	"\x06offset\x18\x06 \x01(\x04R\x06offset\"\xe8\x04\n" +
+	"\x06offset\x18\x06 \x01(\x04R\x06offset\"\x97\x05\n" +
 	"\x0eCommandRequest\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12\x18\n" +
@@ -3615,10 +3800,26 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"stdin_open\x18\x0e \x01(\bR\tstdinOpen\x12B\n" +
 	"\fsession_type\x18\x0f \x01(\x0e2\x1f.agentic.sandbox.v1.SessionTypeR\vsessionType\x12\x18\n" +
-	"\apersist\x18\x10 \x01(\bR\apersist\x1a6\n" +
+	"\apersist\x18\x10 \x01(\bR\apersist\x12-\n" +
+	"\x12permission_prompts\x18\x11 \x01(\bR\x11permissionPrompts\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"Q\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8d\x01\n" +
+	"\x11PermissionRequest\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x01 \x01(\tR\tcommandId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\x12\x1b\n" +
+	"\ttool_name\x18\x03 \x01(\tR\btoolName\x12\x1d\n" +
+	"\n" +
+	"input_json\x18\x04 \x01(\tR\tinputJson\"\x82\x01\n" +
+	"\x12PermissionDecision\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x01 \x01(\tR\tcommandId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\x12\x14\n" +
+	"\x05allow\x18\x03 \x01(\bR\x05allow\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"Q\n" +
 	"\n" +
 	"StdinChunk\x12\x1d\n" +
 	"\n" +
@@ -3786,7 +3987,7 @@ func file_agentic_sandbox_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_agentic_sandbox_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
-var file_agentic_sandbox_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_agentic_sandbox_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_agentic_sandbox_v1_agent_proto_goTypes = []any{
 	(RuntimeKind)(0),              // 0: agentic.sandbox.v1.RuntimeKind
 	(AgentStatus)(0),              // 1: agentic.sandbox.v1.AgentStatus
@@ -3815,98 +4016,102 @@ var file_agentic_sandbox_v1_agent_proto_goTypes = []any{
 	(*Metrics)(nil),               // 24: agentic.sandbox.v1.Metrics
 	(*OutputChunk)(nil),           // 25: agentic.sandbox.v1.OutputChunk
 	(*CommandRequest)(nil),        // 26: agentic.sandbox.v1.CommandRequest
-	(*StdinChunk)(nil),            // 27: agentic.sandbox.v1.StdinChunk
-	(*PtyControl)(nil),            // 28: agentic.sandbox.v1.PtyControl
-	(*CommandKill)(nil),           // 29: agentic.sandbox.v1.CommandKill
-	(*PtyResize)(nil),             // 30: agentic.sandbox.v1.PtyResize
-	(*PtySignal)(nil),             // 31: agentic.sandbox.v1.PtySignal
-	(*CommandResult)(nil),         // 32: agentic.sandbox.v1.CommandResult
-	(*ConfigUpdate)(nil),          // 33: agentic.sandbox.v1.ConfigUpdate
-	(*Shutdown)(nil),              // 34: agentic.sandbox.v1.Shutdown
-	(*Ping)(nil),                  // 35: agentic.sandbox.v1.Ping
-	(*Pong)(nil),                  // 36: agentic.sandbox.v1.Pong
-	(*SessionQuery)(nil),          // 37: agentic.sandbox.v1.SessionQuery
-	(*SessionInfo)(nil),           // 38: agentic.sandbox.v1.SessionInfo
-	(*SessionReport)(nil),         // 39: agentic.sandbox.v1.SessionReport
-	(*SessionDecision)(nil),       // 40: agentic.sandbox.v1.SessionDecision
-	(*SessionReconcile)(nil),      // 41: agentic.sandbox.v1.SessionReconcile
-	(*SessionAck)(nil),            // 42: agentic.sandbox.v1.SessionAck
-	(*ExecRequest)(nil),           // 43: agentic.sandbox.v1.ExecRequest
-	(*ExecResponse)(nil),          // 44: agentic.sandbox.v1.ExecResponse
-	nil,                           // 45: agentic.sandbox.v1.Registration.LabelsEntry
-	nil,                           // 46: agentic.sandbox.v1.RegistrationAck.ConfigEntry
-	nil,                           // 47: agentic.sandbox.v1.CommandRequest.EnvEntry
-	nil,                           // 48: agentic.sandbox.v1.ConfigUpdate.ConfigEntry
-	(*timestamppb.Timestamp)(nil), // 49: google.protobuf.Timestamp
+	(*PermissionRequest)(nil),     // 27: agentic.sandbox.v1.PermissionRequest
+	(*PermissionDecision)(nil),    // 28: agentic.sandbox.v1.PermissionDecision
+	(*StdinChunk)(nil),            // 29: agentic.sandbox.v1.StdinChunk
+	(*PtyControl)(nil),            // 30: agentic.sandbox.v1.PtyControl
+	(*CommandKill)(nil),           // 31: agentic.sandbox.v1.CommandKill
+	(*PtyResize)(nil),             // 32: agentic.sandbox.v1.PtyResize
+	(*PtySignal)(nil),             // 33: agentic.sandbox.v1.PtySignal
+	(*CommandResult)(nil),         // 34: agentic.sandbox.v1.CommandResult
+	(*ConfigUpdate)(nil),          // 35: agentic.sandbox.v1.ConfigUpdate
+	(*Shutdown)(nil),              // 36: agentic.sandbox.v1.Shutdown
+	(*Ping)(nil),                  // 37: agentic.sandbox.v1.Ping
+	(*Pong)(nil),                  // 38: agentic.sandbox.v1.Pong
+	(*SessionQuery)(nil),          // 39: agentic.sandbox.v1.SessionQuery
+	(*SessionInfo)(nil),           // 40: agentic.sandbox.v1.SessionInfo
+	(*SessionReport)(nil),         // 41: agentic.sandbox.v1.SessionReport
+	(*SessionDecision)(nil),       // 42: agentic.sandbox.v1.SessionDecision
+	(*SessionReconcile)(nil),      // 43: agentic.sandbox.v1.SessionReconcile
+	(*SessionAck)(nil),            // 44: agentic.sandbox.v1.SessionAck
+	(*ExecRequest)(nil),           // 45: agentic.sandbox.v1.ExecRequest
+	(*ExecResponse)(nil),          // 46: agentic.sandbox.v1.ExecResponse
+	nil,                           // 47: agentic.sandbox.v1.Registration.LabelsEntry
+	nil,                           // 48: agentic.sandbox.v1.RegistrationAck.ConfigEntry
+	nil,                           // 49: agentic.sandbox.v1.CommandRequest.EnvEntry
+	nil,                           // 50: agentic.sandbox.v1.ConfigUpdate.ConfigEntry
+	(*timestamppb.Timestamp)(nil), // 51: google.protobuf.Timestamp
 }
 var file_agentic_sandbox_v1_agent_proto_depIdxs = []int32{
 	20, // 0: agentic.sandbox.v1.ConnectRequest.registration:type_name -> agentic.sandbox.v1.Registration
 	23, // 1: agentic.sandbox.v1.ConnectRequest.heartbeat:type_name -> agentic.sandbox.v1.Heartbeat
 	24, // 2: agentic.sandbox.v1.ConnectRequest.metrics:type_name -> agentic.sandbox.v1.Metrics
 	25, // 3: agentic.sandbox.v1.ConnectRequest.output:type_name -> agentic.sandbox.v1.OutputChunk
-	32, // 4: agentic.sandbox.v1.ConnectRequest.command_result:type_name -> agentic.sandbox.v1.CommandResult
-	39, // 5: agentic.sandbox.v1.ConnectRequest.session_report:type_name -> agentic.sandbox.v1.SessionReport
-	42, // 6: agentic.sandbox.v1.ConnectRequest.session_ack:type_name -> agentic.sandbox.v1.SessionAck
-	36, // 7: agentic.sandbox.v1.ConnectRequest.pong:type_name -> agentic.sandbox.v1.Pong
+	34, // 4: agentic.sandbox.v1.ConnectRequest.command_result:type_name -> agentic.sandbox.v1.CommandResult
+	41, // 5: agentic.sandbox.v1.ConnectRequest.session_report:type_name -> agentic.sandbox.v1.SessionReport
+	44, // 6: agentic.sandbox.v1.ConnectRequest.session_ack:type_name -> agentic.sandbox.v1.SessionAck
+	38, // 7: agentic.sandbox.v1.ConnectRequest.pong:type_name -> agentic.sandbox.v1.Pong
 	10, // 8: agentic.sandbox.v1.ConnectRequest.command_started:type_name -> agentic.sandbox.v1.CommandStarted
-	49, // 9: agentic.sandbox.v1.CommandStarted.started_at:type_name -> google.protobuf.Timestamp
-	22, // 10: agentic.sandbox.v1.ConnectResponse.registration_ack:type_name -> agentic.sandbox.v1.RegistrationAck
-	26, // 11: agentic.sandbox.v1.ConnectResponse.command:type_name -> agentic.sandbox.v1.CommandRequest
-	27, // 12: agentic.sandbox.v1.ConnectResponse.stdin:type_name -> agentic.sandbox.v1.StdinChunk
-	28, // 13: agentic.sandbox.v1.ConnectResponse.pty_control:type_name -> agentic.sandbox.v1.PtyControl
-	33, // 14: agentic.sandbox.v1.ConnectResponse.config_update:type_name -> agentic.sandbox.v1.ConfigUpdate
-	34, // 15: agentic.sandbox.v1.ConnectResponse.shutdown:type_name -> agentic.sandbox.v1.Shutdown
-	35, // 16: agentic.sandbox.v1.ConnectResponse.ping:type_name -> agentic.sandbox.v1.Ping
-	37, // 17: agentic.sandbox.v1.ConnectResponse.session_query:type_name -> agentic.sandbox.v1.SessionQuery
-	41, // 18: agentic.sandbox.v1.ConnectResponse.session_reconcile:type_name -> agentic.sandbox.v1.SessionReconcile
-	12, // 19: agentic.sandbox.v1.ConnectResponse.file_request:type_name -> agentic.sandbox.v1.FileRequest
-	6,  // 20: agentic.sandbox.v1.FileRequest.op:type_name -> agentic.sandbox.v1.FileOp
-	14, // 21: agentic.sandbox.v1.TransferRequest.open:type_name -> agentic.sandbox.v1.TransferOpen
-	15, // 22: agentic.sandbox.v1.TransferRequest.ready:type_name -> agentic.sandbox.v1.TransferReady
-	16, // 23: agentic.sandbox.v1.TransferRequest.listing:type_name -> agentic.sandbox.v1.FileListing
-	18, // 24: agentic.sandbox.v1.TransferRequest.end:type_name -> agentic.sandbox.v1.TransferEnd
-	17, // 25: agentic.sandbox.v1.FileListing.entries:type_name -> agentic.sandbox.v1.FileEntry
-	7,  // 26: agentic.sandbox.v1.FileEntry.type:type_name -> agentic.sandbox.v1.FileType
-	49, // 27: agentic.sandbox.v1.FileEntry.mtime:type_name -> google.protobuf.Timestamp
-	8,  // 28: agentic.sandbox.v1.TransferEnd.error:type_name -> agentic.sandbox.v1.FileError
-	21, // 29: agentic.sandbox.v1.Registration.system_info:type_name -> agentic.sandbox.v1.SystemInfo
-	45, // 30: agentic.sandbox.v1.Registration.labels:type_name -> agentic.sandbox.v1.Registration.LabelsEntry
-	0,  // 31: agentic.sandbox.v1.Registration.runtime:type_name -> agentic.sandbox.v1.RuntimeKind
-	46, // 32: agentic.sandbox.v1.RegistrationAck.config:type_name -> agentic.sandbox.v1.RegistrationAck.ConfigEntry
-	1,  // 33: agentic.sandbox.v1.Heartbeat.status:type_name -> agentic.sandbox.v1.AgentStatus
-	49, // 34: agentic.sandbox.v1.Heartbeat.sent_at:type_name -> google.protobuf.Timestamp
-	24, // 35: agentic.sandbox.v1.Heartbeat.metrics:type_name -> agentic.sandbox.v1.Metrics
-	2,  // 36: agentic.sandbox.v1.OutputChunk.stream:type_name -> agentic.sandbox.v1.OutputStream
-	49, // 37: agentic.sandbox.v1.OutputChunk.timestamp:type_name -> google.protobuf.Timestamp
-	47, // 38: agentic.sandbox.v1.CommandRequest.env:type_name -> agentic.sandbox.v1.CommandRequest.EnvEntry
-	3,  // 39: agentic.sandbox.v1.CommandRequest.session_type:type_name -> agentic.sandbox.v1.SessionType
-	30, // 40: agentic.sandbox.v1.PtyControl.resize:type_name -> agentic.sandbox.v1.PtyResize
-	31, // 41: agentic.sandbox.v1.PtyControl.signal:type_name -> agentic.sandbox.v1.PtySignal
-	29, // 42: agentic.sandbox.v1.PtyControl.kill:type_name -> agentic.sandbox.v1.CommandKill
-	48, // 43: agentic.sandbox.v1.ConfigUpdate.config:type_name -> agentic.sandbox.v1.ConfigUpdate.ConfigEntry
-	3,  // 44: agentic.sandbox.v1.SessionInfo.type:type_name -> agentic.sandbox.v1.SessionType
-	4,  // 45: agentic.sandbox.v1.SessionInfo.state:type_name -> agentic.sandbox.v1.SessionState
-	49, // 46: agentic.sandbox.v1.SessionInfo.started_at:type_name -> google.protobuf.Timestamp
-	49, // 47: agentic.sandbox.v1.SessionInfo.ended_at:type_name -> google.protobuf.Timestamp
-	32, // 48: agentic.sandbox.v1.SessionInfo.result:type_name -> agentic.sandbox.v1.CommandResult
-	2,  // 49: agentic.sandbox.v1.SessionInfo.tail_stream:type_name -> agentic.sandbox.v1.OutputStream
-	38, // 50: agentic.sandbox.v1.SessionReport.sessions:type_name -> agentic.sandbox.v1.SessionInfo
-	5,  // 51: agentic.sandbox.v1.SessionDecision.action:type_name -> agentic.sandbox.v1.ReconcileAction
-	40, // 52: agentic.sandbox.v1.SessionReconcile.decisions:type_name -> agentic.sandbox.v1.SessionDecision
-	26, // 53: agentic.sandbox.v1.ExecRequest.command:type_name -> agentic.sandbox.v1.CommandRequest
-	25, // 54: agentic.sandbox.v1.ExecResponse.output:type_name -> agentic.sandbox.v1.OutputChunk
-	32, // 55: agentic.sandbox.v1.ExecResponse.result:type_name -> agentic.sandbox.v1.CommandResult
-	9,  // 56: agentic.sandbox.v1.AgentService.Connect:input_type -> agentic.sandbox.v1.ConnectRequest
-	43, // 57: agentic.sandbox.v1.AgentService.Exec:input_type -> agentic.sandbox.v1.ExecRequest
-	13, // 58: agentic.sandbox.v1.AgentService.Transfer:input_type -> agentic.sandbox.v1.TransferRequest
-	11, // 59: agentic.sandbox.v1.AgentService.Connect:output_type -> agentic.sandbox.v1.ConnectResponse
-	44, // 60: agentic.sandbox.v1.AgentService.Exec:output_type -> agentic.sandbox.v1.ExecResponse
-	19, // 61: agentic.sandbox.v1.AgentService.Transfer:output_type -> agentic.sandbox.v1.TransferResponse
-	59, // [59:62] is the sub-list for method output_type
-	56, // [56:59] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	27, // 9: agentic.sandbox.v1.ConnectRequest.permission_request:type_name -> agentic.sandbox.v1.PermissionRequest
+	51, // 10: agentic.sandbox.v1.CommandStarted.started_at:type_name -> google.protobuf.Timestamp
+	22, // 11: agentic.sandbox.v1.ConnectResponse.registration_ack:type_name -> agentic.sandbox.v1.RegistrationAck
+	26, // 12: agentic.sandbox.v1.ConnectResponse.command:type_name -> agentic.sandbox.v1.CommandRequest
+	29, // 13: agentic.sandbox.v1.ConnectResponse.stdin:type_name -> agentic.sandbox.v1.StdinChunk
+	30, // 14: agentic.sandbox.v1.ConnectResponse.pty_control:type_name -> agentic.sandbox.v1.PtyControl
+	35, // 15: agentic.sandbox.v1.ConnectResponse.config_update:type_name -> agentic.sandbox.v1.ConfigUpdate
+	36, // 16: agentic.sandbox.v1.ConnectResponse.shutdown:type_name -> agentic.sandbox.v1.Shutdown
+	37, // 17: agentic.sandbox.v1.ConnectResponse.ping:type_name -> agentic.sandbox.v1.Ping
+	39, // 18: agentic.sandbox.v1.ConnectResponse.session_query:type_name -> agentic.sandbox.v1.SessionQuery
+	43, // 19: agentic.sandbox.v1.ConnectResponse.session_reconcile:type_name -> agentic.sandbox.v1.SessionReconcile
+	12, // 20: agentic.sandbox.v1.ConnectResponse.file_request:type_name -> agentic.sandbox.v1.FileRequest
+	28, // 21: agentic.sandbox.v1.ConnectResponse.permission_decision:type_name -> agentic.sandbox.v1.PermissionDecision
+	6,  // 22: agentic.sandbox.v1.FileRequest.op:type_name -> agentic.sandbox.v1.FileOp
+	14, // 23: agentic.sandbox.v1.TransferRequest.open:type_name -> agentic.sandbox.v1.TransferOpen
+	15, // 24: agentic.sandbox.v1.TransferRequest.ready:type_name -> agentic.sandbox.v1.TransferReady
+	16, // 25: agentic.sandbox.v1.TransferRequest.listing:type_name -> agentic.sandbox.v1.FileListing
+	18, // 26: agentic.sandbox.v1.TransferRequest.end:type_name -> agentic.sandbox.v1.TransferEnd
+	17, // 27: agentic.sandbox.v1.FileListing.entries:type_name -> agentic.sandbox.v1.FileEntry
+	7,  // 28: agentic.sandbox.v1.FileEntry.type:type_name -> agentic.sandbox.v1.FileType
+	51, // 29: agentic.sandbox.v1.FileEntry.mtime:type_name -> google.protobuf.Timestamp
+	8,  // 30: agentic.sandbox.v1.TransferEnd.error:type_name -> agentic.sandbox.v1.FileError
+	21, // 31: agentic.sandbox.v1.Registration.system_info:type_name -> agentic.sandbox.v1.SystemInfo
+	47, // 32: agentic.sandbox.v1.Registration.labels:type_name -> agentic.sandbox.v1.Registration.LabelsEntry
+	0,  // 33: agentic.sandbox.v1.Registration.runtime:type_name -> agentic.sandbox.v1.RuntimeKind
+	48, // 34: agentic.sandbox.v1.RegistrationAck.config:type_name -> agentic.sandbox.v1.RegistrationAck.ConfigEntry
+	1,  // 35: agentic.sandbox.v1.Heartbeat.status:type_name -> agentic.sandbox.v1.AgentStatus
+	51, // 36: agentic.sandbox.v1.Heartbeat.sent_at:type_name -> google.protobuf.Timestamp
+	24, // 37: agentic.sandbox.v1.Heartbeat.metrics:type_name -> agentic.sandbox.v1.Metrics
+	2,  // 38: agentic.sandbox.v1.OutputChunk.stream:type_name -> agentic.sandbox.v1.OutputStream
+	51, // 39: agentic.sandbox.v1.OutputChunk.timestamp:type_name -> google.protobuf.Timestamp
+	49, // 40: agentic.sandbox.v1.CommandRequest.env:type_name -> agentic.sandbox.v1.CommandRequest.EnvEntry
+	3,  // 41: agentic.sandbox.v1.CommandRequest.session_type:type_name -> agentic.sandbox.v1.SessionType
+	32, // 42: agentic.sandbox.v1.PtyControl.resize:type_name -> agentic.sandbox.v1.PtyResize
+	33, // 43: agentic.sandbox.v1.PtyControl.signal:type_name -> agentic.sandbox.v1.PtySignal
+	31, // 44: agentic.sandbox.v1.PtyControl.kill:type_name -> agentic.sandbox.v1.CommandKill
+	50, // 45: agentic.sandbox.v1.ConfigUpdate.config:type_name -> agentic.sandbox.v1.ConfigUpdate.ConfigEntry
+	3,  // 46: agentic.sandbox.v1.SessionInfo.type:type_name -> agentic.sandbox.v1.SessionType
+	4,  // 47: agentic.sandbox.v1.SessionInfo.state:type_name -> agentic.sandbox.v1.SessionState
+	51, // 48: agentic.sandbox.v1.SessionInfo.started_at:type_name -> google.protobuf.Timestamp
+	51, // 49: agentic.sandbox.v1.SessionInfo.ended_at:type_name -> google.protobuf.Timestamp
+	34, // 50: agentic.sandbox.v1.SessionInfo.result:type_name -> agentic.sandbox.v1.CommandResult
+	2,  // 51: agentic.sandbox.v1.SessionInfo.tail_stream:type_name -> agentic.sandbox.v1.OutputStream
+	40, // 52: agentic.sandbox.v1.SessionReport.sessions:type_name -> agentic.sandbox.v1.SessionInfo
+	5,  // 53: agentic.sandbox.v1.SessionDecision.action:type_name -> agentic.sandbox.v1.ReconcileAction
+	42, // 54: agentic.sandbox.v1.SessionReconcile.decisions:type_name -> agentic.sandbox.v1.SessionDecision
+	26, // 55: agentic.sandbox.v1.ExecRequest.command:type_name -> agentic.sandbox.v1.CommandRequest
+	25, // 56: agentic.sandbox.v1.ExecResponse.output:type_name -> agentic.sandbox.v1.OutputChunk
+	34, // 57: agentic.sandbox.v1.ExecResponse.result:type_name -> agentic.sandbox.v1.CommandResult
+	9,  // 58: agentic.sandbox.v1.AgentService.Connect:input_type -> agentic.sandbox.v1.ConnectRequest
+	45, // 59: agentic.sandbox.v1.AgentService.Exec:input_type -> agentic.sandbox.v1.ExecRequest
+	13, // 60: agentic.sandbox.v1.AgentService.Transfer:input_type -> agentic.sandbox.v1.TransferRequest
+	11, // 61: agentic.sandbox.v1.AgentService.Connect:output_type -> agentic.sandbox.v1.ConnectResponse
+	46, // 62: agentic.sandbox.v1.AgentService.Exec:output_type -> agentic.sandbox.v1.ExecResponse
+	19, // 63: agentic.sandbox.v1.AgentService.Transfer:output_type -> agentic.sandbox.v1.TransferResponse
+	61, // [61:64] is the sub-list for method output_type
+	58, // [58:61] is the sub-list for method input_type
+	58, // [58:58] is the sub-list for extension type_name
+	58, // [58:58] is the sub-list for extension extendee
+	0,  // [0:58] is the sub-list for field type_name
 }
 
 func init() { file_agentic_sandbox_v1_agent_proto_init() }
@@ -3924,6 +4129,7 @@ func file_agentic_sandbox_v1_agent_proto_init() {
 		(*ConnectRequest_SessionAck)(nil),
 		(*ConnectRequest_Pong)(nil),
 		(*ConnectRequest_CommandStarted)(nil),
+		(*ConnectRequest_PermissionRequest)(nil),
 	}
 	file_agentic_sandbox_v1_agent_proto_msgTypes[2].OneofWrappers = []any{
 		(*ConnectResponse_RegistrationAck)(nil),
@@ -3936,6 +4142,7 @@ func file_agentic_sandbox_v1_agent_proto_init() {
 		(*ConnectResponse_SessionQuery)(nil),
 		(*ConnectResponse_SessionReconcile)(nil),
 		(*ConnectResponse_FileRequest)(nil),
+		(*ConnectResponse_PermissionDecision)(nil),
 	}
 	file_agentic_sandbox_v1_agent_proto_msgTypes[4].OneofWrappers = []any{
 		(*TransferRequest_Open)(nil),
@@ -3949,12 +4156,12 @@ func file_agentic_sandbox_v1_agent_proto_init() {
 		(*TransferResponse_Eof)(nil),
 		(*TransferResponse_Abort)(nil),
 	}
-	file_agentic_sandbox_v1_agent_proto_msgTypes[19].OneofWrappers = []any{
+	file_agentic_sandbox_v1_agent_proto_msgTypes[21].OneofWrappers = []any{
 		(*PtyControl_Resize)(nil),
 		(*PtyControl_Signal)(nil),
 		(*PtyControl_Kill)(nil),
 	}
-	file_agentic_sandbox_v1_agent_proto_msgTypes[35].OneofWrappers = []any{
+	file_agentic_sandbox_v1_agent_proto_msgTypes[37].OneofWrappers = []any{
 		(*ExecResponse_Output)(nil),
 		(*ExecResponse_Result)(nil),
 	}
@@ -3964,7 +4171,7 @@ func file_agentic_sandbox_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentic_sandbox_v1_agent_proto_rawDesc), len(file_agentic_sandbox_v1_agent_proto_rawDesc)),
 			NumEnums:      9,
-			NumMessages:   40,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,187 @@
+package agentd
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
+)
+
+// Permission prompts: a command started with PermissionPrompts (claude
+// with --permission-prompt-tool) gets a socket of its own, named by
+// AGENTIC_PERMISSION_SOCKET. PermissionHelperArg makes this binary the MCP
+// server claude starts for its prompts; each prompt goes through the
+// socket to the agent, over the agent link to the server (a HITL request
+// there), and the operator's decision comes back the same way.
+
+// PermissionHelperArg is the first argument that makes the agent binary
+// the MCP permission server.
+const PermissionHelperArg = "__agentic-permission"
+
+// The environment a command with permission prompts gets.
+const (
+	EnvPermissionSocket = "AGENTIC_PERMISSION_SOCKET"
+	EnvAgentExe         = "AGENTIC_AGENT_EXE"
+)
+
+// permissionWire is one line on the socket, each way.
+type permissionWire struct {
+	ToolName string          `json:"tool_name,omitempty"`
+	Input    json.RawMessage `json:"input,omitempty"`
+	Allow    bool            `json:"allow,omitempty"`
+	Message  string          `json:"message,omitempty"`
+}
+
+// permissions holds the requests waiting for the server's decision.
+type permissions struct {
+	mu      sync.Mutex
+	waiting map[string]chan *sandboxv1.PermissionDecision
+	seq     atomic.Int64
+}
+
+func (p *permissions) deliver(d *sandboxv1.PermissionDecision) {
+	p.mu.Lock()
+	ch := p.waiting[d.GetRequestId()]
+	delete(p.waiting, d.GetRequestId())
+	p.mu.Unlock()
+	if ch != nil {
+		ch <- d
+	}
+}
+
+// permissionSocket listens for commandID's permission requests in a
+// directory of its own that the command's user can reach; stop closes it.
+func (a *Agent) permissionSocket(commandID string) (path string, stop func(), err error) {
+	dir, err := os.MkdirTemp("", "agentic-perm-")
+	if err != nil {
+		return "", nil, err
+	}
+	// The command may run as another user: it must reach the socket.
+	if err := os.Chmod(dir, 0o711); err != nil { //nolint:gosec // the socket is for the command's user
+		_ = os.RemoveAll(dir)
+		return "", nil, err
+	}
+	path = filepath.Join(dir, "permission.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return "", nil, err
+	}
+	if err := os.Chmod(path, 0o666); err != nil { //nolint:gosec // see above
+		_ = ln.Close()
+		_ = os.RemoveAll(dir)
+		return "", nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go a.servePermission(ctx, commandID, conn)
+		}
+	}()
+	return path, func() { cancel(); _ = ln.Close(); _ = os.RemoveAll(dir) }, nil
+}
+
+// servePermission forwards one request and writes back the decision; a
+// request that finds no answer (the command ended) is denied.
+func (a *Agent) servePermission(ctx context.Context, commandID string, conn net.Conn) {
+	defer conn.Close()
+	line, err := bufio.NewReaderSize(io.LimitReader(conn, 1<<20), 64<<10).ReadBytes('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return
+	}
+	var req permissionWire
+	if json.Unmarshal(line, &req) != nil || req.ToolName == "" {
+		_ = json.NewEncoder(conn).Encode(permissionWire{Message: "malformed permission request"})
+		return
+	}
+	id := commandID + "-" + strconv.FormatInt(a.perms.seq.Add(1), 10)
+	ch := make(chan *sandboxv1.PermissionDecision, 1)
+	a.perms.mu.Lock()
+	if a.perms.waiting == nil {
+		a.perms.waiting = map[string]chan *sandboxv1.PermissionDecision{}
+	}
+	a.perms.waiting[id] = ch
+	a.perms.mu.Unlock()
+	defer func() {
+		a.perms.mu.Lock()
+		delete(a.perms.waiting, id)
+		a.perms.mu.Unlock()
+	}()
+	a.out.pushNow(&sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_PermissionRequest{PermissionRequest: &sandboxv1.PermissionRequest{
+		CommandId: commandID, RequestId: id, ToolName: req.ToolName, InputJson: string(req.Input),
+	}}})
+	select {
+	case d := <-ch:
+		_ = json.NewEncoder(conn).Encode(permissionWire{Allow: d.GetAllow(), Message: d.GetMessage()})
+	case <-ctx.Done():
+		_ = json.NewEncoder(conn).Encode(permissionWire{Message: "the command ended"})
+	}
+}
+
+// permissionInput is what claude's permission prompt tool is given.
+type permissionInput struct {
+	ToolName  string         `json:"tool_name" jsonschema:"the tool claude wants to use"`
+	Input     map[string]any `json:"input" jsonschema:"the input it wants to give the tool"`
+	ToolUseID string         `json:"tool_use_id,omitempty" jsonschema:"the id of the tool use"`
+}
+
+// ServePermissionPrompts is the MCP server (stdio) claude starts for its
+// permission prompts: one tool, "permission", whose answer is claude's
+// {"behavior":"allow","updatedInput":…} or {"behavior":"deny","message":…}.
+func ServePermissionPrompts(ctx context.Context, socket string) error {
+	server := mcp.NewServer(&mcp.Implementation{Name: "agentic-sandbox", Version: "1"}, nil)
+	mcp.AddTool(server, &mcp.Tool{Name: "permission", Description: "Ask the operator whether a tool may be used."},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in permissionInput) (*mcp.CallToolResult, any, error) {
+			allow, msg, err := askPermission(ctx, socket, in)
+			answer := map[string]any{"behavior": "deny", "message": msg}
+			switch {
+			case err != nil:
+				answer["message"] = "no answer: " + err.Error()
+			case allow:
+				answer = map[string]any{"behavior": "allow", "updatedInput": in.Input}
+			}
+			b, _ := json.Marshal(answer)
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(b)}}}, nil, nil
+		})
+	return server.Run(ctx, &mcp.StdioTransport{})
+}
+
+func askPermission(ctx context.Context, socket string, in permissionInput) (bool, string, error) {
+	if socket == "" {
+		return false, "", fmt.Errorf("%s is not set", EnvPermissionSocket)
+	}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", socket)
+	if err != nil {
+		return false, "", err
+	}
+	defer conn.Close()
+	input, _ := json.Marshal(in.Input)
+	if err := json.NewEncoder(conn).Encode(permissionWire{ToolName: in.ToolName, Input: input}); err != nil {
+		return false, "", err
+	}
+	// An operator may take a while; claude waits as long as this does.
+	_ = conn.SetReadDeadline(time.Now().Add(24 * time.Hour))
+	var out permissionWire
+	if err := json.NewDecoder(conn).Decode(&out); err != nil {
+		return false, "", err
+	}
+	return out.Allow, out.Message, nil
+}

@@ -1,0 +1,104 @@
+package task
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+// PermissionTool is claude's permission prompt tool: the MCP server the
+// agent provides (agentic-agent __agentic-permission), tool "permission".
+const PermissionTool = "mcp__agentic__permission"
+
+// permissionMCPConfig starts that server through the agent binary the
+// agent names in the run's environment.
+const permissionMCPConfig = `{"mcpServers":{"agentic":{"command":"sh","args":["-c","exec \"$AGENTIC_AGENT_EXE\" __agentic-permission"]}}}`
+
+// HITL is a task's open question for a human: claude asks to use a tool.
+type HITL struct {
+	ID        string
+	TaskID    string
+	AgentID   string
+	ToolName  string
+	InputJSON string
+	CreatedAt time.Time
+	req       ports.PermissionRequest
+}
+
+// PermissionAsked implements ports.PermissionAsker: the task whose run asks
+// waits for an operator's answer.
+func (s *Service) PermissionAsked(req ports.PermissionRequest) {
+	now := s.cfg.Clock.Now()
+	s.mu.Lock()
+	var e *entry
+	for _, c := range s.tasks {
+		if c.rec.CommandID == req.CommandID && c.rec.AgentID == req.AgentID && !State(c.rec.State).Terminal() {
+			e = c
+		}
+	}
+	if e == nil {
+		s.mu.Unlock()
+		s.log.Warn("a permission request for no running task", "command_id", req.CommandID)
+		return
+	}
+	if e.hitl == nil {
+		e.hitl = map[string]*HITL{}
+	}
+	h := &HITL{ID: req.RequestID, TaskID: e.rec.ID, AgentID: req.AgentID, ToolName: req.ToolName, InputJSON: req.InputJSON, CreatedAt: now, req: req}
+	e.hitl[h.ID] = h
+	e.rec.Progress.Activity = "waiting"
+	e.events.add(EventActivity, ActivityData{Kind: "permission_request", ToolName: req.ToolName, Text: clipText(req.InputJSON)})
+	s.mu.Unlock()
+	s.log.Info("task waits for a permission", "task_id", h.TaskID, "hitl_id", h.ID, "tool", req.ToolName)
+}
+
+// OpenHITL lists the tasks' open questions, oldest first.
+func (s *Service) OpenHITL() []HITL {
+	s.mu.Lock()
+	var out []HITL
+	for _, e := range s.tasks {
+		for _, h := range e.hitl {
+			out = append(out, *h)
+		}
+	}
+	s.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
+	return out
+}
+
+// AnswerHITL answers a task's question: allow or deny, with a message for
+// claude. ports.ErrHITLNotFound for no such open question.
+func (s *Service) AnswerHITL(ctx context.Context, id string, allow bool, message string) (HITL, error) {
+	s.mu.Lock()
+	var e *entry
+	var h *HITL
+	for _, c := range s.tasks {
+		if q, ok := c.hitl[id]; ok {
+			e, h = c, q
+		}
+	}
+	s.mu.Unlock()
+	if h == nil {
+		return HITL{}, fmt.Errorf("%w: %s", ports.ErrHITLNotFound, id)
+	}
+	if err := s.cfg.Permissions.DecidePermission(ctx, h.req, allow, message); err != nil {
+		return HITL{}, err
+	}
+	s.mu.Lock()
+	delete(e.hitl, id)
+	if len(e.hitl) == 0 {
+		e.rec.Progress.Activity = "working"
+	}
+	decision := "deny"
+	if allow {
+		decision = "allow"
+	}
+	b, _ := json.Marshal(map[string]string{"decision": decision, "message": message})
+	e.events.add(EventActivity, ActivityData{Kind: "permission_answer", ToolName: h.ToolName, Text: string(b)})
+	s.mu.Unlock()
+	return *h, nil
+}
