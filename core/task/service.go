@@ -220,8 +220,13 @@ func (s *Service) Submit(ctx context.Context, doc []byte, idempotencyKey string)
 		s.mu.Unlock()
 		return Submitted{}, err
 	}
+	// The answer is the task as submitted (pending), whatever its run has
+	// done by the time the caller reads it.
+	s.mu.Lock()
+	submitted := cloneRecord(e.rec)
+	s.mu.Unlock()
 	s.start(e)
-	return Submitted{Task: cloneRecord(e.rec), Created: true}, nil
+	return Submitted{Task: submitted, Created: true}, nil
 }
 
 // EnvironmentName is the environment (and agent) of a task: derived from

@@ -613,6 +613,9 @@ func TestTaskListFiltersAndPages(t *testing.T) {
 		}
 		var acc restapi.TaskAccepted
 		_ = json.Unmarshal(b, &acc)
+		if acc.State != "pending" {
+			t.Errorf("a new task is answered %q, want pending", acc.State)
+		}
 		ids = append(ids, acc.TaskId)
 		e.waitEnd(acc.TaskId, 60*time.Second)
 	}
