@@ -162,6 +162,20 @@ func (s *Service) Resume() {
 		s.log.Info("task continues from its checkpoint", "task_id", e.rec.ID, "state", e.rec.State)
 		s.start(e)
 	}
+	// A task that ended just before a stop may have left its environment.
+	s.mu.Lock()
+	var ended []*entry
+	for _, e := range s.tasks {
+		if st := State(e.rec.State); st.Terminal() && st != FailedPreserved {
+			ended = append(ended, e)
+		}
+	}
+	s.mu.Unlock()
+	for _, e := range ended {
+		if _, ok := s.cfg.Environments.Get(e.rec.Environment.Name); ok {
+			s.destroy(s.life, e)
+		}
+	}
 }
 
 // Submitted is a submit's answer: the task, and whether it is new.
@@ -525,8 +539,10 @@ func (s *Service) run(ctx context.Context, e *entry) {
 				reason = ReasonArtifactsMissing
 				break
 			}
-			s.destroy(ctx, e)
+			// Completed once what it made is safe; its environment goes
+			// next (Resume destroys one a stop left behind).
 			s.transition(e, Completed)
+			s.destroy(ctx, e)
 			continue
 		}
 		if err != nil {
@@ -642,23 +658,38 @@ func (s *Service) provision(ctx context.Context, e *entry) (Reason, error) {
 // outlives a restart of the server.
 func (s *Service) launch(ctx context.Context, e *entry) (ports.Command, Reason, error) {
 	agent := e.rec.AgentID
+	// Where relative paths start on the agent, asked while the tree goes
+	// up: the workspace is there.
+	type based struct {
+		l   ports.FileListing
+		err error
+	}
+	base := make(chan based, 1)
+	go func() {
+		l, err := s.cfg.Files.ListFiles(ctx, agent, ".")
+		base <- based{l, err}
+	}()
 	if e.manifest.Repository != nil {
 		tree, err := s.cfg.Workspace.Tree(ctx, e.rec.ID)
 		if err != nil {
+			<-base
 			return nil, ReasonStagingFailed, err
 		}
 		err = s.cfg.Files.WriteArchive(ctx, agent, WorkspaceDir, tree)
 		tree.Close()
 		if err != nil {
+			<-base
 			return nil, ReasonStagingFailed, fmt.Errorf("uploading the workspace: %w", err)
 		}
 	} else if err := s.cfg.Files.WriteFile(ctx, agent, WorkspaceDir+"/TASK.md", 0o644, strings.NewReader(taskMD(e.manifest))); err != nil {
+		<-base
 		return nil, ReasonStagingFailed, fmt.Errorf("making the workspace: %w", err)
 	}
-	l, err := s.cfg.Files.ListFiles(ctx, agent, WorkspaceDir)
-	if err != nil {
-		return nil, ReasonStagingFailed, err
+	b := <-base
+	if b.err != nil {
+		return nil, ReasonStagingFailed, b.err
 	}
+	l := ports.FileListing{Path: strings.TrimSuffix(b.l.Path, "/") + "/" + WorkspaceDir}
 	dir := l.Path
 	if r := e.manifest.Repository; r != nil && r.Subpath != "" {
 		dir += "/" + r.Subpath

@@ -144,6 +144,24 @@ func (e *taskEnv) waitEnd(id string, d time.Duration) restapi.Task {
 	}
 }
 
+// noEnvironmentsLeft waits for every task environment to be gone: a task
+// is completed once its work is safe, and its environment goes right after.
+func (e *taskEnv) noEnvironmentsLeft() {
+	e.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		left := e.environmentsLeft()
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Errorf("environments left: %v", left)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 func (e *taskEnv) environmentsLeft() []string {
 	st, b := fileDo(e.t, e.s, http.MethodGet, e.s.RESTURL+"/api/v1/environments", nil)
 	if st != http.StatusOK {
@@ -218,9 +236,7 @@ lifecycle: {timeout: 5m, artifact_patterns: [REPORT.md, "new/**/*.txt"]}
 	if bytes.Contains(patch, []byte("TASK.md")) {
 		t.Error("the patch carries TASK.md")
 	}
-	if left := e.environmentsLeft(); len(left) != 0 {
-		t.Errorf("environments left: %v", left)
-	}
+	e.noEnvironmentsLeft()
 	// The secret's value: not in the record, the log, or the data dir.
 	_, rec := fileDo(t, e.s, http.MethodGet, e.s.RESTURL+"/api/v1/tasks/"+tk.Id, nil)
 	if bytes.Contains(rec, []byte(taskSecret)) || strings.Contains(e.s.Log(), taskSecret) {
@@ -305,9 +321,7 @@ func TestTaskFailureReasons(t *testing.T) {
 	if tk := e.run("claude: {prompt: hang}\nenvironment: {runtime: host}\n"); tk.State != "completed" {
 		t.Errorf("claude hanging after a good result: %s %s %s", tk.State, deref(tk.Reason), deref(tk.Error))
 	}
-	if left := e.environmentsLeft(); len(left) != 0 {
-		t.Errorf("environments left: %v", left)
-	}
+	e.noEnvironmentsLeft()
 	// Invalid manifests name the field.
 	if st, b := e.submit("claude: {prompt: x}\nenvironment: {memory: 2048}\n"); st != 400 || !strings.Contains(string(b), "environment.memory") {
 		t.Errorf("invalid manifest: %d %s", st, b)
@@ -346,9 +360,7 @@ func TestTaskCancel(t *testing.T) {
 	if tk.State != "cancelled" {
 		t.Fatalf("after cancel: %s", tk.State)
 	}
-	if left := e.environmentsLeft(); len(left) != 0 {
-		t.Errorf("environments left: %v", left)
-	}
+	e.noEnvironmentsLeft()
 	if out, _ := exec.Command("pgrep", "-f", "sleep 300").Output(); len(bytes.TrimSpace(out)) > 0 {
 		t.Errorf("the cancelled process still runs: %s", out)
 	}
@@ -386,9 +398,7 @@ func TestTaskSurvivesAServerKill(t *testing.T) {
 	if b, _ := os.ReadFile(marker); string(b) != "x\n" {
 		t.Errorf("the process started %d times", strings.Count(string(b), "x"))
 	}
-	if left := e.environmentsLeft(); len(left) != 0 {
-		t.Errorf("environments left: %v", left)
-	}
+	e.noEnvironmentsLeft()
 }
 
 // agenticctl task submit --follow shows the phases and exits with the
@@ -465,9 +475,7 @@ lifecycle: {artifact_patterns: [REPORT.md]}
 	if !bytes.Contains(patch, []byte("+changed")) {
 		t.Errorf("patch: %s", patch)
 	}
-	if left := e.environmentsLeft(); len(left) != 0 {
-		t.Errorf("environments left: %v", left)
-	}
+	e.noEnvironmentsLeft()
 }
 
 type sseEvent struct{ event, id, data string }
@@ -536,9 +544,7 @@ lifecycle: {artifact_patterns: [REPORT.md]}
 	if string(report) != "uid=65534\n" || !bytes.Contains(patch, []byte("+vm")) {
 		t.Errorf("REPORT.md %q, patch %s", report, patch)
 	}
-	if left := e.environmentsLeft(); len(left) != 0 {
-		t.Errorf("environments left: %v", left)
-	}
+	e.noEnvironmentsLeft()
 }
 
 // While a task with a secret runs, no process on the machine has the
