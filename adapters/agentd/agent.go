@@ -291,6 +291,11 @@ func (a *Agent) serve(ctx context.Context) (registered bool, err error) {
 	// Queued behind any output still held, so the server learns which of
 	// its commands this agent no longer runs.
 	a.out.pushNow(a.sessionReport("connect:" + ack.GetConfig()["connection_id"]))
+	// After the report (which tells a restarted server of the commands):
+	// the questions still waiting, asked again.
+	for _, ask := range a.perms.pending() {
+		a.out.pushNow(&sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_PermissionRequest{PermissionRequest: ask}})
+	}
 
 	var wg sync.WaitGroup
 	errc := make(chan error, 3)

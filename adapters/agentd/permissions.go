@@ -45,11 +45,24 @@ type permissionWire struct {
 	Message  string          `json:"message,omitempty"`
 }
 
-// permissions holds the requests waiting for the server's decision.
+// permissions holds the requests waiting for the server's decision; each
+// is sent again on every new connection, so a restarted server asks again.
 type permissions struct {
 	mu      sync.Mutex
 	waiting map[string]chan *sandboxv1.PermissionDecision
+	asked   map[string]*sandboxv1.PermissionRequest
 	seq     atomic.Int64
+}
+
+// pending is every request still waiting, to send again.
+func (p *permissions) pending() []*sandboxv1.PermissionRequest {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]*sandboxv1.PermissionRequest, 0, len(p.asked))
+	for _, r := range p.asked {
+		out = append(out, r)
+	}
+	return out
 }
 
 func (p *permissions) deliver(d *sandboxv1.PermissionDecision) {
@@ -113,20 +126,22 @@ func (a *Agent) servePermission(ctx context.Context, commandID string, conn net.
 	}
 	id := commandID + "-" + strconv.FormatInt(a.perms.seq.Add(1), 10)
 	ch := make(chan *sandboxv1.PermissionDecision, 1)
+	ask := &sandboxv1.PermissionRequest{CommandId: commandID, RequestId: id, ToolName: req.ToolName, InputJson: string(req.Input)}
 	a.perms.mu.Lock()
 	if a.perms.waiting == nil {
 		a.perms.waiting = map[string]chan *sandboxv1.PermissionDecision{}
+		a.perms.asked = map[string]*sandboxv1.PermissionRequest{}
 	}
 	a.perms.waiting[id] = ch
+	a.perms.asked[id] = ask
 	a.perms.mu.Unlock()
 	defer func() {
 		a.perms.mu.Lock()
 		delete(a.perms.waiting, id)
+		delete(a.perms.asked, id)
 		a.perms.mu.Unlock()
 	}()
-	a.out.pushNow(&sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_PermissionRequest{PermissionRequest: &sandboxv1.PermissionRequest{
-		CommandId: commandID, RequestId: id, ToolName: req.ToolName, InputJson: string(req.Input),
-	}}})
+	a.out.pushNow(&sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_PermissionRequest{PermissionRequest: ask}})
 	select {
 	case d := <-ch:
 		_ = json.NewEncoder(conn).Encode(permissionWire{Allow: d.GetAllow(), Message: d.GetMessage()})

@@ -48,6 +48,10 @@ func (s *Service) PermissionAsked(req ports.PermissionRequest) {
 	if e.hitl == nil {
 		e.hitl = map[string]*HITL{}
 	}
+	if _, again := e.hitl[req.RequestID]; again {
+		s.mu.Unlock() // asked again after a reconnect: already open
+		return
+	}
 	h := &HITL{ID: req.RequestID, TaskID: e.rec.ID, AgentID: req.AgentID, ToolName: req.ToolName, InputJSON: req.InputJSON, CreatedAt: now, req: req}
 	e.hitl[h.ID] = h
 	e.rec.Progress.Activity = "waiting"

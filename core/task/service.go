@@ -705,7 +705,9 @@ func (s *Service) launch(ctx context.Context, e *entry) (ports.Command, Reason, 
 	s.update(e, func(r *ports.TaskRecord) { r.Workspace, r.CommandID = l.Path, commandID })
 	cmd, err := s.cfg.Link.Start(ctx, agent, ports.CommandSpec{
 		Command: argv[0], Args: argv[1:], WorkingDir: dir, Env: env, Timeout: e.manifest.Lifecycle.Timeout,
-		SessionType: ports.SessionHeadless, PermissionPrompts: e.manifest.Claude != nil && !e.manifest.Claude.SkipPermissions,
+		// No session type: the run is the task's, not a session the
+		// session reconciler would kill as unknown after a restart.
+		PermissionPrompts: e.manifest.Claude != nil && !e.manifest.Claude.SkipPermissions,
 	}, ports.StartOptions{CommandID: commandID, Detached: true, OnOutput: s.onOutput(e)})
 	if err != nil {
 		return nil, ReasonAgentLost, err

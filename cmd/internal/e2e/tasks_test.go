@@ -368,11 +368,13 @@ func TestTaskCancel(t *testing.T) {
 
 // agentic-mgmt killed with SIGKILL while a task runs: after the restart the
 // task continues from its checkpoint, binds to the process its agent kept
-// (never starting it twice) and ends with its real outcome.
+// (never starting it twice) and ends with its real outcome. The run
+// outlasts the agent's reconnect, so the restarted server's reconciliation
+// of the agent's report meets it (it killed it as an unknown session once).
 func TestTaskSurvivesAServerKill(t *testing.T) {
 	e := newTaskEnv(t)
 	marker := filepath.Join(t.TempDir(), "starts")
-	st, b := e.submit("command: {argv: [sh, -c, \"echo x >> " + marker + "; sleep 4; echo made > REPORT.md\"]}\nenvironment: {runtime: host}\nlifecycle: {artifact_patterns: [REPORT.md]}\n")
+	st, b := e.submit("command: {argv: [sh, -c, \"echo x >> " + marker + "; sleep 9; echo made > REPORT.md\"]}\nenvironment: {runtime: host}\nlifecycle: {artifact_patterns: [REPORT.md]}\n")
 	if st != 202 {
 		t.Fatalf("submit: %d %s", st, b)
 	}
@@ -669,17 +671,7 @@ func taskIDs(ts []restapi.Task) []string {
 // operator as HITL requests (GET /api/v1/hitl, with the task id) through
 // the agent's MCP server; the task waits, and the answer reaches claude.
 func TestTaskPermissionPromptsAreHITL(t *testing.T) {
-	root, err := harness.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", filepath.Join(bin, "claude"), "./cmd/internal/e2e/testdata/fakeclaude")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the fake claude: %v %s", err, out)
-	}
-	s := startServer(t, 0, t.TempDir(), "PATH="+bin+":"+os.Getenv("PATH"), "AGENTIC_TASK_RUNTIME=host")
+	s := startServer(t, 0, t.TempDir(), "PATH="+fakeClaudeMCP(t)+":"+os.Getenv("PATH"), "AGENTIC_TASK_RUNTIME=host")
 	e := &taskEnv{t: t, s: s}
 	for _, decision := range []string{"allow", "deny"} {
 		st, b := e.submit("claude: {prompt: ask, skip_permissions: false}\nenvironment: {runtime: host}\nlifecycle: {artifact_patterns: [\"*.txt\"]}\n")
@@ -688,19 +680,7 @@ func TestTaskPermissionPromptsAreHITL(t *testing.T) {
 		}
 		var acc restapi.TaskAccepted
 		_ = json.Unmarshal(b, &acc)
-		var hitl restapi.HITLRequest
-		eventually(t, 60*time.Second, "the permission request", func() bool {
-			_, b := fileDo(t, s, http.MethodGet, s.RESTURL+"/api/v1/hitl", nil)
-			var l restapi.HITLList
-			_ = json.Unmarshal(b, &l)
-			for _, h := range l.Requests {
-				if deref(h.TaskId) == acc.TaskId {
-					hitl = h
-					return true
-				}
-			}
-			return false
-		})
+		hitl := waitTaskHITL(t, s, acc.TaskId)
 		if deref(hitl.ToolName) != "Bash" || !strings.Contains(deref(hitl.ToolInput), "rm -rf build") {
 			t.Errorf("the request: %+v", hitl)
 		}
@@ -726,5 +706,83 @@ func TestTaskPermissionPromptsAreHITL(t *testing.T) {
 		if st, b := fileDo(t, s, http.MethodPost, s.RESTURL+"/api/v1/hitl/"+hitl.HitlId+"/respond", strings.NewReader(body)); st != 404 && st != 409 {
 			t.Errorf("answering again: %d %s", st, b)
 		}
+	}
+}
+
+// fakeClaudeMCP builds the fake claude that is an MCP client into a
+// directory of its own, for PATH.
+func fakeClaudeMCP(t *testing.T) string {
+	t.Helper()
+	root, err := harness.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	build := exec.Command("go", "build", "-o", filepath.Join(bin, "claude"), "./cmd/internal/e2e/testdata/fakeclaude")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the fake claude: %v %s", err, out)
+	}
+	return bin
+}
+
+// waitTaskHITL waits for the open question of a task.
+func waitTaskHITL(t *testing.T, s *harness.Server, taskID string) restapi.HITLRequest {
+	t.Helper()
+	var hitl restapi.HITLRequest
+	eventually(t, 60*time.Second, "the permission request", func() bool {
+		_, b := fileDo(t, s, http.MethodGet, s.RESTURL+"/api/v1/hitl", nil)
+		var l restapi.HITLList
+		_ = json.Unmarshal(b, &l)
+		for _, h := range l.Requests {
+			if deref(h.TaskId) == taskID {
+				hitl = h
+				return true
+			}
+		}
+		return false
+	})
+	return hitl
+}
+
+// A question open when agentic-mgmt is killed is asked again after the
+// restart (the agent sends what still waits on every connect), and the
+// answer still reaches claude.
+func TestTaskPermissionSurvivesAServerKill(t *testing.T) {
+	data := t.TempDir()
+	s := startServer(t, 0, data, "PATH="+fakeClaudeMCP(t)+":"+os.Getenv("PATH"), "AGENTIC_TASK_RUNTIME=host")
+	e := &taskEnv{t: t, s: s, data: data}
+	st, b := e.submit("claude: {prompt: ask, skip_permissions: false}\nenvironment: {runtime: host}\nlifecycle: {artifact_patterns: [\"*.txt\"]}\n")
+	if st != 202 {
+		t.Fatalf("submit: %d %s", st, b)
+	}
+	var acc restapi.TaskAccepted
+	_ = json.Unmarshal(b, &acc)
+	first := waitTaskHITL(t, s, acc.TaskId)
+	s.Kill()
+	s2, err := harness.Start(bins, harness.Options{DataDir: data, BasePort: s.Opts.BasePort, Env: s.Opts.Env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s2.Kill()
+		if t.Failed() {
+			t.Logf("restarted agentic-mgmt log:\n%s", s2.Log())
+		}
+	})
+	e.s = s2
+	again := waitTaskHITL(t, s2, acc.TaskId)
+	if again.HitlId != first.HitlId {
+		t.Errorf("the question came back as %s, was %s", again.HitlId, first.HitlId)
+	}
+	if st, b := fileDo(t, s2, http.MethodPost, s2.RESTURL+"/api/v1/hitl/"+again.HitlId+"/respond", strings.NewReader(`{"text": "", "decision": "allow"}`)); st != 200 {
+		t.Fatalf("respond: %d %s", st, b)
+	}
+	tk := e.waitEnd(acc.TaskId, 60*time.Second)
+	if tk.State != "completed" {
+		t.Fatalf("after the restart: %s %s %s", tk.State, deref(tk.Reason), deref(tk.Error))
+	}
+	if _, got := fileDo(t, s2, http.MethodGet, s2.RESTURL+"/api/v1/tasks/"+tk.Id+"/artifacts/allowed.txt", nil); !strings.Contains(string(got), `"behavior":"allow"`) {
+		t.Errorf("claude was told %q", got)
 	}
 }
