@@ -73,7 +73,7 @@ func newTaskEnv(t *testing.T) *taskEnv {
 	gitIn(t, repo, "add", "-A")
 	gitIn(t, repo, "-c", "user.name=t", "-c", "user.email=t@x", "commit", "-q", "-m", "base")
 	data := t.TempDir()
-	s := startServer(t, 0, data, "PATH="+bin+":"+os.Getenv("PATH"), "TASK_TEST_TOKEN="+taskSecret, "AGENTIC_TASK_RUNTIME=host")
+	s := startServer(t, 0, data, "PATH="+bin+":"+os.Getenv("PATH"), "TASK_TEST_TOKEN="+taskSecret, "AGENTIC_TASK_RUNTIME=host", "AGENTIC_RUNTIMES=host")
 	return &taskEnv{t: t, s: s, repo: repo, data: data}
 }
 
@@ -311,6 +311,7 @@ func TestTaskFailureReasons(t *testing.T) {
 		{"idle timeout", "command: {argv: [sleep, \"60\"]}\nenvironment: {runtime: host}\nlifecycle: {idle_timeout: 1s}\n", "idle_timeout"},
 		{"wall-clock timeout", "command: {argv: [sh, -c, \"while :; do echo x; sleep 0.2; done\"]}\nenvironment: {runtime: host}\nlifecycle: {timeout: 2s}\n", "timeout"},
 		{"an artifact was not made", "command: {argv: [\"true\"]}\nenvironment: {runtime: host}\nlifecycle: {artifact_patterns: [REPORT.md]}\n", "artifacts_missing"},
+		{"the runtime is not configured here", "command: {argv: [\"true\"]}\nenvironment: {runtime: docker}\n", "provision_failed"},
 	} {
 		tk := e.run(c.manifest)
 		if tk.State != "failed" || deref(tk.Reason) != c.reason {
