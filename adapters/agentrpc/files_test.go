@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -218,5 +219,46 @@ func TestTransfersPerAgentAreBounded(t *testing.T) {
 	go func() { _, _ = h.svc.ListFiles(context.Background(), "agent-a", ".") }()
 	if a.fileRequest() == nil {
 		t.Fatal("no request after the others ended")
+	}
+}
+
+type recordedAsks struct {
+	mu   sync.Mutex
+	asks []ports.PermissionRequest
+}
+
+func (r *recordedAsks) PermissionAsked(req ports.PermissionRequest) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.asks = append(r.asks, req)
+}
+
+// A permission request reaches the task only for a command of the agent
+// that sends it: naming another agent's command, or none, is dropped.
+func TestAnAgentAsksPermissionOnlyForItsOwnCommands(t *testing.T) {
+	h := newHarness(t)
+	rec := &recordedAsks{}
+	h.svc.SetPermissionAsker(rec)
+	a := h.connectAgent("agent-a")
+	b := h.connectAgent("agent-b")
+	cmd, err := h.svc.Start(context.Background(), "agent-a", ports.CommandSpec{Command: "claude"}, ports.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.recv() // the command
+	ask := func(commandID string) *sandboxv1.ConnectRequest {
+		return &sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_PermissionRequest{PermissionRequest: &sandboxv1.PermissionRequest{
+			CommandId: commandID, RequestId: commandID + "-1", ToolName: "Bash", InputJson: `{"command":"true"}`,
+		}}}
+	}
+	b.send(ask(cmd.ID()))
+	b.send(ask("made-up"))
+	a.send(ask(cmd.ID()))
+	a.barrier()
+	b.barrier()
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.asks) != 1 || rec.asks[0].AgentID != "agent-a" || rec.asks[0].CommandID != cmd.ID() {
+		t.Fatalf("asks heard: %+v; want only agent-a's for its own command", rec.asks)
 	}
 }

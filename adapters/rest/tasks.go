@@ -173,14 +173,6 @@ func (s *Server) CreateTask(context.Context, restapi.CreateTaskRequestObject) (r
 	return nil, errors.New("POST /api/v1/tasks is served by createTask")
 }
 
-func opt[T comparable](v T) *T {
-	var zero T
-	if v == zero {
-		return nil
-	}
-	return &v
-}
-
 func optTime(t time.Time) *time.Time {
 	if t.IsZero() {
 		return nil
@@ -191,10 +183,10 @@ func optTime(t time.Time) *time.Time {
 
 func toTask(r ports.TaskRecord) restapi.Task {
 	out := restapi.Task{
-		Id: r.ID, Name: r.Name, Labels: r.Labels, State: r.State, Reason: opt(r.Reason), Error: opt(r.Error),
+		Id: r.ID, Name: r.Name, Labels: r.Labels, State: r.State, Reason: nonEmpty(r.Reason), Error: nonEmpty(r.Error),
 		CreatedAt: r.CreatedAt.UTC(), StateChangedAt: r.StateChangedAt.UTC(), StartedAt: optTime(r.StartedAt), FinishedAt: optTime(r.FinishedAt),
-		PreserveUntil: optTime(r.PreserveUntil), AgentId: opt(r.AgentID), SessionId: opt(r.CommandID), ExitCode: r.ExitCode,
-		BaseCommit: opt(r.BaseCommit),
+		PreserveUntil: optTime(r.PreserveUntil), AgentId: nonEmpty(r.AgentID), SessionId: nonEmpty(r.CommandID), ExitCode: r.ExitCode,
+		BaseCommit: nonEmpty(r.BaseCommit),
 	}
 	if out.Labels == nil {
 		out.Labels = map[string]string{}
@@ -209,7 +201,7 @@ func toTask(r ports.TaskRecord) restapi.Task {
 	p := r.Progress
 	out.Progress.OutputBytes, out.Progress.ToolCalls, out.Progress.Turns = p.OutputBytes, p.ToolCalls, p.Turns
 	out.Progress.CostUsd = float32(p.CostUSD)
-	out.Progress.CurrentTool, out.Progress.Activity, out.Progress.LastActivityAt = opt(p.CurrentTool), opt(p.Activity), optTime(p.LastActivityAt)
+	out.Progress.CurrentTool, out.Progress.Activity, out.Progress.LastActivityAt = nonEmpty(p.CurrentTool), nonEmpty(p.Activity), optTime(p.LastActivityAt)
 	return out
 }
 
@@ -262,7 +254,7 @@ func (s *Server) ListTasks(_ context.Context, req restapi.ListTasksRequestObject
 		f.After = *req.Params.Cursor
 	}
 	recs, next := t.List(f)
-	out := restapi.ListTasks200JSONResponse{Tasks: make([]restapi.Task, 0, len(recs)), NextCursor: opt(next)}
+	out := restapi.ListTasks200JSONResponse{Tasks: make([]restapi.Task, 0, len(recs)), NextCursor: nonEmpty(next)}
 	for _, r := range recs {
 		out.Tasks = append(out.Tasks, toTask(r))
 	}

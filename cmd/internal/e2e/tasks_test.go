@@ -382,18 +382,7 @@ func TestTaskSurvivesAServerKill(t *testing.T) {
 	var acc restapi.TaskAccepted
 	_ = json.Unmarshal(b, &acc)
 	eventually(t, 60*time.Second, "the task running", func() bool { return e.get(acc.TaskId).State == "running" })
-	e.s.Kill()
-	s2, err := harness.Start(bins, harness.Options{DataDir: e.data, BasePort: e.s.Opts.BasePort, Env: e.s.Opts.Env})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		s2.Kill()
-		if t.Failed() {
-			t.Logf("restarted agentic-mgmt log:\n%s", s2.Log())
-		}
-	})
-	e.s = s2
+	e.killAndRestart()
 	tk := e.waitEnd(acc.TaskId, 90*time.Second)
 	if tk.State != "completed" {
 		t.Fatalf("after the restart: %s %s %s", tk.State, deref(tk.Reason), deref(tk.Error))
@@ -760,18 +749,8 @@ func TestTaskPermissionSurvivesAServerKill(t *testing.T) {
 	var acc restapi.TaskAccepted
 	_ = json.Unmarshal(b, &acc)
 	first := waitTaskHITL(t, s, acc.TaskId)
-	s.Kill()
-	s2, err := harness.Start(bins, harness.Options{DataDir: data, BasePort: s.Opts.BasePort, Env: s.Opts.Env})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		s2.Kill()
-		if t.Failed() {
-			t.Logf("restarted agentic-mgmt log:\n%s", s2.Log())
-		}
-	})
-	e.s = s2
+	e.killAndRestart()
+	s2 := e.s
 	again := waitTaskHITL(t, s2, acc.TaskId)
 	if again.HitlId != first.HitlId {
 		t.Errorf("the question came back as %s, was %s", again.HitlId, first.HitlId)
@@ -786,4 +765,23 @@ func TestTaskPermissionSurvivesAServerKill(t *testing.T) {
 	if _, got := fileDo(t, s2, http.MethodGet, s2.RESTURL+"/api/v1/tasks/"+tk.Id+"/artifacts/allowed.txt", nil); !strings.Contains(string(got), `"behavior":"allow"`) {
 		t.Errorf("claude was told %q", got)
 	}
+}
+
+// killAndRestart kills agentic-mgmt with SIGKILL and starts it again on the
+// same data dir, ports and environment.
+func (e *taskEnv) killAndRestart() {
+	e.t.Helper()
+	old := e.s
+	old.Kill()
+	s2, err := harness.Start(bins, harness.Options{DataDir: old.DataDir, BasePort: old.Opts.BasePort, Env: old.Opts.Env})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() {
+		s2.Kill()
+		if e.t.Failed() {
+			e.t.Logf("restarted agentic-mgmt log:\n%s", s2.Log())
+		}
+	})
+	e.s = s2
 }
