@@ -229,7 +229,7 @@ func (s *Service) awaitAgent(ctx context.Context, name, runtime string) {
 	defer tick.Stop()
 	for {
 		if s.connected(name) {
-			s.markReady(name)
+			s.markReady(name, false)
 			return
 		}
 		select {
@@ -251,11 +251,16 @@ func (s *Service) connected(name string) bool {
 
 // markReady records that the environment's agent is connected; the first
 // time after a request, with its provision time.
-func (s *Service) markReady(name string) {
+func (s *Service) markReady(name string, observed bool) {
 	now := s.cfg.Clock.Now()
 	s.mu.Lock()
 	rec, ok := s.envs[name]
-	if !ok || rec.env.State == StateReady || rec.env.State == StateDeleting {
+	// An agent that connects makes an environment that is coming up ready;
+	// one an operator paused or stopped meanwhile stays so (a late wake of
+	// the agent's wait undid a pause once: TestPauseAndResumeFollowTheCapability).
+	// What the runtime itself reports (observed) decides either way.
+	held := rec != nil && !observed && (rec.env.State == StatePaused || rec.env.State == StateStopped)
+	if !ok || held || rec.env.State == StateReady || rec.env.State == StateDeleting {
 		s.mu.Unlock()
 		return
 	}
@@ -330,7 +335,7 @@ func (s *Service) Inspect(ctx context.Context, name string) (Environment, bool) 
 	}
 	obs := Observation{Gone: err != nil, Runtime: re.State, AgentConnected: s.connected(name)}
 	if Next(e.State, obs) == StateReady {
-		s.markReady(name)
+		s.markReady(name, true)
 	} else {
 		now := s.cfg.Clock.Now()
 		s.update(name, func(x *Environment) {
