@@ -28,6 +28,10 @@ const (
 	NetworkUser = "user"
 	// NetworkBridge is the engine's default bridged network.
 	NetworkBridge = "bridge"
+	// NetworkProxy is no network device, egress only through the agent
+	// link's filtering proxy: a task manifest may ask for it; no runtime
+	// offers it yet.
+	NetworkProxy = "proxy"
 )
 
 // Resources bounds an environment; zero means the adapter's default.

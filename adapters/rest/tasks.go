@@ -18,6 +18,7 @@ import (
 
 // Tasks is the task use case behind /api/v1/tasks.
 type Tasks interface {
+	Check(doc []byte) (task.Manifest, error)
 	Submit(ctx context.Context, doc []byte, idempotencyKey string) (task.Submitted, error)
 	Get(id string) (ports.TaskRecord, error)
 	List(f task.Filter) ([]ports.TaskRecord, string)
@@ -68,7 +69,7 @@ func (s *Server) createTask(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.URL.Query().Get("dry_run") == "true" {
-		m, err := task.Parse(doc)
+		m, err := t.Check(doc)
 		if err != nil {
 			_ = taskError(err, "").write(w)
 			return

@@ -8,8 +8,10 @@ import (
 	"path/filepath"
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/agentrpc"
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/docker"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/gitwork"
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/hostsup"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/promexport"
 	"github.com/agentic-sandbox/agentic-sandbox/core/environment"
 	"github.com/agentic-sandbox/agentic-sandbox/core/task"
@@ -30,15 +32,15 @@ func provideTasks(cfg Config, dir DataDir, envs *environment.Service, svc *agent
 	}
 	runtime := cfg.TaskRuntime
 	if runtime == "" {
-		runtime = "host"
-		if _, ok := rts.Available["docker"]; ok {
-			runtime = "docker"
+		runtime = hostsup.RuntimeName
+		if _, ok := rts.Available[docker.RuntimeName]; ok {
+			runtime = docker.RuntimeName
 		}
 	}
 	svcTasks := task.New(task.Config{
 		Store: store, Workspace: ws, Environments: envs, Files: svc, Link: svc,
 		Secrets: filestore.TaskSecrets{Dir: filepath.Join(string(dir), "task-secrets"), Getenv: os.LookupEnv},
-		Clock:   clock, IDs: ids, Logger: log, DefaultRuntime: runtime, ObserveEnd: metrics.ObserveEnd, Permissions: svc,
+		Clock:   clock, IDs: ids, Logger: log, DefaultRuntime: runtime, Runtimes: runtimeNames(), ObserveEnd: metrics.ObserveEnd, Permissions: svc,
 	})
 	metrics.Counts = svcTasks.Counts
 	svc.SetPermissionAsker(svcTasks)

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
 // Manifest is a task's manifest (CONTRACT "Tasks"), every field honoured.
@@ -271,8 +273,8 @@ var (
 	commitPattern    = regexp.MustCompile(`^[0-9a-fA-F]{4,64}$`)
 	hostPattern      = regexp.MustCompile(`^(\*\.)?[a-zA-Z0-9]([a-zA-Z0-9-]{0,62}[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,62}[a-zA-Z0-9])?)*(:[0-9]{1,5})?$`)
 	scpLikeURL       = regexp.MustCompile(`^[a-zA-Z0-9._-]+@[a-zA-Z0-9.-]+:[^\x00-\x1f]+$`)
-	networkModes     = []string{"none", "proxy", "user", "bridge", "host"}
-	runtimesNamed    = []string{"host", "docker", "libvirt"}
+	networkModes     = []string{ports.NetworkNone, ports.NetworkProxy, ports.NetworkUser, ports.NetworkBridge, ports.NetworkHost}
+	runtimePattern   = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
 	secretSourcesNot = map[string]string{"vault": "vault", "aws": "AWS secrets manager", "k8s": "Kubernetes secrets"}
 )
 
@@ -467,8 +469,9 @@ func (p *parser) environment(n *yaml.Node, at string) Environment {
 	var e Environment
 	p.fields(n, at, map[string]func(*yaml.Node, string){
 		"runtime": func(v *yaml.Node, at string) {
-			if e.Runtime = p.str(v, at); !contains(runtimesNamed, e.Runtime) {
-				p.fail(at, "must be one of %s", strings.Join(runtimesNamed, ", "))
+			// Which runtimes exist is the server's catalog: Service.Check.
+			if e.Runtime = p.str(v, at); !runtimePattern.MatchString(e.Runtime) {
+				p.fail(at, "must be a runtime's name")
 			}
 		},
 		"image": func(v *yaml.Node, at string) {

@@ -94,7 +94,7 @@ func TestParseRefusals(t *testing.T) {
 		{`{claude: {prompt: x}, environment: {memory: 2X}}`, "environment.memory"},
 		{`{claude: {prompt: x}, environment: {cpus: many}}`, "environment.cpus"},
 		{`{claude: {prompt: x}, environment: {cpus: 0}}`, "environment.cpus"},
-		{`{claude: {prompt: x}, environment: {runtime: firecracker}}`, "environment.runtime: must be one of"},
+		{`{claude: {prompt: x}, environment: {runtime: "--firecracker"}}`, "environment.runtime: must be a runtime's name"},
 		{`{claude: {prompt: x}, environment: {network_mode: open}}`, "environment.network_mode"},
 		{`{claude: {prompt: x}, environment: {allowed_hosts: [a.com]}}`, "environment.allowed_hosts: needs network_mode: proxy"},
 		{`{claude: {prompt: x}, environment: {network_mode: proxy, allowed_hosts: ["http://a.com"]}}`, "environment.allowed_hosts[0]"},

@@ -45,6 +45,9 @@ type Config struct {
 	Logger       *slog.Logger
 	// DefaultRuntime runs a task whose manifest names none.
 	DefaultRuntime string
+	// Runtimes are the names a manifest may give (the server's catalog,
+	// whether or not each answers now).
+	Runtimes []string
 	// ReadyTimeout bounds provisioning (default 5 min).
 	ReadyTimeout time.Duration
 	// ResultGrace is how long claude may take to exit after its result
@@ -178,6 +181,19 @@ func (s *Service) Resume() {
 	}
 }
 
+// Check parses a manifest as this server would take it: Parse, and a
+// runtime the server knows.
+func (s *Service) Check(doc []byte) (Manifest, error) {
+	m, err := Parse(doc)
+	if err != nil {
+		return Manifest{}, err
+	}
+	if r := m.Environment.Runtime; r != "" && !slices.Contains(s.cfg.Runtimes, r) {
+		return Manifest{}, fmt.Errorf("%w: environment.runtime: must be one of %s", ErrInvalidManifest, strings.Join(s.cfg.Runtimes, ", "))
+	}
+	return m, nil
+}
+
 // Submitted is a submit's answer: the task, and whether it is new.
 type Submitted struct {
 	Task    ports.TaskRecord
@@ -188,7 +204,7 @@ type Submitted struct {
 // metadata.id) with the same manifest returns the same task; with another
 // manifest, ErrTaskConflict.
 func (s *Service) Submit(ctx context.Context, doc []byte, idempotencyKey string) (Submitted, error) {
-	m, err := Parse(doc)
+	m, err := s.Check(doc)
 	if err != nil {
 		return Submitted{}, err
 	}
