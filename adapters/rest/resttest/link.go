@@ -129,7 +129,7 @@ func (l *Link) Start(ctx context.Context, agentID string, spec ports.CommandSpec
 	case l.gone[agentID]:
 		l.mu.Unlock()
 		return nil, ports.ErrAgentGone
-	case a.Status == "disconnected":
+	case a.Status == ports.AgentDisconnected:
 		l.mu.Unlock()
 		return nil, ports.ErrAgentNotConnected
 	}

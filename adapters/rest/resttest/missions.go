@@ -124,14 +124,14 @@ func (m *Missions) Dispatch(_ context.Context, req ports.DispatchRequest) (ports
 func (m *Missions) route(f ports.MissionFilter) (ports.AgentInfo, error) {
 	if f.AgentID != "" {
 		a, ok := m.agents.Agent(f.AgentID)
-		if !ok || (a.Status != "ready" && a.Status != "busy") {
+		if !ok || (a.Status != ports.AgentReady && a.Status != ports.AgentBusy) {
 			return ports.AgentInfo{}, fmt.Errorf("agent %q: %w", f.AgentID, ports.ErrAgentNotConnected)
 		}
 		return a, nil
 	}
 	var best *ports.AgentInfo
 	for _, a := range m.agents.Agents() {
-		if a.Status != "ready" || !hasAll(a.Capabilities, f.Capabilities) {
+		if a.Status != ports.AgentReady || !hasAll(a.Capabilities, f.Capabilities) {
 			continue
 		}
 		if best == nil || a.RunningCommands < best.RunningCommands {
