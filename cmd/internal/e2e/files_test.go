@@ -53,6 +53,9 @@ func fileDo(t *testing.T, s *harness.Server, method, u string, body io.Reader) (
 	if err != nil {
 		t.Fatalf("%s %s: reading the answer: %v", method, u, err)
 	}
+	if err := harness.CheckResponse(req, resp.StatusCode, resp.Header, b); err != nil {
+		t.Errorf("openapi.yaml: %v", err)
+	}
 	return resp.StatusCode, b
 }
 

@@ -100,6 +100,9 @@ func (e *taskEnv) submit(manifest string, headers ...string) (int, []byte) {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
+	if err := harness.CheckResponse(req, resp.StatusCode, resp.Header, b); err != nil {
+		e.t.Errorf("openapi.yaml: %v", err)
+	}
 	return resp.StatusCode, b
 }
 
