@@ -416,7 +416,10 @@ func clipID(id string) string {
 // Run forgets ended sessions past their retention, with their logs, until
 // ctx ends.
 func (s *Service) Run(ctx context.Context) {
-	t := time.NewTicker(time.Minute)
+	// A quarter of the retention, within [1s, 1m]: a session outlives its
+	// retention by at most that.
+	every := min(max(s.cfg.Retention/4, time.Second), time.Minute)
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
