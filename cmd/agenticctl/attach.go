@@ -39,7 +39,7 @@ type attachOptions struct {
 
 func (c *cli) attach(args []string) int {
 	var o attachOptions
-	flags := newFlags("agenticctl attach", c.stderr)
+	flags := c.flagSet("agenticctl attach")
 	flags.StringVar(&o.detachKey, "detach-key", "ctrl-]", "key that detaches: ctrl-<char>, or none")
 	flags.BoolVar(&o.observe, "observe", false, "watch only, as an observer")
 	flags.Int64Var(&o.from, "from", -1, "replay the session log from this byte offset (default: live output only, after a redraw)")

@@ -62,7 +62,7 @@ func (c *cli) environments(args []string) int {
 }
 
 func (c *cli) envCreate(args []string) int {
-	flags := newFlags("agenticctl env create", c.stderr)
+	flags := c.flagSet("agenticctl env create")
 	runtime := flags.String("runtime", "", "runtime `R`: host, docker or libvirt ('agenticctl env runtimes')")
 	image := flags.String("image", "", "container `IMAGE` or VM disk image path (default: the runtime's own)")
 	network := flags.String("network", "", "network `MODE` (default: the runtime's first, none where offered)")
@@ -116,11 +116,8 @@ func (c *cli) envCreate(args []string) int {
 	}
 	ctx := context.Background()
 	resp, err := cl.CreateEnvironmentWithResponse(ctx, body)
-	if err != nil {
-		return c.unreachable(server, err)
-	}
-	if resp.JSON202 == nil {
-		return c.apiError(resp.StatusCode(), resp.Body)
+	if err != nil || resp.JSON202 == nil {
+		return c.failed(server, err, resp)
 	}
 	env := *resp.JSON202
 	shown := c.showEvents(env, 0)
@@ -150,11 +147,8 @@ func (c *cli) envCreate(args []string) int {
 		}
 		time.Sleep(200 * time.Millisecond)
 		got, err := cl.GetEnvironmentWithResponse(ctx, env.Name)
-		if err != nil {
-			return c.unreachable(server, err)
-		}
-		if got.JSON200 == nil {
-			return c.apiError(got.StatusCode(), got.Body)
+		if err != nil || got.JSON200 == nil {
+			return c.failed(server, err, got)
 		}
 		env = *got.JSON200
 		shown = c.showEvents(env, shown)
@@ -175,7 +169,7 @@ func (c *cli) showEvents(env restapi.Environment, shown int) int {
 }
 
 func (c *cli) envList(args []string) int {
-	flags := newFlags("agenticctl env list", c.stderr)
+	flags := c.flagSet("agenticctl env list")
 	asJSON := flags.Bool("json", false, "print the list as JSON")
 	if code, done := parseFlags(flags, args, c.stdout, c.stderr, envUsage); done {
 		return code
@@ -185,11 +179,8 @@ func (c *cli) envList(args []string) int {
 		return c.fail("%v", err)
 	}
 	resp, err := cl.ListEnvironmentsWithResponse(context.Background())
-	if err != nil {
-		return c.unreachable(server, err)
-	}
-	if resp.JSON200 == nil {
-		return c.apiError(resp.StatusCode(), resp.Body)
+	if err != nil || resp.JSON200 == nil {
+		return c.failed(server, err, resp)
 	}
 	if *asJSON {
 		return c.printJSON(resp.Body)
@@ -216,7 +207,7 @@ func (c *cli) envList(args []string) int {
 }
 
 func (c *cli) envOne(op string, args []string) int {
-	flags := newFlags("agenticctl env "+op, c.stderr)
+	flags := c.flagSet("agenticctl env " + op)
 	if code, done := parseFlags(flags, args, c.stdout, c.stderr, envUsage); done {
 		return code
 	}
@@ -285,7 +276,7 @@ func (c *cli) envOne(op string, args []string) int {
 }
 
 func (c *cli) envRuntimes(args []string) int {
-	flags := newFlags("agenticctl env runtimes", c.stderr)
+	flags := c.flagSet("agenticctl env runtimes")
 	if code, done := parseFlags(flags, args, c.stdout, c.stderr, envUsage); done {
 		return code
 	}
@@ -294,11 +285,8 @@ func (c *cli) envRuntimes(args []string) int {
 		return c.fail("%v", err)
 	}
 	resp, err := cl.ListRuntimesWithResponse(context.Background())
-	if err != nil {
-		return c.unreachable(server, err)
-	}
-	if resp.JSON200 == nil {
-		return c.apiError(resp.StatusCode(), resp.Body)
+	if err != nil || resp.JSON200 == nil {
+		return c.failed(server, err, resp)
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "RUNTIME\tISOLATION\tNETWORKS\tLIMITS\tOPTIONS")

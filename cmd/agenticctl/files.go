@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -57,9 +56,7 @@ func remotePath(s string) (agent, p string, ok bool) {
 }
 
 func (c *cli) ls(args []string) int {
-	flags := flag.NewFlagSet("agenticctl ls", flag.ContinueOnError)
-	flags.SetOutput(c.stderr)
-	flags.Usage = func() {}
+	flags := c.flagSet("agenticctl ls")
 	asJSON := flags.Bool("json", false, "print the listing as the server's JSON")
 	if code, done := parseFlags(flags, args, c.stdout, c.stderr, lsUsage); done {
 		return code
@@ -76,11 +73,8 @@ func (c *cli) ls(args []string) int {
 		return c.fail("%v", err)
 	}
 	resp, err := cl.ListFilesWithResponse(context.Background(), agent, &restapi.ListFilesParams{Path: p})
-	if err != nil {
-		return c.unreachable(server, err)
-	}
-	if resp.JSON200 == nil {
-		return c.apiError(resp.StatusCode(), resp.Body)
+	if err != nil || resp.JSON200 == nil {
+		return c.failed(server, err, resp)
 	}
 	if *asJSON {
 		return c.printJSON(resp.Body)
@@ -147,9 +141,7 @@ func (r *remoteFiles) stat(p string) (*restapi.FileEntry, error) {
 }
 
 func (c *cli) cp(args []string) int {
-	flags := flag.NewFlagSet("agenticctl cp", flag.ContinueOnError)
-	flags.SetOutput(c.stderr)
-	flags.Usage = func() {}
+	flags := c.flagSet("agenticctl cp")
 	quiet := flags.Bool("q", false, "show no progress")
 	if code, done := parseFlags(flags, args, c.stdout, c.stderr, cpUsage); done {
 		return code

@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -244,6 +245,31 @@ func (c *cli) unreachable(server string, err error) int {
 	return c.fail("cannot reach the server at %s: %v\nIs agentic-mgmt running? Point --server or AGENTIC_SERVER at its REST port.", server, err)
 }
 
+// flagSet is a subcommand's flags: errors to stderr, and no usage of its
+// own (parseFlags prints the command's).
+func (c *cli) flagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(c.stderr)
+	fs.Usage = func() {}
+	return fs
+}
+
+// failed explains a request that did not get the answer its caller wanted:
+// err when the server was not reached, else resp (a generated response)
+// with its status and error body.
+func (c *cli) failed(server string, err error, resp interface{ StatusCode() int }) int {
+	if err != nil {
+		return c.unreachable(server, err)
+	}
+	var body []byte
+	if v := reflect.Indirect(reflect.ValueOf(resp)); v.Kind() == reflect.Struct {
+		if f := v.FieldByName("Body"); f.IsValid() && f.Kind() == reflect.Slice {
+			body = f.Bytes()
+		}
+	}
+	return c.apiError(resp.StatusCode(), body)
+}
+
 // apiError explains an HTTP error answer, with a hint for the usual ones.
 func (c *cli) apiError(status int, body []byte) int {
 	var e restapi.Error
@@ -309,9 +335,7 @@ func (c *cli) agents(args []string) int {
 }
 
 func (c *cli) agentsList(args []string) int {
-	flags := flag.NewFlagSet("agenticctl agents list", flag.ContinueOnError)
-	flags.SetOutput(c.stderr)
-	flags.Usage = func() {}
+	flags := c.flagSet("agenticctl agents list")
 	asJSON := flags.Bool("json", false, "print the list as JSON")
 	if code, done := parseFlags(flags, args, c.stdout, c.stderr, "Usage: agenticctl agents list [--json]\n"); done {
 		return code
@@ -324,11 +348,8 @@ func (c *cli) agentsList(args []string) int {
 		return c.fail("%v", err)
 	}
 	resp, err := cl.ListAgentsWithResponse(context.Background())
-	if err != nil {
-		return c.unreachable(server, err)
-	}
-	if resp.JSON200 == nil {
-		return c.apiError(resp.StatusCode(), resp.Body)
+	if err != nil || resp.JSON200 == nil {
+		return c.failed(server, err, resp)
 	}
 	if *asJSON {
 		return c.printJSON(resp.Body)
@@ -357,9 +378,7 @@ func cell(s string) string {
 }
 
 func (c *cli) agentsGet(args []string) int {
-	flags := flag.NewFlagSet("agenticctl agents get", flag.ContinueOnError)
-	flags.SetOutput(c.stderr)
-	flags.Usage = func() {}
+	flags := c.flagSet("agenticctl agents get")
 	if code, done := parseFlags(flags, args, c.stdout, c.stderr, "Usage: agenticctl agents get ID\n"); done {
 		return code
 	}
@@ -371,11 +390,8 @@ func (c *cli) agentsGet(args []string) int {
 		return c.fail("%v", err)
 	}
 	resp, err := cl.GetAgentWithResponse(context.Background(), flags.Arg(0))
-	if err != nil {
-		return c.unreachable(server, err)
-	}
-	if resp.JSON200 == nil {
-		return c.apiError(resp.StatusCode(), resp.Body)
+	if err != nil || resp.JSON200 == nil {
+		return c.failed(server, err, resp)
 	}
 	return c.printJSON(resp.Body)
 }
@@ -408,9 +424,7 @@ func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 func (c *cli) exec(args []string) int {
-	flags := flag.NewFlagSet("agenticctl exec", flag.ContinueOnError)
-	flags.SetOutput(c.stderr)
-	flags.Usage = func() {}
+	flags := c.flagSet("agenticctl exec")
 	timeout := flags.Int("timeout", 0, fmt.Sprintf("kill the command after `S` seconds (0 = the server's default, %d s; at most 86400)", serverExecTimeout))
 	pty := flags.Bool("pty", false, "run in a pseudo-terminal (stdout and stderr merged)")
 	stdinFile := flags.String("stdin-file", "", "send the contents of `FILE` as the command's stdin")

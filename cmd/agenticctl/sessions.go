@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -59,15 +58,8 @@ func (c *cli) sessions(args []string) int {
 	}
 }
 
-func newFlags(name string, stderr io.Writer) *flag.FlagSet {
-	flags := flag.NewFlagSet(name, flag.ContinueOnError)
-	flags.SetOutput(stderr)
-	flags.Usage = func() {}
-	return flags
-}
-
 func (c *cli) sessionsList(args []string) int {
-	flags := newFlags("agenticctl sessions list", c.stderr)
+	flags := c.flagSet("agenticctl sessions list")
 	agent := flags.String("agent", "", "only the sessions of agent `A`")
 	state := flags.String("state", "", "only sessions in state `S` (starting, running, exited, killed, lost)")
 	asJSON := flags.Bool("json", false, "print the list as JSON")
@@ -89,11 +81,8 @@ func (c *cli) sessionsList(args []string) int {
 		params.State = (*restapi.SessionState)(state)
 	}
 	resp, err := cl.ListSessionsWithResponse(context.Background(), params)
-	if err != nil {
-		return c.unreachable(server, err)
-	}
-	if resp.JSON200 == nil {
-		return c.apiError(resp.StatusCode(), resp.Body)
+	if err != nil || resp.JSON200 == nil {
+		return c.failed(server, err, resp)
 	}
 	if *asJSON {
 		return c.printJSON(resp.Body)
@@ -118,7 +107,7 @@ func (c *cli) sessionsList(args []string) int {
 }
 
 func (c *cli) sessionsCreate(args []string) int {
-	flags := newFlags("agenticctl sessions create", c.stderr)
+	flags := c.flagSet("agenticctl sessions create")
 	typ := flags.String("type", string(restapi.SessionBackground), "session type `T`: interactive, headless or background")
 	name := flags.String("name", "", "session `NAME`, unique among the agent's live sessions")
 	cwd := flags.String("cwd", "", "working `DIR` on the agent")
@@ -172,18 +161,15 @@ func (c *cli) sessionsCreate(args []string) int {
 		return c.fail("%v", err)
 	}
 	resp, err := cl.CreateSessionWithResponse(context.Background(), agent, req)
-	if err != nil {
-		return c.unreachable(server, err)
-	}
-	if resp.JSON201 == nil {
-		return c.apiError(resp.StatusCode(), resp.Body)
+	if err != nil || resp.JSON201 == nil {
+		return c.failed(server, err, resp)
 	}
 	fmt.Fprintln(c.stdout, clean(resp.JSON201.SessionId))
 	return 0
 }
 
 func (c *cli) sessionsGet(args []string) int {
-	flags := newFlags("agenticctl sessions get", c.stderr)
+	flags := c.flagSet("agenticctl sessions get")
 	if code, done := parseFlags(flags, args, c.stdout, c.stderr, sessionsUsage); done {
 		return code
 	}
@@ -195,17 +181,14 @@ func (c *cli) sessionsGet(args []string) int {
 		return c.fail("%v", err)
 	}
 	resp, err := cl.GetSessionWithResponse(context.Background(), flags.Arg(0))
-	if err != nil {
-		return c.unreachable(server, err)
-	}
-	if resp.JSON200 == nil {
-		return c.apiError(resp.StatusCode(), resp.Body)
+	if err != nil || resp.JSON200 == nil {
+		return c.failed(server, err, resp)
 	}
 	return c.printJSON(resp.Body)
 }
 
 func (c *cli) sessionsKill(args []string) int {
-	flags := newFlags("agenticctl sessions kill", c.stderr)
+	flags := c.flagSet("agenticctl sessions kill")
 	if code, done := parseFlags(flags, args, c.stdout, c.stderr, sessionsUsage); done {
 		return code
 	}
@@ -217,18 +200,15 @@ func (c *cli) sessionsKill(args []string) int {
 		return c.fail("%v", err)
 	}
 	resp, err := cl.KillSessionWithResponse(context.Background(), flags.Arg(0))
-	if err != nil {
-		return c.unreachable(server, err)
-	}
-	if resp.JSON202 == nil {
-		return c.apiError(resp.StatusCode(), resp.Body)
+	if err != nil || resp.JSON202 == nil {
+		return c.failed(server, err, resp)
 	}
 	fmt.Fprintf(c.stdout, "kill sent to %s\n", clean(resp.JSON202.SessionId))
 	return 0
 }
 
 func (c *cli) logs(args []string) int {
-	flags := newFlags("agenticctl logs", c.stderr)
+	flags := c.flagSet("agenticctl logs")
 	follow := flags.Bool("f", false, "follow live output until the session ends")
 	from := flags.Int64("from", -1, "start at byte offset `N` (default: the first byte held)")
 	if code, done := parseFlags(flags, args, c.stdout, c.stderr, logsUsage); done {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -56,9 +55,7 @@ func (c *cli) task(args []string) int {
 }
 
 func (c *cli) taskSubmit(args []string) int {
-	flags := flag.NewFlagSet("agenticctl task submit", flag.ContinueOnError)
-	flags.SetOutput(c.stderr)
-	flags.Usage = func() {}
+	flags := c.flagSet("agenticctl task submit")
 	file := flags.String("f", "", "the manifest (YAML or JSON); - for stdin")
 	follow := flags.Bool("follow", false, "follow the task until it ends; exit with its outcome")
 	key := flags.String("idempotency-key", "", "the same key and manifest return the same task")
@@ -118,11 +115,8 @@ func (c *cli) followTask(cl *restapi.ClientWithResponses, server, id string) int
 	seenPhases, lastProgress := 0, ""
 	for {
 		resp, err := cl.GetTaskWithResponse(context.Background(), id)
-		if err != nil {
-			return c.unreachable(server, err)
-		}
-		if resp.JSON200 == nil {
-			return c.apiError(resp.StatusCode(), resp.Body)
+		if err != nil || resp.JSON200 == nil {
+			return c.failed(server, err, resp)
 		}
 		t := resp.JSON200
 		for ; seenPhases < len(t.Phases); seenPhases++ {
@@ -164,9 +158,7 @@ func (c *cli) followTask(cl *restapi.ClientWithResponses, server, id string) int
 }
 
 func (c *cli) taskList(args []string) int {
-	flags := flag.NewFlagSet("agenticctl task list", flag.ContinueOnError)
-	flags.SetOutput(c.stderr)
-	flags.Usage = func() {}
+	flags := c.flagSet("agenticctl task list")
 	state := flags.String("state", "", "comma-separated states")
 	var labels multiFlag
 	flags.Var(&labels, "label", "key=value (repeatable)")
@@ -187,11 +179,8 @@ func (c *cli) taskList(args []string) int {
 		params.Label = &l
 	}
 	resp, err := cl.ListTasksWithResponse(context.Background(), params)
-	if err != nil {
-		return c.unreachable(server, err)
-	}
-	if resp.JSON200 == nil {
-		return c.apiError(resp.StatusCode(), resp.Body)
+	if err != nil || resp.JSON200 == nil {
+		return c.failed(server, err, resp)
 	}
 	if *asJSON {
 		return c.printJSON(resp.Body)
@@ -212,9 +201,7 @@ func (c *cli) taskList(args []string) int {
 }
 
 func (c *cli) oneTaskArg(args []string, what string) (string, int, bool) {
-	flags := flag.NewFlagSet("agenticctl task "+what, flag.ContinueOnError)
-	flags.SetOutput(c.stderr)
-	flags.Usage = func() {}
+	flags := c.flagSet("agenticctl task " + what)
 	if code, done := parseFlags(flags, args, c.stdout, c.stderr, taskUsage); done {
 		return "", code, false
 	}
@@ -234,11 +221,8 @@ func (c *cli) taskGet(args []string) int {
 		return c.fail("%v", err)
 	}
 	resp, err := cl.GetTaskWithResponse(context.Background(), id)
-	if err != nil {
-		return c.unreachable(server, err)
-	}
-	if resp.JSON200 == nil {
-		return c.apiError(resp.StatusCode(), resp.Body)
+	if err != nil || resp.JSON200 == nil {
+		return c.failed(server, err, resp)
 	}
 	return c.printJSON(resp.Body)
 }
@@ -253,20 +237,15 @@ func (c *cli) taskCancel(args []string) int {
 		return c.fail("%v", err)
 	}
 	resp, err := cl.CancelTaskWithResponse(context.Background(), id)
-	if err != nil {
-		return c.unreachable(server, err)
-	}
-	if resp.JSON202 == nil {
-		return c.apiError(resp.StatusCode(), resp.Body)
+	if err != nil || resp.JSON202 == nil {
+		return c.failed(server, err, resp)
 	}
 	fmt.Fprintf(c.stdout, "%s %s\n", id, cell(resp.JSON202.State))
 	return 0
 }
 
 func (c *cli) taskArtifacts(args []string) int {
-	flags := flag.NewFlagSet("agenticctl task artifacts", flag.ContinueOnError)
-	flags.SetOutput(c.stderr)
-	flags.Usage = func() {}
+	flags := c.flagSet("agenticctl task artifacts")
 	dir := flags.String("download", "", "save every artifact under DIR, by its path")
 	if code, done := parseFlags(flags, args, c.stdout, c.stderr, taskUsage); done {
 		return code
@@ -287,11 +266,8 @@ func (c *cli) taskArtifacts(args []string) int {
 		return c.fail("%v", err)
 	}
 	resp, err := cl.ListTaskArtifactsWithResponse(context.Background(), id)
-	if err != nil {
-		return c.unreachable(server, err)
-	}
-	if resp.JSON200 == nil {
-		return c.apiError(resp.StatusCode(), resp.Body)
+	if err != nil || resp.JSON200 == nil {
+		return c.failed(server, err, resp)
 	}
 	if *dir == "" {
 		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
@@ -334,9 +310,7 @@ func (c *cli) taskArtifacts(args []string) int {
 // taskLogs prints the run's output from the task's event stream; without
 // -f it stops at the first quiet moment, with -f at the task's end.
 func (c *cli) taskLogs(args []string) int {
-	flags := flag.NewFlagSet("agenticctl task logs", flag.ContinueOnError)
-	flags.SetOutput(c.stderr)
-	flags.Usage = func() {}
+	flags := c.flagSet("agenticctl task logs")
 	follow := flags.Bool("f", false, "follow until the task ends")
 	if code, done := parseFlags(flags, args, c.stdout, c.stderr, taskUsage); done {
 		return code
