@@ -59,6 +59,9 @@ type Config struct {
 	// TaskRuntime runs tasks whose manifest names no runtime ("": docker
 	// where configured, else host).
 	TaskRuntime string
+	// TaskHold is a test hook: how long a task waits on entering each
+	// state (AGENTIC_TEST_TASK_HOLD=staging=30s,completing=30s).
+	TaskHold map[string]time.Duration
 	// AgentTLS is "off", "auto" (a CA and server certificate made in
 	// <data dir>/tls/) or "CERT.pem:KEY.pem".
 	AgentTLS string
@@ -254,6 +257,9 @@ func loadConfig(args, environ []string, stderr io.Writer, version string) (Confi
 		return Config{}, fmt.Errorf("AGENTIC_SESSION_RETENTION must be a positive duration such as 24h")
 	}
 	cfg.TaskRuntime = src.GetDefault("AGENTIC_TASK_RUNTIME", "")
+	if cfg.TaskHold, err = parseHolds(os.Getenv("AGENTIC_TEST_TASK_HOLD")); err != nil {
+		return Config{}, fmt.Errorf("AGENTIC_TEST_TASK_HOLD: %w", err)
+	}
 	if cfg.FileMaxBytes, err = strconv.ParseInt(src.GetDefault("AGENTIC_FILE_MAX_BYTES", strconv.FormatInt(agentrpc.DefaultMaxFileBytes, 10)), 10, 64); err != nil || cfg.FileMaxBytes <= 0 {
 		return Config{}, fmt.Errorf("AGENTIC_FILE_MAX_BYTES must be a positive number of bytes")
 	}
@@ -311,4 +317,21 @@ func loadConfig(args, environ []string, stderr io.Writer, version string) (Confi
 		cfg.AllowedNetworks = append(cfg.AllowedNetworks, n)
 	}
 	return cfg, nil
+}
+
+// parseHolds reads state=duration pairs separated by commas.
+func parseHolds(v string) (map[string]time.Duration, error) {
+	if v == "" {
+		return nil, nil
+	}
+	out := map[string]time.Duration{}
+	for _, pair := range strings.Split(v, ",") {
+		state, dur, ok := strings.Cut(strings.TrimSpace(pair), "=")
+		d, err := time.ParseDuration(dur)
+		if !ok || state == "" || err != nil || d < 0 {
+			return nil, fmt.Errorf("%q is not state=duration", pair)
+		}
+		out[state] = d
+	}
+	return out, nil
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/agentrpc"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/docker"
@@ -37,10 +38,15 @@ func provideTasks(cfg Config, dir DataDir, envs *environment.Service, svc *agent
 			runtime = docker.RuntimeName
 		}
 	}
+	var hold func(task.State) time.Duration
+	if cfg.TaskHold != nil {
+		log.Warn("AGENTIC_TEST_TASK_HOLD is set: tasks wait in the states it names (a test hook)", "hold", cfg.TaskHold)
+		hold = func(s task.State) time.Duration { return cfg.TaskHold[string(s)] }
+	}
 	svcTasks := task.New(task.Config{
 		Store: store, Workspace: ws, Environments: envs, Files: svc, Link: svc,
 		Secrets: filestore.TaskSecrets{Dir: filepath.Join(string(dir), "task-secrets"), Getenv: os.LookupEnv},
-		Clock:   clock, IDs: ids, Logger: log, DefaultRuntime: runtime, Runtimes: runtimeNames(), ObserveEnd: metrics.ObserveEnd, Permissions: svc,
+		Clock:   clock, IDs: ids, Logger: log, DefaultRuntime: runtime, Runtimes: runtimeNames(), ObserveEnd: metrics.ObserveEnd, Permissions: svc, Hold: hold,
 	})
 	metrics.Counts = svcTasks.Counts
 	svc.SetPermissionAsker(svcTasks)

@@ -110,7 +110,16 @@ func (s *Service) Recover(ctx context.Context) {
 			}
 			env := fromRuntime(e, name)
 			env.Events = []Event{{At: now, Step: "recovered", Message: "found after a restart of agentic-mgmt"}}
-			s.envs[e.Name] = &record{env: env}
+			rec := &record{env: env}
+			s.envs[e.Name] = rec
+			// A running one is ready again when its agent reconnects, as
+			// after a start; nobody has to look at it first.
+			if env.State == StateBooting {
+				var wait context.Context
+				wait, rec.cancel = context.WithCancel(s.life)
+				s.wg.Add(1)
+				go s.awaitAgent(wait, e.Name, name)
+			}
 		}
 		s.mu.Unlock()
 		s.log.Info("environments recovered", "runtime", name, "count", len(envs))

@@ -258,3 +258,27 @@ func TestRecoverFindsWhatTheRuntimeHas(t *testing.T) {
 func has(c *portstest.Credentials, id string) bool { _, ok := c.Secret(id); return ok }
 
 func secretOf(c *portstest.Credentials, id string) string { s, _ := c.Secret(id); return s }
+
+// A recovered environment becomes ready when its agent reconnects, with
+// nobody listing or inspecting it (a task resumed after a restart waits on
+// Get; it waited forever).
+func TestRecoveredEnvironmentIsReadyWhenItsAgentReconnects(t *testing.T) {
+	f := newFixture(t, time.Minute)
+	f.rt.envs["back"] = ports.Environment{Name: "back", Runtime: "fake", State: ports.EnvRunning}
+	f.svc.Recover(context.Background())
+	if e, _ := f.svc.Get("back"); e.State != StateBooting {
+		t.Fatalf("before its agent: %s", e.State)
+	}
+	f.agents.set("back", "ready")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		e, _ := f.svc.Get("back")
+		if e.State == StateReady {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still %s after its agent reconnected", e.State)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

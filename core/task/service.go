@@ -61,6 +61,11 @@ type Config struct {
 	// Permissions answers claude's permission prompts (skip_permissions:
 	// false); the server's agent link.
 	Permissions ports.PermissionDecider
+	// Hold, when set, keeps a task this long in a state it enters before
+	// doing that state's work: a fault-injection hook that lets the restart
+	// tests kill the server in each phase (AGENTIC_TEST_TASK_HOLD). Unset
+	// in production.
+	Hold func(State) time.Duration
 }
 
 // WorkspaceDir is the workspace on the agent, relative to where its
@@ -93,6 +98,8 @@ type entry struct {
 	events eventLog
 	// hitl are its open permission questions, by id.
 	hitl map[string]*HITL
+	// held is the last state Config.Hold kept it in (once per state).
+	held State
 }
 
 // New returns the use case; call Recover, then it takes tasks.
@@ -507,6 +514,16 @@ func (s *Service) run(ctx context.Context, e *entry) {
 		if s.life.Err() != nil {
 			return // the server stops: the checkpoint stays, the next start continues
 		}
+		if s.cfg.Hold != nil && e.held != state {
+			e.held = state
+			if d := s.cfg.Hold(state); d > 0 {
+				select {
+				case <-time.After(d):
+				case <-ctx.Done():
+				}
+				continue
+			}
+		}
 		var reason Reason
 		var err error
 		switch state {
@@ -531,6 +548,9 @@ func (s *Service) run(ctx context.Context, e *entry) {
 				s.transition(e, Running)
 				continue
 			}
+			if reason, err = s.waitReady(ctx, e); err != nil {
+				break
+			}
 			cmd, reason, err = s.launch(ctx, e)
 			if err == nil {
 				s.transition(e, Running)
@@ -551,6 +571,10 @@ func (s *Service) run(ctx context.Context, e *entry) {
 			_ = s.collect(ctx, e)
 			reason, err = why, fmt.Errorf("%s (exit code %d)", why, end.ExitCode)
 		case Completing:
+			if _, err = s.waitReady(ctx, e); err != nil {
+				reason = ReasonAgentLost
+				break
+			}
 			if err = s.collect(ctx, e); err != nil {
 				reason = ReasonArtifactsMissing
 				break
@@ -643,6 +667,14 @@ func (s *Service) provision(ctx context.Context, e *entry) (Reason, error) {
 	if err != nil {
 		return ReasonProvisionFailed, err
 	}
+	return s.waitReady(ctx, e)
+}
+
+// waitReady waits for the task's environment to have its agent: after
+// provisioning, and after a restart before its files are used again (the
+// agent reconnects some time after the server is back).
+func (s *Service) waitReady(ctx context.Context, e *entry) (Reason, error) {
+	name := e.rec.Environment.Name
 	deadline := time.NewTimer(s.cfg.ReadyTimeout)
 	defer deadline.Stop()
 	// Polled: the environments use case has no notification yet. 5 ms
@@ -653,7 +685,7 @@ func (s *Service) provision(ctx context.Context, e *entry) (Reason, error) {
 		got, ok := s.cfg.Environments.Get(name)
 		switch {
 		case !ok:
-			return ReasonProvisionFailed, errors.New("the environment went away while it was made")
+			return ReasonProvisionFailed, errors.New("the environment is gone")
 		case got.State == environment.StateReady:
 			s.update(e, func(r *ports.TaskRecord) { r.AgentID = got.AgentID })
 			return "", nil
@@ -664,7 +696,7 @@ func (s *Service) provision(ctx context.Context, e *entry) (Reason, error) {
 		case <-ctx.Done():
 			return ReasonProvisionFailed, ctx.Err()
 		case <-deadline.C:
-			return ReasonProvisionFailed, fmt.Errorf("the environment was not ready within %v", s.cfg.ReadyTimeout)
+			return ReasonProvisionFailed, fmt.Errorf("the environment's agent was not ready within %v", s.cfg.ReadyTimeout)
 		case <-tick.C:
 		}
 	}

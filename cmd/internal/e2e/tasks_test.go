@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -58,7 +59,7 @@ type taskEnv struct {
 
 const taskSecret = "s3cr3t-Value-7f9c2e"
 
-func newTaskEnv(t *testing.T) *taskEnv {
+func newTaskEnv(t *testing.T, env ...string) *taskEnv {
 	t.Helper()
 	bin := t.TempDir()
 	if err := os.WriteFile(filepath.Join(bin, "claude"), []byte(fakeClaude), 0o755); err != nil {
@@ -73,7 +74,7 @@ func newTaskEnv(t *testing.T) *taskEnv {
 	gitIn(t, repo, "add", "-A")
 	gitIn(t, repo, "-c", "user.name=t", "-c", "user.email=t@x", "commit", "-q", "-m", "base")
 	data := t.TempDir()
-	s := startServer(t, 0, data, "PATH="+bin+":"+os.Getenv("PATH"), "TASK_TEST_TOKEN="+taskSecret, "AGENTIC_TASK_RUNTIME=host", "AGENTIC_RUNTIMES=host")
+	s := startServer(t, 0, data, append([]string{"PATH=" + bin + ":" + os.Getenv("PATH"), "TASK_TEST_TOKEN=" + taskSecret, "AGENTIC_TASK_RUNTIME=host", "AGENTIC_RUNTIMES=host"}, env...)...)
 	return &taskEnv{t: t, s: s, repo: repo, data: data}
 }
 
@@ -394,6 +395,41 @@ func TestTaskSurvivesAServerKill(t *testing.T) {
 		t.Errorf("the process started %d times", strings.Count(string(b), "x"))
 	}
 	e.noEnvironmentsLeft()
+}
+
+// SIGKILL of agentic-mgmt in each phase before and after running: the
+// restarted server carries every task to its real outcome, with its
+// artifact and patch, and leaves no environment behind. (Running is
+// TestTaskSurvivesAServerKill.) The test hook AGENTIC_TEST_TASK_HOLD keeps
+// the first server in the phase long enough to be killed there.
+func TestTaskSurvivesAServerKillInEachPhase(t *testing.T) {
+	for _, phase := range []string{"pending", "staging", "provisioning", "ready", "completing"} {
+		t.Run(phase, func(t *testing.T) {
+			e := newTaskEnv(t, "AGENTIC_TEST_TASK_HOLD="+phase+"=2m")
+			marker := filepath.Join(t.TempDir(), "starts")
+			st, b := e.submit("repository: {url: " + e.repo + "}\ncommand: {argv: [sh, -c, \"echo x >> " + marker + "; echo made > REPORT.md; echo more >> a.txt\"]}\nenvironment: {runtime: host}\nlifecycle: {artifact_patterns: [REPORT.md]}\n")
+			if st != 202 {
+				t.Fatalf("submit: %d %s", st, b)
+			}
+			var acc restapi.TaskAccepted
+			_ = json.Unmarshal(b, &acc)
+			eventually(t, 60*time.Second, "the task in "+phase, func() bool { return e.get(acc.TaskId).State == phase })
+			e.killAndRestart()
+			tk := e.waitEnd(acc.TaskId, 90*time.Second)
+			if tk.State != "completed" {
+				t.Fatalf("killed in %s, then: %s %s %s", phase, tk.State, deref(tk.Reason), deref(tk.Error))
+			}
+			if b, _ := os.ReadFile(marker); string(b) != "x\n" {
+				t.Errorf("the process started %d times", strings.Count(string(b), "x"))
+			}
+			_, report := fileDo(t, e.s, http.MethodGet, e.s.RESTURL+"/api/v1/tasks/"+tk.Id+"/artifacts/REPORT.md", nil)
+			_, patch := fileDo(t, e.s, http.MethodGet, e.s.RESTURL+"/api/v1/tasks/"+tk.Id+"/artifacts/changes.patch", nil)
+			if string(report) != "made\n" || !strings.Contains(string(patch), "+more") {
+				t.Errorf("after a kill in %s: report %q, patch %q", phase, report, patch)
+			}
+			e.noEnvironmentsLeft()
+		})
+	}
 }
 
 // agenticctl task submit --follow shows the phases and exits with the
@@ -771,12 +807,14 @@ func TestTaskPermissionSurvivesAServerKill(t *testing.T) {
 }
 
 // killAndRestart kills agentic-mgmt with SIGKILL and starts it again on the
-// same data dir, ports and environment.
+// same data dir, ports and environment, less the hold that test hook put
+// on the first life.
 func (e *taskEnv) killAndRestart() {
 	e.t.Helper()
 	old := e.s
 	old.Kill()
-	s2, err := harness.Start(bins, harness.Options{DataDir: old.DataDir, BasePort: old.Opts.BasePort, Env: old.Opts.Env})
+	env := slices.DeleteFunc(slices.Clone(old.Opts.Env), func(v string) bool { return strings.HasPrefix(v, "AGENTIC_TEST_TASK_HOLD=") })
+	s2, err := harness.Start(bins, harness.Options{DataDir: old.DataDir, BasePort: old.Opts.BasePort, Env: env})
 	if err != nil {
 		e.t.Fatal(err)
 	}
