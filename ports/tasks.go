@@ -91,6 +91,24 @@ type TaskStore interface {
 	Delete(ctx context.Context, id string) error
 }
 
+// TaskEvent is one entry of a task's event stream as kept: Data is its
+// JSON.
+type TaskEvent struct {
+	ID   int64  `json:"id"`
+	Type string `json:"type"`
+	Data []byte `json:"data"`
+}
+
+// TaskEventLog keeps each task's event stream (states, claude's activity,
+// the run's output) so that it outlives a restart of the server. Appends
+// are not synced: a crash may lose the last few, never reorder them.
+type TaskEventLog interface {
+	Append(taskID string, ev TaskEvent) error
+	// Read returns a task's events in the order appended (none for a task
+	// never seen); a last entry cut by a crash is left out.
+	Read(taskID string) ([]TaskEvent, error)
+}
+
 // Workspace is the server's side of a task's files: it stages a repository
 // into a tree to upload, and takes the tree back to keep artifacts and a
 // patch before the environment is touched.

@@ -16,3 +16,13 @@ func TestTaskStoreConformance(t *testing.T) {
 		return s
 	})
 }
+
+func TestTaskEventLogConformance(t *testing.T) {
+	portstest.RunTaskEventLogSuite(t, func(t *testing.T, dir string) ports.TaskEventLog {
+		l, err := NewTaskEventLog(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	})
+}

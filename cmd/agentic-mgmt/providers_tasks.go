@@ -27,6 +27,10 @@ func provideTasks(cfg Config, dir DataDir, envs *environment.Service, svc *agent
 	if err != nil {
 		return nil, nil, err
 	}
+	events, err := filestore.NewTaskEventLog(filepath.Join(string(dir), "task-events"))
+	if err != nil {
+		return nil, nil, err
+	}
 	ws, err := gitwork.New(filepath.Join(string(dir), "task-work"))
 	if err != nil {
 		return nil, nil, err
@@ -46,7 +50,7 @@ func provideTasks(cfg Config, dir DataDir, envs *environment.Service, svc *agent
 	svcTasks := task.New(task.Config{
 		Store: store, Workspace: ws, Environments: envs, Files: svc, Link: svc,
 		Secrets: filestore.TaskSecrets{Dir: filepath.Join(string(dir), "task-secrets"), Getenv: os.LookupEnv},
-		Clock:   clock, IDs: ids, Logger: log, DefaultRuntime: runtime, Runtimes: runtimeNames(), ObserveEnd: metrics.ObserveEnd, Permissions: svc, Hold: hold,
+		Clock:   clock, IDs: ids, Logger: log, DefaultRuntime: runtime, Runtimes: runtimeNames(), ObserveEnd: metrics.ObserveEnd, Permissions: svc, Hold: hold, EventLog: events,
 	})
 	metrics.Counts = svcTasks.Counts
 	svc.SetPermissionAsker(svcTasks)

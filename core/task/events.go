@@ -1,6 +1,7 @@
 package task
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
@@ -49,13 +50,14 @@ const (
 	maxOutputBytes = 8 << 20
 )
 
-// eventLog is a task's events, in memory; a restart keeps the state events
-// (rebuilt from the phases) and loses older output, which offsets show.
+// eventLog is a task's events, in memory, each also handed to keep (the
+// Config.EventLog) so that a restart reads them back with their ids.
 type eventLog struct {
 	events      []Event
 	next        int64
 	outputBytes int
 	changed     chan struct{}
+	keep        func(Event)
 }
 
 func (l *eventLog) add(typ string, data any) {
@@ -63,7 +65,11 @@ func (l *eventLog) add(typ string, data any) {
 		l.changed = make(chan struct{})
 	}
 	l.next++
-	l.events = append(l.events, Event{ID: l.next, Type: typ, Data: data})
+	ev := Event{ID: l.next, Type: typ, Data: data}
+	l.events = append(l.events, ev)
+	if l.keep != nil {
+		l.keep(ev)
+	}
 	if o, ok := data.(OutputData); ok {
 		l.outputBytes += len(o.Data)
 	}
@@ -98,4 +104,75 @@ func (s *Service) Events(id string, after int64) (events []Event, more <-chan st
 	last := len(l.events) - 1
 	over = last >= 0 && l.events[last].Type == EventEnd && after >= l.events[last].ID
 	return events, l.changed, over, nil
+}
+
+// maxStoredOutputBytes bounds the output kept on disk per task; state and
+// activity events are always kept.
+const maxStoredOutputBytes = 16 << 20
+
+// keeper stores a task's events as they are added (all but the end, which
+// Load makes again from the record, with the same id).
+func (s *Service) keeper(id string, stored int) func(Event) {
+	if s.cfg.EventLog == nil {
+		return nil
+	}
+	failed := false
+	return func(ev Event) {
+		if ev.Type == EventEnd {
+			return
+		}
+		b, err := json.Marshal(ev.Data)
+		if err != nil {
+			return
+		}
+		if ev.Type == EventOutput {
+			if stored+len(b) > maxStoredOutputBytes {
+				return
+			}
+			stored += len(b)
+		}
+		if err := s.cfg.EventLog.Append(id, ports.TaskEvent{ID: ev.ID, Type: ev.Type, Data: b}); err != nil && !failed {
+			failed = true // said once a task: the stream goes on in memory
+			s.log.Warn("a task's events are not kept past a restart", "task_id", id, "err", err)
+		}
+	}
+}
+
+// restoreEvents reads back what keeper stored for a loaded task; false when
+// nothing was (a task from before events were kept), and the stored output
+// size.
+func (s *Service) restoreEvents(e *entry) (ok bool, outputBytes int) {
+	if s.cfg.EventLog == nil {
+		return false, 0
+	}
+	stored, err := s.cfg.EventLog.Read(e.rec.ID)
+	if err != nil {
+		s.log.Warn("a task's stored events could not be read", "task_id", e.rec.ID, "err", err)
+		return false, 0
+	}
+	for _, se := range stored {
+		var data any
+		var err error
+		switch se.Type {
+		case EventState:
+			var d StateData
+			err, data = json.Unmarshal(se.Data, &d), d
+		case EventOutput:
+			var d OutputData
+			err, data = json.Unmarshal(se.Data, &d), d
+			outputBytes += len(se.Data)
+		case EventActivity:
+			var d ActivityData
+			err, data = json.Unmarshal(se.Data, &d), d
+		default:
+			continue
+		}
+		if err != nil || se.ID <= e.events.next {
+			continue // out of order or unreadable: never an id twice
+		}
+		e.events.next = se.ID - 1
+		e.events.add(se.Type, data)
+		ok = true
+	}
+	return ok, outputBytes
 }

@@ -61,6 +61,9 @@ type Config struct {
 	// Permissions answers claude's permission prompts (skip_permissions:
 	// false); the server's agent link.
 	Permissions ports.PermissionDecider
+	// EventLog keeps each task's events across restarts (nil: in memory
+	// only).
+	EventLog ports.TaskEventLog
 	// Hold, when set, keeps a task this long in a state it enters before
 	// doing that state's work: a fault-injection hook that lets the restart
 	// tests kill the server in each phase (AGENTIC_TEST_TASK_HOLD). Unset
@@ -144,8 +147,12 @@ func (s *Service) Load(ctx context.Context) error {
 			continue
 		}
 		e := &entry{rec: r, manifest: m}
-		for _, p := range r.Phases {
-			e.events.add(EventState, StateData{State: p.State, At: p.At})
+		restored, outputBytes := s.restoreEvents(e)
+		e.events.keep = s.keeper(r.ID, outputBytes)
+		if !restored {
+			for _, p := range r.Phases {
+				e.events.add(EventState, StateData{State: p.State, At: p.At})
+			}
 		}
 		if State(r.State).Terminal() {
 			e.events.add(EventEnd, cloneRecord(r))
@@ -248,6 +255,7 @@ func (s *Service) Submit(ctx context.Context, doc []byte, idempotencyKey string)
 		Phases: []ports.TaskPhase{{State: string(Pending), At: now}}, Manifest: string(doc), IdempotencyKey: idempotencyKey,
 		ManifestSHA256: hash, Environment: ports.TaskEnvironment{Name: EnvironmentName(id), Runtime: runtime},
 	}}
+	e.events.keep = s.keeper(id, 0)
 	e.events.add(EventState, StateData{State: string(Pending), At: now})
 	s.tasks[id] = e
 	s.mu.Unlock()

@@ -379,13 +379,15 @@ func TestTaskCancel(t *testing.T) {
 func TestTaskSurvivesAServerKill(t *testing.T) {
 	e := newTaskEnv(t)
 	marker := filepath.Join(t.TempDir(), "starts")
-	st, b := e.submit("command: {argv: [sh, -c, \"echo x >> " + marker + "; sleep 9; echo made > REPORT.md\"]}\nenvironment: {runtime: host}\nlifecycle: {artifact_patterns: [REPORT.md]}\n")
+	st, b := e.submit("command: {argv: [sh, -c, \"echo x >> " + marker + "; echo before-the-kill; sleep 9; echo after-the-kill; echo made > REPORT.md\"]}\nenvironment: {runtime: host}\nlifecycle: {artifact_patterns: [REPORT.md]}\n")
 	if st != 202 {
 		t.Fatalf("submit: %d %s", st, b)
 	}
 	var acc restapi.TaskAccepted
 	_ = json.Unmarshal(b, &acc)
-	eventually(t, 60*time.Second, "the task running", func() bool { return e.get(acc.TaskId).State == "running" })
+	eventually(t, 60*time.Second, "the task running and its first line out", func() bool {
+		return e.get(acc.TaskId).State == "running" && e.get(acc.TaskId).Progress.OutputBytes > 0
+	})
 	e.killAndRestart()
 	tk := e.waitEnd(acc.TaskId, 90*time.Second)
 	if tk.State != "completed" {
@@ -393,6 +395,37 @@ func TestTaskSurvivesAServerKill(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(marker); string(b) != "x\n" {
 		t.Errorf("the process started %d times", strings.Count(string(b), "x"))
+	}
+	// The event stream outlives the restart: the output from before it,
+	// every id once and in order, and Last-Event-ID resumes after an id
+	// the first server gave.
+	events := readSSE(t, e.s, acc.TaskId, "")
+	var output strings.Builder
+	last := int64(0)
+	firstOutput := ""
+	for _, ev := range events {
+		id, _ := strconv.ParseInt(ev.id, 10, 64)
+		if id <= last {
+			t.Fatalf("event ids not increasing: %d after %d in %+v", id, last, events)
+		}
+		last = id
+		if ev.event == "output" {
+			var o struct {
+				Data string `json:"data"`
+			}
+			_ = json.Unmarshal([]byte(ev.data), &o)
+			output.WriteString(o.Data)
+			if firstOutput == "" {
+				firstOutput = ev.id
+			}
+		}
+	}
+	if !strings.Contains(output.String(), "before-the-kill\nafter-the-kill\n") {
+		t.Errorf("output across the restart: %q", output.String())
+	}
+	resumed := readSSE(t, e.s, acc.TaskId, firstOutput)
+	if len(resumed) == 0 || resumed[0].id == firstOutput || resumed[len(resumed)-1].event != "end" {
+		t.Errorf("resumed after %s: %+v", firstOutput, resumed)
 	}
 	e.noEnvironmentsLeft()
 }
