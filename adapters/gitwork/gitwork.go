@@ -94,7 +94,9 @@ func (w *Workspace) Stage(ctx context.Context, taskID string, repo ports.TaskRep
 	if strings.HasPrefix(url, "-") {
 		return "", fmt.Errorf("repository url %q", url)
 	}
-	args := []string{"clone", "-q"}
+	// No template (hook samples, description) and no reflogs: every file
+	// is an entry to upload and to take back, and those serve nobody.
+	args := []string{"-c", "core.logAllRefUpdates=false", "clone", "-q", "--template="}
 	if repo.Branch != "" {
 		args = append(args, "--branch", repo.Branch)
 	}
