@@ -30,6 +30,10 @@ type HITLRequest struct {
 	Prompt    string    `json:"prompt"`
 	Context   string    `json:"context"`
 	CreatedAt time.Time `json:"created_at"`
+	// Permission, when set, is claude asking to use a tool through the
+	// permission prompt tool: the answer allows or denies it (not typed
+	// into the terminal).
+	Permission *PermissionRequest `json:"permission,omitempty"`
 }
 
 // Mission is the durable record of one mission (stored in missions.json).

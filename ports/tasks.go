@@ -138,17 +138,39 @@ type TaskRepository struct {
 // PermissionRequest is a running command's question (claude's permission
 // prompt): may it use ToolName with Input?
 type PermissionRequest struct {
-	AgentID   string
-	CommandID string
-	RequestID string
-	ToolName  string
-	InputJSON string
+	AgentID   string `json:"agent_id"`
+	CommandID string `json:"command_id"`
+	RequestID string `json:"request_id"`
+	ToolName  string `json:"tool_name"`
+	InputJSON string `json:"input_json"`
 }
 
-// PermissionAsker hears the permission requests of agents' commands.
+// PermissionAsker hears the permission requests of agents' commands; it
+// answers whether the command was one of its own.
 type PermissionAsker interface {
-	PermissionAsked(req PermissionRequest)
+	PermissionAsked(req PermissionRequest) bool
 }
+
+// PermissionAskers asks each in turn until one owns the command.
+type PermissionAskers []PermissionAsker
+
+// PermissionAsked implements PermissionAsker.
+func (a PermissionAskers) PermissionAsked(req PermissionRequest) bool {
+	for _, x := range a {
+		if x.PermissionAsked(req) {
+			return true
+		}
+	}
+	return false
+}
+
+// ClaudePermissionTool is claude's --permission-prompt-tool: the MCP server
+// ClaudePermissionMCPConfig starts (the agent's own binary, over stdio).
+const ClaudePermissionTool = "mcp__agentic__permission"
+
+// ClaudePermissionMCPConfig is claude's --mcp-config for it; the agent
+// exports it to commands with permission prompts as AGENTIC_MCP_CONFIG.
+const ClaudePermissionMCPConfig = `{"mcpServers":{"agentic":{"command":"sh","args":["-c","exec \"$AGENTIC_AGENT_EXE\" __agentic-permission"]}}}`
 
 // PermissionDecider sends the answer to a permission request back to the
 // command that asked.

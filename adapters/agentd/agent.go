@@ -511,7 +511,7 @@ func (a *Agent) startCommand(req *sandboxv1.CommandRequest) {
 			a.log.Warn("no permission socket for a command that asked for one", "command_id", id, "err", err)
 		} else {
 			stop = stopSocket
-			env := map[string]string{EnvPermissionSocket: path}
+			env := map[string]string{EnvPermissionSocket: path, EnvMCPConfig: ports.ClaudePermissionMCPConfig}
 			if exe, err := os.Executable(); err == nil {
 				env[EnvAgentExe] = exe
 			}

@@ -35,6 +35,10 @@ const PermissionHelperArg = "__agentic-permission"
 const (
 	EnvPermissionSocket = "AGENTIC_PERMISSION_SOCKET"
 	EnvAgentExe         = "AGENTIC_AGENT_EXE"
+	// EnvMCPConfig is claude's --mcp-config for the permission tool, so a
+	// script (a mission's objective) can run
+	// claude --permission-prompt-tool mcp__agentic__permission --mcp-config "$AGENTIC_MCP_CONFIG".
+	EnvMCPConfig = "AGENTIC_MCP_CONFIG"
 )
 
 // permissionWire is one line on the socket, each way.
@@ -111,6 +115,10 @@ func (a *Agent) permissionSocket(commandID string) (path string, stop func(), er
 	return path, func() { cancel(); _ = ln.Close(); _ = os.RemoveAll(dir) }, nil
 }
 
+// maxOpenPermissions bounds the questions one command has open at once
+// (claude asks one at a time).
+const maxOpenPermissions = 8
+
 // servePermission forwards one request and writes back the decision; a
 // request that finds no answer (the command ended) is denied.
 func (a *Agent) servePermission(ctx context.Context, commandID string, conn net.Conn) {
@@ -131,6 +139,18 @@ func (a *Agent) servePermission(ctx context.Context, commandID string, conn net.
 	if a.perms.waiting == nil {
 		a.perms.waiting = map[string]chan *sandboxv1.PermissionDecision{}
 		a.perms.asked = map[string]*sandboxv1.PermissionRequest{}
+	}
+	open := 0
+	for _, r := range a.perms.asked {
+		if r.GetCommandId() == commandID {
+			open++
+		}
+	}
+	if open >= maxOpenPermissions {
+		// A workload flooding the socket cannot flood the operator's inbox.
+		a.perms.mu.Unlock()
+		_ = json.NewEncoder(conn).Encode(permissionWire{Message: "too many open permission questions"})
+		return
 	}
 	a.perms.waiting[id] = ch
 	a.perms.asked[id] = ask

@@ -227,10 +227,11 @@ type recordedAsks struct {
 	asks []ports.PermissionRequest
 }
 
-func (r *recordedAsks) PermissionAsked(req ports.PermissionRequest) {
+func (r *recordedAsks) PermissionAsked(req ports.PermissionRequest) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.asks = append(r.asks, req)
+	return true
 }
 
 // A permission request reaches the task only for a command of the agent

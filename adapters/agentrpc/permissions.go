@@ -34,8 +34,10 @@ func (s *Service) permissionAsked(agentID string, p *sandboxv1.PermissionRequest
 		s.log.Warn("permission request refused", "agent_id", agentID, "command_id", p.GetCommandId())
 		return
 	}
-	asker.PermissionAsked(ports.PermissionRequest{AgentID: agentID, CommandID: p.GetCommandId(), RequestID: p.GetRequestId(),
-		ToolName: p.GetToolName(), InputJSON: p.GetInputJson()})
+	if !asker.PermissionAsked(ports.PermissionRequest{AgentID: agentID, CommandID: p.GetCommandId(), RequestID: p.GetRequestId(),
+		ToolName: p.GetToolName(), InputJSON: p.GetInputJson()}) {
+		s.log.Warn("a permission request for a command that is neither a task's nor a mission's", "agent_id", agentID, "command_id", p.GetCommandId())
+	}
 }
 
 // DecidePermission implements ports.PermissionDecider.

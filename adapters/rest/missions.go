@@ -114,7 +114,16 @@ func (s *Server) RespondHITL(ctx context.Context, req restapi.RespondHITLRequest
 	if s.d.Missions == nil {
 		return nil, hitlNotFound(subject)
 	}
-	m, err := s.d.Missions.RespondHITL(ctx, req.HitlId, req.Body.Text)
+	text := req.Body.Text
+	if d := req.Body.Decision; d != nil {
+		// A mission's permission question answered with a decision: the
+		// same words an answer over the executor stream uses.
+		if *d != "allow" && *d != "deny" {
+			return nil, badRequest("%s: decision must be allow or deny", subject)
+		}
+		text = strings.TrimSpace(string(*d) + " " + text)
+	}
+	m, err := s.d.Missions.RespondHITL(ctx, req.HitlId, text)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -341,7 +350,7 @@ func decodeMetadata(b []byte) (map[string]any, error) {
 }
 
 func toHITL(h ports.HITLRequest, missionID, agentID, sessionID string) restapi.HITLRequest {
-	return restapi.HITLRequest{
+	out := restapi.HITLRequest{
 		HitlId:    h.ID,
 		MissionId: nonEmpty(missionID),
 		AgentId:   nonEmpty(agentID),
@@ -350,6 +359,10 @@ func toHITL(h ports.HITLRequest, missionID, agentID, sessionID string) restapi.H
 		Context:   h.Context,
 		CreatedAt: h.CreatedAt.UTC(),
 	}
+	if p := h.Permission; p != nil {
+		out.ToolName, out.ToolInput = &p.ToolName, &p.InputJSON
+	}
+	return out
 }
 
 func nonEmpty(s string) *string {

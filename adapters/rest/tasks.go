@@ -392,7 +392,7 @@ func (s *Server) answerTaskHITL(ctx context.Context, req restapi.RespondHITLRequ
 	}
 	decision := ""
 	if req.Body.Decision != nil {
-		decision = *req.Body.Decision
+		decision = string(*req.Body.Decision)
 	}
 	if decision != "allow" && decision != "deny" {
 		return nil, badRequest("%s: a task's permission needs decision allow or deny", subject), true

@@ -44,7 +44,7 @@ func provideOutbox(dir DataDir, log *slog.Logger) (*filestore.Outbox, func(), er
 
 func provideMissions(store ports.MissionStore, outbox ports.EventOutbox, svc *agentrpc.Service, clock ports.Clock, ids ports.IDGenerator, log *slog.Logger) *mission.Service {
 	return mission.New(mission.Config{
-		Store: store, Outbox: outbox, Link: svc, Agents: svc, Clock: clock, IDs: ids, Logger: log,
+		Store: store, Outbox: outbox, Link: svc, Agents: svc, Clock: clock, IDs: ids, Logger: log, Permissions: svc,
 	})
 }
 

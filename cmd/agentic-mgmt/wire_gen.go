@@ -64,7 +64,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 	provisionTimes := provideProvisionTimes()
 	environmentService, cleanup5 := provideEnvironments(cfg, runtimes, service, missionService, agentHashes, wall, log, provisionTimes)
 	taskMetrics := provideTaskMetrics()
-	taskService, cleanup6, err := provideTasks(cfg, dataDir, environmentService, service, runtimes, wall, uuiDv7, log, taskMetrics)
+	taskService, cleanup6, err := provideTasks(cfg, dataDir, environmentService, service, missionService, runtimes, wall, uuiDv7, log, taskMetrics)
 	if err != nil {
 		cleanup5()
 		cleanup4()

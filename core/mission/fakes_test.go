@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -604,6 +605,27 @@ type harness struct {
 	clock  *testClock
 	ids    *seqIDs
 	svc    *Service
+	// decisions are the permission answers the service sent.
+	decisions fakeDecider
+}
+
+// fakeDecider records the permission decisions sent back to commands.
+type fakeDecider struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (d *fakeDecider) DecidePermission(_ context.Context, req ports.PermissionRequest, allow bool, message string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.got = append(d.got, fmt.Sprintf("%s %s %v %s", req.CommandID, req.RequestID, allow, message))
+	return nil
+}
+
+func (d *fakeDecider) all() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.got)
 }
 
 func newHarness(t *testing.T) *harness {
@@ -629,7 +651,7 @@ func (h *harness) newService() *Service {
 	s := New(Config{
 		Store: h.store, Outbox: h.outbox, Link: h.link, Agents: h.dir, Clock: h.clock, IDs: h.ids,
 		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-		HITLQuiet: hitlQuiet,
+		HITLQuiet: hitlQuiet, Permissions: &h.decisions,
 	})
 	h.t.Cleanup(func() {
 		h.store.setPutHook(nil)

@@ -7,6 +7,7 @@ package mission
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
@@ -139,7 +140,25 @@ func RequireHITL(m ports.Mission, req ports.HITLRequest, now time.Time) (ports.M
 }
 
 func hitlEvent(m *ports.Mission, now time.Time) ports.Event {
+	// Exactly the contract's fields, a permission question too: its prompt
+	// names the tool and how to answer, its context is the tool's input.
 	return event(m, ports.EventHITLRequired, now, map[string]any{"hitl_id": m.HITL.ID, "prompt": m.HITL.Prompt, "context": m.HITL.Context})
+}
+
+// PermissionAnswer reads an answer to a permission question: allow when it
+// starts with allow, yes, y, approve(d) or ok; anything else denies. What
+// follows the first word (after ':' or space) is the message for claude.
+func PermissionAnswer(text string) (allow bool, message string) {
+	t := strings.TrimSpace(text)
+	word, rest, _ := strings.Cut(t, " ")
+	word = strings.TrimRight(strings.ToLower(word), ":.,!")
+	switch word {
+	case "allow", "allowed", "yes", "y", "approve", "approved", "ok":
+		return true, strings.TrimSpace(rest)
+	case "deny", "denied", "no", "n", "reject":
+		return false, strings.TrimSpace(rest)
+	}
+	return false, t
 }
 
 // AnswerHITL records that the answer to hitlID was written to the session.

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -34,6 +35,9 @@ type Config struct {
 	HITLQuiet time.Duration
 	// Terminal size of mission sessions.
 	Cols, Rows uint16
+	// Permissions sends the answers to claude's permission prompts back to
+	// the command that asked (nil: missions' claude gets no prompt tool).
+	Permissions ports.PermissionDecider
 }
 
 // summaryBytes bounds a mission's summary (the tail of its output).
@@ -72,6 +76,10 @@ type live struct {
 	outMu sync.Mutex
 	tail  *hitl.Tail
 	det   *hitl.Detector
+
+	// asked are permission requests waiting for the open HITL request to be
+	// answered (one question at a time); under op.
+	asked []ports.PermissionRequest
 }
 
 func (l *live) markStarted() { l.startMu.Do(func() { close(l.started) }) }
@@ -382,6 +390,9 @@ func (s *Service) launch(l *live) {
 		Env:         map[string]string{"AIWG_MISSION_ID": m.ID},
 		SessionID:   m.SessionID,
 		SessionName: "mission-" + m.ID,
+		// A claude the objective runs may ask through the permission tool
+		// (AGENTIC_MCP_CONFIG): each question is a mission.hitl_required.
+		PermissionPrompts: s.cfg.Permissions != nil,
 	}
 	cmd, err := s.cfg.Link.Start(context.Background(), m.AgentID, spec, ports.StartOptions{
 		Detached: true, CommandID: m.SessionID, OnOutput: l.onOutput(s.cfg.Clock.Now), OnStarted: l.markStarted,
@@ -620,7 +631,12 @@ func (s *Service) RespondHITL(ctx context.Context, hitlID, text string) (ports.M
 	if l.cmd == nil {
 		return l.m, ports.ErrAgentNotConnected
 	}
-	if err := l.cmd.WriteStdin(ctx, []byte(text+"\n"), false); err != nil {
+	if perm := l.m.HITL.Permission; perm != nil {
+		allow, message := PermissionAnswer(text)
+		if err := s.cfg.Permissions.DecidePermission(ctx, *perm, allow, message); err != nil {
+			return l.m, err
+		}
+	} else if err := l.cmd.WriteStdin(ctx, []byte(text+"\n"), false); err != nil {
 		return l.m, err
 	}
 	next, ev, err := AnswerHITL(l.m, hitlID, s.cfg.Clock.Now())
@@ -634,7 +650,75 @@ func (s *Service) RespondHITL(ctx context.Context, hitlID, text string) (ports.M
 	l.outMu.Lock()
 	l.det.Answered()
 	l.outMu.Unlock()
+	if len(l.asked) > 0 {
+		queued := l.asked[0]
+		l.asked = l.asked[1:]
+		s.wg.Add(1)
+		go func() { // after this answer is committed (op is held until return)
+			defer s.wg.Done()
+			s.PermissionAsked(queued)
+		}()
+	}
 	return next, nil
+}
+
+// PermissionAsked implements ports.PermissionAsker for the missions'
+// commands: claude asking to use a tool becomes the mission's HITL request
+// (mission.hitl_required with the tool and its input). The same request
+// asked again (the agent asks again on every connect) is the open one.
+func (s *Service) PermissionAsked(req ports.PermissionRequest) bool {
+	s.mu.Lock()
+	l, ok := s.bySession[req.CommandID]
+	s.mu.Unlock()
+	if !ok {
+		return false
+	}
+	now := s.cfg.Clock.Now()
+	l.op.Lock()
+	if l.m.AgentID != req.AgentID || s.cfg.Permissions == nil {
+		l.op.Unlock()
+		return ok && l.m.AgentID == req.AgentID // another agent's: not ours to take
+	}
+	if h := l.m.HITL; h != nil && h.Permission != nil && h.Permission.RequestID == req.RequestID {
+		l.op.Unlock()
+		return true
+	}
+	if l.m.State != ports.MissionRunning {
+		// One question at a time: this one waits for the open one.
+		if l.m.State == ports.MissionHITLRequired && !slices.ContainsFunc(l.asked, func(q ports.PermissionRequest) bool { return q.RequestID == req.RequestID }) {
+			l.asked = append(l.asked, req)
+		}
+		l.op.Unlock()
+		return true
+	}
+	l.op.Unlock()
+	hr := ports.HITLRequest{ID: s.cfg.IDs.NewID(), Prompt: "claude asks to use " + req.ToolName + ": answer allow or deny (a message may follow)", Context: clipInput(req.InputJSON), Permission: &req}
+	s.mu.Lock()
+	s.byHITL[hr.ID] = l
+	s.mu.Unlock()
+	m, err := s.transitionDurably(l, func(m ports.Mission) (ports.Mission, ports.Event, error) {
+		if m.State != ports.MissionRunning {
+			return m, ports.Event{}, ErrIllegalTransition
+		}
+		return RequireHITL(m, hr, now)
+	})
+	if err != nil {
+		s.mu.Lock()
+		delete(s.byHITL, hr.ID)
+		s.mu.Unlock()
+		return true
+	}
+	s.log.Info("mission waits for a permission", "mission_id", m.ID, "hitl_id", hr.ID, "tool", req.ToolName)
+	return true
+}
+
+// clipInput bounds a tool input shown as a HITL request's context.
+func clipInput(s string) string {
+	const max = 4096
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "…"
 }
 
 // HITLResponded answers a HITL request that came over the executor stream.

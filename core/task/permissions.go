@@ -10,13 +10,8 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
-// PermissionTool is claude's permission prompt tool: the MCP server the
-// agent provides (agentic-agent __agentic-permission), tool "permission".
-const PermissionTool = "mcp__agentic__permission"
-
-// permissionMCPConfig starts that server through the agent binary the
-// agent names in the run's environment.
-const permissionMCPConfig = `{"mcpServers":{"agentic":{"command":"sh","args":["-c","exec \"$AGENTIC_AGENT_EXE\" __agentic-permission"]}}}`
+// PermissionTool is claude's permission prompt tool.
+const PermissionTool = ports.ClaudePermissionTool
 
 // HITL is a task's open question for a human: claude asks to use a tool.
 type HITL struct {
@@ -31,7 +26,7 @@ type HITL struct {
 
 // PermissionAsked implements ports.PermissionAsker: the task whose run asks
 // waits for an operator's answer.
-func (s *Service) PermissionAsked(req ports.PermissionRequest) {
+func (s *Service) PermissionAsked(req ports.PermissionRequest) bool {
 	now := s.cfg.Clock.Now()
 	s.mu.Lock()
 	var e *entry
@@ -42,15 +37,14 @@ func (s *Service) PermissionAsked(req ports.PermissionRequest) {
 	}
 	if e == nil {
 		s.mu.Unlock()
-		s.log.Warn("a permission request for no running task", "command_id", req.CommandID)
-		return
+		return false // not a task's: another asker's (a mission's)
 	}
 	if e.hitl == nil {
 		e.hitl = map[string]*HITL{}
 	}
 	if _, again := e.hitl[req.RequestID]; again {
 		s.mu.Unlock() // asked again after a reconnect: already open
-		return
+		return true
 	}
 	h := &HITL{ID: req.RequestID, TaskID: e.rec.ID, AgentID: req.AgentID, ToolName: req.ToolName, InputJSON: req.InputJSON, CreatedAt: now, req: req}
 	e.hitl[h.ID] = h
@@ -58,6 +52,7 @@ func (s *Service) PermissionAsked(req ports.PermissionRequest) {
 	e.events.add(EventActivity, ActivityData{Kind: "permission_request", ToolName: req.ToolName, Text: clipText(req.InputJSON)})
 	s.mu.Unlock()
 	s.log.Info("task waits for a permission", "task_id", h.TaskID, "hitl_id", h.ID, "tool", req.ToolName)
+	return true
 }
 
 // OpenHITL lists the tasks' open questions, oldest first.

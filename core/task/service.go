@@ -792,7 +792,7 @@ func Argv(m Manifest) []string {
 		argv = append(argv, "--dangerously-skip-permissions")
 	} else {
 		// Each prompt goes to an operator as a HITL request.
-		argv = append(argv, "--permission-prompt-tool", PermissionTool, "--mcp-config", permissionMCPConfig)
+		argv = append(argv, "--permission-prompt-tool", PermissionTool, "--mcp-config", ports.ClaudePermissionMCPConfig)
 	}
 	return argv
 }

@@ -1,0 +1,115 @@
+package agentd
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+// ask writes one line on a command's permission socket and returns the
+// connection and a reader of the answer.
+func ask(t *testing.T, socket, line string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	conn, err := net.Dial("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	if _, err := conn.Write([]byte(line + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	return conn, bufio.NewReader(conn)
+}
+
+func answerOf(t *testing.T, r *bufio.Reader) permissionWire {
+	t.Helper()
+	line, err := r.ReadBytes('\n')
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	var w permissionWire
+	if err := json.Unmarshal(line, &w); err != nil {
+		t.Fatalf("answer %q: %v", line, err)
+	}
+	return w
+}
+
+// What a workload writes on its permission socket is hostile: malformed
+// lines are denied at once and forwarded nowhere, a flood of questions is
+// bounded, and only a decision for the question asked answers it.
+func TestPermissionSocketTakesHostileInput(t *testing.T) {
+	cp, url := startCP(t)
+	runner := newFakeRunner()
+	runAgent(t, testConfig(url, runner))
+	s := cp.nextSession(t)
+	s.send(commandMsg(&sandboxv1.CommandRequest{CommandId: "c1", Command: "claude", PermissionPrompts: true}))
+	p := runner.next(t)
+	socket := p.spec.Env[EnvPermissionSocket]
+	if socket == "" || p.spec.Env[EnvMCPConfig] != ports.ClaudePermissionMCPConfig {
+		t.Fatalf("the command's environment: %v", p.spec.Env)
+	}
+	for _, bad := range []string{"not json", `{"tool_name":""}`, `{"input":{"a":1}}`, `[1,2]`, strings.Repeat("x", 100<<10)} {
+		_, r := ask(t, socket, bad)
+		if w := answerOf(t, r); w.Allow || !strings.Contains(w.Message, "malformed") {
+			t.Errorf("%.20q: %+v", bad, w)
+		}
+	}
+	// Open questions: at most maxOpenPermissions reach the server.
+	readers := make([]*bufio.Reader, 0, maxOpenPermissions)
+	for i := range maxOpenPermissions {
+		_, r := ask(t, socket, fmt.Sprintf(`{"tool_name":"Bash","input":{"n":%d}}`, i))
+		readers = append(readers, r)
+	}
+	var asked []*sandboxv1.PermissionRequest
+	deadline := time.Now().Add(waitTimeout)
+	for len(asked) < maxOpenPermissions && time.Now().Before(deadline) {
+		if pr := s.nextAny(t).GetPermissionRequest(); pr != nil {
+			if pr.GetCommandId() != "c1" || pr.GetToolName() != "Bash" {
+				t.Fatalf("forwarded %v", pr)
+			}
+			asked = append(asked, pr)
+		}
+	}
+	if len(asked) != maxOpenPermissions {
+		t.Fatalf("%d questions forwarded, want %d", len(asked), maxOpenPermissions)
+	}
+	_, over := ask(t, socket, `{"tool_name":"Bash","input":{}}`)
+	if w := answerOf(t, over); w.Allow || !strings.Contains(w.Message, "too many") {
+		t.Errorf("one question too many: %+v", w)
+	}
+	// A decision for an id never asked answers nothing; the real one does.
+	s.send(&sandboxv1.ConnectResponse{Payload: &sandboxv1.ConnectResponse_PermissionDecision{PermissionDecision: &sandboxv1.PermissionDecision{
+		CommandId: "c1", RequestId: "c1-999", Allow: true}}})
+	s.send(&sandboxv1.ConnectResponse{Payload: &sandboxv1.ConnectResponse_PermissionDecision{PermissionDecision: &sandboxv1.PermissionDecision{
+		CommandId: "c1", RequestId: asked[0].GetRequestId(), Allow: true, Message: "go"}}})
+	answers := make(chan permissionWire, len(readers))
+	for _, r := range readers {
+		go func() {
+			if line, err := r.ReadBytes('\n'); err == nil {
+				var w permissionWire
+				_ = json.Unmarshal(line, &w)
+				answers <- w
+			}
+		}()
+	}
+	select {
+	case w := <-answers:
+		if !w.Allow || w.Message != "go" {
+			t.Errorf("the answered question: %+v", w)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("the decided question got no answer")
+	}
+	select {
+	case w := <-answers:
+		t.Fatalf("a question nobody decided was answered: %+v", w)
+	case <-time.After(300 * time.Millisecond):
+	}
+}
