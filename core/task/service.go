@@ -205,6 +205,11 @@ func (s *Service) Check(doc []byte) (Manifest, error) {
 	if r := m.Environment.Runtime; r != "" && !slices.Contains(s.cfg.Runtimes, r) {
 		return Manifest{}, fmt.Errorf("%w: environment.runtime: must be one of %s", ErrInvalidManifest, strings.Join(s.cfg.Runtimes, ", "))
 	}
+	if m.Environment.NetworkMode == ports.NetworkProxy {
+		// Parsed (reference manifests use it) but refused until the agent
+		// link carries egress: never silently run with another network.
+		return Manifest{}, fmt.Errorf("%w: environment.network_mode: proxy is not offered by this server yet; use none", ErrInvalidManifest)
+	}
 	return m, nil
 }
 
