@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
-	"strings"
 
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
@@ -30,12 +28,7 @@ func NewTaskEventLog(dir string) (*TaskEventLog, error) {
 	return &TaskEventLog{dir: dir}, nil
 }
 
-func (l *TaskEventLog) path(id string) (string, error) {
-	if !taskIDPattern.MatchString(id) || strings.Contains(id, "..") {
-		return "", fmt.Errorf("%w: bad id %q", ports.ErrTaskNotFound, id)
-	}
-	return filepath.Join(l.dir, id+".jsonl"), nil
-}
+func (l *TaskEventLog) path(id string) (string, error) { return taskFile(l.dir, id, ".jsonl") }
 
 // storedEvent is an event's line: Data as JSON, not base64.
 type storedEvent struct {

@@ -34,11 +34,14 @@ func NewTaskStore(dir string) (*TaskStore, error) {
 	return &TaskStore{dir: dir}, nil
 }
 
-func (s *TaskStore) path(id string) (string, error) {
+func (s *TaskStore) path(id string) (string, error) { return taskFile(s.dir, id, ".json") }
+
+// taskFile is a task's file in dir: the id names it, so it is checked.
+func taskFile(dir, id, ext string) (string, error) {
 	if !taskIDPattern.MatchString(id) || strings.Contains(id, "..") {
 		return "", fmt.Errorf("%w: bad id %q", ports.ErrTaskNotFound, id)
 	}
-	return filepath.Join(s.dir, id+".json"), nil
+	return filepath.Join(dir, id+ext), nil
 }
 
 // Put implements ports.TaskStore.
