@@ -5,7 +5,7 @@ STATE_DIR ?= $(CURDIR)/.state
 BIN := $(CURDIR)/bin
 LISTEN_ADDR ?= 127.0.0.1:8120
 
-.PHONY: all build generate check-generated lint vet fmt-check test test-env vm-image unit bench run deps clean
+.PHONY: all build generate dashboard check-generated lint vet fmt-check test test-env vm-image unit bench run deps clean
 
 all: build
 
@@ -21,11 +21,23 @@ generate:
 	$(GO) tool oapi-codegen -config gen/restapi/oapi-codegen.yaml openapi.yaml
 	cd cmd/agentic-mgmt && $(GO) tool wire gen .
 	gofmt -w gen cmd
+	$(MAKE) dashboard
+
+# The dashboard's bundle (adapters/dashboard/dist, embedded in agentic-mgmt):
+# npm packages from the lockfile, REST types from openapi.yaml, a type check,
+# then esbuild (a Go tool). Committed like gen/, so `go build` needs no npm.
+DASH := adapters/dashboard
+dashboard:
+	cd $(DASH)/ui && npm ci --no-audit --no-fund --loglevel=error
+	cd $(DASH)/ui && npx openapi-typescript ../../../openapi.yaml -o src/schema.d.ts --silent
+	cd $(DASH)/ui && npx tsc -p .
+	cd $(DASH) && $(GO) tool esbuild ui/src/main.ts --bundle --minify --format=esm --target=es2022 \
+		--outdir=dist --entry-names=app --log-level=warning
 
 # Fails when the committed generated code differs from what the contracts produce.
 check-generated: generate
-	@if ! git diff --quiet -- gen cmd || [ -n "$$(git status --porcelain --untracked-files=all -- gen cmd | grep '^??')" ]; then \
-		git status --short -- gen cmd; git diff --stat -- gen cmd; \
+	@if ! git diff --quiet -- gen cmd $(DASH) || [ -n "$$(git status --porcelain --untracked-files=all -- gen cmd $(DASH) | grep '^??')" ]; then \
+		git status --short -- gen cmd $(DASH); git diff --stat -- gen cmd $(DASH); \
 		echo "generated code is stale: run 'make generate' and commit"; exit 1; fi
 
 lint:
@@ -48,6 +60,8 @@ deps:
 	command -v gcc >/dev/null || need="$$need gcc"; \
 	command -v sshd >/dev/null || [ -x /usr/sbin/sshd ] || need="$$need openssh-server"; \
 	command -v ssh >/dev/null || need="$$need openssh-client"; \
+	command -v chromium >/dev/null || need="$$need chromium"; \
+	command -v npm >/dev/null || need="$$need npm"; \
 	if [ -n "$$need" ]; then echo "installing:$$need"; \
 		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$need; \
 		else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$need; fi; fi

@@ -299,7 +299,7 @@ func TestEveryBodyRouteIsCheckedStrictly(t *testing.T) {
 			if op.RequestBody == nil {
 				continue
 			}
-			if _, ok := bodyTypes[method+" "+path]; !ok && method+" "+path != dispatchRoute && !uploadRoutes[method+" "+path] && method+" "+path != createTaskRoute {
+			if _, ok := bodyTypes[method+" "+path]; !ok && method+" "+path != dispatchRoute && !uploadRoutes[method+" "+path] && method+" "+path != createTaskRoute && method+" "+path != signInRoute {
 				t.Errorf("%s %s takes a body but checkBody does not know it", method, path)
 			}
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/clock"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/signin"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -81,11 +82,17 @@ type Deps struct {
 	MaxFileBytes int64
 	// Tasks is the task use case; nil means this server runs none.
 	Tasks Tasks
+	// Origins are the server's own origins: the only ones a page signed in
+	// with the dashboard's cookie may change state from.
+	Origins []string
+	// Dashboard serves the web dashboard at / and /assets/; nil serves none.
+	Dashboard http.Handler
 }
 
 // Server implements restapi.StrictServerInterface.
 type Server struct {
 	d         Deps
+	origins   signin.Origins
 	log       *slog.Logger
 	clock     ports.Clock
 	tokenHash [32]byte
@@ -106,6 +113,7 @@ func New(d Deps) *Server {
 	// Comparing hashes keeps the comparison constant-time even in the
 	// token's length.
 	s.tokenHash = sha256.Sum256([]byte(d.Token))
+	s.origins = signin.NewOrigins(d.Origins)
 	s.store = newCommandStore(s.clock)
 	return s
 }
@@ -126,6 +134,10 @@ func (s *Server) Handler() http.Handler {
 		w.Header().Set("Content-Type", "application/yaml")
 		http.ServeContent(w, r, "openapi.yaml", time.Time{}, bytes.NewReader(restapi.Spec))
 	})
+	if s.d.Dashboard != nil {
+		mux.Handle("GET /{$}", s.d.Dashboard)
+		mux.Handle("GET /assets/", s.d.Dashboard)
+	}
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
 		if s.d.Metrics == nil {
 			writeError(w, http.StatusNotFound, "not_found", "metrics are not enabled on this server")
@@ -173,11 +185,20 @@ func (s *Server) serve(mux *http.ServeMux, w http.ResponseWriter, r *http.Reques
 			_ = apiErr.write(sw)
 			return
 		}
+	} else if pattern == signInRoute || pattern == signOutRoute {
+		// Their own checks: the token in the body, or nothing to protect.
 	} else if p := path.Clean("/" + r.URL.Path); (p == "/api" || strings.HasPrefix(p, "/api/")) && !s.authorized(r) {
-		sw.Header().Set("WWW-Authenticate", `Bearer realm="agentic-sandbox"`)
-		writeError(sw, http.StatusUnauthorized, "unauthorized",
-			"missing or wrong bearer token: send 'Authorization: Bearer <operator token>' (AGENTIC_OPERATOR_TOKEN or <data dir>/operator-token)")
-		return
+		ok, apiErr := s.cookieAuthorized(r)
+		if apiErr != nil {
+			_ = apiErr.write(sw)
+			return
+		}
+		if !ok {
+			sw.Header().Set("WWW-Authenticate", `Bearer realm="agentic-sandbox"`)
+			writeError(sw, http.StatusUnauthorized, "unauthorized",
+				"missing or wrong bearer token: send 'Authorization: Bearer <operator token>' (AGENTIC_OPERATOR_TOKEN or <data dir>/operator-token)")
+			return
+		}
 	}
 	if pattern == "" {
 		s.unmatched(mux, sw, r)

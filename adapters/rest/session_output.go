@@ -51,6 +51,12 @@ func (s *Server) rawRoutes(next http.Handler) http.Handler {
 		case taskEventsRoute:
 			s.taskEvents(w, r)
 			return
+		case signInRoute:
+			s.signIn(w, r)
+			return
+		case signOutRoute:
+			s.signOut(w, r)
+			return
 		}
 		next.ServeHTTP(w, r)
 	})

@@ -71,6 +71,9 @@ type ClientFrame struct {
 	Rows      int               `json:"rows,omitempty"`
 	PTY       *bool             `json:"pty,omitempty"` // create_session: default true
 	Role      string            `json:"role,omitempty"`
+	// Take, on join_session as controller, takes control from whoever holds
+	// it (they become an observer and are told).
+	Take bool `json:"take,omitempty"`
 	// ReplayFrom is the session-log offset to start from; nil means live only.
 	ReplayFrom *uint64 `json:"replay_from,omitempty"`
 	Data       string  `json:"data,omitempty"`

@@ -8,9 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +18,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/agentic-sandbox/agentic-sandbox/core/session"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/signin"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -31,6 +30,7 @@ type SessionService interface {
 	List(agentID string) []session.Session
 	Exited(id string) <-chan struct{}
 	Join(id, viewerID string, want session.Role) (session.Role, error)
+	TakeControl(id, viewerID string) (session.Role, string, error)
 	Leave(id, viewerID string)
 	Input(ctx context.Context, id, viewerID string, data []byte) error
 	Resize(ctx context.Context, id, viewerID string, cols, rows uint16) error
@@ -61,6 +61,24 @@ type Config struct {
 type Server struct {
 	cfg Config
 	up  websocket.Upgrader
+
+	mu    sync.Mutex
+	conns map[string]*conn // by viewer id, to tell a viewer its role changed
+}
+
+// tell queues a frame for the viewer's connection, if it is still open;
+// never blocks (a viewer too slow to take it learns on its next refusal).
+func (s *Server) tell(viewer string, v any) {
+	s.mu.Lock()
+	c := s.conns[viewer]
+	s.mu.Unlock()
+	if c == nil {
+		return
+	}
+	select {
+	case c.out <- v:
+	default:
+	}
 }
 
 const (
@@ -81,37 +99,16 @@ func New(cfg Config) *Server {
 	if cfg.StallTimeout <= 0 {
 		cfg.StallTimeout = 2 * time.Minute
 	}
-	s := &Server{cfg: cfg}
-	allowed := map[string]bool{}
-	for _, o := range cfg.Origins {
-		if n, ok := normalOrigin(o); ok {
-			allowed[n] = true
-		}
-	}
+	s := &Server{cfg: cfg, conns: map[string]*conn{}}
+	allowed := signin.NewOrigins(cfg.Origins)
 	s.up = websocket.Upgrader{ReadBufferSize: 16 << 10, WriteBufferSize: 64 << 10, CheckOrigin: func(r *http.Request) bool {
 		o := r.Header.Get("Origin")
 		if o == "" {
 			return true
 		}
-		n, ok := normalOrigin(o)
-		return ok && allowed[n]
+		return allowed.Allow(o)
 	}}
 	return s
-}
-
-// normalOrigin is o as scheme://host:port, lower case, with the scheme's
-// default port made explicit. The request's Host is never compared: a page
-// on a rebound DNS name sends a Host of its own choosing.
-func normalOrigin(o string) (string, bool) {
-	u, err := url.Parse(o)
-	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") || u.User != nil || (u.Path != "" && u.Path != "/") {
-		return "", false
-	}
-	host, port := u.Hostname(), u.Port()
-	if port == "" {
-		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
-	}
-	return strings.ToLower(u.Scheme + "://" + net.JoinHostPort(host, port)), true
 }
 
 // Handler serves the WebSocket at /ws.
@@ -122,6 +119,10 @@ func (s *Server) Handler() http.Handler {
 }
 
 func (s *Server) authorized(r *http.Request) bool {
+	// A dashboard page: its session cookie (the origin is checked on upgrade).
+	if s.cfg.Token != "" && signin.FromRequest(r, s.cfg.Token, time.Now()) {
+		return true
+	}
 	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok {
 		tok = r.URL.Query().Get("token") // browsers cannot set headers on a WebSocket
@@ -149,6 +150,14 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 	// discards the rest. Beyond it (a flood) the connection goes.
 	ws.SetReadLimit(maxDiscardBytes)
 	c := &conn{srv: s, ws: ws, viewer: s.cfg.IDs.NewID(), out: make(chan any, outQueue), joins: map[string]context.CancelFunc{}}
+	s.mu.Lock()
+	s.conns[c.viewer] = c
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, c.viewer)
+		s.mu.Unlock()
+	}()
 	c.run()
 }
 
@@ -385,13 +394,13 @@ func (c *conn) handle(ctx context.Context, f ClientFrame) error {
 		if s.Type == ports.SessionInteractive {
 			role = session.Controller
 		}
-		return c.join(ctx, f.ID, s.ID, role, &from)
+		return c.join(ctx, f.ID, s.ID, role, &from, false)
 	case FrameJoinSession:
 		role := session.Role(f.Role)
 		if role == "" {
 			role = session.Observer
 		}
-		return c.join(ctx, f.ID, f.SessionID, role, f.ReplayFrom)
+		return c.join(ctx, f.ID, f.SessionID, role, f.ReplayFrom, f.Take)
 	case FrameLeaveSession:
 		c.leave(f.SessionID)
 	case FrameInput:
@@ -410,8 +419,18 @@ func (c *conn) handle(ctx context.Context, f ClientFrame) error {
 	return nil
 }
 
-func (c *conn) join(ctx context.Context, reqID, id string, want session.Role, replayFrom *uint64) error {
-	granted, err := c.srv.cfg.Sessions.Join(id, c.viewer, want)
+func (c *conn) join(ctx context.Context, reqID, id string, want session.Role, replayFrom *uint64, take bool) error {
+	var granted session.Role
+	var err error
+	if take && want == session.Controller {
+		var prev string
+		granted, prev, err = c.srv.cfg.Sessions.TakeControl(id, c.viewer)
+		if err == nil && prev != "" {
+			c.srv.tell(prev, roleFrame{Type: FrameRoleChanged, SessionID: id, Role: string(session.Observer)})
+		}
+	} else {
+		granted, err = c.srv.cfg.Sessions.Join(id, c.viewer, want)
+	}
 	if err != nil {
 		return err
 	}

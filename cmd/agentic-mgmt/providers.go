@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/agentrpc"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/aiwg"
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/dashboard"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/hostsup"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/promexport"
@@ -162,7 +163,13 @@ func agentBinary(configured string) (string, error) {
 }
 
 func provideREST(cfg Config, svc *agentrpc.Service, token OperatorToken, clock ports.Clock, log *slog.Logger, ms *mission.Service, link *aiwg.Client,
-	ss *session.Service, logs *filestore.SessionLog, envs *environment.Service, tasks *task.Service, times *promexport.ProvisionTimes, taskMetrics *promexport.TaskMetrics, ready *Readiness) RESTHandler {
+	ss *session.Service, logs *filestore.SessionLog, envs *environment.Service, tasks *task.Service, times *promexport.ProvisionTimes, taskMetrics *promexport.TaskMetrics, ready *Readiness) (RESTHandler, error) {
+	_, wsPort, _ := net.SplitHostPort(cfg.wsAddr())
+	port, _ := strconv.Atoi(wsPort)
+	dash, err := dashboard.New(port)
+	if err != nil {
+		return nil, err
+	}
 	return rest.New(rest.Deps{
 		Link:         svc,
 		Agents:       svc,
@@ -180,7 +187,9 @@ func provideREST(cfg Config, svc *agentrpc.Service, token OperatorToken, clock p
 		Files:        svc,
 		MaxFileBytes: cfg.FileMaxBytes,
 		Tasks:        tasks,
-	}).Handler()
+		Origins:      cfg.operatorOrigins(),
+		Dashboard:    dash,
+	}).Handler(), nil
 }
 
 func provideApp(cfg Config, log *slog.Logger, svc *agentrpc.Service, h RESTHandler, sup *hostsup.Supervisor, token OperatorToken, banner io.Writer,

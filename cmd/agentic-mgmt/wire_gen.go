@@ -74,7 +74,16 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		return nil, nil, err
 	}
 	readiness := provideReadiness(cfg, service, client, runtimes)
-	restHandler := provideREST(cfg, service, operatorToken, wall, log, missionService, client, sessionService, sessionLog, environmentService, taskService, provisionTimes, taskMetrics, readiness)
+	restHandler, err := provideREST(cfg, service, operatorToken, wall, log, missionService, client, sessionService, sessionLog, environmentService, taskService, provisionTimes, taskMetrics, readiness)
+	if err != nil {
+		cleanup6()
+		cleanup5()
+		cleanup4()
+		cleanup3()
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
 	supervisor, err := provideSupervisor(cfg, agentHashes, log, agentUser)
 	if err != nil {
 		cleanup6()

@@ -286,6 +286,14 @@ func (s *Service) Join(id, viewerID string, want Role) (Role, error) {
 	return s.reg.Join(id, viewerID, want)
 }
 
+// TakeControl makes viewerID the controller of a live session, demoting
+// the one who held it (returned, to be told).
+func (s *Service) TakeControl(id, viewerID string) (Role, string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reg.TakeControl(id, viewerID)
+}
+
 // Leave removes a viewer.
 func (s *Service) Leave(id, viewerID string) {
 	s.mu.Lock()

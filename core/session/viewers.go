@@ -64,6 +64,33 @@ func (r *Registry) Join(sessionID, viewerID string, want Role) (Role, error) {
 	return granted, nil
 }
 
+// TakeControl gives viewerID control of a live session even when another
+// viewer holds it (an operator taking over a terminal from the dashboard);
+// the previous controller, returned, becomes an observer. On a session that
+// has ended the viewer only observes.
+func (r *Registry) TakeControl(sessionID, viewerID string) (granted Role, prev string, err error) {
+	rec, ok := r.byID[sessionID]
+	if !ok {
+		return "", "", fmt.Errorf("%w: %s", ErrNotFound, sessionID)
+	}
+	if viewerID == "" {
+		return "", "", fmt.Errorf("%w: empty viewer id", ErrNotJoined)
+	}
+	if !rec.s.State.Live() {
+		if rec.viewers[viewerID] != Controller {
+			rec.viewers[viewerID] = Observer
+		}
+		return rec.viewers[viewerID], "", nil
+	}
+	if rec.controller != "" && rec.controller != viewerID {
+		prev = rec.controller
+		rec.viewers[prev] = Observer
+	}
+	rec.controller = viewerID
+	rec.viewers[viewerID] = Controller
+	return Controller, prev, nil
+}
+
 // Leave removes a viewer. A leaving controller frees control; no observer is
 // promoted implicitly (control is handed over explicitly, or claimed by a
 // Join as controller).

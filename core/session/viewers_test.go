@@ -128,3 +128,24 @@ func TestInputByType(t *testing.T) {
 		t.Fatal("background rules")
 	}
 }
+
+// An operator takes control from whoever holds it; the one who held it
+// observes; an ended session cannot be controlled.
+func TestTakeControl(t *testing.T) {
+	r := newReg()
+	s := mustCreate(t, r, shell("a1", "dev"))
+	join(t, r, s.ID, "a", Controller, Controller)
+	granted, prev, err := r.TakeControl(s.ID, "b")
+	if err != nil || granted != Controller || prev != "a" {
+		t.Fatalf("take: %v %q %v", granted, prev, err)
+	}
+	if r.CanInput(s.ID, "a") || !r.CanInput(s.ID, "b") {
+		t.Fatal("control did not move")
+	}
+	if g, prev, _ := r.TakeControl(s.ID, "b"); g != Controller || prev != "" {
+		t.Fatalf("taking what one holds: %v %q", g, prev)
+	}
+	if _, _, err := r.TakeControl("nope", "b"); err == nil {
+		t.Fatal("took an unknown session")
+	}
+}

@@ -861,6 +861,12 @@ type SessionState string
 // SessionType defines model for SessionType.
 type SessionType string
 
+// SignInRequest defines model for SignInRequest.
+type SignInRequest struct {
+	// Token The operator token.
+	Token string `json:"token"`
+}
+
 // SignalRequest defines model for SignalRequest.
 type SignalRequest struct {
 	// Signal A signal name (INT, SIGTERM, …) or number.
@@ -1129,6 +1135,9 @@ type RespondHITLJSONRequestBody = HITLResponse
 
 // DispatchMissionJSONRequestBody defines body for DispatchMission for application/json ContentType.
 type DispatchMissionJSONRequestBody = DispatchRequest
+
+// SignInJSONRequestBody defines body for SignIn for application/json ContentType.
+type SignInJSONRequestBody = SignInRequest
 
 // CreateTaskJSONRequestBody defines body for CreateTask for application/json ContentType.
 type CreateTaskJSONRequestBody = TaskSubmitRequest
@@ -1608,6 +1617,33 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /api/v1/sessions/{session_id}/output (the `GetSessionOutput` operationId).
 	GetSessionOutput(ctx context.Context, sessionId SessionID, params *GetSessionOutputParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SignInWithBody Sign a browser in with the operator token.
+	//
+	// Sets the `agentic_session` cookie (HttpOnly, SameSite=Strict, Secure over TLS) that
+	// REST and the client WebSocket accept for 12 hours. The cookie stands for the token:
+	// a new operator token ends every session. Only from the server's own origins.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/signin (the `SignIn` operationId).
+	SignInWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SignIn Sign a browser in with the operator token.
+	//
+	// Sets the `agentic_session` cookie (HttpOnly, SameSite=Strict, Secure over TLS) that
+	// REST and the client WebSocket accept for 12 hours. The cookie stands for the token:
+	// a new operator token ends every session. Only from the server's own origins.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/signin (the `SignIn` operationId).
+	SignIn(ctx context.Context, body SignInJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SignOut Clear the browser's session cookie.
+	//
+	// Corresponds with POST /api/v1/signout (the `SignOut` operationId).
+	SignOut(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListTasks Tasks, newest first (a stable order), a page at a time.
 	//
@@ -2541,6 +2577,63 @@ func (c *Client) DispatchMission(ctx context.Context, sessionId string, body Dis
 // Corresponds with GET /api/v1/sessions/{session_id}/output (the `GetSessionOutput` operationId).
 func (c *Client) GetSessionOutput(ctx context.Context, sessionId SessionID, params *GetSessionOutputParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetSessionOutputRequest(c.Server, sessionId, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SignInWithBody Sign a browser in with the operator token.
+//
+// Sets the `agentic_session` cookie (HttpOnly, SameSite=Strict, Secure over TLS) that
+// REST and the client WebSocket accept for 12 hours. The cookie stands for the token:
+// a new operator token ends every session. Only from the server's own origins.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/signin (the `SignIn` operationId).
+func (c *Client) SignInWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSignInRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SignIn Sign a browser in with the operator token.
+//
+// Sets the `agentic_session` cookie (HttpOnly, SameSite=Strict, Secure over TLS) that
+// REST and the client WebSocket accept for 12 hours. The cookie stands for the token:
+// a new operator token ends every session. Only from the server's own origins.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/signin (the `SignIn` operationId).
+func (c *Client) SignIn(ctx context.Context, body SignInJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSignInRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SignOut Clear the browser's session cookie.
+//
+// Corresponds with POST /api/v1/signout (the `SignOut` operationId).
+func (c *Client) SignOut(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSignOutRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -4427,6 +4520,73 @@ func NewGetSessionOutputRequest(server string, sessionId SessionID, params *GetS
 	return req, nil
 }
 
+// NewSignInRequest calls the generic SignIn builder with application/json body
+func NewSignInRequest(server string, body SignInJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewSignInRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewSignInRequestWithBody constructs an http.Request for the SignIn method, with any body, and a specified content type
+func NewSignInRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/signin")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewSignOutRequest constructs an http.Request for the SignOut method
+func NewSignOutRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/signout")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListTasksRequest constructs an http.Request for the ListTasks method
 func NewListTasksRequest(server string, params *ListTasksParams) (*http.Request, error) {
 	var err error
@@ -5350,6 +5510,35 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /api/v1/sessions/{session_id}/output (the `GetSessionOutput` operationId).
 	GetSessionOutputWithResponse(ctx context.Context, sessionId SessionID, params *GetSessionOutputParams, reqEditors ...RequestEditorFn) (*GetSessionOutputResponse, error)
+
+	// SignInWithBodyWithResponse Sign a browser in with the operator token.
+	//
+	// Sets the `agentic_session` cookie (HttpOnly, SameSite=Strict, Secure over TLS) that
+	// REST and the client WebSocket accept for 12 hours. The cookie stands for the token:
+	// a new operator token ends every session. Only from the server's own origins.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/signin (the `SignIn` operationId).
+	SignInWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SignInResponse, error)
+
+	// SignInWithResponse Sign a browser in with the operator token.
+	//
+	// Sets the `agentic_session` cookie (HttpOnly, SameSite=Strict, Secure over TLS) that
+	// REST and the client WebSocket accept for 12 hours. The cookie stands for the token:
+	// a new operator token ends every session. Only from the server's own origins.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/signin (the `SignIn` operationId).
+	SignInWithResponse(ctx context.Context, body SignInJSONRequestBody, reqEditors ...RequestEditorFn) (*SignInResponse, error)
+
+	// SignOutWithResponse Clear the browser's session cookie.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/signout (the `SignOut` operationId).
+	SignOutWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*SignOutResponse, error)
 
 	// ListTasksWithResponse Tasks, newest first (a stable order), a page at a time.
 	//
@@ -8096,6 +8285,95 @@ func (r GetSessionOutputResponse) ContentType() string {
 	return ""
 }
 
+type SignInResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *TooLarge
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r SignInResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r SignInResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r SignInResponse) GetJSON413() *TooLarge {
+	return r.JSON413
+}
+
+// GetBody returns the raw response body bytes
+func (r SignInResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r SignInResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r SignInResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r SignInResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type SignOutResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+}
+
+// GetBody returns the raw response body bytes
+func (r SignOutResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r SignOutResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r SignOutResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r SignOutResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListTasksResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -9326,6 +9604,53 @@ func (c *ClientWithResponses) GetSessionOutputWithResponse(ctx context.Context, 
 		return nil, err
 	}
 	return ParseGetSessionOutputResponse(rsp)
+}
+
+// SignInWithBodyWithResponse Sign a browser in with the operator token.
+//
+// Sets the `agentic_session` cookie (HttpOnly, SameSite=Strict, Secure over TLS) that
+// REST and the client WebSocket accept for 12 hours. The cookie stands for the token:
+// a new operator token ends every session. Only from the server's own origins.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/signin (the `SignIn` operationId).
+func (c *ClientWithResponses) SignInWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SignInResponse, error) {
+	rsp, err := c.SignInWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSignInResponse(rsp)
+}
+
+// SignInWithResponse Sign a browser in with the operator token.
+//
+// Sets the `agentic_session` cookie (HttpOnly, SameSite=Strict, Secure over TLS) that
+// REST and the client WebSocket accept for 12 hours. The cookie stands for the token:
+// a new operator token ends every session. Only from the server's own origins.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/signin (the `SignIn` operationId).
+func (c *ClientWithResponses) SignInWithResponse(ctx context.Context, body SignInJSONRequestBody, reqEditors ...RequestEditorFn) (*SignInResponse, error) {
+	rsp, err := c.SignIn(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSignInResponse(rsp)
+}
+
+// SignOutWithResponse Clear the browser's session cookie.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/signout (the `SignOut` operationId).
+func (c *ClientWithResponses) SignOutWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*SignOutResponse, error) {
+	rsp, err := c.SignOut(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSignOutResponse(rsp)
 }
 
 // ListTasksWithResponse Tasks, newest first (a stable order), a page at a time.
@@ -11601,6 +11926,65 @@ func ParseGetSessionOutputResponse(rsp *http.Response) (*GetSessionOutputRespons
 	return response, nil
 }
 
+// ParseSignInResponse parses an HTTP response from a SignInWithResponse call
+func ParseSignInResponse(rsp *http.Response) (*SignInResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &SignInResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseSignOutResponse parses an HTTP response from a SignOutWithResponse call
+func ParseSignOutResponse(rsp *http.Response) (*SignOutResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &SignOutResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	return response, nil
+}
+
 // ParseListTasksResponse parses an HTTP response from a ListTasksWithResponse call
 func ParseListTasksResponse(rsp *http.Response) (*ListTasksResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -12070,6 +12454,12 @@ type ServerInterface interface {
 	// GetSessionOutput Read a session's output from an offset, plain or as a live Server-Sent Events stream.
 	// (GET /api/v1/sessions/{session_id}/output)
 	GetSessionOutput(w http.ResponseWriter, r *http.Request, sessionId SessionID, params GetSessionOutputParams)
+	// SignIn Sign a browser in with the operator token.
+	// (POST /api/v1/signin)
+	SignIn(w http.ResponseWriter, r *http.Request)
+	// SignOut Clear the browser's session cookie.
+	// (POST /api/v1/signout)
+	SignOut(w http.ResponseWriter, r *http.Request)
 	// ListTasks Tasks, newest first (a stable order), a page at a time.
 	// (GET /api/v1/tasks)
 	ListTasks(w http.ResponseWriter, r *http.Request, params ListTasksParams)
@@ -13261,6 +13651,34 @@ func (siw *ServerInterfaceWrapper) GetSessionOutput(w http.ResponseWriter, r *ht
 	handler.ServeHTTP(w, r)
 }
 
+// SignIn operation middleware
+func (siw *ServerInterfaceWrapper) SignIn(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.SignIn(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// SignOut operation middleware
+func (siw *ServerInterfaceWrapper) SignOut(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.SignOut(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ListTasks operation middleware
 func (siw *ServerInterfaceWrapper) ListTasks(w http.ResponseWriter, r *http.Request) {
 
@@ -13700,6 +14118,8 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/healthz", wrapper.GetHealthz)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/readyz", wrapper.GetReadyz)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/signin", wrapper.SignIn)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/signout", wrapper.SignOut)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/agents", wrapper.ListAgents)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/agents/{agent_id}", wrapper.GetAgent)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/agents/{agent_id}/exec", wrapper.ExecCommand)
@@ -16987,6 +17407,79 @@ func (response GetSessionOutput404JSONResponse) VisitGetSessionOutputResponse(w 
 	return err
 }
 
+type SignInRequestObject struct {
+	Body *SignInJSONRequestBody
+}
+
+type SignInResponseObject interface {
+	VisitSignInResponse(w http.ResponseWriter) error
+}
+
+type SignIn204Response struct {
+}
+
+func (response SignIn204Response) VisitSignInResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
+type SignIn400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response SignIn400JSONResponse) VisitSignInResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SignIn401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response SignIn401JSONResponse) VisitSignInResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SignIn413JSONResponse struct{ TooLargeJSONResponse }
+
+func (response SignIn413JSONResponse) VisitSignInResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SignOutRequestObject struct {
+}
+
+type SignOutResponseObject interface {
+	VisitSignOutResponse(w http.ResponseWriter) error
+}
+
+type SignOut204Response struct {
+}
+
+func (response SignOut204Response) VisitSignOutResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
 type ListTasksRequestObject struct {
 	Params ListTasksParams
 }
@@ -17604,6 +18097,12 @@ type StrictServerInterface interface {
 	// GetSessionOutput Read a session's output from an offset, plain or as a live Server-Sent Events stream.
 	// (GET /api/v1/sessions/{session_id}/output)
 	GetSessionOutput(ctx context.Context, request GetSessionOutputRequestObject) (GetSessionOutputResponseObject, error)
+	// SignIn Sign a browser in with the operator token.
+	// (POST /api/v1/signin)
+	SignIn(ctx context.Context, request SignInRequestObject) (SignInResponseObject, error)
+	// SignOut Clear the browser's session cookie.
+	// (POST /api/v1/signout)
+	SignOut(ctx context.Context, request SignOutRequestObject) (SignOutResponseObject, error)
 	// ListTasks Tasks, newest first (a stable order), a page at a time.
 	// (GET /api/v1/tasks)
 	ListTasks(ctx context.Context, request ListTasksRequestObject) (ListTasksResponseObject, error)
@@ -18722,6 +19221,61 @@ func (sh *strictHandler) GetSessionOutput(w http.ResponseWriter, r *http.Request
 	}
 }
 
+// SignIn operation middleware
+func (sh *strictHandler) SignIn(w http.ResponseWriter, r *http.Request) {
+	var request SignInRequestObject
+
+	var body SignInJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.SignIn(ctx, request.(SignInRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "SignIn")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(SignInResponseObject); ok {
+		if err := validResponse.VisitSignInResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// SignOut operation middleware
+func (sh *strictHandler) SignOut(w http.ResponseWriter, r *http.Request) {
+	var request SignOutRequestObject
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.SignOut(ctx, request.(SignOutRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "SignOut")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(SignOutResponseObject); ok {
+		if err := validResponse.VisitSignOutResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // ListTasks operation middleware
 func (sh *strictHandler) ListTasks(w http.ResponseWriter, r *http.Request, params ListTasksParams) {
 	var request ListTasksRequestObject
@@ -18972,217 +19526,223 @@ func (sh *strictHandler) GetReadyz(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H3tchu3kuiroHi3ymTtiKJk2SeRaiulOHKijT9SlrLZs4e5HJADklgNgQmAkcy4VLW/7gPcP/sG+yL7",
-	"JudJbqEbmMGQGJKSJTub6z+2OB8AptHd6O/+0JnIRSEFE0Z3jj90Cqroghmm4NfpjAlz/p39k4vOcaeg",
-	"Zt5JOoIuWOe4Q+3dEc86SUex30quWNY5NqpkSUdP5mxB7XsL+v4VEzMz7xwfHH6VdBZcVL+TjlkWdiRt",
-	"FBezzu1t0nkhFwsqstZJJ3j/oac9E9dcSbFgwryBiaKTw387Tvv86fZZX/KcvZYZTJcxPVG8MFzaed9O",
-	"DM1JwdSCa82lIGNudEJYf9Yng+dHR0Qq8pdnz/qdBNf5W8nUsl7owg4aLqygxjBln/zfg2/+Ntj7y68f",
-	"nt7+Q6dtUT/Zz15b1OlYy7w0LLGzK5ZTw68ZMZKYOSMZV2xipFrCL8CNJ5q47dJEG6oM4aJtxQ7QO4H2",
-	"aPD18+3AvWAAuVZM0nj/oTHpkuqr1jkN1VcPO+GtHUoXUmgGJPstzb6nht3Qpf01kcIwYeyftChyPqF2",
-	"K/f/Xdv9/BBM+g+KTTvHnf+1X7ODfbyr98+UkgqnauLDpd9ocmP/oTd0SW7mPGeAAm7riaKi37lN7Mre",
-	"sd9Kps2nWZnCyQjXZEHzqVQLlsFCXkgxzfnkky1Dy1JNmF0HF4RaSjAWQtSQTDJNhDSE5rm8IWbONekC",
-	"jSNY7a2JFIJNDMuSCqI0V4xmS8JExrIefJMl2kspX1E1Y5/mu6Z2n7kmuZ1S2e8RsO2aqWumnligv+eL",
-	"ckG6p9+fvbk8fzF6ef7qbPT69F9H3/718uzCrVuqMc8yJj4htj7RpNRMkQVdAoQz6SBfs9tRxgT3sH0j",
-	"zUtZiuzxl/hGEl1O5hXOwPSfdls91Yxltlzd3gPymn/r1/SaiqWjZ/34Szslv5XSULsixehkzjLStdi2",
-	"YFrTGSOaLrXlPZN5QiyJcKNJzhfc4Bb+LGhp5lLx39kn2MbXFonEzJ6SN0qKGRkzqiwQ5RUTfj3XlOd0",
-	"nLNPgVWGFFJrPs4ZEfKGdLkwbKZgEiKn04Sw92xSGqmAHhSbcW2YsixHSKSZhGgjFSNlvXAL2Vt/cKG4",
-	"eP7L9xeGmlKvyw6/cDMH/rA2d/phaAEw5bNSsWzYOSZTmmt2m8JGCmnmFpYs16xPYBRuiBQJYddMLYdi",
-	"wRZjpixiFIppJswxSTUV2Vi+H/EMB0n99+EVxQhbFGZJ8BTVpBSG53Z1Q4Efj+vT8CidXAl5k7NsZgFS",
-	"D+XBNGIW8KldgSjznJQiZ1rDt+ZUm6GogBuOTaaU5yzrkzf2Owh1yDEUnaRTKFkwZTjzhOVgY3+5838s",
-	"Zc6osLhUHRDx20xkheSIXCvCQ9IJ4LL5fvNj7bP2WxF/UYBZe7fehMjQt6EE9LfwG3+thpLjf2cTY4c6",
-	"nRh+zc3y7NpRySqEtBmVGuax5zw1neNOJku7umo0UVo8AYDdxD82K3FrRrTgo4VujMaFeX5UDwZIjKNV",
-	"b+38Btc1FNf364rjScNEubCg4YKbTtKhWnNtqDAjw97bC5YsruzKk46RMh9NaJ77vxXTZW5AynR/lMIi",
-	"sQDh+5rmPISzg0DSeb9nJ927psqKq9rO7iF/jqvwP0/9ai5xMf76Zb2o6pKU+QtcW3jpnV+Zv7h24edq",
-	"yfUi3NJvE9Bw8ug2inIxMqUSOrgbQL+gyqqtAKdSszbMd5CL3dLst3X+9pPUHOiaoxg0ZZZbTJVckIN+",
-	"FA0C/WNttBc5LTP2RBP3EOFZvxOjsXKM1yLLBDyJ3rCfzkVRmoiKR+xdYpHpiZVXi9Ik5JqpMTV8Qf75",
-	"4u2bfjWEcIpyfIINsLX3YXe4YQsdfwQvUKXoEn6rUkxoC5NbYSZ2fxwdbWImF+ViQdXyo9lJJkVEgUcR",
-	"WdCcICaRG2p3k4lgHwOqvzsXsWfLqHWPN6FvOZkwrePcp2IlLdQDW2f3FqBDswyQnuY/NSAYeW91F1op",
-	"dGUz8bnGwhqrcPCvPyup968J1iguzKIHClq2rpnSHCWwNSBOaEHHPOf+jd0xuTquR9Q0MYwatmf4gsUI",
-	"PeP6fi/OpTathNpCn7wY0SxTTSSpb+d0zBA/tuz/GhBqwAP2zhlVZszu8jkLZhSf6G2y8Gv3mEWmUggu",
-	"ZiNviYrjp7IiIELJH7wWcoBNwlAumOoknetFcJT+GuPHlfS7aXWAdU5Qti8ttWGLERdTue3NC3j03D65",
-	"SihgVXLz198TIEC1cRGYtNLGK67b6KOJ91u/d50WVj7ADdq6lFqz8DsENkWUNsAg0kk641IvEQ7ArEOy",
-	"iW7YqTJ8SidRoRJ0slHr+dpKVXpOD589j9/iv7Od+PsKbNwGwuvVBElzjVHAuc9r2UZ39w476cG1dTOr",
-	"oWPLckZ+u6MNknN42bGKB2/bsuBlRIcY727hbIH3IKruiInM7N9bwPC2NEVpzvzTjfN2o4r+nk2cnOuY",
-	"Bdv2SgNU8FLGlIojF9wayelUM7OjFKFNJkvTNpwsTTDciocCrhM5RXGXK22IYva4ZhnBd8l4aZiVd+6K",
-	"7g0nT+BmQohVq66gsbrYVVgEOxtFR8WoYYELKLBTN5GLL+gsIuy98GcEgQfAP0JJxvUVXiAFNXMylYr8",
-	"y2t9QjI2pWVujgFyjlM/0UTeCLLggi9ojq9FRX7Pdlbk9lzLhuOFZ8fkdO/fCN37nQz2viZ9MiJ7CfEs",
-	"k9xwMyeU5MwYpux6Mz7jxs54Fx9W0hHM3Eh1tb4iIQUjXfep5GbOFCNyOmWKZcf1Sok2PM+dTU8HBuRe",
-	"QuzJlZCx4pkFaanhCF5bQKHklOesRQqm2UiKfDlSUpq4xOttrVt537vqwaa80PxsXHQmJ1cI1pyPr7ky",
-	"pPv92SXZpwXfvz7Yd29rknNt7FdLzUhtA+lF/XIhgdTHO6BDO1I7J1grQlM1u7P8irKfM+93jg8GgwGg",
-	"ifsZYzOOoCNqs5IzRRfESEsICcmlvGIZKQurR/90evkDYORmFGyz5zBx/XFCapzUDvaeH1m2F1IX0JaQ",
-	"ZoW+9iwGjCqCJ8NyMHg6sfPAX2wPL/CMFIpN+Xu8ukqERzGsN8v1lb0rBbqYDFML0D0r+jOqZCdge1V0",
-	"Am5bZ1nQhOY3dKlJJntoX7WMWwqWEErGdHI1U7IUmX/8iba8nQvCNaGk4AUjN4obwwQZL729gJI5oxlY",
-	"Qb39Yk41ETCqOxqogFOCKUXG0szJTHpHci5naMNHZuDsH+gnu2KFAQvLonxPujzwoMnS5PazuNGOsxRK",
-	"WoWwF1e4lby5Oxp7WXCjiI4rvrSPtpxrUXr9juuCmsn8dDJhhTN0NGmVacMX1CqAgGWR/X/5gjx9+vRr",
-	"C6GfL18gDrL3dGLyJVnwPOeaTaQAbJtwu0oXUXA4OHy+N3i2N/j6cvCX44Onx4eH/YPDp//WOLtDvSwI",
-	"JxgOsw9Ht3vDYTYcZu6/S/zvuPHfcNi3zz69/bd/iPHxbaZo75lrua1b/A5Uaz4T3l2EvldqnLxCAdZU",
-	"TFivv5XnBgtorjZQu1a3aNNGt/Jki1Q5M870sNXOXi1lynPDorb5dgl5BYFkaVxAB/dk1D0aHBE+bfqi",
-	"AVxbV7a7kaRlqOrQWUGOLTNHDQ5SzEZev2gfIuAQC2ZoRg1tP0PwzZaR6qmbmBtw9sNnz7cebjgMv2Zx",
-	"dk81SfWc7E3c2VI9jkdJuvX43ITk9dwxPA7k5TtqYXizjWLfokbB6uGfaO+EvJkzQTjEdFjRicWt4hMQ",
-	"fe5mJ1v1yAR3ru9k7AjAgu6qiAxVqRG7GxUCOTsmAl8DO3fW4xU0cR5941y5BGwlO6llzq5yJ0B+tDy9",
-	"PiLei3KsS8CUGRfM6TyTWhXLrBy+oPYw/Pn8u4QUbU6UVTNEBU+0RYylXLEyaSOLAozPBXVWaHTndpJO",
-	"xizvbmiamxxsZ+L6p+Z0Z+L622rGM3H9zk16Jq4vqnnta37qM3H90s9+Jq6/qxbQYkWqlQevTwcqdkA7",
-	"Fepvof4Wr+zdzLoQxtFysrNiuweZotbPim2rjZvCAm5zL1LfahBrTBBdomdAq8JALDz01Eoy45wRLegV",
-	"G00o6I8ZAxtDgTqVPiZlEPaSEOf5Hf27toKf/+UCfpKhGMtsOTJSjiDmB/SZ0dQK/wlZMDOX2chegVA1",
-	"OxwiTfBQfaGOWRsKvDpDjQL+BlZbRbOFI/hLENiGC6CjwiwTVDpGk1xqGBQUGUFzP1YQVDLKuLagyeqo",
-	"FpiiGdUywgNlKCCsZRSEtSTEn4ETFydYXwmW6r239aWhmHOTh89Uv2XBRPAKXbCRoVf2mr3rlaWEoLlq",
-	"NGZLiVBIhiJAnHDs8DJ7z7XRCXGeiZEj8MTblhqfNxT+qoOdHVSXRSEVBBlaBFhQsRx5BTG45P0FCUT/",
-	"Nb59LXauxrCCmrl7I8CuKl4YhoF4nGQoqqmMokJPmdL1OAsq+NSiKoEw2gAY8LvarqHw1uf6GQysaT/1",
-	"V8nLx5UBPTFZ5Gy7goCDJUiyURIH8++f2BLz0RaXBX0/kmBcH42XhsWkQ7iLhoCCKaKNYnRRGzoOnpPX",
-	"/Nues6EgIJ7/5WDw1VfPj7bBZrNRpdCszORebVtZt2QsmJo55eiBLA6qFCOq2+zzXEQC7Zw5xllT3H57",
-	"u02CQZJWgDZWlkaOSrqWVfbAbp2zqSGWYZFuFbzvY8h6UfnJQiQimZ29ew3kQ8lPl39NKhvYe/v43uGz",
-	"5xOZSxUfkC+YLM0IrRURJPiR5xCuR27mMmfe0kNmSpYFoVMDAatWR5BiRroX59/bxST4xRfn3/94/uoV",
-	"OSSa5NQw1euT07G2grFUZEAWjApNng4GRMPyLWRcJCJxC4PrAXBrADXQ7qvnR40NHsQ22Ar1XMxGGVe7",
-	"hMm1248C39KD+sTuHplyfy9aCzv+Zb5sZBRMZJlnGKpaehMWxUNazMiYC6qW/biNiVvhJGuJ11GM5sQ+",
-	"A7LUCTk4/Oof36DOecXznGVkvCSazyz1v7G3/4I37dqc0BWsDSxALaFfMMb6Ii5wbMgNcDO6sScgH/Ap",
-	"oWLZb/PkbXAMtjr5NgYD8QXLRs1Xw9t3iMlq8+jVOxLz6lWY1ETDcGVh4E+9oBiBvOQ5OxMmFvGVc3E1",
-	"MlYuiYbE6eXCPvFEE3wmiluL++VxdcFIq5kpebavmZnZ/wyfXC0J1YSSqSyVmaN3Ls5+F15x3k3Vag9b",
-	"2DU2obaDe4UZHHBJx/KwpOOg1Uk60syZivjw42opPFTFOLgMNvy4tu20upxjNKvqnFGrRsdNrKjGjYic",
-	"VUST4SCdxCXEoX93g0WqQSoryQJSMeLWi2kWUjBChb5hyvkHb5hi7lwuTUy4WAGoyznzQIhB74fzy1en",
-	"MEfM05A590AUT0Crub+RfqsD5TWOUUU8+Jy5raejX1jb98Y1fxXksOyEK3YoL8Vv0/qrwdvWFKgDayoI",
-	"rzxuzgl2Qzn4Fqmx4qiSi8KQbg1ylN8mEDpMqLZihZUCS80gvUDmQ2HmSpYzTMQImJIbC0J/u1VsLyh+",
-	"LlL4xA5BteWBXbchPYhyGIp6neFaThwKswzdUB6lXKqbVCRjYtmLJTxskVZEa9Drfey+H4HNCLWWEPGN",
-	"b7aj9ObobMtz7H0fmm2PCIzJTloGauH2LZRTfVMN5wZU27EYM1A3c5JVBA8QEIgAkchxvq5fn9MhEPlO",
-	"3K8K5xL0EtOFxXhiV7wa4tJEN2CLeGjBHTDYimU00MzjWTth4lpPGksMPgsX500JjjBnzOhVD/+zZ0+f",
-	"bzslYTXRDWA0xwOqCfrav8Le00WRw1tXMUxpD3Rejaz3fk7/Rmw9r+sQ3RVTZlGOCqYmzlq8S2g911cj",
-	"Iw3Na3PALik59rVSs+xOb+WSZiN6PRsd7Li6+oVnd31j1xcWbCHV8h4gcC/eEQgxk4w7ju/l4tvk1aH8",
-	"Zjbawicncza5AsV6g/Ia+MofxhMosofzHa6HbOw4ZKiprm+vZdh3lFO4YahBxUeEgHzmPTnrMf8r7vP7",
-	"u8u3uMc3O8BjcVDbkEgxqlvQAzbljpt9LxlW17lGawOWRXZHHN3ks/cuvRpsKz69YLpf28k9Liu7mXaX",
-	"lT3z2CYnVwNvWNJatLgP7akTGjpOnquGtpDXBVB0p2IWTX8tHYPjIyoBrFio1mSB0kz3vkIbEIUoVhf+",
-	"jCZswjUBzwX5+fLl3lcJAX34hmtGxlSz50ehNAJDdZIO3omu5h2jGRfOWrMeMlQX8am2ZlUWM5Tndws7",
-	"QI/3dvtOVRnHPh7bxFWleteBvcs9+MLY8O+Y5r+zDSFV93CV3MNgv2b1wnQbO1DLqutYiTVhyZHcmvV4",
-	"RT6ajVueWxcHFjs8WvBMb3sqJie8q8/6SMy8jgnSyJeqkhNQjwMkebEW/x4cNFzLvDrINidr7RaCce4H",
-	"/AEHqX6/CEarLv7La8g/huIS0WgbV+5lylme6TDEnzAxlXa3SdfubkKqXYHYFJ0Qt5+gPC+RXWDFi6kV",
-	"5KB00s7eQRcwNFrILAp9F2ZK3HMEnjsJkjnQReT9NnebHMJiIj7GtxeXpN/v78N98KrYX4rpcsGIXUZ8",
-	"y12Mv455LZlmRhPaikwczBv29bt9wk65A3fMArhDXH+N5atbWeGeB/PaWhNPcwHkfm0n2Ra7mMtR2Pms",
-	"9wxgq03MDxxbkouejmgbmSyi9tPLKmWE5Izi8Tsl3GDufRUO/sSSUSGViWPYZmXmHq75ysv+IDpJe4rD",
-	"nXWVdhfYBTNEiglrBN5jIh6UsqHaO6W66BmbSlW5w3pxr1Q8heJnwX8rGaELKWYY89/ISID9c/vWj8cY",
-	"epF+3VFIA3OpJrnU8SG2KA2Pphk4BK+t2x+ZUtCoYhc41lacKk4r8HjpcHqrcc/N7EsmRGRKhRGJ646v",
-	"PGOKYAAhERJc8UxB3EYcU+4YZtssCRMhwUDl2mUcXw1iLagHl1WPl1TfvAFgPwKdtCpQrVjH7pXjYKly",
-	"pC0ctp0vDWxxw234jPjJ4Ol0573yTH3byVANvGFJa1pgmAS+mj6cdJBh2TPTyna7yYP1TH5gn0VXje8u",
-	"nPlpmtteww8mrRd/ueI3DfKxrOrq4gBBC/SJV3db83ljQHfxh3pcd+XbYHi7OuDhrcpTW7TCqWf+IGd1",
-	"z99cJqSKtfn7f/wXOIhQWdkePOcmie68yXh7BqO3Oa0HrlBDR06dDnn4eGniJ6OcxgrxSM1cyhsGFt0o",
-	"cMK1uGHXF19XbIiE/E3mcRGhKEcTqdqKqYCacBdr8BVToqVaktNB7jKa1HFPwdq3X1J9dUe7sd0vCDPl",
-	"5gENuhsSVdotH622681R9TEM3mAg3mznnXLB9fyO39sC2oco29IKrWJONdtkfLqXILXdGwXZC2YnixOU",
-	"B1TXbATV/nZfDUR2Ra1uNBCLmmzDRfUlhGc5Q+EZXfdddBXOywUV8XCesPrUeum6UlXVy1o2WZuRX9ed",
-	"sGY17HaXMKBtxaJ2rPHUmHq11JOr/1SBJbbVm/QBqwmCrffYeWDruHdXJ8/+KUa/MyVHlhwTH+aJuzeq",
-	"fmlDZ1zMRjhcQuq0K39Fs4liZlQKxbTMryFLwhdCGbn4RJ8FkYOJYELFhOU5hsuHOQ07KC3rerAPkOSZ",
-	"r8uhSkGk2KJOfZSy01xFwUQGH+mAFUAJfoE5FxIT8Lf33wV/s+zEUoyHKf4/8tSbBTBrz+YaTeZUzD7G",
-	"qRIqUVXdpEqNCh0qaxNW3LB59ASc5NeWw7I997uNJd4hPKquPY6DtS0iLvQL9t6MJqXSLQeZHX13jQAk",
-	"g23qAA7ZtsyLcrzg7ZVafLLI3d2R7sXRki7ynQQdIMxJqawWab/PhSC65KNLecVEWyjPFROE8psZWrAI",
-	"17pkGaGGRGvG9n1Jf5A6oaZwjcdzYwrg4wVTNJx3yxt2+b702IoK70Yi784uLsnpT+eWqaTARvhkbzFb",
-	"mJR0kSgtj6lruhRSGfKP5LDXH4qza6aWGB9ZiowpkroiKCkRjDkDuV9zo1DyUHRTXzr87U9n704v374b",
-	"Xb798exNCoFu8KJgZMaEfZtlloNKkmIitJX+ScYV5kHv+xn2YOgUVmbZrCvxiyUw/vni7RsoRwwceNg5",
-	"JsNOv98fdhIyhKwevFTn3I3w4m3q0ou4yavGGHyy5yrgkgUVdMYsE7BQDMJnjjuD/kF/4LZN0IJ3jjtP",
-	"+4P+U6yxMAdM8lVj6qprLk4ZP8qqfVnnuGPp9nTmrBWNngCHg8GDVZmuq8JtKrGuE6LBrQpVQbDs/tHg",
-	"oG3warX7jULdt6EZB4vAaQIpbj67xVHHknSDMvlQ/C3BmkZ1+TcIB3PFWWeKTiAAksvMlbFuAnn/g9dS",
-	"blvh/T1DcMNW1V1T/hb/xPqRfd9V5fbXx96njXt0302xLx1tf6mqmn97uxG++2FhxkLqCKTBEvOiMl1+",
-	"DLThtPhWZg/YHSNI6rttHmH2hLld2+PDB5u6WQkvstcXluWYoDCY2/PB9u0LunV8IjSxL3y9/YWqe4d9",
-	"4eDp9heq/gn2hcOvd3qh0dzgNuk8w13bCjLfeqXJuQB/Ca3EcykIFb5ziqu45BTEE6huj7WM8Gy0ihBT",
-	"W5jUvpUXQgLaoBtUXhw+DSYgM8k0tnAZs6lUzC6EiUz3h8LlXGJaMklXkzTTMBGTa+Ls41h5v8p8gAL5",
-	"mhk8KpsEbmnoT0PfgweeGstFxhl50GOHdG/m1EAzAavtVWlsYIVdyUoj3dQ1LdDMdcj4/5gpfBxxQxWe",
-	"KGnb35aswU9q9wTNDdtIOYh0sNrwOjUfDb4maSR9PnVx6HUnLiwA5nKLPKdJlVVWNL9m6Qk5GgyGIg0z",
-	"9XGUdD/tk7cQgMKcnIzpsDmmXMWoGAqPsJeYC3ZPIk62Plq1J7PPxjqJVZ/XaIDmwlg6x9BcJGK7XxfG",
-	"jtZBj5+YfWKK2QGf6z5Kn4bGPss5itAnFGpJJIT6xEzStZzNUhjmZ2JmknBNXipyOCHUJYwbxRgSR4Us",
-	"/2SZOexrNAk0RdLgusr5+5gmeKRLRaOyxxMN0U+6oBPW65O6sZpiNAPas+NB1yr7mdWACkqA9cmpIQup",
-	"zVAcDJLBYFDRvFVuMS2RdMOjGNolLewp38gttGrx0eCIpM3yHmlCjgZPSbpW4wNuDEiTf9hrXw9FGikH",
-	"k8bYhlUmXwLP+yRc4zGVrjAnteXE9vzzCwf5HBzktKbQJ9pTScOaZK8tiZxWXMbzGKlcQKaQGdvpDN+n",
-	"ajJ3iQtRpnIBIjPLTkBmwIfJpDREz6UV0sx6f0VYKzdkptgNKaC9VBrvr5f2kFu5sj4CJEOIF8PEcm9t",
-	"tzwzRpbvGM1O3Qf8AQnz/Z6hqkmZtYcfKkB0os0yI1ZYqr5Q4+emRjySKZzgpKvYrMypAgrUdakooFVH",
-	"jxpLAFFN4BcqMdGkWbRAI11zTSCnjGVey6ViiQ3muPaVjI9BdoDnQUZI+/0UJYqhqDL+MUHacgyo1nED",
-	"Cta4robsM60rIcXKKxm75hMGHCQhL89fviVSDcWcqgy+wgV666C0jecKsJDYWRv2yKs/oT8UFx5Ozubp",
-	"R7IigfNfVdDrk6ODp+7Ur0p0pXVxE/fuUHRLYbdYMa1ZBgxGWrbSxoJifOUXxQ379IxlF8PAfXnKNotA",
-	"RJE4e28UnXxRJXZU1xvtbT8bv3KbBqneinRnv/PClZC2xIDurUD9DmptLWjGCJ/6GkW7iQ8BlrYUpvFF",
-	"8rYIDT0w5DmHCX4lYVTly4S4rhGTnDNhhkIzpsmU3TAFvTtcQZIXuJA9zFfvR/jQquXhxDKUoVjjKMAt",
-	"4l2CW8WYNuHk0xka7iaZyIlhZg/NoQ8ioMBOfOET/3P4xCkJBZgnGncwcSZyq4s3KcqnWrmnNf+d1Wev",
-	"YtQKFjOIF2uTcSo0cX0UKDFsUUhFlcuCGjPNM1bNkhDFBCxFosGYSJEvq0xWK5OAqKD4NctAHoLoJFVC",
-	"ylhZ5JJmJGfUOylknmFD8C70EBas1yfpQmYMTCZyYmgelgiFKlh1zcbB86OjXosMcj/54pMaIXd49rXM",
-	"2B0EkY9kIfeQR1zVyC9c5n8OlwFEd2YKTHazlDiW2bLmNCcE292GKhRoAFYg2SaFhHkemyNOLvyTf8hQ",
-	"iDCZpeWI9Z/6IIEq4YBETrGeG/YvkHnGtO8+0kX79BSN1bU72DFQYPat7lyf5KZKobE+7U+Xf4UArYnM",
-	"dfrf/5kqeaPTmsl+Nfjv/zw86p2Q1HKM1Of1antc1Okm/aE4Xeve80QHFQ1orqXFKo36o6tqhAi3ZzcG",
-	"w7Ag4tTFIUMz5P5QvJAZ08dN8dG+kSb1b8cgU9Id04zYpSZ4goEXE8zevRNyNDhqWJjRTG2vf02ihueE",
-	"pOvlt1PSpY3UQyKnQ1EL0HOwu1MDC+id4AHVrJKenpBng0M/50wKZqcK6pxHz6hGb64/nMc72jlsp4Pl",
-	"4KFpNhrUgtHKjZDDL3EtnzOupaKe2vndFseSAGNw3ARCToBbhBnHuVzVj/nNbF8xR8ztYWLv/COn5798",
-	"33nEuCs7fnvQVbWM2s1zDyR7totw9HNd1381KsEvArSBOsJYyJuE6CteFNylXlveL6dTiFSIwL3OOW0N",
-	"gqyh8ZjxjBthful6e5X6BDWZtO6mmJIu+Px7tU4VtIsA/WQ6fZCDH3JTfeZFGNZdT9cnb8AR4wqVaKjM",
-	"eQWCdwB579/d/1DXTb5thoQ0t+FHnuf3DaBy78WlsE8YrAhF3TXwDmepsmLLVOa5vAEXeKlLmvf/wGz7",
-	"47gpfD/1qTFVRFHXMsxInftee7DC20pYqypSVfrBjF9Dr0ZA1KlmxtV8cSU0rhgrkF/n6FxcD/aTU8Lo",
-	"ZO5EPvRApI3+u+l+2ui/mw6FpkvXAxb31i0LovQhKkJbyROjGMgRec2/DYMK7Z8egidAO1yUgdJTF96C",
-	"+exQwv0NTlLXUAzDsTCOSbAbdwz1ybkgKaJb6vtT7ruODlSxoUA5HSyrtRzs3CrIdXp98sLHZFRRdlC9",
-	"3dfb5Zqc/nQ+FFb50nN5I6p4LLeKiJj4PTMPQNQtYVJuxywMG4FSa3l/mwtBtQ5ut//jB1+xUlBuSFlU",
-	"HQqhv8NKMwZ70251Y49JFx4tZJ4nhDo0ezoYDAaQhBn7BIsqWGy+Xn5VCQxe3bL6x1RptzLTIDj0jywb",
-	"R45PiKLETYMoDE9K9ddsOyjtTK6WfZugaO8/1Hn58ApYs5jdfU16OAqcqMi7quODGU0uzr//5fzNix++",
-	"RP/e+dDejoB1xYyWhBa4/8dFwGZBkPsioOtmooMklLobUUOW+YKDj4CDvj1UHAXBelwdI/bRPyAahoVf",
-	"PtKz8SUN6sHwbbVXZqtv4Cx88DHzZFa6e0bkoXApD6LrhwOiMOo0KAj16FopBozShM5oVTuIWi3GyjO9",
-	"hIzRM7vFzB/pgozn93qLZOGaIFgNh2P2FSVTxfTc1aXoD0UKqf8pWt7Cygzk7//n/xLX6JZ0VSn0SdBK",
-	"H7v3G1L30CRLZnrwElZ0GIqqZIMLmnPW76a1v2ndxxg6V90yIVXnYC/SV60qIaA/XWlv6c39650wU5R3",
-	"XIhe4F0B0ww1Q4G3uCbgB+idkGeDpySNtMvcYL4/a9R2eDxDfDDPZ8ozbfS5XaetsH/xJ+asfzhG+dGG",
-	"2wqYGIRaAR6pqiJJ315HW21WiglLiK8uAuYFsE/oSqHCKoZN3Slk4/sfLEVsNDFi8k0T6e8mMATvvrE6",
-	"9n1Srv4cdr+PxpLvmDZKLldxxG218iHNhpSaZSeNKrh4FljeN5VqJquojzbz/iPv+OBTcamV07T/WUwc",
-	"b0VjEegNQzJVDM5qb6uFfFFXNxyOcpBbCWRnRVtCp1upe7+qyh1XCaCh/J9lu7E7/heuEWLfS8XY72yF",
-	"adS6ONMJ2P+dZ5ArV6Ae5EEo2U1u5lIzMqEFHfOcG8400XRJALF62xEQC71vNMyViz8NCrpysagBnKCg",
-	"jAW2a8ka9IYq7u4LngKevmLQ4BAouHG+QbqrheZ2VKv6LW0oKfNnQTRfqfgLFkWjUwyWI2ke/lvRRxab",
-	"sEcWfx7kAfB8wZ0m7shiVbjuQtWwaZm7RvLQyyXr1Wemq/Th+n6HGObbtbVayn44v3z1mBayqv1ti2AM",
-	"/f59s9oHsY+9tSNCmds9LvbMnO3lUhbVHM1Q2HVo7X9wPUlv3XRZe3WjU1/pITXsvcEiDcL3ETVSki4l",
-	"Y6oYEewm54IlsE1D6B2jydmby7N3w05V+gDmXYspra5aSKWkS3M8zn2TW5eXrX1zUPvTBbQNxZxqzLxG",
-	"O1YsPpV0FYPEc99/oxIPxnRy1VuPMgWDWyPQ1BmxtJFquwkLO7ZmDu9WuBe4w10TaecNrzvENs1OK95x",
-	"39H04PAr8I5Xv9fzFB7JZ9BoR/uJ6zU1mmpHKG3FFeHwA+NvPN5wXUUAeUnni6vik/J+3EFCid1Oz7BO",
-	"PHP5R89FgmzrlQ19orFhQJOrhb0TW8+B17wtkWIlwkvkS48yLhSJO0NCWzyLr128Gyo3G1g+qnwSdpxs",
-	"OZ78l35CYmighN8WIu0pOZEqw5JDLi8eOq+3Hmd+8fsf6u4vG6uK+qaZu/DlRu/PnVjz4bPnO7Hmx93t",
-	"LTttD1gtnQcNsxI9qD+hoHoPRhJufNhBrZXi3/mHHhHmYZ+3uJ0ClvBgyU+VuSj0i1beRh1K1ViWDsr3",
-	"unBtsHYqRidzC9Jegg+gPSo0PDWJbKdctfY0tQh3NStZXPAtVQ39GIcNum/dVyhKti/lEZh9syfZHywX",
-	"75Mze48lpBu0Z0qqpLgkyJbr2QMBHC6xBL84hu5/qLs43G4q85jWvD0NAo6dXlPlMjQSAalnoF6bqZLe",
-	"VhUaHyoEekmg0MhrptrVlKG4q55CVtWUmDbyI8/z1my49tzHbrP7N8aLOgCg4z/oiFEH+jZP0EZLtAdV",
-	"bh7JG9/sNbYpkeJPnytRIUJbjsRJjRCVWsWFL21MaKWv912htI2u0PsmbPrmbJ8mz3kLX/18jk+/ANLC",
-	"mXbgl/thy6Vo7svZdS1VpJr9lhLsAEFSCMEKEqIHx9C0/YoVppcgK8Xlhr1zrBBKFSS5DMVc3pAFdGYO",
-	"m1tCBU1f87rrkwsOB4MBZNrb8V1GE63SEbShS8/RhyLIfIREEpclvYl92wv+REpbckdWm3d+BNq2pHkA",
-	"SJvizufKiFj92LbOB+7+n8qssiaAW8hnzfR7PBxXM/tJdz1/v7cLHWZcF9Rg+8IWq2xp5tAGhfrmGxiz",
-	"6BvbYPMb1/FmvAzzJdv63wwFaN2NjjEwjCuZiw15+DVzwpCVh2phDQokVDbZbqrnZG+C3GFSvYnMIu35",
-	"7PLJXGomvHSHXOX0/JfvR6/PLy7O374ZnX+X4onSUGugjIJmEyky4kHl2YqmC0Yawl0FHLg1lpVdWZPD",
-	"waGLILUPYXECjT3y0UolMpc/56sAnuBwlGR8OmVQ/ANG5CClHQ2+7g/FizmbXGkyp0Vh98BpFFJlTB03",
-	"kmNX1LKVXYFA0O6zwdNeMhSudU/3aHDQS3DK7tHBU6gQ3Etc25bGZ3ftx0ll19RLiJIlBp8eDY4SYgft",
-	"D8VQvGaLsQWEAx6MG6qVmWQYm2oncGYDLkjqlzqa8tzy/R42+nHV2oYChMKZkGC7140c6QVdEpplRMsF",
-	"O3ELX7hlLEptCBRHQo0UC1RA2pnl5LLAPlNECqZhoDEjoszzPkkXzNCMGgrCPBSvvGZqTA1fALYoVjDq",
-	"kjYncia4dnRB5lTPG9/fnVAhBZ/QHFoWHTvErxaJrXeSocDGgUAJzlSZECHJzZwbRrDYtF87tGh6ousj",
-	"h2fpsat4a5+0WyPVUOAciCu+blWFtieECnzlmuYlAMZCkmVuaQnAgnChDaPIksZWUE2GIj3oD9LwTnqQ",
-	"uuBdHDFcGLh4VhG8a/GoPxSWEwDZYFMnKHWdYprmMRl2qNZ8Jlg27KRJlcEJPAeRg0IwJeARGp7czgzF",
-	"lPsqel6knJYK1kZzia07NEmZNnwB3eGALtMGkHilLgL51jVRwHUTUN4o45qOc6xcUuGyPfVr0rO3hBwB",
-	"b0oTCO5edf1YaeGApGVwIKVtdUwiZVmC1gA+cvsEBZO4D2uV6vreJJJCMLYl1KGoOzLB3Z6TaDxnmLhj",
-	"LSrVfOd4aauJNHLiI2HjhoWbN2Z21zQx8gTJsWLDXid4KIVxV5Prw3vDPLw+U+C4n77qaxiRyvw9KB1X",
-	"EYrfJH94siw4BptM50sG4738Xa5jIVDNSq/Cv/1q8bEWKYOzsdqPwNZUpWP7YXYRIFERalXj6hIG9gix",
-	"Ykq2B4U9oHJBLmdYHoA5Ww/NMqxJDCemr9HsChyg8ja2GwJNArHAYtfVLWTauNKJtNbjUPb4KafYq2FJ",
-	"UkTTlIxLg67AfVD/XJG+tHdcH8+O4Vt1DweGgN7U/psOhdc/j10xRuXmJ3OWZ706Oz1d0Pdpn6T/uoew",
-	"2LtoHCeuugGKBfZssuNUdRDsgEnw7pnI0vA1TEfyZR7A/B6UVOBWIQag1SN8T4tjYvmFax6BXzZm5oYx",
-	"4T4OS0GsLjjUj6FTBSwYUvRRprG7GQIPgjmcGJti/Y9/wpmx1gMQsIMcFnToYk2ApwOie0MxlarKIFdV",
-	"6QcvfTNvHx0Kt6nHZH0/oeblxcWZr0ABZcA0GI1u5iim2f0KtxbDguz0WLEECou5dUDL6Ya5FobqQiAR",
-	"BXGVwxE6VdQFfDfXPRS4kJ7/JKzYW3ft6pOX9lV9TFL4kGM3tdMuUit5HpMPww5iAPa0tBeHnWQohh0m",
-	"JjLjYjbs3NqDvBJUf758ufcVAAikMeyn78YM37KiFd4cdoLK4YAmWPXCCukgS+CYKHmmPDuOYCY3pEuJ",
-	"CiopETDsXECCGME4Yg3qEJQUwSob6SuqzR48uGf1MliFQ03s3ILyhofQjBZr4LFPO5AYCcCAURDdQ1Su",
-	"h/F7tzISyJUI56rLewXsDLqGQtEQu405t/pCNz0mBReztAcxZVB2Ncu9ck6oxag+OSU6lzcQTowiuJXj",
-	"QdqHykJuece4buh+neeWUufcYRVwQmgiAcyRpAAHwDwgi1iZPi/+JSTFjRphN7gREyD4VUBulFupCbx3",
-	"0uqQ2Gy9Ql7ykbarlbMFMc1IrK0LJFxZBWNMuc3L9tDlTXz9GzhMwdCIaAflHQs4jJzaXy3X0lDOF9wV",
-	"zWld6oK+j1cyOTr4+ujp4ChY6sEuS8Wj0Z7IJ3WPM8fsaAwBSNdyU6eTORbZDli431jwDv26Hqsod9JZ",
-	"Ox+aQ6wE1F6cITFpz4MTy2kSxydIVzN0nQWv9fq7FgN31YI6SWcODAC+PTznI7JU9MxvyAqYnUCsSmup",
-	"AbhqN8Q43KsNmB5p8R/KDuursid6yFvvKkpsXh8TFpX/BrN0kg4UgAtaiQd725yjFXoOkyNy1scC6vZ/",
-	"SHmedxZD6HpNWMAY6uttJY5RSYX2V5CCLsBWtwftaJ2DBumoqSlUPeRbIzgu4YktWj8UptjTzD5kCQ4O",
-	"Yr17qMTWoIxTktMxy+0HXrHlP4Gt68Qb8CwjXEjVGpoBrzbmqzrmrzfVX2mPH/fCAP+Pc/dnjSpVO3F2",
-	"y2SCZv8e8QvFrrks7QE/a/02fGUjMB/TB2SxY1NkCS7980SVAOYmRLCboAA0VLca5wzNqVbpgjWCMZIY",
-	"vrU6xIIKPrXjUU3+evr6FemmvrPA5bJgxySE5ZIu8hT0B+hz300/DDt+gJG9iUL83//jv6xsivHlwSP2",
-	"7oe//8d/3d6mvT4YWNMPlmBHHFuuG2bftoq60yJOSPpNppYjVQqnvllxYYgCpaVI0j0cDGqDjrCcMgez",
-	"t5+z1yengqTnGVsU0jAxWe79yJYpwaOPdKUaisqu3udZ2luxD1UAQo4dWGLt0r2rBC3Mvm8hfFRthSTn",
-	"uOJqLCig1ZSO/S0wc/rCqlPOcqh0RM38ZChc9Qq8jMYGbPeUtZeYsEjTEga6QnkO0JtFJs8/EHz1yyvw",
-	"3Ri/9okMl/bLL8rxggc1L5LOKjo3x7tHJ4S78R43AXpb2phMppZElfZ8jCA00PNDWlgtnHaxrv7p6nJ8",
-	"XHoXYBb0cdJX1eZAzWpfT9+XRnZl8dfllH3P/TZWzXhBxYTlcTreosLalx67KC8sLII2uOwc3MlmjtwS",
-	"awtZHV/Im88TRYTL8vsGUV8+3gvc02EpDMXqnKvE9acqFAMzdgalikrFEquEQSWNFQd+9Y1tsWAPvKWD",
-	"R9/SS7eNn27nNpDMPlWGT+nEbBf3T6sn/4jQ9qvbJHZW3wpuxj8Y/IPKP5tQ3X/nvTchiaavwH+7ht0O",
-	"Do8eNnPlUTu1fYYAS7+pvuPYCdaE41gTzkLen2xVs/GE/Pzu1R7TEwomlcmcihnTfQxY8pWV4Vdv4xmI",
-	"1jHd6s/zhefSD/BHQqhJiGJUS/HNLbRMccFqqQ9Je6Ihbu2YpB+uuMgS8EF8kxAjZQ49XL5JhoJrjCr/",
-	"JiETqc2o1Nk3t2kvIan3fqQfvF3C6gi3rmMqWMBSsF1XCsOUC5qjXuDirNDs7pw+zqEBJ8+c6j45o5M5",
-	"xoA+0STlWUomshRGk7I4qfxPECgKTRRdpGdQZb37VVXn3I6K/hXXlbYqFGh3byYF880kvU9Tz+VNTHGw",
-	"9IYmlo8m1VU1oeFd+Uglf4tFdSdqg9drQ9JnIDp/pj7RPhiY6oixK6kr1cOmgnEMrLENkDoCmzOam/nv",
-	"mzjyD+6Rx8xlhilaLSlO6nJxeFVL0yCqoBFB8IpfM2FfKJQcozS+D/kmGz/zHT7xmJlxjGbcLizeyIVm",
-	"GCjs1I3Hn/INFNmk2fKk9oiDux2JvxoOpXCzGejVTAj1E5JzbaVc2hiJYoYlxLFxF3+I370WJuKDbpth",
-	"IoDuyGBKlVu+YUxxvL9/cPiX/qA/6B8cf3VweNi5/fX2/wUAAP//",
+	"7H3tchu3kuiroHi3ymTtiKJk2UmkOpVSHNnRxh8pS9ns2cNcDjgDklgNgQmAEc24VLW/7gPcP/sG+yL7",
+	"JudJbqEbmMGQMyQlS3JOrv/Y4nwAmEZ3o7/7YyeR81wKJozuHH/s5FTROTNMwa/TKRPm/Hv7Jxed405O",
+	"zawTdQSds85xh9q7I552oo5ivxVcsbRzbFTBoo5OZmxO7Xtz+uE1E1Mz6xwfHH4ddeZclL+jjlnmdiRt",
+	"FBfTzs1N1Hkh53Mq0tZJE7x/39OeiWuupJgzYd7CRI2Tw387Tvv86fZZX/KMvZEpTJcynSieGy7tvO8S",
+	"QzOSMzXnWnMpyJgbHRHWn/bJ4PnREZGKfPXsWb8T4Tp/K5haVgud20HDheXUGKbsk/978O3fBntf/frx",
+	"6c0/ddoW9ZP97LVFnY61zArDIju7Yhk1/JoRI4mZMZJyxRIj1RJ+AW480cRtlybaUGUIF20rdoDeCbRH",
+	"g2+ebwfuBQPItWKSxvv3jUmXVF+1zmmovrrfCW/sUDqXQjMg2e9o+ooatqBL+yuRwjBh7J80zzOeULuV",
+	"+/+h7X5+DCb9J8UmnePO/9qv2ME+3tX7Z0pJhVPV8eHSbzRZ2H/ogi7JYsYzBijgtp4oKvqdm8iu7D37",
+	"rWDaPM7KFE5GuCZzmk2kmrMUFvJCiknGk0dbhpaFSphdBxeEWkowFkLUkFQyTYQ0hGaZXBAz45p0gcYR",
+	"rPZWIoVgiWFpVEKUZorRdEmYSFnag2+yRHsp5Wuqpuxxvmti95lrktkplf0eAduumbpm6okF+gc+L+ak",
+	"e/rq7O3l+YvRy/PXZ6M3p/82+u6vl2cXbt1SjXmaMvGI2PpEk0IzReZ0CRBOpYN8xW5HKRPcw/atNC9l",
+	"IdKHX+JbSXSRzEqcgekfd1s91Yxlulzd3gPyhn/n1/SGiqWjZ/3wSzslvxXSULsixWgyYynpWmybM63p",
+	"lBFNl9rynmQWEUsi3GiS8Tk3uIU/C1qYmVT8d/YI2/jGIpGY2lNyoaSYkjGjygJRXjHh13NNeUbHGXsM",
+	"rDIkl1rzccaIkAvS5cKwqYJJiJxMIsI+sKQwUgE9KDbl2jBlWY6QSDMR0UYqRopq4RayN/7gQnHx/JdX",
+	"F4aaQq/LDr9wMwP+sDZ3/HFoATDh00KxdNg5JhOaaXYTw0YKaWYWlizTrE9gFG6IFBFh10wth2LO5mOm",
+	"LGLkimkmzDGJNRXpWH4Y8RQHif334RXFCJvnZknwFNWkEIZndnVDgR+P69PwKE2uhFxkLJ1agFRDeTCN",
+	"mAV8bFcgiiwjhciY1vCtGdVmKErghmOTCeUZS/vkrf0OQh1yDEUn6uRK5kwZzjxhOdjYX+78H0uZMSos",
+	"LpUHRPNtJtJcckSuFeEh6gRw2Xy//rH2WfutiL8owKy9W21Cw9A3oQT0t/Abfy2HkuP/YImxQ50mhl9z",
+	"szy7dlSyCiFtRoWGeew5T03nuJPKwq6uHE0UFk8AYIvmj00L3JoRzflormujcWGeH1WDARLjaOVbO7/B",
+	"dQXF9f264njSMFHMLWi44KYTdajWXBsqzMiwD/aCJYsru/KoY6TMRgnNMv+3YrrIDEiZ7o9CWCQWIHxf",
+	"04yHcHYQiDof9uyke9dUWXFV29k95M9xFf7nqV/NJS7GX7+sFlVekjJ7gWsLL733K/MX1y78XC65WoRb",
+	"+k0EGk7WuI2imI9MoYQO7gbQz6myaivAqdCsDfMd5JpuafbbOn/7SWoOdM1RDJowyy0mSs7JQb8RDQL9",
+	"Y220FxktUvZEE/cQ4Wm/00RjxRivNSwT8KTxhv10LvLCNKh4xN4lFpmeWHk1L0xErpkaU8Pn5F8u3r3t",
+	"l0MIpyg3T7ABtvY+7A43bK6bH8ELVCm6hN+qEAltYXIrzMTuj6OjTczkopjPqVp+MjtJpWhQ4FFEFjQj",
+	"iElkQe1uMhHsY0D1t+ci9mwZte7xJvQtkoRp3cx9SlbSQj2wdXZvATo0TQHpafZTDYIN763uQiuFrmwm",
+	"PldbWG0VDv7VZ0XV/tXB2ogL08YDBS1b10xpjhLYGhATmtMxz7h/Y3dMLo/rETV1DKOG7Rk+Z02EnnJ9",
+	"txdnUptWQm2hT56PaJqqOpJUtzM6ZogfW/Z/DQgV4AF7Z4wqM2a3+Zw5M4onepss/MY9ZpGpEIKL6chb",
+	"oprxU1kREKHkD14LOcAmYSgXTHWizvU8OEp/beLHpfS7aXWAdU5Qti8ttWHzERcTue3NC3j03D65Sihg",
+	"VXLzV98TIEC5cQ0waaWN11y30Ucd77d+7zotrHyAG7R1KZVm4XcIbIoobYBBpBN1xoVeIhyAWYdk07hh",
+	"p8rwCU0ahUrQyUat52srVekZPXz2vPkW/53txN9XYOM2EF4vJ4jqa2wEnPu8lm10d2+xkx5cWzezHLpp",
+	"Wc7Ib3e0RnIOLztW8eBtWxa8jOjQxLtbOFvgPWhUd0QiU/v3FjC8K0xemDP/dO283aiif2CJk3Mds2Db",
+	"XqmBCl5KmVLNyAW3RnIy0czsKEVok8rCtA0nCxMMt+KhgOtETlDc5Uobopg9rllK8F0yXhpm5Z3bonvN",
+	"yRO4mRBi5apLaKwudhUWwc42oqNi1LDABRTYqevIxed02iDsvfBnBIEHwD9CScr1FV4gOTUzMpGK/Osb",
+	"fUJSNqFFZo4Bco5TP9FELgSZc8HnNMPXGkV+z3ZW5PZMy5rjhafH5HTv3wnd+50M9r4hfTIiexHxLJMs",
+	"uJkRSjJmDFN2vSmfcmNnvI0PK+oIZhZSXa2vSEjBSNd9KlnMmGJETiZMsfS4WinRhmeZs+npwIDci4g9",
+	"uSIyVjy1IC00HMFrC8iVnPCMtUjBNB1JkS1HSkrTLPF6W+tW3ve+fLAuL9Q/GxedyuQKwZrx8TVXhnRf",
+	"nV2SfZrz/euDffe2JhnXxn611IxUNpBeo18uJJDqeAd0aEdq5wRrRWiqpreWX1H2c+b9zvHBYDAANHE/",
+	"m9iMI+gGtVnJqaJzYqQlhIhkUl6xlBS51aN/Or38ATByMwq22XOYuP40IbWZ1A72nh9ZthdSF9CWkGaF",
+	"vvYsBoxKgifDYjB4mth54C+2hxd4SnLFJvwDXl0lwqMmrDfL9ZW9LwS6mAxTc9A9S/ozqmAnYHtVNAG3",
+	"rbMsaEKzBV1qksoe2lct45aCRYSSMU2upkoWIvWPP9GWt3NBuCaU5DxnZKG4MUyQ8dLbCyiZMZqCFdTb",
+	"L2ZUEwGjuqOBCjglmFJkLM2MTKV3JGdyijZ8ZAbO/oF+siuWG7CwzIsPpMsDD5osTGY/ixvtOEuupFUI",
+	"e80Kt5KL26OxlwU3iui44kv7aMu51kiv33OdU5PMTpOE5c7QUadVpg2fU6sAApY17P/LF+Tp06ffWAj9",
+	"fPkCcZB9oInJlmTOs4xrlkgB2JZwu0oXUXA4OHy+N3i2N/jmcvDV8cHT48PD/sHh03+vnd2hXhaEEwyH",
+	"6cejm73hMB0OU/ffJf53XPtvOOzbZ5/e/Ps/NfHxbaZo75lrua1b/A5Uaz4V3l2EvldqnLxCAdZUJKzX",
+	"38pzgwXUVxuoXatbtGmjW3myRaqMGWd62GpnL5cy4Zlhjbb5dgl5BYFkYVxAB/dk1D0aHBE+qfuiAVxb",
+	"V7a7kaRlqPLQWUGOLTM3GhykmI68ftE+RMAh5szQlBrafobgmy0jVVPXMTfg7IfPnm893HAYfs2a2T3V",
+	"JNYzspe4s6V8HI+SeOvxuQnJq7mb8DiQl2+pheHNNop9hxoFq4Z/or0TcjFjgnCI6bCiE2u2iicg+tzO",
+	"TrbqkQnuXN/K2BGABd1VDTJUqUbsblQI5OwmEfga2LmzHq+gifPoG+fKJWAr2Uktc3aVWwHyk+Xp9RHx",
+	"XiPHugRMmXLBnM6TVKpYauXwObWH4c/n30ckb3OirJohSniiLWIs5YqVSRuZ52B8zqmzQqM7txN1UmZ5",
+	"d03T3ORgOxPXP9WnOxPX35Uznonr927SM3F9Uc5rX/NTn4nrl372M3H9fbmAFitSpTx4fTpQsQPaKVF/",
+	"C/W3eGVvZ9aFMI6Wk53l2z3IFLV+lm9bbbMpLOA2dyL1rQax2gSNS/QMaFUYaAoPPbWSzDhjRAt6xUYJ",
+	"Bf0xZWBjyFGn0sekCMJeIuI8v6P/0Fbw879cwE80FGOZLkdGyhHE/IA+M5pY4T8ic2ZmMh3ZKxCqZodD",
+	"pAkeqi5UMWtDgVenqFHA38Bqy2i2cAR/CQLbcAF0lJtlhErHKMmkhkFBkRE082MFQSWjlGsLmrSKaoEp",
+	"6lEtIzxQhgLCWkZBWEtE/BmYuDjB6kqwVO+9rS4NxYybLHym/C1zJoJX6JyNDL2y1+xdryxFBM1VozFb",
+	"SoRCNBQB4oRjh5fZB66NjojzTIwcgUfetlT7vKHwVx3s7KC6yHOpIMjQIsCciuXIK4jBJe8viCD6r/bt",
+	"a7FzFYbl1MzcGwF2lfHCMAzE40RDUU5lFBV6wpSuxplTwScWVQmE0QbAgN/ldg2Ftz5Xz2BgTfupv0pe",
+	"Pq4M6InJPGPbFQQcLEKSbSRxMP/+iS0xn2xxmdMPIwnG9dF4aViTdAh30RCQM0W0UYzOK0PHwXPyhn/X",
+	"czYUBMTzrw4GX3/9/GgbbDYbVXLNilTuVbaVdUvGnKmpU47uyeKgCjGius0+z0VDoJ0zxzhrittvb7eJ",
+	"MEjSCtDGytLIUUnXssoe2K0zNjHEMizSLYP3fQxZr1F+shBpkMzO3r8B8qHkp8u/RqUN7IN9fO/w2fNE",
+	"ZlI1D8jnTBZmhNaKBiT4kWcQrkcWM5kxb+khUyWLnNCJgYBVqyNIMSXdi/NXdjERfvHF+asfz1+/JodE",
+	"k4wapnp9cjrWVjCWigzInFGhydPBgGhYvoWMi0QkbmFwPQBuBaAa2n39/Ki2wYOmDbZCPRfTUcrVLmFy",
+	"7fajwLd0rz6x20em3N2L1sKOf5ktaxkFiSyyFENVC2/ConhIiykZc0HVst9sY+JWOElb4nUUoxmxz4As",
+	"dUIODr/+57eoc17xLGMpGS+J5lNL/W/t7a/wpl2bE7qCtYEFqCX0C8ZYX8QFjg25AW5GN3YC8gGfECqW",
+	"/TZP3gbHYKuTb2MwEJ+zdFR/Nbx9i5isNo9etSNNXr0Sk+poGK4sDPypFtREIC95xs6EaYr4yri4Ghkr",
+	"lzSGxOnl3D7xRBN8phG35nfL4+qCkVYzU/B0XzMztf8ZnlwtCdWEkokslJmhd66Z/c694rybqtUetrBr",
+	"bEJlB/cKMzjgoo7lYVHHQasTdaSZMdXgw29WS+GhMsbBZbDhx7Vtp9XlHKNZVeeMWjU6bmJFFW40yFl5",
+	"YzIcpJO4hDj0726wSNVIZSVZQCpG3HoxzUIKRqjQC6acf3DBFHPncmGahIsVgLqcMw+EJuj9cH75+hTm",
+	"aPI0pM490IgnoNXc3Ui/1YHyBscoIx58ztzW09EvrO17mzV/FeSw7IQrdigvxW/T+svB29YUqANrKggv",
+	"PW7OCbagHHyL1FhxVMl5bki3AjnKbwmEDhOqrVhhpcBCM0gvkNlQmJmSxRQTMQKm5MaC0N9uGdsLip+L",
+	"FD6xQ1BteWDXbUgPohyGolpnuJYTh8IsRTeURymX6iYVSZlY9poSHrZIK6I16PUudt9PwGaEWkuI+MY3",
+	"21F6c3S25Tn2vg/NtkcExmRHLQO1cPsWyim/qYJzDartWIwZqJs5ySqCBwgIRIBI5Dhf16/P6RCIfCfu",
+	"V4lzEXqJ6dxiPLErXg1xqaMbsEU8tOAOGGzFsjHQzONZO2HiWk9qSww+CxfnTQmOMKfM6FUP/7NnT59v",
+	"OyVhNY0bwGiGB1Qd9JV/hX2g8zyDt66aMKU90Hk1st77Of0bTet5U4Xorpgy82KUM5U4a/EuofVcX42M",
+	"NDSrzAG7pOTY1wrN0lu9lUmajuj1dHSw4+qqF57d9o1dX5izuVTLO4DAvXhLIDSZZNxxfCcX3yavDuWL",
+	"6WgLn0xmLLkCxXqD8hr4yu/HEyjS+/Mdrods7DhkqKmub69l2LeUU7hhqEE1jwgB+cx7ctZj/lfc53d3",
+	"l29xj292gDfFQW1DIsWobkEP2JRbbvadZFhd5RqtDVjk6S1xdJPP3rv0KrCt+PSC6X5tJ/dmWdnNtLus",
+	"7JnHNjm5HHjDktaixX1oT5XQ0HHyXDm0hbzOgaI7JbOo+2vpGBwfjRLAioVqTRYozGTva7QBUYhideHP",
+	"aMImXBPwXJCfL1/ufR0R0IcXXDMyppo9PwqlERiqE3XwTuNq3jOacuGsNeshQ1URn3JrVmUxQ3l2u7AD",
+	"9Hhvt++UlXHs402buKpU7zqwd7kHX9g0/Hum+e9sQ0jVHVwldzDYr1m9MN3GDtSy6ipWYk1YciS3Zj1e",
+	"kY+m45bn1sWB+Q6P5jzV255qkhPeV2d9Q8y8bhKkkS+VJSegHgdI8mIt/j04aLiWWXmQbU7W2i0E49wP",
+	"+AMOUv5+EYxWXvzXN5B/DMUlGqNtXLmXCWdZqsMQf8LERNrdJl27uxEpdwViU3RE3H6C8rxEdoEVLyZW",
+	"kIPSSTt7B13A0Ggu00bouzBT4p4j8NxJkMyBLiLvt7nd5BAW0+BjfHdxSfr9/j7cB6+K/aWYLuaM2GU0",
+	"b7mL8ddNXkummdGEtiITB/OGff12n7BT7sAtswBuEddfYfnqVpa458G8ttbI01wAuV/bSbbFLuZyFHY+",
+	"6z0D2GoT8wM3LclFTzdoG6nMG+2nl2XKCMkYxeN3QrjB3PsyHPyJJaNcKtOMYZuVmTu45ksv+73oJO0p",
+	"DrfWVdpdYBfMECkSVgu8x0Q8KGVDtXdKddEzNpGqdIf1mr1SzSkUPwv+W8EInUsxxZj/WkYC7J/bt35z",
+	"jKEX6dcdhTQwl2qSSd08xBal4cE0A4fglXX7E1MKalXsAsfailPFaQUeLx1ObzXuuZl9yYQGmVJhROK6",
+	"4ytLmSIYQEiEBFc8UxC30YwptwyzrZeEaSDBQOXaZRxfDWItqAeXVY0Xld+8AWA/Ap20KlCtWMfulONg",
+	"qXKkLRy2nS81bHHDbfiM5pPB0+nOe+WZ+raToRx4w5LWtMAwCXw1fTjqIMOyZ6aV7XaTB6uZ/MA+i64c",
+	"310489PUt72CH0xaLf5yxW8a5GNZ1dXFAYIW6BOvbrfm89qA7uIP1bjuynfB8HZ1fCrO23MEoTJV88Fr",
+	"H6NGlqXNambtg8Hh0e2yD3Cmxt2HY6Z1iW0BFaf+fAJRsHv+9jIiZTjQ3//zv8GHhfrU9vg+N0nj8kzK",
+	"2wHozWLrsTXU0JHT+MNjZrw0zYe3nDTVCpKauaw8jH1aKPATtniK1xdfFZVoiEpMZs1STF6MEqna6r2A",
+	"JnMbg/UVU6KloJNTk24zmtTNzoy1b7+k+uqWpm27XxAJy8092pw35NK0G2dazeubA/+bMHiDDXuzKXrC",
+	"BdezW35vC2jvo7JMK7TyGdVsk33sTrLedocZJFiYnYxiUMFQXbMRFCTcfTUQfNZoGKSB5FZnGy7wMCI8",
+	"zRjK9xhd0EVv5qyYU9EccRQWyFqvrleossBayyZrM/LruhXWrEYG7xKptK2e1Y5lqGpTr1ajciWqSrA0",
+	"bfUmlcUqq2COPnZO4io035Xys3+K0e9MyZElx8hHouLujcpf2tApF9MRDheRKjPMX9EsUcyMCqGYltk1",
+	"JHL4Wi0jF0LpEzUysGIkVCQsyzCiP0y72EGvWpcYfAwnT33pEFUIIsUWje+T9LH6KnImUvhIB6wASvAL",
+	"LM6QO4G/vYsx+JulJ5ZiPEzx/5Gn3jSAWXvC2SiZUTH9FL9PqOeVpZ1KTS/0+axNWHLD+tETcJJfWw7L",
+	"9vT0NpZ4iwiuqjw6Dta2iGa9RLAPZpQUSrccZHb03ZUWkAy2aSw4ZNsyL4rxnLcXk/H5LLf3mLoXR0s6",
+	"z3YSdIAwk0JZRdd+n4uSdPlRl+0CPkjkhPLFFI1shGtdsJRQQxrL2vZ91wGQOqHscYXHM2Ny4ONOayjn",
+	"3fKGXb6vjrZiZfD6x/uzi0ty+tO5ZSoxsBGe7M2ncxOTLhKl5TFV2ZlcKkP+mRz2+kNxds3UEkM4C5Ey",
+	"RWJXpyUmgjFnwy81nbCW81B0Y1/d/N1PZ+9PL9+9H12++/HsbQyxePCiYGTKhH2bpZaDShJjrraV/knK",
+	"FaZq7/sZ9mDouBcNhRsipXo2llSlQSxgIuUVZ6Qbg03dF5axKgoXce8Eg58waN4+GBHqTeNDAfHlyA20",
+	"K4kwL7Sx3I2h2dQu2rHnsp67XAgiFZ9yoUk3fgd/xRZ+l+ESLR9n2YRwTRzcqSHxfmzhbA8NV1MZa478",
+	"y8W7t1D/Gc6TYeeYDDv9fn/YicgQ0qjwUpXkOMKLN7HL5+ImKzuR8GTPlRwmcyrolFmWZnEiiFc67gz6",
+	"B/2BQ0JBc9457jztD/pPsajFDOjCQ7Mqc+cCw3GLrJ6ddo47lgudTp15qNaE4XAwuLey3lUZvk017XVE",
+	"NPixoQwL9jk4Ghy0DV6udr9WGf0mtJth1T1NIKfQpxM5Wl+SbtCXAKrtRVhEqqq3ByjoquFOFU0g4pTL",
+	"1NUNrwN5/6PXuW5a4f2KIbhhq6o2NX9r/sTqkX3fxubm14fep417dNdNsS8dbX+pbFNwc7MRvvthJcxc",
+	"6gZIg+nrRWkr/hRoA8v5Tqb32I4kyKK8qR/I9ry8Wdvjw3ubul56sGGvLyzLMUElNrfng+3bF7RHeSQ0",
+	"sS98s/2Fsl2KfeHg6fYXyoYV9oXDb3Z6odZN4ibqPMNd2woy3+umzrkAfwktlQ0pCBW+VY0rceXU3RNo",
+	"J4DFo/Ckt2odU1uY1L6VfkIC2qDplG4zPgkmIFPJNPbMGbOJVMwuhIlU94fCJbliHjiJV7Ni4zDzlWvi",
+	"HBLY6qBMNYnxDDZ4VNYJ3NLQn4a+B/c8NdbnbGbkQVMj0l3MqIHuDVZ3LfMGwaa8kgZIurHrEqGZa0ny",
+	"/zFT+DTihrJHjaRtf1uyBse03RM0nmwj5SC0xOr269R8NPiGxA31CmIX+F+1PsOKay6Zy3OaWFnVS/Nr",
+	"Fp+Qo8FgKOKwNAKOYkVk8g4ifpiTkzH/OMMctyYqhkov7CUm392RiKOtj5b94OyzTa3bys+rdZxzcUOd",
+	"Y+jm0uCJWBfGjtZBj5+YPjLF7IDPVeOqx6Gxz3KOIvQJheIdVoV0uZ2kazmbpTBMiMVUMOG66pTkcEKo",
+	"y9A3ijEkjhJZ/mKZOexrY9ZtjKTBdZlk+SldB0mXiloplScaws10ThPW65Oqk51iNAXas+NBmzD7meWA",
+	"Cmqu9cmpIXNpdemDQTQYDEqat8ot5oGSbngUQ3+quT3la8mcVn0+GhyRuF5PJY7I0eApideKqsCNAanz",
+	"D3vtm6GIG+rvxE1swyqTL4HnPQrXeEilK0wCbjmxPf/8wkE+Bwc5rSj0ifZUUrON2WtLIicll/E8RioX",
+	"AStkynY6w/epSmYuU6SRqVyAyMzSE5AZ8GGSFIbombRCmllvaAlr5YZMFVuQHPp5xc0NDeMecitXR0mA",
+	"ZAgBepjJ730Hlmc2keV7RtNT9wF/QML8sGeoqlNmFa8AJTc6jd1JG2zKVH2hxs9NjXgkUzjBSVexaZFR",
+	"BRSoq9pcQKuOHjXWXKKawC9UYhqzlNGejnTNNYEkPpZ6LZeKJXb049qXjj4G2QGeBxkh7vdjlCiGoiyx",
+	"gBnplmOA+XoBCta4Kj/tU9tLIcXKKym75gkDDhKRl+cv3xGphmJGVQpf4SLrdVBLyHMFWEjTWRs2Jaw+",
+	"oT8UFx5OzubpR7IigfPGldDrk6ODp+7UL2uixVU1GffuUHQLYbdYMa1ZCgxGWrbSxoKa+Movihv2+Ixl",
+	"F8PAXXnKNotAgyJx9sEomnxRJXZU12v9hD8bv3KbBrn1inSnv/Pc1ey2xIDOukD9DoqbzWnKCJ/4olC7",
+	"iQ8BlrZUAvJVCbcIDT0w5DmHCX4lYVRly4i4Nh1JxpkwQ6EZ02TCFkxBsxRXAeYFLmQPAyf7DXxo1fJw",
+	"YhnKUKxxFOAWzW2ZW8WYNuHk8QwNt5NMZGKY2UNz6L0IKLATX/jEPw6fOCWhAPNE4w5GzkRudfE6Rfnc",
+	"Nve05r+z6uxVjFrBYgrRb20yTokmrnEFJYbNc6mocmlnY6Z5yspZIqKYgKVINBgTKbJlmTpsZRIQFRS/",
+	"ZinIQxBrpQrI0SvyTNKUZIx6J4XMUuzA3oWmzYL1+iSey5SByUQmhmZhTVYoO1YVyRw8Pzrqtcggd5Mv",
+	"HtUIucOzb2TKbiGIfCILuYM84sp0fuEy/zhcBhDdmSkwTMZS4limy4rTnBDsLxyqUKABWIFkmxQSJtZs",
+	"jji58E/+IUMhwuyhliPWf+q9BKqEAxI5wQJ62DBCZinTvt1LF+3TEzRWV+5gx0CB2be6c33glSqExoLA",
+	"P13+FcLNEpnp+H/+K1ZyoeOKyX49+J//OjzqnZDYcozYJ1Jre1xU+T39oThda5f0RAclJGimpcUqjfqj",
+	"KyOFCLdnNwaDyiB+1kVVQ/fp/lC8kCnTx3Xx0b4RR9VvxyBj0h3TlNilRniCgRcTzN69E3I0OKpZmNFM",
+	"ba9/QxoNzxGJ1+udx6RLa7meRE6GohKgZ2B3pwYW0DvBA6pelj4+Ic8Gh37OqRTMThUUlm88o2rN0P5w",
+	"Hu/GVm07HSwH902zjUEtGHtdC6D8EtfyOeNaSuqpnN9tcSwRMAbHTSDkBLhFmOKdyVX9mC+m+4o5Ym4P",
+	"E3vvHzk9/+VV5wHjruz47UFX5TIqN88dkOzZLsLRz1UjhdWoBL8I0AaqeGkhFxHRVzzPuct1t7xfTiYQ",
+	"qdAA9yrJtzUIsoLGQ8YzboT5pWumVugT1GTiqn1lTLrg8+9VOlXQnwP0k8nkXg5+SAb2gcphkHo1XZ+8",
+	"BUeMqwyjoRQq5KqGkPf+3f2PVaHqm3pISH0bfuRZdtcAKvdesxT2iMGKUEVfA+9wliortkxklskFuMAL",
+	"XdCs/wdm25/GTeH7qU/0KSOKupZhNjQW6LUHK7wrhbWyBFipH0z5NTTHBESdaGZckR1Xs+SKsRz5dYbO",
+	"xfVgPzkhjCYzJ/KhByKuNTyO9+Naw+N4KDRduqa7uLduWZBzAFER2kqeGMVAjsgb/l0YVGj/9BA8Adrh",
+	"ogiUnqrSGcxnhxLub3CSug5uGI6FcUyCLdwx1CfngsSIbrFvCLrvWmhQxYYC5XSwrFZysHOrINfp9ckL",
+	"H5NRRtlBuXxf4JhrcvrT+VBY5UvP5EKU8VhuFQ1i4itm7oGoW8Kk3I5ZGNYCpdayGDdX3mod3G7/pw++",
+	"YqWg3JAiL1tCQkONle4X9qbd6toeky48msssiwh1aPZ0MBgMIKW06RMsqmB1/2r5Zek1eHXL6h9Spd3K",
+	"TIPg0D+ybNxwfEIUJW4aRGF4Uqq+ZttBaWdyzQPaBEV7/77Oy/tXwOrVA+9q0sNR4ERF3lUeH8xocnH+",
+	"6pfzty9++BL9e+tDezsCVvU/WhJa4P4fFwHr5U3uioCufYwOklCq9k81WeYLDj4ADvp+XM0oCNbj8hix",
+	"j/4B0TAsY/OJno0vaVD3hm+rzUlbfQNn4YMPmSez0k61QR4Kl3Ivun44IAqjToOCUI+ulWLAKE3olJaV",
+	"kKjVYqw804vIGD2zW8z8DW2n8fxe70ktXNcJq+FwzL6iZKKYnrkqG/2hiCG9OkbLW1hngvz9//xf4joL",
+	"k64qhD6pSmCAIRz6m5VNS8mSmR68hPUpIDkcC0+4oDln/a5b++vWfYyhc+VEI1K2avYifdkbFAL645V+",
+	"ot7cv956NEZ5x4XoBd4VMM1QMxR4i2sCfoDeCXk2eErihv6kG8z3Z7VKFQ9niA/m+Ux5prXGwuu0FTaM",
+	"fmTO+odjlJ9suC2BiUGoJeCRqkqS9P2MtNVmpUhYRHytFDAvgH1ClwoVlo2s604hG9//aClio4kRk2/q",
+	"SH87gSF4963Vse+ScvXnsPt9MpZ8z7RRcrmKI26rlQ9pNqTQLD2plR3Gs8DyvolUU1lGfbSZ9x94xweP",
+	"xaVWTtP+ZzFxvBO1RaA3DMlUMTirva0W8kVdoXY4ykFuJZCd1diDO95K3ftlGfRmlQA6+P9Zths+5gvX",
+	"qGHfS8XY72yFaVS6ONMR2P+dZ5Ar1xEA5EGokU4WM6kZSWhOxzzjhjNNNF0SQKzedgTEyvobDXPF/E+D",
+	"gq4+L2oAJygoY0XzSrIGvaGMu/uCp4Cnrxl0lAQKrp1vkO5qobkd1coGVxtKyvxZEM2Xhv6CRY3RKQbL",
+	"kdQP/63oI/NN2CPzPw/yAHi+4E4dd2S+Klx3oWrYpMhc535onpP2qjPTVfpwjdZDDPP98VotZT+cX75+",
+	"SAtZ2W+4RTCWORO+IN/92Mfe2RGhaO8eF3tmxvYyKfNyjnoo7Dq09j+6JrA3brq0vbrRqa/0EBv2wWCR",
+	"BuEbtxopSZeSMVWMCLbIuGARbNMQmvVocvb28uz9sFOWPoB512JKy6sWUjHp0gyPc99V2OVla9+N1f50",
+	"AW1DMaMaM6/RjtUUn0q6ikHiuW94UooHY5pc9dajTMHgVgs0dUYsbaTabsLCFrmpw7sV7gXucNe123nD",
+	"q5a8dbPTine8LK1/+PW2UvsP5DOo9f995HpNtS7mDZS24opw+IHxNx5vuC4jgLyk88VV8ai8H3eQUGK3",
+	"0zOsE89c/tlzkSDbemVDn2hsf1DnamGzytZz4A1vS6RYifAS2dKjjAtF4s6Q0BbP4isx74bK9Y6hDyqf",
+	"hC0+W44n/6WPSAw1lPDbQqQ9JROpUiw55PLiodV963HmF7//sWq3s7GqqO9SugtfrjVb3Yk1Hz57vhNr",
+	"ftjd3rLT9oDV0nnQMCvRg/oRBdU7MJJw48OWda0U/94/9IAwDxvrNdspYAn3lvxUmotCv2jpbdShVI1l",
+	"6aB8rwvXBmunYjSZWZD2orJ0NFc1w1OdyHbKVWtPU2vgrmYliwu+pewI0MRhg3ZndxWKou1LeQBmX28C",
+	"9wfLxXt0Zu+xhHSDflhRmRQXBdlyPXsggMOlKcGvGUP3P1Y9KW42lXmMK94eBwHHTq8pcxlqiYDUM1Cv",
+	"zZRJb6sKjQ8VAr0kUGjkNVPtaspQ3FZPIatqSpM28iPPstZsuPbcx2693TrGizoAoOM/6O9RBfrWT9Ba",
+	"D7p7VW4eyBtfb+62KZHiT58rUSJCW47ESYUQpVrFhS9tTGipr/ddobSNrtC7Jmz6bniPk+e8ha9+Psen",
+	"XwBp4Uw78Mv9sIFUY+7L2XUlVcSa/RYT7GdBYgjBChKiB8fQJf+K5aYXISvF5YadgKwQShUkuQzFTC7I",
+	"HFphh91EoYKmr3nd9ckFh4PBADLt7fguo4mW6Qja0KXn6EMRZD5CIonLkt7Evu0FfyLFLbkjq91SPwFt",
+	"W9I8AKR1cedzZUSsfmxb5wN3/09lVlkTwC3k03r6PR6Oq5n9pLuev9/bhQ5TrnNqsBlji1W2MDNog0J9",
+	"8w2MWfRterCVj+vfM16G+ZJt3XyGArRus9bp05XMxfZC/Jo5YcjKQ5WwBgUSSptsN9Yzspcgd0jKN5FZ",
+	"xD2fXZ7MpGbCS3fIVU7Pf3k1enN+cXH+7u3o/PsYT5SaWgNlFDRLpEiJB1XZwYbOGakJdyVw4NZYlnZl",
+	"TQ4Hhy6C1D6ExQngKScGWtkG8+d8FUDXa4eSlE8mDIp/wIgcpLSjwTf9oXgxY8mVJjOa53YPnEYhVcrU",
+	"cS05dkUtW9kVCATtPhs87UVD4RoRdY8GB70Ip+weHTyFCsG9yLVtqX12136cVHZNvYgoWWDw6dHgKCJ2",
+	"0P5QDMUbNh9bQDjgwbihWplKhrGpdgJnNuCCxH6pownPLN/vYaMfV61tKEAonAoJtntdy5Ge0yWhaUq0",
+	"nLMTt/C5WwY0JoLiSKiRYoEKSDuznFzm2DWLSME0DDRmRBRZ1ifxnBmaUkNBmIfilddMjanhc8AWxXJG",
+	"XdJmIqeCa0cXZEb1rPb93YQKKXhCM2hZdOwQv1wktt6JhgLbIAIlOFNlRIQkixk3jGCxab92aDj1RFdH",
+	"Dk/jY1fx1j5pt0aqocA5EFd83aoSbU8IFfjKNc0KAIyFJEvd0iKABeFCG0aRJY2toBoNRXzQH8Thnfgg",
+	"dsG7OGK4MHDxrCJ41+KR6/8EZINNnaDUdYxpmsdk2KFa86lg6bATR2UGJ/AcRA4KwZSAR2h4cjszFBPu",
+	"q+h5kXJSKFgbzSS27tAkZtrwOfS6A7qMa0DipboI5FvVRAHXTUB5o5RrOs6wckmJy/bUr0jP3hJyBLwp",
+	"jiC4e9X1Y6WFAxIXwYEUt9UxaSjLErQG8JHbJyiYNPuwVqmu700iMQRjW0IdiqojE9ztOYnGc4bEHWuN",
+	"Us33jpe2mkgbTnwkbNywcPPGzO6aJkaeIDmWbNjrBPelMO5qcr1/b5iH12cKHPfTl10aG6Qyfw9Kx5WE",
+	"4jfJH54sDY7BOtP5ksF4J3+X678IVLPSefFvv1p8rETK4Gws9yOwNZXp2H6YXQRIVIRa1biqhIE9QqyY",
+	"ku5BYQ+oXJDJKZYHYM7WQ9MUaxLDielrNLsCB6i8je2GQMtDLLDYdXULmTaudCKt9DiUPX7KKPZqWJIY",
+	"0TQm48KgK3Af1D9XpC/uHVfHs2P4Vt3DgSGgN7b/xkPh9c9jV4xRufnJjGVpr8pOj+f0Q9wn8b/tISz2",
+	"LmrHiatugGKBPZvsOGUdBDtgFLx7JtI4fA3TkXyZBzC/ByUVuFWIAWjVCK9ofkwsv3DNI/DLxswsGBPu",
+	"47AUxOqCQ/0YOlXAgiFFH2Uau5sh8CCYw4mxMdb/+AvOjLUegIAd5LCgQxdrAjwdEN0biolUZQa5Kks/",
+	"lP0jvX10KNymHpP1/YSalxcXZ74CBZQB02A0WsxQTLP7FW4thgXZ6bFiCRQWc+uABto1cy0M1YVAIgri",
+	"KocjdKKoC/iur3socCE9/0lYsbfq2tUnL+2r+pjE8CHHbmqnXcRW8jwmH4cdxADsaWkvDjvRUAw7TCQy",
+	"5WI67NzYg7wUVH++fLn3NQAIpLEx1ez5kRszfMuKVnhz2AkqhwOaYNULK6SDLIFjouQZ8/S4ATO5IV1K",
+	"VFBJiYBh5wISxAjGEWtQh6CkCFbZiF9TbfbgwT2rl8EqHGpi5xaUNzyEpjRfA4992oHESAAGjILoHqJy",
+	"NYzfu5WRQK5EOJc960tgp9A1FIqG2G3MuNUXuvExybmYxj2IKYOyq2nmlXNCLUb1ySnRmVxAODGK4FaO",
+	"B2kfKgu55R3juqGXd5ZZSp1xh1XACaGJBDBHEgMcAPOALJrK9HnxLyIxbtQIu8GNmADBrwRyrdxKReC9",
+	"k1aHxGbrFfKST7RdrZwtiGlGYm1dIOHSKtjElNu8bPdd3sTXv4HDFAyNiHZQ3jGHw8ip/eVyLQ1lfM5d",
+	"0ZzWpc7ph+ZKJkcH3xw9HRwFSz3YZal4NNoT+aTqceaYHW1CANK13NTpZI5FtgMW7tcWvEO/rocqyh11",
+	"1s6H+hArAbUXZ0hM2vPgyHKayPEJ0tUMXWfBa73+rsXAXbWgTtSZAQOAbw/P+QZZqvHMr8kKmJ1ArEpr",
+	"qQG4ajfEONyrDZi+jjKdUHZYX5U90UPeeltRYvP6mLCo/DeYpRN1oABc0Bg92Nv6HK3Qc5jcIGd9KqBu",
+	"/kHK87y3GELXa8ICxlBfbytyjEoqtL+CFHQBtro9aEfrHDRIRyuaArQLbzcpX/jEd99S3Tt/47L/+A/G",
+	"5O9EtozIBZ2zC27YXy6M4omJyIXVeBgWFL98fdFzqeDQqt0LXE6q+oWNL2RyxbxNCLjbwSGZyUJptDW7",
+	"CbWBml++BhVYo4+HgmLtqZqRGkU+NP+UrjCI7yjrmDU1N286Hi/4VJyLzsMVfzkX91H8BbStk6Dtu28B",
+	"+6gK++3U6bpqXFOD7ScRSsZKLqARX2CMqO/0OlbLwmyuBvSuMJ1dwHpZg2WSMaqYq4nVtuwX9iEU/HDl",
+	"a2376+s1VF9tjqO6hCe22N6gPMyeZvYhe+yBOKx3D1jaGhp1SjI6ZpllM1ds+RewOJ94M7olyLlUrQFS",
+	"8GptPm7YXDdMXHJsqhTGITT7QkEKa5axntVqxe0kX9l9FuyDGSWF0la0wuMnV+yay8KK2dPWb8NXNgLz",
+	"IT2xFjs2xXfh0j9PbBdgbmSZc1CGHWrMjTOGTo1eBLmHU3QJEMO31miZU8EndjyqyV9P37wm3dj397hc",
+	"5uyYhLBc0nkWgxb/Lxfv3pJu/HHY8QOM7E1Upf/+n/9tNUTM8ggesXc//v0///vmJu71wc0Rf7QEO+Jp",
+	"hCRm386Z8Lr8CYm/TdVypArhjChWaB+iWmcpknQPB4OKkwkrr2TgfPJz9vrkVJD4PGXzXBomkuXej2wZ",
+	"ExRASVeqoSi9W32exr0VK20JIJSbAn+IXbp3WKKfx3cPhY+qfAHkHFdcjgVl7Oo6qr8FzgZf3njCWQb1",
+	"xqiZnQyFqyGDl9Hkh03X0vZCLxZpWoKxVyjPAXqz4uL5B4KvenkFvhujSB/JfWC//KIYz3lQeSbqrKJz",
+	"fbw79CO5He9xE6DPs43JpGpJVGGl1AaEBnq+Tz+HhdMuPo4/XXWcT0uyBMyCbmr6qtwcqBzvu1r4AuWu",
+	"OcW6nLLvud/G2jUvqEhY1kzHWwxJ9qWHLo0NC2tAG1x2BkEdoF1YOEGFLyv8Cbn4PLF8uCy/bxB76aMu",
+	"IUgkLEijWJX5GLkucblioOikUDCsUCwiqatnsxJGU35jW0TmPW/p4MG39NJt4+Pt3AaS2afK8AlNzHZx",
+	"/7R88o8Ibb+6TWJn+a3g7P+DwT+ov7UJ1f133nkTosYkMvhv1+D3weHR/eaPPWi/xM8Q5uw31ff9O8HK",
+	"jBwrM1rI+5OtbPkfkZ/fv95jOqFg2ExmVEyZ7mPYoLctwa/exjMQbdS61avuyz/GH+GPiFATEcWoluLb",
+	"G2hc5EJGYx8Y+kRD9OgxiT9ecZFG4An8NiJGygw6KX0bDQXXmNvxbUQSqc2o0Om3N3EvIrH3QcYfvXXQ",
+	"6gg3rm8x2KFj8CCVCsOEC5qhXuCiHdH55Vyvzq0IJ8+M6j45o8kMI7GfaBLzNCaJLITRpMhPSi8whGtD",
+	"K1MXbx30Ouh+XXYbsKOil9P1hi7Lddrdm0rBfEtXH1mgZ3LRpDhYekND5yeT6qqaUPNxfqKSv8WvsRO1",
+	"weuVOfczEJ0/U59oH5JPdYPJOQrsrFAaxgoj4BOpgdQR2IzRzMx+38SRf3CPPGRFAZii1ZLipC4XDVs2",
+	"Fm6zBL7m10zYF3IlxyiN70PW18bPfI9PPGR+KqMptwtrbqdEUwzXd+rGw0/5Fkrd0nR5UsWlQNALEn85",
+	"HErhZjPQy5kQ6ick49pKubQ2EsU8Z4gm5S4KGL97LVjL25rrwVqA7shgCpVZvmFMfry/f3D4VX/QH/QP",
+	"jr8+ODzs3Px68/8CAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

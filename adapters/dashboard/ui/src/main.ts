@@ -1,0 +1,412 @@
+// The operator dashboard: Preact components written with htm (tagged
+// templates, so no JSX step and nothing but esbuild to build).
+import { h, render } from "preact";
+import { useEffect, useRef, useState } from "preact/hooks";
+import htm from "htm";
+import "@xterm/xterm/css/xterm.css";
+import "./style.css";
+import { ago, api, bytes, call, conn, onConn, poll, signIn, signOut } from "./api";
+import type { components } from "./api";
+import { LiveTerminal, type TermState } from "./term";
+
+const html = htm.bind(h);
+type S = components["schemas"];
+
+// ---- routing: #/view/arg…
+function useRoute(): string[] {
+  const parse = () => (location.hash.replace(/^#\/?/, "") || "overview").split("/").map(decodeURIComponent);
+  const [r, setR] = useState(parse());
+  useEffect(() => {
+    const f = () => setR(parse());
+    addEventListener("hashchange", f);
+    return () => removeEventListener("hashchange", f);
+  }, []);
+  return r;
+}
+const go = (...parts: string[]) => (location.hash = "#/" + parts.map(encodeURIComponent).join("/"));
+
+function useConn() {
+  const [, force] = useState(0);
+  useEffect(() => onConn(() => force((n) => n + 1)), []);
+  return conn;
+}
+
+// usePoll keeps the result of f fresh while the view is shown.
+function usePoll<T>(f: () => Promise<T | undefined>, deps: unknown[] = [], every = 2000): T | undefined {
+  const [v, setV] = useState<T | undefined>(undefined);
+  useEffect(() => poll(async () => { const r = await f(); if (r !== undefined) setV(r); }, every), deps);
+  return v;
+}
+
+function Err({ e }: { e?: { error?: string } | string }) {
+  if (!e) return null;
+  return html`<p class="error" role="alert">${typeof e === "string" ? e : e.error}</p>`;
+}
+
+function SignIn() {
+  const [token, setToken] = useState("");
+  const [err, setErr] = useState("");
+  const submit = async (ev: Event) => {
+    ev.preventDefault();
+    const e = await signIn(token.trim());
+    if (e) setErr(e);
+    else setToken("");
+  };
+  return html`<main class="signin"><form onSubmit=${submit}>
+    <h1>agentic-sandbox</h1>
+    <label for="token">Operator token</label>
+    <input id="token" type="password" autocomplete="current-password" data-testid="signin-token" value=${token} onInput=${(e: any) => setToken(e.target.value)} />
+    <button type="submit" data-testid="signin-submit">Sign in</button>
+    <${Err} e=${err} />
+    <p class="hint">The token is in <code>${"<data dir>/operator-token"}</code> or AGENTIC_OPERATOR_TOKEN.</p>
+  </form></main>`;
+}
+
+const views: [string, string][] = [["overview", "Overview"], ["agents", "Agents"], ["environments", "Environments"], ["sessions", "Sessions"],
+  ["missions", "Missions"], ["tasks", "Tasks"], ["hitl", "HITL inbox"]];
+
+function Nav({ at }: { at: string }) {
+  return html`<nav aria-label="Views"><span class="brand">agentic-sandbox</span>
+    ${views.map(([k, label]) => html`<a href=${"#/" + k} aria-current=${at === k ? "page" : undefined} data-testid=${"nav-" + k}>${label}</a>`)}
+    <button class="link" onClick=${signOut}>Sign out</button></nav>`;
+}
+
+function count<T>(xs: T[] | undefined, key: (x: T) => string): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const x of xs || []) out[key(x)] = (out[key(x)] || 0) + 1;
+  return out;
+}
+
+function Counts({ title, m }: { title: string; m: Record<string, number> }) {
+  const keys = Object.keys(m).sort();
+  return html`<section class="card"><h2>${title}</h2>${keys.length === 0 ? html`<p class="muted">none</p>` :
+    html`<dl>${keys.map((k) => html`<dt>${k}</dt><dd>${m[k]}</dd>`)}</dl>`}</section>`;
+}
+
+function Overview() {
+  const agents = usePoll(async () => (await call(api.GET("/api/v1/agents"))).data?.agents);
+  const envs = usePoll(async () => (await call(api.GET("/api/v1/environments"))).data?.environments);
+  const sessions = usePoll(async () => (await call(api.GET("/api/v1/sessions"))).data?.sessions);
+  const missions = usePoll(async () => (await call(api.GET("/api/v1/missions"))).data?.missions);
+  const tasks = usePoll(async () => (await call(api.GET("/api/v1/tasks", { params: { query: { limit: 200 } } }))).data?.tasks);
+  const hitl = usePoll(async () => (await call(api.GET("/api/v1/hitl"))).data?.requests);
+  const aiwg = usePoll(async () => { const r = await call(api.GET("/api/v1/aiwg/status")); return r.data ?? (r.status ? { configured: false } as any : undefined); });
+  const reconnect = async () => { await call(api.POST("/api/v1/aiwg/reconnect")); };
+  return html`<div class="grid">
+    <${Counts} title="Agents by status" m=${count(agents, (a: S["Agent"]) => a.status)} />
+    <${Counts} title="Environments by runtime" m=${count(envs, (e: S["Environment"]) => e.runtime)} />
+    <${Counts} title="Running sessions" m=${count((sessions || []).filter((s: S["Session"]) => s.state === "running"), (s: S["Session"]) => s.type)} />
+    <${Counts} title="Missions by state" m=${count(missions, (m: S["Mission"]) => m.state)} />
+    <${Counts} title="Tasks by state" m=${count(tasks, (t: S["Task"]) => t.state)} />
+    <section class="card"><h2>Open HITL requests</h2><p class="big"><a href="#/hitl">${hitl ? hitl.length : "…"}</a></p></section>
+    <section class="card"><h2>AIWG link</h2><${AIWGStatus} s=${aiwg} />
+      <button onClick=${reconnect}>Reconnect</button></section>
+  </div>`;
+}
+
+function AIWGStatus({ s }: { s?: any }) {
+  if (!s) return html`<p>…</p>`;
+  if (!s.configured) return html`<p data-testid="aiwg-state">not configured (AIWG_SERVE_ENDPOINT)</p>`;
+  return html`<p data-testid="aiwg-state"><span class=${"pill " + (s.connected ? "ready" : "failed")}>${s.connected ? "connected" : "disconnected"}</span></p>
+    <p class="muted small">${s.endpoint}</p>${s.executor_register_error ? html`<p class="error">${s.executor_register_error}</p>` : ""}`;
+}
+
+function pct(used?: number, total?: number) {
+  return used !== undefined && total ? `${Math.round((100 * used) / total)}%` : "-";
+}
+
+function Agents() {
+  const agents = usePoll(async () => (await call(api.GET("/api/v1/agents"))).data?.agents);
+  return html`<section><h1>Agents</h1><table><thead><tr><th>Agent</th><th>Status</th><th>Runtime</th><th>CPU</th><th>Memory</th><th>Disk</th><th>Load</th><th>Running</th><th>Heartbeat</th><th></th></tr></thead>
+    <tbody>${(agents || []).map((a: S["Agent"]) => html`<tr data-testid=${"agent-row-" + a.id}>
+      <td>${a.id}</td><td><span class=${"pill " + a.status}>${a.status}</span></td><td>${a.runtime}</td>
+      <td>${a.metrics?.cpu_percent !== undefined ? a.metrics.cpu_percent.toFixed(0) + "%" : "-"}</td>
+      <td>${pct(a.metrics?.memory_used_bytes, a.metrics?.memory_total_bytes)}</td>
+      <td>${pct(a.metrics?.disk_used_bytes, a.metrics?.disk_total_bytes)}</td>
+      <td>${a.metrics?.load_avg_1?.toFixed(2) ?? "-"}</td><td>${a.running_commands}</td><td>${ago(a.last_heartbeat)}</td>
+      <td><button data-testid=${"open-terminal-" + a.id} disabled=${a.status !== "ready" && a.status !== "busy"} onClick=${() => go("terminal", "new", a.id)}>Open terminal</button></td>
+    </tr>`)}</tbody></table></section>`;
+}
+
+function TerminalView({ agentId, sessionId }: { agentId?: string; sessionId?: string }) {
+  const el = useRef<HTMLDivElement>(null);
+  const t = useRef<LiveTerminal>();
+  const [st, setSt] = useState<TermState>({ sessionId: sessionId || "", role: "", connected: false, ended: "", error: "" });
+  useEffect(() => {
+    const lt = new LiveTerminal({ el: el.current!, agentId, sessionId, role: agentId ? "controller" : "observer", onState: (s) => {
+      setSt(s);
+      if (agentId && s.sessionId && location.hash.includes("/terminal/new/")) history.replaceState(null, "", "#/session/" + encodeURIComponent(s.sessionId));
+    } });
+    t.current = lt;
+    lt.focus();
+    return () => lt.dispose();
+  }, [agentId, sessionId]);
+  return html`<section class="terminal-view"><h1>Terminal ${st.sessionId ? html`<code>${st.sessionId}</code>` : ""}</h1>
+    <p class="status" data-testid="terminal-status">${st.connected ? "connected" : "reconnecting…"} · role: <strong data-testid="terminal-role">${st.role || "-"}</strong>
+      ${st.ended ? html` · <strong>ended: ${st.ended}</strong>` : ""}
+      ${st.role === "observer" ? html` <button data-testid="take-control" onClick=${() => t.current?.takeControl()}>Take control</button>` : ""}
+      <button onClick=${() => t.current?.kill()} disabled=${!st.sessionId || !!st.ended}>Kill</button></p>
+    <${Err} e=${st.error} />
+    <div class="term" data-testid="terminal" ref=${el}></div></section>`;
+}
+
+function Sessions() {
+  const sessions = usePoll(async () => (await call(api.GET("/api/v1/sessions"))).data?.sessions);
+  const kill = async (id: string) => { await call(api.DELETE("/api/v1/sessions/{session_id}", { params: { path: { session_id: id } } })); };
+  const byAgent: Record<string, S["Session"][]> = {};
+  for (const s of sessions || []) (byAgent[s.agent_id] ||= []).push(s);
+  return html`<section><h1>Sessions</h1>${Object.keys(byAgent).length === 0 ? html`<p class="muted">No sessions.</p>` : ""}
+    ${Object.keys(byAgent).sort().map((agent) => html`<h2>${agent}</h2><table><thead><tr><th>Name</th><th>Type</th><th>State</th><th>Command</th><th>Started</th><th></th></tr></thead><tbody>
+    ${byAgent[agent].map((s) => html`<tr data-testid=${"session-row-" + s.session_id}><td>${s.name}</td><td>${s.type}</td><td>${s.state}${s.exit_code !== undefined ? ` (${s.exit_code})` : ""}</td>
+      <td><code>${[s.command, ...s.args].join(" ")}</code></td><td>${ago(s.started_at || s.created_at)}</td>
+      <td>${s.type !== "headless" ? html`<a href=${"#/session/" + s.session_id}>Attach</a>` : html`<a href=${"#/activity/" + s.session_id}>Transcript</a>`}
+        <a href=${"#/log/" + s.session_id}>Log</a>
+        ${s.state === "running" || s.state === "starting" ? html`<button onClick=${() => kill(s.session_id)}>Kill</button>` : ""}</td></tr>`)}</tbody></table>`)}</section>`;
+}
+
+function Activity({ id }: { id: string }) {
+  const feed = usePoll(async () => (await call(api.GET("/api/v1/sessions/{session_id}/activity", { params: { path: { session_id: id } } }))).data as any);
+  const events: any[] = feed?.events || feed?.activity || [];
+  return html`<section><h1>Transcript <code>${id}</code></h1><${Transcript} events=${events} /></section>`;
+}
+
+function Transcript({ events }: { events: any[] }) {
+  return html`<ol class="transcript" data-testid="transcript">${events.map((e) => html`<li class=${"ev " + (e.kind || e.type)}>
+    <span class="kind">${e.kind || e.type}</span>${e.tool_name ? html` <strong>${e.tool_name}</strong>` : ""}
+    ${e.text ? html`<pre>${e.text}</pre>` : ""}${e.input ? html`<pre>${typeof e.input === "string" ? e.input : JSON.stringify(e.input, null, 2)}</pre>` : ""}
+    ${e.cost_usd ? html` <span class="muted">$${Number(e.cost_usd).toFixed(4)}</span>` : ""}</li>`)}</ol>`;
+}
+
+function Log({ id }: { id: string }) {
+  const [from, setFrom] = useState(0);
+  const [text, setText] = useState("");
+  useEffect(() => {
+    fetch(`/api/v1/sessions/${encodeURIComponent(id)}/output?from=${from}`, { credentials: "same-origin" })
+      .then((r) => r.text()).then(setText).catch(() => setText("(the server cannot be reached)"));
+  }, [id, from]);
+  return html`<section><h1>Log <code>${id}</code></h1><label>From byte <input type="number" min="0" value=${from} onChange=${(e: any) => setFrom(Number(e.target.value) || 0)} /></label>
+    <pre class="log" data-testid="session-log">${text}</pre></section>`;
+}
+
+function Environments() {
+  const envs = usePoll(async () => (await call(api.GET("/api/v1/environments"))).data?.environments, [], 1000);
+  const runtimes = usePoll(async () => (await call(api.GET("/api/v1/runtimes"))).data?.runtimes, [], 10000);
+  const [form, setForm] = useState<Record<string, string>>({ runtime: "", name: "", image: "", profile: "", cpus: "", memory_mb: "", network: "" });
+  useEffect(() => { if (!form.runtime && runtimes?.length) setForm({ ...form, runtime: runtimes[0].runtime }); }, [runtimes]);
+  const [err, setErr] = useState<any>();
+  const set = (k: string) => (e: any) => setForm({ ...form, [k]: e.target.value });
+  const create = async (ev: Event) => {
+    ev.preventDefault();
+    const body: any = { runtime: form.runtime || runtimes?.[0]?.runtime, name: form.name };
+    if (form.image) body.image = form.image;
+    if (form.profile) body.profile = form.profile;
+    if (form.network) body.network = form.network;
+    if (form.cpus || form.memory_mb) body.resources = { cpus: Number(form.cpus) || undefined, memory_mb: Number(form.memory_mb) || undefined };
+    const r = await call(api.POST("/api/v1/environments", { body }));
+    setErr(r.error);
+    if (!r.error) setForm({ ...form, name: "" });
+  };
+  const act = async (name: string, what: "start" | "stop" | "delete") => {
+    const p = { params: { path: { name } } };
+    const r = what === "delete" ? await call(api.DELETE("/api/v1/environments/{name}", p)) :
+      what === "start" ? await call(api.POST("/api/v1/environments/{name}/start", p)) : await call(api.POST("/api/v1/environments/{name}/stop", p));
+    setErr(r.error);
+  };
+  return html`<section><h1>Environments</h1>
+    <form class="inline" onSubmit=${create} aria-label="Create an environment">
+      <label>Runtime <select value=${form.runtime} onChange=${set("runtime")} data-testid="env-runtime">${(runtimes || []).map((r: any) => html`<option value=${r.runtime}>${r.runtime}</option>`)}</select></label>
+      <label>Name <input required value=${form.name} onInput=${set("name")} data-testid="env-name" /></label>
+      <label>Image <input value=${form.image} onInput=${set("image")} /></label>
+      <label>Profile <input value=${form.profile} onInput=${set("profile")} /></label>
+      <label>CPUs <input type="number" min="0" step="0.5" value=${form.cpus} onInput=${set("cpus")} /></label>
+      <label>Memory MiB <input type="number" min="0" value=${form.memory_mb} onInput=${set("memory_mb")} /></label>
+      <label>Network <input value=${form.network} onInput=${set("network")} placeholder="none" /></label>
+      <button type="submit" data-testid="env-create">Create</button></form>
+    <${Err} e=${err} />
+    <table><thead><tr><th>Name</th><th>Runtime</th><th>State</th><th>Agent</th><th>Steps</th><th></th></tr></thead><tbody>
+    ${(envs || []).map((e: S["Environment"]) => html`<tr data-testid=${"env-row-" + e.name}><td>${e.name}</td><td>${e.runtime}</td>
+      <td><span class=${"pill " + e.state}>${e.state}</span>${e.error ? html`<div class="error">${e.error}</div>` : ""}</td><td>${e.agent_status || "-"}</td>
+      <td><ol class="steps">${e.events.map((s) => html`<li>${s.step}${s.message ? ": " + s.message : ""}</li>`)}</ol></td>
+      <td><button onClick=${() => act(e.name, "start")}>Start</button><button onClick=${() => act(e.name, "stop")}>Stop</button>
+        <button data-testid=${"env-delete-" + e.name} onClick=${() => act(e.name, "delete")}>Delete</button></td></tr>`)}</tbody></table></section>`;
+}
+
+function Missions() {
+  const missions = usePoll(async () => (await call(api.GET("/api/v1/missions"))).data?.missions);
+  return html`<section><h1>Missions</h1><table><thead><tr><th>Mission</th><th>State</th><th>Agent</th><th>Objective</th><th>Timeline</th></tr></thead><tbody>
+    ${(missions || []).map((m: S["Mission"]) => html`<tr data-testid=${"mission-row-" + m.mission_id}><td>${m.mission_id}</td><td><span class=${"pill " + m.state}>${m.state}</span></td>
+      <td>${m.agent_id || "-"}</td><td><code>${m.objective}</code></td>
+      <td><ol class="steps"><li>created ${ago(m.created_at)}</li>${m.started_at ? html`<li>started ${ago(m.started_at)}</li>` : ""}
+        ${m.hitl ? html`<li>waits: ${m.hitl.prompt}</li>` : ""}${m.last_event ? html`<li>last: ${m.last_event}</li>` : ""}
+        ${m.ended_at ? html`<li>ended ${ago(m.ended_at)}${m.reason ? ": " + m.reason : ""}</li>` : ""}</ol></td></tr>`)}</tbody></table></section>`;
+}
+
+function HITL() {
+  const reqs = usePoll(async () => (await call(api.GET("/api/v1/hitl"))).data?.requests, [], 1000);
+  const [answers, setAnswers] = useState<Record<string, string>>({});
+  const [err, setErr] = useState<any>();
+  const respond = async (id: string, decision?: "allow" | "deny") => {
+    const r = await call(api.POST("/api/v1/hitl/{hitl_id}/respond", { params: { path: { hitl_id: id } }, body: { text: answers[id] || "", ...(decision ? { decision } : {}) } }));
+    setErr(r.error);
+  };
+  return html`<section><h1>HITL inbox</h1><${Err} e=${err} />${(reqs || []).length === 0 ? html`<p class="muted">Nothing waits for a human.</p>` : ""}
+    ${(reqs || []).map((q: S["HITLRequest"]) => html`<article class="card hitl" data-testid=${"hitl-row-" + q.hitl_id}>
+      <h2>${q.task_id ? html`Task <a href=${"#/task/" + q.task_id}>${q.task_id}</a>` : html`Mission ${q.mission_id}`} <span class="muted">${ago(q.created_at)}</span></h2>
+      <p class="prompt">${q.prompt}</p>${q.context ? html`<pre>${q.context}</pre>` : ""}
+      <label>Answer <input value=${answers[q.hitl_id] || ""} onInput=${(e: any) => setAnswers({ ...answers, [q.hitl_id]: e.target.value })} data-testid=${"hitl-text-" + q.hitl_id} /></label>
+      ${q.tool_name ? html`<button data-testid=${"hitl-allow-" + q.hitl_id} onClick=${() => respond(q.hitl_id, "allow")}>Allow</button>
+        <button data-testid=${"hitl-deny-" + q.hitl_id} onClick=${() => respond(q.hitl_id, "deny")}>Deny</button>` :
+        html`<button data-testid=${"hitl-send-" + q.hitl_id} onClick=${() => respond(q.hitl_id)}>Send</button>`}
+    </article>`)}</section>`;
+}
+
+const taskStates = ["", "pending", "staging", "provisioning", "ready", "running", "completing", "completed", "failed", "failed_preserved", "cancelled"];
+
+function Tasks() {
+  const [state, setState] = useState("");
+  const [label, setLabel] = useState("");
+  const tasks = usePoll(async () => (await call(api.GET("/api/v1/tasks", { params: { query: { state: state || undefined, label: label ? [label] : undefined, limit: 200 } as any } }))).data?.tasks, [state, label]);
+  return html`<section><h1>Tasks <a class="button" href="#/newtask" data-testid="new-task">New task</a></h1>
+    <form class="inline" onSubmit=${(e: Event) => e.preventDefault()}><label>State <select value=${state} onChange=${(e: any) => setState(e.target.value)}>
+      ${taskStates.map((s) => html`<option value=${s}>${s || "any"}</option>`)}</select></label>
+      <label>Label <input placeholder="key=value" value=${label} onChange=${(e: any) => setLabel(e.target.value)} /></label></form>
+    <table><thead><tr><th>Task</th><th>State</th><th>Activity</th><th>Runtime</th><th>Created</th></tr></thead><tbody>
+    ${(tasks || []).map((t: S["Task"]) => html`<tr data-testid=${"task-row-" + t.id}><td><a href=${"#/task/" + t.id}>${t.name}</a> <code class="muted">${t.id}</code></td>
+      <td><span class=${"pill " + t.state}>${t.state}</span>${t.reason ? html` <span class="muted">${t.reason}</span>` : ""}</td>
+      <td>${t.progress.activity || "-"} <span class="muted">${ago(t.progress.last_activity_at)}</span></td><td>${t.environment.runtime}</td><td>${ago(t.created_at)}</td></tr>`)}</tbody></table></section>`;
+}
+
+const sampleManifest = `metadata: {name: my-task}
+repository: {url: /path/to/repo, branch: main}
+command: {argv: [sh, -c, "echo hello > REPORT.md"]}
+environment: {runtime: host}
+lifecycle: {timeout: 30m, artifact_patterns: [REPORT.md]}
+`;
+
+// fieldErrors splits "invalid manifest: a.b: msg; c[0]: msg" into fields.
+function fieldErrors(msg: string): { path: string; message: string }[] {
+  const body = msg.replace(/^invalid manifest:\s*/, "");
+  return body.split("; ").map((p) => {
+    const m = p.match(/^([A-Za-z_][\w.\[\]-]*): (.*)$/);
+    return m ? { path: m[1], message: m[2] } : { path: "", message: p };
+  });
+}
+
+async function postManifest(doc: string, dryRun: boolean) {
+  const r = await fetch("/api/v1/tasks" + (dryRun ? "?dry_run=true" : ""), {
+    method: "POST", credentials: "same-origin", headers: { "Content-Type": "application/yaml" }, body: doc,
+  }).catch(() => null);
+  if (!r) return { status: 0, body: { error: "the server cannot be reached" } as any };
+  return { status: r.status, body: await r.json().catch(() => ({})) };
+}
+
+function NewTask() {
+  const [doc, setDoc] = useState(sampleManifest);
+  const [errs, setErrs] = useState<{ path: string; message: string }[]>([]);
+  const [ok, setOk] = useState("");
+  useEffect(() => {
+    // The server's dry run, as the manifest is typed.
+    const t = setTimeout(async () => {
+      const r = await postManifest(doc, true);
+      if (r.status === 200) { setErrs([]); setOk("valid"); } else { setErrs(fieldErrors(r.body.error || "")); setOk(""); }
+    }, 300);
+    return () => clearTimeout(t);
+  }, [doc]);
+  const submit = async (ev: Event) => {
+    ev.preventDefault();
+    const r = await postManifest(doc, false);
+    if (r.status === 202 || r.status === 200) go("task", r.body.task_id || r.body.id);
+    else setErrs(fieldErrors(r.body.error || `HTTP ${r.status}`));
+  };
+  return html`<section><h1>New task</h1><form onSubmit=${submit}>
+    <label for="manifest">Manifest (YAML)</label>
+    <textarea id="manifest" rows="14" spellcheck=${false} data-testid="manifest" value=${doc} onInput=${(e: any) => setDoc(e.target.value)}></textarea>
+    ${errs.length ? html`<ul class="field-errors" role="alert">${errs.map((e) => html`<li data-testid="manifest-error"><code>${e.path || "manifest"}</code> ${e.message}</li>`)}</ul>` :
+      html`<p class="ok" data-testid="manifest-valid">${ok}</p>`}
+    <button type="submit" data-testid="task-submit" disabled=${errs.length > 0}>Submit</button></form></section>`;
+}
+
+// useTaskEvents follows a task's SSE stream from the start; EventSource
+// reconnects by itself with Last-Event-ID, so nothing is doubled.
+function useTaskEvents(id: string) {
+  const [events, setEvents] = useState<{ type: string; data: any }[]>([]);
+  useEffect(() => {
+    const es = new EventSource(`/api/v1/tasks/${encodeURIComponent(id)}/events`, { withCredentials: true });
+    const add = (type: string) => (e: MessageEvent) => setEvents((xs) => [...xs, { type, data: JSON.parse(e.data) }]);
+    for (const t of ["state", "activity", "output"]) es.addEventListener(t, add(t) as any);
+    es.addEventListener("end", ((e: MessageEvent) => { add("end")(e); es.close(); }) as any);
+    return () => es.close();
+  }, [id]);
+  return events;
+}
+
+function Diff({ patch }: { patch: string }) {
+  const files = patch.split(/^(?=diff --git )/m).filter((f) => f.startsWith("diff --git"));
+  return html`<div class="diff" data-testid="diff">${files.map((f) => {
+    const name = (f.match(/^diff --git a\/(.*?) b\//) || [])[1] || "?";
+    return html`<details open><summary><code>${name}</code></summary><pre>${f.split("\n").map((l) =>
+      html`<span class=${l.startsWith("+") && !l.startsWith("+++") ? "add" : l.startsWith("-") && !l.startsWith("---") ? "del" : l.startsWith("@@") ? "hunk" : ""}>${l}\n</span>`)}</pre></details>`;
+  })}</div>`;
+}
+
+function TaskPage({ id }: { id: string }) {
+  const task = usePoll(async () => (await call(api.GET("/api/v1/tasks/{task_id}", { params: { path: { task_id: id } } }))).data, [id], 1000);
+  const arts = usePoll(async () => (await call(api.GET("/api/v1/tasks/{task_id}/artifacts", { params: { path: { task_id: id } } }))).data?.artifacts, [id], 3000);
+  const events = useTaskEvents(id);
+  const [patch, setPatch] = useState("");
+  const hasPatch = (arts || []).some((a: S["Artifact"]) => a.name === "changes.patch");
+  useEffect(() => {
+    if (hasPatch) fetch(`/api/v1/tasks/${encodeURIComponent(id)}/artifacts/changes.patch`, { credentials: "same-origin" }).then((r) => r.text()).then(setPatch).catch(() => {});
+  }, [id, hasPatch]);
+  const cancel = async () => { await call(api.DELETE("/api/v1/tasks/{task_id}", { params: { path: { task_id: id } } })); };
+  if (!task) return html`<p>Loading…</p>`;
+  const phases = task.phases;
+  const output = events.filter((e) => e.type === "output").map((e) => e.data.data).join("");
+  const activity = events.filter((e) => e.type === "activity").map((e) => e.data);
+  const ended = ["completed", "failed", "failed_preserved", "cancelled"].includes(task.state);
+  return html`<section><h1>${task.name} <code class="muted">${task.id}</code></h1>
+    <p>State <span class=${"pill " + task.state} data-testid="task-state">${task.state}</span>${task.reason ? html` <strong>${task.reason}</strong>` : ""}
+      · activity <strong>${task.progress.activity || "-"}</strong> · ${task.progress.tool_calls} tool calls, ${task.progress.turns} turns, $${task.progress.cost_usd.toFixed(4)}
+      ${!ended ? html` <button data-testid="task-cancel" onClick=${cancel}>Cancel</button>` : ""}</p>
+    ${task.error ? html`<p class="error">${task.error}</p>` : ""}
+    <h2>Phases</h2><ol class="phases">${phases.map((p, i) => {
+      const next = phases[i + 1]?.at;
+      const d = next ? new Date(next).getTime() - new Date(p.at).getTime() : undefined;
+      return html`<li><strong>${p.state}</strong> ${d !== undefined ? html`<span class="muted">${d} ms</span>` : ""}</li>`;
+    })}</ol>
+    <h2>Transcript</h2>${activity.length === 0 && !output ? html`<p class="muted">No output yet.</p>` : ""}<${Transcript} events=${activity} />
+    ${output ? html`<pre class="log" data-testid="task-output">${output}</pre>` : ""}
+    <h2>Artifacts</h2><table><thead><tr><th>Name</th><th>Size</th><th>sha256</th><th>Type</th></tr></thead><tbody>
+    ${(arts || []).map((a: S["Artifact"]) => html`<tr data-testid=${"artifact-" + a.name}><td><a href=${`/api/v1/tasks/${encodeURIComponent(id)}/artifacts/${a.name.split("/").map(encodeURIComponent).join("/")}`} download>${a.name}</a></td>
+      <td>${bytes(a.size)}</td><td><code>${a.sha256}</code></td><td>${a.content_type}</td></tr>`)}</tbody></table>
+    ${patch ? html`<h2>changes.patch</h2><${Diff} patch=${patch} />` : ""}</section>`;
+}
+
+function App() {
+  const c = useConn();
+  const route = useRoute();
+  // One probe decides whether a sign-in is needed (the cookie is HttpOnly).
+  useEffect(() => { call(api.GET("/api/v1/agents")); }, []);
+  if (!c.signedIn) return html`<${SignIn} />`;
+  const [view, a, b] = route;
+  let body;
+  switch (view) {
+    case "agents": body = html`<${Agents} />`; break;
+    case "terminal": body = html`<${TerminalView} key=${"new-" + b} agentId=${b} />`; break;
+    case "session": body = html`<${TerminalView} key=${a} sessionId=${a} />`; break;
+    case "activity": body = html`<${Activity} id=${a} />`; break;
+    case "log": body = html`<${Log} id=${a} />`; break;
+    case "environments": body = html`<${Environments} />`; break;
+    case "sessions": body = html`<${Sessions} />`; break;
+    case "missions": body = html`<${Missions} />`; break;
+    case "hitl": body = html`<${HITL} />`; break;
+    case "tasks": body = html`<${Tasks} />`; break;
+    case "newtask": body = html`<${NewTask} />`; break;
+    case "task": body = html`<${TaskPage} key=${a} id=${a} />`; break;
+    default: body = html`<${Overview} />`;
+  }
+  return html`${!c.online ? html`<div class="offline" role="status" data-testid="offline">Offline: the server cannot be reached; reconnecting…</div>` : ""}
+    <${Nav} at=${view} /><main>${body}</main>`;
+}
+
+render(html`<${App} />`, document.getElementById("app")!);

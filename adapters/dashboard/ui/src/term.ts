@@ -1,0 +1,192 @@
+// A live terminal on the client WebSocket: one session, joined as observer
+// or controller (or a new shell started on an agent), reconnecting forever
+// with backoff and resuming from the last byte it showed, so nothing is
+// lost or shown twice.
+import { Terminal } from "@xterm/xterm";
+import { FitAddon } from "@xterm/addon-fit";
+import { markOnline, wsURL } from "./api";
+
+export type Role = "controller" | "observer" | "";
+
+export interface TermState {
+  sessionId: string;
+  role: Role;
+  connected: boolean;
+  ended: string;
+  error: string;
+}
+
+export interface TermOptions {
+  el: HTMLElement;
+  agentId?: string; // start a new shell on this agent
+  sessionId?: string; // or join this session
+  role?: Role;
+  onState: (s: TermState) => void;
+}
+
+const enc = new TextEncoder();
+
+function decode(data: string, encoding?: string): Uint8Array {
+  if (encoding !== "base64") return enc.encode(data);
+  const bin = atob(data);
+  const out = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
+  return out;
+}
+
+export class LiveTerminal {
+  term: Terminal;
+  private fit = new FitAddon();
+  private ws?: WebSocket;
+  private next = 0; // the session-log offset of the next byte to show
+  private wait = 500;
+  private closed = false;
+  private timer?: number;
+  private observer?: ResizeObserver;
+  // want is the role to ask for again after a reconnect: the last granted.
+  private want: Role;
+  state: TermState;
+
+  constructor(private o: TermOptions) {
+    this.state = { sessionId: o.sessionId || "", role: "", connected: false, ended: "", error: "" };
+    this.want = o.role || "observer";
+    this.term = new Terminal({ cursorBlink: true, fontSize: 14, scrollback: 5000, convertEol: false });
+    this.term.loadAddon(this.fit);
+    this.term.open(o.el);
+    this.fitNow();
+    this.observer = new ResizeObserver(() => this.fitNow());
+    this.observer.observe(o.el);
+    // Every key xterm turns into input goes to the session as is: arrows,
+    // Home/End, Ctrl-C, Alt combinations.
+    this.term.onData((d) => this.send({ type: "input", session_id: this.state.sessionId, data: d }));
+    this.term.onResize(({ cols, rows }) => {
+      if (this.state.role === "controller") this.send({ type: "resize", session_id: this.state.sessionId, cols, rows });
+    });
+    this.connect();
+  }
+
+  private fitNow() {
+    try {
+      this.fit.fit();
+    } catch {
+      /* not laid out yet */
+    }
+  }
+
+  private emit() {
+    this.o.onState({ ...this.state });
+  }
+
+  private send(f: object): boolean {
+    if (!this.ws || this.ws.readyState !== WebSocket.OPEN || !this.state.sessionId && (f as { type: string }).type !== "start_shell") return false;
+    this.ws.send(JSON.stringify(f));
+    return true;
+  }
+
+  private connect() {
+    if (this.closed) return;
+    const ws = new WebSocket(wsURL());
+    this.ws = ws;
+    ws.onopen = () => {
+      this.wait = 500;
+      this.state.connected = true;
+      this.state.error = "";
+      markOnline(true);
+      this.emit();
+      if (this.state.sessionId) {
+        // Again after a reconnect: from the next byte not yet shown.
+        ws.send(JSON.stringify({ type: "join_session", session_id: this.state.sessionId, role: this.want, replay_from: this.next }));
+      } else if (this.o.agentId) {
+        ws.send(JSON.stringify({ type: "start_shell", agent_id: this.o.agentId, cols: this.term.cols, rows: this.term.rows }));
+      }
+    };
+    ws.onmessage = (ev) => this.frame(JSON.parse(ev.data));
+    ws.onclose = () => {
+      this.state.connected = false;
+      this.state.role = ""; // granted again on the next join
+      this.emit();
+      if (this.closed || this.state.ended) return;
+      markOnline(false);
+      this.timer = window.setTimeout(() => this.connect(), this.wait);
+      this.wait = Math.min(this.wait * 2, 10000);
+    };
+  }
+
+  private frame(f: any) {
+    switch (f.type) {
+      case "session_started":
+        this.state.sessionId = f.session_id;
+        this.emit();
+        break;
+      case "role_changed":
+        if (f.session_id === this.state.sessionId) {
+          this.state.role = f.role;
+          this.want = f.role;
+          this.state.error = "";
+          this.wait = 500;
+          this.emit();
+          if (f.role === "controller") this.send({ type: "resize", session_id: this.state.sessionId, cols: this.term.cols, rows: this.term.rows });
+        }
+        break;
+      case "output": {
+        if (f.session_id !== this.state.sessionId) break;
+        let b = decode(f.data, f.encoding);
+        const start = Number(f.offset);
+        if (start + b.length <= this.next) break; // already shown
+        if (start < this.next) b = b.subarray(this.next - start);
+        this.next = Math.max(this.next, start) + b.length;
+        this.term.write(b);
+        break;
+      }
+      case "gap":
+        this.term.write(`\r\n\x1b[33m[${Number(f.to) - Number(f.from)} bytes not kept]\x1b[0m\r\n`);
+        this.next = Math.max(this.next, Number(f.to));
+        break;
+      case "session_exited":
+        if (f.session_id === this.state.sessionId) {
+          this.state.ended = f.state + (f.exit_code !== null && f.exit_code !== undefined ? ` (exit ${f.exit_code})` : "");
+          this.emit();
+        }
+        break;
+      case "error":
+        if (f.code === "session_not_found" && this.state.sessionId && !this.state.ended) {
+          // After a server restart the session is known again only once its
+          // agent has reconnected: ask again, with backoff, for as long as
+          // the page is open.
+          this.state.error = "waiting for the session's agent to reconnect…";
+          this.emit();
+          this.timer = window.setTimeout(() => this.rejoin(), this.wait);
+          this.wait = Math.min(this.wait * 2, 10000);
+          break;
+        }
+        this.state.error = f.message || f.code;
+        this.emit();
+        break;
+    }
+  }
+
+  private rejoin() {
+    if (this.closed || !this.ws || this.ws.readyState !== WebSocket.OPEN) return;
+    this.ws.send(JSON.stringify({ type: "join_session", session_id: this.state.sessionId, role: this.want, replay_from: this.next }));
+  }
+
+  takeControl() {
+    this.send({ type: "join_session", session_id: this.state.sessionId, role: "controller", take: true, replay_from: this.next });
+  }
+
+  kill() {
+    this.send({ type: "kill_session", session_id: this.state.sessionId });
+  }
+
+  focus() {
+    this.term.focus();
+  }
+
+  dispose() {
+    this.closed = true;
+    window.clearTimeout(this.timer);
+    this.observer?.disconnect();
+    this.ws?.close();
+    this.term.dispose();
+  }
+}
