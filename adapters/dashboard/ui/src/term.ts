@@ -100,7 +100,11 @@ export class LiveTerminal {
         ws.send(JSON.stringify({ type: "start_shell", agent_id: this.o.agentId, cols: this.term.cols, rows: this.term.rows }));
       }
     };
-    ws.onmessage = (ev) => this.frame(JSON.parse(ev.data));
+    ws.onmessage = (ev) => {
+      // The browser bench times the page's share of an echo.
+      if ((window as any).__agenticBench) (window as any).__agenticBench.recv(performance.now());
+      this.frame(JSON.parse(ev.data));
+    };
     ws.onclose = () => {
       this.state.connected = false;
       this.state.role = ""; // granted again on the next join

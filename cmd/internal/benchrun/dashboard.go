@@ -1,0 +1,287 @@
+package main
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/input"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/chromedp"
+
+	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
+)
+
+// dashboardBench: the first load's size (gzip, as transferred), the time to
+// a rendered agent list in headless Chromium, and keystroke → echo in the
+// browser's terminal beside the WebSocket echo of the same server.
+func dashboardBench(bins harness.Binaries, prev error) error {
+	if prev != nil {
+		return prev
+	}
+	dataDir, err := os.MkdirTemp("", "agentic-bench-dash-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dataDir)
+	defer harness.KillHostAgents(dataDir)
+	srv, err := harness.Start(bins, harness.Options{HostAgents: 1, DataDir: dataDir, Env: []string{"AGENTIC_RUNTIMES=host"}})
+	if err != nil {
+		return err
+	}
+	defer srv.Kill()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := srv.WaitAgents(ctx, "host-01"); err != nil {
+		return err
+	}
+	url := srv.RESTURL + "/"
+	total, parts, err := firstLoadBytes(url)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("\n## Dashboard (headless Chromium %s, loopback)\n\n", chromiumVersion())
+	fmt.Printf("first load, gzip as transferred: %.1f KiB (%s) (goal < 400 KiB)\n\n", float64(total)/1024, parts)
+
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath("/usr/bin/chromium"), chromedp.Flag("headless", true), chromedp.Flag("no-sandbox", true),
+		chromedp.Flag("disable-gpu", true), chromedp.Flag("disable-quic", true), chromedp.Flag("no-first-run", true),
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(dataDir+"/chromium"), chromedp.WindowSize(1280, 800))
+	defer cancelAlloc()
+	bctx, cancelB := chromedp.NewContext(alloc)
+	defer cancelB()
+	if err := chromedp.Do(bctx, chromedp.Navigate(url), chromedp.WaitVisible(chromedp.CSS(`[data-testid="signin-token"]`)),
+		chromedp.SendKeys(chromedp.CSS(`[data-testid="signin-token"]`), srv.Token), chromedp.Click(chromedp.CSS(`[data-testid="signin-submit"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`[data-testid="nav-agents"]`))); err != nil {
+		return fmt.Errorf("signing in: %w", err)
+	}
+	if _, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`true`)); err != nil {
+		return err
+	}
+	step := func(steps ...chromedp.Action[chromedp.Void]) error {
+		c, cancel := context.WithTimeout(bctx, 30*time.Second)
+		defer cancel()
+		return chromedp.Do(c, steps...)
+	}
+	// A fresh page each time (cache kept, as a returning operator has it).
+	agentList, err := measure("navigate → agent list rendered (signed in, cache warm)", 10, func() error {
+		return step(chromedp.Navigate("about:blank"), chromedp.Navigate(url+"#/agents"), chromedp.WaitVisible(chromedp.CSS(`[data-testid="agent-row-host-01"]`)))
+	})
+	if err != nil {
+		return fmt.Errorf("agent list: %w", err)
+	}
+	cold, err := measure("navigate → agent list rendered (signed in, cache cleared)", 5, func() error {
+		return step(chromedp.Navigate("about:blank"), chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+			_, err := chromedp.Call(ctx, network.ClearBrowserCache, cdp.Empty{})
+			return err
+		}), chromedp.Navigate(url+"#/agents"),
+			chromedp.WaitVisible(chromedp.CSS(`[data-testid="agent-row-host-01"]`)))
+	})
+	if err != nil {
+		return fmt.Errorf("agent list, cache cleared: %w", err)
+	}
+	echoes, err := browserEcho(step, bctx, url, 200)
+	if err != nil {
+		return fmt.Errorf("browser echo: %w", err)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	ws, err := wsShellEcho(srv, 200, deadline)
+	if err != nil {
+		return err
+	}
+	wsCat, err := wsEcho(srv, 200, deadline)
+	if err != nil {
+		return err
+	}
+	fmt.Println("| measurement | n | p50 | p99 | mean |")
+	fmt.Println("| --- | --- | --- | --- | --- |")
+	for _, s := range append(append([]stats{agentList, cold}, echoes...), ws, wsCat) {
+		fmt.Printf("| %s | %d | %s | %s | %s |\n", s.name, s.n, ms(s.p50), ms(s.p99), ms(s.avg))
+	}
+	fmt.Printf("\nbrowser echo p50 − WebSocket echo p50 = %s (goal: a couple of ms at most)\n", ms(echoes[0].p50-ws.p50))
+	return nil
+}
+
+var assetRef = regexp.MustCompile(`(?:src|href)="(/assets/[^"]+)"`)
+
+// firstLoadBytes fetches the page and its assets as a browser would, with
+// gzip, and adds up the bytes on the wire.
+func firstLoadBytes(url string) (int, string, error) {
+	get := func(u string) ([]byte, int, error) {
+		req, _ := http.NewRequest(http.MethodGet, u, nil)
+		req.Header.Set("Accept-Encoding", "gzip")
+		resp, err := (&http.Transport{DisableCompression: true}).RoundTrip(req)
+		if err != nil {
+			return nil, 0, err
+		}
+		defer resp.Body.Close()
+		raw, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return nil, 0, err
+		}
+		body := raw
+		if resp.Header.Get("Content-Encoding") == "gzip" {
+			zr, err := gzip.NewReader(strings.NewReader(string(raw)))
+			if err != nil {
+				return nil, 0, err
+			}
+			body, _ = io.ReadAll(zr)
+		}
+		return body, len(raw), nil
+	}
+	page, n, err := get(url)
+	if err != nil {
+		return 0, "", err
+	}
+	total := n
+	parts := []string{fmt.Sprintf("page %d B", n)}
+	base := strings.TrimSuffix(url, "/")
+	for _, m := range assetRef.FindAllStringSubmatch(string(page), -1) {
+		_, n, err := get(base + m[1])
+		if err != nil {
+			return 0, "", err
+		}
+		total += n
+		parts = append(parts, fmt.Sprintf("%s %.1f KiB", strings.SplitN(m[1], "?", 2)[0], float64(n)/1024))
+	}
+	return total, strings.Join(parts, ", "), nil
+}
+
+// browserEcho opens a new shell in the dashboard and times, inside the
+// page, each keydown until the terminal's rows show the character.
+func browserEcho(step func(...chromedp.Action[chromedp.Void]) error, bctx context.Context, url string, n int) ([]stats, error) {
+	if err := step(chromedp.Navigate(url+"#/terminal/new/host-01"), chromedp.WaitVisible(chromedp.CSS(`[data-testid="terminal"] .xterm-rows`))); err != nil {
+		return nil, err
+	}
+	c, cancel := context.WithTimeout(bctx, 3*time.Minute)
+	defer cancel()
+	wait := func(js string) error {
+		for {
+			v, err := chromedp.Run(c, chromedp.Evaluate[bool](js))
+			if err != nil {
+				return err
+			}
+			if v {
+				return nil
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	if err := wait(`document.querySelector('[data-testid="terminal-role"]').innerText === "controller" && document.querySelector('[data-testid="terminal"] .xterm-rows').innerText.trim().length > 0`); err != nil {
+		return nil, err
+	}
+	const hook = `(() => {
+	  const rows = document.querySelector('[data-testid="terminal"] .xterm-rows');
+	  const count = () => (rows.innerText.match(/q/g) || []).length;
+	  window.__lat = []; let t0 = 0, want = 0;
+	  window.__recv = [];
+	  // The first output frame after each key (term.ts calls recv).
+	  let seen = true;
+	  document.addEventListener("keydown", () => { seen = false; }, true);
+	  window.__agenticBench = { recv: (t) => { if (t0 && !seen) { seen = true; window.__recv.push(t - t0); } } };
+	  document.addEventListener("keydown", () => { t0 = performance.now(); want = count() + 1; }, true);
+	  new MutationObserver(() => { if (t0 && count() >= want) { window.__lat.push(performance.now() - t0); t0 = 0; } })
+	    .observe(rows, {subtree: true, childList: true, characterData: true});
+	  return true })()`
+	if err := wait(hook); err != nil {
+		return nil, err
+	}
+	key := func(text string) error {
+		return chromedp.Do(c, chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+			down := input.DispatchKeyEventParams{Type: input.DispatchKeyEventTypeKeyDown, Text: text, Key: text}
+			if _, err := chromedp.Call(ctx, input.DispatchKeyEvent, down); err != nil {
+				return err
+			}
+			down.Type, down.Text = input.DispatchKeyEventTypeKeyUp, ""
+			_, err := chromedp.Call(ctx, input.DispatchKeyEvent, down)
+			return err
+		}))
+	}
+	warm := 10
+	for i := range n + warm {
+		if i > 0 && i%60 == 0 {
+			// A fresh line now and then: the shell's line editor stays short.
+			if err := key("\x15"); err != nil {
+				return nil, err
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if err := key("q"); err != nil {
+			return nil, err
+		}
+		if err := wait(fmt.Sprintf(`window.__lat.length >= %d`, i+1)); err != nil {
+			return nil, err
+		}
+	}
+	lat, err := chromedp.Run(c, chromedp.Evaluate[[]float64](`window.__lat`))
+	if err != nil {
+		return nil, err
+	}
+	recv, err := chromedp.Run(c, chromedp.Evaluate[[]float64](`window.__recv`))
+	if err != nil {
+		return nil, err
+	}
+	durations := func(v []float64) []time.Duration {
+		d := make([]time.Duration, 0, n)
+		for _, x := range v[min(warm, len(v)):] {
+			d = append(d, time.Duration(x*float64(time.Millisecond)))
+		}
+		return d
+	}
+	return []stats{summarize("browser keydown → echo in the xterm.js rows (new shell in tmux)", durations(lat)),
+		summarize("browser keydown → the echo's WebSocket message in the page", durations(recv))}, nil
+}
+
+func chromiumVersion() string {
+	out, err := exec.Command("/usr/bin/chromium", "--version").Output()
+	if err != nil {
+		return "?"
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// wsShellEcho is the WebSocket echo of the same kind of session the
+// dashboard opens (start_shell: the agent user's shell in tmux), without a
+// browser: what the browser adds is the difference.
+func wsShellEcho(srv *harness.Server, n int, deadline time.Time) (stats, error) {
+	c, err := dialTerm(srv)
+	if err != nil {
+		return stats{}, err
+	}
+	defer c.Close()
+	if err := c.WriteJSON(map[string]any{"type": "start_shell", "agent_id": "host-01", "cols": 120, "rows": 40}); err != nil {
+		return stats{}, err
+	}
+	f, err := c.waitType("session_started", deadline)
+	if err != nil {
+		return stats{}, err
+	}
+	id := f.SessionID
+	defer func() { _ = c.WriteJSON(map[string]any{"type": "kill_session", "session_id": id}) }()
+	time.Sleep(500 * time.Millisecond) // the prompt
+	input := func(b byte) error {
+		return c.WriteJSON(map[string]any{"type": "input", "session_id": id, "data": string([]byte{b})})
+	}
+	readBack := func(b byte) error {
+		for {
+			f, err := c.next(deadline)
+			if err != nil {
+				return err
+			}
+			if f.SessionID == id && f.Type == "output" && bytes.IndexByte(stripEscapes([]byte(f.Data)), b) >= 0 {
+				return nil
+			}
+		}
+	}
+	return echoLoop("WebSocket `input` → the same kind of shell (start_shell, tmux) → `output`", n, input, readBack)
+}
