@@ -29,6 +29,8 @@ type Sessions interface {
 	Activity(id string, after int) (events []claudefeed.Event, summary claudefeed.Summary, dropped int, ok bool)
 	// Kill ends a live session (session.ErrNotFound for one without a process).
 	Kill(ctx context.Context, id string) error
+	// Viewers lists who watches a session now, with their roles.
+	Viewers(id string) []session.Viewer
 }
 
 var ()
@@ -49,7 +51,7 @@ func (s *Server) session(id string) (session.Session, *apiError) {
 	return sess, nil
 }
 
-func toSession(x session.Session) restapi.Session {
+func (s *Server) toSession(x session.Session) restapi.Session {
 	out := restapi.Session{
 		SessionId: x.ID, AgentId: x.AgentID, Name: x.Name, Type: restapi.SessionType(x.Type),
 		State: restapi.SessionState(x.State), Command: x.Command, Args: x.Args, CreatedAt: x.CreatedAt.UTC(),
@@ -73,6 +75,13 @@ func toSession(x session.Session) restapi.Session {
 	if !x.EndedAt.IsZero() {
 		out.EndedAt = ptr(x.EndedAt.UTC())
 	}
+	if vs := s.d.Sessions.Viewers(x.ID); len(vs) > 0 {
+		list := make([]restapi.SessionViewer, 0, len(vs))
+		for _, v := range vs {
+			list = append(list, restapi.SessionViewer{ViewerId: v.ID, Role: restapi.SessionViewerRole(v.Role)})
+		}
+		out.Viewers = &list
+	}
 	return out
 }
 
@@ -85,7 +94,7 @@ func (s *Server) sessionList(agentID string, state *restapi.SessionState) restap
 		if state != nil && string(x.State) != string(*state) {
 			continue
 		}
-		out.Sessions = append(out.Sessions, toSession(x))
+		out.Sessions = append(out.Sessions, s.toSession(x))
 	}
 	return out
 }
@@ -168,7 +177,7 @@ func (s *Server) CreateSession(ctx context.Context, req restapi.CreateSessionReq
 		return nil, createSessionError(err, subject)
 	}
 	s.log.Info("rest: session created", "session_id", sess.ID, "agent_id", sess.AgentID, "type", sess.Type, "name", sess.Name)
-	return restapi.CreateSession201JSONResponse(toSession(sess)), nil
+	return restapi.CreateSession201JSONResponse(s.toSession(sess)), nil
 }
 
 func createSessionError(err error, subject string) *apiError {
@@ -190,7 +199,7 @@ func (s *Server) GetSession(_ context.Context, req restapi.GetSessionRequestObje
 	if apiErr != nil {
 		return nil, apiErr
 	}
-	return restapi.GetSession200JSONResponse(toSession(sess)), nil
+	return restapi.GetSession200JSONResponse(s.toSession(sess)), nil
 }
 
 // GetSessionActivity returns the activity feed of a headless session.

@@ -286,6 +286,13 @@ func (s *Service) Join(id, viewerID string, want Role) (Role, error) {
 	return s.reg.Join(id, viewerID, want)
 }
 
+// Viewers lists who watches a session now and in which role.
+func (s *Service) Viewers(id string) []Viewer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reg.Viewers(id)
+}
+
 // TakeControl makes viewerID the controller of a live session, demoting
 // the one who held it (returned, to be told).
 func (s *Service) TakeControl(id, viewerID string) (Role, string, error) {

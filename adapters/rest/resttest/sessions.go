@@ -317,3 +317,6 @@ func (f *Sessions) Kill(_ context.Context, id string) error {
 	f.Exit(id, 137)
 	return nil
 }
+
+// Viewers implements rest.Sessions: nobody watches the fake's sessions.
+func (f *Sessions) Viewers(string) []session.Viewer { return nil }

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -40,6 +41,16 @@ func TestDashboard(t *testing.T) {
 	p.typeKeys("echo $((6*7))\r")
 	p.waitJS("42 in the terminal", `(document.querySelector('[data-testid="terminal"] .xterm-rows')||{innerText:""}).innerText.split("\n").some(l => l.trim() === "42")`, 30*time.Second)
 	p.shot("03-terminal")
+	// Resize follows the window: the shell sees the new size.
+	p.typeKeys("stty size\r")
+	p.waitJS("a size", `/^\d+ \d+$/m.test(document.querySelector('[data-testid="terminal"] .xterm-rows').innerText)`, 20*time.Second)
+	first := p.eval(`document.querySelector('[data-testid="terminal"] .xterm-rows').innerText.match(/^(\d+ \d+)$/m)[1]`)
+	p.do("a narrower window", chromedp.EmulateViewport(700, 600))
+	time.Sleep(500 * time.Millisecond)
+	p.typeKeys("clear; stty size\r")
+	p.waitJS("the new size", fmt.Sprintf(`(() => { const m = document.querySelector('[data-testid="terminal"] .xterm-rows').innerText.match(/^(\d+ \d+)$/m); return !!m && m[1] !== %q })()`, first), 20*time.Second)
+	p.shot("03b-terminal-narrow")
+	p.do("the window back", chromedp.EmulateViewport(1280, 800))
 	sessionID := strings.TrimPrefix(p.eval(`location.hash`), "#/session/")
 	if sessionID == "" || strings.Contains(sessionID, "/") {
 		t.Fatalf("the terminal's session is not in the address: %q", p.eval(`location.hash`))
@@ -51,7 +62,9 @@ func TestDashboard(t *testing.T) {
 	signInAs(o, url, e.s().Token, "")
 	o.do("join as observer", chromedp.Navigate(url+"#/session/"+sessionID), chromedp.WaitVisible(testid("terminal")))
 	o.waitJS("the observer role", `document.querySelector('[data-testid="terminal-role"]').innerText === "observer"`, 30*time.Second)
-	o.waitJS("the replayed 42", `document.querySelector('[data-testid="terminal"] .xterm-rows').innerText.includes("42")`, 30*time.Second)
+	p.do("focus the controller's terminal", chromedp.Click(testid("terminal")))
+	p.typeKeys("echo seen-by-$((1+1))\r")
+	o.waitJS("the controller's output in the observer's terminal", `document.querySelector('[data-testid="terminal"] .xterm-rows').innerText.includes("seen-by-2")`, 30*time.Second)
 	o.do("focus", chromedp.Click(testid("terminal")))
 	o.typeKeys("echo observer-typed\r")
 	time.Sleep(time.Second)
@@ -132,6 +145,7 @@ func TestDashboard(t *testing.T) {
 	p.do("missions", chromedp.Navigate(url+"#/missions"), chromedp.WaitVisible(testid("mission-row-m-dash")))
 	p.shot("12-missions")
 	p.do("sessions", chromedp.Navigate(url+"#/sessions"), chromedp.WaitVisible(testid("session-row-"+sessionID)))
+	p.waitJS("its viewers", `document.querySelector('[data-testid="session-row-`+sessionID+`"]').innerText.includes("1 controller")`, 20*time.Second)
 	p.shot("13-sessions")
 }
 

@@ -156,9 +156,11 @@ function Sessions() {
   const byAgent: Record<string, S["Session"][]> = {};
   for (const s of sessions || []) (byAgent[s.agent_id] ||= []).push(s);
   return html`<section><h1>Sessions</h1>${Object.keys(byAgent).length === 0 ? html`<p class="muted">No sessions.</p>` : ""}
-    ${Object.keys(byAgent).sort().map((agent) => html`<h2>${agent}</h2><table><thead><tr><th>Name</th><th>Type</th><th>State</th><th>Command</th><th>Started</th><th></th></tr></thead><tbody>
+    ${Object.keys(byAgent).sort().map((agent) => html`<h2>${agent}</h2><table><thead><tr><th>Name</th><th>Type</th><th>State</th><th>Command</th><th>Viewers</th><th>Started</th><th></th></tr></thead><tbody>
     ${byAgent[agent].map((s) => html`<tr data-testid=${"session-row-" + s.session_id}><td>${s.name}</td><td>${s.type}</td><td>${s.state}${s.exit_code !== undefined ? ` (${s.exit_code})` : ""}</td>
-      <td><code>${[s.command, ...s.args].join(" ")}</code></td><td>${ago(s.started_at || s.created_at)}</td>
+      <td><code>${[s.command, ...s.args].join(" ") || "(login shell)"}</code></td>
+      <td>${(s.viewers || []).length === 0 ? html`<span class="muted">none</span>` : `${(s.viewers || []).filter((v) => v.role === "controller").length ? "1 controller" : "no controller"}, ${(s.viewers || []).filter((v) => v.role === "observer").length} observing`}</td>
+      <td>${ago(s.started_at || s.created_at)}</td>
       <td>${s.type !== "headless" ? html`<a href=${"#/session/" + s.session_id}>Attach</a>` : html`<a href=${"#/activity/" + s.session_id}>Transcript</a>`}
         <a href=${"#/log/" + s.session_id}>Log</a>
         ${s.state === "running" || s.state === "starting" ? html`<button onClick=${() => kill(s.session_id)}>Kill</button>` : ""}</td></tr>`)}</tbody></table>`)}</section>`;
@@ -166,14 +168,17 @@ function Sessions() {
 
 function Activity({ id }: { id: string }) {
   const feed = usePoll(async () => (await call(api.GET("/api/v1/sessions/{session_id}/activity", { params: { path: { session_id: id } } }))).data as any);
-  const events: any[] = feed?.events || feed?.activity || [];
-  return html`<section><h1>Transcript <code>${id}</code></h1><${Transcript} events=${events} /></section>`;
+  const events: any[] = feed?.events || [];
+  const sum = feed?.summary || {};
+  return html`<section><h1>Transcript <code>${id}</code></h1>
+    <p class="muted">${sum.turns ?? 0} turns · ${sum.tool_calls ?? 0} tool calls · $${Number(sum.cost_usd ?? 0).toFixed(4)}${feed?.dropped ? ` · ${feed.dropped} older events not kept` : ""}</p>
+    <${Transcript} events=${events} /></section>`;
 }
 
 function Transcript({ events }: { events: any[] }) {
   return html`<ol class="transcript" data-testid="transcript">${events.map((e) => html`<li class=${"ev " + (e.kind || e.type)}>
     <span class="kind">${e.kind || e.type}</span>${e.tool_name ? html` <strong>${e.tool_name}</strong>` : ""}
-    ${e.text ? html`<pre>${e.text}</pre>` : ""}${e.input ? html`<pre>${typeof e.input === "string" ? e.input : JSON.stringify(e.input, null, 2)}</pre>` : ""}
+    ${e.text ? html`<pre>${e.text}</pre>` : ""}${(e.tool_input ?? e.input) !== undefined ? html`<pre>${JSON.stringify(e.tool_input ?? e.input, null, 2)}</pre>` : ""}
     ${e.cost_usd ? html` <span class="muted">$${Number(e.cost_usd).toFixed(4)}</span>` : ""}</li>`)}</ol>`;
 }
 
@@ -220,7 +225,7 @@ function Environments() {
       <label>Profile <input value=${form.profile} onInput=${set("profile")} /></label>
       <label>CPUs <input type="number" min="0" step="0.5" value=${form.cpus} onInput=${set("cpus")} /></label>
       <label>Memory MiB <input type="number" min="0" value=${form.memory_mb} onInput=${set("memory_mb")} /></label>
-      <label>Network <input value=${form.network} onInput=${set("network")} placeholder="none" /></label>
+      <label>Network <select value=${form.network} onChange=${set("network")}>${((runtimes || []).find((r: any) => r.runtime === form.runtime)?.network_modes || []).map((m: string) => html`<option value=${m}>${m}</option>`)}</select></label>
       <button type="submit" data-testid="env-create">Create</button></form>
     <${Err} e=${err} />
     <table><thead><tr><th>Name</th><th>Runtime</th><th>State</th><th>Agent</th><th>Steps</th><th></th></tr></thead><tbody>

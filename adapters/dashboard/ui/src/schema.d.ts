@@ -1203,6 +1203,13 @@ export interface components {
             started_at?: string;
             /** Format: date-time */
             ended_at?: string;
+            /** @description Who watches it on the client WebSocket now, and in which role (at most one controller). */
+            viewers?: components["schemas"]["SessionViewer"][];
+        };
+        SessionViewer: {
+            viewer_id: string;
+            /** @enum {string} */
+            role: "controller" | "observer";
         };
         SessionList: {
             sessions: components["schemas"]["Session"][];

@@ -58,7 +58,11 @@ export class LiveTerminal {
     this.observer.observe(o.el);
     // Every key xterm turns into input goes to the session as is: arrows,
     // Home/End, Ctrl-C, Alt combinations.
-    this.term.onData((d) => this.send({ type: "input", session_id: this.state.sessionId, data: d }));
+    // Only a controller types: an observer's terminal still answers the
+    // queries in what it replays (device attributes), which must not go.
+    this.term.onData((d) => {
+      if (this.state.role === "controller") this.send({ type: "input", session_id: this.state.sessionId, data: d });
+    });
     this.term.onResize(({ cols, rows }) => {
       if (this.state.role === "controller") this.send({ type: "resize", session_id: this.state.sessionId, cols, rows });
     });
