@@ -75,7 +75,21 @@ type Mission struct {
 	LastEvent     EventType      `json:"last_event,omitempty"`
 	LastEventAt   time.Time      `json:"last_event_at,omitzero"`
 	LastEventData map[string]any `json:"last_event_data,omitempty"`
+	// Timeline is the mission's events but progress, oldest first, at most
+	// MaxTimeline (the oldest dropped): what an operator reads of its life.
+	Timeline []TimelineEntry `json:"timeline,omitempty"`
 }
+
+// TimelineEntry is one event of a mission's timeline.
+type TimelineEntry struct {
+	Event EventType `json:"event"`
+	At    time.Time `json:"at"`
+	// Note is the event's reason, prompt or state, when it has one.
+	Note string `json:"note,omitempty"`
+}
+
+// MaxTimeline bounds a mission's timeline.
+const MaxTimeline = 32
 
 // MissionFilter is a dispatch's executor_filter.
 type MissionFilter struct {

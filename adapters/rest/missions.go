@@ -318,6 +318,13 @@ func (s *Server) toMission(m ports.Mission) restapi.Mission {
 	if m.ExitCode != nil {
 		out.ExitCode = ptr(*m.ExitCode)
 	}
+	if len(m.Timeline) > 0 {
+		tl := make([]restapi.MissionTimelineEntry, 0, len(m.Timeline))
+		for _, e := range m.Timeline {
+			tl = append(tl, restapi.MissionTimelineEntry{Event: string(e.Event), At: e.At.UTC(), Note: nonEmpty(e.Note)})
+		}
+		out.Timeline = &tl
+	}
 	if m.HITL != nil {
 		h := toHITL(*m.HITL, m.ID, m.AgentID, m.SessionID)
 		out.Hitl = &h

@@ -70,6 +70,22 @@ func move(m *ports.Mission, to ports.MissionState, now time.Time) error {
 
 func event(m *ports.Mission, typ ports.EventType, now time.Time, data map[string]any) ports.Event {
 	m.LastEvent, m.LastEventAt, m.LastEventData = typ, now, data
+	if typ != ports.EventProgress {
+		note := ""
+		for _, k := range []string{"reason", "prompt", "resumed_from", "state"} {
+			if v, ok := data[k].(string); ok && v != "" {
+				note = v
+				break
+			}
+		}
+		// A fresh slice: a record handed out must not change under its reader.
+		tl := append(make([]ports.TimelineEntry, 0, len(m.Timeline)+1), m.Timeline...)
+		tl = append(tl, ports.TimelineEntry{Event: typ, At: now, Note: note})
+		if len(tl) > ports.MaxTimeline {
+			tl = tl[len(tl)-ports.MaxTimeline:]
+		}
+		m.Timeline = tl
+	}
 	return ports.Event{Type: typ, MissionID: m.ID, TS: now, Data: data}
 }
 

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
@@ -82,5 +83,25 @@ func TestPermissionQuestionsAreTheMissionsHITL(t *testing.T) {
 	want := []string{m.SessionID + " r1 false not here", m.SessionID + " r2 true "}
 	if got := h.decisions.all(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("decisions %q, want %q", got, want)
+	}
+}
+
+// A mission's timeline holds its events but progress, with a note, bounded.
+func TestTimeline(t *testing.T) {
+	m := ports.Mission{ID: "m"}
+	now := time.Unix(1_800_000_000, 0)
+	event(&m, ports.EventAssigned, now, map[string]any{"state": "assigned"})
+	event(&m, ports.EventProgress, now, map[string]any{"last_output_line": "x"})
+	event(&m, ports.EventHITLRequired, now, map[string]any{"hitl_id": "h", "prompt": "Proceed?", "context": ""})
+	got := m.Timeline
+	if len(got) != 2 || got[0].Event != ports.EventAssigned || got[0].Note != "assigned" || got[1].Note != "Proceed?" {
+		t.Fatalf("timeline %+v", got)
+	}
+	held := m.Timeline
+	for range 40 {
+		event(&m, ports.EventResumed, now, map[string]any{"resumed_from": "hitl_required"})
+	}
+	if len(m.Timeline) != ports.MaxTimeline || m.Timeline[0].Event != ports.EventResumed || len(held) != 2 || held[1].Note != "Proceed?" {
+		t.Fatalf("bounded: %d entries, first %+v; an earlier copy changed: %+v", len(m.Timeline), m.Timeline[0], held)
 	}
 }

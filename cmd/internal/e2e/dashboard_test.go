@@ -143,6 +143,7 @@ func TestDashboard(t *testing.T) {
 		t.Errorf("the mission after the inbox's answer: %s %v", end.Event, end.Data)
 	}
 	p.do("missions", chromedp.Navigate(url+"#/missions"), chromedp.WaitVisible(testid("mission-row-m-dash")))
+	p.waitJS("the mission's timeline", `["assigned", "started", "hitl_required", "resumed", "completed"].every(e => document.querySelector('[data-testid="mission-timeline-m-dash"]').innerText.includes(e))`, 20*time.Second)
 	p.shot("12-missions")
 	p.do("sessions", chromedp.Navigate(url+"#/sessions"), chromedp.WaitVisible(testid("session-row-"+sessionID)))
 	p.waitJS("its viewers", `document.querySelector('[data-testid="session-row-`+sessionID+`"]').innerText.includes("1 controller")`, 20*time.Second)

@@ -241,9 +241,7 @@ function Missions() {
   return html`<section><h1>Missions</h1><table><thead><tr><th>Mission</th><th>State</th><th>Agent</th><th>Objective</th><th>Timeline</th></tr></thead><tbody>
     ${(missions || []).map((m: S["Mission"]) => html`<tr data-testid=${"mission-row-" + m.mission_id}><td>${m.mission_id}</td><td><span class=${"pill " + m.state}>${m.state}</span></td>
       <td>${m.agent_id || "-"}</td><td><code>${m.objective}</code></td>
-      <td><ol class="steps"><li>created ${ago(m.created_at)}</li>${m.started_at ? html`<li>started ${ago(m.started_at)}</li>` : ""}
-        ${m.hitl ? html`<li>waits: ${m.hitl.prompt}</li>` : ""}${m.last_event ? html`<li>last: ${m.last_event}</li>` : ""}
-        ${m.ended_at ? html`<li>ended ${ago(m.ended_at)}${m.reason ? ": " + m.reason : ""}</li>` : ""}</ol></td></tr>`)}</tbody></table></section>`;
+      <td><ol class="steps" data-testid=${"mission-timeline-" + m.mission_id}>${(m.timeline || []).map((e) => html`<li><strong>${e.event.replace(/^mission\./, "")}</strong> <span class="muted">${new Date(e.at).toLocaleTimeString()}</span>${e.note ? html` ${e.note}` : ""}</li>`)}</ol></td></tr>`)}</tbody></table></section>`;
 }
 
 function HITL() {

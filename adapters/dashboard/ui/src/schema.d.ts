@@ -1160,6 +1160,8 @@ export interface components {
             error?: string;
             iteration?: number;
             last_event?: string;
+            /** @description The mission's events but progress, oldest first (at most 32). */
+            timeline?: components["schemas"]["MissionTimelineEntry"][];
             metadata?: {
                 [key: string]: unknown;
             };
@@ -1205,6 +1207,13 @@ export interface components {
             ended_at?: string;
             /** @description Who watches it on the client WebSocket now, and in which role (at most one controller). */
             viewers?: components["schemas"]["SessionViewer"][];
+        };
+        MissionTimelineEntry: {
+            event: string;
+            /** Format: date-time */
+            at: string;
+            /** @description The event's reason, prompt or state. */
+            note?: string;
         };
         SessionViewer: {
             viewer_id: string;
