@@ -90,6 +90,14 @@ func dashboardBench(bins harness.Binaries, prev error) error {
 	if err != nil {
 		return fmt.Errorf("agent list, cache cleared: %w", err)
 	}
+	if os.Getenv("BENCH_DEBUG") != "" {
+		v, err := chromedp.Run(bctx, chromedp.Evaluate[[]float64](`new Promise((res) => {
+		  const ws = new WebSocket(document.querySelector('meta[name="agentic-ws"]').content); const out = []; let t0 = 0;
+		  ws.onopen = () => { t0 = performance.now(); ws.send(JSON.stringify({type: "ping"})); };
+		  ws.onmessage = () => { out.push(performance.now() - t0); if (out.length >= 20) { ws.close(); res(out); } else { setTimeout(() => { t0 = performance.now(); ws.send(JSON.stringify({type: "ping"})); }, 5); } };
+		})`, chromedp.EvalAwaitPromise))
+		fmt.Println("page WebSocket ping → pong (ms):", v, err)
+	}
 	echoes, err := browserEcho(step, bctx, url, 200)
 	if err != nil {
 		return fmt.Errorf("browser echo: %w", err)
@@ -222,6 +230,19 @@ func browserEcho(step func(...chromedp.Action[chromedp.Void]) error, bctx contex
 		if err := wait(fmt.Sprintf(`window.__lat.length >= %d`, i+1)); err != nil {
 			return nil, err
 		}
+	}
+	if os.Getenv("BENCH_DEBUG") != "" {
+		sid, _ := chromedp.Run(c, chromedp.Evaluate[string](`location.hash.split("/").pop()`))
+		v, err := chromedp.Run(c, chromedp.Evaluate[[]float64](fmt.Sprintf(`new Promise((res) => {
+		  const ws = new WebSocket(document.querySelector('meta[name="agentic-ws"]').content); const out = []; let t0 = 0, joined = false;
+		  const sid = %q;
+		  ws.onopen = () => ws.send(JSON.stringify({type: "join_session", session_id: sid, role: "controller", take: true}));
+		  const key = () => { t0 = performance.now(); ws.send(JSON.stringify({type: "input", session_id: sid, data: "z"})); };
+		  ws.onmessage = (e) => { const f = JSON.parse(e.data);
+		    if (f.type === "role_changed" && !joined) { joined = true; setTimeout(key, 100); return; }
+		    if (f.type === "output" && t0) { out.push(performance.now() - t0); t0 = 0; if (out.length >= 20) { ws.close(); res(out); } else setTimeout(key, 20); } };
+		})`, sid), chromedp.EvalAwaitPromise))
+		fmt.Println("page WebSocket input → first output, no key event (ms):", v, err)
 	}
 	lat, err := chromedp.Run(c, chromedp.Evaluate[[]float64](`window.__lat`))
 	if err != nil {
