@@ -29,10 +29,18 @@ const (
 	// NetworkBridge is the engine's default bridged network.
 	NetworkBridge = "bridge"
 	// NetworkProxy is no network device, egress only through the agent
-	// link's filtering proxy: a task manifest may ask for it; no runtime
-	// offers it yet.
+	// link's filtering proxy, to the environment's allowed hosts.
 	NetworkProxy = "proxy"
 )
+
+// EgressProxyAddr is where an agent of a NetworkProxy environment serves
+// its egress proxy, on the environment's own loopback.
+const EgressProxyAddr = "127.0.0.1:3128"
+
+// LabelAllowedHosts is the environment label that keeps a NetworkProxy
+// environment's allowed hosts (comma-separated) with the environment itself,
+// so that a restarted server knows them.
+const LabelAllowedHosts = "agentic-sandbox.allowed-hosts"
 
 // Resources bounds an environment; zero means the adapter's default.
 type Resources struct {

@@ -57,6 +57,10 @@ type Config struct {
 	OnShutdown func(reason string)
 	// Files does the file work the server asks for; nil refuses it.
 	Files ports.FileSystem
+	// EgressListen, when set (AGENT_EGRESS_PROXY, e.g. 127.0.0.1:3128), is
+	// where the agent serves the egress proxy; its commands get
+	// HTTPS_PROXY and friends pointing at it.
+	EgressListen string
 }
 
 // Agent is a running agent.
@@ -225,6 +229,14 @@ func (a *Agent) Connected() bool { return a.connected.Load() }
 func (a *Agent) Run(ctx context.Context) error {
 	if a.tmux {
 		a.adoptTmuxSessions(ctx)
+	}
+	if a.cfg.EgressListen != "" {
+		ln, err := net.Listen("tcp", a.cfg.EgressListen)
+		if err != nil {
+			return fmt.Errorf("egress proxy: %w", err)
+		}
+		a.log.Info("egress proxy listening", "addr", ln.Addr().String())
+		go func() { _ = a.ServeEgress(ctx, ln) }()
 	}
 	backoff := a.cfg.BackoffMin
 	for {
@@ -503,6 +515,14 @@ func (a *Agent) startCommand(req *sandboxv1.CommandRequest) {
 		// A terminal without a command is the agent's shell (tmux starts it itself).
 		cmd := sessionCommand(spec)
 		spec.Command, spec.Args = cmd[0], cmd[1:]
+	}
+	if a.cfg.EgressListen != "" {
+		// The command's own values win: it may mean to go direct (NO_PROXY).
+		env := EgressEnv(a.cfg.EgressListen)
+		for k, v := range spec.Env {
+			env[k] = v
+		}
+		spec.Env = env
 	}
 	stop := func() {}
 	if spec.PermissionPrompts {

@@ -76,6 +76,10 @@ type Service struct {
 	log *slog.Logger
 
 	mu       sync.Mutex
+	// egress configures tunnels (nil: none); tunnelCount counts the open
+	// ones per agent.
+	egress      *Egress
+	tunnelCount map[string]int
 	registry *agent.Registry
 	conns    map[string]*conn // the live connection of each agent
 	commands map[string]*command
@@ -168,6 +172,7 @@ func New(cfg Config) *Service {
 
 		transfers:     map[string]*transfer{},
 		transferCount: map[string]int{},
+		tunnelCount:   map[string]int{},
 	}
 }
 

@@ -66,6 +66,9 @@ const (
 	// LabelProvision is unique per Provision call, to find a container whose
 	// create reply was lost (ctx cancelled) without touching a namesake.
 	LabelProvision = "io.agentic-sandbox.provision"
+	// LabelNetwork keeps the network mode asked for where the engine's
+	// differs (proxy runs on the engine's none).
+	LabelNetwork = "io.agentic-sandbox.network"
 	// LabelUserPrefix prefixes the spec's own labels, keeping them apart from
 	// the image's labels and from the adapter's.
 	LabelUserPrefix = "io.agentic-sandbox.label."
@@ -183,7 +186,7 @@ func (r *Runtime) Capabilities() ports.RuntimeCapabilities {
 		Runtime:      RuntimeName,
 		Isolation:    ports.KindContainer,
 		Pause:        true,
-		NetworkModes: []string{ports.NetworkNone, ports.NetworkHost, ports.NetworkBridge},
+		NetworkModes: []string{ports.NetworkNone, ports.NetworkProxy, ports.NetworkHost, ports.NetworkBridge},
 		Limits:       []ports.Limit{ports.LimitCPUs, ports.LimitMemoryMB, ports.LimitPIDs},
 		ReadOnlyRoot: true,
 		Images:       true,
@@ -298,7 +301,7 @@ func (r *Runtime) validate(spec ports.EnvironmentSpec) (plan, error) {
 		return nil
 	}
 	switch p.network {
-	case ports.NetworkNone:
+	case ports.NetworkNone, ports.NetworkProxy:
 		if err := useSocket(); err != nil {
 			return p, err
 		}
@@ -489,6 +492,7 @@ func (r *Runtime) containerConfig(p plan, image string) (*container.Config, *con
 		LabelOwner:     r.cfg.Owner,
 		LabelEnv:       spec.Name,
 		LabelProvision: p.provisID,
+		LabelNetwork:   p.network,
 	}
 	for k, v := range spec.Labels {
 		labels[LabelUserPrefix+k] = v
@@ -498,6 +502,11 @@ func (r *Runtime) containerConfig(p plan, image string) (*container.Config, *con
 		"AGENT_SECRET_FILE=" + SecretPath,
 		"MANAGEMENT_SERVER=" + p.server,
 		"AGENT_RUNTIME=" + string(ports.KindContainer),
+	}
+	if p.network == ports.NetworkProxy {
+		// No network device: the agent's proxy on the container's own
+		// loopback is the way out, through the agent link.
+		env = append(env, "AGENT_EGRESS_PROXY="+ports.EgressProxyAddr)
 	}
 	if p.user == nobody {
 		// The agent stays root with only what starting processes as nobody
@@ -538,7 +547,7 @@ func (r *Runtime) containerConfig(p plan, image string) (*container.Config, *con
 	}
 	pids := int64(p.res.PIDs)
 	host := &container.HostConfig{
-		NetworkMode:    container.NetworkMode(p.network),
+		NetworkMode:    container.NetworkMode(engineNetwork(p.network)),
 		RestartPolicy:  container.RestartPolicy{Name: container.RestartPolicyDisabled},
 		CapDrop:        []string{"ALL"},
 		CapAdd:         agentCaps(p.user),
@@ -749,6 +758,9 @@ func toEnv(c container.InspectResponse) ports.Environment {
 		env.CreatedAt, _ = time.Parse(time.RFC3339Nano, c.Created)
 		if h := c.HostConfig; h != nil {
 			env.Network = string(h.NetworkMode)
+			if c.Config != nil && c.Config.Labels[LabelNetwork] != "" {
+				env.Network = c.Config.Labels[LabelNetwork]
+			}
 			env.Resources = ports.Resources{
 				CPUs:     float64(h.NanoCPUs) / 1e9,
 				MemoryMB: int(h.Memory >> 20),
@@ -771,4 +783,13 @@ func toEnv(c container.InspectResponse) ports.Environment {
 		}
 	}
 	return env
+}
+
+// engineNetwork is the engine's network for a mode: proxy is none (no
+// device), its egress going through the agent.
+func engineNetwork(mode string) string {
+	if mode == ports.NetworkProxy {
+		return ports.NetworkNone
+	}
+	return mode
 }

@@ -116,6 +116,9 @@ func (s *Server) CreateEnvironment(ctx context.Context, req restapi.CreateEnviro
 	if b.Profile != nil {
 		r.Profile = *b.Profile
 	}
+	if b.AllowedHosts != nil {
+		r.AllowedHosts = *b.AllowedHosts
+	}
 	if b.Network != nil {
 		r.Network = *b.Network
 	}
@@ -264,6 +267,9 @@ func toEnvironment(e environment.Environment) restapi.Environment {
 	setStr(&out.RuntimeId, e.RuntimeID)
 	setStr(&out.Image, e.Image)
 	setStr(&out.Network, e.Network)
+	if len(e.AllowedHosts) > 0 {
+		out.AllowedHosts = &e.AllowedHosts
+	}
 	setStr(&out.AgentStatus, string(e.AgentStatus))
 	setStr(&out.Error, e.Error)
 	if !e.ReadyAt.IsZero() {

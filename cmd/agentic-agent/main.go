@@ -137,6 +137,7 @@ func loadConfig(args, environ []string, stderr io.Writer) (agentd.Config, error)
 		ServerURL: src.GetDefault("MANAGEMENT_SERVER", ""),
 	}
 	cfg.CAFile = src.GetDefault("MANAGEMENT_CA", "")
+	cfg.EgressListen = src.GetDefault("AGENT_EGRESS_PROXY", "")
 	// Commands as another user, who cannot read the agent's secret.
 	runAs := src.GetDefault("AGENT_RUN_AS", "")
 	cfg.Runner = procexec.Runner{DefaultUser: runAs}

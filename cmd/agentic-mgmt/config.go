@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/envfile"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/tlsca"
+	"github.com/agentic-sandbox/agentic-sandbox/core/egress"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -73,6 +75,12 @@ type Config struct {
 	// AllowedNetworks are the network modes callers may ask for containers
 	// and VMs (host environments always share the host's network).
 	AllowedNetworks []string
+	// EgressBound is the server-wide allowlist (AGENTIC_EGRESS_ALLOWED_HOSTS)
+	// every proxy environment's allowed hosts must fall within; nil: none.
+	EgressBound []egress.Rule
+	// TestResolve is a test hook (AGENTIC_TEST_RESOLVE=name=ip,…): names the
+	// egress resolves to the given address instead of asking DNS.
+	TestResolve map[string]netip.Addr
 }
 
 // Ports derived from LISTEN_ADDR, as the contract fixes them.
@@ -191,7 +199,7 @@ var flagEnv = map[string]string{
 const defaultHostUser = "agentic-host"
 
 // knownNetworks are the values of AGENTIC_ALLOWED_NETWORKS.
-var knownNetworks = []string{ports.NetworkNone, "proxy", ports.NetworkUser, ports.NetworkBridge, ports.NetworkHost}
+var knownNetworks = []string{ports.NetworkNone, ports.NetworkProxy, ports.NetworkUser, ports.NetworkBridge, ports.NetworkHost}
 
 func loadConfig(args, environ []string, stderr io.Writer, version string) (Config, error) {
 	fs := flag.NewFlagSet("agentic-mgmt", flag.ContinueOnError)
@@ -315,6 +323,22 @@ func loadConfig(args, environ []string, stderr io.Writer, version string) (Confi
 			return Config{}, fmt.Errorf("AGENTIC_ALLOWED_NETWORKS: unknown network mode %q (known: %s)", n, strings.Join(knownNetworks, ", "))
 		}
 		cfg.AllowedNetworks = append(cfg.AllowedNetworks, n)
+	}
+	if v := src.GetDefault("AGENTIC_EGRESS_ALLOWED_HOSTS", ""); v != "" {
+		if cfg.EgressBound, err = egress.ParseRules(strings.Split(v, ",")); err != nil {
+			return Config{}, fmt.Errorf("AGENTIC_EGRESS_ALLOWED_HOSTS: %w", err)
+		}
+	}
+	if v := os.Getenv("AGENTIC_TEST_RESOLVE"); v != "" {
+		cfg.TestResolve = map[string]netip.Addr{}
+		for _, pair := range strings.Split(v, ",") {
+			name, ip, ok := strings.Cut(pair, "=")
+			a, err := netip.ParseAddr(ip)
+			if !ok || err != nil {
+				return Config{}, fmt.Errorf("AGENTIC_TEST_RESOLVE: %q is not name=address", pair)
+			}
+			cfg.TestResolve[strings.ToLower(name)] = a
+		}
 	}
 	return cfg, nil
 }

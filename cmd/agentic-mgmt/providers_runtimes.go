@@ -6,10 +6,13 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/agentrpc"
@@ -234,9 +237,21 @@ func provideEnvironments(cfg Config, rts *Runtimes, svc *agentrpc.Service, ms *m
 		Bootstrap:        ports.AgentBootstrap{Binary: bin, ServerURL: cfg.agentServerURL(), Socket: cfg.AgentSocket},
 		ObserveProvision: times.Observe,
 		AllowedNetworks:  cfg.AllowedNetworks,
+		EgressBound:      cfg.EgressBound,
 		// Missions first, so they fail with the reason before their
 		// sessions end under them.
 		Retire: retirers{ms, svc},
 	})
+	egressCfg := agentrpc.Egress{Policy: envs}
+	if cfg.TestResolve != nil {
+		log.Warn("AGENTIC_TEST_RESOLVE is set: egress resolves the names it lists to fixed addresses (a test hook)")
+		egressCfg.Resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
+			if a, ok := cfg.TestResolve[strings.ToLower(host)]; ok {
+				return []netip.Addr{a}, nil
+			}
+			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+		}
+	}
+	svc.SetEgress(egressCfg)
 	return envs, envs.Close
 }

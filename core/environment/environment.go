@@ -48,6 +48,8 @@ type Environment struct {
 	ProvisionTime time.Duration
 	Error         string
 	Events        []Event
+	// AllowedHosts are where a proxy environment may connect (normalised rules).
+	AllowedHosts []string
 }
 
 // Request is a create request.
@@ -59,6 +61,8 @@ type Request struct {
 	Resources    ports.Resources
 	Network      string
 	ReadOnlyRoot bool
+	// AllowedHosts: with Network proxy, the hosts its commands may reach.
+	AllowedHosts []string
 }
 
 // StatePaused is a paused environment (runtimes that can pause).

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentic-sandbox/agentic-sandbox/core/egress"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/secret"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
@@ -43,6 +44,9 @@ type Config struct {
 	// Retire ends what a deleted environment's agent was doing (its
 	// commands, sessions and missions) and forgets it at once.
 	Retire ports.AgentRetirer
+	// EgressBound, when set, is the server-wide allowlist every proxy
+	// environment's allowed hosts must fall within.
+	EgressBound []egress.Rule
 }
 
 // maxEvents bounds the events kept per environment.
@@ -129,6 +133,9 @@ func (s *Service) Recover(ctx context.Context) {
 func fromRuntime(e ports.Environment, runtime string) Environment {
 	env := Environment{Name: e.Name, Runtime: runtime, RuntimeID: e.RuntimeID, Image: e.Image, Network: e.Network,
 		Resources: e.Resources, AgentID: e.Name, CreatedAt: e.CreatedAt, State: FromRuntime(e.State)}
+	if e.Network == ports.NetworkProxy && e.Labels[ports.LabelAllowedHosts] != "" {
+		env.AllowedHosts = strings.Split(e.Labels[ports.LabelAllowedHosts], ",")
+	}
 	if e.State == ports.EnvFailed {
 		env.Error = e.Detail
 	}
@@ -157,10 +164,18 @@ func (s *Service) Create(ctx context.Context, req Request) (Environment, error) 
 	}
 	bootstrap := s.cfg.Bootstrap
 	bootstrap.ID, bootstrap.Secret = req.Name, agentSecret
+	allowed, err := s.allowedHosts(req)
+	if err != nil {
+		return Environment{}, err
+	}
 	spec := ports.EnvironmentSpec{
 		Name: req.Name, Image: req.Image, Profile: req.Profile, Resources: req.Resources, Network: req.Network,
 		ReadOnlyRoot: req.ReadOnlyRoot, Agent: bootstrap,
 		Progress: func(step string) { s.event(req.Name, step, "") },
+	}
+	if req.Network == ports.NetworkProxy {
+		// Kept with the environment itself (a label), for a restarted server.
+		spec.Labels = map[string]string{ports.LabelAllowedHosts: strings.Join(allowed, ",")}
 	}
 	// The runtime's declared capabilities decide, before anything is stored.
 	if err := rt.Capabilities().CheckSpec(spec); err != nil {
@@ -176,7 +191,7 @@ func (s *Service) Create(ctx context.Context, req Request) (Environment, error) 
 	pctx, cancel := context.WithCancel(s.life)
 	rec := &record{cancel: cancel, requested: now, env: Environment{
 		Name: req.Name, Runtime: req.Runtime, State: StateProvisioning, Image: req.Image, Network: req.Network,
-		Resources: req.Resources, AgentID: req.Name, CreatedAt: now,
+		Resources: req.Resources, AgentID: req.Name, CreatedAt: now, AllowedHosts: allowed,
 		Events: []Event{{At: now, Step: "requested"}},
 	}}
 	s.envs[req.Name] = rec
@@ -563,4 +578,57 @@ func appendEvent(evs []Event, e Event) []Event {
 		evs = append(evs[:1], evs[len(evs)-maxEvents+1:]...) // keep the first ("requested")
 	}
 	return evs
+}
+
+// allowedHosts checks a request's allowed hosts: only with network proxy,
+// each a valid rule, all within the server-wide list; returned normalised.
+func (s *Service) allowedHosts(req Request) ([]string, error) {
+	if req.Network != ports.NetworkProxy {
+		if len(req.AllowedHosts) > 0 {
+			return nil, fmt.Errorf("%w: allowed_hosts needs network proxy", ports.ErrInvalidSpec)
+		}
+		return nil, nil
+	}
+	if len(req.AllowedHosts) == 0 {
+		return nil, fmt.Errorf("%w: network proxy needs allowed_hosts (nothing would be reachable)", ports.ErrInvalidSpec)
+	}
+	if len(req.AllowedHosts) > 256 {
+		return nil, fmt.Errorf("%w: at most 256 allowed hosts", ports.ErrInvalidSpec)
+	}
+	rules, err := egress.ParseRules(req.AllowedHosts)
+	if err != nil {
+		return nil, fmt.Errorf("%w: allowed_hosts: %v", ports.ErrInvalidSpec, err)
+	}
+	if s.cfg.EgressBound != nil {
+		if r, ok := egress.Within(rules, s.cfg.EgressBound); !ok {
+			return nil, fmt.Errorf("%w: allowed host %s is outside this server's allowlist (AGENTIC_EGRESS_ALLOWED_HOSTS)", ports.ErrInvalidSpec, r)
+		}
+	}
+	out := make([]string, len(rules))
+	for i, r := range rules {
+		out[i] = r.String()
+	}
+	return out, nil
+}
+
+// EgressRules implements agentrpc.EgressPolicy: a proxy environment's
+// allowed hosts, by its agent's id (which is its name).
+func (s *Service) EgressRules(agentID string) ([]egress.Rule, bool) {
+	s.mu.Lock()
+	rec, ok := s.envs[agentID]
+	var hosts []string
+	if ok {
+		ok = rec.env.Network == ports.NetworkProxy && rec.env.State != StateDeleting
+		hosts = rec.env.AllowedHosts
+	}
+	s.mu.Unlock()
+	if !ok {
+		return nil, false
+	}
+	rules, err := egress.ParseRules(hosts)
+	if err != nil {
+		s.log.Error("a proxy environment's allowed hosts do not parse: it reaches nothing", "name", agentID, "err", err)
+		return nil, true
+	}
+	return rules, true
 }

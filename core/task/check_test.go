@@ -20,8 +20,4 @@ func TestCheckTakesTheServersRuntimes(t *testing.T) {
 	if !errors.Is(err, ErrInvalidManifest) || !strings.Contains(err.Error(), "environment.runtime: must be one of host, docker") {
 		t.Fatalf("firecracker: %v", err)
 	}
-	_, err = s.Check([]byte(`{claude: {prompt: x}, environment: {network_mode: proxy, allowed_hosts: [api.anthropic.com]}}`))
-	if !errors.Is(err, ErrInvalidManifest) || !strings.Contains(err.Error(), "environment.network_mode: proxy is not offered") {
-		t.Fatalf("proxy: %v", err)
-	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/core/claudefeed"
+	"github.com/agentic-sandbox/agentic-sandbox/core/egress"
 	"github.com/agentic-sandbox/agentic-sandbox/core/environment"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
@@ -205,10 +206,8 @@ func (s *Service) Check(doc []byte) (Manifest, error) {
 	if r := m.Environment.Runtime; r != "" && !slices.Contains(s.cfg.Runtimes, r) {
 		return Manifest{}, fmt.Errorf("%w: environment.runtime: must be one of %s", ErrInvalidManifest, strings.Join(s.cfg.Runtimes, ", "))
 	}
-	if m.Environment.NetworkMode == ports.NetworkProxy {
-		// Parsed (reference manifests use it) but refused until the agent
-		// link carries egress: never silently run with another network.
-		return Manifest{}, fmt.Errorf("%w: environment.network_mode: proxy is not offered by this server yet; use none", ErrInvalidManifest)
+	if _, err := egress.ParseRules(m.Environment.AllowedHosts); err != nil {
+		return Manifest{}, fmt.Errorf("%w: environment.allowed_hosts: %v", ErrInvalidManifest, err)
 	}
 	return m, nil
 }
@@ -674,7 +673,7 @@ func (s *Service) provision(ctx context.Context, e *entry) (Reason, error) {
 	}
 	env := e.manifest.Environment
 	_, err := s.cfg.Environments.Create(ctx, environment.Request{
-		Runtime: e.rec.Environment.Runtime, Name: name, Image: env.Image, Network: env.NetworkMode,
+		Runtime: e.rec.Environment.Runtime, Name: name, Image: env.Image, Network: env.NetworkMode, AllowedHosts: env.AllowedHosts,
 		Resources: ports.Resources{CPUs: env.CPUs, MemoryMB: env.MemoryMB, DiskGB: env.DiskGB},
 	})
 	if err != nil {

@@ -1258,8 +1258,10 @@ export interface components {
             image?: string;
             profile?: string;
             resources?: components["schemas"]["Resources"];
-            /** @description none (default where offered: the agent still reaches the server), host, bridge, user */
+            /** @description none (default where offered: the agent still reaches the server), proxy (no network device; egress only to allowed_hosts, through the agent), host, bridge, user */
             network?: string;
+            /** @description With network proxy (and only then), the hosts its commands may reach: exact names, *.suffix wildcards or addresses, with an optional :port (default 443 and 80). */
+            allowed_hosts?: string[];
             read_only_root?: boolean;
         };
         EnvironmentEvent: {
@@ -1277,6 +1279,7 @@ export interface components {
             runtime_id?: string;
             image?: string;
             network?: string;
+            allowed_hosts?: string[];
             resources?: components["schemas"]["Resources"];
             agent_id: string;
             /** @description Of the environment's agent, when it is listed. */

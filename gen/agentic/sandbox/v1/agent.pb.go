@@ -3644,6 +3644,327 @@ func (*ExecResponse_Output) isExecResponse_Payload() {}
 
 func (*ExecResponse_Result) isExecResponse_Payload() {}
 
+// TunnelRequest is one message from the agent on a Tunnel stream.
+type TunnelRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Payload:
+	//
+	//	*TunnelRequest_Open
+	//	*TunnelRequest_Data
+	//	*TunnelRequest_CloseWrite
+	Payload       isTunnelRequest_Payload `protobuf_oneof:"payload"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TunnelRequest) Reset() {
+	*x = TunnelRequest{}
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TunnelRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TunnelRequest) ProtoMessage() {}
+
+func (x *TunnelRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TunnelRequest.ProtoReflect.Descriptor instead.
+func (*TunnelRequest) Descriptor() ([]byte, []int) {
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *TunnelRequest) GetPayload() isTunnelRequest_Payload {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *TunnelRequest) GetOpen() *TunnelOpen {
+	if x != nil {
+		if x, ok := x.Payload.(*TunnelRequest_Open); ok {
+			return x.Open
+		}
+	}
+	return nil
+}
+
+func (x *TunnelRequest) GetData() []byte {
+	if x != nil {
+		if x, ok := x.Payload.(*TunnelRequest_Data); ok {
+			return x.Data
+		}
+	}
+	return nil
+}
+
+func (x *TunnelRequest) GetCloseWrite() bool {
+	if x != nil {
+		if x, ok := x.Payload.(*TunnelRequest_CloseWrite); ok {
+			return x.CloseWrite
+		}
+	}
+	return false
+}
+
+type isTunnelRequest_Payload interface {
+	isTunnelRequest_Payload()
+}
+
+type TunnelRequest_Open struct {
+	// First message: where to.
+	Open *TunnelOpen `protobuf:"bytes,1,opt,name=open,proto3,oneof"`
+}
+
+type TunnelRequest_Data struct {
+	// The client's bytes, in order.
+	Data []byte `protobuf:"bytes,2,opt,name=data,proto3,oneof"`
+}
+
+type TunnelRequest_CloseWrite struct {
+	// The client will send no more (its write side closed).
+	CloseWrite bool `protobuf:"varint,3,opt,name=close_write,json=closeWrite,proto3,oneof"`
+}
+
+func (*TunnelRequest_Open) isTunnelRequest_Payload() {}
+
+func (*TunnelRequest_Data) isTunnelRequest_Payload() {}
+
+func (*TunnelRequest_CloseWrite) isTunnelRequest_Payload() {}
+
+type TunnelOpen struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A host name or an address, as the client asked for it.
+	Host          string `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`
+	Port          uint32 `protobuf:"varint,2,opt,name=port,proto3" json:"port,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TunnelOpen) Reset() {
+	*x = TunnelOpen{}
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TunnelOpen) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TunnelOpen) ProtoMessage() {}
+
+func (x *TunnelOpen) ProtoReflect() protoreflect.Message {
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TunnelOpen.ProtoReflect.Descriptor instead.
+func (*TunnelOpen) Descriptor() ([]byte, []int) {
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *TunnelOpen) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *TunnelOpen) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+// TunnelResponse is one message from the server on a Tunnel stream.
+type TunnelResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Payload:
+	//
+	//	*TunnelResponse_Opened
+	//	*TunnelResponse_Data
+	//	*TunnelResponse_Eof
+	Payload       isTunnelResponse_Payload `protobuf_oneof:"payload"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TunnelResponse) Reset() {
+	*x = TunnelResponse{}
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TunnelResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TunnelResponse) ProtoMessage() {}
+
+func (x *TunnelResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TunnelResponse.ProtoReflect.Descriptor instead.
+func (*TunnelResponse) Descriptor() ([]byte, []int) {
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *TunnelResponse) GetPayload() isTunnelResponse_Payload {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *TunnelResponse) GetOpened() *TunnelOpened {
+	if x != nil {
+		if x, ok := x.Payload.(*TunnelResponse_Opened); ok {
+			return x.Opened
+		}
+	}
+	return nil
+}
+
+func (x *TunnelResponse) GetData() []byte {
+	if x != nil {
+		if x, ok := x.Payload.(*TunnelResponse_Data); ok {
+			return x.Data
+		}
+	}
+	return nil
+}
+
+func (x *TunnelResponse) GetEof() bool {
+	if x != nil {
+		if x, ok := x.Payload.(*TunnelResponse_Eof); ok {
+			return x.Eof
+		}
+	}
+	return false
+}
+
+type isTunnelResponse_Payload interface {
+	isTunnelResponse_Payload()
+}
+
+type TunnelResponse_Opened struct {
+	// First message: whether the destination is allowed and reached.
+	Opened *TunnelOpened `protobuf:"bytes,1,opt,name=opened,proto3,oneof"`
+}
+
+type TunnelResponse_Data struct {
+	// The destination's bytes, in order.
+	Data []byte `protobuf:"bytes,2,opt,name=data,proto3,oneof"`
+}
+
+type TunnelResponse_Eof struct {
+	// The destination closed its side; the agent ends its own (closes the
+	// request side), and then the stream ends.
+	Eof bool `protobuf:"varint,3,opt,name=eof,proto3,oneof"`
+}
+
+func (*TunnelResponse_Opened) isTunnelResponse_Payload() {}
+
+func (*TunnelResponse_Data) isTunnelResponse_Payload() {}
+
+func (*TunnelResponse_Eof) isTunnelResponse_Payload() {}
+
+type TunnelOpened struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Allowed bool                   `protobuf:"varint,1,opt,name=allowed,proto3" json:"allowed,omitempty"`
+	// Why not (a refused destination or a failed dial), for the proxy's 403
+	// or 502; or the rule that allowed it.
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Refused by the allowlist (403), rather than unreachable (502).
+	Denied        bool `protobuf:"varint,3,opt,name=denied,proto3" json:"denied,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TunnelOpened) Reset() {
+	*x = TunnelOpened{}
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TunnelOpened) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TunnelOpened) ProtoMessage() {}
+
+func (x *TunnelOpened) ProtoReflect() protoreflect.Message {
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TunnelOpened.ProtoReflect.Descriptor instead.
+func (*TunnelOpened) Descriptor() ([]byte, []int) {
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *TunnelOpened) GetAllowed() bool {
+	if x != nil {
+		return x.Allowed
+	}
+	return false
+}
+
+func (x *TunnelOpened) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *TunnelOpened) GetDenied() bool {
+	if x != nil {
+		return x.Denied
+	}
+	return false
+}
+
 var File_agentic_sandbox_v1_agent_proto protoreflect.FileDescriptor
 
 const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
@@ -3913,7 +4234,26 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"\fExecResponse\x129\n" +
 	"\x06output\x18\x01 \x01(\v2\x1f.agentic.sandbox.v1.OutputChunkH\x00R\x06output\x12;\n" +
 	"\x06result\x18\x02 \x01(\v2!.agentic.sandbox.v1.CommandResultH\x00R\x06resultB\t\n" +
-	"\apayload*s\n" +
+	"\apayload\"\x89\x01\n" +
+	"\rTunnelRequest\x124\n" +
+	"\x04open\x18\x01 \x01(\v2\x1e.agentic.sandbox.v1.TunnelOpenH\x00R\x04open\x12\x14\n" +
+	"\x04data\x18\x02 \x01(\fH\x00R\x04data\x12!\n" +
+	"\vclose_write\x18\x03 \x01(\bH\x00R\n" +
+	"closeWriteB\t\n" +
+	"\apayload\"4\n" +
+	"\n" +
+	"TunnelOpen\x12\x12\n" +
+	"\x04host\x18\x01 \x01(\tR\x04host\x12\x12\n" +
+	"\x04port\x18\x02 \x01(\rR\x04port\"\x81\x01\n" +
+	"\x0eTunnelResponse\x12:\n" +
+	"\x06opened\x18\x01 \x01(\v2 .agentic.sandbox.v1.TunnelOpenedH\x00R\x06opened\x12\x14\n" +
+	"\x04data\x18\x02 \x01(\fH\x00R\x04data\x12\x12\n" +
+	"\x03eof\x18\x03 \x01(\bH\x00R\x03eofB\t\n" +
+	"\apayload\"X\n" +
+	"\fTunnelOpened\x12\x18\n" +
+	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x16\n" +
+	"\x06denied\x18\x03 \x01(\bR\x06denied*s\n" +
 	"\vRuntimeKind\x12\x1c\n" +
 	"\x18RUNTIME_KIND_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11RUNTIME_KIND_HOST\x10\x01\x12\x1a\n" +
@@ -3968,11 +4308,12 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"\x17FILE_ERROR_INVALID_PATH\x10\x03\x12\x18\n" +
 	"\x14FILE_ERROR_TOO_LARGE\x10\x04\x12\x18\n" +
 	"\x14FILE_ERROR_NOT_EMPTY\x10\x05\x12\x15\n" +
-	"\x11FILE_ERROR_FAILED\x10\x062\x8e\x02\n" +
+	"\x11FILE_ERROR_FAILED\x10\x062\xe3\x02\n" +
 	"\fAgentService\x12V\n" +
 	"\aConnect\x12\".agentic.sandbox.v1.ConnectRequest\x1a#.agentic.sandbox.v1.ConnectResponse(\x010\x01\x12K\n" +
 	"\x04Exec\x12\x1f.agentic.sandbox.v1.ExecRequest\x1a .agentic.sandbox.v1.ExecResponse0\x01\x12Y\n" +
-	"\bTransfer\x12#.agentic.sandbox.v1.TransferRequest\x1a$.agentic.sandbox.v1.TransferResponse(\x010\x01BMZKgithub.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1;sandboxv1b\x06proto3"
+	"\bTransfer\x12#.agentic.sandbox.v1.TransferRequest\x1a$.agentic.sandbox.v1.TransferResponse(\x010\x01\x12S\n" +
+	"\x06Tunnel\x12!.agentic.sandbox.v1.TunnelRequest\x1a\".agentic.sandbox.v1.TunnelResponse(\x010\x01BMZKgithub.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1;sandboxv1b\x06proto3"
 
 var (
 	file_agentic_sandbox_v1_agent_proto_rawDescOnce sync.Once
@@ -3987,7 +4328,7 @@ func file_agentic_sandbox_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_agentic_sandbox_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
-var file_agentic_sandbox_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_agentic_sandbox_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_agentic_sandbox_v1_agent_proto_goTypes = []any{
 	(RuntimeKind)(0),              // 0: agentic.sandbox.v1.RuntimeKind
 	(AgentStatus)(0),              // 1: agentic.sandbox.v1.AgentStatus
@@ -4036,11 +4377,15 @@ var file_agentic_sandbox_v1_agent_proto_goTypes = []any{
 	(*SessionAck)(nil),            // 44: agentic.sandbox.v1.SessionAck
 	(*ExecRequest)(nil),           // 45: agentic.sandbox.v1.ExecRequest
 	(*ExecResponse)(nil),          // 46: agentic.sandbox.v1.ExecResponse
-	nil,                           // 47: agentic.sandbox.v1.Registration.LabelsEntry
-	nil,                           // 48: agentic.sandbox.v1.RegistrationAck.ConfigEntry
-	nil,                           // 49: agentic.sandbox.v1.CommandRequest.EnvEntry
-	nil,                           // 50: agentic.sandbox.v1.ConfigUpdate.ConfigEntry
-	(*timestamppb.Timestamp)(nil), // 51: google.protobuf.Timestamp
+	(*TunnelRequest)(nil),         // 47: agentic.sandbox.v1.TunnelRequest
+	(*TunnelOpen)(nil),            // 48: agentic.sandbox.v1.TunnelOpen
+	(*TunnelResponse)(nil),        // 49: agentic.sandbox.v1.TunnelResponse
+	(*TunnelOpened)(nil),          // 50: agentic.sandbox.v1.TunnelOpened
+	nil,                           // 51: agentic.sandbox.v1.Registration.LabelsEntry
+	nil,                           // 52: agentic.sandbox.v1.RegistrationAck.ConfigEntry
+	nil,                           // 53: agentic.sandbox.v1.CommandRequest.EnvEntry
+	nil,                           // 54: agentic.sandbox.v1.ConfigUpdate.ConfigEntry
+	(*timestamppb.Timestamp)(nil), // 55: google.protobuf.Timestamp
 }
 var file_agentic_sandbox_v1_agent_proto_depIdxs = []int32{
 	20, // 0: agentic.sandbox.v1.ConnectRequest.registration:type_name -> agentic.sandbox.v1.Registration
@@ -4053,7 +4398,7 @@ var file_agentic_sandbox_v1_agent_proto_depIdxs = []int32{
 	38, // 7: agentic.sandbox.v1.ConnectRequest.pong:type_name -> agentic.sandbox.v1.Pong
 	10, // 8: agentic.sandbox.v1.ConnectRequest.command_started:type_name -> agentic.sandbox.v1.CommandStarted
 	27, // 9: agentic.sandbox.v1.ConnectRequest.permission_request:type_name -> agentic.sandbox.v1.PermissionRequest
-	51, // 10: agentic.sandbox.v1.CommandStarted.started_at:type_name -> google.protobuf.Timestamp
+	55, // 10: agentic.sandbox.v1.CommandStarted.started_at:type_name -> google.protobuf.Timestamp
 	22, // 11: agentic.sandbox.v1.ConnectResponse.registration_ack:type_name -> agentic.sandbox.v1.RegistrationAck
 	26, // 12: agentic.sandbox.v1.ConnectResponse.command:type_name -> agentic.sandbox.v1.CommandRequest
 	29, // 13: agentic.sandbox.v1.ConnectResponse.stdin:type_name -> agentic.sandbox.v1.StdinChunk
@@ -4072,27 +4417,27 @@ var file_agentic_sandbox_v1_agent_proto_depIdxs = []int32{
 	18, // 26: agentic.sandbox.v1.TransferRequest.end:type_name -> agentic.sandbox.v1.TransferEnd
 	17, // 27: agentic.sandbox.v1.FileListing.entries:type_name -> agentic.sandbox.v1.FileEntry
 	7,  // 28: agentic.sandbox.v1.FileEntry.type:type_name -> agentic.sandbox.v1.FileType
-	51, // 29: agentic.sandbox.v1.FileEntry.mtime:type_name -> google.protobuf.Timestamp
+	55, // 29: agentic.sandbox.v1.FileEntry.mtime:type_name -> google.protobuf.Timestamp
 	8,  // 30: agentic.sandbox.v1.TransferEnd.error:type_name -> agentic.sandbox.v1.FileError
 	21, // 31: agentic.sandbox.v1.Registration.system_info:type_name -> agentic.sandbox.v1.SystemInfo
-	47, // 32: agentic.sandbox.v1.Registration.labels:type_name -> agentic.sandbox.v1.Registration.LabelsEntry
+	51, // 32: agentic.sandbox.v1.Registration.labels:type_name -> agentic.sandbox.v1.Registration.LabelsEntry
 	0,  // 33: agentic.sandbox.v1.Registration.runtime:type_name -> agentic.sandbox.v1.RuntimeKind
-	48, // 34: agentic.sandbox.v1.RegistrationAck.config:type_name -> agentic.sandbox.v1.RegistrationAck.ConfigEntry
+	52, // 34: agentic.sandbox.v1.RegistrationAck.config:type_name -> agentic.sandbox.v1.RegistrationAck.ConfigEntry
 	1,  // 35: agentic.sandbox.v1.Heartbeat.status:type_name -> agentic.sandbox.v1.AgentStatus
-	51, // 36: agentic.sandbox.v1.Heartbeat.sent_at:type_name -> google.protobuf.Timestamp
+	55, // 36: agentic.sandbox.v1.Heartbeat.sent_at:type_name -> google.protobuf.Timestamp
 	24, // 37: agentic.sandbox.v1.Heartbeat.metrics:type_name -> agentic.sandbox.v1.Metrics
 	2,  // 38: agentic.sandbox.v1.OutputChunk.stream:type_name -> agentic.sandbox.v1.OutputStream
-	51, // 39: agentic.sandbox.v1.OutputChunk.timestamp:type_name -> google.protobuf.Timestamp
-	49, // 40: agentic.sandbox.v1.CommandRequest.env:type_name -> agentic.sandbox.v1.CommandRequest.EnvEntry
+	55, // 39: agentic.sandbox.v1.OutputChunk.timestamp:type_name -> google.protobuf.Timestamp
+	53, // 40: agentic.sandbox.v1.CommandRequest.env:type_name -> agentic.sandbox.v1.CommandRequest.EnvEntry
 	3,  // 41: agentic.sandbox.v1.CommandRequest.session_type:type_name -> agentic.sandbox.v1.SessionType
 	32, // 42: agentic.sandbox.v1.PtyControl.resize:type_name -> agentic.sandbox.v1.PtyResize
 	33, // 43: agentic.sandbox.v1.PtyControl.signal:type_name -> agentic.sandbox.v1.PtySignal
 	31, // 44: agentic.sandbox.v1.PtyControl.kill:type_name -> agentic.sandbox.v1.CommandKill
-	50, // 45: agentic.sandbox.v1.ConfigUpdate.config:type_name -> agentic.sandbox.v1.ConfigUpdate.ConfigEntry
+	54, // 45: agentic.sandbox.v1.ConfigUpdate.config:type_name -> agentic.sandbox.v1.ConfigUpdate.ConfigEntry
 	3,  // 46: agentic.sandbox.v1.SessionInfo.type:type_name -> agentic.sandbox.v1.SessionType
 	4,  // 47: agentic.sandbox.v1.SessionInfo.state:type_name -> agentic.sandbox.v1.SessionState
-	51, // 48: agentic.sandbox.v1.SessionInfo.started_at:type_name -> google.protobuf.Timestamp
-	51, // 49: agentic.sandbox.v1.SessionInfo.ended_at:type_name -> google.protobuf.Timestamp
+	55, // 48: agentic.sandbox.v1.SessionInfo.started_at:type_name -> google.protobuf.Timestamp
+	55, // 49: agentic.sandbox.v1.SessionInfo.ended_at:type_name -> google.protobuf.Timestamp
 	34, // 50: agentic.sandbox.v1.SessionInfo.result:type_name -> agentic.sandbox.v1.CommandResult
 	2,  // 51: agentic.sandbox.v1.SessionInfo.tail_stream:type_name -> agentic.sandbox.v1.OutputStream
 	40, // 52: agentic.sandbox.v1.SessionReport.sessions:type_name -> agentic.sandbox.v1.SessionInfo
@@ -4101,17 +4446,21 @@ var file_agentic_sandbox_v1_agent_proto_depIdxs = []int32{
 	26, // 55: agentic.sandbox.v1.ExecRequest.command:type_name -> agentic.sandbox.v1.CommandRequest
 	25, // 56: agentic.sandbox.v1.ExecResponse.output:type_name -> agentic.sandbox.v1.OutputChunk
 	34, // 57: agentic.sandbox.v1.ExecResponse.result:type_name -> agentic.sandbox.v1.CommandResult
-	9,  // 58: agentic.sandbox.v1.AgentService.Connect:input_type -> agentic.sandbox.v1.ConnectRequest
-	45, // 59: agentic.sandbox.v1.AgentService.Exec:input_type -> agentic.sandbox.v1.ExecRequest
-	13, // 60: agentic.sandbox.v1.AgentService.Transfer:input_type -> agentic.sandbox.v1.TransferRequest
-	11, // 61: agentic.sandbox.v1.AgentService.Connect:output_type -> agentic.sandbox.v1.ConnectResponse
-	46, // 62: agentic.sandbox.v1.AgentService.Exec:output_type -> agentic.sandbox.v1.ExecResponse
-	19, // 63: agentic.sandbox.v1.AgentService.Transfer:output_type -> agentic.sandbox.v1.TransferResponse
-	61, // [61:64] is the sub-list for method output_type
-	58, // [58:61] is the sub-list for method input_type
-	58, // [58:58] is the sub-list for extension type_name
-	58, // [58:58] is the sub-list for extension extendee
-	0,  // [0:58] is the sub-list for field type_name
+	48, // 58: agentic.sandbox.v1.TunnelRequest.open:type_name -> agentic.sandbox.v1.TunnelOpen
+	50, // 59: agentic.sandbox.v1.TunnelResponse.opened:type_name -> agentic.sandbox.v1.TunnelOpened
+	9,  // 60: agentic.sandbox.v1.AgentService.Connect:input_type -> agentic.sandbox.v1.ConnectRequest
+	45, // 61: agentic.sandbox.v1.AgentService.Exec:input_type -> agentic.sandbox.v1.ExecRequest
+	13, // 62: agentic.sandbox.v1.AgentService.Transfer:input_type -> agentic.sandbox.v1.TransferRequest
+	47, // 63: agentic.sandbox.v1.AgentService.Tunnel:input_type -> agentic.sandbox.v1.TunnelRequest
+	11, // 64: agentic.sandbox.v1.AgentService.Connect:output_type -> agentic.sandbox.v1.ConnectResponse
+	46, // 65: agentic.sandbox.v1.AgentService.Exec:output_type -> agentic.sandbox.v1.ExecResponse
+	19, // 66: agentic.sandbox.v1.AgentService.Transfer:output_type -> agentic.sandbox.v1.TransferResponse
+	49, // 67: agentic.sandbox.v1.AgentService.Tunnel:output_type -> agentic.sandbox.v1.TunnelResponse
+	64, // [64:68] is the sub-list for method output_type
+	60, // [60:64] is the sub-list for method input_type
+	60, // [60:60] is the sub-list for extension type_name
+	60, // [60:60] is the sub-list for extension extendee
+	0,  // [0:60] is the sub-list for field type_name
 }
 
 func init() { file_agentic_sandbox_v1_agent_proto_init() }
@@ -4165,13 +4514,23 @@ func file_agentic_sandbox_v1_agent_proto_init() {
 		(*ExecResponse_Output)(nil),
 		(*ExecResponse_Result)(nil),
 	}
+	file_agentic_sandbox_v1_agent_proto_msgTypes[38].OneofWrappers = []any{
+		(*TunnelRequest_Open)(nil),
+		(*TunnelRequest_Data)(nil),
+		(*TunnelRequest_CloseWrite)(nil),
+	}
+	file_agentic_sandbox_v1_agent_proto_msgTypes[40].OneofWrappers = []any{
+		(*TunnelResponse_Opened)(nil),
+		(*TunnelResponse_Data)(nil),
+		(*TunnelResponse_Eof)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentic_sandbox_v1_agent_proto_rawDesc), len(file_agentic_sandbox_v1_agent_proto_rawDesc)),
 			NumEnums:      9,
-			NumMessages:   42,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

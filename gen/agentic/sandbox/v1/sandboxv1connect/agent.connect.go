@@ -41,6 +41,8 @@ const (
 	AgentServiceExecProcedure = "/agentic.sandbox.v1.AgentService/Exec"
 	// AgentServiceTransferProcedure is the fully-qualified name of the AgentService's Transfer RPC.
 	AgentServiceTransferProcedure = "/agentic.sandbox.v1.AgentService/Transfer"
+	// AgentServiceTunnelProcedure is the fully-qualified name of the AgentService's Tunnel RPC.
+	AgentServiceTunnelProcedure = "/agentic.sandbox.v1.AgentService/Tunnel"
 )
 
 // AgentServiceClient is a client for the agentic.sandbox.v1.AgentService service.
@@ -60,6 +62,14 @@ type AgentServiceClient interface {
 	// writer, a 10 GiB file moves through a window of bounded size, and a
 	// transfer never queues in front of terminal output on Connect.
 	Transfer(context.Context) *connect.BidiStreamForClient[v1.TransferRequest, v1.TransferResponse]
+	// Tunnel carries one TCP connection a command made through the agent's
+	// egress proxy (an environment without a network device): the agent opens
+	// it (same headers as Connect) with a TunnelOpen; the server checks the
+	// destination against the environment's allowed hosts, dials it, and the
+	// bytes flow both ways. A stream of its own per connection, for HTTP/2's
+	// flow control per stream: a download never starves terminals or other
+	// tunnels.
+	Tunnel(context.Context) *connect.BidiStreamForClient[v1.TunnelRequest, v1.TunnelResponse]
 }
 
 // NewAgentServiceClient constructs a client for the agentic.sandbox.v1.AgentService service. By
@@ -91,6 +101,12 @@ func NewAgentServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(agentServiceMethods.ByName("Transfer")),
 			connect.WithClientOptions(opts...),
 		),
+		tunnel: connect.NewClient[v1.TunnelRequest, v1.TunnelResponse](
+			httpClient,
+			baseURL+AgentServiceTunnelProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("Tunnel")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -99,6 +115,7 @@ type agentServiceClient struct {
 	connect  *connect.Client[v1.ConnectRequest, v1.ConnectResponse]
 	exec     *connect.Client[v1.ExecRequest, v1.ExecResponse]
 	transfer *connect.Client[v1.TransferRequest, v1.TransferResponse]
+	tunnel   *connect.Client[v1.TunnelRequest, v1.TunnelResponse]
 }
 
 // Connect calls agentic.sandbox.v1.AgentService.Connect.
@@ -114,6 +131,11 @@ func (c *agentServiceClient) Exec(ctx context.Context, req *connect.Request[v1.E
 // Transfer calls agentic.sandbox.v1.AgentService.Transfer.
 func (c *agentServiceClient) Transfer(ctx context.Context) *connect.BidiStreamForClient[v1.TransferRequest, v1.TransferResponse] {
 	return c.transfer.CallBidiStream(ctx)
+}
+
+// Tunnel calls agentic.sandbox.v1.AgentService.Tunnel.
+func (c *agentServiceClient) Tunnel(ctx context.Context) *connect.BidiStreamForClient[v1.TunnelRequest, v1.TunnelResponse] {
+	return c.tunnel.CallBidiStream(ctx)
 }
 
 // AgentServiceHandler is an implementation of the agentic.sandbox.v1.AgentService service.
@@ -133,6 +155,14 @@ type AgentServiceHandler interface {
 	// writer, a 10 GiB file moves through a window of bounded size, and a
 	// transfer never queues in front of terminal output on Connect.
 	Transfer(context.Context, *connect.BidiStream[v1.TransferRequest, v1.TransferResponse]) error
+	// Tunnel carries one TCP connection a command made through the agent's
+	// egress proxy (an environment without a network device): the agent opens
+	// it (same headers as Connect) with a TunnelOpen; the server checks the
+	// destination against the environment's allowed hosts, dials it, and the
+	// bytes flow both ways. A stream of its own per connection, for HTTP/2's
+	// flow control per stream: a download never starves terminals or other
+	// tunnels.
+	Tunnel(context.Context, *connect.BidiStream[v1.TunnelRequest, v1.TunnelResponse]) error
 }
 
 // NewAgentServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -160,6 +190,12 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(agentServiceMethods.ByName("Transfer")),
 		connect.WithHandlerOptions(opts...),
 	)
+	agentServiceTunnelHandler := connect.NewBidiStreamHandler(
+		AgentServiceTunnelProcedure,
+		svc.Tunnel,
+		connect.WithSchema(agentServiceMethods.ByName("Tunnel")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/agentic.sandbox.v1.AgentService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AgentServiceConnectProcedure:
@@ -168,6 +204,8 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 			agentServiceExecHandler.ServeHTTP(w, r)
 		case AgentServiceTransferProcedure:
 			agentServiceTransferHandler.ServeHTTP(w, r)
+		case AgentServiceTunnelProcedure:
+			agentServiceTunnelHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -187,4 +225,8 @@ func (UnimplementedAgentServiceHandler) Exec(context.Context, *connect.Request[v
 
 func (UnimplementedAgentServiceHandler) Transfer(context.Context, *connect.BidiStream[v1.TransferRequest, v1.TransferResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("agentic.sandbox.v1.AgentService.Transfer is not implemented"))
+}
+
+func (UnimplementedAgentServiceHandler) Tunnel(context.Context, *connect.BidiStream[v1.TunnelRequest, v1.TunnelResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("agentic.sandbox.v1.AgentService.Tunnel is not implemented"))
 }

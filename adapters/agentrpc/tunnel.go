@@ -1,0 +1,192 @@
+package agentrpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/agentic-sandbox/agentic-sandbox/core/egress"
+	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
+)
+
+type tunnelServerStream = *connect.BidiStream[sandboxv1.TunnelRequest, sandboxv1.TunnelResponse]
+
+// EgressPolicy says which destinations an agent's environment may reach
+// through its tunnels; ok is false for an agent with no egress at all.
+type EgressPolicy interface {
+	EgressRules(agentID string) (rules []egress.Rule, ok bool)
+}
+
+// EgressRecord is one tunnel, as logged and counted.
+type EgressRecord struct {
+	AgentID, Host string
+	Port          int
+	Allowed       bool
+	Reason        string
+	BytesUp       int64 // client → destination
+	BytesDown     int64
+	Duration      time.Duration
+}
+
+// Egress is the tunnels' configuration: the policy, how names resolve (a
+// test may replace it), and who hears of each tunnel.
+type Egress struct {
+	Policy   EgressPolicy
+	Resolve  func(ctx context.Context, host string) ([]netip.Addr, error)
+	Observe  func(EgressRecord)
+	DialWait time.Duration
+}
+
+// maxTunnelsPerAgent bounds the connections one environment keeps open.
+const maxTunnelsPerAgent = 256
+
+// SetEgress turns tunnels on (set once at wiring, before agents connect).
+func (s *Service) SetEgress(e Egress) {
+	if e.Resolve == nil {
+		e.Resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
+			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+		}
+	}
+	if e.DialWait <= 0 {
+		e.DialWait = 10 * time.Second
+	}
+	s.mu.Lock()
+	s.egress = &e
+	s.mu.Unlock()
+}
+
+// Tunnel implements the Tunnel RPC: one TCP connection of a command
+// through its agent's egress proxy, checked against the environment's
+// allowed hosts before anything is dialed.
+func (s *Service) Tunnel(ctx context.Context, stream tunnelServerStream) error {
+	id := stream.RequestHeader().Get(HeaderAgentID)
+	if err := s.authenticate(id, stream.RequestHeader().Get(HeaderAgentSecret)); err != nil {
+		return err
+	}
+	first, err := stream.Receive()
+	if err != nil {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("expected a tunnel open: %w", err))
+	}
+	open := first.GetOpen()
+	if open == nil || open.GetHost() == "" || len(open.GetHost()) > 255 || open.GetPort() == 0 || open.GetPort() > 65535 {
+		return connect.NewError(connect.CodeInvalidArgument, errors.New("the first message must name a host and a port"))
+	}
+	s.mu.Lock()
+	e := s.egress
+	if e != nil && s.tunnelCount[id] >= maxTunnelsPerAgent {
+		s.mu.Unlock()
+		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("%d tunnels open, the limit", maxTunnelsPerAgent))
+	}
+	s.tunnelCount[id]++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		if s.tunnelCount[id]--; s.tunnelCount[id] <= 0 {
+			delete(s.tunnelCount, id)
+		}
+		s.mu.Unlock()
+	}()
+	rec := EgressRecord{AgentID: id, Host: open.GetHost(), Port: int(open.GetPort())}
+	start := s.cfg.Clock.Now()
+	defer func() {
+		rec.Duration = s.cfg.Clock.Now().Sub(start)
+		s.log.Info("egress", "agent_id", rec.AgentID, "host", rec.Host, "port", rec.Port, "allowed", rec.Allowed, "reason", rec.Reason,
+			"bytes_up", rec.BytesUp, "bytes_down", rec.BytesDown, "duration", rec.Duration)
+		if e != nil && e.Observe != nil {
+			e.Observe(rec)
+		}
+	}()
+	refuse := func(reason string, denied bool) error {
+		rec.Reason = reason
+		return stream.Send(&sandboxv1.TunnelResponse{Payload: &sandboxv1.TunnelResponse_Opened{Opened: &sandboxv1.TunnelOpened{Reason: reason, Denied: denied}}})
+	}
+	if e == nil {
+		return refuse("this server gives no egress", true)
+	}
+	rules, ok := e.Policy.EgressRules(id)
+	if !ok {
+		return refuse("this environment has no egress (network mode is not proxy)", true)
+	}
+	d := egress.Decide(rules, open.GetHost(), int(open.GetPort()), func(h string) ([]netip.Addr, error) {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		return e.Resolve(rctx, h)
+	})
+	if !d.Allowed {
+		return refuse(d.Reason, true)
+	}
+	dctx, cancel := context.WithTimeout(ctx, e.DialWait)
+	dst, err := (&net.Dialer{}).DialContext(dctx, "tcp", d.Addr.String())
+	cancel()
+	if err != nil {
+		return refuse(fmt.Sprintf("%s:%d (%s): %v", open.GetHost(), open.GetPort(), d.Addr, err), false)
+	}
+	defer dst.Close()
+	rec.Allowed, rec.Reason = true, d.Rule
+	if err := stream.Send(&sandboxv1.TunnelResponse{Payload: &sandboxv1.TunnelResponse_Opened{Opened: &sandboxv1.TunnelOpened{Allowed: true, Reason: d.Rule}}}); err != nil {
+		return nil
+	}
+	var up, down atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // agent → destination
+		defer wg.Done()
+		for {
+			m, err := stream.Receive()
+			if err != nil {
+				_ = dst.(*net.TCPConn).CloseWrite()
+				return
+			}
+			if m.GetCloseWrite() {
+				_ = dst.(*net.TCPConn).CloseWrite()
+				return
+			}
+			if b := m.GetData(); len(b) > 0 {
+				if _, err := dst.Write(b); err != nil {
+					return
+				}
+				up.Add(int64(len(b)))
+			}
+		}
+	}()
+	// destination → agent, until the destination closes or the agent goes.
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := dst.Read(buf)
+		if n > 0 {
+			if serr := stream.Send(&sandboxv1.TunnelResponse{Payload: &sandboxv1.TunnelResponse_Data{Data: buf[:n]}}); serr != nil {
+				break
+			}
+			down.Add(int64(n))
+		}
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				rec.Reason = d.Rule + "; " + err.Error()
+			}
+			break
+		}
+	}
+	// The agent closes its side once told; a stream is never left waiting
+	// on an agent that does not.
+	_ = stream.Send(&sandboxv1.TunnelResponse{Payload: &sandboxv1.TunnelResponse_Eof{Eof: true}})
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+	case <-ctx.Done():
+	}
+	// (Past the wait, the reader ends when the handler's return closes the
+	// request.)
+	_ = dst.Close()
+	rec.BytesUp, rec.BytesDown = up.Load(), down.Load()
+	return nil
+}

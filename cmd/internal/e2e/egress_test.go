@@ -1,0 +1,134 @@
+package e2e
+
+import (
+	"context"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
+	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testreq"
+)
+
+// Issue 15 in a Docker container with no network device: commands reach
+// exactly the allowed hosts through the agent's proxy and the agent link.
+// A local HTTPS server stands in for the allowed host (example.com, which
+// the test hook AGENTIC_TEST_RESOLVE points at 127.0.0.1, allowed by
+// address for its port).
+func TestEgressThroughTheAgentInDocker(t *testing.T) {
+	testreq.Command(t, "dockerd", "run make test-env")
+	testreq.Root(t, "a private dockerd")
+	host, stop, err := harness.StartDockerd()
+	if err != nil {
+		t.Fatalf("private dockerd: %v", err)
+	}
+	t.Cleanup(stop)
+
+	big := make([]byte, 8<<20)
+	for i := range big {
+		big[i] = byte(i * 7)
+	}
+	site := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/big" {
+			_, _ = w.Write(big)
+			return
+		}
+		fmt.Fprint(w, "hello from the allowed host")
+	}))
+	t.Cleanup(site.Close)
+	_, portStr, _ := net.SplitHostPort(site.Listener.Addr().String())
+	other := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "must not be reached") }))
+	t.Cleanup(other.Close)
+	_, otherPort, _ := net.SplitHostPort(other.Listener.Addr().String())
+
+	s := startServer(t, 0, t.TempDir(), "DOCKER_HOST="+host, "AGENTIC_RUNTIMES=docker", "AGENTIC_ALLOWED_NETWORKS=none,proxy",
+		"AGENTIC_TEST_RESOLVE=example.com=127.0.0.1,loop.test=127.0.0.1")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c := s.Client()
+	proxyNet := "proxy"
+	allowed := []string{"example.com:" + portStr, "127.0.0.1:" + portStr, "loop.test:" + otherPort}
+	created, err := c.CreateEnvironmentWithResponse(ctx, restapi.CreateEnvironmentRequest{Runtime: "docker", Name: "egress-1", Network: &proxyNet, AllowedHosts: &allowed})
+	if err != nil || created.StatusCode() >= 300 {
+		t.Fatalf("create: %v %s", err, created.Body)
+	}
+	eventually(t, 60*time.Second, "the environment ready", func() bool {
+		g, err := c.GetEnvironmentWithResponse(ctx, "egress-1")
+		return err == nil && g.JSON200 != nil && g.JSON200.State == "ready"
+	})
+	// A bad rule, and allowed hosts without the proxy mode, are refused.
+	for _, body := range []restapi.CreateEnvironmentRequest{
+		{Runtime: "docker", Name: "egress-bad", Network: &proxyNet, AllowedHosts: &[]string{"http://x.com"}},
+		{Runtime: "docker", Name: "egress-bad", AllowedHosts: &[]string{"x.com"}},
+		{Runtime: "docker", Name: "egress-bad", Network: &proxyNet},
+	} {
+		if r, err := c.CreateEnvironmentWithResponse(ctx, body); err != nil || r.StatusCode() != 400 {
+			t.Errorf("create %+v: %v %d %s", body, err, r.StatusCode(), r.Body)
+		}
+	}
+
+	// The client and the CA go in through the agent link.
+	bin := filepath.Join(t.TempDir(), "egressclient")
+	root, _ := harness.ModuleRoot()
+	build := exec.Command("go", "build", "-o", bin, "./cmd/internal/e2e/testdata/egressclient")
+	build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the client: %v %s", err, out)
+	}
+	put := func(path string, b []byte, mode string) {
+		t.Helper()
+		st, body := fileDo(t, s, http.MethodPut, s.RESTURL+"/api/v1/agents/egress-1/files/content?path="+path+"&mode="+mode, strings.NewReader(string(b)))
+		if st >= 300 {
+			t.Fatalf("upload %s: %d %s", path, st, body)
+		}
+	}
+	clientBytes, _ := os.ReadFile(bin)
+	put("/tmp/egressclient", clientBytes, "0755")
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: site.Certificate().Raw})
+	ca2 := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: other.Certificate().Raw})
+	put("/tmp/ca.pem", append(ca, ca2...), "0644")
+	fetch := func(url string) string {
+		t.Helper()
+		r := execOK(t, s, "egress-1", restapi.ExecRequest{Command: "/tmp/egressclient", Args: ptr([]string{url, "/tmp/ca.pem"})})
+		return r.Stdout + r.Stderr
+	}
+
+	if got := fetch("https://example.com:" + portStr + "/hello"); !strings.Contains(got, `STATUS 200`) || !strings.Contains(got, "hello from the allowed host") {
+		t.Fatalf("the allowed host: %q", got)
+	}
+	for url, why := range map[string]string{
+		"https://denied.example.org:" + portStr + "/": "matches no allowed host",
+		"https://loop.test:" + otherPort + "/":        "internal address",
+		"https://10.0.0.1:" + otherPort + "/":         "no rule names",
+		"https://example.com:1234/":                   "matches no allowed host",
+	} {
+		if got := fetch(url); !strings.Contains(got, "ERR") || !strings.Contains(got, "Forbidden") {
+			t.Errorf("%s (%s): %q", url, why, got)
+		}
+	}
+	// Still no interface but lo, and the commands have the proxy.
+	r := execOK(t, s, "egress-1", restapi.ExecRequest{Command: "sh", Args: ptr([]string{"-c", "ls /sys/class/net; echo $HTTPS_PROXY"})})
+	if strings.TrimSpace(r.Stdout) != "lo\nhttp://127.0.0.1:3128" {
+		t.Errorf("inside: %q", r.Stdout)
+	}
+	// A download through the tunnel arrives whole.
+	if got := fetch("https://example.com:" + portStr + "/big"); !strings.Contains(got, fmt.Sprintf("STATUS 200 BYTES %d READERR <nil>", len(big))) {
+		t.Errorf("8 MiB through the tunnel: %q", got)
+	}
+	// What was refused and allowed is in the server's log.
+	if log := s.Log(); !strings.Contains(log, `msg=egress agent_id=egress-1 host=denied.example.org`) || !strings.Contains(log, "allowed=true") {
+		t.Errorf("egress not logged:\n%s", log)
+	}
+	if d, err := c.DeleteEnvironmentWithResponse(ctx, "egress-1"); err != nil || d.StatusCode() >= 300 {
+		t.Errorf("delete: %v", err)
+	}
+}
