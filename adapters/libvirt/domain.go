@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
 	"libvirt.org/go/libvirtxml"
 )
 
@@ -207,7 +208,7 @@ func domainXML(p domainPlan) (string, error) {
 		}}
 	}
 	switch p.Network {
-	case networkNone:
+	case networkNone, ports.NetworkProxy: // no device: proxy egress goes through the agent
 	case networkUser:
 		dev.Interfaces = []libvirtxml.DomainInterface{{
 			Source: &libvirtxml.DomainInterfaceSource{User: &libvirtxml.DomainInterfaceSourceUser{}},

@@ -183,7 +183,7 @@ func (r *Runtime) Capabilities() ports.RuntimeCapabilities {
 		Runtime:      RuntimeName,
 		Isolation:    ports.KindVM,
 		Pause:        true,
-		NetworkModes: []string{networkNone, networkUser},
+		NetworkModes: []string{networkNone, ports.NetworkProxy, networkUser},
 		// disk_gb sizes the overlay of a disk image; pids has no VM-wide
 		// equivalent, so it is refused rather than ignored.
 		Limits:   []ports.Limit{ports.LimitCPUs, ports.LimitMemoryMB, ports.LimitDiskGB},
@@ -675,6 +675,9 @@ func (r *Runtime) plan(spec ports.EnvironmentSpec) (domainPlan, func(ctx context
 		// The guest's commands run as nobody: agent.env (root's, 0600)
 		// and the agent's memory are out of their reach.
 		"AGENT_RUN_AS": "65534:65534",
+	}
+	if network == ports.NetworkProxy {
+		env["AGENT_EGRESS_PROXY"] = ports.EgressProxyAddr
 	}
 
 	kernel, initrd := r.cfg.Kernel, r.cfg.Initrd

@@ -33,6 +33,22 @@ func TestEgressThroughTheAgentInDocker(t *testing.T) {
 	}
 	t.Cleanup(stop)
 
+	s := startServer(t, 0, t.TempDir(), append([]string{"DOCKER_HOST=" + host, "AGENTIC_RUNTIMES=docker"}, egressEnv...)...)
+	egressScenario(t, s, "docker", "egress-1")
+}
+
+// The same in a VM under TCG: no NIC, the agent's proxy on the guest's
+// loopback, the tunnel over virtio-serial.
+func TestEgressThroughTheAgentInAVM(t *testing.T) {
+	s := startLibvirtServer(t, egressEnv...)
+	egressScenario(t, s, "libvirt", fmt.Sprintf("egress-vm-%d", time.Now().UnixNano()%100000))
+}
+
+// egressEnv lets proxy environments be made, and points the test names at
+// the local servers.
+var egressEnv = []string{"AGENTIC_ALLOWED_NETWORKS=none,proxy", "AGENTIC_TEST_RESOLVE=example.com=127.0.0.1,loop.test=127.0.0.1"}
+
+func egressScenario(t *testing.T, s *harness.Server, runtime, name string) {
 	big := make([]byte, 8<<20)
 	for i := range big {
 		big[i] = byte(i * 7)
@@ -50,26 +66,25 @@ func TestEgressThroughTheAgentInDocker(t *testing.T) {
 	t.Cleanup(other.Close)
 	_, otherPort, _ := net.SplitHostPort(other.Listener.Addr().String())
 
-	s := startServer(t, 0, t.TempDir(), "DOCKER_HOST="+host, "AGENTIC_RUNTIMES=docker", "AGENTIC_ALLOWED_NETWORKS=none,proxy",
-		"AGENTIC_TEST_RESOLVE=example.com=127.0.0.1,loop.test=127.0.0.1")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c := s.Client()
 	proxyNet := "proxy"
 	allowed := []string{"example.com:" + portStr, "127.0.0.1:" + portStr, "loop.test:" + otherPort}
-	created, err := c.CreateEnvironmentWithResponse(ctx, restapi.CreateEnvironmentRequest{Runtime: "docker", Name: "egress-1", Network: &proxyNet, AllowedHosts: &allowed})
+	created, err := c.CreateEnvironmentWithResponse(ctx, restapi.CreateEnvironmentRequest{Runtime: runtime, Name: name, Network: &proxyNet, AllowedHosts: &allowed})
 	if err != nil || created.StatusCode() >= 300 {
 		t.Fatalf("create: %v %s", err, created.Body)
 	}
-	eventually(t, 60*time.Second, "the environment ready", func() bool {
-		g, err := c.GetEnvironmentWithResponse(ctx, "egress-1")
+	t.Cleanup(func() { _, _ = c.DeleteEnvironmentWithResponse(context.Background(), name) })
+	eventually(t, 120*time.Second, "the environment ready", func() bool {
+		g, err := c.GetEnvironmentWithResponse(ctx, name)
 		return err == nil && g.JSON200 != nil && g.JSON200.State == "ready"
 	})
 	// A bad rule, and allowed hosts without the proxy mode, are refused.
 	for _, body := range []restapi.CreateEnvironmentRequest{
-		{Runtime: "docker", Name: "egress-bad", Network: &proxyNet, AllowedHosts: &[]string{"http://x.com"}},
-		{Runtime: "docker", Name: "egress-bad", AllowedHosts: &[]string{"x.com"}},
-		{Runtime: "docker", Name: "egress-bad", Network: &proxyNet},
+		{Runtime: runtime, Name: "egress-bad", Network: &proxyNet, AllowedHosts: &[]string{"http://x.com"}},
+		{Runtime: runtime, Name: "egress-bad", AllowedHosts: &[]string{"x.com"}},
+		{Runtime: runtime, Name: "egress-bad", Network: &proxyNet},
 	} {
 		if r, err := c.CreateEnvironmentWithResponse(ctx, body); err != nil || r.StatusCode() != 400 {
 			t.Errorf("create %+v: %v %d %s", body, err, r.StatusCode(), r.Body)
@@ -86,7 +101,7 @@ func TestEgressThroughTheAgentInDocker(t *testing.T) {
 	}
 	put := func(path string, b []byte, mode string) {
 		t.Helper()
-		st, body := fileDo(t, s, http.MethodPut, s.RESTURL+"/api/v1/agents/egress-1/files/content?path="+path+"&mode="+mode, strings.NewReader(string(b)))
+		st, body := fileDo(t, s, http.MethodPut, s.RESTURL+"/api/v1/agents/"+name+"/files/content?path="+path+"&mode="+mode, strings.NewReader(string(b)))
 		if st >= 300 {
 			t.Fatalf("upload %s: %d %s", path, st, body)
 		}
@@ -98,7 +113,7 @@ func TestEgressThroughTheAgentInDocker(t *testing.T) {
 	put("/tmp/ca.pem", append(ca, ca2...), "0644")
 	fetch := func(url string) string {
 		t.Helper()
-		r := execOK(t, s, "egress-1", restapi.ExecRequest{Command: "/tmp/egressclient", Args: ptr([]string{url, "/tmp/ca.pem"})})
+		r := execOK(t, s, name, restapi.ExecRequest{Command: "/tmp/egressclient", Args: ptr([]string{url, "/tmp/ca.pem"})})
 		return r.Stdout + r.Stderr
 	}
 
@@ -116,7 +131,7 @@ func TestEgressThroughTheAgentInDocker(t *testing.T) {
 		}
 	}
 	// Still no interface but lo, and the commands have the proxy.
-	r := execOK(t, s, "egress-1", restapi.ExecRequest{Command: "sh", Args: ptr([]string{"-c", "ls /sys/class/net; echo $HTTPS_PROXY"})})
+	r := execOK(t, s, name, restapi.ExecRequest{Command: "sh", Args: ptr([]string{"-c", "ls /sys/class/net; echo $HTTPS_PROXY"})})
 	if strings.TrimSpace(r.Stdout) != "lo\nhttp://127.0.0.1:3128" {
 		t.Errorf("inside: %q", r.Stdout)
 	}
@@ -125,10 +140,10 @@ func TestEgressThroughTheAgentInDocker(t *testing.T) {
 		t.Errorf("8 MiB through the tunnel: %q", got)
 	}
 	// What was refused and allowed is in the server's log.
-	if log := s.Log(); !strings.Contains(log, `msg=egress agent_id=egress-1 host=denied.example.org`) || !strings.Contains(log, "allowed=true") {
+	if log := s.Log(); !strings.Contains(log, `msg=egress agent_id=`+name+` host=denied.example.org`) || !strings.Contains(log, "allowed=true") {
 		t.Errorf("egress not logged:\n%s", log)
 	}
-	if d, err := c.DeleteEnvironmentWithResponse(ctx, "egress-1"); err != nil || d.StatusCode() >= 300 {
+	if d, err := c.DeleteEnvironmentWithResponse(ctx, name); err != nil || d.StatusCode() >= 300 {
 		t.Errorf("delete: %v", err)
 	}
 }

@@ -292,7 +292,7 @@ func TestEnvironmentsInDocker(t *testing.T) {
 // startLibvirtServer runs the server with only the libvirt runtime, on the
 // machine's libvirtd (make test-env) and the tiny image (make vm-image),
 // under TCG.
-func startLibvirtServer(t *testing.T) *harness.Server {
+func startLibvirtServer(t *testing.T, env ...string) *harness.Server {
 	t.Helper()
 	root, err := harness.ModuleRoot()
 	if err != nil {
@@ -308,7 +308,7 @@ func startLibvirtServer(t *testing.T) *harness.Server {
 			t.Fatal(err)
 		}
 	}
-	return startServer(t, 0, dataDir, "AGENTIC_RUNTIMES=libvirt", "AGENTIC_VM_IMAGE_DIR="+imageDir, "AGENTIC_LIBVIRT_ACCEL=tcg")
+	return startServer(t, 0, dataDir, append([]string{"AGENTIC_RUNTIMES=libvirt", "AGENTIC_VM_IMAGE_DIR=" + imageDir, "AGENTIC_LIBVIRT_ACCEL=tcg"}, env...)...)
 }
 
 // A VM through the real server on the machine's libvirtd (make test-env),
