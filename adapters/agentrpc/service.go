@@ -75,15 +75,15 @@ type Service struct {
 	cfg Config
 	log *slog.Logger
 
-	mu       sync.Mutex
+	mu sync.Mutex
 	// egress configures tunnels (nil: none); tunnelCount counts the open
 	// ones per agent.
 	egress      *Egress
 	tunnelCount map[string]int
-	registry *agent.Registry
-	conns    map[string]*conn // the live connection of each agent
-	commands map[string]*command
-	sessions ports.SessionReconciler
+	registry    *agent.Registry
+	conns       map[string]*conn // the live connection of each agent
+	commands    map[string]*command
+	sessions    ports.SessionReconciler
 	// streams counts each agent's open Connect streams, authenticated or
 	// waiting for their registration: one stolen credential cannot open
 	// streams without bound.
