@@ -3,6 +3,7 @@ package promexport
 
 import (
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -95,8 +96,11 @@ func (c *taskCollector) Collect(ch chan<- prometheus.Metric) {
 
 // Handler returns the /metrics handler with process, Go and agent metrics,
 // and the provision times and task metrics when given.
-func Handler(dir ports.AgentDirectory, provision *ProvisionTimes, tasks *TaskMetrics) http.Handler {
+func Handler(dir ports.AgentDirectory, provision *ProvisionTimes, tasks *TaskMetrics, egress *EgressMetrics) http.Handler {
 	reg := prometheus.NewRegistry()
+	if egress != nil {
+		reg.MustRegister(egress.tunnels, egress.bytes)
+	}
 	if provision != nil {
 		reg.MustRegister(provision.h)
 	}
@@ -114,4 +118,28 @@ func Handler(dir ports.AgentDirectory, provision *ProvisionTimes, tasks *TaskMet
 		},
 	)
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+}
+
+// EgressMetrics counts the tunnels of proxy environments.
+type EgressMetrics struct {
+	tunnels, bytes *prometheus.CounterVec
+}
+
+// NewEgressMetrics returns the egress counters.
+func NewEgressMetrics() *EgressMetrics {
+	return &EgressMetrics{
+		tunnels: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentic_egress_tunnels_total", Help: "Egress connections through agents, by whether they were allowed.",
+		}, []string{"allowed"}),
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentic_egress_bytes_total", Help: "Bytes through egress tunnels, by direction (up: to the destination).",
+		}, []string{"direction"}),
+	}
+}
+
+// Observe counts one tunnel.
+func (m *EgressMetrics) Observe(allowed bool, up, down int64) {
+	m.tunnels.WithLabelValues(strconv.FormatBool(allowed)).Inc()
+	m.bytes.WithLabelValues("up").Add(float64(up))
+	m.bytes.WithLabelValues("down").Add(float64(down))
 }

@@ -270,6 +270,14 @@ func toEnvironment(e environment.Environment) restapi.Environment {
 	if len(e.AllowedHosts) > 0 {
 		out.AllowedHosts = &e.AllowedHosts
 	}
+	if len(e.Egress) > 0 {
+		list := make([]restapi.EgressEntry, 0, len(e.Egress))
+		for _, g := range e.Egress {
+			list = append(list, restapi.EgressEntry{At: g.At.UTC(), Host: g.Host, Port: g.Port, Allowed: g.Allowed, Reason: nonEmpty(g.Reason),
+				BytesUp: g.BytesUp, BytesDown: g.BytesDown, DurationMs: g.Duration.Milliseconds()})
+		}
+		out.Egress = &list
+	}
 	setStr(&out.AgentStatus, string(e.AgentStatus))
 	setStr(&out.Error, e.Error)
 	if !e.ReadyAt.IsZero() {

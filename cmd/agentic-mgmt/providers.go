@@ -163,7 +163,7 @@ func agentBinary(configured string) (string, error) {
 }
 
 func provideREST(cfg Config, svc *agentrpc.Service, token OperatorToken, clock ports.Clock, log *slog.Logger, ms *mission.Service, link *aiwg.Client,
-	ss *session.Service, logs *filestore.SessionLog, envs *environment.Service, tasks *task.Service, times *promexport.ProvisionTimes, taskMetrics *promexport.TaskMetrics, ready *Readiness) (RESTHandler, error) {
+	ss *session.Service, logs *filestore.SessionLog, envs *environment.Service, tasks *task.Service, times *promexport.ProvisionTimes, taskMetrics *promexport.TaskMetrics, egressMetrics *promexport.EgressMetrics, ready *Readiness) (RESTHandler, error) {
 	_, wsPort, _ := net.SplitHostPort(cfg.wsAddr())
 	port, _ := strconv.Atoi(wsPort)
 	dash, err := dashboard.New(port)
@@ -176,7 +176,7 @@ func provideREST(cfg Config, svc *agentrpc.Service, token OperatorToken, clock p
 		Token:        string(token),
 		Version:      cfg.Version,
 		Readiness:    ready.Checks,
-		Metrics:      promexport.Handler(svc, times, taskMetrics),
+		Metrics:      promexport.Handler(svc, times, taskMetrics, egressMetrics),
 		Logger:       log,
 		Clock:        clock,
 		Missions:     ms,

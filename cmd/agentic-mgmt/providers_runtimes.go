@@ -213,6 +213,7 @@ func exists(path string) bool {
 
 func provideProvisionTimes() *promexport.ProvisionTimes { return promexport.NewProvisionTimes() }
 func provideTaskMetrics() *promexport.TaskMetrics       { return promexport.NewTaskMetrics() }
+func provideEgressMetrics() *promexport.EgressMetrics   { return promexport.NewEgressMetrics() }
 
 // retirers retire an agent in each part of the server, in order.
 type retirers []ports.AgentRetirer
@@ -223,7 +224,7 @@ func (rs retirers) RetireAgent(ctx context.Context, agentID, reason string) {
 	}
 }
 
-func provideEnvironments(cfg Config, rts *Runtimes, svc *agentrpc.Service, ms *mission.Service, creds ports.AgentCredentials, clock ports.Clock, log *slog.Logger, times *promexport.ProvisionTimes) (*environment.Service, func()) {
+func provideEnvironments(cfg Config, rts *Runtimes, svc *agentrpc.Service, ms *mission.Service, creds ports.AgentCredentials, clock ports.Clock, log *slog.Logger, times *promexport.ProvisionTimes, egressMetrics *promexport.EgressMetrics) (*environment.Service, func()) {
 	var bin string
 	if len(rts.Available) > 0 {
 		b, err := agentBinary(cfg.AgentBinary)
@@ -242,7 +243,11 @@ func provideEnvironments(cfg Config, rts *Runtimes, svc *agentrpc.Service, ms *m
 		// sessions end under them.
 		Retire: retirers{ms, svc},
 	})
-	egressCfg := agentrpc.Egress{Policy: envs}
+	egressCfg := agentrpc.Egress{Policy: envs, Observe: func(r agentrpc.EgressRecord) {
+		egressMetrics.Observe(r.Allowed, r.BytesUp, r.BytesDown)
+		envs.RecordEgress(r.AgentID, environment.EgressEntry{At: clock.Now().Add(-r.Duration), Host: r.Host, Port: r.Port, Allowed: r.Allowed,
+			Reason: r.Reason, BytesUp: r.BytesUp, BytesDown: r.BytesDown, Duration: r.Duration})
+	}}
 	if cfg.TestResolve != nil {
 		log.Warn("AGENTIC_TEST_RESOLVE is set: egress resolves the names it lists to fixed addresses (a test hook)")
 		egressCfg.Resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {

@@ -38,7 +38,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		provideSupervisor,
 		provideRuntimes,
 		provideProvisionTimes,
-		provideTaskMetrics,
+		provideTaskMetrics, provideEgressMetrics,
 		provideEnvironments,
 		provideTasks,
 		provideReadiness,

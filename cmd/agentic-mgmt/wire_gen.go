@@ -62,7 +62,8 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 	}
 	sessionService := provideSessions(cfg, service, sessionLog, wall, uuiDv7, log)
 	provisionTimes := provideProvisionTimes()
-	environmentService, cleanup5 := provideEnvironments(cfg, runtimes, service, missionService, agentHashes, wall, log, provisionTimes)
+	egressMetrics := provideEgressMetrics()
+	environmentService, cleanup5 := provideEnvironments(cfg, runtimes, service, missionService, agentHashes, wall, log, provisionTimes, egressMetrics)
 	taskMetrics := provideTaskMetrics()
 	taskService, cleanup6, err := provideTasks(cfg, dataDir, environmentService, service, missionService, runtimes, wall, uuiDv7, log, taskMetrics)
 	if err != nil {
@@ -74,7 +75,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		return nil, nil, err
 	}
 	readiness := provideReadiness(cfg, service, client, runtimes)
-	restHandler, err := provideREST(cfg, service, operatorToken, wall, log, missionService, client, sessionService, sessionLog, environmentService, taskService, provisionTimes, taskMetrics, readiness)
+	restHandler, err := provideREST(cfg, service, operatorToken, wall, log, missionService, client, sessionService, sessionLog, environmentService, taskService, provisionTimes, taskMetrics, egressMetrics, readiness)
 	if err != nil {
 		cleanup6()
 		cleanup5()

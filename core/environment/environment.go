@@ -50,7 +50,24 @@ type Environment struct {
 	Events        []Event
 	// AllowedHosts are where a proxy environment may connect (normalised rules).
 	AllowedHosts []string
+	// Egress is its recent connections through the agent, newest last.
+	Egress []EgressEntry
 }
+
+// EgressEntry is one connection of a proxy environment.
+type EgressEntry struct {
+	At        time.Time
+	Host      string
+	Port      int
+	Allowed   bool
+	Reason    string
+	BytesUp   int64
+	BytesDown int64
+	Duration  time.Duration
+}
+
+// maxEgress bounds the connections kept per environment.
+const maxEgress = 20
 
 // Request is a create request.
 type Request struct {

@@ -337,6 +337,7 @@ func (s *Service) Get(name string) (Environment, bool) {
 	}
 	e := rec.env
 	e.Events = append([]Event(nil), e.Events...)
+	e.Egress = append([]EgressEntry(nil), e.Egress...)
 	if a, ok := s.cfg.Agents.Agent(name); ok {
 		e.AgentStatus = a.Status
 	}
@@ -631,4 +632,20 @@ func (s *Service) EgressRules(agentID string) ([]egress.Rule, bool) {
 		return nil, true
 	}
 	return rules, true
+}
+
+// RecordEgress keeps one connection of an environment's agent (the last
+// maxEgress of them).
+func (s *Service) RecordEgress(agentID string, e EgressEntry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rec, ok := s.envs[agentID]
+	if !ok {
+		return
+	}
+	list := append(rec.env.Egress, e)
+	if len(list) > maxEgress {
+		list = append([]EgressEntry(nil), list[len(list)-maxEgress:]...)
+	}
+	rec.env.Egress = list
 }

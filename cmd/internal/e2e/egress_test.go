@@ -139,6 +139,23 @@ func egressScenario(t *testing.T, s *harness.Server, runtime, name string) {
 	if got := fetch("https://example.com:" + portStr + "/big"); !strings.Contains(got, fmt.Sprintf("STATUS 200 BYTES %d READERR <nil>", len(big))) {
 		t.Errorf("8 MiB through the tunnel: %q", got)
 	}
+	// The environment shows its recent egress, and Prometheus counts it.
+	g, err := c.GetEnvironmentWithResponse(ctx, name)
+	if err != nil || g.JSON200 == nil || g.JSON200.Egress == nil {
+		t.Fatalf("the environment's egress: %v %s", err, g.Body)
+	}
+	var sawDenied, sawBig bool
+	for _, e := range *g.JSON200.Egress {
+		sawDenied = sawDenied || (e.Host == "denied.example.org" && !e.Allowed && strings.Contains(deref(e.Reason), "matches no allowed host"))
+		sawBig = sawBig || (e.Allowed && e.BytesDown > int64(len(big)))
+	}
+	if !sawDenied || !sawBig {
+		t.Errorf("recent egress: %s", g.Body)
+	}
+	if _, metrics := fileDo(t, s, http.MethodGet, s.RESTURL+"/metrics", nil); !strings.Contains(string(metrics), `agentic_egress_tunnels_total{allowed="false"}`) ||
+		!strings.Contains(string(metrics), `agentic_egress_bytes_total{direction="down"}`) {
+		t.Errorf("egress metrics missing")
+	}
 	// What was refused and allowed is in the server's log.
 	if log := s.Log(); !strings.Contains(log, `msg=egress agent_id=`+name+` host=denied.example.org`) || !strings.Contains(log, "allowed=true") {
 		t.Errorf("egress not logged:\n%s", log)

@@ -1208,6 +1208,21 @@ export interface components {
             /** @description Who watches it on the client WebSocket now, and in which role (at most one controller). */
             viewers?: components["schemas"]["SessionViewer"][];
         };
+        EgressEntry: {
+            /** Format: date-time */
+            at: string;
+            host: string;
+            port: number;
+            allowed: boolean;
+            /** @description The rule that allowed it, or why not. */
+            reason?: string;
+            /** Format: int64 */
+            bytes_up: number;
+            /** Format: int64 */
+            bytes_down: number;
+            /** Format: int64 */
+            duration_ms: number;
+        };
         MissionTimelineEntry: {
             event: string;
             /** Format: date-time */
@@ -1280,6 +1295,8 @@ export interface components {
             image?: string;
             network?: string;
             allowed_hosts?: string[];
+            /** @description A proxy environment's recent connections through its agent, newest last (at most 20). */
+            egress?: components["schemas"]["EgressEntry"][];
             resources?: components["schemas"]["Resources"];
             agent_id: string;
             /** @description Of the environment's agent, when it is listed. */
