@@ -194,9 +194,10 @@ func (s *Service) Mount(mux *http.ServeMux, operator bool) {
 				return
 			}
 		}
-		if r.URL.Path == sandboxv1connect.AgentServiceTransferProcedure {
-			// File bytes go uncompressed whatever the agent accepts: gzip
-			// cost a core for 30 MiB/s, and archives and binaries rarely shrink.
+		if r.URL.Path == sandboxv1connect.AgentServiceTransferProcedure || r.URL.Path == sandboxv1connect.AgentServiceTunnelProcedure {
+			// File and tunnel bytes go uncompressed whatever the agent
+			// accepts: gzip cost a core for 30 MiB/s, and archives, binaries
+			// and TLS records do not shrink.
 			r.Header.Del("Grpc-Accept-Encoding")
 			r.Header.Del("Connect-Accept-Encoding")
 		}

@@ -158,7 +158,7 @@ func (s *Service) Tunnel(ctx context.Context, stream tunnelServerStream) error {
 		}
 	}()
 	// destination → agent, until the destination closes or the agent goes.
-	buf := make([]byte, 32<<10)
+	buf := make([]byte, 256<<10) // large messages: per-message framing is most of the cost
 	for {
 		n, err := dst.Read(buf)
 		if n > 0 {

@@ -30,7 +30,7 @@ func main() {
 	n := flag.Int("n", 1000, "round trips per measurement")
 	sshN := flag.Int("ssh-n", 100, "ssh round trips (each is slow)")
 	sustained := flag.Int("sustained", 2000, "missions in the sustained-rate run")
-	flag.StringVar(&only, "only", "", "run one part only: env, term, files, tasks or dashboard")
+	flag.StringVar(&only, "only", "", "run one part only: env, term, files, tasks, dashboard or egress")
 	flag.Parse()
 	if err := run(*binDir, *n, *sshN, *sustained); err != nil {
 		fmt.Fprintln(os.Stderr, "benchrun:", err)
@@ -80,6 +80,8 @@ func run(binDir string, n, sshN, sustained int) error {
 		return tasksBench(bins, nil)
 	case "dashboard":
 		return dashboardBench(bins, nil)
+	case "egress":
+		return egressBench(bins, nil)
 	}
 	dataDir, err := os.MkdirTemp("", "agentic-bench-")
 	if err != nil {
@@ -169,7 +171,7 @@ func run(binDir string, n, sshN, sustained int) error {
 		return err
 	}
 	srv.Kill()
-	return dashboardBench(bins, tasksBench(bins, filesBench(bins, envBench(bins, terminalBench(bins, missionBench(bins, n/2, sustained, floor))))))
+	return egressBench(bins, dashboardBench(bins, tasksBench(bins, filesBench(bins, envBench(bins, terminalBench(bins, missionBench(bins, n/2, sustained, floor)))))))
 }
 
 // throughput sends 1 MiB of text through the stack and compares with cat.

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/pem"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -35,6 +37,68 @@ func TestEgressThroughTheAgentInDocker(t *testing.T) {
 
 	s := startServer(t, 0, t.TempDir(), append([]string{"DOCKER_HOST=" + host, "AGENTIC_RUNTIMES=docker"}, egressEnv...)...)
 	egressScenario(t, s, "docker", "egress-1")
+
+	// The agent killed mid-download: the tunnel ends, and so does the
+	// server's connection to the destination (nothing left streaming).
+	gone := make(chan struct{})
+	var once sync.Once
+	started := make(chan struct{}, 1)
+	slow := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		chunk := make([]byte, 64<<10)
+		for i := 0; i < 6000; i++ { // a minute at most
+			if _, err := w.Write(chunk); err != nil {
+				once.Do(func() { close(gone) })
+				return
+			}
+			w.(http.Flusher).Flush()
+			select {
+			case started <- struct{}{}:
+			default:
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}))
+	t.Cleanup(slow.Close)
+	_, slowPort, _ := net.SplitHostPort(slow.Listener.Addr().String())
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c := s.Client()
+	proxyNet := "proxy"
+	allowed := []string{"example.com:" + slowPort, "127.0.0.1:" + slowPort}
+	if r, err := c.CreateEnvironmentWithResponse(ctx, restapi.CreateEnvironmentRequest{Runtime: "docker", Name: "egress-kill", Network: &proxyNet, AllowedHosts: &allowed}); err != nil || r.StatusCode() >= 300 {
+		t.Fatalf("create: %v %s", err, r.Body)
+	}
+	eventually(t, 60*time.Second, "the environment ready", func() bool {
+		g, err := c.GetEnvironmentWithResponse(ctx, "egress-kill")
+		return err == nil && g.JSON200 != nil && g.JSON200.State == "ready"
+	})
+	putFile(t, s, "egress-kill", "/tmp/egressclient", egressClient(t), "0755")
+	putFile(t, s, "egress-kill", "/tmp/ca.pem", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: slow.Certificate().Raw}), "0644")
+	if r, err := c.StartCommandWithResponse(ctx, "egress-kill", restapi.ExecRequest{Command: "/tmp/egressclient",
+		Args: ptr([]string{"https://example.com:" + slowPort + "/", "/tmp/ca.pem"})}); err != nil || r.JSON202 == nil {
+		t.Fatalf("start the download: %v %v", err, r)
+	}
+	select {
+	case <-started:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the download never started")
+	}
+	time.Sleep(300 * time.Millisecond)
+	out, err := exec.Command("docker", "-H", host, "ps", "-q", "--filter", "label=io.agentic-sandbox.env=egress-kill").CombinedOutput()
+	if err != nil || len(strings.TrimSpace(string(out))) == 0 {
+		t.Fatalf("the container: %v %s", err, out)
+	}
+	if out, err := exec.Command("docker", "-H", host, "kill", strings.TrimSpace(string(out))).CombinedOutput(); err != nil {
+		t.Fatalf("docker kill: %v %s", err, out)
+	}
+	select {
+	case <-gone:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the destination still streams 30 s after the agent was killed: the tunnel did not end")
+	}
+	eventually(t, 30*time.Second, "the tunnel's end logged", func() bool {
+		return strings.Contains(s.Log(), "msg=egress agent_id=egress-kill host=example.com port="+slowPort+" allowed=true")
+	})
 }
 
 // The same in a VM under TCG: no NIC, the agent's proxy on the guest's
@@ -92,22 +156,8 @@ func egressScenario(t *testing.T, s *harness.Server, runtime, name string) {
 	}
 
 	// The client and the CA go in through the agent link.
-	bin := filepath.Join(t.TempDir(), "egressclient")
-	root, _ := harness.ModuleRoot()
-	build := exec.Command("go", "build", "-o", bin, "./cmd/internal/e2e/testdata/egressclient")
-	build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the client: %v %s", err, out)
-	}
-	put := func(path string, b []byte, mode string) {
-		t.Helper()
-		st, body := fileDo(t, s, http.MethodPut, s.RESTURL+"/api/v1/agents/"+name+"/files/content?path="+path+"&mode="+mode, strings.NewReader(string(b)))
-		if st >= 300 {
-			t.Fatalf("upload %s: %d %s", path, st, body)
-		}
-	}
-	clientBytes, _ := os.ReadFile(bin)
-	put("/tmp/egressclient", clientBytes, "0755")
+	put := func(path string, b []byte, mode string) { putFile(t, s, name, path, b, mode) }
+	put("/tmp/egressclient", egressClient(t), "0755")
 	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: site.Certificate().Raw})
 	ca2 := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: other.Certificate().Raw})
 	put("/tmp/ca.pem", append(ca, ca2...), "0644")
@@ -162,5 +212,46 @@ func egressScenario(t *testing.T, s *harness.Server, runtime, name string) {
 	}
 	if d, err := c.DeleteEnvironmentWithResponse(ctx, name); err != nil || d.StatusCode() >= 300 {
 		t.Errorf("delete: %v", err)
+	}
+}
+
+var (
+	egressClientOnce sync.Once
+	egressClientBin  []byte
+	egressClientErr  error
+)
+
+// egressClient is the static test client, built once.
+func egressClient(t *testing.T) []byte {
+	t.Helper()
+	egressClientOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "egressclient-")
+		if err != nil {
+			egressClientErr = err
+			return
+		}
+		defer os.RemoveAll(dir)
+		bin := filepath.Join(dir, "egressclient")
+		root, _ := harness.ModuleRoot()
+		build := exec.Command("go", "build", "-o", bin, "./cmd/internal/e2e/testdata/egressclient")
+		build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			egressClientErr = fmt.Errorf("%v %s", err, out)
+			return
+		}
+		egressClientBin, egressClientErr = os.ReadFile(bin)
+	})
+	if egressClientErr != nil {
+		t.Fatalf("building the egress client: %v", egressClientErr)
+	}
+	return egressClientBin
+}
+
+// putFile writes a file on an agent through the files API.
+func putFile(t *testing.T, s *harness.Server, agent, path string, b []byte, mode string) {
+	t.Helper()
+	st, body := fileDo(t, s, http.MethodPut, s.RESTURL+"/api/v1/agents/"+agent+"/files/content?path="+path+"&mode="+mode, bytes.NewReader(b))
+	if st >= 300 {
+		t.Fatalf("upload %s to %s: %d %s", path, agent, st, body)
 	}
 }

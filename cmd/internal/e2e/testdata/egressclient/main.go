@@ -29,7 +29,9 @@ func main() {
 	c := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{
 		Proxy: http.ProxyFromEnvironment, TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
 	}}
+	start := time.Now()
 	resp, err := c.Get(os.Args[1])
+	ttfb := time.Since(start)
 	if err != nil {
 		fmt.Println("ERR", err)
 		os.Exit(3)
@@ -38,5 +40,6 @@ func main() {
 	head := make([]byte, 256)
 	h, _ := io.ReadFull(resp.Body, head)
 	n, err := io.Copy(io.Discard, resp.Body)
-	fmt.Printf("STATUS %d BYTES %d READERR %v BODY %q\n", resp.StatusCode, int64(h)+n, err, head[:h])
+	fmt.Printf("STATUS %d BYTES %d READERR %v BODY %q TTFB_US %d ELAPSED_US %d\n", resp.StatusCode, int64(h)+n, err, head[:h],
+		ttfb.Microseconds(), time.Since(start).Microseconds())
 }
