@@ -98,8 +98,9 @@ func TestDashboard(t *testing.T) {
 	p.shot("06-terminal-after-restart")
 
 	// Environments: create one and watch it come up, then delete it.
-	p.do("environments", chromedp.Navigate(url+"#/environments"), chromedp.WaitVisible(testid("env-name")),
-		chromedp.SendKeys(testid("env-name"), "dash-env"), chromedp.Click(testid("env-create")), chromedp.WaitVisible(testid("env-row-dash-env")))
+	p.do("environments", chromedp.Navigate(url+"#/environments"), chromedp.WaitVisible(testid("env-name")))
+	p.waitJS("the runtimes offered", `document.querySelector('[data-testid="env-runtime"]').value === "host"`, 20*time.Second)
+	p.do("create one", chromedp.SendKeys(testid("env-name"), "dash-env"), chromedp.Click(testid("env-create")), chromedp.WaitVisible(testid("env-row-dash-env")))
 	p.waitJS("the environment ready", `document.querySelector('[data-testid="env-row-dash-env"]').innerText.includes("ready")`, 60*time.Second)
 	p.waitJS("its steps", `document.querySelector('[data-testid="env-row-dash-env"]').innerText.includes("agent_ready")`, 10*time.Second)
 	p.shot("07-environments")

@@ -197,9 +197,10 @@ function Environments() {
   const envs = usePoll(async () => (await call(api.GET("/api/v1/environments"))).data?.environments, [], 1000);
   const runtimes = usePoll(async () => (await call(api.GET("/api/v1/runtimes"))).data?.runtimes, [], 10000);
   const [form, setForm] = useState<Record<string, string>>({ runtime: "", name: "", image: "", profile: "", cpus: "", memory_mb: "", network: "" });
-  useEffect(() => { if (!form.runtime && runtimes?.length) setForm({ ...form, runtime: runtimes[0].runtime }); }, [runtimes]);
+  // Functional updates: a poll's answer must not undo keys typed meanwhile.
+  useEffect(() => { if (runtimes?.length) setForm((f) => (f.runtime ? f : { ...f, runtime: runtimes[0].runtime })); }, [runtimes]);
   const [err, setErr] = useState<any>();
-  const set = (k: string) => (e: any) => setForm({ ...form, [k]: e.target.value });
+  const set = (k: string) => (e: any) => { const v = e.target.value; setForm((f) => ({ ...f, [k]: v })); };
   const create = async (ev: Event) => {
     ev.preventDefault();
     const body: any = { runtime: form.runtime || runtimes?.[0]?.runtime, name: form.name };
@@ -209,7 +210,7 @@ function Environments() {
     if (form.cpus || form.memory_mb) body.resources = { cpus: Number(form.cpus) || undefined, memory_mb: Number(form.memory_mb) || undefined };
     const r = await call(api.POST("/api/v1/environments", { body }));
     setErr(r.error);
-    if (!r.error) setForm({ ...form, name: "" });
+    if (!r.error) setForm((f) => ({ ...f, name: "" }));
   };
   const act = async (name: string, what: "start" | "stop" | "delete") => {
     const p = { params: { path: { name } } };
@@ -256,7 +257,7 @@ function HITL() {
     ${(reqs || []).map((q: S["HITLRequest"]) => html`<article class="card hitl" data-testid=${"hitl-row-" + q.hitl_id}>
       <h2>${q.task_id ? html`Task <a href=${"#/task/" + q.task_id}>${q.task_id}</a>` : html`Mission ${q.mission_id}`} <span class="muted">${ago(q.created_at)}</span></h2>
       <p class="prompt">${q.prompt}</p>${q.context ? html`<pre>${q.context}</pre>` : ""}
-      <label>Answer <input value=${answers[q.hitl_id] || ""} onInput=${(e: any) => setAnswers({ ...answers, [q.hitl_id]: e.target.value })} data-testid=${"hitl-text-" + q.hitl_id} /></label>
+      <label>Answer <input value=${answers[q.hitl_id] || ""} onInput=${(e: any) => { const v = e.target.value; setAnswers((a) => ({ ...a, [q.hitl_id]: v })); }} data-testid=${"hitl-text-" + q.hitl_id} /></label>
       ${q.tool_name ? html`<button data-testid=${"hitl-allow-" + q.hitl_id} onClick=${() => respond(q.hitl_id, "allow")}>Allow</button>
         <button data-testid=${"hitl-deny-" + q.hitl_id} onClick=${() => respond(q.hitl_id, "deny")}>Deny</button>` :
         html`<button data-testid=${"hitl-send-" + q.hitl_id} onClick=${() => respond(q.hitl_id)}>Send</button>`}
