@@ -849,7 +849,12 @@ func (s *Service) onOutput(e *entry) func(ports.OutputChunk) {
 		p := &e.rec.Progress
 		p.OutputBytes += int64(len(c.Data))
 		p.LastActivityAt = now
-		p.Activity = "working"
+		// An open question keeps it waiting: output that comes after (it
+		// may overtake the question on the agent link, or precede it) does
+		// not mean claude works on.
+		if len(e.hitl) == 0 {
+			p.Activity = "working"
+		}
 		if e.manifest.Claude != nil {
 			p.ToolCalls, p.Turns, p.CostUSD = sum.ToolCalls, sum.Turns, sum.CostUSD
 			if current != "" {
