@@ -210,7 +210,7 @@ func httpClient(cleartext bool, dial func(ctx context.Context, network, addr str
 		// The server's windows (agentrpc.HTTP2Config): a stalled upload
 		// holds at most its stream's 4 MiB of the connection's 64 MiB.
 		HTTP2: &http.HTTP2Config{SendPingTimeout: 15 * time.Second, PingTimeout: 10 * time.Second,
-			MaxReceiveBufferPerStream: 4 << 20, MaxReceiveBufferPerConnection: 64 << 20},
+			MaxReceiveBufferPerStream: 4 << 20, MaxReceiveBufferPerConnection: 64 << 20, MaxReadFrameSize: 1 << 20},
 	}
 	p := new(http.Protocols)
 	if cleartext {

@@ -55,6 +55,8 @@ func HTTP2Config() *http.HTTP2Config {
 	return &http.HTTP2Config{
 		SendPingTimeout: 15 * time.Second, PingTimeout: 10 * time.Second,
 		MaxReceiveBufferPerStream: streamWindow, MaxReceiveBufferPerConnection: connectionWindow,
+		// Large frames: a tunnel or a transfer moves in fewer writes.
+		MaxReadFrameSize: 1 << 20,
 	}
 }
 
