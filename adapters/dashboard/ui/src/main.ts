@@ -196,7 +196,7 @@ function Log({ id }: { id: string }) {
 function Environments() {
   const envs = usePoll(async () => (await call(api.GET("/api/v1/environments"))).data?.environments, [], 1000);
   const runtimes = usePoll(async () => (await call(api.GET("/api/v1/runtimes"))).data?.runtimes, [], 10000);
-  const [form, setForm] = useState<Record<string, string>>({ runtime: "", name: "", image: "", profile: "", cpus: "", memory_mb: "", network: "" });
+  const [form, setForm] = useState<Record<string, string>>({ runtime: "", name: "", image: "", profile: "", cpus: "", memory_mb: "", network: "", allowed: "" });
   // Functional updates: a poll's answer must not undo keys typed meanwhile.
   useEffect(() => { if (runtimes?.length) setForm((f) => (f.runtime ? f : { ...f, runtime: runtimes[0].runtime })); }, [runtimes]);
   const [err, setErr] = useState<any>();
@@ -207,6 +207,7 @@ function Environments() {
     if (form.image) body.image = form.image;
     if (form.profile) body.profile = form.profile;
     if (form.network) body.network = form.network;
+    if (form.network === "proxy") body.allowed_hosts = form.allowed.split(",").map((h) => h.trim()).filter((h) => h);
     if (form.cpus || form.memory_mb) body.resources = { cpus: Number(form.cpus) || undefined, memory_mb: Number(form.memory_mb) || undefined };
     const r = await call(api.POST("/api/v1/environments", { body }));
     setErr(r.error);
@@ -227,12 +228,15 @@ function Environments() {
       <label>CPUs <input type="number" min="0" step="0.5" value=${form.cpus} onInput=${set("cpus")} /></label>
       <label>Memory MiB <input type="number" min="0" value=${form.memory_mb} onInput=${set("memory_mb")} /></label>
       <label>Network <select value=${form.network} onChange=${set("network")}>${((runtimes || []).find((r: any) => r.runtime === form.runtime)?.network_modes || []).map((m: string) => html`<option value=${m}>${m}</option>`)}</select></label>
+      ${form.network === "proxy" ? html`<label>Allowed hosts <input value=${form.allowed} onInput=${set("allowed")} placeholder="api.anthropic.com, *.npmjs.org" data-testid="env-allowed-hosts" /></label>` : ""}
       <button type="submit" data-testid="env-create">Create</button></form>
     <${Err} e=${err} />
     <table><thead><tr><th>Name</th><th>Runtime</th><th>State</th><th>Agent</th><th>Steps</th><th></th></tr></thead><tbody>
     ${(envs || []).map((e: S["Environment"]) => html`<tr data-testid=${"env-row-" + e.name}><td>${e.name}</td><td>${e.runtime}</td>
       <td><span class=${"pill " + e.state}>${e.state}</span>${e.error ? html`<div class="error">${e.error}</div>` : ""}</td><td>${e.agent_status || "-"}</td>
-      <td><ol class="steps">${e.events.map((s) => html`<li>${s.step}${s.message ? ": " + s.message : ""}</li>`)}</ol></td>
+      <td><ol class="steps">${e.events.map((s) => html`<li>${s.step}${s.message ? ": " + s.message : ""}</li>`)}</ol>
+        ${e.allowed_hosts ? html`<p class="muted small">egress to ${e.allowed_hosts.join(", ")}</p>` : ""}
+        ${(e.egress || []).slice(-5).map((g) => html`<div class=${"small " + (g.allowed ? "ok" : "error")}>${g.allowed ? "→" : "✕"} ${g.host}:${g.port} ${g.allowed ? bytes(g.bytes_down) : g.reason || ""}</div>`)}</td>
       <td><button onClick=${() => act(e.name, "start")}>Start</button><button onClick=${() => act(e.name, "stop")}>Stop</button>
         <button data-testid=${"env-delete-" + e.name} onClick=${() => act(e.name, "delete")}>Delete</button></td></tr>`)}</tbody></table></section>`;
 }
