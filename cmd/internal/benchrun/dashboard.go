@@ -52,11 +52,7 @@ func dashboardBench(bins harness.Binaries, prev error) error {
 	fmt.Printf("\n## Dashboard (headless Chromium %s, loopback)\n\n", chromiumVersion())
 	fmt.Printf("first load, gzip as transferred: %.1f KiB (%s) (goal < 400 KiB)\n\n", float64(total)/1024, parts)
 
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath("/usr/bin/chromium"), chromedp.Flag("headless", true), chromedp.Flag("no-sandbox", true),
-		chromedp.Flag("disable-gpu", true), chromedp.Flag("disable-quic", true), chromedp.Flag("no-first-run", true),
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(dataDir+"/chromium"), chromedp.WindowSize(1280, 800))
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), harness.ChromiumOptions(harness.ChromiumPath(), dataDir+"/chromium")...)
 	defer cancelAlloc()
 	bctx, cancelB := chromedp.NewContext(alloc)
 	defer cancelB()
@@ -264,7 +260,7 @@ func browserEcho(step func(...chromedp.Action[chromedp.Void]) error, bctx contex
 }
 
 func chromiumVersion() string {
-	out, err := exec.Command("/usr/bin/chromium", "--version").Output()
+	out, err := exec.Command(harness.ChromiumPath(), "--version").Output()
 	if err != nil {
 		return "?"
 	}

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
+	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/testreq"
 )
 
@@ -25,27 +25,11 @@ type browser struct {
 	ctx context.Context
 }
 
-func chromiumPath() string {
-	for _, p := range []string{"/usr/bin/chromium", "/usr/bin/chromium-browser"} {
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	p, _ := exec.LookPath("chromium")
-	return p
-}
-
 func newBrowser(t *testing.T) *browser {
 	t.Helper()
-	path := chromiumPath()
-	testreq.Need(t, path != "", "headless Chromium", "apt-get install -y chromium (make test-env installs it)")
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(path), chromedp.Flag("headless", true), chromedp.Flag("no-sandbox", true), chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("disable-quic", true), chromedp.Flag("no-first-run", true), chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1280, 800),
-	}
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	path := harness.ChromiumPath()
+	testreq.Need(t, path != "", "headless Chromium", "apt-get install -y chromium (make deps installs it)")
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), harness.ChromiumOptions(path, t.TempDir())...)
 	ctx, cancel := chromedp.NewContext(alloc)
 	if err := chromedp.Do(ctx); err != nil { // starts the browser
 		cancel()

@@ -68,10 +68,7 @@ func TestEgressThroughTheAgentInDocker(t *testing.T) {
 	if r, err := c.CreateEnvironmentWithResponse(ctx, restapi.CreateEnvironmentRequest{Runtime: "docker", Name: "egress-kill", Network: &proxyNet, AllowedHosts: &allowed}); err != nil || r.StatusCode() >= 300 {
 		t.Fatalf("create: %v %s", err, r.Body)
 	}
-	eventually(t, 60*time.Second, "the environment ready", func() bool {
-		g, err := c.GetEnvironmentWithResponse(ctx, "egress-kill")
-		return err == nil && g.JSON200 != nil && g.JSON200.State == "ready"
-	})
+	waitEnvReady(t, s, "egress-kill", 60*time.Second)
 	putFile(t, s, "egress-kill", "/tmp/egressclient", egressClient(t), "0755")
 	putFile(t, s, "egress-kill", "/tmp/ca.pem", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: slow.Certificate().Raw}), "0644")
 	if r, err := c.StartCommandWithResponse(ctx, "egress-kill", restapi.ExecRequest{Command: "/tmp/egressclient",
@@ -140,10 +137,7 @@ func egressScenario(t *testing.T, s *harness.Server, runtime, name string) {
 		t.Fatalf("create: %v %s", err, created.Body)
 	}
 	t.Cleanup(func() { _, _ = c.DeleteEnvironmentWithResponse(context.Background(), name) })
-	eventually(t, 120*time.Second, "the environment ready", func() bool {
-		g, err := c.GetEnvironmentWithResponse(ctx, name)
-		return err == nil && g.JSON200 != nil && g.JSON200.State == "ready"
-	})
+	waitEnvReady(t, s, name, 120*time.Second)
 	// A bad rule, and allowed hosts without the proxy mode, are refused.
 	for _, body := range []restapi.CreateEnvironmentRequest{
 		{Runtime: runtime, Name: "egress-bad", Network: &proxyNet, AllowedHosts: &[]string{"http://x.com"}},
@@ -254,4 +248,15 @@ func putFile(t *testing.T, s *harness.Server, agent, path string, b []byte, mode
 	if st >= 300 {
 		t.Fatalf("upload %s to %s: %d %s", path, agent, st, body)
 	}
+}
+
+// waitEnvReady waits for an environment to be ready.
+func waitEnvReady(t *testing.T, s *harness.Server, name string, d time.Duration) {
+	t.Helper()
+	eventually(t, d, name+" ready", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		g, err := s.Client().GetEnvironmentWithResponse(ctx, name)
+		return err == nil && g.JSON200 != nil && g.JSON200.State == "ready"
+	})
 }
