@@ -52,18 +52,11 @@ func dashboardBench(bins harness.Binaries, prev error) error {
 	fmt.Printf("\n## Dashboard (headless Chromium %s, loopback)\n\n", chromiumVersion())
 	fmt.Printf("first load, gzip as transferred: %.1f KiB (%s) (goal < 400 KiB)\n\n", float64(total)/1024, parts)
 
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), harness.ChromiumOptions(harness.ChromiumPath(), dataDir+"/chromium")...)
-	defer cancelAlloc()
-	bctx, cancelB := chromedp.NewContext(alloc)
-	defer cancelB()
-	if err := chromedp.Do(bctx, chromedp.Navigate(url), chromedp.WaitVisible(chromedp.CSS(`[data-testid="signin-token"]`)),
-		chromedp.SendKeys(chromedp.CSS(`[data-testid="signin-token"]`), srv.Token), chromedp.Click(chromedp.CSS(`[data-testid="signin-submit"]`)),
-		chromedp.WaitVisible(chromedp.CSS(`[data-testid="nav-agents"]`))); err != nil {
-		return fmt.Errorf("signing in: %w", err)
-	}
-	if _, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`true`)); err != nil {
+	bctx, closeBrowser, err := signedInBrowser(srv, url, dataDir+"/chromium")
+	if err != nil {
 		return err
 	}
+	defer closeBrowser()
 	step := func(steps ...chromedp.Action[chromedp.Void]) error {
 		c, cancel := context.WithTimeout(bctx, 30*time.Second)
 		defer cancel()
@@ -94,10 +87,29 @@ func dashboardBench(bins harness.Binaries, prev error) error {
 		})`, chromedp.EvalAwaitPromise))
 		fmt.Println("page WebSocket ping → pong (ms):", v, err)
 	}
-	echoes, err := browserEcho(step, bctx, url, 200)
+	echoes, err := browserEcho(bctx, url, 200, "")
 	if err != nil {
 		return fmt.Errorf("browser echo: %w", err)
 	}
+	// Headless Chromium has no display: its frames follow a simulated 60 Hz
+	// clock, and an echo waits for one or two of them. The same run with the
+	// clock unthrottled shows what the page and the browser's own input and
+	// WebSocket paths cost without that wait; a blank page with a text field
+	// is the floor of the input path.
+	fast, closeFast, err := signedInBrowser(srv, url, dataDir+"/chromium-unthrottled", chromedp.Flag("disable-frame-rate-limit", true), chromedp.Flag("disable-gpu-vsync", true))
+	if err != nil {
+		return err
+	}
+	defer closeFast()
+	fastEchoes, err := browserEcho(fast, url, 200, ", frame clock unthrottled")
+	if err != nil {
+		return fmt.Errorf("browser echo, frame clock unthrottled: %w", err)
+	}
+	floor, err := blankPageKeyFloor(fast, 100)
+	if err != nil {
+		return fmt.Errorf("blank page: %w", err)
+	}
+	echoes = append(append(echoes, fastEchoes...), floor)
 	deadline := time.Now().Add(2 * time.Minute)
 	ws, err := wsShellEcho(srv, 200, deadline)
 	if err != nil {
@@ -112,7 +124,7 @@ func dashboardBench(bins harness.Binaries, prev error) error {
 	for _, s := range append(append([]stats{agentList, cold}, echoes...), ws, wsCat) {
 		fmt.Printf("| %s | %d | %s | %s | %s |\n", s.name, s.n, ms(s.p50), ms(s.p99), ms(s.avg))
 	}
-	fmt.Printf("\nbrowser echo p50 − WebSocket echo p50 = %s (goal: a couple of ms at most)\n", ms(echoes[0].p50-ws.p50))
+	fmt.Printf("\nbrowser echo p50 − WebSocket echo p50 = %s; frame clock unthrottled: %s (goal: a couple of ms at most)\n", ms(echoes[0].p50-ws.p50), ms(fastEchoes[0].p50-ws.p50))
 	return nil
 }
 
@@ -161,14 +173,49 @@ func firstLoadBytes(url string) (int, string, error) {
 	return total, strings.Join(parts, ", "), nil
 }
 
+// signedInBrowser starts headless Chromium (with extra flags) and signs in.
+func signedInBrowser(srv *harness.Server, url, userDataDir string, extra ...chromedp.ExecAllocatorOption) (context.Context, func(), error) {
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(harness.ChromiumOptions(harness.ChromiumPath(), userDataDir), extra...)...)
+	bctx, cancelB := chromedp.NewContext(alloc)
+	closeAll := func() { cancelB(); cancelAlloc() }
+	if err := chromedp.Do(bctx, chromedp.Navigate(url), chromedp.WaitVisible(chromedp.CSS(`[data-testid="signin-token"]`)),
+		chromedp.SendKeys(chromedp.CSS(`[data-testid="signin-token"]`), srv.Token), chromedp.Click(chromedp.CSS(`[data-testid="signin-submit"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`[data-testid="nav-agents"]`))); err != nil {
+		closeAll()
+		return nil, nil, fmt.Errorf("signing in: %w", err)
+	}
+	return bctx, closeAll, nil
+}
+
+// pressKey sends one key down and up, as a person's key press arrives.
+func pressKey(ctx context.Context, text string) error {
+	return chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		down := input.DispatchKeyEventParams{Type: input.DispatchKeyEventTypeKeyDown, Text: text, Key: text}
+		if _, err := chromedp.Call(ctx, input.DispatchKeyEvent, down); err != nil {
+			return err
+		}
+		down.Type, down.Text = input.DispatchKeyEventTypeKeyUp, ""
+		_, err := chromedp.Call(ctx, input.DispatchKeyEvent, down)
+		return err
+	}))
+}
+
+// afterKeyProbe, installed in a page, times from each keydown until the
+// page's main thread can run its next task: how long the browser itself
+// keeps that thread busy after a key (any WebSocket message waits as long).
+const afterKeyProbe = `(() => { window.__free = [];
+  document.addEventListener("keydown", () => { const t = performance.now(); const ch = new MessageChannel();
+    ch.port1.onmessage = () => window.__free.push(performance.now() - t); ch.port2.postMessage(0); }, true);
+  return true })()`
+
 // browserEcho opens a new shell in the dashboard and times, inside the
 // page, each keydown until the terminal's rows show the character.
-func browserEcho(step func(...chromedp.Action[chromedp.Void]) error, bctx context.Context, url string, n int) ([]stats, error) {
-	if err := step(chromedp.Navigate(url+"#/terminal/new/host-01"), chromedp.WaitVisible(chromedp.CSS(`[data-testid="terminal"] .xterm-rows`))); err != nil {
-		return nil, err
-	}
+func browserEcho(bctx context.Context, url string, n int, label string) ([]stats, error) {
 	c, cancel := context.WithTimeout(bctx, 3*time.Minute)
 	defer cancel()
+	if err := chromedp.Do(c, chromedp.Navigate(url+"#/terminal/new/host-01"), chromedp.WaitVisible(chromedp.CSS(`[data-testid="terminal"] .xterm-rows`))); err != nil {
+		return nil, err
+	}
 	wait := func(js string) error {
 		for {
 			v, err := chromedp.Run(c, chromedp.Evaluate[bool](js))
@@ -194,69 +241,80 @@ func browserEcho(step func(...chromedp.Action[chromedp.Void]) error, bctx contex
 	  document.addEventListener("keydown", () => { seen = false; }, true);
 	  window.__agenticBench = { recv: (t) => { if (t0 && !seen) { seen = true; window.__recv.push(t - t0); } } };
 	  document.addEventListener("keydown", () => { t0 = performance.now(); want = count() + 1; }, true);
-	  new MutationObserver(() => { if (t0 && count() >= want) { window.__lat.push(performance.now() - t0); t0 = 0; } })
+	  new MutationObserver(() => { if (t0 && count() >= want) { window.__lat.push(performance.now() - t0); t0 = 0; if (window.__woke) window.__woke(); } })
 	    .observe(rows, {subtree: true, childList: true, characterData: true});
 	  return true })()`
 	if err := wait(hook); err != nil {
 		return nil, err
 	}
-	key := func(text string) error {
-		return chromedp.Do(c, chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
-			down := input.DispatchKeyEventParams{Type: input.DispatchKeyEventTypeKeyDown, Text: text, Key: text}
-			if _, err := chromedp.Call(ctx, input.DispatchKeyEvent, down); err != nil {
-				return err
-			}
-			down.Type, down.Text = input.DispatchKeyEventTypeKeyUp, ""
-			_, err := chromedp.Call(ctx, input.DispatchKeyEvent, down)
-			return err
-		}))
+	if err := wait(afterKeyProbe); err != nil {
+		return nil, err
 	}
 	warm := 10
 	for i := range n + warm {
 		if i > 0 && i%60 == 0 {
 			// A fresh line now and then: the shell's line editor stays short.
-			if err := key("\x15"); err != nil {
+			if err := pressKey(c, "\x15"); err != nil {
 				return nil, err
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		if err := key("q"); err != nil {
+		if err := pressKey(c, "q"); err != nil {
 			return nil, err
 		}
-		if err := wait(fmt.Sprintf(`window.__lat.length >= %d`, i+1)); err != nil {
+		// One pending evaluation per key, woken by the page: polling from
+		// here would queue tasks on the very thread being measured.
+		if _, err := chromedp.Run(c, chromedp.Evaluate[bool](fmt.Sprintf(`new Promise((res) => {
+		  const done = () => window.__lat.length >= %d; if (done()) return res(true);
+		  window.__woke = () => { if (done()) { window.__woke = null; res(true); } }; })`, i+1), chromedp.EvalAwaitPromise)); err != nil {
 			return nil, err
 		}
 	}
-	if os.Getenv("BENCH_DEBUG") != "" {
-		sid, _ := chromedp.Run(c, chromedp.Evaluate[string](`location.hash.split("/").pop()`))
-		v, err := chromedp.Run(c, chromedp.Evaluate[[]float64](fmt.Sprintf(`new Promise((res) => {
-		  const ws = new WebSocket(document.querySelector('meta[name="agentic-ws"]').content); const out = []; let t0 = 0, joined = false;
-		  const sid = %q;
-		  ws.onopen = () => ws.send(JSON.stringify({type: "join_session", session_id: sid, role: "controller", take: true}));
-		  const key = () => { t0 = performance.now(); ws.send(JSON.stringify({type: "input", session_id: sid, data: "z"})); };
-		  ws.onmessage = (e) => { const f = JSON.parse(e.data);
-		    if (f.type === "role_changed" && !joined) { joined = true; setTimeout(key, 100); return; }
-		    if (f.type === "output" && t0) { out.push(performance.now() - t0); t0 = 0; if (out.length >= 20) { ws.close(); res(out); } else setTimeout(key, 20); } };
-		})`, sid), chromedp.EvalAwaitPromise))
-		fmt.Println("page WebSocket input → first output, no key event (ms):", v, err)
-	}
-	lat, err := chromedp.Run(c, chromedp.Evaluate[[]float64](`window.__lat`))
-	if err != nil {
-		return nil, err
-	}
-	recv, err := chromedp.Run(c, chromedp.Evaluate[[]float64](`window.__recv`))
-	if err != nil {
-		return nil, err
-	}
-	durations := func(v []float64) []time.Duration {
-		d := make([]time.Duration, 0, n)
-		for _, x := range v[min(warm, len(v)):] {
-			d = append(d, time.Duration(x*float64(time.Millisecond)))
+	var out []stats
+	for _, m := range []struct{ name, js string }{
+		{"browser keydown → echo in the xterm.js rows (new shell in tmux)", `window.__lat`},
+		{"browser keydown → the echo's WebSocket message in the page", `window.__recv`},
+		{"browser keydown → the page's main thread free again", `window.__free`},
+	} {
+		v, err := chromedp.Run(c, chromedp.Evaluate[[]float64](m.js))
+		if err != nil {
+			return nil, err
 		}
-		return d
+		out = append(out, summarize(m.name+label, millis(v[min(warm, len(v)):])))
 	}
-	return []stats{summarize("browser keydown → echo in the xterm.js rows (new shell in tmux)", durations(lat)),
-		summarize("browser keydown → the echo's WebSocket message in the page", durations(recv))}, nil
+	return out, nil
+}
+
+// blankPageKeyFloor: keydown → main thread free on a page with nothing but
+// a focused text field, the browser's own floor for handling a key.
+func blankPageKeyFloor(bctx context.Context, n int) (stats, error) {
+	c, cancel := context.WithTimeout(bctx, time.Minute)
+	defer cancel()
+	if err := chromedp.Do(c, chromedp.Navigate("data:text/html,<textarea autofocus></textarea>"), chromedp.Focus(chromedp.CSS("textarea"))); err != nil {
+		return stats{}, err
+	}
+	if _, err := chromedp.Run(c, chromedp.Evaluate[bool](afterKeyProbe)); err != nil {
+		return stats{}, err
+	}
+	for range n {
+		if err := pressKey(c, "q"); err != nil {
+			return stats{}, err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	v, err := chromedp.Run(c, chromedp.Evaluate[[]float64](`window.__free`))
+	if err != nil {
+		return stats{}, err
+	}
+	return summarize("floor: keydown → main thread free, blank page with a text field, frame clock unthrottled", millis(v)), nil
+}
+
+func millis(v []float64) []time.Duration {
+	d := make([]time.Duration, 0, len(v))
+	for _, x := range v {
+		d = append(d, time.Duration(x*float64(time.Millisecond)))
+	}
+	return d
 }
 
 func chromiumVersion() string {
