@@ -198,6 +198,7 @@ func (s *Service) Start(ctx context.Context, agentID string, spec ports.CommandS
 	s.commands[cmd.id] = cmd
 	s.registry.CommandStarted(agentID)
 	s.mu.Unlock()
+	s.cfg.Changes.Changed(ports.ChangeAgents)
 
 	req := agentwire.CommandRequest(cmd.id, spec)
 	if err := conn.send(ctx, &sandboxv1.ConnectResponse{Payload: &sandboxv1.ConnectResponse_Command{Command: req}}); err != nil {
@@ -250,6 +251,7 @@ func (s *Service) Attach(agentID, commandID string, opts ports.StartOptions) por
 	}
 	s.commands[commandID] = cmd
 	s.registry.CommandStarted(agentID)
+	s.cfg.Changes.Changed(ports.ChangeAgents) // never blocks: safe under s.mu
 	return cmd
 }
 

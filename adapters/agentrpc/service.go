@@ -65,6 +65,9 @@ type Config struct {
 	// MaxFileBytes is the largest file or archive moved to or from an
 	// agent (default DefaultMaxFileBytes).
 	MaxFileBytes int64
+	// Changes hears when the agent list changes (connects, disconnects,
+	// heartbeats with metrics, commands started and ended).
+	Changes ports.ChangeNotifier
 }
 
 // Service implements sandboxv1connect.AgentServiceHandler, ports.AgentLink and
@@ -162,6 +165,9 @@ func New(cfg Config) *Service {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Changes == nil {
+		cfg.Changes = ports.NoChanges{}
+	}
 	return &Service{
 		cfg:      cfg,
 		log:      cfg.Logger,
@@ -235,6 +241,9 @@ func (s *Service) sweep() {
 	s.mu.Unlock()
 	for _, id := range gone {
 		s.log.Info("agent forgotten after disconnect grace", "agent_id", id)
+	}
+	if len(gone) > 0 {
+		s.cfg.Changes.Changed(ports.ChangeAgents)
 	}
 }
 
@@ -349,6 +358,7 @@ func (s *Service) Connect(ctx context.Context, stream *connect.BidiStream[sandbo
 		old.close()
 		s.log.Info("agent connection replaced by a new one", "agent_id", id)
 	}
+	s.cfg.Changes.Changed(ports.ChangeAgents)
 	s.log.Info("agent connected", "agent_id", id, "hostname", reg.GetHostname(), "runtime", reg.GetRuntime().String())
 
 	ack := &sandboxv1.ConnectResponse{Payload: &sandboxv1.ConnectResponse_RegistrationAck{RegistrationAck: &sandboxv1.RegistrationAck{
@@ -472,6 +482,7 @@ func (s *Service) disconnect(c *conn) {
 	}
 	if current {
 		s.log.Info("agent disconnected", "agent_id", c.agentID)
+		s.cfg.Changes.Changed(ports.ChangeAgents)
 	}
 }
 
@@ -495,10 +506,12 @@ func (s *Service) handle(c *conn, msg *sandboxv1.ConnectRequest) {
 			s.registry.SetMetrics(c.agentID, c.gen, agentwire.Metrics(m))
 		}
 		s.mu.Unlock()
+		s.cfg.Changes.Changed(ports.ChangeAgents)
 	case *sandboxv1.ConnectRequest_Metrics:
 		s.mu.Lock()
 		s.registry.SetMetrics(c.agentID, c.gen, agentwire.Metrics(p.Metrics))
 		s.mu.Unlock()
+		s.cfg.Changes.Changed(ports.ChangeAgents)
 	case *sandboxv1.ConnectRequest_Output:
 		if cmd := s.commandOf(c.agentID, p.Output.GetStreamId()); cmd != nil {
 			cmd.deliver(p.Output)
@@ -629,6 +642,7 @@ func (s *Service) finish(cmd *command, r ports.CommandResult) {
 		s.mu.Lock()
 		s.registry.CommandEnded(cmd.agentID)
 		s.mu.Unlock()
+		s.cfg.Changes.Changed(ports.ChangeAgents)
 	})
 }
 
@@ -655,6 +669,7 @@ func (s *Service) RetireAgent(_ context.Context, agentID, reason string) {
 	}
 	if known {
 		s.log.Info("agent retired", "agent_id", agentID, "reason", reason, "commands_ended", len(ending))
+		s.cfg.Changes.Changed(ports.ChangeAgents)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/changes"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/clock"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/signin"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
@@ -87,6 +88,8 @@ type Deps struct {
 	Origins []string
 	// Dashboard serves the web dashboard at / and /assets/; nil serves none.
 	Dashboard http.Handler
+	// Changes tells GET /api/v1/changes what changed (nil: nothing ever).
+	Changes *changes.Hub
 }
 
 // Server implements restapi.StrictServerInterface.
@@ -103,6 +106,9 @@ var _ restapi.StrictServerInterface = (*Server)(nil)
 
 // New returns a server; call Handler for its HTTP handler.
 func New(d Deps) *Server {
+	if d.Changes == nil {
+		d.Changes = changes.NewHub()
+	}
 	s := &Server{d: d, log: d.Logger, clock: d.Clock}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)

@@ -57,6 +57,9 @@ func (s *Server) rawRoutes(next http.Handler) http.Handler {
 		case signOutRoute:
 			s.signOut(w, r)
 			return
+		case changesRoute:
+			s.watchChanges(w, r)
+			return
 		}
 		next.ServeHTTP(w, r)
 	})

@@ -26,6 +26,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/core/mission"
 	"github.com/agentic-sandbox/agentic-sandbox/core/session"
 	"github.com/agentic-sandbox/agentic-sandbox/core/task"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/changes"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/clock"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
@@ -112,7 +113,11 @@ func provideOperatorToken(cfg Config, dir DataDir) (OperatorToken, error) {
 	return OperatorToken(t), err
 }
 
-func provideAgentService(cfg Config, creds ports.AgentCredentials, clock ports.Clock, ids ports.IDGenerator, token OperatorToken, log *slog.Logger) *agentrpc.Service {
+// provideChanges is the one place every use case tells of its changes and
+// live views (GET /api/v1/changes) hear of them.
+func provideChanges() *changes.Hub { return changes.NewHub() }
+
+func provideAgentService(cfg Config, creds ports.AgentCredentials, clock ports.Clock, ids ports.IDGenerator, token OperatorToken, log *slog.Logger, ch ports.ChangeNotifier) *agentrpc.Service {
 	return agentrpc.New(agentrpc.Config{
 		Credentials:     creds,
 		Clock:           clock,
@@ -121,6 +126,7 @@ func provideAgentService(cfg Config, creds ports.AgentCredentials, clock ports.C
 		DisconnectGrace: cfg.DisconnectGrace,
 		OperatorToken:   string(token),
 		MaxFileBytes:    cfg.FileMaxBytes,
+		Changes:         ch,
 	})
 }
 
@@ -163,7 +169,7 @@ func agentBinary(configured string) (string, error) {
 }
 
 func provideREST(cfg Config, svc *agentrpc.Service, token OperatorToken, clock ports.Clock, log *slog.Logger, ms *mission.Service, link *aiwg.Client,
-	ss *session.Service, logs *filestore.SessionLog, envs *environment.Service, tasks *task.Service, times *promexport.ProvisionTimes, taskMetrics *promexport.TaskMetrics, egressMetrics *promexport.EgressMetrics, ready *Readiness) (RESTHandler, error) {
+	ss *session.Service, logs *filestore.SessionLog, envs *environment.Service, tasks *task.Service, times *promexport.ProvisionTimes, taskMetrics *promexport.TaskMetrics, egressMetrics *promexport.EgressMetrics, ready *Readiness, ch *changes.Hub) (RESTHandler, error) {
 	_, wsPort, _ := net.SplitHostPort(cfg.wsAddr())
 	port, _ := strconv.Atoi(wsPort)
 	dash, err := dashboard.New(port)
@@ -189,6 +195,7 @@ func provideREST(cfg Config, svc *agentrpc.Service, token OperatorToken, clock p
 		Tasks:        tasks,
 		Origins:      cfg.operatorOrigins(),
 		Dashboard:    dash,
+		Changes:      ch,
 	}).Handler(), nil
 }
 

@@ -224,7 +224,7 @@ func (rs retirers) RetireAgent(ctx context.Context, agentID, reason string) {
 	}
 }
 
-func provideEnvironments(cfg Config, rts *Runtimes, svc *agentrpc.Service, ms *mission.Service, creds ports.AgentCredentials, clock ports.Clock, log *slog.Logger, times *promexport.ProvisionTimes, egressMetrics *promexport.EgressMetrics) (*environment.Service, func()) {
+func provideEnvironments(cfg Config, rts *Runtimes, svc *agentrpc.Service, ms *mission.Service, creds ports.AgentCredentials, clock ports.Clock, log *slog.Logger, times *promexport.ProvisionTimes, egressMetrics *promexport.EgressMetrics, ch ports.ChangeNotifier) (*environment.Service, func()) {
 	var bin string
 	if len(rts.Available) > 0 {
 		b, err := agentBinary(cfg.AgentBinary)
@@ -239,6 +239,7 @@ func provideEnvironments(cfg Config, rts *Runtimes, svc *agentrpc.Service, ms *m
 		ObserveProvision: times.Observe,
 		AllowedNetworks:  cfg.AllowedNetworks,
 		EgressBound:      cfg.EgressBound,
+		Changes:          ch,
 		// Missions first, so they fail with the reason before their
 		// sessions end under them.
 		Retire: retirers{ms, svc},

@@ -23,8 +23,8 @@ func provideSessionLog(dir DataDir) (*filestore.SessionLog, func(), error) {
 	return l, func() { _ = l.Close() }, nil
 }
 
-func provideSessions(cfg Config, svc *agentrpc.Service, logs *filestore.SessionLog, clock ports.Clock, ids ports.IDGenerator, log *slog.Logger) *session.Service {
-	ss := session.New(session.Config{Link: svc, Agents: svc, Log: logs, Clock: clock, IDs: ids, Logger: log, Retention: cfg.SessionRetention})
+func provideSessions(cfg Config, svc *agentrpc.Service, logs *filestore.SessionLog, clock ports.Clock, ids ports.IDGenerator, log *slog.Logger, ch ports.ChangeNotifier) *session.Service {
+	ss := session.New(session.Config{Link: svc, Agents: svc, Log: logs, Clock: clock, IDs: ids, Logger: log, Retention: cfg.SessionRetention, Changes: ch})
 	svc.SetSessionReconciler(ss) // agents' session reports reach it from their first connect
 	return ss
 }

@@ -23,7 +23,7 @@ import (
 // provideTasks is the task use case: records in <data dir>/tasks, staged
 // trees and artifacts in <data dir>/task-work, file secrets from
 // <data dir>/task-secrets.
-func provideTasks(cfg Config, dir DataDir, envs *environment.Service, svc *agentrpc.Service, missions *mission.Service, rts *Runtimes, clock ports.Clock, ids ports.IDGenerator, log *slog.Logger, metrics *promexport.TaskMetrics) (*task.Service, func(), error) {
+func provideTasks(cfg Config, dir DataDir, envs *environment.Service, svc *agentrpc.Service, missions *mission.Service, rts *Runtimes, clock ports.Clock, ids ports.IDGenerator, log *slog.Logger, metrics *promexport.TaskMetrics, ch ports.ChangeNotifier) (*task.Service, func(), error) {
 	store, err := filestore.NewTaskStore(filepath.Join(string(dir), "tasks"))
 	if err != nil {
 		return nil, nil, err
@@ -51,7 +51,7 @@ func provideTasks(cfg Config, dir DataDir, envs *environment.Service, svc *agent
 	svcTasks := task.New(task.Config{
 		Store: store, Workspace: ws, Environments: envs, Files: svc, Link: svc,
 		Secrets: filestore.TaskSecrets{Dir: filepath.Join(string(dir), "task-secrets"), Getenv: os.LookupEnv},
-		Clock:   clock, IDs: ids, Logger: log, DefaultRuntime: runtime, Runtimes: runtimeNames(), ObserveEnd: metrics.ObserveEnd, Permissions: svc, Hold: hold, EventLog: events,
+		Clock:   clock, IDs: ids, Logger: log, DefaultRuntime: runtime, Runtimes: runtimeNames(), ObserveEnd: metrics.ObserveEnd, Permissions: svc, Hold: hold, EventLog: events, Changes: ch,
 	})
 	metrics.Counts = svcTasks.Counts
 	// Claude's permission questions: a task's, else a mission's.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/system"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/changes"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/clock"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
@@ -24,6 +25,8 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		wire.Bind(new(ports.Clock), new(clock.Wall)),
 		provideIDs,
 		wire.Bind(new(ports.IDGenerator), new(system.UUIDv7)),
+		provideChanges,
+		wire.Bind(new(ports.ChangeNotifier), new(*changes.Hub)),
 		provideAgentService,
 		provideIdentity,
 		provideMissionStore,

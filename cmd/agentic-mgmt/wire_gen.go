@@ -28,7 +28,8 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 	if err != nil {
 		return nil, nil, err
 	}
-	service := provideAgentService(cfg, agentHashes, wall, uuiDv7, operatorToken, log)
+	hub := provideChanges()
+	service := provideAgentService(cfg, agentHashes, wall, uuiDv7, operatorToken, log, hub)
 	missionStore, cleanup, err := provideMissionStore(cfg, dataDir, wall)
 	if err != nil {
 		return nil, nil, err
@@ -38,7 +39,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		cleanup()
 		return nil, nil, err
 	}
-	missionService := provideMissions(missionStore, outbox, service, wall, uuiDv7, log)
+	missionService := provideMissions(missionStore, outbox, service, wall, uuiDv7, log, hub)
 	identity, err := provideIdentity(dataDir)
 	if err != nil {
 		cleanup2()
@@ -60,12 +61,12 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		cleanup()
 		return nil, nil, err
 	}
-	sessionService := provideSessions(cfg, service, sessionLog, wall, uuiDv7, log)
+	sessionService := provideSessions(cfg, service, sessionLog, wall, uuiDv7, log, hub)
 	provisionTimes := provideProvisionTimes()
 	egressMetrics := provideEgressMetrics()
-	environmentService, cleanup5 := provideEnvironments(cfg, runtimes, service, missionService, agentHashes, wall, log, provisionTimes, egressMetrics)
+	environmentService, cleanup5 := provideEnvironments(cfg, runtimes, service, missionService, agentHashes, wall, log, provisionTimes, egressMetrics, hub)
 	taskMetrics := provideTaskMetrics()
-	taskService, cleanup6, err := provideTasks(cfg, dataDir, environmentService, service, missionService, runtimes, wall, uuiDv7, log, taskMetrics)
+	taskService, cleanup6, err := provideTasks(cfg, dataDir, environmentService, service, missionService, runtimes, wall, uuiDv7, log, taskMetrics, hub)
 	if err != nil {
 		cleanup5()
 		cleanup4()
@@ -75,7 +76,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		return nil, nil, err
 	}
 	readiness := provideReadiness(cfg, service, client, runtimes)
-	restHandler, err := provideREST(cfg, service, operatorToken, wall, log, missionService, client, sessionService, sessionLog, environmentService, taskService, provisionTimes, taskMetrics, egressMetrics, readiness)
+	restHandler, err := provideREST(cfg, service, operatorToken, wall, log, missionService, client, sessionService, sessionLog, environmentService, taskService, provisionTimes, taskMetrics, egressMetrics, readiness, hub)
 	if err != nil {
 		cleanup6()
 		cleanup5()

@@ -47,6 +47,9 @@ type Config struct {
 	// EgressBound, when set, is the server-wide allowlist every proxy
 	// environment's allowed hosts must fall within.
 	EgressBound []egress.Rule
+	// Changes hears of every change to an environment (state, steps,
+	// egress), after it is visible to Get and List.
+	Changes ports.ChangeNotifier
 }
 
 // maxEvents bounds the events kept per environment.
@@ -83,6 +86,9 @@ func New(cfg Config) *Service {
 	}
 	if cfg.ReadyTimeout <= 0 {
 		cfg.ReadyTimeout = 3 * time.Minute
+	}
+	if cfg.Changes == nil {
+		cfg.Changes = ports.NoChanges{}
 	}
 	life, end := context.WithCancel(context.Background())
 	return &Service{cfg: cfg, log: cfg.Logger.With("component", "environments"), envs: map[string]*record{}, life: life, end: end}
@@ -126,6 +132,7 @@ func (s *Service) Recover(ctx context.Context) {
 			}
 		}
 		s.mu.Unlock()
+		s.changed()
 		s.log.Info("environments recovered", "runtime", name, "count", len(envs))
 	}
 }
@@ -196,6 +203,7 @@ func (s *Service) Create(ctx context.Context, req Request) (Environment, error) 
 	}}
 	s.envs[req.Name] = rec
 	s.mu.Unlock()
+	s.changed()
 
 	// Create, not Put: an agent that already has a credential under this
 	// name (provisioned by hand, or a host agent) keeps it.
@@ -301,6 +309,7 @@ func (s *Service) markReady(name string, observed bool) {
 	e.Events = appendEvent(e.Events, Event{At: now, Step: "agent_ready", Message: msg})
 	runtime := e.Runtime
 	s.mu.Unlock()
+	s.changed()
 	if observe > 0 {
 		if s.cfg.ObserveProvision != nil {
 			s.cfg.ObserveProvision(runtime, observe)
@@ -407,6 +416,7 @@ func (s *Service) Start(ctx context.Context, name string) (Environment, error) {
 	rec.env.State, rec.env.Error = StateBooting, ""
 	rec.env.Events = appendEvent(rec.env.Events, Event{At: now, Step: "started"})
 	s.mu.Unlock()
+	s.changed()
 	s.wg.Add(1)
 	go s.awaitAgent(wait, name, e.Runtime)
 	got, _ := s.Get(name)
@@ -495,6 +505,7 @@ func (s *Service) Delete(ctx context.Context, name string) error {
 	}
 	rec.env.State = StateDeleting
 	s.mu.Unlock()
+	s.changed()
 	// Before the runtime kills anything: the credential goes, so the agent
 	// cannot come back, and what ran there ends saying why (killed first,
 	// a mission would fail as a mere non-zero exit). From here the
@@ -561,17 +572,25 @@ func (s *Service) fail(name, why string) {
 
 func (s *Service) update(name string, f func(*Environment)) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if rec, ok := s.envs[name]; ok {
+	rec, ok := s.envs[name]
+	if ok {
 		f(&rec.env)
+	}
+	s.mu.Unlock()
+	if ok {
+		s.changed()
 	}
 }
 
 func (s *Service) forget(name string) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	delete(s.envs, name)
+	s.mu.Unlock()
+	s.changed()
 }
+
+// changed tells watchers; after the lock, once the change is readable.
+func (s *Service) changed() { s.cfg.Changes.Changed(ports.ChangeEnvironments) }
 
 func appendEvent(evs []Event, e Event) []Event {
 	evs = append(evs, e)
@@ -648,4 +667,5 @@ func (s *Service) RecordEgress(agentID string, e EgressEntry) {
 		list = append([]EgressEntry(nil), list[len(list)-maxEgress:]...)
 	}
 	rec.env.Egress = list
+	s.changed() // never blocks: safe under s.mu
 }

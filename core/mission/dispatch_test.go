@@ -366,3 +366,17 @@ func TestDispatchOutboxOrArchiveFailure(t *testing.T) {
 	h.store.setArchivedErr(nil)
 	h.dispatch("m2")
 }
+
+// Live views hear of every stored change: a dispatch, and each transition.
+func TestEveryStoredChangeIsAnnounced(t *testing.T) {
+	h := newHarness(t)
+	h.dispatch("m1")
+	waitFor(t, func() bool { return h.changes.count(ports.ChangeMissions) >= 2 }, "dispatch (assigned, then the mission listed) announced")
+	before := h.changes.count(ports.ChangeMissions)
+	m, c := h.run("m2")
+	c.finish(ports.CommandResult{ExitCode: 0})
+	waitFor(t, func() bool { return h.changes.count(ports.ChangeMissions) >= before+3 }, "assigned, started and completed of %s announced", m.ID)
+	if h.changes.count(ports.ChangeHITL) == 0 {
+		t.Fatal("missions' changes do not tell the HITL inbox")
+	}
+}

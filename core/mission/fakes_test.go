@@ -607,6 +607,32 @@ type harness struct {
 	svc    *Service
 	// decisions are the permission answers the service sent.
 	decisions fakeDecider
+	changes   countChanges
+}
+
+// countChanges counts the changes the service announces, by kind.
+type countChanges struct {
+	mu sync.Mutex
+	n  map[ports.ChangeKind]int
+}
+
+func (c *countChanges) Changed(kinds ports.ChangeKind) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[ports.ChangeKind]int{}
+	}
+	for _, k := range ports.ChangeKinds {
+		if kinds&k.Kind != 0 {
+			c.n[k.Kind]++
+		}
+	}
+}
+
+func (c *countChanges) count(k ports.ChangeKind) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[k]
 }
 
 // fakeDecider records the permission decisions sent back to commands.
@@ -651,7 +677,7 @@ func (h *harness) newService() *Service {
 	s := New(Config{
 		Store: h.store, Outbox: h.outbox, Link: h.link, Agents: h.dir, Clock: h.clock, IDs: h.ids,
 		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-		HITLQuiet: hitlQuiet, Permissions: &h.decisions,
+		HITLQuiet: hitlQuiet, Permissions: &h.decisions, Changes: &h.changes,
 	})
 	h.t.Cleanup(func() {
 		h.store.setPutHook(nil)

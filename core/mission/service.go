@@ -38,6 +38,8 @@ type Config struct {
 	// Permissions sends the answers to claude's permission prompts back to
 	// the command that asked (nil: missions' claude gets no prompt tool).
 	Permissions ports.PermissionDecider
+	// Changes hears of every stored change of a mission or its HITL.
+	Changes ports.ChangeNotifier
 }
 
 // summaryBytes bounds a mission's summary (the tail of its output).
@@ -108,6 +110,9 @@ func New(cfg Config) *Service {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Changes == nil {
+		cfg.Changes = ports.NoChanges{}
+	}
 	return &Service{
 		cfg:       cfg,
 		log:       cfg.Logger.With("component", "missions"),
@@ -144,6 +149,9 @@ func (s *Service) commit(ctx context.Context, ms []ports.Mission, evs []ports.Ev
 			return fmt.Errorf("%w: event outbox: %v", ports.ErrStoreUnavailable, err)
 		}
 	}
+	// Callers hold the missions' locks until their new state is in place,
+	// so a watcher that reads at once waits for it.
+	s.cfg.Changes.Changed(ports.ChangeMissions | ports.ChangeHITL)
 	return nil
 }
 
@@ -335,6 +343,7 @@ func (s *Service) Dispatch(ctx context.Context, req ports.DispatchRequest) (port
 	s.missions[m.ID] = l
 	s.bySession[m.SessionID] = l
 	s.mu.Unlock()
+	s.cfg.Changes.Changed(ports.ChangeMissions)
 	s.wg.Add(1)
 	go s.launch(l) //nolint:gosec // a mission outlives the dispatch request; Close ends it
 	return m, nil

@@ -28,6 +28,9 @@ type Config struct {
 	// Retention is how long an ended session, and its log, is kept
 	// (default 24h): ended sessions must not pile up without end.
 	Retention time.Duration
+	// Changes hears when a session starts, ends, is forgotten or its
+	// viewers change.
+	Changes ports.ChangeNotifier
 }
 
 // Service runs sessions.
@@ -44,6 +47,9 @@ type Service struct {
 	exited map[string]chan struct{}
 }
 
+// changed tells watchers; deferred first, so it runs after the unlock.
+func (s *Service) changed() { s.cfg.Changes.Changed(ports.ChangeSessions) }
+
 // New returns the service.
 func New(cfg Config) *Service {
 	if cfg.Retention <= 0 {
@@ -51,6 +57,9 @@ func New(cfg Config) *Service {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Changes == nil {
+		cfg.Changes = ports.NoChanges{}
 	}
 	return &Service{
 		cfg: cfg, log: cfg.Logger.With("component", "sessions"),
@@ -61,6 +70,7 @@ func New(cfg Config) *Service {
 
 // Create starts a session on its agent, in a PTY of cols×rows.
 func (s *Service) Create(ctx context.Context, spec Spec, cols, rows uint16) (Session, error) {
+	defer s.changed()
 	if spec.Type == "" {
 		spec.Type = ports.SessionBackground
 	}
@@ -125,8 +135,8 @@ func (s *Service) startOptions(sessionID, commandID string, fd *feed) ports.Star
 			if _, err := s.cfg.Log.Append(sessionID, c.Data); err != nil {
 				s.log.Error("session output not logged", "session_id", sessionID, "err", err)
 			}
-			if fd != nil {
-				fd.write(c.Data)
+			if fd != nil && fd.write(c.Data) {
+				s.changed() // a headless session's transcript grew
 			}
 		},
 		OnStarted: func() {
@@ -138,6 +148,7 @@ func (s *Service) startOptions(sessionID, commandID string, fd *feed) ports.Star
 }
 
 func (s *Service) watch(id string, cmd ports.Command) {
+	defer s.changed()
 	<-cmd.Done()
 	r := cmd.Result()
 	now := s.cfg.Clock.Now()
@@ -184,6 +195,7 @@ func (s *Service) closeExitedLocked(id string) {
 // agentic-mgmt) are adopted under their reported id, so their log on disk
 // continues; the rest are killed on the agent.
 func (s *Service) ReconcileSessions(agentID string, reported []ports.ReportedSession) {
+	defer s.changed()
 	byName := map[string]ports.ReportedSession{}
 	reps := make([]Reported, 0, len(reported))
 	for _, r := range reported {
@@ -281,6 +293,7 @@ func (s *Service) Exited(id string) <-chan struct{} {
 
 // Join adds a viewer and returns the role granted.
 func (s *Service) Join(id, viewerID string, want Role) (Role, error) {
+	defer s.changed()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.reg.Join(id, viewerID, want)
@@ -296,6 +309,7 @@ func (s *Service) Viewers(id string) []Viewer {
 // TakeControl makes viewerID the controller of a live session, demoting
 // the one who held it (returned, to be told).
 func (s *Service) TakeControl(id, viewerID string) (Role, string, error) {
+	defer s.changed()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.reg.TakeControl(id, viewerID)
@@ -303,6 +317,7 @@ func (s *Service) TakeControl(id, viewerID string) (Role, string, error) {
 
 // Leave removes a viewer.
 func (s *Service) Leave(id, viewerID string) {
+	defer s.changed()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	_ = s.reg.Leave(id, viewerID)
@@ -359,6 +374,7 @@ func (s *Service) Signal(ctx context.Context, id, viewerID string, sig int) erro
 // Kill ends the session (any viewer may, as any operator may over REST);
 // the agent ends a tmux-kept session's tmux session too.
 func (s *Service) Kill(ctx context.Context, id string) error {
+	defer s.changed()
 	s.mu.Lock()
 	cmd, ok := s.cmds[id]
 	s.mu.Unlock()
@@ -388,10 +404,13 @@ func (f *feed) add(evs []claudefeed.Event) {
 	}
 }
 
-func (f *feed) write(b []byte) {
+// write parses b into the feed and says whether an event came of it.
+func (f *feed) write(b []byte) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.add(f.parser.Write(b))
+	evs := f.parser.Write(b)
+	f.add(evs)
+	return len(evs) > 0
 }
 
 func (f *feed) flush() {
@@ -449,6 +468,7 @@ func (s *Service) Run(ctx context.Context) {
 // ForgetEnded drops the sessions that ended before cutoff, and their logs,
 // and returns how many.
 func (s *Service) ForgetEnded(cutoff time.Time) int {
+	defer s.changed()
 	s.mu.Lock()
 	var gone []string
 	for _, sess := range s.reg.List("") {

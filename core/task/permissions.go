@@ -51,6 +51,7 @@ func (s *Service) PermissionAsked(req ports.PermissionRequest) bool {
 	e.rec.Progress.Activity = "waiting"
 	e.events.add(EventActivity, ActivityData{Kind: "permission_request", ToolName: req.ToolName, Text: clipText(req.InputJSON)})
 	s.mu.Unlock()
+	s.cfg.Changes.Changed(ports.ChangeTasks | ports.ChangeHITL)
 	s.log.Info("task waits for a permission", "task_id", h.TaskID, "hitl_id", h.ID, "tool", req.ToolName)
 	return true
 }
@@ -99,5 +100,6 @@ func (s *Service) AnswerHITL(ctx context.Context, id string, allow bool, message
 	b, _ := json.Marshal(map[string]string{"decision": decision, "message": message})
 	e.events.add(EventActivity, ActivityData{Kind: "permission_answer", ToolName: h.ToolName, Text: string(b)})
 	s.mu.Unlock()
+	s.cfg.Changes.Changed(ports.ChangeTasks | ports.ChangeHITL)
 	return *h, nil
 }

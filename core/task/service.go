@@ -70,6 +70,9 @@ type Config struct {
 	// tests kill the server in each phase (AGENTIC_TEST_TASK_HOLD). Unset
 	// in production.
 	Hold func(State) time.Duration
+	// Changes hears of every change of a task's record, progress or open
+	// questions.
+	Changes ports.ChangeNotifier
 }
 
 // WorkspaceDir is the workspace on the agent, relative to where its
@@ -119,6 +122,9 @@ func New(cfg Config) *Service {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Changes == nil {
+		cfg.Changes = ports.NoChanges{}
 	}
 	life, end := context.WithCancel(context.Background())
 	s := &Service{cfg: cfg, log: cfg.Logger.With("component", "tasks"), life: life, end: end, tasks: map[string]*entry{}}
@@ -263,6 +269,7 @@ func (s *Service) Submit(ctx context.Context, doc []byte, idempotencyKey string)
 	e.events.add(EventState, StateData{State: string(Pending), At: now})
 	s.tasks[id] = e
 	s.mu.Unlock()
+	s.cfg.Changes.Changed(ports.ChangeTasks)
 	if err := s.cfg.Store.Put(ctx, e.rec); err != nil {
 		s.mu.Lock()
 		delete(s.tasks, id)
@@ -435,6 +442,7 @@ func (s *Service) update(e *entry, f func(r *ports.TaskRecord)) {
 	f(&e.rec)
 	rec := cloneRecord(e.rec)
 	s.mu.Unlock()
+	s.cfg.Changes.Changed(ports.ChangeTasks)
 	if err := s.cfg.Store.Put(context.Background(), rec); err != nil {
 		s.log.Error("task checkpoint not stored", "task_id", rec.ID, "state", rec.State, "err", err)
 	}
@@ -862,6 +870,7 @@ func (s *Service) onOutput(e *entry) func(ports.OutputChunk) {
 			}
 		}
 		s.mu.Unlock()
+		s.cfg.Changes.Changed(ports.ChangeTasks)
 	}
 }
 

@@ -1107,6 +1107,11 @@ type WriteFileParams struct {
 	Mode *FileMode `form:"mode,omitempty" json:"mode,omitempty"`
 }
 
+// WatchChangesParams defines parameters for WatchChanges.
+type WatchChangesParams struct {
+	IntervalMs *int `form:"interval_ms,omitempty" json:"interval_ms,omitempty"`
+}
+
 // GetCommandParams defines parameters for GetCommand.
 type GetCommandParams struct {
 	StdoutFrom *int64 `form:"stdout_from,omitempty" json:"stdout_from,omitempty"`
@@ -1421,6 +1426,18 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /api/v1/aiwg/status (the `GetAIWGStatus` operationId).
 	GetAIWGStatus(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// WatchChanges Server-Sent Events naming the collections that changed, for live views.
+	//
+	// Each `changed` event's data is `{"kinds": [...]}`, a subset of `agents`,
+	// `environments`, `sessions`, `missions`, `hitl`, `tasks`: read those lists again. Changes
+	// are coalesced (at most one event per `interval_ms`, default 250), so a burst of
+	// heartbeats costs a watcher one event. The first event, `hello`, names every kind, so a
+	// client that (re)connects reloads everything once. A comment line every 15 s keeps
+	// idle proxies from closing the stream.
+	//
+	// Corresponds with GET /api/v1/changes (the `WatchChanges` operationId).
+	WatchChanges(ctx context.Context, params *WatchChangesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// KillCommand Kill a running command (its whole process group).
 	//
@@ -2081,6 +2098,28 @@ func (c *Client) ReconnectAIWG(ctx context.Context, reqEditors ...RequestEditorF
 // Corresponds with GET /api/v1/aiwg/status (the `GetAIWGStatus` operationId).
 func (c *Client) GetAIWGStatus(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetAIWGStatusRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// WatchChanges Server-Sent Events naming the collections that changed, for live views.
+//
+// Each `changed` event's data is `{"kinds": [...]}`, a subset of `agents`,
+// `environments`, `sessions`, `missions`, `hitl`, `tasks`: read those lists again. Changes
+// are coalesced (at most one event per `interval_ms`, default 250), so a burst of
+// heartbeats costs a watcher one event. The first event, `hello`, names every kind, so a
+// client that (re)connects reloads everything once. A comment line every 15 s keeps
+// idle proxies from closing the stream.
+//
+// Corresponds with GET /api/v1/changes (the `WatchChanges` operationId).
+func (c *Client) WatchChanges(ctx context.Context, params *WatchChangesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWatchChangesRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -3526,6 +3565,60 @@ func NewGetAIWGStatusRequest(server string) (*http.Request, error) {
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewWatchChangesRequest constructs an http.Request for the WatchChanges method
+func NewWatchChangesRequest(server string, params *WatchChangesParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/changes")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.IntervalMs != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "interval_ms", *params.IntervalMs, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
@@ -5273,6 +5366,20 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /api/v1/aiwg/status (the `GetAIWGStatus` operationId).
 	GetAIWGStatusWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetAIWGStatusResponse, error)
 
+	// WatchChangesWithResponse Server-Sent Events naming the collections that changed, for live views.
+	//
+	// Each `changed` event's data is `{"kinds": [...]}`, a subset of `agents`,
+	// `environments`, `sessions`, `missions`, `hitl`, `tasks`: read those lists again. Changes
+	// are coalesced (at most one event per `interval_ms`, default 250), so a burst of
+	// heartbeats costs a watcher one event. The first event, `hello`, names every kind, so a
+	// client that (re)connects reloads everything once. A comment line every 15 s keeps
+	// idle proxies from closing the stream.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/changes (the `WatchChanges` operationId).
+	WatchChangesWithResponse(ctx context.Context, params *WatchChangesParams, reqEditors ...RequestEditorFn) (*WatchChangesResponse, error)
+
 	// KillCommandWithResponse Kill a running command (its whole process group).
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -6726,6 +6833,54 @@ func (r GetAIWGStatusResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetAIWGStatusResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type WatchChangesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r WatchChangesResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r WatchChangesResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetBody returns the raw response body bytes
+func (r WatchChangesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r WatchChangesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r WatchChangesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r WatchChangesResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -9188,6 +9343,26 @@ func (c *ClientWithResponses) GetAIWGStatusWithResponse(ctx context.Context, req
 	return ParseGetAIWGStatusResponse(rsp)
 }
 
+// WatchChangesWithResponse Server-Sent Events naming the collections that changed, for live views.
+//
+// Each `changed` event's data is `{"kinds": [...]}`, a subset of `agents`,
+// `environments`, `sessions`, `missions`, `hitl`, `tasks`: read those lists again. Changes
+// are coalesced (at most one event per `interval_ms`, default 250), so a burst of
+// heartbeats costs a watcher one event. The first event, `hello`, names every kind, so a
+// client that (re)connects reloads everything once. A comment line every 15 s keeps
+// idle proxies from closing the stream.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/changes (the `WatchChanges` operationId).
+func (c *ClientWithResponses) WatchChangesWithResponse(ctx context.Context, params *WatchChangesParams, reqEditors ...RequestEditorFn) (*WatchChangesResponse, error) {
+	rsp, err := c.WatchChanges(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseWatchChangesResponse(rsp)
+}
+
 // KillCommandWithResponse Kill a running command (its whole process group).
 //
 // Returns a wrapper object for the known response body format(s).
@@ -10690,6 +10865,39 @@ func ParseGetAIWGStatusResponse(rsp *http.Response) (*GetAIWGStatusResponse, err
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseWatchChangesResponse parses an HTTP response from a WatchChangesWithResponse call
+func ParseWatchChangesResponse(rsp *http.Response) (*WatchChangesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &WatchChangesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized
@@ -12445,6 +12653,9 @@ type ServerInterface interface {
 	// GetAIWGStatus State of the aiwg serve integration. Never contains a token.
 	// (GET /api/v1/aiwg/status)
 	GetAIWGStatus(w http.ResponseWriter, r *http.Request)
+	// WatchChanges Server-Sent Events naming the collections that changed, for live views.
+	// (GET /api/v1/changes)
+	WatchChanges(w http.ResponseWriter, r *http.Request, params WatchChangesParams)
 	// KillCommand Kill a running command (its whole process group).
 	// (DELETE /api/v1/commands/{command_id})
 	KillCommand(w http.ResponseWriter, r *http.Request, commandId CommandID)
@@ -13002,6 +13213,39 @@ func (siw *ServerInterfaceWrapper) GetAIWGStatus(w http.ResponseWriter, r *http.
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.GetAIWGStatus(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// WatchChanges operation middleware
+func (siw *ServerInterfaceWrapper) WatchChanges(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params WatchChangesParams
+
+	// ------------- Optional query parameter "interval_ms" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "interval_ms", r.URL.Query(), &params.IntervalMs, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "interval_ms"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "interval_ms", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.WatchChanges(w, r, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -14183,6 +14427,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/readyz", wrapper.GetReadyz)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/signin", wrapper.SignIn)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/signout", wrapper.SignOut)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/changes", wrapper.WatchChanges)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/agents", wrapper.ListAgents)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/agents/{agent_id}", wrapper.GetAgent)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/agents/{agent_id}/exec", wrapper.ExecCommand)
@@ -15559,6 +15804,85 @@ func (response GetAIWGStatus200JSONResponse) VisitGetAIWGStatusResponse(w http.R
 type GetAIWGStatus401JSONResponse struct{ UnauthorizedJSONResponse }
 
 func (response GetAIWGStatus401JSONResponse) VisitGetAIWGStatusResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WatchChangesRequestObject struct {
+	Params WatchChangesParams
+}
+
+type WatchChangesResponseObject interface {
+	VisitWatchChangesResponse(w http.ResponseWriter) error
+}
+
+type WatchChanges200TexteventStreamResponse struct {
+	Body          io.Reader
+	ContentLength int64
+}
+
+func (response WatchChanges200TexteventStreamResponse) VisitWatchChangesResponse(w http.ResponseWriter) error {
+
+	w.Header().Set("Content-Type", "text/event-stream")
+	if response.ContentLength != 0 {
+		w.Header().Set("Content-Length", fmt.Sprint(response.ContentLength))
+	}
+	w.WriteHeader(200)
+
+	if closer, ok := response.Body.(io.ReadCloser); ok {
+		defer closer.Close()
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		// If w doesn't support flushing, fall back to io.Copy.
+		_, err := io.Copy(w, response.Body)
+		return err
+	}
+	// text/event-stream messages are typically small; use a
+	// modest buffer and flush after each chunk so clients see
+	// events immediately instead of waiting on OS buffering.
+	buf := make([]byte, 4096)
+	for {
+		n, err := response.Body.Read(buf)
+		if n > 0 {
+			if _, writeErr := w.Write(buf[:n]); writeErr != nil {
+				return writeErr
+			}
+			flusher.Flush()
+		}
+		if err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+type WatchChanges400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response WatchChanges400JSONResponse) VisitWatchChangesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WatchChanges401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response WatchChanges401JSONResponse) VisitWatchChangesResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response); err != nil {
@@ -18088,6 +18412,9 @@ type StrictServerInterface interface {
 	// GetAIWGStatus State of the aiwg serve integration. Never contains a token.
 	// (GET /api/v1/aiwg/status)
 	GetAIWGStatus(ctx context.Context, request GetAIWGStatusRequestObject) (GetAIWGStatusResponseObject, error)
+	// WatchChanges Server-Sent Events naming the collections that changed, for live views.
+	// (GET /api/v1/changes)
+	WatchChanges(ctx context.Context, request WatchChangesRequestObject) (WatchChangesResponseObject, error)
 	// KillCommand Kill a running command (its whole process group).
 	// (DELETE /api/v1/commands/{command_id})
 	KillCommand(ctx context.Context, request KillCommandRequestObject) (KillCommandResponseObject, error)
@@ -18616,6 +18943,32 @@ func (sh *strictHandler) GetAIWGStatus(w http.ResponseWriter, r *http.Request) {
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(GetAIWGStatusResponseObject); ok {
 		if err := validResponse.VisitGetAIWGStatusResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// WatchChanges operation middleware
+func (sh *strictHandler) WatchChanges(w http.ResponseWriter, r *http.Request, params WatchChangesParams) {
+	var request WatchChangesRequestObject
+
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.WatchChanges(ctx, request.(WatchChangesRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "WatchChanges")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(WatchChangesResponseObject); ok {
+		if err := validResponse.VisitWatchChangesResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {
@@ -19589,230 +19942,236 @@ func (sh *strictHandler) GetReadyz(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L3rchu3lij8Kih+U2XymxZFybLjSLUrpThyookvKUuZzJ7NHDbYDZIYNYEOgBbNuFQ1v84DnD/zBvMi",
-	"8yb7SU5hLaAvJJqkZEnOzvEfW+wLsHphYWHd18dOIue5FEwY3Tn+2MmponNmmIJfp1MmzPl39k8uOsed",
-	"nJpZJ+oIOmed4w61d0c87UQdxX4ruGJp59iogkUdnczYnNr35vTDayamZtY5Pjh8EXXmXJS/o45Z5nYk",
-	"bRQX087NTdR5KedzKtLWSRO8f9/TnolrrqSYM2HewkTByeG/Had9/nT7rK94xt7IFKZLmU4Uzw2Xdt53",
-	"iaEZyZmac625FGTMjY4I60/7ZPD86IhIRb569qzfiRDO3wqmlhWgcztoHbCcGsOUffJ/Db7522Dvq18/",
-	"Pr35p04bUD/Zz14D6nSsZVYYFtnZFcuo4deMGEnMjJGUK5YYqZbwC2jjiSZuuTTRhipDuGiD2CF6J9Qe",
-	"Db5+vh25Fwww10pJGu/fNyVdUn3VOqeh+up+J7yxQ+lcCs1gy35L0++pYQu6tL8SKQwTxv5J8zzjCbVL",
-	"uf8f2q7nx9qk/6TYpHPc+f/2K3awj3f1/plSUuFUTXq49AtNFvYfuqBLspjxjAEJuKUniop+5yaykL1n",
-	"vxVMm8eBTOFkhGsyp9lEqjlLAZCXUkwynjwaGFoWKmEWDi4ItTvBWAxRQ1LJNBHSEJplckHMjGvShT2O",
-	"aLW3EikESwxLoxKjNFOMpkvCRMrSHnyT3bSXUr6masoe57smdp25JpmdUtnvEbDsmqlrpp5YpH/g82JO",
-	"uqffn729PH85enX++mz05vTfRt/+9fLswsEt1ZinKROPSK1PNCk0U2ROl4DhVDrMV+x2lDLBPW7fSvNK",
-	"FiJ9eBDfSqKLZFbSDEz/uMvqd81YpsvV5T0gb/i3HqY3VCzdftYPD9op+a2QhlqIFKPJjKWka6ltzrSm",
-	"U0Y0XWrLe5JZROwW4UaTjM+5wSX8WdDCzKTiv7NHWMY3lojE1J6SCyXFlIwZVRaJ8ooJD8815RkdZ+wx",
-	"qMqQXGrNxxkjQi5IlwvDpgomIXIyiQj7wJLCSAX7QbEp14Ypy3KExD0TEW2kYqSoALeYvfEHF4qL5798",
-	"f2GoKfS67PALNzPgD2tzxx+HFgETPi0US4edYzKhmWY3MSykkGZmcckyzfoERuGGSBERds3UcijmbD5m",
-	"yhJGrphmwhyTWFORjuWHEU9xkNh/H15RjLB5bpYET1FNCmF4ZqEbCvx4hE/DozS5EnKRsXRqEVIN5dE0",
-	"YhbxsYVAFFlGCpExreFbM6rNUJTIrY9NJpRnLO2Tt/Y7CHXEMRSdqJMrmTNlOPMby+HG/nLn/1jKjFFh",
-	"aak8IMK3mUhzyZG4VoSHqFPDy+b7zY+1z9pvRfpFAWbt3WoRAkPf1CWgv9W/8ddyKDn+D5YYO9RpYvg1",
-	"N8uza7dLVjGkzajQMI8956npHHdSWVjoytFEYekEELYIf2xa4NKMaM5Hc90YjQvz/KgaDIgYRyvf2vkN",
-	"rissrq/XFceTholiblHDBTedqEO15tpQYUaGfbAX7La4spBHHSNlNkpolvm/FdNFZkDKdH8UwhKxAOH7",
-	"mma8jmeHgajzYc9OundNlRVXtZ3dY/4cofA/Tz00lwiMv35ZAVVekjJ7ibDVL733kPmLaxd+LkGugHCg",
-	"30Sg4WTBZRTFfGQKJXTtbg37OVVWbQU8FZq1Ub7DXOiWZr+t87efpOawrzmKQRNmucVEyTk56AfJoKZ/",
-	"rI32MqNFyp5o4h4iPO13QnusGOO1AJhAJ8Eb9tO5yAsTUPGIvUssMT2x8mpemIhcMzWmhs/Jv1y8e9sv",
-	"hxBOUQ5PsAG39j6sDjdsrsOP4AWqFF3Cb1WIhLYwuRVmYtfH7aNNzOSimM+pWn4yO0mlCCjwKCILmhGk",
-	"JLKgdjWZqK1jbdffnovYs2XUusabyLdIEqZ1mPuUrKRl98DS2bUF7NA0BaKn2U8NDAbeW12F1h26spj4",
-	"XAOwBhQO/9VnRdX6NdEapIVp8EBBy9Y1U5qjBLaGxITmdMwz7t/YnZLL43pETZPCqGF7hs9ZaKOnXN/t",
-	"xZnUpnWjtuxPno9omqomkVS3MzpmSB9b1n8NCRXigXpnjCozZrf5nDkziid6myz8xj1miakQgovpyFui",
-	"wvSprAiIWPIHr8UcUJMwlAumOlHnel47Sn8N8eNS+t0EHVCdE5TtS0tt2HzExURue/MCHj23T65uFLAq",
-	"ufmr76kRQLlwAZy07o3XXLftjybdb/3e9b2w8gFu0FZQKs3CrxDYFFHaAINIJ+qMC71EPACzrm+b4IKd",
-	"KsMnNAkKlaCTjVrP19ZdpWf08Nnz8C3+O9uJv6/gxi0gvF5OEDVhDCLOfV7LMrq7t1hJj66ti1kOHQLL",
-	"Gfntija2nKPLjlU8eNuS1V5Gcgjx7hbOVvMeBNUdkcjU/r0FDe8KkxfmzD/dOG83qugfWOLkXMcs2LZX",
-	"GqiCl1KmVJi44NZITiaamR2lCG1SWZi24WRhasOteCjgOpETFHe50oYoZo9rlhJ8l4yXhll557bk3nDy",
-	"1NxMiLES6hIbq8Cu4qK2skFyVIwaVnMB1ezUK8SVZXLB0pFlqm1GDsHMQqorkiv5YUm6VKREigzcIqIX",
-	"AbbgdbBRlf6ROV2iZeuYsA80MQRUsIj8/31dTCb8A1nwLE2oSjWRirjj2T6wsHNSQWSOJzE5zqUypJuy",
-	"CbVy59HRU7CBvBj0wPfit3nNzXD4fBA6aumHc3z48NnzdTmGz+k0IPe+9MclgQfAVURJyvUVXiA5NTMy",
-	"kYr86xt9QhyUx4AWd2g90UQuBJlzwec0w9eC2o/nwCsqTKZlwwfF02NyuvfvhO79TgZ7X5M+GZG9iPjT",
-	"w2GQZMwYpiy8KZ9yY2e8jTsv6riFX4dISMGqBVnMmGJETiZMsfS4gpRow7PMmTd1zZbeizwtCVlSV8qu",
-	"ecJOCJtaQnAUJkmDQC2xKVlMZ9UkvQiILyJjxVO7PIUGyWbtY3IlJzxjLcoFTUd2xpGS0oQVCW/C3nqk",
-	"vC8fbIphTRQi0KlMrnCJMj6+5pbMvz+7JPs05/vXB/vubU0ybveXmUnNSGVa6gXdnXW+U0lNQFrtvML5",
-	"Ftv5hJreWi3I/Lbkc3saHgwGAyA59zPEvR33CFgjlJwqOrcUoQoRkUzKK5aSIidckJ9OL38A6t5Mzm1m",
-	"MiauP032D2/bg73nR/Y0qe9U2KdCmpW9umcpYFQyDzIsBoOniZ0H/mJ7eIGnJFdswj/g1dUNfRSierNc",
-	"h+x9IdBzZ5iag0pf7mWjCnYCJm1FE/CGO4ONJjRb0KUmqeyh2dqeh1KwiFAypsnVVMlCpP7xJ9oemVwQ",
-	"rgklOc8ZWShuDBNkvPRmGEpmjKZgXPZmoRnVRMCo7sS1nB7PPjKWZkam0vvnMzlF1wgyFmdWQvfjFcsN",
-	"GK7mxQfS5TXHpCxMZj/LnlXIpXIlrZ7dC9sxlFzcnoy9iL1R80GIL+2jLeJCcL9+x3VOTTI7TRKWO/tR",
-	"c68ybficWr0aqCyw/q9ekqdPn35tMfTz5UukQTiksyWZ8yzjmiVSALUl3ELpAjUOB4fP9wbP9gZfXw6+",
-	"Oj54enx42D84fPrvDZGoru7WojSGw/Tj0c3ecJgOh6n77xL/O278Nxz27bNPb/79n0J8fJuF3zs8W27r",
-	"FncO1ZpPhffCoUubGicGUsA1FQnr9bfy3BoATWhr2uzqEm1a6FaebIkqY8ZZdLa6L0pQJjwzLOjyaFc8",
-	"VghIFsbFyXC/jbpHgyPCJ00XP6BrK2S7255ahioPnRXi2DJz0I4jxXTk1bb2IWocYs4MTamh7WcIvtky",
-	"UjV1k3Lr4uyz51sPNxyGX7Mwu6eaxHpG9hJ3tpSP41ESbz0+NxF5NXeIjs9AoDsTJmSaduJdWOS6jR3N",
-	"amZ6lMqF2FFRxBeK/MG8YmBuCxGxVWdajHaMOg95II6hyFyQjcMZ4QaUkcUMoj62MyZqnPWs42CISvTX",
-	"0NFA5XaDc03JvKXpAm+28eN3qIazavgn2nvuFzMmCIdAKCsYs7AraU21vYXsCjLx7ezSqLeEHFCo6zS/",
-	"RLHEMk3HKEG+8qpNKZlERLAF0wa87qRLDZlLbcjhit670T5T23uB71z12ta+5vpWBtEaFaBL+2aDfr27",
-	"4bGmgIb0uWuQTdyOXOF5LurHuHAPAvbUnUw3zvZ6q8X/ZOVwfUS8Fzx+L2FjTLlgzhiQVDaK1CqVc2ol",
-	"u5/Pv4tI3uZoXTVVlvhEe+VYyhVLtDYyz4FX5NR5qjDkw3IJZgWRhjVqkxP+TFz/1JzuTFx/W854Jq7f",
-	"u0nPxPVFOa99zU99Jq5f+dnPxPV3JQAtluZKE/Y2t5oZrrbfS9LfwuxaIjdu5/qBUK8WMZXl26NMKFoG",
-	"Wb4N2rC5vMaS7rTVtxrNGxMEQfQMaFWyDYWQn1qxfJwxogW9YqOEgjEkZWB8y9FAoI9JUQuNi4iLDhn9",
-	"h7ZajP/lggKjoRjLdDkyUo4gLhCU89HEarIRmTMzk+nIXnFnSYTMZFR7qLpQxbUOBV6donoMfwOrLSNe",
-	"6yP4SxD8igDQUW6WEWrQoySTGgYFrVzQzI9VCzwbpVxb1KRV5BtM0Yx8G+GxMhQQ+jaqhb5FxAt0iYsl",
-	"rq7UQPURHtWloZhxk9WfKX/LnInaK3TORoZe2Wv2rtf8I4Im7dGYLSViIRqKGuHUx65fZh84WASd93Lk",
-	"Nnjkja6NzxsKf9Xhzg6qi9yKQRY3lgDmVCxH3tpRu+Qt2hFECDe+fS2+tqKwnJqZe6NGXWVOAQwDMXvR",
-	"UJRTGUWFnjClq3HmVPCJJVUCofY1ZMDvcrmGwnuoqmcw+G79bPebbnV7+dhT2E9M5hnbLlTiYBFu2eAW",
-	"BxfRn9is+Mnmwzn9MJLggBuB6B0QhuEuWrVypog2itF5ZbU7eE7e8G97ziCIiHj+1cHgxYvnR9tws9lC",
-	"mGtWpHKvMhSum+XmTE2dpn9P5jNViBHVbT48HlCQfnG2RWcadOvtjZARBlJbfcFY1QE5KulaVtkDHSpj",
-	"E0MswyLd0oHl40x7QfnJYiQgmZ29fwPbh5KfLv8alQbdD/bxvcNnzxOZSRUekM+ZLMwITW8BIviRZxDS",
-	"SxYzmTFvtiRTJYuc0ImBoHarEkkxJd2L8+8tMBF+8cX59z+ev35NDokmGTVM9frkdKytYCwVGZA5o0KT",
-	"p4MB0QC+xYyLViYOMLheQ26FoAbZvXh+1FjgQWiBrVDPxXSUcrVLKG27MbTmf75Xv/nttf27e9pb2PEv",
-	"s2Uj6yiRRZZiOHvh7bEUD2kxJWMuqFr2wwZTboWTtCWmTzGaEfsMyFIn5ODwxT+/RRX7imcZS8l4STSf",
-	"2t3/1t7+Cm9a2JzQVYMNzJkt4aEwxjoQFzg2mDbcjG7sBOQDPiFULPtt3v4NwQOtgQAbAwb5nKWj5qv1",
-	"27eI22zz+lcrEvL8l5TUJMM6ZPXgwAqg0AZ5xTPWYnrLuLgaGSuXBMNm9XJun3iiCT4TpK353XI9u+Bx",
-	"0MwUPN3XzEztf4YnV0tCNaFkIgtlZui2DrPfuVecd1O12kObdo1fqpw6XmEGb3LUsTws6jhsdaKONDOm",
-	"AnE+YbUUHirjoFyWK35c23JaXc4xmlV1zqhVC/omVlTRRkDOyoMJs5By5pJmMfBhgwGusVVWEoqkYsTB",
-	"i6lYUjBChV4w5ZzdC6aYO5cLExIuVhDq8lI9EkLY++H88vUpzBFym6XO1xWkE9Bq7u5x2uoNfINjlFFR",
-	"Pq926+noAWv73rDmr2p5bjvRih3KS/HbtP5y8DaYaurAmgrCS/ex8+guKAdHOTVWHFVynhvSrVCO8lsC",
-	"6QWEaitWWCmw0AxSkGQ2FPWYkRpTcmNBekC3jP8Hxc9lE5zYIai2PLDrFqQH4T9DUcFZh+XEkTBL0afq",
-	"Scqlw0pFUiaWvVBS1BZpRbQGxt/FVv0J1IxYa0kj2fhmO0lvzuCwPMfe9+kb9ojAvI2oZaAWbt+yc8pv",
-	"qvDcwGo7FWOW+mZOsuYMqAgQNgESkeN8XQ+f0yGQ+E7cr5LmMOZO07mleGIhXo39apIbsEU8tOAOGGzF",
-	"MhiM6umsfWMirCcNEGufhcB5U4LbmFNm9Gq4yrNnT59vOyUBmuACMJrhAdVEfeVOYh/oPM/grasQpbQn",
-	"Q6xm33invX8jBM+bKox/xZSZF6OcqcRZi3dJv+H6amSkoVllDtjFQWlfKzRLb/VWJmk6otfT0cGO0FUv",
-	"PLvtG7u+MGdzqZZ3QIF78ZZICJlk3HF8J4/mJq8O5YvpaAufTGYsuQLFeoPyWgv8uJcTAYzPt3uj3Xe4",
-	"Hn+045B1TTXgUOcmu6Wcwg1DDSo8IiTtMO/JWc8LWokFuXvsx5ZYj83RHKGgvm1EVEUShORRdVvyuJMM",
-	"q6t8xKC1K+NteYbVYYPOODIuDBob0GOQpUz72KzSL/70cHe/uAP10kHRqgUVeXrLrbQpTsZ7HqvVXXE9",
-	"1qb7tZ0rhUV6N9PuIr3ncdvE+XLgDSCtJb74cLoqN6vjxM5yaEsgOgfG0yl5WtOtTMfgnwkKKsEl/CR/",
-	"bDsjENK0UCq8A/EcFByMTqmQCkMId/CfwKQQ6xTC74q5cA2Gwkz2XqBBjkKsvctXQX8C4ZqAG4n8fPlq",
-	"70VEwDix4JqRMdXs+VFdNIShOlEH7wRx/p7RlAtnOlsPRqyqrpUEuCoYG8qz28WAYPjBdmNbWcrMPh5C",
-	"5ere3nVgH/9Q+8LQ8O+Z5r+zDcGad/Bb3cF7smaCxPxIO1AL1FXgyprk6hjLmil/RVidjlueW5fN5js8",
-	"mvNUb3sqJLS9rwSv5pdA5FEwNAu5b1kjCAoogVol1rJ0aqc+1zIrpYrN2bW7xcOc+wF/wEHK3y9ro5UX",
-	"//UNFIyAakDB0CdXn2vCWZbqeiISYWIi7WqTrl3diJSrAoFCOiJuPcGSsUR2gSWKJlaqbpyvW121Lnpr",
-	"NJdpEPsugL3MAILnTmrZd+iv8060200OMUoBh++7i0vS7/f34T64uOwvxXQxZ8SCEV5ylz2kQy5kppnR",
-	"hLYSEwdbk339dp+wU1bSLfOLbpExVFH56lKWtOfRvAZr5PdcDXO/tm/ZFiOly37aWaLxDGCrgdIPHALJ",
-	"5WUERIlU5kFj9mWZ2EYyRvH4nRBusFhKGc4JUkIulQlT2GbN8g5xEmXIw70oiO3JU7dWHNv9kRfMECkS",
-	"1kjpwcxpiHSm2nsIu+imnFhBy/kme2EXYTg562fBfysYoXMppphN1Mh1gvVz69YPB3yGI7V/mS0Jrdmu",
-	"NcmkDg+xRYN7MDXNEXjlarhtslLUueZs4Srqrn6+JAtqIN8TqpqhCzvjTBjyCxtfWH5kiJALV9VOuNAM",
-	"JTNWqXJSQJqjUTLLmNpdrXNg/iuAt5UNNOql1tyzK645p7T5DeU241YTsYPFF+cJCMMK41rX3adZypTX",
-	"fIWEgA6mIPonTOK3DNZuFh8L8I6a4r7LOL7uUFC10Z1qvKj85g0I+xE2eKt+27pd2J3Sviw7GWlUwbaY",
-	"gdmKJl9sPD/CR5pnMDuvlT+NdqTljSCtKen1ciOrhSqiDnJae9hboXQ3QbaayQ/sE4vL8d2FMz9Nc9kr",
-	"/MGkFfCXK973WopqJ+r4aFJQX30u6u1gPm8M6C7+UI3rrnxbG76CznGcdRFGZg2oK6YGZiCUGoKqNrLY",
-	"nVzA1aMRThikAT4V5+353VCsMSza2MeokWW1z4YX52BweHS7zDGcqQ1EmrWC2BY/dOolABC2u+dvLyNS",
-	"Rr/9/T//G1y2qLFuN8e4SYLgmZS3I9BbgddDyaihI2dTqR/k46UJi0dyEiqfJzVzGdUY6rdQ4BZvCYxY",
-	"B76qsxQIwk1mYTkxL0aJVG0l0EBXvI1/5oop0VLj0CmitxlN6vDWWPv2S6qvbunJsesFgd/c3KOLZUOm",
-	"XLv5q9WbtDnPJUTBG1w2mz0vEy64nt3ye1tQex/F1lqxlc+oZpsskHeSprf7h1m7BXfNMKEYsP0R1Ojd",
-	"HRrv/gh8U03EbLINF2cbEZ5mDDUoDKbpovN+VsypCAfY1WtGrhecLVRZc7RlkbUZebhuRTWrgfC7BOZt",
-	"K/G4Y2XGxtSrBRpd1cYSLaGl3qQUcuMKJB+7mIgqE8VVt7V/itHvTMmR3Y6RD7zG1RuVv7ShUy6mIxwO",
-	"XA4uEdJf0SxRzIwKoZiW2TXkLfnyZSMXMezzkjKwEyVUJCzLMIGlnmW0g+a6LjH4kGWe+mpaqhBWGdys",
-	"U3+SxtuEImcihY90yKphCX6BTR9ShfC396jX/mbpid0xHqf4/8jv3rSGs/b8ylEyo2L6Kf7DukJaVjss",
-	"VdK673BtwpIbNo+eGif5teWwbC8t0sYSbxGwWHUMwcHagAgrUIJ9MKOkULrlILOj765dgWSwTbXCIdvA",
-	"vCjGc95eX82nb90+QMC9OFrSebaToAMbMymU1cjt97mgYJcOeNku4INETihfTNGMSbjWBUsJNSRY6b3v",
-	"G/GA1AmdACo6nhmTAx93WkM575Y3LPi+YOiKOcTrH+/PLi7J6U/nlqnEwEZ4sjefzk1MurgpvcHJFfaR",
-	"ypB/Joe9/lCcXTO1xIjlQqRMkdjV2IqJYMx5SUpNp97eYCi6sW/48e6ns/enl+/ejy7f/Xj2NobQU3hR",
-	"MDJlwr7NUstBJYmxzoaV/knKFZbZ2Pcz7MHQcS8aCjdESvVsLKlKa6GviZRXnJFuDF4LXxTMqihcxL0T",
-	"jPXDHBH7YESodz4MBaRTIDfQrpzNvNDGcjeGhmkLtGPPZYsTuRBEKj7lQpNu/A7+ii3+LusgWj7Osgnh",
-	"mji8U0Pi/dji2R4ars0A1ov6l4t3b6ElApwnw84xGXb6/f6wE5EhZA3ipSqnd4QXb2KXvshNVjbn4sme",
-	"q8JP5lTQKbMszdJELTzvuDPoH/QHjggFzXnnuPO0P+g/xYJEM9gXHptV5VeXB4FLxKU4TzvHHcuFTqfO",
-	"jtXoS3Q4GNxbp4uqMu2mNi86IhriIaCEFrb+ORoctA1eQrvfaBZyUzfwYSFaTSCF1mfPub2+JN1aqx4o",
-	"QBthMcGqBC2QoCsQP1U0gQBrLlPXSqOJ5P2PXue6acX39wzRDUtVdW77W/gTq0f2fWe3m18fep02rtFd",
-	"F8W+dLT9pbJzz83NRvzu14tD564QTRPTYKN7WRq1PwXbwHK+lek9duiqJQ3fNA9ke17erK3x4b1N3azG",
-	"G1jrC8tyTK0ip1vzwfblq3UMeyQysS98vf2FsoOYfeHg6fYXyh5O9oXDr3d6odFg6SbqPMNV24oy3/6t",
-	"ybmAfgktlQ0pCBW+e5srT+jU3RPwRWHhPzzprVrH1BYmtW+ln/oG2qDplI5JPqlNQKaSaWwjN2YTqZgF",
-	"hIlU94fC5XRj2QMSryaBx/VEb66J85xg958ysyrGM9jgUdnc4HYP/Wn29+Cep8aS1WFGXuvzR7qLGTXQ",
-	"0MjqrmWaLNiUV7JeSTd2jZM0c126/h9mCp+2uaFkXXBr2992W4Pr364JGk+2beVa8I7V7dd389HgaxIH",
-	"ynPELs+l6gaK1TJd7qLnNLGyqpfm1yw+IUeDwVDE9UogOIoVkck7iKliTk7GdPsMUzpDuxgKG7FXmGt6",
-	"x00cbX20bJFqnw11My0/r9GE1UVmdY6hwVnAE7EujB2tox4/MX3kHbMDPVe9HB9nj32WcxSxTyjUqrEq",
-	"pEtlJl3L2ewOw/xvzHwUrtFcuR1OCHUFKYxiDDdHSSx/scwc1jWYZB7j1uC6zCn+lEa8pEtFo3LQEw0B",
-	"fTqnCev1SdXcVTGawt6z40HnzEblegX1MvvkFKNRhuJgEA0Gg3LPW+UW055Jt34UQ8vGuT3lG7nLVn0+",
-	"GhyRuFk+KI7I0eApiddqCMGNAWnyD3vt66GIA+Wm4hDbsMrkK+B5j8I1HlLpque8t5zYnn9+4SCfg4Oc",
-	"Vjv0ifa7pGEbs9eWRE5KLuN5jFQuxljIlO10hu9TlcxcYlSQqVyAyMzSE5AZ8GGSFIboGbSRMOs9ngFW",
-	"bshUsQXJocVlHO7xG/eQW7myYQIkQwiBxMIV3ndgeWZoW75nND11H/AH3Jgf9gxVzZ1ZxStAhZlOsGF3",
-	"wKZM1Zfd+Ll3Ix7JFE5w0lVsWmRUwQ7UVSk62KtuP2osMUY1gV+oxAST8tGejvuaawI5qyz1Wi4VS2xy",
-	"y7Uv+38MsgM8DzJC3O/HKFEMRVlRBAswWI4B5usFKFjjqnWAr+RQCilWXsHGIcBBIvLq/NU7ItVQzKhK",
-	"4Stc7oKulc7yXAEACZ219T691Sf0h+LC48nZPP1IViRw3rgSe31ydPDUnfplCcC4Kp7k3h2KbiHsEkP/",
-	"mxQYjLRspY0FhfjKL4ob9viMZRfDwF15yjaLQECROPtgFE2+qBI7quuNFvufjV+5RYNSEop0p7/z3PVb",
-	"sJsBnXU19btWy29OU0b4xNdA2018qFFpS+ErX4Rzi9DQA0Oec5jgVxJGVbaMiGvXhGHvQ6EZ02TCFkxB",
-	"/zBX8OglArKHgZP9AB9atTycWIYyFGscBbhFw43n8gVJt1WMaRNOHs/QcDvJRCaGmT00h96LgAIr8YVP",
-	"/OPwiVNSF2CeaFzByJnIrS7e3FE+e9A9rfnvrDp7FaNWsJhC9FubjFOSiWs6RIlh81wqqlxi35hpnrJy",
-	"logoJgAUiQZjbGLmk7OtTAKiguLXLAV5CGKtVAFZkEWeSZqSjFHvpJBZCuOSrlTQFKnXJ/FcpgxMJjIx",
-	"NKuXIIYqe1VN2MHzo6NeiwxyN/niUY2QOzz7RqbsFoLIJ7KQO8gjrirtFy7zj8NlgNCdmQLDZOxOHMt0",
-	"WXGaE4It9+sqFGgAViDZJoXUM4A2R5xc+Cf/kKEQ9TSnliPWf+q9BKrUByRygvUisUtKsxwM2qcnaKyu",
-	"3MGOgWL/nTZ3rg+8UoXQWP/6p8u/QrhZIjMd/89/xUoudFwx2ReD//mvw6PeCYktx4h9qrq2x0WViNQf",
-	"itO1VndPdK1IB820tFSlUX90VdOQ4PbswmBQGcTPuqhqMmHMjvxSpkwfN8VH+0YcVb8dg4xJd0xTYkGN",
-	"8AQDLyaYvXsn5Ghw1LAwo5naXv+aBA3PEYnXy/vHpEsb2bREToaiEqBnYHen2A+2d4IHVLMLQ3xCng0O",
-	"/ZxTKZidqtZHIXhGNRpZ/uE83sE2mzsdLAf3vWeDQS0Ye90IoPwS1/I541rK3VM5v9viWCJgDI6bQMgJ",
-	"cIt6En0mV/VjvpjuK+Y2c3uY2Hv/yOn5L993HjDuyo7fHnRVglG5ee5AZM92EY5+rvqGrEYleCBAG6ji",
-	"pSGdXV/xPOeumoDl/XIygUiFAN6rbOTWIMgKGw8Zz7gR55euEWahT1CTiavWwzHpgs+/V+lUtXY0oJ9M",
-	"Jvdy8EPWsg9UrgepV9P1yVtwxLjaOxoq/0Kuah3z3r+7/7Gqy37TDAlpLsOPPMvuGkDl3gtLYY8YrAhN",
-	"IzTwDmepsmLLRGaZXIALvNAFzfp/YLb9adwUvp/6RJ8yoqhrGWagj0avPVjhXSmslUXWSv1gyq+hsTEQ",
-	"6kQz48oYuaowV4zlyK8zdC6uB/vJCWE0mTmRDz0QMfYGcD3/4/0YWwT430Oh6dI1X8e1dWBBzgFERWgr",
-	"ebqaGkfkDf+2HlRo//QYPIG9w0VRU3qqWnIwnx1KuL/BSer6M2I4FsYxCbZwx1CfnAsSI7nFvpnzvusY",
-	"QxUbCpTTwbJaycHOrYJcp9cnL31MRhllB90hfD1vrsnpT+dDYZUvPZMLUcZjOSgCYuL3zNzDpm4Jk3Ir",
-	"ZnHYCJRay2LcXNusdXC7/J8++IqVgnJDirxs5wv9Y1aavdibdqkba0y68GgusywiZRXOwWDgGlQGPsGS",
-	"CjazqMAvi9vBq1ugf0iVdiszrQWH/pFl48DxCVGUuGgQheG3UvU12w5KO5PrldEmKNr793Ve3r8C1qzP",
-	"eFeTHo4CJyryrvL4YEaTi/Pvfzl/+/KHL9G/tz60txNgVf+jJaEF7v9xCbBZ3uSuBOi6JelaEkrV7awh",
-	"y3yhwQegQd9+LkyCYD0ujxH76B+QDOtlbD7Rs/ElDere6G21F2+rb+Cs/uBD5smsdA8OyEN1UO5F168P",
-	"iMKo06Ag1KNrpRgwShM6pWUlJGq1GCvP9CIyRs/sFjN/oKk8nt/rHeeFa7JiNRyO2VeUTBTTM1dloz8U",
-	"MaRXx2h5q9eZIH//3/+HuEbapKsKoU+qEhhgCId2fmWPXrJkpgcvYX0KSA7HwhMuaM5Zv5vW/qZ1H2Po",
-	"XMHWiJSdyb1IX7bChYD+eKV9rjf3r3fajVHecSF6Ne8KmGaoGQq8xTUBP0DvhDwbPCVxoB3vBvP9WaNS",
-	"xcMZ4mvzfKY800Yf7fW9Ve+P/sic9Q/HKD/ZcFsiE4NQS8Tjriq3pG/fpa02K0XCorLpBJgXwD6hS4UK",
-	"61s2dac6G9//aHfERhMjJt80if52AkPt3bdWx75LytWfw+73yVTyHdNGyeUqjbilVj6k2ZBCs/SkUdgZ",
-	"zwLL+yZSTWUZ9dFm3n/gFR88FpdaOU37n8XE8U40gEBvGG5TxeCs9rZayBd1pfDhKAe5lUB2VrDlfLx1",
-	"d++XhebDKsFP9vafZbnhY75wjQb1vVKM/c5WmEalizMdgf3feQa5cj0XQB6EKvRkMZOakYTmdMwzbjjT",
-	"RNMlAcLqbSdA7F2w0TBXzP80JOgKCaMGcIKCMtaMryRr0BvKuLsvdAp0+ppBA1XYwY3zDdJdLTa3k1rZ",
-	"z21DSZk/C6H5GtZfqCgYnWKwHEnz8N9KPjLfRD0y//MQD6DnC+00aUfmq8J1F6qGTYoM2sYKAu2J0l51",
-	"ZrpKH8B5mhTm20G2Wsp+OL98/ZAWsrK9dotgLHMmfEG++7GPvbMjQtHePS72zIztZVLm5RzNUNh1bO1/",
-	"dD2Pb9x0aXt1o1Nf6SE27IPBIg3C9yk2UpIuJWOqGBFskXHBIlimIbRD0uTs7eXZ+2GnLH0A867FlJZX",
-	"LaZi0qUZHue+ibbLy9a+HyS01cOAtqGYUY2Z12jHCsWnkq5ikHjuW8qU4sGYJle99ShTMLg1Ak2dEUsb",
-	"qbabsLAjdOroboV7gTvcNal33vCqA3XT7LTiHS9L6x++2FZq/4F8Bo12149cr6nRtD+w01ZcEY4+MP7G",
-	"0w3XZQSQl3S+uCoelffjChJK7HJ6hnXimcs/ey5Sy7ZeWdAnGtsfNLlavelp6znwhrclUqxEeIls6UnG",
-	"hSJxXfXxDIfkYCXm3Ui52SD3QeWTeqvYluPJf+kjboYGSfhlIdKekolUKZYccnnxVghoP8488Psfq75A",
-	"G6uK+m63u/DlRtPenVjz4bPnO7Hmh13tLSttD1gtnQcNsxI9qh9RUL0DI6kvfL0pYOuOf+8fekCc11sX",
-	"hu0UAMK9JT+V5qK6X7T0Nuq6VI1l6aB8rwvXBmunYjSZWZT2orJ0NFcNw1Nzk+2Uq9aephbgrmYliwu+",
-	"pewIEOKwtb5sdxWKou2gPACzb7bZ+4Pl4j06s/dUQrq1xl1RmRQX1bLlevZAAIdLKMEvTKH7H6ueFDeb",
-	"yjzGFW+PawHHTq8pcxkaiYDUM1CvzZRJb6sKjQ8VAr2kptDIa6ba1ZShuK2eQlbVlJA28iPPstZsuPbc",
-	"x25ulqMKmxgv6hCAjv9af48q0Ld5gjaa5d2rcvNA3vhmF7pNiRR/+lyJkhDaciROKoIo1SoufGljQkt9",
-	"ve8KpW10hd41YdO37XucPOctfPXzOT49AKSFM+3AL/frDaSCuS9n15VUEWv2W0ywnwWJIQSrlhA9OCY0",
-	"y6CMWC9CVorg1jsBWSGUKkhyGYqZXJA5NBuvtz2FCpq+5nXZF/ZwMBhApr0d32U00TIdQRu69Bx9KGqZ",
-	"j5BI4rKkN7Fve8GfSHFL7shqW9dPINuWNA9AaVPc+VwZEasf29b5wN3/U5lV1gRwi/m0mX6Ph+NqZj/p",
-	"rufv93bZhynXOTXYjLHFKluYGbRBob75BsYs+jY92MrH9e8ZL+v5km3dfIYCtG6z1unTlczF9kL8mjlh",
-	"yMpDlbAGBRJKm2w31jOylyB3SMo3kVnEvbIf9ExqJrx0h1zl9PyX70dvzi8uzt+9HZ1/F+OJ0lBroIyC",
-	"ZokUKfGoKjvY0DkjDeGuRA7cGsvSrqzJ4eDQRZDah7A4ATzlxEAr22D+nK8C6HrtUJLyyYRB8Q8YkYOU",
-	"djT4uj8UL2csudJkRvPcroHTKKRKmTpuJMeuqGUrqwKBoN1ng6e9aChcI6Lu0eCgF+GU3aODp1AhuBe5",
-	"ti2Nz+7aj5PKwtSLiJIFBp8eDY4iYgftD8VQvGHzsUWEQx6MW1crU8kwNtVO4MwGXJDYgzqa8Mzy/R42",
-	"+nHV2oYChMKpkGC7140c6TldEpqmRMs5O3GAzx0Y0JgIiiOhRooFKiDtzHJymWPXLCIF0zDQmBFRZFmf",
-	"xHNmaEoNBWEeildeMzWmhs+BWhTLGXVJm4mcCq7dviAzqmeN7+8mVEjBE5pBy6JjR/glkNh6JxoKbIMI",
-	"O8GZKiMiJFnMuGEEi0172KHh1BNdHTk8jY9dxVv7pF0aqYYC50Ba8XWrSrI9IVTgK9c0KwAxFpMsdaBF",
-	"gAvChTaMIksaW0E1Gor4oD+I63fig9gF7+KIdcDAxbNK4F1LR67/E2wbbOoEpa5jTNM8JsMO1ZpPBUuH",
-	"nTgqMziB5yBxUAimBDpCw5NbmaGYcF9Fz4uUk0IBbDST2LpDk5hpw+fQ6w72ZdxAEi/VRdi+VU0UcN3U",
-	"dt4o5ZqOM6xcUtKyPfWrrWdvCTkC3hRHENy96vqx0sIBiYvagRS31TEJlGWptQbwkdsnKJiEfViru67v",
-	"TSIxBGPbjToUVUcmuNtzEo3nDIk71oJSzXeOl7aaSAMnPm5sXLD64o2ZXTVNjDzB7ViyYa8T3JfCuKvJ",
-	"9f69YR5fnylw3E9fdmkMSGX+HpSOKzeKXyR/eLK0dgw2mc6XDMY7+btc/0XYNSudF//2q6XHSqSsnY3l",
-	"etRsTWU6th9mFwESFaFWNa4qYWCPECumpHtQ2AMqF2RyiuUBmLP10DTFmsRwYvoaza7AASpvY7sg0PIQ",
-	"Cyx2Xd1Cpo0rnUgrPQ5lj58yir0aliRGMo3JuDDoCtwH9c8V6Yt7x9Xx7Bi+VfdwYAjoje2/8VB4/fPY",
-	"FWNUbn4yY1naq7LT4zn9EPdJ/G97iIu9i8Zx4qoboFhgzyY7TlkHwQ4Y1d49E2lcfw3TkXyZBzC/10oq",
-	"cKsQA9KqEb6n+TGx/MI1j8AvGzOzYEy4j8NSEKsA1/Vj6FQBAEOKPso0djXryINgDifGxlj/4y84M9Z6",
-	"gA3sMIcFHbpYE+DpgOjeUEykKjPIVVn6oewf6e2jQ+EW9ZisryfUvLy4OPMVKKAMmAaj0WKGYppdr/rS",
-	"YliQnR4rlkBhMQcHNNBumGthqC4EElEQVzkcoRNFXcB3E+6hQEB6/pOwYm/VtatPXtlX9TGJ4UOO3dRO",
-	"u4it5HlMPg47SAHY09JeHHaioRh2mEhkysV02LmxB3kpqP58+WrvBSAIpLEx1ez5kRuz/pYVrfDmsFOr",
-	"HA5kglUvrJAOsgSOiZJnzNPjAGVyQ7qUqFolJQKGnQtIECMYR6xBHYKSIlhlI35NtdmDB/esXgZQONLE",
-	"zi0ob3gMTWm+hh77tEOJkYAMGAXJvU7K1TB+7VZGArkS8Vz2rC+RnULXUCgaYpcx41Zf6MbHJOdiGvcg",
-	"pgzKrqaZV84JtRTVJ6dEZ3IB4cQogls5HqR9qCzkwDtGuKGXd5bZnTrjjqqAE0ITCWCOJAY8AOXBtgiV",
-	"6fPiX0RiXKgRdoMbMQGCX4nkRrmVaoP3TlodEputV8hLPtF2tXK2IKUZibV1YQuXVsEQU27zst13eRNf",
-	"/wYOUzA0ItlBecccDiOn9pfg2j2U8Tl3RXNaQZ3TD+FKJkcHXx89HRzVQD3YBVQ8Gu2JfFL1OHPMjoYI",
-	"gHQtN3U6mWOR7YiF+w2Ad+jX9VBFuaPO2vnQHGIloPbiDDeT9jw4spwmcnyCdDVD11nttV5/12LgrlpQ",
-	"J+rMgAHAt9fP+YAsFTzzG7ICZicQq9La3QBctVunOFyrDZS+TjKduuywDpU90eu89baixGb4mLCk/DeY",
-	"pRN1oABcrTF6bW2bc7Riz1FyQM76VETd/IOU53lvKYSu14QFiqG+3lbkGJVUaH8FKegCbHV70I7WOWhw",
-	"H61oCtAuvN2kfOET331Lde/8jcv+4z8Yk78T2TIiF3TOLrhhf7kwiicmIhdW42FYUPzy9UXPpYJDq3Yv",
-	"cDmp6hc2vpDJFfM2IeBuB4dkJgul0dbsJtQGan75GlRgjT4eCoq1pxpGahT50PxTusIgvqOsYxZqbh46",
-	"Hi/4VJyLzsMVfzkX91H8BbStk1rbd98C9lEV9tup003VuKEG208ilIyVXEAjvpoxornS61QtC7O5GtC7",
-	"wnR2QetlA5dJxqhiriZWG9gv7UMo+CHka237m/Aaqq82x1FdwhNbbG9QHmZPM/uQPfZAHNa7ByxtDY06",
-	"JRkds8yymSu2/AtYnE+8Gd1uyLlUrQFS8GpjPm7YXAcmLjk2VQrjEMK+UJDCwjLWs0atuJ3kK7vOgn0w",
-	"o6RQ2opWePzkil1zWVgxe9r6bfjKRmQ+pCfWUsem+C4E/fPEdgHlRpY518qwQ425ccbQqdGLIPdwii4B",
-	"YvjWGi1zKvjEjkc1+evpm9ekG/v+HpfLnB2TOi6XdJ7FoMX/y8W7t6Qbfxx2/AAjexNV6b//539bDRGz",
-	"PGqP2Lsf//6f/31zE/f64OaIP9oNO+JphFvMvp0z4XX5ExJ/k6rlSBXCGVGs0D5Etc7uSNI9HAwqTias",
-	"vJKB88nP2euTU0Hi85TNc2mYSJZ7P7JlTFAAJV2phqL0bvV5GvdWrLQlglBuqvlDLOjeYYl+Ht89FD6q",
-	"8gWQc4S4HAvK2DV1VH8LnA2+vPGEswzqjVEzOxkKV0MGL6PJD5uupe2FXizRtARjr+w8h+jNiovnH4i+",
-	"6uUV/G6MIn0k94H98otiPOe1yjNRZ5Wcm+PdoR/J7XiPmwB9nm1MJlVLogorpQYIGvbzffo5LJ528XH8",
-	"6arjfFqSJVAWdFPTV+XiQOV439XCFyh3zSnW5ZR9z/021q55SUXCsvA+3mJIsi89dGlsACxANgh2BkEd",
-	"oF1YPEGFLyv8Cbn4PLF8CJZfN4i99FGXECRSL0ijWJX5GLkucblioOikUDCsUCwiqatnsxJGU35jW0Tm",
-	"PS/p4MGX9NIt4+Ot3IYts0+V4ROamO3i/mn55B8R2x66TWJn+a3g7P+D4b9Wf2sTqfvvvPMiRMEkMvhv",
-	"1+D3weHR/eaPPWi/xM8Q5uwX1ff9O8HKjBwrM1rM+5OtbPkfkZ/fv95jOqFg2ExmVEyZ7mPYoLctwa/e",
-	"xjMQbdS61avuyz/GH+GPiFATEcWoluKbG2hc5EJGYx8Y+kRD9OgxiT9ecZFG4An8JiJGygw6KX0TDQXX",
-	"mNvxTUQSqc2o0Ok3N3EvIrH3QcYfvXXQ6gg3rm8x2KFj8CCVCsOEC5qhXuCiHdH55Vyvzq0IJ8+M6j45",
-	"o8kMI7GfaBLzNCaJLITRpMhPSi8whGtDK1MXb13rddB9UXYbsKOil9P1hi7LddrVm0rBfEtXH1mgZ3IR",
-	"UhzsfkND5ydv1VU1oeHj/EQlf4tfY6fdBq9X5tzPsOn8mfpE+5B8qgMm56hmZ4XSMFYYAZ9IA6Vug80Y",
-	"zczs900c+Qf3yENWFIApWi0pTupy0bBlY+E2S+Brfs2EfSFXcozS+D5kfW38zPf4xEPmpzKacgtYuJ0S",
-	"TTFc36kbDz/lWyh1S9PlSRWXAkEvuPnL4VAKN5uRXs6EWD8hGddWyqWNkSjmOUM0KXdRwPjda8Fa3tbc",
-	"DNYCckcGU6jM8g1j8uP9/YPDr/qD/qB/cPzi4PCwc/Przf8NAAD//w==",
+	"7L39chu3kjj6KijerTJ5d0RRsuzjSHUqpThyoo2/ylI2e/YwlwPOgCRWQ2ACYEQxLlXtX/cB7j/7Bvsi",
+	"+ybnSW6hG5gPEkNSsmRn8/M/tjgfQE+j0ejv/thJ5DyXggmjO8cfOzlVdM4MU/DrdMqEOf/e/slF57iT",
+	"UzPrRB1B56xz3KH27oinnaij2G8FVyztHBtVsKijkxmbU/venN68ZmJqZp3jg8MXUWfORfk76phlbkfS",
+	"RnEx7dzeRp2Xcj6nIm2dNMH7Dz3tmbjmSoo5E+YtTBScHP7bcdrnT7fP+opn7I1MYbqU6UTx3HBp532X",
+	"GJqRnKk515pLQcbc6Iiw/rRPBs+PjohU5C/PnvU7EcL5W8HUsgJ0bgetA5ZTY5iyT/4/g2//Ptj7y68f",
+	"n97+U6cNqPf2s9eAOh1rmRWGRXZ2xTJq+DUjRhIzYyTliiVGqiX8Atp4oolbLk20ocoQLtogdojeCbVH",
+	"g2+eb0fuBQPMtVKSxvsPTUmXVF+1zmmovnrYCW/tUDqXQjPYst/R9Adq2IIu7a9ECsOEsX/SPM94Qu1S",
+	"7v+Htuv5sTbpPyk26Rx3/q/9ih3s4129f6aUVDhVkx4u/UKThf2HLuiSLGY8Y0ACbumJoqLfuY0sZB/Y",
+	"bwXT5vNApnAywjWZ02wi1ZylAMhLKSYZTz4bGFoWKmEWDi4ItTvBWAxRQ1LJNBHSEJplckHMjGvShT2O",
+	"aLW3EikESwxLoxKjNFOMpkvCRMrSHnyT3bSXUr6maso+z3dN7DpzTTI7pbLfI2DZNVPXTD2xSL/h82JO",
+	"uqc/nL29PH85enX++mz05vTfRt/97fLswsEt1ZinKROfkVqfaFJopsicLgHDqXSYr9jtKGWCe9y+leaV",
+	"LET6+CC+lUQXyaykGZj+8y6r3zVjmS5Xl/eAvOHfeZjeULF0+1k/Pmin5LdCGmohUowmM5aSrqW2OdOa",
+	"ThnRdKkt70lmEbFbhBtNMj7nBpfwZ0ELM5OK/84+wzK+sUQkpvaUXCgppmTMqLJIlFdMeHiuKc/oOGOf",
+	"g6oMyaXWfJwxIuSCdLkwbKpgEiInk4iwG5YURirYD4pNuTZMWZYjJO6ZiGgjFSNFBbjF7K0/uFBcPP/l",
+	"hwtDTaHXZYdfuJkBf1ibO/44tAiY8GmhWDrsHJMJzTS7jWEhhTQzi0uWadYnMAo3RIqIsGumlkMxZ/Mx",
+	"U5YwcsU0E+aYxJqKdCxvRjzFQWL/fXhFMcLmuVkSPEU1KYThmYVuKPDjET4Nj9LkSshFxtKpRUg1lEfT",
+	"iFnExxYCUWQZKUTGtIZvzag2Q1Eitz42mVCesbRP3trvINQRx1B0ok6uZM6U4cxvLIcb+8ud/2MpM0aF",
+	"paXygAjfZiLNJUfiWhEeok4NL5vvNz/WPmu/FekXBZi1d6tFCAx9W5eA/l7/xl/LoeT4P1hi7FCnieHX",
+	"3CzPrt0uWcWQNqNCwzz2nKemc9xJZWGhK0cThaUTQNgi/LFpgUszojkfzXVjNC7M86NqMCBiHK18a+c3",
+	"uK6wuL5eVxxPGiaKuUUNF9x0og7VmmtDhRkZdmMv2G1xZSGPOkbKbJTQLPN/K6aLzICU6f4ohCViAcL3",
+	"Nc14Hc8OA1HnZs9OundNlRVXtZ3dY/4cofA/Tz00lwiMv35ZAVVekjJ7ibDVL33wkPmLaxd+LkGugHCg",
+	"30ag4WTBZRTFfGQKJXTtbg37OVVWbQU8FZq1Ub7DXOiWZr+t87f3UnPY1xzFoAmz3GKi5Jwc9INkUNM/",
+	"1kZ7mdEiZU80cQ8RnvY7oT1WjPFaAEygk+AN++lc5IUJqHjE3iWWmJ5YeTUvTESumRpTw+fkXy7eve2X",
+	"QwinKIcn2IBbex9Whxs21+FH8AJVii7htypEQluY3Aozsevj9tEmZnJRzOdULT+ZnaRSBBR4FJEFzQhS",
+	"EllQu5pM1NaxtuvvzkXs2TJqXeNN5FskCdM6zH1KVtKye2Dp7NoCdmiaAtHT7H0Dg4H3VlehdYeuLCY+",
+	"1wCsAYXDf/VZUbV+TbQGaWEaPFDQsnXNlOYoga0hMaE5HfOM+zd2p+TyuB5R06Qwatie4XMW2ugp1/d7",
+	"cSa1ad2oLfuT5yOapqpJJNXtjI4Z0seW9V9DQoV4oN4Zo8qM2V0+Z86M4oneJgu/cY9ZYiqE4GI68pao",
+	"MH0qKwIilvzBazEH1CQM5YKpTtS5nteO0l9D/LiUfjdBB1TnBGX70lIbNh9xMZHb3ryAR8/tk6sbBaxK",
+	"bv7qe2oEUC5cACete+M11237o0n3W793fS+sfIAbtBWUSrPwKwQ2RZQ2wCDSiTrjQi8RD8Cs69smuGCn",
+	"yvAJTYJCJehko9bztXVX6Rk9fPY8fIv/znbi7yu4cQsIr5cTRE0Yg4hzn9eyjO7uHVbSo2vrYpZDh8By",
+	"Rn67oo0t5+iyYxUP3rZktZeRHEK8u4Wz1bwHQXVHJDK1f29Bw7vC5IU58083ztuNKvoNS5yc65gF2/ZK",
+	"A1XwUsqUChMX3BrJyUQzs6MUoU0qC9M2nCxMbbgVDwVcJ3KC4i5X2hDF7HHNUoLvkvHSMCvv3JXcG06e",
+	"mpsJMVZCXWJjFdhVXNRWNkiOilHDai6gmp16hbiyTC5YOrJMtc3IIZhZSHVFciVvlqRLRUqkyMAtInoR",
+	"YAteBxtV6R+Z0yVato4Ju6GJIaCCReT/7utiMuE3ZMGzNKEq1UQq4o5n+8DCzkkFkTmexOQ4l8qQbsom",
+	"1MqdR0dPwQbyYtAD34vf5jU3w+HzQeiopTfn+PDhs+frcgyf02lA7n3pj0sCD4CriJKU6yu8QHJqZmQi",
+	"FfnXN/qEOCiPAS3u0HqiiVwIMueCz2mGrwW1H8+BV1SYTMuGD4qnx+R0798J3fudDPa+IX0yInsR8aeH",
+	"wyDJmDFMWXhTPuXGzngXd17UcQu/DpGQglULspgxxYicTJhi6XEFKdGGZ5kzb+qaLb0XeVoSsqSulF3z",
+	"hJ0QNrWE4ChMkgaBWmJTspjOqkl6ERBfRMaKp3Z5Cg2SzdrH5EpOeMZalAuajuyMIyWlCSsS3oS99Uj5",
+	"UD7YFMOaKESgU5lc4RJlfHzNLZn/cHZJ9mnO968P9t3bmmTc7i8zk5qRyrTUC7o763ynkpqAtNp5hfMt",
+	"tvMJNb2zWpD5bcnn9jQ8GAwGQHLuZ4h7O+4RsEYoOVV0bilCFSIimZRXLCVFTrgg708vfwTq3kzObWYy",
+	"Jq4/TfYPb9uDvedH9jSp71TYp0Kalb26ZylgVDIPMiwGg6eJnQf+Ynt4gackV2zCb/Dq6oY+ClG9Wa5D",
+	"9qEQ6LkzTM1BpS/3slEFOwGTtqIJeMOdwUYTmi3oUpNU9tBsbc9DKVhEKBnT5GqqZCFS//gTbY9MLgjX",
+	"hJKc54wsFDeGCTJeejMMJTNGUzAue7PQjGoiYFR34lpOj2cfGUszI1Pp/fOZnKJrBBmLMyuh+/GK5QYM",
+	"V/PihnR5zTEpC5PZz7JnFXKpXEmrZ/fCdgwlF3cnYy9ib9R8EOJL+2iLuBDcr99znVOTzE6ThOXOftTc",
+	"q0wbPqdWrwYqC6z/q5fk6dOn31gM/Xz5EmkQDulsSeY8y7hmiRRAbQm3ULpAjcPB4fO9wbO9wTeXg78c",
+	"Hzw9PjzsHxw+/feGSFRXd2tRGsNh+vHodm84TIfD1P13if8dN/4bDvv22ae3//5PIT6+zcLvHZ4tt3WL",
+	"O4dqzafCe+HQpU2NEwMp4JqKhPX6W3luDYAmtDVtdnWJNi10K0+2RJUx4yw6W90XJSgTnhkWdHm0Kx4r",
+	"BCQL4+JkuN9G3aPBEeGTposf0LUVst1tTy1DlYfOCnFsmTlox5FiOvJqW/sQNQ4xZ4am1ND2MwTfbBmp",
+	"mrpJuXVx9tnzrYcbDsOvWZjdU01iPSN7iTtbysfxKIm3Hp+biLyaO0THZyDQnQkTMk078S4sct3FjmY1",
+	"Mz1K5ULsqCjiC0X+aF4xMLeFiNiqMy1GO0adhzwQx1BkLsjG4YxwA8rIYgZRH9sZEzXOetZxMEQl+mvo",
+	"aKByu8G5pmTe0XSBN9v48TtUw1k1/BPtPfeLGROEQyCUFYxZ2JW0ptreQXYFmfhudmnUW0IOKNR1ml+i",
+	"WGKZpmOUIF951aaUTCIi2IJpA1530qWGzKU25HBF791on6ntvcB3rnpta19zfSeDaI0K0KV9u0G/3t3w",
+	"WFNAQ/rcNcgmbkeu8DwX9WNcuAcBe+pOphtne73T4n+ycrg+It4LHr+XsDGmXDBnDEgqG0Vqlco5tZLd",
+	"z+ffRyRvc7SumipLfKK9cizliiVaG5nnwCty6jxVGPJhuQSzgkjDGrXJCX8mrt83pzsT19+VM56J6w9u",
+	"0jNxfVHOa1/zU5+J61d+9jNx/X0JQIuludKEvc2tZoar7feS9Lcwu5bIjbu5fiDUq0VMZfn2KBOKlkGW",
+	"b4M2bC6vsaR7bfWtRvPGBEEQPQNalWxDIeSnViwfZ4xoQa/YKKFgDEkZGN9yNBDoY1LUQuMi4qJDRv+h",
+	"rRbjf7mgwGgoxjJdjoyUI4gLBOV8NLGabETmzMxkOrJX3FkSITMZ1R6qLlRxrUOBV6eoHsPfwGrLiNf6",
+	"CP4SBL8iAHSUm2WEGvQoyaSGQUErFzTzY9UCz0Yp1xY1aRX5BlM0I99GeKwMBYS+jWqhbxHxAl3iYomr",
+	"KzVQfYRHdWkoZtxk9WfK3zJnovYKnbORoVf2mr3rNf+IoEl7NGZLiViIhqJGOPWx65fZDQeLoPNejtwG",
+	"j7zRtfF5Q+GvOtzZQXWRWzHI4sYSwJyK5chbO2qXvEU7ggjhxrevxddWFJZTM3Nv1KirzCmAYSBmLxqK",
+	"ciqjqNATpnQ1zpwKPrGkSiDUvoYM+F0u11B4D1X1DAbfrZ/tftOtbi8fewr7ick8Y9uFShwswi0b3OLg",
+	"IvoTmxU/2Xw4pzcjCQ64EYjeAWEY7qJVK2eKaKMYnVdWu4Pn5A3/rucMgoiI5385GLx48fxoG242Wwhz",
+	"zYpU7lWGwnWz3JypqdP0H8h8pgoxorrNh8cDCtIvzrboTINuvb0RMsJAaqsvGKs6IEclXcsqe6BDZWxi",
+	"iGVYpFs6sHycaS8oP1mMBCSzsw9vYPtQ8v7yb1Fp0L2xj+8dPnueyEyq8IB8zmRhRmh6CxDBTzyDkF6y",
+	"mMmMebMlmSpZ5IRODAS1W5VIiinpXpz/YIGJ8Isvzn/46fz1a3JINMmoYarXJ6djbQVjqciAzBkVmjwd",
+	"DIgG8C1mXLQycYDB9RpyKwQ1yO7F86PGAg9CC2yFei6mo5SrXUJp242hNf/zg/rN767t39/T3sKOf5kt",
+	"G1lHiSyyFMPZC2+PpXhIiykZc0HVsh82mHIrnKQtMX2K0YzYZ0CWOiEHhy/++S2q2Fc8y1hKxkui+dTu",
+	"/rf29l/wpoXNCV012MCc2RIeCmOsA3GBY4Npw83oxk5APuATQsWy3+bt3xA80BoIsDFgkM9ZOmq+Wr99",
+	"h7jNNq9/tSIhz39JSU0yrENWDw6sAAptkFc8Yy2mt4yLq5GxckkwbFYv5/aJJ5rgM0Hamt8v17MLHgfN",
+	"TMHTfc3M1P5neHK1JFQTSiayUGaGbusw+517xXk3Vas9tGnX+KXKqeMVZvAmRx3Lw6KOw1Yn6kgzYyoQ",
+	"5xNWS+GhMg7KZbnix7Utp9XlHKNZVeeMWrWgb2JFFW0E5Kw8mDALKWcuaRYDHzYY4BpbZSWhSCpGHLyY",
+	"iiUFI1ToBVPO2b1girlzuTAh4WIFoS4v1SMhhL0fzy9fn8IcIbdZ6nxdQToBreb+Hqet3sA3OEYZFeXz",
+	"areejh6wtu8Na/6qlue2E63YobwUv03rLwdvg6mmDqypILx0HzuP7oJycJRTY8VRJee5Id0K5Si/JZBe",
+	"QKi2YoWVAgvNIAVJZkNRjxmpMSU3FqQHdMv4f1D8XDbBiR2CassDu25BehD+MxQVnHVYThwJsxR9qp6k",
+	"XDqsVCRlYtkLJUVtkVZEa2D8fWzVn0DNiLWWNJKNb7aT9OYMDstz7H2fvmGPCMzbiFoGauH2LTun/KYK",
+	"zw2stlMxZqlv5iRrzoCKAGETIBE5ztf18DkdAonvxP0qaQ5j7jSdW4onFuLV2K8muQFbxEML7oDBViyD",
+	"waiezto3JsJ60gCx9lkInDcluI05ZUavhqs8e/b0+bZTEqAJLgCjGR5QTdRX7iR2Q+d5Bm9dhSilPRli",
+	"NfvGO+39GyF43lRh/CumzLwY5Uwlzlq8S/oN11cjIw3NKnPALg5K+1qhWXqntzJJ0xG9no4OdoSueuHZ",
+	"Xd/Y9YU5m0u1vAcK3It3RELIJOOO43t5NDd5dShfTEdb+GQyY8kVKNYblNda4MeDnAhgfL7bG+2+w/X4",
+	"ox2HrGuqAYc6N9kd5RRuGGpQ4REhaYd5T856XtBKLMj9Yz+2xHpsjuYIBfVtI6IqkiAkj6q7kse9ZFhd",
+	"5SMGrV0Zb8szrA4bdMaRcWHQ2IAegyxl2sdmlX7xp4e7+8UdqJcOilYtqMjTO26lTXEy3vNYre6K67E2",
+	"3a/tXCks0ruZdhfpPY/bJs6XA28AaS3xxYfTVblZHSd2lkNbAtE5MJ5OydOabmU6Bv9MUFAJLuEn+WPb",
+	"GYGQpoVS4R2I56DgYHRKhVQYQriD/wQmhVinEH5XzIVrMBRmsvcCDXIUYu1dvgr6EwjXBNxI5OfLV3sv",
+	"IgLGiQXXjIypZs+P6qIhDNWJOngniPMPjKZcONPZejBiVXWtJMBVwdhQnt0tBgTDD7Yb28pSZvbxECpX",
+	"9/auA/v4h9oXhob/wDT/nW0I1ryH3+oe3pM1EyTmR9qBWqCuAlfWJFfHWNZM+SvC6nTc8ty6bDbf4dGc",
+	"p3rbUyGh7UMleDW/BCKPgqFZyH3LGkFQQAnUKrGWpVM79bmWWSlVbM6u3S0e5twP+CMOUv5+WRutvPiv",
+	"b6BgBFQDCoY+ufpcE86yVNcTkQgTE2lXm3Tt6kakXBUIFNIRcesJlowlsgssUTSxUnXjfN3qqnXRW6O5",
+	"TIPYdwHsZQYQPHdSy75Df513ot1tcohRCjh8311ckn6/vw/3wcVlfymmizkjFozwkrvsIR1yITPNjCa0",
+	"lZg42Jrs63f7hJ2yku6YX3SHjKGKyleXsqQ9j+Y1WCO/52qY+7V9y7YYKV32084SjWcAWw2UfuAQSC4v",
+	"IyBKpDIPGrMvy8Q2kjGKx++EcIPFUspwTpAScqlMmMI2a5b3iJMoQx4eREFsT566s+LY7o+8YIZIkbBG",
+	"Sg9mTkOkM9XeQ9hFN+XEClrON9kLuwjDyVk/C/5bwQidSzHFbKJGrhOsn1u3fjjgMxyp/ctsSWjNdq1J",
+	"JnV4iC0a3KOpaY7AK1fDXZOVos41ZwtXUXf18yVZUAP5nlDVDF3YGWfCkF/Y+MLyI0OEXLiqdsKFZiiZ",
+	"sUqVkwLSHI2SWcbU7mqdA/NfAbytbKBRL7Xmnl1xzTmlzW8otxm3mogdLL44T0AYVhjXuu4+zVKmvOYr",
+	"JAR0MAXRP2ESv2OwdrP4WIB31BT3XcbxdYeCqo3uVONF5TdvQNhPsMFb9dvW7cLulfZl2clIowq2xQzM",
+	"VjT5YuP5ET7SPIPZea38abQjLW8EaU1Jr5cbWS1UEXWQ09rD3gqluwmy1Ux+YJ9YXI7vLpz5aZrLXuEP",
+	"Jq2Av1zxvtdSVDtRx0eTgvrqc1HvBvN5Y0B38cdqXHflu9rwFXSO46yLMDJrQF0xNTADodQQVLWRxe7k",
+	"Aq4ejXDCIA3wqThvz++GYo1h0cY+Ro0sq302vDgHg8Oju2WO4UxtINKsFcS2+KFTLwGAsN09f3sZkTL6",
+	"7R//+d/gskWNdbs5xk0SBM+kvB2B3gq8HkpGDR05m0r9IB8vTVg8kpNQ+TypmcuoxlC/hQK3eEtgxDrw",
+	"VZ2lQBBuMgvLiXkxSqRqK4EGuuJd/DNXTImWGodOEb3LaFKHt8bat19SfXVHT45dLwj85uYBXSwbMuXa",
+	"zV+t3qTNeS4hCt7gstnseZlwwfXsjt/bgtqHKLbWiq18RjXbZIG8lzS93T/M2i24a4YJxYDtj6BG7+7Q",
+	"ePdH4JtqImaTbbg424jwNGOoQWEwTRed97NiTkU4wK5eM3K94GyhypqjLYuszcjDdSeqWQ2E3yUwb1uJ",
+	"xx0rMzamXi3Q6Ko2lmgJLfUmpZAbVyD52MVEVJkorrqt/VOMfmdKjux2jHzgNa7eqPylDZ1yMR3hcOBy",
+	"cImQ/opmiWJmVAjFtMyuIW/Jly8buYhhn5eUgZ0ooSJhWYYJLPUsox0013WJwYcs89RX01KFsMrgZp36",
+	"kzTeJhQ5Eyl8pENWDUvwC2z6kCqEv71HvfY3S0/sjvE4xf9HfvemNZy151eOkhkV00/xH9YV0rLaYamS",
+	"1n2HaxOW3LB59NQ4ya8th2V7aZE2lniHgMWqYwgO1gZEWIES7MaMkkLploPMjr67dgWSwTbVCodsA/Oi",
+	"GM95e301n7519wAB9+JoSefZToIObMykUFYjt9/ngoJdOuBlu4APEjmhfDFFMybhWhcsJdSQYKX3vm/E",
+	"A1IndAKo6HhmTA583GkN5bxb3rDg+4KhK+YQr398OLu4JKfvzy1TiYGN8GRvPp2bmHRxU3qDkyvsI5Uh",
+	"/0wOe/2hOLtmaokRy4VImSKxq7EVE8GY85KUmk69vcFQdGPf8OPd+7MPp5fvPowu3/109jaG0FN4UTAy",
+	"ZcK+zVLLQSWJsc6Glf5JyhWW2dj3M+zB0HEvGgo3REr1bCypSmuhr4mUV5yRbgxeC18UzKooXMS9E4z1",
+	"wxwR+2BEqHc+DAWkUyA30K6czbzQxnI3hoZpC7Rjz2WLE7kQRCo+5UKTbvwO/oot/i7rIFo+zrIJ4Zo4",
+	"vFND4v3Y4tkeGq7NANaL+peLd2+hJQKcJ8POMRl2+v3+sBORIWQN4qUqp3eEF29jl77ITVY25+LJnqvC",
+	"T+ZU0CmzLM3SRC0877gz6B/0B44IBc1557jztD/oP8WCRDPYFx6bVeVXlweBS8SlOE87xx3LhU6nzo7V",
+	"6Et0OBg8WKeLqjLtpjYvOiIa4iGghBa2/jkaHLQNXkK732gWcls38GEhWk0ghdZnz7m9viTdWqseKEAb",
+	"YTHBqgQtkKArED9VNIEAay5T10qjieT9j17num3F9w8M0Q1LVXVu+3v4E6tH9n1nt9tfH3udNq7RfRfF",
+	"vnS0/aWyc8/t7Ub87teLQ+euEE0T02Cje1katT8F28ByvpPpA3boqiUN3zYPZHte3q6t8eGDTd2sxhtY",
+	"6wvLckytIqdb88H25at1DPtMZGJf+Gb7C2UHMfvCwdPtL5Q9nOwLh9/s9EKjwdJt1HmGq7YVZb79W5Nz",
+	"Af0SWiobUhAqfPc2V57Qqbsn4IvCwn940lu1jqktTGrfSj/1DbRB0ykdk3xSm4BMJdPYRm7MJlIxCwgT",
+	"qe4PhcvpxrIHJF5NAo/rid5cE+c5we4/ZWZVjGewwaOyucHtHvrT7O/BA0+NJavDjLzW5490FzNqoKGR",
+	"1V3LNFmwKa9kvZJu7Bonaea6dP0fzBQ+bXNDybrg1ra/7bYG179dEzSebNvKteAdq9uv7+ajwTckDpTn",
+	"iF2eS9UNFKtlutxFz2liZVUvza9ZfEKOBoOhiOuVQHAUKyKTdxBTxZycjOn2GaZ0hnYxFDZirzDX9J6b",
+	"ONr6aNki1T4b6mZafl6jCauLzOocQ4OzgCdiXRg7Wkc9fmL6mXfMDvRc9XL8PHvsi5yjiH1CoVaNVSFd",
+	"KjPpWs5mdxjmf2Pmo3CN5srtcEKoK0hhFGO4OUpi+atl5rCuwSTzGLcG12VO8ac04iVdKhqVg55oCOjT",
+	"OU1Yr0+q5q6K0RT2nh0POmc2KtcrqJfZJ6cYjTIUB4NoMBiUe94qt5j2TLr1oxhaNs7tKd/IXbbq89Hg",
+	"iMTN8kFxRI4GT0m8VkMIbgxIk3/Ya98MRRwoNxWH2IZVJl8Bz/ssXOMxla56znvLie3551cO8iU4yGm1",
+	"Q59ov0satjF7bUnkpOQynsdI5WKMhUzZTmf4PlXJzCVGBZnKBYjMLD0BmQEfJklhiJ5BGwmz3uMZYOWG",
+	"TBVbkBxaXMbhHr9xD7mVKxsmQDKEEEgsXOF9B5ZnhrblB0bTU/cBf8CNebNnqGruzCpeASrMdIINuwM2",
+	"Zaq+7sYvvRvxSKZwgpOuYtMiowp2oK5K0cFedftRY4kxqgn8QiUmmJSP9nTc11wTyFllqddyqVhik1uu",
+	"fdn/Y5Ad4HmQEeJ+P0aJYijKiiJYgMFyDDBfL0DBGletA3wlh1JIsfIKNg4BDhKRV+ev3hGphmJGVQpf",
+	"4XIXdK10lucKAEjorK336a0+oT8UFx5PzubpR7IigfPGldjrk6ODp+7UL0sAxlXxJPfuUHQLYZcY+t+k",
+	"wGCkZSttLCjEV35R3LDPz1h2MQzcl6dsswgEFImzG6No8lWV2FFdb7TY/2L8yi0alJJQpDv9neeu34Ld",
+	"DOisq6nftVp+c5oywie+Btpu4kONSlsKX/kinFuEhh4Y8pzDBL+SMKqyZURcuyYMex8KzZgmE7ZgCvqH",
+	"uYJHLxGQPQyc7Af40Krl4cQylKFY4yjALRpuPJcvSLqtYkybcPL5DA13k0xkYpjZQ3PogwgosBJf+cT/",
+	"Hj5xSuoCzBONKxg5E7nVxZs7ymcPuqc1/51VZ69i1AoWU4h+a5NxSjJxTYcoMWyeS0WVS+wbM81TVs4S",
+	"EcUEgCLRYIxNzHxytpVJQFRQ/JqlIA9BrJUqIAuyyDNJU5Ix6p0UMkthXNKVCpoi9foknsuUgclEJoZm",
+	"9RLEUGWvqgk7eH501GuRQe4nX3xWI+QOz76RKbuDIPKJLOQe8oirSvuVy/zv4TJA6M5MgWEydieOZbqs",
+	"OM0JwZb7dRUKNAArkGyTQuoZQJsjTi78k3/IUIh6mlPLEes/9UECVeoDEjnBepHYJaVZDgbt0xM0Vlfu",
+	"YMdAsf9OmzvXB16pQmisf/3+8m8QbpbITMf/81+xkgsdV0z2xeB//uvwqHdCYssxYp+qru1xUSUi9Yfi",
+	"dK3V3RNdK9JBMy0tVWnUH13VNCS4PbswGFQG8bMuqppMGLMjv5Qp08dN8dG+EUfVb8cgY9Id05RYUCM8",
+	"wcCLCWbv3gk5Ghw1LMxoprbXvyFBw3NE4vXy/jHp0kY2LZGToagE6BnY3Sn2g+2d4AHV7MIQn5Bng0M/",
+	"51QKZqeq9VEInlGNRpZ/OI93sM3mTgfLwUPv2WBQC8ZeNwIov8a1fMm4lnL3VM7vtjiWCBiD4yYQcgLc",
+	"op5En8lV/ZgvpvuKuc3cHib2wT9yev7LD51HjLuy47cHXZVgVG6eexDZs12Eo5+rviGrUQkeCNAGqnhp",
+	"SGfXVzzPuasmYHm/nEwgUiGA9yobuTUIssLGY8YzbsT5pWuEWegT1GTiqvVwTLrg8+9VOlWtHQ3oJ5PJ",
+	"gxz8kLXsA5XrQerVdH3yFhwxrvaOhsq/kKtax7wLhm61/JzRZEZil0ARl5W9IIKbawhhvuIi1cPOMfl7",
+	"v9//9TYGd3kxdm3j8YTScTQUcb3zUe2chL99QTX794ybzP4PSQbxMSqm2OcZy2DTKeWiT14i8EMBlmZJ",
+	"M6YTq/PWKyYAxBA2FoNieU2z0dzO4qWVw2eDHlinKBkXVliyJ/OMUWXGjIIHHGZ0FRxUNSg6z1HAggsW",
+	"cpZlMkY5Aur0qSWx+MEJhsIVfYCjvqtYz20dTRSziq57BW3sUiSsT05BFrEvZRxnVkty8IxocsVYrocC",
+	"sthyJW+swA3CeZJJ7fccSktB7dV+j8PgumAQCnep4S8c8HL4bBA1y3LV63I9C1Ws2i6NG3Zj9gG/QTV1",
+	"J7sWEgG+DudFRu2iQrJhvRhHFZko68ZDoo3MP6ddrLnXAYY9iLA9c/Uv6NwvcCKzrGqWWKY3pJGLobpm",
+	"5JqzhV7Z9i6sY/9j1Y7hthkJ1qSWn3iW3Tdu0r0XVr4+Y4wy9IrRIDI4A7Xd/xOZZXIBkS+FLmjW/wNL",
+	"a58mRMH3U5/fVwYSdq2cFGif02uPUXpX6mhlbcXSLDDl19DPHM6niWbGVS9zWwm4FhYXwpiC9RhfOSHM",
+	"Hju4X9HxGGNLkBEOGe/H2BnE/x4KTcGoqJhbWwcWHFQQDKWtwukOhiPyhn9XjyW2f3oMnsCRyUVRs3VU",
+	"JSRhPjuUcH9DbIRry4pRmBi+KNjCSZ99ci5IjOQW+x7u+65RFFVsKFA9B4dKpf46byoKG70+eelDscrg",
+	"WmgK48v4c01O35/jWahnciHKMEwHReAM+IGZB9jULdGRbsUsDhvHxVry8uaShq2D2+X/9MFXjJOUG1Lk",
+	"ZRdvaBu10uPJ3rRL3Vhj0oVHc5llESmL79oTEAs1BT7BksrqUVoenk9XDs/7nZ2PyExrMeF/ZJU4IDVD",
+	"8DQuGgRf+a1Ufc22g9LO5FrktOmH9v5DnZcPb3dplmW9ryUfR4ETFXlXeXwwo8nF+Q+/nL99+ePXoP87",
+	"H9rbCbAq+9OSxwb3/7gE2KxqdF8CdE3SdC33rGpy2JBlvtLgI9Cg7zoZJkFwGpXHiH30D0iG9epVn+jQ",
+	"/Jr9+GD0ttqCu9UleFZ/8DHT41aahgfkoTooD2Liqw+IwqjToCDCq2ulGPBFoTHMFUCjVoux8kwvImMM",
+	"yNji3WumhqA3Cs5vs3ZTuN5KVsPhmHRJyUQxPXPFdfpDEUNVhRgtKfXyMuQf/+//R1z/fNJVhdAnVeUb",
+	"8H9BF8+yNTdZMtODl7AsDdSEwHozLlbWOb2aTr6mUw9DZ12d5sjiBuu6e5G+7IANeTzxStds7+Vbb7Ad",
+	"o7zjInNrTlWwyFIzFHiLawLuv94JeTZ4SuJAF+4NXruzRoGax/O/1eb5Qunljfb563vrfY2OPjNn/cMx",
+	"yk/215TIxNjzEvG4q8ot6bv2aavNSpGwqOw1A+YFsE/oUqHCsrZN3anOxvc/2h2x0cSIOXdNor+bwFB7",
+	"963Vse+TafnnsPt9MpV8z7RRcrlKI26pvYuCG1Jolp406rnjWWB530SqqSyDvdq8eo+84oPPxaVWTtP+",
+	"FzFxvBMNINAJjttUMTirva0W0sRdBww4ykFuJZCUWT/xqqCXrbt7v+wvEVYJ3tvbf5blho/5yjUa1PdK",
+	"MfY7W2EalS7OdAT2f+e74sq1WgF5EJpPkAV4eROa0zHPuOFME02XBAirt50AsWXJRsNcMf/TkKCrH44a",
+	"wAkKytgqopKsQW8ow22/0inQ6WsGfZNhBzfON8hyh+CCraRWtnHcUEnqz0JovnT9VyoKBqUZrELUPPy3",
+	"ko/MN1GPzP88xAPo+Uo7TdqR+apw3YVigZMig27RgkBXsrRXnZmuwA9wniaF+S6wrZayH88vXz+mhazs",
+	"qt8iGMucCV+H82HsY+/siFCre4+LPTNje5mUeTlHMwJ+HVv7H12r81s3Xdpe1OzUF3iJDbsxWJtF+Pbk",
+	"RkrSpWRMFSOCLTIuGMbeDKELmiZnby/PPgw7ZcUTmHctlLy8ajEVky7N8Dj3vfNdOQbt28BCN02MnxuK",
+	"GdVYcAHtWKGwdNJVDOpN+E5SpXgwpslVbz24HAxujfhyZ8TSRqrtJixsBJ86ugtFl+XUzCpveNV4vml2",
+	"WvGOlx01Dl9s67DxSD6DRpf7z1ymzc596ggitNNWXBGOPjD+xtMN12UEkJd0vroqPivvxxUklNjl9Azr",
+	"xDOXf/ZcpFZkYWVBn2jsetLkavVex63nwBvelj+1EuElsqUnGReKxHXVvjcckoMF2Hcj5WZf7EeVT+od",
+	"oluOJ/+lXyrG0y8LkfaUTKRKsdKYK4dhhYD248wDv/+xage2sZiwb3K9C19u9OreiTUfPnu+E2t+3NXe",
+	"stL2gNXSedAwGdmj+jMKqvdgJPWFr/cCbd3xH/xDj4jzesfSsJ0CQHiwnMfSXFT3i5beRl2XqrEaJVTt",
+	"dlkaYO1UjCYzi9JeVFaM56pheGpusp1SVNuzUwPc1awkb8K3lI1AQhy21o7xvkJRtB2UR2D2ze6af7AU",
+	"3C8Q0O8w3a3164vKXNioliTbswcC5nwE8nrDFLr/sWpFc7upumtc8fa4FnDs9JoyhamR/0s9A/XaTJnr",
+	"uqrQ+FAh0EtqCo28ZqpdTRmKu+opZFVNCWkjP/Esa02CbU957uZmOaqwifGiDgHo+K+19akCfZsnaKNH",
+	"5oMqN4/kjW82n9yUSPGnz5UoCaEtR+KkIohSreLCVzQntNTX+64+4kZX6H3ztH23zs9T3mALX/1yjk8P",
+	"AGnhTDvwy/1637hwRuR1JVXEmv0WE2xjQ2IIwarVQRgcE5plUD2wFyErRXDrDcCsEEoVJLkMxUwuyJyK",
+	"JXD5stsxFM71pe7L5MbDwWAABTbs+C6jiZbpCNrQpefoQ1FLeIZEElccYRP7thf8iRS35I6sdnP+BLJt",
+	"SfMAlDbFnS+VEbH6sW0NT9z9P5VZZU0At5hPm1U38HBcLehBuutlO3q77MOU65wa7MHaYpUtzAy6H1Hf",
+	"cwdjFn13Luzg5dp2jZf1NOm2Jl5DAVq3WWvw6yplY1cxfs2cMGTloUpYg7oopU22G+sZ2UuQOyTlm8gs",
+	"4l7ZBn4mNRNeukOucnr+yw+jN+cXF+fv3o7Ov4/xRGmoNVA9RbNEipR4VJWNq+ickYZwVyIHbo1laVfW",
+	"5HBw6CJI7UNYkwSecmKglW0wf84X/3QttihJ+WTCoOYPjMhBSjsafNMfipczllxpMqN5btfAaRRSpUwd",
+	"N3LiV9SylVWBQNDus8HTXjQUrv9Y92hw0Itwyu7RwVMoDN6LXLemxmd37cdJZWHqRUTJAoNPjwZHEbGD",
+	"9odiKN6w+dgiwiEPxq2rlalkGJtqJ3BmAy5I7EEdTXhm+X4P+3u5Io1DAULhVEiw3etGaYQ5XRKapkTL",
+	"OTtxgM8dGNCPDGqioUaKdWkg7cxycpljszwiBdMw0JgRUWRZn8RzZmhKDQVhHmrWXjM1pobPgVoUyxl1",
+	"SZuJnAqu3b4gM6pnje/vJlRIwROaQaeyY0f4JZDYcSsaCux+CjvBmSojIiRZzLhhBGvMe9ihz9wTXR05",
+	"PI2PXaFr+ySkvKuhwDmQVny5upJsTwgV+Mo1zQpAjMUkSx1oEeCCcKENo8iSxlZQjYYiPugP4vqd+CB2",
+	"wbs4Yh0wcPGsEnjX0pFr+wbbBnu5QYX7GNM0j8mwQ7XmU8HSYSeOygxO4DlIHBSCKYGO0PDkVmYoJtwX",
+	"z/Qi5aRQABvNJHbs0SRm2vA5tLiEfRk3kMRLdRG2b1UKCVw3tZ03Srmm4wwLFpW0bE/9auvZW0KOgDdB",
+	"AYd114+VFg5IXNQOpLitfFGgGlOtI4iP3D5BwSTsw1rddX1vEoldyQUhh6JqxAZ3e06i8ZwhccdaUKr5",
+	"3vHSVhNp4MTHjY0LVl+8MbOrpomRJ7gdSzbsdYKHUhh3Nbk+vDfM4+sLBY776cvmrAGpzN+DipHlRvGL",
+	"5A9PltaOwSbT+ZrBeC9/l2u7CrtmpeHq33+19FiJlLWzsVyPmq2pTMf2w+wiQKIi1KrGVSUM7BFixZR0",
+	"D+r5QOWCTE6xPABzth6apliKHE5MX5rdFThA5W1sFwQ6nWJd1a4rV8q0cRVTaaXHoezxPqPYomVJYiTT",
+	"mIwLg67ARtGTuHdcHc+O4Vt1DweGgN7Y/hsPhdc/j10NVuXmJzOWpb0qOz2e05u4T+J/20Nc7F00jhNX",
+	"3QDFAns22XHKOgh2wKj27plI4/prmI7kyzyA+b1WUoFbhRiQVo3wA82PieUXrmcMftmYmQVjwn0cloJY",
+	"BbiuH0ODGgAYUvRRprGrWUceBHM4MTbG+h9/xZmx1gNsYIc5LOjQxZoATwdE94ZiIlWZQa7K0g9l21hv",
+	"Hx0Kt6jHZH09odTtxcWZr0ABtVs0GI0WMxTT7HrVlxbDguz0WLEEirs4OKpSNv4kgqG6EEhEQVzlcIRO",
+	"FHUB3024hwIB6flPWi2J0yev7Kv6mMTwIcduaqddxFbyPCYfhx2kAGxlay8OO9FQDDtMJDLlYjrs3NqD",
+	"vBRUf758tfcCEATS2Jhq9vzIjVl/y4pWeHPYqTUMADLBqhdWSAdZAsdEyTPm6XGAMrkhXUpUrYAa1ta5",
+	"gAQxgnHEGtQhKCmCVTbi11SbPXhwz+plAIUjTWzYhPKGx9CU5mvosU87lBgJyIBRkNzrpFwN49duZSSQ",
+	"KxHP9gnXItghO4VmwVA0xBeP0qQbH5Oci2ncg5gyqLacZl45J9RSVJ+cEp3JBYQTowhu5XiQ9qGgmAPv",
+	"GOGGFv5ZZnfqjDuqAk4IvWOAOZIY8ACUB9siVJ3Ti38RiXGhRtgEcsQECH4lkhvlVqoN3jtpdUhstl4h",
+	"L/lE29XK2YKUZiRWLoMtXFoFQ0y5zcv20OVNfP0bOEzB0IhkB1VdcziMnNpfgmv3UMbn3BXNaQV1Tm/C",
+	"lUyODr45ejo4qoF6sAuoeDTaE/mkam3omB0NEQDpWm7qdDLHItsRC/cbAO/Qpu+xavFH24qcrQTUXpzh",
+	"ZtKeB0eW00SOT5CuZug6q70GmNipVpqrFtSJOjNgAPDt9XM+IEsFz/yGrIDZCcSqtHY3AFft1ikO12oD",
+	"pa+TTKcuO6xDZU/0Om+9qyixGT4mLCn/HWbpRB2o+9j5NbS2zTlasecoOSBnfSqibv+XlOf5YCmErpeC",
+	"Boqhvt5W5BiVVGh/BSkoUCPPVT5sagp8Kpo1K1a7WLvE99g11vfO35gkUl5xRro/GpO/E9kyIhd0zi64",
+	"YX+9MIonJiIXVuNh2Efg8vVFz6WCfzi7uCwFLidV/cLGFzK5Yt4mBNzt4JDMZKE02prdhNpAzS9fgwqs",
+	"0cdDQbH2VMNIjSIfmn9KVxjEd5R1zMpmKHJhMcinXOjQ8XjBp+JcdB6v+Mu5eIjiL6BtnbjCL4Au1/n5",
+	"syrsd1Onm6pxQw22n0QoGSu5gP6bNWNEc6XXqVoWZnM1oHeF6eyC1ssGLpOMUcVcTaw2sF/ah1DwQ8if",
+	"VO4fHKoJL5R13RhHdQlPbLG9QXmYPc3sQ/bYA3FY7x6wtDU06pRkdMwyy2au2PKvYHE+8WZ0uyHnUrUG",
+	"SMGrjfm4YXMdmLjk2FQpjEMI+0JBCgvLWM8ateJ2kq/sOgt2Y0ZJobQVrfD4yRW75rKwYva09dvwlY3I",
+	"fExPrKWOTfFdCPqXie0Cyo0sc651X4Aac+OMoVOjF0Hu4RRdAsTwrTVa5lTwiR2PavK30zevSTf2bX0u",
+	"lzk7JnVcLuk8i0GL/5eLd29JN/447PgBRvYmqtL/+M//thoiZnnUHrF3P/7jP//79jbu9cHNEX+0G3bE",
+	"0wi3mH07Z8Lr8ick/jZVy5EqhDOiWKF9iGqd3ZGkezgYVJxMWHklA+eTn7PXJ6eCxOcpm+fSMJEs935i",
+	"y5igAEq6Ug1F6d3q8zTurVhpSwSh3FTzh1jQvcMS/Ty+aTB8VOULIOcIcTkWlLFr6qj+VlwvwDvhLIN6",
+	"Y9TMTobC1ZDBy2jyw16LaXuhF0s0u5VgdojerLh4/oHoq15ewe/GKNLP5D6wX35RjOe8Vnkm6qyS89aK",
+	"zw+bgeMmQJ9nG5NJ1ZKowkqpAYKG/fyQfg6Lp118HH+66jiflmQJlAVNFPVVuThQANw3s/F9CVxPmnU5",
+	"Zd9zv421a15SkbAsvI+3GJLsS49dGhsAC5ANgp1BUAdoFxZPUOHLCn9CLr5MLB+C5dcNYi991CUEidQL",
+	"0ihWZT5GrjlkrhgoOikUDCsUi0jq6tmshNGU39gWkfnASzp49CW9dMv4+VZuw5bZp8rwCU3MdnH/tHzy",
+	"j4htD90msbP8VnD2/8HwX6u/tYnU/XfeexGiYBIZ/Ldr8Pvg8Ohh88cetU3qFwhz9ovq232eYGVGjpUZ",
+	"Leb9ybaQ6gqisCLy84fXe0wnFAybrutLH8MGvW0JfvU2noFoo25vF+PLP8Yf4Y+IUBMRxaiW4ttb6Ffm",
+	"QkZjHxj6REP06DGJP2KjFMNuzLcRMVJm0EDt22gouMbcjm8jaMcyKnT67W3ci0jsfZDxR28dtDrCrWtX",
+	"DnboGDxIpcIw4YJmqBe4aEd0fjnXq3Mrwskzo7pPoAOO73sT8zQmiSyE0aTIT0ovMIRrQwdjF29d63XQ",
+	"fVF2G7CjopfTtYQvy3Xa1ZtKwXwnZx9ZoGdyEVIc7H5DQ+cnb9VVNaHh4/xEJf+hm7d8mU3nz9Qn2ofk",
+	"Ux0wOUc1OyuUhrHCCPhEGih1G2zGaGZmv2/iyD+6Rx6zogBM0WpJcVKXi4Yt+4m3WQJf82sm7Au5kmOU",
+	"xvch62vjZ37AJx4zP5XRlFvAwl3UaIrh+k7dePwp30KpW5ouT6q4FAh6wc1fDodSuNmM9HImxPqJ65EF",
+	"LVSqkSjmOUM0KXdRwPjda8Fa3tbcDNYCckcGU6jM8g1j8uP9/YPDv/QH/UH/4PjFweFh5/bX2/8/AAD/",
+	"/w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -1,6 +1,7 @@
-// The REST client (types generated from openapi.yaml) and the page's
-// connection state: every call goes through here, so a dropped server shows
-// one "offline" banner and every poller backs off and comes back.
+// The REST client (types generated from openapi.yaml), the page's
+// connection state and the server's change stream: every call goes through
+// here, so a dropped server shows one "offline" banner, and every live view
+// reloads when the stream comes back.
 import createClient from "openapi-fetch";
 import type { paths } from "./schema";
 export type { components } from "./schema";
@@ -40,22 +41,88 @@ export function markOnline(online: boolean) {
   set(online, conn.signedIn);
 }
 
-// poll calls f now and then every `every` ms, backing off to 10 s while the
-// server is away; the returned function stops it.
-export function poll(f: () => Promise<void>, every = 2000): () => void {
-  let stopped = false;
-  let timer: number | undefined;
-  let wait = every;
-  const tick = async () => {
-    if (stopped) return;
-    await f();
-    wait = conn.online ? every : Math.min(wait * 2, 10000);
-    timer = window.setTimeout(tick, wait);
+// The server's change stream (GET /api/v1/changes): one per page, shared by
+// every live view. A view reloads its list when the stream names it, and
+// everything reloads when the stream (re)connects, so nothing is missed
+// across a dropped connection.
+export type Kind = "agents" | "environments" | "sessions" | "missions" | "hitl" | "tasks";
+const kindListeners = new Map<Kind, Set<() => void>>();
+let stream: EventSource | null = null;
+let retry = 1000;
+
+function announce(kinds: Kind[]) {
+  for (const k of kinds) kindListeners.get(k)?.forEach((l) => l());
+}
+
+function openStream() {
+  if (stream || kindListeners.size === 0 || !conn.signedIn) return;
+  const es = new EventSource("/api/v1/changes");
+  stream = es;
+  es.addEventListener("hello", (e) => {
+    retry = 1000;
+    set(true, true);
+    announce(JSON.parse((e as MessageEvent).data).kinds);
+  });
+  es.addEventListener("changed", (e) => announce(JSON.parse((e as MessageEvent).data).kinds));
+  es.onerror = () => {
+    // The browser retries by itself unless the answer was not a stream
+    // (a 401, a restarted server's 5xx): then this page does, with backoff,
+    // and a request tells whether it is offline or signed out.
+    if (es.readyState !== EventSource.CLOSED) {
+      set(false, conn.signedIn);
+      return;
+    }
+    stream = null;
+    const wait = retry;
+    retry = Math.min(retry * 2, 10000);
+    window.setTimeout(async () => {
+      await call(api.GET("/api/v1/agents"));
+      openStream();
+    }, wait);
   };
-  tick();
+}
+
+onConn(() => {
+  if (conn.signedIn) openStream();
+  else if (stream) {
+    stream.close();
+    stream = null;
+  }
+});
+
+// live calls f now, whenever the server says one of kinds changed, and
+// every `every` ms as a safety net (ages, clocks); the returned function
+// stops it. Reloads never overlap: a change during one runs one more.
+export function live(kinds: Kind[], f: () => Promise<void>, every = 30000): () => void {
+  let stopped = false, running = false, again = false;
+  const run = async () => {
+    if (stopped) return;
+    if (running) {
+      again = true;
+      return;
+    }
+    running = true;
+    try {
+      await f();
+    } finally {
+      running = false;
+    }
+    if (again) {
+      again = false;
+      run();
+    }
+  };
+  for (const k of kinds) {
+    if (!kindListeners.has(k)) kindListeners.set(k, new Set());
+    kindListeners.get(k)!.add(run);
+  }
+  openStream();
+  run();
+  const timer = window.setInterval(run, every);
   return () => {
     stopped = true;
-    window.clearTimeout(timer);
+    window.clearInterval(timer);
+    for (const k of kinds) kindListeners.get(k)?.delete(run);
   };
 }
 

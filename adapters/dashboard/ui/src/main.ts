@@ -5,7 +5,7 @@ import { useEffect, useRef, useState } from "preact/hooks";
 import htm from "htm";
 import "@xterm/xterm/css/xterm.css";
 import "./style.css";
-import { ago, api, bytes, call, conn, onConn, poll, signIn, signOut } from "./api";
+import { ago, api, bytes, call, conn, live, onConn, signIn, signOut, type Kind } from "./api";
 import type { components } from "./api";
 import { LiveTerminal, type TermState } from "./term";
 
@@ -31,10 +31,11 @@ function useConn() {
   return conn;
 }
 
-// usePoll keeps the result of f fresh while the view is shown.
-function usePoll<T>(f: () => Promise<T | undefined>, deps: unknown[] = [], every = 2000): T | undefined {
+// useLive keeps the result of f fresh while the view is shown: reloaded
+// when the server's change stream names one of kinds (and every `every` ms).
+function useLive<T>(kinds: Kind[], f: () => Promise<T | undefined>, deps: unknown[] = [], every = 30000): T | undefined {
   const [v, setV] = useState<T | undefined>(undefined);
-  useEffect(() => poll(async () => { const r = await f(); if (r !== undefined) setV(r); }, every), deps);
+  useEffect(() => live(kinds, async () => { const r = await f(); if (r !== undefined) setV(r); }, every), deps);
   return v;
 }
 
@@ -84,13 +85,13 @@ function Counts({ title, m }: { title: string; m: Record<string, number> }) {
 }
 
 function Overview() {
-  const agents = usePoll(async () => (await call(api.GET("/api/v1/agents"))).data?.agents);
-  const envs = usePoll(async () => (await call(api.GET("/api/v1/environments"))).data?.environments);
-  const sessions = usePoll(async () => (await call(api.GET("/api/v1/sessions"))).data?.sessions);
-  const missions = usePoll(async () => (await call(api.GET("/api/v1/missions"))).data?.missions);
-  const tasks = usePoll(async () => (await call(api.GET("/api/v1/tasks", { params: { query: { limit: 200 } } }))).data?.tasks);
-  const hitl = usePoll(async () => (await call(api.GET("/api/v1/hitl"))).data?.requests);
-  const aiwg = usePoll(async () => { const r = await call(api.GET("/api/v1/aiwg/status")); return r.data ?? (r.status ? { configured: false } as any : undefined); });
+  const agents = useLive(["agents"], async () => (await call(api.GET("/api/v1/agents"))).data?.agents);
+  const envs = useLive(["environments"], async () => (await call(api.GET("/api/v1/environments"))).data?.environments);
+  const sessions = useLive(["sessions"], async () => (await call(api.GET("/api/v1/sessions"))).data?.sessions);
+  const missions = useLive(["missions"], async () => (await call(api.GET("/api/v1/missions"))).data?.missions);
+  const tasks = useLive(["tasks"], async () => (await call(api.GET("/api/v1/tasks", { params: { query: { limit: 200 } } }))).data?.tasks);
+  const hitl = useLive(["hitl"], async () => (await call(api.GET("/api/v1/hitl"))).data?.requests);
+  const aiwg = useLive([], async () => { const r = await call(api.GET("/api/v1/aiwg/status")); return r.data ?? (r.status ? { configured: false } as any : undefined); }, [], 5000);
   const reconnect = async () => { await call(api.POST("/api/v1/aiwg/reconnect")); };
   return html`<div class="grid">
     <${Counts} title="Agents by status" m=${count(agents, (a: S["Agent"]) => a.status)} />
@@ -116,7 +117,7 @@ function pct(used?: number, total?: number) {
 }
 
 function Agents() {
-  const agents = usePoll(async () => (await call(api.GET("/api/v1/agents"))).data?.agents);
+  const agents = useLive(["agents"], async () => (await call(api.GET("/api/v1/agents"))).data?.agents);
   return html`<section><h1>Agents</h1><table><thead><tr><th>Agent</th><th>Status</th><th>Runtime</th><th>CPU</th><th>Memory</th><th>Disk</th><th>Load</th><th>Running</th><th>Heartbeat</th><th></th></tr></thead>
     <tbody>${(agents || []).map((a: S["Agent"]) => html`<tr data-testid=${"agent-row-" + a.id}>
       <td>${a.id}</td><td><span class=${"pill " + a.status}>${a.status}</span></td><td>${a.runtime}</td>
@@ -151,7 +152,7 @@ function TerminalView({ agentId, sessionId }: { agentId?: string; sessionId?: st
 }
 
 function Sessions() {
-  const sessions = usePoll(async () => (await call(api.GET("/api/v1/sessions"))).data?.sessions);
+  const sessions = useLive(["sessions"], async () => (await call(api.GET("/api/v1/sessions"))).data?.sessions);
   const kill = async (id: string) => { await call(api.DELETE("/api/v1/sessions/{session_id}", { params: { path: { session_id: id } } })); };
   const byAgent: Record<string, S["Session"][]> = {};
   for (const s of sessions || []) (byAgent[s.agent_id] ||= []).push(s);
@@ -167,7 +168,7 @@ function Sessions() {
 }
 
 function Activity({ id }: { id: string }) {
-  const feed = usePoll(async () => (await call(api.GET("/api/v1/sessions/{session_id}/activity", { params: { path: { session_id: id } } }))).data as any);
+  const feed = useLive(["sessions"], async () => (await call(api.GET("/api/v1/sessions/{session_id}/activity", { params: { path: { session_id: id } } }))).data as any, [id]);
   const events: any[] = feed?.events || [];
   const sum = feed?.summary || {};
   return html`<section><h1>Transcript <code>${id}</code></h1>
@@ -194,8 +195,8 @@ function Log({ id }: { id: string }) {
 }
 
 function Environments() {
-  const envs = usePoll(async () => (await call(api.GET("/api/v1/environments"))).data?.environments, [], 1000);
-  const runtimes = usePoll(async () => (await call(api.GET("/api/v1/runtimes"))).data?.runtimes, [], 10000);
+  const envs = useLive(["environments"], async () => (await call(api.GET("/api/v1/environments"))).data?.environments);
+  const runtimes = useLive([], async () => (await call(api.GET("/api/v1/runtimes"))).data?.runtimes, [], 10000);
   const [form, setForm] = useState<Record<string, string>>({ runtime: "", name: "", image: "", profile: "", cpus: "", memory_mb: "", network: "", allowed: "" });
   // Functional updates: a poll's answer must not undo keys typed meanwhile.
   useEffect(() => { if (runtimes?.length) setForm((f) => (f.runtime ? f : { ...f, runtime: runtimes[0].runtime })); }, [runtimes]);
@@ -242,7 +243,7 @@ function Environments() {
 }
 
 function Missions() {
-  const missions = usePoll(async () => (await call(api.GET("/api/v1/missions"))).data?.missions);
+  const missions = useLive(["missions"], async () => (await call(api.GET("/api/v1/missions"))).data?.missions);
   return html`<section><h1>Missions</h1><table><thead><tr><th>Mission</th><th>State</th><th>Agent</th><th>Objective</th><th>Timeline</th></tr></thead><tbody>
     ${(missions || []).map((m: S["Mission"]) => html`<tr data-testid=${"mission-row-" + m.mission_id}><td>${m.mission_id}</td><td><span class=${"pill " + m.state}>${m.state}</span></td>
       <td>${m.agent_id || "-"}</td><td><code>${m.objective}</code></td>
@@ -250,7 +251,7 @@ function Missions() {
 }
 
 function HITL() {
-  const reqs = usePoll(async () => (await call(api.GET("/api/v1/hitl"))).data?.requests, [], 1000);
+  const reqs = useLive(["hitl"], async () => (await call(api.GET("/api/v1/hitl"))).data?.requests);
   const [answers, setAnswers] = useState<Record<string, string>>({});
   const [err, setErr] = useState<any>();
   const respond = async (id: string, decision?: "allow" | "deny") => {
@@ -273,7 +274,7 @@ const taskStates = ["", "pending", "staging", "provisioning", "ready", "running"
 function Tasks() {
   const [state, setState] = useState("");
   const [label, setLabel] = useState("");
-  const tasks = usePoll(async () => (await call(api.GET("/api/v1/tasks", { params: { query: { state: state || undefined, label: label ? [label] : undefined, limit: 200 } as any } }))).data?.tasks, [state, label]);
+  const tasks = useLive(["tasks"], async () => (await call(api.GET("/api/v1/tasks", { params: { query: { state: state || undefined, label: label ? [label] : undefined, limit: 200 } as any } }))).data?.tasks, [state, label]);
   return html`<section><h1>Tasks <a class="button" href="#/newtask" data-testid="new-task">New task</a></h1>
     <form class="inline" onSubmit=${(e: Event) => e.preventDefault()}><label>State <select value=${state} onChange=${(e: any) => setState(e.target.value)}>
       ${taskStates.map((s) => html`<option value=${s}>${s || "any"}</option>`)}</select></label>
@@ -358,8 +359,8 @@ function Diff({ patch }: { patch: string }) {
 }
 
 function TaskPage({ id }: { id: string }) {
-  const task = usePoll(async () => (await call(api.GET("/api/v1/tasks/{task_id}", { params: { path: { task_id: id } } }))).data, [id], 1000);
-  const arts = usePoll(async () => (await call(api.GET("/api/v1/tasks/{task_id}/artifacts", { params: { path: { task_id: id } } }))).data?.artifacts, [id], 3000);
+  const task = useLive(["tasks"], async () => (await call(api.GET("/api/v1/tasks/{task_id}", { params: { path: { task_id: id } } }))).data, [id]);
+  const arts = useLive(["tasks"], async () => (await call(api.GET("/api/v1/tasks/{task_id}/artifacts", { params: { path: { task_id: id } } }))).data?.artifacts, [id]);
   const events = useTaskEvents(id);
   const [patch, setPatch] = useState("");
   const hasPatch = (arts || []).some((a: S["Artifact"]) => a.name === "changes.patch");

@@ -77,6 +77,31 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/changes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Server-Sent Events naming the collections that changed, for live views.
+         * @description Each `changed` event's data is `{"kinds": [...]}`, a subset of `agents`,
+         *     `environments`, `sessions`, `missions`, `hitl`, `tasks`: read those lists again. Changes
+         *     are coalesced (at most one event per `interval_ms`, default 250), so a burst of
+         *     heartbeats costs a watcher one event. The first event, `hello`, names every kind, so a
+         *     client that (re)connects reloads everything once. A comment line every 15 s keeps
+         *     idle proxies from closing the stream.
+         */
+        get: operations["watchChanges"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/agents": {
         parameters: {
             query?: never;
@@ -1602,6 +1627,30 @@ export interface operations {
                 };
                 content?: never;
             };
+        };
+    };
+    watchChanges: {
+        parameters: {
+            query?: {
+                interval_ms?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The event stream; it lasts until the client goes away or the server stops. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": string;
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
         };
     };
     listAgents: {
