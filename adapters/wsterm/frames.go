@@ -36,6 +36,7 @@ const (
 	FrameSessionStarted = "session_started"
 	FrameSessionExited  = "session_exited"
 	FrameRoleChanged    = "role_changed"
+	FrameResized        = "resized"
 	FrameError          = "error"
 	FramePong           = "pong"
 	FrameAgents         = "agents"

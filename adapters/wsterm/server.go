@@ -34,6 +34,8 @@ type SessionService interface {
 	Leave(id, viewerID string)
 	Input(ctx context.Context, id, viewerID string, data []byte) error
 	Resize(ctx context.Context, id, viewerID string, cols, rows uint16) error
+	TermSize(id string) (session.Size, bool)
+	Viewers(id string) []session.Viewer
 	Signal(ctx context.Context, id, viewerID string, sig int) error
 	Kill(ctx context.Context, id string) error
 }
@@ -316,6 +318,18 @@ type roleFrame struct {
 	ID        string `json:"id,omitempty"`
 	SessionID string `json:"session_id"`
 	Role      string `json:"role"`
+	// Cols and Rows are the session's terminal size when known: an
+	// observer shows the terminal at the size its programs draw for.
+	Cols uint16 `json:"cols,omitempty"`
+	Rows uint16 `json:"rows,omitempty"`
+}
+
+// resizedFrame tells a session's other viewers its terminal's new size.
+type resizedFrame struct {
+	Type      string `json:"type"`
+	SessionID string `json:"session_id"`
+	Cols      uint16 `json:"cols"`
+	Rows      uint16 `json:"rows"`
 }
 
 type exitedFrame struct {
@@ -406,7 +420,16 @@ func (c *conn) handle(ctx context.Context, f ClientFrame) error {
 	case FrameInput:
 		return sv.Input(ctx, f.SessionID, c.viewer, f.Bytes)
 	case FrameResize:
-		return sv.Resize(ctx, f.SessionID, c.viewer, uint16(f.Cols), uint16(f.Rows)) //nolint:gosec // validate bounds cols and rows to 1..maxDim
+		cols, rows := uint16(f.Cols), uint16(f.Rows) //nolint:gosec // validate bounds cols and rows to 1..maxDim
+		if err := sv.Resize(ctx, f.SessionID, c.viewer, cols, rows); err != nil {
+			return err
+		}
+		for _, v := range sv.Viewers(f.SessionID) {
+			if v.ID != c.viewer {
+				c.srv.tell(v.ID, resizedFrame{Type: FrameResized, SessionID: f.SessionID, Cols: cols, Rows: rows})
+			}
+		}
+		return nil
 	case FrameSignal:
 		sig, ok := ParseSignal(f.Signal)
 		if !ok {
@@ -434,7 +457,11 @@ func (c *conn) join(ctx context.Context, reqID, id string, want session.Role, re
 	if err != nil {
 		return err
 	}
-	c.send(ctx, roleFrame{Type: FrameRoleChanged, ID: reqID, SessionID: id, Role: string(granted)})
+	joined := roleFrame{Type: FrameRoleChanged, ID: reqID, SessionID: id, Role: string(granted)}
+	if z, ok := c.srv.cfg.Sessions.TermSize(id); ok {
+		joined.Cols, joined.Rows = z.Cols, z.Rows
+	}
+	c.send(ctx, joined)
 	c.mu.Lock()
 	if stop, ok := c.joins[id]; ok {
 		stop() // a re-join restarts the stream from the new offset

@@ -45,7 +45,13 @@ type Service struct {
 	feeds map[string]*feed
 	// exited is closed when a session ends, for viewers waiting on it.
 	exited map[string]chan struct{}
+	// sizes are the terminal sizes set since this server started (a
+	// session adopted after a restart has none until its next resize).
+	sizes map[string]Size
 }
+
+// Size is a session's terminal size.
+type Size struct{ Cols, Rows uint16 }
 
 // changed tells watchers; deferred first, so it runs after the unlock.
 func (s *Service) changed() { s.cfg.Changes.Changed(ports.ChangeSessions) }
@@ -64,7 +70,7 @@ func New(cfg Config) *Service {
 	return &Service{
 		cfg: cfg, log: cfg.Logger.With("component", "sessions"),
 		reg: NewRegistry(cfg.IDs), cmds: map[string]ports.Command{}, exited: map[string]chan struct{}{},
-		feeds: map[string]*feed{},
+		feeds: map[string]*feed{}, sizes: map[string]Size{},
 	}
 }
 
@@ -98,6 +104,11 @@ func (s *Service) Create(ctx context.Context, spec Spec, cols, rows uint16) (Ses
 	if cols == 0 || rows == 0 {
 		cols, rows = 80, 24
 	}
+	if sess.PTY {
+		s.mu.Lock()
+		s.sizes[sess.ID] = Size{cols, rows}
+		s.mu.Unlock()
+	}
 	cmd, err := s.cfg.Link.Start(ctx, spec.AgentID, ports.CommandSpec{
 		Command: sess.Command, Args: sess.Args, WorkingDir: sess.Cwd, Env: sess.Env,
 		PTY: sess.PTY, Cols: cols, Rows: rows, SessionID: sess.ID, SessionName: AgentName(sess.Name),
@@ -115,6 +126,7 @@ func (s *Service) Create(ctx context.Context, spec Spec, cols, rows uint16) (Ses
 		s.closeExitedLocked(sess.ID)
 		_ = s.reg.Forget(sess.ID)
 		delete(s.feeds, sess.ID)
+		delete(s.sizes, sess.ID)
 		s.mu.Unlock()
 		return Session{}, err
 	}
@@ -359,7 +371,22 @@ func (s *Service) Resize(ctx context.Context, id, viewerID string, cols, rows ui
 	if err != nil {
 		return err
 	}
-	return cmd.Resize(ctx, cols, rows)
+	if err := cmd.Resize(ctx, cols, rows); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.sizes[id] = Size{cols, rows}
+	s.mu.Unlock()
+	return nil
+}
+
+// TermSize is the session's terminal size as last set through this
+// server; ok is false when it is not known.
+func (s *Service) TermSize(id string) (Size, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	z, ok := s.sizes[id]
+	return z, ok
 }
 
 // Signal signals the session's process group if viewerID controls it.
@@ -478,6 +505,7 @@ func (s *Service) ForgetEnded(cutoff time.Time) int {
 		if s.reg.Forget(sess.ID) == nil {
 			gone = append(gone, sess.ID)
 			delete(s.feeds, sess.ID)
+			delete(s.sizes, sess.ID)
 			delete(s.exited, sess.ID)
 			delete(s.cmds, sess.ID)
 		}

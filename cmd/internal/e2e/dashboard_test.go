@@ -62,6 +62,12 @@ func TestDashboard(t *testing.T) {
 	signInAs(o, url, e.s().Token, "")
 	o.do("join as observer", chromedp.Navigate(url+"#/session/"+sessionID), chromedp.WaitVisible(testid("terminal")))
 	o.waitJS("the observer role", `document.querySelector('[data-testid="terminal-role"]').innerText === "observer"`, 30*time.Second)
+	// In a taller window, the observer still shows the session at the
+	// controller's size: what tmux draws for that size, nothing stale below.
+	o.do("a taller window", chromedp.EmulateViewport(1280, 1000))
+	rows := `document.querySelector('[data-testid="terminal"] .xterm-rows').children.length`
+	p.waitJS("the controller's terminal fitted", rows+` > 0`, 10*time.Second)
+	o.waitJS("the observer at the controller's size", rows+` === `+p.eval("String("+rows+")"), 10*time.Second)
 	p.do("focus the controller's terminal", chromedp.Click(testid("terminal")))
 	p.typeKeys("echo seen-by-$((1+1))\r")
 	o.waitJS("the controller's output in the observer's terminal", `document.querySelector('[data-testid="terminal"] .xterm-rows').innerText.includes("seen-by-2")`, 30*time.Second)

@@ -221,7 +221,19 @@ func TestTerminalOverWebSocket(t *testing.T) {
 	// A second viewer, an observer, replays from 0 and sees the same bytes; its input is refused.
 	b := dialWS(t, s, s.Token)
 	b.send(map[string]any{"type": "join_session", "session_id": id, "role": "controller", "replay_from": 0})
-	b.waitFor("observer role", func(f map[string]any) bool { return f["type"] == "role_changed" && f["role"] == "observer" })
+	// It is told the terminal's size (the controller's last resize), and
+	// each resize after: it draws what the programs draw for that size.
+	b.waitFor("observer role with the terminal's size", func(f map[string]any) bool {
+		return f["type"] == "role_changed" && f["role"] == "observer" && f["cols"] == 132.0 && f["rows"] == 43.0
+	})
+	a.send(map[string]any{"type": "resize", "session_id": id, "cols": 120, "rows": 40})
+	b.waitFor("resized", func(f map[string]any) bool {
+		return f["type"] == "resized" && f["session_id"] == id && f["cols"] == 120.0 && f["rows"] == 40.0
+	})
+	b.send(map[string]any{"type": "resize", "id": "8", "session_id": id, "cols": 20, "rows": 5})
+	b.waitFor("an observer's resize refused", func(f map[string]any) bool {
+		return f["type"] == "error" && f["code"] == "not_controller" && f["id"] == "8"
+	})
 	b.send(map[string]any{"type": "input", "id": "9", "session_id": id, "data": "echo sneaky\r"})
 	b.waitFor("input refused", func(f map[string]any) bool {
 		return f["type"] == "error" && f["code"] == "not_controller" && f["id"] == "9"

@@ -43,6 +43,7 @@ export class LiveTerminal {
   private closed = false;
   private timer?: number;
   private observer?: ResizeObserver;
+  private sized = false; // an observer's size came from the server
   // want is the role to ask for again after a reconnect: the last granted.
   private want: Role;
   state: TermState;
@@ -69,12 +70,24 @@ export class LiveTerminal {
     this.connect();
   }
 
+  // fitNow fits the terminal to its box, for whoever may size the session:
+  // the controller, or a page that has not joined yet. An observer shows
+  // the session at the size its programs draw for (sized by the server's
+  // frames): fitted to its own window, a full-screen program's old rows
+  // would stay where the controller's smaller screen does not reach.
   private fitNow() {
+    if (this.state.role === "observer" && this.sized) return;
     try {
       this.fit.fit();
     } catch {
       /* not laid out yet */
     }
+  }
+
+  private sizeTo(cols?: number, rows?: number) {
+    if (!cols || !rows) return;
+    this.sized = true;
+    if (cols !== this.term.cols || rows !== this.term.rows) this.term.resize(cols, rows);
   }
 
   private emit() {
@@ -133,8 +146,15 @@ export class LiveTerminal {
           this.state.error = "";
           this.wait = 500;
           this.emit();
-          if (f.role === "controller") this.send({ type: "resize", session_id: this.state.sessionId, cols: this.term.cols, rows: this.term.rows });
+          if (f.role === "controller") {
+            this.sized = false;
+            this.fitNow();
+            this.send({ type: "resize", session_id: this.state.sessionId, cols: this.term.cols, rows: this.term.rows });
+          } else this.sizeTo(f.cols, f.rows);
         }
+        break;
+      case "resized":
+        if (f.session_id === this.state.sessionId && this.state.role !== "controller") this.sizeTo(f.cols, f.rows);
         break;
       case "output": {
         if (f.session_id !== this.state.sessionId) break;
