@@ -43,10 +43,13 @@ type Egress struct {
 	Resolve  func(ctx context.Context, host string) ([]netip.Addr, error)
 	Observe  func(EgressRecord)
 	DialWait time.Duration
+	// MaxTunnels bounds the connections one environment keeps open at
+	// once (default DefaultMaxTunnels).
+	MaxTunnels int
 }
 
-// maxTunnelsPerAgent bounds the connections one environment keeps open.
-const maxTunnelsPerAgent = 256
+// DefaultMaxTunnels is how many tunnels an environment may hold open.
+const DefaultMaxTunnels = 256
 
 // SetEgress turns tunnels on (set once at wiring, before agents connect).
 func (s *Service) SetEgress(e Egress) {
@@ -57,6 +60,9 @@ func (s *Service) SetEgress(e Egress) {
 	}
 	if e.DialWait <= 0 {
 		e.DialWait = 10 * time.Second
+	}
+	if e.MaxTunnels <= 0 {
+		e.MaxTunnels = DefaultMaxTunnels
 	}
 	s.mu.Lock()
 	s.egress = &e
@@ -81,9 +87,9 @@ func (s *Service) Tunnel(ctx context.Context, stream tunnelServerStream) error {
 	}
 	s.mu.Lock()
 	e := s.egress
-	if e != nil && s.tunnelCount[id] >= maxTunnelsPerAgent {
+	if e != nil && s.tunnelCount[id] >= e.MaxTunnels {
 		s.mu.Unlock()
-		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("%d tunnels open, the limit", maxTunnelsPerAgent))
+		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("%d tunnels open, the limit", e.MaxTunnels))
 	}
 	s.tunnelCount[id]++
 	s.mu.Unlock()
@@ -130,6 +136,11 @@ func (s *Service) Tunnel(ctx context.Context, stream tunnelServerStream) error {
 		return refuse(fmt.Sprintf("%s:%d (%s): %v", open.GetHost(), open.GetPort(), d.Addr, err), false)
 	}
 	defer dst.Close()
+	// A stream the agent drops (it died, or its client went away) ends the
+	// connection, even when the destination says nothing more: a tunnel
+	// must not hold its place, a socket and a goroutine, until then.
+	stopWatch := context.AfterFunc(ctx, func() { _ = dst.Close() })
+	defer stopWatch()
 	rec.Allowed, rec.Reason = true, d.Rule
 	if err := stream.Send(&sandboxv1.TunnelResponse{Payload: &sandboxv1.TunnelResponse_Opened{Opened: &sandboxv1.TunnelOpened{Allowed: true, Reason: d.Rule}}}); err != nil {
 		return nil
@@ -141,8 +152,12 @@ func (s *Service) Tunnel(ctx context.Context, stream tunnelServerStream) error {
 		defer wg.Done()
 		for {
 			m, err := stream.Receive()
-			if err != nil {
+			if errors.Is(err, io.EOF) {
 				_ = dst.(*net.TCPConn).CloseWrite()
+				return
+			}
+			if err != nil {
+				_ = dst.Close()
 				return
 			}
 			if m.GetCloseWrite() {

@@ -161,7 +161,11 @@ func egressBench(bins harness.Binaries, prev error) error {
 			}
 			r.ttfbs = append(r.ttfbs, t)
 		}
-		for range 3 {
+		big := 3
+		if n, err := strconv.Atoi(os.Getenv("BENCH_EGRESS_BIG")); err == nil && n > 0 {
+			big = n // more, to profile the tunnel under load
+		}
+		for range big {
 			_, e, err := measureOne(path.run, path.url+"/big")
 			if err != nil {
 				return err
