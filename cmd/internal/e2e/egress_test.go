@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"net"
@@ -35,8 +36,9 @@ func TestEgressThroughTheAgentInDocker(t *testing.T) {
 	}
 	t.Cleanup(stop)
 
-	s := startServer(t, 0, t.TempDir(), append([]string{"DOCKER_HOST=" + host, "AGENTIC_RUNTIMES=docker"}, egressEnv...)...)
+	s := startServer(t, 0, t.TempDir(), append([]string{"DOCKER_HOST=" + host, "AGENTIC_RUNTIMES=docker", "AGENTIC_TASK_RUNTIME=docker"}, egressEnv...)...)
 	egressScenario(t, s, "docker", "egress-1")
+	taskThroughTheProxy(t, s)
 
 	// The agent killed mid-download: the tunnel ends, and so does the
 	// server's connection to the destination (nothing left streaming).
@@ -206,6 +208,53 @@ func egressScenario(t *testing.T, s *harness.Server, runtime, name string) {
 	}
 	if d, err := c.DeleteEnvironmentWithResponse(ctx, name); err != nil || d.StatusCode() >= 300 {
 		t.Errorf("delete: %v", err)
+	}
+}
+
+// taskThroughTheProxy: a task manifest asks for network_mode proxy with
+// its allowed hosts, and its command reaches exactly those.
+func taskThroughTheProxy(t *testing.T, s *harness.Server) {
+	site := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "hello, task") }))
+	t.Cleanup(site.Close)
+	_, port, _ := net.SplitHostPort(site.Listener.Addr().String())
+	repo := t.TempDir()
+	gitIn(t, repo, "init", "-q", "-b", "main")
+	if err := os.WriteFile(filepath.Join(repo, "egressclient"), egressClient(t), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.WriteFile(filepath.Join(repo, "ca.pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: site.Certificate().Raw}), 0o644)
+	gitIn(t, repo, "add", "-A")
+	gitIn(t, repo, "-c", "user.name=t", "-c", "user.email=t@x", "commit", "-q", "-m", "client")
+	e := &taskEnv{t: t, s: s, repo: repo}
+	// A rule that is not one is refused at submit, with its path.
+	if st, b := e.submit("repository: {url: " + repo + "}\ncommand: {argv: [\"true\"]}\nenvironment: {runtime: docker, network_mode: proxy, allowed_hosts: [\"http://x\"]}\n"); st != http.StatusBadRequest || !strings.Contains(string(b), "allowed_hosts[0]") {
+		t.Errorf("a bad rule: %d %s", st, b)
+	}
+	tk := e.run(`
+repository: {url: ` + repo + `}
+command: {argv: [sh, -c, "./egressclient https://example.com:` + port + `/ ca.pem; ./egressclient https://other.example.org:` + port + `/ ca.pem; ls /sys/class/net; echo $HTTPS_PROXY"]}
+environment: {runtime: docker, network_mode: proxy, allowed_hosts: ["example.com:` + port + `", "127.0.0.1:` + port + `"]}  # the test name resolves to loopback, allowed by address
+`)
+	if tk.State != "completed" {
+		t.Fatalf("task: %s: %s %s", tk.State, deref(tk.Reason), deref(tk.Error))
+	}
+	var out strings.Builder
+	for _, ev := range readSSE(t, s, tk.Id, "") {
+		if ev.event == "output" {
+			var o struct{ Data string }
+			_ = json.Unmarshal([]byte(ev.data), &o)
+			out.WriteString(o.Data)
+		}
+	}
+	got := out.String()
+	if !strings.Contains(got, "STATUS 200") || !strings.Contains(got, "hello, task") {
+		t.Errorf("the allowed host from the task: %q", got)
+	}
+	if !strings.Contains(got, "Forbidden") || !strings.Contains(got, "other.example.org") {
+		t.Errorf("a host the task does not allow: %q", got)
+	}
+	if !strings.Contains(got, "lo\nhttp://127.0.0.1:3128") {
+		t.Errorf("the task's environment: %q", got)
 	}
 }
 
