@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -128,7 +129,7 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.AgentID == "" || cfg.Secret == "" || cfg.ServerURL == "" {
 		return nil, errors.New("agent id, secret and management server URL are required")
 	}
-	client, base, err := serverClient(cfg.ServerURL, cfg.CAFile)
+	client, bulk, base, err := serverClient(cfg.ServerURL, cfg.CAFile)
 	if err != nil {
 		return nil, err
 	}
@@ -151,7 +152,7 @@ func New(cfg Config) (*Agent, error) {
 		cfg:      cfg,
 		log:      cfg.Logger.With("agent_id", cfg.AgentID),
 		client:   sandboxv1connect.NewAgentServiceClient(client, base, connect.WithGRPC(), connect.WithReadMaxBytes(8<<20)),
-		files:    sandboxv1connect.NewAgentServiceClient(client, base, connect.WithGRPC(), connect.WithReadMaxBytes(8<<20), connect.WithAcceptCompression("gzip", nil, nil)),
+		files:    sandboxv1connect.NewAgentServiceClient(bulk, base, connect.WithGRPC(), connect.WithReadMaxBytes(8<<20), connect.WithAcceptCompression("gzip", nil, nil)),
 		out:      newOutbox(cfg.OutboxBytes),
 		control:  make(chan *sandboxv1.ConnectRequest, 64),
 		running:  map[string]*running{},
@@ -163,11 +164,27 @@ func New(cfg Config) (*Agent, error) {
 	return a, nil
 }
 
-// serverClient returns the HTTP client and base URL for a management server
-// address: http:// (h2c) or https:// over TCP; unix:///path for the agent
-// socket mounted into a container without a network; serial:///dev/… for a
-// virtio-serial port of a VM (one byte stream the host side relays).
-func serverClient(server, caFile string) (*http.Client, string, error) {
+// serverClient returns the HTTP clients and base URL for a management
+// server address: http:// (h2c) or https:// over TCP; unix:///path for the
+// agent socket mounted into a container without a network; serial:///dev/…
+// for a virtio-serial port of a VM (one byte stream the host side relays).
+// The bulk client (files, egress tunnels) has a connection of its own where
+// the address allows one: a download's bytes then never queue ahead of a
+// keystroke in a socket buffer or a frame writer (measured: terminal echo
+// during tunnel downloads, docs/benchmarks.md). A serial port is one stream.
+func serverClient(server, caFile string) (control, bulk *http.Client, base string, err error) {
+	control, base, err = serverClientOnce(server, caFile)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	if strings.HasPrefix(server, "serial:") {
+		return control, control, base, nil
+	}
+	bulk, _, err = serverClientOnce(server, caFile)
+	return control, bulk, base, err
+}
+
+func serverClientOnce(server, caFile string) (*http.Client, string, error) {
 	u, err := url.Parse(server)
 	if err != nil {
 		return nil, "", errors.New("management server must be an http://, https://, unix:// or serial:// URL")

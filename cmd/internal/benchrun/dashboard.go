@@ -111,7 +111,7 @@ func dashboardBench(bins harness.Binaries, prev error) error {
 	}
 	echoes = append(append(echoes, fastEchoes...), floor)
 	deadline := time.Now().Add(2 * time.Minute)
-	ws, err := wsShellEcho(srv, 200, deadline)
+	ws, err := wsShellEcho(srv, "host-01", "WebSocket `input` → the same kind of shell (start_shell, tmux) → `output`", 200, deadline)
 	if err != nil {
 		return err
 	}
@@ -328,13 +328,13 @@ func chromiumVersion() string {
 // wsShellEcho is the WebSocket echo of the same kind of session the
 // dashboard opens (start_shell: the agent user's shell in tmux), without a
 // browser: what the browser adds is the difference.
-func wsShellEcho(srv *harness.Server, n int, deadline time.Time) (stats, error) {
+func wsShellEcho(srv *harness.Server, agentID, name string, n int, deadline time.Time) (stats, error) {
 	c, err := dialTerm(srv)
 	if err != nil {
 		return stats{}, err
 	}
 	defer c.Close()
-	if err := c.WriteJSON(map[string]any{"type": "start_shell", "agent_id": "host-01", "cols": 120, "rows": 40}); err != nil {
+	if err := c.WriteJSON(map[string]any{"type": "start_shell", "agent_id": agentID, "cols": 120, "rows": 40}); err != nil {
 		return stats{}, err
 	}
 	f, err := c.waitType("session_started", deadline)
@@ -358,5 +358,5 @@ func wsShellEcho(srv *harness.Server, n int, deadline time.Time) (stats, error) 
 			}
 		}
 	}
-	return echoLoop("WebSocket `input` → the same kind of shell (start_shell, tmux) → `output`", n, input, readBack)
+	return echoLoop(name, n, input, readBack)
 }

@@ -174,6 +174,49 @@ func egressBench(bins harness.Binaries, prev error) error {
 		}
 		rows = append(rows, r)
 	}
+	// A terminal on the same agent, idle and while downloads run through
+	// the tunnel: the tunnel is a stream of its own with its own window, so
+	// a download must not queue the echo behind its bytes.
+	deadline := time.Now().Add(2 * time.Minute)
+	idleEcho, err := wsShellEcho(srv, "bench-egress", "terminal echo on the environment's agent (start_shell), idle", 200, deadline)
+	if err != nil {
+		return fmt.Errorf("echo, idle: %w", err)
+	}
+	downloads := make(chan []float64, 1)
+	go func() {
+		var mbs []float64
+		for range 3 {
+			_, e, err := measureOne(inside, "https://example.com:"+port+"/big")
+			if err != nil {
+				break
+			}
+			mbs = append(mbs, float64(size)/(1<<20)/e.Seconds())
+		}
+		downloads <- mbs
+	}()
+	time.Sleep(200 * time.Millisecond) // the first download under way
+	busyEcho, err := wsShellEcho(srv, "bench-egress", "the same, while 256 MiB downloads run through the tunnel", 200, deadline)
+	if err != nil {
+		return fmt.Errorf("echo during downloads: %w", err)
+	}
+	during := <-downloads
+	// The floor: the same echo while the machine is as busy with the same
+	// downloads straight over loopback (no tunnel): on two cores, the
+	// CPU a download takes delays an echo whatever path it takes.
+	go func() {
+		for range 6 {
+			if _, _, err := measureOne(direct, "https://127.0.0.1:"+port+"/big"); err != nil {
+				break
+			}
+		}
+		downloads <- nil
+	}()
+	time.Sleep(200 * time.Millisecond)
+	floorEcho, err := wsShellEcho(srv, "bench-egress", "floor: the same, while the same downloads run on the host, not through the tunnel", 200, deadline)
+	if err != nil {
+		return fmt.Errorf("echo during direct downloads: %w", err)
+	}
+	<-downloads
 	fmt.Printf("\n## Egress: HTTPS through the agent link vs direct (Docker, `none` network)\n\n")
 	fmt.Println("| path | small request: TTFB p50 (20) | 256 MiB download MiB/s (median of 3) |")
 	fmt.Println("| --- | --- | --- |")
@@ -185,5 +228,13 @@ func egressBench(bins harness.Binaries, prev error) error {
 	sortDurations(rows[0].ttfbs)
 	fmt.Printf("\ntunnel / direct throughput = %.2f (goal ≥ 0.5); TTFB tunnel − direct = %s (goal ≤ 2 ms)\n",
 		med(rows[1].mbs)/med(rows[0].mbs), ms(rows[1].ttfbs[len(rows[1].ttfbs)/2]-rows[0].ttfbs[len(rows[0].ttfbs)/2]))
+	fmt.Println("\n| terminal on the same agent | n | p50 | p99 | mean |")
+	fmt.Println("| --- | --- | --- | --- | --- |")
+	for _, s := range []stats{idleEcho, busyEcho, floorEcho} {
+		fmt.Printf("| %s | %d | %s | %s | %s |\n", s.name, s.n, ms(s.p50), ms(s.p99), ms(s.avg))
+	}
+	if len(during) > 0 {
+		fmt.Printf("\ndownloads meanwhile: %.0f MiB/s (median of %d)\n", med(during), len(during))
+	}
 	return nil
 }
