@@ -62,6 +62,11 @@ type Config struct {
 	// where the agent serves the egress proxy; its commands get
 	// HTTPS_PROXY and friends pointing at it.
 	EgressListen string
+	// BulkConnection says the server's unix:// address takes more than one
+	// connection (MANAGEMENT_BULK_CONNECTION=1: a real listening socket,
+	// not a relayed serial port), so files and tunnels get their own.
+	// http:// and https:// always do; serial:// never.
+	BulkConnection bool
 }
 
 // Agent is a running agent.
@@ -129,7 +134,7 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.AgentID == "" || cfg.Secret == "" || cfg.ServerURL == "" {
 		return nil, errors.New("agent id, secret and management server URL are required")
 	}
-	client, bulk, base, err := serverClient(cfg.ServerURL, cfg.CAFile)
+	client, bulk, base, err := serverClient(cfg.ServerURL, cfg.CAFile, cfg.BulkConnection)
 	if err != nil {
 		return nil, err
 	}
@@ -171,13 +176,14 @@ func New(cfg Config) (*Agent, error) {
 // The bulk client (files, egress tunnels) has a connection of its own where
 // the address allows one: a download's bytes then never queue ahead of a
 // keystroke in a socket buffer or a frame writer (measured: terminal echo
-// during tunnel downloads, docs/benchmarks.md). A serial port is one stream.
-func serverClient(server, caFile string) (control, bulk *http.Client, base string, err error) {
+// during tunnel downloads, docs/benchmarks.md). A serial port, or a unix
+// socket that relays one (a VM's), is one stream: everything shares it.
+func serverClient(server, caFile string, unixTakesTwo bool) (control, bulk *http.Client, base string, err error) {
 	control, base, err = serverClientOnce(server, caFile)
 	if err != nil {
 		return nil, nil, "", err
 	}
-	if strings.HasPrefix(server, "serial:") {
+	if strings.HasPrefix(server, "serial:") || (strings.HasPrefix(server, "unix:") && !unixTakesTwo) {
 		return control, control, base, nil
 	}
 	bulk, _, err = serverClientOnce(server, caFile)

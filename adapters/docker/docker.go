@@ -502,6 +502,9 @@ func (r *Runtime) containerConfig(p plan, image string) (*container.Config, *con
 		"AGENT_SECRET_FILE=" + SecretPath,
 		"MANAGEMENT_SERVER=" + p.server,
 		"AGENT_RUNTIME=" + string(ports.KindContainer),
+		// The agent socket is a real listener: files and tunnels get a
+		// connection of their own beside the control stream.
+		"MANAGEMENT_BULK_CONNECTION=1",
 	}
 	if p.network == ports.NetworkProxy {
 		// No network device: the agent's proxy on the container's own

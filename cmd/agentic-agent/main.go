@@ -138,6 +138,7 @@ func loadConfig(args, environ []string, stderr io.Writer) (agentd.Config, error)
 	}
 	cfg.CAFile = src.GetDefault("MANAGEMENT_CA", "")
 	cfg.EgressListen = src.GetDefault("AGENT_EGRESS_PROXY", "")
+	cfg.BulkConnection = src.GetDefault("MANAGEMENT_BULK_CONNECTION", "") == "1"
 	// Commands as another user, who cannot read the agent's secret.
 	runAs := src.GetDefault("AGENT_RUN_AS", "")
 	cfg.Runner = procexec.Runner{DefaultUser: runAs}
