@@ -475,3 +475,57 @@ func TestAgentHashesPinKind(t *testing.T) {
 		t.Fatalf("the corrupt file was changed: %q", raw)
 	}
 }
+
+// Many agents registering at once: every first pin lands (in few writes),
+// two pins of one agent agree on one kind, and a kind another process
+// recorded first is the one returned.
+func TestAgentHashesPinKindConcurrently(t *testing.T) {
+	h, dir := newHashes(t)
+	other, _ := NewAgentHashes(dir)
+	if _, err := other.PinKind("early", ports.KindVM); err != nil {
+		t.Fatal(err)
+	}
+	const n = 500
+	got := make([]ports.RuntimeKind, n)
+	twins := make([]ports.RuntimeKind, 2)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			k, err := h.PinKind(fmt.Sprintf("a-%d", i), ports.KindContainer)
+			if err != nil {
+				t.Error(err)
+			}
+			got[i] = k
+		}()
+	}
+	for i, k := range []ports.RuntimeKind{ports.KindHost, ports.KindVM} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			twins[i], _ = h.PinKind("twin", k)
+		}()
+	}
+	wg.Add(1)
+	var early ports.RuntimeKind
+	go func() { defer wg.Done(); early, _ = h.PinKind("early", ports.KindHost) }()
+	wg.Wait()
+	for i, k := range got {
+		if k != ports.KindContainer {
+			t.Fatalf("agent %d: %q", i, k)
+		}
+	}
+	if twins[0] != twins[1] {
+		t.Fatalf("one agent pinned as two kinds: %v", twins)
+	}
+	if early != ports.KindVM {
+		t.Fatalf("the kind another process recorded first: %q", early)
+	}
+	fresh, _ := NewAgentHashes(dir)
+	for i := range n {
+		if k, _ := fresh.PinKind(fmt.Sprintf("a-%d", i), ports.KindVM); k != ports.KindContainer {
+			t.Fatalf("agent %d on disk: %q", i, k)
+		}
+	}
+}

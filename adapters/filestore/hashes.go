@@ -43,6 +43,24 @@ type AgentHashes struct {
 	mu     sync.Mutex
 	hashes map[string]string
 	stamp  fileStamp // of the file hashes was read from; zero = not loaded
+	// kinds caches the kinds file the same way, so an agent that connects
+	// again costs a stat, not a parse of every agent's kind.
+	kinds      map[string]string
+	kindsStamp fileStamp
+
+	// First pins wait in a batch that one writer commits at once: ten
+	// thousand agents registering together write the file a few times, not
+	// ten thousand times (measured: the connect storm was quadratic).
+	pinMu     sync.Mutex
+	pinBatch  *pinBatch
+	pinActive bool
+}
+
+type pinBatch struct {
+	want map[string]ports.RuntimeKind
+	got  map[string]string
+	err  error
+	done chan struct{}
 }
 
 var _ ports.AgentCredentials = (*AgentHashes)(nil)
@@ -171,16 +189,105 @@ func (h *AgentHashes) PinKind(agentID string, kind ports.RuntimeKind) (ports.Run
 	if !kind.Valid() {
 		return "", fmt.Errorf("filestore: runtime kind %q", kind)
 	}
-	recorded := kind
-	err := h.updateKinds(func(m map[string]string) bool {
-		if k, ok := m[agentID]; ok {
-			recorded = ports.RuntimeKind(k)
-			return false
+	h.mu.Lock()
+	err := h.refreshKindsLocked()
+	k, ok := h.kinds[agentID]
+	h.mu.Unlock()
+	if err != nil {
+		return "", err
+	}
+	if ok {
+		return ports.RuntimeKind(k), nil
+	}
+	h.pinMu.Lock()
+	if h.pinBatch == nil {
+		h.pinBatch = &pinBatch{want: map[string]ports.RuntimeKind{}, done: make(chan struct{})}
+	}
+	b := h.pinBatch
+	if _, dup := b.want[agentID]; !dup {
+		b.want[agentID] = kind // the first of two concurrent pins wins, as under the lock
+	}
+	lead := !h.pinActive
+	h.pinActive = true
+	h.pinMu.Unlock()
+	if lead {
+		h.commitPins()
+	}
+	<-b.done
+	if b.err != nil {
+		return "", b.err
+	}
+	return ports.RuntimeKind(b.got[agentID]), nil
+}
+
+// commitPins writes batches until none is waiting: those that gathered
+// while the previous one was written go in the next write.
+func (h *AgentHashes) commitPins() {
+	for {
+		h.pinMu.Lock()
+		b := h.pinBatch
+		h.pinBatch = nil
+		if b == nil {
+			h.pinActive = false
+			h.pinMu.Unlock()
+			return
 		}
-		m[agentID] = string(kind)
-		return true
-	})
-	return recorded, err
+		h.pinMu.Unlock()
+		b.got = make(map[string]string, len(b.want))
+		b.err = h.updateKinds(func(m map[string]string) bool {
+			changed := false
+			for id, k := range b.want {
+				if old, ok := m[id]; ok {
+					b.got[id] = old
+					continue
+				}
+				m[id], b.got[id] = string(k), string(k)
+				changed = true
+			}
+			return changed
+		})
+		close(b.done)
+	}
+}
+
+// refreshKindsLocked re-reads the kinds file if it changed; h.mu held.
+func (h *AgentHashes) refreshKindsLocked() error {
+	path := filepath.Join(h.dir, AgentKindsFile)
+	fi, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		h.kinds, h.kindsStamp = map[string]string{}, fileStamp{}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("filestore: %w", err)
+	}
+	if st := stampOf(fi); h.kindsStamp.exists && h.kindsStamp == st {
+		return nil
+	}
+	return h.loadKindsLocked(path)
+}
+
+func (h *AgentHashes) loadKindsLocked(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("filestore: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("filestore: %w", err)
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return fmt.Errorf("filestore: read %s: %w", path, err)
+	}
+	m, err := parseHashes(data)
+	if err != nil {
+		h.kindsStamp = fileStamp{}
+		return fmt.Errorf("filestore: %s is corrupt: %w", path, err)
+	}
+	h.kinds, h.kindsStamp = m, stampOf(fi)
+	return nil
 }
 
 // updateKinds is update for the kinds file, which is small and read afresh.
@@ -211,7 +318,7 @@ func (h *AgentHashes) updateKinds(change func(map[string]string) bool) error {
 	if err := fsatomic.WriteFile(path, append(out, '\n'), 0o600); err != nil {
 		return fmt.Errorf("filestore: write %s: %w", path, err)
 	}
-	return nil
+	return h.loadKindsLocked(path) // the cache, with the new file's stamp
 }
 
 // update applies change to a fresh copy of the file's contents and writes the

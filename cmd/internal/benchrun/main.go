@@ -82,6 +82,8 @@ func run(binDir string, n, sshN, sustained int) error {
 		return dashboardBench(bins, nil)
 	case "egress":
 		return egressBench(bins, nil)
+	case "agents":
+		return agentsBench(bins, nil)
 	}
 	dataDir, err := os.MkdirTemp("", "agentic-bench-")
 	if err != nil {
