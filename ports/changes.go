@@ -11,6 +11,8 @@ const (
 	ChangeMissions
 	ChangeHITL
 	ChangeTasks
+	// ChangeAgentMetrics: heartbeats and metrics that changed no status.
+	ChangeAgentMetrics
 )
 
 // ChangeKinds in the order they are named on the wire.
@@ -19,7 +21,7 @@ var ChangeKinds = []struct {
 	Name string
 }{
 	{ChangeAgents, "agents"}, {ChangeEnvironments, "environments"}, {ChangeSessions, "sessions"},
-	{ChangeMissions, "missions"}, {ChangeHITL, "hitl"}, {ChangeTasks, "tasks"},
+	{ChangeMissions, "missions"}, {ChangeHITL, "hitl"}, {ChangeTasks, "tasks"}, {ChangeAgentMetrics, "agent_metrics"},
 }
 
 // ChangeNotifier hears that something changed, never what: it must not

@@ -501,17 +501,23 @@ func (s *Service) handle(c *conn, msg *sandboxv1.ConnectRequest) {
 	switch p := msg.GetPayload().(type) {
 	case *sandboxv1.ConnectRequest_Heartbeat:
 		s.mu.Lock()
-		s.registry.Heartbeat(c.agentID, c.gen, reportedStatus(p.Heartbeat.GetStatus()), now)
+		_, changed := s.registry.Heartbeat(c.agentID, c.gen, reportedStatus(p.Heartbeat.GetStatus()), now)
 		if m := p.Heartbeat.GetMetrics(); m != nil {
 			s.registry.SetMetrics(c.agentID, c.gen, agentwire.Metrics(m))
 		}
 		s.mu.Unlock()
-		s.cfg.Changes.Changed(ports.ChangeAgents)
+		// Ten thousand agents beat two thousand times a second: watchers of
+		// the list hear of a status change, of the rest as metrics.
+		if changed {
+			s.cfg.Changes.Changed(ports.ChangeAgents)
+		} else {
+			s.cfg.Changes.Changed(ports.ChangeAgentMetrics)
+		}
 	case *sandboxv1.ConnectRequest_Metrics:
 		s.mu.Lock()
 		s.registry.SetMetrics(c.agentID, c.gen, agentwire.Metrics(p.Metrics))
 		s.mu.Unlock()
-		s.cfg.Changes.Changed(ports.ChangeAgents)
+		s.cfg.Changes.Changed(ports.ChangeAgentMetrics)
 	case *sandboxv1.ConnectRequest_Output:
 		if cmd := s.commandOf(c.agentID, p.Output.GetStreamId()); cmd != nil {
 			cmd.deliver(p.Output)

@@ -118,15 +118,19 @@ func (g *Registry) current(id string, gen uint64) *Record {
 }
 
 // Heartbeat records a heartbeat on connection gen. It reports false when gen
-// is not the agent's current connection (a replaced stream still talking).
-func (g *Registry) Heartbeat(id string, gen uint64, reported Reported, now time.Time) bool {
+// is not the agent's current connection (a replaced stream still talking),
+// and whether the agent's status changed with it (it reported another, or
+// it was stale): most heartbeats change nothing but the time.
+func (g *Registry) Heartbeat(id string, gen uint64, reported Reported, now time.Time) (current, statusChanged bool) {
 	r := g.current(id, gen)
 	if r == nil {
-		return false
+		return false, false
 	}
+	statusChanged = r.Reported != reported ||
+		(r.HeartbeatInterval > 0 && now.Sub(r.LastHeartbeat) > MissedHeartbeatsForStale*r.HeartbeatInterval)
 	r.LastHeartbeat = now
 	r.Reported = reported
-	return true
+	return true, statusChanged
 }
 
 // SetMetrics records the latest metrics reported on connection gen.

@@ -48,7 +48,7 @@ func TestRegistryConnectionLifecycle(t *testing.T) {
 	if replaced {
 		t.Fatal("first connection reported as replacing")
 	}
-	if !g.Heartbeat("a", gen1, ReportedReady, t0.Add(time.Second)) {
+	if ok, _ := g.Heartbeat("a", gen1, ReportedReady, t0.Add(time.Second)); !ok {
 		t.Fatal("heartbeat on the live connection refused")
 	}
 	r, _ := g.Get("a")
@@ -61,7 +61,7 @@ func TestRegistryConnectionLifecycle(t *testing.T) {
 	if !replaced || gen2 == gen1 {
 		t.Fatalf("replace: replaced=%v gen1=%d gen2=%d", replaced, gen1, gen2)
 	}
-	if g.Heartbeat("a", gen1, ReportedReady, t0.Add(3*time.Second)) {
+	if ok, _ := g.Heartbeat("a", gen1, ReportedReady, t0.Add(3*time.Second)); ok {
 		t.Fatal("the replaced connection's heartbeat was accepted")
 	}
 	if g.Disconnect("a", gen1, t0.Add(3*time.Second)) {
@@ -82,7 +82,7 @@ func TestRegistryConnectionLifecycle(t *testing.T) {
 	if StatusAt(r, t0.Add(4*time.Second)) != ports.AgentDisconnected || !r.DisconnectedAt.Equal(t0.Add(4*time.Second)) {
 		t.Fatalf("after disconnect: %+v", r)
 	}
-	if g.Heartbeat("a", gen2, ReportedReady, t0.Add(5*time.Second)) {
+	if ok, _ := g.Heartbeat("a", gen2, ReportedReady, t0.Add(5*time.Second)); ok {
 		t.Fatal("heartbeat after disconnect accepted")
 	}
 }
@@ -152,4 +152,26 @@ func ids(rs []Record) []string {
 		out[i] = r.ID
 	}
 	return out
+}
+
+func TestAHeartbeatSaysWhetherTheStatusChanged(t *testing.T) {
+	g := NewRegistry()
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	gen, _ := g.Connect("a", Info{Hostname: "h"}, 5*time.Second, t0)
+	for _, c := range []struct {
+		at       time.Duration
+		reported Reported
+		want     bool
+	}{
+		{5 * time.Second, ReportedReady, true},  // the first: unknown → ready
+		{8 * time.Second, ReportedReady, false}, // as it was: only the time moves
+		{10 * time.Second, ReportedBusy, true},  // another status
+		{15 * time.Second, ReportedBusy, false}, // the same again
+		{40 * time.Second, ReportedBusy, true},  // it had gone stale
+		{45 * time.Second, ReportedBusy, false},
+	} {
+		if ok, changed := g.Heartbeat("a", gen, c.reported, t0.Add(c.at)); !ok || changed != c.want {
+			t.Fatalf("heartbeat at %s (%v): current %v, changed %v; want changed %v", c.at, c.reported, ok, changed, c.want)
+		}
+	}
 }

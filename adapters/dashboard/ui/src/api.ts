@@ -45,13 +45,29 @@ export function markOnline(online: boolean) {
 // every live view. A view reloads its list when the stream names it, and
 // everything reloads when the stream (re)connects, so nothing is missed
 // across a dropped connection.
-export type Kind = "agents" | "environments" | "sessions" | "missions" | "hitl" | "tasks";
+export type Kind = "agents" | "environments" | "sessions" | "missions" | "hitl" | "tasks" | "agent_metrics";
 const kindListeners = new Map<Kind, Set<() => void>>();
 let stream: EventSource | null = null;
 let retry = 1000;
 
+// Heartbeats of many agents would reload a metrics view four times a
+// second: metrics-only changes reach views at most every few seconds.
+const metricsGap = 3000;
+let metricsLast = 0;
+let metricsTimer: number | undefined;
+
 function announce(kinds: Kind[]) {
-  for (const k of kinds) kindListeners.get(k)?.forEach((l) => l());
+  for (const k of kinds) {
+    if (k === "agent_metrics") {
+      const wait = metricsLast + metricsGap - Date.now();
+      if (wait > 0) {
+        metricsTimer ??= window.setTimeout(() => { metricsTimer = undefined; announce(["agent_metrics"]); }, wait);
+        continue;
+      }
+      metricsLast = Date.now();
+    }
+    kindListeners.get(k)?.forEach((l) => l());
+  }
 }
 
 function openStream() {

@@ -117,7 +117,7 @@ function pct(used?: number, total?: number) {
 }
 
 function Agents() {
-  const agents = useLive(["agents"], async () => (await call(api.GET("/api/v1/agents"))).data?.agents);
+  const agents = useLive(["agents", "agent_metrics"], async () => (await call(api.GET("/api/v1/agents"))).data?.agents);
   return html`<section><h1>Agents</h1><table><thead><tr><th>Agent</th><th>Status</th><th>Runtime</th><th>CPU</th><th>Memory</th><th>Disk</th><th>Load</th><th>Running</th><th>Heartbeat</th><th></th></tr></thead>
     <tbody>${(agents || []).map((a: S["Agent"]) => html`<tr data-testid=${"agent-row-" + a.id}>
       <td>${a.id}</td><td><span class=${"pill " + a.status}>${a.status}</span></td><td>${a.runtime}</td>

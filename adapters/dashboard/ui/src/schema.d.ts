@@ -87,7 +87,9 @@ export interface paths {
         /**
          * Server-Sent Events naming the collections that changed, for live views.
          * @description Each `changed` event's data is `{"kinds": [...]}`, a subset of `agents`,
-         *     `environments`, `sessions`, `missions`, `hitl`, `tasks`: read those lists again. Changes
+         *     `environments`, `sessions`, `missions`, `hitl`, `tasks`, `agent_metrics`: read those
+         *     lists again (`agent_metrics`: only heartbeats and metrics changed, no agent's status or
+         *     presence, so a view may reload at its own pace). Changes
          *     are coalesced (at most one event per `interval_ms`, default 250), so a burst of
          *     heartbeats costs a watcher one event. The first event, `hello`, names every kind, so a
          *     client that (re)connects reloads everything once. A comment line every 15 s keeps
