@@ -13,13 +13,30 @@ import (
 )
 
 // ListAgents lists the registry's agents, sorted by id.
-func (s *Server) ListAgents(context.Context, restapi.ListAgentsRequestObject) (restapi.ListAgentsResponseObject, error) {
+func (s *Server) ListAgents(_ context.Context, req restapi.ListAgentsRequestObject) (restapi.ListAgentsResponseObject, error) {
 	infos := s.d.Agents.Agents()
-	out := restapi.AgentList{Agents: make([]restapi.Agent, 0, len(infos))}
+	sort.Slice(infos, func(i, j int) bool { return infos[i].ID < infos[j].ID })
+	if c := req.Params.Cursor; c != nil {
+		// The cursor is the last id of the previous page: the next page
+		// starts after it, whoever came or went meanwhile.
+		from := sort.Search(len(infos), func(i int) bool { return infos[i].ID > *c })
+		infos = infos[from:]
+	}
+	var next *string
+	if l := req.Params.Limit; l != nil {
+		if *l < 1 || *l > 1000 {
+			return nil, badRequest("limit: 1 to 1000")
+		}
+		if len(infos) > *l {
+			infos = infos[:*l]
+			last := infos[len(infos)-1].ID
+			next = &last
+		}
+	}
+	out := restapi.AgentList{Agents: make([]restapi.Agent, 0, len(infos)), NextCursor: next}
 	for _, a := range infos {
 		out.Agents = append(out.Agents, toAgent(a))
 	}
-	sort.Slice(out.Agents, func(i, j int) bool { return out.Agents[i].Id < out.Agents[j].Id })
 	return restapi.ListAgents200JSONResponse(out), nil
 }
 

@@ -186,6 +186,38 @@ func TestAgents(t *testing.T) {
 	}
 	expect(t, e.call("GET", "/api/v1/agents/ghost", ""), 404, "agent_not_found")
 	expect(t, e.call("GET", "/api/v1/agents/"+strings.Repeat("x", 200), ""), 404, "agent_not_found")
+
+	// Pages: limit and the cursor of the previous page; an agent that
+	// comes between pages moves nobody across a boundary.
+	page := func(q string) (ids []string, next string) {
+		t.Helper()
+		var l restapi.AgentList
+		r := e.call("GET", "/api/v1/agents"+q, "")
+		expect(t, r, 200, "")
+		r.decode(t, &l)
+		for _, a := range l.Agents {
+			ids = append(ids, a.Id)
+		}
+		if l.NextCursor != nil {
+			next = *l.NextCursor
+		}
+		return ids, next
+	}
+	ids1, next := page("?limit=2")
+	if strings.Join(ids1, ",") != "a1,b2" || next != "b2" {
+		t.Fatalf("first page %v next %q", ids1, next)
+	}
+	e.link.AddAgent(ports.AgentInfo{ID: "a0", Status: "ready"}) // before the cursor: not on later pages
+	ids2, next := page("?limit=2&cursor=" + next)
+	if strings.Join(ids2, ",") != "off,weird" || next != "" {
+		t.Fatalf("second page %v next %q", ids2, next)
+	}
+	if ids, next := page("?limit=5&cursor=zzz"); len(ids) != 0 || next != "" {
+		t.Fatalf("past the end: %v %q", ids, next)
+	}
+	for _, q := range []string{"?limit=0", "?limit=1001", "?limit=x"} {
+		expect(t, e.call("GET", "/api/v1/agents"+q, ""), 400, "")
+	}
 }
 
 func TestBodyErrors(t *testing.T) {

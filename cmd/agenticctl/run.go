@@ -347,7 +347,7 @@ func (c *cli) agentsList(args []string) int {
 	if err != nil {
 		return c.fail("%v", err)
 	}
-	resp, err := cl.ListAgentsWithResponse(context.Background())
+	resp, err := cl.ListAgentsWithResponse(context.Background(), nil)
 	if err != nil || resp.JSON200 == nil {
 		return c.failed(server, err, resp)
 	}

@@ -426,6 +426,9 @@ type AgentRuntime string
 // AgentList defines model for AgentList.
 type AgentList struct {
 	Agents []Agent `json:"agents"`
+
+	// NextCursor Where the next page starts; absent on the last page.
+	NextCursor *string `json:"next_cursor,omitempty"`
 }
 
 // AgentStatus defines model for AgentStatus.
@@ -1067,6 +1070,14 @@ type Unauthorized = Error
 // Unavailable defines model for Unavailable.
 type Unavailable = Error
 
+// ListAgentsParams defines parameters for ListAgents.
+type ListAgentsParams struct {
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The next_cursor of the previous page.
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
 // DeleteFileParams defines parameters for DeleteFile.
 type DeleteFileParams struct {
 	// Path Absolute, or relative to the directory the agent's commands start in.
@@ -1286,8 +1297,12 @@ type ClientInterface interface {
 
 	// ListAgents Agents known to the registry (connected, stale, or disconnected within the grace period).
 	//
+	// Sorted by id. Without `limit`, every agent; with it, a page of at most `limit` and a
+	// `next_cursor` when more follow (pass it as `cursor` for the next page; agents that come
+	// or go between pages move no other agent across a page boundary).
+	//
 	// Corresponds with GET /api/v1/agents (the `ListAgents` operationId).
-	ListAgents(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+	ListAgents(ctx context.Context, params *ListAgentsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetAgent performs a GET /api/v1/agents/{agent_id} (the `GetAgent` operationId) request.
 	GetAgent(ctx context.Context, agentId AgentID, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1799,9 +1814,13 @@ type ClientInterface interface {
 
 // ListAgents Agents known to the registry (connected, stale, or disconnected within the grace period).
 //
+// Sorted by id. Without `limit`, every agent; with it, a page of at most `limit` and a
+// `next_cursor` when more follow (pass it as `cursor` for the next page; agents that come
+// or go between pages move no other agent across a page boundary).
+//
 // Corresponds with GET /api/v1/agents (the `ListAgents` operationId).
-func (c *Client) ListAgents(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewListAgentsRequest(c.Server)
+func (c *Client) ListAgents(ctx context.Context, params *ListAgentsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListAgentsRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -2920,7 +2939,7 @@ func (c *Client) GetReadyz(ctx context.Context, reqEditors ...RequestEditorFn) (
 }
 
 // NewListAgentsRequest constructs an http.Request for the ListAgents method
-func NewListAgentsRequest(server string) (*http.Request, error) {
+func NewListAgentsRequest(server string, params *ListAgentsParams) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -2936,6 +2955,45 @@ func NewListAgentsRequest(server string) (*http.Request, error) {
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
@@ -5211,10 +5269,14 @@ type ClientWithResponsesInterface interface {
 
 	// ListAgentsWithResponse Agents known to the registry (connected, stale, or disconnected within the grace period).
 	//
+	// Sorted by id. Without `limit`, every agent; with it, a page of at most `limit` and a
+	// `next_cursor` when more follow (pass it as `cursor` for the next page; agents that come
+	// or go between pages move no other agent across a page boundary).
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /api/v1/agents (the `ListAgents` operationId).
-	ListAgentsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListAgentsResponse, error)
+	ListAgentsWithResponse(ctx context.Context, params *ListAgentsParams, reqEditors ...RequestEditorFn) (*ListAgentsResponse, error)
 
 	// GetAgentWithResponse performs a GET /api/v1/agents/{agent_id} (the `GetAgent` operationId) request.
 	//
@@ -5807,6 +5869,8 @@ type ListAgentsResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *AgentList
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
 }
@@ -5814,6 +5878,11 @@ type ListAgentsResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r ListAgentsResponse) GetJSON200() *AgentList {
 	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ListAgentsResponse) GetJSON400() *BadRequest {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -9088,11 +9157,15 @@ func (r GetReadyzResponse) ContentType() string {
 
 // ListAgentsWithResponse Agents known to the registry (connected, stale, or disconnected within the grace period).
 //
+// Sorted by id. Without `limit`, every agent; with it, a page of at most `limit` and a
+// `next_cursor` when more follow (pass it as `cursor` for the next page; agents that come
+// or go between pages move no other agent across a page boundary).
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /api/v1/agents (the `ListAgents` operationId).
-func (c *ClientWithResponses) ListAgentsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListAgentsResponse, error) {
-	rsp, err := c.ListAgents(ctx, reqEditors...)
+func (c *ClientWithResponses) ListAgentsWithResponse(ctx context.Context, params *ListAgentsParams, reqEditors ...RequestEditorFn) (*ListAgentsResponse, error) {
+	rsp, err := c.ListAgents(ctx, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -10064,6 +10137,13 @@ func ParseListAgentsResponse(rsp *http.Response) (*ListAgentsResponse, error) {
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized
@@ -12621,7 +12701,7 @@ func ParseGetReadyzResponse(rsp *http.Response) (*GetReadyzResponse, error) {
 type ServerInterface interface {
 	// ListAgents Agents known to the registry (connected, stale, or disconnected within the grace period).
 	// (GET /api/v1/agents)
-	ListAgents(w http.ResponseWriter, r *http.Request)
+	ListAgents(w http.ResponseWriter, r *http.Request, params ListAgentsParams)
 
 	// (GET /api/v1/agents/{agent_id})
 	GetAgent(w http.ResponseWriter, r *http.Request, agentId AgentID)
@@ -12783,8 +12863,40 @@ type MiddlewareFunc func(http.Handler) http.Handler
 // ListAgents operation middleware
 func (siw *ServerInterfaceWrapper) ListAgents(w http.ResponseWriter, r *http.Request) {
 
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListAgentsParams
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		siw.Handler.ListAgents(w, r)
+		siw.Handler.ListAgents(w, r, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -14506,6 +14618,7 @@ type UnauthorizedJSONResponse Error
 type UnavailableJSONResponse Error
 
 type ListAgentsRequestObject struct {
+	Params ListAgentsParams
 }
 
 type ListAgentsResponseObject interface {
@@ -14522,6 +14635,20 @@ func (response ListAgents200JSONResponse) VisitListAgentsResponse(w http.Respons
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAgents400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response ListAgents400JSONResponse) VisitListAgentsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -18570,8 +18697,10 @@ type strictHandler struct {
 }
 
 // ListAgents operation middleware
-func (sh *strictHandler) ListAgents(w http.ResponseWriter, r *http.Request) {
+func (sh *strictHandler) ListAgents(w http.ResponseWriter, r *http.Request, params ListAgentsParams) {
 	var request ListAgentsRequestObject
+
+	request.Params = params
 
 	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
 		return sh.ssi.ListAgents(ctx, request.(ListAgentsRequestObject))
@@ -19978,208 +20107,211 @@ var swaggerSpec = []string{
 	"THyusbDGKhz8q8+Kqv1rgjWIC9MgQ0HL1jVTmqMEtgbEhOZ0zDPu39gdk0t2PaKmiWHUsD3D5yx00FOu",
 	"7/fiTGrTelBbzifPRzRNVRNJqtsZHTPEjy37vwaECvCAvTNGlRmzu3zOnBnFE71NFn7jHrPIVAjBxXTk",
 	"LVFh/FRWBEQoecZrIQfYJAzlgqlO1Lme11jpryF6XEq/m1YHWOcEZfvSUhs2H3ExkdvevIBHz+2TqwcF",
-	"rEpu/up7aghQblwAJq1n4zXXbeejifdbv3f9LKx8gBu0dSmVZuF3CGyKKG2AQaQTdcaFXiIcgFjXj01w",
-	"w06V4ROaBIVK0MlGrfy19VTpGT189jx8i//OdqLvK7BxGwivlxNEzTUGAec+r2Ub3d077KQH19bNLIcO",
-	"LcsZ+e2ONo6cw8uOVTx425bVXkZ0CNHuFspW8x4E1R2RyNT+vQUM7wqTF+bMP93gtxtV9BuWODnXEQu2",
-	"7ZUGqOCllCkVRi64NZKTiWZmRylCm1QWpm04WZjacCseCrhO5ATFXa60IYpZds1Sgu+S8dIwK+/cFd0b",
-	"Tp6amwkhVq66hMbqYldhUdvZIDoqRg2ruYBqduoV5MoyuWDpyBLVNiOHYGYh1RXJlbxZki4VKZEiA7eI",
-	"6EUALXgdbFSlf2ROl2jZOibshiaGgAoWkf+7r4vJhN+QBc/ShKpUE6mIY8/2gYWdkwoic+TE5DiXypBu",
-	"yibUyp1HR0/BBvJi0APfiz/mNTfD4fNBiNXSm3N8+PDZ83U5hs/pNCD3vvTsksAD4CqiJOX6Ci+QnJoZ",
-	"mUhF/vWNPiFulccAFse0nmgiF4LMueBzmuFrQe3HU+AVFSbTsuGD4ukxOd37d0L3fieDvW9In4zIXkQ8",
-	"93AQJBkzhim73pRPubEz3sWdF3Xcxq+vSEjBqg1ZzJhiRE4mTLH0uFop0YZnmTNv6potvRd5XBKyxK6U",
-	"XfOEnRA2tYjgMEySBoJaZFOymM6qSXoRIF9ExoqndnsKDZLN2sfkSk54xlqUC5qO7IwjJaUJKxLehL2V",
-	"pXwoH2yKYU0Q4qJTmVzhFmV8fM0tmv9wdkn2ac73rw/23duaZNyeLzOTmpHKtNQLujvrdKeSmgC12mmF",
-	"8y220wk1vbNakPljyeeWGx4MBgNAOfczRL0d9QhYI5ScKjq3GKEKEZFMyiuWkiInXJD3p5c/AnZvRuc2",
-	"MxkT158m+4eP7cHe8yPLTeonFc6pkGblrO5ZDBiVxIMMi8HgaWLngb/YHl7gKckVm/AbvLp6oI9CWG+W",
-	"6yv7UAj03Bmm5qDSl2fZqIKdgElb0QS84c5gownNFnSpSSp7aLa2/FAKFhFKxjS5mipZiNQ//kRblskF",
-	"4ZpQkvOckYXixjBBxktvhqFkxmgKxmVvFppRTQSM6jiupfTI+8hYmhmZSu+fz+QUXSNIWJxZCd2PVyw3",
-	"YLiaFzeky2uOSVmYzH6W5VVIpXIlrZ7dC9sxlFzcHY29iL1R88EVX9pHW8SF4Hn9nuucmmR2miQsd/aj",
-	"5lll2vA5tXo1YFlg/1+9JE+fPv3GQujny5eIg8CksyWZ8yzjmiVSALYl3K7SBWocDg6f7w2e7Q2+uRz8",
-	"5fjg6fHhYf/g8Om/N0Siurpbi9IYDtOPR7d7w2E6HKbuv0v877jx33DYt88+vf33fwrR8W0Wfu/wbLmt",
-	"W9w5VGs+Fd4Lhy5tapwYSAHWVCSs199Kc2sLaK62ps2ubtGmjW6lyRapMmacRWer+6JcyoRnhgVdHu2K",
-	"xwoCycK4OBnuj1H3aHBE+KTp4gdwbV3Z7ranlqFKprOCHFtmDtpxpJiOvNrWPkSNQsyZoSk1tJ2H4Jst",
-	"I1VTNzG3Ls4+e76VueEw/JqFyT3VJNYzspc43lI+jqwk3so+NyF5NXcIj89AoDsTJmSaduJdWOS6ix3N",
-	"amZ6lMqF2FFRxBeK/NG8YmBuCyGxVWdajHaMOg95II6hyFyQjYMZ4QaUkcUMoj62EyZqnPWs49YQleCv",
-	"gaMByu0G55qSeUfTBd5so8fvUA1n1fBPtPfcL2ZMEA6BUFYwZmFX0ppqewfZFWTiu9mlUW8JOaBQ12l+",
-	"iWKJJZqOUIJ85VWbUjKJiGALpg143UmXGjKX2pDDFb13o32mdvYC37nqta19zfWdDKI1LECX9u0G/Xp3",
-	"w2NNAQ3pc9cgm7gTuULzXNSPceEeBOypO5lunO31Tpv/ycrh+oh4L8h+L+FgTLlgzhiQVDaK1CqVc2ol",
-	"u5/Pv49I3uZoXTVVlvBEe+VYyhVLtDYyz4FW5NR5qjDkw1IJZgWRhjVqkxP+TFy/b053Jq6/K2c8E9cf",
-	"3KRn4vqinNe+5qc+E9ev/Oxn4vr7cgEtluZKE/Y2t5oZrnbeS9TfQuxaIjfu5vqBUK8WMZXl26NMKFoG",
-	"Wb5ttWFzeY0k3euobzWaNyYILtEToFXJNhRCfmrF8nHGiBb0io0SCsaQlIHxLUcDgT4mRS00LiIuOmT0",
-	"H9pqMf6XCwqMhmIs0+XISDmCuEBQzkcTq8lGZM7MTKYje8XxkgiJyaj2UHWhimsdCrw6RfUY/gZSW0a8",
-	"1kfwlyD4FRdAR7lZRqhBj5JMahgUtHJBMz9WLfBslHJtQZNWkW8wRTPybYRsZSgg9G1UC32LiBfoEhdL",
-	"XF2pLdVHeFSXhmLGTVZ/pvwtcyZqr9A5Gxl6Za/Zu17zjwiatEdjtpQIhWgoaohTH7t+md1wsAg67+XI",
-	"HfDIG10bnzcU/qqDnR1UF7kVgyxsLALMqViOvLWjdslbtCOIEG58+1p8bYVhOTUz90YNu8qcAhgGYvai",
-	"oSinMooKPWFKV+PMqeATi6oEQu1rwIDf5XYNhfdQVc9g8N06b/eHbvV4+dhTOE9M5hnbLlTiYBEe2eAR",
-	"BxfRn9is+Mnmwzm9GUlwwI1A9A4Iw3AXrVo5U0Qbxei8stodPCdv+Hc9ZxBEQDz/y8HgxYvnR9tgs9lC",
-	"mGtWpHKvMhSum+XmTE2dpv9A5jNViBHVbT48HlCQfnG2RWcadPvtjZARBlJbfcFY1QEpKulaUtkDHSpj",
-	"E0MswSLd0oHl40x7QfnJQiQgmZ19eAPHh5L3l3+LSoPujX187/DZ80RmUoUH5HMmCzNC01sACX7iGYT0",
-	"ksVMZsybLclUySIndGIgqN2qRFJMSffi/Ae7mAi/+OL8h5/OX78mh0STjBqmen1yOtZWMJaKDMicUaHJ",
-	"08GAaFi+hYyLViZuYXC9BtwKQA20e/H8qLHBg9AGW6Gei+ko5WqXUNp2Y2jN//ygfvO7a/v397S3kONf",
-	"ZstG1lEiiyzFcPbC22MpMmkxJWMuqFr2wwZTboWTtCWmTzGaEfsMyFIn5ODwxT+/RRX7imcZS8l4STSf",
-	"2tP/1t7+C960a3NCV21tYM5sCQ+FMdYXcYFjg2nDzejGTkA+4BNCxbLf5u3fEDzQGgiwMWCQz1k6ar5a",
-	"v32HuM02r3+1IyHPf4lJTTSsr6weHFgtKHRAXvGMtZjeMi6uRsbKJcGwWb2c2yeeaILPBHFrfr9czy54",
-	"HDQzBU/3NTNT+5/hydWSUE0omchCmRm6rcPkd+4V591UrfbQpl3jlyqnjleYwZscdSwNizoOWp2oI82M",
-	"qUCcT1gthYfKOCiX5Yof17adVpdzhGZVnTNq1YK+iRRVuBGQs/JgwiyknLmkWQx82GCAaxyVlYQiqRhx",
-	"68VULCkYoUIvmHLO7gVTzPHlwoSEixWAurxUD4QQ9H48v3x9CnOE3Gap83UF8QS0mvt7nLZ6A9/gGGVU",
-	"lM+r3cod/cLavjes+atanttOuGKH8lL8Nq2/HLxtTTV1YE0F4aX72Hl0F5SDo5waK44qOc8N6VYgR/kt",
-	"gfQCQrUVK6wUWGgGKUgyG4p6zEiNKLmxID2gW8b/g+LnsglO7BBUWxrYdRvSg/CfoajWWV/LiUNhlqJP",
-	"1aOUS4eViqRMLHuhpKgt0opoDYy/j636E7AZodaSRrLxzXaU3pzBYWmOve/TNyyLwLyNqGWgFmrfcnLK",
-	"b6rg3IBqOxZjlvpmSrLmDKgQEA4BIpGjfF2/PqdDIPKduF8lzmHMnaZzi/HErng19quJbkAWkWnBHTDY",
-	"imUwGNXjWfvBxLWeNJZY+yxcnDcluIM5ZUavhqs8e/b0+TYuCasJbgCjGTKoJugrdxK7ofM8g7euQpjS",
-	"ngyxmn3jnfb+jdB63lRh/CumzLwY5Uwlzlq8S/oN11cjIw3NKnPALg5K+1qhWXqntzJJ0xG9no4Odlxd",
-	"9cKzu76x6wtzNpdqeQ8QuBfvCISQScax43t5NDd5dShfTEdb6GQyY8kVKNYblNda4MeDcAQwPt/tjXbf",
-	"4Xr80Y5D1jXVgEOdm+yOcgo3DDWo8IiQtMO8J2c9L2glFuT+sR9bYj02R3OEgvq2IVEVSRCSR9Vd0eNe",
-	"Mqyu8hGD1q6Mt+UZVswGnXFkXBg0NqDHIEuZ9rFZpV/86eHufnG31Eu3ilYtqMjTOx6lTXEy3vNY7e6K",
-	"67E23a/tVCks0ruZdhfpPY3bJs6XA29Y0lriiw+nq3KzOk7sLIe2CKJzIDydkqY13cp0DP6ZoKAS3MJP",
-	"8se2EwIhTQumwjsQz0HBweiUCqkwhHAH/wlMCrFOIfiumAvX1lCYyd4LNMhRiLV3+SroTyBcE3AjkZ8v",
-	"X+29iAgYJxZcMzKmmj0/qouGMFQn6uCdIMw/MJpy4Uxn68GIVdW1EgFXBWNDeXa3GBAMP9hubCtLmdnH",
-	"Q6BcPdu7DuzjH2pfGBr+A9P8d7YhWPMefqt7eE/WTJCYH2kHall1FbiyJrk6wrJmyl8RVqfjlufWZbP5",
-	"Do/mPNXbngoJbR8qwav5JRB5FAzNQupb1giCAkqgVom1LJ0a1+daZqVUsTm7drd4mHM/4I84SPn7ZW20",
-	"8uK/voGCEVANKBj65OpzTTjLUl1PRCJMTKTdbdK1uxuRclcgUEhHxO0nWDKWSC6wRNHEStUN/rrVVeui",
-	"t0ZzmQah7wLYywwgeO6kln2H/jrvRLvb5BCjFHD4vru4JP1+fx/ug4vL/lJMF3NG7DLCW+6yh3TIhcw0",
-	"M5rQVmTiYGuyr9/tE3bKSrpjftEdMoYqLF/dyhL3PJjX1hr5M1eD3K/tR7bFSOmyn3aWaDwB2Gqg9AOH",
-	"luTyMgKiRCrzoDH7skxsIxmjyH4nhBssllKGc4KUkEtlwhi2WbO8R5xEGfLwIApie/LUnRXHdn/kBTNE",
-	"ioQ1Unowcxoinan2HsIuuiknVtByvsle2EUYTs76WfDfCkboXIopZhM1cp1g/9y+9cMBn+FI7V9mS0Jr",
-	"tmtNMqnDQ2zR4B5NTXMIXrka7pqsFHWuOVu4irqrny/JghrI94SqZujCzjgThvzCxheWHhki5MJVtRMu",
-	"NEPJjFWqnBSQ5miUzDKmdlfr3DL/FZa3lQw06qXW3LMrrjmntPkD5Q7jVhOxW4svzhMQhhXGta67T7OU",
-	"Ka/5CgkBHUxB9E8Yxe8YrN0sPhagHTXFfZdxfN2hoGqjO9V4UfnNGwD2ExzwVv229biwe6V9WXIy0qiC",
-	"bTEDsxVNvtjIP8IszROYnffKc6MdcXnjktaU9Hq5kdVCFVEHKa1l9lYo3U2QrWbyA/vE4nJ8d+HMT9Pc",
-	"9gp+MGm1+MsV73stRbUTdXw0KaivPhf1bms+bwzoLv5YjeuufFcbvlqdozjrIozMGquuiBqYgVBqCKra",
-	"SGJ3cgFXj0Y4YRAH+FSct+d3Q7HGsGhjH6NGltU+G16cg8Hh0d0yx3CmtiXSrHWJbfFDp14CAGG7e/72",
-	"MiJl9Ns//vO/wWWLGut2c4ybJLg8k/J2AHor8HooGTV05GwqdUY+XpqweCQnofJ5UjOXUY2hfgsFbvGW",
-	"wIj1xVd1lgJBuMksLCfmxSiRqq0EGuiKd/HPXDElWmocOkX0LqNJHT4aa99+SfXVHT05dr8g8JubB3Sx",
-	"bMiUazd/tXqTNue5hDB4g8tms+dlwgXXszt+bwtoH6LYWiu08hnVbJMF8l7S9Hb/MGu34K4ZJhQDsj+C",
-	"Gr27r8a7PwLfVBMxm2TDxdlGhKcZQw0Kg2m66LyfFXMqwgF29ZqR6wVnC1XWHG3ZZG1Gfl13wprVQPhd",
-	"AvO2lXjcsTJjY+rVAo2uamMJltBWb1IKuXEFko9dTESVieKq29o/xeh3puTIHsfIB17j7o3KX9rQKRfT",
-	"EQ4HLgeXCOmvaJYoZkaFUEzL7Brylnz5spGLGPZ5SRnYiRIqEpZlmMBSzzLaQXNdlxh8yDJPfTUtVQir",
-	"DG7WqT9J422uImcihY90wKpBCX6BTR9ShfC396jX/mbpiT0xHqb4/8if3rQGs/b8ylEyo2L6Kf7DukJa",
-	"VjssVdK673BtwpIaNllPjZL82sIs20uLtJHEOwQsVh1DcLC2RYQVKMFuzCgplG5hZHb03bUrkAy2qVY4",
-	"ZNsyL4rxnLfXV/PpW3cPEHAvjpZ0nu0k6MDBTAplNXL7fS4o2KUDXrYL+CCRE8oXUzRjEq51wVJCDQlW",
-	"eu/7RjwgdUIngAqPZ8bkQMed1lDOu+UNu3xfMHTFHOL1jw9nF5fk9P25JSoxkBGe7M2ncxOTLh5Kb3By",
-	"hX2kMuSfyWGvPxRn10wtMWK5EClTJHY1tmIiGHNeklLTqbc3GIpu7Bt+vHt/9uH08t2H0eW7n87exhB6",
-	"Ci8KRqZM2LdZaimoJDHW2bDSP0m5wjIb+36GPRg67kVD4YZIqZ6NJVVpLfQ1kfKKM9KNwWvhi4JZFYWL",
-	"uHeCsX6YI2IfjAj1zoehgHQKpAbalbOZF9pY6sbQMG0X7chz2eJELgSRik+50KQbv4O/Ygu/y/oSLR1n",
-	"2YRwTRzcqSHxfmzhbJmGazOA9aL+5eLdW2iJAPxk2Dkmw06/3x92IjKErEG8VOX0jvDibezSF7nJyuZc",
-	"PNlzVfjJnAo6ZZakWZyohecddwb9g/7AIaGgOe8cd572B/2nWJBoBufCQ7Oq/OryIHCLuBTnaee4Y6nQ",
-	"6dTZsRp9iQ4HgwfrdFFVpt3U5kVHREM8BJTQwtY/R4ODtsHL1e43moXc1g18WIhWE0ih9dlz7qwvSbfW",
-	"qgcK0EZYTLAqQQso6ArETxVNIMCay9S10mgCef+j17luW+H9A0Nww1ZVndv+Hv7E6pF939nt9tfH3qeN",
-	"e3TfTbEvHW1/qezcc3u7Eb779eLQuStE04Q02OhelkbtT4E2kJzvZPqAHbpqScO3TYZs+eXt2h4fPtjU",
-	"zWq8gb2+sCTH1Cpyuj0fbN++Wsewz4Qm9oVvtr9QdhCzLxw83f5C2cPJvnD4zU4vNBos3UadZ7hrW0Hm",
-	"2781KRfgL6GlsiEFocJ3b3PlCZ26ewK+KCz8h5zeqnVMbSFS+1b6qR+gDZpO6Zjkk9oEZCqZxjZyYzaR",
-	"itmFMJHq/lC4nG4se0Di1STwuJ7ozTVxnhPs/lNmVsXIgw2yyuYBt2foT3O+Bw88NZasDhPyWp8/0l3M",
-	"qIGGRlZ3LdNkwaa8kvVKurFrnKSZ69L1fzBR+LTDDSXrgkfb/rbHGlz/dk/QeLLtKNeCd6xuv36ajwbf",
-	"kDhQniN2eS5VN1CslulyFz2liZVVvTS/ZvEJORoMhiKuVwLBUayITN5BTBVzcjKm22eY0hk6xVDYiL3C",
-	"XNN7HuJo66Nli1T7bKibafl5jSasLjKrcwwNzgKeiHVh7Ggd9PiJ6Wc+MTvgc9XL8fOcsS/CRxH6hEKt",
-	"GqtCulRm0rWUzZ4wzP/GzEfhGs2Vx+GEUFeQwijG8HCUyPJXS8xhX4NJ5jEeDa7LnOJPacRLulQ0Kgc9",
-	"0RDQp3OasF6fVM1dFaMpnD07HnTObFSuV1Avs09OMRplKA4G0WAwKM+8VW4x7Zl066wYWjbOLZdv5C5b",
-	"9flocETiZvmgOCJHg6ckXqshBDcGpEk/7LVvhiIOlJuKQ2TDKpOvgOZ9FqrxmEpXPee9hWN7+vmVgnwJ",
-	"CnJandAn2p+Shm3MXlsSOSmpjKcxUrkYYyFTthMP36cqmbnEqCBRuQCRmaUnIDPgwyQpDNEzaCNh1ns8",
-	"w1q5IVPFFiSHFpdxuMdv3ENq5cqGCZAMIQQSC1d434GlmaFj+YHR9NR9wB/wYN7sGaqaJ7OKV4AKM51g",
-	"w+6ATZmqr6fxS59GZMkUODjpKjYtMqrgBOqqFB2cVXceNZYYo5rAL1Rigkn5aE/Hc801gZxVlnotl4ol",
-	"Nrnl2pf9PwbZAZ4HGSHu92OUKIairCiCBRgsxQDz9QIUrHHVOsBXciiFFCuvYOMQoCAReXX+6h2Raihm",
-	"VKXwFS53QddKZ3mqAAsJ8dp6n97qE/pDceHh5GyefiQrEjhvXAm9Pjk6eOq4flkCMK6KJ7l3h6JbCLvF",
-	"0P8mBQIjLVlpI0EhuvKL4oZ9fsKyi2HgvjRlm0UgoEic3RhFk6+qxI7qeqPF/hejV27ToJSEIt3p7zx3",
-	"/RbsYUBnXU39rtXym9OUET7xNdB2Ex9qWNpS+MoX4dwiNPTAkOccJviVhFGVLSPi2jVh2PtQaMY0mbAF",
-	"U9A/zBU8eokL2cPAyX6ADq1aHk4sQRmKNYoC1KLhxnP5gqTbKsa0CSefz9BwN8lEJoaZPTSHPoiAAjvx",
-	"lU7876ETp6QuwDzRuIORM5FbXbx5onz2oHta899ZxXsVo1awmEL0W5uMU6KJazpEiWHzXCqqXGLfmGme",
-	"snKWiCgmYCkSDcbYxMwnZ1uZBEQFxa9ZCvIQxFqpArIgizyTNCUZo95JIbMUxiVdqaApUq9P4rlMGZhM",
-	"ZGJoVi9BDFX2qpqwg+dHR70WGeR+8sVnNULu8OwbmbI7CCKfSELuIY+4qrRfqcz/HioDiO7MFBgmY0/i",
-	"WKbLitKcEGy5X1ehQAOwAsk2KaSeAbQ54uTCP/mHDIWopzm1sFj/qQ8SqFIfkMgJ1ovELinNcjBon56g",
-	"sbpyBzsCiv132ty5PvBKFUJj/ev3l3+DcLNEZjr+n/+KlVzouCKyLwb/81+HR70TEluKEftUdW3ZRZWI",
-	"1B+K07VWd090rUgHzbS0WKVRf3RV0xDh9uzGYFAZxM+6qGoyYcyO/FKmTB83xUf7RhxVvx2BjEl3TFNi",
-	"lxohBwMvJpi9eyfkaHDUsDCjmdpe/4YEDc8RidfL+8ekSxvZtEROhqISoGdgd6fYD7Z3ggyq2YUhPiHP",
-	"Bod+zqkUzE5V66MQ5FGNRpZ/OI93sM3mTozl4KHPbDCoBWOvGwGUX+NavmRcS3l6Kud3WxxLBITBURMI",
-	"OQFqUU+iz+SqfswX033F3GFuDxP74B85Pf/lh84jxl3Z8duDrsplVG6eeyDZs12Eo5+rviGrUQl+EaAN",
-	"VPHSkM6ur3iec1dNwNJ+OZlApEIA7lU2cmsQZAWNx4xn3AjzS9cIs9AnqMnEVevhmHTB59+rdKpaOxrQ",
-	"TyaTB2H8kLXsA5XrQerVdH3yFhwxrvaOhsq/kKtah7wLhm61/JzRZEZil0ARl5W9IIKbawhhvuIi1cPO",
-	"Mfl7v9//9TYGd3kxdm3jkUPpOBqKuN75qMYn4W9fUM3+PeMms/9DkkHF5eZYTjQ+Rk0VGj8PBRbGplPK",
-	"BemuPQlbNGNUmTGj9jmREnfXBYJDE6DSgY5bC8ZyyGoRCQPTFSXXnC1c/3bQSSnGAciFIM6X/hJhORRg",
-	"+JY0YzqxKni9gAMAEKLYYtBzr2k2mttv9MLT4bNBz804LqzsZgWF2gck0FSeuoISqhoUffko78EFC0iW",
-	"ZTJGsQbKBqolsduFEwyFq0EBkkdXsZ47ydp9o3sFTf5SJKxPTkE0si9lHGdWS3LwjGhyxViuhwKS6nIl",
-	"b6z8D7pCkkntSQAKb0Fl2n6Pg+C6nBKKvqnBLxx/c/hsEDWrhNXLhD0LFdDarhwYdmP2Ab5BrXknMxsi",
-	"Ab4O7CujdlMh97FeG6QKlJR1WybRRuaf00zXJD2whj0I+D1z5Tjo3G9wIrOs6t1YZlukkQvpumZwkPQK",
-	"FXJRJvsfq+4Qt83AtCa2/MSz7L5hnO69sC74GUOmoXWNBgnG2cvt+Z/ILJMLCMQpdEGz/h9YePw0mQ6+",
-	"n/p0wzKusWupaqCbT689ZOpdqTKWpR5LK8WUX0N7dWCXE82MK6bmjhJQLax1hCEO6yHHckKY5YJ4XtEP",
-	"GmOHkhEOGe/H2KjE/x4KTcHGqZjbW7cs4JsQm6Wt/usYwxF5w7+rhzbbPz0ET4CDc1HUTC9VRUuYzw4l",
-	"3N8QquG6xGJQKEZTCrZwwnCfnAsSI7rFvqX8vutbRRUbCrQWgH+n0sadcxcZpOV2PjKsjPWFHjW+qwDX",
-	"5PT9OfJCPbNc0keFulUEeMAPzDzAoW4J1nQ7ZmHYYBdrudSbKyy2Dm63/9MHX7GVUm5IkZdNxaGL1UrL",
-	"KXvTbnVjj0kXHs1llkWkrAVsOSDWjQp8gkWVVVZaMs+nK8zzfrzzEYlpLUT9j6yhB4R4iOXGTYNYMH+U",
-	"qq/ZxijtTK5jT5u6au8/FL98eDNQs0rsfR0LOApwVKRdJftgRpOL8x9+OX/78sevOQh3ZtrbEbCqQtSS",
-	"Vgf3/7gI2CyydF8EdD3bdC0Vruq52JBlvuLgI+Cgb4IZRkHwYZVsxD76B0TDejGtT/Svfk3GfDB8W+0I",
-	"3uqhPKs/+JjZeis9zAPyUH0pD2JxrA+IwqjToCDgrGulGHCNOUsc1mOjVoux8kwvImOMD9nibGxmqqBz",
-	"DPi3WbspXKsnq+FwzAGlZKKYnrlaP/2hiKHIQ4yWlHq1G/KP//f/I66dP+mqQuiTqhAPuOOgqWjZKZws",
-	"menBS1glB0pUYPkbF7rrfHBNn2PTx4iRvK5sdGRhg2XmvUhfNuSGtKJ4pYm3dzqu9/uOUd5xgcI1Hy8Y",
-	"iKkZCrzFNQFvZO+EPBs8JXGgKfgGJ+JZo17O47kDa/N8oWz3Rjf/9bP1voZHn5my/uEI5Se7j0pgYih8",
-	"CXg8VeWR9E0EtdVmJVjlfcUmMC+AfUKXChVW2W3qTnUyvv/RnoiNJkZMAWwi/d0Ehtq7b62OfZ/Ezz+H",
-	"3e+TseR7po2Sy1UccVvtXRTckEKz9KRRXh55gaV9E6mmsow9a3MyPvKODz4XlVrhpv0vYuJ4JxqLQJ88",
-	"HlPFgFd7Wy1krbuGHMDKQW4lkCNa53hVDM7W071ftrsIqwTv7e0/y3bDx3ylGg3se6UY+52tEI1KF2c6",
-	"Avu/811x5Tq/gDwIvTDIYiY1IwnN6Zhn3HCmiaZLAojV246A2EFlo2GumP9pUNCVM0cN4AQFZexcUUnW",
-	"oDeU0b9f8RTw9DWDNs5wghv8DZLuLTS3o1rZVXJDYas/C6L5SvpfsSgYI2ewKFKT+W9FH5lvwh6Z/3mQ",
-	"B8DzFXeauCPzVeG6C7ULJ0UGzasFgSZpaa/ima7eEFCeJob5prStlrIfzy9fP6aFrGzy3yIYy5wJXxb0",
-	"Yexj7+yIUDp8j4s9M2N7mZR5OUczIH8dWvsfXef1Wzdd2l5j7dTXm4kNuzFYKkb4bulGStKlZEwVI4It",
-	"Mi4Yxt4MoSmbJmdvL88+DDtlARaYdy2yvbxqIRWTLs2QnftW/q46hPZdaaG5J4bzDcWMaqz/gHasUJQ8",
-	"6SoG5S98Y6tSPBjT5Kq3HusOBrdGuLszYmkj1XYTFvalTx3ehaLLcmpmlTe86oPfNDuteMfLBh+HL7Y1",
-	"/Hgkn0Gj6f5nrhpn5z51CBE6aSuuCIcfGH/j8YbrMgLISzpfXRWflfbjDhJK7HZ6gnXiics/eypSq/mw",
-	"sqEQNpuuCqn11sutfOANb0vnWonwEtnSo4wLReK66iYcDsnBevC7oXKzTfejyif1htUt7Ml/6ZeK8fTb",
-	"QqTlkolUKRY+c9U5rBDQzs784vc/Vt3JNtY29j23d6HLjdbhO5Hmw2fPdyLNj7vbW3baMlgtnQcNc6M9",
-	"qD+joHoPQlLf+Hpr0tYT/8E/9IgwrzdQDdspYAkPloJZmovqftHS26jrUjUWx4Qi4i5pBKyditFkZkHa",
-	"i8oC9lw1DE/NQ7ZTxmx7smyAupqVXFL4lrIvSYjC1rpD3lcoirYv5RGIfbPZ5x8sI/gLBPQ7SHdr7QOj",
-	"MjU3quXs9ixDwJyPQJpxGEP3P1adcW43FZuNK9oe1wKOnV5TZlQ10pGpJ6BemylTb1cVGh8qBHpJTaGR",
-	"10y1qylDcVc9hayqKSFt5CeeZa05ue0Z2N3cLEcVNDFe1AEAHf+1LkNVoG+TgzZadj6ocvNI3vhmL8xN",
-	"iRR/+lyJEhHaciROKoQo1SoufIF1Qkt9ve/KNW50hd43bdw3D/081Ra20NUv5/j0CyAtlGkHerlfb2MX",
-	"TtC8rqSKWLPfYoJddUgMIVi1sgyDY0KzDIoZ9iIkpbjcej8yK4RSBUkuQzGTCzKnYglUvmy+DHV8feX9",
-	"MrnxcDAYQL0PO77LaKJlOoI2dOkp+lDU8q8hkcTVathEvu0Fz5HiltyR1ebSn4C2LWkeANKmuPOlMiJW",
-	"P7at/4q7/6cyq6wJ4BbyabMICDLH1foipLteRaS3yzlMuc6pwZawLVbZwsygGRP1LYAwZtE3C8OGYq6L",
-	"2HhZz9pu6yk2FKB1m7V+w65wNzY549fMCUNWHqqENSjTUtpku7Gekb0EqUNSvonEIu6VXelnUjPhpTuk",
-	"Kqfnv/wwenN+cXH+7u3o/PsYOUpDrYFiLpolUqTEg6rso0XnjDSEuxI4cGssS7uyJoeDQxdBah/CEinw",
-	"lBMDrWyD+XO+Fqnr+EVJyicTBiWIYEQOUtrR4Jv+ULycseRKkxnNc7sHTqOQKmXquJGiv6KWrewKBIJ2",
-	"nw2e9qKhcO3QukeDg16EU3aPDp5CnfJe5JpHNT67az9OKrumXkSULDD49GhwFBE7aH8ohuINm48tIBzw",
-	"YNy6WplKhrGpdgJnNuCCxH6pownPLN3vYbsxVzNyKEAonAoJtnvdqNQwp0tC05RoOWcnbuFztwxojwYl",
-	"2lAjxTI5kHZmKbnMsXcfkYJpGGjMiCiyrE/iOTM0pYaCMA8ldK+ZGlPD54AtiuWMuqTNRE4F1+5ckBnV",
-	"s8b3dxMqpOAJzaBx2rFD/HKR2AAsGgpsxgonwZkqIbl/MeOGESx579cObe+e6Irl8DQ+dnW37ZOQ8q6G",
-	"AudAXPHV80q0PSFU4CvXNCsAMBaSLHVLiwAWhAttGEWSNLaCajQU8UF/ENfvxAexC97FEesLAxfPKoJ3",
-	"LR65LnRwbLC1HBTcjzFN85gMO1RrPhUsHXbiqMzgBJqDyEEhmBLwCA1PbmeGYsJ9LU8vUk4KBWujmcQG",
-	"QprETBs+h46bcC7jBpB4qS7C8a0qM4HrpnbyRinXdJxh/aQSly3Xr46evSXkCGgT1JNYd/1YaeGAxEWN",
-	"IcVt1ZQCxaFqDUp85PYJCiZhH9bqqet7k0jsSi4IORRVXzi423MSjacMiWNrQanme0dLW02kAY6PBxs3",
-	"rL55Y2Z3TRMjT/A4lmTY6wQPpTDuanJ9eG+Yh9cXChz305e9YgNSmb8HBSzLg+I3yTNPltbYYJPofM1g",
-	"vJe/y3WBhVOz0v/1779afKxEyhpvLPejZmsq07H9MLsIkKgItapxVQkDy0KsmJLuQe0aqFyQySmWB2DO",
-	"1kPTFCujA8f0leJdgQNU3sZ2Q6DxKpZ57brqqUwbV8CVVnocyh7vM4odY5YkRjSNybgw6ApsFD2Je8cV",
-	"e3YE36p7ODAE9Mb233govP557ErCKjc/mbEs7VXZ6fGc3sR9Ev/bHsJi76LBTlx1AxQLLG+y45R1EOyA",
-	"Ue3dM5HG9dcwHcmXeQDze62kArcKMQCtGuEHmh8TSy9cCxv8sjEzC8aE+zgsBbG64Lp+DP1yYMGQoo8y",
-	"jd3NOvAgmMOJsTHW//grzoy1HuAAO8hhQYcu1gR4OiC6NxQTqcoMclWWfii72Hr76FC4TT0m6/sJlXcv",
-	"Ls58BQqo3aLBaLSYoZhm96u+tRgWZKfHiiVQ3MWtoypl4zkRDNWFQCIK4ioHFjpR1AV8N9c9FLiQnv+k",
-	"1ZI4ffLKvqqPSQwfcuymdtpFbCXPY/Jx2EEMwM669uKwEw3FsMNEIlMupsPOrWXkpaD68+WrvRcAIJDG",
-	"xlSz50duzPpbVrTCm8NOrX8BoAlWvbBCOsgSOCZKnjFPjwOYyQ3pUqJq9dywts4FJIgRjCPWoA5BSRGs",
-	"shG/ptrswYN7Vi+DVTjUxP5RKG94CE1pvgYe+7QDiZEADBgF0b2OytUwfu9WRgK5EuFsn3Adix2wU+hd",
-	"DEVDfPEoTbrxMcm5mMY9iCmD4s9p5pVzQi1G9ckp0ZlcQDgxiuBWjgdpH+qbueUd47q5IROaZfakzrjD",
-	"KqCE0MoGiCOJAQ6AeXAsQsVCvfgXkRg3aoQ9KUdMgOBXArlRbqU64L2TVofEZusV0pJPtF2t8BbENCOx",
-	"bhoc4dIqGCLKbV62hy5v4uvfADMFQyOiHRSZzYEZObW/XK49Qxmfc1c0p3Wpc3oTrmRydPDN0dPBUW2p",
-	"B7ssFVmj5cgnVadFR+xoCAFI11JTp5M5EtkOWLjfWPAOXQMfqzVAtK3I2UpA7cUZHibtaXBkKU3k6ATp",
-	"aoaus9prAImdaqW5akGdqDMDAgDfXufzAVkqyPMbsgJmJxCr0trTAFS1W8c43KsNmL6OMp267LC+KsvR",
-	"67T1rqLE5vUxYVH57zBLJ+pAGcrOr6G9bc7RCj2HyQE561MBdfu/pDzPB4shdL0yNWAM9fW2IkeopEL7",
-	"K0hBgRp5rvJhU1PgU9GsWbHaVNslvseuz793/sYkkfKKM9L90Zj8nciWEbmgc3bBDfvrhVE8MRG5sBoP",
-	"w7YGl68vei4V/MPZxWUpcDmp6hc2vpDJFfM2IaBuB4dkJgul0dbsJtQGan75GlRgjT4eCoq1pxpGahT5",
-	"0PxTusIgvqOsY1b2ZpELC0E+5UKH2OMFn4pz0Xm84i/n4iGKv4C2deIKvwC4XCPqz6qw302dbqrGDTXY",
-	"fhKhZKzkAtqB1owRzZ1ex2pZmM3VgN4VprMLWC8bsEwyRhVzNbHalv3SPoSCH678SeX+waGa64Uqsxvj",
-	"qC7hiS22NygPs6eZfciyPRCH9e4BS1tDo05JRscss2Tmii3/ChbnE29GtwdyLlVrgBS82piPGzbXgYlL",
-	"ik2VwjiEsC8UpLCwjPWsUStuJ/nK7rNgN2aUFEpb0QrZT67YNZeFFbOnrd+Gr2wE5mN6Yi12bIrvwqV/",
-	"mdguwNzIEudaMwioMTfOGDo1ehHkHk7RJUAM31qjZU4Fn9jxqCZ/O33zmnRj32XocpmzY1KH5ZLOsxi0",
-	"+H+5ePeWdOOPw44fYGRvoir9j//8b6shYpZH7RF79+M//vO/b2/jXh/cHPFHe2BHPI3wiNm3cya8Ln9C",
-	"4m9TtRypQjgjihXah6jW2RNJuoeDQUXJhJVXMnA++Tl7fXIqSHyesnkuDRPJcu8ntowJCqCkK9VQlN6t",
-	"Pk/j3oqVtgQQyk01f4hdundYop/H9zCGj6p8AeQcV1yOBWXsmjqqvxXXC/BOOMug3hg1s5OhcDVk8DKa",
-	"/LD1Y9pe6MUizW4lmB2gNysunn4g+KqXV+C7MYr0M7kP7JdfFOM5r1WeiTqr6Ly14vPDZuC4CdDn2UZk",
-	"UrUkqrBSagCh4Tw/pJ/DwmkXH8efrjrOpyVZAmZBT0d9VW4OFAD3vXV8mwTXImddTtn31G9j7ZqXVCQs",
-	"C5/jLYYk+9Jjl8aGhQXQBpedQVAHaBcWTlDhywp/Qi6+TCwfLsvvG8Re+qhLCBKpF6RRrMp8jFyvSmgk",
-	"oK5ZCgXDCsUikrp6NithNOU3tkVkPvCWDh59Sy/dNn6+ndtwZPapMnxCE7Nd3D8tn/wjQtuvbpPYWX4r",
-	"OPv/YPCv1d/ahOr+O++9CVEwiQz+2zX4fXB49LD5Y4/atfULhDn7TfXdR0+wMiPHyowW8p6zLaS6giis",
-	"iPz84fUe0wkFw6ZrQtPHsEFvW4JfvY08EG3U7d1rfPnH+CP8ERFqIqIY1VJ8ewuNZVzIaOwDQ59oiB49",
-	"JvFHbJRi2I35NiJGygz6uX0bDQXXmNvxbQTtWEaFTr+9jXsRib0PMv7orYNWR7h13dPBDh2DB6lUGCZc",
-	"0Az1AhftiM4v53p1bkXgPDOq+wQa8vg2PDFPY5LIQhhNivyk9AJDuDY0VHbx1rVeB90XZbcBOyp6OV2H",
-	"+rJcp929qRTMN5b2kQV6JhchxcGeNzR0fvJRXVUTGj7OT1TyH7p5y5c5dJ6nPtE+JJ/qgMk5qtlZoTSM",
-	"FUbAJ9IAqTtgM0YzM/t9E0X+0T3ymBUFYIpWS4qTulw0bNnevM0S+JpfM2FfyJUcozS+D1lfGz/zAz7x",
-	"mPmpjKbcLizc1I2mGK7v1I3Hn/ItlLql6fKkikuBoBc8/OVwKIWbzUAvZ0KonxBs0AUtVKqRKOY5QzQp",
-	"d1HA+N1rwVre1twM1gJ0RwJTqMzSDWPy4/39g8O/9Af9Qf/g+MXB4WHn9tfb/z8AAP//",
+	"rEpu/up7aghQblwAJq1n4zXXbeejifdbvzd0FgS7MaOkUBqFoRWNYcYUWpLsYyQHNc9QZfQJoWMr6RMp",
+	"SjEb7veDBs06lNzKW7+3Ul88GsCUKNKA1aUTdcaFXiKwgSPUz2YQK06V4ROaBCVXUPxGrUy89ejqGT18",
+	"9jx8i//OdmIiK7BxWAKvlxNEzTUGAec+rwVX3N07oIsH1xrGrG5mOXRoWc6TYHe0ca4d8nesdsPbtqz2",
+	"MqJDiEG0kM+aiyKoU4lEpvbvLWB4V5i8MGf+6QZT32gHuGGJE6YdRWLbXmmACl5KmVJh5IJbIzmZaGZ2",
+	"FFW0SWVh2oaThakNt+IGgetETlCm5kobopiVCVhK8F0yXho4+HdF94YnqebLQoiVqy6hsbrYVVjUdjaI",
+	"jopRw2p+ppoxfAW5skwuWDqylLvNkiKYWUh1RXIlb5akS0VKpMjA9yJ6EUALXgdDWOmEmdMlms+OCbuh",
+	"iSGg50Xk/+7rYjLhN2TBszShKtVEKuJkAPvAws5JBZE5sntynEtlSDdlE2qF26Ojp2BoeTHogYPHH/Oa",
+	"L+Pw+SDEz+nNOT58+Oz5OoPgczoNCNcvPU8m8AD4oyhJub7CCySnZkYmUpF/faNPiFvlMYDFccYnmsiF",
+	"IHMu+Jxm+FpQxfIUeEVPyrRsOLp4ekxO9/6d0L3fyWDvG9InI7IXEc89HARJxoxhyq435VNu7Ix38Rla",
+	"lgkbv74iIQWrNmQBzFNOJkyx9LhaKdGGZ5mzoeqawb4XeVwSssSulF3zhJ0QNrWI4DBMkgaCWmRTspjO",
+	"qkl6ESBfRMaKp3Z7Cg3i09rH5EpOeMZaNBiajuyMIyWlCWsr3k6+laV8KB9synpNEOKiU5lc4RZlfHzN",
+	"LZr/cHZJ9mnO968P9t3bmmTcni8zk5qRyn7V2yqCVKIZoFY7rXAOzHY6oaZ31j0yfyz53HLDg8FgACjn",
+	"foaot6MeAZOHklNF5xYjVCEikkl5xVJS5IQL8v708kfA7s3o3GaLY+L60xSM8LE92Ht+ZLlJ/aTCORXS",
+	"rJzVPYsBo5J4kGExGDxN7DzwF9vDCzwluWITfoNXVw/0UQjrzXJ9ZR8Kge5Bw9Qc7AblWTaqYCdgN1c0",
+	"AZe7swppQrMFXWqSyh7axi0/lIJFhJIxTa6mShYi9Y8/0ZZlckG4JpTkPGdkobgxTJDx0tt6KJkxmoIF",
+	"29ueZlQTAaM6jmspPfI+MpZmRqbSBwFkcor+FyQsznaFPs4rlhuwjs2LG9LlNe+nLExmP8vyKqRSuZJW",
+	"me+FjSVKLu6Oxl7E3qhe4Yov7aMt4kLwvH7PdU5NMjtNEpY7I1XzrDJt+Jxa5R2wLLD/r16Sp0+ffmMh",
+	"9PPlS8RBYNLZksx5lnHNEikA2xJuV+miQQ4Hh8/3Bs/2Bt9cDv5yfPD0+PCwf3D49N8bIlFdp66FggyH",
+	"6cej273hMB0OU/ffJf533PhvOOzbZ5/e/vs/hej4NjeC96q23NYtPiOqNZ8K7+pDvzk1TgykAGsqEtbb",
+	"rvbVFtBcbU1lXt2iTRvdSpMtUmXMOLPRVh9JuZQJzwwL+lXaFY8VBJKFccE43B+j7tHgiPBJM44AwLV1",
+	"ZbsbuFqGKpnOCnJsmTloLJJiOvJqW/sQNQoxZ4am1NB2HoJvtoxUTd3E3Lo4++z5VuaGw/BrFib3VJNY",
+	"z8he4nhL+Tiykngr+9yE5NXcITw+A4HuTJiQ/duJd2GR6y7GOquZ6VEqF2JHRRFfKPJHc72BTS+ExFad",
+	"abEMMurc8IFgiSJzkTwOZoQbUEYWMwgt2cEeZZyJruPWEJXgr4GjAcrtVu2aknlH0wXebKPH71ANZ9Xw",
+	"T7QPD1jMmCAcoq2sYMzC/qo11fYOsivIxHczfqPeEvJyoa7T/BLFEks0HaEE+cqrNqVkEhHBFkwbtDl2",
+	"qSFzqQ05XNF7N9pnamcv8J2rruHa11zfyepawwL0m99u0K93NzzWFNCQPncNsok7kSs0z4UWGRdTQsCe",
+	"upPpxtle77T5n6wcro+I94Ls9xIOxpQL5owBSWWjSK1SOadWsvv5/PuI5G3e3FVTZQlPtFeOpVyxRGsj",
+	"8xxoRU6dOwzjSiyVYFYQaVijNnn6z8T1++Z0Z+L6u3LGM3H9wU16Jq4vynnta37qM3H9ys9+Jq6/LxfQ",
+	"YmmuNGFvc6uZ4WrnvUT9LcSuJTzkbv4liCdrEVNZvj2UhaJlkOXbVhs2l9dI0r2O+lajeWOC4BI9AVqV",
+	"bENx6qdWLB9njGhBr9gooWAMSRkY33I0EOhjUtTi7yLiQlBG/6GtFuN/ucjDaCjGMl2OjJQjCD4E5Xw0",
+	"sZpsRObMzGQ6slccL4mQmIxqD1UXquDZocCrU1SP4W8gtWVYbX0EfwkibHEBdJSbZYQa9CjJpIZBQSsX",
+	"NPNj1aLbRinXFjRpFV4HUzTD60bIVoYC4utGtfi6iHiBLnEBy9WV2lJ9GEl1aShm3GT1Z8rfMmei9gqd",
+	"s5GhV/aaves1/4igSXs0ZkuJUIiGooY49bHrl9kNB4ugc5GO3AGPvNG18XlD4a862NlBdZFbMcjCxiLA",
+	"nIrlyFs7ape8RTuCMOTGt68F8VYYllMzc2/UsKtMXIBhIDAwGopyKqOo0BOmdDXOnAo+sahKIJ6/Bgz4",
+	"XW7XUHgPVfUMRvit83Z/6FaPlw9whfPEZJ7t4OTEwSI8ssEjDi6iP7FZ8ZPNh3N6M5LggBuB6B0QhuEu",
+	"WrVypog2itF5ZbU7eE7e8O96ziCIgHj+l4PBixfPj7bBZrOFMNesSOVeZShcN8vNmZo6Tf+BzGeqECOq",
+	"23x4PKAg/eJsi8406PbbGyEjjNa2+oKxqgNSVNK1pLIHOlTGJoZYgkW6pQPLB7P2gvKThUhAMjv78AaO",
+	"DyXvL/8WlQbdG/v43uGz54nMpAoPyOdMFmaEprcAEvzEM4gbJouZzJg3W5KpkkVO6MRA5LxViaSYku7F",
+	"+Q92MRF+8cX5Dz+dv35NDokmGTVM9frk1MU1KDIgc0aFJk8HA6Jh+RYyLiSauIXB9RpwKwA10O7F86PG",
+	"Bg9CG2yFei6mo5SrXeJ1242hNf/zg/rN767t39/T3kKOf5ktG6lNiSyyFGPmC2+PpcikxZSMuaBq2Q8b",
+	"TLkVTtKWwEHFaEbsMyBLnZCDwxf//BZV7CueZSwl4yXRfGpP/1t7+y94067NCV21tYE5syUGFcZYX8QF",
+	"jg2mDTejGzsB+YBPCBXLfpu3f0PwQGsgwMaoRD5n6aj5av32HYJD27z+1Y6EPP8lJjXRsL6yegRitaDQ",
+	"AXnFM9Ziesu4uBoZK5cEY3P1cm6feKIJPhPErfn9Ekq74HHQzBQ83dfMTO1/hidXS0I1oWQiC2Vm6LYO",
+	"k9+5V5x3U7XaQ5t2jV+qnDpeYQZvctSxNCzqOGh1oo40M6YCcT5htRQeKuOgXCotflzbdlpdzhGaVXXO",
+	"qFUL+iZSVOFGQM7Kg1m5kNfmMnMx8GGDAa5xVFaylqRixK0X872kYIQKvWDKObsXTDHHlwsTEi5WAOqS",
+	"Xz0QQtD78fzy9SnMEXKbpc7XFcQT0Gru73Ha6g18g2OUUVE+eXcrd/QLa/vesOavasl0O+GKHcpL8du0",
+	"/nLwtjXV1IE1FYSX7mPn0V1QDo5yaqw4quQ8N6RbgRzltwRyGAjVVqywUmChGeQ5yWwo6jEjNaLkxoIc",
+	"hG6ZZACKn0tZOLFDUG1pYNdtSA/Cf4aiWmd9LScOhVmKPlWPUi7nViqSMrHshTKvtkgrojX6/j626k/A",
+	"ZoRaS67KxjfbUXpzmoilOfa+zxGxLAKTQ6KWgVqofcvJKb+pgnMDqu1YjKnwmynJmjOgQkA4BIhEjvJ1",
+	"/fqcDoHId+J+lTiHMXeazi3GE7vi1divJroBWUSmBXfAYCuWwWBUj2ftBxPXetJYYu2zcHHelOAO5pQZ",
+	"vRqu8uzZ0+fbuCSsJrgBjGbIoJqgr9xJ7IbO8wzeugphSnvGxWqKj3fa+zdC63lT5QqsmDLzYpQzlThr",
+	"8S45PlxfjYw0NKvMAbs4KO1rhWbpnd7KJE1H9Ho6OthxddULz+76xq4vzNlcquU9QOBevCMQQiYZx47v",
+	"5dHc5NWhfDEdbaGTyYwlV6BYb1Bea4EfD8IRwPh8tzfafYfr8Uc7DlnXVAMOdW6yO8op3DDUoMIjQmYQ",
+	"856c9eSjlViQ+8d+bIn12BzNEQrq24ZEVSRBSB5Vd0WPe8mwukp6DFq7Mt6WzFgxG3TGkXFh0NiAHoMs",
+	"ZdrHZpV+8aeHu/vF3VIv3SpataAiT+94lDbFyXjPY7W7K67H2nS/tlOlsEjvZtpdpPc0bps4Xw68YUlr",
+	"iS8+nK5KAOs4sbMc2iKIzoHwdEqa1nQr0zH4Z4KCSnALP8kf204IhDQtmArvQDwHBQejUyqkwhDCHfwn",
+	"MCnEOoXgu2IuXFtDYSZ7L9AgRyHW3uWroD+BcE3AjUR+vny19yIiYJxYcM3ImGr2/KguGsJQnaiDd4Iw",
+	"/8BoyoUzna0HI1al3UoEXBWMDeXZ3WJAMPxgu7GtrJdmHw+BcvVs7zqwj3+ofWFo+A9M89/ZhmDNe/it",
+	"7uE9WTNBYhKmHahl1VXgyprk6gjLmil/RVidjlueW5fN5js8mvNUb3sqJLR9qASv5pdA5FEwNAupb1mI",
+	"CKo0gVol1rJ0alyfa5mVUsXmFN7d4mHO/YA/4iDl75e10cqL//oGqlJAyaFg6JMrAjbhLEt1PRGJMDGR",
+	"drdJ1+5uRMpdgUAhHRG3n2DJWCK5wDpIEytVN/jrVleti94azWUahL4LYC8zgOC5k1r2HfrrvBPtbpND",
+	"jFLA4fvu4pL0+/19uA8uLvtLMV3MGbHLCG+5yx7SIRcy08xoQluRiYOtyb5+t0/YKSvpjvlFd8gYqrB8",
+	"dStL3PNgXltr5M9cDXK/th/ZFiOly37aWaLxBGCrgdIPHFqSy8sIiBKpzIPG7MsysY1kjCL7nRBusCJL",
+	"Gc4JUkIulQlj2GbN8h5xEmXIw4MoiO3JU3dWHNv9kRfMECkS1kjpwcxpiHSm2nsIu+imnFhBy/kme2EX",
+	"YTg562fBfysYoXMppphN1Mh1gv1z+9YPB3yGI7V/mS0JrdmuNcmkDg+xRYN7NDXNIXjlarhrslLUueZs",
+	"4cr2rn6+JAtqIN+TlzUTkowzYcgvbHxh6ZEhQi5c6TzhQjOUzFilykkBaY5GySxjane1zi3zX2F5W8lA",
+	"oyhrzT274ppzSps/UO4wbjURu7X4CkABYVhhXOu6+zRLmfKar5AQ0MEURP+EUfyOwdrNCmcB2lFT3HcZ",
+	"xxc3Cqo2ulONF5XfvAFgP8EBb9VvW48Lu1falyUnI40q2BYzMFvR5IuN/CPM0jyB2XmvPDfaEZc3LmlN",
+	"Sa+XG1ktVBF1kNJaZm+F0t0E2WomP7BPLC7HdxfO/DTNba/gB5NWi79c8b7XUlQ7UcdHk4L66nNR77bm",
+	"88aA7uKP1bjuyne14avVOYqzLsLIrLHqiqiBGQilhqCqjSR2Jxdw9WiEEwZxgE/FeXt+N1SEDIs29jFq",
+	"ZFlStOHFORgcHt0tcwxnalsizVqX2BY/dOolABC2u+dvLyNSRr/94z//G1y2qLFuN8e4SYLLMylvB6C3",
+	"Aq+HklFDR86mUmfk46UJi0dyEqrRJzVzGdUY6rdQ4BZvCYxYX3xVzCkQhJvMwnJiXowSqdrqrIGueBf/",
+	"zBVToqWQolNE7zKa1OGjsfbtl1Rf3dGTY/cLAr+5eUAXy4ZMuXbzV6s3aXOeSwiDN7hsNnteJlxwPbvj",
+	"97aA9iEqurVCK59RzTZZIO8lTW/3D7N2C+6aYUIxIPsjKAS8+2q8+yPwTTURs0k2XJxtRHiaMdSgMJim",
+	"i877WTGnIhxgVy9MuV7VtlBlYdOWTdZm5Nd1J6xZDYTfJTBvWx3JHcs/NqZerQLpSkOWYAlt9SalkBtX",
+	"hfnYxURUmSiuhK79U4x+Z0qO7HGMfOA17t6o/KUNnXIxHeFw4HJwiZD+imaJYmZUCMW0zK4hb8mXLxu5",
+	"iGGfl5SBnSihImFZhgks9SyjHTTXdYnBhyzz1FfTUoWwyuBmnfqTNN7mKnImUvhIB6walOAX2PQhVQh/",
+	"e4967W+WntgT42GK/4/86U1rMGvPrxwlMyqmn+I/rCukZUnFUiWt+w7XJiypYZP11CjJry3Msr20SBtJ",
+	"vEPAYtWWBAdrW0RYgVqp4hhcxu7aFUgG21QrHLJtmRfFeM7b66v59K27Bwi4F0dLOs92EnTgYCaFshq5",
+	"/T4XFOzSAS/bBXyQyAnliymaMQnXumApoYYEy8n3fbcfkDqh3UCFxzNjcqDjTmso593yhl2+r0q6Yg7x",
+	"+seHs4tLcvr+3BKVGMgIT/bm07mJSRcPpTc4ucI+Uhnyz+Sw1x+Ks2umlhixXIiUKRK7GlsxEYw5L0mp",
+	"6dR7KAxFN/ZdRd69P/twevnuw+jy3U9nb2MIPYUXBSNTJuzbLLUUVJIY62xY6Z+kXGGZjX0/wx4MHfei",
+	"oXBDpFTPxpKqtBb6mkh5xRnpxuC18EXBrIrCRdw7wVg/zBGxD0aEeufDUEA6BVID7crZzAttLHVjaJi2",
+	"i3bkueyjIheCSMWnXGjSjd/BX7GF32V9iZaOs2xCuCYO7tSQeD+2cLZMw/UywHpR/3Lx7i30XQB+Muwc",
+	"k2Gn3+8POxEZQtYgXqpyekd48TZ26YvcZGUHMJ7suVL/ZE4FnTJL0ixO1MLzjjuD/kF/4JBQ0Jx3jjtP",
+	"+4P+UyxININz4aFZlZcN5kFcQAAC1KxKq7JXMfg/YtcXAtHNbQeHulZQQFZOiDdouhfA5kmHIq6RsRi9",
+	"93OpGJlICNzs5lSD/ZRqEvunfPpVWaD2BOfVmDlj9xWQaSrJmJkFYwKe0mQurxkR0jnz8GjQREmt/ULH",
+	"shApVT4wGZGUS3Gedo47lg6fTp0lr96y7e8fg8214Es7K02mdvdehwhUDVoeY3PFrrksdFmKN7QUxyfa",
+	"Gl6B6WKVrP660uPqcDB4sK4pVZXjTS2DdER0HessIh/hKkKDl6vdrzW9glcOtr/S6FVzWzf9YoliTSC5",
+	"2udVOi6wJN1apygoTRxhmcmqODGcBtefYKpoAqH3XKauk0vz+O1/9Nr4be0kNvHwB4ZouI6FoU+sHtn3",
+	"jQUff2s3bmv/nptiXzra/lLZOOr2diN89+u1yXNXoqgJabDevizdHZ8CbcDG72T6gA3iaunkt01RzUpS",
+	"t2t7fPhgUzfrNAf2+sKSVlOr1foZz+6d0cS+8M32F8oGdvaFg6fbXyhbiNkXDr/Z6YVGf6/bqPMMd20r",
+	"yHz3wSblAvwltFRDpSBU+OaBjoM7Q8gJeCmxJCTKgFbhZ2oLkdq3cnH9AG3QgUuXNZ/UJiBTyTR2MRyz",
+	"ieX93BAmUt0fCpftjwUxSLxaHiCulwDgmjifGjafKnPuYpTOTIil2zP0pznfgweeGouZhwl5rc0k6S5m",
+	"1EA/LW50lUAN3oaVfGjSjV3fLs1ck7j/g4nCpx1uKGYYPNr2tz3WICnbPUGz2rajXAvryljIlnQ0+IbE",
+	"gcItscuAqprRYh1Vl9XqKU2srFKu+TWLT8jRYDAUcb1GDI5ilSfyDgR05jQoLMSQYbJv6BRDySv2CrOQ",
+	"73mIo62Plh167bMhIbv8vIac7WL2OsfQXy/go1oXxo7WQY+fmH7mE7MDPletRD/PGfsifBShTyhUMbJa",
+	"rUtyJ11L2ewJw8oAmBMrXJ/D8jicEOpKlRjFGB6OEln+aok57GtQ7Y7xaHBdZpt/Sh9o0qWiUVPqiYZQ",
+	"T53ThPX6pOotrBhN4ezZ8aBxa6OngYJKqn1yimr9UBwMosFgUJ55qphLiCfdOiuGjqGg4Tey2q2+fTQ4",
+	"InGzsFQckaPBUxKvVZeCGwPSpB/22jdDEQcKkcVt+vwroHmfhWo8ptJVr4bQwrE9/fxKQb4EBTmtTugT",
+	"7U9Jw2pqry3BUuaojKcxUjmDlZAp24mH71OVzFzKXNiWByIzS09AZsCHSVIYomfQYMSstxiHtXJDpoot",
+	"SA4dVuNwi+m4h9TKFZQTIBlCcCyWNPFeJUszQ8fyA6PpqfuAP+DBvNkzVDVPZhXJArWHOsF+8QFvA1Vf",
+	"T+OXPo3IkilwcNJVbFpkVMEJ1FWRQjir7jxqLD5HNYFfqMQEyzWgpwXPNdcEsplZ6rVcKpbYY5lr3xDi",
+	"GGQHeB5khLjfj1GiGIqy1gyW5rAUA6zdC1CwxlVTCV/joxRSrLyCLWWAgkTk1fmrd0SqoZhRlcJXuKwW",
+	"XSuq5qkCLCTEa+ttoqtP6A/FhYeTs3n6kaxI4Py0JfT65OjgqeP6ZXHIuCqr5d4dim4h7BZDZ6QUCIy0",
+	"ZKWNBIXoyi+KG/b5CcsuhoH70pRtFoGAInF2YxRNvqoSO6rrdjO/vB3PbRoUGVGkO/2d564Thz0M6Mat",
+	"qd+1Ko9zmjLCJ7463m7iQw1LW0qi+fKsW4SGHhjynMMEv5IwqrJlRFwjL0yIGArNmCYTtmAKOsu5Ulgv",
+	"cSF76KjqB+jQquXhxBKUoVijKEAtGg5e54sj3VYxpk04+XyGhrtJJjIxzOyhOfRBBBTYia904n8PnTgl",
+	"dQHmicYdjJyJ3OrizRPl80rd05r/zireqxi1gsUU4iLbZJwSTVw7KkoMm+dSUeVSPsdM85SVs0REMQFL",
+	"kWgwxvZ2Pm3fyiQgKih+zVKQhyAKTxWQH1vkmaQpyRj1TgqZpTAu6UoF7bJ6fRLPZcrAZCITQ7N6cWqo",
+	"v1hVCx48Pzrqtcgg95MvPqsRcodn38iU3UEQ+UQScg95xNUr/kpl/vdQGUB0Z6bAACp7EscyXVaU5oTk",
+	"VFkxoKZCgQZgBZJtUkg9NywYAVFG4lz4J/+QoRD1BLgWFus/tf8QgSr1AYmcYCVR7J/TLBSE9ukJGqsr",
+	"d7AjoNiZqc2d60PyVCE0VkZ/f/k3CERMZKbj//mvWMmFjisi+2LwP/91eNQ7IbGlGLEvYqAtu6hS1PpD",
+	"cbrWBPGJrpVvoZmWFqs06o+unh4i3J7dGAw3hMhqF29PJozZkV/KlOnjpvho34ij6rcjkDHpjmlK7FIj",
+	"5GDgxQSzd++EHA2OGhZmNFPb69+QoOE5IvF644eYdGkjz5rIyVBUAvSMulg2+0rvBBlUsz9HfEKeDQ79",
+	"nFMpmJ2q1mEjyKMaLU7/cB7vYAPWnRjLwUOf2WBQC0blN0Jrv8a1fMm4lvL0VM7vtjiWCAiDoyYQcgLU",
+	"ol5eIZOr+jFfTPcVc4e5PUzsg3/k9PyXHzqPGHdlx28PuiqXUbl57oFkz3YRjn6uOsqsRiX4RYA2UEXS",
+	"Q6EDfcXznLs6E5b2y8kEIhUCcK/y1FuDICtoPGY840aYX7oWqYU+QU0mrppSx6QLPv9epVPVGhWBfjKZ",
+	"PAjjh3x2HxBcT1+opuuTt+CIcVWZNNSEhizmOuRdmHyr5eeMJjMSu9SauKz5BrH9XENw+xUXqR52jsnf",
+	"+/3+r7cxuMuLsWamylbQcTQUcb0nVo1Pwt++1J79e8ZNZv+H9JOKy82x0Gx8jJoqtAQfCiyZTqeUC9Jd",
+	"exK2aMaoMmNG7XMiJe6uSxGA9lClAx23FozlkO8kEgamK0quOVu4zv6gk1KMA5ALQZwv/SXCcijA8C1p",
+	"xnRiVfB6aQ8AIESxxaDnXtNsNLff6IWnw2eDnptxXFjZzQoKtQ9IJHyuKzWiqkHRl4/yHlywgGRZJmMU",
+	"a7SL2LfbhRMMhatOApJHV7GeO8nafaN7BU3+UiSsT05BNLIvZRxnVkty8IxocsVYrocC0i1zJW+s/A+6",
+	"QpJJ7UkACm9BZdp+j4PgbtH2NfiF428Onw2iZgR+PQT/Wai02nblwLAbsw/wDWrNO5nZEAnwdWBfGbWb",
+	"Clmx9aoxVaCkrNsyiTYy118qOP4C1rAHAb9nrlALnfsNTmSWVV09yzycNHIhXdcMDpJeoUIuymT/Y9U3",
+	"5LYZmNbElp94lt03jNO9F9YFP2PINDQ10iDBOHu5Pf+YBwOBOIUuaNb/AwuPnybTwfdTn4haxjV2LVUN",
+	"9HnqtYdMvStVxrIIaGmlmPJraLwP7HKimXFl9txRAqqFVbAwxGE95FhOCLNcEM8r+kFj7F0zwiHj/Rhb",
+	"2PjfQ6Ep2DgVc3vrlgV8E2KztNV/HWM4Im/4d/XQZvunh+AJcHAuiprppap1CvPZoYT7G0I1XP9gDArF",
+	"aErBFk4Y7pNzQWJEtxg6LcrC7LuOZlSxoUBrAfh3Km3cOXeRQVpu5yPDylhf6F7k+01wTU7fnyMv1DPL",
+	"JX1UqFtFgAf8wMwDHOqWYE23YxaGDXaxlmW/ufZm6+B2+z998BVbKeWGFHnZbh76m600I7M37VY39ph0",
+	"4dFcZllUZuI9tRyw15YxZlFllZWWzPPpCvO8H+98RGJaC1H/I2voASEeYrlx0yAWzB+l6mu2MUo7k+vl",
+	"1Kau2vsPxS8f3gzUrB98X8cCjgIcFWlXyT6Y0eTi/Idfzt++/PFrDsKdmfZ2BKzqU7Wk1cH9Py4CNstv",
+	"3RcBXTc/XUuFq7pxNmSZrzj4CDjo26OGURB8WCUbsY/+AdGwXmbtE/2rX5MxHwzfVnvFt3ooz+oPPma2",
+	"3kp3+4A8VF/Kg1gc6wOiMOo0KAg461opBlxjzhKHlfqo1WKsPNOLyBjjQ7Y4G5uZKugcA/5t1m4K1wTM",
+	"ajgcc0ApmSimZ64KVH8oYij/EaMlpV4Hifzj//3/yFhKLAmmCqFPqhJN4I6DdrNlD3myZKYHL2H9JKg3",
+	"gYWRXOiu88E1fY5NHyNG8rqC4pGFDTYg8CJ92aod0orilfbu3um43gk+RnnHBQrXfLxgIKZmKPAW1wS8",
+	"kb0T8mzwlMSBdvEbnIhnjUpKj+cOrM3zhbLd618aOFvva3j0mSnrH45QfrL7qAQmhsKXgPclZbT38mHv",
+	"PW21WQlWeV/LC8wLYJ/QpUKF9ZebulOdjO9/tCdio4kRUwCbSH83gaH27lurY98n8fPPYff7ZCz5nmmj",
+	"5HIVR9xWexcFN6TQLD1pNB5AXmBp30SqqSxjz9qcjI+844PPRaVWuGn/i5g43onGItAnj8dUMeDV3lYL",
+	"WeuuVQuwcpBbCeSI1jleFYOz9XTvl41QwirBe3v7z7Ld8DFfqUYD+14pxn5nK0Sj0sWZjsD+73xXXLme",
+	"QCAPQpcUsphJzUhCczrmGTecaaLpkgBi9bYjIPbW2WiYK+Z/GhR0he5RAzhBQRl7mlSSNegNZfTvVzwF",
+	"PH3NoME3nOAGf4OkewvN7ahW9hvdUNjqz4JovsfCVywKxsgZLIrUZP5b0Ufmm7BH5n8e5AHwfMWdJu7I",
+	"fFW47kLtwkmRQVtzQaB9XtqreKarNwSUp4lhvl1xq6Xsx/PL149pIbPjb4rClzkTvmDsw9jH3tkRoaj8",
+	"Hhd7Zsb2Minzco5mQP46tPY/up78t266tL3G2qmvNxMbdmOwVIzwffSNlKRLyZgqRgRbZFwwjL0ZQrs+",
+	"Tc7eXp59GHbKAiww71pke3nVQiomXZohO8dZWOqqQ2jfrxjavmI431DMqMb6D2jHCkXJk65iUP7Ctzwr",
+	"xYMxTa5667HuYHBrhLs7I5Y2Um03YX1AoDq8C0WX5dTMKm+4243OqtmpraDq4YttrWAeyWeAXb8RQT93",
+	"1Tg796lDiNBJW3FFOPzA+BuPN1yXEUBe0vnqqvistB93kFBit9MTrBNPXP7ZU5FazYeVDYWw2XRVSK03",
+	"5W7lA294WzrXSoSXyJYeZVwoEtdVn+lwSA52CtgNlZsN3B9VPqm3Mm9hT/5Lv1SMp98WIi2XTKRKsfCZ",
+	"q85hhYB2duYXv/+x6lu3sbax78a+C11uNJXfiTQfPnu+E2l+3N3estOWwWrpPGiYG+1B/RkF1XsQkvrG",
+	"15vWtp74D/6hR4R5vbVu2E4BS3iwFMzSXFT3i5beRl2XqrE4JhQRd0kjYO1UjCYzC9JeVLY24KpheGoe",
+	"sp0yZtuTZQPU1azkksK3lB1rQhS21jf0vkJRtH0pj0Dsm21g/2AZwV8goN9BultrLBmVqblRLWe3ZxlC",
+	"rfHDJjbgP2v/Y9Uz6XZTsdm4ou1xLeDY6TVlRlUjHZl6Auq1mTL1dlWh8aFCoJfUFBp5zVS7mjIUd9VT",
+	"yKqaEtJGfuJZ1pqT256B3c3NclRBE+NFHQDQ8V/rP1UF+jY5aKOZ64MqN4/kjW92Sd2USPGnz5UoEaEt",
+	"R+KkQohSreLCF1gntNTX+65c40ZX6H3Txn1b2c9TbWELXf1yjk+/ANJCmXagl/v1BofhBM3rSqqINfst",
+	"JthvicQQglUryzA4JjTLoJhhL0JSisutd6qzQihVkOQyFDO5IHMqlkDly7bcUMfXV94vkxsPB4MB1Puw",
+	"47uMJlqmI2hDl56iD0Ut/xoSSVythk3k217wHCluyR1ZbTv+CWjbkuYBIG2KO18qI2L1Y9v6r7j7fyqz",
+	"ypoAbiGfNouAIHNcrS9CuutVRHq7nMOU65wabBbcYpUtzAzadFHfAghjFn0bOWw15/rLjZf1rO22bnND",
+	"AVq3WetE7Qp3Y/s7fs2cMGTloUpYgzItpU22G+sZ2UuQOiTlm0gs4p6vcZHMpGbCS3dIVU7Pf/lh9Ob8",
+	"4uL83dvR+fcxcpSGWgPFXDRLpEiJB1XZYY3OGWkIdyVw4NZYlnZlTQ4Hhy6C1D6EJVLgKScGWtkG8+d8",
+	"LVLXfIySlE8mDEoQwYgcpLSjwTf9oXg5Y8mVJjOa53YPnEYhVcrUcSNFf0UtW9kVCATtPhs87UVD4Rrl",
+	"dY8GB70Ip+weHTyFOuW9yDWPanx2136cVHZNvYgoWWDw6dHgKCJ20P5QDMUbNh9bQDjgwbh1tTKVDGNT",
+	"7QTObMAFif1SRxOeWbrfw0Z0rmbkUIBQOBUSbPe6UalhTpeEpinRcs5O3MLnbhnQOA9KtKFGimVyIO3M",
+	"UnKZY1dHIgXTMNCYEVFkWZ/Ec2ZoSg0FYR5K6F4zNaaGzwFbFMsZdUmbiZwKrt25IDOqZ43v7yZUSMET",
+	"mkFLvWOH+OUisWdYNBTYphdOgjNVQnL/YsYNI1jy3q8dGiI+0RXL4Wl87Opu2ych5V0NBc6BuOKr55Vo",
+	"e0KowFeuaVYAYCwkWeqWFgEsCBfaMIokaWwF1Wgo4oP+IK7fiQ9iF7yLI9YXBi6eVQTvWjxy/Qnh2GDT",
+	"QSi4H2Oa5jEZdqjWfCpYOuzEUZnBCTQHkYNCMCXgERqe3M4MxYT7Wp5epJwUCjvpZRIbCGkSM234HHqx",
+	"wrmMG0DipboIx7eqzASum9rJG6Vc03GG9ZNKXLZcvzp69paQI6BNUE9i3fVjpYUDEhc1hhS3VVMKFIeq",
+	"NSjxkdsnKJiEfVirp67vTSKxK7kg5FBUfeHgbs9JNJ4yJI6tBaWa7x0tbTWRBjg+HmzcsPrmjZndNU2M",
+	"PMHjWJJhrxM8lMK4q8n14b1hHl5fKHDcT192EQ5IZf4eFLAsD4rfJM88WVpjg02i8zWD8V7+LtcfGE7N",
+	"Smfgv/9q8bESKWu8sdyPmq2pTMf2w+wiQKIi1KrGVSUMLAuxYkq6B7VroHJBJqdYHoA5Ww9NU6yMDhzT",
+	"V4p3BQ5QeYPOptCSF8u8dl31VKaNK+BKKz0OZY/3GcWOMUsSI5rGZFwYdAU2ip7EveOKPTuCb9U9HBgC",
+	"emP7bzwUXv88diVhlZufzFiW9qrs9HhOb+I+if9tD2Gxd9FgJ666AYoFljfZcco6CHbAqPbumUjj+muY",
+	"juTLPID5vVZSgVuFGIBWjfADzY+JpReuhQ1+mW8vix+HpSBWF1zXj6FfDiwYUvRRprG7WQceBHM4MTbG",
+	"+h9/xZmx1gMcYAc5LOjQxZoATwdE94ZiIlWZQa7K0g9lf2NvHx0Kt6nHZH0/ofLuxcWZr0ABtVs0GI0W",
+	"MxTT7H7VtxbDguz0WLEEiru4dVSlbDwngqG6EEhEQVzlwEInirqA7+a6hwIX0vOftFoSp09e2Vf1MYnh",
+	"Q47d1E67iK3keUw+DjuIAdhz2V4cdqKhGHaYSGTKxXTYubWMvBRUf758tfcCAATS2Jhq9vzIjVl/y4pW",
+	"eHPYqfUvADTBqhdWSAdZAsdEyTPm6XEAM7khXUpUrZ4b1ta5gAQxgnHEGtQhKCmCVTbi11SbPXhwz+pl",
+	"sAqHmtg/CuUND6EpzdfAY592IDESgAGjILrXUbkaxu/dykggVyKc7ROul7UDdgpdraFoiC8epUk3PiY5",
+	"F9O4BzFlUPw5zbxyTqjFqD45JTqTCwgnRhHcyvEg7UN9M7e8Y1w3N2RCs8ye1Bl3WAWUEFrZAHEkMcAB",
+	"MA+ORahYqBf/IhLjRo2wJ+WICRD8SiA3yq1UB7x30uqQ2Gy9QlryibarFd6CmGYk1k2DI1xaBUNEuc3L",
+	"9tDlTXz9G2CmYGhEtIMiszkwI6f2l8u1ZwjabGPRnNalzulNuJLJ0cE3R08HR3ftxY2s0XLkk6rToiN2",
+	"NIQApGupqdPJHIlsByzcbyx4h66Bj9UaINpW5GwloPbiDA+T9jQ4spQmcnSCdDVD11ntNYDETrXSXLWg",
+	"TtSZAQGAb6/z+YAsFeT5DVkBsxOIVWntaQCq2q1jHO7VBkxfR5lOXXZYX5Xl6HXaeldRYvP6mLCo/HeY",
+	"pRN1oAxl59fQ3jbnaIWew+SAnPWpgLr9X1Ke54PFELpemRowhvp6W5EjVFKh/RWkoECNPFf5sKkp8Klo",
+	"1qxYbartEt/R/MAT7/yNSSLlFWek+6Mx+TuRLSNyQefsghv21wujeGIicmE1HoZtDS5fX/RcKviHs4vL",
+	"UuByUtUvbHwhkyvmbUJA3Q4OyUwWSqOt2U2oDdT88jWowBp9PBQUa081jNQo8qH5p3SFQXxHWces7M0i",
+	"FxaCfMqFDrHHCz4V56LzeMVfzsVDFH8BbevEFX4BcLlG1J9VYb+bOt1UjRtqsP0kQslYyQW0A60ZI5o7",
+	"vY7VsjCbqwG9K0xnF7BeNmCZZIwq5mpitS37pX0IBT9c+ZPK/YNDNdcLVWY3xlFdwhNbbG9QHmZPM/uQ",
+	"ZXsgDuvdA5a2hkadkoyOWWbJzBVb/hUszifejG4P5Fyq1gApeLUxHzdsrgMTlxSbKoVxCGFfKEhhYRnr",
+	"WaNW3E7yld1nwW7MKCmUtqIVsp9csWsuCytmT1u/DV/ZCMzH9MRa7NgU34VL/zKxXYC5kSXOtWYQUGNu",
+	"nDF0avQiyD2cokuAGL61RsucCj6x41FN/nb65jXpxr7L0OUyZ8ekDsslnWcxaPH/cvHuLenGH4cdP8DI",
+	"3kRV+h//+d9WQ8Qsj9oj9u7Hf/znf9/exr0+uDnij/bAjnga4RGzb+dMeF3+hMTfpmo5UoVwRhQrtA9R",
+	"rbMnknQPB4OKkgkrr2TgfPJz9vrkVJD4PGXzXBomkuXeT2wZExRASVeqoSi9W32exr0VK20JIJSbav4Q",
+	"u3TvsEQ/j+9hDB9V+QLIOa64HAvK2DV1VH8rrhfgnXCWQb0xamYnQ+FqyOBlNPlh68e0vdCLRZrdSjA7",
+	"QG9WXDz9QPBVL6/Ad2MU6WdyH9gvvyjGc16rPBN1VtF5a8Xnh83AcROgz7ONyKRqSVRhpdQAQsN5fkg/",
+	"h4XTLj6OP111nE9LsgTMgp6O+qrcHCgA7nvr+DYJrkXOupyy76nfxto1L6lIWBY+x1sMSfalxy6NDQsL",
+	"oA0uO4OgDtAuLJygwpcV/oRcfJlYPlyW3zeIvfRRlxAkUi9Io1iV+Ri5XpXQSEBdsxQKhhWKRSR19WxW",
+	"wmjKb2yLyHzgLR08+pZeum38fDu34cjsU2X4hCZmu7h/Wj75R4S2X90msbP8VnD2/8HgX6u/tQnV/Xfe",
+	"exOiYBIZ/Ldr8Pvg8Ohh88cetWvrFwhz9pvqu4+eYGVGjpUZLeQ9Z1tIdQVRWBH5+cPrPaYTCoZN14Sm",
+	"j2GD3rYEv3obeSDaqNu71/jyj/FH+CMi1EREMaql+PYWGsu4kNHYB4Y+0RA9ekzij9goxbAb821EjJQZ",
+	"9HP7NhoKrjG349sI2rGMCp1+exv3IhJ7H2T80VsHrY5w67qngx06Bg9SqTBMuKAZ6gUu2hGdX8716tyK",
+	"wHlmVPcJNOTxbXhinsYkkYUwmhT5SekFhnBtaKjs4q1rvQ66L8puA3ZU9HK6DvVluU67e1MpmG8s7SML",
+	"9EwuQoqDPW9o6Pzko7qqJjR8nJ+o5D9085Yvc+g8T32ifUg+1QGTc1Szs0JpGCuMgE+kAVJ3wGaMZmb2",
+	"+yaK/KN75DErCsAUrZYUJ3W5aNiyvXmbJfA1v2bCvpArOUZpfB+yvjZ+5gd84jHzUxlNuV1YuKkbTTFc",
+	"36kbjz/lWyh1S9PlSRWXAkEvePjL4VAKN5uBXs6EUD8h2KALWqhUI1HMc4ZoUu6igPG714K1vK25GawF",
+	"6I4EplCZpRvG5Mf7+weHf+kP+oP+wfGLg8PDzu2vt/9/AAAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -330,7 +330,7 @@ func (f *simFleet) stop() {
 // countStatus counts the agents with the id prefix in a status, from the
 // REST list (all pages).
 func countStatus(ctx context.Context, srv *harness.Server, prefix, status string) (int, error) {
-	r, err := srv.Client().ListAgentsWithResponse(ctx)
+	r, err := srv.Client().ListAgentsWithResponse(ctx, nil)
 	if err != nil {
 		return 0, err
 	}

@@ -205,7 +205,7 @@ func (e *cenv) waitAgents(d time.Duration) {
 	deadline := time.Now().Add(d)
 	for {
 		ctx, cancel := ctxFor(5 * time.Second)
-		resp, err := e.op().ListAgentsWithResponse(ctx)
+		resp, err := e.op().ListAgentsWithResponse(ctx, nil)
 		cancel()
 		up := 0
 		if err == nil && resp.JSON200 != nil {

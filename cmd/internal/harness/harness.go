@@ -200,7 +200,7 @@ func (s *Server) Client() *restapi.ClientWithResponses {
 func (s *Server) WaitAgents(ctx context.Context, ids ...string) error {
 	c := s.Client()
 	for {
-		resp, err := c.ListAgentsWithResponse(ctx)
+		resp, err := c.ListAgentsWithResponse(ctx, nil)
 		if err == nil && resp.JSON200 != nil {
 			ready := map[string]bool{}
 			for _, a := range resp.JSON200.Agents {

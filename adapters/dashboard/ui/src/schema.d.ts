@@ -111,7 +111,12 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Agents known to the registry (connected, stale, or disconnected within the grace period). */
+        /**
+         * Agents known to the registry (connected, stale, or disconnected within the grace period).
+         * @description Sorted by id. Without `limit`, every agent; with it, a page of at most `limit` and a
+         *     `next_cursor` when more follow (pass it as `cursor` for the next page; agents that come
+         *     or go between pages move no other agent across a page boundary).
+         */
         get: operations["listAgents"];
         put?: never;
         post?: never;
@@ -991,6 +996,8 @@ export interface components {
         };
         AgentList: {
             agents: components["schemas"]["Agent"][];
+            /** @description Where the next page starts; absent on the last page. */
+            next_cursor?: string;
         };
         SystemInfo: {
             os?: string;
@@ -1657,7 +1664,11 @@ export interface operations {
     };
     listAgents: {
         parameters: {
-            query?: never;
+            query?: {
+                limit?: number;
+                /** @description The next_cursor of the previous page. */
+                cursor?: string;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -1673,6 +1684,7 @@ export interface operations {
                     "application/json": components["schemas"]["AgentList"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
         };
     };
