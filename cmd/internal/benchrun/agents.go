@@ -39,12 +39,12 @@ func agentsBench(bins harness.Binaries, prev error) error {
 	if prev != nil {
 		return prev
 	}
-	counts := []int{1000, 5000, 10000}
+	counts := []int{0, 1000, 5000, 10000} // 0: the same server with no simulated agent
 	if v := os.Getenv("BENCH_AGENT_COUNTS"); v != "" {
 		counts = counts[:0]
 		for _, f := range strings.Split(v, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil || n < 1 {
+			if err != nil || n < 0 {
 				return fmt.Errorf("BENCH_AGENT_COUNTS %q: want counts like 1000,5000", v)
 			}
 			counts = append(counts, n)
@@ -63,7 +63,7 @@ func agentsBench(bins harness.Binaries, prev error) error {
 			return fmt.Errorf("%d agents: %w", n, err)
 		}
 		fmt.Printf("| %d | %s | %.0f MiB | %.1f KiB | %.1f %% of a core | %s (%.1f×) | %s |\n", n, r.storm.Round(time.Millisecond),
-			float64(r.rss)/(1<<20), float64(r.rss-r.rssBefore)/1024/float64(n), r.cpu*100, ms(r.exec.p50), float64(r.exec.p50)/float64(floor.p50), r.stale.Round(100*time.Millisecond))
+			float64(r.rss)/(1<<20), float64(r.rss-r.rssBefore)/1024/float64(max(n, 1)), r.cpu*100, ms(r.exec.p50), float64(r.exec.p50)/float64(floor.p50), r.stale.Round(100*time.Millisecond))
 	}
 	fmt.Printf("\nbare fork/exec `true` p50: %s\n", ms(floor.p50))
 	return nil
@@ -156,7 +156,7 @@ func manyAgents(bins harness.Binaries, n int) (manyResult, error) {
 		if err != nil {
 			return res, err
 		}
-		if stale == n {
+		if stale == n || n == 0 {
 			res.stale = time.Since(silentAt)
 			break
 		}
