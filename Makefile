@@ -5,7 +5,7 @@ STATE_DIR ?= $(CURDIR)/.state
 BIN := $(CURDIR)/bin
 LISTEN_ADDR ?= 127.0.0.1:8120
 
-.PHONY: all build generate dashboard check-generated lint vet fmt-check test test-env vm-image unit bench run deps clean
+.PHONY: all build generate dashboard check-generated lint vet fmt-check test test-env vm-image unit bench bench-agents run deps clean
 
 all: build
 
@@ -90,6 +90,11 @@ test: deps test-env vm-image check-generated lint vet fmt-check
 
 bench: deps build
 	$(GO) run ./cmd/internal/benchrun -bin $(BIN)
+
+# Many simulated agents against one server (0, 1k, 5k, 10k; about four
+# minutes; BENCH_AGENT_COUNTS to choose).
+bench-agents: build
+	$(GO) run ./cmd/internal/benchrun -bin $(BIN) -only agents
 
 run: build
 	@mkdir -p $(STATE_DIR)
