@@ -126,6 +126,7 @@ func pipeTunnel(c net.Conn, br *bufio.Reader, stream tunnelStream) {
 			}
 		}
 	}()
+	clientGone := false
 	for { // server → client
 		m, err := stream.Receive()
 		if err != nil || m.GetEof() {
@@ -133,9 +134,21 @@ func pipeTunnel(c net.Conn, br *bufio.Reader, stream tunnelStream) {
 		}
 		if b := m.GetData(); len(b) > 0 {
 			if _, err := c.Write(b); err != nil {
+				clientGone = true
 				break
 			}
 		}
+	}
+	if clientGone {
+		// Nobody reads any more: reset the stream (closing the response
+		// does; cancelling its context does not reach a stream idle on our
+		// side), so the server closes the destination now instead of this
+		// side draining the rest of a download.
+		_ = c.Close()
+		_ = stream.CloseResponse()
+		<-done
+		_ = stream.CloseRequest()
+		return
 	}
 	// The destination is done: the client learns it, and the server that
 	// our side is too.

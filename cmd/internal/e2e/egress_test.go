@@ -66,13 +66,40 @@ func TestEgressThroughTheAgentInDocker(t *testing.T) {
 	defer cancel()
 	c := s.Client()
 	proxyNet := "proxy"
-	allowed := []string{"example.com:" + slowPort, "127.0.0.1:" + slowPort}
+	abortGone := make(chan struct{})
+	var abortOnce sync.Once
+	abortSlow := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		chunk := make([]byte, 64<<10)
+		for i := 0; i < 6000; i++ {
+			if _, err := w.Write(chunk); err != nil {
+				abortOnce.Do(func() { close(abortGone) })
+				return
+			}
+			w.(http.Flusher).Flush()
+			time.Sleep(10 * time.Millisecond)
+		}
+	}))
+	t.Cleanup(abortSlow.Close)
+	_, abortPort, _ := net.SplitHostPort(abortSlow.Listener.Addr().String())
+	allowed := []string{"example.com:" + slowPort, "127.0.0.1:" + slowPort, "example.com:" + abortPort, "127.0.0.1:" + abortPort}
 	if r, err := c.CreateEnvironmentWithResponse(ctx, restapi.CreateEnvironmentRequest{Runtime: "docker", Name: "egress-kill", Network: &proxyNet, AllowedHosts: &allowed}); err != nil || r.StatusCode() >= 300 {
 		t.Fatalf("create: %v %s", err, r.Body)
 	}
 	waitEnvReady(t, s, "egress-kill", 60*time.Second)
 	putFile(t, s, "egress-kill", "/tmp/egressclient", egressClient(t), "0755")
 	putFile(t, s, "egress-kill", "/tmp/ca.pem", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: slow.Certificate().Raw}), "0644")
+
+	// The client killed mid-download: the agent resets its tunnel, and the
+	// destination's connection ends at once — the agent does not drain the
+	// rest of the download for nobody (it did: a minute here).
+	putFile(t, s, "egress-kill", "/tmp/ca2.pem", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: abortSlow.Certificate().Raw}), "0644")
+	aborted := execOK(t, s, "egress-kill", restapi.ExecRequest{Command: "sh", Args: ptr([]string{"-c",
+		"timeout -s KILL 2 /tmp/egressclient https://example.com:" + abortPort + "/ /tmp/ca2.pem; echo exit=$?"})})
+	select {
+	case <-abortGone:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the destination still streams 10 s after its client was killed: the tunnel was not reset (%q %q)", aborted.Stdout, aborted.Stderr)
+	}
 	if r, err := c.StartCommandWithResponse(ctx, "egress-kill", restapi.ExecRequest{Command: "/tmp/egressclient",
 		Args: ptr([]string{"https://example.com:" + slowPort + "/", "/tmp/ca.pem"})}); err != nil || r.JSON202 == nil {
 		t.Fatalf("start the download: %v %v", err, r)
