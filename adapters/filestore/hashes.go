@@ -252,42 +252,7 @@ func (h *AgentHashes) commitPins() {
 
 // refreshKindsLocked re-reads the kinds file if it changed; h.mu held.
 func (h *AgentHashes) refreshKindsLocked() error {
-	path := filepath.Join(h.dir, AgentKindsFile)
-	fi, err := os.Stat(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		h.kinds, h.kindsStamp = map[string]string{}, fileStamp{}
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("filestore: %w", err)
-	}
-	if st := stampOf(fi); h.kindsStamp.exists && h.kindsStamp == st {
-		return nil
-	}
-	return h.loadKindsLocked(path)
-}
-
-func (h *AgentHashes) loadKindsLocked(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Errorf("filestore: %w", err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return fmt.Errorf("filestore: %w", err)
-	}
-	data, err := io.ReadAll(f)
-	if err != nil {
-		return fmt.Errorf("filestore: read %s: %w", path, err)
-	}
-	m, err := parseHashes(data)
-	if err != nil {
-		h.kindsStamp = fileStamp{}
-		return fmt.Errorf("filestore: %s is corrupt: %w", path, err)
-	}
-	h.kinds, h.kindsStamp = m, stampOf(fi)
-	return nil
+	return refreshStamped(filepath.Join(h.dir, AgentKindsFile), &h.kinds, &h.kindsStamp)
 }
 
 // updateKinds is update for the kinds file, which is small and read afresh.
@@ -318,7 +283,8 @@ func (h *AgentHashes) updateKinds(change func(map[string]string) bool) error {
 	if err := fsatomic.WriteFile(path, append(out, '\n'), 0o600); err != nil {
 		return fmt.Errorf("filestore: write %s: %w", path, err)
 	}
-	return h.loadKindsLocked(path) // the cache, with the new file's stamp
+	h.kindsStamp = fileStamp{} // read back, with the new file's stamp
+	return h.refreshKindsLocked()
 }
 
 // update applies change to a fresh copy of the file's contents and writes the
@@ -377,9 +343,16 @@ func (h *AgentHashes) lockFile() (func(), error) {
 
 // refreshLocked re-reads the file if it changed since the last read.
 func (h *AgentHashes) refreshLocked() error {
-	f, err := os.Open(h.path)
+	return refreshStamped(h.path, &h.hashes, &h.stamp)
+}
+
+// refreshStamped re-reads a {"id": "value"} file into *m if its stamp is
+// not *stamp any more (a missing file is empty); a corrupt one is an
+// error and forgets the stamp, so it is read again next time.
+func refreshStamped(path string, m *map[string]string, stamp *fileStamp) error {
+	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		h.hashes, h.stamp = map[string]string{}, fileStamp{}
+		*m, *stamp = map[string]string{}, fileStamp{}
 		return nil
 	}
 	if err != nil {
@@ -392,18 +365,19 @@ func (h *AgentHashes) refreshLocked() error {
 		return fmt.Errorf("filestore: %w", err)
 	}
 	st := stampOf(fi)
-	if h.stamp.exists && h.stamp == st {
+	if stamp.exists && *stamp == st {
 		return nil
 	}
 	data, err := io.ReadAll(f)
 	if err != nil {
-		return fmt.Errorf("filestore: read %s: %w", h.path, err)
+		return fmt.Errorf("filestore: read %s: %w", path, err)
 	}
-	m, err := parseHashes(data)
+	parsed, err := parseHashes(data)
 	if err != nil {
-		return fmt.Errorf("filestore: %s is corrupt: %w", h.path, err)
+		*stamp = fileStamp{}
+		return fmt.Errorf("filestore: %s is corrupt: %w", path, err)
 	}
-	h.hashes, h.stamp = m, st
+	*m, *stamp = parsed, st
 	return nil
 }
 
