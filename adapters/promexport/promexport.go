@@ -15,22 +15,31 @@ import (
 
 // agentCollector reads the registry at scrape time, so the numbers are never stale.
 type agentCollector struct {
-	dir     ports.AgentDirectory
-	agents  *prometheus.Desc
-	running *prometheus.Desc
+	dir        ports.AgentDirectory
+	agents     *prometheus.Desc
+	running    *prometheus.Desc
+	runningAll *prometheus.Desc
 }
 
 func (c *agentCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.agents
 	ch <- c.running
+	ch <- c.runningAll
 }
 
 func (c *agentCollector) Collect(ch chan<- prometheus.Metric) {
 	counts := map[ports.AgentStatus]int{}
+	total := 0
 	for _, a := range c.dir.Agents() {
 		counts[a.Status]++
-		ch <- prometheus.MustNewConstMetric(c.running, prometheus.GaugeValue, float64(a.RunningCommands), a.ID)
+		total += a.RunningCommands
+		// A series per busy agent only: ten thousand idle agents would be
+		// ten thousand series of zeros in every scrape.
+		if a.RunningCommands > 0 {
+			ch <- prometheus.MustNewConstMetric(c.running, prometheus.GaugeValue, float64(a.RunningCommands), a.ID)
+		}
 	}
+	ch <- prometheus.MustNewConstMetric(c.runningAll, prometheus.GaugeValue, float64(total))
 	for _, s := range ports.AgentStatuses {
 		ch <- prometheus.MustNewConstMetric(c.agents, prometheus.GaugeValue, float64(counts[s]), string(s))
 	}
@@ -112,9 +121,10 @@ func Handler(dir ports.AgentDirectory, provision *ProvisionTimes, tasks *TaskMet
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&agentCollector{
-			dir:     dir,
-			agents:  prometheus.NewDesc("agentic_agents", "Agents in the registry by status.", []string{"status"}, nil),
-			running: prometheus.NewDesc("agentic_agent_running_commands", "Commands running on each agent.", []string{"agent_id"}, nil),
+			dir:        dir,
+			agents:     prometheus.NewDesc("agentic_agents", "Agents in the registry by status.", []string{"status"}, nil),
+			running:    prometheus.NewDesc("agentic_agent_running_commands", "Commands running on each agent that runs any.", []string{"agent_id"}, nil),
+			runningAll: prometheus.NewDesc("agentic_running_commands", "Commands running on all agents.", nil, nil),
 		},
 	)
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})

@@ -323,7 +323,7 @@ func (s *Service) Dispatch(ctx context.Context, req ports.DispatchRequest) (port
 	} else if ok {
 		return sameOrConflict(old, req)
 	}
-	agentID, err := Route(req.Filter, s.candidates())
+	agentID, err := Route(req.Filter, s.candidates(req.Filter.AgentID))
 	switch {
 	case errors.Is(err, ErrAgentNotConnected):
 		return ports.Mission{}, ports.ErrAgentNotConnected
@@ -362,8 +362,17 @@ func (l *live) snapshot() ports.Mission {
 	return l.m
 }
 
-func (s *Service) candidates() []Candidate {
-	agents := s.cfg.Agents.Agents()
+// candidates are the agents a mission may go to: the one it names, else
+// every agent (one lookup, not a listing of thousands, when it names one).
+func (s *Service) candidates(named string) []Candidate {
+	var agents []ports.AgentInfo
+	if named != "" {
+		if a, ok := s.cfg.Agents.Agent(named); ok {
+			agents = []ports.AgentInfo{a}
+		}
+	} else {
+		agents = s.cfg.Agents.Agents()
+	}
 	out := make([]Candidate, 0, len(agents))
 	for _, a := range agents {
 		out = append(out, Candidate{

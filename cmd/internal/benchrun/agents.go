@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -20,6 +21,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/fakeaiwg"
 	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
 	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1/sandboxv1connect"
@@ -55,15 +57,16 @@ func agentsBench(bins harness.Binaries, prev error) error {
 		return err
 	}
 	fmt.Printf("\n## Many agents on one server (simulated agents, 5 s heartbeats)\n\n")
-	fmt.Println("| agents | connect storm: all registered | server RSS | RSS per agent | server CPU, steady state | REST exec `true` p50 (× floor) | silent → all stale |")
-	fmt.Println("| --- | --- | --- | --- | --- | --- | --- |")
+	fmt.Println("| agents | connect storm: all registered | server RSS | RSS per agent | server CPU, steady state | REST exec `true` p50 (× floor) | dispatch → completed p50 | silent → all stale |")
+	fmt.Println("| --- | --- | --- | --- | --- | --- | --- | --- |")
 	for _, n := range counts {
 		r, err := manyAgents(bins, n)
 		if err != nil {
 			return fmt.Errorf("%d agents: %w", n, err)
 		}
-		fmt.Printf("| %d | %s | %.0f MiB | %.1f KiB | %.1f %% of a core | %s (%.1f×) | %s |\n", n, r.storm.Round(time.Millisecond),
-			float64(r.rss)/(1<<20), float64(r.rss-r.rssBefore)/1024/float64(max(n, 1)), r.cpu*100, ms(r.exec.p50), float64(r.exec.p50)/float64(floor.p50), r.stale.Round(100*time.Millisecond))
+		fmt.Printf("| %d | %s | %.0f MiB | %.1f KiB | %.1f %% of a core | %s (%.1f×) | %s | %s |\n", n, r.storm.Round(time.Millisecond),
+			float64(r.rss)/(1<<20), float64(r.rss-r.rssBefore)/1024/float64(max(n, 1)), r.cpu*100, ms(r.exec.p50), float64(r.exec.p50)/float64(floor.p50),
+			ms(r.dispatch.p50), r.stale.Round(100*time.Millisecond))
 	}
 	fmt.Printf("\nbare fork/exec `true` p50: %s\n", ms(floor.p50))
 	return nil
@@ -73,7 +76,7 @@ type manyResult struct {
 	storm, stale   time.Duration
 	rss, rssBefore int64
 	cpu            float64 // cores
-	exec           stats
+	exec, dispatch stats
 }
 
 func manyAgents(bins harness.Binaries, n int) (manyResult, error) {
@@ -101,7 +104,12 @@ func manyAgents(bins harness.Binaries, n int) (manyResult, error) {
 	if err := os.WriteFile(filepath.Join(secrets, "agent-hashes.json"), b, 0o600); err != nil {
 		return res, err
 	}
-	srv, err := harness.Start(bins, harness.Options{HostAgents: 1, DataDir: dataDir})
+	fake, err := fakeaiwg.Start()
+	if err != nil {
+		return res, err
+	}
+	defer fake.Close()
+	srv, err := harness.Start(bins, harness.Options{HostAgents: 1, DataDir: dataDir, Env: []string{"AIWG_SERVE_ENDPOINT=" + fake.URL()}})
 	if err != nil {
 		return res, err
 	}
@@ -109,6 +117,9 @@ func manyAgents(bins harness.Binaries, n int) (manyResult, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	if err := srv.WaitAgents(ctx, "host-01"); err != nil {
+		return res, err
+	}
+	if _, err := fake.WaitFrame(ctx, func(f fakeaiwg.Frame) bool { return f.Event == "executor.resync" }); err != nil {
 		return res, err
 	}
 	pid := srv.Cmd.Process.Pid
@@ -143,6 +154,29 @@ func manyAgents(bins harness.Binaries, n int) (manyResult, error) {
 			return fmt.Errorf("exec: %d %s", r.StatusCode(), r.Body)
 		}
 		return nil
+	})
+	if err != nil {
+		return res, err
+	}
+	// A mission to the real agent (routed by id: the simulated ones run
+	// nothing), dispatch → mission.completed, with every agent a candidate.
+	var seq atomic.Int64
+	res.dispatch, err = measure("dispatch → mission.completed on host-01", 30, func() error {
+		id := fmt.Sprintf("many-%d-%d", n, seq.Add(1))
+		body, _ := json.Marshal(map[string]any{"mission_id": id, "objective": "true", "executor_filter": map[string]any{"agent_id": "host-01"}})
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.RESTURL+"/api/v1/sessions/bench/dispatch", bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+fake.ExecutorToken())
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusAccepted {
+			return fmt.Errorf("dispatch: status %d", resp.StatusCode)
+		}
+		_, err = fake.WaitFrame(ctx, func(f fakeaiwg.Frame) bool { return f.MissionID == id && f.Event == "mission.completed" })
+		return err
 	})
 	if err != nil {
 		return res, err
