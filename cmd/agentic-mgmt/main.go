@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/agentic-sandbox/agentic-sandbox/internal/debugserve"
 )
 
 var version = "0.1.0-dev"
@@ -41,6 +43,11 @@ func run(cfg Config, log *slog.Logger) error {
 	defer cleanup()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	if addr := os.Getenv("AGENTIC_PPROF_ADDR"); addr != "" {
+		if err := debugserve.Start(ctx, addr, log); err != nil {
+			return err
+		}
+	}
 	return app.Run(ctx)
 }
 

@@ -109,7 +109,11 @@ func manyAgents(bins harness.Binaries, n int) (manyResult, error) {
 		return res, err
 	}
 	defer fake.Close()
-	srv, err := harness.Start(bins, harness.Options{HostAgents: 1, DataDir: dataDir, Env: []string{"AIWG_SERVE_ENDPOINT=" + fake.URL()}})
+	env := []string{"AIWG_SERVE_ENDPOINT=" + fake.URL()}
+	if a := os.Getenv("BENCH_PPROF_ADDR"); a != "" {
+		env = append(env, "AGENTIC_PPROF_ADDR="+a) // to profile the server under the fleet
+	}
+	srv, err := harness.Start(bins, harness.Options{HostAgents: 1, DataDir: dataDir, Env: env})
 	if err != nil {
 		return res, err
 	}
