@@ -153,7 +153,7 @@ func TestTunnelsReachOnlyWhatTheEnvironmentAllows(t *testing.T) {
 		t.Fatalf("through the tunnel: %q", got)
 	}
 	_ = tc.stream.CloseRequest()
-	eventuallyT(t, "every tunnel recorded", func() bool { mu.Lock(); defer mu.Unlock(); return len(records) == 5 })
+	eventually(t, "every tunnel recorded", func() bool { mu.Lock(); defer mu.Unlock(); return len(records) == 5 })
 	mu.Lock()
 	last := records[len(records)-1]
 	mu.Unlock()
@@ -192,7 +192,7 @@ func TestTunnelsPerEnvironmentAreBounded(t *testing.T) {
 		}
 	}
 	_ = open[0].stream.CloseRequest()
-	eventuallyT(t, "a place freed", func() bool {
+	eventually(t, "a place freed", func() bool {
 		tc, opened, err := h.tunnel("agent-a", secretPrefix+"agent-a", "127.0.0.1", port)
 		if err == nil && opened.GetAllowed() {
 			tc.cancel()
@@ -200,15 +200,4 @@ func TestTunnelsPerEnvironmentAreBounded(t *testing.T) {
 		}
 		return false
 	})
-}
-
-func eventuallyT(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -81,12 +80,6 @@ type manyResult struct {
 
 func manyAgents(bins harness.Binaries, n int) (manyResult, error) {
 	var res manyResult
-	dataDir, err := os.MkdirTemp("", "agentic-bench-many-")
-	if err != nil {
-		return res, err
-	}
-	defer os.RemoveAll(dataDir)
-	defer harness.KillHostAgents(dataDir)
 	// The credentials, as a provisioning tool writes them before the
 	// agents start: hashes only.
 	ids := make([]string, n)
@@ -96,13 +89,13 @@ func manyAgents(bins harness.Binaries, n int) (manyResult, error) {
 		sum := sha256.Sum256([]byte("secret-of-" + ids[i]))
 		hashes[ids[i]] = hex.EncodeToString(sum[:])
 	}
-	secrets := filepath.Join(dataDir, "secrets")
-	if err := os.MkdirAll(secrets, 0o700); err != nil {
-		return res, err
-	}
-	b, _ := json.Marshal(hashes)
-	if err := os.WriteFile(filepath.Join(secrets, "agent-hashes.json"), b, 0o600); err != nil {
-		return res, err
+	writeHashes := func(dataDir string) error {
+		secrets := filepath.Join(dataDir, "secrets")
+		if err := os.MkdirAll(secrets, 0o700); err != nil {
+			return err
+		}
+		b, _ := json.Marshal(hashes)
+		return os.WriteFile(filepath.Join(secrets, "agent-hashes.json"), b, 0o600)
 	}
 	fake, err := fakeaiwg.Start()
 	if err != nil {
@@ -113,16 +106,13 @@ func manyAgents(bins harness.Binaries, n int) (manyResult, error) {
 	if a := os.Getenv("BENCH_PPROF_ADDR"); a != "" {
 		env = append(env, "AGENTIC_PPROF_ADDR="+a) // to profile the server under the fleet
 	}
-	srv, err := harness.Start(bins, harness.Options{HostAgents: 1, DataDir: dataDir, Env: env})
+	srv, stop, err := hostServer(bins, "many", env, writeHashes)
 	if err != nil {
 		return res, err
 	}
-	defer srv.Kill()
+	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	if err := srv.WaitAgents(ctx, "host-01"); err != nil {
-		return res, err
-	}
 	if _, err := fake.WaitFrame(ctx, func(f fakeaiwg.Frame) bool { return f.Event == "executor.resync" }); err != nil {
 		return res, err
 	}
@@ -167,19 +157,11 @@ func manyAgents(bins harness.Binaries, n int) (manyResult, error) {
 	var seq atomic.Int64
 	res.dispatch, err = measure("dispatch → mission.completed on host-01", 30, func() error {
 		id := fmt.Sprintf("many-%d-%d", n, seq.Add(1))
-		body, _ := json.Marshal(map[string]any{"mission_id": id, "objective": "true", "executor_filter": map[string]any{"agent_id": "host-01"}})
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.RESTURL+"/api/v1/sessions/bench/dispatch", bytes.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+fake.ExecutorToken())
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
+		if err := dispatchMission(ctx, http.DefaultClient, srv, fake, map[string]any{"mission_id": id, "objective": "true",
+			"executor_filter": map[string]any{"agent_id": "host-01"}}); err != nil {
 			return err
 		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusAccepted {
-			return fmt.Errorf("dispatch: status %d", resp.StatusCode)
-		}
-		_, err = fake.WaitFrame(ctx, func(f fakeaiwg.Frame) bool { return f.MissionID == id && f.Event == "mission.completed" })
+		_, err := fake.WaitFrame(ctx, func(f fakeaiwg.Frame) bool { return f.MissionID == id && f.Event == "mission.completed" })
 		return err
 	})
 	if err != nil {

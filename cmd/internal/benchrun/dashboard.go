@@ -28,22 +28,12 @@ func dashboardBench(bins harness.Binaries, prev error) error {
 	if prev != nil {
 		return prev
 	}
-	dataDir, err := os.MkdirTemp("", "agentic-bench-dash-")
+	srv, stop, err := hostServer(bins, "dash", []string{"AGENTIC_RUNTIMES=host"}, nil)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dataDir)
-	defer harness.KillHostAgents(dataDir)
-	srv, err := harness.Start(bins, harness.Options{HostAgents: 1, DataDir: dataDir, Env: []string{"AGENTIC_RUNTIMES=host"}})
-	if err != nil {
-		return err
-	}
-	defer srv.Kill()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := srv.WaitAgents(ctx, "host-01"); err != nil {
-		return err
-	}
+	defer stop()
+	dataDir := srv.DataDir
 	url := srv.RESTURL + "/"
 	total, parts, err := firstLoadBytes(url)
 	if err != nil {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -27,28 +26,17 @@ func filesBench(bins harness.Binaries, prev error) error {
 	if prev != nil {
 		return prev
 	}
-	dataDir, err := os.MkdirTemp("", "agentic-bench-files-")
+	srv, stop, err := hostServer(bins, "files", nil, nil)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dataDir)
-	defer harness.KillHostAgents(dataDir)
-	srv, err := harness.Start(bins, harness.Options{HostAgents: 1, DataDir: dataDir})
-	if err != nil {
-		return err
-	}
-	defer srv.Kill()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := srv.WaitAgents(ctx, "host-01"); err != nil {
-		return err
-	}
-	agentPID := harness.HostAgentPIDs(dataDir)["host-01"]
+	defer stop()
+	agentPID := harness.HostAgentPIDs(srv.DataDir)["host-01"]
 	sshd, sshErr := startSSHDWithSCP()
 	if sshErr == nil {
 		defer sshd.stop()
 	}
-	work := filepath.Join(dataDir, "work")
+	work := filepath.Join(srv.DataDir, "work")
 	if err := os.Mkdir(work, 0o755); err != nil {
 		return err
 	}

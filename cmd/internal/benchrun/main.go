@@ -30,7 +30,7 @@ func main() {
 	n := flag.Int("n", 1000, "round trips per measurement")
 	sshN := flag.Int("ssh-n", 100, "ssh round trips (each is slow)")
 	sustained := flag.Int("sustained", 2000, "missions in the sustained-rate run")
-	flag.StringVar(&only, "only", "", "run one part only: env, term, files, tasks, dashboard or egress")
+	flag.StringVar(&only, "only", "", "run one part only: env, term, files, tasks, dashboard, egress or agents")
 	flag.Parse()
 	if err := run(*binDir, *n, *sshN, *sustained); err != nil {
 		fmt.Fprintln(os.Stderr, "benchrun:", err)
@@ -85,22 +85,11 @@ func run(binDir string, n, sshN, sustained int) error {
 	case "agents":
 		return agentsBench(bins, nil)
 	}
-	dataDir, err := os.MkdirTemp("", "agentic-bench-")
+	srv, stop, err := hostServer(bins, "main", nil, nil)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dataDir)
-	defer harness.KillHostAgents(dataDir)
-	srv, err := harness.Start(bins, harness.Options{HostAgents: 1, DataDir: dataDir})
-	if err != nil {
-		return err
-	}
-	defer srv.Kill()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := srv.WaitAgents(ctx, "host-01"); err != nil {
-		return err
-	}
+	defer stop()
 
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
 	exec1 := func(body string) ([]byte, error) {
@@ -261,4 +250,40 @@ func sshTrue(build func(...string) *exec.Cmd) func() error {
 		}
 		return nil
 	}
+}
+
+// hostServer runs agentic-mgmt with one host agent, host-01, in a data dir
+// of its own, and waits for the agent. prepare, when set, fills the data
+// dir first; stop kills it all and removes the dir.
+func hostServer(bins harness.Binaries, name string, env []string, prepare func(dataDir string) error) (srv *harness.Server, stop func(), err error) {
+	dataDir, err := os.MkdirTemp("", "agentic-bench-"+name+"-")
+	if err != nil {
+		return nil, nil, err
+	}
+	removeDir := func() {
+		harness.KillHostAgents(dataDir)
+		_ = os.RemoveAll(dataDir)
+	}
+	if prepare != nil {
+		if err := prepare(dataDir); err != nil {
+			removeDir()
+			return nil, nil, err
+		}
+	}
+	srv, err = harness.Start(bins, harness.Options{HostAgents: 1, DataDir: dataDir, Env: env})
+	if err != nil {
+		removeDir()
+		return nil, nil, err
+	}
+	stop = func() {
+		srv.Kill()
+		removeDir()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := srv.WaitAgents(ctx, "host-01"); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return srv, stop, nil
 }

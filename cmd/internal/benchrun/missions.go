@@ -27,22 +27,13 @@ func missionBench(bins harness.Binaries, n, sustained int, floor stats) error {
 		return err
 	}
 	defer fake.Close()
-	dataDir, err := os.MkdirTemp("", "agentic-bench-missions-")
+	srv, stop, err := hostServer(bins, "missions", []string{"AIWG_SERVE_ENDPOINT=" + fake.URL()}, nil)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dataDir)
-	defer harness.KillHostAgents(dataDir)
-	srv, err := harness.Start(bins, harness.Options{HostAgents: 1, DataDir: dataDir, Env: []string{"AIWG_SERVE_ENDPOINT=" + fake.URL()}})
-	if err != nil {
-		return err
-	}
-	defer srv.Kill()
+	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	if err := srv.WaitAgents(ctx, "host-01"); err != nil {
-		return err
-	}
 	if _, err := fake.WaitFrame(ctx, func(f fakeaiwg.Frame) bool { return f.Event == "executor.resync" }); err != nil {
 		return err
 	}
@@ -50,19 +41,7 @@ func missionBench(bins harness.Binaries, n, sustained int, floor stats) error {
 	var seq atomic.Int64
 	dispatch := func(objective string) (string, error) {
 		id := fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), seq.Add(1))
-		body, _ := json.Marshal(map[string]any{"mission_id": id, "objective": objective})
-		req, _ := http.NewRequest(http.MethodPost, srv.RESTURL+"/api/v1/sessions/bench/dispatch", bytes.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+fake.ExecutorToken())
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := client.Do(req)
-		if err != nil {
-			return "", err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusAccepted {
-			return "", fmt.Errorf("dispatch: status %d", resp.StatusCode)
-		}
-		return id, nil
+		return id, dispatchMission(ctx, client, srv, fake, map[string]any{"mission_id": id, "objective": objective})
 	}
 	waitEvent := func(id, event string) error {
 		_, err := fake.WaitFrame(ctx, func(f fakeaiwg.Frame) bool { return f.MissionID == id && f.Event == event })
@@ -198,5 +177,23 @@ func resyncBench(bins harness.Binaries) error {
 		}
 	}
 	fmt.Printf("\nresync of %d owned missions: first frame (executor.resync) to the last mission.resumed: %s (%d resumed; goal < 1 s)\n", owned, took.Round(time.Millisecond), resumed)
+	return nil
+}
+
+// dispatchMission posts a mission as aiwg serve does; anything but 202 is
+// an error.
+func dispatchMission(ctx context.Context, client *http.Client, srv *harness.Server, fake *fakeaiwg.Server, mission map[string]any) error {
+	body, _ := json.Marshal(mission)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.RESTURL+"/api/v1/sessions/bench/dispatch", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+fake.ExecutorToken())
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		return fmt.Errorf("dispatch: status %d", resp.StatusCode)
+	}
 	return nil
 }

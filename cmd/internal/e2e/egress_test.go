@@ -42,45 +42,15 @@ func TestEgressThroughTheAgentInDocker(t *testing.T) {
 
 	// The agent killed mid-download: the tunnel ends, and so does the
 	// server's connection to the destination (nothing left streaming).
-	gone := make(chan struct{})
-	var once sync.Once
-	started := make(chan struct{}, 1)
-	slow := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		chunk := make([]byte, 64<<10)
-		for i := 0; i < 6000; i++ { // a minute at most
-			if _, err := w.Write(chunk); err != nil {
-				once.Do(func() { close(gone) })
-				return
-			}
-			w.(http.Flusher).Flush()
-			select {
-			case started <- struct{}{}:
-			default:
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}))
-	t.Cleanup(slow.Close)
-	_, slowPort, _ := net.SplitHostPort(slow.Listener.Addr().String())
+	slow := newEndlessDownload(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c := s.Client()
 	proxyNet := "proxy"
-	abortGone := make(chan struct{})
-	var abortOnce sync.Once
-	abortSlow := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		chunk := make([]byte, 64<<10)
-		for i := 0; i < 6000; i++ {
-			if _, err := w.Write(chunk); err != nil {
-				abortOnce.Do(func() { close(abortGone) })
-				return
-			}
-			w.(http.Flusher).Flush()
-			time.Sleep(10 * time.Millisecond)
-		}
-	}))
-	t.Cleanup(abortSlow.Close)
-	_, abortPort, _ := net.SplitHostPort(abortSlow.Listener.Addr().String())
+	// And its client killed mid-download (below).
+	abortSlow := newEndlessDownload(t)
+	slowPort, abortPort := slow.port, abortSlow.port
+	started, gone, abortGone := slow.started, slow.gone, abortSlow.gone
 	allowed := []string{"example.com:" + slowPort, "127.0.0.1:" + slowPort, "example.com:" + abortPort, "127.0.0.1:" + abortPort}
 	if r, err := c.CreateEnvironmentWithResponse(ctx, restapi.CreateEnvironmentRequest{Runtime: "docker", Name: "egress-kill", Network: &proxyNet, AllowedHosts: &allowed}); err != nil || r.StatusCode() >= 300 {
 		t.Fatalf("create: %v %s", err, r.Body)
@@ -283,6 +253,38 @@ environment: {runtime: docker, network_mode: proxy, allowed_hosts: ["example.com
 	if !strings.Contains(got, "lo\nhttp://127.0.0.1:3128") {
 		t.Errorf("the task's environment: %q", got)
 	}
+}
+
+// endlessDownload is an HTTPS server whose answer streams for a minute;
+// gone closes when a write fails (whoever read it went away), started on
+// the first chunk out.
+type endlessDownload struct {
+	*httptest.Server
+	port          string
+	started, gone chan struct{}
+}
+
+func newEndlessDownload(t *testing.T) *endlessDownload {
+	d := &endlessDownload{started: make(chan struct{}, 1), gone: make(chan struct{})}
+	var once sync.Once
+	d.Server = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		chunk := make([]byte, 64<<10)
+		for i := 0; i < 6000; i++ { // a minute at most
+			if _, err := w.Write(chunk); err != nil {
+				once.Do(func() { close(d.gone) })
+				return
+			}
+			w.(http.Flusher).Flush()
+			select {
+			case d.started <- struct{}{}:
+			default:
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}))
+	t.Cleanup(d.Close)
+	_, d.port, _ = net.SplitHostPort(d.Listener.Addr().String())
+	return d
 }
 
 var (
