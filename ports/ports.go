@@ -26,6 +26,9 @@ var (
 	ErrCommandEnded      = errors.New("command already ended")
 	ErrAgentGone         = errors.New("agent disconnected while the command ran")
 	ErrCommandLost       = errors.New("the agent no longer runs the command")
+	// ErrAgentHeld: the agent is a warm pool's idle member, held for
+	// whoever takes it; no command or file work reaches it before then.
+	ErrAgentHeld = errors.New("agent held for a warm pool")
 )
 
 // OutputStream says where a chunk of output came from.
@@ -106,6 +109,9 @@ type StartOptions struct {
 	// CommandID, when set, is the command's id (so a caller can store it
 	// before the command exists); otherwise the link makes one.
 	CommandID string
+	// Housekeeping marks the server's own command on an agent held for a
+	// pool (its warm-up): the only kind such an agent runs.
+	Housekeeping bool
 }
 
 // Command is a command running on an agent.

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -62,6 +63,10 @@ type Config struct {
 	// where the agent serves the egress proxy; its commands get
 	// HTTPS_PROXY and friends pointing at it.
 	EgressListen string
+	// IdentityFile, when set (AGENT_IDENTITY_FILE), is where the agent
+	// keeps the identity a rename gave it, so that it registers under it
+	// after it restarts too; the caller reads it at start.
+	IdentityFile string
 	// BulkConnection says the server's unix:// address takes more than one
 	// connection (MANAGEMENT_BULK_CONNECTION=1: a real listening socket,
 	// not a relayed serial port), so files and tunnels get their own.
@@ -85,6 +90,9 @@ type Agent struct {
 	draining  atomic.Bool
 	connected atomic.Bool
 	cpu       cpuSampler
+	// ident is who the agent is now: Config's id and secret until the
+	// server renames it.
+	ident atomic.Pointer[identity]
 
 	// tmux is whether sessions can be kept in tmux here.
 	tmux bool
@@ -166,6 +174,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a.idle = sync.NewCond(&a.mu)
 	a.heartbeat.Store(int64(5 * time.Second))
+	a.ident.Store(&identity{ID: cfg.AgentID, Secret: cfg.Secret})
 	return a, nil
 }
 
@@ -267,6 +276,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		if errors.Is(err, errRenamed) {
+			continue // the server waits for the new identity: no backoff
+		}
 		if registered {
 			backoff = a.cfg.BackoffMin
 		}
@@ -297,9 +309,10 @@ func (a *Agent) serve(ctx context.Context) (registered bool, err error) {
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream := a.client.Connect(cctx)
-	stream.RequestHeader().Set("x-agent-id", a.cfg.AgentID)
-	stream.RequestHeader().Set("x-agent-secret", a.cfg.Secret)
-	if err := stream.Send(a.registration()); err != nil {
+	me := a.ident.Load()
+	stream.RequestHeader().Set("x-agent-id", me.ID)
+	stream.RequestHeader().Set("x-agent-secret", me.Secret)
+	if err := stream.Send(a.registration(me.ID)); err != nil {
 		return false, drainErr(stream, err)
 	}
 	first, err := stream.Receive()
@@ -341,6 +354,14 @@ func (a *Agent) serve(ctx context.Context) (registered bool, err error) {
 			msg, err := stream.Receive()
 			if err != nil {
 				errc <- err
+				return
+			}
+			if r := msg.GetRename(); r != nil {
+				if err := a.rename(r); err != nil {
+					a.log.Error("rename refused", "err", err)
+					continue
+				}
+				errc <- errRenamed
 				return
 			}
 			a.handle(cctx, msg)
@@ -416,10 +437,10 @@ func (a *Agent) queueControl(m *sandboxv1.ConnectRequest) {
 	}
 }
 
-func (a *Agent) registration() *sandboxv1.ConnectRequest {
+func (a *Agent) registration(id string) *sandboxv1.ConnectRequest {
 	host, _ := os.Hostname()
 	return &sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_Registration{Registration: &sandboxv1.Registration{
-		AgentId:      a.cfg.AgentID,
+		AgentId:      id,
 		Hostname:     host,
 		IpAddress:    primaryIP(),
 		SystemInfo:   systemInfo(),
@@ -545,6 +566,16 @@ func (a *Agent) startCommand(req *sandboxv1.CommandRequest) {
 		for k, v := range spec.Env {
 			env[k] = v
 		}
+		spec.Env = env
+	}
+	if me := a.ident.Load(); me.ID != a.cfg.AgentID {
+		// Renamed (a pool member taken): the agent's own environment still
+		// names the id it started with.
+		env := maps.Clone(spec.Env)
+		if env == nil {
+			env = map[string]string{}
+		}
+		env["AGENT_ID"] = me.ID
 		spec.Env = env
 	}
 	stop := func() {}

@@ -27,8 +27,9 @@ func (a *Agent) transfer(ctx context.Context, req *sandboxv1.FileRequest) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream := a.files.Transfer(ctx)
-	stream.RequestHeader().Set("x-agent-id", a.cfg.AgentID)
-	stream.RequestHeader().Set("x-agent-secret", a.cfg.Secret)
+	me := a.ident.Load()
+	stream.RequestHeader().Set("x-agent-id", me.ID)
+	stream.RequestHeader().Set("x-agent-secret", me.Secret)
 	if err := stream.Send(&sandboxv1.TransferRequest{Payload: &sandboxv1.TransferRequest_Open{Open: &sandboxv1.TransferOpen{TransferId: req.GetTransferId()}}}); err != nil {
 		a.log.Warn("file transfer not opened", "transfer_id", req.GetTransferId(), "err", err)
 		return

@@ -170,6 +170,9 @@ func (s *Service) Start(ctx context.Context, agentID string, spec ports.CommandS
 		// Only a terminal has a default: the agent's shell.
 		return nil, errors.New("empty command")
 	}
+	if !opts.Housekeeping && s.isHeld(agentID) {
+		return nil, fmt.Errorf("%w: %s", ports.ErrAgentHeld, agentID)
+	}
 	conn, err := s.liveConn(agentID)
 	if err != nil {
 		return nil, err

@@ -108,6 +108,9 @@ func (s *Service) Transfer(_ context.Context, stream transferServerStream) error
 // beginTransfer asks agentID for an operation and waits for its stream.
 // release must be called when done with it.
 func (s *Service) beginTransfer(ctx context.Context, agentID string, req *sandboxv1.FileRequest) (transferServerStream, func(), error) {
+	if s.isHeld(agentID) {
+		return nil, nil, fmt.Errorf("%w: %s", ports.ErrAgentHeld, agentID)
+	}
 	conn, err := s.liveConn(agentID)
 	if err != nil {
 		return nil, nil, err

@@ -9,9 +9,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"regexp"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -38,11 +38,12 @@ const ConfigConnectionID = "connection_id"
 // MaxMessageBytes bounds one message on the agent stream.
 const MaxMessageBytes = 8 << 20
 
-var agentIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+// compressMinBytes is the smallest message worth compressing for an agent.
+const compressMinBytes = 4 << 10
 
 // ValidAgentID reports whether id is usable as an agent id (and so as a file,
 // container or domain name).
-func ValidAgentID(id string) bool { return agentIDPattern.MatchString(id) }
+func ValidAgentID(id string) bool { return agentwire.ValidAgentID(id) }
 
 // Config is what the service needs.
 type Config struct {
@@ -77,6 +78,8 @@ type Service struct {
 
 	cfg Config
 	log *slog.Logger
+	// held says an agent is a warm pool's idle member (SetHeld).
+	held atomic.Pointer[func(agentID string) bool]
 
 	mu sync.Mutex
 	// egress configures tunnels (nil: none); tunnelCount counts the open
@@ -187,7 +190,10 @@ func New(cfg Config) *Service {
 // operator Exec RPC is not served; with it, Exec's bearer token is checked
 // before a byte of its body is read.
 func (s *Service) Mount(mux *http.ServeMux, operator bool) {
-	path, h := sandboxv1connect.NewAgentServiceHandler(s, connect.WithReadMaxBytes(MaxMessageBytes))
+	// Small messages (commands, keystrokes, pings) go uncompressed: gzip's
+	// per-message reset cost more than they would save (profiled on the
+	// exec path: a tenth of the server's CPU, docs/benchmarks.md).
+	path, h := sandboxv1connect.NewAgentServiceHandler(s, connect.WithReadMaxBytes(MaxMessageBytes), connect.WithCompressMinBytes(compressMinBytes))
 	mux.Handle(path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == sandboxv1connect.AgentServiceExecProcedure {
 			if !operator {
@@ -677,6 +683,32 @@ func (s *Service) RetireAgent(_ context.Context, agentID, reason string) {
 		s.log.Info("agent retired", "agent_id", agentID, "reason", reason, "commands_ended", len(ending))
 		s.cfg.Changes.Changed(ports.ChangeAgents)
 	}
+}
+
+// RenameAgent implements ports.AgentRenamer: the agent is told its new
+// identity over its own stream; it ends the stream and registers again as
+// newID (whose credential the caller stored first).
+func (s *Service) RenameAgent(ctx context.Context, agentID, newID, newSecret string) error {
+	if !ValidAgentID(newID) || newSecret == "" {
+		return fmt.Errorf("%w: a rename needs a valid id and a secret", ports.ErrInvalidSpec)
+	}
+	c, err := s.liveConn(agentID)
+	if err != nil {
+		return err
+	}
+	s.log.Info("agent renamed", "agent_id", agentID, "new_id", newID)
+	return c.send(ctx, &sandboxv1.ConnectResponse{Payload: &sandboxv1.ConnectResponse_Rename{
+		Rename: &sandboxv1.Rename{AgentId: newID, Secret: newSecret}}})
+}
+
+// SetHeld names the agents held for someone (a warm pool's idle members):
+// no command but housekeeping, and no file work, reaches them. Set once at
+// start, by the environment service made after this one.
+func (s *Service) SetHeld(f func(agentID string) bool) { s.held.Store(&f) }
+
+func (s *Service) isHeld(agentID string) bool {
+	f := s.held.Load()
+	return f != nil && (*f)(agentID)
 }
 
 // liveConn returns the live connection of agentID or the port error saying why not.

@@ -37,6 +37,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -84,7 +85,10 @@ const (
 	// run as another user and cannot read it.
 	SecretPath = "/run/agentic-secret" //nolint:gosec // a path, not a credential
 	SocketDir  = "/run/agentic"
-	DefaultTag = "agentic-sandbox/base:busybox"
+	// IdentityPath is where the agent keeps the identity a rename gave it
+	// (root's, 0600, in a directory of root's alone).
+	IdentityPath = "/run/agentic-agent/identity"
+	DefaultTag   = "agentic-sandbox/base:busybox"
 )
 
 // Profiles: who the agent runs as.
@@ -505,6 +509,9 @@ func (r *Runtime) containerConfig(p plan, image string) (*container.Config, *con
 		// The agent socket is a real listener: files and tunnels get a
 		// connection of their own beside the control stream.
 		"MANAGEMENT_BULK_CONNECTION=1",
+		// Where a rename (a pool member taken) is kept: the container's
+		// writable layer outlives a restart (a read-only root's tmpfs not).
+		"AGENT_IDENTITY_FILE=" + IdentityPath,
 	}
 	if p.network == ports.NetworkProxy {
 		// No network device: the agent's proxy on the container's own
@@ -567,7 +574,7 @@ func (r *Runtime) containerConfig(p plan, image string) (*container.Config, *con
 		host.MemorySwap = host.Memory // no swap beyond the limit
 	}
 	if spec.ReadOnlyRoot {
-		host.Tmpfs = map[string]string{"/tmp": "rw,nosuid,nodev,mode=1777"}
+		host.Tmpfs = map[string]string{"/tmp": "rw,nosuid,nodev,mode=1777", path.Dir(IdentityPath): "rw,nosuid,nodev,noexec,mode=0700"}
 	}
 	if !r.cfg.NoInit {
 		init := true

@@ -307,6 +307,12 @@ func (u *AgentUser) prepare(l *agentLaunch) error {
 	if err := os.Lchown(home, int(u.UID), int(u.GID)); err != nil {
 		return err
 	}
+	for i, kv := range l.env {
+		// The temp dir is root's: the agent keeps a rename in its home.
+		if strings.HasPrefix(kv, "AGENT_IDENTITY_FILE=") {
+			l.env[i] = "AGENT_IDENTITY_FILE=" + filepath.Join(home, ".agent-identity")
+		}
+	}
 	l.dir = home
 	l.env = append(l.env, "HOME="+home, "TMPDIR="+home, "TMUX_TMPDIR="+home, "USER="+u.Name, "LOGNAME="+u.Name)
 	return nil

@@ -194,7 +194,10 @@ func (r *Runtime) spawn(rec envRecord) (*proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	extra := append(append(append([]string(nil), r.cfg.ExtraEnv...), "AGENT_RUNTIME="+string(ports.KindHost)), tmpEnv...)
+	extra := append(append(append([]string(nil), r.cfg.ExtraEnv...), "AGENT_RUNTIME="+string(ports.KindHost),
+		// Where a rename (a pool member taken) is kept, so that a restarted
+		// agent comes back under the name it was given.
+		"AGENT_IDENTITY_FILE="+filepath.Join(r.tmpDir(rec.Name), ".agent-identity")), tmpEnv...)
 	p, err := startAgent(agentLaunch{
 		binary: rec.Binary, id: rec.Name, who: "host runtime", user: r.cfg.User, tmpDir: r.tmpDir(rec.Name),
 		env:     agentEnv(os.Environ(), extra, rec.Name, rec.ServerURL, rec.Secret),

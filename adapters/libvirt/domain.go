@@ -160,6 +160,12 @@ func domainXML(p domainPlan) (string, error) {
 	if p.Type == "test" {
 		// The test driver knows no machine types or devices beyond the basics.
 		d.OS.Type.Arch = "i686"
+	} else {
+		// A VM generation id, new on every restore of a saved state, makes
+		// the guest kernel reseed its RNG (vmgenid): two guests resumed from
+		// one saved state would otherwise share random numbers for a while
+		// (measured, docs/vm-restore.md).
+		d.GenID = &libvirtxml.DomainGenID{}
 	}
 	if p.Kernel != "" {
 		d.OS.Kernel, d.OS.Initrd, d.OS.Cmdline = p.Kernel, p.Initrd, p.Cmdline

@@ -43,6 +43,9 @@ func TestDomainXMLDirectBoot(t *testing.T) {
 	if d.Features == nil || d.Features.ACPI == nil || d.OnPoweroff != "destroy" {
 		t.Errorf("acpi %+v, on_poweroff %q", d.Features, d.OnPoweroff)
 	}
+	if d.GenID == nil || !strings.Contains(x, "<genid") {
+		t.Errorf("no VM generation id (the guest's RNG would not reseed after a restore): %s", x)
+	}
 	dev := d.Devices
 	if len(dev.Interfaces) != 0 {
 		t.Errorf("no network by default, got %+v", dev.Interfaces)

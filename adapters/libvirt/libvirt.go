@@ -675,6 +675,9 @@ func (r *Runtime) plan(spec ports.EnvironmentSpec) (domainPlan, func(ctx context
 		// The guest's commands run as nobody: agent.env (root's, 0600)
 		// and the agent's memory are out of their reach.
 		"AGENT_RUN_AS": "65534:65534",
+		// A rename (a pool member taken) lasts until the guest reboots: its
+		// root is in memory, and a reboot reads this seed again.
+		"AGENT_IDENTITY_FILE": "/run/agentic-agent/identity",
 	}
 	if network == ports.NetworkProxy {
 		env["AGENT_EGRESS_PROXY"] = ports.EgressProxyAddr

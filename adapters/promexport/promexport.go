@@ -104,9 +104,17 @@ func (c *taskCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // Handler returns the /metrics handler with process, Go and agent metrics,
-// and the provision times and task metrics when given.
-func Handler(dir ports.AgentDirectory, provision *ProvisionTimes, tasks *TaskMetrics, egress *EgressMetrics) http.Handler {
+// and the provision times, task, egress and pool metrics when given.
+func Handler(dir ports.AgentDirectory, provision *ProvisionTimes, tasks *TaskMetrics, egress *EgressMetrics, pools *PoolMetrics) http.Handler {
 	reg := prometheus.NewRegistry()
+	if pools != nil {
+		reg.MustRegister(pools.refill, &poolCollector{m: pools,
+			size:   prometheus.NewDesc("agentic_pool_size", "Members a warm pool keeps.", []string{"pool"}, nil),
+			idle:   prometheus.NewDesc("agentic_pool_idle", "A warm pool's members ready to be taken.", []string{"pool"}, nil),
+			hits:   prometheus.NewDesc("agentic_pool_hits_total", "Environment creates that took a pool's member.", []string{"pool"}, nil),
+			misses: prometheus.NewDesc("agentic_pool_misses_total", "Environment creates that matched a pool with no idle member.", []string{"pool"}, nil),
+		})
+	}
 	if egress != nil {
 		reg.MustRegister(egress.tunnels, egress.bytes)
 	}
@@ -128,6 +136,59 @@ func Handler(dir ports.AgentDirectory, provision *ProvisionTimes, tasks *TaskMet
 		},
 	)
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+}
+
+// PoolMetrics are the warm pools' metrics: members' provision times, and
+// (read at scrape time) each pool's size, idle members, hits and misses.
+type PoolMetrics struct {
+	refill *prometheus.HistogramVec
+	// Stats is read at each scrape; nil counts nothing.
+	Stats func() []PoolStats
+}
+
+// PoolStats is one pool at a scrape.
+type PoolStats struct {
+	Name         string
+	Size, Idle   int
+	Hits, Misses uint64
+}
+
+// NewPoolMetrics returns the pool metrics; buckets as the provision times'.
+func NewPoolMetrics() *PoolMetrics {
+	return &PoolMetrics{refill: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "agentic_pool_refill_seconds",
+		Help:    "Time from a pool member's provision request to its agent being ready, by pool.",
+		Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160},
+	}, []string{"pool"})}
+}
+
+// ObserveRefill records one member's provision time.
+func (m *PoolMetrics) ObserveRefill(pool string, d time.Duration) {
+	m.refill.WithLabelValues(pool).Observe(d.Seconds())
+}
+
+type poolCollector struct {
+	m                        *PoolMetrics
+	size, idle, hits, misses *prometheus.Desc
+}
+
+func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.size
+	ch <- c.idle
+	ch <- c.hits
+	ch <- c.misses
+}
+
+func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.m.Stats == nil {
+		return
+	}
+	for _, p := range c.m.Stats() {
+		ch <- prometheus.MustNewConstMetric(c.size, prometheus.GaugeValue, float64(p.Size), p.Name)
+		ch <- prometheus.MustNewConstMetric(c.idle, prometheus.GaugeValue, float64(p.Idle), p.Name)
+		ch <- prometheus.MustNewConstMetric(c.hits, prometheus.CounterValue, float64(p.Hits), p.Name)
+		ch <- prometheus.MustNewConstMetric(c.misses, prometheus.CounterValue, float64(p.Misses), p.Name)
+	}
 }
 
 // EgressMetrics counts the tunnels of proxy environments.

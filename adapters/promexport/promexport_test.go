@@ -28,7 +28,7 @@ func TestAgentSeriesGrowWithWorkNotWithTheFleet(t *testing.T) {
 		fleet = append(fleet, ports.AgentInfo{ID: "idle-" + string(rune('a'+i%26)) + strings.Repeat("x", i/26), Status: ports.AgentReady})
 	}
 	rec := httptest.NewRecorder()
-	Handler(fleet, nil, nil, nil).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	Handler(fleet, nil, nil, nil, nil).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	body, _ := io.ReadAll(rec.Body)
 	text := string(body)
 	for _, want := range []string{

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"sort"
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
@@ -14,24 +13,9 @@ import (
 
 // ListAgents lists the registry's agents, sorted by id.
 func (s *Server) ListAgents(_ context.Context, req restapi.ListAgentsRequestObject) (restapi.ListAgentsResponseObject, error) {
-	infos := s.d.Agents.Agents()
-	sort.Slice(infos, func(i, j int) bool { return infos[i].ID < infos[j].ID })
-	if c := req.Params.Cursor; c != nil {
-		// The cursor is the last id of the previous page: the next page
-		// starts after it, whoever came or went meanwhile.
-		from := sort.Search(len(infos), func(i int) bool { return infos[i].ID > *c })
-		infos = infos[from:]
-	}
-	var next *string
-	if l := req.Params.Limit; l != nil {
-		if *l < 1 || *l > 1000 {
-			return nil, badRequest("limit: 1 to 1000")
-		}
-		if len(infos) > *l {
-			infos = infos[:*l]
-			last := infos[len(infos)-1].ID
-			next = &last
-		}
+	infos, next, apiErr := page(s.d.Agents.Agents(), func(a ports.AgentInfo) string { return a.ID }, req.Params.Limit, req.Params.Cursor)
+	if apiErr != nil {
+		return nil, apiErr
 	}
 	out := restapi.AgentList{Agents: make([]restapi.Agent, 0, len(infos)), NextCursor: next}
 	for _, a := range infos {

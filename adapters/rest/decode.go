@@ -27,6 +27,7 @@ var bodyTypes = map[string]reflect.Type{
 	"POST /api/v1/hitl/{hitl_id}/respond":       reflect.TypeFor[restapi.HITLResponse](),
 	"POST /api/v1/agents/{agent_id}/sessions":   reflect.TypeFor[restapi.CreateSessionRequest](),
 	"POST /api/v1/environments":                 reflect.TypeFor[restapi.CreateEnvironmentRequest](),
+	"PUT /api/v1/pools/{name}":                  reflect.TypeFor[restapi.PoolRequest](),
 }
 
 // checkBody rejects a body that is too large, not JSON, not one object, or

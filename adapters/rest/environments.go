@@ -92,14 +92,19 @@ func nonNil(v []string) []string {
 	return v
 }
 
-func (s *Server) ListEnvironments(ctx context.Context, _ restapi.ListEnvironmentsRequestObject) (restapi.ListEnvironmentsResponseObject, error) {
+func (s *Server) ListEnvironments(ctx context.Context, req restapi.ListEnvironmentsRequestObject) (restapi.ListEnvironmentsResponseObject, error) {
 	out := restapi.ListEnvironments200JSONResponse{Environments: []restapi.Environment{}}
 	if s.d.Environments == nil {
 		return out, nil
 	}
-	for _, e := range s.d.Environments.List(ctx) {
+	envs, next, apiErr := page(s.d.Environments.List(ctx), func(e environment.Environment) string { return e.Name }, req.Params.Limit, req.Params.Cursor)
+	if apiErr != nil {
+		return nil, apiErr
+	}
+	for _, e := range envs {
 		out.Environments = append(out.Environments, toEnvironment(e))
 	}
+	out.NextCursor = next
 	return out, nil
 }
 
@@ -125,27 +130,11 @@ func (s *Server) CreateEnvironment(ctx context.Context, req restapi.CreateEnviro
 	if b.ReadOnlyRoot != nil {
 		r.ReadOnlyRoot = *b.ReadOnlyRoot
 	}
-	if res := b.Resources; res != nil {
-		if res.Cpus != nil {
-			r.Resources.CPUs = float64(*res.Cpus)
-		}
-		for _, f := range []struct {
-			name string
-			v    *int
-			dst  *int
-		}{{"memory_mb", res.MemoryMb, &r.Resources.MemoryMB}, {"pids", res.Pids, &r.Resources.PIDs}, {"disk_gb", res.DiskGb, &r.Resources.DiskGB}} {
-			if f.v == nil {
-				continue
-			}
-			if *f.v < 0 {
-				return nil, badRequest("field resources.%s: must not be negative", f.name)
-			}
-			*f.dst = *f.v
-		}
-		if r.Resources.CPUs < 0 {
-			return nil, badRequest("field resources.cpus: must not be negative")
-		}
+	res, aerr := fromResources(b.Resources)
+	if aerr != nil {
+		return nil, aerr
 	}
+	r.Resources = res
 	env, err := s.d.Environments.Create(ctx, r)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -259,11 +248,6 @@ func toEnvironment(e environment.Environment) restapi.Environment {
 		}
 		out.Events = append(out.Events, item)
 	}
-	setStr := func(dst **string, v string) {
-		if v != "" {
-			*dst = ptr(v)
-		}
-	}
 	setStr(&out.RuntimeId, e.RuntimeID)
 	setStr(&out.Image, e.Image)
 	setStr(&out.Network, e.Network)
@@ -284,21 +268,70 @@ func toEnvironment(e environment.Environment) restapi.Environment {
 		out.ReadyAt = ptr(e.ReadyAt)
 		out.ProvisionMs = ptr(e.ProvisionTime.Milliseconds())
 	}
-	if r := e.Resources; r != (ports.Resources{}) {
-		res := restapi.Resources{}
-		if r.CPUs > 0 {
-			res.Cpus = ptr(float32(r.CPUs))
-		}
-		if r.MemoryMB > 0 {
-			res.MemoryMb = ptr(r.MemoryMB)
-		}
-		if r.PIDs > 0 {
-			res.Pids = ptr(r.PIDs)
-		}
-		if r.DiskGB > 0 {
-			res.DiskGb = ptr(r.DiskGB)
-		}
-		out.Resources = &res
-	}
+	out.Resources = toResources(e.Resources)
 	return out
+}
+
+// fromResources reads a request's resources; negative numbers are refused.
+func fromResources(res *restapi.Resources) (ports.Resources, *apiError) {
+	var r ports.Resources
+	if res == nil {
+		return r, nil
+	}
+	if res.Cpus != nil {
+		r.CPUs = float64(*res.Cpus)
+	}
+	for _, f := range []struct {
+		name string
+		v    *int
+		dst  *int
+	}{{"memory_mb", res.MemoryMb, &r.MemoryMB}, {"pids", res.Pids, &r.PIDs}, {"disk_gb", res.DiskGb, &r.DiskGB}} {
+		if f.v == nil {
+			continue
+		}
+		if *f.v < 0 {
+			return r, badRequest("field resources.%s: must not be negative", f.name)
+		}
+		*f.dst = *f.v
+	}
+	if r.CPUs < 0 {
+		return r, badRequest("field resources.cpus: must not be negative")
+	}
+	return r, nil
+}
+
+// toResources is r as the API shows it: nil when all are defaults.
+func toResources(r ports.Resources) *restapi.Resources {
+	if r == (ports.Resources{}) {
+		return nil
+	}
+	res := restapi.Resources{}
+	if r.CPUs > 0 {
+		res.Cpus = ptr(float32(r.CPUs))
+	}
+	if r.MemoryMB > 0 {
+		res.MemoryMb = ptr(r.MemoryMB)
+	}
+	if r.PIDs > 0 {
+		res.Pids = ptr(r.PIDs)
+	}
+	if r.DiskGB > 0 {
+		res.DiskGb = ptr(r.DiskGB)
+	}
+	return &res
+}
+
+// setStr sets an optional field to v unless v is empty.
+func setStr(dst **string, v string) {
+	if v != "" {
+		*dst = ptr(v)
+	}
+}
+
+// deref is an optional field's value, "" when absent.
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }

@@ -59,6 +59,8 @@ func portError(err error, subject string) *apiError {
 		return commandNotFound(subject)
 	case errors.Is(err, ports.ErrCommandEnded):
 		return newError(http.StatusConflict, "command_ended", "%s: the command has already ended", subject)
+	case errors.Is(err, ports.ErrAgentHeld):
+		return newError(http.StatusConflict, "agent_reserved", "%s: the agent is a warm pool's idle member, held for whoever takes it (create an environment of the pool's spec)", subject)
 	case errors.Is(err, ports.ErrAgentGone):
 		return newError(http.StatusBadGateway, "agent_gone", "%s: the agent disconnected while the command ran", subject)
 	default:

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -32,16 +31,21 @@ func (s *Server) ListMissions(_ context.Context, req restapi.ListMissionsRequest
 	if s.d.Missions == nil {
 		return restapi.ListMissions200JSONResponse(out), nil
 	}
-	ms := s.d.Missions.Missions(state)
-	// The use case lists oldest first; a stable sort keeps that promise
-	// whatever it does with equal creation times.
-	slices.SortStableFunc(ms, func(a, b ports.Mission) int { return a.CreatedAt.Compare(b.CreatedAt) })
-	for _, m := range ms {
-		if state != "" && m.State != state {
-			continue
+	var ms []ports.Mission
+	for _, m := range s.d.Missions.Missions(state) {
+		if state == "" || m.State == state {
+			ms = append(ms, m)
 		}
+	}
+	// Oldest first, whatever the use case does with equal creation times.
+	ms, next, apiErr := page(ms, func(m ports.Mission) string { return timeKey(m.CreatedAt, m.ID) }, req.Params.Limit, req.Params.Cursor)
+	if apiErr != nil {
+		return nil, apiErr
+	}
+	for _, m := range ms {
 		out.Missions = append(out.Missions, s.toMission(m))
 	}
+	out.NextCursor = next
 	return restapi.ListMissions200JSONResponse(out), nil
 }
 
@@ -77,7 +81,7 @@ func missionNotFound(subject string) *apiError {
 }
 
 // ListHITL lists the open HITL requests, oldest first.
-func (s *Server) ListHITL(context.Context, restapi.ListHITLRequestObject) (restapi.ListHITLResponseObject, error) {
+func (s *Server) ListHITL(_ context.Context, req restapi.ListHITLRequestObject) (restapi.ListHITLResponseObject, error) {
 	out := restapi.HITLList{Requests: []restapi.HITLRequest{}}
 	if s.d.Missions != nil {
 		for _, h := range s.d.Missions.OpenHITL() {
@@ -89,8 +93,11 @@ func (s *Server) ListHITL(context.Context, restapi.ListHITLRequestObject) (resta
 			out.Requests = append(out.Requests, taskHITL(h))
 		}
 	}
-	slices.SortStableFunc(out.Requests, func(a, b restapi.HITLRequest) int { return a.CreatedAt.Compare(b.CreatedAt) })
-	return restapi.ListHITL200JSONResponse(out), nil
+	reqs, next, apiErr := page(out.Requests, func(h restapi.HITLRequest) string { return timeKey(h.CreatedAt, h.HitlId) }, req.Params.Limit, req.Params.Cursor)
+	if apiErr != nil {
+		return nil, apiErr
+	}
+	return restapi.ListHITL200JSONResponse(restapi.HITLList{Requests: reqs, NextCursor: next}), nil
 }
 
 // RespondHITL writes the answer to the waiting session.

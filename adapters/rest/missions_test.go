@@ -352,10 +352,3 @@ func TestAIWGReconnect(t *testing.T) {
 		t.Fatalf("reconnects %d", n)
 	}
 }
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
-}

@@ -77,6 +77,8 @@ type Deps struct {
 	// Environments is the environment use case behind /api/v1/environments;
 	// nil means this server provisions none.
 	Environments Environments
+	// Pools are the warm pools (nil: none are kept).
+	Pools Pools
 	// Files moves files to and from agents; MaxFileBytes bounds one file
 	// or archive (AGENTIC_FILE_MAX_BYTES; 0 means 16 GiB).
 	Files        ports.AgentFiles

@@ -111,7 +111,12 @@ func (s *Server) ListSessions(_ context.Context, req restapi.ListSessionsRequest
 	if st := req.Params.State; st != nil && !session.State(*st).Valid() {
 		return nil, badRequest("parameter state: one of starting, running, exited, killed, lost")
 	}
-	return restapi.ListSessions200JSONResponse(s.sessionList(agentID, req.Params.State)), nil
+	list := s.sessionList(agentID, req.Params.State)
+	sessions, next, apiErr := page(list.Sessions, func(x restapi.Session) string { return timeKey(x.CreatedAt, x.SessionId) }, req.Params.Limit, req.Params.Cursor)
+	if apiErr != nil {
+		return nil, apiErr
+	}
+	return restapi.ListSessions200JSONResponse(restapi.SessionList{Sessions: sessions, NextCursor: next}), nil
 }
 
 // ListAgentSessions lists the sessions of one agent.

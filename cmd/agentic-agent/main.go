@@ -66,7 +66,7 @@ func run(args, environ []string, stderr io.Writer) int {
 	// Commands inherit the agent's environment; the secret must not reach
 	// them, and where they run (host, container, vm) should, however the
 	// agent was configured (flag, environment or agent.env).
-	if err := errors.Join(os.Unsetenv("AGENT_SECRET"), os.Unsetenv("AGENT_SECRET_FILE"), os.Unsetenv("AGENT_RUN_AS"), os.Setenv("AGENT_ID", cfg.AgentID),
+	if err := errors.Join(os.Unsetenv("AGENT_SECRET"), os.Unsetenv("AGENT_SECRET_FILE"), os.Unsetenv("AGENT_IDENTITY_FILE"), os.Unsetenv("AGENT_RUN_AS"), os.Setenv("AGENT_ID", cfg.AgentID),
 		os.Setenv("AGENT_RUNTIME", string(agentwire.RuntimeKindFromProto(cfg.Runtime)))); err != nil {
 		fmt.Fprintln(stderr, "agentic-agent:", err)
 		return 2
@@ -164,6 +164,17 @@ func loadConfig(args, environ []string, stderr io.Writer) (agentd.Config, error)
 			return cfg, fmt.Errorf("AGENT_SECRET_FILE: %w", err)
 		}
 		cfg.Secret = strings.TrimSpace(string(b))
+	}
+	// A rename (a warm pool's member taken by a caller) outlives a restart.
+	if path := src.GetDefault("AGENT_IDENTITY_FILE", ""); path != "" {
+		cfg.IdentityFile = path
+		id, secret, ok, err := agentd.ReadIdentityFile(path)
+		if err != nil {
+			return cfg, fmt.Errorf("AGENT_IDENTITY_FILE: %w", err)
+		}
+		if ok {
+			cfg.AgentID, cfg.Secret = id, secret
+		}
 	}
 	if cfg.AgentID == "" {
 		return cfg, errors.New("no agent id: set AGENT_ID or --id")

@@ -78,6 +78,9 @@ type Config struct {
 	// EgressBound is the server-wide allowlist (AGENTIC_EGRESS_ALLOWED_HOSTS)
 	// every proxy environment's allowed hosts must fall within; nil: none.
 	EgressBound []egress.Rule
+	// Pools are warm pools of the runtimes' default spec kept from the
+	// start (AGENTIC_POOLS=name=runtime:size,…).
+	Pools []ports.Pool
 	// TestResolve is a test hook (AGENTIC_TEST_RESOLVE=name=ip,…): names the
 	// egress resolves to the given address instead of asking DNS.
 	TestResolve map[string]netip.Addr
@@ -329,6 +332,9 @@ func loadConfig(args, environ []string, stderr io.Writer, version string) (Confi
 			return Config{}, fmt.Errorf("AGENTIC_EGRESS_ALLOWED_HOSTS: %w", err)
 		}
 	}
+	if cfg.Pools, err = parsePools(src.GetDefault("AGENTIC_POOLS", "")); err != nil {
+		return Config{}, fmt.Errorf("AGENTIC_POOLS: %w", err)
+	}
 	if v := os.Getenv("AGENTIC_TEST_RESOLVE"); v != "" {
 		cfg.TestResolve = map[string]netip.Addr{}
 		for _, pair := range strings.Split(v, ",") {
@@ -341,6 +347,30 @@ func loadConfig(args, environ []string, stderr io.Writer, version string) (Confi
 		}
 	}
 	return cfg, nil
+}
+
+// parsePools reads name=runtime:size entries separated by commas; the
+// environment service checks each against its runtime.
+func parsePools(v string) ([]ports.Pool, error) {
+	if strings.TrimSpace(v) == "" {
+		return nil, nil
+	}
+	var out []ports.Pool
+	seen := map[string]bool{}
+	for _, entry := range strings.Split(v, ",") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(entry), "=")
+		runtime, size, ok2 := strings.Cut(rest, ":")
+		n, err := strconv.Atoi(size)
+		if !ok || !ok2 || name == "" || runtime == "" || err != nil || n < 0 {
+			return nil, fmt.Errorf("%q is not name=runtime:size", entry)
+		}
+		if seen[name] {
+			return nil, fmt.Errorf("pool %q is named twice", name)
+		}
+		seen[name] = true
+		out = append(out, ports.Pool{Name: name, Runtime: runtime, Size: n})
+	}
+	return out, nil
 }
 
 // parseHolds reads state=duration pairs separated by commas.

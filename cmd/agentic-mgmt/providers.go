@@ -169,7 +169,7 @@ func agentBinary(configured string) (string, error) {
 }
 
 func provideREST(cfg Config, svc *agentrpc.Service, token OperatorToken, clock ports.Clock, log *slog.Logger, ms *mission.Service, link *aiwg.Client,
-	ss *session.Service, logs *filestore.SessionLog, envs *environment.Service, tasks *task.Service, times *promexport.ProvisionTimes, taskMetrics *promexport.TaskMetrics, egressMetrics *promexport.EgressMetrics, ready *Readiness, ch *changes.Hub) (RESTHandler, error) {
+	ss *session.Service, logs *filestore.SessionLog, envs *environment.Service, tasks *task.Service, times *promexport.ProvisionTimes, taskMetrics *promexport.TaskMetrics, egressMetrics *promexport.EgressMetrics, poolMetrics *promexport.PoolMetrics, ready *Readiness, ch *changes.Hub) (RESTHandler, error) {
 	_, wsPort, _ := net.SplitHostPort(cfg.wsAddr())
 	port, _ := strconv.Atoi(wsPort)
 	dash, err := dashboard.New(port)
@@ -182,7 +182,7 @@ func provideREST(cfg Config, svc *agentrpc.Service, token OperatorToken, clock p
 		Token:        string(token),
 		Version:      cfg.Version,
 		Readiness:    ready.Checks,
-		Metrics:      promexport.Handler(svc, times, taskMetrics, egressMetrics),
+		Metrics:      promexport.Handler(svc, times, taskMetrics, egressMetrics, poolMetrics),
 		Logger:       log,
 		Clock:        clock,
 		Missions:     ms,
@@ -190,6 +190,7 @@ func provideREST(cfg Config, svc *agentrpc.Service, token OperatorToken, clock p
 		Sessions:     ss,
 		SessionLog:   logs,
 		Environments: envs,
+		Pools:        envs,
 		Files:        svc,
 		MaxFileBytes: cfg.FileMaxBytes,
 		Tasks:        tasks,

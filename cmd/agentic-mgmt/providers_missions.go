@@ -48,7 +48,7 @@ func provideMissions(store ports.MissionStore, outbox ports.EventOutbox, svc *ag
 	})
 }
 
-func provideAIWG(cfg Config, id Identity, hub *mission.Service, outbox ports.EventOutbox, svc *agentrpc.Service, clock ports.Clock, log *slog.Logger, rts *Runtimes) *aiwg.Client {
+func provideAIWG(cfg Config, id Identity, hub *mission.Service, outbox ports.EventOutbox, clock ports.Clock, log *slog.Logger, rts *Runtimes) *aiwg.Client {
 	_, claudeErr := exec.LookPath("claude")
 	claudeOnHost := claudeErr == nil
 	_, port, _ := net.SplitHostPort(cfg.ListenAddr)
@@ -69,11 +69,9 @@ func provideAIWG(cfg Config, id Identity, hub *mission.Service, outbox ports.Eve
 		WSEndpoint:   at("ws", 1),
 		RESTEndpoint: at("http", 2),
 		Capabilities: func() []string {
-			var agents []mission.Candidate
-			for _, a := range svc.Agents() {
-				agents = append(agents, mission.Candidate{ID: a.ID, Status: a.Status, Runtime: a.Runtime, Arch: a.System.Arch, Capabilities: a.Capabilities})
-			}
-			return mission.ExecutorCapabilities(runtime.GOARCH, rts.Isolations(cfg.HostAgents > 0), claudeOnHost, agents)
+			// Routable agents only: an idle pool member's tier or tools are
+			// not on offer (a mission would find no agent).
+			return mission.ExecutorCapabilities(runtime.GOARCH, rts.Isolations(cfg.HostAgents > 0), claudeOnHost, hub.Candidates())
 		},
 		Hub:    hub,
 		Outbox: outbox,

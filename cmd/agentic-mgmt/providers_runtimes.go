@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/agentrpc"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/docker"
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/hostsup"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/libvirt"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/promexport"
@@ -214,6 +215,7 @@ func exists(path string) bool {
 func provideProvisionTimes() *promexport.ProvisionTimes { return promexport.NewProvisionTimes() }
 func provideTaskMetrics() *promexport.TaskMetrics       { return promexport.NewTaskMetrics() }
 func provideEgressMetrics() *promexport.EgressMetrics   { return promexport.NewEgressMetrics() }
+func providePoolMetrics() *promexport.PoolMetrics       { return promexport.NewPoolMetrics() }
 
 // retirers retire an agent in each part of the server, in order.
 type retirers []ports.AgentRetirer
@@ -224,7 +226,11 @@ func (rs retirers) RetireAgent(ctx context.Context, agentID, reason string) {
 	}
 }
 
-func provideEnvironments(cfg Config, rts *Runtimes, svc *agentrpc.Service, ms *mission.Service, creds ports.AgentCredentials, clock ports.Clock, log *slog.Logger, times *promexport.ProvisionTimes, egressMetrics *promexport.EgressMetrics, ch ports.ChangeNotifier) (*environment.Service, func()) {
+func provideEnvironments(cfg Config, rts *Runtimes, svc *agentrpc.Service, ms *mission.Service, creds ports.AgentCredentials, clock ports.Clock, log *slog.Logger, times *promexport.ProvisionTimes, egressMetrics *promexport.EgressMetrics, poolMetrics *promexport.PoolMetrics, ch ports.ChangeNotifier) (*environment.Service, func(), error) {
+	pools, err := filestore.NewPoolStore(filepath.Join(cfg.DataDir, "pools"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("pool store: %w", err)
+	}
 	var bin string
 	if len(rts.Available) > 0 {
 		b, err := agentBinary(cfg.AgentBinary)
@@ -242,8 +248,23 @@ func provideEnvironments(cfg Config, rts *Runtimes, svc *agentrpc.Service, ms *m
 		Changes:          ch,
 		// Missions first, so they fail with the reason before their
 		// sessions end under them.
-		Retire: retirers{ms, svc},
+		Retire:        retirers{ms, svc},
+		Pools:         pools,
+		StartPools:    cfg.Pools,
+		Renamer:       svc,
+		ObserveRefill: poolMetrics.ObserveRefill,
+		Link:          svc,
 	})
+	// An idle member is held for whoever takes it: no mission goes there.
+	ms.SetReserved(envs.PoolMember)
+	svc.SetHeld(envs.PoolMember)
+	poolMetrics.Stats = func() []promexport.PoolStats {
+		var out []promexport.PoolStats
+		for _, p := range envs.Pools() {
+			out = append(out, promexport.PoolStats{Name: p.Name, Size: p.Size, Idle: p.Idle, Hits: p.Hits, Misses: p.Misses})
+		}
+		return out
+	}
 	egressCfg := agentrpc.Egress{Policy: envs, Observe: func(r agentrpc.EgressRecord) {
 		egressMetrics.Observe(r.Allowed, r.BytesUp, r.BytesDown)
 		envs.RecordEgress(r.AgentID, environment.EgressEntry{At: clock.Now().Add(-r.Duration), Host: r.Host, Port: r.Port, Allowed: r.Allowed,
@@ -259,5 +280,5 @@ func provideEnvironments(cfg Config, rts *Runtimes, svc *agentrpc.Service, ms *m
 		}
 	}
 	svc.SetEgress(egressCfg)
-	return envs, envs.Close
+	return envs, envs.Close, nil
 }

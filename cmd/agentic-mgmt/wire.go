@@ -41,7 +41,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		provideSupervisor,
 		provideRuntimes,
 		provideProvisionTimes,
-		provideTaskMetrics, provideEgressMetrics,
+		provideTaskMetrics, provideEgressMetrics, providePoolMetrics,
 		provideEnvironments,
 		provideTasks,
 		provideReadiness,

@@ -53,7 +53,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		return nil, nil, err
 	}
 	runtimes, cleanup3 := provideRuntimes(cfg, log, agentUser)
-	client := provideAIWG(cfg, identity, missionService, outbox, service, wall, log, runtimes)
+	client := provideAIWG(cfg, identity, missionService, outbox, wall, log, runtimes)
 	sessionLog, cleanup4, err := provideSessionLog(dataDir)
 	if err != nil {
 		cleanup3()
@@ -64,7 +64,15 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 	sessionService := provideSessions(cfg, service, sessionLog, wall, uuiDv7, log, hub)
 	provisionTimes := provideProvisionTimes()
 	egressMetrics := provideEgressMetrics()
-	environmentService, cleanup5 := provideEnvironments(cfg, runtimes, service, missionService, agentHashes, wall, log, provisionTimes, egressMetrics, hub)
+	poolMetrics := providePoolMetrics()
+	environmentService, cleanup5, err := provideEnvironments(cfg, runtimes, service, missionService, agentHashes, wall, log, provisionTimes, egressMetrics, poolMetrics, hub)
+	if err != nil {
+		cleanup4()
+		cleanup3()
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
 	taskMetrics := provideTaskMetrics()
 	taskService, cleanup6, err := provideTasks(cfg, dataDir, environmentService, service, missionService, runtimes, wall, uuiDv7, log, taskMetrics, hub)
 	if err != nil {
@@ -76,7 +84,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		return nil, nil, err
 	}
 	readiness := provideReadiness(cfg, service, client, runtimes)
-	restHandler, err := provideREST(cfg, service, operatorToken, wall, log, missionService, client, sessionService, sessionLog, environmentService, taskService, provisionTimes, taskMetrics, egressMetrics, readiness, hub)
+	restHandler, err := provideREST(cfg, service, operatorToken, wall, log, missionService, client, sessionService, sessionLog, environmentService, taskService, provisionTimes, taskMetrics, egressMetrics, poolMetrics, readiness, hub)
 	if err != nil {
 		cleanup6()
 		cleanup5()

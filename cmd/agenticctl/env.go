@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -64,14 +65,7 @@ func (c *cli) environments(args []string) int {
 func (c *cli) envCreate(args []string) int {
 	flags := c.flagSet("agenticctl env create")
 	runtime := flags.String("runtime", "", "runtime `R`: host, docker or libvirt ('agenticctl env runtimes')")
-	image := flags.String("image", "", "container `IMAGE` or VM disk image path (default: the runtime's own)")
-	network := flags.String("network", "", "network `MODE` (default: the runtime's first, none where offered)")
-	profile := flags.String("profile", "", "the runtime's `PROFILE` (docker: root runs the agent as uid 0)")
-	cpus := flags.Float64("cpus", 0, "CPU limit")
-	memory := flags.Int("memory", 0, "memory limit in `MB`")
-	pids := flags.Int("pids", 0, "process limit")
-	disk := flags.Int("disk", 0, "disk size in `GB` (libvirt with a disk image)")
-	readOnly := flags.Bool("read-only", false, "read-only root filesystem")
+	spec := specFlags(flags)
 	noWait := flags.Bool("no-wait", false, "return once provisioning started")
 	timeout := flags.Duration("timeout", 5*time.Minute, "how long to wait for the agent")
 	if code, done := parseFlags(flags, args, c.stdout, c.stderr, envUsage); done {
@@ -84,36 +78,9 @@ func (c *cli) envCreate(args []string) int {
 	if err != nil {
 		return c.fail("%v", err)
 	}
-	body := restapi.CreateEnvironmentRequest{Name: flags.Arg(0), Runtime: *runtime}
-	if *image != "" {
-		body.Image = image
-	}
-	if *network != "" {
-		body.Network = network
-	}
-	if *profile != "" {
-		body.Profile = profile
-	}
-	if *readOnly {
-		body.ReadOnlyRoot = readOnly
-	}
-	if *cpus != 0 || *memory != 0 || *pids != 0 || *disk != 0 {
-		res := restapi.Resources{}
-		if *cpus != 0 {
-			v := float32(*cpus)
-			res.Cpus = &v
-		}
-		if *memory != 0 {
-			res.MemoryMb = memory
-		}
-		if *pids != 0 {
-			res.Pids = pids
-		}
-		if *disk != 0 {
-			res.DiskGb = disk
-		}
-		body.Resources = &res
-	}
+	sp := spec.spec()
+	body := restapi.CreateEnvironmentRequest{Name: flags.Arg(0), Runtime: *runtime, Image: sp.Image, Network: sp.Network,
+		Profile: sp.Profile, ReadOnlyRoot: sp.ReadOnlyRoot, Resources: sp.Resources}
 	ctx := context.Background()
 	resp, err := cl.CreateEnvironmentWithResponse(ctx, body)
 	if err != nil || resp.JSON202 == nil {
@@ -178,7 +145,7 @@ func (c *cli) envList(args []string) int {
 	if err != nil {
 		return c.fail("%v", err)
 	}
-	resp, err := cl.ListEnvironmentsWithResponse(context.Background())
+	resp, err := cl.ListEnvironmentsWithResponse(context.Background(), nil)
 	if err != nil || resp.JSON200 == nil {
 		return c.failed(server, err, resp)
 	}
@@ -307,4 +274,59 @@ func (c *cli) envRuntimes(args []string) int {
 		return c.fail("writing the table: %v", err)
 	}
 	return 0
+}
+
+// envSpec are the flags that say what an environment is made of, for env
+// create and pool put alike.
+type envSpec struct {
+	image, network, profile *string
+	cpus                    *float64
+	memory, pids, disk      *int
+	readOnly                *bool
+}
+
+func specFlags(flags *flag.FlagSet) envSpec {
+	return envSpec{
+		image:    flags.String("image", "", "container `IMAGE` or VM disk image path (default: the runtime's own)"),
+		network:  flags.String("network", "", "network `MODE` (default: the runtime's first, none where offered)"),
+		profile:  flags.String("profile", "", "the runtime's `PROFILE` (docker: root runs the agent as uid 0)"),
+		cpus:     flags.Float64("cpus", 0, "CPU limit"),
+		memory:   flags.Int("memory", 0, "memory limit in `MB`"),
+		pids:     flags.Int("pids", 0, "process limit"),
+		disk:     flags.Int("disk", 0, "disk size in `GB` (libvirt with a disk image)"),
+		readOnly: flags.Bool("read-only", false, "read-only root filesystem"),
+	}
+}
+
+// spec is the flags as the API's spec: unset ones absent.
+func (f envSpec) spec() restapi.PoolSpec {
+	var sp restapi.PoolSpec
+	opt := func(v *string) *string {
+		if *v == "" {
+			return nil
+		}
+		return v
+	}
+	sp.Image, sp.Network, sp.Profile = opt(f.image), opt(f.network), opt(f.profile)
+	if *f.readOnly {
+		sp.ReadOnlyRoot = f.readOnly
+	}
+	if *f.cpus != 0 || *f.memory != 0 || *f.pids != 0 || *f.disk != 0 {
+		res := restapi.Resources{}
+		if *f.cpus != 0 {
+			v := float32(*f.cpus)
+			res.Cpus = &v
+		}
+		if *f.memory != 0 {
+			res.MemoryMb = f.memory
+		}
+		if *f.pids != 0 {
+			res.Pids = f.pids
+		}
+		if *f.disk != 0 {
+			res.DiskGb = f.disk
+		}
+		sp.Resources = &res
+	}
+	return sp
 }

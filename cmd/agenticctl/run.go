@@ -56,6 +56,7 @@ Commands:
   env create|list|get|stop|start|rm|runtimes
                          environments (host processes, containers, VMs) and their agents
                          ('agenticctl env help')
+  pool put|list|get|rm   warm pools: environments kept ready for 'env create' ('agenticctl pool help')
   task submit|list|get|cancel|artifacts
                          tasks: a manifest in, artifacts and a patch out ('agenticctl task help')
   cp [-q] SRC DST        copy files and directories to or from an agent (AGENT:PATH)
@@ -112,6 +113,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer, env func(stri
 		return c.environments(rest[1:])
 	case "task", "tasks":
 		return c.task(rest[1:])
+	case "pool", "pools":
+		return c.pools(rest[1:])
 	case "cp":
 		return c.cp(rest[1:])
 	case "ls":

@@ -43,11 +43,12 @@ func TestSessionsCreateListKill(t *testing.T) {
 	f.sessions.Add(session.Session{ID: "s7", AgentID: "vm-01", Name: "old", Type: ports.SessionBackground, Command: "sh",
 		State: session.Exited, ExitCode: new(int), CreatedAt: time.Unix(1, 0)})
 
+	// Oldest first: s7 was made long before s1.
 	r = f.run(t, "", "sessions", "list")
 	lines := strings.Split(strings.TrimRight(r.stdout, "\n"), "\n")
 	if r.code != 0 || len(lines) != 3 || strings.Join(strings.Fields(lines[0]), " ") != "ID AGENT NAME TYPE STATE EXIT COMMAND" ||
-		strings.Join(strings.Fields(lines[1]), " ") != "s1 host-01 dev headless running - claude -p hi" ||
-		strings.Join(strings.Fields(lines[2]), " ") != "s7 vm-01 old background exited 0 sh" {
+		strings.Join(strings.Fields(lines[1]), " ") != "s7 vm-01 old background exited 0 sh" ||
+		strings.Join(strings.Fields(lines[2]), " ") != "s1 host-01 dev headless running - claude -p hi" {
 		t.Fatalf("list: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	r = f.run(t, "", "sessions", "list", "--agent", "vm-01")

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -50,6 +51,22 @@ type Config struct {
 	// Changes hears of every change to an environment (state, steps,
 	// egress), after it is visible to Get and List.
 	Changes ports.ChangeNotifier
+	// Pools, when set, keeps warm pools and the claims on their members;
+	// without it no pool is kept and every create provisions.
+	Pools ports.PoolStore
+	// StartPools are put at Recover (AGENTIC_POOLS), over stored ones.
+	StartPools []ports.Pool
+	// Renamer gives a taken member's agent the caller's name.
+	Renamer ports.AgentRenamer
+	// RefillConcurrency bounds the members provisioned at once (default
+	// 2), so that refills never take the machine from running work.
+	RefillConcurrency int
+	// ObserveRefill records a member's provision time, by pool.
+	ObserveRefill func(pool string, d time.Duration)
+	// Link, when set, warms each member up before it is idle: one `true`,
+	// so the caller's first command does not pay for a cold exec path (a
+	// VM under TCG translates it the first time: 50-90 ms, then 20 ms).
+	Link ports.AgentLink
 }
 
 // maxEvents bounds the events kept per environment.
@@ -62,6 +79,23 @@ type record struct {
 	// the start of its provision time, recorded once.
 	requested time.Time
 	observed  bool
+	// runtimeName is its name on its runtime when that is not its own: an
+	// environment taken from a pool keeps its member's.
+	runtimeName string
+	// pool names the pool of an untaken member (hidden from Get and List).
+	pool string
+	// unhealthySince is when a ready member was first seen without its agent.
+	unhealthySince time.Time
+	// warming, warmed: a member's warm-up command is under way, or done.
+	warming, warmed bool
+}
+
+// rtName is the record's name on its runtime.
+func (r *record) rtName() string {
+	if r.runtimeName != "" {
+		return r.runtimeName
+	}
+	return r.env.Name
 }
 
 // Service manages environments.
@@ -74,9 +108,14 @@ type Service struct {
 	life context.Context
 	end  context.CancelFunc
 
-	mu   sync.Mutex
-	envs map[string]*record
-	wg   sync.WaitGroup
+	mu    sync.Mutex
+	envs  map[string]*record
+	pools map[string]*pool
+	wg    sync.WaitGroup
+
+	// refill wakes the pools' keeper; slots bound its provisions.
+	refill chan struct{}
+	slots  chan struct{}
 }
 
 // New returns the service; call Recover once at start.
@@ -90,8 +129,12 @@ func New(cfg Config) *Service {
 	if cfg.Changes == nil {
 		cfg.Changes = ports.NoChanges{}
 	}
+	if cfg.RefillConcurrency <= 0 {
+		cfg.RefillConcurrency = 2
+	}
 	life, end := context.WithCancel(context.Background())
-	return &Service{cfg: cfg, log: cfg.Logger.With("component", "environments"), envs: map[string]*record{}, life: life, end: end}
+	return &Service{cfg: cfg, log: cfg.Logger.With("component", "environments"), envs: map[string]*record{}, life: life, end: end,
+		pools: map[string]*pool{}, refill: make(chan struct{}, 1), slots: make(chan struct{}, cfg.RefillConcurrency)}
 }
 
 // Runtimes names the configured runtimes and their capabilities.
@@ -104,8 +147,10 @@ func (s *Service) Runtimes() []ports.RuntimeCapabilities {
 	return out
 }
 
-// Recover takes over the environments earlier runs of the server made.
+// Recover takes over the environments earlier runs of the server made,
+// and the pools: their members, and the environments taken from them.
 func (s *Service) Recover(ctx context.Context) {
+	claims := s.recoverPools(ctx)
 	for name, rt := range s.cfg.Runtimes {
 		envs, err := rt.Recover(ctx)
 		if err != nil {
@@ -121,20 +166,40 @@ func (s *Service) Recover(ctx context.Context) {
 			env := fromRuntime(e, name)
 			env.Events = []Event{{At: now, Step: "recovered", Message: "found after a restart of agentic-mgmt"}}
 			rec := &record{env: env}
-			s.envs[e.Name] = rec
+			if pool := e.Labels[ports.LabelPool]; pool != "" {
+				if claim, ok := claims[e.Name]; ok {
+					// Taken before the restart: the caller's environment.
+					rec.runtimeName, rec.env.Name, rec.env.AgentID = e.Name, claim, claim
+				} else if _, kept := s.pools[pool]; kept {
+					rec.pool = pool
+				} else {
+					// Its pool was deleted meanwhile.
+					s.wg.Add(1)
+					go func(member, runtime string) {
+						defer s.wg.Done()
+						s.dropRuntimeEnv(runtime, member, member)
+					}(e.Name, name)
+					continue
+				}
+			}
+			if _, dup := s.envs[rec.env.Name]; dup {
+				continue
+			}
+			s.envs[rec.env.Name] = rec
 			// A running one is ready again when its agent reconnects, as
 			// after a start; nobody has to look at it first.
 			if env.State == StateBooting {
 				var wait context.Context
 				wait, rec.cancel = context.WithCancel(s.life)
 				s.wg.Add(1)
-				go s.awaitAgent(wait, e.Name, name)
+				go s.awaitAgent(wait, rec.env.Name, name)
 			}
 		}
 		s.mu.Unlock()
 		s.changed()
 		s.log.Info("environments recovered", "runtime", name, "count", len(envs))
 	}
+	s.startPools()
 }
 
 func fromRuntime(e ports.Environment, runtime string) Environment {
@@ -150,7 +215,14 @@ func fromRuntime(e ports.Environment, runtime string) Environment {
 }
 
 // Create starts provisioning and returns at once; progress shows in Get.
+// A request whose runtime and spec match a pool with an idle member takes
+// that member instead, and returns it ready under the requested name.
 func (s *Service) Create(ctx context.Context, req Request) (Environment, error) {
+	return s.create(ctx, req, "")
+}
+
+// create provisions an environment; for a pool's member when pool is set.
+func (s *Service) create(ctx context.Context, req Request, pool string) (Environment, error) {
 	rt, ok := s.cfg.Runtimes[req.Runtime]
 	if !ok {
 		return Environment{}, fmt.Errorf("%w: %q (configured: %v)", ErrUnknownRuntime, req.Runtime, s.names())
@@ -158,9 +230,8 @@ func (s *Service) Create(ctx context.Context, req Request) (Environment, error) 
 	if req.Name == "" {
 		return Environment{}, fmt.Errorf("%w: a name is required (it is also the agent's id)", ports.ErrInvalidSpec)
 	}
-	if req.Network != "" && s.cfg.AllowedNetworks != nil && rt.Capabilities().Isolation != ports.KindHost &&
-		!slices.Contains(s.cfg.AllowedNetworks, req.Network) {
-		return Environment{}, fmt.Errorf("%w: network %q is not allowed on this server (allowed: %s)", ports.ErrInvalidSpec, req.Network, strings.Join(s.cfg.AllowedNetworks, ", "))
+	if err := s.networkAllowed(req, rt); err != nil {
+		return Environment{}, err
 	}
 	if _, taken := s.cfg.Agents.Agent(req.Name); taken {
 		return Environment{}, fmt.Errorf("%w: an agent named %q is connected", ports.ErrEnvExists, req.Name)
@@ -188,6 +259,15 @@ func (s *Service) Create(ctx context.Context, req Request) (Environment, error) 
 	if err := rt.Capabilities().CheckSpec(spec); err != nil {
 		return Environment{}, err
 	}
+	if pool != "" {
+		spec.Labels = maps.Clone(spec.Labels)
+		if spec.Labels == nil {
+			spec.Labels = map[string]string{}
+		}
+		spec.Labels[ports.LabelPool] = pool
+	} else if env, taken, err := s.take(ctx, req, allowed, rt.Capabilities().Isolation); taken || err != nil {
+		return env, err
+	}
 	now := s.cfg.Clock.Now()
 	s.mu.Lock()
 	if _, dup := s.envs[req.Name]; dup {
@@ -196,7 +276,7 @@ func (s *Service) Create(ctx context.Context, req Request) (Environment, error) 
 	}
 	// Provisioning outlives the request that asked for it, not the service.
 	pctx, cancel := context.WithCancel(s.life)
-	rec := &record{cancel: cancel, requested: now, env: Environment{
+	rec := &record{cancel: cancel, requested: now, pool: pool, env: Environment{
 		Name: req.Name, Runtime: req.Runtime, State: StateProvisioning, Image: req.Image, Network: req.Network,
 		Resources: req.Resources, AgentID: req.Name, CreatedAt: now, AllowedHosts: allowed,
 		Events: []Event{{At: now, Step: "requested"}},
@@ -233,8 +313,24 @@ func (s *Service) Create(ctx context.Context, req Request) (Environment, error) 
 		}
 		s.fail(req.Name, err.Error())
 		s.log.Error("environment failed to provision", "name", req.Name, "runtime", req.Runtime, "err", err)
-		got, _ := s.Get(req.Name)
-		return got, nil
+		got, _ := s.get(req.Name)
+		return got.Environment, nil
+	}
+	s.mu.Lock()
+	deleted := s.envs[req.Name] != rec || rec.env.State == StateDeleting
+	last := rec.env
+	last.Events = append([]Event(nil), rec.env.Events...)
+	s.mu.Unlock()
+	if deleted {
+		// Deleted while the runtime was making it (a pool dropped its member
+		// mid-refill): Delete found nothing to destroy then, so this does.
+		dctx, dcancel := context.WithTimeout(context.WithoutCancel(s.life), 2*time.Minute)
+		defer dcancel()
+		if err := rt.Destroy(dctx, req.Name); err != nil && !errors.Is(err, ports.ErrEnvNotFound) {
+			s.log.Error("an environment deleted while provisioning could not be destroyed", "name", req.Name, "err", err)
+		}
+		last.State = StateDeleting
+		return last, nil
 	}
 	s.update(req.Name, func(e *Environment) {
 		e.RuntimeID, e.State = env.RuntimeID, StateBooting
@@ -248,8 +344,8 @@ func (s *Service) Create(ctx context.Context, req Request) (Environment, error) 
 	})
 	s.wg.Add(1)
 	go s.awaitAgent(pctx, req.Name, req.Runtime)
-	got, _ := s.Get(req.Name)
-	return got, nil
+	got, _ := s.get(req.Name)
+	return got.Environment, nil
 }
 
 // awaitAgent marks the environment ready once its agent is connected.
@@ -322,8 +418,10 @@ func (s *Service) markReady(name string, observed bool) {
 func (s *Service) List(ctx context.Context) []Environment {
 	s.mu.Lock()
 	names := make([]string, 0, len(s.envs))
-	for n := range s.envs {
-		names = append(names, n)
+	for n, rec := range s.envs {
+		if rec.pool == "" {
+			names = append(names, n)
+		}
 	}
 	s.mu.Unlock()
 	sort.Strings(names)
@@ -336,13 +434,28 @@ func (s *Service) List(ctx context.Context) []Environment {
 	return out
 }
 
-// Get returns an environment as last known, without asking its runtime.
+// Get returns an environment as last known, without asking its runtime;
+// a pool's untaken members are nobody's yet, and not shown.
 func (s *Service) Get(name string) (Environment, bool) {
+	e, ok := s.get(name)
+	if !ok || e.pool != "" {
+		return Environment{}, false
+	}
+	return e.Environment, true
+}
+
+// found is an environment as get finds it: with its pool, if a member.
+type found struct {
+	Environment
+	pool, runtimeName string
+}
+
+func (s *Service) get(name string) (found, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	rec, ok := s.envs[name]
 	if !ok {
-		return Environment{}, false
+		return found{}, false
 	}
 	e := rec.env
 	e.Events = append([]Event(nil), e.Events...)
@@ -350,20 +463,21 @@ func (s *Service) Get(name string) (Environment, bool) {
 	if a, ok := s.cfg.Agents.Agent(name); ok {
 		e.AgentStatus = a.Status
 	}
-	return e, true
+	return found{Environment: e, pool: rec.pool, runtimeName: rec.rtName()}, true
 }
 
 // Inspect refreshes an environment's state from its runtime and agent.
 func (s *Service) Inspect(ctx context.Context, name string) (Environment, bool) {
-	e, ok := s.Get(name)
-	if !ok {
-		return e, false
+	f, ok := s.get(name)
+	if !ok || f.pool != "" {
+		return Environment{}, false
 	}
+	e := f.Environment
 	rt := s.cfg.Runtimes[e.Runtime]
 	if rt == nil || e.State == StateProvisioning || e.State == StateDeleting {
 		return e, true
 	}
-	re, err := rt.Inspect(ctx, name)
+	re, err := rt.Inspect(ctx, f.runtimeName)
 	if err != nil && !errors.Is(err, ports.ErrEnvNotFound) {
 		return e, true // unknown now; keep the last state
 	}
@@ -394,11 +508,11 @@ func (s *Service) Inspect(ctx context.Context, name string) (Environment, bool) 
 
 // Start starts a stopped environment.
 func (s *Service) Start(ctx context.Context, name string) (Environment, error) {
-	e, rt, err := s.lookup(name)
+	e, rt, err := s.lookup(name, false)
 	if err != nil {
 		return Environment{}, err
 	}
-	if err := rt.Start(ctx, name); err != nil {
+	if err := rt.Start(ctx, e.runtimeName); err != nil {
 		return Environment{}, err
 	}
 	now := s.cfg.Clock.Now()
@@ -425,14 +539,14 @@ func (s *Service) Start(ctx context.Context, name string) (Environment, error) {
 
 // Pause freezes an environment's processes, on runtimes that declare it.
 func (s *Service) Pause(ctx context.Context, name string) (Environment, error) {
-	_, rt, err := s.lookup(name)
+	e, rt, err := s.lookup(name, false)
 	if err != nil {
 		return Environment{}, err
 	}
 	if !rt.Capabilities().Pause {
 		return Environment{}, fmt.Errorf("%w: the %s runtime cannot pause", ports.ErrUnsupported, rt.Capabilities().Runtime)
 	}
-	if err := rt.Pause(ctx, name); err != nil {
+	if err := rt.Pause(ctx, e.runtimeName); err != nil {
 		return Environment{}, err
 	}
 	now := s.cfg.Clock.Now()
@@ -446,14 +560,14 @@ func (s *Service) Pause(ctx context.Context, name string) (Environment, error) {
 
 // Resume lets a paused environment run again.
 func (s *Service) Resume(ctx context.Context, name string) (Environment, error) {
-	_, rt, err := s.lookup(name)
+	e, rt, err := s.lookup(name, false)
 	if err != nil {
 		return Environment{}, err
 	}
 	if !rt.Capabilities().Pause {
 		return Environment{}, fmt.Errorf("%w: the %s runtime cannot pause", ports.ErrUnsupported, rt.Capabilities().Runtime)
 	}
-	if err := rt.Resume(ctx, name); err != nil {
+	if err := rt.Resume(ctx, e.runtimeName); err != nil {
 		return Environment{}, err
 	}
 	now := s.cfg.Clock.Now()
@@ -470,11 +584,11 @@ func (s *Service) Resume(ctx context.Context, name string) (Environment, error) 
 
 // Stop stops an environment, keeping it.
 func (s *Service) Stop(ctx context.Context, name string) (Environment, error) {
-	_, rt, err := s.lookup(name)
+	e, rt, err := s.lookup(name, false)
 	if err != nil {
 		return Environment{}, err
 	}
-	if err := rt.Stop(ctx, name); err != nil {
+	if err := rt.Stop(ctx, e.runtimeName); err != nil {
 		return Environment{}, err
 	}
 	now := s.cfg.Clock.Now()
@@ -489,7 +603,12 @@ func (s *Service) Stop(ctx context.Context, name string) (Environment, error) {
 // Delete retires the environment's agent (credential, work, registry entry)
 // and destroys the environment.
 func (s *Service) Delete(ctx context.Context, name string) error {
-	_, rt, err := s.lookup(name)
+	return s.delete(ctx, name, false)
+}
+
+// delete destroys an environment, a pool's member only when member is set.
+func (s *Service) delete(ctx context.Context, name string, member bool) error {
+	e, rt, err := s.lookup(name, member)
 	if err != nil {
 		return err
 	}
@@ -516,11 +635,16 @@ func (s *Service) Delete(ctx context.Context, name string) error {
 	if s.cfg.Retire != nil {
 		s.cfg.Retire.RetireAgent(ctx, name, ports.ReasonEnvironmentDeleted)
 	}
-	if err := rt.Destroy(ctx, name); err != nil && !errors.Is(err, ports.ErrEnvNotFound) {
+	if err := rt.Destroy(ctx, e.runtimeName); err != nil && !errors.Is(err, ports.ErrEnvNotFound) {
 		s.update(name, func(x *Environment) {
 			x.State, x.Error = StateFailed, "delete: "+err.Error()
 		})
 		return err
+	}
+	if e.runtimeName != name && s.cfg.Pools != nil {
+		if err := s.cfg.Pools.DeleteClaim(ctx, e.runtimeName); err != nil {
+			s.log.Error("a deleted environment's pool claim could not be removed", "name", name, "member", e.runtimeName, "err", err)
+		}
 	}
 	s.forget(name)
 	s.log.Info("environment deleted", "name", name)
@@ -533,14 +657,16 @@ func (s *Service) Close() {
 	s.wg.Wait()
 }
 
-func (s *Service) lookup(name string) (Environment, ports.Runtime, error) {
-	e, ok := s.Get(name)
-	if !ok {
-		return Environment{}, nil, fmt.Errorf("%w: %q", ports.ErrEnvNotFound, name)
+// lookup finds an environment and its runtime; a pool's untaken member
+// only when member is set (and then nothing else).
+func (s *Service) lookup(name string, member bool) (found, ports.Runtime, error) {
+	e, ok := s.get(name)
+	if !ok || (e.pool != "") != member {
+		return found{}, nil, fmt.Errorf("%w: %q", ports.ErrEnvNotFound, name)
 	}
 	rt := s.cfg.Runtimes[e.Runtime]
 	if rt == nil {
-		return Environment{}, nil, fmt.Errorf("%w: %s is not configured now", ports.ErrRuntimeUnavailable, e.Runtime)
+		return found{}, nil, fmt.Errorf("%w: %s is not configured now", ports.ErrRuntimeUnavailable, e.Runtime)
 	}
 	return e, rt, nil
 }
@@ -598,6 +724,16 @@ func appendEvent(evs []Event, e Event) []Event {
 		evs = append(evs[:1], evs[len(evs)-maxEvents+1:]...) // keep the first ("requested")
 	}
 	return evs
+}
+
+// networkAllowed holds a container's or a VM's network mode to the server's
+// AllowedNetworks (host environments share the host's).
+func (s *Service) networkAllowed(req Request, rt ports.Runtime) error {
+	if req.Network != "" && s.cfg.AllowedNetworks != nil && rt.Capabilities().Isolation != ports.KindHost &&
+		!slices.Contains(s.cfg.AllowedNetworks, req.Network) {
+		return fmt.Errorf("%w: network %q is not allowed on this server (allowed: %s)", ports.ErrInvalidSpec, req.Network, strings.Join(s.cfg.AllowedNetworks, ", "))
+	}
+	return nil
 }
 
 // allowedHosts checks a request's allowed hosts: only with network proxy,

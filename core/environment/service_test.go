@@ -23,6 +23,8 @@ type fakeRuntime struct {
 	envs      map[string]ports.Environment
 	specs     map[string]ports.EnvironmentSpec
 	provision error
+	// hold, when set, keeps Provision waiting until it is closed.
+	hold chan struct{}
 }
 
 func newFakeRuntime() *fakeRuntime {
@@ -35,6 +37,12 @@ func (r *fakeRuntime) Capabilities() ports.RuntimeCapabilities {
 func (r *fakeRuntime) Ping(context.Context) error { return nil }
 func (r *fakeRuntime) Provision(_ context.Context, spec ports.EnvironmentSpec) (ports.Environment, error) {
 	r.mu.Lock()
+	hold := r.hold
+	r.mu.Unlock()
+	if hold != nil {
+		<-hold
+	}
+	r.mu.Lock()
 	defer r.mu.Unlock()
 	if spec.Network == "bogus" {
 		return ports.Environment{}, fmt.Errorf("%w: network", ports.ErrInvalidSpec)
@@ -43,7 +51,7 @@ func (r *fakeRuntime) Provision(_ context.Context, spec ports.EnvironmentSpec) (
 		return ports.Environment{}, r.provision
 	}
 	spec.Progress("create")
-	e := ports.Environment{Name: spec.Name, Runtime: "fake", RuntimeID: "rt-" + spec.Name, State: ports.EnvRunning, Image: "base"}
+	e := ports.Environment{Name: spec.Name, Runtime: "fake", RuntimeID: "rt-" + spec.Name, State: ports.EnvRunning, Image: "base", Labels: spec.Labels}
 	r.envs[spec.Name] = e
 	r.specs[spec.Name] = spec
 	return e, nil
@@ -280,5 +288,50 @@ func TestRecoveredEnvironmentIsReadyWhenItsAgentReconnects(t *testing.T) {
 			t.Fatalf("still %s after its agent reconnected", e.State)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// An environment deleted while its runtime is still making it is not left
+// on the runtime when the making ends (a pool's member dropped mid-refill
+// once outlived its test as a running VM).
+func TestDeletedWhileProvisioningLeavesNothing(t *testing.T) {
+	f := newFixture(t, time.Minute)
+	hold := make(chan struct{})
+	f.rt.mu.Lock()
+	f.rt.hold = hold
+	f.rt.mu.Unlock()
+	created := make(chan Environment, 1)
+	go func() {
+		e, err := f.svc.Create(context.Background(), Request{Runtime: "fake", Name: "late"})
+		if err != nil {
+			t.Error(err)
+		}
+		created <- e
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if e, ok := f.svc.Get("late"); ok && e.State == StateProvisioning {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("never provisioning")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := f.svc.Delete(context.Background(), "late"); err != nil {
+		t.Fatal(err)
+	}
+	close(hold)
+	if e := <-created; e.State != StateDeleting || e.Name != "late" || len(e.Events) == 0 {
+		t.Fatalf("create answered %+v", e)
+	}
+	f.rt.mu.Lock()
+	_, left := f.rt.envs["late"]
+	f.rt.mu.Unlock()
+	if left {
+		t.Fatal("the environment deleted while provisioning is still on the runtime")
+	}
+	if _, ok := f.svc.Get("late"); ok {
+		t.Fatal("it is still listed")
 	}
 }

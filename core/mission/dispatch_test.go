@@ -29,6 +29,26 @@ func TestDispatchRoutesToLeastLoadedReadyAgent(t *testing.T) {
 	}
 }
 
+// An agent held for someone (a warm pool's idle member) is no candidate,
+// by name or not, however idle it is.
+func TestDispatchSkipsReservedAgents(t *testing.T) {
+	h := newHarness(t)
+	h.dir.set(agentInfo("member", "ready", 0), agentInfo("agent-b", "ready", 4))
+	h.svc.SetReserved(func(id string) bool { return id == "member" })
+	if m := h.dispatch("m1"); m.AgentID != "agent-b" {
+		t.Fatalf("routed to %q, want agent-b: the idle member is held", m.AgentID)
+	}
+	// Nor is it advertised: only agent-b's tier and tools are on offer.
+	if c := h.svc.Candidates(); len(c) != 1 || c[0].ID != "agent-b" {
+		t.Fatalf("candidates %+v", c)
+	}
+	req := request("m2")
+	req.Filter.AgentID = "member"
+	if m, err := h.svc.Dispatch(context.Background(), req); err == nil {
+		t.Fatalf("naming a held agent routed the mission to %q", m.AgentID)
+	}
+}
+
 func TestDispatchCapabilityFilter(t *testing.T) {
 	h := newHarness(t)
 	plain := agentInfo("agent-a", "ready", 0)

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/core/hitl"
@@ -58,7 +59,14 @@ type Service struct {
 	bySession map[string]*live
 	byHITL    map[string]*live
 	suspended bool
+	// reserved says an agent is held for someone (a warm pool's idle
+	// member): never a candidate. Set once at start (SetReserved).
+	reserved atomic.Pointer[func(agentID string) bool]
 }
+
+// SetReserved names the agents no mission may go to; the environment
+// service, made after this one, knows them.
+func (s *Service) SetReserved(f func(agentID string) bool) { s.reserved.Store(&f) }
 
 // live is a mission known in memory, with what its session produced.
 type live struct {
@@ -362,6 +370,10 @@ func (l *live) snapshot() ports.Mission {
 	return l.m
 }
 
+// Candidates are the agents a mission may go to now (held ones left out):
+// what the executor may advertise.
+func (s *Service) Candidates() []Candidate { return s.candidates("") }
+
 // candidates are the agents a mission may go to: the one it names, else
 // every agent (one lookup, not a listing of thousands, when it names one).
 func (s *Service) candidates(named string) []Candidate {
@@ -374,7 +386,11 @@ func (s *Service) candidates(named string) []Candidate {
 		agents = s.cfg.Agents.Agents()
 	}
 	out := make([]Candidate, 0, len(agents))
+	reserved := s.reserved.Load()
 	for _, a := range agents {
+		if reserved != nil && (*reserved)(a.ID) {
+			continue
+		}
 		out = append(out, Candidate{
 			ID: a.ID, Status: a.Status, Runtime: a.Runtime, Arch: a.System.Arch,
 			Capabilities: a.Capabilities, Load: a.RunningCommands,

@@ -590,6 +590,9 @@ type EnvironmentEvent struct {
 // EnvironmentList defines model for EnvironmentList.
 type EnvironmentList struct {
 	Environments []Environment `json:"environments"`
+
+	// NextCursor Where the next page starts (pass it as cursor); absent on the last page.
+	NextCursor *string `json:"next_cursor,omitempty"`
 }
 
 // Error defines model for Error.
@@ -604,7 +607,7 @@ type Error struct {
 	// runtime_error, not_supported, too_many_sessions, too_many_commands, file_not_found,
 	// permission_denied, invalid_path, file_too_large, directory_not_empty,
 	// too_many_transfers, invalid_manifest, task_not_found, task_conflict,
-	// artifact_not_found.
+	// artifact_not_found, pool_not_found, agent_reserved.
 	Code string `json:"code"`
 
 	// Error A message for people.
@@ -701,7 +704,9 @@ type HITLAnswered struct {
 
 // HITLList defines model for HITLList.
 type HITLList struct {
-	Requests []HITLRequest `json:"requests"`
+	// NextCursor Where the next page starts (pass it as cursor); absent on the last page.
+	NextCursor *string       `json:"next_cursor,omitempty"`
+	Requests   []HITLRequest `json:"requests"`
 }
 
 // HITLRequest A mission's session waiting at a prompt (mission_id), or claude asking to use a tool
@@ -790,6 +795,9 @@ type Mission struct {
 // MissionList defines model for MissionList.
 type MissionList struct {
 	Missions []Mission `json:"missions"`
+
+	// NextCursor Where the next page starts (pass it as cursor); absent on the last page.
+	NextCursor *string `json:"next_cursor,omitempty"`
 }
 
 // MissionState defines model for MissionState.
@@ -806,6 +814,54 @@ type MissionTimelineEntry struct {
 
 // OutputEncoding utf-8 when all returned output is valid UTF-8, otherwise base64.
 type OutputEncoding string
+
+// Pool defines model for Pool.
+type Pool struct {
+	// Hits Creates that took a member.
+	Hits int64 `json:"hits"`
+
+	// Idle Members ready to be taken.
+	Idle    int          `json:"idle"`
+	Members []PoolMember `json:"members"`
+
+	// Misses Creates that matched this pool when no member was idle.
+	Misses  int64    `json:"misses"`
+	Name    string   `json:"name"`
+	Runtime string   `json:"runtime"`
+	Size    int      `json:"size"`
+	Spec    PoolSpec `json:"spec"`
+
+	// Warming Members being provisioned.
+	Warming int `json:"warming"`
+}
+
+// PoolList defines model for PoolList.
+type PoolList struct {
+	Pools []Pool `json:"pools"`
+}
+
+// PoolMember defines model for PoolMember.
+type PoolMember struct {
+	Name  string `json:"name"`
+	State string `json:"state"`
+}
+
+// PoolRequest defines model for PoolRequest.
+type PoolRequest struct {
+	Runtime string    `json:"runtime"`
+	Size    int       `json:"size"`
+	Spec    *PoolSpec `json:"spec,omitempty"`
+}
+
+// PoolSpec defines model for PoolSpec.
+type PoolSpec struct {
+	AllowedHosts *[]string  `json:"allowed_hosts,omitempty"`
+	Image        *string    `json:"image,omitempty"`
+	Network      *string    `json:"network,omitempty"`
+	Profile      *string    `json:"profile,omitempty"`
+	ReadOnlyRoot *bool      `json:"read_only_root,omitempty"`
+	Resources    *Resources `json:"resources,omitempty"`
+}
 
 // Readiness defines model for Readiness.
 type Readiness struct {
@@ -909,7 +965,9 @@ type SessionKilled struct {
 
 // SessionList defines model for SessionList.
 type SessionList struct {
-	Sessions []Session `json:"sessions"`
+	// NextCursor Where the next page starts (pass it as cursor); absent on the last page.
+	NextCursor *string   `json:"next_cursor,omitempty"`
+	Sessions   []Session `json:"sessions"`
 }
 
 // SessionState defines model for SessionState.
@@ -1034,6 +1092,15 @@ type FileMode = string
 // FilePath defines model for FilePath.
 type FilePath = string
 
+// PageCursor defines model for PageCursor.
+type PageCursor = string
+
+// PageLimit defines model for PageLimit.
+type PageLimit = int
+
+// PoolName defines model for PoolName.
+type PoolName = string
+
 // SessionID defines model for SessionID.
 type SessionID = string
 
@@ -1132,10 +1199,34 @@ type GetCommandParams struct {
 	WaitMs *int `form:"wait_ms,omitempty" json:"wait_ms,omitempty"`
 }
 
+// ListEnvironmentsParams defines parameters for ListEnvironments.
+type ListEnvironmentsParams struct {
+	// Limit At most this many; without it, all. With it, next_cursor says where the next page starts.
+	Limit *PageLimit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The next_cursor of the previous page (items that come or go between pages move no other across a page boundary).
+	Cursor *PageCursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// ListHITLParams defines parameters for ListHITL.
+type ListHITLParams struct {
+	// Limit At most this many; without it, all. With it, next_cursor says where the next page starts.
+	Limit *PageLimit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The next_cursor of the previous page (items that come or go between pages move no other across a page boundary).
+	Cursor *PageCursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
 // ListMissionsParams defines parameters for ListMissions.
 type ListMissionsParams struct {
 	// State Only missions in this state.
 	State *MissionState `form:"state,omitempty" json:"state,omitempty"`
+
+	// Limit At most this many; without it, all. With it, next_cursor says where the next page starts.
+	Limit *PageLimit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The next_cursor of the previous page (items that come or go between pages move no other across a page boundary).
+	Cursor *PageCursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
 // ListSessionsParams defines parameters for ListSessions.
@@ -1145,6 +1236,12 @@ type ListSessionsParams struct {
 
 	// State Only the sessions in this state.
 	State *SessionState `form:"state,omitempty" json:"state,omitempty"`
+
+	// Limit At most this many; without it, all. With it, next_cursor says where the next page starts.
+	Limit *PageLimit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The next_cursor of the previous page (items that come or go between pages move no other across a page boundary).
+	Cursor *PageCursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
 // GetSessionActivityParams defines parameters for GetSessionActivity.
@@ -1211,6 +1308,9 @@ type CreateEnvironmentJSONRequestBody = CreateEnvironmentRequest
 
 // RespondHITLJSONRequestBody defines body for RespondHITL for application/json ContentType.
 type RespondHITLJSONRequestBody = HITLResponse
+
+// PutPoolJSONRequestBody defines body for PutPool for application/json ContentType.
+type PutPoolJSONRequestBody = PoolRequest
 
 // DispatchMissionJSONRequestBody defines body for DispatchMission for application/json ContentType.
 type DispatchMissionJSONRequestBody = DispatchRequest
@@ -1501,7 +1601,7 @@ type ClientInterface interface {
 	// ListEnvironments Environments this server made (and found again after a restart), by name.
 	//
 	// Corresponds with GET /api/v1/environments (the `ListEnvironments` operationId).
-	ListEnvironments(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+	ListEnvironments(ctx context.Context, params *ListEnvironmentsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// CreateEnvironmentWithBody Provision an environment with its agent; answers at once, progress shows in state and events.
 	//
@@ -1562,7 +1662,7 @@ type ClientInterface interface {
 	// ListHITL Open human-in-the-loop requests, oldest first.
 	//
 	// Corresponds with GET /api/v1/hitl (the `ListHITL` operationId).
-	ListHITL(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+	ListHITL(ctx context.Context, params *ListHITLParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RespondHITLWithBody Answer a HITL request; `text` + newline is written to the session's stdin.
 	//
@@ -1595,6 +1695,51 @@ type ClientInterface interface {
 
 	// GetMission performs a GET /api/v1/missions/{mission_id} (the `GetMission` operationId) request.
 	GetMission(ctx context.Context, missionId string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListPools Warm pools, by name.
+	//
+	// Corresponds with GET /api/v1/pools (the `ListPools` operationId).
+	ListPools(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeletePool Forget a warm pool and destroy its untaken members; environments taken from it stay.
+	//
+	// Corresponds with DELETE /api/v1/pools/{name} (the `DeletePool` operationId).
+	DeletePool(ctx context.Context, name PoolName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetPool One warm pool with its untaken members. 404 `pool_not_found`.
+	//
+	// Corresponds with GET /api/v1/pools/{name} (the `GetPool` operationId).
+	GetPool(ctx context.Context, name PoolName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutPoolWithBody Define or redefine a warm pool; its members are provisioned (or dropped) in the background.
+	//
+	// The server keeps `size` environments of `spec` on `runtime` provisioned with their
+	// agents connected and idle, refilling in the background (a few at a time) and
+	// replacing members that fail or lose their agent. A `POST /api/v1/environments` whose
+	// runtime and spec are exactly these takes an idle member: it answers `ready` under the
+	// requested name, whose agent (same name) is connected. A member serves one caller and
+	// is destroyed with that caller's environment. Redefining the spec replaces the members;
+	// the pool outlives a restart of the server. 400 `invalid_request` or `unknown_runtime`.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /api/v1/pools/{name} (the `PutPool` operationId).
+	PutPoolWithBody(ctx context.Context, name PoolName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutPool Define or redefine a warm pool; its members are provisioned (or dropped) in the background.
+	//
+	// The server keeps `size` environments of `spec` on `runtime` provisioned with their
+	// agents connected and idle, refilling in the background (a few at a time) and
+	// replacing members that fail or lose their agent. A `POST /api/v1/environments` whose
+	// runtime and spec are exactly these takes an idle member: it answers `ready` under the
+	// requested name, whose agent (same name) is connected. A member serves one caller and
+	// is destroyed with that caller's environment. Redefining the spec replaces the members;
+	// the pool outlives a restart of the server. 400 `invalid_request` or `unknown_runtime`.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /api/v1/pools/{name} (the `PutPool` operationId).
+	PutPool(ctx context.Context, name PoolName, body PutPoolJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListRuntimes The runtimes this server provisions environments with (configured and reachable), with their capabilities.
 	//
@@ -2278,8 +2423,8 @@ func (c *Client) WriteCommandStdin(ctx context.Context, commandId CommandID, bod
 // ListEnvironments Environments this server made (and found again after a restart), by name.
 //
 // Corresponds with GET /api/v1/environments (the `ListEnvironments` operationId).
-func (c *Client) ListEnvironments(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewListEnvironmentsRequest(c.Server)
+func (c *Client) ListEnvironments(ctx context.Context, params *ListEnvironmentsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListEnvironmentsRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -2429,8 +2574,8 @@ func (c *Client) StopEnvironment(ctx context.Context, name EnvironmentName, reqE
 // ListHITL Open human-in-the-loop requests, oldest first.
 //
 // Corresponds with GET /api/v1/hitl (the `ListHITL` operationId).
-func (c *Client) ListHITL(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewListHITLRequest(c.Server)
+func (c *Client) ListHITL(ctx context.Context, params *ListHITLParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListHITLRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -2503,6 +2648,101 @@ func (c *Client) ListMissions(ctx context.Context, params *ListMissionsParams, r
 // GetMission performs a GET /api/v1/missions/{mission_id} (the `GetMission` operationId) request.
 func (c *Client) GetMission(ctx context.Context, missionId string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetMissionRequest(c.Server, missionId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListPools Warm pools, by name.
+//
+// Corresponds with GET /api/v1/pools (the `ListPools` operationId).
+func (c *Client) ListPools(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListPoolsRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeletePool Forget a warm pool and destroy its untaken members; environments taken from it stay.
+//
+// Corresponds with DELETE /api/v1/pools/{name} (the `DeletePool` operationId).
+func (c *Client) DeletePool(ctx context.Context, name PoolName, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeletePoolRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetPool One warm pool with its untaken members. 404 `pool_not_found`.
+//
+// Corresponds with GET /api/v1/pools/{name} (the `GetPool` operationId).
+func (c *Client) GetPool(ctx context.Context, name PoolName, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetPoolRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutPoolWithBody Define or redefine a warm pool; its members are provisioned (or dropped) in the background.
+//
+// The server keeps `size` environments of `spec` on `runtime` provisioned with their
+// agents connected and idle, refilling in the background (a few at a time) and
+// replacing members that fail or lose their agent. A `POST /api/v1/environments` whose
+// runtime and spec are exactly these takes an idle member: it answers `ready` under the
+// requested name, whose agent (same name) is connected. A member serves one caller and
+// is destroyed with that caller's environment. Redefining the spec replaces the members;
+// the pool outlives a restart of the server. 400 `invalid_request` or `unknown_runtime`.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /api/v1/pools/{name} (the `PutPool` operationId).
+func (c *Client) PutPoolWithBody(ctx context.Context, name PoolName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutPoolRequestWithBody(c.Server, name, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutPool Define or redefine a warm pool; its members are provisioned (or dropped) in the background.
+//
+// The server keeps `size` environments of `spec` on `runtime` provisioned with their
+// agents connected and idle, refilling in the background (a few at a time) and
+// replacing members that fail or lose their agent. A `POST /api/v1/environments` whose
+// runtime and spec are exactly these takes an idle member: it answers `ready` under the
+// requested name, whose agent (same name) is connected. A member serves one caller and
+// is destroyed with that caller's environment. Redefining the spec replaces the members;
+// the pool outlives a restart of the server. 400 `invalid_request` or `unknown_runtime`.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /api/v1/pools/{name} (the `PutPool` operationId).
+func (c *Client) PutPool(ctx context.Context, name PoolName, body PutPoolJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutPoolRequest(c.Server, name, body)
 	if err != nil {
 		return nil, err
 	}
@@ -3952,7 +4192,7 @@ func NewWriteCommandStdinRequestWithBody(server string, commandId CommandID, con
 }
 
 // NewListEnvironmentsRequest constructs an http.Request for the ListEnvironments method
-func NewListEnvironmentsRequest(server string) (*http.Request, error) {
+func NewListEnvironmentsRequest(server string, params *ListEnvironmentsParams) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -3968,6 +4208,45 @@ func NewListEnvironmentsRequest(server string) (*http.Request, error) {
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
@@ -4223,7 +4502,7 @@ func NewStopEnvironmentRequest(server string, name EnvironmentName) (*http.Reque
 }
 
 // NewListHITLRequest constructs an http.Request for the ListHITL method
-func NewListHITLRequest(server string) (*http.Request, error) {
+func NewListHITLRequest(server string, params *ListHITLParams) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -4239,6 +4518,45 @@ func NewListHITLRequest(server string) (*http.Request, error) {
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
@@ -4336,6 +4654,30 @@ func NewListMissionsRequest(server string, params *ListMissionsParams) (*http.Re
 
 		}
 
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if encoded := queryValues.Encode(); encoded != "" {
 			rawQueryFragments = append(rawQueryFragments, encoded)
 		}
@@ -4380,6 +4722,148 @@ func NewGetMissionRequest(server string, missionId string) (*http.Request, error
 	if err != nil {
 		return nil, err
 	}
+
+	return req, nil
+}
+
+// NewListPoolsRequest constructs an http.Request for the ListPools method
+func NewListPoolsRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/pools")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewDeletePoolRequest constructs an http.Request for the DeletePool method
+func NewDeletePoolRequest(server string, name PoolName) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/pools/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetPoolRequest constructs an http.Request for the GetPool method
+func NewGetPoolRequest(server string, name PoolName) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/pools/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewPutPoolRequest calls the generic PutPool builder with application/json body
+func NewPutPoolRequest(server string, name PoolName, body PutPoolJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPutPoolRequestWithBody(server, name, "application/json", bodyReader)
+}
+
+// NewPutPoolRequestWithBody constructs an http.Request for the PutPool method, with any body, and a specified content type
+func NewPutPoolRequestWithBody(server string, name PoolName, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/pools/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	return req, nil
 }
@@ -4454,6 +4938,30 @@ func NewListSessionsRequest(server string, params *ListSessionsParams) (*http.Re
 		if params.State != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "state", *params.State, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -5505,7 +6013,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /api/v1/environments (the `ListEnvironments` operationId).
-	ListEnvironmentsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListEnvironmentsResponse, error)
+	ListEnvironmentsWithResponse(ctx context.Context, params *ListEnvironmentsParams, reqEditors ...RequestEditorFn) (*ListEnvironmentsResponse, error)
 
 	// CreateEnvironmentWithBodyWithResponse Provision an environment with its agent; answers at once, progress shows in state and events.
 	//
@@ -5580,7 +6088,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /api/v1/hitl (the `ListHITL` operationId).
-	ListHITLWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListHITLResponse, error)
+	ListHITLWithResponse(ctx context.Context, params *ListHITLParams, reqEditors ...RequestEditorFn) (*ListHITLResponse, error)
 
 	// RespondHITLWithBodyWithResponse Answer a HITL request; `text` + newline is written to the session's stdin.
 	//
@@ -5617,6 +6125,57 @@ type ClientWithResponsesInterface interface {
 	//
 	// Returns a wrapper object for the known response body format(s).
 	GetMissionWithResponse(ctx context.Context, missionId string, reqEditors ...RequestEditorFn) (*GetMissionResponse, error)
+
+	// ListPoolsWithResponse Warm pools, by name.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/pools (the `ListPools` operationId).
+	ListPoolsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListPoolsResponse, error)
+
+	// DeletePoolWithResponse Forget a warm pool and destroy its untaken members; environments taken from it stay.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /api/v1/pools/{name} (the `DeletePool` operationId).
+	DeletePoolWithResponse(ctx context.Context, name PoolName, reqEditors ...RequestEditorFn) (*DeletePoolResponse, error)
+
+	// GetPoolWithResponse One warm pool with its untaken members. 404 `pool_not_found`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/pools/{name} (the `GetPool` operationId).
+	GetPoolWithResponse(ctx context.Context, name PoolName, reqEditors ...RequestEditorFn) (*GetPoolResponse, error)
+
+	// PutPoolWithBodyWithResponse Define or redefine a warm pool; its members are provisioned (or dropped) in the background.
+	//
+	// The server keeps `size` environments of `spec` on `runtime` provisioned with their
+	// agents connected and idle, refilling in the background (a few at a time) and
+	// replacing members that fail or lose their agent. A `POST /api/v1/environments` whose
+	// runtime and spec are exactly these takes an idle member: it answers `ready` under the
+	// requested name, whose agent (same name) is connected. A member serves one caller and
+	// is destroyed with that caller's environment. Redefining the spec replaces the members;
+	// the pool outlives a restart of the server. 400 `invalid_request` or `unknown_runtime`.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /api/v1/pools/{name} (the `PutPool` operationId).
+	PutPoolWithBodyWithResponse(ctx context.Context, name PoolName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutPoolResponse, error)
+
+	// PutPoolWithResponse Define or redefine a warm pool; its members are provisioned (or dropped) in the background.
+	//
+	// The server keeps `size` environments of `spec` on `runtime` provisioned with their
+	// agents connected and idle, refilling in the background (a few at a time) and
+	// replacing members that fail or lose their agent. A `POST /api/v1/environments` whose
+	// runtime and spec are exactly these takes an idle member: it answers `ready` under the
+	// requested name, whose agent (same name) is connected. A member serves one caller and
+	// is destroyed with that caller's environment. Redefining the spec replaces the members;
+	// the pool outlives a restart of the server. 400 `invalid_request` or `unknown_runtime`.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /api/v1/pools/{name} (the `PutPool` operationId).
+	PutPoolWithResponse(ctx context.Context, name PoolName, body PutPoolJSONRequestBody, reqEditors ...RequestEditorFn) (*PutPoolResponse, error)
 
 	// ListRuntimesWithResponse The runtimes this server provisions environments with (configured and reachable), with their capabilities.
 	//
@@ -7326,6 +7885,8 @@ type ListEnvironmentsResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *EnvironmentList
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
 }
@@ -7333,6 +7894,11 @@ type ListEnvironmentsResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r ListEnvironmentsResponse) GetJSON200() *EnvironmentList {
 	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ListEnvironmentsResponse) GetJSON400() *BadRequest {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -7885,6 +8451,8 @@ type ListHITLResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *HITLList
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
 }
@@ -7892,6 +8460,11 @@ type ListHITLResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r ListHITLResponse) GetJSON200() *HITLList {
 	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ListHITLResponse) GetJSON400() *BadRequest {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -8129,6 +8702,233 @@ func (r GetMissionResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetMissionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListPoolsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PoolList
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListPoolsResponse) GetJSON200() *PoolList {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ListPoolsResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetBody returns the raw response body bytes
+func (r ListPoolsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListPoolsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListPoolsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListPoolsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DeletePoolResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r DeletePoolResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r DeletePoolResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r DeletePoolResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeletePoolResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeletePoolResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeletePoolResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetPoolResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Pool
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetPoolResponse) GetJSON200() *Pool {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetPoolResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetPoolResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r GetPoolResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetPoolResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetPoolResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetPoolResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type PutPoolResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Pool
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *TooLarge
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PutPoolResponse) GetJSON200() *Pool {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r PutPoolResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r PutPoolResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r PutPoolResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r PutPoolResponse) GetJSON413() *TooLarge {
+	return r.JSON413
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r PutPoolResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r PutPoolResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PutPoolResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PutPoolResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PutPoolResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -9549,8 +10349,8 @@ func (c *ClientWithResponses) WriteCommandStdinWithResponse(ctx context.Context,
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /api/v1/environments (the `ListEnvironments` operationId).
-func (c *ClientWithResponses) ListEnvironmentsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListEnvironmentsResponse, error) {
-	rsp, err := c.ListEnvironments(ctx, reqEditors...)
+func (c *ClientWithResponses) ListEnvironmentsWithResponse(ctx context.Context, params *ListEnvironmentsParams, reqEditors ...RequestEditorFn) (*ListEnvironmentsResponse, error) {
+	rsp, err := c.ListEnvironments(ctx, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -9678,8 +10478,8 @@ func (c *ClientWithResponses) StopEnvironmentWithResponse(ctx context.Context, n
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /api/v1/hitl (the `ListHITL` operationId).
-func (c *ClientWithResponses) ListHITLWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListHITLResponse, error) {
-	rsp, err := c.ListHITL(ctx, reqEditors...)
+func (c *ClientWithResponses) ListHITLWithResponse(ctx context.Context, params *ListHITLParams, reqEditors ...RequestEditorFn) (*ListHITLResponse, error) {
+	rsp, err := c.ListHITL(ctx, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -9744,6 +10544,87 @@ func (c *ClientWithResponses) GetMissionWithResponse(ctx context.Context, missio
 		return nil, err
 	}
 	return ParseGetMissionResponse(rsp)
+}
+
+// ListPoolsWithResponse Warm pools, by name.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/pools (the `ListPools` operationId).
+func (c *ClientWithResponses) ListPoolsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListPoolsResponse, error) {
+	rsp, err := c.ListPools(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListPoolsResponse(rsp)
+}
+
+// DeletePoolWithResponse Forget a warm pool and destroy its untaken members; environments taken from it stay.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /api/v1/pools/{name} (the `DeletePool` operationId).
+func (c *ClientWithResponses) DeletePoolWithResponse(ctx context.Context, name PoolName, reqEditors ...RequestEditorFn) (*DeletePoolResponse, error) {
+	rsp, err := c.DeletePool(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeletePoolResponse(rsp)
+}
+
+// GetPoolWithResponse One warm pool with its untaken members. 404 `pool_not_found`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/pools/{name} (the `GetPool` operationId).
+func (c *ClientWithResponses) GetPoolWithResponse(ctx context.Context, name PoolName, reqEditors ...RequestEditorFn) (*GetPoolResponse, error) {
+	rsp, err := c.GetPool(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetPoolResponse(rsp)
+}
+
+// PutPoolWithBodyWithResponse Define or redefine a warm pool; its members are provisioned (or dropped) in the background.
+//
+// The server keeps `size` environments of `spec` on `runtime` provisioned with their
+// agents connected and idle, refilling in the background (a few at a time) and
+// replacing members that fail or lose their agent. A `POST /api/v1/environments` whose
+// runtime and spec are exactly these takes an idle member: it answers `ready` under the
+// requested name, whose agent (same name) is connected. A member serves one caller and
+// is destroyed with that caller's environment. Redefining the spec replaces the members;
+// the pool outlives a restart of the server. 400 `invalid_request` or `unknown_runtime`.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /api/v1/pools/{name} (the `PutPool` operationId).
+func (c *ClientWithResponses) PutPoolWithBodyWithResponse(ctx context.Context, name PoolName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutPoolResponse, error) {
+	rsp, err := c.PutPoolWithBody(ctx, name, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutPoolResponse(rsp)
+}
+
+// PutPoolWithResponse Define or redefine a warm pool; its members are provisioned (or dropped) in the background.
+//
+// The server keeps `size` environments of `spec` on `runtime` provisioned with their
+// agents connected and idle, refilling in the background (a few at a time) and
+// replacing members that fail or lose their agent. A `POST /api/v1/environments` whose
+// runtime and spec are exactly these takes an idle member: it answers `ready` under the
+// requested name, whose agent (same name) is connected. A member serves one caller and
+// is destroyed with that caller's environment. Redefining the spec replaces the members;
+// the pool outlives a restart of the server. 400 `invalid_request` or `unknown_runtime`.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /api/v1/pools/{name} (the `PutPool` operationId).
+func (c *ClientWithResponses) PutPoolWithResponse(ctx context.Context, name PoolName, body PutPoolJSONRequestBody, reqEditors ...RequestEditorFn) (*PutPoolResponse, error) {
+	rsp, err := c.PutPool(ctx, name, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutPoolResponse(rsp)
 }
 
 // ListRuntimesWithResponse The runtimes this server provisions environments with (configured and reachable), with their capabilities.
@@ -11313,6 +12194,13 @@ func ParseListEnvironmentsResponse(rsp *http.Response) (*ListEnvironmentsRespons
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -11755,6 +12643,13 @@ func ParseListHITLResponse(rsp *http.Response) (*ListHITLResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -11916,6 +12811,176 @@ func ParseGetMissionResponse(rsp *http.Response) (*GetMissionResponse, error) {
 			return nil, err
 		}
 		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListPoolsResponse parses an HTTP response from a ListPoolsWithResponse call
+func ParseListPoolsResponse(rsp *http.Response) (*ListPoolsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListPoolsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PoolList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDeletePoolResponse parses an HTTP response from a DeletePoolWithResponse call
+func ParseDeletePoolResponse(rsp *http.Response) (*DeletePoolResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeletePoolResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetPoolResponse parses an HTTP response from a GetPoolWithResponse call
+func ParseGetPoolResponse(rsp *http.Response) (*GetPoolResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetPoolResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Pool
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParsePutPoolResponse parses an HTTP response from a PutPoolWithResponse call
+func ParsePutPoolResponse(rsp *http.Response) (*PutPoolResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PutPoolResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Pool
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Unavailable
@@ -12761,7 +13826,7 @@ type ServerInterface interface {
 	WriteCommandStdin(w http.ResponseWriter, r *http.Request, commandId CommandID)
 	// ListEnvironments Environments this server made (and found again after a restart), by name.
 	// (GET /api/v1/environments)
-	ListEnvironments(w http.ResponseWriter, r *http.Request)
+	ListEnvironments(w http.ResponseWriter, r *http.Request, params ListEnvironmentsParams)
 	// CreateEnvironment Provision an environment with its agent; answers at once, progress shows in state and events.
 	// (POST /api/v1/environments)
 	CreateEnvironment(w http.ResponseWriter, r *http.Request)
@@ -12785,7 +13850,7 @@ type ServerInterface interface {
 	StopEnvironment(w http.ResponseWriter, r *http.Request, name EnvironmentName)
 	// ListHITL Open human-in-the-loop requests, oldest first.
 	// (GET /api/v1/hitl)
-	ListHITL(w http.ResponseWriter, r *http.Request)
+	ListHITL(w http.ResponseWriter, r *http.Request, params ListHITLParams)
 	// RespondHITL Answer a HITL request; `text` + newline is written to the session's stdin.
 	// (POST /api/v1/hitl/{hitl_id}/respond)
 	RespondHITL(w http.ResponseWriter, r *http.Request, hitlId string)
@@ -12795,6 +13860,18 @@ type ServerInterface interface {
 
 	// (GET /api/v1/missions/{mission_id})
 	GetMission(w http.ResponseWriter, r *http.Request, missionId string)
+	// ListPools Warm pools, by name.
+	// (GET /api/v1/pools)
+	ListPools(w http.ResponseWriter, r *http.Request)
+	// DeletePool Forget a warm pool and destroy its untaken members; environments taken from it stay.
+	// (DELETE /api/v1/pools/{name})
+	DeletePool(w http.ResponseWriter, r *http.Request, name PoolName)
+	// GetPool One warm pool with its untaken members. 404 `pool_not_found`.
+	// (GET /api/v1/pools/{name})
+	GetPool(w http.ResponseWriter, r *http.Request, name PoolName)
+	// PutPool Define or redefine a warm pool; its members are provisioned (or dropped) in the background.
+	// (PUT /api/v1/pools/{name})
+	PutPool(w http.ResponseWriter, r *http.Request, name PoolName)
 	// ListRuntimes The runtimes this server provisions environments with (configured and reachable), with their capabilities.
 	// (GET /api/v1/runtimes)
 	ListRuntimes(w http.ResponseWriter, r *http.Request)
@@ -13550,8 +14627,40 @@ func (siw *ServerInterfaceWrapper) WriteCommandStdin(w http.ResponseWriter, r *h
 // ListEnvironments operation middleware
 func (siw *ServerInterfaceWrapper) ListEnvironments(w http.ResponseWriter, r *http.Request) {
 
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListEnvironmentsParams
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		siw.Handler.ListEnvironments(w, r)
+		siw.Handler.ListEnvironments(w, r, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -13734,8 +14843,40 @@ func (siw *ServerInterfaceWrapper) StopEnvironment(w http.ResponseWriter, r *htt
 // ListHITL operation middleware
 func (siw *ServerInterfaceWrapper) ListHITL(w http.ResponseWriter, r *http.Request) {
 
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListHITLParams
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		siw.Handler.ListHITL(w, r)
+		siw.Handler.ListHITL(w, r, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -13793,6 +14934,32 @@ func (siw *ServerInterfaceWrapper) ListMissions(w http.ResponseWriter, r *http.R
 		return
 	}
 
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.ListMissions(w, r, params)
 	}))
@@ -13821,6 +14988,98 @@ func (siw *ServerInterfaceWrapper) GetMission(w http.ResponseWriter, r *http.Req
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.GetMission(w, r, missionId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListPools operation middleware
+func (siw *ServerInterfaceWrapper) ListPools(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListPools(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// DeletePool operation middleware
+func (siw *ServerInterfaceWrapper) DeletePool(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "name" -------------
+	var name PoolName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", r.PathValue("name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "name", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DeletePool(w, r, name)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetPool operation middleware
+func (siw *ServerInterfaceWrapper) GetPool(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "name" -------------
+	var name PoolName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", r.PathValue("name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "name", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetPool(w, r, name)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// PutPool operation middleware
+func (siw *ServerInterfaceWrapper) PutPool(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "name" -------------
+	var name PoolName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", r.PathValue("name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "name", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.PutPool(w, r, name)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -13875,6 +15134,32 @@ func (siw *ServerInterfaceWrapper) ListSessions(w http.ResponseWriter, r *http.R
 			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "state"})
 		} else {
 			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "state", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
 		}
 		return
 	}
@@ -14574,6 +15859,10 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/runtimes", wrapper.ListRuntimes)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/environments", wrapper.ListEnvironments)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/environments", wrapper.CreateEnvironment)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/pools", wrapper.ListPools)
+	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/api/v1/pools/{name}", wrapper.DeletePool)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/pools/{name}", wrapper.GetPool)
+	m.HandleFunc(http.MethodPut+" "+options.BaseURL+"/api/v1/pools/{name}", wrapper.PutPool)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/api/v1/environments/{name}", wrapper.DeleteEnvironment)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/environments/{name}", wrapper.GetEnvironment)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/environments/{name}/start", wrapper.StartEnvironment)
@@ -16476,6 +17765,7 @@ func (response WriteCommandStdin502JSONResponse) VisitWriteCommandStdinResponse(
 }
 
 type ListEnvironmentsRequestObject struct {
+	Params ListEnvironmentsParams
 }
 
 type ListEnvironmentsResponseObject interface {
@@ -16492,6 +17782,20 @@ func (response ListEnvironments200JSONResponse) VisitListEnvironmentsResponse(w 
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListEnvironments400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response ListEnvironments400JSONResponse) VisitListEnvironmentsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -17121,6 +18425,7 @@ func (response StopEnvironment503JSONResponse) VisitStopEnvironmentResponse(w ht
 }
 
 type ListHITLRequestObject struct {
+	Params ListHITLParams
 }
 
 type ListHITLResponseObject interface {
@@ -17137,6 +18442,20 @@ func (response ListHITL200JSONResponse) VisitListHITLResponse(w http.ResponseWri
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListHITL400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response ListHITL400JSONResponse) VisitListHITLResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -17379,6 +18698,228 @@ func (response GetMission404JSONResponse) VisitGetMissionResponse(w http.Respons
 type GetMission503JSONResponse struct{ UnavailableJSONResponse }
 
 func (response GetMission503JSONResponse) VisitGetMissionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListPoolsRequestObject struct {
+}
+
+type ListPoolsResponseObject interface {
+	VisitListPoolsResponse(w http.ResponseWriter) error
+}
+
+type ListPools200JSONResponse PoolList
+
+func (response ListPools200JSONResponse) VisitListPoolsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListPools401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response ListPools401JSONResponse) VisitListPoolsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeletePoolRequestObject struct {
+	Name PoolName `json:"name"`
+}
+
+type DeletePoolResponseObject interface {
+	VisitDeletePoolResponse(w http.ResponseWriter) error
+}
+
+type DeletePool204Response struct {
+}
+
+func (response DeletePool204Response) VisitDeletePoolResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
+type DeletePool401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response DeletePool401JSONResponse) VisitDeletePoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeletePool404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response DeletePool404JSONResponse) VisitDeletePoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetPoolRequestObject struct {
+	Name PoolName `json:"name"`
+}
+
+type GetPoolResponseObject interface {
+	VisitGetPoolResponse(w http.ResponseWriter) error
+}
+
+type GetPool200JSONResponse Pool
+
+func (response GetPool200JSONResponse) VisitGetPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetPool401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response GetPool401JSONResponse) VisitGetPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetPool404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response GetPool404JSONResponse) VisitGetPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutPoolRequestObject struct {
+	Name PoolName `json:"name"`
+	Body *PutPoolJSONRequestBody
+}
+
+type PutPoolResponseObject interface {
+	VisitPutPoolResponse(w http.ResponseWriter) error
+}
+
+type PutPool200JSONResponse Pool
+
+func (response PutPool200JSONResponse) VisitPutPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutPool400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response PutPool400JSONResponse) VisitPutPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutPool401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response PutPool401JSONResponse) VisitPutPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutPool404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response PutPool404JSONResponse) VisitPutPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutPool413JSONResponse struct{ TooLargeJSONResponse }
+
+func (response PutPool413JSONResponse) VisitPutPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutPool503JSONResponse struct{ UnavailableJSONResponse }
+
+func (response PutPool503JSONResponse) VisitPutPoolResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response); err != nil {
@@ -18601,6 +20142,18 @@ type StrictServerInterface interface {
 
 	// (GET /api/v1/missions/{mission_id})
 	GetMission(ctx context.Context, request GetMissionRequestObject) (GetMissionResponseObject, error)
+	// ListPools Warm pools, by name.
+	// (GET /api/v1/pools)
+	ListPools(ctx context.Context, request ListPoolsRequestObject) (ListPoolsResponseObject, error)
+	// DeletePool Forget a warm pool and destroy its untaken members; environments taken from it stay.
+	// (DELETE /api/v1/pools/{name})
+	DeletePool(ctx context.Context, request DeletePoolRequestObject) (DeletePoolResponseObject, error)
+	// GetPool One warm pool with its untaken members. 404 `pool_not_found`.
+	// (GET /api/v1/pools/{name})
+	GetPool(ctx context.Context, request GetPoolRequestObject) (GetPoolResponseObject, error)
+	// PutPool Define or redefine a warm pool; its members are provisioned (or dropped) in the background.
+	// (PUT /api/v1/pools/{name})
+	PutPool(ctx context.Context, request PutPoolRequestObject) (PutPoolResponseObject, error)
 	// ListRuntimes The runtimes this server provisions environments with (configured and reachable), with their capabilities.
 	// (GET /api/v1/runtimes)
 	ListRuntimes(ctx context.Context, request ListRuntimesRequestObject) (ListRuntimesResponseObject, error)
@@ -19266,8 +20819,10 @@ func (sh *strictHandler) WriteCommandStdin(w http.ResponseWriter, r *http.Reques
 }
 
 // ListEnvironments operation middleware
-func (sh *strictHandler) ListEnvironments(w http.ResponseWriter, r *http.Request) {
+func (sh *strictHandler) ListEnvironments(w http.ResponseWriter, r *http.Request, params ListEnvironmentsParams) {
 	var request ListEnvironmentsRequestObject
+
+	request.Params = params
 
 	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
 		return sh.ssi.ListEnvironments(ctx, request.(ListEnvironmentsRequestObject))
@@ -19477,8 +21032,10 @@ func (sh *strictHandler) StopEnvironment(w http.ResponseWriter, r *http.Request,
 }
 
 // ListHITL operation middleware
-func (sh *strictHandler) ListHITL(w http.ResponseWriter, r *http.Request) {
+func (sh *strictHandler) ListHITL(w http.ResponseWriter, r *http.Request, params ListHITLParams) {
 	var request ListHITLRequestObject
+
+	request.Params = params
 
 	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
 		return sh.ssi.ListHITL(ctx, request.(ListHITLRequestObject))
@@ -19578,6 +21135,115 @@ func (sh *strictHandler) GetMission(w http.ResponseWriter, r *http.Request, miss
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(GetMissionResponseObject); ok {
 		if err := validResponse.VisitGetMissionResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListPools operation middleware
+func (sh *strictHandler) ListPools(w http.ResponseWriter, r *http.Request) {
+	var request ListPoolsRequestObject
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListPools(ctx, request.(ListPoolsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListPools")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListPoolsResponseObject); ok {
+		if err := validResponse.VisitListPoolsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// DeletePool operation middleware
+func (sh *strictHandler) DeletePool(w http.ResponseWriter, r *http.Request, name PoolName) {
+	var request DeletePoolRequestObject
+
+	request.Name = name
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.DeletePool(ctx, request.(DeletePoolRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "DeletePool")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(DeletePoolResponseObject); ok {
+		if err := validResponse.VisitDeletePoolResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetPool operation middleware
+func (sh *strictHandler) GetPool(w http.ResponseWriter, r *http.Request, name PoolName) {
+	var request GetPoolRequestObject
+
+	request.Name = name
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetPool(ctx, request.(GetPoolRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetPool")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetPoolResponseObject); ok {
+		if err := validResponse.VisitGetPoolResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// PutPool operation middleware
+func (sh *strictHandler) PutPool(w http.ResponseWriter, r *http.Request, name PoolName) {
+	var request PutPoolRequestObject
+
+	request.Name = name
+
+	var body PutPoolJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.PutPool(ctx, request.(PutPoolRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "PutPool")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(PutPoolResponseObject); ok {
+		if err := validResponse.VisitPutPoolResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {
@@ -20079,239 +21745,253 @@ func (sh *strictHandler) GetReadyz(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L3rchu3ljD6KiieqTJ5pkVRsuztSLUrpThyoolvZSmT2bOZwwa7QRKjJtAB0KIYl6rm13mA82feYF5k",
-	"3mQ/ySmsBfSFRJOULNmZfP5ji30B0AsL63752EnkPJeCCaM7xx87OVV0zgxT8Ot0yoQ5/97+yUXnuJNT",
-	"M+tEHUHnrHPcofbuiKedqKPYbwVXLO0cG1WwqKOTGZtT+96c3rxmYmpmneODwxdRZ85F+TvqmGVuR9JG",
-	"cTHt3N5GnZdyPqcibZ00wfsPPe2ZuOZKijkT5i1MFJwc/ttx2udPt8/6imfsjUxhupTpRPHccGnnfZcY",
-	"mpGcqTnXmktBxtzoiLD+tE8Gz4+OiFTkL8+e9TsRrvO3gqlltdC5HbS+sJwaw5R98v8ZfPv3wd5ffv34",
-	"9PafOm2Lem8/e21Rp2Mts8KwyM6uWEYNv2bESGJmjKRcscRItYRfgBtPNHHbpYk2VBnCRduKHaB3Au3R",
-	"4Jvn24F7wQByrZik8f5DY9Il1Vetcxqqrx52wls7lM6l0AyO7Hc0/YEatqBL+yuRwjBh7J80zzOeULuV",
-	"+/+h7X5+rE36T4pNOsed/2u/Igf7eFfvnyklFU7VxIdLv9FkYf+hC7okixnPGKCA23qiqOh3biO7sg/s",
-	"t4Jp83lWpnAywjWZ02wi1ZylsJCXUkwynny2ZWhZqITZdXBBqD0JxkKIGpJKpomQhtAskwtiZlyTLpxx",
-	"BKu9lUghWGJYGpUQpZliNF0SJlKW9uCb7KG9lPI1VVP2eb5rYveZa5LZKZX9HgHbrpm6ZuqJBfoNnxdz",
-	"0j394ezt5fnL0avz12ejN6f/Nvrub5dnF27dUo15mjLxGbH1iSaFZorM6RIgnEoH+YrcjlImuIftW2le",
-	"yUKkj7/Et5LoIpmVOAPTf95t9admLNPl6vYekDf8O7+mN1Qs3XnWj7+0U/JbIQ21K1KMJjOWkq7FtjnT",
-	"mk4Z0XSpLe1JZhGxR4QbTTI+5wa38GdBCzOTiv/OPsM2vrFIJKaWSy6UFFMyZlRZIMorJvx6rinP6Dhj",
-	"nwOrDMml1nycMSLkgnS5MGyqYBIiJ5OIsBuWFEYqOA+KTbk2TFmSIySemYhoIxUjRbVwC9lbz7hQXDz/",
-	"5YcLQ02h12WHX7iZAX1Ymzv+OLQAmPBpoVg67ByTCc00u41hI4U0MwtLlmnWJzAKN0SKiLBrppZDMWfz",
-	"MVMWMXLFNBPmmMSainQsb0Y8xUFi/314RTHC5rlZEuSimhTC8Myubijw43F9Gh6lyZWQi4ylUwuQaigP",
-	"phGzgI/tCkSRZaQQGdMavjWj2gxFCdz62GRCecbSPnlrv4NQhxxD0Yk6uZI5U4Yzf7AcbOwvx//HUmaM",
-	"CotLJYMI32YizSVH5FoRHqJODS6b7zc/1j5rvxXxFwWYtXerTQgMfVuXgP5e/8Zfy6Hk+D9YYuxQp4nh",
-	"19wsz67dKVmFkDajQsM8ls9T0znupLKwqytHE4XFEwDYIvyxaYFbM6I5H811YzQuzPOjajBAYhytfGvn",
-	"N7iuoLi+X1ccOQ0TxdyChgtuOlGHas21ocKMDLuxF+yxuLIrjzpGymyU0Czzfyumi8yAlOn+KIRFYgHC",
-	"9zXNeB3ODgJR52bPTrp3TZUVV7Wd3UP+HFfhf5761VziYvz1y2pR5SUps5e4tvqlD35l/uLahZ/LJVeL",
-	"cEu/jUDDyYLbKIr5yBRK6NrdGvRzqqzaCnAqNGvDfAe50C3Nflunb++l5nCuOYpBE2apxUTJOTnoB9Gg",
-	"pn+sjfYyo0XKnmjiHiI87XdCZ6wY47XAMgFPgjfsp3ORFyag4hF7l1hkemLl1bwwEblmakwNn5N/uXj3",
-	"tl8OIZyiHJ5gA2ztfdgdbthchx/BC1QpuoTfqhAJbSFyK8TE7o87R5uIyUUxn1O1/GRykkoRUOBRRBY0",
-	"I4hJZEHtbjJR28faqb87FbG8ZdS6x5vQt0gSpnWY+pSkpOX0wNbZvQXo0DQFpKfZ+wYEA++t7kLrCV3Z",
-	"THyusbDGKhz8q8+Kqv1rgjWIC9MgQ0HL1jVTmqMEtgbEhOZ0zDPu39gdk0t2PaKmiWHUsD3D5yx00FOu",
-	"7/fiTGrTelBbzifPRzRNVRNJqtsZHTPEjy37vwaECvCAvTNGlRmzu3zOnBnFE71NFn7jHrPIVAjBxXTk",
-	"LVFh/FRWBEQoecZrIQfYJAzlgqlO1Lme11jpryF6XEq/m1YHWOcEZfvSUhs2H3ExkdvevIBHz+2TqwcF",
-	"rEpu/up7aghQblwAJq1n4zXXbeejifdbvzd0FgS7MaOkUBqFoRWNYcYUWpLsYyQHNc9QZfQJoWMr6RMp",
-	"SjEb7veDBs06lNzKW7+3Ul88GsCUKNKA1aUTdcaFXiKwgSPUz2YQK06V4ROaBCVXUPxGrUy89ejqGT18",
-	"9jx8i//OdmIiK7BxWAKvlxNEzTUGAec+rwVX3N07oIsH1xrGrG5mOXRoWc6TYHe0ca4d8nesdsPbtqz2",
-	"MqJDiEG0kM+aiyKoU4lEpvbvLWB4V5i8MGf+6QZT32gHuGGJE6YdRWLbXmmACl5KmVJh5IJbIzmZaGZ2",
-	"FFW0SWVh2oaThakNt+IGgetETlCm5kobopiVCVhK8F0yXho4+HdF94YnqebLQoiVqy6hsbrYVVjUdjaI",
-	"jopRw2p+ppoxfAW5skwuWDqylLvNkiKYWUh1RXIlb5akS0VKpMjA9yJ6EUALXgdDWOmEmdMlms+OCbuh",
-	"iSGg50Xk/+7rYjLhN2TBszShKtVEKuJkAPvAws5JBZE5sntynEtlSDdlE2qF26Ojp2BoeTHogYPHH/Oa",
-	"L+Pw+SDEz+nNOT58+Oz5OoPgczoNCNcvPU8m8AD4oyhJub7CCySnZkYmUpF/faNPiFvlMYDFccYnmsiF",
-	"IHMu+Jxm+FpQxfIUeEVPyrRsOLp4ekxO9/6d0L3fyWDvG9InI7IXEc89HARJxoxhyq435VNu7Ix38Rla",
-	"lgkbv74iIQWrNmQBzFNOJkyx9LhaKdGGZ5mzoeqawb4XeVwSssSulF3zhJ0QNrWI4DBMkgaCWmRTspjO",
-	"qkl6ESBfRMaKp3Z7Cg3i09rH5EpOeMZaNBiajuyMIyWlCWsr3k6+laV8KB9synpNEOKiU5lc4RZlfHzN",
-	"LZr/cHZJ9mnO968P9t3bmmTcni8zk5qRyn7V2yqCVKIZoFY7rXAOzHY6oaZ31j0yfyz53HLDg8FgACjn",
-	"foaot6MeAZOHklNF5xYjVCEikkl5xVJS5IQL8v708kfA7s3o3GaLY+L60xSM8LE92Ht+ZLlJ/aTCORXS",
-	"rJzVPYsBo5J4kGExGDxN7DzwF9vDCzwluWITfoNXVw/0UQjrzXJ9ZR8Kge5Bw9Qc7AblWTaqYCdgN1c0",
-	"AZe7swppQrMFXWqSyh7axi0/lIJFhJIxTa6mShYi9Y8/0ZZlckG4JpTkPGdkobgxTJDx0tt6KJkxmoIF",
-	"29ueZlQTAaM6jmspPfI+MpZmRqbSBwFkcor+FyQsznaFPs4rlhuwjs2LG9LlNe+nLExmP8vyKqRSuZJW",
-	"me+FjSVKLu6Oxl7E3qhe4Yov7aMt4kLwvH7PdU5NMjtNEpY7I1XzrDJt+Jxa5R2wLLD/r16Sp0+ffmMh",
-	"9PPlS8RBYNLZksx5lnHNEikA2xJuV+miQQ4Hh8/3Bs/2Bt9cDv5yfPD0+PCwf3D49N8bIlFdp66FggyH",
-	"6cej273hMB0OU/ffJf533PhvOOzbZ5/e/vs/hej4NjeC96q23NYtPiOqNZ8K7+pDvzk1TgykAGsqEtbb",
-	"rvbVFtBcbU1lXt2iTRvdSpMtUmXMOLPRVh9JuZQJzwwL+lXaFY8VBJKFccE43B+j7tHgiPBJM44AwLV1",
-	"ZbsbuFqGKpnOCnJsmTloLJJiOvJqW/sQNQoxZ4am1NB2HoJvtoxUTd3E3Lo4++z5VuaGw/BrFib3VJNY",
-	"z8he4nhL+Tiykngr+9yE5NXcITw+A4HuTJiQ/duJd2GR6y7GOquZ6VEqF2JHRRFfKPJHc72BTS+ExFad",
-	"abEMMurc8IFgiSJzkTwOZoQbUEYWMwgt2cEeZZyJruPWEJXgr4GjAcrtVu2aknlH0wXebKPH71ANZ9Xw",
-	"T7QPD1jMmCAcoq2sYMzC/qo11fYOsivIxHczfqPeEvJyoa7T/BLFEks0HaEE+cqrNqVkEhHBFkwbtDl2",
-	"qSFzqQ05XNF7N9pnamcv8J2rruHa11zfyepawwL0m99u0K93NzzWFNCQPncNsok7kSs0z4UWGRdTQsCe",
-	"upPpxtle77T5n6wcro+I94Ls9xIOxpQL5owBSWWjSK1SOadWsvv5/PuI5G3e3FVTZQlPtFeOpVyxRGsj",
-	"8xxoRU6dOwzjSiyVYFYQaVijNnn6z8T1++Z0Z+L6u3LGM3H9wU16Jq4vynnta37qM3H9ys9+Jq6/LxfQ",
-	"YmmuNGFvc6uZ4WrnvUT9LcSuJTzkbv4liCdrEVNZvj2UhaJlkOXbVhs2l9dI0r2O+lajeWOC4BI9AVqV",
-	"bENx6qdWLB9njGhBr9gooWAMSRkY33I0EOhjUtTi7yLiQlBG/6GtFuN/ucjDaCjGMl2OjJQjCD4E5Xw0",
-	"sZpsRObMzGQ6slccL4mQmIxqD1UXquDZocCrU1SP4W8gtWVYbX0EfwkibHEBdJSbZYQa9CjJpIZBQSsX",
-	"NPNj1aLbRinXFjRpFV4HUzTD60bIVoYC4utGtfi6iHiBLnEBy9WV2lJ9GEl1aShm3GT1Z8rfMmei9gqd",
-	"s5GhV/aaves1/4igSXs0ZkuJUIiGooY49bHrl9kNB4ugc5GO3AGPvNG18XlD4a862NlBdZFbMcjCxiLA",
-	"nIrlyFs7ape8RTuCMOTGt68F8VYYllMzc2/UsKtMXIBhIDAwGopyKqOo0BOmdDXOnAo+sahKIJ6/Bgz4",
-	"XW7XUHgPVfUMRvit83Z/6FaPlw9whfPEZJ7t4OTEwSI8ssEjDi6iP7FZ8ZPNh3N6M5LggBuB6B0QhuEu",
-	"WrVypog2itF5ZbU7eE7e8O96ziCIgHj+l4PBixfPj7bBZrOFMNesSOVeZShcN8vNmZo6Tf+BzGeqECOq",
-	"23x4PKAg/eJsi8406PbbGyEjjNa2+oKxqgNSVNK1pLIHOlTGJoZYgkW6pQPLB7P2gvKThUhAMjv78AaO",
-	"DyXvL/8WlQbdG/v43uGz54nMpAoPyOdMFmaEprcAEvzEM4gbJouZzJg3W5KpkkVO6MRA5LxViaSYku7F",
-	"+Q92MRF+8cX5Dz+dv35NDokmGTVM9frk1MU1KDIgc0aFJk8HA6Jh+RYyLiSauIXB9RpwKwA10O7F86PG",
-	"Bg9CG2yFei6mo5SrXeJ1242hNf/zg/rN767t39/T3kKOf5ktG6lNiSyyFGPmC2+PpcikxZSMuaBq2Q8b",
-	"TLkVTtKWwEHFaEbsMyBLnZCDwxf//BZV7CueZSwl4yXRfGpP/1t7+y94067NCV21tYE5syUGFcZYX8QF",
-	"jg2mDTejGzsB+YBPCBXLfpu3f0PwQGsgwMaoRD5n6aj5av32HYJD27z+1Y6EPP8lJjXRsL6yegRitaDQ",
-	"AXnFM9Ziesu4uBoZK5cEY3P1cm6feKIJPhPErfn9Ekq74HHQzBQ83dfMTO1/hidXS0I1oWQiC2Vm6LYO",
-	"k9+5V5x3U7XaQ5t2jV+qnDpeYQZvctSxNCzqOGh1oo40M6YCcT5htRQeKuOgXCotflzbdlpdzhGaVXXO",
-	"qFUL+iZSVOFGQM7Kg1m5kNfmMnMx8GGDAa5xVFaylqRixK0X872kYIQKvWDKObsXTDHHlwsTEi5WAOqS",
-	"Xz0QQtD78fzy9SnMEXKbpc7XFcQT0Gru73Ha6g18g2OUUVE+eXcrd/QLa/vesOavasl0O+GKHcpL8du0",
-	"/nLwtjXV1IE1FYSX7mPn0V1QDo5yaqw4quQ8N6RbgRzltwRyGAjVVqywUmChGeQ5yWwo6jEjNaLkxoIc",
-	"hG6ZZACKn0tZOLFDUG1pYNdtSA/Cf4aiWmd9LScOhVmKPlWPUi7nViqSMrHshTKvtkgrojX6/j626k/A",
-	"ZoRaS67KxjfbUXpzmoilOfa+zxGxLAKTQ6KWgVqofcvJKb+pgnMDqu1YjKnwmynJmjOgQkA4BIhEjvJ1",
-	"/fqcDoHId+J+lTiHMXeazi3GE7vi1divJroBWUSmBXfAYCuWwWBUj2ftBxPXetJYYu2zcHHelOAO5pQZ",
-	"vRqu8uzZ0+fbuCSsJrgBjGbIoJqgr9xJ7IbO8wzeugphSnvGxWqKj3fa+zdC63lT5QqsmDLzYpQzlThr",
-	"8S45PlxfjYw0NKvMAbs4KO1rhWbpnd7KJE1H9Ho6OthxddULz+76xq4vzNlcquU9QOBevCMQQiYZx47v",
-	"5dHc5NWhfDEdbaGTyYwlV6BYb1Bea4EfD8IRwPh8tzfafYfr8Uc7DlnXVAMOdW6yO8op3DDUoMIjQmYQ",
-	"856c9eSjlViQ+8d+bIn12BzNEQrq24ZEVSRBSB5Vd0WPe8mwukp6DFq7Mt6WzFgxG3TGkXFh0NiAHoMs",
-	"ZdrHZpV+8aeHu/vF3VIv3SpataAiT+94lDbFyXjPY7W7K67H2nS/tlOlsEjvZtpdpPc0bps4Xw68YUlr",
-	"iS8+nK5KAOs4sbMc2iKIzoHwdEqa1nQr0zH4Z4KCSnALP8kf204IhDQtmArvQDwHBQejUyqkwhDCHfwn",
-	"MCnEOoXgu2IuXFtDYSZ7L9AgRyHW3uWroD+BcE3AjUR+vny19yIiYJxYcM3ImGr2/KguGsJQnaiDd4Iw",
-	"/8BoyoUzna0HI1al3UoEXBWMDeXZ3WJAMPxgu7GtrJdmHw+BcvVs7zqwj3+ofWFo+A9M89/ZhmDNe/it",
-	"7uE9WTNBYhKmHahl1VXgyprk6gjLmil/RVidjlueW5fN5js8mvNUb3sqJLR9qASv5pdA5FEwNAupb1mI",
-	"CKo0gVol1rJ0alyfa5mVUsXmFN7d4mHO/YA/4iDl75e10cqL//oGqlJAyaFg6JMrAjbhLEt1PRGJMDGR",
-	"drdJ1+5uRMpdgUAhHRG3n2DJWCK5wDpIEytVN/jrVleti94azWUahL4LYC8zgOC5k1r2HfrrvBPtbpND",
-	"jFLA4fvu4pL0+/19uA8uLvtLMV3MGbHLCG+5yx7SIRcy08xoQluRiYOtyb5+t0/YKSvpjvlFd8gYqrB8",
-	"dStL3PNgXltr5M9cDXK/th/ZFiOly37aWaLxBGCrgdIPHFqSy8sIiBKpzIPG7MsysY1kjCL7nRBusCJL",
-	"Gc4JUkIulQlj2GbN8h5xEmXIw4MoiO3JU3dWHNv9kRfMECkS1kjpwcxpiHSm2nsIu+imnFhBy/kme2EX",
-	"YTg562fBfysYoXMppphN1Mh1gv1z+9YPB3yGI7V/mS0JrdmuNcmkDg+xRYN7NDXNIXjlarhrslLUueZs",
-	"4cr2rn6+JAtqIN+TlzUTkowzYcgvbHxh6ZEhQi5c6TzhQjOUzFilykkBaY5GySxjane1zi3zX2F5W8lA",
-	"oyhrzT274ppzSps/UO4wbjURu7X4CkABYVhhXOu6+zRLmfKar5AQ0MEURP+EUfyOwdrNCmcB2lFT3HcZ",
-	"xxc3Cqo2ulONF5XfvAFgP8EBb9VvW48Lu1falyUnI40q2BYzMFvR5IuN/CPM0jyB2XmvPDfaEZc3LmlN",
-	"Sa+XG1ktVBF1kNJaZm+F0t0E2WomP7BPLC7HdxfO/DTNba/gB5NWi79c8b7XUlQ7UcdHk4L66nNR77bm",
-	"88aA7uKP1bjuyne14avVOYqzLsLIrLHqiqiBGQilhqCqjSR2Jxdw9WiEEwZxgE/FeXt+N1SEDIs29jFq",
-	"ZFlStOHFORgcHt0tcwxnalsizVqX2BY/dOolABC2u+dvLyNSRr/94z//G1y2qLFuN8e4SYLLMylvB6C3",
-	"Aq+HklFDR86mUmfk46UJi0dyEqrRJzVzGdUY6rdQ4BZvCYxYX3xVzCkQhJvMwnJiXowSqdrqrIGueBf/",
-	"zBVToqWQolNE7zKa1OGjsfbtl1Rf3dGTY/cLAr+5eUAXy4ZMuXbzV6s3aXOeSwiDN7hsNnteJlxwPbvj",
-	"97aA9iEqurVCK59RzTZZIO8lTW/3D7N2C+6aYUIxIPsjKAS8+2q8+yPwTTURs0k2XJxtRHiaMdSgMJim",
-	"i877WTGnIhxgVy9MuV7VtlBlYdOWTdZm5Nd1J6xZDYTfJTBvWx3JHcs/NqZerQLpSkOWYAlt9SalkBtX",
-	"hfnYxURUmSiuhK79U4x+Z0qO7HGMfOA17t6o/KUNnXIxHeFw4HJwiZD+imaJYmZUCMW0zK4hb8mXLxu5",
-	"iGGfl5SBnSihImFZhgks9SyjHTTXdYnBhyzz1FfTUoWwyuBmnfqTNN7mKnImUvhIB6walOAX2PQhVQh/",
-	"e4967W+WntgT42GK/4/86U1rMGvPrxwlMyqmn+I/rCukZUnFUiWt+w7XJiypYZP11CjJry3Msr20SBtJ",
-	"vEPAYtWWBAdrW0RYgVqp4hhcxu7aFUgG21QrHLJtmRfFeM7b66v59K27Bwi4F0dLOs92EnTgYCaFshq5",
-	"/T4XFOzSAS/bBXyQyAnliymaMQnXumApoYYEy8n3fbcfkDqh3UCFxzNjcqDjTmso593yhl2+r0q6Yg7x",
-	"+seHs4tLcvr+3BKVGMgIT/bm07mJSRcPpTc4ucI+Uhnyz+Sw1x+Ks2umlhixXIiUKRK7GlsxEYw5L0mp",
-	"6dR7KAxFN/ZdRd69P/twevnuw+jy3U9nb2MIPYUXBSNTJuzbLLUUVJIY62xY6Z+kXGGZjX0/wx4MHfei",
-	"oXBDpFTPxpKqtBb6mkh5xRnpxuC18EXBrIrCRdw7wVg/zBGxD0aEeufDUEA6BVID7crZzAttLHVjaJi2",
-	"i3bkueyjIheCSMWnXGjSjd/BX7GF32V9iZaOs2xCuCYO7tSQeD+2cLZMw/UywHpR/3Lx7i30XQB+Muwc",
-	"k2Gn3+8POxEZQtYgXqpyekd48TZ26YvcZGUHMJ7suVL/ZE4FnTJL0ixO1MLzjjuD/kF/4JBQ0Jx3jjtP",
-	"+4P+UyxININz4aFZlZcN5kFcQAAC1KxKq7JXMfg/YtcXAtHNbQeHulZQQFZOiDdouhfA5kmHIq6RsRi9",
-	"93OpGJlICNzs5lSD/ZRqEvunfPpVWaD2BOfVmDlj9xWQaSrJmJkFYwKe0mQurxkR0jnz8GjQREmt/ULH",
-	"shApVT4wGZGUS3Gedo47lg6fTp0lr96y7e8fg8214Es7K02mdvdehwhUDVoeY3PFrrksdFmKN7QUxyfa",
-	"Gl6B6WKVrP660uPqcDB4sK4pVZXjTS2DdER0HessIh/hKkKDl6vdrzW9glcOtr/S6FVzWzf9YoliTSC5",
-	"2udVOi6wJN1apygoTRxhmcmqODGcBtefYKpoAqH3XKauk0vz+O1/9Nr4be0kNvHwB4ZouI6FoU+sHtn3",
-	"jQUff2s3bmv/nptiXzra/lLZOOr2diN89+u1yXNXoqgJabDevizdHZ8CbcDG72T6gA3iaunkt01RzUpS",
-	"t2t7fPhgUzfrNAf2+sKSVlOr1foZz+6d0cS+8M32F8oGdvaFg6fbXyhbiNkXDr/Z6YVGf6/bqPMMd20r",
-	"yHz3wSblAvwltFRDpSBU+OaBjoM7Q8gJeCmxJCTKgFbhZ2oLkdq3cnH9AG3QgUuXNZ/UJiBTyTR2MRyz",
-	"ieX93BAmUt0fCpftjwUxSLxaHiCulwDgmjifGjafKnPuYpTOTIil2zP0pznfgweeGouZhwl5rc0k6S5m",
-	"1EA/LW50lUAN3oaVfGjSjV3fLs1ck7j/g4nCpx1uKGYYPNr2tz3WICnbPUGz2rajXAvryljIlnQ0+IbE",
-	"gcItscuAqprRYh1Vl9XqKU2srFKu+TWLT8jRYDAUcb1GDI5ilSfyDgR05jQoLMSQYbJv6BRDySv2CrOQ",
-	"73mIo62Plh167bMhIbv8vIac7WL2OsfQXy/go1oXxo7WQY+fmH7mE7MDPletRD/PGfsifBShTyhUMbJa",
-	"rUtyJ11L2ewJw8oAmBMrXJ/D8jicEOpKlRjFGB6OEln+aok57GtQ7Y7xaHBdZpt/Sh9o0qWiUVPqiYZQ",
-	"T53ThPX6pOotrBhN4ezZ8aBxa6OngYJKqn1yimr9UBwMosFgUJ55qphLiCfdOiuGjqGg4Tey2q2+fTQ4",
-	"InGzsFQckaPBUxKvVZeCGwPSpB/22jdDEQcKkcVt+vwroHmfhWo8ptJVr4bQwrE9/fxKQb4EBTmtTugT",
-	"7U9Jw2pqry3BUuaojKcxUjmDlZAp24mH71OVzFzKXNiWByIzS09AZsCHSVIYomfQYMSstxiHtXJDpoot",
-	"SA4dVuNwi+m4h9TKFZQTIBlCcCyWNPFeJUszQ8fyA6PpqfuAP+DBvNkzVDVPZhXJArWHOsF+8QFvA1Vf",
-	"T+OXPo3IkilwcNJVbFpkVMEJ1FWRQjir7jxqLD5HNYFfqMQEyzWgpwXPNdcEsplZ6rVcKpbYY5lr3xDi",
-	"GGQHeB5khLjfj1GiGIqy1gyW5rAUA6zdC1CwxlVTCV/joxRSrLyCLWWAgkTk1fmrd0SqoZhRlcJXuKwW",
-	"XSuq5qkCLCTEa+ttoqtP6A/FhYeTs3n6kaxI4Py0JfT65OjgqeP6ZXHIuCqr5d4dim4h7BZDZ6QUCIy0",
-	"ZKWNBIXoyi+KG/b5CcsuhoH70pRtFoGAInF2YxRNvqoSO6rrdjO/vB3PbRoUGVGkO/2d564Thz0M6Mat",
-	"qd+1Ko9zmjLCJ7463m7iQw1LW0qi+fKsW4SGHhjynMMEv5IwqrJlRFwjL0yIGArNmCYTtmAKOsu5Ulgv",
-	"cSF76KjqB+jQquXhxBKUoVijKEAtGg5e54sj3VYxpk04+XyGhrtJJjIxzOyhOfRBBBTYia904n8PnTgl",
-	"dQHmicYdjJyJ3OrizRPl80rd05r/zireqxi1gsUU4iLbZJwSTVw7KkoMm+dSUeVSPsdM85SVs0REMQFL",
-	"kWgwxvZ2Pm3fyiQgKih+zVKQhyAKTxWQH1vkmaQpyRj1TgqZpTAu6UoF7bJ6fRLPZcrAZCITQ7N6cWqo",
-	"v1hVCx48Pzrqtcgg95MvPqsRcodn38iU3UEQ+UQScg95xNUr/kpl/vdQGUB0Z6bAACp7EscyXVaU5oTk",
-	"VFkxoKZCgQZgBZJtUkg9NywYAVFG4lz4J/+QoRD1BLgWFus/tf8QgSr1AYmcYCVR7J/TLBSE9ukJGqsr",
-	"d7AjoNiZqc2d60PyVCE0VkZ/f/k3CERMZKbj//mvWMmFjisi+2LwP/91eNQ7IbGlGLEvYqAtu6hS1PpD",
-	"cbrWBPGJrpVvoZmWFqs06o+unh4i3J7dGAw3hMhqF29PJozZkV/KlOnjpvho34ij6rcjkDHpjmlK7FIj",
-	"5GDgxQSzd++EHA2OGhZmNFPb69+QoOE5IvF644eYdGkjz5rIyVBUAvSMulg2+0rvBBlUsz9HfEKeDQ79",
-	"nFMpmJ2q1mEjyKMaLU7/cB7vYAPWnRjLwUOf2WBQC0blN0Jrv8a1fMm4lvL0VM7vtjiWCAiDoyYQcgLU",
-	"ol5eIZOr+jFfTPcVc4e5PUzsg3/k9PyXHzqPGHdlx28PuiqXUbl57oFkz3YRjn6uOsqsRiX4RYA2UEXS",
-	"Q6EDfcXznLs6E5b2y8kEIhUCcK/y1FuDICtoPGY840aYX7oWqYU+QU0mrppSx6QLPv9epVPVGhWBfjKZ",
-	"PAjjh3x2HxBcT1+opuuTt+CIcVWZNNSEhizmOuRdmHyr5eeMJjMSu9SauKz5BrH9XENw+xUXqR52jsnf",
-	"+/3+r7cxuMuLsWamylbQcTQUcb0nVo1Pwt++1J79e8ZNZv+H9JOKy82x0Gx8jJoqtAQfCiyZTqeUC9Jd",
-	"exK2aMaoMmNG7XMiJe6uSxGA9lClAx23FozlkO8kEgamK0quOVu4zv6gk1KMA5ALQZwv/SXCcijA8C1p",
-	"xnRiVfB6aQ8AIESxxaDnXtNsNLff6IWnw2eDnptxXFjZzQoKtQ9IJHyuKzWiqkHRl4/yHlywgGRZJmMU",
-	"a7SL2LfbhRMMhatOApJHV7GeO8nafaN7BU3+UiSsT05BNLIvZRxnVkty8IxocsVYrocC0i1zJW+s/A+6",
-	"QpJJ7UkACm9BZdp+j4PgbtH2NfiF428Onw2iZgR+PQT/Wai02nblwLAbsw/wDWrNO5nZEAnwdWBfGbWb",
-	"Clmx9aoxVaCkrNsyiTYy118qOP4C1rAHAb9nrlALnfsNTmSWVV09yzycNHIhXdcMDpJeoUIuymT/Y9U3",
-	"5LYZmNbElp94lt03jNO9F9YFP2PINDQ10iDBOHu5Pf+YBwOBOIUuaNb/AwuPnybTwfdTn4haxjV2LVUN",
-	"9HnqtYdMvStVxrIIaGmlmPJraLwP7HKimXFl9txRAqqFVbAwxGE95FhOCLNcEM8r+kFj7F0zwiHj/Rhb",
-	"2PjfQ6Ep2DgVc3vrlgV8E2KztNV/HWM4Im/4d/XQZvunh+AJcHAuiprppap1CvPZoYT7G0I1XP9gDArF",
-	"aErBFk4Y7pNzQWJEtxg6LcrC7LuOZlSxoUBrAfh3Km3cOXeRQVpu5yPDylhf6F7k+01wTU7fnyMv1DPL",
-	"JX1UqFtFgAf8wMwDHOqWYE23YxaGDXaxlmW/ufZm6+B2+z998BVbKeWGFHnZbh76m600I7M37VY39ph0",
-	"4dFcZllUZuI9tRyw15YxZlFllZWWzPPpCvO8H+98RGJaC1H/I2voASEeYrlx0yAWzB+l6mu2MUo7k+vl",
-	"1Kau2vsPxS8f3gzUrB98X8cCjgIcFWlXyT6Y0eTi/Idfzt++/PFrDsKdmfZ2BKzqU7Wk1cH9Py4CNstv",
-	"3RcBXTc/XUuFq7pxNmSZrzj4CDjo26OGURB8WCUbsY/+AdGwXmbtE/2rX5MxHwzfVnvFt3ooz+oPPma2",
-	"3kp3+4A8VF/Kg1gc6wOiMOo0KAg461opBlxjzhKHlfqo1WKsPNOLyBjjQ7Y4G5uZKugcA/5t1m4K1wTM",
-	"ajgcc0ApmSimZ64KVH8oYij/EaMlpV4Hifzj//3/yFhKLAmmCqFPqhJN4I6DdrNlD3myZKYHL2H9JKg3",
-	"gYWRXOiu88E1fY5NHyNG8rqC4pGFDTYg8CJ92aod0orilfbu3um43gk+RnnHBQrXfLxgIKZmKPAW1wS8",
-	"kb0T8mzwlMSBdvEbnIhnjUpKj+cOrM3zhbLd618aOFvva3j0mSnrH45QfrL7qAQmhsKXgPclZbT38mHv",
-	"PW21WQlWeV/LC8wLYJ/QpUKF9ZebulOdjO9/tCdio4kRUwCbSH83gaH27lurY98n8fPPYff7ZCz5nmmj",
-	"5HIVR9xWexcFN6TQLD1pNB5AXmBp30SqqSxjz9qcjI+844PPRaVWuGn/i5g43onGItAnj8dUMeDV3lYL",
-	"WeuuVQuwcpBbCeSI1jleFYOz9XTvl41QwirBe3v7z7Ld8DFfqUYD+14pxn5nK0Sj0sWZjsD+73xXXLme",
-	"QCAPQpcUsphJzUhCczrmGTecaaLpkgBi9bYjIPbW2WiYK+Z/GhR0he5RAzhBQRl7mlSSNegNZfTvVzwF",
-	"PH3NoME3nOAGf4OkewvN7ahW9hvdUNjqz4JovsfCVywKxsgZLIrUZP5b0Ufmm7BH5n8e5AHwfMWdJu7I",
-	"fFW47kLtwkmRQVtzQaB9XtqreKarNwSUp4lhvl1xq6Xsx/PL149pIbPjb4rClzkTvmDsw9jH3tkRoaj8",
-	"Hhd7Zsb2Minzco5mQP46tPY/up78t266tL3G2qmvNxMbdmOwVIzwffSNlKRLyZgqRgRbZFwwjL0ZQrs+",
-	"Tc7eXp59GHbKAiww71pke3nVQiomXZohO8dZWOqqQ2jfrxjavmI431DMqMb6D2jHCkXJk65iUP7Ctzwr",
-	"xYMxTa5667HuYHBrhLs7I5Y2Um03YX1AoDq8C0WX5dTMKm+4243OqtmpraDq4YttrWAeyWeAXb8RQT93",
-	"1Tg796lDiNBJW3FFOPzA+BuPN1yXEUBe0vnqqvistB93kFBit9MTrBNPXP7ZU5FazYeVDYWw2XRVSK03",
-	"5W7lA294WzrXSoSXyJYeZVwoEtdVn+lwSA52CtgNlZsN3B9VPqm3Mm9hT/5Lv1SMp98WIi2XTKRKsfCZ",
-	"q85hhYB2duYXv/+x6lu3sbax78a+C11uNJXfiTQfPnu+E2l+3N3estOWwWrpPGiYG+1B/RkF1XsQkvrG",
-	"15vWtp74D/6hR4R5vbVu2E4BS3iwFMzSXFT3i5beRl2XqrE4JhQRd0kjYO1UjCYzC9JeVLY24KpheGoe",
-	"sp0yZtuTZQPU1azkksK3lB1rQhS21jf0vkJRtH0pj0Dsm21g/2AZwV8goN9BultrLBmVqblRLWe3ZxlC",
-	"rfHDJjbgP2v/Y9Uz6XZTsdm4ou1xLeDY6TVlRlUjHZl6Auq1mTL1dlWh8aFCoJfUFBp5zVS7mjIUd9VT",
-	"yKqaEtJGfuJZ1pqT256B3c3NclRBE+NFHQDQ8V/rP1UF+jY5aKOZ64MqN4/kjW92Sd2USPGnz5UoEaEt",
-	"R+KkQohSreLCF1gntNTX+65c40ZX6H3Txn1b2c9TbWELXf1yjk+/ANJCmXagl/v1BofhBM3rSqqINfst",
-	"JthvicQQglUryzA4JjTLoJhhL0JSisutd6qzQihVkOQyFDO5IHMqlkDly7bcUMfXV94vkxsPB4MB1Puw",
-	"47uMJlqmI2hDl56iD0Ut/xoSSVythk3k217wHCluyR1ZbTv+CWjbkuYBIG2KO18qI2L1Y9v6r7j7fyqz",
-	"ypoAbiGfNouAIHNcrS9CuutVRHq7nMOU65wabBbcYpUtzAzadFHfAghjFn0bOWw15/rLjZf1rO22bnND",
-	"AVq3WetE7Qp3Y/s7fs2cMGTloUpYgzItpU22G+sZ2UuQOiTlm0gs4p6vcZHMpGbCS3dIVU7Pf/lh9Ob8",
-	"4uL83dvR+fcxcpSGWgPFXDRLpEiJB1XZYY3OGWkIdyVw4NZYlnZlTQ4Hhy6C1D6EJVLgKScGWtkG8+d8",
-	"LVLXfIySlE8mDEoQwYgcpLSjwTf9oXg5Y8mVJjOa53YPnEYhVcrUcSNFf0UtW9kVCATtPhs87UVD4Rrl",
-	"dY8GB70Ip+weHTyFOuW9yDWPanx2136cVHZNvYgoWWDw6dHgKCJ20P5QDMUbNh9bQDjgwbh1tTKVDGNT",
-	"7QTObMAFif1SRxOeWbrfw0Z0rmbkUIBQOBUSbPe6UalhTpeEpinRcs5O3MLnbhnQOA9KtKFGimVyIO3M",
-	"UnKZY1dHIgXTMNCYEVFkWZ/Ec2ZoSg0FYR5K6F4zNaaGzwFbFMsZdUmbiZwKrt25IDOqZ43v7yZUSMET",
-	"mkFLvWOH+OUisWdYNBTYphdOgjNVQnL/YsYNI1jy3q8dGiI+0RXL4Wl87Opu2ych5V0NBc6BuOKr55Vo",
-	"e0KowFeuaVYAYCwkWeqWFgEsCBfaMIokaWwF1Wgo4oP+IK7fiQ9iF7yLI9YXBi6eVQTvWjxy/Qnh2GDT",
-	"QSi4H2Oa5jEZdqjWfCpYOuzEUZnBCTQHkYNCMCXgERqe3M4MxYT7Wp5epJwUCjvpZRIbCGkSM234HHqx",
-	"wrmMG0DipboIx7eqzASum9rJG6Vc03GG9ZNKXLZcvzp69paQI6BNUE9i3fVjpYUDEhc1hhS3VVMKFIeq",
-	"NSjxkdsnKJiEfVirp67vTSKxK7kg5FBUfeHgbs9JNJ4yJI6tBaWa7x0tbTWRBjg+HmzcsPrmjZndNU2M",
-	"PMHjWJJhrxM8lMK4q8n14b1hHl5fKHDcT192EQ5IZf4eFLAsD4rfJM88WVpjg02i8zWD8V7+LtcfGE7N",
-	"Smfgv/9q8bESKWu8sdyPmq2pTMf2w+wiQKIi1KrGVSUMLAuxYkq6B7VroHJBJqdYHoA5Ww9NU6yMDhzT",
-	"V4p3BQ5QeYPOptCSF8u8dl31VKaNK+BKKz0OZY/3GcWOMUsSI5rGZFwYdAU2ip7EveOKPTuCb9U9HBgC",
-	"emP7bzwUXv88diVhlZufzFiW9qrs9HhOb+I+if9tD2Gxd9FgJ666AYoFljfZcco6CHbAqPbumUjj+muY",
-	"juTLPID5vVZSgVuFGIBWjfADzY+JpReuhQ1+mW8vix+HpSBWF1zXj6FfDiwYUvRRprG7WQceBHM4MTbG",
-	"+h9/xZmx1gMcYAc5LOjQxZoATwdE94ZiIlWZQa7K0g9lf2NvHx0Kt6nHZH0/ofLuxcWZr0ABtVs0GI0W",
-	"MxTT7H7VtxbDguz0WLEEiru4dVSlbDwngqG6EEhEQVzlwEInirqA7+a6hwIX0vOftFoSp09e2Vf1MYnh",
-	"Q47d1E67iK3keUw+DjuIAdhz2V4cdqKhGHaYSGTKxXTYubWMvBRUf758tfcCAATS2Jhq9vzIjVl/y4pW",
-	"eHPYqfUvADTBqhdWSAdZAsdEyTPm6XEAM7khXUpUrZ4b1ta5gAQxgnHEGtQhKCmCVTbi11SbPXhwz+pl",
-	"sAqHmtg/CuUND6EpzdfAY592IDESgAGjILrXUbkaxu/dykggVyKc7ROul7UDdgpdraFoiC8epUk3PiY5",
-	"F9O4BzFlUPw5zbxyTqjFqD45JTqTCwgnRhHcyvEg7UN9M7e8Y1w3N2RCs8ye1Bl3WAWUEFrZAHEkMcAB",
-	"MA+ORahYqBf/IhLjRo2wJ+WICRD8SiA3yq1UB7x30uqQ2Gy9QlryibarFd6CmGYk1k2DI1xaBUNEuc3L",
-	"9tDlTXz9G2CmYGhEtIMiszkwI6f2l8u1ZwjabGPRnNalzulNuJLJ0cE3R08HR3ftxY2s0XLkk6rToiN2",
-	"NIQApGupqdPJHIlsByzcbyx4h66Bj9UaINpW5GwloPbiDA+T9jQ4spQmcnSCdDVD11ntNYDETrXSXLWg",
-	"TtSZAQGAb6/z+YAsFeT5DVkBsxOIVWntaQCq2q1jHO7VBkxfR5lOXXZYX5Xl6HXaeldRYvP6mLCo/HeY",
-	"pRN1oAxl59fQ3jbnaIWew+SAnPWpgLr9X1Ke54PFELpemRowhvp6W5EjVFKh/RWkoECNPFf5sKkp8Klo",
-	"1qxYbartEt/R/MAT7/yNSSLlFWek+6Mx+TuRLSNyQefsghv21wujeGIicmE1HoZtDS5fX/RcKviHs4vL",
-	"UuByUtUvbHwhkyvmbUJA3Q4OyUwWSqOt2U2oDdT88jWowBp9PBQUa081jNQo8qH5p3SFQXxHWces7M0i",
-	"FxaCfMqFDrHHCz4V56LzeMVfzsVDFH8BbevEFX4BcLlG1J9VYb+bOt1UjRtqsP0kQslYyQW0A60ZI5o7",
-	"vY7VsjCbqwG9K0xnF7BeNmCZZIwq5mpitS37pX0IBT9c+ZPK/YNDNdcLVWY3xlFdwhNbbG9QHmZPM/uQ",
-	"ZXsgDuvdA5a2hkadkoyOWWbJzBVb/hUszifejG4P5Fyq1gApeLUxHzdsrgMTlxSbKoVxCGFfKEhhYRnr",
-	"WaNW3E7yld1nwW7MKCmUtqIVsp9csWsuCytmT1u/DV/ZCMzH9MRa7NgU34VL/zKxXYC5kSXOtWYQUGNu",
-	"nDF0avQiyD2cokuAGL61RsucCj6x41FN/nb65jXpxr7L0OUyZ8ekDsslnWcxaPH/cvHuLenGH4cdP8DI",
-	"3kRV+h//+d9WQ8Qsj9oj9u7Hf/znf9/exr0+uDnij/bAjnga4RGzb+dMeF3+hMTfpmo5UoVwRhQrtA9R",
-	"rbMnknQPB4OKkgkrr2TgfPJz9vrkVJD4PGXzXBomkuXeT2wZExRASVeqoSi9W32exr0VK20JIJSbav4Q",
-	"u3TvsEQ/j+9hDB9V+QLIOa64HAvK2DV1VH8rrhfgnXCWQb0xamYnQ+FqyOBlNPlh68e0vdCLRZrdSjA7",
-	"QG9WXDz9QPBVL6/Ad2MU6WdyH9gvvyjGc16rPBN1VtF5a8Xnh83AcROgz7ONyKRqSVRhpdQAQsN5fkg/",
-	"h4XTLj6OP111nE9LsgTMgp6O+qrcHCgA7nvr+DYJrkXOupyy76nfxto1L6lIWBY+x1sMSfalxy6NDQsL",
-	"oA0uO4OgDtAuLJygwpcV/oRcfJlYPlyW3zeIvfRRlxAkUi9Io1iV+Ri5XpXQSEBdsxQKhhWKRSR19WxW",
-	"wmjKb2yLyHzgLR08+pZeum38fDu34cjsU2X4hCZmu7h/Wj75R4S2X90msbP8VnD2/8HgX6u/tQnV/Xfe",
-	"exOiYBIZ/Ldr8Pvg8Ohh88cetWvrFwhz9pvqu4+eYGVGjpUZLeQ9Z1tIdQVRWBH5+cPrPaYTCoZN14Sm",
-	"j2GD3rYEv3obeSDaqNu71/jyj/FH+CMi1EREMaql+PYWGsu4kNHYB4Y+0RA9ekzij9goxbAb821EjJQZ",
-	"9HP7NhoKrjG349sI2rGMCp1+exv3IhJ7H2T80VsHrY5w67qngx06Bg9SqTBMuKAZ6gUu2hGdX8716tyK",
-	"wHlmVPcJNOTxbXhinsYkkYUwmhT5SekFhnBtaKjs4q1rvQ66L8puA3ZU9HK6DvVluU67e1MpmG8s7SML",
-	"9EwuQoqDPW9o6Pzko7qqJjR8nJ+o5D9085Yvc+g8T32ifUg+1QGTc1Szs0JpGCuMgE+kAVJ3wGaMZmb2",
-	"+yaK/KN75DErCsAUrZYUJ3W5aNiyvXmbJfA1v2bCvpArOUZpfB+yvjZ+5gd84jHzUxlNuV1YuKkbTTFc",
-	"36kbjz/lWyh1S9PlSRWXAkEvePjL4VAKN5uBXs6EUD8h2KALWqhUI1HMc4ZoUu6igPG714K1vK25GawF",
-	"6I4EplCZpRvG5Mf7+weHf+kP+oP+wfGLg8PDzu2vt/9/AAAA//8=",
+	"7L3rcuO2lij8Kih9U9XSN7Qsu929E7t27XJ6uxNP+lZtZzJ7ohwRIiEJYwpgANBqpctV8+s8wPkzbzAv",
+	"Mm+yn+QU1gJIUCJ1cbsvO6f/JG2RxGVhrYV1X+87iZznUjBhdOf0fSenis6ZYQr+Op8yYS7/av/JRee0",
+	"k1Mz60QdQeesc9qh9umIp52oo9hvBVcs7ZwaVbCoo5MZm1P73Zy+e8HE1Mw6p0fH30SdORfl31HHLHM7",
+	"kjaKi2nn7i7qPJPzORVp66QJPn/oaS/ELVdSzJkwr2CixsnhfztO+/Tx9lmf84y9lClMlzKdKJ4bLu28",
+	"rxNDM5IzNedacynImBsdEdaf9sng6ckJkYr86cmTfifCdf5WMLWsFjq3g4YLy6kxTNk3/9fgL78MDv70",
+	"6/vHd//UaVvUG7vttUWdj7XMCsMiO7tiGTX8lhEjiZkxknLFEiPVEv4C3HikiTsuTbShyhAu2lbsAL0T",
+	"aE8G3z7dDtw3dMqeFUpLtb6T6xkjgr0zowReIHICq84Vu+Wy0CSnU0a63LC5JmZGjd0Hs7ueSjJmZsGY",
+	"gHc0mctbRoQk0syYIjRRUmtCcYCxLERK1bLXtmmcvdOGuIPjk7aNveBzbhpOyJC51IaYGddkTsXyjCy4",
+	"mcnCEG4iQrOsT37mZgZ/hQDQdKnJYsYUA0DYR7gHODfdtoEMlrGyfj4v5nb1gwEckvuz3AkXhk2Zwq1I",
+	"mT0QvT052Y4SVwyIqZW5aHz+0Mzlmuqb1jkN1TcPO+GdHUrnUmgGXPw7mn5PDVvQpf0rkcIwAbhD8zzj",
+	"CbW4c/gf2iLQ+2DSf1Js0jnt/H+H1Q1xiE/14YVSUuFU64QFtE8W9j90QZdkMeMZopXjBkRR0e/cRXZl",
+	"b9lvBdPm06xM4WQEiCObSDVnKSzkmRSTjCefbBlaFiphdh1cEGqJzDBkNKlkmghpLK3KBRJyF9g+gtU+",
+	"SqQQLDEsjUqI0kwxmi4JEylLe7Any8evpXxB1ZR9mn1N7DlzTTI7pbL7EXDsmqlbph5ZoANzIN3z7y9e",
+	"XV8+Gz2/fHExenn+b6Pv/nZ9ceXWLdWYpykTnxBbH2lSaKbInC4Bwql0kK9u4FHKBPewfSXNc8vcP/4S",
+	"X0mii2RW4gxM/2mP1VPNWKbL1eM9Ii/5d35NL6lYOnrWH39p5+S3QhpqV6QYTWYsJV2LbXOmNdxceKXx",
+	"ZBYRSyLcaAL3FR7hT4IWZiYV/519gmN8aZFITK0IsVBSTMmYUWWBKG+Y8Ou5pTyj44x9CqwyJJda83Fm",
+	"pZcF6cKtrGASIieTiLB3LCmMVEAPik25NkxZliMk0kxEtJGKkaJauIXsnb+4UIO4/Pn7K0NNodeFFRBE",
+	"7ImtzR2/H1oATPi0UCwddk7JhGaa3cVwkEKamYUlyzQrxRkiRUTYLVPLoZiz+Zgpixi5YpoJc0piTUU6",
+	"lu9GPMVBYr8//EUxwua5WRK8RTUphOGZXd1Q4OZxfRpepcmNkIuMpVMLkGooD6YRs4CP7QpEkWWkEBnT",
+	"GvaaUW2GogRuODaZUJ6xtE9e2X0Q6pBjKDpRJ1cyZ8pw5gnLwcb+5e7/sZQZo8LiUnlBND9mIs0lR+Ra",
+	"ER6iTgCXzc/rm7Xv2r0i/qIAs/ZtdQgNQ9+FEtAv4R5/LYeS4/9gibFDnSeG33KzvLh1VLIKIW1GhYZ5",
+	"7D1PTee0k8rCrq4cTRQWTwBgi+bNpgUezYjmfDTXtdG4ME9POutibfDVzl9wXUFx/bxuON40TFhJ+pcO",
+	"FyB0U625NlSYkWHv7A+WLG7syqOOkTIbJTTL/L8V00VmQMp0/yiERWIBkv0tzXgIZweBqPPuwE56cEuV",
+	"FVe1nd1D/hJX4f8896u5xsX436+rRZU/SZk9w7WFP731K/M/rv3wU7nkahFu6XcRKL1Z4zGKYj4yhRI6",
+	"eBpAP6eKWShaOBWatWG+g1zTI81+W+dvb6TmQNccxaAJs9xiouScHPUb0SDQP9ZGe5bRImWPNHEvEZ72",
+	"O000Vozxt4ZlAp40PrBb5yIvmnRKYp8Si0yPrLyaFyYit0yNqeFz8i9Xr1/1yyGE0+WaJ9gAW/scTgd0",
+	"7uZX8AeqFF3C36oQCW1hcivMxJ6Po6NNzOSqmM+pWn4wO0mlYM1GhwkXNCOISWRB7WkyEZxjQPX7cxF7",
+	"t4xaz3gT+hZJwrRu5j4lK2mhHjg6e7YAHZqmgPQ0e1ODYMN3q6fQSqErh4nv1RZWW4WDf7WtqDq/Olgb",
+	"cWHaeKGgsfOWKc1RAlsDYkJzOuYZ91/sjsnldT2ipo5h1LADw+esidBTru/34Uxq00qoLfTJ8xFNU1VH",
+	"kupxRscM8WPL+a8BoQI8YO+MUWXGbJ/tzJlRPNHbZOGX7jWLTIUQXExH3jjZjJ/KioAIJX/xWsgBNglD",
+	"uWCqE3Vu58FV+msTPy6l302rA6xzgrL9aKkNm4+4mMhtX17Bq5f2zVVCAauSm7/aT4AA5cE1wKSVNl5w",
+	"3UYfdbzfut8mWgiMkg0aQ6uB8ozQsZX0iRSlmA3P+4027hBKbuWt+63UF48GMCWKNGB16USdcaGXCGy4",
+	"EULabMSKc2X4hCaNkisofqPWS7yVdPWMHj952vyI/852ukRWYOOwBD4vJ4jqa2wEnNteC664p3ugiwfX",
+	"GsasHmY5dNOynHPJnmiNrh3yd6x2w9uOLPgY0aHpgmhhn4HXqlGnEolM7b+3gOF1YfLCXPi3a5f6RjvA",
+	"O5Y4YdpxJLbtkxqo4KOUKdWMXPBoJCcTzcyOooo2qSxM23CyMMFwK54x+N17bCZcaUMUszIBSwl+S8ZL",
+	"A4S/L7rXnIuBexMhVq66hMbqYldhEZxsIzoqRg0LXI+BMXwFubJMLlg6spy7zZIimFlIdUNyJd8tSZeK",
+	"lEiRgTtO9CKAFnwOhrDSLzenSzSfnRL2jiaGgJ4Xkf+/r4vJhL8jC56lCVWpJlIRJwPYFxZ2TiqIzPG6",
+	"J6e5VIZ0UzahVrg9OXkMhpZvBuj+8mQe+DKOnw6a7nP67hJfPn7ydP2C4HM6bRCun/k7mcAL4KKkJOX6",
+	"Bn8gOTUzMpGK/OtLfUbcKk8BLO5mfKSJXAgCLiua4WeNKpbnwCt6UqZlzffJ01NyfvDvhB78TgYH35I+",
+	"GZGDiPjbw0GQZMwYpux6Uz7lxs64jxvZXplw8OsrElKw6kDQuycnE6ZYelqtlGjDs8zZUHVgsO9FHpeE",
+	"LLErZbc8YWeETS0iOAyTpIagFtmULKazapJeBMgXkbHiqT2eQoP4tLaZXMkJz1iLBkPTkZ1xpKQ0zdqK",
+	"t5NvvVLeli/WZb06CHHRqUxu8IgyPr7lFs2/v7gmhzTnh7dHh+5rTTJu6cvMpGaksl/1tooglWgGqNXO",
+	"K5wDs51PqOneukem9/TbltdZg8lDyamic4sRqhARyaS8YSkpcsIFeXN+/QNg92Z0brPFMXH7YQpGM9ke",
+	"HTw9sbdJSKlAp0KaFVo9sBgwKpkHGRaDwePEzgP/Ygf4A09JrtiEv8NfVwn6pAnrzXJ9ZW8Lge5Bw9Qc",
+	"7AYlLRtVsDOwmyuaQBSGswppQrMFXWqSyh7axu19KAWLCCVjmtxMlSxE6l9/pO2VyQXhELTAc0YWihvD",
+	"BBkvva2HkhmjKViwve1pRjURMKq7cS2nx7uPjKWZkan0cSGZnKL/BRmLs12hj/OG5QasY/PiHenywPsp",
+	"C5PZbdm7CrlUrqRV5nvNxhIlF/ujsRexN6pXuOJr+2qLuNBIr3/lOqcmmZ0nCcudkapOq0wbPqdWeQcs",
+	"azj/58/I48ePv7UQ+un6GeIgXNLZksx5lnHNEikA2xJuV+kChI4Hx08PBk8OBt9eD/50evT49Pi4f3T8",
+	"+N9rIlGoUwfRQcNh+v7k7mA4TIfD1P3vGv93WvvfcNi37z6++/d/auLj29wI3qva8li3+Iyo1nwqvKsP",
+	"/ebUODGQAqypSFhvu9oXLKC+2kBlXj2iTQfdypMtUmXMOLPRVh9JuZQJzwxr9Ku0Kx4rCCQL4+KzuCej",
+	"7snghPBJPY4AwLV1ZbsbuFqGKi+dFeTYMnOjsUiK6cirbe1DBBxizgxNqaHtdwh+2TJSNXUdc0Nx9snT",
+	"rZcbDsNvWTO7p5rEekYOEne3lK/jVRJvvT43IXk1dxMeX4BAdyFMk/3biXfNItc+xjqrmelRKhdiR0UR",
+	"Pyjyj+Z6A5teExJbdabFMsioc8M3BEsUmYvkcTCDUDupyGIGoSU72KOMM9F13BqiEvwBOGqg3G7VDpTM",
+	"PU0X+LCNH79GNZxVwz/SPjxgMWOCcIi2soIxa/ZXram2e8iuIBPvZ/xGvaXJy4W6Tn0niiWWaTpGCfKV",
+	"V21KySQigi2YNmhz7FIXgnm8ovdutM8EtNewz1XXcLCb272srgEWoN/8boN+vbvhMVBAm/S5W5BNHEWu",
+	"8DwXWmRcTAkBe+pOphtne93r8D9YOVwfEZ81Xr/XQBhTLpgzBiSVjSK1SuWcWsnup8u/RiRv8+aumipL",
+	"eKK9cizliiVaG5nnwCty6txhGFdiuQSzgkjNGrXJ038hbt/Up7sQt9+VM16I27du0gtxe1XOaz/zU1+I",
+	"2+d+9gtx+9dyAS2W5koT9ja3wAwX0HuJ+luYXUt4yH7+JYgnaxFTWb49lIWiZZDl21bbbC4PWNK9SP0B",
+	"3Sykm1OtLVOnmuDnvQ9wvdR21ggbz/lWReqmnIlzu8hxxogW9IaNEgpWmJSB1S9Hy4Q+JUUQ+BcRF/sy",
+	"+g9t1Sf/lwt5jIZiLNPlyEg5gqhHsAqMJlaFjsicmZlMR/YXd4lFyMVGwUvVD1XU7lDgr1PUy+HfwOPL",
+	"eN5wBP8ThPbiAugoN8sIVfdRkkkNg4I5QNDMjxWE1Y1Sri1o0iquD6aox/WN8D4bCgjsGwWBfRHxkmTi",
+	"IqWrX4Kl+viV6qehmHGThe+Uf8ucieATOmcjQ2/sb/apNzlEBG3pozFbSoRCNBQB4oRjhz+zdxxMkc43",
+	"O3KcJfLW3tr2hsL/6mBnB9VFbuUvCxuLAHMqliNvZgl+8qb0COKfa3tfix6uMCynZua+CLCrTKKBYSAi",
+	"MRqKciqjqNATpnQ1zpwKPrGoSiCRIAAG/F0e11B411j4Tg5BO6vYqhgYgFMMPVwXOjxRrpKfj7wFemMy",
+	"z3ZhATBYhCTdyALAd/UHtnd+sF1zTt+NJHgGR6ATNEjp8BTNbTlTRBvF6LwyJx49JS/5dz1nqURAPP3T",
+	"0eCbb56ebIPNZtNlrlmRyoPKgrluL5wzNXUmiAey66lCjKhucy7yBs3tZ2f0dDZLd97eOhphGLlVZIzV",
+	"aZDjkq5lpT1Q7jI2McQyNNItPWs+yrbXKNhZiDSIjBdvXwL5UPLm+m9RaWl+Z18/OH7yNJGZVM0D8jmT",
+	"hRmhTbABCX7kGQQ0k8VMZszbU8lUySIndGIgpN/qalJMSffq8nu7mAh3fHX5/Y+XL16QY6JJRg1TvT45",
+	"d7e+IgMyZ1Ro8ngwIBqWbyHjYrWJWxj8HgC3AlAN7b55elI74EHTAVttg4vpKOVql0Diditt4Bh/UIf+",
+	"/maI+4cAtLDjn2fLWs5VIossxWD+whuKKV7iYkrGXFC17DdbcrkVXtKWiEbFaEbsOyBrnZGj42/++RXq",
+	"/jc8y1hKxkui+dRS/yv7+E/4EPMtkX1WawMxsyU4FsZYX8QVjg02FzejGzsB+YFPCBXLflsYwoaohtYI",
+	"hY3hknzO0lH90/DxHlGrbeEI1Yk0hSSUmFRHw3BlYWhktaAmAnnOM9ZiE8y4uBkZK7c0Bg3r5dy+8UgT",
+	"fKcRt+b3S37ugitEM1Pw9FAzM7X/Mzy5WVq9hJKJLJSZoT+9mf3OvUa/mw7YHnO1a2BV5W3ymjy4uaOO",
+	"5WFRx0GrE3UgkbghAKlZX4aXygAtl/aNm2s7TqtkOkazqmcatWra38SKKtxokLPyxgxySLhzWeQYkbHB",
+	"MlgjlZV0KqkYcevFRDQpGKFCL5hyXviF1WHxXi5Mk3CxAlCXleuB0AS9Hy6vX5zDHE3+vNQ54RrxBLSe",
+	"+7vCtropX+IYZbiWzyreejv6hbXtt9kk8ZnMB7h0pvewg9g9ePVhW/BgOXgbMAI9ZE334aVD3fm4F5RD",
+	"6AA1Vg5Wcp4b0q3OGgXHBLI6CNVWnrHiZ6EZZH7JbCjCKJqAG7qxICujW6ZdgEbqkjjO7BBUW+bbdZjQ",
+	"g4CooajWGa7lzNEOS9HL7HHZZSFLRVImlr2mXLQtYpJozUe4j/X+A8gIodaSvbPxy3Za2pw4Y5mdfe6z",
+	"ZizSY7pM1DJQyzXTQrLlnio416DajsVYHGAzC1tzj1QICESASORYbtevzykviHxn7q8S5zAKUdO5xXhi",
+	"V7waDVdHN+DHeFvCEzBhi2VjeK7Hs3bCxLWe1ZYYbAsX520YjjCnDItfhAE8T548frrteobVNB4Aoxne",
+	"jHXQVw429o7O8wy+umnClPYclNWkJx/G4L9oWs/LKntixcaaF6OcqcTZz3fJeuL6ZmSkoVllh9jFZWs/",
+	"KzRL9/oqkzQd0dvp6GjH1VUfPNn3i10/mLO5VMt7gMB9uCcQmmxBTg64l493k5+L8sV0tIVPJjOW3IBG",
+	"v0FrDkJhHuRGAKv4fl+0e1PXI7J2HDJUkRtCDLjJ9pRTuGGoujWPCLlSzPu21tOxVqJj7h8NsyX6ZXN8",
+	"S1OY4zYkqmIrmgRhtS963Et41lUaaKOZLeNt6Z3VZYPuSTIuDFo50JWRpUz7aLUyUuDx8e6RAm6p124V",
+	"repXkad7ktKmyCHvi61Od8UZG0z3aztXatYl3Ey7i/Sex32xbs1yRxtgsZaD5CMbq1y8jpN3y6EtZuoc",
+	"OF6nZKZ1Dz8dg8eqUUJqxJ0Pco23cyAhTQuJwDcQWkPB5eq0GakwmnMHjxFMCmFnTfBdMZCuraEwk4Nv",
+	"0ARJIe3BpQ6hB4VwTcCxRn66fn7wTYR13RZcMzKmmj09CWVSGKoTdfBJI8zfSJmtw3jGm7J4MMTfFZwz",
+	"Ut5Y0RlKmewYEMPTrAHoL2EIjaE1VsUcMwKO1n6bLDJ25R93oka7Q5yiiSAtKbBte51TA+V7wP2QW7UW",
+	"jkdIt31IlLeb2xEOrda6TRKOt+Q1GIlzluwChSv73l3UWVA1b0Q9fxJjZhWeMpKnZv7akokZxMfY2UrL",
+	"Hxx9NXWEKFbCvzrWJpKxi2/mzflaWYZtQNhqZMEh25bhMGnd4NRqgPV8dCdzKb7dNnmrm3kXvKkcpyfb",
+	"3Ff7IVRrrhDM3LaXKzfHljzCh0/L2zc68JNnezWpTW8ZTblwPp318P2qPm4Jr1XDiaE82y9qEgP2tnuB",
+	"yiKY9vWm4149il0H9hGDwQ5/bYSNRbQN6Q33CKi4h1t/zTeGZQvsQC2rrjBjzbLhBM81Il0xZkzHLe+t",
+	"6+7zHV7Neaq3vdWInRX7qe8EiK4xmBml87J0H9Q1BLObWMtrDciJa5mVWufmohe7RZBe+gF/wEHKv58F",
+	"o5U//utLqOMERfoag4Vd2cwJZ1mqw9RdwsRE2tMmXXu6ESlPBUJrdUTceYKle+mq9ULlwEmh8QLePYbI",
+	"cbTRXKaN0HcpX2XOLLx3FuSrYyCJj+7Yb3KI6m2IRHp9dU36/f4hPIfYC/uXYrqYM2KX0XzkjgPrptgm",
+	"ppnRhLYiEwdfhP18vy3sxNn3zMjdI8e2wvLVoyxxz4N5ba2Rp7kAcr+2k2yzVOXzhXcWrDwD2OrA8gM3",
+	"LcllMjYIBanMG72s12UqOMkYRS1pYrVkqGFWJkCAMpdLZZoxbLPl8R4BfGUs3oMYENvTjfc2LLYHylwx",
+	"Q6RIWC0JFmuNQG4Q1T50pYvxMxOrD7ugmV5/o5ZTn+knwX8rGKFzKaZot6hlB8P5uXNrcbA25zb9PFsS",
+	"Gvg2Ncmkbh5ii4Xvo5nxHIJXPvB903ujzi1nC6f8rm5fkgWoqRqLjWJsVcaZMORnNr6y/MgQIReu2Kxw",
+	"MYNKZqwy9UkBhQGMklnG1O5mP7fMf4XlbWUDtTLmQdzQSsyIM+p5gnLEuNWF6Nbia+Y1CMMKM0HW43qy",
+	"lClvGRUSIg2ZgrDUZhTfM72pXhO0gXcEht1dxvHlABstULpTjReVe94AsB+BwFvtn63kwu6VKG3ZyUij",
+	"pWyLm5CtWHqLjffHFxYQ4jnbzkjir8EdiWgjLNaMuGFlsNWaUlEHWbyVMqw0vJsEXc3kB/Y1QMrx3Q8X",
+	"fpo6vlUHB5NWi79eiUcLqkl0oo7PvwDzpi8bsd+aL2sDuh9/qMZ1v3wXDF+tzrG6ddlJZrVVV9wU/BMo",
+	"rjSaYpG37xQUVb0a4YSNOMCn4rK9FAsUb26Wqexr1Miy+ne03vVjnyRvnKltibTdrNUWUXvuRQ+Q8ruX",
+	"r64jUsaD//0//xtiiVBV3m6ud5M0Ls+kvB2A3j25HlxNDR05m3soQYyXplkuk5OmcrpSM1f8BIPfFwri",
+	"tVpCBdcXX9VdbEhLSWbNAmpejBKp2kqigpK6T+DADVOipeax04D3GU3qZtJY2/s11Td7hhjY84JUKW4e",
+	"0Pe/Ian9Hk6AzSb3JgzeEEuwOSRgwgXXsz332wLahyi+2gqtfEY122T6vJcYvz1wibV7+NYsIi5fbQQ1",
+	"+3dfjffLN+wpkG3rbMNlnkTgjkLVDaM8uxhVNivmVDSHnIc1pNcL0BeqrEHecsjajPy69sKa1dSwXULV",
+	"t5V83rFSc23q1YLNropzCZamo96kjXLjGiacumC9KnfTVbu3/xSj35mSI0uOkU9FwtMblX9pQ6dcTEc4",
+	"XFR55spfNEsUM6NCKKZldguZvr7S6Mjl0PjsyQwMVAkVCcsyTPkM83J3UJnXJQafxMNTX/hSFcIKyJuV",
+	"+Q9SteuryJlIYZMOWAGU4C9wJkByLf7tQ72Cf7P0zFKMhyn+f+SpNw1g1l4KYZTMqJh+SGBLqAmX1Y9L",
+	"XTgMalmbsOSG9asn4CS/tlyW7VXA2ljiHiH8VQexdvemXcROmlvjMnbXrkAy2KZa4ZBty7wqxnPeXgrV",
+	"JzzvH7nmPhwt6TzbSdABwkwKxc3yyu7Ppcm4BPrrdgEfJHJC+WKK9lPCtS5YSqghjZ1f+r6FHkid0Bmo",
+	"wuOZMTnwcac1lPNu+cIu3xcQX7HDeP3j7cXVNTl/c2mZSgxshCcH8+ncxKSLROmVcFeDTypD/pkc9/pD",
+	"cXHL1BJzeAqRMkViVw4zJoIx554pNZ2w3dFQdGPfAOz1m4u359ev346uX/948SqGnAj4UDAyZcJ+zVLL",
+	"QSWJsSSWlf5JyhVWxDr0MxzA0HEvGgo3REr1bCypSoOcjETKG85INwZ3ia/faVUULuIeNkt0WZP2xYhQ",
+	"7/UYCuwDCdxAu8pz80K71pBgEbeLduy5bHkmF4JIxadcaNKNX8O/Ygu/63CJlo+zbEK4Jg7u1JD4MLZw",
+	"tpeGazuEpR3/5er1K2iRBPfJsHNKhp1+vz/sRGQIefT4U1UFY4Q/3sUuoZ+brOzfypMD15WHzKmgU2ZZ",
+	"msWJIG78tDPoH/UHDgkFzXnntPO4P+g/xtqBM6ALD82qEnxjZuAVBKhBecm0qlAZg+Mldi2cEN3ccUDj",
+	"SjQayQnxllT3ARhb6VDEARuLMXxoLhUjEwkZBaGZKfZv+YTk0ih1hvMGLT8Bmbb1/ATSaOv8CRBHJOVS",
+	"XKad047lw+dTZ0IMG+7+8v5jNNm8T+/Th2xY+utKO8rjweDBGpxVDQk2dffTEdEh1llEPsFVNA1ervYw",
+	"6E8Jnxxt/6TWVu4utDljNwFNoByJrzTgboEl6QZNHaGLQIQVoas+AkANrpXQVNEEcsK4TF3TtTr5Hb73",
+	"2vhdQIl1PPyeIRquY2HTFqtXDn1b6I9/tBuPtX/PQ7EfnWz/qOzxeHe3Eb6HYRuR3FUTrEMarLfPSj/L",
+	"h0AbsPE7mT5gL9egwMpdXVSzktTd2hkfP9jU9ZYKDWd9ZVmrCcqqf0La3RtN7Affbv+g7DVrPzh6vP2D",
+	"stun/eD4250+qLXivIs6T/DUtoLMNwqucy7AX0JLNVQKQoXv8+tucGcIOQP3KFZvRhnQKvxMbWFSh1Yu",
+	"Dglogw5c+sr5JJiATCXT2HB4zCb27ueGMJHq/lC4+jdYQorEqwVz4rAoDtfEOfOwT2SZhR6jdGaarnRL",
+	"Q38Y+h488NTYd6SZkQcdoUl3MaMGWl9yo6uSIuBtWKkQQrqxa7Gpmevn+v8wU/gw4oa6w42kbf+2ZA2S",
+	"sj0TNKttI+UgnixjTbakk8G3JG4odRa71NzykSt57uo8eE4TK6uUa37L4jNyMhgMRRxWVcNRrPJEXoOA",
+	"zpwGhaWJMix/0UTFUJ2SPce6HPck4mjrq3b8N9TM4N0mIbvcXk3OdsGCnVNohdvgo1oXxk7WQY9bTD8x",
+	"xeyAz1XX709DY5/lHkXoEwp1/6xW68q+kK7lbJbCsFYOFmsQriVxSQ5nhLriXUYxhsRRIsufLTOHc21U",
+	"u2MkDa7L+iugYCiWUegf4YSsivTCTjZlyS5kvlyQLhW1KoyPNMSY6pwmrNcnpYwOdmGgPTse9FivtR9S",
+	"UPS8T85RrR+Ko0E0GAxKmqeKuRIxpBtexdDcGzT8Wp0Xq2+fDE5IXC/FGEfkZPCYxGv1GOHBgNT5h/3t",
+	"26GIG0p3xm36/HPgeZ+Ea3xMpSusD9RyY3v++ZWDfA4Ocl5R6CPtqaRmNbW/LcFS5riM5zFSOYOVkCnb",
+	"6Q4/pCqZuVzuZlseiMwsPQOZAV8mSWGInkEvsMpyvAB5YkGXsFZuyFSxBcmhGXppDH5++eJi9PL830bf",
+	"/e364iruIbdyJVgFSIYQlYtFvrxXyfLMJrJ8y2h67jbwBRLmuwNDVZ0yq0gWqMbX4MpqpEi7/6/U+Jmp",
+	"Ea9kCjc46So2LTKqgAJ1VdYXaNXRo8ZyrFQT+AuVmMY6QuhpQbrmmkCZDZZ6LZeKpZlxMbWPXO+mU5Ad",
+	"4H2QEeJ+P0aJYijK6mtYM8pyDLB2L0DBGlf9n3zxqVJIsfIKdn8DDhKR55fPXxOphmJGVQq7cOk0Oigz",
+	"6rkCLKTprsUqoatb6A/FlYeTs3n6kaxI4Py0JfT65OTosbv1y3LKcVVo0n07FN1C2COGJoYpMBhp2Uob",
+	"C2riKz8rbtinZyy7GAbuy1O2WQQaFImLd0bR5KsqsaO6bg/z89vx3KFB9StFutPfee6aZlliQDduoH4H",
+	"dY/nNGWET3y92N3EhwBLW4qE+oLmW4SGHhjynMMEd0kYVdkyIq7nJmZiDIVmTJMJWzAFTWBdcchnuJAD",
+	"dFT1G/jQquXhzDKUoVjjKMAtag5e54sj3VYxpk04+XSGhv0kE5kYZg7QHPogAgqcxFc+8Y/DJ85JKMA8",
+	"0niCkTORW128TlE+odW9rfnvrLp7FaNWsJhCXGSbjFOiiescSYlh81wqqlyu6ZhpnrJylogoJmApEg3G",
+	"2InWl3WxMgmICorfshTkIYjCUwUk5hZ5JmlKMka9k0JmKYxLulJBZ8ten8RzmTIwmcjE0Cxs5wAViav6",
+	"+YOnJye9FhnkfvLFJzVC7vDuS5myPQSRD2Qh95BHXAX/r1zmH4fLAKI7MwUGUFlKHMt0WXGaM5JTZcWA",
+	"QIUCDcAKJNukkDA3rDECoozEufJvfpGhEGHmXcsV67faf4hAlXBAIidYWxtb3dUr2KF9eoLG6sod7Bgo",
+	"NlFsc+f6kDxVCI29Qt5c/w0CEROZ6fh//itWcqHjisl+M/if/zo+6Z2R2HKM2FdP0FDSqswh6w/F+Vq/",
+	"4kc6KO9FMy0tVmnUH12hV0S4A3swGG4IkdUu3p5MGHTDeSZTpk/r4qP9Io6qvx2DjEl3TFNilxrhDQZe",
+	"TDB7987IyeCkZmFGM7X9/VvSaHiOSLzeKikmXVpL8CZyMhSVAD2jLpbNftI7wwuq3tEqPiNPBsd+zqkU",
+	"zE4V9KRqvKNq3ci/OI93Y6/0nS6Wo4em2cagFozKr4XWfo1r+ZxxLSX1VM7vtjiWCBiD4yYQcgLcIqzr",
+	"kMlV/ZgvpoeKOWJuDxN76185v/z5+85HjLuy47cHXZXLqNw890CyJ7sIRz9VPdhWoxL8IkAbqCLpocKC",
+	"vuF5zl2BC8v75WQCkQoNcK8S5FuDICtofMx4xo0wv3bdzAt9hppMnEgx4dNCsTQmXfD59yqdKmjtB/rJ",
+	"ZPIgFz/ks/uA4DB9oZquT16BI8aVg9LQrACymEPIuzD5VsvPBU1mJHapNXFZExRi+7mG4PYbLlI97JyS",
+	"X/r9/q93MbjLi7FmpspW0HE0FHHYRTK4J+HfvhSr/feMm8z+H9JPqltujhXQ41PUVM1MajYU2ESETikX",
+	"pLv2JhzRjFFlxoza90RK3FOXIgANFUsHOh4tGMsh30kkDExXlNxytoCKSoqBTkoxDkAuBHG+9GcIy6EA",
+	"w7ekGdOJVcHDmiIAQIhii0HPvaXZaG736IWn4yeDnptxXFjZzQoKwQYSCdt1NU5UNSj68lHegx8sIFmW",
+	"yRjFGu0i9u1x4QRD4cqigOTRVaznKFm7PbpP0OQvRcL65BxEI/tRxnFmtSRHT4gmN4zleigg3TJX8p2V",
+	"/0FXSDKpPQtA4a1Rmbb7cRDcLdo+gF9z/M3xk0FUj8APQ/CfNNV0264cGPbOHAJ8G7XmncxsiAT4OVxf",
+	"GbWHClmxYbmaKlBShrZMoo3M9ecKjr+CNRxAwO+FqxBD5/6AE5llVQPuMg8njVxI1y0DQtIrXMhFmRy+",
+	"rzpp3dUD0+rY8iPPsvuGcbrvmnXBTxgyDW3+NEgwzl5u6R/zYCAQp9AFzfpfsPD4YTId7J/6RNQyrrFr",
+	"uWpD58Nee8jU61JlLItEl1aKKb9lAiyWrj+tq+/nSAm4Vlm9ZigaQo7lhDB7CyK9oh80xm5uIxwyPoyx",
+	"qZv/eyg0BRunq6ZTLgvuTayoY/VfdzGckJf8uzC02f7TQ/AMbnAuisD0UtXChvnsUML9G0I1XKt/DArF",
+	"aErBFk4Y7pNLQWJEtxh6E8vCHLoen1SxoUBrAfh3Km3cOXfxgrS3nY8MK2N9oTC0b4TENTl/c4l3oZ7Z",
+	"W9JHhbpVNNwB3zPzAETdEqzpTszCsHZdrGXZby762Tq4Pf4PH3zFVkq5IUWOMX++4+dKe0770B517YxJ",
+	"F17NZZZFZSbeY3sD9toyxiyqrF6l5eX5eOXyvN/d+RGZaRCi/iVr6A1CPMRy46FBLJgnpWo32y5KO5Or",
+	"bd2mrtrnD3VfPrwZqF64+L6OBRwFblTkXeX1wYwmV5ff/3z56tkPX3MQ9r60tyNgVZ+qJa0Onn+5CFgv",
+	"v3VfBHT9bXWQClf1p67JMl9x8CPgoG8Y3oyC4MMqrxH76heIhmGZtQ/0r35NxnwwfAvNVhs9lBfhi/ui",
+	"1xs6ZS+ggMAOnn778jNM8f+oclewozanZrjpz2WTCNeAkrJT7yAarmtFLPDbOTMhlhGkVsWywlYvImMM",
+	"XtniCa2n0aDnDoQLs/ZQuNaZVv3imKBKyUQxPXMlqvpDEUNtkhjNPGGRJvL3//1/yFhKrFemCqHPqvpR",
+	"4CuE7vBQkQBawS6Z6cFHWNwJimFg1SYXV+wchHWHaN0BimHGrsx6RMqGHV7fGApXXw9ynuJCQHkE34vQ",
+	"e0QDKIzYO66NjlEYc1HMgQMarNfUDAU+4hqbHfXOyJPBYxK7gUdF5XnY4OG8qJV5+ni+ymCez5SKH+60",
+	"gRzfBHj0idn+F8fFP9i3VQIT4/RLwPt6N9q7ILFjrbaqtgSXgS80BrYPMJ7oUtvDqtR1xS68Yw7fW4rY",
+	"aP/E/MQ60u933QTfvqJz1rlPVuofwyj5wVjyV6aNkstVHHFH7f0n3JBCs/Ss1o4B7wLL+yZSTWUZGNfm",
+	"Af3IJz74VFxq5Tbtfxb7y2tRWwQGDCCZKgZ3tTckQ0q9a2ADVzkI1QQSWMMbrwoQ2krdh2V7mGZ95Y19",
+	"/Ec5btjMV65Rw77nirHf2QrTqAwFTEfgnHCONa5cpySQB6F3DFnMpGYkoTkd84wbzjTRdEkAsXrbERA7",
+	"Dm20GhbzPwwKuir8qAGcuR6b0OmlkqxBbyhDk7/iKeDpC2agWJ6l4Nr9BhUBLDS3o1rZpXtD1a0/CqL5",
+	"BhBfsagxgM9gxab65b8VfWS+CXtk/sdBHgDPV9yp447MV4XrLhRWnBRZZG9HQaCpYNqr7kxXDAk4Tx3D",
+	"fJP/VjPeD5fXL/4Y5ju7k03JCDJnwtfN/WzGu9d2EVCO/4CLAzNjB5mUebmseirD+lEevofe684Pmkvs",
+	"ONdsxDv3lXpiw94ZLLIjnPJOjJSkS8mYKkYEW2RcMIxaGkKHRU0uXl1fvB12ytI1MO9aTkD5qwVuTLo0",
+	"Q1kDZ2Gpq6uhic9Qs1iKgZBDMaMaK2egka0pv4B0FYPCIb5LXSm7jGly01vPEgBrYC1RwFnYtJFqu33t",
+	"LQK1mSggkCCnZlbFEbjT6KzaxNpK0R5/s62JzkfyttgdvXUI+qnr7dm5zx1CNBHnihPH4QdGLnm84bqM",
+	"nfJi2Fcnzye9mPAECSX2OD3DOvPM5Z89FwmqZawcKAQcp6sStA+F3nhJveRtiXArsXEiW3qUcUFc3Fk5",
+	"2iKBfI+F3VDZLcQ1c9zx8vvibkq3i02XpQfi57on/YkTae/sRKoUq9G5kilW+Gm/Kf3iD99XXQw3Fpx2",
+	"s+3E8oPGiDtyfehMvwPX/7inveWk7d2tpfMcYsK6B/UnFNDvwaPCg8+la/veykneSNeh/WNB207QRlgw",
+	"+YOkxPxM1ZzAbkN37iokdvat2IXtrwRImX3B3pS6/VGqKZh2Fh5wYNpOnTODY0ICvWGCzNl8zJQ+CzUw",
+	"56319nF7oyw3ui4eHKAPi6BtvMAC5vO5J6qzKT2OK4fivBD2nbr7YUP9jlrse6z57yyuH62ckFjnLInt",
+	"XeM98XEVo+DjCsAwPRSuGUfVAAE7YGHxjwnPMlDIRZkEiAngVtmasAWhUOYIAguoSIdCsTyjif3EbRET",
+	"SSaUZ9BGXmrmLOLODXNO6l1iamlmaCUvgxdgaXZrUJuAvaOJyaCEqh2U3jBQCCGHCSc/hV4kzrsbgyYX",
+	"u/pLGBOB9zvz8RNok0eVrKvpHAMfoH5ZCR67YhwdT0Jjt2ksjg4g4NrTYQVpatwrUE6ysp6RtyxlEy7K",
+	"FCu7OYShy4f15IsJ54BNZb5sGQRT74fTFinSFPnRpDS+KR6E3h9e6bMTfKYa69u4DKH21CfcUpeQiy9c",
+	"ndtfO/tAH7sFDBZCRiCFNxc61T27sJQdsqquVL5TQG+dDdWFBO9c2ygxvfUvfURscXO0yU1+CQ9WRqT0",
+	"KobhcyUUdf1+AJbUrRKfgasqRpOZPbpeFNwONf9kHdY7VX1pL/jSoOealXoosJey62KTrhs03b+veSra",
+	"vpSPoHbXGpv/w6rd+xfM+Qz5ru4Qu0Hf9aisXBMFrKRnxaWgL9omhdxv6/B91VL0blMvhrjSsuMgH88Z",
+	"r8uCA7VqPdSrst5kXVamWbVa+0h6MD4HVmt5y1S7LXoo9jVGk1VbdJP08CPPstaSNe0Firq5WY4qaGI6",
+	"lQMAhp4G7VmrPLi6LSNo8PrAFuyPFA/qAPUjdNrZmGf8h08lLhGhLYX4rEKI0nbOhe8/ZAUwTy+umvlG",
+	"jfa+VZXcd5+oGNkWvvr5dFu/ANLCmXbgl4dh/+/m+iW3lcASa/ZbTLAdKYkhCSCoWjY4JTTLoNZ3L0JW",
+	"issNGzlrSSZURailzeSCzKlYApdXLqwX21z4xlRl7Y/jwWAAgqkd3yX80zJbVxu69Bx9KILyRJBn7UqZ",
+	"bWLf9gd/I8UtqdUOH849yD4AbVuyoAGkdUnqcyUMr262rT2he/6H8p2tyfYW8mm9Rh5ejqvl90h3vche",
+	"bxc6TLnOqUlmG1zvhZlBF1tqAutR1WUZOzG79svjZVjUqK0Z81CA/6PWvhiGcX1tsDs0v2VOGLLyUGB+",
+	"enP9t8rx3o31jBwkyB2S8ktkFnHPl4BLZlIz4aU75Crnlz9/P3p5eXV1+frV6PKvMd4odSPNUJwTzRIp",
+	"UuJBVRpc6JyRmnBXAgcejWUZPKDJ8eDY5TDZl9CgA285MRCsW1Bewpfqd715KUn5ZMKgQieMyEFKOxl8",
+	"2x+KZzOW3Ggyo3luz8ApK1KlYP8KKlitaHwrpwKpSN0ng8e9aChcH+nuyeCoF+GU3ZOjx9DGpxe53qq1",
+	"bXft5qSya+pFRMkC059OBicRsYP2h2IoXjod3wEPxg011lQyzI6yEzgHDhck9ksdTXhm+X4P+zS7kupD",
+	"AULhVEgI0NC1QmZzuiQ0TYmWc3bmFu5NDdBXGioYo7KLVSShKoPl5DLHpudECqZhoDEjosiyPonnzNCU",
+	"GgrCPHSYuGVqTA2fA7YoljPqapokciq4dnRBZlTPavvvJlRIwROaQcfpU4f45SKxpW40FKJwBpLSHw21",
+	"rxYzbhjBjlB+7dAv/JGurhyexqeuLY19EypCqaFwdkzAFV9cukTbM0IFfnJLswIAYyHJUre0CGBBuNCG",
+	"UWRJYyuoRkMRH/UHcfgkPopd+hiOGC4M4nhWEbxr8ci17waywZ7c0I8qxiomp2TYoVrzqWDpsBNHZYET",
+	"4DmIHBTSeQCP0AXoTmYoJtyXuvci5aRQ2Gg6k9hfU5OYacPnlueNgC7jGpB4qS4C+VaFSyE+J6C8Uco1",
+	"HWdYXrTEZXvrV6RnHwk5At4E5dbW43ustHBE4iK4kOK2YqMNtVOD/n3eInyGgklzoNIq1fW9tSV2FcmE",
+	"HIrAa2Cf9pxE4zlD4q61Rqnmr46XtjqrG258JGw8sPDwxsyemiZGniE5lmzY6wQPpTDu6vx+eOu3h9dn",
+	"Sl300587ttsklflnYLUtCcUfkr88WRpcg3Wm87XAx70s7SwpFChSv7zveLK9tsJU5/SXXy0+ViJlcDeW",
+	"5xHYmspqRX6YXQRIVIRa1biqwpe9QqyYkh5AaUco7JXJKVbPYs7WQ9MUGwfBjekbKbn6X6i8QeN/lkJm",
+	"Jv+duWpXaK7D/ga00uNQ9niTUWyouCQxomlMxoXBeK9aTcC4d1pdz47hW3UPBwaXeWz/Gw+F1z9PXccE",
+	"5eYnM5alvap4Uzyn7+I+if/tAGFxcFW7TlzxLxQL7N1kxynLhNkBo+DbC5HG4WeYEO+roIFlP6g4xq1C",
+	"DECrRvie5qfE8gvX4RF3NmZmwZhwm8NKaasLDvVjaCcJC4YKVijT2NMMgQcRu06MjbE83p9xZiyFBgTs",
+	"IIf1zrpYMuvxgOjeUEykKgssqbIyWunu9PbRoXCHekrWzxMaU1xdXfgCbeCO1WA0WsxQTLPnFR4tBqbb",
+	"6bGgH9Q+dOuoKj36mwiG6kIoOwVxlcMVOlHU+azr6x4KXEjPb2m1YmSfPLef6lMSw0ZO3dROu4it5HlK",
+	"3g87iAHDTkSGHfvjsBMNxbDDRCJTLqbDzp29yEtB9afr5wffAIBAGhtTzZ6euDHDr6xohQ+HnaC9F6AJ",
+	"FoWzQjrIEjgmSp4xT08bMJMb0qVEBeWOsfTkFZQoIJjJpkEdgop7WIQufkG1OYAXD6xeBqtwqIntVVHe",
+	"8BCa0nwNPPZtBxIjARgwCqJ7iMrVMP7sVkYCuRLhbN8YJTJlJbBTOzTW1PO1VTXpxqck52Ia9yBUo4xM",
+	"cDhILUb1yTnRmVxAQhuK4FaOB2kfyv+65Z3iurkhE5plllJn3GEVcELo9AjMkcQAB8A8IIumWvpe/ItI",
+	"jAc1wpbtIyZA8CuBXKtGWBF476zVIbHZeoW85ANtVyt3C2KakVhWGEi4tAo2MeU2B95DV//z5SHhMgVD",
+	"I6Id9GDI4TJyan+5XEtDGZ9zV1Oydalz+q650N/J0bcnjwcnwVKPdlkqXo32Rj6rGpE7ZkebEIB0LTd1",
+	"Opljke2Ahee1Be/QVPtjdc6KttUAXknpurpAYtKeB0eW00SOT5CuZug6Cz4DSOxUStgV0+xEnRkwANh7",
+	"eM83yFKNd35NVsD8WCJdeB9w1W6IcXhWGzB9HWU6oeywvip7o4e8dV9RYvP6mLCo/AvM0ok6UKW982vT",
+	"2dbnaIWew+QGOetDAXX3D1K98q3FELreuAUwhvpytJFjVFKh/RWkoIYS0q4weF1T4FNRL+m2Qlm+9BKa",
+	"H3jinb8xSaS84Yx0fzAmfy2yZUSu6JxdccP+fGUUT0xErqzGw7Dr1/WLq54rRvT24uq6FLicVPUzG1/J",
+	"5IZ5mxBwt6NjMpOF0mhrdhNqAyVxfYlWsEafDgXF0qw1IzWKfGj+KV1hEDpSlvktWxfKhYUgn3Khm67H",
+	"Kz4Vl6Lz8WojXoqHqI0I2taZq4sI4AK77SeuTrefOl1XjWtqsN0SoWSs5AK65QfGiPpJr2O1LMzmYpmv",
+	"C9PZBazXNVgmGaOKuYi2tmU/sy+h4Icrf1S5f3Co+nqhCcPGEK1reGOL7Q2qJx5oZl+y1x6Iw3r3WKit",
+	"UVfnJKNjBlGUN2z5Z7A4n3kzuiXIuVStsVfwaW0+bthcN0xccmyqFMYhNPtCQQprlrGe1Eop7yRf2XMW",
+	"7J0ZJRCU5a+fXLFbLgsrZk9b94afbATmx/TEWuzYFN+FS/88sV2AuZFlzkGvNCjBPM4YOjV6EVS/mLIq",
+	"Tn1LlcA5FXxix6Oa/O385QvSjX0Tzutlzk5JCMslnWcxaPH/cvX6FenG74cdP8DIPkRV+u//+d9WQ8RU",
+	"3uAV+/T93//zv+/u4l4f3Bzxe0uwI55GSGL265wJr8ufkfgvqVqOVCGcEcUK7UNU6yxFku7xYFBxMmHl",
+	"lQycT37OXp+cCxJfpmyeS8NEsjz4kS1jggIo6Uo1FKV3q8/TuLdipS0BhHJT4A+xS/cOS/TzRORk8O1Q",
+	"QCuYwBdALnHF5VhQ5bmuo/pHcdifYsJZBuV4qZmdDYWLZcef0eSHndHT9lKDFml261DiAL1ZcfH8A8FX",
+	"fbwC340Bqp/IfWB3flWM5zyofRh1VtF5a0OUhw25dxOgz7ONyaRqSVRhpdQGhAZ6fkg/h4XTLj6OP1x9",
+	"xg8r8wGYBS3P9U15ONAfx7ee3BS5D3LKoed+GzP8nlGRsKyZjrcYkuxHH7tzDCysAW1w2RkEdYB2YeEE",
+	"NWat8FeljHxiRRCX5c8NYi991CUEiYQlERWryltErpU79NlStyyFFK9CsaiWhBh+7/fYFpH5wEc6+OhH",
+	"eu2O8dOd3AaSOaTK8AlNzHZx/7x880uEtl/dJrGz3Cs4+78w+AdZyptQ3e/z3ocQNabzw/92DX4fHJ88",
+	"bCb/B3Ykb+lW//nCnP2h+ub8Z1gbnGNtcAt5f7MtpLqBKKyI/PT2xQHTCQXDpuvR2MewQW9bgr96G+9A",
+	"tFG3N3f0Bcjj9/CPiFATEcWoluIvd9B30YWMxj4w9JGG6NFTEr/HPoKGvTN/iYiB9GM6Z3+JhoJrzO34",
+	"SwTdCkeFTv9yF/ciEnsfZPzeWwetjgAtI0WKdugYPEilwjDhgmaoF7hoR3R+OdercyvCzTOjuk+gX6Xv",
+	"UhnzNCaJLITRpMjPSi9whum7tIy3DtKhu9+UzbjsqOjlZBOpWFAw3p7eVArI9+UQyomRBXomF02Kg6U3",
+	"NHR+MKmuqgk1H+cHKvkP3dvw8xCdv1MfaR+ST3WDyTkK7KyYAK2cT6QGUkdgM0YzM/t9E0f+wb3yMctG",
+	"wRStlhQndbloWKxBucES+ILfMmE/yJUcozR+CFlfG7f5Ft/4mKmvjKbcLqy55zFNMVzfqRsff8pX0GyB",
+	"psuzKi4Fgl6Q+MvhUAo3m4FezoRQPyPYvxY6DFYjUaw4A9Gk3EUB477XgrW8rbkerAXojgymUJnlG8bk",
+	"p4eHR8d/6g/6g/7R6TdHx8edu1/v/m8AAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

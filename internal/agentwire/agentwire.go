@@ -6,11 +6,18 @@ package agentwire
 
 import (
 	"math"
+	"regexp"
 	"time"
 
 	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
+
+var agentIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// ValidAgentID reports whether id is usable as an agent id (and so as a
+// file, container or domain name): both ends of the link hold ids to it.
+func ValidAgentID(id string) bool { return agentIDPattern.MatchString(id) }
 
 // CommandRequest is spec as the server sends it to an agent.
 func CommandRequest(id string, spec ports.CommandSpec) *sandboxv1.CommandRequest {

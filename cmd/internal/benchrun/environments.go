@@ -103,6 +103,11 @@ func envBench(bins harness.Binaries, prev error) error {
 		}
 		rows = append(rows, stats{name: rt + ": first environment → agent ready", n: 1, p50: first, p99: first, avg: first},
 			summarize(rt+": provision → agent ready", ready), summarize(rt+": provision → first command output", output))
+		pooled, err := pooledRows(srv, rt, n)
+		if err != nil {
+			return fmt.Errorf("%s pool: %w", rt, err)
+		}
+		rows = append(rows, pooled...)
 		switch rt {
 		case "docker":
 			s, err := measure("`docker run --rm --network none "+docker.DefaultTag+" true` (floor)", n, func() error {
@@ -146,26 +151,136 @@ func contains(list []string, s string) bool {
 	return false
 }
 
+// restCall is one REST request with the operator token.
+func restCall(srv *harness.Server, method, path string, body any) (int, []byte, error) {
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, srv.RESTURL+path, rd)
+	req.Header.Set("Authorization", "Bearer "+srv.Token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
+// poolSize is the warm pool kept per runtime while its pooled creates are
+// measured: VMs under TCG cost a core each while they boot.
+func poolSize(runtime string) int {
+	if runtime == "libvirt" {
+		return 2
+	}
+	return 3
+}
+
+// pooledRows measures creates that take a warm pool's member: create →
+// agent ready and → first command output, each with a member idle (the
+// wait for one is outside the timing), and the refill (take → the pool
+// full again). The pool is deleted at the end.
+func pooledRows(srv *harness.Server, runtime string, n int) ([]stats, error) {
+	pool := "warm-" + runtime
+	size := poolSize(runtime)
+	if code, b, err := restCall(srv, http.MethodPut, "/api/v1/pools/"+pool, map[string]any{"runtime": runtime, "size": size}); err != nil || code != http.StatusOK {
+		return nil, fmt.Errorf("put pool: %d %s %v", code, b, err)
+	}
+	defer restCall(srv, http.MethodDelete, "/api/v1/pools/"+pool, nil) //nolint:errcheck // best effort at the end
+	idle := func() (int, int, error) {
+		code, b, err := restCall(srv, http.MethodGet, "/api/v1/pools/"+pool, nil)
+		if err != nil || code != http.StatusOK {
+			return 0, 0, fmt.Errorf("get pool: %d %s %v", code, b, err)
+		}
+		var p struct{ Idle, Hits int }
+		err = json.Unmarshal(b, &p)
+		return p.Idle, p.Hits, err
+	}
+	waitIdle := func(want int) error {
+		deadline := time.Now().Add(5 * time.Minute)
+		for {
+			got, _, err := idle()
+			if err != nil {
+				return err
+			}
+			if got >= want {
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s: %d idle after 5 min, want %d", pool, got, want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	var ready, output, refill []time.Duration
+	for i := range n {
+		if err := waitIdle(size); err != nil {
+			return nil, err
+		}
+		taken := time.Now()
+		r, o, err := provisionOnce(srv, runtime, fmt.Sprintf("%s-pooled-%d", runtime, i))
+		if err != nil {
+			return nil, err
+		}
+		if err := waitIdle(size); err != nil {
+			return nil, err
+		}
+		ready, output, refill = append(ready, r), append(output, o), append(refill, time.Since(taken))
+	}
+	if _, hits, err := idle(); err != nil || hits != n {
+		return nil, fmt.Errorf("%s: %d hits for %d creates (%v): some were not taken from the pool", pool, hits, n, err)
+	}
+	// The floor of "→ first command output" once an agent is ready: the
+	// same exec in an environment that is ready already.
+	floor, err := execFloor(srv, runtime, 20)
+	if err != nil {
+		return nil, err
+	}
+	return []stats{
+		summarize(fmt.Sprintf("%s: create from a pool of %d → agent ready", runtime, size), ready),
+		summarize(fmt.Sprintf("%s: create from a pool of %d → first command output", runtime, size), output),
+		summarize(runtime+": pool refill (take → pool full again)", refill),
+		floor,
+	}, nil
+}
+
+// execFloor measures `echo` through REST in an environment that is ready.
+func execFloor(srv *harness.Server, runtime string, n int) (stats, error) {
+	name := runtime + "-exec-floor"
+	if code, b, err := restCall(srv, http.MethodPost, "/api/v1/environments", map[string]any{"runtime": runtime, "name": name}); err != nil || code != http.StatusAccepted {
+		return stats{}, fmt.Errorf("create %s: %d %s %v", name, code, b, err)
+	}
+	defer restCall(srv, http.MethodDelete, "/api/v1/environments/"+name, nil) //nolint:errcheck // best effort at the end
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		_, b, err := restCall(srv, http.MethodGet, "/api/v1/environments/"+name, nil)
+		if err != nil {
+			return stats{}, err
+		}
+		if bytes.Contains(b, []byte(`"state":"ready"`)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			return stats{}, fmt.Errorf("%s not ready: %s", name, b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return measure(runtime+": exec `echo` in a ready environment (floor of → first output)", n, func() error {
+		code, b, err := restCall(srv, http.MethodPost, "/api/v1/agents/"+name+"/exec", map[string]any{"command": "echo", "args": []string{"first"}})
+		if err != nil || code != http.StatusOK || !bytes.Contains(b, []byte("first")) {
+			return fmt.Errorf("exec in %s: %d %s %v", name, code, b, err)
+		}
+		return nil
+	})
+}
+
 // provisionOnce creates an environment, waits for its agent, runs `echo`
 // in it, and deletes it (waiting until it is gone, outside the timings).
 func provisionOnce(srv *harness.Server, runtime, name string) (ready, output time.Duration, err error) {
-	call := func(method, path string, body any) (int, []byte, error) {
-		var rd io.Reader
-		if body != nil {
-			b, _ := json.Marshal(body)
-			rd = bytes.NewReader(b)
-		}
-		req, _ := http.NewRequest(method, srv.RESTURL+path, rd)
-		req.Header.Set("Authorization", "Bearer "+srv.Token)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return 0, nil, err
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		return resp.StatusCode, b, err
-	}
+	call := func(method, path string, body any) (int, []byte, error) { return restCall(srv, method, path, body) }
 	start := time.Now()
 	code, body, err := call(http.MethodPost, "/api/v1/environments", map[string]any{"runtime": runtime, "name": name})
 	if err != nil || code != http.StatusAccepted {

@@ -99,7 +99,7 @@ func TestContractHITL(t *testing.T) {
 		started := e.waitEvent("m-hitl-rest", evStarted, 10*time.Second)
 		ctx, cancel := ctxFor(10 * time.Second)
 		defer cancel()
-		list, err := e.op().ListHITLWithResponse(ctx)
+		list, err := e.op().ListHITLWithResponse(ctx, nil)
 		if err != nil || list.JSON200 == nil {
 			t.Fatalf("list hitl: %v", err)
 		}
@@ -130,7 +130,7 @@ func TestContractHITL(t *testing.T) {
 		}
 		expectResumedAndDone(t, "m-hitl-rest")
 		// Answered: no longer listed, and not answerable again.
-		list, err = e.op().ListHITLWithResponse(ctx)
+		list, err = e.op().ListHITLWithResponse(ctx, nil)
 		if err != nil || list.JSON200 == nil {
 			t.Fatalf("list hitl: %v", err)
 		}
@@ -266,7 +266,7 @@ func TestContractAbort(t *testing.T) {
 	if end := e.waitEnd("m-abort-hitl", 20*time.Second); end.Event != evAborted {
 		t.Errorf("ended %s %v, want aborted", end.Event, end.Data)
 	}
-	list, err := e.op().ListHITLWithResponse(ctx)
+	list, err := e.op().ListHITLWithResponse(ctx, nil)
 	if err != nil || list.JSON200 == nil {
 		t.Fatalf("list hitl: %v", err)
 	}

@@ -58,7 +58,7 @@ func TestContractPermissionPromptIsAMissionHITL(t *testing.T) {
 		hitlID := expectPermission(t, "m-perm-rest")
 		ctx, cancel := ctxFor(10 * time.Second)
 		defer cancel()
-		list, err := e.op().ListHITLWithResponse(ctx)
+		list, err := e.op().ListHITLWithResponse(ctx, nil)
 		if err != nil || list.JSON200 == nil {
 			t.Fatalf("list hitl: %v", err)
 		}

@@ -266,7 +266,7 @@ func TestContractHITLSurvivesRestart(t *testing.T) {
 	e.waitAgents(30 * time.Second)
 	ctx, cancel = ctxFor(10 * time.Second)
 	defer cancel()
-	list, err := e.op().ListHITLWithResponse(ctx)
+	list, err := e.op().ListHITLWithResponse(ctx, nil)
 	if err != nil || list.JSON200 == nil {
 		t.Fatalf("list hitl: %v", err)
 	}

@@ -34,7 +34,7 @@ func TestContractIntegrationOff(t *testing.T) {
 	if err != nil || ms.JSON200 == nil || len(ms.JSON200.Missions) != 0 || !strings.Contains(string(ms.Body), `"missions":[]`) {
 		t.Errorf("missions: %v %s", err, ms.Body)
 	}
-	hs, err := e.op().ListHITLWithResponse(ctx)
+	hs, err := e.op().ListHITLWithResponse(ctx, nil)
 	if err != nil || hs.JSON200 == nil || len(hs.JSON200.Requests) != 0 {
 		t.Errorf("hitl: %v %s", err, hs.Body)
 	}

@@ -113,6 +113,19 @@ func TestDashboard(t *testing.T) {
 	p.do("delete it", chromedp.Click(testid("env-delete-dash-env")))
 	p.waitJS("the environment gone", `!document.querySelector('[data-testid="env-row-dash-env"]')`, 60*time.Second)
 
+	// A warm pool from the form; a create of its spec takes its member.
+	p.do("define a pool", chromedp.SendKeys(testid("pool-name"), "dash-pool"), chromedp.Click(testid("pool-put")), chromedp.WaitVisible(testid("pool-row-dash-pool")))
+	poolCell := func(i int) string {
+		return `document.querySelector('[data-testid="pool-row-dash-pool"]').children[` + fmt.Sprint(i) + `].innerText.trim()`
+	}
+	p.waitJS("its member idle", poolCell(3)+` === "1"`, 60*time.Second)
+	p.do("create from it", chromedp.SendKeys(testid("env-name"), "dash-pooled"), chromedp.Click(testid("env-create")), chromedp.WaitVisible(testid("env-row-dash-pooled")))
+	p.waitJS("taken, ready", `document.querySelector('[data-testid="env-row-dash-pooled"]').innerText.includes("taken") && document.querySelector('[data-testid="env-row-dash-pooled"]').innerText.includes("ready")`, 20*time.Second)
+	p.waitJS("the hit counted and the pool refilled", poolCell(5)+` === "1" && `+poolCell(3)+` === "1"`, 60*time.Second)
+	p.shot("07b-pools")
+	p.do("delete them", chromedp.Click(testid("env-delete-dash-pooled")), chromedp.Click(testid("pool-delete-dash-pool")))
+	p.waitJS("both gone", `!document.querySelector('[data-testid="env-row-dash-pooled"]') && !document.querySelector('[data-testid="pool-row-dash-pool"]')`, 60*time.Second)
+
 	// A task from the form: an invalid field shows its error at once.
 	p.do("new task", chromedp.Navigate(url+"#/newtask"), chromedp.WaitVisible(testid("manifest")))
 	setManifest(p, "command: {argv: [\"true\"]}\nenvironment: {memory: lots}\n")

@@ -19,7 +19,6 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
-	"github.com/agentic-sandbox/agentic-sandbox/internal/testreq"
 )
 
 // Issue 15 in a Docker container with no network device: commands reach
@@ -28,13 +27,7 @@ import (
 // the test hook AGENTIC_TEST_RESOLVE points at 127.0.0.1, allowed by
 // address for its port).
 func TestEgressThroughTheAgentInDocker(t *testing.T) {
-	testreq.Command(t, "dockerd", "run make test-env")
-	testreq.Root(t, "a private dockerd")
-	host, stop, err := harness.StartDockerd()
-	if err != nil {
-		t.Fatalf("private dockerd: %v", err)
-	}
-	t.Cleanup(stop)
+	host := privateDockerd(t)
 
 	s := startServer(t, 0, t.TempDir(), append([]string{"DOCKER_HOST=" + host, "AGENTIC_RUNTIMES=docker", "AGENTIC_TASK_RUNTIME=docker"}, egressEnv...)...)
 	egressScenario(t, s, "docker", "egress-1")

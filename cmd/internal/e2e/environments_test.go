@@ -162,13 +162,7 @@ func readMetrics(t *testing.T, restURL string) string {
 // socket; a container killed from outside shows failed and its agent gone;
 // a restarted agentic-mgmt recovers the running one.
 func TestEnvironmentsInDocker(t *testing.T) {
-	testreq.Command(t, "dockerd", "run make test-env")
-	testreq.Root(t, "a private dockerd")
-	host, stop, err := harness.StartDockerd()
-	if err != nil {
-		t.Fatalf("private dockerd (make test-env installs it): %v", err)
-	}
-	t.Cleanup(stop)
+	host := privateDockerd(t)
 	docker := func(args ...string) string {
 		out, err := exec.Command("docker", append([]string{"-H", host}, args...)...).CombinedOutput()
 		if err != nil {
@@ -188,6 +182,16 @@ func TestEnvironmentsInDocker(t *testing.T) {
 		if code != 0 || !strings.Contains(out, name+": ready") {
 			t.Fatalf("create %s: exit %d\nstdout %q\nstderr %q", name, code, out, errOut)
 		}
+	}
+	// Listed a page at a time.
+	one := 1
+	first, err := s.Client().ListEnvironmentsWithResponse(context.Background(), &restapi.ListEnvironmentsParams{Limit: &one})
+	if err != nil || first.JSON200 == nil || len(first.JSON200.Environments) != 1 || first.JSON200.Environments[0].Name != "dk-1" || first.JSON200.NextCursor == nil {
+		t.Fatalf("first page: %v %s", err, first.Body)
+	}
+	second, err := s.Client().ListEnvironmentsWithResponse(context.Background(), &restapi.ListEnvironmentsParams{Limit: &one, Cursor: first.JSON200.NextCursor})
+	if err != nil || second.JSON200 == nil || len(second.JSON200.Environments) != 1 || second.JSON200.Environments[0].Name != "dk-2" || second.JSON200.NextCursor != nil {
+		t.Fatalf("second page: %v %s", err, second.Body)
 	}
 	run := func(s *harness.Server, name, script string) string {
 		t.Helper()

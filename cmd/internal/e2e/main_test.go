@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testreq"
 )
 
 var bins harness.Binaries
@@ -61,4 +62,18 @@ func startServer(t *testing.T, n int, dataDir string, env ...string) *harness.Se
 		t.Fatal(err)
 	}
 	return s
+}
+
+// privateDockerd starts a dockerd of the test's own (make test-env installs
+// it) and returns its address; it stops with the test.
+func privateDockerd(t *testing.T) string {
+	t.Helper()
+	testreq.Command(t, "dockerd", "run make test-env")
+	testreq.Root(t, "a private dockerd")
+	host, stop, err := harness.StartDockerd()
+	if err != nil {
+		t.Fatalf("private dockerd (make test-env installs it): %v", err)
+	}
+	t.Cleanup(stop)
+	return host
 }

@@ -16,7 +16,6 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
-	"github.com/agentic-sandbox/agentic-sandbox/internal/testreq"
 )
 
 // fakeClaude is a stand-in for claude on PATH: by its prompt ($2) it edits,
@@ -508,13 +507,7 @@ func TestTaskCLI(t *testing.T) {
 // A task in a Docker container: staged over the agent link into a
 // container without a network, run as nobody, the patch and artifacts back.
 func TestTaskInDocker(t *testing.T) {
-	testreq.Command(t, "dockerd", "run make test-env")
-	testreq.Root(t, "a private dockerd")
-	host, stop, err := harness.StartDockerd()
-	if err != nil {
-		t.Fatalf("private dockerd (make test-env installs it): %v", err)
-	}
-	t.Cleanup(stop)
+	host := privateDockerd(t)
 	repo := t.TempDir()
 	gitIn(t, repo, "init", "-q", "-b", "main")
 	_ = os.WriteFile(filepath.Join(repo, "a.txt"), []byte("a\n"), 0o644)

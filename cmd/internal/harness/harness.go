@@ -266,9 +266,28 @@ func HostAgentPIDs(dataDir string) map[string]int {
 	return out
 }
 
-// KillHostAgents kills the host agents of dataDir and their process groups;
-// they outlive agentic-mgmt by design, so tests must clean them up.
+// KillHostAgents kills the host agents of dataDir and their process groups,
+// the supervisor's and the host runtime's environments' (warm pool members
+// too); they outlive agentic-mgmt by design, so tests must clean them up.
 func KillHostAgents(dataDir string) {
+	envPIDs, _ := filepath.Glob(filepath.Join(dataDir, "host-envs", "*", "agent.pid"))
+	for _, f := range envPIDs {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		// Only a live agentic-agent: the pid of an agent that died long
+		// ago may be someone else's now.
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pid <= 1 {
+			continue
+		}
+		if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err != nil || filepath.Base(exe) != "agentic-agent" {
+			continue
+		}
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
 	for id, pid := range HostAgentPIDs(dataDir) {
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
 		_ = syscall.Kill(pid, syscall.SIGKILL)

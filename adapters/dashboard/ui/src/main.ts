@@ -239,7 +239,39 @@ function Environments() {
         ${e.allowed_hosts ? html`<p class="muted small">egress to ${e.allowed_hosts.join(", ")}</p>` : ""}
         ${(e.egress || []).slice(-5).map((g) => html`<div class=${"small " + (g.allowed ? "ok" : "error")}>${g.allowed ? "→" : "✕"} ${g.host}:${g.port} ${g.allowed ? bytes(g.bytes_down) : g.reason || ""}</div>`)}</td>
       <td><button onClick=${() => act(e.name, "start")}>Start</button><button onClick=${() => act(e.name, "stop")}>Stop</button>
-        <button data-testid=${"env-delete-" + e.name} onClick=${() => act(e.name, "delete")}>Delete</button></td></tr>`)}</tbody></table></section>`;
+        <button data-testid=${"env-delete-" + e.name} onClick=${() => act(e.name, "delete")}>Delete</button></td></tr>`)}</tbody></table>
+    <${Pools} runtimes=${runtimes} /></section>`;
+}
+
+// Pools kept ready for environment creates of their spec (the runtime's
+// default spec from here; PUT /api/v1/pools takes any).
+function Pools({ runtimes }: { runtimes: any[] | undefined }) {
+  const pools = useLive(["environments"], async () => (await call(api.GET("/api/v1/pools"))).data?.pools);
+  const [form, setForm] = useState<Record<string, string>>({ name: "", runtime: "", size: "1" });
+  useEffect(() => { if (runtimes?.length) setForm((f) => (f.runtime ? f : { ...f, runtime: runtimes[0].runtime })); }, [runtimes]);
+  const [err, setErr] = useState<any>();
+  const set = (k: string) => (e: any) => { const v = e.target.value; setForm((f) => ({ ...f, [k]: v })); };
+  const put = async (ev: Event) => {
+    ev.preventDefault();
+    const r = await call(api.PUT("/api/v1/pools/{name}", { params: { path: { name: form.name } },
+      body: { runtime: form.runtime || runtimes?.[0]?.runtime, size: Number(form.size) } }));
+    setErr(r.error);
+    if (!r.error) setForm((f) => ({ ...f, name: "" }));
+  };
+  const remove = async (name: string) => setErr((await call(api.DELETE("/api/v1/pools/{name}", { params: { path: { name } } }))).error);
+  return html`<h2>Warm pools</h2>
+    <p class="muted small">A create whose runtime and spec match a pool takes a member, ready at once under its own name.</p>
+    <form class="inline" onSubmit=${put} aria-label="Define a warm pool">
+      <label>Name <input required value=${form.name} onInput=${set("name")} data-testid="pool-name" /></label>
+      <label>Runtime <select value=${form.runtime} onChange=${set("runtime")}>${(runtimes || []).map((r: any) => html`<option value=${r.runtime}>${r.runtime}</option>`)}</select></label>
+      <label>Size <input type="number" min="0" max="64" value=${form.size} onInput=${set("size")} data-testid="pool-size" /></label>
+      <button type="submit" data-testid="pool-put">Keep ready</button></form>
+    <${Err} e=${err} />
+    <table><thead><tr><th>Pool</th><th>Runtime</th><th>Size</th><th>Idle</th><th>Warming</th><th>Hits</th><th>Misses</th><th>Members</th><th></th></tr></thead><tbody>
+    ${(pools || []).map((p: S["Pool"]) => html`<tr data-testid=${"pool-row-" + p.name}><td>${p.name}</td><td>${p.runtime}</td><td>${p.size}</td>
+      <td>${p.idle}</td><td>${p.warming}</td><td>${p.hits}</td><td>${p.misses}</td>
+      <td>${p.members.map((m) => html`<div class="small"><code>${m.name}</code> <span class=${"pill " + m.state}>${m.state}</span></div>`)}</td>
+      <td><button data-testid=${"pool-delete-" + p.name} onClick=${() => remove(p.name)}>Delete</button></td></tr>`)}</tbody></table>`;
 }
 
 function Missions() {

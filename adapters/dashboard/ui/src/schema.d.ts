@@ -551,6 +551,51 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/pools": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Warm pools, by name. */
+        get: operations["listPools"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/pools/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One warm pool with its untaken members. 404 `pool_not_found`. */
+        get: operations["getPool"];
+        /**
+         * Define or redefine a warm pool; its members are provisioned (or dropped) in the background.
+         * @description The server keeps `size` environments of `spec` on `runtime` provisioned with their
+         *     agents connected and idle, refilling in the background (a few at a time) and
+         *     replacing members that fail or lose their agent. A `POST /api/v1/environments` whose
+         *     runtime and spec are exactly these takes an idle member: it answers `ready` under the
+         *     requested name, whose agent (same name) is connected. A member serves one caller and
+         *     is destroyed with that caller's environment. Redefining the spec replaces the members;
+         *     the pool outlives a restart of the server. 400 `invalid_request` or `unknown_runtime`.
+         */
+        put: operations["putPool"];
+        post?: never;
+        /** Forget a warm pool and destroy its untaken members; environments taken from it stay. */
+        delete: operations["deletePool"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/environments/{name}": {
         parameters: {
             query?: never;
@@ -861,7 +906,7 @@ export interface components {
              *     runtime_error, not_supported, too_many_sessions, too_many_commands, file_not_found,
              *     permission_denied, invalid_path, file_too_large, directory_not_empty,
              *     too_many_transfers, invalid_manifest, task_not_found, task_conflict,
-             *     artifact_not_found.
+             *     artifact_not_found, pool_not_found, agent_reserved.
              */
             code: string;
         };
@@ -1159,6 +1204,8 @@ export interface components {
         };
         HITLList: {
             requests: components["schemas"]["HITLRequest"][];
+            /** @description Where the next page starts (pass it as cursor); absent on the last page. */
+            next_cursor?: string;
         };
         HITLResponse: {
             /** @description A mission's answer; for a task's permission, the message claude gets. */
@@ -1212,6 +1259,8 @@ export interface components {
         };
         MissionList: {
             missions: components["schemas"]["Mission"][];
+            /** @description Where the next page starts (pass it as cursor); absent on the last page. */
+            next_cursor?: string;
         };
         /** @enum {string} */
         SessionType: "interactive" | "headless" | "background";
@@ -1271,6 +1320,8 @@ export interface components {
         };
         SessionList: {
             sessions: components["schemas"]["Session"][];
+            /** @description Where the next page starts (pass it as cursor); absent on the last page. */
+            next_cursor?: string;
         };
         RuntimeList: {
             runtimes: components["schemas"]["Runtime"][];
@@ -1347,8 +1398,51 @@ export interface components {
             error?: string;
             events: components["schemas"]["EnvironmentEvent"][];
         };
+        PoolSpec: {
+            image?: string;
+            profile?: string;
+            resources?: components["schemas"]["Resources"];
+            network?: string;
+            allowed_hosts?: string[];
+            read_only_root?: boolean;
+        };
+        PoolRequest: {
+            runtime: string;
+            spec?: components["schemas"]["PoolSpec"];
+            size: number;
+        };
+        PoolMember: {
+            name: string;
+            state: string;
+        };
+        Pool: {
+            name: string;
+            runtime: string;
+            spec: components["schemas"]["PoolSpec"];
+            size: number;
+            /** @description Members ready to be taken. */
+            idle: number;
+            /** @description Members being provisioned. */
+            warming: number;
+            /**
+             * Format: int64
+             * @description Creates that took a member.
+             */
+            hits: number;
+            /**
+             * Format: int64
+             * @description Creates that matched this pool when no member was idle.
+             */
+            misses: number;
+            members: components["schemas"]["PoolMember"][];
+        };
+        PoolList: {
+            pools: components["schemas"]["Pool"][];
+        };
         EnvironmentList: {
             environments: components["schemas"]["Environment"][];
+            /** @description Where the next page starts (pass it as cursor); absent on the last page. */
+            next_cursor?: string;
         };
         CreateSessionRequest: {
             type?: components["schemas"]["SessionType"];
@@ -1532,6 +1626,11 @@ export interface components {
     parameters: {
         AgentID: string;
         EnvironmentName: string;
+        /** @description At most this many; without it, all. With it, next_cursor says where the next page starts. */
+        PageLimit: number;
+        /** @description The next_cursor of the previous page (items that come or go between pages move no other across a page boundary). */
+        PageCursor: string;
+        PoolName: string;
         SessionID: string;
         TaskID: string;
         /** @description Absolute, or relative to the directory the agent's commands start in. */
@@ -2163,6 +2262,10 @@ export interface operations {
                 agent_id?: string;
                 /** @description Only the sessions in this state. */
                 state?: components["schemas"]["SessionState"];
+                /** @description At most this many; without it, all. With it, next_cursor says where the next page starts. */
+                limit?: components["parameters"]["PageLimit"];
+                /** @description The next_cursor of the previous page (items that come or go between pages move no other across a page boundary). */
+                cursor?: components["parameters"]["PageCursor"];
             };
             header?: never;
             path?: never;
@@ -2380,7 +2483,12 @@ export interface operations {
     };
     listEnvironments: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description At most this many; without it, all. With it, next_cursor says where the next page starts. */
+                limit?: components["parameters"]["PageLimit"];
+                /** @description The next_cursor of the previous page (items that come or go between pages move no other across a page boundary). */
+                cursor?: components["parameters"]["PageCursor"];
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -2396,6 +2504,7 @@ export interface operations {
                     "application/json": components["schemas"]["EnvironmentList"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
         };
     };
@@ -2427,6 +2536,104 @@ export interface operations {
             413: components["responses"]["TooLarge"];
             502: components["responses"]["BadGateway"];
             503: components["responses"]["Unavailable"];
+        };
+    };
+    listPools: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Pools. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PoolList"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+        };
+    };
+    getPool: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: components["parameters"]["PoolName"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The pool. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Pool"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+        };
+    };
+    putPool: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: components["parameters"]["PoolName"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PoolRequest"];
+            };
+        };
+        responses: {
+            /** @description The pool as defined now. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Pool"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["TooLarge"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    deletePool: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: components["parameters"]["PoolName"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
         };
     };
     getEnvironment: {
@@ -2787,6 +2994,10 @@ export interface operations {
             query?: {
                 /** @description Only missions in this state. */
                 state?: components["schemas"]["MissionState"];
+                /** @description At most this many; without it, all. With it, next_cursor says where the next page starts. */
+                limit?: components["parameters"]["PageLimit"];
+                /** @description The next_cursor of the previous page (items that come or go between pages move no other across a page boundary). */
+                cursor?: components["parameters"]["PageCursor"];
             };
             header?: never;
             path?: never;
@@ -2834,7 +3045,12 @@ export interface operations {
     };
     listHITL: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description At most this many; without it, all. With it, next_cursor says where the next page starts. */
+                limit?: components["parameters"]["PageLimit"];
+                /** @description The next_cursor of the previous page (items that come or go between pages move no other across a page boundary). */
+                cursor?: components["parameters"]["PageCursor"];
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -2850,6 +3066,7 @@ export interface operations {
                     "application/json": components["schemas"]["HITLList"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
         };
     };

@@ -1,0 +1,355 @@
+package environment
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+// memPools is an in-memory ports.PoolStore.
+type memPools struct {
+	mu     sync.Mutex
+	pools  map[string]ports.Pool
+	claims map[string]string
+}
+
+func newMemPools() *memPools {
+	return &memPools{pools: map[string]ports.Pool{}, claims: map[string]string{}}
+}
+
+func (m *memPools) Pools(context.Context) ([]ports.Pool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []ports.Pool
+	for _, p := range m.pools {
+		out = append(out, p)
+	}
+	return out, nil
+}
+func (m *memPools) PutPool(_ context.Context, p ports.Pool) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.pools[p.Name] = p
+	return nil
+}
+func (m *memPools) DeletePool(_ context.Context, name string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.pools, name)
+	return nil
+}
+func (m *memPools) Claims(context.Context) (map[string]string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return maps.Clone(m.claims), nil
+}
+func (m *memPools) PutClaim(_ context.Context, member, env string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.claims[member] = env
+	return nil
+}
+func (m *memPools) DeleteClaim(_ context.Context, member string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.claims, member)
+	return nil
+}
+
+// fakeRenamer plays the agent: renamed, it registers again as the new id.
+type fakeRenamer struct {
+	agents *fakeAgents
+	err    error
+	calls  []string
+	mu     sync.Mutex
+}
+
+func (r *fakeRenamer) RenameAgent(_ context.Context, id, newID, secret string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, id+"->"+newID)
+	if r.err != nil {
+		return r.err
+	}
+	if secret == "" {
+		return errors.New("no secret")
+	}
+	r.agents.mu.Lock()
+	delete(r.agents.status, id)
+	r.agents.status[newID] = "ready"
+	r.agents.mu.Unlock()
+	return nil
+}
+
+func (m *memPools) claim(member string) (string, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	env, ok := m.claims[member]
+	return env, ok
+}
+
+func (r *fakeRuntime) has(name string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.envs[name]
+	return ok
+}
+
+type poolFixture struct {
+	*fixture
+	pools   *memPools
+	renamer *fakeRenamer
+	link    ports.AgentLink
+}
+
+func newPoolFixture(t *testing.T, prepare func(*poolFixture)) *poolFixture {
+	f := &poolFixture{fixture: &fixture{rt: newFakeRuntime(), agents: &fakeAgents{status: map[string]string{}}}, pools: newMemPools()}
+	f.creds = newFixture(t, time.Minute).creds
+	f.renamer = &fakeRenamer{agents: f.agents}
+	if prepare != nil {
+		prepare(f)
+	}
+	f.svc = New(Config{Runtimes: map[string]ports.Runtime{"fake": f.rt}, Agents: f.agents, Credentials: f.creds, Clock: clock{},
+		Bootstrap: ports.AgentBootstrap{Binary: "/bin/agent"}, ReadyTimeout: time.Minute, Pools: f.pools, Renamer: f.renamer, Link: f.link})
+	t.Cleanup(f.svc.Close)
+	f.svc.Recover(context.Background())
+	return f
+}
+
+// eventually waits up to 5 s for cond, failing with what.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal(what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// waitIdle plays the members' agents (each provisioned member's agent
+// connects) until the pool has idle members.
+func (f *poolFixture) waitIdle(t *testing.T, pool string, idle int) PoolStatus {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st, _ := f.svc.Pool(pool)
+		for _, m := range st.Members {
+			if m.State == StateBooting {
+				f.agents.set(m.Name, "ready")
+			}
+		}
+		if st.Idle == idle && len(st.Members) == idle {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pool %s: %+v, want %d idle", pool, st, idle)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestAPoolMemberIsTakenOnceUnderTheCallersName(t *testing.T) {
+	f := newPoolFixture(t, nil)
+	if _, err := f.svc.PutPool(context.Background(), ports.Pool{Name: "p", Runtime: "fake", Size: 1}); err != nil {
+		t.Fatal(err)
+	}
+	member := f.waitIdle(t, "p", 1).Members[0].Name
+	if !strings.HasPrefix(member, "p-") || !has(f.creds, member) {
+		t.Fatalf("member %q, credential %v", member, has(f.creds, member))
+	}
+	if _, ok := f.svc.Get(member); ok || len(f.svc.List(context.Background())) != 0 {
+		t.Fatal("an idle member is visible as an environment")
+	}
+	if err := f.svc.Delete(context.Background(), member); !errors.Is(err, ports.ErrEnvNotFound) {
+		t.Fatalf("deleting an idle member by name: %v", err)
+	}
+
+	e, err := f.svc.Create(context.Background(), Request{Runtime: "fake", Name: "mine"})
+	if err != nil || e.State != StateReady || e.AgentID != "mine" || e.ProvisionTime <= 0 {
+		t.Fatalf("take: %+v %v", e, err)
+	}
+	if has(f.creds, member) || !has(f.creds, "mine") || claimOf(f, member) != "mine" {
+		t.Fatalf("credentials: member %v, mine %v; claims %v", has(f.creds, member), has(f.creds, "mine"), f.pools.claims)
+	}
+	if f.rt.has("mine") {
+		t.Fatal("a take provisioned")
+	}
+	// The pool refills with another member; while it comes up, a second
+	// create of the spec is a miss and provisions.
+	eventually(t, "no other member warming after the take", func() bool {
+		st, _ := f.svc.Pool("p")
+		return st.Hits == 1 && st.Warming == 1 && len(st.Members) == 1 && st.Members[0].Name != member
+	})
+	other, err := f.svc.Create(context.Background(), Request{Runtime: "fake", Name: "other"})
+	if err != nil || other.State != StateBooting {
+		t.Fatalf("a create while no member is idle: %+v %v", other, err)
+	}
+	if st, _ := f.svc.Pool("p"); st.Misses != 1 {
+		t.Fatalf("misses %d", st.Misses)
+	}
+	// A name already taken is refused before any member is touched.
+	if _, err := f.svc.Create(context.Background(), Request{Runtime: "fake", Name: "mine"}); !errors.Is(err, ports.ErrEnvExists) {
+		t.Fatalf("a second mine: %v", err)
+	}
+
+	// Deleting the caller's environment destroys the member it was.
+	if err := f.svc.Delete(context.Background(), "mine"); err != nil {
+		t.Fatal(err)
+	}
+	if f.rt.has(member) || has(f.creds, "mine") {
+		t.Fatal("the taken member outlived its environment")
+	}
+	if _, claimed := f.pools.claim(member); claimed {
+		t.Fatal("its claim outlived it")
+	}
+}
+
+// A hand-over that fails before the agent is told leaves the member idle
+// in its pool and the caller's environment provisioned; a name whose agent
+// has a credential is refused and the member stays idle.
+func TestAFailedTakeLeavesTheMemberAndProvisions(t *testing.T) {
+	f := newPoolFixture(t, nil)
+	if _, err := f.svc.PutPool(context.Background(), ports.Pool{Name: "p", Runtime: "fake", Size: 1}); err != nil {
+		t.Fatal(err)
+	}
+	member := f.waitIdle(t, "p", 1).Members[0].Name
+
+	if err := f.creds.Put("hand-made", "s"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.svc.Create(context.Background(), Request{Runtime: "fake", Name: "hand-made"}); !errors.Is(err, ports.ErrEnvExists) {
+		t.Fatalf("a name with a credential: %v", err)
+	}
+	if secretOf(f.creds, "hand-made") != "s" {
+		t.Fatal("a refused take replaced someone's credential")
+	}
+	if st := f.waitIdle(t, "p", 1); st.Members[0].Name != member {
+		t.Fatalf("after a refused take: %+v", st)
+	}
+
+	f.renamer.mu.Lock()
+	f.renamer.err = ports.ErrAgentNotConnected
+	f.renamer.mu.Unlock()
+	e, err := f.svc.Create(context.Background(), Request{Runtime: "fake", Name: "mine"})
+	if err != nil || e.State != StateBooting {
+		t.Fatalf("create when the rename fails: %+v %v", e, err)
+	}
+	if !f.rt.has("mine") {
+		t.Fatal("the caller's environment was not provisioned")
+	}
+	f.rt.mu.Lock()
+	minesSecret := f.rt.specs["mine"].Agent.Secret
+	f.rt.mu.Unlock()
+	if has(f.creds, "mine") && secretOf(f.creds, "mine") != minesSecret {
+		t.Fatal("the failed take's credential for mine is left")
+	}
+	// The member the agent may half know is replaced, never handed out.
+	eventually(t, "the member of a failed rename was not destroyed", func() bool { return !f.rt.has(member) })
+}
+
+// After a restart: a claimed member is the caller's environment, an
+// unclaimed one an idle member again, and one of a deleted pool goes.
+func TestRecoverFindsClaimsAndMembers(t *testing.T) {
+	f := newPoolFixture(t, func(f *poolFixture) {
+		label := func(pool string) map[string]string { return map[string]string{ports.LabelPool: pool} }
+		f.rt.envs["p-aaaa0000"] = ports.Environment{Name: "p-aaaa0000", State: ports.EnvRunning, Labels: label("p")}
+		f.rt.envs["p-bbbb0000"] = ports.Environment{Name: "p-bbbb0000", State: ports.EnvRunning, Labels: label("p")}
+		f.rt.envs["q-cccc0000"] = ports.Environment{Name: "q-cccc0000", State: ports.EnvRunning, Labels: label("q")}
+		f.pools.pools["p"] = ports.Pool{Name: "p", Runtime: "fake", Size: 1}
+		f.pools.claims["p-bbbb0000"] = "mine"
+		f.agents.status["mine"] = "ready"
+		f.agents.status["p-aaaa0000"] = "ready"
+	})
+	e := waitState(t, f.svc, "mine", StateReady)
+	if e.AgentID != "mine" {
+		t.Fatalf("recovered %+v", e)
+	}
+	if st := f.waitIdle(t, "p", 1); st.Members[0].Name != "p-aaaa0000" {
+		t.Fatalf("pool after recovery: %+v", st)
+	}
+	eventually(t, "a member of a deleted pool was kept", func() bool { return !f.rt.has("q-cccc0000") })
+	if err := f.svc.Delete(context.Background(), "mine"); err != nil {
+		t.Fatal(err)
+	}
+	if f.rt.has("p-bbbb0000") {
+		t.Fatal("deleting the recovered environment left its member on the runtime")
+	}
+}
+
+func claimOf(f *poolFixture, member string) string { env, _ := f.pools.claim(member); return env }
+
+// fakeLink runs every command at once with exit 0, noting what ran where.
+type fakeLink struct {
+	mu   sync.Mutex
+	ran  []string
+	hold chan struct{} // while open, commands do not end
+}
+
+type doneCmd struct{ done chan struct{} }
+
+func (c doneCmd) ID() string                                                { return "c" }
+func (c doneCmd) AgentID() string                                           { return "a" }
+func (c doneCmd) Done() <-chan struct{}                                     { return c.done }
+func (c doneCmd) Result() ports.CommandResult                               { return ports.CommandResult{} }
+func (c doneCmd) WriteStdin(context.Context, []byte, bool) error            { return nil }
+func (c doneCmd) Resize(context.Context, uint16, uint16) error              { return nil }
+func (c doneCmd) Signal(context.Context, int) error                         { return nil }
+func (c doneCmd) Kill(context.Context) error                                { return nil }
+func (l *fakeLink) Lookup(string) (ports.Command, bool)                     { return nil, false }
+func (l *fakeLink) Attach(string, string, ports.StartOptions) ports.Command { return nil }
+func (l *fakeLink) Start(_ context.Context, agentID string, spec ports.CommandSpec, opts ports.StartOptions) (ports.Command, error) {
+	l.mu.Lock()
+	if !opts.Housekeeping {
+		spec.Command += " (not housekeeping)"
+	}
+	l.ran = append(l.ran, agentID+":"+spec.Command)
+	hold := l.hold
+	l.mu.Unlock()
+	done := make(chan struct{})
+	go func() { <-hold; close(done) }()
+	return doneCmd{done: done}, nil
+}
+
+// A member is offered only once its warm-up command has run there.
+func TestAMemberIsIdleOnlyWhenWarm(t *testing.T) {
+	link := &fakeLink{hold: make(chan struct{})}
+	f := newPoolFixture(t, func(f *poolFixture) { f.link = link })
+	if _, err := f.svc.PutPool(context.Background(), ports.Pool{Name: "p", Runtime: "fake", Size: 1}); err != nil {
+		t.Fatal(err)
+	}
+	var member string
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		link.mu.Lock()
+		ran := append([]string(nil), link.ran...)
+		link.mu.Unlock()
+		st, _ := f.svc.Pool("p")
+		for _, m := range st.Members {
+			f.agents.set(m.Name, "ready")
+			member = m.Name
+		}
+		if len(ran) == 1 {
+			if ran[0] != member+":true" || st.Idle != 0 {
+				t.Fatalf("warm-up %v, pool %+v", ran, st)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no warm-up ran: %+v", st)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if e, _ := f.svc.Create(context.Background(), Request{Runtime: "fake", Name: "early"}); e.State == StateReady {
+		t.Fatal("a member still warming up was handed out")
+	}
+	close(link.hold)
+	f.waitIdle(t, "p", 1)
+}
