@@ -67,6 +67,11 @@ type Config struct {
 	// keeps the identity a rename gave it, so that it registers under it
 	// after it restarts too; the caller reads it at start.
 	IdentityFile string
+	// IdentityFromLink (AGENT_IDENTITY_FROM_LINK=1, serial:// only): the
+	// agent starts without an id and secret and asks the host side of its
+	// serial link for them (a VM restored from a template that must hold
+	// no credential).
+	IdentityFromLink bool
 	// BulkConnection says the server's unix:// address takes more than one
 	// connection (MANAGEMENT_BULK_CONNECTION=1: a real listening socket,
 	// not a relayed serial port), so files and tunnels get their own.
@@ -93,6 +98,7 @@ type Agent struct {
 	// ident is who the agent is now: Config's id and secret until the
 	// server renames it.
 	ident atomic.Pointer[identity]
+	guest guestSystem
 
 	// tmux is whether sessions can be kept in tmux here.
 	tmux bool
@@ -139,7 +145,10 @@ const (
 
 // New builds an agent; Run starts it.
 func New(cfg Config) (*Agent, error) {
-	if cfg.AgentID == "" || cfg.Secret == "" || cfg.ServerURL == "" {
+	if cfg.IdentityFromLink && !strings.HasPrefix(cfg.ServerURL, "serial:") {
+		return nil, errors.New("an identity from the link needs a serial:// management server")
+	}
+	if ((cfg.AgentID == "" || cfg.Secret == "") && !cfg.IdentityFromLink) || cfg.ServerURL == "" {
 		return nil, errors.New("agent id, secret and management server URL are required")
 	}
 	client, bulk, base, err := serverClient(cfg.ServerURL, cfg.CAFile, cfg.BulkConnection)
@@ -171,6 +180,7 @@ func New(cfg Config) (*Agent, error) {
 		running:  map[string]*running{},
 		finished: map[string]finished{},
 		tmux:     !cfg.NoTmux && haveTmux(),
+		guest:    realGuest,
 	}
 	a.idle = sync.NewCond(&a.mu)
 	a.heartbeat.Store(int64(5 * time.Second))
@@ -259,6 +269,11 @@ func (a *Agent) Connected() bool { return a.connected.Load() }
 
 // Run connects and serves until ctx ends, reconnecting with backoff.
 func (a *Agent) Run(ctx context.Context) error {
+	if me := a.ident.Load(); a.cfg.IdentityFromLink && me.Secret == "" {
+		if err := a.identityFromLink(ctx); err != nil {
+			return nil // ctx ended
+		}
+	}
 	if a.tmux {
 		a.adoptTmuxSessions(ctx)
 	}

@@ -80,7 +80,11 @@ type Config struct {
 	// mkisofs, xorrisofs in PATH).
 	QemuImg string
 	ISOTool string
-	Logger  *slog.Logger
+	// NoRestore boots every warm pool member instead of restoring it from
+	// a saved template guest (the default for the tiny image under QEMU;
+	// StateDir/.templates holds about 100 MB per template).
+	NoRestore bool
+	Logger    *slog.Logger
 }
 
 // Profile is a named resource preset.

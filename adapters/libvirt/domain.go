@@ -123,6 +123,7 @@ func metaLabels(labels map[string]string) []metaLabel {
 // domainPlan is everything domainXML needs for one environment.
 type domainPlan struct {
 	DomainName string
+	UUID       string // "" lets libvirt choose
 	Type       string // "qemu", "kvm" or "test"
 	VCPUs      uint
 	MemoryMiB  uint
@@ -134,6 +135,10 @@ type domainPlan struct {
 	Disk, Seed string
 	Console    string // serial console log file
 	Channel    string // the agent channel's unix socket (QEMU listens)
+
+	// What the tiny image's initrd is made of (a template needs them too).
+	agentEnv               map[string]string
+	baseInitrd, addedAgent string
 }
 
 // domainXML builds the typed domain definition.
@@ -142,6 +147,7 @@ func domainXML(p domainPlan) (string, error) {
 	d := &libvirtxml.Domain{
 		Type:        p.Type,
 		Name:        p.DomainName,
+		UUID:        p.UUID,
 		Description: "agentic-sandbox environment " + p.Meta.Name + " (owner " + p.Meta.Owner + ")",
 		Metadata:    &libvirtxml.DomainMetadata{XML: p.Meta.marshal()},
 		Memory:      &libvirtxml.DomainMemory{Value: p.MemoryMiB, Unit: "MiB"},

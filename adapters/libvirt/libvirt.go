@@ -87,6 +87,10 @@ type Runtime struct {
 	closed  bool
 
 	sums fileSums
+
+	tmplLocks  keylock.Map // by template key
+	tmplMu     sync.Mutex
+	tmplFailed map[string]time.Time // template key → when making it failed
 }
 
 var _ ports.Runtime = (*Runtime)(nil)
@@ -108,7 +112,7 @@ func New(cfg Config) (*Runtime, error) {
 		return nil, err
 	}
 	cfg.StateDir = abs
-	r := &Runtime{cfg: cfg, domType: cfg.domainType(), log: cfg.Logger.With("runtime", RuntimeName), relays: map[string]*relay{}}
+	r := &Runtime{cfg: cfg, domType: cfg.domainType(), log: cfg.Logger.With("runtime", RuntimeName), relays: map[string]*relay{}, tmplFailed: map[string]time.Time{}}
 	if cfg.systemQEMU() {
 		// QEMU runs as another user (libvirt-qemu) there: a folder on the
 		// way that others cannot search fails every boot with a bare
@@ -479,6 +483,7 @@ func (r *Runtime) Recover(ctx context.Context) ([]ports.Environment, error) {
 	if err != nil {
 		return nil, err
 	}
+	r.cleanTemplateBuilds(lv)
 	known := map[string]bool{}
 	out := make([]ports.Environment, 0, len(mine))
 	for _, o := range mine {
@@ -491,7 +496,7 @@ func (r *Runtime) Recover(ctx context.Context) ([]ports.Environment, error) {
 			return nil, err
 		}
 		if env.State == ports.EnvRunning || env.State == ports.EnvPaused {
-			r.startRelay(o.meta.Name, o.meta.Socket)
+			r.startRelay(o.meta.Name, o.meta.Socket, nil)
 		}
 		out = append(out, env)
 	}
@@ -555,38 +560,44 @@ func (r *Runtime) Provision(ctx context.Context, spec ports.EnvironmentSpec) (po
 		return ports.Environment{}, err
 	}
 
-	progress("define")
-	x, err := domainXML(plan)
-	if err != nil {
-		return ports.Environment{}, fmt.Errorf("%w: %v", ports.ErrInvalidSpec, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return ports.Environment{}, err
-	}
-	dom, err := lv.DomainDefineXMLFlags(x, golibvirt.DomainDefineValidate)
-	if err != nil {
-		return ports.Environment{}, r.lverr(lv, "define "+plan.DomainName, err)
-	}
-	defined := true
+	var dom golibvirt.Domain
 	defer func() {
-		if failed && defined {
+		if failed && dom.Name != "" {
 			_ = lv.DomainDestroy(dom)
 			_ = lv.DomainUndefineFlags(dom, golibvirt.DomainUndefineManagedSave|golibvirt.DomainUndefineSnapshotsMetadata)
 			r.removeQemuLog(plan.DomainName)
 		}
 	}()
-
-	progress("boot")
-	if err := ctx.Err(); err != nil {
-		return ports.Environment{}, err
+	var identity func() ([]byte, error)
+	if r.restores(spec, plan) {
+		if d, ok := r.tryRestore(ctx, lv, plan, progress); ok {
+			dom, identity = d, linkIdentity(name, spec.Agent.Secret)
+		}
 	}
-	if err := lv.DomainCreate(dom); err != nil {
-		return ports.Environment{}, r.lverr(lv, "start "+plan.DomainName, err)
+	if identity == nil {
+		progress("define")
+		x, err := domainXML(plan)
+		if err != nil {
+			return ports.Environment{}, fmt.Errorf("%w: %v", ports.ErrInvalidSpec, err)
+		}
+		if err := ctx.Err(); err != nil {
+			return ports.Environment{}, err
+		}
+		if dom, err = lv.DomainDefineXMLFlags(x, golibvirt.DomainDefineValidate); err != nil {
+			return ports.Environment{}, r.lverr(lv, "define "+plan.DomainName, err)
+		}
+		progress("boot")
+		if err := ctx.Err(); err != nil {
+			return ports.Environment{}, err
+		}
+		if err := lv.DomainCreate(dom); err != nil {
+			return ports.Environment{}, r.lverr(lv, "start "+plan.DomainName, err)
+		}
 	}
 	// On the test driver nothing serves the channel unless a test plays
 	// the guest; the relay then just keeps retrying, harmlessly.
 	progress("relay")
-	r.startRelay(name, spec.Agent.Socket)
+	r.startRelay(name, spec.Agent.Socket, identity)
 	o, ok, err := r.describe(lv, dom)
 	if err != nil || !ok {
 		r.stopRelay(name)
@@ -736,11 +747,12 @@ func (r *Runtime) plan(spec ports.EnvironmentSpec) (domainPlan, func(ctx context
 	plan.Kernel = kernel
 	plan.Initrd = filepath.Join(dir, "initrd.img")
 	plan.Cmdline = r.cfg.Cmdline
+	agent := spec.Agent.Binary
+	if agent != "" && r.sums.imageHasAgent(initrd, agent) {
+		agent = ""
+	}
+	plan.agentEnv, plan.baseInitrd, plan.addedAgent = env, initrd, agent
 	return plan, func(_ context.Context, dir string) error {
-		agent := spec.Agent.Binary
-		if agent != "" && r.sums.imageHasAgent(initrd, agent) {
-			agent = ""
-		}
 		if err := writeInitrd(plan.Initrd, initrd, env, agent); err != nil {
 			return fmt.Errorf("libvirt: initrd: %w", err)
 		}
@@ -800,7 +812,7 @@ func (r *Runtime) Start(ctx context.Context, name string) error {
 			return r.lverr(lv, "start "+o.dom.Name, err)
 		}
 	}
-	r.startRelay(name, o.meta.Socket)
+	r.startRelay(name, o.meta.Socket, nil)
 	return nil
 }
 
@@ -936,7 +948,9 @@ func isNotRunning(err error) bool {
 
 // --- relays -------------------------------------------------------------
 
-func (r *Runtime) startRelay(name, socket string) {
+// startRelay starts the environment's relay; identity, when set, answers
+// its guest's identity hello (a clone of a template).
+func (r *Runtime) startRelay(name, socket string, identity func() ([]byte, error)) {
 	if r.cfg.AgentSocket != "" {
 		socket = r.cfg.AgentSocket
 	}
@@ -950,6 +964,9 @@ func (r *Runtime) startRelay(name, socket string) {
 		return
 	}
 	rl := newRelay(name, filepath.Join(r.EnvDir(name), "agent.sock"), socket, r.log)
+	if identity != nil {
+		rl.offerIdentity(identity)
+	}
 	r.relays[name] = rl
 	rl.start()
 }

@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"sync"
 	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
 )
 
 // h2Preface is how every agent connection starts (HTTP/2 with prior
@@ -42,6 +45,26 @@ type relay struct {
 	connected bool // a server connection is up
 
 	unreachable bool // the last server dial failed (logged once per outage)
+
+	// identity is the answer to the guest's identity hello (a clone of a
+	// saved template asks who it is), given once: nil before and after.
+	identity func() ([]byte, error)
+}
+
+// offerIdentity sets the answer the guest's next identity hello gets (made
+// when asked: it carries the host's clock).
+func (r *relay) offerIdentity(answer func() ([]byte, error)) {
+	r.mu.Lock()
+	r.identity = answer
+	r.mu.Unlock()
+}
+
+func (r *relay) takeIdentity() func() ([]byte, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	line := r.identity
+	r.identity = nil
+	return line
 }
 
 func newRelay(name, channel, server string, log *slog.Logger) *relay {
@@ -115,6 +138,10 @@ func (r *relay) once(ctx context.Context, d *net.Dialer) bool {
 		return errors.Is(err, io.EOF) && ctx.Err() == nil
 	}
 	first = first[:n]
+	if first, err = r.answerHello(ch, first); err != nil {
+		r.log.Warn("agent channel: " + err.Error())
+		return true
+	}
 	m := min(len(first), len(h2Preface))
 	if !bytes.Equal(first[:m], h2Preface[:m]) {
 		r.log.Debug("agent channel: dropping bytes of an earlier connection", "bytes", n)
@@ -159,4 +186,48 @@ func (r *relay) once(ctx context.Context, d *net.Dialer) bool {
 	}()
 	wg.Wait()
 	return true
+}
+
+// answerHello answers a guest that asks who it is (agentwire.LinkIdentityHello)
+// with the identity offered for it, once, and returns the bytes that follow
+// (the start of its HTTP/2 connection). Bytes that are not a hello come
+// back unchanged.
+func (r *relay) answerHello(ch net.Conn, first []byte) ([]byte, error) {
+	hello := []byte(agentwire.LinkIdentityHello)
+	for len(first) < len(hello) && bytes.HasPrefix(hello, first) {
+		buf := make([]byte, 32<<10)
+		n, err := ch.Read(buf)
+		if err != nil {
+			return nil, fmt.Errorf("reading a hello: %w", err)
+		}
+		first = append(first, buf[:n]...)
+	}
+	if !bytes.HasPrefix(first, hello) {
+		return first, nil
+	}
+	answer := r.takeIdentity()
+	if answer == nil {
+		// Asked again after its answer, or after a restart of the server,
+		// which keeps no secret to give: the guest waits for nothing.
+		return nil, errors.New("the guest asks for an identity this relay has none to give for; an environment restart boots it with its own")
+	}
+	line, err := answer()
+	if err != nil {
+		return nil, fmt.Errorf("answering a hello: %w", err)
+	}
+	if _, err := ch.Write(line); err != nil {
+		r.offerIdentity(answer)
+		return nil, fmt.Errorf("answering a hello: %w", err)
+	}
+	r.log.Info("agent channel: the guest got its identity")
+	rest := first[len(hello):]
+	if len(rest) > 0 {
+		return rest, nil
+	}
+	buf := make([]byte, 32<<10)
+	n, err := ch.Read(buf)
+	if err != nil {
+		return nil, fmt.Errorf("after the hello: %w", err)
+	}
+	return buf[:n], nil
 }

@@ -9,6 +9,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
 )
 
 // relayRig is a relay between a fake QEMU (listening on the channel socket
@@ -206,4 +208,48 @@ func TestRelayWithoutQEMU(t *testing.T) {
 		t.Fatal("stop hangs while the relay backs off")
 	}
 	checkNoLeak(t, base)
+}
+
+// A guest that asks who it is gets the identity offered for it, once, in
+// pieces or whole, and its HTTP/2 connection then goes through; asked
+// again, the relay gives nothing and drops the channel.
+func TestRelayAnswersTheIdentityHelloOnce(t *testing.T) {
+	g := newRelayRig(t)
+	answer := []byte(`{"agent_id":"a1","secret":"s","unix_nano":1}` + "\n")
+	g.r.offerIdentity(func() ([]byte, error) { return answer, nil })
+	g.r.start()
+	defer g.r.stop()
+
+	guest := accept(t, g.qemu, "the channel")
+	hello := []byte(agentwire.LinkIdentityHello)
+	// Split: a byte stream may deliver the hello in two reads.
+	if _, err := guest.Write(hello[:5]); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if _, err := guest.Write(hello[5:]); err != nil {
+		t.Fatal(err)
+	}
+	if got := readN(t, guest, len(answer)); !bytes.Equal(got, answer) {
+		t.Fatalf("guest got %q", got)
+	}
+	if _, err := guest.Write(h2Preface); err != nil {
+		t.Fatal(err)
+	}
+	srv := accept(t, g.server, "the agent socket")
+	if got := readN(t, srv, len(h2Preface)); !bytes.Equal(got, h2Preface) {
+		t.Fatalf("server got %q, want the preface after the hello", got)
+	}
+	srv.Close()
+	waitEOF(t, guest, "the guest after the server closed")
+
+	// A second hello (a hostile guest fishing for more): nothing.
+	guest2 := accept(t, g.qemu, "the channel again")
+	if _, err := guest2.Write(append(hello, h2Preface...)); err != nil {
+		t.Fatal(err)
+	}
+	_ = guest2.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if rest, err := io.ReadAll(guest2); err != nil || len(rest) != 0 {
+		t.Fatalf("a second hello got %q, %v; want the channel dropped", rest, err)
+	}
 }

@@ -66,7 +66,7 @@ func run(args, environ []string, stderr io.Writer) int {
 	// Commands inherit the agent's environment; the secret must not reach
 	// them, and where they run (host, container, vm) should, however the
 	// agent was configured (flag, environment or agent.env).
-	if err := errors.Join(os.Unsetenv("AGENT_SECRET"), os.Unsetenv("AGENT_SECRET_FILE"), os.Unsetenv("AGENT_IDENTITY_FILE"), os.Unsetenv("AGENT_RUN_AS"), os.Setenv("AGENT_ID", cfg.AgentID),
+	if err := errors.Join(os.Unsetenv("AGENT_SECRET"), os.Unsetenv("AGENT_SECRET_FILE"), os.Unsetenv("AGENT_IDENTITY_FILE"), os.Unsetenv("AGENT_IDENTITY_FROM_LINK"), os.Unsetenv("AGENT_RUN_AS"), os.Setenv("AGENT_ID", cfg.AgentID),
 		os.Setenv("AGENT_RUNTIME", string(agentwire.RuntimeKindFromProto(cfg.Runtime)))); err != nil {
 		fmt.Fprintln(stderr, "agentic-agent:", err)
 		return 2
@@ -176,10 +176,21 @@ func loadConfig(args, environ []string, stderr io.Writer) (agentd.Config, error)
 			cfg.AgentID, cfg.Secret = id, secret
 		}
 	}
-	if cfg.AgentID == "" {
+	// A VM restored from a template asks its link who it is, unless it
+	// already knows (an identity file from an earlier start).
+	cfg.IdentityFromLink = src.GetDefault("AGENT_IDENTITY_FROM_LINK", "") == "1" && cfg.Secret == ""
+	if cfg.IdentityFromLink {
+		if !strings.HasPrefix(cfg.ServerURL, "serial:") {
+			return cfg, errors.New("AGENT_IDENTITY_FROM_LINK needs a serial:// MANAGEMENT_SERVER")
+		}
+		if cfg.IdentityFile == "" {
+			return cfg, errors.New("AGENT_IDENTITY_FROM_LINK needs AGENT_IDENTITY_FILE, where the identity is kept across restarts")
+		}
+		cfg.AgentID = ""
+	} else if cfg.AgentID == "" {
 		return cfg, errors.New("no agent id: set AGENT_ID or --id")
 	}
-	if cfg.Secret == "" {
+	if cfg.Secret == "" && !cfg.IdentityFromLink {
 		return cfg, errors.New("no secret: set AGENT_SECRET (environment or " + defaultConfigFile + ")")
 	}
 	if cfg.ServerURL == "" {

@@ -52,6 +52,9 @@ type Config struct {
 	VMImageDir string
 	// LibvirtAccel is the VMs' accelerator: kvm, tcg or auto (KVM where it works).
 	LibvirtAccel string
+	// LibvirtNoRestore boots warm pool VMs instead of restoring them from a
+	// saved template guest (AGENTIC_LIBVIRT_RESTORE=0).
+	LibvirtNoRestore bool
 	// HostUser is who host agents run as: "" for this server's own user.
 	HostUser string
 	// SessionRetention is how long ended sessions and their logs are kept.
@@ -317,6 +320,12 @@ func loadConfig(args, environ []string, stderr io.Writer, version string) (Confi
 		return Config{}, err
 	}
 	cfg.LibvirtAccel = src.GetDefault("AGENTIC_LIBVIRT_ACCEL", "auto")
+	switch v := src.GetDefault("AGENTIC_LIBVIRT_RESTORE", "1"); v {
+	case "0", "1":
+		cfg.LibvirtNoRestore = v == "0"
+	default:
+		return Config{}, fmt.Errorf("AGENTIC_LIBVIRT_RESTORE %q: want 0 or 1", v)
+	}
 	if cfg.ImageDir, err = filepath.Abs(src.GetDefault("AGENTIC_IMAGE_DIR", filepath.Join(cfg.DataDir, "images"))); err != nil {
 		return Config{}, err
 	}

@@ -143,6 +143,7 @@ var runtimeCatalog = []runtimeEntry{
 			rt, err := libvirt.New(libvirt.Config{
 				Owner: owner(cfg), StateDir: filepath.Join(cfg.DataDir, "vms"), Logger: d.Log,
 				ImageDir: cfg.VMImageDir, Accel: cfg.LibvirtAccel, DiskImageDir: cfg.ImageDir,
+				NoRestore: cfg.LibvirtNoRestore,
 			})
 			if err != nil {
 				return nil, nil, err
