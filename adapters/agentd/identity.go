@@ -37,7 +37,18 @@ func (a *Agent) rename(r *sandboxv1.Rename) error {
 			a.log.Error("the new identity is not kept: a restart of this agent will bring back the old one", "file", a.cfg.IdentityFile, "err", err)
 		}
 	}
+	// The results kept for a reconnect belong to the old identity, whose
+	// agent the server retires: the new one reports none of them.
+	a.mu.Lock()
+	clear(a.finished)
+	a.mu.Unlock()
 	prev := a.ident.Swap(&next)
+	if a.cfg.Runtime == sandboxv1.RuntimeKind_RUNTIME_KIND_VM {
+		// The VM is the agent's own machine: it goes by the new name too.
+		if err := a.guest.setHostname(next.ID); err != nil {
+			a.log.Warn("cannot set the hostname", "err", err)
+		}
+	}
 	a.log.Info("renamed by the management server", "from", prev.ID, "to", next.ID)
 	return nil
 }

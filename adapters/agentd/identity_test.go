@@ -7,6 +7,7 @@ import (
 	"time"
 
 	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
 func renameMsg(id, secret string) *sandboxv1.ConnectResponse {
@@ -30,8 +31,12 @@ func TestRenameRegistersAgainAtOnceAsTheNewIdentity(t *testing.T) {
 	s.send(renameMsg("../bad", "s"))
 	s.send(renameMsg("caller", ""))
 	s.send(commandMsg(&sandboxv1.CommandRequest{CommandId: "c0", Command: "true"}))
-	if env := r.next(t).spec.Env; env["AGENT_ID"] != "" {
+	p0 := r.next(t)
+	if env := p0.spec.Env; env["AGENT_ID"] != "" {
 		t.Fatalf("a refused rename changed the agent: %v", env)
+	}
+	p0.exit(ports.CommandResult{})
+	for s.next(t).GetCommandResult().GetCommandId() != "c0" {
 	}
 	if _, err := os.Stat(cfg.IdentityFile); !os.IsNotExist(err) {
 		t.Fatalf("a refused rename wrote the identity file: %v", err)
@@ -45,6 +50,15 @@ func TestRenameRegistersAgainAtOnceAsTheNewIdentity(t *testing.T) {
 	}
 	if next.header.Get("x-agent-id") != "caller" || next.header.Get("x-agent-secret") != "new-secret" || next.reg.GetAgentId() != "caller" {
 		t.Fatalf("registered again as %q/%q (registration %q)", next.header.Get("x-agent-id"), next.header.Get("x-agent-secret"), next.reg.GetAgentId())
+	}
+	// The old identity's finished command is not the new one's to report.
+	for m := next.recv(t); ; m = next.recv(t) {
+		if next.isConnectReport(m) {
+			if n := len(m.GetSessionReport().GetSessions()); n != 0 {
+				t.Fatalf("the renamed agent reports %d commands of its old identity: %v", n, m.GetSessionReport())
+			}
+			break
+		}
 	}
 	fi, err := os.Stat(cfg.IdentityFile)
 	if err != nil || fi.Mode().Perm() != 0o600 {

@@ -318,7 +318,7 @@ func (l *fakeLink) Start(_ context.Context, agentID string, spec ports.CommandSp
 	return doneCmd{done: done}, nil
 }
 
-// A member is offered only once its warm-up command has run there.
+// A member is offered only once its warm-up commands have run there.
 func TestAMemberIsIdleOnlyWhenWarm(t *testing.T) {
 	link := &fakeLink{hold: make(chan struct{})}
 	f := newPoolFixture(t, func(f *poolFixture) { f.link = link })
@@ -337,7 +337,7 @@ func TestAMemberIsIdleOnlyWhenWarm(t *testing.T) {
 			member = m.Name
 		}
 		if len(ran) == 1 {
-			if ran[0] != member+":true" || st.Idle != 0 {
+			if ran[0] != member+":echo" || st.Idle != 0 {
 				t.Fatalf("warm-up %v, pool %+v", ran, st)
 			}
 			break
@@ -352,4 +352,9 @@ func TestAMemberIsIdleOnlyWhenWarm(t *testing.T) {
 	}
 	close(link.hold)
 	f.waitIdle(t, "p", 1)
+	link.mu.Lock()
+	defer link.mu.Unlock()
+	if len(link.ran) != warmRuns {
+		t.Fatalf("warm-up ran %v, want %d runs", link.ran, warmRuns)
+	}
 }

@@ -288,8 +288,8 @@ func TestWarmPoolInLibvirt(t *testing.T) {
 	if code != 0 || !strings.Contains(out, name+": ready") || !strings.Contains(errOut, "taken") {
 		t.Fatalf("create from the pool: exit %d\nstdout %q\nstderr %q", code, out, errOut)
 	}
-	res := execOK(t, s, name, restapi.ExecRequest{Command: "sh", Args: ptr([]string{"-c", "echo id=$AGENT_ID; id -u"})})
-	if res.Stdout != "id="+name+"\n65534\n" {
+	res := execOK(t, s, name, restapi.ExecRequest{Command: "sh", Args: ptr([]string{"-c", "echo id=$AGENT_ID; id -u; hostname"})})
+	if res.Stdout != "id="+name+"\n65534\n"+name+"\n" {
 		t.Fatalf("the taken VM's command: %q", res.Stdout)
 	}
 	after := waitPool(t, s, "vms", 1, 3*time.Minute)
