@@ -84,7 +84,13 @@ type Config struct {
 	// a saved template guest (the default for the tiny image under QEMU;
 	// StateDir/.templates holds about 100 MB per template).
 	NoRestore bool
-	Logger    *slog.Logger
+	// RestoreAll restores every VM of the tiny image from a template, not
+	// only pool members: the first create of a shape boots and makes the
+	// template in the background. Clones share the template's kernel
+	// layout (KASLR) and boot id; each gets its own identity, RNG reseed
+	// and clock.
+	RestoreAll bool
+	Logger     *slog.Logger
 }
 
 // Profile is a named resource preset.

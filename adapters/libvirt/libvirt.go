@@ -91,6 +91,14 @@ type Runtime struct {
 	tmplLocks  keylock.Map // by template key
 	tmplMu     sync.Mutex
 	tmplFailed map[string]time.Time // template key → when making it failed
+	tmplActive map[string][]string  // template domains being made → their build folder and save file
+
+	// Templates made in the background (RestoreAll); tmplBuilding is
+	// guarded by relayMu, as closed is.
+	tmplBuilding bool
+	bg           sync.WaitGroup
+	bgCtx        context.Context
+	bgCancel     context.CancelFunc
 }
 
 var _ ports.Runtime = (*Runtime)(nil)
@@ -112,7 +120,8 @@ func New(cfg Config) (*Runtime, error) {
 		return nil, err
 	}
 	cfg.StateDir = abs
-	r := &Runtime{cfg: cfg, domType: cfg.domainType(), log: cfg.Logger.With("runtime", RuntimeName), relays: map[string]*relay{}, tmplFailed: map[string]time.Time{}}
+	r := &Runtime{cfg: cfg, domType: cfg.domainType(), log: cfg.Logger.With("runtime", RuntimeName), relays: map[string]*relay{}, tmplFailed: map[string]time.Time{}, tmplActive: map[string][]string{}}
+	r.bgCtx, r.bgCancel = context.WithCancel(context.Background())
 	if cfg.systemQEMU() {
 		// QEMU runs as another user (libvirt-qemu) there: a folder on the
 		// way that others cannot search fails every boot with a bare
@@ -269,6 +278,8 @@ func (r *Runtime) Close() error {
 	for _, rl := range relays {
 		rl.stop()
 	}
+	r.bgCancel()
+	r.bg.Wait()
 	r.connMu.Lock()
 	defer r.connMu.Unlock()
 	if r.lv != nil {
@@ -570,7 +581,7 @@ func (r *Runtime) Provision(ctx context.Context, spec ports.EnvironmentSpec) (po
 	}()
 	var identity func() ([]byte, error)
 	if r.restores(spec, plan) {
-		if d, ok := r.tryRestore(ctx, lv, plan, progress); ok {
+		if d, ok := r.tryRestore(ctx, lv, plan, spec.Labels[ports.LabelPool] != "", progress); ok {
 			dom, identity = d, linkIdentity(name, spec.Agent.Secret)
 		}
 	}

@@ -146,20 +146,28 @@ func (r *Runtime) makeTemplate(ctx context.Context, lv *golibvirt.Libvirt, t tem
 	_ = os.Chmod(root, 0o711) //nolint:gosec // QEMU must traverse it
 	// Short: the channel socket's path must fit a unix socket address.
 	dir := filepath.Join(root, t.key[:8]+".build")
+	p := t.plan
+	p.DomainName = r.templateDomain(t.key)
+	// Recover's clean-up of a crashed process's builds must leave this one.
+	r.tmplMu.Lock()
+	r.tmplActive[p.DomainName] = []string{dir, r.templatePath(t.key) + ".tmp"}
+	r.tmplMu.Unlock()
+	defer func() {
+		r.tmplMu.Lock()
+		delete(r.tmplActive, p.DomainName)
+		r.tmplMu.Unlock()
+	}()
+	p.Initrd = filepath.Join(dir, "initrd.img")
+	p.Console = filepath.Join(dir, "console.log")
+	p.Channel = filepath.Join(dir, "agent.sock")
+	p.Meta = envMeta{Owner: r.templateOwner(), Name: "tmpl-" + t.key, Created: time.Now().UTC().Format(time.RFC3339Nano), Network: p.Network, Dir: dir}
+	p.UUID = ""
 	_ = os.RemoveAll(dir)
 	if err := os.Mkdir(dir, 0o711); err != nil { //nolint:gosec // QEMU must traverse it
 		return saveImage{}, err
 	}
 	_ = os.Chmod(dir, 0o711) //nolint:gosec // QEMU must traverse it
 	defer os.RemoveAll(dir)
-
-	p := t.plan
-	p.DomainName = r.templateDomain(t.key)
-	p.Initrd = filepath.Join(dir, "initrd.img")
-	p.Console = filepath.Join(dir, "console.log")
-	p.Channel = filepath.Join(dir, "agent.sock")
-	p.Meta = envMeta{Owner: r.templateOwner(), Name: "tmpl-" + t.key, Created: time.Now().UTC().Format(time.RFC3339Nano), Network: p.Network, Dir: dir}
-	p.UUID = ""
 	if err := writeInitrd(p.Initrd, t.baseInitrd, t.env, t.agent); err != nil {
 		return saveImage{}, fmt.Errorf("template initrd: %w", err)
 	}
@@ -235,12 +243,16 @@ func (r *Runtime) destroyTemplateDomain(lv *golibvirt.Libvirt, name string) {
 }
 
 // cleanTemplateBuilds destroys template guests a crash left running and
-// their folders: a template that was being made when the server went.
+// their folders: a template that was being made when the server went (not
+// one this process is making: a create may come in before Recover).
 func (r *Runtime) cleanTemplateBuilds(lv *golibvirt.Libvirt) {
+	r.tmplMu.Lock()
+	active := maps.Clone(r.tmplActive)
+	r.tmplMu.Unlock()
 	doms, _, err := lv.ConnectListAllDomains(1, 0)
 	if err == nil {
 		for _, d := range doms {
-			if !strings.HasPrefix(d.Name, r.cfg.NamePrefix+"tmpl-") {
+			if _, mine := active[d.Name]; mine || !strings.HasPrefix(d.Name, r.cfg.NamePrefix+"tmpl-") {
 				continue
 			}
 			x, err := lv.DomainGetXMLDesc(d, 0)
@@ -260,8 +272,16 @@ func (r *Runtime) cleanTemplateBuilds(lv *golibvirt.Libvirt) {
 	}
 	builds, _ := filepath.Glob(filepath.Join(r.cfg.StateDir, templatesDir, "*.build"))
 	tmps, _ := filepath.Glob(filepath.Join(r.cfg.StateDir, templatesDir, "*.tmp"))
+	building := map[string]bool{}
+	for _, files := range active {
+		for _, f := range files {
+			building[f] = true
+		}
+	}
 	for _, f := range append(builds, tmps...) {
-		_ = os.RemoveAll(f)
+		if !building[f] {
+			_ = os.RemoveAll(f)
+		}
 	}
 }
 
@@ -377,16 +397,27 @@ func waitConsole(ctx context.Context, path, line string, limit time.Duration, al
 // restores says whether Provision restores this member from a template:
 // warm pool members of the tiny image under QEMU, unless turned off.
 func (r *Runtime) restores(spec ports.EnvironmentSpec, p domainPlan) bool {
-	return !r.cfg.NoRestore && r.domType != "test" && p.Kernel != "" && p.Disk == "" && spec.Labels[ports.LabelPool] != ""
+	return !r.cfg.NoRestore && r.domType != "test" && p.Kernel != "" && p.Disk == "" &&
+		(spec.Labels[ports.LabelPool] != "" || r.cfg.RestoreAll)
 }
 
 // tryRestore starts the member from its template, making the template
 // first if needed; false means boot it instead (nothing is left over).
-func (r *Runtime) tryRestore(ctx context.Context, lv *golibvirt.Libvirt, p domainPlan, progress func(string)) (golibvirt.Domain, bool) {
+// wait says whether to make a missing template first (a pool member: it
+// is not waited for by a caller).
+func (r *Runtime) tryRestore(ctx context.Context, lv *golibvirt.Libvirt, p domainPlan, wait bool, progress func(string)) (golibvirt.Domain, bool) {
 	t, err := r.templateOf(lv, p, p.agentEnv, p.baseInitrd, p.addedAgent)
 	if err != nil {
 		r.log.Warn("no VM template; booting", "env", p.Meta.Name, "err", err)
 		return golibvirt.Domain{}, false
+	}
+	if !wait {
+		if _, err := os.Stat(r.templatePath(t.key)); err != nil {
+			// Not worth a caller's wait: this one boots, the template is
+			// made meanwhile for the next.
+			r.makeTemplateLater(t)
+			return golibvirt.Domain{}, false
+		}
 	}
 	progress("template")
 	img, err := r.template(ctx, lv, t)
@@ -404,4 +435,31 @@ func (r *Runtime) tryRestore(ctx context.Context, lv *golibvirt.Libvirt, p domai
 		return golibvirt.Domain{}, false
 	}
 	return dom, true
+}
+
+// makeTemplateLater makes t's template in the background, one at a time;
+// Close waits for it.
+func (r *Runtime) makeTemplateLater(t templateFor) {
+	r.relayMu.Lock()
+	defer r.relayMu.Unlock()
+	if r.closed || r.tmplBuilding {
+		return
+	}
+	r.tmplBuilding = true
+	r.bg.Add(1)
+	go func() {
+		defer r.bg.Done()
+		defer func() {
+			r.relayMu.Lock()
+			r.tmplBuilding = false
+			r.relayMu.Unlock()
+		}()
+		lv, err := r.conn(r.bgCtx)
+		if err == nil {
+			_, err = r.template(r.bgCtx, lv, t)
+		}
+		if err != nil && r.bgCtx.Err() == nil {
+			r.log.Warn("no VM template made; VMs boot until one is", "template", t.key, "err", err)
+		}
+	}()
 }

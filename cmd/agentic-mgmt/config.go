@@ -55,6 +55,9 @@ type Config struct {
 	// LibvirtNoRestore boots warm pool VMs instead of restoring them from a
 	// saved template guest (AGENTIC_LIBVIRT_RESTORE=0).
 	LibvirtNoRestore bool
+	// LibvirtRestoreAll restores every tiny-image VM, not only pool
+	// members (AGENTIC_LIBVIRT_RESTORE=all).
+	LibvirtRestoreAll bool
 	// HostUser is who host agents run as: "" for this server's own user.
 	HostUser string
 	// SessionRetention is how long ended sessions and their logs are kept.
@@ -321,10 +324,10 @@ func loadConfig(args, environ []string, stderr io.Writer, version string) (Confi
 	}
 	cfg.LibvirtAccel = src.GetDefault("AGENTIC_LIBVIRT_ACCEL", "auto")
 	switch v := src.GetDefault("AGENTIC_LIBVIRT_RESTORE", "1"); v {
-	case "0", "1":
-		cfg.LibvirtNoRestore = v == "0"
+	case "0", "1", "all":
+		cfg.LibvirtNoRestore, cfg.LibvirtRestoreAll = v == "0", v == "all"
 	default:
-		return Config{}, fmt.Errorf("AGENTIC_LIBVIRT_RESTORE %q: want 0 or 1", v)
+		return Config{}, fmt.Errorf("AGENTIC_LIBVIRT_RESTORE %q: want 0, 1 or all", v)
 	}
 	if cfg.ImageDir, err = filepath.Abs(src.GetDefault("AGENTIC_IMAGE_DIR", filepath.Join(cfg.DataDir, "images"))); err != nil {
 		return Config{}, err

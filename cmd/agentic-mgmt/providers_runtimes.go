@@ -143,7 +143,7 @@ var runtimeCatalog = []runtimeEntry{
 			rt, err := libvirt.New(libvirt.Config{
 				Owner: owner(cfg), StateDir: filepath.Join(cfg.DataDir, "vms"), Logger: d.Log,
 				ImageDir: cfg.VMImageDir, Accel: cfg.LibvirtAccel, DiskImageDir: cfg.ImageDir,
-				NoRestore: cfg.LibvirtNoRestore,
+				NoRestore: cfg.LibvirtNoRestore, RestoreAll: cfg.LibvirtRestoreAll,
 			})
 			if err != nil {
 				return nil, nil, err

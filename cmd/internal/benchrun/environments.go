@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -122,6 +123,11 @@ func envBench(bins harness.Binaries, prev error) error {
 			}
 			rows = append(rows, s)
 		case "libvirt":
+			restored, err := restoredRows(bins, env, n)
+			if err != nil {
+				return fmt.Errorf("libvirt restored: %w", err)
+			}
+			rows = append(rows, restored...)
 			s, err := measure("bare `qemu-system-x86_64 -accel tcg` boot to userspace, same kernel+initrd (floor)", n, func() error {
 				return bareQEMUBoot(kernel, initrd)
 			})
@@ -348,4 +354,44 @@ func bareQEMUBoot(kernel, initrd string) error {
 		}
 	}
 	return fmt.Errorf("qemu boot: no userspace marker (%v)", ctx.Err())
+}
+
+// restoredRows measures VM creates restored from a template on a server
+// with AGENTIC_LIBVIRT_RESTORE=all: the first create boots and the
+// template is made meanwhile (not timed), then n creates are timed.
+func restoredRows(bins harness.Binaries, env []string, n int) ([]stats, error) {
+	dataDir, err := os.MkdirTemp("", "agentic-bench-restore-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dataDir)
+	srv, err := harness.Start(bins, harness.Options{DataDir: dataDir, Env: append(slices.Clone(env), "AGENTIC_LIBVIRT_RESTORE=all")})
+	if err != nil {
+		return nil, err
+	}
+	defer srv.Kill()
+	if _, _, err := provisionOnce(srv, "libvirt", "libvirt-template-maker"); err != nil {
+		return nil, err
+	}
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if m, _ := filepath.Glob(filepath.Join(dataDir, "vms", ".templates", "*.sav")); len(m) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			log := srv.Log()
+			return nil, fmt.Errorf("no template after 3 min; the server's log ends:\n%s", log[max(0, len(log)-3000):])
+		}
+	}
+	var ready, output []time.Duration
+	for i := range n {
+		r, o, err := provisionOnce(srv, "libvirt", fmt.Sprintf("libvirt-restored-%d", i))
+		if err != nil {
+			return nil, err
+		}
+		ready, output = append(ready, r), append(output, o)
+	}
+	return []stats{
+		summarize("libvirt, AGENTIC_LIBVIRT_RESTORE=all: provision → agent ready (restored)", ready),
+		summarize("libvirt, AGENTIC_LIBVIRT_RESTORE=all: provision → first command output (restored)", output),
+	}, nil
 }

@@ -30,7 +30,7 @@ func main() {
 	n := flag.Int("n", 1000, "round trips per measurement")
 	sshN := flag.Int("ssh-n", 100, "ssh round trips (each is slow)")
 	sustained := flag.Int("sustained", 2000, "missions in the sustained-rate run")
-	flag.StringVar(&only, "only", "", "run one part only: exec, env, term, files, tasks, dashboard, egress or agents")
+	flag.StringVar(&only, "only", "", "run one part only: exec, missions, env, term, files, tasks, dashboard, egress or agents")
 	flag.Parse()
 	if err := run(*binDir, *n, *sshN, *sustained); err != nil {
 		fmt.Fprintln(os.Stderr, "benchrun:", err)
@@ -84,6 +84,8 @@ func run(binDir string, n, sshN, sustained int) error {
 		return egressBench(bins, nil)
 	case "agents":
 		return agentsBench(bins, nil)
+	case "missions":
+		return missionBench(bins, n/2, sustained, stats{name: "(no exec floor: -only missions)"})
 	}
 	srv, stop, err := hostServer(bins, "main", nil, nil)
 	if err != nil {

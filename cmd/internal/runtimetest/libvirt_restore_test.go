@@ -155,3 +155,68 @@ func TestLibvirtRestoresPoolMembers(t *testing.T) {
 		}
 	}
 }
+
+// TestLibvirtRestoresEveryVMWhenAsked (RestoreAll): a VM outside any pool
+// is not kept waiting for a template: the first boots and the template is
+// made meanwhile; the next is restored.
+func TestLibvirtRestoresEveryVMWhenAsked(t *testing.T) {
+	_, link, cfg, lv := libvirtQEMU(t)
+	cfg.RestoreAll = true
+	rt, err := libvirt.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close() })
+	ctx := context.Background()
+	suffix := cfg.Owner[len(cfg.Owner)-6:]
+	create := func(name string) {
+		b := make([]byte, 16)
+		_, _ = rand.Read(b)
+		spec := ports.EnvironmentSpec{Name: name, Agent: link.Bootstrap}
+		spec.Agent.ID, spec.Agent.Secret = name, hex.EncodeToString(b)
+		if err := link.Credentials.Put(name, spec.Agent.Secret); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = rt.Destroy(context.Background(), name) })
+		start := time.Now()
+		if _, err := rt.Provision(ctx, spec); err != nil {
+			t.Fatalf("Provision %s: %v", name, err)
+		}
+		waitReady(t, link, name, true)
+		t.Logf("TIMING %s: agent ready %s", name, time.Since(start).Round(time.Millisecond))
+		if out, _ := runVM(t, link, name, "hostname"); out != name+"\n" {
+			t.Errorf("%s: hostname %q", name, out)
+		}
+	}
+	booted, restored := "all-a-"+suffix, "all-b-"+suffix
+	create(booted)
+	// A Recover while the template is being made (a create can come in
+	// before the server's Recover ran) cleans up after crashed processes,
+	// not after this one: the template still comes.
+	if _, err := rt.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(rt.ConsolePath(booted)); !bytes.Contains(b, []byte("agentic-init: userspace up")) {
+		t.Errorf("the first VM did not boot:\n%s", tail(b, 1500))
+	}
+	for deadline := time.Now().Add(libvirtBootTimeout); ; time.Sleep(100 * time.Millisecond) {
+		if m, _ := filepath.Glob(filepath.Join(cfg.StateDir, ".templates", "*.sav")); len(m) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no template was made in the background")
+		}
+	}
+	create(restored)
+	if b, _ := os.ReadFile(rt.ConsolePath(restored)); bytes.Contains(b, []byte("agentic-init: userspace up")) {
+		t.Errorf("the second VM booted instead of being restored:\n%s", tail(b, 1500))
+	}
+	for _, n := range []string{booted, restored} {
+		if err := rt.Destroy(ctx, n); err != nil {
+			t.Errorf("Destroy %s: %v", n, err)
+		}
+		if left := libvirtLeftovers(rt, lv)(t, n); len(left) > 0 {
+			t.Errorf("Destroy %s left %v", n, left)
+		}
+	}
+}
