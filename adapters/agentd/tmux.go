@@ -31,6 +31,7 @@ const (
 	optSessionType = "@agentic_session_type"
 	optExitFile    = "@agentic_exit_file"
 	optLogFile     = "@agentic_log_file"
+	optLogEOF      = "@agentic_log_eof" // the marker pipe-pane's command leaves once the log is complete
 	// exitWrapper runs "$@" and writes its status to $0 (the exit file).
 	exitWrapper = `"$@"; s=$?; echo $s >"$0.tmp" && mv "$0.tmp" "$0"; exit $s`
 	// reattachLimit bounds client restarts of a session that is still there
@@ -320,6 +321,7 @@ func (t *tmuxProc) Detach() {
 // foundSession is a tmux session of ours that an earlier agent process ran.
 type foundSession struct {
 	name, sessionID, exitFile, logFile string
+	eofFile                            string
 	sessionType                        ports.SessionType
 	created                            time.Time
 }
@@ -327,7 +329,7 @@ type foundSession struct {
 // findTmuxSessions lists our tmux sessions (tmux missing or no server: none).
 func findTmuxSessions(ctx context.Context) []foundSession {
 	const sep = "\x1f"
-	format := strings.Join([]string{"#{session_name}", "#{session_created}", "#{" + optSessionID + "}", "#{" + optSessionType + "}", "#{" + optExitFile + "}", "#{" + optLogFile + "}"}, sep)
+	format := strings.Join([]string{"#{session_name}", "#{session_created}", "#{" + optSessionID + "}", "#{" + optSessionType + "}", "#{" + optExitFile + "}", "#{" + optLogFile + "}", "#{" + optLogEOF + "}"}, sep)
 	out, err := tmuxCmd(ctx, "list-sessions", "-F", format)
 	if err != nil {
 		return nil
@@ -335,10 +337,10 @@ func findTmuxSessions(ctx context.Context) []foundSession {
 	var found []foundSession
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		f := strings.Split(line, sep)
-		if len(f) != 6 || !strings.HasPrefix(f[0], tmuxPrefix) {
+		if len(f) != 7 || !strings.HasPrefix(f[0], tmuxPrefix) {
 			continue
 		}
-		s := foundSession{name: f[0], sessionID: f[2], sessionType: ports.SessionType(f[3]), exitFile: f[4], logFile: f[5]}
+		s := foundSession{name: f[0], sessionID: f[2], sessionType: ports.SessionType(f[3]), exitFile: f[4], logFile: f[5], eofFile: f[6]}
 		if sec, err := strconv.ParseInt(f[1], 10, 64); err == nil {
 			s.created = time.Unix(sec, 0)
 		}
@@ -348,6 +350,9 @@ func findTmuxSessions(ctx context.Context) []foundSession {
 		}
 		if s.logFile != "" && filepath.Dir(s.logFile) != sessionsDir() {
 			s.logFile = ""
+		}
+		if s.eofFile != "" && (s.logFile == "" || s.eofFile != s.logFile+".eof") {
+			s.eofFile = ""
 		}
 		found = append(found, s)
 	}

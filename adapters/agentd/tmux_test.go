@@ -3,8 +3,10 @@ package agentd
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -115,7 +117,7 @@ func TestBackgroundTmuxSessionAdoptedAfterDetach(t *testing.T) {
 		t.Fatalf("detached result %+v", r)
 	}
 	found := findTmuxSessions(context.Background())
-	if len(found) != 1 || found[0].name != "as-three" || found[0].sessionID != "id-as-three" || found[0].sessionType != "background" || found[0].logFile == "" {
+	if len(found) != 1 || found[0].name != "as-three" || found[0].sessionID != "id-as-three" || found[0].sessionType != "background" || found[0].logFile == "" || found[0].eofFile != found[0].logFile+".eof" {
 		t.Fatalf("found %+v", found)
 	}
 	var second capture
@@ -131,6 +133,40 @@ func TestBackgroundTmuxSessionAdoptedAfterDetach(t *testing.T) {
 	}
 }
 
+// The end of a background session is noticed when its pane's process ends
+// (a pidfd), not on the next liveness poll, and only once pipe-pane's cat
+// has written the whole log: a burst right before exit arrives complete.
+func TestBackgroundTmuxSessionEndsPromptlyWithAllOutput(t *testing.T) {
+	privateTmux(t)
+	const size = 4 << 20
+	for i := range 3 {
+		var mu sync.Mutex
+		var got int64
+		var last time.Time
+		p := startTmuxLog(bgSpec("as-burst"+strconv.Itoa(i), fmt.Sprintf(`head -c %d /dev/zero | tr '\0' a; exit 7`, size)), func(_ ports.OutputStream, b []byte) {
+			mu.Lock()
+			got += int64(len(b))
+			last = time.Now()
+			mu.Unlock()
+		})
+		r := waitResult(t, p)
+		done := time.Now()
+		mu.Lock()
+		n, lag := got, done.Sub(last)
+		mu.Unlock()
+		if r.ExitCode != 7 || n != size {
+			t.Fatalf("run %d: result %+v, %d bytes, want exit 7 and %d bytes", i, r, n, size)
+		}
+		// The liveness poll alone would take up to livenessPoll.
+		if lag > livenessPoll/2 {
+			t.Errorf("run %d: Done %v after the last byte", i, lag)
+		}
+	}
+	if left, _ := os.ReadDir(sessionsDir()); len(left) != 0 {
+		t.Fatalf("files left behind: %v", left)
+	}
+}
+
 func TestFindTmuxSessionsIgnoresOthers(t *testing.T) {
 	privateTmux(t)
 	if out, err := exec.Command("tmux", "new-session", "-d", "-s", "mine", "sleep", "60").CombinedOutput(); err != nil {
@@ -139,4 +175,45 @@ func TestFindTmuxSessionsIgnoresOthers(t *testing.T) {
 	if found := findTmuxSessions(context.Background()); len(found) != 0 {
 		t.Fatalf("found %+v, want none of ours", found)
 	}
+}
+
+// BenchmarkTmuxLogThroughput streams 32 MiB through a background session's
+// pane log (tmux pipe-pane → file → follower), the agent's share of the
+// terminal bench's "kept in tmux" row. It reports the time from the first
+// byte to the last and to Done (the session's end noticed).
+func BenchmarkTmuxLogThroughput(b *testing.B) {
+	testreq.Command(b, "tmux", "apt-get install tmux")
+	dir := b.TempDir()
+	b.Setenv("TMUX_TMPDIR", dir)
+	b.Setenv("TMPDIR", dir)
+	b.Setenv("TMUX", "")
+	b.Cleanup(func() { _ = exec.Command("tmux", "kill-server").Run() })
+	const size = 32 << 20
+	b.SetBytes(size)
+	var lastByte, done time.Duration
+	for i := range b.N {
+		var mu sync.Mutex
+		var got int64
+		var first, last time.Time
+		spec := bgSpec("as-tput"+strconv.Itoa(i), fmt.Sprintf(`head -c %d /dev/zero | tr '\0' a`, size))
+		p := startTmuxLog(spec, func(_ ports.OutputStream, d []byte) {
+			mu.Lock()
+			now := time.Now()
+			if first.IsZero() {
+				first = now
+			}
+			got += int64(len(d))
+			last = now
+			mu.Unlock()
+		})
+		<-p.Done()
+		end := time.Now()
+		if got != size {
+			b.Fatalf("got %d bytes, want %d", got, size)
+		}
+		lastByte += last.Sub(first)
+		done += end.Sub(first)
+	}
+	b.ReportMetric(float64(lastByte.Milliseconds())/float64(b.N), "ms-to-last-byte")
+	b.ReportMetric(float64(done.Milliseconds())/float64(b.N), "ms-to-done")
 }

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -35,10 +37,14 @@ const (
 	idleAfter    = time.Second
 	livenessPoll = 500 * time.Millisecond
 	logChunk     = 32 << 10
+	// pipeDrainWait bounds the wait, once the session ended, for pipe-pane's
+	// cat to have written its last bytes (the EOF marker its command leaves).
+	pipeDrainWait = 2 * time.Second
 )
 
 type tmuxLogProc struct {
 	name, exitFile, logFile string
+	eofFile                 string // left by the pipe's command once cat is done; "" for none
 	onOutput                func(ports.OutputStream, []byte)
 	start                   time.Time
 	pid                     int
@@ -58,16 +64,19 @@ var _ ports.Process = (*tmuxLogProc)(nil)
 func startTmuxLog(spec ports.CommandSpec, onOutput func(ports.OutputStream, []byte)) ports.Process {
 	_ = os.MkdirAll(sessionsDir(), 0o700)
 	base := sessionFileBase(spec)
-	t := &tmuxLogProc{name: spec.SessionName, exitFile: base + ".exit", logFile: base + ".log", onOutput: onOutput,
+	t := &tmuxLogProc{name: spec.SessionName, exitFile: base + ".exit", logFile: base + ".log", eofFile: base + ".log.eof", onOutput: onOutput,
 		start: time.Now(), stop: make(chan struct{}), done: make(chan struct{})}
 	_ = os.Remove(t.exitFile)
+	_ = os.Remove(t.eofFile)
 	if err := os.WriteFile(t.logFile, nil, 0o600); err != nil {
 		return t.failed(err)
 	}
 	channel := "agentic-go-" + spec.SessionName
 	wrapped := append([]string{"sh", "-c", logWrapper, t.exitFile, channel}, sessionCommand(spec)...)
-	args := newSessionArgs(spec, true, wrapped, optExitFile, t.exitFile, optLogFile, t.logFile)
-	args = append(args, ";", "pipe-pane", "-o", "-t", "="+spec.SessionName+":", "cat >> '"+t.logFile+"'")
+	args := newSessionArgs(spec, true, wrapped, optExitFile, t.exitFile, optLogFile, t.logFile, optLogEOF, t.eofFile)
+	// Once tmux closes the pipe (the pane is gone), cat writes what it
+	// holds and exits; the marker after it says the log is complete.
+	args = append(args, ";", "pipe-pane", "-o", "-t", "="+spec.SessionName+":", "cat >> '"+t.logFile+"'; : > '"+t.eofFile+"'")
 	if _, err := tmuxCmd(context.Background(), args...); err != nil {
 		_ = os.Remove(t.logFile)
 		return t.failed(tmuxError(err))
@@ -82,7 +91,7 @@ func startTmuxLog(spec ports.CommandSpec, onOutput func(ports.OutputStream, []by
 
 // followTmuxLog takes over a background session an earlier agent process ran.
 func followTmuxLog(found foundSession, onOutput func(ports.OutputStream, []byte)) ports.Process {
-	t := &tmuxLogProc{name: found.name, exitFile: found.exitFile, logFile: found.logFile, onOutput: onOutput,
+	t := &tmuxLogProc{name: found.name, exitFile: found.exitFile, logFile: found.logFile, eofFile: found.eofFile, onOutput: onOutput,
 		start: found.created, stop: make(chan struct{}), done: make(chan struct{})}
 	t.pid = panePid(t.name)
 	go t.follow()
@@ -121,6 +130,10 @@ func (t *tmuxLogProc) follow() {
 		return
 	}
 	defer f.Close()
+	// The pane's process ending wakes the follower at once; the liveness
+	// poll below stays as the fallback (and the judge: ended()).
+	exited, stopNotice := exitNotice(t.pid)
+	defer stopNotice()
 	buf := make([]byte, logChunk)
 	lastCheck, lastOutput := time.Now(), time.Now()
 	gone := false
@@ -143,13 +156,16 @@ func (t *tmuxLogProc) follow() {
 		case <-t.stop:
 			t.finish(ports.CommandResult{ExitCode: -1, Error: "detached: the session lives on in tmux", Duration: time.Since(t.start)})
 			return
+		case <-exited:
+			exited = nil // once
+			lastCheck = time.Time{}
 		case <-time.After(pollAfter(lastOutput)):
 		}
 		if time.Since(lastCheck) >= livenessPoll {
 			lastCheck = time.Now()
 			if t.ended() {
 				gone = true
-				time.Sleep(logPoll) // let the pipe's cat write its last bytes
+				t.waitPipe()
 			}
 		}
 	}
@@ -158,7 +174,62 @@ func (t *tmuxLogProc) follow() {
 	t.mu.Unlock()
 	r := endResult(t.exitFile, killed, t.start)
 	_ = os.Remove(t.logFile)
+	if t.eofFile != "" {
+		_ = os.Remove(t.eofFile)
+	}
 	t.finish(r)
+}
+
+// waitPipe waits, once the session ended, until pipe-pane's cat has written
+// its last bytes: its command leaves the EOF marker after cat exits. A
+// session without one (started by an older agent) gets logPoll, as before;
+// a marker that does not come (the pane kept open by remain-on-exit, say)
+// pipeDrainWait.
+func (t *tmuxLogProc) waitPipe() {
+	if t.eofFile == "" {
+		time.Sleep(logPoll)
+		return
+	}
+	deadline := time.Now().Add(pipeDrainWait)
+	for {
+		if _, err := os.Stat(t.eofFile); err == nil || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// exitNotice returns a channel closed when pid may have ended, and a stop
+// function. It waits on a pidfd in the runtime's poller: no thread, timer
+// or process start per session. A pidfd is readable once the process has
+// exited, a zombie included, as processEnded counts it. Nil (never ready)
+// where pids or pidfds are missing; then only the liveness poll notices.
+func exitNotice(pid int) (<-chan struct{}, func()) {
+	if pid <= 0 {
+		return nil, func() {}
+	}
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		return nil, func() {}
+	}
+	f := os.NewFile(uintptr(fd), "pidfd")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, func() {}
+	}
+	ch := make(chan struct{})
+	go func() {
+		// Closed also when the wait fails (the fd not pollable, or stop):
+		// a wake-up only, ended() decides.
+		defer close(ch)
+		_ = rc.Read(func(fd uintptr) bool {
+			p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}} //nolint:gosec // an fd fits in int32
+			n, err := unix.Poll(p, 0)
+			return err != unix.EINTR && (err != nil || n > 0)
+		})
+	}()
+	return ch, func() { f.Close() }
 }
 
 func pollAfter(lastOutput time.Time) time.Duration {
