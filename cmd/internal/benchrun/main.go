@@ -85,7 +85,7 @@ func run(binDir string, n, sshN, sustained int) error {
 	case "agents":
 		return agentsBench(bins, nil)
 	case "missions":
-		return missionBench(bins, n/2, sustained, stats{name: "(no exec floor: -only missions)"})
+		return missionBench(bins, n/2, sustained, stats{})
 	}
 	srv, stop, err := hostServer(bins, "main", nil, nil)
 	if err != nil {
