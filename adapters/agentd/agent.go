@@ -275,6 +275,7 @@ func (a *Agent) Connected() bool { return a.connected.Load() }
 
 // Run connects and serves until ctx ends, reconnecting with backoff.
 func (a *Agent) Run(ctx context.Context) error {
+	defer a.perms.removeDir()
 	if me := a.ident.Load(); a.cfg.IdentityFromLink && me.Secret == "" {
 		if err := a.identityFromLink(ctx); err != nil {
 			return nil // ctx ended

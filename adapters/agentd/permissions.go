@@ -3,6 +3,8 @@ package agentd
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -56,6 +58,35 @@ type permissions struct {
 	waiting map[string]chan *sandboxv1.PermissionDecision
 	asked   map[string]*sandboxv1.PermissionRequest
 	seq     atomic.Int64
+
+	// dir holds every command's socket, made once (a directory per
+	// mission, in a listable /tmp, named each socket for anyone to find).
+	dirOnce sync.Once
+	dir     string
+	dirErr  error
+}
+
+// socketDir is the agent's permission socket directory, 0711: a command's
+// user reaches its socket by its unguessable name and cannot list others.
+func (p *permissions) socketDir() (string, error) {
+	p.dirOnce.Do(func() {
+		p.dir, p.dirErr = os.MkdirTemp("", "agentic-perm-")
+		if p.dirErr == nil {
+			// The command may run as another user: it must reach the socket.
+			if p.dirErr = os.Chmod(p.dir, 0o711); p.dirErr != nil { //nolint:gosec // traverse only, for the command's user
+				_ = os.RemoveAll(p.dir)
+			}
+		}
+	})
+	return p.dir, p.dirErr
+}
+
+// removeDir removes the socket directory once the agent stops.
+func (p *permissions) removeDir() {
+	p.dirOnce.Do(func() {}) // none made after this
+	if p.dir != "" && p.dirErr == nil {
+		_ = os.RemoveAll(p.dir)
+	}
 }
 
 // pending is every request still waiting, to send again.
@@ -79,27 +110,25 @@ func (p *permissions) deliver(d *sandboxv1.PermissionDecision) {
 	}
 }
 
-// permissionSocket listens for commandID's permission requests in a
-// directory of its own that the command's user can reach; stop closes it.
+// permissionSocket listens for commandID's permission requests on a socket
+// of its own, named unguessably in the agent's socket directory, that the
+// command's user can reach; stop closes and removes it.
 func (a *Agent) permissionSocket(commandID string) (path string, stop func(), err error) {
-	dir, err := os.MkdirTemp("", "agentic-perm-")
+	dir, err := a.perms.socketDir()
 	if err != nil {
 		return "", nil, err
 	}
-	// The command may run as another user: it must reach the socket.
-	if err := os.Chmod(dir, 0o711); err != nil { //nolint:gosec // the socket is for the command's user
-		_ = os.RemoveAll(dir)
+	var name [16]byte
+	if _, err := rand.Read(name[:]); err != nil {
 		return "", nil, err
 	}
-	path = filepath.Join(dir, "permission.sock")
+	path = filepath.Join(dir, hex.EncodeToString(name[:])+".sock")
 	ln, err := net.Listen("unix", path)
 	if err != nil {
-		_ = os.RemoveAll(dir)
 		return "", nil, err
 	}
-	if err := os.Chmod(path, 0o666); err != nil { //nolint:gosec // see above
+	if err := os.Chmod(path, 0o666); err != nil { //nolint:gosec // the socket is for the command's user
 		_ = ln.Close()
-		_ = os.RemoveAll(dir)
 		return "", nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -112,7 +141,8 @@ func (a *Agent) permissionSocket(commandID string) (path string, stop func(), er
 			go a.servePermission(ctx, commandID, conn)
 		}
 	}()
-	return path, func() { cancel(); _ = ln.Close(); _ = os.RemoveAll(dir) }, nil
+	// Closing a unix listener removes its socket file.
+	return path, func() { cancel(); _ = ln.Close() }, nil
 }
 
 // maxOpenPermissions bounds the questions one command has open at once

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -111,5 +113,33 @@ func TestPermissionSocketTakesHostileInput(t *testing.T) {
 	case w := <-answers:
 		t.Fatalf("a question nobody decided was answered: %+v", w)
 	case <-time.After(300 * time.Millisecond):
+	}
+}
+
+// Every command's permission socket sits in one directory the agent makes
+// once, 0711 so a command's user reaches its own socket by its unguessable
+// name but lists no other, and goes with its command.
+func TestPermissionSocketsShareOneUnlistableDirectory(t *testing.T) {
+	cp, url := startCP(t)
+	runner := newFakeRunner()
+	runAgent(t, testConfig(url, runner))
+	s := cp.nextSession(t)
+	s.send(commandMsg(&sandboxv1.CommandRequest{CommandId: "c1", Command: "claude", PermissionPrompts: true}))
+	p1 := runner.next(t)
+	s.send(commandMsg(&sandboxv1.CommandRequest{CommandId: "c2", Command: "claude", PermissionPrompts: true}))
+	p2 := runner.next(t)
+	a, b := p1.spec.Env[EnvPermissionSocket], p2.spec.Env[EnvPermissionSocket]
+	if a == "" || a == b || filepath.Dir(a) != filepath.Dir(b) || len(filepath.Base(a)) < 32 {
+		t.Fatalf("sockets %q and %q", a, b)
+	}
+	if fi, err := os.Stat(filepath.Dir(a)); err != nil || fi.Mode().Perm() != 0o711 {
+		t.Fatalf("socket directory: %v %v", fi, err)
+	}
+	p1.exit(ports.CommandResult{})
+	for s.next(t).GetCommandResult().GetCommandId() != "c1" {
+	}
+	eventually(t, "c1's socket removed", func() bool { _, err := os.Stat(a); return os.IsNotExist(err) })
+	if _, err := os.Stat(b); err != nil {
+		t.Fatalf("c2's socket went with c1's: %v", err)
 	}
 }
