@@ -233,7 +233,7 @@ func serverClientOnce(server, caFile string) (*http.Client, string, error) {
 			if !pool.AppendCertsFromPEM(pem) {
 				return nil, "", fmt.Errorf("MANAGEMENT_CA %s: no certificate in it", caFile)
 			}
-			c.Transport.(*http.Transport).TLSClientConfig.RootCAs = pool
+			c.Transport.(wholeEnvelopes).next.(*http.Transport).TLSClientConfig.RootCAs = pool
 		}
 		return c, server, nil
 	case u.Scheme == "unix" && u.Path != "":
@@ -267,7 +267,7 @@ func httpClient(cleartext bool, dial func(ctx context.Context, network, addr str
 		p.SetHTTP2(true)
 	}
 	tr.Protocols = p
-	return &http.Client{Transport: tr}
+	return &http.Client{Transport: wholeEnvelopes{next: tr}}
 }
 
 // Connected reports whether the stream is up.
