@@ -108,11 +108,7 @@ func New(cfg Config) (*Runtime, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(cfg.StateDir, 0o711); err != nil { //nolint:gosec // QEMU runs as another user and must traverse it
-		return nil, fmt.Errorf("libvirt state dir: %w", err)
-	}
-	// QEMU runs as another user and must reach the per-domain folders.
-	if err := os.Chmod(cfg.StateDir, 0o711); err != nil { //nolint:gosec // QEMU runs as another user and must traverse it
+	if err := qemuFolder(cfg.StateDir); err != nil {
 		return nil, fmt.Errorf("libvirt state dir: %w", err)
 	}
 	abs, err := filepath.Abs(cfg.StateDir)
@@ -291,6 +287,16 @@ func (r *Runtime) Close() error {
 }
 
 func (r *Runtime) lock(name string) func() { return r.locks.Lock(name) }
+
+// qemuFolder makes path (and its parents) searchable by others, whatever
+// the umask: QEMU runs as another user (libvirt-qemu) and must reach the
+// files inside, which stay 0600.
+func qemuFolder(path string) error {
+	if err := os.MkdirAll(path, 0o711); err != nil { //nolint:gosec // traverse only, for QEMU
+		return err
+	}
+	return os.Chmod(path, 0o711) //nolint:gosec // traverse only, for QEMU
+}
 
 // --- domains ------------------------------------------------------------
 
@@ -561,10 +567,7 @@ func (r *Runtime) Provision(ctx context.Context, spec ports.EnvironmentSpec) (po
 		}
 	}()
 	progress("prepare")
-	if err := os.Mkdir(dir, 0o711); err != nil { //nolint:gosec // QEMU must traverse the per-domain folder
-		return ports.Environment{}, fmt.Errorf("libvirt: %w", err)
-	}
-	if err := os.Chmod(dir, 0o711); err != nil { //nolint:gosec // QEMU must traverse the per-domain folder
+	if err := qemuFolder(dir); err != nil {
 		return ports.Environment{}, fmt.Errorf("libvirt: %w", err)
 	}
 	if err := boot(ctx, dir); err != nil {
@@ -816,7 +819,7 @@ func (r *Runtime) Start(ctx context.Context, name string) error {
 			return r.lverr(lv, "resume "+o.dom.Name, err)
 		}
 	default:
-		if err := os.MkdirAll(r.EnvDir(name), 0o711); err != nil { //nolint:gosec // QEMU must traverse the per-domain folder
+		if err := qemuFolder(r.EnvDir(name)); err != nil {
 			return fmt.Errorf("libvirt: %w", err)
 		}
 		if err := lv.DomainCreate(o.dom); err != nil {

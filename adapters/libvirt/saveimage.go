@@ -76,6 +76,16 @@ func readSaveImage(f io.ReaderAt) (saveImage, error) {
 	return s, nil
 }
 
+// readSaveImageFile is readSaveImage of the file at path.
+func readSaveImageFile(path string) (saveImage, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return saveImage{}, err
+	}
+	defer f.Close()
+	return readSaveImage(f)
+}
+
 // writeClone writes a copy of the save image src (described by s) to dst
 // with another domain XML; QEMU's stream is copied unchanged.
 func writeClone(dst, src *os.File, s saveImage, xml string) error {

@@ -47,15 +47,12 @@ const (
 type templateFor struct {
 	key, shape string
 	plan       domainPlan
-	env        map[string]string
-	baseInitrd string
-	agent      string
+	env        map[string]string // the plan's agent environment without an identity
 }
 
-// templateOf works out the template of a tiny-image plan; env is the
-// member's agent environment and agent the binary added to the initrd.
-func (r *Runtime) templateOf(lv *golibvirt.Libvirt, plan domainPlan, env map[string]string, baseInitrd, agent string) (templateFor, error) {
-	tenv := maps.Clone(env)
+// templateOf works out the template of a tiny-image plan.
+func (r *Runtime) templateOf(lv *golibvirt.Libvirt, plan domainPlan) (templateFor, error) {
+	tenv := maps.Clone(plan.agentEnv)
 	delete(tenv, "AGENT_ID")
 	delete(tenv, "AGENT_SECRET")
 	tenv["AGENT_IDENTITY_FROM_LINK"] = "1"
@@ -77,7 +74,7 @@ func (r *Runtime) templateOf(lv *golibvirt.Libvirt, plan domainPlan, env map[str
 	add(r.domType, strconv.FormatUint(uint64(plan.VCPUs), 10), strconv.FormatUint(uint64(plan.MemoryMiB), 10), plan.Network)
 	shape := hex.EncodeToString(h.Sum(nil))[:12]
 	add(plan.Kernel, plan.Cmdline, strconv.FormatUint(libVer, 10), strconv.FormatUint(hvVer, 10))
-	for _, f := range []string{plan.Kernel, baseInitrd, agent} {
+	for _, f := range []string{plan.Kernel, plan.baseInitrd, plan.addedAgent} {
 		if f == "" {
 			add("")
 			continue
@@ -92,7 +89,7 @@ func (r *Runtime) templateOf(lv *golibvirt.Libvirt, plan domainPlan, env map[str
 		add(k, tenv[k])
 	}
 	key := shape + "-" + hex.EncodeToString(h.Sum(nil))[:20]
-	return templateFor{key: key, shape: shape, plan: plan, env: tenv, baseInitrd: baseInitrd, agent: agent}, nil
+	return templateFor{key: key, shape: shape, plan: plan, env: tenv}, nil
 }
 
 func (r *Runtime) templatePath(key string) string {
@@ -105,12 +102,9 @@ func (r *Runtime) template(ctx context.Context, lv *golibvirt.Libvirt, t templat
 	unlock := r.tmplLocks.Lock(t.key)
 	defer unlock()
 	path := r.templatePath(t.key)
-	if f, err := os.Open(path); err == nil {
-		img, err := readSaveImage(f)
-		f.Close()
-		if err == nil {
-			return img, nil
-		}
+	if img, err := readSaveImageFile(path); err == nil {
+		return img, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
 		r.log.Warn("dropping an unusable VM template", "template", t.key, "err", err)
 		_ = os.Remove(path)
 	}
@@ -130,7 +124,7 @@ func (r *Runtime) template(ctx context.Context, lv *golibvirt.Libvirt, t templat
 		}
 		return saveImage{}, err
 	}
-	r.log.Info("made a VM template for warm pools", "template", t.key, "took", time.Since(start).Round(time.Millisecond))
+	r.log.Info("made a VM template", "template", t.key, "took", time.Since(start).Round(time.Millisecond))
 	r.pruneTemplates(t)
 	return img, nil
 }
@@ -139,13 +133,8 @@ func (r *Runtime) template(ctx context.Context, lv *golibvirt.Libvirt, t templat
 // must never have been up: a restored clone would carry a dead HTTP/2
 // connection), waits for its agent to ask who it is, and saves it.
 func (r *Runtime) makeTemplate(ctx context.Context, lv *golibvirt.Libvirt, t templateFor) (saveImage, error) {
-	root := filepath.Join(r.cfg.StateDir, templatesDir)
-	if err := os.MkdirAll(root, 0o711); err != nil { //nolint:gosec // QEMU must traverse it
-		return saveImage{}, err
-	}
-	_ = os.Chmod(root, 0o711) //nolint:gosec // QEMU must traverse it
 	// Short: the channel socket's path must fit a unix socket address.
-	dir := filepath.Join(root, t.key[:8]+".build")
+	dir := filepath.Join(r.cfg.StateDir, templatesDir, t.key[:8]+".build")
 	p := t.plan
 	p.DomainName = r.templateDomain(t.key)
 	// Recover's clean-up of a crashed process's builds must leave this one.
@@ -163,12 +152,11 @@ func (r *Runtime) makeTemplate(ctx context.Context, lv *golibvirt.Libvirt, t tem
 	p.Meta = envMeta{Owner: r.templateOwner(), Name: "tmpl-" + t.key, Created: time.Now().UTC().Format(time.RFC3339Nano), Network: p.Network, Dir: dir}
 	p.UUID = ""
 	_ = os.RemoveAll(dir)
-	if err := os.Mkdir(dir, 0o711); err != nil { //nolint:gosec // QEMU must traverse it
+	if err := qemuFolder(dir); err != nil {
 		return saveImage{}, err
 	}
-	_ = os.Chmod(dir, 0o711) //nolint:gosec // QEMU must traverse it
 	defer os.RemoveAll(dir)
-	if err := writeInitrd(p.Initrd, t.baseInitrd, t.env, t.agent); err != nil {
+	if err := writeInitrd(p.Initrd, p.baseInitrd, t.env, p.addedAgent); err != nil {
 		return saveImage{}, fmt.Errorf("template initrd: %w", err)
 	}
 	x, err := domainXML(p)
@@ -201,12 +189,7 @@ func (r *Runtime) makeTemplate(ctx context.Context, lv *golibvirt.Libvirt, t tem
 	}
 	saved = true // a transient domain is gone once saved
 	r.removeQemuLog(p.DomainName)
-	f, err := os.Open(tmp)
-	if err != nil {
-		return saveImage{}, err
-	}
-	img, err := readSaveImage(f)
-	f.Close()
+	img, err := readSaveImageFile(tmp)
 	if err != nil {
 		_ = os.Remove(tmp)
 		return saveImage{}, fmt.Errorf("template %s: %w", p.DomainName, err)
@@ -406,7 +389,7 @@ func (r *Runtime) restores(spec ports.EnvironmentSpec, p domainPlan) bool {
 // wait says whether to make a missing template first (a pool member: it
 // is not waited for by a caller).
 func (r *Runtime) tryRestore(ctx context.Context, lv *golibvirt.Libvirt, p domainPlan, wait bool, progress func(string)) (golibvirt.Domain, bool) {
-	t, err := r.templateOf(lv, p, p.agentEnv, p.baseInitrd, p.addedAgent)
+	t, err := r.templateOf(lv, p)
 	if err != nil {
 		r.log.Warn("no VM template; booting", "env", p.Meta.Name, "err", err)
 		return golibvirt.Domain{}, false

@@ -94,13 +94,9 @@ func envBench(bins harness.Binaries, prev error) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", rt, err)
 		}
-		var ready, output []time.Duration
-		for i := range n {
-			r, o, err := provisionOnce(srv, rt, fmt.Sprintf("%s-%d", rt, i))
-			if err != nil {
-				return fmt.Errorf("%s: %w", rt, err)
-			}
-			ready, output = append(ready, r), append(output, o)
+		ready, output, err := provisionMany(srv, rt, rt, n)
+		if err != nil {
+			return fmt.Errorf("%s: %w", rt, err)
 		}
 		rows = append(rows, stats{name: rt + ": first environment → agent ready", n: 1, p50: first, p99: first, avg: first},
 			summarize(rt+": provision → agent ready", ready), summarize(rt+": provision → first command output", output))
@@ -382,16 +378,24 @@ func restoredRows(bins harness.Binaries, env []string, n int) ([]stats, error) {
 			return nil, fmt.Errorf("no template after 3 min; the server's log ends:\n%s", log[max(0, len(log)-3000):])
 		}
 	}
-	var ready, output []time.Duration
-	for i := range n {
-		r, o, err := provisionOnce(srv, "libvirt", fmt.Sprintf("libvirt-restored-%d", i))
-		if err != nil {
-			return nil, err
-		}
-		ready, output = append(ready, r), append(output, o)
+	ready, output, err := provisionMany(srv, "libvirt", "libvirt-restored", n)
+	if err != nil {
+		return nil, err
 	}
 	return []stats{
 		summarize("libvirt, AGENTIC_LIBVIRT_RESTORE=all: provision → agent ready (restored)", ready),
 		summarize("libvirt, AGENTIC_LIBVIRT_RESTORE=all: provision → first command output (restored)", output),
 	}, nil
+}
+
+// provisionMany runs provisionOnce n times (environments prefix-0 …).
+func provisionMany(srv *harness.Server, runtime, prefix string, n int) (ready, output []time.Duration, err error) {
+	for i := range n {
+		r, o, err := provisionOnce(srv, runtime, fmt.Sprintf("%s-%d", prefix, i))
+		if err != nil {
+			return nil, nil, err
+		}
+		ready, output = append(ready, r), append(output, o)
+	}
+	return ready, output, nil
 }
