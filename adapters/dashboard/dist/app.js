@@ -111,7 +111,8 @@ ${d.join(`
       <label>Size <input type="number" min="0" max="64" value=${i.size} onInput=${o("size")} data-testid="pool-size" /></label>
       <button type="submit" data-testid="pool-put">Keep ready</button></form>
     <${ti} e=${r} />
-    <table><thead><tr><th>Pool</th><th>Runtime</th><th>Size</th><th>Idle</th><th>Warming</th><th>Hits</th><th>Misses</th><th>Members</th><th></th></tr></thead><tbody>
+    ${t&&t.length===0?m`<p class="muted">No pools: every create provisions.</p>`:""}
+    <table hidden=${!t||t.length===0}><thead><tr><th>Pool</th><th>Runtime</th><th>Size</th><th>Idle</th><th>Warming</th><th>Hits</th><th>Misses</th><th>Members</th><th></th></tr></thead><tbody>
     ${(t||[]).map(a=>m`<tr data-testid=${"pool-row-"+a.name}><td>${a.name}</td><td>${a.runtime}</td><td>${a.size}</td>
       <td>${a.idle}</td><td>${a.warming}</td><td>${a.hits}</td><td>${a.misses}</td>
       <td>${a.members.map(d=>m`<div class="small"><code>${d.name}</code> <span class=${"pill "+d.state}>${d.state}</span></div>`)}</td>

@@ -267,7 +267,8 @@ function Pools({ runtimes }: { runtimes: any[] | undefined }) {
       <label>Size <input type="number" min="0" max="64" value=${form.size} onInput=${set("size")} data-testid="pool-size" /></label>
       <button type="submit" data-testid="pool-put">Keep ready</button></form>
     <${Err} e=${err} />
-    <table><thead><tr><th>Pool</th><th>Runtime</th><th>Size</th><th>Idle</th><th>Warming</th><th>Hits</th><th>Misses</th><th>Members</th><th></th></tr></thead><tbody>
+    ${pools && pools.length === 0 ? html`<p class="muted">No pools: every create provisions.</p>` : ""}
+    <table hidden=${!pools || pools.length === 0}><thead><tr><th>Pool</th><th>Runtime</th><th>Size</th><th>Idle</th><th>Warming</th><th>Hits</th><th>Misses</th><th>Members</th><th></th></tr></thead><tbody>
     ${(pools || []).map((p: S["Pool"]) => html`<tr data-testid=${"pool-row-" + p.name}><td>${p.name}</td><td>${p.runtime}</td><td>${p.size}</td>
       <td>${p.idle}</td><td>${p.warming}</td><td>${p.hits}</td><td>${p.misses}</td>
       <td>${p.members.map((m) => html`<div class="small"><code>${m.name}</code> <span class=${"pill " + m.state}>${m.state}</span></div>`)}</td>
