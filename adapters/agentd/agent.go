@@ -337,12 +337,6 @@ func (a *Agent) serve(ctx context.Context) (registered bool, err error) {
 	if err := stream.Send(a.registration(me.ID)); err != nil {
 		return false, drainErr(stream, err)
 	}
-	// The first heartbeat goes right behind the registration, not after
-	// the ack: the server counts the agent ready at its first heartbeat,
-	// and over a VM's serial link under TCG a round trip is ~10 ms.
-	if err := stream.Send(a.connectHeartbeat()); err != nil {
-		return false, drainErr(stream, err)
-	}
 	first, err := stream.Receive()
 	if err != nil {
 		return false, err
@@ -363,6 +357,11 @@ func (a *Agent) serve(ctx context.Context) (registered bool, err error) {
 	for len(a.control) > 0 {
 		<-a.control
 	}
+	// The server counts the agent ready at its first heartbeat, so it must
+	// not go before the ack: the connect report right behind it has to be
+	// in before the server starts sessions on this connection, or it would
+	// count them lost (the server's session reconcile rule).
+	a.queueControl(a.connectHeartbeat())
 	// Queued behind any output still held, so the server learns which of
 	// its commands this agent no longer runs.
 	a.out.pushNow(a.sessionReport("connect:" + ack.GetConfig()["connection_id"]))
