@@ -22,7 +22,9 @@ import (
 
 // Names of the outbox files in the data dir.
 const (
-	EventsFile      = "events.jsonl"
+	EventsFile = "events.jsonl"
+	// EventsAckedFile held the highest acknowledged seq before acks became
+	// lines of events.jsonl: read once at open, then folded in and removed.
 	EventsAckedFile = "events.acked"
 )
 
@@ -31,13 +33,11 @@ const (
 // half of it), bounding both the file and the cost of reading it at start.
 const compactMinBytes = 1 << 20
 
-// Outbox is a ports.EventOutbox in two files of the data dir:
-//
-//   - events.jsonl: every event appended, one JSON object per line with its
-//     seq, written and fsynced before Append returns. Concurrent Appends
-//     are group-committed and share one write and one fsync.
-//   - events.acked: the highest acknowledged seq, replaced atomically
-//     before Ack returns.
+// Outbox is a ports.EventOutbox in events.jsonl in the data dir: every
+// event appended, one JSON object per line with its seq, and every Ack as
+// an `{"acked":N}` line, each written and fsynced before Append or Ack
+// returns. Concurrent Appends and Acks are group-committed and share one
+// write and one fsync.
 //
 // Unacknowledged events are also kept in memory for Pending. When
 // acknowledged lines make up most of events.jsonl it is rewritten
@@ -59,7 +59,6 @@ type Outbox struct {
 	closed     bool
 	compactMin int64 // compactMinBytes; tests lower it
 
-	ackMu       sync.Mutex // serialises writes of events.acked
 	notify      chan struct{}
 	writer      *groupCommit[*appendReq]
 	syncs       atomic.Int64 // fsyncs of events.jsonl, for tests and benchmarks
@@ -77,11 +76,35 @@ type appendReq struct {
 	bodies [][]byte      // encodings without the leading `{"seq":0,`
 	evs    []ports.Event // decoded from bodies: what a reopen will read
 	seqs   []uint64      // filled in by the writer
+	ack    uint64        // an Ack's seq; an Ack carries no events
 	done   chan error
 }
 
 // seqPrefix starts every encoded event, since Seq is its first field.
 var seqPrefix = []byte(`{"seq":0,`)
+
+// ackPrefix starts an ack line.
+var ackPrefix = []byte(`{"acked":`)
+
+func appendAckLine(buf []byte, seq uint64) []byte {
+	buf = append(buf, ackPrefix...)
+	buf = strconv.AppendUint(buf, seq, 10)
+	return append(buf, "}\n"...)
+}
+
+// parseAckLine returns the seq of an ack line.
+func parseAckLine(line []byte) (uint64, bool) {
+	rest, ok := bytes.CutPrefix(bytes.TrimSuffix(line, []byte("\n")), ackPrefix)
+	if !ok {
+		return 0, false
+	}
+	digits, ok := bytes.CutSuffix(rest, []byte("}"))
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(string(digits), 10, 64)
+	return n, err == nil
+}
 
 // CorruptLines counts the lines of events.jsonl that did not parse when it
 // was opened (a crash mid-write leaves such): skipped, and to be reported.
@@ -106,16 +129,39 @@ func NewOutbox(dir string) (*Outbox, error) {
 		notify:     make(chan struct{}, 1),
 		compactMin: compactMinBytes,
 	}
-	acked, err := readAcked(o.ackPath)
+	legacyAcked, err := readAcked(o.ackPath)
 	if err != nil {
 		return nil, err
 	}
-	o.acked, o.lastSeq = acked, acked
+	o.acked, o.lastSeq = legacyAcked, legacyAcked
 	if err := o.readEvents(); err != nil {
+		return nil, err
+	}
+	if err := o.foldLegacyAcked(legacyAcked); err != nil {
+		o.f.Close()
 		return nil, err
 	}
 	o.writer = newGroupCommit(o.commit, o.maybeCompact)
 	return o, nil
+}
+
+// foldLegacyAcked moves the seq an older server kept in events.acked into
+// events.jsonl as an ack line, durably, before removing the file.
+func (o *Outbox) foldLegacyAcked(acked uint64) error {
+	if _, err := os.Stat(o.ackPath); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if acked > 0 {
+		line := appendAckLine(nil, acked)
+		if err := o.write(line); err != nil {
+			return err
+		}
+		o.deadBytes += int64(len(line))
+	}
+	if err := os.Remove(o.ackPath); err != nil {
+		return fmt.Errorf("filestore: remove %s: %w", o.ackPath, err)
+	}
+	return fsatomic.SyncDir(filepath.Dir(o.ackPath))
 }
 
 func readAcked(path string) (uint64, error) {
@@ -162,6 +208,11 @@ func (o *Outbox) readEvents() error {
 			return fail(fmt.Errorf("filestore: read %s: %w", o.path, err))
 		}
 		off += int64(len(line))
+		if seq, ok := parseAckLine(line); ok {
+			o.acked = max(o.acked, seq)
+			o.deadBytes += int64(len(line))
+			continue
+		}
 		var ev ports.Event
 		if json.Unmarshal(line, &ev) != nil || ev.Seq == 0 {
 			o.deadBytes += int64(len(line))
@@ -172,18 +223,26 @@ func (o *Outbox) readEvents() error {
 			return fail(fmt.Errorf("filestore: %s is corrupt: line %d has seq %d after %d", o.path, lineNo, ev.Seq, maxSeq))
 		}
 		maxSeq = ev.Seq
-		if ev.Seq <= o.acked {
-			o.deadBytes += int64(len(line))
-			continue
-		}
 		o.pending = append(o.pending, outboxEntry{ev: ev, n: int64(len(line))})
 	}
 	if err := f.Truncate(off); err != nil {
 		return fail(fmt.Errorf("filestore: truncate the torn tail of %s: %w", o.path, err))
 	}
 	o.f, o.end = f, off
-	o.lastSeq = max(o.lastSeq, maxSeq)
+	o.lastSeq = max(o.lastSeq, maxSeq, o.acked)
+	o.dropAcked() // an ack line follows the events it confirms
 	return nil
+}
+
+// dropAcked forgets the pending events up to o.acked; o.mu must be held
+// (or the outbox not yet shared).
+func (o *Outbox) dropAcked() {
+	k := sort.Search(len(o.pending), func(i int) bool { return o.pending[i].ev.Seq > o.acked })
+	for _, e := range o.pending[:k] {
+		o.deadBytes += e.n
+	}
+	clear(o.pending[:k]) // let the collector have the delivered events
+	o.pending = o.pending[k:]
 }
 
 // Append records events durably, in order, and returns them with their
@@ -244,13 +303,16 @@ func appendLine(buf []byte, seq uint64, body []byte) []byte {
 	return append(buf, '\n')
 }
 
-// commit writes a batch with one write and one fsync. On failure nothing
-// is kept: the file is cut back and no seq is used up.
+// commit writes a batch with one write and one fsync: its events, then
+// one ack line for its highest Ack. On failure nothing is kept: the file
+// is cut back and no seq is used up.
 func (o *Outbox) commit(batch []*appendReq) {
 	var buf []byte
 	var entries []outboxEntry
-	seq := o.lastSeq // only this goroutine changes lastSeq
+	seq, ack := o.lastSeq, o.acked // only this goroutine changes them
+	ackTo := ack
 	for _, req := range batch {
+		ackTo = max(ackTo, req.ack)
 		req.seqs = make([]uint64, len(req.bodies))
 		for i, body := range req.bodies {
 			seq++
@@ -262,11 +324,22 @@ func (o *Outbox) commit(batch []*appendReq) {
 			entries = append(entries, outboxEntry{ev: ev, n: int64(len(buf) - start)})
 		}
 	}
+	ackLine := 0
+	if ackTo > ack {
+		n := len(buf)
+		buf = appendAckLine(buf, ackTo)
+		ackLine = len(buf) - n
+	}
 	err := o.write(buf)
 	if err == nil {
 		o.mu.Lock()
 		o.pending = append(o.pending, entries...)
 		o.lastSeq = seq
+		if ackTo > ack {
+			o.acked = ackTo
+			o.deadBytes += int64(ackLine)
+			o.dropAcked()
+		}
 		o.mu.Unlock()
 		select {
 		case o.notify <- struct{}{}:
@@ -323,9 +396,13 @@ func (o *Outbox) maybeCompact() {
 	for i, e := range o.pending {
 		keep[i] = e.ev
 	}
+	acked := o.acked
 	o.mu.Unlock()
 
-	var buf []byte
+	// The ack line goes first: with every event acked and dropped, it is
+	// what keeps the next seq from starting over.
+	buf := appendAckLine(nil, acked)
+	ackLine := int64(len(buf))
 	lens := make(map[uint64]int64, len(keep))
 	for _, ev := range keep {
 		seq := ev.Seq
@@ -353,7 +430,7 @@ func (o *Outbox) maybeCompact() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	// Acks that came in meanwhile dropped events that are in the new file.
-	o.deadBytes = 0
+	o.deadBytes = ackLine
 	for seq, n := range lens {
 		if seq <= o.acked {
 			o.deadBytes += n
@@ -385,8 +462,6 @@ func (o *Outbox) Pending(after uint64, limit int) ([]ports.Event, error) {
 // before Ack returns. Acking a seq not yet assigned is an error: it would
 // silently mark future events as delivered.
 func (o *Outbox) Ack(seq uint64) error {
-	o.ackMu.Lock()
-	defer o.ackMu.Unlock()
 	o.mu.Lock()
 	closed, acked, last := o.closed, o.acked, o.lastSeq
 	o.mu.Unlock()
@@ -398,23 +473,11 @@ func (o *Outbox) Ack(seq uint64) error {
 	case seq > last:
 		return fmt.Errorf("filestore: ack of seq %d beyond the last event %d", seq, last)
 	}
-	if err := fsatomic.WriteFile(o.ackPath, fmt.Appendf(nil, "%d\n", seq), 0o600); err != nil {
-		return fmt.Errorf("%w: write %s: %v", ports.ErrStoreUnavailable, o.ackPath, err)
+	req := &appendReq{ack: seq, done: make(chan error, 1)}
+	if !o.writer.submit(req) {
+		return fmt.Errorf("%w: outbox closed", ports.ErrStoreUnavailable)
 	}
-	o.mu.Lock()
-	o.acked = seq
-	k := sort.Search(len(o.pending), func(i int) bool { return o.pending[i].ev.Seq > seq })
-	for _, e := range o.pending[:k] {
-		o.deadBytes += e.n
-	}
-	clear(o.pending[:k]) // let the collector have the delivered events
-	o.pending = o.pending[k:]
-	compact := o.deadBytes >= o.compactMin
-	o.mu.Unlock()
-	if compact {
-		o.writer.requestIdle()
-	}
-	return nil
+	return <-req.done
 }
 
 // Acked is the highest acknowledged seq.
@@ -431,8 +494,6 @@ func (o *Outbox) Notify() <-chan struct{} { return o.notify }
 // with ports.ErrStoreUnavailable. Pending keeps answering from memory.
 func (o *Outbox) Close() error {
 	o.writer.stop()
-	o.ackMu.Lock()
-	defer o.ackMu.Unlock()
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.closed {

@@ -70,6 +70,9 @@ func fileSeqs(t *testing.T, dir string) []uint64 {
 		if line == "" {
 			continue
 		}
+		if _, ok := parseAckLine([]byte(line)); ok {
+			continue
+		}
 		var ev ports.Event
 		if err := json.Unmarshal([]byte(line), &ev); err != nil {
 			t.Fatalf("line %q: %v", line, err)
@@ -100,16 +103,14 @@ func TestOutboxFiles(t *testing.T) {
 	if err := o.Ack(evs[1].Seq); err != nil {
 		t.Fatal(err)
 	}
-	ack, _ := os.ReadFile(filepath.Join(dir, EventsAckedFile))
-	if string(ack) != "2\n" {
-		t.Fatalf("events.acked = %q", ack)
+	data, _ = os.ReadFile(filepath.Join(dir, EventsFile))
+	if !strings.HasSuffix(string(data), "\n"+`{"acked":2}`+"\n") {
+		t.Fatalf("no ack line at the end:\n%s", data)
 	}
-	for _, name := range []string{EventsFile, EventsAckedFile} {
-		if m := mode(t, filepath.Join(dir, name)); m != 0o600 {
-			t.Fatalf("%s mode %v", name, m)
-		}
+	if m := mode(t, filepath.Join(dir, EventsFile)); m != 0o600 {
+		t.Fatalf("%s mode %v", EventsFile, m)
 	}
-	onlyFiles(t, dir, EventsAckedFile, EventsFile)
+	onlyFiles(t, dir, EventsFile)
 
 	// An Ack beyond the last seq would mark future events delivered.
 	if err := o.Ack(4); err == nil {
@@ -215,22 +216,53 @@ func TestOutboxCorruptFiles(t *testing.T) {
 	}
 }
 
-// An acked file that lags (or is missing) only means redelivery.
-func TestOutboxAckedFileLags(t *testing.T) {
+// An ack line that a crash tore only means redelivery.
+func TestOutboxTornAck(t *testing.T) {
 	dir := t.TempDir()
 	o := openOutbox(t, dir)
 	for i := range 5 {
 		mustAppend(t, o, portstest.SampleEvent(i))
 	}
+	if err := o.Ack(2); err != nil {
+		t.Fatal(err)
+	}
 	if err := o.Ack(4); err != nil {
 		t.Fatal(err)
 	}
 	o.Close()
-	if err := os.Remove(filepath.Join(dir, EventsAckedFile)); err != nil {
+	p := filepath.Join(dir, EventsFile)
+	data, _ := os.ReadFile(p)
+	if err := os.WriteFile(p, data[:len(data)-3], 0o600); err != nil {
 		t.Fatal(err)
 	}
 	o = openOutbox(t, dir)
-	wantPendingRange(t, o, 1, 5)
+	wantPendingRange(t, o, 3, 5)
+	if o.Acked() != 2 {
+		t.Fatalf("Acked = %d, want the last whole ack line's 2", o.Acked())
+	}
+}
+
+// events.acked of an older server is folded into events.jsonl as an ack
+// line and removed; a crash in between only repeats the fold.
+func TestOutboxFoldsLegacyAckedFile(t *testing.T) {
+	dir := t.TempDir()
+	o := openOutbox(t, dir)
+	for i := range 5 {
+		mustAppend(t, o, portstest.SampleEvent(i))
+	}
+	o.Close()
+	if err := os.WriteFile(filepath.Join(dir, EventsAckedFile), []byte("3\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o = openOutbox(t, dir)
+	wantPendingRange(t, o, 4, 5)
+	onlyFiles(t, dir, EventsFile)
+	o.Close()
+	o = openOutbox(t, dir)
+	wantPendingRange(t, o, 4, 5)
+	if got := mustAppend(t, o, portstest.SampleEvent(9)); got[0].Seq != 6 {
+		t.Fatalf("seq %d, want 6", got[0].Seq)
+	}
 }
 
 // Appends that arrive while a write is in progress share the next fsync.
@@ -302,7 +334,7 @@ func TestOutboxCompaction(t *testing.T) {
 		t.Fatalf("file %d bytes after compaction, %d before", after, sizeBefore)
 	}
 	wantPendingRange(t, o, 151, 200)
-	onlyFiles(t, dir, EventsAckedFile, EventsFile)
+	onlyFiles(t, dir, EventsFile)
 
 	// Appends go to the new file; a later compaction counts from it.
 	mustAppend(t, o, portstest.SampleEvent(1000))
