@@ -150,6 +150,10 @@ type EventOutbox interface {
 	// Append durably records events in order, assigning their Seq.
 	Append(ctx context.Context, events ...Event) ([]Event, error)
 	// Pending returns up to max undelivered events with Seq > after, in order.
+	// It may offer events whose Append has not returned yet, while their
+	// write is flushed: the caller of Append must hold each event durably
+	// elsewhere first (the mission service keeps it as its record's last
+	// event and queues it again at start if a crash took it).
 	Pending(after uint64, max int) ([]Event, error)
 	// Ack records that every event up to seq was delivered.
 	Ack(seq uint64) error

@@ -57,7 +57,8 @@ type Outbox struct {
 	deadBytes  int64 // bytes of events.jsonl that no open needs (acked or unreadable lines)
 	corrupt    int   // lines that did not parse when the file was read
 	closed     bool
-	compactMin int64 // compactMinBytes; tests lower it
+	compactMin int64  // compactMinBytes; tests lower it
+	afterWrite func() // nil; tests stall the writer with it
 
 	notify      chan struct{}
 	writer      *groupCommit[*appendReq]
@@ -305,7 +306,7 @@ func appendLine(buf []byte, seq uint64, body []byte) []byte {
 
 // commit writes a batch with one write and one fsync: its events, then
 // one ack line for its highest Ack. On failure nothing is kept: the file
-// is cut back and no seq is used up.
+// is cut back.
 func (o *Outbox) commit(batch []*appendReq) {
 	var buf []byte
 	var entries []outboxEntry
@@ -330,22 +331,37 @@ func (o *Outbox) commit(batch []*appendReq) {
 		buf = appendAckLine(buf, ackTo)
 		ackLine = len(buf) - n
 	}
-	err := o.write(buf)
-	if err == nil {
-		o.mu.Lock()
-		o.pending = append(o.pending, entries...)
-		o.lastSeq = seq
-		if ackTo > ack {
-			o.acked = ackTo
-			o.deadBytes += int64(ackLine)
-			o.dropAcked()
-		}
-		o.mu.Unlock()
+	// The events are offered for delivery while their line is flushed:
+	// each is already durable as the last event of its mission's stored
+	// record, from which a restart queues it again if a crash took the
+	// line (core/mission requeueLastEvents).
+	o.mu.Lock()
+	o.pending = append(o.pending, entries...)
+	o.lastSeq = seq
+	o.mu.Unlock()
+	if len(entries) > 0 {
 		select {
 		case o.notify <- struct{}{}:
 		default:
 		}
 	}
+	err := o.write(buf)
+	if o.afterWrite != nil {
+		o.afterWrite()
+	}
+	o.mu.Lock()
+	switch {
+	case err != nil:
+		// Not stored: no longer offered. Their seqs stay used, since a
+		// reader may have taken them; the caller's retry gets new ones.
+		clear(o.pending[len(o.pending)-len(entries):])
+		o.pending = o.pending[:len(o.pending)-len(entries)]
+	case ackTo > ack:
+		o.acked = ackTo
+		o.deadBytes += int64(ackLine)
+		o.dropAcked()
+	}
+	o.mu.Unlock()
 	for _, req := range batch {
 		req.done <- err
 	}

@@ -268,14 +268,12 @@ func TestOutboxFoldsLegacyAckedFile(t *testing.T) {
 // Appends that arrive while a write is in progress share the next fsync.
 func TestOutboxGroupCommit(t *testing.T) {
 	o := openOutbox(t, t.TempDir())
-	// Holding mu stalls the writer after its first fsync.
-	o.mu.Lock()
-	locked := true
-	t.Cleanup(func() { // before Close, which would wait for the writer
-		if locked {
-			o.mu.Unlock()
-		}
-	})
+	// The writer stalls after its first fsync until released.
+	release := make(chan struct{})
+	var once sync.Once
+	unlock := func() { once.Do(func() { close(release) }) }
+	o.afterWrite = func() { <-release }
+	t.Cleanup(unlock) // before Close, which would wait for the writer
 	first := make(chan error, 1)
 	go func() {
 		_, err := o.Append(context.Background(), portstest.SampleEvent(0))
@@ -296,8 +294,7 @@ func TestOutboxGroupCommit(t *testing.T) {
 		defer o.writer.mu.Unlock()
 		return len(o.writer.queue) == n
 	})
-	locked = false
-	o.mu.Unlock()
+	unlock()
 	wg.Wait()
 	if err := <-first; err != nil {
 		t.Fatal(err)
@@ -372,4 +369,45 @@ func fileSize(t *testing.T, dir string) int64 {
 		t.Fatal(err)
 	}
 	return fi.Size()
+}
+
+// Events are offered to readers while their line is being flushed; a write
+// that fails takes them back, and their seqs stay used, since a reader may
+// have taken them already.
+func TestOutboxFailedWriteTakesEventsBack(t *testing.T) {
+	dir := t.TempDir()
+	o := openOutbox(t, dir)
+	mustAppend(t, o, portstest.SampleEvent(1))
+	var offered []uint64
+	o.afterWrite = func() {
+		evs, _ := o.Pending(0, 10)
+		offered = offered[:0]
+		for _, ev := range evs {
+			offered = append(offered, ev.Seq)
+		}
+	}
+	// A handle that cannot write makes the next append fail.
+	ro, err := os.Open(filepath.Join(dir, EventsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rw := o.f
+	o.f = ro
+	if _, err := o.Append(context.Background(), portstest.SampleEvent(2)); !errors.Is(err, ports.ErrStoreUnavailable) {
+		t.Fatalf("Append on a failing file = %v", err)
+	}
+	if len(offered) != 2 || offered[1] != 2 {
+		t.Fatalf("offered during the write: %v, want 1 and 2", offered)
+	}
+	wantPendingRange(t, o, 1, 1)
+	ro.Close()
+	o.f = rw
+	if got := mustAppend(t, o, portstest.SampleEvent(3)); got[0].Seq != 3 {
+		t.Fatalf("seq %d after a failed write, want 3", got[0].Seq)
+	}
+	o.Close()
+	o = openOutbox(t, dir)
+	if got := pendingSeqs(t, o); len(got) != 2 || got[0] != 1 || got[1] != 3 {
+		t.Fatalf("after reopen pending %v, want 1 and 3", got)
+	}
 }
