@@ -62,16 +62,9 @@ const DefaultMaxArchiveBytes = 256 << 20
 // DefaultMaxFinished is MaxFinished's default.
 const DefaultMaxFinished = 256
 
-// MissionStore keeps missions in <Dir>/missions.json, rewritten atomically,
-// and moves old terminal missions to the append-only
+// MissionStore keeps missions in <Dir>/missions.json, rewritten atomically
+// on every change, and moves old terminal missions to the append-only
 // <Dir>/missions-archive.jsonl so the live file stays small.
-//
-// A Put that adds a mission rewrites missions.json, so every mission a Put
-// accepted is listed there. A Put that only changes live missions is
-// appended to <Dir>/missions-journal.jsonl instead (one flush, not the two
-// of a replacement); missions.json catches up once the store has been idle
-// for idleCheckpoint, when the journal is full, at the next added mission
-// and at Close. Opening replays the journal over missions.json.
 //
 // Puts are group-committed: one writer goroutine takes everything queued,
 // writes one file and wakes every waiter, so N concurrent Puts cost about
@@ -92,23 +85,9 @@ type MissionStore struct {
 	arcIdx  map[string]arcLoc
 	closed  bool
 
-	// gen counts rewrites of missions.json; the journal names the one its
-	// changes apply to. Only the writer goroutine touches the two.
-	gen     uint64
-	journal *missionJournal
-	// behind counts changes only the journal holds; under mu.
-	behind int
-	// idleDelay is idleCheckpoint; tests raise it to see the journal alone.
-	idleDelay time.Duration
-
-	writer    *groupCommit[*putReq]
-	idleTimer *time.Timer  // asks the writer for a checkpoint once idle
-	writes    atomic.Int64 // files written or appended, for tests and benchmarks
+	writer *groupCommit[*putReq]
+	writes atomic.Int64 // files written, for tests and benchmarks
 }
-
-// idleCheckpoint is how long the store must go without a Put before
-// missions.json is rewritten with what only the journal holds.
-const idleCheckpoint = 5 * time.Millisecond
 
 var _ ports.MissionStore = (*MissionStore)(nil)
 
@@ -162,12 +141,8 @@ func NewMissionStore(cfg MissionStoreConfig) (*MissionStore, error) {
 		clock:       cfg.Clock,
 		byID:        make(map[string]*missionRec),
 		arcIdx:      make(map[string]arcLoc),
-		idleDelay:   idleCheckpoint,
 	}
 	if err := s.loadLive(); err != nil {
-		return nil, err
-	}
-	if err := s.replayJournal(filepath.Join(cfg.Dir, MissionsJournalFile)); err != nil {
 		return nil, err
 	}
 	arc, err := openArchive(s.archivePath, s.arcIdx, cfg.MaxArchiveBytes)
@@ -180,9 +155,7 @@ func NewMissionStore(cfg MissionStoreConfig) (*MissionStore, error) {
 		for _, req := range batch {
 			req.done <- err
 		}
-	}, s.checkpointIfBehind)
-	s.idleTimer = time.AfterFunc(time.Hour, s.writer.requestIdle)
-	s.idleTimer.Stop()
+	}, nil)
 	return s, nil
 }
 
@@ -190,8 +163,6 @@ func NewMissionStore(cfg MissionStoreConfig) (*MissionStore, error) {
 type missionsDoc struct {
 	Version  int               `json:"version"`
 	Missions []json.RawMessage `json:"missions"`
-	// Gen is the file's generation, named by the journal (see MissionStore).
-	Gen uint64 `json:"journal_gen,omitempty"`
 }
 
 func (s *MissionStore) loadLive() error {
@@ -216,7 +187,6 @@ func (s *MissionStore) loadLive() error {
 	if doc.Version != missionsVersion {
 		return corrupt(fmt.Errorf("version %d, want %d", doc.Version, missionsVersion))
 	}
-	s.gen = doc.Gen
 	for i, raw := range doc.Missions {
 		r, err := decodeRec(raw)
 		if err != nil {
@@ -354,27 +324,21 @@ func (s *MissionStore) Put(ctx context.Context, missions ...ports.Mission) error
 // ports.ErrStoreUnavailable.
 func (s *MissionStore) Close() error {
 	s.writer.stop()
-	s.idleTimer.Stop()
-	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	if closed {
-		return nil
-	}
-	// The writer is gone: this goroutine may write. Leave missions.json
-	// whole for readers of the data dir; the journal covers a failure.
-	cerr := s.checkpointIfBehindErr()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
 	s.closed = true
-	return errors.Join(cerr, s.archive.close(), s.journal.close())
+	return s.archive.close()
 }
 
-// commit applies a batch of Puts in order and makes it durable: in the
-// journal when it only changes live missions, else by a checkpoint.
+// commit applies a batch of Puts in order and writes it out: old terminal
+// missions to the archive first, then the live file without them. Nothing
+// in memory changes unless the live file was written.
 func (s *MissionStore) commit(batch []*putReq) error {
 	changed := make(map[string]*missionRec)
-	var added, all []*missionRec
+	var added []*missionRec
 	for _, req := range batch {
 		for _, r := range req.recs {
 			if _, seen := changed[r.m.ID]; !seen {
@@ -383,98 +347,8 @@ func (s *MissionStore) commit(batch []*putReq) error {
 				}
 			}
 			changed[r.m.ID] = r
-			all = append(all, r)
 		}
 	}
-	if len(added) == 0 && !s.journal.full(s.gen) {
-		return s.appendJournal(all, changed)
-	}
-	return s.checkpoint(changed, added)
-}
-
-// appendJournal makes a batch of changes to live missions durable in the
-// journal. Nothing in memory changes unless the batch was flushed.
-func (s *MissionStore) appendJournal(all []*missionRec, changed map[string]*missionRec) error {
-	err := s.journal.append(s.gen, all)
-	s.writes.Add(1)
-	if err != nil {
-		return fmt.Errorf("%w: append %s: %v", ports.ErrStoreUnavailable, s.journal.path, err)
-	}
-	s.mu.Lock()
-	s.apply(changed)
-	s.behind += len(all)
-	s.mu.Unlock()
-	s.idleTimer.Reset(s.idleDelay)
-	return nil
-}
-
-// apply puts changed records of live missions in place; s.mu must be held
-// for writing.
-func (s *MissionStore) apply(changed map[string]*missionRec) {
-	resort := false
-	for id, r := range changed {
-		old, ok := s.byID[id]
-		if !ok {
-			s.byID[id] = r
-			s.order = append(s.order, r)
-			resort = true
-			continue
-		}
-		i, found := slices.BinarySearchFunc(s.order, old, compareRecs)
-		if !found || s.order[i] != old {
-			i = slices.Index(s.order, old)
-		}
-		s.order[i] = r
-		s.byID[id] = r
-		resort = resort || !r.m.CreatedAt.Equal(old.m.CreatedAt)
-	}
-	if resort {
-		slices.SortFunc(s.order, compareRecs)
-	}
-}
-
-// checkpointIfBehind is the writer's idle work: rewrite missions.json when
-// the journal holds changes it lacks. A failure leaves them in the journal
-// for the next try.
-func (s *MissionStore) checkpointIfBehind() { _ = s.checkpointIfBehindErr() }
-
-func (s *MissionStore) checkpointIfBehindErr() error {
-	s.mu.RLock()
-	behind := s.behind
-	s.mu.RUnlock()
-	if behind == 0 {
-		return nil
-	}
-	return s.checkpoint(nil, nil)
-}
-
-// replayJournal applies the journal's changes over missions.json.
-func (s *MissionStore) replayJournal(path string) error {
-	j, batches, err := readJournal(path, s.gen)
-	if err != nil {
-		return err
-	}
-	s.journal = j
-	for bi, batch := range batches {
-		s.behind += len(batch)
-		changed := make(map[string]*missionRec, len(batch))
-		for i, raw := range batch {
-			r, err := decodeRec(raw)
-			if err != nil {
-				_ = j.close() // the corruption is the error to report
-				return fmt.Errorf("filestore: %s is corrupt (fix or move it away; it was not changed): batch %d, mission %d: %w", path, bi, i, err)
-			}
-			changed[r.m.ID] = r
-		}
-		s.apply(changed)
-	}
-	return nil
-}
-
-// checkpoint rewrites missions.json with changed and added applied: old
-// terminal missions to the archive first, then the live file without them.
-// Nothing in memory changes unless the live file was written.
-func (s *MissionStore) checkpoint(changed map[string]*missionRec, added []*missionRec) error {
 	// Build the next sorted order without touching the current one.
 	next := make([]*missionRec, 0, len(s.order)+len(added))
 	resort := false
@@ -542,11 +416,8 @@ func (s *MissionStore) checkpoint(changed map[string]*missionRec, added []*missi
 			return fmt.Errorf("%w: append %s: %v", ports.ErrStoreUnavailable, s.archivePath, err)
 		}
 	}
-	err := fsatomic.WriteFile(s.path, encodeMissionsFile(next, s.gen+1), 0o600)
+	err := fsatomic.WriteFile(s.path, encodeMissionsFile(next), 0o600)
 	s.writes.Add(1)
-	if err == nil {
-		s.gen++ // the journal's lines are stale from here on
-	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -564,7 +435,6 @@ func (s *MissionStore) checkpoint(changed map[string]*missionRec, added []*missi
 		delete(s.byID, r.m.ID)
 	}
 	s.order = next
-	s.behind = 0
 	return nil
 }
 
@@ -619,7 +489,7 @@ func (s *MissionStore) expired(r *missionRec, cutoff time.Time) bool {
 
 // encodeMissionsFile lays out missions.json with one mission per line, so
 // it stays readable and diffable.
-func encodeMissionsFile(recs []*missionRec, gen uint64) []byte {
+func encodeMissionsFile(recs []*missionRec) []byte {
 	n := 64
 	for _, r := range recs {
 		n += len(r.raw) + 4
@@ -636,7 +506,7 @@ func encodeMissionsFile(recs []*missionRec, gen uint64) []byte {
 	if len(recs) > 0 {
 		buf = append(buf, '\n')
 	}
-	return fmt.Appendf(buf, "], \"journal_gen\": %d}\n", gen)
+	return append(buf, "]}\n"...)
 }
 
 // archiveFile is missions-archive.jsonl: one mission per line, appended.

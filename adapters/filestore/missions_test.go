@@ -158,7 +158,7 @@ func TestMissionStoreFileFormat(t *testing.T) {
 	if !bytes.HasPrefix(data, []byte(`{"version": 1, "missions": [`)) || bytes.Count(data, []byte("\n")) != 6 {
 		t.Fatalf("layout:\n%s", data)
 	}
-	onlyFiles(t, dir, MissionsJournalFile, MissionsFile)
+	onlyFiles(t, dir, MissionsFile)
 	if err := s.Put(context.Background(), ports.Mission{State: ports.MissionRunning}); err == nil {
 		t.Fatal("Put of a mission without an id succeeded")
 	}
@@ -217,17 +217,6 @@ func TestMissionStoreGroupCommit(t *testing.T) {
 	}
 }
 
-// settle waits for the idle rewrite of missions.json after changes that
-// only the journal held.
-func settle(t *testing.T, s *MissionStore) {
-	t.Helper()
-	waitFor(t, func() bool {
-		s.mu.RLock()
-		defer s.mu.RUnlock()
-		return s.behind == 0
-	})
-}
-
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -282,11 +271,9 @@ func TestMissionStoreRetention(t *testing.T) {
 		t.Fatalf("archive has %d lines", n)
 	}
 
-	// Time passes; the next rewrite of missions.json moves "recent" out
-	// too: once the store is idle after a change only the journal has.
+	// Time passes; the next write moves "recent" out too.
 	clock.Advance(24 * time.Hour)
 	mustPut(t, s, portstest.MinimalMission("new"))
-	settle(t, s)
 	wantIDs(t, s, running.ID, "new")
 	wantArchived(t, s, recent)
 
@@ -307,7 +294,6 @@ func TestMissionStoreRetention(t *testing.T) {
 	wantArchived(t, s, old) // still the archived copy
 	clock.Advance(25 * time.Hour)
 	mustPut(t, s, portstest.MinimalMission("new"))
-	settle(t, s)
 	wantIDs(t, s, running.ID, "new")
 	wantArchived(t, s, old2)
 	s.Close()
@@ -316,7 +302,7 @@ func TestMissionStoreRetention(t *testing.T) {
 	if n := len(archiveLines(t, dir)); n != 4 {
 		t.Fatalf("archive has %d lines", n)
 	}
-	onlyFiles(t, dir, MissionsArchiveFile, MissionsJournalFile, MissionsFile)
+	onlyFiles(t, dir, MissionsArchiveFile, MissionsFile)
 	if m := mode(t, filepath.Join(dir, MissionsArchiveFile)); m != 0o600 {
 		t.Fatalf("archive mode %v", m)
 	}
@@ -349,9 +335,8 @@ func TestMissionStoreCrashBetweenArchiveAndLive(t *testing.T) {
 		t.Fatalf("Load = %+v, want the live copy first", ms)
 	}
 	wantArchived(t, s, old)
-	// The next rewrite archives the live copy again.
+	// The next write archives the live copy again.
 	mustPut(t, s, portstest.MinimalMission("other"))
-	settle(t, s)
 	wantIDs(t, s, "other")
 	wantArchived(t, s, live)
 	s.Close()
