@@ -64,6 +64,9 @@ const (
 	requestTimeout = 15 * time.Second
 	// maxBody bounds what is read of a registration answer.
 	maxBody = 1 << 20
+	// confirmDelay is how long live events wait for the ping that has
+	// them confirmed, so that one confirmation covers a burst.
+	confirmDelay = 20 * time.Millisecond
 )
 
 // Client is the link to aiwg serve; it implements ports.ExecutorLink.

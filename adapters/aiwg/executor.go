@@ -168,14 +168,14 @@ func (c *Client) executorSession(ctx context.Context, id, token string) (up bool
 	}
 	c.setConnected(true)
 
-	// drain sends outbox events after the cursor up to limit (0: all),
-	// then a ping to have them confirmed.
-	drain := func(limit uint64) error {
+	// send writes the outbox events after the cursor up to limit (0: all)
+	// and returns how many it wrote.
+	send := func(limit uint64) (int, error) {
 		total := 0
 		for {
 			evs, err := out.Pending(cursor, pendingBatch)
 			if err != nil {
-				return fmt.Errorf("outbox: %w", err)
+				return total, fmt.Errorf("outbox: %w", err)
 			}
 			n := 0
 			for _, ev := range evs {
@@ -186,7 +186,7 @@ func (c *Client) executorSession(ctx context.Context, id, token string) (up bool
 					break
 				}
 				if err := c.writeEvent(s, ev, id, now()); err != nil {
-					return err
+					return total, err
 				}
 				cursor = ev.Seq
 				n++
@@ -196,8 +196,13 @@ func (c *Client) executorSession(ctx context.Context, id, token string) (up bool
 				break
 			}
 		}
-		if total == 0 {
-			return nil
+		return total, nil
+	}
+	// drain sends them and a ping to have them confirmed.
+	drain := func(limit uint64) error {
+		n, err := send(limit)
+		if err != nil || n == 0 {
+			return err
 		}
 		return s.ping(conf.add(cursor))
 	}
@@ -219,6 +224,14 @@ func (c *Client) executorSession(ctx context.Context, id, token string) (up bool
 	t := time.NewTicker(c.cfg.PingInterval)
 	defer t.Stop()
 	notify := out.Notify()
+	// Live events are confirmed by one ping per confirmDelay at most, not
+	// one per event: each confirmation is a flushed ack, and under load one
+	// per event would compete with the missions' own writes for the disk.
+	// A crash before the ping only means those events are sent again.
+	confirm := time.NewTimer(time.Hour)
+	confirm.Stop()
+	defer confirm.Stop()
+	confirmArmed := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -229,8 +242,18 @@ func (c *Client) executorSession(ctx context.Context, id, token string) (up bool
 			c.log.Info("aiwg: executor stream reconnect requested")
 			return true, errKicked
 		case <-notify:
-			if err := drain(0); err != nil {
+			n, err := send(0)
+			if err != nil {
 				return true, err
+			}
+			if n > 0 && !confirmArmed {
+				confirm.Reset(confirmDelay)
+				confirmArmed = true
+			}
+		case <-confirm.C:
+			confirmArmed = false
+			if err := s.ping(conf.add(cursor)); err != nil {
+				return true, errors.New(c.errText(err))
 			}
 		case <-t.C:
 			if err := s.ping(conf.add(cursor)); err != nil {
