@@ -43,7 +43,8 @@ type MissionStoreConfig struct {
 	// DefaultRetention, negative means never.
 	Retention time.Duration
 	// MaxFinished caps how many terminal missions stay in the live file
-	// whatever their age; the ones that ended first move to the archive.
+	// whatever their age; the ones that ended first move to the archive
+	// once the count is an eighth over it.
 	// It keeps one write's cost flat under sustained load. Zero means
 	// DefaultMaxFinished, negative means no cap.
 	MaxFinished int
@@ -448,7 +449,10 @@ func (s *MissionStore) capFinished(next, expired []*missionRec) ([]*missionRec, 
 		}
 	}
 	extra := len(finished) - s.maxFinished
-	if extra <= 0 {
+	if extra <= s.maxFinished/8 {
+		// Some slack over the cap, then down to it in one go: one
+		// archive append (and its flush) per many ended missions, not
+		// per mission.
 		return next, expired
 	}
 	slices.SortStableFunc(finished, func(a, b *missionRec) int { return endOf(a).Compare(endOf(b)) })

@@ -686,6 +686,26 @@ func TestMissionStoreMaxFinished(t *testing.T) {
 			t.Fatalf("%s not archived: %v %v %+v", id, ok, err, m)
 		}
 	}
+	// A larger cap is exceeded by an eighth before the ones that ended
+	// first are archived, all in one append.
+	s3 := openStore(t, MissionStoreConfig{Dir: t.TempDir(), Clock: clock, MaxFinished: 16})
+	for i := range 19 {
+		m := portstest.MinimalMission(fmt.Sprintf("m-%02d", i))
+		m.State, m.EndedAt = ports.MissionCompleted, now.Add(time.Duration(i)*time.Second)
+		mustPut(t, s3, m)
+		want := i + 1
+		if i == 18 {
+			want = 16
+		}
+		if live, _ := s3.Load(); len(live) != want {
+			t.Fatalf("after %d ended missions %d live, want %d", i+1, len(live), want)
+		}
+	}
+	for i := range 3 {
+		if _, ok, _ := s3.Archived(fmt.Sprintf("m-%02d", i)); !ok {
+			t.Fatalf("m-%02d, among the first to end, not archived", i)
+		}
+	}
 	// A negative cap keeps every finished mission live.
 	s2 := openStore(t, MissionStoreConfig{Dir: t.TempDir(), Clock: clock, MaxFinished: -1})
 	if err := s2.Put(context.Background(), all...); err != nil {
