@@ -411,3 +411,59 @@ func TestOutboxFailedWriteTakesEventsBack(t *testing.T) {
 		t.Fatalf("after reopen pending %v, want 1 and 3", got)
 	}
 }
+
+// FuzzOutboxOpen opens an outbox on arbitrary events.jsonl content: it is
+// refused with an error or opened, and then its pending events are in
+// order after the ack, a new event gets a later seq, and a reopen finds
+// the same.
+func FuzzOutboxOpen(f *testing.F) {
+	ev := func(seq uint64) string {
+		e := portstest.SampleEvent(int(seq))
+		e.Seq = seq
+		b, _ := json.Marshal(e)
+		return string(b) + "\n"
+	}
+	f.Add(ev(1) + ev(2) + `{"acked":1}` + "\n")
+	f.Add(`{"acked":7}` + "\n" + ev(8))
+	f.Add(ev(1) + `{"acked":9}` + "\n")
+	f.Add(ev(3) + ev(2))
+	f.Add(ev(1) + `{"acked":1` + "\n" + ev(2) + `{"seq":3,"eve`)
+	f.Add("\x00\x00\n" + `{"acked":-1}` + "\n" + `{"acked":1}x` + "\n")
+	f.Fuzz(func(t *testing.T, content string) {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, EventsFile), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		o, err := NewOutbox(dir)
+		if err != nil {
+			return
+		}
+		acked := o.Acked()
+		seqs := pendingSeqs(t, o)
+		for i, s := range seqs {
+			if s <= acked || (i > 0 && s <= seqs[i-1]) {
+				t.Fatalf("pending %v after ack %d", seqs, acked)
+			}
+		}
+		got, err := o.Append(context.Background(), portstest.SampleEvent(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		last := acked
+		if len(seqs) > 0 {
+			last = seqs[len(seqs)-1]
+		}
+		if got[0].Seq <= last {
+			t.Fatalf("new seq %d not after %d", got[0].Seq, last)
+		}
+		o.Close()
+		r, err := NewOutbox(dir)
+		if err != nil {
+			t.Fatalf("reopen: %v", err)
+		}
+		defer r.Close()
+		if again := pendingSeqs(t, r); len(again) != len(seqs)+1 || again[len(again)-1] != got[0].Seq {
+			t.Fatalf("after reopen pending %v, want %v and %d", again, seqs, got[0].Seq)
+		}
+	})
+}
