@@ -24,6 +24,16 @@ func openOutbox(t *testing.T, dir string) *Outbox {
 	return o
 }
 
+// outboxWith opens the outbox in dir with n sample events appended.
+func outboxWith(t *testing.T, dir string, n int) *Outbox {
+	t.Helper()
+	o := openOutbox(t, dir)
+	for i := range n {
+		mustAppend(t, o, portstest.SampleEvent(i))
+	}
+	return o
+}
+
 func mustAppend(t *testing.T, o *Outbox, evs ...ports.Event) []ports.Event {
 	t.Helper()
 	got, err := o.Append(context.Background(), evs...)
@@ -147,10 +157,7 @@ func TestOutboxFiles(t *testing.T) {
 // stored, so it is dropped, and the next Append does not glue onto it.
 func TestOutboxTornTail(t *testing.T) {
 	dir := t.TempDir()
-	o := openOutbox(t, dir)
-	for i := range 3 {
-		mustAppend(t, o, portstest.SampleEvent(i))
-	}
+	o := outboxWith(t, dir, 3)
 	o.Close()
 	p := filepath.Join(dir, EventsFile)
 	line, _ := json.Marshal(ports.Event{Seq: 4, Type: "mission.completed", TS: portstest.SampleEvent(0).TS})
@@ -219,10 +226,7 @@ func TestOutboxCorruptFiles(t *testing.T) {
 // An ack line that a crash tore only means redelivery.
 func TestOutboxTornAck(t *testing.T) {
 	dir := t.TempDir()
-	o := openOutbox(t, dir)
-	for i := range 5 {
-		mustAppend(t, o, portstest.SampleEvent(i))
-	}
+	o := outboxWith(t, dir, 5)
 	if err := o.Ack(2); err != nil {
 		t.Fatal(err)
 	}
@@ -246,10 +250,7 @@ func TestOutboxTornAck(t *testing.T) {
 // line and removed; a crash in between only repeats the fold.
 func TestOutboxFoldsLegacyAckedFile(t *testing.T) {
 	dir := t.TempDir()
-	o := openOutbox(t, dir)
-	for i := range 5 {
-		mustAppend(t, o, portstest.SampleEvent(i))
-	}
+	o := outboxWith(t, dir, 5)
 	o.Close()
 	if err := os.WriteFile(filepath.Join(dir, EventsAckedFile), []byte("3\n"), 0o600); err != nil {
 		t.Fatal(err)
