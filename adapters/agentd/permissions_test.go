@@ -43,16 +43,30 @@ func answerOf(t *testing.T, r *bufio.Reader) permissionWire {
 	return w
 }
 
+// agentForPermissions runs an agent with a fake runner against a fake
+// control plane and returns the control plane's session with it.
+func agentForPermissions(t *testing.T) (*cpSession, *fakeRunner) {
+	t.Helper()
+	cp, url := startCP(t)
+	runner := newFakeRunner()
+	runAgent(t, testConfig(url, runner))
+	return cp.nextSession(t), runner
+}
+
+// startAsking starts a claude command that may ask for permissions and
+// returns the process the agent started for it.
+func startAsking(t *testing.T, s *cpSession, runner *fakeRunner, id string) *fakeProc {
+	t.Helper()
+	s.send(commandMsg(&sandboxv1.CommandRequest{CommandId: id, Command: "claude", PermissionPrompts: true}))
+	return runner.next(t)
+}
+
 // What a workload writes on its permission socket is hostile: malformed
 // lines are denied at once and forwarded nowhere, a flood of questions is
 // bounded, and only a decision for the question asked answers it.
 func TestPermissionSocketTakesHostileInput(t *testing.T) {
-	cp, url := startCP(t)
-	runner := newFakeRunner()
-	runAgent(t, testConfig(url, runner))
-	s := cp.nextSession(t)
-	s.send(commandMsg(&sandboxv1.CommandRequest{CommandId: "c1", Command: "claude", PermissionPrompts: true}))
-	p := runner.next(t)
+	s, runner := agentForPermissions(t)
+	p := startAsking(t, s, runner, "c1")
 	socket := p.spec.Env[EnvPermissionSocket]
 	if socket == "" || p.spec.Env[EnvMCPConfig] != ports.ClaudePermissionMCPConfig {
 		t.Fatalf("the command's environment: %v", p.spec.Env)
@@ -120,14 +134,9 @@ func TestPermissionSocketTakesHostileInput(t *testing.T) {
 // once, 0711 so a command's user reaches its own socket by its unguessable
 // name but lists no other, and goes with its command.
 func TestPermissionSocketsShareOneUnlistableDirectory(t *testing.T) {
-	cp, url := startCP(t)
-	runner := newFakeRunner()
-	runAgent(t, testConfig(url, runner))
-	s := cp.nextSession(t)
-	s.send(commandMsg(&sandboxv1.CommandRequest{CommandId: "c1", Command: "claude", PermissionPrompts: true}))
-	p1 := runner.next(t)
-	s.send(commandMsg(&sandboxv1.CommandRequest{CommandId: "c2", Command: "claude", PermissionPrompts: true}))
-	p2 := runner.next(t)
+	s, runner := agentForPermissions(t)
+	p1 := startAsking(t, s, runner, "c1")
+	p2 := startAsking(t, s, runner, "c2")
 	a, b := p1.spec.Env[EnvPermissionSocket], p2.spec.Env[EnvPermissionSocket]
 	if a == "" || a == b || filepath.Dir(a) != filepath.Dir(b) || len(filepath.Base(a)) < 32 {
 		t.Fatalf("sockets %q and %q", a, b)

@@ -17,7 +17,7 @@ import (
 )
 
 // privateTmux points tmux (and the sessions dir) at a fresh directory.
-func privateTmux(t *testing.T) {
+func privateTmux(t testing.TB) {
 	t.Helper()
 	testreq.Command(t, "tmux", "apt-get install tmux")
 	dir := t.TempDir()
@@ -182,12 +182,7 @@ func TestFindTmuxSessionsIgnoresOthers(t *testing.T) {
 // terminal bench's "kept in tmux" row. It reports the time from the first
 // byte to the last and to Done (the session's end noticed).
 func BenchmarkTmuxLogThroughput(b *testing.B) {
-	testreq.Command(b, "tmux", "apt-get install tmux")
-	dir := b.TempDir()
-	b.Setenv("TMUX_TMPDIR", dir)
-	b.Setenv("TMPDIR", dir)
-	b.Setenv("TMUX", "")
-	b.Cleanup(func() { _ = exec.Command("tmux", "kill-server").Run() })
+	privateTmux(b)
 	const size = 32 << 20
 	b.SetBytes(size)
 	var lastByte, done time.Duration
