@@ -36,6 +36,8 @@ const (
 	// groupPoll is how often a kill checks whether the group is gone yet.
 	groupPoll   = 20 * time.Millisecond
 	readBufSize = 32 << 10
+	// leftMax bounds what is read after the drain ended (see readLeft).
+	leftMax = 1 << 20
 
 	defaultCols = 80
 	defaultRows = 24
@@ -329,6 +331,10 @@ func (p *Process) startPTY(spec Spec) error {
 	return nil
 }
 
+// betweenReads, when set (by tests only), runs in a reader between two
+// reads: where a loaded machine may leave the reader unscheduled.
+var betweenReads atomic.Pointer[func(*Process)]
+
 // read forwards one stream until EOF, EIO (PTY slave side closed) or the
 // drain deadline set by reap.
 func (p *Process) read(o outputFile) {
@@ -349,6 +355,9 @@ func (p *Process) read(o outputFile) {
 		}
 		if err != nil {
 			return
+		}
+		if hook := betweenReads.Load(); hook != nil {
+			(*hook)(p)
 		}
 	}
 }
@@ -390,6 +399,7 @@ func (p *Process) reap() {
 	}
 	<-p.readersDone
 	for _, o := range p.outputs {
+		p.readLeft(o)
 		o.f.Close()
 	}
 	if p.stdin != nil {
@@ -401,6 +411,39 @@ func (p *Process) reap() {
 	p.doneAt = time.Now()
 	p.mu.Unlock()
 	close(p.done)
+}
+
+// readLeft hands on what o still buffers once its reader stopped: a reader
+// the machine did not schedule within the drain grace found its deadline
+// passed and read nothing, though the process had written its last bytes
+// before it exited. It never waits: it stops at an empty buffer (EAGAIN),
+// the end (EOF, or EIO of a terminal whose other side closed) or, for a
+// grandchild that writes on, after leftMax bytes.
+func (p *Process) readLeft(o outputFile) {
+	if p.onOutput == nil {
+		return
+	}
+	rc, err := o.f.SyscallConn()
+	if err != nil || o.f.SetReadDeadline(time.Time{}) != nil {
+		return
+	}
+	buf := make([]byte, readBufSize)
+	for total := 0; total < leftMax; {
+		var n int
+		var rerr error
+		if err := rc.Read(func(fd uintptr) bool {
+			n, rerr = syscall.Read(int(fd), buf)
+			return true // never wait for more
+		}); err != nil || rerr != nil || n <= 0 {
+			return
+		}
+		chunk := make([]byte, n)
+		copy(chunk, buf[:n])
+		p.outMu.Lock()
+		p.onOutput(o.stream, chunk)
+		p.outMu.Unlock()
+		total += n
+	}
 }
 
 // drainOutput waits for the readers to reach EOF, or for drainGrace without

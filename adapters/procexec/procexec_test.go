@@ -864,3 +864,34 @@ func TestSlowConsumerGetsAllOutput(t *testing.T) {
 		mu.Unlock()
 	}
 }
+
+// A reader the machine leaves unscheduled past the drain grace still hands
+// on the bytes the process wrote before it exited: they are in the pipe or
+// the terminal, and the last read takes them (the deadline that stopped the
+// reader fails a read before it looks).
+func TestStalledReaderLosesNothing(t *testing.T) {
+	for _, pty := range []bool{false, true} {
+		stall := func(p *Process) {
+			for !p.finished() {
+				p.mu.Lock()
+				exited := p.exited
+				p.mu.Unlock()
+				if exited {
+					time.Sleep(3 * drainGrace) // the drain ends meanwhile
+					return
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+		betweenReads.Store(&stall)
+		r, c := run(t, Spec{Command: "sh", Args: []string{"-c", "printf first; sleep 0.05; printf second"}, PTY: pty})
+		betweenReads.Store(nil)
+		s := ports.StreamStdout
+		if pty {
+			s = ports.StreamPTY
+		}
+		if r.ExitCode != 0 || c.get(s) != "firstsecond" {
+			t.Errorf("pty=%v: %+v, output %q, want \"firstsecond\"", pty, r, c.get(s))
+		}
+	}
+}
