@@ -305,6 +305,11 @@ func (a *Agent) Run(ctx context.Context) error {
 			backoff = a.cfg.BackoffMin
 		}
 		wait := jitter(backoff)
+		if errors.Is(err, errDrained) {
+			// The server is restarting: its successor is usually up within
+			// a second, and a refused attempt falls back to the backoff.
+			wait = jitter(min(backoff, drainedRetry))
+		}
 		if connect.CodeOf(err) == connect.CodeUnauthenticated {
 			a.log.Error("management server rejected this agent's credentials; will retry", "retry_in", wait)
 		} else {
@@ -373,9 +378,12 @@ func (a *Agent) serve(ctx context.Context) (registered bool, err error) {
 
 	var wg sync.WaitGroup
 	errc := make(chan error, 3)
+	draining := make(chan struct{})
+	recvEnded := make(chan struct{})
 	wg.Add(3)
 	go func() {
 		defer wg.Done()
+		defer close(recvEnded)
 		for {
 			msg, err := stream.Receive()
 			if err != nil {
@@ -390,13 +398,32 @@ func (a *Agent) serve(ctx context.Context) (registered bool, err error) {
 				errc <- errRenamed
 				return
 			}
+			if d := msg.GetDrain(); d != nil {
+				select {
+				case <-draining:
+				default:
+					a.log.Info("management server is draining this stream; connecting again", "reason", d.GetReason())
+					close(draining)
+				}
+				continue
+			}
 			a.handle(cctx, msg)
 		}
 	}()
-	go func() { defer wg.Done(); errc <- a.sendLoop(cctx, stream) }()
+	go func() { defer wg.Done(); errc <- a.sendLoop(cctx, stream, draining) }()
 	go func() { defer wg.Done(); a.heartbeatLoop(cctx) }()
 
 	err = <-errc
+	if errors.Is(err, errDrained) {
+		// Our side ends here; the server reads up to this close, then ends
+		// the stream. Cancelling first could cut off what is still in flight.
+		_ = stream.CloseRequest()
+		select {
+		case <-recvEnded:
+		case <-time.After(drainWait):
+		case <-ctx.Done():
+		}
+	}
 	cancel()
 	_ = stream.CloseRequest()
 	_ = stream.CloseResponse()
@@ -414,8 +441,26 @@ func drainErr(stream *connect.BidiStreamForClient[sandboxv1.ConnectRequest, sand
 	return err
 }
 
-func (a *Agent) sendLoop(ctx context.Context, stream *connect.BidiStreamForClient[sandboxv1.ConnectRequest, sandboxv1.ConnectResponse]) error {
+// errDrained ends a stream the server drained: the agent connects again.
+var errDrained = errors.New("stream drained by the management server")
+
+// drainedRetry is the wait before connecting again after a drain.
+const drainedRetry = 500 * time.Millisecond
+
+// drainWait bounds the wait, after a drained stream's side was closed, for
+// the server to end it.
+const drainWait = 5 * time.Second
+
+// sendLoop sends the control messages and the outbox until the stream
+// fails or the server drains it; a message leaves the outbox only once
+// sent, so what is left goes on the next connection.
+func (a *Agent) sendLoop(ctx context.Context, stream *connect.BidiStreamForClient[sandboxv1.ConnectRequest, sandboxv1.ConnectResponse], draining <-chan struct{}) error {
 	for {
+		select {
+		case <-draining:
+			return errDrained
+		default:
+		}
 		select {
 		case m := <-a.control:
 			if err := stream.Send(m); err != nil {
@@ -434,6 +479,8 @@ func (a *Agent) sendLoop(ctx context.Context, stream *connect.BidiStreamForClien
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-draining:
+			return errDrained
 		case m := <-a.control:
 			if err := stream.Send(m); err != nil {
 				return err

@@ -1,6 +1,7 @@
 package agentd
 
 import (
+	"fmt"
 	"os"
 	"reflect"
 	"runtime"
@@ -318,6 +319,64 @@ func TestOutputSurvivesReconnect(t *testing.T) {
 	}
 	if a.out.len() != 0 {
 		t.Fatalf("outbox still holds %d messages", a.out.len())
+	}
+}
+
+// A drained stream: the agent stops sending on it and closes its side, so
+// the server reads everything it sent; what it had not sent yet goes on
+// the next connection. Output written all along arrives whole and once.
+func TestDrainedStreamLosesNothing(t *testing.T) {
+	cp, url := startCP(t)
+	r := newFakeRunner()
+	cfg := testConfig(url, r)
+	// A drained agent connects again at once, not after its backoff.
+	cfg.BackoffMin, cfg.BackoffMax = time.Hour, time.Hour
+	runAgent(t, cfg)
+	s1 := cp.nextSession(t)
+	p := startCommand(t, s1, r, &sandboxv1.CommandRequest{CommandId: "cmd-1", Command: "x"})
+	var want strings.Builder
+	wrote := make(chan struct{})
+	go func() {
+		defer close(wrote)
+		for i := range 2000 {
+			line := fmt.Sprintf("line-%d\n", i)
+			p.emit(ports.StreamStdout, line)
+			want.WriteString(line)
+		}
+	}()
+	s1.send(&sandboxv1.ConnectResponse{Payload: &sandboxv1.ConnectResponse_Drain{Drain: &sandboxv1.Drain{Reason: "restart"}}})
+	select {
+	case <-s1.inDone:
+	case <-time.After(waitTimeout):
+		t.Fatal("the agent did not close its side of the drained stream")
+	}
+	<-wrote
+	p.exit(ports.CommandResult{})
+	var got strings.Builder
+	collect := func(s *cpSession, untilResult bool) {
+		for {
+			var m *sandboxv1.ConnectRequest
+			if untilResult {
+				m = s.next(t)
+			} else if m = s.pendingNonHeartbeat(); m == nil {
+				return
+			}
+			if res := m.GetCommandResult(); res != nil {
+				return
+			}
+			if o := m.GetOutput(); o != nil && len(o.GetData()) > 0 {
+				if o.GetOffset() != uint64(got.Len()) {
+					t.Fatalf("chunk at offset %d after %d bytes: lost or repeated output", o.GetOffset(), got.Len())
+				}
+				got.Write(o.GetData())
+			}
+		}
+	}
+	collect(s1, false)
+	s2 := cp.nextSession(t)
+	collect(s2, true)
+	if got.String() != want.String() {
+		t.Fatalf("got %d bytes, want %d", got.Len(), want.Len())
 	}
 }
 

@@ -216,20 +216,66 @@ func TestStartRefusesADuplicateID(t *testing.T) {
 	}
 }
 
-func TestCloseStreamsEndsEveryStream(t *testing.T) {
+// CloseStreams drains: each agent is told to close its side, what it sent
+// until then (after the Drain too) is handled, and only then does its
+// stream end, with Unavailable. A server going away takes no new stream.
+func TestCloseStreamsDrainsEveryStream(t *testing.T) {
 	h := newHarness(t)
 	agents := []*fakeAgent{h.connectAgent("agent-a"), h.connectAgent("agent-b")}
-	h.svc.CloseStreams()
+	var outs []*outputLog
+	var cmds []ports.Command
 	for _, fa := range agents {
+		out := &outputLog{}
+		cmd, err := h.svc.Start(context.Background(), fa.id, ports.CommandSpec{Command: "x"}, ports.StartOptions{Detached: true, OnOutput: out.add})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fa.recv() // the command request
+		outs, cmds = append(outs, out), append(cmds, cmd)
+	}
+	h.svc.CloseStreams()
+	for i, fa := range agents {
+		if d := fa.recv().GetDrain(); d == nil {
+			t.Fatalf("%s was not told to drain", fa.id)
+		}
+		// In flight when the Drain came: still read.
+		fa.send(&sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_Output{Output: &sandboxv1.OutputChunk{
+			StreamId: cmds[i].ID(), Stream: sandboxv1.OutputStream_OUTPUT_STREAM_STDOUT, Data: []byte("last words")}}})
+		if err := fa.stream.CloseRequest(); err != nil {
+			t.Fatal(err)
+		}
 		if err := fa.waitClosed(); connect.CodeOf(err) != connect.CodeUnavailable {
 			t.Fatalf("%s: stream ended with %v, want unavailable", fa.id, err)
+		}
+		if got := outs[i].text(ports.StreamStdout); got != "last words" {
+			t.Fatalf("%s: output %q after the drain, want \"last words\"", fa.id, got)
 		}
 		if st := agentInfoOf(t, h.svc, fa.id).Status; st != "disconnected" {
 			t.Fatalf("%s status %q", fa.id, st)
 		}
 	}
-	// They may come back.
-	h.connectAgent("agent-a").barrier()
+	if err := h.attempt("agent-a", secretPrefix+"agent-a", registration("agent-a")); connect.CodeOf(err) != connect.CodeUnavailable {
+		t.Fatalf("a new stream during shutdown: %v, want unavailable", err)
+	}
+}
+
+// An agent that does not know Drain (an older one) keeps its stream only
+// until drainTimeout.
+func TestCloseStreamsEndsAStreamNotClosedInTime(t *testing.T) {
+	h := newHarness(t)
+	fa := h.connectAgent("agent-a")
+	h.svc.CloseStreams()
+	if d := fa.recv().GetDrain(); d == nil {
+		t.Fatal("not told to drain")
+	}
+	select {
+	case <-fa.done:
+		t.Fatal("stream ended before the agent closed its side or the timeout")
+	case <-time.After(drainTimeout / 2):
+	}
+	if err := fa.waitClosed(); connect.CodeOf(err) != connect.CodeUnavailable {
+		t.Fatalf("stream ended with %v, want unavailable", err)
+	}
 }
 
 // A command the agent reports as finished ends with its real result, and

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -94,6 +95,8 @@ type Service struct {
 	// waiting for their registration: one stolen credential cannot open
 	// streams without bound.
 	streams map[string]int
+	// closing is set by CloseStreams: no new stream is taken on.
+	closing bool
 	// failedLogins rate-limits the log lines of failed logins.
 	failedLogins loginLog
 	// transfers are the file transfers asked of agents, by transfer id;
@@ -262,6 +265,10 @@ type conn struct {
 	once    sync.Once
 	// reason is what the agent is told when the server closes the stream.
 	reason error
+	// draining is closed when the server goes away: the agent is told to
+	// close its side, and the stream is read up to that close.
+	draining  chan struct{}
+	drainOnce sync.Once
 	// Until the connect report is handled, output of commands the server
 	// does not know yet is held: an agent sends what it kept while the
 	// server was away before its report, and the report is what lets a
@@ -270,6 +277,10 @@ type conn struct {
 	orphans     []*sandboxv1.OutputChunk
 	orphanBytes int
 }
+
+// drainTimeout bounds how long a drained stream is read for the agent's
+// close (an agent that does not know Drain keeps sending).
+const drainTimeout = 3 * time.Second
 
 // maxOrphanBytes bounds the output held per connection before its report.
 const maxOrphanBytes = 16 << 20
@@ -283,17 +294,27 @@ func (c *conn) closeWith(reason error) {
 	})
 }
 
-// CloseStreams ends every agent stream with Unavailable, so agents log a
-// clear reason and reconnect to the next server; used at shutdown.
+func (c *conn) drain() { c.drainOnce.Do(func() { close(c.draining) }) }
+
+// errShuttingDown is what agents hear once the server goes away.
+var errShuttingDown = connect.NewError(connect.CodeUnavailable, errors.New("management server shutting down"))
+
+// CloseStreams drains every agent stream and refuses new ones; used at
+// shutdown. Each agent is told to close its side, and its stream is read up
+// to that close (drainTimeout at most), so output it sent into the stream
+// is handled, not lost with it; the stream then ends with Unavailable and
+// the agent reconnects to the next server. The http.Server's Shutdown
+// waits for those handlers.
 func (s *Service) CloseStreams() {
 	s.mu.Lock()
+	s.closing = true
 	conns := make([]*conn, 0, len(s.conns))
 	for _, c := range s.conns {
 		conns = append(conns, c)
 	}
 	s.mu.Unlock()
 	for _, c := range conns {
-		c.closeWith(connect.NewError(connect.CodeUnavailable, errors.New("management server shutting down")))
+		c.drain()
 	}
 }
 
@@ -324,6 +345,10 @@ func (s *Service) Connect(ctx context.Context, stream *connect.BidiStream[sandbo
 		return err
 	}
 	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return errShuttingDown
+	}
 	if s.streams[id] >= maxStreamsPerAgent {
 		s.mu.Unlock()
 		s.log.Warn("refused: too many streams of one agent", "agent_id", id, "limit", maxStreamsPerAgent)
@@ -353,8 +378,12 @@ func (s *Service) Connect(ctx context.Context, stream *connect.BidiStream[sandbo
 		return err
 	}
 
-	c := &conn{agentID: id, out: make(chan *sandboxv1.ConnectResponse, 256), closed: make(chan struct{})}
+	c := &conn{agentID: id, out: make(chan *sandboxv1.ConnectResponse, 256), closed: make(chan struct{}), draining: make(chan struct{})}
 	s.mu.Lock()
+	if s.closing { // CloseStreams ran while this stream registered
+		s.mu.Unlock()
+		return errShuttingDown
+	}
 	gen, replaced := s.registry.Connect(id, infoFromRegistration(reg), s.cfg.HeartbeatInterval, s.cfg.Clock.Now())
 	c.gen = gen
 	old := s.conns[id]
@@ -400,6 +429,25 @@ loop:
 			result = c.reason
 			if result == nil {
 				result = connect.NewError(connect.CodeAborted, errors.New("replaced by a newer connection of the same agent"))
+			}
+			break loop
+		case <-c.draining:
+			result = errShuttingDown
+			if err := stream.Send(&sandboxv1.ConnectResponse{Payload: &sandboxv1.ConnectResponse_Drain{Drain: &sandboxv1.Drain{Reason: "management server shutting down"}}}); err != nil {
+				break loop
+			}
+			// Read on until the agent closed its side; what came before
+			// that close is handled by the receive loop before it returns.
+			select {
+			case err := <-recvDone:
+				recvDone = nil
+				if err != nil && !errors.Is(err, io.EOF) {
+					s.log.Info("drained agent stream ended without its close", "agent_id", c.agentID, "err", err)
+				}
+			case <-time.After(drainTimeout):
+				s.log.Warn("agent did not close its drained stream in time; ending it", "agent_id", c.agentID)
+			case <-c.closed:
+			case <-ctx.Done():
 			}
 			break loop
 		case <-ctx.Done():

@@ -80,6 +80,23 @@ func typeUntil(t *testing.T, v *wsViewer, s *harness.Server, id, line string, wa
 	}
 }
 
+// waitBack waits until a restarted server has a session back from its
+// agent's report, running.
+func waitBack(t *testing.T, s *harness.Server, id string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := s.Client().GetSessionWithResponse(context.Background(), id)
+		if err == nil && resp.JSON200 != nil && resp.JSON200.State == restapi.SessionStateSessionRunning {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("session %s not back after the server restart: %v %s", id, err, resp.Body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // An interactive shell and a background process kept in tmux outlive a
 // killed agent process (the restarted one adopts them) and a restart of
 // agentic-mgmt (they come back from the agent's report), and stay
@@ -141,17 +158,7 @@ func TestSessionsSurviveAgentAndServerRestarts(t *testing.T) {
 	if err := s2.WaitAgents(ctx2, "host-01"); err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(20 * time.Second)
-	for {
-		resp, err := s2.Client().GetSessionWithResponse(context.Background(), bg)
-		if err == nil && resp.JSON200 != nil && resp.JSON200.State == restapi.SessionStateSessionRunning {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("background session not back after the server restart: %v %s", err, resp.Body)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitBack(t, s2, bg)
 	before = ticks(t, readOutput(t, s2, bg))
 	waitTicks(t, s2, bg, before+10)
 	if st := sessionState(t, s2, shell); st != restapi.SessionStateSessionRunning {
@@ -193,5 +200,40 @@ func TestBackgroundSessionWithoutPTY(t *testing.T) {
 	v.waitFor("session_exited", func(f map[string]any) bool { return f["type"] == "session_exited" && f["session_id"] == id })
 	if got := string(readOutput(t, s, id)); got != "got-piped\nnot a tty\n" {
 		t.Fatalf("output %q", got)
+	}
+}
+
+// A kept session that writes without pause loses no byte and repeats none
+// across restarts of agentic-mgmt: what the agent had sent into the stream
+// the old server closed is read before it goes, the rest follows on the
+// next server's stream.
+func TestKeptSessionOutputWholeAcrossServerRestarts(t *testing.T) {
+	dataDir := t.TempDir()
+	s := startServer(t, 1, dataDir, privateTmux(t)...)
+	bgType := restapi.SessionBackground
+	bg := createSession(t, s, "host-01", restapi.CreateSessionRequest{Type: &bgType, Name: ptr("fast-ticker"), Command: "sh",
+		Args: ptr([]string{"-c", "i=0; while :; do for j in 0 1 2 3 4 5 6 7 8 9; do echo tick-$i; i=$((i+1)); done; sleep 0.005; done"})}).SessionId
+	waitTicks(t, s, bg, 500)
+	for range 3 {
+		if _, err := s.Stop(syscall.SIGTERM, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		next, err := s.Restart()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s = next
+		t.Cleanup(s.Kill)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err = s.WaitAgents(ctx, "host-01")
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitBack(t, s, bg)
+		waitTicks(t, s, bg, ticks(t, readOutput(t, s, bg))+500)
+	}
+	if resp, err := s.Client().KillSessionWithResponse(context.Background(), bg); err != nil || resp.StatusCode() >= 300 {
+		t.Fatalf("kill %s: %v %d", bg, err, resp.StatusCode())
 	}
 }

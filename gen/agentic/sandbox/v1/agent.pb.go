@@ -835,6 +835,7 @@ type ConnectResponse struct {
 	//	*ConnectResponse_FileRequest
 	//	*ConnectResponse_PermissionDecision
 	//	*ConnectResponse_Rename
+	//	*ConnectResponse_Drain
 	Payload       isConnectResponse_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -985,6 +986,15 @@ func (x *ConnectResponse) GetRename() *Rename {
 	return nil
 }
 
+func (x *ConnectResponse) GetDrain() *Drain {
+	if x != nil {
+		if x, ok := x.Payload.(*ConnectResponse_Drain); ok {
+			return x.Drain
+		}
+	}
+	return nil
+}
+
 type isConnectResponse_Payload interface {
 	isConnectResponse_Payload()
 }
@@ -1037,6 +1047,10 @@ type ConnectResponse_Rename struct {
 	Rename *Rename `protobuf:"bytes,12,opt,name=rename,proto3,oneof"`
 }
 
+type ConnectResponse_Drain struct {
+	Drain *Drain `protobuf:"bytes,13,opt,name=drain,proto3,oneof"`
+}
+
 func (*ConnectResponse_RegistrationAck) isConnectResponse_Payload() {}
 
 func (*ConnectResponse_Command) isConnectResponse_Payload() {}
@@ -1061,6 +1075,56 @@ func (*ConnectResponse_PermissionDecision) isConnectResponse_Payload() {}
 
 func (*ConnectResponse_Rename) isConnectResponse_Payload() {}
 
+func (*ConnectResponse_Drain) isConnectResponse_Payload() {}
+
+// Drain tells the agent the server is going away (a restart): it sends
+// nothing more on this stream, closes its side and connects again. The
+// server reads until that close, so nothing the agent sent is lost with
+// the stream; what the agent had not sent goes on the next connection.
+type Drain struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Reason        string                 `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Drain) Reset() {
+	*x = Drain{}
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Drain) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Drain) ProtoMessage() {}
+
+func (x *Drain) ProtoReflect() protoreflect.Message {
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Drain.ProtoReflect.Descriptor instead.
+func (*Drain) Descriptor() ([]byte, []int) {
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Drain) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // Rename gives the agent another identity: a warm pool's idle member
 // becomes the environment a caller asked for. The agent keeps agent_id and
 // secret from now on (its commands see the new AGENT_ID), ends its stream
@@ -1076,7 +1140,7 @@ type Rename struct {
 
 func (x *Rename) Reset() {
 	*x = Rename{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[3]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1088,7 +1152,7 @@ func (x *Rename) String() string {
 func (*Rename) ProtoMessage() {}
 
 func (x *Rename) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[3]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1101,7 +1165,7 @@ func (x *Rename) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rename.ProtoReflect.Descriptor instead.
 func (*Rename) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Rename) GetAgentId() string {
@@ -1138,7 +1202,7 @@ type FileRequest struct {
 
 func (x *FileRequest) Reset() {
 	*x = FileRequest{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[4]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1150,7 +1214,7 @@ func (x *FileRequest) String() string {
 func (*FileRequest) ProtoMessage() {}
 
 func (x *FileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[4]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1163,7 +1227,7 @@ func (x *FileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileRequest.ProtoReflect.Descriptor instead.
 func (*FileRequest) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *FileRequest) GetTransferId() string {
@@ -1225,7 +1289,7 @@ type TransferRequest struct {
 
 func (x *TransferRequest) Reset() {
 	*x = TransferRequest{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[5]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1237,7 +1301,7 @@ func (x *TransferRequest) String() string {
 func (*TransferRequest) ProtoMessage() {}
 
 func (x *TransferRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[5]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1250,7 +1314,7 @@ func (x *TransferRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferRequest.ProtoReflect.Descriptor instead.
 func (*TransferRequest) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *TransferRequest) GetPayload() isTransferRequest_Payload {
@@ -1353,7 +1417,7 @@ type TransferOpen struct {
 
 func (x *TransferOpen) Reset() {
 	*x = TransferOpen{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[6]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1365,7 +1429,7 @@ func (x *TransferOpen) String() string {
 func (*TransferOpen) ProtoMessage() {}
 
 func (x *TransferOpen) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[6]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1378,7 +1442,7 @@ func (x *TransferOpen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferOpen.ProtoReflect.Descriptor instead.
 func (*TransferOpen) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *TransferOpen) GetTransferId() string {
@@ -1398,7 +1462,7 @@ type TransferReady struct {
 
 func (x *TransferReady) Reset() {
 	*x = TransferReady{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[7]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1410,7 +1474,7 @@ func (x *TransferReady) String() string {
 func (*TransferReady) ProtoMessage() {}
 
 func (x *TransferReady) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[7]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1423,7 +1487,7 @@ func (x *TransferReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferReady.ProtoReflect.Descriptor instead.
 func (*TransferReady) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *TransferReady) GetSize() int64 {
@@ -1446,7 +1510,7 @@ type FileListing struct {
 
 func (x *FileListing) Reset() {
 	*x = FileListing{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[8]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1458,7 +1522,7 @@ func (x *FileListing) String() string {
 func (*FileListing) ProtoMessage() {}
 
 func (x *FileListing) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[8]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1471,7 +1535,7 @@ func (x *FileListing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileListing.ProtoReflect.Descriptor instead.
 func (*FileListing) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *FileListing) GetPath() string {
@@ -1511,7 +1575,7 @@ type FileEntry struct {
 
 func (x *FileEntry) Reset() {
 	*x = FileEntry{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[9]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1523,7 +1587,7 @@ func (x *FileEntry) String() string {
 func (*FileEntry) ProtoMessage() {}
 
 func (x *FileEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[9]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1536,7 +1600,7 @@ func (x *FileEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileEntry.ProtoReflect.Descriptor instead.
 func (*FileEntry) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *FileEntry) GetName() string {
@@ -1591,7 +1655,7 @@ type TransferEnd struct {
 
 func (x *TransferEnd) Reset() {
 	*x = TransferEnd{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[10]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1603,7 +1667,7 @@ func (x *TransferEnd) String() string {
 func (*TransferEnd) ProtoMessage() {}
 
 func (x *TransferEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[10]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1616,7 +1680,7 @@ func (x *TransferEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferEnd.ProtoReflect.Descriptor instead.
 func (*TransferEnd) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TransferEnd) GetError() FileError {
@@ -1648,7 +1712,7 @@ type TransferResponse struct {
 
 func (x *TransferResponse) Reset() {
 	*x = TransferResponse{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[11]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1660,7 +1724,7 @@ func (x *TransferResponse) String() string {
 func (*TransferResponse) ProtoMessage() {}
 
 func (x *TransferResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[11]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1673,7 +1737,7 @@ func (x *TransferResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferResponse.ProtoReflect.Descriptor instead.
 func (*TransferResponse) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TransferResponse) GetPayload() isTransferResponse_Payload {
@@ -1754,7 +1818,7 @@ type Registration struct {
 
 func (x *Registration) Reset() {
 	*x = Registration{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[12]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1766,7 +1830,7 @@ func (x *Registration) String() string {
 func (*Registration) ProtoMessage() {}
 
 func (x *Registration) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[12]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1779,7 +1843,7 @@ func (x *Registration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Registration.ProtoReflect.Descriptor instead.
 func (*Registration) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Registration) GetAgentId() string {
@@ -1852,7 +1916,7 @@ type SystemInfo struct {
 
 func (x *SystemInfo) Reset() {
 	*x = SystemInfo{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[13]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1864,7 +1928,7 @@ func (x *SystemInfo) String() string {
 func (*SystemInfo) ProtoMessage() {}
 
 func (x *SystemInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[13]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1877,7 +1941,7 @@ func (x *SystemInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SystemInfo.ProtoReflect.Descriptor instead.
 func (*SystemInfo) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SystemInfo) GetOs() string {
@@ -1934,7 +1998,7 @@ type RegistrationAck struct {
 
 func (x *RegistrationAck) Reset() {
 	*x = RegistrationAck{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[14]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1946,7 +2010,7 @@ func (x *RegistrationAck) String() string {
 func (*RegistrationAck) ProtoMessage() {}
 
 func (x *RegistrationAck) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[14]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1959,7 +2023,7 @@ func (x *RegistrationAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistrationAck.ProtoReflect.Descriptor instead.
 func (*RegistrationAck) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RegistrationAck) GetAccepted() bool {
@@ -2002,7 +2066,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[15]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2014,7 +2078,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[15]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2027,7 +2091,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Heartbeat) GetStatus() AgentStatus {
@@ -2074,7 +2138,7 @@ type Metrics struct {
 
 func (x *Metrics) Reset() {
 	*x = Metrics{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[16]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2086,7 +2150,7 @@ func (x *Metrics) String() string {
 func (*Metrics) ProtoMessage() {}
 
 func (x *Metrics) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[16]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2099,7 +2163,7 @@ func (x *Metrics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Metrics.ProtoReflect.Descriptor instead.
 func (*Metrics) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Metrics) GetCpuPercent() float64 {
@@ -2176,7 +2240,7 @@ type OutputChunk struct {
 
 func (x *OutputChunk) Reset() {
 	*x = OutputChunk{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[17]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2188,7 +2252,7 @@ func (x *OutputChunk) String() string {
 func (*OutputChunk) ProtoMessage() {}
 
 func (x *OutputChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[17]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2201,7 +2265,7 @@ func (x *OutputChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputChunk.ProtoReflect.Descriptor instead.
 func (*OutputChunk) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *OutputChunk) GetStreamId() string {
@@ -2282,7 +2346,7 @@ type CommandRequest struct {
 
 func (x *CommandRequest) Reset() {
 	*x = CommandRequest{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[18]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2294,7 +2358,7 @@ func (x *CommandRequest) String() string {
 func (*CommandRequest) ProtoMessage() {}
 
 func (x *CommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[18]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2307,7 +2371,7 @@ func (x *CommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandRequest.ProtoReflect.Descriptor instead.
 func (*CommandRequest) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CommandRequest) GetCommandId() string {
@@ -2443,7 +2507,7 @@ type PermissionRequest struct {
 
 func (x *PermissionRequest) Reset() {
 	*x = PermissionRequest{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[19]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2455,7 +2519,7 @@ func (x *PermissionRequest) String() string {
 func (*PermissionRequest) ProtoMessage() {}
 
 func (x *PermissionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[19]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2468,7 +2532,7 @@ func (x *PermissionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermissionRequest.ProtoReflect.Descriptor instead.
 func (*PermissionRequest) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PermissionRequest) GetCommandId() string {
@@ -2512,7 +2576,7 @@ type PermissionDecision struct {
 
 func (x *PermissionDecision) Reset() {
 	*x = PermissionDecision{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[20]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2524,7 +2588,7 @@ func (x *PermissionDecision) String() string {
 func (*PermissionDecision) ProtoMessage() {}
 
 func (x *PermissionDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[20]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2537,7 +2601,7 @@ func (x *PermissionDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermissionDecision.ProtoReflect.Descriptor instead.
 func (*PermissionDecision) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PermissionDecision) GetCommandId() string {
@@ -2579,7 +2643,7 @@ type StdinChunk struct {
 
 func (x *StdinChunk) Reset() {
 	*x = StdinChunk{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[21]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2591,7 +2655,7 @@ func (x *StdinChunk) String() string {
 func (*StdinChunk) ProtoMessage() {}
 
 func (x *StdinChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[21]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2604,7 +2668,7 @@ func (x *StdinChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StdinChunk.ProtoReflect.Descriptor instead.
 func (*StdinChunk) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StdinChunk) GetCommandId() string {
@@ -2643,7 +2707,7 @@ type PtyControl struct {
 
 func (x *PtyControl) Reset() {
 	*x = PtyControl{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[22]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2655,7 +2719,7 @@ func (x *PtyControl) String() string {
 func (*PtyControl) ProtoMessage() {}
 
 func (x *PtyControl) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[22]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2668,7 +2732,7 @@ func (x *PtyControl) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PtyControl.ProtoReflect.Descriptor instead.
 func (*PtyControl) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PtyControl) GetCommandId() string {
@@ -2745,7 +2809,7 @@ type CommandKill struct {
 
 func (x *CommandKill) Reset() {
 	*x = CommandKill{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[23]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2757,7 +2821,7 @@ func (x *CommandKill) String() string {
 func (*CommandKill) ProtoMessage() {}
 
 func (x *CommandKill) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[23]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2770,7 +2834,7 @@ func (x *CommandKill) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandKill.ProtoReflect.Descriptor instead.
 func (*CommandKill) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CommandKill) GetReason() string {
@@ -2790,7 +2854,7 @@ type PtyResize struct {
 
 func (x *PtyResize) Reset() {
 	*x = PtyResize{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[24]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2802,7 +2866,7 @@ func (x *PtyResize) String() string {
 func (*PtyResize) ProtoMessage() {}
 
 func (x *PtyResize) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[24]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2815,7 +2879,7 @@ func (x *PtyResize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PtyResize.ProtoReflect.Descriptor instead.
 func (*PtyResize) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PtyResize) GetCols() uint32 {
@@ -2842,7 +2906,7 @@ type PtySignal struct {
 
 func (x *PtySignal) Reset() {
 	*x = PtySignal{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[25]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2854,7 +2918,7 @@ func (x *PtySignal) String() string {
 func (*PtySignal) ProtoMessage() {}
 
 func (x *PtySignal) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[25]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2867,7 +2931,7 @@ func (x *PtySignal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PtySignal.ProtoReflect.Descriptor instead.
 func (*PtySignal) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PtySignal) GetSignal() int32 {
@@ -2895,7 +2959,7 @@ type CommandResult struct {
 
 func (x *CommandResult) Reset() {
 	*x = CommandResult{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[26]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2907,7 +2971,7 @@ func (x *CommandResult) String() string {
 func (*CommandResult) ProtoMessage() {}
 
 func (x *CommandResult) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[26]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2920,7 +2984,7 @@ func (x *CommandResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandResult.ProtoReflect.Descriptor instead.
 func (*CommandResult) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CommandResult) GetCommandId() string {
@@ -2982,7 +3046,7 @@ type ConfigUpdate struct {
 
 func (x *ConfigUpdate) Reset() {
 	*x = ConfigUpdate{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[27]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2994,7 +3058,7 @@ func (x *ConfigUpdate) String() string {
 func (*ConfigUpdate) ProtoMessage() {}
 
 func (x *ConfigUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[27]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3007,7 +3071,7 @@ func (x *ConfigUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigUpdate.ProtoReflect.Descriptor instead.
 func (*ConfigUpdate) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ConfigUpdate) GetConfig() map[string]string {
@@ -3035,7 +3099,7 @@ type Shutdown struct {
 
 func (x *Shutdown) Reset() {
 	*x = Shutdown{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[28]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3047,7 +3111,7 @@ func (x *Shutdown) String() string {
 func (*Shutdown) ProtoMessage() {}
 
 func (x *Shutdown) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[28]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3060,7 +3124,7 @@ func (x *Shutdown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Shutdown.ProtoReflect.Descriptor instead.
 func (*Shutdown) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Shutdown) GetReason() string {
@@ -3086,7 +3150,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[29]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3098,7 +3162,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[29]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3111,7 +3175,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Ping) GetNonce() uint64 {
@@ -3130,7 +3194,7 @@ type Pong struct {
 
 func (x *Pong) Reset() {
 	*x = Pong{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[30]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3142,7 +3206,7 @@ func (x *Pong) String() string {
 func (*Pong) ProtoMessage() {}
 
 func (x *Pong) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[30]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3155,7 +3219,7 @@ func (x *Pong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pong.ProtoReflect.Descriptor instead.
 func (*Pong) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Pong) GetNonce() uint64 {
@@ -3174,7 +3238,7 @@ type SessionQuery struct {
 
 func (x *SessionQuery) Reset() {
 	*x = SessionQuery{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[31]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3186,7 +3250,7 @@ func (x *SessionQuery) String() string {
 func (*SessionQuery) ProtoMessage() {}
 
 func (x *SessionQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[31]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3199,7 +3263,7 @@ func (x *SessionQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionQuery.ProtoReflect.Descriptor instead.
 func (*SessionQuery) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SessionQuery) GetRequestId() string {
@@ -3235,7 +3299,7 @@ type SessionInfo struct {
 
 func (x *SessionInfo) Reset() {
 	*x = SessionInfo{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[32]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3247,7 +3311,7 @@ func (x *SessionInfo) String() string {
 func (*SessionInfo) ProtoMessage() {}
 
 func (x *SessionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[32]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3260,7 +3324,7 @@ func (x *SessionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
 func (*SessionInfo) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SessionInfo) GetSessionId() string {
@@ -3368,7 +3432,7 @@ type SessionReport struct {
 
 func (x *SessionReport) Reset() {
 	*x = SessionReport{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[33]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3380,7 +3444,7 @@ func (x *SessionReport) String() string {
 func (*SessionReport) ProtoMessage() {}
 
 func (x *SessionReport) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[33]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3393,7 +3457,7 @@ func (x *SessionReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionReport.ProtoReflect.Descriptor instead.
 func (*SessionReport) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SessionReport) GetRequestId() string {
@@ -3421,7 +3485,7 @@ type SessionDecision struct {
 
 func (x *SessionDecision) Reset() {
 	*x = SessionDecision{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[34]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3433,7 +3497,7 @@ func (x *SessionDecision) String() string {
 func (*SessionDecision) ProtoMessage() {}
 
 func (x *SessionDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[34]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3446,7 +3510,7 @@ func (x *SessionDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionDecision.ProtoReflect.Descriptor instead.
 func (*SessionDecision) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SessionDecision) GetSessionId() string {
@@ -3480,7 +3544,7 @@ type SessionReconcile struct {
 
 func (x *SessionReconcile) Reset() {
 	*x = SessionReconcile{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[35]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3492,7 +3556,7 @@ func (x *SessionReconcile) String() string {
 func (*SessionReconcile) ProtoMessage() {}
 
 func (x *SessionReconcile) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[35]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3505,7 +3569,7 @@ func (x *SessionReconcile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionReconcile.ProtoReflect.Descriptor instead.
 func (*SessionReconcile) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SessionReconcile) GetRequestId() string {
@@ -3532,7 +3596,7 @@ type SessionAck struct {
 
 func (x *SessionAck) Reset() {
 	*x = SessionAck{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[36]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3544,7 +3608,7 @@ func (x *SessionAck) String() string {
 func (*SessionAck) ProtoMessage() {}
 
 func (x *SessionAck) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[36]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3557,7 +3621,7 @@ func (x *SessionAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionAck.ProtoReflect.Descriptor instead.
 func (*SessionAck) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SessionAck) GetRequestId() string {
@@ -3586,7 +3650,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[37]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3598,7 +3662,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[37]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3611,7 +3675,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ExecRequest) GetAgentId() string {
@@ -3648,7 +3712,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[38]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3660,7 +3724,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[38]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3673,7 +3737,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ExecResponse) GetPayload() isExecResponse_Payload {
@@ -3732,7 +3796,7 @@ type TunnelRequest struct {
 
 func (x *TunnelRequest) Reset() {
 	*x = TunnelRequest{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[39]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3744,7 +3808,7 @@ func (x *TunnelRequest) String() string {
 func (*TunnelRequest) ProtoMessage() {}
 
 func (x *TunnelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[39]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3757,7 +3821,7 @@ func (x *TunnelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelRequest.ProtoReflect.Descriptor instead.
 func (*TunnelRequest) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *TunnelRequest) GetPayload() isTunnelRequest_Payload {
@@ -3830,7 +3894,7 @@ type TunnelOpen struct {
 
 func (x *TunnelOpen) Reset() {
 	*x = TunnelOpen{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[40]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3842,7 +3906,7 @@ func (x *TunnelOpen) String() string {
 func (*TunnelOpen) ProtoMessage() {}
 
 func (x *TunnelOpen) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[40]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3855,7 +3919,7 @@ func (x *TunnelOpen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelOpen.ProtoReflect.Descriptor instead.
 func (*TunnelOpen) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *TunnelOpen) GetHost() string {
@@ -3887,7 +3951,7 @@ type TunnelResponse struct {
 
 func (x *TunnelResponse) Reset() {
 	*x = TunnelResponse{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[41]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3899,7 +3963,7 @@ func (x *TunnelResponse) String() string {
 func (*TunnelResponse) ProtoMessage() {}
 
 func (x *TunnelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[41]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3912,7 +3976,7 @@ func (x *TunnelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelResponse.ProtoReflect.Descriptor instead.
 func (*TunnelResponse) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *TunnelResponse) GetPayload() isTunnelResponse_Payload {
@@ -3989,7 +4053,7 @@ type TunnelOpened struct {
 
 func (x *TunnelOpened) Reset() {
 	*x = TunnelOpened{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[42]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4001,7 +4065,7 @@ func (x *TunnelOpened) String() string {
 func (*TunnelOpened) ProtoMessage() {}
 
 func (x *TunnelOpened) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[42]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4014,7 +4078,7 @@ func (x *TunnelOpened) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelOpened.ProtoReflect.Descriptor instead.
 func (*TunnelOpened) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *TunnelOpened) GetAllowed() bool {
@@ -4062,7 +4126,7 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\x05R\x03pid\x129\n" +
 	"\n" +
-	"started_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\"\xd3\x06\n" +
+	"started_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\"\x86\a\n" +
 	"\x0fConnectResponse\x12P\n" +
 	"\x10registration_ack\x18\x01 \x01(\v2#.agentic.sandbox.v1.RegistrationAckH\x00R\x0fregistrationAck\x12>\n" +
 	"\acommand\x18\x02 \x01(\v2\".agentic.sandbox.v1.CommandRequestH\x00R\acommand\x126\n" +
@@ -4077,8 +4141,11 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"\ffile_request\x18\n" +
 	" \x01(\v2\x1f.agentic.sandbox.v1.FileRequestH\x00R\vfileRequest\x12Y\n" +
 	"\x13permission_decision\x18\v \x01(\v2&.agentic.sandbox.v1.PermissionDecisionH\x00R\x12permissionDecision\x124\n" +
-	"\x06rename\x18\f \x01(\v2\x1a.agentic.sandbox.v1.RenameH\x00R\x06renameB\t\n" +
-	"\apayload\";\n" +
+	"\x06rename\x18\f \x01(\v2\x1a.agentic.sandbox.v1.RenameH\x00R\x06rename\x121\n" +
+	"\x05drain\x18\r \x01(\v2\x19.agentic.sandbox.v1.DrainH\x00R\x05drainB\t\n" +
+	"\apayload\"\x1f\n" +
+	"\x05Drain\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\";\n" +
 	"\x06Rename\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x16\n" +
 	"\x06secret\x18\x02 \x01(\tR\x06secret\"\xbd\x01\n" +
@@ -4405,7 +4472,7 @@ func file_agentic_sandbox_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_agentic_sandbox_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
-var file_agentic_sandbox_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_agentic_sandbox_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_agentic_sandbox_v1_agent_proto_goTypes = []any{
 	(RuntimeKind)(0),              // 0: agentic.sandbox.v1.RuntimeKind
 	(AgentStatus)(0),              // 1: agentic.sandbox.v1.AgentStatus
@@ -4419,127 +4486,129 @@ var file_agentic_sandbox_v1_agent_proto_goTypes = []any{
 	(*ConnectRequest)(nil),        // 9: agentic.sandbox.v1.ConnectRequest
 	(*CommandStarted)(nil),        // 10: agentic.sandbox.v1.CommandStarted
 	(*ConnectResponse)(nil),       // 11: agentic.sandbox.v1.ConnectResponse
-	(*Rename)(nil),                // 12: agentic.sandbox.v1.Rename
-	(*FileRequest)(nil),           // 13: agentic.sandbox.v1.FileRequest
-	(*TransferRequest)(nil),       // 14: agentic.sandbox.v1.TransferRequest
-	(*TransferOpen)(nil),          // 15: agentic.sandbox.v1.TransferOpen
-	(*TransferReady)(nil),         // 16: agentic.sandbox.v1.TransferReady
-	(*FileListing)(nil),           // 17: agentic.sandbox.v1.FileListing
-	(*FileEntry)(nil),             // 18: agentic.sandbox.v1.FileEntry
-	(*TransferEnd)(nil),           // 19: agentic.sandbox.v1.TransferEnd
-	(*TransferResponse)(nil),      // 20: agentic.sandbox.v1.TransferResponse
-	(*Registration)(nil),          // 21: agentic.sandbox.v1.Registration
-	(*SystemInfo)(nil),            // 22: agentic.sandbox.v1.SystemInfo
-	(*RegistrationAck)(nil),       // 23: agentic.sandbox.v1.RegistrationAck
-	(*Heartbeat)(nil),             // 24: agentic.sandbox.v1.Heartbeat
-	(*Metrics)(nil),               // 25: agentic.sandbox.v1.Metrics
-	(*OutputChunk)(nil),           // 26: agentic.sandbox.v1.OutputChunk
-	(*CommandRequest)(nil),        // 27: agentic.sandbox.v1.CommandRequest
-	(*PermissionRequest)(nil),     // 28: agentic.sandbox.v1.PermissionRequest
-	(*PermissionDecision)(nil),    // 29: agentic.sandbox.v1.PermissionDecision
-	(*StdinChunk)(nil),            // 30: agentic.sandbox.v1.StdinChunk
-	(*PtyControl)(nil),            // 31: agentic.sandbox.v1.PtyControl
-	(*CommandKill)(nil),           // 32: agentic.sandbox.v1.CommandKill
-	(*PtyResize)(nil),             // 33: agentic.sandbox.v1.PtyResize
-	(*PtySignal)(nil),             // 34: agentic.sandbox.v1.PtySignal
-	(*CommandResult)(nil),         // 35: agentic.sandbox.v1.CommandResult
-	(*ConfigUpdate)(nil),          // 36: agentic.sandbox.v1.ConfigUpdate
-	(*Shutdown)(nil),              // 37: agentic.sandbox.v1.Shutdown
-	(*Ping)(nil),                  // 38: agentic.sandbox.v1.Ping
-	(*Pong)(nil),                  // 39: agentic.sandbox.v1.Pong
-	(*SessionQuery)(nil),          // 40: agentic.sandbox.v1.SessionQuery
-	(*SessionInfo)(nil),           // 41: agentic.sandbox.v1.SessionInfo
-	(*SessionReport)(nil),         // 42: agentic.sandbox.v1.SessionReport
-	(*SessionDecision)(nil),       // 43: agentic.sandbox.v1.SessionDecision
-	(*SessionReconcile)(nil),      // 44: agentic.sandbox.v1.SessionReconcile
-	(*SessionAck)(nil),            // 45: agentic.sandbox.v1.SessionAck
-	(*ExecRequest)(nil),           // 46: agentic.sandbox.v1.ExecRequest
-	(*ExecResponse)(nil),          // 47: agentic.sandbox.v1.ExecResponse
-	(*TunnelRequest)(nil),         // 48: agentic.sandbox.v1.TunnelRequest
-	(*TunnelOpen)(nil),            // 49: agentic.sandbox.v1.TunnelOpen
-	(*TunnelResponse)(nil),        // 50: agentic.sandbox.v1.TunnelResponse
-	(*TunnelOpened)(nil),          // 51: agentic.sandbox.v1.TunnelOpened
-	nil,                           // 52: agentic.sandbox.v1.Registration.LabelsEntry
-	nil,                           // 53: agentic.sandbox.v1.RegistrationAck.ConfigEntry
-	nil,                           // 54: agentic.sandbox.v1.CommandRequest.EnvEntry
-	nil,                           // 55: agentic.sandbox.v1.ConfigUpdate.ConfigEntry
-	(*timestamppb.Timestamp)(nil), // 56: google.protobuf.Timestamp
+	(*Drain)(nil),                 // 12: agentic.sandbox.v1.Drain
+	(*Rename)(nil),                // 13: agentic.sandbox.v1.Rename
+	(*FileRequest)(nil),           // 14: agentic.sandbox.v1.FileRequest
+	(*TransferRequest)(nil),       // 15: agentic.sandbox.v1.TransferRequest
+	(*TransferOpen)(nil),          // 16: agentic.sandbox.v1.TransferOpen
+	(*TransferReady)(nil),         // 17: agentic.sandbox.v1.TransferReady
+	(*FileListing)(nil),           // 18: agentic.sandbox.v1.FileListing
+	(*FileEntry)(nil),             // 19: agentic.sandbox.v1.FileEntry
+	(*TransferEnd)(nil),           // 20: agentic.sandbox.v1.TransferEnd
+	(*TransferResponse)(nil),      // 21: agentic.sandbox.v1.TransferResponse
+	(*Registration)(nil),          // 22: agentic.sandbox.v1.Registration
+	(*SystemInfo)(nil),            // 23: agentic.sandbox.v1.SystemInfo
+	(*RegistrationAck)(nil),       // 24: agentic.sandbox.v1.RegistrationAck
+	(*Heartbeat)(nil),             // 25: agentic.sandbox.v1.Heartbeat
+	(*Metrics)(nil),               // 26: agentic.sandbox.v1.Metrics
+	(*OutputChunk)(nil),           // 27: agentic.sandbox.v1.OutputChunk
+	(*CommandRequest)(nil),        // 28: agentic.sandbox.v1.CommandRequest
+	(*PermissionRequest)(nil),     // 29: agentic.sandbox.v1.PermissionRequest
+	(*PermissionDecision)(nil),    // 30: agentic.sandbox.v1.PermissionDecision
+	(*StdinChunk)(nil),            // 31: agentic.sandbox.v1.StdinChunk
+	(*PtyControl)(nil),            // 32: agentic.sandbox.v1.PtyControl
+	(*CommandKill)(nil),           // 33: agentic.sandbox.v1.CommandKill
+	(*PtyResize)(nil),             // 34: agentic.sandbox.v1.PtyResize
+	(*PtySignal)(nil),             // 35: agentic.sandbox.v1.PtySignal
+	(*CommandResult)(nil),         // 36: agentic.sandbox.v1.CommandResult
+	(*ConfigUpdate)(nil),          // 37: agentic.sandbox.v1.ConfigUpdate
+	(*Shutdown)(nil),              // 38: agentic.sandbox.v1.Shutdown
+	(*Ping)(nil),                  // 39: agentic.sandbox.v1.Ping
+	(*Pong)(nil),                  // 40: agentic.sandbox.v1.Pong
+	(*SessionQuery)(nil),          // 41: agentic.sandbox.v1.SessionQuery
+	(*SessionInfo)(nil),           // 42: agentic.sandbox.v1.SessionInfo
+	(*SessionReport)(nil),         // 43: agentic.sandbox.v1.SessionReport
+	(*SessionDecision)(nil),       // 44: agentic.sandbox.v1.SessionDecision
+	(*SessionReconcile)(nil),      // 45: agentic.sandbox.v1.SessionReconcile
+	(*SessionAck)(nil),            // 46: agentic.sandbox.v1.SessionAck
+	(*ExecRequest)(nil),           // 47: agentic.sandbox.v1.ExecRequest
+	(*ExecResponse)(nil),          // 48: agentic.sandbox.v1.ExecResponse
+	(*TunnelRequest)(nil),         // 49: agentic.sandbox.v1.TunnelRequest
+	(*TunnelOpen)(nil),            // 50: agentic.sandbox.v1.TunnelOpen
+	(*TunnelResponse)(nil),        // 51: agentic.sandbox.v1.TunnelResponse
+	(*TunnelOpened)(nil),          // 52: agentic.sandbox.v1.TunnelOpened
+	nil,                           // 53: agentic.sandbox.v1.Registration.LabelsEntry
+	nil,                           // 54: agentic.sandbox.v1.RegistrationAck.ConfigEntry
+	nil,                           // 55: agentic.sandbox.v1.CommandRequest.EnvEntry
+	nil,                           // 56: agentic.sandbox.v1.ConfigUpdate.ConfigEntry
+	(*timestamppb.Timestamp)(nil), // 57: google.protobuf.Timestamp
 }
 var file_agentic_sandbox_v1_agent_proto_depIdxs = []int32{
-	21, // 0: agentic.sandbox.v1.ConnectRequest.registration:type_name -> agentic.sandbox.v1.Registration
-	24, // 1: agentic.sandbox.v1.ConnectRequest.heartbeat:type_name -> agentic.sandbox.v1.Heartbeat
-	25, // 2: agentic.sandbox.v1.ConnectRequest.metrics:type_name -> agentic.sandbox.v1.Metrics
-	26, // 3: agentic.sandbox.v1.ConnectRequest.output:type_name -> agentic.sandbox.v1.OutputChunk
-	35, // 4: agentic.sandbox.v1.ConnectRequest.command_result:type_name -> agentic.sandbox.v1.CommandResult
-	42, // 5: agentic.sandbox.v1.ConnectRequest.session_report:type_name -> agentic.sandbox.v1.SessionReport
-	45, // 6: agentic.sandbox.v1.ConnectRequest.session_ack:type_name -> agentic.sandbox.v1.SessionAck
-	39, // 7: agentic.sandbox.v1.ConnectRequest.pong:type_name -> agentic.sandbox.v1.Pong
+	22, // 0: agentic.sandbox.v1.ConnectRequest.registration:type_name -> agentic.sandbox.v1.Registration
+	25, // 1: agentic.sandbox.v1.ConnectRequest.heartbeat:type_name -> agentic.sandbox.v1.Heartbeat
+	26, // 2: agentic.sandbox.v1.ConnectRequest.metrics:type_name -> agentic.sandbox.v1.Metrics
+	27, // 3: agentic.sandbox.v1.ConnectRequest.output:type_name -> agentic.sandbox.v1.OutputChunk
+	36, // 4: agentic.sandbox.v1.ConnectRequest.command_result:type_name -> agentic.sandbox.v1.CommandResult
+	43, // 5: agentic.sandbox.v1.ConnectRequest.session_report:type_name -> agentic.sandbox.v1.SessionReport
+	46, // 6: agentic.sandbox.v1.ConnectRequest.session_ack:type_name -> agentic.sandbox.v1.SessionAck
+	40, // 7: agentic.sandbox.v1.ConnectRequest.pong:type_name -> agentic.sandbox.v1.Pong
 	10, // 8: agentic.sandbox.v1.ConnectRequest.command_started:type_name -> agentic.sandbox.v1.CommandStarted
-	28, // 9: agentic.sandbox.v1.ConnectRequest.permission_request:type_name -> agentic.sandbox.v1.PermissionRequest
-	56, // 10: agentic.sandbox.v1.CommandStarted.started_at:type_name -> google.protobuf.Timestamp
-	23, // 11: agentic.sandbox.v1.ConnectResponse.registration_ack:type_name -> agentic.sandbox.v1.RegistrationAck
-	27, // 12: agentic.sandbox.v1.ConnectResponse.command:type_name -> agentic.sandbox.v1.CommandRequest
-	30, // 13: agentic.sandbox.v1.ConnectResponse.stdin:type_name -> agentic.sandbox.v1.StdinChunk
-	31, // 14: agentic.sandbox.v1.ConnectResponse.pty_control:type_name -> agentic.sandbox.v1.PtyControl
-	36, // 15: agentic.sandbox.v1.ConnectResponse.config_update:type_name -> agentic.sandbox.v1.ConfigUpdate
-	37, // 16: agentic.sandbox.v1.ConnectResponse.shutdown:type_name -> agentic.sandbox.v1.Shutdown
-	38, // 17: agentic.sandbox.v1.ConnectResponse.ping:type_name -> agentic.sandbox.v1.Ping
-	40, // 18: agentic.sandbox.v1.ConnectResponse.session_query:type_name -> agentic.sandbox.v1.SessionQuery
-	44, // 19: agentic.sandbox.v1.ConnectResponse.session_reconcile:type_name -> agentic.sandbox.v1.SessionReconcile
-	13, // 20: agentic.sandbox.v1.ConnectResponse.file_request:type_name -> agentic.sandbox.v1.FileRequest
-	29, // 21: agentic.sandbox.v1.ConnectResponse.permission_decision:type_name -> agentic.sandbox.v1.PermissionDecision
-	12, // 22: agentic.sandbox.v1.ConnectResponse.rename:type_name -> agentic.sandbox.v1.Rename
-	6,  // 23: agentic.sandbox.v1.FileRequest.op:type_name -> agentic.sandbox.v1.FileOp
-	15, // 24: agentic.sandbox.v1.TransferRequest.open:type_name -> agentic.sandbox.v1.TransferOpen
-	16, // 25: agentic.sandbox.v1.TransferRequest.ready:type_name -> agentic.sandbox.v1.TransferReady
-	17, // 26: agentic.sandbox.v1.TransferRequest.listing:type_name -> agentic.sandbox.v1.FileListing
-	19, // 27: agentic.sandbox.v1.TransferRequest.end:type_name -> agentic.sandbox.v1.TransferEnd
-	18, // 28: agentic.sandbox.v1.FileListing.entries:type_name -> agentic.sandbox.v1.FileEntry
-	7,  // 29: agentic.sandbox.v1.FileEntry.type:type_name -> agentic.sandbox.v1.FileType
-	56, // 30: agentic.sandbox.v1.FileEntry.mtime:type_name -> google.protobuf.Timestamp
-	8,  // 31: agentic.sandbox.v1.TransferEnd.error:type_name -> agentic.sandbox.v1.FileError
-	22, // 32: agentic.sandbox.v1.Registration.system_info:type_name -> agentic.sandbox.v1.SystemInfo
-	52, // 33: agentic.sandbox.v1.Registration.labels:type_name -> agentic.sandbox.v1.Registration.LabelsEntry
-	0,  // 34: agentic.sandbox.v1.Registration.runtime:type_name -> agentic.sandbox.v1.RuntimeKind
-	53, // 35: agentic.sandbox.v1.RegistrationAck.config:type_name -> agentic.sandbox.v1.RegistrationAck.ConfigEntry
-	1,  // 36: agentic.sandbox.v1.Heartbeat.status:type_name -> agentic.sandbox.v1.AgentStatus
-	56, // 37: agentic.sandbox.v1.Heartbeat.sent_at:type_name -> google.protobuf.Timestamp
-	25, // 38: agentic.sandbox.v1.Heartbeat.metrics:type_name -> agentic.sandbox.v1.Metrics
-	2,  // 39: agentic.sandbox.v1.OutputChunk.stream:type_name -> agentic.sandbox.v1.OutputStream
-	56, // 40: agentic.sandbox.v1.OutputChunk.timestamp:type_name -> google.protobuf.Timestamp
-	54, // 41: agentic.sandbox.v1.CommandRequest.env:type_name -> agentic.sandbox.v1.CommandRequest.EnvEntry
-	3,  // 42: agentic.sandbox.v1.CommandRequest.session_type:type_name -> agentic.sandbox.v1.SessionType
-	33, // 43: agentic.sandbox.v1.PtyControl.resize:type_name -> agentic.sandbox.v1.PtyResize
-	34, // 44: agentic.sandbox.v1.PtyControl.signal:type_name -> agentic.sandbox.v1.PtySignal
-	32, // 45: agentic.sandbox.v1.PtyControl.kill:type_name -> agentic.sandbox.v1.CommandKill
-	55, // 46: agentic.sandbox.v1.ConfigUpdate.config:type_name -> agentic.sandbox.v1.ConfigUpdate.ConfigEntry
-	3,  // 47: agentic.sandbox.v1.SessionInfo.type:type_name -> agentic.sandbox.v1.SessionType
-	4,  // 48: agentic.sandbox.v1.SessionInfo.state:type_name -> agentic.sandbox.v1.SessionState
-	56, // 49: agentic.sandbox.v1.SessionInfo.started_at:type_name -> google.protobuf.Timestamp
-	56, // 50: agentic.sandbox.v1.SessionInfo.ended_at:type_name -> google.protobuf.Timestamp
-	35, // 51: agentic.sandbox.v1.SessionInfo.result:type_name -> agentic.sandbox.v1.CommandResult
-	2,  // 52: agentic.sandbox.v1.SessionInfo.tail_stream:type_name -> agentic.sandbox.v1.OutputStream
-	41, // 53: agentic.sandbox.v1.SessionReport.sessions:type_name -> agentic.sandbox.v1.SessionInfo
-	5,  // 54: agentic.sandbox.v1.SessionDecision.action:type_name -> agentic.sandbox.v1.ReconcileAction
-	43, // 55: agentic.sandbox.v1.SessionReconcile.decisions:type_name -> agentic.sandbox.v1.SessionDecision
-	27, // 56: agentic.sandbox.v1.ExecRequest.command:type_name -> agentic.sandbox.v1.CommandRequest
-	26, // 57: agentic.sandbox.v1.ExecResponse.output:type_name -> agentic.sandbox.v1.OutputChunk
-	35, // 58: agentic.sandbox.v1.ExecResponse.result:type_name -> agentic.sandbox.v1.CommandResult
-	49, // 59: agentic.sandbox.v1.TunnelRequest.open:type_name -> agentic.sandbox.v1.TunnelOpen
-	51, // 60: agentic.sandbox.v1.TunnelResponse.opened:type_name -> agentic.sandbox.v1.TunnelOpened
-	9,  // 61: agentic.sandbox.v1.AgentService.Connect:input_type -> agentic.sandbox.v1.ConnectRequest
-	46, // 62: agentic.sandbox.v1.AgentService.Exec:input_type -> agentic.sandbox.v1.ExecRequest
-	14, // 63: agentic.sandbox.v1.AgentService.Transfer:input_type -> agentic.sandbox.v1.TransferRequest
-	48, // 64: agentic.sandbox.v1.AgentService.Tunnel:input_type -> agentic.sandbox.v1.TunnelRequest
-	11, // 65: agentic.sandbox.v1.AgentService.Connect:output_type -> agentic.sandbox.v1.ConnectResponse
-	47, // 66: agentic.sandbox.v1.AgentService.Exec:output_type -> agentic.sandbox.v1.ExecResponse
-	20, // 67: agentic.sandbox.v1.AgentService.Transfer:output_type -> agentic.sandbox.v1.TransferResponse
-	50, // 68: agentic.sandbox.v1.AgentService.Tunnel:output_type -> agentic.sandbox.v1.TunnelResponse
-	65, // [65:69] is the sub-list for method output_type
-	61, // [61:65] is the sub-list for method input_type
-	61, // [61:61] is the sub-list for extension type_name
-	61, // [61:61] is the sub-list for extension extendee
-	0,  // [0:61] is the sub-list for field type_name
+	29, // 9: agentic.sandbox.v1.ConnectRequest.permission_request:type_name -> agentic.sandbox.v1.PermissionRequest
+	57, // 10: agentic.sandbox.v1.CommandStarted.started_at:type_name -> google.protobuf.Timestamp
+	24, // 11: agentic.sandbox.v1.ConnectResponse.registration_ack:type_name -> agentic.sandbox.v1.RegistrationAck
+	28, // 12: agentic.sandbox.v1.ConnectResponse.command:type_name -> agentic.sandbox.v1.CommandRequest
+	31, // 13: agentic.sandbox.v1.ConnectResponse.stdin:type_name -> agentic.sandbox.v1.StdinChunk
+	32, // 14: agentic.sandbox.v1.ConnectResponse.pty_control:type_name -> agentic.sandbox.v1.PtyControl
+	37, // 15: agentic.sandbox.v1.ConnectResponse.config_update:type_name -> agentic.sandbox.v1.ConfigUpdate
+	38, // 16: agentic.sandbox.v1.ConnectResponse.shutdown:type_name -> agentic.sandbox.v1.Shutdown
+	39, // 17: agentic.sandbox.v1.ConnectResponse.ping:type_name -> agentic.sandbox.v1.Ping
+	41, // 18: agentic.sandbox.v1.ConnectResponse.session_query:type_name -> agentic.sandbox.v1.SessionQuery
+	45, // 19: agentic.sandbox.v1.ConnectResponse.session_reconcile:type_name -> agentic.sandbox.v1.SessionReconcile
+	14, // 20: agentic.sandbox.v1.ConnectResponse.file_request:type_name -> agentic.sandbox.v1.FileRequest
+	30, // 21: agentic.sandbox.v1.ConnectResponse.permission_decision:type_name -> agentic.sandbox.v1.PermissionDecision
+	13, // 22: agentic.sandbox.v1.ConnectResponse.rename:type_name -> agentic.sandbox.v1.Rename
+	12, // 23: agentic.sandbox.v1.ConnectResponse.drain:type_name -> agentic.sandbox.v1.Drain
+	6,  // 24: agentic.sandbox.v1.FileRequest.op:type_name -> agentic.sandbox.v1.FileOp
+	16, // 25: agentic.sandbox.v1.TransferRequest.open:type_name -> agentic.sandbox.v1.TransferOpen
+	17, // 26: agentic.sandbox.v1.TransferRequest.ready:type_name -> agentic.sandbox.v1.TransferReady
+	18, // 27: agentic.sandbox.v1.TransferRequest.listing:type_name -> agentic.sandbox.v1.FileListing
+	20, // 28: agentic.sandbox.v1.TransferRequest.end:type_name -> agentic.sandbox.v1.TransferEnd
+	19, // 29: agentic.sandbox.v1.FileListing.entries:type_name -> agentic.sandbox.v1.FileEntry
+	7,  // 30: agentic.sandbox.v1.FileEntry.type:type_name -> agentic.sandbox.v1.FileType
+	57, // 31: agentic.sandbox.v1.FileEntry.mtime:type_name -> google.protobuf.Timestamp
+	8,  // 32: agentic.sandbox.v1.TransferEnd.error:type_name -> agentic.sandbox.v1.FileError
+	23, // 33: agentic.sandbox.v1.Registration.system_info:type_name -> agentic.sandbox.v1.SystemInfo
+	53, // 34: agentic.sandbox.v1.Registration.labels:type_name -> agentic.sandbox.v1.Registration.LabelsEntry
+	0,  // 35: agentic.sandbox.v1.Registration.runtime:type_name -> agentic.sandbox.v1.RuntimeKind
+	54, // 36: agentic.sandbox.v1.RegistrationAck.config:type_name -> agentic.sandbox.v1.RegistrationAck.ConfigEntry
+	1,  // 37: agentic.sandbox.v1.Heartbeat.status:type_name -> agentic.sandbox.v1.AgentStatus
+	57, // 38: agentic.sandbox.v1.Heartbeat.sent_at:type_name -> google.protobuf.Timestamp
+	26, // 39: agentic.sandbox.v1.Heartbeat.metrics:type_name -> agentic.sandbox.v1.Metrics
+	2,  // 40: agentic.sandbox.v1.OutputChunk.stream:type_name -> agentic.sandbox.v1.OutputStream
+	57, // 41: agentic.sandbox.v1.OutputChunk.timestamp:type_name -> google.protobuf.Timestamp
+	55, // 42: agentic.sandbox.v1.CommandRequest.env:type_name -> agentic.sandbox.v1.CommandRequest.EnvEntry
+	3,  // 43: agentic.sandbox.v1.CommandRequest.session_type:type_name -> agentic.sandbox.v1.SessionType
+	34, // 44: agentic.sandbox.v1.PtyControl.resize:type_name -> agentic.sandbox.v1.PtyResize
+	35, // 45: agentic.sandbox.v1.PtyControl.signal:type_name -> agentic.sandbox.v1.PtySignal
+	33, // 46: agentic.sandbox.v1.PtyControl.kill:type_name -> agentic.sandbox.v1.CommandKill
+	56, // 47: agentic.sandbox.v1.ConfigUpdate.config:type_name -> agentic.sandbox.v1.ConfigUpdate.ConfigEntry
+	3,  // 48: agentic.sandbox.v1.SessionInfo.type:type_name -> agentic.sandbox.v1.SessionType
+	4,  // 49: agentic.sandbox.v1.SessionInfo.state:type_name -> agentic.sandbox.v1.SessionState
+	57, // 50: agentic.sandbox.v1.SessionInfo.started_at:type_name -> google.protobuf.Timestamp
+	57, // 51: agentic.sandbox.v1.SessionInfo.ended_at:type_name -> google.protobuf.Timestamp
+	36, // 52: agentic.sandbox.v1.SessionInfo.result:type_name -> agentic.sandbox.v1.CommandResult
+	2,  // 53: agentic.sandbox.v1.SessionInfo.tail_stream:type_name -> agentic.sandbox.v1.OutputStream
+	42, // 54: agentic.sandbox.v1.SessionReport.sessions:type_name -> agentic.sandbox.v1.SessionInfo
+	5,  // 55: agentic.sandbox.v1.SessionDecision.action:type_name -> agentic.sandbox.v1.ReconcileAction
+	44, // 56: agentic.sandbox.v1.SessionReconcile.decisions:type_name -> agentic.sandbox.v1.SessionDecision
+	28, // 57: agentic.sandbox.v1.ExecRequest.command:type_name -> agentic.sandbox.v1.CommandRequest
+	27, // 58: agentic.sandbox.v1.ExecResponse.output:type_name -> agentic.sandbox.v1.OutputChunk
+	36, // 59: agentic.sandbox.v1.ExecResponse.result:type_name -> agentic.sandbox.v1.CommandResult
+	50, // 60: agentic.sandbox.v1.TunnelRequest.open:type_name -> agentic.sandbox.v1.TunnelOpen
+	52, // 61: agentic.sandbox.v1.TunnelResponse.opened:type_name -> agentic.sandbox.v1.TunnelOpened
+	9,  // 62: agentic.sandbox.v1.AgentService.Connect:input_type -> agentic.sandbox.v1.ConnectRequest
+	47, // 63: agentic.sandbox.v1.AgentService.Exec:input_type -> agentic.sandbox.v1.ExecRequest
+	15, // 64: agentic.sandbox.v1.AgentService.Transfer:input_type -> agentic.sandbox.v1.TransferRequest
+	49, // 65: agentic.sandbox.v1.AgentService.Tunnel:input_type -> agentic.sandbox.v1.TunnelRequest
+	11, // 66: agentic.sandbox.v1.AgentService.Connect:output_type -> agentic.sandbox.v1.ConnectResponse
+	48, // 67: agentic.sandbox.v1.AgentService.Exec:output_type -> agentic.sandbox.v1.ExecResponse
+	21, // 68: agentic.sandbox.v1.AgentService.Transfer:output_type -> agentic.sandbox.v1.TransferResponse
+	51, // 69: agentic.sandbox.v1.AgentService.Tunnel:output_type -> agentic.sandbox.v1.TunnelResponse
+	66, // [66:70] is the sub-list for method output_type
+	62, // [62:66] is the sub-list for method input_type
+	62, // [62:62] is the sub-list for extension type_name
+	62, // [62:62] is the sub-list for extension extendee
+	0,  // [0:62] is the sub-list for field type_name
 }
 
 func init() { file_agentic_sandbox_v1_agent_proto_init() }
@@ -4572,34 +4641,35 @@ func file_agentic_sandbox_v1_agent_proto_init() {
 		(*ConnectResponse_FileRequest)(nil),
 		(*ConnectResponse_PermissionDecision)(nil),
 		(*ConnectResponse_Rename)(nil),
+		(*ConnectResponse_Drain)(nil),
 	}
-	file_agentic_sandbox_v1_agent_proto_msgTypes[5].OneofWrappers = []any{
+	file_agentic_sandbox_v1_agent_proto_msgTypes[6].OneofWrappers = []any{
 		(*TransferRequest_Open)(nil),
 		(*TransferRequest_Ready)(nil),
 		(*TransferRequest_Data)(nil),
 		(*TransferRequest_Listing)(nil),
 		(*TransferRequest_End)(nil),
 	}
-	file_agentic_sandbox_v1_agent_proto_msgTypes[11].OneofWrappers = []any{
+	file_agentic_sandbox_v1_agent_proto_msgTypes[12].OneofWrappers = []any{
 		(*TransferResponse_Data)(nil),
 		(*TransferResponse_Eof)(nil),
 		(*TransferResponse_Abort)(nil),
 	}
-	file_agentic_sandbox_v1_agent_proto_msgTypes[22].OneofWrappers = []any{
+	file_agentic_sandbox_v1_agent_proto_msgTypes[23].OneofWrappers = []any{
 		(*PtyControl_Resize)(nil),
 		(*PtyControl_Signal)(nil),
 		(*PtyControl_Kill)(nil),
 	}
-	file_agentic_sandbox_v1_agent_proto_msgTypes[38].OneofWrappers = []any{
+	file_agentic_sandbox_v1_agent_proto_msgTypes[39].OneofWrappers = []any{
 		(*ExecResponse_Output)(nil),
 		(*ExecResponse_Result)(nil),
 	}
-	file_agentic_sandbox_v1_agent_proto_msgTypes[39].OneofWrappers = []any{
+	file_agentic_sandbox_v1_agent_proto_msgTypes[40].OneofWrappers = []any{
 		(*TunnelRequest_Open)(nil),
 		(*TunnelRequest_Data)(nil),
 		(*TunnelRequest_CloseWrite)(nil),
 	}
-	file_agentic_sandbox_v1_agent_proto_msgTypes[41].OneofWrappers = []any{
+	file_agentic_sandbox_v1_agent_proto_msgTypes[42].OneofWrappers = []any{
 		(*TunnelResponse_Opened)(nil),
 		(*TunnelResponse_Data)(nil),
 		(*TunnelResponse_Eof)(nil),
@@ -4610,7 +4680,7 @@ func file_agentic_sandbox_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentic_sandbox_v1_agent_proto_rawDesc), len(file_agentic_sandbox_v1_agent_proto_rawDesc)),
 			NumEnums:      9,
-			NumMessages:   47,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
