@@ -345,7 +345,10 @@ func (o *Outbox) commit(batch []*appendReq) {
 		default:
 		}
 	}
-	err := o.write(buf)
+	var err error
+	if len(buf) > 0 { // an ack already made durable by the batch before: nothing to flush
+		err = o.write(buf)
+	}
 	if o.afterWrite != nil {
 		o.afterWrite()
 	}

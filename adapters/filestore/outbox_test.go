@@ -306,6 +306,42 @@ func TestOutboxGroupCommit(t *testing.T) {
 	wantPendingRange(t, o, 1, n+1)
 }
 
+// An ack of a seq that the batch before acknowledged (two callers acking
+// the same event) costs no flush of nothing.
+func TestOutboxRepeatedAckFlushesOnce(t *testing.T) {
+	o := openOutbox(t, t.TempDir())
+	if _, err := o.Append(context.Background(), portstest.SampleEvent(0)); err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	var once sync.Once
+	unlock := func() { once.Do(func() { close(release) }) }
+	o.afterWrite = func() { <-release }
+	t.Cleanup(unlock)
+	acks := make(chan error, 2)
+	go func() { acks <- o.Ack(1) }()
+	waitFor(t, func() bool { return o.syncs.Load() == 2 })
+	// Still unacknowledged for the second caller: its ack is queued.
+	go func() { acks <- o.Ack(1) }()
+	waitFor(t, func() bool {
+		o.writer.mu.Lock()
+		defer o.writer.mu.Unlock()
+		return len(o.writer.queue) == 1
+	})
+	unlock()
+	for range 2 {
+		if err := <-acks; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := o.syncs.Load(); s != 2 {
+		t.Fatalf("%d fsyncs for an Append and two Acks of it, want 2", s)
+	}
+	if o.Acked() != 1 {
+		t.Fatalf("acked %d", o.Acked())
+	}
+}
+
 func TestOutboxCompaction(t *testing.T) {
 	dir := t.TempDir()
 	o := openOutbox(t, dir)
