@@ -338,7 +338,9 @@ func TestTaskFailureReasons(t *testing.T) {
 // Cancel really ends the process and the environment.
 func TestTaskCancel(t *testing.T) {
 	e := newTaskEnv(t)
-	st, b := e.submit("command: {argv: [sleep, \"300\"]}\nenvironment: {runtime: host}\n")
+	// A duration no other test sleeps: pgrep sees every test's processes,
+	// those in containers too.
+	st, b := e.submit("command: {argv: [sleep, \"4321\"]}\nenvironment: {runtime: host}\n")
 	if st != 202 {
 		t.Fatalf("submit: %d %s", st, b)
 	}
@@ -365,7 +367,7 @@ func TestTaskCancel(t *testing.T) {
 		t.Fatalf("after cancel: %s", tk.State)
 	}
 	e.noEnvironmentsLeft()
-	if out, _ := exec.Command("pgrep", "-f", "sleep 300").Output(); len(bytes.TrimSpace(out)) > 0 {
+	if out, _ := exec.Command("pgrep", "-f", "^sleep 4321$").Output(); len(bytes.TrimSpace(out)) > 0 {
 		t.Errorf("the cancelled process still runs: %s", out)
 	}
 }
