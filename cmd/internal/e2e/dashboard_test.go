@@ -86,7 +86,8 @@ func TestDashboard(t *testing.T) {
 
 	// The server goes away under the open terminal and comes back: the page
 	// says so, reconnects by itself and goes on from where it was.
-	before := strings.Count(p.termRows(), "taken-42")
+	rowsBefore := p.termRows()
+	before := strings.Count(rowsBefore, "taken-42")
 	e.kill()
 	p.waitJS("the offline banner", `!!document.querySelector('[data-testid="offline"]') || document.querySelector('[data-testid="terminal-status"]').innerText.includes("reconnecting")`, 30*time.Second)
 	p.shot("05-offline")
@@ -98,8 +99,9 @@ func TestDashboard(t *testing.T) {
 	o.do("focus", chromedp.Click(testid("terminal")))
 	o.typeKeys("echo after-$((1+1))-restart\r")
 	p.waitJS("output after the restart", `document.querySelector('[data-testid="terminal"] .xterm-rows').innerText.includes("after-2-restart")`, 30*time.Second)
-	if after := strings.Count(p.termRows(), "taken-42"); after != before {
-		t.Errorf("output before the restart shown %d times after it, was %d: doubled or lost", after, before)
+	if rowsAfter := p.termRows(); strings.Count(rowsAfter, "taken-42") != before {
+		t.Errorf("output before the restart shown %d times after it, was %d: doubled or lost\nbefore:\n%s\nafter:\n%s",
+			strings.Count(rowsAfter, "taken-42"), before, rowsBefore, rowsAfter)
 	}
 	p.shot("06-terminal-after-restart")
 

@@ -74,9 +74,11 @@ export class LiveTerminal {
   // the controller, or a page that has not joined yet. An observer shows
   // the session at the size its programs draw for (sized by the server's
   // frames): fitted to its own window, a full-screen program's old rows
-  // would stay where the controller's smaller screen does not reach.
+  // would stay where the controller's smaller screen does not reach. That
+  // holds while it reconnects too (no role then), or a layout change of the
+  // offline banner would refit it to its own box and scroll its rows away.
   private fitNow() {
-    if (this.state.role === "observer" && this.sized) return;
+    if (this.state.role !== "controller" && this.want === "observer" && this.sized) return;
     try {
       this.fit.fit();
     } catch {
