@@ -34,6 +34,11 @@ function decode(data: string, encoding?: string): Uint8Array {
   return out;
 }
 
+// The smallest size a page fits its terminal to: below it the box is not
+// laid out yet (see fitNow).
+const minCols = 20;
+const minRows = 5;
+
 export class LiveTerminal {
   term: Terminal;
   private fit = new FitAddon();
@@ -79,11 +84,17 @@ export class LiveTerminal {
   // offline banner would refit it to its own box and scroll its rows away.
   private fitNow() {
     if (this.state.role !== "controller" && this.want === "observer" && this.sized) return;
+    let d;
     try {
-      this.fit.fit();
+      d = this.fit.proposeDimensions();
     } catch {
-      /* not laid out yet */
+      return; // not laid out yet
     }
+    // A box caught mid-layout (a window resize, a re-render) proposes a
+    // sliver such as 2 columns: sized to it, the shell and tmux rewrap
+    // the whole screen, and what was on it may not come back.
+    if (!d || !isFinite(d.cols) || !isFinite(d.rows) || d.cols < minCols || d.rows < minRows) return;
+    if (d.cols !== this.term.cols || d.rows !== this.term.rows) this.term.resize(d.cols, d.rows);
   }
 
   private sizeTo(cols?: number, rows?: number) {
