@@ -297,7 +297,9 @@ func (c *conn) closeWith(reason error) {
 func (c *conn) drain() { c.drainOnce.Do(func() { close(c.draining) }) }
 
 // errShuttingDown is what agents hear once the server goes away.
-var errShuttingDown = connect.NewError(connect.CodeUnavailable, errors.New("management server shutting down"))
+var errShuttingDown = connect.NewError(connect.CodeUnavailable, errors.New(shuttingDown))
+
+const shuttingDown = "management server shutting down"
 
 // CloseStreams drains every agent stream and refuses new ones; used at
 // shutdown. Each agent is told to close its side, and its stream is read up
@@ -433,7 +435,7 @@ loop:
 			break loop
 		case <-c.draining:
 			result = errShuttingDown
-			if err := stream.Send(&sandboxv1.ConnectResponse{Payload: &sandboxv1.ConnectResponse_Drain{Drain: &sandboxv1.Drain{Reason: "management server shutting down"}}}); err != nil {
+			if err := stream.Send(&sandboxv1.ConnectResponse{Payload: &sandboxv1.ConnectResponse_Drain{Drain: &sandboxv1.Drain{Reason: shuttingDown}}}); err != nil {
 				break loop
 			}
 			// Read on until the agent closed its side; what came before

@@ -345,11 +345,7 @@ func (p *Process) read(o outputFile) {
 		if n > 0 && p.onOutput != nil {
 			p.handing.Add(1)
 			p.lastOutput.Store(time.Now().UnixNano())
-			chunk := make([]byte, n)
-			copy(chunk, buf[:n])
-			p.outMu.Lock()
-			p.onOutput(o.stream, chunk)
-			p.outMu.Unlock()
+			p.handOn(o.stream, buf[:n])
 			p.lastOutput.Store(time.Now().UnixNano())
 			p.handing.Add(-1)
 		}
@@ -413,6 +409,16 @@ func (p *Process) reap() {
 	close(p.done)
 }
 
+// handOn gives a copy of b (the read buffer is reused) to the caller, one
+// call at a time.
+func (p *Process) handOn(stream ports.OutputStream, b []byte) {
+	chunk := make([]byte, len(b))
+	copy(chunk, b)
+	p.outMu.Lock()
+	p.onOutput(stream, chunk)
+	p.outMu.Unlock()
+}
+
 // readLeft hands on what o still buffers once its reader stopped: a reader
 // the machine did not schedule within the drain grace found its deadline
 // passed and read nothing, though the process had written its last bytes
@@ -437,11 +443,7 @@ func (p *Process) readLeft(o outputFile) {
 		}); err != nil || rerr != nil || n <= 0 {
 			return
 		}
-		chunk := make([]byte, n)
-		copy(chunk, buf[:n])
-		p.outMu.Lock()
-		p.onOutput(o.stream, chunk)
-		p.outMu.Unlock()
+		p.handOn(o.stream, buf[:n])
 		total += n
 	}
 }
