@@ -9,10 +9,8 @@ import (
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/agentrpc"
-	"github.com/agentic-sandbox/agentic-sandbox/adapters/docker"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/gitwork"
-	"github.com/agentic-sandbox/agentic-sandbox/adapters/hostsup"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/promexport"
 	"github.com/agentic-sandbox/agentic-sandbox/core/environment"
 	"github.com/agentic-sandbox/agentic-sandbox/core/mission"
@@ -36,13 +34,7 @@ func provideTasks(cfg Config, dir DataDir, envs *environment.Service, svc *agent
 	if err != nil {
 		return nil, nil, err
 	}
-	runtime := cfg.TaskRuntime
-	if runtime == "" {
-		runtime = hostsup.RuntimeName
-		if _, ok := rts.Available[docker.RuntimeName]; ok {
-			runtime = docker.RuntimeName
-		}
-	}
+	runtime := defaultTaskRuntime(cfg, rts)
 	var hold func(task.State) time.Duration
 	if cfg.TaskHold != nil {
 		log.Warn("AGENTIC_TEST_TASK_HOLD is set: tasks wait in the states it names (a test hook)", "hold", cfg.TaskHold)
