@@ -4,8 +4,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
@@ -30,36 +31,19 @@ Exit status: create exits 0 once the agent is ready, 1 if the environment failed
 `
 
 func (c *cli) environments(args []string) int {
-	if len(args) == 0 {
-		fmt.Fprint(c.stderr, envUsage)
-		return exitError
+	one := func(op string) func([]string) int {
+		return func(args []string) int { return c.envOne(op, args) }
 	}
-	switch args[0] {
-	case "create", "new":
-		return c.envCreate(args[1:])
-	case "list", "ls":
-		return c.envList(args[1:])
-	case "get", "show":
-		return c.envOne("get", args[1:])
-	case "stop":
-		return c.envOne("stop", args[1:])
-	case "start":
-		return c.envOne("start", args[1:])
-	case "pause":
-		return c.envOne("pause", args[1:])
-	case "resume":
-		return c.envOne("resume", args[1:])
-	case "rm", "delete":
-		return c.envOne("rm", args[1:])
-	case "runtimes":
-		return c.envRuntimes(args[1:])
-	case "-h", "-help", "--help", "help":
-		fmt.Fprint(c.stdout, envUsage)
-		return 0
-	default:
-		fmt.Fprintf(c.stderr, "agenticctl: unknown env command %q\n%s", args[0], envUsage)
-		return exitError
-	}
+	return c.group("env", envUsage, args,
+		verb{[]string{"create", "new"}, c.envCreate},
+		verb{[]string{"list", "ls"}, c.envList},
+		verb{[]string{"get", "show"}, one("get")},
+		verb{[]string{"stop"}, one("stop")},
+		verb{[]string{"start"}, one("start")},
+		verb{[]string{"pause"}, one("pause")},
+		verb{[]string{"resume"}, one("resume")},
+		verb{[]string{"rm", "delete"}, one("rm")},
+		verb{[]string{"runtimes"}, c.envRuntimes})
 }
 
 func (c *cli) envCreate(args []string) int {
@@ -152,93 +136,55 @@ func (c *cli) envList(args []string) int {
 	if *asJSON {
 		return c.printJSON(resp.Body)
 	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tRUNTIME\tSTATE\tAGENT\tPROVISION\tIMAGE")
-	for _, e := range resp.JSON200.Environments {
-		prov, agent, image := "-", "-", "-"
-		if e.ProvisionMs != nil {
-			prov = fmt.Sprintf("%.2fs", float64(*e.ProvisionMs)/1000)
+	return c.table("NAME\tRUNTIME\tSTATE\tAGENT\tPROVISION\tIMAGE", func(w io.Writer) {
+		for _, e := range resp.JSON200.Environments {
+			prov, agent, image := "-", "-", "-"
+			if e.ProvisionMs != nil {
+				prov = fmt.Sprintf("%.2fs", float64(*e.ProvisionMs)/1000)
+			}
+			if e.AgentStatus != nil {
+				agent = *e.AgentStatus
+			}
+			if e.Image != nil {
+				image = *e.Image
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", cell(e.Name), cell(e.Runtime), cell(string(e.State)), cell(agent), prov, cell(image))
 		}
-		if e.AgentStatus != nil {
-			agent = *e.AgentStatus
-		}
-		if e.Image != nil {
-			image = *e.Image
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", cell(e.Name), cell(e.Runtime), cell(string(e.State)), cell(agent), prov, cell(image))
-	}
-	if err := tw.Flush(); err != nil {
-		return c.fail("writing the table: %v", err)
-	}
-	return 0
+	})
+}
+
+// envOps are the verbs that change one environment, by name: the call, the
+// status it answers with, and what is said then (of the name).
+var envOps = map[string]struct {
+	call idCall
+	want int
+	said string
+}{
+	"stop":   {restapi.ClientInterface.StopEnvironment, http.StatusOK, "%s: stopped\n"},
+	"start":  {restapi.ClientInterface.StartEnvironment, http.StatusOK, "%s: starting\n"},
+	"pause":  {restapi.ClientInterface.PauseEnvironment, http.StatusOK, "%s: paused\n"},
+	"resume": {restapi.ClientInterface.ResumeEnvironment, http.StatusOK, "%s: resumed\n"},
+	"rm":     {restapi.ClientInterface.DeleteEnvironment, http.StatusNoContent, "%s deleted\n"},
 }
 
 func (c *cli) envOne(op string, args []string) int {
-	flags := c.flagSet("agenticctl env " + op)
-	if code, done := parseFlags(flags, args, c.stdout, c.stderr, envUsage); done {
+	wrong := fmt.Sprintf("env %s takes exactly one environment name; 'agenticctl env list' shows them", op)
+	o, changes := envOps[op]
+	if !changes {
+		return c.showByID("env "+op, envUsage, wrong, args, restapi.ClientInterface.GetEnvironment)
+	}
+	name, code, ok := c.oneArg("env "+op, envUsage, wrong, args)
+	if !ok {
 		return code
 	}
-	if flags.NArg() != 1 {
-		return c.fail("env %s takes exactly one environment name; 'agenticctl env list' shows them", op)
-	}
-	name := flags.Arg(0)
 	cl, server, err := c.client()
 	if err != nil {
 		return c.fail("%v", err)
 	}
-	ctx := context.Background()
-	var status int
-	var body []byte
-	var ok bool
-	switch op {
-	case "get":
-		r, err := cl.GetEnvironmentWithResponse(ctx, name)
-		if err != nil {
-			return c.unreachable(server, err)
-		}
-		status, body, ok = r.StatusCode(), r.Body, r.JSON200 != nil
-	case "stop":
-		r, err := cl.StopEnvironmentWithResponse(ctx, name)
-		if err != nil {
-			return c.unreachable(server, err)
-		}
-		status, body, ok = r.StatusCode(), r.Body, r.JSON200 != nil
-	case "start":
-		r, err := cl.StartEnvironmentWithResponse(ctx, name)
-		if err != nil {
-			return c.unreachable(server, err)
-		}
-		status, body, ok = r.StatusCode(), r.Body, r.JSON200 != nil
-	case "pause":
-		r, err := cl.PauseEnvironmentWithResponse(ctx, name)
-		if err != nil {
-			return c.unreachable(server, err)
-		}
-		status, body, ok = r.StatusCode(), r.Body, r.JSON200 != nil
-	case "resume":
-		r, err := cl.ResumeEnvironmentWithResponse(ctx, name)
-		if err != nil {
-			return c.unreachable(server, err)
-		}
-		status, body, ok = r.StatusCode(), r.Body, r.JSON200 != nil
-	case "rm":
-		r, err := cl.DeleteEnvironmentWithResponse(ctx, name)
-		if err != nil {
-			return c.unreachable(server, err)
-		}
-		if r.StatusCode() != 204 {
-			return c.apiError(r.StatusCode(), r.Body)
-		}
-		fmt.Fprintf(c.stdout, "%s deleted\n", clean(name))
-		return 0
+	if _, code, ok := c.callID(cl, server, name, o.call, o.want); !ok {
+		return code
 	}
-	if !ok {
-		return c.apiError(status, body)
-	}
-	if op == "get" {
-		return c.printJSON(body)
-	}
-	fmt.Fprintf(c.stdout, "%s: %s\n", clean(name), map[string]string{"stop": "stopped", "start": "starting", "pause": "paused", "resume": "resumed"}[op])
+	fmt.Fprintf(c.stdout, o.said, clean(name))
 	return 0
 }
 
@@ -255,25 +201,21 @@ func (c *cli) envRuntimes(args []string) int {
 	if err != nil || resp.JSON200 == nil {
 		return c.failed(server, err, resp)
 	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "RUNTIME\tISOLATION\tNETWORKS\tLIMITS\tOPTIONS")
-	for _, r := range resp.JSON200.Runtimes {
-		var opts []string
-		for _, o := range []struct {
-			on   bool
-			name string
-		}{{r.Pause, "pause"}, {r.ReadOnlyRoot, "read-only-root"}, {r.Images, "images"}} {
-			if o.on {
-				opts = append(opts, o.name)
+	return c.table("RUNTIME\tISOLATION\tNETWORKS\tLIMITS\tOPTIONS", func(w io.Writer) {
+		for _, r := range resp.JSON200.Runtimes {
+			var opts []string
+			for _, o := range []struct {
+				on   bool
+				name string
+			}{{r.Pause, "pause"}, {r.ReadOnlyRoot, "read-only-root"}, {r.Images, "images"}} {
+				if o.on {
+					opts = append(opts, o.name)
+				}
 			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", cell(r.Runtime), r.Isolation, cell(strings.Join(r.NetworkModes, ",")),
+				cell(strings.Join(r.Limits, ",")), cell(strings.Join(opts, ",")))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", cell(r.Runtime), r.Isolation, cell(strings.Join(r.NetworkModes, ",")),
-			cell(strings.Join(r.Limits, ",")), cell(strings.Join(opts, ",")))
-	}
-	if err := tw.Flush(); err != nil {
-		return c.fail("writing the table: %v", err)
-	}
-	return 0
+	})
 }
 
 // envSpec are the flags that say what an environment is made of, for env

@@ -3,7 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
-	"text/tabwriter"
+	"io"
+	"net/http"
 
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
 )
@@ -20,24 +21,13 @@ const poolUsage = `Usage:
 `
 
 func (c *cli) pools(args []string) int {
-	if len(args) == 0 {
-		fmt.Fprint(c.stderr, poolUsage)
-		return exitError
+	one := func(op string) verb {
+		return verb{[]string{op}, func(args []string) int { return c.poolOne(op, args) }}
 	}
-	switch args[0] {
-	case "put", "set":
-		return c.poolPut(args[1:])
-	case "list", "ls":
-		return c.poolList(args[1:])
-	case "get", "show", "rm", "delete":
-		return c.poolOne(args[0], args[1:])
-	case "-h", "-help", "--help", "help":
-		fmt.Fprint(c.stdout, poolUsage)
-		return 0
-	default:
-		fmt.Fprintf(c.stderr, "agenticctl: unknown pool command %q\n%s", args[0], poolUsage)
-		return exitError
-	}
+	return c.group("pool", poolUsage, args,
+		verb{[]string{"put", "set"}, c.poolPut},
+		verb{[]string{"list", "ls"}, c.poolList},
+		one("get"), one("show"), one("rm"), one("delete"))
 }
 
 func (c *cli) poolPut(args []string) int {
@@ -82,44 +72,29 @@ func (c *cli) poolList(args []string) int {
 	if *asJSON {
 		return c.printJSON(resp.Body)
 	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tRUNTIME\tSIZE\tIDLE\tWARMING\tHITS\tMISSES")
-	for _, p := range resp.JSON200.Pools {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\n", cell(p.Name), cell(p.Runtime), p.Size, p.Idle, p.Warming, p.Hits, p.Misses)
-	}
-	if err := tw.Flush(); err != nil {
-		return c.fail("writing the table: %v", err)
-	}
-	return 0
+	return c.table("NAME\tRUNTIME\tSIZE\tIDLE\tWARMING\tHITS\tMISSES", func(w io.Writer) {
+		for _, p := range resp.JSON200.Pools {
+			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%d\n", cell(p.Name), cell(p.Runtime), p.Size, p.Idle, p.Warming, p.Hits, p.Misses)
+		}
+	})
 }
 
 func (c *cli) poolOne(op string, args []string) int {
-	flags := c.flagSet("agenticctl pool " + op)
-	if code, done := parseFlags(flags, args, c.stdout, c.stderr, poolUsage); done {
+	wrong := fmt.Sprintf("pool %s takes exactly one pool name; 'agenticctl pool list' shows them", op)
+	if op != "rm" && op != "delete" {
+		return c.showByID("pool "+op, poolUsage, wrong, args, restapi.ClientInterface.GetPool)
+	}
+	name, code, ok := c.oneArg("pool "+op, poolUsage, wrong, args)
+	if !ok {
 		return code
 	}
-	if flags.NArg() != 1 {
-		return c.fail("pool %s takes exactly one pool name; 'agenticctl pool list' shows them", op)
-	}
-	name := flags.Arg(0)
 	cl, server, err := c.client()
 	if err != nil {
 		return c.fail("%v", err)
 	}
-	if op == "rm" || op == "delete" {
-		r, err := cl.DeletePoolWithResponse(context.Background(), name)
-		if err != nil {
-			return c.unreachable(server, err)
-		}
-		if r.StatusCode() != 204 {
-			return c.apiError(r.StatusCode(), r.Body)
-		}
-		fmt.Fprintf(c.stdout, "%s deleted\n", clean(name))
-		return 0
+	if _, code, ok := c.callID(cl, server, name, restapi.ClientInterface.DeletePool, http.StatusNoContent); !ok {
+		return code
 	}
-	r, err := cl.GetPoolWithResponse(context.Background(), name)
-	if err != nil || r.JSON200 == nil {
-		return c.failed(server, err, r)
-	}
-	return c.printJSON(r.Body)
+	fmt.Fprintf(c.stdout, "%s deleted\n", clean(name))
+	return 0
 }

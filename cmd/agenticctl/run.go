@@ -16,7 +16,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-	"text/tabwriter"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -319,22 +318,9 @@ const agentsUsage = `Usage:
 `
 
 func (c *cli) agents(args []string) int {
-	if len(args) == 0 {
-		fmt.Fprint(c.stderr, agentsUsage)
-		return exitError
-	}
-	switch args[0] {
-	case "list", "ls":
-		return c.agentsList(args[1:])
-	case "get", "show":
-		return c.agentsGet(args[1:])
-	case "-h", "-help", "--help", "help":
-		fmt.Fprint(c.stdout, agentsUsage)
-		return 0
-	default:
-		fmt.Fprintf(c.stderr, "agenticctl: unknown agents command %q\n%s", args[0], agentsUsage)
-		return exitError
-	}
+	return c.group("agents", agentsUsage, args,
+		verb{[]string{"list", "ls"}, c.agentsList},
+		verb{[]string{"get", "show"}, c.agentsGet})
 }
 
 func (c *cli) agentsList(args []string) int {
@@ -357,19 +343,15 @@ func (c *cli) agentsList(args []string) int {
 	if *asJSON {
 		return c.printJSON(resp.Body)
 	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATUS\tRUNTIME\tHOSTNAME\tRUNNING\tLAST-HEARTBEAT")
-	for _, a := range resp.JSON200.Agents {
-		hb := "-"
-		if a.LastHeartbeat != nil {
-			hb = a.LastHeartbeat.UTC().Format(time.RFC3339)
+	return c.table("ID\tSTATUS\tRUNTIME\tHOSTNAME\tRUNNING\tLAST-HEARTBEAT", func(w io.Writer) {
+		for _, a := range resp.JSON200.Agents {
+			hb := "-"
+			if a.LastHeartbeat != nil {
+				hb = a.LastHeartbeat.UTC().Format(time.RFC3339)
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\n", cell(a.Id), cell(string(a.Status)), cell(string(a.Runtime)), cell(a.Hostname), a.RunningCommands, hb)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", cell(a.Id), cell(string(a.Status)), cell(string(a.Runtime)), cell(a.Hostname), a.RunningCommands, hb)
-	}
-	if err := tw.Flush(); err != nil {
-		return c.fail("writing the table: %v", err)
-	}
-	return 0
+	})
 }
 
 // cell keeps a table cell on one line and free of control characters.
@@ -381,22 +363,8 @@ func cell(s string) string {
 }
 
 func (c *cli) agentsGet(args []string) int {
-	flags := c.flagSet("agenticctl agents get")
-	if code, done := parseFlags(flags, args, c.stdout, c.stderr, "Usage: agenticctl agents get ID\n"); done {
-		return code
-	}
-	if flags.NArg() != 1 {
-		return c.fail("agents get takes exactly one agent id; 'agenticctl agents list' shows them")
-	}
-	cl, server, err := c.client()
-	if err != nil {
-		return c.fail("%v", err)
-	}
-	resp, err := cl.GetAgentWithResponse(context.Background(), flags.Arg(0))
-	if err != nil || resp.JSON200 == nil {
-		return c.failed(server, err, resp)
-	}
-	return c.printJSON(resp.Body)
+	return c.showByID("agents get", "Usage: agenticctl agents get ID\n",
+		"agents get takes exactly one agent id; 'agenticctl agents list' shows them", args, restapi.ClientInterface.GetAgent)
 }
 
 // printJSON indents the server's JSON as is, so fields newer than this
@@ -438,16 +406,9 @@ func (c *cli) exec(args []string) int {
 	if code, done := parseFlags(flags, args, c.stdout, c.stderr, execUsage); done {
 		return code
 	}
-	rest := flags.Args()
-	if len(rest) > 0 && rest[0] == "--" {
-		rest = rest[1:]
-	}
-	if len(rest) < 2 {
+	agent, cmdline, ok := agentCommand(flags.Args())
+	if !ok {
 		return c.fail("exec needs an agent and a command, e.g. 'agenticctl exec host-01 -- uname -a'")
-	}
-	agent, cmdline := rest[0], rest[1:]
-	if cmdline[0] == "--" {
-		cmdline = cmdline[1:]
 	}
 	if len(cmdline) == 0 || cmdline[0] == "" {
 		return c.fail("exec needs a command after the agent, e.g. 'agenticctl exec %s -- uname -a'", agent)
@@ -472,17 +433,11 @@ func (c *cli) exec(args []string) int {
 	if *workdir != "" {
 		req.WorkingDir = workdir
 	}
-	if len(envs) > 0 {
-		m := map[string]string{}
-		for _, kv := range envs {
-			k, v, ok := strings.Cut(kv, "=")
-			if !ok || k == "" {
-				return c.fail("--env %q: write it as KEY=VALUE", kv)
-			}
-			m[k] = v
-		}
-		req.Env = &m
+	env, err := envVars(envs)
+	if err != nil {
+		return c.fail("%v", err)
 	}
+	req.Env = env
 	var in io.Reader
 	switch {
 	case *interactive:

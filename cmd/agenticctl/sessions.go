@@ -12,7 +12,6 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
 )
@@ -36,26 +35,11 @@ session ends. Dropped bytes are reported on stderr.
 `
 
 func (c *cli) sessions(args []string) int {
-	if len(args) == 0 {
-		fmt.Fprint(c.stderr, sessionsUsage)
-		return exitError
-	}
-	switch args[0] {
-	case "list", "ls":
-		return c.sessionsList(args[1:])
-	case "create", "new":
-		return c.sessionsCreate(args[1:])
-	case "get", "show":
-		return c.sessionsGet(args[1:])
-	case "kill", "rm":
-		return c.sessionsKill(args[1:])
-	case "-h", "-help", "--help", "help":
-		fmt.Fprint(c.stdout, sessionsUsage)
-		return 0
-	default:
-		fmt.Fprintf(c.stderr, "agenticctl: unknown sessions command %q\n%s", args[0], sessionsUsage)
-		return exitError
-	}
+	return c.group("sessions", sessionsUsage, args,
+		verb{[]string{"list", "ls"}, c.sessionsList},
+		verb{[]string{"create", "new"}, c.sessionsCreate},
+		verb{[]string{"get", "show"}, c.sessionsGet},
+		verb{[]string{"kill", "rm"}, c.sessionsKill})
 }
 
 func (c *cli) sessionsList(args []string) int {
@@ -87,23 +71,19 @@ func (c *cli) sessionsList(args []string) int {
 	if *asJSON {
 		return c.printJSON(resp.Body)
 	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tAGENT\tNAME\tTYPE\tSTATE\tEXIT\tCOMMAND")
-	for _, s := range resp.JSON200.Sessions {
-		exit := "-"
-		if s.ExitCode != nil {
-			exit = strconv.Itoa(*s.ExitCode)
+	return c.table("ID\tAGENT\tNAME\tTYPE\tSTATE\tEXIT\tCOMMAND", func(w io.Writer) {
+		for _, s := range resp.JSON200.Sessions {
+			exit := "-"
+			if s.ExitCode != nil {
+				exit = strconv.Itoa(*s.ExitCode)
+			}
+			cmd := strings.Join(append([]string{s.Command}, s.Args...), " ")
+			if len(cmd) > 60 {
+				cmd = cmd[:60] + "…"
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", cell(s.SessionId), cell(s.AgentId), cell(s.Name), cell(string(s.Type)), cell(string(s.State)), exit, cell(cmd))
 		}
-		cmd := strings.Join(append([]string{s.Command}, s.Args...), " ")
-		if len(cmd) > 60 {
-			cmd = cmd[:60] + "…"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", cell(s.SessionId), cell(s.AgentId), cell(s.Name), cell(string(s.Type)), cell(string(s.State)), exit, cell(cmd))
-	}
-	if err := tw.Flush(); err != nil {
-		return c.fail("writing the table: %v", err)
-	}
-	return 0
+	})
 }
 
 func (c *cli) sessionsCreate(args []string) int {
@@ -116,16 +96,9 @@ func (c *cli) sessionsCreate(args []string) int {
 	if code, done := parseFlags(flags, args, c.stdout, c.stderr, sessionsUsage); done {
 		return code
 	}
-	rest := flags.Args()
-	if len(rest) > 0 && rest[0] == "--" {
-		rest = rest[1:]
-	}
-	if len(rest) < 2 {
+	agent, cmdline, ok := agentCommand(flags.Args())
+	if !ok {
 		return c.fail("sessions create needs an agent and a command, e.g. 'agenticctl sessions create host-01 -- npm run dev'")
-	}
-	agent, cmdline := rest[0], rest[1:]
-	if cmdline[0] == "--" {
-		cmdline = cmdline[1:]
 	}
 	if len(cmdline) == 0 || cmdline[0] == "" {
 		return c.fail("sessions create needs a command after the agent")
@@ -145,17 +118,11 @@ func (c *cli) sessionsCreate(args []string) int {
 	if *cwd != "" {
 		req.Cwd = cwd
 	}
-	if len(envs) > 0 {
-		m := map[string]string{}
-		for _, kv := range envs {
-			k, v, ok := strings.Cut(kv, "=")
-			if !ok || k == "" {
-				return c.fail("--env %q: write it as KEY=VALUE", kv)
-			}
-			m[k] = v
-		}
-		req.Env = &m
+	env, err := envVars(envs)
+	if err != nil {
+		return c.fail("%v", err)
 	}
+	req.Env = env
 	cl, server, err := c.client()
 	if err != nil {
 		return c.fail("%v", err)
@@ -169,37 +136,21 @@ func (c *cli) sessionsCreate(args []string) int {
 }
 
 func (c *cli) sessionsGet(args []string) int {
-	flags := c.flagSet("agenticctl sessions get")
-	if code, done := parseFlags(flags, args, c.stdout, c.stderr, sessionsUsage); done {
-		return code
-	}
-	if flags.NArg() != 1 {
-		return c.fail("sessions get takes exactly one session id; 'agenticctl sessions list' shows them")
-	}
-	cl, server, err := c.client()
-	if err != nil {
-		return c.fail("%v", err)
-	}
-	resp, err := cl.GetSessionWithResponse(context.Background(), flags.Arg(0))
-	if err != nil || resp.JSON200 == nil {
-		return c.failed(server, err, resp)
-	}
-	return c.printJSON(resp.Body)
+	return c.showByID("sessions get", sessionsUsage,
+		"sessions get takes exactly one session id; 'agenticctl sessions list' shows them", args, restapi.ClientInterface.GetSession)
 }
 
 func (c *cli) sessionsKill(args []string) int {
-	flags := c.flagSet("agenticctl sessions kill")
-	if code, done := parseFlags(flags, args, c.stdout, c.stderr, sessionsUsage); done {
+	id, code, ok := c.oneArg("sessions kill", sessionsUsage,
+		"sessions kill takes exactly one session id; 'agenticctl sessions list' shows them", args)
+	if !ok {
 		return code
-	}
-	if flags.NArg() != 1 {
-		return c.fail("sessions kill takes exactly one session id; 'agenticctl sessions list' shows them")
 	}
 	cl, server, err := c.client()
 	if err != nil {
 		return c.fail("%v", err)
 	}
-	resp, err := cl.KillSessionWithResponse(context.Background(), flags.Arg(0))
+	resp, err := cl.KillSessionWithResponse(context.Background(), id)
 	if err != nil || resp.JSON202 == nil {
 		return c.failed(server, err, resp)
 	}

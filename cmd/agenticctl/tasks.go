@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
@@ -29,29 +28,13 @@ const taskUsage = `Usage:
 `
 
 func (c *cli) task(args []string) int {
-	if len(args) == 0 {
-		fmt.Fprint(c.stderr, taskUsage)
-		return exitError
-	}
-	switch args[0] {
-	case "submit":
-		return c.taskSubmit(args[1:])
-	case "list", "ls":
-		return c.taskList(args[1:])
-	case "get", "show":
-		return c.taskGet(args[1:])
-	case "cancel", "rm":
-		return c.taskCancel(args[1:])
-	case "artifacts":
-		return c.taskArtifacts(args[1:])
-	case "logs":
-		return c.taskLogs(args[1:])
-	case "-h", "-help", "--help", "help":
-		fmt.Fprint(c.stdout, taskUsage)
-		return 0
-	}
-	fmt.Fprintf(c.stderr, "agenticctl: unknown task command %q\n%s", args[0], taskUsage)
-	return exitError
+	return c.group("task", taskUsage, args,
+		verb{[]string{"submit"}, c.taskSubmit},
+		verb{[]string{"list", "ls"}, c.taskList},
+		verb{[]string{"get", "show"}, c.taskGet},
+		verb{[]string{"cancel", "rm"}, c.taskCancel},
+		verb{[]string{"artifacts"}, c.taskArtifacts},
+		verb{[]string{"logs"}, c.taskLogs})
 }
 
 func (c *cli) taskSubmit(args []string) int {
@@ -185,50 +168,28 @@ func (c *cli) taskList(args []string) int {
 	if *asJSON {
 		return c.printJSON(resp.Body)
 	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tSTATE\tREASON\tRUNTIME\tCREATED")
-	for _, t := range resp.JSON200.Tasks {
-		reason := ""
-		if t.Reason != nil {
-			reason = *t.Reason
+	return c.table("ID\tNAME\tSTATE\tREASON\tRUNTIME\tCREATED", func(w io.Writer) {
+		for _, t := range resp.JSON200.Tasks {
+			reason := ""
+			if t.Reason != nil {
+				reason = *t.Reason
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", cell(t.Id), cell(t.Name), cell(t.State), cell(reason), cell(t.Environment.Runtime), t.CreatedAt.UTC().Format(time.RFC3339))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", cell(t.Id), cell(t.Name), cell(t.State), cell(reason), cell(t.Environment.Runtime), t.CreatedAt.UTC().Format(time.RFC3339))
-	}
-	if err := tw.Flush(); err != nil {
-		return c.fail("writing the table: %v", err)
-	}
-	return 0
+	})
 }
 
-func (c *cli) oneTaskArg(args []string, what string) (string, int, bool) {
-	flags := c.flagSet("agenticctl task " + what)
-	if code, done := parseFlags(flags, args, c.stdout, c.stderr, taskUsage); done {
-		return "", code, false
-	}
-	if flags.NArg() != 1 {
-		return "", c.fail("task %s takes one task id", what), false
-	}
-	return flags.Arg(0), 0, true
+// oneTask is the one task id a verb of the task group takes.
+func (c *cli) oneTask(args []string, what string) (string, int, bool) {
+	return c.oneArg("task "+what, taskUsage, "task "+what+" takes one task id", args)
 }
 
 func (c *cli) taskGet(args []string) int {
-	id, code, ok := c.oneTaskArg(args, "get")
-	if !ok {
-		return code
-	}
-	cl, server, err := c.client()
-	if err != nil {
-		return c.fail("%v", err)
-	}
-	resp, err := cl.GetTaskWithResponse(context.Background(), id)
-	if err != nil || resp.JSON200 == nil {
-		return c.failed(server, err, resp)
-	}
-	return c.printJSON(resp.Body)
+	return c.showByID("task get", taskUsage, "task get takes one task id", args, restapi.ClientInterface.GetTask)
 }
 
 func (c *cli) taskCancel(args []string) int {
-	id, code, ok := c.oneTaskArg(args, "cancel")
+	id, code, ok := c.oneTask(args, "cancel")
 	if !ok {
 		return code
 	}
@@ -270,13 +231,11 @@ func (c *cli) taskArtifacts(args []string) int {
 		return c.failed(server, err, resp)
 	}
 	if *dir == "" {
-		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tSIZE\tSHA256\tTYPE")
-		for _, a := range resp.JSON200.Artifacts {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", cell(a.Name), a.Size, cell(a.Sha256), cell(a.ContentType))
-		}
-		_ = tw.Flush()
-		return 0
+		return c.table("NAME\tSIZE\tSHA256\tTYPE", func(w io.Writer) {
+			for _, a := range resp.JSON200.Artifacts {
+				fmt.Fprintf(w, "%s\t%d\t%s\t%s\n", cell(a.Name), a.Size, cell(a.Sha256), cell(a.ContentType))
+			}
+		})
 	}
 	for _, a := range resp.JSON200.Artifacts {
 		// Names come from the server: nothing may land outside DIR.

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+)
+
+// The steps every command group's verbs share, written once so that help,
+// mistakes and answers read the same in all of them.
+
+// verb is one subcommand of a command group: the names it answers to (its
+// own, then its aliases) and what runs it on the arguments after the name.
+type verb struct {
+	names []string
+	run   func(args []string) int
+}
+
+// group runs the verb args[0] names. No verb or an unknown one prints the
+// group's usage on stderr and fails; help prints it on stdout.
+func (c *cli) group(name, usage string, args []string, verbs ...verb) int {
+	if len(args) == 0 {
+		fmt.Fprint(c.stderr, usage)
+		return exitError
+	}
+	for _, v := range verbs {
+		if slices.Contains(v.names, args[0]) {
+			return v.run(args[1:])
+		}
+	}
+	if slices.Contains([]string{"-h", "-help", "--help", "help"}, args[0]) {
+		fmt.Fprint(c.stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(c.stderr, "agenticctl: unknown %s command %q\n%s", name, args[0], usage)
+	return exitError
+}
+
+// oneArg parses the arguments of the verb "agenticctl name", which has no
+// flags and one operand. When ok is false the verb is over with code: help
+// was asked for, or the arguments were wrong (explained with wrong).
+func (c *cli) oneArg(name, usage, wrong string, args []string) (arg string, code int, ok bool) {
+	flags := c.flagSet("agenticctl " + name)
+	if code, done := parseFlags(flags, args, c.stdout, c.stderr, usage); done {
+		return "", code, false
+	}
+	if flags.NArg() != 1 {
+		return "", c.fail("%s", wrong), false
+	}
+	return flags.Arg(0), 0, true
+}
+
+// idCall is a generated client call about one thing named by its id or
+// name, as a method expression (restapi.ClientInterface.GetAgent).
+type idCall func(restapi.ClientInterface, context.Context, string, ...restapi.RequestEditorFn) (*http.Response, error)
+
+// callID sends call about id and returns the answer's body when its status
+// is want; otherwise ok is false and the failure is explained, with code
+// the exit status.
+func (c *cli) callID(cl restapi.ClientInterface, server, id string, call idCall, want int) (body []byte, code int, ok bool) {
+	resp, err := call(cl, context.Background(), id)
+	if err != nil {
+		return nil, c.unreachable(server, err), false
+	}
+	defer resp.Body.Close()
+	body, err = io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, c.fail("reading the answer: %v", err), false
+	}
+	if resp.StatusCode != want {
+		return nil, c.apiError(resp.StatusCode, body), false
+	}
+	return body, 0, true
+}
+
+// showByID is a "get ID" verb: it prints as JSON what get answers for the
+// one id in args.
+func (c *cli) showByID(name, usage, wrong string, args []string, get idCall) int {
+	id, code, ok := c.oneArg(name, usage, wrong, args)
+	if !ok {
+		return code
+	}
+	cl, server, err := c.client()
+	if err != nil {
+		return c.fail("%v", err)
+	}
+	body, code, ok := c.callID(cl, server, id, get, http.StatusOK)
+	if !ok {
+		return code
+	}
+	return c.printJSON(body)
+}
+
+// table writes header and the rows rows writes as an aligned table on
+// stdout.
+func (c *cli) table(header string, rows func(w io.Writer)) int {
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	rows(tw)
+	if err := tw.Flush(); err != nil {
+		return c.fail("writing the table: %v", err)
+	}
+	return 0
+}
+
+// agentCommand splits exec's and sessions create's operands,
+// "[--] AGENT [--] CMD [ARGS…]"; ok is false when there are not two.
+func agentCommand(operands []string) (agent string, cmdline []string, ok bool) {
+	if len(operands) > 0 && operands[0] == "--" {
+		operands = operands[1:]
+	}
+	if len(operands) < 2 {
+		return "", nil, false
+	}
+	agent, cmdline = operands[0], operands[1:]
+	if cmdline[0] == "--" {
+		cmdline = cmdline[1:]
+	}
+	return agent, cmdline, true
+}
+
+// envVars turns the repeated --env KEY=VALUE into a request's environment,
+// nil when there are none.
+func envVars(kvs multiFlag) (*map[string]string, error) {
+	if len(kvs) == 0 {
+		return nil, nil
+	}
+	m := map[string]string{}
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--env %q: write it as KEY=VALUE", kv)
+		}
+		m[k] = v
+	}
+	return &m, nil
+}
