@@ -26,7 +26,7 @@ type RuntimeCapabilities struct {
 	// Pause: Pause and Resume work.
 	Pause bool
 	// NetworkModes lists the modes Provision accepts; the first is the default.
-	NetworkModes []string
+	NetworkModes []NetworkMode
 	// Limits lists the Resources fields it enforces; any other non-zero
 	// field is refused rather than silently ignored.
 	Limits       []Limit
@@ -55,7 +55,7 @@ func (c RuntimeCapabilities) CheckSpec(spec EnvironmentSpec) error {
 		return bad("no agent secret")
 	}
 	if spec.Network != "" && !slices.Contains(c.NetworkModes, spec.Network) {
-		return bad("network %q: the %s runtime offers %s", spec.Network, c.Runtime, strings.Join(c.NetworkModes, ", "))
+		return bad("network %q: the %s runtime offers %s", spec.Network, c.Runtime, NetworkModeList(c.NetworkModes))
 	}
 	if spec.Image != "" && !c.Images {
 		return bad("image %q: the %s runtime runs no images", spec.Image, c.Runtime)

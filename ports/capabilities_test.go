@@ -9,7 +9,7 @@ import (
 
 func TestCheckSpec(t *testing.T) {
 	caps := RuntimeCapabilities{
-		Runtime: "vmish", Isolation: KindVM, NetworkModes: []string{NetworkNone, NetworkUser},
+		Runtime: "vmish", Isolation: KindVM, NetworkModes: []NetworkMode{NetworkNone, NetworkUser},
 		Limits: []Limit{LimitCPUs, LimitDiskGB}, Images: true, Profiles: []string{"small"},
 	}
 	ok := EnvironmentSpec{Name: "env-1", Agent: AgentBootstrap{ID: "env-1", Secret: "s"}}
@@ -55,7 +55,7 @@ func TestCheckSpec(t *testing.T) {
 			}
 		})
 	}
-	noImages := RuntimeCapabilities{Runtime: "host", NetworkModes: []string{NetworkHost}}
+	noImages := RuntimeCapabilities{Runtime: "host", NetworkModes: []NetworkMode{NetworkHost}}
 	if err := noImages.CheckSpec(EnvironmentSpec{Name: "x", Image: "alpine", Agent: AgentBootstrap{Secret: "s"}}); !errors.Is(err, ErrInvalidSpec) {
 		t.Fatalf("an image on a runtime without images: %v", err)
 	}

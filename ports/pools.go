@@ -10,12 +10,12 @@ const LabelPool = "agentic-sandbox.pool"
 // PoolSpec is what a pool's members are made with; an environment request
 // with the same runtime and exactly this spec takes a member.
 type PoolSpec struct {
-	Image        string    `json:"image,omitempty"`
-	Profile      string    `json:"profile,omitempty"`
-	Resources    Resources `json:"resources"`
-	Network      string    `json:"network,omitempty"`
-	AllowedHosts []string  `json:"allowed_hosts,omitempty"`
-	ReadOnlyRoot bool      `json:"read_only_root,omitempty"`
+	Image        string      `json:"image,omitempty"`
+	Profile      string      `json:"profile,omitempty"`
+	Resources    Resources   `json:"resources"`
+	Network      NetworkMode `json:"network,omitempty"`
+	AllowedHosts []string    `json:"allowed_hosts,omitempty"`
+	ReadOnlyRoot bool        `json:"read_only_root,omitempty"`
 }
 
 // Pool is a warm pool's definition: keep Size environments of Spec on

@@ -3,7 +3,10 @@ package ports
 import (
 	"context"
 	"errors"
+	"fmt"
 	"regexp"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -18,20 +21,51 @@ var (
 	ErrUnsupported = errors.New("not supported by this runtime")
 )
 
+// NetworkMode is how an environment reaches the network. Its values are
+// the contract's (the API's "network", a task manifest's network_mode,
+// AGENTIC_ALLOWED_NETWORKS); "" in a spec means the runtime's default.
+type NetworkMode string
+
 // Network modes of an environment. NetworkNone still lets the agent reach
 // the management server, through whatever private channel the runtime has
 // (a mounted unix socket, a virtio-serial port); nothing else gets out.
 const (
-	NetworkNone = "none"
-	NetworkHost = "host"
+	NetworkNone NetworkMode = "none"
+	NetworkHost NetworkMode = "host"
 	// NetworkUser is QEMU user networking (outbound NAT, nothing inbound).
-	NetworkUser = "user"
+	NetworkUser NetworkMode = "user"
 	// NetworkBridge is the engine's default bridged network.
-	NetworkBridge = "bridge"
+	NetworkBridge NetworkMode = "bridge"
 	// NetworkProxy is no network device, egress only through the agent
 	// link's filtering proxy, to the environment's allowed hosts.
-	NetworkProxy = "proxy"
+	NetworkProxy NetworkMode = "proxy"
 )
+
+// KnownNetworkModes lists every mode, the most closed first.
+var KnownNetworkModes = []NetworkMode{NetworkNone, NetworkProxy, NetworkUser, NetworkBridge, NetworkHost}
+
+// Valid reports whether m is one of the modes ("" is not: it is the
+// absence of one).
+func (m NetworkMode) Valid() bool { return slices.Contains(KnownNetworkModes, m) }
+
+// ParseNetworkMode turns a caller's word into a mode, refusing anything
+// unknown (the empty string included) with ErrInvalidSpec, so that a typo
+// is a 400 at the edge rather than a runtime's puzzled refusal later.
+func ParseNetworkMode(s string) (NetworkMode, error) {
+	if m := NetworkMode(s); m.Valid() {
+		return m, nil
+	}
+	return "", fmt.Errorf("%w: unknown network mode %q (known: %s)", ErrInvalidSpec, s, NetworkModeList(KnownNetworkModes))
+}
+
+// NetworkModeList joins modes with ", " for messages and help.
+func NetworkModeList(ms []NetworkMode) string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = string(m)
+	}
+	return strings.Join(out, ", ")
+}
 
 // EgressProxyAddr is where an agent of a NetworkProxy environment serves
 // its egress proxy, on the environment's own loopback.
@@ -83,7 +117,7 @@ type EnvironmentSpec struct {
 	// Profile names a preset of the adapter ("" for its default).
 	Profile      string
 	Resources    Resources
-	Network      string // "" means the adapter's default (its first NetworkModes entry)
+	Network      NetworkMode // "" means the adapter's default (its first NetworkModes entry)
 	ReadOnlyRoot bool
 	Labels       map[string]string
 	Agent        AgentBootstrap
@@ -110,7 +144,7 @@ type Environment struct {
 	RuntimeID string
 	State     EnvState
 	Image     string
-	Network   string
+	Network   NetworkMode
 	Resources Resources
 	CreatedAt time.Time
 	// Detail says why a failed or stopped environment is so (exit code, reason).

@@ -190,7 +190,7 @@ func (r *Runtime) Capabilities() ports.RuntimeCapabilities {
 		Runtime:      RuntimeName,
 		Isolation:    ports.KindContainer,
 		Pause:        true,
-		NetworkModes: []string{ports.NetworkNone, ports.NetworkProxy, ports.NetworkHost, ports.NetworkBridge},
+		NetworkModes: []ports.NetworkMode{ports.NetworkNone, ports.NetworkProxy, ports.NetworkHost, ports.NetworkBridge},
 		Limits:       []ports.Limit{ports.LimitCPUs, ports.LimitMemoryMB, ports.LimitPIDs},
 		ReadOnlyRoot: true,
 		Images:       true,
@@ -247,7 +247,7 @@ func invalid(format string, args ...any) error {
 // plan is a validated spec turned into what the engine is given.
 type plan struct {
 	spec     ports.EnvironmentSpec
-	network  string
+	network  ports.NetworkMode
 	server   string // MANAGEMENT_SERVER for the agent
 	sockDir  string // host directory mounted at SocketDir, "" if none
 	user     string
@@ -496,7 +496,7 @@ func (r *Runtime) containerConfig(p plan, image string) (*container.Config, *con
 		LabelOwner:     r.cfg.Owner,
 		LabelEnv:       spec.Name,
 		LabelProvision: p.provisID,
-		LabelNetwork:   p.network,
+		LabelNetwork:   string(p.network),
 	}
 	for k, v := range spec.Labels {
 		labels[LabelUserPrefix+k] = v
@@ -557,7 +557,7 @@ func (r *Runtime) containerConfig(p plan, image string) (*container.Config, *con
 	}
 	pids := int64(p.res.PIDs)
 	host := &container.HostConfig{
-		NetworkMode:    container.NetworkMode(engineNetwork(p.network)),
+		NetworkMode:    engineNetwork(p.network),
 		RestartPolicy:  container.RestartPolicy{Name: container.RestartPolicyDisabled},
 		CapDrop:        []string{"ALL"},
 		CapAdd:         agentCaps(p.user),
@@ -767,9 +767,9 @@ func toEnv(c container.InspectResponse) ports.Environment {
 		env.State, env.Detail = StateOf(c.State)
 		env.CreatedAt, _ = time.Parse(time.RFC3339Nano, c.Created)
 		if h := c.HostConfig; h != nil {
-			env.Network = string(h.NetworkMode)
+			env.Network = ports.NetworkMode(h.NetworkMode)
 			if c.Config != nil && c.Config.Labels[LabelNetwork] != "" {
-				env.Network = c.Config.Labels[LabelNetwork]
+				env.Network = ports.NetworkMode(c.Config.Labels[LabelNetwork])
 			}
 			env.Resources = ports.Resources{
 				CPUs:     float64(h.NanoCPUs) / 1e9,
@@ -797,9 +797,9 @@ func toEnv(c container.InspectResponse) ports.Environment {
 
 // engineNetwork is the engine's network for a mode: proxy is none (no
 // device), its egress going through the agent.
-func engineNetwork(mode string) string {
+func engineNetwork(mode ports.NetworkMode) container.NetworkMode {
 	if mode == ports.NetworkProxy {
-		return ports.NetworkNone
+		mode = ports.NetworkNone
 	}
-	return mode
+	return container.NetworkMode(mode)
 }

@@ -89,7 +89,7 @@ func (r *Runtime) Capabilities() ports.RuntimeCapabilities {
 	return ports.RuntimeCapabilities{
 		Runtime:      RuntimeName,
 		Isolation:    ports.KindHost,
-		NetworkModes: []string{ports.NetworkHost},
+		NetworkModes: []ports.NetworkMode{ports.NetworkHost},
 	}
 }
 

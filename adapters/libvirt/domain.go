@@ -22,15 +22,15 @@ const AgentChannel = "io.agentic-sandbox.agent"
 
 // envMeta is the <agentic:env> element in a domain's <metadata>.
 type envMeta struct {
-	XMLName xml.Name    `xml:"https://agentic-sandbox.dev/env/1 env"`
-	Owner   string      `xml:"owner,attr"`
-	Name    string      `xml:"name,attr"`
-	Created string      `xml:"created,attr,omitempty"`
-	Network string      `xml:"network,attr,omitempty"`
-	Image   string      `xml:"image,attr,omitempty"`
-	Socket  string      `xml:"agent-socket,attr,omitempty"`
-	Dir     string      `xml:"state-dir,attr,omitempty"`
-	Labels  []metaLabel `xml:"https://agentic-sandbox.dev/env/1 label"`
+	XMLName xml.Name          `xml:"https://agentic-sandbox.dev/env/1 env"`
+	Owner   string            `xml:"owner,attr"`
+	Name    string            `xml:"name,attr"`
+	Created string            `xml:"created,attr,omitempty"`
+	Network ports.NetworkMode `xml:"network,attr,omitempty"`
+	Image   string            `xml:"image,attr,omitempty"`
+	Socket  string            `xml:"agent-socket,attr,omitempty"`
+	Dir     string            `xml:"state-dir,attr,omitempty"`
+	Labels  []metaLabel       `xml:"https://agentic-sandbox.dev/env/1 label"`
 }
 
 type metaLabel struct {
@@ -54,7 +54,7 @@ func (m envMeta) marshal() string {
 	attr("owner", m.Owner)
 	attr("name", m.Name)
 	attr("created", m.Created)
-	attr("network", m.Network)
+	attr("network", string(m.Network))
 	attr("image", m.Image)
 	attr("agent-socket", m.Socket)
 	attr("state-dir", m.Dir)
@@ -128,7 +128,7 @@ type domainPlan struct {
 	VCPUs      uint
 	MemoryMiB  uint
 	Meta       envMeta
-	Network    string
+	Network    ports.NetworkMode
 	// Direct kernel boot (the tiny image) ...
 	Kernel, Initrd, Cmdline string
 	// ... or a disk (a qcow2 overlay) with a cloud-init seed ISO.

@@ -192,7 +192,7 @@ func (r *Runtime) Capabilities() ports.RuntimeCapabilities {
 		Runtime:      RuntimeName,
 		Isolation:    ports.KindVM,
 		Pause:        true,
-		NetworkModes: []string{networkNone, ports.NetworkProxy, networkUser},
+		NetworkModes: []ports.NetworkMode{networkNone, ports.NetworkProxy, networkUser},
 		// disk_gb sizes the overlay of a disk image; pids has no VM-wide
 		// equivalent, so it is refused rather than ignored.
 		Limits:   []ports.Limit{ports.LimitCPUs, ports.LimitMemoryMB, ports.LimitDiskGB},

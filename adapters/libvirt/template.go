@@ -71,7 +71,7 @@ func (r *Runtime) templateOf(lv *golibvirt.Libvirt, plan domainPlan) (templateFo
 			h.Write([]byte{0})
 		}
 	}
-	add(r.domType, strconv.FormatUint(uint64(plan.VCPUs), 10), strconv.FormatUint(uint64(plan.MemoryMiB), 10), plan.Network)
+	add(r.domType, strconv.FormatUint(uint64(plan.VCPUs), 10), strconv.FormatUint(uint64(plan.MemoryMiB), 10), string(plan.Network))
 	shape := hex.EncodeToString(h.Sum(nil))[:12]
 	add(plan.Kernel, plan.Cmdline, strconv.FormatUint(libVer, 10), strconv.FormatUint(hvVer, 10))
 	for _, f := range []string{plan.Kernel, plan.baseInitrd, plan.addedAgent} {

@@ -69,7 +69,7 @@ func (s *Server) ListRuntimes(_ context.Context, _ restapi.ListRuntimesRequestOb
 	}
 	for _, c := range s.d.Environments.Runtimes() {
 		out.Runtimes = append(out.Runtimes, restapi.Runtime{
-			Runtime: c.Runtime, Isolation: restapi.RuntimeIsolation(c.Isolation), NetworkModes: nonNil(c.NetworkModes),
+			Runtime: c.Runtime, Isolation: restapi.RuntimeIsolation(c.Isolation), NetworkModes: networkNames(c.NetworkModes),
 			Limits: limitNames(c.Limits), Pause: c.Pause, ReadOnlyRoot: c.ReadOnlyRoot,
 			Images: c.Images, Profiles: nonNil(c.Profiles),
 		})
@@ -83,6 +83,24 @@ func limitNames(ls []ports.Limit) []string {
 		out[i] = string(l)
 	}
 	return out
+}
+
+func networkNames(ms []ports.NetworkMode) []string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = string(m)
+	}
+	return out
+}
+
+// networkMode is a request's network: absent or empty is the runtime's
+// default; an unknown word is refused (ErrInvalidSpec) before any runtime
+// is asked.
+func networkMode(p *string) (ports.NetworkMode, error) {
+	if p == nil || *p == "" {
+		return "", nil
+	}
+	return ports.ParseNetworkMode(*p)
 }
 
 func nonNil(v []string) []string {
@@ -124,9 +142,11 @@ func (s *Server) CreateEnvironment(ctx context.Context, req restapi.CreateEnviro
 	if b.AllowedHosts != nil {
 		r.AllowedHosts = *b.AllowedHosts
 	}
-	if b.Network != nil {
-		r.Network = *b.Network
+	network, err := networkMode(b.Network)
+	if err != nil {
+		return nil, createEnvironmentError(err, subject)
 	}
+	r.Network = network
 	if b.ReadOnlyRoot != nil {
 		r.ReadOnlyRoot = *b.ReadOnlyRoot
 	}
@@ -250,7 +270,7 @@ func toEnvironment(e environment.Environment) restapi.Environment {
 	}
 	setStr(&out.RuntimeId, e.RuntimeID)
 	setStr(&out.Image, e.Image)
-	setStr(&out.Network, e.Network)
+	setStr(&out.Network, string(e.Network))
 	if len(e.AllowedHosts) > 0 {
 		out.AllowedHosts = &e.AllowedHosts
 	}

@@ -40,7 +40,7 @@ func (f *fakeEnvironments) take(op string) error {
 }
 
 func (f *fakeEnvironments) Runtimes() []ports.RuntimeCapabilities {
-	return []ports.RuntimeCapabilities{{Runtime: "docker", Isolation: ports.KindContainer, Pause: true, NetworkModes: []string{"none"},
+	return []ports.RuntimeCapabilities{{Runtime: "docker", Isolation: ports.KindContainer, Pause: true, NetworkModes: []ports.NetworkMode{ports.NetworkNone},
 		Limits: []ports.Limit{ports.LimitCPUs}, Images: true, Profiles: []string{"default"}}}
 }
 
@@ -73,7 +73,7 @@ func (f *fakeEnvironments) Inspect(_ context.Context, name string) (environment.
 	return e, ok
 }
 
-func (f *fakeEnvironments) op(op, name, state string) (environment.Environment, error) {
+func (f *fakeEnvironments) op(op, name string, state environment.State) (environment.Environment, error) {
 	if err := f.take(op); err != nil {
 		return environment.Environment{}, err
 	}

@@ -53,7 +53,11 @@ func (s *Server) PutPool(ctx context.Context, req restapi.PutPoolRequestObject) 
 	b := req.Body
 	p := ports.Pool{Name: req.Name, Runtime: b.Runtime, Size: b.Size}
 	if sp := b.Spec; sp != nil {
-		p.Spec.Image, p.Spec.Profile, p.Spec.Network = deref(sp.Image), deref(sp.Profile), deref(sp.Network)
+		network, err := networkMode(sp.Network)
+		if err != nil {
+			return nil, createEnvironmentError(err, fmt.Sprintf("pool %q", clip(req.Name)))
+		}
+		p.Spec.Image, p.Spec.Profile, p.Spec.Network = deref(sp.Image), deref(sp.Profile), network
 		p.Spec.ReadOnlyRoot = sp.ReadOnlyRoot != nil && *sp.ReadOnlyRoot
 		if sp.AllowedHosts != nil {
 			p.Spec.AllowedHosts = *sp.AllowedHosts
@@ -98,7 +102,7 @@ func toPool(p environment.PoolStatus) restapi.Pool {
 	sp := p.Spec
 	setStr(&out.Spec.Image, sp.Image)
 	setStr(&out.Spec.Profile, sp.Profile)
-	setStr(&out.Spec.Network, sp.Network)
+	setStr(&out.Spec.Network, string(sp.Network))
 	if len(sp.AllowedHosts) > 0 {
 		out.Spec.AllowedHosts = ptr(sp.AllowedHosts)
 	}
@@ -107,7 +111,7 @@ func toPool(p environment.PoolStatus) restapi.Pool {
 	}
 	out.Spec.Resources = toResources(sp.Resources)
 	for _, m := range p.Members {
-		out.Members = append(out.Members, restapi.PoolMember{Name: m.Name, State: m.State})
+		out.Members = append(out.Members, restapi.PoolMember{Name: m.Name, State: string(m.State)})
 	}
 	return out
 }

@@ -80,7 +80,7 @@ type Config struct {
 	ImageDir string
 	// AllowedNetworks are the network modes callers may ask for containers
 	// and VMs (host environments always share the host's network).
-	AllowedNetworks []string
+	AllowedNetworks []ports.NetworkMode
 	// EgressBound is the server-wide allowlist (AGENTIC_EGRESS_ALLOWED_HOSTS)
 	// every proxy environment's allowed hosts must fall within; nil: none.
 	EgressBound []egress.Rule
@@ -207,9 +207,6 @@ var flagEnv = map[string]string{
 // root, created at start if missing.
 const defaultHostUser = "agentic-host"
 
-// knownNetworks are the values of AGENTIC_ALLOWED_NETWORKS.
-var knownNetworks = []string{ports.NetworkNone, ports.NetworkProxy, ports.NetworkUser, ports.NetworkBridge, ports.NetworkHost}
-
 func loadConfig(args, environ []string, stderr io.Writer, version string) (Config, error) {
 	fs := flag.NewFlagSet("agentic-mgmt", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -332,12 +329,13 @@ func loadConfig(args, environ []string, stderr io.Writer, version string) (Confi
 	if cfg.ImageDir, err = filepath.Abs(src.GetDefault("AGENTIC_IMAGE_DIR", filepath.Join(cfg.DataDir, "images"))); err != nil {
 		return Config{}, err
 	}
-	for _, n := range strings.Split(src.GetDefault("AGENTIC_ALLOWED_NETWORKS", ports.NetworkNone), ",") {
+	for _, n := range strings.Split(src.GetDefault("AGENTIC_ALLOWED_NETWORKS", string(ports.NetworkNone)), ",") {
 		n = strings.TrimSpace(n)
-		if !slices.Contains(knownNetworks, n) {
-			return Config{}, fmt.Errorf("AGENTIC_ALLOWED_NETWORKS: unknown network mode %q (known: %s)", n, strings.Join(knownNetworks, ", "))
+		mode, err := ports.ParseNetworkMode(n)
+		if err != nil {
+			return Config{}, fmt.Errorf("AGENTIC_ALLOWED_NETWORKS: unknown network mode %q (known: %s)", n, ports.NetworkModeList(ports.KnownNetworkModes))
 		}
-		cfg.AllowedNetworks = append(cfg.AllowedNetworks, n)
+		cfg.AllowedNetworks = append(cfg.AllowedNetworks, mode)
 	}
 	if v := src.GetDefault("AGENTIC_EGRESS_ALLOWED_HOSTS", ""); v != "" {
 		if cfg.EgressBound, err = egress.ParseRules(strings.Split(v, ",")); err != nil {

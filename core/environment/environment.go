@@ -10,16 +10,25 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
-// States of an environment as the server reports it: the runtime's state,
-// refined by its agent.
+// State is an environment's state as the server reports it: the runtime's
+// state (ports.EnvState), refined by its agent. It lives here rather than in
+// ports because only this package's rules (Next, FromRuntime) produce it;
+// its words are the API's (EnvironmentState in openapi.yaml).
+type State string
+
+// States of an environment.
 const (
-	StateProvisioning = "provisioning" // the runtime is making it
-	StateBooting      = "booting"      // it runs; its agent has not registered yet
-	StateReady        = "ready"        // its agent is connected
-	StateStopped      = "stopped"
-	StateFailed       = "failed"
-	StateDeleting     = "deleting"
+	StateProvisioning State = "provisioning" // the runtime is making it
+	StateBooting      State = "booting"      // it runs; its agent has not registered yet
+	StateReady        State = "ready"        // its agent is connected
+	StateStopped      State = "stopped"
+	StatePaused       State = "paused" // runtimes that can pause
+	StateFailed       State = "failed"
+	StateDeleting     State = "deleting"
 )
+
+// States lists every state, in the order of an environment's life.
+var States = []State{StateProvisioning, StateBooting, StateReady, StatePaused, StateStopped, StateFailed, StateDeleting}
 
 // ErrUnknownRuntime is a request for a runtime that is not configured.
 var ErrUnknownRuntime = errors.New("runtime not configured")
@@ -35,10 +44,10 @@ type Event struct {
 type Environment struct {
 	Name        string
 	Runtime     string
-	State       string
+	State       State
 	RuntimeID   string
 	Image       string
-	Network     string
+	Network     ports.NetworkMode
 	Resources   ports.Resources
 	AgentID     string
 	AgentStatus ports.AgentStatus
@@ -76,14 +85,11 @@ type Request struct {
 	Image        string
 	Profile      string
 	Resources    ports.Resources
-	Network      string
+	Network      ports.NetworkMode
 	ReadOnlyRoot bool
 	// AllowedHosts: with Network proxy, the hosts its commands may reach.
 	AllowedHosts []string
 }
-
-// StatePaused is a paused environment (runtimes that can pause).
-const StatePaused = "paused"
 
 // Observation is what a refresh saw of an environment.
 type Observation struct {
@@ -95,7 +101,7 @@ type Observation struct {
 // Next is the state after an observation. Provisioning and deleting belong
 // to the operation in flight and are left alone; an environment whose agent
 // never came stays failed while it runs.
-func Next(current string, o Observation) string {
+func Next(current State, o Observation) State {
 	switch {
 	case current == StateProvisioning || current == StateDeleting:
 		return current
@@ -123,7 +129,7 @@ func Next(current string, o Observation) string {
 
 // FromRuntime is the state of an environment found on a runtime (after a
 // server restart) before its agent has been seen.
-func FromRuntime(st ports.EnvState) string {
+func FromRuntime(st ports.EnvState) State {
 	switch st {
 	case ports.EnvRunning:
 		return StateBooting

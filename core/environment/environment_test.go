@@ -10,9 +10,9 @@ func TestNext(t *testing.T) {
 	running := Observation{Runtime: ports.EnvRunning}
 	up := Observation{Runtime: ports.EnvRunning, AgentConnected: true}
 	tests := []struct {
-		from string
+		from State
 		obs  Observation
-		want string
+		want State
 	}{
 		{StateProvisioning, up, StateProvisioning},
 		{StateDeleting, Observation{Gone: true}, StateDeleting},
@@ -39,7 +39,7 @@ func TestNext(t *testing.T) {
 }
 
 func TestFromRuntime(t *testing.T) {
-	for st, want := range map[ports.EnvState]string{
+	for st, want := range map[ports.EnvState]State{
 		ports.EnvRunning: StateBooting, ports.EnvCreating: StateProvisioning, ports.EnvPaused: StatePaused,
 		ports.EnvFailed: StateFailed, ports.EnvStopped: StateStopped,
 	} {

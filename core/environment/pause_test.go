@@ -79,14 +79,14 @@ type networked struct{ *fakeRuntime }
 
 func (n networked) Capabilities() ports.RuntimeCapabilities {
 	c := n.fakeRuntime.Capabilities()
-	c.NetworkModes = []string{ports.NetworkNone, ports.NetworkBridge}
+	c.NetworkModes = []ports.NetworkMode{ports.NetworkNone, ports.NetworkBridge}
 	return c
 }
 
 func TestOnlyAllowedNetworksForContainersAndVMs(t *testing.T) {
 	f := newFixture(t, time.Minute)
 	f.svc.cfg.Runtimes["net"] = networked{f.rt}
-	f.svc.cfg.AllowedNetworks = []string{ports.NetworkNone}
+	f.svc.cfg.AllowedNetworks = []ports.NetworkMode{ports.NetworkNone}
 	ctx := context.Background()
 	if _, err := f.svc.Create(ctx, Request{Runtime: "net", Name: "open", Network: ports.NetworkBridge}); !errors.Is(err, ports.ErrInvalidSpec) || !strings.Contains(err.Error(), "not allowed") {
 		t.Fatalf("a network the runtime offers but the server does not allow: %v", err)
@@ -94,7 +94,7 @@ func TestOnlyAllowedNetworksForContainersAndVMs(t *testing.T) {
 	if _, err := f.svc.Create(ctx, Request{Runtime: "net", Name: "closed", Network: ports.NetworkNone}); err != nil {
 		t.Fatalf("an allowed network: %v", err)
 	}
-	f.svc.cfg.AllowedNetworks = []string{ports.NetworkNone, ports.NetworkBridge}
+	f.svc.cfg.AllowedNetworks = []ports.NetworkMode{ports.NetworkNone, ports.NetworkBridge}
 	if _, err := f.svc.Create(ctx, Request{Runtime: "net", Name: "opened", Network: ports.NetworkBridge}); err != nil {
 		t.Fatalf("once allowed: %v", err)
 	}

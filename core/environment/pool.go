@@ -67,7 +67,8 @@ type PoolStatus struct {
 
 // PoolMember is one untaken member.
 type PoolMember struct {
-	Name, State string
+	Name  string
+	State State
 }
 
 // CheckPool validates a pool definition against the configured runtimes

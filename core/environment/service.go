@@ -41,7 +41,7 @@ type Config struct {
 	ObserveProvision func(runtime string, d time.Duration)
 	// AllowedNetworks, when set, are the only network modes a request may
 	// name for a container or a VM (host environments share the host's).
-	AllowedNetworks []string
+	AllowedNetworks []ports.NetworkMode
 	// Retire ends what a deleted environment's agent was doing (its
 	// commands, sessions and missions) and forgets it at once.
 	Retire ports.AgentRetirer
@@ -499,7 +499,7 @@ func (s *Service) Inspect(ctx context.Context, name string) (Environment, bool) 
 			if msg != "" && (next == StateFailed || next == StateStopped) {
 				x.Error = msg
 			}
-			x.Events = appendEvent(x.Events, Event{At: now, Step: next, Message: msg})
+			x.Events = appendEvent(x.Events, Event{At: now, Step: string(next), Message: msg})
 		})
 	}
 	e, _ = s.Get(name)
@@ -731,7 +731,7 @@ func appendEvent(evs []Event, e Event) []Event {
 func (s *Service) networkAllowed(req Request, rt ports.Runtime) error {
 	if req.Network != "" && s.cfg.AllowedNetworks != nil && rt.Capabilities().Isolation != ports.KindHost &&
 		!slices.Contains(s.cfg.AllowedNetworks, req.Network) {
-		return fmt.Errorf("%w: network %q is not allowed on this server (allowed: %s)", ports.ErrInvalidSpec, req.Network, strings.Join(s.cfg.AllowedNetworks, ", "))
+		return fmt.Errorf("%w: network %q is not allowed on this server (allowed: %s)", ports.ErrInvalidSpec, req.Network, ports.NetworkModeList(s.cfg.AllowedNetworks))
 	}
 	return nil
 }

@@ -32,7 +32,7 @@ func newFakeRuntime() *fakeRuntime {
 }
 
 func (r *fakeRuntime) Capabilities() ports.RuntimeCapabilities {
-	return ports.RuntimeCapabilities{Runtime: "fake", Isolation: ports.KindContainer, NetworkModes: []string{"none"}}
+	return ports.RuntimeCapabilities{Runtime: "fake", Isolation: ports.KindContainer, NetworkModes: []ports.NetworkMode{ports.NetworkNone}}
 }
 func (r *fakeRuntime) Ping(context.Context) error { return nil }
 func (r *fakeRuntime) Provision(_ context.Context, spec ports.EnvironmentSpec) (ports.Environment, error) {
@@ -138,7 +138,7 @@ func newFixture(t *testing.T, readyTimeout time.Duration) *fixture {
 	return f
 }
 
-func waitState(t *testing.T, s *Service, name, want string) Environment {
+func waitState(t *testing.T, s *Service, name string, want State) Environment {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {

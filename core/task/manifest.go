@@ -65,7 +65,7 @@ type Environment struct {
 	CPUs         float64
 	MemoryMB     int
 	DiskGB       int
-	NetworkMode  string
+	NetworkMode  ports.NetworkMode
 	AllowedHosts []string
 }
 
@@ -273,7 +273,6 @@ var (
 	commitPattern    = regexp.MustCompile(`^[0-9a-fA-F]{4,64}$`)
 	hostPattern      = regexp.MustCompile(`^(\*\.)?[a-zA-Z0-9]([a-zA-Z0-9-]{0,62}[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,62}[a-zA-Z0-9])?)*(:[0-9]{1,5})?$`)
 	scpLikeURL       = regexp.MustCompile(`^[a-zA-Z0-9._-]+@[a-zA-Z0-9.-]+:[^\x00-\x1f]+$`)
-	networkModes     = []string{ports.NetworkNone, ports.NetworkProxy, ports.NetworkUser, ports.NetworkBridge, ports.NetworkHost}
 	runtimePattern   = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
 	secretSourcesNot = map[string]string{"vault": "vault", "aws": "AWS secrets manager", "k8s": "Kubernetes secrets"}
 )
@@ -497,9 +496,11 @@ func (p *parser) environment(n *yaml.Node, at string) Environment {
 			}
 		},
 		"network_mode": func(v *yaml.Node, at string) {
-			if e.NetworkMode = p.str(v, at); !contains(networkModes, e.NetworkMode) {
-				p.fail(at, "must be one of %s", strings.Join(networkModes, ", "))
+			mode, err := ports.ParseNetworkMode(p.str(v, at))
+			if err != nil {
+				p.fail(at, "must be one of %s", ports.NetworkModeList(ports.KnownNetworkModes))
 			}
+			e.NetworkMode = mode
 		},
 		"allowed_hosts": func(v *yaml.Node, at string) {
 			e.AllowedHosts = p.strings(v, at, 256)
@@ -510,7 +511,7 @@ func (p *parser) environment(n *yaml.Node, at string) Environment {
 			}
 		},
 	})
-	if len(e.AllowedHosts) > 0 && e.NetworkMode != "proxy" {
+	if len(e.AllowedHosts) > 0 && e.NetworkMode != ports.NetworkProxy {
 		p.fail(join(at, "allowed_hosts"), "needs network_mode: proxy")
 	}
 	return e
