@@ -66,9 +66,7 @@ func TestNewValidatesConfig(t *testing.T) {
 }
 
 func TestRegistersThenHeartbeats(t *testing.T) {
-	cp, url := startCP(t)
-	a := runAgent(t, testConfig(url, newFakeRunner()))
-	s := cp.nextSession(t)
+	cp, _, a, s := connectedAgent(t)
 
 	if got := s.header.Get("x-agent-id"); got != testAgentID {
 		t.Errorf("x-agent-id = %q", got)
@@ -132,10 +130,7 @@ func TestHeartbeatIntervalFromAck(t *testing.T) {
 }
 
 func TestCommandLifecycle(t *testing.T) {
-	cp, url := startCP(t)
-	r := newFakeRunner()
-	a := runAgent(t, testConfig(url, r))
-	s := cp.nextSession(t)
+	_, r, a, s := connectedAgent(t)
 
 	req := &sandboxv1.CommandRequest{
 		CommandId: "cmd-1", Command: "bash", Args: []string{"-c", "cat"}, WorkingDir: "/tmp",
@@ -236,10 +231,7 @@ func TestCommandLifecycle(t *testing.T) {
 }
 
 func TestFailedStartReportsResult(t *testing.T) {
-	cp, url := startCP(t)
-	r := newFakeRunner()
-	runAgent(t, testConfig(url, r))
-	s := cp.nextSession(t)
+	_, r, _, s := connectedAgent(t)
 	// A process that could not start (pid 0) is not reported as started.
 	r.failStart.Store(true)
 	s.send(commandMsg(&sandboxv1.CommandRequest{CommandId: "c", Command: "missing"}))
@@ -259,10 +251,7 @@ func TestFailedStartReportsResult(t *testing.T) {
 }
 
 func TestOutputSurvivesReconnect(t *testing.T) {
-	cp, url := startCP(t)
-	r := newFakeRunner()
-	a := runAgent(t, testConfig(url, r))
-	s1 := cp.nextSession(t)
+	cp, r, a, s1 := connectedAgent(t)
 	p := startCommand(t, s1, r, &sandboxv1.CommandRequest{CommandId: "cmd-1", Command: "x"})
 	p.emit(ports.StreamStdout, "one ")
 	if got := outputOf(t, s1.next(t), "cmd-1"); got != (outMsg{pbStdout, "one ", 0, false}) {
@@ -345,11 +334,7 @@ func TestDrainedStreamLosesNothing(t *testing.T) {
 		}
 	}()
 	s1.send(&sandboxv1.ConnectResponse{Payload: &sandboxv1.ConnectResponse_Drain{Drain: &sandboxv1.Drain{Reason: "restart"}}})
-	select {
-	case <-s1.inDone:
-	case <-time.After(waitTimeout):
-		t.Fatal("the agent did not close its side of the drained stream")
-	}
+	within(t, s1.inDone, "the agent did not close its side of the drained stream")
 	<-wrote
 	p.exit(ports.CommandResult{})
 	var got strings.Builder
@@ -451,10 +436,7 @@ func TestRegistrationNotAcceptedIsRetried(t *testing.T) {
 }
 
 func TestPingAndSessionQuery(t *testing.T) {
-	cp, url := startCP(t)
-	r := newFakeRunner()
-	runAgent(t, testConfig(url, r))
-	s := cp.nextSession(t)
+	_, r, _, s := connectedAgent(t)
 
 	s.send(&sandboxv1.ConnectResponse{Payload: &sandboxv1.ConnectResponse_Ping{Ping: &sandboxv1.Ping{Nonce: 42}}})
 	if pong := s.next(t).GetPong(); pong.GetNonce() != 42 {
@@ -498,13 +480,8 @@ func TestServerMessagesShutdownAndConfig(t *testing.T) {
 	s.send(&sandboxv1.ConnectResponse{Payload: &sandboxv1.ConnectResponse_ConfigUpdate{ConfigUpdate: &sandboxv1.ConfigUpdate{HeartbeatIntervalSeconds: 2}}})
 	s.send(&sandboxv1.ConnectResponse{Payload: &sandboxv1.ConnectResponse_ConfigUpdate{ConfigUpdate: &sandboxv1.ConfigUpdate{}}}) // 0: unchanged
 	s.send(&sandboxv1.ConnectResponse{Payload: &sandboxv1.ConnectResponse_Shutdown{Shutdown: &sandboxv1.Shutdown{Reason: "maintenance"}}})
-	select {
-	case got := <-reasons:
-		if got != "maintenance" {
-			t.Fatalf("OnShutdown(%q)", got)
-		}
-	case <-time.After(waitTimeout):
-		t.Fatal("OnShutdown not called")
+	if got := within(t, reasons, "OnShutdown not called"); got != "maintenance" {
+		t.Fatalf("OnShutdown(%q)", got)
 	}
 	if got := time.Duration(a.heartbeat.Load()); got != 2*time.Second {
 		t.Fatalf("heartbeat interval %v after config update", got)
@@ -512,10 +489,7 @@ func TestServerMessagesShutdownAndConfig(t *testing.T) {
 }
 
 func TestShutdownKillsCommandsAndWaitsForResults(t *testing.T) {
-	cp, url := startCP(t)
-	r := newFakeRunner()
-	a := runAgent(t, testConfig(url, r))
-	s := cp.nextSession(t)
+	_, r, a, s := connectedAgent(t)
 	p1 := startCommand(t, s, r, &sandboxv1.CommandRequest{CommandId: "c1", Command: "x"})
 	p2 := startCommand(t, s, r, &sandboxv1.CommandRequest{CommandId: "c2", Command: "y"})
 
@@ -553,10 +527,7 @@ func TestShutdownKillsCommandsAndWaitsForResults(t *testing.T) {
 }
 
 func TestShutdownGivesUpAfterTimeout(t *testing.T) {
-	cp, url := startCP(t)
-	r := newFakeRunner()
-	a := runAgent(t, testConfig(url, r))
-	s := cp.nextSession(t)
+	_, r, a, s := connectedAgent(t)
 	p := startCommand(t, s, r, &sandboxv1.CommandRequest{CommandId: "c1", Command: "stubborn"})
 	p.exitOnKill.Store(false)
 	defer p.exit(ports.CommandResult{ExitCode: 137, Signal: 9})
@@ -601,11 +572,7 @@ func TestShutdownWhileACommandStarts(t *testing.T) {
 	a := runAgent(t, testConfig(url, r))
 	s := cp.nextSession(t)
 	s.send(commandMsg(&sandboxv1.CommandRequest{CommandId: "c1", Command: "x"}))
-	select {
-	case <-entered:
-	case <-time.After(waitTimeout):
-		t.Fatal("runner not called")
-	}
+	within(t, entered, "runner not called")
 
 	const timeout = 2 * time.Second
 	returned := make(chan time.Duration, 1)
@@ -626,13 +593,8 @@ func TestShutdownWhileACommandStarts(t *testing.T) {
 		t.Errorf("the process that started during Shutdown was not killed")
 		p.exit(ports.CommandResult{}) // let Shutdown finish
 	}
-	select {
-	case took := <-returned:
-		if took >= timeout {
-			t.Errorf("Shutdown ran into its %v timeout", timeout)
-		}
-	case <-time.After(waitTimeout):
-		t.Fatal("Shutdown did not return")
+	if took := within(t, returned, "Shutdown did not return"); took >= timeout {
+		t.Errorf("Shutdown ran into its %v timeout", timeout)
 	}
 }
 
@@ -684,11 +646,7 @@ func overFull(a *Agent) bool {
 // (no output, no heartbeats) and Run cannot even be cancelled.
 func TestFullOutboxDrainsAfterReconnect(t *testing.T) {
 	cp, url := startCP(t)
-	r := newFakeRunner()
-	cfg := testConfig(url, r)
-	cfg.OutboxBytes = 1024
-	a := runAgent(t, cfg)
-	s1 := cp.nextSession(t)
+	r, a, s1 := agentOn(t, cp, url, func(c *Config) { c.OutboxBytes = 1024 })
 	p := startCommand(t, s1, r, &sandboxv1.CommandRequest{CommandId: "c1", Command: "chatty"})
 
 	cp.setRefuse(connect.CodeUnavailable)
@@ -739,11 +697,7 @@ func TestFullOutboxDrainsAfterReconnect(t *testing.T) {
 // that only a send loop can make, and none runs: the agent never reconnects.
 func TestStreamBreakWhileReceiveLoopWaitsOnFullOutbox(t *testing.T) {
 	cp, url := startCPWindow(t, 64<<10)
-	r := newFakeRunner()
-	cfg := testConfig(url, r)
-	cfg.OutboxBytes = 4096
-	a := runAgent(t, cfg)
-	s1 := cp.nextSession(t)
+	r, a, s1 := agentOn(t, cp, url, func(c *Config) { c.OutboxBytes = 4096 })
 	p := startCommand(t, s1, r, &sandboxv1.CommandRequest{CommandId: "c1", Command: "chatty"})
 
 	// From now on the server reads nothing: the stream's window and then

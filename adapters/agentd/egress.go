@@ -74,9 +74,7 @@ func (a *Agent) proxy(ctx context.Context, c net.Conn) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream := a.files.Tunnel(ctx)
-	me := a.ident.Load()
-	stream.RequestHeader().Set("x-agent-id", me.ID)
-	stream.RequestHeader().Set("x-agent-secret", me.Secret)
+	a.signIn(stream.RequestHeader())
 	if err := stream.Send(&sandboxv1.TunnelRequest{Payload: &sandboxv1.TunnelRequest_Open{Open: &sandboxv1.TunnelOpen{Host: host, Port: uint32(port)}}}); err != nil { //nolint:gosec // port checked 1..65535 by proxyTarget
 		proxyError(c, http.StatusBadGateway, "the management server cannot be reached: "+err.Error())
 		return

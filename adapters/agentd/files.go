@@ -7,6 +7,7 @@ import (
 	"io/fs"
 
 	"connectrpc.com/connect"
+
 	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
@@ -27,9 +28,7 @@ func (a *Agent) transfer(ctx context.Context, req *sandboxv1.FileRequest) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream := a.files.Transfer(ctx)
-	me := a.ident.Load()
-	stream.RequestHeader().Set("x-agent-id", me.ID)
-	stream.RequestHeader().Set("x-agent-secret", me.Secret)
+	a.signIn(stream.RequestHeader())
 	if err := stream.Send(&sandboxv1.TransferRequest{Payload: &sandboxv1.TransferRequest_Open{Open: &sandboxv1.TransferOpen{TransferId: req.GetTransferId()}}}); err != nil {
 		a.log.Warn("file transfer not opened", "transfer_id", req.GetTransferId(), "err", err)
 		return

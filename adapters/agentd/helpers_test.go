@@ -208,12 +208,20 @@ func (f *fakeCP) Connect(ctx context.Context, stream *connect.BidiStream[sandbox
 // nextSession waits for the next accepted stream.
 func (f *fakeCP) nextSession(t *testing.T) *cpSession {
 	t.Helper()
+	return within(t, f.sessions, "the agent did not connect")
+}
+
+// within returns the next value from ch; none within waitTimeout fails the
+// test with what.
+func within[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
 	select {
-	case s := <-f.sessions:
-		return s
+	case v := <-ch:
+		return v
 	case <-time.After(waitTimeout):
-		t.Fatal("the agent did not connect")
-		return nil
+		t.Fatal(what)
+		var zero T
+		return zero
 	}
 }
 
@@ -223,23 +231,13 @@ func (s *cpSession) send(m *sandboxv1.ConnectResponse) { s.out <- m }
 func (s *cpSession) dropStream(t *testing.T) {
 	t.Helper()
 	s.once.Do(func() { close(s.drop) })
-	select {
-	case <-s.ended:
-	case <-time.After(waitTimeout):
-		t.Fatal("stream not dropped")
-	}
+	within(t, s.ended, "stream not dropped")
 }
 
 // recv returns the next message from the agent, heartbeats included.
 func (s *cpSession) recv(t *testing.T) *sandboxv1.ConnectRequest {
 	t.Helper()
-	select {
-	case m := <-s.in:
-		return m
-	case <-time.After(waitTimeout):
-		t.Fatal("no message from the agent")
-		return nil
-	}
+	return within(t, s.in, "no message from the agent")
 }
 
 // nextAny returns the next message from the agent that is not a heartbeat.
@@ -324,13 +322,7 @@ func (r *fakeRunner) Start(spec ports.CommandSpec, onOutput func(ports.OutputStr
 
 func (r *fakeRunner) next(t *testing.T) *fakeProc {
 	t.Helper()
-	select {
-	case p := <-r.started:
-		return p
-	case <-time.After(waitTimeout):
-		t.Fatal("no process started")
-		return nil
-	}
+	return within(t, r.started, "no process started")
 }
 
 // fakeProc is a process the test drives: it emits output and exits on demand
@@ -391,13 +383,7 @@ func (p *fakeProc) Wait() ports.CommandResult {
 
 func (p *fakeProc) event(t *testing.T) string {
 	t.Helper()
-	select {
-	case e := <-p.events:
-		return e
-	case <-time.After(waitTimeout):
-		t.Fatal("no event on the process")
-		return ""
-	}
+	return within(t, p.events, "no event on the process")
 }
 
 // ---- the agent under test ----
@@ -439,6 +425,26 @@ func runAgent(t *testing.T, cfg Config) *Agent {
 		}
 	})
 	return a
+}
+
+// connectedAgent runs an agent with a fake runner against a fake server
+// and returns them with the agent's first stream.
+func connectedAgent(t *testing.T) (*fakeCP, *fakeRunner, *Agent, *cpSession) {
+	t.Helper()
+	cp, url := startCP(t)
+	r, a, s := agentOn(t, cp, url, func(*Config) {})
+	return cp, r, a, s
+}
+
+// agentOn runs an agent with a fake runner, its test configuration changed
+// by edit, against cp and returns it with its first stream.
+func agentOn(t *testing.T, cp *fakeCP, url string, edit func(*Config)) (*fakeRunner, *Agent, *cpSession) {
+	t.Helper()
+	r := newFakeRunner()
+	cfg := testConfig(url, r)
+	edit(&cfg)
+	a := runAgent(t, cfg)
+	return r, a, cp.nextSession(t)
 }
 
 // startCommand sends a command, checks the agent reports it started and

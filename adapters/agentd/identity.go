@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +17,16 @@ import (
 
 // identity is who the agent registers as.
 type identity struct{ ID, Secret string }
+
+// signIn puts the agent's current credentials on a stream's request (each
+// stream, the link's, a transfer's or a tunnel's, authenticates on its
+// own) and returns them.
+func (a *Agent) signIn(h http.Header) *identity {
+	me := a.ident.Load()
+	h.Set("x-agent-id", me.ID)
+	h.Set("x-agent-secret", me.Secret)
+	return me
+}
 
 // errRenamed ends a stream whose agent the server renamed: it registers
 // again at once under its new identity.

@@ -28,29 +28,21 @@ func newOutbox(limit int) *outbox {
 	return o
 }
 
-func (o *outbox) push(m *sandboxv1.ConnectRequest) {
-	n := proto.Size(m)
-	o.mu.Lock()
-	for o.bytes > 0 && o.bytes+n > o.limit {
-		o.space.Wait()
-	}
-	o.items = append(o.items, m)
-	o.sizes = append(o.sizes, n)
-	o.bytes += n
-	o.mu.Unlock()
-	select {
-	case o.notify <- struct{}{}:
-	default:
-	}
-}
+func (o *outbox) push(m *sandboxv1.ConnectRequest) { o.put(m, true) }
 
 // pushNow queues m even when the box is full. It is for small messages
 // (command started, session reports) pushed where waiting for space could
 // deadlock: before the send loop runs, or on the receive loop, which serve
 // waits for after a send error.
-func (o *outbox) pushNow(m *sandboxv1.ConnectRequest) {
+func (o *outbox) pushNow(m *sandboxv1.ConnectRequest) { o.put(m, false) }
+
+// put queues m, first waiting for space when wait is set.
+func (o *outbox) put(m *sandboxv1.ConnectRequest, wait bool) {
 	n := proto.Size(m)
 	o.mu.Lock()
+	for wait && o.bytes > 0 && o.bytes+n > o.limit {
+		o.space.Wait()
+	}
 	o.items = append(o.items, m)
 	o.sizes = append(o.sizes, n)
 	o.bytes += n

@@ -68,27 +68,15 @@ func TestOutboxPushBlocksWhenFull(t *testing.T) {
 	o.push(chunk("0123456789"))
 	o.push(chunk("abcdefghij"))
 
-	pushed := make(chan struct{})
-	go func() {
-		defer close(pushed)
-		o.push(chunk("ABCDEFGHIJ"))
-	}()
+	pushed := pushAside(o, chunk("ABCDEFGHIJ"))
 	// The third push must wait for space.
-	select {
-	case <-pushed:
-		t.Fatal("push over the limit did not block")
-	case <-time.After(30 * time.Millisecond):
-	}
+	stillBlocked(t, pushed, "push over the limit did not block")
 	if o.len() != 2 {
 		t.Fatalf("len %d while full", o.len())
 	}
 
 	o.pop()
-	select {
-	case <-pushed:
-	case <-time.After(waitTimeout):
-		t.Fatal("pop did not unblock the waiting push")
-	}
+	within(t, pushed, "pop did not unblock the waiting push")
 	var got []string
 	for m := o.peek(); m != nil; m = o.peek() {
 		got = append(got, dataOf(m))
@@ -102,37 +90,16 @@ func TestOutboxPushBlocksWhenFull(t *testing.T) {
 func TestOutboxOversizedMessageFitsAnEmptyBox(t *testing.T) {
 	o := newOutbox(16)
 	big := strings.Repeat("x", 1000)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		o.push(chunk(big))
-	}()
-	select {
-	case <-done:
-	case <-time.After(waitTimeout):
-		t.Fatal("a message larger than the limit blocked on an empty outbox")
-	}
+	within(t, pushAside(o, chunk(big)), "a message larger than the limit blocked on an empty outbox")
 	if dataOf(o.peek()) != big {
 		t.Fatal("big message lost")
 	}
 
 	// But a second one waits until the big one is gone.
-	second := make(chan struct{})
-	go func() {
-		defer close(second)
-		o.push(chunk("y"))
-	}()
-	select {
-	case <-second:
-		t.Fatal("push into an over-full box did not block")
-	case <-time.After(30 * time.Millisecond):
-	}
+	second := pushAside(o, chunk("y"))
+	stillBlocked(t, second, "push into an over-full box did not block")
 	o.pop()
-	select {
-	case <-second:
-	case <-time.After(waitTimeout):
-		t.Fatal("push not released")
-	}
+	within(t, second, "push not released")
 	if dataOf(o.peek()) != "y" || o.len() != 1 {
 		t.Fatal("second message wrong")
 	}
@@ -171,5 +138,26 @@ func TestOutboxConcurrentProducers(t *testing.T) {
 		if got[byte('a'+p)] != each {
 			t.Fatalf("counts %v", got)
 		}
+	}
+}
+
+// pushAside pushes m on a goroutine of its own; the channel closes once the
+// push returned.
+func pushAside(o *outbox, m *sandboxv1.ConnectRequest) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		o.push(m)
+	}()
+	return done
+}
+
+// stillBlocked fails the test with what when pushed closes within 30 ms.
+func stillBlocked(t *testing.T, pushed <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-pushed:
+		t.Fatal(what)
+	case <-time.After(30 * time.Millisecond):
 	}
 }

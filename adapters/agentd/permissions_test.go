@@ -115,13 +115,8 @@ func TestPermissionSocketTakesHostileInput(t *testing.T) {
 			}
 		}()
 	}
-	select {
-	case w := <-answers:
-		if !w.Allow || w.Message != "go" {
-			t.Errorf("the answered question: %+v", w)
-		}
-	case <-time.After(waitTimeout):
-		t.Fatal("the decided question got no answer")
+	if w := within(t, answers, "the decided question got no answer"); !w.Allow || w.Message != "go" {
+		t.Errorf("the answered question: %+v", w)
 	}
 	select {
 	case w := <-answers:

@@ -1,0 +1,293 @@
+package agentd
+
+import (
+	"context"
+	"maps"
+	"os"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+func (a *Agent) handle(ctx context.Context, msg *sandboxv1.ConnectResponse) {
+	switch p := msg.GetPayload().(type) {
+	case *sandboxv1.ConnectResponse_Command:
+		a.startCommand(p.Command)
+	case *sandboxv1.ConnectResponse_Stdin:
+		if r := a.lookup(p.Stdin.GetCommandId()); r != nil && r.proc != nil {
+			r.stdinOnce.Do(func() {
+				r.stdin = newStdinQueue()
+				go a.stdinLoop(r, r.stdin)
+			})
+			if !r.stdin.push(p.Stdin.GetData(), p.Stdin.GetEof()) {
+				a.log.Warn("stdin dropped: the command does not read it", "command_id", r.id, "bytes", len(p.Stdin.GetData()))
+			}
+		}
+	case *sandboxv1.ConnectResponse_PtyControl:
+		a.ptyControl(p.PtyControl)
+	case *sandboxv1.ConnectResponse_Ping:
+		a.queueControl(&sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_Pong{Pong: &sandboxv1.Pong{Nonce: p.Ping.GetNonce()}}})
+	case *sandboxv1.ConnectResponse_ConfigUpdate:
+		if s := p.ConfigUpdate.GetHeartbeatIntervalSeconds(); s > 0 {
+			a.heartbeat.Store(int64(time.Duration(s) * time.Second))
+		}
+	case *sandboxv1.ConnectResponse_Shutdown:
+		a.log.Info("management server asked this agent to shut down", "reason", p.Shutdown.GetReason())
+		if a.cfg.OnShutdown != nil {
+			go a.cfg.OnShutdown(p.Shutdown.GetReason())
+		}
+	case *sandboxv1.ConnectResponse_SessionQuery:
+		a.out.pushNow(a.sessionReport(p.SessionQuery.GetRequestId()))
+	case *sandboxv1.ConnectResponse_FileRequest:
+		go a.transfer(ctx, p.FileRequest)
+	case *sandboxv1.ConnectResponse_PermissionDecision:
+		a.perms.deliver(p.PermissionDecision)
+	}
+}
+
+func (a *Agent) ptyControl(c *sandboxv1.PtyControl) {
+	r := a.lookup(c.GetCommandId())
+	if r == nil {
+		return
+	}
+	var err error
+	switch act := c.GetAction().(type) {
+	case *sandboxv1.PtyControl_Resize:
+		err = r.proc.Resize(uint16(min(act.Resize.GetCols(), 0xffff)), uint16(min(act.Resize.GetRows(), 0xffff)))
+	case *sandboxv1.PtyControl_Signal:
+		err = r.proc.Signal(int(act.Signal.GetSignal()))
+	case *sandboxv1.PtyControl_Kill:
+		r.proc.Kill()
+	}
+	if err != nil {
+		a.log.Debug("control failed", "command_id", r.id, "err", err)
+	}
+}
+
+func (a *Agent) lookup(id string) *running {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.running[id]
+}
+
+type running struct {
+	id   string
+	proc ports.Process
+	// The session the command is, if any: reported on every connect.
+	sessionID, sessionName string
+	sessionType            ports.SessionType
+	startedAt              time.Time
+	// offsets per stream, and the tail of the main stream (the PTY, else
+	// stdout), touched only from the serialised output callback.
+	offsets map[ports.OutputStream]uint64
+	tail    []byte
+	// stdin is the command's input queue, made on its first input.
+	stdinOnce sync.Once
+	stdin     *stdinQueue
+}
+
+// finished is a command that ended recently. Its result and output tail go
+// into every connect report, because the messages carrying them may have
+// been written into a connection that died.
+type finished struct {
+	info *sandboxv1.SessionInfo
+	at   time.Time
+}
+
+// Bounds of what the agent remembers of finished commands.
+const (
+	finishedTailBytes = 4096
+	finishedKeep      = 256
+	finishedFor       = 15 * time.Minute
+)
+
+func (a *Agent) startCommand(req *sandboxv1.CommandRequest) {
+	id := req.GetCommandId()
+	a.mu.Lock()
+	if _, dup := a.running[id]; dup || id == "" {
+		a.mu.Unlock()
+		return
+	}
+	spec := agentwire.CommandSpec(req)
+	r := &running{id: id, offsets: map[ports.OutputStream]uint64{}, startedAt: time.Now(),
+		sessionID: spec.SessionID, sessionName: spec.SessionName, sessionType: spec.SessionType}
+	a.running[id] = r
+	a.mu.Unlock()
+
+	if spec.Command == "" && !(spec.Persist && a.tmux) {
+		// A terminal without a command is the agent's shell (tmux starts it itself).
+		cmd := sessionCommand(spec)
+		spec.Command, spec.Args = cmd[0], cmd[1:]
+	}
+	if a.cfg.EgressListen != "" {
+		// The command's own values win: it may mean to go direct (NO_PROXY).
+		env := EgressEnv(a.cfg.EgressListen)
+		for k, v := range spec.Env {
+			env[k] = v
+		}
+		spec.Env = env
+	}
+	if me := a.ident.Load(); me.ID != a.cfg.AgentID {
+		// Renamed (a pool member taken): the agent's own environment still
+		// names the id it started with.
+		env := maps.Clone(spec.Env)
+		if env == nil {
+			env = map[string]string{}
+		}
+		env["AGENT_ID"] = me.ID
+		spec.Env = env
+	}
+	stop := func() {}
+	if spec.PermissionPrompts {
+		path, stopSocket, err := a.permissionSocket(id)
+		if err != nil {
+			a.log.Warn("no permission socket for a command that asked for one", "command_id", id, "err", err)
+		} else {
+			stop = stopSocket
+			env := map[string]string{EnvPermissionSocket: path, EnvMCPConfig: ports.ClaudePermissionMCPConfig}
+			if exe, err := os.Executable(); err == nil {
+				env[EnvAgentExe] = exe
+			}
+			for k, v := range spec.Env {
+				env[k] = v
+			}
+			spec.Env = env
+		}
+	}
+	a.run(r, spec, nil)
+	a.mu.Lock()
+	proc := r.proc
+	a.mu.Unlock()
+	if proc == nil {
+		stop()
+		return
+	}
+	go func() { <-proc.Done(); stop() }()
+}
+
+// run starts r's process (or, with found, takes over a tmux session an
+// earlier agent process ran) and reports its output and end.
+func (a *Agent) run(r *running, spec ports.CommandSpec, found *foundSession) {
+	id := r.id
+	mainStream := ports.StreamStdout
+	if spec.PTY || found != nil {
+		mainStream = ports.StreamPTY
+	}
+	onOutput := func(stream ports.OutputStream, data []byte) {
+		off := r.offsets[stream]
+		r.offsets[stream] = off + uint64(len(data))
+		if stream == mainStream {
+			r.tail = append(r.tail, data...)
+			if len(r.tail) > finishedTailBytes {
+				r.tail = append(r.tail[:0], r.tail[len(r.tail)-finishedTailBytes:]...)
+			}
+		}
+		a.out.push(&sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_Output{Output: &sandboxv1.OutputChunk{
+			StreamId: id, Stream: agentwire.StreamToProto(stream), Data: data, Timestamp: timestamppb.Now(), Offset: off,
+		}}})
+	}
+	var proc ports.Process
+	switch {
+	case found != nil && found.logFile != "":
+		proc = followTmuxLog(*found, onOutput)
+	case found != nil:
+		proc = attachTmuxSession(a.cfg.Runner, *found, onOutput)
+	case spec.Persist && spec.PTY && spec.SessionName != "" && a.tmux && spec.SessionType == ports.SessionBackground:
+		proc = startTmuxLog(spec, onOutput)
+	case spec.Persist && spec.PTY && spec.SessionName != "" && a.tmux:
+		proc = startTmuxSession(a.cfg.Runner, spec, onOutput)
+	default:
+		proc = a.cfg.Runner.Start(spec, onOutput)
+	}
+	// Set under the lock: Shutdown reads it from another goroutine. A
+	// Shutdown that began meanwhile could not kill it, so kill it here.
+	a.mu.Lock()
+	r.proc = proc
+	stop := a.draining.Load()
+	a.mu.Unlock()
+	if stop {
+		proc.Kill()
+	}
+	if pid := proc.Pid(); pid > 0 {
+		a.out.pushNow(&sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_CommandStarted{CommandStarted: &sandboxv1.CommandStarted{
+			CommandId: id, Pid: int32(pid), StartedAt: timestamppb.Now(), //nolint:gosec // Linux pids fit in int32
+		}}})
+	}
+	go func() {
+		res := proc.Wait()
+		if t, ok := proc.(interface{ isDetached() bool }); ok && t.isDetached() {
+			// The session lives on in tmux for the next agent process,
+			// which adopts it: no result, nothing to remember.
+			a.mu.Lock()
+			delete(a.running, id)
+			a.mu.Unlock()
+			a.idle.Broadcast()
+			return
+		}
+		for stream, off := range r.offsets {
+			a.out.push(&sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_Output{Output: &sandboxv1.OutputChunk{
+				StreamId: id, Stream: agentwire.StreamToProto(stream), Timestamp: timestamppb.Now(), Offset: off, Eof: true,
+			}}})
+		}
+		result := agentwire.CommandResult(id, res)
+		a.out.push(&sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_CommandResult{CommandResult: result}})
+		// Output callbacks are over once Wait returned: r.tail is final.
+		info := &sandboxv1.SessionInfo{
+			CommandId: id, State: sandboxv1.SessionState_SESSION_STATE_EXITED, ExitCode: int32(res.ExitCode), //nolint:gosec // exit codes are 0-255 or 128+signal
+			Result: result, OutputTail: r.tail, TailStream: agentwire.StreamToProto(mainStream), OutputOffset: r.offsets[mainStream],
+		}
+		a.mu.Lock()
+		delete(a.running, id)
+		a.rememberFinished(id, info, time.Now())
+		a.mu.Unlock()
+		a.idle.Broadcast()
+	}()
+}
+
+// rememberFinished keeps a finished command for the connect reports, within
+// the bounds; a.mu must be held.
+func (a *Agent) rememberFinished(id string, info *sandboxv1.SessionInfo, now time.Time) {
+	a.finished[id] = finished{info: info, at: now}
+	if len(a.finished) <= finishedKeep {
+		return
+	}
+	var oldestID string
+	var oldest time.Time
+	for fid, f := range a.finished {
+		if now.Sub(f.at) > finishedFor {
+			delete(a.finished, fid)
+			continue
+		}
+		if oldestID == "" || f.at.Before(oldest) {
+			oldestID, oldest = fid, f.at
+		}
+	}
+	if len(a.finished) > finishedKeep {
+		delete(a.finished, oldestID)
+	}
+}
+
+func (a *Agent) sessionReport(requestID string) *sandboxv1.ConnectRequest {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	rep := &sandboxv1.SessionReport{RequestId: requestID}
+	for _, r := range a.running {
+		si := &sandboxv1.SessionInfo{CommandId: r.id, State: sandboxv1.SessionState_SESSION_STATE_RUNNING,
+			SessionId: r.sessionID, Name: r.sessionName, Type: agentwire.SessionTypeToProto(r.sessionType), StartedAt: timestamppb.New(r.startedAt)}
+		if r.proc != nil {
+			si.Pid = int32(r.proc.Pid()) //nolint:gosec // Linux pids fit in int32
+		}
+		rep.Sessions = append(rep.Sessions, si)
+	}
+	for _, f := range a.finished {
+		if time.Since(f.at) <= finishedFor {
+			rep.Sessions = append(rep.Sessions, f.info)
+		}
+	}
+	return &sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_SessionReport{SessionReport: rep}}
+}
