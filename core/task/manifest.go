@@ -607,11 +607,3 @@ func ValidPattern(pat string) bool {
 	return true
 }
 
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
-}
