@@ -606,4 +606,3 @@ func ValidPattern(pat string) bool {
 	}
 	return true
 }
-
