@@ -66,11 +66,11 @@ deps:
 		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$need; \
 		else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$need; fi; fi
 
-# The runtimes' engines: dockerd and busybox-static (each Docker test starts
-# its own private dockerd), libvirtd and QEMU (started here: no systemd).
+# The runtimes' engines: each runtime's scripts/<name>-test-env.sh installs
+# what its tests need, run by its own interpreter (a runtime adds its script;
+# nothing here names it).
 test-env: deps
-	bash scripts/docker-test-env.sh
-	bash scripts/libvirt-test-env.sh
+	@for s in scripts/*-test-env.sh; do echo "test-env: $$s"; "$$s" || exit 1; done
 
 # The tiny VM image the libvirt runtime boots by default: build/vm/{vmlinuz,initrd.img}.
 vm-image:

@@ -21,31 +21,45 @@ func DockerdArgs(dir string) (host string, args []string) {
 		"--containerd-namespace", ns, "--containerd-plugins-namespace", ns + "-plugins"}
 }
 
-// StartDockerd runs a private dockerd on its own directories and socket
-// (DOCKER_HOST is the returned address), without touching the host network
-// (no iptables, no bridge). stop ends it and removes its directories.
+// StartDockerd starts the docker runtime's test engine and returns its
+// DOCKER_HOST. It predates StartEngine, which callers should use instead
+// (StartEngine("docker"), or NeedEngine in a test).
 func StartDockerd() (string, func(), error) {
+	e, err := StartEngine("docker")
+	if err != nil {
+		return "", nil, err
+	}
+	return e.Getenv("DOCKER_HOST"), e.Stop, nil
+}
+
+// startDockerEngine runs a private dockerd on its own directories and
+// socket (DOCKER_HOST in the engine's Env), without touching the host
+// network (no iptables, no bridge). Stop ends it and removes its directories.
+func startDockerEngine() (Engine, error) {
 	bin, err := exec.LookPath("dockerd")
 	if err != nil {
-		return "", nil, errors.New("no dockerd (scripts/docker-test-env.sh installs it)")
+		return Engine{}, &Missing{What: "dockerd", How: testEnvHow("docker")}
 	}
 	if os.Geteuid() != 0 {
-		return "", nil, errors.New("a private dockerd needs root")
+		return Engine{}, &Missing{What: "root (a private dockerd)", How: "run the tests as root, as `make test` in CI does"}
 	}
 	dir, err := os.MkdirTemp("/tmp", "bd")
 	if err != nil {
-		return "", nil, err
+		return Engine{}, err
 	}
 	host, args := DockerdArgs(dir)
 	cmd := exec.Command(bin, args...)
 	logf, err := os.Create(filepath.Join(dir, "dockerd.log"))
 	if err != nil {
-		return "", nil, err
+		_ = os.RemoveAll(dir)
+		return Engine{}, err
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
-		return "", nil, err
+		logf.Close()
+		_ = os.RemoveAll(dir)
+		return Engine{}, err
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
@@ -64,15 +78,15 @@ func StartDockerd() (string, func(), error) {
 	}
 	for range 300 {
 		if exec.Command("docker", "-H", host, "version").Run() == nil {
-			return host, stop, nil
+			return Engine{Env: []string{"DOCKER_HOST=" + host}, stop: stop}, nil
 		}
 		select {
 		case <-exited:
 			stop()
-			return "", nil, errors.New("dockerd exited at start")
+			return Engine{}, errors.New("dockerd exited at start")
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
 	stop()
-	return "", nil, errors.New("dockerd did not answer within 30s")
+	return Engine{}, errors.New("dockerd did not answer within 30s")
 }
