@@ -24,6 +24,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/rest/resttest"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
+	"github.com/agentic-sandbox/agentic-sandbox/ports/portsfake"
 )
 
 const (
@@ -122,23 +123,6 @@ func clipBody(b []byte) string {
 	return string(b)
 }
 
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 // missionEpoch stamps the fake missions: it has nanoseconds, so the
 // millisecond rendering of estimated_start is put to the test.
 var missionEpoch = time.Date(2026, 5, 9, 7, 13, 22, 123456789, time.UTC)
@@ -150,7 +134,7 @@ type env struct {
 	link     *resttest.Link
 	missions *resttest.Missions
 	exec     *resttest.Executor
-	clock    *fakeClock
+	clock    *portsfake.Clock
 	srv      *httptest.Server
 	logs     *bytes.Buffer
 }
@@ -160,7 +144,7 @@ func newEnv(t *testing.T, edit ...func(*Deps)) *env {
 	link := resttest.NewLink()
 	link.AddAgent(ports.AgentInfo{ID: "a1", Status: "ready", Runtime: "host", Hostname: "h1"})
 	link.AddAgent(ports.AgentInfo{ID: "off", Status: "disconnected", Runtime: "vm", Hostname: "h2"})
-	clock := &fakeClock{now: time.Date(2026, 5, 9, 7, 13, 22, 0, time.UTC)}
+	clock := portsfake.NewClock(time.Date(2026, 5, 9, 7, 13, 22, 0, time.UTC))
 	var logs bytes.Buffer
 	var logMu sync.Mutex
 	missions := resttest.NewMissions(link)
