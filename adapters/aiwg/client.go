@@ -144,6 +144,18 @@ func New(cfg Config) *Client {
 // ExecutorName is the name the executor registers under.
 func (c *Client) ExecutorName() string { return "agentic-sandbox-" + c.cfg.Name }
 
+// capabilities asks for the current capabilities; never null on the wire.
+func (c *Client) capabilities() []string {
+	var caps []string
+	if c.cfg.Capabilities != nil {
+		caps = c.cfg.Capabilities()
+	}
+	if caps == nil {
+		caps = []string{}
+	}
+	return caps
+}
+
 // Run keeps both sides connected until ctx ends. With no endpoint it
 // returns at once and contacts nothing.
 func (c *Client) Run(ctx context.Context) {
@@ -158,6 +170,49 @@ func (c *Client) Run(ctx context.Context) {
 	wg.Go(func() { c.sandboxLoop(ctx) })
 	wg.Go(func() { c.executorLoop(ctx) })
 	wg.Wait()
+}
+
+// side is one of the two registrations the client keeps, each with a
+// stream of its own: the executor's and the sandbox's.
+type side struct {
+	name string // for the logs
+	kick <-chan struct{}
+	// register registers and records the outcome.
+	register func(ctx context.Context) (id, token string, err error)
+	// session holds one stream open; up reports whether it got through.
+	session func(ctx context.Context, id, token string) (up bool, err error)
+}
+
+// keepConnected registers a side and holds its stream open until ctx ends.
+// It registers before every connect, as the contract asks after every lost
+// connection: that also renews a token aiwg serve may have forgotten (a
+// restart of aiwg serve, a 401 on the stream).
+func (c *Client) keepConnected(ctx context.Context, s side) {
+	backoff := c.cfg.BackoffMin
+	for ctx.Err() == nil {
+		what := "registration failed"
+		id, token, err := s.register(ctx)
+		up := false
+		if err == nil {
+			what = "stream down"
+			up, err = s.session(ctx, id, token)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if up {
+			backoff = c.cfg.BackoffMin
+		}
+		if errors.Is(err, errKicked) {
+			continue
+		}
+		wait := jitter(backoff)
+		c.log.Warn("aiwg: "+s.name+" "+what, "err", c.scrub(err.Error()), "retry_in", wait.Round(time.Millisecond))
+		if !sleep(ctx, wait, s.kick) {
+			return
+		}
+		backoff = nextBackoff(backoff, c.cfg.BackoffMax)
+	}
 }
 
 // Configured reports whether AIWG_SERVE_ENDPOINT is set.

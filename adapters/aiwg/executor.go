@@ -19,99 +19,70 @@ const pendingBatch = 256
 // errKicked ends a session on Reconnect.
 var errKicked = errors.New("reconnect requested")
 
-// executorLoop registers the executor and keeps its stream open until ctx
-// ends. It registers before every connect, as the contract asks after every
-// lost connection: that also renews a token aiwg serve may have forgotten
-// (a restart of aiwg serve, a 401 on the stream).
+// executorLoop keeps the executor registered and its stream open until ctx
+// ends.
 func (c *Client) executorLoop(ctx context.Context) {
 	if c.cfg.Hub == nil || c.cfg.Outbox == nil {
 		c.log.Error("aiwg: executor side disabled: no mission hub or outbox")
 		return
 	}
-	backoff := c.cfg.BackoffMin
-	for ctx.Err() == nil {
-		id, token, err := c.registerExecutor(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
+	c.keepConnected(ctx, side{name: "executor", kick: c.execKick, register: c.registerExecutor, session: c.executorSession})
+}
+
+type executorRegistration struct {
+	ExecutorID         string             `json:"executor_id"`
+	Name               string             `json:"name"`
+	Version            string             `json:"version"`
+	SpecVersion        string             `json:"spec_version"`
+	TransportEndpoints transportEndpoints `json:"transport_endpoints"`
+	Capabilities       []string           `json:"capabilities"`
+}
+
+type transportEndpoints struct {
+	REST string `json:"rest"`
+	WS   string `json:"ws"`
+}
+
+// registerExecutor makes the executor registration and records its outcome
+// (the status shows the last error).
+func (c *Client) registerExecutor(ctx context.Context) (id, token string, err error) {
+	var a registrationAnswer
+	err = c.postJSON(ctx, []string{"api", "v1", "executors", "register"}, executorRegistration{
+		ExecutorID:  c.cfg.InstanceID,
+		Name:        c.ExecutorName(),
+		Version:     c.cfg.Version,
+		SpecVersion: SpecVersion,
+		TransportEndpoints: transportEndpoints{
+			REST: c.cfg.RESTEndpoint,
+			WS:   c.cfg.WSEndpoint,
+		},
+		Capabilities: c.capabilities(),
+	}, &a)
+	if err == nil && a.Token == "" {
+		err = errors.New("answer without token")
+	}
+	if err != nil {
+		err = fmt.Errorf("executor registration: %s", c.errText(err))
+		if ctx.Err() == nil {
 			c.mu.Lock()
 			c.regErr = err.Error()
 			c.mu.Unlock()
-			wait := jitter(backoff)
-			c.log.Warn("aiwg: executor registration failed", "err", err.Error(), "retry_in", wait.Round(time.Millisecond))
-			if !sleep(ctx, wait, c.execKick) {
-				return
-			}
-			backoff = nextBackoff(backoff, c.cfg.BackoffMax)
-			continue
 		}
-		c.mu.Lock()
-		c.execID, c.execToken, c.regErr = id, token, ""
-		c.rememberTokenLocked(token)
-		c.mu.Unlock()
-		if id != c.cfg.InstanceID {
-			c.log.Warn("aiwg: executor registered under another id", "executor_id", id, "instance_id", c.cfg.InstanceID)
-		}
-		c.log.Info("aiwg: executor registered", "executor_id", id, "name", c.ExecutorName())
-
-		up, err := c.executorSession(ctx, id, token)
-		if ctx.Err() != nil {
-			return
-		}
-		if up {
-			backoff = c.cfg.BackoffMin
-		}
-		if errors.Is(err, errKicked) {
-			continue
-		}
-		wait := jitter(backoff)
-		c.log.Warn("aiwg: executor stream down", "err", c.scrub(err.Error()), "retry_in", wait.Round(time.Millisecond))
-		if !sleep(ctx, wait, c.execKick) {
-			return
-		}
-		backoff = nextBackoff(backoff, c.cfg.BackoffMax)
+		return "", "", err
 	}
-}
-
-// confirmations maps pings to the last event seq written before each.
-// A WebSocket peer answers pings in order, after reading every frame sent
-// before them, so a pong proves that those frames arrived: only then is
-// the outbox acked. A successful write proves nothing of the kind (the
-// bytes may die in a socket buffer), and the contract never drops events.
-type confirmations struct {
-	mu    sync.Mutex
-	next  uint64
-	marks []mark
-}
-
-type mark struct{ ping, seq uint64 }
-
-// add records that a ping about to be sent follows seq; it returns the ping payload.
-func (k *confirmations) add(seq uint64) string {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.next++
-	k.marks = append(k.marks, mark{ping: k.next, seq: seq})
-	return "c" + strconv.FormatUint(k.next, 10)
-}
-
-// pong returns the highest seq confirmed by a pong with payload p.
-func (k *confirmations) pong(p string) (uint64, bool) {
-	n, err := strconv.ParseUint(strings.TrimPrefix(p, "c"), 10, 64)
-	if err != nil || !strings.HasPrefix(p, "c") {
-		return 0, false
+	id = a.ExecutorID
+	if id == "" {
+		id = c.cfg.InstanceID
 	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	var seq uint64
-	found := false
-	i := 0
-	for ; i < len(k.marks) && k.marks[i].ping <= n; i++ {
-		seq, found = max(seq, k.marks[i].seq), true
+	c.mu.Lock()
+	c.execID, c.execToken, c.regErr = id, a.Token, ""
+	c.rememberTokenLocked(a.Token)
+	c.mu.Unlock()
+	if id != c.cfg.InstanceID {
+		c.log.Warn("aiwg: executor registered under another id", "executor_id", id, "instance_id", c.cfg.InstanceID)
 	}
-	k.marks = k.marks[i:]
-	return seq, found
+	c.log.Info("aiwg: executor registered", "executor_id", id, "name", c.ExecutorName())
+	return id, a.Token, nil
 }
 
 // executorSession runs one connection of the executor stream: resync,
@@ -261,6 +232,46 @@ func (c *Client) executorSession(ctx context.Context, id, token string) (up bool
 			}
 		}
 	}
+}
+
+// confirmations maps pings to the last event seq written before each.
+// A WebSocket peer answers pings in order, after reading every frame sent
+// before them, so a pong proves that those frames arrived: only then is
+// the outbox acked. A successful write proves nothing of the kind (the
+// bytes may die in a socket buffer), and the contract never drops events.
+type confirmations struct {
+	mu    sync.Mutex
+	next  uint64
+	marks []mark
+}
+
+type mark struct{ ping, seq uint64 }
+
+// add records that a ping about to be sent follows seq; it returns the ping payload.
+func (k *confirmations) add(seq uint64) string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.next++
+	k.marks = append(k.marks, mark{ping: k.next, seq: seq})
+	return "c" + strconv.FormatUint(k.next, 10)
+}
+
+// pong returns the highest seq confirmed by a pong with payload p.
+func (k *confirmations) pong(p string) (uint64, bool) {
+	n, err := strconv.ParseUint(strings.TrimPrefix(p, "c"), 10, 64)
+	if err != nil || !strings.HasPrefix(p, "c") {
+		return 0, false
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var seq uint64
+	found := false
+	i := 0
+	for ; i < len(k.marks) && k.marks[i].ping <= n; i++ {
+		seq, found = max(seq, k.marks[i].seq), true
+	}
+	k.marks = k.marks[i:]
+	return seq, found
 }
 
 // backlogEnd is the seq of the last event pending after cursor (cursor

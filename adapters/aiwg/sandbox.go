@@ -3,49 +3,52 @@ package aiwg
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"time"
 )
 
-// sandboxLoop registers the sandbox and keeps its stream open, registering
-// again after every lost connection, until ctx ends.
+// sandboxLoop keeps the sandbox registered and its stream open until ctx
+// ends.
 func (c *Client) sandboxLoop(ctx context.Context) {
-	backoff := c.cfg.BackoffMin
-	for ctx.Err() == nil {
-		id, token, err := c.registerSandbox(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			wait := jitter(backoff)
-			c.log.Warn("aiwg: sandbox registration failed", "err", err.Error(), "retry_in", wait.Round(time.Millisecond))
-			if !sleep(ctx, wait, c.sbxKick) {
-				return
-			}
-			backoff = nextBackoff(backoff, c.cfg.BackoffMax)
-			continue
-		}
-		c.mu.Lock()
-		c.sandboxID = id
-		c.sbxToken = token
-		c.rememberTokenLocked(token)
-		c.mu.Unlock()
-		c.log.Info("aiwg: sandbox registered", "sandbox_id", id)
+	c.keepConnected(ctx, side{name: "sandbox", kick: c.sbxKick, register: c.registerSandbox, session: c.sandboxSession})
+}
 
-		up, err := c.sandboxSession(ctx, id, token)
-		if ctx.Err() != nil {
-			return
-		}
-		if up {
-			backoff = c.cfg.BackoffMin
-		}
-		wait := jitter(backoff)
-		c.log.Warn("aiwg: sandbox stream down", "err", err.Error(), "retry_in", wait.Round(time.Millisecond))
-		if !sleep(ctx, wait, c.sbxKick) {
-			return
-		}
-		backoff = nextBackoff(backoff, c.cfg.BackoffMax)
+type sandboxRegistration struct {
+	Name         string   `json:"name"`
+	InstanceID   string   `json:"instance_id"`
+	GRPCEndpoint string   `json:"grpc_endpoint"`
+	WSEndpoint   string   `json:"ws_endpoint"`
+	HTTPEndpoint string   `json:"http_endpoint"`
+	Capabilities []string `json:"capabilities"`
+	Version      string   `json:"version"`
+}
+
+// registerSandbox makes the sandbox registration and records its outcome.
+func (c *Client) registerSandbox(ctx context.Context) (id, token string, err error) {
+	var a registrationAnswer
+	err = c.postJSON(ctx, []string{"api", "sandboxes", "register"}, sandboxRegistration{
+		Name:         c.cfg.Name,
+		InstanceID:   c.cfg.InstanceID,
+		GRPCEndpoint: c.cfg.GRPCEndpoint,
+		WSEndpoint:   c.cfg.WSEndpoint,
+		HTTPEndpoint: c.cfg.RESTEndpoint,
+		Capabilities: c.capabilities(),
+		Version:      c.cfg.Version,
+	}, &a)
+	if err == nil && (a.SandboxID == "" || a.Token == "") {
+		err = errors.New("answer without sandbox_id or token")
 	}
+	if err != nil {
+		return "", "", fmt.Errorf("sandbox registration: %s", c.errText(err))
+	}
+	c.mu.Lock()
+	c.sandboxID = a.SandboxID
+	c.sbxToken = a.Token
+	c.rememberTokenLocked(a.Token)
+	c.mu.Unlock()
+	c.log.Info("aiwg: sandbox registered", "sandbox_id", a.SandboxID)
+	return a.SandboxID, a.Token, nil
 }
 
 // sandboxSession holds one sandbox stream open until it breaks or ctx ends.

@@ -3,6 +3,7 @@ package aiwg
 import (
 	"context"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -99,3 +100,16 @@ func (s *stream) ping(payload string) error {
 // closeTimeout bounds the close frame, so that shutdown stays prompt even
 // when the peer is gone.
 const closeTimeout = 250 * time.Millisecond
+
+// isAuthRejection reports whether a failed handshake was a token refusal.
+func isAuthRejection(resp *http.Response) bool {
+	return resp != nil && (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden)
+}
+
+// handshakeError describes a failed WebSocket dial without its URL.
+func (c *Client) handshakeError(err error, resp *http.Response) string {
+	if resp != nil {
+		return "handshake: " + resp.Status
+	}
+	return strings.TrimPrefix(c.errText(err), "websocket: ")
+}

@@ -54,13 +54,7 @@ func TestEncodeEvent(t *testing.T) {
 
 func TestIntegrationOff(t *testing.T) {
 	c := New(Config{})
-	done := make(chan struct{})
-	go func() { defer close(done); c.Run(context.Background()) }()
-	select {
-	case <-done:
-	case <-time.After(time.Second):
-		t.Fatal("Run did not return with no endpoint")
-	}
+	runReturns(t, c, "Run did not return with no endpoint")
 	if c.Configured() || c.Registered() || c.VerifyToken("") || c.VerifyToken("x") {
 		t.Error("unconfigured client claims a registration")
 	}
@@ -75,13 +69,7 @@ func TestIntegrationOff(t *testing.T) {
 
 func TestInvalidEndpoint(t *testing.T) {
 	c := New(Config{Endpoint: "ftp://user:secret@host/x"})
-	done := make(chan struct{})
-	go func() { defer close(done); c.Run(context.Background()) }()
-	select {
-	case <-done:
-	case <-time.After(time.Second):
-		t.Fatal("Run did not return with an unusable endpoint")
-	}
+	runReturns(t, c, "Run did not return with an unusable endpoint")
 	st := c.Status()
 	if !st.Configured || st.ExecutorRegisterError == "" || strings.Contains(st.Endpoint, "secret") {
 		t.Errorf("status %+v", st)
@@ -127,5 +115,18 @@ func TestConfirmations(t *testing.T) {
 	}
 	if _, ok := k.pong(""); ok {
 		t.Error("empty pong confirmed something")
+	}
+}
+
+// runReturns runs c and fails the test with what unless Run returns within
+// a second.
+func runReturns(t *testing.T, c *Client, what string) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { defer close(done); c.Run(context.Background()) }()
+	select {
+	case <-done:
+	case <-time.After(time.Second):
+		t.Fatal(what)
 	}
 }
