@@ -20,6 +20,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1/sandboxv1connect"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
+	"github.com/agentic-sandbox/agentic-sandbox/ports/portsfake"
 	"github.com/agentic-sandbox/agentic-sandbox/ports/portstest"
 )
 
@@ -31,25 +32,6 @@ const (
 	secretPrefix  = "secret-of-"
 )
 
-// fakeClock is a ports.Clock the test moves by hand.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	return c.now
-}
-
 // seqIDs is a ports.IDGenerator giving cmd-1, cmd-2, ...
 type seqIDs struct{ n atomic.Int64 }
 
@@ -60,7 +42,7 @@ type harness struct {
 	t      *testing.T
 	svc    *Service
 	cfg    Config
-	clock  *fakeClock
+	clock  *portsfake.Clock
 	creds  *portstest.Credentials
 	url    string
 	hc     *http.Client
@@ -82,7 +64,7 @@ func h2cClient() *http.Client {
 
 func newHarness(t *testing.T, tweak ...func(*Config)) *harness {
 	t.Helper()
-	clock := &fakeClock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
+	clock := portsfake.NewClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 	creds := portstest.NewCredentials()
 	for _, id := range []string{"agent-a", "agent-b", "host-01"} {
 		_ = creds.Put(id, secretPrefix+id)

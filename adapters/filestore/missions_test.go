@@ -19,29 +19,12 @@ import (
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
+	"github.com/agentic-sandbox/agentic-sandbox/ports/portsfake"
 	"github.com/agentic-sandbox/agentic-sandbox/ports/portstest"
 )
 
-// testClock is a settable ports.Clock.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newTestClock() *testClock {
-	return &testClock{now: time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)}
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
+func newTestClock() *portsfake.Clock {
+	return portsfake.NewClock(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC))
 }
 
 func openStore(t *testing.T, cfg MissionStoreConfig) *MissionStore {
