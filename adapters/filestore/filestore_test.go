@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,34 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentic-sandbox/agentic-sandbox/internal/filetest"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/fsatomic"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
-
-// onlyFiles fails unless dir holds exactly the named entries (no temp files).
-func onlyFiles(t *testing.T, dir string, names ...string) {
-	t.Helper()
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, e := range ents {
-		got = append(got, e.Name())
-	}
-	if strings.Join(got, ",") != strings.Join(names, ",") {
-		t.Fatalf("dir has %q, want %q", got, names)
-	}
-}
-
-func mode(t *testing.T, path string) fs.FileMode {
-	t.Helper()
-	fi, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fi.Mode().Perm()
-}
 
 func hashOf(s string) string {
 	sum := sha256.Sum256([]byte(s))
@@ -69,7 +44,7 @@ func mustVerify(t *testing.T, h *AgentHashes, id, secret string, want bool) {
 
 func TestAgentHashesPutVerifyDelete(t *testing.T) {
 	h, dir := newHashes(t)
-	if m := mode(t, dir); m != 0o700 {
+	if m := filetest.Mode(t, dir); m != 0o700 {
 		t.Fatalf("secrets dir mode %v", m)
 	}
 	mustVerify(t, h, "host-01", "s", false) // no file yet
@@ -87,7 +62,7 @@ func TestAgentHashesPutVerifyDelete(t *testing.T) {
 	mustVerify(t, h, "host-02", "secret-2", true)
 
 	p := filepath.Join(dir, AgentHashesFile)
-	if m := mode(t, p); m != 0o600 {
+	if m := filetest.Mode(t, p); m != 0o600 {
 		t.Fatalf("hash file mode %v", m)
 	}
 	var onDisk map[string]string
@@ -125,7 +100,7 @@ func TestAgentHashesPutVerifyDelete(t *testing.T) {
 	if err := h.Put("a", ""); err == nil {
 		t.Fatal("want error for empty secret")
 	}
-	onlyFiles(t, dir, ".agent-hashes.lock", AgentHashesFile)
+	filetest.OnlyFiles(t, dir, ".agent-hashes.lock", AgentHashesFile)
 }
 
 func TestAgentHashesSeesOtherWriters(t *testing.T) {
@@ -228,7 +203,7 @@ func TestAgentHashesEmptyFileAndBadEntry(t *testing.T) {
 	if err := h.Put("a", "x"); err != nil {
 		t.Fatal(err)
 	}
-	if m := mode(t, p); m != 0o600 {
+	if m := filetest.Mode(t, p); m != 0o600 {
 		t.Fatalf("rewritten file mode %v", m)
 	}
 
@@ -312,17 +287,17 @@ func TestOperatorToken(t *testing.T) {
 		t.Fatalf("token %q", tok)
 	}
 	p := filepath.Join(dataDir, OperatorTokenFile)
-	if m := mode(t, p); m != 0o600 {
+	if m := filetest.Mode(t, p); m != 0o600 {
 		t.Fatalf("token file mode %v", m)
 	}
-	if m := mode(t, dataDir); m != 0o700 {
+	if m := filetest.Mode(t, dataDir); m != 0o700 {
 		t.Fatalf("data dir mode %v", m)
 	}
 	again, err := LoadOrCreateOperatorToken(dataDir)
 	if err != nil || again != tok {
 		t.Fatalf("second load %q, %v; want %q", again, err, tok)
 	}
-	onlyFiles(t, dataDir, OperatorTokenFile)
+	filetest.OnlyFiles(t, dataDir, OperatorTokenFile)
 
 	// An operator-provided token is trimmed.
 	if err := os.WriteFile(p, []byte("  my-token \n"), 0o600); err != nil {
@@ -340,8 +315,8 @@ func TestOperatorToken(t *testing.T) {
 	if err != nil || len(fresh) != 43 {
 		t.Fatalf("got %q, %v", fresh, err)
 	}
-	if raw, _ := os.ReadFile(p); strings.TrimSpace(string(raw)) != fresh || mode(t, p) != 0o600 {
-		t.Fatalf("file %q mode %v", raw, mode(t, p))
+	if raw, _ := os.ReadFile(p); strings.TrimSpace(string(raw)) != fresh || filetest.Mode(t, p) != 0o600 {
+		t.Fatalf("file %q mode %v", raw, filetest.Mode(t, p))
 	}
 
 	if _, err := LoadOrCreateOperatorToken(filepath.Join(p, "sub")); err == nil {
@@ -369,7 +344,7 @@ func TestOperatorTokenRace(t *testing.T) {
 			t.Fatalf("racing creators disagree: %q", toks)
 		}
 	}
-	onlyFiles(t, dataDir, OperatorTokenFile)
+	filetest.OnlyFiles(t, dataDir, OperatorTokenFile)
 }
 
 func TestDefaultSecretsDir(t *testing.T) {
@@ -461,7 +436,7 @@ func TestAgentHashesPinKind(t *testing.T) {
 	if k, _ := h.PinKind("a", ports.KindVM); k != ports.KindVM {
 		t.Fatalf("after Delete the old kind remained: %q", k)
 	}
-	if m := mode(t, filepath.Join(dir, AgentKindsFile)); m != 0o600 {
+	if m := filetest.Mode(t, filepath.Join(dir, AgentKindsFile)); m != 0o600 {
 		t.Fatalf("kinds file mode %v", m)
 	}
 	// A corrupt kinds file is never overwritten.

@@ -126,41 +126,38 @@ func (h *AgentHashes) Verify(agentID, secret string) (bool, error) {
 // Put stores the hash of secret for agentID. It refuses to rewrite a file it
 // cannot parse, so entries written by others are never lost.
 func (h *AgentHashes) Put(agentID, secret string) error {
-	if agentID == "" {
-		return errors.New("filestore: empty agent id")
-	}
-	if secret == "" {
-		return errors.New("filestore: empty secret")
-	}
-	sum := sha256.Sum256([]byte(secret))
-	return h.update(func(m map[string]string) bool {
-		m[agentID] = hex.EncodeToString(sum[:])
-		return true
-	})
+	_, err := h.store(agentID, secret, true)
+	return err
 }
 
 // Create is Put that refuses to replace an existing credential, checked and
 // written under the file lock, so two creators cannot both win.
 func (h *AgentHashes) Create(agentID, secret string) error {
+	exists, err := h.store(agentID, secret, false)
+	if err == nil && exists {
+		return fmt.Errorf("%w: %q", ports.ErrCredentialExists, agentID)
+	}
+	return err
+}
+
+// store writes the hash of secret for agentID, over an existing one only
+// when replace; exists says there was one.
+func (h *AgentHashes) store(agentID, secret string, replace bool) (exists bool, err error) {
 	if agentID == "" {
-		return errors.New("filestore: empty agent id")
+		return false, errors.New("filestore: empty agent id")
 	}
 	if secret == "" {
-		return errors.New("filestore: empty secret")
+		return false, errors.New("filestore: empty secret")
 	}
 	sum := sha256.Sum256([]byte(secret))
-	exists := false
-	err := h.update(func(m map[string]string) bool {
-		if _, exists = m[agentID]; exists {
+	err = h.update(func(m map[string]string) bool {
+		if _, exists = m[agentID]; exists && !replace {
 			return false
 		}
 		m[agentID] = hex.EncodeToString(sum[:])
 		return true
 	})
-	if err == nil && exists {
-		return fmt.Errorf("%w: %q", ports.ErrCredentialExists, agentID)
-	}
-	return err
+	return exists, err
 }
 
 // Delete forgets agentID and its kind; an unknown agent is not an error.
@@ -257,39 +254,54 @@ func (h *AgentHashes) refreshKindsLocked() error {
 
 // updateKinds is update for the kinds file, which is small and read afresh.
 func (h *AgentHashes) updateKinds(change func(map[string]string) bool) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	unlock, err := h.lockFile()
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	path := filepath.Join(h.dir, AgentKindsFile)
-	data, err := os.ReadFile(path)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("filestore: %w", err)
-	}
-	m, err := parseHashes(data)
-	if err != nil {
-		return fmt.Errorf("filestore: %s is corrupt: %w (refusing to overwrite it)", path, err)
-	}
-	if !change(m) {
-		return nil
-	}
-	out, err := json.MarshalIndent(m, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := fsatomic.WriteFile(path, append(out, '\n'), 0o600); err != nil {
-		return fmt.Errorf("filestore: write %s: %w", path, err)
-	}
-	h.kindsStamp = fileStamp{} // read back, with the new file's stamp
-	return h.refreshKindsLocked()
+	return h.locked(func() error {
+		path := filepath.Join(h.dir, AgentKindsFile)
+		data, err := os.ReadFile(path)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("filestore: %w", err)
+		}
+		m, err := parseHashes(data)
+		if err != nil {
+			return fmt.Errorf("filestore: %s is corrupt: %w (refusing to overwrite it)", path, err)
+		}
+		if !change(m) {
+			return nil
+		}
+		if err := writeMap(path, m); err != nil {
+			return err
+		}
+		h.kindsStamp = fileStamp{} // read back, with the new file's stamp
+		return h.refreshKindsLocked()
+	})
 }
 
 // update applies change to a fresh copy of the file's contents and writes the
 // result back if change reports a modification.
 func (h *AgentHashes) update(change func(map[string]string) bool) error {
+	return h.locked(func() error {
+		if err := h.refreshLocked(); err != nil {
+			return fmt.Errorf("%w (refusing to overwrite it)", err)
+		}
+		next := make(map[string]string, len(h.hashes)+1)
+		for k, v := range h.hashes {
+			next[k] = v
+		}
+		if !change(next) {
+			return nil
+		}
+		if err := writeMap(h.path, next); err != nil {
+			return err
+		}
+		h.hashes = next
+		// Forget the stamp so the next call re-reads: stat-ing here could record
+		// a later writer's stamp against our contents.
+		h.stamp = fileStamp{}
+		return nil
+	})
+}
+
+// locked runs f holding h.mu and the file lock, as every change must.
+func (h *AgentHashes) locked(f func() error) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	unlock, err := h.lockFile()
@@ -297,28 +309,18 @@ func (h *AgentHashes) update(change func(map[string]string) bool) error {
 		return err
 	}
 	defer unlock()
-	if err := h.refreshLocked(); err != nil {
-		return fmt.Errorf("%w (refusing to overwrite it)", err)
-	}
-	next := make(map[string]string, len(h.hashes)+1)
-	for k, v := range h.hashes {
-		next[k] = v
-	}
-	if !change(next) {
-		return nil
-	}
-	data, err := json.MarshalIndent(next, "", "  ")
+	return f()
+}
+
+// writeMap writes m as the {"id": "value"} file at path.
+func writeMap(path string, m map[string]string) error {
+	data, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return err
 	}
-	data = append(data, '\n')
-	if err := fsatomic.WriteFile(h.path, data, 0o600); err != nil {
-		return fmt.Errorf("filestore: write %s: %w", h.path, err)
+	if err := fsatomic.WriteFile(path, append(data, '\n'), 0o600); err != nil {
+		return fmt.Errorf("filestore: write %s: %w", path, err)
 	}
-	h.hashes = next
-	// Forget the stamp so the next call re-reads: stat-ing here could record
-	// a later writer's stamp against our contents.
-	h.stamp = fileStamp{}
 	return nil
 }
 

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+
+	"github.com/agentic-sandbox/agentic-sandbox/internal/filetest"
 )
 
 func TestIdentityCreateAndReuse(t *testing.T) {
@@ -24,10 +26,10 @@ func TestIdentityCreateAndReuse(t *testing.T) {
 	if raw, _ := os.ReadFile(p); string(raw) != id+"\n" {
 		t.Fatalf("file holds %q", raw)
 	}
-	if m := mode(t, p); m != 0o644 {
+	if m := filetest.Mode(t, p); m != 0o644 {
 		t.Fatalf("identity mode %v", m)
 	}
-	if m := mode(t, dataDir); m != 0o700 {
+	if m := filetest.Mode(t, dataDir); m != 0o700 {
 		t.Fatalf("data dir mode %v", m)
 	}
 	for range 3 {
@@ -35,7 +37,7 @@ func TestIdentityCreateAndReuse(t *testing.T) {
 			t.Fatalf("reload = %q, %v; want %q", again, err, id)
 		}
 	}
-	onlyFiles(t, dataDir, IdentityFile)
+	filetest.OnlyFiles(t, dataDir, IdentityFile)
 
 	// One written by hand, without a newline or in upper case, is the same id.
 	if err := os.WriteFile(p, []byte("  "+strings.ToUpper(id)), 0o644); err != nil {
@@ -93,6 +95,6 @@ func TestIdentityConcurrentFirstStart(t *testing.T) {
 				t.Fatalf("ids differ: %q", ids)
 			}
 		}
-		onlyFiles(t, dataDir, IdentityFile)
+		filetest.OnlyFiles(t, dataDir, IdentityFile)
 	}
 }

@@ -17,11 +17,7 @@ var sessionLogChunks = []struct {
 func BenchmarkSessionLogAppend(b *testing.B) {
 	for _, c := range sessionLogChunks {
 		b.Run(c.name, func(b *testing.B) {
-			l, err := NewSessionLog(b.TempDir(), SessionLogOptions{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer l.Close()
+			l := benchLog(b)
 			data := portstest.PatternAt(0, make([]byte, c.size))
 			b.SetBytes(int64(c.size))
 			for b.Loop() {
@@ -38,11 +34,7 @@ func BenchmarkSessionLogAppend(b *testing.B) {
 func BenchmarkSessionLogReadFrom(b *testing.B) {
 	for _, c := range sessionLogChunks {
 		b.Run(c.name, func(b *testing.B) {
-			l, err := NewSessionLog(b.TempDir(), SessionLogOptions{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer l.Close()
+			l := benchLog(b)
 			block := portstest.PatternAt(0, make([]byte, 1<<20))
 			for range 32 {
 				if _, err := l.Append("s", block); err != nil {
@@ -64,4 +56,14 @@ func BenchmarkSessionLogReadFrom(b *testing.B) {
 			}
 		})
 	}
+}
+
+// benchLog is a session log under the default bounds, closed after b.
+func benchLog(b *testing.B) *SessionLog {
+	l, err := NewSessionLog(b.TempDir(), SessionLogOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = l.Close() })
+	return l
 }

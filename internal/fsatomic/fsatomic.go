@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 )
 
-// WriteFileAtomic replaces path with data. It writes a temp file in the same
+// WriteFile replaces path with data. It writes a temp file in the same
 // directory (so the rename cannot cross filesystems), fsyncs it, renames it
 // over path and fsyncs the directory, so a crash at any instant leaves either
 // the old or the new file, never a torn one. perm is applied exactly,

@@ -9,32 +9,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/agentic-sandbox/agentic-sandbox/internal/filetest"
 )
-
-// onlyFiles fails unless dir holds exactly the named entries (no temp files).
-func onlyFiles(t *testing.T, dir string, names ...string) {
-	t.Helper()
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, e := range ents {
-		got = append(got, e.Name())
-	}
-	if strings.Join(got, ",") != strings.Join(names, ",") {
-		t.Fatalf("dir has %q, want %q", got, names)
-	}
-}
-
-func mode(t *testing.T, path string) fs.FileMode {
-	t.Helper()
-	fi, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fi.Mode().Perm()
-}
 
 func TestWriteFile(t *testing.T) {
 	dir := t.TempDir()
@@ -50,10 +27,10 @@ func TestWriteFile(t *testing.T) {
 		if err != nil || string(got) != tc.data {
 			t.Fatalf("read %q, %v; want %q", got, err, tc.data)
 		}
-		if m := mode(t, p); m != tc.perm {
+		if m := filetest.Mode(t, p); m != tc.perm {
 			t.Fatalf("perm %v, want %v", m, tc.perm)
 		}
-		onlyFiles(t, dir, "f")
+		filetest.OnlyFiles(t, dir, "f")
 	}
 }
 
@@ -68,12 +45,12 @@ func TestWriteFileAtomicErrorsLeaveNoTemp(t *testing.T) {
 	if err := WriteFile(target, []byte("x"), 0o600); err == nil {
 		t.Fatal("want an error replacing a directory")
 	}
-	onlyFiles(t, dir, "target")
+	filetest.OnlyFiles(t, dir, "target")
 
 	if err := WriteFile(filepath.Join(dir, "missing", "f"), []byte("x"), 0o600); err == nil {
 		t.Fatal("want an error in a missing directory")
 	}
-	onlyFiles(t, dir, "target")
+	filetest.OnlyFiles(t, dir, "target")
 }
 
 // Readers racing with writers must always see one whole version.
@@ -125,7 +102,7 @@ func TestWriteFileAtomicNeverTorn(t *testing.T) {
 	if err := <-readErr; err != nil {
 		t.Fatal(err)
 	}
-	onlyFiles(t, dir, "f")
+	filetest.OnlyFiles(t, dir, "f")
 }
 
 func TestWriteFileExclusive(t *testing.T) {
@@ -140,5 +117,5 @@ func TestWriteFileExclusive(t *testing.T) {
 	if got, _ := os.ReadFile(p); string(got) != "one" {
 		t.Fatalf("got %q", got)
 	}
-	onlyFiles(t, dir, "f")
+	filetest.OnlyFiles(t, dir, "f")
 }
