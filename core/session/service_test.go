@@ -11,12 +11,10 @@ import (
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/core/claudefeed"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/clock"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
+	"github.com/agentic-sandbox/agentic-sandbox/ports/portsfake"
 )
-
-type clock struct{}
-
-func (clock) Now() time.Time { return time.Now() }
 
 type ids struct {
 	mu sync.Mutex
@@ -78,99 +76,17 @@ func (l *memLog) Release(id string) error {
 }
 func (l *memLog) Close() error { return nil }
 
-// fakeCmd is a command the test finishes by hand.
-type fakeCmd struct {
-	id    string
-	spec  ports.CommandSpec
-	opts  ports.StartOptions
-	done  chan struct{}
-	res   ports.CommandResult
-	mu    sync.Mutex
-	stdin []byte
-	sizes [][2]uint16
+// stdinOf is what the command got on stdin.
+func stdinOf(c *portsfake.Command) string {
+	in, _ := c.Stdin()
+	return in
 }
 
-func (c *fakeCmd) ID() string                  { return c.id }
-func (c *fakeCmd) AgentID() string             { return "agent-1" }
-func (c *fakeCmd) Done() <-chan struct{}       { return c.done }
-func (c *fakeCmd) Result() ports.CommandResult { return c.res }
-func (c *fakeCmd) Kill(context.Context) error {
-	c.finish(ports.CommandResult{ExitCode: 143, Signal: 15})
-	return nil
-}
-func (c *fakeCmd) Signal(context.Context, int) error { return nil }
-func (c *fakeCmd) WriteStdin(_ context.Context, b []byte, _ bool) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.stdin = append(c.stdin, b...)
-	return nil
-}
-func (c *fakeCmd) Resize(_ context.Context, cols, rows uint16) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.sizes = append(c.sizes, [2]uint16{cols, rows})
-	return nil
-}
-func (c *fakeCmd) finish(r ports.CommandResult) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	select {
-	case <-c.done:
-	default:
-		c.res = r
-		close(c.done)
-	}
-}
-
-type fakeLink struct {
-	mu   sync.Mutex
-	cmds map[string]*fakeCmd
-}
-
-func (l *fakeLink) Start(_ context.Context, agentID string, spec ports.CommandSpec, opts ports.StartOptions) (ports.Command, error) {
-	if agentID != "agent-1" {
-		return nil, ports.ErrAgentNotFound
-	}
-	c := &fakeCmd{id: opts.CommandID, spec: spec, opts: opts, done: make(chan struct{})}
-	l.mu.Lock()
-	l.cmds[c.id] = c
-	l.mu.Unlock()
-	return c, nil
-}
-func (l *fakeLink) Lookup(id string) (ports.Command, bool) { return nil, false }
-func (l *fakeLink) Attach(_ string, id string, opts ports.StartOptions) ports.Command {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if c, ok := l.cmds[id]; ok {
-		return c
-	}
-	c := &fakeCmd{id: id, opts: opts, done: make(chan struct{})}
-	l.cmds[id] = c
-	return c
-}
-
-func (l *fakeLink) cmd(id string) *fakeCmd {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.cmds[id]
-}
-
-type fakeAgents struct{ caps []string }
-
-func (a fakeAgents) Agents() []ports.AgentInfo {
-	return []ports.AgentInfo{{ID: "agent-1", Capabilities: a.caps}}
-}
-func (a fakeAgents) Agent(id string) (ports.AgentInfo, bool) {
-	if id != "agent-1" {
-		return ports.AgentInfo{}, false
-	}
-	return ports.AgentInfo{ID: id, Capabilities: a.caps}, true
-}
-
-func newSvc(caps ...string) (*Service, *fakeLink, *memLog) {
-	link := &fakeLink{cmds: map[string]*fakeCmd{}}
+func newSvc(caps ...string) (*Service, *portsfake.Link, *memLog) {
+	agents := portsfake.NewDirectory(ports.AgentInfo{ID: "agent-1", Capabilities: caps})
+	link := portsfake.NewLink(portsfake.WithDirectory(agents))
 	log := &memLog{data: map[string][]byte{}}
-	return New(Config{Link: link, Agents: fakeAgents{caps}, Log: log, Clock: clock{}, IDs: &ids{}}), link, log
+	return New(Config{Link: link, Agents: agents, Log: log, Clock: clock.Wall{}, IDs: &ids{}}), link, log
 }
 
 func waitClosed(t *testing.T, c <-chan struct{}) {
@@ -188,19 +104,19 @@ func TestCreateRunsInAPTYAndLogsOutput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := link.cmds[s.ID]
-	if c == nil || !c.spec.PTY || c.spec.Cols != 80 || c.spec.Rows != 24 || c.spec.SessionName != "as-dev" || !c.opts.Detached || c.spec.Command != "npm" {
-		t.Fatalf("started with %+v %+v", c.spec, c.opts)
+	c := link.Command(s.ID)
+	if c == nil || !c.Spec.PTY || c.Spec.Cols != 80 || c.Spec.Rows != 24 || c.Spec.SessionName != "as-dev" || !c.Opts.Detached || c.Spec.Command != "npm" {
+		t.Fatalf("started with %+v %+v", c.Spec, c.Opts)
 	}
-	c.opts.OnStarted()
+	c.Opts.OnStarted()
 	if got, _ := svc.Get(s.ID); got.State != Running {
 		t.Fatalf("state %s after start", got.State)
 	}
-	c.opts.OnOutput(ports.OutputChunk{Data: []byte("ready\r\n")})
+	c.Opts.OnOutput(ports.OutputChunk{Data: []byte("ready\r\n")})
 	if string(log.data[s.ID]) != "ready\r\n" {
 		t.Fatalf("log %q", log.data[s.ID])
 	}
-	c.finish(ports.CommandResult{ExitCode: 3})
+	c.Finish(ports.CommandResult{ExitCode: 3})
 	waitClosed(t, svc.Exited(s.ID))
 	if got, _ := svc.Get(s.ID); got.State != Exited || got.ExitCode == nil || *got.ExitCode != 3 {
 		t.Fatalf("after exit: %+v", got)
@@ -216,30 +132,30 @@ func TestShellAsksTheAgentToKeepItInTmux(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := link.cmds[s.ID]
-	if c.spec.Command != "" || !c.spec.Persist || !c.spec.PTY || c.spec.SessionName != "as-main" || c.spec.SessionType != "interactive" || c.spec.Cols != 120 || s.Type != ports.SessionInteractive {
-		t.Fatalf("shell spec %+v", c.spec)
+	c := link.Command(s.ID)
+	if c.Spec.Command != "" || !c.Spec.Persist || !c.Spec.PTY || c.Spec.SessionName != "as-main" || c.Spec.SessionType != "interactive" || c.Spec.Cols != 120 || s.Type != ports.SessionInteractive {
+		t.Fatalf("shell spec %+v", c.Spec)
 	}
 	// Unnamed shells get distinct names, which are their tmux sessions.
 	a, _ := svc.StartShell(context.Background(), "agent-1", "", 0, 0)
 	b, _ := svc.StartShell(context.Background(), "agent-1", "", 0, 0)
-	if a.Name == b.Name || link.cmds[a.ID].spec.SessionName != "as-"+a.Name || link.cmds[b.ID].spec.SessionName != "as-"+b.Name {
+	if a.Name == b.Name || link.Command(a.ID).Spec.SessionName != "as-"+a.Name || link.Command(b.ID).Spec.SessionName != "as-"+b.Name {
 		t.Fatalf("unnamed shells %q / %q", a.Name, b.Name)
 	}
 	// Headless runs are tied to their agent; background ones persist.
 	h, _ := svc.Create(context.Background(), Spec{AgentID: "agent-1", Type: ports.SessionHeadless, Command: "claude", PTY: true}, 0, 0)
 	g, _ := svc.Create(context.Background(), Spec{AgentID: "agent-1", Type: ports.SessionBackground, Command: "npm", PTY: true}, 0, 0)
-	if link.cmds[h.ID].spec.Persist || !link.cmds[g.ID].spec.Persist || link.cmds[g.ID].spec.SessionType != "background" {
-		t.Fatalf("persist: headless %v, background %v", link.cmds[h.ID].spec.Persist, link.cmds[g.ID].spec.Persist)
+	if link.Command(h.ID).Spec.Persist || !link.Command(g.ID).Spec.Persist || link.Command(g.ID).Spec.SessionType != "background" {
+		t.Fatalf("persist: headless %v, background %v", link.Command(h.ID).Spec.Persist, link.Command(g.ID).Spec.Persist)
 	}
 	// Without a terminal: a background session's stdin is a pipe, and
 	// nothing is kept in tmux.
 	piped, _ := svc.Create(context.Background(), Spec{AgentID: "agent-1", Type: ports.SessionBackground, Command: "cat"}, 0, 0)
-	if c := link.cmds[piped.ID].spec; c.PTY || c.Persist || !c.StdinOpen || piped.PTY {
+	if c := link.Command(piped.ID).Spec; c.PTY || c.Persist || !c.StdinOpen || piped.PTY {
 		t.Fatalf("piped background spec %+v", c)
 	}
 	hl, _ := svc.Create(context.Background(), Spec{AgentID: "agent-1", Type: ports.SessionHeadless, Command: "claude"}, 0, 0)
-	if c := link.cmds[hl.ID].spec; c.PTY || c.StdinOpen {
+	if c := link.Command(hl.ID).Spec; c.PTY || c.StdinOpen {
 		t.Fatalf("piped headless spec %+v", c)
 	}
 }
@@ -250,17 +166,17 @@ func TestShellAsksTheAgentToKeepItInTmux(t *testing.T) {
 func TestReconcileMovesASessionToItsAdoptingCommand(t *testing.T) {
 	svc, link, log := newSvc("tmux")
 	s, _ := svc.StartShell(context.Background(), "agent-1", "main", 0, 0)
-	old := link.cmd(s.ID)
-	old.opts.OnStarted()
-	old.opts.OnOutput(ports.OutputChunk{Data: []byte("before ")})
+	old := link.Command(s.ID)
+	old.Opts.OnStarted()
+	old.Opts.OnOutput(ports.OutputChunk{Data: []byte("before ")})
 
 	svc.ReconcileSessions("agent-1", []ports.ReportedSession{{SessionID: s.ID, AgentName: "as-main", Type: "interactive", CommandID: s.ID + "~1"}})
-	old.finish(ports.CommandResult{ExitCode: -1, Error: "command lost"})
-	adopted := link.cmd(s.ID + "~1")
+	old.Finish(ports.CommandResult{ExitCode: -1, Error: "command lost"})
+	adopted := link.Command(s.ID + "~1")
 	if adopted == nil {
 		t.Fatal("no command attached for the adopting agent's client")
 	}
-	adopted.opts.OnOutput(ports.OutputChunk{Data: []byte("after")})
+	adopted.Opts.OnOutput(ports.OutputChunk{Data: []byte("after")})
 	time.Sleep(20 * time.Millisecond) // let the old command's watcher run
 	if got, _ := svc.Get(s.ID); got.State != Running {
 		t.Fatalf("state %s after the old command was lost", got.State)
@@ -272,10 +188,10 @@ func TestReconcileMovesASessionToItsAdoptingCommand(t *testing.T) {
 		t.Fatalf("input check: %v", err)
 	}
 	_, _ = svc.Join(s.ID, "v", Controller)
-	if err := svc.Input(context.Background(), s.ID, "v", []byte("x")); err != nil || string(adopted.stdin) != "x" {
-		t.Fatalf("input went to %q (err %v), want the adopting command", adopted.stdin, err)
+	if err := svc.Input(context.Background(), s.ID, "v", []byte("x")); err != nil || stdinOf(adopted) != "x" {
+		t.Fatalf("input went to %q (err %v), want the adopting command", stdinOf(adopted), err)
 	}
-	adopted.finish(ports.CommandResult{ExitCode: 0})
+	adopted.Finish(ports.CommandResult{ExitCode: 0})
 	waitClosed(t, svc.Exited(s.ID))
 	if got, _ := svc.Get(s.ID); got.State != Exited {
 		t.Fatalf("state %s after the adopting command ended", got.State)
@@ -288,7 +204,7 @@ func TestReconcileMovesASessionToItsAdoptingCommand(t *testing.T) {
 func TestReconcileAdoptsLosesAndKills(t *testing.T) {
 	svc, link, log := newSvc("tmux")
 	gone, _ := svc.StartShell(context.Background(), "agent-1", "gone", 0, 0)
-	link.cmd(gone.ID).opts.OnStarted()
+	link.Command(gone.ID).Opts.OnStarted()
 	svc.ReconcileSessions("agent-1", []ports.ReportedSession{
 		{SessionID: "0000000z-id", AgentName: "as-dev", Type: "background", CommandID: "0000000z-id"},
 		{AgentName: "stranger", Type: "background", CommandID: "c-stranger"},
@@ -301,15 +217,15 @@ func TestReconcileAdoptsLosesAndKills(t *testing.T) {
 	if !ok || dev.State != Running || dev.Name != "dev" || dev.Type != ports.SessionBackground || !dev.Adopted {
 		t.Fatalf("adopted: %+v %v", dev, ok)
 	}
-	link.cmd("0000000z-id").opts.OnOutput(ports.OutputChunk{Data: []byte("tick")})
+	link.Command("0000000z-id").Opts.OnOutput(ports.OutputChunk{Data: []byte("tick")})
 	if string(log.data[dev.ID]) != "tick" {
 		t.Fatalf("adopted session's log %q", log.data[dev.ID])
 	}
 	deadline := time.Now().Add(2 * time.Second)
 	for {
-		if c := link.cmd("c-stranger"); c != nil {
+		if c := link.Command("c-stranger"); c != nil {
 			select {
-			case <-c.done:
+			case <-c.Ended():
 				return
 			default:
 			}
@@ -324,7 +240,7 @@ func TestReconcileAdoptsLosesAndKills(t *testing.T) {
 func TestOnlyTheControllerTypes(t *testing.T) {
 	svc, link, _ := newSvc()
 	s, _ := svc.Create(context.Background(), Spec{AgentID: "agent-1", Type: ports.SessionInteractive, Command: "bash"}, 0, 0)
-	link.cmds[s.ID].opts.OnStarted()
+	link.Command(s.ID).Opts.OnStarted()
 	if r, _ := svc.Join(s.ID, "v1", Controller); r != Controller {
 		t.Fatalf("first viewer got %s", r)
 	}
@@ -343,9 +259,9 @@ func TestOnlyTheControllerTypes(t *testing.T) {
 	if err := svc.Resize(context.Background(), s.ID, "v1", 100, 30); err != nil {
 		t.Fatal(err)
 	}
-	c := link.cmds[s.ID]
-	if string(c.stdin) != "ls\r" || len(c.sizes) != 1 {
-		t.Fatalf("stdin %q sizes %v", c.stdin, c.sizes)
+	c := link.Command(s.ID)
+	if stdinOf(c) != "ls\r" || len(c.Resizes()) != 1 {
+		t.Fatalf("stdin %q sizes %v", stdinOf(c), c.Resizes())
 	}
 	if err := svc.Input(context.Background(), "nope", "v1", nil); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("unknown session: %v", err)
@@ -366,12 +282,12 @@ func TestHeadlessActivityFeed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := link.cmds[s.ID]
+	c := link.Command(s.ID)
 	for i := 0; i < len(raw); i += 100 { // output arrives in arbitrary pieces, CRLF from the PTY
 		chunk := raw[i:min(i+100, len(raw))]
-		c.opts.OnOutput(ports.OutputChunk{Data: chunk})
+		c.Opts.OnOutput(ports.OutputChunk{Data: chunk})
 	}
-	c.finish(ports.CommandResult{})
+	c.Finish(ports.CommandResult{})
 	waitClosed(t, svc.Exited(s.ID))
 	evs, sum, dropped, ok := svc.Activity(s.ID, 0)
 	if !ok || dropped != 0 || !sum.Done || !sum.Success || sum.CostUSD <= 0 || sum.ToolsUsed["Bash"] == 0 {
@@ -422,7 +338,7 @@ func TestEndedSessionsAreForgottenAfterRetention(t *testing.T) {
 	if _, err := log.Append(old.ID, []byte("output")); err != nil {
 		t.Fatal(err)
 	}
-	link.cmd(old.ID).finish(ports.CommandResult{ExitCode: 0})
+	link.Command(old.ID).Finish(ports.CommandResult{ExitCode: 0})
 	deadline := time.Now().Add(5 * time.Second)
 	for s, _ := svc.Get(old.ID); !s.State.Ended(); s, _ = svc.Get(old.ID) {
 		if time.Now().After(deadline) {
