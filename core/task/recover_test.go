@@ -13,6 +13,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/core/environment"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/clock"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
+	"github.com/agentic-sandbox/agentic-sandbox/ports/portsfake"
 )
 
 // Fakes of what the task use case reaches through ports, recording what
@@ -131,48 +132,6 @@ func (sizedReader) Size() int64  { return -1 }
 
 func readerOf(s string) ports.FileReader { return sizedReader{strings.NewReader(s)} }
 
-type fakeCommand struct {
-	id   string
-	done chan struct{}
-	res  ports.CommandResult
-}
-
-func (c *fakeCommand) ID() string                                     { return c.id }
-func (c *fakeCommand) AgentID() string                                { return "a" }
-func (c *fakeCommand) Done() <-chan struct{}                          { return c.done }
-func (c *fakeCommand) Result() ports.CommandResult                    { return c.res }
-func (c *fakeCommand) WriteStdin(context.Context, []byte, bool) error { return nil }
-func (c *fakeCommand) Resize(context.Context, uint16, uint16) error   { return nil }
-func (c *fakeCommand) Signal(context.Context, int) error              { return nil }
-func (c *fakeCommand) Kill(context.Context) error                     { return nil }
-func finished(id string, code int) *fakeCommand {
-	c := &fakeCommand{id: id, done: make(chan struct{}), res: ports.CommandResult{ExitCode: code}}
-	close(c.done)
-	return c
-}
-
-// fakeLink runs every command to exit 0 at once; Attach finds a command
-// the agent kept only when kept says so.
-type fakeLink struct {
-	started, attached atomic.Int32
-	kept              bool
-}
-
-func (l *fakeLink) Start(_ context.Context, _ string, _ ports.CommandSpec, o ports.StartOptions) (ports.Command, error) {
-	l.started.Add(1)
-	return finished(o.CommandID, 0), nil
-}
-func (l *fakeLink) Lookup(string) (ports.Command, bool) { return nil, false }
-func (l *fakeLink) Attach(_, id string, _ ports.StartOptions) ports.Command {
-	l.attached.Add(1)
-	if l.kept {
-		return finished(id, 0)
-	}
-	c := finished(id, -1)
-	c.res.Error = ports.ErrCommandLost.Error()
-	return c
-}
-
 type noSecrets struct{}
 
 func (noSecrets) Resolve(string, string) (string, bool, error) { return "", false, nil }
@@ -192,8 +151,8 @@ func TestEveryStateContinuesAfterARestart(t *testing.T) {
 		commandID   bool // a command id was stored before the stop
 		kept        bool // the agent still has that command
 		want        State
-		starts      int32
-		attaches    int32
+		starts      int
+		attaches    int
 		leftoverEnv bool
 	}{
 		{state: Pending, want: Completed, starts: 1},
@@ -222,7 +181,13 @@ func TestEveryStateContinuesAfterARestart(t *testing.T) {
 		if c.leftoverEnv {
 			envs.envs[rec.Environment.Name] = environment.Environment{Name: rec.Environment.Name, State: environment.StateReady, AgentID: rec.Environment.Name}
 		}
-		link := &fakeLink{kept: c.kept}
+		// Every run exits 0; a command bound again exits 0 where the
+		// agent kept it, and is lost where it did not.
+		bound := (*portsfake.Command).Lose
+		if c.kept {
+			bound = func(c *portsfake.Command) { c.Exit(0) }
+		}
+		link := portsfake.NewLink(portsfake.WithScript(func(c *portsfake.Command) { c.Exit(0) }), portsfake.WithAttachScript(bound))
 		ws := &fakeWorkspace{}
 		s := New(Config{Store: store, Workspace: ws, Environments: envs, Files: fakeFiles{}, Link: link, Secrets: noSecrets{},
 			Clock: clock.Wall{}, IDs: &seq{}, DefaultRuntime: "host"})
@@ -246,8 +211,8 @@ func TestEveryStateContinuesAfterARestart(t *testing.T) {
 		if State(got.State) != c.want {
 			t.Errorf("%s (command id %v, kept %v): ended %s (%s %s), want %s", name, c.commandID, c.kept, got.State, got.Reason, got.Error, c.want)
 		}
-		if link.started.Load() != c.starts || link.attached.Load() != c.attaches {
-			t.Errorf("%s: started %d, attached %d; want %d, %d", name, link.started.Load(), link.attached.Load(), c.starts, c.attaches)
+		if starts, attaches := len(link.Starts()), len(link.Attaches()); starts != c.starts || attaches != c.attaches {
+			t.Errorf("%s: started %d, attached %d; want %d, %d", name, starts, attaches, c.starts, c.attaches)
 		}
 		if len(envs.envs) != 0 {
 			t.Errorf("%s: environments left %v", name, envs.envs)
@@ -261,36 +226,19 @@ func TestEveryStateContinuesAfterARestart(t *testing.T) {
 	}
 }
 
-// runningCommand never ends by itself; Kill ends it and is counted.
-type runningCommand struct {
-	fakeCommand
-	kills atomic.Int32
-	once  sync.Once
-}
-
-func (c *runningCommand) Kill(context.Context) error {
-	c.kills.Add(1)
-	c.once.Do(func() { c.res.ExitCode = 143; close(c.done) })
-	return nil
-}
-
-type holdLink struct {
-	fakeLink
-	cmd *runningCommand
-}
-
-func (l *holdLink) Start(_ context.Context, _ string, _ ports.CommandSpec, o ports.StartOptions) (ports.Command, error) {
-	l.started.Add(1)
-	return l.cmd, nil
-}
-
 // A server that stops leaves a running task's process alone (the next
 // start binds to it); a cancel kills it.
 func TestStoppingTheServerLeavesTheRunAlone(t *testing.T) {
 	for _, cancel := range []bool{false, true} {
 		store := &memStore{recs: map[string]ports.TaskRecord{}}
-		cmd := &runningCommand{fakeCommand: fakeCommand{id: "task-x", done: make(chan struct{})}}
-		link := &holdLink{cmd: cmd}
+		link := portsfake.NewLink() // the run goes on until killed
+		kills := func() (n int) {
+			for _, c := range link.Commands() {
+				k, _ := c.Killed()
+				n += k
+			}
+			return n
+		}
 		s := New(Config{Store: store, Workspace: &fakeWorkspace{}, Environments: &fakeEnvs{envs: map[string]environment.Environment{}},
 			Files: fakeFiles{}, Link: link, Secrets: noSecrets{}, Clock: clock.Wall{}, IDs: &seq{}, DefaultRuntime: "host"})
 		sub, err := s.Submit(context.Background(), []byte("command: {argv: [sleep, \"100\"]}\n"), "")
@@ -316,10 +264,10 @@ func TestStoppingTheServerLeavesTheRunAlone(t *testing.T) {
 		s.Close()
 		got, _ := store.Get(context.Background(), sub.Task.ID)
 		switch {
-		case !cancel && (cmd.kills.Load() != 0 || got.State != string(Running)):
-			t.Errorf("server stop: %d kills, checkpoint %s; want the run left alone, running", cmd.kills.Load(), got.State)
-		case cancel && (cmd.kills.Load() == 0 || got.State != string(Cancelled)):
-			t.Errorf("cancel: %d kills, checkpoint %s; want it killed and cancelled", cmd.kills.Load(), got.State)
+		case !cancel && (kills() != 0 || got.State != string(Running)):
+			t.Errorf("server stop: %d kills, checkpoint %s; want the run left alone, running", kills(), got.State)
+		case cancel && (kills() == 0 || got.State != string(Cancelled)):
+			t.Errorf("cancel: %d kills, checkpoint %s; want it killed and cancelled", kills(), got.State)
 		}
 	}
 }
