@@ -97,7 +97,7 @@ func TestDeleteRetiresTheAgentAtOnce(t *testing.T) {
 	if _, err := f.svc.Create(ctx, Request{Runtime: "fake", Name: "box"}); err != nil {
 		t.Fatal(err)
 	}
-	f.agents.set("box", "ready")
+	f.agents.SetStatus("box", "ready")
 	waitState(t, f.svc, "box", StateReady)
 	if err := f.svc.Delete(ctx, "box"); err != nil {
 		t.Fatal(err)

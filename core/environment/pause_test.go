@@ -40,7 +40,7 @@ func TestPauseAndResumeFollowTheCapability(t *testing.T) {
 	if _, err := f.svc.Create(ctx, Request{Runtime: "pausable", Name: "box", Resources: ports.Resources{MemoryMB: 256}}); err != nil {
 		t.Fatal(err)
 	}
-	f.agents.set("box", "ready")
+	f.agents.SetStatus("box", "ready")
 	waitState(t, f.svc, "box", StateReady)
 	e, err := f.svc.Pause(ctx, "box")
 	if err != nil || e.State != StatePaused || f.rt.envs["box"].State != ports.EnvPaused {

@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentic-sandbox/agentic-sandbox/internal/clock"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
+	"github.com/agentic-sandbox/agentic-sandbox/ports/portsfake"
 )
 
 // memPools is an in-memory ports.PoolStore.
@@ -64,7 +66,7 @@ func (m *memPools) DeleteClaim(_ context.Context, member string) error {
 
 // fakeRenamer plays the agent: renamed, it registers again as the new id.
 type fakeRenamer struct {
-	agents *fakeAgents
+	agents *portsfake.Directory
 	err    error
 	calls  []string
 	mu     sync.Mutex
@@ -80,10 +82,8 @@ func (r *fakeRenamer) RenameAgent(_ context.Context, id, newID, secret string) e
 	if secret == "" {
 		return errors.New("no secret")
 	}
-	r.agents.mu.Lock()
-	delete(r.agents.status, id)
-	r.agents.status[newID] = "ready"
-	r.agents.mu.Unlock()
+	r.agents.Remove(id)
+	r.agents.SetStatus(newID, ports.AgentReady)
 	return nil
 }
 
@@ -109,13 +109,13 @@ type poolFixture struct {
 }
 
 func newPoolFixture(t *testing.T, prepare func(*poolFixture)) *poolFixture {
-	f := &poolFixture{fixture: &fixture{rt: newFakeRuntime(), agents: &fakeAgents{status: map[string]string{}}}, pools: newMemPools()}
+	f := &poolFixture{fixture: &fixture{rt: newFakeRuntime(), agents: portsfake.NewDirectory()}, pools: newMemPools()}
 	f.creds = newFixture(t, time.Minute).creds
 	f.renamer = &fakeRenamer{agents: f.agents}
 	if prepare != nil {
 		prepare(f)
 	}
-	f.svc = New(Config{Runtimes: map[string]ports.Runtime{"fake": f.rt}, Agents: f.agents, Credentials: f.creds, Clock: clock{},
+	f.svc = New(Config{Runtimes: map[string]ports.Runtime{"fake": f.rt}, Agents: f.agents, Credentials: f.creds, Clock: clock.Wall{},
 		Bootstrap: ports.AgentBootstrap{Binary: "/bin/agent"}, ReadyTimeout: time.Minute, Pools: f.pools, Renamer: f.renamer, Link: f.link})
 	t.Cleanup(f.svc.Close)
 	f.svc.Recover(context.Background())
@@ -143,7 +143,7 @@ func (f *poolFixture) waitIdle(t *testing.T, pool string, idle int) PoolStatus {
 		st, _ := f.svc.Pool(pool)
 		for _, m := range st.Members {
 			if m.State == StateBooting {
-				f.agents.set(m.Name, "ready")
+				f.agents.SetStatus(m.Name, "ready")
 			}
 		}
 		if st.Idle == idle && len(st.Members) == idle {
@@ -265,8 +265,8 @@ func TestRecoverFindsClaimsAndMembers(t *testing.T) {
 		f.rt.envs["q-cccc0000"] = ports.Environment{Name: "q-cccc0000", State: ports.EnvRunning, Labels: label("q")}
 		f.pools.pools["p"] = ports.Pool{Name: "p", Runtime: "fake", Size: 1}
 		f.pools.claims["p-bbbb0000"] = "mine"
-		f.agents.status["mine"] = "ready"
-		f.agents.status["p-aaaa0000"] = "ready"
+		f.agents.SetStatus("mine", ports.AgentReady)
+		f.agents.SetStatus("p-aaaa0000", ports.AgentReady)
 	})
 	e := waitState(t, f.svc, "mine", StateReady)
 	if e.AgentID != "mine" {
@@ -286,41 +286,24 @@ func TestRecoverFindsClaimsAndMembers(t *testing.T) {
 
 func claimOf(f *poolFixture, member string) string { env, _ := f.pools.claim(member); return env }
 
-// fakeLink runs every command at once with exit 0, noting what ran where.
-type fakeLink struct {
-	mu   sync.Mutex
-	ran  []string
-	hold chan struct{} // while open, commands do not end
-}
-
-type doneCmd struct{ done chan struct{} }
-
-func (c doneCmd) ID() string                                                { return "c" }
-func (c doneCmd) AgentID() string                                           { return "a" }
-func (c doneCmd) Done() <-chan struct{}                                     { return c.done }
-func (c doneCmd) Result() ports.CommandResult                               { return ports.CommandResult{} }
-func (c doneCmd) WriteStdin(context.Context, []byte, bool) error            { return nil }
-func (c doneCmd) Resize(context.Context, uint16, uint16) error              { return nil }
-func (c doneCmd) Signal(context.Context, int) error                         { return nil }
-func (c doneCmd) Kill(context.Context) error                                { return nil }
-func (l *fakeLink) Lookup(string) (ports.Command, bool)                     { return nil, false }
-func (l *fakeLink) Attach(string, string, ports.StartOptions) ports.Command { return nil }
-func (l *fakeLink) Start(_ context.Context, agentID string, spec ports.CommandSpec, opts ports.StartOptions) (ports.Command, error) {
-	l.mu.Lock()
-	if !opts.Housekeeping {
-		spec.Command += " (not housekeeping)"
+// whatRan is what ran where on link: "agent:command", marked when it was not
+// the server's housekeeping.
+func whatRan(link *portsfake.Link) []string {
+	var out []string
+	for _, c := range link.Commands() {
+		r := c.AgentID() + ":" + c.Spec.Command
+		if !c.Opts.Housekeeping {
+			r += " (not housekeeping)"
+		}
+		out = append(out, r)
 	}
-	l.ran = append(l.ran, agentID+":"+spec.Command)
-	hold := l.hold
-	l.mu.Unlock()
-	done := make(chan struct{})
-	go func() { <-hold; close(done) }()
-	return doneCmd{done: done}, nil
+	return out
 }
 
 // A member is offered only once its warm-up commands have run there.
 func TestAMemberIsIdleOnlyWhenWarm(t *testing.T) {
-	link := &fakeLink{hold: make(chan struct{})}
+	hold := make(chan struct{}) // while open, commands do not end
+	link := portsfake.NewLink(portsfake.WithScript(func(c *portsfake.Command) { <-hold; c.Exit(0) }))
 	f := newPoolFixture(t, func(f *poolFixture) { f.link = link })
 	if _, err := f.svc.PutPool(context.Background(), ports.Pool{Name: "p", Runtime: "fake", Size: 1}); err != nil {
 		t.Fatal(err)
@@ -328,12 +311,10 @@ func TestAMemberIsIdleOnlyWhenWarm(t *testing.T) {
 	var member string
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		link.mu.Lock()
-		ran := append([]string(nil), link.ran...)
-		link.mu.Unlock()
+		ran := whatRan(link)
 		st, _ := f.svc.Pool("p")
 		for _, m := range st.Members {
-			f.agents.set(m.Name, "ready")
+			f.agents.SetStatus(m.Name, "ready")
 			member = m.Name
 		}
 		if len(ran) == 1 {
@@ -350,11 +331,9 @@ func TestAMemberIsIdleOnlyWhenWarm(t *testing.T) {
 	if e, _ := f.svc.Create(context.Background(), Request{Runtime: "fake", Name: "early"}); e.State == StateReady {
 		t.Fatal("a member still warming up was handed out")
 	}
-	close(link.hold)
+	close(hold)
 	f.waitIdle(t, "p", 1)
-	link.mu.Lock()
-	defer link.mu.Unlock()
-	if len(link.ran) != warmRuns {
-		t.Fatalf("warm-up ran %v, want %d runs", link.ran, warmRuns)
+	if ran := whatRan(link); len(ran) != warmRuns {
+		t.Fatalf("warm-up ran %v, want %d runs", ran, warmRuns)
 	}
 }

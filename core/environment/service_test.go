@@ -8,13 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentic-sandbox/agentic-sandbox/internal/clock"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
+	"github.com/agentic-sandbox/agentic-sandbox/ports/portsfake"
 	"github.com/agentic-sandbox/agentic-sandbox/ports/portstest"
 )
-
-type clock struct{}
-
-func (clock) Now() time.Time { return time.Now() }
 
 // fakeRuntime keeps environments in memory; its agents "connect" through
 // the fake directory when the test says so.
@@ -98,36 +96,18 @@ func (r *fakeRuntime) List(context.Context) ([]ports.Environment, error) {
 }
 func (r *fakeRuntime) Recover(ctx context.Context) ([]ports.Environment, error) { return r.List(ctx) }
 
-type fakeAgents struct {
-	mu     sync.Mutex
-	status map[string]string
-}
-
-func (a *fakeAgents) Agents() []ports.AgentInfo { return nil }
-func (a *fakeAgents) Agent(id string) (ports.AgentInfo, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	st, ok := a.status[id]
-	return ports.AgentInfo{ID: id, Status: ports.AgentStatus(st)}, ok
-}
-func (a *fakeAgents) set(id, st string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.status[id] = st
-}
-
 type fixture struct {
 	svc      *Service
 	rt       *fakeRuntime
-	agents   *fakeAgents
+	agents   *portsfake.Directory
 	creds    *portstest.Credentials
 	mu       sync.Mutex
 	observed []time.Duration
 }
 
 func newFixture(t *testing.T, readyTimeout time.Duration) *fixture {
-	f := &fixture{rt: newFakeRuntime(), agents: &fakeAgents{status: map[string]string{}}, creds: portstest.NewCredentials()}
-	f.svc = New(Config{Runtimes: map[string]ports.Runtime{"fake": f.rt}, Agents: f.agents, Credentials: f.creds, Clock: clock{},
+	f := &fixture{rt: newFakeRuntime(), agents: portsfake.NewDirectory(), creds: portstest.NewCredentials()}
+	f.svc = New(Config{Runtimes: map[string]ports.Runtime{"fake": f.rt}, Agents: f.agents, Credentials: f.creds, Clock: clock.Wall{},
 		Bootstrap: ports.AgentBootstrap{Binary: "/bin/agent", ServerURL: "http://127.0.0.1:1", Socket: "/tmp/s"}, ReadyTimeout: readyTimeout,
 		ObserveProvision: func(rt string, d time.Duration) {
 			f.mu.Lock()
@@ -166,7 +146,7 @@ func TestCreateGoesReadyWhenTheAgentConnects(t *testing.T) {
 	if secretOf(f.creds, "box") != spec.Agent.Secret {
 		t.Fatal("the stored secret is not the one the agent got")
 	}
-	f.agents.set("box", "ready")
+	f.agents.SetStatus("box", "ready")
 	e = waitState(t, f.svc, "box", StateReady)
 	if e.ProvisionTime <= 0 || e.ReadyAt.IsZero() {
 		t.Fatalf("ready without a provision time: %+v", e)
@@ -186,12 +166,12 @@ func TestCreateGoesReadyWhenTheAgentConnects(t *testing.T) {
 
 	// Stopped from outside: Inspect follows the runtime.
 	_ = f.rt.set("box", ports.EnvStopped)
-	f.agents.set("box", "disconnected")
+	f.agents.SetStatus("box", "disconnected")
 	waitState(t, f.svc, "box", StateStopped)
 	if _, err := f.svc.Start(context.Background(), "box"); err != nil {
 		t.Fatal(err)
 	}
-	f.agents.set("box", "ready")
+	f.agents.SetStatus("box", "ready")
 	waitState(t, f.svc, "box", StateReady)
 
 	if err := f.svc.Delete(context.Background(), "box"); err != nil {
@@ -219,7 +199,7 @@ func TestBadRequestsLeaveNothing(t *testing.T) {
 			t.Errorf("%+v: %v, want %v", tc.req, err, tc.want)
 		}
 	}
-	f.agents.set("taken", "ready")
+	f.agents.SetStatus("taken", "ready")
 	if _, err := f.svc.Create(context.Background(), Request{Runtime: "fake", Name: "taken"}); !errors.Is(err, ports.ErrEnvExists) {
 		t.Errorf("a connected agent's name: %v", err)
 	}
@@ -255,7 +235,7 @@ func TestRecoverFindsWhatTheRuntimeHas(t *testing.T) {
 	f := newFixture(t, time.Minute)
 	f.rt.envs["old"] = ports.Environment{Name: "old", Runtime: "fake", State: ports.EnvRunning}
 	f.rt.envs["off"] = ports.Environment{Name: "off", Runtime: "fake", State: ports.EnvStopped}
-	f.agents.set("old", "ready")
+	f.agents.SetStatus("old", "ready")
 	f.svc.Recover(context.Background())
 	got := f.svc.List(context.Background())
 	if len(got) != 2 || got[0].Name != "off" || got[0].State != StateStopped || got[1].Name != "old" || got[1].State != StateReady {
@@ -277,7 +257,7 @@ func TestRecoveredEnvironmentIsReadyWhenItsAgentReconnects(t *testing.T) {
 	if e, _ := f.svc.Get("back"); e.State != StateBooting {
 		t.Fatalf("before its agent: %s", e.State)
 	}
-	f.agents.set("back", "ready")
+	f.agents.SetStatus("back", "ready")
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		e, _ := f.svc.Get("back")
