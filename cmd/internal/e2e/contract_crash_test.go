@@ -5,17 +5,14 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
 	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/fakeaiwg"
 )
 
@@ -231,6 +228,16 @@ type holdProxy struct {
 	swallowed atomic.Int64
 }
 
+// remoteAgent runs the agent binary as agent id of the "vm" runtime (no
+// supervisor) through a holdProxy to agentURL, its secret put in dataDir.
+func remoteAgent(t *testing.T, dataDir, agentURL, id string) (*holdProxy, *proc) {
+	t.Helper()
+	agentSecret(t, dataDir, id, "remote-secret")
+	proxy := newHoldProxy(t, strings.TrimPrefix(agentURL, "http://"))
+	agent := startAgent(t, id, "remote-secret", "http://"+proxy.ln.Addr().String(), "AGENT_RUNTIME=vm")
+	return proxy, agent
+}
+
 func newHoldProxy(t *testing.T, target string) *holdProxy {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -310,28 +317,7 @@ func (p *holdProxy) cut() {
 func TestContractAgentLinkLossKeepsMissionOutcome(t *testing.T) {
 	t.Parallel()
 	e := newContract(t, copts{agents: 0})
-	hashes, err := filestore.NewAgentHashes(filepath.Join(e.dataDir, "secrets"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := hashes.Put("remote-01", "remote-secret"); err != nil {
-		t.Fatal(err)
-	}
-	proxy := newHoldProxy(t, strings.TrimPrefix(e.s().AgentURL, "http://"))
-	agent := exec.Command(bins.Agent, "--config", "/nonexistent", "--runtime", "vm")
-	agent.Env = append(os.Environ(), "AGENT_ID=remote-01", "AGENT_SECRET=remote-secret", "MANAGEMENT_SERVER=http://"+proxy.ln.Addr().String())
-	var agentLog strings.Builder
-	agent.Stderr = &agentLog
-	if err := agent.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = agent.Process.Signal(syscall.SIGTERM)
-		_ = agent.Wait()
-		if t.Failed() {
-			t.Logf("agent log:\n%s", agentLog.String())
-		}
-	})
+	proxy, _ := remoteAgent(t, e.dataDir, e.s().AgentURL, "remote-01")
 	ctx, cancel := ctxFor(30 * time.Second)
 	defer cancel()
 	if err := e.s().WaitAgents(ctx, "remote-01"); err != nil {

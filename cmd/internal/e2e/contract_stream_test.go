@@ -2,16 +2,10 @@ package e2e
 
 import (
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
 	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/fakeaiwg"
 )
 
@@ -206,20 +200,7 @@ func TestContractLargeBacklogAfterReconnect(t *testing.T) {
 func TestContractResyncAnnouncesTheRealState(t *testing.T) {
 	t.Parallel()
 	e := newContract(t, copts{agents: 0})
-	hashes, err := filestore.NewAgentHashes(filepath.Join(e.dataDir, "secrets"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := hashes.Put("remote-02", "remote-secret"); err != nil {
-		t.Fatal(err)
-	}
-	proxy := newHoldProxy(t, strings.TrimPrefix(e.s().AgentURL, "http://"))
-	agent := exec.Command(bins.Agent, "--config", "/nonexistent", "--runtime", "vm")
-	agent.Env = append(os.Environ(), "AGENT_ID=remote-02", "AGENT_SECRET=remote-secret", "MANAGEMENT_SERVER=http://"+proxy.ln.Addr().String())
-	if err := agent.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = agent.Process.Signal(syscall.SIGTERM); _ = agent.Wait() })
+	proxy, _ := remoteAgent(t, e.dataDir, e.s().AgentURL, "remote-02")
 	ctx, cancel := ctxFor(30 * time.Second)
 	defer cancel()
 	if err := e.s().WaitAgents(ctx, "remote-02"); err != nil {

@@ -11,11 +11,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -431,7 +434,7 @@ func TestFilesAgentKilledMidTransfer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 10*time.Second, "the upload's temporary file", func() bool {
+	eventually(t, 2*time.Minute, "the upload's temporary file", func() bool {
 		m, _ := filepath.Glob(filepath.Join(dir, ".upload.bin.upload-*"))
 		return len(m) == 1
 	})
@@ -445,7 +448,7 @@ func TestFilesAgentKilledMidTransfer(t *testing.T) {
 	}()
 	select {
 	case <-done:
-	case <-time.After(time.Minute):
+	case <-time.After(2 * time.Minute):
 		t.Fatal("the upload did not end after its agent was killed")
 	}
 	pw.CloseWithError(io.ErrClosedPipe)
@@ -455,19 +458,23 @@ func TestFilesAgentKilledMidTransfer(t *testing.T) {
 	if _, err := os.Stat(final); !os.IsNotExist(err) {
 		t.Errorf("a cut upload left the final file: %v", err)
 	}
-	eventually(t, 10*time.Second, "the cut upload's temporary file removed", func() bool {
+	eventually(t, 2*time.Minute, "the cut upload's temporary file removed", func() bool {
 		m, _ := filepath.Glob(filepath.Join(dir, ".upload.bin.upload-*"))
 		return len(m) == 0
 	})
 
 	// Download: the supervisor restarts the agent; kill it again mid-read.
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	if err := s.WaitAgents(ctx, "host-01"); err != nil {
 		t.Fatal(err)
 	}
+	// Sparse: read like any file, written in no time.
 	big := filepath.Join(dir, "big.bin")
-	if err := exec.Command("dd", "if=/dev/zero", "of="+big, "bs=1M", "count=200").Run(); err != nil {
+	if err := os.WriteFile(big, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(big, 200<<20); err != nil {
 		t.Fatal(err)
 	}
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fileURL(s, "host-01", "/content", big), nil)
@@ -485,33 +492,26 @@ func TestFilesAgentKilledMidTransfer(t *testing.T) {
 	if err == nil || n+1<<20 >= 200<<20 {
 		t.Errorf("a download from a killed agent read %d more bytes and ended with %v; want a cut body and an error", n, err)
 	}
-	// The CLI says so, and leaves no partial file.
+	// The CLI says so, and leaves no partial file. It reads through a proxy
+	// that holds the download after its first MiB until the agent is dead:
+	// the copy cannot finish first, however fast the machine.
 	if err := s.WaitAgents(ctx, "host-01"); err != nil {
 		t.Fatal(err)
 	}
+	proxyURL, release := holdDownloads(t, s.RESTURL, 1<<20)
 	local := filepath.Join(dir, "local.bin")
-	cmd := exec.Command(bins.Ctl, "--server", s.RESTURL, "--token", s.Token, "cp", "-q", "host-01:"+big, local)
-	var errOut bytes.Buffer
-	cmd.Stderr = &errOut
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 10*time.Second, "the CLI's partial file", func() bool {
+	cp := startProc(t, exec.Command(bins.Ctl, "--server", proxyURL, "--token", s.Token, "cp", "-q", "host-01:"+big, local))
+	eventually(t, 2*time.Minute, "the CLI's partial file", func() bool {
 		m, _ := filepath.Glob(filepath.Join(dir, ".local.bin.part-*"))
 		return len(m) == 1
 	})
 	harness.KillHostAgents(dataDir)
-	err = cmd.Wait()
-	if err == nil {
-		// The copy may have finished first on a fast machine: then it is whole.
-		fi, serr := os.Stat(local)
-		if serr != nil || fi.Size() != 200<<20 {
-			t.Errorf("cp ended well but left %v %v", fi, serr)
-		}
-		return
+	release()
+	if err := cp.wait(); err == nil {
+		t.Fatalf("cp from an agent killed mid-transfer ended well:\n%s", cp.out)
 	}
-	if !strings.Contains(errOut.String(), "cut short") {
-		t.Errorf("cp from a killed agent said %q", errOut.String())
+	if !cp.out.contains("cut short") {
+		t.Errorf("cp from a killed agent said %q", cp.out)
 	}
 	if _, err := os.Stat(local); !os.IsNotExist(err) {
 		t.Errorf("cp left a partial file under the final name: %v", err)
@@ -519,4 +519,48 @@ func TestFilesAgentKilledMidTransfer(t *testing.T) {
 	if m, _ := filepath.Glob(filepath.Join(dir, ".local.bin.part-*")); len(m) != 0 {
 		t.Errorf("cp left %v", m)
 	}
+}
+
+// holdDownloads is a proxy to the REST server at target that passes a file
+// download's first n bytes on, then holds the rest until release is called
+// (the test's end releases it too).
+func holdDownloads(t *testing.T, target string, n int64) (proxyURL string, release func()) {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(gate) }) }
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.FlushInterval = -1 // what passes reaches the client at once
+	rp.ModifyResponse = func(resp *http.Response) error {
+		if strings.HasSuffix(resp.Request.URL.Path, "/files/content") && resp.StatusCode == http.StatusOK {
+			resp.Body = &heldBody{ReadCloser: resp.Body, left: n, gate: gate}
+		}
+		return nil
+	}
+	srv := httptest.NewServer(rp)
+	// Released before Close, which waits for the handlers.
+	t.Cleanup(func() { release(); srv.Close() })
+	return srv.URL, release
+}
+
+// heldBody reads left bytes, then waits for gate before reading on.
+type heldBody struct {
+	io.ReadCloser
+	left int64
+	gate chan struct{}
+}
+
+func (b *heldBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		<-b.gate
+	} else if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.left -= int64(n)
+	return n, err
 }

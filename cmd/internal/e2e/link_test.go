@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -65,19 +64,9 @@ func TestAgentAuthentication(t *testing.T) {
 		})
 	}
 	// The real agent binary with a wrong secret is refused and never listed.
-	cmd := exec.Command(bins.Agent, "--config", "/nonexistent")
-	cmd.Env = append(os.Environ(), "AGENT_ID=intruder", "AGENT_SECRET=guess", "MANAGEMENT_SERVER="+s.AgentURL)
-	var out strings.Builder
-	cmd.Stderr = &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(1500 * time.Millisecond)
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	_ = cmd.Wait()
-	if !strings.Contains(out.String(), "rejected") {
-		t.Fatalf("agent log does not say it was rejected:\n%s", out.String())
-	}
+	intruder := startAgent(t, "intruder", "guess", s.AgentURL)
+	eventually(t, time.Minute, "the intruder's log saying it was rejected", func() bool { return intruder.out.contains("rejected") })
+	intruder.stop()
 	resp, err := s.Client().GetAgentWithResponse(context.Background(), "intruder")
 	if err != nil || resp.StatusCode() != http.StatusNotFound {
 		t.Fatalf("intruder listed: %v %d %s", err, resp.StatusCode(), resp.Body)

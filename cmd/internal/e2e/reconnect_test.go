@@ -3,15 +3,10 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
 )
 
@@ -21,28 +16,7 @@ import (
 func TestOutputWhileDisconnectedArrivesAfterReconnect(t *testing.T) {
 	dataDir := t.TempDir()
 	s := startServer(t, 0, dataDir)
-	hashes, err := filestore.NewAgentHashes(filepath.Join(dataDir, "secrets"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := hashes.Put("remote-01", "remote-secret"); err != nil {
-		t.Fatal(err)
-	}
-	proxy := newHoldProxy(t, strings.TrimPrefix(s.AgentURL, "http://"))
-	agent := exec.Command(bins.Agent, "--config", "/nonexistent", "--runtime", "vm")
-	agent.Env = append(os.Environ(), "AGENT_ID=remote-01", "AGENT_SECRET=remote-secret", "MANAGEMENT_SERVER=http://"+proxy.ln.Addr().String())
-	var agentLog strings.Builder
-	agent.Stderr = &agentLog
-	if err := agent.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = agent.Process.Signal(syscall.SIGTERM)
-		_ = agent.Wait()
-		if t.Failed() {
-			t.Logf("agent log:\n%s", agentLog.String())
-		}
-	})
+	proxy, _ := remoteAgent(t, dataDir, s.AgentURL, "remote-01")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if err := s.WaitAgents(ctx, "remote-01"); err != nil {
