@@ -45,6 +45,7 @@ func TestProcessEndedOnZombieAndReaped(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = cmd.Wait() }) // reaped even when the test fails before it does
 	pid := cmd.Process.Pid
 	deadline := time.Now().Add(10 * time.Second)
 	for !processEnded(pid) {

@@ -556,6 +556,8 @@ func TestMissionStoreCrash(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
+		// Reaped even when the test fails before it waits.
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 		lines := make(chan string, 1024)
 		go func() {
 			defer close(lines)
