@@ -84,7 +84,8 @@ func NewRuntime(cfg RuntimeConfig) *Runtime {
 // RuntimeName is this runtime's catalog name, Capabilities().Runtime and Environment.Runtime.
 const RuntimeName = "host"
 
-// Capabilities: processes share the host; nothing is limited or isolated.
+// Capabilities declares the host runtime: processes share the host;
+// nothing is limited or isolated.
 func (r *Runtime) Capabilities() ports.RuntimeCapabilities {
 	return ports.RuntimeCapabilities{
 		Runtime:      RuntimeName,

@@ -290,10 +290,10 @@ func (l *SessionLog) Wait(ctx context.Context, id string, offset uint64) error {
 	}
 }
 
-// Delete implements ports.SessionLog.
 // Release implements ports.SessionLog: nothing is held open here.
 func (l *SessionLog) Release(string) error { return nil }
 
+// Delete implements ports.SessionLog.
 func (l *SessionLog) Delete(id string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()

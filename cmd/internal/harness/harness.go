@@ -224,7 +224,7 @@ func (s *Server) WaitAgents(ctx context.Context, ids ...string) error {
 	}
 }
 
-// Signal sends sig and waits for the process to exit.
+// Stop sends sig and waits for the process to exit.
 func (s *Server) Stop(sig syscall.Signal, timeout time.Duration) (exitErr error, err error) {
 	_ = s.Cmd.Process.Signal(sig)
 	select {
