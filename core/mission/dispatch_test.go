@@ -13,7 +13,7 @@ import (
 
 func TestDispatchRoutesToLeastLoadedReadyAgent(t *testing.T) {
 	h := newHarness(t)
-	h.dir.set(
+	h.dir.Set(
 		agentInfo("agent-a", "ready", 3),
 		agentInfo("agent-b", "ready", 1),
 		agentInfo("agent-c", "disconnected", 0),
@@ -33,7 +33,7 @@ func TestDispatchRoutesToLeastLoadedReadyAgent(t *testing.T) {
 // by name or not, however idle it is.
 func TestDispatchSkipsReservedAgents(t *testing.T) {
 	h := newHarness(t)
-	h.dir.set(agentInfo("member", "ready", 0), agentInfo("agent-b", "ready", 4))
+	h.dir.Set(agentInfo("member", "ready", 0), agentInfo("agent-b", "ready", 4))
 	h.svc.SetReserved(func(id string) bool { return id == "member" })
 	if m := h.dispatch("m1"); m.AgentID != "agent-b" {
 		t.Fatalf("routed to %q, want agent-b: the idle member is held", m.AgentID)
@@ -54,7 +54,7 @@ func TestDispatchCapabilityFilter(t *testing.T) {
 	plain := agentInfo("agent-a", "ready", 0)
 	claude := agentInfo("agent-b", "ready", 5)
 	claude.Capabilities = []string{"claude"}
-	h.dir.set(plain, claude)
+	h.dir.Set(plain, claude)
 	req := request("m1")
 	req.Filter.Capabilities = []string{"runtime:claude-code"}
 	m, err := h.svc.Dispatch(context.Background(), req)
@@ -73,7 +73,7 @@ func TestDispatchCapabilityFilter(t *testing.T) {
 
 func TestDispatchAgentHint(t *testing.T) {
 	h := newHarness(t)
-	h.dir.set(agentInfo("agent-a", "ready", 0), agentInfo("agent-b", "ready", 9), agentInfo("agent-c", "disconnected", 0))
+	h.dir.Set(agentInfo("agent-a", "ready", 0), agentInfo("agent-b", "ready", 9), agentInfo("agent-c", "disconnected", 0))
 
 	req := request("m1")
 	req.Filter.AgentID = "agent-b"
@@ -99,7 +99,7 @@ func TestDispatchAgentHint(t *testing.T) {
 			t.Errorf("hint %s: a refused mission is known: %v", hint, err)
 		}
 	}
-	if n := len(h.link.startCalls()); n != 1 {
+	if n := len(h.link.Starts()); n != 1 {
 		t.Fatalf("%d sessions started, want 1", n)
 	}
 }
@@ -107,17 +107,17 @@ func TestDispatchAgentHint(t *testing.T) {
 func TestDispatchNoAgent(t *testing.T) {
 	h := newHarness(t)
 	for _, agents := range [][]ports.AgentInfo{nil, {agentInfo("agent-a", "disconnected", 0), agentInfo("agent-b", "stale", 0)}} {
-		h.dir.set(agents...)
+		h.dir.Set(agents...)
 		_, err := h.svc.Dispatch(context.Background(), request("m1"))
 		if !errors.Is(err, ports.ErrNoAgent) {
 			t.Fatalf("agents %v: err = %v, want ErrNoAgent", agents, err)
 		}
 	}
-	if n := len(h.outbox.all()); n != 0 {
+	if n := len(h.outbox.Events()); n != 0 {
 		t.Fatalf("%d events appended for a refused dispatch", n)
 	}
 	// Once an agent connects, the same mission is accepted.
-	h.dir.set(agentInfo("agent-a", "ready", 0))
+	h.dir.Set(agentInfo("agent-a", "ready", 0))
 	h.dispatch("m1")
 }
 
@@ -162,7 +162,7 @@ func TestDispatchStoresBeforeAssignedEventAndStartsSession(t *testing.T) {
 		t.Fatalf("operations = %v, want %v", order, want)
 	}
 
-	calls := h.link.startCalls()
+	calls := h.link.Starts()
 	if len(calls) != 1 {
 		t.Fatalf("%d Start calls, want 1", len(calls))
 	}
@@ -217,7 +217,7 @@ func TestDispatchIdempotent(t *testing.T) {
 		t.Fatalf("different body: err = %v, want ErrMissionConflict", err)
 	}
 
-	if n := len(h.link.startCalls()); n != 1 {
+	if n := len(h.link.Starts()); n != 1 {
 		t.Fatalf("%d sessions started, want 1", n)
 	}
 	if n := len(h.store.putsOf("m1")); n != 1 {
@@ -228,7 +228,7 @@ func TestDispatchIdempotent(t *testing.T) {
 	}
 
 	// Still idempotent once the mission runs: the answer is the current record.
-	h.cmd(first.SessionID).start()
+	h.cmd(first.SessionID).ReportStarted()
 	h.waitState("m1", ports.MissionRunning)
 	again, err = h.svc.Dispatch(context.Background(), request("m1"))
 	if err != nil || again.State != ports.MissionRunning {
@@ -255,13 +255,13 @@ func TestDispatchIdempotentForArchivedMission(t *testing.T) {
 	if _, err := h.svc.Dispatch(context.Background(), req); !errors.Is(err, ports.ErrMissionConflict) {
 		t.Fatalf("different body: err = %v, want ErrMissionConflict", err)
 	}
-	if n := len(h.link.startCalls()); n != 0 {
+	if n := len(h.link.Starts()); n != 0 {
 		t.Fatalf("%d sessions started for an archived mission", n)
 	}
 	if n := h.store.calls(); n != 0 {
 		t.Fatalf("%d Puts for an archived mission", n)
 	}
-	if n := len(h.outbox.all()); n != 0 {
+	if n := len(h.outbox.Events()); n != 0 {
 		t.Fatalf("%d events for an archived mission", n)
 	}
 }
@@ -302,7 +302,7 @@ func TestDispatchConcurrentIdenticalStartsOneSession(t *testing.T) {
 	if k := h.outbox.count("m1", "mission.assigned"); k != 1 {
 		t.Fatalf("%d mission.assigned events, want 1", k)
 	}
-	if k := len(h.link.startCalls()); k != 1 {
+	if k := len(h.link.Starts()); k != 1 {
 		t.Fatalf("%d sessions started, want 1", k)
 	}
 }
@@ -344,10 +344,10 @@ func TestDispatchStoreFailure(t *testing.T) {
 	if !errors.Is(err, ports.ErrStoreUnavailable) {
 		t.Fatalf("err = %v, want ErrStoreUnavailable", err)
 	}
-	if n := len(h.outbox.all()); n != 0 {
+	if n := len(h.outbox.Events()); n != 0 {
 		t.Fatalf("%d events appended although the mission was not stored", n)
 	}
-	if n := len(h.link.startCalls()); n != 0 {
+	if n := len(h.link.Starts()); n != 0 {
 		t.Fatalf("%d sessions started although the mission was not stored", n)
 	}
 	if _, err := h.svc.Mission("m1"); !errors.Is(err, ports.ErrMissionNotFound) {
@@ -361,7 +361,7 @@ func TestDispatchStoreFailure(t *testing.T) {
 	h.store.setPutErr(nil)
 	m := h.dispatch("m1")
 	h.cmd(m.SessionID)
-	if n := len(h.link.startCalls()); n != 1 {
+	if n := len(h.link.Starts()); n != 1 {
 		t.Fatalf("%d sessions started, want 1", n)
 	}
 	h.checkOrder()
@@ -369,14 +369,14 @@ func TestDispatchStoreFailure(t *testing.T) {
 
 func TestDispatchOutboxOrArchiveFailure(t *testing.T) {
 	h := newHarness(t)
-	h.outbox.setErr(errors.New("outbox disk full"))
+	h.outbox.SetErr(errors.New("outbox disk full"))
 	if _, err := h.svc.Dispatch(context.Background(), request("m1")); !errors.Is(err, ports.ErrStoreUnavailable) {
 		t.Fatalf("outbox failure: err = %v, want ErrStoreUnavailable", err)
 	}
-	if n := len(h.link.startCalls()); n != 0 {
+	if n := len(h.link.Starts()); n != 0 {
 		t.Fatalf("%d sessions started although mission.assigned was not recorded", n)
 	}
-	h.outbox.setErr(nil)
+	h.outbox.SetErr(nil)
 	h.dispatch("m1")
 
 	h.store.setArchivedErr(errDisk)
@@ -394,7 +394,7 @@ func TestEveryStoredChangeIsAnnounced(t *testing.T) {
 	waitFor(t, func() bool { return h.changes.count(ports.ChangeMissions) >= 2 }, "dispatch (assigned, then the mission listed) announced")
 	before := h.changes.count(ports.ChangeMissions)
 	m, c := h.run("m2")
-	c.finish(ports.CommandResult{ExitCode: 0})
+	c.Finish(ports.CommandResult{ExitCode: 0})
 	waitFor(t, func() bool { return h.changes.count(ports.ChangeMissions) >= before+3 }, "assigned, started and completed of %s announced", m.ID)
 	if h.changes.count(ports.ChangeHITL) == 0 {
 		t.Fatal("missions' changes do not tell the HITL inbox")

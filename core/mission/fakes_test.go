@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
+	"github.com/agentic-sandbox/agentic-sandbox/ports/portsfake"
 )
 
 // ---------------------------------------------------------------------------
@@ -184,86 +185,14 @@ func (s *fakeStore) calls() int {
 }
 
 // ---------------------------------------------------------------------------
-// ports.EventOutbox
+// The portsfake outbox, link and clock, logging into the shared log.
 
-type fakeOutbox struct {
-	log    *opLog
-	mu     sync.Mutex
-	events []ports.Event
-	seq    uint64
-	acked  uint64
-	err    error
-	notify chan struct{}
-}
+// outbox reads the events of one mission from the fake outbox.
+type outbox struct{ *portsfake.Outbox }
 
-func newFakeOutbox(log *opLog) *fakeOutbox {
-	return &fakeOutbox{log: log, notify: make(chan struct{}, 1)}
-}
-
-func (o *fakeOutbox) Append(ctx context.Context, evs ...ports.Event) ([]ports.Event, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.err != nil {
-		return nil, o.err
-	}
-	out := make([]ports.Event, 0, len(evs))
-	for _, e := range evs {
-		o.seq++
-		e.Seq = o.seq
-		o.events = append(o.events, e)
-		out = append(out, e)
-		o.log.add(logEntry{Kind: "append", MissionID: e.MissionID, Event: e.Type})
-	}
-	select {
-	case o.notify <- struct{}{}:
-	default:
-	}
-	return out, nil
-}
-
-func (o *fakeOutbox) Pending(after uint64, max int) ([]ports.Event, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
+func (o outbox) of(missionID string) []ports.Event {
 	var out []ports.Event
-	for _, e := range o.events {
-		if e.Seq > after && len(out) < max {
-			out = append(out, e)
-		}
-	}
-	return out, nil
-}
-
-func (o *fakeOutbox) Ack(seq uint64) error {
-	o.mu.Lock()
-	o.acked = max(o.acked, seq)
-	o.mu.Unlock()
-	return nil
-}
-
-func (o *fakeOutbox) Acked() uint64 {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.acked
-}
-
-func (o *fakeOutbox) Notify() <-chan struct{} { return o.notify }
-func (o *fakeOutbox) Close() error            { return nil }
-
-func (o *fakeOutbox) setErr(err error) {
-	o.mu.Lock()
-	o.err = err
-	o.mu.Unlock()
-}
-
-func (o *fakeOutbox) all() []ports.Event {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return append([]ports.Event(nil), o.events...)
-}
-
-func (o *fakeOutbox) of(missionID string) []ports.Event {
-	var out []ports.Event
-	for _, e := range o.all() {
+	for _, e := range o.Events() {
 		if e.MissionID == missionID {
 			out = append(out, e)
 		}
@@ -271,7 +200,7 @@ func (o *fakeOutbox) of(missionID string) []ports.Event {
 	return out
 }
 
-func (o *fakeOutbox) types(missionID string) []string {
+func (o outbox) types(missionID string) []string {
 	var out []string
 	for _, e := range o.of(missionID) {
 		out = append(out, string(e.Type))
@@ -279,7 +208,7 @@ func (o *fakeOutbox) types(missionID string) []string {
 	return out
 }
 
-func (o *fakeOutbox) count(missionID string, typ ports.EventType) int {
+func (o outbox) count(missionID string, typ ports.EventType) int {
 	n := 0
 	for _, e := range o.of(missionID) {
 		if e.Type == typ {
@@ -289,295 +218,29 @@ func (o *fakeOutbox) count(missionID string, typ ports.EventType) int {
 	return n
 }
 
-// ---------------------------------------------------------------------------
-// ports.AgentLink and ports.Command
-
-type startCall struct {
-	AgentID string
-	Spec    ports.CommandSpec
-	Opts    ports.StartOptions
-}
-
-type attachCall struct {
-	AgentID   string
-	CommandID string
-}
-
-type fakeLink struct {
-	log *opLog
-
-	mu       sync.Mutex
-	cmds     map[string]*fakeCmd
-	starts   []startCall
-	attaches []attachCall
-	startErr error
-	// startHook runs at the start of every Start, outside the lock (it may block).
-	startHook func(agentID string, spec ports.CommandSpec)
-	n         int
-}
-
-func newFakeLink(log *opLog) *fakeLink {
-	return &fakeLink{log: log, cmds: map[string]*fakeCmd{}}
-}
-
-func (l *fakeLink) Start(ctx context.Context, agentID string, spec ports.CommandSpec, opts ports.StartOptions) (ports.Command, error) {
-	l.mu.Lock()
-	hook := l.startHook
-	l.mu.Unlock()
-	if hook != nil {
-		hook(agentID, spec)
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.starts = append(l.starts, startCall{AgentID: agentID, Spec: spec, Opts: opts})
-	if l.startErr != nil {
-		return nil, l.startErr
-	}
-	id := opts.CommandID
-	if id == "" {
-		l.n++
-		id = fmt.Sprintf("link-cmd-%d", l.n)
-	}
-	if _, dup := l.cmds[id]; dup {
-		return nil, fmt.Errorf("command id %q already in use", id)
-	}
-	c := newFakeCmd(l, id, agentID, opts)
-	l.cmds[id] = c
-	l.log.add(logEntry{Kind: "start", MissionID: spec.Env["AIWG_MISSION_ID"], CommandID: id})
-	return c, nil
-}
-
-func (l *fakeLink) Lookup(id string) (ports.Command, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	c, ok := l.cmds[id]
-	if !ok {
-		return nil, false
-	}
-	return c, true
-}
-
-func (l *fakeLink) Attach(agentID, id string, opts ports.StartOptions) ports.Command {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.attaches = append(l.attaches, attachCall{AgentID: agentID, CommandID: id})
-	if c, ok := l.cmds[id]; ok {
-		return c
-	}
-	c := newFakeCmd(l, id, agentID, opts)
-	l.cmds[id] = c
-	return c
-}
-
-func (l *fakeLink) setStartErr(err error) {
-	l.mu.Lock()
-	l.startErr = err
-	l.mu.Unlock()
-}
-
-func (l *fakeLink) setStartHook(f func(string, ports.CommandSpec)) {
-	l.mu.Lock()
-	l.startHook = f
-	l.mu.Unlock()
-}
-
-// addCommand makes a command known to the link that runs no mission.
-func (l *fakeLink) addCommand(id, agentID string) *fakeCmd {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	c := newFakeCmd(l, id, agentID, ports.StartOptions{})
-	l.cmds[id] = c
-	return c
-}
-
-func (l *fakeLink) startCalls() []startCall {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]startCall(nil), l.starts...)
-}
-
-func (l *fakeLink) attachCalls() []attachCall {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]attachCall(nil), l.attaches...)
-}
-
-func (l *fakeLink) cmd(id string) *fakeCmd {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.cmds[id]
-}
-
-type fakeCmd struct {
-	link    *fakeLink
-	id      string
-	agentID string
-	opts    ports.StartOptions
-	done    chan struct{}
-
-	outMu  sync.Mutex // serialises callbacks, as the link's receive loop does
-	offset uint64
-
-	mu       sync.Mutex
-	ended    bool
-	result   ports.CommandResult
-	stdin    []string
-	kills    int
-	stdinErr error
-}
-
-func newFakeCmd(l *fakeLink, id, agentID string, opts ports.StartOptions) *fakeCmd {
-	return &fakeCmd{link: l, id: id, agentID: agentID, opts: opts, done: make(chan struct{})}
-}
-
-func (c *fakeCmd) ID() string                                   { return c.id }
-func (c *fakeCmd) AgentID() string                              { return c.agentID }
-func (c *fakeCmd) Done() <-chan struct{}                        { return c.done }
-func (c *fakeCmd) Resize(context.Context, uint16, uint16) error { return nil }
-func (c *fakeCmd) Signal(context.Context, int) error            { return nil }
-
-func (c *fakeCmd) Result() ports.CommandResult {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.result
-}
-
-func (c *fakeCmd) WriteStdin(ctx context.Context, data []byte, eof bool) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ended {
-		return ports.ErrCommandEnded
-	}
-	if c.stdinErr != nil {
-		return c.stdinErr
-	}
-	c.stdin = append(c.stdin, string(data))
-	c.link.log.add(logEntry{Kind: "stdin", CommandID: c.id})
-	return nil
-}
-
-func (c *fakeCmd) Kill(ctx context.Context) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ended {
-		return ports.ErrCommandEnded
-	}
-	c.kills++
-	c.link.log.add(logEntry{Kind: "kill", CommandID: c.id})
-	return nil
-}
-
-// emit delivers output, as the agent link's receive loop would.
-func (c *fakeCmd) emit(s string) {
-	c.outMu.Lock()
-	defer c.outMu.Unlock()
-	if c.opts.OnOutput != nil {
-		c.opts.OnOutput(ports.OutputChunk{Stream: ports.StreamPTY, Data: []byte(s), Offset: c.offset})
-	}
-	c.offset += uint64(len(s))
-}
-
-// start reports the process running.
-func (c *fakeCmd) start() {
-	c.outMu.Lock()
-	defer c.outMu.Unlock()
-	if c.opts.OnStarted != nil {
-		c.opts.OnStarted()
-	}
-}
-
-// finish ends the command with r.
-func (c *fakeCmd) finish(r ports.CommandResult) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ended {
-		return
-	}
-	c.ended = true
-	c.result = r
-	close(c.done)
-}
-
-func (c *fakeCmd) stdinWrites() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]string(nil), c.stdin...)
-}
-
-func (c *fakeCmd) killCount() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.kills
-}
-
-func (c *fakeCmd) setStdinErr(err error) {
-	c.mu.Lock()
-	c.stdinErr = err
-	c.mu.Unlock()
-}
-
-// ---------------------------------------------------------------------------
-// ports.AgentDirectory
-
-type fakeDir struct {
-	mu     sync.Mutex
-	agents []ports.AgentInfo
-}
-
-func (d *fakeDir) Agents() []ports.AgentInfo {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return append([]ports.AgentInfo(nil), d.agents...)
-}
-
-func (d *fakeDir) Agent(id string) (ports.AgentInfo, bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for _, a := range d.agents {
-		if a.ID == id {
-			return a, true
+// newLink returns a link whose commands the tests play by hand; a kill
+// is only counted (the test ends the command when the agent would).
+func newLink(log *opLog) *portsfake.Link {
+	return portsfake.NewLink(portsfake.WithKill(func(*portsfake.Command) {}), portsfake.WithRecorder(func(op portsfake.Op) {
+		e := logEntry{Kind: string(op.Kind), CommandID: op.CommandID}
+		if op.Kind == portsfake.OpStart {
+			e.MissionID = op.Spec.Env["AIWG_MISSION_ID"]
 		}
-	}
-	return ports.AgentInfo{}, false
+		log.add(e)
+	}))
 }
 
-func (d *fakeDir) set(agents ...ports.AgentInfo) {
-	d.mu.Lock()
-	d.agents = agents
-	d.mu.Unlock()
+// kills is how many times c was killed.
+func kills(c *portsfake.Command) int {
+	n, _ := c.Killed()
+	return n
 }
+
+// emit sends s on c's terminal.
+func emit(c *portsfake.Command, s string) { c.Emit(ports.StreamPTY, []byte(s)) }
 
 func agentInfo(id, status string, load int) ports.AgentInfo {
 	return ports.AgentInfo{ID: id, Status: ports.AgentStatus(status), Runtime: ports.KindHost, System: ports.SystemInfo{Arch: "amd64"}, RunningCommands: load}
-}
-
-// ---------------------------------------------------------------------------
-// ports.Clock: the real clock, shifted by an offset the test can advance. The
-// service's timers use the real clock, so the offset only ever grows.
-
-type testClock struct {
-	mu    sync.Mutex
-	off   time.Duration
-	calls int
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.calls++
-	return time.Now().Add(c.off)
-}
-
-func (c *testClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.off += d
-	c.mu.Unlock()
-}
-
-func (c *testClock) callCount() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.calls
 }
 
 // ---------------------------------------------------------------------------
@@ -599,12 +262,13 @@ type harness struct {
 	t      *testing.T
 	log    *opLog
 	store  *fakeStore
-	outbox *fakeOutbox
-	link   *fakeLink
-	dir    *fakeDir
-	clock  *testClock
-	ids    *seqIDs
-	svc    *Service
+	outbox outbox
+	link   *portsfake.Link
+	dir    *portsfake.Directory
+	// clock runs with the wall clock, as the service's timers are real.
+	clock *portsfake.Clock
+	ids   *seqIDs
+	svc   *Service
 	// decisions are the permission answers the service sent.
 	decisions fakeDecider
 	changes   countChanges
@@ -658,16 +322,17 @@ func newHarness(t *testing.T) *harness {
 	t.Helper()
 	log := &opLog{}
 	h := &harness{
-		t:      t,
-		log:    log,
-		store:  newFakeStore(log),
-		outbox: newFakeOutbox(log),
-		link:   newFakeLink(log),
-		dir:    &fakeDir{},
-		clock:  &testClock{},
-		ids:    &seqIDs{},
+		t:     t,
+		log:   log,
+		store: newFakeStore(log),
+		outbox: outbox{portsfake.NewOutbox(portsfake.OnAppend(func(e ports.Event) {
+			log.add(logEntry{Kind: "append", MissionID: e.MissionID, Event: e.Type})
+		}))},
+		link:  newLink(log),
+		dir:   portsfake.NewDirectory(agentInfo("agent-1", "ready", 0)),
+		clock: portsfake.NewRunningClock(),
+		ids:   &seqIDs{},
 	}
-	h.dir.set(agentInfo("agent-1", "ready", 0))
 	h.svc = h.newService()
 	return h
 }
@@ -681,7 +346,7 @@ func (h *harness) newService() *Service {
 	})
 	h.t.Cleanup(func() {
 		h.store.setPutHook(nil)
-		h.link.setStartHook(nil)
+		h.link.SetBeforeStart(nil)
 		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 		defer cancel()
 		_ = s.Suspend(ctx) // stops the watchers
@@ -693,7 +358,7 @@ func (h *harness) newService() *Service {
 // commands yet) and a new service over the same store and outbox.
 func (h *harness) restart() {
 	h.t.Helper()
-	h.link = newFakeLink(h.log)
+	h.link = newLink(h.log)
 	h.svc = h.newService()
 	if err := h.svc.Recover(); err != nil {
 		h.t.Fatalf("Recover: %v", err)
@@ -714,19 +379,19 @@ func (h *harness) dispatch(id string) ports.Mission {
 }
 
 // cmd waits until the link runs the command id.
-func (h *harness) cmd(id string) *fakeCmd {
+func (h *harness) cmd(id string) *portsfake.Command {
 	h.t.Helper()
-	var c *fakeCmd
-	waitFor(h.t, func() bool { c = h.link.cmd(id); return c != nil }, "command %s started on the link", id)
+	var c *portsfake.Command
+	waitFor(h.t, func() bool { c = h.link.Command(id); return c != nil }, "command %s started on the link", id)
 	return c
 }
 
 // run dispatches a mission and waits until it is running.
-func (h *harness) run(id string) (ports.Mission, *fakeCmd) {
+func (h *harness) run(id string) (ports.Mission, *portsfake.Command) {
 	h.t.Helper()
 	m := h.dispatch(id)
 	c := h.cmd(m.SessionID)
-	c.start()
+	c.ReportStarted()
 	h.waitEvent(id, "mission.started")
 	return h.mission(id), c
 }
@@ -764,7 +429,7 @@ func (h *harness) waitEvent(missionID string, typ ports.EventType, nth ...int) p
 }
 
 type lazyTypes struct {
-	o  *fakeOutbox
+	o  outbox
 	id string
 }
 

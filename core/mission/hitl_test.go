@@ -7,12 +7,13 @@ import (
 	"testing"
 
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
+	"github.com/agentic-sandbox/agentic-sandbox/ports/portsfake"
 )
 
 // waitHITL emits a prompt and waits for its mission.hitl_required (the nth of the mission).
-func (h *harness) waitHITL(id string, c *fakeCmd, output string, nth int) ports.Event {
+func (h *harness) waitHITL(id string, c *portsfake.Command, output string, nth int) ports.Event {
 	h.t.Helper()
-	c.emit(output)
+	emit(c, output)
 	return h.waitEvent(id, "mission.hitl_required", nth)
 }
 
@@ -51,7 +52,7 @@ func TestHITLDetectedAndAnsweredByOperator(t *testing.T) {
 	if resp.State != ports.MissionRunning || resp.HITL != nil {
 		t.Fatalf("answered mission: state %q HITL %+v", resp.State, resp.HITL)
 	}
-	if got := c.stdinWrites(); !reflect.DeepEqual(got, []string{"y\n"}) {
+	if got := c.StdinWrites(); !reflect.DeepEqual(got, []string{"y\n"}) {
 		t.Fatalf("stdin = %q, want the answer and a newline", got)
 	}
 	ev = h.waitEvent("m1", "mission.resumed")
@@ -102,7 +103,7 @@ func TestHITLAnsweredOverExecutorStream(t *testing.T) {
 	if err := h.svc.HITLResponded(context.Background(), hitlID, "yes"); err != nil {
 		t.Fatalf("HITLResponded: %v", err)
 	}
-	if got := c.stdinWrites(); !reflect.DeepEqual(got, []string{"yes\n"}) {
+	if got := c.StdinWrites(); !reflect.DeepEqual(got, []string{"yes\n"}) {
 		t.Fatalf("stdin = %q", got)
 	}
 	ev = h.waitEvent("m1", "mission.resumed")
@@ -115,7 +116,7 @@ func TestHITLAnsweredOverExecutorStream(t *testing.T) {
 	if open := h.svc.OpenHITL(); len(open) != 0 {
 		t.Fatalf("OpenHITL = %+v", open)
 	}
-	c.finish(ports.CommandResult{})
+	c.Finish(ports.CommandResult{})
 	h.waitEvent("m1", "mission.completed")
 	h.checkOrder()
 }
@@ -137,7 +138,7 @@ func TestHITLSecondAnswerIsNotOpen(t *testing.T) {
 	if err := h.svc.HITLResponded(context.Background(), hitlID, "n"); !errors.Is(err, ports.ErrHITLNotOpen) {
 		t.Errorf("second answer via the executor stream: err = %v, want ErrHITLNotOpen", err)
 	}
-	if got := c.stdinWrites(); !reflect.DeepEqual(got, []string{"y\n"}) {
+	if got := c.StdinWrites(); !reflect.DeepEqual(got, []string{"y\n"}) {
 		t.Errorf("stdin = %q: a second answer reached the session", got)
 	}
 	if n := h.outbox.count("m1", "mission.resumed"); n != 1 {
@@ -150,7 +151,7 @@ func TestHITLAnswerAfterMissionEndedIsNotOpen(t *testing.T) {
 	h := newHarness(t)
 	m, c := h.run("m1")
 	hitlID := h.waitHITL("m1", c, "Proceed? [y/N] ", 1).Data["hitl_id"].(string)
-	c.finish(ports.CommandResult{ExitCode: 1})
+	c.Finish(ports.CommandResult{ExitCode: 1})
 	h.waitEvent("m1", "mission.failed")
 	h.waitEnded(m.SessionID)
 	if got := h.mission("m1"); got.HITL != nil {
@@ -168,7 +169,7 @@ func TestHITLWriteFailureKeepsRequestOpen(t *testing.T) {
 	h := newHarness(t)
 	_, c := h.run("m1")
 	hitlID := h.waitHITL("m1", c, "Continue? [Y/n] ", 1).Data["hitl_id"].(string)
-	c.setStdinErr(ports.ErrAgentNotConnected)
+	c.SetStdinError(ports.ErrAgentNotConnected)
 	if _, err := h.svc.RespondHITL(context.Background(), hitlID, "y"); !errors.Is(err, ports.ErrAgentNotConnected) {
 		t.Fatalf("err = %v, want ErrAgentNotConnected", err)
 	}
@@ -181,7 +182,7 @@ func TestHITLWriteFailureKeepsRequestOpen(t *testing.T) {
 	if open := h.svc.OpenHITL(); len(open) != 1 {
 		t.Fatalf("OpenHITL = %+v, want the request still open", open)
 	}
-	c.setStdinErr(nil)
+	c.SetStdinError(nil)
 	if _, err := h.svc.RespondHITL(context.Background(), hitlID, "y"); err != nil {
 		t.Fatalf("retry: %v", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
+	"github.com/agentic-sandbox/agentic-sandbox/ports/portsfake"
 )
 
 func TestKillSessionAbortsThenKills(t *testing.T) {
@@ -27,7 +28,7 @@ func TestKillSessionAbortsThenKills(t *testing.T) {
 	if st, _ := h.store.get("m1"); st.State != ports.MissionAborted {
 		t.Fatalf("stored state %q", st.State)
 	}
-	if n := c.killCount(); n != 1 {
+	if n := kills(c); n != 1 {
 		t.Fatalf("%d kills, want 1", n)
 	}
 	// Aborted first (stored, announced), killed after.
@@ -52,7 +53,7 @@ func TestKillSessionAbortsThenKills(t *testing.T) {
 	}
 
 	// The result of the killed process changes nothing.
-	c.finish(ports.CommandResult{ExitCode: 137, Signal: 9})
+	c.Finish(ports.CommandResult{ExitCode: 137, Signal: 9})
 	h.waitEnded(m.SessionID)
 	if got := h.mission("m1"); got.State != ports.MissionAborted {
 		t.Fatalf("state %q after the result, want aborted", got.State)
@@ -83,11 +84,11 @@ func TestKillSessionOfAssignedMission(t *testing.T) {
 		t.Fatalf("KillSession = %q, %v", id, err)
 	}
 	h.waitEvent("m1", "mission.aborted")
-	if n := c.killCount(); n != 1 {
+	if n := kills(c); n != 1 {
 		t.Fatalf("%d kills, want 1", n)
 	}
-	c.start() // the process reports running after all: the mission stays aborted
-	c.finish(ports.CommandResult{ExitCode: 143, Signal: 15})
+	c.ReportStarted() // the process reports running after all: the mission stays aborted
+	c.Finish(ports.CommandResult{ExitCode: 143, Signal: 15})
 	h.waitEnded(m.SessionID)
 	if got := h.outbox.types("m1"); !reflect.DeepEqual(got, []string{"mission.assigned", "mission.aborted"}) {
 		t.Fatalf("events = %v", got)
@@ -103,18 +104,18 @@ func TestKillSessionUnknown(t *testing.T) {
 
 func TestKillSessionNonMissionCommand(t *testing.T) {
 	h := newHarness(t)
-	c := h.link.addCommand("plain-cmd", "agent-1")
+	c := h.link.Attach("agent-1", "plain-cmd", ports.StartOptions{}).(*portsfake.Command)
 	id, err := h.svc.KillSession(context.Background(), "plain-cmd")
 	if err != nil || id != "" {
 		t.Fatalf("KillSession = %q, %v; want \"\", nil", id, err)
 	}
-	if n := c.killCount(); n != 1 {
+	if n := kills(c); n != 1 {
 		t.Fatalf("%d kills, want 1", n)
 	}
-	if n := len(h.outbox.all()); n != 0 {
+	if n := len(h.outbox.Events()); n != 0 {
 		t.Fatalf("%d events for a command that runs no mission", n)
 	}
-	c.finish(ports.CommandResult{})
+	c.Finish(ports.CommandResult{})
 	if _, err := h.svc.KillSession(context.Background(), "plain-cmd"); !errors.Is(err, ports.ErrCommandEnded) {
 		t.Fatalf("KillSession of an ended command: %v, want ErrCommandEnded", err)
 	}
@@ -123,7 +124,7 @@ func TestKillSessionNonMissionCommand(t *testing.T) {
 func TestKillSessionOfEndedMission(t *testing.T) {
 	h := newHarness(t)
 	m, c := h.run("m1")
-	c.finish(ports.CommandResult{})
+	c.Finish(ports.CommandResult{})
 	h.waitEvent("m1", "mission.completed")
 	h.waitEnded(m.SessionID)
 	if _, err := h.svc.KillSession(context.Background(), m.SessionID); !errors.Is(err, ports.ErrCommandEnded) {
@@ -135,7 +136,7 @@ func TestKillSessionOfEndedMission(t *testing.T) {
 	if n := h.outbox.count("m1", "mission.aborted"); n != 0 {
 		t.Fatalf("ended mission aborted")
 	}
-	if n := c.killCount(); n != 0 {
+	if n := kills(c); n != 0 {
 		t.Fatalf("%d kills of an ended command", n)
 	}
 }
@@ -147,9 +148,10 @@ func TestKillSessionWhileStartPendingKillsTheProcess(t *testing.T) {
 	h := newHarness(t)
 	entered := make(chan struct{})
 	release := make(chan struct{})
-	h.link.setStartHook(func(string, ports.CommandSpec) {
+	h.link.SetBeforeStart(func(string, ports.CommandSpec) error {
 		close(entered)
 		<-release
+		return nil
 	})
 	m := h.dispatch("m1")
 	select {
@@ -164,10 +166,10 @@ func TestKillSessionWhileStartPendingKillsTheProcess(t *testing.T) {
 	h.waitEvent("m1", "mission.aborted")
 	close(release)
 	c := h.cmd(m.SessionID)
-	if !within(time.Second, func() bool { return c.killCount() > 0 }) {
+	if !within(time.Second, func() bool { return kills(c) > 0 }) {
 		t.Errorf("the process of aborted mission m1 was started and never killed: it runs on with no mission")
 	}
-	c.finish(ports.CommandResult{ExitCode: 137, Signal: 9})
+	c.Finish(ports.CommandResult{ExitCode: 137, Signal: 9})
 	h.waitEnded(m.SessionID)
 	if got := h.mission("m1"); got.State != ports.MissionAborted {
 		t.Fatalf("state %q, want aborted", got.State)

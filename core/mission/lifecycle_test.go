@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
+	"github.com/agentic-sandbox/agentic-sandbox/ports/portsfake"
 )
 
 func TestStartedEvent(t *testing.T) {
@@ -30,7 +31,7 @@ func TestStartedEvent(t *testing.T) {
 			}
 			c := h.cmd(m.SessionID)
 			// Output before the process is reported running emits nothing yet.
-			c.start()
+			c.ReportStarted()
 			ev := h.waitEvent("m1", "mission.started")
 			want := map[string]any{"state": "running", "agent_runtime": tc.runtime, "pty_session_id": m.SessionID}
 			if !reflect.DeepEqual(ev.Data, want) {
@@ -51,9 +52,9 @@ func TestStartedEvent(t *testing.T) {
 func TestCompletedWithSummary(t *testing.T) {
 	h := newHarness(t)
 	m, c := h.run("m1")
-	c.emit("\x1b[1mhello\x1b[0m world\r\n")
-	c.emit("\x1b[32msecond\x1b[0m line\r\n")
-	c.finish(ports.CommandResult{ExitCode: 0, Duration: time.Second})
+	emit(c, "\x1b[1mhello\x1b[0m world\r\n")
+	emit(c, "\x1b[32msecond\x1b[0m line\r\n")
+	c.Finish(ports.CommandResult{ExitCode: 0, Duration: time.Second})
 
 	ev := h.waitEvent("m1", "mission.completed")
 	summary, _ := ev.Data["summary"].(string)
@@ -84,9 +85,9 @@ func TestSummaryIsBoundedTail(t *testing.T) {
 	h := newHarness(t)
 	_, c := h.run("m1")
 	for i := range 200 {
-		c.emit(fmt.Sprintf("\x1b[33mline %03d\x1b[0m of a long log\r\n", i))
+		emit(c, fmt.Sprintf("\x1b[33mline %03d\x1b[0m of a long log\r\n", i))
 	}
-	c.finish(ports.CommandResult{})
+	c.Finish(ports.CommandResult{})
 	ev := h.waitEvent("m1", "mission.completed")
 	summary := ev.Data["summary"].(string)
 	if len(summary) > 2048 {
@@ -114,8 +115,8 @@ func TestFailures(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t)
 			_, c := h.run("m1")
-			c.emit("working\r\n")
-			c.finish(tc.result)
+			emit(c, "working\r\n")
+			c.Finish(tc.result)
 			ev := h.waitEvent("m1", "mission.failed")
 			if ev.Data["state"] != "failed" || ev.Data["reason"] != tc.reason || !strings.HasPrefix(fmt.Sprint(ev.Data["error"]), tc.errPrefix) {
 				t.Fatalf("mission.failed data = %v, want reason %s error %q", ev.Data, tc.reason, tc.errPrefix)
@@ -134,7 +135,7 @@ func TestFailures(t *testing.T) {
 
 func TestStartErrorFailsMission(t *testing.T) {
 	h := newHarness(t)
-	h.link.setStartErr(ports.ErrAgentNotConnected)
+	h.link.SetBeforeStart(func(string, ports.CommandSpec) error { return ports.ErrAgentNotConnected })
 	m := h.dispatch("m1")
 	ev := h.waitEvent("m1", "mission.failed")
 	if ev.Data["reason"] != ReasonSessionStart || !strings.Contains(fmt.Sprint(ev.Data["error"]), ports.ErrAgentNotConnected.Error()) {
@@ -158,7 +159,7 @@ func TestResultBeforeStartedFailsAsNotStarted(t *testing.T) {
 	h := newHarness(t)
 	m := h.dispatch("m1")
 	c := h.cmd(m.SessionID)
-	c.finish(ports.CommandResult{ExitCode: 127, Error: "sh: not found"})
+	c.Finish(ports.CommandResult{ExitCode: 127, Error: "sh: not found"})
 	ev := h.waitEvent("m1", "mission.failed")
 	if ev.Data["reason"] != ReasonSessionStart || ev.Data["error"] != "sh: not found" {
 		t.Fatalf("mission.failed data = %v", ev.Data)
@@ -176,9 +177,9 @@ func TestStartedAndDoneAtOnce(t *testing.T) {
 		id := fmt.Sprintf("m%d", i)
 		m := h.dispatch(id)
 		c := h.cmd(m.SessionID)
-		c.emit("quick\r\n")
-		c.start()
-		c.finish(ports.CommandResult{ExitCode: 0})
+		emit(c, "quick\r\n")
+		c.ReportStarted()
+		c.Finish(ports.CommandResult{ExitCode: 0})
 		h.waitEvent(id, "mission.completed")
 		types := h.outbox.types(id)
 		if types[0] != "mission.assigned" || types[1] != "mission.started" || types[len(types)-1] != "mission.completed" {
@@ -194,11 +195,11 @@ func TestStartedAndDoneAtOnce(t *testing.T) {
 // The same, when OnStarted and the result happen before Start even returns.
 func TestStartedAndDoneBeforeStartReturns(t *testing.T) {
 	h := newHarness(t)
-	inner := h.link
-	wrapped := &instantLink{fakeLink: inner}
-	h.svc = New(Config{Store: h.store, Outbox: h.outbox, Link: wrapped, Agents: h.dir, Clock: h.clock, IDs: h.ids,
-		Logger: h.svc.cfg.Logger, HITLQuiet: hitlQuiet})
-	t.Cleanup(func() { _ = h.svc.Suspend(context.Background()) })
+	h.link.SetOnStart(func(c *portsfake.Command) {
+		c.ReportStarted()
+		emit(c, "instant\r\n")
+		c.Finish(ports.CommandResult{})
+	})
 	h.dispatch("m1")
 	h.waitEvent("m1", "mission.completed")
 	var got []string
@@ -215,21 +216,6 @@ func TestStartedAndDoneBeforeStartReturns(t *testing.T) {
 	}
 }
 
-// instantLink runs every command to its end inside Start.
-type instantLink struct{ *fakeLink }
-
-func (l *instantLink) Start(ctx context.Context, agentID string, spec ports.CommandSpec, opts ports.StartOptions) (ports.Command, error) {
-	cmd, err := l.fakeLink.Start(ctx, agentID, spec, opts)
-	if err != nil {
-		return nil, err
-	}
-	c := cmd.(*fakeCmd)
-	c.start()
-	c.emit("instant\r\n")
-	c.finish(ports.CommandResult{})
-	return c, nil
-}
-
 func TestProgressRateLimited(t *testing.T) {
 	h := newHarness(t)
 	_, c := h.run("m1")
@@ -237,13 +223,13 @@ func TestProgressRateLimited(t *testing.T) {
 	// handled before the clock moves on: the chunk's own callback and the
 	// service's progress decision each read the clock once.
 	for i := 1; i <= 22; i++ {
-		before := h.clock.callCount()
-		c.emit(fmt.Sprintf("line %d\r\n", i))
-		within(2*time.Second, func() bool { return h.clock.callCount() >= before+2 })
-		h.clock.advance(500 * time.Millisecond)
+		before := h.clock.Calls()
+		emit(c, fmt.Sprintf("line %d\r\n", i))
+		within(2*time.Second, func() bool { return h.clock.Calls() >= before+2 })
+		h.clock.Advance(500 * time.Millisecond)
 	}
 	// Wait for the last chunk's decision, then end the mission.
-	c.finish(ports.CommandResult{})
+	c.Finish(ports.CommandResult{})
 	h.waitEvent("m1", "mission.completed")
 
 	var progress []ports.Event
@@ -277,11 +263,11 @@ func TestNoProgressBeforeStarted(t *testing.T) {
 	h := newHarness(t)
 	m := h.dispatch("m1")
 	c := h.cmd(m.SessionID)
-	c.emit("early output\r\n")
-	c.emit("more\r\n")
-	c.start()
+	emit(c, "early output\r\n")
+	emit(c, "more\r\n")
+	c.ReportStarted()
 	h.waitEvent("m1", "mission.started")
-	c.finish(ports.CommandResult{})
+	c.Finish(ports.CommandResult{})
 	h.waitEvent("m1", "mission.completed")
 	types := h.outbox.types("m1")
 	if types[0] != "mission.assigned" || types[1] != "mission.started" {
@@ -305,16 +291,16 @@ func TestEventsInOrderAcrossConcurrentMissions(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			var c *fakeCmd
-			if !within(waitTimeout, func() bool { c = h.link.cmd(m.SessionID); return c != nil }) {
+			var c *portsfake.Command
+			if !within(waitTimeout, func() bool { c = h.link.Command(m.SessionID); return c != nil }) {
 				t.Errorf("%s: not started", id)
 				return
 			}
-			c.start()
+			c.ReportStarted()
 			for j := range 5 {
-				c.emit(fmt.Sprintf("%s step %d\r\n", id, j))
+				emit(c, fmt.Sprintf("%s step %d\r\n", id, j))
 			}
-			c.finish(ports.CommandResult{ExitCode: i % 2})
+			c.Finish(ports.CommandResult{ExitCode: i % 2})
 		}()
 	}
 	wg.Wait()
@@ -353,7 +339,7 @@ func TestTransitionNotStoredIsRetriedUntilStored(t *testing.T) {
 	m := h.dispatch("m1")
 	c := h.cmd(m.SessionID)
 	h.store.setPutErr(errDisk)
-	c.start()
+	c.ReportStarted()
 	waitFor(t, func() bool { return h.store.calls() >= 3 }, "the Put of mission.started to be retried")
 	if got := h.outbox.types("m1"); !reflect.DeepEqual(got, []string{"mission.assigned"}) {
 		t.Fatalf("events = %v while the store fails", got)
@@ -363,7 +349,7 @@ func TestTransitionNotStoredIsRetriedUntilStored(t *testing.T) {
 	}
 	h.store.setPutErr(nil)
 	h.waitEvent("m1", "mission.started")
-	c.finish(ports.CommandResult{})
+	c.Finish(ports.CommandResult{})
 	h.waitEvent("m1", "mission.completed")
 	h.checkOrder()
 }

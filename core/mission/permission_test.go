@@ -69,7 +69,7 @@ func TestPermissionQuestionsAreTheMissionsHITL(t *testing.T) {
 	if _, err := h.svc.RespondHITL(context.Background(), hitlID, "deny: not here"); err != nil {
 		t.Fatal(err)
 	}
-	if got := c.stdinWrites(); len(got) != 0 {
+	if got := c.StdinWrites(); len(got) != 0 {
 		t.Fatalf("a permission answer was typed into the terminal: %q", got)
 	}
 	// The queued question comes next.

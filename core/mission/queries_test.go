@@ -21,9 +21,9 @@ func ids(ms []ports.Mission) []string {
 func TestMissionsListOldestFirstAndFilter(t *testing.T) {
 	h := newHarness(t)
 	h.dispatch("zz")
-	h.clock.advance(time.Second)
+	h.clock.Advance(time.Second)
 	h.run("aa")
-	h.clock.advance(time.Second)
+	h.clock.Advance(time.Second)
 	h.dispatch("mm")
 
 	if got := ids(h.svc.Missions("")); !reflect.DeepEqual(got, []string{"zz", "aa", "mm"}) {
@@ -71,13 +71,13 @@ func TestMissionLookup(t *testing.T) {
 func TestForgetArchived(t *testing.T) {
 	h := newHarness(t)
 	m1, c1 := h.run("done")
-	c1.emit("result\r\n")
-	c1.finish(ports.CommandResult{})
+	emit(c1, "result\r\n")
+	c1.Finish(ports.CommandResult{})
 	h.waitEvent("done", "mission.completed")
 	h.waitEnded(m1.SessionID)
 	h.run("running")
 	m3, c3 := h.run("failed")
-	c3.finish(ports.CommandResult{ExitCode: 1})
+	c3.Finish(ports.CommandResult{ExitCode: 1})
 	h.waitEvent("failed", "mission.failed")
 	h.waitEnded(m3.SessionID)
 
@@ -103,7 +103,7 @@ func TestForgetArchived(t *testing.T) {
 	if m, err := h.svc.Dispatch(context.Background(), request("done")); err != nil || m.State != ports.MissionCompleted {
 		t.Fatalf("re-dispatch of a forgotten mission = %q, %v", m.State, err)
 	}
-	if n := len(h.link.startCalls()); n != 3 {
+	if n := len(h.link.Starts()); n != 3 {
 		t.Fatalf("%d sessions started, want 3", n)
 	}
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
+	"github.com/agentic-sandbox/agentic-sandbox/ports/portsfake"
 )
 
 func TestSuspend(t *testing.T) {
@@ -20,11 +21,11 @@ func TestSuspend(t *testing.T) {
 	_, ch := h.run("waiting")
 	h.waitHITL("waiting", ch, "Proceed? [y/N] ", 1)
 	md, cd := h.run("done")
-	cd.finish(ports.CommandResult{})
+	cd.Finish(ports.CommandResult{})
 	h.waitEvent("done", "mission.completed")
 	h.waitEnded(md.SessionID)
 	mf, cf := h.run("failed")
-	cf.finish(ports.CommandResult{ExitCode: 1})
+	cf.Finish(ports.CommandResult{ExitCode: 1})
 	h.waitEvent("failed", "mission.failed")
 	h.waitEnded(mf.SessionID)
 
@@ -86,8 +87,8 @@ func TestSuspend(t *testing.T) {
 	if _, err := h.svc.Mission("late"); !errors.Is(err, ports.ErrMissionNotFound) {
 		t.Fatalf("a mission was accepted after Suspend")
 	}
-	for _, c := range []*fakeCmd{ca, cr, ch} {
-		if c.killCount() != 0 {
+	for _, c := range []*portsfake.Command{ca, cr, ch} {
+		if kills(c) != 0 {
 			t.Fatalf("Suspend killed session %s", c.ID())
 		}
 	}
@@ -232,7 +233,7 @@ func TestRecoverReattachesUnfinishedMissions(t *testing.T) {
 	h.restart()
 
 	got := map[string]string{}
-	for _, a := range h.link.attachCalls() {
+	for _, a := range h.link.Attaches() {
 		got[a.CommandID] = a.AgentID
 	}
 	if want := map[string]string{"s-run": "agent-2", "s-asg": "agent-1", "s-sus": "agent-3"}; !reflect.DeepEqual(got, want) {
@@ -250,9 +251,9 @@ func TestRecoverReattachesUnfinishedMissions(t *testing.T) {
 	}
 
 	// The running one's process reports back and completes.
-	cr := h.link.cmd("s-run")
-	cr.emit("built\r\n")
-	cr.finish(ports.CommandResult{})
+	cr := h.link.Command("s-run")
+	emit(cr, "built\r\n")
+	cr.Finish(ports.CommandResult{})
 	ev := h.waitEvent("run", "mission.completed")
 	if ev.Data["summary"] != "built\n" {
 		t.Fatalf("completed data = %v", ev.Data)
@@ -262,22 +263,22 @@ func TestRecoverReattachesUnfinishedMissions(t *testing.T) {
 	}
 
 	// The assigned one starts only now, then fails.
-	ca := h.link.cmd("s-asg")
-	ca.start()
+	ca := h.link.Command("s-asg")
+	ca.ReportStarted()
 	ev = h.waitEvent("asg", "mission.started")
 	if ev.Data["pty_session_id"] != "s-asg" {
 		t.Fatalf("started data = %v", ev.Data)
 	}
-	ca.finish(ports.CommandResult{ExitCode: 2})
+	ca.Finish(ports.CommandResult{ExitCode: 2})
 	ev = h.waitEvent("asg", "mission.failed")
 	if ev.Data["reason"] != "non_zero_exit" || ev.Data["exit_code"] != 2 {
 		t.Fatalf("failed data = %v", ev.Data)
 	}
 
 	// The suspended one completes while suspended.
-	cs := h.link.cmd("s-sus")
-	cs.start()
-	cs.finish(ports.CommandResult{})
+	cs := h.link.Command("s-sus")
+	cs.ReportStarted()
+	cs.Finish(ports.CommandResult{})
 	h.waitEvent("sus", "mission.completed")
 	if got := h.waitState("sus", ports.MissionCompleted); exitCode(got) != 0 {
 		t.Fatalf("exit %v", exitCode(got))
@@ -314,7 +315,7 @@ func TestRecoverOpenHITLCanBeAnswered(t *testing.T) {
 	if err != nil || m.State != ports.MissionRunning {
 		t.Fatalf("RespondHITL = %q, %v", m.State, err)
 	}
-	if got := h.link.cmd("s-1").stdinWrites(); !reflect.DeepEqual(got, []string{"yes\n"}) {
+	if got := h.link.Command("s-1").StdinWrites(); !reflect.DeepEqual(got, []string{"yes\n"}) {
 		t.Fatalf("stdin = %q", got)
 	}
 	h.waitEvent("m1", "mission.resumed")
@@ -336,7 +337,7 @@ func TestResyncAfterRestart(t *testing.T) {
 			ExitCode: &code, CreatedAt: base.Add(-time.Second), LastEvent: "mission.completed"},
 	)
 	h.restart()
-	before := len(h.outbox.all())
+	before := len(h.outbox.Events())
 
 	resync, pairs, err := h.svc.Resync(context.Background())
 	if err != nil {
@@ -396,7 +397,7 @@ func TestResyncAfterRestart(t *testing.T) {
 	if open := h.svc.OpenHITL(); len(open) != 1 || open[0].ID != "hitl-mid" {
 		t.Fatalf("OpenHITL = %+v", open)
 	}
-	if n := len(h.outbox.all()); n != before {
+	if n := len(h.outbox.Events()); n != before {
 		t.Fatalf("Resync appended %d events to the outbox; its frames are returned, not queued", n-before)
 	}
 
@@ -410,9 +411,9 @@ func TestResyncAfterRestart(t *testing.T) {
 	}
 
 	// The resumed mission goes on to its real end.
-	c := h.link.cmd("s-zeta")
-	c.emit("finished\r\n")
-	c.finish(ports.CommandResult{})
+	c := h.link.Command("s-zeta")
+	emit(c, "finished\r\n")
+	c.Finish(ports.CommandResult{})
 	h.waitEvent("zeta", "mission.completed")
 }
 
@@ -465,7 +466,7 @@ func TestResyncWithLiveMissions(t *testing.T) {
 	if _, err := h.svc.RespondHITL(context.Background(), hitlID, "y"); err != nil {
 		t.Fatalf("answer after resync: %v", err)
 	}
-	c1.finish(ports.CommandResult{})
+	c1.Finish(ports.CommandResult{})
 	h.waitEvent("m1", "mission.completed")
 	h.checkOrder()
 }
@@ -498,7 +499,7 @@ func TestHITLSurvivesSuspendAndRestart(t *testing.T) {
 	}
 	if _, err := h.svc.RespondHITL(context.Background(), hitlID, "y"); err != nil {
 		t.Errorf("answer after restart: %v", err)
-	} else if got := h.link.cmd(c.ID()).stdinWrites(); !reflect.DeepEqual(got, []string{"y\n"}) {
+	} else if got := h.link.Command(c.ID()).StdinWrites(); !reflect.DeepEqual(got, []string{"y\n"}) {
 		t.Errorf("stdin = %q", got)
 	}
 }
