@@ -132,13 +132,9 @@ func foreignStatus(cmd ports.Command) restapi.CommandStatus {
 
 // KillCommand kills the command's process group; the result follows.
 func (s *Server) KillCommand(ctx context.Context, req restapi.KillCommandRequestObject) (restapi.KillCommandResponseObject, error) {
-	e, cmd, apiErr := s.lookup(req.CommandId)
-	if apiErr != nil {
-		return nil, apiErr
-	}
-	subject := fmt.Sprintf("command %q", req.CommandId)
-	if ended(e, cmd) {
-		return nil, portError(ports.ErrCommandEnded, subject)
+	e, cmd, subject, err := s.running(req.CommandId)
+	if err != nil {
+		return nil, err
 	}
 	if err := cmd.Kill(ctx); err != nil {
 		return nil, portError(err, subject)
@@ -149,6 +145,20 @@ func (s *Server) KillCommand(ctx context.Context, req restapi.KillCommandRequest
 	}
 	// Offsets past the end: the answer carries the state, not output again.
 	return restapi.KillCommand202JSONResponse(e.status(math.MaxInt64, math.MaxInt64)), nil
+}
+
+// running is the command id names while it has not ended, with the subject
+// its errors name.
+func (s *Server) running(id string) (*entry, ports.Command, string, error) {
+	e, cmd, apiErr := s.lookup(id)
+	if apiErr != nil {
+		return nil, nil, "", apiErr
+	}
+	subject := fmt.Sprintf("command %q", id)
+	if ended(e, cmd) {
+		return nil, nil, "", portError(ports.ErrCommandEnded, subject)
+	}
+	return e, cmd, subject, nil
 }
 
 func ended(e *entry, cmd ports.Command) bool {
@@ -180,13 +190,9 @@ func (s *Server) WriteCommandStdin(ctx context.Context, req restapi.WriteCommand
 	case !eof:
 		return nil, badRequest("give data, data_base64 or eof")
 	}
-	e, cmd, apiErr := s.lookup(req.CommandId)
-	if apiErr != nil {
-		return nil, apiErr
-	}
-	subject := fmt.Sprintf("command %q", req.CommandId)
-	if ended(e, cmd) {
-		return nil, portError(ports.ErrCommandEnded, subject)
+	e, cmd, subject, err := s.running(req.CommandId)
+	if err != nil {
+		return nil, err
 	}
 	if e != nil {
 		e.mu.Lock()
@@ -239,13 +245,9 @@ func (s *Server) SignalCommand(ctx context.Context, req restapi.SignalCommandReq
 	if !ok {
 		return nil, badRequest("field signal: unknown signal %q; use a name (INT, TERM, KILL, HUP, USR1, WINCH, …) or a number 1..64", clip(req.Body.Signal))
 	}
-	e, cmd, apiErr := s.lookup(req.CommandId)
-	if apiErr != nil {
-		return nil, apiErr
-	}
-	subject := fmt.Sprintf("command %q", req.CommandId)
-	if ended(e, cmd) {
-		return nil, portError(ports.ErrCommandEnded, subject)
+	_, cmd, subject, err := s.running(req.CommandId)
+	if err != nil {
+		return nil, err
 	}
 	if err := cmd.Signal(ctx, sig); err != nil {
 		return nil, portError(err, subject)

@@ -40,25 +40,17 @@ func (s *Server) GetSessionOutput(context.Context, restapi.GetSessionOutputReque
 // rawRoutes is a middleware that serves the routes the strict server cannot
 // (their parameters are already parsed by the generated wrapper).
 func (s *Server) rawRoutes(next http.Handler) http.Handler {
+	raw := map[string]http.HandlerFunc{
+		sessionOutputRoute: s.sessionOutput,
+		createTaskRoute:    s.createTask,
+		taskEventsRoute:    s.taskEvents,
+		signInRoute:        s.signIn,
+		signOutRoute:       s.signOut,
+		changesRoute:       s.watchChanges,
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch r.Pattern {
-		case sessionOutputRoute:
-			s.sessionOutput(w, r)
-			return
-		case createTaskRoute:
-			s.createTask(w, r)
-			return
-		case taskEventsRoute:
-			s.taskEvents(w, r)
-			return
-		case signInRoute:
-			s.signIn(w, r)
-			return
-		case signOutRoute:
-			s.signOut(w, r)
-			return
-		case changesRoute:
-			s.watchChanges(w, r)
+		if serve, ok := raw[r.Pattern]; ok {
+			serve(w, r)
 			return
 		}
 		next.ServeHTTP(w, r)

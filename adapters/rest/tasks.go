@@ -40,7 +40,9 @@ func (s *Server) tasks() (Tasks, *apiError) {
 	return s.d.Tasks, nil
 }
 
-func taskError(err error, id string) *apiError {
+// taskError is err as the API answers it: a task sentinel's status and code,
+// else err itself (an internal error).
+func taskError(err error, id string) error {
 	switch {
 	case errors.Is(err, ports.ErrTaskNotFound):
 		return newError(http.StatusNotFound, "task_not_found", "task %q not found", clip(id))
@@ -53,7 +55,20 @@ func taskError(err error, id string) *apiError {
 	case errors.Is(err, ports.ErrStoreUnavailable):
 		return newError(http.StatusServiceUnavailable, "store_unavailable", "%v", err)
 	}
-	return nil
+	return err
+}
+
+// task is the task id names, or the API's error.
+func (s *Server) task(id string) (ports.TaskRecord, error) {
+	t, apiErr := s.tasks()
+	if apiErr != nil {
+		return ports.TaskRecord{}, apiErr
+	}
+	r, err := t.Get(id)
+	if err != nil {
+		return ports.TaskRecord{}, taskError(err, id)
+	}
+	return r, nil
 }
 
 // createTask serves POST /api/v1/tasks.
@@ -71,7 +86,7 @@ func (s *Server) createTask(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Query().Get("dry_run") == "true" {
 		m, err := t.Check(doc)
 		if err != nil {
-			_ = taskError(err, "").write(w)
+			s.responseError(w, r, taskError(err, ""))
 			return
 		}
 		_ = writeJSON(w, http.StatusOK, normalised(m))
@@ -84,11 +99,7 @@ func (s *Server) createTask(w http.ResponseWriter, r *http.Request) {
 	}
 	sub, err := t.Submit(r.Context(), doc, key)
 	if err != nil {
-		if ae := taskError(err, ""); ae != nil {
-			_ = ae.write(w)
-			return
-		}
-		s.responseError(w, r, err)
+		s.responseError(w, r, taskError(err, ""))
 		return
 	}
 	_ = writeJSON(w, http.StatusAccepted, restapi.TaskAccepted{TaskId: sub.Task.ID, State: sub.Task.State})
@@ -208,13 +219,9 @@ func toTask(r ports.TaskRecord) restapi.Task {
 
 // GetTask implements restapi.StrictServerInterface.
 func (s *Server) GetTask(_ context.Context, req restapi.GetTaskRequestObject) (restapi.GetTaskResponseObject, error) {
-	t, apiErr := s.tasks()
-	if apiErr != nil {
-		return nil, apiErr
-	}
-	r, err := t.Get(req.TaskId)
+	r, err := s.task(req.TaskId)
 	if err != nil {
-		return nil, taskError(err, req.TaskId)
+		return nil, err
 	}
 	return restapi.GetTask200JSONResponse(toTask(r)), nil
 }
@@ -277,13 +284,9 @@ func (s *Server) CancelTask(ctx context.Context, req restapi.CancelTaskRequestOb
 
 // ListTaskArtifacts implements restapi.StrictServerInterface.
 func (s *Server) ListTaskArtifacts(_ context.Context, req restapi.ListTaskArtifactsRequestObject) (restapi.ListTaskArtifactsResponseObject, error) {
-	t, apiErr := s.tasks()
-	if apiErr != nil {
-		return nil, apiErr
-	}
-	r, err := t.Get(req.TaskId)
+	r, err := s.task(req.TaskId)
 	if err != nil {
-		return nil, taskError(err, req.TaskId)
+		return nil, err
 	}
 	out := restapi.ListTaskArtifacts200JSONResponse{Artifacts: []restapi.Artifact{}}
 	for _, a := range r.Artifacts {
@@ -300,10 +303,7 @@ func (s *Server) GetTaskArtifact(_ context.Context, req restapi.GetTaskArtifactR
 	}
 	rc, a, err := t.OpenArtifact(req.TaskId, req.Name)
 	if err != nil {
-		if ae := taskError(err, req.TaskId); ae != nil {
-			return nil, ae
-		}
-		return nil, err
+		return nil, taskError(err, req.TaskId)
 	}
 	return restapi.GetTaskArtifact200ApplicationoctetStreamResponse{Body: rc, ContentLength: a.Size}, nil
 }
@@ -336,7 +336,7 @@ func (s *Server) taskEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	events, more, over, err := t.Events(id, after)
 	if err != nil {
-		_ = taskError(err, id).write(w)
+		s.responseError(w, r, taskError(err, id))
 		return
 	}
 	rc := startSSE(w)
