@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -42,30 +43,22 @@ type Config struct {
 	MissionRetention time.Duration
 	Version          string
 	// Runtimes lists the runtimes asked for (AGENTIC_RUNTIMES); nil means
-	// found without configuration: host always, Docker and libvirt where
-	// their daemons answer.
+	// those the catalog finds on this machine (runtimeEntry.Found).
 	Runtimes []string
+	// RuntimeOptions are each catalog runtime's settings as read and
+	// checked, by runtime name (the typed options of its runtimeDef).
+	RuntimeOptions map[string]any
 	// AgentSocket is a unix socket where the agent link also listens, for
 	// environments without a network (mounted into containers, relayed from VMs).
 	AgentSocket string
-	// VMImageDir holds the tiny VM image (vmlinuz, initrd.img) of `make vm-image`.
-	VMImageDir string
-	// LibvirtAccel is the VMs' accelerator: kvm, tcg or auto (KVM where it works).
-	LibvirtAccel string
-	// LibvirtNoRestore boots warm pool VMs instead of restoring them from a
-	// saved template guest (AGENTIC_LIBVIRT_RESTORE=0).
-	LibvirtNoRestore bool
-	// LibvirtRestoreAll restores every tiny-image VM, not only pool
-	// members (AGENTIC_LIBVIRT_RESTORE=all).
-	LibvirtRestoreAll bool
 	// HostUser is who host agents run as: "" for this server's own user.
 	HostUser string
 	// SessionRetention is how long ended sessions and their logs are kept.
 	SessionRetention time.Duration
 	// FileMaxBytes is the largest file or archive moved to or from an agent.
 	FileMaxBytes int64
-	// TaskRuntime runs tasks whose manifest names no runtime ("": docker
-	// where configured, else host).
+	// TaskRuntime runs tasks whose manifest names no runtime ("": the
+	// catalog's choice, defaultTaskRuntime).
 	TaskRuntime string
 	// TaskHold is a test hook: how long a task waits on entering each
 	// state (AGENTIC_TEST_TASK_HOLD=staging=30s,completing=30s).
@@ -76,8 +69,6 @@ type Config struct {
 	// OperatorHost is where REST and the client WebSocket listen; "" is
 	// LISTEN_ADDR's host.
 	OperatorHost string
-	// ImageDir is the only place VM disk images named by API callers come from.
-	ImageDir string
 	// AllowedNetworks are the network modes callers may ask for containers
 	// and VMs (host environments always share the host's network).
 	AllowedNetworks []ports.NetworkMode
@@ -177,7 +168,8 @@ func (c Config) agentServerURL() string {
 
 const defaultConfigFile = "/etc/agentic-sandbox/management.env"
 
-// flagEnv maps each flag to the variable it overrides.
+// flagEnv maps each generic flag to the variable it overrides (the
+// runtimes' own flags are their settings').
 var flagEnv = map[string]string{
 	"listen":            "LISTEN_ADDR",
 	"advertise-host":    "AGENTIC_ADVERTISE_HOST",
@@ -191,9 +183,6 @@ var flagEnv = map[string]string{
 	"mission-retention": "AGENTIC_MISSION_RETENTION",
 	"runtimes":          "AGENTIC_RUNTIMES",
 	"agent-socket":      "AGENTIC_AGENT_SOCKET",
-	"vm-image-dir":      "AGENTIC_VM_IMAGE_DIR",
-	"libvirt-accel":     "AGENTIC_LIBVIRT_ACCEL",
-	"image-dir":         "AGENTIC_IMAGE_DIR",
 	"operator-host":     "AGENTIC_OPERATOR_HOST",
 	"agent-tls":         "AGENTIC_AGENT_TLS",
 	"session-retention": "AGENTIC_SESSION_RETENTION",
@@ -219,25 +208,29 @@ func loadConfig(args, environ []string, stderr io.Writer, version string) (Confi
 	fs.String("aiwg-name", "", "display name for aiwg serve (env AIWG_SERVE_NAME)")
 	fs.String("disconnect-grace", "", "how long a disconnected agent stays listed (env AGENTIC_DISCONNECT_GRACE, default 5m)")
 	fs.String("viewer-stall", "", "how long a terminal viewer may leave output unread before it is disconnected (env AGENTIC_VIEWER_STALL_TIMEOUT, default 2m)")
-	fs.String("runtimes", "", "runtimes for environments, e.g. host,docker,libvirt (env AGENTIC_RUNTIMES; default: host, plus docker and libvirt where their daemons answer)")
+	fs.String("runtimes", "", "runtimes for environments, comma-separated, of "+strings.Join(runtimeNames(), ", ")+" (env AGENTIC_RUNTIMES, default: those found, see Runtimes below)")
 	fs.String("agent-socket", "", "unix socket for agents without a network (env AGENTIC_AGENT_SOCKET, default <data dir>/agent-link/agent.sock)")
-	fs.String("vm-image-dir", "", "tiny VM image dir with vmlinuz and initrd.img (env AGENTIC_VM_IMAGE_DIR, default ./build/vm from make vm-image)")
-	fs.String("libvirt-accel", "", "VM accelerator: kvm, tcg or auto (env AGENTIC_LIBVIRT_ACCEL, default auto: KVM where it works)")
 	fs.String("host-user", "", "user host agents and their commands run as (env AGENTIC_HOST_USER; as root default "+defaultHostUser+", created if missing; else the server's own user)")
 	fs.String("session-retention", "", "how long ended sessions and their logs are kept (env AGENTIC_SESSION_RETENTION, default 24h)")
-	fs.String("task-runtime", "", "runtime of a task whose manifest names none (env AGENTIC_TASK_RUNTIME, default docker where configured, else host)")
+	fs.String("task-runtime", "", "runtime of a task whose manifest names none (env AGENTIC_TASK_RUNTIME, default "+unmark(defaultRuntimeDoc())+")")
 	fs.String("file-max-bytes", "", "largest file or archive moved to or from an agent, in bytes (env AGENTIC_FILE_MAX_BYTES, default 16 GiB)")
 	fs.String("agent-tls", "", "TLS on the agent port: off, auto or CERT.pem:KEY.pem (env AGENTIC_AGENT_TLS, default off on loopback, else auto)")
 	fs.String("operator-host", "", "host the REST API and the client WebSocket listen on (env AGENTIC_OPERATOR_HOST, default LISTEN_ADDR's host)")
-	fs.String("image-dir", "", "the only dir VM disk images named by API callers come from (env AGENTIC_IMAGE_DIR, default <data dir>/images)")
 	fs.String("allowed-networks", "", "network modes callers may ask for containers and VMs, comma-separated (env AGENTIC_ALLOWED_NETWORKS, default none)")
 	fs.String("mission-retention", "", "how long finished missions stay in missions.json before the archive (env AGENTIC_MISSION_RETENTION, default 1h)")
 	configFile := fs.String("config", defaultConfigFile, "env file read after the environment")
 	printToken := fs.Bool("print-token", false, "print the operator token on start-up")
+	envOf := maps.Clone(flagEnv)
+	maps.Copy(envOf, registerRuntimeFlags(fs))
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage of %s:\n", fs.Name())
+		fs.PrintDefaults()
+		runtimesUsage(fs.Output())
+	}
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
 	}
-	src, err := envfile.SourceFromFlags(fs, flagEnv, environ, *configFile)
+	src, err := envfile.SourceFromFlags(fs, envOf, environ, *configFile)
 	if err != nil {
 		return Config{}, err
 	}
@@ -270,7 +263,9 @@ func loadConfig(args, environ []string, stderr io.Writer, version string) (Confi
 	if cfg.SessionRetention, err = time.ParseDuration(src.GetDefault("AGENTIC_SESSION_RETENTION", "24h")); err != nil || cfg.SessionRetention <= 0 {
 		return Config{}, fmt.Errorf("AGENTIC_SESSION_RETENTION must be a positive duration such as 24h")
 	}
-	cfg.TaskRuntime = src.GetDefault("AGENTIC_TASK_RUNTIME", "")
+	if cfg.TaskRuntime = src.GetDefault("AGENTIC_TASK_RUNTIME", ""); cfg.TaskRuntime != "" && !slices.Contains(runtimeNames(), cfg.TaskRuntime) {
+		return Config{}, fmt.Errorf("AGENTIC_TASK_RUNTIME: unknown runtime %q (known: %s)", cfg.TaskRuntime, strings.Join(runtimeNames(), ", "))
+	}
 	if cfg.TaskHold, err = parseHolds(os.Getenv("AGENTIC_TEST_TASK_HOLD")); err != nil {
 		return Config{}, fmt.Errorf("AGENTIC_TEST_TASK_HOLD: %w", err)
 	}
@@ -316,17 +311,7 @@ func loadConfig(args, environ []string, stderr io.Writer, version string) (Confi
 		}
 	}
 	cfg.AgentSocket = src.GetDefault("AGENTIC_AGENT_SOCKET", filepath.Join(cfg.DataDir, "agent-link", "agent.sock"))
-	if cfg.VMImageDir, err = filepath.Abs(src.GetDefault("AGENTIC_VM_IMAGE_DIR", filepath.Join("build", "vm"))); err != nil {
-		return Config{}, err
-	}
-	cfg.LibvirtAccel = src.GetDefault("AGENTIC_LIBVIRT_ACCEL", "auto")
-	switch v := src.GetDefault("AGENTIC_LIBVIRT_RESTORE", "1"); v {
-	case "0", "1", "all":
-		cfg.LibvirtNoRestore, cfg.LibvirtRestoreAll = v == "0", v == "all"
-	default:
-		return Config{}, fmt.Errorf("AGENTIC_LIBVIRT_RESTORE %q: want 0, 1 or all", v)
-	}
-	if cfg.ImageDir, err = filepath.Abs(src.GetDefault("AGENTIC_IMAGE_DIR", filepath.Join(cfg.DataDir, "images"))); err != nil {
+	if cfg.RuntimeOptions, err = configureRuntimes(src.GetDefault, cfg); err != nil {
 		return Config{}, err
 	}
 	for _, n := range strings.Split(src.GetDefault("AGENTIC_ALLOWED_NETWORKS", string(ports.NetworkNone)), ",") {

@@ -1,32 +1,154 @@
 package main
 
 import (
+	"bytes"
+	"errors"
+	"flag"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
 
+// load runs loadConfig with no config file, a data dir of the test's own
+// and the given environment.
+func load(t *testing.T, args []string, env ...string) (Config, error) {
+	t.Helper()
+	base := []string{"SECRETS_DIR=" + t.TempDir() + "/secrets"}
+	return loadConfig(append([]string{"--config", "/nonexistent"}, args...), append(base, env...), io.Discard, "test")
+}
+
+func libvirtOpts(t *testing.T, cfg Config) libvirtOptions {
+	t.Helper()
+	o, ok := cfg.RuntimeOptions[libvirtRuntime.Name].(libvirtOptions)
+	if !ok {
+		t.Fatalf("libvirt options: %#v", cfg.RuntimeOptions[libvirtRuntime.Name])
+	}
+	return o
+}
+
 // AGENTIC_LIBVIRT_RESTORE takes 0, 1 or all; anything else stops the start
 // instead of quietly meaning one of them.
 func TestLibvirtRestoreSetting(t *testing.T) {
-	base := []string{"SECRETS_DIR=" + t.TempDir() + "/secrets", "AGENTIC_RUNTIMES=host"}
 	for v, want := range map[string][2]bool{"": {false, false}, "1": {false, false}, "0": {true, false}, "all": {false, true}} {
-		env := base
+		var env []string
 		if v != "" {
 			env = append(env, "AGENTIC_LIBVIRT_RESTORE="+v)
 		}
-		cfg, err := loadConfig([]string{"--config", "/nonexistent"}, env, io.Discard, "test")
+		cfg, err := load(t, nil, env...)
 		if err != nil {
 			t.Fatalf("%q: %v", v, err)
 		}
-		if got := [2]bool{cfg.LibvirtNoRestore, cfg.LibvirtRestoreAll}; got != want {
+		o := libvirtOpts(t, cfg)
+		if got := [2]bool{o.NoRestore, o.RestoreAll}; got != want {
 			t.Errorf("%q: no restore, all = %v, want %v", v, got, want)
 		}
 	}
 	for _, bad := range []string{"yes", "ALL", "2", "0,all"} {
-		_, err := loadConfig([]string{"--config", "/nonexistent"}, append(base, "AGENTIC_LIBVIRT_RESTORE="+bad), io.Discard, "test")
-		if err == nil || !strings.Contains(err.Error(), "AGENTIC_LIBVIRT_RESTORE") {
+		_, err := load(t, nil, "AGENTIC_LIBVIRT_RESTORE="+bad)
+		if err == nil || !strings.Contains(err.Error(), "AGENTIC_LIBVIRT_RESTORE") || !strings.Contains(err.Error(), "want 0, 1 or all") {
 			t.Errorf("%q: %v", bad, err)
+		}
+	}
+}
+
+func TestLibvirtSettings(t *testing.T) {
+	cfg, err := load(t, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := libvirtOpts(t, cfg)
+	wd, _ := os.Getwd()
+	want := libvirtOptions{VMImageDir: filepath.Join(wd, "build", "vm"), Accel: "auto", ImageDir: filepath.Join(cfg.DataDir, "images")}
+	if o != want {
+		t.Errorf("defaults: %+v, want %+v", o, want)
+	}
+
+	// Flags override the environment, which overrides the env file.
+	file := filepath.Join(t.TempDir(), "management.env")
+	if err := os.WriteFile(file, []byte("AGENTIC_LIBVIRT_ACCEL=kvm\nLIBVIRT_DEFAULT_URI=qemu+ssh://far/system\nAGENTIC_IMAGE_DIR=/srv/file-images\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err = loadConfig([]string{"--config", file, "--vm-image-dir", "/srv/vm", "--libvirt-accel", "tcg"},
+		[]string{"SECRETS_DIR=" + t.TempDir() + "/secrets", "AGENTIC_IMAGE_DIR=/srv/images"}, io.Discard, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o = libvirtOpts(t, cfg)
+	want = libvirtOptions{URI: "qemu+ssh://far/system", VMImageDir: "/srv/vm", Accel: "tcg", ImageDir: "/srv/images"}
+	if o != want {
+		t.Errorf("set: %+v, want %+v", o, want)
+	}
+
+	for _, bad := range []string{"KVM", "hvf", ""} {
+		_, err := load(t, nil, "AGENTIC_LIBVIRT_ACCEL="+bad)
+		if err == nil || !strings.Contains(err.Error(), "AGENTIC_LIBVIRT_ACCEL") || !strings.Contains(err.Error(), "want kvm, tcg or auto") {
+			t.Errorf("accel %q: %v", bad, err)
+		}
+	}
+	if _, err := load(t, []string{"--libvirt-accel", "fast"}); err == nil || !strings.Contains(err.Error(), "AGENTIC_LIBVIRT_ACCEL") {
+		t.Errorf("--libvirt-accel fast: %v", err)
+	}
+}
+
+func TestDockerSettings(t *testing.T) {
+	cfg, err := load(t, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := cfg.RuntimeOptions[dockerRuntime.Name]; o != (dockerOptions{}) {
+		t.Errorf("defaults: %+v; want the client's default socket", o)
+	}
+	cfg, err = load(t, nil, "DOCKER_HOST=unix:///run/private/docker.sock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := cfg.RuntimeOptions[dockerRuntime.Name].(dockerOptions)
+	if o.Host != "unix:///run/private/docker.sock" {
+		t.Errorf("DOCKER_HOST: %+v", o)
+	}
+	// A dockerd named is a dockerd found, whether or not the socket exists.
+	if !dockerRuntime.entry().Found(cfg) {
+		t.Error("DOCKER_HOST set, docker not found")
+	}
+}
+
+// Runtimes are named from the catalog only; a typo stops the start and
+// lists the known names.
+func TestRuntimeNamesAreChecked(t *testing.T) {
+	cfg, err := load(t, nil, "AGENTIC_RUNTIMES= host, docker,host", "AGENTIC_TASK_RUNTIME=docker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(cfg.Runtimes, ",") != "host,docker" || cfg.TaskRuntime != "docker" {
+		t.Errorf("runtimes %v, task runtime %q", cfg.Runtimes, cfg.TaskRuntime)
+	}
+	for _, env := range []string{"AGENTIC_RUNTIMES=host,dokcer", "AGENTIC_TASK_RUNTIME=vm"} {
+		_, err := load(t, nil, env)
+		name, _, _ := strings.Cut(env, "=")
+		if err == nil || !strings.Contains(err.Error(), name) || !strings.Contains(err.Error(), strings.Join(runtimeNames(), ", ")) {
+			t.Errorf("%s: %v; want an error naming the variable and the known runtimes", env, err)
+		}
+	}
+}
+
+// --help shows every runtime's flags and one line per runtime.
+func TestHelpListsTheRuntimes(t *testing.T) {
+	var out bytes.Buffer
+	_, err := loadConfig([]string{"--help"}, nil, &out, "test")
+	if !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("--help: %v", err)
+	}
+	help := out.String()
+	for _, e := range runtimeCatalog {
+		if !strings.Contains(help, "  "+e.Name+" ") || !strings.Contains(help, unmark(e.Help)) {
+			t.Errorf("--help does not list runtime %s:\n%s", e.Name, help)
+		}
+		for _, s := range e.Settings {
+			if s.Flag != "" && !strings.Contains(help, "-"+s.Flag) {
+				t.Errorf("--help lacks -%s:\n%s", s.Flag, help)
+			}
 		}
 	}
 }

@@ -7,14 +7,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"time"
 
-	"github.com/agentic-sandbox/agentic-sandbox/adapters/docker"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/hostsup"
-	"github.com/agentic-sandbox/agentic-sandbox/adapters/libvirt"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/rest"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
@@ -81,17 +78,83 @@ func owner(cfg Config) string {
 	return "as-" + hex.EncodeToString(sum[:6])
 }
 
-// runtimeEntry is one runtime in the catalog: everything the server knows
-// of it in one place. Its capabilities are declared by the adapter itself
+// runtimeDef is what one runtime brings, declared in its own file
+// (runtime_<name>.go); T holds its settings once read and checked.
+// Capabilities are not here: the adapter declares them itself
 // (ports.Runtime.Capabilities), so they cannot drift from what it does.
-type runtimeEntry struct {
+type runtimeDef[T any] struct {
 	// Name is the adapter's RuntimeName, a value of AGENTIC_RUNTIMES.
 	Name string
+	// Help is one line: what its environments are (--help, the README).
+	Help string
+	// FoundDoc says when Found holds, after "found" (Markdown).
+	FoundDoc string
+	// DefaultRank orders the runtimes a task naming none runs on: the
+	// available one of the highest rank, else the lowest positive rank's.
+	// 0: never chosen by default.
+	DefaultRank int
+	// Settings are the variables and flags it reads.
+	Settings []setting
+	// Configure checks the settings' values and makes its options; nil
+	// leaves them zero. Errors name the variable.
+	Configure func(v settingValues, cfg Config) (T, error)
 	// Found reports whether the engine seems to be on this machine; it
 	// decides which runtimes are tried when AGENTIC_RUNTIMES is unset.
-	Found func() bool
+	Found func(opts T) bool
 	// New makes the adapter; the func, when not nil, releases it.
-	New func(cfg Config, d runtimeDeps) (ports.Runtime, func(), error)
+	New func(cfg Config, opts T, d runtimeDeps) (ports.Runtime, func(), error)
+}
+
+// runtimeEntry is a runtimeDef with its options' type erased, so that the
+// catalog can list runtimes of different options.
+type runtimeEntry struct {
+	Name, Help, FoundDoc string
+	DefaultRank          int
+	Settings             []setting
+	configure            func(v settingValues, cfg Config) (any, error)
+	found                func(opts any) bool
+	build                func(cfg Config, opts any, d runtimeDeps) (ports.Runtime, func(), error)
+}
+
+func (d runtimeDef[T]) entry() runtimeEntry {
+	return runtimeEntry{
+		Name: d.Name, Help: d.Help, FoundDoc: d.FoundDoc, DefaultRank: d.DefaultRank, Settings: d.Settings,
+		configure: func(v settingValues, cfg Config) (any, error) {
+			var opts T
+			if d.Configure == nil {
+				return opts, nil
+			}
+			return d.Configure(v, cfg)
+		},
+		found: func(opts any) bool { return d.Found(opts.(T)) },
+		build: func(cfg Config, opts any, deps runtimeDeps) (ports.Runtime, func(), error) {
+			return d.New(cfg, opts.(T), deps)
+		},
+	}
+}
+
+// options are the entry's options as loadConfig read them; a Config made
+// by hand (tests) gets those of its settings' defaults.
+func (e runtimeEntry) options(cfg Config) (any, error) {
+	if opts, ok := cfg.RuntimeOptions[e.Name]; ok {
+		return opts, nil
+	}
+	return e.configure(e.defaultValues(), cfg)
+}
+
+// Found reports whether the runtime's engine seems to be on this machine.
+func (e runtimeEntry) Found(cfg Config) bool {
+	opts, err := e.options(cfg)
+	return err == nil && e.found(opts)
+}
+
+// New makes the runtime's adapter; the func, when not nil, releases it.
+func (e runtimeEntry) New(cfg Config, d runtimeDeps) (ports.Runtime, func(), error) {
+	opts, err := e.options(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return e.build(cfg, opts, d)
 }
 
 // runtimeDeps is what a catalog entry's constructor may use besides Config.
@@ -101,48 +164,13 @@ type runtimeDeps struct {
 	HostUser *hostsup.AgentUser
 }
 
-// runtimeCatalog lists every runtime this server can use. Adding a runtime
-// is one entry here (see docs/contributing.md).
+// runtimeCatalog lists every runtime this server can use, each defined in
+// its runtime_<name>.go. Adding a runtime is one entry here (see
+// docs/contributing.md); the order is that of --help and the README.
 var runtimeCatalog = []runtimeEntry{
-	{
-		Name:  hostsup.RuntimeName,
-		Found: func() bool { return true },
-		New: func(cfg Config, d runtimeDeps) (ports.Runtime, func(), error) {
-			return hostsup.NewRuntime(hostsup.RuntimeConfig{StateDir: filepath.Join(cfg.DataDir, "host-envs"), Logger: d.Log,
-				ExtraEnv: cfg.agentEnv(), User: d.HostUser}), nil, nil
-		},
-	},
-	{
-		Name:  docker.RuntimeName,
-		Found: func() bool { return os.Getenv("DOCKER_HOST") != "" || exists("/var/run/docker.sock") },
-		New: func(cfg Config, _ runtimeDeps) (ports.Runtime, func(), error) {
-			rt, err := docker.New(docker.Config{Owner: owner(cfg), SecretDir: filepath.Join(cfg.DataDir, "docker-secrets")})
-			if err != nil {
-				return nil, nil, err
-			}
-			return rt, func() { _ = rt.Close() }, nil
-		},
-	},
-	{
-		Name:  libvirt.RuntimeName,
-		Found: func() bool { return os.Getenv("LIBVIRT_DEFAULT_URI") != "" || exists("/var/run/libvirt/libvirt-sock") },
-		New: func(cfg Config, d runtimeDeps) (ports.Runtime, func(), error) {
-			// QEMU runs as its own user and must reach the VMs' files: the data
-			// dir is opened for search only (its files stay 0600, secrets/ 0700).
-			if err := os.Chmod(cfg.DataDir, 0o711); err != nil { //nolint:gosec // search only, for QEMU; the files inside stay 0600
-				return nil, nil, err
-			}
-			rt, err := libvirt.New(libvirt.Config{
-				Owner: owner(cfg), StateDir: filepath.Join(cfg.DataDir, "vms"), Logger: d.Log,
-				ImageDir: cfg.VMImageDir, Accel: cfg.LibvirtAccel, DiskImageDir: cfg.ImageDir,
-				NoRestore: cfg.LibvirtNoRestore, RestoreAll: cfg.LibvirtRestoreAll,
-			})
-			if err != nil {
-				return nil, nil, err
-			}
-			return rt, func() { _ = rt.Close() }, nil
-		},
-	},
+	hostRuntime.entry(),
+	dockerRuntime.entry(),
+	libvirtRuntime.entry(),
 }
 
 // runtimeNames are the catalog's names, the values AGENTIC_RUNTIMES takes.
@@ -169,7 +197,7 @@ func provideRuntimes(cfg Config, log *slog.Logger, hostUser *hostsup.AgentUser) 
 	want := cfg.Runtimes
 	if want == nil {
 		for _, e := range runtimeCatalog {
-			if e.Found() {
+			if e.Found(cfg) {
 				want = append(want, e.Name)
 			}
 		}
@@ -206,13 +234,34 @@ func exists(path string) bool {
 }
 
 // defaultTaskRuntime runs tasks whose manifest names no runtime:
-// AGENTIC_TASK_RUNTIME, else docker where it answers, else host.
+// AGENTIC_TASK_RUNTIME, else the catalog's choice among those available.
 func defaultTaskRuntime(cfg Config, rts *Runtimes) string {
 	if cfg.TaskRuntime != "" {
 		return cfg.TaskRuntime
 	}
-	if _, ok := rts.Available[docker.RuntimeName]; ok {
-		return docker.RuntimeName
+	return defaultRuntime(func(name string) bool { _, ok := rts.Available[name]; return ok })
+}
+
+// defaultRuntime is the available runtime of the highest DefaultRank, else
+// the lowest ranked one (the one that needs least: nothing else answers).
+func defaultRuntime(available func(name string) bool) string {
+	ranked := rankedRuntimes()
+	for _, e := range ranked {
+		if available(e.Name) {
+			return e.Name
+		}
 	}
-	return hostsup.RuntimeName
+	return ranked[len(ranked)-1].Name
+}
+
+// rankedRuntimes are the entries of a positive DefaultRank, highest first.
+func rankedRuntimes() []runtimeEntry {
+	var out []runtimeEntry
+	for _, e := range runtimeCatalog {
+		if e.DefaultRank > 0 {
+			out = append(out, e)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b runtimeEntry) int { return b.DefaultRank - a.DefaultRank })
+	return out
 }
