@@ -2,9 +2,7 @@ package agentrpc
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
-	"strings"
 	"sync"
 
 	"connectrpc.com/connect"
@@ -20,7 +18,7 @@ const maxExecQueueBytes = 64 << 20
 
 // Exec runs one command for an operator and streams its output and result.
 func (s *Service) Exec(ctx context.Context, req *connect.Request[sandboxv1.ExecRequest], stream *connect.ServerStream[sandboxv1.ExecResponse]) error {
-	if !s.operatorAuthorized(req.Header().Get("Authorization")) {
+	if !s.auth.operatorAuthorized(req.Header().Get("Authorization")) {
 		return connect.NewError(connect.CodeUnauthenticated, errors.New("missing or wrong operator bearer token"))
 	}
 	msg := req.Msg
@@ -77,14 +75,6 @@ func (s *Service) Exec(ctx context.Context, req *connect.Request[sandboxv1.ExecR
 			return ctx.Err()
 		}
 	}
-}
-
-func (s *Service) operatorAuthorized(header string) bool {
-	token, ok := strings.CutPrefix(header, "Bearer ")
-	if !ok || s.cfg.OperatorToken == "" {
-		return false
-	}
-	return subtle.ConstantTimeCompare([]byte(token), []byte(s.cfg.OperatorToken)) == 1
 }
 
 // chunkQueue decouples the agent receive loop from a slow RPC caller.

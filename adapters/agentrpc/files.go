@@ -73,29 +73,63 @@ type transfer struct {
 
 func (t *transfer) finish() { t.doneOnce.Do(func() { close(t.done) }) }
 
+// transfers are the file transfers asked of agents, by transfer id, under
+// a lock of their own.
+type transfers struct {
+	mu       sync.Mutex
+	byID     map[string]*transfer
+	perAgent agentCounts
+}
+
+// add takes t on unless its agent has maxTransfersPerAgent already.
+func (ts *transfers) add(t *transfer) bool {
+	if !ts.perAgent.take(t.agentID, maxTransfersPerAgent) {
+		return false
+	}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.byID == nil {
+		ts.byID = map[string]*transfer{}
+	}
+	ts.byID[t.id] = t
+	return true
+}
+
+func (ts *transfers) remove(t *transfer) {
+	ts.mu.Lock()
+	delete(ts.byID, t.id)
+	ts.mu.Unlock()
+	ts.perAgent.release(t.agentID)
+}
+
+// claim hands the transfer id to the agent opening its stream, once, and
+// only to the agent it was asked of.
+func (ts *transfers) claim(id, agentID string) *transfer {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	t := ts.byID[id]
+	if t == nil || t.agentID != agentID || t.claimed {
+		return nil
+	}
+	t.claimed = true
+	return t
+}
+
 // Transfer serves the stream an agent opens for a FileRequest.
 func (s *Service) Transfer(_ context.Context, stream transferServerStream) error {
-	id := stream.RequestHeader().Get(HeaderAgentID)
-	if err := s.authenticate(id, stream.RequestHeader().Get(HeaderAgentSecret)); err != nil {
-		return err
-	}
-	first, err := stream.Receive()
+	id, first, err := opened(&s.auth, stream, "a transfer open")
 	if err != nil {
-		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("expected a transfer open: %w", err))
+		return err
 	}
 	open := first.GetOpen()
 	if open == nil {
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("the first message must name the transfer"))
 	}
-	s.mu.Lock()
-	t := s.transfers[open.GetTransferId()]
-	if t == nil || t.agentID != id || t.claimed {
-		s.mu.Unlock()
+	t := s.transfers.claim(open.GetTransferId(), id)
+	if t == nil {
 		// Another agent's transfer (or none): nothing to say about it.
 		return connect.NewError(connect.CodeNotFound, errors.New("no such transfer for this agent"))
 	}
-	t.claimed = true
-	s.mu.Unlock()
 	t.opened <- stream
 	// Not before the transfer's user is done with the stream, even when
 	// the agent has gone (ctx ended): a Send after the handler returned
@@ -116,22 +150,12 @@ func (s *Service) beginTransfer(ctx context.Context, agentID string, req *sandbo
 		return nil, nil, err
 	}
 	t := &transfer{id: s.cfg.IDs.NewID(), agentID: agentID, opened: make(chan transferServerStream, 1), done: make(chan struct{})}
-	s.mu.Lock()
-	if s.transferCount[agentID] >= maxTransfersPerAgent {
-		s.mu.Unlock()
+	if !s.transfers.add(t) {
 		return nil, nil, fmt.Errorf("%w (at most %d)", ports.ErrTooManyTransfers, maxTransfersPerAgent)
 	}
-	s.transferCount[agentID]++
-	s.transfers[t.id] = t
-	s.mu.Unlock()
 	release := func() {
 		t.finish()
-		s.mu.Lock()
-		delete(s.transfers, t.id)
-		if s.transferCount[agentID]--; s.transferCount[agentID] <= 0 {
-			delete(s.transferCount, agentID)
-		}
-		s.mu.Unlock()
+		s.transfers.remove(t)
 	}
 	req.TransferId = t.id
 	if err := conn.send(ctx, &sandboxv1.ConnectResponse{Payload: &sandboxv1.ConnectResponse_FileRequest{FileRequest: req}}); err != nil {

@@ -223,6 +223,7 @@ func TestTransfersPerAgentAreBounded(t *testing.T) {
 }
 
 type recordedAsks struct {
+	ports.NoLinkReports
 	mu   sync.Mutex
 	asks []ports.PermissionRequest
 }
@@ -237,9 +238,8 @@ func (r *recordedAsks) PermissionAsked(req ports.PermissionRequest) bool {
 // A permission request reaches the task only for a command of the agent
 // that sends it: naming another agent's command, or none, is dropped.
 func TestAnAgentAsksPermissionOnlyForItsOwnCommands(t *testing.T) {
-	h := newHarness(t)
 	rec := &recordedAsks{}
-	h.svc.SetPermissionAsker(rec)
+	h := newHarness(t, func(c *Config) { c.Reports = rec })
 	a := h.connectAgent("agent-a")
 	b := h.connectAgent("agent-b")
 	cmd, err := h.svc.Start(context.Background(), "agent-a", ports.CommandSpec{Command: "claude"}, ports.StartOptions{})

@@ -11,30 +11,18 @@ import (
 
 var _ ports.PermissionDecider = (*Service)(nil)
 
-// SetPermissionAsker makes a hear the permission requests of commands
-// (set once at wiring, before agents connect).
-func (s *Service) SetPermissionAsker(a ports.PermissionAsker) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.permissions = a
-}
-
 // maxPermissionInput bounds the tool input an agent may send with a request.
 const maxPermissionInput = 256 << 10
 
 // permissionAsked takes a request from an agent about one of its own
 // commands; a request naming another agent's command, or nothing, is dropped.
 func (s *Service) permissionAsked(agentID string, p *sandboxv1.PermissionRequest) {
-	s.mu.Lock()
-	cmd, ok := s.commands[p.GetCommandId()]
-	asker := s.permissions
-	s.mu.Unlock()
-	if !ok || cmd.agentID != agentID || asker == nil || p.GetRequestId() == "" || len(p.GetRequestId()) > 256 ||
+	if s.commandOf(agentID, p.GetCommandId()) == nil || p.GetRequestId() == "" || len(p.GetRequestId()) > 256 ||
 		len(p.GetInputJson()) > maxPermissionInput || len(p.GetToolName()) > 256 {
 		s.log.Warn("permission request refused", "agent_id", agentID, "command_id", p.GetCommandId())
 		return
 	}
-	if !asker.PermissionAsked(ports.PermissionRequest{AgentID: agentID, CommandID: p.GetCommandId(), RequestID: p.GetRequestId(),
+	if !s.cfg.Reports.PermissionAsked(ports.PermissionRequest{AgentID: agentID, CommandID: p.GetCommandId(), RequestID: p.GetRequestId(),
 		ToolName: p.GetToolName(), InputJSON: p.GetInputJson()}) {
 		s.log.Warn("a permission request for a command that is neither a task's nor a mission's", "agent_id", agentID, "command_id", p.GetCommandId())
 	}

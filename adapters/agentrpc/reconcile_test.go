@@ -316,6 +316,7 @@ func TestConnectReportOfAFinishedCommandCompletesIt(t *testing.T) {
 }
 
 type recordedReports struct {
+	ports.NoLinkReports
 	mu   sync.Mutex
 	reps map[string][]ports.ReportedSession
 }
@@ -330,9 +331,8 @@ func (r *recordedReports) ReconcileSessions(agentID string, reported []ports.Rep
 // the command is not handed to the session reconciler (which would adopt or
 // kill it), Attach gives it an ended stand-in, and the owner's command runs on.
 func TestAnAgentCannotReachAnotherAgentsCommands(t *testing.T) {
-	h := newHarness(t)
 	rec := &recordedReports{reps: map[string][]ports.ReportedSession{}}
-	h.svc.SetSessionReconciler(rec)
+	h := newHarness(t, func(c *Config) { c.Reports = rec })
 	a := h.connectAgent("agent-a")
 	victim, err := h.svc.Start(context.Background(), "agent-a", ports.CommandSpec{Command: "sleep", PTY: true, SessionID: "s-a", SessionName: "as-work", SessionType: ports.SessionBackground}, ports.StartOptions{Detached: true})
 	if err != nil {
@@ -379,9 +379,8 @@ func TestAnAgentCannotReachAnotherAgentsCommands(t *testing.T) {
 // A report listing far more sessions than an agent can run is cut at the
 // bound: the reconciler never sees tens of thousands.
 func TestAHugeReportIsBounded(t *testing.T) {
-	h := newHarness(t)
 	rec := &recordedReports{reps: map[string][]ports.ReportedSession{}}
-	h.svc.SetSessionReconciler(rec)
+	h := newHarness(t, func(c *Config) { c.Reports = rec })
 	b := h.connectAgent("agent-b")
 	rep := &sandboxv1.SessionReport{RequestId: "connect:" + b.ack.GetConfig()[ConfigConnectionID]}
 	for i := range 5000 {

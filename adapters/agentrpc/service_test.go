@@ -2,6 +2,7 @@ package agentrpc
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"reflect"
 	"strings"
@@ -281,9 +282,7 @@ func TestStreamsPerAgentAreBounded(t *testing.T) {
 		open = append(open, fa)
 	}
 	eventually(t, "the streams to be counted", func() bool {
-		h.svc.mu.Lock()
-		defer h.svc.mu.Unlock()
-		return h.svc.streams["agent-a"] == maxStreamsPerAgent
+		return h.svc.streams.count("agent-a") == maxStreamsPerAgent
 	})
 	if err := h.attempt("agent-a", secretPrefix+"agent-a", registration("agent-a")); connect.CodeOf(err) != connect.CodeResourceExhausted {
 		t.Fatalf("one stream too many: %v, want resource_exhausted", err)
@@ -292,11 +291,47 @@ func TestStreamsPerAgentAreBounded(t *testing.T) {
 	h.connectAgent("agent-b").barrier()
 	open[0].cancel()
 	eventually(t, "a place to free", func() bool {
-		h.svc.mu.Lock()
-		defer h.svc.mu.Unlock()
-		return h.svc.streams["agent-a"] < maxStreamsPerAgent
+		return h.svc.streams.count("agent-a") < maxStreamsPerAgent
 	})
 	h.connectAgent("agent-a").barrier()
+}
+
+func (c *agentCounts) count(id string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[id]
+}
+
+// heldAgents holds the agents named.
+type heldAgents struct {
+	ports.NoLinkReports
+	held map[string]bool
+}
+
+func (h heldAgents) AgentHeld(id string) bool { return h.held[id] }
+
+// A held agent (a warm pool's idle member) gets housekeeping commands only,
+// and no file work; the others are not affected.
+func TestAHeldAgentGetsOnlyHousekeeping(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.Reports = heldAgents{held: map[string]bool{"agent-a": true}} })
+	a := h.connectAgent("agent-a")
+	h.connectAgent("agent-b")
+	ctx := context.Background()
+	if _, err := h.svc.Start(ctx, "agent-a", ports.CommandSpec{Command: "work"}, ports.StartOptions{}); !errors.Is(err, ports.ErrAgentHeld) {
+		t.Fatalf("work on a held agent: %v, want ErrAgentHeld", err)
+	}
+	if _, err := h.svc.ListFiles(ctx, "agent-a", "/"); !errors.Is(err, ports.ErrAgentHeld) {
+		t.Fatalf("file work on a held agent: %v, want ErrAgentHeld", err)
+	}
+	if _, err := h.svc.Start(ctx, "agent-a", ports.CommandSpec{Command: "echo"}, ports.StartOptions{Housekeeping: true}); err != nil {
+		t.Fatalf("housekeeping on a held agent: %v", err)
+	}
+	if a.recv().GetCommand() == nil {
+		t.Fatal("the housekeeping command did not reach the agent")
+	}
+	if _, err := h.svc.Start(ctx, "agent-b", ports.CommandSpec{Command: "work"}, ports.StartOptions{}); err != nil {
+		t.Fatalf("work on an agent not held: %v", err)
+	}
 }
 
 // Failed logins are logged, but not one line each: a flood of guesses

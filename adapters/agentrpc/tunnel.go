@@ -51,8 +51,9 @@ type Egress struct {
 // DefaultMaxTunnels is how many tunnels an environment may hold open.
 const DefaultMaxTunnels = 256
 
-// SetEgress turns tunnels on (set once at wiring, before agents connect).
-func (s *Service) SetEgress(e Egress) {
+// withDefaults fills what is not configured: the system resolver, a 10 s
+// dial, DefaultMaxTunnels.
+func (e Egress) withDefaults() Egress {
 	if e.Resolve == nil {
 		e.Resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
 			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
@@ -64,49 +65,37 @@ func (s *Service) SetEgress(e Egress) {
 	if e.MaxTunnels <= 0 {
 		e.MaxTunnels = DefaultMaxTunnels
 	}
-	s.mu.Lock()
-	s.egress = &e
-	s.mu.Unlock()
+	return e
 }
 
 // Tunnel implements the Tunnel RPC: one TCP connection of a command
 // through its agent's egress proxy, checked against the environment's
 // allowed hosts before anything is dialed.
 func (s *Service) Tunnel(ctx context.Context, stream tunnelServerStream) error {
-	id := stream.RequestHeader().Get(HeaderAgentID)
-	if err := s.authenticate(id, stream.RequestHeader().Get(HeaderAgentSecret)); err != nil {
-		return err
-	}
-	first, err := stream.Receive()
+	id, first, err := opened(&s.auth, stream, "a tunnel open")
 	if err != nil {
-		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("expected a tunnel open: %w", err))
+		return err
 	}
 	open := first.GetOpen()
 	if open == nil || open.GetHost() == "" || len(open.GetHost()) > 255 || open.GetPort() == 0 || open.GetPort() > 65535 {
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("the first message must name a host and a port"))
 	}
-	s.mu.Lock()
-	e := s.egress
-	if e != nil && s.tunnelCount[id] >= e.MaxTunnels {
-		s.mu.Unlock()
+	e := s.cfg.Egress
+	limit := e.MaxTunnels
+	if e.Policy == nil {
+		limit = 0 // refused below, at once: not counted against a bound
+	}
+	if !s.tunnels.take(id, limit) {
 		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("%d tunnels open, the limit", e.MaxTunnels))
 	}
-	s.tunnelCount[id]++
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		if s.tunnelCount[id]--; s.tunnelCount[id] <= 0 {
-			delete(s.tunnelCount, id)
-		}
-		s.mu.Unlock()
-	}()
+	defer s.tunnels.release(id)
 	rec := EgressRecord{AgentID: id, Host: open.GetHost(), Port: int(open.GetPort())}
 	start := s.cfg.Clock.Now()
 	defer func() {
 		rec.Duration = s.cfg.Clock.Now().Sub(start)
 		s.log.Info("egress", "agent_id", rec.AgentID, "host", rec.Host, "port", rec.Port, "allowed", rec.Allowed, "reason", rec.Reason,
 			"bytes_up", rec.BytesUp, "bytes_down", rec.BytesDown, "duration", rec.Duration)
-		if e != nil && e.Observe != nil {
+		if e.Observe != nil {
 			e.Observe(rec)
 		}
 	}()
@@ -114,7 +103,7 @@ func (s *Service) Tunnel(ctx context.Context, stream tunnelServerStream) error {
 		rec.Reason = reason
 		return stream.Send(&sandboxv1.TunnelResponse{Payload: &sandboxv1.TunnelResponse_Opened{Opened: &sandboxv1.TunnelOpened{Reason: reason, Denied: denied}}})
 	}
-	if e == nil {
+	if e.Policy == nil {
 		return refuse("this server gives no egress", true)
 	}
 	rules, ok := e.Policy.EgressRules(id)

@@ -95,21 +95,22 @@ func TestTunnelsReachOnlyWhatTheEnvironmentAllows(t *testing.T) {
 	port, _ := echoServer(t)
 	var mu sync.Mutex
 	var records []EgressRecord
-	h := newHarness(t)
-	// Before egress is configured, every tunnel is refused.
-	if _, opened, err := h.tunnel("agent-a", secretPrefix+"agent-a", "127.0.0.1", port); err != nil || !opened.GetDenied() || !strings.Contains(opened.GetReason(), "no egress") {
+	// A server without egress refuses every tunnel.
+	if _, opened, err := newHarness(t).tunnel("agent-a", secretPrefix+"agent-a", "127.0.0.1", port); err != nil || !opened.GetDenied() || !strings.Contains(opened.GetReason(), "no egress") {
 		t.Fatalf("without egress: %v %v", opened, err)
 	}
-	h.svc.SetEgress(Egress{
-		Policy: policyOf{"agent-a": {"allowed.test:" + strconv.Itoa(port), "127.0.0.1:" + strconv.Itoa(port)}},
-		Resolve: func(_ context.Context, host string) ([]netip.Addr, error) {
-			switch host {
-			case "allowed.test", "sneaky.test":
-				return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
-			}
-			return nil, errors.New("no such host")
-		},
-		Observe: func(r EgressRecord) { mu.Lock(); records = append(records, r); mu.Unlock() },
+	h := newHarness(t, func(c *Config) {
+		c.Egress = Egress{
+			Policy: policyOf{"agent-a": {"allowed.test:" + strconv.Itoa(port), "127.0.0.1:" + strconv.Itoa(port)}},
+			Resolve: func(_ context.Context, host string) ([]netip.Addr, error) {
+				switch host {
+				case "allowed.test", "sneaky.test":
+					return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+				}
+				return nil, errors.New("no such host")
+			},
+			Observe: func(r EgressRecord) { mu.Lock(); records = append(records, r); mu.Unlock() },
+		}
 	})
 	// Wrong credentials: not even a refusal to read.
 	if _, _, err := h.tunnel("agent-a", "wrong", "127.0.0.1", port); connect.CodeOf(err) != connect.CodeUnauthenticated {
@@ -165,9 +166,10 @@ func TestTunnelsReachOnlyWhatTheEnvironmentAllows(t *testing.T) {
 // An environment holds at most MaxTunnels open; one that ends frees a place.
 func TestTunnelsPerEnvironmentAreBounded(t *testing.T) {
 	port, _ := echoServer(t) // holds each connection until its client's end
-	h := newHarness(t)
 	allow := []string{"127.0.0.1:" + strconv.Itoa(port)}
-	h.svc.SetEgress(Egress{Policy: policyOf{"agent-a": allow, "agent-b": allow}, MaxTunnels: 3})
+	h := newHarness(t, func(c *Config) {
+		c.Egress = Egress{Policy: policyOf{"agent-a": allow, "agent-b": allow}, MaxTunnels: 3}
+	})
 	var open []*tunnelClient
 	for range 3 {
 		tc, opened, err := h.tunnel("agent-a", secretPrefix+"agent-a", "127.0.0.1", port)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/user"
@@ -22,10 +23,6 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/rest"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/system"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/tlsca"
-	"github.com/agentic-sandbox/agentic-sandbox/core/environment"
-	"github.com/agentic-sandbox/agentic-sandbox/core/mission"
-	"github.com/agentic-sandbox/agentic-sandbox/core/session"
-	"github.com/agentic-sandbox/agentic-sandbox/core/task"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/changes"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/clock"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
@@ -117,7 +114,9 @@ func provideOperatorToken(cfg Config, dir DataDir) (OperatorToken, error) {
 // live views (GET /api/v1/changes) hear of them.
 func provideChanges() *changes.Hub { return changes.NewHub() }
 
-func provideAgentService(cfg Config, creds ports.AgentCredentials, clock ports.Clock, ids ports.IDGenerator, token OperatorToken, log *slog.Logger, ch ports.ChangeNotifier) *agentrpc.Service {
+// provideAgentService is the agent link, given at once everything it
+// reports to: the router, bound to the use cases once they are made.
+func provideAgentService(cfg Config, creds ports.AgentCredentials, clock ports.Clock, ids ports.IDGenerator, token OperatorToken, log *slog.Logger, ch ports.ChangeNotifier, reports *linkReports) *agentrpc.Service {
 	return agentrpc.New(agentrpc.Config{
 		Credentials:     creds,
 		Clock:           clock,
@@ -127,6 +126,8 @@ func provideAgentService(cfg Config, creds ports.AgentCredentials, clock ports.C
 		OperatorToken:   string(token),
 		MaxFileBytes:    cfg.FileMaxBytes,
 		Changes:         ch,
+		Reports:         reports,
+		Egress:          linkEgress(cfg, log, reports),
 	})
 }
 
@@ -168,8 +169,39 @@ func agentBinary(configured string) (string, error) {
 	return filepath.Abs(p)
 }
 
-func provideREST(cfg Config, svc *agentrpc.Service, token OperatorToken, clock ports.Clock, log *slog.Logger, ms *mission.Service, link *aiwg.Client,
-	ss *session.Service, logs *filestore.SessionLog, envs *environment.Service, tasks *task.Service, times *promexport.ProvisionTimes, taskMetrics *promexport.TaskMetrics, egressMetrics *promexport.EgressMetrics, poolMetrics *promexport.PoolMetrics, ready *Readiness, ch *changes.Hub) (RESTHandler, error) {
+// OperatorHTTP is what the operator's HTTP ports (REST and the client
+// WebSocket) know of this server: the operator token, the version they
+// report, the origins a signed-in page may change state from.
+type OperatorHTTP struct {
+	Token   string
+	Version string
+	Origins []string
+}
+
+func provideOperatorHTTP(cfg Config, token OperatorToken) OperatorHTTP {
+	return OperatorHTTP{Token: string(token), Version: cfg.Version, Origins: cfg.operatorOrigins()}
+}
+
+// MetricsHandler serves GET /metrics.
+type MetricsHandler http.Handler
+
+// provideMetrics is the metrics page. The collectors are made before the
+// use cases (which report into them); the counts read at each scrape come
+// from the use cases, named here where both exist.
+func provideMetrics(svc *agentrpc.Service, uc UseCases, times *promexport.ProvisionTimes, taskMetrics *promexport.TaskMetrics, egressMetrics *promexport.EgressMetrics, poolMetrics *promexport.PoolMetrics) MetricsHandler {
+	taskMetrics.Counts = uc.Tasks.Counts
+	poolMetrics.Stats = func() []promexport.PoolStats {
+		var out []promexport.PoolStats
+		for _, p := range uc.Environments.Pools() {
+			out = append(out, promexport.PoolStats{Name: p.Name, Size: p.Size, Idle: p.Idle, Hits: p.Hits, Misses: p.Misses})
+		}
+		return out
+	}
+	return promexport.Handler(svc, times, taskMetrics, egressMetrics, poolMetrics)
+}
+
+func provideREST(cfg Config, svc *agentrpc.Service, op OperatorHTTP, uc UseCases, link *aiwg.Client, logs *filestore.SessionLog,
+	metrics MetricsHandler, ready *Readiness, clock ports.Clock, log *slog.Logger, ch *changes.Hub) (RESTHandler, error) {
 	_, wsPort, _ := net.SplitHostPort(cfg.wsAddr())
 	port, _ := strconv.Atoi(wsPort)
 	dash, err := dashboard.New(port)
@@ -179,31 +211,33 @@ func provideREST(cfg Config, svc *agentrpc.Service, token OperatorToken, clock p
 	return rest.New(rest.Deps{
 		Link:         svc,
 		Agents:       svc,
-		Token:        string(token),
-		Version:      cfg.Version,
+		Token:        op.Token,
+		Version:      op.Version,
 		Readiness:    ready.Checks,
-		Metrics:      promexport.Handler(svc, times, taskMetrics, egressMetrics, poolMetrics),
+		Metrics:      metrics,
 		Logger:       log,
 		Clock:        clock,
-		Missions:     ms,
+		Missions:     uc.Missions,
 		Executor:     link,
-		Sessions:     ss,
+		Sessions:     uc.Sessions,
 		SessionLog:   logs,
-		Environments: envs,
-		Pools:        envs,
+		Environments: uc.Environments,
+		Pools:        uc.Environments,
 		Files:        svc,
 		MaxFileBytes: cfg.FileMaxBytes,
-		Tasks:        tasks,
-		Origins:      cfg.operatorOrigins(),
+		Tasks:        uc.Tasks,
+		Origins:      op.Origins,
 		Dashboard:    dash,
 		Changes:      ch,
 	}).Handler(), nil
 }
 
+// provideApp takes LinkBound so that the link's reports reach the use
+// cases before the app can serve.
 func provideApp(cfg Config, log *slog.Logger, svc *agentrpc.Service, h RESTHandler, sup *hostsup.Supervisor, token OperatorToken, banner io.Writer,
-	ms *mission.Service, ss *session.Service, link *aiwg.Client, ws WSHandler, envs *environment.Service, tasks *task.Service, ready *Readiness, agentTLS *AgentTLS) *App {
+	uc UseCases, link *aiwg.Client, ws WSHandler, ready *Readiness, agentTLS *AgentTLS, _ LinkBound) *App {
 	return &App{cfg: cfg, log: log, agents: svc, rest: h, supervisor: sup, token: token, banner: banner,
-		missions: ms, sessions: ss, aiwg: link, ws: ws, environments: envs, tasks: tasks, ready: ready, tls: agentTLS}
+		missions: uc.Missions, sessions: uc.Sessions, aiwg: link, ws: ws, environments: uc.Environments, tasks: uc.Tasks, ready: ready, tls: agentTLS}
 }
 func provideClock() clock.Wall  { return clock.Wall{} }
 func provideIDs() system.UUIDv7 { return system.UUIDv7{} }

@@ -4,10 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/netip"
 	"path/filepath"
-	"strings"
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/agentrpc"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
@@ -31,7 +28,7 @@ func (rs retirers) RetireAgent(ctx context.Context, agentID, reason string) {
 	}
 }
 
-func provideEnvironments(cfg Config, rts *Runtimes, svc *agentrpc.Service, ms *mission.Service, creds ports.AgentCredentials, clock ports.Clock, log *slog.Logger, times *promexport.ProvisionTimes, egressMetrics *promexport.EgressMetrics, poolMetrics *promexport.PoolMetrics, ch ports.ChangeNotifier) (*environment.Service, func(), error) {
+func provideEnvironments(cfg Config, rts *Runtimes, svc *agentrpc.Service, ms *mission.Service, creds ports.AgentCredentials, clock ports.Clock, log *slog.Logger, times *promexport.ProvisionTimes, poolMetrics *promexport.PoolMetrics, ch ports.ChangeNotifier) (*environment.Service, func(), error) {
 	pools, err := filestore.NewPoolStore(filepath.Join(cfg.DataDir, "pools"))
 	if err != nil {
 		return nil, nil, fmt.Errorf("pool store: %w", err)
@@ -60,30 +57,5 @@ func provideEnvironments(cfg Config, rts *Runtimes, svc *agentrpc.Service, ms *m
 		ObserveRefill: poolMetrics.ObserveRefill,
 		Link:          svc,
 	})
-	// An idle member is held for whoever takes it: no mission goes there.
-	ms.SetReserved(envs.PoolMember)
-	svc.SetHeld(envs.PoolMember)
-	poolMetrics.Stats = func() []promexport.PoolStats {
-		var out []promexport.PoolStats
-		for _, p := range envs.Pools() {
-			out = append(out, promexport.PoolStats{Name: p.Name, Size: p.Size, Idle: p.Idle, Hits: p.Hits, Misses: p.Misses})
-		}
-		return out
-	}
-	egressCfg := agentrpc.Egress{Policy: envs, Observe: func(r agentrpc.EgressRecord) {
-		egressMetrics.Observe(r.Allowed, r.BytesUp, r.BytesDown)
-		envs.RecordEgress(r.AgentID, environment.EgressEntry{At: clock.Now().Add(-r.Duration), Host: r.Host, Port: r.Port, Allowed: r.Allowed,
-			Reason: r.Reason, BytesUp: r.BytesUp, BytesDown: r.BytesDown, Duration: r.Duration})
-	}}
-	if cfg.TestResolve != nil {
-		log.Warn("AGENTIC_TEST_RESOLVE is set: egress resolves the names it lists to fixed addresses (a test hook)")
-		egressCfg.Resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
-			if a, ok := cfg.TestResolve[strings.ToLower(host)]; ok {
-				return []netip.Addr{a}, nil
-			}
-			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
-		}
-	}
-	svc.SetEgress(egressCfg)
 	return envs, envs.Close, nil
 }

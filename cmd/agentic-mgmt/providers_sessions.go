@@ -24,11 +24,9 @@ func provideSessionLog(dir DataDir) (*filestore.SessionLog, func(), error) {
 }
 
 func provideSessions(cfg Config, svc *agentrpc.Service, logs *filestore.SessionLog, clock ports.Clock, ids ports.IDGenerator, log *slog.Logger, ch ports.ChangeNotifier) *session.Service {
-	ss := session.New(session.Config{Link: svc, Agents: svc, Log: logs, Clock: clock, IDs: ids, Logger: log, Retention: cfg.SessionRetention, Changes: ch})
-	svc.SetSessionReconciler(ss) // agents' session reports reach it from their first connect
-	return ss
+	return session.New(session.Config{Link: svc, Agents: svc, Log: logs, Clock: clock, IDs: ids, Logger: log, Retention: cfg.SessionRetention, Changes: ch})
 }
 
-func provideWS(cfg Config, ss *session.Service, svc *agentrpc.Service, logs *filestore.SessionLog, ids ports.IDGenerator, token OperatorToken, log *slog.Logger) WSHandler {
-	return wsterm.New(wsterm.Config{Sessions: ss, Agents: svc, Log: logs, IDs: ids, Token: string(token), Version: cfg.Version, Logger: log, StallTimeout: cfg.ViewerStallTimeout, Origins: cfg.operatorOrigins()}).Handler()
+func provideWS(cfg Config, op OperatorHTTP, ss *session.Service, svc *agentrpc.Service, logs *filestore.SessionLog, ids ports.IDGenerator, log *slog.Logger) WSHandler {
+	return wsterm.New(wsterm.Config{Sessions: ss, Agents: svc, Log: logs, IDs: ids, Token: op.Token, Version: op.Version, Logger: log, StallTimeout: cfg.ViewerStallTimeout, Origins: op.Origins}).Handler()
 }

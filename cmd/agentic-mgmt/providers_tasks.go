@@ -13,7 +13,6 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/gitwork"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/promexport"
 	"github.com/agentic-sandbox/agentic-sandbox/core/environment"
-	"github.com/agentic-sandbox/agentic-sandbox/core/mission"
 	"github.com/agentic-sandbox/agentic-sandbox/core/task"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
@@ -21,7 +20,7 @@ import (
 // provideTasks is the task use case: records in <data dir>/tasks, staged
 // trees and artifacts in <data dir>/task-work, file secrets from
 // <data dir>/task-secrets.
-func provideTasks(cfg Config, dir DataDir, envs *environment.Service, svc *agentrpc.Service, missions *mission.Service, rts *Runtimes, clock ports.Clock, ids ports.IDGenerator, log *slog.Logger, metrics *promexport.TaskMetrics, ch ports.ChangeNotifier) (*task.Service, func(), error) {
+func provideTasks(cfg Config, dir DataDir, envs *environment.Service, svc *agentrpc.Service, rts *Runtimes, clock ports.Clock, ids ports.IDGenerator, log *slog.Logger, metrics *promexport.TaskMetrics, ch ports.ChangeNotifier) (*task.Service, func(), error) {
 	store, err := filestore.NewTaskStore(filepath.Join(string(dir), "tasks"))
 	if err != nil {
 		return nil, nil, err
@@ -45,9 +44,6 @@ func provideTasks(cfg Config, dir DataDir, envs *environment.Service, svc *agent
 		Secrets: filestore.TaskSecrets{Dir: filepath.Join(string(dir), "task-secrets"), Getenv: os.LookupEnv},
 		Clock:   clock, IDs: ids, Logger: log, DefaultRuntime: runtime, Runtimes: runtimeNames(), ObserveEnd: metrics.ObserveEnd, Permissions: svc, Hold: hold, EventLog: events, Changes: ch,
 	})
-	metrics.Counts = svcTasks.Counts
-	// Claude's permission questions: a task's, else a mission's.
-	svc.SetPermissionAsker(ports.PermissionAskers{svcTasks, missions})
 	// Loaded before the API serves: a restarted server knows its tasks at once.
 	if err := svcTasks.Load(context.Background()); err != nil {
 		svcTasks.Close()

@@ -27,6 +27,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		wire.Bind(new(ports.IDGenerator), new(system.UUIDv7)),
 		provideChanges,
 		wire.Bind(new(ports.ChangeNotifier), new(*changes.Hub)),
+		provideLinkReports,
 		provideAgentService,
 		provideIdentity,
 		provideMissionStore,
@@ -47,6 +48,10 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		provideReadiness,
 		provideAgentTLS,
 		provideHostUser,
+		wire.Struct(new(UseCases), "*"),
+		bindLinkReports,
+		provideOperatorHTTP,
+		provideMetrics,
 		provideREST,
 		provideApp,
 	)

@@ -29,7 +29,10 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		return nil, nil, err
 	}
 	hub := provideChanges()
-	service := provideAgentService(cfg, agentHashes, wall, uuiDv7, operatorToken, log, hub)
+	egressMetrics := provideEgressMetrics()
+	mainLinkReports := provideLinkReports(log, egressMetrics)
+	service := provideAgentService(cfg, agentHashes, wall, uuiDv7, operatorToken, log, hub, mainLinkReports)
+	operatorHTTP := provideOperatorHTTP(cfg, operatorToken)
 	missionStore, cleanup, err := provideMissionStore(cfg, dataDir, wall)
 	if err != nil {
 		return nil, nil, err
@@ -39,33 +42,25 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		cleanup()
 		return nil, nil, err
 	}
-	missionService := provideMissions(missionStore, outbox, service, wall, uuiDv7, log, hub)
-	identity, err := provideIdentity(dataDir)
+	missionService := provideMissions(missionStore, outbox, service, wall, uuiDv7, log, hub, mainLinkReports)
+	sessionLog, cleanup3, err := provideSessionLog(dataDir)
 	if err != nil {
 		cleanup2()
 		cleanup()
 		return nil, nil, err
 	}
+	sessionService := provideSessions(cfg, service, sessionLog, wall, uuiDv7, log, hub)
 	agentUser, err := provideHostUser(cfg, log)
-	if err != nil {
-		cleanup2()
-		cleanup()
-		return nil, nil, err
-	}
-	runtimes, cleanup3 := provideRuntimes(cfg, log, agentUser)
-	client := provideAIWG(cfg, identity, missionService, outbox, wall, log, runtimes)
-	sessionLog, cleanup4, err := provideSessionLog(dataDir)
 	if err != nil {
 		cleanup3()
 		cleanup2()
 		cleanup()
 		return nil, nil, err
 	}
-	sessionService := provideSessions(cfg, service, sessionLog, wall, uuiDv7, log, hub)
+	runtimes, cleanup4 := provideRuntimes(cfg, log, agentUser)
 	provisionTimes := provideProvisionTimes()
-	egressMetrics := provideEgressMetrics()
 	poolMetrics := providePoolMetrics()
-	environmentService, cleanup5, err := provideEnvironments(cfg, runtimes, service, missionService, agentHashes, wall, log, provisionTimes, egressMetrics, poolMetrics, hub)
+	environmentService, cleanup5, err := provideEnvironments(cfg, runtimes, service, missionService, agentHashes, wall, log, provisionTimes, poolMetrics, hub)
 	if err != nil {
 		cleanup4()
 		cleanup3()
@@ -74,7 +69,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		return nil, nil, err
 	}
 	taskMetrics := provideTaskMetrics()
-	taskService, cleanup6, err := provideTasks(cfg, dataDir, environmentService, service, missionService, runtimes, wall, uuiDv7, log, taskMetrics, hub)
+	taskService, cleanup6, err := provideTasks(cfg, dataDir, environmentService, service, runtimes, wall, uuiDv7, log, taskMetrics, hub)
 	if err != nil {
 		cleanup5()
 		cleanup4()
@@ -83,8 +78,26 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		cleanup()
 		return nil, nil, err
 	}
+	useCases := UseCases{
+		Missions:     missionService,
+		Sessions:     sessionService,
+		Environments: environmentService,
+		Tasks:        taskService,
+	}
+	identity, err := provideIdentity(dataDir)
+	if err != nil {
+		cleanup6()
+		cleanup5()
+		cleanup4()
+		cleanup3()
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	client := provideAIWG(cfg, identity, missionService, outbox, wall, log, runtimes)
+	metricsHandler := provideMetrics(service, useCases, provisionTimes, taskMetrics, egressMetrics, poolMetrics)
 	readiness := provideReadiness(cfg, service, client, runtimes)
-	restHandler, err := provideREST(cfg, service, operatorToken, wall, log, missionService, client, sessionService, sessionLog, environmentService, taskService, provisionTimes, taskMetrics, egressMetrics, poolMetrics, readiness, hub)
+	restHandler, err := provideREST(cfg, service, operatorHTTP, useCases, client, sessionLog, metricsHandler, readiness, wall, log, hub)
 	if err != nil {
 		cleanup6()
 		cleanup5()
@@ -104,7 +117,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		cleanup()
 		return nil, nil, err
 	}
-	wsHandler := provideWS(cfg, sessionService, service, sessionLog, uuiDv7, operatorToken, log)
+	wsHandler := provideWS(cfg, operatorHTTP, sessionService, service, sessionLog, uuiDv7, log)
 	agentTLS, err := provideAgentTLS(cfg, dataDir)
 	if err != nil {
 		cleanup6()
@@ -115,7 +128,8 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		cleanup()
 		return nil, nil, err
 	}
-	app := provideApp(cfg, log, service, restHandler, supervisor, operatorToken, banner, missionService, sessionService, client, wsHandler, environmentService, taskService, readiness, agentTLS)
+	linkBound := bindLinkReports(mainLinkReports, useCases, wall)
+	app := provideApp(cfg, log, service, restHandler, supervisor, operatorToken, banner, useCases, client, wsHandler, readiness, agentTLS, linkBound)
 	return app, func() {
 		cleanup6()
 		cleanup5()

@@ -41,6 +41,9 @@ type Config struct {
 	Permissions ports.PermissionDecider
 	// Changes hears of every stored change of a mission or its HITL.
 	Changes ports.ChangeNotifier
+	// Reserved names the agents held for someone (a warm pool's idle
+	// members): never a candidate (nil: none).
+	Reserved ports.HeldAgents
 }
 
 // summaryBytes bounds a mission's summary (the tail of its output).
@@ -60,7 +63,8 @@ type Service struct {
 	byHITL    map[string]*live
 	suspended bool
 	// reserved says an agent is held for someone (a warm pool's idle
-	// member): never a candidate. Set once at start (SetReserved).
+	// member): never a candidate. From Config.Reserved (SetReserved in
+	// tests).
 	reserved atomic.Pointer[func(agentID string) bool]
 }
 
@@ -121,7 +125,7 @@ func New(cfg Config) *Service {
 	if cfg.Changes == nil {
 		cfg.Changes = ports.NoChanges{}
 	}
-	return &Service{
+	s := &Service{
 		cfg:       cfg,
 		log:       cfg.Logger.With("component", "missions"),
 		stop:      make(chan struct{}),
@@ -130,6 +134,11 @@ func New(cfg Config) *Service {
 		bySession: map[string]*live{},
 		byHITL:    map[string]*live{},
 	}
+	if cfg.Reserved != nil {
+		held := cfg.Reserved.AgentHeld
+		s.reserved.Store(&held)
+	}
+	return s
 }
 
 func (s *Service) newLive(m ports.Mission) *live {
