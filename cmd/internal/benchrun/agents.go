@@ -36,10 +36,7 @@ import (
 // heartbeats), REST exec `true` on the real agent beside the bare
 // fork/exec floor, and the time until the server shows them stale once
 // they fall silent.
-func agentsBench(bins harness.Binaries, prev error) error {
-	if prev != nil {
-		return prev
-	}
+func agentsBench(bins harness.Binaries) error {
 	counts := []int{0, 1000, 5000, 10000} // 0: the same server with no simulated agent
 	if v := os.Getenv("BENCH_AGENT_COUNTS"); v != "" {
 		counts = counts[:0]

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"compress/gzip"
 	"context"
 	"fmt"
@@ -24,10 +23,7 @@ import (
 // dashboardBench: the first load's size (gzip, as transferred), the time to
 // a rendered agent list in headless Chromium, and keystroke → echo in the
 // browser's terminal beside the WebSocket echo of the same server.
-func dashboardBench(bins harness.Binaries, prev error) error {
-	if prev != nil {
-		return prev
-	}
+func dashboardBench(bins harness.Binaries) error {
 	srv, stop, err := hostServer(bins, "dash", []string{"AGENTIC_RUNTIMES=host"}, nil)
 	if err != nil {
 		return err
@@ -334,19 +330,6 @@ func wsShellEcho(srv *harness.Server, agentID, name string, n int, deadline time
 	id := f.SessionID
 	defer func() { _ = c.WriteJSON(map[string]any{"type": "kill_session", "session_id": id}) }()
 	time.Sleep(500 * time.Millisecond) // the prompt
-	input := func(b byte) error {
-		return c.WriteJSON(map[string]any{"type": "input", "session_id": id, "data": string([]byte{b})})
-	}
-	readBack := func(b byte) error {
-		for {
-			f, err := c.next(deadline)
-			if err != nil {
-				return err
-			}
-			if f.SessionID == id && f.Type == "output" && bytes.IndexByte(stripEscapes([]byte(f.Data)), b) >= 0 {
-				return nil
-			}
-		}
-	}
+	input, readBack := c.echo(id, deadline)
 	return echoLoop(name, n, input, readBack)
 }

@@ -33,10 +33,7 @@ var (
 // floor measured in the same run: `docker run --rm IMAGE true` for
 // containers, a bare qemu-system boot of the same kernel and initramfs for
 // VMs.
-func envBench(bins harness.Binaries, prev error) error {
-	if prev != nil {
-		return prev
-	}
+func envBench(bins harness.Binaries) error {
 	dataDir, err := os.MkdirTemp("", "agentic-bench-env-")
 	if err != nil {
 		return err

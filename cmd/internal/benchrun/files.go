@@ -22,10 +22,7 @@ import (
 // back, beside a local cp (the floor) and scp to a throwaway local sshd, and
 // samples the peak RSS of agentic-mgmt and of the agent (with its file
 // helper) during each transfer.
-func filesBench(bins harness.Binaries, prev error) error {
-	if prev != nil {
-		return prev
-	}
+func filesBench(bins harness.Binaries) error {
 	srv, stop, err := hostServer(bins, "files", nil, nil)
 	if err != nil {
 		return err
@@ -135,8 +132,22 @@ func randomFile(p string, size int64) error {
 	return f.Close()
 }
 
-func fileRoute(srv *harness.Server, p string) string {
-	return srv.RESTURL + "/api/v1/agents/host-01/files/content?path=" + url.QueryEscape(p)
+// fileCall sends one request to the files route of host-01's path p and
+// returns the answer when its status is want (the caller closes its body).
+func fileCall(srv *harness.Server, method, p string, body io.Reader, size int64, want int) (*http.Response, error) {
+	req, _ := http.NewRequest(method, srv.RESTURL+"/api/v1/agents/host-01/files/content?path="+url.QueryEscape(p), body)
+	req.ContentLength = size
+	req.Header.Set("Authorization", "Bearer "+srv.Token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != want {
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return nil, fmt.Errorf("status %d: %s", resp.StatusCode, b)
+	}
+	return resp, nil
 }
 
 func restUpload(srv *harness.Server, src, dst string, size int64) error {
@@ -145,33 +156,20 @@ func restUpload(srv *harness.Server, src, dst string, size int64) error {
 		return err
 	}
 	defer f.Close()
-	req, _ := http.NewRequest(http.MethodPut, fileRoute(srv, dst), f)
-	req.ContentLength = size
-	req.Header.Set("Authorization", "Bearer "+srv.Token)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := fileCall(srv, http.MethodPut, dst, f, size, http.StatusNoContent)
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		b, _ := io.ReadAll(resp.Body)
-		return fmt.Errorf("status %d: %s", resp.StatusCode, b)
-	}
+	resp.Body.Close()
 	return nil
 }
 
 func restDownload(srv *harness.Server, src, dst string, size int64) error {
-	req, _ := http.NewRequest(http.MethodGet, fileRoute(srv, src), nil)
-	req.Header.Set("Authorization", "Bearer "+srv.Token)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := fileCall(srv, http.MethodGet, src, nil, 0, http.StatusOK)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		return fmt.Errorf("status %d: %s", resp.StatusCode, b)
-	}
 	f, err := os.Create(dst)
 	if err != nil {
 		return err

@@ -69,23 +69,27 @@ func run(binDir string, n, sshN, sustained int) error {
 		return err
 	}
 	bins := harness.Binaries{Mgmt: filepath.Join(abs, "agentic-mgmt"), Agent: filepath.Join(abs, "agentic-agent"), Ctl: filepath.Join(abs, "agenticctl")}
-	switch only {
-	case "env":
-		return envBench(bins, nil)
-	case "term":
-		return terminalBench(bins, nil)
-	case "files":
-		return filesBench(bins, nil)
-	case "tasks":
-		return tasksBench(bins, nil)
-	case "dashboard":
-		return dashboardBench(bins, nil)
-	case "egress":
-		return egressBench(bins, nil)
-	case "agents":
-		return agentsBench(bins, nil)
-	case "missions":
-		return missionBench(bins, n/2, sustained, stats{})
+	// The parts after the exec one, in the order a full run takes them
+	// (agents only when asked for).
+	var floor stats // the bare fork/exec row, once the exec part measured it
+	parts := []struct {
+		name string
+		run  func(harness.Binaries) error
+		full bool
+	}{
+		{"missions", func(b harness.Binaries) error { return missionBench(b, n/2, sustained, floor) }, true},
+		{"term", terminalBench, true},
+		{"env", envBench, true},
+		{"files", filesBench, true},
+		{"tasks", tasksBench, true},
+		{"dashboard", dashboardBench, true},
+		{"egress", egressBench, true},
+		{"agents", agentsBench, false},
+	}
+	for _, p := range parts {
+		if p.name == only {
+			return p.run(bins)
+		}
 	}
 	srv, stop, err := hostServer(bins, "main", nil, nil)
 	if err != nil {
@@ -152,7 +156,8 @@ func run(binDir string, n, sshN, sustained int) error {
 	for _, r := range rows {
 		fmt.Printf("| %s | %d | %s | %s | %s |\n", r.name, r.n, ms(r.p50), ms(r.p99), ms(r.avg))
 	}
-	floor, rest := rows[0], rows[1]
+	floor = rows[0]
+	rest := rows[1]
 	fmt.Printf("\nREST exec p50 / bare fork/exec p50 = %.2fx (goal ≤ 3x)\n", float64(rest.p50)/float64(floor.p50))
 	if len(rows) > 2 {
 		fmt.Printf("REST exec p50 / ssh p50 = %.3f (goal < 0.1)\n", float64(rest.p50)/float64(rows[2].p50))
@@ -167,7 +172,15 @@ func run(binDir string, n, sshN, sustained int) error {
 		return nil
 	}
 	srv.Kill()
-	return egressBench(bins, dashboardBench(bins, tasksBench(bins, filesBench(bins, envBench(bins, terminalBench(bins, missionBench(bins, n/2, sustained, floor)))))))
+	for _, p := range parts {
+		if !p.full {
+			continue
+		}
+		if err := p.run(bins); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // throughput sends 1 MiB of text through the stack and compares with cat.
@@ -248,25 +261,6 @@ func throughput(exec1 func(string) ([]byte, error)) error {
 func sortDurations(d []time.Duration) { slices.Sort(d) }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.3f ms", float64(d.Microseconds())/1000) }
-
-// sshTrue runs `true` over ssh through build, bounded so a hung ssh cannot
-// hang the whole bench.
-func sshTrue(build func(...string) *exec.Cmd) func() error {
-	return func() error {
-		cmd := build("true")
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Start(); err != nil {
-			return err
-		}
-		timer := time.AfterFunc(30*time.Second, func() { _ = cmd.Process.Kill() })
-		defer timer.Stop()
-		if err := cmd.Wait(); err != nil {
-			return fmt.Errorf("%v: %s", err, out.String())
-		}
-		return nil
-	}
-}
 
 // hostServer runs agentic-mgmt with one host agent, host-01, in a data dir
 // of its own, and waits for the agent. prepare, when set, fills the data

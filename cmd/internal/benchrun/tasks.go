@@ -20,10 +20,7 @@ import (
 // the same run: a git clone of the repository, the environment's provision
 // → first command output (which holds the one exec), and where the time of
 // a task goes, by phase.
-func tasksBench(bins harness.Binaries, prev error) error {
-	if prev != nil {
-		return prev
-	}
+func tasksBench(bins harness.Binaries) error {
 	dataDir, err := os.MkdirTemp("", "agentic-bench-tasks-")
 	if err != nil {
 		return err

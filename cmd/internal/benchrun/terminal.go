@@ -8,23 +8,15 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
-
-	"github.com/gorilla/websocket"
-	"golang.org/x/sys/unix"
 
 	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
 )
@@ -36,13 +28,9 @@ var (
 	termSessions = flag.Int("term-sessions", 120, "idle sessions (and idle viewers) for the memory measurement; below the 128 live sessions an agent may have")
 )
 
-// terminalBench runs after the other benchmarks (prev is their result; it
-// is returned as is when it failed). It starts its own agentic-mgmt so the
-// memory figures start from a fresh process.
-func terminalBench(bins harness.Binaries, prev error) error {
-	if prev != nil {
-		return prev
-	}
+// terminalBench starts its own agentic-mgmt so the memory figures start
+// from a fresh process.
+func terminalBench(bins harness.Binaries) error {
 	dataDir, err := os.MkdirTemp("", "agentic-bench-term-")
 	if err != nil {
 		return err
@@ -182,82 +170,6 @@ func terminalBench(bins harness.Binaries, prev error) error {
 	return nil
 }
 
-// ---- WebSocket client ----
-
-type wsFrame struct {
-	Type      string `json:"type"`
-	ID        string `json:"id"`
-	SessionID string `json:"session_id"`
-	Offset    uint64 `json:"offset"`
-	Data      string `json:"data"`
-	Encoding  string `json:"encoding"`
-	Role      string `json:"role"`
-	State     string `json:"state"`
-	Code      string `json:"code"`
-	Message   string `json:"message"`
-	From      uint64 `json:"from"`
-	To        uint64 `json:"to"`
-	Sessions  []struct {
-		SessionID string `json:"session_id"`
-		State     string `json:"state"`
-	} `json:"sessions"`
-}
-
-type wsConn struct{ *websocket.Conn }
-
-func dialTerm(srv *harness.Server) (*wsConn, error) {
-	_, port, _ := strings.Cut(strings.TrimPrefix(srv.AgentURL, "http://"), ":")
-	p, err := strconv.Atoi(port)
-	if err != nil {
-		return nil, err
-	}
-	h := http.Header{}
-	h.Set("Authorization", "Bearer "+srv.Token)
-	d := websocket.Dialer{HandshakeTimeout: 10 * time.Second, ReadBufferSize: 64 << 10, WriteBufferSize: 4 << 10}
-	c, _, err := d.Dial(fmt.Sprintf("ws://127.0.0.1:%d/ws", p+1), h)
-	if err != nil {
-		return nil, err
-	}
-	return &wsConn{c}, nil
-}
-
-func (c *wsConn) next(deadline time.Time) (wsFrame, error) {
-	var f wsFrame
-	_ = c.SetReadDeadline(deadline)
-	_, raw, err := c.ReadMessage()
-	if err != nil {
-		return f, err
-	}
-	if err := json.Unmarshal(raw, &f); err != nil {
-		return f, err
-	}
-	if f.Type == "error" {
-		return f, fmt.Errorf("error frame %s: %s", f.Code, f.Message)
-	}
-	return f, nil
-}
-
-// waitType reads frames until one of type typ (others are dropped).
-func (c *wsConn) waitType(typ string, deadline time.Time) (wsFrame, error) {
-	for {
-		f, err := c.next(deadline)
-		if err != nil || f.Type == typ {
-			return f, err
-		}
-	}
-}
-
-func (c *wsConn) create(typ, command string, args []string, deadline time.Time) (string, error) {
-	if err := c.WriteJSON(map[string]any{"type": "create_session", "id": "c", "agent_id": "host-01",
-		"session_type": typ, "command": command, "args": args, "cols": 200, "rows": 50, "pty": true}); err != nil {
-		return "", err
-	}
-	f, err := c.waitType("session_started", deadline)
-	return f.SessionID, err
-}
-
-// ---- throughput ----
-
 func wsThroughput(srv *harness.Server, typ, script string, size int64, deadline time.Time) (mbs float64, total time.Duration, err error) {
 	c, err := dialTerm(srv)
 	if err != nil {
@@ -303,53 +215,6 @@ func wsThroughput(srv *harness.Server, typ, script string, size int64, deadline 
 	}
 }
 
-// openPTY returns a master and its slave, sized 200×50.
-func openPTY() (master, slave *os.File, err error) {
-	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
-	if err != nil {
-		return nil, nil, err
-	}
-	fd := int(m.Fd())
-	if err := unix.IoctlSetPointerInt(fd, unix.TIOCSPTLCK, 0); err != nil {
-		m.Close()
-		return nil, nil, err
-	}
-	n, err := unix.IoctlGetInt(fd, unix.TIOCGPTN)
-	if err != nil {
-		m.Close()
-		return nil, nil, err
-	}
-	s, err := os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|syscall.O_NOCTTY, 0)
-	if err != nil {
-		m.Close()
-		return nil, nil, err
-	}
-	if err := unix.IoctlSetWinsize(int(s.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: 50, Col: 200}); err != nil {
-		m.Close()
-		s.Close()
-		return nil, nil, err
-	}
-	return m, s, nil
-}
-
-// startInPTY runs name args on a new PTY as its controlling terminal.
-func startInPTY(name string, args ...string) (*exec.Cmd, *os.File, error) {
-	m, s, err := openPTY()
-	if err != nil {
-		return nil, nil, err
-	}
-	cmd := exec.Command(name, args...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = s, s, s
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
-	err = cmd.Start()
-	s.Close()
-	if err != nil {
-		m.Close()
-		return nil, nil, err
-	}
-	return cmd, m, nil
-}
-
 func localPTYThroughput(script string, size int64) (float64, error) {
 	cmd, m, err := startInPTY("sh", "-c", script)
 	if err != nil {
@@ -358,19 +223,7 @@ func localPTYThroughput(script string, size int64) (float64, error) {
 	defer m.Close()
 	timer := time.AfterFunc(time.Minute, func() { _ = cmd.Process.Kill() })
 	defer timer.Stop()
-	buf := make([]byte, 64<<10)
-	var got int64
-	var first time.Time
-	for {
-		k, err := m.Read(buf)
-		if k > 0 && first.IsZero() {
-			first = time.Now()
-		}
-		got += int64(k)
-		if err != nil { // EIO once the last slave fd is closed
-			break
-		}
-	}
+	got, first := readTimed(m) // ends at EIO once the last slave fd is closed
 	end := time.Now()
 	_ = cmd.Wait()
 	if got != size {
@@ -397,74 +250,13 @@ func sshThroughput(sshCmd func(...string) *exec.Cmd, script string, size int64, 
 	}
 	timer := time.AfterFunc(time.Until(deadline), func() { _ = c.Process.Kill() })
 	defer timer.Stop()
-	buf := make([]byte, 64<<10)
-	var got int64
-	var first time.Time
-	for {
-		k, err := out.Read(buf)
-		if k > 0 && first.IsZero() {
-			first = time.Now()
-		}
-		got += int64(k)
-		if err != nil {
-			break
-		}
-	}
+	got, first := readTimed(out)
 	end := time.Now()
 	_ = c.Wait()
 	if got != size {
 		return 0, fmt.Errorf("got %d bytes, want %d: %s", got, size, errb.String())
 	}
 	return float64(size) / end.Sub(first).Seconds() / 1e6, nil
-}
-
-// ---- echo ----
-
-// echoLoop types n+warm printable bytes one at a time; each round trip is
-// from writing the byte to reading it back.
-func echoLoop(name string, n int, write func(b byte) error, readBack func(b byte) error) (stats, error) {
-	const warm = 50 // canonical mode holds 4095 bytes per line: n+warm must stay below
-	if n+warm >= 4000 {
-		return stats{}, fmt.Errorf("%s: at most %d round trips", name, 4000-warm-1)
-	}
-	i := 0
-	one := func() error {
-		b := byte('a' + i%26)
-		i++
-		if err := write(b); err != nil {
-			return err
-		}
-		return readBack(b)
-	}
-	for range warm {
-		if err := one(); err != nil {
-			return stats{}, fmt.Errorf("%s: warm-up: %w", name, err)
-		}
-	}
-	return measure(name, n, one)
-}
-
-// byteReader reads until b is the next byte; pending holds what was read
-// beyond it.
-type byteReader struct {
-	r       io.Reader
-	buf     []byte
-	pending []byte
-}
-
-func (br *byteReader) expect(b byte) error {
-	for len(br.pending) == 0 {
-		k, err := br.r.Read(br.buf)
-		if err != nil {
-			return err
-		}
-		br.pending = br.buf[:k]
-	}
-	if br.pending[0] != b {
-		return fmt.Errorf("echo %q, want %q", br.pending[0], b)
-	}
-	br.pending = br.pending[1:]
-	return nil
 }
 
 func localPTYEcho(n int) (stats, error) {
@@ -494,32 +286,7 @@ func wsEcho(srv *harness.Server, n int, deadline time.Time) (stats, error) {
 	if _, err := c.waitType("role_changed", deadline); err != nil {
 		return stats{}, err
 	}
-	input := func(b byte) error {
-		return c.WriteJSON(map[string]any{"type": "input", "session_id": id, "data": string([]byte{b})})
-	}
-	// The session is kept in tmux: its client redraws around the echo
-	// (cursor moves, attributes), so the echo is the first frame after the
-	// input whose printable text holds the byte. In steady state each echo
-	// is one frame of its own; the warm-up absorbs the first screen draw.
-	readBack := func(b byte) error {
-		for {
-			f, err := c.next(deadline)
-			if err != nil {
-				return err
-			}
-			if f.SessionID != id {
-				continue
-			}
-			switch f.Type {
-			case "output":
-				if bytes.IndexByte(stripEscapes([]byte(f.Data)), b) >= 0 {
-					return nil
-				}
-			case "session_exited":
-				return errors.New("session exited")
-			}
-		}
-	}
+	input, readBack := c.echo(id, deadline)
 	return echoLoop("WebSocket `input` → agent PTY `cat` in tmux → `output`", n, input, readBack)
 }
 
@@ -549,21 +316,6 @@ func sshEcho(sshCmd func(...string) *exec.Cmd, n int, deadline time.Time) (stats
 	}
 	return echoLoop("`ssh -tt 127.0.0.1 cat` (stdin → stdout)", n,
 		func(b byte) error { _, err := stdin.Write([]byte{b}); return err }, br.expect)
-}
-
-// ---- memory ----
-
-func rssKiB(pid int) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			return strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-		}
-	}
-	return 0, errors.New("no VmRSS")
 }
 
 func memoryBench(srv *harness.Server, dataDir, tmuxDir string, n int, deadline time.Time) (string, error) {
@@ -717,121 +469,4 @@ func countRunning(srv *harness.Server, ids []string, deadline time.Time) (int, e
 		}
 	}
 	return n, nil
-}
-
-// ---- ssh ----
-
-// startSSHD runs a throwaway sshd on a free loopback port with a fresh host
-// key and a fresh client key, and returns a builder of ssh commands to it
-// (extra ssh args, then the remote command) and a stop function.
-func startSSHD() (func(...string) *exec.Cmd, func(), error) {
-	d, err := startSSHDWithSCP()
-	if err != nil {
-		return nil, nil, err
-	}
-	return d.ssh, d.stop, nil
-}
-
-// sshdRun is a throwaway sshd: ssh builds `ssh … 127.0.0.1 CMD`, scp builds
-// an scp between two paths, either written 127.0.0.1:PATH.
-type sshdRun struct {
-	ssh  func(...string) *exec.Cmd
-	scp  func(src, dst string) *exec.Cmd
-	stop func()
-}
-
-func startSSHDWithSCP() (sshdRun, error) {
-	sshd, err := exec.LookPath("sshd")
-	if err != nil {
-		if _, e := os.Stat("/usr/sbin/sshd"); e != nil {
-			return sshdRun{}, fmt.Errorf("sshd not installed (make deps installs openssh-server)")
-		}
-		sshd = "/usr/sbin/sshd"
-	}
-	dir, err := os.MkdirTemp("", "agentic-bench-ssh-")
-	if err != nil {
-		return sshdRun{}, err
-	}
-	cleanup := func() { os.RemoveAll(dir) }
-	for _, k := range []string{"host", "client"} {
-		if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", filepath.Join(dir, k)).CombinedOutput(); err != nil {
-			cleanup()
-			return sshdRun{}, fmt.Errorf("ssh-keygen: %v %s", err, out)
-		}
-	}
-	pub, _ := os.ReadFile(filepath.Join(dir, "client.pub"))
-	if err := os.WriteFile(filepath.Join(dir, "authorized_keys"), pub, 0o600); err != nil {
-		cleanup()
-		return sshdRun{}, err
-	}
-	port, err := harness.FreeBasePort()
-	if err != nil {
-		cleanup()
-		return sshdRun{}, err
-	}
-	_ = os.MkdirAll("/run/sshd", 0o755)
-	cfg := fmt.Sprintf("Port %d\nListenAddress 127.0.0.1\nHostKey %s/host\nAuthorizedKeysFile %s/authorized_keys\nPidFile %s/pid\nStrictModes no\nUsePAM no\nPermitRootLogin yes\nPasswordAuthentication no\nSubsystem sftp internal-sftp\n", port, dir, dir, dir)
-	if err := os.WriteFile(filepath.Join(dir, "sshd_config"), []byte(cfg), 0o600); err != nil {
-		cleanup()
-		return sshdRun{}, err
-	}
-	d := exec.Command(sshd, "-D", "-e", "-f", filepath.Join(dir, "sshd_config"))
-	var dlog bytes.Buffer
-	d.Stderr = &dlog
-	if err := d.Start(); err != nil {
-		cleanup()
-		return sshdRun{}, err
-	}
-	stop := func() { _ = d.Process.Kill(); _ = d.Wait(); cleanup() }
-	build := func(args ...string) *exec.Cmd {
-		remote := args[len(args)-1]
-		a := []string{"-q", "-i", filepath.Join(dir, "client"), "-p", strconv.Itoa(port),
-			"-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes"}
-		a = append(a, args[:len(args)-1]...)
-		return exec.Command("ssh", append(a, "127.0.0.1", remote)...)
-	}
-	var lastErr error
-	for range 50 { // wait for sshd to listen
-		out, err := build("true").CombinedOutput()
-		if err == nil {
-			scp := func(src, dst string) *exec.Cmd {
-				return exec.Command("scp", "-q", "-i", filepath.Join(dir, "client"), "-P", strconv.Itoa(port),
-					"-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes", src, dst)
-			}
-			return sshdRun{ssh: build, scp: scp, stop: stop}, nil
-		}
-		lastErr = fmt.Errorf("%v: %s %s", err, out, dlog.String())
-		time.Sleep(100 * time.Millisecond)
-	}
-	stop()
-	return sshdRun{}, lastErr
-}
-
-// stripEscapes drops terminal escape sequences (CSI, OSC, two-byte ESC) and
-// control bytes, leaving the text a terminal would print. A sequence cut
-// between two frames is not handled: tmux writes whole sequences.
-func stripEscapes(b []byte) []byte {
-	out := b[:0:0]
-	for i := 0; i < len(b); i++ {
-		switch c := b[i]; {
-		case c == 0x1b && i+1 < len(b) && b[i+1] == '[':
-			i += 2
-			for i < len(b) && (b[i] < 0x40 || b[i] > 0x7e) {
-				i++
-			}
-		case c == 0x1b && i+1 < len(b) && b[i+1] == ']':
-			for i < len(b) && b[i] != 0x07 && !(b[i] == 0x1b && i+1 < len(b) && b[i+1] == '\\') {
-				i++
-			}
-			if i < len(b) && b[i] == 0x1b {
-				i++
-			}
-		case c == 0x1b:
-			i++
-		case c < 0x20 || c == 0x7f:
-		default:
-			out = append(out, c)
-		}
-	}
-	return out
 }
