@@ -11,7 +11,6 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
 	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
 	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1/sandboxv1connect"
@@ -21,7 +20,7 @@ import (
 // registration went: nil once acknowledged.
 func registerAs(t *testing.T, s *harness.Server, id, secret string, kind sandboxv1.RuntimeKind) error {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	client := sandboxv1connect.NewAgentServiceClient(h2cClient(), s.AgentURL, connect.WithGRPC())
 	stream := client.Connect(ctx)
@@ -47,13 +46,7 @@ func registerAs(t *testing.T, s *harness.Server, id, secret string, kind sandbox
 func TestAnAgentCannotClaimAStrongerTier(t *testing.T) {
 	dataDir := t.TempDir()
 	s := startServer(t, 0, dataDir)
-	hashes, err := filestore.NewAgentHashes(filepath.Join(dataDir, "secrets"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := hashes.Put("handmade", "handmade-secret"); err != nil {
-		t.Fatal(err)
-	}
+	agentSecret(t, dataDir, "handmade", "handmade-secret")
 	if err := registerAs(t, s, "handmade", "handmade-secret", sandboxv1.RuntimeKind_RUNTIME_KIND_CONTAINER); err != nil {
 		t.Fatalf("first registration: %v", err)
 	}

@@ -15,7 +15,6 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
 	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
-	"github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1/sandboxv1connect"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
 )
 
@@ -27,25 +26,11 @@ func h2cClient() *http.Client {
 
 // connectAs opens the agent stream with the given credentials and returns the
 // server's answer to the registration.
+// connectAs registers as agent id with secret, declaring no runtime kind;
+// nil once acknowledged.
 func connectAs(t *testing.T, s *harness.Server, id, secret string) error {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	client := sandboxv1connect.NewAgentServiceClient(h2cClient(), s.AgentURL, connect.WithGRPC())
-	stream := client.Connect(ctx)
-	stream.RequestHeader().Set("x-agent-id", id)
-	stream.RequestHeader().Set("x-agent-secret", secret)
-	_ = stream.Send(&sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_Registration{Registration: &sandboxv1.Registration{AgentId: id}}})
-	msg, err := stream.Receive()
-	_ = stream.CloseRequest()
-	_ = stream.CloseResponse()
-	if err != nil {
-		return err
-	}
-	if msg.GetRegistrationAck() == nil {
-		return errors.New("no registration ack")
-	}
-	return nil
+	return registerAs(t, s, id, secret, sandboxv1.RuntimeKind_RUNTIME_KIND_UNSPECIFIED)
 }
 
 func TestAgentAuthentication(t *testing.T) {
@@ -65,7 +50,7 @@ func TestAgentAuthentication(t *testing.T) {
 	}
 	// The real agent binary with a wrong secret is refused and never listed.
 	intruder := startAgent(t, "intruder", "guess", s.AgentURL)
-	eventually(t, time.Minute, "the intruder's log saying it was rejected", func() bool { return intruder.out.contains("rejected") })
+	eventually(t, time.Minute, "the intruder's log saying it was rejected", func() bool { return intruder.out.Contains("rejected") })
 	intruder.stop()
 	resp, err := s.Client().GetAgentWithResponse(context.Background(), "intruder")
 	if err != nil || resp.StatusCode() != http.StatusNotFound {

@@ -1,17 +1,15 @@
 package e2e
 
 import (
-	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
+	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
 )
 
 // proc is a process a test started. The test waits for it, pass or fail: a
@@ -19,7 +17,7 @@ import (
 // minutes later.
 type proc struct {
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *harness.Buffer
 	done chan struct{}
 	err  error
 }
@@ -29,7 +27,7 @@ type proc struct {
 // SIGKILL if it has not exited a minute later, and is waited for.
 func startProc(t *testing.T, cmd *exec.Cmd) *proc {
 	t.Helper()
-	p := &proc{cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{cmd: cmd, out: &harness.Buffer{}, done: make(chan struct{})}
 	if cmd.Stdout == nil {
 		cmd.Stdout = p.out
 	}
@@ -83,33 +81,6 @@ func startAgent(t *testing.T, id, secret, server string, env ...string) *proc {
 	cmd.Env = append(append(os.Environ(), "AGENT_ID="+id, "AGENT_SECRET="+secret, "MANAGEMENT_SERVER="+server), env...)
 	return startProc(t, cmd)
 }
-
-// syncBuffer is a buffer a process writes while the test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func (b *syncBuffer) Len() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Len()
-}
-
-// contains reports whether the buffer holds s.
-func (b *syncBuffer) contains(s string) bool { return strings.Contains(b.String(), s) }
 
 // agentSecret gives agent id the secret in dataDir's store, as an operator
 // registering an agent the server does not supervise does.

@@ -3,14 +3,12 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/agentrpc"
-	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
 	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1/sandboxv1connect"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
@@ -23,13 +21,7 @@ import (
 func TestARogueAgentsReportIsContained(t *testing.T) {
 	dataDir := t.TempDir()
 	s := startServer(t, 1, dataDir)
-	hashes, err := filestore.NewAgentHashes(filepath.Join(dataDir, "secrets"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := hashes.Put("rogue", "rogue-secret"); err != nil {
-		t.Fatal(err)
-	}
+	agentSecret(t, dataDir, "rogue", "rogue-secret")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	victim, err := s.Client().StartCommandWithResponse(ctx, "host-01", restapi.ExecRequest{Command: "sleep", Args: ptr([]string{"60"})})

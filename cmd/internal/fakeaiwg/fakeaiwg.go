@@ -309,52 +309,51 @@ func writeJSON(w http.ResponseWriter, v any) {
 }
 
 func (s *Server) registerSandbox(w http.ResponseWriter, r *http.Request) {
-	body, ok := readBody(w, r)
-	if !ok {
-		return
-	}
-	s.mu.Lock()
-	s.sandboxRegs = append(s.sandboxRegs, body)
-	if code := s.sbxRegStatus; code != 0 {
-		s.mu.Unlock()
-		http.Error(w, http.StatusText(code), code)
-		return
-	}
-	// The same instance keeps its sandbox id, as a real registry would.
-	id, _ := body["instance_id"].(string)
-	if id == "" {
-		id = strconv.Itoa(len(s.sandboxRegs))
-	}
-	id = "sbx-" + id
-	tok := newToken()
-	s.sandboxTokens[id] = tok
-	s.tokens = append(s.tokens, tok)
-	s.mu.Unlock()
-	writeJSON(w, map[string]string{"sandbox_id": id, "token": tok})
+	s.register(w, r, &s.sandboxRegs, &s.sbxRegStatus, s.sandboxTokens, nil, "sandbox_id", func(body map[string]any, n int) string {
+		// The same instance keeps its sandbox id, as a real registry would.
+		id, _ := body["instance_id"].(string)
+		if id == "" {
+			id = strconv.Itoa(n)
+		}
+		return "sbx-" + id
+	})
 }
 
 func (s *Server) registerExecutor(w http.ResponseWriter, r *http.Request) {
+	s.register(w, r, &s.executorRegs, &s.execRegStatus, s.execTokens, &s.lastExecToken, "executor_id", func(body map[string]any, n int) string {
+		id, _ := body["executor_id"].(string)
+		if id == "" {
+			id = "exec-" + strconv.Itoa(n)
+		}
+		return id
+	})
+}
+
+// register keeps a registration's body in regs and answers with the status
+// a test set, or with the id idOf names (n: the registrations so far) under
+// idKey and a new token for its stream, kept in tokens (and last).
+func (s *Server) register(w http.ResponseWriter, r *http.Request, regs *[]map[string]any, status *int, tokens map[string]string,
+	last *string, idKey string, idOf func(body map[string]any, n int) string) {
 	body, ok := readBody(w, r)
 	if !ok {
 		return
 	}
 	s.mu.Lock()
-	s.executorRegs = append(s.executorRegs, body)
-	if code := s.execRegStatus; code != 0 {
+	*regs = append(*regs, body)
+	if code := *status; code != 0 {
 		s.mu.Unlock()
 		http.Error(w, http.StatusText(code), code)
 		return
 	}
-	id, _ := body["executor_id"].(string)
-	if id == "" {
-		id = "exec-" + strconv.Itoa(len(s.executorRegs))
-	}
+	id := idOf(body, len(*regs))
 	tok := newToken()
-	s.execTokens[id] = tok
-	s.lastExecToken = tok
+	tokens[id] = tok
+	if last != nil {
+		*last = tok
+	}
 	s.tokens = append(s.tokens, tok)
 	s.mu.Unlock()
-	writeJSON(w, map[string]string{"executor_id": id, "token": tok})
+	writeJSON(w, map[string]string{idKey: id, "token": tok})
 }
 
 // accept checks the stream's token and upgrades; nil when refused.

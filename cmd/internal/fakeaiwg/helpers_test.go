@@ -1,7 +1,6 @@
 package fakeaiwg_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/aiwg"
 	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/fakeaiwg"
+	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -153,24 +153,6 @@ func (h *memHub) hitlCalls() []hitlCall {
 	return append([]hitlCall(nil), h.hitl...)
 }
 
-// logBuf collects log output for the token-leak check.
-type logBuf struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
 const testInstance = "0196b3a4-7c1e-7d2a-9f00-1234567890ab"
 
 func testCaps() []string {
@@ -184,7 +166,7 @@ type rig struct {
 	hub  *memHub
 	out  *memOutbox
 	c    *aiwg.Client
-	logs *logBuf
+	logs *harness.Buffer // for the token-leak check
 	stop context.CancelFunc
 	done chan struct{}
 }
@@ -202,7 +184,7 @@ func newRig(t *testing.T, hub *memHub, out *memOutbox, tweak func(*aiwg.Config))
 	if out == nil {
 		out = newOutbox()
 	}
-	r := &rig{t: t, srv: srv, hub: hub, out: out, logs: &logBuf{}}
+	r := &rig{t: t, srv: srv, hub: hub, out: out, logs: &harness.Buffer{}}
 	cfg := aiwg.Config{
 		Endpoint:     srv.URL(),
 		Name:         "test",

@@ -108,7 +108,7 @@ type Server struct {
 	RESTURL  string
 	Token    string
 	DataDir  string
-	log      *lockedBuffer
+	log      *Buffer
 	waitErr  chan error
 }
 
@@ -130,7 +130,7 @@ func Start(bins Binaries, opts Options) (*Server, error) {
 		AgentURL: fmt.Sprintf("http://127.0.0.1:%d", opts.BasePort),
 		RESTURL:  fmt.Sprintf("http://127.0.0.1:%d", opts.BasePort+2),
 		DataDir:  opts.DataDir,
-		log:      &lockedBuffer{},
+		log:      &Buffer{},
 		waitErr:  make(chan error, 1),
 	}
 	cmd := exec.Command(bins.Mgmt, append([]string{"--config", "/nonexistent"}, opts.Args...)...)
@@ -312,19 +312,35 @@ func Alive(pid int) bool {
 	return st != 'Z' && st != 'X'
 }
 
-type lockedBuffer struct {
+// Buffer is a bytes.Buffer safe for a process (or a logger) writing it
+// while a test reads it.
+type Buffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *lockedBuffer) Write(p []byte) (int, error) {
+func (b *Buffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *lockedBuffer) String() string {
+func (b *Buffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// Len is how many bytes were written.
+func (b *Buffer) Len() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Len()
+}
+
+// Contains reports whether what was written holds s.
+func (b *Buffer) Contains(s string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return bytes.Contains(b.buf.Bytes(), []byte(s))
 }
