@@ -17,7 +17,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
-// Files on an agent (CONTRACT "Files on an agent"): every body streams
+// Files on an agent (the README's "Files on an agent"): every body streams
 // through ports.AgentFiles, so memory does not grow with a file's size.
 
 // The upload routes take bodies of any size (up to the file maximum) instead

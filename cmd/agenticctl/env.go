@@ -48,7 +48,7 @@ func (c *cli) environments(args []string) int {
 
 func (c *cli) envCreate(args []string) int {
 	flags := c.flagSet("agenticctl env create")
-	runtime := flags.String("runtime", "", "runtime `R`: host, docker or libvirt ('agenticctl env runtimes')")
+	runtime := flags.String("runtime", "", "runtime `R`, one of those the server offers ('agenticctl env runtimes')")
 	spec := specFlags(flags)
 	noWait := flags.Bool("no-wait", false, "return once provisioning started")
 	timeout := flags.Duration("timeout", 5*time.Minute, "how long to wait for the agent")
@@ -231,11 +231,11 @@ func specFlags(flags *flag.FlagSet) envSpec {
 	return envSpec{
 		image:    flags.String("image", "", "container `IMAGE` or VM disk image path (default: the runtime's own)"),
 		network:  flags.String("network", "", "network `MODE` (default: the runtime's first, none where offered)"),
-		profile:  flags.String("profile", "", "the runtime's `PROFILE` (docker: root runs the agent as uid 0)"),
+		profile:  flags.String("profile", "", "the runtime's `PROFILE` ('agenticctl env runtimes' lists each runtime's)"),
 		cpus:     flags.Float64("cpus", 0, "CPU limit"),
 		memory:   flags.Int("memory", 0, "memory limit in `MB`"),
 		pids:     flags.Int("pids", 0, "process limit"),
-		disk:     flags.Int("disk", 0, "disk size in `GB` (libvirt with a disk image)"),
+		disk:     flags.Int("disk", 0, "disk size in `GB` (where the runtime's limits include disk_gb)"),
 		readOnly: flags.Bool("read-only", false, "read-only root filesystem"),
 	}
 }

@@ -32,7 +32,7 @@ func (c *cli) pools(args []string) int {
 
 func (c *cli) poolPut(args []string) int {
 	flags := c.flagSet("agenticctl pool put")
-	runtime := flags.String("runtime", "", "runtime `R` of the members: host, docker or libvirt")
+	runtime := flags.String("runtime", "", "runtime `R` of the members, one of those the server offers ('agenticctl env runtimes')")
 	size := flags.Int("size", -1, "how many members to keep ready (0 keeps none)")
 	spec := specFlags(flags)
 	if code, done := parseFlags(flags, args, c.stdout, c.stderr, poolUsage); done {

@@ -1327,7 +1327,7 @@ export interface components {
             runtimes: components["schemas"]["Runtime"][];
         };
         Runtime: {
-            /** @description host, docker or libvirt */
+            /** @description The runtime's name, as AGENTIC_RUNTIMES and create requests name it. */
             runtime: string;
             /** @enum {string} */
             isolation: "host" | "container" | "vm";
@@ -1350,7 +1350,7 @@ export interface components {
             disk_gb?: number;
         };
         CreateEnvironmentRequest: {
-            /** @description host, docker or libvirt (GET /api/v1/runtimes lists those configured) */
+            /** @description One of the runtimes this server offers: GET /api/v1/runtimes lists them. */
             runtime: string;
             /** @description Also the agent's id: A-Z a-z 0-9 . _ -, starting with a letter or digit. */
             name: string;
