@@ -16,7 +16,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
-// Manifest is a task's manifest (CONTRACT "Tasks"), every field honoured.
+// Manifest is a task's manifest (the README's "Tasks"), every field honoured.
 type Manifest struct {
 	Version     string
 	Kind        string

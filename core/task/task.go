@@ -1,8 +1,8 @@
-// Package task holds the rules of tasks (CONTRACT "Tasks", the seed's Flow
-// C): a manifest in, a repository staged, an environment provisioned, a
-// headless run, artifacts and a patch out. The states and their legal
-// moves, the outcome of a run, and the manifest's validation are pure and
-// table-tested here.
+// Package task holds the rules of tasks (the README's "Tasks",
+// docs/contract.md): a manifest in, a repository staged, an environment
+// provisioned, a headless run, artifacts and a patch out. The states and
+// their legal moves, the outcome of a run, and the manifest's validation
+// are pure and table-tested here.
 package task
 
 import (

@@ -1,5 +1,5 @@
-// Package archtest checks the dependency rules of ../shared/ARCHITECTURE.md
-// on the real import graph, so that a change that breaks them fails `make
+// Package archtest checks the dependency rules of docs/architecture.md on
+// the real import graph, so that a change that breaks them fails `make
 // test` instead of waiting for a reviewer.
 package archtest
 
