@@ -72,13 +72,6 @@ func tooLarge(n, limit int64) *apiError {
 	return newError(http.StatusRequestEntityTooLarge, "file_too_large", "%d bytes is over the maximum of %d (AGENTIC_FILE_MAX_BYTES)", n, limit)
 }
 
-func checkPath(p string) *apiError {
-	if p == "" || len(p) > maxPathLen || strings.ContainsRune(p, 0) {
-		return newError(http.StatusBadRequest, "invalid_path", "path must be 1 to %d bytes with no NUL", maxPathLen)
-	}
-	return nil
-}
-
 // fileError maps an AgentFiles error; subject names the path.
 func fileError(err error, agentID, path string) *apiError {
 	subject := fmt.Sprintf("agent %q: %s", agentID, clip(path))
@@ -101,21 +94,23 @@ func fileError(err error, agentID, path string) *apiError {
 	return portError(err, fmt.Sprintf("agent %q", agentID))
 }
 
-func (s *Server) files() (ports.AgentFiles, *apiError) {
+// filesAt is the agents' files for a request about path, or the refusal:
+// this server moves no files, or path is not one any agent could have.
+func (s *Server) filesAt(path string) (ports.AgentFiles, error) {
 	if s.d.Files == nil {
 		return nil, newError(http.StatusConflict, "not_supported", "this server moves no files")
+	}
+	if path == "" || len(path) > maxPathLen || strings.ContainsRune(path, 0) {
+		return nil, newError(http.StatusBadRequest, "invalid_path", "path must be 1 to %d bytes with no NUL", maxPathLen)
 	}
 	return s.d.Files, nil
 }
 
 // ListFiles implements restapi.StrictServerInterface.
 func (s *Server) ListFiles(ctx context.Context, req restapi.ListFilesRequestObject) (restapi.ListFilesResponseObject, error) {
-	f, apiErr := s.files()
-	if apiErr != nil {
-		return nil, apiErr
-	}
-	if apiErr := checkPath(req.Params.Path); apiErr != nil {
-		return nil, apiErr
+	f, err := s.filesAt(req.Params.Path)
+	if err != nil {
+		return nil, err
 	}
 	l, err := f.ListFiles(ctx, req.AgentId, req.Params.Path)
 	if err != nil {
@@ -140,12 +135,9 @@ func (s *Server) ListFiles(ctx context.Context, req restapi.ListFilesRequestObje
 
 // DeleteFile implements restapi.StrictServerInterface.
 func (s *Server) DeleteFile(ctx context.Context, req restapi.DeleteFileRequestObject) (restapi.DeleteFileResponseObject, error) {
-	f, apiErr := s.files()
-	if apiErr != nil {
-		return nil, apiErr
-	}
-	if apiErr := checkPath(req.Params.Path); apiErr != nil {
-		return nil, apiErr
+	f, err := s.filesAt(req.Params.Path)
+	if err != nil {
+		return nil, err
 	}
 	recursive := req.Params.Recursive != nil && *req.Params.Recursive
 	if err := f.DeleteFile(ctx, req.AgentId, req.Params.Path, recursive); err != nil {
@@ -156,12 +148,9 @@ func (s *Server) DeleteFile(ctx context.Context, req restapi.DeleteFileRequestOb
 
 // ReadFile implements restapi.StrictServerInterface.
 func (s *Server) ReadFile(ctx context.Context, req restapi.ReadFileRequestObject) (restapi.ReadFileResponseObject, error) {
-	f, apiErr := s.files()
-	if apiErr != nil {
-		return nil, apiErr
-	}
-	if apiErr := checkPath(req.Params.Path); apiErr != nil {
-		return nil, apiErr
+	f, err := s.filesAt(req.Params.Path)
+	if err != nil {
+		return nil, err
 	}
 	r, err := f.ReadFile(ctx, req.AgentId, req.Params.Path)
 	if err != nil {
@@ -172,12 +161,9 @@ func (s *Server) ReadFile(ctx context.Context, req restapi.ReadFileRequestObject
 
 // ReadArchive implements restapi.StrictServerInterface.
 func (s *Server) ReadArchive(ctx context.Context, req restapi.ReadArchiveRequestObject) (restapi.ReadArchiveResponseObject, error) {
-	f, apiErr := s.files()
-	if apiErr != nil {
-		return nil, apiErr
-	}
-	if apiErr := checkPath(req.Params.Path); apiErr != nil {
-		return nil, apiErr
+	f, err := s.filesAt(req.Params.Path)
+	if err != nil {
+		return nil, err
 	}
 	r, err := f.ReadArchive(ctx, req.AgentId, req.Params.Path)
 	if err != nil {
@@ -214,12 +200,9 @@ func (e *streamBroken) Unwrap() error { return e.err }
 
 // WriteFile implements restapi.StrictServerInterface.
 func (s *Server) WriteFile(ctx context.Context, req restapi.WriteFileRequestObject) (restapi.WriteFileResponseObject, error) {
-	f, apiErr := s.files()
-	if apiErr != nil {
-		return nil, apiErr
-	}
-	if apiErr := checkPath(req.Params.Path); apiErr != nil {
-		return nil, apiErr
+	f, err := s.filesAt(req.Params.Path)
+	if err != nil {
+		return nil, err
 	}
 	mode := fs.FileMode(0o644)
 	if req.Params.Mode != nil {
@@ -237,12 +220,9 @@ func (s *Server) WriteFile(ctx context.Context, req restapi.WriteFileRequestObje
 
 // WriteArchive implements restapi.StrictServerInterface.
 func (s *Server) WriteArchive(ctx context.Context, req restapi.WriteArchiveRequestObject) (restapi.WriteArchiveResponseObject, error) {
-	f, apiErr := s.files()
-	if apiErr != nil {
-		return nil, apiErr
-	}
-	if apiErr := checkPath(req.Params.Path); apiErr != nil {
-		return nil, apiErr
+	f, err := s.filesAt(req.Params.Path)
+	if err != nil {
+		return nil, err
 	}
 	if err := f.WriteArchive(ctx, req.AgentId, req.Params.Path, req.Body); err != nil {
 		return nil, fileError(err, req.AgentId, req.Params.Path)

@@ -40,11 +40,7 @@ func FuzzExecRequestDecoding(f *testing.F) {
 		return New(Deps{Link: link, Agents: link, Token: testToken}).Handler()
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		req := httptest.NewRequest("POST", "/api/v1/agents/a1/exec", strings.NewReader(string(body)))
-		req.Header.Set("Authorization", "Bearer "+testToken)
-		req.Header.Set("Content-Type", "application/json")
-		rec := httptest.NewRecorder()
-		handler().ServeHTTP(rec, req)
+		req, rec := fuzzSend(handler(), "POST", "/api/v1/agents/a1/exec", testToken, body)
 		if rec.Code >= 500 {
 			t.Fatalf("status %d for %q: %s", rec.Code, body, rec.Body.Bytes())
 		}
@@ -86,11 +82,7 @@ func FuzzDispatchDecoding(f *testing.F) {
 		}).Handler()
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		req := httptest.NewRequest("POST", "/api/v1/sessions/s-1/dispatch", strings.NewReader(string(body)))
-		req.Header.Set("Authorization", "Bearer "+testExecToken)
-		req.Header.Set("Content-Type", "application/json")
-		rec := httptest.NewRecorder()
-		handler().ServeHTTP(rec, req)
+		req, rec := fuzzSend(handler(), "POST", "/api/v1/sessions/s-1/dispatch", testExecToken, body)
 		checkContract(t, req, rec.Code, rec.Header(), rec.Body.Bytes())
 		var e restapi.Error
 		switch rec.Code {
@@ -135,14 +127,21 @@ func FuzzPoolRequestDecoding(f *testing.F) {
 	f.Add("../x", []byte(`{"runtime":"host","size":1}`))
 	f.Fuzz(func(t *testing.T, name string, body []byte) {
 		h := New(Deps{Token: testToken, Pools: fakePools{t}}).Handler()
-		req := httptest.NewRequest("PUT", "/api/v1/pools/"+url.PathEscape(name), strings.NewReader(string(body)))
-		req.Header.Set("Authorization", "Bearer "+testToken)
-		req.Header.Set("Content-Type", "application/json")
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
+		req, rec := fuzzSend(h, "PUT", "/api/v1/pools/"+url.PathEscape(name), testToken, body)
 		if rec.Code >= 500 {
 			t.Fatalf("status %d for %q %q: %s", rec.Code, name, body, rec.Body.Bytes())
 		}
 		checkContract(t, req, rec.Code, rec.Header(), rec.Body.Bytes())
 	})
+}
+
+// fuzzSend sends body as JSON to path with token through h, as the fuzzers
+// do, and returns the request (for checkContract) and its answer.
+func fuzzSend(h http.Handler, method, path, token string, body []byte) (*http.Request, *httptest.ResponseRecorder) {
+	req := httptest.NewRequest(method, path, strings.NewReader(string(body)))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return req, rec
 }
