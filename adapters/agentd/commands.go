@@ -14,6 +14,9 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
+// handle is the command table: each message the server sends on the link
+// (but rename and drain, which end the stream and so are the link loop's),
+// to what acts on it.
 func (a *Agent) handle(ctx context.Context, msg *sandboxv1.ConnectResponse) {
 	switch p := msg.GetPayload().(type) {
 	case *sandboxv1.ConnectResponse_Command:
@@ -75,6 +78,7 @@ func (a *Agent) lookup(id string) *running {
 	return a.running[id]
 }
 
+// running is a command the agent runs.
 type running struct {
 	id   string
 	proc ports.Process

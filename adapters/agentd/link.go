@@ -177,7 +177,7 @@ func (a *Agent) serve(ctx context.Context) (registered bool, err error) {
 	return true, err
 }
 
-func drainErr(stream *connect.BidiStreamForClient[sandboxv1.ConnectRequest, sandboxv1.ConnectResponse], err error) error {
+func drainErr(stream linkStream, err error) error {
 	// A failed Send hides the server's real error; Receive returns it.
 	if errors.Is(err, io.EOF) {
 		if _, rerr := stream.Receive(); rerr != nil {
@@ -186,6 +186,9 @@ func drainErr(stream *connect.BidiStreamForClient[sandboxv1.ConnectRequest, sand
 	}
 	return err
 }
+
+// linkStream is the agent's side of the link's Connect stream.
+type linkStream = *connect.BidiStreamForClient[sandboxv1.ConnectRequest, sandboxv1.ConnectResponse]
 
 // errDrained ends a stream the server drained: the agent connects again.
 var errDrained = errors.New("stream drained by the management server")
@@ -200,7 +203,7 @@ const drainWait = 5 * time.Second
 // sendLoop sends the control messages and the outbox until the stream
 // fails or the server drains it; a message leaves the outbox only once
 // sent, so what is left goes on the next connection.
-func (a *Agent) sendLoop(ctx context.Context, stream *connect.BidiStreamForClient[sandboxv1.ConnectRequest, sandboxv1.ConnectResponse], draining <-chan struct{}) error {
+func (a *Agent) sendLoop(ctx context.Context, stream linkStream, draining <-chan struct{}) error {
 	for {
 		select {
 		case <-draining:
