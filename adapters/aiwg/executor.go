@@ -29,6 +29,7 @@ func (c *Client) executorLoop(ctx context.Context) {
 	c.keepConnected(ctx, side{name: "executor", kick: c.execKick, register: c.registerExecutor, session: c.executorSession})
 }
 
+// executorRegistration is the body of POST /api/v1/executors/register.
 type executorRegistration struct {
 	ExecutorID         string             `json:"executor_id"`
 	Name               string             `json:"name"`

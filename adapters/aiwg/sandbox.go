@@ -14,6 +14,7 @@ func (c *Client) sandboxLoop(ctx context.Context) {
 	c.keepConnected(ctx, side{name: "sandbox", kick: c.sbxKick, register: c.registerSandbox, session: c.sandboxSession})
 }
 
+// sandboxRegistration is the body of POST /api/sandboxes/register.
 type sandboxRegistration struct {
 	Name         string   `json:"name"`
 	InstanceID   string   `json:"instance_id"`
