@@ -65,6 +65,13 @@ func rtCapabilities(t *testing.T, h RuntimeHarness) {
 	if len(c.NetworkModes) == 0 {
 		t.Error("no network modes declared")
 	}
+	// A mode outside the vocabulary could never be asked for: the API
+	// refuses unknown words before a runtime sees them.
+	for _, m := range c.NetworkModes {
+		if !m.Valid() {
+			t.Errorf("network mode %q is not one of %s", m, ports.NetworkModeList(ports.KnownNetworkModes))
+		}
+	}
 }
 
 // newEnvName is a fresh name per test run, so a leftover of an earlier
