@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentic-sandbox/agentic-sandbox/internal/filetest"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/fsatomic"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
@@ -44,7 +44,7 @@ func mustVerify(t *testing.T, h *AgentHashes, id, secret string, want bool) {
 
 func TestAgentHashesPutVerifyDelete(t *testing.T) {
 	h, dir := newHashes(t)
-	if m := filetest.Mode(t, dir); m != 0o700 {
+	if m := testkit.Mode(t, dir); m != 0o700 {
 		t.Fatalf("secrets dir mode %v", m)
 	}
 	mustVerify(t, h, "host-01", "s", false) // no file yet
@@ -62,7 +62,7 @@ func TestAgentHashesPutVerifyDelete(t *testing.T) {
 	mustVerify(t, h, "host-02", "secret-2", true)
 
 	p := filepath.Join(dir, AgentHashesFile)
-	if m := filetest.Mode(t, p); m != 0o600 {
+	if m := testkit.Mode(t, p); m != 0o600 {
 		t.Fatalf("hash file mode %v", m)
 	}
 	var onDisk map[string]string
@@ -100,7 +100,7 @@ func TestAgentHashesPutVerifyDelete(t *testing.T) {
 	if err := h.Put("a", ""); err == nil {
 		t.Fatal("want error for empty secret")
 	}
-	filetest.OnlyFiles(t, dir, ".agent-hashes.lock", AgentHashesFile)
+	testkit.OnlyFiles(t, dir, ".agent-hashes.lock", AgentHashesFile)
 }
 
 func TestAgentHashesSeesOtherWriters(t *testing.T) {
@@ -203,7 +203,7 @@ func TestAgentHashesEmptyFileAndBadEntry(t *testing.T) {
 	if err := h.Put("a", "x"); err != nil {
 		t.Fatal(err)
 	}
-	if m := filetest.Mode(t, p); m != 0o600 {
+	if m := testkit.Mode(t, p); m != 0o600 {
 		t.Fatalf("rewritten file mode %v", m)
 	}
 
@@ -287,17 +287,17 @@ func TestOperatorToken(t *testing.T) {
 		t.Fatalf("token %q", tok)
 	}
 	p := filepath.Join(dataDir, OperatorTokenFile)
-	if m := filetest.Mode(t, p); m != 0o600 {
+	if m := testkit.Mode(t, p); m != 0o600 {
 		t.Fatalf("token file mode %v", m)
 	}
-	if m := filetest.Mode(t, dataDir); m != 0o700 {
+	if m := testkit.Mode(t, dataDir); m != 0o700 {
 		t.Fatalf("data dir mode %v", m)
 	}
 	again, err := LoadOrCreateOperatorToken(dataDir)
 	if err != nil || again != tok {
 		t.Fatalf("second load %q, %v; want %q", again, err, tok)
 	}
-	filetest.OnlyFiles(t, dataDir, OperatorTokenFile)
+	testkit.OnlyFiles(t, dataDir, OperatorTokenFile)
 
 	// An operator-provided token is trimmed.
 	if err := os.WriteFile(p, []byte("  my-token \n"), 0o600); err != nil {
@@ -315,8 +315,8 @@ func TestOperatorToken(t *testing.T) {
 	if err != nil || len(fresh) != 43 {
 		t.Fatalf("got %q, %v", fresh, err)
 	}
-	if raw, _ := os.ReadFile(p); strings.TrimSpace(string(raw)) != fresh || filetest.Mode(t, p) != 0o600 {
-		t.Fatalf("file %q mode %v", raw, filetest.Mode(t, p))
+	if raw, _ := os.ReadFile(p); strings.TrimSpace(string(raw)) != fresh || testkit.Mode(t, p) != 0o600 {
+		t.Fatalf("file %q mode %v", raw, testkit.Mode(t, p))
 	}
 
 	if _, err := LoadOrCreateOperatorToken(filepath.Join(p, "sub")); err == nil {
@@ -344,7 +344,7 @@ func TestOperatorTokenRace(t *testing.T) {
 			t.Fatalf("racing creators disagree: %q", toks)
 		}
 	}
-	filetest.OnlyFiles(t, dataDir, OperatorTokenFile)
+	testkit.OnlyFiles(t, dataDir, OperatorTokenFile)
 }
 
 func TestDefaultSecretsDir(t *testing.T) {
@@ -436,7 +436,7 @@ func TestAgentHashesPinKind(t *testing.T) {
 	if k, _ := h.PinKind("a", ports.KindVM); k != ports.KindVM {
 		t.Fatalf("after Delete the old kind remained: %q", k)
 	}
-	if m := filetest.Mode(t, filepath.Join(dir, AgentKindsFile)); m != 0o600 {
+	if m := testkit.Mode(t, filepath.Join(dir, AgentKindsFile)); m != 0o600 {
 		t.Fatalf("kinds file mode %v", m)
 	}
 	// A corrupt kinds file is never overwritten.

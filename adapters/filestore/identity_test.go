@@ -9,7 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/agentic-sandbox/agentic-sandbox/internal/filetest"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 )
 
 func TestIdentityCreateAndReuse(t *testing.T) {
@@ -26,10 +26,10 @@ func TestIdentityCreateAndReuse(t *testing.T) {
 	if raw, _ := os.ReadFile(p); string(raw) != id+"\n" {
 		t.Fatalf("file holds %q", raw)
 	}
-	if m := filetest.Mode(t, p); m != 0o644 {
+	if m := testkit.Mode(t, p); m != 0o644 {
 		t.Fatalf("identity mode %v", m)
 	}
-	if m := filetest.Mode(t, dataDir); m != 0o700 {
+	if m := testkit.Mode(t, dataDir); m != 0o700 {
 		t.Fatalf("data dir mode %v", m)
 	}
 	for range 3 {
@@ -37,7 +37,7 @@ func TestIdentityCreateAndReuse(t *testing.T) {
 			t.Fatalf("reload = %q, %v; want %q", again, err, id)
 		}
 	}
-	filetest.OnlyFiles(t, dataDir, IdentityFile)
+	testkit.OnlyFiles(t, dataDir, IdentityFile)
 
 	// One written by hand, without a newline or in upper case, is the same id.
 	if err := os.WriteFile(p, []byte("  "+strings.ToUpper(id)), 0o644); err != nil {
@@ -95,6 +95,6 @@ func TestIdentityConcurrentFirstStart(t *testing.T) {
 				t.Fatalf("ids differ: %q", ids)
 			}
 		}
-		filetest.OnlyFiles(t, dataDir, IdentityFile)
+		testkit.OnlyFiles(t, dataDir, IdentityFile)
 	}
 }

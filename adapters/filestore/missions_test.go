@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentic-sandbox/agentic-sandbox/internal/filetest"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 	"github.com/agentic-sandbox/agentic-sandbox/ports/portsfake"
 	"github.com/agentic-sandbox/agentic-sandbox/ports/portstest"
@@ -109,7 +109,7 @@ func TestMissionStoreSuiteNoRetention(t *testing.T) {
 func TestMissionStoreFileFormat(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
 	s := openStore(t, MissionStoreConfig{Dir: dir, Clock: newTestClock()})
-	if m := filetest.Mode(t, dir); m != 0o700 {
+	if m := testkit.Mode(t, dir); m != 0o700 {
 		t.Fatalf("data dir mode %v", m)
 	}
 	t0 := time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
@@ -135,14 +135,14 @@ func TestMissionStoreFileFormat(t *testing.T) {
 	wantIDs(t, s, "a", "b", "c", "d")
 
 	p := filepath.Join(dir, MissionsFile)
-	if m := filetest.Mode(t, p); m != 0o600 {
+	if m := testkit.Mode(t, p); m != 0o600 {
 		t.Fatalf("missions.json mode %v", m)
 	}
 	data, _ := os.ReadFile(p)
 	if !bytes.HasPrefix(data, []byte(`{"version": 1, "missions": [`)) || bytes.Count(data, []byte("\n")) != 6 {
 		t.Fatalf("layout:\n%s", data)
 	}
-	filetest.OnlyFiles(t, dir, MissionsFile)
+	testkit.OnlyFiles(t, dir, MissionsFile)
 	if err := s.Put(context.Background(), ports.Mission{State: ports.MissionRunning}); err == nil {
 		t.Fatal("Put of a mission without an id succeeded")
 	}
@@ -286,8 +286,8 @@ func TestMissionStoreRetention(t *testing.T) {
 	if n := len(archiveLines(t, dir)); n != 4 {
 		t.Fatalf("archive has %d lines", n)
 	}
-	filetest.OnlyFiles(t, dir, MissionsArchiveFile, MissionsFile)
-	if m := filetest.Mode(t, filepath.Join(dir, MissionsArchiveFile)); m != 0o600 {
+	testkit.OnlyFiles(t, dir, MissionsArchiveFile, MissionsFile)
+	if m := testkit.Mode(t, filepath.Join(dir, MissionsArchiveFile)); m != 0o600 {
 		t.Fatalf("archive mode %v", m)
 	}
 

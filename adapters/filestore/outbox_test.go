@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/agentic-sandbox/agentic-sandbox/internal/filetest"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 	"github.com/agentic-sandbox/agentic-sandbox/ports/portstest"
 )
@@ -118,10 +118,10 @@ func TestOutboxFiles(t *testing.T) {
 	if !strings.HasSuffix(string(data), "\n"+`{"acked":2}`+"\n") {
 		t.Fatalf("no ack line at the end:\n%s", data)
 	}
-	if m := filetest.Mode(t, filepath.Join(dir, EventsFile)); m != 0o600 {
+	if m := testkit.Mode(t, filepath.Join(dir, EventsFile)); m != 0o600 {
 		t.Fatalf("%s mode %v", EventsFile, m)
 	}
-	filetest.OnlyFiles(t, dir, EventsFile)
+	testkit.OnlyFiles(t, dir, EventsFile)
 
 	// An Ack beyond the last seq would mark future events delivered.
 	if err := o.Ack(4); err == nil {
@@ -258,7 +258,7 @@ func TestOutboxFoldsLegacyAckedFile(t *testing.T) {
 	}
 	o = openOutbox(t, dir)
 	wantPendingRange(t, o, 4, 5)
-	filetest.OnlyFiles(t, dir, EventsFile)
+	testkit.OnlyFiles(t, dir, EventsFile)
 	o.Close()
 	o = openOutbox(t, dir)
 	wantPendingRange(t, o, 4, 5)
@@ -369,7 +369,7 @@ func TestOutboxCompaction(t *testing.T) {
 		t.Fatalf("file %d bytes after compaction, %d before", after, sizeBefore)
 	}
 	wantPendingRange(t, o, 151, 200)
-	filetest.OnlyFiles(t, dir, EventsFile)
+	testkit.OnlyFiles(t, dir, EventsFile)
 
 	// Appends go to the new file; a later compaction counts from it.
 	mustAppend(t, o, portstest.SampleEvent(1000))

@@ -1,7 +1,6 @@
 package hostsup
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,11 +12,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 	"github.com/agentic-sandbox/agentic-sandbox/ports/portstest"
 )
 
@@ -42,23 +41,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // record is what testdata/fakeagent writes.
 type record struct {
 	PID           int
@@ -79,7 +61,7 @@ type harness struct {
 	stateDir string
 	recDir   string
 	creds    *portstest.Credentials
-	logs     *syncBuffer
+	logs     *testkit.Buffer
 }
 
 func newHarness(t *testing.T) *harness {
@@ -90,7 +72,7 @@ func newHarness(t *testing.T) *harness {
 		stateDir: filepath.Join(base, "host-agents"),
 		recDir:   filepath.Join(base, "records"),
 		creds:    portstest.NewCredentials(),
-		logs:     &syncBuffer{},
+		logs:     &testkit.Buffer{},
 	}
 	if err := os.Mkdir(h.recDir, 0o700); err != nil {
 		t.Fatal(err)

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/agentic-sandbox/agentic-sandbox/internal/filetest"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 )
 
 func TestWriteFile(t *testing.T) {
@@ -27,10 +27,10 @@ func TestWriteFile(t *testing.T) {
 		if err != nil || string(got) != tc.data {
 			t.Fatalf("read %q, %v; want %q", got, err, tc.data)
 		}
-		if m := filetest.Mode(t, p); m != tc.perm {
+		if m := testkit.Mode(t, p); m != tc.perm {
 			t.Fatalf("perm %v, want %v", m, tc.perm)
 		}
-		filetest.OnlyFiles(t, dir, "f")
+		testkit.OnlyFiles(t, dir, "f")
 	}
 }
 
@@ -45,12 +45,12 @@ func TestWriteFileAtomicErrorsLeaveNoTemp(t *testing.T) {
 	if err := WriteFile(target, []byte("x"), 0o600); err == nil {
 		t.Fatal("want an error replacing a directory")
 	}
-	filetest.OnlyFiles(t, dir, "target")
+	testkit.OnlyFiles(t, dir, "target")
 
 	if err := WriteFile(filepath.Join(dir, "missing", "f"), []byte("x"), 0o600); err == nil {
 		t.Fatal("want an error in a missing directory")
 	}
-	filetest.OnlyFiles(t, dir, "target")
+	testkit.OnlyFiles(t, dir, "target")
 }
 
 // Readers racing with writers must always see one whole version.
@@ -102,7 +102,7 @@ func TestWriteFileAtomicNeverTorn(t *testing.T) {
 	if err := <-readErr; err != nil {
 		t.Fatal(err)
 	}
-	filetest.OnlyFiles(t, dir, "f")
+	testkit.OnlyFiles(t, dir, "f")
 }
 
 func TestWriteFileExclusive(t *testing.T) {
@@ -117,5 +117,5 @@ func TestWriteFileExclusive(t *testing.T) {
 	if got, _ := os.ReadFile(p); string(got) != "one" {
 		t.Fatalf("got %q", got)
 	}
-	filetest.OnlyFiles(t, dir, "f")
+	testkit.OnlyFiles(t, dir, "f")
 }

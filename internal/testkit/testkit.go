@@ -1,11 +1,14 @@
-// Package filetest holds the checks tests make of files on disk, for the
-// packages that write them (fsatomic, filestore) to share.
-package filetest
+// Package testkit holds the small helpers tests across the tree share:
+// checks of the files a package writes, and a buffer a process or a logger
+// writes while the test reads it.
+package testkit
 
 import (
+	"bytes"
 	"io/fs"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -34,4 +37,25 @@ func Mode(t testing.TB, path string) fs.FileMode {
 		t.Fatal(err)
 	}
 	return fi.Mode().Perm()
+}
+
+// Buffer is a bytes.Buffer safe for a process (or a logger) writing it
+// while a test reads it.
+type Buffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+// Write appends p.
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// String is what was written so far.
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
