@@ -87,6 +87,9 @@ func TestLibvirtSettings(t *testing.T) {
 			t.Errorf("accel %q: %v", bad, err)
 		}
 	}
+	if _, err := load(t, nil, "LIBVIRT_DEFAULT_URI=system"); err == nil || !strings.Contains(err.Error(), "LIBVIRT_DEFAULT_URI") {
+		t.Errorf("LIBVIRT_DEFAULT_URI=system: %v", err)
+	}
 	if _, err := load(t, []string{"--libvirt-accel", "fast"}); err == nil || !strings.Contains(err.Error(), "AGENTIC_LIBVIRT_ACCEL") {
 		t.Errorf("--libvirt-accel fast: %v", err)
 	}
@@ -111,6 +114,11 @@ func TestDockerSettings(t *testing.T) {
 	// A dockerd named is a dockerd found, whether or not the socket exists.
 	if !dockerRuntime.entry().Found(cfg) {
 		t.Error("DOCKER_HOST set, docker not found")
+	}
+	for _, bad := range []string{"/var/run/docker.sock", "docker.sock", "::"} {
+		if _, err := load(t, nil, "DOCKER_HOST="+bad); err == nil || !strings.Contains(err.Error(), "DOCKER_HOST") {
+			t.Errorf("DOCKER_HOST=%s: %v; want it refused, naming the variable", bad, err)
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"path/filepath"
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/docker"
@@ -28,7 +29,11 @@ var dockerRuntime = runtimeDef[dockerOptions]{
 			Doc: "where the docker runtime reaches dockerd, which must run on this machine (the agent and its socket are mounted by host path)"},
 	},
 	Configure: func(v settingValues, _ Config) (dockerOptions, error) {
-		return dockerOptions{Host: v["DOCKER_HOST"]}, nil
+		o := dockerOptions{Host: v["DOCKER_HOST"]}
+		if err := checkURL(o.Host); err != nil {
+			return o, fmt.Errorf("DOCKER_HOST: %w", err)
+		}
+		return o, nil
 	},
 	Found: func(o dockerOptions) bool { return o.Host != "" || exists(dockerSocket) },
 	New: func(cfg Config, o dockerOptions, _ runtimeDeps) (ports.Runtime, func(), error) {

@@ -50,6 +50,9 @@ var libvirtRuntime = runtimeDef[libvirtOptions]{
 	Configure: func(v settingValues, cfg Config) (libvirtOptions, error) {
 		o := libvirtOptions{URI: v["LIBVIRT_DEFAULT_URI"], Accel: v["AGENTIC_LIBVIRT_ACCEL"],
 			NoRestore: v["AGENTIC_LIBVIRT_RESTORE"] == "0", RestoreAll: v["AGENTIC_LIBVIRT_RESTORE"] == "all"}
+		if err := checkURL(o.URI); err != nil {
+			return o, fmt.Errorf("LIBVIRT_DEFAULT_URI: %w", err)
+		}
 		var err error
 		if o.VMImageDir, err = filepath.Abs(v["AGENTIC_VM_IMAGE_DIR"]); err != nil {
 			return o, fmt.Errorf("AGENTIC_VM_IMAGE_DIR: %w", err)

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -65,6 +66,19 @@ func orList(words []string) string {
 		return strings.Join(words, "")
 	}
 	return strings.Join(words[:len(words)-1], ", ") + " or " + words[len(words)-1]
+}
+
+// checkURL refuses an engine address that is set but not a URL with a
+// scheme (unix://…, tcp://…, qemu:///system), which the engine's client
+// would otherwise take for something else or refuse only when first used.
+func checkURL(v string) error {
+	if v == "" {
+		return nil
+	}
+	if u, err := url.Parse(v); err != nil || u.Scheme == "" {
+		return fmt.Errorf("%q is not a URL such as unix:///path/to.sock", v)
+	}
+	return nil
 }
 
 // registerRuntimeFlags adds each runtime setting's flag to fs and returns
