@@ -28,53 +28,11 @@ func (g *ids) NewID() string {
 	return "0000000" + string(rune('a'+g.n)) + "-id"
 }
 
-// memLog is an unbounded in-memory ports.SessionLog.
-type memLog struct {
-	mu       sync.Mutex
-	data     map[string][]byte
-	released []string
+// logged is everything the session log holds for id.
+func logged(log *portsfake.SessionLog, id string) string {
+	data, _, _, _ := log.ReadFrom(id, 0, 1<<20)
+	return string(data)
 }
-
-func (l *memLog) Append(id string, b []byte) (uint64, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	off := uint64(len(l.data[id]))
-	l.data[id] = append(l.data[id], b...)
-	return off, nil
-}
-func (l *memLog) ReadFrom(id string, off uint64, max int) ([]byte, uint64, bool, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	d := l.data[id]
-	if off > uint64(len(d)) {
-		return nil, off, false, ports.ErrOffsetBeyondEnd
-	}
-	end := min(uint64(len(d)), off+uint64(max))
-	return append([]byte(nil), d[off:end]...), off, false, nil
-}
-func (l *memLog) Bounds(id string) (uint64, uint64) { return 0, l.End(id) }
-func (l *memLog) End(id string) uint64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return uint64(len(l.data[id]))
-}
-func (l *memLog) Wait(ctx context.Context, id string, off uint64) error {
-	<-ctx.Done()
-	return ctx.Err()
-}
-func (l *memLog) Delete(id string) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	delete(l.data, id)
-	return nil
-}
-func (l *memLog) Release(id string) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.released = append(l.released, id)
-	return nil
-}
-func (l *memLog) Close() error { return nil }
 
 // stdinOf is what the command got on stdin.
 func stdinOf(c *portsfake.Command) string {
@@ -82,10 +40,10 @@ func stdinOf(c *portsfake.Command) string {
 	return in
 }
 
-func newSvc(caps ...string) (*Service, *portsfake.Link, *memLog) {
+func newSvc(caps ...string) (*Service, *portsfake.Link, *portsfake.SessionLog) {
 	agents := portsfake.NewDirectory(ports.AgentInfo{ID: "agent-1", Capabilities: caps})
 	link := portsfake.NewLink(portsfake.WithDirectory(agents))
-	log := &memLog{data: map[string][]byte{}}
+	log := portsfake.NewSessionLog(0)
 	return New(Config{Link: link, Agents: agents, Log: log, Clock: clock.Wall{}, IDs: &ids{}}), link, log
 }
 
@@ -113,8 +71,8 @@ func TestCreateRunsInAPTYAndLogsOutput(t *testing.T) {
 		t.Fatalf("state %s after start", got.State)
 	}
 	c.Opts.OnOutput(ports.OutputChunk{Data: []byte("ready\r\n")})
-	if string(log.data[s.ID]) != "ready\r\n" {
-		t.Fatalf("log %q", log.data[s.ID])
+	if logged(log, s.ID) != "ready\r\n" {
+		t.Fatalf("log %q", logged(log, s.ID))
 	}
 	c.Finish(ports.CommandResult{ExitCode: 3})
 	waitClosed(t, svc.Exited(s.ID))
@@ -181,8 +139,8 @@ func TestReconcileMovesASessionToItsAdoptingCommand(t *testing.T) {
 	if got, _ := svc.Get(s.ID); got.State != Running {
 		t.Fatalf("state %s after the old command was lost", got.State)
 	}
-	if string(log.data[s.ID]) != "before after" {
-		t.Fatalf("log %q", log.data[s.ID])
+	if logged(log, s.ID) != "before after" {
+		t.Fatalf("log %q", logged(log, s.ID))
 	}
 	if err := svc.Input(context.Background(), s.ID, "v", nil); !errors.Is(err, ErrNotController) {
 		t.Fatalf("input check: %v", err)
@@ -218,8 +176,8 @@ func TestReconcileAdoptsLosesAndKills(t *testing.T) {
 		t.Fatalf("adopted: %+v %v", dev, ok)
 	}
 	link.Command("0000000z-id").Opts.OnOutput(ports.OutputChunk{Data: []byte("tick")})
-	if string(log.data[dev.ID]) != "tick" {
-		t.Fatalf("adopted session's log %q", log.data[dev.ID])
+	if logged(log, dev.ID) != "tick" {
+		t.Fatalf("adopted session's log %q", logged(log, dev.ID))
 	}
 	deadline := time.Now().Add(2 * time.Second)
 	for {
@@ -358,10 +316,7 @@ func TestEndedSessionsAreForgottenAfterRetention(t *testing.T) {
 	if _, ok := svc.Get(live.ID); !ok {
 		t.Fatal("a live session was forgotten")
 	}
-	log.mu.Lock()
-	_, kept := log.data[old.ID]
-	log.mu.Unlock()
-	if kept {
+	if log.End(old.ID) != 0 {
 		t.Fatal("the ended session's log was kept")
 	}
 }

@@ -37,3 +37,20 @@ func TestLinkConformance(t *testing.T) {
 		return portstest.LinkHarness{Link: portsfake.NewLink(portsfake.WithDirectory(dir)), Agent: "agent-a", Other: "agent-b"}
 	})
 }
+
+func TestSessionLogConformance(t *testing.T) {
+	var mu sync.Mutex
+	kept := map[string]*portsfake.SessionLog{}
+	portstest.RunSessionLogSuite(t, func(t *testing.T, dir string, maxBytes int64) ports.SessionLog {
+		mu.Lock()
+		defer mu.Unlock()
+		l, ok := kept[dir]
+		if ok {
+			l = l.Reopen()
+		} else {
+			l = portsfake.NewSessionLog(int(maxBytes))
+		}
+		kept[dir] = l
+		return l
+	})
+}

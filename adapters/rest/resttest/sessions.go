@@ -9,6 +9,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/core/claudefeed"
 	"github.com/agentic-sandbox/agentic-sandbox/core/session"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
+	"github.com/agentic-sandbox/agentic-sandbox/ports/portsfake"
 )
 
 // Sessions is a fake of the session use case (rest.Sessions). Sessions it
@@ -173,141 +174,12 @@ func (f *Sessions) Activity(id string, after int) ([]claudefeed.Event, claudefee
 	return out, f.summary[id], 0, true
 }
 
-// SessionLog is an in-memory ports.SessionLog bounded to Max bytes per
-// session (0: unbounded); it drops the oldest bytes beyond.
-type SessionLog struct {
-	mu     sync.Mutex
-	max    int
-	logs   map[string]*memLog
-	closed bool
-}
-
-type memLog struct {
-	first uint64
-	data  []byte
-	// grew is closed and replaced on every append.
-	grew chan struct{}
-}
-
-var _ ports.SessionLog = (*SessionLog)(nil)
+// SessionLog is an in-memory ports.SessionLog bounded to a number of bytes
+// per session (0: unbounded); it drops the oldest bytes beyond.
+type SessionLog = portsfake.SessionLog
 
 // NewSessionLog returns a log holding at most max bytes per session.
-func NewSessionLog(max int) *SessionLog {
-	return &SessionLog{max: max, logs: map[string]*memLog{}}
-}
-
-func (l *SessionLog) get(id string) *memLog {
-	m := l.logs[id]
-	if m == nil {
-		m = &memLog{grew: make(chan struct{})}
-		l.logs[id] = m
-	}
-	return m
-}
-
-// Append implements ports.SessionLog.
-func (l *SessionLog) Append(id string, data []byte) (uint64, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return 0, ports.ErrSessionLogClosed
-	}
-	m := l.get(id)
-	off := m.first + uint64(len(m.data))
-	m.data = append(m.data, data...)
-	if l.max > 0 && len(m.data) > l.max {
-		drop := len(m.data) - l.max
-		m.first += uint64(drop) //nolint:gosec // drop is a slice length
-		m.data = append([]byte(nil), m.data[drop:]...)
-	}
-	if len(data) > 0 {
-		close(m.grew)
-		m.grew = make(chan struct{})
-	}
-	return off, nil
-}
-
-// ReadFrom implements ports.SessionLog.
-func (l *SessionLog) ReadFrom(id string, offset uint64, max int) ([]byte, uint64, bool, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return nil, 0, false, ports.ErrSessionLogClosed
-	}
-	m := l.get(id)
-	end := m.first + uint64(len(m.data))
-	if offset > end {
-		return nil, 0, false, ports.ErrOffsetBeyondEnd
-	}
-	gap := false
-	if offset < m.first {
-		offset, gap = m.first, true
-	}
-	if max <= 0 {
-		return nil, offset, gap, nil
-	}
-	b := m.data[offset-m.first:]
-	if len(b) > max {
-		b = b[:max]
-	}
-	return append([]byte(nil), b...), offset, gap, nil
-}
-
-// Bounds implements ports.SessionLog.
-func (l *SessionLog) Bounds(id string) (uint64, uint64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	m := l.get(id)
-	return m.first, m.first + uint64(len(m.data))
-}
-
-// End implements ports.SessionLog.
-func (l *SessionLog) End(id string) uint64 {
-	_, end := l.Bounds(id)
-	return end
-}
-
-// Wait implements ports.SessionLog.
-func (l *SessionLog) Wait(ctx context.Context, id string, offset uint64) error {
-	for {
-		l.mu.Lock()
-		if l.closed {
-			l.mu.Unlock()
-			return ports.ErrSessionLogClosed
-		}
-		m := l.get(id)
-		if m.first+uint64(len(m.data)) > offset {
-			l.mu.Unlock()
-			return nil
-		}
-		ch := m.grew
-		l.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
-// Release implements ports.SessionLog: nothing is held open here.
-func (l *SessionLog) Release(string) error { return nil }
-
-// Delete implements ports.SessionLog.
-func (l *SessionLog) Delete(id string) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	delete(l.logs, id)
-	return nil
-}
-
-// Close implements ports.SessionLog.
-func (l *SessionLog) Close() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.closed = true
-	return nil
-}
+func NewSessionLog(max int) *SessionLog { return portsfake.NewSessionLog(max) }
 
 // Kill implements rest.Sessions: a live session ends killed (137).
 func (f *Sessions) Kill(_ context.Context, id string) error {
