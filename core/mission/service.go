@@ -534,8 +534,17 @@ func (s *Service) checkHITL(l *live) time.Time {
 		return next
 	}
 	req := ports.HITLRequest{ID: s.cfg.IDs.NewID(), Prompt: p.Text, Context: p.Context}
-	// Known before the event can reach anyone, so an answer that comes at
-	// once finds it (and then waits on the mission's lock for the commit).
+	if m, err := s.openHITL(l, req, now); err == nil {
+		s.log.Info("mission waits for a human", "mission_id", m.ID, "hitl_id", req.ID)
+	}
+	return next
+}
+
+// openHITL puts l's running mission in hitl_required with req. The request
+// is known before its event can reach anyone, so an answer that comes at
+// once finds it (and then waits on the mission's lock for the commit); it
+// is forgotten again when the mission does not take it.
+func (s *Service) openHITL(l *live, req ports.HITLRequest, now time.Time) (ports.Mission, error) {
 	s.mu.Lock()
 	s.byHITL[req.ID] = l
 	s.mu.Unlock()
@@ -546,10 +555,8 @@ func (s *Service) checkHITL(l *live) time.Time {
 		s.mu.Lock()
 		delete(s.byHITL, req.ID)
 		s.mu.Unlock()
-		return next
 	}
-	s.log.Info("mission waits for a human", "mission_id", m.ID, "hitl_id", req.ID)
-	return next
+	return m, err
 }
 
 func (s *Service) onEnded(l *live) {
@@ -736,22 +743,11 @@ func (s *Service) PermissionAsked(req ports.PermissionRequest) bool {
 	}
 	l.op.Unlock()
 	hr := ports.HITLRequest{ID: s.cfg.IDs.NewID(), Prompt: "claude asks to use " + req.ToolName + ": answer allow or deny (a message may follow)", Context: clipInput(req.InputJSON), Permission: &req}
-	s.mu.Lock()
-	s.byHITL[hr.ID] = l
-	s.mu.Unlock()
-	m, err := s.transitionDurably(l, func(m ports.Mission) (ports.Mission, ports.Event, error) {
-		if m.State != ports.MissionRunning {
-			return m, ports.Event{}, ErrIllegalTransition
-		}
-		return RequireHITL(m, hr, now)
-	})
-	if err != nil {
-		s.mu.Lock()
-		delete(s.byHITL, hr.ID)
-		s.mu.Unlock()
-		return true
+	// RequireHITL takes a running mission only: one that moved on meanwhile
+	// keeps its state and the question is forgotten.
+	if m, err := s.openHITL(l, hr, now); err == nil {
+		s.log.Info("mission waits for a permission", "mission_id", m.ID, "hitl_id", hr.ID, "tool", req.ToolName)
 	}
-	s.log.Info("mission waits for a permission", "mission_id", m.ID, "hitl_id", hr.ID, "tool", req.ToolName)
 	return true
 }
 
