@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -15,8 +16,8 @@ import (
 )
 
 // Engine is a runtime's engine made ready for a test or a bench: a private
-// daemon started for it (dockerd), or the machine's own daemon set up by
-// the runtime's scripts/<name>-test-env.sh (libvirtd).
+// daemon started for it (dockerd), or one shared by the whole process (the
+// machine's libvirtd, set up once by scripts/libvirt-test-env.sh).
 type Engine struct {
 	// Runtime is the name in agentic-mgmt's runtime catalog.
 	Runtime string
@@ -62,7 +63,7 @@ var engines = map[string]func() (Engine, error){
 	// Host environments are processes of this machine: nothing to start.
 	hostsup.RuntimeName: func() (Engine, error) { return Engine{}, nil },
 	"docker":            startDockerEngine,
-	"libvirt":           startLibvirtEngine,
+	"libvirt":           shared(startLibvirtEngine),
 }
 
 // EngineNames are the runtimes StartEngine knows, sorted.
@@ -115,36 +116,68 @@ func testEnvHow(runtime string) string {
 	return "run make test-env (scripts/" + runtime + "-test-env.sh)"
 }
 
+// shared makes start run once per process, for an engine too costly to
+// start per test (a cluster) or that the machine has only one of. Every
+// caller gets the same engine; its own Stop does nothing, and StopEngines
+// stops the engine when the tests are done.
+func shared(start func() (Engine, error)) func() (Engine, error) {
+	var (
+		once sync.Once
+		e    Engine
+		err  error
+	)
+	return func() (Engine, error) {
+		once.Do(func() {
+			e, err = start()
+			if err == nil && e.stop != nil {
+				sharedMu.Lock()
+				sharedStops = append(sharedStops, e.stop)
+				sharedMu.Unlock()
+			}
+		})
+		return Engine{Env: slices.Clone(e.Env)}, err
+	}
+}
+
 var (
-	libvirtOnce sync.Once
-	libvirtErr  error
+	sharedMu    sync.Mutex
+	sharedStops []func()
 )
+
+// StopEngines stops the shared engines this process started, last first:
+// a test package's TestMain calls it after m.Run.
+func StopEngines() {
+	sharedMu.Lock()
+	stops := sharedStops
+	sharedStops = nil
+	sharedMu.Unlock()
+	for i := len(stops) - 1; i >= 0; i-- {
+		stops[i]()
+	}
+}
 
 // libvirtSocket is where libvirtd answers by default (no LIBVIRT_DEFAULT_URI).
 const libvirtSocket = "/var/run/libvirt/libvirt-sock"
 
-// startLibvirtEngine uses the machine's libvirtd: there is no systemd here,
-// so as root it runs scripts/libvirt-test-env.sh once per process (installs
-// libvirt and QEMU when missing, starts virtlogd and libvirtd); without root
-// the daemon must already answer on its socket. The daemon is shared, so
-// Stop leaves it running.
+// startLibvirtEngine uses the machine's libvirtd (shared: run once per
+// process). There is no systemd here, so as root it runs
+// scripts/libvirt-test-env.sh (installs libvirt and QEMU when missing,
+// starts virtlogd and libvirtd); without root the daemon must already
+// answer on its socket. The daemon outlives the tests.
 func startLibvirtEngine() (Engine, error) {
-	libvirtOnce.Do(func() {
-		if os.Geteuid() != 0 {
-			if _, err := os.Stat(libvirtSocket); err != nil {
-				libvirtErr = &Missing{What: "libvirtd (" + libvirtSocket + ")", How: "run make test-env as root (or the tests as root, which start it)"}
-			}
-			return
+	if os.Geteuid() != 0 {
+		if _, err := os.Stat(libvirtSocket); err != nil {
+			return Engine{}, &Missing{What: "libvirtd (" + libvirtSocket + ")", How: "run make test-env as root (or the tests as root, which start it)"}
 		}
-		root, err := ModuleRoot()
-		if err != nil {
-			libvirtErr = err
-			return
-		}
-		out, err := exec.Command(filepath.Join(root, "scripts", "libvirt-test-env.sh")).CombinedOutput()
-		if err != nil {
-			libvirtErr = errors.New("scripts/libvirt-test-env.sh: " + err.Error() + "\n" + string(out))
-		}
-	})
-	return Engine{}, libvirtErr
+		return Engine{}, nil
+	}
+	root, err := ModuleRoot()
+	if err != nil {
+		return Engine{}, err
+	}
+	out, err := exec.Command(filepath.Join(root, "scripts", "libvirt-test-env.sh")).CombinedOutput()
+	if err != nil {
+		return Engine{}, errors.New("scripts/libvirt-test-env.sh: " + err.Error() + "\n" + string(out))
+	}
+	return Engine{}, nil
 }

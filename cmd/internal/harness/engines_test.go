@@ -106,3 +106,40 @@ func TestNeedEngineSkipsOnlyWhatIsMissing(t *testing.T) {
 		t.Error("Stop did not stop the engine")
 	}
 }
+
+// A shared engine starts once for every caller, a caller's Stop leaves it
+// running, and StopEngines stops it.
+func TestSharedEngineStartsOnceAndStopsAtTheEnd(t *testing.T) {
+	starts, stops := 0, 0
+	start := shared(func() (Engine, error) {
+		starts++
+		return Engine{Env: []string{"X=1"}, stop: func() { stops++ }}, nil
+	})
+	for range 3 {
+		e, err := start()
+		if err != nil || e.Getenv("X") != "1" {
+			t.Fatalf("shared engine: %+v, %v", e, err)
+		}
+		e.Env[0] = "X=changed" // a caller's copy
+		e.Stop()
+	}
+	if starts != 1 || stops != 0 {
+		t.Errorf("%d starts, %d stops before StopEngines; want 1, 0", starts, stops)
+	}
+	StopEngines()
+	StopEngines()
+	if stops != 1 {
+		t.Errorf("%d stops after StopEngines; want 1", stops)
+	}
+
+	// A start that failed fails every caller the same way.
+	failing := shared(func() (Engine, error) { starts++; return Engine{}, &Missing{What: "x", How: "y"} })
+	for range 2 {
+		if _, err := failing(); err == nil {
+			t.Error("a failed shared start answered")
+		}
+	}
+	if starts != 2 {
+		t.Errorf("%d starts; want the failing one once", starts)
+	}
+}
