@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -579,12 +580,7 @@ func (s *Service) onEnded(l *live) {
 // agentID fail with reason before their sessions end, so aiwg serve hears
 // why rather than a lost session.
 func (s *Service) RetireAgent(_ context.Context, agentID, reason string) {
-	s.mu.Lock()
-	var on []*live
-	for _, l := range s.missions {
-		on = append(on, l)
-	}
-	s.mu.Unlock()
+	on := s.allLive()
 	for _, l := range on {
 		if l.snapshot().AgentID != agentID {
 			continue
@@ -628,12 +624,7 @@ func (s *Service) Mission(id string) (ports.Mission, error) {
 
 // Missions lists missions in memory, oldest first.
 func (s *Service) Missions(state ports.MissionState) []ports.Mission {
-	s.mu.Lock()
-	ls := make([]*live, 0, len(s.missions))
-	for _, l := range s.missions {
-		ls = append(ls, l)
-	}
-	s.mu.Unlock()
+	ls := s.allLive()
 	out := make([]ports.Mission, 0, len(ls))
 	for _, l := range ls {
 		if m := l.snapshot(); state == "" || m.State == state {
@@ -799,25 +790,33 @@ func (s *Service) KillSession(ctx context.Context, sessionID string) (string, er
 	return m.ID, nil
 }
 
-// Resync moves suspended missions back to running and returns the frames a
-// new executor stream starts with.
-func (s *Service) Resync(ctx context.Context) (ports.Event, []ports.Event, error) {
+// allLive is the missions in memory now.
+func (s *Service) allLive() []*live {
 	s.mu.Lock()
-	ls := make([]*live, 0, len(s.missions))
-	for _, l := range s.missions {
-		ls = append(ls, l)
-	}
-	s.mu.Unlock()
-	// Hold every mission still so no transition slips between the decision and its storage.
+	defer s.mu.Unlock()
+	return slices.Collect(maps.Values(s.missions))
+}
+
+// holdAll locks every mission of ls in the one order, by id (sorting ls),
+// so two callers holding them all cannot deadlock; it returns the release.
+func holdAll(ls []*live) (release func()) {
 	sort.Slice(ls, func(i, j int) bool { return ls[i].id < ls[j].id })
 	for _, l := range ls {
 		l.op.Lock()
 	}
-	defer func() {
+	return func() {
 		for _, l := range ls {
 			l.op.Unlock()
 		}
-	}()
+	}
+}
+
+// Resync moves suspended missions back to running and returns the frames a
+// new executor stream starts with.
+func (s *Service) Resync(ctx context.Context) (ports.Event, []ports.Event, error) {
+	ls := s.allLive()
+	// Hold every mission still so no transition slips between the decision and its storage.
+	defer holdAll(ls)()
 	ms := make([]ports.Mission, len(ls))
 	byID := make(map[string]*live, len(ls))
 	for i, l := range ls {
@@ -858,12 +857,7 @@ func (s *Service) Suspend(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 	}
-	s.mu.Lock()
-	ls := make([]*live, 0, len(s.missions))
-	for _, l := range s.missions {
-		ls = append(ls, l)
-	}
-	s.mu.Unlock()
+	ls := s.allLive()
 	close(s.stop)
 	// A launch stuck in Start must not hold the shutdown past its budget;
 	// the mission locks below keep whatever it does later in order.
@@ -875,17 +869,9 @@ func (s *Service) Suspend(ctx context.Context) error {
 		s.log.Warn("suspending while a session start is still pending")
 	}
 	now := s.cfg.Clock.Now()
-	// Hold every mission (in Resync's lock order) until the suspension is
-	// stored and announced, so no transition slips in between.
-	sort.Slice(ls, func(i, j int) bool { return ls[i].id < ls[j].id })
-	for _, l := range ls {
-		l.op.Lock()
-	}
-	defer func() {
-		for _, l := range ls {
-			l.op.Unlock()
-		}
-	}()
+	// Hold every mission until the suspension is stored and announced, so
+	// no transition slips in between.
+	defer holdAll(ls)()
 	byAge := append([]*live(nil), ls...)
 	sort.SliceStable(byAge, func(i, j int) bool { return byAge[i].created.Before(byAge[j].created) })
 	var ms []ports.Mission
@@ -926,12 +912,7 @@ func (s *Service) Run(ctx context.Context) {
 // memory; the store still answers for them. Locks are taken one at a time: a
 // mission's op lock is never held while waiting for s.mu here.
 func (s *Service) forgetArchived() {
-	s.mu.Lock()
-	ls := make([]*live, 0, len(s.missions))
-	for _, l := range s.missions {
-		ls = append(ls, l)
-	}
-	s.mu.Unlock()
+	ls := s.allLive()
 	for _, l := range ls {
 		m := l.snapshot()
 		if !m.State.Terminal() {
