@@ -3,7 +3,6 @@ package environment
 import (
 	"context"
 	"errors"
-	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -13,56 +12,6 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 	"github.com/agentic-sandbox/agentic-sandbox/ports/portsfake"
 )
-
-// memPools is an in-memory ports.PoolStore.
-type memPools struct {
-	mu     sync.Mutex
-	pools  map[string]ports.Pool
-	claims map[string]string
-}
-
-func newMemPools() *memPools {
-	return &memPools{pools: map[string]ports.Pool{}, claims: map[string]string{}}
-}
-
-func (m *memPools) Pools(context.Context) ([]ports.Pool, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []ports.Pool
-	for _, p := range m.pools {
-		out = append(out, p)
-	}
-	return out, nil
-}
-func (m *memPools) PutPool(_ context.Context, p ports.Pool) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.pools[p.Name] = p
-	return nil
-}
-func (m *memPools) DeletePool(_ context.Context, name string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.pools, name)
-	return nil
-}
-func (m *memPools) Claims(context.Context) (map[string]string, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return maps.Clone(m.claims), nil
-}
-func (m *memPools) PutClaim(_ context.Context, member, env string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.claims[member] = env
-	return nil
-}
-func (m *memPools) DeleteClaim(_ context.Context, member string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.claims, member)
-	return nil
-}
 
 // fakeRenamer plays the agent: renamed, it registers again as the new id.
 type fakeRenamer struct {
@@ -87,13 +36,6 @@ func (r *fakeRenamer) RenameAgent(_ context.Context, id, newID, secret string) e
 	return nil
 }
 
-func (m *memPools) claim(member string) (string, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	env, ok := m.claims[member]
-	return env, ok
-}
-
 func (r *fakeRuntime) has(name string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -103,13 +45,13 @@ func (r *fakeRuntime) has(name string) bool {
 
 type poolFixture struct {
 	*fixture
-	pools   *memPools
+	pools   *portsfake.PoolStore
 	renamer *fakeRenamer
 	link    ports.AgentLink
 }
 
 func newPoolFixture(t *testing.T, prepare func(*poolFixture)) *poolFixture {
-	f := &poolFixture{fixture: &fixture{rt: newFakeRuntime(), agents: portsfake.NewDirectory()}, pools: newMemPools()}
+	f := &poolFixture{fixture: &fixture{rt: newFakeRuntime(), agents: portsfake.NewDirectory()}, pools: portsfake.NewPoolStore()}
 	f.creds = newFixture(t, time.Minute).creds
 	f.renamer = &fakeRenamer{agents: f.agents}
 	if prepare != nil {
@@ -177,7 +119,7 @@ func TestAPoolMemberIsTakenOnceUnderTheCallersName(t *testing.T) {
 		t.Fatalf("take: %+v %v", e, err)
 	}
 	if has(f.creds, member) || !has(f.creds, "mine") || claimOf(f, member) != "mine" {
-		t.Fatalf("credentials: member %v, mine %v; claims %v", has(f.creds, member), has(f.creds, "mine"), f.pools.claims)
+		t.Fatalf("credentials: member %v, mine %v; claims %v", has(f.creds, member), has(f.creds, "mine"), claims(f))
 	}
 	if f.rt.has("mine") {
 		t.Fatal("a take provisioned")
@@ -207,7 +149,7 @@ func TestAPoolMemberIsTakenOnceUnderTheCallersName(t *testing.T) {
 	if f.rt.has(member) || has(f.creds, "mine") {
 		t.Fatal("the taken member outlived its environment")
 	}
-	if _, claimed := f.pools.claim(member); claimed {
+	if _, claimed := claims(f)[member]; claimed {
 		t.Fatal("its claim outlived it")
 	}
 }
@@ -263,8 +205,8 @@ func TestRecoverFindsClaimsAndMembers(t *testing.T) {
 		f.rt.envs["p-aaaa0000"] = ports.Environment{Name: "p-aaaa0000", State: ports.EnvRunning, Labels: label("p")}
 		f.rt.envs["p-bbbb0000"] = ports.Environment{Name: "p-bbbb0000", State: ports.EnvRunning, Labels: label("p")}
 		f.rt.envs["q-cccc0000"] = ports.Environment{Name: "q-cccc0000", State: ports.EnvRunning, Labels: label("q")}
-		f.pools.pools["p"] = ports.Pool{Name: "p", Runtime: "fake", Size: 1}
-		f.pools.claims["p-bbbb0000"] = "mine"
+		_ = f.pools.PutPool(context.Background(), ports.Pool{Name: "p", Runtime: "fake", Size: 1})
+		_ = f.pools.PutClaim(context.Background(), "p-bbbb0000", "mine")
 		f.agents.SetStatus("mine", ports.AgentReady)
 		f.agents.SetStatus("p-aaaa0000", ports.AgentReady)
 	})
@@ -284,7 +226,13 @@ func TestRecoverFindsClaimsAndMembers(t *testing.T) {
 	}
 }
 
-func claimOf(f *poolFixture, member string) string { env, _ := f.pools.claim(member); return env }
+// claims is what the pool store holds: member -> environment.
+func claims(f *poolFixture) map[string]string {
+	c, _ := f.pools.Claims(context.Background())
+	return c
+}
+
+func claimOf(f *poolFixture, member string) string { return claims(f)[member] }
 
 // whatRan is what ran where on link: "agent:command", marked when it was not
 // the server's housekeeping.

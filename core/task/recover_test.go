@@ -19,42 +19,6 @@ import (
 // Fakes of what the task use case reaches through ports, recording what
 // was asked of them.
 
-type memStore struct {
-	mu   sync.Mutex
-	recs map[string]ports.TaskRecord
-}
-
-func (m *memStore) Put(_ context.Context, t ports.TaskRecord) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.recs[t.ID] = cloneRecord(t)
-	return nil
-}
-func (m *memStore) Get(_ context.Context, id string) (ports.TaskRecord, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	r, ok := m.recs[id]
-	if !ok {
-		return r, ports.ErrTaskNotFound
-	}
-	return r, nil
-}
-func (m *memStore) List(context.Context) ([]ports.TaskRecord, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []ports.TaskRecord
-	for _, r := range m.recs {
-		out = append(out, r)
-	}
-	return out, nil
-}
-func (m *memStore) Delete(_ context.Context, id string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.recs, id)
-	return nil
-}
-
 type fakeWorkspace struct{ staged, collected atomic.Int32 }
 
 func (w *fakeWorkspace) Stage(context.Context, string, ports.TaskRepository, string) (string, error) {
@@ -166,7 +130,7 @@ func TestEveryStateContinuesAfterARestart(t *testing.T) {
 		{state: Completing, commandID: true, want: Completed, leftoverEnv: true},
 	} {
 		name := string(c.state)
-		store := &memStore{recs: map[string]ports.TaskRecord{}}
+		store := portsfake.NewTaskStore()
 		now := time.Now()
 		rec := ports.TaskRecord{ID: "t1", State: string(c.state), Manifest: manifest, CreatedAt: now,
 			Phases: []ports.TaskPhase{{State: string(c.state), At: now}}, Environment: ports.TaskEnvironment{Name: EnvironmentName("t1"), Runtime: "host"}}
@@ -230,7 +194,7 @@ func TestEveryStateContinuesAfterARestart(t *testing.T) {
 // start binds to it); a cancel kills it.
 func TestStoppingTheServerLeavesTheRunAlone(t *testing.T) {
 	for _, cancel := range []bool{false, true} {
-		store := &memStore{recs: map[string]ports.TaskRecord{}}
+		store := portsfake.NewTaskStore()
 		link := portsfake.NewLink() // the run goes on until killed
 		kills := func() (n int) {
 			for _, c := range link.Commands() {

@@ -12,21 +12,38 @@ import (
 // The fakes keep the promises the real adapters keep: the same suites run
 // against both.
 
-func TestOutboxConformance(t *testing.T) {
+// reopener opens a fake by the suite's dir: a new one the first time, the
+// last one reopened after, as a file store finds its files again.
+func reopener[F interface{ Reopen() F }](fresh func() F) func(dir string) F {
 	var mu sync.Mutex
-	kept := map[string]*portsfake.Outbox{} // by dir: the suite reopens a dir to restart
-	portstest.RunEventOutboxSuite(t, func(t *testing.T, dir string) ports.EventOutbox {
+	kept := map[string]F{}
+	return func(dir string) F {
 		mu.Lock()
 		defer mu.Unlock()
-		o, ok := kept[dir]
+		f, ok := kept[dir]
 		if ok {
-			o = o.Reopen()
+			f = f.Reopen()
 		} else {
-			o = portsfake.NewOutbox()
+			f = fresh()
 		}
-		kept[dir] = o
-		return o
-	})
+		kept[dir] = f
+		return f
+	}
+}
+
+func TestOutboxConformance(t *testing.T) {
+	open := reopener(func() *portsfake.Outbox { return portsfake.NewOutbox() })
+	portstest.RunEventOutboxSuite(t, func(_ *testing.T, dir string) ports.EventOutbox { return open(dir) })
+}
+
+func TestTaskStoreConformance(t *testing.T) {
+	open := reopener(func() *portsfake.TaskStore { return portsfake.NewTaskStore() })
+	portstest.RunTaskStoreSuite(t, func(_ *testing.T, dir string) ports.TaskStore { return open(dir) })
+}
+
+func TestPoolStoreConformance(t *testing.T) {
+	open := reopener(portsfake.NewPoolStore)
+	portstest.RunPoolStoreSuite(t, func(_ *testing.T, dir string) ports.PoolStore { return open(dir) })
 }
 
 func TestLinkConformance(t *testing.T) {
@@ -39,18 +56,11 @@ func TestLinkConformance(t *testing.T) {
 }
 
 func TestSessionLogConformance(t *testing.T) {
-	var mu sync.Mutex
-	kept := map[string]*portsfake.SessionLog{}
-	portstest.RunSessionLogSuite(t, func(t *testing.T, dir string, maxBytes int64) ports.SessionLog {
-		mu.Lock()
-		defer mu.Unlock()
-		l, ok := kept[dir]
-		if ok {
-			l = l.Reopen()
-		} else {
-			l = portsfake.NewSessionLog(int(maxBytes))
+	opens := map[int64]func(string) *portsfake.SessionLog{}
+	portstest.RunSessionLogSuite(t, func(_ *testing.T, dir string, maxBytes int64) ports.SessionLog {
+		if opens[maxBytes] == nil { // the suite opens one subtest at a time
+			opens[maxBytes] = reopener(func() *portsfake.SessionLog { return portsfake.NewSessionLog(int(maxBytes)) })
 		}
-		kept[dir] = l
-		return l
+		return opens[maxBytes](dir)
 	})
 }
