@@ -129,11 +129,7 @@ func TestSessionsSurviveAgentAndServerRestarts(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := s.WaitAgents(ctx, "host-01"); err != nil {
-		t.Fatal(err)
-	}
+	waitAgents(t, s, "host-01")
 	before := ticks(t, readOutput(t, s, bg))
 	waitTicks(t, s, bg, before+10)
 	for _, id := range []string{shell, bg} {
@@ -145,19 +141,9 @@ func TestSessionsSurviveAgentAndServerRestarts(t *testing.T) {
 
 	// Restart agentic-mgmt: the sessions come back from the agent's report
 	// under their ids, with their logs.
-	if _, err := s.Stop(syscall.SIGTERM, 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	s2, err := s.Restart()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s2.Kill)
-	ctx2, cancel2 := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel2()
-	if err := s2.WaitAgents(ctx2, "host-01"); err != nil {
-		t.Fatal(err)
-	}
+	stop(t, s)
+	s2 := restart(t, s)
+	waitAgents(t, s2, "host-01")
 	waitBack(t, s2, bg)
 	before = ticks(t, readOutput(t, s2, bg))
 	waitTicks(t, s2, bg, before+10)
@@ -215,21 +201,9 @@ func TestKeptSessionOutputWholeAcrossServerRestarts(t *testing.T) {
 		Args: ptr([]string{"-c", "i=0; while :; do for j in 0 1 2 3 4 5 6 7 8 9; do echo tick-$i; i=$((i+1)); done; sleep 0.005; done"})}).SessionId
 	waitTicks(t, s, bg, 500)
 	for range 3 {
-		if _, err := s.Stop(syscall.SIGTERM, 10*time.Second); err != nil {
-			t.Fatal(err)
-		}
-		next, err := s.Restart()
-		if err != nil {
-			t.Fatal(err)
-		}
-		s = next
-		t.Cleanup(s.Kill)
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err = s.WaitAgents(ctx, "host-01")
-		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
+		stop(t, s)
+		s = restart(t, s)
+		waitAgents(t, s, "host-01")
 		waitBack(t, s, bg)
 		waitTicks(t, s, bg, ticks(t, readOutput(t, s, bg))+500)
 	}

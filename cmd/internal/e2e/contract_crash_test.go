@@ -318,11 +318,7 @@ func TestContractAgentLinkLossKeepsMissionOutcome(t *testing.T) {
 	t.Parallel()
 	e := newContract(t, copts{agents: 0})
 	proxy, _ := remoteAgent(t, e.dataDir, e.s().AgentURL, "remote-01")
-	ctx, cancel := ctxFor(30 * time.Second)
-	defer cancel()
-	if err := e.s().WaitAgents(ctx, "remote-01"); err != nil {
-		t.Fatal(err)
-	}
+	waitAgents(t, e.s(), "remote-01")
 
 	done := filepath.Join(e.tmp, "objective-done")
 	gatePath, wait := e.gate("link-go")

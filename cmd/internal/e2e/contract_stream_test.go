@@ -201,11 +201,7 @@ func TestContractResyncAnnouncesTheRealState(t *testing.T) {
 	t.Parallel()
 	e := newContract(t, copts{agents: 0})
 	proxy, _ := remoteAgent(t, e.dataDir, e.s().AgentURL, "remote-02")
-	ctx, cancel := ctxFor(30 * time.Second)
-	defer cancel()
-	if err := e.s().WaitAgents(ctx, "remote-02"); err != nil {
-		t.Fatal(err)
-	}
+	waitAgents(t, e.s(), "remote-02")
 	proxy.hold() // the command goes out into the void
 	e.dispatch("m-unstarted", "echo never seen", "executor_filter", map[string]any{"agent_id": "remote-02"})
 	if st := e.missionState("m-unstarted"); st != "assigned" {

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -91,14 +90,8 @@ func TestEnvironmentsOnTheHostRuntime(t *testing.T) {
 	}
 
 	// The environment outlives agentic-mgmt and is found again.
-	if _, err := s.Stop(syscall.SIGTERM, 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	s2, err := s.Restart()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s2.Kill)
+	stop(t, s)
+	s2 := restart(t, s)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		got, err := s2.Client().GetEnvironmentWithResponse(context.Background(), "hb-1")
@@ -271,14 +264,8 @@ func TestEnvironmentsInDocker(t *testing.T) {
 
 	// agentic-mgmt restarts; the running container is recovered and its
 	// agent comes back through the new socket.
-	if _, err := s.Stop(syscall.SIGTERM, 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	s2, err := s.Restart()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s2.Kill)
+	stop(t, s)
+	s2 := restart(t, s)
 	waitEnvState(t, s2.Client(), "dk-1", restapi.EnvReady)
 	if got := run(s2, "dk-1", "echo again"); !strings.Contains(got, "again") {
 		t.Fatalf("after the restart: %q", got)

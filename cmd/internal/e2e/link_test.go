@@ -92,11 +92,7 @@ func TestKilledAgentIsRestarted(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := s.WaitAgents(ctx, "host-01"); err != nil {
-		t.Fatal(err)
-	}
+	waitAgents(t, s, "host-01")
 	newPid := harness.HostAgentPIDs(dataDir)["host-01"]
 	if newPid == pid || !harness.Alive(newPid) {
 		t.Fatalf("agent not restarted: old %d new %d", pid, newPid)
@@ -113,7 +109,7 @@ func TestMgmtRestartKeepsHostAgents(t *testing.T) {
 	if len(before) != 2 {
 		t.Fatalf("pids %v", before)
 	}
-	exitErr, err := s.Stop(syscall.SIGTERM, 3*time.Second)
+	exitErr, err := s.Stop(syscall.SIGTERM, patience)
 	if err != nil || exitErr != nil {
 		t.Fatalf("SIGTERM: exit %v, %v\n%s", exitErr, err, s.Log())
 	}
@@ -132,11 +128,7 @@ func TestMgmtRestartKeepsHostAgents(t *testing.T) {
 			t.Logf("second agentic-mgmt log:\n%s", s2.Log())
 		}
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
-	defer cancel()
-	if err := s2.WaitAgents(ctx, "host-01", "host-02"); err != nil {
-		t.Fatal(err)
-	}
+	waitAgents(t, s2, "host-01", "host-02")
 	after := harness.HostAgentPIDs(dataDir)
 	for id, pid := range before {
 		if after[id] != pid {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -56,12 +57,48 @@ func startServer(t *testing.T, n int, dataDir string, env ...string) *harness.Se
 	for i := range ids {
 		ids[i] = fmt.Sprintf("host-%02d", i+1)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	waitAgents(t, s, ids...)
+	return s
+}
+
+// patience bounds a wait for what a quiet machine does in a second or two:
+// a loaded one (CI, two cores shared by every package) can take far longer,
+// and a wait that is met ends at once.
+const patience = 2 * time.Minute
+
+// waitAgents waits until each id is connected to s.
+func waitAgents(t *testing.T, s *harness.Server, ids ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	if err := s.WaitAgents(ctx, ids...); err != nil {
 		t.Fatal(err)
 	}
-	return s
+}
+
+// stop sends agentic-mgmt SIGTERM and waits for it to exit.
+func stop(t *testing.T, s *harness.Server) {
+	t.Helper()
+	if _, err := s.Stop(syscall.SIGTERM, patience); err != nil {
+		t.Fatalf("%v\n%s", err, s.Log())
+	}
+}
+
+// restart starts s, which has exited, again on its data dir and ports; the
+// new server ends with the test.
+func restart(t *testing.T, s *harness.Server) *harness.Server {
+	t.Helper()
+	s2, err := s.Restart()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s2.Kill()
+		if t.Failed() {
+			t.Logf("restarted agentic-mgmt log:\n%s", s2.Log())
+		}
+	})
+	return s2
 }
 
 // privateDockerd starts a dockerd of the test's own (make test-env installs

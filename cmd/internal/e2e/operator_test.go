@@ -72,7 +72,7 @@ func TestOperatorAPIIsApartFromTheAgentSide(t *testing.T) {
 	}
 
 	// REST and the WebSocket on the operator host only.
-	base, err := freeBase()
+	base, err := harness.FreeBasePortOn("127.0.0.2", "127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestOperatorAPIIsApartFromTheAgentSide(t *testing.T) {
 		{fmt.Sprintf("127.0.0.2:%d", base+2), false}, // REST not beside the agent port
 		{fmt.Sprintf("127.0.0.2:%d", base+1), false},
 	} {
-		c, err := net.DialTimeout("tcp", tc.addr, 2*time.Second)
+		c, err := net.DialTimeout("tcp", tc.addr, 10*time.Second)
 		if err == nil {
 			c.Close()
 		}
@@ -100,31 +100,6 @@ func TestOperatorAPIIsApartFromTheAgentSide(t *testing.T) {
 			t.Errorf("%s: reachable %v, want %v", tc.addr, err == nil, tc.open)
 		}
 	}
-}
-
-// freeBase finds three free consecutive ports on 127.0.0.2.
-func freeBase() (int, error) {
-	for range 50 {
-		ln, err := net.Listen("tcp", "127.0.0.2:0")
-		if err != nil {
-			return 0, err
-		}
-		p := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-		ok := true
-		for _, addr := range []string{fmt.Sprintf("127.0.0.2:%d", p+1), fmt.Sprintf("127.0.0.2:%d", p+2), fmt.Sprintf("127.0.0.1:%d", p+1), fmt.Sprintf("127.0.0.1:%d", p+2)} {
-			l, err := net.Listen("tcp", addr)
-			if err != nil {
-				ok = false
-				break
-			}
-			l.Close()
-		}
-		if ok {
-			return p, nil
-		}
-	}
-	return 0, fmt.Errorf("no free ports")
 }
 
 // /readyz counts the supervisor's host agents only, not environments'.

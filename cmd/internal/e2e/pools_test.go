@@ -162,11 +162,7 @@ func TestWarmPoolOnTheHostRuntime(t *testing.T) {
 	// Killed and restarted: the taken environment is the caller's still,
 	// the idle members are the same ones, idle again.
 	s.Kill()
-	s2, err := s.Restart()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s2.Kill)
+	s2 := restart(t, s)
 	waitEnvState(t, s2.Client(), "mine", restapi.EnvReady)
 	recovered := waitPool(t, s2, "warm", 2, 60*time.Second)
 	if !slices.Equal(memberNames(recovered), memberNames(after)) {

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -106,14 +107,23 @@ func (e *taskEnv) submit(manifest string, headers ...string) (int, []byte) {
 	return resp.StatusCode, b
 }
 
-func (e *taskEnv) run(manifest string) restapi.Task {
+// accepted submits manifest and is the answer; anything but 202 fails the test.
+func (e *taskEnv) accepted(manifest string) restapi.TaskAccepted {
 	e.t.Helper()
 	st, b := e.submit(manifest)
 	if st != http.StatusAccepted {
 		e.t.Fatalf("submit: %d %s", st, b)
 	}
 	var acc restapi.TaskAccepted
-	_ = json.Unmarshal(b, &acc)
+	if err := json.Unmarshal(b, &acc); err != nil {
+		e.t.Fatalf("submit: %v %s", err, b)
+	}
+	return acc
+}
+
+func (e *taskEnv) run(manifest string) restapi.Task {
+	e.t.Helper()
+	acc := e.accepted(manifest)
 	return e.waitEnd(acc.TaskId, 90*time.Second)
 }
 
@@ -340,26 +350,28 @@ func TestTaskCancel(t *testing.T) {
 	e := newTaskEnv(t)
 	// A duration no other test sleeps: pgrep sees every test's processes,
 	// those in containers too.
-	st, b := e.submit("command: {argv: [sleep, \"4321\"]}\nenvironment: {runtime: host}\n")
-	if st != 202 {
-		t.Fatalf("submit: %d %s", st, b)
-	}
-	var acc restapi.TaskAccepted
-	_ = json.Unmarshal(b, &acc)
+	acc := e.accepted("command: {argv: [sleep, \"4321\"]}\nenvironment: {runtime: host}\n")
 	eventually(t, 60*time.Second, "the task running", func() bool { return e.get(acc.TaskId).State == "running" })
 	// A live event stream ends with the task.
-	live := make(chan []sseEvent, 1)
-	go func() { live <- readSSE(t, e.s, acc.TaskId, "") }()
-	time.Sleep(200 * time.Millisecond)
+	type read struct {
+		evs []sseEvent
+		err error
+	}
+	stream := openSSE(t, e.s, acc.TaskId, "")
+	live := make(chan read, 1)
+	go func() { evs, err := sseEvents(stream); live <- read{evs, err} }()
 	if st, b := fileDo(t, e.s, http.MethodDelete, e.s.RESTURL+"/api/v1/tasks/"+acc.TaskId, nil); st != 202 {
 		t.Fatalf("cancel: %d %s", st, b)
 	}
 	select {
-	case evs := <-live:
-		if last := evs[len(evs)-1]; last.event != "end" || !strings.Contains(last.data, `"state":"cancelled"`) {
+	case r := <-live:
+		if r.err != nil || len(r.evs) == 0 {
+			t.Fatalf("the live stream: %v %+v", r.err, r.evs)
+		}
+		if last := r.evs[len(r.evs)-1]; last.event != "end" || !strings.Contains(last.data, `"state":"cancelled"`) {
 			t.Errorf("the live stream ended with %+v", last)
 		}
-	case <-time.After(40 * time.Second):
+	case <-time.After(2 * time.Minute):
 		t.Fatal("the live event stream did not end with the task")
 	}
 	tk := e.waitEnd(acc.TaskId, 30*time.Second)
@@ -380,12 +392,7 @@ func TestTaskCancel(t *testing.T) {
 func TestTaskSurvivesAServerKill(t *testing.T) {
 	e := newTaskEnv(t)
 	marker := filepath.Join(t.TempDir(), "starts")
-	st, b := e.submit("command: {argv: [sh, -c, \"echo x >> " + marker + "; echo before-the-kill; sleep 9; echo after-the-kill; echo made > REPORT.md\"]}\nenvironment: {runtime: host}\nlifecycle: {artifact_patterns: [REPORT.md]}\n")
-	if st != 202 {
-		t.Fatalf("submit: %d %s", st, b)
-	}
-	var acc restapi.TaskAccepted
-	_ = json.Unmarshal(b, &acc)
+	acc := e.accepted("command: {argv: [sh, -c, \"echo x >> " + marker + "; echo before-the-kill; sleep 9; echo after-the-kill; echo made > REPORT.md\"]}\nenvironment: {runtime: host}\nlifecycle: {artifact_patterns: [REPORT.md]}\n")
 	eventually(t, 60*time.Second, "the task running and its first line out", func() bool {
 		return e.get(acc.TaskId).State == "running" && e.get(acc.TaskId).Progress.OutputBytes > 0
 	})
@@ -441,12 +448,7 @@ func TestTaskSurvivesAServerKillInEachPhase(t *testing.T) {
 		t.Run(phase, func(t *testing.T) {
 			e := newTaskEnv(t, "AGENTIC_TEST_TASK_HOLD="+phase+"=2m")
 			marker := filepath.Join(t.TempDir(), "starts")
-			st, b := e.submit("repository: {url: " + e.repo + "}\ncommand: {argv: [sh, -c, \"echo x >> " + marker + "; echo made > REPORT.md; echo more >> a.txt\"]}\nenvironment: {runtime: host}\nlifecycle: {artifact_patterns: [REPORT.md]}\n")
-			if st != 202 {
-				t.Fatalf("submit: %d %s", st, b)
-			}
-			var acc restapi.TaskAccepted
-			_ = json.Unmarshal(b, &acc)
+			acc := e.accepted("repository: {url: " + e.repo + "}\ncommand: {argv: [sh, -c, \"echo x >> " + marker + "; echo made > REPORT.md; echo more >> a.txt\"]}\nenvironment: {runtime: host}\nlifecycle: {artifact_patterns: [REPORT.md]}\n")
 			eventually(t, 60*time.Second, "the task in "+phase, func() bool { return e.get(acc.TaskId).State == phase })
 			e.killAndRestart()
 			tk := e.waitEnd(acc.TaskId, 90*time.Second)
@@ -542,23 +544,41 @@ type sseEvent struct{ event, id, data string }
 // readSSE reads a task's event stream until the server ends it.
 func readSSE(t *testing.T, s *harness.Server, id, lastEventID string) []sseEvent {
 	t.Helper()
+	evs, err := sseEvents(openSSE(t, s, id, lastEventID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evs
+}
+
+// openSSE opens the task's event stream; once it returns, the stream is
+// live (its answer has come).
+func openSSE(t *testing.T, s *harness.Server, id, lastEventID string) *http.Response {
+	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, s.RESTURL+"/api/v1/tasks/"+id+"/events", nil)
 	req.Header.Set("Authorization", "Bearer "+s.Token)
 	if lastEventID != "" {
 		req.Header.Set("Last-Event-ID", lastEventID)
 	}
-	client := &http.Client{Timeout: 30 * time.Second}
+	// Bounds the whole stream, which lasts as long as the task.
+	client := &http.Client{Timeout: 3 * time.Minute}
 	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		resp.Body.Close()
 		t.Fatalf("events: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
+	return resp
+}
+
+// sseEvents reads an event stream to its end.
+func sseEvents(resp *http.Response) ([]sseEvent, error) {
+	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		t.Fatalf("the event stream did not end cleanly: %v", err)
+		return nil, fmt.Errorf("the event stream did not end cleanly: %w", err)
 	}
 	var out []sseEvent
 	for _, block := range strings.Split(strings.TrimSpace(string(body)), "\n\n") {
@@ -576,7 +596,7 @@ func readSSE(t *testing.T, s *harness.Server, id, lastEventID string) []sseEvent
 		}
 		out = append(out, ev)
 	}
-	return out
+	return out, nil
 }
 
 // A task in a VM (libvirt, TCG): the repository goes in over the
@@ -610,12 +630,7 @@ lifecycle: {artifact_patterns: [REPORT.md]}
 // secret's value in its argv.
 func TestTaskSecretNeverInArgv(t *testing.T) {
 	e := newTaskEnv(t)
-	st, b := e.submit("command: {argv: [sleep, \"31\"]}\nenvironment: {runtime: host}\nsecrets: [{name: MY_TOKEN, source: env, key: TASK_TEST_TOKEN}]\n")
-	if st != 202 {
-		t.Fatalf("submit: %d %s", st, b)
-	}
-	var acc restapi.TaskAccepted
-	_ = json.Unmarshal(b, &acc)
+	acc := e.accepted("command: {argv: [sleep, \"31\"]}\nenvironment: {runtime: host}\nsecrets: [{name: MY_TOKEN, source: env, key: TASK_TEST_TOKEN}]\n")
 	eventually(t, 60*time.Second, "the task running", func() bool { return e.get(acc.TaskId).State == "running" })
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	sawSleep := false
@@ -672,12 +687,7 @@ func TestTaskListFiltersAndPages(t *testing.T) {
 	e := newTaskEnv(t)
 	var ids []string
 	for i, team := range []string{"a", "b", "a"} {
-		st, b := e.submit("metadata: {name: l" + strconv.Itoa(i) + ", labels: {team: " + team + "}}\ncommand: {argv: [\"true\"]}\nenvironment: {runtime: host}\n")
-		if st != 202 {
-			t.Fatalf("submit: %d %s", st, b)
-		}
-		var acc restapi.TaskAccepted
-		_ = json.Unmarshal(b, &acc)
+		acc := e.accepted("metadata: {name: l" + strconv.Itoa(i) + ", labels: {team: " + team + "}}\ncommand: {argv: [\"true\"]}\nenvironment: {runtime: host}\n")
 		if acc.State != "pending" {
 			t.Errorf("a new task is answered %q, want pending", acc.State)
 		}
@@ -731,12 +741,7 @@ func TestTaskPermissionPromptsAreHITL(t *testing.T) {
 	s := startServer(t, 0, t.TempDir(), "PATH="+fakeClaudeMCP(t)+":"+os.Getenv("PATH"), "AGENTIC_TASK_RUNTIME=host")
 	e := &taskEnv{t: t, s: s}
 	for _, decision := range []string{"allow", "deny"} {
-		st, b := e.submit("claude: {prompt: ask, skip_permissions: false}\nenvironment: {runtime: host}\nlifecycle: {artifact_patterns: [\"*.txt\"]}\n")
-		if st != 202 {
-			t.Fatalf("submit: %d %s", st, b)
-		}
-		var acc restapi.TaskAccepted
-		_ = json.Unmarshal(b, &acc)
+		acc := e.accepted("claude: {prompt: ask, skip_permissions: false}\nenvironment: {runtime: host}\nlifecycle: {artifact_patterns: [\"*.txt\"]}\n")
 		hitl := waitTaskHITL(t, s, acc.TaskId)
 		if deref(hitl.ToolName) != "Bash" || !strings.Contains(deref(hitl.ToolInput), "rm -rf build") {
 			t.Errorf("the request: %+v", hitl)
@@ -745,7 +750,7 @@ func TestTaskPermissionPromptsAreHITL(t *testing.T) {
 			t.Errorf("while it waits: %s, activity %q", tk.State, deref(tk.Progress.Activity))
 		}
 		body := `{"text": "not in this repository", "decision": "` + decision + `"}`
-		st, b = fileDo(t, s, http.MethodPost, s.RESTURL+"/api/v1/hitl/"+hitl.HitlId+"/respond", strings.NewReader(body))
+		st, b := fileDo(t, s, http.MethodPost, s.RESTURL+"/api/v1/hitl/"+hitl.HitlId+"/respond", strings.NewReader(body))
 		if st != 200 {
 			t.Fatalf("respond: %d %s", st, b)
 		}
@@ -809,12 +814,7 @@ func TestTaskPermissionSurvivesAServerKill(t *testing.T) {
 	data := t.TempDir()
 	s := startServer(t, 0, data, "PATH="+fakeClaudeMCP(t)+":"+os.Getenv("PATH"), "AGENTIC_TASK_RUNTIME=host")
 	e := &taskEnv{t: t, s: s, data: data}
-	st, b := e.submit("claude: {prompt: ask, skip_permissions: false}\nenvironment: {runtime: host}\nlifecycle: {artifact_patterns: [\"*.txt\"]}\n")
-	if st != 202 {
-		t.Fatalf("submit: %d %s", st, b)
-	}
-	var acc restapi.TaskAccepted
-	_ = json.Unmarshal(b, &acc)
+	acc := e.accepted("claude: {prompt: ask, skip_permissions: false}\nenvironment: {runtime: host}\nlifecycle: {artifact_patterns: [\"*.txt\"]}\n")
 	first := waitTaskHITL(t, s, acc.TaskId)
 	e.killAndRestart()
 	s2 := e.s

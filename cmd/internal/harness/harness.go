@@ -61,9 +61,13 @@ func ModuleRoot() (string, error) {
 }
 
 // FreeBasePort finds a port p with p, p+1 and p+2 free on 127.0.0.1.
-func FreeBasePort() (int, error) {
+func FreeBasePort() (int, error) { return FreeBasePortOn("127.0.0.1") }
+
+// FreeBasePortOn finds a port p free on the first host with p+1 and p+2
+// free on every host.
+func FreeBasePortOn(hosts ...string) (int, error) {
 	for range 50 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		ln, err := net.Listen("tcp", net.JoinHostPort(hosts[0], "0"))
 		if err != nil {
 			return 0, err
 		}
@@ -73,13 +77,15 @@ func FreeBasePort() (int, error) {
 			continue
 		}
 		ok := true
-		for d := 1; d <= 2; d++ {
-			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+d))
-			if err != nil {
-				ok = false
-				break
+		for d := 1; d <= 2 && ok; d++ {
+			for _, h := range hosts {
+				l, err := net.Listen("tcp", net.JoinHostPort(h, strconv.Itoa(p+d)))
+				if err != nil {
+					ok = false
+					break
+				}
+				l.Close()
 			}
-			l.Close()
 		}
 		if ok {
 			return p, nil
