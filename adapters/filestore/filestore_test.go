@@ -326,25 +326,32 @@ func TestOperatorToken(t *testing.T) {
 
 func TestOperatorTokenRace(t *testing.T) {
 	dataDir := t.TempDir()
+	agreeOnFirstStart(t, dataDir, LoadOrCreateOperatorToken)
+	testkit.OnlyFiles(t, dataDir, OperatorTokenFile)
+}
+
+// agreeOnFirstStart runs creators of dataDir's file at once and fails t
+// unless they all return the same value.
+func agreeOnFirstStart(t *testing.T, dataDir string, load func(dataDir string) (string, error)) {
+	t.Helper()
 	const n = 8
-	toks := make([]string, n)
+	got := make([]string, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			tok, err := LoadOrCreateOperatorToken(dataDir)
+			v, err := load(dataDir)
 			if err != nil {
 				t.Error(err)
 			}
-			toks[i] = tok
+			got[i] = v
 		})
 	}
 	wg.Wait()
-	for _, tok := range toks {
-		if tok != toks[0] || tok == "" {
-			t.Fatalf("racing creators disagree: %q", toks)
+	for _, v := range got {
+		if v != got[0] || v == "" {
+			t.Fatalf("racing creators disagree: %q", got)
 		}
 	}
-	testkit.OnlyFiles(t, dataDir, OperatorTokenFile)
 }
 
 func TestDefaultSecretsDir(t *testing.T) {

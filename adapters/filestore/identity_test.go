@@ -4,7 +4,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/google/uuid"
@@ -77,24 +76,7 @@ func TestIdentityGarbage(t *testing.T) {
 func TestIdentityConcurrentFirstStart(t *testing.T) {
 	for range 5 {
 		dataDir := filepath.Join(t.TempDir(), "data")
-		const n = 8
-		ids := make([]string, n)
-		var wg sync.WaitGroup
-		for i := range n {
-			wg.Go(func() {
-				id, err := LoadOrCreateIdentity(dataDir)
-				if err != nil {
-					t.Error(err)
-				}
-				ids[i] = id
-			})
-		}
-		wg.Wait()
-		for _, id := range ids {
-			if id != ids[0] || id == "" {
-				t.Fatalf("ids differ: %q", ids)
-			}
-		}
+		agreeOnFirstStart(t, dataDir, LoadOrCreateIdentity)
 		testkit.OnlyFiles(t, dataDir, IdentityFile)
 	}
 }
