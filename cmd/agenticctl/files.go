@@ -190,6 +190,15 @@ func (r *remoteFiles) answer(resp *http.Response, err error, want int) error {
 	return nil
 }
 
+// written is answer for an upload, whose answer has no body to read.
+func (r *remoteFiles) written(resp *http.Response, err error) error {
+	if err := r.answer(resp, err, http.StatusNoContent); err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
 func withLength(n int64) restapi.RequestEditorFn {
 	return func(_ context.Context, req *http.Request) error {
 		req.ContentLength = n
@@ -204,11 +213,7 @@ func (c *cli) upload(r *remoteFiles, local, rpath string, quiet bool) error {
 	ctx := context.Background()
 	if local == "-" {
 		resp, err := r.cl.WriteFileWithBody(ctx, r.agent, &restapi.WriteFileParams{Path: rpath}, "application/octet-stream", c.progress(c.stdin, -1, quiet))
-		if err := r.answer(resp, err, http.StatusNoContent); err != nil {
-			return err
-		}
-		resp.Body.Close()
-		return nil
+		return r.written(resp, err)
 	}
 	fi, err := os.Stat(local)
 	if err != nil {
@@ -228,11 +233,7 @@ func (c *cli) upload(r *remoteFiles, local, rpath string, quiet bool) error {
 		body := c.progress(pr, -1, quiet)
 		resp, err := r.cl.WriteArchiveWithBody(ctx, r.agent, &restapi.WriteArchiveParams{Path: target}, "application/x-tar", body)
 		pr.CloseWithError(errors.New("upload over"))
-		if err := r.answer(resp, err, http.StatusNoContent); err != nil {
-			return err
-		}
-		resp.Body.Close()
-		return nil
+		return r.written(resp, err)
 	}
 	f, err := os.Open(local)
 	if err != nil {
@@ -242,11 +243,7 @@ func (c *cli) upload(r *remoteFiles, local, rpath string, quiet bool) error {
 	mode := fmt.Sprintf("%04o", fi.Mode().Perm())
 	resp, err := r.cl.WriteFileWithBody(ctx, r.agent, &restapi.WriteFileParams{Path: target, Mode: &mode}, "application/octet-stream",
 		c.progress(f, fi.Size(), quiet), withLength(fi.Size()))
-	if err := r.answer(resp, err, http.StatusNoContent); err != nil {
-		return err
-	}
-	resp.Body.Close()
-	return nil
+	return r.written(resp, err)
 }
 
 func (c *cli) download(r *remoteFiles, rpath, local string, quiet bool) error {
