@@ -141,7 +141,7 @@ func TestDispatchStoresBeforeAssignedEventAndStartsSession(t *testing.T) {
 	}
 
 	// Durable before the answer: the store holds it as assigned, with its session id.
-	stored, ok := h.store.get("m1")
+	stored, ok := h.store.Get("m1")
 	if !ok || stored.State != ports.MissionAssigned || stored.SessionID != m.SessionID {
 		t.Fatalf("store holds %+v (found %v), want assigned with session %s", stored, ok, m.SessionID)
 	}
@@ -220,7 +220,7 @@ func TestDispatchIdempotent(t *testing.T) {
 	if n := len(h.link.Starts()); n != 1 {
 		t.Fatalf("%d sessions started, want 1", n)
 	}
-	if n := len(h.store.putsOf("m1")); n != 1 {
+	if n := len(h.putsOf("m1")); n != 1 {
 		t.Fatalf("%d Puts of m1, want 1", n)
 	}
 	if got := h.outbox.types("m1"); !reflect.DeepEqual(got, []string{"mission.assigned"}) {
@@ -241,7 +241,7 @@ func TestDispatchIdempotentForArchivedMission(t *testing.T) {
 	code := 0
 	old := ports.Mission{ID: "old", Objective: "echo hi", RequestHash: "hash-old", State: ports.MissionCompleted,
 		AgentID: "agent-9", SessionID: "s-old", ExitCode: &code, CreatedAt: time.Unix(1000, 0)}
-	h.store.putArchived(old)
+	h.store.PutArchived(old)
 
 	m, err := h.svc.Dispatch(context.Background(), request("old"))
 	if err != nil {
@@ -258,7 +258,7 @@ func TestDispatchIdempotentForArchivedMission(t *testing.T) {
 	if n := len(h.link.Starts()); n != 0 {
 		t.Fatalf("%d sessions started for an archived mission", n)
 	}
-	if n := h.store.calls(); n != 0 {
+	if n := h.store.PutCalls(); n != 0 {
 		t.Fatalf("%d Puts for an archived mission", n)
 	}
 	if n := len(h.outbox.Events()); n != 0 {
@@ -269,7 +269,7 @@ func TestDispatchIdempotentForArchivedMission(t *testing.T) {
 func TestDispatchConcurrentIdenticalStartsOneSession(t *testing.T) {
 	h := newHarness(t)
 	// A slow disk widens the window in which the dispatches overlap.
-	h.store.setPutHook(func([]ports.Mission) { time.Sleep(20 * time.Millisecond) })
+	h.store.SetBeforePut(func([]ports.Mission) { time.Sleep(20 * time.Millisecond) })
 
 	const n = 20
 	var wg sync.WaitGroup
@@ -296,7 +296,7 @@ func TestDispatchConcurrentIdenticalStartsOneSession(t *testing.T) {
 	}
 	h.cmd(results[0].SessionID)
 	// Every Dispatch returned, so any second session would have been stored and announced already.
-	if k := len(h.store.putsOf("m1")); k != 1 {
+	if k := len(h.putsOf("m1")); k != 1 {
 		t.Fatalf("%d Puts of m1, want 1", k)
 	}
 	if k := h.outbox.count("m1", "mission.assigned"); k != 1 {
@@ -309,7 +309,7 @@ func TestDispatchConcurrentIdenticalStartsOneSession(t *testing.T) {
 
 func TestDispatchConcurrentConflictingBodies(t *testing.T) {
 	h := newHarness(t)
-	h.store.setPutHook(func([]ports.Mission) { time.Sleep(10 * time.Millisecond) })
+	h.store.SetBeforePut(func([]ports.Mission) { time.Sleep(10 * time.Millisecond) })
 	var wg sync.WaitGroup
 	errs := make([]error, 10)
 	for i := range errs {
@@ -332,14 +332,14 @@ func TestDispatchConcurrentConflictingBodies(t *testing.T) {
 			t.Errorf("dispatch %d: err = %v, want %v", i, err, want)
 		}
 	}
-	if k := len(h.store.putsOf("m1")); k != 1 {
+	if k := len(h.putsOf("m1")); k != 1 {
 		t.Fatalf("%d Puts of m1, want 1", k)
 	}
 }
 
 func TestDispatchStoreFailure(t *testing.T) {
 	h := newHarness(t)
-	h.store.setPutErr(errDisk)
+	h.store.SetPutErr(errDisk)
 	_, err := h.svc.Dispatch(context.Background(), request("m1"))
 	if !errors.Is(err, ports.ErrStoreUnavailable) {
 		t.Fatalf("err = %v, want ErrStoreUnavailable", err)
@@ -358,7 +358,7 @@ func TestDispatchStoreFailure(t *testing.T) {
 	}
 
 	// The disk recovers: the same mission_id is accepted now.
-	h.store.setPutErr(nil)
+	h.store.SetPutErr(nil)
 	m := h.dispatch("m1")
 	h.cmd(m.SessionID)
 	if n := len(h.link.Starts()); n != 1 {
@@ -379,11 +379,11 @@ func TestDispatchOutboxOrArchiveFailure(t *testing.T) {
 	h.outbox.SetErr(nil)
 	h.dispatch("m1")
 
-	h.store.setArchivedErr(errDisk)
+	h.store.SetArchivedErr(errDisk)
 	if _, err := h.svc.Dispatch(context.Background(), request("m2")); !errors.Is(err, ports.ErrStoreUnavailable) {
 		t.Fatalf("archive lookup failure: err = %v, want ErrStoreUnavailable", err)
 	}
-	h.store.setArchivedErr(nil)
+	h.store.SetArchivedErr(nil)
 	h.dispatch("m2")
 }
 

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -48,144 +47,21 @@ func (l *opLog) snapshot() []logEntry {
 }
 
 // ---------------------------------------------------------------------------
-// ports.MissionStore
+// The portsfake mission store, outbox, link and clock, logging into the
+// shared log.
 
 var errDisk = errors.New("disk full")
 
-type fakeStore struct {
-	log *opLog
-
-	mu          sync.Mutex
-	missions    map[string]ports.Mission
-	archived    map[string]ports.Mission
-	puts        []ports.Mission // every mission of every successful Put, in order
-	putCalls    int
-	putErr      error
-	archivedErr error
-	loadErr     error
-	// putHook runs at the start of every Put, outside the store's lock (it may block).
-	putHook func(ms []ports.Mission)
-}
-
-func newFakeStore(log *opLog) *fakeStore {
-	return &fakeStore{log: log, missions: map[string]ports.Mission{}, archived: map[string]ports.Mission{}}
-}
-
-func (s *fakeStore) Load() ([]ports.Mission, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.loadErr != nil {
-		return nil, s.loadErr
-	}
-	out := make([]ports.Mission, 0, len(s.missions))
-	for _, m := range s.missions {
-		out = append(out, m)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
-	return out, nil
-}
-
-func (s *fakeStore) Put(ctx context.Context, ms ...ports.Mission) error {
-	s.mu.Lock()
-	hook, err := s.putHook, s.putErr
-	s.putCalls++
-	s.mu.Unlock()
-	if hook != nil {
-		hook(ms)
-	}
-	if err != nil {
-		return err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, m := range ms {
-		s.missions[m.ID] = m
-		s.puts = append(s.puts, m)
-		s.log.add(logEntry{Kind: "put", MissionID: m.ID, State: m.State, LastEvent: m.LastEvent})
-	}
-	return nil
-}
-
-func (s *fakeStore) Archived(id string) (ports.Mission, bool, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.archivedErr != nil {
-		return ports.Mission{}, false, s.archivedErr
-	}
-	m, ok := s.archived[id]
-	return m, ok, nil
-}
-
-func (s *fakeStore) Close() error { return nil }
-
-func (s *fakeStore) setPutErr(err error) {
-	s.mu.Lock()
-	s.putErr = err
-	s.mu.Unlock()
-}
-
-func (s *fakeStore) setPutHook(f func([]ports.Mission)) {
-	s.mu.Lock()
-	s.putHook = f
-	s.mu.Unlock()
-}
-
-func (s *fakeStore) setArchivedErr(err error) {
-	s.mu.Lock()
-	s.archivedErr = err
-	s.mu.Unlock()
-}
-
-// seed stores missions as if an earlier run had put them.
-func (s *fakeStore) seed(ms ...ports.Mission) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, m := range ms {
-		s.missions[m.ID] = m
-	}
-}
-
-// archive moves a mission to the archive, as retention does.
-func (s *fakeStore) archive(id string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.archived[id] = s.missions[id]
-	delete(s.missions, id)
-}
-
-func (s *fakeStore) putArchived(m ports.Mission) {
-	s.mu.Lock()
-	s.archived[m.ID] = m
-	s.mu.Unlock()
-}
-
-func (s *fakeStore) get(id string) (ports.Mission, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	m, ok := s.missions[id]
-	return m, ok
-}
-
-func (s *fakeStore) putsOf(id string) []ports.Mission {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// putsOf is every record of mission id that a successful Put stored, in order.
+func (h *harness) putsOf(id string) []ports.Mission {
 	var out []ports.Mission
-	for _, m := range s.puts {
+	for _, m := range h.store.Puts() {
 		if m.ID == id {
 			out = append(out, m)
 		}
 	}
 	return out
 }
-
-func (s *fakeStore) calls() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.putCalls
-}
-
-// ---------------------------------------------------------------------------
-// The portsfake outbox, link and clock, logging into the shared log.
 
 // outbox reads the events of one mission from the fake outbox.
 type outbox struct{ *portsfake.Outbox }
@@ -261,7 +137,7 @@ const (
 type harness struct {
 	t      *testing.T
 	log    *opLog
-	store  *fakeStore
+	store  *portsfake.MissionStore
 	outbox outbox
 	link   *portsfake.Link
 	dir    *portsfake.Directory
@@ -322,9 +198,11 @@ func newHarness(t *testing.T) *harness {
 	t.Helper()
 	log := &opLog{}
 	h := &harness{
-		t:     t,
-		log:   log,
-		store: newFakeStore(log),
+		t:   t,
+		log: log,
+		store: portsfake.NewMissionStore(portsfake.OnPut(func(m ports.Mission) {
+			log.add(logEntry{Kind: "put", MissionID: m.ID, State: m.State, LastEvent: m.LastEvent})
+		})),
 		outbox: outbox{portsfake.NewOutbox(portsfake.OnAppend(func(e ports.Event) {
 			log.add(logEntry{Kind: "append", MissionID: e.MissionID, Event: e.Type})
 		}))},
@@ -345,7 +223,7 @@ func (h *harness) newService() *Service {
 		HITLQuiet: hitlQuiet, Permissions: &h.decisions, Changes: &h.changes,
 	})
 	h.t.Cleanup(func() {
-		h.store.setPutHook(nil)
+		h.store.SetBeforePut(nil)
 		h.link.SetBeforeStart(nil)
 		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 		defer cancel()

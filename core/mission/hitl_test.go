@@ -29,7 +29,7 @@ func TestHITLDetectedAndAnsweredByOperator(t *testing.T) {
 	if got.State != ports.MissionHITLRequired || got.HITL == nil || got.HITL.ID != hitlID || got.HITL.CreatedAt.IsZero() {
 		t.Fatalf("mission waiting: state %q HITL %+v", got.State, got.HITL)
 	}
-	if st, _ := h.store.get("m1"); st.State != ports.MissionHITLRequired || st.HITL == nil || st.HITL.ID != hitlID {
+	if st, _ := h.store.Get("m1"); st.State != ports.MissionHITLRequired || st.HITL == nil || st.HITL.ID != hitlID {
 		t.Fatalf("stored: state %q HITL %+v", st.State, st.HITL)
 	}
 	open := h.svc.OpenHITL()
@@ -62,7 +62,7 @@ func TestHITLDetectedAndAnsweredByOperator(t *testing.T) {
 	if got := h.mission("m1"); got.State != ports.MissionRunning {
 		t.Fatalf("state %q after the answer", got.State)
 	}
-	if st, _ := h.store.get("m1"); st.State != ports.MissionRunning || st.HITL != nil {
+	if st, _ := h.store.Get("m1"); st.State != ports.MissionRunning || st.HITL != nil {
 		t.Fatalf("stored after the answer: state %q HITL %+v", st.State, st.HITL)
 	}
 	if open := h.svc.OpenHITL(); len(open) != 0 {

@@ -25,7 +25,7 @@ func TestKillSessionAbortsThenKills(t *testing.T) {
 	if got := h.mission("m1"); got.State != ports.MissionAborted || got.EndedAt.IsZero() {
 		t.Fatalf("state %q ended %v", got.State, got.EndedAt)
 	}
-	if st, _ := h.store.get("m1"); st.State != ports.MissionAborted {
+	if st, _ := h.store.Get("m1"); st.State != ports.MissionAborted {
 		t.Fatalf("stored state %q", st.State)
 	}
 	if n := kills(c); n != 1 {

@@ -41,7 +41,7 @@ func TestStartedEvent(t *testing.T) {
 			if got.State != ports.MissionRunning || got.AgentRuntime != tc.runtime || got.StartedAt.IsZero() {
 				t.Fatalf("mission after start: state %q runtime %q started_at %v", got.State, got.AgentRuntime, got.StartedAt)
 			}
-			if st, _ := h.store.get("m1"); st.State != ports.MissionRunning {
+			if st, _ := h.store.Get("m1"); st.State != ports.MissionRunning {
 				t.Fatalf("stored state %q, want running", st.State)
 			}
 			h.checkOrder()
@@ -68,7 +68,7 @@ func TestCompletedWithSummary(t *testing.T) {
 	if exitCode(got) != 0 || got.Summary != summary || got.EndedAt.IsZero() {
 		t.Fatalf("completed mission: exit %v summary %q ended %v", exitCode(got), got.Summary, got.EndedAt)
 	}
-	if st, _ := h.store.get("m1"); st.State != ports.MissionCompleted {
+	if st, _ := h.store.Get("m1"); st.State != ports.MissionCompleted {
 		t.Fatalf("stored state %q", st.State)
 	}
 	h.waitEnded(m.SessionID)
@@ -322,7 +322,7 @@ func TestEventsInOrderAcrossConcurrentMissions(t *testing.T) {
 		}
 		// The store's sequence of states announces the same events, in the same order.
 		var stored []string
-		for _, p := range h.store.putsOf(id) {
+		for _, p := range h.putsOf(id) {
 			stored = append(stored, string(p.LastEvent))
 		}
 		if !reflect.DeepEqual(stored, types) {
@@ -338,16 +338,16 @@ func TestTransitionNotStoredIsRetriedUntilStored(t *testing.T) {
 	h := newHarness(t)
 	m := h.dispatch("m1")
 	c := h.cmd(m.SessionID)
-	h.store.setPutErr(errDisk)
+	h.store.SetPutErr(errDisk)
 	c.ReportStarted()
-	waitFor(t, func() bool { return h.store.calls() >= 3 }, "the Put of mission.started to be retried")
+	waitFor(t, func() bool { return h.store.PutCalls() >= 3 }, "the Put of mission.started to be retried")
 	if got := h.outbox.types("m1"); !reflect.DeepEqual(got, []string{"mission.assigned"}) {
 		t.Fatalf("events = %v while the store fails", got)
 	}
 	if got := h.mission("m1"); got.State != ports.MissionAssigned {
 		t.Fatalf("in-memory state %q while the store fails, want assigned", got.State)
 	}
-	h.store.setPutErr(nil)
+	h.store.SetPutErr(nil)
 	h.waitEvent("m1", "mission.started")
 	c.Finish(ports.CommandResult{})
 	h.waitEvent("m1", "mission.completed")

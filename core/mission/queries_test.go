@@ -48,7 +48,7 @@ func TestMissionLookup(t *testing.T) {
 	}
 	code := 0
 	old := ports.Mission{ID: "old", RequestHash: "h", State: ports.MissionCompleted, ExitCode: &code, CreatedAt: time.Unix(5, 0)}
-	h.store.putArchived(old)
+	h.store.PutArchived(old)
 	got, err := h.svc.Mission("old")
 	if err != nil || got.ID != "old" || got.State != ports.MissionCompleted {
 		t.Fatalf("Mission(old) = %+v, %v; want the archived record", got, err)
@@ -59,7 +59,7 @@ func TestMissionLookup(t *testing.T) {
 	if ms := h.svc.Missions(""); !reflect.DeepEqual(ids(ms), []string{"live"}) {
 		t.Fatalf("Missions lists %v; archived missions are not live", ids(ms))
 	}
-	h.store.setArchivedErr(errDisk)
+	h.store.SetArchivedErr(errDisk)
 	if _, err := h.svc.Mission("nope"); !errors.Is(err, ports.ErrStoreUnavailable) {
 		t.Fatalf("Mission with the archive failing = %v, want ErrStoreUnavailable", err)
 	}
@@ -89,8 +89,8 @@ func TestForgetArchived(t *testing.T) {
 
 	// The store archived "done"; it claims "running" too (it must not be
 	// dropped while unfinished); its archive lookup of "failed" fails below.
-	h.store.archive("done")
-	h.store.putArchived(h.mission("running"))
+	h.store.Archive("done")
+	h.store.PutArchived(h.mission("running"))
 	h.svc.forgetArchived()
 	if got := ids(h.svc.Missions("")); !reflect.DeepEqual(got, []string{"running", "failed"}) {
 		t.Fatalf("Missions = %v, want done forgotten", got)
@@ -107,13 +107,13 @@ func TestForgetArchived(t *testing.T) {
 		t.Fatalf("%d sessions started, want 3", n)
 	}
 
-	h.store.archive("failed")
-	h.store.setArchivedErr(errDisk)
+	h.store.Archive("failed")
+	h.store.SetArchivedErr(errDisk)
 	h.svc.forgetArchived()
 	if got := ids(h.svc.Missions("")); !reflect.DeepEqual(got, []string{"running", "failed"}) {
 		t.Fatalf("Missions = %v; a mission was forgotten while the archive could not answer", got)
 	}
-	h.store.setArchivedErr(nil)
+	h.store.SetArchivedErr(nil)
 	h.svc.forgetArchived()
 	if got := ids(h.svc.Missions("")); !reflect.DeepEqual(got, []string{"running"}) {
 		t.Fatalf("Missions = %v", got)

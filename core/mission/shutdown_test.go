@@ -58,7 +58,7 @@ func TestSuspend(t *testing.T) {
 	seen := map[string]bool{}
 	for _, id := range want {
 		m := h.mission(id)
-		st, _ := h.store.get(id)
+		st, _ := h.store.Get(id)
 		if m.State != ports.MissionSuspended || st.State != ports.MissionSuspended {
 			t.Errorf("%s: state %q, stored %q, want suspended", id, m.State, st.State)
 		}
@@ -105,7 +105,7 @@ func TestSuspend(t *testing.T) {
 func TestSuspendStoreFailureEmitsNothing(t *testing.T) {
 	h := newHarness(t)
 	h.run("m1")
-	h.store.setPutErr(errDisk)
+	h.store.SetPutErr(errDisk)
 	if err := h.svc.Suspend(context.Background()); !errors.Is(err, ports.ErrStoreUnavailable) {
 		t.Fatalf("Suspend = %v, want ErrStoreUnavailable", err)
 	}
@@ -121,7 +121,7 @@ func TestSuspendDuringInFlightDispatch(t *testing.T) {
 	h := newHarness(t)
 	entered := make(chan struct{})
 	release := make(chan struct{})
-	h.store.setPutHook(func(ms []ports.Mission) {
+	h.store.SetBeforePut(func(ms []ports.Mission) {
 		if ms[0].ID == "m1" && ms[0].State == ports.MissionAssigned {
 			close(entered)
 			<-release
@@ -163,7 +163,7 @@ func TestSuspendDuringInFlightDispatch(t *testing.T) {
 	if r.err != nil {
 		return // refused: fine
 	}
-	st, _ := h.store.get("m1")
+	st, _ := h.store.Get("m1")
 	if st.State != ports.MissionSuspended || h.outbox.count("m1", "mission.suspended") != 1 {
 		t.Errorf("mission accepted during shutdown is stored %q with events %v after Suspend returned: "+
 			"it is never suspended (and its session starts after the shutdown)", st.State, h.outbox.types("m1"))
@@ -177,7 +177,7 @@ func TestKillDuringSuspendKeepsStoreAndEventsInStep(t *testing.T) {
 	m, _ := h.run("m1")
 	entered := make(chan struct{})
 	release := make(chan struct{})
-	h.store.setPutHook(func(ms []ports.Mission) {
+	h.store.SetBeforePut(func(ms []ports.Mission) {
 		if ms[0].State == ports.MissionSuspended {
 			close(entered)
 			<-release
@@ -210,7 +210,7 @@ func TestKillDuringSuspendKeepsStoreAndEventsInStep(t *testing.T) {
 			t.Errorf("events = %v: %s after the terminal %s", types, types[i+1], typ)
 		}
 	}
-	st, _ := h.store.get("m1")
+	st, _ := h.store.Get("m1")
 	if last := types[len(types)-1]; string(st.LastEvent) != last || st.State != h.mission("m1").State {
 		t.Errorf("stored state %q (last event %s), in memory %q, last emitted %s", st.State, st.LastEvent, h.mission("m1").State, last)
 	}
@@ -220,7 +220,7 @@ func TestRecoverReattachesUnfinishedMissions(t *testing.T) {
 	h := newHarness(t)
 	base := time.Now().Add(-time.Hour)
 	code := 0
-	h.store.seed(
+	h.store.Seed(
 		ports.Mission{ID: "run", Objective: "make", RequestHash: "h1", State: ports.MissionRunning, AgentID: "agent-2", SessionID: "s-run",
 			AgentRuntime: "shell", CreatedAt: base, StartedAt: base, LastEvent: "mission.started"},
 		ports.Mission{ID: "asg", Objective: "make", RequestHash: "h2", State: ports.MissionAssigned, AgentID: "agent-1", SessionID: "s-asg",
@@ -283,7 +283,7 @@ func TestRecoverReattachesUnfinishedMissions(t *testing.T) {
 	if got := h.waitState("sus", ports.MissionCompleted); exitCode(got) != 0 {
 		t.Fatalf("exit %v", exitCode(got))
 	}
-	if st, _ := h.store.get("sus"); st.State != ports.MissionCompleted {
+	if st, _ := h.store.Get("sus"); st.State != ports.MissionCompleted {
 		t.Fatalf("stored %q", st.State)
 	}
 	if got := h.mission("end"); got.State != ports.MissionCompleted {
@@ -294,7 +294,7 @@ func TestRecoverReattachesUnfinishedMissions(t *testing.T) {
 
 func TestRecoverLoadError(t *testing.T) {
 	h := newHarness(t)
-	h.store.loadErr = errDisk
+	h.store.SetLoadErr(errDisk)
 	if err := h.svc.Recover(); !errors.Is(err, errDisk) {
 		t.Fatalf("Recover = %v, want the load error", err)
 	}
@@ -303,7 +303,7 @@ func TestRecoverLoadError(t *testing.T) {
 func TestRecoverOpenHITLCanBeAnswered(t *testing.T) {
 	h := newHarness(t)
 	now := time.Now()
-	h.store.seed(ports.Mission{ID: "m1", Objective: "make", RequestHash: "h", State: ports.MissionHITLRequired, AgentID: "agent-1",
+	h.store.Seed(ports.Mission{ID: "m1", Objective: "make", RequestHash: "h", State: ports.MissionHITLRequired, AgentID: "agent-1",
 		SessionID: "s-1", CreatedAt: now, LastEvent: "mission.hitl_required",
 		HITL: &ports.HITLRequest{ID: "hitl-1", Prompt: "Proceed? [y/N]", Context: "ctx", CreatedAt: now}})
 	h.restart()
@@ -325,7 +325,7 @@ func TestResyncAfterRestart(t *testing.T) {
 	h := newHarness(t)
 	base := time.Now().Add(-time.Hour)
 	code := 0
-	h.store.seed(
+	h.store.Seed(
 		ports.Mission{ID: "zeta", RequestHash: "h", Objective: "x", State: ports.MissionSuspended, AgentID: "agent-1", SessionID: "s-zeta",
 			CheckpointID: "ck-zeta", CreatedAt: base, LastEvent: "mission.suspended"},
 		ports.Mission{ID: "alpha", RequestHash: "h", Objective: "x", State: ports.MissionRunning, AgentID: "agent-1", SessionID: "s-alpha",
@@ -378,14 +378,14 @@ func TestResyncAfterRestart(t *testing.T) {
 	}
 
 	// Stored before Resync returned.
-	if st, _ := h.store.get("zeta"); st.State != ports.MissionRunning {
+	if st, _ := h.store.Get("zeta"); st.State != ports.MissionRunning {
 		t.Fatalf("zeta stored %q, want running", st.State)
 	}
 	alphaCk, _ := pairs[2].Data["checkpoint_id"].(string)
-	if st, _ := h.store.get("alpha"); alphaCk == "" || st.CheckpointID != alphaCk || st.State != ports.MissionRunning {
+	if st, _ := h.store.Get("alpha"); alphaCk == "" || st.CheckpointID != alphaCk || st.State != ports.MissionRunning {
 		t.Fatalf("alpha stored %q checkpoint %q, announced %q", st.State, st.CheckpointID, alphaCk)
 	}
-	if st, _ := h.store.get("mid"); st.State != ports.MissionHITLRequired || st.HITL == nil {
+	if st, _ := h.store.Get("mid"); st.State != ports.MissionHITLRequired || st.HITL == nil {
 		t.Fatalf("mid stored %q HITL %+v, want still waiting", st.State, st.HITL)
 	}
 	if got := h.mission("zeta"); got.State != ports.MissionRunning {
@@ -419,17 +419,17 @@ func TestResyncAfterRestart(t *testing.T) {
 
 func TestResyncStoreFailure(t *testing.T) {
 	h := newHarness(t)
-	h.store.seed(ports.Mission{ID: "m1", RequestHash: "h", State: ports.MissionSuspended, AgentID: "agent-1", SessionID: "s-1",
+	h.store.Seed(ports.Mission{ID: "m1", RequestHash: "h", State: ports.MissionSuspended, AgentID: "agent-1", SessionID: "s-1",
 		CheckpointID: "ck", CreatedAt: time.Now(), LastEvent: "mission.suspended"})
 	h.restart()
-	h.store.setPutErr(errDisk)
+	h.store.SetPutErr(errDisk)
 	if _, _, err := h.svc.Resync(context.Background()); !errors.Is(err, ports.ErrStoreUnavailable) {
 		t.Fatalf("Resync = %v, want ErrStoreUnavailable", err)
 	}
 	if got := h.mission("m1"); got.State != ports.MissionSuspended {
 		t.Fatalf("state %q after a failed Resync, want suspended", got.State)
 	}
-	h.store.setPutErr(nil)
+	h.store.SetPutErr(nil)
 	if _, _, err := h.svc.Resync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -520,7 +520,7 @@ func TestRecoverRequeuesAnEventLostBetweenStoreAndOutbox(t *testing.T) {
 	old := ports.Mission{ID: "old", Objective: "x", RequestHash: "h3", State: ports.MissionCompleted, AgentID: "agent-1", SessionID: "s-3",
 		CreatedAt: stop.Add(-time.Hour), EndedAt: stop.Add(-time.Hour),
 		LastEvent: "mission.completed", LastEventAt: stop.Add(-time.Hour), LastEventData: map[string]any{"state": "done"}}
-	h.store.seed(lost, held, old)
+	h.store.Seed(lost, held, old)
 	if _, err := h.outbox.Append(context.Background(), ports.Event{Type: "mission.completed", MissionID: "held", TS: held.LastEventAt, Data: held.LastEventData}); err != nil {
 		t.Fatal(err)
 	}

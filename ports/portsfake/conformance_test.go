@@ -64,3 +64,8 @@ func TestSessionLogConformance(t *testing.T) {
 		return opens[maxBytes](dir)
 	})
 }
+
+func TestMissionStoreConformance(t *testing.T) {
+	open := reopener(func() *portsfake.MissionStore { return portsfake.NewMissionStore() })
+	portstest.RunMissionStoreSuite(t, func(_ *testing.T, dir string) ports.MissionStore { return open(dir) })
+}
