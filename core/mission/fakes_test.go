@@ -94,6 +94,15 @@ func (o outbox) count(missionID string, typ ports.EventType) int {
 	return n
 }
 
+// described is each event as "mission type".
+func described(evs []ports.Event) []string {
+	var out []string
+	for _, e := range evs {
+		out = append(out, e.MissionID+" "+string(e.Type))
+	}
+	return out
+}
+
 // newLink returns a link whose commands the tests play by hand; a kill
 // is only counted (the test ends the command when the agent would).
 func newLink(log *opLog) *portsfake.Link {

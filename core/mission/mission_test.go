@@ -232,10 +232,7 @@ func TestResync(t *testing.T) {
 	if ids := resync.Data["owned_mission_ids"]; !reflect.DeepEqual(ids, []string{"a-run", "b-susp", "c-hitl"}) || resync.Data["protocol_version"] != "1.0.0" {
 		t.Fatalf("owned %v", resync.Data)
 	}
-	var got []string
-	for _, e := range pairs {
-		got = append(got, e.MissionID+" "+string(e.Type))
-	}
+	got := described(pairs)
 	want := []string{
 		"a-run mission.reconnected", "a-run mission.resumed",
 		"b-susp mission.reconnected", "b-susp mission.resumed",

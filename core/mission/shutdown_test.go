@@ -352,10 +352,7 @@ func TestResyncAfterRestart(t *testing.T) {
 	if resync.Data["protocol_version"] != "1.0.0" {
 		t.Fatalf("protocol_version = %v", resync.Data["protocol_version"])
 	}
-	var got []string
-	for _, e := range pairs {
-		got = append(got, e.MissionID+" "+string(e.Type))
-	}
+	got := described(pairs)
 	want := []string{
 		"zeta mission.reconnected", "zeta mission.resumed",
 		"alpha mission.reconnected", "alpha mission.resumed",
@@ -449,10 +446,7 @@ func TestResyncWithLiveMissions(t *testing.T) {
 	if ids := resync.Data["owned_mission_ids"]; !reflect.DeepEqual(ids, []string{"m1", "m2"}) {
 		t.Fatalf("owned = %v", ids)
 	}
-	var got []string
-	for _, e := range pairs {
-		got = append(got, e.MissionID+" "+string(e.Type))
-	}
+	got := described(pairs)
 	want := []string{"m1 mission.reconnected", "m1 mission.resumed", "m2 mission.reconnected", "m2 mission.resumed", "m2 mission.hitl_required"}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("pairs = %v", got)
