@@ -65,6 +65,10 @@ func TestDependencyRules(t *testing.T) {
 // forbidden says why pkg may not import dep, or "".
 func forbidden(graph map[string][]string, pkg, dep string) string {
 	_, own := graph[dep]
+	if dep == "ports/portsfake" && !strings.HasSuffix(pkg, "test") {
+		// Fakes serve tests and the test helper packages (resttest, portstest) only.
+		return "only tests and test helpers use the fakes"
+	}
 	switch layer(pkg) {
 	case "core", "ports":
 		if own && slices.Contains([]string{"adapters", "gen", "cmd"}, layer(dep)) {
@@ -126,6 +130,8 @@ func TestDependencyRulesCatchViolations(t *testing.T) {
 		{"adapters/docker", "adapters/docker/sub", false},
 		{"ports", "gen/restapi", true},
 		{"adapters/rest", "gen/restapi", false},
+		{"adapters/rest", "ports/portsfake", true},
+		{"adapters/rest/resttest", "ports/portsfake", false},
 	}
 	for _, c := range cases {
 		if got := forbidden(graph, c.pkg, c.dep) != ""; got != c.bad {
