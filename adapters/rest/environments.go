@@ -178,79 +178,68 @@ func (s *Server) GetEnvironment(ctx context.Context, req restapi.GetEnvironmentR
 	return restapi.GetEnvironment200JSONResponse(toEnvironment(e)), nil
 }
 
-func (s *Server) DeleteEnvironment(ctx context.Context, req restapi.DeleteEnvironmentRequestObject) (restapi.DeleteEnvironmentResponseObject, error) {
-	subject := fmt.Sprintf("environment %q", clip(req.Name))
+// envOp is one operation of the use case on a named environment, as a
+// method expression (Environments.Start).
+type envOp func(Environments, context.Context, string) (environment.Environment, error)
+
+// onEnvironment runs op on the environment name names and answers what it
+// returns, or its error as the API says it.
+func (s *Server) onEnvironment(ctx context.Context, name string, op envOp) (restapi.Environment, error) {
+	subject := fmt.Sprintf("environment %q", clip(name))
 	if s.d.Environments == nil {
-		return nil, environmentNotFound(subject)
+		return restapi.Environment{}, environmentNotFound(subject)
 	}
-	if err := s.d.Environments.Delete(ctx, req.Name); err != nil {
+	e, err := op(s.d.Environments, ctx, name)
+	if err != nil {
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			return restapi.Environment{}, ctx.Err()
 		}
-		return nil, environmentError(err, subject)
+		return restapi.Environment{}, environmentError(err, subject)
+	}
+	return toEnvironment(e), nil
+}
+
+func (s *Server) DeleteEnvironment(ctx context.Context, req restapi.DeleteEnvironmentRequestObject) (restapi.DeleteEnvironmentResponseObject, error) {
+	del := func(envs Environments, ctx context.Context, name string) (environment.Environment, error) {
+		return environment.Environment{}, envs.Delete(ctx, name)
+	}
+	if _, err := s.onEnvironment(ctx, req.Name, del); err != nil {
+		return nil, err
 	}
 	s.log.Info("rest: environment deleted", "name", req.Name)
 	return restapi.DeleteEnvironment204Response{}, nil
 }
 
 func (s *Server) StartEnvironment(ctx context.Context, req restapi.StartEnvironmentRequestObject) (restapi.StartEnvironmentResponseObject, error) {
-	subject := fmt.Sprintf("environment %q", clip(req.Name))
-	if s.d.Environments == nil {
-		return nil, environmentNotFound(subject)
-	}
-	e, err := s.d.Environments.Start(ctx, req.Name)
+	e, err := s.onEnvironment(ctx, req.Name, Environments.Start)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, environmentError(err, subject)
+		return nil, err
 	}
-	return restapi.StartEnvironment200JSONResponse(toEnvironment(e)), nil
+	return restapi.StartEnvironment200JSONResponse(e), nil
 }
 
 func (s *Server) PauseEnvironment(ctx context.Context, req restapi.PauseEnvironmentRequestObject) (restapi.PauseEnvironmentResponseObject, error) {
-	subject := fmt.Sprintf("environment %q", clip(req.Name))
-	if s.d.Environments == nil {
-		return nil, environmentNotFound(subject)
-	}
-	e, err := s.d.Environments.Pause(ctx, req.Name)
+	e, err := s.onEnvironment(ctx, req.Name, Environments.Pause)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, environmentError(err, subject)
+		return nil, err
 	}
-	return restapi.PauseEnvironment200JSONResponse(toEnvironment(e)), nil
+	return restapi.PauseEnvironment200JSONResponse(e), nil
 }
 
 func (s *Server) ResumeEnvironment(ctx context.Context, req restapi.ResumeEnvironmentRequestObject) (restapi.ResumeEnvironmentResponseObject, error) {
-	subject := fmt.Sprintf("environment %q", clip(req.Name))
-	if s.d.Environments == nil {
-		return nil, environmentNotFound(subject)
-	}
-	e, err := s.d.Environments.Resume(ctx, req.Name)
+	e, err := s.onEnvironment(ctx, req.Name, Environments.Resume)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, environmentError(err, subject)
+		return nil, err
 	}
-	return restapi.ResumeEnvironment200JSONResponse(toEnvironment(e)), nil
+	return restapi.ResumeEnvironment200JSONResponse(e), nil
 }
 
 func (s *Server) StopEnvironment(ctx context.Context, req restapi.StopEnvironmentRequestObject) (restapi.StopEnvironmentResponseObject, error) {
-	subject := fmt.Sprintf("environment %q", clip(req.Name))
-	if s.d.Environments == nil {
-		return nil, environmentNotFound(subject)
-	}
-	e, err := s.d.Environments.Stop(ctx, req.Name)
+	e, err := s.onEnvironment(ctx, req.Name, Environments.Stop)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, environmentError(err, subject)
+		return nil, err
 	}
-	return restapi.StopEnvironment200JSONResponse(toEnvironment(e)), nil
+	return restapi.StopEnvironment200JSONResponse(e), nil
 }
 
 func toEnvironment(e environment.Environment) restapi.Environment {
