@@ -17,21 +17,16 @@ import (
 var bins harness.Binaries
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "agentic-e2e-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	bins, err = harness.Build(ctx, dir)
+	// Shared with the other packages that run the binaries: built once.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	var err error
+	bins, err = harness.BuildShared(ctx)
 	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(m.Run())
 }
 
 // startServer runs agentic-mgmt with n host agents and waits until they are ready.

@@ -5,8 +5,12 @@ package harness
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -40,11 +44,116 @@ func Build(ctx context.Context, dir string) (Binaries, error) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return Binaries{}, fmt.Errorf("go build: %v\n%s", err, out)
 	}
+	return binariesIn(dir), nil
+}
+
+func binariesIn(dir string) Binaries {
 	return Binaries{
 		Mgmt:  filepath.Join(dir, "agentic-mgmt"),
 		Agent: filepath.Join(dir, "agentic-agent"),
 		Ctl:   filepath.Join(dir, "agenticctl"),
-	}, nil
+	}
+}
+
+// BuildShared is Build once per content of the module: the binaries live in
+// build/test-bin/<key>, key a hash of the module's files and the toolchain,
+// and every test package (each its own process, run side by side by go
+// test) uses the same ones. The first to ask builds under a file lock; the
+// others wait for it rather than compile the same packages beside it (a
+// cold build is minutes of CPU on a small machine).
+func BuildShared(ctx context.Context) (Binaries, error) {
+	root, err := ModuleRoot()
+	if err != nil {
+		return Binaries{}, err
+	}
+	key, err := buildKey(ctx, root)
+	if err != nil {
+		return Binaries{}, err
+	}
+	cache := filepath.Join(root, "build", "test-bin")
+	dir := filepath.Join(cache, key)
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		return Binaries{}, err
+	}
+	lock, err := os.OpenFile(filepath.Join(cache, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return Binaries{}, err
+	}
+	defer lock.Close() // releases the lock
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return Binaries{}, err
+	}
+	now := time.Now()
+	if _, err := os.Stat(dir); err == nil {
+		_ = os.Chtimes(dir, now, now) // in use: not pruned
+		return binariesIn(dir), nil
+	}
+	pruneBuilds(cache, now)
+	tmp, err := os.MkdirTemp(cache, ".building-")
+	if err != nil {
+		return Binaries{}, err
+	}
+	defer os.RemoveAll(tmp) // only what a failed build left
+	if _, err := Build(ctx, tmp); err != nil {
+		return Binaries{}, err
+	}
+	// Whole or absent: a build cut short never stands under the key.
+	if err := os.Rename(tmp, dir); err != nil {
+		return Binaries{}, err
+	}
+	return binariesIn(dir), nil
+}
+
+// pruneBuilds removes the builds of other contents not used for an hour
+// (a test run is over long before; the timeout is 20 minutes).
+func pruneBuilds(cache string, now time.Time) {
+	entries, _ := os.ReadDir(cache)
+	for _, e := range entries {
+		if fi, err := e.Info(); err == nil && e.IsDir() && now.Sub(fi.ModTime()) > time.Hour {
+			_ = os.RemoveAll(filepath.Join(cache, e.Name()))
+		}
+	}
+}
+
+// buildKey hashes what the binaries are built from: the toolchain and its
+// settings, and every file of the module but tests, test data and what
+// builds and tools leave (a change anywhere else rebuilds, which the go
+// build cache makes cheap).
+func buildKey(ctx context.Context, root string) (string, error) {
+	h := sha256.New()
+	env, err := exec.CommandContext(ctx, "go", "env", "GOVERSION", "GOOS", "GOARCH", "GOFLAGS", "GOEXPERIMENT", "GOAMD64", "GOTOOLCHAIN").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env: %w", err)
+	}
+	h.Write(env)
+	skipDirs := map[string]bool{".git": true, "build": true, "bin": true, ".state": true, "node_modules": true, "testdata": true}
+	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if p != root && skipDirs[d.Name()] {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !d.Type().IsRegular() || strings.HasSuffix(p, "_test.go") || strings.HasSuffix(p, ".test") {
+			return nil
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		rel, _ := filepath.Rel(root, p)
+		fmt.Fprintf(h, "%s\x00", rel)
+		_, err = io.Copy(h, f)
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("hashing the module: %w", err)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }
 
 // ModuleRoot is the directory holding go.mod.

@@ -12,12 +12,6 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/ports/portstest"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	RemoveBinaries()
-	os.Exit(code)
-}
-
 // linkDir is a link directory the environments' users can search.
 func linkDir(t *testing.T) string {
 	dir := t.TempDir()

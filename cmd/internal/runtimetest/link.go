@@ -34,31 +34,18 @@ type Link struct {
 
 var (
 	buildOnce sync.Once
-	buildDir  string
 	bins      harness.Binaries
 	buildErr  error
 )
 
-// RemoveBinaries deletes what AgentBinary built; for TestMain.
-func RemoveBinaries() {
-	if buildDir != "" {
-		_ = os.RemoveAll(buildDir)
-	}
-}
-
-// AgentBinary builds the static agentic-agent once per test binary.
+// AgentBinary is the static agentic-agent, built once for every test
+// package that runs the binaries (harness.BuildShared).
 func AgentBinary(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "runtimetest-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		buildDir = dir
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
-		bins, buildErr = harness.Build(ctx, dir)
+		bins, buildErr = harness.BuildShared(ctx)
 	})
 	if buildErr != nil {
 		t.Fatalf("build binaries: %v", buildErr)
