@@ -132,29 +132,13 @@ func (s *Server) CreateEnvironment(ctx context.Context, req restapi.CreateEnviro
 	}
 	b := req.Body
 	subject := fmt.Sprintf("environment %q", clip(b.Name))
-	r := environment.Request{Runtime: b.Runtime, Name: b.Name}
-	if b.Image != nil {
-		r.Image = *b.Image
-	}
-	if b.Profile != nil {
-		r.Profile = *b.Profile
-	}
-	if b.AllowedHosts != nil {
-		r.AllowedHosts = *b.AllowedHosts
-	}
-	network, err := networkMode(b.Network)
+	sp, err := fromSpec(restapi.PoolSpec{AllowedHosts: b.AllowedHosts, Image: b.Image, Network: b.Network,
+		Profile: b.Profile, ReadOnlyRoot: b.ReadOnlyRoot, Resources: b.Resources}, subject)
 	if err != nil {
-		return nil, createEnvironmentError(err, subject)
+		return nil, err
 	}
-	r.Network = network
-	if b.ReadOnlyRoot != nil {
-		r.ReadOnlyRoot = *b.ReadOnlyRoot
-	}
-	res, aerr := fromResources(b.Resources)
-	if aerr != nil {
-		return nil, aerr
-	}
-	r.Resources = res
+	r := environment.Request{Runtime: b.Runtime, Name: b.Name, Image: sp.Image, Profile: sp.Profile, Resources: sp.Resources,
+		Network: sp.Network, ReadOnlyRoot: sp.ReadOnlyRoot, AllowedHosts: sp.AllowedHosts}
 	env, err := s.d.Environments.Create(ctx, r)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -281,6 +265,21 @@ func toEnvironment(e environment.Environment) restapi.Environment {
 	return out
 }
 
+// fromSpec reads what an environment is made of, from a create request or
+// a pool's spec alike; subject names it in a refusal.
+func fromSpec(sp restapi.PoolSpec, subject string) (ports.PoolSpec, error) {
+	network, err := networkMode(sp.Network)
+	if err != nil {
+		return ports.PoolSpec{}, createEnvironmentError(err, subject)
+	}
+	res, apiErr := fromResources(sp.Resources)
+	if apiErr != nil {
+		return ports.PoolSpec{}, apiErr
+	}
+	return ports.PoolSpec{Image: deref(sp.Image), Profile: deref(sp.Profile), Resources: res, Network: network,
+		AllowedHosts: deref(sp.AllowedHosts), ReadOnlyRoot: deref(sp.ReadOnlyRoot)}, nil
+}
+
 // fromResources reads a request's resources; negative numbers are refused.
 func fromResources(res *restapi.Resources) (ports.Resources, *apiError) {
 	var r ports.Resources
@@ -337,10 +336,11 @@ func setStr(dst **string, v string) {
 	}
 }
 
-// deref is an optional field's value, "" when absent.
-func deref(s *string) string {
-	if s == nil {
-		return ""
+// deref is an optional field's value, the zero value when absent.
+func deref[T any](p *T) T {
+	if p == nil {
+		var zero T
+		return zero
 	}
-	return *s
+	return *p
 }

@@ -52,21 +52,12 @@ func (s *Server) PutPool(ctx context.Context, req restapi.PutPoolRequestObject) 
 	}
 	b := req.Body
 	p := ports.Pool{Name: req.Name, Runtime: b.Runtime, Size: b.Size}
-	if sp := b.Spec; sp != nil {
-		network, err := networkMode(sp.Network)
+	if b.Spec != nil {
+		sp, err := fromSpec(*b.Spec, fmt.Sprintf("pool %q", clip(req.Name)))
 		if err != nil {
-			return nil, createEnvironmentError(err, fmt.Sprintf("pool %q", clip(req.Name)))
+			return nil, err
 		}
-		p.Spec.Image, p.Spec.Profile, p.Spec.Network = deref(sp.Image), deref(sp.Profile), network
-		p.Spec.ReadOnlyRoot = sp.ReadOnlyRoot != nil && *sp.ReadOnlyRoot
-		if sp.AllowedHosts != nil {
-			p.Spec.AllowedHosts = *sp.AllowedHosts
-		}
-		res, aerr := fromResources(sp.Resources)
-		if aerr != nil {
-			return nil, aerr
-		}
-		p.Spec.Resources = res
+		p.Spec = sp
 	}
 	st, err := s.d.Pools.PutPool(ctx, p)
 	if err != nil {
