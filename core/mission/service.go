@@ -69,8 +69,8 @@ type Service struct {
 	reserved atomic.Pointer[func(agentID string) bool]
 }
 
-// SetReserved names the agents no mission may go to; the environment
-// service, made after this one, knows them.
+// SetReserved replaces Config.Reserved: the agents no mission may go to.
+// Only tests use it; the server gives them at construction.
 func (s *Service) SetReserved(f func(agentID string) bool) { s.reserved.Store(&f) }
 
 // live is a mission known in memory, with what its session produced.
