@@ -150,15 +150,7 @@ func (s *Server) CreateSession(ctx context.Context, req restapi.CreateSessionReq
 	if spec.Command == "" {
 		return nil, badRequest("field command: must not be empty")
 	}
-	if b.Args != nil {
-		spec.Args = *b.Args
-	}
-	if b.Cwd != nil {
-		spec.Cwd = *b.Cwd
-	}
-	if b.Env != nil {
-		spec.Env = *b.Env
-	}
+	spec.Args, spec.Cwd, spec.Env = deref(b.Args), deref(b.Cwd), deref(b.Env)
 	spec.PTY = b.Pty == nil || *b.Pty
 	var cols, rows uint16
 	for _, d := range []struct {
