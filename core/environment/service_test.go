@@ -11,7 +11,6 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/internal/clock"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 	"github.com/agentic-sandbox/agentic-sandbox/ports/portsfake"
-	"github.com/agentic-sandbox/agentic-sandbox/ports/portstest"
 )
 
 // fakeRuntime keeps environments in memory; its agents "connect" through
@@ -100,13 +99,13 @@ type fixture struct {
 	svc      *Service
 	rt       *fakeRuntime
 	agents   *portsfake.Directory
-	creds    *portstest.Credentials
+	creds    *portsfake.Credentials
 	mu       sync.Mutex
 	observed []time.Duration
 }
 
 func newFixture(t *testing.T, readyTimeout time.Duration) *fixture {
-	f := &fixture{rt: newFakeRuntime(), agents: portsfake.NewDirectory(), creds: portstest.NewCredentials()}
+	f := &fixture{rt: newFakeRuntime(), agents: portsfake.NewDirectory(), creds: portsfake.NewCredentials()}
 	f.svc = New(Config{Runtimes: map[string]ports.Runtime{"fake": f.rt}, Agents: f.agents, Credentials: f.creds, Clock: clock.Wall{},
 		Bootstrap: ports.AgentBootstrap{Binary: "/bin/agent", ServerURL: "http://127.0.0.1:1", Socket: "/tmp/s"}, ReadyTimeout: readyTimeout,
 		ObserveProvision: func(rt string, d time.Duration) {
@@ -243,9 +242,9 @@ func TestRecoverFindsWhatTheRuntimeHas(t *testing.T) {
 	}
 }
 
-func has(c *portstest.Credentials, id string) bool { _, ok := c.Secret(id); return ok }
+func has(c *portsfake.Credentials, id string) bool { _, ok := c.Secret(id); return ok }
 
-func secretOf(c *portstest.Credentials, id string) string { s, _ := c.Secret(id); return s }
+func secretOf(c *portsfake.Credentials, id string) string { s, _ := c.Secret(id); return s }
 
 // A recovered environment becomes ready when its agent reconnects, with
 // nobody listing or inspecting it (a task resumed after a restart waits on

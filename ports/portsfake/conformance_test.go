@@ -69,3 +69,8 @@ func TestMissionStoreConformance(t *testing.T) {
 	open := reopener(func() *portsfake.MissionStore { return portsfake.NewMissionStore() })
 	portstest.RunMissionStoreSuite(t, func(_ *testing.T, dir string) ports.MissionStore { return open(dir) })
 }
+
+func TestCredentialsConformance(t *testing.T) {
+	open := reopener(portsfake.NewCredentials)
+	portstest.RunAgentCredentialsSuite(t, func(_ *testing.T, dir string) ports.AgentCredentials { return open(dir) })
+}

@@ -1,4 +1,4 @@
-package portstest
+package portsfake
 
 import (
 	"fmt"
@@ -110,3 +110,7 @@ func (c *Credentials) SetErr(err error) {
 	defer c.mu.Unlock()
 	c.err = err
 }
+
+// Reopen returns the store itself: it has no Close, so what it keeps is
+// what a store opened again finds.
+func (c *Credentials) Reopen() *Credentials { return c }
