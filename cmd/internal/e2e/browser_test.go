@@ -118,18 +118,40 @@ func (p *page) evalAsync(js string) string {
 }
 
 // waitJS waits until the expression is true.
-func (p *page) waitJS(what, js string, d time.Duration) {
+func (p *page) waitJS(what, js string) {
 	p.t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		if p.eval("String(Boolean("+js+"))") == "true" {
+	if !p.poll(js, patience) {
+		p.shot("failed-" + strings.ReplaceAll(what, " ", "-"))
+		p.t.Fatalf("waiting for %s (%s)", what, js)
+	}
+}
+
+// typeUntil types keys, again every few seconds, until the expression is
+// true.
+func (p *page) typeUntil(what, keys, js string) {
+	p.t.Helper()
+	for deadline := time.Now().Add(patience); ; {
+		p.typeKeys(keys)
+		if p.poll(js, 3*time.Second) {
 			return
 		}
 		if time.Now().After(deadline) {
 			p.shot("failed-" + strings.ReplaceAll(what, " ", "-"))
-			p.t.Fatalf("waiting for %s (%s)", what, js)
+			p.t.Fatalf("waiting for %s after typing %q (%s)", what, keys, js)
 		}
-		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// poll reports whether the expression turns true within d.
+func (p *page) poll(js string, d time.Duration) bool {
+	p.t.Helper()
+	for deadline := time.Now().Add(d); ; time.Sleep(100 * time.Millisecond) {
+		if p.eval("String(Boolean("+js+"))") == "true" {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
 	}
 }
 
