@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -741,18 +742,26 @@ func startFakeGuests(t *testing.T, rt *libvirt.Runtime, agent, dir string) {
 		}()
 		for {
 			if envs, err := rt.List(ctx); err == nil {
-				running := map[string]bool{}
+				state := map[string]ports.EnvState{}
 				for _, e := range envs {
-					running[e.Name] = e.State == ports.EnvRunning
+					state[e.Name] = e.State
 				}
 				for name, g := range guests {
-					if !running[name] {
+					switch state[name] {
+					case ports.EnvRunning:
+						g.freeze(false)
+					case ports.EnvPaused:
+						// A paused domain's guest is frozen, not gone: killing
+						// its agent let a test that waits for the agent after
+						// Resume see the old, dying connection as up.
+						g.freeze(true)
+					default:
 						g.stop()
 						delete(guests, name)
 					}
 				}
-				for name, up := range running {
-					if up && guests[name] == nil {
+				for name, st := range state {
+					if st == ports.EnvRunning && guests[name] == nil {
 						if g, err := newFakeGuest(rt, agent, dir, name); err == nil {
 							guests[name] = g
 						} else {
@@ -785,6 +794,7 @@ type fakeGuest struct {
 	channel, port net.Listener
 	cmd           *exec.Cmd
 	done          chan struct{}
+	frozen        bool
 }
 
 func newFakeGuest(rt *libvirt.Runtime, agent, dir, name string) (*fakeGuest, error) {
@@ -857,6 +867,21 @@ func (g *fakeGuest) serve() {
 			}()
 		}
 		wg.Wait()
+	}
+}
+
+// freeze stops or continues the guest's agent, as QEMU pausing and
+// resuming the domain does to the whole guest.
+func (g *fakeGuest) freeze(frozen bool) {
+	if g.frozen == frozen {
+		return
+	}
+	sig := syscall.SIGCONT
+	if frozen {
+		sig = syscall.SIGSTOP
+	}
+	if g.cmd.Process.Signal(sig) == nil {
+		g.frozen = frozen
 	}
 }
 
