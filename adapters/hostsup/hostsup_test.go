@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/hostsup/internal/agentrecord"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 	"github.com/agentic-sandbox/agentic-sandbox/ports/portstest"
 )
@@ -42,19 +43,7 @@ func TestMain(m *testing.M) {
 }
 
 // record is what testdata/fakeagent writes.
-type record struct {
-	PID           int
-	FlagID        string
-	EnvID         string
-	Server        string
-	Secret        string
-	SecretInArgv  bool
-	Args          []string
-	Extra         string
-	OperatorToken string
-	SID           int
-	PGID          int
-}
+type record = agentrecord.Record
 
 type harness struct {
 	t        *testing.T

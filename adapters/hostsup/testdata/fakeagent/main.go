@@ -14,21 +14,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
-)
 
-type record struct {
-	PID           int
-	FlagID        string
-	EnvID         string
-	Server        string
-	Secret        string
-	SecretInArgv  bool
-	Args          []string
-	Extra         string
-	OperatorToken string
-	SID           int
-	PGID          int
-}
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/hostsup/internal/agentrecord"
+)
 
 func main() {
 	id := flag.String("id", "", "agent id")
@@ -47,7 +35,7 @@ func main() {
 	}
 
 	secret := os.Getenv("AGENT_SECRET")
-	rec := record{
+	rec := agentrecord.Record{
 		PID:           os.Getpid(),
 		FlagID:        *id,
 		EnvID:         os.Getenv("AGENT_ID"),
