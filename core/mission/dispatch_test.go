@@ -34,7 +34,8 @@ func TestDispatchRoutesToLeastLoadedReadyAgent(t *testing.T) {
 func TestDispatchSkipsReservedAgents(t *testing.T) {
 	h := newHarness(t)
 	h.dir.Set(agentInfo("member", "ready", 0), agentInfo("agent-b", "ready", 4))
-	h.svc.SetReserved(func(id string) bool { return id == "member" })
+	h.reserved = heldAgents{"member": true}
+	h.svc = h.newService()
 	if m := h.dispatch("m1"); m.AgentID != "agent-b" {
 		t.Fatalf("routed to %q, want agent-b: the idle member is held", m.AgentID)
 	}

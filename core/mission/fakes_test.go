@@ -154,6 +154,8 @@ type harness struct {
 	clock *portsfake.Clock
 	ids   *seqIDs
 	svc   *Service
+	// reserved are the agents held for someone (Config.Reserved).
+	reserved heldAgents
 	// decisions are the permission answers the service sent.
 	decisions fakeDecider
 	changes   countChanges
@@ -203,6 +205,11 @@ func (d *fakeDecider) all() []string {
 	return slices.Clone(d.got)
 }
 
+// heldAgents are the agents a test holds for someone (ports.HeldAgents).
+type heldAgents map[string]bool
+
+func (h heldAgents) AgentHeld(id string) bool { return h[id] }
+
 func newHarness(t *testing.T) *harness {
 	t.Helper()
 	log := &opLog{}
@@ -229,7 +236,7 @@ func (h *harness) newService() *Service {
 	s := New(Config{
 		Store: h.store, Outbox: h.outbox, Link: h.link, Agents: h.dir, Clock: h.clock, IDs: h.ids,
 		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-		HITLQuiet: hitlQuiet, Permissions: &h.decisions, Changes: &h.changes,
+		HITLQuiet: hitlQuiet, Permissions: &h.decisions, Changes: &h.changes, Reserved: h.reserved,
 	})
 	h.t.Cleanup(func() {
 		h.store.SetBeforePut(nil)

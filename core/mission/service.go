@@ -16,7 +16,6 @@ import (
 	"slices"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/core/hitl"
@@ -63,15 +62,7 @@ type Service struct {
 	bySession map[string]*live
 	byHITL    map[string]*live
 	suspended bool
-	// reserved says an agent is held for someone (a warm pool's idle
-	// member): never a candidate. From Config.Reserved (SetReserved in
-	// tests).
-	reserved atomic.Pointer[func(agentID string) bool]
 }
-
-// SetReserved replaces Config.Reserved: the agents no mission may go to.
-// Only tests use it; the server gives them at construction.
-func (s *Service) SetReserved(f func(agentID string) bool) { s.reserved.Store(&f) }
 
 // live is a mission known in memory, with what its session produced.
 type live struct {
@@ -134,10 +125,6 @@ func New(cfg Config) *Service {
 		reserving: map[string]chan struct{}{},
 		bySession: map[string]*live{},
 		byHITL:    map[string]*live{},
-	}
-	if cfg.Reserved != nil {
-		held := cfg.Reserved.AgentHeld
-		s.reserved.Store(&held)
 	}
 	return s
 }
@@ -396,9 +383,8 @@ func (s *Service) candidates(named string) []Candidate {
 		agents = s.cfg.Agents.Agents()
 	}
 	out := make([]Candidate, 0, len(agents))
-	reserved := s.reserved.Load()
 	for _, a := range agents {
-		if reserved != nil && (*reserved)(a.ID) {
+		if s.cfg.Reserved != nil && s.cfg.Reserved.AgentHeld(a.ID) {
 			continue
 		}
 		out = append(out, Candidate{
