@@ -21,7 +21,6 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 	"github.com/agentic-sandbox/agentic-sandbox/ports/portsfake"
-	"github.com/agentic-sandbox/agentic-sandbox/ports/portstest"
 )
 
 // waitTimeout bounds every wait in these tests; nothing should come close.
@@ -43,7 +42,7 @@ type harness struct {
 	svc    *Service
 	cfg    Config
 	clock  *portsfake.Clock
-	creds  *portstest.Credentials
+	creds  *portsfake.Credentials
 	url    string
 	hc     *http.Client
 	client sandboxv1connect.AgentServiceClient
@@ -65,7 +64,7 @@ func h2cClient() *http.Client {
 func newHarness(t *testing.T, tweak ...func(*Config)) *harness {
 	t.Helper()
 	clock := portsfake.NewClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
-	creds := portstest.NewCredentials()
+	creds := portsfake.NewCredentials()
 	for _, id := range []string{"agent-a", "agent-b", "host-01"} {
 		_ = creds.Put(id, secretPrefix+id)
 	}

@@ -18,7 +18,7 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/hostsup/internal/agentrecord"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
-	"github.com/agentic-sandbox/agentic-sandbox/ports/portstest"
+	"github.com/agentic-sandbox/agentic-sandbox/ports/portsfake"
 )
 
 // fakeAgentBin is testdata/fakeagent, built once as "agentic-agent".
@@ -49,7 +49,7 @@ type harness struct {
 	t        *testing.T
 	stateDir string
 	recDir   string
-	creds    *portstest.Credentials
+	creds    *portsfake.Credentials
 	logs     *testkit.Buffer
 }
 
@@ -60,7 +60,7 @@ func newHarness(t *testing.T) *harness {
 		t:        t,
 		stateDir: filepath.Join(base, "host-agents"),
 		recDir:   filepath.Join(base, "records"),
-		creds:    portstest.NewCredentials(),
+		creds:    portsfake.NewCredentials(),
 		logs:     &testkit.Buffer{},
 	}
 	if err := os.Mkdir(h.recDir, 0o700); err != nil {

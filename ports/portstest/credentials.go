@@ -5,15 +5,7 @@ import (
 	"testing"
 
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
-	"github.com/agentic-sandbox/agentic-sandbox/ports/portsfake"
 )
-
-// Credentials is the in-memory ports.AgentCredentials, kept under this
-// name for the tests that reach it here; it lives in ports/portsfake.
-type Credentials = portsfake.Credentials
-
-// NewCredentials returns an empty in-memory store (portsfake.NewCredentials).
-func NewCredentials() *Credentials { return portsfake.NewCredentials() }
 
 // RunAgentCredentialsSuite checks the promises of ports.AgentCredentials;
 // open returns a store kept in dir (the same dir again is the store
