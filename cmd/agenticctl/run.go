@@ -97,34 +97,27 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer, env func(stri
 		fmt.Fprint(stderr, usageText)
 		return exitError
 	}
-	switch rest[0] {
-	case "agents":
-		return c.agents(rest[1:])
-	case "exec":
-		return c.exec(rest[1:])
-	case "sessions", "session":
-		return c.sessions(rest[1:])
-	case "logs":
-		return c.logs(rest[1:])
-	case "attach":
-		return c.attach(rest[1:])
-	case "env", "environments":
-		return c.environments(rest[1:])
-	case "task", "tasks":
-		return c.task(rest[1:])
-	case "pool", "pools":
-		return c.pools(rest[1:])
-	case "cp":
-		return c.cp(rest[1:])
-	case "ls":
-		return c.ls(rest[1:])
-	case "help":
+	commands := []verb{
+		{[]string{"agents"}, c.agents},
+		{[]string{"exec"}, c.exec},
+		{[]string{"sessions", "session"}, c.sessions},
+		{[]string{"logs"}, c.logs},
+		{[]string{"attach"}, c.attach},
+		{[]string{"env", "environments"}, c.environments},
+		{[]string{"task", "tasks"}, c.task},
+		{[]string{"pool", "pools"}, c.pools},
+		{[]string{"cp"}, c.cp},
+		{[]string{"ls"}, c.ls},
+	}
+	if run := lookup(commands, rest[0]); run != nil {
+		return run(rest[1:])
+	}
+	if rest[0] == "help" {
 		fmt.Fprint(stdout, usageText)
 		return 0
-	default:
-		fmt.Fprintf(stderr, "agenticctl: unknown command %q; run 'agenticctl --help' for the list\n", rest[0])
-		return exitError
 	}
+	fmt.Fprintf(stderr, "agenticctl: unknown command %q; run 'agenticctl --help' for the list\n", rest[0])
+	return exitError
 }
 
 // parseFlags parses args; done says the caller should return code at once

@@ -29,10 +29,8 @@ func (c *cli) group(name, usage string, args []string, verbs ...verb) int {
 		fmt.Fprint(c.stderr, usage)
 		return exitError
 	}
-	for _, v := range verbs {
-		if slices.Contains(v.names, args[0]) {
-			return v.run(args[1:])
-		}
+	if run := lookup(verbs, args[0]); run != nil {
+		return run(args[1:])
 	}
 	if slices.Contains([]string{"-h", "-help", "--help", "help"}, args[0]) {
 		fmt.Fprint(c.stdout, usage)
@@ -40,6 +38,16 @@ func (c *cli) group(name, usage string, args []string, verbs ...verb) int {
 	}
 	fmt.Fprintf(c.stderr, "agenticctl: unknown %s command %q\n%s", name, args[0], usage)
 	return exitError
+}
+
+// lookup is what runs the verb named word, nil when no verb has that name.
+func lookup(verbs []verb, word string) func(args []string) int {
+	for _, v := range verbs {
+		if slices.Contains(v.names, word) {
+			return v.run
+		}
+	}
+	return nil
 }
 
 // oneArg parses the arguments of the verb "agenticctl name", which has no
