@@ -27,12 +27,12 @@ var clientTimes = regexp.MustCompile(`STATUS 200 BYTES (\d+) READERR <nil> .* TT
 // network-less Docker container through the agent's proxy and tunnel,
 // beside the same client on the host going straight to loopback.
 func egressBench(bins harness.Binaries) error {
-	host, stop, err := harness.StartDockerd()
+	engine, err := harness.StartEngine("docker")
 	if err != nil {
 		fmt.Println("\n## Egress: not measured (no private dockerd:", err, ")")
 		return nil
 	}
-	defer stop()
+	defer engine.Stop()
 	dataDir, err := os.MkdirTemp("", "agentic-bench-egress-")
 	if err != nil {
 		return err
@@ -57,8 +57,8 @@ func egressBench(bins harness.Binaries) error {
 	defer site.Close()
 	_, port, _ := net.SplitHostPort(site.Listener.Addr().String())
 
-	srv, err := harness.Start(bins, harness.Options{DataDir: dataDir, Env: []string{"DOCKER_HOST=" + host, "AGENTIC_RUNTIMES=docker",
-		"AGENTIC_ALLOWED_NETWORKS=none,proxy", "AGENTIC_TEST_RESOLVE=example.com=127.0.0.1"}})
+	srv, err := harness.Start(bins, harness.Options{DataDir: dataDir, Env: append(engine.Env, "AGENTIC_RUNTIMES=docker",
+		"AGENTIC_ALLOWED_NETWORKS=none,proxy", "AGENTIC_TEST_RESOLVE=example.com=127.0.0.1")})
 	if err != nil {
 		return err
 	}

@@ -46,14 +46,14 @@ func envBench(bins harness.Binaries) error {
 
 	var dockerHost string
 	if contains(want, "docker") {
-		host, stop, err := harness.StartDockerd()
+		e, err := harness.StartEngine("docker")
 		if err != nil {
 			notes = append(notes, "docker not measured: "+err.Error())
 		} else {
-			defer stop()
-			dockerHost = host
-			runtimes = append(runtimes, "docker")
-			env = append(env, "DOCKER_HOST="+host)
+			defer e.Stop()
+			dockerHost = e.Getenv("DOCKER_HOST")
+			runtimes = append(runtimes, e.Runtime)
+			env = append(env, e.Env...)
 		}
 	}
 	// The uncompressed kernel when the image has it, as the adapter boots.

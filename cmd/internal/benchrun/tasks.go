@@ -29,12 +29,12 @@ func tasksBench(bins harness.Binaries) error {
 	runtimes := []string{"host"}
 	env := []string{}
 	var notes []string
-	if host, stop, err := harness.StartDockerd(); err != nil {
+	if e, err := harness.StartEngine("docker"); err != nil {
 		notes = append(notes, "docker not measured: "+err.Error())
 	} else {
-		defer stop()
-		runtimes = append(runtimes, "docker")
-		env = append(env, "DOCKER_HOST="+host)
+		defer e.Stop()
+		runtimes = append(runtimes, e.Runtime)
+		env = append(env, e.Env...)
 	}
 	env = append(env, "AGENTIC_RUNTIMES="+strings.Join(runtimes, ","))
 	srv, err := harness.Start(bins, harness.Options{DataDir: dataDir, Env: env})
