@@ -24,6 +24,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/core/agent"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1/sandboxv1connect"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/clock"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -184,16 +185,7 @@ func (s *Service) Mount(mux *http.ServeMux, operator bool) {
 
 // Run sweeps forgotten agents and old commands until ctx ends.
 func (s *Service) Run(ctx context.Context) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			s.sweep()
-		}
-	}
+	clock.Every(ctx, time.Second, s.sweep)
 }
 
 func (s *Service) sweep() {

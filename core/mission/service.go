@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/core/hitl"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/clock"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -882,16 +883,7 @@ func (s *Service) Suspend(ctx context.Context) error {
 
 // Run forgets finished missions once the store archived them, until ctx ends.
 func (s *Service) Run(ctx context.Context) {
-	t := time.NewTicker(10 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			s.forgetArchived()
-		}
-	}
+	clock.Every(ctx, 10*time.Second, s.forgetArchived)
 }
 
 // forgetArchived drops finished missions the store has archived from

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/core/claudefeed"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/clock"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -480,16 +481,7 @@ func (s *Service) Run(ctx context.Context) {
 	// A quarter of the retention, within [1s, 1m]: a session outlives its
 	// retention by at most that.
 	every := min(max(s.cfg.Retention/4, time.Second), time.Minute)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			s.ForgetEnded(s.cfg.Clock.Now().Add(-s.cfg.Retention))
-		}
-	}
+	clock.Every(ctx, every, func() { s.ForgetEnded(s.cfg.Clock.Now().Add(-s.cfg.Retention)) })
 }
 
 // ForgetEnded drops the sessions that ended before cutoff, and their logs,

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/core/environment"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/clock"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -241,29 +242,25 @@ func (s *Service) transition(e *entry, to State) {
 	s.log.Info("task", "task_id", e.rec.ID, "state", to)
 }
 
-// reap destroys preserved environments whose time is up.
+// reap destroys preserved environments whose time is up, every ReapEvery
+// until the service ends.
 func (s *Service) reap() {
 	defer s.wg.Done()
-	t := time.NewTicker(s.cfg.ReapEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.life.Done():
-			return
-		case <-t.C:
+	clock.Every(s.life, s.cfg.ReapEvery, s.reapDue)
+}
+
+func (s *Service) reapDue() {
+	now := s.cfg.Clock.Now()
+	var due []*entry
+	s.mu.Lock()
+	for _, e := range s.tasks {
+		if e.rec.State == string(FailedPreserved) && !e.rec.PreserveUntil.IsZero() && now.After(e.rec.PreserveUntil) {
+			due = append(due, e)
 		}
-		now := s.cfg.Clock.Now()
-		var due []*entry
-		s.mu.Lock()
-		for _, e := range s.tasks {
-			if e.rec.State == string(FailedPreserved) && !e.rec.PreserveUntil.IsZero() && now.After(e.rec.PreserveUntil) {
-				due = append(due, e)
-			}
-		}
-		s.mu.Unlock()
-		for _, e := range due {
-			s.destroy(s.life, e)
-			s.update(e, func(r *ports.TaskRecord) { r.PreserveUntil = time.Time{} })
-		}
+	}
+	s.mu.Unlock()
+	for _, e := range due {
+		s.destroy(s.life, e)
+		s.update(e, func(r *ports.TaskRecord) { r.PreserveUntil = time.Time{} })
 	}
 }
