@@ -1,8 +1,11 @@
 package ports
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"time"
 )
 
@@ -78,6 +81,49 @@ type Mission struct {
 	// Timeline is the mission's events but progress, oldest first, at most
 	// MaxTimeline (the oldest dropped): what an operator reads of its life.
 	Timeline []TimelineEntry `json:"timeline,omitempty"`
+}
+
+// Clone copies m with everything it refers to, so that a store's record and
+// what its callers hold never change each other.
+func (m Mission) Clone() Mission {
+	m.Filter.Capabilities = slices.Clone(m.Filter.Capabilities)
+	m.Metadata = bytes.Clone(m.Metadata)
+	if m.HITL != nil {
+		h := *m.HITL
+		if h.Permission != nil {
+			p := *h.Permission
+			h.Permission = &p
+		}
+		m.HITL = &h
+	}
+	if m.ExitCode != nil {
+		c := *m.ExitCode
+		m.ExitCode = &c
+	}
+	if m.LastEventData != nil {
+		m.LastEventData = cloneJSON(m.LastEventData).(map[string]any)
+	}
+	m.Timeline = slices.Clone(m.Timeline)
+	return m
+}
+
+// cloneJSON deep-copies the maps and slices of decoded JSON.
+func cloneJSON(v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		out := maps.Clone(v)
+		for k, e := range out {
+			out[k] = cloneJSON(e)
+		}
+		return out
+	case []any:
+		out := slices.Clone(v)
+		for i, e := range out {
+			out[i] = cloneJSON(e)
+		}
+		return out
+	}
+	return v
 }
 
 // TimelineEntry is one event of a mission's timeline.

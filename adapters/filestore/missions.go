@@ -246,28 +246,13 @@ func compareRecs(a, b *missionRec) int {
 	return 0
 }
 
-// cloneMission copies the parts of m that share memory, so callers of Load
-// cannot change the stored record.
-func cloneMission(m ports.Mission) ports.Mission {
-	m.Metadata = bytes.Clone(m.Metadata)
-	if m.HITL != nil {
-		h := *m.HITL
-		m.HITL = &h
-	}
-	if m.ExitCode != nil {
-		c := *m.ExitCode
-		m.ExitCode = &c
-	}
-	return m
-}
-
 // Load returns the live missions, sorted by CreatedAt then ID.
 func (s *MissionStore) Load() ([]ports.Mission, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	out := make([]ports.Mission, len(s.order))
 	for i, r := range s.order {
-		out[i] = cloneMission(r.m)
+		out[i] = r.m.Clone()
 	}
 	return out, nil
 }

@@ -1,9 +1,7 @@
 package portsfake
 
 import (
-	"bytes"
 	"context"
-	"maps"
 	"slices"
 	"sync"
 
@@ -65,7 +63,7 @@ func (s *MissionStore) Load() ([]ports.Mission, error) {
 	}
 	out := make([]ports.Mission, 0, len(k.live))
 	for _, m := range k.live {
-		out = append(out, copyMission(m))
+		out = append(out, m.Clone())
 	}
 	slices.SortFunc(out, func(a, b ports.Mission) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	return out, nil
@@ -95,7 +93,7 @@ func (s *MissionStore) Put(_ context.Context, ms ...ports.Mission) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for _, m := range ms {
-		m = copyMission(m)
+		m = m.Clone()
 		k.live[m.ID] = m
 		k.puts = append(k.puts, m)
 		if s.onPut != nil {
@@ -115,7 +113,7 @@ func (s *MissionStore) Archived(id string) (ports.Mission, bool, error) {
 		return ports.Mission{}, false, k.archivedErr
 	}
 	m, ok := k.archived[id]
-	return copyMission(m), ok, nil
+	return m.Clone(), ok, nil
 }
 
 // Close implements ports.MissionStore: later Puts fail with
@@ -153,7 +151,7 @@ func (s *MissionStore) set(f func(*missions)) {
 func (s *MissionStore) Seed(ms ...ports.Mission) {
 	s.set(func(k *missions) {
 		for _, m := range ms {
-			k.live[m.ID] = copyMission(m)
+			k.live[m.ID] = m.Clone()
 		}
 	})
 }
@@ -170,7 +168,7 @@ func (s *MissionStore) Archive(id string) {
 
 // PutArchived stores m in the archive only.
 func (s *MissionStore) PutArchived(m ports.Mission) {
-	s.set(func(k *missions) { k.archived[m.ID] = copyMission(m) })
+	s.set(func(k *missions) { k.archived[m.ID] = m.Clone() })
 }
 
 // Get returns the live mission id.
@@ -178,7 +176,7 @@ func (s *MissionStore) Get(id string) (ports.Mission, bool) {
 	s.kept.mu.Lock()
 	defer s.kept.mu.Unlock()
 	m, ok := s.kept.live[id]
-	return copyMission(m), ok
+	return m.Clone(), ok
 }
 
 // Puts returns every mission of every successful Put, in order.
@@ -187,7 +185,7 @@ func (s *MissionStore) Puts() []ports.Mission {
 	defer s.kept.mu.Unlock()
 	out := make([]ports.Mission, len(s.kept.puts))
 	for i, m := range s.kept.puts {
-		out[i] = copyMission(m)
+		out[i] = m.Clone()
 	}
 	return out
 }
@@ -197,47 +195,4 @@ func (s *MissionStore) PutCalls() int {
 	s.kept.mu.Lock()
 	defer s.kept.mu.Unlock()
 	return s.kept.putCalls
-}
-
-// copyMission copies what m refers to, so that neither side of the store
-// changes the other's.
-func copyMission(m ports.Mission) ports.Mission {
-	m.Filter.Capabilities = slices.Clone(m.Filter.Capabilities)
-	m.Metadata = bytes.Clone(m.Metadata)
-	if m.HITL != nil {
-		h := *m.HITL
-		if h.Permission != nil {
-			p := *h.Permission
-			h.Permission = &p
-		}
-		m.HITL = &h
-	}
-	if m.ExitCode != nil {
-		c := *m.ExitCode
-		m.ExitCode = &c
-	}
-	if m.LastEventData != nil {
-		m.LastEventData = copyValue(m.LastEventData).(map[string]any)
-	}
-	m.Timeline = slices.Clone(m.Timeline)
-	return m
-}
-
-// copyValue deep-copies the maps and slices of decoded JSON.
-func copyValue(v any) any {
-	switch v := v.(type) {
-	case map[string]any:
-		out := maps.Clone(v)
-		for k, e := range out {
-			out[k] = copyValue(e)
-		}
-		return out
-	case []any:
-		out := slices.Clone(v)
-		for i, e := range out {
-			out[i] = copyValue(e)
-		}
-		return out
-	}
-	return v
 }

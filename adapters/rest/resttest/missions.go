@@ -90,7 +90,7 @@ func (m *Missions) Dispatch(_ context.Context, req ports.DispatchRequest) (ports
 		if old.RequestHash != req.RequestHash {
 			return ports.Mission{}, ports.ErrMissionConflict
 		}
-		return clone(*old), nil
+		return old.Clone(), nil
 	}
 	agent, err := m.route(req.Filter)
 	if err != nil {
@@ -118,7 +118,7 @@ func (m *Missions) Dispatch(_ context.Context, req ports.DispatchRequest) (ports
 	}
 	m.missions[ms.ID] = ms
 	m.order = append(m.order, ms.ID)
-	return clone(*ms), nil
+	return ms.Clone(), nil
 }
 
 func (m *Missions) route(f ports.MissionFilter) (ports.AgentInfo, error) {
@@ -164,7 +164,7 @@ func (m *Missions) Mission(id string) (ports.Mission, error) {
 	if !ok {
 		return ports.Mission{}, ports.ErrMissionNotFound
 	}
-	return clone(*ms), nil
+	return ms.Clone(), nil
 }
 
 // Missions implements ports.Missions.
@@ -174,7 +174,7 @@ func (m *Missions) Missions(state ports.MissionState) []ports.Mission {
 	var out []ports.Mission
 	for _, id := range m.order {
 		if ms := m.missions[id]; state == "" || ms.State == state {
-			out = append(out, clone(*ms))
+			out = append(out, ms.Clone())
 		}
 	}
 	return out
@@ -219,7 +219,7 @@ func (m *Missions) RespondHITL(_ context.Context, hitlID, text string) (ports.Mi
 		ms.State = ports.MissionRunning
 		ms.UpdatedAt = m.now()
 		ms.LastEvent = "mission.resumed"
-		return clone(*ms), nil
+		return ms.Clone(), nil
 	}
 	return ports.Mission{}, ports.ErrHITLNotFound
 }
@@ -256,7 +256,7 @@ func (m *Missions) Put(ms ports.Mission) {
 	if _, ok := m.missions[ms.ID]; !ok {
 		m.order = append(m.order, ms.ID)
 	}
-	c := clone(ms)
+	c := ms.Clone()
 	m.missions[ms.ID] = &c
 }
 
@@ -299,18 +299,4 @@ func (m *Missions) Kills() []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return slices.Clone(m.kills)
-}
-
-func clone(ms ports.Mission) ports.Mission {
-	ms.Metadata = slices.Clone(ms.Metadata)
-	ms.Filter.Capabilities = slices.Clone(ms.Filter.Capabilities)
-	if ms.HITL != nil {
-		h := *ms.HITL
-		ms.HITL = &h
-	}
-	if ms.ExitCode != nil {
-		c := *ms.ExitCode
-		ms.ExitCode = &c
-	}
-	return ms
 }
