@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"reflect"
-	"sync"
 	"testing"
 	"time"
 
@@ -224,9 +223,7 @@ func TestDispatchIdempotent(t *testing.T) {
 	if n := len(h.putsOf("m1")); n != 1 {
 		t.Fatalf("%d Puts of m1, want 1", n)
 	}
-	if got := h.outbox.types("m1"); !reflect.DeepEqual(got, []string{"mission.assigned"}) {
-		t.Fatalf("events = %v, want one mission.assigned", got)
-	}
+	h.wantEvents("m1", "mission.assigned")
 
 	// Still idempotent once the mission runs: the answer is the current record.
 	h.cmd(first.SessionID).ReportStarted()
@@ -273,20 +270,11 @@ func TestDispatchConcurrentIdenticalStartsOneSession(t *testing.T) {
 	h.store.SetBeforePut(func([]ports.Mission) { time.Sleep(20 * time.Millisecond) })
 
 	const n = 20
-	var wg sync.WaitGroup
-	gate := make(chan struct{})
 	results := make([]ports.Mission, n)
 	errs := make([]error, n)
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-gate
-			results[i], errs[i] = h.svc.Dispatch(context.Background(), request("m1"))
-		}()
-	}
-	close(gate)
-	wg.Wait()
+	together(n, func(i int) {
+		results[i], errs[i] = h.svc.Dispatch(context.Background(), request("m1"))
+	})
 	for i := range n {
 		if errs[i] != nil {
 			t.Fatalf("dispatch %d: %v", i, errs[i])
@@ -311,18 +299,12 @@ func TestDispatchConcurrentIdenticalStartsOneSession(t *testing.T) {
 func TestDispatchConcurrentConflictingBodies(t *testing.T) {
 	h := newHarness(t)
 	h.store.SetBeforePut(func([]ports.Mission) { time.Sleep(10 * time.Millisecond) })
-	var wg sync.WaitGroup
 	errs := make([]error, 10)
-	for i := range errs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			req := request("m1")
-			req.RequestHash = []string{"a", "b"}[i%2]
-			_, errs[i] = h.svc.Dispatch(context.Background(), req)
-		}()
-	}
-	wg.Wait()
+	together(len(errs), func(i int) {
+		req := request("m1")
+		req.RequestHash = []string{"a", "b"}[i%2]
+		_, errs[i] = h.svc.Dispatch(context.Background(), req)
+	})
 	won := h.mission("m1").RequestHash
 	for i, err := range errs {
 		want := error(nil)

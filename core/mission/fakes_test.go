@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -94,13 +95,56 @@ func (o outbox) count(missionID string, typ ports.EventType) int {
 	return n
 }
 
-// described is each event as "mission type".
-func described(evs []ports.Event) []string {
-	var out []string
-	for _, e := range evs {
-		out = append(out, e.MissionID+" "+string(e.Type))
+// wantEvents fails the test unless the outbox holds exactly these event
+// types of mission id, in order.
+func (h *harness) wantEvents(id string, want ...string) {
+	h.t.Helper()
+	if got := h.outbox.types(id); !reflect.DeepEqual(got, want) {
+		h.t.Fatalf("events of %s = %v, want %v", id, got, want)
 	}
-	return out
+}
+
+// checkResync checks the executor.resync event a Resync returns: it names
+// the owned missions, oldest first, and the protocol version.
+func checkResync(t *testing.T, resync ports.Event, owned ...string) {
+	t.Helper()
+	if resync.Type != ports.EventResync || resync.MissionID != "" || resync.TS.IsZero() {
+		t.Fatalf("resync = %+v", resync)
+	}
+	if ids := resync.Data["owned_mission_ids"]; !reflect.DeepEqual(ids, owned) {
+		t.Fatalf("owned_mission_ids = %v, want %v", ids, owned)
+	}
+	if resync.Data["protocol_version"] != "1.0.0" {
+		t.Fatalf("protocol_version = %v", resync.Data["protocol_version"])
+	}
+}
+
+// checkPairs checks the events a Resync replays, each as "mission type".
+func checkPairs(t *testing.T, pairs []ports.Event, want ...string) {
+	t.Helper()
+	var got []string
+	for _, e := range pairs {
+		got = append(got, e.MissionID+" "+string(e.Type))
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("pairs:\n%v\nwant\n%v", got, want)
+	}
+}
+
+// together runs f(0..n-1) in n goroutines let go at once, and waits for them.
+func together(n int, f func(i int)) {
+	var wg sync.WaitGroup
+	gate := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-gate
+			f(i)
+		}()
+	}
+	close(gate)
+	wg.Wait()
 }
 
 // newLink returns a link whose commands the tests play by hand; a kill

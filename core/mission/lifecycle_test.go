@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -146,9 +145,7 @@ func TestStartErrorFailsMission(t *testing.T) {
 	}
 	h.waitState("m1", ports.MissionFailed)
 	h.waitEnded(m.SessionID)
-	if got := h.outbox.types("m1"); !reflect.DeepEqual(got, []string{"mission.assigned", "mission.failed"}) {
-		t.Fatalf("events = %v", got)
-	}
+	h.wantEvents("m1", "mission.assigned", "mission.failed")
 	if _, err := h.svc.KillSession(context.Background(), m.SessionID); !errors.Is(err, ports.ErrSessionNotFound) {
 		t.Fatalf("KillSession of a session that never started: %v", err)
 	}
@@ -164,9 +161,7 @@ func TestResultBeforeStartedFailsAsNotStarted(t *testing.T) {
 	if ev.Data["reason"] != ReasonSessionStart || ev.Data["error"] != "sh: not found" {
 		t.Fatalf("mission.failed data = %v", ev.Data)
 	}
-	if got := h.outbox.types("m1"); !reflect.DeepEqual(got, []string{"mission.assigned", "mission.failed"}) {
-		t.Fatalf("events = %v", got)
-	}
+	h.wantEvents("m1", "mission.assigned", "mission.failed")
 }
 
 // A process that started and ended at once: OnStarted fires and Done is
@@ -280,30 +275,24 @@ func TestNoProgressBeforeStarted(t *testing.T) {
 func TestEventsInOrderAcrossConcurrentMissions(t *testing.T) {
 	h := newHarness(t)
 	const n = 12
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			id := fmt.Sprintf("m%02d", i)
-			m, err := h.svc.Dispatch(context.Background(), request(id))
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			var c *portsfake.Command
-			if !within(waitTimeout, func() bool { c = h.link.Command(m.SessionID); return c != nil }) {
-				t.Errorf("%s: not started", id)
-				return
-			}
-			c.ReportStarted()
-			for j := range 5 {
-				emit(c, fmt.Sprintf("%s step %d\r\n", id, j))
-			}
-			c.Finish(ports.CommandResult{ExitCode: i % 2})
-		}()
-	}
-	wg.Wait()
+	together(n, func(i int) {
+		id := fmt.Sprintf("m%02d", i)
+		m, err := h.svc.Dispatch(context.Background(), request(id))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		var c *portsfake.Command
+		if !within(waitTimeout, func() bool { c = h.link.Command(m.SessionID); return c != nil }) {
+			t.Errorf("%s: not started", id)
+			return
+		}
+		c.ReportStarted()
+		for j := range 5 {
+			emit(c, fmt.Sprintf("%s step %d\r\n", id, j))
+		}
+		c.Finish(ports.CommandResult{ExitCode: i % 2})
+	})
 	for i := range n {
 		id := fmt.Sprintf("m%02d", i)
 		end := ports.EventCompleted
@@ -341,9 +330,7 @@ func TestTransitionNotStoredIsRetriedUntilStored(t *testing.T) {
 	h.store.SetPutErr(errDisk)
 	c.ReportStarted()
 	waitFor(t, func() bool { return h.store.PutCalls() >= 3 }, "the Put of mission.started to be retried")
-	if got := h.outbox.types("m1"); !reflect.DeepEqual(got, []string{"mission.assigned"}) {
-		t.Fatalf("events = %v while the store fails", got)
-	}
+	h.wantEvents("m1", "mission.assigned")
 	if got := h.mission("m1"); got.State != ports.MissionAssigned {
 		t.Fatalf("in-memory state %q while the store fails, want assigned", got.State)
 	}

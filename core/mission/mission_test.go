@@ -226,21 +226,12 @@ func TestResync(t *testing.T) {
 	}
 	n := 0
 	resync, pairs, changed := Resync(ms, func() string { n++; return "ck-new" }, t0)
-	if resync.Type != ports.EventResync || resync.MissionID != "" {
-		t.Fatalf("resync event %+v", resync)
-	}
-	if ids := resync.Data["owned_mission_ids"]; !reflect.DeepEqual(ids, []string{"a-run", "b-susp", "c-hitl"}) || resync.Data["protocol_version"] != "1.0.0" {
-		t.Fatalf("owned %v", resync.Data)
-	}
-	got := described(pairs)
-	want := []string{
+	checkResync(t, resync, "a-run", "b-susp", "c-hitl")
+	checkPairs(t, pairs,
 		"a-run mission.reconnected", "a-run mission.resumed",
 		"b-susp mission.reconnected", "b-susp mission.resumed",
 		"c-hitl mission.reconnected", "c-hitl mission.resumed", "c-hitl mission.hitl_required",
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("pairs:\n%v\nwant\n%v", got, want)
-	}
+	)
 	if pairs[0].Data["checkpoint_id"] != "ck-new" || pairs[2].Data["checkpoint_id"] != "ck-b" || n != 1 {
 		t.Fatalf("checkpoints: %v %v (%d new)", pairs[0].Data, pairs[2].Data, n)
 	}
@@ -336,13 +327,7 @@ func TestResyncKeepsAQuestionOpenAcrossRestart(t *testing.T) {
 	m := ports.Mission{ID: "q", State: ports.MissionSuspended, CheckpointID: "ck", CreatedAt: t0,
 		HITL: &ports.HITLRequest{ID: "h1", Prompt: "Proceed? [y/N]"}}
 	_, pairs, changed := Resync([]ports.Mission{m}, nil, t0)
-	var got []ports.EventType
-	for _, e := range pairs {
-		got = append(got, e.Type)
-	}
-	if !reflect.DeepEqual(got, []ports.EventType{ports.EventReconnected, ports.EventResumed, ports.EventHITLRequired}) {
-		t.Fatalf("events %v", got)
-	}
+	checkPairs(t, pairs, "q mission.reconnected", "q mission.resumed", "q mission.hitl_required")
 	if len(changed) != 1 || changed[0].State != ports.MissionHITLRequired || changed[0].HITL == nil || pairs[2].Data["hitl_id"] != "h1" {
 		t.Fatalf("changed %+v, hitl event %+v", changed, pairs[2].Data)
 	}
@@ -351,9 +336,7 @@ func TestResyncKeepsAQuestionOpenAcrossRestart(t *testing.T) {
 func TestResyncOfAMissionNotStartedYet(t *testing.T) {
 	m := ports.Mission{ID: "a", State: ports.MissionAssigned, CreatedAt: t0}
 	resync, pairs, changed := Resync([]ports.Mission{m}, func() string { return "ck" }, t0)
-	if ids := resync.Data["owned_mission_ids"]; !reflect.DeepEqual(ids, []string{"a"}) {
-		t.Fatalf("owned %v", ids)
-	}
+	checkResync(t, resync, "a")
 	if len(pairs) != 1 || pairs[0].Type != ports.EventReconnected {
 		t.Fatalf("pairs %+v: an assigned mission must not be announced as running", pairs)
 	}

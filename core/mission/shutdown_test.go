@@ -343,24 +343,13 @@ func TestResyncAfterRestart(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Resync: %v", err)
 	}
-	if resync.Type != "executor.resync" || resync.MissionID != "" || resync.TS.IsZero() {
-		t.Fatalf("resync = %+v", resync)
-	}
-	if ids := resync.Data["owned_mission_ids"]; !reflect.DeepEqual(ids, []string{"zeta", "alpha", "mid"}) {
-		t.Fatalf("owned_mission_ids = %v, want oldest first without the completed one", ids)
-	}
-	if resync.Data["protocol_version"] != "1.0.0" {
-		t.Fatalf("protocol_version = %v", resync.Data["protocol_version"])
-	}
-	got := described(pairs)
-	want := []string{
+	// Oldest first, without the completed one.
+	checkResync(t, resync, "zeta", "alpha", "mid")
+	checkPairs(t, pairs,
 		"zeta mission.reconnected", "zeta mission.resumed",
 		"alpha mission.reconnected", "alpha mission.resumed",
 		"mid mission.reconnected", "mid mission.resumed", "mid mission.hitl_required",
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("pairs = %v, want %v", got, want)
-	}
+	)
 	if pairs[0].Data["checkpoint_id"] != "ck-zeta" {
 		t.Fatalf("reconnected of zeta = %v, want its checkpoint", pairs[0].Data)
 	}
@@ -443,14 +432,8 @@ func TestResyncWithLiveMissions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ids := resync.Data["owned_mission_ids"]; !reflect.DeepEqual(ids, []string{"m1", "m2"}) {
-		t.Fatalf("owned = %v", ids)
-	}
-	got := described(pairs)
-	want := []string{"m1 mission.reconnected", "m1 mission.resumed", "m2 mission.reconnected", "m2 mission.resumed", "m2 mission.hitl_required"}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("pairs = %v", got)
-	}
+	checkResync(t, resync, "m1", "m2")
+	checkPairs(t, pairs, "m1 mission.reconnected", "m1 mission.resumed", "m2 mission.reconnected", "m2 mission.resumed", "m2 mission.hitl_required")
 	if pairs[4].Data["hitl_id"] != hitlID {
 		t.Fatalf("hitl_required again = %v", pairs[4].Data)
 	}
