@@ -6,13 +6,13 @@ import (
 	"log/slog"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 
 	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -337,7 +337,7 @@ func TestAHeldAgentGetsOnlyHousekeeping(t *testing.T) {
 // Failed logins are logged, but not one line each: a flood of guesses
 // leaves one line per agent id per interval, counting the rest.
 func TestFailedLoginsAreLoggedRateLimited(t *testing.T) {
-	var buf syncBuffer
+	var buf testkit.Buffer
 	h := newHarness(t, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&buf, nil)) })
 	for range 20 {
 		if err := h.attempt("agent-a", "guess", registration("agent-a")); connect.CodeOf(err) != connect.CodeUnauthenticated {
@@ -352,22 +352,4 @@ func TestFailedLoginsAreLoggedRateLimited(t *testing.T) {
 	if out := buf.String(); strings.Count(out, "agent authentication failed") != 2 || !strings.Contains(out, "not_logged_since_last=19") {
 		t.Fatalf("after the interval:\n%s", out)
 	}
-}
-
-// syncBuffer is a log sink safe for the service's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/rest/resttest"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 	"github.com/agentic-sandbox/agentic-sandbox/ports/portsfake"
 )
@@ -136,7 +137,7 @@ type env struct {
 	exec     *resttest.Executor
 	clock    *portsfake.Clock
 	srv      *httptest.Server
-	logs     *bytes.Buffer
+	logs     *testkit.Buffer
 }
 
 func newEnv(t *testing.T, edit ...func(*Deps)) *env {
@@ -145,8 +146,7 @@ func newEnv(t *testing.T, edit ...func(*Deps)) *env {
 	link.AddAgent(ports.AgentInfo{ID: "a1", Status: "ready", Runtime: "host", Hostname: "h1"})
 	link.AddAgent(ports.AgentInfo{ID: "off", Status: "disconnected", Runtime: "vm", Hostname: "h2"})
 	clock := portsfake.NewClock(time.Date(2026, 5, 9, 7, 13, 22, 0, time.UTC))
-	var logs bytes.Buffer
-	var logMu sync.Mutex
+	var logs testkit.Buffer
 	missions := resttest.NewMissions(link)
 	missions.SetNow(func() time.Time { return missionEpoch })
 	exec := resttest.NewExecutor("exec-1", testExecToken)
@@ -157,7 +157,7 @@ func newEnv(t *testing.T, edit ...func(*Deps)) *env {
 		Agents:   link,
 		Token:    testToken,
 		Version:  "1.2.3",
-		Logger:   slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &logMu}, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Logger:   slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Clock:    clock,
 	}
 	for _, f := range edit {
@@ -166,24 +166,11 @@ func newEnv(t *testing.T, edit ...func(*Deps)) *env {
 	srv := httptest.NewServer(New(d).Handler())
 	t.Cleanup(srv.Close)
 	t.Cleanup(func() {
-		logMu.Lock()
-		defer logMu.Unlock()
-		if strings.Contains(logs.String(), testToken) || strings.Contains(logs.String(), testExecToken) {
+		if out := logs.String(); strings.Contains(out, testToken) || strings.Contains(out, testExecToken) {
 			t.Errorf("a token appears in the log")
 		}
 	})
 	return &env{t: t, link: link, missions: missions, exec: exec, clock: clock, srv: srv, logs: &logs}
-}
-
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
 
 type response struct {
