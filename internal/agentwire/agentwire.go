@@ -113,12 +113,7 @@ func SessionTypeToProto(t ports.SessionType) sandboxv1.SessionType {
 
 // SessionTypeFromProto is the inverse of SessionTypeToProto ("" for unspecified).
 func SessionTypeFromProto(t sandboxv1.SessionType) ports.SessionType {
-	for typ, wire := range sessionTypes {
-		if wire == t {
-			return typ
-		}
-	}
-	return ""
+	return keyOf(sessionTypes, t, "")
 }
 
 var streams = map[ports.OutputStream]sandboxv1.OutputStream{
@@ -137,12 +132,7 @@ func StreamToProto(s ports.OutputStream) sandboxv1.OutputStream {
 
 // StreamFromProto is the inverse of StreamToProto (stdout if unknown).
 func StreamFromProto(s sandboxv1.OutputStream) ports.OutputStream {
-	for port, wire := range streams {
-		if wire == s {
-			return port
-		}
-	}
-	return ports.StreamStdout
+	return keyOf(streams, s, ports.StreamStdout)
 }
 
 var runtimeKinds = map[ports.RuntimeKind]sandboxv1.RuntimeKind{
@@ -158,12 +148,18 @@ func RuntimeKindToProto(k ports.RuntimeKind) sandboxv1.RuntimeKind {
 
 // RuntimeKindFromProto is the inverse of RuntimeKindToProto ("" if unknown).
 func RuntimeKindFromProto(k sandboxv1.RuntimeKind) ports.RuntimeKind {
-	for kind, wire := range runtimeKinds {
-		if wire == k {
-			return kind
+	return keyOf(runtimeKinds, k, "")
+}
+
+// keyOf is the key that table maps to wire, else def: each FromProto is
+// the inverse of its ToProto table, read backwards.
+func keyOf[K, V comparable](table map[K]V, wire V, def K) K {
+	for k, v := range table {
+		if v == wire {
+			return k
 		}
 	}
-	return ""
+	return def
 }
 
 // Metrics is an agent's reported load.

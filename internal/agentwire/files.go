@@ -96,14 +96,8 @@ func AddListing(l *ports.FileListing, m *sandboxv1.FileListing) {
 	l.Path = m.GetPath()
 	l.Truncated = l.Truncated || m.GetTruncated()
 	for _, e := range m.GetEntries() {
-		typ := ports.FileTypeOther
-		for k, v := range fileTypes {
-			if v == e.GetType() {
-				typ = k
-			}
-		}
 		l.Entries = append(l.Entries, ports.FileEntry{
-			Name: e.GetName(), Type: typ, Size: e.GetSize(),
+			Name: e.GetName(), Type: keyOf(fileTypes, e.GetType(), ports.FileTypeOther), Size: e.GetSize(),
 			Mode:    FromUnixMode(e.GetMode()),
 			ModTime: e.GetMtime().AsTime(), LinkTarget: e.GetLinkTarget(),
 		})
