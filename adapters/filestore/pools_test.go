@@ -8,18 +8,7 @@ import (
 	"testing"
 
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
-	"github.com/agentic-sandbox/agentic-sandbox/ports/portstest"
 )
-
-func TestPoolStoreConformance(t *testing.T) {
-	portstest.RunPoolStoreSuite(t, func(t *testing.T, dir string) ports.PoolStore {
-		s, err := NewPoolStore(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	})
-}
 
 // A damaged file is refused, not replaced: its claims say which
 // environments belong to whom.
