@@ -881,24 +881,24 @@ func (r *Runtime) Stop(ctx context.Context, name string) error {
 
 // Pause suspends a running environment's vCPUs (its memory stays).
 func (r *Runtime) Pause(ctx context.Context, name string) error {
-	unlock := r.lock(name)
-	defer unlock()
-	lv, o, err := r.lookup(ctx, name)
-	if err != nil {
-		return err
-	}
-	return r.lverr(lv, "suspend "+o.dom.Name, lv.DomainSuspend(o.dom))
+	return r.domainCall(ctx, name, "suspend", (*golibvirt.Libvirt).DomainSuspend)
 }
 
 // Resume continues a paused environment.
 func (r *Runtime) Resume(ctx context.Context, name string) error {
+	return r.domainCall(ctx, name, "resume", (*golibvirt.Libvirt).DomainResume)
+}
+
+// domainCall makes the one libvirt call (op names it in errors) on the
+// environment's domain, under the environment's lock.
+func (r *Runtime) domainCall(ctx context.Context, name, op string, call func(*golibvirt.Libvirt, golibvirt.Domain) error) error {
 	unlock := r.lock(name)
 	defer unlock()
 	lv, o, err := r.lookup(ctx, name)
 	if err != nil {
 		return err
 	}
-	return r.lverr(lv, "resume "+o.dom.Name, lv.DomainResume(o.dom))
+	return r.lverr(lv, op+" "+o.dom.Name, call(lv, o.dom))
 }
 
 // Destroy implements ports.Runtime: power off, undefine, remove the files.
