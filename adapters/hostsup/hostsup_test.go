@@ -187,6 +187,21 @@ func alive(pid int) bool {
 	return err == nil && !st.dead()
 }
 
+// crash kills agent a and waits until supervisor s runs it again under a
+// new pid, which it returns.
+func (h *harness) crash(s *Supervisor, a HostAgent) HostAgent {
+	h.t.Helper()
+	if err := syscall.Kill(a.PID, syscall.SIGKILL); err != nil {
+		h.t.Fatal(err)
+	}
+	var now HostAgent
+	h.eventually("restart of "+a.ID, func() bool {
+		now = agentByID(s, a.ID)
+		return now.PID != 0 && now.PID != a.PID
+	})
+	return now
+}
+
 func agentByID(s *Supervisor, id string) HostAgent {
 	for _, a := range s.Agents() {
 		if a.ID == id {
@@ -252,14 +267,7 @@ func TestSpawnVerifyAndRestart(t *testing.T) {
 	other := agents[1]
 
 	// A crash is followed by a restart with a new pid and a new secret.
-	if err := syscall.Kill(old.PID, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	var now HostAgent
-	h.eventually("restart of host-01", func() bool {
-		now = agentByID(s, old.ID)
-		return now.PID != 0 && now.PID != old.PID
-	})
+	now := h.crash(s, old)
 	if now.Restarts != 1 || now.Adopted {
 		t.Fatalf("after restart %+v", now)
 	}
@@ -315,14 +323,7 @@ func TestStopLeavesAgentsAndNextSupervisorAdopts(t *testing.T) {
 
 	// An adopted agent is not our child; its death is noticed by polling.
 	victim := before[1]
-	if err := syscall.Kill(victim.PID, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	var now HostAgent
-	h.eventually("restart of the adopted agent", func() bool {
-		now = agentByID(s2, victim.ID)
-		return now.PID != 0 && now.PID != victim.PID
-	})
+	now := h.crash(s2, victim)
 	if now.Adopted || now.Restarts != 1 {
 		t.Fatalf("after restart %+v", now)
 	}
