@@ -161,7 +161,9 @@ func newEnv(t *testing.T, edit ...func(*Deps)) *env {
 		Clock:    clock,
 	}
 	for _, f := range edit {
-		f(&d)
+		if f != nil { // a table's case without an edit
+			f(&d)
+		}
 	}
 	srv := httptest.NewServer(New(d).Handler())
 	t.Cleanup(srv.Close)

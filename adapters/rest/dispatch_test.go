@@ -102,11 +102,7 @@ func TestDispatchStatuses(t *testing.T) {
 		{name: "accepted", body: okBody, auth: execAuth, status: 202, reached: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var edits []func(*Deps)
-			if tc.deps != nil {
-				edits = append(edits, tc.deps)
-			}
-			e := newEnv(t, edits...)
+			e := newEnv(t, tc.deps)
 			if tc.setup != nil {
 				tc.setup(e)
 			}

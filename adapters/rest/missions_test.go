@@ -292,11 +292,7 @@ func TestAIWGStatus(t *testing.T) {
 		{"link not configured", nil, func(e *env) { e.exec.SetConfigured(false) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var edits []func(*Deps)
-			if tc.deps != nil {
-				edits = append(edits, tc.deps)
-			}
-			e := newEnv(t, edits...)
+			e := newEnv(t, tc.deps)
 			if tc.edit != nil {
 				tc.edit(e)
 			}
