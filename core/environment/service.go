@@ -539,65 +539,62 @@ func (s *Service) Start(ctx context.Context, name string) (Environment, error) {
 
 // Pause freezes an environment's processes, on runtimes that declare it.
 func (s *Service) Pause(ctx context.Context, name string) (Environment, error) {
-	e, rt, err := s.lookup(name, false)
-	if err != nil {
-		return Environment{}, err
-	}
-	if !rt.Capabilities().Pause {
-		return Environment{}, fmt.Errorf("%w: the %s runtime cannot pause", ports.ErrUnsupported, rt.Capabilities().Runtime)
-	}
-	if err := rt.Pause(ctx, e.runtimeName); err != nil {
-		return Environment{}, err
-	}
-	now := s.cfg.Clock.Now()
-	s.update(name, func(x *Environment) {
-		x.State = StatePaused
-		x.Events = appendEvent(x.Events, Event{At: now, Step: "paused"})
-	})
-	got, _ := s.Get(name)
-	return got, nil
+	return s.act(name, "paused", func(rt ports.Runtime, runtimeName string) error {
+		if err := canPause(rt); err != nil {
+			return err
+		}
+		return rt.Pause(ctx, runtimeName)
+	}, func() State { return StatePaused })
 }
 
 // Resume lets a paused environment run again.
 func (s *Service) Resume(ctx context.Context, name string) (Environment, error) {
+	return s.act(name, "resumed", func(rt ports.Runtime, runtimeName string) error {
+		if err := canPause(rt); err != nil {
+			return err
+		}
+		return rt.Resume(ctx, runtimeName)
+	}, func() State {
+		// A paused agent missed its heartbeats; it is ready again once it
+		// is seen connected.
+		return Next(StateBooting, Observation{Runtime: ports.EnvRunning, AgentConnected: s.connected(name)})
+	})
+}
+
+// Stop stops an environment, keeping it.
+func (s *Service) Stop(ctx context.Context, name string) (Environment, error) {
+	return s.act(name, "stopped", func(rt ports.Runtime, runtimeName string) error {
+		return rt.Stop(ctx, runtimeName)
+	}, func() State { return StateStopped })
+}
+
+// act makes one call to an environment's runtime and, once it succeeded,
+// records the step in the environment's events and moves it to the state
+// next says.
+func (s *Service) act(name, step string, call func(rt ports.Runtime, runtimeName string) error, next func() State) (Environment, error) {
 	e, rt, err := s.lookup(name, false)
 	if err != nil {
 		return Environment{}, err
 	}
-	if !rt.Capabilities().Pause {
-		return Environment{}, fmt.Errorf("%w: the %s runtime cannot pause", ports.ErrUnsupported, rt.Capabilities().Runtime)
-	}
-	if err := rt.Resume(ctx, e.runtimeName); err != nil {
+	if err := call(rt, e.runtimeName); err != nil {
 		return Environment{}, err
 	}
 	now := s.cfg.Clock.Now()
-	connected := s.connected(name)
+	state := next()
 	s.update(name, func(x *Environment) {
-		// A paused agent missed its heartbeats; it is ready again once it
-		// is seen connected.
-		x.State = Next(StateBooting, Observation{Runtime: ports.EnvRunning, AgentConnected: connected})
-		x.Events = appendEvent(x.Events, Event{At: now, Step: "resumed"})
+		x.State = state
+		x.Events = appendEvent(x.Events, Event{At: now, Step: step})
 	})
 	got, _ := s.Get(name)
 	return got, nil
 }
 
-// Stop stops an environment, keeping it.
-func (s *Service) Stop(ctx context.Context, name string) (Environment, error) {
-	e, rt, err := s.lookup(name, false)
-	if err != nil {
-		return Environment{}, err
+// canPause is nil for a runtime that declares pause and resume.
+func canPause(rt ports.Runtime) error {
+	if !rt.Capabilities().Pause {
+		return fmt.Errorf("%w: the %s runtime cannot pause", ports.ErrUnsupported, rt.Capabilities().Runtime)
 	}
-	if err := rt.Stop(ctx, e.runtimeName); err != nil {
-		return Environment{}, err
-	}
-	now := s.cfg.Clock.Now()
-	s.update(name, func(x *Environment) {
-		x.State = StateStopped
-		x.Events = appendEvent(x.Events, Event{At: now, Step: "stopped"})
-	})
-	got, _ := s.Get(name)
-	return got, nil
+	return nil
 }
 
 // Delete retires the environment's agent (credential, work, registry entry)
