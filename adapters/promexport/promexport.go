@@ -49,14 +49,20 @@ func (c *agentCollector) Collect(ch chan<- prometheus.Metric) {
 // to agent ready) per runtime.
 type ProvisionTimes struct{ h *prometheus.HistogramVec }
 
-// NewProvisionTimes returns the histogram; buckets span containers (0.1 s)
-// to VMs under software emulation (minutes).
+// provisionBuckets span containers (0.1 s) to VMs under software emulation
+// (minutes): environments' and pool members' provision times.
+var provisionBuckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160}
+
+// secondsBy is a histogram of durations in seconds, by one label.
+func secondsBy(name, help, label string, buckets []float64) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, []string{label})
+}
+
+// NewProvisionTimes returns the histogram.
 func NewProvisionTimes() *ProvisionTimes {
-	return &ProvisionTimes{h: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "agentic_environment_provision_seconds",
-		Help:    "Time from an environment's provision request to its agent being ready, by runtime.",
-		Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160},
-	}, []string{"runtime"})}
+	return &ProvisionTimes{h: secondsBy("agentic_environment_provision_seconds",
+		"Time from an environment's provision request to its agent being ready, by runtime.",
+		"runtime", provisionBuckets)}
 }
 
 // Observe records one provision time.
@@ -75,11 +81,9 @@ type TaskMetrics struct {
 // NewTaskMetrics returns the task metrics; buckets span a trivial command
 // (0.1 s) to a long agent run (hours).
 func NewTaskMetrics() *TaskMetrics {
-	return &TaskMetrics{durations: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "agentic_task_duration_seconds",
-		Help:    "Time from a task's submission to its end, by outcome (completed, failed, failed_preserved, cancelled).",
-		Buckets: []float64{0.1, 0.5, 1, 5, 15, 60, 300, 900, 1800, 3600, 7200, 14400},
-	}, []string{"outcome"})}
+	return &TaskMetrics{durations: secondsBy("agentic_task_duration_seconds",
+		"Time from a task's submission to its end, by outcome (completed, failed, failed_preserved, cancelled).",
+		"outcome", []float64{0.1, 0.5, 1, 5, 15, 60, 300, 900, 1800, 3600, 7200, 14400})}
 }
 
 // ObserveEnd records a task's end.
@@ -153,13 +157,11 @@ type PoolStats struct {
 	Hits, Misses uint64
 }
 
-// NewPoolMetrics returns the pool metrics; buckets as the provision times'.
+// NewPoolMetrics returns the pool metrics.
 func NewPoolMetrics() *PoolMetrics {
-	return &PoolMetrics{refill: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "agentic_pool_refill_seconds",
-		Help:    "Time from a pool member's provision request to its agent being ready, by pool.",
-		Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160},
-	}, []string{"pool"})}
+	return &PoolMetrics{refill: secondsBy("agentic_pool_refill_seconds",
+		"Time from a pool member's provision request to its agent being ready, by pool.",
+		"pool", provisionBuckets)}
 }
 
 // ObserveRefill records one member's provision time.
