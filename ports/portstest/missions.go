@@ -97,39 +97,18 @@ func EqualMissions(a, b ports.Mission) bool {
 	return reflect.DeepEqual(a, b)
 }
 
-// missionHarness opens, reopens and finally closes a store under test.
+// missionHarness is a mission store under test.
 type missionHarness struct {
-	t     *testing.T
-	dir   string
-	open  func(t *testing.T, dir string) ports.MissionStore
-	store ports.MissionStore
+	*underTest[ports.MissionStore]
 }
 
 func newMissionHarness(t *testing.T, open func(t *testing.T, dir string) ports.MissionStore) *missionHarness {
-	h := &missionHarness{t: t, dir: t.TempDir(), open: open}
-	h.store = open(t, h.dir)
-	t.Cleanup(func() {
-		if h.store != nil {
-			h.store.Close()
-		}
-	})
-	return h
-}
-
-// reopen closes the store and opens it again on the same dir, as a restart.
-func (h *missionHarness) reopen() ports.MissionStore {
-	h.t.Helper()
-	if err := h.store.Close(); err != nil {
-		h.t.Fatalf("Close: %v", err)
-	}
-	h.store = nil
-	h.store = h.open(h.t, h.dir)
-	return h.store
+	return &missionHarness{newUnderTest(t, open)}
 }
 
 func (h *missionHarness) put(ms ...ports.Mission) {
 	h.t.Helper()
-	if err := h.store.Put(context.Background(), ms...); err != nil {
+	if err := h.cur.Put(context.Background(), ms...); err != nil {
 		h.t.Fatalf("Put: %v", err)
 	}
 }
@@ -198,14 +177,14 @@ func expectMissions(t *testing.T, s ports.MissionStore, want ...ports.Mission) {
 func RunMissionStoreSuite(t *testing.T, open func(t *testing.T, dir string) ports.MissionStore) {
 	t.Run("EmptyStore", func(t *testing.T) {
 		h := newMissionHarness(t, open)
-		ms, err := h.store.Load()
+		ms, err := h.cur.Load()
 		if err != nil || len(ms) != 0 {
 			t.Fatalf("Load on a new store = %v, %v", ms, err)
 		}
-		if _, ok, err := h.store.Archived("nope"); ok || err != nil {
+		if _, ok, err := h.cur.Archived("nope"); ok || err != nil {
 			t.Fatalf("Archived(unknown) = %v, %v", ok, err)
 		}
-		if err := h.store.Put(context.Background()); err != nil {
+		if err := h.cur.Put(context.Background()); err != nil {
 			t.Fatalf("Put of nothing: %v", err)
 		}
 		ms, err = h.reopen().Load()
@@ -218,19 +197,19 @@ func RunMissionStoreSuite(t *testing.T, open func(t *testing.T, dir string) port
 		h := newMissionHarness(t, open)
 		a, b := SampleMission(1), MinimalMission("b")
 		h.put(a, b)
-		expectMissions(t, h.store, a, b)
+		expectMissions(t, h.cur, a, b)
 
 		a2 := a
 		a2.State, a2.HITL, a2.Iteration = ports.MissionHITLRequired, &ports.HITLRequest{ID: "h2", Prompt: "ok?", CreatedAt: base}, 7
 		c := MinimalMission("c")
 		h.put(a2, c)
-		expectMissions(t, h.store, a2, b, c)
+		expectMissions(t, h.cur, a2, b, c)
 
 		// Within one Put the later record for an id wins.
 		b2, b3 := b, b
 		b2.Summary, b3.Summary = "first", "second"
 		h.put(b2, b3)
-		expectMissions(t, h.store, a2, b3, c)
+		expectMissions(t, h.cur, a2, b3, c)
 		expectMissions(t, h.reopen(), a2, b3, c)
 	})
 
@@ -252,7 +231,7 @@ func RunMissionStoreSuite(t *testing.T, open func(t *testing.T, dir string) port
 			want = append(want, m)
 			h.put(m)
 		}
-		expectMissions(t, h.store, want...)
+		expectMissions(t, h.cur, want...)
 		expectMissions(t, h.reopen(), want...)
 		expectMissions(t, h.reopen(), want...) // a reopen without writes changes nothing
 	})
@@ -265,7 +244,7 @@ func RunMissionStoreSuite(t *testing.T, open func(t *testing.T, dir string) port
 		// Changing what was passed to Put or got from Load must not
 		// change the record.
 		m.HITL.Prompt, m.Metadata[0], *m.ExitCode = "changed", 'X', 99
-		ms, err := h.store.Load()
+		ms, err := h.cur.Load()
 		if err != nil || len(ms) != 1 {
 			t.Fatalf("Load = %v, %v", ms, err)
 		}
@@ -273,7 +252,7 @@ func RunMissionStoreSuite(t *testing.T, open func(t *testing.T, dir string) port
 		if len(ms[0].Metadata) > 0 {
 			ms[0].Metadata[0] = 'Y'
 		}
-		expectMissions(t, h.store, want)
+		expectMissions(t, h.cur, want)
 	})
 
 	t.Run("ConcurrentPuts", func(t *testing.T) {
@@ -286,7 +265,7 @@ func RunMissionStoreSuite(t *testing.T, open func(t *testing.T, dir string) port
 					m := MinimalMission(fmt.Sprintf("w%02d", w))
 					m.Iteration = r
 					other := MinimalMission(fmt.Sprintf("w%02d-r%d", w, r))
-					if err := h.store.Put(context.Background(), m, other); err != nil {
+					if err := h.cur.Put(context.Background(), m, other); err != nil {
 						t.Errorf("Put: %v", err)
 						return
 					}
@@ -306,7 +285,7 @@ func RunMissionStoreSuite(t *testing.T, open func(t *testing.T, dir string) port
 				want = append(want, MinimalMission(fmt.Sprintf("w%02d-r%d", w, r)))
 			}
 		}
-		expectMissions(t, h.store, want...)
+		expectMissions(t, h.cur, want...)
 		expectMissions(t, h.reopen(), want...)
 	})
 
@@ -317,7 +296,7 @@ func RunMissionStoreSuite(t *testing.T, open func(t *testing.T, dir string) port
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		maybe := MinimalMission("maybe")
-		putErr := h.store.Put(ctx, maybe)
+		putErr := h.cur.Put(ctx, maybe)
 		if putErr != nil && !errors.Is(putErr, context.Canceled) {
 			t.Fatalf("Put with a cancelled ctx = %v, want nil or context.Canceled", putErr)
 		}
@@ -325,7 +304,7 @@ func RunMissionStoreSuite(t *testing.T, open func(t *testing.T, dir string) port
 		// (required when Put said so) or absent.
 		later := MinimalMission("later")
 		h.put(later)
-		for _, s := range []ports.MissionStore{h.store, h.reopen()} {
+		for _, s := range []ports.MissionStore{h.cur, h.reopen()} {
 			ms, err := s.Load()
 			if err != nil {
 				t.Fatal(err)
@@ -356,7 +335,7 @@ func RunMissionStoreSuite(t *testing.T, open func(t *testing.T, dir string) port
 			wg.Go(func() {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i)*100*time.Microsecond)
 				defer cancel()
-				err := h.store.Put(ctx, MinimalMission(fmt.Sprintf("d%02d", i)))
+				err := h.cur.Put(ctx, MinimalMission(fmt.Sprintf("d%02d", i)))
 				if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 					t.Errorf("Put = %v", err)
 				}
@@ -388,20 +367,20 @@ func RunMissionStoreSuite(t *testing.T, open func(t *testing.T, dir string) port
 		}
 		h.put(want[:5]...)
 		h.put(want[5:]...)
-		expectMissions(t, h.store, want...)
+		expectMissions(t, h.cur, want...)
 		h.put(MinimalMission("trigger")) // a later write, when retention runs
 		want = append(want, MinimalMission("trigger"))
-		expectMissions(t, h.store, want...)
+		expectMissions(t, h.cur, want...)
 		expectMissions(t, h.reopen(), want...)
 		for _, m := range want {
 			if !m.State.Terminal() {
 				continue
 			}
-			if a, ok, err := h.store.Archived(m.ID); err != nil || (ok && !EqualMissions(a, m)) {
+			if a, ok, err := h.cur.Archived(m.ID); err != nil || (ok && !EqualMissions(a, m)) {
 				t.Fatalf("Archived(%s) = %+v, %v, %v", m.ID, a, ok, err)
 			}
 		}
-		if _, ok, err := h.store.Archived("unknown"); ok || err != nil {
+		if _, ok, err := h.cur.Archived("unknown"); ok || err != nil {
 			t.Fatalf("Archived(unknown) = %v, %v", ok, err)
 		}
 	})
@@ -409,14 +388,14 @@ func RunMissionStoreSuite(t *testing.T, open func(t *testing.T, dir string) port
 	t.Run("PutAfterClose", func(t *testing.T) {
 		h := newMissionHarness(t, open)
 		h.put(MinimalMission("a"))
-		if err := h.store.Close(); err != nil {
+		if err := h.cur.Close(); err != nil {
 			t.Fatal(err)
 		}
-		err := h.store.Put(context.Background(), MinimalMission("b"))
+		err := h.cur.Put(context.Background(), MinimalMission("b"))
 		if !errors.Is(err, ports.ErrStoreUnavailable) {
 			t.Fatalf("Put after Close = %v, want ErrStoreUnavailable", err)
 		}
-		h.store = h.open(t, h.dir)
-		expectMissions(t, h.store, MinimalMission("a"))
+		h.cur = h.open(t, h.dir)
+		expectMissions(t, h.cur, MinimalMission("a"))
 	})
 }

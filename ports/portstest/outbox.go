@@ -40,37 +40,36 @@ func EqualEvents(a, b ports.Event) bool {
 	return reflect.DeepEqual(a.Data, b.Data)
 }
 
+// outboxHarness is an outbox under test.
 type outboxHarness struct {
-	t    *testing.T
-	dir  string
-	open func(t *testing.T, dir string) ports.EventOutbox
-	box  ports.EventOutbox
+	*underTest[ports.EventOutbox]
 }
 
 func newOutboxHarness(t *testing.T, open func(t *testing.T, dir string) ports.EventOutbox) *outboxHarness {
-	h := &outboxHarness{t: t, dir: t.TempDir(), open: open}
-	h.box = open(t, h.dir)
-	t.Cleanup(func() {
-		if h.box != nil {
-			h.box.Close()
-		}
-	})
-	return h
+	return &outboxHarness{newUnderTest(t, open)}
 }
 
-func (h *outboxHarness) reopen() ports.EventOutbox {
+// appendSamples appends SampleEvent(0) to SampleEvent(n-1), one Append
+// each, and returns them as appended.
+func (h *outboxHarness) appendSamples(n int) []ports.Event {
 	h.t.Helper()
-	if err := h.box.Close(); err != nil {
-		h.t.Fatalf("Close: %v", err)
+	var all []ports.Event
+	for i := range n {
+		all = append(all, h.append(SampleEvent(i))...)
 	}
-	h.box = nil
-	h.box = h.open(h.t, h.dir)
-	return h.box
+	return all
+}
+
+func (h *outboxHarness) ack(seq uint64) {
+	h.t.Helper()
+	if err := h.cur.Ack(seq); err != nil {
+		h.t.Fatalf("Ack(%d): %v", seq, err)
+	}
 }
 
 func (h *outboxHarness) append(evs ...ports.Event) []ports.Event {
 	h.t.Helper()
-	got, err := h.box.Append(context.Background(), evs...)
+	got, err := h.cur.Append(context.Background(), evs...)
 	if err != nil {
 		h.t.Fatalf("Append: %v", err)
 	}
@@ -128,11 +127,11 @@ func increasing(t *testing.T, after uint64, evs []ports.Event) {
 func RunEventOutboxSuite(t *testing.T, open func(t *testing.T, dir string) ports.EventOutbox) {
 	t.Run("AppendAssignsSeq", func(t *testing.T) {
 		h := newOutboxHarness(t, open)
-		if h.box.Acked() != 0 {
-			t.Fatalf("Acked on a new outbox = %d", h.box.Acked())
+		if h.cur.Acked() != 0 {
+			t.Fatalf("Acked on a new outbox = %d", h.cur.Acked())
 		}
-		expectPending(t, h.box, 0, 10, nil)
-		if got, err := h.box.Append(context.Background()); err != nil || len(got) != 0 {
+		expectPending(t, h.cur, 0, 10, nil)
+		if got, err := h.cur.Append(context.Background()); err != nil || len(got) != 0 {
 			t.Fatalf("Append of nothing = %v, %v", got, err)
 		}
 		first := h.append(SampleEvent(0), SampleEvent(1), SampleEvent(2))
@@ -149,47 +148,35 @@ func RunEventOutboxSuite(t *testing.T, open func(t *testing.T, dir string) ports
 
 	t.Run("PendingOrderAndLimits", func(t *testing.T) {
 		h := newOutboxHarness(t, open)
-		var all []ports.Event
-		for i := range 10 {
-			all = append(all, h.append(SampleEvent(i))...)
-		}
+		all := h.appendSamples(10)
 		all = append(all, h.append(SampleEvent(10), SampleEvent(11))...)
 		increasing(t, 0, all)
-		expectPending(t, h.box, 0, 100, all)
-		expectPending(t, h.box, 0, len(all), all)
-		expectPending(t, h.box, 0, 3, all[:3])
-		expectPending(t, h.box, all[4].Seq, 3, all[5:8])
-		expectPending(t, h.box, all[9].Seq, 100, all[10:])
-		expectPending(t, h.box, all[len(all)-1].Seq, 100, nil)
-		expectPending(t, h.box, all[len(all)-1].Seq+1000, 100, nil)
+		expectPending(t, h.cur, 0, 100, all)
+		expectPending(t, h.cur, 0, len(all), all)
+		expectPending(t, h.cur, 0, 3, all[:3])
+		expectPending(t, h.cur, all[4].Seq, 3, all[5:8])
+		expectPending(t, h.cur, all[9].Seq, 100, all[10:])
+		expectPending(t, h.cur, all[len(all)-1].Seq, 100, nil)
+		expectPending(t, h.cur, all[len(all)-1].Seq+1000, 100, nil)
 		// Pending does not consume anything.
-		expectPending(t, h.box, 0, 100, all)
+		expectPending(t, h.cur, 0, 100, all)
 	})
 
 	t.Run("AckAndAckedSurviveReopen", func(t *testing.T) {
 		h := newOutboxHarness(t, open)
-		var all []ports.Event
-		for i := range 8 {
-			all = append(all, h.append(SampleEvent(i))...)
-		}
-		if err := h.box.Ack(all[2].Seq); err != nil {
-			t.Fatal(err)
-		}
-		if got := h.box.Acked(); got != all[2].Seq {
+		all := h.appendSamples(8)
+		h.ack(all[2].Seq)
+		if got := h.cur.Acked(); got != all[2].Seq {
 			t.Fatalf("Acked = %d, want %d", got, all[2].Seq)
 		}
 		// Delivered events are no longer pending, whatever after says.
-		expectPending(t, h.box, 0, 100, all[3:])
+		expectPending(t, h.cur, 0, 100, all[3:])
 		// Acked is the highest: a lower Ack does not move it back.
-		if err := h.box.Ack(all[1].Seq); err != nil {
-			t.Fatal(err)
-		}
-		if got := h.box.Acked(); got != all[2].Seq {
+		h.ack(all[1].Seq)
+		if got := h.cur.Acked(); got != all[2].Seq {
 			t.Fatalf("Acked after a lower Ack = %d, want %d", got, all[2].Seq)
 		}
-		if err := h.box.Ack(all[5].Seq); err != nil {
-			t.Fatal(err)
-		}
+		h.ack(all[5].Seq)
 		box := h.reopen()
 		if got := box.Acked(); got != all[5].Seq {
 			t.Fatalf("Acked after reopen = %d, want %d", got, all[5].Seq)
@@ -199,15 +186,10 @@ func RunEventOutboxSuite(t *testing.T, open func(t *testing.T, dir string) ports
 
 	t.Run("AtLeastOnceAcrossReopen", func(t *testing.T) {
 		h := newOutboxHarness(t, open)
-		var all []ports.Event
-		for i := range 6 {
-			all = append(all, h.append(SampleEvent(i))...)
-		}
-		if err := h.box.Ack(all[1].Seq); err != nil {
-			t.Fatal(err)
-		}
+		all := h.appendSamples(6)
+		h.ack(all[1].Seq)
 		// Read but not acked: delivered again after a restart.
-		if _, err := h.box.Pending(0, 100); err != nil {
+		if _, err := h.cur.Pending(0, 100); err != nil {
 			t.Fatal(err)
 		}
 		box := h.reopen()
@@ -223,27 +205,23 @@ func RunEventOutboxSuite(t *testing.T, open func(t *testing.T, dir string) ports
 		second := h.append(SampleEvent(2))
 		increasing(t, first[1].Seq, second)
 		// Even when everything was acknowledged (nothing left to read back).
-		if err := h.box.Ack(second[0].Seq); err != nil {
-			t.Fatal(err)
-		}
+		h.ack(second[0].Seq)
 		h.reopen()
-		expectPending(t, h.box, 0, 100, nil)
+		expectPending(t, h.cur, 0, 100, nil)
 		third := h.append(SampleEvent(3))
 		increasing(t, second[0].Seq, third)
-		expectPending(t, h.box, 0, 100, third)
-		expectPending(t, h.box, second[0].Seq, 100, third)
+		expectPending(t, h.cur, 0, 100, third)
+		expectPending(t, h.cur, second[0].Seq, 100, third)
 	})
 
 	t.Run("Notify", func(t *testing.T) {
 		h := newOutboxHarness(t, open)
-		n := h.box.Notify()
+		n := h.cur.Notify()
 		if cap(n) != 1 {
 			t.Fatalf("Notify capacity %d, want 1", cap(n))
 		}
 		// Nobody reads: Appends must not block on the signal.
-		for i := range 5 {
-			h.append(SampleEvent(i))
-		}
+		h.appendSamples(5)
 		select {
 		case <-n:
 		case <-time.After(5 * time.Second):
@@ -272,7 +250,7 @@ func RunEventOutboxSuite(t *testing.T, open func(t *testing.T, dir string) ports
 					for i := range batch {
 						batch[i].Data = map[string]any{"w": float64(w), "r": float64(r), "i": float64(i)}
 					}
-					got, err := h.box.Append(context.Background(), batch[:1+r%2]...)
+					got, err := h.cur.Append(context.Background(), batch[:1+r%2]...)
 					if err != nil {
 						t.Errorf("Append: %v", err)
 						return
@@ -310,7 +288,7 @@ func RunEventOutboxSuite(t *testing.T, open func(t *testing.T, dir string) ports
 				}
 			}
 		}
-		check(h.box)
+		check(h.cur)
 		check(h.reopen())
 	})
 
@@ -319,7 +297,7 @@ func RunEventOutboxSuite(t *testing.T, open func(t *testing.T, dir string) ports
 		before := h.append(SampleEvent(0))
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		got, err := h.box.Append(ctx, SampleEvent(1))
+		got, err := h.cur.Append(ctx, SampleEvent(1))
 		if err != nil && !errors.Is(err, context.Canceled) {
 			t.Fatalf("Append with a cancelled ctx = %v, want nil or context.Canceled", err)
 		}
@@ -340,14 +318,14 @@ func RunEventOutboxSuite(t *testing.T, open func(t *testing.T, dir string) ports
 	t.Run("AppendAfterClose", func(t *testing.T) {
 		h := newOutboxHarness(t, open)
 		h.append(SampleEvent(0))
-		if err := h.box.Close(); err != nil {
+		if err := h.cur.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := h.box.Append(context.Background(), SampleEvent(1)); err == nil {
+		if _, err := h.cur.Append(context.Background(), SampleEvent(1)); err == nil {
 			t.Fatal("Append after Close succeeded")
 		}
-		h.box = h.open(t, h.dir)
-		pending, err := h.box.Pending(0, 10)
+		h.cur = h.open(t, h.dir)
+		pending, err := h.cur.Pending(0, 10)
 		if err != nil || len(pending) != 1 {
 			t.Fatalf("Pending after reopen = %v, %v", seqs(pending), err)
 		}
