@@ -9,6 +9,7 @@ package session
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -35,14 +36,7 @@ const (
 var States = []State{Starting, Running, Exited, Killed, Lost}
 
 // Valid reports whether s is a known state.
-func (s State) Valid() bool {
-	for _, v := range States {
-		if s == v {
-			return true
-		}
-	}
-	return false
-}
+func (s State) Valid() bool { return slices.Contains(States, s) }
 
 // Ended reports whether no transition leaves s.
 func (s State) Ended() bool { return s == Exited || s == Killed || s == Lost }

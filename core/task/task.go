@@ -8,6 +8,7 @@ package task
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -39,14 +40,7 @@ func (s State) Terminal() bool {
 }
 
 // Valid reports whether s is a state at all.
-func (s State) Valid() bool {
-	for _, v := range States {
-		if s == v {
-			return true
-		}
-	}
-	return false
-}
+func (s State) Valid() bool { return slices.Contains(States, s) }
 
 // forward is each working state's one next step.
 var forward = map[State]State{
