@@ -3,8 +3,6 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,11 +19,7 @@ import (
 // (go test -artifacts -outputdir DIR).
 func TestDashboard(t *testing.T) {
 	b := newBrowser(t)
-	repo := t.TempDir()
-	gitIn(t, repo, "init", "-q", "-b", "main")
-	_ = os.WriteFile(filepath.Join(repo, "a.txt"), []byte("a\n"), 0o644)
-	gitIn(t, repo, "add", "-A")
-	gitIn(t, repo, "-c", "user.name=t", "-c", "user.email=t@x", "commit", "-q", "-m", "base")
+	repo := baseRepo(t, "a")
 	e := newContract(t, copts{agents: 1, env: []string{"AGENTIC_RUNTIMES=host", "AGENTIC_TASK_RUNTIME=host"}})
 	url := e.s().RESTURL + "/"
 

@@ -118,16 +118,7 @@ func TestMgmtRestartKeepsHostAgents(t *testing.T) {
 			t.Fatalf("%s (pid %d) died with agentic-mgmt", id, pid)
 		}
 	}
-	s2, err := harness.Start(bins, harness.Options{HostAgents: 2, DataDir: dataDir, BasePort: s.Opts.BasePort})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		s2.Kill()
-		if t.Failed() {
-			t.Logf("second agentic-mgmt log:\n%s", s2.Log())
-		}
-	})
+	s2 := restart(t, s)
 	waitAgents(t, s2, "host-01", "host-02")
 	after := harness.HostAgentPIDs(dataDir)
 	for id, pid := range before {

@@ -65,17 +65,26 @@ func newTaskEnv(t *testing.T, env ...string) *taskEnv {
 	if err := os.WriteFile(filepath.Join(bin, "claude"), []byte(fakeClaude), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	repo := t.TempDir()
-	for _, c := range [][]string{{"init", "-q", "-b", "main"}} {
-		gitIn(t, repo, c...)
-	}
-	_ = os.WriteFile(filepath.Join(repo, "a.txt"), []byte("a\n"), 0o644)
-	_ = os.WriteFile(filepath.Join(repo, "b.txt"), []byte("b\n"), 0o644)
-	gitIn(t, repo, "add", "-A")
-	gitIn(t, repo, "-c", "user.name=t", "-c", "user.email=t@x", "commit", "-q", "-m", "base")
+	repo := baseRepo(t, "a", "b")
 	data := t.TempDir()
 	s := startServer(t, 0, data, append([]string{"PATH=" + bin + ":" + os.Getenv("PATH"), "TASK_TEST_TOKEN=" + taskSecret, "AGENTIC_TASK_RUNTIME=host", "AGENTIC_RUNTIMES=host"}, env...)...)
 	return &taskEnv{t: t, s: s, repo: repo, data: data}
+}
+
+// baseRepo is a git repository with one commit on main: a file <name>.txt
+// holding the line <name> for each name.
+func baseRepo(t *testing.T, names ...string) string {
+	t.Helper()
+	repo := t.TempDir()
+	gitIn(t, repo, "init", "-q", "-b", "main")
+	for _, n := range names {
+		if err := os.WriteFile(filepath.Join(repo, n+".txt"), []byte(n+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gitIn(t, repo, "add", "-A")
+	gitIn(t, repo, "-c", "user.name=t", "-c", "user.email=t@x", "commit", "-q", "-m", "base")
+	return repo
 }
 
 func gitIn(t *testing.T, dir string, args ...string) string {
@@ -512,11 +521,7 @@ func TestTaskCLI(t *testing.T) {
 // container without a network, run as nobody, the patch and artifacts back.
 func TestTaskInDocker(t *testing.T) {
 	host := privateDockerd(t)
-	repo := t.TempDir()
-	gitIn(t, repo, "init", "-q", "-b", "main")
-	_ = os.WriteFile(filepath.Join(repo, "a.txt"), []byte("a\n"), 0o644)
-	gitIn(t, repo, "add", "-A")
-	gitIn(t, repo, "-c", "user.name=t", "-c", "user.email=t@x", "commit", "-q", "-m", "base")
+	repo := baseRepo(t, "a")
 	s := startServer(t, 0, t.TempDir(), "DOCKER_HOST="+host, "AGENTIC_RUNTIMES=host,docker", "TASK_TEST_TOKEN="+taskSecret)
 	e := &taskEnv{t: t, s: s, repo: repo}
 	tk := e.run(`
@@ -602,11 +607,7 @@ func sseEvents(resp *http.Response) ([]sseEvent, error) {
 // A task in a VM (libvirt, TCG): the repository goes in over the
 // virtio-serial link, the run is the guest's nobody, the patch comes back.
 func TestTaskInLibvirt(t *testing.T) {
-	repo := t.TempDir()
-	gitIn(t, repo, "init", "-q", "-b", "main")
-	_ = os.WriteFile(filepath.Join(repo, "a.txt"), []byte("a\n"), 0o644)
-	gitIn(t, repo, "add", "-A")
-	gitIn(t, repo, "-c", "user.name=t", "-c", "user.email=t@x", "commit", "-q", "-m", "base")
+	repo := baseRepo(t, "a")
 	s := startLibvirtServer(t)
 	e := &taskEnv{t: t, s: s, repo: repo}
 	tk := e.run(`
