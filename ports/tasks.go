@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
+	"slices"
 	"time"
 )
 
@@ -44,6 +46,19 @@ type TaskRecord struct {
 	Artifacts []Artifact
 	// PreserveUntil is when a preserved environment is destroyed.
 	PreserveUntil time.Time
+}
+
+// Clone copies r with everything it refers to, so that a record handed out
+// and the one kept never change each other.
+func (r TaskRecord) Clone() TaskRecord {
+	r.Labels = maps.Clone(r.Labels)
+	r.Phases = slices.Clone(r.Phases)
+	r.Artifacts = slices.Clone(r.Artifacts)
+	if r.ExitCode != nil {
+		c := *r.ExitCode
+		r.ExitCode = &c
+	}
+	return r
 }
 
 // TaskPhase is a state entered at a time.

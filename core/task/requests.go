@@ -57,7 +57,7 @@ func (s *Service) Submit(ctx context.Context, doc []byte, idempotencyKey string)
 		if rec.ManifestSHA256 != hash {
 			return Submitted{}, fmt.Errorf("%w: task %s", ports.ErrTaskConflict, rec.ID)
 		}
-		return Submitted{Task: cloneRecord(rec)}, nil
+		return Submitted{Task: rec.Clone()}, nil
 	}
 	id := m.Metadata.ID
 	if id == "" {
@@ -91,7 +91,7 @@ func (s *Service) Submit(ctx context.Context, doc []byte, idempotencyKey string)
 	// The answer is the task as submitted (pending), whatever its run has
 	// done by the time the caller reads it.
 	s.mu.Lock()
-	submitted := cloneRecord(e.rec)
+	submitted := e.rec.Clone()
 	s.mu.Unlock()
 	s.start(e)
 	return Submitted{Task: submitted, Created: true}, nil
@@ -126,7 +126,7 @@ func (s *Service) Get(id string) (ports.TaskRecord, error) {
 	if !ok {
 		return ports.TaskRecord{}, fmt.Errorf("%w: %s", ports.ErrTaskNotFound, id)
 	}
-	return cloneRecord(e.rec), nil
+	return e.rec.Clone(), nil
 }
 
 // Filter selects tasks for List.
@@ -179,7 +179,7 @@ func (s *Service) List(f Filter) (tasks []ports.TaskRecord, next string) {
 		if len(tasks) == f.Limit {
 			return tasks, tasks[len(tasks)-1].ID
 		}
-		tasks = append(tasks, cloneRecord(r))
+		tasks = append(tasks, r.Clone())
 	}
 	return tasks, ""
 }

@@ -3,7 +3,6 @@ package task
 import (
 	"context"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -154,7 +153,7 @@ func (s *Service) Load(ctx context.Context) error {
 			}
 		}
 		if State(r.State).Terminal() {
-			e.events.add(EventEnd, cloneRecord(r))
+			e.events.add(EventEnd, r.Clone())
 		}
 		s.mu.Lock()
 		s.tasks[r.ID] = e
@@ -194,21 +193,11 @@ func (s *Service) Resume() {
 	}
 }
 
-func cloneRecord(r ports.TaskRecord) ports.TaskRecord {
-	r.Phases = slices.Clone(r.Phases)
-	r.Artifacts = slices.Clone(r.Artifacts)
-	if r.ExitCode != nil {
-		c := *r.ExitCode
-		r.ExitCode = &c
-	}
-	return r
-}
-
 // update changes a task's record under the lock and checkpoints it.
 func (s *Service) update(e *entry, f func(r *ports.TaskRecord)) {
 	s.mu.Lock()
 	f(&e.rec)
-	rec := cloneRecord(e.rec)
+	rec := e.rec.Clone()
 	s.mu.Unlock()
 	s.cfg.Changes.Changed(ports.ChangeTasks)
 	if err := s.cfg.Store.Put(context.Background(), rec); err != nil {
@@ -227,7 +216,7 @@ func (s *Service) transition(e *entry, to State) {
 		r.Phases = append(r.Phases, ports.TaskPhase{State: string(to), At: now})
 		e.events.add(EventState, StateData{State: string(to), At: now, Reason: r.Reason})
 		if to.Terminal() {
-			e.events.add(EventEnd, cloneRecord(*r))
+			e.events.add(EventEnd, r.Clone())
 		}
 		if to == Running && r.StartedAt.IsZero() {
 			r.StartedAt = now

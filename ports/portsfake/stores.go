@@ -31,24 +31,13 @@ var _ ports.TaskStore = (*TaskStore)(nil)
 func NewTaskStore(recs ...ports.TaskRecord) *TaskStore {
 	s := &TaskStore{kept: &taskRecords{recs: map[string]ports.TaskRecord{}}}
 	for _, r := range recs {
-		s.kept.recs[r.ID] = copyTask(r)
+		s.kept.recs[r.ID] = r.Clone()
 	}
 	return s
 }
 
 // Reopen returns a new store over what this one kept.
 func (s *TaskStore) Reopen() *TaskStore { return &TaskStore{kept: s.kept} }
-
-func copyTask(r ports.TaskRecord) ports.TaskRecord {
-	r.Labels = maps.Clone(r.Labels)
-	r.Phases = slices.Clone(r.Phases)
-	r.Artifacts = slices.Clone(r.Artifacts)
-	if r.ExitCode != nil {
-		c := *r.ExitCode
-		r.ExitCode = &c
-	}
-	return r
-}
 
 func checkTaskID(id string) error {
 	if !taskID.MatchString(id) || strings.Contains(id, "..") {
@@ -67,7 +56,7 @@ func (s *TaskStore) Put(ctx context.Context, r ports.TaskRecord) error {
 	}
 	s.kept.mu.Lock()
 	defer s.kept.mu.Unlock()
-	s.kept.recs[r.ID] = copyTask(r)
+	s.kept.recs[r.ID] = r.Clone()
 	return nil
 }
 
@@ -79,7 +68,7 @@ func (s *TaskStore) Get(_ context.Context, id string) (ports.TaskRecord, error) 
 	if !ok {
 		return ports.TaskRecord{}, fmt.Errorf("%w: %s", ports.ErrTaskNotFound, id)
 	}
-	return copyTask(r), nil
+	return r.Clone(), nil
 }
 
 // List implements ports.TaskStore.
@@ -88,7 +77,7 @@ func (s *TaskStore) List(context.Context) ([]ports.TaskRecord, error) {
 	defer s.kept.mu.Unlock()
 	out := make([]ports.TaskRecord, 0, len(s.kept.recs))
 	for _, r := range s.kept.recs {
-		out = append(out, copyTask(r))
+		out = append(out, r.Clone())
 	}
 	return out, nil
 }
