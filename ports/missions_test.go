@@ -9,30 +9,21 @@ import (
 // that refers to memory leaves the other as it was.
 func TestMissionCloneSharesNothing(t *testing.T) {
 	code := 3
-	orig := Mission{
-		ID:       "m-1",
-		Filter:   MissionFilter{Capabilities: []string{"git"}},
-		Metadata: []byte(`{"a":1}`),
-		HITL:     &HITLRequest{ID: "h", Permission: &PermissionRequest{ToolName: "Bash"}},
-		ExitCode: &code,
-		LastEventData: map[string]any{
-			"nested": map[string]any{"k": "v"},
-			"list":   []any{"x", map[string]any{"k": "v"}},
-		},
-		Timeline: []TimelineEntry{{Event: EventAssigned}},
+	mk := func() Mission {
+		return Mission{
+			ID:       "m-1",
+			Filter:   MissionFilter{Capabilities: []string{"git"}},
+			Metadata: []byte(`{"a":1}`),
+			HITL:     &HITLRequest{ID: "h", Permission: &PermissionRequest{ToolName: "Bash"}},
+			ExitCode: &code,
+			LastEventData: map[string]any{
+				"nested": map[string]any{"k": "v"},
+				"list":   []any{"x", map[string]any{"k": "v"}},
+			},
+			Timeline: []TimelineEntry{{Event: EventAssigned}},
+		}
 	}
-	want := Mission{
-		ID:       "m-1",
-		Filter:   MissionFilter{Capabilities: []string{"git"}},
-		Metadata: []byte(`{"a":1}`),
-		HITL:     &HITLRequest{ID: "h", Permission: &PermissionRequest{ToolName: "Bash"}},
-		ExitCode: &code,
-		LastEventData: map[string]any{
-			"nested": map[string]any{"k": "v"},
-			"list":   []any{"x", map[string]any{"k": "v"}},
-		},
-		Timeline: []TimelineEntry{{Event: EventAssigned}},
-	}
+	orig, want := mk(), mk()
 	c := orig.Clone()
 	if !reflect.DeepEqual(c, orig) {
 		t.Fatalf("clone differs from its original:\n%+v\n%+v", c, orig)
