@@ -44,11 +44,8 @@ func (c *cli) attach(args []string) int {
 	flags.BoolVar(&o.observe, "observe", false, "watch only, as an observer")
 	flags.Int64Var(&o.from, "from", -1, "replay the session log from this byte offset (default: live output only, after a redraw)")
 	flags.StringVar(&o.ws, "ws", "", "client WebSocket URL (env AGENTIC_WS; default: the REST port - 1, path /ws)")
-	if code, done := parseFlags(flags, args, c.stdout, c.stderr, attachUsage); done {
+	if code, ok := c.operands(flags, attachUsage, args, 1, "attach takes one session id; run 'agenticctl attach --help'"); !ok {
 		return code
-	}
-	if flags.NArg() != 1 {
-		return c.fail("attach takes one session id; run 'agenticctl attach --help'")
 	}
 	detach, err := parseDetachKey(o.detachKey)
 	if err != nil {

@@ -133,10 +133,7 @@ func (c *cli) envList(args []string) int {
 	if err != nil || resp.JSON200 == nil {
 		return c.failed(server, err, resp)
 	}
-	if *asJSON {
-		return c.printJSON(resp.Body)
-	}
-	return c.table("NAME\tRUNTIME\tSTATE\tAGENT\tPROVISION\tIMAGE", func(w io.Writer) {
+	return c.list(*asJSON, resp.Body, "NAME\tRUNTIME\tSTATE\tAGENT\tPROVISION\tIMAGE", func(w io.Writer) {
 		for _, e := range resp.JSON200.Environments {
 			prov, agent, image := "-", "-", "-"
 			if e.ProvisionMs != nil {
@@ -173,19 +170,7 @@ func (c *cli) envOne(op string, args []string) int {
 	if !changes {
 		return c.showByID("env "+op, envUsage, wrong, args, restapi.ClientInterface.GetEnvironment)
 	}
-	name, code, ok := c.oneArg("env "+op, envUsage, wrong, args)
-	if !ok {
-		return code
-	}
-	cl, server, err := c.client()
-	if err != nil {
-		return c.fail("%v", err)
-	}
-	if _, code, ok := c.callID(cl, server, name, o.call, o.want); !ok {
-		return code
-	}
-	fmt.Fprintf(c.stdout, o.said, clean(name))
-	return 0
+	return c.changeByID("env "+op, envUsage, wrong, args, o.call, o.want, o.said)
 }
 
 func (c *cli) envRuntimes(args []string) int {

@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
@@ -58,11 +57,8 @@ func remotePath(s string) (agent, p string, ok bool) {
 func (c *cli) ls(args []string) int {
 	flags := c.flagSet("agenticctl ls")
 	asJSON := flags.Bool("json", false, "print the listing as the server's JSON")
-	if code, done := parseFlags(flags, args, c.stdout, c.stderr, lsUsage); done {
+	if code, ok := c.operands(flags, lsUsage, args, 1, "ls takes one AGENT:PATH\n"+lsUsage); !ok {
 		return code
-	}
-	if flags.NArg() != 1 {
-		return c.fail("ls takes one AGENT:PATH\n%s", lsUsage)
 	}
 	agent, p, ok := remotePath(flags.Arg(0))
 	if !ok {
@@ -76,24 +72,18 @@ func (c *cli) ls(args []string) int {
 	if err != nil || resp.JSON200 == nil {
 		return c.failed(server, err, resp)
 	}
-	if *asJSON {
-		return c.printJSON(resp.Body)
-	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	for _, e := range resp.JSON200.Entries {
-		name := clean(e.Name)
-		if e.LinkTarget != nil {
-			name += " -> " + clean(*e.LinkTarget)
+	return c.list(*asJSON, resp.Body, "", func(w io.Writer) {
+		for _, e := range resp.JSON200.Entries {
+			name := clean(e.Name)
+			if e.LinkTarget != nil {
+				name += " -> " + clean(*e.LinkTarget)
+			}
+			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", cell(string(e.Type)), cell(e.Mode), e.Size, e.Mtime.UTC().Format(time.RFC3339), name)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", cell(string(e.Type)), cell(e.Mode), e.Size, e.Mtime.UTC().Format(time.RFC3339), name)
-	}
-	if resp.JSON200.Truncated != nil && *resp.JSON200.Truncated {
-		fmt.Fprintf(tw, "…\t(more entries than one listing holds)\n")
-	}
-	if err := tw.Flush(); err != nil {
-		return c.fail("writing the listing: %v", err)
-	}
-	return 0
+		if resp.JSON200.Truncated != nil && *resp.JSON200.Truncated {
+			fmt.Fprintf(w, "…\t(more entries than one listing holds)\n")
+		}
+	})
 }
 
 // remoteFiles is the part of the API cp uses, with the server named for errors.
@@ -143,11 +133,8 @@ func (r *remoteFiles) stat(p string) (*restapi.FileEntry, error) {
 func (c *cli) cp(args []string) int {
 	flags := c.flagSet("agenticctl cp")
 	quiet := flags.Bool("q", false, "show no progress")
-	if code, done := parseFlags(flags, args, c.stdout, c.stderr, cpUsage); done {
+	if code, ok := c.operands(flags, cpUsage, args, 2, "cp takes SRC and DST\n"+cpUsage); !ok {
 		return code
-	}
-	if flags.NArg() != 2 {
-		return c.fail("cp takes SRC and DST\n%s", cpUsage)
 	}
 	src, dst := flags.Arg(0), flags.Arg(1)
 	sAgent, sPath, sRemote := remotePath(src)

@@ -69,10 +69,7 @@ func (c *cli) poolList(args []string) int {
 	if err != nil || resp.JSON200 == nil {
 		return c.failed(server, err, resp)
 	}
-	if *asJSON {
-		return c.printJSON(resp.Body)
-	}
-	return c.table("NAME\tRUNTIME\tSIZE\tIDLE\tWARMING\tHITS\tMISSES", func(w io.Writer) {
+	return c.list(*asJSON, resp.Body, "NAME\tRUNTIME\tSIZE\tIDLE\tWARMING\tHITS\tMISSES", func(w io.Writer) {
 		for _, p := range resp.JSON200.Pools {
 			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%d\n", cell(p.Name), cell(p.Runtime), p.Size, p.Idle, p.Warming, p.Hits, p.Misses)
 		}
@@ -84,17 +81,5 @@ func (c *cli) poolOne(op string, args []string) int {
 	if op != "rm" && op != "delete" {
 		return c.showByID("pool "+op, poolUsage, wrong, args, restapi.ClientInterface.GetPool)
 	}
-	name, code, ok := c.oneArg("pool "+op, poolUsage, wrong, args)
-	if !ok {
-		return code
-	}
-	cl, server, err := c.client()
-	if err != nil {
-		return c.fail("%v", err)
-	}
-	if _, code, ok := c.callID(cl, server, name, restapi.ClientInterface.DeletePool, http.StatusNoContent); !ok {
-		return code
-	}
-	fmt.Fprintf(c.stdout, "%s deleted\n", clean(name))
-	return 0
+	return c.changeByID("pool "+op, poolUsage, wrong, args, restapi.ClientInterface.DeletePool, http.StatusNoContent, "%s deleted\n")
 }

@@ -333,10 +333,7 @@ func (c *cli) agentsList(args []string) int {
 	if err != nil || resp.JSON200 == nil {
 		return c.failed(server, err, resp)
 	}
-	if *asJSON {
-		return c.printJSON(resp.Body)
-	}
-	return c.table("ID\tSTATUS\tRUNTIME\tHOSTNAME\tRUNNING\tLAST-HEARTBEAT", func(w io.Writer) {
+	return c.list(*asJSON, resp.Body, "ID\tSTATUS\tRUNTIME\tHOSTNAME\tRUNNING\tLAST-HEARTBEAT", func(w io.Writer) {
 		for _, a := range resp.JSON200.Agents {
 			hb := "-"
 			if a.LastHeartbeat != nil {

@@ -68,10 +68,7 @@ func (c *cli) sessionsList(args []string) int {
 	if err != nil || resp.JSON200 == nil {
 		return c.failed(server, err, resp)
 	}
-	if *asJSON {
-		return c.printJSON(resp.Body)
-	}
-	return c.table("ID\tAGENT\tNAME\tTYPE\tSTATE\tEXIT\tCOMMAND", func(w io.Writer) {
+	return c.list(*asJSON, resp.Body, "ID\tAGENT\tNAME\tTYPE\tSTATE\tEXIT\tCOMMAND", func(w io.Writer) {
 		for _, s := range resp.JSON200.Sessions {
 			exit := "-"
 			if s.ExitCode != nil {
@@ -162,11 +159,8 @@ func (c *cli) logs(args []string) int {
 	flags := c.flagSet("agenticctl logs")
 	follow := flags.Bool("f", false, "follow live output until the session ends")
 	from := flags.Int64("from", -1, "start at byte offset `N` (default: the first byte held)")
-	if code, done := parseFlags(flags, args, c.stdout, c.stderr, logsUsage); done {
+	if code, ok := c.operands(flags, logsUsage, args, 1, "logs takes exactly one session id; 'agenticctl sessions list' shows them"); !ok {
 		return code
-	}
-	if flags.NArg() != 1 {
-		return c.fail("logs takes exactly one session id; 'agenticctl sessions list' shows them")
 	}
 	id := flags.Arg(0)
 	cl, server, err := c.client()

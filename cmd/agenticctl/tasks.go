@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -165,10 +164,7 @@ func (c *cli) taskList(args []string) int {
 	if err != nil || resp.JSON200 == nil {
 		return c.failed(server, err, resp)
 	}
-	if *asJSON {
-		return c.printJSON(resp.Body)
-	}
-	return c.table("ID\tNAME\tSTATE\tREASON\tRUNTIME\tCREATED", func(w io.Writer) {
+	return c.list(*asJSON, resp.Body, "ID\tNAME\tSTATE\tREASON\tRUNTIME\tCREATED", func(w io.Writer) {
 		for _, t := range resp.JSON200.Tasks {
 			reason := ""
 			if t.Reason != nil {
@@ -216,11 +212,8 @@ func (c *cli) taskArtifacts(args []string) int {
 	}
 	id := flags.Arg(0)
 	// Flags may follow the id too.
-	if code, done := parseFlags(flags, flags.Args()[1:], c.stdout, c.stderr, taskUsage); done {
+	if code, ok := c.operands(flags, taskUsage, flags.Args()[1:], 0, "task artifacts takes one task id"); !ok {
 		return code
-	}
-	if flags.NArg() != 0 {
-		return c.fail("task artifacts takes one task id")
 	}
 	cl, server, err := c.client()
 	if err != nil {
@@ -271,29 +264,17 @@ func (c *cli) taskArtifacts(args []string) int {
 func (c *cli) taskLogs(args []string) int {
 	flags := c.flagSet("agenticctl task logs")
 	follow := flags.Bool("f", false, "follow until the task ends")
-	if code, done := parseFlags(flags, args, c.stdout, c.stderr, taskUsage); done {
+	if code, ok := c.operands(flags, taskUsage, args, 1, "task logs takes one task id"); !ok {
 		return code
 	}
-	if flags.NArg() != 1 {
-		return c.fail("task logs takes one task id")
-	}
 	id := flags.Arg(0)
-	_, server, err := c.client()
-	if err != nil {
-		return c.fail("%v", err)
-	}
-	token, err := c.resolveToken()
+	cl, server, err := c.client()
 	if err != nil {
 		return c.fail("%v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(server, "/")+"/api/v1/tasks/"+url.PathEscape(id)+"/events", nil)
-	if err != nil {
-		return c.fail("%v", err)
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := cl.TaskEvents(ctx, id, nil)
 	if err != nil {
 		return c.unreachable(server, err)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -50,16 +51,25 @@ func lookup(verbs []verb, word string) func(args []string) int {
 	return nil
 }
 
+// operands parses args into flags and checks that n operands follow them.
+// When ok is false the verb is over with code: help was asked for, or the
+// arguments were wrong (explained with wrong).
+func (c *cli) operands(flags *flag.FlagSet, usage string, args []string, n int, wrong string) (code int, ok bool) {
+	if code, done := parseFlags(flags, args, c.stdout, c.stderr, usage); done {
+		return code, false
+	}
+	if flags.NArg() != n {
+		return c.fail("%s", wrong), false
+	}
+	return 0, true
+}
+
 // oneArg parses the arguments of the verb "agenticctl name", which has no
-// flags and one operand. When ok is false the verb is over with code: help
-// was asked for, or the arguments were wrong (explained with wrong).
+// flags and one operand, as operands does.
 func (c *cli) oneArg(name, usage, wrong string, args []string) (arg string, code int, ok bool) {
 	flags := c.flagSet("agenticctl " + name)
-	if code, done := parseFlags(flags, args, c.stdout, c.stderr, usage); done {
+	if code, ok := c.operands(flags, usage, args, 1, wrong); !ok {
 		return "", code, false
-	}
-	if flags.NArg() != 1 {
-		return "", c.fail("%s", wrong), false
 	}
 	return flags.Arg(0), 0, true
 }
@@ -87,9 +97,9 @@ func (c *cli) callID(cl restapi.ClientInterface, server, id string, call idCall,
 	return body, 0, true
 }
 
-// showByID is a "get ID" verb: it prints as JSON what get answers for the
-// one id in args.
-func (c *cli) showByID(name, usage, wrong string, args []string, get idCall) int {
+// byID is a verb about one thing named by the one id in args: it sends
+// call, wants the status want, and hands the answer's body to then.
+func (c *cli) byID(name, usage, wrong string, args []string, call idCall, want int, then func(id string, body []byte) int) int {
 	id, code, ok := c.oneArg(name, usage, wrong, args)
 	if !ok {
 		return code
@@ -98,18 +108,45 @@ func (c *cli) showByID(name, usage, wrong string, args []string, get idCall) int
 	if err != nil {
 		return c.fail("%v", err)
 	}
-	body, code, ok := c.callID(cl, server, id, get, http.StatusOK)
+	body, code, ok := c.callID(cl, server, id, call, want)
 	if !ok {
 		return code
 	}
-	return c.printJSON(body)
+	return then(id, body)
 }
 
-// table writes header and the rows rows writes as an aligned table on
-// stdout.
+// showByID is a "get ID" verb: it prints as JSON what get answers.
+func (c *cli) showByID(name, usage, wrong string, args []string, get idCall) int {
+	return c.byID(name, usage, wrong, args, get, http.StatusOK, func(_ string, body []byte) int {
+		return c.printJSON(body)
+	})
+}
+
+// changeByID is a verb that changes one thing: it sends call, wants the
+// status want, and says said (of the id).
+func (c *cli) changeByID(name, usage, wrong string, args []string, call idCall, want int, said string) int {
+	return c.byID(name, usage, wrong, args, call, want, func(id string, _ []byte) int {
+		fmt.Fprintf(c.stdout, said, clean(id))
+		return 0
+	})
+}
+
+// list is a list verb's answer: the server's JSON body as it is with
+// --json, else the table of header and rows.
+func (c *cli) list(asJSON bool, body []byte, header string, rows func(w io.Writer)) int {
+	if asJSON {
+		return c.printJSON(body)
+	}
+	return c.table(header, rows)
+}
+
+// table writes header (if any) and the rows rows writes as an aligned table
+// on stdout.
 func (c *cli) table(header string, rows func(w io.Writer)) int {
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, header)
+	if header != "" {
+		fmt.Fprintln(tw, header)
+	}
 	rows(tw)
 	if err := tw.Flush(); err != nil {
 		return c.fail("writing the table: %v", err)
