@@ -47,7 +47,7 @@ func TestStateStaysBoundedPerAgent(t *testing.T) {
 	}
 
 	// The limit counts every command the agent runs, sessions' too.
-	eventually(t, 30*time.Second, "the killed sessions' commands to end", func() bool {
+	eventually(t, patience, "the killed sessions' commands to end", func() bool {
 		a, err := c.GetAgentWithResponse(ctx, "host-01")
 		return err == nil && a.JSON200 != nil && a.JSON200.RunningCommands == 0
 	})
@@ -74,7 +74,7 @@ func TestStateStaysBoundedPerAgent(t *testing.T) {
 		}
 	}
 	// Once they end, there is room again.
-	eventually(t, 30*time.Second, "room for a command once the killed ones end", func() bool {
+	eventually(t, patience, "room for a command once the killed ones end", func() bool {
 		r, err := c.StartCommandWithResponse(ctx, "host-01", restapi.ExecRequest{Command: "true"})
 		return err == nil && r.JSON202 != nil
 	})
@@ -86,7 +86,7 @@ func TestStateStaysBoundedPerAgent(t *testing.T) {
 		m, _ := filepath.Glob(filepath.Join(dataDir, "sessions", "*"+ended.SessionId+"*"))
 		return m
 	}
-	eventually(t, 20*time.Second, "the session to end", func() bool {
+	eventually(t, patience, "the session to end", func() bool {
 		g, err := c.GetSessionWithResponse(ctx, ended.SessionId)
 		return err == nil && g.JSON200 != nil && g.JSON200.State != restapi.SessionStateSessionRunning && g.JSON200.State != restapi.SessionStateSessionStarting
 	})
@@ -94,7 +94,7 @@ func TestStateStaysBoundedPerAgent(t *testing.T) {
 		entries, _ := os.ReadDir(filepath.Join(dataDir, "sessions"))
 		t.Fatalf("no log of session %s among %v: the test would not see it go", ended.SessionId, entries)
 	}
-	eventually(t, 15*time.Second, "the ended session to be forgotten", func() bool {
+	eventually(t, patience, "the ended session to be forgotten", func() bool {
 		g, err := c.GetSessionWithResponse(ctx, ended.SessionId)
 		return err == nil && g.StatusCode() == http.StatusNotFound
 	})

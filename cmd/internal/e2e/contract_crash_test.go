@@ -108,7 +108,7 @@ func TestContractCrashSafety(t *testing.T) {
 	for round := 1; round <= rounds; round++ {
 		// Some missions accepted in this run, then a random moment.
 		before := nAccepted()
-		eventually(t, 20*time.Second, fmt.Sprintf("round %d: missions accepted", round), func() bool { return nAccepted() >= before+2 })
+		eventually(t, patience, fmt.Sprintf("round %d: missions accepted", round), func() bool { return nAccepted() >= before+2 })
 		time.Sleep(time.Duration(rand.IntN(600)) * time.Millisecond)
 		e.kill()
 
@@ -133,7 +133,7 @@ func TestContractCrashSafety(t *testing.T) {
 	// First every mission ends on record, then aiwg serve must have heard
 	// each end: a terminal state whose event never comes is an end that
 	// aiwg serve will never learn (the mission is no longer owned either).
-	eventually(t, 30*time.Second, "every accepted mission ended on record", func() bool {
+	eventually(t, patience, "every accepted mission ended on record", func() bool {
 		for _, id := range ids {
 			if stateRank(e.missionState(id)) < 2 {
 				return false
@@ -323,21 +323,21 @@ func TestContractAgentLinkLossKeepsMissionOutcome(t *testing.T) {
 	done := filepath.Join(e.tmp, "objective-done")
 	gatePath, wait := e.gate("link-go")
 	e.dispatch("m-link", fmt.Sprintf("%s; touch %s; exit 5", wait, done), "executor_filter", map[string]any{"agent_id": "remote-01"})
-	e.waitEvent("m-link", evStarted, 20*time.Second)
+	e.waitEvent("m-link", evStarted, patience)
 
 	proxy.hold()
 	before := proxy.swallowed.Load()
 	touch(t, gatePath)
-	eventually(t, 10*time.Second, "objective ended", func() bool { _, err := os.Stat(done); return err == nil })
+	eventually(t, patience, "objective ended", func() bool { _, err := os.Stat(done); return err == nil })
 	// The agent wrote the end of the output and the result into the held connection.
-	eventually(t, 10*time.Second, "agent wrote the result", func() bool { return proxy.swallowed.Load() > before })
+	eventually(t, patience, "agent wrote the result", func() bool { return proxy.swallowed.Load() > before })
 	// Let the rest of the agent's writes (output end, result) land in the
 	// void too; a write after the cut would fail and be kept, which only
 	// makes this test pass when it should not.
 	time.Sleep(300 * time.Millisecond)
 	proxy.cut()
 
-	end := e.waitEnd("m-link", 40*time.Second)
+	end := e.waitEnd("m-link", patience)
 	if end.Event != evFailed || end.Data["reason"] != "non_zero_exit" || end.Data["exit_code"] != float64(5) {
 		t.Errorf("m-link ended %s %v, want failed with its real exit_code 5 (reason non_zero_exit)", end.Event, end.Data)
 	}

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/fakeaiwg"
 )
@@ -46,7 +45,7 @@ func TestContractDispatchStatusCodes(t *testing.T) {
 	t.Run("503 executor not registered", func(t *testing.T) {
 		t.Parallel()
 		e := newContract(t, copts{agents: 1, noWaitResync: true, setup: func(f *fakeaiwg.Server) { f.SetExecutorRegisterStatus(404) }})
-		eventually(t, 10*time.Second, "executor registration attempted", func() bool { return len(e.fake.ExecutorRegistrations()) > 0 })
+		eventually(t, patience, "executor registration attempted", func() bool { return len(e.fake.ExecutorRegistrations()) > 0 })
 		e.addSecret("guessed-token")
 		expectError(t, "with a bearer", e.dispatchRaw("s1", good("m-unreg"), auth{token: "guessed-token"}), 503, "executor_not_registered")
 		expectError(t, "without a bearer", e.dispatchRaw("s1", good("m-unreg"), auth{none: true}), 503, "executor_not_registered")
@@ -129,7 +128,7 @@ func TestContractDispatchStatusCodes(t *testing.T) {
 		if es, _ := r.body["estimated_start"].(string); !tsRE.MatchString(es) {
 			t.Errorf("estimated_start %q is not RFC 3339 UTC with milliseconds", es)
 		}
-		if end := e.waitEnd("m-a", 20*time.Second); end.Event != evCompleted {
+		if end := e.waitEnd("m-a", patience); end.Event != evCompleted {
 			t.Errorf("m-a ended %s %v", end.Event, end.Data)
 		}
 	})
@@ -173,7 +172,7 @@ func TestContractIdempotentDispatch(t *testing.T) {
 			t.Errorf("repeat %d while running: %s, want the first answer %s", i, r, first.raw)
 		}
 	}
-	e.waitEvent("m-idem", evStarted, 20*time.Second)
+	e.waitEvent("m-idem", evStarted, patience)
 	// Member order and spacing do not make another body.
 	obj, _ := json.Marshal(objective)
 	reordered := fmt.Sprintf(`{ "objective" : %s,
@@ -183,7 +182,7 @@ func TestContractIdempotentDispatch(t *testing.T) {
 	}
 
 	touch(t, gatePath)
-	end := e.waitEnd("m-idem", 20*time.Second)
+	end := e.waitEnd("m-idem", patience)
 	if end.Event != evCompleted {
 		t.Fatalf("m-idem ended %s %v", end.Event, end.Data)
 	}
@@ -206,7 +205,7 @@ func TestContractIdempotentDispatch(t *testing.T) {
 
 	// A barrier: a later mission ends, so a second start would have shown.
 	e.dispatch("m-idem-barrier", "true")
-	e.waitEnd("m-idem-barrier", 20*time.Second)
+	e.waitEnd("m-idem-barrier", patience)
 	b, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)

@@ -35,19 +35,19 @@ func TestContractMissionEvents(t *testing.T) {
 	for id, acc := range accepted {
 		fs := e.events(id)
 		if len(fs) == 0 {
-			fs = append(fs, e.waitEvent(id, evAssigned, 10*time.Second))
+			fs = append(fs, e.waitEvent(id, evAssigned, patience))
 		}
 		a := fs[0]
 		if a.Event != evAssigned || a.Data["state"] != "assigned" || a.Data["estimated_start"] != acc.body["estimated_start"] {
 			t.Errorf("%s: first event %s %v; dispatch answered %s", id, a.Event, a.Data, acc.raw)
 		}
-		s := e.waitEvent(id, evStarted, 20*time.Second)
+		s := e.waitEvent(id, evStarted, patience)
 		if s.Data["state"] != "running" || s.Data["agent_runtime"] != "shell" || !nonEmptyString(s.Data["pty_session_id"]) {
 			t.Errorf("%s: started %v", id, s.Data)
 		}
 	}
 
-	ok := e.waitEnd("m-ev-ok", 20*time.Second)
+	ok := e.waitEnd("m-ev-ok", patience)
 	if ok.Event != evCompleted || ok.Data["state"] != "done" || ok.Data["exit_code"] != float64(0) {
 		t.Errorf("m-ev-ok ended with %s %v", ok.Event, ok.Data)
 	}
@@ -59,18 +59,18 @@ func TestContractMissionEvents(t *testing.T) {
 		t.Errorf("summary is not the ANSI-stripped output: %q", sum)
 	}
 
-	fail := e.waitEnd("m-ev-fail", 20*time.Second)
+	fail := e.waitEnd("m-ev-fail", patience)
 	if fail.Event != evFailed || fail.Data["state"] != "failed" || fail.Data["reason"] != "non_zero_exit" ||
 		fail.Data["exit_code"] != float64(7) || !nonEmptyString(fail.Data["error"]) {
 		t.Errorf("m-ev-fail ended with %s %v, want failed, non_zero_exit, exit_code 7", fail.Event, fail.Data)
 	}
 
-	sig := e.waitEnd("m-ev-signal", 20*time.Second)
+	sig := e.waitEnd("m-ev-signal", patience)
 	if sig.Event != evFailed || sig.Data["exit_code"] != float64(143) || !nonEmptyString(sig.Data["reason"]) {
 		t.Errorf("m-ev-signal ended with %s %v, want failed with exit_code 143", sig.Event, sig.Data)
 	}
 
-	ns := e.waitEnd("m-ev-nostart", 20*time.Second)
+	ns := e.waitEnd("m-ev-nostart", patience)
 	if ns.Event != evFailed || ns.Data["reason"] == "non_zero_exit" || !nonEmptyString(ns.Data["error"]) {
 		t.Errorf("m-ev-nostart ended with %s %v, want failed for a session that could not start", ns.Event, ns.Data)
 	}
@@ -81,14 +81,14 @@ func TestContractMissionEvents(t *testing.T) {
 		t.Errorf("m-ev-nostart dispatch: %s", nostart)
 	}
 
-	big := e.waitEnd("m-ev-big", 20*time.Second)
+	big := e.waitEnd("m-ev-big", patience)
 	bs, _ := big.Data["summary"].(string)
 	if big.Event != evCompleted || len(bs) > 2048 || len(bs) < 1024 ||
 		!strings.HasSuffix(strings.TrimRight(bs, "\r\n "), "row-99-abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyz") || strings.Contains(bs, "row-0-") {
 		t.Errorf("m-ev-big: %s summary (%d bytes) is not the last 2 KiB of the output: …%q", big.Event, len(bs), clipTail(bs, 200))
 	}
 
-	end := e.waitEnd("m-ev-progress", 40*time.Second)
+	end := e.waitEnd("m-ev-progress", patience)
 	if end.Event != evCompleted {
 		t.Fatalf("m-ev-progress ended with %s %v", end.Event, end.Data)
 	}

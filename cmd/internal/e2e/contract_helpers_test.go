@@ -225,26 +225,25 @@ func (e *cenv) waitAgents(d time.Duration) {
 	}
 }
 
-// sigterm stops the current run with SIGTERM and returns its exit error and
-// how long it took to exit.
-func (e *cenv) sigterm(limit time.Duration) (error, time.Duration) {
+// sigterm stops the current run with SIGTERM and returns its exit error.
+func (e *cenv) sigterm() error {
 	e.t.Helper()
-	return e.stop(syscall.SIGTERM, limit)
+	return e.stop(syscall.SIGTERM)
 }
 
-// stop sends sig to the current run and waits up to limit for it to exit.
-func (e *cenv) stop(sig syscall.Signal, limit time.Duration) (error, time.Duration) {
+// stop sends sig to the current run and waits for it to exit (patience at
+// most: a run that does not exit fails the test).
+func (e *cenv) stop(sig syscall.Signal) error {
 	e.t.Helper()
 	e.mu.Lock()
 	r := e.runs[len(e.runs)-1]
 	e.mu.Unlock()
-	t0 := time.Now()
-	exitErr, err := r.s.Stop(sig, limit)
+	exitErr, err := r.s.Stop(sig, patience)
 	r.stopped = true
 	if err != nil {
 		e.t.Fatalf("%v\n%s", err, r.s.Log())
 	}
-	return exitErr, time.Since(t0)
+	return exitErr
 }
 
 // kill stops the current run with SIGKILL.

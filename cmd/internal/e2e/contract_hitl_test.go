@@ -28,7 +28,7 @@ func TestContractHITL(t *testing.T) {
 
 	expectHITL := func(t *testing.T, id string) (string, map[string]any) {
 		t.Helper()
-		h := e.waitEvent(id, evHITLRequired, 30*time.Second)
+		h := e.waitEvent(id, evHITLRequired, patience)
 		hitlID, _ := h.Data["hitl_id"].(string)
 		prompt, _ := h.Data["prompt"].(string)
 		if hitlID == "" || !strings.Contains(prompt, "Proceed? [y/N]") {
@@ -46,11 +46,11 @@ func TestContractHITL(t *testing.T) {
 	}
 	expectResumedAndDone := func(t *testing.T, id string) {
 		t.Helper()
-		res := e.waitEvent(id, evResumed, 20*time.Second)
+		res := e.waitEvent(id, evResumed, patience)
 		if res.Data["state"] != "running" || res.Data["resumed_from"] != "hitl_required" {
 			t.Errorf("%s: resumed %v", id, res.Data)
 		}
-		end := e.waitEnd(id, 20*time.Second)
+		end := e.waitEnd(id, patience)
 		if s, _ := end.Data["summary"].(string); end.Event != evCompleted || !strings.Contains(s, "answer=y") {
 			t.Errorf("%s: ended %s %v, want completed with answer=y", id, end.Event, end.Data)
 		}
@@ -96,7 +96,7 @@ func TestContractHITL(t *testing.T) {
 		t.Parallel()
 		e.dispatch("m-hitl-rest", hitlObjective)
 		hitlID, data := expectHITL(t, "m-hitl-rest")
-		started := e.waitEvent("m-hitl-rest", evStarted, 10*time.Second)
+		started := e.waitEvent("m-hitl-rest", evStarted, patience)
 		ctx, cancel := ctxFor(10 * time.Second)
 		defer cancel()
 		list, err := e.op().ListHITLWithResponse(ctx, nil)
@@ -158,10 +158,10 @@ func TestContractHITLAcrossReconnect(t *testing.T) {
 	t.Parallel()
 	e := newContract(t, copts{agents: 1})
 	e.dispatch("m-hitl-drop", hitlObjective)
-	h := e.waitEvent("m-hitl-drop", evHITLRequired, 30*time.Second)
+	h := e.waitEvent("m-hitl-drop", evHITLRequired, patience)
 	n := e.fake.ExecutorConnections()
 	e.fake.DropExecutorStream()
-	first := e.waitConnFirst(n, 20*time.Second)
+	first := e.waitConnFirst(n, patience)
 	ctx, cancel := ctxFor(10 * time.Second)
 	defer cancel()
 	// Announced again: not the first frame sent once more (delivery is
@@ -190,7 +190,7 @@ func TestContractHITLAcrossReconnect(t *testing.T) {
 	if err := e.fake.SendToExecutor(map[string]any{"event": "mission.hitl_responded", "data": map[string]any{"hitl_id": h.Data["hitl_id"], "text": "y"}}); err != nil {
 		t.Fatal(err)
 	}
-	end := e.waitEnd("m-hitl-drop", 20*time.Second)
+	end := e.waitEnd("m-hitl-drop", patience)
 	if s, _ := end.Data["summary"].(string); end.Event != evCompleted || !strings.Contains(s, "answer=y") {
 		t.Errorf("ended %s %v", end.Event, end.Data)
 	}
@@ -202,11 +202,11 @@ func TestContractAbort(t *testing.T) {
 	t.Parallel()
 	e := newContract(t, copts{agents: 1})
 	pidFile := filepath.Join(e.tmp, "abort.pid")
-	e.dispatch("m-abort", fmt.Sprintf("echo $$ > %s; echo sleeping; exec sleep 60", pidFile))
-	started := e.waitEvent("m-abort", evStarted, 20*time.Second)
+	e.dispatch("m-abort", fmt.Sprintf("echo $$ > %s; echo sleeping; exec sleep 3600", pidFile))
+	started := e.waitEvent("m-abort", evStarted, patience)
 	session, _ := started.Data["pty_session_id"].(string)
 	var pid int
-	eventually(t, 10*time.Second, "objective wrote its pid", func() bool {
+	eventually(t, patience, "objective wrote its pid", func() bool {
 		b, err := os.ReadFile(pidFile)
 		if err != nil {
 			return false
@@ -234,12 +234,12 @@ func TestContractAbort(t *testing.T) {
 	if r.status != 202 || r.body["session_id"] != session || r.body["mission_id"] != "m-abort" {
 		t.Fatalf("kill: %s", r)
 	}
-	end := e.waitEnd("m-abort", 20*time.Second)
+	end := e.waitEnd("m-abort", patience)
 	if end.Event != evAborted || end.Data["state"] != "aborted" || end.Data["aborted_by"] != "operator" || !nonEmptyString(end.Data["reason"]) {
 		t.Errorf("ended with %s %v, want mission.aborted by operator", end.Event, end.Data)
 	}
-	eventually(t, 10*time.Second, fmt.Sprintf("objective pid %d gone", pid), func() bool { return !harness.Alive(pid) })
-	eventually(t, 10*time.Second, "mission stored as aborted", func() bool { return e.missionState("m-abort") == "aborted" })
+	eventually(t, patience, fmt.Sprintf("objective pid %d gone", pid), func() bool { return !harness.Alive(pid) })
+	eventually(t, patience, "mission stored as aborted", func() bool { return e.missionState("m-abort") == "aborted" })
 	if r := e.killSession(session); r.status != 409 && r.status != 404 {
 		t.Errorf("second kill: %s, want 409 (ended) or 404", r)
 	}
@@ -247,7 +247,7 @@ func TestContractAbort(t *testing.T) {
 	// The process's exit does not turn the abort into another end: a later
 	// mission ends, and m-abort still has one terminal event.
 	e.dispatch("m-abort-barrier", "true")
-	e.waitEnd("m-abort-barrier", 20*time.Second)
+	e.waitEnd("m-abort-barrier", patience)
 	fs := e.events("m-abort")
 	if n := countEv(fs, evAborted) + countEv(fs, evCompleted) + countEv(fs, evFailed); n != 1 {
 		t.Errorf("m-abort events %v, want exactly one terminal event", evNames(fs))
@@ -258,12 +258,12 @@ func TestContractAbort(t *testing.T) {
 
 	// A mission waiting for a human is aborted too, and its request closes.
 	e.dispatch("m-abort-hitl", hitlObjective)
-	h := e.waitEvent("m-abort-hitl", evHITLRequired, 30*time.Second)
+	h := e.waitEvent("m-abort-hitl", evHITLRequired, patience)
 	hs := e.waitEvent("m-abort-hitl", evStarted, time.Second)
 	if r := e.killSession(hs.Data["pty_session_id"].(string)); r.status != 202 {
 		t.Fatalf("kill: %s", r)
 	}
-	if end := e.waitEnd("m-abort-hitl", 20*time.Second); end.Event != evAborted {
+	if end := e.waitEnd("m-abort-hitl", patience); end.Event != evAborted {
 		t.Errorf("ended %s %v, want aborted", end.Event, end.Data)
 	}
 	list, err := e.op().ListHITLWithResponse(ctx, nil)
@@ -325,7 +325,7 @@ func TestContractHITLAnsweredAtOnce(t *testing.T) {
 		e.dispatch(ids[i], wait+"; "+hitlObjective)
 	}
 	for _, id := range ids {
-		e.waitEvent(id, evStarted, 20*time.Second)
+		e.waitEvent(id, evStarted, patience)
 	}
 	touch(t, gatePath)
 	ctx, cancel := ctxFor(30 * time.Second)

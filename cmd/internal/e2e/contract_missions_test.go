@@ -19,10 +19,10 @@ func TestContractMissionsREST(t *testing.T) {
 	e.dispatch("m-rest-fail", "echo failing; exit 4", "metadata", map[string]any{"ticket": "T-1", "n": 3})
 	e.dispatch("m-rest-hitl", hitlObjective)
 	e.dispatch("m-rest-run", wait+"; echo released", "long_running", true)
-	e.waitEnd("m-rest-ok", 20*time.Second)
-	e.waitEnd("m-rest-fail", 20*time.Second)
-	e.waitEvent("m-rest-hitl", evHITLRequired, 30*time.Second)
-	e.waitEvent("m-rest-run", evStarted, 20*time.Second)
+	e.waitEnd("m-rest-ok", patience)
+	e.waitEnd("m-rest-fail", patience)
+	e.waitEvent("m-rest-hitl", evHITLRequired, patience)
+	e.waitEvent("m-rest-run", evStarted, patience)
 	all := []string{"m-rest-ok", "m-rest-fail", "m-rest-hitl", "m-rest-run"}
 	want := map[string]string{"m-rest-ok": "completed", "m-rest-fail": "failed", "m-rest-hitl": "hitl_required", "m-rest-run": "running"}
 	e.checkMissionsAgree(t, all, want)
@@ -67,8 +67,8 @@ func TestContractMissionsREST(t *testing.T) {
 		t.Fatalf("respond: %v %d %s", err, ans.StatusCode(), ans.Body)
 	}
 	touch(t, gatePath)
-	e.waitEnd("m-rest-hitl", 20*time.Second)
-	e.waitEnd("m-rest-run", 20*time.Second)
+	e.waitEnd("m-rest-hitl", patience)
+	e.waitEnd("m-rest-run", patience)
 	for _, id := range []string{"m-rest-hitl", "m-rest-run"} {
 		want[id] = "completed"
 	}
@@ -80,7 +80,7 @@ func TestContractMissionsREST(t *testing.T) {
 func (e *cenv) checkMissionsAgree(t *testing.T, ids []string, want map[string]string) {
 	t.Helper()
 	for _, id := range ids {
-		eventually(t, 10*time.Second, id+" stored as "+want[id], func() bool { return e.missionState(id) == want[id] })
+		eventually(t, patience, id+" stored as "+want[id], func() bool { return e.missionState(id) == want[id] })
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

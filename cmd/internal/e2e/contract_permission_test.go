@@ -21,7 +21,7 @@ func TestContractPermissionPromptIsAMissionHITL(t *testing.T) {
 		`--permission-prompt-tool mcp__agentic__permission --mcp-config "$AGENTIC_MCP_CONFIG" >/dev/null && cat *.txt`
 	expectPermission := func(t *testing.T, id string) string {
 		t.Helper()
-		h := e.waitEvent(id, evHITLRequired, 60*time.Second)
+		h := e.waitEvent(id, evHITLRequired, patience)
 		hitlID, _ := h.Data["hitl_id"].(string)
 		prompt, _ := h.Data["prompt"].(string)
 		input, _ := h.Data["context"].(string)
@@ -32,7 +32,7 @@ func TestContractPermissionPromptIsAMissionHITL(t *testing.T) {
 	}
 	expectDone := func(t *testing.T, id, want string) {
 		t.Helper()
-		end := e.waitEnd(id, 60*time.Second)
+		end := e.waitEnd(id, patience)
 		if s, _ := end.Data["summary"].(string); end.Event != evCompleted || !strings.Contains(s, want) {
 			t.Errorf("%s: ended %s %v, want completed with %s", id, end.Event, end.Data, want)
 		}

@@ -114,7 +114,7 @@ func TestContractRegistrationPayloads(t *testing.T) {
 	}
 
 	// The status of a registered, connected integration: every member, no token.
-	eventually(t, 10*time.Second, "status connected", func() bool {
+	eventually(t, patience, "status connected", func() bool {
 		st := e.aiwgStatus()
 		return st.body["connected"] == true
 	})
@@ -140,7 +140,7 @@ func TestContractRegistrationPayloads(t *testing.T) {
 		}
 	}
 	// The executor stream was opened for the registered id.
-	first := e.waitConnFirst(0, 10*time.Second)
+	first := e.waitConnFirst(0, patience)
 	if first.ExecutorID != id {
 		t.Errorf("executor stream frames carry executor_id %q, want %q", first.ExecutorID, id)
 	}
@@ -185,7 +185,7 @@ func TestContractResyncFirstOnEveryConnect(t *testing.T) {
 
 	gatePath, wait := e.gate("resync-go")
 	e.dispatch("m-resync", wait+"; echo resync-done")
-	e.waitEvent("m-resync", evStarted, 20*time.Second)
+	e.waitEvent("m-resync", evStarted, patience)
 
 	reconnectBy := map[string]func(){
 		"close frame": e.fake.DropExecutorStream,
@@ -200,7 +200,7 @@ func TestContractResyncFirstOnEveryConnect(t *testing.T) {
 	for _, how := range []string{"close frame", "cut TCP", "POST /api/v1/aiwg/reconnect"} {
 		n := e.fake.ExecutorConnections()
 		reconnectBy[how]()
-		f := e.waitConnFirst(n, 20*time.Second)
+		f := e.waitConnFirst(n, patience)
 		checkResync(f, "m-resync")
 		// Then the owned mission's reconnected and resumed.
 		ctx, cancel := ctxFor(10 * time.Second)
@@ -225,11 +225,11 @@ func TestContractResyncFirstOnEveryConnect(t *testing.T) {
 
 	// A mission that ended is no longer owned.
 	touch(t, gatePath)
-	e.waitEnd("m-resync", 20*time.Second)
-	eventually(t, 10*time.Second, "mission stored as completed", func() bool { return e.missionState("m-resync") == "completed" })
+	e.waitEnd("m-resync", patience)
+	eventually(t, patience, "mission stored as completed", func() bool { return e.missionState("m-resync") == "completed" })
 	n := e.fake.ExecutorConnections()
 	e.fake.DropExecutorStream()
-	checkResync(e.waitConnFirst(n, 20*time.Second))
+	checkResync(e.waitConnFirst(n, patience))
 }
 
 // TestContractEventEnvelope checks the envelope of every frame of a stream
@@ -240,24 +240,24 @@ func TestContractEventEnvelope(t *testing.T) {
 	e := newContract(t, copts{agents: 1})
 	e.dispatch("m-env-ok", "echo envelope")
 	e.dispatch("m-env-fail", "echo no; exit 3")
-	e.dispatch("m-env-abort", "echo abort-me; exec sleep 60")
-	e.waitEnd("m-env-ok", 20*time.Second)
-	e.waitEnd("m-env-fail", 20*time.Second)
-	started := e.waitEvent("m-env-abort", evStarted, 20*time.Second)
+	e.dispatch("m-env-abort", "echo abort-me; exec sleep 3600")
+	e.waitEnd("m-env-ok", patience)
+	e.waitEnd("m-env-fail", patience)
+	started := e.waitEvent("m-env-abort", evStarted, patience)
 	if r := e.killSession(started.Data["pty_session_id"].(string)); r.status != 202 {
 		t.Fatalf("kill: %s", r)
 	}
-	e.waitEnd("m-env-abort", 20*time.Second)
+	e.waitEnd("m-env-abort", patience)
 	// A mission still running across a reconnect gets reconnected and resumed.
 	gatePath, wait := e.gate("env-go")
 	e.dispatch("m-env-run", wait)
-	e.waitEvent("m-env-run", evStarted, 20*time.Second)
+	e.waitEvent("m-env-run", evStarted, patience)
 	n := e.fake.ExecutorConnections()
 	e.fake.DropExecutorStream()
-	e.waitConnFirst(n, 20*time.Second)
-	e.waitEvent("m-env-run", evResumed, 20*time.Second)
+	e.waitConnFirst(n, patience)
+	e.waitEvent("m-env-run", evResumed, patience)
 	touch(t, gatePath)
-	e.waitEnd("m-env-run", 20*time.Second)
+	e.waitEnd("m-env-run", patience)
 
 	id := e.identity()
 	seen := map[string]bool{}

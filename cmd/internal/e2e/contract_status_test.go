@@ -65,10 +65,10 @@ func TestContractExecutorRegistrationRefused(t *testing.T) {
 	t.Parallel()
 	e := newContract(t, copts{agents: 1, noWaitResync: true, setup: func(f *fakeaiwg.Server) { f.SetExecutorRegisterStatus(404) }})
 	id := e.identity()
-	eventually(t, 10*time.Second, "sandbox registered and its stream open", func() bool {
+	eventually(t, patience, "sandbox registered and its stream open", func() bool {
 		return len(e.fake.SandboxRegistrations()) > 0 && e.fake.SandboxStreamConnected()
 	})
-	eventually(t, 10*time.Second, "executor registration attempted and refused", func() bool {
+	eventually(t, patience, "executor registration attempted and refused", func() bool {
 		st := e.aiwgStatus()
 		return nonEmptyString(st.body["executor_register_error"])
 	})
@@ -108,7 +108,7 @@ func TestContractExecutorRegistrationRefused(t *testing.T) {
 		t.Errorf("exec through REST: %v %s", err, ex.Body)
 	}
 	// Retried later (1 s, then 2 s).
-	eventually(t, 10*time.Second, "executor registration retried", func() bool { return len(e.fake.ExecutorRegistrations()) >= 2 })
+	eventually(t, patience, "executor registration retried", func() bool { return len(e.fake.ExecutorRegistrations()) >= 2 })
 	if e.fake.ExecutorConnections() != 0 {
 		t.Errorf("an executor stream was opened without a registration")
 	}
@@ -119,17 +119,17 @@ func TestContractExecutorRegistrationRefused(t *testing.T) {
 	if r := e.reconnect(); r.status != 202 {
 		t.Fatalf("reconnect: %s", r)
 	}
-	first := e.waitConnFirst(0, 20*time.Second)
+	first := e.waitConnFirst(0, patience)
 	if first.Event != evResync {
 		t.Errorf("first frame: %s", first.Raw)
 	}
-	eventually(t, 10*time.Second, "status connected, error cleared", func() bool {
+	eventually(t, patience, "status connected, error cleared", func() bool {
 		st := e.aiwgStatus()
 		v, has := st.body["executor_register_error"]
 		return st.body["connected"] == true && (!has || v == nil)
 	})
 	e.dispatch("m-after-404", "echo registered at last")
-	if end := e.waitEnd("m-after-404", 20*time.Second); end.Event != evCompleted {
+	if end := e.waitEnd("m-after-404", patience); end.Event != evCompleted {
 		t.Errorf("mission after registration: %s %v", end.Event, end.Data)
 	}
 }
@@ -155,37 +155,37 @@ func TestContractTokensNeverInLogs(t *testing.T) {
 	e.addSecret(wrong)
 	expectError(t, "wrong bearer", e.dispatchRaw("s1", []byte(`{"mission_id":"m-tok","objective":"true"}`), auth{token: wrong}), 401, "unauthorized")
 	e.dispatch("m-tok", "echo ok")
-	e.waitEnd("m-tok", 20*time.Second)
+	e.waitEnd("m-tok", patience)
 
 	// The executor stream's token is refused: the client registers again
 	// and gets a new token.
 	regs := len(e.fake.ExecutorRegistrations())
 	e.fake.SetExecutorStreamStatus(401)
 	e.fake.KillExecutorStream()
-	eventually(t, 20*time.Second, "registered again after a 401", func() bool { return len(e.fake.ExecutorRegistrations()) >= regs+2 })
+	eventually(t, patience, "registered again after a 401", func() bool { return len(e.fake.ExecutorRegistrations()) >= regs+2 })
 	e.fake.SetExecutorStreamStatus(0)
 	n := e.fake.ExecutorConnections()
 	e.reconnect()
-	e.waitConnFirst(n, 20*time.Second)
+	e.waitConnFirst(n, patience)
 	e.fake.DropSandboxStream()
-	eventually(t, 20*time.Second, "sandbox stream back", func() bool { return e.fake.SandboxStreamConnected() })
+	eventually(t, patience, "sandbox stream back", func() bool { return e.fake.SandboxStreamConnected() })
 	n = e.fake.ExecutorConnections()
 	e.fake.DropExecutorStream()
-	e.waitConnFirst(n, 20*time.Second)
+	e.waitConnFirst(n, patience)
 	if tok2 := e.fake.ExecutorToken(); tok2 == tok {
 		t.Errorf("no new executor token was issued")
 	}
 	// The old token no longer dispatches; the new one does.
 	expectError(t, "old token", e.dispatchRaw("s1", []byte(`{"mission_id":"m-tok2","objective":"true"}`), auth{token: tok}), 401, "unauthorized")
 	e.dispatch("m-tok2", "true")
-	e.waitEnd("m-tok2", 20*time.Second)
+	e.waitEnd("m-tok2", patience)
 	st := e.aiwgStatus()
 	for _, s := range e.secretList() {
 		if strings.Contains(string(st.raw), s) {
 			t.Errorf("status quotes a token: %s", st.raw)
 		}
 	}
-	if exitErr, _ := e.sigterm(3 * time.Second); exitErr != nil {
+	if exitErr := e.sigterm(); exitErr != nil {
 		t.Errorf("SIGTERM: %v", exitErr)
 	}
 	if len(e.fake.Tokens()) < 4 {
@@ -202,21 +202,21 @@ func TestContractSandboxRegistrationRetried(t *testing.T) {
 	e := newContract(t, copts{agents: 1, setup: func(f *fakeaiwg.Server) { f.SetSandboxRegisterStatus(503) }})
 	// The executor side is up (newContract waited for its resync) and works.
 	e.dispatch("m-sbx", "echo executor side works")
-	if end := e.waitEnd("m-sbx", 20*time.Second); end.Event != evCompleted {
+	if end := e.waitEnd("m-sbx", patience); end.Event != evCompleted {
 		t.Errorf("ended %s %v", end.Event, end.Data)
 	}
-	eventually(t, 10*time.Second, "sandbox registration retried", func() bool { return len(e.fake.SandboxRegistrations()) >= 2 })
+	eventually(t, patience, "sandbox registration retried", func() bool { return len(e.fake.SandboxRegistrations()) >= 2 })
 	if st := e.aiwgStatus(); nonEmptyString(st.body["sandbox_id"]) || e.fake.SandboxStreamConnected() {
 		t.Errorf("sandbox shown registered while aiwg serve refuses it: %s", st.raw)
 	}
 	e.fake.SetSandboxRegisterStatus(0)
-	eventually(t, 20*time.Second, "sandbox registered and connected", func() bool {
+	eventually(t, patience, "sandbox registered and connected", func() bool {
 		return e.fake.SandboxStreamConnected() && e.aiwgStatus().body["sandbox_id"] == "sbx-"+e.identity()
 	})
 	// Lost stream: registered again, then connected again.
 	n := len(e.fake.SandboxRegistrations())
 	e.fake.DropSandboxStream()
-	eventually(t, 20*time.Second, "sandbox registered again after its stream was lost", func() bool {
+	eventually(t, patience, "sandbox registered again after its stream was lost", func() bool {
 		return len(e.fake.SandboxRegistrations()) > n && e.fake.SandboxStreamConnected()
 	})
 	for _, r := range e.fake.SandboxRegistrations() {

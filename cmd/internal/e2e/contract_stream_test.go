@@ -21,22 +21,22 @@ func TestContractStreamDropLosesNothing(t *testing.T) {
 	goB2, waitB2 := e.gate("drop-b2")
 	e.dispatch("m-drop-a", waitA+"; echo A-finished")
 	e.dispatch("m-drop-b", waitB1+"; echo B-half; "+waitB2+"; echo B-done")
-	e.waitEvent("m-drop-a", evStarted, 20*time.Second)
-	e.waitEvent("m-drop-b", evStarted, 20*time.Second)
+	e.waitEvent("m-drop-a", evStarted, patience)
+	e.waitEvent("m-drop-b", evStarted, patience)
 
 	// Down, and kept down: the handshake is refused until the test says so.
 	conns := e.fake.ExecutorConnections()
 	e.fake.SetExecutorStreamStatus(503)
 	e.fake.DropExecutorStream()
-	eventually(t, 10*time.Second, "status shows the stream down", func() bool { return e.aiwgStatus().body["connected"] == false })
+	eventually(t, patience, "status shows the stream down", func() bool { return e.aiwgStatus().body["connected"] == false })
 	beforeDown := len(e.fake.Frames())
 
 	touch(t, goA)
 	touch(t, goB1)
-	eventually(t, 20*time.Second, "m-drop-a stored as completed while the stream is down", func() bool {
+	eventually(t, patience, "m-drop-a stored as completed while the stream is down", func() bool {
 		return e.missionState("m-drop-a") == "completed"
 	})
-	eventually(t, 20*time.Second, "m-drop-b made progress while the stream is down", func() bool {
+	eventually(t, patience, "m-drop-b made progress while the stream is down", func() bool {
 		m, _ := e.mission("m-drop-b")
 		return m.Iteration != nil && *m.Iteration >= 1
 	})
@@ -48,7 +48,7 @@ func TestContractStreamDropLosesNothing(t *testing.T) {
 	}
 
 	e.fake.SetExecutorStreamStatus(0)
-	first := e.waitConnFirst(conns, 40*time.Second)
+	first := e.waitConnFirst(conns, patience)
 	if first.Event != evResync {
 		t.Fatalf("first frame after the reconnect is %s: %s", first.Event, first.Raw)
 	}
@@ -59,13 +59,13 @@ func TestContractStreamDropLosesNothing(t *testing.T) {
 	if !slices.Equal(owned, []string{"m-drop-b"}) {
 		t.Errorf("resync owned_mission_ids %v, want [m-drop-b] (m-drop-a has ended)", owned)
 	}
-	endA := e.waitEnd("m-drop-a", 20*time.Second)
+	endA := e.waitEnd("m-drop-a", patience)
 	if endA.Conn <= conns || endA.Event != evCompleted {
 		t.Errorf("m-drop-a end %s on connection #%d", endA.Event, endA.Conn)
 	}
-	e.waitEvent("m-drop-b", evResumed, 20*time.Second)
+	e.waitEvent("m-drop-b", evResumed, patience)
 	touch(t, goB2)
-	endB := e.waitEnd("m-drop-b", 20*time.Second)
+	endB := e.waitEnd("m-drop-b", patience)
 	if endB.Event != evCompleted {
 		t.Errorf("m-drop-b ended %s %v", endB.Event, endB.Data)
 	}
@@ -114,7 +114,7 @@ func TestContractManualReconnect(t *testing.T) {
 	if r.status != 202 || r.body["configured"] != true {
 		t.Fatalf("reconnect: %s", r)
 	}
-	if f := e.waitConnFirst(n, 5*time.Second); f.Event != evResync {
+	if f := e.waitConnFirst(n, patience); f.Event != evResync {
 		t.Errorf("first frame after reconnect: %s", f.Raw)
 	}
 	if e.fake.ExecutorConnections() != n+1 {
@@ -127,21 +127,21 @@ func TestContractManualReconnect(t *testing.T) {
 	e.fake.SetExecutorStreamStatus(503)
 	n = e.fake.ExecutorConnections()
 	e.fake.DropExecutorStream()
-	eventually(t, 20*time.Second, "three refused reconnects", func() bool { return len(e.fake.ExecutorRegistrations()) >= regs+3 })
+	eventually(t, patience, "three refused reconnects", func() bool { return len(e.fake.ExecutorRegistrations()) >= regs+3 })
 	failedAt := time.Now()
 	e.fake.SetExecutorStreamStatus(0)
 	r = e.reconnect()
 	if r.status != 202 {
 		t.Fatalf("reconnect: %s", r)
 	}
-	f := e.waitConnFirst(n, 20*time.Second)
+	f := e.waitConnFirst(n, patience)
 	if took := time.Since(failedAt); took > 3*time.Second {
 		t.Errorf("reconnected %v after POST /api/v1/aiwg/reconnect; the backoff was not skipped", took)
 	}
 	if f.Event != evResync {
 		t.Errorf("first frame after reconnect: %s", f.Raw)
 	}
-	eventually(t, 10*time.Second, "status connected", func() bool { return e.aiwgStatus().body["connected"] == true })
+	eventually(t, patience, "status connected", func() bool { return e.aiwgStatus().body["connected"] == true })
 }
 
 // TestContractLargeBacklogAfterReconnect: more events pile up while the
@@ -159,8 +159,8 @@ func TestContractLargeBacklogAfterReconnect(t *testing.T) {
 	conns := e.fake.ExecutorConnections()
 	e.fake.SetExecutorStreamStatus(503)
 	e.fake.DropExecutorStream()
-	eventually(t, 10*time.Second, "stream down", func() bool { return e.aiwgStatus().body["connected"] == false })
-	eventually(t, 30*time.Second, "every mission stored as ended", func() bool {
+	eventually(t, patience, "stream down", func() bool { return e.aiwgStatus().body["connected"] == false })
+	eventually(t, patience, "every mission stored as ended", func() bool {
 		for _, id := range ids {
 			if e.missionState(id) != "completed" {
 				return false
@@ -169,12 +169,12 @@ func TestContractLargeBacklogAfterReconnect(t *testing.T) {
 		return true
 	})
 	e.fake.SetExecutorStreamStatus(0)
-	first := e.waitConnFirst(conns, 40*time.Second)
+	first := e.waitConnFirst(conns, patience)
 	if first.Event != evResync {
 		t.Fatalf("first frame after the reconnect: %s", first.Raw)
 	}
 	for _, id := range ids {
-		e.waitEnd(id, 20*time.Second)
+		e.waitEnd(id, patience)
 	}
 	backlog := 0
 	for _, f := range e.fake.Frames() {
@@ -209,11 +209,11 @@ func TestContractResyncAnnouncesTheRealState(t *testing.T) {
 	}
 	n := e.fake.ExecutorConnections()
 	e.fake.DropExecutorStream()
-	first := e.waitConnFirst(n, 20*time.Second)
+	first := e.waitConnFirst(n, patience)
 	if !slices.Contains(first.Data["owned_mission_ids"].([]any), any("m-unstarted")) {
 		t.Errorf("resync does not own the assigned mission: %s", first.Raw)
 	}
-	rec := e.waitEvent("m-unstarted", evReconnected, 10*time.Second)
+	rec := e.waitEvent("m-unstarted", evReconnected, patience)
 	if rec.Conn != first.Conn {
 		t.Errorf("reconnected on connection #%d", rec.Conn)
 	}
@@ -226,7 +226,7 @@ func TestContractResyncAnnouncesTheRealState(t *testing.T) {
 		t.Errorf("the resync announced mission.resumed %v for a mission that is %s (never started)", res.Data, st)
 	}
 	proxy.cut()
-	end := e.waitEnd("m-unstarted", 30*time.Second)
+	end := e.waitEnd("m-unstarted", patience)
 	if end.Event != evFailed {
 		t.Errorf("the never-started mission ended %s %v", end.Event, end.Data)
 	}

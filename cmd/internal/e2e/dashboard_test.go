@@ -147,14 +147,14 @@ func TestDashboard(t *testing.T) {
 
 	// A mission asks a human; the inbox answers it and the mission goes on.
 	e.dispatch("m-dash", hitlObjective)
-	e.waitEvent("m-dash", evHITLRequired, 30*time.Second)
+	e.waitEvent("m-dash", evHITLRequired, patience)
 	p.do("inbox", chromedp.Navigate(url+"#/hitl"))
 	p.waitJS("the request in the inbox", `!!document.querySelector('[data-testid^="hitl-row-"]')`)
 	p.shot("11-hitl")
 	hitlID := strings.TrimPrefix(p.eval(`document.querySelector('[data-testid^="hitl-row-"]').dataset.testid`), "hitl-row-")
 	p.do("answer", chromedp.SendKeys(testid("hitl-text-"+hitlID), "y"), chromedp.Click(testid("hitl-send-"+hitlID)))
-	e.waitEvent("m-dash", evResumed, 20*time.Second)
-	if end := e.waitEnd("m-dash", 20*time.Second); end.Event != evCompleted {
+	e.waitEvent("m-dash", evResumed, patience)
+	if end := e.waitEnd("m-dash", patience); end.Event != evCompleted {
 		t.Errorf("the mission after the inbox's answer: %s %v", end.Event, end.Data)
 	}
 	p.do("missions", chromedp.Navigate(url+"#/missions"), chromedp.WaitVisible(testid("mission-row-m-dash")))

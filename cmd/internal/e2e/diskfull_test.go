@@ -29,7 +29,7 @@ func TestFullDiskLosesNoMission(t *testing.T) {
 	}})
 	gate, wait := e.gate("disk-go")
 	e.dispatch("m-full", wait+"; echo finished", "executor_filter", map[string]any{"agent_id": "host-01"})
-	e.waitEvent("m-full", evStarted, 20*time.Second)
+	e.waitEvent("m-full", evStarted, patience)
 
 	// Fill the data dir to the last byte.
 	f, err := os.Create(filler)
@@ -61,7 +61,7 @@ func TestFullDiskLosesNoMission(t *testing.T) {
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	end := e.waitEnd("m-full", 30*time.Second)
+	end := e.waitEnd("m-full", patience)
 	if end.Event != evCompleted {
 		t.Fatalf("after room came back: %s %v", end.Event, end.Data)
 	}

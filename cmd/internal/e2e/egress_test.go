@@ -85,7 +85,7 @@ func TestEgressThroughTheAgentInDocker(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the destination still streams 30 s after the agent was killed: the tunnel did not end")
 	}
-	eventually(t, 30*time.Second, "the tunnel's end logged", func() bool {
+	eventually(t, patience, "the tunnel's end logged", func() bool {
 		return strings.Contains(s.Log(), "msg=egress agent_id=egress-kill host=example.com port="+slowPort+" allowed=true")
 	})
 }

@@ -25,7 +25,7 @@ func TestDeletingAnEnvironmentEndsWhatRanThere(t *testing.T) {
 	bg := restapi.SessionBackground
 	sess := createSession(t, s, "doomed", restapi.CreateSessionRequest{Type: &bg, Name: ptr("sleeper"), Command: "sleep", Args: ptr([]string{"6123"})})
 	e.dispatch("m-doomed", "sleep 6124", "executor_filter", map[string]any{"agent_id": "doomed"})
-	e.waitEvent("m-doomed", evStarted, 30*time.Second)
+	e.waitEvent("m-doomed", evStarted, patience)
 
 	if out, errOut, code := ctl(t, s.RESTURL, s.Token, "env", "rm", "doomed"); code != 0 {
 		t.Fatalf("rm: %d %q %q", code, out, errOut)
@@ -38,20 +38,20 @@ func TestDeletingAnEnvironmentEndsWhatRanThere(t *testing.T) {
 		t.Fatalf("agent after rm: %v %d %s", err, a.StatusCode(), a.Body)
 	}
 
-	end := e.waitEnd("m-doomed", 20*time.Second)
+	end := e.waitEnd("m-doomed", patience)
 	if end.Event != evFailed || end.Data["reason"] != "environment_deleted" {
 		t.Fatalf("mission ended with %s %v, want mission.failed reason environment_deleted", end.Event, end.Data)
 	}
 	if st := e.missionState("m-doomed"); st != "failed" {
 		t.Fatalf("stored mission state %q", st)
 	}
-	eventually(t, 20*time.Second, "the session on the deleted environment to end", func() bool {
+	eventually(t, patience, "the session on the deleted environment to end", func() bool {
 		got, err := s.Client().GetSessionWithResponse(ctx, sess.SessionId)
 		return err == nil && got.JSON200 != nil && got.JSON200.State != restapi.SessionStateSessionRunning && got.JSON200.State != restapi.SessionStateSessionStarting
 	})
 	// Not only in the server's books: the processes are gone too, the one
 	// kept in tmux included.
-	eventually(t, 20*time.Second, "the environment's processes to end", func() bool {
+	eventually(t, patience, "the environment's processes to end", func() bool {
 		return !running("\x006123\x00") && !running("\x006124\x00") && !running(" 6124\x00")
 	})
 }

@@ -158,7 +158,7 @@ func TestHostAgentsRunAsTheirOwnUser(t *testing.T) {
 		Args: ptr([]string{"-c", "echo session-as-$(id -un)"})})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	eventually(t, 15*time.Second, "the session's output", func() bool {
+	eventually(t, patience, "the session's output", func() bool {
 		resp, err := s.Client().GetSessionOutput(ctx, sess.SessionId, nil)
 		if err != nil {
 			return false

@@ -116,7 +116,7 @@ func TestWarmPoolOnTheHostRuntime(t *testing.T) {
 	}
 	// The member's own identity is gone: not an agent any more, and its
 	// credential (which its environment's files hold) no longer admits it.
-	eventually(t, 10*time.Second, "the member's agent forgotten", func() bool {
+	eventually(t, patience, "the member's agent forgotten", func() bool {
 		a, _ := s.Client().GetAgentWithResponse(context.Background(), taken)
 		return a != nil && a.StatusCode() == 404
 	})
@@ -153,7 +153,7 @@ func TestWarmPoolOnTheHostRuntime(t *testing.T) {
 	if out, err := exec.Command("kill", "-KILL", strings.TrimSpace(string(pid))).CombinedOutput(); err != nil {
 		t.Fatalf("kill %s: %v %s", pid, err, out)
 	}
-	eventually(t, time.Minute, "the dead member replaced", func() bool {
+	eventually(t, patience, "the dead member replaced", func() bool {
 		got, err := s.Client().GetPoolWithResponse(context.Background(), "warm")
 		return err == nil && got.JSON200 != nil && got.JSON200.Idle == 2 && !slices.Contains(memberNames(*got.JSON200), dead)
 	})

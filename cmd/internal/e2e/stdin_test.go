@@ -70,7 +70,7 @@ func TestEndedSessionsHoldNoFiles(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	eventually(t, 20*time.Second, "the sessions to end", func() bool {
+	eventually(t, patience, "the sessions to end", func() bool {
 		for _, id := range ids {
 			got, err := s.Client().GetSessionWithResponse(ctx, id)
 			if err != nil || got.JSON200 == nil || got.JSON200.State == restapi.SessionStateSessionRunning || got.JSON200.State == restapi.SessionStateSessionStarting {
@@ -79,7 +79,7 @@ func TestEndedSessionsHoldNoFiles(t *testing.T) {
 		}
 		return true
 	})
-	eventually(t, 10*time.Second, "the ended sessions' files to close", func() bool { return sessionFiles() == 0 })
+	eventually(t, patience, "the ended sessions' files to close", func() bool { return sessionFiles() == 0 })
 	// Their output is still there to read.
 	resp, err := s.Client().GetSessionOutput(ctx, ids[0], nil)
 	if err != nil {

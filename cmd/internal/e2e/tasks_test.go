@@ -133,7 +133,7 @@ func (e *taskEnv) accepted(manifest string) restapi.TaskAccepted {
 func (e *taskEnv) run(manifest string) restapi.Task {
 	e.t.Helper()
 	acc := e.accepted(manifest)
-	return e.waitEnd(acc.TaskId, 90*time.Second)
+	return e.waitEnd(acc.TaskId, patience)
 }
 
 func (e *taskEnv) get(id string) restapi.Task {
@@ -360,7 +360,7 @@ func TestTaskCancel(t *testing.T) {
 	// A duration no other test sleeps: pgrep sees every test's processes,
 	// those in containers too.
 	acc := e.accepted("command: {argv: [sleep, \"4321\"]}\nenvironment: {runtime: host}\n")
-	eventually(t, 60*time.Second, "the task running", func() bool { return e.get(acc.TaskId).State == "running" })
+	eventually(t, patience, "the task running", func() bool { return e.get(acc.TaskId).State == "running" })
 	// A live event stream ends with the task.
 	type read struct {
 		evs []sseEvent
@@ -383,7 +383,7 @@ func TestTaskCancel(t *testing.T) {
 	case <-time.After(2 * time.Minute):
 		t.Fatal("the live event stream did not end with the task")
 	}
-	tk := e.waitEnd(acc.TaskId, 30*time.Second)
+	tk := e.waitEnd(acc.TaskId, patience)
 	if tk.State != "cancelled" {
 		t.Fatalf("after cancel: %s", tk.State)
 	}
@@ -402,11 +402,11 @@ func TestTaskSurvivesAServerKill(t *testing.T) {
 	e := newTaskEnv(t)
 	marker := filepath.Join(t.TempDir(), "starts")
 	acc := e.accepted("command: {argv: [sh, -c, \"echo x >> " + marker + "; echo before-the-kill; sleep 9; echo after-the-kill; echo made > REPORT.md\"]}\nenvironment: {runtime: host}\nlifecycle: {artifact_patterns: [REPORT.md]}\n")
-	eventually(t, 60*time.Second, "the task running and its first line out", func() bool {
+	eventually(t, patience, "the task running and its first line out", func() bool {
 		return e.get(acc.TaskId).State == "running" && e.get(acc.TaskId).Progress.OutputBytes > 0
 	})
 	e.killAndRestart()
-	tk := e.waitEnd(acc.TaskId, 90*time.Second)
+	tk := e.waitEnd(acc.TaskId, patience)
 	if tk.State != "completed" {
 		t.Fatalf("after the restart: %s %s %s", tk.State, deref(tk.Reason), deref(tk.Error))
 	}
@@ -458,9 +458,9 @@ func TestTaskSurvivesAServerKillInEachPhase(t *testing.T) {
 			e := newTaskEnv(t, "AGENTIC_TEST_TASK_HOLD="+phase+"=2m")
 			marker := filepath.Join(t.TempDir(), "starts")
 			acc := e.accepted("repository: {url: " + e.repo + "}\ncommand: {argv: [sh, -c, \"echo x >> " + marker + "; echo made > REPORT.md; echo more >> a.txt\"]}\nenvironment: {runtime: host}\nlifecycle: {artifact_patterns: [REPORT.md]}\n")
-			eventually(t, 60*time.Second, "the task in "+phase, func() bool { return e.get(acc.TaskId).State == phase })
+			eventually(t, patience, "the task in "+phase, func() bool { return e.get(acc.TaskId).State == phase })
 			e.killAndRestart()
-			tk := e.waitEnd(acc.TaskId, 90*time.Second)
+			tk := e.waitEnd(acc.TaskId, patience)
 			if tk.State != "completed" {
 				t.Fatalf("killed in %s, then: %s %s %s", phase, tk.State, deref(tk.Reason), deref(tk.Error))
 			}
@@ -632,7 +632,7 @@ lifecycle: {artifact_patterns: [REPORT.md]}
 func TestTaskSecretNeverInArgv(t *testing.T) {
 	e := newTaskEnv(t)
 	acc := e.accepted("command: {argv: [sleep, \"31\"]}\nenvironment: {runtime: host}\nsecrets: [{name: MY_TOKEN, source: env, key: TASK_TEST_TOKEN}]\n")
-	eventually(t, 60*time.Second, "the task running", func() bool { return e.get(acc.TaskId).State == "running" })
+	eventually(t, patience, "the task running", func() bool { return e.get(acc.TaskId).State == "running" })
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	sawSleep := false
 	for _, p := range procs {
@@ -657,7 +657,7 @@ func TestTaskSecretNeverInArgv(t *testing.T) {
 	if st, b := fileDo(t, e.s, http.MethodDelete, e.s.RESTURL+"/api/v1/tasks/"+acc.TaskId, nil); st != 202 {
 		t.Fatalf("cancel: %d %s", st, b)
 	}
-	if tk := e.waitEnd(acc.TaskId, 60*time.Second); tk.State != "cancelled" {
+	if tk := e.waitEnd(acc.TaskId, patience); tk.State != "cancelled" {
 		t.Errorf("task %s %s", tk.State, deref(tk.Reason))
 	}
 }
@@ -680,7 +680,7 @@ func TestTaskPreservedOnFailure(t *testing.T) {
 	if st, b := fileDo(t, e.s, http.MethodDelete, e.s.RESTURL+"/api/v1/tasks/"+tk.Id, nil); st != 202 {
 		t.Fatalf("delete: %d %s", st, b)
 	}
-	eventually(t, 30*time.Second, "the preserved environment destroyed", func() bool { return len(e.environmentsLeft()) == 0 })
+	eventually(t, patience, "the preserved environment destroyed", func() bool { return len(e.environmentsLeft()) == 0 })
 }
 
 // Listing: newest first, filters by state and label, pages by cursor.
@@ -693,7 +693,7 @@ func TestTaskListFiltersAndPages(t *testing.T) {
 			t.Errorf("a new task is answered %q, want pending", acc.State)
 		}
 		ids = append(ids, acc.TaskId)
-		e.waitEnd(acc.TaskId, 60*time.Second)
+		e.waitEnd(acc.TaskId, patience)
 	}
 	list := func(q string) restapi.TaskList {
 		st, b := fileDo(t, e.s, http.MethodGet, e.s.RESTURL+"/api/v1/tasks?"+q, nil)
@@ -755,7 +755,7 @@ func TestTaskPermissionPromptsAreHITL(t *testing.T) {
 		if st != 200 {
 			t.Fatalf("respond: %d %s", st, b)
 		}
-		tk := e.waitEnd(acc.TaskId, 60*time.Second)
+		tk := e.waitEnd(acc.TaskId, patience)
 		if tk.State != "completed" {
 			t.Fatalf("after %s: %s %s %s", decision, tk.State, deref(tk.Reason), deref(tk.Error))
 		}
@@ -793,7 +793,7 @@ func fakeClaudeMCP(t *testing.T) string {
 func waitTaskHITL(t *testing.T, s *harness.Server, taskID string) restapi.HITLRequest {
 	t.Helper()
 	var hitl restapi.HITLRequest
-	eventually(t, 60*time.Second, "the permission request", func() bool {
+	eventually(t, patience, "the permission request", func() bool {
 		_, b := fileDo(t, s, http.MethodGet, s.RESTURL+"/api/v1/hitl", nil)
 		var l restapi.HITLList
 		_ = json.Unmarshal(b, &l)
@@ -826,7 +826,7 @@ func TestTaskPermissionSurvivesAServerKill(t *testing.T) {
 	if st, b := fileDo(t, s2, http.MethodPost, s2.RESTURL+"/api/v1/hitl/"+again.HitlId+"/respond", strings.NewReader(`{"text": "", "decision": "allow"}`)); st != 200 {
 		t.Fatalf("respond: %d %s", st, b)
 	}
-	tk := e.waitEnd(acc.TaskId, 60*time.Second)
+	tk := e.waitEnd(acc.TaskId, patience)
 	if tk.State != "completed" {
 		t.Fatalf("after the restart: %s %s %s", tk.State, deref(tk.Reason), deref(tk.Error))
 	}

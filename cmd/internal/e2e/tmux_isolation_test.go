@@ -30,7 +30,7 @@ func TestHostAgentsDoNotShareTmux(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return string(b)
 	}
-	eventually(t, 20*time.Second, "both sessions to print", func() bool {
+	eventually(t, patience, "both sessions to print", func() bool {
 		return strings.Contains(output(one.SessionId), "first-is-host-01") && strings.Contains(output(two.SessionId), "second-is-host-02")
 	})
 	if o := output(two.SessionId); strings.Contains(o, "first-is") {
@@ -41,7 +41,7 @@ func TestHostAgentsDoNotShareTmux(t *testing.T) {
 	if r, err := s.Client().KillSessionWithResponse(ctx, two.SessionId); err != nil || r.StatusCode() >= 300 {
 		t.Fatalf("kill: %v %v", err, r.Status())
 	}
-	eventually(t, 20*time.Second, "host-02's session to end", func() bool {
+	eventually(t, patience, "host-02's session to end", func() bool {
 		got, err := s.Client().GetSessionWithResponse(ctx, two.SessionId)
 		return err == nil && got.JSON200 != nil && got.JSON200.State != restapi.SessionStateSessionRunning
 	})
