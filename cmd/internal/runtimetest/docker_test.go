@@ -158,8 +158,8 @@ func (d *dockerd) start(t *testing.T) {
 			t.Fatalf("private dockerd exited before answering (%s; %s):\n%s", cmd.ProcessState, strings.Join(cmd.Args, " "), d.log())
 		case <-time.After(50 * time.Millisecond):
 		}
-		if time.Since(start) > 30*time.Second {
-			t.Fatalf("dockerd did not answer within 30s (%v):\n%s", err, d.log())
+		if time.Since(start) > patience {
+			t.Fatalf("dockerd did not answer within %v (%v):\n%s", patience, err, d.log())
 		}
 	}
 	t.Logf("private dockerd ready in %s at %s", time.Since(start).Round(time.Millisecond), d.host)
@@ -173,10 +173,10 @@ func (d *dockerd) stop(t *testing.T) {
 	_ = d.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-d.exited:
-	case <-time.After(20 * time.Second):
+	case <-time.After(patience):
 		_ = d.cmd.Process.Kill()
 		<-d.exited
-		t.Errorf("dockerd ignored SIGTERM for 20s:\n%s", d.log())
+		t.Errorf("dockerd ignored SIGTERM for %v:\n%s", patience, d.log())
 	}
 	d.cmd = nil
 	unmountUnder(t, d.dir)
@@ -198,7 +198,7 @@ func (d *dockerd) checkGone(t *testing.T) {
 	var procs []int
 	var mounts []string
 	// A stopping containerd takes its shims down within a moment.
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	for deadline := time.Now().Add(patience); ; {
 		procs, mounts = procsUsing(d.dir), mountsUnder(d.dir)
 		if len(procs) == 0 && len(mounts) == 0 || time.Now().After(deadline) {
 			break
@@ -337,12 +337,14 @@ func dockerHardening(t *testing.T, d *dockerd) {
 	link := StartLink(t, linkDir(t))
 	// A Stop that sat out this timeout is told apart from a prompt one even
 	// on a loaded machine.
-	rt := d.runtimeWith(t, docker.Config{Owner: "hard", StopTimeout: 30 * time.Second})
+	// A stop timeout far beyond patience: a Stop that waited it out (a
+	// paused agent cannot act on SIGTERM) is told apart at any speed.
+	rt := d.runtimeWith(t, docker.Config{Owner: "hard", StopTimeout: 5 * time.Minute})
 	spec := envSpec(t, link, "hard-1")
 	spec.ReadOnlyRoot = true
 	spec.Resources = ports.Resources{CPUs: 0.5, MemoryMB: 128}
 	env := provision(t, rt, spec)
-	info := waitStatus(t, link, "hard-1", 30*time.Second, "ready")
+	info := waitStatus(t, link, "hard-1", patience, "ready")
 	if info.Runtime != "container" || info.Hostname != "hard-1" {
 		t.Errorf("agent registered as runtime %q host %q, want container, hard-1", info.Runtime, info.Hostname)
 	}
@@ -372,8 +374,8 @@ func dockerHardening(t *testing.T, d *dockerd) {
 	if !h.ReadonlyRootfs || h.Init == nil || !*h.Init || c.Config.User != "0:0" {
 		t.Errorf("read-only root %v, init %v, user %q", h.ReadonlyRootfs, h.Init, c.Config.User)
 	}
-	if c.Config.StopTimeout == nil || *c.Config.StopTimeout != 30 || h.RestartPolicy.Name != container.RestartPolicyDisabled {
-		t.Errorf("stop timeout %v, restart policy %q; want the adapter's 30 s and none", c.Config.StopTimeout, h.RestartPolicy.Name)
+	if c.Config.StopTimeout == nil || *c.Config.StopTimeout != 300 || h.RestartPolicy.Name != container.RestartPolicyDisabled {
+		t.Errorf("stop timeout %v, restart policy %q; want the adapter's 300 s and none", c.Config.StopTimeout, h.RestartPolicy.Name)
 	}
 	var agentRO, sockRO, secretRO bool
 	for _, m := range c.Mounts {
@@ -432,7 +434,7 @@ cat /proc/1/environ >/dev/null 2>&1 && echo init-environ-readable || echo init-e
 	if err := rt.Stop(ctx, "hard-1"); err != nil {
 		t.Fatal(err)
 	}
-	if took := time.Since(start); took > 15*time.Second {
+	if took := time.Since(start); took > patience {
 		t.Errorf("Stop of a paused environment took %s", took)
 	}
 	if got, _ := rt.Inspect(ctx, "hard-1"); got.State != ports.EnvStopped || got.Detail != "exit code 0" {
@@ -500,7 +502,7 @@ func dockerAnyImage(t *testing.T, d *dockerd) {
 	if env.Image != "example.org/custom:1" || env.Labels["project"] != "demo" || len(env.Labels) != 1 {
 		t.Errorf("Provision returned image %q labels %v", env.Image, env.Labels)
 	}
-	waitStatus(t, link, "img-1", 30*time.Second, "ready")
+	waitStatus(t, link, "img-1", patience, "ready")
 	if out, code := runSh(t, link, "img-1", "id -u; pwd"); out != "0\n/srv\n" || code != 0 {
 		t.Errorf("in the custom image: %q exit %d, want uid 0 in /srv", out, code)
 	}
@@ -552,7 +554,7 @@ func dockerHostNetwork(t *testing.T, d *dockerd) {
 	if env.Network != "host" {
 		t.Errorf("network %q, want host", env.Network)
 	}
-	waitStatus(t, link, "net-1", 30*time.Second, "ready")
+	waitStatus(t, link, "net-1", patience, "ready")
 	c, err := d.cli.ContainerInspect(ctx, env.RuntimeID)
 	if err != nil {
 		t.Fatal(err)
@@ -590,7 +592,7 @@ func dockerExternalKill(t *testing.T, d *dockerd) {
 	}()
 	next := func(action string) docker.Event {
 		t.Helper()
-		timeout := time.After(15 * time.Second)
+		timeout := time.After(patience)
 		for {
 			select {
 			case e := <-events:
@@ -607,7 +609,7 @@ func dockerExternalKill(t *testing.T, d *dockerd) {
 	if e := next("start"); e.Env.State != ports.EnvRunning || e.Env.RuntimeID != env.RuntimeID {
 		t.Errorf("start event %+v", e)
 	}
-	waitStatus(t, link, "victim", 30*time.Second, "ready")
+	waitStatus(t, link, "victim", patience, "ready")
 
 	if err := d.cli.ContainerKill(ctx, env.RuntimeID, "KILL"); err != nil {
 		t.Fatal(err)
@@ -620,7 +622,7 @@ func dockerExternalKill(t *testing.T, d *dockerd) {
 	if err != nil || got.State != ports.EnvFailed || got.Detail != "exit code 137" {
 		t.Errorf("Inspect after the kill: %+v, %v", got, err)
 	}
-	waitStatus(t, link, "victim", 10*time.Second, "disconnected")
+	waitStatus(t, link, "victim", patience, "disconnected")
 
 	// Removed from outside: a destroy event, and the adapter no longer knows it.
 	if err := d.cli.ContainerRemove(ctx, env.RuntimeID, container.RemoveOptions{}); err != nil {
@@ -642,7 +644,7 @@ func dockerRecover(t *testing.T, d *dockerd) {
 	link := StartLink(t, linkDir(t))
 	first := d.runtime(t, "reca")
 	env := provision(t, first, envSpec(t, link, "rec-1"))
-	waitStatus(t, link, "rec-1", 30*time.Second, "ready")
+	waitStatus(t, link, "rec-1", patience, "ready")
 
 	foreign := func(name string, labels map[string]string) string {
 		t.Helper()
@@ -710,7 +712,7 @@ func dockerServerRestart(t *testing.T, d *dockerd) {
 		if err != nil || env.State != ports.EnvRunning {
 			t.Fatalf("Provision: %+v, %v", env, err)
 		}
-		waitStatus(t, link, "rst-1", 30*time.Second, "ready")
+		waitStatus(t, link, "rst-1", patience, "ready")
 	}) // the link stops here, its socket is unlinked
 	t.Cleanup(func() { _ = rt.Destroy(context.Background(), "rst-1") })
 	if !ok {
@@ -719,7 +721,7 @@ func dockerServerRestart(t *testing.T, d *dockerd) {
 	link := StartLink(t, dir)
 	start := time.Now()
 	// The agent retries after about 5 s.
-	waitStatus(t, link, "rst-1", 30*time.Second, "ready")
+	waitStatus(t, link, "rst-1", patience, "ready")
 	t.Logf("agent back on the new socket after %s", time.Since(start).Round(time.Millisecond))
 	if out, code := runSh(t, link, "rst-1", "echo back"); out != "back\n" || code != 0 {
 		t.Errorf("command after the restart: %q %d", out, code)
@@ -742,7 +744,7 @@ func dockerDaemonRestart(t *testing.T, d *dockerd) {
 		<-watchErr
 	}()
 	provision(t, rt, envSpec(t, link, "dmn-1"))
-	waitStatus(t, link, "dmn-1", 30*time.Second, "ready")
+	waitStatus(t, link, "dmn-1", patience, "ready")
 
 	d.stop(t)
 	if err := rt.Ping(ctx); !errors.Is(err, ports.ErrRuntimeUnavailable) {
@@ -751,10 +753,10 @@ func dockerDaemonRestart(t *testing.T, d *dockerd) {
 	if _, err := rt.List(ctx); !errors.Is(err, ports.ErrRuntimeUnavailable) {
 		t.Errorf("List on a stopped engine: %v, want ErrRuntimeUnavailable", err)
 	}
-	waitStatus(t, link, "dmn-1", 10*time.Second, "disconnected")
+	waitStatus(t, link, "dmn-1", patience, "disconnected")
 	d.start(t)
 
-	timeout := time.After(15 * time.Second)
+	timeout := time.After(patience)
 	for reconnected := false; !reconnected; {
 		select {
 		case e := <-events:
@@ -770,7 +772,7 @@ func dockerDaemonRestart(t *testing.T, d *dockerd) {
 	if err := rt.Start(ctx, "dmn-1"); err != nil {
 		t.Fatal(err)
 	}
-	waitStatus(t, link, "dmn-1", 30*time.Second, "ready")
+	waitStatus(t, link, "dmn-1", patience, "ready")
 	if out, code := runSh(t, link, "dmn-1", "echo again"); out != "again\n" || code != 0 {
 		t.Errorf("command after the engine restart: %q %d", out, code)
 	}
@@ -806,7 +808,7 @@ func dockerTimings(t *testing.T, d *dockerd) {
 			if info, ok := link.Service.Agent(name); ok && info.Status == "ready" {
 				break
 			}
-			if time.Since(t0) > 30*time.Second {
+			if time.Since(t0) > patience {
 				_ = rt.Destroy(ctx, name)
 				t.Fatalf("%s not ready", name)
 			}
@@ -829,7 +831,7 @@ func dockerTimings(t *testing.T, d *dockerd) {
 		select {
 		case d := <-first:
 			output = append(output, d)
-		case <-time.After(5 * time.Second):
+		case <-time.After(patience):
 			_ = rt.Destroy(ctx, name)
 			t.Fatalf("%s: no output", name)
 		}

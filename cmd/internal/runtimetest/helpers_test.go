@@ -12,6 +12,11 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/ports/portstest"
 )
 
+// patience bounds a wait for what a quiet machine does in seconds: a loaded
+// one (CI, two cores shared by every package) can take far longer, and a
+// wait that is met ends at once.
+const patience = 2 * time.Minute
+
 // linkDir is a link directory the environments' users can search.
 func linkDir(t *testing.T) string {
 	dir := t.TempDir()

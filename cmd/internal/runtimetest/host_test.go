@@ -85,7 +85,7 @@ func TestHostRecoverAndCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitStatus(t, link, name, 20*time.Second, "ready")
+	waitStatus(t, link, name, patience, "ready")
 
 	second := hostsup.NewRuntime(hostsup.RuntimeConfig{StateDir: dir, StopTimeout: 3 * time.Second})
 	got, err := second.Recover(ctx)
@@ -101,7 +101,7 @@ func TestHostRecoverAndCrash(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(patience)
 	var ins ports.Environment
 	for time.Now().Before(deadline) {
 		if ins, err = second.Inspect(ctx, name); err == nil && ins.State == ports.EnvFailed {
@@ -112,12 +112,12 @@ func TestHostRecoverAndCrash(t *testing.T) {
 	if ins.State != ports.EnvFailed || ins.Detail == "" {
 		t.Fatalf("after kill -9: %+v, %v; want failed with a reason", ins, err)
 	}
-	waitStatus(t, link, name, 20*time.Second, "disconnected")
+	waitStatus(t, link, name, patience, "disconnected")
 
 	if err := second.Start(ctx, name); err != nil {
 		t.Fatal(err)
 	}
-	waitStatus(t, link, name, 20*time.Second, "ready")
+	waitStatus(t, link, name, patience, "ready")
 	if err := second.Destroy(ctx, name); err != nil {
 		t.Fatal(err)
 	}
