@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 	"golang.org/x/sys/unix"
 )
@@ -47,12 +48,8 @@ func TestProcessEndedOnZombieAndReaped(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cmd.Wait() }) // reaped even when the test fails before it does
 	pid := cmd.Process.Pid
-	deadline := time.Now().Add(10 * time.Second)
-	for !processEnded(pid) {
-		if time.Now().After(deadline) {
-			t.Fatal("an exited, unreaped child does not count as ended")
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testkit.Within(10*time.Second, func() bool { return processEnded(pid) }) {
+		t.Fatal("an exited, unreaped child does not count as ended")
 	}
 	if unix.Kill(pid, 0) != nil {
 		t.Fatal("kill(pid, 0) fails on the zombie: this test shows nothing")

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/testreq"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
@@ -46,12 +47,8 @@ func (c *capture) String() string {
 
 func (c *capture) waitFor(t *testing.T, s string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(c.String(), s) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %q in %q", s, c.String())
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testkit.Within(10*time.Second, func() bool { return strings.Contains(c.String(), s) }) {
+		t.Fatalf("no %q in %q", s, c.String())
 	}
 }
 

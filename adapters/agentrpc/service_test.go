@@ -244,17 +244,13 @@ func TestSweepForgetsDisconnectedAgentsAndOldCommands(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	runDone := make(chan struct{})
 	go func() { defer close(runDone); h.svc.Run(ctx) }()
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		_, listed := h.svc.Agent("agent-a")
-		_, kept := h.svc.Lookup(cmd.ID())
-		if !listed && !kept {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Run did not sweep: agent listed %v, command kept %v", listed, kept)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var listed, kept bool
+	if !testkit.Within(2*time.Second, func() bool {
+		_, listed = h.svc.Agent("agent-a")
+		_, kept = h.svc.Lookup(cmd.ID())
+		return !listed && !kept
+	}) {
+		t.Fatalf("Run did not sweep: agent listed %v, command kept %v", listed, kept)
 	}
 	cancel()
 	<-runDone

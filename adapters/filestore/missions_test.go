@@ -203,13 +203,7 @@ func TestMissionStoreGroupCommit(t *testing.T) {
 
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, "the condition", cond)
 }
 
 func terminal(id string, state ports.MissionState, ended time.Time) ports.Mission {

@@ -156,13 +156,7 @@ func (h *harness) record(id string, pid int) record {
 
 func (h *harness) eventually(what string, cond func() bool) {
 	h.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			h.t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(h.t, 10*time.Second, what, cond)
 }
 
 func (h *harness) pidFile(id string) int {

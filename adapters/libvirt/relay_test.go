@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 )
 
 // relayRig is a relay between a fake QEMU (listening on the channel socket
@@ -85,11 +86,7 @@ func waitEOF(t *testing.T, c net.Conn, what string) {
 
 func eventually(t *testing.T, what string, f func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !f(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("not reached: %s", what)
-		}
-	}
+	testkit.Eventually(t, 5*time.Second, what, f)
 }
 
 // checkNoLeak fails when goroutines started after base outlive the test.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/internal/clock"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 	"github.com/agentic-sandbox/agentic-sandbox/ports/portsfake"
 )
@@ -67,13 +68,7 @@ func newPoolFixture(t *testing.T, prepare func(*poolFixture)) *poolFixture {
 // eventually waits up to 5 s for cond, failing with what.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal(what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.Eventually(t, 5*time.Second, what, cond)
 }
 
 // waitIdle plays the members' agents (each provisioned member's agent

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/internal/clock"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 	"github.com/agentic-sandbox/agentic-sandbox/ports/portsfake"
 )
@@ -119,17 +120,12 @@ func newFixture(t *testing.T, readyTimeout time.Duration) *fixture {
 
 func waitState(t *testing.T, s *Service, name string, want State) Environment {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		e, ok := s.Inspect(context.Background(), name)
-		if ok && e.State == want {
-			return e
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: state %q (ok %v), want %q; events %+v", name, e.State, ok, want, e.Events)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var e Environment
+	var ok bool
+	if !testkit.Within(5*time.Second, func() bool { e, ok = s.Inspect(context.Background(), name); return ok && e.State == want }) {
+		t.Fatalf("%s: state %q (ok %v), want %q; events %+v", name, e.State, ok, want, e.Events)
 	}
+	return e
 }
 
 func TestCreateGoesReadyWhenTheAgentConnects(t *testing.T) {
@@ -257,16 +253,9 @@ func TestRecoveredEnvironmentIsReadyWhenItsAgentReconnects(t *testing.T) {
 		t.Fatalf("before its agent: %s", e.State)
 	}
 	f.agents.SetStatus("back", "ready")
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		e, _ := f.svc.Get("back")
-		if e.State == StateReady {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still %s after its agent reconnected", e.State)
-		}
-		time.Sleep(5 * time.Millisecond)
+	var e Environment
+	if !testkit.Within(10*time.Second, func() bool { e, _ = f.svc.Get("back"); return e.State == StateReady }) {
+		t.Fatalf("still %s after its agent reconnected", e.State)
 	}
 }
 
@@ -287,16 +276,7 @@ func TestDeletedWhileProvisioningLeavesNothing(t *testing.T) {
 		}
 		created <- e
 	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if e, ok := f.svc.Get("late"); ok && e.State == StateProvisioning {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("never provisioning")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	eventually(t, "provisioning", func() bool { e, ok := f.svc.Get("late"); return ok && e.State == StateProvisioning })
 	if err := f.svc.Delete(context.Background(), "late"); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 	"github.com/agentic-sandbox/agentic-sandbox/ports/portsfake"
 )
@@ -422,25 +423,7 @@ func (h *harness) checkOrder() {
 
 func waitFor(t *testing.T, cond func() bool, format string, args ...any) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for "+format, args...)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-// within waits up to d for cond, reporting whether it held.
-func within(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(time.Millisecond)
-	}
-	return true
+	testkit.Eventually(t, waitTimeout, fmt.Sprintf(format, args...), cond)
 }
 
 func exitCode(m ports.Mission) any {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 	"github.com/agentic-sandbox/agentic-sandbox/ports/portsfake"
 )
@@ -220,7 +221,7 @@ func TestProgressRateLimited(t *testing.T) {
 	for i := 1; i <= 22; i++ {
 		before := h.clock.Calls()
 		emit(c, fmt.Sprintf("line %d\r\n", i))
-		within(2*time.Second, func() bool { return h.clock.Calls() >= before+2 })
+		testkit.Within(2*time.Second, func() bool { return h.clock.Calls() >= before+2 })
 		h.clock.Advance(500 * time.Millisecond)
 	}
 	// Wait for the last chunk's decision, then end the mission.
@@ -283,7 +284,7 @@ func TestEventsInOrderAcrossConcurrentMissions(t *testing.T) {
 			return
 		}
 		var c *portsfake.Command
-		if !within(waitTimeout, func() bool { c = h.link.Command(m.SessionID); return c != nil }) {
+		if !testkit.Within(waitTimeout, func() bool { c = h.link.Command(m.SessionID); return c != nil }) {
 			t.Errorf("%s: not started", id)
 			return
 		}

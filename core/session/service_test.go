@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/core/claudefeed"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/clock"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 	"github.com/agentic-sandbox/agentic-sandbox/ports/portsfake"
 )
@@ -179,20 +180,18 @@ func TestReconcileAdoptsLosesAndKills(t *testing.T) {
 	if logged(log, dev.ID) != "tick" {
 		t.Fatalf("adopted session's log %q", logged(log, dev.ID))
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		if c := link.Command("c-stranger"); c != nil {
-			select {
-			case <-c.Ended():
-				return
-			default:
-			}
+	testkit.Eventually(t, 2*time.Second, "the foreign session killed", func() bool {
+		c := link.Command("c-stranger")
+		if c == nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the foreign session was not killed")
+		select {
+		case <-c.Ended():
+			return true
+		default:
+			return false
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	})
 }
 
 func TestOnlyTheControllerTypes(t *testing.T) {
@@ -297,12 +296,9 @@ func TestEndedSessionsAreForgottenAfterRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	link.Command(old.ID).Finish(ports.CommandResult{ExitCode: 0})
-	deadline := time.Now().Add(5 * time.Second)
-	for s, _ := svc.Get(old.ID); !s.State.Ended(); s, _ = svc.Get(old.ID) {
-		if time.Now().After(deadline) {
-			t.Fatalf("session still %s", s.State)
-		}
-		time.Sleep(5 * time.Millisecond)
+	var s Session
+	if !testkit.Within(5*time.Second, func() bool { s, _ = svc.Get(old.ID); return s.State.Ended() }) {
+		t.Fatalf("session still %s", s.State)
 	}
 	if n := svc.ForgetEnded(time.Now().Add(-time.Hour)); n != 0 {
 		t.Fatalf("forgot %d sessions that ended within the retention", n)

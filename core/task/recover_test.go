@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/core/environment"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/clock"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 	"github.com/agentic-sandbox/agentic-sandbox/ports/portsfake"
 )
@@ -162,15 +163,8 @@ func TestEveryStateContinuesAfterARestart(t *testing.T) {
 			t.Fatalf("%s: not loaded: %v", name, err)
 		}
 		s.Resume()
-		deadline := time.Now().Add(5 * time.Second)
 		var got ports.TaskRecord
-		for time.Now().Before(deadline) {
-			got, _ = s.Get("t1")
-			if State(got.State).Terminal() {
-				break
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		testkit.Within(5*time.Second, func() bool { got, _ = s.Get("t1"); return State(got.State).Terminal() })
 		s.Close()
 		if State(got.State) != c.want {
 			t.Errorf("%s (command id %v, kept %v): ended %s (%s %s), want %s", name, c.commandID, c.kept, got.State, got.Reason, got.Error, c.want)
@@ -209,21 +203,13 @@ func TestStoppingTheServerLeavesTheRunAlone(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(5 * time.Second)
-		for time.Now().Before(deadline) {
-			if got, _ := s.Get(sub.Task.ID); got.State == string(Running) {
-				break
-			}
-			time.Sleep(2 * time.Millisecond)
+		in := func(st State) func() bool {
+			return func() bool { got, _ := s.Get(sub.Task.ID); return got.State == string(st) }
 		}
+		testkit.Within(5*time.Second, in(Running))
 		if cancel {
 			_, _ = s.Cancel(context.Background(), sub.Task.ID)
-			for time.Now().Before(deadline) {
-				if got, _ := s.Get(sub.Task.ID); got.State == string(Cancelled) {
-					break
-				}
-				time.Sleep(2 * time.Millisecond)
-			}
+			testkit.Within(5*time.Second, in(Cancelled))
 		}
 		s.Close()
 		got, _ := store.Get(context.Background(), sub.Task.ID)

@@ -1,6 +1,6 @@
 // Package testkit holds the small helpers tests across the tree share:
-// checks of the files a package writes, and a buffer a process or a logger
-// writes while the test reads it.
+// checks of the files a package writes, waiting for a condition, and a
+// buffer a process or a logger writes while the test reads it.
 package testkit
 
 import (
@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // OnlyFiles fails t unless dir holds exactly the named entries, in order:
@@ -37,6 +38,27 @@ func Mode(t testing.TB, path string) fs.FileMode {
 		t.Fatal(err)
 	}
 	return fi.Mode().Perm()
+}
+
+// Within polls cond until it holds or d has passed, and says whether it
+// held (for a goroutine, which may not fail the test itself).
+func Within(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return true
+}
+
+// Eventually fails t, naming what it waited for, unless cond holds within d.
+func Eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	if !Within(d, cond) {
+		t.Fatalf("timed out after %v waiting for: %s", d, what)
+	}
 }
 
 // Buffer is a bytes.Buffer safe for a process (or a logger) writing it
