@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -501,11 +502,7 @@ func TestShutdownKillsCommandsAndWaitsForResults(t *testing.T) {
 			t.Fatalf("process saw %q, want kill", e)
 		}
 	}
-	select {
-	case <-done:
-	case <-time.After(waitTimeout + time.Second):
-		t.Fatal("Shutdown did not return")
-	}
+	testkit.Receive(t, waitTimeout+time.Second, done, "Shutdown did not return")
 	if took := time.Since(start); took > waitTimeout/2 {
 		t.Fatalf("Shutdown took %v: it waited for its timeout instead of the results", took)
 	}

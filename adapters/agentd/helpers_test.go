@@ -210,14 +210,7 @@ func (f *fakeCP) nextSession(t *testing.T) *cpSession {
 // test with what.
 func within[T any](t *testing.T, ch <-chan T, what string) T {
 	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(waitTimeout):
-		t.Fatal(what)
-		var zero T
-		return zero
-	}
+	return testkit.Receive(t, waitTimeout, ch, what)
 }
 
 func (s *cpSession) send(m *sandboxv1.ConnectResponse) { s.out <- m }
@@ -410,13 +403,8 @@ func runAgent(t *testing.T, cfg Config) *Agent {
 	go func() { done <- a.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run returned %v", err)
-			}
-		case <-time.After(waitTimeout):
-			t.Error("Run did not return after its context ended")
+		if err := within(t, done, "Run did not return after its context ended"); err != nil {
+			t.Errorf("Run returned %v", err)
 		}
 	})
 	return a

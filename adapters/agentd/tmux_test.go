@@ -54,13 +54,8 @@ func (c *capture) waitFor(t *testing.T, s string) {
 
 func waitResult(t *testing.T, p ports.Process) ports.CommandResult {
 	t.Helper()
-	select {
-	case <-p.Done():
-		return p.Wait()
-	case <-time.After(15 * time.Second):
-		t.Fatal("the tmux session did not end")
-		return ports.CommandResult{}
-	}
+	testkit.Receive(t, 15*time.Second, p.Done(), "the tmux session did not end")
+	return p.Wait()
 }
 
 func bgSpec(name string, script string) ports.CommandSpec {

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -45,13 +46,7 @@ func (h *harness) execAsync(ctx context.Context, bearer string, req *sandboxv1.E
 
 func waitExec(t *testing.T, ch <-chan execResult) execResult {
 	t.Helper()
-	select {
-	case r := <-ch:
-		return r
-	case <-time.After(waitTimeout):
-		t.Fatal("Exec did not return")
-		return execResult{}
-	}
+	return testkit.Receive(t, waitTimeout, ch, "Exec did not return")
 }
 
 func execReq(agentID, command string) *sandboxv1.ExecRequest {

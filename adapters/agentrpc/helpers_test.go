@@ -214,13 +214,7 @@ func (fa *fakeAgent) send(msg *sandboxv1.ConnectRequest) {
 // recv returns the next message the server sent to this agent.
 func (fa *fakeAgent) recv() *sandboxv1.ConnectResponse {
 	fa.t.Helper()
-	select {
-	case m := <-fa.msgs:
-		return m
-	case <-time.After(waitTimeout):
-		fa.t.Fatalf("agent %s: no message from the server within %v", fa.id, waitTimeout)
-		return nil
-	}
+	return testkit.Receive(fa.t, waitTimeout, fa.msgs, "agent "+fa.id+": no message from the server")
 }
 
 // pending returns a message already queued, or nil if there is none.
@@ -236,13 +230,8 @@ func (fa *fakeAgent) pending() *sandboxv1.ConnectResponse {
 // waitClosed waits until the server ended this stream and returns its error.
 func (fa *fakeAgent) waitClosed() error {
 	fa.t.Helper()
-	select {
-	case <-fa.done:
-		return fa.err
-	case <-time.After(waitTimeout):
-		fa.t.Fatalf("agent %s: stream still open after %v", fa.id, waitTimeout)
-		return nil
-	}
+	testkit.Receive(fa.t, waitTimeout, fa.done, "agent "+fa.id+": stream still open")
+	return fa.err
 }
 
 // hangUp drops the agent's end of the stream.
@@ -273,13 +262,8 @@ func eventually(t *testing.T, what string, cond func() bool) {
 
 func waitDone(t *testing.T, cmd ports.Command) ports.CommandResult {
 	t.Helper()
-	select {
-	case <-cmd.Done():
-		return cmd.Result()
-	case <-time.After(waitTimeout):
-		t.Fatalf("command %s not done within %v", cmd.ID(), waitTimeout)
-		return ports.CommandResult{}
-	}
+	testkit.Receive(t, waitTimeout, cmd.Done(), "command "+cmd.ID()+" not done")
+	return cmd.Result()
 }
 
 func isDone(cmd ports.Command) bool {

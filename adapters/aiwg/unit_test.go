@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -124,9 +125,5 @@ func runReturns(t *testing.T, c *Client, what string) {
 	t.Helper()
 	done := make(chan struct{})
 	go func() { defer close(done); c.Run(context.Background()) }()
-	select {
-	case <-done:
-	case <-time.After(time.Second):
-		t.Fatal(what)
-	}
+	testkit.Receive(t, time.Second, done, what)
 }

@@ -53,17 +53,12 @@ func accept(t *testing.T, ln net.Listener, what string) net.Conn {
 		c, err := ln.Accept()
 		ch <- res{c, err}
 	}()
-	select {
-	case r := <-ch:
-		if r.err != nil {
-			t.Fatalf("accept %s: %v", what, r.err)
-		}
-		t.Cleanup(func() { r.c.Close() })
-		return r.c
-	case <-time.After(5 * time.Second):
-		t.Fatalf("no connection to %s", what)
+	r := testkit.Receive(t, 5*time.Second, ch, "no connection to "+what)
+	if r.err != nil {
+		t.Fatalf("accept %s: %v", what, r.err)
 	}
-	return nil
+	t.Cleanup(func() { r.c.Close() })
+	return r.c
 }
 
 func readN(t *testing.T, c net.Conn, n int) []byte {
@@ -199,11 +194,7 @@ func TestRelayWithoutQEMU(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	done := make(chan struct{})
 	go func() { r.stop(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("stop hangs while the relay backs off")
-	}
+	testkit.Receive(t, 5*time.Second, done, "stop hangs while the relay backs off")
 	checkNoLeak(t, base)
 }
 

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/testreq"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
@@ -105,11 +106,7 @@ func start(t *testing.T, spec Spec) (*Process, *collector) {
 
 func wait(t *testing.T, p *Process, c *collector, d time.Duration) ports.CommandResult {
 	t.Helper()
-	select {
-	case <-p.Done():
-	case <-time.After(d):
-		t.Fatalf("process %d did not finish within %v", p.Pid(), d)
-	}
+	testkit.Receive(t, d, p.Done(), fmt.Sprintf("process %d did not finish", p.Pid()))
 	r := p.Wait()
 	c.waited.Store(true)
 	return r

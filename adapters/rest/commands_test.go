@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/rest/resttest"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -77,11 +78,7 @@ func TestCommandLifecycle(t *testing.T) {
 	case <-time.After(100 * time.Millisecond):
 	}
 	c.Stdout("world")
-	select {
-	case st = <-got:
-	case <-time.After(5 * time.Second):
-		t.Fatal("long poll did not wake on output")
-	}
+	st = testkit.Receive(t, 5*time.Second, got, "long poll did not wake on output")
 	if st.Stdout != "world" || st.StdoutOffset != 6 || st.Stderr != "" || st.StderrOffset != 5 {
 		t.Fatalf("second poll %+v", st)
 	}
@@ -90,11 +87,7 @@ func TestCommandLifecycle(t *testing.T) {
 	go func() { got <- getStatus(t, e, id, "?stdout_from=11&stderr_from=5&wait_ms=10000") }()
 	time.Sleep(50 * time.Millisecond)
 	c.Exit(3)
-	select {
-	case st = <-got:
-	case <-time.After(5 * time.Second):
-		t.Fatal("long poll did not wake on exit")
-	}
+	st = testkit.Receive(t, 5*time.Second, got, "long poll did not wake on exit")
 	if st.State != restapi.CommandStateExited || st.Result == nil || st.Result.ExitCode != 3 || st.Result.Success || st.Result.Truncated {
 		t.Fatalf("after exit %+v", st)
 	}

@@ -252,13 +252,7 @@ func expect(t testing.TB, r response, status int, code string) {
 // nextCommand waits for the fake link to start a command.
 func (e *env) nextCommand() *resttest.Command {
 	e.t.Helper()
-	select {
-	case c := <-e.link.Started():
-		return c
-	case <-time.After(5 * time.Second):
-		e.t.Fatal("no command was started")
-		return nil
-	}
+	return testkit.Receive(e.t, 5*time.Second, e.link.Started(), "no command was started")
 }
 
 // TestEveryBodyRouteIsCheckedStrictly: every JSON body is vetted before the

@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/rest/resttest"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -425,11 +426,7 @@ func TestExecCallerGoneKillsCommand(t *testing.T) {
 	if err := <-errc; err == nil {
 		t.Fatal("the request succeeded although it was cancelled")
 	}
-	select {
-	case <-c.Ended():
-	case <-time.After(5 * time.Second):
-		t.Fatal("the command still runs after its caller went away")
-	}
+	testkit.Receive(t, 5*time.Second, c.Ended(), "the command still runs after its caller went away")
 	if kills, ctxGone := c.Killed(); kills == 0 && !ctxGone {
 		t.Fatal("the command ended, but neither by Kill nor by its context")
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -51,11 +52,7 @@ func TestCloseEndsTheWaitsForAgentsAtOnce(t *testing.T) {
 	}
 	closed := make(chan struct{})
 	go func() { f.svc.Close(); close(closed) }()
-	select {
-	case <-closed:
-	case <-time.After(30 * time.Second):
-		t.Fatal("Close is still waiting for agents that never registered")
-	}
+	testkit.Receive(t, 30*time.Second, closed, "Close is still waiting for agents that never registered")
 }
 
 func TestCreateNeverTouchesAnotherAgentsCredential(t *testing.T) {

@@ -151,11 +151,7 @@ func TestKillSessionWhileStartPendingKillsTheProcess(t *testing.T) {
 		return nil
 	})
 	m := h.dispatch("m1")
-	select {
-	case <-entered:
-	case <-time.After(waitTimeout):
-		t.Fatal("Start not called")
-	}
+	testkit.Receive(t, waitTimeout, entered, "Start not called")
 	id, err := h.svc.KillSession(context.Background(), m.SessionID)
 	if err != nil || id != "m1" {
 		t.Fatalf("KillSession = %q, %v", id, err)

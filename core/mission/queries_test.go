@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -126,9 +127,5 @@ func TestRunStopsWithContext(t *testing.T) {
 	done := make(chan struct{})
 	go func() { h.svc.Run(ctx); close(done) }()
 	cancel()
-	select {
-	case <-done:
-	case <-time.After(waitTimeout):
-		t.Fatal("Run did not return after its context ended")
-	}
+	testkit.Receive(t, waitTimeout, done, "Run did not return after its context ended")
 }

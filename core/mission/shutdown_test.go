@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 	"github.com/agentic-sandbox/agentic-sandbox/ports/portsfake"
 )
@@ -146,19 +147,9 @@ func TestSuspendDuringInFlightDispatch(t *testing.T) {
 	}, "Suspend to begin")
 	close(release)
 
-	var r result
-	select {
-	case r = <-dispatched:
-	case <-time.After(waitTimeout):
-		t.Fatal("Dispatch did not return")
-	}
-	select {
-	case err := <-suspended:
-		if err != nil {
-			t.Fatalf("Suspend: %v", err)
-		}
-	case <-time.After(waitTimeout):
-		t.Fatal("Suspend did not return")
+	r := testkit.Receive(t, waitTimeout, dispatched, "Dispatch did not return")
+	if err := testkit.Receive(t, waitTimeout, suspended, "Suspend did not return"); err != nil {
+		t.Fatalf("Suspend: %v", err)
 	}
 	if r.err != nil {
 		return // refused: fine

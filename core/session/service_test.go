@@ -50,11 +50,7 @@ func newSvc(caps ...string) (*Service, *portsfake.Link, *portsfake.SessionLog) {
 
 func waitClosed(t *testing.T, c <-chan struct{}) {
 	t.Helper()
-	select {
-	case <-c:
-	case <-time.After(5 * time.Second):
-		t.Fatal("not closed in time")
-	}
+	testkit.Receive(t, 5*time.Second, c, "not closed in time")
 }
 
 func TestCreateRunsInAPTYAndLogsOutput(t *testing.T) {

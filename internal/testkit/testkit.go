@@ -1,6 +1,6 @@
 // Package testkit holds the small helpers tests across the tree share:
-// checks of the files a package writes, waiting for a condition, and a
-// buffer a process or a logger writes while the test reads it.
+// checks of the files a package writes, waiting for a condition or a value,
+// and a buffer a process or a logger writes while the test reads it.
 package testkit
 
 import (
@@ -58,6 +58,20 @@ func Eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	if !Within(d, cond) {
 		t.Fatalf("timed out after %v waiting for: %s", d, what)
+	}
+}
+
+// Receive is the next value from ch; none within d fails t with what (what
+// did not happen).
+func Receive[T any](t testing.TB, d time.Duration, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(d):
+		t.Fatalf("%s (waited %v)", what, d)
+		var zero T
+		return zero
 	}
 }
 
