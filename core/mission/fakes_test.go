@@ -335,6 +335,25 @@ func (h *harness) run(id string) (ports.Mission, *portsfake.Command) {
 	return h.mission(id), c
 }
 
+// killRefused asks to kill session sessionID, which must be refused with
+// want; it returns the mission the refusal names.
+func (h *harness) killRefused(sessionID string, want error) (missionID string) {
+	h.t.Helper()
+	id, err := h.svc.KillSession(context.Background(), sessionID)
+	if !errors.Is(err, want) {
+		h.t.Fatalf("KillSession(%s) = %q, %v; want %v", sessionID, id, err, want)
+	}
+	return id
+}
+
+// complete ends mission id's command with success and waits for the
+// mission.completed it brings.
+func (h *harness) complete(id string, c *portsfake.Command) ports.Event {
+	h.t.Helper()
+	c.Finish(ports.CommandResult{})
+	return h.waitEvent(id, "mission.completed")
+}
+
 func (h *harness) mission(id string) ports.Mission {
 	h.t.Helper()
 	m, err := h.svc.Mission(id)

@@ -17,6 +17,14 @@ func (h *harness) waitHITL(id string, c *portsfake.Command, output string, nth i
 	return h.waitEvent(id, "mission.hitl_required", nth)
 }
 
+// ask runs mission id and has its command print prompt: it returns the
+// mission, its command and the id of the HITL request that follows.
+func (h *harness) ask(id, prompt string) (ports.Mission, *portsfake.Command, string) {
+	h.t.Helper()
+	m, c := h.run(id)
+	return m, c, h.waitHITL(id, c, prompt, 1).Data["hitl_id"].(string)
+}
+
 func TestHITLDetectedAndAnsweredByOperator(t *testing.T) {
 	h := newHarness(t)
 	m, c := h.run("m1")
@@ -116,8 +124,7 @@ func TestHITLAnsweredOverExecutorStream(t *testing.T) {
 	if open := h.svc.OpenHITL(); len(open) != 0 {
 		t.Fatalf("OpenHITL = %+v", open)
 	}
-	c.Finish(ports.CommandResult{})
-	h.waitEvent("m1", "mission.completed")
+	h.complete("m1", c)
 	h.checkOrder()
 }
 
@@ -126,8 +133,7 @@ func TestHITLAnsweredOverExecutorStream(t *testing.T) {
 // or session ended"), not a 404.
 func TestHITLSecondAnswerIsNotOpen(t *testing.T) {
 	h := newHarness(t)
-	_, c := h.run("m1")
-	hitlID := h.waitHITL("m1", c, "Proceed? [y/N] ", 1).Data["hitl_id"].(string)
+	_, c, hitlID := h.ask("m1", "Proceed? [y/N] ")
 	if _, err := h.svc.RespondHITL(context.Background(), hitlID, "y"); err != nil {
 		t.Fatal(err)
 	}
@@ -149,8 +155,7 @@ func TestHITLSecondAnswerIsNotOpen(t *testing.T) {
 // A request whose mission ended is no longer open either.
 func TestHITLAnswerAfterMissionEndedIsNotOpen(t *testing.T) {
 	h := newHarness(t)
-	m, c := h.run("m1")
-	hitlID := h.waitHITL("m1", c, "Proceed? [y/N] ", 1).Data["hitl_id"].(string)
+	m, c, hitlID := h.ask("m1", "Proceed? [y/N] ")
 	c.Finish(ports.CommandResult{ExitCode: 1})
 	h.waitEvent("m1", "mission.failed")
 	h.waitEnded(m.SessionID)
@@ -167,8 +172,7 @@ func TestHITLAnswerAfterMissionEndedIsNotOpen(t *testing.T) {
 
 func TestHITLWriteFailureKeepsRequestOpen(t *testing.T) {
 	h := newHarness(t)
-	_, c := h.run("m1")
-	hitlID := h.waitHITL("m1", c, "Continue? [Y/n] ", 1).Data["hitl_id"].(string)
+	_, c, hitlID := h.ask("m1", "Continue? [Y/n] ")
 	c.SetStdinError(ports.ErrAgentNotConnected)
 	if _, err := h.svc.RespondHITL(context.Background(), hitlID, "y"); !errors.Is(err, ports.ErrAgentNotConnected) {
 		t.Fatalf("err = %v, want ErrAgentNotConnected", err)

@@ -2,7 +2,6 @@ package mission
 
 import (
 	"context"
-	"errors"
 	"reflect"
 	"testing"
 	"time"
@@ -49,8 +48,8 @@ func TestKillSessionAbortsThenKills(t *testing.T) {
 	}
 
 	// Killed again before the result came: the mission has ended already.
-	if id, err := h.svc.KillSession(context.Background(), m.SessionID); !errors.Is(err, ports.ErrCommandEnded) || id != "m1" {
-		t.Fatalf("second KillSession = %q, %v; want m1, ErrCommandEnded", id, err)
+	if id := h.killRefused(m.SessionID, ports.ErrCommandEnded); id != "m1" {
+		t.Fatalf("second KillSession names %q, want m1", id)
 	}
 
 	// The result of the killed process changes nothing.
@@ -61,9 +60,7 @@ func TestKillSessionAbortsThenKills(t *testing.T) {
 	}
 	h.wantEvents("m1", "mission.assigned", "mission.started", "mission.aborted")
 	// And once it is over, the session has ended for good.
-	if _, err := h.svc.KillSession(context.Background(), m.SessionID); !errors.Is(err, ports.ErrCommandEnded) {
-		t.Fatalf("KillSession after the end: %v, want ErrCommandEnded", err)
-	}
+	h.killRefused(m.SessionID, ports.ErrCommandEnded)
 	h.checkOrder()
 }
 
@@ -94,8 +91,8 @@ func TestKillSessionOfAssignedMission(t *testing.T) {
 
 func TestKillSessionUnknown(t *testing.T) {
 	h := newHarness(t)
-	if id, err := h.svc.KillSession(context.Background(), "no-such-session"); !errors.Is(err, ports.ErrSessionNotFound) || id != "" {
-		t.Fatalf("KillSession = %q, %v; want ErrSessionNotFound", id, err)
+	if id := h.killRefused("no-such-session", ports.ErrSessionNotFound); id != "" {
+		t.Fatalf("KillSession of no session names %q", id)
 	}
 }
 
@@ -113,20 +110,15 @@ func TestKillSessionNonMissionCommand(t *testing.T) {
 		t.Fatalf("%d events for a command that runs no mission", n)
 	}
 	c.Finish(ports.CommandResult{})
-	if _, err := h.svc.KillSession(context.Background(), "plain-cmd"); !errors.Is(err, ports.ErrCommandEnded) {
-		t.Fatalf("KillSession of an ended command: %v, want ErrCommandEnded", err)
-	}
+	h.killRefused("plain-cmd", ports.ErrCommandEnded)
 }
 
 func TestKillSessionOfEndedMission(t *testing.T) {
 	h := newHarness(t)
 	m, c := h.run("m1")
-	c.Finish(ports.CommandResult{})
-	h.waitEvent("m1", "mission.completed")
+	h.complete("m1", c)
 	h.waitEnded(m.SessionID)
-	if _, err := h.svc.KillSession(context.Background(), m.SessionID); !errors.Is(err, ports.ErrCommandEnded) {
-		t.Fatalf("KillSession = %v, want ErrCommandEnded", err)
-	}
+	h.killRefused(m.SessionID, ports.ErrCommandEnded)
 	if got := h.mission("m1"); got.State != ports.MissionCompleted {
 		t.Fatalf("state %q, want completed", got.State)
 	}

@@ -2,7 +2,6 @@ package mission
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"reflect"
 	"strings"
@@ -87,8 +86,7 @@ func TestSummaryIsBoundedTail(t *testing.T) {
 	for i := range 200 {
 		emit(c, fmt.Sprintf("\x1b[33mline %03d\x1b[0m of a long log\r\n", i))
 	}
-	c.Finish(ports.CommandResult{})
-	ev := h.waitEvent("m1", "mission.completed")
+	ev := h.complete("m1", c)
 	summary := ev.Data["summary"].(string)
 	if len(summary) > 2048 {
 		t.Fatalf("summary is %d bytes, want at most 2 KiB", len(summary))
@@ -147,9 +145,7 @@ func TestStartErrorFailsMission(t *testing.T) {
 	h.waitState("m1", ports.MissionFailed)
 	h.waitEnded(m.SessionID)
 	h.wantEvents("m1", "mission.assigned", "mission.failed")
-	if _, err := h.svc.KillSession(context.Background(), m.SessionID); !errors.Is(err, ports.ErrSessionNotFound) {
-		t.Fatalf("KillSession of a session that never started: %v", err)
-	}
+	h.killRefused(m.SessionID, ports.ErrSessionNotFound) // it never started
 	h.checkOrder()
 }
 
@@ -225,8 +221,7 @@ func TestProgressRateLimited(t *testing.T) {
 		h.clock.Advance(500 * time.Millisecond)
 	}
 	// Wait for the last chunk's decision, then end the mission.
-	c.Finish(ports.CommandResult{})
-	h.waitEvent("m1", "mission.completed")
+	h.complete("m1", c)
 
 	var progress []ports.Event
 	for _, e := range h.outbox.of("m1") {
@@ -263,8 +258,7 @@ func TestNoProgressBeforeStarted(t *testing.T) {
 	emit(c, "more\r\n")
 	c.ReportStarted()
 	h.waitEvent("m1", "mission.started")
-	c.Finish(ports.CommandResult{})
-	h.waitEvent("m1", "mission.completed")
+	h.complete("m1", c)
 	types := h.outbox.types("m1")
 	if types[0] != "mission.assigned" || types[1] != "mission.started" {
 		t.Fatalf("events = %v: progress before mission.started", types)
@@ -337,7 +331,6 @@ func TestTransitionNotStoredIsRetriedUntilStored(t *testing.T) {
 	}
 	h.store.SetPutErr(nil)
 	h.waitEvent("m1", "mission.started")
-	c.Finish(ports.CommandResult{})
-	h.waitEvent("m1", "mission.completed")
+	h.complete("m1", c)
 	h.checkOrder()
 }

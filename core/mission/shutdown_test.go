@@ -22,8 +22,7 @@ func TestSuspend(t *testing.T) {
 	_, ch := h.run("waiting")
 	h.waitHITL("waiting", ch, "Proceed? [y/N] ", 1)
 	md, cd := h.run("done")
-	cd.Finish(ports.CommandResult{})
-	h.waitEvent("done", "mission.completed")
+	h.complete("done", cd)
 	h.waitEnded(md.SessionID)
 	mf, cf := h.run("failed")
 	cf.Finish(ports.CommandResult{ExitCode: 1})
@@ -244,8 +243,7 @@ func TestRecoverReattachesUnfinishedMissions(t *testing.T) {
 	// The running one's process reports back and completes.
 	cr := h.link.Command("s-run")
 	emit(cr, "built\r\n")
-	cr.Finish(ports.CommandResult{})
-	ev := h.waitEvent("run", "mission.completed")
+	ev := h.complete("run", cr)
 	if ev.Data["summary"] != "built\n" {
 		t.Fatalf("completed data = %v", ev.Data)
 	}
@@ -269,8 +267,7 @@ func TestRecoverReattachesUnfinishedMissions(t *testing.T) {
 	// The suspended one completes while suspended.
 	cs := h.link.Command("s-sus")
 	cs.ReportStarted()
-	cs.Finish(ports.CommandResult{})
-	h.waitEvent("sus", "mission.completed")
+	h.complete("sus", cs)
 	if got := h.waitState("sus", ports.MissionCompleted); exitCode(got) != 0 {
 		t.Fatalf("exit %v", exitCode(got))
 	}
@@ -390,8 +387,7 @@ func TestResyncAfterRestart(t *testing.T) {
 	// The resumed mission goes on to its real end.
 	c := h.link.Command("s-zeta")
 	emit(c, "finished\r\n")
-	c.Finish(ports.CommandResult{})
-	h.waitEvent("zeta", "mission.completed")
+	h.complete("zeta", c)
 }
 
 func TestResyncStoreFailure(t *testing.T) {
@@ -434,8 +430,7 @@ func TestResyncWithLiveMissions(t *testing.T) {
 	if _, err := h.svc.RespondHITL(context.Background(), hitlID, "y"); err != nil {
 		t.Fatalf("answer after resync: %v", err)
 	}
-	c1.Finish(ports.CommandResult{})
-	h.waitEvent("m1", "mission.completed")
+	h.complete("m1", c1)
 	h.checkOrder()
 }
 
@@ -444,8 +439,7 @@ func TestResyncWithLiveMissions(t *testing.T) {
 // prompt (whose output is gone), so the request must stay answerable.
 func TestHITLSurvivesSuspendAndRestart(t *testing.T) {
 	h := newHarness(t)
-	_, c := h.run("m1")
-	hitlID := h.waitHITL("m1", c, "Proceed? [y/N] ", 1).Data["hitl_id"].(string)
+	_, c, hitlID := h.ask("m1", "Proceed? [y/N] ")
 	if err := h.svc.Suspend(context.Background()); err != nil {
 		t.Fatal(err)
 	}
