@@ -396,12 +396,9 @@ func (c *cli) exec(args []string) int {
 	if code, done := parseFlags(flags, args, c.stdout, c.stderr, execUsage); done {
 		return code
 	}
-	agent, cmdline, ok := agentCommand(flags.Args())
+	rc, code, ok := c.remoteCommand("exec", "uname -a", flags.Args(), envs)
 	if !ok {
-		return c.fail("exec needs an agent and a command, e.g. 'agenticctl exec host-01 -- uname -a'")
-	}
-	if len(cmdline) == 0 || cmdline[0] == "" {
-		return c.fail("exec needs a command after the agent, e.g. 'agenticctl exec %s -- uname -a'", agent)
+		return code
 	}
 	if *timeout < 0 || *timeout > 86400 {
 		return c.fail("--timeout must be between 0 and 86400 seconds")
@@ -409,11 +406,7 @@ func (c *cli) exec(args []string) int {
 	if *interactive && *stdinFile != "" {
 		return c.fail("use either -i or --stdin-file, not both")
 	}
-	req := restapi.ExecRequest{Command: cmdline[0]}
-	if len(cmdline) > 1 {
-		a := cmdline[1:]
-		req.Args = &a
-	}
+	req := restapi.ExecRequest{Command: rc.command, Args: rc.args, Env: rc.env}
 	if *timeout > 0 {
 		req.TimeoutSeconds = timeout
 	}
@@ -423,11 +416,6 @@ func (c *cli) exec(args []string) int {
 	if *workdir != "" {
 		req.WorkingDir = workdir
 	}
-	env, err := envVars(envs)
-	if err != nil {
-		return c.fail("%v", err)
-	}
-	req.Env = env
 	var in io.Reader
 	switch {
 	case *interactive:
@@ -467,7 +455,7 @@ func (c *cli) exec(args []string) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(wait)*time.Second+time.Minute)
 	defer cancel()
-	resp, err := cl.ExecCommandWithResponse(ctx, agent, req)
+	resp, err := cl.ExecCommandWithResponse(ctx, rc.agent, req)
 	if err != nil {
 		return c.unreachable(server, err)
 	}
@@ -497,7 +485,7 @@ func (c *cli) exec(args []string) int {
 	if res.Truncated {
 		fmt.Fprintln(c.stderr, "agenticctl: output was truncated (more than 16 MiB on a stream)")
 	}
-	code := res.ExitCode
+	code = res.ExitCode
 	if code < 0 || code > 255 || (code == 0 && !res.Success) {
 		code = exitError
 	}

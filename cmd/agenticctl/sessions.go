@@ -93,38 +93,26 @@ func (c *cli) sessionsCreate(args []string) int {
 	if code, done := parseFlags(flags, args, c.stdout, c.stderr, sessionsUsage); done {
 		return code
 	}
-	agent, cmdline, ok := agentCommand(flags.Args())
+	rc, code, ok := c.remoteCommand("sessions create", "npm run dev", flags.Args(), envs)
 	if !ok {
-		return c.fail("sessions create needs an agent and a command, e.g. 'agenticctl sessions create host-01 -- npm run dev'")
-	}
-	if len(cmdline) == 0 || cmdline[0] == "" {
-		return c.fail("sessions create needs a command after the agent")
+		return code
 	}
 	if !restapi.SessionType(*typ).Valid() {
 		return c.fail("--type must be interactive, headless or background, not %q", *typ)
 	}
 	t := restapi.SessionType(*typ)
-	req := restapi.CreateSessionRequest{Type: &t, Command: cmdline[0]}
-	if len(cmdline) > 1 {
-		a := cmdline[1:]
-		req.Args = &a
-	}
+	req := restapi.CreateSessionRequest{Type: &t, Command: rc.command, Args: rc.args, Env: rc.env}
 	if *name != "" {
 		req.Name = name
 	}
 	if *cwd != "" {
 		req.Cwd = cwd
 	}
-	env, err := envVars(envs)
-	if err != nil {
-		return c.fail("%v", err)
-	}
-	req.Env = env
 	cl, server, err := c.client()
 	if err != nil {
 		return c.fail("%v", err)
 	}
-	resp, err := cl.CreateSessionWithResponse(context.Background(), agent, req)
+	resp, err := cl.CreateSessionWithResponse(context.Background(), rc.agent, req)
 	if err != nil || resp.JSON201 == nil {
 		return c.failed(server, err, resp)
 	}

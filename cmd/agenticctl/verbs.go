@@ -154,8 +154,39 @@ func (c *cli) table(header string, rows func(w io.Writer)) int {
 	return 0
 }
 
-// agentCommand splits exec's and sessions create's operands,
-// "[--] AGENT [--] CMD [ARGS…]"; ok is false when there are not two.
+// remoteCommand is what exec and sessions create run: on agent, command
+// with args, in env (args and env nil when there are none).
+type remoteCommand struct {
+	agent, command string
+	args           *[]string
+	env            *map[string]string
+}
+
+// remoteCommand reads verb's operands, "[--] AGENT [--] CMD [ARGS…]", and
+// its --env values. When ok is false the verb is over with code: what is
+// wrong is explained, with ex as an example command.
+func (c *cli) remoteCommand(verb, ex string, operands []string, envs multiFlag) (rc remoteCommand, code int, ok bool) {
+	agent, cmdline, found := agentCommand(operands)
+	if !found {
+		return rc, c.fail("%s needs an agent and a command, e.g. 'agenticctl %s host-01 -- %s'", verb, verb, ex), false
+	}
+	if len(cmdline) == 0 || cmdline[0] == "" {
+		return rc, c.fail("%s needs a command after the agent, e.g. 'agenticctl %s %s -- %s'", verb, verb, agent, ex), false
+	}
+	env, err := envVars(envs)
+	if err != nil {
+		return rc, c.fail("%v", err), false
+	}
+	rc = remoteCommand{agent: agent, command: cmdline[0], env: env}
+	if len(cmdline) > 1 {
+		a := cmdline[1:]
+		rc.args = &a
+	}
+	return rc, 0, true
+}
+
+// agentCommand splits the operands "[--] AGENT [--] CMD [ARGS…]"; ok is
+// false when there are not two.
 func agentCommand(operands []string) (agent string, cmdline []string, ok bool) {
 	if len(operands) > 0 && operands[0] == "--" {
 		operands = operands[1:]
