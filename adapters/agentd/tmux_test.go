@@ -1,7 +1,6 @@
 package agentd
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -28,22 +27,10 @@ func privateTmux(t testing.TB) {
 	t.Cleanup(func() { _ = exec.Command("tmux", "kill-server").Run() })
 }
 
-type capture struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
+// capture keeps a session's output, read while the session writes it.
+type capture struct{ testkit.Buffer }
 
-func (c *capture) add(_ ports.OutputStream, b []byte) {
-	c.mu.Lock()
-	c.buf.Write(b)
-	c.mu.Unlock()
-}
-
-func (c *capture) String() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.buf.String()
-}
+func (c *capture) add(_ ports.OutputStream, b []byte) { _, _ = c.Write(b) }
 
 func (c *capture) waitFor(t *testing.T, s string) {
 	t.Helper()
