@@ -1,6 +1,7 @@
 package agentd
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -32,15 +33,30 @@ const (
 	// the file, idleLogPoll once nothing came for idleAfter (hundreds of idle
 	// sessions must cost next to nothing); livenessPoll how often it checks
 	// that the session is there.
-	logPoll      = 20 * time.Millisecond
-	idleLogPoll  = 100 * time.Millisecond
-	idleAfter    = time.Second
-	livenessPoll = 500 * time.Millisecond
-	logChunk     = 32 << 10
+	logPoll     = 20 * time.Millisecond
+	idleLogPoll = 100 * time.Millisecond
+	idleAfter   = time.Second
+	logChunk    = 32 << 10
 	// pipeDrainWait bounds the wait, once the session ended, for pipe-pane's
-	// cat to have written its last bytes (the EOF marker its command leaves).
-	pipeDrainWait = 2 * time.Second
+	// cat to have written its last bytes (the EOF marker its command leaves)
+	// while tmux keeps the dead pane (remain-on-exit), so keeps the pipe
+	// open; pipeOrphanWait while the pane is gone, when only a cat killed
+	// by someone else can fail to leave it. Neither is a wait for a slow
+	// machine: on a loaded one cat may take seconds to write its last bytes.
+	pipeDrainWait  = 2 * time.Second
+	pipeOrphanWait = 5 * time.Minute
+	// pipeCheckEvery is how often, while waiting for the marker, tmux is
+	// asked whether it keeps the dead pane.
+	pipeCheckEvery = 100 * time.Millisecond
+	// newSessionTries bounds the new-session retries when it met a tmux
+	// server on its way out (its last session just ended).
+	newSessionTries = 5
 )
+
+// livenessPoll is how often the follower checks that the session is there,
+// when no exit notice woke it first (a variable so that a test can make the
+// notice the only way to end).
+var livenessPoll = 500 * time.Millisecond
 
 type tmuxLogProc struct {
 	name, exitFile, logFile string
@@ -48,6 +64,7 @@ type tmuxLogProc struct {
 	onOutput                func(ports.OutputStream, []byte)
 	start                   time.Time
 	pid                     int
+	liveness                time.Duration // livenessPoll when made
 
 	mu       sync.Mutex
 	killed   bool
@@ -65,9 +82,10 @@ func startTmuxLog(spec ports.CommandSpec, onOutput func(ports.OutputStream, []by
 	_ = os.MkdirAll(sessionsDir(), 0o700)
 	base := sessionFileBase(spec)
 	t := &tmuxLogProc{name: spec.SessionName, exitFile: base + ".exit", logFile: base + ".log", eofFile: base + ".log.eof", onOutput: onOutput,
-		start: time.Now(), stop: make(chan struct{}), done: make(chan struct{})}
+		start: time.Now(), liveness: livenessPoll, stop: make(chan struct{}), done: make(chan struct{})}
 	_ = os.Remove(t.exitFile)
 	_ = os.Remove(t.eofFile)
+	_ = os.Remove(pipePidFile(t.eofFile))
 	if err := os.WriteFile(t.logFile, nil, 0o600); err != nil {
 		return t.failed(err)
 	}
@@ -76,8 +94,10 @@ func startTmuxLog(spec ports.CommandSpec, onOutput func(ports.OutputStream, []by
 	args := newSessionArgs(spec, true, wrapped, optExitFile, t.exitFile, optLogFile, t.logFile, optLogEOF, t.eofFile)
 	// Once tmux closes the pipe (the pane is gone), cat writes what it
 	// holds and exits; the marker after it says the log is complete.
-	args = append(args, ";", "pipe-pane", "-o", "-t", "="+spec.SessionName+":", "cat >> '"+t.logFile+"'; : > '"+t.eofFile+"'")
-	if _, err := tmuxCmd(context.Background(), args...); err != nil {
+	// Its shell's pid says, while the marker has not come, whether it still can.
+	args = append(args, ";", "pipe-pane", "-o", "-t", "="+spec.SessionName+":",
+		"echo $$ > '"+pipePidFile(t.eofFile)+"'; cat >> '"+t.logFile+"'; : > '"+t.eofFile+"'")
+	if err := newDetachedSession(args); err != nil {
 		_ = os.Remove(t.logFile)
 		return t.failed(tmuxError(err))
 	}
@@ -92,7 +112,7 @@ func startTmuxLog(spec ports.CommandSpec, onOutput func(ports.OutputStream, []by
 // followTmuxLog takes over a background session an earlier agent process ran.
 func followTmuxLog(found foundSession, onOutput func(ports.OutputStream, []byte)) ports.Process {
 	t := &tmuxLogProc{name: found.name, exitFile: found.exitFile, logFile: found.logFile, eofFile: found.eofFile, onOutput: onOutput,
-		start: found.created, stop: make(chan struct{}), done: make(chan struct{})}
+		start: found.created, liveness: livenessPoll, stop: make(chan struct{}), done: make(chan struct{})}
 	t.pid = panePid(t.name)
 	go t.follow()
 	return t
@@ -161,7 +181,7 @@ func (t *tmuxLogProc) follow() {
 			lastCheck = time.Time{}
 		case <-time.After(pollAfter(lastOutput)):
 		}
-		if time.Since(lastCheck) >= livenessPoll {
+		if time.Since(lastCheck) >= t.liveness {
 			lastCheck = time.Now()
 			if t.ended() {
 				gone = true
@@ -176,27 +196,97 @@ func (t *tmuxLogProc) follow() {
 	_ = os.Remove(t.logFile)
 	if t.eofFile != "" {
 		_ = os.Remove(t.eofFile)
+		_ = os.Remove(pipePidFile(t.eofFile))
 	}
 	t.finish(r)
 }
 
 // waitPipe waits, once the session ended, until pipe-pane's cat has written
-// its last bytes: its command leaves the EOF marker after cat exits. A
-// session without one (started by an older agent) gets logPoll, as before;
-// a marker that does not come (the pane kept open by remain-on-exit, say)
-// pipeDrainWait.
+// its last bytes: its command leaves the EOF marker after cat exits, which
+// it does once tmux destroys the pane and so closes the pipe. On a loaded
+// machine that can take seconds, so the wait is not a time but as long as
+// the marker can still come: while the pipe's shell lives, unless tmux
+// keeps the dead pane (remain-on-exit: the pipe stays open; then
+// pipeDrainWait). A session without the marker (started by an older agent)
+// gets logPoll, one without the shell's pid pipeDrainWait, as before;
+// pipeOrphanWait bounds it all.
 func (t *tmuxLogProc) waitPipe() {
 	if t.eofFile == "" {
 		time.Sleep(logPoll)
 		return
 	}
-	deadline := time.Now().Add(pipeDrainWait)
+	pipePid := readPid(pipePidFile(t.eofFile))
+	start, lastCheck := time.Now(), time.Now()
 	for {
-		if _, err := os.Stat(t.eofFile); err == nil || time.Now().After(deadline) {
+		if _, err := os.Stat(t.eofFile); err == nil {
 			return
+		}
+		if pipePid <= 0 { // its shell may not have run its first line yet
+			pipePid = readPid(pipePidFile(t.eofFile))
+		}
+		waited := time.Since(start)
+		switch {
+		case pipePid > 0 && processEnded(pipePid):
+			return // the shell is gone without leaving it: killed
+		case waited > pipeOrphanWait:
+			return
+		case waited > pipeDrainWait && pipePid <= 0:
+			return
+		case waited > pipeDrainWait && time.Since(lastCheck) >= pipeCheckEvery:
+			lastCheck = time.Now()
+			if t.paneKeptDead() {
+				return
+			}
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// pipePidFile holds the pid of the shell pipe-pane runs for the log whose
+// EOF marker is eofFile.
+func pipePidFile(eofFile string) string { return eofFile + ".pid" }
+
+// readPid is the pid written in path, 0 when there is none.
+func readPid(path string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0
+	}
+	return pid
+}
+
+// paneKeptDead reports whether tmux keeps the session's pane after its
+// process ended (remain-on-exit): the pipe, and so cat, stay open with it.
+func (t *tmuxLogProc) paneKeptDead() bool {
+	out, err := tmuxCmd(context.Background(), "display-message", "-p", "-t", "="+t.name+":", "#{pane_dead}")
+	return err == nil && strings.TrimSpace(out) == "1"
+}
+
+// newDetachedSession runs tmux with args (a detached new-session and what
+// follows it). A server whose last session just ended exits; a client that
+// reaches it then gets "server exited unexpectedly" and nothing was made,
+// so the command is tried again (a new server starts).
+func newDetachedSession(args []string) error {
+	var err error
+	for range newSessionTries {
+		if _, err = tmuxCmd(context.Background(), args...); err == nil || !serverWentAway(err) {
+			return err
+		}
+		time.Sleep(logPoll)
+	}
+	return err
+}
+
+// serverWentAway reports whether a tmux client failed because the server
+// exited under it.
+func serverWentAway(err error) bool {
+	var ee *exec.ExitError
+	return errors.As(err, &ee) && (bytes.Contains(ee.Stderr, []byte("server exited unexpectedly")) ||
+		bytes.Contains(ee.Stderr, []byte("lost server")))
 }
 
 // exitNotice returns a channel closed when pid may have ended, and a stop
