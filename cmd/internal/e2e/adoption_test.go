@@ -16,7 +16,7 @@ import (
 // readOutput reads a session's whole log over REST.
 func readOutput(t *testing.T, s *harness.Server, id string) []byte {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	resp, err := s.Client().GetSessionOutput(ctx, id, &restapi.GetSessionOutputParams{From: ptr(int64(0))})
 	if err != nil {

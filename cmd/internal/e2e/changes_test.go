@@ -117,7 +117,7 @@ func TestTheChangeStreamNamesWhatChanged(t *testing.T) {
 	bg := restapi.SessionType("background")
 	sess := createSession(t, s, "host-01", restapi.CreateSessionRequest{Type: &bg, Command: "sleep", Args: &[]string{"30"}})
 	cs.waitFor(t, "sessions")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	if r, err := s.Client().KillSessionWithResponse(ctx, sess.SessionId); err != nil || r.StatusCode() >= 300 {
 		t.Fatalf("kill: %v %v", err, r)

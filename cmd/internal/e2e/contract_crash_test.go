@@ -117,7 +117,7 @@ func TestContractCrashSafety(t *testing.T) {
 		}
 		e.startWith(false)
 		checkKnown(fmt.Sprintf("round %d, after restart", round))
-		e.waitAgents(30 * time.Second)
+		e.waitAgents(patience)
 		if time.Now().After(roundsUntil) {
 			t.Logf("stopping after %d rounds to stay within the time budget", round)
 			break

@@ -185,10 +185,10 @@ func (e *cenv) startWith(waitAgents bool) *harness.Server {
 	e.runs = append(e.runs, &run{s: s})
 	e.secrets = append(e.secrets, s.Token)
 	e.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	if waitAgents {
-		e.waitAgents(45 * time.Second)
+		e.waitAgents(patience)
 	}
 	if e.fake != nil && !e.o.noWaitResync {
 		if _, err := e.fake.WaitFrame(ctx, func(f fakeaiwg.Frame) bool { return f.Conn > conns && f.Event == evResync }); err != nil {
@@ -204,7 +204,7 @@ func (e *cenv) waitAgents(d time.Duration) {
 	e.t.Helper()
 	deadline := time.Now().Add(d)
 	for {
-		ctx, cancel := ctxFor(5 * time.Second)
+		ctx, cancel := ctxFor(patience)
 		resp, err := e.op().ListAgentsWithResponse(ctx, nil)
 		cancel()
 		up := 0
@@ -338,7 +338,7 @@ func (e *cenv) dispatchRaw(session string, body []byte, a auth) reply {
 
 // tryDispatch is dispatchRaw for any goroutine: a failed request is an error.
 func (e *cenv) tryDispatch(session string, body []byte, a auth) (reply, error) {
-	ctx, cancel := ctxFor(30 * time.Second)
+	ctx, cancel := ctxFor(patience)
 	defer cancel()
 	var editors []restapi.RequestEditorFn
 	if !a.none {
@@ -499,7 +499,7 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 // mission GETs /api/v1/missions/{id} as the operator.
 func (e *cenv) mission(id string) (restapi.Mission, reply) {
 	e.t.Helper()
-	ctx, cancel := ctxFor(10 * time.Second)
+	ctx, cancel := ctxFor(patience)
 	defer cancel()
 	resp, err := e.op().GetMissionWithResponse(ctx, id)
 	if err != nil {
@@ -861,7 +861,7 @@ var regexpUUIDv7 = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89
 // aiwgStatus GETs /api/v1/aiwg/status as the operator and requires a 200.
 func (e *cenv) aiwgStatus() reply {
 	e.t.Helper()
-	ctx, cancel := ctxFor(10 * time.Second)
+	ctx, cancel := ctxFor(patience)
 	defer cancel()
 	resp, err := e.op().GetAIWGStatusWithResponse(ctx)
 	if err != nil {
@@ -877,7 +877,7 @@ func (e *cenv) aiwgStatus() reply {
 // reconnect POSTs /api/v1/aiwg/reconnect as the operator.
 func (e *cenv) reconnect() reply {
 	e.t.Helper()
-	ctx, cancel := ctxFor(10 * time.Second)
+	ctx, cancel := ctxFor(patience)
 	defer cancel()
 	resp, err := e.op().ReconnectAIWGWithResponse(ctx)
 	if err != nil {
@@ -889,7 +889,7 @@ func (e *cenv) reconnect() reply {
 // killSession DELETEs /api/v1/sessions/{id} as the operator.
 func (e *cenv) killSession(id string) reply {
 	e.t.Helper()
-	ctx, cancel := ctxFor(10 * time.Second)
+	ctx, cancel := ctxFor(patience)
 	defer cancel()
 	resp, err := e.op().KillSessionWithResponse(ctx, id)
 	if err != nil {

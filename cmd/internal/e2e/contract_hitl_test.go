@@ -97,7 +97,7 @@ func TestContractHITL(t *testing.T) {
 		e.dispatch("m-hitl-rest", hitlObjective)
 		hitlID, data := expectHITL(t, "m-hitl-rest")
 		started := e.waitEvent("m-hitl-rest", evStarted, patience)
-		ctx, cancel := ctxFor(10 * time.Second)
+		ctx, cancel := ctxFor(patience)
 		defer cancel()
 		list, err := e.op().ListHITLWithResponse(ctx, nil)
 		if err != nil || list.JSON200 == nil {
@@ -162,7 +162,7 @@ func TestContractHITLAcrossReconnect(t *testing.T) {
 	n := e.fake.ExecutorConnections()
 	e.fake.DropExecutorStream()
 	first := e.waitConnFirst(n, patience)
-	ctx, cancel := ctxFor(10 * time.Second)
+	ctx, cancel := ctxFor(patience)
 	defer cancel()
 	// Announced again: not the first frame sent once more (delivery is
 	// at-least-once), a new one.
@@ -217,7 +217,7 @@ func TestContractAbort(t *testing.T) {
 	if !harness.Alive(pid) {
 		t.Fatalf("objective pid %d is not running", pid)
 	}
-	ctx, cancel := ctxFor(10 * time.Second)
+	ctx, cancel := ctxFor(patience)
 	defer cancel()
 	// The operator token is needed.
 	if r, err := e.client("").KillSessionWithResponse(ctx, session); err != nil || r.StatusCode() != 401 {
@@ -328,7 +328,7 @@ func TestContractHITLAnsweredAtOnce(t *testing.T) {
 		e.waitEvent(id, evStarted, patience)
 	}
 	touch(t, gatePath)
-	ctx, cancel := ctxFor(30 * time.Second)
+	ctx, cancel := ctxFor(patience)
 	defer cancel()
 	for _, id := range ids {
 		f, err := e.fake.WaitFrame(ctx, func(f fakeaiwg.Frame) bool { return f.MissionID == id && isTerminal(f.Event) })

@@ -27,7 +27,7 @@ func TestContractMissionsREST(t *testing.T) {
 	want := map[string]string{"m-rest-ok": "completed", "m-rest-fail": "failed", "m-rest-hitl": "hitl_required", "m-rest-run": "running"}
 	e.checkMissionsAgree(t, all, want)
 
-	ctx, cancel := ctxFor(10 * time.Second)
+	ctx, cancel := ctxFor(patience)
 	defer cancel()
 	// Filters.
 	for state, ids := range map[string][]string{"completed": {"m-rest-ok"}, "failed": {"m-rest-fail"}, "hitl_required": {"m-rest-hitl"}, "running": {"m-rest-run"}, "aborted": nil} {
@@ -82,7 +82,7 @@ func (e *cenv) checkMissionsAgree(t *testing.T, ids []string, want map[string]st
 	for _, id := range ids {
 		eventually(t, patience, id+" stored as "+want[id], func() bool { return e.missionState(id) == want[id] })
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	list, err := e.op().ListMissionsWithResponse(ctx, nil)
 	if err != nil || list.JSON200 == nil {

@@ -4,7 +4,6 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
 )
@@ -56,7 +55,7 @@ func TestContractPermissionPromptIsAMissionHITL(t *testing.T) {
 	t.Run("denied through REST with a message", func(t *testing.T) {
 		e.dispatch("m-perm-rest", objective)
 		hitlID := expectPermission(t, "m-perm-rest")
-		ctx, cancel := ctxFor(10 * time.Second)
+		ctx, cancel := ctxFor(patience)
 		defer cancel()
 		list, err := e.op().ListHITLWithResponse(ctx, nil)
 		if err != nil || list.JSON200 == nil {

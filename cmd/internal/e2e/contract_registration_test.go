@@ -24,7 +24,7 @@ func TestContractRegistrationPayloads(t *testing.T) {
 		t.Errorf("identity %q is not a UUIDv7", id)
 	}
 	port := e.s().Opts.BasePort
-	ctx, cancel := ctxFor(10 * time.Second)
+	ctx, cancel := ctxFor(patience)
 	defer cancel()
 	health, err := e.op().GetHealthzWithResponse(ctx)
 	if err != nil || health.JSON200 == nil {
@@ -203,7 +203,7 @@ func TestContractResyncFirstOnEveryConnect(t *testing.T) {
 		f := e.waitConnFirst(n, patience)
 		checkResync(f, "m-resync")
 		// Then the owned mission's reconnected and resumed.
-		ctx, cancel := ctxFor(10 * time.Second)
+		ctx, cancel := ctxFor(patience)
 		_, err := e.fake.WaitFrame(ctx, func(g fakeaiwg.Frame) bool {
 			return g.Conn == f.Conn && g.MissionID == "m-resync" && g.Event == evResumed
 		})

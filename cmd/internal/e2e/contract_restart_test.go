@@ -11,7 +11,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/fakeaiwg"
 	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
@@ -247,7 +246,7 @@ func TestContractHITLSurvivesRestart(t *testing.T) {
 
 	// Still waiting for the human: announced again, listed, answerable.
 	hitlID, _ := h.Data["hitl_id"].(string)
-	ctx, cancel := ctxFor(5 * time.Second)
+	ctx, cancel := ctxFor(patience)
 	defer cancel()
 	again, err := e.fake.WaitFrame(ctx, func(f fakeaiwg.Frame) bool {
 		return f.MissionID == "m-hitl-restart" && f.Event == evHITLRequired && f.Conn > conns && string(f.Raw) != string(h.Raw)
@@ -260,8 +259,8 @@ func TestContractHITLSurvivesRestart(t *testing.T) {
 		t.Logf("announced again under a new hitl_id %v", again.Data["hitl_id"])
 		hitlID, _ = again.Data["hitl_id"].(string)
 	}
-	e.waitAgents(30 * time.Second)
-	ctx, cancel = ctxFor(10 * time.Second)
+	e.waitAgents(patience)
+	ctx, cancel = ctxFor(patience)
 	defer cancel()
 	list, err := e.op().ListHITLWithResponse(ctx, nil)
 	if err != nil || list.JSON200 == nil {

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/fakeaiwg"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
@@ -28,7 +27,7 @@ func TestContractIntegrationOff(t *testing.T) {
 	r := e.reconnect()
 	expectError(t, "reconnect", r, 503, "integration_disabled")
 
-	ctx, cancel := ctxFor(10 * time.Second)
+	ctx, cancel := ctxFor(patience)
 	defer cancel()
 	ms, err := e.op().ListMissionsWithResponse(ctx, nil)
 	if err != nil || ms.JSON200 == nil || len(ms.JSON200.Missions) != 0 || !strings.Contains(string(ms.Body), `"missions":[]`) {
@@ -101,7 +100,7 @@ func TestContractExecutorRegistrationRefused(t *testing.T) {
 	}
 
 	expectError(t, "dispatch", e.dispatchRaw("s1", []byte(`{"mission_id":"m-unreg","objective":"true"}`), auth{token: "x"}), 503, "executor_not_registered")
-	ctx, cancel := ctxFor(20 * time.Second)
+	ctx, cancel := ctxFor(patience)
 	defer cancel()
 	ex, err := e.op().ExecCommandWithResponse(ctx, "host-01", restapi.ExecRequest{Command: "sh", Args: &[]string{"-c", "echo works; exit 3"}})
 	if err != nil || ex.JSON200 == nil || ex.JSON200.Stdout != "works\n" || ex.JSON200.ExitCode != 3 {

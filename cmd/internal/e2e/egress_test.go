@@ -325,7 +325,7 @@ func putFile(t *testing.T, s *harness.Server, agent, path string, b []byte, mode
 func waitEnvReady(t *testing.T, s *harness.Server, name string, d time.Duration) {
 	t.Helper()
 	eventually(t, d, name+" ready", func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), patience)
 		defer cancel()
 		g, err := s.Client().GetEnvironmentWithResponse(ctx, name)
 		return err == nil && g.JSON200 != nil && g.JSON200.State == "ready"

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
 )
@@ -31,7 +30,7 @@ func TestDeletingAnEnvironmentEndsWhatRanThere(t *testing.T) {
 		t.Fatalf("rm: %d %q %q", code, out, errOut)
 	}
 	// At once: the answer to rm came after the agent was forgotten.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	a, err := s.Client().GetAgentWithResponse(ctx, "doomed")
 	if err != nil || a.StatusCode() != http.StatusNotFound {

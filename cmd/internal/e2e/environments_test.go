@@ -48,7 +48,7 @@ func TestEnvironmentsOnTheHostRuntime(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "hb-1: ready") || !strings.Contains(errOut, "agent_ready") {
 		t.Fatalf("create: exit %d\nstdout %q\nstderr %q", code, out, errOut)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	exe, err := s.Client().ExecCommandWithResponse(ctx, "hb-1", restapi.ExecRequest{Command: "sh", Args: ptr([]string{"-c", "echo from-$AGENT_RUNTIME"})})
 	if err != nil || exe.JSON200 == nil || !strings.Contains(exe.JSON200.Stdout, "from-host") {
@@ -188,7 +188,7 @@ func TestEnvironmentsInDocker(t *testing.T) {
 	}
 	run := func(s *harness.Server, name, script string) string {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), patience)
 		defer cancel()
 		exe, err := s.Client().ExecCommandWithResponse(ctx, name, restapi.ExecRequest{Command: "sh", Args: ptr([]string{"-c", script})})
 		if err != nil || exe.JSON200 == nil {

@@ -21,7 +21,7 @@ func ptr[T any](v T) *T { return &v }
 // execOK runs a command through REST and fails the test on an API error.
 func execOK(t *testing.T, s *harness.Server, agentID string, req restapi.ExecRequest) restapi.ExecResult {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	resp, err := s.Client().ExecCommandWithResponse(ctx, agentID, req)
 	if err != nil {
@@ -155,7 +155,7 @@ func TestExecThroughHostAgent(t *testing.T) {
 func TestPTYResizeAndSignal(t *testing.T) {
 	s := startServer(t, 1, "")
 	c := s.Client()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 
 	start := func(req restapi.ExecRequest) string {

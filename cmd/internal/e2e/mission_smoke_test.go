@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"testing"
-	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/fakeaiwg"
 )
@@ -21,7 +20,7 @@ func TestMissionCompletesEndToEnd(t *testing.T) {
 	}
 	t.Cleanup(fake.Close)
 	s := startServer(t, 1, "", "AIWG_SERVE_ENDPOINT="+fake.URL())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	if _, err := fake.WaitFrame(ctx, func(f fakeaiwg.Frame) bool { return f.Event == "executor.resync" }); err != nil {
 		t.Fatalf("no resync: %v\n%s", err, s.Log())

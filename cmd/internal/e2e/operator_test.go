@@ -37,7 +37,7 @@ func TestOperatorAPIIsApartFromTheAgentSide(t *testing.T) {
 	client := sandboxv1connect.NewAgentServiceClient(overSocket, "http://agent-socket")
 	req := connect.NewRequest(&sandboxv1.ExecRequest{AgentId: "host-01", Command: &sandboxv1.CommandRequest{Command: "true"}})
 	req.Header().Set("Authorization", "Bearer "+s.Token)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	stream, err := client.Exec(ctx, req)
 	if err == nil {
@@ -156,7 +156,7 @@ func TestHostAgentsRunAsTheirOwnUser(t *testing.T) {
 	bg := restapi.SessionBackground
 	sess := createSession(t, s, "host-01", restapi.CreateSessionRequest{Type: &bg, Name: ptr("mine"), Command: "sh",
 		Args: ptr([]string{"-c", "echo session-as-$(id -un)"})})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	eventually(t, patience, "the session's output", func() bool {
 		resp, err := s.Client().GetSessionOutput(ctx, sess.SessionId, nil)

@@ -17,7 +17,7 @@ func TestOutputWhileDisconnectedArrivesAfterReconnect(t *testing.T) {
 	dataDir := t.TempDir()
 	s := startServer(t, 0, dataDir)
 	proxy, _ := remoteAgent(t, dataDir, s.AgentURL, "remote-01")
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	if err := s.WaitAgents(ctx, "remote-01"); err != nil {
 		t.Fatal(err)

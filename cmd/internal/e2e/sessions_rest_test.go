@@ -19,7 +19,7 @@ import (
 // and returns the bytes and the exited frame's data.
 func followSSE(t *testing.T, s *harness.Server, id string) (out []byte, exited string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, "GET", s.RESTURL+"/api/v1/sessions/"+id+"/output", nil)
 	if err != nil {
@@ -86,7 +86,7 @@ func followSSE(t *testing.T, s *harness.Server, id string) (out []byte, exited s
 
 func createSession(t *testing.T, s *harness.Server, agent string, req restapi.CreateSessionRequest) restapi.Session {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	resp, err := s.Client().CreateSessionWithResponse(ctx, agent, req)
 	if err != nil {

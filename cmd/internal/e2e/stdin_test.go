@@ -17,7 +17,7 @@ import (
 // agent's receive loop also carries every other command and every kill.
 func TestUnreadStdinDoesNotFreezeTheAgent(t *testing.T) {
 	s := startServer(t, 1, "")
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	started, err := s.Client().StartCommandWithResponse(ctx, "host-01", restapi.ExecRequest{Command: "sleep", Args: ptr([]string{"120"})})
 	if err != nil || started.JSON202 == nil {
@@ -68,7 +68,7 @@ func TestEndedSessionsHoldNoFiles(t *testing.T) {
 			Args: ptr([]string{"done"})})
 		ids = append(ids, sess.SessionId)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	eventually(t, patience, "the sessions to end", func() bool {
 		for _, id := range ids {

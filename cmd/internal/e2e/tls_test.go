@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
 )
@@ -45,7 +44,7 @@ func TestAgentPortOverTLS(t *testing.T) {
 
 	agentSecret(t, dataDir, "remote-1", "remote-secret")
 	startAgent(t, "remote-1", "remote-secret", "https://"+addr, "MANAGEMENT_CA="+ca)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	if err := s.WaitAgents(ctx, "remote-1"); err != nil {
 		t.Fatalf("an agent with only the CA: %v", err)

@@ -20,7 +20,7 @@ func TestHostAgentsDoNotShareTmux(t *testing.T) {
 	two := createSession(t, s, "host-02", restapi.CreateSessionRequest{Type: &bg, Name: ptr("dev"), Command: "sh",
 		Args: ptr([]string{"-c", "echo second-is-$AGENT_ID; sleep 600"})})
 	output := func(id string) string {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), patience)
 		defer cancel()
 		resp, err := s.Client().GetSessionOutput(ctx, id, nil)
 		if err != nil {
@@ -36,7 +36,7 @@ func TestHostAgentsDoNotShareTmux(t *testing.T) {
 	if o := output(two.SessionId); strings.Contains(o, "first-is") {
 		t.Fatalf("host-02's dev shows host-01's session: %q", o)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	if r, err := s.Client().KillSessionWithResponse(ctx, two.SessionId); err != nil || r.StatusCode() >= 300 {
 		t.Fatalf("kill: %v %v", err, r.Status())
