@@ -78,6 +78,10 @@ type Agent struct {
 	// control carries small messages (heartbeats, pongs) ahead of output.
 	control   chan *sandboxv1.ConnectRequest
 	heartbeat atomic.Int64 // nanoseconds
+	// heartbeatAfter is the heartbeat loop's timer: time.After (a test puts
+	// its own in, to see the intervals asked for and fire them).
+	heartbeatAfter func(time.Duration) <-chan time.Time
+
 	draining  atomic.Bool
 	connected atomic.Bool
 	cpu       cpuSampler
@@ -142,6 +146,8 @@ func New(cfg Config) (*Agent, error) {
 		finished: map[string]finished{},
 		tmux:     !cfg.NoTmux && haveTmux(),
 		guest:    realGuest,
+
+		heartbeatAfter: time.After,
 	}
 	a.idle = sync.NewCond(&a.mu)
 	a.heartbeat.Store(int64(5 * time.Second))

@@ -2,6 +2,7 @@ package agentd
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"reflect"
 	"runtime"
@@ -14,7 +15,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
-	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -113,21 +113,47 @@ func TestRegistersThenHeartbeats(t *testing.T) {
 	}
 }
 
+// The heartbeat loop waits the interval the ack named (not the default
+// 5 s), then one a config update names. The test holds the loop's timer:
+// it sees each wait asked for and fires it, so no interval is timed.
 func TestHeartbeatIntervalFromAck(t *testing.T) {
 	t.Parallel()
 	cp, url := startCP(t)
-	cp.hbSecs = 1
-	runAgent(t, testConfig(url, newFakeRunner()))
+	cp.hbSecs = 7
+	a, err := New(testConfig(url, newFakeRunner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waits, fire := make(chan time.Duration, 16), make(chan time.Time)
+	a.heartbeatAfter = func(d time.Duration) <-chan time.Time { waits <- d; return fire }
+	runBuilt(t, a)
 	s := cp.nextSession(t)
-	var at []time.Time
-	for len(at) < 2 {
-		if s.recv(t).GetHeartbeat() != nil {
-			at = append(at, time.Now())
+	if s.recv(t).GetHeartbeat() == nil {
+		t.Fatal("no heartbeat on connecting")
+	}
+	asked := func(want time.Duration) {
+		t.Helper()
+		if d := within(t, waits, "the heartbeat loop set no timer"); d != want {
+			t.Fatalf("the heartbeat loop waits %v, want %v", d, want)
 		}
 	}
-	if gap := at[1].Sub(at[0]); gap < 900*time.Millisecond || gap > 3*time.Second {
-		t.Fatalf("heartbeats %v apart, want about 1 s", gap)
+	beat := func() {
+		t.Helper()
+		select {
+		case fire <- time.Now():
+		case <-time.After(waitTimeout):
+			t.Fatal("the heartbeat loop does not wait on its timer")
+		}
+		for s.recv(t).GetHeartbeat() == nil {
+		}
 	}
+	asked(7 * time.Second)
+	beat()
+	asked(7 * time.Second)
+	s.send(&sandboxv1.ConnectResponse{Payload: &sandboxv1.ConnectResponse_ConfigUpdate{ConfigUpdate: &sandboxv1.ConfigUpdate{HeartbeatIntervalSeconds: 2}}})
+	eventually(t, "the config update taken", func() bool { return time.Duration(a.heartbeat.Load()) == 2*time.Second })
+	beat()
+	asked(2 * time.Second)
 }
 
 func TestCommandLifecycle(t *testing.T) {
@@ -371,26 +397,23 @@ func TestRefusedAgentRetriesWithGrowingBackoff(t *testing.T) {
 	cp.setRefuse(connect.CodeUnauthenticated)
 	cfg := testConfig(url, newFakeRunner())
 	cfg.BackoffMin, cfg.BackoffMax = 30*time.Millisecond, 240*time.Millisecond
+	log := &retryLog{}
+	cfg.Logger = slog.New(log)
 	a := runAgent(t, cfg)
 
-	// Waits: 30, 60, 120, 240, 240 ms (±10% jitter), plus each attempt's
-	// own latency, so only lower bounds are exact.
+	// Waits: 30, 60, 120, 240, 240 ms, each ±10% jitter. The agent logs
+	// the wait it chose; the attempts are at least that far apart (a
+	// loaded machine only stretches the gaps, so they are not timed).
 	eventually(t, "six attempts", func() bool { return len(cp.attemptTimes()) >= 6 })
-	at := cp.attemptTimes()
-	var gaps []time.Duration
-	for i := 1; i < 6; i++ {
-		gaps = append(gaps, at[i].Sub(at[i-1]))
-	}
-	for i, wait := range []time.Duration{30, 60, 120, 240, 240} {
-		if gaps[i] < wait*time.Millisecond*9/10 {
-			t.Errorf("gap %d = %v, want at least 90%% of %v ms (gaps %v)", i, gaps[i], wait, gaps)
+	at, waits := cp.attemptTimes(), log.retries()
+	for i, want := range []time.Duration{30, 60, 120, 240, 240} {
+		want *= time.Millisecond
+		if w := waits[i]; w < want*9/10 || w > want*11/10 {
+			t.Errorf("wait %d = %v, want %v ±10%%: the backoff does not start at the minimum, double and stop at the maximum (waits %v)", i, w, want, waits)
 		}
-	}
-	if gaps[0] > 100*time.Millisecond || gaps[3] < 2*gaps[0] {
-		t.Errorf("backoff did not start at the minimum and grow: gaps %v", gaps)
-	}
-	if gaps[4] > 450*time.Millisecond {
-		t.Errorf("backoff not capped at 240 ms: gaps %v", gaps)
+		if gap := at[i+1].Sub(at[i]); gap < waits[i] {
+			t.Errorf("attempts %d and %d only %v apart, less than the %v wait", i, i+1, gap, waits[i])
+		}
 	}
 	if a.Connected() {
 		t.Fatal("connected while refused")
@@ -405,12 +428,11 @@ func TestRefusedAgentRetriesWithGrowingBackoff(t *testing.T) {
 	// minimum backoff again, not the grown one.
 	cp.setRefuse(0)
 	s := cp.nextSession(t)
-	n := len(cp.attemptTimes())
+	n := len(log.retries())
 	s.dropStream(t)
 	s2 := cp.nextSession(t)
-	at = cp.attemptTimes()
-	if gap := at[n].Sub(at[n-1]); gap > 150*time.Millisecond {
-		t.Errorf("reconnect after a registered session took %v, want about the 30 ms minimum", gap)
+	if w := log.retries()[n]; w > 33*time.Millisecond {
+		t.Errorf("reconnect after a registered session waited %v, want the 30 ms minimum ±10%%", w)
 	}
 	if s2.reg.GetAgentId() != testAgentID {
 		t.Fatal(s2.reg)
@@ -494,18 +516,15 @@ func TestShutdownKillsCommandsAndWaitsForResults(t *testing.T) {
 	p1 := startCommand(t, s, r, &sandboxv1.CommandRequest{CommandId: "c1", Command: "x"})
 	p2 := startCommand(t, s, r, &sandboxv1.CommandRequest{CommandId: "c2", Command: "y"})
 
-	start := time.Now()
+	// The timeout outlasts the test: only the results can end Shutdown.
 	done := make(chan struct{})
-	go func() { defer close(done); a.Shutdown(waitTimeout) }()
+	go func() { defer close(done); a.Shutdown(time.Hour) }()
 	for _, p := range []*fakeProc{p1, p2} {
 		if e := p.event(t); e != "kill" {
 			t.Fatalf("process saw %q, want kill", e)
 		}
 	}
-	testkit.Receive(t, waitTimeout+time.Second, done, "Shutdown did not return")
-	if took := time.Since(start); took > waitTimeout/2 {
-		t.Fatalf("Shutdown took %v: it waited for its timeout instead of the results", took)
-	}
+	within(t, done, "Shutdown did not return: it waits for its timeout instead of the results")
 	if n := a.out.len(); n != 0 {
 		t.Fatalf("Shutdown returned with %d messages unsent", n)
 	}
@@ -530,10 +549,12 @@ func TestShutdownGivesUpAfterTimeout(t *testing.T) {
 	defer p.exit(ports.CommandResult{ExitCode: 137, Signal: 9})
 
 	start := time.Now()
-	a.Shutdown(150 * time.Millisecond)
-	took := time.Since(start)
-	if took < 150*time.Millisecond || took > 2*time.Second {
-		t.Fatalf("Shutdown returned after %v, want about 150 ms", took)
+	done := make(chan time.Duration, 1)
+	go func() { a.Shutdown(150 * time.Millisecond); done <- time.Since(start) }()
+	// Its own timer holds Shutdown at least the timeout, however loaded
+	// the machine; how much later it returns is the machine's business.
+	if took := within(t, done, "Shutdown did not give up after its timeout"); took < 150*time.Millisecond {
+		t.Fatalf("Shutdown returned after %v, before its 150 ms timeout", took)
 	}
 	if e := p.event(t); e != "kill" {
 		t.Fatalf("process saw %q", e)
@@ -544,11 +565,9 @@ func TestShutdownWithNothingRunningReturnsAtOnce(t *testing.T) {
 	cp, url := startCP(t)
 	a := runAgent(t, testConfig(url, newFakeRunner()))
 	cp.nextSession(t)
-	start := time.Now()
-	a.Shutdown(waitTimeout)
-	if took := time.Since(start); took > time.Second {
-		t.Fatalf("Shutdown took %v", took)
-	}
+	done := make(chan struct{})
+	go func() { defer close(done); a.Shutdown(time.Hour) }()
+	within(t, done, "Shutdown with nothing running waits for its timeout")
 }
 
 // Shutdown may come (SIGTERM) while a command request is being started: the
@@ -571,12 +590,12 @@ func TestShutdownWhileACommandStarts(t *testing.T) {
 	s.send(commandMsg(&sandboxv1.CommandRequest{CommandId: "c1", Command: "x"}))
 	within(t, entered, "runner not called")
 
-	const timeout = 2 * time.Second
-	returned := make(chan time.Duration, 1)
-	start := time.Now()
+	// The timeout outlasts the test's waits: only the process's end can
+	// end Shutdown in time.
+	returned := make(chan struct{})
 	go func() {
-		a.Shutdown(timeout)
-		returned <- time.Since(start)
+		defer close(returned)
+		a.Shutdown(time.Hour)
 	}()
 	eventually(t, "Shutdown started", a.draining.Load)
 	close(release)
@@ -586,13 +605,11 @@ func TestShutdownWhileACommandStarts(t *testing.T) {
 		if e != "kill" {
 			t.Errorf("process saw %q, want kill", e)
 		}
-	case <-time.After(timeout / 2):
+	case <-time.After(waitTimeout):
 		t.Errorf("the process that started during Shutdown was not killed")
 		p.exit(ports.CommandResult{}) // let Shutdown finish
 	}
-	if took := within(t, returned, "Shutdown did not return"); took >= timeout {
-		t.Errorf("Shutdown ran into its %v timeout", timeout)
-	}
+	within(t, returned, "Shutdown did not return")
 }
 
 // unwedge is for when a test found the agent stuck on a full outbox: it
@@ -658,7 +675,7 @@ func TestFullOutboxDrainsAfterReconnect(t *testing.T) {
 	s2 := cp.nextSession(t)
 	var got strings.Builder
 	var next uint64
-	deadline := time.After(1500 * time.Millisecond)
+	deadline := time.After(waitTimeout)
 	for got.Len() < n*size {
 		select {
 		case m := <-s2.in:
@@ -722,7 +739,7 @@ func TestStreamBreakWhileReceiveLoopWaitsOnFullOutbox(t *testing.T) {
 	s1.dropStream(t)
 	select {
 	case <-cp.sessions:
-	case <-time.After(1500 * time.Millisecond):
+	case <-time.After(waitTimeout):
 		go unwedge(a)
 		t.Fatal("the agent did not reconnect after its stream broke")
 	}

@@ -22,8 +22,9 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
-// waitTimeout bounds every wait in these tests; nothing should come close.
-const waitTimeout = 5 * time.Second
+// waitTimeout bounds every wait in these tests; nothing should come close,
+// however loaded the machine: it only tells a hang from a slow run.
+const waitTimeout = 15 * time.Second
 
 const (
 	testAgentID = "agent-a"
@@ -35,6 +36,36 @@ func testLogger() *slog.Logger {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	return slog.New(slog.DiscardHandler)
+}
+
+// retryLog is a logger's handler that keeps the waits the agent chose
+// before connecting again (the retry_in of its log lines), so a test sees
+// the backoff itself rather than timing the attempts.
+type retryLog struct {
+	mu    sync.Mutex
+	waits []time.Duration
+}
+
+func (l *retryLog) Enabled(context.Context, slog.Level) bool { return true }
+func (l *retryLog) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *retryLog) WithGroup(string) slog.Handler            { return l }
+func (l *retryLog) Handle(_ context.Context, r slog.Record) error {
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "retry_in" {
+			l.mu.Lock()
+			l.waits = append(l.waits, a.Value.Duration())
+			l.mu.Unlock()
+		}
+		return true
+	})
+	return nil
+}
+
+// retries returns the waits chosen so far.
+func (l *retryLog) retries() []time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]time.Duration(nil), l.waits...)
 }
 
 // eventually polls cond until it holds or waitTimeout passes.
@@ -398,6 +429,14 @@ func runAgent(t *testing.T, cfg Config) *Agent {
 	if err != nil {
 		t.Fatal(err)
 	}
+	runBuilt(t, a)
+	return a
+}
+
+// runBuilt runs an agent New built (and the test changed) until the test
+// ends.
+func runBuilt(t *testing.T, a *Agent) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
@@ -407,7 +446,6 @@ func runAgent(t *testing.T, cfg Config) *Agent {
 			t.Errorf("Run returned %v", err)
 		}
 	})
-	return a
 }
 
 // connectedAgent runs an agent with a fake runner against a fake server

@@ -244,7 +244,7 @@ func (a *Agent) heartbeatLoop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(time.Duration(a.heartbeat.Load())):
+		case <-a.heartbeatAfter(time.Duration(a.heartbeat.Load())):
 			a.queueControl(a.heartbeatMessage())
 		}
 	}
