@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 	"regexp"
 	"testing"
 	"time"
@@ -14,7 +15,7 @@ import (
 // terminal is agenticctl running in a real PTY, as a person would run it.
 type terminal struct {
 	proc ports.Process
-	out  harness.Buffer
+	out  testkit.Buffer
 }
 
 // attach runs agenticctl attach id in a PTY of 100x30; the test waits for

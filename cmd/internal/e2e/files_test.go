@@ -510,7 +510,7 @@ func TestFilesAgentKilledMidTransfer(t *testing.T) {
 	if err := cp.wait(); err == nil {
 		t.Fatalf("cp from an agent killed mid-transfer ended well:\n%s", cp.out)
 	}
-	if !cp.out.Contains("cut short") {
+	if !strings.Contains(cp.out.String(), "cut short") {
 		t.Errorf("cp from a killed agent said %q", cp.out)
 	}
 	if _, err := os.Stat(local); !os.IsNotExist(err) {

@@ -50,7 +50,7 @@ func TestAgentAuthentication(t *testing.T) {
 	}
 	// The real agent binary with a wrong secret is refused and never listed.
 	intruder := startAgent(t, "intruder", "guess", s.AgentURL)
-	eventually(t, patience, "the intruder's log saying it was rejected", func() bool { return intruder.out.Contains("rejected") })
+	eventually(t, patience, "the intruder's log saying it was rejected", func() bool { return strings.Contains(intruder.out.String(), "rejected") })
 	intruder.stop()
 	resp, err := s.Client().GetAgentWithResponse(context.Background(), "intruder")
 	if err != nil || resp.StatusCode() != http.StatusNotFound {

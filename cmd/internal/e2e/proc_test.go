@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,7 +10,6 @@ import (
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
-	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
 )
 
 // proc is a process a test started. The test waits for it, pass or fail: a
@@ -17,7 +17,7 @@ import (
 // minutes later.
 type proc struct {
 	cmd  *exec.Cmd
-	out  *harness.Buffer
+	out  *testkit.Buffer
 	done chan struct{}
 	err  error
 }
@@ -27,7 +27,7 @@ type proc struct {
 // SIGKILL if it has not exited a minute later, and is waited for.
 func startProc(t *testing.T, cmd *exec.Cmd) *proc {
 	t.Helper()
-	p := &proc{cmd: cmd, out: &harness.Buffer{}, done: make(chan struct{})}
+	p := &proc{cmd: cmd, out: &testkit.Buffer{}, done: make(chan struct{})}
 	if cmd.Stdout == nil {
 		cmd.Stdout = p.out
 	}
@@ -43,7 +43,7 @@ func startProc(t *testing.T, cmd *exec.Cmd) *proc {
 	go func() { p.err = cmd.Wait(); close(p.done) }()
 	t.Cleanup(func() {
 		p.stop()
-		if t.Failed() && p.out.Len() > 0 {
+		if t.Failed() && p.out.String() != "" {
 			t.Logf("%s printed:\n%s", cmd.Path, p.out.String())
 		}
 	})

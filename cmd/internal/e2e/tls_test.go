@@ -53,7 +53,7 @@ func TestAgentPortOverTLS(t *testing.T) {
 	// System roots: the server's CA is not among them. Its log says why
 	// once it has tried.
 	unverified := startAgent(t, "remote-2", "remote-secret", "https://"+addr, "MANAGEMENT_CA=")
-	eventually(t, patience, "the log of an agent that cannot verify the server saying why", func() bool { return unverified.out.Contains("certificate") })
+	eventually(t, patience, "the log of an agent that cannot verify the server saying why", func() bool { return strings.Contains(unverified.out.String(), "certificate") })
 	unverified.stop()
 	if a, err := s.Client().GetAgentWithResponse(ctx, "remote-2"); err != nil || a.StatusCode() != 404 {
 		t.Fatalf("an agent that cannot verify the server registered: %v %s\n%s", err, a.Body, unverified.out)

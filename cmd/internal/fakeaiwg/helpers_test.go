@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 	"log/slog"
 	"strings"
 	"sync"
@@ -13,7 +14,6 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/aiwg"
 	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/fakeaiwg"
-	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -166,7 +166,7 @@ type rig struct {
 	hub  *memHub
 	out  *memOutbox
 	c    *aiwg.Client
-	logs *harness.Buffer // for the token-leak check
+	logs *testkit.Buffer // for the token-leak check
 	stop context.CancelFunc
 	done chan struct{}
 }
@@ -184,7 +184,7 @@ func newRig(t *testing.T, hub *memHub, out *memOutbox, tweak func(*aiwg.Config))
 	if out == nil {
 		out = newOutbox()
 	}
-	r := &rig{t: t, srv: srv, hub: hub, out: out, logs: &harness.Buffer{}}
+	r := &rig{t: t, srv: srv, hub: hub, out: out, logs: &testkit.Buffer{}}
 	cfg := aiwg.Config{
 		Endpoint:     srv.URL(),
 		Name:         "test",

@@ -18,12 +18,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/hostsup"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 )
 
 // Binaries are the built executables.
@@ -223,7 +223,7 @@ type Server struct {
 	RESTURL  string
 	Token    string
 	DataDir  string
-	log      *Buffer
+	log      *testkit.Buffer
 	waitErr  chan error
 }
 
@@ -245,7 +245,7 @@ func Start(bins Binaries, opts Options) (*Server, error) {
 		AgentURL: fmt.Sprintf("http://127.0.0.1:%d", opts.BasePort),
 		RESTURL:  fmt.Sprintf("http://127.0.0.1:%d", opts.BasePort+2),
 		DataDir:  opts.DataDir,
-		log:      &Buffer{},
+		log:      &testkit.Buffer{},
 		waitErr:  make(chan error, 1),
 	}
 	cmd := exec.Command(bins.Mgmt, append([]string{"--config", "/nonexistent"}, opts.Args...)...)
@@ -425,37 +425,4 @@ func Alive(pid int) bool {
 	}
 	st := b[i+2]
 	return st != 'Z' && st != 'X'
-}
-
-// Buffer is a bytes.Buffer safe for a process (or a logger) writing it
-// while a test reads it.
-type Buffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *Buffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *Buffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// Len is how many bytes were written.
-func (b *Buffer) Len() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Len()
-}
-
-// Contains reports whether what was written holds s.
-func (b *Buffer) Contains(s string) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return bytes.Contains(b.buf.Bytes(), []byte(s))
 }
