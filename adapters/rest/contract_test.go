@@ -252,7 +252,7 @@ func expect(t testing.TB, r response, status int, code string) {
 // nextCommand waits for the fake link to start a command.
 func (e *env) nextCommand() *resttest.Command {
 	e.t.Helper()
-	return testkit.Receive(e.t, 5*time.Second, e.link.Started(), "no command was started")
+	return testkit.Receive(e.t, 15*time.Second, e.link.Started(), "no command was started")
 }
 
 // TestEveryBodyRouteIsCheckedStrictly: every JSON body is vetted before the

@@ -426,7 +426,7 @@ func TestExecCallerGoneKillsCommand(t *testing.T) {
 	if err := <-errc; err == nil {
 		t.Fatal("the request succeeded although it was cancelled")
 	}
-	testkit.Receive(t, 5*time.Second, c.Ended(), "the command still runs after its caller went away")
+	testkit.Receive(t, 15*time.Second, c.Ended(), "the command still runs after its caller went away")
 	if kills, ctxGone := c.Killed(); kills == 0 && !ctxGone {
 		t.Fatal("the command ended, but neither by Kill nor by its context")
 	}
