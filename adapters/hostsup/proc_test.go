@@ -1,6 +1,7 @@
 package hostsup
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/testreq"
 )
 
@@ -52,7 +54,12 @@ func TestProcUIDOfANonDumpableProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	time.Sleep(300 * time.Millisecond) // let it drop dumpable
+	// Non-dumpable, its /proc files turn root's (the directory procUID
+	// reads excepted): wait for that, not for a time.
+	testkit.Eventually(t, 15*time.Second, "the process non-dumpable", func() bool {
+		var st syscall.Stat_t
+		return syscall.Stat(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid), &st) == nil && st.Uid == 0
+	})
 	if uid, err := procUID(cmd.Process.Pid); err != nil || uid != 65534 {
 		t.Fatalf("procUID = %d, %v; want 65534", uid, err)
 	}
