@@ -20,16 +20,21 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
+// drainGrace bounds how long output is still read after the main process
+// exited, for when a background grandchild keeps the pipe or terminal open.
+// The grace counts from the last output activity, so output still being
+// read or handed on (a slow consumer) is never cut; drainMax bounds it for
+// a grandchild that keeps writing. Variables for tests, which push one past
+// their waits so that only the other end of the drain can end it in time;
+// each Process takes them when it starts.
+var (
+	drainGrace = 200 * time.Millisecond
+	drainMax   = 5 * time.Second
+)
+
 const (
 	// DefaultKillGrace is the wait between SIGTERM and SIGKILL when Spec.KillGrace is 0.
 	DefaultKillGrace = 2 * time.Second
-	// drainGrace bounds how long output is still read after the main process
-	// exited, for when a background grandchild keeps the pipe or terminal open.
-	// The grace counts from the last output activity, so output still being
-	// read or handed on (a slow consumer) is never cut; drainMax bounds it for
-	// a grandchild that keeps writing.
-	drainGrace = 200 * time.Millisecond
-	drainMax   = 5 * time.Second
 	// afterKillWait bounds the wait for the group to vanish after SIGKILL
 	// (a process in uninterruptible sleep dies only when it wakes).
 	afterKillWait = time.Second
@@ -128,6 +133,8 @@ type Process struct {
 	timeout   time.Duration
 	timer     *time.Timer
 	started   time.Time
+	// drainGrace and drainMax, as they were at Start.
+	drainGrace, drainMax time.Duration
 
 	outMu sync.Mutex // serialises onOutput calls
 	// lastOutput is when a reader last got data or finished handing it on
@@ -147,9 +154,6 @@ type Process struct {
 	closing  bool
 	timedOut bool
 	killDone chan struct{} // non-nil once a kill sequence started; closed when it ends
-
-	// For tests: when the main process was reaped and when done was closed.
-	exitedAt, doneAt time.Time
 }
 
 // Start starts the process. onOutput (may be nil) receives output in order
@@ -214,6 +218,8 @@ func Start(spec Spec, onOutput func(stream ports.OutputStream, data []byte)) (*P
 		onOutput:    onOutput,
 		killGrace:   spec.KillGrace,
 		timeout:     spec.Timeout,
+		drainGrace:  drainGrace,
+		drainMax:    drainMax,
 		readersDone: make(chan struct{}),
 		done:        make(chan struct{}),
 	}
@@ -367,7 +373,6 @@ func (p *Process) reap() {
 	}
 	p.mu.Lock()
 	p.exited = true
-	p.exitedAt = exitedAt
 	p.mu.Unlock()
 
 	// Normally EOF comes at once; a leftover grandchild holding the output
@@ -384,7 +389,7 @@ func (p *Process) reap() {
 		<-kd
 		select {
 		case <-p.readersDone:
-		case <-time.After(drainGrace):
+		case <-time.After(p.drainGrace):
 		}
 	}
 
@@ -403,9 +408,6 @@ func (p *Process) reap() {
 	}
 
 	p.result = p.buildResult(waitErr, exitedAt.Sub(p.started))
-	p.mu.Lock()
-	p.doneAt = time.Now()
-	p.mu.Unlock()
 	close(p.done)
 }
 
@@ -451,8 +453,8 @@ func (p *Process) readLeft(o outputFile) {
 // drainOutput waits for the readers to reach EOF, or for drainGrace without
 // output activity, or for drainMax in all.
 func (p *Process) drainOutput(exitedAt time.Time) {
-	deadline := exitedAt.Add(drainMax)
-	timer := time.NewTimer(drainGrace)
+	deadline := exitedAt.Add(p.drainMax)
+	timer := time.NewTimer(p.drainGrace)
 	defer timer.Stop()
 	for {
 		select {
@@ -466,10 +468,10 @@ func (p *Process) drainOutput(exitedAt time.Time) {
 			last = exitedAt
 		}
 		idle := now.Sub(last)
-		if now.After(deadline) || (p.handing.Load() == 0 && idle >= drainGrace) {
+		if now.After(deadline) || (p.handing.Load() == 0 && idle >= p.drainGrace) {
 			return
 		}
-		timer.Reset(max(drainGrace-idle, 10*time.Millisecond))
+		timer.Reset(max(p.drainGrace-idle, 10*time.Millisecond))
 	}
 }
 

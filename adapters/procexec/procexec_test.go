@@ -95,11 +95,16 @@ func start(t *testing.T, spec Spec) (*Process, *collector) {
 		t.Fatalf("Start(%q): %v", spec.Command, err)
 	}
 	t.Cleanup(func() {
-		// Never leave a process behind a failed test.
+		// Never leave a process behind a failed test, nor hang on one
+		// whose drain a test pushed out of reach.
 		if !p.finished() {
 			p.Kill()
 		}
-		p.Wait()
+		select {
+		case <-p.Done():
+		case <-time.After(15 * time.Second):
+			t.Errorf("process %d did not finish after Kill", p.Pid())
+		}
 	})
 	return p, c
 }
@@ -138,7 +143,7 @@ func procGone(pid int) bool {
 // firstLinePid reads a pid the command printed on its first line.
 func firstLinePid(t *testing.T, c *collector, s ports.OutputStream) int {
 	t.Helper()
-	if !c.waitFor(s, "\n", 5*time.Second) {
+	if !c.waitFor(s, "\n", 15*time.Second) {
 		t.Fatalf("no pid printed; output %q", c.get(s))
 	}
 	line, _, _ := strings.Cut(c.get(s), "\n")
@@ -198,14 +203,16 @@ func TestSignalExit(t *testing.T) {
 func TestStreaming(t *testing.T) {
 	for _, pty := range []bool{false, true} {
 		t.Run(fmt.Sprintf("pty=%v", pty), func(t *testing.T) {
-			spec := sh("printf a; sleep 0.3; printf b")
+			// The command goes on past "a" only once the test made the gate.
+			gate := filepath.Join(t.TempDir(), "gate")
+			spec := sh(`printf a; while [ ! -e "$1" ]; do sleep 0.01; done; printf b`, gate)
 			spec.PTY = pty
 			stream := ports.StreamStdout
 			if pty {
 				stream = ports.StreamPTY
 			}
 			p, c := start(t, spec)
-			if !c.waitFor(stream, "a", 5*time.Second) {
+			if !c.waitFor(stream, "a", 15*time.Second) {
 				t.Fatal("no 'a'")
 			}
 			select {
@@ -216,7 +223,10 @@ func TestStreaming(t *testing.T) {
 			if got := c.get(stream); got != "a" {
 				t.Fatalf("early output %q", got)
 			}
-			r := wait(t, p, c, 10*time.Second)
+			if err := os.WriteFile(gate, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			r := wait(t, p, c, 15*time.Second)
 			if r.ExitCode != 0 || c.get(stream) != "ab" {
 				t.Fatalf("result %+v output %q", r, c.get(stream))
 			}
@@ -224,27 +234,31 @@ func TestStreaming(t *testing.T) {
 	}
 }
 
-// A fast command gets EOF at once and must not pay the drain grace.
+// A fast command gets EOF at once and must not pay the drain grace: the
+// grace outlasts the wait here, so only the EOF can end the drain in time.
 func TestFastExitNoGrace(t *testing.T) {
+	defer func(d time.Duration) { drainGrace = d }(drainGrace)
+	drainGrace = time.Hour
 	for _, pty := range []bool{false, true} {
 		t.Run(fmt.Sprintf("pty=%v", pty), func(t *testing.T) {
 			for i := 0; i < 5; i++ {
 				p, c := start(t, Spec{Command: "true", PTY: pty})
-				r := wait(t, p, c, 10*time.Second)
+				r := wait(t, p, c, 15*time.Second)
 				if r.ExitCode != 0 {
 					t.Fatalf("result %+v", r)
-				}
-				if d := p.doneAt.Sub(p.exitedAt); d >= drainGrace/2 {
-					t.Fatalf("exit to done took %v", d)
 				}
 			}
 		})
 	}
 }
 
-// A background grandchild holding the output open must not make Wait hang.
+// A background grandchild holding the output open must not make Wait hang:
+// the drain ends after its grace of silence. drainMax, its other end, is
+// pushed past the wait here, and the grandchild outlives the wait, so only
+// the grace can end the drain in time. (Not parallel: it sets drainMax.)
 func TestLingeringGrandchild(t *testing.T) {
-	t.Parallel()
+	defer func(d time.Duration) { drainMax = d }(drainMax)
+	drainMax = time.Hour
 	for _, pty := range []bool{false, true} {
 		t.Run(fmt.Sprintf("pty=%v", pty), func(t *testing.T) {
 			// Ignoring SIGHUP keeps it alive when the PTY session leader exits.
@@ -256,15 +270,12 @@ func TestLingeringGrandchild(t *testing.T) {
 			}
 			p, c := start(t, spec)
 			pid := firstLinePid(t, c, stream)
-			r := wait(t, p, c, 5*time.Second)
+			r := wait(t, p, c, 15*time.Second)
 			if r.ExitCode != 0 || r.Signal != 0 {
 				t.Fatalf("result %+v", r)
 			}
 			if !strings.Contains(c.get(stream), "done") {
 				t.Fatalf("output %q", c.get(stream))
-			}
-			if d := p.doneAt.Sub(p.exitedAt); d > 2*time.Second {
-				t.Fatalf("drain took %v", d)
 			}
 			if procGone(pid) {
 				t.Fatalf("grandchild %d should still run (only the drain stops)", pid)
@@ -285,7 +296,9 @@ func TestTimeoutKillsGroup(t *testing.T) {
 	if !r.TimedOut || r.Signal != int(syscall.SIGTERM) || r.ExitCode != 128+int(syscall.SIGTERM) || r.Error == "" {
 		t.Fatalf("result %+v", r)
 	}
-	if r.Duration < time.Second || r.Duration > 3*time.Second {
+	// At least the timeout (its own timer); the wait above tells that it
+	// did not run on to the sleep's end.
+	if r.Duration < time.Second {
 		t.Fatalf("duration %v", r.Duration)
 	}
 	if !procGone(pid) {
@@ -339,7 +352,7 @@ func TestKill(t *testing.T) {
 			p, c := start(t, Spec{Command: "sleep", Args: []string{"30"}, PTY: pty})
 			p.Kill()
 			r := wait(t, p, c, 10*time.Second)
-			if r.TimedOut || r.Signal != 15 || r.ExitCode != 143 || r.Duration > 5*time.Second {
+			if r.TimedOut || r.Signal != 15 || r.ExitCode != 143 {
 				t.Fatalf("result %+v", r)
 			}
 			// After the end: no-ops and clear errors.
@@ -421,7 +434,7 @@ func TestPTYSize(t *testing.T) {
 func TestPTYResize(t *testing.T) {
 	t.Parallel()
 	p, c := start(t, Spec{Command: "sh", Args: []string{"-c", "stty size; read x; stty size"}, PTY: true, Cols: 100, Rows: 30})
-	if !c.waitFor(ports.StreamPTY, "30 100", 5*time.Second) {
+	if !c.waitFor(ports.StreamPTY, "30 100", 15*time.Second) {
 		t.Fatalf("output %q", c.get(ports.StreamPTY))
 	}
 	if err := p.Resize(120, 40); err != nil {
@@ -440,12 +453,10 @@ func TestPTYSigint(t *testing.T) {
 	t.Parallel()
 	p, c := start(t, Spec{Command: "sleep", Args: []string{"30"}, PTY: true})
 	// Signal the running sleep, not the child before its exec.
-	for i := 0; i < 200; i++ {
-		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p.Pid())); string(b) == "sleep\n" {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(t, 15*time.Second, "sleep running", func() bool {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p.Pid()))
+		return string(b) == "sleep\n"
+	})
 	if err := p.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
@@ -515,7 +526,7 @@ func TestStdinClosedByDefault(t *testing.T) {
 	if err := p.CloseStdin(); !errors.Is(err, ErrNoStdin) {
 		t.Fatalf("CloseStdin: %v", err)
 	}
-	r := wait(t, p, c, 5*time.Second)
+	r := wait(t, p, c, 15*time.Second)
 	if r.ExitCode != 0 || c.get(ports.StreamStdout) != "" {
 		t.Fatalf("result %+v", r)
 	}
@@ -533,7 +544,7 @@ func TestBlockedWriteStdinReleased(t *testing.T) {
 		if err == nil {
 			t.Fatal("write to a process that never read succeeded")
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(15 * time.Second):
 		t.Fatal("WriteStdin still blocked after Wait")
 	}
 }
@@ -696,7 +707,7 @@ func TestKillOwnGroup(t *testing.T) {
 	}
 	// Still here; and our group is not the command's.
 	p, c := start(t, Spec{Command: "sleep", Args: []string{"0"}})
-	wait(t, p, c, 5*time.Second)
+	wait(t, p, c, 15*time.Second)
 	if p.Pid() == syscall.Getpgrp() {
 		t.Fatal("command shares our process group")
 	}
@@ -708,7 +719,7 @@ func TestPidIsGroupLeader(t *testing.T) {
 		spec := sh(`cut -d" " -f5 /proc/$$/stat`) // pgrp of the shell
 		spec.PTY = pty
 		p, c := start(t, spec)
-		wait(t, p, c, 5*time.Second)
+		wait(t, p, c, 15*time.Second)
 		out := strings.TrimSpace(c.get(ports.StreamStdout) + c.get(ports.StreamPTY))
 		if out != strconv.Itoa(p.Pid()) {
 			t.Fatalf("pty=%v: pgrp %q, pid %d", pty, out, p.Pid())
@@ -768,7 +779,7 @@ func TestRunAs(t *testing.T) {
 func TestNoGoroutineLeak(t *testing.T) {
 	settle := func(max int) int {
 		n := runtime.NumGoroutine()
-		for i := 0; i < 200 && n > max; i++ {
+		for i := 0; i < 1500 && n > max; i++ {
 			time.Sleep(10 * time.Millisecond)
 			n = runtime.NumGoroutine()
 		}
