@@ -184,7 +184,7 @@ func (g *seqIDs) NewID() string { return fmt.Sprintf("id-%d", g.n.Add(1)) }
 // The harness: a service wired to fakes.
 
 const (
-	waitTimeout = 5 * time.Second
+	waitTimeout = 15 * time.Second // tells a hang from a loaded machine
 	hitlQuiet   = 100 * time.Millisecond
 )
 
@@ -257,6 +257,14 @@ func (h heldAgents) AgentHeld(id string) bool { return h[id] }
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
+	return newHarnessOn(t, portsfake.NewRunningClock())
+}
+
+// newHarnessOn is newHarness with the service on clock: a standing one
+// (portsfake.NewClock) for a test whose timestamps must be only the ones it
+// sets, whatever time the machine takes.
+func newHarnessOn(t *testing.T, clock *portsfake.Clock) *harness {
+	t.Helper()
 	log := &opLog{}
 	h := &harness{
 		t:   t,
@@ -269,7 +277,7 @@ func newHarness(t *testing.T) *harness {
 		}))},
 		link:  newLink(log),
 		dir:   portsfake.NewDirectory(agentInfo("agent-1", "ready", 0)),
-		clock: portsfake.NewRunningClock(),
+		clock: clock,
 		ids:   &seqIDs{},
 	}
 	h.svc = h.newService()

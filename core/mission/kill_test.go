@@ -4,7 +4,6 @@ import (
 	"context"
 	"reflect"
 	"testing"
-	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
@@ -151,7 +150,7 @@ func TestKillSessionWhileStartPendingKillsTheProcess(t *testing.T) {
 	h.waitEvent("m1", "mission.aborted")
 	close(release)
 	c := h.cmd(m.SessionID)
-	if !testkit.Within(time.Second, func() bool { return kills(c) > 0 }) {
+	if !testkit.Within(waitTimeout, func() bool { return kills(c) > 0 }) {
 		t.Errorf("the process of aborted mission m1 was started and never killed: it runs on with no mission")
 	}
 	c.Finish(ports.CommandResult{ExitCode: 137, Signal: 9})

@@ -209,7 +209,9 @@ func TestStartedAndDoneBeforeStartReturns(t *testing.T) {
 }
 
 func TestProgressRateLimited(t *testing.T) {
-	h := newHarness(t)
+	// A standing clock: with one that runs, the machine's time between the
+	// chunks added to their 0.5 s, and a slow run made a chunk early due.
+	h := newHarnessOn(t, portsfake.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)))
 	_, c := h.run("m1")
 	// Output every 0.5 s for 11 s, on the service's clock. Each chunk is
 	// handled before the clock moves on: the chunk's own callback and the
@@ -217,7 +219,7 @@ func TestProgressRateLimited(t *testing.T) {
 	for i := 1; i <= 22; i++ {
 		before := h.clock.Calls()
 		emit(c, fmt.Sprintf("line %d\r\n", i))
-		testkit.Within(2*time.Second, func() bool { return h.clock.Calls() >= before+2 })
+		waitFor(t, func() bool { return h.clock.Calls() >= before+2 }, "line %d handled", i)
 		h.clock.Advance(500 * time.Millisecond)
 	}
 	// Wait for the last chunk's decision, then end the mission.
