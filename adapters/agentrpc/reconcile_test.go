@@ -220,6 +220,10 @@ func TestStartRefusesADuplicateID(t *testing.T) {
 // until then (after the Drain too) is handled, and only then does its
 // stream end, with Unavailable. A server going away takes no new stream.
 func TestCloseStreamsDrainsEveryStream(t *testing.T) {
+	// Only the agents' closes can end their drained streams within the
+	// waits: the timeout that would end them anyway is an hour.
+	defer func(d time.Duration) { drainTimeout = d }(drainTimeout)
+	drainTimeout = time.Hour
 	h := newHarness(t)
 	agents := []*fakeAgent{h.connectAgent("agent-a"), h.connectAgent("agent-b")}
 	var outs []*outputLog

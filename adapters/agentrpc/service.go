@@ -89,6 +89,8 @@ type Service struct {
 	cfg  Config
 	log  *slog.Logger
 	auth authenticator
+	// drainTimeout as it was when the service was made.
+	drainTimeout time.Duration
 
 	// mu guards what changes together: the agents known and their live
 	// connections, whether new streams are taken on, and the commands
@@ -144,6 +146,8 @@ func New(cfg Config) *Service {
 		registry: agent.NewRegistry(),
 		conns:    map[string]*conn{},
 		commands: map[string]*command{},
+
+		drainTimeout: drainTimeout,
 	}
 }
 

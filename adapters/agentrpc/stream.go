@@ -43,8 +43,10 @@ type conn struct {
 }
 
 // drainTimeout bounds how long a drained stream is read for the agent's
-// close (an agent that does not know Drain keeps sending).
-const drainTimeout = 3 * time.Second
+// close (an agent that does not know Drain keeps sending). A variable for
+// tests, which push it past their waits so that only the agent's close can
+// end a drained stream in time; each Service takes it when made.
+var drainTimeout = 3 * time.Second
 
 // maxOrphanBytes bounds the output held per connection before its report.
 const maxOrphanBytes = 16 << 20
@@ -202,7 +204,7 @@ loop:
 				if err != nil && !errors.Is(err, io.EOF) {
 					s.log.Info("drained agent stream ended without its close", "agent_id", c.agentID, "err", err)
 				}
-			case <-time.After(drainTimeout):
+			case <-time.After(s.drainTimeout):
 				s.log.Warn("agent did not close its drained stream in time; ending it", "agent_id", c.agentID)
 			case <-c.closed:
 			case <-ctx.Done():

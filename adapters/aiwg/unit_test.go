@@ -119,11 +119,11 @@ func TestConfirmations(t *testing.T) {
 	}
 }
 
-// runReturns runs c and fails the test with what unless Run returns within
-// a second.
+// runReturns runs c and fails the test with what unless Run returns by
+// itself (its context never ends) within a wait that only a hang outlasts.
 func runReturns(t *testing.T, c *Client, what string) {
 	t.Helper()
 	done := make(chan struct{})
 	go func() { defer close(done); c.Run(context.Background()) }()
-	testkit.Receive(t, time.Second, done, what)
+	testkit.Receive(t, 15*time.Second, done, what)
 }
