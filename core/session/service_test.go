@@ -176,7 +176,7 @@ func TestReconcileAdoptsLosesAndKills(t *testing.T) {
 	if logged(log, dev.ID) != "tick" {
 		t.Fatalf("adopted session's log %q", logged(log, dev.ID))
 	}
-	testkit.Eventually(t, 2*time.Second, "the foreign session killed", func() bool {
+	testkit.Eventually(t, 15*time.Second, "the foreign session killed", func() bool {
 		c := link.Command("c-stranger")
 		if c == nil {
 			return false

@@ -164,7 +164,7 @@ func TestEveryStateContinuesAfterARestart(t *testing.T) {
 		}
 		s.Resume()
 		var got ports.TaskRecord
-		testkit.Within(5*time.Second, func() bool { got, _ = s.Get("t1"); return State(got.State).Terminal() })
+		testkit.Within(15*time.Second, func() bool { got, _ = s.Get("t1"); return State(got.State).Terminal() })
 		s.Close()
 		if State(got.State) != c.want {
 			t.Errorf("%s (command id %v, kept %v): ended %s (%s %s), want %s", name, c.commandID, c.kept, got.State, got.Reason, got.Error, c.want)
@@ -206,10 +206,10 @@ func TestStoppingTheServerLeavesTheRunAlone(t *testing.T) {
 		in := func(st State) func() bool {
 			return func() bool { got, _ := s.Get(sub.Task.ID); return got.State == string(st) }
 		}
-		testkit.Within(5*time.Second, in(Running))
+		testkit.Within(15*time.Second, in(Running))
 		if cancel {
 			_, _ = s.Cancel(context.Background(), sub.Task.ID)
-			testkit.Within(5*time.Second, in(Cancelled))
+			testkit.Within(15*time.Second, in(Cancelled))
 		}
 		s.Close()
 		got, _ := store.Get(context.Background(), sub.Task.ID)
