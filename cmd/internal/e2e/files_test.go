@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -535,6 +536,7 @@ func holdDownloads(t *testing.T, target string, n int64) (proxyURL string, relea
 	release = func() { once.Do(func() { close(gate) }) }
 	rp := httputil.NewSingleHostReverseProxy(u)
 	rp.FlushInterval = -1 // what passes reaches the client at once
+	rp.ErrorLog = log.New(io.Discard, "", 0) // the cut body is the point
 	rp.ModifyResponse = func(resp *http.Response) error {
 		if strings.HasSuffix(resp.Request.URL.Path, "/files/content") && resp.StatusCode == http.StatusOK {
 			resp.Body = &heldBody{ReadCloser: resp.Body, left: n, gate: gate}

@@ -80,6 +80,29 @@ func dialFlow(t *testing.T, s *harness.Server) *websocket.Conn {
 	return ws
 }
 
+// createFlood starts a background session named name that prints the flow
+// on host-01; ws, its creator, watches it from its start (as if it had
+// joined from 0: joining again would replay what came before twice).
+func createFlood(t *testing.T, ws *websocket.Conn, name string) string {
+	t.Helper()
+	if err := ws.WriteJSON(map[string]any{"type": "create_session", "id": "c", "agent_id": "host-01", "session_type": "background",
+		"pty": false, "name": name, "command": "sh", "args": []string{"-c", flowProducer}}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		var f map[string]any
+		if err := ws.ReadJSON(&f); err != nil {
+			t.Fatal(err)
+		}
+		if f["type"] == "error" {
+			t.Fatalf("create: %v", f)
+		}
+		if f["type"] == "session_started" {
+			return f["session_id"].(string)
+		}
+	}
+}
+
 // readStream reads one session's frames until session_exited, checking
 // that every byte is the right one for its offset and that output and gap
 // frames together cover the stream without overlap. It returns the bytes
@@ -167,29 +190,9 @@ func TestFastAndStalledViewersOf100MB(t *testing.T) {
 	dataDir := t.TempDir()
 	s := startServer(t, 1, dataDir, privateTmux(t)...)
 	fast, slow := dialFlow(t, s), dialFlow(t, s)
-
-	if err := fast.WriteJSON(map[string]any{"type": "create_session", "id": "c", "agent_id": "host-01", "session_type": "background",
-		"pty": false, "name": "flood", "command": "sh", "args": []string{"-c", flowProducer}}); err != nil {
-		t.Fatal(err)
-	}
-	var id string
-	for id == "" {
-		var f map[string]any
-		if err := fast.ReadJSON(&f); err != nil {
-			t.Fatal(err)
-		}
-		if f["type"] == "error" {
-			t.Fatalf("create: %v", f)
-		}
-		if f["type"] == "session_started" {
-			id = f["session_id"].(string)
-		}
-	}
+	id := createFlood(t, fast, "flood")
 	// The slow viewer joins from the start and then reads nothing.
 	if err := slow.WriteJSON(map[string]any{"type": "join_session", "session_id": id, "role": "observer", "replay_from": 0}); err != nil {
-		t.Fatal(err)
-	}
-	if err := fast.WriteJSON(map[string]any{"type": "join_session", "session_id": id, "role": "observer", "replay_from": 0}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -228,23 +231,7 @@ func TestStalledViewerIsDisconnectedAndRejoins(t *testing.T) {
 	dataDir := t.TempDir()
 	s := startServer(t, 1, dataDir, "AGENTIC_VIEWER_STALL_TIMEOUT=2s")
 	ws := dialFlow(t, s)
-	if err := ws.WriteJSON(map[string]any{"type": "create_session", "id": "c", "agent_id": "host-01", "session_type": "background",
-		"pty": false, "name": "stall", "command": "sh", "args": []string{"-c", flowProducer}}); err != nil {
-		t.Fatal(err)
-	}
-	var id string
-	for id == "" {
-		var f map[string]any
-		if err := ws.ReadJSON(&f); err != nil {
-			t.Fatal(err)
-		}
-		if f["type"] == "session_started" {
-			id = f["session_id"].(string)
-		}
-	}
-	if err := ws.WriteJSON(map[string]any{"type": "join_session", "session_id": id, "role": "observer", "replay_from": 0}); err != nil {
-		t.Fatal(err)
-	}
+	id := createFlood(t, ws, "stall")
 	time.Sleep(6 * time.Second) // stalled: three times the timeout
 	got, gaps, reached, err := readStreamFrom(t, ws, id, 0, time.Now().Add(time.Minute))
 	var ne net.Error
