@@ -535,7 +535,7 @@ func holdDownloads(t *testing.T, target string, n int64) (proxyURL string, relea
 	var once sync.Once
 	release = func() { once.Do(func() { close(gate) }) }
 	rp := httputil.NewSingleHostReverseProxy(u)
-	rp.FlushInterval = -1 // what passes reaches the client at once
+	rp.FlushInterval = -1                    // what passes reaches the client at once
 	rp.ErrorLog = log.New(io.Discard, "", 0) // the cut body is the point
 	rp.ModifyResponse = func(resp *http.Response) error {
 		if strings.HasSuffix(resp.Request.URL.Path, "/files/content") && resp.StatusCode == http.StatusOK {
