@@ -65,17 +65,17 @@ func newPoolFixture(t *testing.T, prepare func(*poolFixture)) *poolFixture {
 	return f
 }
 
-// eventually waits up to 5 s for cond, failing with what.
+// eventually waits up to 15 s for cond, failing with what.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	testkit.Eventually(t, 5*time.Second, what, cond)
+	testkit.Eventually(t, 15*time.Second, what, cond)
 }
 
 // waitIdle plays the members' agents (each provisioned member's agent
 // connects) until the pool has idle members.
 func (f *poolFixture) waitIdle(t *testing.T, pool string, idle int) PoolStatus {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(15 * time.Second)
 	for {
 		st, _ := f.svc.Pool(pool)
 		for _, m := range st.Members {
@@ -252,7 +252,7 @@ func TestAMemberIsIdleOnlyWhenWarm(t *testing.T) {
 		t.Fatal(err)
 	}
 	var member string
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(15 * time.Second)
 	for {
 		ran := whatRan(link)
 		st, _ := f.svc.Pool("p")

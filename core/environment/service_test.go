@@ -122,7 +122,7 @@ func waitState(t *testing.T, s *Service, name string, want State) Environment {
 	t.Helper()
 	var e Environment
 	var ok bool
-	if !testkit.Within(5*time.Second, func() bool { e, ok = s.Inspect(context.Background(), name); return ok && e.State == want }) {
+	if !testkit.Within(15*time.Second, func() bool { e, ok = s.Inspect(context.Background(), name); return ok && e.State == want }) {
 		t.Fatalf("%s: state %q (ok %v), want %q; events %+v", name, e.State, ok, want, e.Events)
 	}
 	return e

@@ -21,7 +21,7 @@ func TestEveryCallsUntilCtxEnds(t *testing.T) {
 	}()
 	select {
 	case <-done:
-	case <-time.After(5 * time.Second):
+	case <-time.After(15 * time.Second):
 		t.Fatal("Every did not return after ctx ended")
 	}
 	if got := n.Load(); got < 3 {
