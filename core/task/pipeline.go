@@ -19,6 +19,13 @@ import (
 func (s *Service) start(e *entry) {
 	ctx, cancel := context.WithCancel(s.life)
 	s.mu.Lock()
+	// Submit and Resume may both start a task submitted while the server
+	// resumes the ones it had (REST serves by then): it runs once.
+	if e.running {
+		s.mu.Unlock()
+		cancel()
+		return
+	}
 	e.cancel, e.running = cancel, true
 	s.mu.Unlock()
 	s.wg.Add(1)

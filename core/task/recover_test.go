@@ -184,6 +184,56 @@ func TestEveryStateContinuesAfterARestart(t *testing.T) {
 	}
 }
 
+// gatedWorkspace holds every staging until the gate is closed, saying on
+// entered that one waits.
+type gatedWorkspace struct {
+	fakeWorkspace
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (w *gatedWorkspace) Stage(ctx context.Context, id string, repo ports.TaskRepository, dir string) (string, error) {
+	select {
+	case w.entered <- struct{}{}:
+	default:
+	}
+	<-w.gate
+	return w.fakeWorkspace.Stage(ctx, id, repo, dir)
+}
+
+// A task started twice while it runs — Submit's start and Resume's, when a
+// task comes in while the server resumes its own — runs once (it ran twice:
+// "illegal task transition", "command id already in use", then agent_lost).
+func TestATaskStartedTwiceRunsOnce(t *testing.T) {
+	const manifest = "repository: {url: /r}\ncommand: {argv: [\"true\"]}\nenvironment: {runtime: host}\n"
+	store := portsfake.NewTaskStore()
+	now := time.Now()
+	_ = store.Put(context.Background(), ports.TaskRecord{ID: "t1", State: string(Pending), Manifest: manifest, CreatedAt: now,
+		Phases: []ports.TaskPhase{{State: string(Pending), At: now}}, Environment: ports.TaskEnvironment{Name: EnvironmentName("t1"), Runtime: "host"}})
+	link := portsfake.NewLink(portsfake.WithScript(func(c *portsfake.Command) { c.Exit(0) }))
+	ws := &gatedWorkspace{entered: make(chan struct{}, 1), gate: make(chan struct{})}
+	s := New(Config{Store: store, Workspace: ws, Environments: &fakeEnvs{envs: map[string]environment.Environment{}}, Files: fakeFiles{},
+		Link: link, Secrets: noSecrets{}, Clock: clock.Wall{}, IDs: &seq{}, DefaultRuntime: "host"})
+	defer s.Close()
+	if err := s.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	e := s.tasks["t1"]
+	s.mu.Unlock()
+	s.start(e)
+	testkit.Receive(t, 15*time.Second, ws.entered, "the first start did not reach staging")
+	s.start(e) // the first is held in staging
+	close(ws.gate)
+	var got ports.TaskRecord
+	if !testkit.Within(15*time.Second, func() bool { got, _ = s.Get("t1"); return State(got.State).Terminal() }) {
+		t.Fatalf("not ended: %+v", got)
+	}
+	if State(got.State) != Completed || ws.staged.Load() != 1 || len(link.Starts()) != 1 {
+		t.Fatalf("ended %s (%s), staged %d times, started %d; want completed, once each", got.State, got.Error, ws.staged.Load(), len(link.Starts()))
+	}
+}
+
 // A server that stops leaves a running task's process alone (the next
 // start binds to it); a cancel kills it.
 func TestStoppingTheServerLeavesTheRunAlone(t *testing.T) {
