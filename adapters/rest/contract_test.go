@@ -12,17 +12,14 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
-	"github.com/getkin/kin-openapi/openapi3filter"
-	"github.com/getkin/kin-openapi/routers"
-	"github.com/getkin/kin-openapi/routers/legacy"
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/rest/resttest"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/apicontract"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 	"github.com/agentic-sandbox/agentic-sandbox/ports/portsfake"
@@ -34,35 +31,14 @@ const (
 	testExecToken = "s3cret-executor-token"
 )
 
-var (
-	specOnce   sync.Once
-	specDoc    *openapi3.T
-	specRouter routers.Router
-	specErr    error
-)
-
-func loadSpec(t testing.TB) (*openapi3.T, routers.Router) {
+func loadSpec(t testing.TB) *openapi3.T {
 	t.Helper()
-	specOnce.Do(func() {
-		loader := openapi3.NewLoader()
-		specDoc, specErr = loader.LoadFromData(restapi.Spec)
-		if specErr != nil {
-			return
-		}
-		// Route on the path alone: test servers listen on random ports.
-		specDoc.Servers = nil
-		if specErr = specDoc.Validate(loader.Context); specErr != nil {
-			return
-		}
-		specRouter, specErr = legacy.NewRouter(specDoc)
-	})
-	if specErr != nil {
-		t.Fatalf("loading openapi.yaml: %v", specErr)
+	doc, _, err := apicontract.Spec()
+	if err != nil {
+		t.Fatalf("loading openapi.yaml: %v", err)
 	}
-	return specDoc, specRouter
+	return doc
 }
-
-var snakeCase = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
 
 // checkContract validates one response against openapi.yaml: a declared
 // status, a body matching its schema, and for every error the JSON Error
@@ -77,51 +53,9 @@ func checkContract(t testing.TB, req *http.Request, status int, header http.Head
 	if status >= 500 && status != http.StatusBadGateway && status != http.StatusServiceUnavailable {
 		t.Errorf("%s %s: server error %d: %s", req.Method, req.URL.Path, status, body)
 	}
-	// /readyz answers 503 with its Readiness body, not an error.
-	if status >= 400 && req.URL.Path != "/readyz" {
-		checkErrorBody(t, req, status, header, body)
+	if err := apicontract.CheckResponse(req, status, header, body); err != nil {
+		t.Error(err)
 	}
-	_, router := loadSpec(t)
-	route, params, err := router.FindRoute(req)
-	if err != nil {
-		// Not in openapi.yaml: /metrics, /openapi.yaml, unknown routes and
-		// methods. Their errors were checked above.
-		return
-	}
-	in := &openapi3filter.ResponseValidationInput{
-		RequestValidationInput: &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route},
-		Status:                 status,
-		Header:                 header,
-		Options:                &openapi3filter.Options{IncludeResponseStatus: true},
-	}
-	in.SetBodyBytes(body)
-	if err := openapi3filter.ValidateResponse(context.Background(), in); err != nil {
-		t.Errorf("%s %s: response %d breaks openapi.yaml: %v\nbody: %s", req.Method, req.URL.Path, status, err, clipBody(body))
-	}
-}
-
-func checkErrorBody(t testing.TB, req *http.Request, status int, header http.Header, body []byte) {
-	t.Helper()
-	if ct := header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
-		t.Errorf("%s %s: error %d has content type %q, want application/json", req.Method, req.URL.Path, status, ct)
-	}
-	var e map[string]any
-	if err := json.Unmarshal(body, &e); err != nil {
-		t.Errorf("%s %s: error %d body is not JSON: %v: %s", req.Method, req.URL.Path, status, err, clipBody(body))
-		return
-	}
-	msg, _ := e["error"].(string)
-	code, _ := e["code"].(string)
-	if msg == "" || !snakeCase.MatchString(code) || len(e) != 2 {
-		t.Errorf("%s %s: error %d body %s is not {error, code}", req.Method, req.URL.Path, status, clipBody(body))
-	}
-}
-
-func clipBody(b []byte) string {
-	if len(b) > 500 {
-		return string(b[:500]) + "…"
-	}
-	return string(b)
 }
 
 // missionEpoch stamps the fake missions: it has nanoseconds, so the
@@ -184,7 +118,7 @@ type response struct {
 func (r response) decode(t testing.TB, v any) {
 	t.Helper()
 	if err := json.Unmarshal(r.body, v); err != nil {
-		t.Fatalf("decoding %s: %v", clipBody(r.body), err)
+		t.Fatalf("decoding %s: %v", apicontract.Clip(r.body), err)
 	}
 }
 
@@ -240,11 +174,11 @@ func (e *env) callCtx(ctx context.Context, method, path, body, auth string) resp
 func expect(t testing.TB, r response, status int, code string) {
 	t.Helper()
 	if r.status != status {
-		t.Fatalf("status %d, want %d: %s", r.status, status, clipBody(r.body))
+		t.Fatalf("status %d, want %d: %s", r.status, status, apicontract.Clip(r.body))
 	}
 	if code != "" {
 		if got := r.code(t); got != code {
-			t.Fatalf("code %q, want %q: %s", got, code, clipBody(r.body))
+			t.Fatalf("code %q, want %q: %s", got, code, apicontract.Clip(r.body))
 		}
 	}
 }
@@ -260,7 +194,7 @@ func (e *env) nextCommand() *resttest.Command {
 // uploads stream, bounded by the file maximum; a task's manifest is YAML
 // or JSON, read by createTask.
 func TestEveryBodyRouteIsCheckedStrictly(t *testing.T) {
-	doc, _ := loadSpec(t)
+	doc := loadSpec(t)
 	for path, item := range doc.Paths.Map() {
 		for method, op := range item.Operations() {
 			if op.RequestBody == nil {
@@ -277,7 +211,7 @@ func TestEveryBodyRouteIsCheckedStrictly(t *testing.T) {
 // give whatever it does (401 without a token, 400 and 413 for a body the
 // shared checks refuse) are declared by every operation they apply to.
 func TestEveryOperationDeclaresTheSharedAnswers(t *testing.T) {
-	doc, _ := loadSpec(t)
+	doc := loadSpec(t)
 	for path, item := range doc.Paths.Map() {
 		for method, op := range item.Operations() {
 			want := []string{}
@@ -299,7 +233,7 @@ func TestEveryOperationDeclaresTheSharedAnswers(t *testing.T) {
 // TestEveryErrorCodeIsDocumented: each code a handler can answer is in the
 // spec's list of Error codes, so clients can rely on the list.
 func TestEveryErrorCodeIsDocumented(t *testing.T) {
-	doc, _ := loadSpec(t)
+	doc := loadSpec(t)
 	listed := doc.Components.Schemas["Error"].Value.Properties["code"].Value.Description
 	files, err := filepath.Glob("*.go")
 	if err != nil {

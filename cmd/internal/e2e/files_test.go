@@ -26,6 +26,7 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/apicontract"
 )
 
 // fileURL is a file route of agent on s.
@@ -57,7 +58,7 @@ func fileDo(t *testing.T, s *harness.Server, method, u string, body io.Reader) (
 	if err != nil {
 		t.Fatalf("%s %s: reading the answer: %v", method, u, err)
 	}
-	if err := harness.CheckResponse(req, resp.StatusCode, resp.Header, b); err != nil {
+	if err := apicontract.CheckResponse(req, resp.StatusCode, resp.Header, b); err != nil {
 		t.Errorf("openapi.yaml: %v", err)
 	}
 	return resp.StatusCode, b

@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/apicontract"
 )
 
 // fakeClaude is a stand-in for claude on PATH: by its prompt ($2) it edits,
@@ -110,7 +111,7 @@ func (e *taskEnv) submit(manifest string, headers ...string) (int, []byte) {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	if err := harness.CheckResponse(req, resp.StatusCode, resp.Header, b); err != nil {
+	if err := apicontract.CheckResponse(req, resp.StatusCode, resp.Header, b); err != nil {
 		e.t.Errorf("openapi.yaml: %v", err)
 	}
 	return resp.StatusCode, b

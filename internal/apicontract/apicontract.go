@@ -1,0 +1,112 @@
+// Package apicontract checks REST responses against the published contract
+// (openapi.yaml as the server serves it, restapi.Spec): one check for the
+// REST adapter's tests and the end-to-end tests alike.
+package apicontract
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/legacy"
+
+	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+)
+
+var (
+	specOnce   sync.Once
+	specDoc    *openapi3.T
+	specRouter routers.Router
+	specErr    error
+)
+
+// Spec is the contract and a router onto its operations. The servers list
+// is dropped so that a server on any port matches.
+func Spec() (*openapi3.T, routers.Router, error) {
+	specOnce.Do(func() {
+		loader := openapi3.NewLoader()
+		doc, err := loader.LoadFromData(restapi.Spec)
+		if err != nil {
+			specErr = fmt.Errorf("openapi.yaml: %w", err)
+			return
+		}
+		doc.Servers = nil
+		if err := doc.Validate(loader.Context); err != nil {
+			specErr = fmt.Errorf("openapi.yaml is not valid: %w", err)
+			return
+		}
+		specDoc = doc
+		specRouter, specErr = legacy.NewRouter(doc)
+	})
+	return specDoc, specRouter, specErr
+}
+
+var snakeCase = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+
+// CheckResponse validates one response against the contract: a status its
+// operation declares, a body matching its schema, every error (but
+// /readyz's 503, which carries its Readiness) the JSON {"error", "code"}
+// with a snake_case code, and a success only on an operation the contract
+// has. Nil when it keeps the contract.
+func CheckResponse(req *http.Request, status int, header http.Header, body []byte) error {
+	var problems []string
+	if status >= 400 && req.URL.Path != "/readyz" {
+		if msg := checkErrorBody(header, body); msg != "" {
+			problems = append(problems, msg)
+		}
+	}
+	_, router, err := Spec()
+	if err != nil {
+		return err
+	}
+	if route, params, ferr := router.FindRoute(req); ferr == nil {
+		in := &openapi3filter.ResponseValidationInput{
+			RequestValidationInput: &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route},
+			Status:                 status,
+			Header:                 header,
+			Options:                &openapi3filter.Options{IncludeResponseStatus: true},
+		}
+		in.SetBodyBytes(body)
+		if verr := openapi3filter.ValidateResponse(context.Background(), in); verr != nil {
+			problems = append(problems, verr.Error())
+		}
+	} else if status < 400 && strings.HasPrefix(req.URL.Path, "/api/") {
+		problems = append(problems, "the operation is not in openapi.yaml: "+ferr.Error())
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s %s: response %d breaks openapi.yaml: %s\nbody: %s",
+		req.Method, req.URL.Path, status, strings.Join(problems, "; "), Clip(body))
+}
+
+func checkErrorBody(header http.Header, body []byte) string {
+	if ct := header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+		return fmt.Sprintf("error with content type %q, want application/json", ct)
+	}
+	var e map[string]any
+	if err := json.Unmarshal(body, &e); err != nil {
+		return "error body is not a JSON object: " + err.Error()
+	}
+	msg, _ := e["error"].(string)
+	code, _ := e["code"].(string)
+	if msg == "" || !snakeCase.MatchString(code) || len(e) != 2 {
+		return `error body is not exactly {"error": "<message>", "code": "<snake_case>"}`
+	}
+	return ""
+}
+
+// Clip is body shortened for a failure message.
+func Clip(b []byte) string {
+	if len(b) > 600 {
+		return string(b[:600]) + "…"
+	}
+	return string(b)
+}
