@@ -573,23 +573,31 @@ func dockerHostNetwork(t *testing.T, d *dockerd) {
 	}
 }
 
+// watchEvents follows rt's events from now on until the test ends, when
+// Watch must return context.Canceled: the stream ended by its caller only.
+func watchEvents(t *testing.T, rt *docker.Runtime) <-chan docker.Event {
+	t.Helper()
+	events := make(chan docker.Event, 64)
+	ctx, stop := context.WithCancel(context.Background())
+	watchErr := make(chan error, 1)
+	since := time.Now()
+	go func() { watchErr <- rt.Watch(ctx, since, func(e docker.Event) { events <- e }) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-watchErr; !errors.Is(err, context.Canceled) {
+			t.Errorf("Watch returned %v, want context.Canceled", err)
+		}
+	})
+	return events
+}
+
 // dockerExternalKill: a container killed behind the server's back is
 // reported by Watch, inspected as stopped, and its agent is disconnected.
 func dockerExternalKill(t *testing.T, d *dockerd) {
 	ctx := context.Background()
 	link := StartLink(t, linkDir(t))
 	rt := d.runtime(t, "kill")
-	events := make(chan docker.Event, 64)
-	wctx, stop := context.WithCancel(ctx)
-	watchErr := make(chan error, 1)
-	since := time.Now()
-	go func() { watchErr <- rt.Watch(wctx, since, func(e docker.Event) { events <- e }) }()
-	defer func() {
-		stop()
-		if err := <-watchErr; !errors.Is(err, context.Canceled) {
-			t.Errorf("Watch returned %v, want context.Canceled", err)
-		}
-	}()
+	events := watchEvents(t, rt)
 	next := func(action string) docker.Event {
 		t.Helper()
 		timeout := time.After(patience)
@@ -735,14 +743,7 @@ func dockerDaemonRestart(t *testing.T, d *dockerd) {
 	ctx := context.Background()
 	link := StartLink(t, linkDir(t))
 	rt := d.runtime(t, "dmn")
-	events := make(chan docker.Event, 64)
-	wctx, stop := context.WithCancel(ctx)
-	watchErr := make(chan error, 1)
-	go func() { watchErr <- rt.Watch(wctx, time.Now(), func(e docker.Event) { events <- e }) }()
-	defer func() {
-		stop()
-		<-watchErr
-	}()
+	events := watchEvents(t, rt)
 	provision(t, rt, envSpec(t, link, "dmn-1"))
 	waitStatus(t, link, "dmn-1", patience, "ready")
 
