@@ -440,6 +440,7 @@ func TestFilesAgentKilledMidTransfer(t *testing.T) {
 		m, _ := filepath.Glob(filepath.Join(dir, ".upload.bin.upload-*"))
 		return len(m) == 1
 	})
+	before := connectedAt(t, s, "host-01")
 	harness.KillHostAgents(dataDir)
 	go func() {
 		for {
@@ -466,11 +467,10 @@ func TestFilesAgentKilledMidTransfer(t *testing.T) {
 	})
 
 	// Download: the supervisor restarts the agent; kill it again mid-read.
+	// The restarted one, not the killed one the server may still list.
+	waitReconnected(t, s, "host-01", before)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if err := s.WaitAgents(ctx, "host-01"); err != nil {
-		t.Fatal(err)
-	}
 	// Sparse: read like any file, written in no time.
 	big := filepath.Join(dir, "big.bin")
 	if err := os.WriteFile(big, nil, 0o644); err != nil {
@@ -489,6 +489,7 @@ func TestFilesAgentKilledMidTransfer(t *testing.T) {
 	if _, err := io.ReadFull(resp.Body, make([]byte, 1<<20)); err != nil {
 		t.Fatal(err)
 	}
+	before = connectedAt(t, s, "host-01")
 	harness.KillHostAgents(dataDir)
 	n, err := io.Copy(io.Discard, resp.Body)
 	if err == nil || n+1<<20 >= 200<<20 {
@@ -497,9 +498,7 @@ func TestFilesAgentKilledMidTransfer(t *testing.T) {
 	// The CLI says so, and leaves no partial file. It reads through a proxy
 	// that holds the download after its first MiB until the agent is dead:
 	// the copy cannot finish first, however fast the machine.
-	if err := s.WaitAgents(ctx, "host-01"); err != nil {
-		t.Fatal(err)
-	}
+	waitReconnected(t, s, "host-01", before)
 	proxyURL, release := holdDownloads(t, s.RESTURL, 1<<20)
 	local := filepath.Join(dir, "local.bin")
 	cp := startProc(t, exec.Command(bins.Ctl, "--server", proxyURL, "--token", s.Token, "cp", "-q", "host-01:"+big, local))
@@ -521,6 +520,33 @@ func TestFilesAgentKilledMidTransfer(t *testing.T) {
 	if m, _ := filepath.Glob(filepath.Join(dir, ".local.bin.part-*")); len(m) != 0 {
 		t.Errorf("cp left %v", m)
 	}
+}
+
+// connectedAt is when the server saw agent id connect last.
+func connectedAt(t *testing.T, s *harness.Server, id string) time.Time {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	a, err := s.Client().GetAgentWithResponse(ctx, id)
+	if err != nil || a.JSON200 == nil || a.JSON200.ConnectedAt == nil {
+		t.Fatalf("agent %s: %v %v", id, err, a)
+	}
+	return *a.JSON200.ConnectedAt
+}
+
+// waitReconnected waits for agent id to be ready on a connection made
+// after since: a killed agent may still be listed ready for a moment (the
+// server hears its transfer streams break before its link), and a wait
+// for "ready" alone would take the dying one.
+func waitReconnected(t *testing.T, s *harness.Server, id string, since time.Time) {
+	t.Helper()
+	eventually(t, patience, "agent "+id+" reconnected", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), patience)
+		defer cancel()
+		a, err := s.Client().GetAgentWithResponse(ctx, id)
+		return err == nil && a.JSON200 != nil && a.JSON200.ConnectedAt != nil && a.JSON200.ConnectedAt.After(since) &&
+			(a.JSON200.Status == restapi.Ready || a.JSON200.Status == restapi.Busy)
+	})
 }
 
 // holdDownloads is a proxy to the REST server at target that passes a file
