@@ -149,7 +149,7 @@ func TestContractCrashSafety(t *testing.T) {
 		}
 		return fakeaiwg.Frame{}, false
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(patience)
 	for {
 		missing := 0
 		for _, id := range ids {

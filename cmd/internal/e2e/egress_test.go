@@ -60,8 +60,8 @@ func TestEgressThroughTheAgentInDocker(t *testing.T) {
 		"timeout -s KILL 2 /tmp/egressclient https://example.com:" + abortPort + "/ /tmp/ca2.pem; echo exit=$?"})})
 	select {
 	case <-abortGone:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the destination still streams 10 s after its client was killed: the tunnel was not reset (%q %q)", aborted.Stdout, aborted.Stderr)
+	case <-time.After(patience):
+		t.Fatalf("the destination still streams %v after its client was killed: the tunnel was not reset (%q %q)", patience, aborted.Stdout, aborted.Stderr)
 	}
 	if r, err := c.StartCommandWithResponse(ctx, "egress-kill", restapi.ExecRequest{Command: "/tmp/egressclient",
 		Args: ptr([]string{"https://example.com:" + slowPort + "/", "/tmp/ca.pem"})}); err != nil || r.JSON202 == nil {
@@ -69,7 +69,7 @@ func TestEgressThroughTheAgentInDocker(t *testing.T) {
 	}
 	select {
 	case <-started:
-	case <-time.After(60 * time.Second):
+	case <-time.After(patience):
 		t.Fatal("the download never started")
 	}
 	time.Sleep(300 * time.Millisecond)
@@ -82,8 +82,8 @@ func TestEgressThroughTheAgentInDocker(t *testing.T) {
 	}
 	select {
 	case <-gone:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the destination still streams 30 s after the agent was killed: the tunnel did not end")
+	case <-time.After(patience):
+		t.Fatalf("the destination still streams %v after the agent was killed: the tunnel did not end", patience)
 	}
 	eventually(t, patience, "the tunnel's end logged", func() bool {
 		return strings.Contains(s.Log(), "msg=egress agent_id=egress-kill host=example.com port="+slowPort+" allowed=true")

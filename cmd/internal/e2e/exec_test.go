@@ -116,7 +116,7 @@ func TestExecThroughHostAgent(t *testing.T) {
 		if err != nil {
 			t.Fatalf("child pid %q: %v", r.Stdout, err)
 		}
-		deadline := time.Now().Add(5 * time.Second)
+		deadline := time.Now().Add(patience)
 		for harness.Alive(pid) {
 			if time.Now().After(deadline) {
 				t.Fatalf("child %d of the timed-out command still runs", pid)

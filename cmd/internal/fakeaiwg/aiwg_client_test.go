@@ -121,7 +121,7 @@ func TestResyncBacklogPairsLive(t *testing.T) {
 		t.Errorf("resync data %v", first.Data)
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
 	defer cancel()
 	if err := r.c.Flush(ctx); err != nil {
 		t.Fatalf("Flush: %v", err)
@@ -226,7 +226,7 @@ func testDropMidStream(t *testing.T, drop func(*fakeaiwg.Server)) {
 		}
 	}
 	r.waitFrame("last event", func(f fakeaiwg.Frame) bool { return num(f) == total })
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
 	defer cancel()
 	if err := r.c.Flush(ctx); err != nil {
 		t.Fatalf("Flush: %v", err)
@@ -452,7 +452,7 @@ func TestFlushWaitsForDelivery(t *testing.T) {
 	}
 
 	r.srv.SetExecutorRegisterStatus(0)
-	ctx2, cancel2 := context.WithTimeout(context.Background(), 3*time.Second)
+	ctx2, cancel2 := context.WithTimeout(context.Background(), waitLong)
 	defer cancel2()
 	if err := r.c.Flush(ctx2); err != nil {
 		t.Fatalf("Flush: %v", err)

@@ -69,7 +69,7 @@ func TestFakeServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sc.Close()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(waitLong)
 	for !s.SandboxStreamConnected() && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -100,7 +100,7 @@ func TestFakeServer(t *testing.T) {
 	_ = c.WriteMessage(websocket.TextMessage, []byte(`{"event":"executor.resync","executor_id":"ex1","ts":"t","data":{"owned_mission_ids":[]}}`))
 	_ = c.WriteMessage(websocket.TextMessage, []byte(`not json`))
 	_ = c.WriteControl(websocket.PingMessage, []byte("p1"), time.Now().Add(time.Second))
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
 	defer cancel()
 	go func() {
 		time.Sleep(20 * time.Millisecond)

@@ -245,10 +245,14 @@ func (r *rig) checkNoTokenLeak() {
 	}
 }
 
-// waitFor polls cond for up to 5 s.
+// waitLong bounds a wait for what must happen: only a hang outlasts it,
+// however loaded the machine.
+const waitLong = 30 * time.Second
+
+// waitFor polls cond for up to waitLong.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(waitLong)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
@@ -257,10 +261,10 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// waitFrame waits up to 5 s for a matching frame.
+// waitFrame waits up to waitLong for a matching frame.
 func (r *rig) waitFrame(what string, match func(fakeaiwg.Frame) bool) fakeaiwg.Frame {
 	r.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
 	defer cancel()
 	f, err := r.srv.WaitFrame(ctx, match)
 	if err != nil {
