@@ -205,15 +205,19 @@ func TestBackgroundTmuxLogWaitsForASlowPipe(t *testing.T) {
 			}
 		}
 	}
+	resume := func() {
+		for _, k := range stopped {
+			_ = syscall.Kill(k, syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(resume) // a failed run leaves no stopped process behind
 	// Held well past pipeDrainWait, the old bound that gave up on it.
 	select {
 	case <-p.Done():
 		t.Fatalf("ended while the pipe was stopped: %q", out.String())
 	case <-time.After(pipeDrainWait + time.Second):
 	}
-	for _, k := range stopped {
-		_ = syscall.Kill(k, syscall.SIGCONT)
-	}
+	resume()
 	if r := waitResult(t, p); r.ExitCode != 3 || !strings.Contains(out.String(), "last-line") {
 		t.Fatalf("result %+v, output %q; want exit 3 and the last line", r, out.String())
 	}
