@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 	"log/slog"
 	"strings"
 	"sync"
@@ -14,67 +13,15 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/aiwg"
 	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/fakeaiwg"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
+	"github.com/agentic-sandbox/agentic-sandbox/ports/portsfake"
 )
 
-// memOutbox is an in-memory ports.EventOutbox.
-type memOutbox struct {
-	mu     sync.Mutex
-	events []ports.Event
-	seq    uint64
-	acked  uint64
-	notify chan struct{}
-}
+// memOutbox is the shared fake outbox, with a helper to fill it.
+type memOutbox struct{ *portsfake.Outbox }
 
-func newOutbox() *memOutbox { return &memOutbox{notify: make(chan struct{}, 1)} }
-
-func (o *memOutbox) Append(_ context.Context, evs ...ports.Event) ([]ports.Event, error) {
-	o.mu.Lock()
-	out := make([]ports.Event, 0, len(evs))
-	for _, ev := range evs {
-		o.seq++
-		ev.Seq = o.seq
-		o.events = append(o.events, ev)
-		out = append(out, ev)
-	}
-	o.mu.Unlock()
-	select {
-	case o.notify <- struct{}{}:
-	default:
-	}
-	return out, nil
-}
-
-func (o *memOutbox) Pending(after uint64, limit int) ([]ports.Event, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	var out []ports.Event
-	for _, ev := range o.events {
-		if ev.Seq > after && len(out) < limit {
-			out = append(out, ev)
-		}
-	}
-	return out, nil
-}
-
-func (o *memOutbox) Ack(seq uint64) error {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if seq > o.seq {
-		return fmt.Errorf("ack %d beyond last seq %d", seq, o.seq)
-	}
-	o.acked = max(o.acked, seq)
-	return nil
-}
-
-func (o *memOutbox) Acked() uint64 {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.acked
-}
-
-func (o *memOutbox) Notify() <-chan struct{} { return o.notify }
-func (o *memOutbox) Close() error            { return nil }
+func newOutbox() *memOutbox { return &memOutbox{portsfake.NewOutbox()} }
 
 // add appends mission events numbered by data "n".
 func (o *memOutbox) add(t *testing.T, mission string, typ string, n int) ports.Event {
