@@ -57,11 +57,14 @@ func writeTemp(path string, data []byte, perm os.FileMode) (name string, err err
 	if err != nil {
 		return "", err
 	}
-	name = f.Name()
+	// tmp, not the named result: every error return below clears name
+	// ("") before this deferred cleanup runs, and removing "" would leave
+	// the temp file behind.
+	tmp := f.Name()
 	defer func() {
 		if err != nil {
 			f.Close()
-			os.Remove(name)
+			os.Remove(tmp)
 		}
 	}()
 	if err = f.Chmod(perm); err != nil {
@@ -76,7 +79,7 @@ func writeTemp(path string, data []byte, perm os.FileMode) (name string, err err
 	if err = f.Close(); err != nil {
 		return "", err
 	}
-	return name, nil
+	return tmp, nil
 }
 
 // SyncDir makes a rename, link or removal in dir durable.

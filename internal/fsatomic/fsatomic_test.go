@@ -53,6 +53,30 @@ func TestWriteFileAtomicErrorsLeaveNoTemp(t *testing.T) {
 	testkit.OnlyFiles(t, dir, "target")
 }
 
+// A write that fails part way (here: the filesystem is full) removes its
+// temp file and leaves the old content; once space returns the write works.
+func TestWriteFileOnAFullDiskLeavesNoTemp(t *testing.T) {
+	dir := testkit.Tmpfs(t, "64k")
+	p := filepath.Join(dir, "f")
+	if err := WriteFile(p, []byte("old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	big := make([]byte, 1<<20)
+	for _, write := range []func(string, []byte, os.FileMode) error{WriteFile, WriteFileExclusive} {
+		if err := write(p, big, 0o600); err == nil {
+			t.Fatal("want an error writing 1 MiB to a 64 KiB filesystem")
+		}
+		testkit.OnlyFiles(t, dir, "f")
+		if got, err := os.ReadFile(p); err != nil || string(got) != "old" {
+			t.Fatalf("after the failed write: %q, %v; want the old content", got, err)
+		}
+	}
+	if err := WriteFile(p, []byte("new"), 0o600); err != nil {
+		t.Fatalf("with space again: %v", err)
+	}
+	testkit.OnlyFiles(t, dir, "f")
+}
+
 // Readers racing with writers must always see one whole version.
 func TestWriteFileAtomicNeverTorn(t *testing.T) {
 	dir := t.TempDir()
