@@ -134,6 +134,12 @@ func serve(args []string, stdin io.Reader, stdout io.Writer, ready func(size int
 		if !fi.IsDir() {
 			return fmt.Errorf("%w: %s is not a directory", errInvalid, path)
 		}
+		// What this user cannot read fails here, as a typed error before
+		// ready: after ready the caller has answered 200, and an error can
+		// only cut the archive short.
+		if err := readableDir(path); err != nil {
+			return err
+		}
 		ready(-1)
 		return tarsafe.Create(stdout, path)
 	case "write-archive":
@@ -145,6 +151,27 @@ func serve(args []string, stdin io.Reader, stdout io.Writer, ready func(size int
 		return writeArchive(path, max, frames(stdin))
 	}
 	return fmt.Errorf("%w: unknown operation %q", errInvalid, op)
+}
+
+// readableDir checks that dir can be archived by this user: it can be
+// opened and listed (read permission) and what it holds looked at (search
+// permission, tried on its first entry).
+func readableDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = d.Close() }()
+	names, err := d.Readdirnames(1)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	if len(names) > 0 {
+		if _, err := os.Lstat(filepath.Join(dir, names[0])); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
 }
 
 // cleanPath makes p absolute against the working directory.

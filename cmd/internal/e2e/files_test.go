@@ -380,7 +380,14 @@ func TestFilesPermissionDeniedAsTheAgentsUser(t *testing.T) {
 		t.Fatal("this test makes files only root can read; run the tests as root (CI does)")
 	}
 	s := startServer(t, 1, "", "AGENTIC_HOST_USER=agentic-host")
-	dir := t.TempDir()
+	// Not under t.TempDir: its parent is root's alone, so the user could
+	// not reach even what it may read, and every check would pass for
+	// the wrong reason.
+	dir, err := os.MkdirTemp("", "perm-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	_ = os.Chmod(dir, 0o755)
 	secret := filepath.Join(dir, "root-only")
 	if err := os.WriteFile(secret, []byte("root's"), 0o600); err != nil {
@@ -397,6 +404,30 @@ func TestFilesPermissionDeniedAsTheAgentsUser(t *testing.T) {
 	}
 	if _, err := os.Stat(secret); err != nil {
 		t.Errorf("root's file: %v", err)
+	}
+	// A directory the user cannot read: 403 with a JSON error, before any
+	// byte of an archive (not a 200 with an empty or cut body). Root's
+	// own 0700 directory, and a 000 one; a readable one shows the user
+	// reaches them.
+	for name, mode := range map[string]os.FileMode{"open": 0o755, "root-dir": 0o700, "mode-000": 0o000} {
+		d := filepath.Join(dir, name)
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "f"), []byte("data"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st, b := fileDo(t, s, http.MethodGet, fileURL(s, "host-01", "/archive", filepath.Join(dir, "open")), nil); st != http.StatusOK || !bytes.Contains(b, []byte("data")) {
+		t.Errorf("archive of a readable directory: %d, %d bytes", st, len(b))
+	}
+	for _, d := range []string{"root-dir", "mode-000"} {
+		if st, b := fileDo(t, s, http.MethodGet, fileURL(s, "host-01", "/archive", filepath.Join(dir, d)), nil); st != http.StatusForbidden || errorCode(b) != "permission_denied" {
+			t.Errorf("archive of %s: %d %q", d, st, b)
+		}
 	}
 	// What the agent's user may write, it writes as itself.
 	r := execOK(t, s, "host-01", restapi.ExecRequest{Command: "sh", Args: &[]string{"-c", "echo $HOME; id -u"}})
