@@ -62,8 +62,12 @@ func (s *Server) lookup(id string) (*entry, ports.Command, *apiError) {
 	if len(id) > maxIDLen {
 		return nil, nil, commandNotFound(subject)
 	}
-	if e, ok := s.store.get(id); ok {
+	e, ok, expired := s.store.get(id)
+	if ok {
 		return e, e.cmd, nil
+	}
+	if expired {
+		return nil, nil, commandExpired(subject)
 	}
 	if cmd, ok := s.d.Link.Lookup(id); ok {
 		return nil, cmd, nil

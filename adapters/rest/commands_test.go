@@ -182,7 +182,7 @@ func TestFinishedCommandsAreForgotten(t *testing.T) {
 		t.Fatalf("%+v", st)
 	}
 	e.clock.Advance(time.Second)
-	expect(t, e.call("GET", "/api/v1/commands/"+c.ID(), ""), 404, "command_not_found")
+	expect(t, e.call("GET", "/api/v1/commands/"+c.ID(), ""), 404, "command_expired")
 }
 
 func TestCommandControl(t *testing.T) {

@@ -77,6 +77,13 @@ func commandNotFound(subject string) *apiError {
 		"%s: command not found (finished commands are forgotten %v after they end)", subject, RetainFinished)
 }
 
+// commandExpired answers a finished command whose result the server let go.
+func commandExpired(subject string) *apiError {
+	return newError(http.StatusNotFound, "command_expired",
+		"%s: the command finished and its result expired (finished commands are kept at most %v, and at most the last %d of them holding at most %d MiB of output; the oldest go first)",
+		subject, RetainFinished, RetainFinishedCount, RetainFinishedBytes>>20)
+}
+
 // requestError answers a body the generated decoder rejected. checkBody has
 // vetted every body already, so this is a fallback that keeps errors JSON.
 func (s *Server) requestError(w http.ResponseWriter, _ *http.Request, err error) {

@@ -53,6 +53,25 @@ func (r *ring) grow(size int) {
 	r.buf, r.head = nb, 0
 }
 
+// size is the memory the ring holds.
+func (r *ring) size() int64 { return int64(cap(r.buf)) }
+
+// compact shrinks the buffer to the bytes held (once nothing more is
+// written: a finished command), keeping offsets.
+func (r *ring) compact() {
+	if cap(r.buf) == r.n {
+		return
+	}
+	nb := make([]byte, r.n)
+	r.copyOut(nb, 0, r.n)
+	r.buf, r.head = nb, 0
+}
+
+// release drops the bytes held; offsets stay, reads return nothing.
+func (r *ring) release() {
+	r.buf, r.head, r.n, r.max = nil, 0, 0, 0
+}
+
 // copyOut copies n held bytes starting skip bytes after the oldest.
 func (r *ring) copyOut(dst []byte, skip, n int) {
 	if n == 0 {
@@ -81,11 +100,15 @@ type collector struct {
 	stdout    []byte
 	stderr    []byte
 	truncated bool
+	taken     bool
 }
 
 func (c *collector) add(ch ports.OutputChunk) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.taken {
+		return
+	}
 	dst := &c.stdout
 	if ch.Stream == ports.StreamStderr {
 		dst = &c.stderr
@@ -99,10 +122,16 @@ func (c *collector) add(ch ports.OutputChunk) {
 	*dst = append(*dst, ch.Data...)
 }
 
+// take returns what was collected and lets go of it: the link keeps the
+// command (and so this collector, through its output callback) for late
+// lookups long after the exec call returned, and must not keep its output
+// with it. Output that arrives later is dropped.
 func (c *collector) take() (stdout, stderr []byte, truncated bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.stdout, c.stderr, c.truncated
+	stdout, stderr, truncated = c.stdout, c.stderr, c.truncated
+	c.stdout, c.stderr, c.taken = nil, nil, true
+	return stdout, stderr, truncated
 }
 
 // encodeOutput applies openapi's OutputEncoding: utf-8 when both streams are

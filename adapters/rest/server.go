@@ -33,8 +33,17 @@ const (
 	maxMaxOutputBytes     = 64 << 20
 	// RetainFinished is how long a finished background command stays queryable.
 	RetainFinished = 10 * time.Minute
-	// maxRetainedFinished bounds memory when many commands finish quickly.
-	maxRetainedFinished = 1000
+	// RetainFinishedCount and RetainFinishedBytes bound what finished
+	// background commands hold for late readers, so that many commands with
+	// large outputs finishing quickly cannot run the server out of memory:
+	// at most this many results, holding at most this many bytes of output
+	// together; past either, the oldest-ended go first, and a read of one
+	// answers 404 command_expired.
+	RetainFinishedCount = 1000
+	RetainFinishedBytes = 256 << 20
+	// maxExpiredIDs bounds the ids remembered as expired (for the clear
+	// command_expired answer); older ones answer command_not_found.
+	maxExpiredIDs = 100_000
 	// maxPollBytes caps the output of one stream in one GET of a command, so a
 	// response stays bounded; the client continues from the returned offset.
 	maxPollBytes = 4 << 20
@@ -122,7 +131,7 @@ func New(d Deps) *Server {
 	// token's length.
 	s.tokenHash = sha256.Sum256([]byte(d.Token))
 	s.origins = signin.NewOrigins(d.Origins)
-	s.store = newCommandStore(s.clock)
+	s.store = newCommandStore(s.clock, RetainFinishedCount, RetainFinishedBytes)
 	return s
 }
 

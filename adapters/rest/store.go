@@ -27,6 +27,9 @@ type entry struct {
 	stdinClosed bool
 	endedAt     time.Time
 	result      ports.CommandResult
+	// released is set when the store let the finished command go: its
+	// output is dropped, and whatever still arrives is too.
+	released bool
 }
 
 func newEntry(agentID string, maxOut int, pty bool) *entry {
@@ -43,6 +46,9 @@ func newEntry(agentID string, maxOut int, pty bool) *entry {
 func (e *entry) onOutput(ch ports.OutputChunk) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.released {
+		return
+	}
 	if ch.Stream == ports.StreamStderr {
 		e.stderr.write(ch.Data)
 	} else {
@@ -55,7 +61,19 @@ func (e *entry) finish(r ports.CommandResult, now time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.ended, e.endedAt, e.result = true, now, r
+	// What a finished command holds is counted against the store's bound:
+	// no more than its output.
+	e.stdout.compact()
+	e.stderr.compact()
 	e.wakeLocked()
+}
+
+func (e *entry) release() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.released = true
+	e.stdout.release()
+	e.stderr.release()
 }
 
 func (e *entry) wakeLocked() {
@@ -130,16 +148,26 @@ func (e *entry) status(stdoutFrom, stderrFrom int64) restapi.CommandStatus {
 	return st
 }
 
-// commandStore holds background commands; finished ones are forgotten
-// RetainFinished after their end, checked lazily on every access.
+// commandStore holds background commands. Finished ones are kept for late
+// readers within bounds, checked on every access: RetainFinished after their
+// end, at most maxFinished of them, holding at most maxBytes of output
+// together; past a bound the oldest-ended go first. The ids of those let go
+// are remembered (up to maxExpiredIDs) so that a late reader is told the
+// result expired, not that there never was one.
 type commandStore struct {
-	clock ports.Clock
-	mu    sync.Mutex
-	m     map[string]*entry
+	clock       ports.Clock
+	maxFinished int
+	maxBytes    int64
+
+	mu      sync.Mutex
+	m       map[string]*entry
+	expired map[string]struct{}
+	order   []string // expired ids, oldest first (a ring of maxExpiredIDs)
+	next    int
 }
 
-func newCommandStore(c ports.Clock) *commandStore {
-	return &commandStore{clock: c, m: map[string]*entry{}}
+func newCommandStore(c ports.Clock, maxFinished int, maxBytes int64) *commandStore {
+	return &commandStore{clock: c, maxFinished: maxFinished, maxBytes: maxBytes, m: map[string]*entry{}, expired: map[string]struct{}{}}
 }
 
 func (s *commandStore) add(id string, e *entry) {
@@ -149,38 +177,82 @@ func (s *commandStore) add(id string, e *entry) {
 	s.m[id] = e
 }
 
-func (s *commandStore) get(id string) (*entry, bool) {
+// get finds a command; expired says it was let go by a bound.
+func (s *commandStore) get(id string) (e *entry, ok, expired bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sweepLocked()
-	e, ok := s.m[id]
-	return e, ok
+	if e, ok := s.m[id]; ok {
+		return e, true, false
+	}
+	_, expired = s.expired[id]
+	return nil, false, expired
+}
+
+// held returns the finished commands' count and output bytes, as every
+// access sees them (after a sweep).
+func (s *commandStore) held() (count int, bytes int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sweepLocked()
+	for _, e := range s.m {
+		e.mu.Lock()
+		if e.ended {
+			count++
+			bytes += e.stdout.size() + e.stderr.size()
+		}
+		e.mu.Unlock()
+	}
+	return count, bytes
 }
 
 func (s *commandStore) sweepLocked() {
 	now := s.clock.Now()
 	type done struct {
-		id string
-		at time.Time
+		id   string
+		e    *entry
+		at   time.Time
+		size int64
 	}
 	var finished []done
+	var total int64
 	for id, e := range s.m {
 		e.mu.Lock()
-		ended, at := e.ended, e.endedAt
+		ended, at, size := e.ended, e.endedAt, e.stdout.size()+e.stderr.size()
 		e.mu.Unlock()
 		if !ended {
 			continue
 		}
 		if now.Sub(at) >= RetainFinished {
-			delete(s.m, id)
+			s.expireLocked(id, e)
 			continue
 		}
-		finished = append(finished, done{id, at})
+		finished = append(finished, done{id, e, at, size})
+		total += size
 	}
-	if over := len(finished) - maxRetainedFinished; over > 0 {
-		sort.Slice(finished, func(i, j int) bool { return finished[i].at.Before(finished[j].at) })
-		for _, f := range finished[:over] {
-			delete(s.m, f.id)
-		}
+	if len(finished) <= s.maxFinished && total <= s.maxBytes {
+		return
 	}
+	sort.Slice(finished, func(i, j int) bool { return finished[i].at.Before(finished[j].at) })
+	for n := len(finished); n > 0 && (n > s.maxFinished || total > s.maxBytes); n-- {
+		f := finished[len(finished)-n]
+		s.expireLocked(f.id, f.e)
+		total -= f.size
+	}
+}
+
+// expireLocked lets a finished command go: out of the map, its output
+// released at once (the link may hold the entry a while longer through its
+// output callback), its id remembered as expired.
+func (s *commandStore) expireLocked(id string, e *entry) {
+	delete(s.m, id)
+	e.release()
+	if len(s.order) < maxExpiredIDs {
+		s.order = append(s.order, id)
+	} else {
+		delete(s.expired, s.order[s.next])
+		s.order[s.next] = id
+		s.next = (s.next + 1) % maxExpiredIDs
+	}
+	s.expired[id] = struct{}{}
 }

@@ -282,6 +282,13 @@ export interface paths {
          *     An offset past the end waits for new output. In `result`, stdout/stderr are
          *     empty (the output is in the status). Commands not started through this API
          *     are shown without output.
+         *
+         *     A finished command's status is kept for late readers within bounds:
+         *     10 minutes after its end, at most the last 1000 finished commands, and at
+         *     most 256 MiB of their output together (a finished command counts the
+         *     output it holds). Past a bound the oldest-ended go first; reading one then
+         *     answers 404 with code `command_expired` (the server remembers the last
+         *     100000 expired ids; older ones answer `command_not_found`).
          */
         get: operations["getCommand"];
         put?: never;
@@ -898,7 +905,7 @@ export interface components {
             /**
              * @description A stable snake_case code for programs: unauthorized, invalid_json, invalid_request,
              *     body_too_large, not_found, method_not_allowed, agent_not_found, agent_not_connected,
-             *     agent_gone, agent_error, command_not_found, command_ended, not_a_pty, stdin_closed,
+             *     agent_gone, agent_error, command_not_found, command_expired, command_ended, not_a_pty, stdin_closed,
              *     internal_error, integration_disabled, executor_not_registered, no_agent,
              *     store_unavailable, mission_conflict, mission_not_found, session_not_found,
              *     hitl_not_found, hitl_not_open, session_name_taken, not_headless, offset_beyond_end,
