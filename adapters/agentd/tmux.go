@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -40,18 +42,49 @@ const (
 	reattachWindow = 10 * time.Second
 )
 
+// tmuxUser, when set, is who the tmux server and the sessions' files
+// belong to: the commands' user of an agent that runs them as another
+// (Config.TmuxUser), so that its sessions run as that user too.
+var tmuxUser atomic.Pointer[syscall.Credential]
+
+// asTmuxUser makes cmd run as the tmux user, if there is one.
+func asTmuxUser(cmd *exec.Cmd) *exec.Cmd {
+	if c := tmuxUser.Load(); c != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c}
+	}
+	return cmd
+}
+
 // tmuxCmd runs a tmux control command (not a client) and returns its output.
 func tmuxCmd(ctx context.Context, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "tmux", args...).Output()
+	out, err := asTmuxUser(exec.CommandContext(ctx, "tmux", args...)).Output()
 	return string(out), err
 }
 
 // exitDir holds the exit files; it must be the same for the next agent
 // process, so it depends only on the user.
 func sessionsDir() string {
-	return filepath.Join(os.TempDir(), fmt.Sprintf("agentic-sessions-%d", os.Getuid()))
+	uid := os.Getuid()
+	if c := tmuxUser.Load(); c != nil {
+		uid = int(c.Uid)
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("agentic-sessions-%d", uid))
+}
+
+// makeSessionsDir creates the sessions dir, the tmux user's to write in.
+func makeSessionsDir() {
+	d := sessionsDir()
+	_ = os.MkdirAll(d, 0o700)
+	giveTmuxUser(d)
+}
+
+// giveTmuxUser hands path to the tmux user, whose processes write it.
+func giveTmuxUser(path string) {
+	if c := tmuxUser.Load(); c != nil {
+		_ = os.Lchown(path, int(c.Uid), int(c.Gid))
+	}
 }
 
 // tmuxProc is a ports.Process for a session kept in tmux. Its life is the
@@ -138,7 +171,7 @@ func sessionCommand(spec ports.CommandSpec) []string {
 // startTmuxSession creates (or, with -A, joins) the tmux session for spec
 // and runs the first client in a PTY.
 func startTmuxSession(runner ports.ProcessRunner, spec ports.CommandSpec, onOutput func(ports.OutputStream, []byte)) *tmuxProc {
-	_ = os.MkdirAll(sessionsDir(), 0o700)
+	makeSessionsDir()
 	exitFile := sessionFileBase(spec) + ".exit"
 	_ = os.Remove(exitFile)
 	wrapped := append([]string{"sh", "-c", exitWrapper, exitFile}, sessionCommand(spec)...)
@@ -293,7 +326,17 @@ func signalPane(name string, sig int) error {
 			return fmt.Errorf("tmux session %s: bad pane pid %q", name, f[1])
 		}
 	}
-	return syscall.Kill(-pgrp, syscall.Signal(sig))
+	err = syscall.Kill(-pgrp, syscall.Signal(sig))
+	if errors.Is(err, syscall.EPERM) && tmuxUser.Load() != nil {
+		// A session an earlier agent process started lives in that
+		// process's user namespace: its user, not this agent, may signal it.
+		kill := exec.Command("/bin/sh", "-c", `kill -"$0" -- "$1"`, strconv.Itoa(sig), "-"+strconv.Itoa(pgrp))
+		if out, kerr := asTmuxUser(kill).CombinedOutput(); kerr != nil {
+			return fmt.Errorf("signal session %s: %v: %s", name, kerr, out)
+		}
+		return nil
+	}
+	return err
 }
 
 // Targets: "=name" is exactly that session, "=name:" its current pane.

@@ -79,7 +79,7 @@ var _ ports.Process = (*tmuxLogProc)(nil)
 // startTmuxLog creates spec's session detached, pipes its pane into the log
 // and then lets the command start.
 func startTmuxLog(spec ports.CommandSpec, onOutput func(ports.OutputStream, []byte)) ports.Process {
-	_ = os.MkdirAll(sessionsDir(), 0o700)
+	makeSessionsDir()
 	base := sessionFileBase(spec)
 	t := &tmuxLogProc{name: spec.SessionName, exitFile: base + ".exit", logFile: base + ".log", eofFile: base + ".log.eof", onOutput: onOutput,
 		start: time.Now(), liveness: livenessPoll, stop: make(chan struct{}), done: make(chan struct{})}
@@ -89,6 +89,7 @@ func startTmuxLog(spec ports.CommandSpec, onOutput func(ports.OutputStream, []by
 	if err := os.WriteFile(t.logFile, nil, 0o600); err != nil {
 		return t.failed(err)
 	}
+	giveTmuxUser(t.logFile) // its pipe-pane cat appends to it
 	channel := "agentic-go-" + spec.SessionName
 	wrapped := append([]string{"sh", "-c", logWrapper, t.exitFile, channel}, sessionCommand(spec)...)
 	args := newSessionArgs(spec, true, wrapped, optExitFile, t.exitFile, optLogFile, t.logFile, optLogEOF, t.eofFile)

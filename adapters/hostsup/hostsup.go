@@ -35,8 +35,9 @@ type Config struct {
 	Credentials ports.AgentCredentials
 	Logger      *slog.Logger
 	ExtraEnv    []string // KEY=VALUE added to the agents' environment
-	// User, when set, is who the agents run as (see AgentUser).
-	User *AgentUser
+	// Users, when set (a root server), gives each agent users of its own
+	// (see AgentUser); nil runs them as this server's user.
+	Users *Users
 	// Crash restart backoff doubles from RestartMin to RestartMax (defaults
 	// 1s and 30s) and resets once an agent stayed up 30s.
 	RestartMin, RestartMax time.Duration
@@ -80,6 +81,7 @@ type agentState struct {
 	id       string
 	cur      *proc // nil while down
 	restarts int
+	user     *AgentUser // who it runs as, nil for the server's user
 }
 
 // proc is one agent process.
@@ -92,6 +94,9 @@ type proc struct {
 	// processes, which are polled instead.
 	exited  chan struct{}
 	waitErr error // valid once exited is closed
+	// userNS is the agent's own user namespace, where its commands run,
+	// or "" when it shares the server's.
+	userNS string
 }
 
 // New prepares a supervisor; nothing happens before Start.
@@ -159,9 +164,11 @@ func (s *Supervisor) Start(ctx context.Context) error {
 	for _, id := range s.ids {
 		a := &agentState{id: id}
 		p := s.adopt(id)
-		if p == nil {
+		if p != nil {
+			a.user, _ = s.userOf(id, AgentTmpDir(s.pidPath(id)))
+		} else {
 			var err error
-			if p, err = s.spawn(runCtx, id); err != nil && runCtx.Err() == nil {
+			if p, err = s.spawn(runCtx, a); err != nil && runCtx.Err() == nil {
 				s.log.Error("host agent failed to start; will retry", "agent", id, "err", err)
 			}
 		}
@@ -251,6 +258,7 @@ func (s *Supervisor) supervise(ctx context.Context, a *agentState, p *proc) {
 			a.cur = nil
 			s.mu.Unlock()
 			s.log.Warn("host agent exited", "agent", a.id, "pid", p.pid, "how", p.exitDescription(), "uptime", up.Round(time.Millisecond))
+			endOrphans(p.userNS)
 			if up >= s.stableAfter {
 				b.reset()
 			}
@@ -264,7 +272,7 @@ func (s *Supervisor) supervise(ctx context.Context, a *agentState, p *proc) {
 			return
 		case <-t.C:
 		}
-		np, err := s.spawn(ctx, a.id)
+		np, err := s.spawn(ctx, a)
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.Error("host agent failed to start", "agent", a.id, "err", err)
@@ -297,7 +305,8 @@ func (b *backoff) next() time.Duration {
 func (b *backoff) reset() { b.cur = 0 }
 
 // spawn starts a fresh agent process for id with a fresh secret.
-func (s *Supervisor) spawn(ctx context.Context, id string) (*proc, error) {
+func (s *Supervisor) spawn(ctx context.Context, a *agentState) (*proc, error) {
+	id := a.id
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -313,7 +322,6 @@ func (s *Supervisor) spawn(ctx context.Context, id string) (*proc, error) {
 		return nil, fmt.Errorf("agent %s: runtime kind %q recorded, want host (%v)", id, kind, err)
 	}
 	// The id in argv makes the process recognisable in ps and to adopt.
-	// The secret goes only into the environment, which ps does not show.
 	// Its own tmux server and session files: agents on one host never see,
 	// attach to or adopt each other's sessions.
 	tmpDir := AgentTmpDir(s.pidPath(id))
@@ -321,9 +329,16 @@ func (s *Supervisor) spawn(ctx context.Context, id string) (*proc, error) {
 	if err != nil {
 		return nil, err
 	}
+	u, err := s.userOf(id, tmpDir)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	a.user = u
+	s.mu.Unlock()
 	p, err := startAgent(agentLaunch{
-		binary: s.binary, id: id, who: "host supervisor", user: s.cfg.User, tmpDir: tmpDir,
-		env:     agentEnv(os.Environ(), append(append([]string(nil), s.cfg.ExtraEnv...), tmpEnv...), id, s.cfg.ServerURL, agentSecret),
+		binary: s.binary, id: id, who: "host supervisor", user: u, tmpDir: tmpDir, secret: agentSecret,
+		env:     agentEnv(os.Environ(), append(append([]string(nil), s.cfg.ExtraEnv...), tmpEnv...), id, s.cfg.ServerURL),
 		logPath: s.logPath(id), pidPath: s.pidPath(id),
 	})
 	if err != nil {
@@ -344,9 +359,18 @@ var inheritedEnv = map[string]bool{
 
 func inherited(k string) bool { return inheritedEnv[k] || strings.HasPrefix(k, "LC_") }
 
+// userOf is who agent id runs as: nil for this server's user.
+func (s *Supervisor) userOf(id, tmpDir string) (*AgentUser, error) {
+	if s.cfg.Users == nil {
+		return nil, nil
+	}
+	return s.cfg.Users.Acquire(id, UserHome(tmpDir))
+}
+
 // agentEnv is base (the server's environment, filtered), then extra, then
 // the agent's own variables; a later entry for a key replaces an earlier one.
-func agentEnv(base, extra []string, id, server, secret string) []string {
+// The secret is not among them: it travels over a pipe (startAgent).
+func agentEnv(base, extra []string, id, server string) []string {
 	var order []string
 	vals := make(map[string]string)
 	add := func(kv string, filter bool) {
@@ -367,7 +391,6 @@ func agentEnv(base, extra []string, id, server, secret string) []string {
 	}
 	add("AGENT_ID="+id, false)
 	add("MANAGEMENT_SERVER="+server, false)
-	add("AGENT_SECRET="+secret, false)
 	env := make([]string, 0, len(order))
 	for _, k := range order {
 		env = append(env, vals[k])
@@ -396,12 +419,16 @@ func (s *Supervisor) adopt(id string) *proc {
 		return nil
 	}
 	s.log.Info("adopted running host agent", "agent", id, "pid", pid)
-	return &proc{pid: pid, startTicks: st.startTicks, startedAt: mtime, adopted: true}
+	return &proc{pid: pid, startTicks: st.startTicks, startedAt: mtime, adopted: true, userNS: agentNS(pid)}
 }
 
 // notOurAgent says why pid is not a live agent process for id, or "".
 func (s *Supervisor) notOurAgent(id string, pid int) string {
-	return notAgent(pid, s.binary, id, uidOf(s.cfg.User))
+	u, err := s.userOf(id, AgentTmpDir(s.pidPath(id)))
+	if err != nil {
+		return err.Error()
+	}
+	return notAgent(pid, s.binary, id, uidOf(u))
 }
 
 // gone reports whether p has ended. An adopted process counts as gone when

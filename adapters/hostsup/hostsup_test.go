@@ -232,8 +232,8 @@ func TestSpawnVerifyAndRestart(t *testing.T) {
 		if want := []string{fakeAgentBin, "--id", a.ID}; !slices.Equal(r.Args, want) {
 			t.Fatalf("argv %q, want %q", r.Args, want)
 		}
-		if r.Secret == "" || r.Secret == "stale-secret-from-server-env" || r.SecretInArgv {
-			t.Fatalf("bad secret handling: secret %q, in argv %v", r.Secret, r.SecretInArgv)
+		if r.Secret == "" || r.Secret == "stale-secret-from-server-env" || r.SecretInArgv || r.SecretInEnv != "" {
+			t.Fatalf("bad secret handling: secret %q, in argv %v, in the environment %q", r.Secret, r.SecretInArgv, r.SecretInEnv)
 		}
 		if ok, _ := h.creds.Verify(a.ID, r.Secret); !ok {
 			t.Fatalf("%s secret does not verify", a.ID)
@@ -509,8 +509,8 @@ func TestAgentEnv(t *testing.T) {
 		"SECRETS_DIR=/var/lib/agentic-sandbox/secrets", "AIWG_SERVE_ENDPOINT=http://aiwg", "DOCKER_HOST=unix:///var/run/docker.sock",
 		"AWS_SECRET_ACCESS_KEY=k", "LC_ALL=C.UTF-8", "TERM=xterm"}
 	extra := []string{"HOME=/home/agent", "FOO=bar", "AGENT_ID=nope"}
-	got := agentEnv(base, extra, "host-01", "http://s", "sec")
-	want := []string{"PATH=/bin", "HOME=/home/agent", "LC_ALL=C.UTF-8", "TERM=xterm", "FOO=bar", "AGENT_ID=host-01", "MANAGEMENT_SERVER=http://s", "AGENT_SECRET=sec"}
+	got := agentEnv(base, extra, "host-01", "http://s")
+	want := []string{"PATH=/bin", "HOME=/home/agent", "LC_ALL=C.UTF-8", "TERM=xterm", "FOO=bar", "AGENT_ID=host-01", "MANAGEMENT_SERVER=http://s"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("env %q\nwant %q", got, want)
 	}

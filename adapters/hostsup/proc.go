@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -87,7 +88,11 @@ func processExists(pid int) bool {
 type agentLaunch struct {
 	binary, id string
 	env        []string
-	dir        string // working directory ("" for ours)
+	// secret is handed to the agent over an inherited pipe (AGENT_SECRET_FD),
+	// never through its environment or a file: racing a (re)start finds
+	// nothing to read.
+	secret string
+	dir    string // working directory ("" for ours)
 	// user, when set, is who the agent runs as; tmpDir (its own temp dir)
 	// is given to it, with a copy of the binary and of its CA file, since
 	// the server's files are not that user's to read.
@@ -97,6 +102,10 @@ type agentLaunch struct {
 	pidPath string
 	who     string // says who started it, in the log
 }
+
+// secretFD is the agent's descriptor for the secret pipe (the first of
+// exec.Cmd.ExtraFiles).
+const secretFD = 3
 
 // startAgent starts an agent in its own session, so that the server's
 // terminal and signals do not reach it and it outlives the server, and
@@ -116,17 +125,27 @@ func startAgent(l agentLaunch) (*proc, error) {
 		if err := l.user.prepare(&l); err != nil {
 			return nil, fmt.Errorf("start %s as %s: %w", l.id, l.user.Name, err)
 		}
-		attr.Credential = &syscall.Credential{Uid: l.user.UID, Gid: l.user.GID, Groups: []uint32{l.user.GID}}
+		l.user.launch(attr)
+	}
+	secretR, secretW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer secretR.Close() // the child holds its own copy
+	// A pipe holds far more than a secret: the write never blocks.
+	_, werr := io.WriteString(secretW, l.secret)
+	if cerr := secretW.Close(); werr != nil || cerr != nil {
+		return nil, fmt.Errorf("secret pipe: %w", errors.Join(werr, cerr))
 	}
 	cmd := &exec.Cmd{
-		Path: l.binary, Args: []string{l.binary, "--id", l.id}, Env: l.env, Dir: l.dir,
-		Stdout: logf, Stderr: logf,
+		Path: l.binary, Args: []string{l.binary, "--id", l.id}, Env: append(l.env, fmt.Sprintf("AGENT_SECRET_FD=%d", secretFD)), Dir: l.dir,
+		Stdout: logf, Stderr: logf, ExtraFiles: []*os.File{secretR},
 		SysProcAttr: attr,
 	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", l.binary, err)
 	}
-	p := &proc{pid: cmd.Process.Pid, startedAt: time.Now(), exited: make(chan struct{})}
+	p := &proc{pid: cmd.Process.Pid, startedAt: time.Now(), exited: make(chan struct{}), userNS: agentNS(cmd.Process.Pid)}
 	go func() {
 		p.waitErr = cmd.Wait()
 		close(p.exited)
@@ -137,6 +156,14 @@ func startAgent(l agentLaunch) (*proc, error) {
 		return nil, fmt.Errorf("write pid file: %w", err)
 	}
 	return p, nil
+}
+
+// agentNS is the user namespace of agent pid when it is not the server's.
+func agentNS(pid int) string {
+	if ns := userNS(pid); ns != userNS(os.Getpid()) {
+		return ns
+	}
+	return ""
 }
 
 // notAgent says why pid is not a live process of this user running binary
@@ -224,8 +251,10 @@ func agentTmpEnv(dir string) ([]string, error) {
 }
 
 // EndTmux stops the tmux server of an agent's temp dir (its own, or its
-// user's home in it), if one runs, and with it every session it kept.
-func EndTmux(ctx context.Context, dir string) {
+// user's home in it), if one runs, and with it every session it kept. The
+// server is asked as the user it runs as (u; nil for this server's user),
+// whose socket directory is named by its uid.
+func EndTmux(ctx context.Context, dir string, u *AgentUser) {
 	if _, err := exec.LookPath("tmux"); err != nil {
 		return
 	}
@@ -237,6 +266,9 @@ func EndTmux(ctx context.Context, dir string) {
 		}
 		kill := exec.CommandContext(ctx, "tmux", "kill-server")
 		kill.Env = append(os.Environ(), "TMUX_TMPDIR="+d)
+		if u != nil {
+			kill.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: []uint32{u.GID}}}
+		}
 		_ = kill.Run() // no server: nothing to end
 	}
 }
@@ -252,25 +284,56 @@ func rotateLog(path string) {
 	}
 }
 
-// uidOf is the uid agents run as: u's, else this process's.
+// uidOf is the uid agent processes run as: u's, else this process's.
 func uidOf(u *AgentUser) int {
-	if u == nil {
+	switch {
+	case u == nil:
 		return os.Geteuid()
+	case u.AgentUID != 0:
+		return int(u.AgentUID)
 	}
 	return int(u.UID)
 }
 
-// AgentUser is an unprivileged user host agents run as (when the server is
-// root): its agents and their commands cannot read the data dir.
+// AgentUser is who a host agent and its commands run as when the server is
+// root: the workload user (Name, UID, GID) its commands, tmux server and
+// file work run as, and, when AgentUID is set, the agent process's own uid.
+// The agent then runs as root of a user namespace that maps only those two
+// uids: it may switch to its workload's uid and signal its commands, while
+// they can neither signal it nor read its memory, and neither can read
+// anything of root's, such as the data dir.
 type AgentUser struct {
 	Name     string
 	UID, GID uint32
+	// AgentUID and AgentGID are the agent process's ids; 0 runs the agent
+	// as the workload user itself.
+	AgentUID, AgentGID uint32
+	// Shared is set when the workload user is shared with other agents
+	// (AGENTIC_HOST_USER): its processes are not all this agent's.
+	Shared bool
+}
+
+// launch sets who the process starts as.
+func (u *AgentUser) launch(attr *syscall.SysProcAttr) {
+	if u.AgentUID == 0 {
+		attr.Credential = &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: []uint32{u.GID}}
+		return
+	}
+	attr.Cloneflags = syscall.CLONE_NEWUSER
+	attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(u.AgentUID), Size: 1}, {ContainerID: int(u.UID), HostID: int(u.UID), Size: 1}}
+	attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(u.AgentGID), Size: 1}, {ContainerID: int(u.GID), HostID: int(u.GID), Size: 1}}
+	// The agent sets its commands' groups (only mapped ones exist inside).
+	attr.GidMappingsEnableSetgroups = true
+	attr.Credential = &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}}
 }
 
 // prepare gives the user what it may reach. The temp dir stays root's
 // (0711: the user cannot rename or replace anything in it) and holds the
-// copies of the binary and the CA file; the user's own home inside it
-// (0700, the user's) is its HOME, TMPDIR, TMUX_TMPDIR and working dir.
+// copies of the binary (execute-only, so the kernel starts the agent
+// undumpable: nothing can read its memory or /proc files even before it
+// says so itself) and of the CA file; the user's own home inside it
+// (0700, the user's) is its HOME, TMPDIR, TMUX_TMPDIR and working dir; a
+// separated agent keeps its identity in a directory of its own uid.
 // Nothing is changed inside that home but its own ownership, so a user
 // cannot steer a root operation elsewhere through a symbolic link there.
 func (u *AgentUser) prepare(l *agentLaunch) error {
@@ -287,7 +350,7 @@ func (u *AgentUser) prepare(l *agentLaunch) error {
 		return err
 	}
 	bin := filepath.Join(l.tmpDir, filepath.Base(l.binary))
-	if err := copyFile(l.binary, bin, 0o555); err != nil {
+	if err := copyFile(l.binary, bin, 0o111); err != nil {
 		return fmt.Errorf("agent binary: %w", err)
 	}
 	l.binary = bin
@@ -301,21 +364,36 @@ func (u *AgentUser) prepare(l *agentLaunch) error {
 		}
 	}
 	home := UserHome(l.tmpDir)
-	if err := os.Mkdir(home, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+	if err := ownDir(home, u.UID, u.GID); err != nil {
 		return err
 	}
-	if err := os.Lchown(home, int(u.UID), int(u.GID)); err != nil {
-		return err
+	identityDir := home
+	if u.AgentUID != 0 {
+		identityDir = filepath.Join(l.tmpDir, "agent")
+		if err := ownDir(identityDir, u.AgentUID, u.AgentGID); err != nil {
+			return err
+		}
+		// The agent is root of its namespace: its commands, tmux server
+		// and file work run as the workload user.
+		l.env = append(l.env, "AGENT_RUN_AS="+u.Name, "AGENT_TMUX=on")
 	}
 	for i, kv := range l.env {
-		// The temp dir is root's: the agent keeps a rename in its home.
+		// The temp dir is root's: the agent keeps a rename in a dir of its own.
 		if strings.HasPrefix(kv, "AGENT_IDENTITY_FILE=") {
-			l.env[i] = "AGENT_IDENTITY_FILE=" + filepath.Join(home, ".agent-identity")
+			l.env[i] = "AGENT_IDENTITY_FILE=" + filepath.Join(identityDir, ".agent-identity")
 		}
 	}
 	l.dir = home
 	l.env = append(l.env, "HOME="+home, "TMPDIR="+home, "TMUX_TMPDIR="+home, "USER="+u.Name, "LOGNAME="+u.Name)
 	return nil
+}
+
+// ownDir makes dir (0700) and gives it to uid:gid.
+func ownDir(dir string, uid, gid uint32) error {
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	return os.Lchown(dir, int(uid), int(gid))
 }
 
 // UserHome is the home (and temp dir) of an agent run as another user,

@@ -30,9 +30,10 @@ type RuntimeConfig struct {
 	ExtraEnv []string
 	// StopTimeout is SIGTERM → SIGKILL in Stop and Destroy (default 5s).
 	StopTimeout time.Duration
-	// User, when set, is who the agents run as (see AgentUser); their work
-	// dir is then in their own temp dir, outside the state dir.
-	User *AgentUser
+	// Users, when set (a root server), gives each environment users of its
+	// own (see AgentUser); their work dir is then in their own temp dir,
+	// outside the state dir.
+	Users *Users
 }
 
 // Runtime is ports.Runtime for the host tier. Like the supervisor's agents,
@@ -199,9 +200,13 @@ func (r *Runtime) spawn(rec envRecord) (*proc, error) {
 		// Where a rename (a pool member taken) is kept, so that a restarted
 		// agent comes back under the name it was given.
 		"AGENT_IDENTITY_FILE="+filepath.Join(r.tmpDir(rec.Name), ".agent-identity")), tmpEnv...)
+	u, err := r.userOf(rec.Name)
+	if err != nil {
+		return nil, err
+	}
 	p, err := startAgent(agentLaunch{
-		binary: rec.Binary, id: rec.Name, who: "host runtime", user: r.cfg.User, tmpDir: r.tmpDir(rec.Name),
-		env:     agentEnv(os.Environ(), extra, rec.Name, rec.ServerURL, rec.Secret),
+		binary: rec.Binary, id: rec.Name, who: "host runtime", user: u, tmpDir: r.tmpDir(rec.Name), secret: rec.Secret,
+		env:     agentEnv(os.Environ(), extra, rec.Name, rec.ServerURL),
 		dir:     filepath.Join(r.dir(rec.Name), "work"),
 		logPath: r.logPath(rec.Name), pidPath: r.pidPath(rec.Name),
 	})
@@ -212,7 +217,22 @@ func (r *Runtime) spawn(rec envRecord) (*proc, error) {
 	r.procs[rec.Name] = p
 	r.mu.Unlock()
 	r.log.Info("environment agent started", "env", rec.Name, "pid", p.pid)
+	go func() {
+		<-p.exited
+		endOrphans(p.userNS) // its commands die with it
+	}()
 	return p, nil
+}
+
+// usersKey names an environment's users apart from the supervisor's agents.
+func usersKey(name string) string { return "env/" + name }
+
+// userOf is who name's agent runs as: nil for this server's user.
+func (r *Runtime) userOf(name string) (*AgentUser, error) {
+	if r.cfg.Users == nil {
+		return nil, nil
+	}
+	return r.cfg.Users.Acquire(usersKey(name), UserHome(r.tmpDir(name)))
 }
 
 // current returns the live agent process of name, or nil: the one this
@@ -228,14 +248,18 @@ func (r *Runtime) current(rec envRecord) *proc {
 		return nil // our child, reaped: the pid file names nothing of ours
 	}
 	pid, mtime, err := readPidFile(r.pidPath(rec.Name))
-	if err != nil || notAgent(pid, rec.Binary, rec.Name, uidOf(r.cfg.User)) != "" {
+	if err != nil {
+		return nil
+	}
+	u, err := r.userOf(rec.Name)
+	if err != nil || notAgent(pid, rec.Binary, rec.Name, uidOf(u)) != "" {
 		return nil
 	}
 	st, err := readProcStat(pid)
 	if err != nil || st.dead() {
 		return nil
 	}
-	p = &proc{pid: pid, startTicks: st.startTicks, startedAt: mtime, adopted: true}
+	p = &proc{pid: pid, startTicks: st.startTicks, startedAt: mtime, adopted: true, userNS: agentNS(pid)}
 	r.mu.Lock()
 	r.procs[rec.Name] = p
 	r.mu.Unlock()
@@ -353,8 +377,11 @@ func (r *Runtime) Destroy(ctx context.Context, name string) error {
 	if err := r.terminate(ctx, rec); err != nil {
 		return err
 	}
-	// Sessions kept in tmux outlive the agent by design; not its environment.
-	EndTmux(ctx, r.tmpDir(name))
+	// Sessions kept in tmux outlive the agent by design; not its
+	// environment: every process of its users ends with it.
+	if err := r.endUsers(ctx, name); err != nil {
+		return err
+	}
 	if err := os.RemoveAll(r.tmpDir(name)); err != nil {
 		return err
 	}
@@ -365,6 +392,26 @@ func (r *Runtime) Destroy(ctx context.Context, name string) error {
 	delete(r.procs, name)
 	r.mu.Unlock()
 	return nil
+}
+
+// endUsers ends every process of name's users (its own; of a shared user
+// only its tmux server and what runs in its namespaces) and frees them.
+func (r *Runtime) endUsers(ctx context.Context, name string) error {
+	u, err := r.userOf(name)
+	if err != nil || u == nil {
+		EndTmux(ctx, r.tmpDir(name), nil)
+		return err
+	}
+	EndTmux(ctx, r.tmpDir(name), u)
+	var errs []error
+	if !u.Shared {
+		errs = append(errs, KillUser(u.UID, u.GID))
+	}
+	errs = append(errs, KillUser(u.AgentUID, u.AgentGID))
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return r.cfg.Users.Release(usersKey(name))
 }
 
 // Inspect reports the environment as its process stands now.

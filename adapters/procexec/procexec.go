@@ -180,7 +180,10 @@ func Start(spec Spec, onOutput func(stream ports.OutputStream, data []byte)) (*P
 	if err != nil {
 		return fail(err)
 	}
-	attr := &syscall.SysProcAttr{}
+	// A command dies with its agent: none finishes its side effects after
+	// the caller was told its agent went away. (Sessions kept in tmux are
+	// the tmux server's children, not ours, and are adopted instead.)
+	attr := &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if spec.RunAs != "" {
 		cred, u, err := runas.Credential(spec.RunAs)
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -66,7 +67,7 @@ func run(args, environ []string, stderr io.Writer) int {
 	// Commands inherit the agent's environment; the secret must not reach
 	// them, and where they run (host, container, vm) should, however the
 	// agent was configured (flag, environment or agent.env).
-	if err := errors.Join(os.Unsetenv("AGENT_SECRET"), os.Unsetenv("AGENT_SECRET_FILE"), os.Unsetenv("AGENT_IDENTITY_FILE"), os.Unsetenv("AGENT_IDENTITY_FROM_LINK"), os.Unsetenv("AGENT_RUN_AS"), os.Setenv("AGENT_ID", cfg.AgentID),
+	if err := errors.Join(os.Unsetenv("AGENT_SECRET"), os.Unsetenv("AGENT_SECRET_FD"), os.Unsetenv("AGENT_TMUX"), os.Unsetenv("AGENT_SECRET_FILE"), os.Unsetenv("AGENT_IDENTITY_FILE"), os.Unsetenv("AGENT_IDENTITY_FROM_LINK"), os.Unsetenv("AGENT_RUN_AS"), os.Setenv("AGENT_ID", cfg.AgentID),
 		os.Setenv("AGENT_RUNTIME", string(agentwire.RuntimeKindFromProto(cfg.Runtime)))); err != nil {
 		fmt.Fprintln(stderr, "agentic-agent:", err)
 		return 2
@@ -106,6 +107,22 @@ func run(args, environ []string, stderr io.Writer) int {
 	return 0
 }
 
+// readSecretFD reads the secret from the inherited descriptor fdS and
+// closes it, so that no command inherits it.
+func readSecretFD(fdS string) (string, error) {
+	fd, err := strconv.Atoi(fdS)
+	if err != nil || fd < 3 {
+		return "", fmt.Errorf("%q is not an inherited descriptor", fdS)
+	}
+	f := os.NewFile(uintptr(fd), "agent-secret")
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 4096))
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
 var flagEnv = map[string]string{
 	"id":      "AGENT_ID",
 	"server":  "MANAGEMENT_SERVER",
@@ -142,7 +159,15 @@ func loadConfig(args, environ []string, stderr io.Writer) (agentd.Config, error)
 	// Commands as another user, who cannot read the agent's secret.
 	runAs := src.GetDefault("AGENT_RUN_AS", "")
 	cfg.Runner = procexec.Runner{DefaultUser: runAs}
-	cfg.NoTmux = runAs != ""
+	// Sessions kept in tmux need its server to run as the commands' user
+	// (AGENT_TMUX=on, as host agents in their own user namespace have).
+	if runAs != "" {
+		if src.GetDefault("AGENT_TMUX", "") == "on" {
+			cfg.TmuxUser = runAs
+		} else {
+			cfg.NoTmux = true
+		}
+	}
 	// File work runs as the same user, in the same place, as the commands,
 	// in this binary started again. Through /proc/self/exe, a magic link
 	// that needs no search permission on the binary's directories (the
@@ -155,6 +180,14 @@ func loadConfig(args, environ []string, stderr io.Writer) (agentd.Config, error)
 	}
 	if cfg.Files, err = agentfs.New(exe, runAs); err != nil {
 		return cfg, fmt.Errorf("AGENT_RUN_AS: %w", err)
+	}
+	// A secret pipe (AGENT_SECRET_FD, as host agents get theirs) is read
+	// before anything runs and closed: the secret is never in an
+	// environment or a file that a racing process could read.
+	if fdS := src.GetDefault("AGENT_SECRET_FD", ""); fdS != "" && cfg.Secret == "" {
+		if cfg.Secret, err = readSecretFD(fdS); err != nil {
+			return cfg, fmt.Errorf("AGENT_SECRET_FD: %w", err)
+		}
 	}
 	// A secret file is read once; the commands run as another user
 	// (AGENT_RUN_AS) who cannot read it.

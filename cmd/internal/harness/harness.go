@@ -408,9 +408,14 @@ func KillHostAgents(dataDir string) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 		// Sessions kept in tmux outlive their agent by design.
 		dir := hostsup.AgentTmpDir(filepath.Join(dataDir, "host-agents", id+".pid"))
-		hostsup.EndTmux(context.Background(), dir)
+		hostsup.EndTmux(context.Background(), dir, nil)
 		_ = os.RemoveAll(dir)
 	}
+	// A root server's agents have users of their own: end whatever of
+	// theirs is left (tmux servers, commands), and free their uids.
+	users := filepath.Join(dataDir, "host-users.json")
+	_ = hostsup.EndUsers(users)
+	_ = hostsup.ReleaseAll(users)
 }
 
 // Alive reports whether pid is a live (non-zombie) process.

@@ -12,6 +12,7 @@ type Record struct {
 	Server        string
 	Secret        string
 	SecretInArgv  bool
+	SecretInEnv   string // AGENT_SECRET in the environment: must be empty
 	Args          []string
 	Extra         string
 	OperatorToken string

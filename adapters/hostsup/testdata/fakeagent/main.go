@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -34,13 +35,22 @@ func main() {
 		signal.Notify(term, syscall.SIGTERM, syscall.SIGINT)
 	}
 
-	secret := os.Getenv("AGENT_SECRET")
+	// The secret comes over the pipe named by AGENT_SECRET_FD, as the real
+	// agent reads it; one in the environment would be a leak (recorded).
+	var secret string
+	if fd, err := strconv.Atoi(os.Getenv("AGENT_SECRET_FD")); err == nil {
+		f := os.NewFile(uintptr(fd), "secret")
+		b, _ := io.ReadAll(f)
+		f.Close()
+		secret = string(b)
+	}
 	rec := agentrecord.Record{
 		PID:           os.Getpid(),
 		FlagID:        *id,
 		EnvID:         os.Getenv("AGENT_ID"),
 		Server:        os.Getenv("MANAGEMENT_SERVER"),
 		Secret:        secret,
+		SecretInEnv:   os.Getenv("AGENT_SECRET"),
 		Args:          os.Args,
 		Extra:         os.Getenv("FAKEAGENT_EXTRA"),
 		OperatorToken: os.Getenv("AGENTIC_OPERATOR_TOKEN"),
