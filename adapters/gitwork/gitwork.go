@@ -8,6 +8,12 @@
 // config is replaced by the server's, hooks, alternates and every symlink
 // inside .git are removed, and git runs with no system or global config,
 // no hooks, no fsmonitor, no external diff or textconv.
+//
+// A repository on this machine (a path, a file:// URL) is read by a server
+// running as root only as an unprivileged user (ReaderUID, nobody), unless
+// it is under one of RepoDirs, directories the operator lists for the
+// server to read itself: an API caller cannot have a file only root reads
+// staged into an environment.
 package gitwork
 
 import (
@@ -42,6 +48,13 @@ type Workspace struct {
 	root string
 	// MaxArtifactBytes caps one artifact (default 100 MiB).
 	MaxArtifactBytes int64
+	// RepoDirs are directories (absolute, symbolic links resolved: see
+	// ParseRepoDirs) whose repositories a server running as root reads
+	// itself. Any other local repository it reads as ReaderUID:ReaderGID
+	// (default nobody, 65534). A server not running as root reads every
+	// repository as itself.
+	RepoDirs             []string
+	ReaderUID, ReaderGID uint32
 }
 
 var _ ports.Workspace = (*Workspace)(nil)
@@ -51,7 +64,7 @@ func New(root string) (*Workspace, error) {
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, err
 	}
-	return &Workspace{root: root, MaxArtifactBytes: 100 << 20}, nil
+	return &Workspace{root: root, MaxArtifactBytes: 100 << 20, ReaderUID: Nobody, ReaderGID: Nobody}, nil
 }
 
 func (w *Workspace) dir(taskID, part string) string {
@@ -61,13 +74,7 @@ func (w *Workspace) dir(taskID, part string) string {
 // git runs git with nothing from the system, the user or the repository
 // that could run a program.
 func git(ctx context.Context, dir string, extraEnv []string, args ...string) ([]byte, error) {
-	safe := []string{"-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "safe.directory=*",
-		"-c", "protocol.ext.allow=never", "-c", "core.sshCommand=ssh -o BatchMode=yes"}
-	cmd := exec.CommandContext(ctx, "git", append(safe, args...)...)
-	cmd.Dir = dir
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null",
-		"GIT_TERMINAL_PROMPT=0", "GIT_ASKPASS=/bin/false", "LC_ALL=C"}
-	cmd.Env = append(cmd.Env, extraEnv...)
+	cmd := gitCmd(ctx, dir, extraEnv, args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -79,6 +86,17 @@ func git(ctx context.Context, dir string, extraEnv []string, args ...string) ([]
 		return out, fmt.Errorf("git %s: %v: %s", args[0], err, msg)
 	}
 	return out, nil
+}
+
+func gitCmd(ctx context.Context, dir string, extraEnv []string, args ...string) *exec.Cmd {
+	safe := []string{"-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "safe.directory=*",
+		"-c", "protocol.ext.allow=never", "-c", "core.sshCommand=ssh -o BatchMode=yes"}
+	cmd := exec.CommandContext(ctx, "git", append(safe, args...)...)
+	cmd.Dir = dir
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null",
+		"GIT_TERMINAL_PROMPT=0", "GIT_ASKPASS=/bin/false", "LC_ALL=C"}
+	cmd.Env = append(cmd.Env, extraEnv...)
+	return cmd
 }
 
 // Stage implements ports.Workspace.
@@ -94,6 +112,21 @@ func (w *Workspace) Stage(ctx context.Context, taskID string, repo ports.TaskRep
 	if strings.HasPrefix(url, "-") {
 		return "", fmt.Errorf("repository url %q", url)
 	}
+	fromBundle := false
+	if os.Geteuid() == 0 {
+		// Before anything is cloned: what root may read is not the caller's.
+		p, local, err := localPath(url)
+		if err != nil {
+			return "", err
+		}
+		if local {
+			bundle := w.dir(taskID, "repo.bundle")
+			if url, fromBundle, err = w.source(ctx, p, bundle); err != nil {
+				return "", err
+			}
+			defer os.Remove(bundle)
+		}
+	}
 	// No template (hook samples, description) and no reflogs: every file
 	// is an entry to upload and to take back, and those serve nobody.
 	args := []string{"-c", "core.logAllRefUpdates=false", "clone", "-q", "--template="}
@@ -102,6 +135,12 @@ func (w *Workspace) Stage(ctx context.Context, taskID string, repo ports.TaskRep
 	}
 	if _, err := git(ctx, filepath.Dir(tree), nil, append(args, "--", url, tree)...); err != nil {
 		return "", err
+	}
+	if fromBundle {
+		// The workload sees where the repository came from, not the bundle.
+		if _, err := git(ctx, tree, nil, "remote", "set-url", "origin", "--", repo.URL); err != nil {
+			return "", err
+		}
 	}
 	if repo.Commit != "" {
 		if _, err := git(ctx, tree, nil, "checkout", "-q", "--detach", repo.Commit, "--"); err != nil {
@@ -112,15 +151,25 @@ func (w *Workspace) Stage(ctx context.Context, taskID string, repo ports.TaskRep
 	if err != nil {
 		return "", err
 	}
+	// The tree is the repository's: a TASK.md in it, perhaps a symbolic
+	// link, is replaced, and nothing is written outside the tree.
+	root, err := os.OpenRoot(tree)
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = root.Close() }()
+	if err := root.Remove(TaskFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("%s: %w", TaskFile, err)
+	}
 	// The tree goes to the workload: its files are for the workload's user.
-	if err := os.WriteFile(filepath.Join(tree, TaskFile), []byte(taskMD), 0o644); err != nil { //nolint:gosec // read by the workload
+	if err := root.WriteFile(TaskFile, []byte(taskMD), 0o644); err != nil { //nolint:gosec // read by the workload
 		return "", err
 	}
-	exclude := filepath.Join(tree, ".git", "info", "exclude")
-	if err := os.MkdirAll(filepath.Dir(exclude), 0o755); err != nil { //nolint:gosec // read by the workload
+	exclude := filepath.Join(".git", "info", "exclude")
+	if err := root.MkdirAll(filepath.Dir(exclude), 0o755); err != nil { //nolint:gosec // read by the workload
 		return "", err
 	}
-	f, err := os.OpenFile(exclude, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644) //nolint:gosec // read by the workload
+	f, err := root.OpenFile(exclude, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644) //nolint:gosec // read by the workload
 	if err != nil {
 		return "", err
 	}

@@ -36,9 +36,11 @@ func write(t *testing.T, p, content string) {
 	}
 }
 
-// origin is a repository with two commits on main and a branch.
+// origin is a repository with two commits on main and a branch, that
+// anyone may read (a root server reads it as nobody).
 func origin(t *testing.T) (dir, first string) {
 	dir = t.TempDir()
+	defer openUp(t, dir)
 	run(t, dir, "git", "init", "-q", "-b", "main")
 	write(t, filepath.Join(dir, "a.txt"), "a1\n")
 	write(t, filepath.Join(dir, "b.txt"), "b1\n")

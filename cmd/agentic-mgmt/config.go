@@ -17,6 +17,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/agentrpc"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/envfile"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/gitwork"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/tlsca"
 	"github.com/agentic-sandbox/agentic-sandbox/core/egress"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
@@ -60,6 +61,9 @@ type Config struct {
 	// TaskRuntime runs tasks whose manifest names no runtime ("": the
 	// catalog's choice, defaultTaskRuntime).
 	TaskRuntime string
+	// TaskRepoDirs are directories (symbolic links resolved) whose local
+	// repositories a root server reads itself; others it reads as nobody.
+	TaskRepoDirs []string
 	// TaskHold is a test hook: how long a task waits on entering each
 	// state (AGENTIC_TEST_TASK_HOLD=staging=30s,completing=30s).
 	TaskHold map[string]time.Duration
@@ -188,6 +192,7 @@ var flagEnv = map[string]string{
 	"session-retention": "AGENTIC_SESSION_RETENTION",
 	"file-max-bytes":    "AGENTIC_FILE_MAX_BYTES",
 	"task-runtime":      "AGENTIC_TASK_RUNTIME",
+	"task-repo-dirs":    "AGENTIC_TASK_REPO_DIRS",
 	"host-user":         "AGENTIC_HOST_USER",
 	"allowed-networks":  "AGENTIC_ALLOWED_NETWORKS",
 }
@@ -213,6 +218,7 @@ func loadConfig(args, environ []string, stderr io.Writer, version string) (Confi
 	fs.String("host-user", "", "user host agents and their commands run as (env AGENTIC_HOST_USER; as root default "+defaultHostUser+", created if missing; else the server's own user)")
 	fs.String("session-retention", "", "how long ended sessions and their logs are kept (env AGENTIC_SESSION_RETENTION, default 24h)")
 	fs.String("task-runtime", "", "runtime of a task whose manifest names none (env AGENTIC_TASK_RUNTIME, default "+unmark(defaultRuntimeDoc())+")")
+	fs.String("task-repo-dirs", "", "directories whose local task repositories a root server reads itself, absolute, comma- or colon-separated; others it reads as nobody (env AGENTIC_TASK_REPO_DIRS, default none)")
 	fs.String("file-max-bytes", "", "largest file or archive moved to or from an agent, in bytes (env AGENTIC_FILE_MAX_BYTES, default 16 GiB)")
 	fs.String("agent-tls", "", "TLS on the agent port: off, auto or CERT.pem:KEY.pem (env AGENTIC_AGENT_TLS, default off on loopback, else auto)")
 	fs.String("operator-host", "", "host the REST API and the client WebSocket listen on (env AGENTIC_OPERATOR_HOST, default LISTEN_ADDR's host)")
@@ -266,6 +272,9 @@ func loadConfig(args, environ []string, stderr io.Writer, version string) (Confi
 	if cfg.TaskRuntime = src.GetDefault("AGENTIC_TASK_RUNTIME", ""); cfg.TaskRuntime != "" && !slices.Contains(runtimeNames(), cfg.TaskRuntime) {
 		return Config{}, fmt.Errorf("AGENTIC_TASK_RUNTIME: unknown runtime %q (known: %s)", cfg.TaskRuntime, strings.Join(runtimeNames(), ", "))
 	}
+	if cfg.TaskRepoDirs, err = gitwork.ParseRepoDirs(src.GetDefault("AGENTIC_TASK_REPO_DIRS", "")); err != nil {
+		return Config{}, fmt.Errorf("AGENTIC_TASK_REPO_DIRS: %w", err)
+	}
 	if cfg.TaskHold, err = parseHolds(os.Getenv("AGENTIC_TEST_TASK_HOLD")); err != nil {
 		return Config{}, fmt.Errorf("AGENTIC_TEST_TASK_HOLD: %w", err)
 	}
@@ -299,6 +308,9 @@ func loadConfig(args, environ []string, stderr io.Writer, version string) (Confi
 		return Config{}, err
 	}
 	cfg.DataDir = filepath.Dir(cfg.SecretsDir)
+	if err := repoDirsOutside(cfg.TaskRepoDirs, cfg.DataDir); err != nil {
+		return Config{}, fmt.Errorf("AGENTIC_TASK_REPO_DIRS: %w", err)
+	}
 	if list := strings.TrimSpace(src.GetDefault("AGENTIC_RUNTIMES", "")); list != "" {
 		for _, r := range strings.Split(list, ",") {
 			r = strings.TrimSpace(r)
@@ -342,6 +354,25 @@ func loadConfig(args, environ []string, stderr io.Writer, version string) (Confi
 		}
 	}
 	return cfg, nil
+}
+
+// repoDirsOutside refuses a repository directory that holds the data dir
+// or is inside it: callers would read its files (other tasks' trees).
+func repoDirsOutside(dirs []string, dataDir string) error {
+	data := dataDir
+	if real, err := filepath.EvalSymlinks(dataDir); err == nil {
+		data = real
+	}
+	within := func(dir, p string) bool {
+		rel, err := filepath.Rel(dir, p)
+		return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+	}
+	for _, d := range dirs {
+		if within(d, data) || within(data, d) {
+			return fmt.Errorf("%s overlaps the data dir %s", d, dataDir)
+		}
+	}
+	return nil
 }
 
 // parsePools reads name=runtime:size entries separated by commas; the

@@ -160,3 +160,29 @@ func TestHelpListsTheRuntimes(t *testing.T) {
 		}
 	}
 }
+
+// AGENTIC_TASK_REPO_DIRS lists existing absolute directories, links
+// resolved, none overlapping the data dir; anything else stops the start.
+func TestTaskRepoDirsSetting(t *testing.T) {
+	a, b := t.TempDir(), t.TempDir()
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(b, link); err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err := load(t, nil); err != nil || cfg.TaskRepoDirs != nil {
+		t.Errorf("default: %q %v, want none", cfg.TaskRepoDirs, err)
+	}
+	if cfg, err := load(t, nil, "AGENTIC_TASK_REPO_DIRS="+a+","+link); err != nil || len(cfg.TaskRepoDirs) != 2 || cfg.TaskRepoDirs[0] != a || cfg.TaskRepoDirs[1] != b {
+		t.Errorf("env: %q %v", cfg.TaskRepoDirs, err)
+	}
+	if cfg, err := load(t, []string{"--task-repo-dirs", a + ":" + b}, "AGENTIC_TASK_REPO_DIRS=/nonexistent"); err != nil || len(cfg.TaskRepoDirs) != 2 {
+		t.Errorf("flag over env: %q %v", cfg.TaskRepoDirs, err)
+	}
+	data := t.TempDir()
+	for _, bad := range []string{"relative", filepath.Join(a, "missing"), data, filepath.Dir(data), filepath.Join(data, "task-work")} {
+		_ = os.MkdirAll(filepath.Join(data, "task-work"), 0o700)
+		if _, err := loadConfig([]string{"--config", "/nonexistent"}, []string{"SECRETS_DIR=" + data + "/secrets", "AGENTIC_TASK_REPO_DIRS=" + bad}, io.Discard, "test"); err == nil || !strings.Contains(err.Error(), "AGENTIC_TASK_REPO_DIRS") {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
+}

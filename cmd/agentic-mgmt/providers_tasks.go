@@ -33,6 +33,7 @@ func provideTasks(cfg Config, dir DataDir, envs *environment.Service, svc *agent
 	if err != nil {
 		return nil, nil, err
 	}
+	ws.RepoDirs = cfg.TaskRepoDirs
 	runtime := defaultTaskRuntime(cfg, rts)
 	var hold func(task.State) time.Duration
 	if cfg.TaskHold != nil {

@@ -26,8 +26,15 @@ func tasksBench(bins harness.Binaries) error {
 		return err
 	}
 	defer os.RemoveAll(dataDir)
+	// The repository is in a directory of its own that the server may read
+	// itself (as root it reads others as nobody).
+	repoDir, err := os.MkdirTemp("", "agentic-bench-repo-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(repoDir)
 	runtimes := []string{"host"}
-	env := []string{}
+	env := []string{"AGENTIC_TASK_REPO_DIRS=" + repoDir}
 	var notes []string
 	if e, err := harness.StartEngine("docker"); err != nil {
 		notes = append(notes, "docker not measured: "+err.Error())
@@ -42,7 +49,7 @@ func tasksBench(bins harness.Binaries) error {
 		return err
 	}
 	defer srv.Kill()
-	repo := filepath.Join(dataDir, "repo")
+	repo := filepath.Join(repoDir, "repo")
 	for _, c := range [][]string{{"init", "-q", "-b", "main", repo}} {
 		if out, err := exec.Command("git", c...).CombinedOutput(); err != nil {
 			return fmt.Errorf("git: %v %s", err, out)

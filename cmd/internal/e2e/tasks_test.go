@@ -73,7 +73,7 @@ func newTaskEnv(t *testing.T, env ...string) *taskEnv {
 }
 
 // baseRepo is a git repository with one commit on main: a file <name>.txt
-// holding the line <name> for each name.
+// holding the line <name> for each name; anyone may read it.
 func baseRepo(t *testing.T, names ...string) string {
 	t.Helper()
 	repo := t.TempDir()
@@ -85,6 +85,7 @@ func baseRepo(t *testing.T, names ...string) string {
 	}
 	gitIn(t, repo, "add", "-A")
 	gitIn(t, repo, "-c", "user.name=t", "-c", "user.email=t@x", "commit", "-q", "-m", "base")
+	openForNobody(t, repo)
 	return repo
 }
 
