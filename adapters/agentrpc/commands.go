@@ -27,9 +27,11 @@ type command struct {
 	started   sync.Once
 	onStarted func()
 
-	// deliverMu serialises output delivery and guards next offsets.
-	deliverMu sync.Mutex
-	next      map[ports.OutputStream]uint64
+	// deliverMu serialises output delivery and guards next offsets, the
+	// handlers (a claim sets them) and startedSeen.
+	deliverMu   sync.Mutex
+	next        map[ports.OutputStream]uint64
+	startedSeen bool
 
 	mu       sync.Mutex
 	done     chan struct{}
@@ -37,6 +39,14 @@ type command struct {
 	ended    bool
 	endedAt  time.Time
 	stopCtxW func() bool
+	// abandoned: its caller went away (an attached command's context
+	// ended, or nobody claimed a held one); killed when its agent is back
+	// if the kill could not reach it at once.
+	abandoned bool
+	// heldAt is when a report made the server hold the command, unknown
+	// and unclaimed (zero when it is not held): Attach claims it, and the
+	// sweep kills it once the claim grace is over.
+	heldAt time.Time
 }
 
 var _ ports.Command = (*command)(nil)
@@ -85,11 +95,34 @@ func (c *command) complete(r ports.CommandResult, now time.Time, beforeDone func
 	close(c.done)
 }
 
+// claim binds a command held since a report (unknown then, unclaimed) to
+// the caller that knows it now; a command not held is left as it is.
+func (c *command) claim(opts ports.StartOptions) {
+	c.mu.Lock()
+	held := !c.heldAt.IsZero()
+	c.heldAt = time.Time{}
+	c.mu.Unlock()
+	if !held {
+		return
+	}
+	c.deliverMu.Lock()
+	c.onOutput, c.onStarted = opts.OnOutput, opts.OnStarted
+	started := c.startedSeen
+	c.deliverMu.Unlock()
+	if started && opts.OnStarted != nil {
+		opts.OnStarted()
+	}
+}
+
 // markStarted fires OnStarted once.
 func (c *command) markStarted() {
 	c.started.Do(func() {
-		if c.onStarted != nil {
-			c.onStarted()
+		c.deliverMu.Lock()
+		f := c.onStarted
+		c.startedSeen = true
+		c.deliverMu.Unlock()
+		if f != nil {
+			f()
 		}
 	})
 }
@@ -209,9 +242,17 @@ func (s *Service) Start(ctx context.Context, agentID string, spec ports.CommandS
 		return nil, err
 	}
 	if !opts.Detached {
-		// A caller that goes away takes its command with it.
+		// A caller that goes away takes its command with it; when its agent
+		// is disconnected, the kill waits for the agent's return.
 		stop := context.AfterFunc(ctx, func() {
-			if err := cmd.Kill(context.Background()); err != nil && !errors.Is(err, ports.ErrCommandEnded) {
+			cmd.mu.Lock()
+			cmd.abandoned = true
+			cmd.mu.Unlock()
+			switch err := cmd.Kill(context.Background()); {
+			case err == nil, errors.Is(err, ports.ErrCommandEnded):
+			case errors.Is(err, ports.ErrAgentNotConnected):
+				s.log.Info("abandoned command to be killed once its agent is back", "agent_id", agentID, "command_id", cmd.id)
+			default:
 				s.log.Warn("could not kill abandoned command", "command_id", cmd.id, "err", err)
 			}
 		})
@@ -233,6 +274,7 @@ func (s *Service) Attach(agentID, commandID string, opts ports.StartOptions) por
 	defer s.mu.Unlock()
 	if cmd, ok := s.commands[commandID]; ok {
 		if cmd.agentID == agentID {
+			cmd.claim(opts)
 			return cmd
 		}
 		// Another agent's command: whoever names it gets a command that has

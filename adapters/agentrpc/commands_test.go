@@ -240,6 +240,10 @@ func TestDetachedCommandOutlivesCallerContext(t *testing.T) {
 	waitDone(t, cmd)
 }
 
+// A disconnect loses no command, attached or detached: both run on while
+// the agent is away. The agent's report when it is back settles them: the
+// one it still runs goes on, the one it no longer knows (its process died)
+// is lost.
 func TestAgentGoneMidCommand(t *testing.T) {
 	h := newHarness(t)
 	a := h.connectAgent("agent-a")
@@ -259,25 +263,25 @@ func TestAgentGoneMidCommand(t *testing.T) {
 	a.barrier()
 
 	a.hangUp()
-	r := waitDone(t, attached)
-	if r.Error != ports.ErrAgentGone.Error() || r.Success() {
-		t.Fatalf("attached command result %+v, want ErrAgentGone", r)
-	}
-	// disconnect settled every command before finishing the attached one.
-	if isDone(detached) {
-		t.Fatalf("detached command ended with the stream: %+v", detached.Result())
-	}
-	eventually(t, "only the detached command counted", func() bool {
+	eventually(t, "the agent seen disconnected, both commands counted", func() bool {
 		info := agentInfoOf(t, h.svc, "agent-a")
-		return info.RunningCommands == 1 && info.Status == "disconnected"
+		return info.RunningCommands == 2 && info.Status == "disconnected"
 	})
+	if isDone(attached) || isDone(detached) {
+		t.Fatalf("a disconnect ended a command: attached %v %+v, detached %v %+v", isDone(attached), attached.Result(), isDone(detached), detached.Result())
+	}
 	if err := detached.Signal(context.Background(), 2); !errors.Is(err, ports.ErrAgentNotConnected) {
 		t.Fatalf("control while the agent is away: %v", err)
 	}
 
-	// The agent comes back and finishes the detached command, resending
-	// what it was not sure had arrived.
+	// The agent comes back: it runs the detached command still, not the
+	// attached one (say its process was restarted). It finishes the
+	// detached one, resending what it was not sure had arrived.
 	b := h.connectAgent("agent-a")
+	b.send(connectReport(b, detached.ID()))
+	if r := waitDone(t, attached); r.Error != ports.ErrCommandLost.Error() || r.Success() {
+		t.Fatalf("attached command result %+v, want ErrCommandLost", r)
+	}
 	b.send(output(detached.ID(), stdout, 0, "before after"))
 	b.send(result(detached.ID(), ports.CommandResult{ExitCode: 0, Duration: time.Second}))
 	if r := waitDone(t, detached); r != (ports.CommandResult{Duration: time.Second}) {
@@ -292,6 +296,101 @@ func TestAgentGoneMidCommand(t *testing.T) {
 	b.barrier()
 	if info := agentInfoOf(t, h.svc, "agent-a"); info.RunningCommands != 0 || info.Status != "ready" {
 		t.Fatalf("after reconnect: %d commands, status %q", info.RunningCommands, info.Status)
+	}
+}
+
+// An attached command outlives a disconnect: what it printed while the
+// agent was away, and its result, arrive after the agent is back.
+func TestAttachedCommandSurvivesADisconnect(t *testing.T) {
+	h := newHarness(t)
+	a := h.connectAgent("agent-a")
+	var out outputLog
+	cmd, err := h.svc.Start(context.Background(), "agent-a", ports.CommandSpec{Command: "a"}, ports.StartOptions{OnOutput: out.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.recv()
+	a.send(output(cmd.ID(), stdout, 0, "one "))
+	a.barrier()
+	a.hangUp()
+
+	b := h.connectAgent("agent-a")
+	b.send(output(cmd.ID(), stdout, 4, "two"))
+	b.send(connectReport(b, cmd.ID()))
+	b.barrier()
+	if isDone(cmd) {
+		t.Fatalf("the agent reports it running, yet it ended: %+v", cmd.Result())
+	}
+	b.send(result(cmd.ID(), ports.CommandResult{ExitCode: 3}))
+	if r := waitDone(t, cmd); r.ExitCode != 3 || r.Error != "" {
+		t.Fatalf("result %+v, want the agent's exit 3", r)
+	}
+	if got := out.text(ports.StreamStdout); got != "one two" {
+		t.Fatalf("output %q", got)
+	}
+}
+
+// The caller of an attached command goes away while its agent is away: the
+// command is killed once the agent is back and reports it running.
+func TestAbandonedWhileDisconnectedIsKilledOnReturn(t *testing.T) {
+	h := newHarness(t)
+	a := h.connectAgent("agent-a")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cmd, err := h.svc.Start(ctx, "agent-a", ports.CommandSpec{Command: "a"}, ports.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.recv()
+	a.hangUp()
+	eventually(t, "the agent seen disconnected", func() bool { return agentInfoOf(t, h.svc, "agent-a").Status == "disconnected" })
+	cancel()
+	eventually(t, "the command marked abandoned", func() bool {
+		c := cmd.(*command)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.abandoned
+	})
+
+	b := h.connectAgent("agent-a")
+	b.send(connectReport(b, cmd.ID()))
+	if k := b.recv().GetPtyControl(); k.GetCommandId() != cmd.ID() || k.GetKill() == nil {
+		t.Fatalf("after its return the agent got %v, want a kill of %s", k, cmd.ID())
+	}
+	b.send(result(cmd.ID(), ports.CommandResult{ExitCode: 137, Signal: 9}))
+	if r := waitDone(t, cmd); r.Signal != 9 {
+		t.Fatalf("result %+v", r)
+	}
+}
+
+// An agent that never comes back within the disconnect grace takes its
+// commands with it: they end as gone.
+func TestAgentForgottenEndsItsCommands(t *testing.T) {
+	h := newHarness(t)
+	a := h.connectAgent("agent-a")
+	var cmds []ports.Command
+	for _, detached := range []bool{false, true} {
+		cmd, err := h.svc.Start(context.Background(), "agent-a", ports.CommandSpec{Command: "x"}, ports.StartOptions{Detached: detached})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.recv()
+		cmds = append(cmds, cmd)
+	}
+	a.hangUp()
+	eventually(t, "the agent seen disconnected", func() bool { return agentInfoOf(t, h.svc, "agent-a").Status == "disconnected" })
+	h.svc.sweep()
+	for _, cmd := range cmds {
+		if isDone(cmd) {
+			t.Fatalf("%s ended before the grace: %+v", cmd.ID(), cmd.Result())
+		}
+	}
+	h.clock.Advance(h.cfg.DisconnectGrace)
+	h.svc.sweep()
+	for _, cmd := range cmds {
+		if r := waitDone(t, cmd); r.Error != ports.ErrAgentGone.Error() || r.Success() {
+			t.Fatalf("%s: %+v, want ErrAgentGone", cmd.ID(), r)
+		}
 	}
 }
 

@@ -3,10 +3,12 @@ package agentrpc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 
 	"connectrpc.com/connect"
 
+	"github.com/agentic-sandbox/agentic-sandbox/core/agent"
 	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
@@ -67,8 +69,8 @@ func (s *Service) Exec(ctx context.Context, req *connect.Request[sandboxv1.ExecR
 				return err
 			}
 			r := cmd.Result()
-			if r.Error == ports.ErrAgentGone.Error() {
-				return connect.NewError(connect.CodeUnavailable, ports.ErrAgentGone)
+			if agent.Lost(r) {
+				return connect.NewError(connect.CodeUnavailable, fmt.Errorf("%w: %s", ports.ErrAgentGone, r.Error))
 			}
 			return stream.Send(&sandboxv1.ExecResponse{Payload: &sandboxv1.ExecResponse_Result{Result: agentwire.CommandResult(cmd.ID(), r)}})
 		case <-ctx.Done():

@@ -173,6 +173,9 @@ func TestExecAgentGone(t *testing.T) {
 	done := h.execAsync(context.Background(), "Bearer "+operatorToken, execReq("agent-a", "sleep"))
 	a.recv()
 	a.hangUp()
+	// Back without the command (its process died with the agent's).
+	b := h.connectAgent("agent-a")
+	b.send(connectReport(b))
 	r := waitExec(t, done)
 	if connect.CodeOf(r.err) != connect.CodeUnavailable {
 		t.Fatalf("exec on a vanished agent: %v", r.err)

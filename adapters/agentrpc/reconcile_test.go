@@ -420,3 +420,133 @@ func TestAKilledCommandEndsEvenIfTheAgentNeverSaysSo(t *testing.T) {
 		t.Fatalf("the agent still counts %d running commands", info.RunningCommands)
 	}
 }
+
+// prefixAdopter adopts the commands whose id has its prefix, keeping their
+// output, as the REST API does with its background commands.
+type prefixAdopter struct {
+	prefix string
+	out    outputLog
+	mu     sync.Mutex
+	got    []ports.Command
+}
+
+func (p *prefixAdopter) AdoptCommand(cmd ports.Command) (ports.StartOptions, bool) {
+	if len(cmd.ID()) < len(p.prefix) || cmd.ID()[:len(p.prefix)] != p.prefix {
+		return ports.StartOptions{}, false
+	}
+	p.mu.Lock()
+	p.got = append(p.got, cmd)
+	p.mu.Unlock()
+	return ports.StartOptions{OnOutput: p.out.add}, true
+}
+
+// After a restart of the server, the commands an agent reports that the
+// server does not know are adopted under their ids when the adopter takes
+// them: their output (that which came ahead of the report too) reaches it,
+// and they are controllable and counted. Others are held: a claim (Attach)
+// binds them, and one nobody claims is killed after the claim grace.
+func TestReportedUnknownCommandsAreAdoptedOrHeld(t *testing.T) {
+	ad := &prefixAdopter{prefix: "rest-"}
+	h := newHarness(t, func(c *Config) { c.ClaimGrace = time.Minute; c.KillTimeout = time.Hour })
+	h.svc.SetCommandAdopter(ad)
+	a := h.connectAgent("agent-a")
+	a.send(output("rest-1", stdout, 100, "kept while the server was away"))
+	a.send(connectReport(a, "rest-1", "task-9", "stray-3"))
+	a.send(output("rest-1", stdout, 130, "; after"))
+	a.barrier()
+
+	ad.mu.Lock()
+	n := len(ad.got)
+	ad.mu.Unlock()
+	if n != 1 || ad.got[0].ID() != "rest-1" || ad.got[0].AgentID() != "agent-a" {
+		t.Fatalf("adopted %d commands: %v", n, ad.got)
+	}
+	chunks := ad.out.get()
+	if len(chunks) != 2 || chunks[0].Offset != 100 || ad.out.text(ports.StreamStdout) != "kept while the server was away; after" {
+		t.Fatalf("adopted output %+v", chunks)
+	}
+	rest, ok := h.svc.Lookup("rest-1")
+	if !ok || rest != ad.got[0] {
+		t.Fatal("Lookup does not find the adopted command")
+	}
+	for _, id := range []string{"task-9", "stray-3"} {
+		if _, ok := h.svc.Lookup(id); !ok {
+			t.Fatalf("held command %s not found", id)
+		}
+	}
+	if info := agentInfoOf(t, h.svc, "agent-a"); info.RunningCommands != 3 || info.Status != "busy" {
+		t.Fatalf("agent counts %d commands, status %s; want 3, busy", info.RunningCommands, info.Status)
+	}
+
+	// The task binds to its run again: claimed, with its output from now on.
+	var taskOut outputLog
+	task := h.svc.Attach("agent-a", "task-9", ports.StartOptions{OnOutput: taskOut.add})
+	a.send(output("task-9", stdout, 0, "task says"))
+	a.barrier()
+	if taskOut.text(ports.StreamStdout) != "task says" {
+		t.Fatalf("claimed output %q", taskOut.text(ports.StreamStdout))
+	}
+
+	// The adopted one is killable.
+	if err := rest.Kill(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if k := a.recv().GetPtyControl(); k.GetCommandId() != "rest-1" || k.GetKill() == nil {
+		t.Fatalf("kill of the adopted command: %v", k)
+	}
+	a.send(result("rest-1", ports.CommandResult{ExitCode: 137, Signal: 9}))
+	if r := waitDone(t, rest); r.Signal != 9 {
+		t.Fatalf("adopted result %+v", r)
+	}
+
+	// Nobody claims stray-3: killed once the grace is over; the claimed
+	// task is not.
+	h.svc.sweep()
+	if m := a.pending(); m != nil {
+		t.Fatalf("killed before the grace: %v", m)
+	}
+	h.clock.Advance(time.Minute)
+	h.svc.sweep()
+	if k := a.recv().GetPtyControl(); k.GetCommandId() != "stray-3" || k.GetKill() == nil {
+		t.Fatalf("after the grace the agent got %v, want a kill of stray-3", k)
+	}
+	a.send(result("stray-3", ports.CommandResult{ExitCode: 143, Signal: 15}))
+	stray, _ := h.svc.Lookup("stray-3")
+	if r := waitDone(t, stray); r.Signal != 15 {
+		t.Fatalf("stray result %+v", r)
+	}
+	a.barrier()
+	if m := a.pending(); m != nil {
+		t.Fatalf("the claimed task got %v", m)
+	}
+	if isDone(task) {
+		t.Fatalf("claimed task ended: %+v", task.Result())
+	}
+	if n := agentInfoOf(t, h.svc, "agent-a").RunningCommands; n != 1 {
+		t.Fatalf("RunningCommands %d, want 1 (the task)", n)
+	}
+}
+
+// A command the server has ended (it gave up on it) that the agent reports
+// running is killed: nothing runs on unreachable.
+func TestReportedRunningAfterTheServerEndedItIsKilled(t *testing.T) {
+	h := newHarness(t)
+	a := h.connectAgent("agent-a")
+	cmd, err := h.svc.Start(context.Background(), "agent-a", ports.CommandSpec{Command: "x"}, ports.StartOptions{Detached: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.recv()
+	a.hangUp()
+	eventually(t, "the agent seen disconnected", func() bool { return agentInfoOf(t, h.svc, "agent-a").Status == "disconnected" })
+	h.clock.Advance(h.cfg.DisconnectGrace)
+	h.svc.sweep()
+	if r := waitDone(t, cmd); r.Error != ports.ErrAgentGone.Error() {
+		t.Fatalf("result %+v", r)
+	}
+	b := h.connectAgent("agent-a")
+	b.send(connectReport(b, cmd.ID()))
+	if k := b.recv().GetPtyControl(); k.GetCommandId() != cmd.ID() || k.GetKill() == nil {
+		t.Fatalf("the agent got %v, want a kill of %s", k, cmd.ID())
+	}
+}

@@ -64,6 +64,11 @@ type Config struct {
 	// ended before the server ends it itself (default 1m): an agent that
 	// never answers (or names a command it does not run) cannot keep it.
 	KillTimeout time.Duration
+	// ClaimGrace is how long a command an agent reports that this server
+	// does not know, and nobody adopts, is held for a claim (Attach: a
+	// task binding to its run again after a restart) before the server
+	// kills it (default 2m).
+	ClaimGrace time.Duration
 	// OperatorToken authenticates the operator Exec RPC.
 	OperatorToken string
 	// MaxFileBytes is the largest file or archive moved to or from an
@@ -100,6 +105,9 @@ type Service struct {
 	registry *agent.Registry
 	conns    map[string]*conn // the live connection of each agent
 	commands map[string]*command
+	// adopter takes the commands agents report that this server does not
+	// know (nil: none are adopted; they are held, then killed).
+	adopter ports.CommandAdopter
 	// closing is set by CloseStreams: no new stream is taken on.
 	closing bool
 
@@ -128,6 +136,9 @@ func New(cfg Config) *Service {
 	}
 	if cfg.KillTimeout <= 0 {
 		cfg.KillTimeout = time.Minute
+	}
+	if cfg.ClaimGrace <= 0 {
+		cfg.ClaimGrace = 2 * time.Minute
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -196,14 +207,28 @@ func (s *Service) sweep() {
 	now := s.cfg.Clock.Now()
 	s.mu.Lock()
 	gone := s.registry.Sweep(now, s.cfg.DisconnectGrace)
+	var lost []*command
+	for _, id := range gone {
+		lost = append(lost, s.runningOn(id, nil)...)
+	}
 	for id, c := range s.commands {
 		if c.finishedAt(now, s.cfg.CommandRetention) {
 			delete(s.commands, id)
 		}
 	}
+	unclaimed := s.unclaimed(now)
 	s.mu.Unlock()
 	for _, id := range gone {
 		s.log.Info("agent forgotten after disconnect grace", "agent_id", id)
+	}
+	// The agent did not come back: its commands are lost with it
+	// (agent.FateOnForgotten).
+	for _, cmd := range lost {
+		s.log.Warn("agent gone for good; its command is lost", "agent_id", cmd.agentID, "command_id", cmd.id)
+		s.finish(cmd, agent.LostResult(false))
+	}
+	for _, cmd := range unclaimed {
+		s.killUnclaimed(cmd)
 	}
 	if len(gone) > 0 {
 		s.cfg.Changes.Changed(ports.ChangeAgents)

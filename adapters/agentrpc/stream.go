@@ -236,7 +236,11 @@ func (s *Service) failUnsent(c *conn) {
 	}
 }
 
-// disconnect marks c gone and fails the commands that cannot outlive it.
+// disconnect marks c gone. Its commands run on (agent.FateOnDisconnect):
+// the agent keeps them and their output while it is away, and its connect
+// report settles them when it is back (reconcileCommands); an agent that
+// never comes back takes them with it at the end of the disconnect grace
+// (sweep).
 func (s *Service) disconnect(c *conn) {
 	c.close()
 	s.mu.Lock()
@@ -244,14 +248,7 @@ func (s *Service) disconnect(c *conn) {
 	if s.conns[c.agentID] == c {
 		delete(s.conns, c.agentID)
 	}
-	var lost []*command
-	if current {
-		lost = s.runningOn(c.agentID, func(cmd *command) bool { return !cmd.detached })
-	}
 	s.mu.Unlock()
-	for _, cmd := range lost {
-		s.finish(cmd, ports.CommandResult{ExitCode: -1, Error: ports.ErrAgentGone.Error()})
-	}
 	if current {
 		s.log.Info("agent disconnected", "agent_id", c.agentID)
 		s.cfg.Changes.Changed(ports.ChangeAgents)
