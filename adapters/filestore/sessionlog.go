@@ -50,6 +50,15 @@ const segmentSuffix = ".seg"
 // tail of the active segment, and those offsets are then assigned again;
 // a viewer holding a later offset gets ErrOffsetBeyondEnd and resyncs.
 //
+// Storage failures (a full disk): bytes that cannot be written still take
+// their offsets, so nothing is dropped in silence: they become a hole in
+// the log (a gap for readers, ReadFrom says so), are counted (Lost,
+// LostBytes) and Append returns ports.ErrOutputNotStored. Every later Append
+// tries again, in a new segment that starts after the hole, so storing
+// resumes by itself once there is room. Holes between segments survive a
+// restart (segment files are named by offset); a hole at the very end does
+// not (its offsets are assigned again, as after a machine crash).
+//
 // Memory is bounded: nothing but the segment list is kept per session and
 // reads are served from the files (the page cache), so ReadFrom allocates
 // at most max bytes. One file stays open per session appended to since
@@ -63,6 +72,8 @@ type SessionLog struct {
 	mu       sync.Mutex
 	sessions map[string]*slSession
 	closed   bool
+
+	lostTotal atomic.Uint64 // bytes not stored since this log was opened
 }
 
 var _ ports.SessionLog = (*SessionLog)(nil)
@@ -87,11 +98,11 @@ type slSession struct {
 	// mu guards everything below: Append and Delete hold it exclusively,
 	// readers shared (reads are pread calls, safe side by side).
 	mu     sync.RWMutex
-	segs   []slSegment // by base, contiguous; the last one is active
+	segs   []slSegment // by base; the last one is active. Between two, or after the last, a hole: bytes not stored
 	first  uint64
 	end    uint64
+	lost   uint64   // bytes in holes: not stored since open, and those found between segments on load
 	w      *os.File // the active segment, nil until the next Append needs it
-	broken error    // a failed write that could not be undone: no more appends
 	dead   error    // set by Delete (ErrSessionNotFound) or Close: drop this entry
 	notify chan struct{}
 
@@ -227,10 +238,11 @@ func (s *slSession) unlock(write bool) {
 	}
 }
 
-// load reads the segment list. Segments are contiguous by construction (a
-// full segment is fsynced before the next is created); should an earlier
-// one end short of the next anyway, everything before the hole is dropped,
-// so offsets only ever go forward and no offset maps to two bytes.
+// load reads the segment list. A segment that ends short of the next one
+// leaves a hole: bytes that could not be stored (a full segment is fsynced
+// before the next is created, so a crash does not make one). Holes are
+// kept as holes (counted as lost), so offsets only ever go forward and no
+// offset maps to two bytes.
 func (s *slSession) load(bound int64) error {
 	entries, err := os.ReadDir(s.dir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -253,11 +265,14 @@ func (s *slSession) load(bound int64) error {
 	}
 	sort.Slice(segs, func(i, j int) bool { return segs[i].base < segs[j].base })
 	for i := len(segs) - 1; i > 0; i-- {
-		if segs[i-1].base+uint64(segs[i-1].size) != segs[i].base { //nolint:gosec // file sizes are never negative
+		prevEnd := segs[i-1].base + uint64(segs[i-1].size) //nolint:gosec // file sizes are never negative
+		if prevEnd > segs[i].base {
+			// Overlapping segments cannot be told apart: keep the later ones.
 			s.removeSegments(segs[:i])
 			segs = segs[i:]
 			break
 		}
+		s.lost += segs[i].base - prevEnd
 	}
 	s.segs = segs
 	if len(segs) > 0 {
@@ -325,23 +340,25 @@ func (l *SessionLog) Append(sessionID string, data []byte) (uint64, error) {
 	if len(data) == 0 {
 		return off, nil
 	}
-	if s.broken != nil {
-		return off, s.broken
-	}
 	if int64(len(data)) > l.max {
 		// Bytes that would be dropped at once are not written: the log
 		// restarts past them, in a new segment at their offset.
 		skip := len(data) - int(l.max)
-		if err := s.closeWriter(); err != nil {
-			return off, err
-		}
+		_ = s.closeWriter() // a segment that failed to close loses nothing kept: all of it goes now
 		s.removeSegments(s.segs)
 		s.segs = s.segs[:0]
 		s.end += uint64(skip) //nolint:gosec // skip is a slice length
 		s.first = s.end
 		data = data[skip:]
 	}
-	err = s.write(data, l.segMax)
+	if n, werr := s.write(data, l.segMax); werr != nil {
+		// What was not written still takes its offsets: a hole, counted.
+		lost := uint64(len(data) - n) //nolint:gosec // n <= len(data)
+		s.end += lost
+		s.lost += lost
+		l.lostTotal.Add(lost)
+		err = fmt.Errorf("%w: %d bytes at offset %d: %w", ports.ErrOutputNotStored, lost, s.end-lost, werr)
+	}
 	s.trim(l.max)
 	if s.end != off && s.watched.Swap(false) {
 		close(s.notify)
@@ -350,35 +367,54 @@ func (l *SessionLog) Append(sessionID string, data []byte) (uint64, error) {
 	return off, err
 }
 
-// write appends data across as many segments as it takes.
-func (s *slSession) write(data []byte, segMax int64) error {
+// write appends data across as many segments as it takes and returns how
+// many of its bytes were stored (all of them unless err): a failed write
+// keeps what reached the file (a prefix, at its right offsets) and stops.
+func (s *slSession) write(data []byte, segMax int64) (int, error) {
+	written := 0
 	for len(data) > 0 {
-		if s.w == nil || s.segs[len(s.segs)-1].size >= segMax {
+		if s.w == nil || s.segs[len(s.segs)-1].size >= segMax || !s.atEnd() {
 			if err := s.roll(segMax); err != nil {
-				return err
+				return written, err
 			}
 		}
 		seg := &s.segs[len(s.segs)-1]
 		n := min(int64(len(data)), segMax-seg.size)
-		if _, err := s.w.WriteAt(data[:n], seg.size); err != nil {
-			// Undo the partial write, or the next Append would leave garbage
-			// at offsets that readers could be handed later.
-			if terr := s.w.Truncate(seg.size); terr != nil {
-				s.broken = fmt.Errorf("filestore: session log %s unusable after a failed write: %w", s.dir, terr)
+		k, err := s.w.WriteAt(data[:n], seg.size)
+		seg.size += int64(k)
+		s.end += uint64(k) //nolint:gosec // k >= 0
+		written += k
+		if err != nil {
+			// A failed write may have left more in the file than it reported
+			// (tmpfs does): cut the file to what is counted, or a restart
+			// would take those bytes for stored. Should that fail too, they
+			// are this chunk's own bytes at their own offsets, never another's.
+			_ = s.w.Truncate(seg.size)
+			if seg.size == 0 {
+				// An empty segment (the disk was full from its first byte)
+				// is not kept: the next try makes a new one after the hole.
+				_ = s.closeWriter()
+				os.Remove(s.segPath(seg.base))
+				s.segs = s.segs[:len(s.segs)-1]
 			}
-			return fmt.Errorf("filestore: append to session log: %w", err)
+			return written, fmt.Errorf("filestore: append to session log: %w", err)
 		}
-		seg.size += n
-		s.end += uint64(n)
 		data = data[n:]
 	}
-	return nil
+	return written, nil
+}
+
+// atEnd says the last segment ends at End (no hole after it), so appends
+// may go on in it.
+func (s *slSession) atEnd() bool {
+	last := s.segs[len(s.segs)-1]
+	return last.base+uint64(last.size) == s.end //nolint:gosec // file sizes are never negative
 }
 
 // roll opens the active segment for writing, or starts a new one when
 // there is none or it is full (fsyncing the full one first).
 func (s *slSession) roll(segMax int64) error {
-	if s.w == nil && len(s.segs) > 0 && s.segs[len(s.segs)-1].size < segMax {
+	if s.w == nil && len(s.segs) > 0 && s.segs[len(s.segs)-1].size < segMax && s.atEnd() {
 		last := s.segs[len(s.segs)-1]
 		f, err := os.OpenFile(s.segPath(last.base), os.O_RDWR, 0)
 		if err != nil {
@@ -404,6 +440,7 @@ func (s *slSession) roll(segMax int64) error {
 	}
 	if err := fsatomic.SyncDir(s.dir); err != nil {
 		f.Close()
+		os.Remove(s.segPath(s.end)) // the next try makes it again, maybe at another offset
 		return err
 	}
 	s.w = f
@@ -443,15 +480,45 @@ func (l *SessionLog) ReadFrom(sessionID string, offset uint64, max int) ([]byte,
 	if start < s.first {
 		start, gap = s.first, true
 	}
-	if max <= 0 || start == s.end {
+	// A read stops at a hole; one that starts in a hole begins after it.
+	i := sort.Search(len(s.segs), func(i int) bool { return s.segs[i].base+uint64(s.segs[i].size) > start }) //nolint:gosec // file sizes are never negative
+	if i == len(s.segs) {
+		if start < s.end {
+			start, gap = s.end, true
+		}
 		return nil, start, gap, nil
 	}
-	buf := make([]byte, min(uint64(max), s.end-start))
+	if s.segs[i].base > start {
+		start, gap = s.segs[i].base, true
+	}
+	j := i
+	for j+1 < len(s.segs) && s.segs[j].base+uint64(s.segs[j].size) == s.segs[j+1].base { //nolint:gosec // file sizes are never negative
+		j++
+	}
+	runEnd := s.segs[j].base + uint64(s.segs[j].size) //nolint:gosec // file sizes are never negative
+	if max <= 0 || start == runEnd {
+		return nil, start, gap, nil
+	}
+	buf := make([]byte, min(uint64(max), runEnd-start))
 	if err := s.readAt(buf, start); err != nil {
 		return nil, start, gap, err
 	}
 	return buf, start, gap, nil
 }
+
+// Lost implements ports.SessionLog.
+func (l *SessionLog) Lost(sessionID string) uint64 {
+	s, err := l.lock(sessionID, false, false)
+	if s == nil || err != nil {
+		return 0
+	}
+	defer s.mu.RUnlock()
+	return s.lost
+}
+
+// LostBytes is how many bytes of output, of all sessions, could not be
+// stored since the log was opened.
+func (l *SessionLog) LostBytes() uint64 { return l.lostTotal.Load() }
 
 // readAt fills buf from offset pos, which lies within the held range.
 func (s *slSession) readAt(buf []byte, pos uint64) error {

@@ -74,9 +74,10 @@ func TestSessionLogDisk(t *testing.T) {
 	}
 }
 
-// TestSessionLogHole: a segment ending short of the next (only possible if
-// files were damaged) drops everything before the hole rather than handing
-// out offsets that map to nothing.
+// TestSessionLogHole: a segment ending short of the next (bytes that could
+// not be stored, or damaged files) stays a hole after a restart: the bytes
+// around it are kept, a read stops at it, one from inside it begins after
+// it with a gap, and Lost counts it. No offset maps to nothing.
 func TestSessionLogHole(t *testing.T) {
 	dir := t.TempDir()
 	l, err := NewSessionLog(dir, SessionLogOptions{MaxBytes: 1 << 20, SegmentBytes: 1000})
@@ -93,12 +94,21 @@ func TestSessionLogHole(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	if first, end := l.Bounds("s"); first != 2000 || end != 3500 {
+	if first, end := l.Bounds("s"); first != 0 || end != 3500 {
 		t.Fatalf("Bounds = %d, %d", first, end)
 	}
+	if n := l.Lost("s"); n != 990 {
+		t.Fatalf("Lost = %d, want 990", n)
+	}
 	data, start, gap, err := l.ReadFrom("s", 0, 1<<20)
-	if err != nil || start != 2000 || !gap || len(data) != 1500 {
-		t.Fatalf("ReadFrom = %d bytes at %d gap %v, %v", len(data), start, gap, err)
+	if err != nil || start != 0 || gap || string(data) != string(portstest.PatternAt(0, make([]byte, 1010))) {
+		t.Fatalf("ReadFrom(0) = %d bytes at %d gap %v, %v", len(data), start, gap, err)
+	}
+	for _, from := range []uint64{1010, 1500} {
+		data, start, gap, err = l.ReadFrom("s", from, 1<<20)
+		if err != nil || start != 2000 || !gap || string(data) != string(portstest.PatternAt(2000, make([]byte, 1500))) {
+			t.Fatalf("ReadFrom(%d) = %d bytes at %d gap %v, %v", from, len(data), start, gap, err)
+		}
 	}
 }
 

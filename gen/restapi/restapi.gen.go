@@ -1842,12 +1842,19 @@ type ClientInterface interface {
 	// GetSessionOutput Read a session's output from an offset, plain or as a live Server-Sent Events stream.
 	//
 	// Output is an append-only byte log per session, addressed by absolute offsets and
-	// bounded in size (the oldest bytes are dropped).
+	// bounded in size (the oldest bytes are dropped). Output that cannot be stored (the
+	// server's disk is full) is never dropped in silence: its bytes keep their offsets as a
+	// hole, which every reader meets as a gap (reason `not_stored`), and they are counted
+	// (`X-Output-Lost`); the server logs one line when such an episode begins and one when
+	// storing resumes, which it does by itself once there is room. A read stops at a hole,
+	// so a gap is always at the start of an answer.
 	//
 	// Plain (any `Accept` but `text/event-stream`): the body is the raw bytes from `from`
 	// (default: the first byte held), at most `max`. `X-Output-Start` is the offset of the
 	// first returned byte, `X-Output-End` the offset after the last (continue from it), and
-	// `X-Output-Gap: true` says bytes between `from` and `X-Output-Start` were dropped. At the
+	// `X-Output-Gap: true` says bytes between `from` and `X-Output-Start` are missing, and
+	// `X-Output-Gap-Reason` why: `dropped` (older than the log's bound) or `not_stored` (they
+	// could not be stored). `X-Output-Lost` is the session's bytes not stored so far. At the
 	// end of the log the body is empty; with `follow=true` the request first waits (up to 30 s)
 	// for output or the end of the session.
 	//
@@ -1857,7 +1864,8 @@ type ClientInterface interface {
 	// "encoding"}` (`data` is UTF-8 text, or base64 with `"encoding": "base64"` when the bytes
 	// are not valid UTF-8) and `id:` the offset after it (a reconnecting EventSource resumes
 	// there through `Last-Event-ID` when `from` is absent); `event: gap` with `data: {"from",
-	// "to"}` when bytes were dropped; `event: exited` with `data: {"state", "exit_code",
+	// "to", "reason", "lost"}` when bytes are missing (`reason` and `lost` as the plain answer's
+	// `X-Output-Gap-Reason` and `X-Output-Lost`); `event: exited` with `data: {"state", "exit_code",
 	// "end"}`. Comment lines (`: ping`) keep an idle stream alive. A slow reader is paced,
 	// never dropped: when it falls behind the bound it gets a `gap` frame.
 	//
@@ -2931,12 +2939,19 @@ func (c *Client) DispatchMission(ctx context.Context, sessionId string, body Dis
 // GetSessionOutput Read a session's output from an offset, plain or as a live Server-Sent Events stream.
 //
 // Output is an append-only byte log per session, addressed by absolute offsets and
-// bounded in size (the oldest bytes are dropped).
+// bounded in size (the oldest bytes are dropped). Output that cannot be stored (the
+// server's disk is full) is never dropped in silence: its bytes keep their offsets as a
+// hole, which every reader meets as a gap (reason `not_stored`), and they are counted
+// (`X-Output-Lost`); the server logs one line when such an episode begins and one when
+// storing resumes, which it does by itself once there is room. A read stops at a hole,
+// so a gap is always at the start of an answer.
 //
 // Plain (any `Accept` but `text/event-stream`): the body is the raw bytes from `from`
 // (default: the first byte held), at most `max`. `X-Output-Start` is the offset of the
 // first returned byte, `X-Output-End` the offset after the last (continue from it), and
-// `X-Output-Gap: true` says bytes between `from` and `X-Output-Start` were dropped. At the
+// `X-Output-Gap: true` says bytes between `from` and `X-Output-Start` are missing, and
+// `X-Output-Gap-Reason` why: `dropped` (older than the log's bound) or `not_stored` (they
+// could not be stored). `X-Output-Lost` is the session's bytes not stored so far. At the
 // end of the log the body is empty; with `follow=true` the request first waits (up to 30 s)
 // for output or the end of the session.
 //
@@ -2946,7 +2961,8 @@ func (c *Client) DispatchMission(ctx context.Context, sessionId string, body Dis
 // "encoding"}` (`data` is UTF-8 text, or base64 with `"encoding": "base64"` when the bytes
 // are not valid UTF-8) and `id:` the offset after it (a reconnecting EventSource resumes
 // there through `Last-Event-ID` when `from` is absent); `event: gap` with `data: {"from",
-// "to"}` when bytes were dropped; `event: exited` with `data: {"state", "exit_code",
+// "to", "reason", "lost"}` when bytes are missing (`reason` and `lost` as the plain answer's
+// `X-Output-Gap-Reason` and `X-Output-Lost`); `event: exited` with `data: {"state", "exit_code",
 // "end"}`. Comment lines (`: ping`) keep an idle stream alive. A slow reader is paced,
 // never dropped: when it falls behind the bound it gets a `gap` frame.
 //
@@ -6302,12 +6318,19 @@ type ClientWithResponsesInterface interface {
 	// GetSessionOutputWithResponse Read a session's output from an offset, plain or as a live Server-Sent Events stream.
 	//
 	// Output is an append-only byte log per session, addressed by absolute offsets and
-	// bounded in size (the oldest bytes are dropped).
+	// bounded in size (the oldest bytes are dropped). Output that cannot be stored (the
+	// server's disk is full) is never dropped in silence: its bytes keep their offsets as a
+	// hole, which every reader meets as a gap (reason `not_stored`), and they are counted
+	// (`X-Output-Lost`); the server logs one line when such an episode begins and one when
+	// storing resumes, which it does by itself once there is room. A read stops at a hole,
+	// so a gap is always at the start of an answer.
 	//
 	// Plain (any `Accept` but `text/event-stream`): the body is the raw bytes from `from`
 	// (default: the first byte held), at most `max`. `X-Output-Start` is the offset of the
 	// first returned byte, `X-Output-End` the offset after the last (continue from it), and
-	// `X-Output-Gap: true` says bytes between `from` and `X-Output-Start` were dropped. At the
+	// `X-Output-Gap: true` says bytes between `from` and `X-Output-Start` are missing, and
+	// `X-Output-Gap-Reason` why: `dropped` (older than the log's bound) or `not_stored` (they
+	// could not be stored). `X-Output-Lost` is the session's bytes not stored so far. At the
 	// end of the log the body is empty; with `follow=true` the request first waits (up to 30 s)
 	// for output or the end of the session.
 	//
@@ -6317,7 +6340,8 @@ type ClientWithResponsesInterface interface {
 	// "encoding"}` (`data` is UTF-8 text, or base64 with `"encoding": "base64"` when the bytes
 	// are not valid UTF-8) and `id:` the offset after it (a reconnecting EventSource resumes
 	// there through `Last-Event-ID` when `from` is absent); `event: gap` with `data: {"from",
-	// "to"}` when bytes were dropped; `event: exited` with `data: {"state", "exit_code",
+	// "to", "reason", "lost"}` when bytes are missing (`reason` and `lost` as the plain answer's
+	// `X-Output-Gap-Reason` and `X-Output-Lost`); `event: exited` with `data: {"state", "exit_code",
 	// "end"}`. Comment lines (`: ping`) keep an idle stream alive. A slow reader is paced,
 	// never dropped: when it falls behind the bound it gets a `gap` frame.
 	//
@@ -9337,9 +9361,11 @@ func (r DispatchMissionResponse) ContentType() string {
 
 // GetSessionOutputResponse200Headers the declared response headers of an HTTP 200 response for GetSessionOutput
 type GetSessionOutputResponse200Headers struct {
-	XOutputEnd   *int64
-	XOutputGap   *string
-	XOutputStart *int64
+	XOutputEnd       *int64
+	XOutputGap       *string
+	XOutputGapReason *string
+	XOutputLost      *int64
+	XOutputStart     *int64
 }
 
 type GetSessionOutputResponse struct {
@@ -10801,12 +10827,19 @@ func (c *ClientWithResponses) DispatchMissionWithResponse(ctx context.Context, s
 // GetSessionOutputWithResponse Read a session's output from an offset, plain or as a live Server-Sent Events stream.
 //
 // Output is an append-only byte log per session, addressed by absolute offsets and
-// bounded in size (the oldest bytes are dropped).
+// bounded in size (the oldest bytes are dropped). Output that cannot be stored (the
+// server's disk is full) is never dropped in silence: its bytes keep their offsets as a
+// hole, which every reader meets as a gap (reason `not_stored`), and they are counted
+// (`X-Output-Lost`); the server logs one line when such an episode begins and one when
+// storing resumes, which it does by itself once there is room. A read stops at a hole,
+// so a gap is always at the start of an answer.
 //
 // Plain (any `Accept` but `text/event-stream`): the body is the raw bytes from `from`
 // (default: the first byte held), at most `max`. `X-Output-Start` is the offset of the
 // first returned byte, `X-Output-End` the offset after the last (continue from it), and
-// `X-Output-Gap: true` says bytes between `from` and `X-Output-Start` were dropped. At the
+// `X-Output-Gap: true` says bytes between `from` and `X-Output-Start` are missing, and
+// `X-Output-Gap-Reason` why: `dropped` (older than the log's bound) or `not_stored` (they
+// could not be stored). `X-Output-Lost` is the session's bytes not stored so far. At the
 // end of the log the body is empty; with `follow=true` the request first waits (up to 30 s)
 // for output or the end of the session.
 //
@@ -10816,7 +10849,8 @@ func (c *ClientWithResponses) DispatchMissionWithResponse(ctx context.Context, s
 // "encoding"}` (`data` is UTF-8 text, or base64 with `"encoding": "base64"` when the bytes
 // are not valid UTF-8) and `id:` the offset after it (a reconnecting EventSource resumes
 // there through `Last-Event-ID` when `from` is absent); `event: gap` with `data: {"from",
-// "to"}` when bytes were dropped; `event: exited` with `data: {"state", "exit_code",
+// "to", "reason", "lost"}` when bytes are missing (`reason` and `lost` as the plain answer's
+// `X-Output-Gap-Reason` and `X-Output-Lost`); `event: exited` with `data: {"state", "exit_code",
 // "end"}`. Comment lines (`: ping`) keep an idle stream alive. A slow reader is paced,
 // never dropped: when it falls behind the bound it gets a `gap` frame.
 //
@@ -13364,6 +13398,20 @@ func ParseGetSessionOutputResponse(rsp *http.Response) (*GetSessionOutputRespons
 				return nil, err
 			}
 			headers.XOutputGap = &value
+		}
+		if values := rsp.Header.Values("X-Output-Gap-Reason"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Output-Gap-Reason", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XOutputGapReason = &value
+		}
+		if values := rsp.Header.Values("X-Output-Lost"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Output-Lost", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.XOutputLost = &value
 		}
 		if values := rsp.Header.Values("X-Output-Start"); len(values) > 0 {
 			var value int64
@@ -19368,9 +19416,11 @@ type GetSessionOutputResponseObject interface {
 }
 
 type GetSessionOutput200ResponseHeaders struct {
-	XOutputEnd   *int64
-	XOutputGap   *string
-	XOutputStart *int64
+	XOutputEnd       *int64
+	XOutputGap       *string
+	XOutputGapReason *string
+	XOutputLost      *int64
+	XOutputStart     *int64
 }
 
 type GetSessionOutput200ApplicationoctetStreamResponse struct {
@@ -19390,6 +19440,12 @@ func (response GetSessionOutput200ApplicationoctetStreamResponse) VisitGetSessio
 	}
 	if response.Headers.XOutputGap != nil {
 		w.Header().Set("X-Output-Gap", fmt.Sprint(*response.Headers.XOutputGap))
+	}
+	if response.Headers.XOutputGapReason != nil {
+		w.Header().Set("X-Output-Gap-Reason", fmt.Sprint(*response.Headers.XOutputGapReason))
+	}
+	if response.Headers.XOutputLost != nil {
+		w.Header().Set("X-Output-Lost", fmt.Sprint(*response.Headers.XOutputLost))
 	}
 	if response.Headers.XOutputStart != nil {
 		w.Header().Set("X-Output-Start", fmt.Sprint(*response.Headers.XOutputStart))
@@ -19420,6 +19476,12 @@ func (response GetSessionOutput200TexteventStreamResponse) VisitGetSessionOutput
 	}
 	if response.Headers.XOutputGap != nil {
 		w.Header().Set("X-Output-Gap", fmt.Sprint(*response.Headers.XOutputGap))
+	}
+	if response.Headers.XOutputGapReason != nil {
+		w.Header().Set("X-Output-Gap-Reason", fmt.Sprint(*response.Headers.XOutputGapReason))
+	}
+	if response.Headers.XOutputLost != nil {
+		w.Header().Set("X-Output-Lost", fmt.Sprint(*response.Headers.XOutputLost))
 	}
 	if response.Headers.XOutputStart != nil {
 		w.Header().Set("X-Output-Start", fmt.Sprint(*response.Headers.XOutputStart))
@@ -21987,42 +22049,49 @@ var swaggerSpec = []string{
 	"lVapru+tLbErHSfkUAReA/u05yQazxkSd601SjV/dby01VndcOMjYeOBhYc3ZvbUNDHyBMmxZMNeJ3go",
 	"hXFX5/fDW789vD5T6qKf/tSx3SapzD8Dq21JKP6Q/OXJ0uAarDOdrwU+7mVpZ0mhQJH65UPHk+2lFaY6",
 	"x7/8avGxEimDu7E8j8DWVFYr8sPsIkCiItSqxlWl2OwVYsWUdA9qcEIFtkxOscwZc7YemqbY4QluTN/x",
-	"yhVqQ+UNimaxFDIz+e/MlSVDcx02oqCVHoeyx7uMYufLJYkRTWMyLgzGe9WKN8a94+p6dgzfqns4MLjM",
-	"Y/vfeCi8/nnsWlsoNz+ZsSztVcWb4jm9ifsk/rc9hMXeRe06cVXaUCywd5Mdp6znZgeMgm/PRBqHn2FC",
-	"fFnPrFsvDcetQgxAq0b4nubHxPIL14oTdzZmZsGYcJvDknarCw71Y+j7CQuGClYo09jTDIEHEbtOjI2x",
-	"juGfcWasWQcE7CCHhem6WDLr6YDo3lBMZFlrzbGUYDJvhLDn6w71mKyfJ3QQubg485X0wB2rwWi0mKGY",
-	"Zs8rPNrIlVrzlRehSKVbR1WS099EMFQXQtkpiKscrtCJos5nXV/3UOBCen5Lq6U9++Sl/VQfkxg2cuym",
-	"dtpFbCXPY/Jh2EEMGHYiMuzYH4edaCiGHSYSmXIxHXZu7UVeCqo/Xb7c+wYABNLYmGr23JWQi8OvrGiF",
-	"D4edoA8boAlW77NCOsgSOCZKnjFPjxswkxvSpUQFdamxRugFlCggmMmmQR2C0ohYLTB+RbXZgxf3rF4G",
-	"q3CoiX1wUd7wEJrSfA089m0HEiMBGDAKonuIytUw/uxWRgK5EuFs3xglMmUlsFM7NBY/9EVwNenGxyTn",
-	"Yhr3IFSjjExwOEgtRvXJKdGZXLgyhnZfVo4HaR/qNLvlHeO6uSETmmWWUmfcYRWWD+SulAUlMcABMA/I",
-	"oqnpgRf/IhLjQY2wt/6ICRD8SiDXykZWBN47aXVIbLZeIS/5SNvVyt2CmGYk1n8GEi6tgk1Muc2B99DV",
-	"/07LOpPQgE0sHdpBs4wcLiOn9pfLtTSU8Tl3xT9blzqnN82F/o4Ovj16OjgKlnqwy1LxarQ38knVMd4x",
-	"O9qEAKRruanTyRyLbAcsPK8teIfu54/V4izaVqx5JaXr4gyJSXseHFlOEzk+Qbqaoess+AwgsVPNZ1f1",
-	"tBN1ZljH1C4gvOcbZKnGO78mK2B+LJEuvA+4ajfEODyrDZi+jjKdUHZYX5W90UPeeldRYvP6mLCo/AvM",
-	"0ok6UE6/82vT2dbnaIWew+QGOetjAXX7D1K98r3FELreYQcwhvq6wZFjVFKh/RWkoIZa366Ce11T4FNR",
-	"L+m2Qlm+9BKaH3jinb8xSaS84ox0fzAmfyuyZUQu6JxdcMP+fGEUT0xELqzGw7A92+Wri54rRvT+7OKy",
-	"FLicVPUzG1/I5Ip5mxBwt4NDMpOF0mhrdhNqA7WLfYlWsEYfDwXF0qw1IzWKfGj+KV1hEDpS1mMue0zK",
-	"hYUgn3Khm67HCz4V56LzeLURz8VD1EYEbevE1UUEcIHd9hNXp7ubOl1XjWtqsN0SoWSs5EJbySswRtRP",
-	"eh2rZWE2F8t8W5jOLmC9rMEyyRhVzEW0tS37hX0JBT9c+ZPK/YND1dcL3TI2hmhdwhtbbG9QPXFPM/uS",
-	"vfZAHNa7x0Jtjbo6JRkdM4iivGLLP4PF+cSb0S1BzqVqjb2CT2vzccPmumHikmNTpTAOodkXClJYs4z1",
-	"rFZKeSf5yp6zYDdmlEBQlr9+csWuuSysmD1t3Rt+shGYj+mJtdixKb4Ll/55YrsAcyPLnIOmdlCCeZwx",
-	"dGr0Iqh+MWVVnPqWKoFzKvjEjkc1+dvp61ekG/tuqZfLnB2TEJZLOs9i0OL/5eLtG9KNPww7foCRfYiq",
-	"9N//87+thoipvMEr9umHv//nf9/exr0+uDniD5ZgRzyNkMTs1zkTXpc/IfFfUrUcqUI4I4oV2oeo1lmK",
-	"JN3DwaDiZMLKKxk4n/ycvT45FSQ+T9k8l4aJZLn3I1vGBAVQ0pVqKErvVp+ncW/FSlsCCOWmwB9il+4d",
-	"lujnicjR4NuhgJ49gS+AnOOKy7GgynNdR/WP4rCRyISzDMrxUjM7GQoXy44/o8kPW9in7aUGLdLs1krG",
-	"AXqz4uL5B4Kv+ngFvhsDVD+R+8Du/KIYz3lQ+zDqrKLz1s41Dxty7yZAn2cbk0nVkqjCSqkNCA30/JB+",
-	"DgunXXwcf7j6jB9X5gMwC3rT66vycKCRke8RuilyH+SUfc/9Nmb4vaAiYVkzHW8xJNmPHrvFDyysAW1w",
-	"2RkEdYB2YeEENWat8FeljHxiRRCX5c8NYi991CUEiYQlERWryltEruc+NERT1yyFFK9CsaiWhBh+7/fY",
-	"FpH5wEc6ePQjvXTH+OlObgPJ7FNl+IQmZru4f1q++SVC269uk9hZ7hWc/V8Y/IMs5U2o7vd570OIGtP5",
-	"4X+7Br8PDo8eNpP/I1vHr5802BM/X5izP9Qnzkl6grXBOdYGt5D3N9tCqiuIworIT+9f7TGdUDBsumaa",
-	"fQwb9LYl+Ku38Q5EG3V7F05fgDz+AP+ICDURUYxqKf5yCw0yXcho7ANDn2iIHj0m8Qds+GjYjflLRAyk",
-	"H9M5+0s0FFxjbsdfImgrOSp0+pfbuBeR2Psg4w/eOmh1BOjtKVK0Q8fgQSoVhgkXNEO9wEU7ovPLuV6d",
-	"WxFunhnVfQKNRX070ZinsW+hVeQnpRc4w/RdWsZbB+nQ3W/Krml2VPRysolULCgYb09vKgXk+3II5cTI",
-	"Aj2TiybFwdIbGjo/mlRX1YSaj/MjlfyHbkL5eYjO36lPtA/Jp7rB5BwFdlZMgFbOJ1IDqSOwGaOZmf2+",
-	"iSP/4F55zLJRMEWrJcVJXS4aFmtQbrAEvuLXTNgPciXHKI3vQ9bXxm2+xzceM/UV2tUx3dKcmqYYru/U",
-	"jcef8g00W6Dp8qSKS4GgFyT+cjiUws1moJczIdRPCDYahlaQ1UgUK85ANCl3UcC477VgLW9rrgdrAboj",
-	"gylUZvmGMfnx/v7B4Z/6g/6gf3D8zcHhYef219v/GwAA//8=",
+	"yhVqQ+UNimaxFDIz+e/MlSVDcx02oqCVHtfrE7cC54cTVsQY28tCgtDj9DbXEibl+gpy+oosA9cf9q7z",
+	"SiFMmTGRsGO4I3C6K8ZyXxnML1QTatXMjPlOPHhbYMkyMmf+JTKlOekqRrUUqAziwuJeKYwssW+WLATI",
+	"O9343/ZwS3uvpDZxr1a+LpNTdEpC+Brce7pIZhCEnXMtU0bGbArVX6FlML4zFHZWKxlgapEu+wcZlMvG",
+	"EFbAsklpL1QQHKeknPfJKdZfhSqU6BSGnQ8FVC21O4Ti7XCLU+PvavRcllG8ICS+yyi2KF2SGPlJTMaF",
+	"wcC8WpXNuHdcyVHuZrZ6OR4JxDbE9r/xUHhDwbHrQaIcopAZy9JeVWUrntObuE8q+F7U7n1XTg/lNytE",
+	"2HHKwnt2wCj49kykcfgZVi4oC8916zX8uOk500Q1wvc0PyaWsbueqbizMTMLxoTbHNYeXF0wdFnAdk9N",
+	"o+69B3SLyWK2PCaxQ+6YdNEaAn2XYKFy+kRjjTo0JAfoCYSztDKA7+5d0lQvBCGgaCk5lbGTuBcsFAh0",
+	"iOYZ6CYL0IW6aBO/jNpJQxy4U45irI75ZwQTVkKEa8EdM5Y77GIhtqcDontDMZFlBT93UQWTedOWRUaH",
+	"gcdkHfmgL83FxZmvzwjMRYMpcjFD4d8iV4iHkSvg5+t5QulTt46q0KuXb2CoLiRIUFCCOAhmE0VdJER9",
+	"3ZaA7UJ6fkurBWP75KX9VB+TGDZy7KZ2Omts9Zlj8mHYQXQddiIy7Ngfh51oKIYdJhKZcjEddm6teFiq",
+	"Pz9dvtz7BgAEMv6YavbcFSaMw6+swI4Ph52gux/gAdaEtMgAEiqOifpMzNPjBjLihnQpUUG1c6w8ewGF",
+	"LzwTAyUbCm5iDcr4FdVmD17cs9o+rMLREXZXRinWQ2hK8zXw2LcdSIxEKCHzxn9nUhsAEYxd3UaOGkk3",
+	"Vo72YHcZUIdrsZwD70Nm+ES30Wyd4P0N4Jfs8WRl1aAZ4QrtG6NEpqw82NQuGMt3+jLOmnTjY5JzMY17",
+	"eL352BqH79Rir2X8OpMLf6txDYWvQV8Nr81jhAY3ZEKzzLKwGXcYjAUwuSvGQkkMMAcsBxJsatvhFZiI",
+	"xIgUozFbSvSAWdwsD7RW+LRiJr2TVpfaZvsrwvwjra8r0hFitZF4gwK7KO3aTbdVmwv6oetXnpaVUqGF",
+	"oFg6ZIZ2LyGmVsu1mJnxOXfla1uXOqc3zaUqjw6+PXo6OAqWerDLUlFmsDLlCfB7EjB42oQApGs5t5NH",
+	"HDtuByw8ry14h/79j9WkL9pWbnwlKfHiDIlJe34fWa4WOT5Bupqh8zf4DCCxU9VyV7e3E3VmWInXLiAU",
+	"gBq0gUZhqCZEYYY3kS5AFTh4N8Q4PKsNmL6OMp2Qla6vykoPIce+o4y1eXlMWEz+BSbpRB3oB9H5telo",
+	"G/h9Q5E44OwNQqIV2ZfVpRoucIOQNxTbpTzSIORFhPWnfcQdqzMtqFOakIWub98twBJWOf4WMLxqdEf8",
+	"4H13uM263Fa1i2pYsxMyUWG0GoqVPNZUstr+pzTXvRMyQOwIasLY/eJLqxu+Ezpe+PT6RjJxe2vQND6W",
+	"Im7/QQrtvresgK6fLrAG6kucR+5Gkgp1ahCtG9oSuGYTdaMGn4p69ckVFuqrxKGllCc+TiUmiZRXnJHu",
+	"D8bkb0W2jMgFnbMLbtifL4ziiYnIBUsKxbCT5OWri56rm/b+7OKylOKdqP4zG1/I5Ip58zVcYweHZCYL",
+	"pdEt5ibUBsqs+2rS4Dg7tqgMVaRr/jTUI9D2UHrtIcqtLB1f2j7kwkKQT7nQTXLQBZ+Kc9F5vDKu5+Ih",
+	"yriClebElXAFcIGL6RMX0ryb5a9uxatZ7OyWCCVjJRfaitiB3bR+0utYLQuzua7v28J0dgHrZQ2WScao",
+	"Yi74tm3ZL+xLeBnhyp9Unmocqr5eaOyzMZr0Et7Y4iaAQq97mtmXrHwDeo/ePWxza4DoKcnomEHA9xVb",
+	"/hmcYyfe42cJci5Va5gofFqbjxs21w0TlxybKoUhU81hGyBuNwvTz2pV33cSpO05C3ZjRgnEj/rrJ1fs",
+	"msvC6lPT1r3hJxuB+ZhBIxY7NoWi4tI/TxgqYG5kmXPQfxOqxY8zhv7XXgSFeqasSqnZUtB0TgWf2PGo",
+	"Jn87ff2KdGPf2PlymbNjEsJySedZDMLdv1y8fUO68Ydhxw8wsg/RPvP3//zvYefWVR0IXrFPP/z9P//7",
+	"9jbu9cEjG3+wBDviaYQkZr/OmfAGohMS/yVVy5EqhLPMWe1siPq7pUjSPRwMKk4mrLySgZ/cz9nrk1NB",
+	"4vOUzXNpmEiWez+yZUxQ0yBdqYaidMT3eRr3VhxKJYBQbgpct3bpPrYCXdIRORp8OxTQXixwW5JzXHE5",
+	"FhSkrxsj/KM47Hk04SyDyuHUzE6GwqXd4M8omCs2gbpqrVVRLdLs1vXKAXqzhur5B4Kv+ngFvhtj6T+R",
+	"p9Pu/KIYz3lQpjXqrKLz1iZbD5sd5CbA8Iw2JpOqJVGFlVIbEBro+SFdshZOu7hj/3ClZD+uIhFgluWx",
+	"VF+VhwM913w7401JRiCn7HvutzEZ+QUVCcua6XiLxdB+9NjdyGBhDWiDy84g/gy0CwsnKIcN7tAyu+0T",
+	"K4K4LH9uECbuA8Qhni2s3qpYVYkH6wBRAr0b1TVLIRu1UCyq5UuH3/s9tgWPP/CRDh79SC/dMX66k9tA",
+	"MvtUGT6hidku7p+Wb36J0Par2yR2lnuFuKQvDP5BQYVNqO73ee9DiBorj8D/ds3TGRwePWzRkY+xwTee",
+	"NBgjP19Ghj9U71o/wTYGHNsYWMj7m20h1RUEjEbkp/ev9phOKKQ7uL6/fYxw9rYl+Ku38Q5EZ0R7w2Df",
+	"KyH+AP+ICDURQS/oX26hl6+Lbo99DPsTDYHuxyT+gL1pDbsxf4mIgUoJdM7+Eg0F15iG9pcIOuCOCp3+",
+	"5TbuRST2ju34g7cOWh0B2hCLFB0OMbgKS4VhwgXNUC9wgdno5XT+fOerhptnRnWfQA9k3/k45mnsu/0V",
+	"+UkZWrBiZq9Vbuh+UzZ4tKOi65xNpGJBbwt7elMpyggiH1ukZ3LRpDhYekND50eT6qqaUHOcf6SS/9D9",
+	"cj8P0fk79Yn22UNUN5ico8DOihFPyjm/aiB1BDZjNDOz3zdx5B/cK49Z4Q6maLWkOKnLBe5judwNlsBX",
+	"/JoJ+0Gu5Bil8X1IUN24zff4xmNm6UNnTaZb+ujTFDOLnLrx+FO+gb4wNF2eVMFOEPaFxF8Oh1K42Qz0",
+	"ciaE+gnBnujQtbYaiWJxLAh85y5hAfe9Flfqbc31uFJAd2Qwhcos3zAmP97fPzj8U3/QH/QPjr85ODzs",
+	"3P56+38DAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
