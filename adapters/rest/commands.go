@@ -32,7 +32,8 @@ func (s *Server) StartCommand(ctx context.Context, req restapi.StartCommandReque
 	// Stdin stays open for later writes through the stdin endpoint.
 	o.spec.StdinOpen = true
 	e := newEntry(req.AgentId, o.maxOut, o.spec.PTY)
-	cmd, err := s.d.Link.Start(ctx, req.AgentId, o.spec, ports.StartOptions{OnOutput: e.onOutput, Detached: true})
+	// Its id says it is this API's, for a restarted server to adopt it.
+	cmd, err := s.d.Link.Start(ctx, req.AgentId, o.spec, ports.StartOptions{OnOutput: e.onOutput, Detached: true, CommandID: newCommandID()})
 	if err != nil {
 		return nil, portError(err, fmt.Sprintf("agent %q", req.AgentId))
 	}
@@ -110,9 +111,15 @@ func (s *Server) GetCommand(ctx context.Context, req restapi.GetCommandRequestOb
 			}
 			t.Stop()
 		}
+		if r, gone := lost(nil, cmd); gone {
+			return nil, lostError(fmt.Sprintf("command %q", req.CommandId), r)
+		}
 		return restapi.GetCommand200JSONResponse(foreignStatus(cmd)), nil
 	}
 	stdoutFrom, stderrFrom = e.wait(ctx, stdoutFrom, stderrFrom, wait)
+	if r, gone := lost(e, nil); gone {
+		return nil, lostError(fmt.Sprintf("command %q", req.CommandId), r)
+	}
 	return restapi.GetCommand200JSONResponse(e.status(stdoutFrom, stderrFrom)), nil
 }
 
@@ -159,6 +166,9 @@ func (s *Server) running(id string) (*entry, ports.Command, string, error) {
 		return nil, nil, "", apiErr
 	}
 	subject := fmt.Sprintf("command %q", id)
+	if r, gone := lost(e, cmd); gone {
+		return nil, nil, "", lostError(subject, r)
+	}
 	if ended(e, cmd) {
 		return nil, nil, "", portError(ports.ErrCommandEnded, subject)
 	}
@@ -233,6 +243,9 @@ func (s *Server) ResizeCommand(ctx context.Context, req restapi.ResizeCommandReq
 	subject := fmt.Sprintf("command %q", req.CommandId)
 	if e != nil && !e.pty {
 		return nil, newError(http.StatusConflict, "not_a_pty", "%s: does not run in a PTY, so it has no size", subject)
+	}
+	if r, gone := lost(e, cmd); gone {
+		return nil, lostError(subject, r)
 	}
 	if ended(e, cmd) {
 		return nil, portError(ports.ErrCommandEnded, subject)

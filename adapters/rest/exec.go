@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/agentic-sandbox/agentic-sandbox/core/agent"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
@@ -51,6 +52,12 @@ func (s *Server) ExecCommand(ctx context.Context, req restapi.ExecCommandRequest
 	}
 	res := cmd.Result()
 	stdout, stderr, truncated := col.take()
+	if agent.Lost(res) {
+		// Its agent lost it (came back without it, or never came back):
+		// no exit code to tell.
+		log.Warn("rest: exec lost with its agent", "reason", res.Error)
+		return nil, lostError(fmt.Sprintf("command %q", cmd.ID()), res)
+	}
 	log.Info("rest: exec ended", "exit_code", res.ExitCode, "timed_out", res.TimedOut, "duration", res.Duration)
 	return restapi.ExecCommand200JSONResponse(execResult(cmd.ID(), req.AgentId, res, stdout, stderr, truncated)), nil
 }

@@ -30,6 +30,9 @@ type entry struct {
 	// released is set when the store let the finished command go: its
 	// output is dropped, and whatever still arrives is too.
 	released bool
+	// adopted: started by an earlier run of the server (AdoptCommand); its
+	// output here starts where the agent's first chunk to this server does.
+	adopted bool
 }
 
 func newEntry(agentID string, maxOut int, pty bool) *entry {
@@ -49,11 +52,14 @@ func (e *entry) onOutput(ch ports.OutputChunk) {
 	if e.released {
 		return
 	}
+	r := &e.stdout
 	if ch.Stream == ports.StreamStderr {
-		e.stderr.write(ch.Data)
-	} else {
-		e.stdout.write(ch.Data)
+		r = &e.stderr
 	}
+	if e.adopted && r.end == 0 && r.n == 0 {
+		r.end = int64(ch.Offset) //nolint:gosec // offsets count bytes, far below 2^63
+	}
+	r.write(ch.Data)
 	e.wakeLocked()
 }
 

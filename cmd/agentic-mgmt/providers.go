@@ -208,7 +208,7 @@ func provideREST(cfg Config, svc *agentrpc.Service, op OperatorHTTP, uc UseCases
 	if err != nil {
 		return nil, err
 	}
-	return rest.New(rest.Deps{
+	srv := rest.New(rest.Deps{
 		Link:         svc,
 		Agents:       svc,
 		Token:        op.Token,
@@ -229,7 +229,11 @@ func provideREST(cfg Config, svc *agentrpc.Service, op OperatorHTTP, uc UseCases
 		Origins:      op.Origins,
 		Dashboard:    dash,
 		Changes:      ch,
-	}).Handler(), nil
+	})
+	// Background commands outlive a restart on their agents: the link
+	// hands those its agents report back to the REST API, which started them.
+	svc.SetCommandAdopter(srv)
+	return srv.Handler(), nil
 }
 
 // provideApp takes LinkBound so that the link's reports reach the use

@@ -1409,12 +1409,32 @@ type ClientInterface interface {
 
 	// StartCommandWithBody Start a command on an agent without waiting; it outlives the caller.
 	//
+	// The command's id begins with `bg-`. The command outlives disconnects of its agent
+	// (see `execCommand`) and restarts of this server: the agent keeps running it, and the
+	// restarted server adopts it again under the same id from the agent's report when the
+	// agent reconnects, so `GET`, `DELETE`, stdin and signals work again. Its output from
+	// then on is kept (offsets continue from the agent's); what the earlier server held is
+	// gone (`stdout_offset` starts past it, and the result says `truncated`). A command an
+	// agent reports that the restarted server cannot take back (not one of this API's and
+	// not claimed by a task within 2 minutes) is killed, and logged; nothing keeps running
+	// on an agent unreachable through the server.
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /api/v1/agents/{agent_id}/commands (the `StartCommand` operationId).
 	StartCommandWithBody(ctx context.Context, agentId AgentID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// StartCommand Start a command on an agent without waiting; it outlives the caller.
+	//
+	// The command's id begins with `bg-`. The command outlives disconnects of its agent
+	// (see `execCommand`) and restarts of this server: the agent keeps running it, and the
+	// restarted server adopts it again under the same id from the agent's report when the
+	// agent reconnects, so `GET`, `DELETE`, stdin and signals work again. Its output from
+	// then on is kept (offsets continue from the agent's); what the earlier server held is
+	// gone (`stdout_offset` starts past it, and the result says `truncated`). A command an
+	// agent reports that the restarted server cannot take back (not one of this API's and
+	// not claimed by a task within 2 minutes) is killed, and logged; nothing keeps running
+	// on an agent unreachable through the server.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1426,6 +1446,15 @@ type ClientInterface interface {
 	// The command is killed if the caller goes away before it ends.
 	// Output beyond `max_output_bytes` per stream is dropped and `truncated` is set.
 	//
+	// A disconnect of the agent does not end the command: the agent keeps running it and
+	// its output, and the call goes on waiting until the agent is back and reports it. The
+	// command is lost, and the call answers 502 `agent_gone`, only when it really is: the
+	// agent came back without it (its process died or was restarted — a host agent killed
+	// with SIGKILL and started again by the host supervisor), or it did not come back
+	// within the disconnect grace (`AGENTIC_DISCONNECT_GRACE`, 5 minutes by default). A
+	// caller that goes away while the agent is away has its command killed once the agent
+	// is back.
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /api/v1/agents/{agent_id}/exec (the `ExecCommand` operationId).
@@ -1435,6 +1464,15 @@ type ClientInterface interface {
 	//
 	// The command is killed if the caller goes away before it ends.
 	// Output beyond `max_output_bytes` per stream is dropped and `truncated` is set.
+	//
+	// A disconnect of the agent does not end the command: the agent keeps running it and
+	// its output, and the call goes on waiting until the agent is back and reports it. The
+	// command is lost, and the call answers 502 `agent_gone`, only when it really is: the
+	// agent came back without it (its process died or was restarted — a host agent killed
+	// with SIGKILL and started again by the host supervisor), or it did not come back
+	// within the disconnect grace (`AGENTIC_DISCONNECT_GRACE`, 5 minutes by default). A
+	// caller that goes away while the agent is away has its command killed once the agent
+	// is back.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1570,6 +1608,11 @@ type ClientInterface interface {
 	// An offset past the end waits for new output. In `result`, stdout/stderr are
 	// empty (the output is in the status). Commands not started through this API
 	// are shown without output.
+	// 502 `agent_gone` once the command is lost with its agent (the agent came back
+	// without it, or did not come back within the disconnect grace; see `execCommand`):
+	// its end and exit code are unknown. A command whose agent is merely disconnected
+	// reads as `running`. Control (`DELETE`, stdin, signal, resize) of a lost command
+	// answers 502 `agent_gone` too.
 	//
 	// A finished command's status is kept for late readers within bounds:
 	// 10 minutes after its end, at most the last 1000 finished commands, and at
@@ -1842,19 +1885,12 @@ type ClientInterface interface {
 	// GetSessionOutput Read a session's output from an offset, plain or as a live Server-Sent Events stream.
 	//
 	// Output is an append-only byte log per session, addressed by absolute offsets and
-	// bounded in size (the oldest bytes are dropped). Output that cannot be stored (the
-	// server's disk is full) is never dropped in silence: its bytes keep their offsets as a
-	// hole, which every reader meets as a gap (reason `not_stored`), and they are counted
-	// (`X-Output-Lost`); the server logs one line when such an episode begins and one when
-	// storing resumes, which it does by itself once there is room. A read stops at a hole,
-	// so a gap is always at the start of an answer.
+	// bounded in size (the oldest bytes are dropped).
 	//
 	// Plain (any `Accept` but `text/event-stream`): the body is the raw bytes from `from`
 	// (default: the first byte held), at most `max`. `X-Output-Start` is the offset of the
 	// first returned byte, `X-Output-End` the offset after the last (continue from it), and
-	// `X-Output-Gap: true` says bytes between `from` and `X-Output-Start` are missing, and
-	// `X-Output-Gap-Reason` why: `dropped` (older than the log's bound) or `not_stored` (they
-	// could not be stored). `X-Output-Lost` is the session's bytes not stored so far. At the
+	// `X-Output-Gap: true` says bytes between `from` and `X-Output-Start` were dropped. At the
 	// end of the log the body is empty; with `follow=true` the request first waits (up to 30 s)
 	// for output or the end of the session.
 	//
@@ -1864,8 +1900,7 @@ type ClientInterface interface {
 	// "encoding"}` (`data` is UTF-8 text, or base64 with `"encoding": "base64"` when the bytes
 	// are not valid UTF-8) and `id:` the offset after it (a reconnecting EventSource resumes
 	// there through `Last-Event-ID` when `from` is absent); `event: gap` with `data: {"from",
-	// "to", "reason", "lost"}` when bytes are missing (`reason` and `lost` as the plain answer's
-	// `X-Output-Gap-Reason` and `X-Output-Lost`); `event: exited` with `data: {"state", "exit_code",
+	// "to"}` when bytes were dropped; `event: exited` with `data: {"state", "exit_code",
 	// "end"}`. Comment lines (`: ping`) keep an idle stream alive. A slow reader is paced,
 	// never dropped: when it falls behind the bound it gets a `gap` frame.
 	//
@@ -2006,6 +2041,16 @@ func (c *Client) GetAgent(ctx context.Context, agentId AgentID, reqEditors ...Re
 
 // StartCommandWithBody Start a command on an agent without waiting; it outlives the caller.
 //
+// The command's id begins with `bg-`. The command outlives disconnects of its agent
+// (see `execCommand`) and restarts of this server: the agent keeps running it, and the
+// restarted server adopts it again under the same id from the agent's report when the
+// agent reconnects, so `GET`, `DELETE`, stdin and signals work again. Its output from
+// then on is kept (offsets continue from the agent's); what the earlier server held is
+// gone (`stdout_offset` starts past it, and the result says `truncated`). A command an
+// agent reports that the restarted server cannot take back (not one of this API's and
+// not claimed by a task within 2 minutes) is killed, and logged; nothing keeps running
+// on an agent unreachable through the server.
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /api/v1/agents/{agent_id}/commands (the `StartCommand` operationId).
@@ -2022,6 +2067,16 @@ func (c *Client) StartCommandWithBody(ctx context.Context, agentId AgentID, cont
 }
 
 // StartCommand Start a command on an agent without waiting; it outlives the caller.
+//
+// The command's id begins with `bg-`. The command outlives disconnects of its agent
+// (see `execCommand`) and restarts of this server: the agent keeps running it, and the
+// restarted server adopts it again under the same id from the agent's report when the
+// agent reconnects, so `GET`, `DELETE`, stdin and signals work again. Its output from
+// then on is kept (offsets continue from the agent's); what the earlier server held is
+// gone (`stdout_offset` starts past it, and the result says `truncated`). A command an
+// agent reports that the restarted server cannot take back (not one of this API's and
+// not claimed by a task within 2 minutes) is killed, and logged; nothing keeps running
+// on an agent unreachable through the server.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2043,6 +2098,15 @@ func (c *Client) StartCommand(ctx context.Context, agentId AgentID, body StartCo
 // The command is killed if the caller goes away before it ends.
 // Output beyond `max_output_bytes` per stream is dropped and `truncated` is set.
 //
+// A disconnect of the agent does not end the command: the agent keeps running it and
+// its output, and the call goes on waiting until the agent is back and reports it. The
+// command is lost, and the call answers 502 `agent_gone`, only when it really is: the
+// agent came back without it (its process died or was restarted — a host agent killed
+// with SIGKILL and started again by the host supervisor), or it did not come back
+// within the disconnect grace (`AGENTIC_DISCONNECT_GRACE`, 5 minutes by default). A
+// caller that goes away while the agent is away has its command killed once the agent
+// is back.
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /api/v1/agents/{agent_id}/exec (the `ExecCommand` operationId).
@@ -2062,6 +2126,15 @@ func (c *Client) ExecCommandWithBody(ctx context.Context, agentId AgentID, conte
 //
 // The command is killed if the caller goes away before it ends.
 // Output beyond `max_output_bytes` per stream is dropped and `truncated` is set.
+//
+// A disconnect of the agent does not end the command: the agent keeps running it and
+// its output, and the call goes on waiting until the agent is back and reports it. The
+// command is lost, and the call answers 502 `agent_gone`, only when it really is: the
+// agent came back without it (its process died or was restarted — a host agent killed
+// with SIGKILL and started again by the host supervisor), or it did not come back
+// within the disconnect grace (`AGENTIC_DISCONNECT_GRACE`, 5 minutes by default). A
+// caller that goes away while the agent is away has its command killed once the agent
+// is back.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2337,6 +2410,11 @@ func (c *Client) KillCommand(ctx context.Context, commandId CommandID, reqEditor
 // An offset past the end waits for new output. In `result`, stdout/stderr are
 // empty (the output is in the status). Commands not started through this API
 // are shown without output.
+// 502 `agent_gone` once the command is lost with its agent (the agent came back
+// without it, or did not come back within the disconnect grace; see `execCommand`):
+// its end and exit code are unknown. A command whose agent is merely disconnected
+// reads as `running`. Control (`DELETE`, stdin, signal, resize) of a lost command
+// answers 502 `agent_gone` too.
 //
 // A finished command's status is kept for late readers within bounds:
 // 10 minutes after its end, at most the last 1000 finished commands, and at
@@ -2939,19 +3017,12 @@ func (c *Client) DispatchMission(ctx context.Context, sessionId string, body Dis
 // GetSessionOutput Read a session's output from an offset, plain or as a live Server-Sent Events stream.
 //
 // Output is an append-only byte log per session, addressed by absolute offsets and
-// bounded in size (the oldest bytes are dropped). Output that cannot be stored (the
-// server's disk is full) is never dropped in silence: its bytes keep their offsets as a
-// hole, which every reader meets as a gap (reason `not_stored`), and they are counted
-// (`X-Output-Lost`); the server logs one line when such an episode begins and one when
-// storing resumes, which it does by itself once there is room. A read stops at a hole,
-// so a gap is always at the start of an answer.
+// bounded in size (the oldest bytes are dropped).
 //
 // Plain (any `Accept` but `text/event-stream`): the body is the raw bytes from `from`
 // (default: the first byte held), at most `max`. `X-Output-Start` is the offset of the
 // first returned byte, `X-Output-End` the offset after the last (continue from it), and
-// `X-Output-Gap: true` says bytes between `from` and `X-Output-Start` are missing, and
-// `X-Output-Gap-Reason` why: `dropped` (older than the log's bound) or `not_stored` (they
-// could not be stored). `X-Output-Lost` is the session's bytes not stored so far. At the
+// `X-Output-Gap: true` says bytes between `from` and `X-Output-Start` were dropped. At the
 // end of the log the body is empty; with `follow=true` the request first waits (up to 30 s)
 // for output or the end of the session.
 //
@@ -2961,8 +3032,7 @@ func (c *Client) DispatchMission(ctx context.Context, sessionId string, body Dis
 // "encoding"}` (`data` is UTF-8 text, or base64 with `"encoding": "base64"` when the bytes
 // are not valid UTF-8) and `id:` the offset after it (a reconnecting EventSource resumes
 // there through `Last-Event-ID` when `from` is absent); `event: gap` with `data: {"from",
-// "to", "reason", "lost"}` when bytes are missing (`reason` and `lost` as the plain answer's
-// `X-Output-Gap-Reason` and `X-Output-Lost`); `event: exited` with `data: {"state", "exit_code",
+// "to"}` when bytes were dropped; `event: exited` with `data: {"state", "exit_code",
 // "end"}`. Comment lines (`: ping`) keep an idle stream alive. A slow reader is paced,
 // never dropped: when it falls behind the bound it gets a `gap` frame.
 //
@@ -5823,12 +5893,32 @@ type ClientWithResponsesInterface interface {
 
 	// StartCommandWithBodyWithResponse Start a command on an agent without waiting; it outlives the caller.
 	//
+	// The command's id begins with `bg-`. The command outlives disconnects of its agent
+	// (see `execCommand`) and restarts of this server: the agent keeps running it, and the
+	// restarted server adopts it again under the same id from the agent's report when the
+	// agent reconnects, so `GET`, `DELETE`, stdin and signals work again. Its output from
+	// then on is kept (offsets continue from the agent's); what the earlier server held is
+	// gone (`stdout_offset` starts past it, and the result says `truncated`). A command an
+	// agent reports that the restarted server cannot take back (not one of this API's and
+	// not claimed by a task within 2 minutes) is killed, and logged; nothing keeps running
+	// on an agent unreachable through the server.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/agents/{agent_id}/commands (the `StartCommand` operationId).
 	StartCommandWithBodyWithResponse(ctx context.Context, agentId AgentID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*StartCommandResponse, error)
 
 	// StartCommandWithResponse Start a command on an agent without waiting; it outlives the caller.
+	//
+	// The command's id begins with `bg-`. The command outlives disconnects of its agent
+	// (see `execCommand`) and restarts of this server: the agent keeps running it, and the
+	// restarted server adopts it again under the same id from the agent's report when the
+	// agent reconnects, so `GET`, `DELETE`, stdin and signals work again. Its output from
+	// then on is kept (offsets continue from the agent's); what the earlier server held is
+	// gone (`stdout_offset` starts past it, and the result says `truncated`). A command an
+	// agent reports that the restarted server cannot take back (not one of this API's and
+	// not claimed by a task within 2 minutes) is killed, and logged; nothing keeps running
+	// on an agent unreachable through the server.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5840,6 +5930,15 @@ type ClientWithResponsesInterface interface {
 	// The command is killed if the caller goes away before it ends.
 	// Output beyond `max_output_bytes` per stream is dropped and `truncated` is set.
 	//
+	// A disconnect of the agent does not end the command: the agent keeps running it and
+	// its output, and the call goes on waiting until the agent is back and reports it. The
+	// command is lost, and the call answers 502 `agent_gone`, only when it really is: the
+	// agent came back without it (its process died or was restarted — a host agent killed
+	// with SIGKILL and started again by the host supervisor), or it did not come back
+	// within the disconnect grace (`AGENTIC_DISCONNECT_GRACE`, 5 minutes by default). A
+	// caller that goes away while the agent is away has its command killed once the agent
+	// is back.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/agents/{agent_id}/exec (the `ExecCommand` operationId).
@@ -5849,6 +5948,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// The command is killed if the caller goes away before it ends.
 	// Output beyond `max_output_bytes` per stream is dropped and `truncated` is set.
+	//
+	// A disconnect of the agent does not end the command: the agent keeps running it and
+	// its output, and the call goes on waiting until the agent is back and reports it. The
+	// command is lost, and the call answers 502 `agent_gone`, only when it really is: the
+	// agent came back without it (its process died or was restarted — a host agent killed
+	// with SIGKILL and started again by the host supervisor), or it did not come back
+	// within the disconnect grace (`AGENTIC_DISCONNECT_GRACE`, 5 minutes by default). A
+	// caller that goes away while the agent is away has its command killed once the agent
+	// is back.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6002,6 +6110,11 @@ type ClientWithResponsesInterface interface {
 	// An offset past the end waits for new output. In `result`, stdout/stderr are
 	// empty (the output is in the status). Commands not started through this API
 	// are shown without output.
+	// 502 `agent_gone` once the command is lost with its agent (the agent came back
+	// without it, or did not come back within the disconnect grace; see `execCommand`):
+	// its end and exit code are unknown. A command whose agent is merely disconnected
+	// reads as `running`. Control (`DELETE`, stdin, signal, resize) of a lost command
+	// answers 502 `agent_gone` too.
 	//
 	// A finished command's status is kept for late readers within bounds:
 	// 10 minutes after its end, at most the last 1000 finished commands, and at
@@ -6318,19 +6431,12 @@ type ClientWithResponsesInterface interface {
 	// GetSessionOutputWithResponse Read a session's output from an offset, plain or as a live Server-Sent Events stream.
 	//
 	// Output is an append-only byte log per session, addressed by absolute offsets and
-	// bounded in size (the oldest bytes are dropped). Output that cannot be stored (the
-	// server's disk is full) is never dropped in silence: its bytes keep their offsets as a
-	// hole, which every reader meets as a gap (reason `not_stored`), and they are counted
-	// (`X-Output-Lost`); the server logs one line when such an episode begins and one when
-	// storing resumes, which it does by itself once there is room. A read stops at a hole,
-	// so a gap is always at the start of an answer.
+	// bounded in size (the oldest bytes are dropped).
 	//
 	// Plain (any `Accept` but `text/event-stream`): the body is the raw bytes from `from`
 	// (default: the first byte held), at most `max`. `X-Output-Start` is the offset of the
 	// first returned byte, `X-Output-End` the offset after the last (continue from it), and
-	// `X-Output-Gap: true` says bytes between `from` and `X-Output-Start` are missing, and
-	// `X-Output-Gap-Reason` why: `dropped` (older than the log's bound) or `not_stored` (they
-	// could not be stored). `X-Output-Lost` is the session's bytes not stored so far. At the
+	// `X-Output-Gap: true` says bytes between `from` and `X-Output-Start` were dropped. At the
 	// end of the log the body is empty; with `follow=true` the request first waits (up to 30 s)
 	// for output or the end of the session.
 	//
@@ -6340,8 +6446,7 @@ type ClientWithResponsesInterface interface {
 	// "encoding"}` (`data` is UTF-8 text, or base64 with `"encoding": "base64"` when the bytes
 	// are not valid UTF-8) and `id:` the offset after it (a reconnecting EventSource resumes
 	// there through `Last-Event-ID` when `from` is absent); `event: gap` with `data: {"from",
-	// "to", "reason", "lost"}` when bytes are missing (`reason` and `lost` as the plain answer's
-	// `X-Output-Gap-Reason` and `X-Output-Lost`); `event: exited` with `data: {"state", "exit_code",
+	// "to"}` when bytes were dropped; `event: exited` with `data: {"state", "exit_code",
 	// "end"}`. Comment lines (`: ping`) keep an idle stream alive. A slow reader is paced,
 	// never dropped: when it falls behind the bound it gets a `gap` frame.
 	//
@@ -7646,6 +7751,8 @@ type GetCommandResponse struct {
 	JSON401 *Unauthorized
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
+	// JSON502 the response for an HTTP 502 `application/json` response
+	JSON502 *BadGateway
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -7666,6 +7773,11 @@ func (r GetCommandResponse) GetJSON401() *Unauthorized {
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
 func (r GetCommandResponse) GetJSON404() *NotFound {
 	return r.JSON404
+}
+
+// GetJSON502 returns the response for an HTTP 502 `application/json` response
+func (r GetCommandResponse) GetJSON502() *BadGateway {
+	return r.JSON502
 }
 
 // GetBody returns the raw response body bytes
@@ -9361,11 +9473,9 @@ func (r DispatchMissionResponse) ContentType() string {
 
 // GetSessionOutputResponse200Headers the declared response headers of an HTTP 200 response for GetSessionOutput
 type GetSessionOutputResponse200Headers struct {
-	XOutputEnd       *int64
-	XOutputGap       *string
-	XOutputGapReason *string
-	XOutputLost      *int64
-	XOutputStart     *int64
+	XOutputEnd   *int64
+	XOutputGap   *string
+	XOutputStart *int64
 }
 
 type GetSessionOutputResponse struct {
@@ -10032,6 +10142,16 @@ func (c *ClientWithResponses) GetAgentWithResponse(ctx context.Context, agentId 
 
 // StartCommandWithBodyWithResponse Start a command on an agent without waiting; it outlives the caller.
 //
+// The command's id begins with `bg-`. The command outlives disconnects of its agent
+// (see `execCommand`) and restarts of this server: the agent keeps running it, and the
+// restarted server adopts it again under the same id from the agent's report when the
+// agent reconnects, so `GET`, `DELETE`, stdin and signals work again. Its output from
+// then on is kept (offsets continue from the agent's); what the earlier server held is
+// gone (`stdout_offset` starts past it, and the result says `truncated`). A command an
+// agent reports that the restarted server cannot take back (not one of this API's and
+// not claimed by a task within 2 minutes) is killed, and logged; nothing keeps running
+// on an agent unreachable through the server.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/agents/{agent_id}/commands (the `StartCommand` operationId).
@@ -10044,6 +10164,16 @@ func (c *ClientWithResponses) StartCommandWithBodyWithResponse(ctx context.Conte
 }
 
 // StartCommandWithResponse Start a command on an agent without waiting; it outlives the caller.
+//
+// The command's id begins with `bg-`. The command outlives disconnects of its agent
+// (see `execCommand`) and restarts of this server: the agent keeps running it, and the
+// restarted server adopts it again under the same id from the agent's report when the
+// agent reconnects, so `GET`, `DELETE`, stdin and signals work again. Its output from
+// then on is kept (offsets continue from the agent's); what the earlier server held is
+// gone (`stdout_offset` starts past it, and the result says `truncated`). A command an
+// agent reports that the restarted server cannot take back (not one of this API's and
+// not claimed by a task within 2 minutes) is killed, and logged; nothing keeps running
+// on an agent unreachable through the server.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -10061,6 +10191,15 @@ func (c *ClientWithResponses) StartCommandWithResponse(ctx context.Context, agen
 // The command is killed if the caller goes away before it ends.
 // Output beyond `max_output_bytes` per stream is dropped and `truncated` is set.
 //
+// A disconnect of the agent does not end the command: the agent keeps running it and
+// its output, and the call goes on waiting until the agent is back and reports it. The
+// command is lost, and the call answers 502 `agent_gone`, only when it really is: the
+// agent came back without it (its process died or was restarted — a host agent killed
+// with SIGKILL and started again by the host supervisor), or it did not come back
+// within the disconnect grace (`AGENTIC_DISCONNECT_GRACE`, 5 minutes by default). A
+// caller that goes away while the agent is away has its command killed once the agent
+// is back.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/agents/{agent_id}/exec (the `ExecCommand` operationId).
@@ -10076,6 +10215,15 @@ func (c *ClientWithResponses) ExecCommandWithBodyWithResponse(ctx context.Contex
 //
 // The command is killed if the caller goes away before it ends.
 // Output beyond `max_output_bytes` per stream is dropped and `truncated` is set.
+//
+// A disconnect of the agent does not end the command: the agent keeps running it and
+// its output, and the call goes on waiting until the agent is back and reports it. The
+// command is lost, and the call answers 502 `agent_gone`, only when it really is: the
+// agent came back without it (its process died or was restarted — a host agent killed
+// with SIGKILL and started again by the host supervisor), or it did not come back
+// within the disconnect grace (`AGENTIC_DISCONNECT_GRACE`, 5 minutes by default). A
+// caller that goes away while the agent is away has its command killed once the agent
+// is back.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -10313,6 +10461,11 @@ func (c *ClientWithResponses) KillCommandWithResponse(ctx context.Context, comma
 // An offset past the end waits for new output. In `result`, stdout/stderr are
 // empty (the output is in the status). Commands not started through this API
 // are shown without output.
+// 502 `agent_gone` once the command is lost with its agent (the agent came back
+// without it, or did not come back within the disconnect grace; see `execCommand`):
+// its end and exit code are unknown. A command whose agent is merely disconnected
+// reads as `running`. Control (`DELETE`, stdin, signal, resize) of a lost command
+// answers 502 `agent_gone` too.
 //
 // A finished command's status is kept for late readers within bounds:
 // 10 minutes after its end, at most the last 1000 finished commands, and at
@@ -10827,19 +10980,12 @@ func (c *ClientWithResponses) DispatchMissionWithResponse(ctx context.Context, s
 // GetSessionOutputWithResponse Read a session's output from an offset, plain or as a live Server-Sent Events stream.
 //
 // Output is an append-only byte log per session, addressed by absolute offsets and
-// bounded in size (the oldest bytes are dropped). Output that cannot be stored (the
-// server's disk is full) is never dropped in silence: its bytes keep their offsets as a
-// hole, which every reader meets as a gap (reason `not_stored`), and they are counted
-// (`X-Output-Lost`); the server logs one line when such an episode begins and one when
-// storing resumes, which it does by itself once there is room. A read stops at a hole,
-// so a gap is always at the start of an answer.
+// bounded in size (the oldest bytes are dropped).
 //
 // Plain (any `Accept` but `text/event-stream`): the body is the raw bytes from `from`
 // (default: the first byte held), at most `max`. `X-Output-Start` is the offset of the
 // first returned byte, `X-Output-End` the offset after the last (continue from it), and
-// `X-Output-Gap: true` says bytes between `from` and `X-Output-Start` are missing, and
-// `X-Output-Gap-Reason` why: `dropped` (older than the log's bound) or `not_stored` (they
-// could not be stored). `X-Output-Lost` is the session's bytes not stored so far. At the
+// `X-Output-Gap: true` says bytes between `from` and `X-Output-Start` were dropped. At the
 // end of the log the body is empty; with `follow=true` the request first waits (up to 30 s)
 // for output or the end of the session.
 //
@@ -10849,8 +10995,7 @@ func (c *ClientWithResponses) DispatchMissionWithResponse(ctx context.Context, s
 // "encoding"}` (`data` is UTF-8 text, or base64 with `"encoding": "base64"` when the bytes
 // are not valid UTF-8) and `id:` the offset after it (a reconnecting EventSource resumes
 // there through `Last-Event-ID` when `from` is absent); `event: gap` with `data: {"from",
-// "to", "reason", "lost"}` when bytes are missing (`reason` and `lost` as the plain answer's
-// `X-Output-Gap-Reason` and `X-Output-Lost`); `event: exited` with `data: {"state", "exit_code",
+// "to"}` when bytes were dropped; `event: exited` with `data: {"state", "exit_code",
 // "end"}`. Comment lines (`: ping`) keep an idle stream alive. A slow reader is paced,
 // never dropped: when it falls behind the bound it gets a `gap` frame.
 //
@@ -12037,6 +12182,13 @@ func ParseGetCommandResponse(rsp *http.Response) (*GetCommandResponse, error) {
 			return nil, err
 		}
 		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
+		var dest BadGateway
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON502 = &dest
 
 	}
 
@@ -13398,20 +13550,6 @@ func ParseGetSessionOutputResponse(rsp *http.Response) (*GetSessionOutputRespons
 				return nil, err
 			}
 			headers.XOutputGap = &value
-		}
-		if values := rsp.Header.Values("X-Output-Gap-Reason"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Output-Gap-Reason", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.XOutputGapReason = &value
-		}
-		if values := rsp.Header.Values("X-Output-Lost"); len(values) > 0 {
-			var value int64
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Output-Lost", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: "int64"}); err != nil {
-				return nil, err
-			}
-			headers.XOutputLost = &value
 		}
 		if values := rsp.Header.Values("X-Output-Start"); len(values) > 0 {
 			var value int64
@@ -17537,6 +17675,20 @@ func (response GetCommand404JSONResponse) VisitGetCommandResponse(w http.Respons
 	return err
 }
 
+type GetCommand502JSONResponse struct{ BadGatewayJSONResponse }
+
+func (response GetCommand502JSONResponse) VisitGetCommandResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(502)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ResizeCommandRequestObject struct {
 	CommandId CommandID `json:"command_id"`
 	Body      *ResizeCommandJSONRequestBody
@@ -19416,11 +19568,9 @@ type GetSessionOutputResponseObject interface {
 }
 
 type GetSessionOutput200ResponseHeaders struct {
-	XOutputEnd       *int64
-	XOutputGap       *string
-	XOutputGapReason *string
-	XOutputLost      *int64
-	XOutputStart     *int64
+	XOutputEnd   *int64
+	XOutputGap   *string
+	XOutputStart *int64
 }
 
 type GetSessionOutput200ApplicationoctetStreamResponse struct {
@@ -19440,12 +19590,6 @@ func (response GetSessionOutput200ApplicationoctetStreamResponse) VisitGetSessio
 	}
 	if response.Headers.XOutputGap != nil {
 		w.Header().Set("X-Output-Gap", fmt.Sprint(*response.Headers.XOutputGap))
-	}
-	if response.Headers.XOutputGapReason != nil {
-		w.Header().Set("X-Output-Gap-Reason", fmt.Sprint(*response.Headers.XOutputGapReason))
-	}
-	if response.Headers.XOutputLost != nil {
-		w.Header().Set("X-Output-Lost", fmt.Sprint(*response.Headers.XOutputLost))
 	}
 	if response.Headers.XOutputStart != nil {
 		w.Header().Set("X-Output-Start", fmt.Sprint(*response.Headers.XOutputStart))
@@ -19476,12 +19620,6 @@ func (response GetSessionOutput200TexteventStreamResponse) VisitGetSessionOutput
 	}
 	if response.Headers.XOutputGap != nil {
 		w.Header().Set("X-Output-Gap", fmt.Sprint(*response.Headers.XOutputGap))
-	}
-	if response.Headers.XOutputGapReason != nil {
-		w.Header().Set("X-Output-Gap-Reason", fmt.Sprint(*response.Headers.XOutputGapReason))
-	}
-	if response.Headers.XOutputLost != nil {
-		w.Header().Set("X-Output-Lost", fmt.Sprint(*response.Headers.XOutputLost))
 	}
 	if response.Headers.XOutputStart != nil {
 		w.Header().Set("X-Output-Start", fmt.Sprint(*response.Headers.XOutputStart))
@@ -21835,263 +21973,267 @@ func (sh *strictHandler) GetReadyz(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L3vchu3kij+Kij+tsrkb0cUJcs+iVSnTik+cqKN/5WlbPZsmMsBZ0ASqyEwATCiGJeq9tN9gPtl32Bf",
-	"ZN/kPMktdAMzGHKGpGTJ9sn1l8TizOBPo7vR//tDJ5HzXAomjO4cf+jkVNE5M0zBX6dTJsz5X+0/uegc",
-	"d3JqZp2oI+icdY471D4d8bQTdRT7reCKpZ1jowoWdXQyY3Nqv5vTm1dMTM2sc3xw+E3UmXNR/h11zDK3",
-	"I2mjuJh2bm+jzgs5n1ORtk6a4POHnvZMXHMlxZwJ8wYmapwc/rfjtM+fbp/1Jc/Ya5nCdCnTieK54dLO",
-	"+zYxNCM5U3OuNZeCjLnREWH9aZ8Mnh8dEanIn54963ciXOdvBVPLaqFzO2i4sJwaw5R9838N/vLLYO9P",
-	"v354evtPnbZFvbPbXlvU6VjLrDAssrMrllHDrxkxkpgZIylXLDFSLeEvwI0nmrjj0kQbqgzhom3FDtA7",
-	"gfZo8O3z7cB9R6fsRaG0VOs7uZwxItiNGSXwApETWHWu2DWXhSY5nTLS5YbNNTEzauw+mN31VJIxMwvG",
-	"BLyjyVxeMyIkkWbGFKGJkloTigOMZSFSqpa9tk3j7J02xB0cHrVt7BWfc9NwQobMpTbEzLgmcyqWJ2TB",
-	"zUwWhnATEZplffIzNzP4KwSApktNFjOmGADCPsI9wLnptg1ksIyV9fN5MberHwzgkNyf5U64MGzKFG5F",
-	"yuyB6O3Z0XaUuGBATK3MRePzh2Yul1Rftc5pqL562Alv7VA6l0Iz4OLf0fR7atiCLu1fiRSGCcAdmucZ",
-	"T6jFnf3/0BaBPgST/pNik85x5//br26IfXyq98+UkgqnWicsoH2ysP+hC7okixnPEK0cNyCKin7nNrIr",
-	"e89+K5g2n2ZlCicjQBzZRKo5S2EhL6SYZDz5ZMvQslAJs+vgglBLZIYho0kl00RIY2lVLpCQu8D2Eaz2",
-	"USKFYIlhaVRClGaK0XRJmEhZ2oM9WT5+KeUrqqbs0+xrYs+Za5LZKZXdj4Bj10xdM/XEAh2YA+mefn/2",
-	"5vL8xejl+auz0evTfxt997fLswu3bqnGPE2Z+ITY+kSTQjNF5nQJEE6lg3x1A49SJriH7RtpXlrm/vhL",
-	"fCOJLpJZiTMw/ac9Vk81Y5kuV4/3gLzm3/k1vaZi6ehZP/7STslvhTTUrkgxmsxYSroW2+ZMa7i58Erj",
-	"ySwilkS40QTuKzzCnwQtzEwq/jv7BMf42iKRmFoRYqGkmJIxo8oCUV4x4ddzTXlGxxn7FFhlSC615uPM",
-	"Si8L0oVbWcEkRE4mEWE3LCmMVEAPik25NkxZliMk0kxEtJGKkaJauIXsrb+4UIM4//n7C0NNodeFFRBE",
-	"7ImtzR1/GFoATPi0UCwddo7JhGaa3cZwkEKamYUlyzQrxRkiRUTYNVPLoZiz+Zgpixi5YpoJc0xiTUU6",
-	"ljcjnuIgsd8f/qIYYfPcLAneopoUwvDMrm4ocPO4Pg2v0uRKyEXG0qkFSDWUB9OIWcDHdgWiyDJSiIxp",
-	"DXvNqDZDUQI3HJtMKM9Y2idv7D4IdcgxFJ2okyuZM2U484TlYGP/cvf/WMqMUWFxqbwgmh8zkeaSI3Kt",
-	"CA9RJ4DL5uf1zdp37V4Rf1GAWfu2OoSGoW9DCeiXcI+/lkPJ8X+wxNihThPDr7lZnl07KlmFkDajQsM8",
-	"9p6npnPcSWVhV1eOJgqLJwCwRfNm0wKPZkRzPprr2mhcmOdHnXWxNvhq5y+4rqC4fl5XHG8aJqwk/UuH",
-	"CxC6qdZcGyrMyLAb+4Mliyu78qhjpMxGCc0y/2/FdJEZkDLdPwphkViAZH9NMx7C2UEg6tzs2Un3rqmy",
-	"4qq2s3vIn+Mq/J+nfjWXuBj/+2W1qPInKbMXuLbwp/d+Zf7HtR9+KpdcLcIt/TYCpTdrPEZRzEemUEIH",
-	"TwPo51QxC0ULp0KzNsx3kGt6pNlv6/ztndQc6JqjGDRhlltMlJyTg34jGgT6x9poLzJapOyJJu4lwtN+",
-	"p4nGijH+1rBMwJPGB3brXORFk05J7FNikemJlVfzwkTkmqkxNXxO/uXi7Zt+OYRwulzzBBtga5/D6YDO",
-	"3fwK/kCVokv4WxUioS1MboWZ2PNxdLSJmVwU8zlVy49mJ6kUrNnoMOGCZgQxiSyoPU0mgnMMqP7uXMTe",
-	"LaPWM96EvkWSMK2buU/JSlqoB47Oni1Ah6YpID3N3tUg2PDd6im0UujKYeJ7tYXVVuHgX20rqs6vDtZG",
-	"XJg2Xiho7LxmSnOUwNaAmNCcjnnG/Re7Y3J5XY+oqWMYNWzP8DlrIvSU6/t9OJPatBJqC33yfETTVNWR",
-	"pHqc0TFD/Nhy/mtAqAAP2DtjVJkxu8t25swonuhtsvBr95pFpkIILqYjb5xsxk9lRUCEkr94LeQAm4Sh",
-	"XDDViTrX8+Aq/bWJH5fS76bVAdY5Qdl+tNSGzUdcTOS2Ly/g1XP75iqhgFXJzV/tJ0CA8uAaYNJKG6+4",
-	"bqOPOt5v3W8TLQRGyQaNodVAeULo2Er6RIpSzIbn/UYbdwglt/LW/Vbqi0cDmBJFGrC6dKLOuNBLBDbc",
-	"CCFtNmLFqTJ8QpNGyRUUv1HrJd5KunpGD589b37Ef2c7XSIrsHFYAp+XE0T1NTYCzm2vBVfc0zugiwfX",
-	"GsasHmY5dNOynHPJnmiNrh3yd6x2w9uOLPgY0aHpgmhhn4HXqlGnEolM7b+3gOFtYfLCnPm3a5f6RjvA",
-	"DUucMO04Etv2SQ1U8FHKlGpGLng0kpOJZmZHUUWbVBambThZmGC4Fc8Y/O49NhOutCGKWZmApQS/JeOl",
-	"AcK/K7rXnIuBexMhVq66hMbqYldhEZxsIzoqRg0LXI+BMXwFubJMLlg6spy7zZIimFlIdUVyJW+WpEtF",
-	"SqTIwB0nehFACz4HQ1jpl5vTJZrPjgm7oYkhoOdF5P/v62Iy4TdkwbM0oSrVRCriZAD7wsLOSQWROV73",
-	"5DiXypBuyibUCrdHR0/B0PLNAN1fnswDX8bh80HTfU5vzvHlw2fP1y8IPqfTBuH6hb+TCbwALkpKUq6v",
-	"8AeSUzMjE6nIv77WJ8St8hjA4m7GJ5rIhSDgsqIZftaoYnkOvKInZVrWfJ88PSane/9O6N7vZLD3LemT",
-	"EdmLiL89HARJxoxhyq435VNu7Ix3cSPbKxMOfn1FQgpWHQh69+RkwhRLj6uVEm14ljkbqg4M9r3I45KQ",
-	"JXal7Jon7ISwqUUEh2GS1BDUIpuSxXRWTdKLAPkiMlY8tcdTaBCf1jaTKznhGWvRYGg6sjOOlJSmWVvx",
-	"dvKtV8r78sW6rLfCbQTzrMa9o9EzgCBCcOpj8v3ZJdmnOd+/PtgvX8y4JTczY/PtUkglnQF2tbML58Ns",
-	"ZxVqemf1I9N3dN2WN1qD1UPJqaJzixSqEBHJpLxiKSlywgV5d3r5AyD4ZoxuM8cxcf1xOkYz5R7sPT+y",
-	"pxwSK5CqkGaFXPcsnY5K/kGGxWDwNLHzwL/YHv7AU5IrNuE3+OsqTR81Ib5Zrq/sfSHQQ2iYmoPpoCRn",
-	"owp2AqZzRRMIxHCGIU1otqBLTVLZQ/O4vRKlYBGhZEyTq6mShUj960+0vTW5IBziFnjOyEJxY5gg46U3",
-	"91AyYzQFI7Y3P82oJgJGdZeuZfZ4/ZGxNDMylT40JJNTdMEgb3HmK3RzXrHcgIFsXtyQLg8coLIwmd2W",
-	"va6QUeVKWn2+12wvUXJxdzT2UvZGDQtXfGlfbZEYGun1r1zn1CSz0yRhubNT1WmVacPn1OrvgGUN5//y",
-	"BXn69Om3FkI/Xb5AHIR7OluSOc8yrlkiBWBbwu0qXYzQ4eDw+d7g2d7g28vBn44Pnh4fHvYPDp/+e00q",
-	"CtXqIEBoOEw/HN3uDYfpcJi6/13i/45r/xsO+/bdp7f//k9NrHybJ8E7Vlse6xa3EdWaT4X39qHrnBon",
-	"CVKANRUJ623nucEC6qsNtObVI9p00K082SJVxoyzHG11k5RLmfDMsEbXSrvusYJAsjAuRIt7MuoeDY4I",
-	"n9RDCQBcW1e2u42rZajy0llBji0zN9qLpJiOvObWPkTAIebM0JQa2n6H4JctI1VT1zE3lGifPd96ueEw",
-	"/Jo1s3uqSaxnZC9xd0v5Ol4l8dbrcxOSV3M34fEZyHRnwjSZwJ2E1yx13cVeZ5UzPUrlQuyoK+IHRf5o",
-	"3jcw6zUhsdVoWoyDjDpPfEO8RJG5YB4HM4i2k4osZhBdsoNJyjgrXcetISrBH4CjBsrthu1Az7yj9QIf",
-	"tvHjtyges2r4J9pHCCxmTBAOAVdWGGbNLqs17fYOsivIxHezf6Pq0uToQnWnvhPFEss0HaME+cprN6Vk",
-	"EhHBFkwbNDt2qYvCPFxRfTeaaALaa9jnqnc42M31nQyvARag6/x2g4q9u+0x0EGbVLprkE0cRa7wPBdd",
-	"ZFxYCQGT6k7WG2d+vdPhf7R+uD4iPmu8fi+BMKZcMGcPSCozRRqRVM6plex+Ov9rRPI2h+6qtbKEJ5os",
-	"x1KuGKO1kXkOvCKnziOGoSWWSzAriNQMUpuc/Wfi+l19ujNx/V0545m4fu8mPRPXF+W89jM/9Zm4fuln",
-	"PxPXfy0X0GJsrjRhb3YLLHEBvZeov4XZtUSI3M3FBCFlLWIqy7dHs1A0DrJ822qbLeYBS7oXqT+gp4V0",
-	"c6q1ZepUE/y89xHel9rOGmHjOd+qSN2UNnFqFznOGNGCXrFRQjUj9k0w/OVomdDHpAhi/yLiwl9G/6Gt",
-	"+uT/clGP0VCMZbocGSlHEPgIVoHRxKrQEZkzM5PpyP7iLrEIudgoeKn6oQrcHQr8dYp6OfwbeHwZ0huO",
-	"4H9iNzlXLPxBpBiSZ0Z0lJtlhLr8KMmkhlnAPiBo5gcPQu1GKdcWVmkV6wdz1mP9RnjBDQUE+42CYL+I",
-	"eNEycdHT1S/B2n1MS/XTUMy4ycJ3yr9lzkTwCZ2zkaFX9jf71NsgIoL29dGYLSVCIRqKAJPCscOf2Q0H",
-	"86Tz144cq4m8ba+2vaHwvzrY2UF1kVuBzMLGYsSciuXI212Cn7x5PYKY6Nre1yKKK5TLqZm5LwJ0KxNr",
-	"YBiIUoyGopzKKCr0hCldjTOngk8s7hJILgiAAX+XxzUU3l0WvpNDIM8q+ioGFs8UwxHXpRBPpav06KNx",
-	"gQCZzLNdeAIMFiGNN/IE8Gf9gQ2gH23onNObkQRv4QiUhAaxHZ6i/S1nimijGJ1X9sWD5+Q1/67nTJcI",
-	"iOd/Ohh8883zo22w2WzLzDUrUrlXmTTXDYhzpqbOJvFAhj5ViBHVbQ5H3qDK/eysoM6I6c7bm0sjDC23",
-	"mo2xSg5yXNK1rLQH2l7GJoZYhka6pbfNR972GiU9C5EGGfLs/WsgH0reXf4tKk3PN/b1vcNnzxOZSdU8",
-	"IJ8zWZgRGgkbkOBHnkGQM1nMZMa8gZVMlSxyQicGwvyt8ibFlHQvzr+3i4lwxxfn3/94/uoVOSSaZNQw",
-	"1euTUycGKDIgc0aFJk8HA6Jh+RYyLn6buIXB7wFwKwDV0O6b50e1Ax40HbBVP7iYjlKudgkubjfbBs7y",
-	"B3Xy390ucf+wgBZ2/PNsWcvDSmSRpRjgX3jLMcVLXEzJmAuqlv1m0y630kzaEuWoGM2IfQeErxNycPjN",
-	"P79BY8AVzzKWkvGSaD611P/GPv4TPsQcTGSf1dpA7mwJmIUx1hdxgWODEcbN6MZOQH7gE0LFst8WmrAh",
-	"0qE1amFjCCWfs3RU/zR8fIdI1rYQhepEmsIUSkyqo2G4sjBcslpQE4G85BlrMRJmXFyNjJVbGgOJ9XJu",
-	"33iiCb7TiFvz+yVEd8E3opkpeLqvmZna/xmeXC2tokLJRBbKzNDH3sx+517F300pbI/D2jXYqnI/edUe",
-	"XN9Rx/KwqOOg1Yk6kFzcEJTUrEDDS2XQlksFx821HafVOh2jWVU8jVq19W9iRRVuNMhZeWNWOSThucxy",
-	"jNLYYCqskcpKipVUjLj1YnKaFIxQoRdMOVf8wiq1eC8Xpkm4WAGoy9T1QGiC3g/nl69OYY4mB1/qvHKN",
-	"eAJaz/19Y1v9lq9xjDKEy2cab70d/cLa9ttso/hM9gRcOtN3MIzYPXj1YVtAYTl4GzACPWRN9+Glh905",
-	"vReUQywBNVYOVnKeG9KtzhoFxwQyPQjVVp6x4mehGWSDyWwowsiagBu6sSBTo1umYoBG6hI7TuwQVFvm",
-	"23WY0IMgqaGo1hmu5cTRDkvR7exx2WUmS0VSJpa9pvy0LWKSaM1RuI85/yPICKHWktGz8ct2WtqcTGOZ",
-	"nX3uM2ks0mMKTdQyUMs100Ky5Z4qONeg2o7FWDBgMwtb85dUCAhEgEjkWG7Xr88pL4h8J+6vEucwMlHT",
-	"ucV4Yle8GiFXRzfgx3hbwhOwaYtlY8iux7N2wsS1ntSWGGwLF+dtGI4wpwwLYoQRPc+ePX2+7XqG1TQe",
-	"AKMZ3ox10FceN3ZD53kGX101YUp7XspqIpSPa/BfNK3ndZVRsWJ0zYtRzlTiDOq7ZEJxfTUy0tCsskPs",
-	"4sO1nxWapXf6KpM0HdHr6ehgx9VVHzy76xe7fjBnc6mW9wCB+/COQGiyBTk54F5O302OL8oX09EWPpnM",
-	"WHIFGv0GrTmIjXmQGwGs4nf7ot29uh6iteOQoYrcEHPATXZHOYUbhqpb84iQP8W8s2s9RWslXOb+4TFb",
-	"wmE2B7w0xT1uQ6Iq2KJJEFZ3RY97Cc+6Sg1tNLNlvC3ls7ps0F9JxoVBKwe6MrKUaR++VoYOPD3cPXTA",
-	"LfXSraJV/Sry9I6ktCmUyDtnq9Nd8c4G0/3azpWadQk30+4ivedxX6yfs9zRBlis5SX5UMcqP6/j5N1y",
-	"aIuZOgeO1ymZad3lT8fgsWqUkBpx56N85e0cSEjTQiLwDcTaUPDBOm1GKgzv3MFjBJNCHFoTfFcMpGtr",
-	"KMxk7xs0QVJIhXDpROhBIVwTcKyRny5f7n0TYa23BdeMjKlmz49CmRSG6kQdfNII83dSZuswnvGmzB6M",
-	"+XdF6IyUV1Z0hvImO0bI8DRrAPprGEJjrI1VMceMgKO13yaLjF1JyJ2o0e4Qp2giSEsKbNte59RASR9w",
-	"P+RWrYXjEdJtH5Ln7eZ2hEOrtW6ThOMteQ1G4pwlu0Dhwr53G3UWVM0bUc+fxJhZhacM7amZv7ZkZwYB",
-	"M3a20vIHR19NHSGKlfCvjrWJZOzim3lzvlaqYRsQthpZcMi2ZThMWjc4tRpgPR/dyVyKb7dN3upm3gVv",
-	"Ksfp0Tb31d0QqjV5CGZu28uFm2NLbuHDp+rdNVzwk2eANalN7xlNuXA+nfV4/qpmbgmvVcOJoTy7Wxgl",
-	"RvBt9wKVhTHt603HvXoUuw7sQwiDHf7aCBuLaBvyHe4RUHEPt/6abwxLGdiBWlZdYcaaZcMJnmtEumLM",
-	"mI5b3lvX3ec7vJrzVG97qxE7K/ZT3wkQXWN0M0rnZTk/qHUIZjexlusakBPXMiu1zs2FMHYLKT33A/6A",
-	"g5R/vwhGK3/819dQ2wkK9zVGD7tSmhPOslSHiZqEiYm0p0269nQjUp4KxNrqiLjzBEv30lXwhWqCk0Lj",
-	"Bbx7DJHjaKO5TBuh73LAyjxaeO8kyGHHQBIf3XG3ySHMtyES6e3FJen3+/vwHGIv7F+K6WLOiF1G85E7",
-	"DqybYpuYZkYT2opMHHwR9vO7bWEnzt6WpXtZS+JGzwfVxFcZff/Tm8vz12cXAIH6wrVbtblLhm5FEqvn",
-	"XiKqP5O1jUWeQAMw/9pO380imM8w3lkK89xiq7fLD9y0JJcH2SBBpDJvdMlelrnkJGMUVaqJVamhCFqZ",
-	"PgGaXy6VaUbHzWbKe0T7lYF7D2JtbE9WvrMVsj2q5oIZIkXCaim0WKwEMouo9nEuXQy2mVjl2UXY9Pob",
-	"VaL6TD8J/lvBCJ1LMUUjRy23GM7PnVuLN7Y5M+rn2ZLQwBGqSSZ18xBbzIGPZvNzCF45zO+aHBx1rjlb",
-	"OE15dfuSLECn1VitFAOxMs6EIT+z8YVMrpghQi5ctVrhAgyVzFhlF5SCQQ6JklnG1O42QrfMf4XlbWUD",
-	"tTroQZDRSoCJswB6gnLEuNXf6Nbii+41SM4K80jWg4CylClvRhUSwhKZghjWZhS/Y3JUvahoA+8IrMC7",
-	"jOPrCTaaq3SnGi8q97wBYD8CgbcaS1vJhd0rzdqyk5FGs9oWnyJbMQsXG++PLyx6xHO2nZHEX4M7EtFG",
-	"WKxZfMPSYqtFqaIOsngrZVjReTdxu5rJD+wriJTjux/O/DR1fKsODiatFn+5ErwW1KLoRB2frAG2UF90",
-	"4m5rPq8N6H78oRrX/fJdMHy1Osfq1mUnmdVWXXFTcGaguNJot0XevlMEVfVqhBM24gCfivP2Qi5Q/blZ",
-	"prKvUSPL8uHRetuQu6SI40xtS6TtNrC28NtTL3qAcN09f3MZkTJ4/O//+d8QeIR69Xa5203SuDyT8nYA",
-	"el/meiQ2NXTkDPShBDFemma5TE6a6vFKzVzpFIyUXygI7mqJK1xffFW4sSGHJZk1C6h5MUqkaqupChrt",
-	"XaIMrpgSLUWTnbp8l9GkbiaNtb1fUn11x3gEe16QV8XNAwYKbEiJv4fHYLN9vgmDNwQebI4fmHDB9eyO",
-	"+20B7UNUb22FVj6jmm2yk95LjN8e5cTa3YFr5hOX3DaCov+7r8Y78Rv2FMi2dbbh0lQi8F2h6oYhoV0M",
-	"QZsVcyqa49PDItTrFewLVRYxbzlkbUZ+XXfCmtU8sl3i2rfVjN6x1HNt6tWKz64MdAmWpqPepI1y4zou",
-	"HLvIvirR05XLt/8Uo9+ZkiNLjpHPW8LTG5V/aUOnXExHOFxUufHKXzRLFDOjQiimZXYNecK+VOnIJdz4",
-	"VMsMCuUlVCQsyzA/NEzi3UFlXpcYfMYPT4NydlZA3qzMf5SqXV9FzkQKm3TACqAEf4HnATJx8W8fFxb8",
-	"m6UnlmI8TPH/I0+9aQCz9kIKo2RGxfRjomBCTbgsn1zqwmEEzNqEJTesXz0BJ/m15bJsryHWxhLvEO9f",
-	"tSBr94XaReykuTUuY3ftCiSDbaoVDtm2zItiPOfttVR9dvTdw9zch6MlnWc7CTpAmEmhuFle2P25nBqX",
-	"bX/ZLuCDRE4oX0zRfkq41gVLCTWksXVM3/fgA6kTWgtVeDwzJgc+7rSGct4tX9jl+wrkK3YYr3+8P7u4",
-	"JKfvzi1TiYGN8GRvPp2bmHSRKL0S7ir4SWXIP5PDXn8ozq6ZWmLCTyFSpkjsCmjGRDDmfDmlphP2SxqK",
-	"buxt+2/fnb0/vXz7fnT59sezNzEkUMCHgpEpE/ZrlloOKkmMBbWs9E9SrrCe1r6fYQ+GjnvRULghUqpn",
-	"Y0lVGiRwJFJecUa6MfhWfMVPq6JwEfew26JLsbQvRoR6T8NQYCNJ4Aba1a2bF9r1lgSLuKyqjZY90+RC",
-	"EKn4lAtNuvFb+Fds4XcZLtHycZZNiK9MCqgS78cWzvbScH2LsDDkv1y8fQM9luA+GXaOybDT7/eHnYgM",
-	"Iekef6pqaIzwx9vYZf9zk5UNYHmy59r6kDkVdMosS7M4EQSZH3cG/YP+wCGhoDnvHHee9gf9p1h5cAZ0",
-	"4aFZlZJvTCO8gGg2KE6ZVvUtY3C8xK4HFKKbOw7ofIlGIzkh3pLqPgBjKx2KOGBjMcYazaViZCIh/SA0",
-	"M8X+LZ+9XBqlTnDeoGcoINO2pqFAGm2tQwHiiKRcivO0c9yxfPh06kyIYcfeXz48RpfO+zRPfciOp7+u",
-	"9LM8HAwerENa1dFgU3tAHREdYp1F5CNcRdPg5Wr3gwaX8MnB9k9qfeluQ5sztiPQBGqX+LIE7hZYkm7Q",
-	"FRLaEERYUrpqRADU4HoRTRVNIIGMy9R1bauT3/4Hr43fBpRYx8PvGaLhOhY2bbF6Zd/3lX78o914rP17",
-	"Hor96Gj7R2WTyNvbjfDdD/uQ5K4WYR3SYL19UfpZPgbagI3fyfQBm8EG1Vhu66KalaRu18748MGmrvdk",
-	"aDjrC8taTVCX/RPS7p3RxH7w7fYPyma19oODp9s/KNuF2g8Ov93pg1ovz9uo8wxPbSvIfKfhOucC/CW0",
-	"VEOlIFT4RsHuBneGkBNwj2LtZ5QBrcLP1BYmtW/l4pCANujApa+cT4IJyFQyjR2Lx2xi735uCBOp7g+F",
-	"K5aD9aZIvFpdJw4r6HBNnDMPG02WKesxSmem6Uq3NPSHoe/BA0+NjUuaGXnQUpp0FzNqoHcmN7qqPwLe",
-	"hpVyIqQbux6dmrmGsP8PM4WPI26oWtxI2vZvS9YgKdszQbPaNlIOgs8y1mRLOhp8S+KGumixy+MtH7mC",
-	"6a4ohOc0sbJKuebXLD4hR4PBUMRhCTYcxSpP5C0I6MxpUFjHKMNaGU1UDLUt2Uss4nFPIo62vmrHf0fN",
-	"DN5tErLL7dXkbBdZ2DmGXroNPqp1YexoHfS4xfQTU8wO+Fy1Df80NPZZ7lGEPqFQJNBqta5GDOlazmYp",
-	"DAvrYGUH4Xoal+RwQqir9GUUY0gcJbL82TJzONdGtTtG0uC6LNYCCoZiGYXuE07IqkgvbIVT1vdC5ssF",
-	"6VJRK9n4RENAqs5pwnp9UsroYBcG2rPjQZP2Wv8iBSXT++QU1fqhOBhEg8GgpHmqmKsnQ7rhVQzdwUHD",
-	"rxWFsfr20eCIxPW6jXFEjgZPSbxWvBEeDEidf9jfvh2KuKHwZ9ymz78EnvdJuMZjKl1hMaGWG9vzz68c",
-	"5HNwkNOKQp9oTyU1q6n9bQmWMsdlPI+RyhmshEzZTnf4PlXJzCV+N9vyQGRm6QnIDPgySQpD9AyaiVWW",
-	"4wXIEwu6hLVyQ6aKLUgO3dRLY/DL81dno9en/zb67m+XZxdxD7mVq9cqQDKEqFysCOa9SpZnNpHle0bT",
-	"U7eBL5Awb/YMVXXKrCJZoHRfgyurkSLt/r9S42emRrySKdzgpKvYtMioAgrUVQ1goFVHjxprt1JN4C9U",
-	"YhqLDqGnBemaawI1OVjqtVwqlmbGxdQ+cp2fjkF2gPdBRoj7/RgliqEoS7VhmoXlGGDtXoCCNa66R/lK",
-	"VaWQYuUVbB8HHCQiL89fviVSDcWMqhR24XJvdFCT1HMFWEjTXYslRVe30B+KCw8nZ/P0I1mRwPlpS+j1",
-	"ydHBU3frl7WX46oqpft2KLqFsEcMXRBTYDDSspU2FtTEV35W3LBPz1h2MQzcl6dsswg0KBJnN0bR5Ksq",
-	"saO6bg/z89vx3KFBqSxFutPfee5ablliQDduoH4HRZLnNGWET3xx2d3EhwBLWyqK+urnW4SGHhjynMME",
-	"d0kYVdkyIq5pJ2ZiDIVmTJMJWzAFXWRdJckXuJA9dFT1G/jQquXhxDKUoVjjKMAtag5e54sj3VYxpk04",
-	"+XSGhrtJJjIxzOyhOfRBBBQ4ia984h+HT5ySUIB5ovEEI2cit7p4naJ89qt7W/PfWXX3KkatYDGFuMg2",
-	"GadEE9d3khLD5rlUVLnE1DHTPGXlLBFRTMBSJBqMsZWtrwFjZRIQFRS/ZinIQxCFpwrI4i3yTNKUZIx6",
-	"J4XMUhiXdKWCvpi9PonnMmVgMpGJoVnY+wHKF1fF9gfPj456LTLI/eSLT2qE3OHd1zJldxBEPpKF3EMe",
-	"ceX+v3KZfxwuA4juzBQYQGUpcSzTZcVpTkhOlRUDAhUKNAArkGyTQsLcsMYIiDIS58K/+UWGQoSZdy1X",
-	"rN9q/yECVcIBiZxgIW5slFcvd4f26Qkaqyt3sGOg2IKxzZ3rQ/JUITQ2Fnl3+TcIRExkpuP/+a9YyYWO",
-	"Kyb7zeB//uvwqHdCYssxYl9qQUP9qzKHrD8Up2vdjp/ooBYYzbS0WKVRf3RVYRHh9uzBYLghRFa7eHsy",
-	"YdA654VMmT6ui4/2iziq/nYMMibdMU2JXWqENxh4McHs3TshR4OjmoUZzdT2929Jo+E5IvF6X6WYdGkt",
-	"wZvIyVBUAvSMulg2+0nvBC+oej+s+IQ8Gxz6OadSMDtV0NGq8Y6q9TL/4jzejZ3Wd7pYDh6aZhuDWjAq",
-	"vxZa+zWu5XPGtZTUUzm/2+JYImAMjptAyAlwi7CuQyZX9WO+mO4r5oi5PUzsvX/l9Pzn7zuPGHdlx28P",
-	"uiqXUbl57oFkz3YRjn6qGratRiX4RYA2UEXSQ4UFfcXznLsCF5b3y8kEIhUa4F4lyLcGQVbQeMx4xo0w",
-	"v3S90At9gppMnEgx4dNCsTQmXfD59yqdKugDCPrJZPIgFz/ks/uA4DB9oZquT96AI8bVjtLQ2QCymEPI",
-	"uzD5VsvPGU1mJHapNXFZQBRi+7mG4PYrLlI97ByTX/r9/q+3MbjLi7FmpspW0HE0FHHYgzK4J+Hfvm6r",
-	"/feMm8z+H9JPqltujuXS42PUVM1MajYU2HGETikXpLv2JhzRjFFlxoza90RK3FOXIgDdF0sHOh4tGMsh",
-	"30kkDExXlFxztoDyS4qBTkoxDkAuBHG+9BcIy6EAw7ekGdOJVcHDmiIAQIhii0HPvabZaG736IWnw2eD",
-	"nptxXFjZzQoKwQYSCdt1NU5UNSj68lHegx8sIFmWyRjFGu0i9u1x4QRD4cqigOTRVaznKFm7PbpP0OQv",
-	"RcL65BREI/tRxnFmtSQHz4gmV4zleigg3TJX8sbK/6ArJJnUngWg8NaoTNv9OAjuFm0fwK85/ubw2SCq",
-	"R+CHIfjPmgrAbVcODLsx+wDfRq15JzMbIgF+DtdXRu2hQlZsWK6mCpSUoS2TaCNz/bmC4y9gDXsQ8Hvm",
-	"KsTQuT/gRGZZ1b67zMNJIxfSdc2AkPQKF3JRJvsfqrZbt/XAtDq2/Miz7L5hnO67Zl3wE4ZMQ09ADRKM",
-	"s5db+sc8GAjEKXRBs/4XLDx+nEwH+6c+EbWMa+xartrQJrHXHjL1tlQZy4rSpZViyq+ZAIula2brigE6",
-	"UgKuVVavGYqGkGM5Iczegkiv6AeNsfXbCIeM92PsAOf/HgpNwcbpqumUy4J7EyvqWP3XXQxH5DX/Lgxt",
-	"tv/0EDyBG5yLIjC9VIWzYT47lHD/hlANeIm5oFCMphRs4YThPjkXJEZ0i6GRsSzMvmsIShUbCrQWgH+n",
-	"0sadcxcvSHvb+ciwMtYXqkj7rklck9N353gX6pm9JX1UqFvFUAzFKfHlFWptP+EK5s7vDnwDKwnSlCnt",
-	"s2sgc0sfD8XBgMy5KIzllVAfBIKSoaOug29ZnMjeAWtTajxSaoYC3j58Bh1ZnXTFlYeBkVMGYTldujYG",
-	"SWSB+WhsKDzMDJnJLLWwemcnp7hkb8Vm2uxhkMxU4rV9AlvEuxbwRgwF9s3R5GhwhBYb6LIdrzSqjvGw",
-	"HE4r5gpOB3gNt9+AuPcJT634ClW+pGBlK6F4rSd2s1Pse2YegPu2RNU60rLIXrvX18ohbC7l2jq4pdOP",
-	"H3zFqE25IUWOwZm+j+tK01X70NJkjRhJF17NZZZV+PrUnlWvLbXP0vSqzFNKOU9XpJz7CTmPeOsFuQRf",
-	"simlQduCoHs8NAja8zyv2s02icbO5CqWt9kV7POHEmwe3l5XL0d9Xw8QjgKiD/Kt8p5nRpOL8+9/Pn/z",
-	"4oevySJ3lq62I2BVSKwl/xGef7kIWK+Tdl8EdF2LdZCzWIkfNaHzKw4+Ag76NvDNKAjOxvIasa9+gWgY",
-	"1sP7SEf416zZB8O30L640ZV8Fr54V/R6R6fsFVR62CEkw778AmsxPKrcFeyozfscbvpzGY/CNaCk7HQW",
-	"CFvsWhEL1A5nz0V9jlpd2ApbvYiMMcpoi8u6nu+ELlYQLszaQ+EaolqlkWMmMSUTxfTM1RLrD0UMRWRi",
-	"tMeF1bTI3//3/yFjKbGwnCqEPqkKfYFTF3r+Q+kIaPC7ZKYHH2EVLqhaguW1XAC48+TWPdd1TzXGg7t6",
-	"+BEp27B4fWMoXCFESE6LCwF1LHyHSe+6DqAwYjdcG+2USBduHkQKgCJs1WN8xDW2sOqdkGeDpyR2A4+K",
-	"ykW0wRV9VqvH9XhO5WCez1QzIdxpAzm+C/DoE7P9L46Lf7QTsgQmJlSUgPeFibT3FXt7CsUy/1HZIBKM",
-	"VGDl0qW2h+XD64pdeMfsf7AUsdFQjYmkdaS/23UTfPuGzlnnPunDfwzr8UdjyV+ZNkouV3HEHbV3dHFD",
-	"Cs3Sk1rfDLwLLO+bSDWVZQRjm6v6kU988Km41Mpt2v8s9pe3orYIjOxAMlUM7mpv8YfaB64tEVzlIFSD",
-	"9bR241X2za3UvV82/WnWV97Zx3+U44bNfOUaNex7qRj7na0wjcpQwHQEXiTnAeXK9b8CeRCa/JDFTGpG",
-	"EprTMc+44UwTTZcEEKu3HQGxj9RGq2Ex/8OgoGuXgBrAieucCi15Kska9IYyhvwrngKevmIGqhpaCq7d",
-	"b1C6wUJzO6qVvdc3lEf7oyCa79TxFYsaIy0NltaqX/5b0Ufmm7BH5n8c5AHwfMWdOu7IfFW47kIFzEmR",
-	"ReDRJtAqMu1Vd6arWgWcp45hM26yjWa8H84vX/0xzHd2J5uyRmTORNlK8XMZ797aRUDfhD0u9syM7WVS",
-	"5uWy6jkn60e5/wE66js/aC6xNWCzEe/Ul1SKDbsxWA1J+CgFIyXpUjKmihHBFhkXDMPLhtA3U5OzN5dn",
-	"74edssYQzLuWvFH+aoEbky7NUNbAWVjqCqBo4lMJLZZixOpQzKjGEidoZGtKBCFdxaDCi28nWMouY5pc",
-	"9dbTOcAaWMvocBY2baTabl97j0BtJgoIJMipmVVxBO40Oqs2sbaawYffbOt29EjeFruj9w5BP3VhRDv3",
-	"qUOIJuJcceI4/MAQM483XJdBbl4M++rk+aQXE54gocQep2dYJ565/LPnIkFZk5UDhbC0dFWC9jHrGy+p",
-	"17wtY3EliFFkS48yLtqOOytHWySQb4axGyq7hbiumztefl/cTel2semy9ED8XPekP3Ei7Z2dSJVi2UBX",
-	"28YKP+03pV/8/oeq3eTGyuButp1YftDBckeuf/js+U5c/3FPe8tJ27tbS+c5xMoCHtSfUEC/B48KDz6X",
-	"rpl/Kyd5J13f/ceCtp2gjbBg8gfJXfqZqjmB3Ybu3FVI7OxbsQu7uxIgZfYFe1Pq9keppmDaWXjAgWk7",
-	"dc4Mjpkj9IoJ4uJ+T0INzHlrvX3c3ijLja6LBwfowyJoGy+wgPl87onqbEqP48qhOC+EfafufthQaKWW",
-	"pBBr/juL60crJyTWOUtie9d4T3xcxSj4uAIwTA+F65pSdarAVmVYpWXCswwUclFma2KmPgS8swWhUI8K",
-	"AguoSIdCsTyjif2kijen2OvNKkXQtxMt4s4Nc0rq7Xxq+YBoJS+DF2BpdmtQRILd0MRkUOvWDkqvIGYd",
-	"e/vh5MfQNMZ5d2PQ5GJXKAtjIvB+Zz5+Am3yqJJ1NZ1j4AMUmivBY1eMo+NJaGwLjlXsAQRcezqsIE2N",
-	"ewXqflbWM/KepWzCRZkLZzeHMHSJy558sTIAYFOZ2FwGwdQbF7VFijRFfjQpje+KB6H3h1f67ASfqRj+",
-	"Ni5DqD31CbfUJeTiC1fn7q6dfaSP3QIGK1YjkMKbC53qnl1Yyg5ZVVcq39Kht86G6kKCd65tlJje+5ce",
-	"EVvcHG1yk1/Cg9V7Kb2KYfhcCUVdvx+AJXWrDHXgqorRZGaPrhcFt0PNP1mH9U7ledor8zTouWalcA3s",
-	"pWyP2aTrlj2L72+eirYv5RHU7loH+n9YtfvulY0+Q2KyO8Ru0CA/KksMRQEr6VlxKWhgt0kh99va/1D1",
-	"fr3d1DQjrrTsOEicdMbrsjJErawS9aqsN1mXJYRWrdZl5p9Iwcbsrdbymql2W/RQ3NUYTVZt0U3Sw488",
-	"y1prC7VXkurmZjmqoInpVA4AGHoa9NGt8uDqtoygE+8DW7AfKR7UAepHaIm0MSH8D5/zXSJCW673SYUQ",
-	"pe2cC98oygpgnl5c2fmNGu19y1+57z5R1bgtfPXz6bZ+AaSFM+3AL/fDRu3NhWauK4El1uy3mGDfWBJD",
-	"EkBQXm5wTGiWQXJ4L0JWissNO25rSSZURailzeSCzKlYuoxn5qZiipUdxMoiLYeDwQAEUzu+q8xAy2xd",
-	"bejSc/ShCOpIQUK8qzm3iX3bH/yNFLekVjt8OPUg+wi0bcmCBpDWJanPlTC8utm2PpLu+R/Kd7Ym21vI",
-	"p/Vihng5rtZJJN31aoi9Xegw5TqnJpltcL0XZgbthqkJrEdVO2xsme36ZI+XYfWptq7ZQwH+j1qfaRjG",
-	"NSDCNt78mjlhyMpDgfnp3eXfKsd7N9Yzspcgd0jKL5FZxD1fqy+ZSc2El+6Qq5ye//z96PX5xcX52zej",
-	"87/GeKPUjTRDcUo0S6RIiQdVaXChc0Zqwl0JHHg0lmXwgCaHg0OXw2RfQoMOvOXEQLBuQR0Q31PBNVGm",
-	"JOWTCYNSqjAiByntaPBtfyhezFhypcmM5rk9A6esSJWC/SsoNbai8a2cCqQidZ8NnvaioXANv7tHg4Ne",
-	"hFN2jw6eQr+lXuSa4Na23bWbk8quqRcRJQtMfzoaHEXEDgqlPV47Hd8BD8YNNdZUMsyOshM4Bw4XJPZL",
-	"HU14Zvl+Dxtqu9r3QwFC4VRICNDQtYpzc7okNE2JlnN24hbuTQ3QABxKTaOyi+U+KZbjGAqZY3d6rIYx",
-	"h9aURBRZ1ifxnBmaUkPjsiTJNVNjavgcsEWxnFFXfCaRU8G1owsyo3pW2383oUIKntAMWoMfO8QvF4m9",
-	"j6OhEIUzkJT+aChStphxwwi27vJrh8buT3R15fA0Pnb9g+ybUE5EDYWzYwKu+CrgJdqeECrwk2uaFQAY",
-	"C0mWuqVFAAvChTaMIksaW0E1Gor4oD+IwyfxQezSx3DEcGEQx7OK4F2LR67POpANNk+HxmExFoM5JsMO",
-	"1ZpPBUuHnTgqK9EAz0HkoJDOA3iELkB3MkMx4b4ngRcpJ4XCjuCZxEaomsRMGz63PG8EdBnXgMRLdRHI",
-	"t6owC/E5AeWNUq7pOMM6sCUu21u/Ij37SMgR8Caoi7ce32OlhQMSF8GFFLdVhW0ochs0WvQW4RMUTJoD",
-	"lVapru+tLbErHSfkUAReA/u05yQazxkSd601SjV/dby01VndcOMjYeOBhYc3ZvbUNDHyBMmxZMNeJ3go",
-	"hXFX5/fDW789vD5T6qKf/tSx3SapzD8Dq21JKP6Q/OXJ0uAarDOdrwU+7mVpZ0mhQJH65UPHk+2lFaY6",
-	"x7/8avGxEimDu7E8j8DWVFYr8sPsIkCiItSqxlWl2OwVYsWUdA9qcEIFtkxOscwZc7YemqbY4QluTN/x",
-	"yhVqQ+UNimaxFDIz+e/MlSVDcx02oqCVHtfrE7cC54cTVsQY28tCgtDj9DbXEibl+gpy+oosA9cf9q7z",
-	"SiFMmTGRsGO4I3C6K8ZyXxnML1QTatXMjPlOPHhbYMkyMmf+JTKlOekqRrUUqAziwuJeKYwssW+WLATI",
-	"O9343/ZwS3uvpDZxr1a+LpNTdEpC+Brce7pIZhCEnXMtU0bGbArVX6FlML4zFHZWKxlgapEu+wcZlMvG",
-	"EFbAsklpL1QQHKeknPfJKdZfhSqU6BSGnQ8FVC21O4Ti7XCLU+PvavRcllG8ICS+yyi2KF2SGPlJTMaF",
-	"wcC8WpXNuHdcyVHuZrZ6OR4JxDbE9r/xUHhDwbHrQaIcopAZy9JeVWUrntObuE8q+F7U7n1XTg/lNytE",
-	"2HHKwnt2wCj49kykcfgZVi4oC8916zX8uOk500Q1wvc0PyaWsbueqbizMTMLxoTbHNYeXF0wdFnAdk9N",
-	"o+69B3SLyWK2PCaxQ+6YdNEaAn2XYKFy+kRjjTo0JAfoCYSztDKA7+5d0lQvBCGgaCk5lbGTuBcsFAh0",
-	"iOYZ6CYL0IW6aBO/jNpJQxy4U45irI75ZwQTVkKEa8EdM5Y77GIhtqcDontDMZFlBT93UQWTedOWRUaH",
-	"gcdkHfmgL83FxZmvzwjMRYMpcjFD4d8iV4iHkSvg5+t5QulTt46q0KuXb2CoLiRIUFCCOAhmE0VdJER9",
-	"3ZaA7UJ6fkurBWP75KX9VB+TGDZy7KZ2Omts9Zlj8mHYQXQddiIy7Ngfh51oKIYdJhKZcjEddm6teFiq",
-	"Pz9dvtz7BgAEMv6YavbcFSaMw6+swI4Ph52gux/gAdaEtMgAEiqOifpMzNPjBjLihnQpUUG1c6w8ewGF",
-	"LzwTAyUbCm5iDcr4FdVmD17cs9o+rMLREXZXRinWQ2hK8zXw2LcdSIxEKCHzxn9nUhsAEYxd3UaOGkk3",
-	"Vo72YHcZUIdrsZwD70Nm+ES30Wyd4P0N4Jfs8WRl1aAZ4QrtG6NEpqw82NQuGMt3+jLOmnTjY5JzMY17",
-	"eL352BqH79Rir2X8OpMLf6txDYWvQV8Nr81jhAY3ZEKzzLKwGXcYjAUwuSvGQkkMMAcsBxJsatvhFZiI",
-	"xIgUozFbSvSAWdwsD7RW+LRiJr2TVpfaZvsrwvwjra8r0hFitZF4gwK7KO3aTbdVmwv6oetXnpaVUqGF",
-	"oFg6ZIZ2LyGmVsu1mJnxOXfla1uXOqc3zaUqjw6+PXo6OAqWerDLUlFmsDLlCfB7EjB42oQApGs5t5NH",
-	"HDtuByw8ry14h/79j9WkL9pWbnwlKfHiDIlJe34fWa4WOT5Bupqh8zf4DCCxU9VyV7e3E3VmWInXLiAU",
-	"gBq0gUZhqCZEYYY3kS5AFTh4N8Q4PKsNmL6OMp2Qla6vykoPIce+o4y1eXlMWEz+BSbpRB3oB9H5telo",
-	"G/h9Q5E44OwNQqIV2ZfVpRoucIOQNxTbpTzSIORFhPWnfcQdqzMtqFOakIWub98twBJWOf4WMLxqdEf8",
-	"4H13uM263Fa1i2pYsxMyUWG0GoqVPNZUstr+pzTXvRMyQOwIasLY/eJLqxu+Ezpe+PT6RjJxe2vQND6W",
-	"Im7/QQrtvresgK6fLrAG6kucR+5Gkgp1ahCtG9oSuGYTdaMGn4p69ckVFuqrxKGllCc+TiUmiZRXnJHu",
-	"D8bkb0W2jMgFnbMLbtifL4ziiYnIBUsKxbCT5OWri56rm/b+7OKylOKdqP4zG1/I5Ip58zVcYweHZCYL",
-	"pdEt5ibUBsqs+2rS4Dg7tqgMVaRr/jTUI9D2UHrtIcqtLB1f2j7kwkKQT7nQTXLQBZ+Kc9F5vDKu5+Ih",
-	"yriClebElXAFcIGL6RMX0ryb5a9uxatZ7OyWCCVjJRfaitiB3bR+0utYLQuzua7v28J0dgHrZQ2WScao",
-	"Yi74tm3ZL+xLeBnhyp9Unmocqr5eaOyzMZr0Et7Y4iaAQq97mtmXrHwDeo/ePWxza4DoKcnomEHA9xVb",
-	"/hmcYyfe42cJci5Va5gofFqbjxs21w0TlxybKoUhU81hGyBuNwvTz2pV33cSpO05C3ZjRgnEj/rrJ1fs",
-	"msvC6lPT1r3hJxuB+ZhBIxY7NoWi4tI/TxgqYG5kmXPQfxOqxY8zhv7XXgSFeqasSqnZUtB0TgWf2PGo",
-	"Jn87ff2KdGPf2PlymbNjEsJySedZDMLdv1y8fUO68Ydhxw8wsg/RPvP3//zvYefWVR0IXrFPP/z9P//7",
-	"9jbu9cEjG3+wBDviaYQkZr/OmfAGohMS/yVVy5EqhLPMWe1siPq7pUjSPRwMKk4mrLySgZ/cz9nrk1NB",
-	"4vOUzXNpmEiWez+yZUxQ0yBdqYaidMT3eRr3VhxKJYBQbgpct3bpPrYCXdIRORp8OxTQXixwW5JzXHE5",
-	"FhSkrxsj/KM47Hk04SyDyuHUzE6GwqXd4M8omCs2gbpqrVVRLdLs1vXKAXqzhur5B4Kv+ngFvhtj6T+R",
-	"p9Pu/KIYz3lQpjXqrKLz1iZbD5sd5CbA8Iw2JpOqJVGFlVIbEBro+SFdshZOu7hj/3ClZD+uIhFgluWx",
-	"VF+VhwM913w7401JRiCn7HvutzEZ+QUVCcua6XiLxdB+9NjdyGBhDWiDy84g/gy0CwsnKIcN7tAyu+0T",
-	"K4K4LH9uECbuA8Qhni2s3qpYVYkH6wBRAr0b1TVLIRu1UCyq5UuH3/s9tgWPP/CRDh79SC/dMX66k9tA",
-	"MvtUGT6hidku7p+Wb36J0Par2yR2lnuFuKQvDP5BQYVNqO73ee9DiBorj8D/ds3TGRwePWzRkY+xwTee",
-	"NBgjP19Ghj9U71o/wTYGHNsYWMj7m20h1RUEjEbkp/ev9phOKKQ7uL6/fYxw9rYl+Ku38Q5EZ0R7w2Df",
-	"KyH+AP+ICDURQS/oX26hl6+Lbo99DPsTDYHuxyT+gL1pDbsxf4mIgUoJdM7+Eg0F15iG9pcIOuCOCp3+",
-	"5TbuRST2ju34g7cOWh0B2hCLFB0OMbgKS4VhwgXNUC9wgdno5XT+fOerhptnRnWfQA9k3/k45mnsu/0V",
-	"+UkZWrBiZq9Vbuh+UzZ4tKOi65xNpGJBbwt7elMpyggiH1ukZ3LRpDhYekND50eT6qqaUHOcf6SS/9D9",
-	"cj8P0fk79Yn22UNUN5ico8DOihFPyjm/aiB1BDZjNDOz3zdx5B/cK49Z4Q6maLWkOKnLBe5judwNlsBX",
-	"/JoJ+0Gu5Bil8X1IUN24zff4xmNm6UNnTaZb+ujTFDOLnLrx+FO+gb4wNF2eVMFOEPaFxF8Oh1K42Qz0",
-	"ciaE+gnBnujQtbYaiWJxLAh85y5hAfe9Flfqbc31uFJAd2Qwhcos3zAmP97fPzj8U3/QH/QPjr85ODzs",
-	"3P56+38DAAD//w==",
+	"7H3bcuM4luCvILQTkdIOLctOZ3aVHR0drixnlrvyFmnX1PSUakWIhCS0KYANgJZVGY7op/2AjY2YP5gf",
+	"mT/pL9nAOQAJSqQkO52Xrs2XqrRI4nJwcO6X951EznMpmDC6c/y+k1NF58wwBX+dTpkw59/bf3LROe7k",
+	"1Mw6UUfQOescd6h9OuJpJ+oo9reCK5Z2jo0qWNTRyYzNqf1uTm9eMjE1s87xweE3UWfORfl31DHL3I6k",
+	"jeJi2rm9jTrP5HxORdo6aYLPH3raM3HNlRRzJsxrmKhxcvjfjtM+fbx91uc8Y69kCtOlTCeK54ZLO++b",
+	"xNCM5EzNudZcCjLmRkeE9ad9Mnh6dESkIn948qTfiXCdfyuYWlYLndtBw4Xl1Bim7Jv/a/CnXwZ7f/j1",
+	"/ePbf+m0Leqt3fbaok7HWmaFYZGdXbGMGn7NiJHEzBhJuWKJkWoJfwFuPNLEHZcm2lBlCBdtK3aA3gm0",
+	"R4Nvn24H7ls6Zc8KpaVa38nljBHBbswogReInMCqc8WuuSw0yemUkS43bK6JmVFj98HsrqeSjJlZMCbg",
+	"HU3m8poRIYk0M6YITZTUmlAcYCwLkVK17LVtGmfvtCHu4PCobWMv+ZybhhMyZC61IWbGNZlTsTwhC25m",
+	"sjCEm4jQLOuTn7mZwV8hADRdarKYMcUAEPYR7gHOTbdtIINlrKyfz4u5Xf1gAIfk/ix3woVhU6ZwK1Jm",
+	"D3TfnhxtR4kLBpeplbhofP7QxOWS6qvWOQ3VVw874a0dSudSaAZU/DuavqCGLejS/pVIYZgA3KF5nvGE",
+	"WtzZ/6u2CPQ+mPRfFJt0jjv/Y7/iEPv4VO+fKSUVTrV+seDuk4X9D13QJVnMeIZo5agBUVSQLrKPqRTs",
+	"uCIZJKFzRsY0ufKIOxTBl0B5Up4SId2dLF/lwpEhnUghWGLIVNGEnRBK5hatgwdcD8WCcsNSIgvTg0Gr",
+	"FUwoz1gKP9gTYdr4tTK7615/KDq3kYXqO3z8aaDq1wIXO5tINWdpvwMcU0wynnyyZWhZqITZdXBBqCUQ",
+	"hiGRTCXTcDI0y+QCiVAXWBZCFg8NzoClUYkNNFOMpkvCRMrSHuzJ8qBLKV9SNWWfZl8Ti6Nck8xOadGB",
+	"Ij5ppq6ZemSBDoSNdE9fnL2+PH82en7+8mz06vTfR9/95fLswq1bqjFPUyY+4U17pEmhmSJzugQIp9JB",
+	"vpIeRikT3MP2tTTPLWP6+Et8LYkuklmJMzD9pz1Wf2vGMl2uHu8BecW/82t6RcXS3Wf98Zd2Sv5WSEPt",
+	"ihSjyYylpGuxbc60Bq6L7Jgns4jYK8KNJsBr8Qh/ErQwM6n4b+wTHOMri0RiaqnkQkkxJWNGlQWivGLC",
+	"r+ea8oyOM/YpsMqQXGrNx5mVvBakCxKFgkmInEwiwm5YUhip4D4oNuXaMGVJjpB4ZyKijVSMFNXCLWRv",
+	"PdNF7ef85xcXhppCrwtaIETZE1ubO34/tACY8GmhWDrsHJMJzTS7jeEghbScakpYplkpihEpIsKumVoO",
+	"xZzNx0xZxMgV00yYYxJrKtKxvBnxFAeJ/f7wF8UIm+dmSVAC0KQQhmd2dUOBm8f1aXiVJldCLjKWTi1A",
+	"qqE8mJDLxXYFosgyUoiMaQ17zag2Q1ECNxzbcc0+eW33QahDjqHoRJ1cyZwpw5m/WA429i8nu4ylzBgF",
+	"vloyiObHTKS55IhcK4JP1Angsvl5fbP2XbtXxF8Uvta+rQ6hYejbUHr7Jdzjr+VQcvxXlhg71Gli+DU3",
+	"y7Nrd0tWIaTNqNAwj+Xz1HSOO6ks7OrK0URh8QQAtmjebFrg0YxozkdzXRuNC/P0qLMukgdf7fwF1xUU",
+	"18/riiOnYcJqAb90uACFgWrNtaHCjAy7sT/Ya3FlVx51jJTZKKFZ5v+tmC4yAxKy+0chLBIL0EquacZD",
+	"ODsIRJ2bPTvp3jVVVtTWdnYP+XNchf/z1K/mEhfjf7+sFlX+JGX2DNcW/vTOr8z/uPbDT+WSq0W4pd9G",
+	"oLBnjccoivnIFEro4GkA/ZwqK5oCnArN2jDfQa7pkWZ/W6dvb6XmcK+dWD1hllpMlJyTg34jGgS609po",
+	"zzJapOyRJu4lwtN+p+mOFWP8rWGZgCeND+zWuciLJn2Y2KfEItMjK6/mhYnINVNjavic/Pnizet+OYRw",
+	"emjzBBtga5/D6YC9oPkV/IEqRZfwtypEQluI3Aoxsefj7tEmYnJRzOdULT+YnKRSsGaDyYQLmhHEJLKg",
+	"9jSZCM4xuPV3pyKWt4xaz3gT+hZJwrRupj4lKWm5PXB09mwBOjRNAelp9rYGwYbvVk+h9YauHCa+V1tY",
+	"bRUO/tW2our86mBtxIVpI0NB7fWaKc1RAlsDYkJzOuYZ91/sjsklux5RU8cwatie4XPWdNErZfyOH86k",
+	"Nq0XteV+8nxE01TVkaR6nNExQ/zYcv5rQKgAD9g7Y1SZMbvLdubMKJ7obbLwK/eaRaZCCC6mI29YbcZP",
+	"ZUVAhJJnvBZygE3CUC6Y6kSd63nASn9tosel9LtpdYB1TlC2Hy21YfMRFxO57csLePXcvrl6UcAi5uav",
+	"9hMgQHlwDTBpvRsvuW67H3W837rfprsQGFQbNIZW4+oJoWMr6RMpSjEbnvcb7fMhlNzKW/dbqS8eDWBK",
+	"FGnA6tKJOuNCLxHYwBHCu9mIFafK8AlNGiVXUPxGrUy89erqGT188rT5Ef+N7cREVmDjsAQ+LyeI6mts",
+	"BJzbXguuuKd3QBcPrjWMWT3McuimZTnHmD3R2r12yN+x2g1vO7LgY0SHJgbRQj4Dj1ujTiUSmdp/bwHD",
+	"m8LkhTnzb9eY+kY7wA1LnDDtKBLb9kkNVPBRypRqRi54NJKTiWZmR1FFm1QWpm04WZhguBWvHvzuvU0T",
+	"rrQhilmZgKUEvyXjpYGLf1d0rzlGA9csQqxcdQmN1cWuwiI42UZ0VIwaFrhNA2P4CnJlmVywdGQpd5sl",
+	"RTCzkOqK5EreLEmXipRIkYErUfQigBZ8Doaw0qc4p0s0nx0TdkMTQ0DPi8j/7OtiMuE3ZMGzNKEq1UQq",
+	"4mQA+8LCzkkFkTmye3KcS2VIN2UTaoXbo6PHYGj5ZoCuO3/NAz/M4dNBEz+nN+f48uGTp+sMgs/ptEG4",
+	"fuZ5MoEXwB9BScr1Ff5AcmpmZCIV+bdX+oS4VaLXxHHGR5rIhSDgbqMZftaoYnkKvKInZVrW/LY8PSan",
+	"e/9B6N5vZLD3LemTEdmLiOceDoIkY8YwhU6ZKTd2xru4wC3LhINfX5GQglUHgp5JOZkwxdLQXaQNzzJn",
+	"Q9WBwb4XeVwSssSulF3zhJ0QNrWI4DBMkhqCWmRTspjOqkl6ESBfRMaKp/Z4Cg3i09pmciUnPGMtGgxN",
+	"R3bGkZLSNGsr3k6+laW8K1+sy3or1EYwT2rcOxo9AwgiBKc+Ji/OLsk+zfn+9cF++WLG7XUzMzbfLoVU",
+	"0hlgVzu5cP7XdlKhpndWPzJ9R7dzydEarB5KThWdW6RQhYhIJuUVS0mREy7I29PLHwDBN2N0mzmOiesP",
+	"0zGab+7B3tMje8rhZYWrKqRZua579p6OSvpBhsVg8Dix88C/2B7+wFOSKzbhN/jr6p0+akJ8s1xf2btC",
+	"oIfQMDUH00F5nY0q2AmYzhVNIIjEGYY0odmCLjVJZQ/N45YlSsEiQsHVO1WyEKl//ZG2XJMLwiHmgueM",
+	"LBQ3hgkyXnpzDyUzRlMwYnvz04xqImBUx3QtsUf2R8bSzMhU+rCWTE7RBYO0xZmv0M15xXIDBrJ5cUO6",
+	"PHCAysJkdluWXSGhypW0+nyv2V6i5OLuaOyl7I0aFq740r7aIjE03tfvuc6pSWanScJyZ6eq31WmDZ9T",
+	"q78DljWc//Nn5PHjx99aCP10+QxxEPh0tiRznmVcs0QKwLaE21W6+KbDweHTvcGTvcG3l4M/HB88Pj48",
+	"7B8cPv6PmlQUqtVBcNNwmL4/ut0bDtPhMHX/u8T/Hdf+Nxz27buPb//jX5pI+TZPgnestjzWLW4jqjWf",
+	"Cu/tQ9c5NU4SpABrKhLW205zgwXUVxtozatHtOmgW2myRaqMGWc52uomKZcy4Zlhja6Vdt1jBYFkYVx4",
+	"GffXqHs0OCJ8Ug8lAHBtXdnuNq6WoUqms4IcW2ZutBdJMR15za19iIBCzJmhKTW0nYfgly0jVVPXMTeU",
+	"aJ883crccBh+zZrJPdUk1jOylzjeUr6OrCTeyj43IXk1dxMen4FMdyZMkwncSXjNUtdd7HVWOdOjVC7E",
+	"jroiflDkH837Bma9JiS2Gk2LcZBR54lviJcoMhfM42AGkYJSkcUMokt2MEkZZ6XruDVEJfgDcNRAud2w",
+	"HeiZd7Re4MM2evwGxWNWDf9I+wiBxYwJwiHgygrDrNlltabd3kF2BZn4bvZvVF2aHF2o7tR3olgCMXVI",
+	"KEG+8tpNKZlERLAF0wbNjl3qIkgPV1TfjSaa4O417HPVOxzs5vpOhtcAC9B1frtBxd7d9hjooE0q3TXI",
+	"Ju5GrtA8F11kXFgJAZPqTtYbZ3690+F/sH64PiI+a2S/l3AxplwwZw9IKjNFGpFUzqmV7H46/z4ieZtD",
+	"d9VaWcITTZZjKVeM0drIPAdakVPnEcPQEkslmBVEagapTc7+M3H9tj7dmbj+rpzxTFy/c5OeieuLcl77",
+	"mZ/6TFw/97OfievvywW0GJsrTdib3QJLXHDfS9TfQuxaIkTu5mKCkLIWMZXl26NZKBoHWb5ttc0W84Ak",
+	"3euqP6CnhXRzqrUl6lQT/Lz3Ad6X2s4aYeMp36pI3ZTycWoXOc4Y0YJesVFCNSP2TTD85WiZ0MekCGL/",
+	"IuLCX0Z/1VZ98n+5qMdoKMYyXY6MlCMIfASrwGhiVeiIzJmZyXRkf3FMLEIqNgpeqn6oAneHogrd9m8A",
+	"jS9DesMR/E/sJueKhT+IFEPyzIiOcrOMUJcfJZnUMAvYBwTN/OBBqN0o5drCKq1i/WDOeqzfCBncUECw",
+	"3ygI9ouIFy0TFz1d/RKs3ce0VD8NxYybLHyn/FvmTASf0DkbGXplf7NPvQ0iImhfH43ZUiIUoqEIMCkc",
+	"O/yZ3XAwTzp/7ciRmsjb9mrbGwr/q4OdHVQXuRXILGwsRsypWI683SX4yZvXI4iJru19LaK4Qrmcmpn7",
+	"IkC3MikIhoEoxWgoyqmMokJPmNLVOHMq+MTiLoHEiAAY8Hd5XEPh3WXhOzkE8qyir2Jg8UwxHHFdCvG3",
+	"dPU++mhcuIBM5tkuNAEGi/CON9IE8Gf9jg2gH2zonNObkQRv4QiUhAaxHZ6i/S1nimijGJ1X9sWDp+QV",
+	"/67nTJcIiKd/OBh8883To22w2WzLzDUrUrlXmTTXDYhzpqbOJvFAhj5ViBHVbQ5H3qDK/eysoM6I6c7b",
+	"m0sjDC23mo2xSg5SXNK1pBSzYTI2McQSNNItvW0+8rbXKOlZiDTIkGfvXsH1oeTt5V+i0vR8Y1/fO3zy",
+	"NJGZVM0D8jmThRmhkbABCX7kGQQ5k8VMZswbWMlUySIndGIgzN8qb1JMSffi/IVdTIQ7vjh/8eP5y5fk",
+	"kGiSUcNUr09OnRigyIDMGRWaPB4MiIblW8i4+G3iFga/B8CtAFRDu2+eHtUOeNB0wFb94GI6SrnaJbi4",
+	"3WwbOMsf1Ml/d7vE/cMCWsjxz7NlLYcskUWGeWBAqTDNCJm4mJIxF1Qt+82mXW6lmbQlylExmhH7Dghf",
+	"J+Tg8Jt/fY3GgCueZSwl4yXRfGpv/2v7+A/4EPNHkXxWawO5syVgFsZYX8QFjg1GGDejGzsB+YFPCBXL",
+	"fltowoZIh9aohY0hlHzO0lH90/DxHSJZ20IUqhNpClMoMamOhuHKwnDJakFNF+Q5z1iLkTDj4mpkrNzS",
+	"GEisl3P7xiNN8J1G3JrfL5m7C74RzUzB033NzNT+z/DkamkVFUomslBmhj72ZvI79yr+bkphexzWrsFW",
+	"lfvJq/bg+o46loZFHQetTtSBxOiGoKRmBRpeKoO2XBo7bq7tOK3W6QjNquJp1KqtfxMpqnCjQc7KGzPi",
+	"IQnPZcVjlMYGU2HtqqykWEnFiFsvJqdJwQgVesGUc8UvrFKLfLkwTcLFCkBdlrEHQhP0fji/fHkKczQ5",
+	"+FLnlWvEE9B67u8b2+q3fIVjlCFcPkt6K3f0C2vbb7ON4jPZE3DpTN/BMGL34NWHbQGF5eBtwAj0kDXd",
+	"h5ceduf0XlAOsQTUWDlYyXluSLc6axQcE8j0IFRbecaKn4VmkA0ms6EII2sCaujGgkyNbpmKARqpS+w4",
+	"sUNQbYlv12FCD4KkhqJaZ7iWE3d3WIpuZ4/LLjNZKpIysew15adtEZNEa47Cfcz5H3CNEGotGT0bv2y/",
+	"S5uTaSyxs899Jo1FekyhiVoGamEzLVe23FMF5xpU27EYix1sJmFr/pIKAeESIBI5ktv163PKCyLfifur",
+	"xDmMTNR0bjGe2BWvRsjV0Q3oMXJLeAI2bbFsDNn1eNZ+MXGtJ7UlBtvCxXkbhruYU4bFPMKInidPHj/d",
+	"xp5hNY0HwGiGnLEO+srjxm7oPM/gq6smTGnPS1lNhPJxDf6LpvW8qjIqVoyueTHKmUqcQX2XTCiur0ZG",
+	"GppVdohdfLj2s0Kz9E5fZZKmI3o9HR3suLrqgyd3/WLXD+ZsLtXyHiBwH94RCE22ICcH3Mvpu8nxRfli",
+	"OtpCJ5MZS65Ao9+gNQexMQ/CEcAqfrcv2t2r6yFaOw4ZqsgNMQfcZHeUU7hhqLo1jwj5U8w7u9ZTtFbC",
+	"Ze4fHrMlHGZzwEtT3OM2JKqCLZoEYXVX9LiX8Kyr1NBGM1vG21I+K2aD/koyLgxaOdCVkaVM+/C1MnTg",
+	"8eHuoQNuqZduFa3qV5Gnd7xKm0KJvHO2Ot0V72ww3a/tVKlZl3Az7S7Sexr3xfo5yx1tgMVaXpIPdazy",
+	"8zpO3i2Htpipc6B4nZKY1l3+dAweq0YJqRF3PshX3k6BhDQtVwS+gVgbCj5Yp81IheGdO3iMYFKIQ2uC",
+	"74qBdG0NhZnsfYMmSAqpEC6dCD0ohGsCjjXy0+XzvW8irFO34JqRMdXs6VEok8JQnaiDTxph/lbKbB3G",
+	"M96U2YMx/66AnpHyCkpxWeFixwgZnmYNQH8FQ2iMtbEq5pgRcLT222SRsStnudNttDvEKZoupL0KbNte",
+	"59RASR9wP+RWrYXjEdJtH5Ln7eZ2hEOrtW6ThOMteQ1G4pwlu0Dhwr53G3UWVM0bUc+fxJhZhacM7amZ",
+	"v7ZkZwYBM3a20vIHR19NHSGKlfCvjrXpytjFN9PmfK1UwzYgbDWy4JBty3CYtG5wajXAejq6k7kU326b",
+	"vNXNvAveVI7To23uq7shVGvyEMzctpcLN8eW3MKHT9W7a7jgJ88Aa1Kb3jGacuF8Ouvx/FW93xJeq4YT",
+	"Q3l2tzBKjODb7gUqi3ra15uOe/Uodh3YhxAGO/y1ETYW0TbkO9wjoOIebv013xiWMrADtay6wow1y4YT",
+	"PNcu6YoxYzpueW9dd5/v8GrOU73trUbsrMhPfSdw6Rqjm1E6L8v5Qa1DMLuJtVzX4DpxLbNS69xcCGO3",
+	"kNJzP+APOEj597NgtPLHf3sFtZ2gcF9j9LArpTnhLEt1mKhJmJhIe9qka083IuWpQKytjog7T7B0L131",
+	"YagmOCk0MuDdY4gcRRvNZdoIfZcDVubRwnsnQQ47BpL46I67TQ5hvg2RSG8uLkm/39+H5xB7Yf9STBdz",
+	"Ruwymo/cUWDdFNvENDOa0FZk4uCLsJ/fbQs7Ufa2LN3LWhI3ej6oJr7K6LufXl+evzq7AAjUF67dqs1d",
+	"MnSrK7F67iWi+jNZ21jkL2gA5l/b73ezCOYzjHeWwjy12Ort8gM3LcnlQTZIEKnMG12yl2UuOckYRZVq",
+	"YlVqKIJWpk+A5pdLZZrRcbOZ8h7RfmXg3oNYG9uTle9shWyPqrlghkiRsFoKLRYrgcwiqn2cSxeDbSZW",
+	"eXYRNr3+RpWoPtNPgv+tYITOpZiikaOWWwzn586txRvbnBn182xJaOAI1SSTunmILebAj2bzcwheOczv",
+	"mhwcda45WzhNeXX7kixAp9VYrRQDsTLOhCE/s/GFTK6YIUIuXLVa4QIMlcxYZReUgkEOiZJZxtTuNkK3",
+	"zH+D5W0lA7Ua7kGQ0UqAibMA+gvlLuNWf6Nbiy+61yA5K8wjWQ8CylKmvBlVSAhLZApiWJtR/I7JUfWi",
+	"og20I7AC7zKOryfYaK7SnWq8qNzzBoD9CBe81Vjael3YvdKsLTkZaTSrbfEpshWzcLGRf3xh0SOesu2M",
+	"JJ4N7niJNsJizeIblhZbLUoVdZDEWynDis67idvVTH5gX0GkHN/9cOanqeNbdXAwabX4y5XgtaAWRSfq",
+	"+GQNsIX6ohN3W/N5bUD34w/VuO6X74Lhq9U5UrcuO8mstuqKmoIzA8WVRrst0vadIqiqVyOcsBEH+FSc",
+	"txdygerPzTKVfY0aWZYPj9ZbntwlRRxnalsibbeBtYXfnnrRA4Tr7vnry4iUweP/+Pt/QeAR6tXb5W43",
+	"SePyTMrbAeh9meuR2NTQkTPQhxLEeGma5TI5aarHKzVzpVMwUn6hILirJa5wffFV4caGHJZk1iyg5sUo",
+	"kaqtpipotHeJMrhiSrQUTXbq8l1Gk7r5aqzt/ZLqqzvGI9jzgrwqbh4wUGBDSvw9PAab7fNNGLwh8GBz",
+	"/MCEC65nd9xvC2gfonprK7TyGdVsk530XmL89ign1u4OXDOfuOS2ERT933013onfsKdAtq2TDZemEoHv",
+	"ClU3DAntYgjarJhT0RyfHhahXq9gX6iyiHnLIWsz8uu6E9as5pHtEte+rWb0jqWea1OvVnx2ZaBLsDQd",
+	"9SZtlPs+Rccusq9K9HTl8u0/xeg3puTIXsfI5y3h6Y3Kv7ShUy6mIxwuqtx45S+aJYqZUSEU0zK7hjxh",
+	"X6p05BJufKplBoXyEioSlmWYHxom8e6gMq9LDD7jh6dBOTsrIG9W5j9I1a6vImcihU06YAVQgr/A8wCZ",
+	"uPi3jwsL/s3SE3tjPEzx/yN/e9MAZu2FFEbJjIrph0TBhJpwWT651IXDCJi1CUtqWGc9ASX5tYVZttcQ",
+	"ayOJd4j3r9qntftC7SJ20twal7G7dgWSwTbVCodsW+ZFMZ7z9lqqPjv67mFu7sPRks6znQQduJhJobhZ",
+	"Xtj9uZwal21/2S7gg0ROKF9M0X5KuNYFSwk1pLF1TN/3DwSpE1oLVXg8MyYHOu60hnLeLV/Y5fsK5Ct2",
+	"GK9/vDu7uCSnb88tUYmBjPBkbz6dm5h08VJ6JdxV8JPKkH8lh73+UJxdM7XEhJ9CpEyR2BXQjIlgzPly",
+	"Sk0n7Jc0FN3Y2/bfvD17d3r55t3o8s2PZ6/jsg+dFIxMmbBfs9RSUEliLKhlpX+ScoX1tPb9DHswdNyL",
+	"hsINkVI9G0uq0iCBI5HyijPSjcG34it+WhWFi7iHnSJdiqV9MSLUexqGAptgAjXQrm7dvNCuBx9YxGVV",
+	"bbTsmSYXgkjFp1xo0o3fwL9iC7/LcImWjrNsQnxlUkCVeD+2cLZMw/UtwsKQf7548xp6LAE/GXaOybDT",
+	"7/eHnYgMIekef6pqaIzwx9vYZf9zk5XNa3my59r6kDkVdMosSbM4EQSZH3cG/YP+wCGhoDnvHHce9wf9",
+	"x1h5cAb3wkOzKiXfmEZ4AdFsUJwyrepbxuB4iV0PKEQ3dxzQtRONRnJCvCXVfQDGVjoUcUDGYow1mkvF",
+	"yERC+kFoZor9Wz57uTRKneC8Qb9TQKZtDU/harS1PQWII5JyKc7TznHH0uHTqTMhht2Gf3n/MTqM3qfx",
+	"60N2a/11pRfn4WDwYB3Sqo4Gm9oD6ojoEOssIh/hKpoGL1e7HzS4hE8Otn9S60t3G9qcsR2BJlC7xJcl",
+	"cFxgSbpBV0hoQ+D6fFaNCMIWn9DXk+RMcZm6rm3167f/3mvjt8FNrOPhC4ZouI6FTVusXtn3PbE//tFu",
+	"PNb+PQ/FfnS0/aOySeTt7Ub47od9SHKpzUYRHgqJkTEDhgD0LR5P9+I+CcV8VztXB+dfd90NRVczhq3r",
+	"XKn/uAe0UDFnWYdrXVa6DguGXzGWay+pI3nF4r5D4b5mqff7gm8YKeeUcuFYfZnyxVPkfGHddPQFlxUB",
+	"XKkkopjfib2NJH5xdhlHJP7+7OXZ5VkceVOcSJ3xUUOEA07bJ+d2RxjOayeEjrioAGmsgdLFmkIa3Gtc",
+	"FGxtYZa9QxjujBFGVcaZ8rucsSyFlrhTKLke19oCxN5XkVNtQnD5PlDQqTIuU5vjXp+cVp1dRQUACxcf",
+	"C4yf14GdUCGkgUhebOrbhULKXqrg2vJlyHpLh/BmklE+R7KG2W+eRhySOReFYboHAOKoiNr1ZHI6tYqY",
+	"78JYQ4ahkPYIHJ5YbZcmMyjIFeat4mqbOBt4KZ6V/sQPoSpAdb+T6QM2bA6qDt3WVRKrMdyu0bLDB5u6",
+	"3nukgaZdWHiboP/AJ+RRdyaH9oNvt39QNmW2Hxw83v5B2RbXfnD47U4f1HrW3kadJ3hqW0Hmu4HXOTTg",
+	"L6EVHQ5ug28i7wx+JxAG4Ok0qAw0y5jawoz3LcXeiVFUF5fwSTABmUqmsav4mE2sjMsNYSLV/aFwRaGw",
+	"rhqJV6tIxWGlKK6Jc1pjQ9WKfqEWYvpDMRSnYdNwJykiPMpC78xRQ7fuTZwGKRcvaXlFSu3ecGdBmn3Z",
+	"xNUNxzWSReRzSE25AdY5FAHY0AJXGxoThTV5Mjh0mi7U7rMKp8iWZaFbxWiWLQnXxyHrWmvIbl/t2m34",
+	"iksprwJ5KrL+j7//X0KhcYaHB5znUADf9wWYsG4WfoFMdrws270QXeRMXXMtFVYX4Ga9+TsO2NL9nVTK",
+	"9vfnF8/evH599uxy9OLd6TPLdZ94RmEndcGLln8NhcM24FYVylWN7Msjgd9ntNaYxmNuGfPkpBZ3gk28",
+	"46wSZf75WcfggafG3k/NsrAHuaKCdK2EA+2H7WGUJZzAYbtSkYl0Y9fmWDPXU/v/Y37zYXwDCr83cg37",
+	"tyVnYGywZ4Iy4zYuEcTvZqzJHH80+JbEDaUlY1cKoXzkek64ujqefsWKWVWeX7P4hBwNBkMRh1UscZR4",
+	"P+6TN2DjYM4IhaXgMiw31HSLoTwwe451kO55iaOtr9rx31Izg3eb7BTl9mqmCkffOsfQjrzBzb+uzx6t",
+	"gx63mH7iG7MDPj+XaszTlIlPdMc+i4iG0CcU6qxGhPqiZKgr2RuGtcmwOI5wbeHL63BCqCuWaBRjeDlK",
+	"ZPmjJeZwro2WyxivhmV5rt4VcGTFMgoNfJz8Xl29UCsuSyQi8eWCdK1qWC9WbzVendOE9dAeUFVUh7tn",
+	"xyu0I+7lgAq6TvTJKVpGh+JgEA0Gg/LOU8VcSS7SDaU8UFvBSFqrq9XrD8XR4IjE9dK3cUSOBo9JvFb/",
+	"Fh4MSJ1+2N++HYq4oXZy3GYSfQ4075NQjY9ptwrrsbVwbE8/v1KQz0FBTqsb+kj7W1JzPNnfluBscFTG",
+	"0xipnM1fyJTtxMP3qUpmrnZGszsEtDGWnoDMgC+TpDBEz6AfYyVqL0CeWNCl1wOmii3AKDUUpYj//Pzl",
+	"2ejV6b+PvvvL5dlF3ENq5UpeC5AMIbEBiyp6x7ylmU3X8h2j6anbwBd4MW/2DFX1m1kFA0L104ZogMYb",
+	"aff/9TZ+5tuILJkCByddxaZFRhXcQF2VUYe76u6jM/1STeAvVGIa67ahsxrvNdcEyhqx1BtQqFiiMZRr",
+	"3zzvGGQHeB+N9P1+jBLFUJTVLjFTzVIM0JIXoGCNqwZ83mhaCilWXsEOnEBBIvL8/PkbItVQzKhKYRcu",
+	"fVEHZZ09VYCFNPFarMq8uoX+UFx4ODnbgB/JigQu1KWEXp8cHTx2XL8sXx9XhX3dt0PRLYQ9YmgkmwKB",
+	"kZastJGgJrrys+KGfXrCsoth4L40ZZtFoEGROLsxiiZfVYkd1XV7mJ/fROwODfwtinSnv/HcdS20lwHd",
+	"Y4H6HdSZn9OUET7x9bl3Ex8CLG0pyuwbSGwRGnpgI/Z+J9gleMGW4I2rktmGQjOmyYQtmIJG3K4Y7zNc",
+	"yB76+vsNdGjV8nBiCcpQrFEUoBa1GBkXzhBYKlfFmDbh5NMZGu4mmcjEMLOHlvYHEVDgJL7SiX8eOnFK",
+	"QgHmkcYTjJz3xeri9RvlCwi4tzX/jVW8VzEKMQMQWt4m45Ro4lr3UmLYPJeKKpfbP2aap6ycJSKKCViK",
+	"RINx4AqhWWZlEhAVFL9mKchDEMisCiiEUOSZpCnJGPX+L5mlMC7pSgWthXt9Es9lysBkIhNDs7B9DlSA",
+	"r/qVDJ4eHfVaZJD7yRef1Ai5w7uvZMruIIh8IAm5hzziOqZ8pTL/PFQGEN2ZKaqAl7FMlxWlOSE5VeCx",
+	"rVQo0ACsQLJNCgnTaxuDyMpgxgv/5hcZTRYmL7ewWL/V/kPE+oUDEjnBXgbYa7ReMRTt0xM0VleRBo6A",
+	"YhfbtkgBH9WsCqGxN9Pby79ALHciMx3/93/GSi50XBHZbwb//Z+HR70TEluKEXuHr4YSgmUabn8oTtca",
+	"xj/SQTlFmmlpsUqj/ugKayPC7dmDwYhtCFdzKUtkwqD72DOZMn1cFx/tF3FU/e0IZEy6Y5oSu9QIORh4",
+	"McHs3TshR4OjmoUZzdT2929Jo+E5IvF6a7qYdGmtRgaRE4guc4cxoy5iy37SO0EGVW8pGJ80hBXEQVPA",
+	"Rh6F5RJ9NvqX5vGure5Oru+Dh76zjfFSLl4izE74GjL1OUOmyttTOb/bQqQiUkUAYWgJUIuwNE4mV/Vj",
+	"vpjulyGkYQDVqlLoXjk9//lF5yOG9Nnx2+P5ymVUbp57INmTXYSjn6qel6tRCX4RoA1UyUhQpEZf8Tzn",
+	"rkaQpf1yMoFIhQa4VzVGWuPIK2h8zJDwjTAHjghPT1CTiRMpJnxaKJbGpAs+/16lUwWtVEE/mUwehPFD",
+	"SZAyUi7IAKum65PX4Ihx5fc0NIeBQhAh5F2mUavl54wmMxK77MS4rMEM6VFcQ37QFRepHnaOyS/9fv/X",
+	"2xjc5cVYM1MlfOk4Goo4bOMb8En4ty99bf894yaz/4cMvorLzbHjRHyMmqqZSc2GAps2YUhbd+1NOKIZ",
+	"o8qMGTUQ1EzcU5dlBQ1sSwc6Hi0YyyFlVCQMTFeUXHO2gAp2ioFOSjEOQC4Ecb70ZwjLoQDDt6QZ04lV",
+	"wcOyTABACJCMQc+9ptlobvfohafDJ4Oem3FcWNnNCgrBBhIJ23VlolQ1KPryUd6DHywgWZbJGMUa7ZKe",
+	"7HHhBEPhKkuB5NFVrFdmAeAe3Sdo8pciYT7k3H6UcZxZLcnBE6IxCnMoIGM9V/LGyv+gKySZ1J4EoPDW",
+	"qEzb/TgI7pawFMCvOf7m8MkgqicxhVlMT5pqaG5XDgy7MfsA30ateSczGyIBfg7sK6P2UKtAVHcuVUCk",
+	"DG2ZRBuZ68+VX3QBa9iDWPIzV2SLzv0BJzLLLEOyCkmQyphGLqTrmsFF0itUyEWZ7L+vOhfe1gPT6tjy",
+	"I8+y+4Zxuu+adcFPGI0PbVU1SDBBmgemEkIgTqELmvW/YOHxw2Q62D8t47Z9XCNEPDd0mu21h0y9KVXG",
+	"sih/aaWY8msmwGLp+oG7eqruKmHsuC8ANhQN0exyQpjlgnhf0Q+6kruzH2MTTf/3UGiIYvYFycplAd/E",
+	"RB+r/zrGcERe8e/CqHn7Tw/Bk4Zco6r3AMxnhxLu35g/BNlHLigUoykFWzhhuE/OBYkR3TAjShZm3/VU",
+	"pooNBVoLwL9TaePOuYsM0nI7HxlWxvpCIX6fwINpRMgL9cxySR8V6lYxFKvqbBXHvRJl7zN0XVpa6Hkq",
+	"g+YxOh2j5l1S40r8OtkQvn5C1hPdjjGHgAlMXSjDnMGq5ZrDhzlYCyuPVAHrc6ZYtqzlVg5FGWQXO7SP",
+	"++DzUjIj3ZUstcilqEUWFfhvrIexQgAQN+dQtGUcECOlS63wRYBqzalByvFZbUCasd4tTe1oDlKQX6yP",
+	"h+JgUAbwYxUrB5ioTJQuS+hZNrs2pcZbQ81QwNuHT6BvuBNgufJoZuSUQeRTl66NQRJZYNY0GwqPlobM",
+	"ZJZadHxrJ6e4ZO8oYNrsYRzSVKJkdAJbRHEGUE1UIDwaHCGiwSHHnhOxm5yjbB+QDcVcW4SAdICAMSDu",
+	"fcJTqyFALUopWNnwrhy3MiY1+h1fMPMADK4lcNlRL0tPaqLTWtGezQXHWwe3pPDDB1/xG1BuSJFj/Kvv",
+	"Nr7SGtw+tPe1Ru9IF17NZZZV+PrYnlWvLQHdks1VsbIUJB+vCJL3kyM/omARpGt82daqD7YJGaxX7s4Z",
+	"yKPnRBUAtsmZ+0heN1l77POHEjcf3opa77NwX78cjgICKZK6UvpiRpOL8xc/n79+9sPXFJ474+x2BKwq",
+	"ZDYjIBbY/HIRsF4A9L4I6Nrx6yBJuZJYaqrAVxz8CDhoRc52FAQXcMl57KtfIBqGhV4/MDzha5r8g+Fb",
+	"aPXd6OA/C1+8K3q9pVP2EkoY7RAoY19+hkWGPqqoFuyoLSYg3PTnMumFawjLuWAwadeKWKCpOCs7qoDU",
+	"p6D3IjLG2K8tgQT1LDRUlEG4MGsPhev0bfVMjvo3JRPF9MwVyewPRQzV0WK0koZlIsk//vf/IWMpsWKq",
+	"KoQ+CYwHM4omC6yJBJ3rl8z04CMsLwnluLBupAvLd/71ejxBPX4Ao/RdoxdQ2bGLlFdRhsJV+IWUwdjZ",
+	"D3zrZB9QEEBhxG64NtrpnS4JIIjfAN3ZatT4iGvszdg7IU8Gj8G+YAceFZXjbkOAwFmt0OTHc/UH83ym",
+	"IinhThuu49sAjz4x2f/iqPgHu4ZLYGKaSwn4FXveSVk3g2L/mqjsfAymQ7A96lLbw74YdcUu5DH77+2N",
+	"2Og+wPTeOtLfjd0E376mc9a5T1L378Om/8FY8j3TRsnlKo64o/buR25IoVl6UmsIhbzA0r6JVFNZxpW2",
+	"BRB85BMffCoqtcJNP12JuvDc3ojaIjDeBq+pYsCrvR8GKlK4fnvAykGoBoNrjeNVJtGtt3u/7GbXrK+8",
+	"tY9/L8cNm/lKNWrY91wx9htbIRqVoYDpCHx7zi/NlWvsCPIgdK9z/pqE5nTMM24400TTJQHE6m1HQGyQ",
+	"uNFqWMx/Nyjo+gChBnDiWoKDv66SrEFvKCP7v+Ip4OlLZqBcr73BNf4GBTWg7ORWVAM1a4N50D7+vSCa",
+	"b0H1FYsa418N1tKrM/+t6CPzTdgj898P8gB4vuJOHXdkvipcdyHqYVJkETjBCfRATnsVz3S1xIDy1DFs",
+	"xk220Yz3w/nly9+H+c7uZFMuj8yZKHsEfy7j3Ru7CGgItMfFnpmxvUzKvFxWPRNo/Sj339v/ej9oLrHn",
+	"bbMR79QXuooNuzFYo0r4wAYjJelSMqaKEcEWGRcMg/6G0BBak7PXl2fvhp2y8hPMu5ZSU/5qgRuTLs1Q",
+	"1sBZWOrK0mjiEzwtlmIc8VDMqMbCM2hka0rPIV3FoO5OrWakL/rZW0+yAWtgLc/GWdi0kWq7fe0dArX5",
+	"UkDsQU7NrAo9cKfRWbWJtRXDP/xmWxu/j+RtsTt65xD0U5ertHOfOoRoupwrThyHHxj45/GGVyVjvRj2",
+	"1cnzSRkTniChxB6nJ1gnnrj8q6ciQbGZlQOFSLZ0VYL2mQQbmdQr3pZHuhJaKrKlRxkXA8mdlaMteMh3",
+	"edoNld1CXDvpHZnfF8cp3S42MUsPxM/FJ/2JEymgS4BKsZijqzhkhZ92TukXv/++6qO8seWFm20nkh+0",
+	"Zt6R6h8+eboT1f+4p73lpC3v1tJ5DrHegwd1/1PGmN2ZRoUHn0uZbaYkb+GNjwhtO0HbxYLJHySj7Geq",
+	"5gR2G7pzVyGxs2/FLuzuSoCU2RfsTanbH6Wagmln4QEHpu3UOTM45vPQKyaICxU+CTUw56319nHLUZYb",
+	"XRcPDtCHRdA2WmAB8/ncE9XZlB7HlUNxXgj7Tt39sKH8TS11JNb8NxbXj1ZOSKxzlsSW13hPfFzFKPi4",
+	"AjBMu/L/0FLGtWDCHpxYO2fCswwUclHm0GL9BIiRZwtCoUoYBBZARoBieUYT+0kVok6xialViqAhNVrE",
+	"nRvmlNT71NWyNNFKXgYvYBuBnCWQBMFuaGIyqEBsB6VXEOaOTWtx8mNsx4De3Rg0ubjq7mMXC/yd+fiJ",
+	"MIeiC71/oCACVFP04LErxtHxJDTE8rtGAtj6Qft7WEGaGvcKVGOtrGfkHUvZhIsyQ9FuDmHo0sn99cV6",
+	"DYBNZbp5GQRT78jXFinSFPnRpDS+LR7kvj+80mcn+EwtCrZRGULtqU+4vV1CLr5wde7u2tkH+tgtYLCO",
+	"OAIp5FzoVPfkwt7skFR1pfI9XHrrZKguJHjn2kaJ6Z1/6SNii5ujTW7yS3iwKjylVzEMnyuhqOv8AUhS",
+	"t6ob4FrNuC5YvSjgDjX/ZB3WOxVNaq+X1KDnmpVyQrCXsu9zk65bNuO/v3kq2r6Uj6B2O7j8k6vdd683",
+	"9RnSxd0hdiFfHwo1sags/BQFpKRnxaWgM+smhdxva/991dT8dlMrk7jSsuMgndUZr8t6HbViV9Srst5k",
+	"XRZ2WrVal8mCIgUbs7day2um2m3RQ3FXYzRZtUU3SQ8/8ixrrfjUXt+rm5vlqIImplM5AGDoadAgvkqd",
+	"q9syghbzD2zB/kjxoA5QP0InqY1p+r/7TPwSEdoy8E8qhKjarQnfGc4KYP6+uGYAGzXa+xYlc999olp+",
+	"W+jq59Nt/QJIC2XagV7u+7J57eV/riuBJdbsbzHBhugkhiSAoOjf4JjQLIN88l6EpBSX6zUjVQiiJZlQ",
+	"FaGWNpMLMqdi6ZKkmZuKKVa2DCxL5xwOBgMQTO34rl4GLRN8taFLT9GHIqjuBWUKXCXATeTb/uA5UtyS",
+	"je3w4dSD7APQtiVxGkBal6Q+V47x6mbbGiS7578r39mabG8hn9ZLTCJzXK1eSbrrNSp7u9zDlOucmmS2",
+	"wfVemBn00acmsB4RdsOSwkiFpb0I17pwjXqrmmDUVK+5RuCAEkMB/g+DgQyKlsO4tlBy/FcG0poThqw8",
+	"FJif3l7+pXK8d2M9I3sJUoek/BKJRdzzFRSTmdRMeOkOqcrp+c8vRq/OLy7O37wenX8fI0epG2mG4pRo",
+	"lkiREg+q0uBC54zUhLsSOPBoLMvgAU0OB4cuh8m+hAYdeMuJgWWTTO07XZzgcJSkfDJhUOAWRuQgpR0N",
+	"vu0PxbMZS640mdE8t2fglBWpUrB/BQXgVjS+lVOBVKTuk8HjXjQUY0YVU6R7NDjoRThl9+jgMXTB6kWu",
+	"u3tt2127OansmnoRUbLA9KejwVFE7KBQDeSV0/Ed8GDcUGMt263aCZwDhwssjGKXOprwzNL9HhBj35Fg",
+	"KEAonAoJARq6VgdwTpeEpinRcs5O3MK9qWFeaEOgADgqu1iEtewTLgH7aYYFNObQi5aIIsv6JJ4zQ1Nq",
+	"aFxWMblmakwNnwO2KJYz6koCJXIquPYNrGdUz2r77yZUSMETmpE/X7x5fewQv1wkNvWPhkIUzkBS+qOh",
+	"dNxixg0j2FCtbAdrpeJHumI5PI2PXVcn+yZUIFFD4eyYgCu+NnuJtieECvzkmmYFAMZCkqVuaRHAgnCh",
+	"DaNIksZWUI2GIj7oD+LwSXwQu/QxHDFcGMTxrCJ41+JRfygsJYBrky0sk8Uu5Fg/5pgMO1RrPhUsHXbi",
+	"qKwPBDQHkYNCOg/gEboA3ckMxYT7ThFepJwUCtZGM4mdjzWJmTZ8bmneCO5lXAMSL9VFuL5V3V+Izwlu",
+	"3ijlmo4zrM5b4rLl+tXVs4+EHAFtgmqF6/E9Vlo4IHERMKS4rVZvQ+nhoP2ltwifoGDSHKi0euv63toS",
+	"u4J+Qg5F4DWwT3tOovGUIXFsrVGq+d7R0lZndQPHx4uNBxYe3pjZU9PEyBO8jiUZ9jrBQymMuzq/H976",
+	"7eH1mVIX/fSnjuw2SWX+GVhty4viD8kzz7IH9Dqv/Frg416WdpYUChSpX953/LW9tMJU5/iXXy0+ViJl",
+	"wBvL8whsTWWBIz/MLgIkKkKtalxVIM+yECumpHtQGRXq4mVyisXnmLP10DTFvlvAMX0fMlc+D5U3qLPF",
+	"UsjM5L8xVywOzXXYHoRWehzKHm8ziv1IlyRGNI3JuDAY71UrqRn3jiv27Ai+VfdwYHCZx/a/8VB4/fPY",
+	"NRxRbn4yY1naq+o9xXN6E/dJ/O97CIu9ixo7cbXzUCywvMmOU1bZswNGwbdnIo3DzzAhviyB1q0X7ONW",
+	"IQagVSO8oPkxsfTCNUjFnY2ZWTAm3Oaw0ODqgkP9GLqxwoKh6BXKNPY0Q+BBxK4TY2OsLvlHnBkrCcIF",
+	"dpDDcoFdrLL1eEB0bygmsizP5khKMJk3QtjzdYd6TNbPE/q6XFyc+fqG4I7VYDRazFBMs+cVHm3kqrP5",
+	"ephQOtStoyqU6jkRDNWFUHYK4ioHFjpR1Pms6+seClxIz29pteBqnzy3n+pjEsNGjt3UTruIreR5TN4P",
+	"O4gBw05Ehh3747ATDcWww0QiUy6mw86tZeSloPrT5fO9bwBAII2NqWZPXdW5OPzKilb4cNgJuuMBmmBN",
+	"RSukgyyBY6LkGfP0uAEzuSFdSlRQLRwrt15AiQKCmWwa1CEoWIk1HOOXVJs9eHHP6mWwCoea2J0Y5Q0P",
+	"oSnN18Bj33YgMRKAAaMguoeoXA3jz25lJJArEc72jVEiU1YCO7VDY0lKX5pYk258THIupnEPQjXKyASH",
+	"g9RiVJ+cEp3Jhat8aPdl5XiQ9qF6tlveMa6bGzKhWWZv6ow7rMKKg9yVsqAkBjgA5sG1aGpF4cW/iMR4",
+	"UKMxW0r0H1h8KYFcK+ZZXfDeSatDYrP1CmnJB9quVngLYpqRWJUbrnBpFWwiym0OvIcuGHhalqaEtnhi",
+	"6dAOWpjkwIyc2l8u196hjM+5K8nautQ5vWmuDXh08O3R48FRsNSDXZaKrNFy5JOqj78jdrQJAUjXUlOn",
+	"kzkS2Q5YeF5b8A496T9W47loWwntlZSuizO8TNrT4MhSmsjRCdLVDF1nwWcAiZ0qcbtatJ2oM8PSp3YB",
+	"IZ9vkKUaeX5NVsD8WCJdeB9Q1W6IcXhWGzB9HWU6oeywvirL0UPaeldRYvP6mLCo/AvM0ok60OSg82vT",
+	"2dbnaIWew+QGOetDAXX75WovK20zaFr53Kq+R4Ax1FdzjhyhkgrtryAFNVRgd3X165oCn4p6SbeVm+VL",
+	"L6H5gSfe+RuTRMorzkj3B2PyNyJbRuSCztkFN+yPF0bxxETkwmo8DJvmXb686LliRO/OLi5LgctJVT+z",
+	"8YVMrpi3CQF1OzgkM1kojbZmN6E2UFHaV3UFa/TxUFCs5lozUqPIh+af0hUGoSNlleyy86dcWAjyKRe6",
+	"iT1e8Kk4F52PVxvxXDxEbUTQtk5cXUQAF9htP3F1urup03XVuKYG2y0RSsZKLrSVvAJjRP2k17FaFmZz",
+	"scw3hensAtbLGiyTjFHFXERb27Kf2ZdQ8MOVP6rcPzhUfb3Qw2RjiNYlvLHF9gbVE/c0sy9ZtgfisN49",
+	"Fmpr1NUpyeiYQRTlFVv+ESzOJ96Mbi/kXKrW2Cv4tDYfN2yuGyYuKTZVCuMQmn2hIIU1y1hPatWXd5Kv",
+	"7DkLdmNGCQRlefaTK3bNZWHF7Gnr3vCTjcD8mJ5Yix2b4rtw6Z8ntgswN7LEOWg1CCWYxxlDp0YvguoX",
+	"U1bFqW+pEjingk/seFSTv5y+ekm6se9he7nM2TEJYbmk8ywGLf7PF29ek278ftjxA4zsQ1Sl//H3/7Ia",
+	"IqbyBq/Yp+//8ff/ur2Ne31wc8Tv7YUd8TTCK2a/zpnwuvwJif+UquVIFcIZUazQPkS1zt5I0j0cDCpK",
+	"Jqy8koHzyc/Z65NTQeLzlM1zaZhIlns/smVMUAAlXamGovRu9Xka91astCWAUG4K/CF26d5hiX6eiBwN",
+	"vh0K6KQU+ALIOa64HAuqPNd1VP8oDtu7TDjLoBwvNbOToXCx7PgzmvwUm0CxotZSgxZpdmvw4wC9WXHx",
+	"9APBV328At+NAaqfyH1gd35RjOc8qH0YdVbReWs/oYcNuXcToM+zjcikaklUYaXUBoSG+/yQfg4Lp118",
+	"HL+7+owfVuYDMMvSWKqvysOB9lK+c+umyH2QU/Y99duY4feMioRlzfd4iyHJfvSxGy/BwhrQBpedQVAH",
+	"aBcWTlBj1gp/VcrIJ1YEcVn+3CD20kddQpBIWBJRsaq8BRbXoATa1KlrlkKKV6FYVEtCDL/3e2yLyHzg",
+	"Ix189CO9dMf46U5uw5XZp8rwCU3MdnH/tHzzS4S2X90msbPcKzj7vzD4B1nKm1Dd7/PehxA1pvPD/3YN",
+	"fh8cHj1sJv8HNvRfP2mwJ36+MGd/qI+ck/QEa4NzrA1uIe8520KqK4jCishP717uMZ1QMGy6Fqd9DBv0",
+	"tiX4q7eRB6KNur03qi9AHr+Hf0SEmogoRrUUf7qFtqUuZDT2gaGPNESPHpP4PbbhNOzG/CkiBtKP6Zz9",
+	"KRoKrjG3408RNPscFTr9023ci0jsfZDxe28dtDoCdFwVKdqhY/AglQrDhAuaoV7goh3R+eVcr86tCJxn",
+	"RnWfQLtX3+Q15mnsu24V+UnpBc4wfZeW8dZBOnT3m7KXnR0VvZxsIhULCsbb05tKAfm+HEI5MbJAz+Si",
+	"SXGw9w0NnR98VVfVhJqP8wOV/IduDfp5Lp3nqY+0D8mnusHkHAV2VkyAVs4nUgOpu2AzRjMz+20TRf7B",
+	"vfIxy0bBFK2WFCd1uWhYrEG5wRL4kl8zYT/IlRyjNL4PWV8bt/kO3/iYqa/Q4Y7plpbhNMVwfadufPwp",
+	"X0OzBZouT6q4FAh6wctfDodSuNkM9HImhPoJwfbP0KCzGgnbMWIrQe6igHHfa8Fa3tZcD9YCdEcCU6jM",
+	"0g1j8uP9/YPDP/QH/UH/4Pibg8PDzu2vt/8vAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -155,6 +155,15 @@ export interface paths {
          * Run a command on an agent and wait for its result.
          * @description The command is killed if the caller goes away before it ends.
          *     Output beyond `max_output_bytes` per stream is dropped and `truncated` is set.
+         *
+         *     A disconnect of the agent does not end the command: the agent keeps running it and
+         *     its output, and the call goes on waiting until the agent is back and reports it. The
+         *     command is lost, and the call answers 502 `agent_gone`, only when it really is: the
+         *     agent came back without it (its process died or was restarted — a host agent killed
+         *     with SIGKILL and started again by the host supervisor), or it did not come back
+         *     within the disconnect grace (`AGENTIC_DISCONNECT_GRACE`, 5 minutes by default). A
+         *     caller that goes away while the agent is away has its command killed once the agent
+         *     is back.
          */
         post: operations["execCommand"];
         delete?: never;
@@ -172,7 +181,18 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Start a command on an agent without waiting; it outlives the caller. */
+        /**
+         * Start a command on an agent without waiting; it outlives the caller.
+         * @description The command's id begins with `bg-`. The command outlives disconnects of its agent
+         *     (see `execCommand`) and restarts of this server: the agent keeps running it, and the
+         *     restarted server adopts it again under the same id from the agent's report when the
+         *     agent reconnects, so `GET`, `DELETE`, stdin and signals work again. Its output from
+         *     then on is kept (offsets continue from the agent's); what the earlier server held is
+         *     gone (`stdout_offset` starts past it, and the result says `truncated`). A command an
+         *     agent reports that the restarted server cannot take back (not one of this API's and
+         *     not claimed by a task within 2 minutes) is killed, and logged; nothing keeps running
+         *     on an agent unreachable through the server.
+         */
         post: operations["startCommand"];
         delete?: never;
         options?: never;
@@ -282,6 +302,11 @@ export interface paths {
          *     An offset past the end waits for new output. In `result`, stdout/stderr are
          *     empty (the output is in the status). Commands not started through this API
          *     are shown without output.
+         *     502 `agent_gone` once the command is lost with its agent (the agent came back
+         *     without it, or did not come back within the disconnect grace; see `execCommand`):
+         *     its end and exit code are unknown. A command whose agent is merely disconnected
+         *     reads as `running`. Control (`DELETE`, stdin, signal, resize) of a lost command
+         *     answers 502 `agent_gone` too.
          *
          *     A finished command's status is kept for late readers within bounds:
          *     10 minutes after its end, at most the last 1000 finished commands, and at
@@ -440,19 +465,12 @@ export interface paths {
         /**
          * Read a session's output from an offset, plain or as a live Server-Sent Events stream.
          * @description Output is an append-only byte log per session, addressed by absolute offsets and
-         *     bounded in size (the oldest bytes are dropped). Output that cannot be stored (the
-         *     server's disk is full) is never dropped in silence: its bytes keep their offsets as a
-         *     hole, which every reader meets as a gap (reason `not_stored`), and they are counted
-         *     (`X-Output-Lost`); the server logs one line when such an episode begins and one when
-         *     storing resumes, which it does by itself once there is room. A read stops at a hole,
-         *     so a gap is always at the start of an answer.
+         *     bounded in size (the oldest bytes are dropped).
          *
          *     Plain (any `Accept` but `text/event-stream`): the body is the raw bytes from `from`
          *     (default: the first byte held), at most `max`. `X-Output-Start` is the offset of the
          *     first returned byte, `X-Output-End` the offset after the last (continue from it), and
-         *     `X-Output-Gap: true` says bytes between `from` and `X-Output-Start` are missing, and
-         *     `X-Output-Gap-Reason` why: `dropped` (older than the log's bound) or `not_stored` (they
-         *     could not be stored). `X-Output-Lost` is the session's bytes not stored so far. At the
+         *     `X-Output-Gap: true` says bytes between `from` and `X-Output-Start` were dropped. At the
          *     end of the log the body is empty; with `follow=true` the request first waits (up to 30 s)
          *     for output or the end of the session.
          *
@@ -462,8 +480,7 @@ export interface paths {
          *     "encoding"}` (`data` is UTF-8 text, or base64 with `"encoding": "base64"` when the bytes
          *     are not valid UTF-8) and `id:` the offset after it (a reconnecting EventSource resumes
          *     there through `Last-Event-ID` when `from` is absent); `event: gap` with `data: {"from",
-         *     "to", "reason", "lost"}` when bytes are missing (`reason` and `lost` as the plain answer's
-         *     `X-Output-Gap-Reason` and `X-Output-Lost`); `event: exited` with `data: {"state", "exit_code",
+         *     "to"}` when bytes were dropped; `event: exited` with `data: {"state", "exit_code",
          *     "end"}`. Comment lines (`: ping`) keep an idle stream alive. A slow reader is paced,
          *     never dropped: when it falls behind the bound it gets a `gap` frame.
          *
@@ -1628,7 +1645,11 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description The agent went away while the command ran. */
+        /**
+         * @description The agent went away while the command ran (agent_gone: the agent came back without
+         *     the command, or did not come back within the disconnect grace; a mere disconnect is
+         *     waited out), or the agent failed the request (agent_error).
+         */
         BadGateway: {
             headers: {
                 [name: string]: unknown;
@@ -2119,6 +2140,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            502: components["responses"]["BadGateway"];
         };
     };
     killCommand: {
@@ -2382,18 +2404,8 @@ export interface operations {
                     "X-Output-Start"?: number;
                     /** @description Offset after the last returned byte; read on from here (plain answers). */
                     "X-Output-End"?: number;
-                    /** @description true when bytes between `from` and `X-Output-Start` are missing (plain answers). */
+                    /** @description true when bytes between `from` and `X-Output-Start` were dropped (plain answers). */
                     "X-Output-Gap"?: "true" | "false";
-                    /**
-                     * @description With `X-Output-Gap: true`, why the bytes are missing: `dropped` (older than the
-                     *     log's bound) or `not_stored` (they could not be stored, e.g. the disk was full).
-                     */
-                    "X-Output-Gap-Reason"?: "dropped" | "not_stored";
-                    /**
-                     * @description How many bytes of the session's output could not be stored so far (the holes
-                     *     a reader meets as `not_stored` gaps); 0 when everything was stored.
-                     */
-                    "X-Output-Lost"?: number;
                     [name: string]: unknown;
                 };
                 content: {
