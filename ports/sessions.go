@@ -15,6 +15,10 @@ var (
 	// reader claims bytes that were never assigned (or did not survive a
 	// machine crash), so it must resync from End.
 	ErrOffsetBeyondEnd = errors.New("offset beyond the end of the session log")
+	// ErrOutputNotStored is returned by an Append whose bytes (some or all)
+	// could not be stored, e.g. on a full disk. They took their offsets all
+	// the same: a hole that readers see as a gap, counted by Lost.
+	ErrOutputNotStored = errors.New("session output not stored")
 )
 
 // SessionLog is the output of every session: an append-only byte log per
@@ -28,13 +32,20 @@ type SessionLog interface {
 	// Append adds data to the end of the session's log and returns the
 	// offset of its first byte (End before the call; for empty data, End).
 	// When the log is over its bound afterwards, the oldest bytes are
-	// dropped. On error a prefix of data may have been appended (End says
-	// how much).
+	// dropped. Bytes that cannot be stored (a full disk) still take their
+	// offsets, End moves past all of data, and the error wraps
+	// ErrOutputNotStored: they are a hole, which readers see as a gap and
+	// Lost counts, never dropped in silence. Every Append tries to store
+	// again, so storing resumes by itself. On any other error a prefix of
+	// data may have been appended (End says how much).
 	Append(sessionID string, data []byte) (offset uint64, err error)
 	// ReadFrom returns up to max bytes starting at offset, and start, the
 	// offset of data[0]. When offset is older than the first byte held,
 	// the bytes in between were dropped: data begins at the first held
 	// byte, start > offset and gap is true (the viewer shows a gap notice).
+	// Likewise when offset lies in a hole (bytes not stored): data begins
+	// after it. A read ends at the next hole, so a gap is always at the
+	// start of an answer.
 	// At End it returns no data, start == offset. max <= 0 returns no data
 	// but still start and gap. Bytes are returned exactly as appended: a
 	// reader following start+len(data) sees every held byte once.
@@ -43,6 +54,10 @@ type SessionLog interface {
 	Bounds(sessionID string) (first, end uint64)
 	// End is the offset the next appended byte will get.
 	End(sessionID string) uint64
+	// Lost is how many bytes of the session's output could not be stored
+	// (the holes of Append), since the log was opened; holes between bytes
+	// kept on disk are found again after a restart.
+	Lost(sessionID string) uint64
 	// Wait returns nil as soon as End(sessionID) > offset, ctx.Err() when
 	// ctx ends first, ErrSessionNotFound when the log is deleted while
 	// waiting and ErrSessionLogClosed when the log closes. It never polls.

@@ -134,6 +134,10 @@ func (s *Server) sessionOutput(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Output-Start", itoa(start))
 	h.Set("X-Output-End", itoa(start+uint64(len(data))))
 	h.Set("X-Output-Gap", strconv.FormatBool(gap))
+	if gap {
+		h.Set("X-Output-Gap-Reason", s.gapReason(sess.ID, from))
+	}
+	h.Set("X-Output-Lost", itoa(s.d.SessionLog.Lost(sess.ID)))
 	h.Set("Content-Length", strconv.Itoa(len(data)))
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(data)
@@ -148,6 +152,21 @@ func (s *Server) outputError(w http.ResponseWriter, r *http.Request, id string, 
 	default:
 		s.responseError(w, r, err)
 	}
+}
+
+// Why bytes are missing from a gap that begins at from: older than the
+// first byte held, the log's bound dropped them; else they are a hole of
+// bytes that could not be stored (a full disk).
+const (
+	gapDropped   = "dropped"
+	gapNotStored = "not_stored"
+)
+
+func (s *Server) gapReason(id string, from uint64) string {
+	if first, _ := s.d.SessionLog.Bounds(id); from < first {
+		return gapDropped
+	}
+	return gapNotStored
 }
 
 // ended reports whether the session is over (or no longer known).
@@ -189,8 +208,11 @@ type sseOutput struct {
 }
 
 type sseGap struct {
-	From uint64 `json:"from"`
-	To   uint64 `json:"to"`
+	From   uint64 `json:"from"`
+	To     uint64 `json:"to"`
+	Reason string `json:"reason"`
+	// Lost is the session's bytes not stored so far (reason not_stored).
+	Lost uint64 `json:"lost"`
 }
 
 type sseExited struct {
@@ -241,7 +263,7 @@ func (s *Server) sessionSSE(w http.ResponseWriter, r *http.Request, id string, o
 			return
 		}
 		if gap {
-			if writeSSE(w, "gap", "", sseGap{From: offset, To: start}) != nil {
+			if writeSSE(w, "gap", "", sseGap{From: offset, To: start, Reason: s.gapReason(id, offset), Lost: s.d.SessionLog.Lost(id)}) != nil {
 				return
 			}
 			offset = start

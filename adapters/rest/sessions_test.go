@@ -154,7 +154,8 @@ func TestSessionOutputPlain(t *testing.T) {
 	if string(r.body) != "world0123456789" && r.header.Get("X-Output-Gap") != "true" {
 		t.Fatalf("gap read: %q %v", r.body, r.header)
 	}
-	if string(r.body) != " world0123456789" || r.header.Get("X-Output-Start") != "5" || r.header.Get("X-Output-Gap") != "true" {
+	if string(r.body) != " world0123456789" || r.header.Get("X-Output-Start") != "5" || r.header.Get("X-Output-Gap") != "true" ||
+		r.header.Get("X-Output-Gap-Reason") != "dropped" || r.header.Get("X-Output-Lost") != "0" {
 		t.Fatalf("gap read: %q %v", r.body, r.header)
 	}
 
@@ -238,7 +239,7 @@ func TestSessionOutputSSE(t *testing.T) {
 	br := bufio.NewReader(resp.Body)
 	var raw bytes.Buffer
 	frames := readFrames(t, br, &raw, 2)
-	if len(frames) != 2 || frames[0].event != "gap" || frames[0].data != `{"from":0,"to":3}` {
+	if len(frames) != 2 || frames[0].event != "gap" || frames[0].data != `{"from":0,"to":3,"reason":"dropped","lost":0}` {
 		t.Fatalf("first frames %+v", frames)
 	}
 	var out sseOutput
@@ -325,4 +326,61 @@ func TestSessionActivity(t *testing.T) {
 	expect(t, e.call("GET", "/api/v1/sessions/nope/activity", ""), 404, "session_not_found")
 	expect(t, e.call("GET", "/api/v1/sessions/h1/activity?after=x", ""), 400, "invalid_request")
 	expect(t, e.call("GET", "/api/v1/sessions/h1/activity?after=-1", ""), 400, "invalid_request")
+}
+
+// holeLog is a session log with a hole: bytes 5-9 could not be stored.
+type holeLog struct{ *resttest.SessionLog }
+
+func (l holeLog) ReadFrom(id string, offset uint64, max int) ([]byte, uint64, bool, error) {
+	switch {
+	case offset < 5:
+		data, start, gap, err := l.SessionLog.ReadFrom(id, offset, min(max, int(5-offset)))
+		return data, start, gap, err
+	case offset < 10:
+		data, start, _, err := l.SessionLog.ReadFrom(id, 10, max)
+		return data, start, true, err
+	}
+	return l.SessionLog.ReadFrom(id, offset, max)
+}
+
+func (l holeLog) Lost(string) uint64 { return 5 }
+
+// Bytes that could not be stored (a full disk): the plain read says gap,
+// why (not_stored) and how many of the session's bytes are lost; the SSE
+// stream sends a gap frame saying the same.
+func TestSessionOutputNotStored(t *testing.T) {
+	log := holeLog{resttest.NewSessionLog(0)}
+	ss := resttest.NewSessions(log.SessionLog)
+	e := newEnv(t, func(d *Deps) { d.Sessions = ss; d.SessionLog = log })
+	ss.Add(session.Session{ID: "s1", AgentID: "a1", Name: "b", Type: ports.SessionBackground, Command: "sh", State: session.Running})
+	ss.Output("s1", "01234-----abcde")
+
+	r := e.call("GET", "/api/v1/sessions/s1/output", "")
+	expect(t, r, 200, "")
+	if string(r.body) != "01234" || r.header.Get("X-Output-Gap") != "false" || r.header.Get("X-Output-End") != "5" || r.header.Get("X-Output-Lost") != "5" {
+		t.Fatalf("read up to the hole: %q %v", r.body, r.header)
+	}
+	r = e.call("GET", "/api/v1/sessions/s1/output?from=5", "")
+	expect(t, r, 200, "")
+	if string(r.body) != "abcde" || r.header.Get("X-Output-Start") != "10" || r.header.Get("X-Output-Gap") != "true" ||
+		r.header.Get("X-Output-Gap-Reason") != "not_stored" || r.header.Get("X-Output-Lost") != "5" {
+		t.Fatalf("read across the hole: %q %v", r.body, r.header)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", e.srv.URL+"/api/v1/sessions/s1/output?from=0", nil)
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := e.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var raw bytes.Buffer
+	frames := readFrames(t, bufio.NewReader(resp.Body), &raw, 3)
+	if len(frames) != 3 || frames[0].event != "output" || frames[1].event != "gap" ||
+		frames[1].data != `{"from":5,"to":10,"reason":"not_stored","lost":5}` || frames[2].event != "output" {
+		t.Fatalf("frames %+v", frames)
+	}
 }

@@ -141,13 +141,29 @@ func (s *Service) Create(ctx context.Context, spec Spec, cols, rows uint16) (Ses
 // startOptions routes a session's command output into its log (and its
 // activity feed) whether or not anyone watches.
 func (s *Service) startOptions(sessionID, commandID string, fd *feed) ports.StartOptions {
+	// An episode of output that cannot be stored (a full disk) is logged
+	// once when it begins and once when storing resumes, not per chunk:
+	// the log marks each lost byte as a gap and counts it.
+	var epMu sync.Mutex // OnOutput is called in order; this only guards a reconnect's overlap
+	var failing bool
+	var lostFrom uint64
 	return ports.StartOptions{
 		Detached:  true, // sessions outlive the viewer that started them
 		CommandID: commandID,
 		OnOutput: func(c ports.OutputChunk) {
-			if _, err := s.cfg.Log.Append(sessionID, c.Data); err != nil {
-				s.log.Error("session output not logged", "session_id", sessionID, "err", err)
+			epMu.Lock()
+			off, err := s.cfg.Log.Append(sessionID, c.Data)
+			switch {
+			case err != nil && !failing:
+				failing, lostFrom = true, off
+				s.log.Error("session output cannot be stored; what is lost is marked as a gap and counted, and storing is retried with every chunk",
+					"session_id", sessionID, "offset", off, "err", err)
+			case err == nil && failing && len(c.Data) > 0:
+				failing = false
+				s.log.Info("session output stored again", "session_id", sessionID,
+					"gap_from", lostFrom, "gap_to", off, "session_lost_bytes", s.cfg.Log.Lost(sessionID))
 			}
+			epMu.Unlock()
 			if fd != nil && fd.write(c.Data) {
 				s.changed() // a headless session's transcript grew
 			}

@@ -1885,12 +1885,19 @@ type ClientInterface interface {
 	// GetSessionOutput Read a session's output from an offset, plain or as a live Server-Sent Events stream.
 	//
 	// Output is an append-only byte log per session, addressed by absolute offsets and
-	// bounded in size (the oldest bytes are dropped).
+	// bounded in size (the oldest bytes are dropped). Output that cannot be stored (the
+	// server's disk is full) is never dropped in silence: its bytes keep their offsets as a
+	// hole, which every reader meets as a gap (reason `not_stored`), and they are counted
+	// (`X-Output-Lost`); the server logs one line when such an episode begins and one when
+	// storing resumes, which it does by itself once there is room. A read stops at a hole,
+	// so a gap is always at the start of an answer.
 	//
 	// Plain (any `Accept` but `text/event-stream`): the body is the raw bytes from `from`
 	// (default: the first byte held), at most `max`. `X-Output-Start` is the offset of the
 	// first returned byte, `X-Output-End` the offset after the last (continue from it), and
-	// `X-Output-Gap: true` says bytes between `from` and `X-Output-Start` were dropped. At the
+	// `X-Output-Gap: true` says bytes between `from` and `X-Output-Start` are missing, and
+	// `X-Output-Gap-Reason` why: `dropped` (older than the log's bound) or `not_stored` (they
+	// could not be stored). `X-Output-Lost` is the session's bytes not stored so far. At the
 	// end of the log the body is empty; with `follow=true` the request first waits (up to 30 s)
 	// for output or the end of the session.
 	//
@@ -1900,7 +1907,8 @@ type ClientInterface interface {
 	// "encoding"}` (`data` is UTF-8 text, or base64 with `"encoding": "base64"` when the bytes
 	// are not valid UTF-8) and `id:` the offset after it (a reconnecting EventSource resumes
 	// there through `Last-Event-ID` when `from` is absent); `event: gap` with `data: {"from",
-	// "to"}` when bytes were dropped; `event: exited` with `data: {"state", "exit_code",
+	// "to", "reason", "lost"}` when bytes are missing (`reason` and `lost` as the plain answer's
+	// `X-Output-Gap-Reason` and `X-Output-Lost`); `event: exited` with `data: {"state", "exit_code",
 	// "end"}`. Comment lines (`: ping`) keep an idle stream alive. A slow reader is paced,
 	// never dropped: when it falls behind the bound it gets a `gap` frame.
 	//
@@ -3017,12 +3025,19 @@ func (c *Client) DispatchMission(ctx context.Context, sessionId string, body Dis
 // GetSessionOutput Read a session's output from an offset, plain or as a live Server-Sent Events stream.
 //
 // Output is an append-only byte log per session, addressed by absolute offsets and
-// bounded in size (the oldest bytes are dropped).
+// bounded in size (the oldest bytes are dropped). Output that cannot be stored (the
+// server's disk is full) is never dropped in silence: its bytes keep their offsets as a
+// hole, which every reader meets as a gap (reason `not_stored`), and they are counted
+// (`X-Output-Lost`); the server logs one line when such an episode begins and one when
+// storing resumes, which it does by itself once there is room. A read stops at a hole,
+// so a gap is always at the start of an answer.
 //
 // Plain (any `Accept` but `text/event-stream`): the body is the raw bytes from `from`
 // (default: the first byte held), at most `max`. `X-Output-Start` is the offset of the
 // first returned byte, `X-Output-End` the offset after the last (continue from it), and
-// `X-Output-Gap: true` says bytes between `from` and `X-Output-Start` were dropped. At the
+// `X-Output-Gap: true` says bytes between `from` and `X-Output-Start` are missing, and
+// `X-Output-Gap-Reason` why: `dropped` (older than the log's bound) or `not_stored` (they
+// could not be stored). `X-Output-Lost` is the session's bytes not stored so far. At the
 // end of the log the body is empty; with `follow=true` the request first waits (up to 30 s)
 // for output or the end of the session.
 //
@@ -3032,7 +3047,8 @@ func (c *Client) DispatchMission(ctx context.Context, sessionId string, body Dis
 // "encoding"}` (`data` is UTF-8 text, or base64 with `"encoding": "base64"` when the bytes
 // are not valid UTF-8) and `id:` the offset after it (a reconnecting EventSource resumes
 // there through `Last-Event-ID` when `from` is absent); `event: gap` with `data: {"from",
-// "to"}` when bytes were dropped; `event: exited` with `data: {"state", "exit_code",
+// "to", "reason", "lost"}` when bytes are missing (`reason` and `lost` as the plain answer's
+// `X-Output-Gap-Reason` and `X-Output-Lost`); `event: exited` with `data: {"state", "exit_code",
 // "end"}`. Comment lines (`: ping`) keep an idle stream alive. A slow reader is paced,
 // never dropped: when it falls behind the bound it gets a `gap` frame.
 //
@@ -6431,12 +6447,19 @@ type ClientWithResponsesInterface interface {
 	// GetSessionOutputWithResponse Read a session's output from an offset, plain or as a live Server-Sent Events stream.
 	//
 	// Output is an append-only byte log per session, addressed by absolute offsets and
-	// bounded in size (the oldest bytes are dropped).
+	// bounded in size (the oldest bytes are dropped). Output that cannot be stored (the
+	// server's disk is full) is never dropped in silence: its bytes keep their offsets as a
+	// hole, which every reader meets as a gap (reason `not_stored`), and they are counted
+	// (`X-Output-Lost`); the server logs one line when such an episode begins and one when
+	// storing resumes, which it does by itself once there is room. A read stops at a hole,
+	// so a gap is always at the start of an answer.
 	//
 	// Plain (any `Accept` but `text/event-stream`): the body is the raw bytes from `from`
 	// (default: the first byte held), at most `max`. `X-Output-Start` is the offset of the
 	// first returned byte, `X-Output-End` the offset after the last (continue from it), and
-	// `X-Output-Gap: true` says bytes between `from` and `X-Output-Start` were dropped. At the
+	// `X-Output-Gap: true` says bytes between `from` and `X-Output-Start` are missing, and
+	// `X-Output-Gap-Reason` why: `dropped` (older than the log's bound) or `not_stored` (they
+	// could not be stored). `X-Output-Lost` is the session's bytes not stored so far. At the
 	// end of the log the body is empty; with `follow=true` the request first waits (up to 30 s)
 	// for output or the end of the session.
 	//
@@ -6446,7 +6469,8 @@ type ClientWithResponsesInterface interface {
 	// "encoding"}` (`data` is UTF-8 text, or base64 with `"encoding": "base64"` when the bytes
 	// are not valid UTF-8) and `id:` the offset after it (a reconnecting EventSource resumes
 	// there through `Last-Event-ID` when `from` is absent); `event: gap` with `data: {"from",
-	// "to"}` when bytes were dropped; `event: exited` with `data: {"state", "exit_code",
+	// "to", "reason", "lost"}` when bytes are missing (`reason` and `lost` as the plain answer's
+	// `X-Output-Gap-Reason` and `X-Output-Lost`); `event: exited` with `data: {"state", "exit_code",
 	// "end"}`. Comment lines (`: ping`) keep an idle stream alive. A slow reader is paced,
 	// never dropped: when it falls behind the bound it gets a `gap` frame.
 	//
@@ -9473,9 +9497,11 @@ func (r DispatchMissionResponse) ContentType() string {
 
 // GetSessionOutputResponse200Headers the declared response headers of an HTTP 200 response for GetSessionOutput
 type GetSessionOutputResponse200Headers struct {
-	XOutputEnd   *int64
-	XOutputGap   *string
-	XOutputStart *int64
+	XOutputEnd       *int64
+	XOutputGap       *string
+	XOutputGapReason *string
+	XOutputLost      *int64
+	XOutputStart     *int64
 }
 
 type GetSessionOutputResponse struct {
@@ -10980,12 +11006,19 @@ func (c *ClientWithResponses) DispatchMissionWithResponse(ctx context.Context, s
 // GetSessionOutputWithResponse Read a session's output from an offset, plain or as a live Server-Sent Events stream.
 //
 // Output is an append-only byte log per session, addressed by absolute offsets and
-// bounded in size (the oldest bytes are dropped).
+// bounded in size (the oldest bytes are dropped). Output that cannot be stored (the
+// server's disk is full) is never dropped in silence: its bytes keep their offsets as a
+// hole, which every reader meets as a gap (reason `not_stored`), and they are counted
+// (`X-Output-Lost`); the server logs one line when such an episode begins and one when
+// storing resumes, which it does by itself once there is room. A read stops at a hole,
+// so a gap is always at the start of an answer.
 //
 // Plain (any `Accept` but `text/event-stream`): the body is the raw bytes from `from`
 // (default: the first byte held), at most `max`. `X-Output-Start` is the offset of the
 // first returned byte, `X-Output-End` the offset after the last (continue from it), and
-// `X-Output-Gap: true` says bytes between `from` and `X-Output-Start` were dropped. At the
+// `X-Output-Gap: true` says bytes between `from` and `X-Output-Start` are missing, and
+// `X-Output-Gap-Reason` why: `dropped` (older than the log's bound) or `not_stored` (they
+// could not be stored). `X-Output-Lost` is the session's bytes not stored so far. At the
 // end of the log the body is empty; with `follow=true` the request first waits (up to 30 s)
 // for output or the end of the session.
 //
@@ -10995,7 +11028,8 @@ func (c *ClientWithResponses) DispatchMissionWithResponse(ctx context.Context, s
 // "encoding"}` (`data` is UTF-8 text, or base64 with `"encoding": "base64"` when the bytes
 // are not valid UTF-8) and `id:` the offset after it (a reconnecting EventSource resumes
 // there through `Last-Event-ID` when `from` is absent); `event: gap` with `data: {"from",
-// "to"}` when bytes were dropped; `event: exited` with `data: {"state", "exit_code",
+// "to", "reason", "lost"}` when bytes are missing (`reason` and `lost` as the plain answer's
+// `X-Output-Gap-Reason` and `X-Output-Lost`); `event: exited` with `data: {"state", "exit_code",
 // "end"}`. Comment lines (`: ping`) keep an idle stream alive. A slow reader is paced,
 // never dropped: when it falls behind the bound it gets a `gap` frame.
 //
@@ -13550,6 +13584,20 @@ func ParseGetSessionOutputResponse(rsp *http.Response) (*GetSessionOutputRespons
 				return nil, err
 			}
 			headers.XOutputGap = &value
+		}
+		if values := rsp.Header.Values("X-Output-Gap-Reason"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Output-Gap-Reason", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XOutputGapReason = &value
+		}
+		if values := rsp.Header.Values("X-Output-Lost"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Output-Lost", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.XOutputLost = &value
 		}
 		if values := rsp.Header.Values("X-Output-Start"); len(values) > 0 {
 			var value int64
@@ -19568,9 +19616,11 @@ type GetSessionOutputResponseObject interface {
 }
 
 type GetSessionOutput200ResponseHeaders struct {
-	XOutputEnd   *int64
-	XOutputGap   *string
-	XOutputStart *int64
+	XOutputEnd       *int64
+	XOutputGap       *string
+	XOutputGapReason *string
+	XOutputLost      *int64
+	XOutputStart     *int64
 }
 
 type GetSessionOutput200ApplicationoctetStreamResponse struct {
@@ -19590,6 +19640,12 @@ func (response GetSessionOutput200ApplicationoctetStreamResponse) VisitGetSessio
 	}
 	if response.Headers.XOutputGap != nil {
 		w.Header().Set("X-Output-Gap", fmt.Sprint(*response.Headers.XOutputGap))
+	}
+	if response.Headers.XOutputGapReason != nil {
+		w.Header().Set("X-Output-Gap-Reason", fmt.Sprint(*response.Headers.XOutputGapReason))
+	}
+	if response.Headers.XOutputLost != nil {
+		w.Header().Set("X-Output-Lost", fmt.Sprint(*response.Headers.XOutputLost))
 	}
 	if response.Headers.XOutputStart != nil {
 		w.Header().Set("X-Output-Start", fmt.Sprint(*response.Headers.XOutputStart))
@@ -19620,6 +19676,12 @@ func (response GetSessionOutput200TexteventStreamResponse) VisitGetSessionOutput
 	}
 	if response.Headers.XOutputGap != nil {
 		w.Header().Set("X-Output-Gap", fmt.Sprint(*response.Headers.XOutputGap))
+	}
+	if response.Headers.XOutputGapReason != nil {
+		w.Header().Set("X-Output-Gap-Reason", fmt.Sprint(*response.Headers.XOutputGapReason))
+	}
+	if response.Headers.XOutputLost != nil {
+		w.Header().Set("X-Output-Lost", fmt.Sprint(*response.Headers.XOutputLost))
 	}
 	if response.Headers.XOutputStart != nil {
 		w.Header().Set("X-Output-Start", fmt.Sprint(*response.Headers.XOutputStart))
@@ -21973,267 +22035,274 @@ func (sh *strictHandler) GetReadyz(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H3bcuM4luCvILQTkdIOLctOZ3aVHR0drixnlrvyFmnX1PSUakWIhCS0KYANgJZVGY7op/2AjY2YP5gf",
-	"mT/pL9nAOQAJSqQkO52Xrs2XqrRI4nJwcO6X951EznMpmDC6c/y+k1NF58wwBX+dTpkw59/bf3LROe7k",
-	"1Mw6UUfQOescd6h9OuJpJ+oo9reCK5Z2jo0qWNTRyYzNqf1uTm9eMjE1s87xweE3UWfORfl31DHL3I6k",
-	"jeJi2rm9jTrP5HxORdo6aYLPH3raM3HNlRRzJsxrmKhxcvjfjtM+fbx91uc8Y69kCtOlTCeK54ZLO++b",
-	"xNCM5EzNudZcCjLmRkeE9ad9Mnh6dESkIn948qTfiXCdfyuYWlYLndtBw4Xl1Bim7Jv/a/CnXwZ7f/j1",
-	"/ePbf+m0Leqt3fbaok7HWmaFYZGdXbGMGn7NiJHEzBhJuWKJkWoJfwFuPNLEHZcm2lBlCBdtK3aA3gm0",
-	"R4Nvn24H7ls6Zc8KpaVa38nljBHBbswogReInMCqc8WuuSw0yemUkS43bK6JmVFj98HsrqeSjJlZMCbg",
-	"HU3m8poRIYk0M6YITZTUmlAcYCwLkVK17LVtGmfvtCHu4PCobWMv+ZybhhMyZC61IWbGNZlTsTwhC25m",
-	"sjCEm4jQLOuTn7mZwV8hADRdarKYMcUAEPYR7gHOTbdtIINlrKyfz4u5Xf1gAIfk/ix3woVhU6ZwK1Jm",
-	"D3TfnhxtR4kLBpeplbhofP7QxOWS6qvWOQ3VVw874a0dSudSaAZU/DuavqCGLejS/pVIYZgA3KF5nvGE",
-	"WtzZ/6u2CPQ+mPRfFJt0jjv/Y7/iEPv4VO+fKSUVTrV+seDuk4X9D13QJVnMeIZo5agBUVSQLrKPqRTs",
-	"uCIZJKFzRsY0ufKIOxTBl0B5Up4SId2dLF/lwpEhnUghWGLIVNGEnRBK5hatgwdcD8WCcsNSIgvTg0Gr",
-	"FUwoz1gKP9gTYdr4tTK7615/KDq3kYXqO3z8aaDq1wIXO5tINWdpvwMcU0wynnyyZWhZqITZdXBBqCUQ",
-	"hiGRTCXTcDI0y+QCiVAXWBZCFg8NzoClUYkNNFOMpkvCRMrSHuzJ8qBLKV9SNWWfZl8Ti6Nck8xOadGB",
-	"Ij5ppq6ZemSBDoSNdE9fnL2+PH82en7+8mz06vTfR9/95fLswq1bqjFPUyY+4U17pEmhmSJzugQIp9JB",
-	"vpIeRikT3MP2tTTPLWP6+Et8LYkuklmJMzD9pz1Wf2vGMl2uHu8BecW/82t6RcXS3Wf98Zd2Sv5WSEPt",
-	"ihSjyYylpGuxbc60Bq6L7Jgns4jYK8KNJsBr8Qh/ErQwM6n4b+wTHOMri0RiaqnkQkkxJWNGlQWivGLC",
-	"r+ea8oyOM/YpsMqQXGrNx5mVvBakCxKFgkmInEwiwm5YUhip4D4oNuXaMGVJjpB4ZyKijVSMFNXCLWRv",
-	"PdNF7ef85xcXhppCrwtaIETZE1ubO34/tACY8GmhWDrsHJMJzTS7jeEghbScakpYplkpihEpIsKumVoO",
-	"xZzNx0xZxMgV00yYYxJrKtKxvBnxFAeJ/f7wF8UIm+dmSVAC0KQQhmd2dUOBm8f1aXiVJldCLjKWTi1A",
-	"qqE8mJDLxXYFosgyUoiMaQ17zag2Q1ECNxzbcc0+eW33QahDjqHoRJ1cyZwpw5m/WA429i8nu4ylzBgF",
-	"vloyiObHTKS55IhcK4JP1Angsvl5fbP2XbtXxF8Uvta+rQ6hYejbUHr7Jdzjr+VQcvxXlhg71Gli+DU3",
-	"y7Nrd0tWIaTNqNAwj+Xz1HSOO6ks7OrK0URh8QQAtmjebFrg0YxozkdzXRuNC/P0qLMukgdf7fwF1xUU",
-	"18/riiOnYcJqAb90uACFgWrNtaHCjAy7sT/Ya3FlVx51jJTZKKFZ5v+tmC4yAxKy+0chLBIL0EquacZD",
-	"ODsIRJ2bPTvp3jVVVtTWdnYP+XNchf/z1K/mEhfjf7+sFlX+JGX2DNcW/vTOr8z/uPbDT+WSq0W4pd9G",
-	"oLBnjccoivnIFEro4GkA/ZwqK5oCnArN2jDfQa7pkWZ/W6dvb6XmcK+dWD1hllpMlJyTg34jGgS609po",
-	"zzJapOyRJu4lwtN+p+mOFWP8rWGZgCeND+zWuciLJn2Y2KfEItMjK6/mhYnINVNjavic/Pnizet+OYRw",
-	"emjzBBtga5/D6YC9oPkV/IEqRZfwtypEQluI3Aoxsefj7tEmYnJRzOdULT+YnKRSsGaDyYQLmhHEJLKg",
-	"9jSZCM4xuPV3pyKWt4xaz3gT+hZJwrRupj4lKWm5PXB09mwBOjRNAelp9rYGwYbvVk+h9YauHCa+V1tY",
-	"bRUO/tW2our86mBtxIVpI0NB7fWaKc1RAlsDYkJzOuYZ91/sjsklux5RU8cwatie4XPWdNErZfyOH86k",
-	"Nq0XteV+8nxE01TVkaR6nNExQ/zYcv5rQKgAD9g7Y1SZMbvLdubMKJ7obbLwK/eaRaZCCC6mI29YbcZP",
-	"ZUVAhJJnvBZygE3CUC6Y6kSd63nASn9tosel9LtpdYB1TlC2Hy21YfMRFxO57csLePXcvrl6UcAi5uav",
-	"9hMgQHlwDTBpvRsvuW67H3W837rfprsQGFQbNIZW4+oJoWMr6RMpSjEbnvcb7fMhlNzKW/dbqS8eDWBK",
-	"FGnA6tKJOuNCLxHYwBHCu9mIFafK8AlNGiVXUPxGrUy89erqGT188rT5Ef+N7cREVmDjsAQ+LyeI6mts",
-	"BJzbXguuuKd3QBcPrjWMWT3McuimZTnHmD3R2r12yN+x2g1vO7LgY0SHJgbRQj4Dj1ujTiUSmdp/bwHD",
-	"m8LkhTnzb9eY+kY7wA1LnDDtKBLb9kkNVPBRypRqRi54NJKTiWZmR1FFm1QWpm04WZhguBWvHvzuvU0T",
-	"rrQhilmZgKUEvyXjpYGLf1d0rzlGA9csQqxcdQmN1cWuwiI42UZ0VIwaFrhNA2P4CnJlmVywdGQpd5sl",
-	"RTCzkOqK5EreLEmXipRIkYErUfQigBZ8Doaw0qc4p0s0nx0TdkMTQ0DPi8j/7OtiMuE3ZMGzNKEq1UQq",
-	"4mQA+8LCzkkFkTmye3KcS2VIN2UTaoXbo6PHYGj5ZoCuO3/NAz/M4dNBEz+nN+f48uGTp+sMgs/ptEG4",
-	"fuZ5MoEXwB9BScr1Ff5AcmpmZCIV+bdX+oS4VaLXxHHGR5rIhSDgbqMZftaoYnkKvKInZVrW/LY8PSan",
-	"e/9B6N5vZLD3LemTEdmLiOceDoIkY8YwhU6ZKTd2xru4wC3LhINfX5GQglUHgp5JOZkwxdLQXaQNzzJn",
-	"Q9WBwb4XeVwSssSulF3zhJ0QNrWI4DBMkhqCWmRTspjOqkl6ESBfRMaKp/Z4Cg3i09pmciUnPGMtGgxN",
-	"R3bGkZLSNGsr3k6+laW8K1+sy3or1EYwT2rcOxo9AwgiBKc+Ji/OLsk+zfn+9cF++WLG7XUzMzbfLoVU",
-	"0hlgVzu5cP7XdlKhpndWPzJ9R7dzydEarB5KThWdW6RQhYhIJuUVS0mREy7I29PLHwDBN2N0mzmOiesP",
-	"0zGab+7B3tMje8rhZYWrKqRZua579p6OSvpBhsVg8Dix88C/2B7+wFOSKzbhN/jr6p0+akJ8s1xf2btC",
-	"oIfQMDUH00F5nY0q2AmYzhVNIIjEGYY0odmCLjVJZQ/N45YlSsEiQsHVO1WyEKl//ZG2XJMLwiHmgueM",
-	"LBQ3hgkyXnpzDyUzRlMwYnvz04xqImBUx3QtsUf2R8bSzMhU+rCWTE7RBYO0xZmv0M15xXIDBrJ5cUO6",
-	"PHCAysJkdluWXSGhypW0+nyv2V6i5OLuaOyl7I0aFq740r7aIjE03tfvuc6pSWanScJyZ6eq31WmDZ9T",
-	"q78DljWc//Nn5PHjx99aCP10+QxxEPh0tiRznmVcs0QKwLaE21W6+KbDweHTvcGTvcG3l4M/HB88Pj48",
-	"7B8cPv6PmlQUqtVBcNNwmL4/ut0bDtPhMHX/u8T/Hdf+Nxz27buPb//jX5pI+TZPgnestjzWLW4jqjWf",
+	"7H3rcuM2uuCroLSnqqU9tKx2u3sSu6amnI478aRv1XZOzpwoK0IkJGFMARwAtKx0uWp+7QNsbdV5g/Mi",
+	"503mSbbwfQAJSqQubvdlsvmTtEUSlw8fvvvlfSeR81wKJozunLzv5FTROTNMwV9nUybMxbf2n1x0Tjo5",
+	"NbNO1BF0zjonHWqfjnjaiTqK/a3giqWdE6MKFnV0MmNzar+b09uXTEzNrHPy+OirqDPnovw76phlbkfS",
+	"RnEx7dzdRZ3ncj6nIm2dNMHnDz3tubjhSoo5E+Y1TNQ4Ofxvx2mfPdk+6wuesVcyhelSphPFc8OlnfdN",
+	"YmhGcqbmXGsuBRlzoyPC+tM+GTw7PiZSkT88fdrvRLjOvxVMLauFzu2g4cJyagxT9s3/NfjTz4ODP/zy",
+	"/sndv3TaFvXWbnttUWdjLbPCsMjOrlhGDb9hxEhiZoykXLHESLWEvwA3HmnijksTbagyhIu2FTtA7wTa",
+	"48HXz7YD9y2dsueF0lKt7+Rqxohgt2aUwAtETmDVuWI3XBaa5HTKSJcbNtfEzKix+2B211NJxswsGBPw",
+	"jiZzecOIkESaGVOEJkpqTSgOMJaFSKla9to2jbN32hB3cHTctrGXfM5NwwkZMpfaEDPjmsypWJ6SBTcz",
+	"WRjCTURolvXJT9zM4K8QAJouNVnMmGIACPsI9wDnpts2kMEyVtbP58Xcrn4wgENyf5Y74cKwKVO4FSmz",
+	"B7pvT4+3o8Qlg8vUSlw0Pn9o4nJF9XXrnIbq64ed8M4OpXMpNAMq/g1Nv6OGLejS/pVIYZgA3KF5nvGE",
+	"Wtw5/Ku2CPQ+mPRfFJt0Tjr/47DiEIf4VB+eKyUVTrV+seDuk4X9D13QJVnMeIZo5agBUVSQLrKPqRTs",
+	"pCIZJKFzRsY0ufaIOxTBl0B5Up4SId2dLF/lwpEhnUghWGLIVNGEnRJK5hatgwdcD8WCcsNSIgvTg0Gr",
+	"FUwoz1gKP9gTYdr4tTK7615/KDp3kYXqO3z8aaDq1wIXO5tINWdpvwMcU0wynnyyZWhZqITZdXBBqCUQ",
+	"hiGRTCXTcDI0y+QCiVAXWBZCFg8NzoClUYkNNFOMpkvCRMrSHuzJ8qArKV9SNWWfZl8Ti6Nck8xOadGB",
+	"Ij5ppm6YemSBDoSNdM++O399dfF89OLi5fno1dm/j775y9X5pVu3VGOepkx8wpv2SJNCM0XmdAkQTqWD",
+	"fCU9jFImuIfta2leWMb08Zf4WhJdJLMSZ2D6T3us/taMZbpcPd7H5BX/xq/pFRVLd5/1x1/aGflbIQ21",
+	"K1KMJjOWkq7FtjnTGrgusmOezCJirwg3mgCvxSP8UdDCzKTiv7JPcIyvLBKJqaWSCyXFlIwZVRaI8poJ",
+	"v54byjM6ztinwCpDcqk1H2dW8lqQLkgUCiYhcjKJCLtlSWGkgvug2JRrw5QlOULinYmINlIxUlQLt5C9",
+	"80wXtZ+Ln767NNQUel3QAiHKntja3PH7oQXAhE8LxdJh54RMaKbZXQwHKaTlVFPCMs1KUYxIERF2w9Ry",
+	"KOZsPmbKIkaumGbCnJBYU5GO5e2IpzhI7PeHvyhG2Dw3S4ISgCaFMDyzqxsK3DyuT8OrNLkWcpGxdGoB",
+	"Ug3lwYRcLrYrEEWWkUJkTGvYa0a1GYoSuOHYjmv2yWu7D0IdcgxFJ+rkSuZMGc78xXKwsX852WUsZcYo",
+	"8NWSQTQ/ZiLNJUfkWhF8ok4Al83P65u179q9Iv6i8LX2bXUIDUPfhdLbz+EefymHkuO/ssTYoc4Sw2+4",
+	"WZ7fuFuyCiFtRoWGeSyfp6Zz0kllYVdXjiYKiycAsEXzZtMCj2ZEcz6a69poXJhnx511kTz4aucvuK6g",
+	"uH5e1xw5DRNWC/i5wwUoDFRrrg0VZmTYrf3BXotru/KoY6TMRgnNMv9vxXSRGZCQ3T8KYZFYgFZyQzMe",
+	"wtlBIOrcHthJD26osqK2trN7yF/gKvyfZ341V7gY//tVtajyJymz57i28Kd3fmX+x7UffiyXXC3CLf0u",
+	"AoU9azxGUcxHplBCB08D6OdUWdEU4FRo1ob5DnJNjzT72zp9eys1h3vtxOoJs9RiouScPO43okGgO62N",
+	"9jyjRcoeaeJeIjztd5ruWDHG3xqWCXjS+MBunYu8aNKHiX1KLDI9svJqXpiI3DA1pobPyZ8v37zul0MI",
+	"p4c2T7ABtvY5nA7YC5pfwR+oUnQJf6tCJLSFyK0QE3s+7h5tIiaXxXxO1fKDyUkqBWs2mEy4oBlBTCIL",
+	"ak+TieAcg1u/PxWxvGXUesab0LdIEqZ1M/UpSUnL7YGjs2cL0KFpCkhPs7c1CDZ8t3oKrTd05TDxvdrC",
+	"aqtw8K+2FVXnVwdrIy5MGxkKaq83TGmOEtgaEBOa0zHPuP9id0wu2fWImjqGUcMODJ+zpoteKeN7fjiT",
+	"2rRe1Jb7yfMRTVNVR5LqcUbHDPFjy/mvAaECPGDvjFFlxmyf7cyZUTzR22ThV+41i0yFEFxMR96w2oyf",
+	"yoqACCXPeC3kAJuEoVww1Yk6N/OAlf7SRI9L6XfT6gDrnKBsP1pqw+YjLiZy25eX8OqFfXP1ooBFzM1f",
+	"7SdAgPLgGmDSejdect12P+p4v3W/TXchMKg2aAytxtVTQsdW0idSlGI2PO832udDKLmVt+63Ul88GsCU",
+	"KNKA1aUTdcaFXiKwgSOEd7MRK86U4ROaNEquoPiNWpl469XVM3r09FnzI/4r24mJrMDGYQl8Xk4Q1dfY",
+	"CDi3vRZccU/3QBcPrjWMWT3McuimZTnHmD3R2r12yN+x2g1vO7LgY0SHJgbRQj4Dj1ujTiUSmdp/bwHD",
+	"m8LkhTn3b9eY+kY7wC1LnDDtKBLb9kkNVPBRypRqRi54NJKTiWZmR1FFm1QWpm04WZhguBWvHvzuvU0T",
+	"rrQhilmZgKUEvyXjpYGLvy+61xyjgWsWIVauuoTG6mJXYRGcbCM6KkYNC9ymgTF8BbmyTC5YOrKUu82S",
+	"IphZSHVNciVvl6RLRUqkyMCVKHoRQAs+B0NY6VOc0yWaz04Iu6WJIaDnReR/9nUxmfBbsuBZmlCVaiIV",
+	"cTKAfWFh56SCyBzZPTnJpTKkm7IJtcLt8fETMLR8NUDXnb/mgR/m6NmgiZ/T2wt8+ejps3UGwed02iBc",
+	"P/c8mcAL4I+gJOX6Gn8gOTUzMpGK/NsrfUrcKtFr4jjjI03kQhBwt9EMP2tUsTwFXtGTMi1rfluenpCz",
+	"g/8g9OBXMjj4mvTJiBxExHMPB0GSMWOYQqfMlBs74z4ucMsy4eDXVySkYNWBoGdSTiZMsTR0F2nDs8zZ",
+	"UHVgsO9FHpeELLErZTc8YaeETS0iOAyTpIagFtmULKazapJeBMgXkbHiqT2eQoP4tLaZXMkJz1iLBkPT",
+	"kZ1xpKQ0zdqKt5NvZSnvyhfrst4KtRHMkxr3jkbPAIIIwalPyHfnV+SQ5vzw5vFh+WLG7XUzMzbfLoVU",
+	"0hlgVzu5cP7XdlKhpnurH5ne0+1ccrQGq4eSU0XnFilUISKSSXnNUlLkhAvy9uzqe0DwzRjdZo5j4ubD",
+	"dIzmm/v44NmxPeXwssJVFdKsXNcDe09HJf0gw2IweJLYeeBf7AB/4CnJFZvwW/x19U4fNyG+Wa6v7F0h",
+	"0ENomJqD6aC8zkYV7BRM54omEETiDEOa0GxBl5qksofmccsSpWARoeDqnSpZiNS//khbrskF4RBzwXNG",
+	"FoobwwQZL725h5IZoykYsb35aUY1ETCqY7qW2CP7I2NpZmQqfVhLJqfogkHa4sxX6Oa8ZrkBA9m8uCVd",
+	"HjhAZWEyuy3LrpBQ5Upafb7XbC9RcrE/Gnspe6OGhSu+sq+2SAyN9/VbrnNqktlZkrDc2anqd5Vpw+fU",
+	"6u+AZQ3n/+I5efLkydcWQj9ePUccBD6dLcmcZxnXLJECsC3hdpUuvulocPTsYPD0YPD11eAPJ4+fnBwd",
+	"9R8fPfmPmlQUqtVBcNNwmL4/vjsYDtPhMHX/u8L/ndT+Nxz27btP7v7jX5pI+TZPgnestjzWLW4jqjWf",
 	"Cu/tQ9c5NU4SpABrKhLW205zgwXUVxtozatHtOmgW2myRaqMGWc52uomKZcy4Zlhja6Vdt1jBYFkYVx4",
-	"GffXqHs0OCJ8Ug8lAHBtXdnuNq6WoUqms4IcW2ZutBdJMR15za19iIBCzJmhKTW0nYfgly0jVVPXMTeU",
-	"aJ883crccBh+zZrJPdUk1jOylzjeUr6OrCTeyj43IXk1dxMen4FMdyZMkwncSXjNUtdd7HVWOdOjVC7E",
-	"jroiflDkH837Bma9JiS2Gk2LcZBR54lviJcoMhfM42AGkYJSkcUMokt2MEkZZ6XruDVEJfgDcNRAud2w",
-	"HeiZd7Re4MM2evwGxWNWDf9I+wiBxYwJwiHgygrDrNlltabd3kF2BZn4bvZvVF2aHF2o7tR3olgCMXVI",
-	"KEG+8tpNKZlERLAF0wbNjl3qIkgPV1TfjSaa4O417HPVOxzs5vpOhtcAC9B1frtBxd7d9hjooE0q3TXI",
-	"Ju5GrtA8F11kXFgJAZPqTtYbZ3690+F/sH64PiI+a2S/l3AxplwwZw9IKjNFGpFUzqmV7H46/z4ieZtD",
-	"d9VaWcITTZZjKVeM0drIPAdakVPnEcPQEkslmBVEagapTc7+M3H9tj7dmbj+rpzxTFy/c5OeieuLcl77",
-	"mZ/6TFw/97OfievvywW0GJsrTdib3QJLXHDfS9TfQuxaIkTu5mKCkLIWMZXl26NZKBoHWb5ttc0W84Ak",
-	"3euqP6CnhXRzqrUl6lQT/Lz3Ad6X2s4aYeMp36pI3ZTycWoXOc4Y0YJesVFCNSP2TTD85WiZ0MekCGL/",
-	"IuLCX0Z/1VZ98n+5qMdoKMYyXY6MlCMIfASrwGhiVeiIzJmZyXRkf3FMLEIqNgpeqn6oAneHogrd9m8A",
-	"jS9DesMR/E/sJueKhT+IFEPyzIiOcrOMUJcfJZnUMAvYBwTN/OBBqN0o5drCKq1i/WDOeqzfCBncUECw",
-	"3ygI9ouIFy0TFz1d/RKs3ce0VD8NxYybLHyn/FvmTASf0DkbGXplf7NPvQ0iImhfH43ZUiIUoqEIMCkc",
-	"O/yZ3XAwTzp/7ciRmsjb9mrbGwr/q4OdHVQXuRXILGwsRsypWI683SX4yZvXI4iJru19LaK4Qrmcmpn7",
-	"IkC3MikIhoEoxWgoyqmMokJPmNLVOHMq+MTiLoHEiAAY8Hd5XEPh3WXhOzkE8qyir2Jg8UwxHHFdCvG3",
-	"dPU++mhcuIBM5tkuNAEGi/CON9IE8Gf9jg2gH2zonNObkQRv4QiUhAaxHZ6i/S1nimijGJ1X9sWDp+QV",
-	"/67nTJcIiKd/OBh8883To22w2WzLzDUrUrlXmTTXDYhzpqbOJvFAhj5ViBHVbQ5H3qDK/eysoM6I6c7b",
-	"m0sjDC23mo2xSg5SXNK1pBSzYTI2McQSNNItvW0+8rbXKOlZiDTIkGfvXsH1oeTt5V+i0vR8Y1/fO3zy",
-	"NJGZVM0D8jmThRmhkbABCX7kGQQ5k8VMZswbWMlUySIndGIgzN8qb1JMSffi/IVdTIQ7vjh/8eP5y5fk",
-	"kGiSUcNUr09OnRigyIDMGRWaPB4MiIblW8i4+G3iFga/B8CtAFRDu2+eHtUOeNB0wFb94GI6SrnaJbi4",
-	"3WwbOMsf1Ml/d7vE/cMCWsjxz7NlLYcskUWGeWBAqTDNCJm4mJIxF1Qt+82mXW6lmbQlylExmhH7Dghf",
-	"J+Tg8Jt/fY3GgCueZSwl4yXRfGpv/2v7+A/4EPNHkXxWawO5syVgFsZYX8QFjg1GGDejGzsB+YFPCBXL",
-	"fltowoZIh9aohY0hlHzO0lH90/DxHSJZ20IUqhNpClMoMamOhuHKwnDJakFNF+Q5z1iLkTDj4mpkrNzS",
-	"GEisl3P7xiNN8J1G3JrfL5m7C74RzUzB033NzNT+z/DkamkVFUomslBmhj72ZvI79yr+bkphexzWrsFW",
-	"lfvJq/bg+o46loZFHQetTtSBxOiGoKRmBRpeKoO2XBo7bq7tOK3W6QjNquJp1KqtfxMpqnCjQc7KGzPi",
-	"IQnPZcVjlMYGU2HtqqykWEnFiFsvJqdJwQgVesGUc8UvrFKLfLkwTcLFCkBdlrEHQhP0fji/fHkKczQ5",
-	"+FLnlWvEE9B67u8b2+q3fIVjlCFcPkt6K3f0C2vbb7ON4jPZE3DpTN/BMGL34NWHbQGF5eBtwAj0kDXd",
-	"h5ceduf0XlAOsQTUWDlYyXluSLc6axQcE8j0IFRbecaKn4VmkA0ms6EII2sCaujGgkyNbpmKARqpS+w4",
-	"sUNQbYlv12FCD4KkhqJaZ7iWE3d3WIpuZ4/LLjNZKpIysew15adtEZNEa47Cfcz5H3CNEGotGT0bv2y/",
-	"S5uTaSyxs899Jo1FekyhiVoGamEzLVe23FMF5xpU27EYix1sJmFr/pIKAeESIBI5ktv163PKCyLfifur",
-	"xDmMTNR0bjGe2BWvRsjV0Q3oMXJLeAI2bbFsDNn1eNZ+MXGtJ7UlBtvCxXkbhruYU4bFPMKInidPHj/d",
-	"xp5hNY0HwGiGnLEO+srjxm7oPM/gq6smTGnPS1lNhPJxDf6LpvW8qjIqVoyueTHKmUqcQX2XTCiur0ZG",
-	"GppVdohdfLj2s0Kz9E5fZZKmI3o9HR3suLrqgyd3/WLXD+ZsLtXyHiBwH94RCE22ICcH3Mvpu8nxRfli",
-	"OtpCJ5MZS65Ao9+gNQexMQ/CEcAqfrcv2t2r6yFaOw4ZqsgNMQfcZHeUU7hhqLo1jwj5U8w7u9ZTtFbC",
-	"Ze4fHrMlHGZzwEtT3OM2JKqCLZoEYXVX9LiX8Kyr1NBGM1vG21I+K2aD/koyLgxaOdCVkaVM+/C1MnTg",
-	"8eHuoQNuqZduFa3qV5Gnd7xKm0KJvHO2Ot0V72ww3a/tVKlZl3Az7S7Sexr3xfo5yx1tgMVaXpIPdazy",
-	"8zpO3i2Htpipc6B4nZKY1l3+dAweq0YJqRF3PshX3k6BhDQtVwS+gVgbCj5Yp81IheGdO3iMYFKIQ2uC",
-	"74qBdG0NhZnsfYMmSAqpEC6dCD0ohGsCjjXy0+XzvW8irFO34JqRMdXs6VEok8JQnaiDTxph/lbKbB3G",
-	"M96U2YMx/66AnpHyCkpxWeFixwgZnmYNQH8FQ2iMtbEq5pgRcLT222SRsStnudNttDvEKZoupL0KbNte",
-	"59RASR9wP+RWrYXjEdJtH5Ln7eZ2hEOrtW6ThOMteQ1G4pwlu0Dhwr53G3UWVM0bUc+fxJhZhacM7amZ",
-	"v7ZkZwYBM3a20vIHR19NHSGKlfCvjrXpytjFN9PmfK1UwzYgbDWy4JBty3CYtG5wajXAejq6k7kU326b",
-	"vNXNvAveVI7To23uq7shVGvyEMzctpcLN8eW3MKHT9W7a7jgJ88Aa1Kb3jGacuF8Ouvx/FW93xJeq4YT",
-	"Q3l2tzBKjODb7gUqi3ra15uOe/Uodh3YhxAGO/y1ETYW0TbkO9wjoOIebv013xiWMrADtay6wow1y4YT",
-	"PNcu6YoxYzpueW9dd5/v8GrOU73trUbsrMhPfSdw6Rqjm1E6L8v5Qa1DMLuJtVzX4DpxLbNS69xcCGO3",
-	"kNJzP+APOEj597NgtPLHf3sFtZ2gcF9j9LArpTnhLEt1mKhJmJhIe9qka083IuWpQKytjog7T7B0L131",
-	"YagmOCk0MuDdY4gcRRvNZdoIfZcDVubRwnsnQQ47BpL46I67TQ5hvg2RSG8uLkm/39+H5xB7Yf9STBdz",
-	"Ruwymo/cUWDdFNvENDOa0FZk4uCLsJ/fbQs7Ufa2LN3LWhI3ej6oJr7K6LufXl+evzq7AAjUF67dqs1d",
-	"MnSrK7F67iWi+jNZ21jkL2gA5l/b73ezCOYzjHeWwjy12Ort8gM3LcnlQTZIEKnMG12yl2UuOckYRZVq",
-	"YlVqKIJWpk+A5pdLZZrRcbOZ8h7RfmXg3oNYG9uTle9shWyPqrlghkiRsFoKLRYrgcwiqn2cSxeDbSZW",
-	"eXYRNr3+RpWoPtNPgv+tYITOpZiikaOWWwzn586txRvbnBn182xJaOAI1SSTunmILebAj2bzcwheOczv",
-	"mhwcda45WzhNeXX7kixAp9VYrRQDsTLOhCE/s/GFTK6YIUIuXLVa4QIMlcxYZReUgkEOiZJZxtTuNkK3",
-	"zH+D5W0lA7Ua7kGQ0UqAibMA+gvlLuNWf6Nbiy+61yA5K8wjWQ8CylKmvBlVSAhLZApiWJtR/I7JUfWi",
-	"og20I7AC7zKOryfYaK7SnWq8qNzzBoD9CBe81Vjael3YvdKsLTkZaTSrbfEpshWzcLGRf3xh0SOesu2M",
-	"JJ4N7niJNsJizeIblhZbLUoVdZDEWynDis67idvVTH5gX0GkHN/9cOanqeNbdXAwabX4y5XgtaAWRSfq",
-	"+GQNsIX6ohN3W/N5bUD34w/VuO6X74Lhq9U5UrcuO8mstuqKmoIzA8WVRrst0vadIqiqVyOcsBEH+FSc",
-	"txdygerPzTKVfY0aWZYPj9ZbntwlRRxnalsibbeBtYXfnnrRA4Tr7vnry4iUweP/+Pt/QeAR6tXb5W43",
-	"SePyTMrbAeh9meuR2NTQkTPQhxLEeGma5TI5aarHKzVzpVMwUn6hILirJa5wffFV4caGHJZk1iyg5sUo",
-	"kaqtpipotHeJMrhiSrQUTXbq8l1Gk7r5aqzt/ZLqqzvGI9jzgrwqbh4wUGBDSvw9PAab7fNNGLwh8GBz",
-	"/MCEC65nd9xvC2gfonprK7TyGdVsk530XmL89ign1u4OXDOfuOS2ERT933013onfsKdAtq2TDZemEoHv",
-	"ClU3DAntYgjarJhT0RyfHhahXq9gX6iyiHnLIWsz8uu6E9as5pHtEte+rWb0jqWea1OvVnx2ZaBLsDQd",
-	"9SZtlPs+Rccusq9K9HTl8u0/xeg3puTIXsfI5y3h6Y3Kv7ShUy6mIxwuqtx45S+aJYqZUSEU0zK7hjxh",
-	"X6p05BJufKplBoXyEioSlmWYHxom8e6gMq9LDD7jh6dBOTsrIG9W5j9I1a6vImcihU06YAVQgr/A8wCZ",
-	"uPi3jwsL/s3SE3tjPEzx/yN/e9MAZu2FFEbJjIrph0TBhJpwWT651IXDCJi1CUtqWGc9ASX5tYVZttcQ",
-	"ayOJd4j3r9qntftC7SJ20twal7G7dgWSwTbVCodsW+ZFMZ7z9lqqPjv67mFu7sPRks6znQQduJhJobhZ",
-	"Xtj9uZwal21/2S7gg0ROKF9M0X5KuNYFSwk1pLF1TN/3DwSpE1oLVXg8MyYHOu60hnLeLV/Y5fsK5Ct2",
-	"GK9/vDu7uCSnb88tUYmBjPBkbz6dm5h08VJ6JdxV8JPKkH8lh73+UJxdM7XEhJ9CpEyR2BXQjIlgzPly",
-	"Sk0n7Jc0FN3Y2/bfvD17d3r55t3o8s2PZ6/jsg+dFIxMmbBfs9RSUEliLKhlpX+ScoX1tPb9DHswdNyL",
-	"hsINkVI9G0uq0iCBI5HyijPSjcG34it+WhWFi7iHnSJdiqV9MSLUexqGAptgAjXQrm7dvNCuBx9YxGVV",
-	"bbTsmSYXgkjFp1xo0o3fwL9iC7/LcImWjrNsQnxlUkCVeD+2cLZMw/UtwsKQf7548xp6LAE/GXaOybDT",
-	"7/eHnYgMIekef6pqaIzwx9vYZf9zk5XNa3my59r6kDkVdMosSbM4EQSZH3cG/YP+wCGhoDnvHHce9wf9",
-	"x1h5cAb3wkOzKiXfmEZ4AdFsUJwyrepbxuB4iV0PKEQ3dxzQtRONRnJCvCXVfQDGVjoUcUDGYow1mkvF",
-	"yERC+kFoZor9Wz57uTRKneC8Qb9TQKZtDU/harS1PQWII5JyKc7TznHH0uHTqTMhht2Gf3n/MTqM3qfx",
-	"60N2a/11pRfn4WDwYB3Sqo4Gm9oD6ojoEOssIh/hKpoGL1e7HzS4hE8Otn9S60t3G9qcsR2BJlC7xJcl",
-	"cFxgSbpBV0hoQ+D6fFaNCMIWn9DXk+RMcZm6rm3167f/3mvjt8FNrOPhC4ZouI6FTVusXtn3PbE//tFu",
-	"PNb+PQ/FfnS0/aOySeTt7Ub47od9SHKpzUYRHgqJkTEDhgD0LR5P9+I+CcV8VztXB+dfd90NRVczhq3r",
-	"XKn/uAe0UDFnWYdrXVa6DguGXzGWay+pI3nF4r5D4b5mqff7gm8YKeeUcuFYfZnyxVPkfGHddPQFlxUB",
-	"XKkkopjfib2NJH5xdhlHJP7+7OXZ5VkceVOcSJ3xUUOEA07bJ+d2RxjOayeEjrioAGmsgdLFmkIa3Gtc",
-	"FGxtYZa9QxjujBFGVcaZ8rucsSyFlrhTKLke19oCxN5XkVNtQnD5PlDQqTIuU5vjXp+cVp1dRQUACxcf",
-	"C4yf14GdUCGkgUhebOrbhULKXqrg2vJlyHpLh/BmklE+R7KG2W+eRhySOReFYboHAOKoiNr1ZHI6tYqY",
-	"78JYQ4ahkPYIHJ5YbZcmMyjIFeat4mqbOBt4KZ6V/sQPoSpAdb+T6QM2bA6qDt3WVRKrMdyu0bLDB5u6",
-	"3nukgaZdWHiboP/AJ+RRdyaH9oNvt39QNmW2Hxw83v5B2RbXfnD47U4f1HrW3kadJ3hqW0Hmu4HXOTTg",
-	"L6EVHQ5ug28i7wx+JxAG4Ok0qAw0y5jawoz3LcXeiVFUF5fwSTABmUqmsav4mE2sjMsNYSLV/aFwRaGw",
-	"rhqJV6tIxWGlKK6Jc1pjQ9WKfqEWYvpDMRSnYdNwJykiPMpC78xRQ7fuTZwGKRcvaXlFSu3ecGdBmn3Z",
-	"xNUNxzWSReRzSE25AdY5FAHY0AJXGxoThTV5Mjh0mi7U7rMKp8iWZaFbxWiWLQnXxyHrWmvIbl/t2m34",
-	"iksprwJ5KrL+j7//X0KhcYaHB5znUADf9wWYsG4WfoFMdrws270QXeRMXXMtFVYX4Ga9+TsO2NL9nVTK",
-	"9vfnF8/evH599uxy9OLd6TPLdZ94RmEndcGLln8NhcM24FYVylWN7Msjgd9ntNaYxmNuGfPkpBZ3gk28",
-	"46wSZf75WcfggafG3k/NsrAHuaKCdK2EA+2H7WGUJZzAYbtSkYl0Y9fmWDPXU/v/Y37zYXwDCr83cg37",
-	"tyVnYGywZ4Iy4zYuEcTvZqzJHH80+JbEDaUlY1cKoXzkek64ujqefsWKWVWeX7P4hBwNBkMRh1UscZR4",
-	"P+6TN2DjYM4IhaXgMiw31HSLoTwwe451kO55iaOtr9rx31Izg3eb7BTl9mqmCkffOsfQjrzBzb+uzx6t",
-	"gx63mH7iG7MDPj+XaszTlIlPdMc+i4iG0CcU6qxGhPqiZKgr2RuGtcmwOI5wbeHL63BCqCuWaBRjeDlK",
-	"ZPmjJeZwro2WyxivhmV5rt4VcGTFMgoNfJz8Xl29UCsuSyQi8eWCdK1qWC9WbzVendOE9dAeUFVUh7tn",
-	"xyu0I+7lgAq6TvTJKVpGh+JgEA0Gg/LOU8VcSS7SDaU8UFvBSFqrq9XrD8XR4IjE9dK3cUSOBo9JvFb/",
-	"Fh4MSJ1+2N++HYq4oXZy3GYSfQ4075NQjY9ptwrrsbVwbE8/v1KQz0FBTqsb+kj7W1JzPNnfluBscFTG",
-	"0xipnM1fyJTtxMP3qUpmrnZGszsEtDGWnoDMgC+TpDBEz6AfYyVqL0CeWNCl1wOmii3AKDUUpYj//Pzl",
-	"2ejV6b+PvvvL5dlF3ENq5UpeC5AMIbEBiyp6x7ylmU3X8h2j6anbwBd4MW/2DFX1m1kFA0L104ZogMYb",
-	"aff/9TZ+5tuILJkCByddxaZFRhXcQF2VUYe76u6jM/1STeAvVGIa67ahsxrvNdcEyhqx1BtQqFiiMZRr",
-	"3zzvGGQHeB+N9P1+jBLFUJTVLjFTzVIM0JIXoGCNqwZ83mhaCilWXsEOnEBBIvL8/PkbItVQzKhKYRcu",
-	"fVEHZZ09VYCFNPFarMq8uoX+UFx4ODnbgB/JigQu1KWEXp8cHTx2XL8sXx9XhX3dt0PRLYQ9YmgkmwKB",
-	"kZastJGgJrrys+KGfXrCsoth4L40ZZtFoEGROLsxiiZfVYkd1XV7mJ/fROwODfwtinSnv/HcdS20lwHd",
-	"Y4H6HdSZn9OUET7x9bl3Ex8CLG0pyuwbSGwRGnpgI/Z+J9gleMGW4I2rktmGQjOmyYQtmIJG3K4Y7zNc",
-	"yB76+vsNdGjV8nBiCcpQrFEUoBa1GBkXzhBYKlfFmDbh5NMZGu4mmcjEMLOHlvYHEVDgJL7SiX8eOnFK",
-	"QgHmkcYTjJz3xeri9RvlCwi4tzX/jVW8VzEKMQMQWt4m45Ro4lr3UmLYPJeKKpfbP2aap6ycJSKKCViK",
-	"RINx4AqhWWZlEhAVFL9mKchDEMisCiiEUOSZpCnJGPX+L5mlMC7pSgWthXt9Es9lysBkIhNDs7B9DlSA",
-	"r/qVDJ4eHfVaZJD7yRef1Ai5w7uvZMruIIh8IAm5hzziOqZ8pTL/PFQGEN2ZKaqAl7FMlxWlOSE5VeCx",
-	"rVQo0ACsQLJNCgnTaxuDyMpgxgv/5hcZTRYmL7ewWL/V/kPE+oUDEjnBXgbYa7ReMRTt0xM0VleRBo6A",
-	"YhfbtkgBH9WsCqGxN9Pby79ALHciMx3/93/GSi50XBHZbwb//Z+HR70TEluKEXuHr4YSgmUabn8oTtca",
-	"xj/SQTlFmmlpsUqj/ugKayPC7dmDwYhtCFdzKUtkwqD72DOZMn1cFx/tF3FU/e0IZEy6Y5oSu9QIORh4",
-	"McHs3TshR4OjmoUZzdT2929Jo+E5IvF6a7qYdGmtRgaRE4guc4cxoy5iy37SO0EGVW8pGJ80hBXEQVPA",
-	"Rh6F5RJ9NvqX5vGure5Oru+Dh76zjfFSLl4izE74GjL1OUOmyttTOb/bQqQiUkUAYWgJUIuwNE4mV/Vj",
-	"vpjulyGkYQDVqlLoXjk9//lF5yOG9Nnx2+P5ymVUbp57INmTXYSjn6qel6tRCX4RoA1UyUhQpEZf8Tzn",
-	"rkaQpf1yMoFIhQa4VzVGWuPIK2h8zJDwjTAHjghPT1CTiRMpJnxaKJbGpAs+/16lUwWtVEE/mUwehPFD",
-	"SZAyUi7IAKum65PX4Ihx5fc0NIeBQhAh5F2mUavl54wmMxK77MS4rMEM6VFcQ37QFRepHnaOyS/9fv/X",
-	"2xjc5cVYM1MlfOk4Goo4bOMb8En4ty99bf894yaz/4cMvorLzbHjRHyMmqqZSc2GAps2YUhbd+1NOKIZ",
-	"o8qMGTUQ1EzcU5dlBQ1sSwc6Hi0YyyFlVCQMTFeUXHO2gAp2ioFOSjEOQC4Ecb70ZwjLoQDDt6QZ04lV",
-	"wcOyTABACJCMQc+9ptlobvfohafDJ4Oem3FcWNnNCgrBBhIJ23VlolQ1KPryUd6DHywgWZbJGMUa7ZKe",
-	"7HHhBEPhKkuB5NFVrFdmAeAe3Sdo8pciYT7k3H6UcZxZLcnBE6IxCnMoIGM9V/LGyv+gKySZ1J4EoPDW",
-	"qEzb/TgI7pawFMCvOf7m8MkgqicxhVlMT5pqaG5XDgy7MfsA30ateSczGyIBfg7sK6P2UKtAVHcuVUCk",
-	"DG2ZRBuZ68+VX3QBa9iDWPIzV2SLzv0BJzLLLEOyCkmQyphGLqTrmsFF0itUyEWZ7L+vOhfe1gPT6tjy",
-	"I8+y+4Zxuu+adcFPGI0PbVU1SDBBmgemEkIgTqELmvW/YOHxw2Q62D8t47Z9XCNEPDd0mu21h0y9KVXG",
-	"sih/aaWY8msmwGLp+oG7eqruKmHsuC8ANhQN0exyQpjlgnhf0Q+6kruzH2MTTf/3UGiIYvYFycplAd/E",
-	"RB+r/zrGcERe8e/CqHn7Tw/Bk4Zco6r3AMxnhxLu35g/BNlHLigUoykFWzhhuE/OBYkR3TAjShZm3/VU",
-	"pooNBVoLwL9TaePOuYsM0nI7HxlWxvpCIX6fwINpRMgL9cxySR8V6lYxFKvqbBXHvRJl7zN0XVpa6Hkq",
-	"g+YxOh2j5l1S40r8OtkQvn5C1hPdjjGHgAlMXSjDnMGq5ZrDhzlYCyuPVAHrc6ZYtqzlVg5FGWQXO7SP",
-	"++DzUjIj3ZUstcilqEUWFfhvrIexQgAQN+dQtGUcECOlS63wRYBqzalByvFZbUCasd4tTe1oDlKQX6yP",
-	"h+JgUAbwYxUrB5ioTJQuS+hZNrs2pcZbQ81QwNuHT6BvuBNgufJoZuSUQeRTl66NQRJZYNY0GwqPlobM",
-	"ZJZadHxrJ6e4ZO8oYNrsYRzSVKJkdAJbRHEGUE1UIDwaHCGiwSHHnhOxm5yjbB+QDcVcW4SAdICAMSDu",
-	"fcJTqyFALUopWNnwrhy3MiY1+h1fMPMADK4lcNlRL0tPaqLTWtGezQXHWwe3pPDDB1/xG1BuSJFj/Kvv",
-	"Nr7SGtw+tPe1Ru9IF17NZZZV+PrYnlWvLQHdks1VsbIUJB+vCJL3kyM/omARpGt82daqD7YJGaxX7s4Z",
-	"yKPnRBUAtsmZ+0heN1l77POHEjcf3opa77NwX78cjgICKZK6UvpiRpOL8xc/n79+9sPXFJ474+x2BKwq",
-	"ZDYjIBbY/HIRsF4A9L4I6Nrx6yBJuZJYaqrAVxz8CDhoRc52FAQXcMl57KtfIBqGhV4/MDzha5r8g+Fb",
-	"aPXd6OA/C1+8K3q9pVP2EkoY7RAoY19+hkWGPqqoFuyoLSYg3PTnMumFawjLuWAwadeKWKCpOCs7qoDU",
-	"p6D3IjLG2K8tgQT1LDRUlEG4MGsPhev0bfVMjvo3JRPF9MwVyewPRQzV0WK0koZlIsk//vf/IWMpsWKq",
-	"KoQ+CYwHM4omC6yJBJ3rl8z04CMsLwnluLBupAvLd/71ejxBPX4Ao/RdoxdQ2bGLlFdRhsJV+IWUwdjZ",
-	"D3zrZB9QEEBhxG64NtrpnS4JIIjfAN3ZatT4iGvszdg7IU8Gj8G+YAceFZXjbkOAwFmt0OTHc/UH83ym",
-	"IinhThuu49sAjz4x2f/iqPgHu4ZLYGKaSwn4FXveSVk3g2L/mqjsfAymQ7A96lLbw74YdcUu5DH77+2N",
-	"2Og+wPTeOtLfjd0E376mc9a5T1L378Om/8FY8j3TRsnlKo64o/buR25IoVl6UmsIhbzA0r6JVFNZxpW2",
-	"BRB85BMffCoqtcJNP12JuvDc3ojaIjDeBq+pYsCrvR8GKlK4fnvAykGoBoNrjeNVJtGtt3u/7GbXrK+8",
-	"tY9/L8cNm/lKNWrY91wx9htbIRqVoYDpCHx7zi/NlWvsCPIgdK9z/pqE5nTMM24400TTJQHE6m1HQGyQ",
-	"uNFqWMx/Nyjo+gChBnDiWoKDv66SrEFvKCP7v+Ip4OlLZqBcr73BNf4GBTWg7ORWVAM1a4N50D7+vSCa",
-	"b0H1FYsa418N1tKrM/+t6CPzTdgj898P8gB4vuJOHXdkvipcdyHqYVJkETjBCfRATnsVz3S1xIDy1DFs",
-	"xk220Yz3w/nly9+H+c7uZFMuj8yZKHsEfy7j3Ru7CGgItMfFnpmxvUzKvFxWPRNo/Sj339v/ej9oLrHn",
-	"bbMR79QXuooNuzFYo0r4wAYjJelSMqaKEcEWGRcMg/6G0BBak7PXl2fvhp2y8hPMu5ZSU/5qgRuTLs1Q",
-	"1sBZWOrK0mjiEzwtlmIc8VDMqMbCM2hka0rPIV3FoO5OrWakL/rZW0+yAWtgLc/GWdi0kWq7fe0dArX5",
-	"UkDsQU7NrAo9cKfRWbWJtRXDP/xmWxu/j+RtsTt65xD0U5ertHOfOoRoupwrThyHHxj45/GGVyVjvRj2",
-	"1cnzSRkTniChxB6nJ1gnnrj8q6ciQbGZlQOFSLZ0VYL2mQQbmdQr3pZHuhJaKrKlRxkXA8mdlaMteMh3",
-	"edoNld1CXDvpHZnfF8cp3S42MUsPxM/FJ/2JEymgS4BKsZijqzhkhZ92TukXv/++6qO8seWFm20nkh+0",
-	"Zt6R6h8+eboT1f+4p73lpC3v1tJ5DrHegwd1/1PGmN2ZRoUHn0uZbaYkb+GNjwhtO0HbxYLJHySj7Geq",
-	"5gR2G7pzVyGxs2/FLuzuSoCU2RfsTanbH6Wagmln4QEHpu3UOTM45vPQKyaICxU+CTUw56319nHLUZYb",
-	"XRcPDtCHRdA2WmAB8/ncE9XZlB7HlUNxXgj7Tt39sKH8TS11JNb8NxbXj1ZOSKxzlsSW13hPfFzFKPi4",
-	"AjBMu/L/0FLGtWDCHpxYO2fCswwUclHm0GL9BIiRZwtCoUoYBBZARoBieUYT+0kVok6xialViqAhNVrE",
-	"nRvmlNT71NWyNNFKXgYvYBuBnCWQBMFuaGIyqEBsB6VXEOaOTWtx8mNsx4De3Rg0ubjq7mMXC/yd+fiJ",
-	"MIeiC71/oCACVFP04LErxtHxJDTE8rtGAtj6Qft7WEGaGvcKVGOtrGfkHUvZhIsyQ9FuDmHo0sn99cV6",
-	"DYBNZbp5GQRT78jXFinSFPnRpDS+LR7kvj+80mcn+EwtCrZRGULtqU+4vV1CLr5wde7u2tkH+tgtYLCO",
-	"OAIp5FzoVPfkwt7skFR1pfI9XHrrZKguJHjn2kaJ6Z1/6SNii5ujTW7yS3iwKjylVzEMnyuhqOv8AUhS",
-	"t6ob4FrNuC5YvSjgDjX/ZB3WOxVNaq+X1KDnmpVyQrCXsu9zk65bNuO/v3kq2r6Uj6B2O7j8k6vdd683",
-	"9RnSxd0hdiFfHwo1sags/BQFpKRnxaWgM+smhdxva/991dT8dlMrk7jSsuMgndUZr8t6HbViV9Srst5k",
-	"XRZ2WrVal8mCIgUbs7day2um2m3RQ3FXYzRZtUU3SQ8/8ixrrfjUXt+rm5vlqIImplM5AGDoadAgvkqd",
-	"q9syghbzD2zB/kjxoA5QP0InqY1p+r/7TPwSEdoy8E8qhKjarQnfGc4KYP6+uGYAGzXa+xYlc999olp+",
-	"W+jq59Nt/QJIC2XagV7u+7J57eV/riuBJdbsbzHBhugkhiSAoOjf4JjQLIN88l6EpBSX6zUjVQiiJZlQ",
-	"FaGWNpMLMqdi6ZKkmZuKKVa2DCxL5xwOBgMQTO34rl4GLRN8taFLT9GHIqjuBWUKXCXATeTb/uA5UtyS",
-	"je3w4dSD7APQtiVxGkBal6Q+V47x6mbbGiS7578r39mabG8hn9ZLTCJzXK1eSbrrNSp7u9zDlOucmmS2",
-	"wfVemBn00acmsB4RdsOSwkiFpb0I17pwjXqrmmDUVK+5RuCAEkMB/g+DgQyKlsO4tlBy/FcG0poThqw8",
-	"FJif3l7+pXK8d2M9I3sJUoek/BKJRdzzFRSTmdRMeOkOqcrp+c8vRq/OLy7O37wenX8fI0epG2mG4pRo",
-	"lkiREg+q0uBC54zUhLsSOPBoLMvgAU0OB4cuh8m+hAYdeMuJgWWTTO07XZzgcJSkfDJhUOAWRuQgpR0N",
-	"vu0PxbMZS640mdE8t2fglBWpUrB/BQXgVjS+lVOBVKTuk8HjXjQUY0YVU6R7NDjoRThl9+jgMXTB6kWu",
-	"u3tt2127OansmnoRUbLA9KejwVFE7KBQDeSV0/Ed8GDcUGMt263aCZwDhwssjGKXOprwzNL9HhBj35Fg",
-	"KEAonAoJARq6VgdwTpeEpinRcs5O3MK9qWFeaEOgADgqu1iEtewTLgH7aYYFNObQi5aIIsv6JJ4zQ1Nq",
-	"aFxWMblmakwNnwO2KJYz6koCJXIquPYNrGdUz2r77yZUSMETmpE/X7x5fewQv1wkNvWPhkIUzkBS+qOh",
-	"dNxixg0j2FCtbAdrpeJHumI5PI2PXVcn+yZUIFFD4eyYgCu+NnuJtieECvzkmmYFAMZCkqVuaRHAgnCh",
-	"DaNIksZWUI2GIj7oD+LwSXwQu/QxHDFcGMTxrCJ41+JRfygsJYBrky0sk8Uu5Fg/5pgMO1RrPhUsHXbi",
-	"qKwPBDQHkYNCOg/gEboA3ckMxYT7ThFepJwUCtZGM4mdjzWJmTZ8bmneCO5lXAMSL9VFuL5V3V+Izwlu",
-	"3ijlmo4zrM5b4rLl+tXVs4+EHAFtgmqF6/E9Vlo4IHERMKS4rVZvQ+nhoP2ltwifoGDSHKi0euv63toS",
-	"u4J+Qg5F4DWwT3tOovGUIXFsrVGq+d7R0lZndQPHx4uNBxYe3pjZU9PEyBO8jiUZ9jrBQymMuzq/H976",
-	"7eH1mVIX/fSnjuw2SWX+GVhty4viD8kzz7IH9Dqv/Frg416WdpYUChSpX953/LW9tMJU5/iXXy0+ViJl",
-	"wBvL8whsTWWBIz/MLgIkKkKtalxVIM+yECumpHtQGRXq4mVyisXnmLP10DTFvlvAMX0fMlc+D5U3qLPF",
-	"UsjM5L8xVywOzXXYHoRWehzKHm8ziv1IlyRGNI3JuDAY71UrqRn3jiv27Ai+VfdwYHCZx/a/8VB4/fPY",
-	"NRxRbn4yY1naq+o9xXN6E/dJ/O97CIu9ixo7cbXzUCywvMmOU1bZswNGwbdnIo3DzzAhviyB1q0X7ONW",
-	"IQagVSO8oPkxsfTCNUjFnY2ZWTAm3Oaw0ODqgkP9GLqxwoKh6BXKNPY0Q+BBxK4TY2OsLvlHnBkrCcIF",
-	"dpDDcoFdrLL1eEB0bygmsizP5khKMJk3QtjzdYd6TNbPE/q6XFyc+fqG4I7VYDRazFBMs+cVHm3kqrP5",
-	"ephQOtStoyqU6jkRDNWFUHYK4ioHFjpR1Pms6+seClxIz29pteBqnzy3n+pjEsNGjt3UTruIreR5TN4P",
-	"O4gBw05Ehh3747ATDcWww0QiUy6mw86tZeSloPrT5fO9bwBAII2NqWZPXdW5OPzKilb4cNgJuuMBmmBN",
-	"RSukgyyBY6LkGfP0uAEzuSFdSlRQLRwrt15AiQKCmWwa1CEoWIk1HOOXVJs9eHHP6mWwCoea2J0Y5Q0P",
-	"oSnN18Bj33YgMRKAAaMguoeoXA3jz25lJJArEc72jVEiU1YCO7VDY0lKX5pYk258THIupnEPQjXKyASH",
-	"g9RiVJ+cEp3Jhat8aPdl5XiQ9qF6tlveMa6bGzKhWWZv6ow7rMKKg9yVsqAkBjgA5sG1aGpF4cW/iMR4",
-	"UKMxW0r0H1h8KYFcK+ZZXfDeSatDYrP1CmnJB9quVngLYpqRWJUbrnBpFWwiym0OvIcuGHhalqaEtnhi",
-	"6dAOWpjkwIyc2l8u196hjM+5K8nautQ5vWmuDXh08O3R48FRsNSDXZaKrNFy5JOqj78jdrQJAUjXUlOn",
-	"kzkS2Q5YeF5b8A496T9W47loWwntlZSuizO8TNrT4MhSmsjRCdLVDF1nwWcAiZ0qcbtatJ2oM8PSp3YB",
-	"IZ9vkKUaeX5NVsD8WCJdeB9Q1W6IcXhWGzB9HWU6oeywvirL0UPaeldRYvP6mLCo/AvM0ok60OSg82vT",
-	"2dbnaIWew+QGOetDAXX75WovK20zaFr53Kq+R4Ax1FdzjhyhkgrtryAFNVRgd3X165oCn4p6SbeVm+VL",
-	"L6H5gSfe+RuTRMorzkj3B2PyNyJbRuSCztkFN+yPF0bxxETkwmo8DJvmXb686LliRO/OLi5LgctJVT+z",
-	"8YVMrpi3CQF1OzgkM1kojbZmN6E2UFHaV3UFa/TxUFCs5lozUqPIh+af0hUGoSNlleyy86dcWAjyKRe6",
-	"iT1e8Kk4F52PVxvxXDxEbUTQtk5cXUQAF9htP3F1urup03XVuKYG2y0RSsZKLrSVvAJjRP2k17FaFmZz",
-	"scw3hensAtbLGiyTjFHFXERb27Kf2ZdQ8MOVP6rcPzhUfb3Qw2RjiNYlvLHF9gbVE/c0sy9ZtgfisN49",
-	"Fmpr1NUpyeiYQRTlFVv+ESzOJ96Mbi/kXKrW2Cv4tDYfN2yuGyYuKTZVCuMQmn2hIIU1y1hPatWXd5Kv",
-	"7DkLdmNGCQRlefaTK3bNZWHF7Gnr3vCTjcD8mJ5Yix2b4rtw6Z8ntgswN7LEOWg1CCWYxxlDp0YvguoX",
-	"U1bFqW+pEjingk/seFSTv5y+ekm6se9he7nM2TEJYbmk8ywGLf7PF29ek278ftjxA4zsQ1Sl//H3/7Ia",
-	"IqbyBq/Yp+//8ff/ur2Ne31wc8Tv7YUd8TTCK2a/zpnwuvwJif+UquVIFcIZUazQPkS1zt5I0j0cDCpK",
-	"Jqy8koHzyc/Z65NTQeLzlM1zaZhIlns/smVMUAAlXamGovRu9Xka91astCWAUG4K/CF26d5hiX6eiBwN",
-	"vh0K6KQU+ALIOa64HAuqPNd1VP8oDtu7TDjLoBwvNbOToXCx7PgzmvwUm0CxotZSgxZpdmvw4wC9WXHx",
-	"9APBV328At+NAaqfyH1gd35RjOc8qH0YdVbReWs/oYcNuXcToM+zjcikaklUYaXUBoSG+/yQfg4Lp118",
-	"HL+7+owfVuYDMMvSWKqvysOB9lK+c+umyH2QU/Y99duY4feMioRlzfd4iyHJfvSxGy/BwhrQBpedQVAH",
-	"aBcWTlBj1gp/VcrIJ1YEcVn+3CD20kddQpBIWBJRsaq8BRbXoATa1KlrlkKKV6FYVEtCDL/3e2yLyHzg",
-	"Ix189CO9dMf46U5uw5XZp8rwCU3MdnH/tHzzS4S2X90msbPcKzj7vzD4B1nKm1Dd7/PehxA1pvPD/3YN",
-	"fh8cHj1sJv8HNvRfP2mwJ36+MGd/qI+ck/QEa4NzrA1uIe8520KqK4jCishP717uMZ1QMGy6Fqd9DBv0",
-	"tiX4q7eRB6KNur03qi9AHr+Hf0SEmogoRrUUf7qFtqUuZDT2gaGPNESPHpP4PbbhNOzG/CkiBtKP6Zz9",
-	"KRoKrjG3408RNPscFTr9023ci0jsfZDxe28dtDoCdFwVKdqhY/AglQrDhAuaoV7goh3R+eVcr86tCJxn",
-	"RnWfQLtX3+Q15mnsu24V+UnpBc4wfZeW8dZBOnT3m7KXnR0VvZxsIhULCsbb05tKAfm+HEI5MbJAz+Si",
-	"SXGw9w0NnR98VVfVhJqP8wOV/IduDfp5Lp3nqY+0D8mnusHkHAV2VkyAVs4nUgOpu2AzRjMz+20TRf7B",
-	"vfIxy0bBFK2WFCd1uWhYrEG5wRL4kl8zYT/IlRyjNL4PWV8bt/kO3/iYqa/Q4Y7plpbhNMVwfadufPwp",
-	"X0OzBZouT6q4FAh6wctfDodSuNkM9HImhPoJwfbP0KCzGgnbMWIrQe6igHHfa8Fa3tZcD9YCdEcCU6jM",
-	"0g1j8uP9/YPDP/QH/UH/4Pibg8PDzu2vt/8vAAD//w==",
+	"GffXqHs8OCZ8Ug8lAHBtXdnuNq6WoUqms4IcW2ZutBdJMR15za19iIBCzJmhKTW0nYfgly0jVVPXMTeU",
+	"aJ8+28rccBh+w5rJPdUk1jNykDjeUr6OrCTeyj43IXk1dxMen4NMdy5MkwncSXjNUtc+9jqrnOlRKhdi",
+	"R10RPyjyj+Z9A7NeExJbjabFOMio88Q3xEsUmQvmcTCDSEGpyGIG0SU7mKSMs9J13BqiEvwBOGqg3G7Y",
+	"DvTMPa0X+LCNHr9B8ZhVwz/SPkJgMWOCcAi4ssIwa3ZZrWm3e8iuIBPvZ/9G1aXJ0YXqTn0niiUQU4eE",
+	"EuQrr92UkklEBFswbdDs2KUugvRoRfXdaKIJ7l7DPle9w8FubvYyvAZYgK7zuw0q9u62x0AHbVLpbkA2",
+	"cTdyhea56CLjwkoImFR3st448+teh//B+uH6iPiskf1ewcWYcsGcPSCpzBRpRFI5p1ay+/Hi24jkbQ7d",
+	"VWtlCU80WY6lXDFGayPzHGhFTp1HDENLLJVgVhCpGaQ2OfvPxc3b+nTn4uabcsZzcfPOTXoubi7Lee1n",
+	"fupzcfPCz34ubr4tF9BibK40YW92CyxxwX0vUX8LsWuJENnPxQQhZS1iKsu3R7NQNA6yfNtqmy3mAUm6",
+	"11V/QE8L6eZUa0vUqSb4ee8DvC+1nTXCxlO+VZG6KeXjzC5ynDGiBb1mo4RqRuybYPjL0TKhT0gRxP5F",
+	"xIW/jP6qrfrk/3JRj9FQjGW6HBkpRxD4CFaB0cSq0BGZMzOT6cj+4phYhFRsFLxU/VAF7g5FFbrt3wAa",
+	"X4b0hiP4n9htzhULfxAphuSZER3lZhmhLj9KMqlhFrAPCJr5wYNQu1HKtYVVWsX6wZz1WL8RMrihgGC/",
+	"URDsFxEvWiYuerr6JVi7j2mpfhqKGTdZ+E75t8yZCD6hczYy9Nr+Zp96G0RE0L4+GrOlRChEQxFgUjh2",
+	"+DO75WCedP7akSM1kbft1bY3FP5XBzs7qC5yK5BZ2FiMmFOxHHm7S/CTN69HEBNd2/taRHGFcjk1M/dF",
+	"gG5lUhAMA1GK0VCUUxlFhZ4wpatx5lTwicVdAokRATDg7/K4hsK7y8J3cgjkWUVfxcDimWI44roU4m/p",
+	"6n300bhwAZnMs11oAgwW4R1vpAngz/oNG0A/2NA5p7cjCd7CESgJDWI7PEX7W84U0UYxOq/si4+fkVf8",
+	"m54zXSIgnv3h8eCrr54db4PNZltmrlmRyoPKpLluQJwzNXU2iQcy9KlCjKhuczjyBlXuJ2cFdUZMd97e",
+	"XBphaLnVbIxVcpDikq4lpZgNk7GJIZagkW7pbfORt71GSc9CpEGGPH/3Cq4PJW+v/hKVpudb+/rB0dNn",
+	"icykah6Qz5kszAiNhA1I8APPIMiZLGYyY97ASqZKFjmhEwNh/lZ5k2JKupcX39nFRLjjy4vvfrh4+ZIc",
+	"EU0yapjq9cmZEwMUGZA5o0KTJ4MB0bB8CxkXv03cwuD3ALgVgGpo99Wz49oBD5oO2KofXExHKVe7BBe3",
+	"m20DZ/mDOvn3t0vcPyyghRz/NFvWcsgSWWSYBwaUCtOMkImLKRlzQdWy32za5VaaSVuiHBWjGbHvgPB1",
+	"Sh4fffWvr9EYcM2zjKVkvCSaT+3tf20f/wEfYv4oks9qbSB3tgTMwhjri7jEscEI42Z0YycgP/AJoWLZ",
+	"bwtN2BDp0Bq1sDGEks9ZOqp/Gj7eI5K1LUShOpGmMIUSk+poGK4sDJesFtR0QV7wjLUYCTMurkfGyi2N",
+	"gcR6ObdvPNIE32nErfn9krm74BvRzBQ8PdTMTO3/DE+ul1ZRoWQiC2Vm6GNvJr9zr+LvphS2x2HtGmxV",
+	"uZ+8ag+u76hjaVjUcdDqRB1IjG4ISmpWoOGlMmjLpbHj5tqO02qdjtCsKp5Grdr6N5GiCjca5Ky8MSMe",
+	"kvBcVjxGaWwwFdauykqKlVSMuPVicpoUjFChF0w5V/zCKrXIlwvTJFysANRlGXsgNEHv+4url2cwR5OD",
+	"L3VeuUY8Aa3n/r6xrX7LVzhGGcLls6S3cke/sLb9NtsoPpM9AZfO9B6GEbsHrz5sCygsB28DRqCHrOk+",
+	"vPSwO6f3gnKIJaDGysFKznNDutVZo+CYQKYHodrKM1b8LDSDbDCZDUUYWRNQQzcWZGp0y1QM0EhdYsep",
+	"HYJqS3y7DhN6ECQ1FNU6w7WcurvDUnQ7e1x2mclSkZSJZa8pP22LmCRacxTuY87/gGuEUGvJ6Nn4Zftd",
+	"2pxMY4mdfe4zaSzSYwpN1DJQC5tpubLlnio416DajsVY7GAzCVvzl1QICJcAkciR3K5fn1NeEPlO3V8l",
+	"zmFkoqZzi/HErng1Qq6ObkCPkVvCE7Bpi2VjyK7Hs/aLiWs9rS0x2BYuztsw3MWcMizmEUb0PH365Nk2",
+	"9gyraTwARjPkjHXQVx43dkvneQZfXTdhSnteymoilI9r8F80redVlVGxYnTNi1HOVOIM6rtkQnF9PTLS",
+	"0KyyQ+ziw7WfFZqle32VSZqO6M109HjH1VUfPN33i10/mLO5VMt7gMB9uCcQmmxBTg64l9N3k+OL8sV0",
+	"tIVOJjOWXINGv0FrDmJjHoQjgFV8vy/a3avrIVo7DhmqyA0xB9xke8op3DBU3ZpHhPwp5p1d6ylaK+Ey",
+	"9w+P2RIOszngpSnucRsSVcEWTYKw2hc97iU86yo1tNHMlvG2lM+K2aC/kowLg1YOdGVkKdM+fK0MHXhy",
+	"tHvogFvqlVtFq/pV5OmeV2lTKJF3zlanu+KdDab7pZ0qNesSbqbdRXpP475YP2e5ow2wWMtL8qGOVX5e",
+	"x8m75dAWM3UOFK9TEtO6y5+OwWPVKCE14s4H+crbKZCQpuWKwDcQa0PBB+u0GakwvHMHjxFMCnFoTfBd",
+	"MZCuraEwk4Ov0ARJIRXCpROhB4VwTcCxRn68enHwVYR16hZcMzKmmj07DmVSGKoTdfBJI8zfSpmtw3jG",
+	"mzJ7MObfFdAzUl5DKS4rXOwYIcPTrAHor2AIjbE2VsUcMwKO1n6bLDJ25Sx3uo12hzhF04W0V4Ft2+uc",
+	"GijpA+6H3Kq1cDxCuu1D8rzd3I5waLXWbZJwvCWvwUics2QXKFza9+6izoKqeSPq+ZMYM6vwlKE9NfPX",
+	"luzMIGDGzlZa/uDoq6kjRLES/tWxNl0Zu/hm2pyvlWrYBoStRhYcsm0ZDpPWDU6tBlhPR3cyl+LbbZO3",
+	"upl3wZvKcXq8zX21H0K1Jg/BzG17uXRzbMktfPhUvX3DBT95BliT2vSO0ZQL59NZj+ev6v2W8Fo1nBjK",
+	"s/3CKDGCb7sXqCzqaV9vOu7Vo9h1YB9CGOzwl0bYWETbkO9wj4CKe7j113xjWMrADtSy6goz1iwbTvBc",
+	"u6QrxozpuOW9dd19vsOrOU/1trcasbMiP/WdwKVrjG5G6bws5we1DsHsJtZyXYPrxLXMSq1zcyGM3UJK",
+	"L/yA3+Mg5d/Pg9HKH//tFdR2gsJ9jdHDrpTmhLMs1WGiJmFiIu1pk6493YiUpwKxtjoi7jzB0r101Yeh",
+	"muCk0MiAd48hchRtNJdpI/RdDliZRwvvnQY57BhI4qM79pscwnwbIpHeXF6Rfr9/CM8h9sL+pZgu5ozY",
+	"ZTQfuaPAuim2iWlmNKGtyMTBF2E/328LO1H2tizdq1oSN3o+qCa+yui7H19fXbw6vwQI1Beu3arNPhm6",
+	"1ZVYPfcSUf2ZrG0s8hc0APMv7fe7WQTzGcY7S2GeWmz1dvmBm5bk8iAbJIhU5o0u2asyl5xkjKJKNbEq",
+	"NRRBK9MnQPPLpTLN6LjZTHmPaL8ycO9BrI3tycp7WyHbo2oumSFSJKyWQovFSiCziGof59LFYJuJVZ5d",
+	"hE2vv1Elqs/0o+B/KxihcymmaOSo5RbD+blza/HGNmdG/TRbEho4QjXJpG4eYos58KPZ/ByCVw7zfZOD",
+	"o84NZwunKa9uX5IF6LQaq5ViIFbGmTDkJza+lMk1M0TIhatWK1yAoZIZq+yCUjDIIVEyy5ja3Ubolvlv",
+	"sLytZKBWwz0IMloJMHEWQH+h3GXc6m90a/FF9xokZ4V5JOtBQFnKlDejCglhiUxBDGsziu+ZHFUvKtpA",
+	"OwIr8C7j+HqCjeYq3anGi8o9bwDYD3DBW42lrdeF3SvN2pKTkUaz2hafIlsxCxcb+ccXFj3iKdvOSOLZ",
+	"4I6XaCMs1iy+YWmx1aJUUQdJvJUyrOi8m7hdzeQH9hVEyvHdD+d+mjq+VQcHk1aLv1oJXgtqUXSijk/W",
+	"AFuoLzqx35ovagO6H7+vxnW/fBMMX63Okbp12UlmtVVX1BScGSiuNNptkbbvFEFVvRrhhI04wKfior2Q",
+	"C1R/bpap7GvUyLJ8eLTe8mSfFHGcqW2JtN0G1hZ+e+ZFDxCuuxevryJSBo//4+//BYFHqFdvl7vdJI3L",
+	"MylvB6D3Za5HYlNDR85AH0oQ46VplsvkpKker9TMlU7BSPmFguCulrjC9cVXhRsbcliSWbOAmhejRKq2",
+	"mqqg0e4TZXDNlGgpmuzU5X1Gk7r5aqzt/Yrq6z3jEex5QV4VNw8YKLAhJf4eHoPN9vkmDN4QeLA5fmDC",
+	"BdezPffbAtqHqN7aCq18RjXbZCe9lxi/PcqJtbsD18wnLrltBEX/d1+Nd+I37CmQbetkw6WpROC7QtUN",
+	"Q0K7GII2K+ZUNMenh0Wo1yvYF6osYt5yyNqM/Lr2wprVPLJd4tq31YzesdRzberVis+uDHQJlqaj3qSN",
+	"ct+n6MRF9lWJnq5cvv2nGP3KlBzZ6xj5vCU8vVH5lzZ0ysV0hMNFlRuv/EWzRDEzKoRiWmY3kCfsS5WO",
+	"XMKNT7XMoFBeQkXCsgzzQ8Mk3h1U5nWJwWf88DQoZ2cF5M3K/Aep2vVV5EyksEkHrABK8Bd4HiATF//2",
+	"cWHBv1l6am+Mhyn+f+RvbxrArL2QwiiZUTH9kCiYUBMuyyeXunAYAbM2YUkN66wnoCS/tDDL9hpibSRx",
+	"j3j/qn1auy/ULmInza1xGbtrVyAZbFOtcMi2ZV4W4zlvr6Xqs6P3D3NzH46WdJ7tJOjAxUwKxc3y0u7P",
+	"5dS4bPurdgEfJHJC+WKK9lPCtS5YSqghja1j+r5/IEid0FqowuOZMTnQcac1lPNu+cIu31cgX7HDeP3j",
+	"3fnlFTl7e2GJSgxkhCcH8+ncxKSLl9Ir4a6Cn1SG/Cs56vWH4vyGqSUm/BQiZYrEroBmTARjzpdTajph",
+	"v6Sh6Mbetv/m7fm7s6s370ZXb344fx2XfeikYGTKhP2apZaCShJjQS0r/ZOUK6yndehnOICh4140FG6I",
+	"lOrZWFKVBgkciZTXnJFuDL4VX/HTqihcxD3sFOlSLO2LEaHe0zAU2AQTqIF2devmhXY9+MAiLqtqo2XP",
+	"NLkQRCo+5UKTbvwG/hVb+F2FS7R0nGUT4iuTAqrEh7GFs2Uarm8RFob88+Wb19BjCfjJsHNChp1+vz/s",
+	"RGQISff4U1VDY4Q/3sUu+5+brGxey5MD19aHzKmgU2ZJmsWJIMj8pDPoP+4PHBIKmvPOSedJf9B/gpUH",
+	"Z3AvPDSrUvKNaYSXEM0GxSnTqr5lDI6X2PWAQnRzxwFdO9FoJCfEW1LdB2BspUMRB2QsxlijuVSMTCSk",
+	"H4Rmpti/5bOXS6PUKc4b9DsFZNrW8BSuRlvbU4A4IimX4iLtnHQsHT6bOhNi2G345/cfo8PofRq/PmS3",
+	"1l9WenEeDQYP1iGt6miwqT2gjogOsc4i8jGuomnwcrWHQYNL+OTx9k9qfenuQpsztiPQBGqX+LIEjgss",
+	"STfoCgltCFyfz6oRQdjiE/p6kpwpLlPXta1+/Q7fe238LriJdTz8jiEarmNh0xarVw59T+yPf7Qbj7V/",
+	"z0OxHx1v/6hsEnl3txG+h2Efklxqs1GEh0JiZMyAIQB9i8fTg7hPQjHf1c7VwfnXXXdD0dWMYes6V+o/",
+	"7gEtVMxZ1uFal5Wuw4Lh14zl2kvqSF6xuO9QuK9Z6v2+4BtGyjmlXDhWX6Z88RQ5X1g3HX3BZUUAVyqJ",
+	"KOZ3Ym8jib87v4ojEn97/vL86jyOvClOpM74qCHCAaftkwu7IwzntRNCR1xUgDTWQOliTSEN7jUuCra2",
+	"MMveIQx3xgijKuNM+V3OWJZCS9wplFyPa20BYu+ryKk2Ibh8HyjoVBmXqc1xr0/Oqs6uogKAhYuPBcbP",
+	"68BOqBDSQCQvNvXtQiFlL1VwbfkyZL2lQ3gzySifI1nD7DdPI47InIvCMN0DAHFURO16MjmdWkXMd2Gs",
+	"IcNQSHsEDk+stkuTGRTkCvNWcbVNnA28FM9Lf+KHUBWgut/I9AEbNgdVh+7qKonVGO7WaNnRg01d7z3S",
+	"QNMuLbxN0H/gE/Kovcmh/eDr7R+UTZntB4+fbP+gbItrPzj6eqcPaj1r76LOUzy1rSDz3cDrHBrwl9CK",
+	"Dge3wTeRdwa/UwgD8HQaVAaaZUxtYcaHlmLvxCiqi0v4JJiATCXT2FV8zCZWxuWGMJHq/lC4olBYV43E",
+	"q1Wk4rBSFNfEOa2xoWpFv1ALMf2hGIqzsGm4kxQRHmWhd+aooVv3Jk6DlIuXtLwipXZvuLMgzb5s4uqG",
+	"4xrJIvI5pKbcAOscigBsaIGrDY2Jwpo8HRw5TRdq91mFU2TLstCtYjTLloTrk5B1rTVkt6927TZ8xaWU",
+	"V4E8FVn/x9//L6HQOMPDA85zKIDv+wJMWDcLv0AmO16W7V6ILnKmbriWCqsLcLPe/B0HbOn+Tipl+9uL",
+	"y+dvXr8+f341+u7d2XPLdZ96RmEndcGLln8NhcM24FYVylWN7Msjgd9ntNaYxmNuGfPkpBZ3gk2847wS",
+	"Zf75WcfggafG3k/NsrAHuaKCdK2EA+2H7WGUJZzAYbtSkYl0Y9fmWDPXU/v/Y37zYXwDCr83cg37tyVn",
+	"YGywZ4Iy4zYuEcTvZqzJHH88+JrEDaUlY1cKoXzkek64ujqefsWKWVWe37D4lBwPBkMRh1UscZT4MO6T",
+	"N2DjYM4IhaXgMiw31HSLoTwwe4F1kO55iaOtr9rx31Izg3eb7BTl9mqmCkffOifQjrzBzb+uzx6vgx63",
+	"mH7iG7MDPr+QaszTlIlPdMc+i4iG0CcU6qxGhPqiZKgr2RuGtcmwOI5wbeHL63BKqCuWaBRjeDlKZPmj",
+	"JeZwro2WyxivhmV5rt4VcGTFMgoNfJz8Xl29UCsuSyQi8eWCdK1qWC9WbzVendOE9dAeUFVUh7tnxyu0",
+	"I+7lgAq6TvTJGVpGh+LxIBoMBuWdp4q5klykG0p5oLaCkbRWV6vXH4rjwTGJ66Vv44gcD56QeK3+LTwY",
+	"kDr9sL99PRRxQ+3kuM0k+gJo3iehGh/TbhXWY2vh2J5+/k5BPgcFOatu6CPtb0nN8WR/W4KzwVEZT2Ok",
+	"cjZ/IVO2Ew8/pCqZudoZze4Q0MZYegoyA75MksIQPYN+jJWovQB5YkGXXg+YKrYAo9RQlCL+i4uX56NX",
+	"Z/8++uYvV+eXcQ+plSt5LUAyhMQGLKroHfOWZjZdy3eMpmduA1/gxbw9MFTVb2YVDAjVTxuiARpvpN3/",
+	"77fxM99GZMkUODjpKjYtMqrgBuqqjDrcVXcfnemXagJ/oRLTWLcNndV4r7kmUNaIpd6AQsUSjaFc++Z5",
+	"JyA7wPtopO/3Y5QohqKsdomZapZigJa8AAVrXDXg80bTUkix8gp24AQKEpEXFy/eEKmGYkZVCrtw6Ys6",
+	"KOvsqQIspInXYlXm1S30h+LSw8nZBvxIViRwoS4l9Prk+PETx/XL8vVxVdjXfTsU3ULYI4ZGsikQGGnJ",
+	"ShsJaqIrPylu2KcnLLsYBu5LU7ZZBBoUifNbo2jyuyqxo7puD/Pzm4jdoYG/RZHu9Feeu66F9jKgeyxQ",
+	"v4M683OaMsInvj73buJDgKUtRZl9A4ktQkMPbMTe7wS7BC/YErxxVTLbUGjGNJmwBVPQiNsV432OCzlA",
+	"X3+/gQ6tWh5OLUEZijWKAtSiFiPjwhkCS+WqGNMmnHw6Q8N+kolMDDMHaGl/EAEFTuJ3OvHPQyfOSCjA",
+	"PNJ4gpHzvlhdvH6jfAEB97bmv7KK9ypGIWYAQsvbZJwSTVzrXkoMm+dSUeVy+8dM85SVs0REMQFLkWgw",
+	"DlwhNMusTAKiguI3LAV5CAKZVQGFEIo8kzQlGaPe/yWzFMYlXamgtXCvT+K5TBmYTGRiaBa2z4EK8FW/",
+	"ksGz4+NeiwxyP/nikxohd3j3lUzZHoLIB5KQe8gjrmPK71Tmn4fKAKI7M0UV8DKW6bKiNKckpwo8tpUK",
+	"BRqAFUi2SSFhem1jEFkZzHjp3/wio8nC5OUWFuu32n+IWL9wQCIn2MsAe43WK4aifXqCxuoq0sARUOxi",
+	"2xYp4KOaVSE09mZ6e/UXiOVOZKbj//7PWMmFjisi+9Xgv//z6Lh3SmJLMWLv8NVQQrBMw+0Pxdlaw/hH",
+	"OiinSDMtLVZp1B9dYW1EuAN7MBixDeFqLmWJTBh0H3suU6ZP6uKj/SKOqr8dgYxJd0xTYpcaIQcDLyaY",
+	"vXun5HhwXLMwo5na/v41aTQ8RyReb00Xky6t1cggcgLRZe4wZtRFbNlPeqfIoOotBePThrCCOGgK2Mij",
+	"sFyiz0b/0jzetdXt5fp+/NB3tjFeysVLhNkJv4dMfc6QqfL2VM7vthCpiFQRQBhaAtQiLI2TyVX9mC+m",
+	"h2UIaRhAtaoUulfOLn76rvMRQ/rs+O3xfOUyKjfPPZDs6S7C0Y9Vz8vVqAS/CNAGqmQkKFKjr3mec1cj",
+	"yNJ+OZlApEID3KsaI61x5BU0PmZI+EaYA0eEp6eoycSJFBM+LRRLY9IFn3+v0qmCVqqgn0wmD8L4oSRI",
+	"GSkXZIBV0/XJa3DEuPJ7GprDQCGIEPIu06jV8nNOkxmJXXZiXNZghvQoriE/6JqLVA87J+Tnfr//y10M",
+	"7vJirJmpEr50HA1FHLbxDfgk/NuXvrb/nnGT2f9DBl/F5ebYcSI+QU3VzKRmQ4FNmzCkrbv2JhzRjFFl",
+	"xowaCGom7qnLsoIGtqUDHY8WjOWQMioSBqYrSm44W0AFO8VAJ6UYByAXgjhf+nOE5VCA4VvSjOnEquBh",
+	"WSYAIARIxqDn3tBsNLd79MLT0dNBz804LqzsZgWFYAOJhO26MlGqGhR9+SjvwQ8WkCzLZIxijXZJT/a4",
+	"cIKhcJWlQPLoKtYrswBwj+4TNPlLkTAfcm4/yjjOrJbk8VOiMQpzKCBjPVfy1sr/oCskmdSeBKDw1qhM",
+	"2/04CO6WsBTArzn+5ujpIKonMYVZTE+bamhuVw4MuzWHAN9GrXknMxsiAX4O7Cuj9lCrQFR3LlVApAxt",
+	"mUQbmevPlV90CWs4gFjyc1dki879AScyyyxDsgpJkMqYRi6k64bBRdIrVMhFmRy+rzoX3tUD0+rY8gPP",
+	"svuGcbrvmnXBTxiND21VNUgwQZoHphJCIE6hC5r1v2Dh8cNkOtg/LeO2fVwjRDw3dJrttYdMvSlVxrIo",
+	"f2mlmPIbJsBi6fqBu3qq7iph7LgvADYUDdHsckKY5YJ4X9EPupK7cxhjE03/91BoiGL2BcnKZQHfxEQf",
+	"q/86xnBMXvFvwqh5+08PwdOGXKOq9wDMZ4cS7t+YPwTZRy4oFKMpBVs4YbhPLgSJEd0wI0oW5tD1VKaK",
+	"DQVaC8C/U2njzrmLDNJyOx8ZVsb6QiF+n8CDaUTIC/XMckkfFepWMRSr6mwVx70SZe8zdF1aWuh5KoPm",
+	"MTodo+ZdUuNK/DrZEL5+StYT3U4wh4AJTF0ow5zBquWaw4c5WAsrj1QB63OmWLas5VYORRlkFzu0j/vg",
+	"81IyI92VLLXIpahFFhX4r6yHsUIAEDfnULRlHBAjpUut8EWAas2pQcrxWW1AmrHeLU3taA5SkF+sT4bi",
+	"8aAM4McqVg4wUZkoXZbQs2x2bUqNt4aaoYC3j55C33AnwHLl0czIKYPIpy5dG4MkssCsaTYUHi0Nmcks",
+	"tej41k5OccneUcC0OcA4pKlEyegUtojiDKCaqEB4PDhGRINDjj0nYrc5R9k+IBuKubYIAekAAWNA3PuE",
+	"p1ZDgFqUUrCy4V05bmVMavQ7fsfMAzC4lsBlR70sPamJTmtFezYXHG8d3JLCDx98xW9AuSFFjvGvvtv4",
+	"Smtw+9De1xq9I114NZdZVuHrE3tWvbYEdEs2V8XKUpB8siJI3k+O/IiCRZCu8WVbqz7YJmSwXrk7ZyCP",
+	"nhNVANgmZx4ied1k7bHPH0rcfHgrar3Pwn39cjgKCKRI6krpixlNLi++++ni9fPvf0/h2RtntyNgVSGz",
+	"GQGxwOaXi4D1AqD3RUDXjl8HScqVxFJTBX7HwY+Ag1bkbEdBcAGXnMe++gWiYVjo9QPDE35Pk38wfAut",
+	"vhsd/Ofhi/ui11s6ZS+hhNEOgTL25edYZOijimrBjtpiAsJNfy6TXriGsJwLBpN2rYgFmoqzsqMKSH0K",
+	"ei8iY4z92hJIUM9CQ0UZhAuz9lC4Tt9Wz+Sof1MyUUzPXJHM/lDEUB0tRitpWCaS/ON//x8ylhIrpqpC",
+	"6NPAeDCjaLLAmkjQuX7JTA8+wvKSUI4L60a6sHznX6/HE9TjBzBK3zV6AZUdu0h5FWUoXIVfSBmMnf3A",
+	"t072AQUBFEbslmujnd7pkgCC+A3Qna1GjY+4xt6MvVPydPAE7At24FFROe42BAic1wpNfjxXfzDPZyqS",
+	"Eu604Tq+DfDoE5P9L46Kf7BruAQmprmUgF+x552WdTMo9q+Jys7HYDoE26MutT3si1FX7EIec/je3oiN",
+	"7gNM760j/X7sJvj2NZ2zzn2Sun8bNv0PxpJvmTZKLldxxB21dz9yQwrN0tNaQyjkBZb2TaSayjKutC2A",
+	"4COf+OBTUakVbvrpStSF5/ZG1BaB8TZ4TRUDXu39MFCRwvXbA1YOQjUYXGscrzKJbr3dh2U3u2Z95a19",
+	"/Fs5btjM71Sjhn0vFGO/shWiURkKmI7At+f80ly5xo4gD0L3OuevSWhOxzzjhjNNNF0SQKzedgTEBokb",
+	"rYbF/DeDgq4PEGoAp64lOPjrKska9IYysv93PAU8fckMlOu1N7jG36CgBpSd3IpqoGZtMA/ax78VRPMt",
+	"qH7Hosb4V4O19OrMfyv6yHwT9sj8t4M8AJ7fcaeOOzJfFa67EPUwKbIInOAEeiCnvYpnulpiQHnqGDbj",
+	"Jttoxvv+4urlb8N8Z3eyKZdH5kyUPYI/l/HujV0ENAQ64OLAzNhBJmVeLqueCbR+lIfv7X+9HzSX2PO2",
+	"2Yh35gtdxYbdGqxRJXxgg5GSdCkZU8WIYIuMC4ZBf0NoCK3J+eur83fDTln5CeZdS6kpf7XAjUmXZihr",
+	"4CwsdWVpNPEJnhZLMY54KGZUY+EZNLI1peeQrmJQd6dWM9IX/eytJ9mANbCWZ+MsbNpItd2+9g6B2nwp",
+	"IPYgp2ZWhR640+is2sTaiuEffbWtjd9H8rbYHb1zCPqpy1Xauc8cQjRdzhUnjsMPDPzzeMOrkrFeDPvd",
+	"yfNJGROeIKHEHqcnWKeeuPyrpyJBsZmVA4VItnRVgvaZBBuZ1Cvelke6EloqsqVHGRcDyZ2Voy14yHd5",
+	"2g2V3UJcO+kdmd8XxyndLjYxSw/Ez8Un/YkTKaBLgEqxmKOrOGSFn3ZO6Rd/+L7qo7yx5YWbbSeSH7Rm",
+	"3pHqHz19thPV/7inveWkLe/W0nkOsd6DB3X/U8aY7U2jwoPPpcw2U5K38MZHhLadoO1iweQPklH2E1Vz",
+	"ArsN3bmrkNjZt2IXtr8SIGX2BXtT6vZHqaZg2ll4wIFpO3XODI75PPSaCeJChU9DDcx5a7193HKU5UbX",
+	"xYMD9GERtI0WWMB8PvdEdTalx3HlUJwXwr5Tdz9sKH9TSx2JNf+VxfWjlRMS65wlseU13hMfVzEKPq4A",
+	"DNOu/D+0lHEtmLAHJ9bOmfAsA4VclDm0WD8BYuTZglCoEgaBBZARoFie0cR+UoWoU2xiapUiaEiNFnHn",
+	"hjkj9T51tSxNtJKXwQvYRiBnCSRBsFuamAwqENtB6TWEuWPTWpz8BNsxoHc3Bk0urrr72MUCf2c+fiLM",
+	"oehC7x8oiADVFD147IpxdDwJDbH8rpEAtn7Q/h5WkKbGvQLVWCvrGXnHUjbhosxQtJtDGLp0cn99sV4D",
+	"YFOZbl4GwdQ78rVFijRFfjQpjW+LB7nvD6/02Qk+U4uCbVSGUHvqE25vl5CLL1yd2187+0AfuwUM1hFH",
+	"IIWcC53qnlzYmx2Sqq5UvodLb50M1YUE71zbKDG98y99RGxxc7TJTX4JD1aFp/QqhuFzJRR1nT8ASepW",
+	"dQNcqxnXBasXBdyh5p+sw3qnoknt9ZIa9FyzUk4I9lL2fW7Sdctm/Pc3T0Xbl/IR1G4Hl39ytXv/elOf",
+	"IV3cHWIX8vWhUBOLysJPUUBKelZcCjqzblLI/bYO31dNze82tTKJKy07DtJZnfG6rNdRK3ZFvSrrTdZl",
+	"YadVq3WZLChSsDF7q7W8YardFj0U+xqjyaotukl6+IFnWWvFp/b6Xt3cLEcVNDGdygEAQ0+DBvFV6lzd",
+	"lhG0mH9gC/ZHigd1gPoBOkltTNP/zWfil4jQloF/WiFE1W5N+M5wVgDz98U1A9io0d63KJn77hPV8ttC",
+	"Vz+fbusXQFoo0w708tCXzWsv/3NTCSyxZn+LCTZEJzEkAQRF/wYnhGYZ5JP3IiSluFyvGalCEC3JhKoI",
+	"tbSZXJA5FUuXJM3cVEyxsmVgWTrnaDAYgGBqx3f1MmiZ4KsNXXqKPhRBdS8oU+AqAW4i3/YHz5Hilmxs",
+	"hw9nHmQfgLYtidMA0rok9blyjFc329Yg2T3/TfnO1mR7C/m0XmISmeNq9UrSXa9R2dvlHqZc59Qksw2u",
+	"98LMoI8+NYH1iLBblhRGKiztRbjWhWvUW9UEo6Z6zTUCB5QYCvB/GAxkULQcxrWFkuO/MpDWnDBk5aHA",
+	"/PT26i+V470b6xk5SJA6JOWXSCzinq+gmMykZsJLd0hVzi5++m706uLy8uLN69HFtzFylLqRZijOiGaJ",
+	"FCnxoCoNLnTOSE24K4EDj8ayDB7Q5Ghw5HKY7Eto0IG3nBhYNsnUvtPFKQ5HSconEwYFbmFEDlLa8eDr",
+	"/lA8n7HkWpMZzXN7Bk5ZkSoF+1dQAG5F41s5FUhF6j4dPOlFQzFmVDFFuseDx70Ip+weP34CXbB6kevu",
+	"Xtt2125OKrumXkSULDD96XhwHBE7KFQDeeV0fAc8GDfUWMt2q3YC58DhAguj2KWOJjyzdL8HxNh3JBgK",
+	"EAqnQkKAhq7VAZzTJaFpSrScs1O3cG9qmBfaECgAjsouFmEt+4RLwH6aYQGNOfSiJaLIsj6J58zQlBoa",
+	"l1VMbpgaU8PngC2K5Yy6kkCJnAqufQPrGdWz2v67CRVS8IRm5M+Xb16fOMQvF4lN/aOhEIUzkJT+aCgd",
+	"t5hxwwg2VCvbwVqp+JGuWA5P4xPX1cm+CRVI1FA4Oybgiq/NXqLtKaECP7mhWQGAsZBkqVtaBLAgXGjD",
+	"KJKksRVUo6GIH/cHcfgkfhy79DEcMVwYxPGsInjX4lF/KCwlgGuTLSyTxS7kWD/mhAw7VGs+FSwdduKo",
+	"rA8ENAeRg0I6D+ARugDdyQzFhPtOEV6knBQK1kYziZ2PNYmZNnxuad4I7mVcAxIv1UW4vlXdX4jPCW7e",
+	"KOWajjOszlvisuX61dWzj4QcAW2CaoXr8T1WWnhM4iJgSHFbrd6G0sNB+0tvET5FwaQ5UGn11vW9tSV2",
+	"Bf2EHIrAa2Cf9pxE4ylD4thao1TzraOlrc7qBo6PFxsPLDy8MbOnpomRp3gdSzLsdYKHUhh3dX4/vPXb",
+	"w+szpS766c8c2W2SyvwzsNqWF8UfkmeeZQ/odV75e4GPe1naWVIoUKR+ft/x1/bKClOdk59/sfhYiZQB",
+	"byzPI7A1lQWO/DC7CJCoCLWqcVWBPMtCrJiSHkBlVKiLl8kpFp9jztZD0xT7bgHH9H3IXPk8VN6gzhZL",
+	"ITOT/8pcsTg012F7EFrpcb0+cStwfjhhRYyxZRYShB6nt7lGPSnX15DTV2QZuP6wo6BXCmHKjImEnQCP",
+	"wOmuGct9MTG/UE2oVTMz5vsjIbfAKmdkzvxLZEpz0lWMailQGcSFxb1SGFliNzNZCJB3uvG/H+CWDl5K",
+	"beJerahgJqfolITwNeB7ukhmEISdcy1TRsZsCjV5oZEzvjMUdlYrGWBqkS67Ork2+GMIK2DZpLQXKgiO",
+	"U1LO++QMq+JCbVB0CsPOhwJqydodQkl94OLUeF6NnssyiheExLcZxcaxSxIjPYnJuDAYmFerfRr3Tio5",
+	"ynFmq5fjkUBsQ2z/Gw+FNxScuM4wyiEKmbEs7VWFueI5vY37pILvZY3vuyKHKL9ZIcKOU5ZDtANGwbfn",
+	"Io3Dz7ByQVmrrluvrMhNz5kmqhG+o/kJsYTddbLFnY2ZWTAm3OawIuTqgqH3BTbhahr14B2gW0wWs+UJ",
+	"iR1yx6SL1hDohgULldNHGsvaoSE5QE+4OEsrA/ie6+Wd6oUgBBQtJacydhL3guUb4R6ieQZ6/AJ0oZTa",
+	"xC+jdtIQB+6Uoxhrlv4RwYT1KYEtuGPGIpRdrN32ZEB0bygmsiz65xhVMJk3bVlkdBh4QtaRD7oFXV6e",
+	"+6qZQFw0mCIXMxT+LXKFeBi5mn++yioUpHXrqMrvevkGhupCggQFJYiDYDZR1EVC1NdtL7BdSM9vabWM",
+	"b5+8sJ/qExLDRk7c1E5nja0+c0LeDzuIrsNORIYd++OwEw3FsMNEIlMupsPOnRUPS/Xnx6sXB18BgEDG",
+	"H1PNnrlahnH4lRXY8eGwE/RcBDzASp0WGUBCxTFRn4l5etJwjbghXUpUUIMe6wFfQuELT8RAyYYyqFgZ",
+	"NH5JtTmAFw+stg+rcPcIe16jFOshNKX5Gnjs2w4kRiKUkHjjvzOpDYAIxq64kbuNpBsrd/dgdxncDtf4",
+	"Ogfah8TwkW67s/UL7zmAX7LHk5VVg2aEK7RvjBKZsvJgU7tgLKrqi2tr0o1PSM7FNO4he/OxNQ7fqcVe",
+	"S/h1Jheeq3EN5chBXw3Z5glCgxsyoVlmSdiMOwzGmpncFWOhJAaYA5bDFWxqpuIVmIjEiBSjMVtK9IBZ",
+	"3CwPtFaOtiImvdNWl9pm+yvC/AOtryvSEWK1kchBgVyUdu0mbtXmgn7okpdnZXFVaOwolg6ZoQlPiKnV",
+	"ci1mZnzOXVHh1qXO6W1zdcvjx18fPxkcB0t9vMtSUWawMuUp0HsSEHjahACkaym3k0ccOW4HLDyvLdgt",
+	"aSxlxqjY2xz+IX3Pom1F4FeSEi/P8TJpT+8jS9UiRydIVzN0/gafASR2qiXvqil3os4Mi/faBYQCUIM2",
+	"0CgM1YQozPAm0gWoAgXvhhiHZ7UB09dRphOS0vVVWekhpNh7ylibl8eExeSfYZJO1IEuHZ1fmo62gd43",
+	"FIkDyt4gJFqRfVkx1XCBG4S8odgu5ZEGIS8irD/t+4LW12RBndKEJHR9+24B9mKV428Bw8tGd8T33neH",
+	"26zLbVUTr4Y1OyETFUaroVjJY00lq+1/SnPdOyUDxI6gJozdL760uuG90PHSp9c3XhO3twZN40NvxN2X",
+	"a2hZ6fBD0yo8oDpdIA3UF56PHEeSCnVqEK0bmkW4FiB1owafinr1yRUS6qvEoaWUJz5OJSaJlNecke73",
+	"xuRvRLaMyCWds0tu2B8vjeKJicglSwrFsL/n1cvLnqub9u788qqU4p2o/hMbX8rkmnnzNbCxx0dkJgul",
+	"0S3mJtQGit/7AtTgODuxqAyFp2v+NNQj0PZQeu0hyq0s6F/aPuTCQpBPudBNctAln4oL0fl4ZVwvxEOU",
+	"cQUrzakr4QrgAhfTJy6kuZ/lr27Fq1ns7JYIJWMlF9qK2IHdtH7S61gtC7O5ru+bwnR2AetVDZZJxqhi",
+	"Lvi2bdnP7UvIjHDljypPNQ5VXy+0W9oYTXoFb2xxE0Ch1wPN7EtWvgG9R+8etrk1QPSMZHTMIOD7mi3/",
+	"CM6xU+/xsxdyLlVrmCh8WpuPGzbXDROXFJsqhSFTzWEbIG43C9NPa4XidxKk7TkLdmtGCcSPevaTK3bD",
+	"ZWH1qWnr3vCTjcD8mEEjFjs2haLi0j9PGCpgbmSJc9AVFarFjzOG/tdeBIV6pqxKqdlS0HROBZ/Y8agm",
+	"fzl79ZJ0Y99u+2qZsxMSwnJJ51kMwt2fL9+8Jt34/bDjBxjZh2if+cff/2vYuXNVB4JX7NP3//j7f93d",
+	"xb0+eGTj9/bCjnga4RWzX+dMeAPRKYn/lKrlSBXCWeasdjZE/d3eSNI9GgwqSiasvJKBn9zP2euTM0Hi",
+	"i5TNc2mYSJYHP7BlTFDTIF2phqJ0xPd5GvdWHEolgFBuCly3duk+tgJd0hE5Hnw9FND0LXBbkgtccTkW",
+	"FKSvGyP8ozjsRDXhLIPK4dTMTofCpd3gzyiYKzaBumqtVVEt0uzWi8wBerOG6ukHgq/6eAW+G2PpP5Gn",
+	"0+78shjPeVCmNeqsovPW1mcPmx3kJsDwjDYik6olUYWVUhsQGu7zQ7pkLZx2ccf+5krJflhFIsAsS2Op",
+	"vi4PBzrh+SbTm5KMQE459NRvYzLycyoSljXf4y0WQ/vRx+4RBwtrQBtcdgbxZ6BdWDhBOWxwh5bZbZ9Y",
+	"EcRl+XODMHEfIA7xbGH1VsWqSjxYB4gS6KipblgK2aiFYlEtXzr83u+xLXj8gY908NGP9Mod46c7uQ1X",
+	"5pAqwyc0MdvF/bPyzS8R2n51m8TOcq8Ql/SFwT8oqLAJ1f0+730IUWPlEfjfrnk6g6Pjhy068iE2+MaT",
+	"BmPk58vI8IfqXeun2MaAYxsDC3nP2RZSXUPAaER+fPfygOmEQrqD68bcxwhnb1uCv3obeSA6I9rbOPte",
+	"CfF7+EdEqIkIekH/dAcdll10e+xj2B9pCHQ/IfF77Bhs2K35U0QMVEqgc/anaCi4xjS0P0XQl3hU6PRP",
+	"d3EvIrF3bMfvvXXQ6gjQHFqk6HCIwVVYKgwTLmiGeoELzEYvp/PnO181cJ4Z1X0Cnal9P+qYp7FvEFjk",
+	"p2VowYqZvVa5oftV2XbTjoquczaRigW9LezpTaUoI4h8bJGeyUWT4mDvGxo6P/iqrqoJNcf5Byr5D93F",
+	"+PNcOs9TH2mfPUR1g8k5CuysGPGknPOrBlJ3wWaMZmb26yaK/L175WNWuIMpWi0pTupygftYLneDJfAl",
+	"v2HCfpArOUZp/BASVDdu8x2+8TGz9KEZJ9ONbQxh+n6gbnz8KV9DXxiaLk+rYCcI+8LLXw6HUrjZDPRy",
+	"JoT6KcFO9dBLuBoJO8di11PuEhZw32txpd7WXI8rBXRHAlOozNINY/KTw8PHR3/oD/qD/uOTrx4fHXXu",
+	"frn7fwEAAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

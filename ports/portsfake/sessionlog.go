@@ -124,6 +124,9 @@ func (l *SessionLog) Bounds(id string) (uint64, uint64) {
 	return m.first, m.first + uint64(len(m.data))
 }
 
+// Lost implements ports.SessionLog: the fake stores everything.
+func (l *SessionLog) Lost(string) uint64 { return 0 }
+
 // End implements ports.SessionLog.
 func (l *SessionLog) End(id string) uint64 {
 	_, end := l.Bounds(id)

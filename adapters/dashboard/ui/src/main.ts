@@ -183,15 +183,44 @@ function Transcript({ events }: { events: any[] }) {
     ${e.cost_usd ? html` <span class="muted">$${Number(e.cost_usd).toFixed(4)}</span>` : ""}</li>`)}</ol>`;
 }
 
+// A piece of a session's log as the Log view shows it: text, or a marker
+// where bytes are missing (dropped by the log's bound, or not stored).
+type LogPiece = { text: string } | { from: number; to: number; reason: string };
+
+// readLog reads a session's log from `from` to its end, a gap at a time:
+// every read stops at a hole, and its headers say what is missing and why.
+async function readLog(id: string, from: number, stopped: () => boolean): Promise<{ pieces: LogPiece[]; lost: number }> {
+  const pieces: LogPiece[] = [];
+  const dec = new TextDecoder();
+  let at = from, lost = 0;
+  for (let i = 0; i < 64 && !stopped(); i++) {
+    const r = await fetch(`/api/v1/sessions/${encodeURIComponent(id)}/output?from=${at}`, { credentials: "same-origin" });
+    if (!r.ok) throw new Error((await r.json().catch(() => ({})))?.error || `HTTP ${r.status}`);
+    const start = Number(r.headers.get("X-Output-Start")), end = Number(r.headers.get("X-Output-End"));
+    lost = Number(r.headers.get("X-Output-Lost") || 0);
+    if (r.headers.get("X-Output-Gap") === "true") pieces.push({ from: at, to: start, reason: r.headers.get("X-Output-Gap-Reason") || "dropped" });
+    const b = new Uint8Array(await r.arrayBuffer());
+    if (b.length > 0) pieces.push({ text: dec.decode(b, { stream: true }) });
+    if (b.length === 0 || end <= at) break;
+    at = end;
+  }
+  return { pieces, lost };
+}
+
 function Log({ id }: { id: string }) {
   const [from, setFrom] = useState(0);
-  const [text, setText] = useState("");
+  const [log, setLog] = useState<{ pieces: LogPiece[]; lost: number; error?: string }>({ pieces: [], lost: 0 });
   useEffect(() => {
-    fetch(`/api/v1/sessions/${encodeURIComponent(id)}/output?from=${from}`, { credentials: "same-origin" })
-      .then((r) => r.text()).then(setText).catch(() => setText("(the server cannot be reached)"));
+    let stop = false;
+    readLog(id, from, () => stop).then((l) => { if (!stop) setLog(l); })
+      .catch((e) => { if (!stop) setLog({ pieces: [], lost: 0, error: e instanceof TypeError ? "(the server cannot be reached)" : String(e.message || e) }); });
+    return () => { stop = true; };
   }, [id, from]);
   return html`<section><h1>Log <code>${id}</code></h1><label>From byte <input type="number" min="0" value=${from} onChange=${(e: any) => setFrom(Number(e.target.value) || 0)} /></label>
-    <pre class="log" data-testid="session-log">${text}</pre></section>`;
+    ${log.lost > 0 ? html`<p class="error" data-testid="output-lost">${log.lost} bytes of this session's output could not be stored (the server's disk was full); each place is marked below.</p>` : ""}
+    ${log.error ? html`<p class="error">${log.error}</p>` : ""}
+    <pre class="log" data-testid="session-log">${log.pieces.map((p) => "text" in p ? p.text :
+      html`<span class=${"gap " + p.reason} data-testid="output-gap">[${p.to - p.from} bytes ${p.reason === "not_stored" ? "not stored: the server's disk was full" : "dropped: older than the log keeps"} (offsets ${p.from}–${p.to})]</span>`)}</pre></section>`;
 }
 
 function Environments() {

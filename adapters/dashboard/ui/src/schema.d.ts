@@ -465,12 +465,19 @@ export interface paths {
         /**
          * Read a session's output from an offset, plain or as a live Server-Sent Events stream.
          * @description Output is an append-only byte log per session, addressed by absolute offsets and
-         *     bounded in size (the oldest bytes are dropped).
+         *     bounded in size (the oldest bytes are dropped). Output that cannot be stored (the
+         *     server's disk is full) is never dropped in silence: its bytes keep their offsets as a
+         *     hole, which every reader meets as a gap (reason `not_stored`), and they are counted
+         *     (`X-Output-Lost`); the server logs one line when such an episode begins and one when
+         *     storing resumes, which it does by itself once there is room. A read stops at a hole,
+         *     so a gap is always at the start of an answer.
          *
          *     Plain (any `Accept` but `text/event-stream`): the body is the raw bytes from `from`
          *     (default: the first byte held), at most `max`. `X-Output-Start` is the offset of the
          *     first returned byte, `X-Output-End` the offset after the last (continue from it), and
-         *     `X-Output-Gap: true` says bytes between `from` and `X-Output-Start` were dropped. At the
+         *     `X-Output-Gap: true` says bytes between `from` and `X-Output-Start` are missing, and
+         *     `X-Output-Gap-Reason` why: `dropped` (older than the log's bound) or `not_stored` (they
+         *     could not be stored). `X-Output-Lost` is the session's bytes not stored so far. At the
          *     end of the log the body is empty; with `follow=true` the request first waits (up to 30 s)
          *     for output or the end of the session.
          *
@@ -480,7 +487,8 @@ export interface paths {
          *     "encoding"}` (`data` is UTF-8 text, or base64 with `"encoding": "base64"` when the bytes
          *     are not valid UTF-8) and `id:` the offset after it (a reconnecting EventSource resumes
          *     there through `Last-Event-ID` when `from` is absent); `event: gap` with `data: {"from",
-         *     "to"}` when bytes were dropped; `event: exited` with `data: {"state", "exit_code",
+         *     "to", "reason", "lost"}` when bytes are missing (`reason` and `lost` as the plain answer's
+         *     `X-Output-Gap-Reason` and `X-Output-Lost`); `event: exited` with `data: {"state", "exit_code",
          *     "end"}`. Comment lines (`: ping`) keep an idle stream alive. A slow reader is paced,
          *     never dropped: when it falls behind the bound it gets a `gap` frame.
          *
@@ -2404,8 +2412,18 @@ export interface operations {
                     "X-Output-Start"?: number;
                     /** @description Offset after the last returned byte; read on from here (plain answers). */
                     "X-Output-End"?: number;
-                    /** @description true when bytes between `from` and `X-Output-Start` were dropped (plain answers). */
+                    /** @description true when bytes between `from` and `X-Output-Start` are missing (plain answers). */
                     "X-Output-Gap"?: "true" | "false";
+                    /**
+                     * @description With `X-Output-Gap: true`, why the bytes are missing: `dropped` (older than the
+                     *     log's bound) or `not_stored` (they could not be stored, e.g. the disk was full).
+                     */
+                    "X-Output-Gap-Reason"?: "dropped" | "not_stored";
+                    /**
+                     * @description How many bytes of the session's output could not be stored so far (the holes
+                     *     a reader meets as `not_stored` gaps); 0 when everything was stored.
+                     */
+                    "X-Output-Lost"?: number;
                     [name: string]: unknown;
                 };
                 content: {
