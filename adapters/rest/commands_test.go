@@ -252,7 +252,7 @@ func TestUnknownCommand(t *testing.T) {
 	} {
 		expect(t, e.call(tc.method, "/api/v1/commands/nope"+tc.path, tc.body), 404, "command_not_found")
 	}
-	expect(t, e.call("GET", "/api/v1/commands/"+strings.Repeat("c", 129), ""), 404, "command_not_found")
+	expect(t, e.call("GET", "/api/v1/commands/"+strings.Repeat("c", 129), ""), 400, "invalid_request") // over the spec's maxLength
 }
 
 func TestGetCommandParameters(t *testing.T) {

@@ -32,7 +32,8 @@ var bodyTypes = map[string]reflect.Type{
 
 // checkBody rejects a body that is too large, not JSON, not one object, or
 // has unknown fields, missing required fields or fields of the wrong type,
-// then hands the bytes on to the generated decoder. The dispatch body is
+// or breaks its schema in openapi.yaml otherwise (lengths, ranges, patterns,
+// nulls), then hands the bytes on to the generated decoder. The dispatch body is
 // checked by its own rules (checkDispatchBody): unknown fields pass there.
 func (s *Server) checkBody(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -46,6 +47,11 @@ func (s *Server) checkBody(next http.Handler) http.Handler {
 			return
 		}
 		b, apiErr := readStrict(r.Body, t)
+		if apiErr == nil {
+			var v any
+			_ = json.Unmarshal(b, &v) // readStrict has read it
+			apiErr = checkSchema(r.Pattern, v)
+		}
 		if apiErr != nil {
 			_ = apiErr.write(w)
 			return

@@ -116,7 +116,7 @@ func TestGetMission(t *testing.T) {
 	}
 
 	expect(t, e.call("GET", "/api/v1/missions/ghost", ""), 404, "mission_not_found")
-	expect(t, e.call("GET", "/api/v1/missions/"+strings.Repeat("m", 257), ""), 404, "mission_not_found")
+	expect(t, e.call("GET", "/api/v1/missions/"+strings.Repeat("m", 257), ""), 400, "invalid_request") // over the spec's maxLength
 
 	// A dispatched mission is found with what dispatch stored.
 	e.dispatchOK("m-d", `{"mission_id":"m-d","objective":"x","metadata":{"b":2,"a":1}}`)
@@ -205,7 +205,7 @@ func TestHITL(t *testing.T) {
 	}
 	expect(t, e.call("POST", "/api/v1/hitl/h-1/respond", `{"text":"yes"}`), 409, "hitl_not_open")
 	expect(t, e.call("POST", "/api/v1/hitl/ghost/respond", `{"text":"yes"}`), 404, "hitl_not_found")
-	expect(t, e.call("POST", "/api/v1/hitl/"+strings.Repeat("h", 129)+"/respond", `{"text":"yes"}`), 404, "hitl_not_found")
+	expect(t, e.call("POST", "/api/v1/hitl/"+strings.Repeat("h", 129)+"/respond", `{"text":"yes"}`), 400, "invalid_request") // over the spec's maxLength
 
 	r = e.call("GET", "/api/v1/hitl", "")
 	r.decode(t, &l)
@@ -250,7 +250,7 @@ func TestKillSession(t *testing.T) {
 	}
 	expect(t, e.call("DELETE", "/api/v1/sessions/"+m.SessionID, ""), 409, "command_ended")
 	expect(t, e.call("DELETE", "/api/v1/sessions/ghost", ""), 404, "session_not_found")
-	expect(t, e.call("DELETE", "/api/v1/sessions/"+strings.Repeat("s", 129), ""), 404, "session_not_found")
+	expect(t, e.call("DELETE", "/api/v1/sessions/"+strings.Repeat("s", 129), ""), 400, "invalid_request") // over the spec's maxLength
 
 	// A command of this API is a session too; it has no mission.
 	c := startSleeping(t, e, `{"command":"sleep"}`)

@@ -143,8 +143,10 @@ func (s *Server) Handler() http.Handler {
 		ResponseErrorHandlerFunc: s.responseError,
 	})
 	restapi.HandlerWithOptions(strict, restapi.StdHTTPServerOptions{
-		BaseRouter:       mux,
-		Middlewares:      []restapi.MiddlewareFunc{s.checkBody, s.rawRoutes},
+		BaseRouter: mux,
+		// The last runs first: the parameters are checked against
+		// openapi.yaml before any handler, raw or generated, sees them.
+		Middlewares:      []restapi.MiddlewareFunc{s.checkBody, s.rawRoutes, s.checkParams},
 		ErrorHandlerFunc: s.paramError,
 	})
 	mux.HandleFunc("GET /openapi.yaml", func(w http.ResponseWriter, r *http.Request) {

@@ -186,7 +186,7 @@ func TestAgents(t *testing.T) {
 		t.Errorf("labels must be an object: %s", r.body)
 	}
 	expect(t, e.call("GET", "/api/v1/agents/ghost", ""), 404, "agent_not_found")
-	expect(t, e.call("GET", "/api/v1/agents/"+strings.Repeat("x", 200), ""), 404, "agent_not_found")
+	expect(t, e.call("GET", "/api/v1/agents/"+strings.Repeat("x", 200), ""), 400, "invalid_request") // over the spec's maxLength
 
 	// Pages: limit and the cursor of the previous page; an agent that
 	// comes between pages moves nobody across a boundary.
@@ -299,7 +299,7 @@ func TestExecPortErrors(t *testing.T) {
 	expect(t, e.call("POST", "/api/v1/agents/ghost/exec", body), 404, "agent_not_found")
 	expect(t, e.call("POST", "/api/v1/agents/off/exec", body), 409, "agent_not_connected")
 	expect(t, e.call("POST", "/api/v1/agents/gone/exec", body), 502, "agent_gone")
-	expect(t, e.call("POST", "/api/v1/agents/"+strings.Repeat("x", 129)+"/exec", body), 404, "agent_not_found")
+	expect(t, e.call("POST", "/api/v1/agents/"+strings.Repeat("x", 129)+"/exec", body), 400, "invalid_request") // over the spec's maxLength
 	expect(t, e.call("POST", "/api/v1/agents/ghost/commands", body), 404, "agent_not_found")
 	expect(t, e.call("POST", "/api/v1/agents/off/commands", body), 409, "agent_not_connected")
 	expect(t, e.call("POST", "/api/v1/agents/gone/commands", body), 502, "agent_gone")

@@ -606,7 +606,7 @@ type Error struct {
 	// environment_not_found, environment_exists, unknown_runtime, runtime_unavailable,
 	// runtime_error, not_supported, too_many_sessions, too_many_commands, file_not_found,
 	// permission_denied, invalid_path, file_too_large, directory_not_empty,
-	// too_many_transfers, invalid_manifest, task_not_found, task_conflict,
+	// too_many_transfers, invalid_manifest, task_not_found, task_conflict, unknown_parameter,
 	// artifact_not_found, pool_not_found, agent_reserved.
 	Code string `json:"code"`
 
@@ -620,8 +620,10 @@ type ExecRequest struct {
 	Cols *int      `json:"cols,omitempty"`
 
 	// Command Program to run, looked up in PATH.
-	Command string             `json:"command"`
-	Env     *map[string]string `json:"env,omitempty"`
+	Command string `json:"command"`
+
+	// Env Variable names are not empty and have neither '=' nor NUL.
+	Env *map[string]string `json:"env,omitempty"`
 
 	// MaxOutputBytes Output kept per stream (default 16 MiB).
 	MaxOutputBytes *int `json:"max_output_bytes,omitempty"`
@@ -1071,7 +1073,7 @@ type TaskList struct {
 	Tasks      []Task  `json:"tasks"`
 }
 
-// TaskSubmitRequest defines model for TaskSubmitRequest.
+// TaskSubmitRequest Exactly one of manifest_yaml and manifest.
 type TaskSubmitRequest struct {
 	Manifest     *map[string]interface{} `json:"manifest,omitempty"`
 	ManifestYaml *string                 `json:"manifest_yaml,omitempty"`
@@ -1147,38 +1149,50 @@ type ListAgentsParams struct {
 
 // DeleteFileParams defines parameters for DeleteFile.
 type DeleteFileParams struct {
-	// Path Absolute, or relative to the directory the agent's commands start in.
+	// Path Absolute, or relative to the directory the agent's commands start in: at most 4096
+	// bytes, no NUL, each component (between slashes) at most 255 bytes, as Linux allows.
+	// 400 `invalid_path` otherwise.
 	Path      FilePath `form:"path" json:"path"`
 	Recursive *bool    `form:"recursive,omitempty" json:"recursive,omitempty"`
 }
 
 // ListFilesParams defines parameters for ListFiles.
 type ListFilesParams struct {
-	// Path Absolute, or relative to the directory the agent's commands start in.
+	// Path Absolute, or relative to the directory the agent's commands start in: at most 4096
+	// bytes, no NUL, each component (between slashes) at most 255 bytes, as Linux allows.
+	// 400 `invalid_path` otherwise.
 	Path FilePath `form:"path" json:"path"`
 }
 
 // ReadArchiveParams defines parameters for ReadArchive.
 type ReadArchiveParams struct {
-	// Path Absolute, or relative to the directory the agent's commands start in.
+	// Path Absolute, or relative to the directory the agent's commands start in: at most 4096
+	// bytes, no NUL, each component (between slashes) at most 255 bytes, as Linux allows.
+	// 400 `invalid_path` otherwise.
 	Path FilePath `form:"path" json:"path"`
 }
 
 // WriteArchiveParams defines parameters for WriteArchive.
 type WriteArchiveParams struct {
-	// Path Absolute, or relative to the directory the agent's commands start in.
+	// Path Absolute, or relative to the directory the agent's commands start in: at most 4096
+	// bytes, no NUL, each component (between slashes) at most 255 bytes, as Linux allows.
+	// 400 `invalid_path` otherwise.
 	Path FilePath `form:"path" json:"path"`
 }
 
 // ReadFileParams defines parameters for ReadFile.
 type ReadFileParams struct {
-	// Path Absolute, or relative to the directory the agent's commands start in.
+	// Path Absolute, or relative to the directory the agent's commands start in: at most 4096
+	// bytes, no NUL, each component (between slashes) at most 255 bytes, as Linux allows.
+	// 400 `invalid_path` otherwise.
 	Path FilePath `form:"path" json:"path"`
 }
 
 // WriteFileParams defines parameters for WriteFile.
 type WriteFileParams struct {
-	// Path Absolute, or relative to the directory the agent's commands start in.
+	// Path Absolute, or relative to the directory the agent's commands start in: at most 4096
+	// bytes, no NUL, each component (between slashes) at most 255 bytes, as Linux allows.
+	// 400 `invalid_path` otherwise.
 	Path FilePath `form:"path" json:"path"`
 
 	// Mode Octal permission bits, e.g. 0644 or 755.
@@ -1282,6 +1296,7 @@ type CreateTaskParams struct {
 
 // TaskEventsParams defines parameters for TaskEvents.
 type TaskEventsParams struct {
+	// LastEventID The id of the last event seen; the stream goes on after it.
 	LastEventID *string `json:"Last-Event-ID,omitempty"`
 }
 
@@ -6657,6 +6672,8 @@ type GetAgentResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Agent
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
 	// JSON404 the response for an HTTP 404 `application/json` response
@@ -6666,6 +6683,11 @@ type GetAgentResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetAgentResponse) GetJSON200() *Agent {
 	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetAgentResponse) GetJSON400() *BadRequest {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -7411,6 +7433,8 @@ type ListAgentSessionsResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *SessionList
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
 }
@@ -7418,6 +7442,11 @@ type ListAgentSessionsResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r ListAgentSessionsResponse) GetJSON200() *SessionList {
 	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ListAgentSessionsResponse) GetJSON400() *BadRequest {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -7549,6 +7578,8 @@ type ReconnectAIWGResponse struct {
 	HTTPResponse *http.Response
 	// JSON202 the response for an HTTP 202 `application/json` response
 	JSON202 *AIWGStatus
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
 	// JSON503 the response for an HTTP 503 `application/json` response
@@ -7558,6 +7589,11 @@ type ReconnectAIWGResponse struct {
 // GetJSON202 returns the response for an HTTP 202 `application/json` response
 func (r ReconnectAIWGResponse) GetJSON202() *AIWGStatus {
 	return r.JSON202
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ReconnectAIWGResponse) GetJSON400() *BadRequest {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -7604,6 +7640,8 @@ type GetAIWGStatusResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *AIWGStatus
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
 }
@@ -7611,6 +7649,11 @@ type GetAIWGStatusResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetAIWGStatusResponse) GetJSON200() *AIWGStatus {
 	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetAIWGStatusResponse) GetJSON400() *BadRequest {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -7700,6 +7743,8 @@ type KillCommandResponse struct {
 	HTTPResponse *http.Response
 	// JSON202 the response for an HTTP 202 `application/json` response
 	JSON202 *CommandStatus
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
 	// JSON404 the response for an HTTP 404 `application/json` response
@@ -7713,6 +7758,11 @@ type KillCommandResponse struct {
 // GetJSON202 returns the response for an HTTP 202 `application/json` response
 func (r KillCommandResponse) GetJSON202() *CommandStatus {
 	return r.JSON202
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r KillCommandResponse) GetJSON400() *BadRequest {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -8202,6 +8252,8 @@ func (r CreateEnvironmentResponse) ContentType() string {
 type DeleteEnvironmentResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
 	// JSON404 the response for an HTTP 404 `application/json` response
@@ -8212,6 +8264,11 @@ type DeleteEnvironmentResponse struct {
 	JSON502 *BadGateway
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *Unavailable
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r DeleteEnvironmentResponse) GetJSON400() *BadRequest {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -8273,6 +8330,8 @@ type GetEnvironmentResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Environment
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
 	// JSON404 the response for an HTTP 404 `application/json` response
@@ -8282,6 +8341,11 @@ type GetEnvironmentResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetEnvironmentResponse) GetJSON200() *Environment {
 	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetEnvironmentResponse) GetJSON400() *BadRequest {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -8328,6 +8392,8 @@ type PauseEnvironmentResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Environment
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
 	// JSON404 the response for an HTTP 404 `application/json` response
@@ -8343,6 +8409,11 @@ type PauseEnvironmentResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r PauseEnvironmentResponse) GetJSON200() *Environment {
 	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r PauseEnvironmentResponse) GetJSON400() *BadRequest {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -8404,6 +8475,8 @@ type ResumeEnvironmentResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Environment
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
 	// JSON404 the response for an HTTP 404 `application/json` response
@@ -8419,6 +8492,11 @@ type ResumeEnvironmentResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r ResumeEnvironmentResponse) GetJSON200() *Environment {
 	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ResumeEnvironmentResponse) GetJSON400() *BadRequest {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -8480,6 +8558,8 @@ type StartEnvironmentResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Environment
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
 	// JSON404 the response for an HTTP 404 `application/json` response
@@ -8495,6 +8575,11 @@ type StartEnvironmentResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r StartEnvironmentResponse) GetJSON200() *Environment {
 	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r StartEnvironmentResponse) GetJSON400() *BadRequest {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -8556,6 +8641,8 @@ type StopEnvironmentResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Environment
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
 	// JSON404 the response for an HTTP 404 `application/json` response
@@ -8571,6 +8658,11 @@ type StopEnvironmentResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r StopEnvironmentResponse) GetJSON200() *Environment {
 	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r StopEnvironmentResponse) GetJSON400() *BadRequest {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -8832,6 +8924,8 @@ type GetMissionResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Mission
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
 	// JSON404 the response for an HTTP 404 `application/json` response
@@ -8843,6 +8937,11 @@ type GetMissionResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetMissionResponse) GetJSON200() *Mission {
 	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetMissionResponse) GetJSON400() *BadRequest {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -8894,6 +8993,8 @@ type ListPoolsResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *PoolList
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
 }
@@ -8901,6 +9002,11 @@ type ListPoolsResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r ListPoolsResponse) GetJSON200() *PoolList {
 	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ListPoolsResponse) GetJSON400() *BadRequest {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -8940,10 +9046,17 @@ func (r ListPoolsResponse) ContentType() string {
 type DeletePoolResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r DeletePoolResponse) GetJSON400() *BadRequest {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -8990,6 +9103,8 @@ type GetPoolResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Pool
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
 	// JSON404 the response for an HTTP 404 `application/json` response
@@ -8999,6 +9114,11 @@ type GetPoolResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetPoolResponse) GetJSON200() *Pool {
 	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetPoolResponse) GetJSON400() *BadRequest {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -9121,6 +9241,8 @@ type ListRuntimesResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *RuntimeList
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
 }
@@ -9128,6 +9250,11 @@ type ListRuntimesResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r ListRuntimesResponse) GetJSON200() *RuntimeList {
 	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ListRuntimesResponse) GetJSON400() *BadRequest {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -9224,6 +9351,8 @@ type KillSessionResponse struct {
 	HTTPResponse *http.Response
 	// JSON202 the response for an HTTP 202 `application/json` response
 	JSON202 *SessionKilled
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
 	// JSON404 the response for an HTTP 404 `application/json` response
@@ -9237,6 +9366,11 @@ type KillSessionResponse struct {
 // GetJSON202 returns the response for an HTTP 202 `application/json` response
 func (r KillSessionResponse) GetJSON202() *SessionKilled {
 	return r.JSON202
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r KillSessionResponse) GetJSON400() *BadRequest {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -9293,6 +9427,8 @@ type GetSessionResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Session
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
 	// JSON404 the response for an HTTP 404 `application/json` response
@@ -9302,6 +9438,11 @@ type GetSessionResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetSessionResponse) GetJSON200() *Session {
 	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetSessionResponse) GetJSON400() *BadRequest {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -9619,6 +9760,13 @@ func (r SignInResponse) ContentType() string {
 type SignOutResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r SignOutResponse) GetJSON400() *BadRequest {
+	return r.JSON400
 }
 
 // GetBody returns the raw response body bytes
@@ -9720,6 +9868,8 @@ type CreateTaskResponse struct {
 	JSON409 *Conflict
 	// JSON413 the response for an HTTP 413 `application/json` response
 	JSON413 *TooLarge
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *Error
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *Unavailable
 }
@@ -9752,6 +9902,11 @@ func (r CreateTaskResponse) GetJSON409() *Conflict {
 // GetJSON413 returns the response for an HTTP 413 `application/json` response
 func (r CreateTaskResponse) GetJSON413() *TooLarge {
 	return r.JSON413
+}
+
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r CreateTaskResponse) GetJSON415() *Error {
+	return r.JSON415
 }
 
 // GetJSON503 returns the response for an HTTP 503 `application/json` response
@@ -9793,6 +9948,8 @@ type CancelTaskResponse struct {
 	HTTPResponse *http.Response
 	// JSON202 the response for an HTTP 202 `application/json` response
 	JSON202 *Task
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
 	// JSON404 the response for an HTTP 404 `application/json` response
@@ -9802,6 +9959,11 @@ type CancelTaskResponse struct {
 // GetJSON202 returns the response for an HTTP 202 `application/json` response
 func (r CancelTaskResponse) GetJSON202() *Task {
 	return r.JSON202
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r CancelTaskResponse) GetJSON400() *BadRequest {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -9848,6 +10010,8 @@ type GetTaskResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Task
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
 	// JSON404 the response for an HTTP 404 `application/json` response
@@ -9857,6 +10021,11 @@ type GetTaskResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetTaskResponse) GetJSON200() *Task {
 	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetTaskResponse) GetJSON400() *BadRequest {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -9903,6 +10072,8 @@ type ListTaskArtifactsResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *ArtifactList
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
 	// JSON404 the response for an HTTP 404 `application/json` response
@@ -9912,6 +10083,11 @@ type ListTaskArtifactsResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r ListTaskArtifactsResponse) GetJSON200() *ArtifactList {
 	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ListTaskArtifactsResponse) GetJSON400() *BadRequest {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -9956,10 +10132,17 @@ func (r ListTaskArtifactsResponse) ContentType() string {
 type GetTaskArtifactResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetTaskArtifactResponse) GetJSON400() *BadRequest {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -10004,10 +10187,17 @@ func (r GetTaskArtifactResponse) ContentType() string {
 type TaskEventsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r TaskEventsResponse) GetJSON400() *BadRequest {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -10054,11 +10244,18 @@ type GetHealthzResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Health
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetHealthzResponse) GetJSON200() *Health {
 	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetHealthzResponse) GetJSON400() *BadRequest {
+	return r.JSON400
 }
 
 // GetBody returns the raw response body bytes
@@ -10095,6 +10292,8 @@ type GetReadyzResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Readiness
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *Readiness
 }
@@ -10102,6 +10301,11 @@ type GetReadyzResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetReadyzResponse) GetJSON200() *Readiness {
 	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetReadyzResponse) GetJSON400() *BadRequest {
+	return r.JSON400
 }
 
 // GetJSON503 returns the response for an HTTP 503 `application/json` response
@@ -11300,6 +11504,13 @@ func ParseGetAgentResponse(rsp *http.Response) (*GetAgentResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -11928,6 +12139,13 @@ func ParseListAgentSessionsResponse(rsp *http.Response) (*ListAgentSessionsRespo
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -12036,6 +12254,13 @@ func ParseReconnectAIWGResponse(rsp *http.Response) (*ReconnectAIWGResponse, err
 		}
 		response.JSON202 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -12075,6 +12300,13 @@ func ParseGetAIWGStatusResponse(rsp *http.Response) (*GetAIWGStatusResponse, err
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized
@@ -12141,6 +12373,13 @@ func ParseKillCommandResponse(rsp *http.Response) (*KillCommandResponse, error) 
 			return nil, err
 		}
 		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized
@@ -12546,6 +12785,13 @@ func ParseDeleteEnvironmentResponse(rsp *http.Response) (*DeleteEnvironmentRespo
 	case rsp.StatusCode == 204:
 		break // No content-type
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -12607,6 +12853,13 @@ func ParseGetEnvironmentResponse(rsp *http.Response) (*GetEnvironmentResponse, e
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -12646,6 +12899,13 @@ func ParsePauseEnvironmentResponse(rsp *http.Response) (*PauseEnvironmentRespons
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized
@@ -12708,6 +12968,13 @@ func ParseResumeEnvironmentResponse(rsp *http.Response) (*ResumeEnvironmentRespo
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -12769,6 +13036,13 @@ func ParseStartEnvironmentResponse(rsp *http.Response) (*StartEnvironmentRespons
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -12829,6 +13103,13 @@ func ParseStopEnvironmentResponse(rsp *http.Response) (*StopEnvironmentResponse,
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized
@@ -13046,6 +13327,13 @@ func ParseGetMissionResponse(rsp *http.Response) (*GetMissionResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -13093,6 +13381,13 @@ func ParseListPoolsResponse(rsp *http.Response) (*ListPoolsResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -13121,6 +13416,13 @@ func ParseDeletePoolResponse(rsp *http.Response) (*DeletePoolResponse, error) {
 	switch {
 	case rsp.StatusCode == 204:
 		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized
@@ -13161,6 +13463,13 @@ func ParseGetPoolResponse(rsp *http.Response) (*GetPoolResponse, error) {
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized
@@ -13263,6 +13572,13 @@ func ParseListRuntimesResponse(rsp *http.Response) (*ListRuntimesResponse, error
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -13336,6 +13652,13 @@ func ParseKillSessionResponse(rsp *http.Response) (*KillSessionResponse, error) 
 		}
 		response.JSON202 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -13389,6 +13712,13 @@ func ParseGetSessionResponse(rsp *http.Response) (*GetSessionResponse, error) {
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized
@@ -13668,6 +13998,19 @@ func ParseSignOutResponse(rsp *http.Response) (*SignOutResponse, error) {
 		HTTPResponse: rsp,
 	}
 
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	}
+
 	return response, nil
 }
 
@@ -13767,6 +14110,13 @@ func ParseCreateTaskResponse(rsp *http.Response) (*CreateTaskResponse, error) {
 		}
 		response.JSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Unavailable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -13799,6 +14149,13 @@ func ParseCancelTaskResponse(rsp *http.Response) (*CancelTaskResponse, error) {
 			return nil, err
 		}
 		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized
@@ -13840,6 +14197,13 @@ func ParseGetTaskResponse(rsp *http.Response) (*GetTaskResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -13880,6 +14244,13 @@ func ParseListTaskArtifactsResponse(rsp *http.Response) (*ListTaskArtifactsRespo
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -13913,6 +14284,13 @@ func ParseGetTaskArtifactResponse(rsp *http.Response) (*GetTaskArtifactResponse,
 	}
 
 	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -13946,6 +14324,13 @@ func ParseTaskEventsResponse(rsp *http.Response) (*TaskEventsResponse, error) {
 	}
 
 	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -13986,6 +14371,13 @@ func ParseGetHealthzResponse(rsp *http.Response) (*GetHealthzResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
 	}
 
 	return response, nil
@@ -14011,6 +14403,13 @@ func ParseGetReadyzResponse(rsp *http.Response) (*GetReadyzResponse, error) {
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Readiness
@@ -16240,6 +16639,20 @@ func (response GetAgent200JSONResponse) VisitGetAgentResponse(w http.ResponseWri
 	return err
 }
 
+type GetAgent400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response GetAgent400JSONResponse) VisitGetAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetAgent401JSONResponse struct{ UnauthorizedJSONResponse }
 
 func (response GetAgent401JSONResponse) VisitGetAgentResponse(w http.ResponseWriter) error {
@@ -17282,6 +17695,20 @@ func (response ListAgentSessions200JSONResponse) VisitListAgentSessionsResponse(
 	return err
 }
 
+type ListAgentSessions400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response ListAgentSessions400JSONResponse) VisitListAgentSessionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListAgentSessions401JSONResponse struct{ UnauthorizedJSONResponse }
 
 func (response ListAgentSessions401JSONResponse) VisitListAgentSessionsResponse(w http.ResponseWriter) error {
@@ -17438,6 +17865,20 @@ func (response ReconnectAIWG202JSONResponse) VisitReconnectAIWGResponse(w http.R
 	return err
 }
 
+type ReconnectAIWG400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response ReconnectAIWG400JSONResponse) VisitReconnectAIWGResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ReconnectAIWG401JSONResponse struct{ UnauthorizedJSONResponse }
 
 func (response ReconnectAIWG401JSONResponse) VisitReconnectAIWGResponse(w http.ResponseWriter) error {
@@ -17483,6 +17924,20 @@ func (response GetAIWGStatus200JSONResponse) VisitGetAIWGStatusResponse(w http.R
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAIWGStatus400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response GetAIWGStatus400JSONResponse) VisitGetAIWGStatusResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -17598,6 +18053,20 @@ func (response KillCommand202JSONResponse) VisitKillCommandResponse(w http.Respo
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(202)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type KillCommand400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response KillCommand400JSONResponse) VisitKillCommandResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -18212,6 +18681,20 @@ func (response DeleteEnvironment204Response) VisitDeleteEnvironmentResponse(w ht
 	return nil
 }
 
+type DeleteEnvironment400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response DeleteEnvironment400JSONResponse) VisitDeleteEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type DeleteEnvironment401JSONResponse struct{ UnauthorizedJSONResponse }
 
 func (response DeleteEnvironment401JSONResponse) VisitDeleteEnvironmentResponse(w http.ResponseWriter) error {
@@ -18304,6 +18787,20 @@ func (response GetEnvironment200JSONResponse) VisitGetEnvironmentResponse(w http
 	return err
 }
 
+type GetEnvironment400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response GetEnvironment400JSONResponse) VisitGetEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetEnvironment401JSONResponse struct{ UnauthorizedJSONResponse }
 
 func (response GetEnvironment401JSONResponse) VisitGetEnvironmentResponse(w http.ResponseWriter) error {
@@ -18350,6 +18847,20 @@ func (response PauseEnvironment200JSONResponse) VisitPauseEnvironmentResponse(w 
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PauseEnvironment400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response PauseEnvironment400JSONResponse) VisitPauseEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -18446,6 +18957,20 @@ func (response ResumeEnvironment200JSONResponse) VisitResumeEnvironmentResponse(
 	return err
 }
 
+type ResumeEnvironment400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response ResumeEnvironment400JSONResponse) VisitResumeEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ResumeEnvironment401JSONResponse struct{ UnauthorizedJSONResponse }
 
 func (response ResumeEnvironment401JSONResponse) VisitResumeEnvironmentResponse(w http.ResponseWriter) error {
@@ -18538,6 +19063,20 @@ func (response StartEnvironment200JSONResponse) VisitStartEnvironmentResponse(w 
 	return err
 }
 
+type StartEnvironment400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response StartEnvironment400JSONResponse) VisitStartEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type StartEnvironment401JSONResponse struct{ UnauthorizedJSONResponse }
 
 func (response StartEnvironment401JSONResponse) VisitStartEnvironmentResponse(w http.ResponseWriter) error {
@@ -18626,6 +19165,20 @@ func (response StopEnvironment200JSONResponse) VisitStopEnvironmentResponse(w ht
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type StopEnvironment400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response StopEnvironment400JSONResponse) VisitStopEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -18943,6 +19496,20 @@ func (response GetMission200JSONResponse) VisitGetMissionResponse(w http.Respons
 	return err
 }
 
+type GetMission400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response GetMission400JSONResponse) VisitGetMissionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetMission401JSONResponse struct{ UnauthorizedJSONResponse }
 
 func (response GetMission401JSONResponse) VisitGetMissionResponse(w http.ResponseWriter) error {
@@ -19006,6 +19573,20 @@ func (response ListPools200JSONResponse) VisitListPoolsResponse(w http.ResponseW
 	return err
 }
 
+type ListPools400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response ListPools400JSONResponse) VisitListPoolsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListPools401JSONResponse struct{ UnauthorizedJSONResponse }
 
 func (response ListPools401JSONResponse) VisitListPoolsResponse(w http.ResponseWriter) error {
@@ -19034,6 +19615,20 @@ type DeletePool204Response struct {
 func (response DeletePool204Response) VisitDeletePoolResponse(w http.ResponseWriter) error {
 	w.WriteHeader(204)
 	return nil
+}
+
+type DeletePool400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response DeletePool400JSONResponse) VisitDeletePoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
 }
 
 type DeletePool401JSONResponse struct{ UnauthorizedJSONResponse }
@@ -19082,6 +19677,20 @@ func (response GetPool200JSONResponse) VisitGetPoolResponse(w http.ResponseWrite
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetPool400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response GetPool400JSONResponse) VisitGetPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19228,6 +19837,20 @@ func (response ListRuntimes200JSONResponse) VisitListRuntimesResponse(w http.Res
 	return err
 }
 
+type ListRuntimes400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response ListRuntimes400JSONResponse) VisitListRuntimesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListRuntimes401JSONResponse struct{ UnauthorizedJSONResponse }
 
 func (response ListRuntimes401JSONResponse) VisitListRuntimesResponse(w http.ResponseWriter) error {
@@ -19314,6 +19937,20 @@ func (response KillSession202JSONResponse) VisitKillSessionResponse(w http.Respo
 	return err
 }
 
+type KillSession400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response KillSession400JSONResponse) VisitKillSessionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type KillSession401JSONResponse struct{ UnauthorizedJSONResponse }
 
 func (response KillSession401JSONResponse) VisitKillSessionResponse(w http.ResponseWriter) error {
@@ -19388,6 +20025,20 @@ func (response GetSession200JSONResponse) VisitGetSessionResponse(w http.Respons
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSession400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response GetSession400JSONResponse) VisitGetSessionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19833,6 +20484,20 @@ func (response SignOut204Response) VisitSignOutResponse(w http.ResponseWriter) e
 	return nil
 }
 
+type SignOut400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response SignOut400JSONResponse) VisitSignOutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListTasksRequestObject struct {
 	Params ListTasksParams
 }
@@ -19977,6 +20642,20 @@ func (response CreateTask413JSONResponse) VisitCreateTaskResponse(w http.Respons
 	return err
 }
 
+type CreateTask415JSONResponse Error
+
+func (response CreateTask415JSONResponse) VisitCreateTaskResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type CreateTask503JSONResponse struct{ UnavailableJSONResponse }
 
 func (response CreateTask503JSONResponse) VisitCreateTaskResponse(w http.ResponseWriter) error {
@@ -20009,6 +20688,20 @@ func (response CancelTask202JSONResponse) VisitCancelTaskResponse(w http.Respons
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(202)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelTask400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response CancelTask400JSONResponse) VisitCancelTaskResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -20063,6 +20756,20 @@ func (response GetTask200JSONResponse) VisitGetTaskResponse(w http.ResponseWrite
 	return err
 }
 
+type GetTask400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response GetTask400JSONResponse) VisitGetTaskResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetTask401JSONResponse struct{ UnauthorizedJSONResponse }
 
 func (response GetTask401JSONResponse) VisitGetTaskResponse(w http.ResponseWriter) error {
@@ -20109,6 +20816,20 @@ func (response ListTaskArtifacts200JSONResponse) VisitListTaskArtifactsResponse(
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTaskArtifacts400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response ListTaskArtifacts400JSONResponse) VisitListTaskArtifactsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -20167,6 +20888,20 @@ func (response GetTaskArtifact200ApplicationoctetStreamResponse) VisitGetTaskArt
 		defer closer.Close()
 	}
 	_, err := io.Copy(w, response.Body)
+	return err
+}
+
+type GetTaskArtifact400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response GetTaskArtifact400JSONResponse) VisitGetTaskArtifactResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
 	return err
 }
 
@@ -20250,6 +20985,20 @@ func (response TaskEvents200TexteventStreamResponse) VisitTaskEventsResponse(w h
 	}
 }
 
+type TaskEvents400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response TaskEvents400JSONResponse) VisitTaskEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type TaskEvents401JSONResponse struct{ UnauthorizedJSONResponse }
 
 func (response TaskEvents401JSONResponse) VisitTaskEventsResponse(w http.ResponseWriter) error {
@@ -20299,6 +21048,20 @@ func (response GetHealthz200JSONResponse) VisitGetHealthzResponse(w http.Respons
 	return err
 }
 
+type GetHealthz400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response GetHealthz400JSONResponse) VisitGetHealthzResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetReadyzRequestObject struct {
 }
 
@@ -20316,6 +21079,20 @@ func (response GetReadyz200JSONResponse) VisitGetReadyzResponse(w http.ResponseW
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetReadyz400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response GetReadyz400JSONResponse) VisitGetReadyzResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -22035,274 +22812,284 @@ func (sh *strictHandler) GetReadyz(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H3rcuM2uuCroLSnqqU9tKx2u3sSu6amnI478aRv1XZOzpwoK0IkJGFMARwAtKx0uWp+7QNsbdV5g/Mi",
-	"503mSbbwfQAJSqQubvdlsvmTtEUSlw8fvvvlfSeR81wKJozunLzv5FTROTNMwV9nUybMxbf2n1x0Tjo5",
-	"NbNO1BF0zjonHWqfjnjaiTqK/a3giqWdE6MKFnV0MmNzar+b09uXTEzNrHPy+OirqDPnovw76phlbkfS",
-	"RnEx7dzdRZ3ncj6nIm2dNMHnDz3tubjhSoo5E+Y1TNQ4Ofxvx2mfPdk+6wuesVcyhelSphPFc8OlnfdN",
-	"YmhGcqbmXGsuBRlzoyPC+tM+GTw7PiZSkT88fdrvRLjOvxVMLauFzu2g4cJyagxT9s3/NfjTz4ODP/zy",
-	"/sndv3TaFvXWbnttUWdjLbPCsMjOrlhGDb9hxEhiZoykXLHESLWEvwA3HmnijksTbagyhIu2FTtA7wTa",
-	"48HXz7YD9y2dsueF0lKt7+Rqxohgt2aUwAtETmDVuWI3XBaa5HTKSJcbNtfEzKix+2B211NJxswsGBPw",
-	"jiZzecOIkESaGVOEJkpqTSgOMJaFSKla9to2jbN32hB3cHTctrGXfM5NwwkZMpfaEDPjmsypWJ6SBTcz",
-	"WRjCTURolvXJT9zM4K8QAJouNVnMmGIACPsI9wDnpts2kMEyVtbP58Xcrn4wgENyf5Y74cKwKVO4FSmz",
-	"B7pvT4+3o8Qlg8vUSlw0Pn9o4nJF9XXrnIbq64ed8M4OpXMpNAMq/g1Nv6OGLejS/pVIYZgA3KF5nvGE",
-	"Wtw5/Ku2CPQ+mPRfFJt0Tjr/47DiEIf4VB+eKyUVTrV+seDuk4X9D13QJVnMeIZo5agBUVSQLrKPqRTs",
-	"pCIZJKFzRsY0ufaIOxTBl0B5Up4SId2dLF/lwpEhnUghWGLIVNGEnRJK5hatgwdcD8WCcsNSIgvTg0Gr",
-	"FUwoz1gKP9gTYdr4tTK7615/KDp3kYXqO3z8aaDq1wIXO5tINWdpvwMcU0wynnyyZWhZqITZdXBBqCUQ",
-	"hiGRTCXTcDI0y+QCiVAXWBZCFg8NzoClUYkNNFOMpkvCRMrSHuzJ8qArKV9SNWWfZl8Ti6Nck8xOadGB",
-	"Ij5ppm6YemSBDoSNdM++O399dfF89OLi5fno1dm/j775y9X5pVu3VGOepkx8wpv2SJNCM0XmdAkQTqWD",
-	"fCU9jFImuIfta2leWMb08Zf4WhJdJLMSZ2D6T3us/taMZbpcPd7H5BX/xq/pFRVLd5/1x1/aGflbIQ21",
-	"K1KMJjOWkq7FtjnTGrgusmOezCJirwg3mgCvxSP8UdDCzKTiv7JPcIyvLBKJqaWSCyXFlIwZVRaI8poJ",
-	"v54byjM6ztinwCpDcqk1H2dW8lqQLkgUCiYhcjKJCLtlSWGkgvug2JRrw5QlOULinYmINlIxUlQLt5C9",
-	"80wXtZ+Ln767NNQUel3QAiHKntja3PH7oQXAhE8LxdJh54RMaKbZXQwHKaTlVFPCMs1KUYxIERF2w9Ry",
-	"KOZsPmbKIkaumGbCnJBYU5GO5e2IpzhI7PeHvyhG2Dw3S4ISgCaFMDyzqxsK3DyuT8OrNLkWcpGxdGoB",
-	"Ug3lwYRcLrYrEEWWkUJkTGvYa0a1GYoSuOHYjmv2yWu7D0IdcgxFJ+rkSuZMGc78xXKwsX852WUsZcYo",
-	"8NWSQTQ/ZiLNJUfkWhF8ok4Al83P65u179q9Iv6i8LX2bXUIDUPfhdLbz+EefymHkuO/ssTYoc4Sw2+4",
-	"WZ7fuFuyCiFtRoWGeSyfp6Zz0kllYVdXjiYKiycAsEXzZtMCj2ZEcz6a69poXJhnx511kTz4aucvuK6g",
-	"uH5e1xw5DRNWC/i5wwUoDFRrrg0VZmTYrf3BXotru/KoY6TMRgnNMv9vxXSRGZCQ3T8KYZFYgFZyQzMe",
-	"wtlBIOrcHthJD26osqK2trN7yF/gKvyfZ341V7gY//tVtajyJymz57i28Kd3fmX+x7UffiyXXC3CLf0u",
-	"AoU9azxGUcxHplBCB08D6OdUWdEU4FRo1ob5DnJNjzT72zp9eys1h3vtxOoJs9RiouScPO43okGgO62N",
-	"9jyjRcoeaeJeIjztd5ruWDHG3xqWCXjS+MBunYu8aNKHiX1KLDI9svJqXpiI3DA1pobPyZ8v37zul0MI",
-	"p4c2T7ABtvY5nA7YC5pfwR+oUnQJf6tCJLSFyK0QE3s+7h5tIiaXxXxO1fKDyUkqBWs2mEy4oBlBTCIL",
-	"ak+TieAcg1u/PxWxvGXUesab0LdIEqZ1M/UpSUnL7YGjs2cL0KFpCkhPs7c1CDZ8t3oKrTd05TDxvdrC",
-	"aqtw8K+2FVXnVwdrIy5MGxkKaq83TGmOEtgaEBOa0zHPuP9id0wu2fWImjqGUcMODJ+zpoteKeN7fjiT",
-	"2rRe1Jb7yfMRTVNVR5LqcUbHDPFjy/mvAaECPGDvjFFlxmyf7cyZUTzR22ThV+41i0yFEFxMR96w2oyf",
-	"yoqACCXPeC3kAJuEoVww1Yk6N/OAlf7SRI9L6XfT6gDrnKBsP1pqw+YjLiZy25eX8OqFfXP1ooBFzM1f",
-	"7SdAgPLgGmDSejdect12P+p4v3W/TXchMKg2aAytxtVTQsdW0idSlGI2PO832udDKLmVt+63Ul88GsCU",
-	"KNKA1aUTdcaFXiKwgSOEd7MRK86U4ROaNEquoPiNWpl469XVM3r09FnzI/4r24mJrMDGYQl8Xk4Q1dfY",
-	"CDi3vRZccU/3QBcPrjWMWT3McuimZTnHmD3R2r12yN+x2g1vO7LgY0SHJgbRQj4Dj1ujTiUSmdp/bwHD",
-	"m8LkhTn3b9eY+kY7wC1LnDDtKBLb9kkNVPBRypRqRi54NJKTiWZmR1FFm1QWpm04WZhguBWvHvzuvU0T",
-	"rrQhilmZgKUEvyXjpYGLvy+61xyjgWsWIVauuoTG6mJXYRGcbCM6KkYNC9ymgTF8BbmyTC5YOrKUu82S",
-	"IphZSHVNciVvl6RLRUqkyMCVKHoRQAs+B0NY6VOc0yWaz04Iu6WJIaDnReR/9nUxmfBbsuBZmlCVaiIV",
-	"cTKAfWFh56SCyBzZPTnJpTKkm7IJtcLt8fETMLR8NUDXnb/mgR/m6NmgiZ/T2wt8+ejps3UGwed02iBc",
-	"P/c8mcAL4I+gJOX6Gn8gOTUzMpGK/NsrfUrcKtFr4jjjI03kQhBwt9EMP2tUsTwFXtGTMi1rfluenpCz",
-	"g/8g9OBXMjj4mvTJiBxExHMPB0GSMWOYQqfMlBs74z4ucMsy4eDXVySkYNWBoGdSTiZMsTR0F2nDs8zZ",
-	"UHVgsO9FHpeELLErZTc8YaeETS0iOAyTpIagFtmULKazapJeBMgXkbHiqT2eQoP4tLaZXMkJz1iLBkPT",
-	"kZ1xpKQ0zdqKt5NvZSnvyhfrst4KtRHMkxr3jkbPAIIIwalPyHfnV+SQ5vzw5vFh+WLG7XUzMzbfLoVU",
-	"0hlgVzu5cP7XdlKhpnurH5ne0+1ccrQGq4eSU0XnFilUISKSSXnNUlLkhAvy9uzqe0DwzRjdZo5j4ubD",
-	"dIzmm/v44NmxPeXwssJVFdKsXNcDe09HJf0gw2IweJLYeeBf7AB/4CnJFZvwW/x19U4fNyG+Wa6v7F0h",
-	"0ENomJqD6aC8zkYV7BRM54omEETiDEOa0GxBl5qksofmccsSpWARoeDqnSpZiNS//khbrskF4RBzwXNG",
-	"FoobwwQZL725h5IZoykYsb35aUY1ETCqY7qW2CP7I2NpZmQqfVhLJqfogkHa4sxX6Oa8ZrkBA9m8uCVd",
-	"HjhAZWEyuy3LrpBQ5Upafb7XbC9RcrE/Gnspe6OGhSu+sq+2SAyN9/VbrnNqktlZkrDc2anqd5Vpw+fU",
-	"6u+AZQ3n/+I5efLkydcWQj9ePUccBD6dLcmcZxnXLJECsC3hdpUuvulocPTsYPD0YPD11eAPJ4+fnBwd",
-	"9R8fPfmPmlQUqtVBcNNwmL4/vjsYDtPhMHX/u8L/ndT+Nxz27btP7v7jX5pI+TZPgnestjzWLW4jqjWf",
-	"Cu/tQ9c5NU4SpABrKhLW205zgwXUVxtozatHtOmgW2myRaqMGWc52uomKZcy4Zlhja6Vdt1jBYFkYVx4",
-	"GffXqHs8OCZ8Ug8lAHBtXdnuNq6WoUqms4IcW2ZutBdJMR15za19iIBCzJmhKTW0nYfgly0jVVPXMTeU",
-	"aJ8+28rccBh+w5rJPdUk1jNykDjeUr6OrCTeyj43IXk1dxMen4NMdy5MkwncSXjNUtc+9jqrnOlRKhdi",
-	"R10RPyjyj+Z9A7NeExJbjabFOMio88Q3xEsUmQvmcTCDSEGpyGIG0SU7mKSMs9J13BqiEvwBOGqg3G7Y",
-	"DvTMPa0X+LCNHr9B8ZhVwz/SPkJgMWOCcAi4ssIwa3ZZrWm3e8iuIBPvZ/9G1aXJ0YXqTn0niiUQU4eE",
-	"EuQrr92UkklEBFswbdDs2KUugvRoRfXdaKIJ7l7DPle9w8FubvYyvAZYgK7zuw0q9u62x0AHbVLpbkA2",
-	"cTdyhea56CLjwkoImFR3st448+teh//B+uH6iPiskf1ewcWYcsGcPSCpzBRpRFI5p1ay+/Hi24jkbQ7d",
-	"VWtlCU80WY6lXDFGayPzHGhFTp1HDENLLJVgVhCpGaQ2OfvPxc3b+nTn4uabcsZzcfPOTXoubi7Lee1n",
-	"fupzcfPCz34ubr4tF9BibK40YW92CyxxwX0vUX8LsWuJENnPxQQhZS1iKsu3R7NQNA6yfNtqmy3mAUm6",
-	"11V/QE8L6eZUa0vUqSb4ee8DvC+1nTXCxlO+VZG6KeXjzC5ynDGiBb1mo4RqRuybYPjL0TKhT0gRxP5F",
-	"xIW/jP6qrfrk/3JRj9FQjGW6HBkpRxD4CFaB0cSq0BGZMzOT6cj+4phYhFRsFLxU/VAF7g5FFbrt3wAa",
-	"X4b0hiP4n9htzhULfxAphuSZER3lZhmhLj9KMqlhFrAPCJr5wYNQu1HKtYVVWsX6wZz1WL8RMrihgGC/",
-	"URDsFxEvWiYuerr6JVi7j2mpfhqKGTdZ+E75t8yZCD6hczYy9Nr+Zp96G0RE0L4+GrOlRChEQxFgUjh2",
-	"+DO75WCedP7akSM1kbft1bY3FP5XBzs7qC5yK5BZ2FiMmFOxHHm7S/CTN69HEBNd2/taRHGFcjk1M/dF",
-	"gG5lUhAMA1GK0VCUUxlFhZ4wpatx5lTwicVdAokRATDg7/K4hsK7y8J3cgjkWUVfxcDimWI44roU4m/p",
-	"6n300bhwAZnMs11oAgwW4R1vpAngz/oNG0A/2NA5p7cjCd7CESgJDWI7PEX7W84U0UYxOq/si4+fkVf8",
-	"m54zXSIgnv3h8eCrr54db4PNZltmrlmRyoPKpLluQJwzNXU2iQcy9KlCjKhuczjyBlXuJ2cFdUZMd97e",
-	"XBphaLnVbIxVcpDikq4lpZgNk7GJIZagkW7pbfORt71GSc9CpEGGPH/3Cq4PJW+v/hKVpudb+/rB0dNn",
-	"icykah6Qz5kszAiNhA1I8APPIMiZLGYyY97ASqZKFjmhEwNh/lZ5k2JKupcX39nFRLjjy4vvfrh4+ZIc",
-	"EU0yapjq9cmZEwMUGZA5o0KTJ4MB0bB8CxkXv03cwuD3ALgVgGpo99Wz49oBD5oO2KofXExHKVe7BBe3",
-	"m20DZ/mDOvn3t0vcPyyghRz/NFvWcsgSWWSYBwaUCtOMkImLKRlzQdWy32za5VaaSVuiHBWjGbHvgPB1",
-	"Sh4fffWvr9EYcM2zjKVkvCSaT+3tf20f/wEfYv4oks9qbSB3tgTMwhjri7jEscEI42Z0YycgP/AJoWLZ",
-	"bwtN2BDp0Bq1sDGEks9ZOqp/Gj7eI5K1LUShOpGmMIUSk+poGK4sDJesFtR0QV7wjLUYCTMurkfGyi2N",
-	"gcR6ObdvPNIE32nErfn9krm74BvRzBQ8PdTMTO3/DE+ul1ZRoWQiC2Vm6GNvJr9zr+LvphS2x2HtGmxV",
-	"uZ+8ag+u76hjaVjUcdDqRB1IjG4ISmpWoOGlMmjLpbHj5tqO02qdjtCsKp5Grdr6N5GiCjca5Ky8MSMe",
-	"kvBcVjxGaWwwFdauykqKlVSMuPVicpoUjFChF0w5V/zCKrXIlwvTJFysANRlGXsgNEHv+4url2cwR5OD",
-	"L3VeuUY8Aa3n/r6xrX7LVzhGGcLls6S3cke/sLb9NtsoPpM9AZfO9B6GEbsHrz5sCygsB28DRqCHrOk+",
-	"vPSwO6f3gnKIJaDGysFKznNDutVZo+CYQKYHodrKM1b8LDSDbDCZDUUYWRNQQzcWZGp0y1QM0EhdYsep",
-	"HYJqS3y7DhN6ECQ1FNU6w7WcurvDUnQ7e1x2mclSkZSJZa8pP22LmCRacxTuY87/gGuEUGvJ6Nn4Zftd",
-	"2pxMY4mdfe4zaSzSYwpN1DJQC5tpubLlnio416DajsVY7GAzCVvzl1QICJcAkciR3K5fn1NeEPlO3V8l",
-	"zmFkoqZzi/HErng1Qq6ObkCPkVvCE7Bpi2VjyK7Hs/aLiWs9rS0x2BYuztsw3MWcMizmEUb0PH365Nk2",
-	"9gyraTwARjPkjHXQVx43dkvneQZfXTdhSnteymoilI9r8F80redVlVGxYnTNi1HOVOIM6rtkQnF9PTLS",
-	"0KyyQ+ziw7WfFZqle32VSZqO6M109HjH1VUfPN33i10/mLO5VMt7gMB9uCcQmmxBTg64l9N3k+OL8sV0",
-	"tIVOJjOWXINGv0FrDmJjHoQjgFV8vy/a3avrIVo7DhmqyA0xB9xke8op3DBU3ZpHhPwp5p1d6ylaK+Ey",
-	"9w+P2RIOszngpSnucRsSVcEWTYKw2hc97iU86yo1tNHMlvG2lM+K2aC/kowLg1YOdGVkKdM+fK0MHXhy",
-	"tHvogFvqlVtFq/pV5OmeV2lTKJF3zlanu+KdDab7pZ0qNesSbqbdRXpP475YP2e5ow2wWMtL8qGOVX5e",
-	"x8m75dAWM3UOFK9TEtO6y5+OwWPVKCE14s4H+crbKZCQpuWKwDcQa0PBB+u0GakwvHMHjxFMCnFoTfBd",
-	"MZCuraEwk4Ov0ARJIRXCpROhB4VwTcCxRn68enHwVYR16hZcMzKmmj07DmVSGKoTdfBJI8zfSpmtw3jG",
-	"mzJ7MObfFdAzUl5DKS4rXOwYIcPTrAHor2AIjbE2VsUcMwKO1n6bLDJ25Sx3uo12hzhF04W0V4Ft2+uc",
-	"GijpA+6H3Kq1cDxCuu1D8rzd3I5waLXWbZJwvCWvwUics2QXKFza9+6izoKqeSPq+ZMYM6vwlKE9NfPX",
-	"luzMIGDGzlZa/uDoq6kjRLES/tWxNl0Zu/hm2pyvlWrYBoStRhYcsm0ZDpPWDU6tBlhPR3cyl+LbbZO3",
-	"upl3wZvKcXq8zX21H0K1Jg/BzG17uXRzbMktfPhUvX3DBT95BliT2vSO0ZQL59NZj+ev6v2W8Fo1nBjK",
-	"s/3CKDGCb7sXqCzqaV9vOu7Vo9h1YB9CGOzwl0bYWETbkO9wj4CKe7j113xjWMrADtSy6goz1iwbTvBc",
-	"u6QrxozpuOW9dd19vsOrOU/1trcasbMiP/WdwKVrjG5G6bws5we1DsHsJtZyXYPrxLXMSq1zcyGM3UJK",
-	"L/yA3+Mg5d/Pg9HKH//tFdR2gsJ9jdHDrpTmhLMs1WGiJmFiIu1pk6493YiUpwKxtjoi7jzB0r101Yeh",
-	"muCk0MiAd48hchRtNJdpI/RdDliZRwvvnQY57BhI4qM79pscwnwbIpHeXF6Rfr9/CM8h9sL+pZgu5ozY",
-	"ZTQfuaPAuim2iWlmNKGtyMTBF2E/328LO1H2tizdq1oSN3o+qCa+yui7H19fXbw6vwQI1Beu3arNPhm6",
-	"1ZVYPfcSUf2ZrG0s8hc0APMv7fe7WQTzGcY7S2GeWmz1dvmBm5bk8iAbJIhU5o0u2asyl5xkjKJKNbEq",
-	"NRRBK9MnQPPLpTLN6LjZTHmPaL8ycO9BrI3tycp7WyHbo2oumSFSJKyWQovFSiCziGof59LFYJuJVZ5d",
-	"hE2vv1Elqs/0o+B/KxihcymmaOSo5RbD+blza/HGNmdG/TRbEho4QjXJpG4eYos58KPZ/ByCVw7zfZOD",
-	"o84NZwunKa9uX5IF6LQaq5ViIFbGmTDkJza+lMk1M0TIhatWK1yAoZIZq+yCUjDIIVEyy5ja3Ubolvlv",
-	"sLytZKBWwz0IMloJMHEWQH+h3GXc6m90a/FF9xokZ4V5JOtBQFnKlDejCglhiUxBDGsziu+ZHFUvKtpA",
-	"OwIr8C7j+HqCjeYq3anGi8o9bwDYD3DBW42lrdeF3SvN2pKTkUaz2hafIlsxCxcb+ccXFj3iKdvOSOLZ",
-	"4I6XaCMs1iy+YWmx1aJUUQdJvJUyrOi8m7hdzeQH9hVEyvHdD+d+mjq+VQcHk1aLv1oJXgtqUXSijk/W",
-	"AFuoLzqx35ovagO6H7+vxnW/fBMMX63Okbp12UlmtVVX1BScGSiuNNptkbbvFEFVvRrhhI04wKfior2Q",
-	"C1R/bpap7GvUyLJ8eLTe8mSfFHGcqW2JtN0G1hZ+e+ZFDxCuuxevryJSBo//4+//BYFHqFdvl7vdJI3L",
-	"MylvB6D3Za5HYlNDR85AH0oQ46VplsvkpKker9TMlU7BSPmFguCulrjC9cVXhRsbcliSWbOAmhejRKq2",
-	"mqqg0e4TZXDNlGgpmuzU5X1Gk7r5aqzt/Yrq6z3jEex5QV4VNw8YKLAhJf4eHoPN9vkmDN4QeLA5fmDC",
-	"BdezPffbAtqHqN7aCq18RjXbZCe9lxi/PcqJtbsD18wnLrltBEX/d1+Nd+I37CmQbetkw6WpROC7QtUN",
-	"Q0K7GII2K+ZUNMenh0Wo1yvYF6osYt5yyNqM/Lr2wprVPLJd4tq31YzesdRzberVis+uDHQJlqaj3qSN",
-	"ct+n6MRF9lWJnq5cvv2nGP3KlBzZ6xj5vCU8vVH5lzZ0ysV0hMNFlRuv/EWzRDEzKoRiWmY3kCfsS5WO",
-	"XMKNT7XMoFBeQkXCsgzzQ8Mk3h1U5nWJwWf88DQoZ2cF5M3K/Aep2vVV5EyksEkHrABK8Bd4HiATF//2",
-	"cWHBv1l6am+Mhyn+f+RvbxrArL2QwiiZUTH9kCiYUBMuyyeXunAYAbM2YUkN66wnoCS/tDDL9hpibSRx",
-	"j3j/qn1auy/ULmInza1xGbtrVyAZbFOtcMi2ZV4W4zlvr6Xqs6P3D3NzH46WdJ7tJOjAxUwKxc3y0u7P",
-	"5dS4bPurdgEfJHJC+WKK9lPCtS5YSqghja1j+r5/IEid0FqowuOZMTnQcac1lPNu+cIu31cgX7HDeP3j",
-	"3fnlFTl7e2GJSgxkhCcH8+ncxKSLl9Ir4a6Cn1SG/Cs56vWH4vyGqSUm/BQiZYrEroBmTARjzpdTajph",
-	"v6Sh6Mbetv/m7fm7s6s370ZXb344fx2XfeikYGTKhP2apZaCShJjQS0r/ZOUK6yndehnOICh4140FG6I",
-	"lOrZWFKVBgkciZTXnJFuDL4VX/HTqihcxD3sFOlSLO2LEaHe0zAU2AQTqIF2devmhXY9+MAiLqtqo2XP",
-	"NLkQRCo+5UKTbvwG/hVb+F2FS7R0nGUT4iuTAqrEh7GFs2Uarm8RFob88+Wb19BjCfjJsHNChp1+vz/s",
-	"RGQISff4U1VDY4Q/3sUu+5+brGxey5MD19aHzKmgU2ZJmsWJIMj8pDPoP+4PHBIKmvPOSedJf9B/gpUH",
-	"Z3AvPDSrUvKNaYSXEM0GxSnTqr5lDI6X2PWAQnRzxwFdO9FoJCfEW1LdB2BspUMRB2QsxlijuVSMTCSk",
-	"H4Rmpti/5bOXS6PUKc4b9DsFZNrW8BSuRlvbU4A4IimX4iLtnHQsHT6bOhNi2G345/cfo8PofRq/PmS3",
-	"1l9WenEeDQYP1iGt6miwqT2gjogOsc4i8jGuomnwcrWHQYNL+OTx9k9qfenuQpsztiPQBGqX+LIEjgss",
-	"STfoCgltCFyfz6oRQdjiE/p6kpwpLlPXta1+/Q7fe238LriJdTz8jiEarmNh0xarVw59T+yPf7Qbj7V/",
-	"z0OxHx1v/6hsEnl3txG+h2Efklxqs1GEh0JiZMyAIQB9i8fTg7hPQjHf1c7VwfnXXXdD0dWMYes6V+o/",
-	"7gEtVMxZ1uFal5Wuw4Lh14zl2kvqSF6xuO9QuK9Z6v2+4BtGyjmlXDhWX6Z88RQ5X1g3HX3BZUUAVyqJ",
-	"KOZ3Ym8jib87v4ojEn97/vL86jyOvClOpM74qCHCAaftkwu7IwzntRNCR1xUgDTWQOliTSEN7jUuCra2",
-	"MMveIQx3xgijKuNM+V3OWJZCS9wplFyPa20BYu+ryKk2Ibh8HyjoVBmXqc1xr0/Oqs6uogKAhYuPBcbP",
-	"68BOqBDSQCQvNvXtQiFlL1VwbfkyZL2lQ3gzySifI1nD7DdPI47InIvCMN0DAHFURO16MjmdWkXMd2Gs",
-	"IcNQSHsEDk+stkuTGRTkCvNWcbVNnA28FM9Lf+KHUBWgut/I9AEbNgdVh+7qKonVGO7WaNnRg01d7z3S",
-	"QNMuLbxN0H/gE/Kovcmh/eDr7R+UTZntB4+fbP+gbItrPzj6eqcPaj1r76LOUzy1rSDz3cDrHBrwl9CK",
-	"Dge3wTeRdwa/UwgD8HQaVAaaZUxtYcaHlmLvxCiqi0v4JJiATCXT2FV8zCZWxuWGMJHq/lC4olBYV43E",
-	"q1Wk4rBSFNfEOa2xoWpFv1ALMf2hGIqzsGm4kxQRHmWhd+aooVv3Jk6DlIuXtLwipXZvuLMgzb5s4uqG",
-	"4xrJIvI5pKbcAOscigBsaIGrDY2Jwpo8HRw5TRdq91mFU2TLstCtYjTLloTrk5B1rTVkt6927TZ8xaWU",
-	"V4E8FVn/x9//L6HQOMPDA85zKIDv+wJMWDcLv0AmO16W7V6ILnKmbriWCqsLcLPe/B0HbOn+Tipl+9uL",
-	"y+dvXr8+f341+u7d2XPLdZ96RmEndcGLln8NhcM24FYVylWN7Msjgd9ntNaYxmNuGfPkpBZ3gk2847wS",
-	"Zf75WcfggafG3k/NsrAHuaKCdK2EA+2H7WGUJZzAYbtSkYl0Y9fmWDPXU/v/Y37zYXwDCr83cg37tyVn",
-	"YGywZ4Iy4zYuEcTvZqzJHH88+JrEDaUlY1cKoXzkek64ujqefsWKWVWe37D4lBwPBkMRh1UscZT4MO6T",
-	"N2DjYM4IhaXgMiw31HSLoTwwe4F1kO55iaOtr9rx31Izg3eb7BTl9mqmCkffOifQjrzBzb+uzx6vgx63",
-	"mH7iG7MDPr+QaszTlIlPdMc+i4iG0CcU6qxGhPqiZKgr2RuGtcmwOI5wbeHL63BKqCuWaBRjeDlKZPmj",
-	"JeZwro2WyxivhmV5rt4VcGTFMgoNfJz8Xl29UCsuSyQi8eWCdK1qWC9WbzVendOE9dAeUFVUh7tnxyu0",
-	"I+7lgAq6TvTJGVpGh+LxIBoMBuWdp4q5klykG0p5oLaCkbRWV6vXH4rjwTGJ66Vv44gcD56QeK3+LTwY",
-	"kDr9sL99PRRxQ+3kuM0k+gJo3iehGh/TbhXWY2vh2J5+/k5BPgcFOatu6CPtb0nN8WR/W4KzwVEZT2Ok",
-	"cjZ/IVO2Ew8/pCqZudoZze4Q0MZYegoyA75MksIQPYN+jJWovQB5YkGXXg+YKrYAo9RQlCL+i4uX56NX",
-	"Z/8++uYvV+eXcQ+plSt5LUAyhMQGLKroHfOWZjZdy3eMpmduA1/gxbw9MFTVb2YVDAjVTxuiARpvpN3/",
-	"77fxM99GZMkUODjpKjYtMqrgBuqqjDrcVXcfnemXagJ/oRLTWLcNndV4r7kmUNaIpd6AQsUSjaFc++Z5",
-	"JyA7wPtopO/3Y5QohqKsdomZapZigJa8AAVrXDXg80bTUkix8gp24AQKEpEXFy/eEKmGYkZVCrtw6Ys6",
-	"KOvsqQIspInXYlXm1S30h+LSw8nZBvxIViRwoS4l9Prk+PETx/XL8vVxVdjXfTsU3ULYI4ZGsikQGGnJ",
-	"ShsJaqIrPylu2KcnLLsYBu5LU7ZZBBoUifNbo2jyuyqxo7puD/Pzm4jdoYG/RZHu9Feeu66F9jKgeyxQ",
-	"v4M683OaMsInvj73buJDgKUtRZl9A4ktQkMPbMTe7wS7BC/YErxxVTLbUGjGNJmwBVPQiNsV432OCzlA",
-	"X3+/gQ6tWh5OLUEZijWKAtSiFiPjwhkCS+WqGNMmnHw6Q8N+kolMDDMHaGl/EAEFTuJ3OvHPQyfOSCjA",
-	"PNJ4gpHzvlhdvH6jfAEB97bmv7KK9ypGIWYAQsvbZJwSTVzrXkoMm+dSUeVy+8dM85SVs0REMQFLkWgw",
-	"DlwhNMusTAKiguI3LAV5CAKZVQGFEIo8kzQlGaPe/yWzFMYlXamgtXCvT+K5TBmYTGRiaBa2z4EK8FW/",
-	"ksGz4+NeiwxyP/nikxohd3j3lUzZHoLIB5KQe8gjrmPK71Tmn4fKAKI7M0UV8DKW6bKiNKckpwo8tpUK",
-	"BRqAFUi2SSFhem1jEFkZzHjp3/wio8nC5OUWFuu32n+IWL9wQCIn2MsAe43WK4aifXqCxuoq0sARUOxi",
-	"2xYp4KOaVSE09mZ6e/UXiOVOZKbj//7PWMmFjisi+9Xgv//z6Lh3SmJLMWLv8NVQQrBMw+0Pxdlaw/hH",
-	"OiinSDMtLVZp1B9dYW1EuAN7MBixDeFqLmWJTBh0H3suU6ZP6uKj/SKOqr8dgYxJd0xTYpcaIQcDLyaY",
-	"vXun5HhwXLMwo5na/v41aTQ8RyReb00Xky6t1cggcgLRZe4wZtRFbNlPeqfIoOotBePThrCCOGgK2Mij",
-	"sFyiz0b/0jzetdXt5fp+/NB3tjFeysVLhNkJv4dMfc6QqfL2VM7vthCpiFQRQBhaAtQiLI2TyVX9mC+m",
-	"h2UIaRhAtaoUulfOLn76rvMRQ/rs+O3xfOUyKjfPPZDs6S7C0Y9Vz8vVqAS/CNAGqmQkKFKjr3mec1cj",
-	"yNJ+OZlApEID3KsaI61x5BU0PmZI+EaYA0eEp6eoycSJFBM+LRRLY9IFn3+v0qmCVqqgn0wmD8L4oSRI",
-	"GSkXZIBV0/XJa3DEuPJ7GprDQCGIEPIu06jV8nNOkxmJXXZiXNZghvQoriE/6JqLVA87J+Tnfr//y10M",
-	"7vJirJmpEr50HA1FHLbxDfgk/NuXvrb/nnGT2f9DBl/F5ebYcSI+QU3VzKRmQ4FNmzCkrbv2JhzRjFFl",
-	"xowaCGom7qnLsoIGtqUDHY8WjOWQMioSBqYrSm44W0AFO8VAJ6UYByAXgjhf+nOE5VCA4VvSjOnEquBh",
-	"WSYAIARIxqDn3tBsNLd79MLT0dNBz804LqzsZgWFYAOJhO26MlGqGhR9+SjvwQ8WkCzLZIxijXZJT/a4",
-	"cIKhcJWlQPLoKtYrswBwj+4TNPlLkTAfcm4/yjjOrJbk8VOiMQpzKCBjPVfy1sr/oCskmdSeBKDw1qhM",
-	"2/04CO6WsBTArzn+5ujpIKonMYVZTE+bamhuVw4MuzWHAN9GrXknMxsiAX4O7Cuj9lCrQFR3LlVApAxt",
-	"mUQbmevPlV90CWs4gFjyc1dki879AScyyyxDsgpJkMqYRi6k64bBRdIrVMhFmRy+rzoX3tUD0+rY8gPP",
-	"svuGcbrvmnXBTxiND21VNUgwQZoHphJCIE6hC5r1v2Dh8cNkOtg/LeO2fVwjRDw3dJrttYdMvSlVxrIo",
-	"f2mlmPIbJsBi6fqBu3qq7iph7LgvADYUDdHsckKY5YJ4X9EPupK7cxhjE03/91BoiGL2BcnKZQHfxEQf",
-	"q/86xnBMXvFvwqh5+08PwdOGXKOq9wDMZ4cS7t+YPwTZRy4oFKMpBVs4YbhPLgSJEd0wI0oW5tD1VKaK",
-	"DQVaC8C/U2njzrmLDNJyOx8ZVsb6QiF+n8CDaUTIC/XMckkfFepWMRSr6mwVx70SZe8zdF1aWuh5KoPm",
-	"MTodo+ZdUuNK/DrZEL5+StYT3U4wh4AJTF0ow5zBquWaw4c5WAsrj1QB63OmWLas5VYORRlkFzu0j/vg",
-	"81IyI92VLLXIpahFFhX4r6yHsUIAEDfnULRlHBAjpUut8EWAas2pQcrxWW1AmrHeLU3taA5SkF+sT4bi",
-	"8aAM4McqVg4wUZkoXZbQs2x2bUqNt4aaoYC3j55C33AnwHLl0czIKYPIpy5dG4MkssCsaTYUHi0Nmcks",
-	"tej41k5OccneUcC0OcA4pKlEyegUtojiDKCaqEB4PDhGRINDjj0nYrc5R9k+IBuKubYIAekAAWNA3PuE",
-	"p1ZDgFqUUrCy4V05bmVMavQ7fsfMAzC4lsBlR70sPamJTmtFezYXHG8d3JLCDx98xW9AuSFFjvGvvtv4",
-	"Smtw+9De1xq9I114NZdZVuHrE3tWvbYEdEs2V8XKUpB8siJI3k+O/IiCRZCu8WVbqz7YJmSwXrk7ZyCP",
-	"nhNVANgmZx4ied1k7bHPH0rcfHgrar3Pwn39cjgKCKRI6krpixlNLi++++ni9fPvf0/h2RtntyNgVSGz",
-	"GQGxwOaXi4D1AqD3RUDXjl8HScqVxFJTBX7HwY+Ag1bkbEdBcAGXnMe++gWiYVjo9QPDE35Pk38wfAut",
-	"vhsd/Ofhi/ui11s6ZS+hhNEOgTL25edYZOijimrBjtpiAsJNfy6TXriGsJwLBpN2rYgFmoqzsqMKSH0K",
-	"ei8iY4z92hJIUM9CQ0UZhAuz9lC4Tt9Wz+Sof1MyUUzPXJHM/lDEUB0tRitpWCaS/ON//x8ylhIrpqpC",
-	"6NPAeDCjaLLAmkjQuX7JTA8+wvKSUI4L60a6sHznX6/HE9TjBzBK3zV6AZUdu0h5FWUoXIVfSBmMnf3A",
-	"t072AQUBFEbslmujnd7pkgCC+A3Qna1GjY+4xt6MvVPydPAE7At24FFROe42BAic1wpNfjxXfzDPZyqS",
-	"Eu604Tq+DfDoE5P9L46Kf7BruAQmprmUgF+x552WdTMo9q+Jys7HYDoE26MutT3si1FX7EIec/je3oiN",
-	"7gNM760j/X7sJvj2NZ2zzn2Sun8bNv0PxpJvmTZKLldxxB21dz9yQwrN0tNaQyjkBZb2TaSayjKutC2A",
-	"4COf+OBTUakVbvrpStSF5/ZG1BaB8TZ4TRUDXu39MFCRwvXbA1YOQjUYXGscrzKJbr3dh2U3u2Z95a19",
-	"/Fs5btjM71Sjhn0vFGO/shWiURkKmI7At+f80ly5xo4gD0L3OuevSWhOxzzjhjNNNF0SQKzedgTEBokb",
-	"rYbF/DeDgq4PEGoAp64lOPjrKska9IYysv93PAU8fckMlOu1N7jG36CgBpSd3IpqoGZtMA/ax78VRPMt",
-	"qH7Hosb4V4O19OrMfyv6yHwT9sj8t4M8AJ7fcaeOOzJfFa67EPUwKbIInOAEeiCnvYpnulpiQHnqGDbj",
-	"Jttoxvv+4urlb8N8Z3eyKZdH5kyUPYI/l/HujV0ENAQ64OLAzNhBJmVeLqueCbR+lIfv7X+9HzSX2PO2",
-	"2Yh35gtdxYbdGqxRJXxgg5GSdCkZU8WIYIuMC4ZBf0NoCK3J+eur83fDTln5CeZdS6kpf7XAjUmXZihr",
-	"4CwsdWVpNPEJnhZLMY54KGZUY+EZNLI1peeQrmJQd6dWM9IX/eytJ9mANbCWZ+MsbNpItd2+9g6B2nwp",
-	"IPYgp2ZWhR640+is2sTaiuEffbWtjd9H8rbYHb1zCPqpy1Xauc8cQjRdzhUnjsMPDPzzeMOrkrFeDPvd",
-	"yfNJGROeIKHEHqcnWKeeuPyrpyJBsZmVA4VItnRVgvaZBBuZ1Cvelke6EloqsqVHGRcDyZ2Voy14yHd5",
-	"2g2V3UJcO+kdmd8XxyndLjYxSw/Ez8Un/YkTKaBLgEqxmKOrOGSFn3ZO6Rd/+L7qo7yx5YWbbSeSH7Rm",
-	"3pHqHz19thPV/7inveWkLe/W0nkOsd6DB3X/U8aY7U2jwoPPpcw2U5K38MZHhLadoO1iweQPklH2E1Vz",
-	"ArsN3bmrkNjZt2IXtr8SIGX2BXtT6vZHqaZg2ll4wIFpO3XODI75PPSaCeJChU9DDcx5a7193HKU5UbX",
-	"xYMD9GERtI0WWMB8PvdEdTalx3HlUJwXwr5Tdz9sKH9TSx2JNf+VxfWjlRMS65wlseU13hMfVzEKPq4A",
-	"DNOu/D+0lHEtmLAHJ9bOmfAsA4VclDm0WD8BYuTZglCoEgaBBZARoFie0cR+UoWoU2xiapUiaEiNFnHn",
-	"hjkj9T51tSxNtJKXwQvYRiBnCSRBsFuamAwqENtB6TWEuWPTWpz8BNsxoHc3Bk0urrr72MUCf2c+fiLM",
-	"oehC7x8oiADVFD147IpxdDwJDbH8rpEAtn7Q/h5WkKbGvQLVWCvrGXnHUjbhosxQtJtDGLp0cn99sV4D",
-	"YFOZbl4GwdQ78rVFijRFfjQpjW+LB7nvD6/02Qk+U4uCbVSGUHvqE25vl5CLL1yd2187+0AfuwUM1hFH",
-	"IIWcC53qnlzYmx2Sqq5UvodLb50M1YUE71zbKDG98y99RGxxc7TJTX4JD1aFp/QqhuFzJRR1nT8ASepW",
-	"dQNcqxnXBasXBdyh5p+sw3qnoknt9ZIa9FyzUk4I9lL2fW7Sdctm/Pc3T0Xbl/IR1G4Hl39ytXv/elOf",
-	"IV3cHWIX8vWhUBOLysJPUUBKelZcCjqzblLI/bYO31dNze82tTKJKy07DtJZnfG6rNdRK3ZFvSrrTdZl",
-	"YadVq3WZLChSsDF7q7W8YardFj0U+xqjyaotukl6+IFnWWvFp/b6Xt3cLEcVNDGdygEAQ0+DBvFV6lzd",
-	"lhG0mH9gC/ZHigd1gPoBOkltTNP/zWfil4jQloF/WiFE1W5N+M5wVgDz98U1A9io0d63KJn77hPV8ttC",
-	"Vz+fbusXQFoo0w708tCXzWsv/3NTCSyxZn+LCTZEJzEkAQRF/wYnhGYZ5JP3IiSluFyvGalCEC3JhKoI",
-	"tbSZXJA5FUuXJM3cVEyxsmVgWTrnaDAYgGBqx3f1MmiZ4KsNXXqKPhRBdS8oU+AqAW4i3/YHz5Hilmxs",
-	"hw9nHmQfgLYtidMA0rok9blyjFc329Yg2T3/TfnO1mR7C/m0XmISmeNq9UrSXa9R2dvlHqZc59Qksw2u",
-	"98LMoI8+NYH1iLBblhRGKiztRbjWhWvUW9UEo6Z6zTUCB5QYCvB/GAxkULQcxrWFkuO/MpDWnDBk5aHA",
-	"/PT26i+V470b6xk5SJA6JOWXSCzinq+gmMykZsJLd0hVzi5++m706uLy8uLN69HFtzFylLqRZijOiGaJ",
-	"FCnxoCoNLnTOSE24K4EDj8ayDB7Q5Ghw5HKY7Eto0IG3nBhYNsnUvtPFKQ5HSconEwYFbmFEDlLa8eDr",
-	"/lA8n7HkWpMZzXN7Bk5ZkSoF+1dQAG5F41s5FUhF6j4dPOlFQzFmVDFFuseDx70Ip+weP34CXbB6kevu",
-	"Xtt2125OKrumXkSULDD96XhwHBE7KFQDeeV0fAc8GDfUWMt2q3YC58DhAguj2KWOJjyzdL8HxNh3JBgK",
-	"EAqnQkKAhq7VAZzTJaFpSrScs1O3cG9qmBfaECgAjsouFmEt+4RLwH6aYQGNOfSiJaLIsj6J58zQlBoa",
-	"l1VMbpgaU8PngC2K5Yy6kkCJnAqufQPrGdWz2v67CRVS8IRm5M+Xb16fOMQvF4lN/aOhEIUzkJT+aCgd",
-	"t5hxwwg2VCvbwVqp+JGuWA5P4xPX1cm+CRVI1FA4Oybgiq/NXqLtKaECP7mhWQGAsZBkqVtaBLAgXGjD",
-	"KJKksRVUo6GIH/cHcfgkfhy79DEcMVwYxPGsInjX4lF/KCwlgGuTLSyTxS7kWD/mhAw7VGs+FSwdduKo",
-	"rA8ENAeRg0I6D+ARugDdyQzFhPtOEV6knBQK1kYziZ2PNYmZNnxuad4I7mVcAxIv1UW4vlXdX4jPCW7e",
-	"KOWajjOszlvisuX61dWzj4QcAW2CaoXr8T1WWnhM4iJgSHFbrd6G0sNB+0tvET5FwaQ5UGn11vW9tSV2",
-	"Bf2EHIrAa2Cf9pxE4ylD4thao1TzraOlrc7qBo6PFxsPLDy8MbOnpomRp3gdSzLsdYKHUhh3dX4/vPXb",
-	"w+szpS766c8c2W2SyvwzsNqWF8UfkmeeZQ/odV75e4GPe1naWVIoUKR+ft/x1/bKClOdk59/sfhYiZQB",
-	"byzPI7A1lQWO/DC7CJCoCLWqcVWBPMtCrJiSHkBlVKiLl8kpFp9jztZD0xT7bgHH9H3IXPk8VN6gzhZL",
-	"ITOT/8pcsTg012F7EFrpcb0+cStwfjhhRYyxZRYShB6nt7lGPSnX15DTV2QZuP6wo6BXCmHKjImEnQCP",
-	"wOmuGct9MTG/UE2oVTMz5vsjIbfAKmdkzvxLZEpz0lWMailQGcSFxb1SGFliNzNZCJB3uvG/H+CWDl5K",
-	"beJerahgJqfolITwNeB7ukhmEISdcy1TRsZsCjV5oZEzvjMUdlYrGWBqkS67Ork2+GMIK2DZpLQXKgiO",
-	"U1LO++QMq+JCbVB0CsPOhwJqydodQkl94OLUeF6NnssyiheExLcZxcaxSxIjPYnJuDAYmFerfRr3Tio5",
-	"ynFmq5fjkUBsQ2z/Gw+FNxScuM4wyiEKmbEs7VWFueI5vY37pILvZY3vuyKHKL9ZIcKOU5ZDtANGwbfn",
-	"Io3Dz7ByQVmrrluvrMhNz5kmqhG+o/kJsYTddbLFnY2ZWTAm3OawIuTqgqH3BTbhahr14B2gW0wWs+UJ",
-	"iR1yx6SL1hDohgULldNHGsvaoSE5QE+4OEsrA/ie6+Wd6oUgBBQtJacydhL3guUb4R6ieQZ6/AJ0oZTa",
-	"xC+jdtIQB+6Uoxhrlv4RwYT1KYEtuGPGIpRdrN32ZEB0bygmsiz65xhVMJk3bVlkdBh4QtaRD7oFXV6e",
-	"+6qZQFw0mCIXMxT+LXKFeBi5mn++yioUpHXrqMrvevkGhupCggQFJYiDYDZR1EVC1NdtL7BdSM9vabWM",
-	"b5+8sJ/qExLDRk7c1E5nja0+c0LeDzuIrsNORIYd++OwEw3FsMNEIlMupsPOnRUPS/Xnx6sXB18BgEDG",
-	"H1PNnrlahnH4lRXY8eGwE/RcBDzASp0WGUBCxTFRn4l5etJwjbghXUpUUIMe6wFfQuELT8RAyYYyqFgZ",
-	"NH5JtTmAFw+stg+rcPcIe16jFOshNKX5Gnjs2w4kRiKUkHjjvzOpDYAIxq64kbuNpBsrd/dgdxncDtf4",
-	"Ogfah8TwkW67s/UL7zmAX7LHk5VVg2aEK7RvjBKZsvJgU7tgLKrqi2tr0o1PSM7FNO4he/OxNQ7fqcVe",
-	"S/h1Jheeq3EN5chBXw3Z5glCgxsyoVlmSdiMOwzGmpncFWOhJAaYA5bDFWxqpuIVmIjEiBSjMVtK9IBZ",
-	"3CwPtFaOtiImvdNWl9pm+yvC/AOtryvSEWK1kchBgVyUdu0mbtXmgn7okpdnZXFVaOwolg6ZoQlPiKnV",
-	"ci1mZnzOXVHh1qXO6W1zdcvjx18fPxkcB0t9vMtSUWawMuUp0HsSEHjahACkaym3k0ccOW4HLDyvLdgt",
-	"aSxlxqjY2xz+IX3Pom1F4FeSEi/P8TJpT+8jS9UiRydIVzN0/gafASR2qiXvqil3os4Mi/faBYQCUIM2",
-	"0CgM1YQozPAm0gWoAgXvhhiHZ7UB09dRphOS0vVVWekhpNh7ylibl8eExeSfYZJO1IEuHZ1fmo62gd43",
-	"FIkDyt4gJFqRfVkx1XCBG4S8odgu5ZEGIS8irD/t+4LW12RBndKEJHR9+24B9mKV428Bw8tGd8T33neH",
-	"26zLbVUTr4Y1OyETFUaroVjJY00lq+1/SnPdOyUDxI6gJozdL760uuG90PHSp9c3XhO3twZN40NvxN2X",
-	"a2hZ6fBD0yo8oDpdIA3UF56PHEeSCnVqEK0bmkW4FiB1owafinr1yRUS6qvEoaWUJz5OJSaJlNecke73",
-	"xuRvRLaMyCWds0tu2B8vjeKJicglSwrFsL/n1cvLnqub9u788qqU4p2o/hMbX8rkmnnzNbCxx0dkJgul",
-	"0S3mJtQGit/7AtTgODuxqAyFp2v+NNQj0PZQeu0hyq0s6F/aPuTCQpBPudBNctAln4oL0fl4ZVwvxEOU",
-	"cQUrzakr4QrgAhfTJy6kuZ/lr27Fq1ns7JYIJWMlF9qK2IHdtH7S61gtC7O5ru+bwnR2AetVDZZJxqhi",
-	"Lvi2bdnP7UvIjHDljypPNQ5VXy+0W9oYTXoFb2xxE0Ch1wPN7EtWvgG9R+8etrk1QPSMZHTMIOD7mi3/",
-	"CM6xU+/xsxdyLlVrmCh8WpuPGzbXDROXFJsqhSFTzWEbIG43C9NPa4XidxKk7TkLdmtGCcSPevaTK3bD",
-	"ZWH1qWnr3vCTjcD8mEEjFjs2haLi0j9PGCpgbmSJc9AVFarFjzOG/tdeBIV6pqxKqdlS0HROBZ/Y8agm",
-	"fzl79ZJ0Y99u+2qZsxMSwnJJ51kMwt2fL9+8Jt34/bDjBxjZh2if+cff/2vYuXNVB4JX7NP3//j7f93d",
-	"xb0+eGTj9/bCjnga4RWzX+dMeAPRKYn/lKrlSBXCWeasdjZE/d3eSNI9GgwqSiasvJKBn9zP2euTM0Hi",
-	"i5TNc2mYSJYHP7BlTFDTIF2phqJ0xPd5GvdWHEolgFBuCly3duk+tgJd0hE5Hnw9FND0LXBbkgtccTkW",
-	"FKSvGyP8ozjsRDXhLIPK4dTMTofCpd3gzyiYKzaBumqtVVEt0uzWi8wBerOG6ukHgq/6eAW+G2PpP5Gn",
-	"0+78shjPeVCmNeqsovPW1mcPmx3kJsDwjDYik6olUYWVUhsQGu7zQ7pkLZx2ccf+5krJflhFIsAsS2Op",
-	"vi4PBzrh+SbTm5KMQE459NRvYzLycyoSljXf4y0WQ/vRx+4RBwtrQBtcdgbxZ6BdWDhBOWxwh5bZbZ9Y",
-	"EcRl+XODMHEfIA7xbGH1VsWqSjxYB4gS6KipblgK2aiFYlEtXzr83u+xLXj8gY908NGP9Mod46c7uQ1X",
-	"5pAqwyc0MdvF/bPyzS8R2n51m8TOcq8Ql/SFwT8oqLAJ1f0+730IUWPlEfjfrnk6g6Pjhy068iE2+MaT",
-	"BmPk58vI8IfqXeun2MaAYxsDC3nP2RZSXUPAaER+fPfygOmEQrqD68bcxwhnb1uCv3obeSA6I9rbOPte",
-	"CfF7+EdEqIkIekH/dAcdll10e+xj2B9pCHQ/IfF77Bhs2K35U0QMVEqgc/anaCi4xjS0P0XQl3hU6PRP",
-	"d3EvIrF3bMfvvXXQ6gjQHFqk6HCIwVVYKgwTLmiGeoELzEYvp/PnO181cJ4Z1X0Cnal9P+qYp7FvEFjk",
-	"p2VowYqZvVa5oftV2XbTjoquczaRigW9LezpTaUoI4h8bJGeyUWT4mDvGxo6P/iqrqoJNcf5Byr5D93F",
-	"+PNcOs9TH2mfPUR1g8k5CuysGPGknPOrBlJ3wWaMZmb26yaK/L175WNWuIMpWi0pTupygftYLneDJfAl",
-	"v2HCfpArOUZp/BASVDdu8x2+8TGz9KEZJ9ONbQxh+n6gbnz8KV9DXxiaLk+rYCcI+8LLXw6HUrjZDPRy",
-	"JoT6KcFO9dBLuBoJO8di11PuEhZw32txpd7WXI8rBXRHAlOozNINY/KTw8PHR3/oD/qD/uOTrx4fHXXu",
-	"frn7fwEAAP//",
+	"7L37cuM2mjj6KiidrWopQ8uy292T2DWVcjpO4k3fqu1sdjbqESESkrCmAA4AWlZ6XDV/nQc4dap+b7Av",
+	"sm8yT3IK3weQoERKstt9SU7+SdoiicuHD9/98q6TyHkuBRNGd47fdXKq6JwZpuCv0ykT5vxb+08uOsed",
+	"nJpZJ+oIOmed4w61T0c87UQdxf5ecMXSzrFRBYs6OpmxObXfzenNcyamZtY5Pjj8MurMuSj/jjpmmduR",
+	"tFFcTDu3t1HnmZzPqUhbJ03w+UNPeyauuZJizoR5CRM1Tg7/23Hap4+3z/odz9gLmcJ0KdOJ4rnh0s77",
+	"KjE0IzlTc641l4KMudERYf1pnwyeHh0RqcifnzzpdyJc598LppbVQud20HBhOTWGKfvm3wZf/zLY+/Pb",
+	"d49v/63TtqjXdttrizoda5kVhkV2dsUyavg1I0YSM2Mk5YolRqol/AW48UgTd1yaaEOVIVwcE2rIXGpD",
+	"jgZfPR2K8dIwHREhycufnkeE0WRGSpQk3TEzC8YE0RnVM6Z75deHT54Q9y3V5DkXxQ2hWSYXuj8UR4MB",
+	"ibm4phlPR/YIYyLNjKkF16w/FC1Ac2e90+naxa+ebwDj/S+6Xx//8rf94fBmMHj77iA6fPLkdv9PvS+q",
+	"3wbwW8MRRJ2bPaaUVHsJoEYn3Ih9/JpO2bNCaanWj+hyxohgN2aUwAtETuA4csWuuSw0yemUkS43bK6J",
+	"mVFjYc3scU4l8bC272gyl9fMHgsAjtBESa0JxQHGshApVcteG/7h7J22Gzk4PGrCPLux53zOTQPquWM3",
+	"M67JnIrlCVlwM5OFIdxE9uT75GduZvBXCABNl5osZkwxAIR9hHsAhNRtG8hgGSvr5/Niblc/GMDRuz/L",
+	"nXBh2JQp3IqU2QMRkidH2wnJBQMq0Uo1NT5/aKp5SfVV65yG6quHnfDWDqVzKTQD9vQNTb+nhi3o0v6V",
+	"SGGYANyheZ7xhFrc2f9vbRHoXTDpvyk26Rx3/q/9ivXt41O9f2YvHk61frGAqJGF/Q9d0CVZzHiGaOXI",
+	"HFFUkC7yxakU7LiihSShc0bGNLnyiDsUwZdAUlOeEiHdnSxf5cLRV51IIVhiyFTRhJ0QSuYWrYMHXA/F",
+	"gnLDUiIL04NBqxVMKM9YCj/YE2Ha+LUCuelZyngbWai+wccfB6p+LXCxs4lUc5b2OyAKiEnGk4+2DC0L",
+	"lTC7Di4ItQTCMCSSqWQaTgY4DBKhLvBihCweGpwBS6MSG2imGE2XhImUpT3Yk2Wul1I+p2rKPs6+JhZH",
+	"uSaZndKiA0V80kxdM/XIAh0IG+mefn/28vL82ei78+dnoxen/zn65q+XZxdu3VKNeZoy8RFv2iNNCs0U",
+	"mdMlQDiVDvKVWDRKmeAeti+l+c4ypg+/xJeS6CKZlTgD03/cY/W3ZizT5erxHpAX/Bu/phdULN191h9+",
+	"aafk74U01K5IWVmOpaRrsW3OtAaui+yYJ7OI2CvCjSbAa/EIfxK0MDOp+K/sIxzjC4tEYmqp5EJJMSVj",
+	"RpUForxiwq/nmvKMjjP2MbDKkFxqzceZlbwWpAsShYJJiJxMIsJuWFIYqeA+KDbl2jBlSY6QeGcioo1U",
+	"jBTVwi1kbz3TRbXu/OfvLww1hV4XtECIsie2Nnf8bmgBMOHTQrF02DkmE5ppdhvDQQppOdWUsEyzUhQj",
+	"UkSEXTO1HIo5m4+ZsoiRK6aZMMck1lSkY3kz4ikOEvv94S+KETbPzZKgBKBJIQzP7OqGAjeP69PwKk2u",
+	"hFxkLJ1agFRDeTAhl4vtCkSRZaQQGdMa9ppRbYaiBG44tuOaffLS7oNQhxygRORK5kwZzvzFcrCxfznZ",
+	"ZSxlxijw1ZJBND9mIs0lR+Ra0wgCuGx+Xt+sfdfuFfEXha+1b6tDaBj6NpTefgn3+LYcSo7/myXGDnWa",
+	"GH7NzfLs2t2SVQhpMyo0zGP5PDWd404qC7u6cjRRWDwBgC2aN5sWeDQjmvPRXNdG48I8Peqsi+TBVzt/",
+	"wXUFxfXzuuLIaZiwWsAvHS5AYaBac22oMCPDbuwP9lpc2ZVHHSNlNkpolvl/K6aLzICE7P5RCIvEqKGC",
+	"1hfA2UEA9ENRzPeuqbKitraze8if4yr8n6d+NZe4GP/7ZbWo8icps2e4tvCnN35l/se1H34ql1wtwi39",
+	"NgJLRNZ4jKKYj0yhhA6eBtDPqbKiKcCp0KwN8x3kmh5p9vd1+vZaag732onVE2apxUTJOTnoN6JBoDut",
+	"jfYso0XKHmniXiI87Tdp9LoY428NywQ8aXxgt85FXjTpw8Q+JRaZHll5NS9MRK6ZGlPD5+TfL1697JdD",
+	"CKeHNk+wAbb2OZwO2AuaX8EfqFJ0CX+rQiS0hcitEBN7Pu4ebSImF8V8TtXyvclJKgVrNphMuKAZQUwi",
+	"C2pP0/L/qOHW352KWN4yaj3jTehbJAnTupn6lKSk5fbA0dmzBejQNAWkp9nrGgQbvls9hdYbunKY+F5t",
+	"YbVVOPhX24qq86uDtREXpo0MBbXXa6Y0RwlsDYgJzemYZ9x/sTsml+x6RE0dw6hhe4bPWdNFr5TxO344",
+	"k9q0XtSW+8nzEU1TVUeS6nFGxwzxY8v5rwGhAjxg74xRZcbsLtuZM6N4orfJwi/caxaZCiG4mI68xbgZ",
+	"P5UVARFKnvFayAE2CUO5YKoTda7nASt920SPS+l30+oA65ygbD9aasPmIy4mctuXF/DquX1z9aKARczN",
+	"X+0nQIDy4Bpg0no3nnPddj/qeL91v013ITCoNmgMrcbVE0LHVtInUpRiNjzvNzoeQii5lbfut1JfPBrA",
+	"lCjSgNWlE3XGhV4isIEjhHezEStOleETmjRKrqD4jVqZeOvV1TN6+ORp8yP+K9uJiazAxmEJfF5OENXX",
+	"2Ag4t70WXHFP74AuHlxrGLN6mOXQTctyHj97orV77ZC/Y7Ub3nZkwceIDk0MooV8Bq7ERp1KJDK1/94C",
+	"hleFyQtz5t+uMfWNdoAbljhh2lEktu2TGqjgo5Qp1Yxc8GgkJxPNzI6iijapLEzbcLIwwXAr7kr43Xub",
+	"JlxpQxSzMgFLCX4L3jp78e+K7jWPb+BzRoiVqy6hsbrYVVgEJ9uIjopRwwJ/cGAMb+ajYAZZtQaApZil",
+	"I0vW28wsgpmFVFckV/JmSbpUpESKDByoohcBKOFzsJKVntQ5XaJt7ZiwG5oYAkpgRL7o62Iy4TdkwbM0",
+	"oSrVRCriBAT7wsLOSQWROe6BHOdSGdJN2YRayffo6DFYYb4coF/P04DASXP4dNDE7OnNOb58+OTpOvfg",
+	"czptkLyfeYZN4AVwVlCScn2FP5CcmhmZSEX+44U+IW6V6FJxbPORJnIhCPjiaIafNepfnjyvKFGZljVv",
+	"NU+PyenefxG69ysZ7H1F+mRE9iLiWYuDIMmYMUyhx2bKjZ1xo+M/cAz/crr3X3Tv18HeV2+rf/ZHe2+/",
+	"aPQEOwxZX7qQglUnh/5NOZkwxdLQ6aQNzzJnidWB2b8XeaQTskTDlF3zhJ0QNrUY41BRkhomW6xUspjO",
+	"qkl6EWBpRMaKp/YcCw1C2NpmciUnPGMtehBNR3bGkZLSNOs83tq+lTG9KV+sS4wrNEswT7DcOxr9Cwgi",
+	"BKc+Jt+fXZJ9mvP964P98sWM23tpZmy+XZapZDxAw3ai47y49yQ4anpnDSfTd/Rsl0yzwbCi5FTRucUY",
+	"VYiIZFJesZQUOeGCvD69/AGuySb/brvFj4nr91Njmu//wd7TI4sC4ZWHCy+kWbn0e/a2j0oqRIbFYPA4",
+	"sfPAv9ge/sBTkis24Tf46yplOLorZWglDLlZru/nTSHQdWmYmoNNo6QQRhXsBGz6iiYQtuMsVprQbEGX",
+	"mqSyh3Z7y6ulYBGh4IOeKlmI1L/+SFt2zgXhEAzCc0YWihvDBBkvvR2KkhmjKVjXvV1sRjURMKqTBiyj",
+	"Qb5MxtLMyFT6QKJMTtE3hOTK2dXQ/3rFcgOWu3lxQ7o88MzKwmR2W5ZVIu3LlUyY1r1mQ46Si7sjvxf/",
+	"N6p+uOJL+2qLKNNIAr7lOqcmmZ0mCcudAa1+w5k2fE4NS0eAmw3n/90z8vjx468shH66fIaYCzJCtiRz",
+	"nmVcs0QKwNGE21W6iLLDweHTvcGTvcFXl4M/Hx88Pj487B8cPv6vmrgW6vsB3g6H6buj273hMB0OU/e/",
+	"S/zfce1/w2Hfvvv49r8aMXqbi8N7fFse6xZ/FtWaT4V3Q6JPnxonolKANRUJ620n48EC6qsN1PnVI9p0",
+	"0AGZX1U253nGjDNpbfXflEuZ8MywRp9Pu1K0gkCyMC6gj/tr1D0aHBE+qcc4ALi2rmx341vLUCWrWkGO",
+	"LTM3GrKkmI68Stk+REAh5szQlBraznnwy5aRqqnrmBtK00+ebmWJOAy/Zs3knmoS6xnZSxxHKl9HBhRv",
+	"ZbqbkLyauwmPz0BMPBOmyTbvhMZmQe4uhkSI8RylciF2VGLxgyL/YG5BsDc2IbHVplqsloy6EIGGQI4i",
+	"c1FGDmYQwigVWcwg7GUHW5lx5sOOW0NUgj8ARw2U2y3ugQJ8R7MKPmyjx69Q4mbV8I+0D11YzJggHCLB",
+	"rHzNmn1pa5r1HSReELPvZphHbajJA4caVH0niiUQ7IeEEuQrrzCVkklEBFswbdAe2i0jmlfU7o22o+Du",
+	"Nexz1W0d7Ob6ThbhAAvQp3+7Qb3f3SgaqLVNWuI1yCbuRq7QPBf2ZFy8CwFb705mJWcXvtPhv7fKuT4i",
+	"Pmtkv5dwMaZcMGeLSCoTSRqRVM6plex+Ov82Inmbp3nVjFrCE22pYylXrOTayDwHWpFT56rDmBdLJZgV",
+	"RGqWsk1RCGfi+nV9ujNx/U0545m4fuMmPRPXF+W89jM/9Zm4/s7Pfiauvy0X0GIFr5Rrbw8MTITBfS9R",
+	"fwuxawlduZvvC2LdWsRUlm8Ps6FotWT5ttU2m/IDknSvq/6ALiDSzanWlqhTTfDz3nu4hWo7a4SNp3yr",
+	"InVTks2pXeQ4Y0QLesVGCdWM2DfB6JijPUMfkyIISoyIz8b4b23VJ/+XC8eMhmIs0+XISDmCiEywJYwm",
+	"VoWOyJyZmUxH9hfHxCKkYqPgpeqHKqJ4KKqYcv8G0Pgy1jgcwf/EbnKuWPiDSDFW0IzoKDfLCHX5UZJJ",
+	"DbOAfUDQzA8exACOUq4trNIqCBHmrAchjpDBDQVEIY6CKMSIeNEycWHd1S/B2n2wTfXTUMy4ycJ3yr9l",
+	"zkTwCZ2zkaFX9jf71NsgIoKG/9GYLSVCIRqKAJPCscOf2Q0Hi6dzJI8cqYm8ubC2vaHwvzrY2UF1kVuB",
+	"zMLGYsSciuXI212Cn7xpP4Jg7dre10KdK5TLqZm5LwJ0K9OwYBgIn4yGopzKKCr0hCldjTOngk8s7hLI",
+	"2AiAAX9Xx+XhUOYIWrx0rr3wsxyCjlYxWjGwq6YYOrkumPiLu3pFfeQw3Ekm82wXMgGDRXjtG8kE+N4e",
+	"xMwamvD+hrldzSa7z878uvPKt5hfdx6nvuL/oIoD9QXxAUJ4hTQu4peKlMzotWUoHBLQHv3lERFSkZc/",
+	"PQ/OP1Cy6c1Igid2BHpOg+YBT9GEmDNFtFGMzisT6cFT8oJ/03M2WzyDp38+GHz5pbPbbjiWzebYXLMi",
+	"lXuVVXbdBjpnaurMKg9kq1SFGFHd5szlDdroz86Q6+ywDtW8xTfCsH2rnBmrpyHTIF3LDTDTKGMTQyxN",
+	"Jt3SWemjmnuNwqqFSIMYfPbmBVx3Sl5f/jUqbe439vW9wydPE5lJ1e/cAYMtYZaFGaH9swE5fuQZBJaT",
+	"xUxmzNuOyVTJIid0YiC1wuqlUkxJ9+L8e7vICCFxcf79j+fPn5NDoklGDVO9Pjl1Eo4iAzJnVGjyeDAg",
+	"GrZlIeZi5olbGPweAL0CXA0dv3x6VDv4QdPBW82Ki+ko5eoOt/MOluogcOFBAy7uboq5f4hGC7v5ebas",
+	"5fMlssgwJw+IKqZ8odwipmTMBVXLfrM1m1sBLm2JOFWMZsS+A/LmCTk4/PJPL9H+ccWzjKVkvCSaTy21",
+	"eGkf/xkfYi4vUvpqbSBqtwQvwxjri7jAscHu5GZ0YycgMvEJoWLZbwsT2RB10hpBsjGclc9ZOqp/Gj6+",
+	"Q1RxW7hIdSJNISMlJtXRMFxZGLpaLajpgnzHM9ZiF824uBoZK6o1BnXr5dy+8UgTfKcRt+b3qxjQBXeQ",
+	"Zqbg6b5mZmr/Z3hytbS6GSUTWSgzw5CGZnI991aN3fTg9pi4XQPfKo+bt2ZAAEHUsbQt6jhodaIOJKk3",
+	"BIg12wzgpTKAztVKwM21HadVtB2hWdW1jVp1b2wiRRVuNIiEeWPZBUiIdKUXMChmg3W0dlVW0t2kYsSt",
+	"FxMFpWCECr1gygU0LKwej3y8ME3CyApAXca3B0IT9H44v3x+CnM0+TRT54hsxBNQ9O7vDtzqqn2BY5Th",
+	"dD5jfat9xi+sbb/NZplPZELBpTN9B1uQ3YNXj7YFd5aDtwEj0LPWdDteBhU4P/+Ccgi6oMbKzUrOc0O6",
+	"1VmjoJlA1g2h2so5VlwtNIPMPJkNRRifFFBDNxZkzXTLtBhQwl2SzYkdgmpLfLsOE3oQkzYU1TrDtZy4",
+	"u8NS9LR7XHZZ4lKRlIllrylXcIuYJFrzRe7jwXiPa4RQa8mu2vhl+13anNhkiZ197rOaLNJjOlPUMlAL",
+	"m2m5suWeKjjXoNqOxVh44o7mgpC+rfmPKuyEG4IY5uhx1y/eaUKImSfurxIhMUpU07m9DsRuZzVasY6L",
+	"QKyRlcITsPGLZWNstUfC9luLaz2pLTHYFi7OG3DcrZ0yrLoSxkU9efL46TbeDatpPB1GM2SbddBXHkh2",
+	"Q+d5Bl9dNaFRewLRasaaj/PwXzSt50WV+rJihM6LUc5U4hwMu6SscX01MtLQrDJq7OLTtp8VmqV3+iqT",
+	"NB3R6+noYMfVVR88uesXu34wZ3OplvcAgfvwjkBoChxxQsK9nOCbHIGUL6ajLUQ0mbHkCswAG1TqIFbo",
+	"QdgFeAnu9kW7u3k9ZG3HIUP9uSEGg5vsjkIMNwz1uuYRIdGNeeffei7dSvjQ/cOFtoQHbQ4AaooD3YZE",
+	"VfBJk5Ss7ooe95KsdZXD22iby3hbbm7FbNB/S8aFQRMIunaylGkfzleGUjw+3D2Uwi310q2iVTcr8vSO",
+	"V2lTaJV3Vlenu+KtDqZ7206VmhUNN9Pu8r6ncZ+t37fc0QZYrCWQ+dDPKpGy44ThcmiLmToHitcpiWk9",
+	"BIKOwYPXKCE14s57xQ60UyAhTcsVgW8g9oiCT9qpOlJhuOsO7jKYFOLymuC7Yj1dW0NhJntfon2SQraJ",
+	"y/tCdwzhmoCjkfx0+d3el1FViZGMqWZPj0KZFIbqRB180gjz11Jm6zCe8aYsK0yrcJUOjZRXUDPNChc7",
+	"RgzxNGsA+gsYQmPskdU/x4yA47nfJouMXUHVnW6j3SFO0XQh7VVg2/Y6pwZqL4HPIrc6LxyPkG77UOXA",
+	"bm5HOLSa8jZJON7M12BBzlmyCxQu7Hu3UWdB1bwR9fxJjJlVeMpQp5ptbEsabRBAZGcrzYJw9NXUEaJY",
+	"Cf/qWJuujF18M23O12pqbAPCVgsMDtm2DIdJ69aoVuusp6M72VLx7bbJ7+dj3wWpKhft0TaH2N2wrTV5",
+	"C2Zu2+iFm+N9MkQfPuHyroGXHz09r0nhesNoyoVzFa1nRlS1qqsQjBWTi6E8u1tAKsZCbnculXVb7etN",
+	"uLB6FLsO7IMxgx2+bYSNxcL73ap7xZvcI/RgzR+HpSzsQC1bqtDmLtvJCyfsrt39FQPKdNzy3rq9YL7D",
+	"qzlP9ba3GvG6omr1ncB1bYwwR42grPUIhTDB1CfWcp2Di8i1zEpNd3OVlN3Ces/9gD/gIOXfz4LRyh//",
+	"4wUU/oKqjo0R3K7O6oSzLNVh/i1hYiItKpCuPd2IlKcC8c46Iu48wfS+dKWpodTkpNDI9HdPBnC0cDSX",
+	"aSP0XR5emR4N750EBQ4wEsaHp9xtcgi1bojienVxSfr9/j48hyAR+5diupgzYpfRfOSOduumuDCmmdGE",
+	"tiITB+eI/fxuW9iJJ7QlX1/WkvjRFUM18SVo3/z08vL8xdkFQKC+cO1Wbe6SeF1didVzLxHVn8naxiJ/",
+	"QQMwv22/381in08c31ny89Riq/vND9y0JJeL2qCSpjJv9BFfliUCSMYoqnETq8ZDhbwyhQW0zVwq04yO",
+	"m02j90hUL4MeH8TC2Z5mfmfLZ3uYzwUzRIqE1dKYsZINZHdR7QNvuhj9M7EKuwv56fU3qmH1mX4S/O8F",
+	"I3QuxRQNK7X8bjg/d24t7uHm7LSfZ0tCA8+sJpnUzUNsMUF+MDujQ/DKg3/XBO2oc83Zwmnnq9uXZAF6",
+	"tMZSthgZlnEmDPmZjS9kcsUMEXLhShkLFyGpZMYqW6QUDPJ4lMwypna3S7pl/gcsbysZqBX4D6KeViJe",
+	"nNXRXyh3Gbc6QN1afEXGBplbYS7PelRSljLlTbdCQvwkUxCE24zid0xQq1ecbaAdgeV5l3F8sclGE5nu",
+	"VONF5Z43AOxHuOCtBtrW68LulepuyclIoylvix+TrZiii4384zMLZ/GUbWck8Wxwx0u0ERZrVuaw7txq",
+	"xbKogyTeShlWdN5N3K5m8gP7wjDl+O6HMz9NHd+qg4NJq8VfrkTTBfVAOlHHJ8yA/dUX/rjbms9rA7of",
+	"f6jGdb98Ewxfrc6RunXZSWa1VVfUFBwoKK402oqRtu8U0lW9GuGEjTjAp+L8nvV5oG54s8BlX6NGloXn",
+	"o/VmOXfJ4ceZ2tZP72mUa4skPvVCC4jl3fOXlxEp4+P/9c//gRgq1MhXQvbJF1Whmz/tvX13EB08vSU7",
+	"BKe7pTTu0KT8ngfknbfrcenU0JHzSITiy3hpmoVCOWmqFC01c7VzMJ9goSDUrSXKcn1nVUnRhtqNyaxZ",
+	"Os6LUSJVW7VfUKfvElZxxZRoKeftdPW7jCZ1871c2/sl1Vd3DMCw5wWJddw8YGTEhpoI93CRbHZINKH3",
+	"hkiLzQETEy64nt1xvy2gfYi6wq3QymdUs03m3XvpENvDuli7/3PNduNSGUfQjmL31fiohYY9BYJ1nWy4",
+	"ZJ4InHWoN2KAbBdj7mbFnIrmaP2wPPp6b4VCleX1Ww5Zm5Ff152wZjULb5co/23VzHcsQl6berUWuStQ",
+	"XoKl6ag3qcLcd9A6dqGMVaava+Rg/ylGvzIlR/Y6Rj67C09vVP6lDZ1yMR3hcFHltyx/0SxRzIwKoZiW",
+	"2TUkivsiuiOXfuQTazMovphQkbAswwThMIt7B319XSLx+U88DUokWul8syXhvfT8+ipyJlLYpANWACX4",
+	"CxwmkIqNf/tAuODfLD2xN8bDFP8/8rc3DWDWXkljlMyomL5P2E+ohpeFvUtFPAz5WZuwpIZ11hNQkrct",
+	"zLK9iFwbSbxD9kPV2K/d+WsXsZPa2LiM3VU7kAy26XU4ZNsyL4rxnO9c5beOpWeuuJ7EWqI+lX60pPMM",
+	"jEL+FyfUhwMegFS/8suKncB9ffeYwnAhOwlZQBSSQnGzvLCwddlNrtTDZbvyAtoGoXwxRcMx4VoXLCXU",
+	"kMaGSn3fVRMkXmi4Vd2hmTE58BCnEZXzbvnCLt/X5V8xQHnd6s3ZxSU5fX1uzykGEsaTvfl0bmLSRYLg",
+	"rQ+ufKRUhvyJHPb6Q3F2zdQSU68KkTJFYlcQNiaCMefEKrW4sIvYUHRj79R49frszenlqzejy1c/nr2M",
+	"y+6MFnmmTNivWWqptyQxVnOzmgdJucJibvt+hj0YOu5FQ+GGSKmejSVVaZBKk0h5xRnpxuBU8hVsre7E",
+	"RdzD/qku2dW+GBHqXSxDga1hgRJpVzRxXmjXmRJcAbKqnlt2EpQLQaTiUy406cav4F+xhd9luETLQ1g2",
+	"Ib7SLqBKvB9bOFuG5bp5YVXSf7949RI6jwEvG3aOybDT7/eHnYgMobwD/lQVcBnhj7d2OJzYuTMgllpj",
+	"N7LSCUanlAvfVjaVSWEJLBmzibRLEMuqp9kxoQR6xA5FWf8iOHYL8LIWacqSzO6h8kySLrQkXqugEffA",
+	"dhyMqYFswLbHMuWuMMKMZanLy+eKOOJHwMbWzcAuoCOi4Lgi4lRsDVVOirk+IbV+yG7vca9PTsuJlmWX",
+	"Rai64GKbgN3jbOXuhsJvrxs30STXFi4GvT8WRZbFPmkFQ88At1w919gXT4xdWRBusrK1OE/2XG8yS0bp",
+	"lMHhnL4+DxIwjjuD/kF/4GiGoDnvHHce9wf9x2hrmAEZ88hf9cNozL+9gEhPKGSbVrVwY3AQxq6RHVIH",
+	"d3ug9TAaN+WkbE3tPoCDpEMRBxwvxji8uUWviYTUnNAcGvu3fDmA0nh6gvMGTZvh7m/r2gyUrK13M0C8",
+	"RN/ztHPcsSz7dOpM3WEv+F/efYg2yffpXv2QLaffrjQUPhwMHqzNY9WWZVOPUx0RHWKdReQjXEXT4OVq",
+	"94MuvfDJwfZPas01b0PfCPZU0QSok6//4Zj2knSD1rbQS8U1K666qYR9iqE5McmZ4jJ1rSfr12//nTfc",
+	"3AY3sY6H3zNEw3UsbNpi9QpC/fzbzoc/2o3H+hHP0X50tP2jsjnu7e3GI9kP+y/lUpuNCiLUKSRjBiwf",
+	"SGI8nu7FfRIqka40tw5Qpu6VHoquZgxbdroWJ3EPyKdizmkElKCszR+2OLhiLNdeD0SKjLXDh8J9zVIv",
+	"A0DYAxJby/idMFdmUPIUZZuwJQSGOZTVN1wlNqKY34m9wCT+/uwyjkj87dnzs8uzOPKGXpE667iG4B2c",
+	"tk/O7Y4wOt5OCJ3AUb3WWJ+oiyXLNHiOuSjY2sKsAAdR7TNGGFUZZ8rvEoQFrodiCk0i4lo7lNi74XKq",
+	"TQgu3/8OOvTGZRkBFBPKjtaiAoCFiw+tx8/rwE6osCze0CvXzLwLddq93Mi1ZeWQRJoO4c0ko3yOlBCT",
+	"ST1ZOSRzLgrDdA8AxNHMYdeTyenUqvm++2wNGYZC2iNweFIIaIMBFafCHHFcbRMzBAfcs9JV/j6ECC74",
+	"NzJ9wEb1QQWz27rCa3XC2zXyd/hgU9d7LjWQwQsLbxO0VvmcyaH94KvtH5TN6O0HB4+3f1C2A7cfHH61",
+	"0we1Xt23UecJntpWkH1PDVs4w0fF1AF/Ca3ocHAbFk64debkE4hw8XQalEKaZUxt4d/7lmLvxCiqi0v4",
+	"JJiATK1aQRd06bUubggTqe4PhSvYhmUbSbxa4S0Oq7hZ9Q3jMbCRdEW/UM80oA6eBizIC5cIj1J3Y44a",
+	"unVv4jRIuXhJyytSaveGOwtKWpTNq91wXCNZRD6H1JQbYJ1DEYAN7bu1oTHvXpMng0Nny4DSoHGETXt8",
+	"HW3FaJYtCdfHIetKLKuDmT0ScEO6dhu+6lnKqxi1iqz/65//L6HQ6sfDA85zKIDv+yJoWNMOv0AmO16W",
+	"nayILnKmrrmWCit5cENSnrreAm5ZOKCTJoPzQsGyMqd8e37x7NXLl2fPLkffvzl9ZrnuE88o7KQuLtfy",
+	"r6Fw2AbcqkK5xYxnrH4k8PuM1npuecwtw/mc1OJOsIl3nFWizG+fdQweeGrsedcsPnuQKypI10o40Hbd",
+	"HkZZLg0sCyvVz0g3du3dNTO9/7/zm/fjG9BXopFr2L8tOQP7hD0TlBm3cYkgND1jTc6eo8FXJG6oXOst",
+	"R+Uj19LG1bDy9CtWzGr//JrFYOsaijgskoujxPtxn7wCswhzZkYsx5hhaa+mWwzVx9l3WHPsnpc42vqq",
+	"Hf81NTN4t8m0UW6vZt1w9K30TKwFkayrwEfroMctph/5xuyAz99JNeZpysRHumOfRERD6BMKZZwjQn0B",
+	"QNSV7A3DOoBYiEq44rjldTgh1BUsNYoxvBwlsvzFEnM410ZjZ4xXw7I8V1sOOLJiGYX+YE5+r65eqBWX",
+	"ZUqR+HJBulY1rPfCsBqvzmnCemgPqBo2wN2z4xXaEfdyQAVNbfrkFI2pQ3EwiAaDQXnnqWKu/B3phlIe",
+	"qK1gV63VsOv1h+JocETiemXtOCJHg8ckXiuvDQ8CYzkAyf721VDEDaXZ4zYr6ndA8z4K1fiQpq6w9mEL",
+	"x/b08w8K8ikoyGl1Qx9pf0tqrkX72xL8E47KeBojlXMTCJmynXj4PlXJzJWiafaggDbG0hOQGfBlkhSG",
+	"6Bm0mq1E7QXIEwu69HrAVLEFGKWGohTxvzt/fjZ6cfqfo2/+enl2EfeQWrmK+gIkQ8jZwQKmPuzD0sym",
+	"a/mG0fTUbeAzvJg3e4aq+s2sQk2h0nBDrEnjjbT7/+M2fuLbiCyZAgcnXcWmRUYV3EBddWmAu+ruozP9",
+	"Uk3gL1RiGmskYjgC3muu0bPN0jW3Nde+N+cxyA7wPhrp+/0YJYqhKCvLYhKmpRigJS9AwRpX/T290bQU",
+	"Uqy8gj2DgYJE5Lvz714RqYZiRlUKu3D+bx2UVvdUARbSxGuxMvrqFvpDceHh5GwDfiQrErhAqhJ6fXJ0",
+	"8Nhx/bI7RlwV0XbfDkW3EPaIoUd2CgRGWrLSRoKa6MrPihv28QnLLoaBh6Epp17whEABS4P9D/4IusGB",
+	"sRujqGsSebuLCnLmP/iDaO2i6Fs0+PTGZXdo4KlRpDv9leeunaq9RuhYCxT3oHvEnKaM8Imvor+b4BHg",
+	"d0vpdN/ZZou40QPrsvdYwS7Bf7YEP16V4TkUmjFNJmzBFAF7M5bMfoYL2cPAgn4DBVu1WZxYUjQUa7QI",
+	"6EwtfsrFTgQ2zlUBqE2s+XgmirvJNDIxzOyhjf5BRBs4iT/oxG+HTpySUPR5pPEEI+e3sVp8/Ub5qhru",
+	"bc1/ZRXXVoxCtAGkPLRJRyWauJ7ilBg2z6WiyhW8GDPNU1bOEhHFBCxFoqk5cKLQLLPSDAgZil+zFCQp",
+	"CLBXBVQHKfJM0pRkjHrPmcxSGJd0pYKe570+iecyZWBskYmhWdjXC/o0VF2IBk+Pjnot0sv9JJOPar7c",
+	"4d0XMmV3EGEelIS0SzJY/2QnecX1SfqDCv12qBBcBGcAqUJpLBJUlOiE5FSBL7hSzkC3sALLNiklzElv",
+	"jGgrIysv/JufZWhbmPHfwoL9Vj9VrGK4BiIn2MQE+yrXqwG7i42W8yrswdFk7NjdFrbgg+hVITQ2cXt9",
+	"+VdIHUhkpuP//T+xkgsdV3T7y8H//p/Do94JiS0Rir33WUN50DLdvT8Up8Tn2ftJHumgVCrNtLSIqFGZ",
+	"dUXzEUf37FliggDEzrnsPDJh0FbxmUyZPq5LpPaLOFoP/ibdMU2JXWqETBFcqmCD752Qo8FRzdyNNnP7",
+	"+1ek0QoekXi9DWdMurRWi4bICYS6ucOYURc+Zj/pnSDPq7dPjU8aYhzioAFqI9vDUqi+6sPn5n6vre5O",
+	"fviDh77mjcFbLngjTIb5I37rU8Zvlben8sS3xWtFpApHwjgXoBZhCapMrqrcfDHdL+NZw2iuVT3TvXJ6",
+	"/vP3nQ8YX2jHbw8uLJfxsX1OT3YRwX6qWgKvRlX4dYNOUqXLQf0ofcXznLvyXZZdyMkEIi0ajqoq/9Ma",
+	"Ol8B8ENGwW88JmCi8PQE9ak4kWLCp4ViaUy6ELPQqzS7oNM0aEmTyacSL6DATxkcGKQ1Vivsk5fge3LF",
+	"NDX0noLKLeFhufS5VpPVGU1mJHbpvnFZxR1y/riGpLcrLlI97ByTX/r9/tvbGCIEirFmpspi1HE0FHHY",
+	"GD3gxvBvXzzf/nvGTWb/DymxFS+dY8+a+BhVbDOTmg0F9oTDKL7u2ptwqjNGlRkzajBvzT11qYPQEryM",
+	"GUBsAP8A5GCLhIHNjZJrzhaQf6YYKNMUQx/kQhAXPvAMYTkUYOuXNGM6YWm9yBoAEGJCY1DQr2k2mts9",
+	"ehHt8Mmg52YcF1ZCtOJIsIFEwnZd0TdVDYrhCyhVwg8WkCzLZBy55sWYGmaPCycYClcnDuSbrmK9MvEB",
+	"9+g+QaO5FAnzUfb2o4zjzGpJDp4QjYGnQwElIHIlb6xiAkpMkkntqQaKiI1WALsfB8Hd0roC+DWHHB0+",
+	"GUT1VK8w1+tJU0Xc7VqLYTdmH+DbqO7vZB9EJMDPgUlm1B5qFXvrzqWKAZWhEZZoI/NPptlcwBr2IHz+",
+	"zJXMo3N/wInMMsv2rNoT5OemkYtiu2ZwkfQKFXKBNfvvqsaot/VYvDq2/Miz7L6Rq+67ZiX1IyYgQDdn",
+	"DXJSkNmCCZcQe1Togma/M6n2/YRNABkto9t99CfEhTf0xO61B5a9KnXZshNIaXGZ8msmwDpLXIbTSXj7",
+	"MMLeVwAcioaYfzkhzDJOvOLoLV7JcNqPsa2v/3soNMR6+4qE5bKA1WI6lFXMHS85Ii/4N2Fugf2nh+BJ",
+	"Q0ZW1fAE5rNDCfdvzLKCHC0XOosxp4ItnJTeJ+eCxIihmDcmC7PvusJTxYYCzRjgy6rMBM4FjjzVMkgf",
+	"P1dGREP3D5/mhMlWyD71zDJWHzvrVjEUq3p2Fe2+kovgU59d8l7oZStTCzCGH3MLXLboSpQ/2RDkf0LW",
+	"0wGPMdOCCUzwKIPBwULn8urDTLWFFWGqsP45Uyxb1pJWh6IMRYwd2sd98O8pmZHuSi5f5BL5IosK/FfW",
+	"w4gqAIibcyja8jKIkdIloPhCXLX2+iAY+dw/oOZY8JqmdjQHKUjc1sdDcTAo0xywkpwDTFRmoJc1NC1n",
+	"XptS462hZijg7cMnTwHlUeblyqOZkVMG8WFdujYGSWSB6ehsKDxaGjKTWWrR8bWdnOKSvVOEabOH0VpT",
+	"icLUCWwRJSBANVGB8GhwhIgGhxx75sVuco4aREA2FPP1CirSATLJgLj3CU+tHgLFaKVgZZfNctzKytXo",
+	"Y/2emQfgiS3h3Y56WXpSk7bWCmdt7jjQOrglhe8/+IoPhHJDihyjhIEwiGlZtcDjiJFwX2v0jnTh1Vxm",
+	"WYWvj+1Z9doy+y3ZXJVES9nz8YrseT/R8wPKIkFSy+ctcLy3scpgwwJ3zkAePSeqALBNNN1H8rrJDGWf",
+	"P5SE+vDm3XqLlp3sukeNXTL4rwxkWCR1pfTFjCYX59//fP7y2Q9/JDrdGWe3I2BV6LYZAbGI7ueLgPUi",
+	"v/dFQBwFEdBZkCuJpaYK/IGDHwAHrcjZjoLgzi45j331M0TDsBLzfbHwZx97/EcxgQfCt9BQvDFY4Sx8",
+	"8a7o9ZpO2XOoDbVDUJB9+RlWb/qgolqwo7b4hnDTn8oKGK4hLHqDgbNdK2KBpuIM86gCUp+o34vIGOPc",
+	"tkQ41HP1UFEG4cKsPcSeY5gSz1H/pmSimJ65QrX9oYihSmCMhtWwVCv51//9/5CxlFi1WBVCnwTGgxlF",
+	"kwUWm2JWVVsy04OPsMQr1DnD2q0uecE5/pur2mFgA+YyuE5PoLJjjzmvogyFq7KNVep8XT73o490CKAw",
+	"YjdcG+30TpcqEQSWgO5sNWp8xDU2hO2dkCeDx2BfsAOPiso9uCFy4axW7PXDxSAE83yiUjLhThuu4+sA",
+	"jz4y2f/sqPh7O6BLYGIyUAn4FXveSVldhGIDq6hstw6mQ7A96lLbw8Y4dcUu5DH77+yN2OhxwCToOtLf",
+	"jd0E376kc9b5nFPfPzs3wHsj1rdMGyWXq2jlsMM7ObkhhWbpSa2JHLIPSy4nUk1lGVbbFtnwgZFk8LEI",
+	"2woD/qzLBYZH/UrU1o3hRkgMFAOJwHt7oDqIa+sJAgOI7mDWrfHVyvC6lYbsl00zm7Wi1/bx7wVDYDN/",
+	"0Kb3pU3fKcZ+ZSukqbJgMB2B09H52LlyLWdBUIW+ms6RlNCcjnnGDWeaaLokgIu97TiLrVs3mjOL+e8G",
+	"a12HMlRN0L2zREdiJfKDQvPR0yd+f6j9nBmo6Qz1xUPGCyVUoNDoVuwElXGDqdM+/r3gpu+n9wfivSfi",
+	"lXHJBgsu1gWZrRgn800IJ/PfD74BeP5At/dGN5mv6hZdiBOZFFkEYQME2sanvYqZuxp1QN/qSDnjJtto",
+	"+Pzh/PL578PgaXeyKZNL5kyUbdU/lbnzlV0EtDHb42LPzNheJmVeLque1LV+lPvv7H+95ziX2Ca82exZ",
+	"Zn/Ght2Y2OV/ulAQIyXpUjKmihHBFhkXDCMrh9BDX5Ozl5dnb4adsqIYzLuWHVX+aoEbky7NUAjCWVjq",
+	"yh1p4tN/LZZisPZQzKjGgkZolmzKtCJdxaCeU60WqS8m21vPlwL7aS1lytkktZFqu0XyDQK1+VJAtEZO",
+	"zawK1nCn0Vm1Irb1ZTj8cltz0w/kn7I7euMQ9GOXQbVznzqEaLqcK24vhx8YKunxhleliL2w94db7KMy",
+	"JjxBQok9Tk+wTjxx+ZOnIkERo5UDhdi/dFVO9+kaG5nUC96WRbwSjCuypUcZFzXKncWmLdzK96bbDZXd",
+	"QlwH/h2Z32fHKd0uNjFLD8RPxSf9iRMpoPuESrFIqCvBZIWfdk7pF7//rmo9v7H7ipttJ5IfdLPfkeof",
+	"Pnm6E9X/sKe95aQt79bS+VqxGogH9eceyHdnshbiSi5ltpn4vIY3PuAB2Qna7iJM/qku4c9UzQkAKHSz",
+	"rwJvZ5+X3cvdVQ0ps9+Xl6tusZVqCpathYc1+A9S52TimM1Fr5jwXepOQtXQOd69E8KyuuVGl9KDn8HD",
+	"XoM2ImUB85tyG1XHWfqbV87ReYfsO3W30IZCT7XEoVjzX1lcxwY5IbHOWRJbvunjMOIqQsVHlYD137XI",
+	"gLZLrrMZdkHGKlETnmVgXBBlnjaW9YAMCbYgFOrhQVgJ5IMolmc0sZ9UCQoU20hbBS+Tmjm3g3OPnZJ6",
+	"t85aWi+6IsrQFWy1kbMEUmCY60RrZswOSq8gyQHbhuPkx9iyBH37MWilcdUByy4WEIT56Jkwg6YL/bGg",
+	"TgdUHPXgsSt2bR3hJDRkcrhmG9geRfurW0GaGvcKVCyujIfkDUvZhIsypdVuDmHoqhz4G49lRACbyioI",
+	"ZQhUvS9pW5xQU9xPkwL8ungQEvHwCqyd4BO18dhGmAi1pz7h9nYJufjMVdO7a5rvGS5hAYO19hFIIbPD",
+	"+AhPLuzNDklVVyrf56i3Tobqooj3YG4U5d74lz4gtrg52gQ6v4RPWU+q9PaG8ZYl4HWdpQAV61blLFwH",
+	"J9dcrhcFDKXmN64fz04Vw9qLhTWo+WalMBbspWzW36Tq+/plnftb56LtS/kAVgcHl9+41eE3UGzNIyDp",
+	"Qk0IKDnGorKEWRRQn56VsIIeyZvsEX5b++982bC1qgQr3UoqI0Mc5D87231ZRqZWto16Td5b7MsSZatG",
+	"+zK7VKRgYvdGe3nNVLspfijuaosnq6b4JoHjR55lrbXL2ivVdXOzHFXQxPw7BwCMVa4SudMq17Juyqm+",
+	"f2gD/gcKIHaA+hEatG0sBfFHtYf1ag8l7rRVeTipcKhqfCh8j0Yr5vkr5tpybFS171uRz333kWpfbiHF",
+	"vyml26+ZtNC/Hajyvi8z2V7I6roSi2LN/h6TYTEYPGYkhtyUoEjm4JjQLIMyB70ICTYu16tsqhBESzKh",
+	"KkL1cSYXZE7F0uXuMzcVU6zs91kWgTocDAYgMdvxXeUXWuada0OXnm8MRVAND6pnuMqZm5iE/cHzvbil",
+	"SIBDoVMPsvfA9JZ8fgBpXV77VKnvq5tta4junv+uCPCaBmEhn9ZLsiILXq32SrrrNV17u9zDlOucmmS2",
+	"Ib6hMDMmDIeWaKUWQtgNSwojFRapI1zrwnXZrqrbUVO95hr/A0oMBTiZDEaLKFoO43q6yfF/M5AJnchl",
+	"pa7ALvb68q9VdEM31jOylyB1SMovkVjEPV9xNJlJzYSXIZGqnJ7//P3oxfnFxfmrl6Pzb2NkQnXr0VCc",
+	"Es0SKVLiQVVaguickZoIWQIHHkE1cG8aOxwcutQ6+xJamuAtJ2yWHW61b1NzgsNRkvLJhEENaawvDrLg",
+	"0eCr/lA8m7HkSpMZzXN7Bk4lkioFw1xQ/XBFr1w5FciQ6z4ZPO5FQzFmVDFFukeDg16EU3aPDh5DC7te",
+	"RMC2Vd92125OKrumXkSULDAr72hwFBE7KBSpeeGMDw54MG6oF5e9ku0EzkvGBdbrsUsdTXhm6X4PiLFv",
+	"CjIUIHpOhYQoGF0rgjmnS0LTlGg5Zydu4d4GMi+0IVCDH1VqLFpcNvmXgP00w7ouc2gkTUSRZX0Sz5mh",
+	"KTU0LovrXDM1pobPAVsUyxl1laoSORVc++7zM6pntf13Eyqk4AnNyL9fvHp57BC/XKTGpmRDIQpnuSmd",
+	"/lAEcTHjhhHshlj2cray9yNdsRyexseuJZt9EwrjqKFwBlbAFd8eoUTbE0IFfnJNswIAYyHJUre0CGBB",
+	"uNCGUSRJYysOR0MRH/QHcfgkPohdViOOGC4MgqVWEbxr8ag/FJYSwLXJFpbJQi/GGMsaHZNhh2rNp4Kl",
+	"w04clWWrgOYgclDIMgM8Qj+rO5mhmHDfrMVLoZNCwdpoJrFtuSYx04bPLc0bwb2Ma0DipVIK17eqkw1B",
+	"UMHNG6Vc03GG1axLXLZcv7p69pGQI6BNUHdzPYjKSgsHJC4ChhS31bZuKNUd9K71puoTFEyao8FWb13f",
+	"23RiV5pSyKEI3Bn2ac9JNJ4yJI6tNUo13zpa2hoR0MDx8WLjgYWHN2b21DQx8gSvY0mGvRrxUGrprhEG",
+	"D2+W9/D6RBm1fvpTR3Ybu2C4Z2BOLi+KPyTPPMsG7uu88o+6M/dyAbCkUKBI/fKu46/tpRWmOse/vLX4",
+	"WImUAW8szyOwaJV1t/wwuwiQqAi1qnFV3UbLQqyYku5BjV8o15jJKdZEZM6iRNMUm+YBx/RNBF1VR1Te",
+	"oPwbSyFhmP/KXA1DNApihx5a6XG9PnErcA5CYUWMsWUWEoQep7e5Xlkp11eQN1pkGfgksR2oVwphyoyJ",
+	"hB0Dj8DprhjLfY07v1BNqFUzM+ZblCG3wOJ7ZM78S2RKc9JVjGopUBnEhcW9UhhZYitCWQiQd7rxf+7h",
+	"lvaeS23iXq3WZSan6C2FGEHge7pIZhDpnnMtU0bGbArVpaELO74zFHZWKxlgYpkuG6sZlMvGECLBsklp",
+	"lVQQgaiknPfJKdZ3hiq36K2GnQ8FVEW2O4QWFMDFqfG8Gl2qZag0CImvM4pdn5ckRnoSk3FhMPqxVsU3",
+	"7h1XcpTjzFYvxyOBOI3Y/jceCm8oOHbNmZRDFDJjWdqr6sXFc3oT90kF34sa33e1N1F+s0KEHaes0mkH",
+	"jIJvz0Qah59hQY2yhGK3XvCTm54zTVQjfE/zY2IJu2tDjTsbM7NgTLjNYaHS1QVDexnsg9c06t4bQLeY",
+	"LGbLYxI75I5JF60h0JAOFiqnjzRWW0RzdYCecHGWVgYoMqzBWd6pXghCQNFScioDVHEvWFUU7iGaZ6BB",
+	"N0AXKvxN/DJqJw3B9k45irH67l8QTFg2FdiCO2asjdrFkoKPB0T3hmIiy1qUjlEFk3nTlkVGh4HHZB35",
+	"oGHXxcWZL+YKxEWD9XIxQ+HfIleIh5ErRenrBUNpZbeOqpC0l29gqC5koVBQgjgIZhNFXYhGfd32AtuF",
+	"9PyWVgtS98l39lN9TGLYyLGb2umssdVnjsm7YQfRddiJyLBjfxx2oqEYdphIZMrFdNi5teJhqf78dPnd",
+	"3pcAIJDxx1Szp67EZhx+ZQV2fDjsBA1TAQ+wgKxFBpBQcUzUZ2KeHjdcI25IlxIV9GzAytYXUI/FEzFQ",
+	"sqE6LxasjZ9TbfbgxT2r7cMq3D3ChvUoxXoITWm+Bh77tgOJkQglJN7470xqAyCCsStu5G4j6cbK3T3Y",
+	"XQa3w3Wtz4H2ITF8pNvubP3Cew7gl+zxZGXVoBnhCu0bo0SmrDzY1C4Ya/36MvGadONjknMxjXvI3nzQ",
+	"j8N3arHXEn6dyYXnalxDYX3QV0O2eYzQ4IZMaJZZEjbjDoOxlCt3NYIoiQHmgOVwBZuaD3kFJiIxIsVo",
+	"zJYS/WwWN8sDrVVJrohJ76TVcbfZ/oowf0/r64p0hFhtJHJQIBelXbuJW7U5uh+6EutpWfMXequKpUNm",
+	"aFoVYmq1XIuZGZ9zV+u6dalzetNcdPXo4Kujx4OjYKkHuywVZQYrU54AvScBgadNCEC6lnI7ecSR43bA",
+	"wvPagt2SxlJmjIo7m8Pfp/VgtK2dwUqy6MUZXibt6X1kqVrk6ATpaoYu5uAzgMROXRFcke9O1JlhTWm7",
+	"gFAAatAGGoWhmhCF+f1EumBboODdEOPwrDZg+jrKdEJSur4qKz2EFPuOMtbm5TFhMfkXmKQTdaBFTedt",
+	"09E20PuG2oVA2RuERCuyLyumGi5wg5A3FNulPNIg5EWE9ad9X2f9iiyoU5qQhK5v3y3AXqxy/C1geN7o",
+	"jvjB++5wm3W5rWp617BmJ2Siwmg1FCt5rKlktf1Paa57J2SA2BHUHbL7xZdWN3wndLzwlRIar4nbW4Om",
+	"8b434vY34m1+Y0kBXT9dIA3U90OIHEeSCnVqEK0b2p64ZjZ1owafinpR1BUS6osXoqWUJz4aJiaJlFec",
+	"ke4PxuSvRLaMyAWdswtu2F8ujOKJicgFSwrFsMXu5fOLnivn9+bs4rKU4p2o/jMbX8jkinnzNbCxg0My",
+	"k4XS6BZzE2oDPRl8XXRwnB1bVIZ66DV/GuoRaHsovfYQS1f2mShtH3JhIcinXOgmOeiCT8W56Hy46sLn",
+	"4iGqC4OV5sRVFgZwgYvpIwfq3M3yV7fi1Sx2dkuEkrGSC21F7MBuWj/pdayWhdlcbvpVYTq7gPWyBssk",
+	"Y1TdN/Nnw06f2XGRf+FmH1XObZy9vkXoNbYxzPUS3tjiWYCSxXua2ZesSASqkt49njSnxjBlX/0b+aL7",
+	"9XHOhNV4/6ENndr/h0VL/wHxf/9wIU//sNDKmAn+ydJ/YE1S978RtDRT1yz9R0JFwrKMpb3u18fki+gj",
+	"Tdb7gnzxb50dAnRPSUbHDGL0r9jyL+A2PPG+UEuq5lK1hunCpzWwcsPmegW+v/ztL2//9Jf1xZQ/UKUw",
+	"Jq05yAWUk2bV40mt28NOaoe9FYLdmFECMb2eWeeKXXNZWO1z2rpf/KRJqfgomar2YmwKD8alf6K4eXtp",
+	"I8vKgp7L0PJhnDH0VvciqFA1ZVVm1JaqxHMq+MSORzX56+mL56QbP0NA7l0uc3ZMQlgu6TyLQRT+94tX",
+	"L0k3fjfs+AFG9iFas/71z/8Zdm5dIYzgFfv03b/++T+3t3GvD/7r+J2lVSOeRkhd7Nfu5toRTkj8daqW",
+	"I1UIZ8e0uuwQrR2WGJHu4WBQ0X1hpbsMogr8nL0+ORUkPk/ZPJeGiWS59yNbxgT1MtKVaijKsIU+T+Pe",
+	"ivutBBBKmYGj2y7dR6KgAz8iR4OvhgKaPQZOXnKOKy7Hgq4SddONfxSHHegmnGVQ/p+a2clQuOwp/BnV",
+	"GMUmULawtbSxRZrdehA6QG/W5z39QPBVH6/Ad2N+w0fyC9udXxTjOTchj11F560tDx82yctNgMEsbUQm",
+	"VUuiCivTNyA03OeHdGBbOO3ivP6d1YM+OnjycIXJlJKq7TRDcop+Uw4BNUBthaOl/Yeo2wXIbsk+1Vcl",
+	"vkBTTt9Vf1P6GkiN+54gb0ymfwZCUDNp2WLytR996HaVsLCG08BlZxBACOqhhROU2Ydz+bzzJmtHjTvx",
+	"Rw3ZBD6PAGIYw6rQilUlrrDAFiWlPAup0YViUS3fP/zeg6Utx+CBsWDwwbHg0p38Z33YGy7mPlWGT2hi",
+	"tqt4p+Wbn+MB+dVtkrfLvUL42m//yIJKJZsulAfNvc8taiwcBP/bNc9scHj0sDWD3se704gcYOb+TaUH",
+	"eTzwcR4n2OqFY6sXe1ieSy+kuoLo5Yj89Ob5HtMJhdwb1+S+j+H23tAJf/U28nP0jLV3x/f9ZOJ38I+I",
+	"UBMRdMl/fQuN612qRewTKh5pyLo4JvE7bMRu2I35OiIG6onQOfs6GgquMfPy6wjavY8KnX59G/ciEvso",
+	"i/idN1VbFQx67osUvV8x+K1LfWzCBc1Q7XJZAuhyd8ElLnACWOKM6j6Bhv++zX/M09g3US3ykzLOZcXn",
+	"U6tv0v2ybE1sR8U4DjaRigX9f+zpTaUow9l8oJueyUWTXmavKFrd3+d2r98GXjlyqe+bD4W/T4J29Rj2",
+	"IkUZLVLaYVY1ulpESJtd75fB3ldv3x1EB1/eNpnCPn4L+t8MNfBSyCPtc+yobnDMRIE3AuMClTu62vm4",
+	"mz9jNDOzXzdxlx/cKx+y2CZM0WpBc3KqS2+5d33wDfby5/yaCTtHruQYtaR9MPluhMwbfOND1uWA5stM",
+	"N7athenvi75Oc/zwq3wJrcNoujypAg8hBBNpXzkcKlSuCEHbOZUz4UGdkIxrq33Q2kjYXBwbY3OXPISg",
+	"Wovx9n6feow3XCqkr4XKLKkzJj/e3z84/HN/0B/0D46/PDg87Ny+vf3/AgAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -945,11 +945,12 @@ export interface components {
              *     environment_not_found, environment_exists, unknown_runtime, runtime_unavailable,
              *     runtime_error, not_supported, too_many_sessions, too_many_commands, file_not_found,
              *     permission_denied, invalid_path, file_too_large, directory_not_empty,
-             *     too_many_transfers, invalid_manifest, task_not_found, task_conflict,
+             *     too_many_transfers, invalid_manifest, task_not_found, task_conflict, unknown_parameter,
              *     artifact_not_found, pool_not_found, agent_reserved.
              */
             code: string;
         };
+        /** @description Exactly one of manifest_yaml and manifest. */
         TaskSubmitRequest: {
             manifest_yaml?: string;
             manifest?: {
@@ -1117,6 +1118,7 @@ export interface components {
             command: string;
             args?: string[];
             working_dir?: string;
+            /** @description Variable names are not empty and have neither '=' nor NUL. */
             env?: {
                 [key: string]: string;
             };
@@ -1677,7 +1679,11 @@ export interface components {
         PoolName: string;
         SessionID: string;
         TaskID: string;
-        /** @description Absolute, or relative to the directory the agent's commands start in. */
+        /**
+         * @description Absolute, or relative to the directory the agent's commands start in: at most 4096
+         *     bytes, no NUL, each component (between slashes) at most 255 bytes, as Linux allows.
+         *     400 `invalid_path` otherwise.
+         */
         FilePath: string;
         /** @description Octal permission bits, e.g. 0644 or 755. */
         FileMode: string;
@@ -1707,6 +1713,7 @@ export interface operations {
                     "application/json": components["schemas"]["Health"];
                 };
             };
+            400: components["responses"]["BadRequest"];
         };
     };
     getReadyz: {
@@ -1727,6 +1734,7 @@ export interface operations {
                     "application/json": components["schemas"]["Readiness"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             /** @description Not ready; the body says which component is not. */
             503: {
                 headers: {
@@ -1779,6 +1787,7 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["BadRequest"];
         };
     };
     watchChanges: {
@@ -1851,6 +1860,7 @@ export interface operations {
                     "application/json": components["schemas"]["Agent"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
         };
@@ -1923,7 +1933,11 @@ export interface operations {
     listFiles: {
         parameters: {
             query: {
-                /** @description Absolute, or relative to the directory the agent's commands start in. */
+                /**
+                 * @description Absolute, or relative to the directory the agent's commands start in: at most 4096
+                 *     bytes, no NUL, each component (between slashes) at most 255 bytes, as Linux allows.
+                 *     400 `invalid_path` otherwise.
+                 */
                 path: components["parameters"]["FilePath"];
             };
             header?: never;
@@ -1955,7 +1969,11 @@ export interface operations {
     deleteFile: {
         parameters: {
             query: {
-                /** @description Absolute, or relative to the directory the agent's commands start in. */
+                /**
+                 * @description Absolute, or relative to the directory the agent's commands start in: at most 4096
+                 *     bytes, no NUL, each component (between slashes) at most 255 bytes, as Linux allows.
+                 *     400 `invalid_path` otherwise.
+                 */
                 path: components["parameters"]["FilePath"];
                 recursive?: boolean;
             };
@@ -1986,7 +2004,11 @@ export interface operations {
     readFile: {
         parameters: {
             query: {
-                /** @description Absolute, or relative to the directory the agent's commands start in. */
+                /**
+                 * @description Absolute, or relative to the directory the agent's commands start in: at most 4096
+                 *     bytes, no NUL, each component (between slashes) at most 255 bytes, as Linux allows.
+                 *     400 `invalid_path` otherwise.
+                 */
                 path: components["parameters"]["FilePath"];
             };
             header?: never;
@@ -2019,7 +2041,11 @@ export interface operations {
     writeFile: {
         parameters: {
             query: {
-                /** @description Absolute, or relative to the directory the agent's commands start in. */
+                /**
+                 * @description Absolute, or relative to the directory the agent's commands start in: at most 4096
+                 *     bytes, no NUL, each component (between slashes) at most 255 bytes, as Linux allows.
+                 *     400 `invalid_path` otherwise.
+                 */
                 path: components["parameters"]["FilePath"];
                 /** @description Octal permission bits, e.g. 0644 or 755. */
                 mode?: components["parameters"]["FileMode"];
@@ -2030,7 +2056,8 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody: {
+        /** @description An empty body is an empty file. */
+        requestBody?: {
             content: {
                 "application/octet-stream": string;
             };
@@ -2056,7 +2083,11 @@ export interface operations {
     readArchive: {
         parameters: {
             query: {
-                /** @description Absolute, or relative to the directory the agent's commands start in. */
+                /**
+                 * @description Absolute, or relative to the directory the agent's commands start in: at most 4096
+                 *     bytes, no NUL, each component (between slashes) at most 255 bytes, as Linux allows.
+                 *     400 `invalid_path` otherwise.
+                 */
                 path: components["parameters"]["FilePath"];
             };
             header?: never;
@@ -2088,7 +2119,11 @@ export interface operations {
     writeArchive: {
         parameters: {
             query: {
-                /** @description Absolute, or relative to the directory the agent's commands start in. */
+                /**
+                 * @description Absolute, or relative to the directory the agent's commands start in: at most 4096
+                 *     bytes, no NUL, each component (between slashes) at most 255 bytes, as Linux allows.
+                 *     400 `invalid_path` otherwise.
+                 */
                 path: components["parameters"]["FilePath"];
             };
             header?: never;
@@ -2097,7 +2132,8 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody: {
+        /** @description An empty body is an empty archive (nothing is extracted). */
+        requestBody?: {
             content: {
                 "application/x-tar": string;
             };
@@ -2171,6 +2207,7 @@ export interface operations {
                     "application/json": components["schemas"]["CommandStatus"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
@@ -2351,6 +2388,7 @@ export interface operations {
                     "application/json": components["schemas"]["SessionList"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
         };
     };
@@ -2484,6 +2522,7 @@ export interface operations {
                     "application/json": components["schemas"]["Session"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
         };
@@ -2509,6 +2548,7 @@ export interface operations {
                     "application/json": components["schemas"]["SessionKilled"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
@@ -2533,6 +2573,7 @@ export interface operations {
                     "application/json": components["schemas"]["RuntimeList"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
         };
     };
@@ -2611,6 +2652,7 @@ export interface operations {
                     "application/json": components["schemas"]["PoolList"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
         };
     };
@@ -2634,6 +2676,7 @@ export interface operations {
                     "application/json": components["schemas"]["Pool"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
         };
@@ -2687,6 +2730,7 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
         };
@@ -2711,6 +2755,7 @@ export interface operations {
                     "application/json": components["schemas"]["Environment"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
         };
@@ -2733,6 +2778,7 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
@@ -2760,6 +2806,7 @@ export interface operations {
                     "application/json": components["schemas"]["Environment"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
@@ -2787,6 +2834,7 @@ export interface operations {
                     "application/json": components["schemas"]["Environment"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
@@ -2814,6 +2862,7 @@ export interface operations {
                     "application/json": components["schemas"]["Environment"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
@@ -2841,6 +2890,7 @@ export interface operations {
                     "application/json": components["schemas"]["Environment"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
@@ -2918,6 +2968,15 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["TooLarge"];
+            /** @description The Content-Type is neither YAML nor JSON. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             503: components["responses"]["Unavailable"];
         };
     };
@@ -2941,6 +3000,7 @@ export interface operations {
                     "application/json": components["schemas"]["Task"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
         };
@@ -2965,6 +3025,7 @@ export interface operations {
                     "application/json": components["schemas"]["Task"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
         };
@@ -2973,6 +3034,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
+                /** @description The id of the last event seen; the stream goes on after it. */
                 "Last-Event-ID"?: string;
             };
             path: {
@@ -2991,6 +3053,7 @@ export interface operations {
                     "text/event-stream": string;
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
         };
@@ -3015,6 +3078,7 @@ export interface operations {
                     "application/json": components["schemas"]["ArtifactList"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
         };
@@ -3040,6 +3104,7 @@ export interface operations {
                     "application/octet-stream": string;
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
         };
@@ -3093,6 +3158,7 @@ export interface operations {
                     "application/json": components["schemas"]["Mission"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             503: components["responses"]["Unavailable"];
@@ -3176,6 +3242,7 @@ export interface operations {
                     "application/json": components["schemas"]["AIWGStatus"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
         };
     };
@@ -3197,6 +3264,7 @@ export interface operations {
                     "application/json": components["schemas"]["AIWGStatus"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             503: components["responses"]["Unavailable"];
         };
