@@ -14,6 +14,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"sort"
 	"sync"
 	"time"
 
@@ -60,6 +61,12 @@ type Config struct {
 	DisconnectGrace time.Duration
 	// CommandRetention is how long a finished command can still be looked up.
 	CommandRetention time.Duration
+	// MaxFinishedCommands bounds the finished commands kept for Lookup
+	// within CommandRetention (default 10000, about 650 bytes each): past
+	// it the oldest-ended go first, checked every second, so that many
+	// short commands (1,000 execs a second) cannot grow the server for
+	// the whole retention.
+	MaxFinishedCommands int
 	// KillTimeout is how long a killed command may take to be reported
 	// ended before the server ends it itself (default 1m): an agent that
 	// never answers (or names a command it does not run) cannot keep it.
@@ -127,6 +134,9 @@ func New(cfg Config) *Service {
 	}
 	if cfg.DisconnectGrace <= 0 {
 		cfg.DisconnectGrace = 5 * time.Minute
+	}
+	if cfg.MaxFinishedCommands <= 0 {
+		cfg.MaxFinishedCommands = DefaultMaxFinishedCommands
 	}
 	if cfg.CommandRetention <= 0 {
 		cfg.CommandRetention = 10 * time.Minute
@@ -211,11 +221,7 @@ func (s *Service) sweep() {
 	for _, id := range gone {
 		lost = append(lost, s.runningOn(id, nil)...)
 	}
-	for id, c := range s.commands {
-		if c.finishedAt(now, s.cfg.CommandRetention) {
-			delete(s.commands, id)
-		}
-	}
+	s.forgetFinishedLocked(now)
 	unclaimed := s.unclaimed(now)
 	s.mu.Unlock()
 	for _, id := range gone {
@@ -232,6 +238,37 @@ func (s *Service) sweep() {
 	}
 	if len(gone) > 0 {
 		s.cfg.Changes.Changed(ports.ChangeAgents)
+	}
+}
+
+// DefaultMaxFinishedCommands is Config.MaxFinishedCommands' default.
+const DefaultMaxFinishedCommands = 10_000
+
+// forgetFinishedLocked forgets the finished commands past CommandRetention,
+// then the oldest-ended beyond MaxFinishedCommands; s.mu held.
+func (s *Service) forgetFinishedLocked(now time.Time) {
+	type fin struct {
+		id string
+		at time.Time
+	}
+	var kept []fin
+	for id, c := range s.commands {
+		if c.finishedAt(now, s.cfg.CommandRetention) {
+			delete(s.commands, id)
+			continue
+		}
+		c.mu.Lock()
+		ended, at := c.ended, c.endedAt
+		c.mu.Unlock()
+		if ended {
+			kept = append(kept, fin{id, at})
+		}
+	}
+	if over := len(kept) - s.cfg.MaxFinishedCommands; over > 0 {
+		sort.Slice(kept, func(i, j int) bool { return kept[i].at.Before(kept[j].at) })
+		for _, f := range kept[:over] {
+			delete(s.commands, f.id)
+		}
 	}
 }
 
