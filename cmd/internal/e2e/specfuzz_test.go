@@ -25,21 +25,24 @@ import (
 )
 
 // semantic400 are the refusals a request the schema allows may still get:
-// what depends on more than the request's shape.
+// what depends on more than the request's shape. Each is a code, or a code
+// and the start of its message.
 var semantic400 = map[string][]string{
 	// The manifest's meaning (task.Check): fields, runtimes, secrets.
 	"createTask": {"invalid_manifest"},
 	// What the path names on the agent: a directory where a file is
-	// wanted, "/" for delete, an archive that is not a tar.
+	// wanted, "/" for delete, an archive that is not a tar, a relative path
+	// too long once joined to the agent's directory.
 	"listFiles": {"invalid_path"}, "deleteFile": {"invalid_path"}, "readFile": {"invalid_path"},
 	"writeFile": {"invalid_path"}, "readArchive": {"invalid_path"}, "writeArchive": {"invalid_path"},
-	// Whether the runtime offers the network, resources, image or profile.
-	"createEnvironment": {"unknown_runtime", "invalid_request"},
-	"putPool":           {"unknown_runtime", "invalid_request"},
+	// Whether the runtime exists and offers the network, resources, image
+	// or profile (its capabilities, GET /api/v1/runtimes).
+	"createEnvironment": {"unknown_runtime", "invalid_request:environment "},
+	"putPool":           {"unknown_runtime", "invalid_request:pool "},
 	// Past the end of a session's output, which only the server knows.
 	"getSessionOutput": {"offset_beyond_end"},
 	// Exactly one of data and data_base64, or eof: openapi 3.0 cannot say it.
-	"writeCommandStdin": {"invalid_request"},
+	"writeCommandStdin": {"invalid_request:fields data and data_base64: give one of them", "invalid_request:give data, data_base64 or eof"},
 	// An environment variable's name (not empty, no '='): openapi 3.0 has
 	// no schema for the names of a map's members.
 	"execCommand":  {"invalid_request:field env: variable name"},

@@ -1179,7 +1179,10 @@ export interface components {
         };
         StdinRequest: {
             data?: string;
-            /** Format: byte */
+            /**
+             * Format: byte
+             * @description Standard base64, padded.
+             */
             data_base64?: string;
             /** @description Close stdin after writing. */
             eof?: boolean;
@@ -1387,8 +1390,11 @@ export interface components {
         };
         Resources: {
             cpus?: number;
+            /** @description At most 16 TiB. */
             memory_mb?: number;
+            /** @description At most Linux's pid_max. */
             pids?: number;
+            /** @description At most 1 PiB. */
             disk_gb?: number;
         };
         CreateEnvironmentRequest: {
@@ -1680,9 +1686,10 @@ export interface components {
         SessionID: string;
         TaskID: string;
         /**
-         * @description Absolute, or relative to the directory the agent's commands start in: at most 4096
-         *     bytes, no NUL, each component (between slashes) at most 255 bytes, as Linux allows.
-         *     400 `invalid_path` otherwise.
+         * @description Absolute, or relative to the directory the agent's commands start in: at most 4095
+         *     bytes, no NUL, each component (between slashes) at most 255 bytes, as Linux allows
+         *     (PATH_MAX and NAME_MAX; a relative path longer than that once joined to the directory
+         *     is refused by the agent). 400 `invalid_path` otherwise.
          */
         FilePath: string;
         /** @description Octal permission bits, e.g. 0644 or 755. */
@@ -1934,9 +1941,10 @@ export interface operations {
         parameters: {
             query: {
                 /**
-                 * @description Absolute, or relative to the directory the agent's commands start in: at most 4096
-                 *     bytes, no NUL, each component (between slashes) at most 255 bytes, as Linux allows.
-                 *     400 `invalid_path` otherwise.
+                 * @description Absolute, or relative to the directory the agent's commands start in: at most 4095
+                 *     bytes, no NUL, each component (between slashes) at most 255 bytes, as Linux allows
+                 *     (PATH_MAX and NAME_MAX; a relative path longer than that once joined to the directory
+                 *     is refused by the agent). 400 `invalid_path` otherwise.
                  */
                 path: components["parameters"]["FilePath"];
             };
@@ -1970,9 +1978,10 @@ export interface operations {
         parameters: {
             query: {
                 /**
-                 * @description Absolute, or relative to the directory the agent's commands start in: at most 4096
-                 *     bytes, no NUL, each component (between slashes) at most 255 bytes, as Linux allows.
-                 *     400 `invalid_path` otherwise.
+                 * @description Absolute, or relative to the directory the agent's commands start in: at most 4095
+                 *     bytes, no NUL, each component (between slashes) at most 255 bytes, as Linux allows
+                 *     (PATH_MAX and NAME_MAX; a relative path longer than that once joined to the directory
+                 *     is refused by the agent). 400 `invalid_path` otherwise.
                  */
                 path: components["parameters"]["FilePath"];
                 recursive?: boolean;
@@ -2005,9 +2014,10 @@ export interface operations {
         parameters: {
             query: {
                 /**
-                 * @description Absolute, or relative to the directory the agent's commands start in: at most 4096
-                 *     bytes, no NUL, each component (between slashes) at most 255 bytes, as Linux allows.
-                 *     400 `invalid_path` otherwise.
+                 * @description Absolute, or relative to the directory the agent's commands start in: at most 4095
+                 *     bytes, no NUL, each component (between slashes) at most 255 bytes, as Linux allows
+                 *     (PATH_MAX and NAME_MAX; a relative path longer than that once joined to the directory
+                 *     is refused by the agent). 400 `invalid_path` otherwise.
                  */
                 path: components["parameters"]["FilePath"];
             };
@@ -2042,9 +2052,10 @@ export interface operations {
         parameters: {
             query: {
                 /**
-                 * @description Absolute, or relative to the directory the agent's commands start in: at most 4096
-                 *     bytes, no NUL, each component (between slashes) at most 255 bytes, as Linux allows.
-                 *     400 `invalid_path` otherwise.
+                 * @description Absolute, or relative to the directory the agent's commands start in: at most 4095
+                 *     bytes, no NUL, each component (between slashes) at most 255 bytes, as Linux allows
+                 *     (PATH_MAX and NAME_MAX; a relative path longer than that once joined to the directory
+                 *     is refused by the agent). 400 `invalid_path` otherwise.
                  */
                 path: components["parameters"]["FilePath"];
                 /** @description Octal permission bits, e.g. 0644 or 755. */
@@ -2084,9 +2095,10 @@ export interface operations {
         parameters: {
             query: {
                 /**
-                 * @description Absolute, or relative to the directory the agent's commands start in: at most 4096
-                 *     bytes, no NUL, each component (between slashes) at most 255 bytes, as Linux allows.
-                 *     400 `invalid_path` otherwise.
+                 * @description Absolute, or relative to the directory the agent's commands start in: at most 4095
+                 *     bytes, no NUL, each component (between slashes) at most 255 bytes, as Linux allows
+                 *     (PATH_MAX and NAME_MAX; a relative path longer than that once joined to the directory
+                 *     is refused by the agent). 400 `invalid_path` otherwise.
                  */
                 path: components["parameters"]["FilePath"];
             };
@@ -2120,9 +2132,10 @@ export interface operations {
         parameters: {
             query: {
                 /**
-                 * @description Absolute, or relative to the directory the agent's commands start in: at most 4096
-                 *     bytes, no NUL, each component (between slashes) at most 255 bytes, as Linux allows.
-                 *     400 `invalid_path` otherwise.
+                 * @description Absolute, or relative to the directory the agent's commands start in: at most 4095
+                 *     bytes, no NUL, each component (between slashes) at most 255 bytes, as Linux allows
+                 *     (PATH_MAX and NAME_MAX; a relative path longer than that once joined to the directory
+                 *     is refused by the agent). 400 `invalid_path` otherwise.
                  */
                 path: components["parameters"]["FilePath"];
             };
