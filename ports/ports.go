@@ -29,6 +29,12 @@ var (
 	// ErrAgentHeld: the agent is a warm pool's idle member, held for
 	// whoever takes it; no command or file work reaches it before then.
 	ErrAgentHeld = errors.New("agent held for a warm pool")
+	// ErrStdinBusy: the command's input queue is full (its process has not
+	// read what is queued); nothing of the write was queued, retry later.
+	ErrStdinBusy = errors.New("the command's input queue is full")
+	// ErrStdinClosed: the command's stdin was closed (by an eof write, or by
+	// the process); nothing more can be written.
+	ErrStdinClosed = errors.New("the command's stdin is closed")
 )
 
 // OutputStream says where a chunk of output came from.
@@ -122,6 +128,12 @@ type Command interface {
 	Done() <-chan struct{}
 	// Result is valid once Done is closed.
 	Result() CommandResult
+	// WriteStdin queues data (then the end of input when eof) for the
+	// process, after what earlier calls queued. nil means queued for
+	// delivery in order, never dropped; otherwise nothing was queued:
+	// ErrStdinBusy when the queue is full (retry later),
+	// ErrAgentNotConnected while the link is down, ErrStdinClosed,
+	// ErrCommandEnded.
 	WriteStdin(ctx context.Context, data []byte, eof bool) error
 	Resize(ctx context.Context, cols, rows uint16) error
 	Signal(ctx context.Context, signal int) error

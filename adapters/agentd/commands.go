@@ -23,13 +23,7 @@ func (a *Agent) handle(ctx context.Context, msg *sandboxv1.ConnectResponse) {
 		a.startCommand(p.Command)
 	case *sandboxv1.ConnectResponse_Stdin:
 		if r := a.lookup(p.Stdin.GetCommandId()); r != nil && r.proc != nil {
-			r.stdinOnce.Do(func() {
-				r.stdin = newStdinQueue()
-				go a.stdinLoop(r, r.stdin)
-			})
-			if !r.stdin.push(p.Stdin.GetData(), p.Stdin.GetEof()) {
-				a.log.Warn("stdin dropped: the command does not read it", "command_id", r.id, "bytes", len(p.Stdin.GetData()))
-			}
+			a.stdinChunk(r, p.Stdin)
 		}
 	case *sandboxv1.ConnectResponse_PtyControl:
 		a.ptyControl(p.PtyControl)

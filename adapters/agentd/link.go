@@ -273,6 +273,7 @@ func (a *Agent) registration(id string) *sandboxv1.ConnectRequest {
 		Runtime:      a.cfg.Runtime,
 		AgentVersion: a.cfg.Version,
 		Capabilities: a.tools,
+		StdinAcks:    true,
 	}}}
 }
 

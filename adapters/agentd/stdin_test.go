@@ -3,29 +3,150 @@ package agentd
 import (
 	"strings"
 	"testing"
+
+	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
 )
 
-func TestStdinQueueKeepsOrderAndBounds(t *testing.T) {
+func joined(chunks [][]byte) string {
+	var b strings.Builder
+	for _, c := range chunks {
+		b.Write(c)
+	}
+	return b.String()
+}
+
+func TestStdinQueueKeepsOrder(t *testing.T) {
 	q := newStdinQueue()
-	if !q.push([]byte("a"), false) || !q.push([]byte("b"), false) {
-		t.Fatal("small input refused")
+	for _, s := range []string{"a", "b"} {
+		if got := q.push([]byte(s), false, nil); got != pushQueued {
+			t.Fatalf("push %q: %v", s, got)
+		}
 	}
-	if q.push(make([]byte, maxStdinQueued), false) {
-		t.Fatal("input beyond the bound was queued")
-	}
-	if !q.push(nil, true) {
-		t.Fatal("the end of input was refused")
+	if got := q.push(nil, true, nil); got != pushQueued {
+		t.Fatalf("the end of input: %v", got)
 	}
 	chunks, eof := q.take()
-	var got strings.Builder
-	for _, c := range chunks {
-		got.Write(c)
+	if joined(chunks) != "ab" || !eof {
+		t.Fatalf("took %q eof %v", joined(chunks), eof)
 	}
-	if got.String() != "ab" || !eof {
-		t.Fatalf("took %q eof %v", got.String(), eof)
+}
+
+// A full queue never drops input: the push waits for the writer to make
+// room (the link is paced), then queues all of it, in order.
+func TestStdinQueueFullWaitsInsteadOfDropping(t *testing.T) {
+	if maxStdinQueued < agentwire.StdinWindow {
+		t.Fatalf("the agent's queue (%d) must hold the server's window (%d)", maxStdinQueued, agentwire.StdinWindow)
 	}
-	// Taken input frees room again.
-	if !q.push(make([]byte, maxStdinQueued), false) {
-		t.Fatal("room not freed by take")
+	q := newStdinQueue()
+	first := []byte(strings.Repeat("x", maxStdinQueued))
+	if got := q.push(first, false, nil); got != pushQueued {
+		t.Fatalf("a queue's worth: %v", got)
 	}
+	// The writer took it and is blocked writing it to the process.
+	chunks, _ := q.take()
+	done := make(chan pushResult, 1)
+	go func() { done <- q.push([]byte("more"), false, nil) }()
+	select {
+	case got := <-done:
+		t.Fatalf("a push into a full queue returned %v before room was made", got)
+	default:
+	}
+	q.wrote(len(chunks[0]))
+	if got := within(t, done, "the push never got the room the writer made"); got != pushQueued {
+		t.Fatalf("after room was made: %v", got)
+	}
+	if chunks, _ := q.take(); joined(chunks) != "more" {
+		t.Fatalf("then took %q", joined(chunks))
+	}
+	q.wrote(len("more"))
+	// A closed queue (the process ended) wakes a waiting push, which says so.
+	big := []byte(strings.Repeat("y", maxStdinQueued))
+	if got := q.push(big, false, nil); got != pushQueued {
+		t.Fatalf("refill: %v", got)
+	}
+	go func() { done <- q.push([]byte("late"), false, nil) }()
+	q.close()
+	if got := within(t, done, "a push waiting on a closed queue never returned"); got != pushClosed {
+		t.Fatalf("a push into a closed queue: %v", got)
+	}
+}
+
+// Offsets make a resend harmless: bytes already received are skipped, a
+// chunk beyond them is refused rather than queued out of order.
+func TestStdinQueueOffsets(t *testing.T) {
+	q := newStdinQueue()
+	off := func(n uint64) *uint64 { return &n }
+	if got := q.push([]byte("abc"), false, off(0)); got != pushQueued {
+		t.Fatalf("first: %v", got)
+	}
+	if got := q.push([]byte("abc"), false, off(0)); got != pushDuplicate {
+		t.Fatalf("a resend: %v", got)
+	}
+	if got := q.push([]byte("cdef"), false, off(2)); got != pushQueued {
+		t.Fatalf("a resend that goes further: %v", got)
+	}
+	if got := q.push([]byte("zz"), false, off(10)); got != pushGap {
+		t.Fatalf("beyond what was received: %v", got)
+	}
+	if got := q.push(nil, true, off(6)); got != pushQueued {
+		t.Fatalf("eof: %v", got)
+	}
+	chunks, eof := q.take()
+	if joined(chunks) != "abcdef" || !eof {
+		t.Fatalf("took %q eof %v", joined(chunks), eof)
+	}
+	q.wrote(6)
+	a := q.ack("c1").GetStdinAck()
+	if a.GetCommandId() != "c1" || a.GetWritten() != 6 || a.GetClosed() {
+		t.Fatalf("ack %v", a)
+	}
+	// A queue the server does not pace sends no acks (it would not know them).
+	if m := newStdinQueue().ack("c2"); m != nil {
+		t.Fatalf("an unpaced queue acked: %v", m)
+	}
+}
+
+// The agent acknowledges the input it wrote, and a resend after a
+// reconnect: the server's window opens only with these.
+func TestStdinIsAcknowledgedAsWritten(t *testing.T) {
+	_, r, _, s := connectedAgent(t)
+	p := startCommand(t, s, r, &sandboxv1.CommandRequest{CommandId: "cmd-in", Command: "cat", StdinOpen: true})
+	off := func(n uint64) *uint64 { return &n }
+	stdin := func(data string, at uint64, eof bool) {
+		s.send(&sandboxv1.ConnectResponse{Payload: &sandboxv1.ConnectResponse_Stdin{Stdin: &sandboxv1.StdinChunk{
+			CommandId: "cmd-in", Data: []byte(data), Offset: off(at), Eof: eof}}})
+	}
+	ackUpTo := func(written uint64, closed bool) {
+		t.Helper()
+		for {
+			m := s.next(t)
+			a := m.GetStdinAck()
+			if a == nil {
+				t.Fatalf("expected an ack, got %v", m)
+			}
+			if a.GetCommandId() != "cmd-in" || a.GetWritten() > written {
+				t.Fatalf("ack %v, want up to %d", a, written)
+			}
+			if a.GetWritten() == written && a.GetClosed() == closed {
+				return
+			}
+		}
+	}
+	stdin("hello", 0, false)
+	if e := p.event(t); e != "stdin:hello" {
+		t.Fatalf("process saw %q", e)
+	}
+	ackUpTo(5, false)
+	// A resend of what the agent has: not written again, acknowledged again.
+	stdin("hello", 0, false)
+	ackUpTo(5, false)
+	stdin("lo bye", 3, true)
+	if e := p.event(t); e != "stdin: bye" {
+		t.Fatalf("process saw %q", e)
+	}
+	if e := p.event(t); e != "eof" {
+		t.Fatalf("process saw %q", e)
+	}
+	ackUpTo(9, true)
 }

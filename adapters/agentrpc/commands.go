@@ -33,6 +33,9 @@ type command struct {
 	next        map[ports.OutputStream]uint64
 	startedSeen bool
 
+	// stdin paces the command's input (stdin.go).
+	stdin stdinPipe
+
 	mu       sync.Mutex
 	done     chan struct{}
 	result   ports.CommandResult
@@ -89,6 +92,7 @@ func (c *command) complete(r ports.CommandResult, now time.Time, beforeDone func
 	if stop != nil {
 		stop()
 	}
+	c.forgetStdin()
 	if beforeDone != nil {
 		beforeDone()
 	}
@@ -163,19 +167,6 @@ func (c *command) control(ctx context.Context, ctl *sandboxv1.PtyControl) error 
 	}
 	ctl.CommandId = c.id
 	return conn.send(ctx, &sandboxv1.ConnectResponse{Payload: &sandboxv1.ConnectResponse_PtyControl{PtyControl: ctl}})
-}
-
-func (c *command) WriteStdin(ctx context.Context, data []byte, eof bool) error {
-	if c.isDone() {
-		return ports.ErrCommandEnded
-	}
-	conn, err := c.svc.liveConn(c.agentID)
-	if err != nil {
-		return err
-	}
-	return conn.send(ctx, &sandboxv1.ConnectResponse{Payload: &sandboxv1.ConnectResponse_Stdin{Stdin: &sandboxv1.StdinChunk{
-		CommandId: c.id, Data: data, Eof: eof,
-	}}})
 }
 
 func (c *command) Resize(ctx context.Context, cols, rows uint16) error {

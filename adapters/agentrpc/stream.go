@@ -40,6 +40,8 @@ type conn struct {
 	reported    bool
 	orphans     []*sandboxv1.OutputChunk
 	orphanBytes int
+	// stdinAcks: the agent acknowledges input, so it is paced (stdin.go).
+	stdinAcks bool
 }
 
 // drainTimeout bounds how long a drained stream is read for the agent's
@@ -138,7 +140,8 @@ func (s *Service) Connect(ctx context.Context, stream *connect.BidiStream[sandbo
 		return err
 	}
 
-	c := &conn{agentID: id, out: make(chan *sandboxv1.ConnectResponse, 256), closed: make(chan struct{}), draining: make(chan struct{})}
+	c := &conn{agentID: id, out: make(chan *sandboxv1.ConnectResponse, 256), closed: make(chan struct{}), draining: make(chan struct{}),
+		stdinAcks: reg.GetStdinAcks()}
 	s.mu.Lock()
 	if s.closing { // CloseStreams ran while this stream registered
 		s.mu.Unlock()
@@ -169,6 +172,7 @@ func (s *Service) Connect(ctx context.Context, stream *connect.BidiStream[sandbo
 
 	recvDone := make(chan error, 1)
 	go func() { recvDone <- s.receiveLoop(c, stream) }()
+	go s.resendStdin(ctx, c)
 
 	var result error
 loop:
@@ -306,6 +310,10 @@ func (s *Service) handle(c *conn, msg *sandboxv1.ConnectRequest) {
 		s.reconcileCommands(c, p.SessionReport)
 	case *sandboxv1.ConnectRequest_PermissionRequest:
 		s.permissionAsked(c.agentID, p.PermissionRequest)
+	case *sandboxv1.ConnectRequest_StdinAck:
+		if cmd := s.commandOf(c.agentID, p.StdinAck.GetCommandId()); cmd != nil {
+			cmd.stdinAcked(p.StdinAck)
+		}
 	case *sandboxv1.ConnectRequest_Pong, *sandboxv1.ConnectRequest_SessionAck:
 	case *sandboxv1.ConnectRequest_Registration:
 		s.log.Warn("agent sent a second registration; ignored", "agent_id", c.agentID)

@@ -2,6 +2,7 @@ package rest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -190,6 +191,9 @@ func ended(e *entry, cmd ports.Command) bool {
 }
 
 // WriteCommandStdin writes to the command's stdin, optionally closing it.
+// 204 only once the bytes are queued for delivery in order (the agent link
+// paces and keeps them); a write that cannot be queued is refused whole:
+// 429 stdin_busy, 503 agent_not_connected.
 func (s *Server) WriteCommandStdin(ctx context.Context, req restapi.WriteCommandStdinRequestObject) (restapi.WriteCommandStdinResponseObject, error) {
 	b := req.Body
 	var data []byte
@@ -217,6 +221,12 @@ func (s *Server) WriteCommandStdin(ctx context.Context, req restapi.WriteCommand
 		}
 	}
 	if err := cmd.WriteStdin(ctx, data, eof); err != nil {
+		if errors.Is(err, ports.ErrAgentNotConnected) {
+			// Nothing was queued: a refusal to retry, not a conflict.
+			e := newError(http.StatusServiceUnavailable, "agent_not_connected", "%s: the agent is not connected; nothing was written, retry once it has reconnected", subject)
+			e.retryAfter = 1
+			return nil, e
+		}
 		return nil, portError(err, subject)
 	}
 	if e != nil && eof {

@@ -270,7 +270,7 @@ func TestLinkErrorsOnControl(t *testing.T) {
 	c.SetStdinError(ports.ErrAgentGone)
 	expect(t, e.call("POST", "/api/v1/commands/"+c.ID()+"/stdin", `{"data":"x"}`), 502, "agent_gone")
 	c.SetStdinError(ports.ErrAgentNotConnected)
-	expect(t, e.call("POST", "/api/v1/commands/"+c.ID()+"/stdin", `{"data":"x"}`), 409, "agent_not_connected")
+	expect(t, e.call("POST", "/api/v1/commands/"+c.ID()+"/stdin", `{"data":"x"}`), 503, "agent_not_connected") // stdin: nothing queued
 }
 
 // Commands started by other parts of the server are not in the adapter's

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
@@ -18,6 +19,8 @@ import (
 type apiError struct {
 	status int
 	body   restapi.Error
+	// retryAfter, when set, is sent as Retry-After (seconds).
+	retryAfter int
 }
 
 func (e *apiError) Error() string { return e.body.Code + ": " + e.body.Error }
@@ -33,6 +36,9 @@ func badRequest(format string, args ...any) *apiError {
 func (e *apiError) write(w http.ResponseWriter) error {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if e.retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(e.retryAfter))
+	}
 	w.WriteHeader(e.status)
 	return json.NewEncoder(w).Encode(e.body)
 }
@@ -61,11 +67,24 @@ func portError(err error, subject string) *apiError {
 		return newError(http.StatusConflict, "command_ended", "%s: the command has already ended", subject)
 	case errors.Is(err, ports.ErrAgentHeld):
 		return newError(http.StatusConflict, "agent_reserved", "%s: the agent is a warm pool's idle member, held for whoever takes it (create an environment of the pool's spec)", subject)
+	case errors.Is(err, ports.ErrStdinBusy):
+		return stdinBusy(subject)
+	case errors.Is(err, ports.ErrStdinClosed):
+		return newError(http.StatusConflict, "stdin_closed", "%s: stdin is closed (by eof, or by the process)", subject)
 	case errors.Is(err, ports.ErrAgentGone):
 		return newError(http.StatusBadGateway, "agent_gone", "%s: the agent disconnected while the command ran", subject)
 	default:
 		return newError(http.StatusBadGateway, "agent_error", "%s: %v", subject, err)
 	}
+}
+
+// stdinBusy refuses input the command's queue cannot take now (429 with
+// Retry-After): nothing of it was queued.
+func stdinBusy(subject string) *apiError {
+	e := newError(http.StatusTooManyRequests, "stdin_busy",
+		"%s: the input queue is full (the process has not read what is queued); nothing was written, retry later", subject)
+	e.retryAfter = 1
+	return e
 }
 
 func agentNotFound(subject string) *apiError {

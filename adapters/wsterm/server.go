@@ -272,6 +272,35 @@ func (c *conn) readLoop(ctx context.Context) {
 	}
 }
 
+// InputPatience bounds how long one input frame waits for room in its
+// session's input queue (the process is not reading). Meanwhile the socket
+// is not read, so a fast client is paced (back-pressure); past it the frame
+// is refused with a stdin_busy error frame, and nothing of it was written.
+// A variable for tests.
+var InputPatience = 10 * time.Second
+
+// input writes an input frame, waiting (without reading the socket) while
+// the session's input queue is full: nothing is dropped, and what cannot be
+// queued in InputPatience is refused.
+func (c *conn) input(ctx context.Context, f ClientFrame) error {
+	deadline := time.Now().Add(InputPatience)
+	wait := 2 * time.Millisecond
+	for {
+		err := c.srv.cfg.Sessions.Input(ctx, f.SessionID, c.viewer, f.Bytes)
+		if !errors.Is(err, ports.ErrStdinBusy) || !time.Now().Add(wait).Before(deadline) {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		wait = min(2*wait, 100*time.Millisecond)
+	}
+}
+
 func mapError(err error) error {
 	var pe *ProtocolError
 	switch {
@@ -287,6 +316,10 @@ func mapError(err error) error {
 		return bad("agent_not_connected", "the agent is not connected")
 	case errors.Is(err, ports.ErrCommandEnded):
 		return bad("session_ended", "the session has ended")
+	case errors.Is(err, ports.ErrStdinBusy):
+		return bad("stdin_busy", "the session is not reading its input: this input was not written (none of it); send it again later")
+	case errors.Is(err, ports.ErrStdinClosed):
+		return bad("stdin_closed", "the session's input is closed: this input was not written")
 	case errors.Is(err, session.ErrQuota):
 		return bad("too_many_sessions", "%v", err)
 	case errors.Is(err, session.ErrInvalidName), errors.Is(err, session.ErrInvalidSpec), errors.Is(err, session.ErrNameTaken):
@@ -418,7 +451,7 @@ func (c *conn) handle(ctx context.Context, f ClientFrame) error {
 	case FrameLeaveSession:
 		c.leave(f.SessionID)
 	case FrameInput:
-		return sv.Input(ctx, f.SessionID, c.viewer, f.Bytes)
+		return c.input(ctx, f)
 	case FrameResize:
 		cols, rows := uint16(f.Cols), uint16(f.Rows) //nolint:gosec // validate bounds cols and rows to 1..maxDim
 		if err := sv.Resize(ctx, f.SessionID, c.viewer, cols, rows); err != nil {

@@ -607,7 +607,7 @@ type Error struct {
 	// runtime_error, not_supported, too_many_sessions, too_many_commands, file_not_found,
 	// permission_denied, invalid_path, file_too_large, directory_not_empty,
 	// too_many_transfers, invalid_manifest, task_not_found, task_conflict, unknown_parameter,
-	// artifact_not_found, pool_not_found, agent_reserved.
+	// artifact_not_found, pool_not_found, agent_reserved, stdin_busy.
 	Code string `json:"code"`
 
 	// Error A message for people.
@@ -1134,6 +1134,12 @@ type Forbidden = Error
 
 // NotFound defines model for NotFound.
 type NotFound = Error
+
+// StdinBusy defines model for StdinBusy.
+type StdinBusy = Error
+
+// StdinUnavailable defines model for StdinUnavailable.
+type StdinUnavailable = Error
 
 // TooLarge defines model for TooLarge.
 type TooLarge = Error
@@ -1671,10 +1677,30 @@ type ClientInterface interface {
 
 	// WriteCommandStdinWithBody performs a POST /api/v1/commands/{command_id}/stdin (the `WriteCommandStdin` operationId) request,
 	// with any type of body and a specified content type.
+	//
+	// Writes to the command's stdin, in the order the writes are accepted. A 204 means
+	// the bytes are accepted into the command's input queue and will reach the process
+	// in order, even across a reconnect of its agent (unless the process ends or closes
+	// its stdin first); nothing answered 204 is dropped. A write that cannot be queued
+	// is refused and nothing of it is written: 429 `stdin_busy` while the process has not
+	// read what is already queued (at most 4 MiB per command wait between the server
+	// and the process; retry after `Retry-After`), 503 `agent_not_connected` while the
+	// agent's link is down (retry once it is back), 409 `stdin_closed` once stdin was
+	// closed (by `eof`, or by the process) or `command_ended`.
 	WriteCommandStdinWithBody(ctx context.Context, commandId CommandID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// WriteCommandStdin performs a POST /api/v1/commands/{command_id}/stdin (the `WriteCommandStdin` operationId) request.
 	// Takes a body of the `application/json` content type.
+	//
+	// Writes to the command's stdin, in the order the writes are accepted. A 204 means
+	// the bytes are accepted into the command's input queue and will reach the process
+	// in order, even across a reconnect of its agent (unless the process ends or closes
+	// its stdin first); nothing answered 204 is dropped. A write that cannot be queued
+	// is refused and nothing of it is written: 429 `stdin_busy` while the process has not
+	// read what is already queued (at most 4 MiB per command wait between the server
+	// and the process; retry after `Retry-After`), 503 `agent_not_connected` while the
+	// agent's link is down (retry once it is back), 409 `stdin_closed` once stdin was
+	// closed (by `eof`, or by the process) or `command_ended`.
 	WriteCommandStdin(ctx context.Context, commandId CommandID, body WriteCommandStdinJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListEnvironments Environments this server made (and found again after a restart), by name.
@@ -1748,7 +1774,8 @@ type ClientInterface interface {
 	// An empty `text` is an answer too (a bare newline, for "Press ENTER").
 	// 404 `hitl_not_found`; 409 `hitl_not_open` (already answered, or its mission or session
 	// has ended) or `agent_not_connected` (retry once the agent is back); 502 `agent_gone`
-	// or `agent_error`; 503 `store_unavailable`.
+	// or `agent_error`; 429 `stdin_busy` (the session has not read the input already
+	// queued for it; retry after `Retry-After`); 503 `store_unavailable`.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1760,7 +1787,8 @@ type ClientInterface interface {
 	// An empty `text` is an answer too (a bare newline, for "Press ENTER").
 	// 404 `hitl_not_found`; 409 `hitl_not_open` (already answered, or its mission or session
 	// has ended) or `agent_not_connected` (retry once the agent is back); 502 `agent_gone`
-	// or `agent_error`; 503 `store_unavailable`.
+	// or `agent_error`; 429 `stdin_busy` (the session has not read the input already
+	// queued for it; retry after `Retry-After`); 503 `store_unavailable`.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2531,6 +2559,16 @@ func (c *Client) SignalCommand(ctx context.Context, commandId CommandID, body Si
 
 // WriteCommandStdinWithBody performs a POST /api/v1/commands/{command_id}/stdin (the `WriteCommandStdin` operationId) request,
 // with any type of body and a specified content type.
+//
+// Writes to the command's stdin, in the order the writes are accepted. A 204 means
+// the bytes are accepted into the command's input queue and will reach the process
+// in order, even across a reconnect of its agent (unless the process ends or closes
+// its stdin first); nothing answered 204 is dropped. A write that cannot be queued
+// is refused and nothing of it is written: 429 `stdin_busy` while the process has not
+// read what is already queued (at most 4 MiB per command wait between the server
+// and the process; retry after `Retry-After`), 503 `agent_not_connected` while the
+// agent's link is down (retry once it is back), 409 `stdin_closed` once stdin was
+// closed (by `eof`, or by the process) or `command_ended`.
 func (c *Client) WriteCommandStdinWithBody(ctx context.Context, commandId CommandID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewWriteCommandStdinRequestWithBody(c.Server, commandId, contentType, body)
 	if err != nil {
@@ -2545,6 +2583,16 @@ func (c *Client) WriteCommandStdinWithBody(ctx context.Context, commandId Comman
 
 // WriteCommandStdin performs a POST /api/v1/commands/{command_id}/stdin (the `WriteCommandStdin` operationId) request.
 // Takes a body of the `application/json` content type.
+//
+// Writes to the command's stdin, in the order the writes are accepted. A 204 means
+// the bytes are accepted into the command's input queue and will reach the process
+// in order, even across a reconnect of its agent (unless the process ends or closes
+// its stdin first); nothing answered 204 is dropped. A write that cannot be queued
+// is refused and nothing of it is written: 429 `stdin_busy` while the process has not
+// read what is already queued (at most 4 MiB per command wait between the server
+// and the process; retry after `Retry-After`), 503 `agent_not_connected` while the
+// agent's link is down (retry once it is back), 409 `stdin_closed` once stdin was
+// closed (by `eof`, or by the process) or `command_ended`.
 func (c *Client) WriteCommandStdin(ctx context.Context, commandId CommandID, body WriteCommandStdinJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewWriteCommandStdinRequest(c.Server, commandId, body)
 	if err != nil {
@@ -2728,7 +2776,8 @@ func (c *Client) ListHITL(ctx context.Context, params *ListHITLParams, reqEditor
 // An empty `text` is an answer too (a bare newline, for "Press ENTER").
 // 404 `hitl_not_found`; 409 `hitl_not_open` (already answered, or its mission or session
 // has ended) or `agent_not_connected` (retry once the agent is back); 502 `agent_gone`
-// or `agent_error`; 503 `store_unavailable`.
+// or `agent_error`; 429 `stdin_busy` (the session has not read the input already
+// queued for it; retry after `Retry-After`); 503 `store_unavailable`.
 //
 // Takes any type of body and a specified content type.
 //
@@ -2750,7 +2799,8 @@ func (c *Client) RespondHITLWithBody(ctx context.Context, hitlId string, content
 // An empty `text` is an answer too (a bare newline, for "Press ENTER").
 // 404 `hitl_not_found`; 409 `hitl_not_open` (already answered, or its mission or session
 // has ended) or `agent_not_connected` (retry once the agent is back); 502 `agent_gone`
-// or `agent_error`; 503 `store_unavailable`.
+// or `agent_error`; 429 `stdin_busy` (the session has not read the input already
+// queued for it; retry after `Retry-After`); 503 `store_unavailable`.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -6196,11 +6246,31 @@ type ClientWithResponsesInterface interface {
 	// WriteCommandStdinWithBodyWithResponse performs a POST /api/v1/commands/{command_id}/stdin (the `WriteCommandStdin` operationId) request,
 	// with any type of body and a specified content type.
 	//
+	// Writes to the command's stdin, in the order the writes are accepted. A 204 means
+	// the bytes are accepted into the command's input queue and will reach the process
+	// in order, even across a reconnect of its agent (unless the process ends or closes
+	// its stdin first); nothing answered 204 is dropped. A write that cannot be queued
+	// is refused and nothing of it is written: 429 `stdin_busy` while the process has not
+	// read what is already queued (at most 4 MiB per command wait between the server
+	// and the process; retry after `Retry-After`), 503 `agent_not_connected` while the
+	// agent's link is down (retry once it is back), 409 `stdin_closed` once stdin was
+	// closed (by `eof`, or by the process) or `command_ended`.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	WriteCommandStdinWithBodyWithResponse(ctx context.Context, commandId CommandID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*WriteCommandStdinResponse, error)
 
 	// WriteCommandStdinWithResponse performs a POST /api/v1/commands/{command_id}/stdin (the `WriteCommandStdin` operationId) request.
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Writes to the command's stdin, in the order the writes are accepted. A 204 means
+	// the bytes are accepted into the command's input queue and will reach the process
+	// in order, even across a reconnect of its agent (unless the process ends or closes
+	// its stdin first); nothing answered 204 is dropped. A write that cannot be queued
+	// is refused and nothing of it is written: 429 `stdin_busy` while the process has not
+	// read what is already queued (at most 4 MiB per command wait between the server
+	// and the process; retry after `Retry-After`), 503 `agent_not_connected` while the
+	// agent's link is down (retry once it is back), 409 `stdin_closed` once stdin was
+	// closed (by `eof`, or by the process) or `command_ended`.
 	WriteCommandStdinWithResponse(ctx context.Context, commandId CommandID, body WriteCommandStdinJSONRequestBody, reqEditors ...RequestEditorFn) (*WriteCommandStdinResponse, error)
 
 	// ListEnvironmentsWithResponse Environments this server made (and found again after a restart), by name.
@@ -6290,7 +6360,8 @@ type ClientWithResponsesInterface interface {
 	// An empty `text` is an answer too (a bare newline, for "Press ENTER").
 	// 404 `hitl_not_found`; 409 `hitl_not_open` (already answered, or its mission or session
 	// has ended) or `agent_not_connected` (retry once the agent is back); 502 `agent_gone`
-	// or `agent_error`; 503 `store_unavailable`.
+	// or `agent_error`; 429 `stdin_busy` (the session has not read the input already
+	// queued for it; retry after `Retry-After`); 503 `store_unavailable`.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6302,7 +6373,8 @@ type ClientWithResponsesInterface interface {
 	// An empty `text` is an answer too (a bare newline, for "Press ENTER").
 	// 404 `hitl_not_found`; 409 `hitl_not_open` (already answered, or its mission or session
 	// has ended) or `agent_not_connected` (retry once the agent is back); 502 `agent_gone`
-	// or `agent_error`; 503 `store_unavailable`.
+	// or `agent_error`; 429 `stdin_busy` (the session has not read the input already
+	// queued for it; retry after `Retry-After`); 503 `store_unavailable`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8049,6 +8121,16 @@ func (r SignalCommandResponse) ContentType() string {
 	return ""
 }
 
+// WriteCommandStdinResponse429Headers the declared response headers of an HTTP 429 response for WriteCommandStdin
+type WriteCommandStdinResponse429Headers struct {
+	RetryAfter *int
+}
+
+// WriteCommandStdinResponse503Headers the declared response headers of an HTTP 503 response for WriteCommandStdin
+type WriteCommandStdinResponse503Headers struct {
+	RetryAfter *int
+}
+
 type WriteCommandStdinResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -8062,8 +8144,16 @@ type WriteCommandStdinResponse struct {
 	JSON409 *Conflict
 	// JSON413 the response for an HTTP 413 `application/json` response
 	JSON413 *TooLarge
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *StdinBusy
 	// JSON502 the response for an HTTP 502 `application/json` response
 	JSON502 *BadGateway
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *StdinUnavailable
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *WriteCommandStdinResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *WriteCommandStdinResponse503Headers
 }
 
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
@@ -8091,9 +8181,19 @@ func (r WriteCommandStdinResponse) GetJSON413() *TooLarge {
 	return r.JSON413
 }
 
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r WriteCommandStdinResponse) GetJSON429() *StdinBusy {
+	return r.JSON429
+}
+
 // GetJSON502 returns the response for an HTTP 502 `application/json` response
 func (r WriteCommandStdinResponse) GetJSON502() *BadGateway {
 	return r.JSON502
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r WriteCommandStdinResponse) GetJSON503() *StdinUnavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -8788,6 +8888,11 @@ func (r ListHITLResponse) ContentType() string {
 	return ""
 }
 
+// RespondHITLResponse429Headers the declared response headers of an HTTP 429 response for RespondHITL
+type RespondHITLResponse429Headers struct {
+	RetryAfter *int
+}
+
 type RespondHITLResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -8803,10 +8908,14 @@ type RespondHITLResponse struct {
 	JSON409 *Conflict
 	// JSON413 the response for an HTTP 413 `application/json` response
 	JSON413 *TooLarge
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *StdinBusy
 	// JSON502 the response for an HTTP 502 `application/json` response
 	JSON502 *BadGateway
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *Unavailable
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RespondHITLResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -8837,6 +8946,11 @@ func (r RespondHITLResponse) GetJSON409() *Conflict {
 // GetJSON413 returns the response for an HTTP 413 `application/json` response
 func (r RespondHITLResponse) GetJSON413() *TooLarge {
 	return r.JSON413
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r RespondHITLResponse) GetJSON429() *StdinBusy {
+	return r.JSON429
 }
 
 // GetJSON502 returns the response for an HTTP 502 `application/json` response
@@ -10776,6 +10890,16 @@ func (c *ClientWithResponses) SignalCommandWithResponse(ctx context.Context, com
 // WriteCommandStdinWithBodyWithResponse performs a POST /api/v1/commands/{command_id}/stdin (the `WriteCommandStdin` operationId) request,
 // with any type of body and a specified content type.
 //
+// Writes to the command's stdin, in the order the writes are accepted. A 204 means
+// the bytes are accepted into the command's input queue and will reach the process
+// in order, even across a reconnect of its agent (unless the process ends or closes
+// its stdin first); nothing answered 204 is dropped. A write that cannot be queued
+// is refused and nothing of it is written: 429 `stdin_busy` while the process has not
+// read what is already queued (at most 4 MiB per command wait between the server
+// and the process; retry after `Retry-After`), 503 `agent_not_connected` while the
+// agent's link is down (retry once it is back), 409 `stdin_closed` once stdin was
+// closed (by `eof`, or by the process) or `command_ended`.
+//
 // Returns a wrapper object for the known response body format(s).
 func (c *ClientWithResponses) WriteCommandStdinWithBodyWithResponse(ctx context.Context, commandId CommandID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*WriteCommandStdinResponse, error) {
 	rsp, err := c.WriteCommandStdinWithBody(ctx, commandId, contentType, body, reqEditors...)
@@ -10787,6 +10911,16 @@ func (c *ClientWithResponses) WriteCommandStdinWithBodyWithResponse(ctx context.
 
 // WriteCommandStdinWithResponse performs a POST /api/v1/commands/{command_id}/stdin (the `WriteCommandStdin` operationId) request.
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Writes to the command's stdin, in the order the writes are accepted. A 204 means
+// the bytes are accepted into the command's input queue and will reach the process
+// in order, even across a reconnect of its agent (unless the process ends or closes
+// its stdin first); nothing answered 204 is dropped. A write that cannot be queued
+// is refused and nothing of it is written: 429 `stdin_busy` while the process has not
+// read what is already queued (at most 4 MiB per command wait between the server
+// and the process; retry after `Retry-After`), 503 `agent_not_connected` while the
+// agent's link is down (retry once it is back), 409 `stdin_closed` once stdin was
+// closed (by `eof`, or by the process) or `command_ended`.
 func (c *ClientWithResponses) WriteCommandStdinWithResponse(ctx context.Context, commandId CommandID, body WriteCommandStdinJSONRequestBody, reqEditors ...RequestEditorFn) (*WriteCommandStdinResponse, error) {
 	rsp, err := c.WriteCommandStdin(ctx, commandId, body, reqEditors...)
 	if err != nil {
@@ -10942,7 +11076,8 @@ func (c *ClientWithResponses) ListHITLWithResponse(ctx context.Context, params *
 // An empty `text` is an answer too (a bare newline, for "Press ENTER").
 // 404 `hitl_not_found`; 409 `hitl_not_open` (already answered, or its mission or session
 // has ended) or `agent_not_connected` (retry once the agent is back); 502 `agent_gone`
-// or `agent_error`; 503 `store_unavailable`.
+// or `agent_error`; 429 `stdin_busy` (the session has not read the input already
+// queued for it; retry after `Retry-After`); 503 `store_unavailable`.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -10960,7 +11095,8 @@ func (c *ClientWithResponses) RespondHITLWithBodyWithResponse(ctx context.Contex
 // An empty `text` is an answer too (a bare newline, for "Press ENTER").
 // 404 `hitl_not_found`; 409 `hitl_not_open` (already answered, or its mission or session
 // has ended) or `agent_not_connected` (retry once the agent is back); 502 `agent_gone`
-// or `agent_error`; 503 `store_unavailable`.
+// or `agent_error`; 429 `stdin_busy` (the session has not read the input already
+// queued for it; retry after `Retry-After`); 503 `store_unavailable`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -12662,6 +12798,13 @@ func ParseWriteCommandStdinResponse(rsp *http.Response) (*WriteCommandStdinRespo
 		}
 		response.JSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest StdinBusy
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
 		var dest BadGateway
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -12669,6 +12812,36 @@ func ParseWriteCommandStdinResponse(rsp *http.Response) (*WriteCommandStdinRespo
 		}
 		response.JSON502 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest StdinUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers WriteCommandStdinResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers WriteCommandStdinResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -13261,6 +13434,13 @@ func ParseRespondHITLResponse(rsp *http.Response) (*RespondHITLResponse, error) 
 		}
 		response.JSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest StdinBusy
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
 		var dest BadGateway
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -13275,6 +13455,19 @@ func ParseRespondHITLResponse(rsp *http.Response) (*RespondHITLResponse, error) 
 		}
 		response.JSON503 = &dest
 
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers RespondHITLResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16573,6 +16766,24 @@ type ForbiddenJSONResponse Error
 
 type NotFoundJSONResponse Error
 
+type StdinBusyResponseHeaders struct {
+	RetryAfter *int
+}
+type StdinBusyJSONResponse struct {
+	Body Error
+
+	Headers StdinBusyResponseHeaders
+}
+
+type StdinUnavailableResponseHeaders struct {
+	RetryAfter *int
+}
+type StdinUnavailableJSONResponse struct {
+	Body Error
+
+	Headers StdinUnavailableResponseHeaders
+}
+
 type TooLargeJSONResponse Error
 
 type TooManyRequestsJSONResponse Error
@@ -18509,6 +18720,23 @@ func (response WriteCommandStdin413JSONResponse) VisitWriteCommandStdinResponse(
 	return err
 }
 
+type WriteCommandStdin429JSONResponse struct{ StdinBusyJSONResponse }
+
+func (response WriteCommandStdin429JSONResponse) VisitWriteCommandStdinResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type WriteCommandStdin502JSONResponse struct{ BadGatewayJSONResponse }
 
 func (response WriteCommandStdin502JSONResponse) VisitWriteCommandStdinResponse(w http.ResponseWriter) error {
@@ -18519,6 +18747,23 @@ func (response WriteCommandStdin502JSONResponse) VisitWriteCommandStdinResponse(
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(502)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WriteCommandStdin503JSONResponse struct{ StdinUnavailableJSONResponse }
+
+func (response WriteCommandStdin503JSONResponse) VisitWriteCommandStdinResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19406,6 +19651,23 @@ func (response RespondHITL413JSONResponse) VisitRespondHITLResponse(w http.Respo
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RespondHITL429JSONResponse struct{ StdinBusyJSONResponse }
+
+func (response RespondHITL429JSONResponse) VisitRespondHITLResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -22826,287 +23088,295 @@ func (sh *strictHandler) GetReadyz(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L3rchu3ljD6KiieqTKZ3aIoWXYSqVIpxZETTXwrS5nMntCbDXaDJLaaQG8ALZrxVtX8Og9w6lR9bzAv",
-	"Mm+yn+QU1gK60WQ3ScnyJTn5Y4tkNy4LC+t+eddJ5DyXggmjO8fvOjlVdM4MU/DpdMqEOf/e/slF57iT",
-	"UzPrRB1B56xz3KH21xFPO1FHsX8UXLG0c2xUwaKOTmZsTu17c/r2GRNTM+scHxx+FXXmXJSfo45Z5nYk",
-	"bRQX087NTdR5IudzKtLWSRP8/b6nPRPXXEkxZ8K8gIkaJ4f/dpz28cPtsz7lGXsuU5guZTpRPDdc2nlf",
-	"JoZmJGdqzrXmUpAxNzoirD/tk8HjoyMiFfny0aN+J8J1/qNgalktdG4HDReWU2OYsk/+bfDtr4O9L9+8",
-	"e3jzb522Rb2y215b1OlYy6wwLLKzK5ZRw68ZMZKYGSMpVywxUi3hE+DGA03ccWmiDVWGcHFMqCFzqQ05",
-	"Gnz9aCjGS8N0RIQkL35+FhFGkxkpUZJ0x8wsGBNEZ1TPmO6Vbx8+ekTcu1STZ1wUbwnNMrnQQ9F9dXr5",
-	"4+j56X8SKlLy4vT5mf1wQmi1aHuuJJNiyhQxMyrsP4ZIkTDyd8kFS9e2NRRcE8UmhWYpGQe77PXJ0WBA",
-	"Yi6uacbTkR06JtLMmFpwzfpD0XJIDrd2wiYLrFV8Cs50/4vut8e//m1/OHw7GLx5dxAdPnp0s/+X3hfV",
-	"dwP4ruHIo87bPaaUVHsJoGIn3Ij9+RWdsieF0lKto8TljBHB3ppRAg8QOQHA5Ipdc1loktMpI11u2Fwj",
-	"iBM5ZxZ9ppL4s7XPaDKX18yiAQCO0ERJrQnFAcayEClVy14bvuPsnTYKMDg8asJ0u7FnfM5NA6o7NDMz",
-	"rsmciuUJWXAzk4Uh3EQW0/rkF25m8CkEgKZLTRYzphgAwv6Ee4ALoNs2kMEyVtbP58Xcrn4wgKN3H8ud",
-	"cGHYlCncipTZPRGuR0fbCdcFA6rUSqU1/n7fVPqS6qvWOQ3VV/c74Y0dSudSaAbs8Dua/kANW9Cl/ZRI",
-	"YZgA3KF5nvGEWtzZ/7u2CPQumPTfFJt0jjv/137FavfxV71/Zi8eTrV+sYC8kIX9hy7okixmPEO0cmSV",
-	"KCpIF/nwVAp2XFElktA5I2OaXHnEHYrgTSDhKU+JkO5Olo9y4QifTqQQLDFkqmjCLPmcW7QOfuB6KBaU",
-	"G5YSWZgeDFqtYEJ5ZgnpjBF7Ikwbv1YgNz1LGW8iC9XX+PPHgapfC1zsbCLVnKX9DogeYpLx5KMtQ8tC",
-	"JcyugwtCLYEwDIlkKpmGkwGOhkSoC7wfIYuHBmfA0qjEBpopRtMlYSJlaQ/2ZJn5pZTPqJqyj7OvicVR",
-	"rklmpyyZKyOaqWumHligA2Ej3dMfzl5cnj8ZPT1/Bgx69N1fL88u3LqlGvM0ZeIj3rQHmhSaKTKnS4Bw",
-	"Kh3kKzFslDLBPWxfSPPUMqYPv8QXkugimZU4A9N/3GP1t2Ys0+Xq8R6Q5/w7v6bnVCzdfdYffmmn5B+F",
-	"NJSAbEaTGUtJ12LbnGkNXBfZMU9mEQiD3GgCvBaP8GdBCzOTiv/GPsIxPrdIJKaWSi6UFFMyZlRZIMor",
-	"Jvx6rinP6DhjHwOrDMml1nycWclrQbogUSiYhMjJJCLsLUsKIxXcB8WmXBumLMkREu9MRLSRipGiWriF",
-	"7I1nuqhGnv/yw4WhptDrghYIUfbE1uaO3w0tACZ8WiiWDjvHZEIzzW5iOEghLaeaEpZpVopiRIqIsGtm",
-	"pfU5m4+ZsoiRK6aZMMck1lSkY/l2xFMcJPb7w28UI2yemyVBCUCTQhie2dUNBW4e16fhUZpcCbnIWDq1",
-	"AKmG8mBCLhfbFYgiy0ghMqY17DWj2gxFCdxwbMc1++SF3QehDjlAiciVzJkynPmL5WBjPznZZSxlxijw",
-	"1ZJBNP/MRJpLjsi1phEEcNn8e32z9lm7V8RfFL7W3q0OoWHom1B6+zXc45tyKDn+O0uMHeo0Mfyam+XZ",
-	"tbslqxDSZlRomMfyeWo6x51UFnZ15WiisHgCAFs0bzYt8GhGNOejua6NxoV5fNRZF8mDt3Z+g+sKiuvn",
-	"dcWR0zBhtYBfO1yAwkC15tpQYUaGvbVf2GtxZVcedYyU2SihWeb/VkwXmQEJ2f1RCIvEqKGC1hfA2UEA",
-	"9ENRzPeuqbKitraze8if4yr8x1O/mktcjP/+slpU+ZWU2RNcW/jVa78y/+XaFz+XS64W4ZZ+E4HlI2s8",
-	"RlHMR6ZQQge/BtDPqbKiKcCp0KwN8x3kmn7S7B/r9O2V1BzutROrJ8xSi4mSc3LQb0SDQHdaG+1JRouU",
-	"PdDEPUR42m/S6HUxxu8algl40viD3ToXedGkDxP7K7HI9MDKq3lhInLN1JgaPif/fvHyRb8cQjg9tHmC",
-	"DbC1v8PpgL2g+RH8gipFl/BZFSKhLURuhZjY83H3aBMxuSjmc6qW701OUilYs8FkwgXNCGISWVB7mpb/",
-	"Rw23/vZUxPKWUesZb0LfIkmY1s3UpyQlLbcHjs6eLUCHpikgPc1e1SDY8N7qKbTe0JXDxOdqC6utwsG/",
-	"2lZUnV8drI24MG1kKKi9XjOlOUpga0BMaE7HPOP+jd0xuWTXI2rqGEYN2zN8zpoueqWM3/LFmdSm9aK2",
-	"3E+ej2iaqjqSVD9ndMwQP7ac/xoQKsAD9s4YVWbMbrOdOTOKJ3qbLPzcPWaRqRCCi+nIW6ib8VNZERCh",
-	"5BmvhRxgkzCUC6Y6Ued6HrDSN030uJR+N60OsM4JyvalpTZsPuJiIre9eQGPntsnVy8KWMTc/NV+AgQo",
-	"D64BJq134xnXbfejjvdb99t0FwKDaoPG0GpcPSF0bCV9IkUpZsPv/UZHRwglt/LW/Vbqi0cDmBJFGrC6",
-	"dKLOuNBLBDZwhPBuNmLFqTJ8QpNGyRUUv1ErE2+9unpGDx89bv6J/8Z2YiIrsHFYAq+XE0T1NTYCzm2v",
-	"BVfcr7dAFw+uNYxZPcxy6KZlOQ+jPdHavXbI37HaDW87suBlRIcmBtFCPgPXZaNOJRKZ2r+3gOFlYfLC",
-	"nPmna0x9ox3gLUucMO0oEtv2Sg1U8FLKlGpGLvhpJCcTzcyOooo2qSxM23CyMMFwK+5R+N57myZcaUMU",
-	"szIBSwm+C95Be/Fvi+41D3Pg40aIlasuobG62FVYBCfbiI6KUcMC/3NgDG/mo2AGWbUGgKWYpSNL1tvM",
-	"LIKZhVRXJFfy7ZJ0qUiJFBm4MkUvAlDC62AlKz23c7pE29oxYW9pYggogRH5oq+LyYS/JQuepQlVqSZS",
-	"EScg2AcWdk4qiMxxD+Q4l8qQbsom1Eq+R0cPwQrz1QD9ep4GBE6aw8eDJmZP357jw4ePHq9zDz6n0wbJ",
-	"+4ln2AQeAGcFJSnXV/gF+oQnUpH/eK5PiFslulQc23ygiVwIAr44muFrjfqXJ88rSlSmZc07ztNjcrr3",
-	"X4Tu/UYGe1+TPhmRvYh41uIgSDJmDFPosZlyY2fcGGgQOIZ/Pd37L7r322Dv6zfVn/3R3psvGj3BDkPW",
-	"ly6kYNXJoX9TTiZMsTR0OmnDs8xZYnVg9u9FHumELNEwZdc8YSeETS3GOFSUpIbJFiuVLKazwN8eAZZG",
-	"ZKx4as+x0CCErW0mV3LCM9aiB9F0ZGccKSlNs87jre1bGdPr8sG6xLhCswTzBMs9o9G/gCBCcOpj8sPZ",
-	"JdmnOd+/PtgvH8y4vZdmxubbZZlKxgM0bCc6zot7R4KjprfWcDJ9S892yTQbDCtKThWdW4xRhYhIJuUV",
-	"S0mREy7Iq9PLH+GabPLvtlv8mLh+PzWm+f4f7D0+sigQXnm48EKalUu/Z2/7qKRCZFgMBg8TOw/8xfbw",
-	"C56SXLEJf4vfrlKGo9tShlbCkJvl+n5eFwJdl4apOdg0SgphVMFOwKavaAIRN85ipQnNFnSpSSp7aLe3",
-	"vFoKFhEKPuipkoVI/eMPtGXnXBAOwSA8Z2ShuDFMkPHS26EomTGagnXd28VmVBMBozppwDIa5MtkLM2M",
-	"TKWP8MnkFH1DSK6cXQ39r1csN2C5mxdvSZcHnllZmMxuy7JKpH25kgnTutdsyFFycXvk9+L/RtUPV3xp",
-	"H20RZRpJwPdc59Qks9MkYbkzoNVvONOGz6lh6Qhws+H8nz4hDx8+/NpC6OfLJ4i5ICNkSzLnWcY1S6QA",
-	"HE24XaWLYDscHD7eGzzaG3x9Ofjy+ODh8eFh/+Dw4X/VxLVQ3w/wdjhM3x3d7A2H6XCYuv8u8b/j2n/D",
-	"Yd8++/DmvxoxepuLw3t8W37WLf4sqjWfCu+GRJ8+NU5EpQBrKhLW207GgwXUVxuo86tHtOmgAzK/qmzO",
-	"84wZZ9La6r8plzLhmWGNPp92pWgFgWRhXAAh99eoezQ4InxSj3EAcG1d2e7Gt5ahSla1ghxbZm40ZEkx",
-	"HXmVsn2IgELMmaEpNbSd8+CbLSNVU9cxN5SmrbS8hSXiMPyaNZN7qkmsZ2QvcRypfBwZULyV6W5C8mru",
-	"Jjw+AzHxTJgm27wTGpsFudsYEiGmdJTKhdhRicUXivyDuQXB3tiExFabarFaMupCBBoCOYrMRRk5mEEI",
-	"o1RkMYOwlx1sZcaZDztuDVEJ/gAcNVBut7gHCvAtzSr4Yxs9fokSN6uGf6B96MJixgThEAlm5WvW7Etb",
-	"06xvIfGCmH07wzxqQ00eONSg6jtRLIFgPySUIF95hamUTCIi2IJpg/bQbhlBvaJ2b7QdBXevYZ+rbutg",
-	"N9e3sggHWIA+/ZsN6v3uRtFArW3SEq9BNnE3coXmubAn4+JdCNh6dzIrObvwrQ7/vVXO9RHxt0b2ewkX",
-	"Y8oFc7aIpDKRpBFJ5Zxaye7n8+8jkrd5mlfNqCU80ZY6lnLFSq6NzHOgFTl1rjqMebFUgllBpGYp2xSF",
-	"cCauX9WnOxPX35Uznonr127SM3F9Uc5rX/NTn4nrp372M3H9fbmAFit4pVx7e2BgIgzue4n6W4hdS+jK",
-	"7XxfEOvWIqayfHuYDUWrJcu3rbbZlB+QpDtd9Xt0AZFuTrW2RJ1qgq/33sMtVNtZI2w85VsVqZuSek7t",
-	"IscZI1rQKzZKqGbEPglGxxztGfqYFEFQYkR8NsbftVWf/CcXjhkNxVimy5GRcgQRmWBLGE2sCh2ROTMz",
-	"mY7sN46JRUjFRsFD1RdVRPFQVDHl/gmg8WWscTiC/4q9zbli4RcixVhBM6Kj3Cwj1OVHSSY1zAL2AUEz",
-	"P3gQAzhKubawSqsgRJizHoQ4QgY3FBCFOAqiECPiRcvEhXVX3wRr98E21VdDMeMmC58pP8ucieAVOmcj",
-	"Q6/sd/ZXb4OICBr+R2O2lAiFaCgCTArHDr9mbzlYPJ0jeeRITeTNhbXtDYX/1sHODqqL3ApkFjYWI+ZU",
-	"LEfe7hJ85U37EQRr1/a+FupcoVxOzcy9EaBbmR8Fw0D4ZDQU5VRGUaEnTOlqnDkVfGJxl0DGRgAM+Fwd",
-	"l4dDmZNo8dK59sLXcgg6WsVoxcCummLo5Lpg4i/u6hX1kcNwJ5nMs13IBAwW4bVvJBPge7sXM2towvsb",
-	"5nY1m+w+O/PrzivfYn7deZz6iv+DKg7UF8QHCOEV0riIXypSMqPXlqFwSEB78M0DIqQiL35+Fpx/oGTT",
-	"tyMJntgR6DkNmgf8iibEnCmijWJ0XplIDx6T5/y7nrPZ4hk8/vJg8NVXzm674Vg2m2NzzYpU7lVW2XUb",
-	"6JypqTOr3JOtUhViRHWbM5c3aKO/OEOus8M6VPMW3wjD9q1yZqyehkyDdC03wEyjjE0MsTSZdEtnpY9q",
-	"7jUKqxYiDWLw2evncN0peXX516i0ub+1j+8dPnqcyEyqfucWGGwJsyzMCO2fDcjxE88gsJwsZjJj3nZM",
-	"pkoWOaETA6kVVi+VYkq6F+c/2EVGCImL8x9+On/2jBwSTTJqmOr1yamTcBQZkDmjQpOHgwHRsC0LMRcz",
-	"T9zC4PsA6BXgauj41eOj2sEPmg7ealZcTEcpV7e4nbewVAeBC/cacHF7U8zdQzRa2M0vs2Utny+RRYY5",
-	"eUBUMeUL5RYxJWMuqFr2m63Z3ApwaUvEqWI0I/YZkDdPyMHhV395gfaPK55lmNGs+dRSixf25y/xR8zl",
-	"RUpfrQ1E7ZbgZRhjfREXODbYndyMbuwERCY+IVQs+21hIhuiTlojSDaGs/I5S0f1V8OfbxFV3BYuUp1I",
-	"U8hIiUl1NAxXFoauVgtquiBPecZa7KIZF1cjY0W1xqBuvZzbJx5ogs804tb8bhUKuuAO0swUPN3XzEzt",
-	"f4YnV0urm1EykYUyMwxpaCbXc2/V2E0Pbo+J2zXwrfK4eWsGBBBEHUvboo6DVifqQJJ6Q4BYs80AHioD",
-	"6FxtBtxc23FaRdsRmlVd26hV98YmUlThRoNImDeWeYCESFfqwRVKaLeO1q7KSrqbVIy49WKioBSMUKEX",
-	"TLmAhoXV45GPF6ZJGFkBqMv49kBogt6P55fPTmGOJp9m6hyRjXgCit7d3YFbXbXPcYwynM5nrG+1z/iF",
-	"te232SzziUwouHSmb2ELsnvw6tG24M5y8DZgBHrWmm7Hy6AC5+dfUA5BF9RYuVnJeW5ItzprFDQTyLoh",
-	"VFs5x4qrhWaQmSezoQjjkwJq6MaCrJlumRYDSrhLsjmxQ1BtiW/XYUIPYtKGolpnuJYTd3dYip52j8su",
-	"S1wqkjKx7DXlCm4Rk0RrvshdPBjvcY0Qai3ZVRvfbL9LmxObLLGzv/usJov0mM4UtQzUwmZarmy5pwrO",
-	"Nai2YzEWnriluSCkb2v+owo74YYghjl63PWLd5oQYuaJ+1QiJEaJajq314HY7axGK9ZxEYg1slL4BWz8",
-	"YtkYW+2RsP3W4lpPaksMtoWL8wYcd2unDKuuhHFRjx49fLyNd8NqGk+H0QzZZh30lQeSvaXzPIO3rprQ",
-	"qD2BaDVjzcd5+Dea1vO8Sn1ZMULnxShnKnEOhl1S1ri+GhlpaFYZNXbxadvXCs3SW72VSZqO6PV0dLDj",
-	"6qoXHt32jV1fmLO5VMs7gMC9eEsgNAWOOCHhTk7wTY5AyhfT0RYimsxYcgVmgA0qdRArdC/sArwEt3uj",
-	"3d28HrK245Ch/twQg8FNdkshhhuGel3ziJDoxrzzbz2XbiV86O7hQlvCgzYHADXFgW5Doir4pElKVrdF",
-	"jztJ1rrK4W20zWW8LTe3YjbovyXjwqAJBF07Wcq0D+crQykeHu4eSuGWeulW0aqbFXl6y6u0KbTKO6ur",
-	"013xVgfTvWmnSs2Khptpd3nf07jP1u9b7mgDLNYSyHzoZ5VI2XHCcDm0xUydA8XrlMS0HgJBx+DBa5SQ",
-	"GnHnvWIH2imQkKblisA7EHtEwSftVB2pMNx1B3cZTApxeU3wXbGerq2hMJO9r9A+SSHbxOV9oTuGcE3A",
-	"0Uh+vny691VUVWIkY6rZ46NQJoWhOlEHf2mE+Ssps3UYz3hTlhWmVbhKh0bKK6iZZoWLHSOGeJo1AP05",
-	"DKEx9sjqn2NGwPHcb5NFxq6A60630e4Qp2i6kPYqsG17nVMDtZfAZ5FbnReOR0i3fahyYDe3IxxaTXmb",
-	"JBxv5muwIOcs2QUKF/a5m6izoGreiHr+JMbMKjxlqFPNNrYljTYIILKzlWZBOPpq6ghRrIR/daxNV8Yu",
-	"vpk252s1NbYBYasFBodsW4bDpHVrVKt11tPRnWyp+HTb5Hfzse+CVJWL9mibQ+x22NaavAUzt230ws3x",
-	"Phmi959wedvAy4+entekcL1mNOXCuYrWMyOq2thVCMaKycVQnt0uIBVjIbc7l8q6rfbxJlxYPYpdB/bB",
-	"mMEO3zTCxmLh3W7VneJN7hB6sOaPw1IWdqCWLVVoc5vt5MXqyg6bScGKPWU6bi8vfEBe8e9qLveDwdFX",
-	"j758vI3GOHvDfNPYj8nl6uCPv/zyy8ODraPnvClmwQ8MxbYfaJJDMNfb2gxHB18fPRxsIZGNt7CiwXW4",
-	"A3FpjIdH/aWsTAllO8EwKdYyswOywbXMSr18c02X3YKQz/2AP+Ig5ecnwWjll//xHMqUQQ3KxnhzVxV2",
-	"wlmW6jBbmDAxkRZxSdfiYkRKHIDobB0Rh27gKFi6QtpV0fKahro1WsxR7tFcpo3Qd1mDZTI3PHcSlGPA",
-	"uB0fTHO7ySEwvCHm7OXFJen3+/vwO4S02E+K6WLOiF1G85E7TqObotiYZkYT2opMHFw59vXbbWEnDtaW",
-	"Kn5ZKzmAjiOqiS+Y+/rnF5fnz88uAAL1hWu3anObNPHqSqyee4mo/kzWNhb5CxqA+U37/W4WUn2a+85y",
-	"qqcWW52FfuCmJbnM2QYFOpV5o0f7sixoQDJGUemcEG6wnl+ZcAO6cS6VaUbHzYbcO6TVlyGa92KPbU+K",
-	"v7Wdtj0o6YK5bgth0jXW3YFcNKp9mFAXY5UmUpUBSr3+RqWxPtPPgv+jYITOpZiiGaiWjQ7n586txZnd",
-	"nEv3y2xJaOBH1iSTunmILQbTD2YVdQhexRvcNp086lxztnC2hNXtS7IArV9j4V2MY8s4E4b8wsYXMrli",
-	"hgi5cIWXhYvnVDJjleVUCgZZR0pmGVO7W1HdMv8DlreVDNTaEQQxWivxOc5G6i+Uu4xb3bVuLb5+ZIOG",
-	"oDDzaD2GKkuZ8oZmIX1DkiuWt4TX3TKdrl4ft4F2BHbyXcbxpTEbDXq6U40XlXveALCf4IK3mpNbrwu7",
-	"U2K+JScjjYbHLV5XtmI4Lzbyj88s+MZTtp2RxLPBHS/RRlis2cTDKnmr9dWiDpJ4K2VY0Xk3cbuayQ/s",
-	"y9iU47svzvw0dXyrDg4mrRZ/uRL7F1Qv6UQdn94D1mJfpuR2az6vDei+/LEa133zXTB8tTpH6tZlJ5nV",
-	"Vl1RU3D3oLjSaNlG2r5TAFr1aIQTNuIAn4rzO1YTgirnzQKXfYwaWZbJj9Zb+9ym4gDO1LZ+ekcTYlvc",
-	"86kXWkAs756/uIxIGc3/r//+H4j4QoPBSoIB+aIqy/OXvTfvDqKDxzdkh1B6t5TGHZqU3/GAvKt5PYqe",
-	"Gjpy/pN1Mc9QkVKVOtdLRHKapqiKlnLOeGlWSrx0vz0O9r7/5t3RTe+LtS8Pb7755p/1rx7efNP7tjml",
-	"SE6aqmlLzVx9Icy5WCgIB2yJRF2HZ1V2taG+ZTJrlsnzYpRI1VYRGZT424SeXDElWkqeOwvBbUaTupka",
-	"rO39kuqrWwapWCSA5ENu7jF6ZEPdiDu4kTY7bZou1YZolM1BJRMuuJ7dcr8toL2P2sut0MpnVLNNJvA7",
-	"aS7bQ99Yu494zWLk0j1H0LJj99X4yI6GPQXifJ1suISnCByaqK1iEHEX4xJnxZyK5oyGsIT8ev+JQpUt",
-	"CFoOWZuRX9etsGY1U3GXTIhtFd93LNRem3q1Xrsr4l6CpemoNyng3HcZO3bhnlU2tGt2Yf8Uo9+YkiN7",
-	"HSOfAYenNyo/aUOnXExHOFxU+XbLbzRLFDOjQiimZXYNyfS+0PDIpWj55OMMClQmVCQsyzCJOsx038FK",
-	"sC4H+RwxngZlJK1OsNl+8V7WhfoqciZS2KQDVgAl+AROJUhXx88+WDD4m6Un9sZ4mOL/I3970wBm7dVG",
-	"RsmMiun7hEaFyn9Z/LxU/8OwqLUJS2pYZz0BJXnTwizbC+21kcRbZIhUzQ/bHeR2ETspq43L2F2hBMlg",
-	"mzaJQ7Yt86IYz/nOlZDrWHrmChBKrLfqyw2MlnSegSnKf+NUiXDAA9AlVr5ZsU64t28fdxkuZCchC4hC",
-	"UihulhcWti4DzJXDuGxXmUDHIZQvpmiuJlzrgqWEGtLYdKrvO4+CxAtNyao7NDMmBx7i9LBy3i1v2OX7",
-	"3gUrZi+v0b0+u7gkp6/O7TnFQMJ4sjefzk1MukgQvM3DldiUypC/kMNefyjOrplaYnpaIVKmSOyK5sZE",
-	"MOZcZ6XuGHZaG4pu7F0pL1+dvT69fPl6dPnyp7MXcdnB0iLPlAn7Nkst9ZYkxop3Vt8hKVdY8G7fz7AH",
-	"Q8e9aCjcECnVs7GkKg3SjRIprzgj3RhcWb7Kr9XYuIh72GPWJQTbByNoWQyXYCiwfS5QIu0KS84L7bp3",
-	"ggNCVhWGy26LciGIVHzKhSbd+CX8FVv4XYZLtDyEZRPiqxEDqsT7sYWzZViu4xlWbv33i5cvoDsb8LJh",
-	"55gMO/1+f9iJyBBKYOBXVZGbEX55Y4fDiZ0TBeLNNXZsK11vdEq58K13U5kUlsCSMZtIuwSxrPq+HRNK",
-	"oI/uUJQ1QoJjtwAv67WmLMnsHoImzl1o27xWZSTugcU6GFMD2YBtj2XKXfGIGct8l2iuiCN+BCx73Qys",
-	"EToiCo7L6r2g3WqoBFPM9Um9Z7Tbe9zrk9NyomXZiRIqU7j4L2D3OFu5u6Hw2+vGTTTJtc6LwdoQiyLL",
-	"Yp/Yg+F5gFuu5m3sC0zGrnQKN1nZ7p0ne65/myWjdMrgcE5fnQdJKsedQf+gP3A0Q9Ccd447D/uD/kNU",
-	"82dAxjzyVz1DGnOULyAaFor9plW94BjckrFr9ofUwd0eaM+MJlU5KduFuxfgIOlQxAHHizFWcW7RayIh",
-	"fSk0wsb+KV8yoTTZnuC8QWNruPvbOlsDJWvrbw0QL9H3PO0cdyzLPp06A3vYn//Xdx+ilfRdOnzfZ1vu",
-	"NytNlw8Hg3trhVm1rtnUB1ZHRIdYZxH5CFfRNHi52v2gkzG8crD9lVoD0pvQI4N9ZzQB6uRrpDimvSTd",
-	"oP0v9JtxDZ2rjjNhL2do4ExyprhMXXvO+vXbf+cNNzfBTazj4Q8M0XAdC5u2WD2CUD//vvPhj3bjsX7E",
-	"c7QvHW1/qWwgfHOz8Uj2wx5VudRmo4IItRzJmAHLB5IYj6d7cZ+ESqQrX64DlKn7woeiqxnDtqauDUzc",
-	"A/KpmHNVASUo+xeEbSCuGMu11wORImN99aFwb7PUywAQbIHE1jJ+J8yVWaY8RdkmbJuBwRVlhRJXrY4o",
-	"5ndiLzCJfzi7jCMSf3/27OzyLI68oVekziavIWQIp+2Tc7sjzCCwE0K3dFSvNdZw6mJZNw3+ai4KtrYw",
-	"K8BB5P+MEUZVxpnyuwRhgeuhmEIjjbjWMib2zr+cahOCy/cIhC7GcVlqAcWEsuu3qABg4eLTD/D1OrAT",
-	"KiyLN/TKNXzvQi17LzdybVk5JNqmQ3gyySifIyXEhFtPVg7JnIvCMN0DAHE0c9j1ZHI6tWq+79BbQ4ah",
-	"kPYIHJ4UAlqFQFWuMI8eV9vEDMHt96R00L8PIYIL/p1M77GZf1Dl7aau8Fqd8GaN/B3e29T1vlQNZPDC",
-	"wtsE7Wc+Z3JoX/h6+wtlw377wsHD7S+ULdPtC4df7/RCrZ/5TdR5hKe2FWQ/UMMWzvBRMXXAX0IrOhzc",
-	"hoUTbp05+QTiajydBqWQZhlTW/j3vqXYOzGK6uISPgkmIFOrVtAFXXqtixvCRKr7Q+GK2mFpSxKvVsGL",
-	"w0p3Vn3DKBBstl3RL9QzDaiDpwEL8sIlwqPU3Zijhm7dmzgNUi5e0vKKlNq94c6Csh9lg283HNdIFpHP",
-	"ITXlBljnUARgQ/tubWisTaDJo8Ghs2VA+dQ4wsZGvta4YjTLloTr45B1JZbVwcweCbghXbsNXxku5VVk",
-	"XEXW//Xf/y+h0A7JwwPOcyiA7/tCcVj3D99AJjtelt2+iC5ypq65lgqrnXBDUp66/gtuWTigkyaD80LB",
-	"sjKnfH9+8eTlixdnTy5HP7w+fWK57iPPKOykLhrY8q+hcNgG3KpCucWMZ6x+JPD9jNb6knnMLYMIndTi",
-	"TrCJd5xVoszvn3UM7nlq7AvYLD57kCsqSNdKONCa3h5GWVIOLAsrFeJIN3Yt8DUzvf+/85v34xvQe6OR",
-	"a9jPlpyBfcKeCcqM27hEEBCfsSZnz9HgaxI3VPf1lqPyJ9f2x9X58vQrVsxq//yaxWDrGoo4LCSMo8T7",
-	"cZ+8BLMIc2ZGLFmZYfmzplsMFdrZU6zLdsdLHG191I7/ipoZPNtk2ii3V7NuOPpWeibWgkjWVeCGqBnc",
-	"YvqRb8wO+PxUqjFPUyY+0h37JCIaQp9QKHUdEeqLJKKuZG8Y1krEYl3CFRAur8MJoa6oq1GM4eUokeUb",
-	"S8zhXBuNnTFeDcvyXP094MiKZRR6qDn5vbp6oVZclnJF4ssF6VrVsN4vxGq8OqcJ66E9oGpqAXfPjldo",
-	"R9zLARU0/ukTlwA2FAeDaDAYlHeeKuZKBJJuKOWB2gp21Vqdv15/KI4GRySuVx+PI3I0eEjitRLk8ENg",
-	"LAcg2e++Hoq4oXx93GZFfQo076NQjQ9p6grrQ7ZwbE8//6Qgn4KCnFY39IH2t6TmWrTfLcE/4aiMpzFS",
-	"OTeBkCnbiYfvU5XMXLmeZg8KaGMsPQGZAR8mSWGInkE73krUXoA8saBLrwdMFVuAUWooShH/6fmzs9Hz",
-	"0/8cfffXy7OLuIfUynUdECAZQqYQFnn1YR+WZjZdy9eMpqduA5/hxXy7Z6iq38wqbhWqMTfEmjTeSLv/",
-	"P2/jJ76NyJIpcHDSVWxaZFTBDdRVJwu4q+4+OtMv1QQ+oRLTWEcSwxHwXnONnm2Wrrmtufb9S49BdoDn",
-	"0Ujf78coUQxFWX0XUz8txQAteQEK1rjqgeqNpqWQYuUV7KsMFCQiT8+fviRSDcWMqhR24fzfOig/76kC",
-	"LKSJ12L1+NUt9IfiwsPJ2Qb8SFYkcIFUJfT65OjgoeP6ZQeRuCo07t4dim4h7BFDH/EUCIy0ZKWNBDXR",
-	"lV8UN+zjE5ZdDAP3Q1NOveAJgQKWBvsv/BF0gwNjb42irpHmzS4qyJl/4U+itYuib9Hg0xuX3aGBp0aR",
-	"7vQ3nruWs/YaoWMtUNyDDhtzmjLCJ77TwG6CR4DfLeXlffefLeJGD6zL3mMFuwT/2RL8eFVe6VBoxjSZ",
-	"sAVTBOzNWFb8CS5kDwML+g0UbNVmcWJJ0VCs0SKgM7X4KRc7Edg4VwWgNrHm45kobifTyMQws4c2+nsR",
-	"beAk/qQTvx86cUpC0eeBxhOMnN/GavH1G+VrebinNf+NVVxbMQrRBpDy0CYdlWji+q5TYtg8l4oqV2Zj",
-	"zDRPWTlLRBQTsBSJpubAiUKzzEozIGQofs1SkKQgwF4VUJOkyDNJU5Ix6j1nMkthXNKVCvrC9/oknsuU",
-	"gbFFJoZmYe8z6GVRdWoaPD466rVIL3eTTD6q+XKHZ5/LlN1ChLlXEtIuyWDVlZ3kFddL6k8q9PuhQnAR",
-	"nAGkCqWxSFBRohOSUwW+4Eo5A93CCizbpJQwE74xoq2MrLzwT36WoW1hnYEWFuy3+qliFcM1EDnBRi/Y",
-	"e7peMdldbLScV2EPjiZjV/O2sAUfRK8KobHR3avLv0LqQCIzHf/v/4mVXOi4ottfDf73/xwe9U5IbIlQ",
-	"7L3PGkqolkn2/aE4JT6730/yQAflZGmmpUVEjcqsayyAOLpnzxITBCB2zmXnkQmD1pNPZMr0cV0itW/E",
-	"0XrwN+mOaUrsUiNkiuBSBRt874QcDY5q5m60mdvvvyaNVvCIxOutSmPSpbUKOEROINTNHcaMuvAx+0rv",
-	"BHlevcVsfNIQ4xAHTWIb2R6Wi/W1Jj4393ttdbfywx/c9zVvDN5ywRthMsyf8VufMn6rvD2VJ74tXisi",
-	"VTgSxrkAtQgLX2VyVeXmi+l+Gc8aRnOt6pnukdPzX37ofMD4Qjt+e3BhuYyP7XN6tIsI9nPVNnk1qsKv",
-	"G3SSKl0OqlbpK57n3BUNs+xCTiYQadFwVFXRodbQ+QqAHzIKfuMxAROFX09Qn4oTKSZ8WiiWxqQLMQu9",
-	"SrMLunGDljSZfCrxAsoKlcGBQVpjtcI+eQG+J1fCU0N/LqgXEx6WS59rNVmd0WRGYpfuG5eV7iHnj2tI",
-	"erviItXDzjH5td/vv7mJIUKgGGtmqixGHUdDEYfN4wNuDH/7BgP27xk3mf0fUmIrXjrHvj7xMarYZiY1",
-	"Gwrsm4dRfN21J+FUZ4wqM2bUYN6a+9WlDkLb9DJmALEB/AOQgy0SBjY3Sq45W0D+mWKgTFMMfZALQVz4",
-	"wBOE5VCArV/SjOmEpfXSbgBAiAmNQUG/ptlobvfoRbTDR4Oem3FcWAnRiiPBBhIJ23Wl5lQ1KIYvoFQJ",
-	"X1hAsiyTceQaPGNqmD0unGAoXHU6kG+6ivXKxAfco3sFjeZSJMxH2duXMo4zqyU5eEQ0Bp4OBZSAyJV8",
-	"axUTUGKSTGpPNVBEbLQC2P04CO6W1hXArznk6PDRIKqneoW5Xo+a6vBu11oMe2v2Ab6N6v5O9kFEAnwd",
-	"mGRG7aFWsbfuXKoYUBkaYYk2Mv9kms0FrGEPwufPXKE+OvcHnMgss2zPqj1Bfm4auSi2awYXSa9QIRdY",
-	"s/+uah57U4/Fq2PLTzzL7hq56t5rVlI/YgICdLzWICcFmS2YcAmxR4UuaPYHk2rfT9gEkNEyut1Hf0Jc",
-	"eEPf8F57YNnLUpctu6WUFpcpv2YCrLPEZTidhLcPI+x93cGhaIj5lxPCLOPEK47e4pUMp/0YWx/7z0Oh",
-	"Idbb10EslwWsFtOhrGLueMkRec6/C3ML7J8egicNGVlVUxiYzw4l3N+YZQU5Wi50FmNOBVs4Kb1PzgWJ",
-	"EUMxb0wWZt91zqeKDQWaMcCXVZkJnAsceaplkD5+royIhg4pPs0Jk62QfeqZZaw+dtatYihW9ewq2n0l",
-	"F8GnPrvkvdDLVqYWYAw/5ha4bNGVKH+yIcj/hKynAx5jpgUTmOBRBoODhc7l1YeZagsrwlRh/XOmWLas",
-	"Ja0ORRmKGDu0j/vg31MyI92VXL7IJfJFFhX4b6yHEVUAEDfnULTlZRAjpUtA8YW4ggxKJxj53D+g5lhm",
-	"m6Z2NAcpSNzWx0NxMCjTHLCSnANMVGagl5U7LWdem1LjraFmKODpw0ePAeVR5uXKo5mRUwbxYV26NgZJ",
-	"ZIHp6GwoPFoaMpNZatHxlZ2c4pK9U4Rps4fRWlOJwtQJbBElIEA1UYHwaHCEiAaHHHvmxd7mHDWIgGwo",
-	"5usVVKQDZJIBcc8Tnlo9BErgSsHKTqTluJWVq9HH+gMz98ATW8K7HfWy9KQmba0Vztrc56B1cEsK33/w",
-	"FR8I5YYUOUYJA2EQ07JqgccRI+G+1ugd6cKjucyyCl8f2rPqtWX2W7K5KomWsufDFdnzbqLnB5RFgqSW",
-	"z1vgeG9jlcE2Ce6cgTx6TlQBYJtouo/kdZMZyv5+XxLq/Zt3621sdrLrHjX25uC/MZBhkdSV0hczmlyc",
-	"//DL+YsnP/6Z6HRrnN2OgFV53WYExNK9ny8C1ksL3xUBcRREQGdBriSWmirwJw5+ABy0Imc7CoI7u+Q8",
-	"9tHPEA3D+s93xcJffOzxn8UE7gnfQkPxxmCFs/DB26LXKzplz6A21A5BQfbhJ1i96YOKasGO2uIbwk1/",
-	"KitguIaw6A0GznatiAWaijPMowpIfaJ+LyJjjHPbEuFQz9VDRRmEC7P2I3Y6w5R4jvo3JRPF9MwVqu0P",
-	"RQxVAmM0rIalWsm//u//h4ylxKrFqhD6JDAezCiaLLDYFLOq2pKZHryEJV6hzhnWbnXJC87x31zVDgMb",
-	"MJfB9ZcClR378HkVZShclW2sUufr8rkvfaRDAIURe8u10U7vdKkSQWAJ6M5Wo8afuMamub0T8mjwEOwL",
-	"duBRUbkHN0QunNWKvX64GIRgnk9USibcacN1fBXg0Ucm+58dFX9vB3QJTEwGKgG/Ys87KauLUGybFZUt",
-	"6cF0CLZHXWp72I6nrtiFPGb/nb0RGz0OmARdR/rbsZvg3Rd0zjqfc+r7Z+cGeG/E+p5po+RyFa0cdngn",
-	"Jzek0Cw9qbWuQ/ZhyeVEqqksw2rbIhs+MJIMPhZhW2HAn3W5wPCoX4raujHcCImBYiAReG8PVAdxzURB",
-	"YADRHcy6Nb5aGV630pD9slVns1b0yv78R8EQ2MyftOl9adNTxdhvbIU0VRYMpiNwOjofO1eu0S0IqtDN",
-	"0zmSEprTMc+44UwTTZcEcLG3HWexYexGc2Yx/8NgreuLhqoJuneW6EisRH5QaD56+sQfD7WfMQM1naG+",
-	"eMh4oYQKFBrdip2gMm4wddqf/yi46bv4/Yl474l4ZVyywYKLdUFmK8bJfBPCyfyPg28Anj/R7b3RTear",
-	"ukUX4kQmRRZB2ACBZvVpr2LmrkYd0Lc6Us64yTYaPn88v3z2xzB42p1syuSSORNlM/dPZe58aRcBbcz2",
-	"uNgzM7aXSZmXy6onda0f5f47+6/3HOcSm5M3mz3L7M/YsLcmdvmfLhTESEm6lIypYkSwRcYFw8jKIXTu",
-	"1+TsxeXZ62GnrCgG865lR5XfWuDGpEszFIJwFpa6ckea+PRfi6UYrD0UM6qxoBGaJZsyrUhXMajnVKtF",
-	"6ovJ9tbzpcB+WkuZcjZJbaTabpF8jUBtvhQQrZFTM6uCNdxpdFatiG19GQ6/2tZS9QP5p+yOXjsE/dhl",
-	"UO3cpw4hmi7nitvL4QeGSnq84VUpYi/s/ekW+6iMCU+QUGKP0xOsE09c/uKpSFDEaOVAIfYvXZXTfbrG",
-	"Rib1nLdlEa8E44ps6VHGRY1yZ7FpC7fyvel2Q2W3ENf3f0fm99lxSreLTczSA/FT8Ul/4kQK6D6hUiwS",
-	"6kowWeGnnVP6xe+/qxreb+y+4mbbieQHPfR3pPqHjx7vRPU/7GlvOWnLu7V0vlasBuJB/bkH8t2arIW4",
-	"kkuZbSY+r+CJD3hAdoK2uwiTf6pL+AtVcwIACt3sq8Db2edl93J7VUPK7I/l5apbbKWagmVr4WEN/oPU",
-	"OZk4ZnPRKyZ8l7qTUDV0jnfvhLCsbrnRpXTvZ3C/16CNSFnA/K7cRtVxlv7mlXN03iH7TN0ttKHQUy1x",
-	"KNb8NxbXsUFOSKxzlsSWb/o4jLiKUPFRJWD9dy0yoO2S62yGXZCxStSEZxkYF0SZp41lPSBDgi0IhXp4",
-	"EFYC+SCK5RlN7CtVggLFNtJWwcukZs7t4Nxjp6TerbOW1ouuiDJ0BVtt5CyBFBjmOtGaGbOD0itIcsC2",
-	"4Tj5MbYsQd9+DFppXHXAsosFBGE+eibMoOlCfyyo0wEVRz147IpdW0c4CQ2ZHK7ZBrZH0f7qVpCmxj0C",
-	"FYsr4yF5zVI24aJMabWbQxi6Kgf+xmMZEcCmsgpCGQJV70vaFifUFPfTpAC/Ku6FRNy/Amsn+ERtPLYR",
-	"JkLtqU+4vV1CLj5z1fT2muZ7hktYwGCtfQRSyOwwPsKTC3uzQ1LVlcr3Oeqtk6G6KOI9mBtFudf+oQ+I",
-	"LW6ONoHOL+FT1pMqvb1hvGUJeF1nKUDFulU5C9fByTWX60UBQ6n5jevHs1PFsPZiYQ1qvlkpjAV7KZv1",
-	"N6n6vn5Z5+7WuWj7Uj6A1cHB5XdudfgdFFvzCEi6UBMCSo6xqCxhFgXUp2clrKBH8iZ7hN/W/jtfNmyt",
-	"KsFKt5LKyBAH+c/Odl+WkamVbaNek/cW+7JE2arRvswuFSmY2L3RXl4z1W6KH4rb2uLJqim+SeD4iWdZ",
-	"a+2y9kp13dwsRxU0Mf/OAQBjlatE7rTKtaybcqr379uA/4ECiB2gfoIGbRtLQfxZ7WG92kOJO21VHk4q",
-	"HKoaHwrfo9GKef6KubYcG1Xtu1bkc+99pNqXW0jx70rp9msmLfRvB6q878tMtheyuq7Eolizf8RkWAwG",
-	"DxmJITclKJI5OCY0y6DMQS9Cgo3L9SqbKgTRkkyoilB9nMkFmVOxdLn7zE3FFCv7fZZFoA4HgwFIzHZ8",
-	"V/mFlnnn2tCl5xtDEVTDg+oZrnLmJiZhv/B8L24pEuBQ6NSD7D0wvSWfH0Bal9c+Ver76mbbGqK73/9Q",
-	"BHhNg7CQT+slWZEFr1Z7Jd31mq69Xe5hynVOTTLbEN9QmBkThkNLtFILIewtSwojFRapI1zrwnXZrqrb",
-	"UVM95hr/A0oMBTiZDEaLKFoO43q6yfHfGciETuSyUldgF3t1+dcquqEb6xnZS5A6JOWbSCzinq84msyk",
-	"ZsLLkEhVTs9/+WH0/Pzi4vzli9H59zEyobr1aChOiWaJFCnxoCotQXTOSE2ELIEDP0E1cG8aOxwcutQ6",
-	"+xBamuApJ2yWHW61b1NzgsNRkvLJhEENaawvDrLg0eDr/lA8mbHkSpMZzXN7Bk4lkioFw1xQ/XBFr1w5",
-	"FciQ6z4aPOxFQzFmVDFFukeDg16EU3aPDh5CC7teRMC2Vd92125OKrumXkSULDAr72hwFBE7KBSpee6M",
-	"Dw54MG6oF5e9ku0EzkvGBdbrsUsdTXhm6X4PiLFvCjIUIHpOhYQoGF0rgjmnS0LTlGg5Zydu4d4GMi+0",
-	"IVCDH1VqLFpcNvmXgP00w7ouc2gkTUSRZX0Sz5mhKTU0LovrXDM1pobPAVsUyxl1laoSORVc++7zM6pn",
-	"tf13Eyqk4AnNyL9fvHxx7BC/XKTGpmRDIQpnuSmd/lAEcTHjhhHshlj2cray9wNdsRyexseuJZt9Egrj",
-	"qKFwBlbAFd8eoUTbE0IFvnJNswIAYyHJUre0CGBBuNCGUSRJYysOR0MRH/QHcfhLfBC7rEYcMVwYBEut",
-	"InjX4lF/KCwlgGuTLSyThV6MMZY1OibDDtWaTwVLh504KstWAc1B5KCQZQZ4hH5WdzJDMeG+WYuXQieF",
-	"grXRTGLbck1ipg2fW5o3gnsZ14DES6UUrm9VJxuCoIKbN0q5puMMq1mXuGy5fnX17E9CjoA2Qd3N9SAq",
-	"Ky0ckLgIGFLcVtu6oVR30LvWm6pPUDBpjgZbvXV9b9OJXWlKIYcicGfYX3tOovGUIXFsrVGq+d7R0taI",
-	"gAaOjxcbDyw8vDGzp6aJkSd4HUsy7NWI+1JLd40wuH+zvIfXJ8qo9dOfOrLb2AXD/Qbm5PKi+EPyzLNs",
-	"4L7OK/+sO3MnFwBLCgWK1K/vOv7aXlphqnP86xuLj5VIGfDG8jwCi1ZZd8sPs4sAiYpQqxpX1W20LMSK",
-	"Keke1PiFco2ZnGJNROYsSjRNsWkecEzfRNBVdUTlDcq/sRQShvlvzNUwRKMgduihlR7X6xO3AucgFFbE",
-	"GFtmIUHocXqb65WVcn0FeaNFloFPEtuBeqUQpsyYSNgx8Aic7oqx3Ne48wvVhFo1M2O+RRlyCyy+R+bM",
-	"P0SmNCddxaiWApVBXFjcK4WRJbYilIUAeacb/+cebmnvmdQm7tVqXWZyit5SiBEEvqeLZAaR7jnXMmVk",
-	"zKZQXRq6sOMzQ2FntZIBJpbpsrGaQblsDCESLJuUVkkFEYhKynmfnGJ9Z6hyi95q2PlQQFVku0NoQQFc",
-	"nBrPq9GlWoZKg5D4KqPY9XlJYqQnMRkXBqMfa1V8495xJUc5zmz1cjwSiNOI7b/xUHhDwbFrzqQcopAZ",
-	"y9JeVS8untO3cZ9U8L2o8X1XexPlNytE2HHKKp12wCh490ykcfgaFtQoSyh26wU/uek500Q1wg80PyaW",
-	"sLs21LizMTMLxoTbHBYqXV0wtJfBPnhNo+69BnSLyWK2PCaxQ+6YdNEaAg3pYKFy+kBjtUU0VwfoCRdn",
-	"aWWAIsManOWd6oUgBBQtJacyQBX3glVF4R6ieQYadAN0ocLfxC+jdtIQbO+Uoxir736DYMKyqcAW3DFj",
-	"bdQulhR8OCC6NxQTWdaidIwqmMybtiwyOgw8JuvIBw27Li7OfDFXIC4arJeLGQr/FrlCPIxcKUpfLxhK",
-	"K7t1VIWkvXwDQ3UhC4WCEsRBMJso6kI06uu2F9gupOe3tFqQuk+e2lf1MYlhI8duaqezxlafOSbvhh1E",
-	"12EnIsOO/XLYiYZi2GEikSkX02HnxoqHpfrz8+XTva8AQCDjj6lmj12JzTh8ywrs+OOwEzRMBTzAArIW",
-	"GUBCxTFRn4l5etxwjbghXUpU0LMBK1tfQD0WT8RAyYbqvFiwNn5GtdmDB/estg+rcPcIG9ajFOshNKX5",
-	"Gnjs0w4kRiKUkHjj35nUBkAEY1fcyN1G0o2Vu3uwuwxuh+tanwPtQ2L4QLfd2fqF9xzAL9njycqqQTPC",
-	"FdonRolMWXmwqV0w1vr1ZeI16cbHJOdiGveQvfmgH4fv1GKvJfw6kwvP1biGwvqgr4Zs8xihwQ2Z0Cyz",
-	"JGzGHQZjKVfuagRREgPMAcvhCjY1H/IKTERiRIrRmC0l+tksbpYHWquSXBGT3kmr426z/RVh/p7W1xXp",
-	"CLHaSOSgQC5Ku3YTt2pzdN93JdbTsuYv9FYVS4fM0LQqxNRquRYzMz7nrtZ161Ln9G1z0dWjg6+PHg6O",
-	"gqUe7LJUlBmsTHkC9J4EBJ42IQDpWsrt5BFHjtsBC7/XFuyWNJYyY1Tc2hz+Pq0Ho23tDFaSRS/O8DJp",
-	"T+8jS9UiRydIVzN0MQevASR26orginx3os4Ma0rbBYQCUIM20CgM1YQozO8n0gXbAgXvhhiHZ7UB09dR",
-	"phOS0vVVWekhpNi3lLE2L48Ji8m/wiSdqAMtajpvmo62gd431C4Eyt4gJFqRfVkx1XCBG4S8odgu5ZEG",
-	"IS8irD/t+zrrV2RBndKEJHR9+24B9mKV428Bw7NGd8SP3neH26zLbVXTu4Y1OyETFUaroVjJY00lq+1/",
-	"SnPdOyEDxI6g7pDdLz60uuFboeOFr5TQeE3c3ho0jfe9ETe/E2/za0sK6PrpAmmgvh9C5DiSVKhTg2jd",
-	"0PbENbOpGzX4VNSLoq6QUF+8EC2lPPHRMDFJpLzijHR/NCZ/KbJlRC7onF1ww765MIonJiIXLCkUwxa7",
-	"l88ueq6c3+uzi8tSinei+i9sfCGTK+bN18DGDg7JTBZKo1vMTagN9GTwddHBcXZsURnqodf8aahHoO2h",
-	"9NpDLF3ZZ6K0fciFhSCfcqGb5KALPhXnovPhqgufi/uoLgxWmhNXWRjABS6mjxyoczvLX92KV7PY2S0R",
-	"SsZKLrQVsQO7af2k17FaFmZzuemXhensAtbLGiyTjFF118yfDTt9YsdF/oWbfVA5t3H2+hah19jGMNdL",
-	"eGKLZwFKFu9pZh+yIhGoSnr3eNKcGsOUffRv5Ivut8c5E1bj/ac2dGr/D4uW/hPi//7pQp7+aaGVMRP8",
-	"ydJ/Yk1S998IWpqpa5b+M6EiYVnG0l7322PyRfSRJut9Qb74t84OAbqnJKNjBjH6V2z5DbgNT7wv1JKq",
-	"uVStYbrwag2s3LC5XoHvr3/75s1fvllfTPkFVQpj0pqDXEA5aVY9HtW6PeykdthbIdhbM0ogptcz61yx",
-	"ay4Lq31OW/eLrzQpFR8lU9VejE3hwbj0TxQ3by9tZFlZ0HMZWj6MM4be6l4EFaqmrMqM2lKVeE4Fn9jx",
-	"qCZ/PX3+jHTjJwjIvctlzo5JCMslnWcxiML/fvHyBenG74YdP8DI/ojWrH/99/8MOzeuEEbwiP313b/+",
-	"+39ubuJeH/zX8TtLq0Y8jZC62LfdzbUjnJD421QtR6oQzo5pddkhWjssMSLdw8GgovvCSncZRBX4OXt9",
-	"cipIfJ6yeS4NE8ly7ye2jAnqZaQr1VCUYQt9nsa9FfdbCSCUMgNHt126j0RBB35EjgZfDwU0ewycvOQc",
-	"V1yOBV0l6qYb/1McdqCbcJZB+X9qZidD4bKn8GtUYxSbQNnC1tLGFml260HoAL1Zn/f0A8FXvbwC3435",
-	"DR/JL2x3flGM59yEPHYVnbe2PLzfJC83AQaztBGZVC2JKqxM34DQcJ/v04Ft4bSL8/oPVg/66ODR/RUm",
-	"U0qqttMMySn6TTkE1AC1FY6W9u+jbhcguyX7VF+V+AJNOX1X/U3payA17nuCvDGZ/gkIQc2kZYvJ1770",
-	"odtVwsIaTgOXnUEAIaiHFk5QZh/O5fPOm6wdNe7EHzVkE/g8AohhDKtCK1aVuMICW5SU8iykRheKRbV8",
-	"//B9D5a2HIN7xoLBB8eCS3fyn/Vhb7iY+1QZPqGJ2a7inZZPfo4H5Fe3Sd4u9wrha7//IwsqlWy6UB40",
-	"dz63qLFwEPy3a57Z4PDofmsGvY93pxE5wMz9u0oP8njg4zxOsNULx1Yv9rA8l15IdQXRyxH5+fWzPaYT",
-	"Crk3rsl9H8PtvaETPvU28nP0jLV3x/f9ZOJ38EdEqIkIuuS/vYHG9S7VIvYJFQ80ZF0ck/gdNmI37K35",
-	"NiIG6onQOfs2GgquMfPy2wjavY8KnX57E/ciEvsoi/idN1VbFQx67osUvV8x+K1LfWzCBc1Q7XJZAuhy",
-	"d8ElLnACWOKM6j6Bhv++zX/M09g3US3ykzLOZcXnU6tv0v2qbE1sR8U4DjaRigX9f+zpTaUow9l8oJue",
-	"yUWTXmavKFrd3+d2r98GXjlyqe+bD4W/T4J29Rj2IkUZLVLaYVY1ulpESJtd79fB3tdv3h1EB1/dNJnC",
-	"Pn4L+t8NNfBSyAPtc+yobnDMRIE3AuMClTu62vm4mz9jNDOz3zZxlx/dIx+y2CZM0WpBc3KqS2+5c33w",
-	"DfbyZ/yaCTtHruQYtaR9MPluhMxrfOJD1uWA5stMN7athenvir5Oc/zwq3wBrcNoujypAg8hBBNpXzkc",
-	"KlSuCEHbOZUz4UGdkIxrq33Q2kjYXBwbY3OXPISgWovx9n6feow3XCqkr4XKLKkzJj/e3z84/LI/6A/6",
-	"B8dfHRwedm7e3Px/AQAA//8=",
+	"7H3rchs3tu6roHh2lclMi6Jk2UmkSqUUR0408a0sZbJnQg8bZIMkRk2gA6BFMR5Vza/zAKdO1X6D/SL7",
+	"TeZJTmEtoBtNdvMiy5fk5I8tkt24Liys67fetkZylknBhNGt47etjCo6Y4Yp+HQ6YcKcf2v/5KJ13Mqo",
+	"mbailqAz1jpuUfvrgCetqKXYLzlXLGkdG5WzqKVHUzaj9r0ZvXnGxMRMW8cHh19ErRkXxeeoZRaZbUkb",
+	"xcWkdXsbtZ7I2YyKpLHTEf5+392eiWuupJgxYV5AR7Wdw39bdvv44eZen/KUPZcJdJcwPVI8M1zafl+O",
+	"DE1JxtSMa82lIENudERYd9IlvcdHR0Qq8vmjR91WhOP8JWdqUQ50ZhsNB5ZRY5iyT/699/XPvb3P37x9",
+	"ePsfraZBvbLTXhnU6VDLNDcssr0rllLDrxkxkpgpIwlXbGSkWsAnoI0Hmrjt0kQbqgzh4phQQ2ZSG3LU",
+	"+/JRXwwXhumICEle/PgsIoyOpqQgSdIeMjNnTBCdUj1lulO8ffjoEXHvUk2ecZHfEJqmcq77ov3q9PL7",
+	"wfPT/yRUJOTF6fMz++GE0HLQdl9JKsWEKWKmVNh/DJFixMg/JBcsWZlWX3BNFBvnmiVkGMyy0yVHvR6J",
+	"ubimKU8GtumYSDNlas416/ZFwyY52tqKmuxiLdNTsKf7n7W/Pv757/v9/k2v9+btQXT46NHt/p86n5Xf",
+	"9eC7mi2PWjd7TCmp9kZAiq1wIvbnV3TCnuRKS7VKEpdTRgS7MYMRPEDkGBYmU+yay1yTjE4YaXPDZhqX",
+	"eCRnzJLPRBK/t/YZTWbymlkygIUjdKSk1oRiA0OZi4SqRaeJ3rH3VhMH6B0e1VG6ndgzPuOmhtQdmZkp",
+	"12RGxeKEzLmZytwQbiJLaV3yEzdT+BQugKYLTeZTphgshP0J5wAHQDdNIIVhLI2fz/KZHX2vB1vvPhYz",
+	"4cKwCVM4FSnTe2Jcj442M64LBlypkUtr/P2+ufQl1VeNfRqqr+63w1vblM6k0Ayuw29o8h01bE4X9tNI",
+	"CsME0A7NspSPqKWd/X9oS0Bvg07/Q7Fx67j1v/bLq3Yff9X7Z/bgYVerBwvYC5nbf+icLsh8ylMkK8dW",
+	"iaKCtPEenkjBjkuuREZ0xsiQjq484fZF8Caw8IQnREh3JotHuXCMT4+kEGxkyETREbPsc2bJOviB676Y",
+	"U25YQmRuOtBoOYIx5allpFNG7I4wbfxYgd10LGe8jeyqvsafP8yq+rHAwU7HUs1Y0m2B6CHGKR99sGFo",
+	"masRs+PgglDLIAxDJplIpmFn4EZDJtSGux9XFjcN9oAlUUENNFWMJgvCRMKSDszJXuaXUj6jasI+zLzG",
+	"lka5JqntsrhcGdFMXTP1wC46MDbSPv3u7MXl+ZPB0/NncEEPvvnr5dmFG7dUQ54kTHzAk/ZAk1wzRWZ0",
+	"ASucSLfypRg2SJjgfm1fSPPUXkzvf4gvJNH5aFrQDHR/YRIuvsn1B2BG2nY1GOZ6cRyynweWcrPckF9y",
+	"lsOmj/M0JW2UAOSIaU2mFCnZUiaZW+K2TANeSDon9qcpFxOUG7gmc8UNI3Oqsc2kS14zoxaEjg1T+Pfe",
+	"Kfyt2UiKRKN4NWU0cTpL8MzqtX6BL1nhzvItMmRjqexZNGrBxaRbuYFXrtlbv+o/CnpNeUqH6Qc4VMgy",
+	"hTSD4sgfV2TslIsru/iJnIstVrQvNiwpbiByGsVcp5pIQbj9by46H3rRPywH8xfEUCaLZU52QJ7zb+D4",
+	"XUr5nIqFu7r0+x/aKfkll4YSUEPoaMoS3KgZ0xoETJQ8+Wgagd5jNwvESuRWPwqam6lU/Ff2ATjWc8sv",
+	"LRUqMldSTMiQUWUXUV4x4cfz4c7QC2lIJrXmw9QqGXPSBgJT0AmR43FE2A0b5UYqx60mXBum7O0qJJ6F",
+	"iGhj6TYvB25X9tZTL1pMzn/67sJQk+vVcwD6gt2xlb7jt327AGM+yRVL+q1jMqapZrcxbKQ/0SzVrNA6",
+	"iBQRYdfMKqYzNhsyZQkjU0wzYY5JrKlIhvJmwBNsJPbzw28UI2yWmQVBYVeTXBie2tH1BU4ex6fhUTq6",
+	"EnKesmRiF6Rsyi8TCnSxHYGwN0AuUsv77VxTqk1fFIsbtu0ExC55YedBqCMO4C2ZkhlThjN/sNzaBCxi",
+	"KGXKKIiQBWOs/5mJJJMciWtF+Q3WZf3v1cnaZ+1ckX5Rz1h5t9yEmqZvQ0Xl53COb4qm5PAfbGRsU6cj",
+	"w6+5WZxdu1OyvELaDHIN/ViRlprWcSuRuR1d0ZrILZ3Ags3rJ5vkuDUDmvHBTFda48I8Pmqtap/BW1u/",
+	"wXW5iqv7dcVRqGLCKrw/t7gA3ZhqzbWhwgwMu7Ff2GNxZUcetYyU6WBE09T/rZjOUwPKoPsjF5aI0RgD",
+	"Bo5gnd0KgClE5LO9a6qsVqlt737lz3EU/uOpH80lDsZ/f1kOqvhKyvQJji386rUfmf9y5YsfiyGXg3BD",
+	"v43AyJfWbqPIZwOTK6HrbtSolVFlRQpYp1yzJsp3K1f3k2a/rPK3V1JzONdOgxwzyy3GSs7IQbeWDAIz",
+	"wUprT1KaJ+yBJu4hwpNunfFK50P8rmaYQCe1P9ipg+xaY/oh9ldiickLuBG5ZmpIDZ+RP1+8fNEtmhDO",
+	"5FLfwZq1tb/D7oBprP4R/IIqRRfwWeViRBuY3BIzsfvjztE6ZnKRz2ZULd6ZnSRSsHrb4JgLmhKkJBBC",
+	"NbP3f1Rz6nfnIvZuGTTu8TryzUdWOannPgUraTg9sHV2b2F1aJIA0dP0VWUFa95b3oXGE7q0mfhcZWCV",
+	"Ubj1L6cVlftXXdZaWpjUXiiodVwzpTlKYCuLOKIZHfKU+ze2p+Tiuh5QU6Uwatie4TNWd9BLu9OOL06l",
+	"No0HteF88mxAk0RViaT8OaVDhvSxYf9XFqFceKDeKaPKDNku05kxo/hIb5KFn7vHLDHlQnAxGXhnTD19",
+	"KisC4ir5i9euHFCTMJQLplpR63oWXKVv6vhxIf2uGx1QnROU7UsLbdhswMVYbnrzAh49t08uHxQw/rr+",
+	"y/kEBFBsXM2aNJ6NZ1w3nY8q3W+cb91ZCHwHNRpDox/hhNChlfStVu7FbPi9W+vTC1fJjbxxvqX64skA",
+	"ukSRBgyMrag1zPUCFxtuhPBs1lLFqTJ8TEe1kisofoPGS7zx6OopPXz0uP4n/ivb6hJZWhtHJfB60UFU",
+	"HWPtwrnpNdCK+3UHcvHLtUIxy5tZNF03LOdMtztaOdeO+FtWu+FNWxa8jORQd0E0sM/AS1+rU4mRTOzf",
+	"G5bhZW6y3Jz5pyuX+lo7wA0bOWHacSS26ZXKUsFLCVOqnrjgp4EcjzUzW4oq2iQyN03NydwEzS1FAsD3",
+	"3rE65kobopiVCVhC8F1whNuDvyu5V4IpgnAOXLFi1MVqLA92eS2Cna0lR8WoYUGoReD3qb9HwQyybA0A",
+	"pwhLBpatN5lZBDNzqa5IpuTNgrSpSIgUKXjtRSeCpYTXwUpWBCnM6AJta8eE3dCRIaAERuSzrs7HY35D",
+	"5jxNRlQlmkhFnIBgH5jbPqkgMsM5kONMKkPaCRtTK/keHT0EK8wXPXRhex4Q+CMPH/fqLnt6c44PHz56",
+	"vHp78Bmd1EjeT/yFTeAB8MtRknB9hV9g+MNYKvKX5/qEuFGiVdldmw/A0kvA7UxTfK1W//LseUmJSrWs",
+	"GKl5ckxO9/5G6N6vpLf3JemSAdmLiL9a3AqSlBnDFDonJ9zYHtfG1AQxED+f7v2N7v3a2/vyTflnd7D3",
+	"5rPaoAdHIatDF1KwcufQlS/HY6YqdneiDU9TZ4nVgYerE3miE7Igw4Rd8xE7IWxiKcaRoiQVSrZUqWQ+",
+	"mQahJRFQaUSGiid2H3MNQtjKZDIlxzxlDXoQTQa2x4GS0tTrPN6xtPFiel08WJUYl3iWYJ5huWc0OiNw",
+	"iXA59TH57uyS7NOM718f7BcPptyeSzNls82yTCnjARk2Mx0XsHBHhqMmO2s4qd4xiKO4NGsMK0pOFJ1Z",
+	"ilG5iEgq5RVLSJ4RLsir08vv4ZisC2Votvgxcf1uakz9+T/Ye3xkSSA88nDghTRLh37PnvZBwYVIP+/1",
+	"Ho5sP/AX28MveEIyxcb8Br9d5gxHu3KGRsaQmcXqfF7nAr30hqkZ2DQKDmFUzk7Apq/oCILLnMVKE5rO",
+	"6UKTRHbQbm/vailYRCiEW0yUzEXiH3+gCfhZCYe4J54x8N0ZJshw4e1QlEwZTcC67u1i6GG1rTppwF40",
+	"eC+ToTRTMpE+mC2VE/QNIbtydjV00F6xzIDlbpbfkDYPghBkblI7LXtVIu9zzt1OvSFHyfnuxO/F/7Wq",
+	"H4740j7aIMrUsoBvuc6oGU1PRyOWOQNa9YQzbfiMGpYMgDZr9v/pE/Lw4cMv7Qr9ePkEKRdkhHRBZjxN",
+	"OTpPLY2OuB2lC9Y87B0+3us92ut9edn7/Pjg4fHhYffg8OHfKuJaqO8HdNvvJ2+Pbvf6/aTfT9x/l/jf",
+	"ceW/fr9rn314+7dait7k4vDBDQ0/6wZ/FtWaT4R3Q2L4CjVORKWw1lSMWGczGw8GUB1toM4vb9G6jQ7Y",
+	"/LKyOctSZpxJa6P/phjKmKfOtb38TrNStERAMjcuVpb7Y9Q+6h0RPq6G88BybRzZ9sa3hqaKq2qJODb0",
+	"XGvIkmIy8CplcxMBh5gxQxNqaPPNg282tFR2XaXcUJq20vKGKxGb4desnt1TTWI9JXsjdyMVj+MFFG+8",
+	"dNcRedl3HR2fgZh4Jkydbd4JjfWC3C6GRAifHiRyLrZUYvGFPHtvbkGwN9YRsdWmGqyWjLoQgZpAjjx1",
+	"AXVuzSBaVyoyn0KE1xa2MuPMhy03hqhY/mA5Kku52eIeKMA7mlXwxyZ+/BIlblY2/0D70IX5lAnCIejR",
+	"ytes3pe2olnvIPGCmL2bYR61oToPHGpQ1ZkoNoK4VmSUIF95hamQTCIi2Jxpg/bQdpEssKR2r7UdBWev",
+	"Zp7LbutgNtc7WYQDKkCf/u0a9X57o2ig1tZpidcgm7gTucTzXNiTkUXsF00WW5mVnF14p81/Z5VztUX8",
+	"rfb6vYSDMeGCOVvEqDSRJBFJ5Ixaye7H828jkjV5mpfNqMV6oi11KOWSlVwbmWXAKzLqXHUY82K5BLOC",
+	"SMVSti4K4Uxcv6p2dyauvyl6PBPXr12nZ+L6oujXvua7PhPXT33vZ+L622IADVbwUrn29sDARBic94L0",
+	"NzC7htCV3XxfEOvWIKaybHOYDUWrJcs2jbbelB+wpDsd9Xt0AZF2RrW2TJ1qgq933sEtVJlZ7dp4zrcs",
+	"Utflr53aQQ5TRrSgV2wwopoR+yQYHTO0Z+hjkgdBiRHxiUf/0FZ98p9cOGbUF0OZLAZGygFEZIItYTC2",
+	"KnREZsxMZQJRsu4Si0gZOOseqomkjfqiTJ/wTwCPL8Lqwxb8V+wm44qFX4gEYwXNgA4ys4hQlx+MUqmh",
+	"F7APCJr6xoMYwEHCtV2rpAxChD6rQYgDvOD6AqIQB0EUYkS8aDlyGQzlN8HYfbBN+VVfTLlJw2eKzzJj",
+	"IniFztjA0Cv7nf3V2yAigob/wZAtJK5C1BcBJYVth1+zGw4WT+dIHjhWE3lzYWV6feG/dWtnG9V5ZgUy",
+	"uzaWImZULAbe7hJ85U37EeQlVOa+EtVfklxGzdS9EZBbkQoIzUD4ZNQXRVdGUaHHTOmynRkVfGxpl0By",
+	"UrAY8LncLr8ORfqtpUvn2gtfyyDoaJmiFQO7auKJbpjrBYZRrgop/hAvH1cfRQznk8ks3YZlQGMRsoBa",
+	"lgF+uHsxuYbmvL9jSmO9+e6TM8VuPfINptit26mO+C9UceDEIEpAOK+QxkX/UpGQKb22lwuHvMsHXz0g",
+	"Qiry4sdnwf4HCje9GUjwyg5A56nRQuBXNCdmTBFtFKOz0lx68Jg85990nP0W9+Dx5we9L75wNtw127Le",
+	"NJtplidyr7TQrtpDZ0xNnInlnuyWKhcDqpscu7xGM/3JGXWdTbbMpYHnIwzht4qasTobXiCkbW8GTLBL",
+	"2dgQy59Ju3Bc+gjnTq3galekRiQ+e/0cjjslry7/GhX29xv7+N7ho8cjmUrVbe1AwZZJy9wMXCLJap8/",
+	"8BSCzMl8KtMySWiiZJ65hBSwj6VSTEj74vw7O8gIV+Li/Lsfzp89I4dEk5QapjpdcuqkHUV6ZMao0ORh",
+	"r0c0TMuumIufJ25g8H2w6OXCVcjxi8dHlY3v1W281bK4mAwSrnY4nTtYrYMghnsNvtjdLHP3cI2G6+an",
+	"6aKSxjqSeYqpqMBUMdMRZRgxIUMuqFp06y3b3ApzSUP0qWI0JfYZkD1PyMHhF396gbaQK56mmMiv+cRy",
+	"ixf258/xR5fABpy+HBuI3Q2BzNBGTeoTtg02KNdjkBwXET4mVCy6TSEjayJQGqNJ1oa28hlLBtVXw593",
+	"iDBuCh0pd6QufKSgpCoZhiMLw1jLAdUdkKc8ZQ020pSLq4GxYlttgLdezOwTDzTBZ2ppa3Y3YI42uIY0",
+	"MzlP9jUzE/uf4aOrhdXTKBnLXJkphjfUs+uZt3BspxM3x8dtGwRXet+8ZQOCCaKW5W1Ry61WK2oBNkNN",
+	"sFi9/QAeKoLpHCQJTq5pO63S7RjNst5t1LKrYx0rKmmjRiTMatFNIA/YIZw4fJBmS2nlqCylvknFiBsv",
+	"Jg1KwQgVes6UC26YW50e7/Hc1AkjSwvqgA78ItSt3vfnl89OoY86/2binJK1dAJK391dgxvdts+xjSK0",
+	"zgM1bLTV+IE1zbfeRPORzCk4dKZ3sAvZOXj1aFOgZ9F402IEetaKbseLAAPn859TDgEY1Fi5WclZZki7",
+	"3GsUNEeQgUOotnKOFVdzzSBLT6Z9EcYqBdzQtQUZNO0iRQYUcpdwc2KboNoy37ajhA7Ep/VFOc5wLCfu",
+	"7LAEve6elh04glQkYWLRqcsb3CAmicbckbt4M97hGOGqNWRarX2z+SytT3KyzM7+XqTwU+1Sm6KGhhqu",
+	"mYYjW8ypXOfKqjZTMeKt7GguCPnbii+ppE44IUhhjh+3/eCdJoSUeeI+FQSJEaOazuxxIHY6y5GLVVoE",
+	"Zo1XKfwC9n6xqI2z9kTYfGpxrCeVIQbTwsF5A447tROGYENhjNSjRw8fb7q7YTS1u8NoitdmdelLbyS7",
+	"obMshbeu6sioOZloOXvNx3z4N+rG87xMg1kySGf5IGNq5JwN26SvcX01MNLQtDRqbOPftq/lmiU7vZVK",
+	"mgzo9WRwsOXoyhce7frGti/M2EyqxR2WwL244yLUBZE4IeFODvF1TkHK55PBBiY6mrLRFZgB1qjUQdzQ",
+	"vVwX4DHY7Y1m1/Nq+NqWTYb6c008BjfpjkIMNwz1uvoWIemNeUfgal7dUijR3UOHNoQKrQ8GqosJ3URE",
+	"ZSBKnZSsdiWPO0nWusznrbXNpbwpT7e8bNCXS4a5QRMIunnShGkf2leEVTw83D6swg310o2iUTfLs2TH",
+	"o7QuzMo7rsvdXfJcB929aeZK9YqG62l7ed/zuE/WB1zMaM1arCST+TDQMqmy5YThomlLmToDjtcqmGk1",
+	"HIIOwZtXKyHV0s47xRE0cyAhTcMRgXcgDomCf9qpOlJh6OsW7jLoFGL06tZ3yXq6MobcjPe+QPskhcwT",
+	"lwOG7hjCNQGnI/nx8uneF1EJQEqGVLPHR6FMCk21ohb+Urvmr6RMV9d4yusyrjDFwgF8GimvACrQChdb",
+	"Rg/xJK1Z9OfQhMY4JKt/DhkBJ3S3SRYZOjiqrU6jnSF2UXcg7VFgm+Y6owZwmMBnkVmdF7ZHSDd9QDyw",
+	"k9tyHRpNeeskHG/mq7EgZ2y0zSpc2Oduo9acqlkt6fmdGDKr8BRhTxXb2IaU2iCYyPZWmAVh68uuIySx",
+	"Yv3Lba07Mnbw9bw5W8HX2LQIGy0w2GTTMBwlrVqjGq2zno9uZUvFp5s6v5uPfRuiKl20R5scYrtRW2Mi",
+	"F/TcNNEL18e7ZIvef/LlrkGYHzxVr07hes1owoVzFa1mSZSQ8GUIxpLJxVCe7hacinGRm51LBVyxfbyO",
+	"Fpa3YtuGfWBmMMM3tWtjqfBup+pO8SZ3CD1Y8cchrIVtqGFKJdnsMp0sXx7ZYT0rWLKnTIbNqNoH5BX/",
+	"puJyP+gdffHo88ebeIyzN8zWtf2YXC43/vjzzz8/PNjYesbrYhZ8w4Ax/0CTDAK7bio9HB18efSwt4FF",
+	"1p7CkgdX1x2YS21sPOovBUoloNWCYVKsZGkHbINrmRZ6+Xp8l+0Cks99g99jI8XnJ0FrxZd/eQ6QZYBH",
+	"WRt77sCQx5yliQ4zhwkTY2kJl7QtLUakoAGI1NYRceQGjoKFw48vsforGurGaDHHuQczmdSuvssgLBK7",
+	"4bmTAJoB43Z8MM1unUOQeE3M2cuLS9LtdvfhdwhpsZ8U0/mMETuM+i13N42ui2JjmhlNaCMxcXDl2Nd3",
+	"m8JWN1hT2vhlBX4AHUdUE48T/frHF5fnz88uYAWqA9du1GaXlPHySCzve0Gofk9WJhb5Axos85vm810v",
+	"pPqU963lVM8tNjoLfcN1Q3JZtDUKdCKzWo/2ZQFuQFJGUekcE24Q269IvgHdOJPK1JPjekPuHVLsixDN",
+	"e7HHNifI72ynbQ5KumCuyEiYgI0YPJCXRrUPE2pjrNJYqiJAqdNdqzRWe/pR8F9yRuhMigmagSqZ6bB/",
+	"bt8anNn1eXU/TReEBn5kTVKp65vYYDB9b1ZRR+BlvMGuqeVR65qzubMlLE9fkjlo/RpBeDGOLeVMGPIT",
+	"G17I0RUzRMi5A2EWLp5TyZSVllMpGGQgKZmmTG1vRXXD/AsMbyMbqFThCGK0luJznI3UHyh3GDe6a91Y",
+	"PJZkjYagMAtpNYYqTZjyhmYhfR2eK5Y1hNftmFpXxcqt4R2BnXybdjxMZq1BT7fK9qJizmsW7Ac44I3m",
+	"5Mbjwu6UpG/ZyUCj4XGD15UtGc7ztffHJxZ84znb1kTir8EtD9HatVixiYeIectYa1ELWbyVMqzovJ24",
+	"XfbkG/aQNkX77osz302V3sqNg07LwV8uxf4FSCYO5D/FaMwSsmS3MZ9XGnRffl+26775Jmi+HJ1jdauy",
+	"k0wroy65Kbh7UFyptWwjb98qAK18NMIOa2mAT8T5HZGFAPG8XuCyj1EjC8j8aLWi1S7oA9hT0/jpHU2I",
+	"TXHPp15oAbG8ff7iMiJFNP+///XfEPGFBoOlBAPyWQnR86e9N28PooPHt2SLUHo3lNoZmoTfcYO8q3k1",
+	"ip4aOnD+k1Uxz1CRUJU410tEMpokqIoWcs5wYZbgXtpfHwdz33/z9ui289nKl4e3X331z+pXD2+/6nxd",
+	"n1Ikx3XI2lIzhzWEORdzBeGADZGoq+tZQrDWYF2OpvUyeZYPRlI1oSODEr9L6MkVU6IB/txZCHZpTep6",
+	"brAy90uqr3YMUrFEAImI3Nxj9MgaDIk7uJHWO23qDtWaaJT1QSVjLrie7jjfhqW9DxzmxtXKplSzdSbw",
+	"O2kum0PfWLOPeMVi5FI/B1C+Y/vR+MiOmjkF4nyVbbiEpwgcmqitYhBxG+MSp/mMivqMhhBOfrUWRa6K",
+	"cgQNm6zNwI9rJ6pZzlTcJhNiE/r7lqDtla6XsdsdoHuxLHVbvU4B57643rEL9ywzo13hC/unGPzKlBzY",
+	"4xj5DDjcvUHxSRs64WIywOai0rdbfKPZSDEzyIViWqaQZVyADg9cipZPRE4BrHJExYilKSZUh1nvW1gJ",
+	"VuUgnyPGkwBS0hejarZfvJN1oTqKjIkEJukWK1gl+AROJUhdx88+WDD4myUn9sT4NcX/B1mZuF2sWTPy",
+	"yGA0pWLyLqFRofJfAKEX6n8YFrXSYcENq1dPwEneNFyWzaB7TSxxhwyRsuZns4PcDmIrZbV2GNsrlCAZ",
+	"bNImscmmYV7kwxnfGhW5SqVnDoxQIvaqhx4YLOgsBVOU/8apEmGDB6BLLH2zZJ1wb+8edxkOZCshC5jC",
+	"KFfcLC7s2roMMAeNcdmsMoGOQyifT9BcTbjWOUsINaS2AFVReQ4kXihQVp6hqTEZ3CFODyv63fCGHb6v",
+	"Y7Bk9vIa3euzi0ty+urc7lMMLIyP9maTmYlJGxmCt3k4uE2pDPkTOex0++LsmqkFpqflImGKxA5ANyaC",
+	"Mec6K3THsOpaX7Rj70p5+ers9enly9eDy5c/nL2Ii8KtlngmTNi3WWK5tyQxot9ZfYckXCH43b7vYQ+a",
+	"jjtRX7gmEqqnQ0lVEqQbjaS84oy0Y3BlecRfq7FxEXewtLJLCLYPRlCpGw5BX2DVaOBE2oFMznLtitaC",
+	"A0KWaMNFkVE5F0QqPuFCk3b8Ev6K7fpdhkO0dwhLx8QjEwOpxPuxXWd7YbnqZ4ji+ueLly+gUhvcZf3W",
+	"Mem3ut1uvxWRPkBg4Fcl4M0Av7y1zWHHzokC8eYaq7cVrjc6oVz4itOJHOWWwfpaiVQsyhpwx4QSKB/d",
+	"FwVeSLDtdsEL7NaEjVI7h6B2eRuqla8gjsQdsFgHbWpgGzDtoUy4A4+YstQXR+eKOOZHwLLXTsEaoSOi",
+	"YLus3gvarQZUmHymT6ql0t3c406XnBYdLYoCrIBM4eK/4LrH3orZ9YWfXjuu40mujF4M1oZY5Gka+8Qe",
+	"DM8zWI8UOos92GTsoFO4gVwWfz5dLTfLRumEweacvjoPklSOW73uQbfneIagGW8dtx52e92HqOZPgY15",
+	"4i/rh9TmKF9ANCwA/yYldnAMbsnYFf5D7uBOD1QlR5OqHBdV8t0LsJG0L+LgxosxVnFmyWssIX0pNMLG",
+	"/ikPmVCYbE+w36CeO5z9TQXdgZM1lXWHFS/I9zxpHbfslX06cQb2kiZbxz+/fR8V1O9S2P4+q9G/Wao1",
+	"ftjr3VtZzLKMzbryxzoiOqQ6S8hHOIq6xovR7gcFvOGVg82vVIqR3oYeGaxBowlwJ4+R4i7tBWkHVa+h",
+	"9oyrY15WnwlLmEPdcpIxxWXiSnVWj9/+W2+4uQ1OYpUOv2NIhqtUWDfF8hFc9fNvW+9/a9du6wfcR/vS",
+	"0eaXirrZWNy3cUv2w3pVmdRmrYIIuI5kyODKB5YYDyd7cZeESqSDMtcByVR94X3R1oxhiVNXEibuAPtU",
+	"zLmqfGFlvMzDkhBXjGXa64HIkRFrvS/c2yzxMgAEWyCztRe/E+aKLFOeoGwTltDA4IoCocQh1wUlmu0B",
+	"JvF3Z5dxROJvz56dXZ7FkTf0isTZ5DWEDGG3XXJuZ4QZBLZDK28xVK81Yji1EeJNg7+ai5ytDMwKcBD5",
+	"P2WEUZVyKCUNswRhgeu+mEBRjbhSPib2zr+MahMul68XCBWN4wJqAcWEoti9KBfArotPP8DXq4s9osJe",
+	"8YZeMQDeJ23AtfdyI9f2KodE26QPT45SymfICTHh1rOVQzLjIjdMd2CBOJo57HhSOZlYNd9X660QQ19I",
+	"uwWOTnIBZUMAlSvMo8fR1l2G4PZ7Ujjo34URwQH/Rib3WDY+QHm7rSq8Vie8XWF/h/fWdbVGVQ0bvLDr",
+	"bYJSNJ8yO7QvfLn5hScONhBeOHi4+YWifLp94fDLrV6o1Da/jVqPcNc2Ltl31LC5M3yUlzrQL6ElHw5O",
+	"w9wJt86cfAJxNZ5Pg1JI05SpDff3vuXYW10U5cElfBx0QCZWraBzuvBaFzeEiUR3+8KB2iHMJYmXUfDi",
+	"EOnOqm8YBYKFt0v+hXqmAXXwNLiCvHCJ61HobsxxQzfudTcNci5e8PKSldq54cwC2I+i2Ldrjmtki3jP",
+	"ITflBq7OvgiWDe27laYRm0CTR71DZ8sAKNU4wiJHHndcMZqmC8L1cXh1jexVBz17IuCGtO00PDJcwsvI",
+	"uJKt//tf/5dQKI3k1wP2sy/g3vdAcYj7h2/gJTtcFJW/iM4zpq65lgrRTrghCU9cLQY3LGzQSZPBfqFg",
+	"WZpTvj2/ePLyxYuzJ5eD716fPrG37iN/UdhOXTSwvb/6wlEb3FYlyc2nPGXVLYHvp7RSo8xTbhFE6KQW",
+	"t4N1d8dZKcr89q+O3j13jTUC68Vnv+SKCtK2Eg6UqbebUUDKgWVhCSGOtGNXDl8z0/n//b55t3sD6nDU",
+	"3hr2s2VnYJ+we4Iy46ZbIgiIT1mds+eo9yWJa5B+veWo+MmVAHI4X55/xYpZ7Z9fsxhsXX0Rh6DC2Eq8",
+	"H3fJSzCLMGdmRMjKFOHP6k4xoLWzp4jLdsdDHG181Lb/ipopPFtn2iimV7FuOP5WeCZWgkhWVeCaqBmc",
+	"YvKBT8wW9PxUqiFPEiY+0Bn7KCIarj6hAHsdEepBElFXsicMsRIRrEs4AOHiOJwQ6kBdjWIMD0dBLF9Z",
+	"Zg77WmvsjPFo2CvP4e/BjaxYSqGempPfy6MXasUFlCsyXy5I26qG1dohVuPVGR2xDtoDygIXcPZse7l2",
+	"zL1oUEERoC5xCWB9cdCLer1eceapYg4ikLRDKQ/UVrCrVnD+Ot2+OOodkbiKRB5H5Kj3kMQrcOTwQ2As",
+	"h0Wy333ZF3ENlH3cZEV9Cjzvg3CN92nqCvEhG25szz//4CAfg4Oclif0gfanpOJatN8twD/huIznMVI5",
+	"N4GQCdvqDt+najR1cD31HhTQxlhyAjIDPkxGuSF6CqV5S1F7DvLEnC68HjBRbA5Gqb4oRPyn58/OBs9P",
+	"/3PwzV8vzy7iDnIrV4FAgGQImUII8urDPizPrDuWrxlNTt0EPsGDebNnqKqezDJuFdCYa2JNak+knf8f",
+	"p/Ejn0a8kinc4KSt2CRPqYITqMuqFnBW3Xl0pl+qCXxCJaYWRxLDEfBcc42ebZasuK259rVMj0F2gOfR",
+	"SN/txihR9EWBvoupn5ZjgJY8BwVrWNZD9UbTQkix8grWWAYOEpGn509fEqn6YkpVArNw/m8dwM97rgAD",
+	"qbtrET1+eQrdvrjw6+RsA74lKxK4QKpi9brk6OChu/WLaiJxCTTu3u2Ldi7sFkNN8QQYjLRspYkF1fGV",
+	"nxQ37MMzlm0MA/fDU0694AmBApYH+y/8FrSDDWM3RlFXVPN2GxXkzL/wB9PaRtG3ZPDxjctu08BTo0h7",
+	"8ivPXPlZe4zQsRYo7kGFjRlNGOFjX2lgO8EjoO8GeHlfCWiDuNEB67L3WMEswX+2AD9emVfaF5oxTcZs",
+	"zhQBezPCij/BgexhYEG3hoMt2yxOLCvqixVeBHymEj/lYicCG+eyANQk1nw4E8VuMo0cGWb20EZ/L6IN",
+	"7MQffOK3wydOSSj6PNC4g5Hz21gtvnqiPJaHe1rzX1l5aytGIdoAUh6apKOCTFwNdkoMm2VSUeVgNoZM",
+	"84QVvUREMQFDkWhqDpwoNE2tNANChuLXLAFJCgLsVQ6YJHmWSpqQlFHvOZNpAu2StlRQI77TJfFMJgyM",
+	"LXJkaBrWQYNaFmWlpt7jo6NOg/RyN8nkg5ovt3j2uUzYDiLMvbKQZkkGUVe2kldcLak/uNBvhwvBQXAG",
+	"kDKUxhJByYlOSEYV+IJL5Qx0CyuwbJJSwkz42oi2IrLywj/5SYa2hTgDDVewn+rHilUMx0DkGAu9YB3q",
+	"KmKyO9hoOS/DHhxPxgrnTWELPohe5UJjobtXl3+F1IGRTHX8P/8VKznXccm3v+j9z38dHnVOSGyZUOy9",
+	"zxogVIsk+25fnBKf3e87eaADOFmaamkJUaMy6woLII3u2b3EBAGInXPZeWTMmG35iUyYPq5KpPaNOFoN",
+	"/ibtIU2IHWqElyK4VMEG3zkhR72jirkbbeb2+y9JrRU8IvFq2dKYtGkFAYfIMYS6uc2YUhc+Zl/pnOCd",
+	"Vy03G5/UxDjEQcHY2msP4WI91sSn5n6vjG4nP/zBfR/z2uAtF7wRJsP8Eb/1MeO3itNTeuKb4rUiUoYj",
+	"YZwLcIsQ+CqVyyo3n0/2i3jWMJprWc90j5ye//Rd6z3GF9r2m4MLi2F8aJ/To21EsB/LEsrLURV+3KCT",
+	"lOlygFqlr3iWcQcaZq8LOR5DpEXNVpWgQ42h8+UCvs8o+LXbBJco/HqC+lQ8kmLMJ7liSUzaELPQKTW7",
+	"oDI3aEnj8ccSLwBWqAgODNIayxF2yQvwPTkITw31uQAvJtwslz7XaLI6o6MpiV26b1wg3UPOH9eQ9HbF",
+	"RaL7rWPyc7fbfXMbQ4RAPtTMlFmMOo76Ig4LyQe3MfztCwzYv6fcpPZ/SIkt79IZ1vWJj1HFNlOpWV9g",
+	"3TyM4muvPAm7OmVUmSGjBvPW3K8udRBKqBcxA0gN4B+AHGwxYmBzo+SasznknykGyjTF0Ac5F8SFDzzB",
+	"tewLsPVLmjI9YkkV2g0WEGJCY1DQr2k6mNk5ehHt8FGv43oc5lZCtOJIMIGRhOk6qDlVNorhCyhVwhd2",
+	"IVmayjhyBZ4xNcxuF3bQFw6dDuSbtmKdIvEB5+heQaO5FCPmo+ztSynHntWCHDwiGgNP+wIgIDIlb6xi",
+	"AkrMKJXacw0UEWutAHY+bgW3S+sK1q8+5OjwUS+qpnqFuV6P6nB4N2stht2YfVjfWnV/K/sgEgG+Dpdk",
+	"Su2mlrG3bl/KGFAZGmGJNjL7aJrNBYxhD8LnzxxQH535DR7JNLXXnlV7gvzcJHJRbNcMDpJe4kIusGb/",
+	"bVk89rYai1ellh94mt41ctW9V6+kfsAEBKh4rUFOCjJbMOESYo9yndP0dybVvpuwCUtGi+h2H/0JceE1",
+	"dcM7zYFlLwtdtqiWUlhcJvyaCbDOEpfhdBKePoyw97iDfVET8y/HhNmLE484eouXMpz2Yyx97D/3hYZY",
+	"b4+DWAwLrlpMh7KKubtLjshz/k2YW2D/9Ct4UpORVRaFgf5sU8L9jVlWkKPlQmcx5lSwuZPSu+RckBgp",
+	"FPPGZG72XeV8qlhfoBkDfFmlmcC5wPFOtRekj58rIqKhQopPc8JkK7w+9dRerD521o2iL5b17DLafSkX",
+	"wac+u+S90MtWpBZgDD/mFrhs0aUof7ImyP+ErKYDHmOmBROY4FEEg4OFzuXVh5lqcyvClGH9M6ZYuqgk",
+	"rfZFEYoYO7KPu+DfUzIl7aVcvsgl8kWWFPivrIMRVbAgrs++aMrLIEZKl4DigbiCDEonGPncP+DmCLNN",
+	"E9uaWylI3NbHfXHQK9IcEEnOLUxUZKAXyJ32Zl7pUuOpoaYv4OnDR4+B5FHm5cqTmZETBvFhbbrSBhnJ",
+	"HNPRWV94sjRkKtPEkuMr2znFIXunCNNmD6O1JhKFqROYIkpAQGqiXMKj3hESGmxy7C8vdpNx1CACtqGY",
+	"xysoWQfIJD3inic8sXoIQOBKwYpKpEW7pZWr1sf6HTP3cCc2hHc77mX5SUXaWgHOWl/noLFxywrfvfEl",
+	"HwjlhuQZRgkDYxCTArXA04iRcF4r/I604dFMpmlJrw/tXnWaMvst21yWRAvZ8+GS7Hk30fM9yiJBUsun",
+	"LXC8s7HKYJkEt8/AHv1NVC7AJtF0H9nrOjOU/f2+JNT7N+9Wy9hsZdc9qq3NwX9lIMMiqyukL2Y0uTj/",
+	"7qfzF0++/yPRaWea3UyAJbxuPQEidO+nS4BVaOG7EiC2ggToLMilxFJRBf6gwfdAg1bkbE6sBne2Xt0X",
+	"J6k6sVoqj24xx+cBV8vF6FlZ+bB3RGaMCo1eOQyaCR8qvQcB3gdUrv8lZzmy+zmHuphWJwv4VF9wgQMA",
+	"3CRRghAVnoYKBAhp5wJ8oiGvg0g9qcDMxTQqAAisAeJjp8R9QHGOJTClMhfcThLm7gwmiEgxZDj8BDJ4",
+	"PUJXGHaMhVbC+Omjwy9BzeRiMMz1Ig5Sh/1op9ThY4EJde5QrmiKlTSxx9JiWWqZhcZiRSqP5lRKt1Yk",
+	"TsKOrNRs1MLJ/vFr+2HvdOzQxB71Hta7aMsRu0TwBxgqDctlNcI2NgtqHy/S0zsRen1x7rATidMNcSvm",
+	"VPcFfk/awwWJmRwjtp1L/HbDRjywQo63ikBzzFIhVdlj8Amy2BDb/K4c9nS7Q3ZCEpbya6Buf6b+8Mdu",
+	"0QNs0je5XtyJSW/p74NOqk6/kLuHbpm1oUFn4YO7EvwrOmHPAIltixA8+/ATxEp7r4pRMKOmaKJw0h/L",
+	"5h6OIYSYwjD1tuW9YBdwbjBkutTDYnQiy+WsnrohnqiaGYtXHojyZuVHrCuIABQc7yVKxorpqYOF7vZF",
+	"DJicMboxQmBk8u///X/IUErECFe50CfBJeuuKAftBixlwUwHXkJAZUAVRKRklyrkwmzqMSQxjAgzh1w1",
+	"NzCQYdVLbxDoC4dpj3eAR8F0X/q4omAVBuyGa6OdlcclJgVhXGCpoqYv8CeusUR15wSvP9fwIC/P5Zo4",
+	"obMKtPL7i/gJ+vlIwE3hTGuO46uAjj7wDfPJyejvHO5RLCam3hULv2Q9PymwfCgWqQOccwD3BkM9WPp1",
+	"YVvB4ldVM0p4x+y/tSdirX8PIQeqRL/bdRO8+4LOWOtTBpr45Jxu70xY3zJtlFwsk5WjDh9SwA2xWs1J",
+	"pVAkXh+WXY6lmsgiiL0pjug9E0nvQzG2pQv4kwbnDLf6paiMG4P7kBkoBhKB960CFo8r3QsCA0RtghOl",
+	"cq+Wbo6NPGS/KIxbbwZ7ZX/+vVAITOYP3vSuvOmpYuxXtsSaSnsh0xG4+F1EC1eurDQIqlA717ltRzSj",
+	"Q55yw5kmmi4I0GJnM81ieea1zoN89ruhWleFEFUTdKYW9htd+r41++DJSr8/0n7GDCCog60wvHgBsAhg",
+	"fTdSJ6iMaxwL9uffC236mpl/EN47El6RBWAQ3rQqyGykOJmtIziZ/X7oDS3+f5Dbu5KbzJZ1izZEZY3z",
+	"NIIgHas9jFjSKS9zhwgJ/K1KlFNu0rWGz+/PL5/9Pgyedibr8iZlxoQvPPPRzJ0v7SCgaOAeF3tmyvZS",
+	"KbNiWNUUytWt3H9r//VxGpkUSbOTssi1jg27MbHLtnaBV0ZK0qZkSBUjgs1TLhjGMfdbr8D4cfbi8ux1",
+	"v1Xg90G/K7mIxbd2cWPS9t427w904GKa+GR7S6WYGtEXU6oRPgzNkrVOs9AptgLd3FnNTgT7aSVB8WTV",
+	"d9gO87FKmyxNXCpMlhvvN+wL5zhExNV1vj9n/NRGqs2mz9e4e/WnD4KwMmqmZQyW2/bWsrmyqdzK4Reb",
+	"KiW/J9ecndFrdxI+NLqx7fvUUV4dF/jJI2lVMvIwAtoTKC8Rxr1U+Yer75Nw9TXfmbjnhBJLAJ6Xnni+",
+	"9yfP4IKAgiUS8KEbVYbr87bW3p/PeROcwFJUvkgXnshc+Dh3xqSmuEtfpHI74ncDwar8t1vey5/cJe5m",
+	"se4e94v4sa5wv+NECgimUQmiBTssNiuXNV/ifvD7bz3u7YYyTK63rS6Jsslt74nDR4+3uife725v2Gkr",
+	"Vmjp3MAIC+SX+lOP6N2ZrYW0kkmZrmc+r+CJ97hBtoOmswidf6xD+BNVMwILFEYALC/e1u44O5fdtSAp",
+	"09+XA65qTJZqAka3uV9rcG0kzv/FMa2TXjHhy1WehFqriwnw/hF71S3WervufQ/u9xg0MSm7ML8pj1a5",
+	"nYUrfGkfnePKPlP1WK1BfKtkEMaa/8riKjXIMYl1xkaxvTd9iEhcBs/4gBdwTLgQSai/5kocYjl0hIsb",
+	"8zQFu4coABsQ3wdSpdicUADGhIgXSAxTLEvpyL5SZipRrCdvdc9UauY8Is5zd0qqZXsr+f3oJSmiarDm",
+	"TsZGELvLXElqM2W2UXoF2U4wdNf5MdYuwrCDGNTMuCyFZwcLBMJ8YE+YSteGQnkA2APQw3557IhdfVfY",
+	"CQ0pXa7qDtZJ0v7olisNMbn2EYAuL+2a5DVL2JiLIrfdTg7X0MGd+BOPkctATQUcShGdVS1Q3BTCVBeS",
+	"VKcyv8rvhUXcv8prO/hI9Xw2MSZC7a6PuT1dQs4/cWV296iid4zksAuDRTdwkcLLDkM3PLuwJztkVW2p",
+	"fJB7Z5UNVUUR71xdK8q99g+9R2pxfTQJdH4IHxNYrnBEh6GgxcLr6pUCXKxd4tq4Um6uymQnCi6Uiku7",
+	"uj1bQQc2owbWqPlmCSEP5uKAvOpVfQ9k2Lq7PS/aPJT3YHVw6/Ibtzr8BlAXPQGSNoDDAPYgiwoswyjg",
+	"Ph0rYQXF0tfZI/y09t96/MAVeJKlskWlkSEOgBCcW6HAk6rgN1KvyXtnQoFVuOxPqKanlP4Eec1Us5eg",
+	"L3Z1E5BlL0GdwPEDT9NGEMNmyMp2ZhaDcjUxEdctAIZRl4gOSZl0XTXllO/ft8n/PcU2u4X6ASo1rsWE",
+	"+QP2ZRX2paCdJriXk5KGygqowhdrtWKeP2KuPs9aVfuu0JzuvQ8EgruBFf+mlG4/ZtLA/7bgyvseb7YZ",
+	"0e66FItizX6JST/v9R4yEoO/MkDL7R0TmqaAd9KJkGHjcL3KpnJBtCRjqiJUH6dyTmZULByIB3NdMcWK",
+	"wr9FbuVhr9cDidm27yCgaAFAoQ1d+HujLwJYTIDRcRC66y4J+4W/9+IGtBBHQqd+yd6B0huAPWBJq/La",
+	"x8LAWJ5sw7nx9PO7YsArGoRd+aSKzYxX8DLsM2mvgjt3tjmHCdcZNaPpmtCL3EyZMBxqIxZaCGE3bJQb",
+	"qRCtknCtc1duv4S5pKZ8DNPEkLD7ApxMBgNZFC2accUd5fAfDGRCJ3JZqSuwi726/GsZeNGO9ZTsjZA7",
+	"jIo3kVnEHQ89PJpKzYSXIZGrnJ7/9N3g+fnFxfnLF4Pzb2O8hKrWo744JZqNpEiIX6rCEkRnjFREyGJx",
+	"4CcoC+BNY4e9Q5f1Zx9CSxM85YTNotS19onjJ9gcJQkfjxmAyWOhAZAFj3pfdvviyZSNrjSZ0iyze+BU",
+	"IkjrPa7AoC7plUu7Asl77Ue9h52oL4aMKqZI+6h30Imwy/bRwUOoZdmJCNi2qtNu28lJZcfUiYiSOSYM",
+	"HvWOIIW8A2hVz53xwS0etBvqxUXRdNuB85JxgcBddqiDMU8hNKUCKoAJ7XwiJATo6Aoa7owuCE0SouWM",
+	"nbiBexvILNeGQDEOVKkRvdxlx/eFBOqnKQI8zaCiPBF5mnZJPGOGJtTQuEDZumZqSA2fAbUoljHqIOtG",
+	"ciK4dueCTKmeVubfHlEhBR/RlPz54uWLY0f4xSA1VifsC5E7y03h9Ac01PmUG0awLGpR1N3K3g90eeXw",
+	"JD52tRntkwBJoPrCGVgR18HVSSnI9oRQga9c0zSHhbEryRI3tAjWgnChDaPIkoZWHI76Ij7o9uLwl/gg",
+	"dgmX2GI4MIjjWibwtqWjbl9YTgDHJp3bSxaKssaIb3ZM+i2qNZ8IlvRbcVTg1wHPQeKgkAAHdIR+Vrcz",
+	"fTHmvmqTl0LHuYKx0VTag2eZQMy04TPL8wZwLuPKIvFCKYXjWwLmQ9hUcPIGCdd0mCKsfUHL9tYvj579",
+	"ScgB8CYA4F0Nu7LSwgGJ8+BCiptA7msw+4Mi1t5UfYKCSX2g2vKp63qbTuwwaoXsi8CdYX/tOInGc4aR",
+	"u9ZqpZpvHS9tjAioufHxYOOGhZs3ZHbXNDHyBI9jwYa9GnFfaum2EQb3b5b36/WRkn199x5morYcjoeg",
+	"aHsUXHtQ/Cb5y5MlwTVYZTp/AFDdyQXARrkCRernty1/bC+tMNU6/vmNpcdSpAzuxmI/AotWAcDnm9lG",
+	"gERFqFGNKwFc7RVixZRkD8C+Abc1lRMER2XOokSTBKtnwo3pq4k6eFdU3gAHEvFLANasXUJCBqhD3p/R",
+	"JW4ES6A9wGITeNnqba5oXsI1YNiM8zQFnyTWBfZKIXSZMjFix3BHYHdXjGUe7NIPVBNq1cyU+VqFeFsg",
+	"CieZMf8QmdCMtBWjWgpUBnFgcacQRhZYk1TmAuSddvyfezilvWdSm7hTAb1N5QS9pRAjCPeezkdTCMLP",
+	"uJYJI0M2AZh5kcCDc0DKtL1ayQBz3nRRYdGgXDaEEAmWjgurpIIIRCXlrEtOMd4Y4K7RWw0z7wuAR7cz",
+	"BOwiuMWp8Xc1ulSLKG4QEl+lFMu/L0iM/CQmw9xg9GMFzjvuHJdylLuZrV6OWwJxGrH9N+4Lbyg4dlXa",
+	"lCMUMmVp0imBI+MZvYm7pFzfi8q970B4UX6zQoRtp4DrtQ1GwbtnIonD1zDIusBSbVeRf7npONNE2cJ3",
+	"NDsmlrG7evQ4M4/phJNDxOLlAUOdKSyIWdfq3msgt5jMp4tjEjvijkkbrSFQmRIGKicPNMKuork6IE84",
+	"OAsrA+QpgvEWZ6oTLiGQaCE5FQGqOBeEF4ZziOYZqNQPqwtQn2M/jMpOQx6AU45ihOH+CpcJ8ZPhWnDb",
+	"jCDJbcQWfdgjutMXY1mA0rqLKujMm7YsMToKPCarxAeV+y4uzjyqMzAXDdZLj9VliSukw8hh0nrgcMBY",
+	"d+MoEeW9fANNtSFBhoISxEEwGyvqQjSq47YH2A6k46e0jEzfJU/tq/qYxDCRY9e101ljq88ck7f9FpJr",
+	"vxWRfst+2W9FfdFvMTGSCReTfuvWioeF+vPj5dO9L2CBEKWLavbYYe3G4VtWYMcf+62gcjLQASJJW2IA",
+	"CRXbRH0m5slxzTHihrQD8DfLuMBceAFQMZ6JgZINMN2IXB0/o9rswYN7VtuHUbhzBLXgNUqxfoUmNFtZ",
+	"Hvu0WxIjcZWQeePfqdQGlgjaLm8jdxpJO1bu7MHsUjgd1AHVAe9DZvhAN53Z6oH3N4AfsqeTpVGDZoQj",
+	"tE8MRjJhxcYmdsAI+u3rRWjSjo9JxsUk7uD15oN+HL1TS72W8etUzv2txjVU2AB9Nbw2j3E1uCFjmqaW",
+	"hU25o2DEdOYOvoiSGNYcqByOYF0VMq/ARCRGohgM2UKin83SZrGhFbj0kpl0Thodd+vtr7jm72h9XZKO",
+	"kKqNxBsU2EVh1667rZoc3fcNyXxagH9DkWWxcMQM1etCSi2Haykz5TPu4AgbhzqjN/Xoy0cHXx497B0F",
+	"Qz3YZqgoM1iZ8gRhDwMGT+sIgLQt53byiGPHzQsLv1cG7IY0lDJlVOxsDn+XGqTRpromS3msF2d4mLTn",
+	"95HlapHjE6StGbqYg9dgJbYqj+LQ/ltRa4rg8nYAoQBUow3UCkMVIQqhB4h0wbbAwdshxeFeraH0VZJp",
+	"hax0dVRWegg59o4y1vrhMWEp+WfopBW1oFZV603d1tbw+xq0VuDsNUKiFdkXpAq96ga4Rsjri81SHqkR",
+	"8iLCupOuL7hwRebUKU3IQlen7wZgD1bR/oZleFbrjvje++5wmlW5rax+WTNmJ2Siwmg1FCt5rKhklflP",
+	"aKY7J6SH1BFAItn54kPLE96JHC88iEPtMXFzq9E03vVE3P5GvM2vLSugq7sLrIH6wiiRu5GkQp0aROua",
+	"+keuqlXVqMEnYh068oXHVURLKR/5aJiYjKS84oy0vzcmeynSRUQu6IxdcMO+ujCKj0xELtgoVwxrbV8+",
+	"u+g4pMHXZxeXhRTvRPWf2PBCjq6YN1/DNXZwSKYyVxrdYq5DbaA4iy+QAI6zY0vKUBih4k9DPQJtD4XX",
+	"HmLpioIzhe1Dzu0K8gkXuk4OuuATcS5a7w9m/FzcB8w4WGlOHAIuLBe4mD5woM5ulr+qFa9isbNTIpQM",
+	"lZxrK2IHdtPqTq9StczNetz5l7lpbbOsl5W1HKWMqrtm/qyZ6RPbLt5fONkHpXMbe69OEYoOrg1zvYQn",
+	"NngWAN95TzP7kBWJQFXS28eTZtQYpuyjfyeftb8+zpiwGu8/taET+3+Ip/pPiP/7pwt5+qddrZSZ4E+W",
+	"/BPhUt1/A6htqK5Z8s8RFSOWpizptL8+Jp9FH6izzmfks/9obRGge0pSOmQQo3/FFl+B2/DE+0Itq5pJ",
+	"1RimC69WlpUbNtNL6/vz379686evVgdTfEGVwpi0+iAXUE7qVY9HlbIvW6kd9lQIdmMGI4jp9Zd1ptg1",
+	"l7nVPieN88VX6pSKD5Kpag/GuvBgHPpHipu3hzayV1lQfB1qvwxTV4WgEwF41oSVmVEbAJNnVPCxbY9q",
+	"8tfT589IO36CC7l3ucjYMQnXckFnaQyi8J8vXr4g7fhtv+UbGNgf0Zr173/9d7916zA6gkfsr2///a//",
+	"vr2NO13wX8dvLa8a8CRC7mLfdifXtnBC4q8TtRioXDg7ptVl+2jtsMyItA97vZLvCyvdpRBV4PvsdMmp",
+	"IPF5wmaZNEyMFns/sEVMUC8jban6oghb6PIk7iy534oFQikzcHTboftIFHTgA4Z/X0DV18DJS85xxEVb",
+	"UF6marrxP8VhKcoxZynUAaFmetIXLnsKv0Y1xlVVaEZdtkSzXTFSt9Dr9XnPP3D5ypeX1ndtfsMH8gvb",
+	"mV/kwxk34R27TM4ba5/eb5KX6wCDWZqYTKIWROVWpq8haDjP9+nAtuu0jfP6dwZVfXTw6P4w05SSqmk3",
+	"Q3aKflMOATXAbYXjpd37gBQDYrdsn+qrgl6gOi/ECm5IXwOpcd8z5LXJ9E9ACKpnLRtMvval9123FgZW",
+	"sxs47BQCCEE9tOsEFQBgXz7tvMnKVuNM/FZDNoHPI4AYxhCwWrESfQuxvygp5FlIjc4Viyr5/uH7flma",
+	"cgzumQp6750KLt3Of9KbveZg7lNl+JiOzGYV77R48lPcID+6dfJ2MVcIX/vtb1mAVLLuQPmlufO+RbXA",
+	"QfDftnlmvcOj+8UMehfvTi1xgJn7N5Ue5OnAx3mcYBUajlVo7Gb5W3ou1RVEL0fkx9fP9pgeUci9wWL0",
+	"uovh9t7QCZ86a+9z9Izpxmg0X+omfgt/RISaiKBL/uvbOCKxT7WIfULFAw1ZF8ckfnvFRRJBrMPXETGA",
+	"J0Jn7OuoL7jGzMuvIzKS2gxynXx9G3ciEvsoi/itN1VbFcx2Be5Sqg2JwW9d6GNjLmiKapfLEkCXuwsu",
+	"cYETcCVOqe6SM4rRZYCNHvMk9tWU8+ykiHNZ8vlU8E3aXxTV42yrGMfBxlKxoDSR3b2JFEU4mw9001M5",
+	"r9PL7BFFq/u7nO7V08BLR65dO5g3YJK7KDhcKwh7kaKIFinsMMsaXSUipMmu93Nv78s3bw+igy9u60xh",
+	"m/nDBp/tVmzAzdR7MH4b3MBLIQ+0z7GjusYxEwXeCIwLVG7rKvvjTv6U0dRMf113u3zvHnmf8JzQRaMF",
+	"zcmpLr3lztDla+zlz/g1E7aPTMkhakn7YPJduzKv8Yn3icsBVdiZrq1fDd3flXyd5vj+R/nCIeguTsrA",
+	"QwjBRN5XNIcKlQMhaNqnoifcqBOScm21D1ppiSIaIOjM3CUP4VKtxHh7v081xhsOFfLXXKWW1RmTHe/v",
+	"Hxx+3u11e92D4y8ODg9bt29u/18AAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -334,6 +334,17 @@ export interface paths {
         };
         get?: never;
         put?: never;
+        /**
+         * @description Writes to the command's stdin, in the order the writes are accepted. A 204 means
+         *     the bytes are accepted into the command's input queue and will reach the process
+         *     in order, even across a reconnect of its agent (unless the process ends or closes
+         *     its stdin first); nothing answered 204 is dropped. A write that cannot be queued
+         *     is refused and nothing of it is written: 429 `stdin_busy` while the process has not
+         *     read what is already queued (at most 4 MiB per command wait between the server
+         *     and the process; retry after `Retry-After`), 503 `agent_not_connected` while the
+         *     agent's link is down (retry once it is back), 409 `stdin_closed` once stdin was
+         *     closed (by `eof`, or by the process) or `command_ended`.
+         */
         post: operations["writeCommandStdin"];
         delete?: never;
         options?: never;
@@ -885,7 +896,8 @@ export interface paths {
          * @description An empty `text` is an answer too (a bare newline, for "Press ENTER").
          *     404 `hitl_not_found`; 409 `hitl_not_open` (already answered, or its mission or session
          *     has ended) or `agent_not_connected` (retry once the agent is back); 502 `agent_gone`
-         *     or `agent_error`; 503 `store_unavailable`.
+         *     or `agent_error`; 429 `stdin_busy` (the session has not read the input already
+         *     queued for it; retry after `Retry-After`); 503 `store_unavailable`.
          */
         post: operations["respondHITL"];
         delete?: never;
@@ -946,7 +958,7 @@ export interface components {
              *     runtime_error, not_supported, too_many_sessions, too_many_commands, file_not_found,
              *     permission_denied, invalid_path, file_too_large, directory_not_empty,
              *     too_many_transfers, invalid_manifest, task_not_found, task_conflict, unknown_parameter,
-             *     artifact_not_found, pool_not_found, agent_reserved.
+             *     artifact_not_found, pool_not_found, agent_reserved, stdin_busy.
              */
             code: string;
         };
@@ -1625,6 +1637,34 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
+        /**
+         * @description stdin_busy: the command's input queue is full (the process has not read what is
+         *     queued); nothing of this write was queued. Retry after Retry-After seconds.
+         */
+        StdinBusy: {
+            headers: {
+                /** @description Seconds to wait before retrying. */
+                "Retry-After"?: number;
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /**
+         * @description agent_not_connected: the agent's link is down; nothing of this write was queued.
+         *     Retry after Retry-After seconds (the agent reconnects on its own).
+         */
+        StdinUnavailable: {
+            headers: {
+                /** @description Seconds to wait before retrying. */
+                "Retry-After"?: number;
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
         /** @description The agent's user may not do this (permission_denied). */
         Forbidden: {
             headers: {
@@ -2242,7 +2282,7 @@ export interface operations {
             };
         };
         responses: {
-            /** @description Written to the agent. */
+            /** @description Accepted into the command's input queue; delivered in order. */
             204: {
                 headers: {
                     [name: string]: unknown;
@@ -2254,7 +2294,9 @@ export interface operations {
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["TooLarge"];
+            429: components["responses"]["StdinBusy"];
             502: components["responses"]["BadGateway"];
+            503: components["responses"]["StdinUnavailable"];
         };
     };
     resizeCommand: {
@@ -3233,6 +3275,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["TooLarge"];
+            429: components["responses"]["StdinBusy"];
             502: components["responses"]["BadGateway"];
             503: components["responses"]["Unavailable"];
         };

@@ -1,0 +1,173 @@
+package agentrpc
+
+import (
+	"context"
+	"sync"
+
+	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+// stdinPipe paces a command's input to an agent that acknowledges it
+// (Registration.stdin_acks): at most agentwire.StdinWindow bytes are on
+// their way (sent, not acknowledged written to the process); a write
+// beyond that is refused with ErrStdinBusy, never sent to be dropped.
+// What is not acknowledged yet is kept and sent again, with its offset, on
+// the agent's next connection (the agent skips what it already has), so a
+// write once accepted reaches the process in order even across a
+// reconnect. Memory: at most the window per command.
+type stdinPipe struct {
+	// writeMu serialises writers for the whole write, so the order
+	// offsets are given in is the order the link carries the chunks.
+	writeMu sync.Mutex
+	// on is the connection the input went on (writeMu).
+	on *conn
+
+	mu      sync.Mutex
+	sent    uint64       // offset of the next input byte
+	acked   uint64       // written to the process, as the agent said
+	unacked []stdinPiece // sent, not yet acknowledged written
+	eof     bool         // the end of input was sent
+	closed  bool         // the agent said the process's stdin is closed
+}
+
+type stdinPiece struct {
+	off  uint64
+	data []byte
+	eof  bool
+}
+
+func (p stdinPiece) end() uint64 { return p.off + uint64(len(p.data)) }
+
+// WriteStdin queues data for the process; see ports.Command.
+func (c *command) WriteStdin(ctx context.Context, data []byte, eof bool) error {
+	if c.isDone() {
+		return ports.ErrCommandEnded
+	}
+	p := &c.stdin
+	p.writeMu.Lock()
+	defer p.writeMu.Unlock()
+	p.mu.Lock()
+	closed, busy, off := p.closed || p.eof, p.sent-p.acked, p.sent
+	p.mu.Unlock()
+	if closed {
+		return ports.ErrStdinClosed
+	}
+	conn, err := c.svc.liveConn(c.agentID)
+	if err != nil {
+		return err
+	}
+	if !conn.stdinAcks {
+		// An agent that does not acknowledge input is sent it unpaced.
+		return conn.send(ctx, stdinMessage(c.id, data, eof, nil))
+	}
+	if err := c.catchUpStdin(ctx, conn); err != nil {
+		return err
+	}
+	if busy > 0 && busy+uint64(len(data)) > agentwire.StdinWindow {
+		return ports.ErrStdinBusy
+	}
+	if err := conn.send(ctx, stdinMessage(c.id, data, eof, &off)); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	p.unacked = append(p.unacked, stdinPiece{off: off, data: append([]byte(nil), data...), eof: eof})
+	p.sent += uint64(len(data))
+	p.eof = eof
+	p.mu.Unlock()
+	return nil
+}
+
+// catchUpStdin sends again, on conn, the input not acknowledged on the
+// connection it went on. writeMu must be held.
+func (c *command) catchUpStdin(ctx context.Context, conn *conn) error {
+	p := &c.stdin
+	if p.on == conn {
+		return nil
+	}
+	p.mu.Lock()
+	resend := append([]stdinPiece(nil), p.unacked...)
+	p.mu.Unlock()
+	for _, piece := range resend {
+		off := piece.off
+		if err := conn.send(ctx, stdinMessage(c.id, piece.data, piece.eof, &off)); err != nil {
+			return err
+		}
+	}
+	p.on = conn
+	return nil
+}
+
+// resendStdin sends conn what its agent's commands were sent on an earlier
+// connection and did not acknowledge, so it arrives without waiting for the
+// next write. It runs once conn's send loop runs, until ctx (the stream's)
+// ends.
+func (s *Service) resendStdin(ctx context.Context, conn *conn) {
+	if !conn.stdinAcks {
+		return
+	}
+	s.mu.Lock()
+	cmds := s.runningOn(conn.agentID, nil)
+	s.mu.Unlock()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-conn.closed:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	for _, cmd := range cmds {
+		p := &cmd.stdin
+		p.writeMu.Lock()
+		p.mu.Lock()
+		pending := len(p.unacked) > 0
+		p.mu.Unlock()
+		var err error
+		if pending && p.on != nil {
+			err = cmd.catchUpStdin(ctx, conn)
+		}
+		p.writeMu.Unlock()
+		if err != nil {
+			return
+		}
+	}
+}
+
+// stdinAcked takes the agent's word on how far the input got.
+func (c *command) stdinAcked(a *sandboxv1.StdinAck) {
+	p := &c.stdin
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	written := min(a.GetWritten(), p.sent)
+	p.acked = max(p.acked, written)
+	p.closed = p.closed || a.GetClosed()
+	if p.closed {
+		// Nothing more reaches the process: nothing to send again.
+		p.unacked = nil
+		p.acked = p.sent
+		return
+	}
+	n := 0
+	for n < len(p.unacked) && p.unacked[n].end() <= p.acked && !p.unacked[n].eof {
+		n++
+	}
+	if n > 0 {
+		p.unacked = append([]stdinPiece(nil), p.unacked[n:]...)
+	}
+}
+
+// forgetStdin drops what was kept for sending again: the command ended.
+func (c *command) forgetStdin() {
+	c.stdin.mu.Lock()
+	c.stdin.unacked = nil
+	c.stdin.mu.Unlock()
+}
+
+func stdinMessage(id string, data []byte, eof bool, off *uint64) *sandboxv1.ConnectResponse {
+	return &sandboxv1.ConnectResponse{Payload: &sandboxv1.ConnectResponse_Stdin{Stdin: &sandboxv1.StdinChunk{
+		CommandId: id, Data: data, Eof: eof, Offset: off,
+	}}}
+}
