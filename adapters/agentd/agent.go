@@ -6,6 +6,7 @@ package agentd
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 
 	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1/sandboxv1connect"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/runas"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -32,6 +34,10 @@ type Config struct {
 	// agent that runs its commands as another user would run the tmux
 	// server, and so the sessions, as itself.
 	NoTmux bool
+	// TmuxUser (AGENT_RUN_AS with AGENT_TMUX=on) runs the tmux server, and
+	// so the sessions kept in it, as the commands' user, where the agent
+	// may switch to that user (root of its own user namespace).
+	TmuxUser string
 	// CAFile is the PEM CA an https:// server must be signed by
 	// (MANAGEMENT_CA); empty trusts the system's roots. Verification is
 	// never skipped.
@@ -134,6 +140,15 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.TmuxUser != "" {
+		cred, _, err := runas.Credential(cfg.TmuxUser)
+		if err != nil {
+			return nil, fmt.Errorf("tmux user: %w", err)
+		}
+		if cred != nil {
+			tmuxUser.Store(cred)
+		}
 	}
 	a := &Agent{
 		cfg:      cfg,

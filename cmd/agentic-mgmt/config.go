@@ -18,6 +18,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/envfile"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/gitwork"
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/hostsup"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/tlsca"
 	"github.com/agentic-sandbox/agentic-sandbox/core/egress"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
@@ -52,8 +53,12 @@ type Config struct {
 	// AgentSocket is a unix socket where the agent link also listens, for
 	// environments without a network (mounted into containers, relayed from VMs).
 	AgentSocket string
-	// HostUser is who host agents run as: "" for this server's own user.
+	// HostUser is the one user every host agent's commands run as; "" gives
+	// each host agent users of its own (a root server) or runs them as
+	// this server's user.
 	HostUser string
+	// HostUIDs is the uid range host agents' users come from (FIRST-LAST).
+	HostUIDs string
 	// SessionRetention is how long ended sessions and their logs are kept.
 	SessionRetention time.Duration
 	// FileMaxBytes is the largest file or archive moved to or from an agent.
@@ -194,12 +199,14 @@ var flagEnv = map[string]string{
 	"task-runtime":      "AGENTIC_TASK_RUNTIME",
 	"task-repo-dirs":    "AGENTIC_TASK_REPO_DIRS",
 	"host-user":         "AGENTIC_HOST_USER",
+	"host-uids":         "AGENTIC_HOST_UIDS",
 	"allowed-networks":  "AGENTIC_ALLOWED_NETWORKS",
 }
 
-// defaultHostUser is the system user host agents run as when the server is
-// root, created at start if missing.
-const defaultHostUser = "agentic-host"
+// legacyHostUser is the system user all host agents' commands ran as
+// before each had its own; named in AGENTIC_HOST_USER it is created if
+// missing.
+const legacyHostUser = "agentic-host"
 
 func loadConfig(args, environ []string, stderr io.Writer, version string) (Config, error) {
 	fs := flag.NewFlagSet("agentic-mgmt", flag.ContinueOnError)
@@ -215,7 +222,8 @@ func loadConfig(args, environ []string, stderr io.Writer, version string) (Confi
 	fs.String("viewer-stall", "", "how long a terminal viewer may leave output unread before it is disconnected (env AGENTIC_VIEWER_STALL_TIMEOUT, default 2m)")
 	fs.String("runtimes", "", "runtimes for environments, comma-separated, of "+strings.Join(runtimeNames(), ", ")+" (env AGENTIC_RUNTIMES, default: those found, see Runtimes below)")
 	fs.String("agent-socket", "", "unix socket for agents without a network (env AGENTIC_AGENT_SOCKET, default <data dir>/agent-link/agent.sock)")
-	fs.String("host-user", "", "user host agents and their commands run as (env AGENTIC_HOST_USER; as root default "+defaultHostUser+", created if missing; else the server's own user)")
+	fs.String("host-user", "", "one user every host agent's commands run as (env AGENTIC_HOST_USER; default as root: users of its own for each host agent, from AGENTIC_HOST_UIDS; else the server's own user)")
+	fs.String("host-uids", "", "uid range host agents' own users come from, two uids per agent (env AGENTIC_HOST_UIDS, default "+hostsup.DefaultUIDs+")")
 	fs.String("session-retention", "", "how long ended sessions and their logs are kept (env AGENTIC_SESSION_RETENTION, default 24h)")
 	fs.String("task-runtime", "", "runtime of a task whose manifest names none (env AGENTIC_TASK_RUNTIME, default "+unmark(defaultRuntimeDoc())+")")
 	fs.String("task-repo-dirs", "", "directories whose local task repositories a root server reads itself, absolute, comma- or colon-separated; others it reads as nobody (env AGENTIC_TASK_REPO_DIRS, default none)")
@@ -260,12 +268,12 @@ func loadConfig(args, environ []string, stderr io.Writer, version string) (Confi
 	}
 	cfg.AdvertiseHost = src.GetDefault("AGENTIC_ADVERTISE_HOST", host)
 	cfg.OperatorHost = src.GetDefault("AGENTIC_OPERATOR_HOST", "")
-	// As root, host agents get a user of their own unless told otherwise.
-	hostUser := ""
-	if os.Geteuid() == 0 {
-		hostUser = defaultHostUser
+	// As root, each host agent gets users of its own unless told otherwise.
+	cfg.HostUser = src.GetDefault("AGENTIC_HOST_USER", "")
+	cfg.HostUIDs = src.GetDefault("AGENTIC_HOST_UIDS", hostsup.DefaultUIDs)
+	if _, _, err := hostsup.ParseUIDRange(cfg.HostUIDs); err != nil {
+		return Config{}, fmt.Errorf("AGENTIC_HOST_UIDS %w", err)
 	}
-	cfg.HostUser = src.GetDefault("AGENTIC_HOST_USER", hostUser)
 	if cfg.SessionRetention, err = time.ParseDuration(src.GetDefault("AGENTIC_SESSION_RETENTION", "24h")); err != nil || cfg.SessionRetention <= 0 {
 		return Config{}, fmt.Errorf("AGENTIC_SESSION_RETENTION must be a positive duration such as 24h")
 	}

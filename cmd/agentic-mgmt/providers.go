@@ -68,34 +68,44 @@ func provideAgentTLS(cfg Config, dir DataDir) (*AgentTLS, error) {
 	return &AgentTLS{Config: &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}, Certificates: []tls.Certificate{cert}}}, nil
 }
 
-// provideHostUser resolves AGENTIC_HOST_USER (creating the default system
-// user if missing); nil runs host agents as this server's own user.
-func provideHostUser(cfg Config, log *slog.Logger) (*hostsup.AgentUser, error) {
-	if cfg.HostUser == "" {
+// provideHostUsers gives each host agent users of its own when the server
+// is root (AGENTIC_HOST_UIDS), or one shared user for their commands
+// (AGENTIC_HOST_USER; agentic-host is created if missing); nil runs host
+// agents as this server's own user.
+func provideHostUsers(cfg Config, dir DataDir, log *slog.Logger) (*hostsup.Users, error) {
+	if os.Geteuid() != 0 {
+		if cfg.HostUser != "" {
+			if u, err := user.Lookup(cfg.HostUser); err != nil || u.Uid != strconv.Itoa(os.Geteuid()) {
+				return nil, fmt.Errorf("AGENTIC_HOST_USER %s: only a root server can run agents as another user", cfg.HostUser)
+			}
+		}
 		return nil, nil
 	}
-	u, err := user.Lookup(cfg.HostUser)
-	if err != nil && cfg.HostUser == defaultHostUser {
-		out, cerr := exec.Command("useradd", "--system", "--user-group", "--no-create-home",
-			"--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", defaultHostUser).CombinedOutput()
-		if cerr != nil {
-			return nil, fmt.Errorf("AGENTIC_HOST_USER: creating %s: %v: %s", defaultHostUser, cerr, out)
-		}
-		log.Info("created the system user host agents run as", "user", defaultHostUser)
-		u, err = user.Lookup(cfg.HostUser)
-	}
+	first, last, err := hostsup.ParseUIDRange(cfg.HostUIDs)
 	if err != nil {
-		return nil, fmt.Errorf("AGENTIC_HOST_USER: %w", err)
+		return nil, fmt.Errorf("AGENTIC_HOST_UIDS %w", err)
 	}
-	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
-	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
-	if int(uid) == os.Geteuid() {
-		return nil, nil // this server's own user: nothing to switch
+	ucfg := hostsup.UsersConfig{File: filepath.Join(string(dir), "host-users.json"), First: first, Last: last, Logger: log}
+	if cfg.HostUser != "" {
+		u, err := user.Lookup(cfg.HostUser)
+		if err != nil && cfg.HostUser == legacyHostUser {
+			out, cerr := exec.Command("useradd", "--system", "--user-group", "--no-create-home",
+				"--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", legacyHostUser).CombinedOutput()
+			if cerr != nil {
+				return nil, fmt.Errorf("AGENTIC_HOST_USER: creating %s: %v: %s", legacyHostUser, cerr, out)
+			}
+			log.Info("created the system user host agents' commands run as", "user", legacyHostUser)
+			u, err = user.Lookup(cfg.HostUser)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("AGENTIC_HOST_USER: %w", err)
+		}
+		if u.Uid == "0" {
+			return nil, nil // root asked for: nothing to switch
+		}
+		ucfg.Shared = u
 	}
-	if os.Geteuid() != 0 {
-		return nil, fmt.Errorf("AGENTIC_HOST_USER %s: only a root server can run agents as another user", cfg.HostUser)
-	}
-	return &hostsup.AgentUser{Name: u.Username, UID: uint32(uid), GID: uint32(gid)}, nil
+	return hostsup.NewUsers(ucfg)
 }
 
 func provideCredentials(cfg Config) (*filestore.AgentHashes, error) {
@@ -131,7 +141,7 @@ func provideAgentService(cfg Config, creds ports.AgentCredentials, clock ports.C
 	})
 }
 
-func provideSupervisor(cfg Config, creds ports.AgentCredentials, log *slog.Logger, hostUser *hostsup.AgentUser) (*hostsup.Supervisor, error) {
+func provideSupervisor(cfg Config, creds ports.AgentCredentials, log *slog.Logger, hostUsers *hostsup.Users) (*hostsup.Supervisor, error) {
 	if cfg.HostAgents == 0 {
 		return nil, nil
 	}
@@ -141,7 +151,7 @@ func provideSupervisor(cfg Config, creds ports.AgentCredentials, log *slog.Logge
 	}
 	return hostsup.New(hostsup.Config{
 		ExtraEnv:    cfg.agentEnv(),
-		User:        hostUser,
+		Users:       hostUsers,
 		Count:       cfg.HostAgents,
 		AgentBinary: bin,
 		StateDir:    filepath.Join(cfg.DataDir, "host-agents"),

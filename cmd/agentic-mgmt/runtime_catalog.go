@@ -160,8 +160,8 @@ func (e runtimeEntry) New(cfg Config, d runtimeDeps) (ports.Runtime, func(), err
 // runtimeDeps is what a catalog entry's constructor may use besides Config.
 type runtimeDeps struct {
 	Log *slog.Logger
-	// HostUser is who host agents run as (nil: this server's user).
-	HostUser *hostsup.AgentUser
+	// HostUsers gives host agents their users (nil: this server's user).
+	HostUsers *hostsup.Users
 }
 
 // runtimeCatalog lists every runtime this server can use, each defined in
@@ -192,7 +192,7 @@ func catalogEntry(name string) (runtimeEntry, bool) {
 
 // provideRuntimes makes the runtimes AGENTIC_RUNTIMES names, else every
 // catalog entry found on this machine, and keeps those whose engine answers.
-func provideRuntimes(cfg Config, log *slog.Logger, hostUser *hostsup.AgentUser) (*Runtimes, func()) {
+func provideRuntimes(cfg Config, log *slog.Logger, hostUsers *hostsup.Users) (*Runtimes, func()) {
 	r := &Runtimes{Available: map[string]ports.Runtime{}, Unreachable: map[string]error{}, explicit: cfg.Runtimes != nil}
 	want := cfg.Runtimes
 	if want == nil {
@@ -208,7 +208,7 @@ func provideRuntimes(cfg Config, log *slog.Logger, hostUser *hostsup.AgentUser) 
 			r.Unreachable[name] = fmt.Errorf("unknown runtime %q", name)
 			continue
 		}
-		rt, closer, err := e.New(cfg, runtimeDeps{Log: log, HostUser: hostUser})
+		rt, closer, err := e.New(cfg, runtimeDeps{Log: log, HostUsers: hostUsers})
 		if err == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			err = rt.Ping(ctx)

@@ -17,6 +17,6 @@ var hostRuntime = runtimeDef[struct{}]{
 	Found:       func(struct{}) bool { return true },
 	New: func(cfg Config, _ struct{}, d runtimeDeps) (ports.Runtime, func(), error) {
 		return hostsup.NewRuntime(hostsup.RuntimeConfig{StateDir: filepath.Join(cfg.DataDir, "host-envs"), Logger: d.Log,
-			ExtraEnv: cfg.agentEnv(), User: d.HostUser}), nil, nil
+			ExtraEnv: cfg.agentEnv(), Users: d.HostUsers}), nil, nil
 	},
 }

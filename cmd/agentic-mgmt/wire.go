@@ -47,7 +47,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		provideTasks,
 		provideReadiness,
 		provideAgentTLS,
-		provideHostUser,
+		provideHostUsers,
 		wire.Struct(new(UseCases), "*"),
 		bindLinkReports,
 		provideOperatorHTTP,

@@ -50,14 +50,14 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		return nil, nil, err
 	}
 	sessionService := provideSessions(cfg, service, sessionLog, wall, uuiDv7, log, hub)
-	agentUser, err := provideHostUser(cfg, log)
+	users, err := provideHostUsers(cfg, dataDir, log)
 	if err != nil {
 		cleanup3()
 		cleanup2()
 		cleanup()
 		return nil, nil, err
 	}
-	runtimes, cleanup4 := provideRuntimes(cfg, log, agentUser)
+	runtimes, cleanup4 := provideRuntimes(cfg, log, users)
 	provisionTimes := provideProvisionTimes()
 	poolMetrics := providePoolMetrics()
 	environmentService, cleanup5, err := provideEnvironments(cfg, runtimes, service, missionService, agentHashes, wall, log, provisionTimes, poolMetrics, hub)
@@ -107,7 +107,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		cleanup()
 		return nil, nil, err
 	}
-	supervisor, err := provideSupervisor(cfg, agentHashes, log, agentUser)
+	supervisor, err := provideSupervisor(cfg, agentHashes, log, users)
 	if err != nil {
 		cleanup6()
 		cleanup5()
