@@ -1,6 +1,7 @@
 package rest
 
 import (
+	"context"
 	"crypto/rand"
 	"net/http"
 	"strings"
@@ -16,8 +17,16 @@ import (
 // it again, under the same id (AdoptCommand).
 const CommandIDPrefix = "bg-"
 
+// ExecIDPrefix begins the id of every command run through exec. An exec
+// whose caller went with a restart of the server (its connection did) has
+// nobody to answer: a restarted server that hears of it kills it.
+const ExecIDPrefix = "ex-"
+
 // newCommandID is a fresh background command id.
 func newCommandID() string { return CommandIDPrefix + strings.ToLower(rand.Text()) }
+
+// newExecID is a fresh exec command id.
+func newExecID() string { return ExecIDPrefix + strings.ToLower(rand.Text()) }
 
 var _ ports.CommandAdopter = (*Server)(nil)
 
@@ -29,7 +38,17 @@ var _ ports.CommandAdopter = (*Server)(nil)
 // gone with it (the result says truncated). Whether it runs in a PTY is
 // not known any more, so a resize is not refused.
 func (s *Server) AdoptCommand(cmd ports.Command) (ports.StartOptions, bool) {
-	if !strings.HasPrefix(cmd.ID(), CommandIDPrefix) || len(cmd.ID()) > maxIDLen {
+	if len(cmd.ID()) > maxIDLen {
+		return ports.StartOptions{}, false
+	}
+	if strings.HasPrefix(cmd.ID(), ExecIDPrefix) {
+		// An exec of an earlier run: its caller is gone, so is the command.
+		// Its result stays readable through GET for the link's retention.
+		s.log.Warn("rest: killing an exec whose caller went with a restart of the server", "agent", cmd.AgentID(), "command_id", cmd.ID())
+		go s.kill(context.Background(), cmd)
+		return ports.StartOptions{}, true
+	}
+	if !strings.HasPrefix(cmd.ID(), CommandIDPrefix) {
 		return ports.StartOptions{}, false
 	}
 	if e, ok, _ := s.store.get(cmd.ID()); ok && e != nil {

@@ -122,3 +122,20 @@ func TestAdoptCommandAfterRestart(t *testing.T) {
 		t.Fatalf("after kill: %+v %+v", st, st.Result)
 	}
 }
+
+// An exec's command has an id a restarted server knows as an exec's: its
+// caller went with the earlier server, so the restarted one kills it.
+func TestAdoptedExecIsKilled(t *testing.T) {
+	e, s := adoptEnv(t)
+	if res := exec(t, e, `{"command":"echo","args":["hi"]}`); !strings.HasPrefix(res.CommandId, ExecIDPrefix) {
+		t.Fatalf("exec command id %q lacks %q", res.CommandId, ExecIDPrefix)
+	}
+	orphan := e.link.Attach("a1", ExecIDPrefix+"orphan", ports.StartOptions{}).(*resttest.Command)
+	if _, ok := s.AdoptCommand(orphan); !ok {
+		t.Fatal("an exec of an earlier run was not taken")
+	}
+	testkit.Eventually(t, 15*time.Second, "the orphaned exec killed", func() bool {
+		kills, _ := orphan.Killed()
+		return kills == 1
+	})
+}

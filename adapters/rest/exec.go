@@ -22,7 +22,9 @@ func (s *Server) ExecCommand(ctx context.Context, req restapi.ExecCommandRequest
 	}
 	o.spec.StdinOpen = o.hasStdin
 	col := &collector{max: o.maxOut}
-	cmd, err := s.d.Link.Start(ctx, req.AgentId, o.spec, ports.StartOptions{OnOutput: col.add})
+	// Its id says it is an exec's: a restarted server kills it (its caller
+	// went with the server).
+	cmd, err := s.d.Link.Start(ctx, req.AgentId, o.spec, ports.StartOptions{OnOutput: col.add, CommandID: newExecID()})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

@@ -1488,7 +1488,9 @@ type ClientInterface interface {
 	// with SIGKILL and started again by the host supervisor), or it did not come back
 	// within the disconnect grace (`AGENTIC_DISCONNECT_GRACE`, 5 minutes by default). A
 	// caller that goes away while the agent is away has its command killed once the agent
-	// is back.
+	// is back. The command's id begins with `ex-`: an exec cut short by a restart of this
+	// server (its caller's connection went with it) is killed as soon as its agent reports
+	// it to the restarted server.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1507,7 +1509,9 @@ type ClientInterface interface {
 	// with SIGKILL and started again by the host supervisor), or it did not come back
 	// within the disconnect grace (`AGENTIC_DISCONNECT_GRACE`, 5 minutes by default). A
 	// caller that goes away while the agent is away has its command killed once the agent
-	// is back.
+	// is back. The command's id begins with `ex-`: an exec cut short by a restart of this
+	// server (its caller's connection went with it) is killed as soon as its agent reports
+	// it to the restarted server.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2170,7 +2174,9 @@ func (c *Client) StartCommand(ctx context.Context, agentId AgentID, body StartCo
 // with SIGKILL and started again by the host supervisor), or it did not come back
 // within the disconnect grace (`AGENTIC_DISCONNECT_GRACE`, 5 minutes by default). A
 // caller that goes away while the agent is away has its command killed once the agent
-// is back.
+// is back. The command's id begins with `ex-`: an exec cut short by a restart of this
+// server (its caller's connection went with it) is killed as soon as its agent reports
+// it to the restarted server.
 //
 // Takes any type of body and a specified content type.
 //
@@ -2199,7 +2205,9 @@ func (c *Client) ExecCommandWithBody(ctx context.Context, agentId AgentID, conte
 // with SIGKILL and started again by the host supervisor), or it did not come back
 // within the disconnect grace (`AGENTIC_DISCONNECT_GRACE`, 5 minutes by default). A
 // caller that goes away while the agent is away has its command killed once the agent
-// is back.
+// is back. The command's id begins with `ex-`: an exec cut short by a restart of this
+// server (its caller's connection went with it) is killed as soon as its agent reports
+// it to the restarted server.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -6032,7 +6040,9 @@ type ClientWithResponsesInterface interface {
 	// with SIGKILL and started again by the host supervisor), or it did not come back
 	// within the disconnect grace (`AGENTIC_DISCONNECT_GRACE`, 5 minutes by default). A
 	// caller that goes away while the agent is away has its command killed once the agent
-	// is back.
+	// is back. The command's id begins with `ex-`: an exec cut short by a restart of this
+	// server (its caller's connection went with it) is killed as soon as its agent reports
+	// it to the restarted server.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6051,7 +6061,9 @@ type ClientWithResponsesInterface interface {
 	// with SIGKILL and started again by the host supervisor), or it did not come back
 	// within the disconnect grace (`AGENTIC_DISCONNECT_GRACE`, 5 minutes by default). A
 	// caller that goes away while the agent is away has its command killed once the agent
-	// is back.
+	// is back. The command's id begins with `ex-`: an exec cut short by a restart of this
+	// server (its caller's connection went with it) is killed as soon as its agent reports
+	// it to the restarted server.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -10556,7 +10568,9 @@ func (c *ClientWithResponses) StartCommandWithResponse(ctx context.Context, agen
 // with SIGKILL and started again by the host supervisor), or it did not come back
 // within the disconnect grace (`AGENTIC_DISCONNECT_GRACE`, 5 minutes by default). A
 // caller that goes away while the agent is away has its command killed once the agent
-// is back.
+// is back. The command's id begins with `ex-`: an exec cut short by a restart of this
+// server (its caller's connection went with it) is killed as soon as its agent reports
+// it to the restarted server.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -10581,7 +10595,9 @@ func (c *ClientWithResponses) ExecCommandWithBodyWithResponse(ctx context.Contex
 // with SIGKILL and started again by the host supervisor), or it did not come back
 // within the disconnect grace (`AGENTIC_DISCONNECT_GRACE`, 5 minutes by default). A
 // caller that goes away while the agent is away has its command killed once the agent
-// is back.
+// is back. The command's id begins with `ex-`: an exec cut short by a restart of this
+// server (its caller's connection went with it) is killed as soon as its agent reports
+// it to the restarted server.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -23237,146 +23253,147 @@ var swaggerSpec = []string{
 	"ITflBq7OvgiWDe27laYRm0CTR71DZ8sAKNU4wiJHHndcMZqmC8L1cXh1jexVBz17IuCGtO00PDJcwsvI",
 	"uJKt//tf/5dQKI3k1wP2sy/g3vdAcYj7h2/gJTtcFJW/iM4zpq65lgrRTrghCU9cLQY3LGzQSZPBfqFg",
 	"WZpTvj2/ePLyxYuzJ5eD716fPrG37iN/UdhOXTSwvb/6wlEb3FYlyc2nPGXVLYHvp7RSo8xTbhFE6KQW",
-	"t4N1d8dZKcr89q+O3j13jTUC68Vnv+SKCtK2Eg6UqbebUUDKgWVhCSGOtGNXDl8z0/n//b55t3sD6nDU",
-	"3hr2s2VnYJ+we4Iy46ZbIgiIT1mds+eo9yWJa5B+veWo+MmVAHI4X55/xYpZ7Z9fsxhsXX0Rh6DC2Eq8",
-	"H3fJSzCLMGdmRMjKFOHP6k4xoLWzp4jLdsdDHG181Lb/ipopPFtn2iimV7FuOP5WeCZWgkhWVeCaqBmc",
-	"YvKBT8wW9PxUqiFPEiY+0Bn7KCIarj6hAHsdEepBElFXsicMsRIRrEs4AOHiOJwQ6kBdjWIMD0dBLF9Z",
-	"Zg77WmvsjPFo2CvP4e/BjaxYSqGempPfy6MXasUFlCsyXy5I26qG1dohVuPVGR2xDtoDygIXcPZse7l2",
-	"zL1oUEERoC5xCWB9cdCLer1eceapYg4ikLRDKQ/UVrCrVnD+Ot2+OOodkbiKRB5H5Kj3kMQrcOTwQ2As",
-	"h0Wy333ZF3ENlH3cZEV9Cjzvg3CN92nqCvEhG25szz//4CAfg4Oclif0gfanpOJatN8twD/huIznMVI5",
-	"N4GQCdvqDt+najR1cD31HhTQxlhyAjIDPkxGuSF6CqV5S1F7DvLEnC68HjBRbA5Gqb4oRPyn58/OBs9P",
-	"/3PwzV8vzy7iDnIrV4FAgGQImUII8urDPizPrDuWrxlNTt0EPsGDebNnqKqezDJuFdCYa2JNak+knf8f",
-	"p/Ejn0a8kinc4KSt2CRPqYITqMuqFnBW3Xl0pl+qCXxCJaYWRxLDEfBcc42ebZasuK259rVMj0F2gOfR",
-	"SN/txihR9EWBvoupn5ZjgJY8BwVrWNZD9UbTQkix8grWWAYOEpGn509fEqn6YkpVArNw/m8dwM97rgAD",
-	"qbtrET1+eQrdvrjw6+RsA74lKxK4QKpi9brk6OChu/WLaiJxCTTu3u2Ldi7sFkNN8QQYjLRspYkF1fGV",
-	"nxQ37MMzlm0MA/fDU0694AmBApYH+y/8FrSDDWM3RlFXVPN2GxXkzL/wB9PaRtG3ZPDxjctu08BTo0h7",
-	"8ivPXPlZe4zQsRYo7kGFjRlNGOFjX2lgO8EjoO8GeHlfCWiDuNEB67L3WMEswX+2AD9emVfaF5oxTcZs",
-	"zhQBezPCij/BgexhYEG3hoMt2yxOLCvqixVeBHymEj/lYicCG+eyANQk1nw4E8VuMo0cGWb20EZ/L6IN",
-	"7MQffOK3wydOSSj6PNC4g5Hz21gtvnqiPJaHe1rzX1l5aytGIdoAUh6apKOCTFwNdkoMm2VSUeVgNoZM",
-	"84QVvUREMQFDkWhqDpwoNE2tNANChuLXLAFJCgLsVQ6YJHmWSpqQlFHvOZNpAu2StlRQI77TJfFMJgyM",
-	"LXJkaBrWQYNaFmWlpt7jo6NOg/RyN8nkg5ovt3j2uUzYDiLMvbKQZkkGUVe2kldcLak/uNBvhwvBQXAG",
-	"kDKUxhJByYlOSEYV+IJL5Qx0CyuwbJJSwkz42oi2IrLywj/5SYa2hTgDDVewn+rHilUMx0DkGAu9YB3q",
-	"KmKyO9hoOS/DHhxPxgrnTWELPohe5UJjobtXl3+F1IGRTHX8P/8VKznXccm3v+j9z38dHnVOSGyZUOy9",
-	"zxogVIsk+25fnBKf3e87eaADOFmaamkJUaMy6woLII3u2b3EBAGInXPZeWTMmG35iUyYPq5KpPaNOFoN",
-	"/ibtIU2IHWqElyK4VMEG3zkhR72jirkbbeb2+y9JrRU8IvFq2dKYtGkFAYfIMYS6uc2YUhc+Zl/pnOCd",
-	"Vy03G5/UxDjEQcHY2msP4WI91sSn5n6vjG4nP/zBfR/z2uAtF7wRJsP8Eb/1MeO3itNTeuKb4rUiUoYj",
-	"YZwLcIsQ+CqVyyo3n0/2i3jWMJprWc90j5ye//Rd6z3GF9r2m4MLi2F8aJ/To21EsB/LEsrLURV+3KCT",
-	"lOlygFqlr3iWcQcaZq8LOR5DpEXNVpWgQ42h8+UCvs8o+LXbBJco/HqC+lQ8kmLMJ7liSUzaELPQKTW7",
-	"oDI3aEnj8ccSLwBWqAgODNIayxF2yQvwPTkITw31uQAvJtwslz7XaLI6o6MpiV26b1wg3UPOH9eQ9HbF",
-	"RaL7rWPyc7fbfXMbQ4RAPtTMlFmMOo76Ig4LyQe3MfztCwzYv6fcpPZ/SIkt79IZ1vWJj1HFNlOpWV9g",
-	"3TyM4muvPAm7OmVUmSGjBvPW3K8udRBKqBcxA0gN4B+AHGwxYmBzo+SasznknykGyjTF0Ac5F8SFDzzB",
-	"tewLsPVLmjI9YkkV2g0WEGJCY1DQr2k6mNk5ehHt8FGv43oc5lZCtOJIMIGRhOk6qDlVNorhCyhVwhd2",
-	"IVmayjhyBZ4xNcxuF3bQFw6dDuSbtmKdIvEB5+heQaO5FCPmo+ztSynHntWCHDwiGgNP+wIgIDIlb6xi",
-	"AkrMKJXacw0UEWutAHY+bgW3S+sK1q8+5OjwUS+qpnqFuV6P6nB4N2stht2YfVjfWnV/K/sgEgG+Dpdk",
-	"Su2mlrG3bl/KGFAZGmGJNjL7aJrNBYxhD8LnzxxQH535DR7JNLXXnlV7gvzcJHJRbNcMDpJe4kIusGb/",
-	"bVk89rYai1ellh94mt41ctW9V6+kfsAEBKh4rUFOCjJbMOESYo9yndP0dybVvpuwCUtGi+h2H/0JceE1",
-	"dcM7zYFlLwtdtqiWUlhcJvyaCbDOEpfhdBKePoyw97iDfVET8y/HhNmLE484eouXMpz2Yyx97D/3hYZY",
-	"b4+DWAwLrlpMh7KKubtLjshz/k2YW2D/9Ct4UpORVRaFgf5sU8L9jVlWkKPlQmcx5lSwuZPSu+RckBgp",
-	"FPPGZG72XeV8qlhfoBkDfFmlmcC5wPFOtRekj58rIqKhQopPc8JkK7w+9dRerD521o2iL5b17DLafSkX",
-	"wac+u+S90MtWpBZgDD/mFrhs0aUof7ImyP+ErKYDHmOmBROY4FEEg4OFzuXVh5lqcyvClGH9M6ZYuqgk",
-	"rfZFEYoYO7KPu+DfUzIl7aVcvsgl8kWWFPivrIMRVbAgrs++aMrLIEZKl4DigbiCDEonGPncP+DmCLNN",
-	"E9uaWylI3NbHfXHQK9IcEEnOLUxUZKAXyJ32Zl7pUuOpoaYv4OnDR4+B5FHm5cqTmZETBvFhbbrSBhnJ",
-	"HNPRWV94sjRkKtPEkuMr2znFIXunCNNmD6O1JhKFqROYIkpAQGqiXMKj3hESGmxy7C8vdpNx1CACtqGY",
-	"xysoWQfIJD3inic8sXoIQOBKwYpKpEW7pZWr1sf6HTP3cCc2hHc77mX5SUXaWgHOWl/noLFxywrfvfEl",
-	"HwjlhuQZRgkDYxCTArXA04iRcF4r/I604dFMpmlJrw/tXnWaMvst21yWRAvZ8+GS7Hk30fM9yiJBUsun",
-	"LXC8s7HKYJkEt8/AHv1NVC7AJtF0H9nrOjOU/f2+JNT7N+9Wy9hsZdc9qq3NwX9lIMMiqyukL2Y0uTj/",
-	"7qfzF0++/yPRaWea3UyAJbxuPQEidO+nS4BVaOG7EiC2ggToLMilxFJRBf6gwfdAg1bkbE6sBne2Xt0X",
-	"J6k6sVoqj24xx+cBV8vF6FlZ+bB3RGaMCo1eOQyaCR8qvQcB3gdUrv8lZzmy+zmHuphWJwv4VF9wgQMA",
-	"3CRRghAVnoYKBAhp5wJ8oiGvg0g9qcDMxTQqAAisAeJjp8R9QHGOJTClMhfcThLm7gwmiEgxZDj8BDJ4",
-	"PUJXGHaMhVbC+Omjwy9BzeRiMMz1Ig5Sh/1op9ThY4EJde5QrmiKlTSxx9JiWWqZhcZiRSqP5lRKt1Yk",
-	"TsKOrNRs1MLJ/vFr+2HvdOzQxB71Hta7aMsRu0TwBxgqDctlNcI2NgtqHy/S0zsRen1x7rATidMNcSvm",
-	"VPcFfk/awwWJmRwjtp1L/HbDRjywQo63ikBzzFIhVdlj8Amy2BDb/K4c9nS7Q3ZCEpbya6Buf6b+8Mdu",
-	"0QNs0je5XtyJSW/p74NOqk6/kLuHbpm1oUFn4YO7EvwrOmHPAIltixA8+/ATxEp7r4pRMKOmaKJw0h/L",
-	"5h6OIYSYwjD1tuW9YBdwbjBkutTDYnQiy+WsnrohnqiaGYtXHojyZuVHrCuIABQc7yVKxorpqYOF7vZF",
-	"DJicMboxQmBk8u///X/IUErECFe50CfBJeuuKAftBixlwUwHXkJAZUAVRKRklyrkwmzqMSQxjAgzh1w1",
-	"NzCQYdVLbxDoC4dpj3eAR8F0X/q4omAVBuyGa6OdlcclJgVhXGCpoqYv8CeusUR15wSvP9fwIC/P5Zo4",
-	"obMKtPL7i/gJ+vlIwE3hTGuO46uAjj7wDfPJyejvHO5RLCam3hULv2Q9PymwfCgWqQOccwD3BkM9WPp1",
-	"YVvB4ldVM0p4x+y/tSdirX8PIQeqRL/bdRO8+4LOWOtTBpr45Jxu70xY3zJtlFwsk5WjDh9SwA2xWs1J",
-	"pVAkXh+WXY6lmsgiiL0pjug9E0nvQzG2pQv4kwbnDLf6paiMG4P7kBkoBhKB960CFo8r3QsCA0RtghOl",
-	"cq+Wbo6NPGS/KIxbbwZ7ZX/+vVAITOYP3vSuvOmpYuxXtsSaSnsh0xG4+F1EC1eurDQIqlA717ltRzSj",
-	"Q55yw5kmmi4I0GJnM81ieea1zoN89ruhWleFEFUTdKYW9htd+r41++DJSr8/0n7GDCCog60wvHgBsAhg",
-	"fTdSJ6iMaxwL9uffC236mpl/EN47El6RBWAQ3rQqyGykOJmtIziZ/X7oDS3+f5Dbu5KbzJZ1izZEZY3z",
-	"NIIgHas9jFjSKS9zhwgJ/K1KlFNu0rWGz+/PL5/9Pgyedibr8iZlxoQvPPPRzJ0v7SCgaOAeF3tmyvZS",
-	"KbNiWNUUytWt3H9r//VxGpkUSbOTssi1jg27MbHLtnaBV0ZK0qZkSBUjgs1TLhjGMfdbr8D4cfbi8ux1",
-	"v1Xg90G/K7mIxbd2cWPS9t427w904GKa+GR7S6WYGtEXU6oRPgzNkrVOs9AptgLd3FnNTgT7aSVB8WTV",
-	"d9gO87FKmyxNXCpMlhvvN+wL5zhExNV1vj9n/NRGqs2mz9e4e/WnD4KwMmqmZQyW2/bWsrmyqdzK4Reb",
-	"KiW/J9ecndFrdxI+NLqx7fvUUV4dF/jJI2lVMvIwAtoTKC8Rxr1U+Yer75Nw9TXfmbjnhBJLAJ6Xnni+",
-	"9yfP4IKAgiUS8KEbVYbr87bW3p/PeROcwFJUvkgXnshc+Dh3xqSmuEtfpHI74ncDwar8t1vey5/cJe5m",
-	"se4e94v4sa5wv+NECgimUQmiBTssNiuXNV/ifvD7bz3u7YYyTK63rS6Jsslt74nDR4+3uife725v2Gkr",
-	"Vmjp3MAIC+SX+lOP6N2ZrYW0kkmZrmc+r+CJ97hBtoOmswidf6xD+BNVMwILFEYALC/e1u44O5fdtSAp",
-	"09+XA65qTJZqAka3uV9rcG0kzv/FMa2TXjHhy1WehFqriwnw/hF71S3WervufQ/u9xg0MSm7ML8pj1a5",
-	"nYUrfGkfnePKPlP1WK1BfKtkEMaa/8riKjXIMYl1xkaxvTd9iEhcBs/4gBdwTLgQSai/5kocYjl0hIsb",
-	"8zQFu4coABsQ3wdSpdicUADGhIgXSAxTLEvpyL5SZipRrCdvdc9UauY8Is5zd0qqZXsr+f3oJSmiarDm",
-	"TsZGELvLXElqM2W2UXoF2U4wdNf5MdYuwrCDGNTMuCyFZwcLBMJ8YE+YSteGQnkA2APQw3557IhdfVfY",
-	"CQ0pXa7qDtZJ0v7olisNMbn2EYAuL+2a5DVL2JiLIrfdTg7X0MGd+BOPkctATQUcShGdVS1Q3BTCVBeS",
-	"VKcyv8rvhUXcv8prO/hI9Xw2MSZC7a6PuT1dQs4/cWV296iid4zksAuDRTdwkcLLDkM3PLuwJztkVW2p",
-	"fJB7Z5UNVUUR71xdK8q99g+9R2pxfTQJdH4IHxNYrnBEh6GgxcLr6pUCXKxd4tq4Um6uymQnCi6Uiku7",
-	"uj1bQQc2owbWqPlmCSEP5uKAvOpVfQ9k2Lq7PS/aPJT3YHVw6/Ibtzr8BlAXPQGSNoDDAPYgiwoswyjg",
-	"Ph0rYQXF0tfZI/y09t96/MAVeJKlskWlkSEOgBCcW6HAk6rgN1KvyXtnQoFVuOxPqKanlP4Eec1Us5eg",
-	"L3Z1E5BlL0GdwPEDT9NGEMNmyMp2ZhaDcjUxEdctAIZRl4gOSZl0XTXllO/ft8n/PcU2u4X6ASo1rsWE",
-	"+QP2ZRX2paCdJriXk5KGygqowhdrtWKeP2KuPs9aVfuu0JzuvQ8EgruBFf+mlG4/ZtLA/7bgyvseb7YZ",
-	"0e66FItizX6JST/v9R4yEoO/MkDL7R0TmqaAd9KJkGHjcL3KpnJBtCRjqiJUH6dyTmZULByIB3NdMcWK",
-	"wr9FbuVhr9cDidm27yCgaAFAoQ1d+HujLwJYTIDRcRC66y4J+4W/9+IGtBBHQqd+yd6B0huAPWBJq/La",
-	"x8LAWJ5sw7nx9PO7YsArGoRd+aSKzYxX8DLsM2mvgjt3tjmHCdcZNaPpmtCL3EyZMBxqIxZaCGE3bJQb",
-	"qRCtknCtc1duv4S5pKZ8DNPEkLD7ApxMBgNZFC2accUd5fAfDGRCJ3JZqSuwi726/GsZeNGO9ZTsjZA7",
-	"jIo3kVnEHQ89PJpKzYSXIZGrnJ7/9N3g+fnFxfnLF4Pzb2O8hKrWo744JZqNpEiIX6rCEkRnjFREyGJx",
-	"4CcoC+BNY4e9Q5f1Zx9CSxM85YTNotS19onjJ9gcJQkfjxmAyWOhAZAFj3pfdvviyZSNrjSZ0iyze+BU",
-	"IkjrPa7AoC7plUu7Asl77Ue9h52oL4aMKqZI+6h30Imwy/bRwUOoZdmJCNi2qtNu28lJZcfUiYiSOSYM",
-	"HvWOIIW8A2hVz53xwS0etBvqxUXRdNuB85JxgcBddqiDMU8hNKUCKoAJ7XwiJATo6Aoa7owuCE0SouWM",
-	"nbiBexvILNeGQDEOVKkRvdxlx/eFBOqnKQI8zaCiPBF5mnZJPGOGJtTQuEDZumZqSA2fAbUoljHqIOtG",
-	"ciK4dueCTKmeVubfHlEhBR/RlPz54uWLY0f4xSA1VifsC5E7y03h9Ac01PmUG0awLGpR1N3K3g90eeXw",
-	"JD52tRntkwBJoPrCGVgR18HVSSnI9oRQga9c0zSHhbEryRI3tAjWgnChDaPIkoZWHI76Ij7o9uLwl/gg",
-	"dgmX2GI4MIjjWibwtqWjbl9YTgDHJp3bSxaKssaIb3ZM+i2qNZ8IlvRbcVTg1wHPQeKgkAAHdIR+Vrcz",
-	"fTHmvmqTl0LHuYKx0VTag2eZQMy04TPL8wZwLuPKIvFCKYXjWwLmQ9hUcPIGCdd0mCKsfUHL9tYvj579",
-	"ScgB8CYA4F0Nu7LSwgGJ8+BCiptA7msw+4Mi1t5UfYKCSX2g2vKp63qbTuwwaoXsi8CdYX/tOInGc4aR",
-	"u9ZqpZpvHS9tjAioufHxYOOGhZs3ZHbXNDHyBI9jwYa9GnFfaum2EQb3b5b36/WRkn199x5morYcjoeg",
-	"aHsUXHtQ/Cb5y5MlwTVYZTp/AFDdyQXARrkCRernty1/bC+tMNU6/vmNpcdSpAzuxmI/AotWAcDnm9lG",
-	"gERFqFGNKwFc7RVixZRkD8C+Abc1lRMER2XOokSTBKtnwo3pq4k6eFdU3gAHEvFLANasXUJCBqhD3p/R",
-	"JW4ES6A9wGITeNnqba5oXsI1YNiM8zQFnyTWBfZKIXSZMjFix3BHYHdXjGUe7NIPVBNq1cyU+VqFeFsg",
-	"CieZMf8QmdCMtBWjWgpUBnFgcacQRhZYk1TmAuSddvyfezilvWdSm7hTAb1N5QS9pRAjCPeezkdTCMLP",
-	"uJYJI0M2AZh5kcCDc0DKtL1ayQBz3nRRYdGgXDaEEAmWjgurpIIIRCXlrEtOMd4Y4K7RWw0z7wuAR7cz",
-	"BOwiuMWp8Xc1ulSLKG4QEl+lFMu/L0iM/CQmw9xg9GMFzjvuHJdylLuZrV6OWwJxGrH9N+4Lbyg4dlXa",
-	"lCMUMmVp0imBI+MZvYm7pFzfi8q970B4UX6zQoRtp4DrtQ1GwbtnIonD1zDIusBSbVeRf7npONNE2cJ3",
-	"NDsmlrG7evQ4M4/phJNDxOLlAUOdKSyIWdfq3msgt5jMp4tjEjvijkkbrSFQmRIGKicPNMKuork6IE84",
-	"OAsrA+QpgvEWZ6oTLiGQaCE5FQGqOBeEF4ZziOYZqNQPqwtQn2M/jMpOQx6AU45ihOH+CpcJ8ZPhWnDb",
-	"jCDJbcQWfdgjutMXY1mA0rqLKujMm7YsMToKPCarxAeV+y4uzjyqMzAXDdZLj9VliSukw8hh0nrgcMBY",
-	"d+MoEeW9fANNtSFBhoISxEEwGyvqQjSq47YH2A6k46e0jEzfJU/tq/qYxDCRY9e101ljq88ck7f9FpJr",
-	"vxWRfst+2W9FfdFvMTGSCReTfuvWioeF+vPj5dO9L2CBEKWLavbYYe3G4VtWYMcf+62gcjLQASJJW2IA",
-	"CRXbRH0m5slxzTHihrQD8DfLuMBceAFQMZ6JgZINMN2IXB0/o9rswYN7VtuHUbhzBLXgNUqxfoUmNFtZ",
-	"Hvu0WxIjcZWQeePfqdQGlgjaLm8jdxpJO1bu7MHsUjgd1AHVAe9DZvhAN53Z6oH3N4AfsqeTpVGDZoQj",
-	"tE8MRjJhxcYmdsAI+u3rRWjSjo9JxsUk7uD15oN+HL1TS72W8etUzv2txjVU2AB9Nbw2j3E1uCFjmqaW",
-	"hU25o2DEdOYOvoiSGNYcqByOYF0VMq/ARCRGohgM2UKin83SZrGhFbj0kpl0Thodd+vtr7jm72h9XZKO",
-	"kKqNxBsU2EVh1667rZoc3fcNyXxagH9DkWWxcMQM1etCSi2Haykz5TPu4AgbhzqjN/Xoy0cHXx497B0F",
-	"Qz3YZqgoM1iZ8gRhDwMGT+sIgLQt53byiGPHzQsLv1cG7IY0lDJlVOxsDn+XGqTRpromS3msF2d4mLTn",
-	"95HlapHjE6StGbqYg9dgJbYqj+LQ/ltRa4rg8nYAoQBUow3UCkMVIQqhB4h0wbbAwdshxeFeraH0VZJp",
-	"hax0dVRWegg59o4y1vrhMWEp+WfopBW1oFZV603d1tbw+xq0VuDsNUKiFdkXpAq96ga4Rsjri81SHqkR",
-	"8iLCupOuL7hwRebUKU3IQlen7wZgD1bR/oZleFbrjvje++5wmlW5rax+WTNmJ2Siwmg1FCt5rKhklflP",
-	"aKY7J6SH1BFAItn54kPLE96JHC88iEPtMXFzq9E03vVE3P5GvM2vLSugq7sLrIH6wiiRu5GkQp0aROua",
-	"+keuqlXVqMEnYh068oXHVURLKR/5aJiYjKS84oy0vzcmeynSRUQu6IxdcMO+ujCKj0xELtgoVwxrbV8+",
-	"u+g4pMHXZxeXhRTvRPWf2PBCjq6YN1/DNXZwSKYyVxrdYq5DbaA4iy+QAI6zY0vKUBih4k9DPQJtD4XX",
-	"HmLpioIzhe1Dzu0K8gkXuk4OuuATcS5a7w9m/FzcB8w4WGlOHAIuLBe4mD5woM5ulr+qFa9isbNTIpQM",
-	"lZxrK2IHdtPqTq9StczNetz5l7lpbbOsl5W1HKWMqrtm/qyZ6RPbLt5fONkHpXMbe69OEYoOrg1zvYQn",
-	"NngWAN95TzP7kBWJQFXS28eTZtQYpuyjfyeftb8+zpiwGu8/taET+3+Ip/pPiP/7pwt5+qddrZSZ4E+W",
-	"/BPhUt1/A6htqK5Z8s8RFSOWpizptL8+Jp9FH6izzmfks/9obRGge0pSOmQQo3/FFl+B2/DE+0Itq5pJ",
-	"1RimC69WlpUbNtNL6/vz379686evVgdTfEGVwpi0+iAXUE7qVY9HlbIvW6kd9lQIdmMGI4jp9Zd1ptg1",
-	"l7nVPieN88VX6pSKD5Kpag/GuvBgHPpHipu3hzayV1lQfB1qvwxTV4WgEwF41oSVmVEbAJNnVPCxbY9q",
-	"8tfT589IO36CC7l3ucjYMQnXckFnaQyi8J8vXr4g7fhtv+UbGNgf0Zr173/9d7916zA6gkfsr2///a//",
-	"vr2NO13wX8dvLa8a8CRC7mLfdifXtnBC4q8TtRioXDg7ptVl+2jtsMyItA97vZLvCyvdpRBV4PvsdMmp",
-	"IPF5wmaZNEyMFns/sEVMUC8jban6oghb6PIk7iy534oFQikzcHTboftIFHTgA4Z/X0DV18DJS85xxEVb",
-	"UF6marrxP8VhKcoxZynUAaFmetIXLnsKv0Y1xlVVaEZdtkSzXTFSt9Dr9XnPP3D5ypeX1ndtfsMH8gvb",
-	"mV/kwxk34R27TM4ba5/eb5KX6wCDWZqYTKIWROVWpq8haDjP9+nAtuu0jfP6dwZVfXTw6P4w05SSqmk3",
-	"Q3aKflMOATXAbYXjpd37gBQDYrdsn+qrgl6gOi/ECm5IXwOpcd8z5LXJ9E9ACKpnLRtMvval9123FgZW",
-	"sxs47BQCCEE9tOsEFQBgXz7tvMnKVuNM/FZDNoHPI4AYxhCwWrESfQuxvygp5FlIjc4Viyr5/uH7flma",
-	"cgzumQp6750KLt3Of9KbveZg7lNl+JiOzGYV77R48lPcID+6dfJ2MVcIX/vtb1mAVLLuQPmlufO+RbXA",
-	"QfDftnlmvcOj+8UMehfvTi1xgJn7N5Ue5OnAx3mcYBUajlVo7Gb5W3ou1RVEL0fkx9fP9pgeUci9wWL0",
-	"uovh9t7QCZ86a+9z9Izpxmg0X+omfgt/RISaiKBL/uvbOCKxT7WIfULFAw1ZF8ckfnvFRRJBrMPXETGA",
-	"J0Jn7OuoL7jGzMuvIzKS2gxynXx9G3ciEvsoi/itN1VbFcx2Be5Sqg2JwW9d6GNjLmiKapfLEkCXuwsu",
-	"cYETcCVOqe6SM4rRZYCNHvMk9tWU8+ykiHNZ8vlU8E3aXxTV42yrGMfBxlKxoDSR3b2JFEU4mw9001M5",
-	"r9PL7BFFq/u7nO7V08BLR65dO5g3YJK7KDhcKwh7kaKIFinsMMsaXSUipMmu93Nv78s3bw+igy9u60xh",
-	"m/nDBp/tVmzAzdR7MH4b3MBLIQ+0z7GjusYxEwXeCIwLVG7rKvvjTv6U0dRMf113u3zvHnmf8JzQRaMF",
-	"zcmpLr3lztDla+zlz/g1E7aPTMkhakn7YPJduzKv8Yn3icsBVdiZrq1fDd3flXyd5vj+R/nCIeguTsrA",
-	"QwjBRN5XNIcKlQMhaNqnoifcqBOScm21D1ppiSIaIOjM3CUP4VKtxHh7v081xhsOFfLXXKWW1RmTHe/v",
-	"Hxx+3u11e92D4y8ODg9bt29u/18AAAD//w==",
+	"t4MVaadGImI3e/GxPXoAjjfKDdFTK1PAPefW19+JfeFuT9gQHPUDHeCvk7k/voSb4D606qOWEioolDVj",
+	"HF1ZKi3F+uo9XXfznZWC2G//4uvdc9dY4bBe+PcEo6ggbSufQZF9ux8FIB7YRZbw7Ug7dsX8NTOd/99v",
+	"y3e79aCKSO2dZz9bZgzWFbsnKPFuuuOCcP6U1bmqjnpfkrgGp9jbvYqfXAEjh1LmuW+s2ChXml+zGCx1",
+	"fRGHkMjYSrwfd8lLMOowZyRFwM0UwdvqTjFgzbOniCp3x0McbXzUtv+Kmik8W2eYKaZXsc047lz4VVZC",
+	"YFYV+JqYH5xi8oFPzBb0/FSqIU8SJj7QGfsoAiauPqEA2h0R6iEeUdOzJwyRHhFqTDj44+I4nBDqIGmN",
+	"YgwPR0EsX1lmDvtaa6qN8WjYC9uhB4I8oVhKoRqcu+zKoxfq9AUQLTJfLkjbKrbVyidWX9cZHbEO3u9l",
+	"eQ44e7a9XDvmXjSooIRRl7j0tb446EW9Xq8481QxB3BI2qGMCko3WIUrKIWdbl8c9Y5IXMVRjyNy1HtI",
+	"4hUwdfghMPXDItnvvuyLuAaIP26yAT8FnvdBuMb7NNSF6JYNN7bnn39wkI/BQU7LE/pA+1NScYza7xbg",
+	"XXFcxvMYqZyTQ8iEbXWH71M1mjqwoXr/D+iSLDkBmQEfDuT1dqkogBBuVQWvxUwUm4NJrS8KBeXp+bOz",
+	"wfPT/xx889fLs4u4g9zK1U8QIBlCnhNC1PqgFcsz647la0aTUzeBT/Bg3uwZqqons4y6BSzpmkiZ2hNp",
+	"5//HafzIpxGvZAo3OGkrNslTquAE6rImB5xVdx6d4ZpqAp9QialFwcRgCjzXXKNfniUrTneufSVW1J3h",
+	"eVSou90YJYq+KLCDMXHVcgzQ8eegYA3Laq7e5FsIKVZewQrRwEEi8vT86UsiVV9MqUpgFs57rwPwfM8V",
+	"YCB1dy1i3y9PodsXF36dnGXDt2RFAhcGVqxelxwdPHS3flELJS5h0t27fdHOhd1iqIieAIORlq00saA6",
+	"vvKT4oZ9eMayjWHgfnjKqRc8IczB8mD/hd+CdrBh7MYo6kqC3m6jgpz5F/5gWtso+pYMPr5p3G0a+JkU",
+	"aU9+5ZkrnmuPEboFA8U9qA8yowkjfOzrJGwneAT03QCO7+sYbRA3OmAb93Y8mCV4/xbghSyzYvtCM6bJ",
+	"mM2ZImAtR1D0JziQPQyL6NZwsGWbxYllRX2xwouAz1Siv1zkR2ChXRaAmsSaD2ei2E2mkSPDzB56GO5F",
+	"tIGd+INP/Hb4xCkJRZ8HGncwcl4nq8VXT5RHInFPa/4rK29txSh4BiBho0k6KsjEVZCnxLBZJhVVDiRk",
+	"yDRPWNFLRBQTMBSJpubABUTT1EozIGQofs0SkKQgPUDlgKiSZ6mkCUkZ9X4/mSbQLmlLBRXuO10Sz2TC",
+	"wNgiR4amYRU3qMRR1pnqPT466jRIL3eTTD6o+XKLZ5/LhO0gwtwrC2mWZBAzZit5xVXC+oML/Xa4EBwE",
+	"ZwApA4EsEZSc6IRkVIEnu1TOQLewAssmKSXM46+NxyviQi/8k59kYF6IktBwBfupfqxIy3AMRI6xTA1W",
+	"0a7iPbuDjZbzMmjD8WSsz94UdOFTAFQuNJbpe3X5V0h8GMlUx//zX7GScx2XfPuL3v/81+FR54TElgnF",
+	"3neuAQC2gAjo9sUp8dgEvpMHOgDDpamWlhA1KrOuLALS6J7dS0xvAAe1yy0kY8Zsy09kwvRxVSK1b8TR",
+	"aug6aQ9pQuxQI7wUwaUKNvjOCTnqHVXM3Wgzt99/SWqt4BGJV4uuxqRNK/g9RI4hUM9txpS64Df7SucE",
+	"77xqsdz4pCZCIw7K3dZeewh265EyPjX3e2V0O/nhD+77mNeGnrnYhjCV54/os48ZfVacntIT3xRtFpEy",
+	"mAqjdIBbhLBdqVxWufl8sl9E44axaMt6pnvk9Pyn71rvMTrStt8cGlkM40P7nB5tI4L9WBaAXo6q8OMG",
+	"naRM9gPMLX3Fs4w7yDN7XcjxGCItaraqhExqDPwvF/B9xvCv3Sa4ROHXE9Sn4pEUYz7JFUti0oaYhU6p",
+	"2QV1xUFLGo8/lngBoEhFaGOQlFmOsEtegO/JAZBqqC4GaDfhZrnkv0aT1RkdTUnskpXjAqcfMha5hpS9",
+	"Ky4S3W8dk5+73e6b2xgiBPKhZqbMwdRx1BdxWAY/uI3hb18ewf495Sa1/0NCb3mXzrAqUXyMKraZSs36",
+	"Aqv+YQxie+VJ2NUpo8oMGTWYded+dYmPUAC+iBlAagD/AGSQixEDmxsl15zNIXtOMVCmKYY+yLkgLnzg",
+	"Ca5lX4CtX9KU6RFLqsB0sIAQ0RqDgn5N08HMztGLaIePeh3X4zC3EqIVR4IJjCRM1wHlqbJRDF9AqRK+",
+	"sAvJ0lTGkStPjYltdruwg75w2Hog37QV6xRpGzhH9woazaUYMZ8jYF9KOfasFuTgEdEYNtsXAGCRKXlj",
+	"FRNQYkap1J5roIhYawWw83EruF1SWrB+9SFHh496UTVRLcxUe1SHIrxZazHsxuzD+taq+1vZB5EI8HW4",
+	"JFNqN7WMHHb7UkawytAIS7SR2UfTbC5gDHsQ/H/mYAbpzG/wSKYpRrD6HEZ/yDCK7ZrBQdJLXMgF1uy/",
+	"LUvf3lZj8arU8gNP07tGrrr36pXUD5g+AfW6NchJQV4OpotC7FGuc5r+zqTadxM2YcloEZvvoz8hiLqm",
+	"6nmnObDsZaHLFrVeCovLhF8zAdZZ4vKzTsLTh/kBHjWxL2oyFuSYMHtx4hFHb/FSftZ+jIWb/ee+0BCp",
+	"7lEci2HBVYvJXFYxd3fJEXnOvwkzI+yffgVPavLJypI20J9tSri/MUcMMsxc6CzGnAo2d1J6l5wLEiOF",
+	"YtabzM2+q/tPFesLNGOAL6s0EzgXON6p9oL08XNFRDTUd/FJWpgqhtenntqL1cfOulH0xbKeXcbqL2VS",
+	"+NB5HyEfeNmKxAjMQMDMCJfrupSjQNakKJyQ1WTGY8wTYQLTU4pgcLDQOVSAMM9ubkWYMilhxhRLF5WU",
+	"274oQhFjR/ZxF/x7SqakvZSJGLk0xMiSAv+VdTCiChbE9dkXTVklxEjp0mc8jFiQ7eAEI5+5CNwcQcJp",
+	"YltzKwVp5/q4Lw56RZIG4uC5hYmK/PkCd9TezCtdajw11PQFPH346DGQPMq8XHkyM3LCID6sTVfaICOZ",
+	"YzI96wtPloZMZZpYcnxlO6c4ZO8UYdrsYbTWRKIwdQJTRAkISE2US3jUO0JCg02O/eXFbjKOGkTANhTz",
+	"aAsl6wCZpEfc84QnVg8BAF8pWFFHtWi3tHLV+li/Y+Ye7sSG8G7HvSw/qUhbK7Bf66s0NDZuWeG7N77k",
+	"A6HckDzDKGFgDGJSYC54GjESzmuF35E2PJrJNC3p9aHdq04TLoFlm8uSaCF7PlySPe8mer5HWSRIavm0",
+	"BY53NlYZLPLg9hnYo7+JygXYJJruI3tdZ4ayv9+XhHr/5t1qEZ6t7LpHtZVF+K8MZFhkdYX0xYwmF+ff",
+	"/XT+4sn3fyQ67UyzmwmwBAeuJ0AEHv50CbAKjHxXAsRWkACdBbmUWCqqwB80+B5o0IqczWnh4M7Wq/vi",
+	"JFUnVkvlsTnm+DyggrkYPSsrH/aOyIxRodErh0Ez4UOl9yDIzYW6+7/kLEd2P+dQ1dPqZAGf6gsucACA",
+	"+iRKCKXC01ABMCHtXIBPNOR1EKknFZi5mEYFAGFBQHzslKgVKM6xBKZUZrLbScLcncEE8TSGDIefQP6x",
+	"xxcLw46xTEwYP310+CWomVwMhrlexEHisx/tlDp0LzChzh1GF02xDij2WFosSy2z0FisSOWxqErp1orE",
+	"SdiRlZqNWjjZP35tP+ydjh0W2qPew3oXbTlil8b+AEOlYbmsRtjGZkHt40VyfSdCry/OHXYicbohbsWc",
+	"6r7A70l7uCAxk2NE5nNp627YiGZWyPFWEWiOWSqkKnsMPkEWGyKz35XDnm53yE5IwlJ+DdTtz9Qf/tgt",
+	"eoBN+ibXizsx6S39fdBJ1ekXcvfQLbM2NOgsfHBXgn9FJ+wZ4MhtEYJnH36CSG/vVTEKZtQUTRRO+mPZ",
+	"3MMxhABZGKbetrwX7ALODYZMtwCd6ESWy1k9dUM8UTUzFq88EOXNyo9YFRExKDjeS5SMFdNTB2rd7YsY",
+	"EEVjdGOEsM7k3//7/5ChlIhwrnKhT4JL1l1RDpgOWMqCmQ68hHDQgImIOM8eewPDbOoRMDGMCDOHXC06",
+	"MJBhzU5vEOgLh8iPd4DH8HRf+riiYBUG7IZro52VxyUmBWFcYKmipi/wJ66xwHbnBK8/1/AgL8/lmjih",
+	"swow9PuL+An6+UiwU+FMa47jq4COPvAN88nJ6O8c7lEsJqbeFQu/ZD0/KZCIKJbYA5R2gCYHQz1Y+nVh",
+	"W8HSXVUzSnjH7L+1J2Ktfw8hB6pEv9t1E7z7gs5Y61MGmvjknG7vTFjfMm2UXCyTlaMOH1LADbFazUml",
+	"zCVeH5ZdjqWayCKIvSmO6D0TSe9DMbalC/iThhYNt/qlqIwbg/uQGSgGEoH3rQIWjys8DAIDRG2CE6Vy",
+	"r5Zujo08ZL8o61tvBntlf/69UAhM5g/e9K686ali7Fe2xJpKeyHTEbj4XUQLV64oNgiqUPnXuW1HNKND",
+	"nnLDmSaaLgjQYmczzWJx6bXOg3z2u6FaV0MRVRN0phb2G136vjX74MlKvz/SfsYM4L+DrTC8eAGwCECJ",
+	"N1InqIxrHAv2598LbfqKn38Q3jsSXpEFYBCctSrIbKQ4ma0jOJn9fugNLf5/kNu7kpvMlnWLNkRljfM0",
+	"giAdqz2MWNIpL3OHCAn8rUqUU27StYbP788vn/0+DJ52JuvyJmXGhC+b89HMnS/tIKDk4R4Xe2bK9lIp",
+	"s2JY1RTK1a3cf2v/9XEamRRJs5OyyLWODbsxscu2doFXRkrSpmRIFSOCzVMuGMYx91uvwPhx9uLy7HW/",
+	"VeD3Qb8ruYjFt3ZxY9L23jbvD3TgYpr4ZHtLpZga0RdTqhE+DM2StU6z0Cm2AjzdWc1OBPtpJUHxZNV3",
+	"2A7zsUqbLE1cKkyWG+837AvnOETE1XW+P2f81EaqzabP17h79acPgrAyaqZlDJbb9tayubKpWMzhF5vq",
+	"PL8n15yd0Wt3Ej40urHt+9RRXh0X+MkjaVUy8jAC2hMoL/HRvVT5h6vvk3D1Nd+ZuOeEEksAnpeeeL73",
+	"J8/ggoCCJRLwoRtVhuvzttben895E5zAUlS+SBeeyFz4OHfGpKa4S19iczvidwOBOECMGP0tXuJuFuvu",
+	"cb+IH+sK9ztOpIBgGpUgWrDDYrNyWfMl7ge//9bj3m4oIuV62+qSKJvc9p44fPR4q3vi/e72hp22YoWW",
+	"zg2MsEB+qT/1iN6d2VpIK5mU6Xrm8wqeeI8bZDtoOovQ+cc6hD9RNSOwQGEEwPLibe2Os3PZXQuSMv19",
+	"OeCqxmSpJmB0m/u1BtdG4vxfHNM66RUTvtjmSai1upgA7x+xV91irbfr3vfgfo9BE5OyC/Ob8miV21m4",
+	"wpf20Tmu7DNVj9UaxLdKBmGs+a8srlKDHJNYZ2wU23vTh4jEZfCMD3gBx4QLkSzKxrj4UJ4gXNyYpynY",
+	"PUQB2ID4PpAqxeaEAjAmRLxAYphiWUpH9pUyU4liNXyre6ZSM+cRcZ67U1ItOlzJ70cvSRFVgxWDMjaC",
+	"2F3mCmqbKbON0ivIdoKhu86PsfIShh3EoGbGZSE/O1ggEOYDe8JUujaU+QPAHoAe9stjR+yq08JOaEjp",
+	"cjWDsMqT9ke3XGmIyXUFekK7JnnNEjbmoshtt5PDNXRwJ/7EY+QyUFMBh7JUEqgoUNcQwlQXklSnMr/K",
+	"74VF3L/Kazv4SPV8NjEmQu2uj7k9XULOP3FldveooneM5LALg0U3cJHCyw5DNzy7sCc7ZFVtqXyQe2eV",
+	"DVVFEe9cXSvKvfYPvUdqcX00CXR+CB8TWK5wRIehoMXC6+qVAlysXeLauEJ0rkZmJwoulIpLu7o9W0EH",
+	"NqMG1qj5ZgkhD+bigLzqVX0PZNi6uz0v2jyU92B1cOvyG7c6/AZQFz0BkjaAwwD2IIsKLMMo4D4dK2EF",
+	"pd7X2SP8tPbfevzAFXiSpbJFpZEhDoAQnFuhwJOq4DdSr8l7Z0KBVbjsT6imp5T+BHnNVLOXoC92dROQ",
+	"ZS9BncDxA0/TRhDDZsjKdmYWg3I1MRHXLQCGUZeIDkmZdF015ZTv37fJ/z3FNruF+gFKOa7FhPkD9mUV",
+	"9qWgnSa4l5OShsr6rcKXmrVinj9irj7PWlX7rtCc7r0PBIK7gRX/ppRuP2bSwP+24Mr7Hm+2GdHuuhSL",
+	"Ys1+iUk/7/UeMhKDvzJAy+0dE5qmgHfSiZBh43C9yqZyQbQkY6oiVB+nck5mVCwciAdzXTHFirLFRW7l",
+	"Ya/XA4nZtu8goGgBQKENXfh7oy8CWEyA0XEQuusuCfuFv/fiBrQQR0KnfsnegdIbgD1gSavy2sfCwFie",
+	"bMO58fTzu2LAKxqEXfmkis2MV/Ay7DNpr4I7d7Y5hwnXGTWj6ZrQi9xMmTAcaiMWWghUT86NVIhWSbjW",
+	"OUugiHIJc0lN+RimiSFh9wU4mQwGsihaNOOKO8rhPxjIhE7kslJXYBd7dfnXMvCiHesp2RshdxgVbyKz",
+	"iDseeng0lZoJL0MiVzk9/+m7wfPzi4vzly8G59/GeAlVrUd9cUo0G0mREL9UhSWIzhipiJDF4sBPUBbA",
+	"m8YOe4cu688+hJYmeMoJm0Whbu0Tx0+wOUoSPh4zAJPHQgMgCx71vuz2xZMpG11pMqVZZvfAqUSQ1ntc",
+	"gUFd0iuXdgWS99qPeg87UV8MGVVMkfZR76ATYZfto4OHUMuyExGwbVWn3baTk8qOqRMRJXNMGDzqHUEK",
+	"eQfQqp4744NbPGg31IuLku+2A+cl4wKBu+xQB2OeQmhKBVQAE9r5REgI0NEVNNwZXRCaJETLGTtxA/c2",
+	"kFmuDYFiHKhSI3q5y47vCwnUT1MEeJpBPXwi8jTtknjGDE2ooXGBsnXN1JAaPgNqUSxj1EHWjeREcO3O",
+	"BZlSPa3Mvz2iQgo+oin588XLF8eO8ItBaqxO2Bcid5abwukPaKjzKTeMYFnUoiS9lb0f6PLK4Ul87Goz",
+	"2icBkkD1hTOwIq6Dq5NSkO0JoQJfuaZpDgtjV5IlbmgRrAXhQhtGkSUNrTgc9UV80O3F4S/xQewSLrHF",
+	"cGAQx7VM4G1LR92+sJwAjk06t5csFGWNEd/smPRbVGs+ESzpt+KowK8DnoPEQSEBDugI/axuZ/pizH3V",
+	"Ji+FjnMFY6OptAfPMoGYacNnlucN4FzGlUXihVIKx7cEzIewqeDkDRKu6TBFWPuClu2tXx49+5OQA+BN",
+	"AMC7GnZlpYUDEufBhRQ3gdzXYPYHRay9qfoEBZP6QLXlU9f1Np3YYdQK2ReBO8P+2nESjecMI3et1Uo1",
+	"3zpe2hgRUHPj48HGDQs3b8jsrmli5Akex4INezXivtTSbSMM7t8s79frIyX7+u49zERtORwPQdH2KLj2",
+	"oPhN8pcnS4JrsMp0/gCgupMLgI1yBYrUz29b/theWmGqdfzzG0uPpUgZ3I3FfgQWrQKAzzezjQCJilCj",
+	"GlcCuNorxIopyR6AfQNuayonCI7KnEWJJglWz4Qb01cTdfCuqLwBDiTilwCsWbuEhAxQh7w/o0vcCJZA",
+	"e4DFJvCy1dtc0byEa8CwGedpCj5JrAvslULoMmVixI7hjsDurhjLPNilH6gm1KqZKfO1CvG2QBROMmP+",
+	"ITKhGWkrRrUUqAziwOJOIYwssCapzAXIO+34P/dwSnvPpDZxpwJ6m8oJekshRhDuPZ2PphCEn3EtE0aG",
+	"bAIw8yKBB+eAlGl7tZIB5rzposKiQblsCCESLB0XVkkFEYhKylmXnGK8McBdo7caZt4XAI9uZwjYRXCL",
+	"U+PvanSpFlHcICS+SimWf1+QGPlJTIa5wejHCpx33Dku5Sh3M1u9HLcE4jRi+2/cF95QcOyqtClHKGTK",
+	"0qRTAkfGM3oTd0m5vheVe9+B8KL8ZoUI204B12sbjIJ3z0QSh69hkHWBpdquIv9y03GmibKF72h2TCxj",
+	"d/XocWYe0wknh4jFywOGOlNYELOu1b3XQG4xmU8XxyR2xB2TNlpDoDIlDFROHmiEXUVzdUCecHAWVgbI",
+	"UwTjLc5UJ1xCINFCcioCVHEuCC8M5xDNM1CpH1YXoD7HfhiVnYY8AKccxQjD/RUuE+Inw7XgthlBktuI",
+	"LfqwR3SnL8ayAKV1F1XQmTdtWWJ0FHhMVokPKvddXJx5VGdgLhqslx6ryxJXSIeRw6T1wOGAse7GUSLK",
+	"e/kGmmpDggwFJYiDYDZW1IVoVMdtD7AdSMdPaRmZvkue2lf1MYlhIseua6ezxlafOSZv+y0k134rIv2W",
+	"/bLfivqi32JiJBMuJv3WrRUPC/Xnx8une1/AAiFKF9XsscPajcO3rMCOP/ZbQeVkoANEkrbEABIqton6",
+	"TMyT45pjxA1pB+BvlnGBufACoGI8EwMlG2C6Ebk6fka12YMH96y2D6Nw5whqwWuUYv0KTWi2sjz2abck",
+	"RuIqIfPGv1OpDSwRtF3eRu40knas3NmD2aVwOqgDqgPeh8zwgW46s9UD728AP2RPJ0ujBs0IR2ifGIxk",
+	"woqNTeyAEfTb14vQpB0fk4yLSdzB680H/Th6p5Z6LePXqZz7W41rqLAB+mp4bR7janBDxjRNLQubckfB",
+	"iOnMHXwRJTGsOVA5HMG6KmRegYlIjEQxGLKFRD+bpc1iQytw6SUz6Zw0Ou7W219xzd/R+rokHSFVG4k3",
+	"KLCLwq5dd1s1ObrvG5L5tAD/hiLLYuGIGarXhZRaDtdSZspn3MERNg51Rm/q0ZePDr48etg7CoZ6sM1Q",
+	"UWawMuUJwh4GDJ7WEQBpW87t5BHHjpsXFn6vDNgNaShlyqjY2Rz+LjVIo011TZbyWC/O8DBpz+8jy9Ui",
+	"xydIWzN0MQevwUpsVR7Fof23otYUweXtAEIBqEYbqBWGKkIUQg8Q6YJtgYO3Q4rDvVpD6ask0wpZ6eqo",
+	"rPQQcuwdZaz1w2PCUvLP0EkrakGtqtabuq2t4fc1aK3A2WuERCuyL0gVetUNcI2Q1xebpTxSI+RFhHUn",
+	"XV9w4YrMqVOakIWuTt8NwB6sov0Ny/Cs1h3xvffd4TSrcltZ/bJmzE7IRIXRaihW8lhRySrzn9BMd05I",
+	"D6kjgESy88WHlie8EzleeBCH2mPi5lajabzribj9jXibX1tWQFd3F1gD9YVRIncjSYU6NYjWNfWPXFWr",
+	"qlGDT8Q6dOQLj6uIllI+8tEwMRlJecUZaX9vTPZSpIuIXNAZu+CGfXVhFB+ZiFywUa4Y1tq+fHbRcUiD",
+	"r88uLgsp3onqP7HhhRxdMW++hmvs4JBMZa40usVch9pAcRZfIAEcZ8eWlKEwQsWfhnoE2h4Krz3E0hUF",
+	"Zwrbh5zbFeQTLnSdHHTBJ+JctN4fzPi5uA+YcbDSnDgEXFgucDF94ECd3Sx/VStexWJnp0QoGSo511bE",
+	"Duym1Z1epWqZm/W48y9z09pmWS8razlKGVV3zfxZM9Mntl28v3CyD0rnNvZenSIUHVwb5noJT2zwLAC+",
+	"855m9iErEoGqpLePJ82oMUzZR/9OPmt/fZwxYTXef2pDJ/b/EE/1nxD/908X8vRPu1opM8GfLPknwqW6",
+	"/wZQ21Bds+SfIypGLE1Z0ml/fUw+iz5QZ53PyGf/0doiQPeUpHTIIEb/ii2+ArfhifeFWlY1k6oxTBde",
+	"rSwrN2yml9b3579/9eZPX60OpviCKoUxafVBLqCc1KsejyplX7ZSO+ypEOzGDEYQ0+sv60yxay5zq31O",
+	"GueLr9QpFR8kU9UejHXhwTj0jxQ3bw9tZK+yoPg61H4Zpq4KQScC8KwJKzOjNgAmz6jgY9se1eSvp8+f",
+	"kXb8BBdy73KRsWMSruWCztIYROE/X7x8Qdrx237LNzCwP6I169//+u9+69ZhdASP2F/f/vtf/317G3e6",
+	"4L+O31peNeBJhNzFvu1Orm3hhMRfJ2oxULlwdkyry/bR2mGZEWkf9nol3xdWukshqsD32emSU0Hi84TN",
+	"MmmYGC32fmCLmKBeRtpS9UURttDlSdxZcr8VC4RSZuDotkP3kSjowAcM/76Aqq+Bk5ec44iLtqC8TNV0",
+	"43+Kw1KUY85SqANCzfSkL1z2FH6NaoyrqtCMumyJZrtipG6h1+vznn/g8pUvL63v2vyGD+QXtjO/yIcz",
+	"bsI7dpmcN9Y+vd8kL9cBBrM0MZlELYjKrUxfQ9Bwnu/TgW3XaRvn9e8Mqvro4NH9YaYpJVXTbobsFP2m",
+	"HAJqgNsKx0u79wEpBsRu2T7VVwW9QHVeiBXckL4GUuO+Z8hrk+mfgBBUz1o2mHztS++7bi0MrGY3cNgp",
+	"BBCCemjXCSoAwL582nmTla3GmfithmwCn0cAMYwhYLViJfoWYn9RUsizkBqdKxZV8v3D9/2yNOUY3DMV",
+	"9N47FVy6nf+kN3vNwdynyvAxHZnNKt5p8eSnuEF+dOvk7WKuEL7229+yAKlk3YHyS3PnfYtqgYPgv23z",
+	"zHqHR/eLGfQu3p1a4gAz928qPcjTgY/zOMEqNByr0NjN8rf0XKoriF6OyI+vn+0xPaKQe4PF6HUXw+29",
+	"oRM+ddbe5+gZ043RaL7UTfwW/ogINRFBl/zXt3FEYp9qEfuEigcasi6OSfz2ioskgliHryNiAE+EztjX",
+	"UV9wjZmXX0dkJLUZ5Dr5+jbuRCT2URbxW2+qtiqY7QrcpVQbEoPfutDHxlzQFNUulyWALncXXOICJ+BK",
+	"nFLdJWcUo8sAGz3mSeyrKefZSRHnsuTzqeCbtL8oqsfZVjGOg42lYkFpIrt7EymKcDYf6Kancl6nl9kj",
+	"ilb3dzndq6eBl45cu3Ywb8Akd1FwuFYQ9iJFES1S2GGWNbpKREiTXe/n3t6Xb94eRAdf3NaZwjbzhw0+",
+	"263YgJup92D8NriBl0IeaJ9jR3WNYyYKvBEYF6jc1lX2x538KaOpmf667nb53j3yPuE5oYtGC5qTU116",
+	"y52hy9fYy5/xayZsH5mSQ9SS9sHku3ZlXuMT7xOXA6qwM11bvxq6vyv5Os3x/Y/yhUPQXZyUgYcQgom8",
+	"r2gOFSoHQtC0T0VPuFEnJOXaah+00hJFNEDQmblLHsKlWonx9n6faow3HCrkr7lKLaszJjve3z84/Lzb",
+	"6/a6B8dfHBwetm7f3P6/AAAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -119,7 +119,8 @@ func TestCommandsOfAKilledAgentAnswerAgentGone(t *testing.T) {
 // A background command outlives a restart of agentic-mgmt on its host
 // agent: the restarted server adopts it from the agent's report under the
 // same id, its status and new output read again, it is killed through
-// REST, and its agent is no longer busy.
+// REST, and its agent is no longer busy. An exec whose caller went with
+// the restart is killed by the restarted server.
 func TestBackgroundCommandSurvivesServerRestart(t *testing.T) {
 	dataDir := t.TempDir()
 	s := startServer(t, 1, dataDir)
@@ -137,6 +138,13 @@ func TestBackgroundCommandSurvivesServerRestart(t *testing.T) {
 		r, err := s.Client().GetCommandWithResponse(ctx, id, &restapi.GetCommandParams{WaitMs: ptr(1000)})
 		return err == nil && r.JSON200 != nil && strings.Contains(r.JSON200.Stdout, "tick-3\n")
 	})
+
+	// An exec running when the server stops: its caller goes with it.
+	go func() {
+		_, _ = s.Client().ExecCommandWithResponse(ctx, "host-01", restapi.ExecRequest{
+			Command: "sh", Args: ptr([]string{"-c", "sleep 600; : exec-" + token})})
+	}()
+	eventually(t, patience, "the exec runs on the agent", func() bool { return len(procsWith("exec-"+token)) > 0 })
 
 	stop(t, s)
 	s2 := restart(t, s)
@@ -169,6 +177,7 @@ func TestBackgroundCommandSurvivesServerRestart(t *testing.T) {
 		st = *r.JSON200
 		return st.StdoutOffset > 0 && strings.Count(st.Stdout, "tick-") >= 3
 	})
+	eventually(t, patience, "the orphaned exec killed by the restarted server", func() bool { return len(procsWith("exec-"+token)) == 0 })
 	if got := agentStatus(t, s2, "host-01"); got != restapi.Busy {
 		t.Fatalf("agent status with the command running: %s, want busy", got)
 	}

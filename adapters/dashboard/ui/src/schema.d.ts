@@ -163,7 +163,9 @@ export interface paths {
          *     with SIGKILL and started again by the host supervisor), or it did not come back
          *     within the disconnect grace (`AGENTIC_DISCONNECT_GRACE`, 5 minutes by default). A
          *     caller that goes away while the agent is away has its command killed once the agent
-         *     is back.
+         *     is back. The command's id begins with `ex-`: an exec cut short by a restart of this
+         *     server (its caller's connection went with it) is killed as soon as its agent reports
+         *     it to the restarted server.
          */
         post: operations["execCommand"];
         delete?: never;
