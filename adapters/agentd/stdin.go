@@ -28,8 +28,12 @@ type stdinQueue struct {
 	// closed: the writer stopped (eof written, a write failed, or the
 	// process ended); nothing more reaches the process.
 	closed bool
-	// paced: the server sends offsets and reads acks.
+	// paced: the server sends offsets and reads acks. Its offsets count
+	// from base, the input received when its epoch began (a restarted
+	// server counts from 0 again).
 	paced bool
+	epoch string
+	base  uint64
 	wake  chan struct{}
 }
 
@@ -55,15 +59,19 @@ const (
 )
 
 // push queues data, and the end of input after it when eof. offset, when
-// the server gives it, is where data starts in the input: bytes already
-// received are skipped. When the queue is full it waits for room (so a
-// server that does not pace is paced by the link) rather than drop.
-func (q *stdinQueue) push(data []byte, eof bool, offset *uint64) pushResult {
+// the server gives it, is where data starts in the input as the server's
+// epoch counts it: bytes already received are skipped. When the queue is
+// full it waits for room (so a server that does not pace is paced by the
+// link) rather than drop.
+func (q *stdinQueue) push(data []byte, eof bool, offset *uint64, epoch string) pushResult {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if offset != nil {
 		q.paced = true
-		off := *offset
+		if epoch != q.epoch {
+			q.epoch, q.base = epoch, q.received
+		}
+		off := q.base + *offset
 		if off > q.received {
 			return pushGap
 		}
@@ -131,8 +139,12 @@ func (q *stdinQueue) ack(commandID string) *sandboxv1.ConnectRequest {
 	if !q.paced {
 		return nil
 	}
+	written := uint64(0) // in the server's count: input of an earlier epoch is not its
+	if q.written > q.base {
+		written = q.written - q.base
+	}
 	return &sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_StdinAck{StdinAck: &sandboxv1.StdinAck{
-		CommandId: commandID, Written: q.written, Closed: q.closed,
+		CommandId: commandID, Written: written, Closed: q.closed,
 	}}}
 }
 
@@ -186,7 +198,7 @@ func (a *Agent) stdinChunk(r *running, c *sandboxv1.StdinChunk) {
 	if c.Offset != nil {
 		offset = c.Offset
 	}
-	switch r.stdin.push(c.GetData(), c.GetEof(), offset) {
+	switch r.stdin.push(c.GetData(), c.GetEof(), offset, c.GetInputEpoch()) {
 	case pushQueued:
 	case pushDuplicate:
 		// A resend after a reconnect: the ack that answered it may have

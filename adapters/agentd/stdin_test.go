@@ -19,11 +19,11 @@ func joined(chunks [][]byte) string {
 func TestStdinQueueKeepsOrder(t *testing.T) {
 	q := newStdinQueue()
 	for _, s := range []string{"a", "b"} {
-		if got := q.push([]byte(s), false, nil); got != pushQueued {
+		if got := q.push([]byte(s), false, nil, ""); got != pushQueued {
 			t.Fatalf("push %q: %v", s, got)
 		}
 	}
-	if got := q.push(nil, true, nil); got != pushQueued {
+	if got := q.push(nil, true, nil, ""); got != pushQueued {
 		t.Fatalf("the end of input: %v", got)
 	}
 	chunks, eof := q.take()
@@ -40,13 +40,13 @@ func TestStdinQueueFullWaitsInsteadOfDropping(t *testing.T) {
 	}
 	q := newStdinQueue()
 	first := []byte(strings.Repeat("x", maxStdinQueued))
-	if got := q.push(first, false, nil); got != pushQueued {
+	if got := q.push(first, false, nil, ""); got != pushQueued {
 		t.Fatalf("a queue's worth: %v", got)
 	}
 	// The writer took it and is blocked writing it to the process.
 	chunks, _ := q.take()
 	done := make(chan pushResult, 1)
-	go func() { done <- q.push([]byte("more"), false, nil) }()
+	go func() { done <- q.push([]byte("more"), false, nil, "") }()
 	select {
 	case got := <-done:
 		t.Fatalf("a push into a full queue returned %v before room was made", got)
@@ -62,10 +62,10 @@ func TestStdinQueueFullWaitsInsteadOfDropping(t *testing.T) {
 	q.wrote(len("more"))
 	// A closed queue (the process ended) wakes a waiting push, which says so.
 	big := []byte(strings.Repeat("y", maxStdinQueued))
-	if got := q.push(big, false, nil); got != pushQueued {
+	if got := q.push(big, false, nil, ""); got != pushQueued {
 		t.Fatalf("refill: %v", got)
 	}
-	go func() { done <- q.push([]byte("late"), false, nil) }()
+	go func() { done <- q.push([]byte("late"), false, nil, "") }()
 	q.close()
 	if got := within(t, done, "a push waiting on a closed queue never returned"); got != pushClosed {
 		t.Fatalf("a push into a closed queue: %v", got)
@@ -77,29 +77,48 @@ func TestStdinQueueFullWaitsInsteadOfDropping(t *testing.T) {
 func TestStdinQueueOffsets(t *testing.T) {
 	q := newStdinQueue()
 	off := func(n uint64) *uint64 { return &n }
-	if got := q.push([]byte("abc"), false, off(0)); got != pushQueued {
+	if got := q.push([]byte("abc"), false, off(0), "e1"); got != pushQueued {
 		t.Fatalf("first: %v", got)
 	}
-	if got := q.push([]byte("abc"), false, off(0)); got != pushDuplicate {
+	if got := q.push([]byte("abc"), false, off(0), "e1"); got != pushDuplicate {
 		t.Fatalf("a resend: %v", got)
 	}
-	if got := q.push([]byte("cdef"), false, off(2)); got != pushQueued {
+	if got := q.push([]byte("cdef"), false, off(2), "e1"); got != pushQueued {
 		t.Fatalf("a resend that goes further: %v", got)
 	}
-	if got := q.push([]byte("zz"), false, off(10)); got != pushGap {
+	if got := q.push([]byte("zz"), false, off(10), "e1"); got != pushGap {
 		t.Fatalf("beyond what was received: %v", got)
 	}
-	if got := q.push(nil, true, off(6)); got != pushQueued {
+	chunks, _ := q.take()
+	if joined(chunks) != "abcdef" {
+		t.Fatalf("took %q", joined(chunks))
+	}
+	q.wrote(4)
+	if a := q.ack("c1").GetStdinAck(); a.GetCommandId() != "c1" || a.GetWritten() != 4 || a.GetClosed() {
+		t.Fatalf("ack %v", a)
+	}
+	// A restarted server counts from 0 again under a new epoch: its offsets
+	// start at what was received, and its acks count from there too.
+	if got := q.push([]byte("gh"), false, off(0), "e2"); got != pushQueued {
+		t.Fatalf("a new epoch's first chunk: %v", got)
+	}
+	if got := q.push([]byte("gh"), false, off(0), "e2"); got != pushDuplicate {
+		t.Fatalf("its resend: %v", got)
+	}
+	if a := q.ack("c1").GetStdinAck(); a.GetWritten() != 0 {
+		t.Fatalf("ack in the new epoch before its bytes were written: %v", a)
+	}
+	q.wrote(2) // the rest of the first epoch's
+	if got := q.push(nil, true, off(2), "e2"); got != pushQueued {
 		t.Fatalf("eof: %v", got)
 	}
 	chunks, eof := q.take()
-	if joined(chunks) != "abcdef" || !eof {
+	if joined(chunks) != "gh" || !eof {
 		t.Fatalf("took %q eof %v", joined(chunks), eof)
 	}
-	q.wrote(6)
-	a := q.ack("c1").GetStdinAck()
-	if a.GetCommandId() != "c1" || a.GetWritten() != 6 || a.GetClosed() {
-		t.Fatalf("ack %v", a)
+	q.wrote(2)
+	if a := q.ack("c1").GetStdinAck(); a.GetWritten() != 2 {
+		t.Fatalf("ack in the new epoch %v, want 2", a)
 	}
 	// A queue the server does not pace sends no acks (it would not know them).
 	if m := newStdinQueue().ack("c2"); m != nil {

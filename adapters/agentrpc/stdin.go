@@ -2,6 +2,8 @@ package agentrpc
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"sync"
 
 	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
@@ -23,6 +25,9 @@ type stdinPipe struct {
 	writeMu sync.Mutex
 	// on is the connection the input went on (writeMu).
 	on *conn
+	// epoch names this handle's count of offsets (writeMu): an agent that
+	// had input from an earlier server counts the new offsets from there.
+	epoch string
 
 	mu      sync.Mutex
 	sent    uint64       // offset of the next input byte
@@ -58,9 +63,18 @@ func (c *command) WriteStdin(ctx context.Context, data []byte, eof bool) error {
 	if err != nil {
 		return err
 	}
+	select {
+	case <-conn.draining:
+		// The server is going away: what is not sent by now would be lost.
+		return ports.ErrAgentNotConnected
+	default:
+	}
 	if !conn.stdinAcks {
 		// An agent that does not acknowledge input is sent it unpaced.
-		return conn.send(ctx, stdinMessage(c.id, data, eof, nil))
+		return conn.send(ctx, stdinMessage(c.id, data, eof, nil, ""))
+	}
+	if p.epoch == "" {
+		p.epoch = newEpoch()
 	}
 	if err := c.catchUpStdin(ctx, conn); err != nil {
 		return err
@@ -68,7 +82,7 @@ func (c *command) WriteStdin(ctx context.Context, data []byte, eof bool) error {
 	if busy > 0 && busy+uint64(len(data)) > agentwire.StdinWindow {
 		return ports.ErrStdinBusy
 	}
-	if err := conn.send(ctx, stdinMessage(c.id, data, eof, &off)); err != nil {
+	if err := conn.send(ctx, stdinMessage(c.id, data, eof, &off, p.epoch)); err != nil {
 		return err
 	}
 	p.mu.Lock()
@@ -91,7 +105,7 @@ func (c *command) catchUpStdin(ctx context.Context, conn *conn) error {
 	p.mu.Unlock()
 	for _, piece := range resend {
 		off := piece.off
-		if err := conn.send(ctx, stdinMessage(c.id, piece.data, piece.eof, &off)); err != nil {
+		if err := conn.send(ctx, stdinMessage(c.id, piece.data, piece.eof, &off, p.epoch)); err != nil {
 			return err
 		}
 	}
@@ -166,8 +180,38 @@ func (c *command) forgetStdin() {
 	c.stdin.mu.Unlock()
 }
 
-func stdinMessage(id string, data []byte, eof bool, off *uint64) *sandboxv1.ConnectResponse {
+// sendQueuedStdin sends the input queued for c before its stream is
+// drained (the rest of c.out is returned, for failUnsent): what a client was
+// told is queued reaches the agent before the drain.
+func sendQueuedStdin(c *conn, stream interface {
+	Send(*sandboxv1.ConnectResponse) error
+}) ([]*sandboxv1.ConnectResponse, error) {
+	var held []*sandboxv1.ConnectResponse
+	for {
+		select {
+		case msg := <-c.out:
+			if msg.GetStdin() == nil {
+				held = append(held, msg)
+				continue
+			}
+			if err := stream.Send(msg); err != nil {
+				return held, err
+			}
+		default:
+			return held, nil
+		}
+	}
+}
+
+func stdinMessage(id string, data []byte, eof bool, off *uint64, epoch string) *sandboxv1.ConnectResponse {
 	return &sandboxv1.ConnectResponse{Payload: &sandboxv1.ConnectResponse_Stdin{Stdin: &sandboxv1.StdinChunk{
-		CommandId: id, Data: data, Eof: eof, Offset: off,
+		CommandId: id, Data: data, Eof: eof, Offset: off, InputEpoch: epoch,
 	}}}
+}
+
+// newEpoch is a name no other handle on a command has had.
+func newEpoch() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
 }

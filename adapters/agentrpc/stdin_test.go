@@ -78,8 +78,15 @@ func TestStdinIsPacedByTheAgentsAcks(t *testing.T) {
 	if err := cmd.WriteStdin(ctx, chunk('x'), false); !errors.Is(err, ports.ErrStdinBusy) {
 		t.Fatalf("a write beyond the window: %v, want busy", err)
 	}
+	var epoch string
 	for i := range agentwire.StdinWindow / mib {
 		c := a.nextStdin()
+		if i == 0 {
+			epoch = c.GetInputEpoch()
+		}
+		if epoch == "" || c.GetInputEpoch() != epoch {
+			t.Fatalf("chunk %d: epoch %q, want one, the same for each", i, c.GetInputEpoch())
+		}
 		if c.Offset == nil || c.GetOffset() != uint64(i*mib) || c.GetData()[0] != byte('a'+i) || len(c.GetData()) != mib {
 			t.Fatalf("chunk %d: offset %v, %d bytes of %q", i, c.Offset, len(c.GetData()), c.GetData()[:1])
 		}
@@ -121,7 +128,7 @@ func TestUnacknowledgedStdinIsResentAfterAReconnect(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	a.nextStdin()
+	epoch := a.nextStdin().GetInputEpoch()
 	a.nextStdin()
 	a.send(stdinAck(cmd.ID(), 3, false))
 	a.barrier()
@@ -133,8 +140,8 @@ func TestUnacknowledgedStdinIsResentAfterAReconnect(t *testing.T) {
 
 	b := h.connectPacedAgent("agent-a")
 	b.send(connectReport(b, cmd.ID()))
-	if c := b.nextStdin(); c.GetCommandId() != cmd.ID() || c.GetOffset() != 3 || string(c.GetData()) != "def" {
-		t.Fatalf("resent %v, want def at 3", c)
+	if c := b.nextStdin(); c.GetCommandId() != cmd.ID() || c.GetOffset() != 3 || string(c.GetData()) != "def" || c.GetInputEpoch() != epoch {
+		t.Fatalf("resent %v, want def at 3 in epoch %q", c, epoch)
 	}
 	if err := cmd.WriteStdin(ctx, []byte("ghi"), true); err != nil {
 		t.Fatal(err)
@@ -144,5 +151,37 @@ func TestUnacknowledgedStdinIsResentAfterAReconnect(t *testing.T) {
 	}
 	if err := cmd.WriteStdin(ctx, []byte("more"), false); !errors.Is(err, ports.ErrStdinClosed) {
 		t.Fatalf("a write after eof: %v", err)
+	}
+}
+
+type recordingStream struct{ sent []*sandboxv1.ConnectResponse }
+
+func (r *recordingStream) Send(m *sandboxv1.ConnectResponse) error {
+	r.sent = append(r.sent, m)
+	return nil
+}
+
+// At a drain, the input still queued for the agent is sent before the
+// drain (a restarted server would not know it); the rest is left to fail
+// as undelivered.
+func TestQueuedStdinGoesOutBeforeADrain(t *testing.T) {
+	c := &conn{out: make(chan *sandboxv1.ConnectResponse, 8)}
+	off0, off3 := uint64(0), uint64(3)
+	cmdReq := &sandboxv1.ConnectResponse{Payload: &sandboxv1.ConnectResponse_Command{Command: &sandboxv1.CommandRequest{CommandId: "c2"}}}
+	ping := &sandboxv1.ConnectResponse{Payload: &sandboxv1.ConnectResponse_Ping{Ping: &sandboxv1.Ping{Nonce: 1}}}
+	in1, in2 := stdinMessage("c1", []byte("abc"), false, &off0, "e"), stdinMessage("c1", []byte("def"), true, &off3, "e")
+	for _, m := range []*sandboxv1.ConnectResponse{cmdReq, in1, ping, in2} {
+		c.out <- m
+	}
+	var st recordingStream
+	held, err := sendQueuedStdin(c, &st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.sent) != 2 || st.sent[0] != in1 || st.sent[1] != in2 {
+		t.Fatalf("sent %v, want the two stdin chunks in order", st.sent)
+	}
+	if len(held) != 2 || held[0] != cmdReq || held[1] != ping || len(c.out) != 0 {
+		t.Fatalf("held %v (left %d), want the command and the ping", held, len(c.out))
 	}
 }

@@ -175,6 +175,7 @@ func (s *Service) Connect(ctx context.Context, stream *connect.BidiStream[sandbo
 	go s.resendStdin(ctx, c)
 
 	var result error
+	var held []*sandboxv1.ConnectResponse // taken from c.out, not sent
 loop:
 	for {
 		select {
@@ -197,6 +198,12 @@ loop:
 			break loop
 		case <-c.draining:
 			result = errShuttingDown
+			// Input already accepted goes out before the drain: a
+			// restarted server does not know it.
+			var err error
+			if held, err = sendQueuedStdin(c, stream); err != nil {
+				break loop
+			}
 			if err := stream.Send(&sandboxv1.ConnectResponse{Payload: &sandboxv1.ConnectResponse_Drain{Drain: &sandboxv1.Drain{Reason: shuttingDown}}}); err != nil {
 				break loop
 			}
@@ -219,21 +226,27 @@ loop:
 		}
 	}
 	s.disconnect(c)
-	s.failUnsent(c)
+	s.failUnsent(c, held...)
 	return result
 }
 
 // failUnsent ends the commands whose request was still queued when the
 // stream ended: the agent never got them.
-func (s *Service) failUnsent(c *conn) {
+func (s *Service) failUnsent(c *conn, held ...*sandboxv1.ConnectResponse) {
+	fail := func(msg *sandboxv1.ConnectResponse) {
+		if req := msg.GetCommand(); req != nil {
+			if cmd := s.commandOf(c.agentID, req.GetCommandId()); cmd != nil {
+				s.finish(cmd, ports.CommandResult{ExitCode: -1, Error: "not delivered to the agent: " + ports.ErrAgentNotConnected.Error()})
+			}
+		}
+	}
+	for _, msg := range held {
+		fail(msg)
+	}
 	for {
 		select {
 		case msg := <-c.out:
-			if req := msg.GetCommand(); req != nil {
-				if cmd := s.commandOf(c.agentID, req.GetCommandId()); cmd != nil {
-					s.finish(cmd, ports.CommandResult{ExitCode: -1, Error: "not delivered to the agent: " + ports.ErrAgentNotConnected.Error()})
-				}
-			}
+			fail(msg)
 		default:
 			return
 		}

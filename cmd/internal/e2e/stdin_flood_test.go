@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,7 +36,7 @@ func TestStdinFloodLosesNothingAcknowledged(t *testing.T) {
 
 	name := fmt.Sprintf("stdin-flood-%d.bin", time.Now().UnixNano())
 	started, err := c.StartCommandWithResponse(ctx, "host-01", restapi.ExecRequest{Command: "sh",
-		Args: ptr([]string{"-c", `cat > "$1" && pwd`, "sh", name})})
+		Args: ptr([]string{"-c", `cat > "$1"`, "sh", name})})
 	if err != nil || started.JSON202 == nil {
 		t.Fatalf("start: %v %s", err, started.Body)
 	}
@@ -133,13 +131,16 @@ func TestStdinFloodLosesNothingAcknowledged(t *testing.T) {
 	if st.Result == nil || st.Result.ExitCode != 0 {
 		t.Fatalf("the reader did not end well: %+v", st)
 	}
-	dir := strings.TrimSpace(st.Stdout)
-	path := filepath.Join(dir, name)
-	got, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("the process's input (%q): %v", path, err)
+	// What the process received, read back through the agent (the path is
+	// relative to its commands' directory).
+	file, err := c.ReadFileWithResponse(ctx, "host-01", &restapi.ReadFileParams{Path: name})
+	if err != nil || file.StatusCode() != 200 {
+		t.Fatalf("the process's input (%q): %v %v", name, err, file.Status())
 	}
-	_ = os.Remove(path)
+	got := file.Body
+	if r, err := c.DeleteFileWithResponse(ctx, "host-01", &restapi.DeleteFileParams{Path: name}); err != nil || r.StatusCode() >= 300 {
+		t.Logf("removing %s: %v %v", name, err, r.Status())
+	}
 	t.Logf("accepted %d MiB in %d chunks; refused 429 ×%d, 503 ×%d; the process received %d bytes",
 		accepted.Load()>>20, accepted.Load()/chunkSize, refused429.Load(), refused503.Load(), len(got))
 	if int64(len(got)) != accepted.Load() {
@@ -168,5 +169,66 @@ func TestStdinFloodLosesNothingAcknowledged(t *testing.T) {
 		if next[w] != len(acceptedSeqs[w]) || len(acceptedSeqs[w]) != perWriter {
 			t.Fatalf("writer %d: %d of its %d accepted chunks arrived (of %d written)", w, next[w], len(acceptedSeqs[w]), perWriter)
 		}
+	}
+}
+
+// Input accepted before and after a restart of agentic-mgmt reaches the
+// process, all of it and in order: the restarted server's offsets start
+// again at 0, and the agent, which already has input from the earlier one,
+// counts them from there (a new input epoch) instead of taking them for a
+// resend of what it has.
+func TestStdinAcrossAServerRestart(t *testing.T) {
+	dataDir := t.TempDir()
+	s := startServer(t, 1, dataDir)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*patience)
+	defer cancel()
+	name := fmt.Sprintf("stdin-restart-%d.txt", time.Now().UnixNano())
+	started, err := s.Client().StartCommandWithResponse(ctx, "host-01", restapi.ExecRequest{Command: "sh",
+		Args: ptr([]string{"-c", `cat > "$1"`, "sh", name})})
+	if err != nil || started.JSON202 == nil {
+		t.Fatalf("start: %v %s", err, started.Body)
+	}
+	id := started.JSON202.CommandId
+	// write retries what is refused for now (the agent not back yet).
+	write := func(c *restapi.ClientWithResponses, req restapi.StdinRequest) {
+		t.Helper()
+		var last string
+		eventually(t, patience, "stdin accepted", func() bool {
+			r, err := c.WriteCommandStdinWithResponse(ctx, id, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			last = fmt.Sprintf("%d %s", r.StatusCode(), r.Body)
+			switch r.StatusCode() {
+			case 204:
+				return true
+			case 404, 409, 429, 503: // not adopted yet, agent not back, busy
+				return false
+			}
+			t.Fatalf("stdin: %s", last)
+			return false
+		})
+	}
+	write(s.Client(), restapi.StdinRequest{Data: ptr("before the restart\n")})
+	stop(t, s)
+	s2 := restart(t, s)
+	waitAgents(t, s2, "host-01")
+	c := s2.Client()
+	write(c, restapi.StdinRequest{Data: ptr("after\n")})
+	write(c, restapi.StdinRequest{Data: ptr("and more\n"), Eof: ptr(true)})
+	eventually(t, patience, "the reader to end", func() bool {
+		r, err := c.GetCommandWithResponse(ctx, id, &restapi.GetCommandParams{WaitMs: ptr(2000)})
+		if err != nil || r.JSON200 == nil {
+			t.Fatalf("get: %v %s", err, r.Body)
+		}
+		return r.JSON200.State == restapi.CommandStateExited
+	})
+	file, err := c.ReadFileWithResponse(ctx, "host-01", &restapi.ReadFileParams{Path: name})
+	if err != nil || file.StatusCode() != 200 {
+		t.Fatalf("the process's input: %v %v", err, file.Status())
+	}
+	_, _ = c.DeleteFileWithResponse(ctx, "host-01", &restapi.DeleteFileParams{Path: name})
+	if want := "before the restart\nafter\nand more\n"; string(file.Body) != want {
+		t.Fatalf("the process received %q, want %q", file.Body, want)
 	}
 }

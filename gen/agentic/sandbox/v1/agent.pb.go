@@ -2668,7 +2668,12 @@ type StdinChunk struct {
 	// what the agent has not acknowledged (StdinAck) and sends it again after
 	// a reconnect: the agent skips bytes it already has, and must never drop
 	// any (the server sends at most its window, which the agent's queue holds).
-	Offset        *uint64 `protobuf:"varint,4,opt,name=offset,proto3,oneof" json:"offset,omitempty"`
+	Offset *uint64 `protobuf:"varint,4,opt,name=offset,proto3,oneof" json:"offset,omitempty"`
+	// Names the server's count of offsets (a handle of one server process on
+	// the command). When it changes (a restarted server adopted the command),
+	// the agent counts the new offsets from what it has received so far, and
+	// acknowledges in the new count.
+	InputEpoch    string `protobuf:"bytes,5,opt,name=input_epoch,json=inputEpoch,proto3" json:"input_epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2729,6 +2734,13 @@ func (x *StdinChunk) GetOffset() uint64 {
 		return *x.Offset
 	}
 	return 0
+}
+
+func (x *StdinChunk) GetInputEpoch() string {
+	if x != nil {
+		return x.InputEpoch
+	}
+	return ""
 }
 
 // StdinAck tells the server how much of a command's input the agent has
@@ -4392,14 +4404,16 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x02 \x01(\tR\trequestId\x12\x14\n" +
 	"\x05allow\x18\x03 \x01(\bR\x05allow\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\"y\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\x9a\x01\n" +
 	"\n" +
 	"StdinChunk\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x10\n" +
 	"\x03eof\x18\x03 \x01(\bR\x03eof\x12\x1b\n" +
-	"\x06offset\x18\x04 \x01(\x04H\x00R\x06offset\x88\x01\x01B\t\n" +
+	"\x06offset\x18\x04 \x01(\x04H\x00R\x06offset\x88\x01\x01\x12\x1f\n" +
+	"\vinput_epoch\x18\x05 \x01(\tR\n" +
+	"inputEpochB\t\n" +
 	"\a_offset\"[\n" +
 	"\bStdinAck\x12\x1d\n" +
 	"\n" +
