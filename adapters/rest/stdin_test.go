@@ -37,3 +37,15 @@ func TestStdinRefusalsAreAnswered(t *testing.T) {
 	c.SetStdinError(nil)
 	expect(t, e.call("POST", path, `{"data":"x"}`), 204, "")
 }
+
+// A HITL answer the session's input queue cannot take is refused (429
+// stdin_busy, Retry-After), not reported answered.
+func TestRespondHITLStdinBusy(t *testing.T) {
+	e := newEnv(t)
+	e.missions.SetRespondError(ports.ErrStdinBusy)
+	r := e.call("POST", "/api/v1/hitl/h-1/respond", `{"text":"y"}`)
+	expect(t, r, 429, "stdin_busy")
+	if r.header.Get("Retry-After") == "" {
+		t.Fatal("429 without Retry-After")
+	}
+}
