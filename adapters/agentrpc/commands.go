@@ -262,12 +262,15 @@ func (s *Service) Start(ctx context.Context, agentID string, spec ports.CommandS
 // Attach binds to a detached command that an earlier run of the server started.
 func (s *Service) Attach(agentID, commandID string, opts ports.StartOptions) ports.Command {
 	s.mu.Lock()
+	if cmd, ok := s.commands[commandID]; ok && cmd.agentID == agentID {
+		s.mu.Unlock()
+		// Outside s.mu: a claim waits for a delivery in progress, whose
+		// handler may call into the link.
+		cmd.claim(opts)
+		return cmd
+	}
 	defer s.mu.Unlock()
 	if cmd, ok := s.commands[commandID]; ok {
-		if cmd.agentID == agentID {
-			cmd.claim(opts)
-			return cmd
-		}
 		// Another agent's command: whoever names it gets a command that has
 		// already ended, never a handle on that agent's process.
 		s.log.Warn("refused: an agent named another agent's command", "agent_id", agentID, "command_id", commandID, "owner", cmd.agentID)
