@@ -28,12 +28,14 @@ type stdinQueue struct {
 	// closed: the writer stopped (eof written, a write failed, or the
 	// process ended); nothing more reaches the process.
 	closed bool
-	// paced: the server sends offsets and reads acks. Its offsets count
-	// from base, the input received when its epoch began (a restarted
-	// server counts from 0 again).
-	paced bool
-	epoch string
-	base  uint64
+	// paced: the server sends offsets and reads acks. An epoch's offsets
+	// are the server's count: its first chunk here (offset epochOff) came
+	// when epochAt bytes were received. A restarted server counts from 0
+	// again; an agent process that took over a session starts with nothing
+	// received while its server's count goes on.
+	paced             bool
+	epoch             string
+	epochOff, epochAt uint64
 	wake  chan struct{}
 }
 
@@ -69,9 +71,15 @@ func (q *stdinQueue) push(data []byte, eof bool, offset *uint64, epoch string) p
 	if offset != nil {
 		q.paced = true
 		if epoch != q.epoch {
-			q.epoch, q.base = epoch, q.received
+			q.epoch, q.epochOff, q.epochAt = epoch, *offset, q.received
 		}
-		off := q.base + *offset
+		if *offset < q.epochOff { // before the epoch's first chunk: had
+			if q.closed {
+				return pushClosed
+			}
+			return pushDuplicate
+		}
+		off := *offset - q.epochOff + q.epochAt // in the agent's count
 		if off > q.received {
 			return pushGap
 		}
@@ -139,9 +147,9 @@ func (q *stdinQueue) ack(commandID string) *sandboxv1.ConnectRequest {
 	if !q.paced {
 		return nil
 	}
-	written := uint64(0) // in the server's count: input of an earlier epoch is not its
-	if q.written > q.base {
-		written = q.written - q.base
+	written := q.epochOff // in the server's count (input of an earlier epoch is not its)
+	if q.written > q.epochAt {
+		written += q.written - q.epochAt
 	}
 	return &sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_StdinAck{StdinAck: &sandboxv1.StdinAck{
 		CommandId: commandID, Written: written, Closed: q.closed,

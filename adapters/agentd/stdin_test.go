@@ -120,6 +120,31 @@ func TestStdinQueueOffsets(t *testing.T) {
 	if a := q.ack("c1").GetStdinAck(); a.GetWritten() != 2 {
 		t.Fatalf("ack in the new epoch %v, want 2", a)
 	}
+}
+
+// An agent process that took over a session (tmux) has received nothing
+// while its server's count goes on: the first chunk of the epoch sets
+// where the count stands, and later chunks follow it without a gap.
+func TestStdinQueueJoinsAServersCountMidway(t *testing.T) {
+	q := newStdinQueue()
+	off := func(n uint64) *uint64 { return &n }
+	if got := q.push([]byte("fgh"), false, off(5), "e1"); got != pushQueued {
+		t.Fatalf("first chunk at 5: %v", got)
+	}
+	if got := q.push([]byte("de"), false, off(3), "e1"); got != pushDuplicate {
+		t.Fatalf("before the first: %v", got)
+	}
+	if got := q.push([]byte("hij"), false, off(7), "e1"); got != pushQueued {
+		t.Fatalf("overlapping: %v", got)
+	}
+	chunks, _ := q.take()
+	if joined(chunks) != "fghij" {
+		t.Fatalf("took %q", joined(chunks))
+	}
+	q.wrote(5)
+	if a := q.ack("c1").GetStdinAck(); a.GetWritten() != 10 {
+		t.Fatalf("ack %v, want 10 in the server's count", a)
+	}
 	// A queue the server does not pace sends no acks (it would not know them).
 	if m := newStdinQueue().ack("c2"); m != nil {
 		t.Fatalf("an unpaced queue acked: %v", m)
