@@ -1,0 +1,70 @@
+package rest
+
+import (
+	"net/url"
+	"strings"
+	"testing"
+)
+
+// TestUnknownQueryParametersAreRefused: every operation refuses a query
+// parameter it does not declare, before its handler runs.
+func TestUnknownQueryParametersAreRefused(t *testing.T) {
+	e := newEnv(t)
+	for _, tc := range []struct{ method, path, body string }{
+		{"GET", "/healthz?x=1", ""},
+		{"GET", "/api/v1/agents?limit=1&nope=1", ""},
+		{"GET", "/api/v1/agents/a1?verbose=true", ""},
+		{"POST", "/api/v1/agents/a1/exec?dry=1", `{"command":"echo"}`},
+		{"GET", "/api/v1/commands/c1?stdout_from=0&wait=1", ""},
+	} {
+		r := e.call(tc.method, tc.path, tc.body)
+		expect(t, r, 400, "unknown_parameter")
+	}
+	if n := len(e.link.Commands()); n != 0 {
+		t.Fatalf("%d commands started by refused requests", n)
+	}
+	// Declared ones pass.
+	expect(t, e.call("GET", "/api/v1/agents?limit=1", ""), 200, "")
+}
+
+// TestParametersAreHeldToTheSpec: the limits openapi.yaml writes for path,
+// query and header parameters are the server's.
+func TestParametersAreHeldToTheSpec(t *testing.T) {
+	e := newEnv(t)
+	for _, tc := range []struct{ method, path, code string }{
+		{"GET", "/api/v1/agents/" + strings.Repeat("a", 129), "invalid_request"},
+		{"GET", "/api/v1/agents/" + strings.Repeat("a", 129) + "/sessions", "invalid_request"},
+		{"GET", "/api/v1/sessions?agent_id=" + strings.Repeat("a", 129), "invalid_request"},
+		{"GET", "/api/v1/agents?cursor=" + strings.Repeat("c", 1025), "invalid_request"},
+		{"GET", "/api/v1/agents/a1/files?path=" + url.QueryEscape("/tmp/"+strings.Repeat("n", 256)), "invalid_path"},
+		{"GET", "/api/v1/agents/a1/files?path=" + url.QueryEscape("a\x00b"), "invalid_path"},
+		{"GET", "/api/v1/agents/a1/files?path=" + strings.Repeat("/x", 2048), "invalid_path"},
+		{"GET", "/api/v1/tasks?state=running,nope", "invalid_request"},
+		{"GET", "/api/v1/tasks?label=nokey", "invalid_request"},
+	} {
+		r := e.call(tc.method, tc.path, "")
+		expect(t, r, 400, tc.code)
+	}
+	// At the limits, the handler answers.
+	expect(t, e.call("GET", "/api/v1/agents/"+strings.Repeat("a", 128), ""), 404, "agent_not_found")
+}
+
+// TestBodiesAreHeldToTheSpec: a JSON body is checked against its schema in
+// openapi.yaml beyond its Go type: nulls, patterns, ranges, lengths.
+func TestBodiesAreHeldToTheSpec(t *testing.T) {
+	e := newEnv(t)
+	for _, body := range []string{
+		`{"command":"echo","args":null}`,
+		`{"command":"echo","cols":null}`,
+		`{"command":"echo","zz":1}`,
+		`{"command":"echo","working_dir":"a\u0000b"}`,
+		`{"command":""}`,
+	} {
+		expect(t, e.call("POST", "/api/v1/agents/a1/exec", body), 400, "invalid_request")
+	}
+	expect(t, e.call("POST", "/api/v1/commands/c1/signal", `{"signal":"!!"}`), 400, "invalid_request")
+	expect(t, e.call("POST", "/api/v1/commands/c1/stdin", `{"data_base64":"abc"}`), 400, "invalid_request")
+	if n := len(e.link.Commands()); n != 0 {
+		t.Fatalf("%d commands started by refused requests", n)
+	}
+}
