@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/fakeaiwg"
 	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/specfuzz"
 )
@@ -56,6 +57,7 @@ var semantic400 = map[string][]string{
 // programs.
 type specFuzz struct {
 	s        *harness.Server
+	fake     *fakeaiwg.Server
 	judge    *specfuzz.Judge
 	gen      *specfuzz.Generator
 	ops      []specfuzz.Operation
@@ -72,8 +74,16 @@ func newSpecFuzz(t testing.TB) *specFuzz {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A fake aiwg serve, so that dispatch, HITL and the integration's
+	// operations are served, not only answered 503.
+	fake, err := fakeaiwg.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fake.Close)
 	dataDir := t.TempDir()
-	s, err := harness.Start(bins, harness.Options{HostAgents: 1, DataDir: dataDir, Env: specFuzzTmux(t)})
+	env := append(specFuzzTmux(t), "AIWG_SERVE_ENDPOINT="+fake.URL())
+	s, err := harness.Start(bins, harness.Options{HostAgents: 1, DataDir: dataDir, Env: env})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,8 +99,11 @@ func newSpecFuzz(t testing.TB) *specFuzz {
 	if err := s.WaitAgents(ctx, "host-01"); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := fake.WaitFrame(ctx, func(f fakeaiwg.Frame) bool { return f.Event == evResync }); err != nil {
+		t.Fatalf("the executor did not register with the fake aiwg serve: %v", err)
+	}
 	scratch := t.TempDir()
-	f := &specFuzz{s: s, judge: judge, ops: specfuzz.Operations(judge.Doc), client: &http.Client{}, statuses: map[int]int{}, scratch: scratch}
+	f := &specFuzz{s: s, fake: fake, judge: judge, ops: specfuzz.Operations(judge.Doc), client: &http.Client{}, statuses: map[int]int{}, scratch: scratch}
 	pick := func(vs ...string) func(*rand.Rand) any {
 		return func(r *rand.Rand) any { return vs[r.IntN(len(vs))] }
 	}
@@ -109,8 +122,10 @@ func newSpecFuzz(t testing.TB) *specFuzz {
 			}
 			return "host-01"
 		},
-		// Programs that do nothing, or are not there: the agent runs them.
-		"command": pick(safeCommands...),
+		// Programs that do nothing, or are not there: the agent runs them
+		// (a mission's objective through sh -c).
+		"command":   pick(safeCommands...),
+		"objective": pick(safeCommands...),
 		// Files only in the scratch directory.
 		"path":        func(r *rand.Rand) any { return scratch + "/" + word(r) },
 		"working_dir": func(*rand.Rand) any { return scratch },
@@ -154,8 +169,10 @@ func (f *specFuzz) confine(c *specfuzz.Case) {
 	if json.Unmarshal(c.Body, &body) != nil {
 		return
 	}
-	if cmd, ok := body["command"]; ok && !slices.Contains(safeCommands, fmt.Sprint(cmd)) {
-		body["command"] = safeCommands[0]
+	for _, k := range []string{"command", "objective"} {
+		if cmd, ok := body[k]; ok && !slices.Contains(safeCommands, fmt.Sprint(cmd)) {
+			body[k] = safeCommands[0]
+		}
 	}
 	for _, k := range []string{"working_dir", "cwd"} {
 		if _, ok := body[k]; ok {
@@ -242,6 +259,19 @@ func encodePathParams(p map[string]string) string {
 
 func encodeHeader(h http.Header) string { return url.Values(h).Encode() }
 
+// token is the bearer token of op's security scheme: aiwg serve's
+// executor token for dispatch, the operator's for the rest.
+func (f *specFuzz) token(op specfuzz.Operation) string {
+	if sec := op.Op.Security; sec != nil {
+		for _, req := range *sec {
+			if _, ok := req["executorToken"]; ok {
+				return f.fake.ExecutorToken()
+			}
+		}
+	}
+	return f.s.Token
+}
+
 // specFuzzTmux is privateTmux for a fuzz target as well as a test.
 func specFuzzTmux(t testing.TB) []string {
 	t.Helper()
@@ -277,7 +307,7 @@ func (f *specFuzz) send(t testing.TB, c specfuzz.Case) {
 	if c.HasBody {
 		req.Header.Set("Content-Type", c.ContentType)
 	}
-	req.Header.Set("Authorization", "Bearer "+f.s.Token)
+	req.Header.Set("Authorization", "Bearer "+f.token(c.Op))
 	resp, err := f.client.Do(req)
 	if err != nil {
 		t.Fatalf("%s (%s) %s %s: %v", c.Op.Name(), c.Kind, c.Op.Method, c.URL(), err)
