@@ -84,14 +84,37 @@ func (c Case) URL() string {
 
 // Generator makes cases. Values overrides the valid value of a parameter
 // or body member by name (known agent ids, safe commands, file paths in a
-// scratch directory): the test decides what a valid request may touch.
+// scratch directory): the test decides what a valid request may touch. A
+// key "path:name" (or "query:", "header:") is for that parameter only, and
+// wins over "name", and "<operationId>:name" over both. Not for use by
+// two goroutines at once.
 type Generator struct {
 	Values map[string]func(r *rand.Rand) any
+	// Bodies overrides the valid body of a media type that is not JSON
+	// (a tar archive that is one).
+	Bodies map[string]func(r *rand.Rand) []byte
+	op     string // the operation Cases is making requests of
+}
+
+// override is the Values entry for the first key that has one.
+func (g *Generator) override(keys ...string) func(*rand.Rand) any {
+	for _, k := range keys {
+		if f := g.Values[g.op+":"+k]; f != nil {
+			return f
+		}
+	}
+	for _, k := range keys {
+		if f := g.Values[k]; f != nil {
+			return f
+		}
+	}
+	return nil
 }
 
 // Cases returns every mutation of op (each from a fresh valid request) and
 // valid requests, all from r.
 func (g *Generator) Cases(op Operation, r *rand.Rand, valid int) []Case {
+	g.op = op.Name()
 	var out []Case
 	for range valid {
 		out = append(out, g.valid(op, r, r.IntN(2) == 0))
@@ -169,6 +192,8 @@ func (g *Generator) valid(op Operation, r *rand.Rand, full bool) Case {
 		c.HasBody = true
 		c.ContentType = ct
 		switch {
+		case g.Bodies[ct] != nil:
+			c.Body = g.Bodies[ct](r)
 		case ct == "application/json":
 			c.Body = mustJSON(g.value(s, r, full, "", 0))
 		case s.Type.Is(openapi3.TypeString) && s.Format == "binary":
@@ -185,7 +210,7 @@ func (g *Generator) valid(op Operation, r *rand.Rand, full bool) Case {
 }
 
 func (g *Generator) paramValue(p *openapi3.Parameter, r *rand.Rand) []string {
-	if f := g.Values[p.Name]; f != nil {
+	if f := g.override(p.In+":"+p.Name, p.Name); f != nil {
 		return []string{fmt.Sprint(f(r))}
 	}
 	s := p.Schema.Value
@@ -220,8 +245,10 @@ func scalarString(v any) string {
 
 // value makes a value valid for s; name is the member it is for.
 func (g *Generator) value(s *openapi3.Schema, r *rand.Rand, full bool, name string, depth int) any {
-	if f := g.Values[name]; f != nil && name != "" {
-		return f(r)
+	if name != "" {
+		if f := g.override(name); f != nil {
+			return f(r)
+		}
 	}
 	if len(s.Enum) > 0 {
 		return s.Enum[r.IntN(len(s.Enum))]

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -63,9 +64,15 @@ type specFuzz struct {
 	ops      []specfuzz.Operation
 	client   *http.Client
 	commands []string // ids of commands started, for the operations on one
-	scratch  string   // the only directory the requests' files are in
+	// seen are ids the server made (sessions, missions, environments,
+	// pools), by the path parameter that names them, for the operations
+	// on one.
+	seen     map[string][]string
+	scratch  string // the only directory the requests' files are in
 	statuses map[int]int
-	sent     int
+	// succeeded are the operations some request succeeded on.
+	succeeded map[string]bool
+	sent      int
 }
 
 func newSpecFuzz(t testing.TB) *specFuzz {
@@ -103,7 +110,7 @@ func newSpecFuzz(t testing.TB) *specFuzz {
 		t.Fatalf("the executor did not register with the fake aiwg serve: %v", err)
 	}
 	scratch := t.TempDir()
-	f := &specFuzz{s: s, fake: fake, judge: judge, ops: specfuzz.Operations(judge.Doc), client: &http.Client{}, statuses: map[int]int{}, scratch: scratch}
+	f := &specFuzz{s: s, fake: fake, judge: judge, ops: specfuzz.Operations(judge.Doc), client: &http.Client{}, statuses: map[int]int{}, succeeded: map[string]bool{}, seen: map[string][]string{}, scratch: scratch}
 	pick := func(vs ...string) func(*rand.Rand) any {
 		return func(r *rand.Rand) any { return vs[r.IntN(len(vs))] }
 	}
@@ -127,7 +134,6 @@ func newSpecFuzz(t testing.TB) *specFuzz {
 		"command":   pick(safeCommands...),
 		"objective": pick(safeCommands...),
 		// Files only in the scratch directory.
-		"path":        func(r *rand.Rand) any { return scratch + "/" + word(r) },
 		"working_dir": func(*rand.Rand) any { return scratch },
 		"cwd":         func(*rand.Rand) any { return scratch },
 		"run_as":      func(*rand.Rand) any { return "" },
@@ -143,8 +149,39 @@ func newSpecFuzz(t testing.TB) *specFuzz {
 			}
 			return "zz-" + word(r)
 		},
+		// What the server made, mostly; sometimes something it did not.
+		"path:session_id": f.seenOr("session_id", word),
+		"path:mission_id": f.seenOr("mission_id", word),
+		"path:name":       f.seenOr("name", word),
+		// Files by a few names, so that what one request writes another
+		// reads; archives go to directories of their own.
+		"path":              func(r *rand.Rand) any { return scratch + "/" + []string{"f1", "f2", "t1", "t1/x", "t2/x"}[r.IntN(5)] },
+		"writeArchive:path": func(r *rand.Rand) any { return scratch + "/" + []string{"t1", "t2"}[r.IntN(2)] },
+		// A background command that waits for its stdin (cat without
+		// arguments), so that stdin, resize, signal and kill find one running.
+		"startCommand:command": pick("cat", "cat", "true"),
+		"startCommand:args":    func(*rand.Rand) any { return []string{} },
+		// The operator token, or not.
+		"token": func(r *rand.Rand) any {
+			if r.IntN(2) == 0 {
+				return s.Token
+			}
+			return word(r)
+		},
 		// A long poll of a running command would only slow the run.
 		"wait_ms": func(r *rand.Rand) any { return r.IntN(50) },
+	}, Bodies: map[string]func(*rand.Rand) []byte{
+		// An archive that is one: a file and a directory.
+		"application/x-tar": func(r *rand.Rand) []byte {
+			var b bytes.Buffer
+			tw := tar.NewWriter(&b)
+			data := []byte(word(r))
+			_ = tw.WriteHeader(&tar.Header{Name: "d/", Typeflag: tar.TypeDir, Mode: 0o755})
+			_ = tw.WriteHeader(&tar.Header{Name: "x", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(data))})
+			_, _ = tw.Write(data)
+			_ = tw.Close()
+			return b.Bytes()
+		},
 	}}
 	return f
 }
@@ -259,6 +296,40 @@ func encodePathParams(p map[string]string) string {
 
 func encodeHeader(h http.Header) string { return url.Values(h).Encode() }
 
+// harvest keeps the ids a success of op made.
+func (f *specFuzz) harvest(op string, body []byte) {
+	var made struct {
+		CommandID string `json:"command_id"`
+		SessionID string `json:"session_id"`
+		MissionID string `json:"mission_id"`
+		Name      string `json:"name"`
+	}
+	if json.Unmarshal(body, &made) != nil {
+		return
+	}
+	switch {
+	case op == "startCommand" && made.CommandID != "":
+		f.commands = append(f.commands, made.CommandID)
+	case op == "createSession" && made.SessionID != "":
+		f.seen["session_id"] = append(f.seen["session_id"], made.SessionID)
+	case op == "dispatchMission" && made.MissionID != "":
+		f.seen["mission_id"] = append(f.seen["mission_id"], made.MissionID)
+	case (op == "createEnvironment" || op == "putPool") && made.Name != "":
+		f.seen["name"] = append(f.seen["name"], made.Name)
+	}
+}
+
+// seenOr picks an id the server made under key, two times in three, else
+// a made-up one.
+func (f *specFuzz) seenOr(key string, made func(*rand.Rand) string) func(*rand.Rand) any {
+	return func(r *rand.Rand) any {
+		if ids := f.seen[key]; len(ids) > 0 && r.IntN(3) > 0 {
+			return ids[r.IntN(len(ids))]
+		}
+		return made(r)
+	}
+}
+
 // token is the bearer token of op's security scheme: aiwg serve's
 // executor token for dispatch, the operator's for the rest.
 func (f *specFuzz) token(op specfuzz.Operation) string {
@@ -321,13 +392,11 @@ func (f *specFuzz) send(t testing.TB, c specfuzz.Case) {
 	resp.Body.Close()
 	f.sent++
 	f.statuses[a.Status]++
-	if c.Op.Name() == "startCommand" && a.Status == http.StatusAccepted {
-		var st struct {
-			CommandID string `json:"command_id"`
-		}
-		if json.Unmarshal(a.Body, &st) == nil && st.CommandID != "" {
-			f.commands = append(f.commands, st.CommandID)
-		}
+	if a.Status < 300 {
+		f.succeeded[c.Op.Name()] = true
+	}
+	if a.Status < 300 {
+		f.harvest(c.Op.Name(), a.Body)
 	}
 	if problems := f.judge.Problems(c, req, a); len(problems) > 0 {
 		t.Errorf("%s (%s) %s %s\nheaders %v\nbody %s\n→ %d %s\n%s", c.Op.Name(), c.Kind, c.Op.Method, clipURL(c.URL()), c.Header, clipBytes(c.Body),
@@ -372,10 +441,14 @@ func TestSpecFuzz(t *testing.T) {
 	f := newSpecFuzz(t)
 	seed := specFuzzSeed(t)
 	start := time.Now()
-	for i, op := range f.ops {
-		r := rand.New(rand.NewPCG(seed, uint64(i)))
-		for _, c := range f.gen.Cases(op, r, 4) {
-			f.send(t, c)
+	// Twice over: the second pass finds what the first made (files,
+	// missions, pools) for the operations sorted before the one making it.
+	for pass := range uint64(2) {
+		for i, op := range f.ops {
+			r := rand.New(rand.NewPCG(seed, pass<<32|uint64(i)))
+			for _, c := range f.gen.Cases(op, r, 4) {
+				f.send(t, c)
+			}
 		}
 	}
 	codes := make([]int, 0, len(f.statuses))
@@ -388,6 +461,13 @@ func TestSpecFuzz(t *testing.T) {
 		sum = append(sum, fmt.Sprintf("%d×%d", c, f.statuses[c]))
 	}
 	t.Logf("seed %d: %d requests over %d operations in %v: %s", seed, f.sent, len(f.ops), time.Since(start).Round(time.Millisecond), strings.Join(sum, " "))
+	var never []string
+	for _, op := range f.ops {
+		if !f.succeeded[op.Name()] {
+			never = append(never, op.Name())
+		}
+	}
+	t.Logf("operations no request succeeded on (their ids name nothing here, or a feature is off): %s", strings.Join(never, ", "))
 	if f.statuses[200]+f.statuses[201]+f.statuses[202]+f.statuses[204] < len(f.ops) {
 		t.Errorf("only %d successes: the generator's valid requests are not reaching the handlers", f.statuses[200]+f.statuses[202]+f.statuses[204])
 	}
