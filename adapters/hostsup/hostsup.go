@@ -95,8 +95,21 @@ type proc struct {
 	exited  chan struct{}
 	waitErr error // valid once exited is closed
 	// userNS is the agent's own user namespace, where its commands run,
-	// or "" when it shares the server's.
-	userNS string
+	// or "" when it shares the server's; orphanUIDs are the uids its
+	// commands run as there.
+	userNS     string
+	orphanUIDs []uint32
+}
+
+// endOrphans kills what the dead agent left in its namespace (see the
+// package function).
+func (p *proc) endOrphans() { endOrphans(p.userNS, p.orphanUIDs) }
+
+// dying reports whether our child has exited while its reaper is not yet
+// done (reaping it, ending its leftovers).
+func (p *proc) dying() bool {
+	st, err := readProcStat(p.pid)
+	return err != nil || st.dead()
 }
 
 // New prepares a supervisor; nothing happens before Start.
@@ -258,7 +271,7 @@ func (s *Supervisor) supervise(ctx context.Context, a *agentState, p *proc) {
 			a.cur = nil
 			s.mu.Unlock()
 			s.log.Warn("host agent exited", "agent", a.id, "pid", p.pid, "how", p.exitDescription(), "uptime", up.Round(time.Millisecond))
-			endOrphans(p.userNS)
+			p.endOrphans()
 			if up >= s.stableAfter {
 				b.reset()
 			}
@@ -359,6 +372,12 @@ var inheritedEnv = map[string]bool{
 
 func inherited(k string) bool { return inheritedEnv[k] || strings.HasPrefix(k, "LC_") }
 
+// userOfAgent is who agent id runs as, nil if unknown or the server's user.
+func (s *Supervisor) userOfAgent(id string) *AgentUser {
+	u, _ := s.userOf(id, AgentTmpDir(s.pidPath(id)))
+	return u
+}
+
 // userOf is who agent id runs as: nil for this server's user.
 func (s *Supervisor) userOf(id, tmpDir string) (*AgentUser, error) {
 	if s.cfg.Users == nil {
@@ -419,7 +438,7 @@ func (s *Supervisor) adopt(id string) *proc {
 		return nil
 	}
 	s.log.Info("adopted running host agent", "agent", id, "pid", pid)
-	return &proc{pid: pid, startTicks: st.startTicks, startedAt: mtime, adopted: true, userNS: agentNS(pid)}
+	return &proc{pid: pid, startTicks: st.startTicks, startedAt: mtime, adopted: true, userNS: agentNS(pid), orphanUIDs: s.userOfAgent(id).orphanUIDs()}
 }
 
 // notOurAgent says why pid is not a live agent process for id, or "".

@@ -145,9 +145,11 @@ func startAgent(l agentLaunch) (*proc, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", l.binary, err)
 	}
-	p := &proc{pid: cmd.Process.Pid, startedAt: time.Now(), exited: make(chan struct{}), userNS: agentNS(cmd.Process.Pid)}
+	p := &proc{pid: cmd.Process.Pid, startedAt: time.Now(), exited: make(chan struct{}), userNS: agentNS(cmd.Process.Pid), orphanUIDs: l.user.orphanUIDs()}
 	go func() {
 		p.waitErr = cmd.Wait()
+		// Its commands die with it, before anyone may start its successor.
+		p.endOrphans()
 		close(p.exited)
 	}()
 	if err := writePidFile(l.pidPath, p.pid); err != nil {
@@ -313,6 +315,15 @@ type AgentUser struct {
 	Shared bool
 }
 
+// orphanUIDs are the uids a dead agent's leftovers may run as (none for
+// the server's own user, whose processes are not the agent's alone).
+func (u *AgentUser) orphanUIDs() []uint32 {
+	if u == nil || u.AgentUID == 0 {
+		return nil
+	}
+	return []uint32{u.UID, u.AgentUID}
+}
+
 // launch sets who the process starts as.
 func (u *AgentUser) launch(attr *syscall.SysProcAttr) {
 	if u.AgentUID == 0 {
@@ -375,7 +386,7 @@ func (u *AgentUser) prepare(l *agentLaunch) error {
 		}
 		// The agent is root of its namespace: its commands, tmux server
 		// and file work run as the workload user.
-		l.env = append(l.env, "AGENT_RUN_AS="+u.Name, "AGENT_TMUX=on")
+		l.env = append(l.env, "AGENT_RUN_AS="+u.Name, "AGENT_RUN_AS_HOME="+home, "AGENT_TMUX=on")
 	}
 	for i, kv := range l.env {
 		// The temp dir is root's: the agent keeps a rename in a dir of its own.

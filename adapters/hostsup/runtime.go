@@ -217,10 +217,6 @@ func (r *Runtime) spawn(rec envRecord) (*proc, error) {
 	r.procs[rec.Name] = p
 	r.mu.Unlock()
 	r.log.Info("environment agent started", "env", rec.Name, "pid", p.pid)
-	go func() {
-		<-p.exited
-		endOrphans(p.userNS) // its commands die with it
-	}()
 	return p, nil
 }
 
@@ -241,11 +237,25 @@ func (r *Runtime) current(rec envRecord) *proc {
 	r.mu.Lock()
 	p := r.procs[rec.Name]
 	r.mu.Unlock()
+	if p != nil && p.exited != nil { // our child
+		select {
+		case <-p.exited:
+			return nil // reaped: the pid file names nothing of ours
+		default:
+		}
+		if !p.dying() {
+			return p
+		}
+		// Dead but not yet reaped and its leftovers not yet ended: wait,
+		// so that nothing of it meets its successor.
+		select {
+		case <-p.exited:
+		case <-time.After(5 * time.Second):
+		}
+		return nil
+	}
 	if p != nil && !p.gone() {
 		return p
-	}
-	if p != nil && p.exited != nil {
-		return nil // our child, reaped: the pid file names nothing of ours
 	}
 	pid, mtime, err := readPidFile(r.pidPath(rec.Name))
 	if err != nil {
@@ -259,7 +269,7 @@ func (r *Runtime) current(rec envRecord) *proc {
 	if err != nil || st.dead() {
 		return nil
 	}
-	p = &proc{pid: pid, startTicks: st.startTicks, startedAt: mtime, adopted: true, userNS: agentNS(pid)}
+	p = &proc{pid: pid, startTicks: st.startTicks, startedAt: mtime, adopted: true, userNS: agentNS(pid), orphanUIDs: u.orphanUIDs()}
 	r.mu.Lock()
 	r.procs[rec.Name] = p
 	r.mu.Unlock()

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -414,18 +415,21 @@ func userNS(pid int) string {
 }
 
 // endOrphans kills what a dead agent left behind in its user namespace
-// (ns, "" for none): every process but its tmux servers and what runs in
-// them, the sessions that are meant to outlive it and that its next
-// process adopts. Commands die with their agent: none finishes its side
-// effects after the caller was told it failed.
-func endOrphans(ns string) {
-	if ns == "" || ns == userNS(os.Getpid()) {
+// (ns, "" for none) running as one of uids: every process but its tmux
+// servers and what runs in them, the sessions that are meant to outlive it
+// and that its next process adopts. Commands die with their agent: none
+// finishes its side effects after the caller was told it failed. The uids
+// guard against a namespace id the kernel gave anew to another agent.
+func endOrphans(ns string, uids []uint32) {
+	if ns == "" || len(uids) == 0 || ns == userNS(os.Getpid()) {
 		return
 	}
 	for _, pid := range allPids() {
-		if userNS(pid) == ns && !inTmuxServer(pid) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
+		uid, err := procUID(pid)
+		if err != nil || !slices.Contains(uids, uint32(uid)) || userNS(pid) != ns || inTmuxServer(pid) {
+			continue
 		}
+		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/envfile"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/procexec"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/runas"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 	"golang.org/x/sys/unix"
 )
@@ -67,7 +68,7 @@ func run(args, environ []string, stderr io.Writer) int {
 	// Commands inherit the agent's environment; the secret must not reach
 	// them, and where they run (host, container, vm) should, however the
 	// agent was configured (flag, environment or agent.env).
-	if err := errors.Join(os.Unsetenv("AGENT_SECRET"), os.Unsetenv("AGENT_SECRET_FD"), os.Unsetenv("AGENT_TMUX"), os.Unsetenv("AGENT_SECRET_FILE"), os.Unsetenv("AGENT_IDENTITY_FILE"), os.Unsetenv("AGENT_IDENTITY_FROM_LINK"), os.Unsetenv("AGENT_RUN_AS"), os.Setenv("AGENT_ID", cfg.AgentID),
+	if err := errors.Join(os.Unsetenv("AGENT_SECRET"), os.Unsetenv("AGENT_SECRET_FD"), os.Unsetenv("AGENT_TMUX"), os.Unsetenv("AGENT_RUN_AS_HOME"), os.Unsetenv("AGENT_SECRET_FILE"), os.Unsetenv("AGENT_IDENTITY_FILE"), os.Unsetenv("AGENT_IDENTITY_FROM_LINK"), os.Unsetenv("AGENT_RUN_AS"), os.Setenv("AGENT_ID", cfg.AgentID),
 		os.Setenv("AGENT_RUNTIME", string(agentwire.RuntimeKindFromProto(cfg.Runtime)))); err != nil {
 		fmt.Fprintln(stderr, "agentic-agent:", err)
 		return 2
@@ -158,6 +159,9 @@ func loadConfig(args, environ []string, stderr io.Writer) (agentd.Config, error)
 	cfg.BulkConnection = src.GetDefault("MANAGEMENT_BULK_CONNECTION", "") == "1"
 	// Commands as another user, who cannot read the agent's secret.
 	runAs := src.GetDefault("AGENT_RUN_AS", "")
+	if home := src.GetDefault("AGENT_RUN_AS_HOME", ""); home != "" {
+		runas.SetHome(home)
+	}
 	cfg.Runner = procexec.Runner{DefaultUser: runAs}
 	// Sessions kept in tmux need its server to run as the commands' user
 	// (AGENT_TMUX=on, as host agents in their own user namespace have).

@@ -50,7 +50,24 @@ func Credential(runAs string) (*syscall.Credential, *user.User, error) {
 	return cred, u, nil
 }
 
+// homeOverride, when set, is the home of every user this process runs
+// commands as (SetHome).
+var homeOverride string
+
+// SetHome makes dir the home (and starting directory) of the users this
+// process runs commands as, whatever the passwd entry says: a host agent's
+// commands live in the agent's own home, also when their user is shared.
+func SetHome(dir string) { homeOverride = dir }
+
 func lookupRunAs(runAs string) (*user.User, error) {
+	u, err := lookupUser(runAs)
+	if err == nil && homeOverride != "" {
+		u.HomeDir = homeOverride
+	}
+	return u, err
+}
+
+func lookupUser(runAs string) (*user.User, error) {
 	if uidS, gidS, ok := strings.Cut(runAs, ":"); ok {
 		_, uerr := strconv.ParseUint(uidS, 10, 32)
 		_, gerr := strconv.ParseUint(gidS, 10, 32)
