@@ -36,7 +36,7 @@ type stdinQueue struct {
 	paced             bool
 	epoch             string
 	epochOff, epochAt uint64
-	wake  chan struct{}
+	wake              chan struct{}
 }
 
 func newStdinQueue() *stdinQueue {
