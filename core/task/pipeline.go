@@ -111,7 +111,7 @@ func (s *Service) run(ctx context.Context, e *entry) {
 			}
 			// Keep what it made before deciding on the environment.
 			_ = s.collect(ctx, e)
-			reason, err = why, fmt.Errorf("%s (exit code %d)", why, end.ExitCode)
+			reason, err = why, errors.New(FailureMessage(end, why, e.manifest))
 		case Completing:
 			if _, err = s.waitReady(ctx, e); err != nil {
 				reason = ReasonAgentLost
@@ -299,6 +299,18 @@ type runWatch struct {
 	result     bool
 	resultErr  bool
 	resultAt   time.Time
+	// stderr is the end of what the run wrote on stderr, for the error of
+	// a run that fails (its last line says why, as a shell's would).
+	stderr []byte
+}
+
+// maxStderrTail bounds runWatch.stderr.
+const maxStderrTail = 4 << 10
+
+// lastLine is the last non-empty line of b.
+func lastLine(b []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
 }
 
 func (s *Service) onOutput(e *entry) func(ports.OutputChunk) {
@@ -313,6 +325,12 @@ func (s *Service) onOutput(e *entry) func(ports.OutputChunk) {
 		var events []claudefeed.Event
 		if e.manifest.Claude != nil && c.Stream != ports.StreamStderr {
 			events = w.parser.Write(c.Data)
+		}
+		if c.Stream == ports.StreamStderr {
+			w.stderr = append(w.stderr, c.Data...)
+			if n := len(w.stderr); n > maxStderrTail {
+				w.stderr = append(w.stderr[:0], w.stderr[n-maxStderrTail:]...)
+			}
 		}
 		for _, ev := range events {
 			if ev.Kind == claudefeed.KindResult {
@@ -382,9 +400,14 @@ func (s *Service) wait(ctx context.Context, e *entry, cmd ports.Command) (RunEnd
 				return RunEnd{}, errors.New(r.Error)
 			}
 			code := r.ExitCode
-			s.update(e, func(rec *ports.TaskRecord) { rec.ExitCode = &code; rec.Progress.Activity = "idle" })
+			// The run is over: no tool is in use any more.
+			s.update(e, func(rec *ports.TaskRecord) {
+				rec.ExitCode = &code
+				rec.Progress.Activity, rec.Progress.CurrentTool = "idle", ""
+			})
 			w.mu.Lock()
-			end := RunEnd{Kind: kind, ExitCode: code, ResultSeen: w.result, ResultIsError: w.resultErr, TimedOut: r.TimedOut, IdleTimedOut: idled}
+			end := RunEnd{Kind: kind, ExitCode: code, ResultSeen: w.result, ResultIsError: w.resultErr, TimedOut: r.TimedOut, IdleTimedOut: idled,
+				Error: r.Error, Stderr: lastLine(w.stderr), Result: w.parser.Summary().Result}
 			w.mu.Unlock()
 			if lingered && end.ExitCode != 0 && end.ResultSeen {
 				end.ExitCode = 0 // ended by the server after its result: the result decides

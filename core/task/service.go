@@ -214,18 +214,20 @@ func (s *Service) transition(e *entry, to State) {
 		}
 		r.State, r.StateChangedAt = string(to), now
 		r.Phases = append(r.Phases, ports.TaskPhase{State: string(to), At: now})
-		e.events.add(EventState, StateData{State: string(to), At: now, Reason: r.Reason})
-		if to.Terminal() {
-			e.events.add(EventEnd, r.Clone())
-		}
 		if to == Running && r.StartedAt.IsZero() {
 			r.StartedAt = now
 		}
 		if to.Terminal() {
 			r.FinishedAt = now
+			r.Progress.CurrentTool = "" // nothing is in use once it has ended
 			if s.cfg.ObserveEnd != nil {
 				s.cfg.ObserveEnd(string(to), now.Sub(r.CreatedAt))
 			}
+		}
+		// The end event is the task as it ended (finished_at and all).
+		e.events.add(EventState, StateData{State: string(to), At: now, Reason: r.Reason})
+		if to.Terminal() {
+			e.events.add(EventEnd, r.Clone())
 		}
 	})
 	s.log.Info("task", "task_id", e.rec.ID, "state", to)

@@ -109,6 +109,12 @@ type RunEnd struct {
 	ResultIsError bool
 	TimedOut      bool
 	IdleTimedOut  bool
+	// Error is the agent's own word on why the process could not run
+	// (CommandResult.Error: `command not found: "claude"`); Stderr the last
+	// line the process wrote there; Result claude's final result text.
+	Error  string
+	Stderr string
+	Result string
 }
 
 // Outcome is the verdict on a finished run: success only when the process
