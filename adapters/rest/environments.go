@@ -14,6 +14,9 @@ import (
 // Environments is the environment use case behind /api/v1/environments.
 type Environments interface {
 	Runtimes() []ports.RuntimeCapabilities
+	// OfferedNetworks are the network modes a create may name for a runtime
+	// on this server (AGENTIC_ALLOWED_NETWORKS applied).
+	OfferedNetworks(c ports.RuntimeCapabilities) []ports.NetworkMode
 	Create(ctx context.Context, req environment.Request) (environment.Environment, error)
 	List(ctx context.Context) []environment.Environment
 	Inspect(ctx context.Context, name string) (environment.Environment, bool)
@@ -70,7 +73,8 @@ func (s *Server) ListRuntimes(_ context.Context, _ restapi.ListRuntimesRequestOb
 	for _, c := range s.d.Environments.Runtimes() {
 		out.Runtimes = append(out.Runtimes, restapi.Runtime{
 			Runtime: c.Runtime, Isolation: restapi.RuntimeIsolation(c.Isolation), NetworkModes: networkNames(c.NetworkModes),
-			Limits: limitNames(c.Limits), Pause: c.Pause, ReadOnlyRoot: c.ReadOnlyRoot,
+			AllowedNetworkModes: networkNames(s.d.Environments.OfferedNetworks(c)),
+			Limits:              limitNames(c.Limits), Pause: c.Pause, ReadOnlyRoot: c.ReadOnlyRoot,
 			Images: c.Images, Profiles: nonNil(c.Profiles),
 		})
 	}

@@ -44,6 +44,10 @@ func (f *fakeEnvironments) Runtimes() []ports.RuntimeCapabilities {
 		Limits: []ports.Limit{ports.LimitCPUs}, Images: true, Profiles: []string{"default"}}}
 }
 
+func (f *fakeEnvironments) OfferedNetworks(c ports.RuntimeCapabilities) []ports.NetworkMode {
+	return c.NetworkModes
+}
+
 func (f *fakeEnvironments) Create(_ context.Context, req environment.Request) (environment.Environment, error) {
 	if err := f.take("create"); err != nil {
 		return environment.Environment{}, err

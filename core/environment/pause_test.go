@@ -3,6 +3,8 @@ package environment
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -97,5 +99,33 @@ func TestOnlyAllowedNetworksForContainersAndVMs(t *testing.T) {
 	f.svc.cfg.AllowedNetworks = []ports.NetworkMode{ports.NetworkNone, ports.NetworkBridge}
 	if _, err := f.svc.Create(ctx, Request{Runtime: "net", Name: "opened", Network: ports.NetworkBridge}); err != nil {
 		t.Fatalf("once allowed: %v", err)
+	}
+}
+
+// OfferedNetworks lists exactly the modes a create may name: what the
+// dashboard and GET /api/v1/runtimes offer is what Create accepts.
+func TestOfferedNetworksAreTheOnesCreateAccepts(t *testing.T) {
+	f := newFixture(t, time.Minute)
+	f.svc.cfg.Runtimes["net"] = networked{f.rt}
+	f.svc.cfg.AllowedNetworks = []ports.NetworkMode{ports.NetworkNone}
+	caps := networked{f.rt}.Capabilities()
+	if got := f.svc.OfferedNetworks(caps); !slices.Equal(got, []ports.NetworkMode{ports.NetworkNone}) {
+		t.Fatalf("offered with AGENTIC_ALLOWED_NETWORKS=none: %v", got)
+	}
+	ctx := context.Background()
+	for i, m := range caps.NetworkModes {
+		_, err := f.svc.Create(ctx, Request{Runtime: "net", Name: fmt.Sprintf("n%d", i), Network: m})
+		if offered := slices.Contains(f.svc.OfferedNetworks(caps), m); offered != (err == nil) {
+			t.Errorf("network %s: offered %v, create: %v", m, offered, err)
+		}
+	}
+	host := caps
+	host.Isolation = ports.KindHost
+	if got := f.svc.OfferedNetworks(host); !slices.Equal(got, caps.NetworkModes) {
+		t.Errorf("host isolation shares the host's network, every mode offered: %v", got)
+	}
+	f.svc.cfg.AllowedNetworks = nil
+	if got := f.svc.OfferedNetworks(caps); !slices.Equal(got, caps.NetworkModes) {
+		t.Errorf("no server limit: %v", got)
 	}
 }

@@ -726,11 +726,30 @@ func appendEvent(evs []Event, e Event) []Event {
 // networkAllowed holds a container's or a VM's network mode to the server's
 // AllowedNetworks (host environments share the host's).
 func (s *Service) networkAllowed(req Request, rt ports.Runtime) error {
-	if req.Network != "" && s.cfg.AllowedNetworks != nil && rt.Capabilities().Isolation != ports.KindHost &&
-		!slices.Contains(s.cfg.AllowedNetworks, req.Network) {
+	if req.Network != "" && !s.networkOffered(rt.Capabilities().Isolation, req.Network) {
 		return fmt.Errorf("%w: network %q is not allowed on this server (allowed: %s)", ports.ErrInvalidSpec, req.Network, ports.NetworkModeList(s.cfg.AllowedNetworks))
 	}
 	return nil
+}
+
+// networkOffered reports whether this server lets a request name mode for
+// a runtime of that isolation.
+func (s *Service) networkOffered(isolation ports.RuntimeKind, mode ports.NetworkMode) bool {
+	return s.cfg.AllowedNetworks == nil || isolation == ports.KindHost || slices.Contains(s.cfg.AllowedNetworks, mode)
+}
+
+// OfferedNetworks are the network modes a create request may name for a
+// runtime of these capabilities on this server: those of its modes that
+// AllowedNetworks allows (every one for host isolation, which shares the
+// host's network), in the runtime's order.
+func (s *Service) OfferedNetworks(c ports.RuntimeCapabilities) []ports.NetworkMode {
+	out := []ports.NetworkMode{}
+	for _, m := range c.NetworkModes {
+		if s.networkOffered(c.Isolation, m) {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // allowedHosts checks a request's allowed hosts: only with network proxy,

@@ -1392,6 +1392,8 @@ export interface components {
             isolation: "host" | "container" | "vm";
             /** @description Accepted network modes; the first is the default. */
             network_modes: string[];
+            /** @description The network modes a create request may name on this server: those of network_modes that AGENTIC_ALLOWED_NETWORKS allows (every one for host isolation, which shares the host's network); others are 400 invalid_request. A request naming none gets the default (network_modes' first). */
+            allowed_network_modes: string[];
             /** @description Resource fields the runtime enforces (cpus, memory_mb, pids, disk_gb); any other is refused. */
             limits: string[];
             /** @description POST .../pause and .../resume work. */
