@@ -72,7 +72,7 @@ func (c *cli) ls(args []string) int {
 	if err != nil || resp.JSON200 == nil {
 		return c.failed(server, err, resp)
 	}
-	return c.list(*asJSON, resp.Body, "", func(w io.Writer) {
+	return c.list(*asJSON, resp.Body, "TYPE\tMODE\tSIZE\tMODIFIED\tNAME", func(w io.Writer) {
 		for _, e := range resp.JSON200.Entries {
 			name := clean(e.Name)
 			if e.LinkTarget != nil {

@@ -12,13 +12,16 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentic-sandbox/agentic-sandbox/core/task"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
 )
 
 const taskUsage = `Usage:
   agenticctl task submit -f MANIFEST.yaml [--follow] [--idempotency-key K] [--dry-run]
-                                  submit a task ('-' reads stdin); --follow shows its phases
-                                  and progress and exits with its outcome (0: completed)
+                                  submit a task ('-' reads stdin); --follow shows its phases,
+                                  then its progress as it comes (claude's tool calls, messages
+                                  and result; the run's output lines, '| ' before each) and
+                                  exits with its outcome (0: completed; the run's exit code)
   agenticctl task list [--state S,S] [--label k=v] [--json]
   agenticctl task get ID          the task as JSON
   agenticctl task cancel ID       end its process and environment
@@ -88,55 +91,8 @@ func (c *cli) taskSubmit(args []string) int {
 		return 0
 	}
 	fmt.Fprintf(c.stderr, "task %s\n", id)
-	return c.followTask(cl, server, id)
-}
-
-// followTask shows each phase with when it began, then the progress as it
-// changes, and exits with the outcome.
-func (c *cli) followTask(cl *restapi.ClientWithResponses, server, id string) int {
-	seenPhases, lastProgress := 0, ""
-	for {
-		resp, err := cl.GetTaskWithResponse(context.Background(), id)
-		if err != nil || resp.JSON200 == nil {
-			return c.failed(server, err, resp)
-		}
-		t := resp.JSON200
-		for ; seenPhases < len(t.Phases); seenPhases++ {
-			p := t.Phases[seenPhases]
-			took := ""
-			if seenPhases > 0 {
-				took = fmt.Sprintf(" (%s took %s)", t.Phases[seenPhases-1].State, p.At.Sub(t.Phases[seenPhases-1].At).Round(time.Millisecond))
-			}
-			fmt.Fprintf(c.stdout, "%s  %s%s\n", p.At.UTC().Format("15:04:05.000"), cell(p.State), took)
-		}
-		pr := t.Progress
-		line := fmt.Sprintf("  output %d B, tool calls %d, turns %d, cost $%.4f", pr.OutputBytes, pr.ToolCalls, pr.Turns, pr.CostUsd)
-		if pr.CurrentTool != nil {
-			line += ", tool " + cell(*pr.CurrentTool)
-		}
-		if t.State == "running" && line != lastProgress {
-			fmt.Fprintln(c.stdout, line)
-			lastProgress = line
-		}
-		switch t.State {
-		case "completed":
-			return 0
-		case "failed", "failed_preserved", "cancelled":
-			reason, msg := "", ""
-			if t.Reason != nil {
-				reason = *t.Reason
-			}
-			if t.Error != nil {
-				msg = *t.Error
-			}
-			fmt.Fprintf(c.stderr, "agenticctl: task %s %s: %s %s\n", id, t.State, cell(reason), clip(msg))
-			if t.ExitCode != nil && *t.ExitCode > 0 && *t.ExitCode < 256 {
-				return *t.ExitCode
-			}
-			return exitError
-		}
-		time.Sleep(300 * time.Millisecond)
-	}
+	m, err := task.Parse(doc)
+	return c.followTask(cl, server, id, err == nil && m.Claude != nil)
 }
 
 func (c *cli) taskList(args []string) int {

@@ -49,3 +49,54 @@ func TestDeleteByName(t *testing.T) {
 		t.Fatalf("requests %v", got)
 	}
 }
+
+// task submit --follow shows what the server streams: each phase with how
+// long the one before took, claude's tool calls, messages and result, the
+// run's own output lines (not claude's stream-json), and at the end the
+// reason once, the error with what to do, and the run's exit code. It
+// showed phases only, and "non_zero_exit non_zero_exit (exit code 127)".
+func TestTaskSubmitFollowShowsProgress(t *testing.T) {
+	const stream = "id: 1\nevent: state\ndata: {\"state\":\"pending\",\"at\":\"2026-05-09T07:00:00Z\"}\n\n" +
+		"id: 2\nevent: state\ndata: {\"state\":\"running\",\"at\":\"2026-05-09T07:00:01.5Z\"}\n\n" +
+		"id: 3\nevent: output\ndata: {\"offset\":0,\"data\":\"{\\\"type\\\":\\\"assistant\\\"}\\nwarning: slow dis\"}\n\n" +
+		"id: 4\nevent: activity\ndata: {\"kind\":\"tool_call\",\"tool_name\":\"Edit\"}\n\n" +
+		"id: 5\nevent: output\ndata: {\"offset\":40,\"data\":\"k\\n\"}\n\n" +
+		"id: 6\nevent: activity\ndata: {\"kind\":\"assistant_text\",\"text\":\"I fixed it.\\nMore.\"}\n\n" +
+		"id: 7\nevent: activity\ndata: {\"kind\":\"result\",\"text\":\"done\"}\n\n" +
+		"id: 8\nevent: state\ndata: {\"state\":\"failed\",\"at\":\"2026-05-09T07:00:03Z\",\"reason\":\"non_zero_exit\"}\n\n" +
+		"id: 9\nevent: end\ndata: {\"id\":\"t1\",\"name\":\"x\",\"labels\":{},\"state\":\"failed\",\"reason\":\"non_zero_exit\"," +
+		"\"error\":\"exit code 127: command not found: \\\"claude\\\" — use an image that has Claude Code\",\"exit_code\":127," +
+		"\"created_at\":\"2026-05-09T07:00:00Z\",\"state_changed_at\":\"2026-05-09T07:00:03Z\",\"phases\":[]," +
+		"\"environment\":{\"name\":\"task-1\",\"runtime\":\"host\"},\"progress\":{\"output_bytes\":42,\"tool_calls\":1,\"turns\":2,\"cost_usd\":0.25}}\n\n"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method + " " + r.URL.Path {
+		case "POST /api/v1/tasks":
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusAccepted)
+			fmt.Fprint(w, `{"task_id":"t1","state":"pending"}`)
+		case "GET /api/v1/tasks/t1/events":
+			w.Header().Set("Content-Type", "text/event-stream")
+			fmt.Fprint(w, stream)
+		default:
+			http.Error(w, `{"code":"not_found","error":"no"}`, http.StatusNotFound)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	f := &fixture{url: srv.URL}
+	r := f.run(t, "claude: {prompt: fix it}\n", "task", "submit", "-f", "-", "--follow")
+	want := "07:00:00.000  pending\n" +
+		"07:00:01.500  running (pending took 1.5s)\n" +
+		"  tool Edit\n" +
+		"  | warning: slow disk\n" +
+		"  claude: I fixed it. …\n" +
+		"  result: done\n" +
+		"07:00:03.000  failed (running took 1.5s)\n" +
+		"  output 42 B, tool calls 1, turns 2, cost $0.2500\n"
+	if r.stdout != want {
+		t.Errorf("stdout:\n%s\nwant:\n%s", r.stdout, want)
+	}
+	wantErr := "task t1\nagenticctl: task t1 failed (non_zero_exit): exit code 127: command not found: \"claude\" — use an image that has Claude Code\n"
+	if r.code != 127 || r.stderr != wantErr {
+		t.Errorf("exit %d, stderr:\n%s\nwant 127 and:\n%s", r.code, r.stderr, wantErr)
+	}
+}
