@@ -63,7 +63,16 @@ func (c *cli) attach(args []string) int {
 	if err != nil {
 		return c.fail("%v", err)
 	}
-	return c.attachTo(wsURL, token, flags.Arg(0), detach, o)
+	role := "controller"
+	if o.observe {
+		role = "observer"
+	}
+	join := attachFrame{Type: "join_session", ID: "join", SessionID: flags.Arg(0), Role: role}
+	if o.from >= 0 {
+		from := uint64(o.from)
+		join.ReplayFrom = &from
+	}
+	return c.attachTo(wsURL, token, join, detach, o)
 }
 
 // parseDetachKey maps "ctrl-X" to its control byte; "none" is -1.
@@ -77,6 +86,15 @@ func parseDetachKey(s string) (int, error) {
 		return 0, fmt.Errorf("detach key %q: want ctrl-<char> such as ctrl-] or ctrl-q, or none", s)
 	}
 	return int(strings.ToUpper(rest)[0] & 0x1f), nil
+}
+
+// detachName is how the detach key is shown: "Ctrl-]", or "no key".
+func detachName(s string) string {
+	s = strings.ToLower(strings.TrimSpace(s))
+	if s == "none" || s == "" {
+		return "no key"
+	}
+	return "Ctrl-" + strings.ToUpper(strings.TrimPrefix(s, "ctrl-"))
 }
 
 // wsURL is --ws, else AGENTIC_WS, else the REST server's host with port-1.
@@ -121,12 +139,24 @@ type attachFrame struct {
 	Code      string `json:"code,omitempty"`
 	Message   string `json:"message,omitempty"`
 	From      uint64 `json:"from,omitempty"`
-	To        uint64 `json:"to,omitempty"`
+	// What start_shell and create_session send.
+	AgentID     string            `json:"agent_id,omitempty"`
+	Name        string            `json:"name,omitempty"`
+	SessionType string            `json:"session_type,omitempty"`
+	Command     string            `json:"command,omitempty"`
+	Args        []string          `json:"args,omitempty"`
+	Cwd         string            `json:"cwd,omitempty"`
+	Env         map[string]string `json:"env,omitempty"`
+	To          uint64            `json:"to,omitempty"`
 	// ReplayFrom is a pointer: 0 is a real offset.
 	ReplayFrom *uint64 `json:"replay_from,omitempty"`
 }
 
-func (c *cli) attachTo(wsURL, token, id string, detach int, o attachOptions) int {
+// attachTo opens the client WebSocket, sends open — join_session for an
+// existing session, or start_shell / create_session to make one (its id
+// comes back in session_started) — and then plays the terminal until the
+// session ends (its exit code), the detach key (0) or an error (1).
+func (c *cli) attachTo(wsURL, token string, open attachFrame, detach int, o attachOptions) int {
 	h := http.Header{}
 	h.Set("Authorization", "Bearer "+token)
 	h.Set("User-Agent", "agenticctl")
@@ -144,18 +174,6 @@ func (c *cli) attachTo(wsURL, token, id string, detach int, o attachOptions) int
 		wmu.Lock()
 		defer wmu.Unlock()
 		return ws.WriteJSON(f)
-	}
-	role := "controller"
-	if o.observe {
-		role = "observer"
-	}
-	join := attachFrame{Type: "join_session", ID: "join", SessionID: id, Role: role}
-	if o.from >= 0 {
-		from := uint64(o.from)
-		join.ReplayFrom = &from
-	}
-	if err := send(join); err != nil {
-		return c.fail("join: %v", err)
 	}
 
 	// A terminal on stdin goes raw: every key reaches the session as typed.
@@ -177,10 +195,26 @@ func (c *cli) attachTo(wsURL, token, id string, detach int, o attachOptions) int
 	if tty {
 		nl = "\r\n" // raw mode: no output processing
 	}
+	// A session made here starts at this terminal's size.
+	if open.Type != "join_session" && size != nil {
+		if w, h, ok := size(); ok && w <= 1000 && h <= 1000 {
+			open.Cols, open.Rows = w, h
+		}
+	}
+	if err := send(open); err != nil {
+		return c.fail("%s: %v", open.Type, err)
+	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	result := make(chan int, 2)
+	// id is the session's; ready is closed once it is known (at once for
+	// join_session, with session_started for a session made here).
+	id := open.SessionID
+	ready := make(chan struct{})
+	if id != "" {
+		close(ready)
+	}
 
 	// Output, role and end of the session.
 	go func() {
@@ -194,8 +228,19 @@ func (c *cli) attachTo(wsURL, token, id string, detach int, o attachOptions) int
 				return
 			}
 			switch f.Type {
+			case "session_started":
+				if f.ID == open.ID && id == "" {
+					id = f.SessionID
+					close(ready)
+					what := "session"
+					if open.Type == "start_shell" {
+						what = "shell"
+					}
+					fmt.Fprintf(c.stderr, "[agenticctl: %s %s on %s (session %s); %s detaches, leaving it running]%s",
+						what, clean(f.Name), clean(f.AgentID), clean(id), detachName(o.detachKey), nl)
+				}
 			case "output":
-				if f.SessionID != id {
+				if id == "" || f.SessionID != id {
 					continue
 				}
 				b := []byte(f.Data)
@@ -215,7 +260,7 @@ func (c *cli) attachTo(wsURL, token, id string, detach int, o attachOptions) int
 					redraw(send, id, size)
 				}
 			case "session_exited":
-				if f.SessionID != id {
+				if id == "" || f.SessionID != id {
 					continue
 				}
 				code := 0
@@ -226,8 +271,11 @@ func (c *cli) attachTo(wsURL, token, id string, detach int, o attachOptions) int
 				result <- code
 				return
 			case "error":
-				fmt.Fprintf(c.stderr, "%s[agenticctl: %s: %s]%s", nl, f.Code, f.Message, nl)
-				if f.ID == "join" {
+				fmt.Fprintf(c.stderr, "%s[agenticctl: %s: %s]%s", nl, clean(f.Code), clean(f.Message), nl)
+				if f.ID == open.ID {
+					if hint := c.openHint(open, f.Code); hint != "" {
+						fmt.Fprintf(c.stderr, "[agenticctl: %s]%s", hint, nl)
+					}
 					result <- exitError
 					return
 				}
@@ -241,6 +289,11 @@ func (c *cli) attachTo(wsURL, token, id string, detach int, o attachOptions) int
 		signal.Notify(winch, syscall.SIGWINCH)
 		defer signal.Stop(winch)
 		go func() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-ready:
+			}
 			for {
 				select {
 				case <-ctx.Done():
@@ -254,8 +307,14 @@ func (c *cli) attachTo(wsURL, token, id string, detach int, o attachOptions) int
 		}()
 	}
 
-	// Keys, until the detach key or the end of stdin.
+	// Keys, until the detach key or the end of stdin; none before the
+	// session exists.
 	go func() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ready:
+		}
 		buf := make([]byte, 4096)
 		for {
 			n, err := c.stdin.Read(buf)
@@ -278,7 +337,7 @@ func (c *cli) attachTo(wsURL, token, id string, detach int, o attachOptions) int
 			if detached || err != nil {
 				if detached {
 					_ = send(attachFrame{Type: "leave_session", SessionID: id})
-					fmt.Fprintf(c.stderr, "%s[agenticctl: detached from %s; it goes on]%s", nl, id, nl)
+					fmt.Fprintf(c.stderr, "%s[agenticctl: detached from %s; it goes on. Re-attach: agenticctl attach %s]%s", nl, id, id, nl)
 					result <- 0
 				}
 				// End of stdin: keep showing output until the session ends.

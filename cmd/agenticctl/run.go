@@ -52,6 +52,9 @@ Commands:
                          write a session's raw output to stdout (-f: follow until it ends)
   attach [--observe] [--detach-key ctrl-]] SESSION
                          attach this terminal to a session (detach: Ctrl-])
+  shell AGENT|ENV [-- CMD …]
+                         start a shell there and attach to it, like 'docker exec -it'
+                         (detach: Ctrl-]; exits with the shell's exit code)
   env create|list|get|stop|start|rm|runtimes
                          environments (host processes, containers, VMs) and their agents
                          ('agenticctl env help')
@@ -103,6 +106,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer, env func(stri
 		{[]string{"sessions", "session"}, c.sessions},
 		{[]string{"logs"}, c.logs},
 		{[]string{"attach"}, c.attach},
+		{[]string{"shell"}, c.shell},
 		{[]string{"env", "environments"}, c.environments},
 		{[]string{"task", "tasks"}, c.task},
 		{[]string{"pool", "pools"}, c.pools},
