@@ -65,17 +65,30 @@ func readCmdline(pid int) ([]string, error) {
 	return strings.Split(string(data), "\x00"), nil
 }
 
-// procUID is the real owner of the process.
+// procUID is the real uid of the process, from its status: the owner of
+// /proc/<pid> is root for an undumpable process, as agents are.
 func procUID(pid int) (int, error) {
-	fi, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
+	uid, err := procUID32(pid)
+	return int(uid), err
+}
+
+// procUID32 is procUID as a uid.
+func procUID32(pid int) (uint32, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return 0, errors.New("no stat_t")
+	for line := range strings.Lines(string(data)) {
+		if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
+			f := strings.Fields(rest)
+			if len(f) == 0 {
+				break
+			}
+			uid, err := strconv.ParseUint(f[0], 10, 32)
+			return uint32(uid), err
+		}
 	}
-	return int(st.Uid), nil
+	return 0, errors.New("no Uid in status")
 }
 
 // processExists is kill(pid, 0): EPERM still means it exists.
@@ -396,7 +409,96 @@ func (u *AgentUser) prepare(l *agentLaunch) error {
 	}
 	l.dir = home
 	l.env = append(l.env, "HOME="+home, "TMPDIR="+home, "TMUX_TMPDIR="+home, "USER="+u.Name, "LOGNAME="+u.Name)
+	// The server's PATH (root's: /root/go/bin first, say) is not the
+	// user's: only what it can search is kept, so a missing program is
+	// "not found" (127) rather than a "permission denied" on the way.
+	path, _ := lastEnv(l.env, "PATH")
+	l.env = append(withoutEnv(l.env, "PATH"), "PATH="+usablePath(path, u.UID, u.GID))
 	return nil
+}
+
+// DefaultPath is a host agent's PATH when its user can search no entry of
+// the server's.
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// usablePath is path without the entries uid:gid cannot search (relative
+// ones, repeats, and those with a directory on the way it may not enter,
+// by the mode bits), in order; DefaultPath when nothing is left.
+func usablePath(path string, uid, gid uint32) string {
+	var kept []string
+	seen := map[string]bool{}
+	for _, d := range filepath.SplitList(path) {
+		if !filepath.IsAbs(d) || seen[d] {
+			continue
+		}
+		seen[d] = true
+		if searchable(d, uid, gid) {
+			kept = append(kept, d)
+		}
+	}
+	if len(kept) == 0 {
+		return DefaultPath
+	}
+	return strings.Join(kept, string(filepath.ListSeparator))
+}
+
+// searchable says whether uid:gid (with no other groups) may search dir
+// and every directory on the way to it, as written and once its symbolic
+// links are resolved.
+func searchable(dir string, uid, gid uint32) bool {
+	resolved, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return false
+	}
+	for _, p := range []string{filepath.Clean(dir), resolved} {
+		for d := p; ; d = filepath.Dir(d) {
+			fi, err := os.Stat(d)
+			if err != nil || !fi.IsDir() {
+				return false
+			}
+			st, ok := fi.Sys().(*syscall.Stat_t)
+			if !ok {
+				return false
+			}
+			if uid != 0 {
+				bit := os.FileMode(0o001)
+				switch {
+				case st.Uid == uid:
+					bit = 0o100
+				case st.Gid == gid:
+					bit = 0o010
+				}
+				if fi.Mode().Perm()&bit == 0 {
+					return false
+				}
+			}
+			if d == "/" {
+				break
+			}
+		}
+	}
+	return true
+}
+
+// lastEnv is key's value in env (the last entry wins, as in exec.Cmd).
+func lastEnv(env []string, key string) (string, bool) {
+	for i := len(env) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(env[i], key+"="); ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// withoutEnv is env without key's entries.
+func withoutEnv(env []string, key string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, key+"=") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // ownDir makes dir (0700) and gives it to uid:gid.

@@ -87,10 +87,10 @@ func ParseUIDRange(s string) (first, last uint32, err error) {
 	return uint32(f), uint32(l), nil
 }
 
-func (u *Users) slots() int { return int(u.cfg.Last-u.cfg.First+1) / 2 }
+func (u *Users) slots() uint32 { return (u.cfg.Last - u.cfg.First + 1) / 2 }
 
-func (u *Users) agentUID(slot int) uint32    { return u.cfg.First + 2*uint32(slot) }
-func (u *Users) workloadUID(slot int) uint32 { return u.cfg.First + 2*uint32(slot) + 1 }
+func (u *Users) agentUID(slot uint32) uint32    { return u.cfg.First + 2*slot }
+func (u *Users) workloadUID(slot uint32) uint32 { return u.cfg.First + 2*slot + 1 }
 
 // workloadName is the passwd name of a slot's workload user.
 func workloadName(uid uint32) string { return fmt.Sprintf("agentic-%d", uid) }
@@ -256,7 +256,7 @@ func (u *Users) Release(key string) error {
 
 // freeSlot is the lowest slot no server claims whose uids are unused: no
 // passwd or group entry but our own, and no process running as them.
-func (u *Users) freeSlot() (int, error) {
+func (u *Users) freeSlot() (uint32, error) {
 	busy := uidsInUse()
 	for s := range u.slots() {
 		a, w := u.agentUID(s), u.workloadUID(s)
@@ -355,8 +355,8 @@ func ensureUser(name string, id uint32, home string) error {
 func uidsInUse() map[uint32]bool {
 	busy := map[uint32]bool{}
 	for _, pid := range allPids() {
-		if uid, err := procUID(pid); err == nil {
-			busy[uint32(uid)] = true
+		if uid, err := procUID32(pid); err == nil {
+			busy[uid] = true
 		}
 	}
 	return busy
@@ -377,7 +377,7 @@ func allPids() []int {
 func processesOf(uid uint32) []int {
 	var out []int
 	for _, pid := range allPids() {
-		if owner, err := procUID(pid); err == nil && uint32(owner) == uid {
+		if owner, err := procUID32(pid); err == nil && owner == uid {
 			if st, err := readProcStat(pid); err == nil && !st.dead() {
 				out = append(out, pid)
 			}
@@ -390,7 +390,7 @@ func processesOf(uid uint32) []int {
 // that uid, which the kernel applies to all of them at once, so not even
 // a fork loop escapes; repeated until none is left.
 func KillUser(uid, gid uint32) error {
-	if uid == 0 || uint32(os.Geteuid()) == uid {
+	if me, _ := procUID32(os.Getpid()); uid == 0 || me == uid {
 		return fmt.Errorf("hostsup: refusing to kill every process of uid %d", uid)
 	}
 	for range 50 {
@@ -425,8 +425,8 @@ func endOrphans(ns string, uids []uint32) {
 		return
 	}
 	for _, pid := range allPids() {
-		uid, err := procUID(pid)
-		if err != nil || !slices.Contains(uids, uint32(uid)) || userNS(pid) != ns || inTmuxServer(pid) {
+		uid, err := procUID32(pid)
+		if err != nil || !slices.Contains(uids, uid) || userNS(pid) != ns || inTmuxServer(pid) {
 			continue
 		}
 		_ = syscall.Kill(pid, syscall.SIGKILL)
