@@ -325,3 +325,42 @@ func procUID(pid int) (int, error) {
 	}
 	return 0, fmt.Errorf("no Uid in /proc/%d/status", pid)
 }
+
+// A restarted server finds its host agents, running as users of their own
+// (their /proc files root's, as they are undumpable), and adopts them
+// instead of starting duplicates.
+func TestHostAgentsWithTheirOwnUsersAreAdopted(t *testing.T) {
+	needRoot(t)
+	dataDir := t.TempDir()
+	s := startServer(t, 1, dataDir, defaultHostUsers)
+	createHostEnv(t, s, "kept")
+	hostPID := agentPID(t, filepath.Join(dataDir, "host-agents", "host-01.pid"))
+	envPID := agentPID(t, filepath.Join(dataDir, "host-envs", "kept", "agent.pid"))
+	s.Kill()
+	s2 := restart(t, s)
+	waitAgents(t, s2, "host-01", "kept")
+	out, _ := shell(t, s2, "kept", "id -un")
+	if !strings.HasPrefix(out, "agentic-") {
+		t.Fatalf("kept's commands run as %q", out)
+	}
+	if got := agentPID(t, filepath.Join(dataDir, "host-agents", "host-01.pid")); got != hostPID || !harness.Alive(hostPID) {
+		t.Fatalf("host-01 was not adopted: pid %d, was %d", got, hostPID)
+	}
+	if got := agentPID(t, filepath.Join(dataDir, "host-envs", "kept", "agent.pid")); got != envPID || !harness.Alive(envPID) {
+		t.Fatalf("kept's agent was not adopted: pid %d, was %d", got, envPID)
+	}
+	for _, id := range []string{"host-01", "kept"} {
+		if n := len(pidsWhere(agentCmdline(dataDir, id))); n > 1 {
+			t.Fatalf("%d agent processes for %s", n, id)
+		}
+	}
+}
+
+// agentCmdline is the command line the server starts agent id with.
+func agentCmdline(dataDir, id string) string {
+	key := filepath.Join(dataDir, "host-agents", id+".pid")
+	if !strings.HasPrefix(id, "host-") {
+		key = filepath.Join(dataDir, "host-envs", id)
+	}
+	return filepath.Join(hostsup.AgentTmpDir(key), "agentic-agent") + "\x00--id\x00" + id + "\x00"
+}
