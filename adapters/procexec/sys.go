@@ -18,7 +18,10 @@ import (
 // lookPath resolves name like exec.LookPath, but searches the PATH of the
 // child's environment (falling back to ours), since that is the PATH the
 // command is meant to run with. A relative name with a slash is taken
-// relative to dir, where the child will be.
+// relative to dir, where the child will be. Like a shell, it skips the
+// entries it cannot look into (a directory it may not search, one that is
+// missing or not a directory): only a file found that cannot be run makes
+// a permission error (126), anything else is not found (127).
 func lookPath(name, dir string, env []string) (string, error) {
 	if name == "" {
 		return "", errors.New("empty command")
@@ -45,7 +48,12 @@ func lookPath(name, dir string, env []string) (string, error) {
 			continue
 		}
 		p := filepath.Join(d, name)
-		err := checkExecutable(p)
+		fi, err := os.Stat(p) //nolint:gosec // a PATH lookup: stat of a candidate, nothing opened
+		if err != nil {
+			// Not there, or d cannot be searched (EACCES): not found here.
+			continue
+		}
+		err = executable(p, fi)
 		if err == nil {
 			return p, nil
 		}
@@ -66,10 +74,15 @@ func checkExecutable(file string) error {
 	if err != nil {
 		return err
 	}
+	return executable(file, fi)
+}
+
+// executable says whether file, whose stat is fi, may be run by us.
+func executable(file string, fi fs.FileInfo) error {
 	if fi.IsDir() {
 		return &fs.PathError{Op: "exec", Path: file, Err: syscall.EISDIR}
 	}
-	err = unix.Faccessat(unix.AT_FDCWD, file, unix.X_OK, unix.AT_EACCESS)
+	err := unix.Faccessat(unix.AT_FDCWD, file, unix.X_OK, unix.AT_EACCESS)
 	if err == nil {
 		return nil
 	}
