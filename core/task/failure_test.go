@@ -117,3 +117,32 @@ func TestFailureMessage(t *testing.T) {
 		}
 	}
 }
+
+// The event stream says running before any of the run's output: a process
+// that writes at once (claude's init line) wrote before it (a follower
+// showed claude's activity under ready).
+func TestRunningComesBeforeTheRunsOutput(t *testing.T) {
+	link := portsfake.NewLink(portsfake.OnStart(func(c *portsfake.Command) { c.Stdout("at once\n") }),
+		portsfake.WithScript(func(c *portsfake.Command) { c.Exit(0) }))
+	s := New(Config{Store: portsfake.NewTaskStore(), Workspace: &fakeWorkspace{}, Environments: &fakeEnvs{envs: map[string]environment.Environment{}},
+		Files: fakeFiles{}, Link: link, Secrets: noSecrets{}, Clock: clock.Wall{}, IDs: &seq{}, DefaultRuntime: "host"})
+	t.Cleanup(s.Close)
+	sub, err := s.Submit(context.Background(), []byte("command: {argv: [echo, at once]}\n"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Within(15*time.Second, func() bool { got, _ := s.Get(sub.Task.ID); return State(got.State).Terminal() })
+	events, _, _, _ := s.Events(sub.Task.ID, 0)
+	var order []string
+	for _, ev := range events {
+		switch d := ev.Data.(type) {
+		case StateData:
+			order = append(order, d.State)
+		case OutputData:
+			order = append(order, "output")
+		}
+	}
+	if strings.Join(order, ",") != "pending,staging,provisioning,ready,running,output,completing,completed" {
+		t.Errorf("events in the order %v", order)
+	}
+}

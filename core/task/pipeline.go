@@ -93,10 +93,9 @@ func (s *Service) run(ctx context.Context, e *entry) {
 			if reason, err = s.waitReady(ctx, e); err != nil {
 				break
 			}
+			// launch moves it to running just before the process starts, so
+			// its output never comes before that state in the event stream.
 			cmd, reason, err = s.launch(ctx, e)
-			if err == nil {
-				s.transition(e, Running)
-			}
 		case Running:
 			var end RunEnd
 			end, err = s.wait(ctx, e, cmd)
@@ -230,8 +229,8 @@ func (s *Service) waitReady(ctx context.Context, e *entry) (Reason, error) {
 	}
 }
 
-// launch uploads the workspace and starts the run, detached so that it
-// outlives a restart of the server.
+// launch uploads the workspace, moves the task to running and starts the
+// run, detached so that it outlives a restart of the server.
 func (s *Service) launch(ctx context.Context, e *entry) (ports.Command, Reason, error) {
 	agent := e.rec.AgentID
 	// Where relative paths start on the agent, asked while the tree goes
@@ -279,6 +278,9 @@ func (s *Service) launch(ctx context.Context, e *entry) (ports.Command, Reason, 
 	s.mu.Unlock()
 	commandID := "task-" + e.rec.ID
 	s.update(e, func(r *ports.TaskRecord) { r.Workspace, r.CommandID = l.Path, commandID })
+	// Running from here: a restart now binds to the command id (and fails
+	// the task as lost if the agent never got it), as it does from ready.
+	s.transition(e, Running)
 	cmd, err := s.cfg.Link.Start(ctx, agent, ports.CommandSpec{
 		Command: argv[0], Args: argv[1:], WorkingDir: dir, Env: env, Timeout: e.manifest.Lifecycle.Timeout,
 		// No session type: the run is the task's, not a session the
