@@ -34,7 +34,7 @@ func provideEnvironments(cfg Config, rts *Runtimes, svc *agentrpc.Service, ms *m
 		return nil, nil, fmt.Errorf("pool store: %w", err)
 	}
 	var bin string
-	if len(rts.Available) > 0 {
+	if len(rts.wanted()) > 0 {
 		b, err := agentBinary(cfg.AgentBinary)
 		if err != nil {
 			log.Error("environments cannot be provisioned without the agent binary", "err", err)
@@ -42,7 +42,8 @@ func provideEnvironments(cfg Config, rts *Runtimes, svc *agentrpc.Service, ms *m
 		bin = b
 	}
 	envs := environment.New(environment.Config{
-		Runtimes: rts.Available, Agents: svc, Credentials: creds, Clock: clock, Logger: log,
+		Runtimes: rts.snapshot(), Discover: rts.discover, DiscoverEvery: discoverEvery, Unavailable: rts.unavailable,
+		Agents: svc, Credentials: creds, Clock: clock, Logger: log,
 		Bootstrap:        ports.AgentBootstrap{Binary: bin, ServerURL: cfg.agentServerURL(), Socket: cfg.AgentSocket},
 		ObserveProvision: times.Observe,
 		AllowedNetworks:  cfg.AllowedNetworks,

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"log/slog"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/hostsup"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/rest"
@@ -42,5 +46,41 @@ func TestIsolationsAdvertiseOnlyConfiguredReachableTiers(t *testing.T) {
 		if i < 0 || checks[i].Ready == c.explicit {
 			t.Errorf("explicit=%v: readiness %+v; libvirt must be shown, and fail only when configured", c.explicit, checks)
 		}
+	}
+}
+
+// A runtime that does not answer at start is tried again; until it
+// answers, a request naming it is told why and how to get it.
+func TestUnreachableRuntimesSayHowToGetThem(t *testing.T) {
+	sock := "unix://" + t.TempDir() + "/docker.sock"
+	cfg := Config{DataDir: t.TempDir(), Runtimes: []string{"host", "docker"},
+		RuntimeOptions: map[string]any{"docker": dockerOptions{Host: sock}}}
+	rts, closeRts := provideRuntimes(cfg, slog.New(slog.DiscardHandler), nil)
+	defer closeRts()
+	if _, ok := rts.snapshot()["host"]; !ok {
+		t.Fatalf("host not available: %v", rts.Unreachable)
+	}
+	if _, ok := rts.Unreachable["docker"]; !ok {
+		t.Fatalf("docker with no daemon: unreachable %v", rts.Unreachable)
+	}
+	why := rts.unavailable("docker")
+	for _, want := range []string{"docker does not answer", "make docker", "DOCKER_HOST", "GET /api/v1/runtimes"} {
+		if !strings.Contains(why, want) {
+			t.Errorf("why docker is missing: %q; want it to say %q", why, want)
+		}
+	}
+	if why := rts.unavailable("libvirt"); !strings.Contains(why, "AGENTIC_RUNTIMES (host,docker) does not name libvirt") {
+		t.Errorf("a runtime AGENTIC_RUNTIMES leaves out: %q", why)
+	}
+	if why := rts.unavailable("nosuch"); !strings.Contains(why, "host, docker, libvirt") {
+		t.Errorf("an unknown runtime: %q", why)
+	}
+	// Still nothing there: tried again, nothing found, still unreachable.
+	rts.tried = map[string]time.Time{}
+	if found := rts.discover(context.Background()); len(found) != 0 {
+		t.Fatalf("discover found %v with no daemon", found)
+	}
+	if _, ok := rts.Unreachable["docker"]; !ok {
+		t.Fatal("docker no longer reported unreachable")
 	}
 }

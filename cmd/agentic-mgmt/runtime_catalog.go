@@ -6,9 +6,12 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"sort"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/hostsup"
@@ -17,15 +20,36 @@ import (
 )
 
 // Runtimes are the runtimes this server provisions environments with.
+// Those wanted but not answering are tried again (discover): every
+// discoverEvery, when the runtimes are listed and when a request names
+// one, so an engine started after the server is used without a restart.
 type Runtimes struct {
-	// Available answered at start.
+	mu sync.Mutex
+	// Available answer (at start, or since discovered).
 	Available map[string]ports.Runtime
-	// Unreachable were asked for (or found) but did not answer, with why.
+	// Unreachable were asked for (or found) but do not answer, with why.
 	Unreachable map[string]error
 	// explicit is whether AGENTIC_RUNTIMES chose them.
 	explicit bool
 	closers  []func()
+
+	// What discover needs to make a runtime.
+	cfg  Config
+	deps runtimeDeps
+	// probe keeps to one discover at a time; tried is when each runtime
+	// last failed to answer it, so that requests in a burst do not each
+	// wait on an engine that hangs.
+	probe sync.Mutex
+	tried map[string]time.Time
 }
+
+// discoverEvery is how often runtimes wanted but not answering are tried
+// again; a request naming one, or GET /api/v1/runtimes, tries at once.
+const discoverEvery = 15 * time.Second
+
+// retryAfter is how long a runtime that failed to answer is left alone
+// by on-demand tries.
+const retryAfter = time.Second
 
 // Isolations are the tiers to advertise: the host tier where host agents
 // run, container and VM where the operator configured those runtimes
@@ -41,7 +65,7 @@ func (r *Runtimes) Isolations(hostAgents bool) []ports.RuntimeKind {
 	if !r.explicit {
 		return out
 	}
-	for _, rt := range r.Available {
+	for _, rt := range r.snapshot() {
 		if iso := rt.Capabilities().Isolation; iso != ports.KindHost && !slices.Contains(out, iso) {
 			out = append(out, iso)
 		}
@@ -53,6 +77,8 @@ func (r *Runtimes) Isolations(hostAgents bool) []ports.RuntimeKind {
 // readiness reports each runtime; one asked for by AGENTIC_RUNTIMES that
 // does not answer makes the server unready, one only found does not.
 func (r *Runtimes) readiness() []rest.ReadinessCheck {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	var out []rest.ReadinessCheck
 	for name := range r.Available {
 		out = append(out, rest.ReadinessCheck{Name: "runtime_" + name, Ready: true, Detail: "reachable"})
@@ -64,9 +90,114 @@ func (r *Runtimes) readiness() []rest.ReadinessCheck {
 	return out
 }
 
+// snapshot is a copy of the runtimes available now.
+func (r *Runtimes) snapshot() map[string]ports.Runtime {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.Available)
+}
+
+// wanted are the runtimes this server uses when they answer:
+// AGENTIC_RUNTIMES's, else those found on this machine now.
+func (r *Runtimes) wanted() []string {
+	if r.explicit {
+		return r.cfg.Runtimes
+	}
+	var out []string
+	for _, e := range runtimeCatalog {
+		if e.Found(r.cfg) {
+			out = append(out, e.Name)
+		}
+	}
+	return out
+}
+
+// try makes a runtime and pings it; one that does not answer is released.
+func (r *Runtimes) try(ctx context.Context, name string, timeout time.Duration) (ports.Runtime, error) {
+	e, ok := catalogEntry(name)
+	if !ok { // config refuses unknown names; this is a programming error
+		return nil, fmt.Errorf("unknown runtime %q", name)
+	}
+	rt, closer, err := e.New(r.cfg, r.deps)
+	if err == nil {
+		pctx, cancel := context.WithTimeout(ctx, timeout)
+		err = rt.Ping(pctx)
+		cancel()
+	}
+	if err != nil {
+		if closer != nil {
+			closer()
+		}
+		return nil, err
+	}
+	if closer != nil {
+		r.mu.Lock()
+		r.closers = append(r.closers, closer)
+		r.mu.Unlock()
+	}
+	return rt, nil
+}
+
+// discover tries again the runtimes wanted that do not answer (an engine
+// started, or DOCKER_HOST's socket made, after this server) and returns
+// those that answer now, which become available.
+func (r *Runtimes) discover(ctx context.Context) map[string]ports.Runtime {
+	r.probe.Lock()
+	defer r.probe.Unlock()
+	found := map[string]ports.Runtime{}
+	for _, name := range r.wanted() {
+		r.mu.Lock()
+		_, have := r.Available[name]
+		r.mu.Unlock()
+		if have || time.Since(r.tried[name]) < retryAfter {
+			continue
+		}
+		rt, err := r.try(ctx, name, 3*time.Second)
+		r.mu.Lock()
+		if err != nil {
+			r.Unreachable[name] = err
+			r.tried[name] = time.Now()
+			r.mu.Unlock()
+			continue
+		}
+		delete(r.Unreachable, name)
+		delete(r.tried, name)
+		r.Available[name] = rt
+		r.mu.Unlock()
+		found[name] = rt
+		r.deps.Log.Info("runtime available now (found after start)", "runtime", name, "isolation", rt.Capabilities().Isolation)
+	}
+	return found
+}
+
+// unavailable says why a runtime is not offered and how to get it, for
+// the error of a request naming it.
+func (r *Runtimes) unavailable(name string) string {
+	e, ok := catalogEntry(name)
+	if !ok {
+		return "runtimes this server knows: " + strings.Join(runtimeNames(), ", ")
+	}
+	again := fmt.Sprintf("agentic-mgmt tries again every %s and on GET /api/v1/runtimes", discoverEvery)
+	r.mu.Lock()
+	err, unreachable := r.Unreachable[name]
+	r.mu.Unlock()
+	switch {
+	case r.explicit && !slices.Contains(r.cfg.Runtimes, name):
+		return fmt.Sprintf("AGENTIC_RUNTIMES (%s) does not name %s: add it and restart agentic-mgmt", strings.Join(r.cfg.Runtimes, ","), name)
+	case unreachable:
+		return fmt.Sprintf("%s does not answer (%v): %s; %s", name, err, e.HowTo, again)
+	default:
+		return fmt.Sprintf("%s is not found on this machine (it is used %s): %s; %s", name, unmark(e.FoundDoc), e.HowTo, again)
+	}
+}
+
 // Close releases the engines' connections.
 func (r *Runtimes) Close() {
-	for _, c := range r.closers {
+	r.mu.Lock()
+	closers := r.closers
+	r.closers = nil
+	r.mu.Unlock()
+	for _, c := range closers {
 		c()
 	}
 }
@@ -89,6 +220,9 @@ type runtimeDef[T any] struct {
 	Help string
 	// FoundDoc says when Found holds, after "found" (Markdown).
 	FoundDoc string
+	// HowTo says how to make it available where it is not (Markdown,
+	// a clause): the error of a request naming it carries it.
+	HowTo string
 	// DefaultRank orders the runtimes a task naming none runs on: the
 	// available one of the highest rank, else the lowest positive rank's.
 	// 0: never chosen by default.
@@ -108,17 +242,17 @@ type runtimeDef[T any] struct {
 // runtimeEntry is a runtimeDef with its options' type erased, so that the
 // catalog can list runtimes of different options.
 type runtimeEntry struct {
-	Name, Help, FoundDoc string
-	DefaultRank          int
-	Settings             []setting
-	configure            func(v settingValues, cfg Config) (any, error)
-	found                func(opts any) bool
-	build                func(cfg Config, opts any, d runtimeDeps) (ports.Runtime, func(), error)
+	Name, Help, FoundDoc, HowTo string
+	DefaultRank                 int
+	Settings                    []setting
+	configure                   func(v settingValues, cfg Config) (any, error)
+	found                       func(opts any) bool
+	build                       func(cfg Config, opts any, d runtimeDeps) (ports.Runtime, func(), error)
 }
 
 func (d runtimeDef[T]) entry() runtimeEntry {
 	return runtimeEntry{
-		Name: d.Name, Help: d.Help, FoundDoc: d.FoundDoc, DefaultRank: d.DefaultRank, Settings: d.Settings,
+		Name: d.Name, Help: d.Help, FoundDoc: d.FoundDoc, HowTo: d.HowTo, DefaultRank: d.DefaultRank, Settings: d.Settings,
 		configure: func(v settingValues, cfg Config) (any, error) {
 			var opts T
 			if d.Configure == nil {
@@ -191,35 +325,22 @@ func catalogEntry(name string) (runtimeEntry, bool) {
 }
 
 // provideRuntimes makes the runtimes AGENTIC_RUNTIMES names, else every
-// catalog entry found on this machine, and keeps those whose engine answers.
+// catalog entry found on this machine, and keeps those whose engine
+// answers; the others are tried again later (Runtimes.discover).
 func provideRuntimes(cfg Config, log *slog.Logger, hostUsers *hostsup.Users) (*Runtimes, func()) {
-	r := &Runtimes{Available: map[string]ports.Runtime{}, Unreachable: map[string]error{}, explicit: cfg.Runtimes != nil}
-	want := cfg.Runtimes
-	if want == nil {
-		for _, e := range runtimeCatalog {
-			if e.Found(cfg) {
-				want = append(want, e.Name)
-			}
-		}
-	}
-	for _, name := range want {
-		e, ok := catalogEntry(name)
-		if !ok { // config refuses unknown names; this is a programming error
-			r.Unreachable[name] = fmt.Errorf("unknown runtime %q", name)
-			continue
-		}
-		rt, closer, err := e.New(cfg, runtimeDeps{Log: log, HostUsers: hostUsers})
-		if err == nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			err = rt.Ping(ctx)
-			cancel()
-		}
-		if closer != nil {
-			r.closers = append(r.closers, closer)
-		}
+	r := &Runtimes{Available: map[string]ports.Runtime{}, Unreachable: map[string]error{}, explicit: cfg.Runtimes != nil,
+		cfg: cfg, deps: runtimeDeps{Log: log, HostUsers: hostUsers}, tried: map[string]time.Time{}}
+	for _, name := range r.wanted() {
+		rt, err := r.try(context.Background(), name, 5*time.Second)
 		if err != nil {
 			r.Unreachable[name] = err
-			log.Error("runtime unreachable; its environments and isolation tier are not offered", "runtime", name, "err", err)
+			r.tried[name] = time.Now()
+			level := slog.LevelWarn
+			if r.explicit {
+				level = slog.LevelError
+			}
+			log.Log(context.Background(), level, "runtime unreachable; its environments and isolation tier are not offered until it answers",
+				"runtime", name, "err", err, "how", unmark(r.unavailable(name)))
 			continue
 		}
 		r.Available[name] = rt
@@ -239,7 +360,8 @@ func defaultTaskRuntime(cfg Config, rts *Runtimes) string {
 	if cfg.TaskRuntime != "" {
 		return cfg.TaskRuntime
 	}
-	return defaultRuntime(func(name string) bool { _, ok := rts.Available[name]; return ok })
+	avail := rts.snapshot()
+	return defaultRuntime(func(name string) bool { _, ok := avail[name]; return ok })
 }
 
 // defaultRuntime is the available runtime of the highest DefaultRank, else

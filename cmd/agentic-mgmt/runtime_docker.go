@@ -23,6 +23,7 @@ var dockerRuntime = runtimeDef[dockerOptions]{
 	Name:        docker.RuntimeName,
 	Help:        "a container on this machine's dockerd, of any image (the agent is mounted in), hardened, no network by default",
 	FoundDoc:    "when `DOCKER_HOST` is set or `" + dockerSocket + "` exists",
+	HowTo:       "start a dockerd on this machine (`make docker` starts a private one, which `make run` uses) or point `DOCKER_HOST` at one",
 	DefaultRank: 2,
 	Settings: []setting{
 		{Env: "DOCKER_HOST", DefaultDoc: "`unix://" + dockerSocket + "`",

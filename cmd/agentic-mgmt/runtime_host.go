@@ -13,6 +13,7 @@ var hostRuntime = runtimeDef[struct{}]{
 	Name:        hostsup.RuntimeName,
 	Help:        "an agent process on this machine in its own session and tmux server, sharing its network: no isolation",
 	FoundDoc:    "always",
+	HowTo:       "it needs no engine: name it in `AGENTIC_RUNTIMES`",
 	DefaultRank: 1,
 	Found:       func(struct{}) bool { return true },
 	New: func(cfg Config, _ struct{}, d runtimeDeps) (ports.Runtime, func(), error) {

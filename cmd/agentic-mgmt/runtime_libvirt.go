@@ -34,6 +34,7 @@ var libvirtRuntime = runtimeDef[libvirtOptions]{
 	Name:     libvirt.RuntimeName,
 	Help:     "a VM under libvirt and QEMU (the tiny image or a disk image), reaching the server over a virtio-serial channel",
 	FoundDoc: "when `LIBVIRT_DEFAULT_URI` is set or `" + libvirtSocket + "` exists",
+	HowTo:    "start libvirtd on this machine (`make test-env` installs libvirt and QEMU and starts `virtlogd` and `libvirtd`) or point `LIBVIRT_DEFAULT_URI` at one",
 	Settings: []setting{
 		{Env: "LIBVIRT_DEFAULT_URI", DefaultDoc: "`qemu:///system`", Doc: "where the libvirt runtime reaches libvirtd"},
 		{Env: "AGENTIC_VM_IMAGE_DIR", Flag: "vm-image-dir", Default: "./build/vm",

@@ -80,9 +80,9 @@ func (s *Service) CheckPool(p ports.Pool) error {
 	if p.Size < 0 || p.Size > MaxPoolSize {
 		return fmt.Errorf("%w: size %d: 0 to %d", ports.ErrInvalidSpec, p.Size, MaxPoolSize)
 	}
-	rt, ok := s.cfg.Runtimes[p.Runtime]
+	rt, ok := s.runtime(p.Runtime)
 	if !ok {
-		return fmt.Errorf("%w: %q (configured: %v)", ErrUnknownRuntime, p.Runtime, s.names())
+		return s.unknownRuntime(p.Runtime)
 	}
 	req := poolRequest(p, p.Name+"-00000000")
 	if err := s.networkAllowed(req, rt); err != nil {
@@ -464,7 +464,7 @@ func (s *Service) recoverPools(ctx context.Context) map[string]string {
 	}
 	s.mu.Lock()
 	for _, d := range defs {
-		if _, ok := s.cfg.Runtimes[d.Runtime]; ok {
+		if _, ok := s.runtime(d.Runtime); ok {
 			s.pools[d.Name] = &pool{def: d}
 		}
 	}
@@ -687,7 +687,7 @@ func (s *Service) dropRuntimeEnv(runtime, member, name string) {
 			s.cfg.Retire.RetireAgent(ctx, id, ports.ReasonEnvironmentDeleted)
 		}
 	}
-	if rt := s.cfg.Runtimes[runtime]; rt != nil {
+	if rt := s.runtimes()[runtime]; rt != nil {
 		if err := rt.Destroy(ctx, member); err != nil && !errors.Is(err, ports.ErrEnvNotFound) {
 			s.log.Error("a pool member could not be destroyed", "member", member, "err", err)
 		}

@@ -63,6 +63,16 @@ type Config struct {
 	RefillConcurrency int
 	// ObserveRefill records a member's provision time, by pool.
 	ObserveRefill func(pool string, d time.Duration)
+	// Discover, when set, returns the runtimes that have become available
+	// since it last answered (an engine started after this server). The
+	// service asks every DiscoverEvery (default 15 s) once recovered, when
+	// Runtimes is listed and when a request names a runtime it lacks, and
+	// takes a new runtime's environments and pools on as Recover does.
+	Discover      func(ctx context.Context) map[string]ports.Runtime
+	DiscoverEvery time.Duration
+	// Unavailable, when set, says why a runtime the service lacks is not
+	// offered and how to get it, for the error of a request naming it.
+	Unavailable func(name string) string
 	// Link, when set, warms each member up before it is idle: one `true`,
 	// so the caller's first command does not pay for a cold exec path (a
 	// VM under TCG translates it the first time: 50-90 ms, then 20 ms).
@@ -108,6 +118,10 @@ type Service struct {
 	life context.Context
 	end  context.CancelFunc
 
+	// rtMu guards cfg.Runtimes, which Discover adds to: a map never
+	// written once published (copied on write).
+	rtMu sync.RWMutex
+
 	mu    sync.Mutex
 	envs  map[string]*record
 	pools map[string]*pool
@@ -132,74 +146,184 @@ func New(cfg Config) *Service {
 	if cfg.RefillConcurrency <= 0 {
 		cfg.RefillConcurrency = 2
 	}
+	if cfg.DiscoverEvery <= 0 {
+		cfg.DiscoverEvery = 15 * time.Second
+	}
 	life, end := context.WithCancel(context.Background())
 	return &Service{cfg: cfg, log: cfg.Logger.With("component", "environments"), envs: map[string]*record{}, life: life, end: end,
 		pools: map[string]*pool{}, refill: make(chan struct{}, 1), slots: make(chan struct{}, cfg.RefillConcurrency)}
 }
 
-// Runtimes names the configured runtimes and their capabilities.
+// Runtimes names the configured runtimes and their capabilities, after
+// asking Discover for runtimes that have become available.
 func (s *Service) Runtimes() []ports.RuntimeCapabilities {
-	out := make([]ports.RuntimeCapabilities, 0, len(s.cfg.Runtimes))
-	for _, rt := range s.cfg.Runtimes {
+	s.discover(s.life)
+	rts := s.runtimes()
+	out := make([]ports.RuntimeCapabilities, 0, len(rts))
+	for _, rt := range rts {
 		out = append(out, rt.Capabilities())
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Runtime < out[j].Runtime })
 	return out
 }
 
+// runtimes are the runtimes now.
+func (s *Service) runtimes() map[string]ports.Runtime {
+	s.rtMu.RLock()
+	defer s.rtMu.RUnlock()
+	return s.cfg.Runtimes
+}
+
+// runtime is the runtime of that name, if the service has it.
+func (s *Service) runtime(name string) (ports.Runtime, bool) {
+	rt, ok := s.runtimes()[name]
+	return rt, ok
+}
+
+// discover asks Discover for runtimes that have become available and
+// takes each on.
+func (s *Service) discover(ctx context.Context) {
+	if s.cfg.Discover == nil {
+		return
+	}
+	found := s.cfg.Discover(ctx)
+	for _, name := range slices.Sorted(maps.Keys(found)) {
+		s.addRuntime(ctx, name, found[name])
+	}
+}
+
+// watchRuntimes asks Discover every DiscoverEvery until Close.
+func (s *Service) watchRuntimes() {
+	defer s.wg.Done()
+	tick := time.NewTicker(s.cfg.DiscoverEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.life.Done():
+			return
+		case <-tick.C:
+			s.discover(s.life)
+		}
+	}
+}
+
+// addRuntime offers a runtime found after start, and takes on what an
+// earlier run of the server left on it: its pools, their members and the
+// environments taken from them, and its environments.
+func (s *Service) addRuntime(ctx context.Context, name string, rt ports.Runtime) {
+	s.rtMu.Lock()
+	if _, dup := s.cfg.Runtimes[name]; dup {
+		s.rtMu.Unlock()
+		return
+	}
+	rts := maps.Clone(s.cfg.Runtimes)
+	if rts == nil {
+		rts = map[string]ports.Runtime{}
+	}
+	rts[name] = rt
+	s.cfg.Runtimes = rts
+	s.rtMu.Unlock()
+	s.log.Info("runtime found after start: offered now", "runtime", name)
+	var claims map[string]string
+	if s.cfg.Pools != nil {
+		defs, err := s.cfg.Pools.Pools(ctx)
+		if err != nil {
+			s.log.Error("pools could not be read: none kept on the runtime found", "runtime", name, "err", err)
+		}
+		if claims, err = s.cfg.Pools.Claims(ctx); err != nil {
+			// As at Recover: without the claims, taken environments would
+			// look like idle members; keep no pool of it instead.
+			s.log.Error("pool claims could not be read: no pool kept on the runtime found", "runtime", name, "err", err)
+			defs = nil
+		}
+		s.mu.Lock()
+		for _, d := range defs {
+			if _, kept := s.pools[d.Name]; !kept && d.Runtime == name {
+				s.pools[d.Name] = &pool{def: d}
+			}
+		}
+		s.mu.Unlock()
+	}
+	s.recoverRuntime(ctx, name, rt, claims)
+	s.kick()
+}
+
+// unknownRuntime is the error of a request naming a runtime the service
+// lacks, with why it is not offered and how to get it.
+func (s *Service) unknownRuntime(name string) error {
+	err := fmt.Errorf("%w: %q (configured: %v)", ErrUnknownRuntime, name, s.names())
+	if s.cfg.Unavailable != nil {
+		if why := s.cfg.Unavailable(name); why != "" {
+			err = fmt.Errorf("%w; %s", err, why)
+		}
+	}
+	return err
+}
+
 // Recover takes over the environments earlier runs of the server made,
 // and the pools: their members, and the environments taken from them.
 func (s *Service) Recover(ctx context.Context) {
 	claims := s.recoverPools(ctx)
-	for name, rt := range s.cfg.Runtimes {
-		envs, err := rt.Recover(ctx)
-		if err != nil {
-			s.log.Error("could not recover environments", "runtime", name, "err", err)
-			continue
-		}
-		now := s.cfg.Clock.Now()
-		s.mu.Lock()
-		for _, e := range envs {
-			if _, dup := s.envs[e.Name]; dup {
-				continue
-			}
-			env := fromRuntime(e, name)
-			env.Events = []Event{{At: now, Step: "recovered", Message: "found after a restart of agentic-mgmt"}}
-			rec := &record{env: env}
-			if pool := e.Labels[ports.LabelPool]; pool != "" {
-				if claim, ok := claims[e.Name]; ok {
-					// Taken before the restart: the caller's environment.
-					rec.runtimeName, rec.env.Name, rec.env.AgentID = e.Name, claim, claim
-				} else if _, kept := s.pools[pool]; kept {
-					rec.pool = pool
-				} else {
-					// Its pool was deleted meanwhile.
-					s.wg.Add(1)
-					go func(member, runtime string) {
-						defer s.wg.Done()
-						s.dropRuntimeEnv(runtime, member, member)
-					}(e.Name, name)
-					continue
-				}
-			}
-			if _, dup := s.envs[rec.env.Name]; dup {
-				continue
-			}
-			s.envs[rec.env.Name] = rec
-			// A running one is ready again when its agent reconnects, as
-			// after a start; nobody has to look at it first.
-			if env.State == StateBooting {
-				var wait context.Context
-				wait, rec.cancel = context.WithCancel(s.life)
-				s.wg.Add(1)
-				go s.awaitAgent(wait, rec.env.Name, name)
-			}
-		}
-		s.mu.Unlock()
-		s.changed()
-		s.log.Info("environments recovered", "runtime", name, "count", len(envs))
+	rts := s.runtimes()
+	for _, name := range slices.Sorted(maps.Keys(rts)) {
+		s.recoverRuntime(ctx, name, rts[name], claims)
 	}
 	s.startPools()
+	if s.cfg.Discover != nil {
+		s.wg.Add(1)
+		go s.watchRuntimes()
+	}
+}
+
+// recoverRuntime takes over the environments earlier runs of the server
+// made on one runtime; claims are the pools' (member → taken name).
+func (s *Service) recoverRuntime(ctx context.Context, name string, rt ports.Runtime, claims map[string]string) {
+	envs, err := rt.Recover(ctx)
+	if err != nil {
+		s.log.Error("could not recover environments", "runtime", name, "err", err)
+		return
+	}
+	now := s.cfg.Clock.Now()
+	s.mu.Lock()
+	for _, e := range envs {
+		if _, dup := s.envs[e.Name]; dup {
+			continue
+		}
+		env := fromRuntime(e, name)
+		env.Events = []Event{{At: now, Step: "recovered", Message: "found after a restart of agentic-mgmt"}}
+		rec := &record{env: env}
+		if pool := e.Labels[ports.LabelPool]; pool != "" {
+			if claim, ok := claims[e.Name]; ok {
+				// Taken before the restart: the caller's environment.
+				rec.runtimeName, rec.env.Name, rec.env.AgentID = e.Name, claim, claim
+			} else if _, kept := s.pools[pool]; kept {
+				rec.pool = pool
+			} else {
+				// Its pool was deleted meanwhile.
+				s.wg.Add(1)
+				go func(member, runtime string) {
+					defer s.wg.Done()
+					s.dropRuntimeEnv(runtime, member, member)
+				}(e.Name, name)
+				continue
+			}
+		}
+		if _, dup := s.envs[rec.env.Name]; dup {
+			continue
+		}
+		s.envs[rec.env.Name] = rec
+		// A running one is ready again when its agent reconnects, as
+		// after a start; nobody has to look at it first.
+		if env.State == StateBooting {
+			var wait context.Context
+			wait, rec.cancel = context.WithCancel(s.life)
+			s.wg.Add(1)
+			go s.awaitAgent(wait, rec.env.Name, name)
+		}
+	}
+	s.mu.Unlock()
+	s.changed()
+	s.log.Info("environments recovered", "runtime", name, "count", len(envs))
 }
 
 func fromRuntime(e ports.Environment, runtime string) Environment {
@@ -223,9 +347,13 @@ func (s *Service) Create(ctx context.Context, req Request) (Environment, error) 
 
 // create provisions an environment; for a pool's member when pool is set.
 func (s *Service) create(ctx context.Context, req Request, pool string) (Environment, error) {
-	rt, ok := s.cfg.Runtimes[req.Runtime]
+	rt, ok := s.runtime(req.Runtime)
 	if !ok {
-		return Environment{}, fmt.Errorf("%w: %q (configured: %v)", ErrUnknownRuntime, req.Runtime, s.names())
+		// An engine started since the last look is taken on at once.
+		s.discover(ctx)
+		if rt, ok = s.runtime(req.Runtime); !ok {
+			return Environment{}, s.unknownRuntime(req.Runtime)
+		}
 	}
 	if req.Name == "" {
 		return Environment{}, fmt.Errorf("%w: a name is required (it is also the agent's id)", ports.ErrInvalidSpec)
@@ -473,7 +601,7 @@ func (s *Service) Inspect(ctx context.Context, name string) (Environment, bool) 
 		return Environment{}, false
 	}
 	e := f.Environment
-	rt := s.cfg.Runtimes[e.Runtime]
+	rt := s.runtimes()[e.Runtime]
 	if rt == nil || e.State == StateProvisioning || e.State == StateDeleting {
 		return e, true
 	}
@@ -661,7 +789,7 @@ func (s *Service) lookup(name string, member bool) (found, ports.Runtime, error)
 	if !ok || (e.pool != "") != member {
 		return found{}, nil, fmt.Errorf("%w: %q", ports.ErrEnvNotFound, name)
 	}
-	rt := s.cfg.Runtimes[e.Runtime]
+	rt := s.runtimes()[e.Runtime]
 	if rt == nil {
 		return found{}, nil, fmt.Errorf("%w: %s is not configured now", ports.ErrRuntimeUnavailable, e.Runtime)
 	}
@@ -669,8 +797,9 @@ func (s *Service) lookup(name string, member bool) (found, ports.Runtime, error)
 }
 
 func (s *Service) names() []string {
-	out := make([]string, 0, len(s.cfg.Runtimes))
-	for n := range s.cfg.Runtimes {
+	rts := s.runtimes()
+	out := make([]string, 0, len(rts))
+	for n := range rts {
 		out = append(out, n)
 	}
 	sort.Strings(out)

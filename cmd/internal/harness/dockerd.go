@@ -36,34 +36,55 @@ func StartDockerd() (string, func(), error) {
 // socket (DOCKER_HOST in the engine's Env), without touching the host
 // network (no iptables, no bridge). Stop ends it and removes its directories.
 func startDockerEngine() (Engine, error) {
-	bin, err := exec.LookPath("dockerd")
-	if err != nil {
-		return Engine{}, &Missing{What: "dockerd", How: testEnvHow("docker")}
-	}
-	if os.Geteuid() != 0 {
-		return Engine{}, &Missing{What: "root (a private dockerd)", How: "run the tests as root, as `make test` in CI does"}
+	if err := canRunDockerd(); err != nil {
+		return Engine{}, err
 	}
 	dir, err := os.MkdirTemp("/tmp", "bd")
 	if err != nil {
 		return Engine{}, err
 	}
+	host, stop, err := StartDockerdIn(dir)
+	if err != nil {
+		return Engine{}, err
+	}
+	return Engine{Env: []string{"DOCKER_HOST=" + host}, stop: stop}, nil
+}
+
+func canRunDockerd() error {
+	if _, err := exec.LookPath("dockerd"); err != nil {
+		return &Missing{What: "dockerd", How: testEnvHow("docker")}
+	}
+	if os.Geteuid() != 0 {
+		return &Missing{What: "root (a private dockerd)", How: "run the tests as root, as `make test` in CI does"}
+	}
+	return nil
+}
+
+// StartDockerdIn runs a private dockerd living in dir (DockerdArgs), made
+// beforehand by the caller and short enough for a socket path, and
+// returns its DOCKER_HOST once it answers. stop ends it and removes dir.
+func StartDockerdIn(dir string) (host string, stop func(), err error) {
+	if err := canRunDockerd(); err != nil {
+		return "", nil, err
+	}
+	bin, _ := exec.LookPath("dockerd")
 	host, args := DockerdArgs(dir)
 	cmd := exec.Command(bin, args...)
 	logf, err := os.Create(filepath.Join(dir, "dockerd.log"))
 	if err != nil {
 		_ = os.RemoveAll(dir)
-		return Engine{}, err
+		return "", nil, err
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		_ = os.RemoveAll(dir)
-		return Engine{}, err
+		return "", nil, err
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
-	stop := func() {
+	stop = func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-exited:
@@ -78,15 +99,15 @@ func startDockerEngine() (Engine, error) {
 	}
 	for range 300 {
 		if exec.Command("docker", "-H", host, "version").Run() == nil {
-			return Engine{Env: []string{"DOCKER_HOST=" + host}, stop: stop}, nil
+			return host, stop, nil
 		}
 		select {
 		case <-exited:
 			stop()
-			return Engine{}, errors.New("dockerd exited at start")
+			return "", nil, errors.New("dockerd exited at start")
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
 	stop()
-	return Engine{}, errors.New("dockerd did not answer within 30s")
+	return "", nil, errors.New("dockerd did not answer within 30s")
 }

@@ -1,0 +1,112 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
+	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testreq"
+)
+
+// A server started while its dockerd is not running says, to a request for
+// a container, why there is none and how to get one; once a dockerd starts
+// on DOCKER_HOST, the server finds it by itself (nobody asks: /readyz only
+// reads) and containers are made and used without a restart.
+func TestRuntimeStartedAfterTheServerIsUsedWithoutARestart(t *testing.T) {
+	testreq.Command(t, "dockerd", "run make test-env")
+	testreq.Root(t, "a private dockerd")
+	dir, err := os.MkdirTemp("/tmp", "bd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	host, _ := harness.DockerdArgs(dir)
+	s := startServer(t, 0, "", "DOCKER_HOST="+host, "AGENTIC_RUNTIMES=host,docker")
+
+	_, errOut, code := ctl(t, s.RESTURL, s.Token, "env", "create", "--runtime", "docker", "late-1")
+	if code == 0 || !strings.Contains(errOut, "docker does not answer") || !strings.Contains(errOut, "make docker") {
+		t.Fatalf("create with no dockerd: exit %d, stderr %q; want a refusal saying `make docker`", code, errOut)
+	}
+	if got := runtimeNames(t, s); !slices.Equal(got, []string{"host"}) {
+		t.Fatalf("runtimes with no dockerd: %v", got)
+	}
+	if ready, detail := dockerReadiness(t, s); ready || !strings.Contains(detail, "unreachable") {
+		t.Fatalf("readiness of docker with no dockerd: %v %q", ready, detail)
+	}
+
+	if _, stop, err := harness.StartDockerdIn(dir); err != nil {
+		t.Fatalf("private dockerd (make test-env installs it): %v", err)
+	} else {
+		t.Cleanup(stop)
+	}
+	// The periodic re-check (every 15 s) finds it; readiness only reads.
+	if !testkit.Within(patience, func() bool { ready, _ := dockerReadiness(t, s); return ready }) {
+		_, detail := dockerReadiness(t, s)
+		t.Fatalf("docker never became available after its dockerd started: %s", detail)
+	}
+	if got := runtimeNames(t, s); !slices.Equal(got, []string{"docker", "host"}) {
+		t.Fatalf("runtimes once dockerd runs: %v", got)
+	}
+	t.Cleanup(func() { ctl(t, s.RESTURL, s.Token, "env", "rm", "late-1") })
+	out, errOut, code := ctl(t, s.RESTURL, s.Token, "env", "create", "--runtime", "docker", "late-1")
+	if code != 0 || !strings.Contains(out, "late-1: ready") {
+		t.Fatalf("create once dockerd runs: exit %d\nstdout %q\nstderr %q", code, out, errOut)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	exe, err := s.Client().ExecCommandWithResponse(ctx, "late-1", restapi.ExecRequest{Command: "sh", Args: ptr([]string{"-c", "echo in-$AGENT_RUNTIME"})})
+	if err != nil || exe.JSON200 == nil || strings.TrimSpace(exe.JSON200.Stdout) != "in-container" {
+		t.Fatalf("exec in the container: %v %s", err, exe.Body)
+	}
+}
+
+// runtimeNames are the runtimes GET /api/v1/runtimes lists.
+func runtimeNames(t *testing.T, s *harness.Server) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	r, err := s.Client().ListRuntimesWithResponse(ctx)
+	if err != nil || r.JSON200 == nil {
+		t.Fatalf("runtimes: %v %s", err, r.Body)
+	}
+	var out []string
+	for _, rt := range r.JSON200.Runtimes {
+		out = append(out, rt.Runtime)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// dockerReadiness is /readyz's check of the docker runtime.
+func dockerReadiness(t *testing.T, s *harness.Server) (bool, string) {
+	t.Helper()
+	c := http.Client{Timeout: 30 * time.Second}
+	resp, err := c.Get(s.RESTURL + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var r restapi.Readiness
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range r.Components {
+		if c.Name == "runtime_docker" {
+			d := ""
+			if c.Detail != nil {
+				d = *c.Detail
+			}
+			return c.Ready, d
+		}
+	}
+	t.Fatalf("readyz has no runtime_docker: %+v", r.Components)
+	return false, ""
+}
