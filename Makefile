@@ -13,12 +13,14 @@ all: build
 build:
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/...
 
-# Regenerates everything under gen/ and the Wire injectors, deterministically.
+# Regenerates everything under gen/, the Go client (client/client.gen.go)
+# and the Wire injectors, deterministically.
 generate:
 	rm -rf gen/agentic
 	$(GO) tool buf generate
 	cp openapi.yaml gen/restapi/openapi.yaml
 	$(GO) tool oapi-codegen -config gen/restapi/oapi-codegen.yaml openapi.yaml
+	$(GO) tool oapi-codegen -config client/oapi-codegen.yaml openapi.yaml
 	cd cmd/agentic-mgmt && $(GO) tool wire gen .
 	gofmt -w gen cmd
 	$(MAKE) dashboard
@@ -36,13 +38,16 @@ dashboard:
 
 # Fails when the committed generated code differs from what the contracts produce.
 check-generated: generate
-	@if ! git diff --quiet -- gen cmd $(DASH) || [ -n "$$(git status --porcelain --untracked-files=all -- gen cmd $(DASH) | grep '^??')" ]; then \
-		git status --short -- gen cmd $(DASH); git diff --stat -- gen cmd $(DASH); \
+	@if ! git diff --quiet -- gen client cmd $(DASH) || [ -n "$$(git status --porcelain --untracked-files=all -- gen client cmd $(DASH) | grep '^??')" ]; then \
+		git status --short -- gen client cmd $(DASH); git diff --stat -- gen client cmd $(DASH); \
 		echo "generated code is stale: run 'make generate' and commit"; exit 1; fi
 
 lint:
 	$(GO) tool buf lint
 	$(GO) tool golangci-lint run ./...
+	@# The Go client is a module of its own (client/go.mod): the same linter, run there.
+	$(GO) build -o $(BIN)/golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+	cd client && $(BIN)/golangci-lint run ./...
 	@# Compare the contract with the previous commit on main, once there is one that has it.
 	@if git rev-parse -q --verify HEAD~1 >/dev/null && git cat-file -e HEAD~1:buf.yaml 2>/dev/null; then \
 		echo "buf breaking against HEAD~1"; $(GO) tool buf breaking --against '.git#ref=HEAD~1'; fi

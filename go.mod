@@ -17,6 +17,7 @@ require (
 	connectrpc.com/connect v1.21.1
 	connectrpc.com/grpchealth v1.5.0
 	connectrpc.com/grpcreflect v1.3.1
+	github.com/agentic-sandbox/agentic-sandbox/client v0.0.0-00010101000000-000000000000
 	github.com/chromedp/cdproto v0.160.1
 	github.com/chromedp/chromedp v0.23.1
 	github.com/containerd/errdefs v1.0.0
@@ -353,3 +354,7 @@ require (
 	mvdan.cc/xurls/v2 v2.6.0 // indirect
 	pluginrpc.com/pluginrpc v0.6.0 // indirect
 )
+
+// The Go client is a module of its own (client/go.mod), so that importing it
+// pulls none of the server's dependencies; here it is the copy in this tree.
+replace github.com/agentic-sandbox/agentic-sandbox/client => ./client
