@@ -5,7 +5,7 @@ STATE_DIR ?= $(CURDIR)/.state
 BIN := $(CURDIR)/bin
 LISTEN_ADDR ?= 127.0.0.1:8120
 
-.PHONY: all build generate dashboard check-generated lint vet fmt-check test test-env vm-image unit bench bench-agents run deps clean
+.PHONY: all build generate dashboard check-generated lint vet fmt-check test test-env vm-image unit bench bench-agents run deps clean claude-standin
 
 all: build
 
@@ -105,6 +105,11 @@ run: build
 	@mkdir -p $(STATE_DIR)
 	AGENTIC_HOST_AGENTS=$${AGENTIC_HOST_AGENTS:-1} SECRETS_DIR=$(STATE_DIR)/secrets LISTEN_ADDR=$(LISTEN_ADDR) \
 		AGENTIC_AGENT_BINARY=$(BIN)/agentic-agent $(BIN)/agentic-mgmt --print-token
+
+# Tasks without an API key (README, "Tasks"): a stand-in `claude` on the
+# host agents' PATH and a demo repository (scripts/claude-standin.sh).
+claude-standin:
+	scripts/claude-standin.sh
 
 clean:
 	rm -rf $(BIN) build

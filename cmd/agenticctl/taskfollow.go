@@ -170,7 +170,11 @@ func (f *taskFollower) show(ev sseEvent) {
 			if a.IsError {
 				word = "result (an error)"
 			}
-			fmt.Fprintf(out, "  %s: %s\n", word, firstLine(a.Text))
+			if a.Text == "" {
+				fmt.Fprintf(out, "  %s\n", word)
+			} else {
+				fmt.Fprintf(out, "  %s: %s\n", word, firstLine(a.Text))
+			}
 		}
 	case "output":
 		var o struct {

@@ -2,6 +2,7 @@ package task
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -86,7 +87,7 @@ func TestAMissingProgramSaysWhatAndWhatToDo(t *testing.T) {
 // Once a run has ended no tool is in use: current_tool, set while claude
 // used one, is cleared (it named the last tool after the task completed).
 func TestCurrentToolClearedWhenTheRunEnds(t *testing.T) {
-	got, _ := runTask(t, "claude: {prompt: hi}\n", func(cmd *portsfake.Command) {
+	got, events := runTask(t, "claude: {prompt: hi}\n", func(cmd *portsfake.Command) {
 		cmd.Stdout(`{"type":"assistant","message":{"id":"m1","content":[{"type":"tool_use","id":"t1","name":"Edit","input":{}}]}}` + "\n")
 		cmd.Stdout(`{"type":"result","subtype":"success","is_error":false,"num_turns":1,"result":"done"}` + "\n")
 		cmd.Exit(0)
@@ -96,6 +97,10 @@ func TestCurrentToolClearedWhenTheRunEnds(t *testing.T) {
 	}
 	if got.Progress.CurrentTool != "" {
 		t.Errorf("current_tool %q after the task completed", got.Progress.CurrentTool)
+	}
+	// The result's activity has its text, as a feed shows it.
+	if !slices.ContainsFunc(events, func(ev Event) bool { return ev.Data == ActivityData{Kind: "result", Text: "done"} }) {
+		t.Errorf("no result activity with its text in %+v", events)
 	}
 }
 

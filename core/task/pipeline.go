@@ -354,7 +354,11 @@ func (s *Service) onOutput(e *entry) func(ports.OutputChunk) {
 			if ev.Kind == claudefeed.KindInvalid {
 				continue
 			}
-			e.events.add(EventActivity, ActivityData{Kind: string(ev.Kind), Text: ev.Text, ToolName: ev.ToolName, IsError: ev.IsError, CostUSD: ev.CostUSD})
+			text := ev.Text
+			if ev.Kind == claudefeed.KindResult && text == "" {
+				text = ev.Result // the result's text is what a feed shows of it
+			}
+			e.events.add(EventActivity, ActivityData{Kind: string(ev.Kind), Text: text, ToolName: ev.ToolName, IsError: ev.IsError, CostUSD: ev.CostUSD})
 		}
 		p := &e.rec.Progress
 		p.OutputBytes += int64(len(c.Data))
