@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testreq"
 )
 
 // demoRepo is where scripts/claude-standin.sh makes the demo repository
@@ -220,4 +221,46 @@ func TestTaskWithoutClaudeSaysWhatToDo(t *testing.T) {
 	if end := evs[len(evs)-1]; end.event != "end" || !strings.Contains(end.data, `command not found: \"claude\"`) {
 		t.Errorf("the event stream's end: %+v", end)
 	}
+}
+
+// The stand-in's image (scripts/claude-standin.sh image, as the README
+// says): built on a Docker engine the server has made its base image on,
+// it runs the claude example in a container to completed, with its report.
+func TestTaskStandinImage(t *testing.T) {
+	host := privateDockerd(t)
+	testreq.Command(t, "docker", "run make test-env (docker.io has the docker CLI)")
+	section, root := tasksREADME(t)
+	if !strings.Contains(strings.Join(strings.Fields(section), " "), "environment: {runtime: docker, image: agentic-sandbox/claude-standin}") {
+		t.Fatal("README.md's tasks section does not show the stand-in image's environment")
+	}
+	_, repo := standinTools(t, root)
+	s := startServer(t, 0, "", "DOCKER_HOST="+host, "AGENTIC_RUNTIMES=docker")
+	e := &taskEnv{t: t, s: s, repo: repo}
+	// The base image comes with the first container.
+	if tk := e.run("command: {argv: [\"true\"]}\nenvironment: {runtime: docker}\n"); tk.State != "completed" {
+		t.Fatalf("a first container: %s %s %s", tk.State, deref(tk.Reason), deref(tk.Error))
+	}
+	cmd := exec.Command(filepath.Join(root, "scripts", "claude-standin.sh"), "image")
+	cmd.Env = append(os.Environ(), "DOCKER_HOST="+host)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("scripts/claude-standin.sh image: %v %s", err, out)
+	}
+	doc, err := os.ReadFile(filepath.Join(root, "examples", "tasks", "claude-standin.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := strings.ReplaceAll(string(doc), demoRepo, repo)
+	if !strings.Contains(m, "environment: {runtime: host}") {
+		t.Fatalf("examples/tasks/claude-standin.yaml has no host environment to change:\n%s", m)
+	}
+	m = strings.Replace(m, "environment: {runtime: host}", "environment: {runtime: docker, image: agentic-sandbox/claude-standin}", 1)
+	tk := e.run(m)
+	if tk.State != "completed" || tk.Environment.Runtime != "docker" || tk.Progress.ToolCalls != 3 {
+		t.Fatalf("the stand-in in its image: %s on %s, %d tool calls: %s %s", tk.State, tk.Environment.Runtime, tk.Progress.ToolCalls, deref(tk.Reason), deref(tk.Error))
+	}
+	_, report := fileDo(t, s, http.MethodGet, s.RESTURL+"/api/v1/tasks/"+tk.Id+"/artifacts/REPORT.md", nil)
+	if !strings.Contains(string(report), "Prompt: describe this repository in REPORT.md") {
+		t.Errorf("REPORT.md: %q", report)
+	}
+	e.noEnvironmentsLeft()
 }
