@@ -1849,6 +1849,8 @@ type ClientInterface interface {
 
 	// ListRuntimes The runtimes this server provisions environments with (configured and reachable), with their capabilities.
 	//
+	// Runtimes wanted but not answering (AGENTIC_RUNTIMES's, else those found on the machine, e.g. DOCKER_HOST set before its dockerd runs) are tried again before this answers, every 15 s, and when a create request names one, so an engine started after the server is offered without a restart. A create naming a runtime not offered is 400 unknown_runtime, its error saying why (does not answer, not found, not in AGENTIC_RUNTIMES) and how to get it (e.g. `make docker`).
+	//
 	// Corresponds with GET /api/v1/runtimes (the `ListRuntimes` operationId).
 	ListRuntimes(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
@@ -2944,6 +2946,8 @@ func (c *Client) PutPool(ctx context.Context, name PoolName, body PutPoolJSONReq
 }
 
 // ListRuntimes The runtimes this server provisions environments with (configured and reachable), with their capabilities.
+//
+// Runtimes wanted but not answering (AGENTIC_RUNTIMES's, else those found on the machine, e.g. DOCKER_HOST set before its dockerd runs) are tried again before this answers, every 15 s, and when a create request names one, so an engine started after the server is offered without a restart. A create naming a runtime not offered is 400 unknown_runtime, its error saying why (does not answer, not found, not in AGENTIC_RUNTIMES) and how to get it (e.g. `make docker`).
 //
 // Corresponds with GET /api/v1/runtimes (the `ListRuntimes` operationId).
 func (c *Client) ListRuntimes(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -6452,6 +6456,8 @@ type ClientWithResponsesInterface interface {
 	PutPoolWithResponse(ctx context.Context, name PoolName, body PutPoolJSONRequestBody, reqEditors ...RequestEditorFn) (*PutPoolResponse, error)
 
 	// ListRuntimesWithResponse The runtimes this server provisions environments with (configured and reachable), with their capabilities.
+	//
+	// Runtimes wanted but not answering (AGENTIC_RUNTIMES's, else those found on the machine, e.g. DOCKER_HOST set before its dockerd runs) are tried again before this answers, every 15 s, and when a create request names one, so an engine started after the server is offered without a restart. A create naming a runtime not offered is 400 unknown_runtime, its error saying why (does not answer, not found, not in AGENTIC_RUNTIMES) and how to get it (e.g. `make docker`).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -11226,6 +11232,8 @@ func (c *ClientWithResponses) PutPoolWithResponse(ctx context.Context, name Pool
 }
 
 // ListRuntimesWithResponse The runtimes this server provisions environments with (configured and reachable), with their capabilities.
+//
+// Runtimes wanted but not answering (AGENTIC_RUNTIMES's, else those found on the machine, e.g. DOCKER_HOST set before its dockerd runs) are tried again before this answers, every 15 s, and when a create request names one, so an engine started after the server is offered without a restart. A create naming a runtime not offered is 400 unknown_runtime, its error saying why (does not answer, not found, not in AGENTIC_RUNTIMES) and how to get it (e.g. `make docker`).
 //
 // Returns a wrapper object for the known response body format(s).
 //

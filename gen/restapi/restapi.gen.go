@@ -1857,6 +1857,8 @@ type ClientInterface interface {
 
 	// ListRuntimes The runtimes this server provisions environments with (configured and reachable), with their capabilities.
 	//
+	// Runtimes wanted but not answering (AGENTIC_RUNTIMES's, else those found on the machine, e.g. DOCKER_HOST set before its dockerd runs) are tried again before this answers, every 15 s, and when a create request names one, so an engine started after the server is offered without a restart. A create naming a runtime not offered is 400 unknown_runtime, its error saying why (does not answer, not found, not in AGENTIC_RUNTIMES) and how to get it (e.g. `make docker`).
+	//
 	// Corresponds with GET /api/v1/runtimes (the `ListRuntimes` operationId).
 	ListRuntimes(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
@@ -2952,6 +2954,8 @@ func (c *Client) PutPool(ctx context.Context, name PoolName, body PutPoolJSONReq
 }
 
 // ListRuntimes The runtimes this server provisions environments with (configured and reachable), with their capabilities.
+//
+// Runtimes wanted but not answering (AGENTIC_RUNTIMES's, else those found on the machine, e.g. DOCKER_HOST set before its dockerd runs) are tried again before this answers, every 15 s, and when a create request names one, so an engine started after the server is offered without a restart. A create naming a runtime not offered is 400 unknown_runtime, its error saying why (does not answer, not found, not in AGENTIC_RUNTIMES) and how to get it (e.g. `make docker`).
 //
 // Corresponds with GET /api/v1/runtimes (the `ListRuntimes` operationId).
 func (c *Client) ListRuntimes(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -6460,6 +6464,8 @@ type ClientWithResponsesInterface interface {
 	PutPoolWithResponse(ctx context.Context, name PoolName, body PutPoolJSONRequestBody, reqEditors ...RequestEditorFn) (*PutPoolResponse, error)
 
 	// ListRuntimesWithResponse The runtimes this server provisions environments with (configured and reachable), with their capabilities.
+	//
+	// Runtimes wanted but not answering (AGENTIC_RUNTIMES's, else those found on the machine, e.g. DOCKER_HOST set before its dockerd runs) are tried again before this answers, every 15 s, and when a create request names one, so an engine started after the server is offered without a restart. A create naming a runtime not offered is 400 unknown_runtime, its error saying why (does not answer, not found, not in AGENTIC_RUNTIMES) and how to get it (e.g. `make docker`).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -11234,6 +11240,8 @@ func (c *ClientWithResponses) PutPoolWithResponse(ctx context.Context, name Pool
 }
 
 // ListRuntimesWithResponse The runtimes this server provisions environments with (configured and reachable), with their capabilities.
+//
+// Runtimes wanted but not answering (AGENTIC_RUNTIMES's, else those found on the machine, e.g. DOCKER_HOST set before its dockerd runs) are tried again before this answers, every 15 s, and when a create request names one, so an engine started after the server is offered without a restart. A create naming a runtime not offered is 400 unknown_runtime, its error saying why (does not answer, not found, not in AGENTIC_RUNTIMES) and how to get it (e.g. `make docker`).
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -23332,73 +23340,77 @@ var swaggerSpec = []string{
 	"7plKzZxHxHnuTki16HAlvx+9JEVUDVYMytgYYneZK6htZsw2Si8h2wmG7jrvY+UlDDuIQc2My0J+drBA",
 	"IMwH9oSpdG0o8weAPQA97JfHjthVp4Wd0JDS5WoGYZUn7Y9uudIQk+sK9IR2TfKaJWzCRZHbbieHa+jg",
 	"TvyJx8hloKYCDmWlJFBRoK4hhKkuJKlOZX6V3wuLuH+V13bwker5bGNMhNpdn3B7uoRcfOLK7O2jit4x",
-	"ksMuDBbdwEUKLzsM3fDswp7skFW1pfJB7p11NlQVRbxzdaMo99o/9B6pxfXRJND5IXxMYLnCER2GghYL",
-	"r6tXCnCxdolr4wrRuRqZnSi4UCou7er27AQd2IwaWKPmmxWEPJiLA/KqV/U9kGHr7va8aPtQ3oPVwa3L",
-	"b9zq8BtAXfQESNoADgPYgywqsAyjgPt0rIQVlHrfZI/w09p/6/ED1+BJVsoWlUaGOABCcG6FAk+qgt9I",
-	"vSbvnQkFVuGqP6GanlL6E+QVU81egoG4rZuArHoJ6gSOH3iaNoIYNkNWtjOzHJariYm4bgEwjLpEdEjK",
-	"pOuqKad8/75N/u8pttkt1A9QynEjJswfsC/rsC8F7TTBvRyXNFTWbxW+1KwV8/wRc/V5Nqrad4XmdO99",
-	"IBDcLaz4N6V0+zGTBv63A1fe93izzYh2V6VYFGv2S0wGea/3kJEY/JUBWm6vT2iaAt5JJ0KGjcP1KpvK",
-	"BdGSTKiKUH2cyQWZU7F0IB7MdcUUK8oWF7mVh71eDyRm276DgKIFAIU2dOnvjYEIYDEBRsdB6G66JOwX",
-	"/t6LG9BCHAmd+CV7B0pvAPaAJa3Kax8LA2N1sg3nxtPP74oBr2kQduWTKjYzXsGrsM+kvQ7u3NnlHCZc",
-	"Z9SMZxtCL3IzY8JwqI1YaCFQPTk3UiFaJeFa5yyBIsolzCU15WOYJoaEPRDgZDIYyKJo0Ywr7ihH/2Ag",
-	"EzqRy0pdgV3s1cVfy8CLdqxnZG+M3GFcvInMIu546OHxTGomvAyJXOXk7Kfvhs/Pzs/PXr4Ynn0b4yVU",
-	"tR4NxAnRbCxFQvxSFZYgOmekIkIWiwM/QVkAbxo77B26rD/7EFqa4CknbBaFurVPHD/G5ihJ+GTCAEwe",
-	"Cw2ALHjU+7I7EE9mbHypyYxmmd0DpxJBWm+/AoO6oleu7Aok77Uf9R52ooEYMaqYIu2j3kEnwi7bRwcP",
-	"oZZlJyJg26pOu20nJ5UdUyciSuaYMHjUO4IU8g6gVT13xge3eNBuqBcXJd9tB85LxgUCd9mhDic8hdCU",
-	"CqgAJrTzqZAQoKMraLhzuiQ0SYiWc3bsBu5tIPNcGwLFOFClRvRylx0/EBKon6YI8DSHevhE5GnaJfGc",
-	"GZpQQ+MCZeuKqRE1fA7UoljGqIOsG8up4NqdCzKjelaZf3tMhRR8TFPy5/OXL/qO8ItBaqxOOBAid5ab",
-	"wukPaKiLGTeMYFnUoiS9lb0f6PLK4Uncd7UZ7ZMASaAGwhlYEdfB1UkpyPaYUIGvXNE0h4WxK8kSN7QI",
-	"1oJwoQ2jyJJGVhyOBiI+6Pbi8Jf4IHYJl9hiODCI41ol8Lalo+5AWE4AxyZd2EsWirLGiG/WJ4MW1ZpP",
-	"BUsGrTgq8OuA5yBxUEiAAzpCP6vbmYGYcF+1yUuhk1zB2Ggq7cGzTCBm2vC55XlDOJdxZZF4oZTC8S0B",
-	"8yFsKjh5w4RrOkoR1r6gZXvrl0fP/iTkEHgTAPCuh11ZaeGAxHlwIcVNIPc1mP1BEWtvqj5GwaQ+UG31",
-	"1HW9TSd2GLVCDkTgzrC/dpxE4znD2F1rtVLNt46XNkYE1Nz4eLBxw8LNGzG7a5oYeYzHsWDDXo24L7V0",
-	"1wiD+zfL+/X6SMm+vnsPM1FbDsdDULQ9Cq49KH6T/OXJkuAarDKdPwCo7uQCYONcgSL189uWP7YXVphq",
-	"9X9+Y+mxFCmDu7HYj8CiVQDw+WZ2ESBREWpU40oAV3uFWDEl2QOwb8BtTeUUwVGZsyjRJMHqmXBj+mqi",
-	"Dt4VlTfAgUT8EoA1a5eQkAHqkPdndIkbwQpoD7DYBF62epsrmpdwDRg2kzxNwSeJdYG9UghdpkyMWR/u",
-	"COzukrHMg136gWpCrZqZMl+rEG8LROEkc+YfIlOakbZiVEuByiAOLO4UwsgSa5LKXIC8047/cw+ntPdM",
-	"ahN3KqC3qZyitxRiBOHe0/l4BkH4GdcyYWTEpgAzLxJ4cAFImbZXKxlgzpsuKiwalMtGECLB0klhlVQQ",
-	"gaiknHfJCcYbA9w1eqth5gMB8Oh2hoBdBLc4Nf6uRpdqEcUNQuKrlGL59yWJkZ/EZJQbjH6swHnHnX4p",
-	"R7mb2erluCUQpxHbf+OB8IaCvqvSphyhkBlLk04JHBnP6XXcJeX6nlfufQfCi/KbFSJsOwVcr20wCt49",
-	"FUkcvoZB1gWWaruK/MtNx5kmyha+o1mfWMbu6tHjzDymE04OEYtXBwx1prAgZl2re6+B3GKymC37JHbE",
-	"HZM2WkOgMiUMVE4faIRdRXN1QJ5wcJZWBshTBOMtzlQnXEIg0UJyKgJUcS4ILwznEM0zUKkfVhegPid+",
-	"GJWdhjwApxzFCMP9FS4T4ifDteC2GUGS24gt+rBHdGcgJrIApXUXVdCZN21ZYnQU2CfrxAeV+87PTz2q",
-	"MzAXDdZLj9VliSukw8hh0nrgcMBYd+MoEeW9fANNtSFBhoISxEEwmyjqQjSq47YH2A6k46e0ikzfJU/t",
-	"q7pPYphI33XtdNbY6jN98nbQQnIdtCIyaNkvB61oIAYtJsYy4WI6aN1Y8bBQf368eLr3BSwQonRRzR47",
-	"rN04fMsK7PjjoBVUTgY6QCRpSwwgoWKbqM/EPOnXHCNuSDsAf7OMC8yF5wAV45kYKNkA043I1fEzqs0e",
-	"PLhntX0YhTtHUAteoxTrV2hKs7XlsU+7JTESVwmZN/6dSm1giaDt8jZyp5G0Y+XOHswuhdNBHVAd8D5k",
-	"hg9005mtHnh/A/ghezpZGTVoRjhC+8RwLBNWbGxiB4yg375ehCbtuE8yLqZxB683H/Tj6J1a6rWMX6dy",
-	"4W81rqHCBuir4bXZx9XghkxomloWNuOOghHTmTv4IkpiWHOgcjiCdVXIvAITkRiJYjhiS4l+NkubxYZW",
-	"4NJLZtI5bnTcbba/4pq/o/V1RTpCqjYSb1BgF4Vdu+62anJ03zck80kB/g1FlsXSETNUrwsptRyupcyU",
-	"z7mDI2wc6pxe16MvHx18efSwdxQM9WCXoaLMYGXKY4Q9DBg8rSMA0rac28kjjh03Lyz8XhmwG9JIypRR",
-	"cWtz+LvUII221TVZyWM9P8XDpD2/jyxXixyfIG3N0MUcvAYrsVN5FIf234paMwSXtwMIBaAabaBWGKoI",
-	"UQg9QKQLtgUO3g4pDvdqA6Wvk0wrZKXro7LSQ8ixbyljbR4eE5aSf4ZOWlELalW13tRtbQ2/r0FrBc5e",
-	"IyRakX1JqtCrboAbhLyB2C7lkRohLyKsO+36gguXZEGd0oQsdH36bgD2YBXtb1mGZ7XuiO+97w6nWZXb",
-	"yuqXNWN2QiYqjFZDsZLHmkpWmf+UZrpzTHpIHQEkkp0vPrQ64VuR47kHcag9Jm5uNZrGu56Im9+It/m1",
-	"ZQV0fXeBNVBfGCVyN5JUqFODaF1T/8hVtaoaNfhUbEJHPve4imgp5WMfDROTsZSXnJH298ZkL0W6jMg5",
-	"nbNzbthX50bxsYnIORvnimGt7Ytn5x2HNPj69PyikOKdqP4TG53L8SXz5mu4xg4OyUzmSqNbzHWoDRRn",
-	"8QUSwHHWt6QMhREq/jTUI9D2UHjtIZauKDhT2D7kwq4gn3Kh6+Sgcz4VZ6L1/mDGz8R9wIyDlebYIeDC",
-	"coGL6QMH6tzO8le14lUsdnZKhJKRkgttRezAblrd6XWqlrnZjDv/MjetXZb1orKW45RRddfMnw0zfWLb",
-	"xfsLJ/ugdG5j79UpQtHBjWGuF/DEFs8C4DvvaWYfsiIRqEp693jSjBrDlH307+Sz9tf9jAmr8f5TGzq1",
-	"/4d4qv+E+L9/upCnf9rVSpkJ/mTJPxEu1f03hNqG6ool/xxTMWZpypJO++s++Sz6QJ11PiOf/UdrhwDd",
-	"E5LSEYMY/Uu2/ArchsfeF2pZ1VyqxjBdeLWyrNywuV5Z35///tWbP321PpjiC6oUxqTVB7mAclKvejyq",
-	"lH3ZSe2wp0KwazMcQ0yvv6wzxa64zK32OW2cL75Sp1R8kExVezA2hQfj0D9S3Lw9tJG9yoLi61D7ZZS6",
-	"KgSdCMCzpqzMjNoCmDyngk9se1STv548f0ba8RNcyL2LZcb6JFzLJZ2nMYjCfz5/+YK047eDlm9gaH9E",
-	"a9a///Xfg9aNw+gIHrG/vv33v/775ibudMF/Hb+1vGrIkwi5i33bnVzbwjGJv07Ucqhy4eyYVpcdoLXD",
-	"MiPSPuz1Sr4vrHSXQlSB77PTJSeCxGcJm2fSMDFe7v3AljFBvYy0pRqIImyhy5O4s+J+KxYIpczA0W2H",
-	"7iNR0IEPGP4DAVVfAycvOcMRF21BeZmq6cb/FIelKCecpVAHhJrZ8UC47Cn8GtUYV1WhGXXZEs1uxUjd",
-	"Qm/W5z3/wOUrX15Z3435DR/IL2xnfp6P5tyEd+wqOW+tfXq/SV6uAwxmaWIyiVoSlVuZvoag4TzfpwPb",
-	"rtMuzuvfGVT10cGj+8NMU0qqpt0M2Sn6TTkE1AC3FY6Xdu8DUgyI3bJ9qi8LeoHqvBAruCV9DaTGfc+Q",
-	"NybTPwEhqJ61bDH52pfed91aGFjNbuCwUwggBPXQrhNUAIB9+bTzJitbjTPxWw3ZBD6PAGIYQ8BqxUr0",
-	"LcT+oqSQZyE1OlcsquT7h+/7ZWnKMbhnKui9dyq4cDv/SW/2hoO5T5XhEzo221W8k+LJT3GD/Og2ydvF",
-	"XCF87be/ZQFSyaYD5ZfmzvsW1QIHwX+75pn1Do/uFzPoXbw7tcQBZu7fVHqQpwMf53GMVWg4VqGxm+Vv",
-	"6YVUlxC9HJEfXz/bY3pMIfcGi9HrLobbe0MnfOpsvM/RM6Ybo9F8qZv4LfwREWoigi75r2/iiMQ+1SL2",
-	"CRUPNGRd9En89pKLJIJYh68jYgBPhM7Z19FAcI2Zl19HZCy1GeY6+fom7kQk9lEW8VtvqrYqmO0K3KVU",
-	"GxKD37rQxyZc0BTVLpclgC53F1ziAifgSpxR3SWnFKPLABs95knsqynn2XER57Li86ngm7S/KKrH2VYx",
-	"joNNpGJBaSK7e1MpinA2H+imZ3JRp5fZI4pW93c53eungZeOXLt2MG/AJHdRcLhWEPYiRREtUthhVjW6",
-	"SkRIk13v597el2/eHkQHX9zUmcK284ctPtud2ICbqfdg/Da4gZdCHmifY0d1jWMmCrwRGBeo3NZV9sed",
-	"/BmjqZn9uul2+d498j7hOaGLRguak1Ndesudocs32Muf8SsmbB+ZkiPUkvbB5LtxZV7jE+8TlwOqsDNd",
-	"W78aur8r+TrN8f2P8oVD0F0el4GHEIKJvK9oDhUqB0LQtE9FT7hRxyTl2moftNISRTRA0Jm5Sx7CpVqL",
-	"8fZ+n2qMNxwq5K+5Si2rMybr7+8fHH7e7XV73YP+FweHh62bNzf/LwAA//8=",
+	"ksMuDBbdwEUKLzsM3fDswp7skFW1pfJB7p11NlQVRbxztRGJ5HXhfaUCCunmBkxSyCMgktCDTr7+8cXF",
+	"2fPT8wc6gqLeCBXiZGMHGTWn4xnY81h32iXfvnzyw+nr4feWm2lmyiJ1UC78kqkEQNY6MEWjeFn1DB8E",
+	"PdVxqyhAxcAkVhTHHfx3UZQcQTmkcAAjgjAxtctblFWbmAr2roOcgYBIn7hccBHIKsb2HRoDLWItoB6n",
+	"e5FrYDArrASDNsAUSDRd2tcXsyVpF+XycGoR/A3LiH9yQVbXHAu6zuSCGEmsaMQNacMax3N6ydxyxpBH",
+	"uS6r+01+n+K666NJYvdD+JjIgUWkQRjrW5wsXZUZ4Jpql8BFrtKgK4LaiQKJoRKzUD1/O2FDNsNC1thx",
+	"zAoEIp4RRGqrt+V4pMrW3Q220fahvAezkluX37hZ6TcAq+kJkLQB/QfAJVlUgFVGwfXSsZw+qOW/yeDk",
+	"p7X/1gNEruHPrNSlKq1IcYB04fxGBWBYBaCTelON9xYVYJSrDqNq/lHpMJJXTDW7gQbitn4gsuoGqpMo",
+	"f+Bp2ohS2YxJ2s7McliuJmZauwXAOPkSsiMps+qrtrry/fv26byn4HW3UD9Arc6NoD9/4Pqs4/oUtNOE",
+	"53Nc0lBZoFf4WsJWjvdHzBVg2mhLuSv2qnvvA6Ecb2HFvymrih8zaeB/O3DlfQ8o3AxZeFWKRbFmv8Rk",
+	"kPd6DxmJQaIO4JB7fULTFABtOhEybByu18lVLqxsPqEqQvuAlWvnVCwdSgtzXTHFirrURfLsYa/XA33B",
+	"tu8wvmiBMKINXfp7YyAC3FPASXIYyZsuCfuFv/fiBjgYR0InfsnegdIbkFtgSavy2scCOVmdbMO58fTz",
+	"u2LAaxqEXfmkCr6NV/Aqrjdpr6N3d3Y5hwnXGTXj2YbYmtzMmDAcil8WWgiUx86NVAhHSrjWuVXnlyGO",
+	"KTXlY5gHiIQ9EOBFNBippGjRjKveKUf/YCATOpHLSl2B4fPVxV/LyJp2rGdkb4zcYVy8icwi7nhDwXgm",
+	"NRNehkSucnL203fD52fn52cvXwzPvo3xEqqaBwfihGg2liIhfqkKUx+dM1IRIYvFgZ+g7oO3fR72Dp2t",
+	"wT6EpkR4ygmbRSV27ZEBjrE5ShIOWr8wrpKEQfX/y+5APJmx8aUmM5pldg+cSgR52/0Kzu2KXrmyK2BT",
+	"aD/qPexEAzFiVDFF2ke9g06EXbaPDh5CsdJORMDiUJ12205OKjumTkSUzDEj9Kh3BBgBHYAje+6sS27x",
+	"oN1QLy6MFLYD5wblApHZ7FCHE55C7FEFNQIRC/hUSIjA0hW44zldEpokRMs5O3YD90auea4NgWorqFIj",
+	"PL2DPxgICdRPU0Twsg2NGBF5mnZJPGeGJtTQuIBRu2JqRA2fA7UoljHqMAnHciq4dueCzKieVebfHlMh",
+	"BR/TlPz5/OWLviP8YpAay08OhMidaa6I6gC428WMG0aw7i0poBuomT3Q5ZXDk7jvim/aJwFzQg2Es6Aj",
+	"cIcrhFOQ7TGhAl+5omkOC2NXkiVuaBGsBeFCG0aRJY2sOBwNRHzQ7cXhL/FB7DJqscVwYBCot0rgbUtH",
+	"3YGwnACOTbqwlyxU3Y0RwK5PBi2qNZ8KlgxacVQAFALPQeKgkOEIdOQsd7gzAzHhviyXl0InuYKx0VTa",
+	"g2eZQMy04XPL84ZwLuPKIvFCKYXjW1ZEgLi44OQNE67pKMW6BQUt21u/PHr2JyGHwJsAYXk9rs5KCwck",
+	"zoMLKW6qYlBTlCGoUu59EccomNRHIq6euq636cTO3inkQAT+Kvtrx0k0njOM3bVWK9V863hpY8hHzY2P",
+	"Bxs3LNy8EbO7pomRx3gcCzbs1Yj7Ukt3DSG5f7+LX6+PlM3tu/c4IrX1jjzGSNvDHNuD4jfJX56FyX39",
+	"rvwDYexOPh42zhUoUj+/bflje2GFqVb/5zeWHkuRMrgbi/0ILFoFwqJvZhcBEhWhRjWuROi1V4gVU5I9",
+	"QHMHYN5UThH9ljmLEk0SLI8KN6YvF+vwe1F5A6BPBKgB3Lp2ifkZwEp5h1WXuBGsoDIBi03gZau3uaqI",
+	"CdcAUjTJ0xSczlj42SuF0GXKxJj14Y7A7i4ZyzyaqR+oJtSqmSnzxSjxtkCYVTJn/iEypRlpK0a1FKgM",
+	"4sDiTiGMLLHorMwFyDvt+D/3cEp7z6Q2caeCapzKKbrDIQgU7j2dj2fgl8q4lgkjIzaFOgLgRMNnBsL2",
+	"aiUDTGrURQlNg3LZCGJgWDoprJIKQkyVlPMuOcGAcsAzx3AEmPlAAP69nSGAU8EtTo2/q9FnXoTpg5D4",
+	"KqVY339JYuQnMXgI4zW89rjTL+UodzNbvRy3BAJxYvtvPBDeUNB3ZfiUIxQyY2nSKZFB4zm9jrukXN/z",
+	"yr3vUJZRfrNChG2nwGO2DUbBu6ciicPXSjcggOW2q9DO3HScaaJs4Tua9Yll7DGKPjgzD9qFk0NI6tUB",
+	"QyExrHha1+reayC3mCxmyz6JHXHHpI3WECg9CgOV0wcacXXRXB2QJxycpZUB8hTRlosz1QmXEEi0kJyK",
+	"CGScC+JHwzlE80yXnBhcXcBynfhhVHYaEj2cchQjzvpXuEwIkI1uWdweRMFuI3jswx7RnYGYyAJ12F1U",
+	"QWfetGWJ0VFgn6wTH5RmPD8/9bDdwFw0WC89GJslrpAOIwc67JHhAUTfjaMsGeDlG2iqDRlQFJQgDoLZ",
+	"RFEXg1Mdtz3AdiAdP6XV0gNd8tS+qvskhon0XddOZ42tPtMnbwctJNdBKyKDlv1y0IoGYtBiYiwTLqaD",
+	"1o0VDwv158eLp3tfwAIhDBvV7LEDU47Dt6zAjj8OWkFpbKADhAq3xAASKraJ+kzMk37NMeKGtAN0P8u4",
+	"wFx4DlhAnomBkg1efYQmj59RbfbgwT2r7cMo3DmCYv8apVi/QlOarS2PfdotiZG4Ssi88e9UagNLBG2X",
+	"t5E7jaQdK3f2YHYpnA7qkAiB9yEzfKCbzmz1wPsbwA/Z08nKqEEzwhHaJ4ZjmbBiYxM7YER19wVBNGnH",
+	"fZJxMY07eL35qC5H79RSr2X8OpULf6txDSVUQF8Nr80+rgY3ZELT1LKwGXcUjKDd3OFTURLDmgOVwxGs",
+	"KzPnFZiIxEgUwxFbSvSzWdosNrSCh18yk85xo+Nus/0V1/wdra8r0hFStZF4gwK7KOzadbdVk6P7vjG3",
+	"Twp0d6iiLZaOmKE8YUip5XAtZaZ8zh3eZONQ5/S6Hl776ODLo4e9o2CoB7sMFWUGK1MeI65lwOBpHQGQ",
+	"tuXcTh5x7Lh5YeH3yoDdkEZSpoyKW5vD36XIbLStcM1KovL5KR4m7fl9ZLla5PgEaWuGLubgNViJnerf",
+	"uHIOrag1w+oBdgChAFSjDdQKQxUhCrEliHTR1MDB2yHF4V5toPR1kmmFrHR9VFZ6CDn2LWWszcNjwlLy",
+	"z9BJK2pBMbLWm7qtreH3NXC8wNlrhMQIYr2q2LpugBuEvIHYLuWRGiHPBdy5ihqXZEGd0oQsdH36bgD2",
+	"YBXtb1mGZ7XuiO+97w6nWZXbyvKmNWN2QiYqjFZDsZLHmkpWmf+UZrpzTHpIHQHmlZ0vPrQ64VuR47lH",
+	"6ag9Jm5uNZrGu56Im9+It/m1ZQV0fXeBNVBf+SZyN5JUqFODaF1T4MqVLasaNfhUbIK/PvfAmWgp5WMf",
+	"DROTsZSXnJH298ZkL0W6jMg5nbNzbthX50bxsYnIORvnimEx9Ytn5x0HJfn69PyikOKdqP4TG53L8SXz",
+	"5mu4xg4OyUzmSqNbzHWoDVTf8RUwwHHWt6QMlS8q/jTUI9D2UHjtIZauqChU2D7kwq4gn3Kh6+Sgcz4V",
+	"Z6L1/nDkz8R94MiDlebYQRzDcoGL6QMH6tzO8le14lUsdnZKhJKRkgttRezAblrd6XWqlrnZXFjgZW5a",
+	"uyzrRWUtxymj6q6pXRtm+sS2i/cXTvZB6dzG3qtThKqSG8NcL+CJLZ4FAPDe08w+ZEUiUJX07vGkGTWG",
+	"Kfvo38ln7a/7GRNW4/2nNnRq/w8Bc/8J8X//dCFP/7SrlTIT/MmSfyIervtvCMUr1RVL/jmmYszSlCWd",
+	"9td98ln0gTrrfEY++4/WDgG6JySlIwZJGJds+RW4DY+9L9SyqrlUjWG68GplWblhc72yvj///as3f/pq",
+	"fTDFF1QpjEmrD3IB5aRe9XhUqeuzk9phT4Vg12Y4hphef1lnil1xmVvtc9o4X3ylTqn4IKnI9mBsCg/G",
+	"oX+kuHl7aCN7lQXV9aG4zyh1ZSY6EaCjTVmZ+rYFEXtOBZ/Y9qgmfz15/oy04ye4kHsXy4z1SbiWSzpP",
+	"YxCF/3z+8gVpx28HLd/A0P6I1qx//+u/B60bB8ISPGJ/ffvvf/33zU3c6YL/On5redWQJxFyF/u2O7m2",
+	"hWMSf52o5VDlwtkxrS47QGuHZUakfdjrlXxfWOkuhagC32enS04Eic8SNs+kYWK83PuBLWOCehlpSzUQ",
+	"RdhClydxZ8X9ViwQSpmBo9sO3UeioAMfijQMBJT1DZy85AxHXLQF9YOqphv/UxzWGp1wlkKhF2pmxwPh",
+	"clrwa1RjXNmMZlhtSzS7VZt1C71Zn/f8A5evfHllfTfmN3wgv7Cd+Xk+mnMT3rGr5Ly1uO39ZvG5DjCY",
+	"pYnJJGpJVG5l+hqChvN8nw5su067OK9/Z1jkRweP7g8UTympmnYzZKfoN+UQUAPcVjhe2r0PzDggdsv2",
+	"qb4s6AXKL0Os4Jb8RJAa9z1D3oiW8ASEoHrWssXka19634WJYWA1u4HDTiGAENRDu05Q4gH25dNOjK1s",
+	"Nc7EbzVkE/g8AohhDBHJFSvh1RDcjZJCnoXc91yxqALoEL7vl6Upx+CeqaD33qngwu38J73ZGw7mPlWG",
+	"T+jYbFfxToonP8UN8qPbJG8Xc4Xwtd/+lgVQNJsOlF+aO+9bVIsMBf/tmmfWOzy6X1Cod/Hu1BIHmLl/",
+	"U+lBng58nMcxlhniWGbIbpa/pRdSXUL0ckR+fP1sj+kxhdyb8YyKKdNdDLf3hk741Nl4n6NnrBl9wNcy",
+	"it/CHxGhJiLokv/6Jo5I7FMtYp9Q8UBD1kWfxG8vuUgiiHX4OiIGAGPonH0dDQTXmHn5dUTGUpthrpOv",
+	"b+JORGIfZRG/9aZqq4LZrsBdSrUhMfitC31swgVNUe1yWQLocnfBJS5wAq7EGdVdckoxugzA72OexL5c",
+	"dp4dF3EuKz6fCoBN+4uiPKBtFeM4EA+hrD1ld28KIAcYGOYD3fRMLur0MntE0er+Lqd7/TTw0pFr1w7m",
+	"DaDzLgoO1wrCXqQookUKO8yqRleJCGmy6/3c2/vyzduD6OCLmzpT2Hb+sMVnuxMbcDP1HozfBjfwUsgD",
+	"7XPsqK5xzESBNwLjApXbusr+uJM/YzQ1s1833S7fu0feJ/4qdNFoQXNyqktvuTM2/QZ7+TN+xYTtI1Ny",
+	"hFrSPph8N67Ma3zifeJyQJl9pmsLlEP3dyVfpzm+/1G+cBDJy+My8BBCMJH3Fc2hQuVACJr2qegJN+qY",
+	"pFxb7YNWWnL4MqAzc5c8hEu1FuPt/T7VGG84VMhfc5VaVmdM1t/fPzj8vNvr9roH/S8ODg9bN29u/l8A",
+	"AAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -569,7 +569,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The runtimes this server provisions environments with (configured and reachable), with their capabilities. */
+        /**
+         * The runtimes this server provisions environments with (configured and reachable), with their capabilities.
+         * @description Runtimes wanted but not answering (AGENTIC_RUNTIMES's, else those found on the machine, e.g. DOCKER_HOST set before its dockerd runs) are tried again before this answers, every 15 s, and when a create request names one, so an engine started after the server is offered without a restart. A create naming a runtime not offered is 400 unknown_runtime, its error saying why (does not answer, not found, not in AGENTIC_RUNTIMES) and how to get it (e.g. `make docker`).
+         */
         get: operations["listRuntimes"];
         put?: never;
         post?: never;
