@@ -147,8 +147,9 @@ func (s *Server) CreateSession(ctx context.Context, req restapi.CreateSessionReq
 			return nil, badRequest("field name: %v", err)
 		}
 	}
-	if spec.Command == "" {
-		return nil, badRequest("field command: must not be empty")
+	if spec.Command == "" && spec.Type != ports.SessionInteractive {
+		// Only a terminal has a default: the agent's shell.
+		return nil, badRequest("field command: required for a %s session (only an interactive session without one runs the agent's shell)", spec.Type)
 	}
 	spec.Args, spec.Cwd, spec.Env = deref(b.Args), deref(b.Cwd), deref(b.Env)
 	spec.PTY = b.Pty == nil || *b.Pty

@@ -39,6 +39,23 @@ func newSessionEnv(t *testing.T, logMax int) *sessionEnv {
 	return &sessionEnv{env: e, sessions: ss, log: log}
 }
 
+// Only an interactive session has a default command: the agent's shell.
+func TestSessionsCreateWithoutACommand(t *testing.T) {
+	e := newSessionEnv(t, 0)
+	expect(t, e.call("POST", "/api/v1/agents/a1/sessions", `{}`), 400, "invalid_request")
+	expect(t, e.call("POST", "/api/v1/agents/a1/sessions", `{"type":"headless"}`), 400, "invalid_request")
+	r := e.call("POST", "/api/v1/agents/a1/sessions", `{"type":"interactive","name":"sh1"}`)
+	expect(t, r, 201, "")
+	var sh restapi.Session
+	r.decode(t, &sh)
+	if sh.Type != restapi.SessionInteractive || sh.Command != "" || sh.Name != "sh1" {
+		t.Fatalf("interactive without a command: %+v", sh)
+	}
+	if specs := e.sessions.Specs(); len(specs) != 1 || specs[0].Command != "" || specs[0].Type != ports.SessionInteractive {
+		t.Fatalf("specs %+v", specs)
+	}
+}
+
 func TestSessionsCreateListGet(t *testing.T) {
 	e := newSessionEnv(t, 0)
 	r := e.call("POST", "/api/v1/agents/a1/sessions",

@@ -22,6 +22,9 @@ const sessionsUsage = `Usage:
   agenticctl sessions create [--type T] [--name N] [--cwd DIR] [--env K=V]… AGENT -- CMD [ARGS…]
                                     start a session (type interactive|headless|background,
                                     default background) and print its id
+  agenticctl sessions create --type interactive [--name N] [--cwd DIR] [--env K=V]… AGENT
+                                    an interactive session without a command runs the
+                                    agent's shell ($SHELL, else /bin/sh)
   agenticctl sessions get ID        show one session as indented JSON
   agenticctl sessions kill ID       kill a session (its whole process group)
 `
@@ -93,14 +96,28 @@ func (c *cli) sessionsCreate(args []string) int {
 	if code, done := parseFlags(flags, args, c.stdout, c.stderr, sessionsUsage); done {
 		return code
 	}
-	rc, code, ok := c.remoteCommand("sessions create", "npm run dev", flags.Args(), envs)
-	if !ok {
-		return code
-	}
 	if !restapi.SessionType(*typ).Valid() {
 		return c.fail("--type must be interactive, headless or background, not %q", *typ)
 	}
 	t := restapi.SessionType(*typ)
+	var rc remoteCommand
+	switch agent, alone := agentAlone(flags.Args()); {
+	case alone && t == restapi.SessionInteractive:
+		// No command: the agent's shell.
+		env, err := envVars(envs)
+		if err != nil {
+			return c.fail("%v", err)
+		}
+		rc = remoteCommand{agent: agent, env: env}
+	case alone:
+		return c.fail("a %s session needs a command after the agent, e.g. 'agenticctl sessions create %s -- npm run dev' (only --type interactive without one runs the agent's shell)", t, agent)
+	default:
+		var code int
+		var ok bool
+		if rc, code, ok = c.remoteCommand("sessions create", "npm run dev", flags.Args(), envs); !ok {
+			return code
+		}
+	}
 	req := restapi.CreateSessionRequest{Type: &t, Command: rc.command, Args: rc.args, Env: rc.env}
 	if *name != "" {
 		req.Name = name

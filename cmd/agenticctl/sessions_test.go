@@ -117,3 +117,31 @@ func TestLogs(t *testing.T) {
 		t.Fatalf("logs -f with gap: %d %q %q", r.code, r.stdout, r.stderr)
 	}
 }
+
+// An interactive session needs no command: it is the agent's shell (the
+// request carries none). The other types still need one and say so.
+func TestSessionsCreateInteractiveWithoutACommand(t *testing.T) {
+	f := newSessionFixture(t, 0)
+	for i, operands := range [][]string{{"host-01"}, {"--", "host-01"}, {"host-01", "--"}} {
+		r := f.run(t, "", append([]string{"sessions", "create", "--type", "interactive", "--env", "A=1"}, operands...)...)
+		if r.code != 0 || r.stderr != "" {
+			t.Fatalf("%q: exit %d, %q %q", operands, r.code, r.stdout, r.stderr)
+		}
+		specs := f.sessions.Specs()
+		if len(specs) != i+1 || specs[i].Type != ports.SessionInteractive || specs[i].Command != "" || len(specs[i].Args) != 0 || specs[i].Env["A"] != "1" {
+			t.Fatalf("%q: spec %+v", operands, specs)
+		}
+	}
+	for _, typ := range []string{"background", "headless"} {
+		r := f.run(t, "", "sessions", "create", "--type", typ, "host-01")
+		if r.code != 1 || !strings.Contains(r.stderr, "a "+typ+" session needs a command") || !strings.Contains(r.stderr, "--type interactive") {
+			t.Fatalf("%s without a command: exit %d, %q", typ, r.code, r.stderr)
+		}
+	}
+	if r := f.run(t, "", "sessions", "create", "--type", "interactive"); r.code != 1 || !strings.Contains(r.stderr, "needs an agent") {
+		t.Fatalf("no agent: exit %d, %q", r.code, r.stderr)
+	}
+	if len(f.sessions.Specs()) != 3 {
+		t.Fatalf("specs %+v", f.sessions.Specs())
+	}
+}

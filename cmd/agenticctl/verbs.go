@@ -185,6 +185,21 @@ func (c *cli) remoteCommand(verb, ex string, operands []string, envs multiFlag) 
 	return rc, 0, true
 }
 
+// agentAlone is the agent of operands that name only one ("AGENT",
+// "-- AGENT", "AGENT --" or "-- AGENT --").
+func agentAlone(operands []string) (string, bool) {
+	if len(operands) > 0 && operands[0] == "--" {
+		operands = operands[1:]
+	}
+	if len(operands) == 2 && operands[1] == "--" {
+		operands = operands[:1]
+	}
+	if len(operands) != 1 || operands[0] == "" {
+		return "", false
+	}
+	return operands[0], true
+}
+
 // agentCommand splits the operands "[--] AGENT [--] CMD [ARGS…]"; ok is
 // false when there are not two.
 func agentCommand(operands []string) (agent string, cmdline []string, ok bool) {

@@ -51,6 +51,9 @@ var semantic400 = map[string][]string{
 	"startCommand": {"invalid_request:field env: variable name"},
 	// An unknown signal name of the right shape.
 	"signalCommand": {"invalid_request:field signal: unknown signal"},
+	// A command, but for an interactive session (the agent's shell):
+	// openapi 3.0 cannot make a member required by another's value.
+	"createSession": {"invalid_request:field command: required for a "},
 }
 
 // specFuzz is a real agentic-mgmt with one host agent, and a generator
