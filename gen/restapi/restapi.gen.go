@@ -1861,6 +1861,8 @@ type ClientInterface interface {
 
 	// ListRuntimes The runtimes this server provisions environments with (configured and reachable), with their capabilities.
 	//
+	// Runtimes wanted but not answering (AGENTIC_RUNTIMES's, else those found on the machine, e.g. DOCKER_HOST set before its dockerd runs) are tried again before this answers, every 15 s, and when a create request names one, so an engine started after the server is offered without a restart. A create naming a runtime not offered is 400 unknown_runtime, its error saying why (does not answer, not found, not in AGENTIC_RUNTIMES) and how to get it (e.g. `make docker`).
+	//
 	// Corresponds with GET /api/v1/runtimes (the `ListRuntimes` operationId).
 	ListRuntimes(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
@@ -2958,6 +2960,8 @@ func (c *Client) PutPool(ctx context.Context, name PoolName, body PutPoolJSONReq
 }
 
 // ListRuntimes The runtimes this server provisions environments with (configured and reachable), with their capabilities.
+//
+// Runtimes wanted but not answering (AGENTIC_RUNTIMES's, else those found on the machine, e.g. DOCKER_HOST set before its dockerd runs) are tried again before this answers, every 15 s, and when a create request names one, so an engine started after the server is offered without a restart. A create naming a runtime not offered is 400 unknown_runtime, its error saying why (does not answer, not found, not in AGENTIC_RUNTIMES) and how to get it (e.g. `make docker`).
 //
 // Corresponds with GET /api/v1/runtimes (the `ListRuntimes` operationId).
 func (c *Client) ListRuntimes(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -6468,6 +6472,8 @@ type ClientWithResponsesInterface interface {
 	PutPoolWithResponse(ctx context.Context, name PoolName, body PutPoolJSONRequestBody, reqEditors ...RequestEditorFn) (*PutPoolResponse, error)
 
 	// ListRuntimesWithResponse The runtimes this server provisions environments with (configured and reachable), with their capabilities.
+	//
+	// Runtimes wanted but not answering (AGENTIC_RUNTIMES's, else those found on the machine, e.g. DOCKER_HOST set before its dockerd runs) are tried again before this answers, every 15 s, and when a create request names one, so an engine started after the server is offered without a restart. A create naming a runtime not offered is 400 unknown_runtime, its error saying why (does not answer, not found, not in AGENTIC_RUNTIMES) and how to get it (e.g. `make docker`).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -11244,6 +11250,8 @@ func (c *ClientWithResponses) PutPoolWithResponse(ctx context.Context, name Pool
 }
 
 // ListRuntimesWithResponse The runtimes this server provisions environments with (configured and reachable), with their capabilities.
+//
+// Runtimes wanted but not answering (AGENTIC_RUNTIMES's, else those found on the machine, e.g. DOCKER_HOST set before its dockerd runs) are tried again before this answers, every 15 s, and when a create request names one, so an engine started after the server is offered without a restart. A create naming a runtime not offered is 400 unknown_runtime, its error saying why (does not answer, not found, not in AGENTIC_RUNTIMES) and how to get it (e.g. `make docker`).
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -23345,73 +23353,76 @@ var swaggerSpec = []string{
 	"ZYsr+f3oJSmiarDmUMbGELvLXEluM2O2UXoJ2U4wdNd5H2s3YdhBDGpmXJYCtIMFAmE+sCdMpWtDoUAA",
 	"7AHwYr88dsSuvi3shIaULld1COtEaX90y5WGmFxX4ie0a5LXLGETLorcdjs5XEMHd+JPPEYuAzUVcCgr",
 	"RYWKEncNIUx1IUl1KvOr/F5YxP2rvLaDj1QRaBtjItTu+oTb0yXk4hNXZm8fVfSOkRx2YbBsBy5SeNlh",
-	"6IZnF/Zkh6yqLZUPcu+ss6GqKOKdqxtFudf+ofdILa6PJoHOD+FjQtMVjugwFLRYeF29UoCLtUtcG1fK",
-	"zlXZ7ETBhVJxaVe3ZyfwwWbcwRo136xg7MFcHJBXvarvoRBbd7fnRduH8h6sDm5dfuNWh98AbqMnQNIO",
-	"8A+jAsswCrhPx0pYQbH4TfYIP639tx4/cA2eZKXwUWlkiAMgBOdWKPCkKgiQ1Gvy3plQYBWu+hOq6Sml",
-	"P0FeMdXsJRiI27oJyKqXoE7g+IGnaSOIYTPoZTszy2G5mpiI6xYAw6hLRIekTLqumnLK9+/b5P+eYpvd",
-	"Qv0AxSA3YsL8AfuyDvtS0E4T3MtxSUNlBVjhi9VaMc8fMVfhZ6OqfVdoTvfeB4LR3cKKf1NKtx8zaeB/",
-	"O3DlfY8324xod1WKRbFmv8RkkPd6DxmJwV8Z4O32+oSmKeCddCJk2Dhcr7KpXBAtyYSqCNXHmVyQORVL",
-	"B+LBXFdMsaLwcZFbedjr9UBitu07CChaAFBoQ5f+3hiIABYTYHQchO6mS8J+4e+9uAEtxJHQiV+yd6D0",
-	"BmAPWNKqvPaxMDBWJ9twbjz9/K4Y8JoGYVc+qWIz4xW8CvtM2uvgzp1dzmHCdUbNeLYh9CI3MyYMh+qK",
-	"hRYC9ZdzIxWiVRKudc4SKMNcwlxSUz6GaWJI2AMBTiaDgSyKFs248pBy9E+GmNgoclmpK7CLvbr4Wxl4",
-	"0Y71jOyNkTuMizeRWcQdDz08nknNhJchkaucnP303fD52fn52csXw7NvY7yEqtajgTghmo2lSIhfqsIS",
-	"ROeMVETIYnHgJygs4E1jh71Dl/VnH0JLEzzlhM2i1Lf2iePH2BwlCZ9MGMDRY6kCkAWPel92B+LJjI0v",
-	"NZnRLLN74FQiSOvtV2BQV/TKlV2B5L32o97DTjQQI0YVU6R91DvoRNhl++jgIVTD7EQEbFvVabft5KSy",
-	"Y+pERMkcEwaPekeQQt4BtKrnzvjgFg/aDfXiomi87cB5ybhA4C471OGEpxCaUgEVwIR2PhUSAnR0BQ13",
-	"TpeEJgnRcs6O3cC9DWSea0OgnAeq1Ihe7rLjB0IC9dMUAZ7mUFGfiDxNuySeM0MTamhcoGxdMTWihs+B",
-	"WhTLGHWQdWM5FVy7c0FmVM8q82+PqZCCj2lK/nL+8kXfEX4xSI31DQdC5M5yUzj9AQ11MeOGESysWhS1",
-	"t7L3A11eOTyJ+666o30SIAnUQDgDK+I6OHj5gmyPCRX4yhVNc1gYu5IscUOLYC0IF9owiixpZMXhaCDi",
-	"g24vDn+JD2KXcIkthgODOK5VAm9bOuoOhOUEcGzShb1koaxrjPhmfTJoUa35VLBk0IqjAr8OeA4SB4UE",
-	"OKAj9LO6nRmICfd1n7wUOskVjI2m0h48ywRipg2fW543hHMZVxaJF0opHN8SMB/CpoKTN0y4pqMUYe0L",
-	"Wra3fnn07E9CDoE3AQDvetiVlRYOSJwHF1LcBHJfg9kflMH2pupjFEzqA9VWT13X23Rih1Er5EAE7gz7",
-	"a8dJNJ4zjN21VivVfOt4aWNEQM2NjwcbNyzcvBGzu6aJkcd4HAs27NWI+1JLd40wuH+zvF+vj5Ts67v3",
-	"MBO1BXU8BEXbo+Dag+I3yV+eLAmuwSrT+QOA6k4uADbOFShSP79t+WN7YYWpVv/nN5YeS5EyuBuL/Qgs",
-	"WgUAn29mFwESFaFGNa4EcLVXiBVTkj0A+wbc1lROERyVOYsSTRKsvwk3pq9H6uBdUXkDHEjELwFYs3YJ",
-	"CRmgDnl/Rpe4EayA9gCLTeBlq7e5snsJ14BhM8nTFHySWFnYK4XQZcrEmPXhjsDuLhnLPNilH6gm1KqZ",
-	"KfPVDvG2QBROMmf+ITKlGWkrRrUUqAziwOJOIYwssaqpzAXIO+34v/ZwSnvPpDZxpwJ6m8opekshRhDu",
-	"PZ2PZxCEn3EtE0ZGbAow8yKBBxeAlGl7tZIB5rzpokajQblsBCESLJ0UVkkFEYhKynmXnGC8McBdo7ca",
-	"Zj4QAI9uZwjYRXCLU+PvanSpFlHcICS+SikWkF+SGPlJTEa5wejHCpx33OmXcpS7ma1ejlsCcRqx/Tce",
-	"CG8o6Ls6b8oRCpmxNOmUwJHxnF7HXVKu73nl3ncgvCi/WSHCtlPA9doGo+DdU5HE4WsYZF1gqbaryL/c",
-	"dJxpomzhO5r1iWXsrqI9zsxjOuHkELF4dcBQqQpLata1uvcayC0mi9myT2JH3DFpozUEalvCQOX0gUbY",
-	"VTRXB+QJB2dpZYA8RTDe4kx1wiUEEi0kpyJAFeeC8MJwDtE8A7X+YXUB6nPih1HZacgDcMpRjDDcX+Ey",
-	"IX4yXAtumxEkuY3Yog97RHcGYiILUFp3UQWdedOWJUZHgX2yTnxQ++/8/NSjOgNz0WC99FhdlrhCOowc",
-	"Jq0HDgeMdTeOElHeyzfQVBsSZCgoQRwEs4miLkSjOm57gO1AOn5Kq8j0XfLUvqr7JIaJ9F3XTmeNrT7T",
-	"J28HLSTXQSsig5b9ctCKBmLQYmIsEy6mg9aNFQ8L9efHi6d7X8ACIUoX1eyxw9qNw7eswI4/DlpB7WWg",
-	"A0SStsQAEiq2ifpMzJN+zTHihrQD8DfLuMBceA5QMZ6JgZINMN2IXB0/o9rswYN7VtuHUbhzBNXkNUqx",
-	"foWmNFtbHvu0WxIjcZWQeePfqdQGlgjaLm8jdxpJO1bu7MHsUjgd1AHVAe9DZvhAN53Z6oH3N4AfsqeT",
-	"lVGDZoQjtE8MxzJhxcYmdsAI+u3rRWjSjvsk42Iad/B680E/jt6ppV7L+HUqF/5W4xoqbIC+Gl6bfVwN",
-	"bsiEpqllYTPuKBgxnbmDL6IkhjUHKocjWFeFzCswEYmRKIYjtpToZ7O0WWxoBS69ZCad40bH3Wb7K675",
-	"O1pfV6QjpGoj8QYFdlHYtetuqyZH931DMp8U4N9QplksHTFD/buQUsvhWspM+Zw7OMLGoc7pdT368tHB",
-	"l0cPe0fBUA92GSrKDFamPEbYw4DB0zoCIG3LuZ084thx88LC75UBuyGNpEwZFbc2h79LFdNoW12TlTzW",
-	"81M8TNrz+8hytcjxCdLWDF3MwWuwEjuVR3Fo/62oNUNweTuAUACq0QZqhaGKEIXQA0S6YFvg4O2Q4nCv",
-	"NlD6Osm0Qla6PiorPYQc+5Yy1ubhMWEp+WfopBW1oFZV603d1tbw+xq0VuDsNUKiFdmXpAq96ga4Qcgb",
-	"iO1SHqkR8iLCutOuL7hwSRbUKU3IQten7wZgD1bR/pZleFbrjvje++5wmlW5rax+WTNmJ2Siwmg1FCt5",
-	"rKlklflPaaY7x6SH1BFAItn54kOrE74VOZ57EIfaY+LmVqNpvOuJuPmNeJtfW1ZA13cXWAP1hVEidyNJ",
-	"hTo1iNY19Y9cVauqUYNPxSZ05HOPq4iWUj720TAxGUt5yRlpf29M9lKky4ic0zk754Z9dW4UH5uInLNx",
-	"rhhW6754dt5xSIOvT88vCineieo/sdG5HF8yb76Ga+zgkMxkrjS6xVyH2kBxFl8gARxnfUvKUBih4k9D",
-	"PQJtD4XXHmLpioIzhe1DLuwK8ikXuk4OOudTcSZa7w9m/EzcB8w4WGmOHQIuLBe4mD5woM7tLH9VK17F",
-	"YmenRCgZKbnQVsQO7KbVnV6napmbzbjzL3PT2mVZLyprOU4ZVXfN/Nkw0ye2Xby/cLIPSuc29l6dIhQd",
-	"3BjmegFPbPEsAL7znmb2ISsSgaqkd48nzagxTNlH/0E+a3/dz5iwGu+/tKFT+3+Ip/oviP/7lwt5+pdd",
-	"rZSZ4E+W/AvhUt1/Q6htqK5Y8q8xFWOWpizptL/uk8+iD9RZ5zPy2Z9aOwTonpCUjhjE6F+y5VfgNjz2",
-	"vlDLquZSNYbpwquVZeWGzfXK+v78j6/e/Pmr9cEUX1ClMCatPsgFlJN61eNRpezLTmqHPRWCXZvhGGJ6",
-	"/WWdKXbFZW61z2njfPGVOqXig2Sq2oOxKTwYh/6R4ubtoY3sVRaUb4faL6PUVSHoRACeNWVlZtQWwOQ5",
-	"FXxi26Oa/O3k+TPSjp/gQu5dLDPWJ+FaLuk8jUEU/sv5yxekHb8dtHwDQ/sjWrP+8+//GbRuHEZH8Ij9",
-	"9e1//v0/Nzdxpwv+6/it5VVDnkTIXezb7uTaFo5J/HWilkOVC2fHtLrsAK0dlhmR9mGvV/J9YaW7FKIK",
-	"fJ+dLjkRJD5L2DyThonxcu8HtowJ6mWkLdVAFGELXZ7EnRX3W7FAKGUGjm47dB+Jgg58wPAfCKj6Gjh5",
-	"yRmOuGgLystUTTf+pzgsRTnhLIU6INTMjgfCZU/h16jGuKoKzajLlmh2K0bqFnqzPu/5By5f+fLK+m7M",
-	"b/hAfmE78/N8NOcmvGNXyXlr7dP7TfJyHWAwSxOTSdSSqNzK9DUEDef5Ph3Ydp12cV7/zqCqjw4e3R9m",
-	"mlJSNe1myE7Rb8ohoAa4rXC8tHsfkGJA7JbtU31Z0AtU54VYwS3payA17nuGvDGZ/gkIQfWsZYvJ1770",
-	"vuvWwsBqdgOHnUIAIaiHdp2gAgDsy6edN1nZapyJ32rIJvB5BBDDGAJWK1aibyH2FyWFPAup0bliUSXf",
-	"P3zfL0tTjsE9U0HvvVPBhdv5T3qzNxzMfaoMn9Cx2a7inRRPfoob5Ee3Sd4u5grha7/9LQuQSjYdKL80",
-	"d963qBY4CP7bNc+sd3h0v5hB7+LdqSUOMHP/ptKDPB34OI9jrELDsQqN3Sx/Sy+kuoTo5Yj8+PrZHtNj",
-	"Crk3WIxedzHc3hs64VNn432OnjHdGI3mS93Eb+GPiFATEXTJf30TRyT2qRaxT6h4oCHrok/it5dcJBHE",
-	"OnwdEQN4InTOvo4GgmvMvPw6ImOpzTDXydc3cScisY+yiN96U7VVwWxX4C6l2pAY/NaFPjbhgqaodrks",
-	"AXS5u+ASFzgBV+KM6i45pRhdBtjoMU9iX005z46LOJcVn08F36T9RVE9zraKcRxsIhULShPZ3ZtKUYSz",
-	"+UA3PZOLOr3MHlG0ur/L6V4/Dbx05Nq1g3kDJrmLgsO1grAXKYpokcIOs6rRVSJCmux6P/f2vnzz9iA6",
-	"+OKmzhS2nT9s8dnuxAbcTL0H47fBDbwU8kD7HDuqaxwzUeCNwLhA5bausj/u5M8YTc3s1023y/fukfcJ",
-	"zwldNFrQnJzq0lvuDF2+wV7+jF8xYfvIlByhlrQPJt+NK/Man3ifuBxQhZ3p2vrV0P1dyddpju9/lC8c",
-	"gu7yuAw8hBBM5H1Fc6hQORCCpn0qesKNOiYp11b7oJWWKKIBgs7MXfIQLtVajLf3+1RjvOFQIX/NVWpZ",
-	"nTFZf3//4PDzbq/b6x70vzg4PGzdvLn5PwEAAP//",
+	"6IZnF/Zkh6yqLZUPcu+ss6GqKOKdq41IJK8L7ysVUIo3N2CSQh4BkYQetvL1jy8uzp6fnj/QEZQFR6gQ",
+	"Jxs7yKg5Hc/Anse60y759uWTH05fD7+33EwzU5a5g4Ljl0wlANPWgSkaxcu6afgg6KmOW0UBKgYmsaI4",
+	"7gDEi7LmCMohhQMYEYSJqV3eojDbxFTQex3kDAREllBujotAVjG279AYaBFrARU93YtcA4NZYSUYtAGm",
+	"QKLp0r6+mC1Juyi4h1OL4G9YRvyTC7K65lgSdiYXxEhiRSNuSBvWOJ7TS+aWM4Y8ynVZ3W/y+xTXXR9N",
+	"ErsfwsfEHiwiDcJY3+Jk6arMANdUuwQucrUKXRnVThRIDJWYher52wldshlYssaOY1ZAFPGMIFJbvS3H",
+	"Y1227m6wjbYP5T2Yldy6/MbNSr8BYE5PgKQdAFxGBVhlFFwvHcvpkRPXQHfWE//+Ww8QuYY/s1LZqrQi",
+	"xQHShfMbFYBhFYhP6k013ltUgFGuOoyq+Uelw0heMdXsBhqI2/qByKobqE6i/IGnaSNKZTOqaTszy2G5",
+	"mphp7RYA4+RLyI6kzKqv2urK9+/bp/OegtfdQv0A1T43gv78geuzjutT0E4Tns9xSUNliV/hqxFbOd4f",
+	"MVfCaaMt5a7Yq+69D4STvIUV/6asKn7MpIH/7cCV9z2gcDNk4VUpFsWa/RKTQd7rPWQkBok6AFTu9QlN",
+	"UwC06UTIsHG4XidXubCy+YSqCO0DVq6dU7F0KC3MdcUUKypbF8mzh71eD/QF277D+KIFwog2dOnvjYEI",
+	"cE8BJ8lhJG+6JOwX/t6LG+BgHAmd+CV7B0pvQG6BJa3Kax8L5GR1sg3nxtPP74oBr2kQduWTKvg2XsGr",
+	"uN6kvY7e3dnlHCZcZ9SMZxtia3IzY8JwKJ9ZaCFQYDs3UiEcKeFa51adX4Y4ptSUj2EeIBL2QIAX0WCk",
+	"kqJFM67+pxz9kyHoOYpcVuoKDJ+vLv5WRta0Yz0je2PkDuPiTWQWcccbCsYzqZnwMiRylZOzn74bPj87",
+	"Pz97+WJ49m2Ml1DVPDgQJ0SzsRQJ8UtVmPronJGKCFksDvwElSO87fOwd+hsDfYhNCXCU07YLGq5a48M",
+	"cIzNUZJw0PqFcbUoDKr/X3YH4smMjS81mdEss3vgVCLI2+5XcG5X9MqVXQGbQvtR72EnGogRo4op0j7q",
+	"HXQi7LJ9dPAQyp12IgIWh+q023ZyUtkxdSKiZI4ZoUe9I8AI6AAc2XNnXXKLB+2GenFhpLAdODcoF4jM",
+	"Zoc6nPAUYo8qqBGIWMCnQkIElq7AHc/pktAkIVrO2bEbuDdyzXNtCNRrQZUa4ekd/MFASKB+miKCl21o",
+	"xIjI07RL4jkzNKGGxgWM2hVTI2r4HKhFsYxRh0k4llPBtTsXZEb1rDL/9pgKKfiYpuQv5y9f9B3hF4PU",
+	"WMByIETuTHNFVAfA3S5m3DCClXNJAd1AzeyBLq8cnsR9V77TPgmYE2ognAUdgTtc/YCCbI8JFfjKFU1z",
+	"WBi7kixxQ4tgLQgX2jCKLGlkxeFoIOKDbi8Of4kPYpdRiy2GA4NAvVUCb1s66g6E5QRwbNKFvWShbm+M",
+	"AHZ9MmhRrflUsGTQiqMCoBB4DhIHhQxHoCNnucOdGYgJ94W9vBQ6yRWMjabSHjzLBGKmDZ9bnjeEcxlX",
+	"FokXSikc37IiAsTFBSdvmHBNRynWLSho2d765dGzPwk5BN4ECMvrcXVWWjggcR5cSHFTFYOaogxBnXPv",
+	"izhGwaQ+EnH11HW9TSd29k4hByLwV9lfO06i8Zxh7K61WqnmW8dLG0M+am58PNi4YeHmjZjdNU2MPMbj",
+	"WLBhr0bcl1q6awjJ/ftd/Hp9pGxu373HEamtmOQxRtoe5tgeFL9J/vIsTO7rd+UfCGN38vGwca5Akfr5",
+	"bcsf2wsrTLX6P7+x9FiKlMHdWOxHYNEqEBZ9M7sIkKgINapxJUKvvUKsmJLsAZo7APOmcorot8xZlGiS",
+	"YIFVuDF9wVmH34vKGwB9IkAN4Na1S8zPAFbKO6y6xI1gBZUJWGwCL1u9zdVVTLgGkKJJnqbgdMbS0V4p",
+	"hC5TJsasD3cEdnfJWObRTP1ANaFWzUyZL2eJtwXCrJI58w+RKc1IWzGqpUBlEAcWdwphZIlla2UuQN5p",
+	"x/+1h1Paeya1iTsVVONUTtEdDkGgcO/pfDwDv1TGtUwYGbEp1BEAJxo+MxC2VysZYFKjLopwGpTLRhAD",
+	"w9JJYZVUEGKqpJx3yQkGlAOeOYYjwMwHAvDv7QwBnApucWr8XY0+8yJMH4TEVyng/1vVPEZ+EoOHMF7D",
+	"a487/VKOcjez1ctxSyAQJ7b/xgPhDQV9V8hPOUIhM5YmnRIZNJ7T67hLyvU9r9z7DmUZ5TcrRNh2Cjxm",
+	"22AUvHsqkjh8rXQDAlhuuwrtzE3HmSbKFr6jWZ9Yxh6j6IMz86BdODmEpF4dMJQiw5qpda3uvQZyi8li",
+	"tuyT2BF3TNpoDYHipTBQOX2gEVcXzdUBecLBWVoZIE8Rbbk4U51wCYFEC8mpiEDGuSB+NJxDNM90yYnB",
+	"1QUs14kfRmWnIdHDKUcx4qx/hcuEANnolsXtQRTsNoLHPuwR3RmIiSxQh91FFXTmTVuWGB0F9sk68UFx",
+	"x/PzUw/bDcxFg/XSg7FZ4grpMHKgwx4ZHkD03TjKkgFevoGm2pABRUEJ4iCYTRR1MTjVcdsDbAfS8VNa",
+	"LT3QJU/tq7pPYphI33XtdNbY6jN98nbQQnIdtCIyaNkvB61oIAYtJsYy4WI6aN1Y8bBQf368eLr3BSwQ",
+	"wrBRzR47MOU4fMsK7PjjoBUU1wY6QKhwSwwgoWKbqM/EPOnXHCNuSDtA97OMC8yF54AF5JkYKNng1Udo",
+	"8vgZ1WYPHtyz2j6Mwp0jy6BAg+kcFys0pdna8tin3ZIYiauEzBv/TqU2sETQdnkbudNI2rFyZw9ml8Lp",
+	"oA6JEHgfMsMHuunMVg+8vwH8kD2drIwaNCMcoX1iOJYJKzY2sQNGVHdfEESTdtwnGRfTuIPXm4/qcvRO",
+	"LfVaxq9TufC3GtdQQgX01fDa7ONqcEMmNE0tC5txR8EI2s0dPhUlMaw5UDkcwboyc16BiUiMRDEcsaVE",
+	"P5ulzWJDK3j4JTPpHDc67jbbX3HN39H6uiIdIVUbiTcosIvCrl13WzU5uu8bc/ukQHeHOtxi6YgZChyG",
+	"lFoO11Jmyufc4U02DnVOr+vhtY8Ovjx62DsKhnqwy1BRZrAy5THiWgYMntYRAGlbzu3kEceOmxcWfq8M",
+	"2A1pJGXKqLi1OfxdytRG2wrXrCQqn5/iYdKe30eWq0WOT5C2ZuhiDl6Dldip/o0r59CKWjOsHmAHEApA",
+	"NdpArTBUEaIQW4JIF00NHLwdUhzu1QZKXyeZVshK10dlpYeQY99Sxto8PCYsJf8MnbSiFhQja72p29oa",
+	"fl8DxwucvUZIjCDWq4qt6wa4QcgbiO1SHqkR8lzAnauocUkW1ClNyELXp+8GYA9W0f6WZXhW64743vvu",
+	"cJpVua0sb1ozZidkosJoNRQreaypZJX5T2mmO8ekh9QRYF7Z+eJDqxO+FTmee5SO2mPi5lajabzribj5",
+	"jXibX1tWQNd3F1gD9ZVvIncjSYU6NYjWNQWuXNmyqlGDT8Um+OtzD5yJllI+9tEwMRlLeckZaX9vTPZS",
+	"pMuInNM5O+eGfXVuFB+biJyzca4YlmO/eHbecVCSr0/PLwop3onqP7HRuRxfMm++hmvs4JDMZK40usVc",
+	"h9pA9R1fAQMcZ31LylD5ouJPQz0CbQ+F1x5i6YqKQoXtQy7sCvIpF7pODjrnU3EmWu8PR/5M3AeOPFhp",
+	"jh3EMSwXuJg+cKDO7Sx/VStexWJnp0QoGSm50FbEDuym1Z1ep2qZm82FBV7mprXLsl5U1nKcMqrumtq1",
+	"YaZPbLt4f+FkH5TObey9OkWoKrkxzPUCntjiWQAA7z3N7ENWJAJVSe8eT5pRY5iyj/6DfNb+up8xYTXe",
+	"f2lDp/b/EDD3XxD/9y8X8vQvu1opM8GfLPkX4uG6/4ZQvFJdseRfYyrGLE1Z0ml/3SefRR+os85n5LM/",
+	"tXYI0D0hKR0xSMK4ZMuvwG147H2hllXNpWoM04VXK8vKDZvrlfX9+R9fvfnzV+uDKb6gSmFMWn2QCygn",
+	"9arHo0pdn53UDnsqBLs2wzHE9PrLOlPsisvcap/TxvniK3VKxQdJRbYHY1N4MA79I8XN20Mb2assqM8P",
+	"xX1GqSsz0YkAHW3KytS3LYjYcyr4xLZHNfnbyfNnpB0/wYXcu1hmrE/CtVzSeRqDKPyX85cvSDt+O2j5",
+	"Bob2R7Rm/eff/zNo3TgQluAR++vb//z7f25u4k4X/NfxW8urhjyJkLvYt93JtS0ck/jrRC2HKhfOjml1",
+	"2QFaOywzIu3DXq/k+8JKdylEFfg+O11yIkh8lrB5Jg0T4+XeD2wZE9TLSFuqgSjCFro8iTsr7rdigVDK",
+	"DBzddug+EgUd+FCkYSCgrG/g5CVnOOKiLagfVDXd+J/isNbohLMUCr1QMzseCJfTgl+jGuPKZjTDalui",
+	"2a3arFvozfq85x+4fOXLK+u7Mb/hA/mF7czP89Gcm/COXSXnrcVt7zeLz3WAwSxNTCZRS6JyK9PXEDSc",
+	"5/t0YNt12sV5/TvDIj86eHR/oHhKSdW0myE7Rb8ph4Aa4LbC8dLufWDGAbFbtk/1ZUEvUH4ZYgW35CeC",
+	"1LjvGfJGtIQnIATVs5YtJl/70vsuTAwDq9kNHHYKAYSgHtp1ghIPsC+fdmJsZatxJn6rIZvA5xFADGOI",
+	"SK5YCa+G4G6UFPIs5L7nikUVQIfwfb8sTTkG90wFvfdOBRdu5z/pzd5wMPepMnxCx2a7indSPPkpbpAf",
+	"3SZ5u5grhK/99rcsgKLZdKD80tx536JaZCj4b9c8s97h0f2CQr2Ld6eWOMDM/ZtKD/J04OM8jrHMEMcy",
+	"Q3az/C29kOoSopcj8uPrZ3tMjynk3oxnVEyZ7mK4vTd0wqfOxvscPWPN6AO+llH8Fv6ICDURQZf81zdx",
+	"RGKfahH7hIoHGrIu+iR+e8lFEkGsw9cRMQAYQ+fs62gguMbMy68jMpbaDHOdfH0TdyIS+yiL+K03VVsV",
+	"zHYF7lKqDYnBb13oYxMuaIpql8sSQJe7Cy5xgRNwJc6o7pJTitFlAH4f8yT25bLz7LiIc1nx+VQAbNpf",
+	"FOUBbasYx4F4CGXtKbt7UwA5wMAwH+imZ3JRp5fZI4pW93c53eungZeOXLt2MG8AnXdRcLhWEPYiRREt",
+	"UthhVjW6SkRIk13v597el2/eHkQHX9zUmcK284ctPtud2ICbqfdg/Da4gZdCHmifY0d1jWMmCrwRGBeo",
+	"3NZV9sed/BmjqZn9uul2+d498j7xV6GLRguak1Ndesudsek32Muf8SsmbB+ZkiPUkvbB5LtxZV7jE+8T",
+	"lwPK7DNdW6Acur8r+TrN8f2P8oWDSF4el4GHEIKJvK9oDhUqB0LQtE9FT7hRxyTl2moftNKSw5cBnZm7",
+	"5CFcqrUYb+/3qcZ4w6FC/pqr1LI6Y7L+/v7B4efdXrfXPeh/cXB42Lp5c/N/AgAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
