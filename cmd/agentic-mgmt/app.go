@@ -170,13 +170,18 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	a.log.Info("agentic-mgmt started", "agent_rpc", agentLn.Addr().String(), "rest", restLn.Addr().String(),
 		"data_dir", a.cfg.DataDir, "host_agents", a.cfg.HostAgents, "version", a.cfg.Version)
-	fmt.Fprintf(a.banner, "agentic-mgmt %s\n  REST API:  http://%s/api/v1 (spec: /openapi.yaml)\n  terminals: ws://%s/ws\n  agent RPC: %s\n  data dir:  %s\n",
-		a.cfg.Version, restLn.Addr(), wsLn.Addr(), a.cfg.agentServerURL(), a.cfg.DataDir)
-	if a.cfg.PrintToken {
-		fmt.Fprintf(a.banner, "  operator token: %s\n", string(a.token))
-	} else {
-		fmt.Fprintf(a.banner, "  operator token: in %s/operator-token (or AGENTIC_OPERATOR_TOKEN)\n", a.cfg.DataDir)
+	// agenticctl finds this server by its data dir (beside operator-token).
+	rest := restURL(restLn.Addr())
+	if err := writeRESTURL(a.cfg.DataDir, rest); err != nil {
+		a.log.Warn("the REST URL could not be left for agenticctl in the data dir", "err", err)
 	}
+	b := bannerInfo{Version: a.cfg.Version, REST: rest, WS: wsLn.Addr().String(), AgentRPC: a.cfg.agentServerURL(),
+		DataDir: a.cfg.DataDir, SecretsDir: a.cfg.SecretsDir}
+	b.Runtimes, b.Missing = a.ready.runtimes.bannerRuntimes()
+	if a.cfg.PrintToken {
+		b.Token = string(a.token)
+	}
+	writeBanner(a.banner, b)
 
 	var runErr error
 	select {
