@@ -19,6 +19,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/dashboard"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/hostsup"
+	mcptools "github.com/agentic-sandbox/agentic-sandbox/adapters/mcp"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/promexport"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/rest"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/system"
@@ -243,7 +244,9 @@ func provideREST(cfg Config, svc *agentrpc.Service, op OperatorHTTP, uc UseCases
 	// Background commands outlive a restart on their agents: the link
 	// hands those its agents report back to the REST API, which started them.
 	svc.SetCommandAdopter(srv)
-	return srv.Handler(), nil
+	// MCP at /mcp on the same port: its tools call this REST handler in
+	// process with the caller's own operator token.
+	return mcptools.Mount(srv.Handler(), mcptools.HTTPOptions{Token: op.Token, Version: op.Version, Logger: log}), nil
 }
 
 // provideApp takes LinkBound so that the link's reports reach the use
