@@ -67,10 +67,15 @@ Commands:
                          ('agenticctl mcp --help')
 
 Global flags:
-  --server URL   REST endpoint of agentic-mgmt (env AGENTIC_SERVER, default ` + defaultServer + `)
+  --server URL   REST endpoint of agentic-mgmt (env AGENTIC_SERVER, else the URL the
+                 server left in its data dir, file rest-url; default ` + defaultServer + `)
   --token TOKEN  operator token (env AGENTIC_OPERATOR_TOKEN, else the file operator-token
-                 in the data dir: $SECRETS_DIR/.., /var/lib/agentic-sandbox as root,
-                 else $XDG_STATE_HOME/agentic-sandbox or ~/.local/state/agentic-sandbox)
+                 in the data dir)
+
+The data dir is $SECRETS_DIR/.. if set, else the nearest .state (make run's) in the
+working directory or above, else /var/lib/agentic-sandbox as root, else
+$XDG_STATE_HOME/agentic-sandbox or ~/.local/state/agentic-sandbox. So in a clone
+running 'make run', bin/agenticctl needs no flags.
 
 Exit status: exec exits with the command's own exit code; usage and API errors exit 1
 with a message on stderr.
@@ -167,6 +172,9 @@ func (c *cli) client() (*restapi.ClientWithResponses, string, error) {
 		server = c.env("AGENTIC_SERVER")
 	}
 	if server == "" {
+		server = discoveredServer(c.env)
+	}
+	if server == "" {
 		server = defaultServer
 	}
 	u, err := url.Parse(server)
@@ -204,7 +212,7 @@ func (c *cli) resolveToken() (string, error) {
 	b, err := os.ReadFile(p)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return "", fmt.Errorf("no operator token: pass --token, set AGENTIC_OPERATOR_TOKEN, or make %s exist (agentic-mgmt writes it on first start; set SECRETS_DIR if it uses another data dir)", p)
+		return "", fmt.Errorf("no operator token: pass --token, set AGENTIC_OPERATOR_TOKEN, or make %s exist (agentic-mgmt writes it on first start; for make run's, run agenticctl in its clone; set SECRETS_DIR if it uses another data dir)", p)
 	case errors.Is(err, fs.ErrPermission):
 		return "", fmt.Errorf("cannot read %s (permission denied): run as the user of agentic-mgmt, or pass --token / AGENTIC_OPERATOR_TOKEN", p)
 	case err != nil:
@@ -218,10 +226,14 @@ func (c *cli) resolveToken() (string, error) {
 }
 
 // dataDir follows agentic-mgmt: the parent of SECRETS_DIR if set, else
+// make run's .state in the working directory or above, else
 // /var/lib/agentic-sandbox as root, else the XDG state dir.
 func dataDir(env func(string) string) (string, error) {
 	if sd := env("SECRETS_DIR"); sd != "" {
 		return filepath.Dir(filepath.Clean(sd)), nil
+	}
+	if d, ok := stateDir(); ok {
+		return d, nil
 	}
 	if geteuid() == 0 {
 		return "/var/lib/agentic-sandbox", nil
