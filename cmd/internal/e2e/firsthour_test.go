@@ -231,8 +231,9 @@ func TestFirstHour(t *testing.T) {
 				if s != nil {
 					t.Fatalf("README.md:%d: make run twice", st.line)
 				}
-				// make run names no runtimes: those found (the harness names host only).
-				s = startServer(t, 1, "", "DOCKER_HOST="+dockerHost, "AGENTIC_RUNTIMES=")
+				// make run names no runtimes (those found: the harness names host only)
+				// and no host user (as root each host agent gets users of its own).
+				s = startServer(t, 1, "", "DOCKER_HOST="+dockerHost, "AGENTIC_RUNTIMES=", "AGENTIC_HOST_USER=")
 				if err := os.Symlink(s.DataDir, filepath.Join(work, ".state")); err != nil {
 					t.Fatal(err)
 				}
