@@ -521,8 +521,11 @@ func (r *Runtime) containerConfig(p plan, image string) (*container.Config, *con
 	if p.user == nobody {
 		// The agent stays root with only what starting processes as nobody
 		// takes; its commands run as nobody, with no capabilities at all.
-		// nobody has no home in most images; /tmp is always writable.
-		env = append(env, "AGENT_RUN_AS="+nobody, "HOME=/tmp")
+		// nobody has no home in most images (/nonexistent, or none); /tmp
+		// is always writable: it is their home and working directory,
+		// where relative file paths start, whatever the image's passwd
+		// says (AGENT_RUN_AS_HOME).
+		env = append(env, "AGENT_RUN_AS="+nobody, "AGENT_RUN_AS_HOME=/tmp", "HOME=/tmp")
 	}
 	stopSecs := int((r.cfg.StopTimeout + time.Second - 1) / time.Second)
 	cfg := &container.Config{

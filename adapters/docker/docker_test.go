@@ -253,7 +253,7 @@ func TestContainerConfig(t *testing.T) {
 		cfg.Healthcheck == nil || cfg.Healthcheck.Test[0] != "NONE" || cfg.StopTimeout == nil || *cfg.StopTimeout != 10 {
 		t.Errorf("config %+v", cfg)
 	}
-	for _, e := range []string{"AGENT_ID=ok-1", "AGENT_SECRET_FILE=" + SecretPath, "AGENT_RUN_AS=65534:65534", "MANAGEMENT_SERVER=unix://" + SocketDir + "/agent.sock", "AGENT_RUNTIME=container", "HOME=/tmp"} {
+	for _, e := range []string{"AGENT_ID=ok-1", "AGENT_SECRET_FILE=" + SecretPath, "AGENT_RUN_AS=65534:65534", "AGENT_RUN_AS_HOME=/tmp", "MANAGEMENT_SERVER=unix://" + SocketDir + "/agent.sock", "AGENT_RUNTIME=container", "HOME=/tmp"} {
 		if !slices.Contains(cfg.Env, e) {
 			t.Errorf("env %v lacks %s", cfg.Env, e)
 		}

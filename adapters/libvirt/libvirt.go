@@ -700,6 +700,9 @@ func (r *Runtime) plan(spec ports.EnvironmentSpec) (domainPlan, func(ctx context
 		// The guest's commands run as nobody: agent.env (root's, 0600)
 		// and the agent's memory are out of their reach.
 		"AGENT_RUN_AS": "65534:65534",
+		// Their home and working directory (where relative file paths
+		// start), as in containers: nobody's passwd home is /nonexistent.
+		"AGENT_RUN_AS_HOME": "/tmp",
 		// A rename (a pool member taken) lasts until the guest reboots: its
 		// root is in memory, and a reboot reads this seed again.
 		"AGENT_IDENTITY_FILE": "/run/agentic-agent/identity",

@@ -24,11 +24,19 @@ import (
 const cpUsage = `Usage: agenticctl cp [-q] SRC DST
 
 Copy a file or a directory between this machine and an agent, like docker cp:
-exactly one of SRC and DST is AGENT:PATH (PATH absolute, or relative to the
-directory the agent's commands start in). A directory is copied whole, symlinks
-kept as links. Copying into an existing directory puts SRC inside it under its
-own name. '-' as the local side is stdin or stdout (one file's bytes).
-A local path with a colon is written ./like:this.
+exactly one of SRC and DST is AGENT:PATH. PATH is absolute, or relative to the
+agent's working directory, the one its commands start in ('agenticctl exec
+AGENT -- pwd' shows it: /tmp in containers and VMs, the environment's own
+directory on a host); AGENT: alone is that directory. A directory is copied
+whole, symlinks kept as links. Copying into an existing directory, or to a
+PATH ending in '/' (made if missing), puts SRC inside it under its own name;
+any other PATH is the copy's name. '-' as the local side is stdin or stdout
+(one file's bytes). A local path with a colon is written ./like:this.
+
+Examples:
+  agenticctl cp ./repo dev-1:            # dev-1's working directory, as repo
+  agenticctl cp notes.md dev-1:docs/     # into docs/ there
+  agenticctl cp dev-1:repo/out.txt .     # back into this directory
 
 Large transfers show their progress on stderr (-q: none).
 `
@@ -36,6 +44,7 @@ Large transfers show their progress on stderr (-q: none).
 const lsUsage = `Usage: agenticctl ls [--json] AGENT:PATH
 
 List a directory on an agent (or show one file): MODE SIZE MODIFIED NAME.
+A relative PATH starts in the agent's working directory; AGENT: alone lists it.
 `
 
 // progressFrom is the size above which a transfer shows its progress.
