@@ -60,7 +60,7 @@ func writeBanner(w io.Writer, b bannerInfo) {
 	fmt.Fprintf(w, "  data dir:  %s\n", b.DataDir)
 	fmt.Fprintf(w, "  runtimes:  %s\n", strings.Join(b.Runtimes, ", "))
 	for _, name := range slices.Sorted(maps.Keys(b.Missing)) {
-		fmt.Fprintf(w, "  %-10s not offered yet: %s\n", name+":", b.Missing[name])
+		fmt.Fprintf(w, "  %-10s not offered yet: %s\n", name+":", unmark(b.Missing[name]))
 	}
 	fmt.Fprintf(w, "  agenticctl: %s\n", cliHint(b.DataDir, b.SecretsDir))
 	if b.Token != "" {

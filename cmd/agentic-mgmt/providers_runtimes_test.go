@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/hostsup"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/rest"
@@ -75,12 +74,14 @@ func TestUnreachableRuntimesSayHowToGetThem(t *testing.T) {
 	if why := rts.unavailable("nosuch"); !strings.Contains(why, "host, docker, libvirt") {
 		t.Errorf("an unknown runtime: %q", why)
 	}
-	// Still nothing there: tried again, nothing found, still unreachable.
-	rts.tried = map[string]time.Time{}
+	// Still nothing there: tried again at once (it failed fast, so no
+	// request waits on it), nothing found, still unreachable.
+	stale := errors.New("stale")
+	rts.Unreachable["docker"] = stale
 	if found := rts.discover(context.Background()); len(found) != 0 {
 		t.Fatalf("discover found %v with no daemon", found)
 	}
-	if _, ok := rts.Unreachable["docker"]; !ok {
-		t.Fatal("docker no longer reported unreachable")
+	if err, ok := rts.Unreachable["docker"]; !ok || err == stale {
+		t.Fatalf("docker after a second try: %v, %v; want tried again and still unreachable", err, ok)
 	}
 }

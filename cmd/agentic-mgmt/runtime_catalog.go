@@ -36,20 +36,24 @@ type Runtimes struct {
 	// What discover needs to make a runtime.
 	cfg  Config
 	deps runtimeDeps
-	// probe keeps to one discover at a time; tried is when each runtime
-	// last failed to answer it, so that requests in a burst do not each
-	// wait on an engine that hangs.
+	// probe keeps to one discover at a time; slow is when each runtime
+	// last took long to fail (an engine that hangs, not one that is
+	// absent), so that requests in a burst do not each wait on it.
 	probe sync.Mutex
-	tried map[string]time.Time
+	slow  map[string]time.Time
 }
 
 // discoverEvery is how often runtimes wanted but not answering are tried
 // again; a request naming one, or GET /api/v1/runtimes, tries at once.
 const discoverEvery = 15 * time.Second
 
-// retryAfter is how long a runtime that failed to answer is left alone
-// by on-demand tries.
-const retryAfter = time.Second
+// retryAfter is how long a runtime that took slowFailure or more to fail
+// is left alone by on-demand tries; one that fails at once (no socket,
+// connection refused) is tried every time.
+const (
+	retryAfter  = time.Second
+	slowFailure = 500 * time.Millisecond
+)
 
 // Isolations are the tiers to advertise: the host tier where host agents
 // run, container and VM where the operator configured those runtimes
@@ -149,19 +153,22 @@ func (r *Runtimes) discover(ctx context.Context) map[string]ports.Runtime {
 		r.mu.Lock()
 		_, have := r.Available[name]
 		r.mu.Unlock()
-		if have || time.Since(r.tried[name]) < retryAfter {
+		if have || time.Since(r.slow[name]) < retryAfter {
 			continue
 		}
+		start := time.Now()
 		rt, err := r.try(ctx, name, 3*time.Second)
 		r.mu.Lock()
 		if err != nil {
 			r.Unreachable[name] = err
-			r.tried[name] = time.Now()
+			if time.Since(start) >= slowFailure {
+				r.slow[name] = time.Now()
+			}
 			r.mu.Unlock()
 			continue
 		}
 		delete(r.Unreachable, name)
-		delete(r.tried, name)
+		delete(r.slow, name)
 		r.Available[name] = rt
 		r.mu.Unlock()
 		found[name] = rt
@@ -329,12 +336,11 @@ func catalogEntry(name string) (runtimeEntry, bool) {
 // answers; the others are tried again later (Runtimes.discover).
 func provideRuntimes(cfg Config, log *slog.Logger, hostUsers *hostsup.Users) (*Runtimes, func()) {
 	r := &Runtimes{Available: map[string]ports.Runtime{}, Unreachable: map[string]error{}, explicit: cfg.Runtimes != nil,
-		cfg: cfg, deps: runtimeDeps{Log: log, HostUsers: hostUsers}, tried: map[string]time.Time{}}
+		cfg: cfg, deps: runtimeDeps{Log: log, HostUsers: hostUsers}, slow: map[string]time.Time{}}
 	for _, name := range r.wanted() {
 		rt, err := r.try(context.Background(), name, 5*time.Second)
 		if err != nil {
 			r.Unreachable[name] = err
-			r.tried[name] = time.Now()
 			level := slog.LevelWarn
 			if r.explicit {
 				level = slog.LevelError
