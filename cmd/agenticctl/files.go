@@ -43,7 +43,7 @@ Large transfers show their progress on stderr (-q: none).
 
 const lsUsage = `Usage: agenticctl ls [--json] AGENT:PATH
 
-List a directory on an agent (or show one file): MODE SIZE MODIFIED NAME.
+List a directory on an agent (or show one file): TYPE MODE SIZE MODIFIED NAME.
 A relative PATH starts in the agent's working directory; AGENT: alone lists it.
 `
 

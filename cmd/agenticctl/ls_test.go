@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 )
 
@@ -20,5 +21,8 @@ func TestLsHasAHeader(t *testing.T) {
 		"file  0644  12    2026-05-09T07:13:22Z  report.md\n"
 	if r.code != 0 || r.stdout != want {
 		t.Errorf("ls: exit %d\n%s\nwant:\n%s", r.code, r.stdout, want)
+	}
+	if r := f.run(t, "", "ls", "--help"); !strings.Contains(r.stdout, ": TYPE MODE SIZE MODIFIED NAME.") {
+		t.Errorf("ls --help does not name the columns as printed: %q", r.stdout)
 	}
 }
