@@ -485,8 +485,8 @@ type CreateSessionRequest struct {
 	Args *[]string `json:"args,omitempty"`
 	Cols *int      `json:"cols,omitempty"`
 
-	// Command Program to run, looked up in PATH.
-	Command string             `json:"command"`
+	// Command Program to run, looked up in PATH. Required for headless and background sessions (400 `invalid_request` without it); an interactive session without one runs the agent's shell (`$SHELL`, else `/bin/sh`), as `start_shell` does.
+	Command string             `json:"command,omitempty"`
 	Cwd     *string            `json:"cwd,omitempty"`
 	Env     *map[string]string `json:"env,omitempty"`
 
@@ -924,9 +924,11 @@ type RuntimeList struct {
 // Session defines model for Session.
 type Session struct {
 	// Adopted The server learned of it from its agent's report.
-	Adopted   *bool      `json:"adopted,omitempty"`
-	AgentId   string     `json:"agent_id"`
-	Args      []string   `json:"args"`
+	Adopted *bool    `json:"adopted,omitempty"`
+	AgentId string   `json:"agent_id"`
+	Args    []string `json:"args"`
+
+	// Command Empty for an interactive session that runs the agent's shell.
 	Command   string     `json:"command"`
 	CreatedAt time.Time  `json:"created_at"`
 	Cwd       *string    `json:"cwd,omitempty"`
@@ -1581,6 +1583,7 @@ type ClientInterface interface {
 	// CreateSessionWithBody Start a session on an agent; it outlives the caller, its output goes into the session log.
 	//
 	// The session runs in a PTY of `cols`×`rows` (default 80×24); `type` defaults to background.
+	// An interactive session without a `command` is the agent's shell.
 	// A headless session's output is also parsed as claude stream-json into its activity feed.
 	// Codes: 400 `invalid_json`, `invalid_request` (bad type, name or command); 404
 	// `agent_not_found`; 409 `agent_not_connected`, `session_name_taken` (a live session of
@@ -1594,6 +1597,7 @@ type ClientInterface interface {
 	// CreateSession Start a session on an agent; it outlives the caller, its output goes into the session log.
 	//
 	// The session runs in a PTY of `cols`×`rows` (default 80×24); `type` defaults to background.
+	// An interactive session without a `command` is the agent's shell.
 	// A headless session's output is also parsed as claude stream-json into its activity feed.
 	// Codes: 400 `invalid_json`, `invalid_request` (bad type, name or command); 404
 	// `agent_not_found`; 409 `agent_not_connected`, `session_name_taken` (a live session of
@@ -2359,6 +2363,7 @@ func (c *Client) ListAgentSessions(ctx context.Context, agentId AgentID, reqEdit
 // CreateSessionWithBody Start a session on an agent; it outlives the caller, its output goes into the session log.
 //
 // The session runs in a PTY of `cols`×`rows` (default 80×24); `type` defaults to background.
+// An interactive session without a `command` is the agent's shell.
 // A headless session's output is also parsed as claude stream-json into its activity feed.
 // Codes: 400 `invalid_json`, `invalid_request` (bad type, name or command); 404
 // `agent_not_found`; 409 `agent_not_connected`, `session_name_taken` (a live session of
@@ -2382,6 +2387,7 @@ func (c *Client) CreateSessionWithBody(ctx context.Context, agentId AgentID, con
 // CreateSession Start a session on an agent; it outlives the caller, its output goes into the session log.
 //
 // The session runs in a PTY of `cols`×`rows` (default 80×24); `type` defaults to background.
+// An interactive session without a `command` is the agent's shell.
 // A headless session's output is also parsed as claude stream-json into its activity feed.
 // Codes: 400 `invalid_json`, `invalid_request` (bad type, name or command); 404
 // `agent_not_found`; 409 `agent_not_connected`, `session_name_taken` (a live session of
@@ -6147,6 +6153,7 @@ type ClientWithResponsesInterface interface {
 	// CreateSessionWithBodyWithResponse Start a session on an agent; it outlives the caller, its output goes into the session log.
 	//
 	// The session runs in a PTY of `cols`×`rows` (default 80×24); `type` defaults to background.
+	// An interactive session without a `command` is the agent's shell.
 	// A headless session's output is also parsed as claude stream-json into its activity feed.
 	// Codes: 400 `invalid_json`, `invalid_request` (bad type, name or command); 404
 	// `agent_not_found`; 409 `agent_not_connected`, `session_name_taken` (a live session of
@@ -6160,6 +6167,7 @@ type ClientWithResponsesInterface interface {
 	// CreateSessionWithResponse Start a session on an agent; it outlives the caller, its output goes into the session log.
 	//
 	// The session runs in a PTY of `cols`×`rows` (default 80×24); `type` defaults to background.
+	// An interactive session without a `command` is the agent's shell.
 	// A headless session's output is also parsed as claude stream-json into its activity feed.
 	// Codes: 400 `invalid_json`, `invalid_request` (bad type, name or command); 404
 	// `agent_not_found`; 409 `agent_not_connected`, `session_name_taken` (a live session of
@@ -10731,6 +10739,7 @@ func (c *ClientWithResponses) ListAgentSessionsWithResponse(ctx context.Context,
 // CreateSessionWithBodyWithResponse Start a session on an agent; it outlives the caller, its output goes into the session log.
 //
 // The session runs in a PTY of `cols`×`rows` (default 80×24); `type` defaults to background.
+// An interactive session without a `command` is the agent's shell.
 // A headless session's output is also parsed as claude stream-json into its activity feed.
 // Codes: 400 `invalid_json`, `invalid_request` (bad type, name or command); 404
 // `agent_not_found`; 409 `agent_not_connected`, `session_name_taken` (a live session of
@@ -10750,6 +10759,7 @@ func (c *ClientWithResponses) CreateSessionWithBodyWithResponse(ctx context.Cont
 // CreateSessionWithResponse Start a session on an agent; it outlives the caller, its output goes into the session log.
 //
 // The session runs in a PTY of `cols`×`rows` (default 80×24); `type` defaults to background.
+// An interactive session without a `command` is the agent's shell.
 // A headless session's output is also parsed as claude stream-json into its activity feed.
 // Codes: 400 `invalid_json`, `invalid_request` (bad type, name or command); 404
 // `agent_not_found`; 409 `agent_not_connected`, `session_name_taken` (a live session of
