@@ -151,3 +151,21 @@ func TestRunningComesBeforeTheRunsOutput(t *testing.T) {
 		t.Errorf("events in the order %v", order)
 	}
 }
+
+// A task stored as ended with a tool named (by a server from before
+// current_tool was cleared at the end) names none once loaded.
+func TestALoadedEndedTaskHasNoCurrentTool(t *testing.T) {
+	store := portsfake.NewTaskStore()
+	now := time.Now()
+	_ = store.Put(context.Background(), ports.TaskRecord{ID: "t1", State: string(Completed), Manifest: "claude: {prompt: hi}\n", CreatedAt: now,
+		Phases: []ports.TaskPhase{{State: string(Completed), At: now}}, Progress: ports.TaskProgress{CurrentTool: "Edit", ToolCalls: 1}})
+	s := New(Config{Store: store, Workspace: &fakeWorkspace{}, Environments: &fakeEnvs{envs: map[string]environment.Environment{}},
+		Files: fakeFiles{}, Link: portsfake.NewLink(), Secrets: noSecrets{}, Clock: clock.Wall{}, IDs: &seq{}, DefaultRuntime: "host"})
+	t.Cleanup(s.Close)
+	if err := s.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Get("t1"); got.Progress.CurrentTool != "" || got.Progress.ToolCalls != 1 {
+		t.Errorf("loaded: progress %+v", got.Progress)
+	}
+}

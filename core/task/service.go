@@ -153,7 +153,10 @@ func (s *Service) Load(ctx context.Context) error {
 			}
 		}
 		if State(r.State).Terminal() {
-			e.events.add(EventEnd, r.Clone())
+			// Ended before current_tool was cleared at the end: nothing is
+			// in use.
+			e.rec.Progress.CurrentTool = ""
+			e.events.add(EventEnd, e.rec.Clone())
 		}
 		s.mu.Lock()
 		s.tasks[r.ID] = e
