@@ -55,6 +55,7 @@ func writeBanner(w io.Writer, b bannerInfo) {
 	fmt.Fprintf(w, "agentic-mgmt %s\n", b.Version)
 	fmt.Fprintf(w, "  dashboard: %s/ (sign in with the operator token)\n", b.REST)
 	fmt.Fprintf(w, "  REST API:  %s/api/v1 (spec: /openapi.yaml)\n", b.REST)
+	fmt.Fprintf(w, "  MCP:       %s/mcp (streamable HTTP with the operator token; agenticctl mcp on stdio)\n", b.REST)
 	fmt.Fprintf(w, "  terminals: ws://%s/ws\n", b.WS)
 	fmt.Fprintf(w, "  agent RPC: %s\n", b.AgentRPC)
 	fmt.Fprintf(w, "  data dir:  %s\n", b.DataDir)

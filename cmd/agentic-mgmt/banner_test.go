@@ -19,6 +19,7 @@ func TestBannerShowsTheDashboardRuntimesAndTheCLI(t *testing.T) {
 	for _, want := range []string{
 		"  dashboard: http://127.0.0.1:8122/ (sign in with the operator token)\n",
 		"  REST API:  http://127.0.0.1:8122/api/v1",
+		"  MCP:       http://127.0.0.1:8122/mcp",
 		"  runtimes:  host\n",
 		"  docker:    not offered yet: docker does not answer: make docker\n",
 		"  agenticctl: finds this server and its token when run in /src/clone or below; elsewhere: export SECRETS_DIR=/src/clone/.state/secrets\n",
