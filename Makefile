@@ -101,10 +101,23 @@ bench: deps build
 bench-agents: build
 	$(GO) run ./cmd/internal/benchrun -bin $(BIN) -only agents
 
+# The server on 127.0.0.1 with one host agent, its data in $(STATE_DIR)
+# (where agenticctl run from this clone finds its URL and token). Docker:
+# DOCKER_HOST if set, else this machine's dockerd, else the private one of
+# `make docker`, which the server picks up whenever it starts.
 run: build
 	@mkdir -p $(STATE_DIR)
+	@if [ -z "$$DOCKER_HOST" ] && [ ! -S /var/run/docker.sock ]; then export DOCKER_HOST=unix://$(STATE_DIR)/docker/docker.sock; fi; \
 	AGENTIC_HOST_AGENTS=$${AGENTIC_HOST_AGENTS:-1} SECRETS_DIR=$(STATE_DIR)/secrets LISTEN_ADDR=$(LISTEN_ADDR) \
 		AGENTIC_AGENT_BINARY=$(BIN)/agentic-agent $(BIN)/agentic-mgmt --print-token
+
+# A private dockerd for `make run` (scripts/docker.sh): installs docker.io
+# and busybox-static when missing, needs root or sudo, pulls no image.
+.PHONY: docker docker-stop
+docker:
+	@scripts/docker.sh $(STATE_DIR) start
+docker-stop:
+	@scripts/docker.sh $(STATE_DIR) stop
 
 # Tasks without an API key (README, "Tasks"): a stand-in `claude` on the
 # host agents' PATH and a demo repository (scripts/claude-standin.sh).
