@@ -263,11 +263,18 @@ func (c *cli) attachTo(wsURL, token string, open attachFrame, detach int, o atta
 				if id == "" || f.SessionID != id {
 					continue
 				}
-				code := 0
+				// Its own exit code; a session killed or lost without one
+				// (or with none a process can exit with) is a failure.
+				code, shown := exitError, "none"
 				if f.ExitCode != nil {
-					code = *f.ExitCode
+					shown = strconv.Itoa(*f.ExitCode)
+					if *f.ExitCode >= 0 && *f.ExitCode <= 255 {
+						code = *f.ExitCode
+					}
+				} else if f.State == "exited" {
+					code, shown = 0, "0"
 				}
-				fmt.Fprintf(c.stderr, "%s[agenticctl: session %s %s, exit code %d]%s", nl, id, f.State, code, nl)
+				fmt.Fprintf(c.stderr, "%s[agenticctl: session %s %s, exit code %s]%s", nl, id, clean(f.State), shown, nl)
 				result <- code
 				return
 			case "error":

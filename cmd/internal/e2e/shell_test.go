@@ -89,6 +89,20 @@ func TestShellInARealTerminal(t *testing.T) {
 		t.Fatalf("attach exit %d, want the shell's 5:\n%q", r.ExitCode, again.output())
 	}
 
+	// Killed from elsewhere, the shell ends agenticctl with a failure.
+	victim := ctlInPTY(t, s, "shell", "--name", "victim", "host-01")
+	victim.typeUntil(t, "echo alive-$((5*5))\r", regexp.MustCompile(`alive-25`))
+	vm := regexp.MustCompile(`shell victim on host-01 \(session (\S+)\)`).FindSubmatch(victim.output())
+	if vm == nil {
+		t.Fatalf("the shell did not name its session:\n%q", victim.output())
+	}
+	if out, errOut, code := ctl(t, s.RESTURL, s.Token, "sessions", "kill", string(vm[1])); code != 0 {
+		t.Fatalf("kill: %d %q %q", code, out, errOut)
+	}
+	if r := victim.ended(t, "when its session was killed"); r.ExitCode == 0 || !regexp.MustCompile(`session \S+ killed`).Match(victim.output()) {
+		t.Fatalf("a killed shell: exit %d:\n%q", r.ExitCode, victim.output())
+	}
+
 	// A command instead of the shell.
 	cmd := ctlInPTY(t, s, "shell", "host-01", "--", "sh", "-c", "echo reading-$((2*2)); read line; echo got-$line; exit 4")
 	cmd.waitFor(t, regexp.MustCompile(`reading-4`))
