@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 )
 
@@ -98,5 +99,40 @@ func TestTaskSubmitFollowShowsProgress(t *testing.T) {
 	wantErr := "task t1\nagenticctl: task t1 failed (non_zero_exit): exit code 127: command not found: \"claude\" — use an image that has Claude Code\n"
 	if r.code != 127 || r.stderr != wantErr {
 		t.Errorf("exit %d, stderr:\n%s\nwant 127 and:\n%s", r.code, r.stderr, wantErr)
+	}
+}
+
+// A follow whose stream is cut off (the server restarted) opens it again
+// after the last event it saw, and shows nothing twice.
+func TestTaskFollowResumesAfterTheLastEvent(t *testing.T) {
+	var asked []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/api/v1/tasks/t1/events" {
+			http.Error(w, `{"code":"not_found","error":"no"}`, http.StatusNotFound)
+			return
+		}
+		asked = append(asked, r.Header.Get("Last-Event-ID"))
+		w.Header().Set("Content-Type", "text/event-stream")
+		if r.Header.Get("Last-Event-ID") == "" {
+			fmt.Fprint(w, "id: 1\nevent: state\ndata: {\"state\":\"running\",\"at\":\"2026-05-09T07:00:00Z\"}\n\n"+
+				"id: 2\nevent: output\ndata: {\"offset\":0,\"data\":\"before\\n\"}\n\n")
+			return // cut off
+		}
+		fmt.Fprint(w, "id: 3\nevent: output\ndata: {\"offset\":7,\"data\":\"after\\n\"}\n\n"+
+			"id: 4\nevent: end\ndata: {\"id\":\"t1\",\"name\":\"x\",\"labels\":{},\"state\":\"completed\",\"created_at\":\"2026-05-09T07:00:00Z\","+
+			"\"state_changed_at\":\"2026-05-09T07:00:01Z\",\"phases\":[],\"environment\":{\"name\":\"e\",\"runtime\":\"host\"},"+
+			"\"progress\":{\"output_bytes\":13,\"tool_calls\":0,\"turns\":0,\"cost_usd\":0}}\n\n")
+	}))
+	t.Cleanup(srv.Close)
+	var out, errb strings.Builder
+	c := &cli{stdout: &out, stderr: &errb, env: envOf("AGENTIC_SERVER", srv.URL, "AGENTIC_OPERATOR_TOKEN", token)}
+	cl, server, err := c.client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := c.followTask(cl, server, "t1", false)
+	want := "07:00:00.000  running\n  | before\n  | after\n  output 13 B\n"
+	if code != 0 || out.String() != want || fmt.Sprint(asked) != "[ 2]" {
+		t.Errorf("exit %d, asked after %q, printed:\n%s\nwant:\n%s%s", code, asked, out.String(), want, errb.String())
 	}
 }
