@@ -229,3 +229,62 @@ func TestInProcessTransport(t *testing.T) {
 		t.Errorf("/mcp without a token: %d %s", rec.Code, rec.Body)
 	}
 }
+
+// wait_task polls until the task ends and tells a client that asked for
+// progress each state it saw.
+func TestWaitTaskReportsProgress(t *testing.T) {
+	var mu sync.Mutex
+	gets := 0
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		gets++
+		state := "running"
+		if gets > 2 {
+			state = "completed"
+		}
+		mu.Unlock()
+		_, _ = io.WriteString(w, `{"id":"t1","state":"`+state+`"}`)
+	})
+	cl, err := restapi.NewClient("http://in-process", restapi.WithHTTPClient(&http.Client{Transport: inProcess{h}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ct, st := sdk.NewInMemoryTransports()
+	ss, err := NewServer(cl, Options{}).Connect(context.Background(), st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ss.Close()
+	progress := make(chan string, 16)
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test"}, &sdk.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, req *sdk.ProgressNotificationClientRequest) {
+			progress <- req.Params.Message
+		},
+	}).Connect(context.Background(), ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	params := &sdk.CallToolParams{Name: "wait_task", Arguments: map[string]any{"task_id": "t1", "timeout_seconds": 60}}
+	params.SetProgressToken("p1")
+	res, err := cs.CallTool(context.Background(), params)
+	if err != nil || res.IsError {
+		t.Fatalf("wait_task: %v %v", err, res)
+	}
+	out, _ := json.Marshal(res.StructuredContent)
+	if !strings.Contains(string(out), `"done":true`) || !strings.Contains(string(out), `"state":"completed"`) {
+		t.Errorf("wait_task: %s", out)
+	}
+	var seen []string
+	for len(seen) < 2 {
+		select {
+		case m := <-progress:
+			seen = append(seen, m)
+		case <-time.After(15 * time.Second):
+			t.Fatalf("progress seen: %v, want running then completed", seen)
+		}
+	}
+	if seen[0] != "task t1 running" || seen[1] != "task t1 completed" {
+		t.Errorf("progress %v", seen)
+	}
+}
