@@ -46,8 +46,12 @@ func (c mcpCall) apiError(t *testing.T) (code string, status int) {
 	return e.Code, e.Status
 }
 
+// mcpCalled are the tools called so far (TestMCPStdioTools checks it called each).
+var mcpCalled = map[string]bool{}
+
 func callTool(t *testing.T, cs *sdk.ClientSession, name string, args any) mcpCall {
 	t.Helper()
+	mcpCalled[name] = true
 	ctx, cancel := context.WithTimeout(context.Background(), 2*patience)
 	defer cancel()
 	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: name, Arguments: args})
@@ -155,7 +159,8 @@ func startCtlMCP(t *testing.T, restURL, token string) *sdk.ClientSession {
 // bytes) and listed, and a command sees it; a session's output is read to
 // its end and another session is killed; a task from a local repository
 // with command.argv is submitted and waited for, and its artifact is the
-// repository's file; REST errors come back as tool errors with their code
+// repository's file, and another is cancelled; REST errors come back as
+// tool errors with their code
 // and status; the environment is deleted. With a wrong token every tool
 // answers the REST API's 401.
 func TestMCPStdioTools(t *testing.T) {
@@ -163,6 +168,7 @@ func TestMCPStdioTools(t *testing.T) {
 	s := startServer(t, 0, "")
 	t.Cleanup(func() { fileDo(t, s, http.MethodDelete, s.RESTURL+"/api/v1/environments/mcp-1", nil) })
 	cs := startCtlMCP(t, s.RESTURL, s.Token)
+	clear(mcpCalled)
 
 	if got := toolNames(t, cs); !slices.Equal(got, mcpTools) {
 		t.Fatalf("tools %v, want %v", got, mcpTools)
@@ -274,6 +280,15 @@ func TestMCPStdioTools(t *testing.T) {
 	if st, report := fileDo(t, s, http.MethodGet, s.RESTURL+"/api/v1/tasks/"+taskID+"/artifacts/REPORT.md", nil); st != http.StatusOK || string(report) != "a\n" {
 		t.Errorf("the task's REPORT.md: %d %q, want the repository's a.txt", st, report)
 	}
+	sleeper := ok(t, cs, "submit_task", map[string]any{"manifest_yaml": "repository: {url: " + repo + "}\ncommand: {argv: [sleep, \"600\"]}\nenvironment: {runtime: host}\n"})
+	longTask, _ := sleeper["task_id"].(string)
+	if c := ok(t, cs, "cancel_task", map[string]any{"task_id": longTask}); c["id"] != longTask {
+		t.Errorf("cancel_task: %v", c)
+	}
+	w = ok(t, cs, "wait_task", map[string]any{"task_id": longTask, "timeout_seconds": int(patience / time.Second)})
+	if task, _ := w["task"].(map[string]any); w["done"] != true || task["state"] != "cancelled" {
+		t.Errorf("wait_task of the cancelled task: %v", w)
+	}
 	c = callTool(t, cs, "submit_task", map[string]any{"manifest_yaml": "command: {argv: [true]}\nno_such_field: 1\n"})
 	if code, status := c.apiError(t); code != "invalid_manifest" || status != http.StatusBadRequest {
 		t.Errorf("submit_task with a bad manifest: %s %d, want invalid_manifest 400", code, status)
@@ -292,6 +307,12 @@ func TestMCPStdioTools(t *testing.T) {
 	c = callTool(t, cs, "delete_environment", map[string]any{"name": "mcp-1"})
 	if code, status := c.apiError(t); code != "environment_not_found" || status != http.StatusNotFound {
 		t.Errorf("deleting it again: %s %d", code, status)
+	}
+
+	for _, name := range mcpTools {
+		if !mcpCalled[name] {
+			t.Errorf("tool %s was not called", name)
+		}
 	}
 
 	// The tools have the token's rights: a wrong one gets the REST 401.
