@@ -44,7 +44,7 @@ import (
 // one added without a thought for this test fails it.
 
 // firstHourSteps are the walkthrough's steps, in order.
-var firstHourSteps = []string{"server", "shell", "sessions", "docker", "environment", "files", "task", "dashboard"}
+var firstHourSteps = []string{"server", "shell", "sessions", "docker", "environment", "container-shell", "files", "task", "dashboard"}
 
 // firstHourMake are the make targets the walkthrough may name and what the
 // test does instead.
