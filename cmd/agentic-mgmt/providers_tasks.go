@@ -35,6 +35,18 @@ func provideTasks(cfg Config, dir DataDir, envs *environment.Service, svc *agent
 	}
 	ws.RepoDirs = cfg.TaskRepoDirs
 	runtime := defaultTaskRuntime(cfg, rts)
+	// Asked again at each submit: a runtime found after start (make
+	// docker) takes tasks naming none as if it had answered at start.
+	runtimeOf := func() string {
+		if cfg.TaskRuntime != "" {
+			return cfg.TaskRuntime
+		}
+		offered := map[string]bool{}
+		for _, c := range envs.Runtimes() { // asks for runtimes found since
+			offered[c.Runtime] = true
+		}
+		return defaultRuntime(func(name string) bool { return offered[name] })
+	}
 	var hold func(task.State) time.Duration
 	if cfg.TaskHold != nil {
 		log.Warn("AGENTIC_TEST_TASK_HOLD is set: tasks wait in the states it names (a test hook)", "hold", cfg.TaskHold)
@@ -43,7 +55,7 @@ func provideTasks(cfg Config, dir DataDir, envs *environment.Service, svc *agent
 	svcTasks := task.New(task.Config{
 		Store: store, Workspace: ws, Environments: envs, Files: svc, Link: svc,
 		Secrets: filestore.TaskSecrets{Dir: filepath.Join(string(dir), "task-secrets"), Getenv: os.LookupEnv},
-		Clock:   clock, IDs: ids, Logger: log, DefaultRuntime: runtime, Runtimes: runtimeNames(), ObserveEnd: metrics.ObserveEnd, Permissions: svc, Hold: hold, EventLog: events, Changes: ch,
+		Clock:   clock, IDs: ids, Logger: log, DefaultRuntime: runtime, DefaultRuntimeOf: runtimeOf, Runtimes: runtimeNames(), ObserveEnd: metrics.ObserveEnd, Permissions: svc, Hold: hold, EventLog: events, Changes: ch,
 	})
 	// Loaded before the API serves: a restarted server knows its tasks at once.
 	if err := svcTasks.Load(context.Background()); err != nil {

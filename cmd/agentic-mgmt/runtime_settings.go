@@ -156,7 +156,7 @@ func defaultRuntimeDoc() string {
 	for i, e := range ranked {
 		b.WriteString("`" + e.Name + "`")
 		if i < len(ranked)-1 {
-			b.WriteString(" where configured, else ")
+			b.WriteString(" where it answers when the task is submitted, else ")
 		}
 	}
 	return b.String()

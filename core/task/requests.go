@@ -46,6 +46,14 @@ func (s *Service) Submit(ctx context.Context, doc []byte, idempotencyKey string)
 	}
 	sum := sha256.Sum256(doc)
 	hash := hex.EncodeToString(sum[:])
+	runtime := m.Environment.Runtime
+	if runtime == "" {
+		// Asked outside the lock: the server's choice may look for runtimes.
+		runtime = s.cfg.DefaultRuntime
+		if s.cfg.DefaultRuntimeOf != nil {
+			runtime = s.cfg.DefaultRuntimeOf()
+		}
+	}
 	s.mu.Lock()
 	for _, e := range s.tasks {
 		same := (idempotencyKey != "" && e.rec.IdempotencyKey == idempotencyKey) || (m.Metadata.ID != "" && e.rec.ID == m.Metadata.ID)
@@ -64,10 +72,6 @@ func (s *Service) Submit(ctx context.Context, doc []byte, idempotencyKey string)
 		id = s.cfg.IDs.NewID()
 	}
 	now := s.cfg.Clock.Now()
-	runtime := m.Environment.Runtime
-	if runtime == "" {
-		runtime = s.cfg.DefaultRuntime
-	}
 	name := m.Metadata.Name
 	if name == "" {
 		name = "task"

@@ -37,6 +37,9 @@ type Config struct {
 	Logger       *slog.Logger
 	// DefaultRuntime runs a task whose manifest names none.
 	DefaultRuntime string
+	// DefaultRuntimeOf, when set, is asked instead at each submit: the
+	// server's choice changes as runtimes start to answer.
+	DefaultRuntimeOf func() string
 	// Runtimes are the names a manifest may give (the server's catalog,
 	// whether or not each answers now).
 	Runtimes []string

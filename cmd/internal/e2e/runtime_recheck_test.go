@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -65,6 +66,15 @@ func TestRuntimeStartedAfterTheServerIsUsedWithoutARestart(t *testing.T) {
 	exe, err := s.Client().ExecCommandWithResponse(ctx, "late-1", restapi.ExecRequest{Command: "sh", Args: ptr([]string{"-c", "echo in-$AGENT_RUNTIME"})})
 	if err != nil || exe.JSON200 == nil || strings.TrimSpace(exe.JSON200.Stdout) != "in-container" {
 		t.Fatalf("exec in the container: %v %s", err, exe.Body)
+	}
+	// A task naming no runtime now runs in a container too, to its end.
+	manifest := filepath.Join(t.TempDir(), "task.yaml")
+	if err := os.WriteFile(manifest, []byte("metadata: {name: late-task}\ncommand: {argv: [sh, -c, 'echo in-$AGENT_RUNTIME']}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code = ctl(t, s.RESTURL, s.Token, "task", "submit", "-f", manifest, "--follow")
+	if code != 0 || !strings.Contains(out, "in-container") {
+		t.Fatalf("a task naming no runtime once dockerd runs: exit %d\nstdout %q\nstderr %q", code, out, errOut)
 	}
 }
 
