@@ -29,8 +29,8 @@ func TestCatalogInvariants(t *testing.T) {
 		if !regexp.MustCompile(`^[a-z][a-z0-9-]*$`).MatchString(e.Name) {
 			t.Errorf("runtime name %q: want lower case, a word of AGENTIC_RUNTIMES", e.Name)
 		}
-		if e.Help == "" || e.FoundDoc == "" || strings.Contains(e.Help, "\n") {
-			t.Errorf("runtime %s: want one line of Help and a FoundDoc", e.Name)
+		if e.Help == "" || e.FoundDoc == "" || e.HowTo == "" || strings.Contains(e.Help, "\n") {
+			t.Errorf("runtime %s: want one line of Help, a FoundDoc and a HowTo", e.Name)
 		}
 		if e.configure == nil || e.found == nil || e.build == nil {
 			t.Errorf("runtime %s: Found and New are required", e.Name)
