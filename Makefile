@@ -5,7 +5,7 @@ STATE_DIR ?= $(CURDIR)/.state
 BIN := $(CURDIR)/bin
 LISTEN_ADDR ?= 127.0.0.1:8120
 
-.PHONY: all build generate dashboard check-generated lint vet fmt-check test test-env vm-image unit bench bench-agents run deps clean claude-standin
+.PHONY: all build generate sdk-ts dashboard check-generated lint vet fmt-check test test-env vm-image unit bench bench-agents run deps clean claude-standin
 
 all: build
 
@@ -25,21 +25,31 @@ generate:
 	gofmt -w gen cmd
 	$(MAKE) dashboard
 
+# The TypeScript SDK (sdk/typescript, @agentic-sandbox/client): npm packages
+# from its lockfile, its REST types from openapi.yaml (src/schema.ts,
+# committed), then built to dist/ (not committed). Its tests run against the
+# real server in cmd/internal/e2e (TestSDKTypeScript).
+SDK_TS := sdk/typescript
+sdk-ts:
+	cd $(SDK_TS) && npm ci --no-audit --no-fund --loglevel=error
+	cd $(SDK_TS) && npx openapi-typescript ../../openapi.yaml -o src/schema.ts --silent
+	cd $(SDK_TS) && npx tsc -p .
+
 # The dashboard's bundle (adapters/dashboard/dist, embedded in agentic-mgmt):
-# npm packages from the lockfile, REST types from openapi.yaml, a type check,
-# then esbuild (a Go tool). Committed like gen/, so `go build` needs no npm.
+# npm packages from the lockfile, its REST client and types from the SDK (a
+# file: dependency), a type check, then esbuild (a Go tool). Committed like
+# gen/, so `go build` needs no npm.
 DASH := adapters/dashboard
-dashboard:
+dashboard: sdk-ts
 	cd $(DASH)/ui && npm ci --no-audit --no-fund --loglevel=error
-	cd $(DASH)/ui && npx openapi-typescript ../../../openapi.yaml -o src/schema.d.ts --silent
 	cd $(DASH)/ui && npx tsc -p .
 	cd $(DASH) && $(GO) tool esbuild ui/src/main.ts --bundle --minify --format=esm --target=es2022 \
 		--outdir=dist --entry-names=app --log-level=warning
 
 # Fails when the committed generated code differs from what the contracts produce.
 check-generated: generate
-	@if ! git diff --quiet -- gen client cmd $(DASH) || [ -n "$$(git status --porcelain --untracked-files=all -- gen client cmd $(DASH) | grep '^??')" ]; then \
-		git status --short -- gen client cmd $(DASH); git diff --stat -- gen client cmd $(DASH); \
+	@if ! git diff --quiet -- gen client cmd $(DASH) $(SDK_TS) || [ -n "$$(git status --porcelain --untracked-files=all -- gen client cmd $(DASH) $(SDK_TS) | grep '^??')" ]; then \
+		git status --short -- gen client cmd $(DASH) $(SDK_TS); git diff --stat -- gen client cmd $(DASH) $(SDK_TS); \
 		echo "generated code is stale: run 'make generate' and commit"; exit 1; fi
 
 lint:

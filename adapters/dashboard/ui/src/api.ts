@@ -1,12 +1,15 @@
-// The REST client (types generated from openapi.yaml), the page's
-// connection state and the server's change stream: every call goes through
-// here, so a dropped server shows one "offline" banner, and every live view
-// reloads when the stream comes back.
-import createClient from "openapi-fetch";
-import type { paths } from "./schema";
-export type { components } from "./schema";
+// The REST client (the TypeScript SDK, sdk/typescript: types generated from
+// openapi.yaml), the page's connection state and the server's change stream:
+// every call goes through here, so a dropped server shows one "offline"
+// banner, and every live view reloads when the stream comes back.
+import { createClient, type ErrorBody } from "@agentic-sandbox/client";
+export type { components } from "@agentic-sandbox/client";
 
-export const api = createClient<paths>({ baseUrl: "", credentials: "same-origin" });
+// The page's own origin, signed in by the session cookie. `client` has the
+// SDK's methods (errors thrown as ApiError); `api` is its typed raw client
+// (openapi-fetch: every path of openapi.yaml), whose answers `call` reads.
+export const client = createClient({ baseUrl: "", credentials: "same-origin" });
+export const api = client.raw;
 
 type Listener = () => void;
 const listeners = new Set<Listener>();
@@ -26,11 +29,11 @@ function set(online: boolean, signedIn: boolean) {
 
 // call runs one request and records what it says of the connection: a
 // network error is offline, a 401 is signed out.
-export async function call<T>(p: Promise<{ data?: T; error?: unknown; response: Response }>): Promise<{ data?: T; error?: { error?: string; code?: string }; status: number }> {
+export async function call<T>(p: Promise<{ data?: T; error?: unknown; response: Response }>): Promise<{ data?: T; error?: Partial<ErrorBody>; status: number }> {
   try {
     const r = await p;
     set(true, r.response.status !== 401);
-    return { data: r.data, error: r.error as { error?: string; code?: string } | undefined, status: r.response.status };
+    return { data: r.data, error: r.error as Partial<ErrorBody> | undefined, status: r.response.status };
   } catch {
     set(false, conn.signedIn);
     return { status: 0, error: { error: "the server cannot be reached", code: "offline" } };
@@ -143,20 +146,17 @@ export function live(kinds: Kind[], f: () => Promise<void>, every = 30000): () =
 }
 
 export async function signIn(token: string): Promise<string | null> {
-  const r = await fetch("/api/v1/signin", {
-    method: "POST", credentials: "same-origin", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ token }),
-  }).catch(() => null);
+  const r = await api.POST("/api/v1/signin", { body: { token } }).catch(() => null);
   if (!r) return "the server cannot be reached";
-  if (r.status === 204) {
+  if (r.response.status === 204) {
     set(true, true);
     return null;
   }
-  const e = await r.json().catch(() => ({}));
-  return e.error || `sign-in failed (HTTP ${r.status})`;
+  return r.error?.error || `sign-in failed (HTTP ${r.response.status})`;
 }
 
 export async function signOut() {
-  await fetch("/api/v1/signout", { method: "POST", credentials: "same-origin" }).catch(() => null);
+  await api.POST("/api/v1/signout").catch(() => null);
   set(conn.online, false);
 }
 

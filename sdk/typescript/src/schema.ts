@@ -456,6 +456,7 @@ export interface paths {
         /**
          * Start a session on an agent; it outlives the caller, its output goes into the session log.
          * @description The session runs in a PTY of `cols`×`rows` (default 80×24); `type` defaults to background.
+         *     An interactive session without a `command` is the agent's shell.
          *     A headless session's output is also parsed as claude stream-json into its activity feed.
          *     Codes: 400 `invalid_json`, `invalid_request` (bad type, name or command); 404
          *     `agent_not_found`; 409 `agent_not_connected`, `session_name_taken` (a live session of
@@ -1335,6 +1336,7 @@ export interface components {
             name: string;
             type: components["schemas"]["SessionType"];
             state: components["schemas"]["SessionState"];
+            /** @description Empty for an interactive session that runs the agent's shell. */
             command: string;
             args: string[];
             cwd?: string;
@@ -1515,8 +1517,8 @@ export interface components {
             type?: components["schemas"]["SessionType"];
             /** @description 1-64 of A-Z a-z 0-9 _ -, not starting with - or _; default <type>-<id prefix>. */
             name?: string;
-            /** @description Program to run, looked up in PATH. */
-            command: string;
+            /** @description Program to run, looked up in PATH. Required for headless and background sessions (400 `invalid_request` without it); an interactive session without one runs the agent's shell (`$SHELL`, else `/bin/sh`), as `start_shell` does. */
+            command?: string;
             args?: string[];
             cwd?: string;
             env?: {
