@@ -98,8 +98,10 @@ func TestDashboard(t *testing.T) {
 	}
 	p.shot("06-terminal-after-restart")
 
-	// Environments: create one and watch it come up, then delete it.
-	p.do("environments", chromedp.Navigate(url+"#/environments"), chromedp.WaitVisible(testid("env-name")))
+	// Environments: create one and watch it come up, then delete it. The
+	// shell this page opened is still running: leaving asks, and it is kept.
+	p.do("environments", chromedp.Navigate(url+"#/environments"), chromedp.WaitVisible(testid("leave-dialog")))
+	p.do("keep the shell", chromedp.Click(testid("leave-keep")), chromedp.WaitVisible(testid("env-name")))
 	p.waitJS("the runtimes offered", `document.querySelector('[data-testid="env-runtime"]').value === "host"`)
 	p.do("create one", chromedp.SendKeys(testid("env-name"), "dash-env"), chromedp.Click(testid("env-create")), chromedp.WaitVisible(testid("env-row-dash-env")))
 	p.waitJS("the environment ready", `document.querySelector('[data-testid="env-row-dash-env"]').innerText.includes("ready")`)
@@ -115,7 +117,8 @@ func TestDashboard(t *testing.T) {
 	}
 	p.waitJS("its member idle", poolCell(3)+` === "1"`)
 	p.do("create from it", chromedp.SendKeys(testid("env-name"), "dash-pooled"), chromedp.Click(testid("env-create")), chromedp.WaitVisible(testid("env-row-dash-pooled")))
-	p.waitJS("taken, ready", `document.querySelector('[data-testid="env-row-dash-pooled"]').innerText.includes("taken") && document.querySelector('[data-testid="env-row-dash-pooled"]').innerText.includes("ready")`)
+	// Its steps are folded once it is ready: "taken" is among them.
+	p.waitJS("taken, ready", `document.querySelector('[data-testid="env-row-dash-pooled"]').textContent.includes("taken") && document.querySelector('[data-testid="env-row-dash-pooled"]').innerText.includes("ready")`)
 	p.waitJS("the hit counted and the pool refilled", poolCell(5)+` === "1" && `+poolCell(3)+` === "1"`)
 	p.shot("07b-pools")
 	p.do("delete them", chromedp.Click(testid("env-delete-dash-pooled")), chromedp.Click(testid("pool-delete-dash-pool")))

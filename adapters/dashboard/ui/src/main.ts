@@ -13,11 +13,16 @@ const html = htm.bind(h);
 type S = components["schemas"];
 
 // ---- routing: #/view/arg…
+// leaveGuard, while set, is asked before the page leaves its view: it
+// returns true when it holds the page there (and asks the operator, then
+// goes on with go or setting location.hash itself).
+let leaveGuard: ((to: string) => boolean) | null = null;
+
 function useRoute(): string[] {
   const parse = () => (location.hash.replace(/^#\/?/, "") || "overview").split("/").map(decodeURIComponent);
   const [r, setR] = useState(parse());
   useEffect(() => {
-    const f = () => setR(parse());
+    const f = () => { if (!leaveGuard?.(location.hash)) setR(parse()); };
     addEventListener("hashchange", f);
     return () => removeEventListener("hashchange", f);
   }, []);
@@ -78,9 +83,9 @@ function count<T>(xs: T[] | undefined, key: (x: T) => string): Record<string, nu
   return out;
 }
 
-function Counts({ title, m }: { title: string; m: Record<string, number> }) {
+function Counts({ title, m, empty }: { title: string; m: Record<string, number>; empty?: unknown }) {
   const keys = Object.keys(m).sort();
-  return html`<section class="card"><h2>${title}</h2>${keys.length === 0 ? html`<p class="muted">none</p>` :
+  return html`<section class="card"><h2>${title}</h2>${keys.length === 0 ? html`<p class="muted">${empty || "none"}</p>` :
     html`<dl>${keys.map((k) => html`<dt>${k}</dt><dd>${m[k]}</dd>`)}</dl>`}</section>`;
 }
 
@@ -92,24 +97,36 @@ function Overview() {
   const tasks = useLive(["tasks"], async () => (await call(api.GET("/api/v1/tasks", { params: { query: { limit: 200 } } }))).data?.tasks);
   const hitl = useLive(["hitl"], async () => (await call(api.GET("/api/v1/hitl"))).data?.requests);
   const aiwg = useLive([], async () => { const r = await call(api.GET("/api/v1/aiwg/status")); return r.data ?? (r.status ? { configured: false } as any : undefined); }, [], 5000);
-  const reconnect = async () => { await call(api.POST("/api/v1/aiwg/reconnect")); };
+  const [reErr, setReErr] = useState<any>();
+  const reconnect = async () => { setReErr((await call(api.POST("/api/v1/aiwg/reconnect"))).error); };
+  // Each empty card says what fills it.
   return html`<div class="grid">
-    <${Counts} title="Agents by status" m=${count(agents, (a: S["Agent"]) => a.status)} />
-    <${Counts} title="Environments by runtime" m=${count(envs, (e: S["Environment"]) => e.runtime)} />
-    <${Counts} title="Running sessions" m=${count((sessions || []).filter((s: S["Session"]) => s.state === "running"), (s: S["Session"]) => s.type)} />
-    <${Counts} title="Missions by state" m=${count(missions, (m: S["Mission"]) => m.state)} />
-    <${Counts} title="Tasks by state" m=${count(tasks, (t: S["Task"]) => t.state)} />
+    <${Counts} title="Agents by status" m=${count(agents, (a: S["Agent"]) => a.status)} empty=${agentsEmpty} />
+    <${Counts} title="Environments by runtime" m=${count(envs, (e: S["Environment"]) => e.runtime)} empty=${html`none: create one in <a href="#/environments">Environments</a>`} />
+    <${Counts} title="Running sessions" m=${count((sessions || []).filter((s: S["Session"]) => s.state === "running"), (s: S["Session"]) => s.type)} empty=${html`none: <a href="#/agents">Open terminal</a> on an agent starts a shell`} />
+    <${Counts} title="Missions by state" m=${count(missions, (m: S["Mission"]) => m.state)} empty=${missionsEmpty(aiwg)} />
+    <${Counts} title="Tasks by state" m=${count(tasks, (t: S["Task"]) => t.state)} empty=${html`none: <a href="#/newtask">New task</a> submits one`} />
     <section class="card"><h2>Open HITL requests</h2><p class="big"><a href="#/hitl">${hitl ? hitl.length : "…"}</a></p></section>
-    <section class="card"><h2>AIWG link</h2><${AIWGStatus} s=${aiwg} />
-      <button onClick=${reconnect}>Reconnect</button></section>
+    <section class="card" data-testid="aiwg-card"><h2>AIWG link</h2><${AIWGStatus} s=${aiwg} />
+      ${aiwg?.configured ? html`<button data-testid="aiwg-reconnect" onClick=${reconnect}>Reconnect</button><${Err} e=${reErr} />` : ""}</section>
   </div>`;
 }
 
 function AIWGStatus({ s }: { s?: any }) {
   if (!s) return html`<p>…</p>`;
-  if (!s.configured) return html`<p data-testid="aiwg-state">not configured (AIWG_SERVE_ENDPOINT)</p>`;
+  if (!s.configured) return html`<p data-testid="aiwg-state">not configured</p>
+    <p class="muted note">Set <code>AIWG_SERVE_ENDPOINT</code> to the address of <code>aiwg serve</code> and restart agentic-mgmt: missions come from it.</p>`;
   return html`<p data-testid="aiwg-state"><span class=${"pill " + (s.connected ? "ready" : "failed")}>${s.connected ? "connected" : "disconnected"}</span></p>
     <p class="muted small">${s.endpoint}</p>${s.executor_register_error ? html`<p class="error">${s.executor_register_error}</p>` : ""}`;
+}
+
+const agentsEmpty = html`none: host agents start with the server when <code>AGENTIC_HOST_AGENTS</code> is set; each environment brings its own`;
+
+// missionsEmpty says what fills the missions list: aiwg serve, once the
+// integration is configured.
+function missionsEmpty(aiwg?: { configured?: boolean; endpoint?: string }, none = "none") {
+  if (aiwg?.configured) return html`${none} yet: missions arrive from <code>aiwg serve</code> (${aiwg.endpoint}) as it dispatches them`;
+  return html`${none}: missions arrive from <code>aiwg serve</code> once <code>AIWG_SERVE_ENDPOINT</code> is set`;
 }
 
 function pct(used?: number, total?: number) {
@@ -118,6 +135,7 @@ function pct(used?: number, total?: number) {
 
 function Agents() {
   const agents = useLive(["agents", "agent_metrics"], async () => (await call(api.GET("/api/v1/agents"))).data?.agents);
+  if (agents && agents.length === 0) return html`<section><h1>Agents</h1><p class="empty" data-testid="agents-empty">No agents: ${agentsEmpty}.</p></section>`;
   return html`<section><h1>Agents</h1><table><thead><tr><th>Agent</th><th>Status</th><th>Runtime</th><th>CPU</th><th>Memory</th><th>Disk</th><th>Load</th><th>Running</th><th>Heartbeat</th><th></th></tr></thead>
     <tbody>${(agents || []).map((a: S["Agent"]) => html`<tr data-testid=${"agent-row-" + a.id}>
       <td>${a.id}</td><td><span class=${"pill " + a.status}>${a.status}</span></td><td>${a.runtime}</td>
@@ -129,26 +147,87 @@ function Agents() {
     </tr>`)}</tbody></table></section>`;
 }
 
+// The shells this page opened (Open terminal): leaving one asks whether to
+// keep it or end it. A page that joined a session it did not open leaves
+// it running without asking.
+const openedHere = new Set<string>();
+
 function TerminalView({ agentId, sessionId }: { agentId?: string; sessionId?: string }) {
   const el = useRef<HTMLDivElement>(null);
   const t = useRef<LiveTerminal>();
-  const [st, setSt] = useState<TermState>({ sessionId: sessionId || "", role: "", connected: false, ended: "", error: "" });
+  const [st, setSt] = useState<TermState>({ sessionId: sessionId || "", agentId: agentId || "", name: "", role: "", connected: false, ended: "", error: "" });
   useEffect(() => {
+    let started = false;
     const lt = new LiveTerminal({ el: el.current!, agentId, sessionId, role: agentId ? "controller" : "observer", onState: (s) => {
       setSt(s);
+      // Once, when the shell this page asked for has started.
+      if (agentId && s.sessionId && !started) { started = true; openedHere.add(s.sessionId); }
       if (agentId && s.sessionId && location.hash.includes("/terminal/new/")) history.replaceState(null, "", "#/session/" + encodeURIComponent(s.sessionId));
     } });
     t.current = lt;
     lt.focus();
     return () => lt.dispose();
   }, [agentId, sessionId]);
-  return html`<section class="terminal-view"><h1>Terminal ${st.sessionId ? html`<code>${st.sessionId}</code>` : ""}</h1>
+  // The session as REST has it: its name and agent title the page.
+  const sess = useLive(["sessions"], async () => st.sessionId ?
+    (await call(api.GET("/api/v1/sessions/{session_id}", { params: { path: { session_id: st.sessionId } } }))).data : undefined, [st.sessionId]);
+  const name = sess?.name || st.name;
+  const agent = sess?.agent_id || st.agentId;
+  const ended = st.ended || (sess && !["starting", "running"].includes(sess.state) ? sess.state : "");
+  useEffect(() => {
+    const was = document.title;
+    if (name) document.title = `${name} on ${agent} · agentic-sandbox`;
+    return () => { document.title = was; };
+  }, [name, agent]);
+
+  // Leaving a shell this page opened asks first.
+  const [leaving, setLeaving] = useState<string | null>(null);
+  const [leaveErr, setLeaveErr] = useState<any>();
+  const mine = !!st.sessionId && openedHere.has(st.sessionId) && !ended;
+  useEffect(() => {
+    if (!mine) return;
+    const own = "#/session/" + encodeURIComponent(st.sessionId);
+    leaveGuard = (to) => {
+      if (to === own) return false;
+      history.replaceState(null, "", own); // the address stays where the page is until the operator chooses
+      setLeaving(to || "#/overview");
+      return true;
+    };
+    return () => { leaveGuard = null; };
+  }, [mine, st.sessionId]);
+  const leave = async (end: boolean) => {
+    const to = leaving!;
+    if (end) {
+      const r = await call(api.DELETE("/api/v1/sessions/{session_id}", { params: { path: { session_id: st.sessionId } } }));
+      if (r.error && r.status !== 404) { setLeaveErr(r.error); return; }
+    }
+    openedHere.delete(st.sessionId);
+    leaveGuard = null;
+    location.hash = to;
+  };
+  useEffect(() => {
+    if (!leaving) return;
+    const esc = (e: KeyboardEvent) => { if (e.key === "Escape") setLeaving(null); };
+    addEventListener("keydown", esc, true);
+    return () => removeEventListener("keydown", esc, true);
+  }, [leaving]);
+
+  return html`<section class="terminal-view"><h1 data-testid="terminal-title" title=${st.sessionId ? "session " + st.sessionId : ""}>${name ?
+      html`<span>Terminal <strong>${name}</strong> on <strong>${agent}</strong></span>` : html`<span>Terminal${agent ? html` on <strong>${agent}</strong>` : ""}</span>`}</h1>
     <p class="status" data-testid="terminal-status">${st.connected ? "connected" : "reconnecting…"} · role: <strong data-testid="terminal-role">${st.role || "-"}</strong>
-      ${st.ended ? html` · <strong>ended: ${st.ended}</strong>` : ""}
+      ${ended ? html` · <strong>ended: ${ended}</strong>` : ""}
       ${st.role === "observer" ? html` <button data-testid="take-control" onClick=${() => t.current?.takeControl()}>Take control</button>` : ""}
-      <button onClick=${() => t.current?.kill()} disabled=${!st.sessionId || !!st.ended}>Kill</button></p>
+      <button onClick=${() => t.current?.kill()} disabled=${!st.sessionId || !!ended}>Kill</button></p>
     <${Err} e=${st.error} />
-    <div class="term" data-testid="terminal" ref=${el}></div></section>`;
+    <div class="term" data-testid="terminal" ref=${el}></div>
+    ${leaving ? html`<div class="modal" role="dialog" aria-modal="true" aria-labelledby="leave-title" data-testid="leave-dialog">
+      <div class="box"><h2 id="leave-title">Keep this shell running?</h2>
+        <p>This page opened <strong>${name || "a shell"}</strong> on <strong>${agent}</strong>. Kept, it runs on, and Sessions
+          attaches to it again. Ended, its processes are killed.</p>
+        <${Err} e=${leaveErr} />
+        <div class="actions"><button data-testid="leave-keep" autofocus onClick=${() => leave(false)}>Keep it running</button>
+          <button class="danger" data-testid="leave-end" onClick=${() => leave(true)}>End the shell</button>
+          <button data-testid="leave-stay" onClick=${() => setLeaving(null)}>Stay here</button></div></div></div>` : ""}</section>`;
 }
 
 function Sessions() {
@@ -156,7 +235,7 @@ function Sessions() {
   const kill = async (id: string) => { await call(api.DELETE("/api/v1/sessions/{session_id}", { params: { path: { session_id: id } } })); };
   const byAgent: Record<string, S["Session"][]> = {};
   for (const s of sessions || []) (byAgent[s.agent_id] ||= []).push(s);
-  return html`<section><h1>Sessions</h1>${Object.keys(byAgent).length === 0 ? html`<p class="muted">No sessions.</p>` : ""}
+  return html`<section><h1>Sessions</h1>${sessions && Object.keys(byAgent).length === 0 ? html`<p class="empty" data-testid="sessions-empty">No sessions: <a href="#/agents">Open terminal</a> on an agent starts a shell here, as do <code>agenticctl shell AGENT</code> and <code>agenticctl sessions create</code>; tasks and missions run theirs.</p>` : ""}
     ${Object.keys(byAgent).sort().map((agent) => html`<h2>${agent}</h2><table><thead><tr><th>Name</th><th>Type</th><th>State</th><th>Command</th><th>Viewers</th><th>Started</th><th></th></tr></thead><tbody>
     ${byAgent[agent].map((s) => html`<tr data-testid=${"session-row-" + s.session_id}><td>${s.name}</td><td>${s.type}</td><td>${s.state}${s.exit_code !== undefined ? ` (${s.exit_code})` : ""}</td>
       <td><code>${[s.command, ...s.args].join(" ") || "(login shell)"}</code></td>
@@ -223,52 +302,119 @@ function Log({ id }: { id: string }) {
       html`<span class=${"gap " + p.reason} data-testid="output-gap">[${p.to - p.from} bytes ${p.reason === "not_stored" ? "not stored: the server's disk was full" : "dropped: older than the log keeps"} (offsets ${p.from}–${p.to})]</span>`)}</pre></section>`;
 }
 
+// What an environment's state lets an operator do (the others are shown
+// disabled, saying why).
+const envActions: Record<"start" | "stop" | "pause" | "resume" | "delete", { when: string[]; why: string }> = {
+  start: { when: ["stopped", "failed"], why: "only a stopped or failed environment starts" },
+  stop: { when: ["ready", "booting", "paused"], why: "only a running environment stops" },
+  pause: { when: ["ready"], why: "only a ready environment pauses" },
+  resume: { when: ["paused"], why: "only a paused environment resumes" },
+  delete: { when: ["provisioning", "booting", "ready", "stopped", "paused", "failed"], why: "being deleted" },
+};
+
+// The states in which an environment's steps are still under way: shown
+// open; once done they fold into one line.
+const envBusy = ["provisioning", "booting", "deleting"];
+
+function until(t?: string): string {
+  if (!t) return "-";
+  const s = Math.round((new Date(t).getTime() - Date.now()) / 1000);
+  if (s <= 0) return "due now";
+  if (s < 90) return `in ${s}s`;
+  if (s < 3600) return `in ${Math.round(s / 60)}m`;
+  return `in ${Math.floor(s / 3600)}h ${Math.round((s % 3600) / 60)}m`;
+}
+
+// when is a time to come, local and from now.
+function when(t?: string) {
+  if (!t) return "-";
+  return html`<time datetime=${t}>${new Date(t).toLocaleString()}</time> (${until(t)})`;
+}
+
+function ms(n?: number): string {
+  if (n === undefined) return "";
+  return n < 1000 ? `${n} ms` : `${(n / 1000).toFixed(1)} s`;
+}
+
 function Environments() {
   const envs = useLive(["environments"], async () => (await call(api.GET("/api/v1/environments"))).data?.environments);
   const runtimes = useLive([], async () => (await call(api.GET("/api/v1/runtimes"))).data?.runtimes, [], 10000);
+  // The tasks that have an environment: each links from its environment's row.
+  const tasks = useLive(["tasks"], async () => (await call(api.GET("/api/v1/tasks", { params: { query: { state: "provisioning,ready,running,completing,failed_preserved", limit: 500 } } }))).data?.tasks, [], 15000);
+  const taskOf: Record<string, S["Task"]> = {};
+  for (const t of tasks || []) taskOf[t.environment.name] = t;
   const [form, setForm] = useState<Record<string, string>>({ runtime: "", name: "", image: "", profile: "", cpus: "", memory_mb: "", network: "", allowed: "" });
   // Functional updates: a poll's answer must not undo keys typed meanwhile.
   useEffect(() => { if (runtimes?.length) setForm((f) => (f.runtime ? f : { ...f, runtime: runtimes[0].runtime })); }, [runtimes]);
   const [err, setErr] = useState<any>();
   const set = (k: string) => (e: any) => { const v = e.target.value; setForm((f) => ({ ...f, [k]: v })); };
+  // Only what the chosen runtime takes and this server allows is offered.
+  const rt = (runtimes || []).find((r: S["Runtime"]) => r.runtime === form.runtime);
+  const defaultNet = rt?.network_modes[0];
+  const nets = (rt?.allowed_network_modes || []).filter((m: string) => m !== defaultNet);
+  const limits = rt?.limits || [];
   const create = async (ev: Event) => {
     ev.preventDefault();
     const body: any = { runtime: form.runtime || runtimes?.[0]?.runtime, name: form.name };
-    if (form.image) body.image = form.image;
+    if (form.image && rt?.images) body.image = form.image;
     if (form.profile) body.profile = form.profile;
-    if (form.network) body.network = form.network;
-    if (form.network === "proxy") body.allowed_hosts = form.allowed.split(",").map((h) => h.trim()).filter((h) => h);
-    if (form.cpus || form.memory_mb) body.resources = { cpus: Number(form.cpus) || undefined, memory_mb: Number(form.memory_mb) || undefined };
+    if (form.network && nets.includes(form.network)) body.network = form.network;
+    if (body.network === "proxy") body.allowed_hosts = form.allowed.split(",").map((h) => h.trim()).filter((h) => h);
+    const res: Record<string, number> = {};
+    if (form.cpus && limits.includes("cpus")) res.cpus = Number(form.cpus);
+    if (form.memory_mb && limits.includes("memory_mb")) res.memory_mb = Number(form.memory_mb);
+    if (Object.keys(res).length) body.resources = res;
     const r = await call(api.POST("/api/v1/environments", { body }));
     setErr(r.error);
     if (!r.error) setForm((f) => ({ ...f, name: "" }));
   };
-  const act = async (name: string, what: "start" | "stop" | "delete") => {
+  const act = async (name: string, what: keyof typeof envActions) => {
     const p = { params: { path: { name } } };
     const r = what === "delete" ? await call(api.DELETE("/api/v1/environments/{name}", p)) :
-      what === "start" ? await call(api.POST("/api/v1/environments/{name}/start", p)) : await call(api.POST("/api/v1/environments/{name}/stop", p));
+      what === "start" ? await call(api.POST("/api/v1/environments/{name}/start", p)) :
+      what === "stop" ? await call(api.POST("/api/v1/environments/{name}/stop", p)) :
+      what === "pause" ? await call(api.POST("/api/v1/environments/{name}/pause", p)) : await call(api.POST("/api/v1/environments/{name}/resume", p));
     setErr(r.error);
   };
+  const button = (e: S["Environment"], what: keyof typeof envActions, label: string) => {
+    const ok = envActions[what].when.includes(e.state);
+    return html`<button data-testid=${`env-${what}-${e.name}`} disabled=${!ok} title=${ok ? "" : `${e.state}: ${envActions[what].why}`} onClick=${() => act(e.name, what)}>${label}</button>`;
+  };
+  const pausable = (name: string) => !!(runtimes || []).find((r: S["Runtime"]) => r.runtime === name)?.pause;
   return html`<section><h1>Environments</h1>
     <form class="inline" onSubmit=${create} aria-label="Create an environment">
-      <label>Runtime <select value=${form.runtime} onChange=${set("runtime")} data-testid="env-runtime">${(runtimes || []).map((r: any) => html`<option value=${r.runtime}>${r.runtime}</option>`)}</select></label>
+      <label>Runtime <select value=${form.runtime} onChange=${(e: any) => { const v = e.target.value; setForm((f) => ({ ...f, runtime: v, network: "", profile: "" })); }} data-testid="env-runtime">${(runtimes || []).map((r: any) => html`<option value=${r.runtime}>${r.runtime}</option>`)}</select></label>
       <label>Name <input required value=${form.name} onInput=${set("name")} data-testid="env-name" /></label>
-      <label>Image <input value=${form.image} onInput=${set("image")} /></label>
-      <label>Profile <input value=${form.profile} onInput=${set("profile")} /></label>
-      <label>CPUs <input type="number" min="0" step="0.5" value=${form.cpus} onInput=${set("cpus")} /></label>
-      <label>Memory MiB <input type="number" min="0" value=${form.memory_mb} onInput=${set("memory_mb")} /></label>
-      <label>Network <select value=${form.network} onChange=${set("network")}>${((runtimes || []).find((r: any) => r.runtime === form.runtime)?.network_modes || []).map((m: string) => html`<option value=${m}>${m}</option>`)}</select></label>
+      ${rt?.images ? html`<label>Image <input value=${form.image} onInput=${set("image")} placeholder="the runtime's own" /></label>` : ""}
+      ${rt?.profiles.length ? html`<label>Profile <select value=${form.profile} onChange=${set("profile")}><option value="">default</option>${rt.profiles.map((p: string) => html`<option value=${p}>${p}</option>`)}</select></label>` : ""}
+      ${limits.includes("cpus") ? html`<label>CPUs <input type="number" min="0" step="0.5" value=${form.cpus} onInput=${set("cpus")} /></label>` : ""}
+      ${limits.includes("memory_mb") ? html`<label>Memory MiB <input type="number" min="0" value=${form.memory_mb} onInput=${set("memory_mb")} /></label>` : ""}
+      <label>Network <select value=${form.network} onChange=${set("network")} data-testid="env-network">
+        <option value="">${defaultNet ? `default (${defaultNet})` : "default"}</option>${nets.map((m: string) => html`<option value=${m}>${m}</option>`)}</select></label>
+      ${rt && rt.isolation !== "host" && rt.network_modes.some((m: string) => m !== defaultNet && !rt.allowed_network_modes.includes(m)) ?
+        html`<span class="muted note" data-testid="env-network-note">${rt.network_modes.filter((m: string) => m !== defaultNet && !rt.allowed_network_modes.includes(m)).join(", ")}: not allowed on this server (<code>AGENTIC_ALLOWED_NETWORKS</code>)</span>` : ""}
       ${form.network === "proxy" ? html`<label>Allowed hosts <input value=${form.allowed} onInput=${set("allowed")} placeholder="api.anthropic.com, *.npmjs.org" data-testid="env-allowed-hosts" /></label>` : ""}
       <button type="submit" data-testid="env-create">Create</button></form>
     <${Err} e=${err} />
-    <table><thead><tr><th>Name</th><th>Runtime</th><th>State</th><th>Agent</th><th>Steps</th><th></th></tr></thead><tbody>
-    ${(envs || []).map((e: S["Environment"]) => html`<tr data-testid=${"env-row-" + e.name}><td>${e.name}</td><td>${e.runtime}</td>
+    ${envs && envs.length === 0 ? html`<p class="empty" data-testid="envs-empty">No environments: create one above (or <code>agenticctl env create</code>); a task makes its own.</p>` : ""}
+    <table hidden=${!envs || envs.length === 0}><thead><tr><th>Name</th><th>Runtime</th><th>State</th><th>Agent</th><th>Steps</th><th></th></tr></thead><tbody>
+    ${(envs || []).map((e: S["Environment"]) => {
+      const task = taskOf[e.name];
+      const last = e.events[e.events.length - 1];
+      const steps = html`<ol class="steps">${e.events.map((s) => html`<li>${s.step}${s.message ? ": " + s.message : ""}</li>`)}</ol>`;
+      return html`<tr data-testid=${"env-row-" + e.name}><td>${e.name}
+        ${task ? html`<div class="note" data-testid=${"env-task-" + e.name}>task <a href=${"#/task/" + encodeURIComponent(task.id)}>${task.name}</a>
+          ${task.state === "failed_preserved" ? html`<div class="preserved" data-testid=${"env-preserved-" + e.name}>failed, kept for inspection until ${when(task.preserve_until)}, then destroyed</div>` :
+            html` <span class="muted">(${task.state})</span>`}</div>` : ""}</td><td>${e.runtime}</td>
       <td><span class=${"pill " + e.state}>${e.state}</span>${e.error ? html`<div class="error">${e.error}</div>` : ""}</td><td>${e.agent_status || "-"}</td>
-      <td><ol class="steps">${e.events.map((s) => html`<li>${s.step}${s.message ? ": " + s.message : ""}</li>`)}</ol>
+      <td>${envBusy.includes(e.state) ? steps :
+        html`<details data-testid=${"env-steps-" + e.name}><summary>${e.events.length} steps${last ? `, last ${last.step}` : ""}${e.provision_ms !== undefined ? ` · provisioned in ${ms(e.provision_ms)}` : ""}</summary>${steps}</details>`}
         ${e.allowed_hosts ? html`<p class="muted small">egress to ${e.allowed_hosts.join(", ")}</p>` : ""}
         ${(e.egress || []).slice(-5).map((g) => html`<div class=${"small " + (g.allowed ? "ok" : "error")}>${g.allowed ? "→" : "✕"} ${g.host}:${g.port} ${g.allowed ? bytes(g.bytes_down) : g.reason || ""}</div>`)}</td>
-      <td><button onClick=${() => act(e.name, "start")}>Start</button><button onClick=${() => act(e.name, "stop")}>Stop</button>
-        <button data-testid=${"env-delete-" + e.name} onClick=${() => act(e.name, "delete")}>Delete</button></td></tr>`)}</tbody></table>
+      <td class="actions">${button(e, "start", "Start")}${button(e, "stop", "Stop")}
+        ${pausable(e.runtime) ? html`${button(e, "pause", "Pause")}${button(e, "resume", "Resume")}` : ""}
+        ${button(e, "delete", "Delete")}</td></tr>`;
+    })}</tbody></table>
     <${Pools} runtimes=${runtimes} /></section>`;
 }
 
@@ -306,6 +452,8 @@ function Pools({ runtimes }: { runtimes: any[] | undefined }) {
 
 function Missions() {
   const missions = useLive(["missions"], async () => (await call(api.GET("/api/v1/missions"))).data?.missions);
+  const aiwg = useLive([], async () => { const r = await call(api.GET("/api/v1/aiwg/status")); return r.data ?? (r.status ? { configured: false } as any : undefined); }, [], 10000);
+  if (missions && missions.length === 0) return html`<section><h1>Missions</h1><p class="empty" data-testid="missions-empty">${missionsEmpty(aiwg, "No missions")}.</p></section>`;
   return html`<section><h1>Missions</h1><table><thead><tr><th>Mission</th><th>State</th><th>Agent</th><th>Objective</th><th>Timeline</th></tr></thead><tbody>
     ${(missions || []).map((m: S["Mission"]) => html`<tr data-testid=${"mission-row-" + m.mission_id}><td>${m.mission_id}</td><td><span class=${"pill " + m.state}>${m.state}</span></td>
       <td>${m.agent_id || "-"}</td><td><code>${m.objective}</code></td>
@@ -341,7 +489,9 @@ function Tasks() {
     <form class="inline" onSubmit=${(e: Event) => e.preventDefault()}><label>State <select value=${state} onChange=${(e: any) => setState(e.target.value)}>
       ${taskStates.map((s) => html`<option value=${s}>${s || "any"}</option>`)}</select></label>
       <label>Label <input placeholder="key=value" value=${label} onChange=${(e: any) => setLabel(e.target.value)} /></label></form>
-    <table><thead><tr><th>Task</th><th>State</th><th>Activity</th><th>Runtime</th><th>Created</th></tr></thead><tbody>
+    ${tasks && tasks.length === 0 ? html`<p class="empty" data-testid="tasks-empty">${state || label ? "No task matches these filters." :
+      html`No tasks: <a href="#/newtask">New task</a> submits a manifest (a repository and a command), as does <code>agenticctl task submit -f task.yaml</code>.`}</p>` : ""}
+    <table hidden=${!tasks || tasks.length === 0}><thead><tr><th>Task</th><th>State</th><th>Activity</th><th>Runtime</th><th>Created</th></tr></thead><tbody>
     ${(tasks || []).map((t: S["Task"]) => html`<tr data-testid=${"task-row-" + t.id}><td><a href=${"#/task/" + t.id}>${t.name}</a> <code class="muted">${t.id}</code></td>
       <td><span class=${"pill " + t.state}>${t.state}</span>${t.reason ? html` <span class="muted">${t.reason}</span>` : ""}</td>
       <td>${t.progress.activity || "-"} <span class="muted">${ago(t.progress.last_activity_at)}</span></td><td>${t.environment.runtime}</td><td>${ago(t.created_at)}</td></tr>`)}</tbody></table></section>`;
@@ -440,6 +590,7 @@ function TaskPage({ id }: { id: string }) {
       · activity <strong>${task.progress.activity || "-"}</strong> · ${task.progress.tool_calls} tool calls, ${task.progress.turns} turns, $${task.progress.cost_usd.toFixed(4)}
       ${!ended ? html` <button data-testid="task-cancel" onClick=${cancel}>Cancel</button>` : ""}</p>
     ${task.error ? html`<p class="error">${task.error}</p>` : ""}
+    ${task.state === "failed_preserved" ? html`<p class="preserved" data-testid="task-preserved">Its environment <a href=${"#/environments"}><code>${task.environment.name}</code></a> is kept for inspection until ${when(task.preserve_until)}, then destroyed. <button data-testid="task-destroy-env" onClick=${cancel}>Destroy it now</button></p>` : ""}
     <h2>Phases</h2><ol class="phases">${phases.map((p, i) => {
       const next = phases[i + 1]?.at;
       const d = next ? new Date(next).getTime() - new Date(p.at).getTime() : undefined;

@@ -10,6 +10,8 @@ export type Role = "controller" | "observer" | "";
 
 export interface TermState {
   sessionId: string;
+  agentId: string;
+  name: string; // the session's name, once the server has said it
   role: Role;
   connected: boolean;
   ended: string;
@@ -54,7 +56,7 @@ export class LiveTerminal {
   state: TermState;
 
   constructor(private o: TermOptions) {
-    this.state = { sessionId: o.sessionId || "", role: "", connected: false, ended: "", error: "" };
+    this.state = { sessionId: o.sessionId || "", agentId: o.agentId || "", name: "", role: "", connected: false, ended: "", error: "" };
     this.want = o.role || "observer";
     this.term = new Terminal({ cursorBlink: true, fontSize: 14, scrollback: 5000, convertEol: false });
     this.term.loadAddon(this.fit);
@@ -150,6 +152,8 @@ export class LiveTerminal {
     switch (f.type) {
       case "session_started":
         this.state.sessionId = f.session_id;
+        this.state.agentId = f.agent_id || this.state.agentId;
+        this.state.name = f.name || "";
         this.emit();
         break;
       case "role_changed":
