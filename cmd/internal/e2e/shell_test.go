@@ -47,7 +47,9 @@ func TestShellInARealTerminal(t *testing.T) {
 	if r := tm.ended(t, "when the shell exited"); r.ExitCode != 3 {
 		t.Fatalf("shell exit %d, want the shell's 3:\n%q", r.ExitCode, tm.output())
 	}
-	if out := tm.output(); !regexp.MustCompile(`\r\nhi\r\n`).Match(out) || !regexp.MustCompile(`Ctrl-\] detaches`).Match(out) {
+	// "hi" alone on a line, drawn by tmux: after a newline or a cursor
+	// move, before a carriage return or an erase to the end of the line.
+	if out := tm.output(); !regexp.MustCompile(`(\n|\x1b\[[0-9;]*H)hi(\r|\x1b\[K)`).Match(out) || !regexp.MustCompile(`Ctrl-\] detaches`).Match(out) {
 		t.Fatalf("no line 'hi' or no word on the detach key:\n%q", out)
 	}
 	list, errOut, code := ctl(t, s.RESTURL, s.Token, "sessions", "list", "--agent", "host-01")
