@@ -919,6 +919,9 @@ type RuntimeIsolation string
 // RuntimeList defines model for RuntimeList.
 type RuntimeList struct {
 	Runtimes []Runtime `json:"runtimes"`
+
+	// Unavailable The runtimes this server knows but does not offer now, each with why and how to get it (absent when every one is offered). One that does not answer yet is offered once it does, without a restart.
+	Unavailable *[]UnavailableRuntime `json:"unavailable,omitempty"`
 }
 
 // Session defines model for Session.
@@ -1082,6 +1085,13 @@ type TaskList struct {
 type TaskSubmitRequest struct {
 	Manifest     *map[string]interface{} `json:"manifest,omitempty"`
 	ManifestYaml *string                 `json:"manifest_yaml,omitempty"`
+}
+
+// UnavailableRuntime defines model for UnavailableRuntime.
+type UnavailableRuntime struct {
+	// Reason Why it is not offered (does not answer, and the engine's error; not found on this machine; not in AGENTIC_RUNTIMES) and how to get it, e.g. `make docker`.
+	Reason  string `json:"reason"`
+	Runtime string `json:"runtime"`
 }
 
 // AgentID defines model for AgentID.

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 
 	"github.com/agentic-sandbox/agentic-sandbox/core/environment"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
@@ -78,7 +80,23 @@ func (s *Server) ListRuntimes(_ context.Context, _ restapi.ListRuntimesRequestOb
 			Images: c.Images, Profiles: nonNil(c.Profiles),
 		})
 	}
+	if u, ok := s.d.Environments.(unavailableRuntimes); ok {
+		var list []restapi.UnavailableRuntime
+		missing := u.UnavailableRuntimes()
+		for _, name := range slices.Sorted(maps.Keys(missing)) {
+			list = append(list, restapi.UnavailableRuntime{Runtime: name, Reason: missing[name]})
+		}
+		if len(list) > 0 {
+			out.Unavailable = &list
+		}
+	}
 	return out, nil
+}
+
+// unavailableRuntimes is what the environment use case may also say: the
+// runtimes it knows but does not offer, each with why and how to get it.
+type unavailableRuntimes interface {
+	UnavailableRuntimes() map[string]string
 }
 
 func limitNames(ls []ports.Limit) []string {

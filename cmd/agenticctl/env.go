@@ -186,7 +186,7 @@ func (c *cli) envRuntimes(args []string) int {
 	if err != nil || resp.JSON200 == nil {
 		return c.failed(server, err, resp)
 	}
-	return c.table("RUNTIME\tISOLATION\tNETWORKS\tLIMITS\tOPTIONS", func(w io.Writer) {
+	code := c.table("RUNTIME\tISOLATION\tNETWORKS\tLIMITS\tOPTIONS", func(w io.Writer) {
 		for _, r := range resp.JSON200.Runtimes {
 			var opts []string
 			for _, o := range []struct {
@@ -201,6 +201,15 @@ func (c *cli) envRuntimes(args []string) int {
 				cell(strings.Join(r.Limits, ",")), cell(strings.Join(opts, ",")))
 		}
 	})
+	if code != 0 || resp.JSON200.Unavailable == nil {
+		return code
+	}
+	// What is not offered, and how to get it, after the table.
+	fmt.Fprintln(c.stdout)
+	for _, u := range *resp.JSON200.Unavailable {
+		fmt.Fprintf(c.stdout, "not offered: %s: %s\n", cell(u.Runtime), cell(u.Reason))
+	}
+	return 0
 }
 
 // envSpec are the flags that say what an environment is made of, for env

@@ -38,6 +38,7 @@ func newLateFixture(t *testing.T, every time.Duration) *lateFixture {
 		Credentials: portsfake.NewCredentials(), Clock: clock.Wall{},
 		Bootstrap:     ports.AgentBootstrap{Binary: "/bin/agent", ServerURL: "http://127.0.0.1:1"},
 		DiscoverEvery: every,
+		Known:         []string{"fake", "late"},
 		Discover: func(context.Context) map[string]ports.Runtime {
 			f.asks.Add(1)
 			// As the server's: a runtime is found once.
@@ -70,6 +71,9 @@ func TestARuntimeFoundLaterServesRequestsWithoutARestart(t *testing.T) {
 	if names := runtimeNames(f.svc.Runtimes()); names != "fake" {
 		t.Fatalf("runtimes before the engine: %s", names)
 	}
+	if got := f.svc.UnavailableRuntimes(); len(got) != 1 || !strings.Contains(got["late"], "make late") {
+		t.Fatalf("unavailable before the engine: %v", got)
+	}
 	f.up.Store(true)
 	e, err := f.svc.Create(context.Background(), Request{Runtime: "late", Name: "box"})
 	if err != nil || e.Runtime != "late" {
@@ -77,6 +81,9 @@ func TestARuntimeFoundLaterServesRequestsWithoutARestart(t *testing.T) {
 	}
 	if names := runtimeNames(f.svc.Runtimes()); names != "fake,late" {
 		t.Fatalf("runtimes once the engine is up: %s", names)
+	}
+	if got := f.svc.UnavailableRuntimes(); len(got) != 0 {
+		t.Fatalf("unavailable once the engine is up: %v", got)
 	}
 	if err := f.svc.CheckPool(ports.Pool{Name: "p", Runtime: "late", Size: 1}); err != nil {
 		t.Fatalf("a pool on the late runtime: %v", err)

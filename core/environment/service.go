@@ -73,6 +73,9 @@ type Config struct {
 	// Unavailable, when set, says why a runtime the service lacks is not
 	// offered and how to get it, for the error of a request naming it.
 	Unavailable func(name string) string
+	// Known, when set, names every runtime there is (offered or not), for
+	// UnavailableRuntimes.
+	Known []string
 	// Link, when set, warms each member up before it is idle: one `true`,
 	// so the caller's first command does not pay for a cold exec path (a
 	// VM under TCG translates it the first time: 50-90 ms, then 20 ms).
@@ -164,6 +167,25 @@ func (s *Service) Runtimes() []ports.RuntimeCapabilities {
 		out = append(out, rt.Capabilities())
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Runtime < out[j].Runtime })
+	return out
+}
+
+// UnavailableRuntimes are the Known runtimes not offered, each with why
+// and how to get it (Unavailable); call it after Runtimes, which asks for
+// runtimes found since.
+func (s *Service) UnavailableRuntimes() map[string]string {
+	out := map[string]string{}
+	rts := s.runtimes()
+	for _, name := range s.cfg.Known {
+		if _, ok := rts[name]; ok {
+			continue
+		}
+		why := "not configured"
+		if s.cfg.Unavailable != nil {
+			why = s.cfg.Unavailable(name)
+		}
+		out[name] = why
+	}
 	return out
 }
 

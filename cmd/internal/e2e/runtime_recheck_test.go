@@ -39,6 +39,12 @@ func TestRuntimeStartedAfterTheServerIsUsedWithoutARestart(t *testing.T) {
 	if got := runtimeNames(t, s); !slices.Equal(got, []string{"host"}) {
 		t.Fatalf("runtimes with no dockerd: %v", got)
 	}
+	// The list says what is not offered, why and how to get it.
+	out, errOut, code := ctl(t, s.RESTURL, s.Token, "env", "runtimes")
+	if code != 0 || !strings.Contains(out, "not offered: docker: docker does not answer") || !strings.Contains(out, "make docker") ||
+		!strings.Contains(out, "not offered: libvirt: AGENTIC_RUNTIMES (host,docker) does not name libvirt") {
+		t.Fatalf("env runtimes with no dockerd: exit %d\nstdout %q\nstderr %q", code, out, errOut)
+	}
 	if ready, detail := dockerReadiness(t, s); ready || !strings.Contains(detail, "unreachable") {
 		t.Fatalf("readiness of docker with no dockerd: %v %q", ready, detail)
 	}
@@ -56,8 +62,11 @@ func TestRuntimeStartedAfterTheServerIsUsedWithoutARestart(t *testing.T) {
 	if got := runtimeNames(t, s); !slices.Equal(got, []string{"docker", "host"}) {
 		t.Fatalf("runtimes once dockerd runs: %v", got)
 	}
+	if out, _, _ := ctl(t, s.RESTURL, s.Token, "env", "runtimes"); strings.Contains(out, "not offered: docker") {
+		t.Fatalf("env runtimes once dockerd runs still says docker is not offered:\n%s", out)
+	}
 	t.Cleanup(func() { ctl(t, s.RESTURL, s.Token, "env", "rm", "late-1") })
-	out, errOut, code := ctl(t, s.RESTURL, s.Token, "env", "create", "--runtime", "docker", "late-1")
+	out, errOut, code = ctl(t, s.RESTURL, s.Token, "env", "create", "--runtime", "docker", "late-1")
 	if code != 0 || !strings.Contains(out, "late-1: ready") {
 		t.Fatalf("create once dockerd runs: exit %d\nstdout %q\nstderr %q", code, out, errOut)
 	}

@@ -1389,6 +1389,13 @@ export interface components {
         };
         RuntimeList: {
             runtimes: components["schemas"]["Runtime"][];
+            /** @description The runtimes this server knows but does not offer now, each with why and how to get it (absent when every one is offered). One that does not answer yet is offered once it does, without a restart. */
+            unavailable?: components["schemas"]["UnavailableRuntime"][];
+        };
+        UnavailableRuntime: {
+            runtime: string;
+            /** @description Why it is not offered (does not answer, and the engine's error; not found on this machine; not in AGENTIC_RUNTIMES) and how to get it, e.g. `make docker`. */
+            reason: string;
         };
         Runtime: {
             /** @description The runtime's name, as AGENTIC_RUNTIMES and create requests name it. */
