@@ -85,6 +85,9 @@ else
 	done
 	echo "docker: a private dockerd runs (data and log in $dir)"
 fi
+if [ -n "${DOCKER_HOST:-}" ] && [ "$DOCKER_HOST" != "$host" ]; then
+	echo "  note: DOCKER_HOST is set ($DOCKER_HOST): make run uses that one, not this; unset it to use this one"
+fi
 cat <<MSG
   make run uses it; a server already running offers the docker runtime within 15 s
   (GET /api/v1/runtimes, or 'agenticctl env runtimes', checks at once). Elsewhere:
