@@ -21,6 +21,11 @@ export PATH="$PATH:/usr/sbin:/sbin"
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
 
+# The exec root holds containerd's sockets, whose paths must stay short:
+# under /run, named after this state dir.
+id=$(printf %s "$dir" | cksum | cut -d' ' -f1)
+exec_root="/run/agentic-dockerd-$id"
+
 answers() { $SUDO docker -H "$1" version >/dev/null 2>&1; }
 running() { [ -f "$dir/pid" ] && $SUDO kill -0 "$(cat "$dir/pid")" 2>/dev/null; }
 
@@ -38,6 +43,7 @@ stop)
 		[ "$i" -lt 300 ] || { echo "docker: dockerd ($pid) did not stop within 30 s" >&2; exit 1; }
 		sleep 0.1
 	done
+	$SUDO rm -rf "$exec_root"
 	echo "docker: the private dockerd ($pid) stopped; its images stay in $dir/root"
 	exit 0
 	;;
@@ -62,10 +68,6 @@ if running && answers "$host"; then
 else
 	"$here/docker-test-env.sh"
 	mkdir -p "$dir"
-	# The exec root holds containerd's sockets, whose paths must stay
-	# short: under /run, named after this state dir.
-	id=$(printf %s "$dir" | cksum | cut -d' ' -f1)
-	exec_root="/run/agentic-dockerd-$id"
 	group=""
 	[ "$(id -u)" = 0 ] || group="-G $(id -gn)"
 	# $group unquoted: empty, or a flag and its value.
