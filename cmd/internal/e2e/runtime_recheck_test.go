@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -128,4 +129,64 @@ func dockerReadiness(t *testing.T, s *harness.Server) (bool, string) {
 	}
 	t.Fatalf("readyz has no runtime_docker: %+v", r.Components)
 	return false, ""
+}
+
+// make docker (scripts/docker.sh) starts a private dockerd in the state
+// dir, says what to set, starts no second one, and make docker-stop ends
+// it and what it kept under /run.
+func TestMakeDockerStartsAPrivateDaemon(t *testing.T) {
+	testreq.Command(t, "dockerd", "run make test-env")
+	testreq.Root(t, "a private dockerd")
+	root, err := harness.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	state, err := os.MkdirTemp("/tmp", "mdk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, _ := harness.DockerdArgs(filepath.Join(state, "docker"))
+	script := func(action string) (string, int) {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(root, "scripts", "docker.sh"), state, action)
+		// A system dockerd is not looked for when DOCKER_HOST names this one.
+		cmd.Env = append(os.Environ(), "DOCKER_HOST="+host)
+		out, err := cmd.CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return string(out), code
+	}
+	t.Cleanup(func() {
+		script("stop")
+		_ = os.RemoveAll(state)
+	})
+	out, code := script("start")
+	if code != 0 || !strings.Contains(out, "export DOCKER_HOST="+host) || !strings.Contains(out, "make docker-stop") {
+		t.Fatalf("make docker: exit %d\n%s", code, out)
+	}
+	if b, err := exec.Command("docker", "-H", host, "version", "--format", "{{.Server.Version}}").CombinedOutput(); err != nil {
+		t.Fatalf("the daemon it started does not answer on %s: %v %s", host, err, b)
+	}
+	if out, code = script("start"); code != 0 || !strings.Contains(out, "already runs") {
+		t.Fatalf("make docker again: exit %d\n%s", code, out)
+	}
+	if out, code = script("stop"); code != 0 || !strings.Contains(out, "stopped") {
+		t.Fatalf("make docker-stop: exit %d\n%s", code, out)
+	}
+	if out, code = script("status"); code == 0 || !strings.Contains(out, "not running") {
+		t.Fatalf("status after stop: exit %d\n%s", code, out)
+	}
+	// Its exec root is /run/agentic-dockerd-<cksum of its dir>.
+	sum, err := exec.Command("sh", "-c", `printf %s "$1" | cksum | cut -d' ' -f1`, "sh", filepath.Join(state, "docker")).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	execRoot := "/run/agentic-dockerd-" + strings.TrimSpace(string(sum))
+	if _, err := os.Stat(execRoot); !os.IsNotExist(err) {
+		t.Fatalf("its exec root %s is left after make docker-stop: %v", execRoot, err)
+	}
 }
