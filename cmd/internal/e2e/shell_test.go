@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -113,6 +114,14 @@ func TestShellInARealTerminal(t *testing.T) {
 	}
 	if r := cmd.ended(t, "when the command exited"); r.ExitCode != 4 {
 		t.Fatalf("shell -- CMD exit %d, want 4:\n%q", r.ExitCode, cmd.output())
+	}
+
+	// Without a terminal, stdin goes through as it comes.
+	piped := exec.Command(bins.Ctl, "--server", s.RESTURL, "--token", s.Token, "shell", "host-01")
+	piped.Stdin = strings.NewReader("echo piped-$((1+1)); exit 5\n")
+	pipedOut, err := piped.CombinedOutput()
+	if code := piped.ProcessState.ExitCode(); code != 5 || !strings.Contains(string(pipedOut), "piped-2") {
+		t.Fatalf("shell with stdin from a pipe: exit %d (%v):\n%q", code, err, pipedOut)
 	}
 
 	// An environment's name opens a shell in it.
