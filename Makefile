@@ -87,6 +87,16 @@ deps:
 test-env: deps
 	@for s in scripts/*-test-env.sh; do echo "test-env: $$s"; "$$s" || exit 1; done
 
+# The kubernetes runtime's images as archives in build/images (no registry,
+# no Docker; cmd/internal/imagebuild): agent.tar (agentic-sandbox/agent:<version>,
+# only the static agentic-agent at /agentic/agentic-agent) and workload.tar
+# (agentic-sandbox/workload:<version>, static busybox, user 65534). Load them
+# with `docker load -i` or `ctr -n k8s.io images import`, or push them.
+.PHONY: agent-image
+agent-image:
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/agentic-agent ./cmd/agentic-agent
+	$(GO) run ./cmd/internal/imagebuild -agent $(BIN)/agentic-agent -out build/images
+
 # The tiny VM image the libvirt runtime boots by default: build/vm/{vmlinuz,initrd.img}.
 vm-image:
 	bash scripts/build-vm-image.sh -o build/vm
