@@ -26,7 +26,10 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	// Shared engines (the Kubernetes test cluster) stop when the tests are done.
+	harness.StopEngines()
+	os.Exit(code)
 }
 
 // startServer runs agentic-mgmt with n host agents and waits until they are ready.

@@ -1,0 +1,92 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
+)
+
+// The Kubernetes test cluster built from source (issue 28) starts, runs a pod
+// of the locally built workload image in a namespace of the test's own, and
+// once stopped leaves no process, mount, bridge, cgroup or changed sysctl.
+// Off unless AGENTIC_TEST_KUBERNETES=1 (after
+// scripts/kubernetes-test-cluster.sh): its timing is measured before it
+// joins `make test`.
+func TestKubernetesClusterRunsAPodAndLeavesNothing(t *testing.T) {
+	if os.Getenv(harness.KubernetesEnv) != "1" {
+		t.Skipf("the Kubernetes test cluster is off: set %s=1 (after scripts/kubernetes-test-cluster.sh)", harness.KubernetesEnv)
+	}
+	// Its own cluster, not the run's shared one: the test stops it to see
+	// what stopping leaves.
+	c, err := harness.StartKubernetes(20 * time.Minute)
+	if m := (*harness.Missing)(nil); errors.As(err, &m) {
+		t.Fatalf("%s=1 but %v", harness.KubernetesEnv, err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_ = c.Stop()
+		}
+	})
+	t.Logf("cluster up in %v (node Ready, pods creatable):\n%s", c.UpTook.Round(10*time.Millisecond), c.UpLog)
+
+	ns := c.Namespace(t, t.Name())
+	ctx, cancel := context.WithTimeout(context.Background(), 3*patience)
+	defer cancel()
+	created := time.Now()
+	pod := `apiVersion: v1
+kind: Pod
+metadata: {name: hello}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: hello
+    image: ` + harness.KubernetesWorkloadImage + `
+    imagePullPolicy: Never
+    command: ["sh", "-c", "echo hello from $(hostname) in $POD_NS; exec sleep 3600"]
+    env:
+    - name: POD_NS
+      valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
+`
+	if _, err := c.KubectlIn(ctx, pod, "-n", ns, "create", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := c.Kubectl(ctx, "-n", ns, "wait", "--for=condition=Ready", "pod/hello", "--timeout="+(3*patience).String()); err != nil {
+		desc, _ := c.Kubectl(context.Background(), "-n", ns, "describe", "pod", "hello")
+		t.Fatalf("pod not Ready: %v %s\n%s", err, out, desc)
+	}
+	running := time.Since(created)
+	want := "hello from hello in " + ns
+	var log string
+	eventually(t, patience, "the pod's log line", func() bool {
+		out, err := c.Kubectl(ctx, "-n", ns, "logs", "hello")
+		log = string(out)
+		return err == nil && strings.Contains(log, want)
+	})
+	t.Logf("pod created → Ready in %v; log %q", running.Round(10*time.Millisecond), strings.TrimSpace(log))
+
+	if phase, err := c.Kubectl(ctx, "-n", ns, "get", "pod", "hello", "-o", "jsonpath={.status.phase}"); err != nil || string(phase) != "Running" {
+		t.Fatalf("pod phase %q, %v; want Running", phase, err)
+	}
+
+	stopped = true
+	stopStart := time.Now()
+	if err := c.Stop(); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	t.Logf("cluster down in %v", time.Since(stopStart).Round(10*time.Millisecond))
+	if left := c.Leftovers(); len(left) > 0 {
+		t.Fatalf("stopped cluster left: %v", left)
+	}
+	if _, err := os.Stat(c.State); !os.IsNotExist(err) {
+		t.Errorf("state dir %s still there: %v", c.State, err)
+	}
+}

@@ -1,0 +1,408 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// The Kubernetes test cluster (issue 28): one real single-node cluster built
+// from source (scripts/kubernetes-test-cluster.sh builds the binaries and
+// images), started by test/k8s/cluster-up.sh and stopped by
+// test/k8s/cluster-down.sh. Only one can run on a machine at a time (the
+// kubelet's device-plugin socket path is fixed, and the ports, bridge and
+// cgroup root are fixed names), so a start takes a machine-wide lock that
+// the stop releases.
+
+// KubernetesEnv is the variable that turns the Kubernetes tests on while
+// their timing is measured (they are not part of `make test` yet).
+const KubernetesEnv = "AGENTIC_TEST_KUBERNETES"
+
+const (
+	// KubernetesWorkloadImage is the locally built workload image every
+	// cluster has imported (busybox and a probe; imagePullPolicy Never).
+	KubernetesWorkloadImage = "localhost/agentic-test/workload:1"
+	// KubernetesGateway is the pods' bridge gateway: where a pod reaches the
+	// host (there is no kube-proxy or cluster DNS).
+	KubernetesGateway = "10.246.0.1"
+
+	kubeBridge     = "agk8s0"
+	kubeCgroupRoot = "agentic-k8s"
+	kubeLockFile   = "/tmp/agentic-k8s.lock"
+)
+
+// kubeSysctls are the host settings the kubelet rewrites while it runs;
+// cluster-down.sh restores them.
+var kubeSysctls = []string{"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
+	"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes"}
+
+// KubernetesCluster is a running test cluster.
+type KubernetesCluster struct {
+	// Kubeconfig is the admin kubeconfig (KUBECONFIG for a client).
+	Kubeconfig string
+	// KubectlPath is the kubectl built with the cluster.
+	KubectlPath string
+	// State is the directory the cluster lives in.
+	State string
+	// UpTook is how long cluster-up.sh took (processes started → node
+	// Ready and pods creatable); UpLog is what it printed.
+	UpTook time.Duration
+	UpLog  string
+
+	root, buildDir string
+	lock           *os.File
+	watchdog       *exec.Cmd
+	sysctls        map[string]string
+	stopOnce       sync.Once
+	stopErr        error
+}
+
+// kubeHeld is set while this process runs a cluster: a second start in the
+// same process would wait on its own lock forever.
+var kubeHeld sync.Mutex
+
+// KubernetesBuildDir is where scripts/kubernetes-test-cluster.sh put the
+// binaries and images (AGENTIC_K8S_DIR, default <repo>/build/k8s).
+func KubernetesBuildDir() (string, error) {
+	if d := os.Getenv("AGENTIC_K8S_DIR"); d != "" {
+		return d, nil
+	}
+	root, err := ModuleRoot()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, "build", "k8s"), nil
+}
+
+// canRunKubernetes says what the machine lacks for the cluster.
+func canRunKubernetes(buildDir string) error {
+	how := "run scripts/kubernetes-test-cluster.sh"
+	if os.Geteuid() != 0 {
+		return &Missing{What: "root (the Kubernetes test cluster)", How: "run the tests as root"}
+	}
+	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl"} {
+		if _, err := os.Stat(filepath.Join(buildDir, "bin", b)); err != nil {
+			return &Missing{What: "the Kubernetes binaries (" + b + ")", How: how}
+		}
+	}
+	for _, b := range []string{"containerd", "runc", "ctr"} {
+		if _, err := exec.LookPath(b); err != nil {
+			return &Missing{What: b, How: how}
+		}
+	}
+	if _, err := os.Stat("/usr/lib/cni/bridge"); err != nil {
+		return &Missing{What: "the CNI plugins", How: how}
+	}
+	return nil
+}
+
+// StartKubernetes starts a cluster of its own for the caller, who must Stop
+// it. It waits (up to wait) for another test run's cluster to be stopped,
+// first cleans up after a run that died without stopping its cluster, and
+// leaves a watchdog that stops the cluster should this process die first.
+func StartKubernetes(wait time.Duration) (*KubernetesCluster, error) {
+	buildDir, err := KubernetesBuildDir()
+	if err != nil {
+		return nil, err
+	}
+	if err := canRunKubernetes(buildDir); err != nil {
+		return nil, err
+	}
+	root, err := ModuleRoot()
+	if err != nil {
+		return nil, err
+	}
+	if !kubeHeld.TryLock() {
+		return nil, errors.New("this process already runs the Kubernetes test cluster (use the shared one: Kubernetes)")
+	}
+	c := &KubernetesCluster{root: root, buildDir: buildDir, State: "/tmp/agentic-k8s"}
+	c.Kubeconfig = filepath.Join(c.State, "run", "admin.kubeconfig")
+	c.KubectlPath = filepath.Join(buildDir, "bin", "kubectl")
+	if c.lock, err = lockWithin(kubeLockFile, wait); err != nil {
+		kubeHeld.Unlock()
+		return nil, err
+	}
+	// Whatever a dead run left behind (we hold the lock: nobody else's).
+	if out, err := c.script("cluster-down.sh"); err != nil {
+		c.release()
+		return nil, fmt.Errorf("cleaning up before the start: %v\n%s", err, out)
+	}
+	c.sysctls = readSysctls()
+	c.startWatchdog()
+	start := time.Now()
+	out, err := c.script("cluster-up.sh")
+	c.UpTook, c.UpLog = time.Since(start), string(out)
+	if err != nil {
+		logs := c.tailLogs()
+		_ = c.Stop()
+		return nil, fmt.Errorf("test/k8s/cluster-up.sh: %v\n%s\n%s", err, out, logs)
+	}
+	return c, nil
+}
+
+// lockWithin takes the machine-wide lock, waiting up to wait for it.
+func lockWithin(path string, wait time.Duration) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return f, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) || time.Now().After(deadline) {
+			f.Close()
+			return nil, fmt.Errorf("another test run's Kubernetes cluster holds %s: %v", path, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// startWatchdog runs a small shell, holding the lock with us, that runs
+// cluster-down.sh once this process is gone: a test binary killed by its
+// timeout still leaves no cluster behind (and no other run starts one
+// before it is down).
+func (c *KubernetesCluster) startWatchdog() {
+	w := exec.Command("/bin/sh", "-c", `while kill -0 "$1" 2>/dev/null; do sleep 1 3>&-; done; exec "$2" >/dev/null 2>&1`,
+		"agentic-k8s-watchdog", strconv.Itoa(os.Getpid()), filepath.Join(c.root, "test", "k8s", "cluster-down.sh"))
+	w.Env = c.env()
+	w.ExtraFiles = []*os.File{c.lock}
+	w.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if w.Start() == nil {
+		c.watchdog = w
+		go func() { _ = w.Wait() }()
+	}
+}
+
+func (c *KubernetesCluster) env() []string {
+	return append(os.Environ(), "AGENTIC_K8S_STATE="+c.State, "AGENTIC_K8S_DIR="+c.buildDir)
+}
+
+func (c *KubernetesCluster) script(name string) ([]byte, error) {
+	cmd := exec.Command(filepath.Join(c.root, "test", "k8s", name))
+	cmd.Env = c.env()
+	return cmd.CombinedOutput()
+}
+
+func (c *KubernetesCluster) tailLogs() string {
+	var b strings.Builder
+	logs, _ := filepath.Glob(filepath.Join(c.State, "run", "log", "*.log"))
+	for _, l := range logs {
+		data, _ := os.ReadFile(l)
+		if len(data) > 2000 {
+			data = data[len(data)-2000:]
+		}
+		fmt.Fprintf(&b, "--- %s (tail)\n%s\n", filepath.Base(l), data)
+	}
+	return b.String()
+}
+
+// Stop stops the cluster, undoes its host changes and releases the lock; its
+// error names anything left behind (KubernetesLeftovers).
+func (c *KubernetesCluster) Stop() error {
+	c.stopOnce.Do(func() {
+		if c.watchdog != nil && c.watchdog.Process != nil {
+			_ = c.watchdog.Process.Kill()
+		}
+		out, err := c.script("cluster-down.sh")
+		if err != nil {
+			c.stopErr = fmt.Errorf("test/k8s/cluster-down.sh: %v\n%s", err, out)
+		}
+		if left := c.Leftovers(); len(left) > 0 {
+			c.stopErr = errors.Join(c.stopErr, fmt.Errorf("left behind: %s\n%s", strings.Join(left, "; "), out))
+		}
+		if c.stopErr == nil {
+			_ = os.RemoveAll(c.State)
+		}
+		c.release()
+	})
+	return c.stopErr
+}
+
+func (c *KubernetesCluster) release() {
+	if c.lock != nil {
+		c.lock.Close()
+		c.lock = nil
+	}
+	kubeHeld.Unlock()
+}
+
+// Leftovers lists what of the cluster is still on the machine: processes
+// whose command line names its state or socket, mounts under its state, its
+// bridge, its cgroups, the kubelet's sysctls not restored.
+func (c *KubernetesCluster) Leftovers() []string {
+	var left []string
+	run := filepath.Join(c.State, "run") + "/"
+	sock := filepath.Join(c.State, "containerd.sock")
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		data, err := os.ReadFile(p)
+		if err != nil || len(data) == 0 {
+			continue
+		}
+		line := string(bytes.ReplaceAll(data, []byte{0}, []byte{' '}))
+		if strings.Contains(line, run) || strings.Contains(line, sock) {
+			left = append(left, "process "+filepath.Base(filepath.Dir(p))+": "+truncate(line, 80))
+		}
+	}
+	if mi, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for _, l := range strings.Split(string(mi), "\n") {
+			if f := strings.Fields(l); len(f) > 4 && strings.HasPrefix(f[4], c.State+"/") {
+				left = append(left, "mount "+f[4])
+			}
+		}
+	}
+	if _, err := os.Stat("/sys/class/net/" + kubeBridge); err == nil {
+		left = append(left, "bridge "+kubeBridge)
+	}
+	cgs, _ := filepath.Glob("/sys/fs/cgroup/*/" + kubeCgroupRoot)
+	if d := "/sys/fs/cgroup/" + kubeCgroupRoot; dirExists(d) {
+		cgs = append(cgs, d)
+	}
+	for _, d := range cgs {
+		left = append(left, "cgroup "+d)
+	}
+	now := readSysctls()
+	for k, v := range c.sysctls {
+		if now[k] != v {
+			left = append(left, fmt.Sprintf("sysctl %s=%s (was %s)", k, now[k], v))
+		}
+	}
+	return left
+}
+
+func dirExists(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+func readSysctls() map[string]string {
+	m := map[string]string{}
+	for _, s := range kubeSysctls {
+		if v, err := os.ReadFile("/proc/sys/" + s); err == nil {
+			m[s] = strings.TrimSpace(string(v))
+		}
+	}
+	return m
+}
+
+// Kubectl runs the cluster's kubectl as its admin.
+func (c *KubernetesCluster) Kubectl(ctx context.Context, args ...string) ([]byte, error) {
+	return c.KubectlIn(ctx, "", args...)
+}
+
+// KubectlIn is Kubectl given stdin (e.g. a manifest for `create -f -`).
+func (c *KubernetesCluster) KubectlIn(ctx context.Context, stdin string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, c.KubectlPath, append([]string{"--kubeconfig=" + c.Kubeconfig, "--request-timeout=30s"}, args...)...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return out, fmt.Errorf("kubectl %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return out, nil
+}
+
+var notDNS = regexp.MustCompile(`[^a-z0-9]+`)
+
+// Namespace makes a namespace of the test's own, ready for pods (its default
+// ServiceAccount exists), and deletes it when the test ends.
+func (c *KubernetesCluster) Namespace(t TB, name string) string {
+	t.Helper()
+	var rnd [3]byte
+	_, _ = rand.Read(rnd[:])
+	base := strings.Trim(notDNS.ReplaceAllString(strings.ToLower(name), "-"), "-")
+	if len(base) > 40 {
+		base = strings.Trim(base[:40], "-")
+	}
+	ns := "t-" + base + "-" + hex.EncodeToString(rnd[:])
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := c.Kubectl(ctx, "create", "namespace", ns); err != nil {
+		t.Fatalf("%v", err)
+		return ns
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, _ = c.Kubectl(ctx, "delete", "namespace", ns, "--wait=false")
+	})
+	for {
+		if _, err := c.Kubectl(ctx, "-n", ns, "get", "serviceaccount", "default"); err == nil {
+			return ns
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("namespace %s: no default ServiceAccount within 2m", ns)
+			return ns
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// Kubernetes is the cluster shared by the test run (started by the first
+// test that asks, stopped by StopEngines in TestMain): a test gives itself a
+// namespace with Namespace. Without AGENTIC_TEST_KUBERNETES=1 the test
+// skips; what the machine lacks skips it too (fails it under CI).
+func Kubernetes(t TB) *KubernetesCluster {
+	t.Helper()
+	if os.Getenv(KubernetesEnv) != "1" {
+		t.Skipf("the Kubernetes test cluster is off: set %s=1 (after scripts/kubernetes-test-cluster.sh)", KubernetesEnv)
+		return nil
+	}
+	c, err := sharedKubernetes()
+	if m := (*Missing)(nil); errors.As(err, &m) {
+		t.Fatalf("%s=1 but %v", KubernetesEnv, err)
+		return nil
+	}
+	if err != nil {
+		t.Fatalf("Kubernetes test cluster: %v", err)
+		return nil
+	}
+	return c
+}
+
+var (
+	kubeOnce   sync.Once
+	kubeShared *KubernetesCluster
+	kubeErr    error
+)
+
+func sharedKubernetes() (*KubernetesCluster, error) {
+	kubeOnce.Do(func() {
+		kubeShared, kubeErr = StartKubernetes(20 * time.Minute)
+		if kubeErr == nil {
+			c := kubeShared
+			sharedMu.Lock()
+			sharedStops = append(sharedStops, func() {
+				if err := c.Stop(); err != nil {
+					fmt.Fprintln(os.Stderr, "Kubernetes test cluster stop:", err)
+				}
+			})
+			sharedMu.Unlock()
+		}
+	})
+	return kubeShared, kubeErr
+}

@@ -1,0 +1,3 @@
+module agentic-test-images
+
+go 1.21
