@@ -63,7 +63,7 @@ spec:
 		desc, _ := c.Kubectl(context.Background(), "-n", ns, "describe", "pod", "hello")
 		t.Fatalf("pod not Ready: %v %s\n%s", err, out, desc)
 	}
-	running := time.Since(created)
+	ready := time.Since(created)
 	want := "hello from hello in " + ns
 	var log string
 	eventually(t, patience, "the pod's log line", func() bool {
@@ -71,10 +71,19 @@ spec:
 		log = string(out)
 		return err == nil && strings.Contains(log, want)
 	})
-	t.Logf("pod created → Ready in %v; log %q", running.Round(10*time.Millisecond), strings.TrimSpace(log))
+	t.Logf("pod created → Ready in %v; log %q", ready.Round(10*time.Millisecond), strings.TrimSpace(log))
 
 	if phase, err := c.Kubectl(ctx, "-n", ns, "get", "pod", "hello", "-o", "jsonpath={.status.phase}"); err != nil || string(phase) != "Running" {
 		t.Fatalf("pod phase %q, %v; want Running", phase, err)
+	}
+
+	// The leftover check sees a running cluster (so its empty answer after
+	// the stop means something).
+	running := strings.Join(c.Leftovers(), "\n")
+	for _, part := range []string{"process", "bridge agk8s0", "cgroup", "mount"} {
+		if !strings.Contains(running, part) {
+			t.Errorf("the leftover check does not see the running cluster's %s:\n%s", part, running)
+		}
 	}
 
 	stopped = true
