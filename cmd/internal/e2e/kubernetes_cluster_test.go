@@ -99,3 +99,34 @@ spec:
 		t.Errorf("state dir %s still there: %v", c.State, err)
 	}
 }
+
+// Tests share the run's cluster (harness.Kubernetes, stopped by TestMain)
+// and each gets a namespace of its own: what one makes the other does not
+// see, and a test's namespace goes when it ends.
+func TestKubernetesNamespacesAreEachTestsOwn(t *testing.T) {
+	c := harness.Kubernetes(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*patience)
+	defer cancel()
+	var first string
+	t.Run("first", func(t *testing.T) {
+		first = c.Namespace(t, t.Name())
+		if _, err := c.Kubectl(ctx, "-n", first, "create", "configmap", "mine", "--from-literal=owner=first"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("second", func(t *testing.T) {
+		second := c.Namespace(t, t.Name())
+		if second == first {
+			t.Fatalf("both tests got namespace %s", second)
+		}
+		out, err := c.Kubectl(ctx, "-n", second, "get", "configmap", "mine", "--ignore-not-found", "-o", "name")
+		if err != nil || len(strings.TrimSpace(string(out))) != 0 {
+			t.Errorf("the second test sees the first's configmap: %q, %v", out, err)
+		}
+	})
+	// The first test's namespace is deleted (gone, or terminating) once it ended.
+	eventually(t, patience, "the first test's namespace deleted", func() bool {
+		out, err := c.Kubectl(ctx, "get", "namespace", first, "--ignore-not-found", "-o", "jsonpath={.status.phase}")
+		return err == nil && (len(out) == 0 || string(out) == "Terminating")
+	})
+}
