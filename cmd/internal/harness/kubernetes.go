@@ -112,6 +112,9 @@ func canRunKubernetes(buildDir string) error {
 // it. It waits (up to wait) for another test run's cluster to be stopped,
 // first cleans up after a run that died without stopping its cluster, and
 // leaves a watchdog that stops the cluster should this process die first.
+// Tests use the run's shared cluster (Kubernetes) instead; only a test that
+// must stop the cluster itself starts its own, and it cannot while the
+// shared one runs in the same process (an error says so).
 func StartKubernetes(wait time.Duration) (*KubernetesCluster, error) {
 	buildDir, err := KubernetesBuildDir()
 	if err != nil {
