@@ -264,6 +264,9 @@ func Start(bins Binaries, opts Options) (*Server, error) {
 		cmd.Env = append(cmd.Env, "AGENTIC_HOST_USER=root")
 	}
 	cmd.Env = append(cmd.Env, opts.Env...)
+	// Host agents that run as the server start where it does: not in the
+	// test's package directory, where relative paths would write.
+	cmd.Dir = opts.DataDir
 	cmd.Stdout = s.log
 	cmd.Stderr = s.log
 	if err := cmd.Start(); err != nil {
