@@ -265,7 +265,11 @@ func Start(bins Binaries, opts Options) (*Server, error) {
 	}
 	cmd.Env = append(cmd.Env, opts.Env...)
 	// Host agents that run as the server start where it does: not in the
-	// test's package directory, where relative paths would write.
+	// test's package directory, where relative paths would write. The
+	// server makes its data dir as it would (0700); it may not exist yet.
+	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
+		return nil, err
+	}
 	cmd.Dir = opts.DataDir
 	cmd.Stdout = s.log
 	cmd.Stderr = s.log
