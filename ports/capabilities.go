@@ -3,6 +3,7 @@ package ports
 import (
 	"fmt"
 	"math"
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -35,6 +36,12 @@ type RuntimeCapabilities struct {
 	Images bool
 	// Profiles names the presets Profile may choose ("" always may).
 	Profiles []string
+	// Tiers names the sandboxes stronger than the standard one that a spec
+	// may ask for (TierGVisor), those the engine is configured to run.
+	Tiers []string
+	// Placement: the spec may constrain which node runs it (a scheduler's
+	// node selector and tolerations).
+	Placement bool
 }
 
 // CheckSpec refuses, wrapped in ErrInvalidSpec, a spec a runtime with
@@ -62,6 +69,20 @@ func (c RuntimeCapabilities) CheckSpec(spec EnvironmentSpec) error {
 	}
 	if spec.Profile != "" && !slices.Contains(c.Profiles, spec.Profile) {
 		return bad("profile %q: the %s runtime knows %q", spec.Profile, c.Runtime, c.Profiles)
+	}
+	if spec.Tier != "" && !slices.Contains(c.Tiers, spec.Tier) {
+		if len(c.Tiers) == 0 {
+			return bad("isolation %q: the %s runtime offers no tier but its standard one", spec.Tier, c.Runtime)
+		}
+		return bad("isolation %q: the %s runtime offers %s", spec.Tier, c.Runtime, strings.Join(c.Tiers, ", "))
+	}
+	if !spec.Placement.Empty() {
+		if !c.Placement {
+			return bad("placement: the %s runtime has no scheduler to place environments", c.Runtime)
+		}
+		if err := checkPlacement(spec.Placement); err != nil {
+			return bad("placement: %v", err)
+		}
 	}
 	if spec.ReadOnlyRoot && !c.ReadOnlyRoot {
 		return bad("a read-only root is not offered by the %s runtime", c.Runtime)
@@ -101,4 +122,53 @@ func limitNames(ls []Limit) string {
 		out[i] = string(l)
 	}
 	return strings.Join(out, ", ")
+}
+
+var (
+	// A Kubernetes label key: an optional DNS-subdomain prefix and a name.
+	labelKey   = regexp.MustCompile(`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`)
+	labelValue = regexp.MustCompile(`^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$`)
+)
+
+// checkPlacement refuses keys, values, operators and effects a scheduler
+// would refuse, so that a bad placement is a 400 rather than a pod that
+// never starts.
+func checkPlacement(p Placement) error {
+	if len(p.NodeSelector) > 32 || len(p.Tolerations) > 32 {
+		return fmt.Errorf("at most 32 node selector labels and 32 tolerations")
+	}
+	for k, v := range p.NodeSelector {
+		if len(k) > 253 || !labelKey.MatchString(k) {
+			return fmt.Errorf("node selector key %q is not a label key", k)
+		}
+		if !labelValue.MatchString(v) {
+			return fmt.Errorf("node selector value %q for %s is not a label value", v, k)
+		}
+	}
+	for _, t := range p.Tolerations {
+		if t.Key != "" && (len(t.Key) > 253 || !labelKey.MatchString(t.Key)) {
+			return fmt.Errorf("toleration key %q is not a label key", t.Key)
+		}
+		switch t.Operator {
+		case "", "Equal":
+			if t.Key == "" {
+				return fmt.Errorf("a toleration with operator Equal needs a key")
+			}
+			if !labelValue.MatchString(t.Value) {
+				return fmt.Errorf("toleration value %q is not a label value", t.Value)
+			}
+		case "Exists":
+			if t.Value != "" {
+				return fmt.Errorf("a toleration with operator Exists takes no value")
+			}
+		default:
+			return fmt.Errorf("toleration operator %q: want Equal or Exists", t.Operator)
+		}
+		switch t.Effect {
+		case "", "NoSchedule", "PreferNoSchedule", "NoExecute":
+		default:
+			return fmt.Errorf("toleration effect %q: want NoSchedule, PreferNoSchedule or NoExecute", t.Effect)
+		}
+	}
+	return nil
 }

@@ -38,12 +38,46 @@ func TestCheckSpec(t *testing.T) {
 		{"read-only root", func(s *EnvironmentSpec) { s.ReadOnlyRoot = true }, "read-only"},
 		{"unknown profile", func(s *EnvironmentSpec) { s.Profile = "huge" }, "profile"},
 		{"bad label", func(s *EnvironmentSpec) { s.Labels = map[string]string{"a=b": "c"} }, "label"},
+		{"undeclared tier", func(s *EnvironmentSpec) { s.Tier = TierGVisor }, "offers no tier"},
+		{"placement without a scheduler", func(s *EnvironmentSpec) { s.Placement.NodeSelector = map[string]string{"a": "b"} }, "no scheduler"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			spec := ok
 			tt.mutate(&spec)
 			err := caps.CheckSpec(spec)
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %v, want ErrInvalidSpec mentioning %q", err, tt.want)
+			}
+		})
+	}
+	scheduled := RuntimeCapabilities{Runtime: "kube", NetworkModes: []NetworkMode{NetworkBridge}, Tiers: []string{TierGVisor}, Placement: true}
+	for _, tt := range []struct {
+		name string
+		spec EnvironmentSpec
+		want string
+	}{
+		{"declared tier", EnvironmentSpec{Tier: TierGVisor}, ""},
+		{"unknown tier", EnvironmentSpec{Tier: "kata"}, "offers gvisor"},
+		{"selector", EnvironmentSpec{Placement: Placement{NodeSelector: map[string]string{"kubernetes.io/arch": "amd64", "pool": ""}}}, ""},
+		{"tolerations", EnvironmentSpec{Placement: Placement{Tolerations: []Toleration{{Key: "gpu", Value: "yes", Effect: "NoSchedule"}, {Operator: "Exists"}}}}, ""},
+		{"bad selector key", EnvironmentSpec{Placement: Placement{NodeSelector: map[string]string{"a b": "c"}}}, "not a label key"},
+		{"bad selector value", EnvironmentSpec{Placement: Placement{NodeSelector: map[string]string{"a": "c/d"}}}, "not a label value"},
+		{"equal without key", EnvironmentSpec{Placement: Placement{Tolerations: []Toleration{{Value: "x"}}}}, "needs a key"},
+		{"exists with value", EnvironmentSpec{Placement: Placement{Tolerations: []Toleration{{Key: "k", Operator: "Exists", Value: "x"}}}}, "takes no value"},
+		{"bad operator", EnvironmentSpec{Placement: Placement{Tolerations: []Toleration{{Key: "k", Operator: "In"}}}}, "operator"},
+		{"bad effect", EnvironmentSpec{Placement: Placement{Tolerations: []Toleration{{Key: "k", Effect: "Evict"}}}}, "effect"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			spec := tt.spec
+			spec.Name, spec.Agent.Secret = "x", "s"
+			err := scheduled.CheckSpec(spec)
 			if tt.want == "" {
 				if err != nil {
 					t.Fatalf("refused: %v", err)

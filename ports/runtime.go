@@ -119,10 +119,37 @@ type EnvironmentSpec struct {
 	Resources    Resources
 	Network      NetworkMode // "" means the adapter's default (its first NetworkModes entry)
 	ReadOnlyRoot bool
-	Labels       map[string]string
-	Agent        AgentBootstrap
+	// Tier names a stronger sandbox than the runtime's standard one
+	// (TierGVisor); "" is the standard. Only Capabilities().Tiers may be named.
+	Tier string
+	// Placement constrains where a scheduler puts the environment; only
+	// runtimes declaring Capabilities().Placement accept a non-empty one.
+	Placement Placement
+	Labels    map[string]string
+	Agent     AgentBootstrap
 	// Progress, when set, is told each step while the environment comes up.
 	Progress func(step string)
+}
+
+// TierGVisor runs the environment under gVisor's user-space kernel (runsc):
+// a Kubernetes RuntimeClass, or dockerd's runsc runtime.
+const TierGVisor = "gvisor"
+
+// Placement is where a scheduler may put an environment: nodes with every
+// label of NodeSelector, and nodes whose taints the Tolerations tolerate.
+type Placement struct {
+	NodeSelector map[string]string
+	Tolerations  []Toleration
+}
+
+// Empty reports whether p asks for nothing.
+func (p Placement) Empty() bool { return len(p.NodeSelector) == 0 && len(p.Tolerations) == 0 }
+
+// Toleration tolerates a node taint (Kubernetes' meaning: Operator "Equal"
+// (the default) or "Exists"; Effect "" (any), "NoSchedule",
+// "PreferNoSchedule" or "NoExecute").
+type Toleration struct {
+	Key, Operator, Value, Effect string
 }
 
 // EnvState is the state of an environment as its runtime sees it.
