@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -47,7 +48,50 @@ func main() {
 		}
 		os.Exit(0)
 	}
+	if len(os.Args) > 1 && os.Args[1] == installArg {
+		// An init container of the agent image puts the agent into a
+		// volume that the workload's container, of any image, runs it from.
+		if err := install(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "agentic-agent install:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	os.Exit(run(os.Args[1:], os.Environ(), os.Stderr))
+}
+
+// installArg makes the agent copy its own binary: `agentic-agent install DEST`.
+const installArg = "install"
+
+// install copies this executable to dest (0755), through a temporary file
+// beside it, so that a reader never sees half a binary.
+func install(args []string) error {
+	if len(args) != 1 || args[0] == "" {
+		return errors.New("usage: agentic-agent install DEST")
+	}
+	dest := args[0]
+	src, err := os.Open("/proc/self/exe")
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	tmp, err := os.CreateTemp(filepath.Dir(dest), ".agentic-agent-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := io.Copy(tmp, src); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o755); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), dest)
 }
 
 func run(args, environ []string, stderr io.Writer) int {
