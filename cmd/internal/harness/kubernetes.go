@@ -16,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/internal/ociimage"
 )
 
 // The Kubernetes test cluster (issue 28): one real single-node cluster built
@@ -408,4 +410,46 @@ func sharedKubernetes() (*KubernetesCluster, error) {
 		}
 	})
 	return kubeShared, kubeErr
+}
+
+// ImportProjectImages builds the project's agent and default workload
+// images (internal/ociimage, as `make agent-image` does) from the static
+// agent binary the tests built, into dir, and imports them into the
+// cluster's containerd, so that pods run the agent of the tree under test.
+// It returns their references as the kubelet resolves them (docker.io/…).
+func (c *KubernetesCluster) ImportProjectImages(ctx context.Context, agentBinary, dir string) (agentImage, workloadImage string, err error) {
+	built, err := ociimage.Build(dir, agentBinary, "", "")
+	if err != nil {
+		return "", "", err
+	}
+	for _, b := range built {
+		if err := c.ImportImage(ctx, b.Path); err != nil {
+			return "", "", err
+		}
+		switch {
+		case strings.HasPrefix(b.Ref, ociimage.AgentRepository+":"):
+			agentImage = b.Ref
+		case strings.HasPrefix(b.Ref, ociimage.WorkloadRepository+":"):
+			workloadImage = b.Ref
+		}
+	}
+	if agentImage == "" || workloadImage == "" {
+		return "", "", fmt.Errorf("ociimage.Build made %v: want the agent and the workload image", built)
+	}
+	return agentImage, workloadImage, nil
+}
+
+// ImportImage imports an image archive into the cluster's containerd (the
+// node's image store: pods with imagePullPolicy IfNotPresent or Never find it).
+func (c *KubernetesCluster) ImportImage(ctx context.Context, archive string) error {
+	snap := "overlayfs"
+	if data, err := os.ReadFile(filepath.Join(c.State, "run", "containerd", "config.toml")); err == nil && bytes.Contains(data, []byte(`snapshotter = "native"`)) {
+		snap = "native"
+	}
+	out, err := exec.CommandContext(ctx, "ctr", "-a", filepath.Join(c.State, "containerd.sock"), "-n", "k8s.io",
+		"images", "import", "--snapshotter", snap, archive).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ctr images import %s: %v: %s", archive, err, out)
+	}
+	return nil
 }
