@@ -334,6 +334,45 @@ func (e SessionViewerRole) Valid() bool {
 	}
 }
 
+// Defines values for TolerationEffect.
+const (
+	TolerationNoExecute        TolerationEffect = "NoExecute"
+	TolerationNoSchedule       TolerationEffect = "NoSchedule"
+	TolerationPreferNoSchedule TolerationEffect = "PreferNoSchedule"
+)
+
+// Valid indicates whether the value is a known member of the TolerationEffect enum.
+func (e TolerationEffect) Valid() bool {
+	switch e {
+	case TolerationNoExecute:
+		return true
+	case TolerationNoSchedule:
+		return true
+	case TolerationPreferNoSchedule:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for TolerationOperator.
+const (
+	TolerationEqual  TolerationOperator = "Equal"
+	TolerationExists TolerationOperator = "Exists"
+)
+
+// Valid indicates whether the value is a known member of the TolerationOperator enum.
+func (e TolerationOperator) Valid() bool {
+	switch e {
+	case TolerationEqual:
+		return true
+	case TolerationExists:
+		return true
+	default:
+		return false
+	}
+}
+
 // AIWGStatus With the integration off, `{"configured": false}` and nothing else. With it on, every
 // member is present: `sandbox_id` and `executor_id` are empty strings until the
 // registrations are acknowledged, `executor_register_error` is null unless the last
@@ -467,11 +506,17 @@ type CreateEnvironmentRequest struct {
 	// Image Container image, or a disk image path for VMs; default: the runtime's own minimal image.
 	Image *string `json:"image,omitempty"`
 
+	// Isolation A sandbox stronger than the runtime's standard one, from its tiers (GET /api/v1/runtimes): `gvisor`. Absent or empty: the standard one. A tier the runtime does not offer is 400 invalid_request naming those it offers.
+	Isolation *string `json:"isolation,omitempty"`
+
 	// Name Also the agent's id: A-Z a-z 0-9 . _ -, starting with a letter or digit.
 	Name string `json:"name"`
 
 	// Network none (default where offered: the agent still reaches the server), proxy (no network device; egress only to allowed_hosts, through the agent), host, bridge, user
-	Network      *string    `json:"network,omitempty"`
+	Network *string `json:"network,omitempty"`
+
+	// Placement Where a scheduler may put the environment (Kubernetes' meaning): on nodes with every label of node_selector, and on nodes whose taints the tolerations tolerate. Only a runtime whose placement is true (GET /api/v1/runtimes) takes one; elsewhere a non-empty placement is 400 invalid_request. A node selector key must be a label key ([prefix/]name: a DNS subdomain prefix of at most 253 characters, a name of 1-63 of A-Z a-z 0-9 - _ . starting and ending with a letter or digit); a key that is not is 400 invalid_request.
+	Placement    *Placement `json:"placement,omitempty"`
 	Profile      *string    `json:"profile,omitempty"`
 	ReadOnlyRoot *bool      `json:"read_only_root,omitempty"`
 	Resources    *Resources `json:"resources,omitempty"`
@@ -551,12 +596,18 @@ type Environment struct {
 	CreatedAt    time.Time `json:"created_at"`
 
 	// Egress A proxy environment's recent connections through its agent, newest last (at most 20).
-	Egress  *[]EgressEntry     `json:"egress,omitempty"`
-	Error   *string            `json:"error,omitempty"`
-	Events  []EnvironmentEvent `json:"events"`
-	Image   *string            `json:"image,omitempty"`
-	Name    string             `json:"name"`
-	Network *string            `json:"network,omitempty"`
+	Egress *[]EgressEntry     `json:"egress,omitempty"`
+	Error  *string            `json:"error,omitempty"`
+	Events []EnvironmentEvent `json:"events"`
+	Image  *string            `json:"image,omitempty"`
+
+	// Isolation The tier it runs in (gvisor), when its request named one; absent: the runtime's standard sandbox.
+	Isolation *string `json:"isolation,omitempty"`
+	Name      string  `json:"name"`
+	Network   *string `json:"network,omitempty"`
+
+	// Placement Where a scheduler may put the environment (Kubernetes' meaning): on nodes with every label of node_selector, and on nodes whose taints the tolerations tolerate. Only a runtime whose placement is true (GET /api/v1/runtimes) takes one; elsewhere a non-empty placement is 400 invalid_request. A node selector key must be a label key ([prefix/]name: a DNS subdomain prefix of at most 253 characters, a name of 1-63 of A-Z a-z 0-9 - _ . starting and ending with a letter or digit); a key that is not is 400 invalid_request.
+	Placement *Placement `json:"placement,omitempty"`
 
 	// ProvisionMs Request to agent ready.
 	ProvisionMs *int64     `json:"provision_ms,omitempty"`
@@ -809,6 +860,12 @@ type MissionTimelineEntry struct {
 // OutputEncoding utf-8 when all returned output is valid UTF-8, otherwise base64.
 type OutputEncoding string
 
+// Placement Where a scheduler may put the environment (Kubernetes' meaning): on nodes with every label of node_selector, and on nodes whose taints the tolerations tolerate. Only a runtime whose placement is true (GET /api/v1/runtimes) takes one; elsewhere a non-empty placement is 400 invalid_request. A node selector key must be a label key ([prefix/]name: a DNS subdomain prefix of at most 253 characters, a name of 1-63 of A-Z a-z 0-9 - _ . starting and ending with a letter or digit); a key that is not is 400 invalid_request.
+type Placement struct {
+	NodeSelector *map[string]string `json:"node_selector,omitempty"`
+	Tolerations  *[]Toleration      `json:"tolerations,omitempty"`
+}
+
 // Pool defines model for Pool.
 type Pool struct {
 	// Hits Creates that took a member.
@@ -849,9 +906,15 @@ type PoolRequest struct {
 
 // PoolSpec defines model for PoolSpec.
 type PoolSpec struct {
-	AllowedHosts *[]string  `json:"allowed_hosts,omitempty"`
-	Image        *string    `json:"image,omitempty"`
-	Network      *string    `json:"network,omitempty"`
+	AllowedHosts *[]string `json:"allowed_hosts,omitempty"`
+	Image        *string   `json:"image,omitempty"`
+
+	// Isolation A sandbox stronger than the runtime's standard one, from its tiers (GET /api/v1/runtimes): `gvisor`. Absent or empty: the standard one. A tier the runtime does not offer is 400 invalid_request naming those it offers.
+	Isolation *string `json:"isolation,omitempty"`
+	Network   *string `json:"network,omitempty"`
+
+	// Placement Where a scheduler may put the environment (Kubernetes' meaning): on nodes with every label of node_selector, and on nodes whose taints the tolerations tolerate. Only a runtime whose placement is true (GET /api/v1/runtimes) takes one; elsewhere a non-empty placement is 400 invalid_request. A node selector key must be a label key ([prefix/]name: a DNS subdomain prefix of at most 253 characters, a name of 1-63 of A-Z a-z 0-9 - _ . starting and ending with a letter or digit); a key that is not is 400 invalid_request.
+	Placement    *Placement `json:"placement,omitempty"`
 	Profile      *string    `json:"profile,omitempty"`
 	ReadOnlyRoot *bool      `json:"read_only_root,omitempty"`
 	Resources    *Resources `json:"resources,omitempty"`
@@ -893,7 +956,9 @@ type Runtime struct {
 	AllowedNetworkModes []string `json:"allowed_network_modes"`
 
 	// Images A create request may name an image.
-	Images    bool             `json:"images"`
+	Images bool `json:"images"`
+
+	// Isolation The runtime's standard sandbox: what an environment whose request names no isolation runs in.
 	Isolation RuntimeIsolation `json:"isolation"`
 
 	// Limits Resource fields the runtime enforces (cpus, memory_mb, pids, disk_gb); any other is refused.
@@ -905,15 +970,21 @@ type Runtime struct {
 	// Pause POST .../pause and .../resume work.
 	Pause bool `json:"pause"`
 
+	// Placement A create request (or a pool's spec) may name a placement: the runtime has a scheduler (Kubernetes).
+	Placement bool `json:"placement"`
+
 	// Profiles Presets a create request may name in profile.
 	Profiles     []string `json:"profiles"`
 	ReadOnlyRoot bool     `json:"read_only_root"`
 
 	// Runtime The runtime's name, as AGENTIC_RUNTIMES and create requests name it.
 	Runtime string `json:"runtime"`
+
+	// Tiers The sandboxes stronger than the standard one that a create request (or a pool's spec) may name in isolation: `gvisor` (gVisor's user-space kernel, runsc) where the engine is configured to run it — dockerd with a runtime named runsc, a Kubernetes RuntimeClass in AGENTIC_K8S_RUNTIME_CLASSES. Empty when only the standard one is offered.
+	Tiers []string `json:"tiers"`
 }
 
-// RuntimeIsolation defines model for Runtime.Isolation.
+// RuntimeIsolation The runtime's standard sandbox: what an environment whose request names no isolation runs in.
 type RuntimeIsolation string
 
 // RuntimeList defines model for RuntimeList.
@@ -1086,6 +1157,20 @@ type TaskSubmitRequest struct {
 	Manifest     *map[string]interface{} `json:"manifest,omitempty"`
 	ManifestYaml *string                 `json:"manifest_yaml,omitempty"`
 }
+
+// Toleration Tolerates the node taints it matches. With operator Equal (the default) it needs a key and matches that key's taints of that value; with Exists it takes no value (400 invalid_request otherwise) and matches that key's taints, or every taint when the key is empty too. No effect matches taints of every effect.
+type Toleration struct {
+	Effect   *TolerationEffect   `json:"effect,omitempty"`
+	Key      *string             `json:"key,omitempty"`
+	Operator *TolerationOperator `json:"operator,omitempty"`
+	Value    *string             `json:"value,omitempty"`
+}
+
+// TolerationEffect defines model for Toleration.Effect.
+type TolerationEffect string
+
+// TolerationOperator defines model for Toleration.Operator.
+type TolerationOperator string
 
 // UnavailableRuntime defines model for UnavailableRuntime.
 type UnavailableRuntime struct {

@@ -16,6 +16,10 @@ type PoolSpec struct {
 	Network      NetworkMode `json:"network,omitempty"`
 	AllowedHosts []string    `json:"allowed_hosts,omitempty"`
 	ReadOnlyRoot bool        `json:"read_only_root,omitempty"`
+	// Tier and Placement are the members' EnvironmentSpec.Tier and
+	// .Placement: a take matches them too.
+	Tier      string    `json:"isolation,omitempty"`
+	Placement Placement `json:"placement,omitzero"`
 }
 
 // Pool is a warm pool's definition: keep Size environments of Spec on

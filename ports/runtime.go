@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -76,6 +77,14 @@ const EgressProxyAddr = "127.0.0.1:3128"
 // so that a restarted server knows them.
 const LabelAllowedHosts = "agentic-sandbox.allowed-hosts"
 
+// LabelTier and LabelPlacement are the environment labels that keep its
+// spec's Tier and Placement (as JSON) with the environment itself, so that a
+// restarted server still shows them.
+const (
+	LabelTier      = "agentic-sandbox.isolation"
+	LabelPlacement = "agentic-sandbox.placement"
+)
+
 // Resources bounds an environment; zero means the adapter's default.
 type Resources struct {
 	CPUs     float64
@@ -138,8 +147,8 @@ const TierGVisor = "gvisor"
 // Placement is where a scheduler may put an environment: nodes with every
 // label of NodeSelector, and nodes whose taints the Tolerations tolerate.
 type Placement struct {
-	NodeSelector map[string]string
-	Tolerations  []Toleration
+	NodeSelector map[string]string `json:"node_selector,omitempty"`
+	Tolerations  []Toleration      `json:"tolerations,omitempty"`
 }
 
 // Empty reports whether p asks for nothing.
@@ -149,7 +158,16 @@ func (p Placement) Empty() bool { return len(p.NodeSelector) == 0 && len(p.Toler
 // (the default) or "Exists"; Effect "" (any), "NoSchedule",
 // "PreferNoSchedule" or "NoExecute").
 type Toleration struct {
-	Key, Operator, Value, Effect string
+	Key      string `json:"key,omitempty"`
+	Operator string `json:"operator,omitempty"`
+	Value    string `json:"value,omitempty"`
+	Effect   string `json:"effect,omitempty"`
+}
+
+// Equal reports whether p and q ask for the same: the same selector labels
+// and the same tolerations in the same order.
+func (p Placement) Equal(q Placement) bool {
+	return maps.Equal(p.NodeSelector, q.NodeSelector) && slices.Equal(p.Tolerations, q.Tolerations)
 }
 
 // EnvState is the state of an environment as its runtime sees it.

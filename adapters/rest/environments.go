@@ -77,7 +77,7 @@ func (s *Server) ListRuntimes(_ context.Context, _ restapi.ListRuntimesRequestOb
 			Runtime: c.Runtime, Isolation: restapi.RuntimeIsolation(c.Isolation), NetworkModes: networkNames(c.NetworkModes),
 			AllowedNetworkModes: networkNames(s.d.Environments.OfferedNetworks(c)),
 			Limits:              limitNames(c.Limits), Pause: c.Pause, ReadOnlyRoot: c.ReadOnlyRoot,
-			Images: c.Images, Profiles: nonNil(c.Profiles),
+			Images: c.Images, Profiles: nonNil(c.Profiles), Tiers: nonNil(c.Tiers), Placement: c.Placement,
 		})
 	}
 	if u, ok := s.d.Environments.(unavailableRuntimes); ok {
@@ -155,12 +155,12 @@ func (s *Server) CreateEnvironment(ctx context.Context, req restapi.CreateEnviro
 	b := req.Body
 	subject := fmt.Sprintf("environment %q", clip(b.Name))
 	sp, err := fromSpec(restapi.PoolSpec{AllowedHosts: b.AllowedHosts, Image: b.Image, Network: b.Network,
-		Profile: b.Profile, ReadOnlyRoot: b.ReadOnlyRoot, Resources: b.Resources}, subject)
+		Profile: b.Profile, ReadOnlyRoot: b.ReadOnlyRoot, Resources: b.Resources, Isolation: b.Isolation, Placement: b.Placement}, subject)
 	if err != nil {
 		return nil, err
 	}
 	r := environment.Request{Runtime: b.Runtime, Name: b.Name, Image: sp.Image, Profile: sp.Profile, Resources: sp.Resources,
-		Network: sp.Network, ReadOnlyRoot: sp.ReadOnlyRoot, AllowedHosts: sp.AllowedHosts}
+		Network: sp.Network, ReadOnlyRoot: sp.ReadOnlyRoot, AllowedHosts: sp.AllowedHosts, Tier: sp.Tier, Placement: sp.Placement}
 	env, err := s.d.Environments.Create(ctx, r)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -266,6 +266,8 @@ func toEnvironment(e environment.Environment) restapi.Environment {
 	setStr(&out.RuntimeId, e.RuntimeID)
 	setStr(&out.Image, e.Image)
 	setStr(&out.Network, string(e.Network))
+	setStr(&out.Isolation, e.Tier)
+	out.Placement = toPlacement(e.Placement)
 	if len(e.AllowedHosts) > 0 {
 		out.AllowedHosts = &e.AllowedHosts
 	}
@@ -299,7 +301,50 @@ func fromSpec(sp restapi.PoolSpec, subject string) (ports.PoolSpec, error) {
 		return ports.PoolSpec{}, apiErr
 	}
 	return ports.PoolSpec{Image: deref(sp.Image), Profile: deref(sp.Profile), Resources: res, Network: network,
-		AllowedHosts: deref(sp.AllowedHosts), ReadOnlyRoot: deref(sp.ReadOnlyRoot)}, nil
+		AllowedHosts: deref(sp.AllowedHosts), ReadOnlyRoot: deref(sp.ReadOnlyRoot), Tier: deref(sp.Isolation),
+		Placement: fromPlacement(sp.Placement)}, nil
+}
+
+// fromPlacement reads a request's placement; what a scheduler would refuse
+// is for the runtime's capabilities to say (ports.RuntimeCapabilities.CheckSpec).
+func fromPlacement(p *restapi.Placement) ports.Placement {
+	if p == nil {
+		return ports.Placement{}
+	}
+	out := ports.Placement{NodeSelector: deref(p.NodeSelector)}
+	for _, t := range deref(p.Tolerations) {
+		out.Tolerations = append(out.Tolerations, ports.Toleration{Key: deref(t.Key), Operator: string(deref(t.Operator)),
+			Value: deref(t.Value), Effect: string(deref(t.Effect))})
+	}
+	return out
+}
+
+// toPlacement is p as the API shows it: nil when it asks for nothing.
+func toPlacement(p ports.Placement) *restapi.Placement {
+	if p.Empty() {
+		return nil
+	}
+	out := &restapi.Placement{}
+	if len(p.NodeSelector) > 0 {
+		out.NodeSelector = ptr(maps.Clone(p.NodeSelector))
+	}
+	if len(p.Tolerations) > 0 {
+		list := make([]restapi.Toleration, 0, len(p.Tolerations))
+		for _, t := range p.Tolerations {
+			item := restapi.Toleration{}
+			setStr(&item.Key, t.Key)
+			setStr(&item.Value, t.Value)
+			if t.Operator != "" {
+				item.Operator = ptr(restapi.TolerationOperator(t.Operator))
+			}
+			if t.Effect != "" {
+				item.Effect = ptr(restapi.TolerationEffect(t.Effect))
+			}
+			list = append(list, item)
+		}
+		out.Tolerations = &list
+	}
+	return out
 }
 
 // fromResources reads a request's resources; negative numbers are refused.

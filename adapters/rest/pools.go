@@ -100,6 +100,8 @@ func toPool(p environment.PoolStatus) restapi.Pool {
 	if sp.ReadOnlyRoot {
 		out.Spec.ReadOnlyRoot = ptr(true)
 	}
+	setStr(&out.Spec.Isolation, sp.Tier)
+	out.Spec.Placement = toPlacement(sp.Placement)
 	out.Spec.Resources = toResources(sp.Resources)
 	for _, m := range p.Members {
 		out.Members = append(out.Members, restapi.PoolMember{Name: m.Name, State: string(m.State)})

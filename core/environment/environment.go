@@ -42,13 +42,17 @@ type Event struct {
 
 // Environment is what the API shows.
 type Environment struct {
-	Name        string
-	Runtime     string
-	State       State
-	RuntimeID   string
-	Image       string
-	Network     ports.NetworkMode
-	Resources   ports.Resources
+	Name      string
+	Runtime   string
+	State     State
+	RuntimeID string
+	Image     string
+	Network   ports.NetworkMode
+	Resources ports.Resources
+	// Tier is the stronger sandbox its request named ("" the standard one),
+	// Placement where its request asked the scheduler to put it.
+	Tier        string
+	Placement   ports.Placement
 	AgentID     string
 	AgentStatus ports.AgentStatus
 	CreatedAt   time.Time
@@ -89,6 +93,11 @@ type Request struct {
 	ReadOnlyRoot bool
 	// AllowedHosts: with Network proxy, the hosts its commands may reach.
 	AllowedHosts []string
+	// Tier names a sandbox stronger than the runtime's standard one
+	// (ports.TierGVisor), Placement where a scheduler may put it: each only
+	// where the runtime's capabilities declare it.
+	Tier      string
+	Placement ports.Placement
 }
 
 // Observation is what a refresh saw of an environment.

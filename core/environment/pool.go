@@ -93,13 +93,15 @@ func (s *Service) CheckPool(p ports.Pool) error {
 	}
 	// Checked as a member's spec will be; its secret is made at provision.
 	return rt.Capabilities().CheckSpec(ports.EnvironmentSpec{Name: req.Name, Image: req.Image, Profile: req.Profile,
-		Resources: req.Resources, Network: req.Network, ReadOnlyRoot: req.ReadOnlyRoot, Agent: ports.AgentBootstrap{Secret: "unused"}})
+		Resources: req.Resources, Network: req.Network, ReadOnlyRoot: req.ReadOnlyRoot, Tier: req.Tier, Placement: req.Placement,
+		Agent: ports.AgentBootstrap{Secret: "unused"}})
 }
 
 // poolRequest is the environment request a member of p is made with.
 func poolRequest(p ports.Pool, name string) Request {
 	return Request{Runtime: p.Runtime, Name: name, Image: p.Spec.Image, Profile: p.Spec.Profile, Resources: p.Spec.Resources,
-		Network: p.Spec.Network, ReadOnlyRoot: p.Spec.ReadOnlyRoot, AllowedHosts: p.Spec.AllowedHosts}
+		Network: p.Spec.Network, ReadOnlyRoot: p.Spec.ReadOnlyRoot, AllowedHosts: p.Spec.AllowedHosts,
+		Tier: p.Spec.Tier, Placement: p.Spec.Placement}
 }
 
 // PutPool defines (or redefines) a pool; its members follow in the
@@ -269,14 +271,16 @@ func (s *Service) warm(rec *record, name string) {
 func sameSpec(a, b ports.Pool) bool {
 	return a.Runtime == b.Runtime && a.Spec.Image == b.Spec.Image && a.Spec.Profile == b.Spec.Profile &&
 		a.Spec.Resources == b.Spec.Resources && a.Spec.Network == b.Spec.Network &&
-		a.Spec.ReadOnlyRoot == b.Spec.ReadOnlyRoot && slices.Equal(a.Spec.AllowedHosts, b.Spec.AllowedHosts)
+		a.Spec.ReadOnlyRoot == b.Spec.ReadOnlyRoot && slices.Equal(a.Spec.AllowedHosts, b.Spec.AllowedHosts) &&
+		a.Spec.Tier == b.Spec.Tier && a.Spec.Placement.Equal(b.Spec.Placement)
 }
 
 // matchingPool is the pool whose members req would be (s.mu held): same
 // runtime and exactly the same spec, allowed hosts as normalised.
 func (s *Service) matchingPool(req Request, allowed []string) *pool {
 	want := ports.Pool{Runtime: req.Runtime, Spec: ports.PoolSpec{Image: req.Image, Profile: req.Profile,
-		Resources: req.Resources, Network: req.Network, ReadOnlyRoot: req.ReadOnlyRoot, AllowedHosts: allowed}}
+		Resources: req.Resources, Network: req.Network, ReadOnlyRoot: req.ReadOnlyRoot, AllowedHosts: allowed,
+		Tier: req.Tier, Placement: req.Placement}}
 	names := make([]string, 0, len(s.pools))
 	for n := range s.pools {
 		names = append(names, n)

@@ -8,6 +8,7 @@ package environment
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -354,10 +355,49 @@ func fromRuntime(e ports.Environment, runtime string) Environment {
 	if e.Network == ports.NetworkProxy && e.Labels[ports.LabelAllowedHosts] != "" {
 		env.AllowedHosts = strings.Split(e.Labels[ports.LabelAllowedHosts], ",")
 	}
+	env.Tier = e.Labels[ports.LabelTier]
+	if v := e.Labels[ports.LabelPlacement]; v != "" {
+		// Only this server writes it; one it cannot read is not shown.
+		_ = json.Unmarshal([]byte(v), &env.Placement)
+	}
 	if e.State == ports.EnvFailed {
 		env.Error = e.Detail
 	}
 	return env
+}
+
+// specLabels are the labels that keep a request's allowed hosts, tier and
+// placement with its environment.
+func specLabels(network ports.NetworkMode, allowed []string, tier string, placement ports.Placement) map[string]string {
+	labels := map[string]string{}
+	if network == ports.NetworkProxy {
+		labels[ports.LabelAllowedHosts] = strings.Join(allowed, ",")
+	}
+	if tier != "" {
+		labels[ports.LabelTier] = tier
+	}
+	if !placement.Empty() {
+		if b, err := json.Marshal(placement); err == nil {
+			labels[ports.LabelPlacement] = string(b)
+		}
+	}
+	return labels
+}
+
+// clonePlacement is p with maps and slices of its own (nil when empty), so
+// that neither the caller nor a reader of the environment shares them.
+func clonePlacement(p ports.Placement) ports.Placement {
+	if p.Empty() {
+		return ports.Placement{}
+	}
+	var out ports.Placement
+	if len(p.NodeSelector) > 0 {
+		out.NodeSelector = maps.Clone(p.NodeSelector)
+	}
+	if len(p.Tolerations) > 0 {
+		out.Tolerations = slices.Clone(p.Tolerations)
+	}
+	return out
 }
 
 // Create starts provisioning and returns at once; progress shows in Get.
@@ -396,14 +436,16 @@ func (s *Service) create(ctx context.Context, req Request, pool string) (Environ
 	if err != nil {
 		return Environment{}, err
 	}
+	placement := clonePlacement(req.Placement)
 	spec := ports.EnvironmentSpec{
 		Name: req.Name, Image: req.Image, Profile: req.Profile, Resources: req.Resources, Network: req.Network,
-		ReadOnlyRoot: req.ReadOnlyRoot, Agent: bootstrap,
+		ReadOnlyRoot: req.ReadOnlyRoot, Tier: req.Tier, Placement: placement, Agent: bootstrap,
 		Progress: func(step string) { s.event(req.Name, step, "") },
 	}
-	if req.Network == ports.NetworkProxy {
-		// Kept with the environment itself (a label), for a restarted server.
-		spec.Labels = map[string]string{ports.LabelAllowedHosts: strings.Join(allowed, ",")}
+	// What only the request says is kept with the environment itself
+	// (labels), for a restarted server.
+	if labels := specLabels(req.Network, allowed, req.Tier, placement); len(labels) > 0 {
+		spec.Labels = labels
 	}
 	// The runtime's declared capabilities decide, before anything is stored.
 	if err := rt.Capabilities().CheckSpec(spec); err != nil {
@@ -428,7 +470,7 @@ func (s *Service) create(ctx context.Context, req Request, pool string) (Environ
 	pctx, cancel := context.WithCancel(s.life)
 	rec := &record{cancel: cancel, requested: now, pool: pool, env: Environment{
 		Name: req.Name, Runtime: req.Runtime, State: StateProvisioning, Image: req.Image, Network: req.Network,
-		Resources: req.Resources, AgentID: req.Name, CreatedAt: now, AllowedHosts: allowed,
+		Resources: req.Resources, Tier: req.Tier, Placement: placement, AgentID: req.Name, CreatedAt: now, AllowedHosts: allowed,
 		Events: []Event{{At: now, Step: "requested"}},
 	}}
 	s.envs[req.Name] = rec

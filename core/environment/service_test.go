@@ -23,6 +23,8 @@ type fakeRuntime struct {
 	provision error
 	// hold, when set, keeps Provision waiting until it is closed.
 	hold chan struct{}
+	// caps, when set, are its capabilities instead of the plain ones.
+	caps *ports.RuntimeCapabilities
 }
 
 func newFakeRuntime() *fakeRuntime {
@@ -30,6 +32,9 @@ func newFakeRuntime() *fakeRuntime {
 }
 
 func (r *fakeRuntime) Capabilities() ports.RuntimeCapabilities {
+	if r.caps != nil {
+		return *r.caps
+	}
 	return ports.RuntimeCapabilities{Runtime: "fake", Isolation: ports.KindContainer, NetworkModes: []ports.NetworkMode{ports.NetworkNone}}
 }
 func (r *fakeRuntime) Ping(context.Context) error { return nil }

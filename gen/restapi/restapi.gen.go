@@ -342,6 +342,45 @@ func (e SessionViewerRole) Valid() bool {
 	}
 }
 
+// Defines values for TolerationEffect.
+const (
+	TolerationNoExecute        TolerationEffect = "NoExecute"
+	TolerationNoSchedule       TolerationEffect = "NoSchedule"
+	TolerationPreferNoSchedule TolerationEffect = "PreferNoSchedule"
+)
+
+// Valid indicates whether the value is a known member of the TolerationEffect enum.
+func (e TolerationEffect) Valid() bool {
+	switch e {
+	case TolerationNoExecute:
+		return true
+	case TolerationNoSchedule:
+		return true
+	case TolerationPreferNoSchedule:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for TolerationOperator.
+const (
+	TolerationEqual  TolerationOperator = "Equal"
+	TolerationExists TolerationOperator = "Exists"
+)
+
+// Valid indicates whether the value is a known member of the TolerationOperator enum.
+func (e TolerationOperator) Valid() bool {
+	switch e {
+	case TolerationEqual:
+		return true
+	case TolerationExists:
+		return true
+	default:
+		return false
+	}
+}
+
 // AIWGStatus With the integration off, `{"configured": false}` and nothing else. With it on, every
 // member is present: `sandbox_id` and `executor_id` are empty strings until the
 // registrations are acknowledged, `executor_register_error` is null unless the last
@@ -475,11 +514,17 @@ type CreateEnvironmentRequest struct {
 	// Image Container image, or a disk image path for VMs; default: the runtime's own minimal image.
 	Image *string `json:"image,omitempty"`
 
+	// Isolation A sandbox stronger than the runtime's standard one, from its tiers (GET /api/v1/runtimes): `gvisor`. Absent or empty: the standard one. A tier the runtime does not offer is 400 invalid_request naming those it offers.
+	Isolation *string `json:"isolation,omitempty"`
+
 	// Name Also the agent's id: A-Z a-z 0-9 . _ -, starting with a letter or digit.
 	Name string `json:"name"`
 
 	// Network none (default where offered: the agent still reaches the server), proxy (no network device; egress only to allowed_hosts, through the agent), host, bridge, user
-	Network      *string    `json:"network,omitempty"`
+	Network *string `json:"network,omitempty"`
+
+	// Placement Where a scheduler may put the environment (Kubernetes' meaning): on nodes with every label of node_selector, and on nodes whose taints the tolerations tolerate. Only a runtime whose placement is true (GET /api/v1/runtimes) takes one; elsewhere a non-empty placement is 400 invalid_request. A node selector key must be a label key ([prefix/]name: a DNS subdomain prefix of at most 253 characters, a name of 1-63 of A-Z a-z 0-9 - _ . starting and ending with a letter or digit); a key that is not is 400 invalid_request.
+	Placement    *Placement `json:"placement,omitempty"`
 	Profile      *string    `json:"profile,omitempty"`
 	ReadOnlyRoot *bool      `json:"read_only_root,omitempty"`
 	Resources    *Resources `json:"resources,omitempty"`
@@ -559,12 +604,18 @@ type Environment struct {
 	CreatedAt    time.Time `json:"created_at"`
 
 	// Egress A proxy environment's recent connections through its agent, newest last (at most 20).
-	Egress  *[]EgressEntry     `json:"egress,omitempty"`
-	Error   *string            `json:"error,omitempty"`
-	Events  []EnvironmentEvent `json:"events"`
-	Image   *string            `json:"image,omitempty"`
-	Name    string             `json:"name"`
-	Network *string            `json:"network,omitempty"`
+	Egress *[]EgressEntry     `json:"egress,omitempty"`
+	Error  *string            `json:"error,omitempty"`
+	Events []EnvironmentEvent `json:"events"`
+	Image  *string            `json:"image,omitempty"`
+
+	// Isolation The tier it runs in (gvisor), when its request named one; absent: the runtime's standard sandbox.
+	Isolation *string `json:"isolation,omitempty"`
+	Name      string  `json:"name"`
+	Network   *string `json:"network,omitempty"`
+
+	// Placement Where a scheduler may put the environment (Kubernetes' meaning): on nodes with every label of node_selector, and on nodes whose taints the tolerations tolerate. Only a runtime whose placement is true (GET /api/v1/runtimes) takes one; elsewhere a non-empty placement is 400 invalid_request. A node selector key must be a label key ([prefix/]name: a DNS subdomain prefix of at most 253 characters, a name of 1-63 of A-Z a-z 0-9 - _ . starting and ending with a letter or digit); a key that is not is 400 invalid_request.
+	Placement *Placement `json:"placement,omitempty"`
 
 	// ProvisionMs Request to agent ready.
 	ProvisionMs *int64     `json:"provision_ms,omitempty"`
@@ -817,6 +868,12 @@ type MissionTimelineEntry struct {
 // OutputEncoding utf-8 when all returned output is valid UTF-8, otherwise base64.
 type OutputEncoding string
 
+// Placement Where a scheduler may put the environment (Kubernetes' meaning): on nodes with every label of node_selector, and on nodes whose taints the tolerations tolerate. Only a runtime whose placement is true (GET /api/v1/runtimes) takes one; elsewhere a non-empty placement is 400 invalid_request. A node selector key must be a label key ([prefix/]name: a DNS subdomain prefix of at most 253 characters, a name of 1-63 of A-Z a-z 0-9 - _ . starting and ending with a letter or digit); a key that is not is 400 invalid_request.
+type Placement struct {
+	NodeSelector *map[string]string `json:"node_selector,omitempty"`
+	Tolerations  *[]Toleration      `json:"tolerations,omitempty"`
+}
+
 // Pool defines model for Pool.
 type Pool struct {
 	// Hits Creates that took a member.
@@ -857,9 +914,15 @@ type PoolRequest struct {
 
 // PoolSpec defines model for PoolSpec.
 type PoolSpec struct {
-	AllowedHosts *[]string  `json:"allowed_hosts,omitempty"`
-	Image        *string    `json:"image,omitempty"`
-	Network      *string    `json:"network,omitempty"`
+	AllowedHosts *[]string `json:"allowed_hosts,omitempty"`
+	Image        *string   `json:"image,omitempty"`
+
+	// Isolation A sandbox stronger than the runtime's standard one, from its tiers (GET /api/v1/runtimes): `gvisor`. Absent or empty: the standard one. A tier the runtime does not offer is 400 invalid_request naming those it offers.
+	Isolation *string `json:"isolation,omitempty"`
+	Network   *string `json:"network,omitempty"`
+
+	// Placement Where a scheduler may put the environment (Kubernetes' meaning): on nodes with every label of node_selector, and on nodes whose taints the tolerations tolerate. Only a runtime whose placement is true (GET /api/v1/runtimes) takes one; elsewhere a non-empty placement is 400 invalid_request. A node selector key must be a label key ([prefix/]name: a DNS subdomain prefix of at most 253 characters, a name of 1-63 of A-Z a-z 0-9 - _ . starting and ending with a letter or digit); a key that is not is 400 invalid_request.
+	Placement    *Placement `json:"placement,omitempty"`
 	Profile      *string    `json:"profile,omitempty"`
 	ReadOnlyRoot *bool      `json:"read_only_root,omitempty"`
 	Resources    *Resources `json:"resources,omitempty"`
@@ -901,7 +964,9 @@ type Runtime struct {
 	AllowedNetworkModes []string `json:"allowed_network_modes"`
 
 	// Images A create request may name an image.
-	Images    bool             `json:"images"`
+	Images bool `json:"images"`
+
+	// Isolation The runtime's standard sandbox: what an environment whose request names no isolation runs in.
 	Isolation RuntimeIsolation `json:"isolation"`
 
 	// Limits Resource fields the runtime enforces (cpus, memory_mb, pids, disk_gb); any other is refused.
@@ -913,15 +978,21 @@ type Runtime struct {
 	// Pause POST .../pause and .../resume work.
 	Pause bool `json:"pause"`
 
+	// Placement A create request (or a pool's spec) may name a placement: the runtime has a scheduler (Kubernetes).
+	Placement bool `json:"placement"`
+
 	// Profiles Presets a create request may name in profile.
 	Profiles     []string `json:"profiles"`
 	ReadOnlyRoot bool     `json:"read_only_root"`
 
 	// Runtime The runtime's name, as AGENTIC_RUNTIMES and create requests name it.
 	Runtime string `json:"runtime"`
+
+	// Tiers The sandboxes stronger than the standard one that a create request (or a pool's spec) may name in isolation: `gvisor` (gVisor's user-space kernel, runsc) where the engine is configured to run it — dockerd with a runtime named runsc, a Kubernetes RuntimeClass in AGENTIC_K8S_RUNTIME_CLASSES. Empty when only the standard one is offered.
+	Tiers []string `json:"tiers"`
 }
 
-// RuntimeIsolation defines model for Runtime.Isolation.
+// RuntimeIsolation The runtime's standard sandbox: what an environment whose request names no isolation runs in.
 type RuntimeIsolation string
 
 // RuntimeList defines model for RuntimeList.
@@ -1094,6 +1165,20 @@ type TaskSubmitRequest struct {
 	Manifest     *map[string]interface{} `json:"manifest,omitempty"`
 	ManifestYaml *string                 `json:"manifest_yaml,omitempty"`
 }
+
+// Toleration Tolerates the node taints it matches. With operator Equal (the default) it needs a key and matches that key's taints of that value; with Exists it takes no value (400 invalid_request otherwise) and matches that key's taints, or every taint when the key is empty too. No effect matches taints of every effect.
+type Toleration struct {
+	Effect   *TolerationEffect   `json:"effect,omitempty"`
+	Key      *string             `json:"key,omitempty"`
+	Operator *TolerationOperator `json:"operator,omitempty"`
+	Value    *string             `json:"value,omitempty"`
+}
+
+// TolerationEffect defines model for Toleration.Effect.
+type TolerationEffect string
+
+// TolerationOperator defines model for Toleration.Operator.
+type TolerationOperator string
 
 // UnavailableRuntime defines model for UnavailableRuntime.
 type UnavailableRuntime struct {
@@ -23135,307 +23220,322 @@ func (sh *strictHandler) GetReadyz(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L3rchu3lj/6KiieqTKZ3aIoWXYSqVIpxZETTXwrS5nMntCbDXaDJLaaQG8ALZrxVtV8Og9w6lT932Be",
-	"ZN5kP8kprAV0o8lukpLlS3LyxRbJblwXFtb1t951EjnPpWDC6M7xu05OFZ0zwxR8Op0yYc6/t39y0Tnu",
-	"5NTMOlFH0DnrHHeo/XXE007UUewfBVcs7RwbVbCoo5MZm1P73py+fcbE1Mw6xweHX0WdORfl56hjlrlt",
-	"SRvFxbRzcxN1nsj5nIq0tdMEf7/vbs/ENVdSzJkwL6Cjxs7hvx27ffxwe69PecaeyxS6S5lOFM8Nl7bf",
-	"l4mhGcmZmnOtuRRkzI2OCOtP+2Tw+OiISEW+fPSo34lwnP8omFpWA53bRsOB5dQYpuyTfxt8++tg78s3",
-	"7x7e/FunbVCv7LTXBnU61jIrDIts74pl1PBrRowkZsZIyhVLjFRL+AS08UATt12aaEOVIVwcE2rIXGpD",
-	"jgZfPxqK8dIwHREhyYufn0WE0WRGSpIk3TEzC8YE0RnVM6Z75duHjx4R9y7V5BkXxVtCs0wu9FB0X51e",
-	"/jh6fvqfhIqUvDh9fmY/nBBaDdruK8mkmDJFzIwK+48hUiSM/F1ywdK1aQ0F10SxSaFZSsbBLHt9cjQY",
-	"kJiLa5rxdGSbjok0M6YWXLP+ULRskqOtnajJLtYqPQV7uv9F99vjX/+2Pxy+HQzevDuIDh89utn/S++L",
-	"6rsBfNew5VHn7R5TSqq9BEixE07E/vyKTtmTQmmp1knicsaIYG/NKIEHiJzAwuSKXXNZaJLTKSNdbthc",
-	"4xIncs4s+Uwl8Xtrn9FkLq+ZJQNYOEITJbUmFBsYy0KkVC17bfSOvXfaOMDg8KiJ0u3EnvE5Nw2k7sjM",
-	"zLgmcyqWJ2TBzUwWhnATWUrrk1+4mcGncAE0XWqymDHFYCHsTzgHOAC6bQIZDGNl/HxezO3oBwPYevex",
-	"nAkXhk2ZwqlImd0T43p0tJ1xXTDgSq1cWuPv982lL6m+au3TUH11vx3e2KZ0LoVmcB1+R9MfqGELurSf",
-	"EikME0A7NM8znlBLO/t/15aA3gWd/ptik85x5//ar67affxV75/Zg4ddrR8sYC9kYf+hC7okixnPkKwc",
-	"WyWKCtLFe3gqBTuuuBJJ6JyRMU2uPOEORfAmsPCUp0RIdybLR7lwjE8nUgiWGDJVNGGWfc4tWQc/cD0U",
-	"C8oNS4ksTA8arUYwoTyzjHTGiN0Rpo0fK7CbnuWMN5Fd1df488dZVT8WONjZRKo5S/sdED3EJOPJRxuG",
-	"loVKmB0HF4RaBmEYMslUMg07AzcaMqEu3P24srhpsAcsjUpqoJliNF0SJlKW9mBO9jK/lPIZVVP2ceY1",
-	"sTTKNclsl+Xlyohm6pqpB3bRgbGR7ukPZy8uz5+Mnp4/gwt69N1fL88u3LilGvM0ZeIjnrQHmhSaKTKn",
-	"S1jhVLqVr8SwUcoE92v7Qpqn9mL68EN8IYkukllJM9D9hUm5+K7QH4EZadvVaFzo5XHIfh5Yys0LQ/5R",
-	"sAI2fVJkGemiBCATpjWZUaRkS5lkYYnbMg14Ie2d2J9mXExRbuCaLBQ3jCyoxjbTPnnNjFoSOjFM4d97",
-	"p/C3ZokUqUbxasZo6nSW4Jn1a/0CX7LCneVbZMwmUtmzaNSSi2m/dgOvXbM3ftV/FvSa8oyOs49wqJBl",
-	"CmlG5ZE/rsnYGRdXdvFTuRA7rOhQbFlS3EDkNIq5TjWRgnD730L0Pvaif1wO5i+IsUyXq5zsgDzn38Hx",
-	"u5TyORVLd3XpDz+0U/KPQhpKQA2hyYyluFFzpjUImCh58mQWgd5jNwvESuRWPwtamJlU/Df2ETjWc8sv",
-	"LRUqslBSTMmYUWUXUV4x4cfz8c7QC2lILrXm48wqGQvSBQJT0AmRk0lE2FuWFEYqx62mXBum7O0qJJ6F",
-	"iGhj6baoBm5X9sZTL1pMzn/54cJQU+j1cwD6gt2xtb7jd0O7ABM+LRRLh51jMqGZZjcxbKQ/0SzTrNQ6",
-	"iBQRYdfMKqZzNh8zZQkjV0wzYY5JrKlIx/LtiKfYSOznh98oRtg8N0uCwq4mhTA8s6MbCpw8jk/DozS5",
-	"EnKRsXRqF6Rqyi8TCnSxHYGwN0AhMsv77Vwzqs1QlIsbtu0ExD55YedBqCMO4C25kjlThjN/sNzaBCxi",
-	"LGXGKIiQJWNs/pmJNJcciWtN+Q3WZfPv9cnaZ+1ckX5Rz1h7t9qEhqZvQkXl13COb8qm5PjvLDG2qdPE",
-	"8GtulmfX7pSsrpA2o0JDP1akpaZz3EllYUdXtiYKSyewYIvmyaYFbs2I5nw017XWuDCPjzrr2mfw1s5v",
-	"cF2t4vp+XXEUqpiwCu+vHS5AN6Zac22oMCPD3tov7LG4siOPOkbKbJTQLPN/K6aLzIAy6P4ohCViNMaA",
-	"gSNYZ7cCYAoRxXzvmiqrVWrbu1/5cxyF/3jqR3OJg/HfX1aDKr+SMnuCYwu/eu1H5r9c++LncsjVINzQ",
-	"byIw8mWN2yiK+cgUSuimGzXq5FRZkQLWqdCsjfLdyjX9pNk/1vnbK6k5nGunQU6Y5RYTJefkoN9IBoGZ",
-	"YK21JxktUvZAE/cQ4Wm/yXilizF+1zBMoJPGH+zUQXZtMP0Q+yuxxOQF3IhcMzWmhs/Jv1+8fNEvmxDO",
-	"5NLcwYa1tb/D7oBprPkR/IIqRZfwWRUioS1MboWZ2P1x52gTM7ko5nOqlu/NTlIpWLNtcMIFzQhSEgih",
-	"mtn7P2o49bfnIvZuGbXu8SbyLRKrnDRzn5KVtJwe2Dq7t7A6NE2B6Gn2qraCDe+t7kLrCV3ZTHyuNrDa",
-	"KNz6V9OKqv2rL2sjLUwbLxTUOq6Z0hwlsLVFTGhOxzzj/o3dKbm8rkfU1CmMGrZn+Jw1HfTK7nTLF2dS",
-	"m9aD2nI+eT6iaarqRFL9nNExQ/rYsv9ri1AtPFDvjFFlxuw205kzo3iit8nCz91jlpgKIbiYjrwzppk+",
-	"lRUBcZX8xWtXDqhJGMoFU52ocz0PrtI3Tfy4lH43jQ6ozgnK9qWlNmw+4mIit715AY+e2ydXDwoYf13/",
-	"1XwCAig3rmFNWs/GM67bzked7rfOt+ksBL6DBo2h1Y9wQujYSvpWK/diNvzeb/TphavkRt4630p98WQA",
-	"XaJIAwbGTtQZF3qJiw03Qng2G6niVBk+oUmj5AqK36j1Em89unpGDx89bv6J/8Z2ukRW1sZRCbxedhDV",
-	"x9i4cG56LbTifr0FufjlWqOY1c0sm24alnOm2x2tnWtH/B2r3fC2LQteRnJouiBa2GfgpW/UqUQiU/v3",
-	"lmV4WZi8MGf+6dqlvtEO8JYlTph2HIlte6W2VPBSypRqJi74aSQnE83MjqKKNqksTFtzsjBBcyuRAPC9",
-	"d6xOuNKGKGZlApYSfBcc4fbg35bca8EUQTgHrlg56nI1Vge7uhbBzjaSo2LUsCDUIvD7NN+jYAZZtQaA",
-	"U4SlI8vW28wsgpmFVFckV/LtknSpSIkUGXjtRS+CpYTXwUpWBinM6RJta8eEvaWJIaAERuSLvi4mE/6W",
-	"LHiWJlSlmkhFnIBgH1jYPqkgMsc5kONcKkO6KZtQK/keHT0EK8xXA3Rhex4Q+CMPHw+aLnv69hwfPnz0",
-	"eP324HM6bZC8n/gLm8AD4JejJOX6Cr/A8IeJVOQ/nusT4kaJVmV3bT4ASy8BtzPN8LVG/cuz5xUlKtOy",
-	"ZqTm6TE53fsvQvd+I4O9r0mfjMheRPzV4laQZMwYptA5OeXG9rgxpiaIgfj1dO+/6N5vg72v31R/9kd7",
-	"b75oDHpwFLI+dCEFq3YOXflyMmGqZncn2vAsc5ZYHXi4epEnOiFLMkzZNU/YCWFTSzGOFCWpUbKlSiWL",
-	"6SwILYmASiMyVjy1+1hoEMLWJpMrOeEZa9GDaDqyPY6UlKZZ5/GOpa0X0+vywbrEuMKzBPMMyz2j0RmB",
-	"S4TLqY/JD2eXZJ/mfP/6YL98MOP2XJoZm2+XZSoZD8iwnem4gIU7Mhw1vbWGk+lbBnGUl2aDYUXJqaJz",
-	"SzGqEBHJpLxiKSlywgV5dXr5Y5+8dosCh3rGaAoGWMtyxjS5mipZiNRbUjTp1gKWnL8jDiJceieWm9mx",
-	"KZpAwJS3wvhn7CFRhdC1Q65nLMtIN/63ix/Pnj2LIzBZk3h/zMW+nsU9iNWK4cyP4NkYXN1wyjdEYkSd",
-	"t3tTuWe/3NNXPN/zbHYPzLpMoQF2g12Tiev3U9aaudzB3uMjS+ghYwO2JqRZYW17lqeNSl5LhsVg8DCx",
-	"/cBfbA+/4CnJFZvwt/jtKv87ui3/a2V/uVmuz+d1ITAWwTA1B8tNyQftAp80UYQmNFvQpSap7KF3wpFH",
-	"RGgD8VkqMSkXhEN0F88ZeCgNE2S89NY2WpGwpzv0I9tWncxjaRulDzKWZkam0ofsZXKKHjBkys56iG7o",
-	"K5YbsE/Oi7eky4NQC1mYzE7LCgTI4Z0Lu9dsrlJycfsj7pWcjQoujvjSPnrTRIvfc51Tk8xOk4Tlzh5Y",
-	"Z1hMGz6nhqUjIMKGjX76hDx8+PBruxQ/Xz5BEgWRJ1uSOc8yjr5gS4wJt8NxsaeHg8PHe4NHe4OvLwdf",
-	"Hh88PD487B8cPvyvmvQZmi8CAh0O03dHN3vDYTocpu6/S/zvuPbfcNi3zz68+a9G0t3msfGxGi0/6xb3",
-	"HNWaT4X3qmI0DjVO4qaw1lQkrLf9VgoGUB9tYJ1Y3aI3GzY6uLVWded5njHjLHRb3VHlUCY8c5761Xfa",
-	"dbwVApKFcaG/3J+X7tHgiPBJPToJlmvryHa3JbY0Vd68K8SxpedGu5wU05HXkNubCFjBnBmaUkPbrxh8",
-	"s6Wlqus65YbKgRX+2zn/3zDGt5nTY/P8mjXze7iRZ2QvcVdS+TjeQPH65bxjz5sORTWmJro/Ayn5TJgm",
-	"14STmZvl2NvYUSF6fJTKhdhRh8cXivyDeUXB3NpE9FaZbDHaMuoiJBriWIrMxRO6NYNgZanIYgYBbjuY",
-	"Co2znnbcGKJy+YPlqC3ldodDoP/f0qqEP7bx75eocLCq+QfaR24sZkwQDjGfVr1gza7ENcPCLQR+0DJu",
-	"55dAZbDJAYkKZH0miiUQ1ouMFQQvry+WIktEBFswbdAc3C1zJVasDhtNZ8HZa5jnqtc+mM31rQziARVg",
-	"SMPNBuvG7jbhQKtvUpKvQZZxJ3KFF7qoLyPL0DeaLneyqjmz+K02/7017vUW8bfG6/oSDsaUC+ZMMUll",
-	"IUojkso5tZLgz+ffRyRvc7SvWpHL9UQdbSzlipNAG5nnwCty6jyVGPJjuQSzgkvNULgpCONMXL+qd3cm",
-	"rr8rezwT169dp2fi+qLs177muz4T109972fi+vtyAC1OgMq24M2hgYU0OO8l6W9hdi2RO7dz/UGoX4tY",
-	"y/LtUUYUjbYs3zbaZk9GwJLudNTv0QNGujnV2jJ1qgm+3nsPr1htZo1r4znfqgjelL53agc5zhjRgl6x",
-	"UUI1I/ZJMM/kaM7Rx6QIYjIj4u0xf9dW3VqxzkRDMZbpcmSkHEFAKhgZRhOrW0dkzsxMphAk7C6xiFRx",
-	"w+6hhkDiaCiq7BH/BPD4MqsgbMF/xd7mXLHwC5FiqKQZ0VFulhEq+aMkkxp6AcOBoJlvPAiBHKVc27VK",
-	"qxhM6LMegznCC24oIAhzFARhRsSLlolL4Ki+CcbuY42qr4Zixk0WPlN+ljkTwSt0zkaGXtnv7K/eOBER",
-	"9HuMxmwpcRWioQgoKWw7/Jq95WDwdX70kWM1kbeW1qY3FP5bt3a2UV3kViCza2MpYk7FcuQNMsFX3rMR",
-	"QVpGbe5rSQ0VyeXUzNwbAbmVmZDQDESPRkNRdmUUFXrClK7amVPBJ5Z2CeRmBYsBn6vt8utQZh9bunSe",
-	"zfC1HGKuVilaMTArp57oxoVeYhTpupDiD/HqcfVB1HA+mcyzXVgGNBYhC2hkGeCGvBeL887a3qe2RHfu",
-	"rKdusdHu3E59xP9BFQdODKIERDMLaVzwMxUpmdFre7lwSDt98M0DIqQiL35+Fux/oKDTtyMJTukR6DwN",
-	"Wgj8inbGnCmijWJ0XtlRDx6T5/y7njPs4h48/vJg8NVXzri7YVs222xzzYpU7lWm23VD6ZypqTPJ3JNB",
-	"UxViRHWbX5s3aKa/OGuvM9ZWqUTwfIQZDFZRM1ZnwwuEdO3NgPmFGZsYYvkz6ZZ+Wx/g3WsUXO2KNIjE",
-	"Z6+fw3Gn5NXlX6PSMP/WPr53+OhxIjOp+p1bULBl0rIwI5dHs97nTzyDGHuymMmsypGaKlnkLh8H7GmZ",
-	"FFPSvTj/wQ4ywpW4OP/hp/Nnz8gh0SSjhqlen5w6aUeRAZkzKjR5OBgQDdOyK+bSB4gbGHwfLHq1cDVy",
-	"/OrxUW3jB00bb7UsLqajlKtbnM7m+IMNzNNHe9xf7MntzTJ3j1ZpuW5+mS1rWbyJLDLMxAWmiomeKMOI",
-	"KRlzQdWy32wJ51aYS1uCbxWjGbHPgOx5Qg4Ov/rLC7SFXPEsQxwDzaeWW7ywP3+JP7r8PeD01dhA7G6J",
-	"44Y2GjK/sG2wQbkeg9zAiPAJoWLZb4uY2RCA0xpMszGyl89ZOqq/Gv58iwDrtsiZakeaomdKSqqTYTiy",
-	"MIq3GlDTAXnKM9ZiI824uBoZK7Y1xrfr5dw+8UATfKaRtuZ3wyXpgitJM1PwdF8zM7X/GZ5cLa2eRslE",
-	"FsrMMLqjmV3PvYVjN524PTxw1xjAyi3nLRsQSxF1LG+LOm61OlEHoCkaYuWa7QfwUBlL6BBZcHJt22mV",
-	"bsdoVvVuo1ZdI5tYUUUbDSJh3gjuAmnQDuDFwaO0W0prR2Ul808qRtx4MWdSCkao0AumXGzHwur0eI8X",
-	"pkkYWVlQh/PgF6Fp9X48v3x2Cn00+UNT58RspBNQ+u7uStzqz32ObZSRhR6nYqutxg+sbb7NJppPZE7B",
-	"oTN9C7uQnYNXj7bFuZaNty1GoGet6Xa8jDzwQSyUQ2QGNVZuVnKeG9Kt9hoFzQQSkAjVVs6x4mqhGSQp",
-	"ymwowlCtgBu6tiCBqFtmCIFC7vKNTmwTVFvm23WU0IPwvKGoxhmO5cSdHZail97TssOGkIqkTCx7TWmT",
-	"W8Qk0Zo6cxdvxnscI1y1lkSzjW+2n6XNOV6W2dnfSwQDql1mV9TSUMs103JkyzlV61xb1XYqRriZW5oL",
-	"Qv625kuqqBNOCFKY48ddFcaNeco8cZ9KgsSAWU3n9jgQO53VwM06LQKzxqsUfgF7v1g2hpl7Imw/tTjW",
-	"k9oQg2nh4LwBx53aKUOspTB46tGjh4+33d0wmsbdYTTDa7O+9JU3kr2l8zyDt66ayKg9l2o1ec/HiPg3",
-	"msbzvMoCWjFI58UoZypxzoZdsve4vhoZaWhWGTV28W/b1wrN0lu9lUmajuj1dHSw4+iqFx7d9o1dX5iz",
-	"uVTLOyyBe/GWi9AUdOKEhDs5xDc5BSlfTEdbmGgyY8kVmAE2qNRBnNG9XBfgMbjdG+2u5/Vwtx2bDPXn",
-	"hngMbrJbCjHcMNTrmluEnD/mHYHraYUroUd3DzXaElq0OUioKVh0GxFVgShNUrK6LXncSbLWVTpzo20u",
-	"421pytVlg75cMi4MmkDQzZOlTPtQwDKs4uHh7mEVbqiXbhStulmRp7c8SpvCrLzjutrdFc910N2bdq7U",
-	"rGi4nnaX9z2P+2x9wOWMNqzFWi6dDxutcko7Thgum7aUqXPgeJ2SmdbDIegYvHmNElIj7bxXHEE7BxLS",
-	"tBwReAfikCj4p52qIxWGyu7gLoNOIUavaX1XrKdrYyjMZO8rtE9SSLxxKXDojiFcE3A6kp8vn+59FVX4",
-	"q2RMNXt8FMqk0FQn6uAvjWv+SspsfY1nvCnhDDNMHL6pkfIKkBKtcLFj9BBPs4ZFfw5NaIxDsvrnmBFw",
-	"QvfbZJGxQ+Pa6TTaGWIXTQfSHgW2ba5zagCGCnwWudV5YXuEdNMHwAc7uR3XodWUt0nC8Wa+BgtyzpJd",
-	"VuHCPncTdRZUzRtJz+/EmFmFpwx7qtnGtmQUB8FEtrfSLAhbX3UdIYmV619ta9ORsYNv5s35GrzItkXY",
-	"aoHBJtuG4Shp3RrVap31fHQnWyo+3db53XzsuxBV5aI92uYQux21teaxQc9tE71wfbxPsuz9557eNgjz",
-	"o2cqNilcrxlNuXCuovWsigoRvwrBWDG5GMqz2wWnYlzkdudSidZsH2+ihdWt2LVhH5gZzPBN49pYKrzb",
-	"qbpTvMkdQg/W/HGI6mEbaplSRTa3mU5erI7ssJkVrNhTpuN2UPED8op/V3O5HwyOvnr05eNtPMbZG+ab",
-	"2n5MLlcbf/zll18eHmxtPedNMQu+YYDYf6BJDoFdb2s9HB18ffRwsIVFNp7Cigc3sy3HSkZzmTaJIwg/",
-	"jznW8AihBBWcEsUT0HzpnKE+UOYgHxMzkxrSlGt9oGTjoYlPnz17+cvZ96MXZ5e/vHz904UrMUC6gLwI",
-	"ni1IuJWAJy0zUP19DIueUeVSw+0DD7TvqXeC4imGIx0NBqvBnn1yWo5fUCsZQO4jWDURnNsFq3RrY3+A",
-	"GmpdK90aIQZ8vDENoW0lqVjDAwg4dLkO25GEdov9PvcN/oiNlJ+fBK2VX/7HcwDHA+TTxjB/B7s94SxL",
-	"dZijTpiYSMsjSNce+4iUxw2C4nVE3MkGn8zSVSqoqkLcbtm3ULZP7qyT90kAAsJrpHC7ziEevyG87+XF",
-	"Jen3+/vwO0QP2U+K6WLOiB1G85a7S103BQwybYm2/Vhy8JrZ1283hZ2EhTaAgssa0AX66Kguj/3rn19c",
-	"nj8/u4AVqA9cu1Gb24ATVEdidd+jFk5XErDfq7UJlwc3WP437Sy2WU/woAs7qwqeYTeZruqAvq0LXoeC",
-	"uBKWn46LMBN7MmGKCLlw5WDAw7SYuXBNubC68JQZwg3pOlsP6J0VT+baI3b0+uSlWEPVR+fXkpngSSz+",
-	"4jLCoxLngBLFysinnZYoADZuXa1mSmneQJcP3nBHpjJvDMG4LMFISMYoWkkmdmqAxVlmi4ExJ5fKNB/q",
-	"zZ6HO0BitMQUn0EoLjj3miEnYPOasSYa/bV3cUe0A0fc2k3RHpN3wVyJoRCYABG4IC2Tah8l18VQPbso",
-	"Pj6v199oM6n39LPg/ygYoXMppmgFrSE2ADU4KmiJ5WhOK/3FnsIgjEKTTOrmJrb4Cz6YU8Adlyrc5raQ",
-	"C1HnmrOFM6WtTl+SBRi9NEJwYxhnxi0P+oWNL2RyxQyyLoBgF04UVDJjlePAsigrCSmZZUzt7kRww/wP",
-	"GN5WplKrwROEKK6EpzkXgT+e7mhvjVZwY/FIsg0KssIkvPUQwixlyvtZhPRVuK5Y3hJdesvM0jpSdgMn",
-	"CtxEu7TjQXIb7dm6U7UXlXPesGA/wQFv9aa0Hhd2J0wLy05GGu3uW4IO2IrfqNh4G31msWees+1MJP5S",
-	"3fEQbVyLNZdQiJe5irQYdZDFWwnPqjO7qUBVT75hD2hVtu++OPPd1Omt2jjotBr85Uroa3ABuxIfGQYj",
-	"V1A+txvzea1B9+WPVbvum++C5qvROVa3LrfKrDbqipuCtxOFn0bHDvL2neIvq0cj7LCRBvhUnN8RVwzq",
-	"HTSLb/YxamRZMCNar2e3rVhaLawJemobP72jBb0t7P/UCy2gKnXPX1xGpExm+dd//w8EPKK9bCW/hnxR",
-	"QVf9Ze/Nu4Po4PEN2SGTxA2lcYYm5XfcIB9psZ5EQg0dOffhuphnqEipSp3nMSI5TVM0D5RyznhpVtCR",
-	"ut8eB3Pff/Pu6Kb3xdqXhzfffPPP+lcPb77pfducUScnTbj6UjOHwYUpRwsF0bAtgdjr61kBMDcg3Saz",
-	"5hChvBglUrVho4Nh5TaRV1dMiZbiB85qc5vWpG7mBmtzv6T66pYxWpYIIA+Xm3sMntoAoXIHL+pmn2XT",
-	"odoQjLU5pmrCBdezW863ZWnvA4W9dbXyGdVskwfoTprL9shP1h4isWbFc5nPIyjes/tofGBTw5wCcb7O",
-	"Nly+XwT+fNRWMYa+i2G5s2JORXNCT1hMYr0STaHKYiQtm6zNyI/rVlSzmqi7SyLQttoPO5ZsqHW9WrnB",
-	"lXMol6Vpqzcp4NyX1jx20c4VMIAre2P/FKPfmJIjexwjnwCKuzcqP2lDp1xMR9hcVIU2lN9olihmRoVQ",
-	"TMsMkuxLyPGRy1D0efgZQNUmVCQsyxBPIAR92MFKsC4H+RRJngaAsr4UXbv94r2sC/VR5EykMEm3WMEq",
-	"wSfwqQJyA372sbLB3yw9sSfGryn+P8or3IJyzdqBd0bJjIrp+0QGhsp/WQahVP/DqMC1DktuWL96Ak7y",
-	"puWybMeobGOJt0iQqir+tseH2EHspKw2DmN3hRIkg23aJDbZNsyLYjznO2OirxhRHXanRORlj7wxWtJ5",
-	"BqYo/41TJcIGD0CXWPlmxTrh3r592HE4kB2FrAYD+roCuJk/8sCTwFLSXTH9V/CwJSgWsCionkkAXKR0",
-	"F89pMuOC4U9crPmIeutuCZcPG8/pFSOpTK6YipvNrLtKZJUryU18nYaAmSaF4mZ5YWnSJY46RJ3LdlUT",
-	"dENC+WKKTgPCtS5YSqghjWX7ynqdoClAWcdqbjNjcrh7nf5a9rvlDTt8X/1lxVzoNeHXZxeX5PTVuaXv",
-	"GFg/T/bm07mJSRcZqbcVOfheqQz5Czns9YfiDFxDkNVaiJQpEjvY8ZgIxpwbuNS5w1qVQ9GN/Za/fHX2",
-	"+vTy5evR5cufzl7EZblrdM0L+zZL7a0nSYxgmlZPJClXiKW573vYg6bjXjQUromU6tlYUpUGWYqJlFec",
-	"kW4MblmPk241XS7iHhakdzgC9sEIfFXAPIYCa+0DB9cOy3ZeaFfqG9xAssJoL0szy4UgUvEpF5p045fw",
-	"V2zX7zIcor17WTYh3okHpBLvx3ad7SlyNSMRFfrfL16+gPqWcMCGnWMy7PT7/WEnIkNAzsGvKpysEX55",
-	"Y5vDjp0rC9JUtPPyeTcynVIufJ3+VCaFvZh8hVkqllXlzGNCCRTdH4oSZijYdrvgJZdIWZLZOVS+fQeZ",
-	"vgZUBJjmIg3aRNR1mPZYptxhzsxYljrIE66IuzQIWES7GVhxdEQUbFdEnFVAA5hUMdcnpBGvvdcnp2VH",
-	"y7JsNQDauLBREJOwt3J2Q+Gn142beLkrPhqDlSYWRZbFPh8Qo3oNVnGGzmKPaRs7xCVuIAXOn09XAdNe",
-	"P3TKYHNOX50HuW3HnUH/oD9wPEPQnHeOOw/7g/5DNI/MgI154q+qLjVCG1xAED0AiacVFnkMrvTYlUtF",
-	"7uBODwewcTBFywnx/hn3AmwkHYo4kBRidDXPLXlNJGQ9hsbr2D/lkVZKU/cJ9uvii+wxhLM/lWTMzIIx",
-	"AU9pMpfXjAjpgkuQk9FESa39QMf2eqLKp/yW5Huedo47VtQ5nTrHREWTneNf33W4XSI4Al4QPMYog1oB",
-	"5lvF4DXHY5Wr5RlMrtg1l4UuDfhNQ3Gi2MpY6jbP1VvyDQSEQsosUMXhYHBvxYSr4l+bisbriOiQ6iwh",
-	"H+EomhovR7v/HU2DvLGjwcH2V2olnG9CTxZW7tIQTVFCK7lLe0m6Fd4fgYpdERZYqWp2wWlwZTuniiaQ",
-	"1M5l6goc14/f/jtv8LoJTmKdDn9gSIbrVNg0xeoRXPXz7zsffms3butH3Ef70tH2l15I8xTcI1gSvXVL",
-	"9sMqf7nUZqNiDXCwZMzgygeWGI+ne3GfhMq3K42gA5KpxxAMRVczhoWhXSGtGOViFzyjy3L0VfSll9Ou",
-	"GMu115+RI6NwPhTubZZ6GQBCXpDZ2ovfCXNlcjpPUbYJ40QwxKUENnKAl0Fhe3uASfzD2WUckfj7s2dn",
-	"l2dx5A3kInW+DA3hb9htn5zbGWHike3QylsMzRIaod+6iAypwc/PRcHWBmYFOEgYsloIVRmHAvwwSxAW",
-	"uB6KKZQiimtFt2LvNM2pNuFy+SqrUAc+LhFaUEzwW0lFtQB2XXzWEr5eX+yECnvFG6vFjGlyRbqgU3m5",
-	"kWt7lUN+fjqEJ5OM8jlyQszT92zlkMy5KAzTPVggjuYhO55MTqcsPSlrnNeIYSik3QJHJ4WAYksA5hfC",
-	"b+Bomy5DcJc+KQMb3ocRwQH/TmKU/f3Uqg/AIW/q+p4rZrPC/g7vret6Zb8GNnhh19sEBbw+Z3ZoX/h6",
-	"+wtPHNoovHDwcPsLl1I+o2oKEUFHh1/v9MJzKpavPVTNTdR5hLu2dcl+oIYtnMGoutSBfgmt+HBwGnx8",
-	"ojPDn0A8kufToBTSLGNqy/29bzn2ThdFdXAJnwQdkKlVK+iCLr3WxQ1hItX9oXBYmIiOS+JV8Mw4BMi0",
-	"6htGzwBfCPgX6pkG1MHT4ArywiWuR6m7MccN3bg33TTIuXjJyytWaueGMwvQgsDLEjTHNbJFvOeQm3ID",
-	"V+dQBMuGdvFa02iG0uTR4NDZMgCBOY6wNJwvV6AYzbIl4fo4vLoSe9VBz1XBLtK10/CAkimvIgortv6v",
-	"//5/CcVcBbcesJ9DAfe+x5dEuFB8Ay/Z8bLMYSC6yJm65loqBEnihqQ8dSVf3LCwQSdNBvuFgmVlTvn+",
-	"/OLJyxcvzp5cjn54ffrE3rqP/EVhO3WR7fb+GgpHbXBbVSS3mPGM1bcEvp/RWmVHT7ll8KWTWtwO1qSd",
-	"BomIvd2Lj+3RA0zNpDBEz6xMAfecW19/Jw6Fuz1hQ3DUD3RQtoEs/PEl3AT3oVUftZRQkKWqQeXoylJp",
-	"JdbX7+mmm++sEsR+/xff4J67xrqwzcK/JxhFBela+YzZvbT7UeJogl1kBRaTdGOwb8WWU/X+/35bvt+t",
-	"B0WJGu88+9kyY7Cu2D1BiXfbHRekpmSsycV3NPiaxA3w5t7uVf7k6qQ5cEPPfWPFkkJpfs1isNQNRRwi",
-	"qWMr8X7cJy/BqMOckRRxejPEfGw6xVCigj1FMMo7HuJo66O2/VfUzODZJsNMOb2abcZx59IftRY6tK7A",
-	"N8RK4RTTj3xidqDnp1KNeZoy8ZHO2CcRMHH1CQWs/4hQjwyLmp49YQgQiwiFwqGml8fhhFCHZG0UY3g4",
-	"SmL5xjJz2NdGU22MR8Ne2A50FOQJxTIKyR/usquOXqjTl/jVyHy5IF2r2NYLJll9Xec0YT2836uqPnD2",
-	"bHuFdsy9bFBBRbQ+cVmvQ3EwiAaDQXnmqWIOF5V0QxkVlG6wCtfATXv9oTgaHJG4Xn4hjsjR4CGJ12ow",
-	"wA+BqR8WyX739VDEDfU74jYb8FPgeR+Fa3xIQ10IittyY3v++ScH+RQc5LQ6oQ+0PyU1x6j9bgneFcdl",
-	"PI+Ryjk5hEzZTnf4PlXJzGGUNft/QJdkKVQvdg8H8nq3UhRACLeqgtdipootwKQ2FKWC8vT82dno+el/",
-	"jr776+XZRdxDbuXKrgiQDCE/DJGtfbCP5ZlNx/I1o+mpm8BneDDf7hmq6iezilYGCPqGCKPGE2nn/+dp",
-	"/MSnEa9kCjc46So2LTKq4ATqqpQPnFV3Hp3hmmoCn1CJaQTPxWAKPNdco1+epWtOd659ZWfUneF5VKj7",
-	"/RgliqEoIccxCVv6ZN0FKFjjqjq0N/mWQoqVV7CuPnCQiDw9f/qSSDUUM6pSmIXz3uug5obnCjCQprsW",
-	"S2asTqE/FBd+nZxlw7dkRQIXPleuXp8cHTx0t35ZQimuqiu4d4eiWwi7xYppzVJgMNKylTYW1MRXflHc",
-	"sI/PWHYxDNwPTzn1gieEOVge7L/wW9ANNoy9NYq6ysM3u6ggZ/6FP5nWLoq+JYNPbxp3mwZ+JkW60994",
-	"7mp022OEbsFAcQ/KCs1pygif+PIquwkeAX231NTw5c+2iBs9sI17Ox7MErx/S/BCVtnEQ6EZ02TCFkwR",
-	"sJZjLYUnOJA9DIvoN3CwVZvFiWVFQ7HGi4DP1KK/XORHYKFdFYDaxJqPZ6K4nUwjE8PMHnoY7kW0gZ34",
-	"k0/8fvjEKQlFnwcadzByXierxddPlEfVcU9r/hurbm3FKHgGINGlTToqyYRMJRQTJobNc6mocoA3Y6Z5",
-	"yspeIqKYgKFINDUHLiCaZVaaASFD8WuWHpcYGaoAdKAizyRNScao9/vJLIV2SVcqQI3q9Uk8lykDY4tM",
-	"DM3C4o9QwKcqTzd4fHTUa5Fe7iaZfFTz5Q7PPpcpu4UIc68spF2SQfyjneQVV0DvTy70++FCcBCcAaQK",
-	"BLJEUHGiE5JTBZ7sSjkD3cIKLNuklBD/oDEer4wLvfBPfpaBeSG6RMsV7Kf6qSItwzEQOcHqVlh8vw4T",
-	"z0Jcoypow/FkuD9agy58CgCgHkF1z1eXf4XEh0RmOv7f/xMrudBxxbe/Gvzv/zk86p2Q2DKh2PvONeBG",
-	"l9AK/aE4bcZYquCuYmcLj/1VWAdcGopT4lEh/NsPdIDCTTMtLSlrVIddPRak8j1LDZggAS5ul9VJJozZ",
-	"sT2RKdPHdZnWvhFH68HvpDumKbGTjRy8o/JW/N4JORoc1QzmaHW3339NGu3oEYnXqz3HpEtryElETiDU",
-	"z23njLrwOftK7wRvzXqV7vikIcYjDupsN16ciLLtMUo+Nwd+bXS38uQf3DejaAxec9ERYTLQn/FrnzJ+",
-	"rTw9lS+/LV4tIlU4Fsb5ALcIAdMyuaq088V0v4znDaPZVjVV98jp+S8/dD5gfKVtvz24shzGx/ZaPdpF",
-	"iAuSL1fjMvy4Qaup0gUB7Uxf8TznDmzOXjhyMoFYjYatqsCqWlMHqgX8kFkAG7cJrmH49QQ1sjiRYsKn",
-	"hWJpTLoQ9dCrdENIinF5ZAgq+akEFICjKoMjg7TOaoR98gK8Vw6OV0NZQ8AZCjfLpQ+2Gr3OaDIjsUsT",
-	"j8sCIZDzyDUk/V1xkeph55j82u/339zEEGNQjDUzVRanjqOhiAPfvQ5uY/jb12Wxf8+4yez/kEpd3aVz",
-	"LIcWH6OSDtjOQ4HlRjGKsbv2JOzqjFFlxowazNtzv7rUyTQiQlYCEFADeBggd18kDKx2lFxztoD8O8VA",
-	"HacYPCEXgrgAhCe4lkMB3gJJM6YTltYhAWEBISY2BhHtmmajuZ2jF/IOHw16rsdxYWVMK44EE0gkTNdB",
-	"FKqqUQyAQLkUvrALybJMxpGri4+pcXa7sIOhcKiGIN90FeuViR84R/cKmt2lSJjPMrAvZRx7Vkty8Iho",
-	"DLwdCoAOyZV8a1UbUIOSTGrPNVBEbLQj2Pm4FdwtrS1Yv+agpcNHg6ie6hbmuj1qgi/frvcY9tbsw/o2",
-	"Ggx2sjAiEeDrcElm1G5qFXvs9qWKgZWhGZdoI/NPphtdwBj2IH3gzAE8Inw5RmRnGcbA+ixIf8gwDu6a",
-	"wUHSK1zIhebsv6tqbt/Uo/nq1PITz7K7xr6695rV3I+YgGHnQDTISUFmDyacQvRSoQua/cGk2vcTNmHJ",
-	"aBnd7+NHIQwbXb8+Ot7qwnmvPTTtZanLlkWmSpvNlF8zAfZd4jK8TsLThxkGHq9yKBpyHuQEUa3xiKO/",
-	"eSXDaz/GivH+81BoiHX3+JnlsOCqxXQwq5i7u+SIPOffhbkV9k+/gicNGWlVLS3oD60E+DdmmSFSBgbf",
-	"YtSqYAsnpffJuSAxUijmzcnC7OMECFVsKNAQAt6wykzgnOh4p9oL0kfglTHVUFjKp3lhshlen3pmL1Zv",
-	"sXCjGIpVPbuK9l/JxfDB9z7GPvDTlakVmMOAuRUuW3Yly4FsSHI4IevpkMeYacIEJriU4eRg43O4AmGm",
-	"3gLKU5RpDXOmWLasJe0ORRnMGDuyj/vgIVQyI92VXMbIJTJGlhT4b6yHMVmwIK7PoWjLSyFGSpeA4wHc",
-	"gnwJJxj53Efg5giZT1PbmlspSFzXx0NxMCjTPBCB0C1MVGbgl4iv9mZe61LjqaFmKODpw0ePgeRR5uXK",
-	"k5mRUwYRZl261gZJZIHp+GwoPFkaMpNZasnxle2c4pC9W4Vps4fxXlOJwtQJTBElICA1US3h0eAICQ02",
-	"2VvVRuxtzlGDCNiGYh6voWIdIJMMiHue8NTqIQCdLAUrCziX7VZWrkYv7Q/M3MOd2BIg7riX5Sc1aWsN",
-	"cG1zeZjWxi0rfP/GV7wolBtS5BhnDIxBTEvUBk8jRsJ5rfE70oVHc5llFb0+tHvVa0M2sGxzVRItZc+H",
-	"K7Ln3UTPDyiLBGkxn7fA8d7GKoMlT9w+A3v0N1G1ANtE031kr5vMUPb3+5JQ79+8W6/+tZNd96ixzg7/",
-	"jYEMi6yulL6Y0eTi/Idfzl88+fHPVKlb0+x2AqxgmZsJECGfP18CrENS35UAsRUkQGdBriSWmirwJw1+",
-	"ABq0Imd7Yjk4xPX6vjhJ1YnVUnl0jwU+D7hiLsrPysqHgyMyZ1Ro9Mph2E34UOU9CLJ7heXu/yhYgex+",
-	"waGcsNXJAj41FFzgAAA3SlQgTKWnoQaBQrqFAJ9oyOsg1k8qMHMxjQoAAotgobYK9wLFOZbClKpceDtJ",
-	"mLszmCAix5jh8FPIYPYIZWHgMpb7CSOwjw6/BjWTi9G40Ms4SJ32o51Rhw8GJtSFQ/miGRYgxh4ri2Wl",
-	"ZZYaixWpPJpVJd1akTgNO7JSs1FLJ/vHr+2HvdOJQ1N7NHjY7KKtRuwS4R9gsDUsl9UIu9isr+Pkkrt7",
-	"EXp9ce6wE6nTDXErFlQPBX5PuuMliZmcILafS3x3w0Y8tFKOt4pAe9RTKVXZY/AZstgQE/+uHPZ0t0N2",
-	"QlKW8Wugbn+m/vTH7tADbNJ3hV7eiUnv6O+DTupOv5C7h26ZjcFFZ+GDtyX4V3TKngES3Q5BfPbhJ4gV",
-	"90EVo2BGbfFI4aQ/lc09HEOtsh4Eunct70VAW3SDIdMtYSt6keVyVk/dEpFUz63FK68sR1r/EWuEIooF",
-	"x3uJkolieubgxPtDEQMmaYxujBBQm/zr//5/yFhKxJZXhdAnwSXrrigHbQcsZclMD15CIG5AVUSEbY/e",
-	"gWE2zRiaGEaEuUeuAiMYyLBYsDcIDIUD4MU7wKOAui99XFGwCiP2lmujnZXHpTYFgWBgqaJmKPAnrrGy",
-	"f+8Erz/X8CgoqbghTuisBsn94SJ+gn4+EXBVONOG4/gqoKOPfMN8djL6e4d7lIuJyXvlwq9Yz09KLCOK",
-	"xQ0BHx9A4cFQD5Z+XdpWsGha3YwS3jH77+yJ2OjfQ9CCOtHf7roJ3n1B56zzOUNVfHZOt/cmrO+ZNkou",
-	"V8nKUYcPKeCGWK3mpFauFK8Pyy4nUk1lGQbfFkf0gYlk8LEY28oF/FmDk4Zb/VLUxo3BfcgMFAOJwPtW",
-	"Ac3HleEGgQGiNsGJUrtXKzfHVh6yXxa5bjaDvbI//1EoBCbzJ296X970VDH2G1thTZW9kOkIXPwuooUr",
-	"VyIeBFWsbY1u24TmdMwzbjjTRNMlAVrsbadZLLW+0XlQzP8wVOuqV6Jqgs7U0n6jK9+3Zh893emPR9rP",
-	"mAEEebAVhhcvQB4BrPFW6gSVcYNjwf78R6FNX2v1T8J7T8IrswAMwrvWBZmtFCfzTQQn8z8OvaHF/09y",
-	"e19yk/mqbtGFqKxJkUUQpGO1h4Slveoyd5iSwN/qRDnjJtto+Pzx/PLZH8PgaWeyKfNS5kz4wjufzNz5",
-	"0g4Cik3ucbFnZmwvkzIvh1VPwlzfyv139l8fp5FLkbY7Kcts7diwtyZ2+dou8MpISbqUjKliRLBFxgXD",
-	"OOZh5xUYP85eXJ69HnZKBEDody0XsfzWLm5Mut7b5v2BDp5ME5+ub6kUUyOGYkY1ApChWbLRaRY6xdag",
-	"q3vr2YlgP60lKJ6s+w67YT5WZZOlqUuFyQvj/YZD4RyHiNm6yffnjJ/aSLXd9Pkad6/59EEQVk7NrIrB",
-	"ctveWTVXtpWbOfxqW4XtD+SaszN67U7Cx8ZHtn2fOspr4gK/eCyuWkYeRkB7AuUVwrqXKv909X0Wrr72",
-	"OxP3nFBiCcDz0hPP9/7iGVwQULBCAj50o85wfd7WxvvzOW8DJFiJyhfZ0hOZCx/nzpjUFnfpi5vuRvxu",
-	"IBAHiBGjv8dL3M1i0z3uF/FTXeF+x4kUEEyjUsQbdmhuVi5rv8T94PffeeTcLWWoXG87XRJVk7veE4eP",
-	"Hu90T3zY3d6y01as0NK5gRFYyC/15x7Re2u2FtJKLmW2mfm8gic+4AbZDtrOInT+qQ7hL1TNCSxQGAGw",
-	"ung7u+PsXG6vBUmZ/bEccHVjslRTMLot/FqDayN1/i+OaZ30iglfrvMk1FpdTID3j9irbrnR23Xve3C/",
-	"x6CNSdmF+V15tKrtLF3hK/voHFf2mbrHagNmXC2DMNb8NxbXqUFOSKxzlsT23vQhInEVPOMDXsAx4UIk",
-	"y8IzLj6Upwg4N+FZBnYPUQI2IEIQpEqxBaEArQkRL5AYplie0cS+UmUqUQOBNlb3zKRmziPiPHenpF62",
-	"uJbfj16SMqoGaw7lLIHYXeZKmZsZs43SK8h2gqG7zo+xdhOGHcSgZsZVKUA7WCAQ5gN7wlS6LhQKBMAe",
-	"AC/2y2NH7Orbwk5oSOlyVYewTpT2R7daaYjJdSV+Qrsmec1SNuGizG23k8M1dHAn/sRj5DJQUwmHslJU",
-	"qCxx1xLC1BSS1KQyvyruhUXcv8prO/hEFYG2MSZC7a5PuD1dQi4+c2X29lFF7xnJYRcGy3bgIoWXHYZu",
-	"eHZhT3bIqrpS+SD33jobqosi3rnaikTyuvS+UgGleAsTVPuHSMLVsv0PdARlwREqJKz5z3zJf1fG//uX",
-	"T346ez360XIzzUxV5k672v4pwLT1YIpG8apuGj4IeqrjVlGAioFJrCiOOwDxsqw5gnJI4QBGBGFiape3",
-	"LMw2MTX0Xgc5AwGRFZSb4yKQVYztOzQGWsZaQEVP9yLXwGBWWAkGbYApkGi6tK8vZkvSLQvu4dQi+BuW",
-	"Ef/kgqyuOZaEnckFMZJY0Ygb0oU1juf0irnljCGPcl1W95v8IcV110ebxO6H8CmxB8tIgzDWtzxZui4z",
-	"wDXVrYCLXK1CV0a1FwUSQy1moX7+dkKXbAeWbLDjmBUQRTwjiNTWbMvxWJeduxtso+1D+QBmJbcuv3Oz",
-	"0u8AmNMTIOkGAJdRCVYZBddLz3J65MQN0J3NxL//zgNEruHPrFS2qqxIcYB04fxGJWBYDeKTelON9xaV",
-	"YJSrDqN6/lHlMJLXTLW7gYbitn4gsuoGapIof+JZ1opS2Y5q2s3NclStJmZauwXAOPkKsiOtsurrtrrq",
-	"/fv26Xyg4HW3UD9Btc+NoD9/4vqs4/qUtNOG53NS0VBV4lf4asRWjvdHzJVw2mhLuSv2qnvvI+Ekb2HF",
-	"vyurih8zaeF/O3DlfQ8o3A5ZeF2JRbFm/4jJsBgMHjISg0QdACoPjgnNMgC06UXIsHG4XidXhbCy+YSq",
-	"CO0DVq6dU7F0KC3MdcUUKytbl8mzh4PBAPQF277D+KIlwog2dOnvjaEIcE8BJ8lhJG+6JOwX/t6LW+Bg",
-	"HAmd+iV7D0pvQW6BJa3La58K5GR1si3nxtPPH4oBr2kQduXTOvg2XsGruN6ku47e3dvlHKZc59Qksw2x",
-	"NYWZMWE4lM8stRAosF0YqRCOlHCtC6vOL0McU2qqxzAPEAl7KMCLaDBSSdGyGVf/U47/zhD0HEUuK3UF",
-	"hs9Xl3+tImu6sZ6RvQS5Q1K+icwi7nlDQTKTmgkvQyJXOT3/5YfR8/OLi/OXL0bn38d4CdXNg0NxSjRL",
-	"pEiJX6rS1EfnjNREyHJx4CeoHOFtn4eDQ2drsA+hKRGecsJmWctde2SAE2yOkpSD1i+Mq0VhUP3/uj8U",
-	"T2YsudJkRvPc7oFTiSBv+7iGc7uiV67sCtgUuo8GD3vRUIwZVUyR7tHgoBdhl92jg4dQ7rQXEbA41Kfd",
-	"tZOTyo6pFxElC8wIPRocAUZAD+DInjvrkls8aDfUi0sjhe3AuUG5QGQ2O9TRhGcQe1RDjUDEAj4VEiKw",
-	"dA3ueE6XhKYp0XLOTtzAvZFrXmhDoF4LqtQIT+/gD4ZCAvXTDBG8bENjRkSRZX0Sz5mhKTU0LmHUrpka",
-	"U8PnQC2K5Yw6TMJETgXX7lyQGdWz2vy7CRVS8IRm5N8vXr44doRfDlJjAcuhEIUzzZVRHQB3u5hxwwhW",
-	"ziUldAM1swe6unJ4Gh+78p32ScCcUEPhLOgI3OHqB5Rke0KowFeuaVbAwtiVZKkbWgRrQbjQhlFkSWMr",
-	"DkdDER/0B3H4S3wQu4xabDEcGATqrRJ419JRfygsJ4Bjky3sJQt1e2MEsDsmww7Vmk8FS4edOCoBCoHn",
-	"IHFQyHAEOnKWO9yZoZhwX9jLS6GTQsHYaCbtwbNMIGba8LnleSM4l3FtkXiplMLxrSoiQFxccPJGKdd0",
-	"nGHdgpKW7a1fHT37k5Aj4E2AsLweV2elhQMSF8GFFLdVMWgoyhDUOfe+iBMUTJojEVdPXd/bdGJn7xRy",
-	"KAJ/lf215yQazxkSd601SjXfO17aGvLRcOPjwcYNCzdvzOyuaWLkCR7Hkg17NeK+1NJdQ0ju3+/i1+sT",
-	"ZXP77j2OSGPFJI8x0vUwx/ag+E3yl2dpcl+/K/9EGLuTj4clhQJF6td3HX9sL60w1Tn+9Y2lx0qkDO7G",
-	"cj8Ci1aJsOib2UWAREWoVY2rEHrtFWLFlHQP0NwBmDeTU0S/Zc6iRNMUC6zCjekLzjr8XlTeAOgTAWoA",
-	"t65bYX4GsFLeYdUnbgQrqEzAYlN42eptrq5iyjWAFE2KLAOnM5aO9kohdJkxkbBjuCOwuyvGco9m6geq",
-	"CbVqZsZ8OUu8LRBmlcyZf4hMaU66ilEtBSqDOLC4VwojSyxbKwsB8k43/s89nNLeM6lN3KuhGmdyiu5w",
-	"CAKFe08XyQz8UjnXMmVkzKZQRwCcaPjMUNherWSASY26LMJpUC4bQwwMyyalVVJBiKmSct4npxhQDnjm",
-	"GI4AMx8KwL+3MwRwKrjFqfF3NfrMyzB9EBJfZYD/b1XzGPlJDB7CeA2vPe4dV3KUu5mtXo5bAoE4sf03",
-	"HgpvKDh2hfyUIxQyY1naq5BB4zl9G/dJtb4XtXvfoSyj/GaFCNtOicdsG4yCd89EGoevVW5AAMvt1qGd",
-	"uek500TVwg80PyaWscco+uDMPGgXTg4hqVcHDKXIsGZqU6t7r4HcYrKYLY9J7Ig7Jl20hkDxUhionD7Q",
-	"iKuL5uqAPOHgLK0MUGSItlyeqV64hECipeRURiDjXBA/Gs4hmmf65NTg6gKW68QPo7bTkOjhlKMYcda/",
-	"wWVCgGx0y+L2IAp2F8FjHw6I7g3FRJaow+6iCjrzpi1LjI4Cj8k68UFxx4uLMw/bDcxFg/XSg7FZ4grp",
-	"MHKgwx4ZHkD03TiqkgFevoGmupABRUEJ4iCYTRR1MTj1cdsDbAfS81NaLT3QJ0/tq/qYxDCRY9e101lj",
-	"q88ck3fDDpLrsBORYcd+OexEQzHsMJHIlIvpsHNjxcNS/fn58uneV7BACMNGNXvswJTj8C0rsOOPw05Q",
-	"XBvoAKHCLTGAhIptoj4T8/S44RhxQ7oBup9lXGAuvAAsIM/EQMkGrz5Ck8fPqDZ78OCe1fZhFO4cWQYF",
-	"GkzvpFyhKc3Xlsc+7ZbESFwlZN74dya1gSWCtqvbyJ1G0o2VO3swuwxOB3VIhMD7kBk+0G1ntn7g/Q3g",
-	"h+zpZGXUoBnhCO0To0SmrNzY1A4YUd19QRBNuvExybmYxj283nxUl6N3aqnXMn6dyYW/1biGEiqgr4bX",
-	"5jGuBjdkQrPMsrAZdxSMoN3c4VNREsOaA5XDEWwqM+cVmIjESBSjMVtK9LNZ2iw3tIaHXzGT3kmr426z",
-	"/RXX/D2tryvSEVK1kXiDArso7dpNt1Wbo/u+MbdPS3R3qMMtlo6YocBhSKnVcC1lZnzOHd5k61Dn9G0z",
-	"vPbRwddHDwdHwVAPdhkqygxWpjxBXMuAwdMmAiBdy7mdPOLYcfvCwu+1AbshjaXMGBW3Noe/T5naaFvh",
-	"mpVE5YszPEza8/vIcrXI8QnS1QxdzMFrsBI71b9x5Rw6UWeG1QPsAEIBqEEbaBSGakIUYksQ6aKpgYN3",
-	"Q4rDvdpA6esk0wlZ6fqorPQQcuxbylibh8eEpeRfoZNO1IFiZJ03TVvbwO8b4HiBszcIiRHEetWxdd0A",
-	"Nwh5Q7FdyiMNQp4LuHMVNa7IgjqlCVno+vTdAOzBKtvfsgzPGt0RP3rfHU6zLrdV5U0bxuyETFQYrYZi",
-	"JY81law2/ynNde+EDJA6AswrO198aHXCtyLHC4/S0XhM3NwaNI33PRE3vxNv82vLCuj67gJroL7yTeRu",
-	"JKlQpwbRuqHAlStbVjdq8KnYBH994YEz0VLKEx8NE5NEyivOSPdHY/KXIltG5ILO2QU37JsLo3hiInLB",
-	"kkIxLMd++eyi56AkX59dXJZSvBPVf2HjC5lcMW++hmvs4JDMZKE0usVch9pA9R1fAQMcZ8eWlKHyRc2f",
-	"hnoE2h5Krz3E0pUVhUrbh1zYFeRTLnSTHHTBp+JcdD4cjvy5uA8cebDSnDiIY1gucDF95ECd21n+6la8",
-	"msXOTolQMlZyoa2IHdhN6zu9TtWyMJsLC7wsTGeXZb2srWWSMarumtq1YaZPbLt4f+FkH1TObey9PkWo",
-	"KrkxzPUSntjiWQAA7z3N7ENWJAJVSe8eT5pTY5iyj/6NfNH99jhnwmq8/9SGTu3/IWDuPyH+758u5Omf",
-	"drUyZoI/WfpPxMN1/42geKW6Zuk/EyoSlmUs7XW/PSZfRB+ps94X5It/6+wQoHtKMjpmkIRxxZbfgNvw",
-	"xPtCLauaS9Uapguv1paVGzbXK+v769++efOXb9YHU35BlcKYtOYgF1BOmlWPR7W6PjupHfZUCPbWjBKI",
-	"6fWXda7YNZeF1T6nrfPFV5qUio+SimwPxqbwYBz6J4qbt4c2sldZUJ8fivuMM1dmohcBOtqUValvWxCx",
-	"51TwiW2PavLX0+fPSDd+ggu5d7nM2TEJ13JJ51kMovC/X7x8Qbrxu2HHNzCyP6I161///T/Dzo0DYQke",
-	"sb+++9d//8/NTdzrg/86fmd51YinEXIX+7Y7ubaFExJ/m6rlSBXC2TGtLjtEa4dlRqR7OBhUfF9Y6S6D",
-	"qALfZ69PTgWJz1M2z6VhIlnu/cSWMUG9jHSlGooybKHP07i34n4rFwilzMDRbYfuI1HQgQ9FGoYCyvoG",
-	"Tl5yjiMu24L6QXXTjf8pDmuNTjjLoNALNbOToXA5Lfg1qjGubEY7rLYlmt2qzbqF3qzPe/6By1e9vLK+",
-	"G/MbPpJf2M78ohjPuQnv2FVy3lrc9n6z+FwHGMzSxmRStSSqsDJ9A0HDeb5PB7Zdp12c138wLPKjg0f3",
-	"B4qnlFRtuxmyU/SbcgioAW4rHC/t3wdmHBC7ZftUX5X0AuWXIVZwS34iSI37niFvREt4AkJQM2vZYvK1",
-	"L33owsQwsIbdwGFnEEAI6qFdJyjxAPvyeSfG1rYaZ+K3GrIJfB4BxDCGiOSKVfBqCO5GSSnPQu57oVhU",
-	"A3QI3/fL0pZjcM9UMPjgVHDpdv6z3uwNB3OfKsMnNDHbVbzT8snPcYP86DbJ2+VcIXzt979lARTNpgPl",
-	"l+bO+xY1IkPBf7vmmQ0Oj+4XFOp9vDuNxAFm7t9VepCnAx/ncYJlhjiWGbKb5W/phVRXEL0ckZ9fP9tj",
-	"OqGQe5PMqJgy3cdwe2/ohE+9jfc5esba0Qd8LaP4HfwREWoigi75b2/iiMQ+1SL2CRUPNGRdHJP43RUX",
-	"aQSxDt9GxABgDJ2zb6Oh4BozL7+NSCK1GRU6/fYm7kUk9lEW8TtvqrYqmO0K3KVUGxKD37rUxyZc0AzV",
-	"LpclgC53F1ziAifgSpxR3SdnFKPLAPw+5mnsy2UX+UkZ57Li86kB2HS/KssD2lYxjgPxEKraU3b3pgBy",
-	"gIFhPtBNz+SiSS+zRxSt7u9zutdPA68cuXbtYN4AOu+i4HCtIOxFijJapLTDrGp0tYiQNrver4O9r9+8",
-	"O4gOvrppMoVt5w9bfLY7sQE3U+/B+H1wAy+FPNA+x47qBsdMFHgjMC5Qua2r7Y87+TNGMzP7bdPt8qN7",
-	"5EPir0IXrRY0J6e69JY7Y9NvsJc/49dM2D5yJceoJe2DyXfjyrzGJz4kLgeU2We6sUA5dH9X8nWa44cf",
-	"5QsHkbw8qQIPIQQTeV/ZHCpUDoSgbZ/KnnCjTkjGtdU+aK0lhy8DOjN3yUO4VGsx3t7vU4/xhkOF/LVQ",
-	"mWV1xuTH+/sHh1/2B/1B/+D4q4PDw87Nm5v/LwAA//8=",
+	"7L37chs3tjf6KiieXWUy06IoWXYSqlIpxZET7fhWljLZs0MPG+wGSYyaAAOgRTEeVc1f5wFOfVXfG+wX",
+	"+d5knuQU1gK60WQ3ScnyJfn8jy2S3bguLKzrb71tJXI2l4IJo1v9t605VXTGDFPw6WTChDn73v7JRavf",
+	"mlMzbUUtQWes1W9R++uQp62opdhvOVcsbfWNylnU0smUzah9b0avnzExMdNW/+Dwq6g146L4HLXMcm5b",
+	"0kZxMWnd3EStJ3I2oyJt7DTB3++721NxxZUUMybMC+iotnP4b8duHz/c3utTnrHnMoXuUqYTxeeGS9vv",
+	"y8TQjMyZmnGtuRRkxI2OCOtOuqT3+OiISEW+fPSo24pwnL/lTC3Lgc5so+HA5tQYpuyTf+99+2tv78s3",
+	"bx/e/EeraVCv7LTXBnUy0jLLDYts74pl1PArRowkZspIyhVLjFRL+AS08UATt12aaEOVIVz0CTVkJrUh",
+	"R72vHw3EaGmYjoiQ5MXPzyLCaDIlBUmS9oiZBWOC6IzqKdOd4u3DR4+Ie5dq8oyL/JrQLJMLPRDtVycX",
+	"Pw6fn/wXoSIlL06en9oPx4SWg7b7SjIpJkwRM6XC/mOIFAkj/5BcsHRtWgPBNVFsnGuWklEwy06XHPV6",
+	"JObiimY8HdqmYyLNlKkF16w7EA2b5GhrJ2qyi7VKT8Ge7n/R/rb/69/3B4PrXu/N24Po8NGjm/2/dL4o",
+	"v+vBdzVbHrWu95hSUu0lQIqtcCL251d0wp7kSku1ThIXU0YEuzbDBB4gcgwLM1fsistckzmdMNLmhs00",
+	"LnEiZ8ySz0QSv7f2GU1m8opZMoCFIzRRUmtCsYGRzEVK1bLTRO/Ye6uJA/QOj+oo3U7sGZ9xU0PqjszM",
+	"lGsyo2J5TBbcTGVuCDeRpbQu+YWbKXwKF0DTpSaLKVMMFsL+hHOAA6CbJpDBMFbGz2f5zI6+14Otdx+L",
+	"mXBh2IQpnIqU2T0xrkdH2xnXOQOu1MilNf5+31z6gurLxj4N1Zf32+GNbUrPpdAMrsPvaPoDNWxBl/ZT",
+	"IoVhAmiHzucZT6ilnf1/aEtAb4NO/0Oxcavf+n/2y6t2H3/V+6f24GFX6wcL2AtZ2H/ogi7JYsozJCvH",
+	"VomigrTxHp5IwfolVyIJnTEyosmlJ9yBCN4EFp7ylAjpzmTxKBeO8elECsESQyaKJsyyz5kl6+AHrgdi",
+	"QblhKZG56UCj5QjGlGeWkU4ZsTvCtPFjBXbTsZzxJrKr+hp//jCr6scCBzsbSzVjabcFoocYZzz5YMPQ",
+	"MlcJs+PgglDLIAxDJplKpmFn4EZDJtSGux9XFjcN9oClUUENNFOMpkvCRMrSDszJXuYXUj6jasI+zLzG",
+	"lka5JpntsrhcGdFMXTH1wC46MDbSPvnh9MXF2ZPh07NncEEPv/vbxem5G7dUI56mTHzAk/ZAk1wzRWZ0",
+	"CSucSrfypRg2TJngfm1fSPPUXkzvf4gvJNF5Mi1oBro/NykX3+X6AzAjbbsajnK97Ifs54Gl3HluyG85",
+	"y2HTx3mWkTZKADJhWpMpRUq2lEkWlrgt04AX0s6x/WnKxQTlBq7JQnHDyIJqbDPtktfMqCWhY8MU/r13",
+	"An9rlkiRahSvpoymTmcJnlm/1s/xJSvcWb5FRmwslT2LRi25mHQrN/DaNXvjV/1nQa8oz+go+wCHClmm",
+	"kGZYHPl+RcbOuLi0i5/KhdhhRQdiy5LiBiKnUcx1qokUhNv/FqLzoRf9w3Iwf0GMZLpc5WQH5Dn/Do7f",
+	"hZTPqVi6q0u//6GdkN9yaSgBNYQmU5biRs2Y1iBgouTJk2kEeo/dLBArkVv9LGhuplLx39kH4FjPLb+0",
+	"VKjIQkkxISNGlV1EecmEH8+HO0MvpCFzqTUfZVbJWJA2EJiCTogcjyPCrlmSG6kct5pwbZiyt6uQeBYi",
+	"oo2l27wcuF3ZG0+9aDE5++WHc0NNrtfPAegLdsfW+o7fDuwCjPkkVywdtPpkTDPNbmLYSH+iWaZZoXUQ",
+	"KSLCrphVTGdsNmLKEsZcMc2E6ZNYU5GO5PWQp9hI7OeH3yhG2GxulgSFXU1yYXhmRzcQOHkcn4ZHaXIp",
+	"5CJj6cQuSNmUXyYU6GI7AmFvgFxklvfbuWZUm4EoFjds2wmIXfLCzoNQRxzAW+ZKzpkynPmD5dYmYBEj",
+	"KTNGQYQsGGP9z0ykc8mRuNaU32BdNv9enax91s4V6Rf1jLV3y02oafomVFR+Def4pmhKjv7BEmObOkkM",
+	"v+JmeXrlTsnqCmkzzDX0Y0Vaalr9VipzO7qiNZFbOoEFW9RPNs1xa4Z0zoczXWmNC/P4qLWufQZv7fwG",
+	"1+Uqru/XJUehigmr8P7a4gJ0Y6o114YKMzTs2n5hj8WlHXnUMlJmw4Rmmf9bMZ1nBpRB90cuLBGjMQYM",
+	"HME6uxUAU4jIZ3tXVFmtUtve/cqf4Sj8xxM/mgscjP/+ohxU8ZWU2RMcW/jVaz8y/+XaFz8XQy4H4YZ+",
+	"E4GRL6vdRpHPhiZXQtfdqFFrTpUVKWCdcs2aKN+tXN1Pmv22zt9eSc3hXDsNcswstxgrOSMH3VoyCMwE",
+	"a609yWiesgeauIcIT7t1xiudj/C7mmECndT+YKcOsmuN6YfYX4klJi/gRuSKqRE1fEb+8/zli27RhHAm",
+	"l/oONqyt/R12B0xj9Y/gF1QpuoTPKhcJbWByK8zE7o87R5uYyXk+m1G1fGd2kkrB6m2DYy5oRpCSQAjV",
+	"zN7/Uc2pvz0XsXfLsHGPN5FvnljlpJ77FKyk4fTA1tm9hdWhaQpET7NXlRWseW91FxpP6Mpm4nOVgVVG",
+	"4da/nFZU7l91WWtpYVJ7oaDWccWU5iiBrS1iQud0xDPu39idkovrekhNlcKoYXuGz1jdQS/tTrd8cSq1",
+	"aTyoDeeTz4c0TVWVSMqfMzpiSB9b9n9tEcqFB+qdMqrMiN1mOjNmFE/0Nln4uXvMElMuBBeToXfG1NOn",
+	"siIgrpK/eO3KATUJQ7lgqhW1rmbBVfqmjh8X0u+m0QHVOUHZvrTUhs2GXIzltjfP4dEz++TqQQHjr+u/",
+	"nE9AAMXG1axJ49l4xnXT+ajS/db51p2FwHdQozE0+hGOCR1ZSd9q5V7Mht+7tT69cJXcyBvnW6ovngyg",
+	"SxRpwMDYilqjXC9xseFGCM9mLVWcKMPHNKmVXEHxGzZe4o1HV0/p4aPH9T/x39lOl8jK2jgqgdeLDqLq",
+	"GGsXzk2vgVbcr7cgF79caxSzuplF03XDcs50u6OVc+2Iv2W1G960ZcHLSA51F0QD+wy89LU6lUhkav/e",
+	"sgwvczPPzal/unKpb7QDXLPECdOOI7Ftr1SWCl5KmVL1xAU/DeV4rJnZUVTRJpW5aWpO5iZobiUSAL73",
+	"jtUxV9oQxaxMwFKC74Ij3B7825J7JZgiCOfAFStGXazG6mBX1yLY2VpyVIwaFoRaBH6f+nsUzCCr1gBw",
+	"irB0aNl6k5lFMLOQ6pLMlbxekjYVKZEiA6+96ESwlPA6WMmKIIUZXaJtrU/YNU0MASUwIl90dT4e82uy",
+	"4FmaUJVqIhVxAoJ9YGH7pILIOc6B9OdSGdJO2Zhayffo6CFYYb7qoQvb84DAH3n4uFd32dPrM3z48NHj",
+	"9duDz+ikRvJ+4i9sAg+AX46SlOtL/ALDH8ZSkb8+18fEjRKtyu7afACWXgJuZ5rha7X6F9cyo8YJiaua",
+	"lDOAEG1UJdYi7MYq0SlVdoOYUxftphjOlCbtH04vyD6d8/2rg333ju70STy54lqquEtO3D2o0KCFkwjb",
+	"7JITaCzstvSwyfEYTWdHvR7xkQ/eAizojIsJMVOpGdjc7MPgww827uFh1HxprSxIpmXFdM/TPjnZ+29C",
+	"934nvb2vSZcMyV5E/IXr6IpkzBim0GU74WZlAOuRRkFkyK8ne/9N937v7X39pvyzO9x780VtKIg7N+tD",
+	"F1Kwkp4xwAGWo+KNINrwLHP2aR34/TqRP4pCFoczZVc8YceETew5cgdUksr5tmdVyXwyDQJuIji7ERkp",
+	"nlrqzjWIpmuTmWc0YTOn3mxi/q+KB2+A2Yx5xhp0SpoO7TiHSkpTrz96J93WS/518WBV+l7h/4J55u/p",
+	"Hx07uLCOJvuk7qCQjFseZ6Zstl0uLOVlIN5mBu6CP+7IvNXk1tpipm8ZEFMIIDVGKiUnis4snalcRCST",
+	"8pKlJJ8TLsirk4sfu+S1WxRgkFNGUzBmW/Y9osnlRMlcpN4qpUm7EvzlOEccRAt1ju3NYMemaALBZ96i",
+	"5Z+xR0vlQldYg56yLCPt+D/Ofzx99iyOwPxP4v0RF/t6Gncg7i0GTjGEZ2NgasAbNkS1RK3rvYncs1/u",
+	"6Us+3/NX1h6YyJlCY/YGGzETV++m+NbzxoO9x0eW0EN2CMzQcukqQ9yznHBY3FtkkPd6DxPbD/zF9vAL",
+	"npK5YmN+jd+ucs2j23LNRqY5N8v1+bzOBcZ1GKZmYAUruKdd4OM6itCEZgu61CSVHfT0OPKICK0hPrg8",
+	"Uy7s9UXJnM8ZeHsNE2S09JZLWpKwpzv0ydtWnfxoaRslOTKSZkom0oc/ZnKC3kRk5c4Si1fnJZsbsPXO",
+	"8mvS5kHYisxNZqdl73G8F1w4QKfe9Kfk4vZH3CuMG40FOOIL++hNHS1+z/WcmmR6kiRs7myrVYbFtOEz",
+	"alg6BCKs2einT8jDhw+/tkvx88UTJFEQH7MlmfEs4+hXt8SYcDscF8d72Dt8vNd7tNf7+qL3Zf/gYf/w",
+	"sHtw+PC/K5J8aAoKCHQwSN8e3ewNBulgkLr/LvC/fuW/waBrn31489+1pLvN++XjXhp+1g2uTqo1nwjv",
+	"ocbIJmqc9kJhralIWGf7rRQMoDrawNKzukVvNmx0cGut2iFm84x5QXara68YyphnLuph9Z1mfXmFgGRu",
+	"XBg19+elfdQ7InxcjfSC5do6st3tsg1NFTfvCnFs6bnWxinFZOitDc1NBKxgxgxNqaHNVwy+2dBS2XWV",
+	"ckNFyypSzZz/7xgvXc/psXl+xer5PdzIU7KXuCupeBxvoHj9ct6x502HohxTHd2fgmx9Kkydm8dJ2vVy",
+	"7G1s0hCJP0zlQuxoD8EX8vl78zCD6bqO6K1i3mAAZ1TXqbEQE5RnLjbTrRkEfktFFlMIFtzB7GqcJbrl",
+	"xhAVyx8sR2UptztvAlvKLS10+GMT/36JCgcrm3+gfRTMYsqEVYY5qhes3i27ZqS5hcAPWsbtfDyoQtaZ",
+	"IFDtrM5EsQRCpJGxguDltcxCZImIYAumDZrW20XeyYoFZ6MZMjh7NfNcjYAIZnN1K+dCQAUYHnKzwVJ0",
+	"GwOOpXwwnXCDCgoXpI2Wl05BCJoE5hIGJhfvneg3mXqcXaiWchrt/YFt4v5U/SuQyBxfWeHoblpGFsGQ",
+	"NF3uZGd1jpJbkfA72w3WW8TfaoWOCzjeEy6YM0Mlpc0wjUgqZ9TKsz+ffR+ReVPoxapfoVhP1DRHUq64",
+	"jbSR8zlwvDl1vmsMArO8jlnxq2I63hSWcyquXlW7OxVX3xU9noqr167TU3F1XvRrX/Ndn4qrp773U3H1",
+	"fTGABrdQaSHxBvLAZh5wreIAb2HZDbFct3MGQ/Bng3DO5tvjziia8dl822jrfVsBY70Tw7pHnyhpz6nW",
+	"lldRTfD1zjv4SSszq10bz79XFYm6hM4TO8hRxogW9JINE6oZsU+CkWmORindJ3kQpRsV9uh/aKs0rtiY",
+	"ooEYyXQ5NFIOIUQZTCXDscxFGpEZM1OZQti4u4ojUkaSu4dqQsujgSjzifwTcFMVeSZhC/4rdj3nioVf",
+	"iBSDZ82QDudmGaGpYphkUkMvYP4QNPONB0Gxw5Rru1ZpGZULfVajcod4TQ8EhOUOg7DciHgBOXEpPeU3",
+	"wdh99Fn51UBMucnCZ4rPcs5E8AqdsaGhl/Y7+6s3sUQEPWHDEVtKXIVoIAJKCtsOv2bXHIzdLrJi6FhN",
+	"5C/PyvQGwn/r1s42qvO5FSvt2liKmFGxHHqzUvCV93VFkKhTmftamktJcnNqpu6NgNyK3FhoBtwv0UAU",
+	"XRlFhR4zpct2ZlTwsaVdAtl6wWLA53K7/DoU+eiWLp2vO3xtDlF4qxStGBjHU090o1wvMa54XdTyh3j1",
+	"uPqwejifTM6zXVgGNBYhC6hlGeCYvhe7+c4668e2p7furG1vsTTv3E51xH+ligMnBlEC4tuFNC4cnoqU",
+	"TOmVvVw4JCI/+OYBEVKRFz8/C/Y/MDPQ66GEMIUhaG41uhT8itbSOVNEG8XorLQGHzwmz/l3HWeexj14",
+	"/OVB76uvnIl6w7ZstjzPNctTuVcaoNfNvTOmJs6wdE9mWZWLIdVNkQ68Rsv4xdmsncm5TC6D5yPMabHq",
+	"prEKB14gpG1vBsw4zdjYEMufSbvw5PuQ/06t4GpXpEYkPn39HI47Ja8u/hYV7oVr+/je4aPHicyk6rZu",
+	"QcGWScvcDF1m1XqfP/EMsi7IYiqzMmtuomQ+dxlaYBXMpJiQ9vnZD3aQEa7E+dkPP509e0YOiSYZNUx1",
+	"Qm94j8wYFZo87PWIhmnZFXMJJcQNDL4PFr1cuAo5fvX4qLLxvbqNt7oZF5NhytUtTmd9RMoG5unjf+4v",
+	"Gun2xqW7xy81XDe/TJeVvO5E5hnmZgNTxdRflGHEhIy4oGrZrbfncyvMpQ3h2IrRjNhnQPY8JgeHX/3l",
+	"BSrylzzLENlC84nlFi/sz1/ijy6jEzh9OTYQuxsi+6GNmlxAbBssaa7HIFs0InxMqFh2m2KoNoRkNYZX",
+	"bYz15jOWDquvhj/fIuS+KZaq3JG6eKqCkqpkGI4sjOsuB1R3QJ7yjDVYejMuLofGim21GQ96ObNPPNAE",
+	"n6mlrdndkGra4BDTzOQ83dfMTOx/hieXS6unUTKWuTJTjGypZ9czb+HYTSduDhjdNSq0dC56ywZEhEQt",
+	"y9uillutVtQCsJKa6Ml6+wE8VESXOowenFzTdlql2zGaVb3bqFUHzyZWVNJGjUg4r4X7gcR4B/njAHOa",
+	"7b2Vo7KSCyoVI268GAAmBSNU6AVTLkJlYXV6vMdzUyeMrCyoQ/7wi1C3ej+eXTw7gT7qvLqpc8XW0gko",
+	"fXd3iG71Sj/HNopYU49cstVW4wfWNN96E81HMqfg0Jm+hV3IzsGrR9sin4vGmxYj0LPWdDtexE/4UBzK",
+	"Ib6EGis3KzmbG9Iu9xoFzQRS0gjVlxAVKEmuGaStymwgwjC1gBu6tiClrF3kjIFC7jLQjm0TVFvm23aU",
+	"0IGAzYEoxxmO5didHZZirIGnZYcWIhVJmVh26hJpt4hJojGZ6i4+mXc4RrhqDamHG99sPkubs/7A1SFl",
+	"kfJniR5z/aKGhhqumYYjW8ypXOfKqjZTMQIQ3dJcEPK3NY9YSZ1wQpDCHD9uqzD6zVPmsftUECSGUGs6",
+	"s8eB2OmsBq1WaRGYNV6l8AvY+8WyNvHAE2HzqcWxHleGGEwLB+cNOO7UTphZjdx9/OjRw8fb7m4YTe3u",
+	"MJrhtVld+tKnyq7pbJ7BW5d1ZNScXbeazukjXfwbdeN5XuaFrRik5/lwzlTinA275HNyfTk00tCsNGrs",
+	"4qW3r+Wapbd6K5M0HdKryfBgx9GVLzy67Ru7vjBjM6mWd1gC9+ItF6EudMYJCXdy629yClK+mAy3MNFk",
+	"ypJLMANsUKmDaKl7uS7AY3C7N5od6OtBezs2GerPNVEl3GS3FGK4YYquLNRqDjPzjsD1RNOVAKq7B0xt",
+	"CZDaHOpUF/K6jYjKcJo6KVndljzuJFnrMsG91jaX8abE9fKyQV8uGeUGTSDo5slSpn1AYxEc8vBw9+AQ",
+	"N9QLN4pG3Syfp7c8SpuCxbzjutzdFc910N2bZq5Ur2i4nnaX9z2P+2R9wMWMNqzFWnalD34ts4xbThgu",
+	"mraUqefA8VoFM62GQ9ARePNqJaRa2nmnOIJmDiSkaTgi8A5EU1HwTztVRyoM+N3BXQadQqRh3fquWE/X",
+	"xpCb8d5XaJ+kkHTkkiLRHUO4JuB0JD9fPN37KioRecmIavb4KJRJoalW1MJfatf8VRhhtFESr6NVSizN",
+	"p3nm8AXtAFci7Ej7p3zElGCG6QdgvOdi0ulbqhUyZdoFll8xtSSQxk7kGH4ZapaBHxYj9cvnIW3NUC4w",
+	"B4gYmTEP6+T+Zl3yUmRLQovMOHyriKcCv4vKWUMmHjH0kmmM+WKZZgs3WyHFHnrUKi3VJNl1yQmMl/hZ",
+	"kEu2JLNcGzKyLeFU7XftXzGdY/+NVb36hJLvX5wTnY9csBL+alelBIl+SJIpVTQx4Iam4POzTxzsPX64",
+	"mm2yR4akW6oxdi2ZSJvT8CxjgYEZhDUEm3jDJNc08crGbfJyriT6BW6VdpCl0v51r8xT6b5524seH9wE",
+	"v3e+7Xxb66Ga0euwvyCZMQAqKelmZ9Z+UbxTTWMNOijtOms9vpIyW2doU16X74tJaQ5e2kh5CUC1VpLf",
+	"MVSPp1kNh3sOTWgM+iNGWmqEiI9uk+A/cmCIO62PnSF2UXf72XuHbZvrjBpAAQQH4VzKDHmhkG76gLdj",
+	"J7fjOjTazTepE96mXuOumbNkl1U4t8/dRK0FVbNaPu93YsTsWSxiDCuG6C2ADkHknu2tsMHD1pddR0hi",
+	"xfqX2/qmgUjrBaH5GrrTtkXYau7EJpuG4Shp3fTb6ArxQstOjgt8uqnzuwW07EJUZTzE0Tbv8+2orTH1",
+	"FXpumui56+NdsAruP/X/c0b+bhn57yN6/IMnitddlq8ZTblwPu71pLayuEsZO7ZiKzaUZ7fD3sGA7u1e",
+	"8aLwgH287lytkvWuDfuI8mCGb2rXxp7ou3GoOwXK3SFmai2QAAGqbEMNUyrJ5jbTmeerIzusZ6srhuDJ",
+	"qLk+xgF5xb+rxAod9I6+evTl42382hlKZ5vafkwuVht//OWXXx4ebG19zuuCrXzDUC3mgSZziEi9rvRw",
+	"dPD10cPeluum9hSW91n9FeAY0HBmlbOmSioIjAGPEErQMlPk1wAwPSgwIoSA6Dt2aNXBsA+UEj3K/smz",
+	"Zy9/Of1++OL04peXr386d9VySBs1Sikw1NVeVKS4QXzwnZ5S5fA87AMPtO+pc4x6NcZRNqh3K8wboEQm",
+	"zCmlPsquXRn7AzStVc1pW0Nb4U6szQJrWkkq1qBtAg69JTWqObGpj1D3VFQUfFStw2wpe+OVq+1zrELL",
+	"RD0E324pMme+4R+xkeLzk6C14su/PgdUWYAMr82GcvUqxpxlqa7c3UyMpeVIpG2ZTESKww25Qzoijo+A",
+	"63rpSvyU5ZRut8lbzpHP5K8epuMAPYtXCO92nUPaUk0U9MvzC9LtdvfhdzAd2E+K6XzGiB1GPYFVBI8t",
+	"NNsGZ+ccfdRW3O0EZFyaWSo5dwD1ENqeAhtTQ9Cvk2p0Xag30/bUNvMlMMLA67db1Z2kpSaAnOpJxOgK",
+	"qgu+9/rnFxdnz0/PYVOqA9du1PXhbiDu1nfnTjnTNWJ0KOi6jOHb7CSgebgTWQrVpD35q/3DlSjZ03Oa",
+	"MHJpdzKDHBGddIKqU5jYZwm9RBV3EfpWaP73v/4XSWVyyVTqTVueXjCFExqMCCUltRB3vz3JwL4uivX9",
+	"6atzv8bDJ89Ozs9Pz7vkFEx/YI7wsGvVheHao0fdhlIa1baSUft9C8/WKs+IGu7kgvn5c75GmcUVE5yT",
+	"N83CQL11wCtNOxsIvGhR5x2qVlFoPBlVzKhLYW/+UW5WtS4hF64GH9DFYuoyIuTCks+EGUs+bedOge0t",
+	"pYdySztd8lKslTLC+JIlM8GTWHHPQcdEBSASJYoVwcU7LVFQTaJxteqpp34DHXBMjTSXynltlONFgXVG",
+	"MkbRETG2Uyv0Z4/spNhcKlPPfTc79++AndWQtoMHFOJn6rGpYPPqQalqueVdPP7NCFO3jgRoDns/Z66u",
+	"Y4hghLCngN9AtQ9Eb2M0vF0UHwLf6W60lFZ7+lnw33JG6EyChYKRrALtBNTgqKAhXLIef+IXewqDSEVN",
+	"Mqnrm9jikn9vfnd3XMqI1ttiM0WtK84WtRfuL1NJFmDq1lj3BDMlMm550C9sdG5vMoOsC+reCKe0KJmx",
+	"0jdvWZSVopXMMqZ299O7Yf4VhreVqVQKHwZZACsR4M4L74+nO9pbAwLdWDx8f40pR2Ge+3qUfpYy5UMZ",
+	"hPSlTy/ZvCGB45YQFNXyJDWcKIjE2KUdX5mg1mWsW2V7UTHnDQv2ExzwxoCFxuPC7gR+ZdnJUKPgsSWu",
+	"j62EZuQbb6NPLLzbc7adicRfqjseoo1rsRZ1EYKUr8JbRy1k8VbCs6rwbupz2ZNv2CNfFu27L059N1V6",
+	"KzcOOi0Hf7GSXRJcwK6uWob5PiXm3+3GfFZp0H35Y9mu++a7oPlydI7VrcutMquMuuSmEFCEwk9t7ATy",
+	"9p1SHMpHI+ywlgb4RJzdEYAUikzVi2/2MWpkUaUsWi8ivK1CbSVyGHpqGj+9o9+sKbPuxAstoEa2z15c",
+	"RKTIF/33v/4HcgrQsruSwkq+KAMF/rL35u1BdPD4huyQrOmGUjtDk/I7bpAPZlzP06SGDl2EzrqY57VL",
+	"fCAic5qmqF0Wcs5oaVZgFNvf9oO57795e3TT+WLty8Obb775Z/WrhzffNARUMDmuK2YkNXNgnZjVu1CQ",
+	"cNKQ67S+nmXVi5ryAsm0Pgp3ng8TqZoK0oBR7jbBzWhvqM/nQIvfbVqTup4brM39gurLW4ZBWyIAqAtu",
+	"7jE+eQPW2h1iJzZHKtQdqg3xzpvDlsdccD295XwblvY+St80rtZ8SjXb5Ku8k+ayPbmCNUchrlmAHbjI",
+	"ECom7j4aHztcM6dAnK+yDZdSH0EUD2qrmKbWxsyXaT6joj5nNqzgtV7+L1dFBbiGTdZm6Md1K6pZxcLY",
+	"Jdd2W8GtHetkVbpeLZflamgVy1K31ZsUcO7rmfddQlGJveNqDdo/xfB3puTQHsfIYyzg7g2LT9rQCReT",
+	"ITYXlQFNxTeaJYqZYS4U0zIDHJuizsvQgQB4qJsMkPATKhKWZQjZE+Iq7WAlWJeDPAoBTwPkeV//t9l+",
+	"8U7Wheoo5hh4WSxWsErwCbz/YPjGzz4dJfibpcf2xPg1xf+H8xIaqFizZmy7YTKlYvIuwfeh8l/UnirU",
+	"/zDwfq3DghtWr56Ak7xpuCybwaybWOItcpD9g5uiwuwgdlJWa4dxiyBTKxls0yaxyaZhnuejGd+5EM2K",
+	"EdWBfEss0eDBrYZLOsvAFOW/capE2OAB6BIr36xYJ9zbt8/sCQeyq5BVxuvebhHciy46ACK5Xcg59yGq",
+	"2lUtLvSr099y6urEOy9sxz4tGEu1i6nG5TOujAg19kuAp4CmgS1RQ65olrNjdFacAoSabQdj0oXEn7FC",
+	"w2ogWZEN0NncFSR+o5MDvijxUOwouXa4UUbKLnkhCRuPWWLK5orhYhP483o0OH4fKtcv5Llz2rai1ivF",
+	"xkxVvnohTwEaj+1oGCj3t9JM+XVNH+E7RW+gByzXMLVXQtPbv5aB6e6vL34tYtHbg0F34wOdL/Y7395H",
+	"eLsnuXBpgfpaUQsJ5tbr518PvnEN3UQtoLj3HrZfd4BrPGDrFpzNAg4PXIEsJe0V311ZCKIAjgUZ4xie",
+	"AQC+IjJpRpMpFwx/CrzF3hvfWfcrOsyYeEYvmXNPx/V+kl1VqtI/7Ca+fgmANJTkipulJXznlfWokxfN",
+	"tiIw7hDKFxP0+hGudc5SQg2pLXZuZwLXFqj6UAy/nNvUmHlIrUW/W96ww/c1M1fs/Z7Vvj49vyAnr84s",
+	"D4pBduPJ3mwyMzFpoyTkjb2uUIdUhvyFHHa6A3EKPAuQX3KRMkViF/cbO1ZtQqNZWOF/INqx3/KXr05f",
+	"n1y8fD28ePnT6YsYGCq8CFFgAi6P1IqtksQIm59SQ0nKFaLm7/se9qDpuBMNhGsipXo6klSlAZJHIuUl",
+	"Z6QdQ0yOD1TWfCK4iDvurkCsLftgBM5muBMGArg/imDaVa2ARKREzhj6cWVZjQntna5OmlR8woUm7fgl",
+	"/BXb9bsIh2iFZ5aNiffCA6nE+7FdZ3uKXKV9rP/yn+cvX5D47QBV/kGrTwatbrc7aEVkAOiS+FWJJTvE",
+	"L29sc9ix80VDKrd214+//OiEcqENHtVUJjmEp43YWNohiKWZWiWTZRqyrH7LmVoORAHFGWy7XfCCS6Qs",
+	"yewcysAuVxxpDcwTqheJNGgT6yvBtEcy5Q6Xccqy1MECckWc1EfApdHOgLvqiCjYrog4FqsBcDWf6WNS",
+	"W5mp0yUnRUdLDLyRBkEfXbYH6DnYWzG7gfDTa8d10lGfgHQUg5k1FnmWxR4zA5NxwiSx2FeviB0qKTcA",
+	"E+HPpw/Sn1FBJ5g8d/LqLMB/6Ld63YNuz/EMQee81W897Pa6D9G+OQU25om/rFVbC/91DommUDIoLasO",
+	"xRALE0eOdKANd3o4lBUCX1KQbOdegI2kAxEHon6MUtPMktdYAjJI6H2K/VMejbDwVR1jv04us8cQzv5E",
+	"khEzC8YEPKXJTF5Z2dNFFiIno4mSWvuBjuz1RJWHxSnI9yxt9VtWVzmZOM9iSZOt/q9vW9wuERwBr8n1",
+	"MUzIM3R663Dv+tDfYrU8g5krdsVlrgsPXN1QnC61Mpaq02L1lnwDuQcAKwNUcdjrBZV4Qf6fzzOewALt",
+	"/8OJDGUHWwsdg+4Ht1MNohisc0R0SHWWkI9wFHWNF6Pd/46mAbbCUe9g+ys/B5DaeOF7VzTWO9YQDlXA",
+	"j7pLe0naJSY2gTrHEWZ+lpWO4TRwvD0niiYA/MRl2ulCP9Xjt//WW6xvgpNYpcMfGJLhOhXWTbF8BFf9",
+	"7PvW+9/ajdv6AffRvnS0/aUX0jwF/+bNzcYt2Q9ro8+lNhstY1AygYwYXPnAEuPRZC/uktB65oqg6YBk",
+	"qkFAA9HWjJHYyouu/HCMcrGLfnN6biXQ38tpl4zNtTeAIUdG4Xwg3Nss9TIAxKwhs7UXvxPmCgAnnqJs",
+	"EwZ6YYxaoew6UHiimJ+JPcAk/uH0Io5I/P3ps9OL0zjyHi6ROmekhthn7LZLzuyMMDnfdmjlLYZ2RY3w",
+	"yG1ET4ewVcNFztYGZgU4yPO1WghVGWfKzxKEBa4HYgKlSuNKqeLYRz3MqTbhchE03hJtxa64QDFEMcFv",
+	"JRXlAth18cnG+Hp1sRMq7BVvrBYzosklaYNO5eVGru1VDhhW6QCeTDLKZ8gJEcvKs5VDMuMiN0x3YIE4",
+	"2nfteDI5mbAUlCuQ1CrEMBDSboGjk1xAMVYAvA4h6nC0dZchxDs8KSKT3oURwQH/TmJC173woBBA/aaq",
+	"77mylSvs7/Deuq7WQ69hg+d2vU1Q4PdTZof2ha+3v/DEIfLDCwcPt79wIeUzqiYQ0nd0+PVOLzynYvna",
+	"wzneRK1HuGtbl+wHatjCWXzLSx3ol9CSDwenwQcYOz/aMQQUej4NSiHNMqa23N/7lmPvdFGUB5fwcdAB",
+	"mVi1gi7o0mtd3BAmUt0dCIcXjxUkSLwKMB+HIPJWfcPwN+ALAf9CPdOAOngSXEFeuMT1KHQ35rihG/em",
+	"mwY5Fy94eclK7dxwZgGiJrhJg+a4RraI9xxyU27g6hyIYNnQsVVpGs1QmjzqHTpbBlQpiSNMMvCFyRSj",
+	"WbYkXPfDqyuxVx30XJbmJW07DQ+6nvIyJLhk6//+1/8iFNPi3HrAfg4E3Psegx0h9fENvGRHyyJdjuh8",
+	"zpQvmyWhnFbKU1fc0Q0LG3TSZLBfKFiW5pTvz86fvHzx4vTJxfCH1ydP7K37yF8UtlNvUO+Sk4Fw1Aa3",
+	"VUlyiynPWHVL4PsprdTD95RbRE87qcXtYEXaqZGI2PVe3IcUuGuWkCQ3RE+tTAH3nFtffycOhLs9YUNw",
+	"1A90UKCNLPzxJdwE96FVH7WUUHqxrDbr6MpSaSnWV+/pupvvtBTE/vgXX++euwbc/Qbh3xOMooK0rXzG",
+	"rqBonC6x5sEusgIdT9ox2Ldiy6k6/7fflu9260H50do7z362zBisK1iuT0Pe4+Y7LkgCzFidj/6o9zWJ",
+	"a0oAebtX8ZMDrnIA4J77xooludL8isVgqRuIOKw2hK3E+3GXvASjDnNGUqxlkSEuet0phjJu7CkCtt/x",
+	"EEdbH7Xtv6JmCs/WGWaK6VVsM447F77Utdi/dQW+JtgRp5h+4BOzAz0/lWrE05SJD3TGPoqAiatPKNTD",
+	"igj11RNQ0wOkFCiigCjewnmIi+NwTKir9mIUY3g4CmL5xjJz2NdaU22MR8Ne2A6YH+QJxTIK2VvusiuP",
+	"XqjTFzVekPlyQdpWsa2WRrX6OmSXdvB+Lytfwtmz7eXaMfeiQQW1j7vEASwMxEEv6vV6xZmnirnaAaQd",
+	"yqigdINVuFIAoNMdiKPeEYmrJcriiBz1HpJ4rU4Z/BCY+mGR7HdfD0RcU+MubrIBPwWe90G4xvs01IWF",
+	"IxpubM8/P3OQj8FBTsoT+kD7U1JxjNrvluBdcVzG8xipnJNDyJTtdIfvU5VMHY5vvf8HdEmWHoPMgA8H",
+	"8nq7VBRACLeqgtdiJootwKQ2EIWC8vTs2enw+cl/Db/728XpedxBbuVKEwqQDCHBE6u/+Gg9yzPrjuVr",
+	"RtMTN4FP8GBe7xmqqiezTDeAMk010Ru1J9LO//Np/MinEa9kCjc4aSs2yTOq4ATqstwlnFV3Hp3hmmoC",
+	"n1CJqS0wgcEUeK65Rr88S9ec7lxDaohhAnVneB4V6m43RoliIIqyPAh3UUBNLEDBGjHfRmHyLYQUK6+k",
+	"7IonGKsXkadnT18SqQZiSlUKs3Deex3UpfNcAQZSd9diWbnVKXQH4tyvk7Ns+JasSODiX4vV65Kjg4fu",
+	"1i/KjMZlxJ17dyDaubBbrJjWLAUGIy1baWJBdXzlF8UN+/CMZRfDwP3wlBMveEKYg+XB/gu/Be1gw9i1",
+	"AZTcFCl4uwpy6l/4zLR2UfQtGXx807jbNPAzKdKe/M7nhLpg8Y5zCwaKe1B6c0ZTRvjYlyDcTfAI6Luh",
+	"7pwvEbxF3OiAbdzb8WCW4P1bgheyhAMYCM2YJmO2YIqAtRxxeZ7gQPYwLKJbw8FWbRbHlhUNxBovAj5T",
+	"if5ykR+BhXZVAGoSaz6cieJ2Mo1MDDN76GG4F9EGduIzn/jj8IkTEoo+DzTuYOS8TlaLr54oD6nmntb8",
+	"d1be2opR8AxAplqTdFSQCZlIYqTlUGw2l4oqh4s1YpqnrOglIoohVpVEU3PgAqJZZqUZEDIUv2JpvwC5",
+	"UTlAw+XzTNKUZIx6v5/MUmgXsLmEFKzTJfFMpgyMLTIxNAsLpEORy7KEc+/x0VGnQXq5m2TyQc2XOzz7",
+	"XKbsFiLMvbKQZkkGkeZ2kldckenPXOiPw4XgIDgDSBkIZImg5ETHZE4VeLJL5Qx0CyuwbJNSQgCT2ni8",
+	"Ii703D/5SQbmhfAwDVewn+rHirQMx0DkGCvA2rVZLaXEQmCyMmjD8WS4PxqDLnwKgINRxTrukPiQyEzH",
+	"/+d/x0oudFzy7a96/+d/Hx51jklsmVDsfecayj0U2CjdgTipB0kr8epiZwuP/VVYRUwbiBPiYV382w90",
+	"UKmGZlpaUtaoDruahUjle5YaMEECXNwuLZuMGbNjeyJTpvtVmda+EUfrwe+kPaIpsZONHJKw8lb8zjE5",
+	"6h1VDOZodbfff01q7egRiX0usW1tCPUxYtKmFegzIscQ6ue2c0pd+Jx9pXOMt6Y91cGteVwT4+E+oce4",
+	"7uLE4hgeZOhTc+BXRncrT/7BfTOK2uA1Fx0RJgN9jl/7mPFrxekpfflN8WoRKcOxMM4HuEWIeJjJVaWd",
+	"Lyb7RTxvGM22qqm6R07Ofvmh9R7jK237zcGVxTA+tNfq0S5CXJB8uRqX4ccNWk2ZLghwhfqSz+fcoUXa",
+	"C0eOxxCrUbNVJdpcY+pAuYDvMwtg4zZdINCvyfUxamRxiUAckzZEPXRK3RCSYlweGaLCfiwBBfDkiuDI",
+	"IK2zHGGXvADvlcNi11D6G4DCws1y6YONRq9TmkxJ7HAe4qKIHuQ8cg1Jf5dcpHrQ6pNfu93um5sYYgzy",
+	"kWamzOLUcTQQceC718FtDH/72oX27yk3mf0fsBDKu3SGJYPjPirpUEZgILAkP0YxtteehF2dMqrMiFGD",
+	"eXvuV5c6mUZEyFIAAmoADwOAb4iEgdWOkivOFpB/pxio4xSDJ+RCEBeA8ATXciDAWyBpxnTC0iqmJywg",
+	"xMTGIKJd0Ww4s3P0Qt7ho17H9TjKrYxpxZFgAomE6TqMUVU2igEQKJfCF3YhWZbJOHLg/ZgaZ7cLOxgI",
+	"B0sK8k1bsU6R+IFzdK+g2V2KhPksA/tSxrFntSQHj4jGwNuBAOyfuZLXVrUBNSjJpPZcA0XEWjuCnY9b",
+	"wd3S2oL1qw9aOnzUi6qpbmGu26O6Shnb9R7Drs0+rG+twWAnCyMSAb4Ol2RG7aaWscduX8oYWBmacYk2",
+	"cv7RdKNzGMMepA+cOoRWX+bIkn2WYQysz4L0hwzj4K4YHCS9woVcaM7+W/eXzzsro/mq1PITz7K7xr66",
+	"9+rV3A+YgGHnQDTISUFmDyacQvRSrnOa/cmk2ncTNmHJaBHd7+NHIQwbXb8+Ot7qwvNOc2jay0KXLQqx",
+	"FjabCb9iAuy7xGV4HYenDzMMPODsQNTkPMgxwtLjEUd/80qG1779zJTynwdCQ6y7B8AthgVXLaaDWcXc",
+	"3SVH5Dn/LsytsH/6FTyuyUgr681Cf2glwL8xywyRMjD4FqNWBVs4Kb1LzgSJkUIxb07mZh8nQKhiA4GG",
+	"EPCGlWYCXtSYMLm2F6SPwCtiqqEepE/zwmQzvD711F6s3mLhRjEQq3p2Ge2/kovhg+99jH3gpytSKzCH",
+	"AXMrXLbsSpYD2ZDkcEzW0yH7mGnCBCa4FOHkYONzuAJhph6W2CnSGmZMsWxZSdodiCKYMXZkH3fBQ6hk",
+	"RtoruYyRS2SMLCnw31kHY7JgQVyfA9GUlwKoQJiA4xEYg3wJJxj53Efg5lglhKa2NbdSkLiu+wNx0CvS",
+	"PBBC1C1MVGTgF5DN9mZe61LjqaFmIFxx3MdA8ijzcuXJzMgJgwizNl1rgyQyd9WEB8KTpSFTmaWWHF/Z",
+	"zikO2btVmDZ7GO81kShMHcMUUQICUhPlEh71jpDQYJO9VW3IruccNYiAbSjm8RpK1gEySY+45wlPrR4C",
+	"2OdS2IXDIhRFu6WVq9ZL+wMz93AnNgSIO+5l+UlF2lpDTNxciayxccsK373xFS8K5Ybkc4wzBsYgJgVq",
+	"g6cRI+G8VvgdacOjc5llJb0+tHvVaUI2sGxzVRItZM+HK7Ln3UTP9yiLBGkxn7bA8c7GKoP1rtw+A3v0",
+	"N1G5ANtE031kr5vMUPb3+5JQ79+8Wy00uZNd96i2yBr/nYEMi6yukL6Y0eT87Idfzl48+fFzqtStaXY7",
+	"AZa46vUEiJjtny4BVjHl70qA2AoSoLMglxJLRRX4TIPvgQatyNmcWA4Ocb2+L05SdWK1VB7dY4HPA66Y",
+	"i/KzsvJh74jMGBUavXIYdhM+VHoPguxeYbn7bznLkd0vrOII0BIk4FMDwQUOAHCjRAnCVHgaKhAopJ0L",
+	"8ImGvA5i/aQCMxfTqAAgsAjWBC1xL1CcYylMqcyFt5OEuTuDCSJyjBgOP4UMZo9QFgYuY72uMAL76PBr",
+	"UDO5GI5yvYyD1Gk/2il1+GBgQl04lC+aAUSx67G0WJZaZqGxWJHKo1mV0q0VidOwIys1G7V0sn/82n7Y",
+	"Oxk7NLVHvYf1LtpyxC4R/gEGW8NyWY2wjc36QmwuubsTodcX5w47kTrdELdiQfVA4PekPVqSmMkxYvu5",
+	"xHc3bMRDK+R4qwg0Rz0VUpU9Bp8giw2LWtyVw57sdsiOScoyfgXU7c/UZ3/sDj3AJn2X6+WdmPSO/j7o",
+	"pOr0C7l76JbZGFx0Gj54W4J/RSfsGSDR7RDEZx9+glhx71UxCmbUFI8UTvpj2dzDMVRKY0Kge9vyXgS0",
+	"RTcYMt0CtqITWS5n9dQtEUnV3Fq88orK19UfsY4volhwvJcoGSump64eQHcgYsAkjdGNESLik3//v/8f",
+	"GUmJxSFULvRxcMm6K8pB2wFLWTLTgZcQSR9QFREi36N3YJhNPYYmhhFh7pEroQoGMqxL7w0CA+EAePEO",
+	"8Cig7ksfVxSswpABkLKz8rjUpiAQzKF+DwT+xDWgbInOMV5/ruFhUBN1Q5zQaQVT//1F/AT9fCTgqnCm",
+	"NcfxVUBHH/iG+eRk9HcO9ygWc632e8V6flxgGVGsTgoFLqCqAxjqwdKvC9sKVj2smlHCO2b/rT0RG/17",
+	"CFpQJfrbXTfBuy/ojLU+ZaiKT87p9s6E9T3TRsnlKlk56vAhBdwQq9UcV+oN4/Vh2eVYqokswuCb4oje",
+	"M5H0PhRjW7mAP2lw0nCrX4rKuDG4D5mBYiAReN8qoPm4yu0gMEDUJjhRKvdq6ebYykP2sfJ5oxnslf35",
+	"z0IhMJnPvOldedNTxdjvbIU1lfZCpiNw8buIFq4IVgsEQRWL06PbNqFzOuIZN5xpoumSAC12ttOsYjqf",
+	"bXYe5LM/DdW68rOomqAztbDf6NL3rdkHT3f685H2M2YAQR5sheHFC5BHAGu8lTpBZdzgWLA//1lo0xdL",
+	"/kx470h4RRaAQXjXqiCzleLkfBPByfmfh97Q4v+Z3N6V3OR8VbdoQ1TWOM8iCNKx2kPC0k55mTtMSeBv",
+	"VaKccpNtNHz+eHbx7M9h8LQz2ZR5KedM+MI7H83c+dIOAqrF7nGxZ6ZsL5NyXgyrmoS5vpX7b+2/Pk5j",
+	"LkXa7KQssrVjw65N7PK1XeCVkZK0KRlRxYhgi4wLhnHMg9YrMH6cvrg4fT1oFQiA0O9aLmLxrV3cmLS9",
+	"t837Ax08mSY+Xd9SKaZGDMSUagQgQ7NkrdMsdIqtQVd31rMTwX5aSVA8XvcdtsN8rNImS1OXCjPPjfcb",
+	"DoRzHCJm6ybfnzN+aiPVdtPna9y9+tMHQVhzaqZlDJbb9taqubKp3MzhV9tK5L8n15yd0Wt3Ej40PrLt",
+	"+8RRXh0X+MVjcVUy8jAC2hMoLxHWvVT52dX3Sbj6mu9M3HNCiSUAz0uPPd/7i2dwQUDBCgn40I0qw/V5",
+	"Wxvvz+e8CZBgJSpfZEtPZC58nDtjUlPcpa9OvBvxu4FAHCBGjP4RL3E3i033uF/Ej3WF+x0nUkAwjUoR",
+	"b9ihuVm5rPkS94Pff+uRc7eUoXK97XRJlE3uek8cPnq80z3xfnd7y05bsUJL5wZGYCG/1J96RO+t2VpI",
+	"K3Mps83M5xU88R43yHbQdBah8491CH+hakZggcIIgNXF29kdZ+dyey1IyuzP5YCrGpOlmoDRbeHXGlwb",
+	"qfN/cUzrpJdM+HKdx6HW6mICvH/EXnXLjd6ue9+D+z0GTUzKLswfyqNVbmfhCl/ZR+e4ss9UPVYbMOMq",
+	"GYSx5r+zuEoNckxiPWdJbO9NHyISl8EzPuAFHBMuRLIoPOPiQ3mKgHNjnmVg9xAFYAMiBEGqFFsQCtCa",
+	"EPECiWGKzTOa2FfKTCVqINDG6p6Z1Mx5RJzn7oRUyxZX8vvRS1JE1WDNoTlLIHaXXdPEZBB6aRuFCvhU",
+	"wNBd532s3YRhBzGomXFZCtAOFgiE+cCeMJWuDYUCAbAHwIv98tgRu/q2sBMaUrpc1SGsE6X90S1XGmJy",
+	"XYmf0K5JXrOUjbkoctvt5HANHdyJP/EYuQzUVMChrBQVKkrcNYQw1YUk1anMr/J7YRH3r/LaDj5SRaBt",
+	"jIlQu+tjbk+XkItPXJm9fVTRO0Zy2IXBsh24SOFlh6Ebnl3Ykx2yqrZUPsi9s86GqqKId642IpG8Lryv",
+	"VEAp3twE1f4hknC1bP8DHUFZcIQKCWv+M1/y35Xx//7lk59OXw9/tNxMM1OWudOutn8KMG0dmKJRvKyb",
+	"hg+Cnuq4VRSgYmASK4rjDkC8KGuOoBxSOIARQZiY2OUtCrONTQW910HOQEBkCeXmuAhkFWP7Do2BFrEW",
+	"UNHTvcg1MJgVVoJBG2AKJJou7euL6ZK0i4J7OLUI/oZlxD+5IKtrjiVhp3JBjCRWNOKGtGGN4xm9ZG45",
+	"Y8ijXJfV/Sa/T3Hd9dEksfshfEzswSLSIIz1LU6WrsoMcE21S+AiV6vQlVHtRIHEUIlZqJ6/ndAlm4El",
+	"a+w4ZgVEEc8IIrXV23I81mXr7gbbaPtQ3oNZya3LH9ys9AcA5vQESNoBwGVUgFVGwfXSsZweOXENdGc9",
+	"8e+/9QCRa/gzK5WtSitSHCBdOL9RARhWgfik3lTjvUUFGOWqw6iaf1Q6jOQVU81uoIG4rR+IrLqB6iTK",
+	"n3iWNaJUNqOatudmOSxXEzOt3QJgnHwJ2ZGWWfVVW135/n37dN5T8LpbqJ+g2udG0J/PuD7ruD4F7TTh",
+	"+RyXNFSW+BW+GrGV4/0RcyWcNtpS7oq96t77QDjJW1jxH8qq4sdMGvjfDlx53wMKN0MWXpViUazZbzEZ",
+	"5L3eQ0ZikKgDQOVen9AsA0CbToQMG4frdXKVCyubj6mK0D5g5doZFUuH0sJcV0yxorJ1kTx72Ov1QF+w",
+	"7TuML1ogjGhDl/7eGIgA9xRwkhxG8qZLwn7h7724AQ7GkdCJX7J3oPQG5BZY0qq89rFATlYn23BuPP38",
+	"qRjwmgZhVz6tgm/jFbyK603a6+jdnV3OYcr1nJpkuiG2JjdTJgyH8pmFFgIFtnMjFcKREq51btX5ZYhj",
+	"Sk35GOYBImEPBHgRDUYqKVo04+p/ytE/GIKeo8hlpa7A8Pnq4m9lZE071lOylyB3SIo3kVnEHW8oSKZS",
+	"M+FlSOQqJ2e//DB8fnZ+fvbyxfDs+xgvoap5cCBOiGaJFCnxS1WY+uiMkYoIWSwO/ASVI7zt87B36GwN",
+	"9iE0JcJTTtgsarlrjwxwjM1RknLQ+oVxtSgMqv9fdwfiyZQll5pM6Xxu98CpRJC33a/g3K7olSu7AjaF",
+	"9qPew040ECNGFVOkfdQ76ETYZfvo4CGUO+1EBCwO1Wm37eSksmPqRETJHDNCj3pHgBHQATiy58665BYP",
+	"2g314sJIYTtwblAuEJnNDnU45hnEHlVQIxCxgE+EhAgsXYE7ntEloWlKtJyxYzdwb+Sa5doQqNeCKjXC",
+	"0zv4g4GQQP00QwQv29CIEZFnWZfEM2ZoSg2NCxi1K6ZG1PAZUItic0YdJmEiJ4Jrdy7IlOppZf7thAop",
+	"eEIz8p/nL1/0HeEXg9RYwHIgRO5Mc0VUB8DdLqbcMIKVc0kB3UDN9IEurxyexn1XvtM+CZgTaiCcBR2B",
+	"O1z9gIJsjwkV+MoVzXJYGLuSLHVDi2AtCBfaMIosaWTF4Wgg4oNuLw5/iQ9il1GLLYYDg0C9VQJvWzrq",
+	"DoTlBHBssoW9ZKFub4wAdn0yaFGt+USwdNCKowKgEHgOEgeFDEegI2e5w50ZiDH3hb28FDrOFYyNZtIe",
+	"PMsEYqYNn1meN4RzGVcWiRdKKRzfsiICxMUFJ2+Yck1HGdYtKGjZ3vrl0bM/CTkE3gQIy+txdVZaOCBx",
+	"HlxIcVMVg5qiDEGdc++LOEbBpD4ScfXUdb1NJ3b2TiEHIvBX2V87TqLxnCFx11qtVPO946WNIR81Nz4e",
+	"bNywcPNGzO6aJkYe43Es2LBXI+5LLd01hOT+/S5+vT5SNrfv3uOI1FZM8hgjbQ9zbA+K3yR/eRYm9/W7",
+	"8jPC2J18PCzJFShSv75t+WN7YYWpVv/XN5YeS5EyuBuL/QgsWgXCom9mFwESFaFGNa5E6LVXiBVT0j1A",
+	"cwdg3kxOEP2WOYsSTVMssAo3pi846/B7UXkDoE8EqAHcunaJ+RnASnmHVZe4EaygMgGLTeFlq7e5uoop",
+	"1wBSNM6zDJzOWDraK4XQZcZEwvpwR2B3l4zNPZqpH6gm1KqZGfPlLPG2QJhVMmP+ITKhc9JWjGopUBnE",
+	"gcWdQhhZYtlamQuQd9rxf+3hlPaeSW3iTgXVOJMTdIdDECjcezpPpuCXmnMtU0ZGbAJ1BMCJhs8MhO3V",
+	"SgaY1KiLIpwG5bIRxMCwbFxYJRWEmCopZ11yggHlgGeO4Qgw84EA/Hs7QwCnglucGn9Xo8+8CNMHIfFV",
+	"Bvj/VjWPkZ/E4CGM1/Da406/lKPczWz1ctwSCMSJ7b/xQHhDQd8V8lOOUMiUZWmnRAaNZ/Q67pJyfc8r",
+	"975DWUb5zQoRtp0Cj9k2GAXvnoo0Dl8r3YAAltuuQjtz03GmibKFH+i8Tyxjj1H0wZl50C6cHEJSrw4Y",
+	"SpFhzdS6VvdeA7nFZDFd9knsiDsmbbSGQPFSGKicPNCIq4vm6oA84eAsrQyQZ4i2XJypTriEQKKF5FRE",
+	"IONcED8aziGaZ7rkxODqApbr2A+jstOQ6OGUoxhx1r/BZUKAbHTL4vYgCnYbwWMf9ojuDMRYFqjD7qIK",
+	"OvOmLUuMjgL7ZJ34oLjj+fmph+0G5qLBeunB2CxxhXQYOdBhjwwPIPpuHGXJAC/fQFNtyICioARxEMzG",
+	"iroYnOq47QG2A+n4Ka2WHuiSp/ZV3ScxTKTvunY6a2z1mT55O2ghuQ5aERm07JeDVjQQgxYTiUy5mAxa",
+	"N1Y8LNSfny+e7n0FC4QwbFSzxw5MOQ7fsgI7/jhoBcW1gQ4QKtwSA0io2CbqMzFP+zXHiBvSDtD9LOMC",
+	"c+E5YAF5JgZKNnj1EZo8fka12YMH96y2D6Nw58gyKNBgOsfFCk3ofG157NNuSYzEVULmjX9nUhtYImi7",
+	"vI3caSTtWLmzB7PL4HRQh0QIvA+Z4QPddGarB97fAH7Ink5WRg2aEY7QPjFMZMqKjU3tgBHV3RcE0aQd",
+	"98mci0ncwevNR3U5eqeWei3j15lc+FuNayihAvpqeG32cTW4IWOaZZaFTbmjYATt5g6fipIY1hyoHI5g",
+	"XZk5r8BEJEaiGI7YUqKfzdJmsaEVPPySmXSOGx13m+2vuObvaH1dkY6Qqo3EGxTYRWHXrrutmhzd9425",
+	"fVKgu0MdbrF0xAwFDkNKLYdrKTPjM+7wJhuHOqPX9fDaRwdfHz3sHQVDPdhlqCgzWJnyGHEtAwZP6wiA",
+	"tC3ndvKIY8fNCwu/VwbshjSSMmNU3Noc/i5laqNthWtWEpXPT/Ewac/vI8vVIscnSFszdDEHr8FK7FT/",
+	"xpVzaEWtKVYPsAMIBaAabaBWGKoIUYgtQaSLpgYO3g4pDvdqA6Wvk0wrZKXro7LSQ8ixbyljbR4eE5aS",
+	"f4VOWlELipG13tRtbQ2/r4HjBc5eIyRGEOtVxdZ1A9wg5A3EdimP1Ah5LuDOVdS4JAvqlCZkoevTdwOw",
+	"B6tof8syPKt1R/zofXc4zarcVpY3rRmzEzJRYbQaipU81lSyyvwndK47x6SH1BFgXtn54kOrE74VOZ57",
+	"lI7aY+LmVqNpvOuJuPmDeJtfW1ZA13cXWAP1lW8idyNJhTo1iNY1Ba5c2bKqUYNPxCb463MPnImWUp74",
+	"aJiYJFJeckbaPxozfymyZUTO6Yydc8O+OTeKJyYi5yzJFcNy7BfPzjsOSvL16flFIcU7Uf0XNjqXySXz",
+	"5mu4xg4OyVTmSqNbzHWoDVTf8RUwwHHWt6QMlS8q/jTUI9D2UHjtIZauqChU2D7kwq4gn3Ch6+Sgcz4R",
+	"Z6L1/nDkz8R94MiDlebYQRzDcoGL6QMH6tzO8le14lUsdnZKhJKRkgttRezAblrd6XWqlrnZXFjgZW5a",
+	"uyzrRWUtk4xRddfUrg0zfWLbxfsLJ/ugdG5j79UpQlXJjWGuF/DEFs8CAHjvaWYfsiIRqEp693jSOTWG",
+	"Kfvo38kX7W/7cyasxvtPbejE/h8C5v4T4v/+6UKe/mlXK2Mm+JOl/0Q8XPffEIpXqiuW/jOhImFZxtJO",
+	"+9s++SL6QJ11viBf/EdrhwDdE5LREYMkjEu2/AbchsfeF2pZ1UyqxjBdeLWyrNywmV5Z31///s2bv3yz",
+	"PpjiC6oUxqTVB7mAclKvejyq1PXZSe2wp0KwazNMIKbXX9Zzxa64zK32OWmcL75Sp1R8kFRkezA2hQfj",
+	"0D9S3Lw9tJG9yoL6/FDcZ5S5MhOdCNDRJqxMfduCiD2jgo9te1STv508f0ba8RNcyL2L5Zz1SbiWSzrL",
+	"YhCF//P85QvSjt8OWr6Bof0RrVn//tf/DFo3DoQleMT++vbf//qfm5u40wX/dfzW8qohTyPkLvZtd3Jt",
+	"C8ck/jZVy6HKhbNjWl12gNYOy4xI+7DXK/m+sNJdBlEFvs9Ol5wIEp+lbDaXholkufcTW8YE9TLSlmog",
+	"irCFLk/jzor7rVgglDIDR7cduo9EQQc+FGkYCCjrGzh5yRmOuGgL6gdVTTf+pzisNTrmLINCL9RMjwfC",
+	"5bTg16jGuLIZzbDalmh2qzbrFnqzPu/5By5f+fLK+m7Mb/hAfmE78/N8NOMmvGNXyXlrcdv7zeJzHWAw",
+	"SxOTSdWSqNzK9DUEDef5Ph3Ydp12cV7/ybDIjw4e3R8onlJSNe1myE7Rb8ohoAa4rXC8tHsfmHFA7Jbt",
+	"U31Z0AuUX4ZYwS35iSA17nuGvBEt4QkIQfWsZYvJ1770vgsTw8BqdgOHnUEAIaiHdp2gxAPsy6edGFvZ",
+	"apyJ32rIJvB5BBDDGCKSK1bCqyG4GyWFPAu577liUQXQIXzfL0tTjsE9U0HvvVPBhdv5T3qzNxzMfaoM",
+	"H9PEbFfxToonP8UN8qPbJG8Xc4XwtT/+lgVQNJsOlF+aO+9bVIsMBf/tmmfWOzy6X1Cod/Hu1BIHmLn/",
+	"UOlBng58nMcxlhniWGbIbpa/pRdSXUL0ckR+fv1sj+mEQu5NMqViwnQXw+29oRM+dTbe5+gZa0Yf8LWM",
+	"4rfwR0SoiQi65L+9iSMS+1SL2CdUPNCQddEn8dtLLtIIYh2+jYgBwBg6Y99GA8E1Zl5+G5FEajPMdfrt",
+	"TdyJSOyjLOK33lRtVTDbFbhLqTYkBr91oY+NuaAZql0uSwBd7i64xAVOwJU4pbpLTilGlwH4fczT2JfL",
+	"zufHRZzLis+nAmDT/qooD2hbxTgOxEMoa0/Z3ZsAyAEGhvlANz2Vizq9zB5RtLq/y+lePw28dOTatYN5",
+	"A+i8i4LDtYKwFymKaJHCDrOq0VUiQprser/29r5+8/YgOvjqps4Utp0/bPHZ7sQG3Ey9B+OPwQ28FPJA",
+	"+xw7qmscM1HgjcC4QOW2rrI/7uRPGc3M9PdNt8uP7pH3ib8KXTRa0Jyc6tJb7oxNv8Fe/oxfMWH7mCs5",
+	"Qi1pH0y+G1fmNT7xPnE5oMw+07UFyqH7u5Kv0xzf/yhfOIjk5XEZeAghmMj7iuZQoXIgBE37VPSEG3VM",
+	"Mq6t9kErLTl8GdCZuUsewqVai/H2fp9qjDccKuSvucosqzNm3t/fPzj8stvr9roH/a8ODg9bN29u/v8A",
+	"AAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

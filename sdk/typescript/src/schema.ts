@@ -1400,8 +1400,15 @@ export interface components {
         Runtime: {
             /** @description The runtime's name, as AGENTIC_RUNTIMES and create requests name it. */
             runtime: string;
-            /** @enum {string} */
+            /**
+             * @description The runtime's standard sandbox: what an environment whose request names no isolation runs in.
+             * @enum {string}
+             */
             isolation: "host" | "container" | "vm";
+            /** @description The sandboxes stronger than the standard one that a create request (or a pool's spec) may name in isolation: `gvisor` (gVisor's user-space kernel, runsc) where the engine is configured to run it — dockerd with a runtime named runsc, a Kubernetes RuntimeClass in AGENTIC_K8S_RUNTIME_CLASSES. Empty when only the standard one is offered. */
+            tiers: string[];
+            /** @description A create request (or a pool's spec) may name a placement: the runtime has a scheduler (Kubernetes). */
+            placement: boolean;
             /** @description Accepted network modes; the first is the default. */
             network_modes: string[];
             /** @description The network modes a create request may name on this server: those of network_modes that AGENTIC_ALLOWED_NETWORKS allows (every one for host isolation, which shares the host's network); others are 400 invalid_request. A request naming none gets the default (network_modes' first). */
@@ -1439,6 +1446,9 @@ export interface components {
             /** @description With network proxy (and only then), the hosts its commands may reach: exact names, *.suffix wildcards or addresses, with an optional :port (default 443 and 80). */
             allowed_hosts?: string[];
             read_only_root?: boolean;
+            /** @description A sandbox stronger than the runtime's standard one, from its tiers (GET /api/v1/runtimes): `gvisor`. Absent or empty: the standard one. A tier the runtime does not offer is 400 invalid_request naming those it offers. */
+            isolation?: string;
+            placement?: components["schemas"]["Placement"];
         };
         EnvironmentEvent: {
             /** Format: date-time */
@@ -1455,6 +1465,9 @@ export interface components {
             runtime_id?: string;
             image?: string;
             network?: string;
+            /** @description The tier it runs in (gvisor), when its request named one; absent: the runtime's standard sandbox. */
+            isolation?: string;
+            placement?: components["schemas"]["Placement"];
             allowed_hosts?: string[];
             /** @description A proxy environment's recent connections through its agent, newest last (at most 20). */
             egress?: components["schemas"]["EgressEntry"][];
@@ -1481,6 +1494,25 @@ export interface components {
             network?: string;
             allowed_hosts?: string[];
             read_only_root?: boolean;
+            /** @description A sandbox stronger than the runtime's standard one, from its tiers (GET /api/v1/runtimes): `gvisor`. Absent or empty: the standard one. A tier the runtime does not offer is 400 invalid_request naming those it offers. */
+            isolation?: string;
+            placement?: components["schemas"]["Placement"];
+        };
+        /** @description Where a scheduler may put the environment (Kubernetes' meaning): on nodes with every label of node_selector, and on nodes whose taints the tolerations tolerate. Only a runtime whose placement is true (GET /api/v1/runtimes) takes one; elsewhere a non-empty placement is 400 invalid_request. A node selector key must be a label key ([prefix/]name: a DNS subdomain prefix of at most 253 characters, a name of 1-63 of A-Z a-z 0-9 - _ . starting and ending with a letter or digit); a key that is not is 400 invalid_request. */
+        Placement: {
+            node_selector?: {
+                [key: string]: string;
+            };
+            tolerations?: components["schemas"]["Toleration"][];
+        };
+        /** @description Tolerates the node taints it matches. With operator Equal (the default) it needs a key and matches that key's taints of that value; with Exists it takes no value (400 invalid_request otherwise) and matches that key's taints, or every taint when the key is empty too. No effect matches taints of every effect. */
+        Toleration: {
+            key?: string;
+            /** @enum {string} */
+            operator?: "Equal" | "Exists";
+            value?: string;
+            /** @enum {string} */
+            effect?: "NoSchedule" | "PreferNoSchedule" | "NoExecute";
         };
         PoolRequest: {
             runtime: string;
