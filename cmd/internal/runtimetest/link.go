@@ -18,6 +18,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/agentrpc"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/system"
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/tlsca"
 	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/clock"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
@@ -30,6 +31,8 @@ type Link struct {
 	Credentials ports.AgentCredentials
 	Bootstrap   ports.AgentBootstrap
 	Dir         string
+
+	handler http.Handler
 }
 
 var (
@@ -107,7 +110,7 @@ func StartLink(t *testing.T, dir string) *Link {
 		cancel()
 	})
 	return &Link{
-		Service: svc, Credentials: creds, Dir: dir,
+		Service: svc, Credentials: creds, Dir: dir, handler: mux,
 		Bootstrap: ports.AgentBootstrap{
 			Binary:    AgentBinary(t),
 			ServerURL: "http://" + tcp.Addr().String(),
@@ -122,4 +125,35 @@ func (l *Link) Harness(rt ports.Runtime, base ports.EnvironmentSpec, leftovers f
 		Runtime: rt, Link: l.Service, Files: l.Service, Agents: l.Service, Credentials: l.Credentials,
 		Bootstrap: l.Bootstrap, Spec: base, Leftovers: leftovers,
 	}
+}
+
+// ServeTLS also serves the link over TLS on every address of the machine,
+// as a server reachable off loopback does, with a certificate of its own CA
+// for hosts. It returns the port and the CA's PEM.
+func (l *Link) ServeTLS(t *testing.T, hosts []string) (port int, caPEM []byte) {
+	t.Helper()
+	ca, err := tlsca.Open(filepath.Join(l.Dir, "tls"), hosts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM, err = os.ReadFile(ca.CAPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: l.handler, TLSConfig: ca.TLSConfig(), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("agent link (TLS): %v", err)
+		}
+	}()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	})
+	return ln.Addr().(*net.TCPAddr).Port, caPEM
 }
