@@ -105,6 +105,8 @@ const (
 const (
 	keySecret = "agent-secret"
 	keyCA     = "ca.crt"
+	// keyIdentity is the identity a pool take gave the agent (KeepIdentity).
+	keyIdentity = "identity"
 )
 
 const (
@@ -160,7 +162,10 @@ type Runtime struct {
 	serverH string // the host part of ServerURL
 }
 
-var _ ports.Runtime = (*Runtime)(nil)
+var (
+	_ ports.Runtime        = (*Runtime)(nil)
+	_ ports.IdentityKeeper = (*Runtime)(nil)
+)
 
 // RESTConfig is the client configuration Config selects: REST, Kubeconfig,
 // $KUBECONFIG (through the loading rules) or in-cluster.
@@ -810,6 +815,52 @@ func (r *Runtime) setStopped(ctx context.Context, sec *corev1.Secret, stopped bo
 		return apiErr("patch secret", err)
 	}
 	return nil
+}
+
+// KeepIdentity implements ports.IdentityKeeper: a pool member handed over
+// keeps its new identity in its Secret, and the pod Start makes reads it
+// (AGENT_IDENTITY_FILE, mounted read-only) instead of the member's revoked
+// one. The running pod is left alone: its agent already is agentID.
+func (r *Runtime) KeepIdentity(ctx context.Context, name, agentID, secret string) error {
+	for {
+		sec, err := r.anchor(ctx, name)
+		if err != nil {
+			return err
+		}
+		var pod corev1.Pod
+		if err := json.Unmarshal([]byte(sec.Annotations[AnnotationPod]), &pod); err != nil {
+			return fmt.Errorf("kubernetes: the pod kept with %s: %w", name, err)
+		}
+		identityPath := CredsDir + "/" + keyIdentity
+		for i := range pod.Spec.Volumes {
+			if v := pod.Spec.Volumes[i].Secret; v != nil && !slices.ContainsFunc(v.Items, func(k corev1.KeyToPath) bool { return k.Key == keyIdentity }) {
+				v.Items = append(v.Items, corev1.KeyToPath{Key: keyIdentity, Path: keyIdentity})
+			}
+		}
+		for i := range pod.Spec.Containers {
+			c := &pod.Spec.Containers[i]
+			if c.Name == ContainerName && !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "AGENT_IDENTITY_FILE" }) {
+				c.Env = append(c.Env, corev1.EnvVar{Name: "AGENT_IDENTITY_FILE", Value: identityPath})
+			}
+		}
+		podJSON, err := json.Marshal(&pod)
+		if err != nil {
+			return err
+		}
+		sec.Annotations[AnnotationPod] = string(podJSON)
+		if sec.Data == nil {
+			sec.Data = map[string][]byte{}
+		}
+		sec.Data[keyIdentity] = fmt.Appendf(nil, "AGENT_ID=%s\nAGENT_SECRET=%s\n", agentID, secret)
+		_, err = r.cs.CoreV1().Secrets(r.cfg.Namespace).Update(ctx, sec, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			continue // changed meanwhile (a stop): read it again
+		}
+		if err != nil {
+			return apiErr("update secret", err)
+		}
+		return nil
+	}
 }
 
 // Stop implements ports.Runtime: the pod is deleted (SIGTERM, then SIGKILL

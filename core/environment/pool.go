@@ -352,7 +352,8 @@ func (s *Service) take(ctx context.Context, req Request, allowed []string, kind 
 	time.AfterFunc(refillPause, s.kick)
 	s.changed()
 
-	renamed, err := s.handOver(ctx, member, req.Name, kind)
+	keeper, _ := s.runtimes()[rec.env.Runtime].(ports.IdentityKeeper)
+	renamed, err := s.handOver(ctx, member, req.Name, kind, keeper)
 	if err != nil {
 		s.mu.Lock()
 		if s.envs[req.Name] == rec {
@@ -395,7 +396,7 @@ func (s *Service) take(ctx context.Context, req Request, allowed []string, kind 
 // name, the claim stored, the agent renamed, and once it registered as
 // name, the member's credential revoked. renamed says whether the agent
 // may have been told (so the member cannot simply go back to its pool).
-func (s *Service) handOver(ctx context.Context, member, name string, kind ports.RuntimeKind) (renamed bool, err error) {
+func (s *Service) handOver(ctx context.Context, member, name string, kind ports.RuntimeKind, keeper ports.IdentityKeeper) (renamed bool, err error) {
 	agentSecret, err := secret.New()
 	if err != nil {
 		return false, err
@@ -436,6 +437,12 @@ func (s *Service) handOver(ctx context.Context, member, name string, kind ports.
 		case <-deadline.C:
 			return renamed, fmt.Errorf("the renamed agent did not register within %s", takeTimeout)
 		case <-tick.C:
+		}
+	}
+	if keeper != nil {
+		// Only a later start of the environment needs it: the take stands.
+		if err := keeper.KeepIdentity(ctx, member, name, agentSecret); err != nil {
+			s.log.Error("the runtime could not keep a taken member's new identity: starting it again after a stop will not connect", "member", member, "name", name, "err", err)
 		}
 	}
 	if err := s.cfg.Credentials.Delete(member); err != nil {

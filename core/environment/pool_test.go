@@ -280,3 +280,45 @@ func TestAMemberIsIdleOnlyWhenWarm(t *testing.T) {
 		t.Fatalf("warm-up ran %v, want %d runs", ran, warmRuns)
 	}
 }
+
+// keepingRuntime is a runtime that must be told a taken member's identity.
+type keepingRuntime struct {
+	*fakeRuntime
+	mu   sync.Mutex
+	kept []string
+}
+
+func (r *keepingRuntime) KeepIdentity(_ context.Context, name, agentID, secret string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if secret == "" {
+		return errors.New("no secret")
+	}
+	r.kept = append(r.kept, name+"->"+agentID)
+	return nil
+}
+
+// A take tells a runtime that keeps identities (Kubernetes) the member's
+// new one, with the secret the caller's credential holds.
+func TestATakeTellsTheRuntimeTheMembersNewIdentity(t *testing.T) {
+	keeper := &keepingRuntime{fakeRuntime: newFakeRuntime()}
+	f := newPoolFixture(t, nil)
+	f.svc.Close()
+	f.rt = keeper.fakeRuntime
+	f.svc = New(Config{Runtimes: map[string]ports.Runtime{"fake": keeper}, Agents: f.agents, Credentials: f.creds, Clock: clock.Wall{},
+		Bootstrap: ports.AgentBootstrap{Binary: "/bin/agent"}, ReadyTimeout: time.Minute, Pools: f.pools, Renamer: f.renamer})
+	t.Cleanup(f.svc.Close)
+	f.svc.Recover(context.Background())
+	if _, err := f.svc.PutPool(context.Background(), ports.Pool{Name: "p", Runtime: "fake", Size: 1}); err != nil {
+		t.Fatal(err)
+	}
+	member := f.waitIdle(t, "p", 1).Members[0].Name
+	if _, err := f.svc.Create(context.Background(), Request{Runtime: "fake", Name: "mine"}); err != nil {
+		t.Fatal(err)
+	}
+	keeper.mu.Lock()
+	defer keeper.mu.Unlock()
+	if len(keeper.kept) != 1 || keeper.kept[0] != member+"->mine" {
+		t.Fatalf("identities kept: %v, want %s->mine", keeper.kept, member)
+	}
+}

@@ -127,6 +127,7 @@ func TestKubernetes(t *testing.T) {
 	t.Run("DeletedBehindOurBack", func(t *testing.T) { kubeDeletedBehindOurBack(t, k) })
 	t.Run("OwnersApartAndRecover", func(t *testing.T) { kubeOwnersApartAndRecover(t, k) })
 	t.Run("NetworkPolicy", func(t *testing.T) { kubeNetworkPolicy(t, k) })
+	t.Run("TakenMemberStartsAsItsNewSelf", func(t *testing.T) { kubeKeepIdentity(t, k) })
 	t.Run("NothingLeft", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -380,5 +381,54 @@ func kubeNetworkPolicy(t *testing.T, k *kube) {
 	}
 	if left := k.leftovers(t, "closed"); len(left) > 0 {
 		t.Errorf("Destroy left %v", left)
+	}
+}
+
+// kubeKeepIdentity: a pool member handed over (its agent renamed, its old
+// credential revoked) and then stopped and started comes back under its new
+// identity, since Start makes a new pod from what the Secret keeps.
+func kubeKeepIdentity(t *testing.T, k *kube) {
+	rt := k.runtime(t, nil)
+	k.provision(t, rt, ports.EnvironmentSpec{Name: "member-1"})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s, err := secret.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.link.Credentials.Put("taken-1", s); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.link.Service.RenameAgent(ctx, "member-1", "taken-1", s); err != nil {
+		t.Fatal(err)
+	}
+	waitConnected(t, k.link, "taken-1")
+	if err := k.link.Credentials.Delete("member-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.KeepIdentity(ctx, "member-1", "taken-1", s); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := k.link.Service.Agent("taken-1")
+	if err := rt.Stop(ctx, "member-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Start(ctx, "member-1"); err != nil {
+		t.Fatal(err)
+	}
+	// The new pod's agent: a command it runs now proves it signed in anew.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		if a, ok := k.link.Service.Agent("taken-1"); ok && a.Status.Working() && a.ConnectedAt.After(before.ConnectedAt) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the restarted pod's agent did not sign in as taken-1")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	res := portstest.RunScript(t, k.link.Service, "taken-1", "echo $AGENT_ID", nil)
+	if strings.TrimSpace(res.Output) != "taken-1" {
+		t.Fatalf("the restarted agent says it is %q, want taken-1", res.Output)
 	}
 }
