@@ -1,8 +1,8 @@
 #!/bin/sh
-# Installs what the docker runtime and its tests need (dockerd and a static
-# busybox for the default image), only when missing. The tests start their
-# own private dockerd; nothing is started here. POSIX sh: root's bash
-# startup files may stall.
+# Installs what the docker runtime and its tests need (dockerd, a static
+# busybox for the default image, and gVisor's runsc for the gvisor isolation
+# tier), only when missing. The tests start their own private dockerd;
+# nothing is started here. POSIX sh: root's bash startup files may stall.
 set -eu
 
 export PATH="$PATH:/usr/sbin:/sbin"
@@ -10,6 +10,8 @@ need=""
 command -v dockerd >/dev/null 2>&1 || need="$need docker.io"
 # The default image needs busybox-static: Debian's plain busybox is dynamic.
 dpkg -s busybox-static >/dev/null 2>&1 || need="$need busybox-static"
+# The gvisor tier's runtime (TestDockerTier registers it with its dockerd).
+command -v runsc >/dev/null 2>&1 || need="$need runsc"
 [ -z "$need" ] && exit 0
 
 echo "docker-test-env: installing:$need" >&2

@@ -23,6 +23,14 @@
 // it. The "root" profile runs the commands as uid 0 (still without
 // capabilities) for images that need it. The socket is 0666.
 //
+// Tiers: an environment whose spec asks for ports.TierGVisor runs under
+// dockerd's runtime named "runsc" (gVisor), offered only while dockerd has
+// one (its runtimes are read at Ping, when the server starts). The agent
+// reaches the server through the mounted socket directory, which gVisor
+// allows only when runsc runs with --host-uds=open (or all): a runsc
+// registered with runtimeArgs lacking it gets a spec that needs the socket
+// refused rather than an agent that never registers.
+//
 // Ownership: containers carry io.agentic-sandbox.managed=true,
 // io.agentic-sandbox.owner=<Config.Owner> and io.agentic-sandbox.env=<name>.
 // Every lookup filters on all three, so the adapter never sees or touches a
@@ -102,6 +110,10 @@ const (
 	nobody       = "65534:65534"
 )
 
+// GVisorRuntime is the name of dockerd's runtime that runs ports.TierGVisor
+// (daemon.json's "runtimes", or dockerd --add-runtime runsc=PATH).
+const GVisorRuntime = "runsc"
+
 var ownerRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,30}$`)
 
 // Config says which engine to use and how environments are made.
@@ -139,6 +151,19 @@ type Runtime struct {
 
 	negMu      sync.Mutex
 	negotiated atomic.Bool
+
+	// engine is what dockerd said of its runtimes at the last Ping (nil
+	// before the first that answered).
+	engine atomic.Pointer[engineRuntimes]
+}
+
+// engineRuntimes is what the adapter makes of dockerd's runtimes.
+type engineRuntimes struct {
+	tiers []string
+	// gvisorSocket: runsc may connect to the host's unix sockets (the
+	// agent-link socket), or its registration does not say (a shim v2
+	// runtime keeps its flags in its own config).
+	gvisorSocket bool
 }
 
 var _ ports.Runtime = (*Runtime)(nil)
@@ -195,7 +220,42 @@ func (r *Runtime) Capabilities() ports.RuntimeCapabilities {
 		ReadOnlyRoot: true,
 		Images:       true,
 		Profiles:     []string{ProfileDefault, ProfileRoot},
+		Tiers:        r.tiers(),
 	}
+}
+
+// tiers are the tiers dockerd's runtimes offer, as of the last Ping.
+func (r *Runtime) tiers() []string {
+	if e := r.engine.Load(); e != nil {
+		return e.tiers
+	}
+	return nil
+}
+
+// readRuntimes reads dockerd's runtimes (docker info). An engine that
+// answers Ping but not this keeps what was read before.
+func (r *Runtime) readRuntimes(ctx context.Context) {
+	info, err := r.cli.Info(ctx)
+	if err != nil {
+		return
+	}
+	e := &engineRuntimes{}
+	if rt, ok := info.Runtimes[GVisorRuntime]; ok {
+		e.tiers = []string{ports.TierGVisor}
+		e.gvisorSocket = rt.Type != "" || HostUDSAllowed(rt.Args)
+	}
+	r.engine.Store(e)
+}
+
+// hostUDS matches runsc's flag letting a sandbox connect to the host's unix
+// sockets: --host-uds=open or all (a value of its own word, too), or the
+// older --fsgofer-host-uds.
+var hostUDS = regexp.MustCompile(`(^|\s)--?(host-uds(=|\s+)(open|all)|fsgofer-host-uds(=true)?)(\s|$)`)
+
+// HostUDSAllowed reports whether runsc run with args lets the sandbox
+// connect to a host unix socket mounted into it.
+func HostUDSAllowed(args []string) bool {
+	return hostUDS.MatchString(strings.Join(args, " "))
 }
 
 // Ping implements ports.Runtime.
@@ -205,6 +265,7 @@ func (r *Runtime) Ping(ctx context.Context) error {
 		return fmt.Errorf("docker ping: %w: %w", ports.ErrRuntimeUnavailable, err)
 	}
 	r.negotiate(ping)
+	r.readRuntimes(ctx)
 	return nil
 }
 
@@ -330,6 +391,13 @@ func (r *Runtime) validate(spec ports.EnvironmentSpec) (plan, error) {
 		}
 	}
 
+	if spec.Tier == ports.TierGVisor && p.sockDir != "" {
+		if e := r.engine.Load(); e != nil && !e.gvisorSocket {
+			return p, invalid("isolation gvisor with network %s: the agent reaches the server through the mounted socket, "+
+				"which dockerd's %s runtime does not let a sandbox connect to (register it with runtimeArgs [\"--host-uds=open\"])", p.network, GVisorRuntime)
+		}
+	}
+
 	res := spec.Resources
 	if res.CPUs == 0 {
 		res.CPUs = r.cfg.Defaults.CPUs
@@ -386,6 +454,12 @@ func (r *Runtime) find(ctx context.Context, name string) (string, error) {
 
 // Provision implements ports.Runtime: image, create, start.
 func (r *Runtime) Provision(ctx context.Context, spec ports.EnvironmentSpec) (ports.Environment, error) {
+	if spec.Tier != "" && r.engine.Load() == nil {
+		// The tiers are dockerd's runtimes: read them before the check.
+		if err := r.Ping(ctx); err != nil {
+			return ports.Environment{}, err
+		}
+	}
 	p, err := r.validate(spec)
 	if err != nil {
 		return ports.Environment{}, err
@@ -582,6 +656,9 @@ func (r *Runtime) containerConfig(p plan, image string) (*container.Config, *con
 	if !r.cfg.NoInit {
 		init := true
 		host.Init = &init
+	}
+	if spec.Tier == ports.TierGVisor {
+		host.Runtime = GVisorRuntime
 	}
 	return cfg, host
 }

@@ -78,9 +78,12 @@ type dockerd struct {
 
 	cmd    *exec.Cmd
 	exited chan struct{}
+	// extra are arguments of the daemon's beyond harness.DockerdArgs'.
+	extra []string
 }
 
-func startDockerd(t *testing.T) *dockerd {
+// startDockerd starts a private dockerd, with extra arguments if given.
+func startDockerd(t *testing.T, extra ...string) *dockerd {
 	t.Helper()
 	testreq.Command(t, "dockerd", "run make test-env (or apt-get install -y docker.io busybox-static)")
 	testreq.Command(t, "busybox", "run make test-env (or apt-get install -y busybox-static)")
@@ -99,7 +102,7 @@ func startDockerd(t *testing.T) *dockerd {
 		t.Fatal(err)
 	}
 	host, _ := harness.DockerdArgs(dir)
-	d := &dockerd{bin: bin, host: host, dir: dir, logf: logf}
+	d := &dockerd{bin: bin, host: host, dir: dir, logf: logf, extra: extra}
 	t.Cleanup(func() {
 		if d.cli != nil && d.cmd != nil {
 			// Whatever a failed test left; the daemon would stop them anyway.
@@ -134,7 +137,7 @@ func startDockerd(t *testing.T) *dockerd {
 func (d *dockerd) start(t *testing.T) {
 	t.Helper()
 	_, args := harness.DockerdArgs(d.dir)
-	cmd := exec.Command(d.bin, args...)
+	cmd := exec.Command(d.bin, append(args, d.extra...)...)
 	cmd.Stdout, cmd.Stderr = d.logf, d.logf
 	// A test binary that dies (panic, timeout) takes its daemon along.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
