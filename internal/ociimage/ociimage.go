@@ -1,8 +1,10 @@
-// Package ociimage builds the project's two container images as image
+// Package ociimage builds the project's container images as image
 // archives, without a registry or a container engine: the agent image
 // (only the static agentic-agent, for an init container that copies it into
-// a volume shared with the workload) and the default workload image (the
-// host's static busybox with a non-root user for commands). The archives
+// a volume shared with the workload), the default workload image (the
+// host's static busybox with a non-root user for commands) and the server
+// image (the static agentic-mgmt, run as a non-root user, for
+// deploy/kubernetes). The archives
 // are in the `docker save` layout (manifest.json, config and gzip layers),
 // which `docker load -i` and `ctr -n k8s.io images import` both read, and
 // which `crane push` or `skopeo copy docker-archive:...` push to a registry.
@@ -57,6 +59,16 @@ const (
 	// The archives' file names under the output directory (build/images).
 	AgentArchive    = "agent.tar"
 	WorkloadArchive = "workload.tar"
+	ServerArchive   = "mgmt.tar"
+
+	// ServerRepository is the server image: agentic-mgmt at ServerPath,
+	// run as ServerUser with its data dir at ServerDataDir (SECRETS_DIR
+	// is ServerDataDir/secrets), as deploy/kubernetes runs it.
+	ServerRepository = "agentic-sandbox/mgmt"
+	ServerImage      = ServerRepository + ":" + Version
+	ServerPath       = "/usr/local/bin/agentic-mgmt"
+	ServerUser       = "65532:65532"
+	ServerDataDir    = "/var/lib/agentic-sandbox"
 )
 
 // epoch is every timestamp in the images: builds of the same inputs are
@@ -99,6 +111,75 @@ func Agent(agentBinary string) (v1.Image, error) {
 		Env:        []string{"PATH=" + defaultPath},
 		Labels: map[string]string{
 			"org.opencontainers.image.title":   "agentic-sandbox agent",
+			"org.opencontainers.image.version": Version,
+		},
+	})
+}
+
+// serverUID is ServerUser's uid and gid: "agentic" in the image's passwd.
+const serverUID = 65532
+
+// Server is the server image: agentic-mgmt (statically linked) at
+// ServerPath as the entrypoint, run as ServerUser (agentic, not root);
+// /etc/passwd and /etc/group naming root, agentic and nobody; /tmp (1777);
+// the data dir ServerDataDir (0700, agentic's), which a volume replaces in a
+// cluster. Nothing else: no shell, no libc. The agent port and the operator
+// ports (LISTEN_ADDR's port, +1, +2) are exposed.
+func Server(mgmtBinary string) (v1.Image, error) {
+	arch, err := staticArch(mgmtBinary)
+	if err != nil {
+		return nil, fmt.Errorf("server image: %w", err)
+	}
+	bin, err := os.ReadFile(mgmtBinary)
+	if err != nil {
+		return nil, fmt.Errorf("server image: %w", err)
+	}
+	files := []struct {
+		hdr  tar.Header
+		body []byte
+	}{
+		{hdr: tar.Header{Typeflag: tar.TypeDir, Name: "etc/", Mode: 0o755}},
+		{hdr: tar.Header{Typeflag: tar.TypeReg, Name: "etc/passwd", Mode: 0o644}, body: []byte(
+			"root:x:0:0:root:/root:/sbin/nologin\n" +
+				"agentic:x:65532:65532:agentic-mgmt:" + ServerDataDir + ":/sbin/nologin\n" +
+				"nobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\n")},
+		{hdr: tar.Header{Typeflag: tar.TypeReg, Name: "etc/group", Mode: 0o644}, body: []byte(
+			"root:x:0:\nagentic:x:65532:\nnogroup:x:65534:\n")},
+		{hdr: tar.Header{Typeflag: tar.TypeReg, Name: "etc/nsswitch.conf", Mode: 0o644}, body: []byte("hosts: files dns\n")},
+		{hdr: tar.Header{Typeflag: tar.TypeDir, Name: "tmp/", Mode: 0o1777}},
+		{hdr: tar.Header{Typeflag: tar.TypeDir, Name: "usr/", Mode: 0o755}},
+		{hdr: tar.Header{Typeflag: tar.TypeDir, Name: "usr/local/", Mode: 0o755}},
+		{hdr: tar.Header{Typeflag: tar.TypeDir, Name: "usr/local/bin/", Mode: 0o755}},
+		{hdr: tar.Header{Typeflag: tar.TypeReg, Name: ServerPath[1:], Mode: 0o755}, body: bin},
+		{hdr: tar.Header{Typeflag: tar.TypeDir, Name: "var/", Mode: 0o755}},
+		{hdr: tar.Header{Typeflag: tar.TypeDir, Name: "var/lib/", Mode: 0o755}},
+		{hdr: tar.Header{Typeflag: tar.TypeDir, Name: ServerDataDir[1:] + "/", Mode: 0o700, Uid: serverUID, Gid: serverUID}},
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, f := range files {
+		h := f.hdr
+		h.ModTime, h.Format, h.Size = epoch, tar.FormatPAX, int64(len(f.body))
+		if err := tw.WriteHeader(&h); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(f.body); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return image(arch, buf.Bytes(), "agentic-mgmt at "+ServerPath, v1.Config{
+		Entrypoint: []string{ServerPath},
+		User:       ServerUser,
+		WorkingDir: ServerDataDir,
+		Env:        []string{"PATH=" + defaultPath, "HOME=" + ServerDataDir, "SECRETS_DIR=" + ServerDataDir + "/secrets"},
+		ExposedPorts: map[string]struct{}{
+			"8120/tcp": {}, "8121/tcp": {}, "8122/tcp": {},
+		},
+		Labels: map[string]string{
+			"org.opencontainers.image.title":   "agentic-sandbox management server",
 			"org.opencontainers.image.version": Version,
 		},
 	})
@@ -261,4 +342,30 @@ func Build(dir, agentBinary, busybox, version string) ([]Built, error) {
 		out = append(out, Built{Path: p, Ref: ref, Digest: d})
 	}
 	return out, nil
+}
+
+// BuildServer writes ServerArchive into dir (created if missing): the
+// server image from the static agentic-mgmt, tagged with version (empty:
+// Version).
+func BuildServer(dir, mgmtBinary, version string) (Built, error) {
+	if version == "" {
+		version = Version
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil { //nolint:gosec // build output, read by docker/ctr run as anyone
+		return Built{}, err
+	}
+	img, err := Server(mgmtBinary)
+	if err != nil {
+		return Built{}, err
+	}
+	ref := ServerRepository + ":" + version
+	p := filepath.Join(dir, ServerArchive)
+	if err := WriteArchive(p, ref, img); err != nil {
+		return Built{}, err
+	}
+	d, err := img.Digest()
+	if err != nil {
+		return Built{}, err
+	}
+	return Built{Path: p, Ref: ref, Digest: d}, nil
 }

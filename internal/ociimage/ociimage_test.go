@@ -242,3 +242,67 @@ func TestBuildRefusesADynamicallyLinkedAgent(t *testing.T) {
 		t.Fatalf("a refused build left %v", ents)
 	}
 }
+
+func TestBuildServerWritesTheServerImageRunAsANonRootUser(t *testing.T) {
+	mgmt := staticBusybox(t) // a static executable standing in for agentic-mgmt
+	want, err := os.ReadFile(mgmt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	b, err := ociimage.BuildServer(dir, mgmt, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Path != filepath.Join(dir, ociimage.ServerArchive) || b.Ref != ociimage.ServerImage || ociimage.ServerImage != "agentic-sandbox/mgmt:"+ociimage.Version {
+		t.Fatalf("built %+v: want %s as %s", b, ociimage.ServerArchive, ociimage.ServerImage)
+	}
+	img := load(t, b.Path, ociimage.ServerImage)
+	if d, err := img.Digest(); err != nil || d != b.Digest {
+		t.Fatalf("digest read back %v (%v), BuildServer said %v", d, err, b.Digest)
+	}
+	fs := files(t, img)
+	var names []string
+	for n := range fs {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	wantNames := []string{"etc", "etc/group", "etc/nsswitch.conf", "etc/passwd", "tmp", "usr", "usr/local", "usr/local/bin",
+		"usr/local/bin/agentic-mgmt", "var", "var/lib", "var/lib/agentic-sandbox"}
+	if !slices.Equal(names, wantNames) {
+		t.Fatalf("server image holds %q: want %q (the server, its user, /tmp and its data dir; no shell)", names, wantNames)
+	}
+	bin := fs[strings.TrimPrefix(ociimage.ServerPath, "/")]
+	if bin.hdr.Typeflag != tar.TypeReg || bin.hdr.Mode&0o7777 != 0o755 || bin.hdr.Uid != 0 || !bytes.Equal(bin.body, want) {
+		t.Fatalf("server entry type %c mode %o uid %d, %d bytes: want %s's %d bytes, 0755, owned by root", bin.hdr.Typeflag, bin.hdr.Mode, bin.hdr.Uid, len(bin.body), mgmt, len(want))
+	}
+	if e := fs["var/lib/agentic-sandbox"]; e.hdr.Typeflag != tar.TypeDir || e.hdr.Mode&0o7777 != 0o700 || e.hdr.Uid != 65532 || e.hdr.Gid != 65532 {
+		t.Fatalf("data dir type %c mode %o owner %d:%d: want a directory 0700 of 65532:65532", e.hdr.Typeflag, e.hdr.Mode, e.hdr.Uid, e.hdr.Gid)
+	}
+	if e := fs["tmp"]; e.hdr.Mode&0o7777 != 0o1777 {
+		t.Fatalf("tmp mode %o: want 1777", e.hdr.Mode)
+	}
+	if e := fs["etc/passwd"]; !strings.Contains(string(e.body), "agentic:x:65532:65532:") {
+		t.Fatalf("etc/passwd %q: want agentic as 65532", e.body)
+	}
+	cf := config(t, img)
+	if !slices.Equal(cf.Config.Entrypoint, []string{ociimage.ServerPath}) || cf.Config.User != "65532:65532" || cf.OS != "linux" {
+		t.Fatalf("entrypoint %q user %q os %q: want [%s], 65532:65532, linux", cf.Config.Entrypoint, cf.Config.User, cf.OS, ociimage.ServerPath)
+	}
+	if !slices.Contains(cf.Config.Env, "SECRETS_DIR=/var/lib/agentic-sandbox/secrets") {
+		t.Fatalf("env %q: want SECRETS_DIR in the image's data dir", cf.Config.Env)
+	}
+	for _, p := range []string{"8120/tcp", "8121/tcp", "8122/tcp"} {
+		if _, ok := cf.Config.ExposedPorts[p]; !ok {
+			t.Errorf("exposed ports %v: want %s", cf.Config.ExposedPorts, p)
+		}
+	}
+	// The same binary, the same bytes; a dynamically linked one is refused.
+	again, err := ociimage.BuildServer(t.TempDir(), mgmt, "")
+	if err != nil || again.Digest != b.Digest {
+		t.Fatalf("second build: digest %v (%v), first %v", again.Digest, err, b.Digest)
+	}
+	if _, err := ociimage.BuildServer(t.TempDir(), "/bin/ls", ""); err == nil || !strings.Contains(err.Error(), "dynamically linked") {
+		t.Fatalf("BuildServer with /bin/ls: %v, want a refusal naming it dynamically linked", err)
+	}
+}

@@ -1,8 +1,9 @@
 // Command imagebuild writes the agent image and the default workload image
 // as image archives (internal/ociimage), without a registry or a container
-// engine: `make agent-image` runs it into build/images.
+// engine, and with -mgmt the server image too: `make agent-image` runs it
+// into build/images.
 //
-//	imagebuild -agent bin/agentic-agent [-busybox /bin/busybox] [-out build/images] [-version v]
+//	imagebuild -agent bin/agentic-agent [-mgmt bin/agentic-mgmt] [-busybox /bin/busybox] [-out build/images] [-version v]
 package main
 
 import (
@@ -22,6 +23,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("imagebuild", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	agent := fs.String("agent", "bin/agentic-agent", "the static (CGO_ENABLED=0) agentic-agent to put in the agent image")
+	mgmt := fs.String("mgmt", "", "the static (CGO_ENABLED=0) agentic-mgmt: also write the server image (default: none)")
 	busybox := fs.String("busybox", "", "the static busybox of the workload image (default: Debian's busybox-static)")
 	out := fs.String("out", "build/images", "directory the archives are written to")
 	version := fs.String("version", ociimage.Version, "the images' tag")
@@ -36,6 +38,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, "imagebuild:", err)
 		return 1
+	}
+	if *mgmt != "" {
+		b, err := ociimage.BuildServer(*out, *mgmt, *version)
+		if err != nil {
+			fmt.Fprintln(stderr, "imagebuild:", err)
+			return 1
+		}
+		built = append(built, b)
 	}
 	for _, b := range built {
 		fmt.Fprintf(stdout, "%s\t%s\t%s\n", b.Path, b.Ref, b.Digest)
