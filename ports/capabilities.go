@@ -130,6 +130,10 @@ var (
 	labelValue = regexp.MustCompile(`^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$`)
 )
 
+// Check refuses, unwrapped, a placement whose keys, values, operators or
+// effects a scheduler would refuse (CheckSpec wraps it in ErrInvalidSpec).
+func (p Placement) Check() error { return checkPlacement(p) }
+
 // checkPlacement refuses keys, values, operators and effects a scheduler
 // would refuse, so that a bad placement is a 400 rather than a pod that
 // never starts.

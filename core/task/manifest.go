@@ -67,6 +67,11 @@ type Environment struct {
 	DiskGB       int
 	NetworkMode  ports.NetworkMode
 	AllowedHosts []string
+	// Isolation is a tier of the runtime's (ports.TierGVisor), Placement
+	// where its scheduler may put the environment; whether the runtime
+	// offers them is for provisioning to say.
+	Isolation string
+	Placement ports.Placement
 }
 
 // Secret sources.
@@ -510,11 +515,59 @@ func (p *parser) environment(n *yaml.Node, at string) Environment {
 				}
 			}
 		},
+		"isolation": func(v *yaml.Node, at string) {
+			if e.Isolation = p.str(v, at); e.Isolation != "" && !runtimePattern.MatchString(e.Isolation) {
+				p.fail(at, "must be a tier's name, like %s", ports.TierGVisor)
+			}
+		},
+		"placement": func(v *yaml.Node, at string) { e.Placement = p.placement(v, at) },
 	})
 	if len(e.AllowedHosts) > 0 && e.NetworkMode != ports.NetworkProxy {
 		p.fail(join(at, "allowed_hosts"), "needs network_mode: proxy")
 	}
 	return e
+}
+
+// placement reads {node_selector: {k: v}, tolerations: [{key, operator,
+// value, effect}]}, refusing what a scheduler would (ports.Placement.Check).
+func (p *parser) placement(n *yaml.Node, at string) ports.Placement {
+	var pl ports.Placement
+	p.fields(n, at, map[string]func(*yaml.Node, string){
+		"node_selector": func(v *yaml.Node, at string) {
+			if v.Kind != yaml.MappingNode {
+				p.fail(at, "must be a mapping of node labels")
+				return
+			}
+			pl.NodeSelector = map[string]string{}
+			for i := 0; i+1 < len(v.Content); i += 2 {
+				k := v.Content[i].Value
+				if _, dup := pl.NodeSelector[k]; dup {
+					p.fail(join(at, k), "given twice")
+				}
+				pl.NodeSelector[k] = p.str(v.Content[i+1], join(at, k))
+			}
+		},
+		"tolerations": func(v *yaml.Node, at string) {
+			if v.Kind != yaml.SequenceNode {
+				p.fail(at, "must be a list")
+				return
+			}
+			for i, c := range v.Content {
+				var t ports.Toleration
+				p.fields(c, fmt.Sprintf("%s[%d]", at, i), map[string]func(*yaml.Node, string){
+					"key":      func(v *yaml.Node, at string) { t.Key = p.str(v, at) },
+					"operator": func(v *yaml.Node, at string) { t.Operator = p.str(v, at) },
+					"value":    func(v *yaml.Node, at string) { t.Value = p.str(v, at) },
+					"effect":   func(v *yaml.Node, at string) { t.Effect = p.str(v, at) },
+				})
+				pl.Tolerations = append(pl.Tolerations, t)
+			}
+		},
+	})
+	if err := pl.Check(); err != nil {
+		p.fail(at, "%v", err)
+	}
+	return pl
 }
 
 func (p *parser) secrets(n *yaml.Node, at string) []Secret {

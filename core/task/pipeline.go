@@ -189,7 +189,7 @@ func (s *Service) provision(ctx context.Context, e *entry) (Reason, error) {
 	env := e.manifest.Environment
 	_, err := s.cfg.Environments.Create(ctx, environment.Request{
 		Runtime: e.rec.Environment.Runtime, Name: name, Image: env.Image, Network: env.NetworkMode, AllowedHosts: env.AllowedHosts,
-		Resources: ports.Resources{CPUs: env.CPUs, MemoryMB: env.MemoryMB, DiskGB: env.DiskGB},
+		Resources: ports.Resources{CPUs: env.CPUs, MemoryMB: env.MemoryMB, DiskGB: env.DiskGB}, Tier: env.Isolation, Placement: env.Placement,
 	})
 	if err != nil {
 		return ReasonProvisionFailed, err

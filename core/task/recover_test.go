@@ -43,6 +43,8 @@ type fakeEnvs struct {
 	mu               sync.Mutex
 	envs             map[string]environment.Environment
 	created, deleted int
+	// requests are the create requests, in order.
+	requests []environment.Request
 }
 
 func (f *fakeEnvs) Create(_ context.Context, req environment.Request) (environment.Environment, error) {
@@ -52,6 +54,7 @@ func (f *fakeEnvs) Create(_ context.Context, req environment.Request) (environme
 		return environment.Environment{}, ports.ErrEnvExists
 	}
 	f.created++
+	f.requests = append(f.requests, req)
 	e := environment.Environment{Name: req.Name, Runtime: req.Runtime, State: environment.StateReady, AgentID: req.Name}
 	f.envs[req.Name] = e
 	return e, nil
