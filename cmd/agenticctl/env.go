@@ -62,9 +62,12 @@ func (c *cli) envCreate(args []string) int {
 	if err != nil {
 		return c.fail("%v", err)
 	}
-	sp := spec.spec()
+	sp, err := spec.spec()
+	if err != nil {
+		return c.fail("env create: %v", err)
+	}
 	body := restapi.CreateEnvironmentRequest{Name: flags.Arg(0), Runtime: *runtime, Image: sp.Image, Network: sp.Network,
-		Profile: sp.Profile, ReadOnlyRoot: sp.ReadOnlyRoot, Resources: sp.Resources}
+		Profile: sp.Profile, ReadOnlyRoot: sp.ReadOnlyRoot, Resources: sp.Resources, Isolation: sp.Isolation, Placement: sp.Placement}
 	ctx := context.Background()
 	resp, err := cl.CreateEnvironmentWithResponse(ctx, body)
 	if err != nil || resp.JSON202 == nil {
@@ -145,7 +148,7 @@ func (c *cli) envList(args []string) int {
 			if e.Image != nil {
 				image = *e.Image
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", cell(e.Name), cell(e.Runtime), cell(string(e.State)), cell(agent), prov, cell(image))
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", cell(e.Name), cell(runtimeAndTier(e.Runtime, e.Isolation)), cell(string(e.State)), cell(agent), prov, cell(image))
 		}
 	})
 }
@@ -192,10 +195,13 @@ func (c *cli) envRuntimes(args []string) int {
 			for _, o := range []struct {
 				on   bool
 				name string
-			}{{r.Pause, "pause"}, {r.ReadOnlyRoot, "read-only-root"}, {r.Images, "images"}} {
+			}{{r.Pause, "pause"}, {r.ReadOnlyRoot, "read-only-root"}, {r.Images, "images"}, {r.Placement, "placement"}} {
 				if o.on {
 					opts = append(opts, o.name)
 				}
+			}
+			for _, tier := range r.Tiers {
+				opts = append(opts, "isolation="+tier)
 			}
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", cell(r.Runtime), r.Isolation, cell(strings.Join(r.NetworkModes, ",")),
 				cell(strings.Join(r.Limits, ",")), cell(strings.Join(opts, ",")))
@@ -215,14 +221,24 @@ func (c *cli) envRuntimes(args []string) int {
 // envSpec are the flags that say what an environment is made of, for env
 // create and pool put alike.
 type envSpec struct {
-	image, network, profile *string
-	cpus                    *float64
-	memory, pids, disk      *int
-	readOnly                *bool
+	image, network, profile, isolation *string
+	cpus                               *float64
+	memory, pids, disk                 *int
+	readOnly                           *bool
+	nodeSelector, tolerations          *multiFlag
+}
+
+// runtimeAndTier is an environment's runtime as listed: with its isolation
+// tier after a colon when it has one (docker:gvisor).
+func runtimeAndTier(runtime string, tier *string) string {
+	if tier == nil || *tier == "" {
+		return runtime
+	}
+	return runtime + ":" + *tier
 }
 
 func specFlags(flags *flag.FlagSet) envSpec {
-	return envSpec{
+	f := envSpec{
 		image:    flags.String("image", "", "container `IMAGE` or VM disk image path (default: the runtime's own)"),
 		network:  flags.String("network", "", "network `MODE` (default: the runtime's first, none where offered)"),
 		profile:  flags.String("profile", "", "the runtime's `PROFILE` ('agenticctl env runtimes' lists each runtime's)"),
@@ -231,19 +247,93 @@ func specFlags(flags *flag.FlagSet) envSpec {
 		pids:     flags.Int("pids", 0, "process limit"),
 		disk:     flags.Int("disk", 0, "disk size in `GB` (where the runtime's limits include disk_gb)"),
 		readOnly: flags.Bool("read-only", false, "read-only root filesystem"),
+		isolation: flags.String("isolation", "", "a `TIER` stronger than the runtime's standard sandbox, among its tiers "+
+			"('agenticctl env runtimes' lists them as isolation=TIER), e.g. gvisor"),
+		nodeSelector: new(multiFlag),
+		tolerations:  new(multiFlag),
 	}
+	flags.Var(f.nodeSelector, "node-selector", "`KEY=VALUE`: only on nodes with this label (runtimes with placement; repeatable)")
+	flags.Var(f.tolerations, "toleration", "`KEY=VALUE:EFFECT` tolerates that taint (operator Equal); KEY:EFFECT or KEY any value of it "+
+		"(Exists); '*' every taint; EFFECT NoSchedule, PreferNoSchedule or NoExecute, or none for all (runtimes with placement; repeatable)")
+	return f
+}
+
+// placement is the node selector and tolerations flags as the API's
+// placement (nil when none is given).
+func (f envSpec) placement() (*restapi.Placement, error) {
+	if len(*f.nodeSelector) == 0 && len(*f.tolerations) == 0 {
+		return nil, nil
+	}
+	p := &restapi.Placement{}
+	if len(*f.nodeSelector) > 0 {
+		sel := map[string]string{}
+		for _, kv := range *f.nodeSelector {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || k == "" {
+				return nil, fmt.Errorf("--node-selector %q: want KEY=VALUE", kv)
+			}
+			sel[k] = v
+		}
+		p.NodeSelector = &sel
+	}
+	if len(*f.tolerations) > 0 {
+		list := []restapi.Toleration{}
+		for _, s := range *f.tolerations {
+			t, err := parseToleration(s)
+			if err != nil {
+				return nil, err
+			}
+			list = append(list, t)
+		}
+		p.Tolerations = &list
+	}
+	return p, nil
+}
+
+// parseToleration reads KEY=VALUE[:EFFECT] (Equal), KEY[:EFFECT] (Exists)
+// or *[:EFFECT] (Exists, every key), as kubectl writes taints.
+func parseToleration(s string) (restapi.Toleration, error) {
+	var t restapi.Toleration
+	rest, effect, hasEffect := strings.Cut(s, ":")
+	if hasEffect {
+		e := restapi.TolerationEffect(effect)
+		if !e.Valid() {
+			return t, fmt.Errorf("--toleration %q: effect %q: want NoSchedule, PreferNoSchedule or NoExecute", s, effect)
+		}
+		t.Effect = &e
+	}
+	key, value, equal := strings.Cut(rest, "=")
+	switch {
+	case key == "":
+		return t, fmt.Errorf("--toleration %q: want KEY=VALUE:EFFECT, KEY:EFFECT or '*'", s)
+	case equal:
+		op := restapi.TolerationEqual
+		t.Key, t.Value, t.Operator = &key, &value, &op
+	default:
+		op := restapi.TolerationExists
+		t.Operator = &op
+		if key != "*" {
+			t.Key = &key
+		}
+	}
+	return t, nil
 }
 
 // spec is the flags as the API's spec: unset ones absent.
-func (f envSpec) spec() restapi.PoolSpec {
+func (f envSpec) spec() (restapi.PoolSpec, error) {
 	var sp restapi.PoolSpec
+	placement, err := f.placement()
+	if err != nil {
+		return sp, err
+	}
+	sp.Placement = placement
 	opt := func(v *string) *string {
 		if *v == "" {
 			return nil
 		}
 		return v
 	}
-	sp.Image, sp.Network, sp.Profile = opt(f.image), opt(f.network), opt(f.profile)
+	sp.Image, sp.Network, sp.Profile, sp.Isolation = opt(f.image), opt(f.network), opt(f.profile), opt(f.isolation)
 	if *f.readOnly {
 		sp.ReadOnlyRoot = f.readOnly
 	}
@@ -264,5 +354,5 @@ func (f envSpec) spec() restapi.PoolSpec {
 		}
 		sp.Resources = &res
 	}
-	return sp
+	return sp, nil
 }

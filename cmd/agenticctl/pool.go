@@ -45,7 +45,10 @@ func (c *cli) poolPut(args []string) int {
 	if err != nil {
 		return c.fail("%v", err)
 	}
-	sp := spec.spec()
+	sp, err := spec.spec()
+	if err != nil {
+		return c.fail("pool put: %v", err)
+	}
 	resp, err := cl.PutPoolWithResponse(context.Background(), flags.Arg(0), restapi.PoolRequest{Runtime: *runtime, Size: *size, Spec: &sp})
 	if err != nil || resp.JSON200 == nil {
 		return c.failed(server, err, resp)
