@@ -7,8 +7,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/agentic-sandbox/agentic-sandbox/internal/ociimage"
 )
 
 // load runs loadConfig with no config file, a data dir of the test's own
@@ -183,6 +186,80 @@ func TestTaskRepoDirsSetting(t *testing.T) {
 		_ = os.MkdirAll(filepath.Join(data, "task-work"), 0o700)
 		if _, err := loadConfig([]string{"--config", "/nonexistent"}, []string{"SECRETS_DIR=" + data + "/secrets", "AGENTIC_TASK_REPO_DIRS=" + bad}, io.Discard, "test"); err == nil || !strings.Contains(err.Error(), "AGENTIC_TASK_REPO_DIRS") {
 			t.Errorf("%q: %v", bad, err)
+		}
+	}
+}
+
+func kubernetesOpts(t *testing.T, cfg Config) kubernetesOptions {
+	t.Helper()
+	o, ok := cfg.RuntimeOptions[kubernetesRuntime.Name].(kubernetesOptions)
+	if !ok {
+		t.Fatalf("kubernetes options: %#v", cfg.RuntimeOptions[kubernetesRuntime.Name])
+	}
+	return o
+}
+
+// The kubernetes runtime's settings: defaults naming the project's own
+// images, each set, and each bad value refused at start naming its variable.
+func TestKubernetesSettings(t *testing.T) {
+	t.Setenv(kubeServiceHostEnv, "") // not in a pod, whatever runs the test
+	cfg, err := load(t, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := kubernetesOpts(t, cfg)
+	if o.Kubeconfig != nil || o.Namespace != "agentic-sandbox" || o.AgentImage != ociimage.AgentImage || o.DefaultImage != ociimage.WorkloadImage ||
+		o.PullPolicy != "IfNotPresent" || o.RuntimeClasses != nil || o.NetworkPolicy {
+		t.Errorf("defaults: %+v", o)
+	}
+	if kubernetesRuntime.entry().Found(cfg) {
+		t.Error("found with KUBECONFIG unset outside a pod")
+	}
+
+	dir := t.TempDir()
+	kc := filepath.Join(dir, "admin.kubeconfig")
+	if err := os.WriteFile(kc, []byte("apiVersion: v1\nkind: Config\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	cfg, err = load(t, nil, "KUBECONFIG="+kc+"::missing.kubeconfig", "AGENTIC_K8S_NAMESPACE=agents-1",
+		"AGENTIC_K8S_AGENT_IMAGE=registry.example:5000/team/agent@sha256:"+strings.Repeat("a", 64), "AGENTIC_K8S_IMAGE=localhost/work:2",
+		"AGENTIC_K8S_PULL_POLICY=Never", "AGENTIC_K8S_RUNTIME_CLASSES= gvisor=runsc ", "AGENTIC_K8S_NETWORK_POLICY=enforced")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o = kubernetesOpts(t, cfg)
+	want := kubernetesOptions{Kubeconfig: []string{kc, filepath.Join(dir, "missing.kubeconfig")}, Namespace: "agents-1",
+		AgentImage: "registry.example:5000/team/agent@sha256:" + strings.Repeat("a", 64), DefaultImage: "localhost/work:2",
+		PullPolicy: "Never", RuntimeClasses: map[string]string{"gvisor": "runsc"}, NetworkPolicy: true}
+	if !reflect.DeepEqual(o, want) {
+		t.Errorf("set:\n got %+v\nwant %+v", o, want)
+	}
+	// One of KUBECONFIG's files there is a cluster found; none there is not.
+	if !kubernetesRuntime.entry().Found(cfg) {
+		t.Error("KUBECONFIG names a file that exists, kubernetes not found")
+	}
+	if cfg, err := load(t, nil, "KUBECONFIG="+filepath.Join(dir, "nope")); err != nil || kubernetesRuntime.entry().Found(cfg) {
+		t.Errorf("KUBECONFIG naming no file: found, or %v", err)
+	}
+	// In a pod: the service host set and the token mounted.
+	t.Setenv(kubeServiceHostEnv, "10.96.0.1")
+	if cfg, err := load(t, nil); err != nil || kubernetesRuntime.entry().Found(cfg) != exists(kubeTokenFile) {
+		t.Errorf("in a pod: found %v with the token file there %v (%v)", kubernetesRuntime.entry().Found(cfg), exists(kubeTokenFile), err)
+	}
+
+	for _, bad := range []string{
+		"AGENTIC_K8S_NAMESPACE=", "AGENTIC_K8S_NAMESPACE=Agents", "AGENTIC_K8S_NAMESPACE=a.b", "AGENTIC_K8S_NAMESPACE=" + strings.Repeat("n", 64),
+		"AGENTIC_K8S_AGENT_IMAGE=", "AGENTIC_K8S_AGENT_IMAGE=agent image", "AGENTIC_K8S_AGENT_IMAGE=Team/Agent:1",
+		"AGENTIC_K8S_IMAGE=", "AGENTIC_K8S_IMAGE=busybox:", "AGENTIC_K8S_IMAGE=busybox@sha256:short",
+		"AGENTIC_K8S_PULL_POLICY=sometimes", "AGENTIC_K8S_PULL_POLICY=never",
+		"AGENTIC_K8S_RUNTIME_CLASSES=kata=kata-qemu", "AGENTIC_K8S_RUNTIME_CLASSES=gvisor", "AGENTIC_K8S_RUNTIME_CLASSES=gvisor=",
+		"AGENTIC_K8S_RUNTIME_CLASSES=gvisor=Run_SC", "AGENTIC_K8S_RUNTIME_CLASSES=gvisor=runsc,gvisor=gvisor",
+		"AGENTIC_K8S_NETWORK_POLICY=yes", "AGENTIC_K8S_NETWORK_POLICY=Enforced",
+	} {
+		name, _, _ := strings.Cut(bad, "=")
+		if _, err := load(t, nil, bad); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: %v; want it refused, naming the variable", bad, err)
 		}
 	}
 }

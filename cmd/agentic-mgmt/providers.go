@@ -50,12 +50,7 @@ func provideAgentTLS(cfg Config, dir DataDir) (*AgentTLS, error) {
 	case "off":
 		return nil, nil
 	case "auto":
-		host, _, _ := net.SplitHostPort(cfg.ListenAddr)
-		hosts := []string{host, cfg.AdvertiseHost, "localhost", "127.0.0.1"}
-		if name, err := os.Hostname(); err == nil {
-			hosts = append(hosts, name)
-		}
-		a, err := tlsca.Open(filepath.Join(string(dir), "tls"), hosts, nil)
+		a, err := tlsca.Open(filepath.Join(string(dir), "tls"), agentTLSHosts(cfg), nil)
 		if err != nil {
 			return nil, fmt.Errorf("agent TLS: %w", err)
 		}
@@ -67,6 +62,34 @@ func provideAgentTLS(cfg Config, dir DataDir) (*AgentTLS, error) {
 		return nil, fmt.Errorf("AGENTIC_AGENT_TLS: %w", err)
 	}
 	return &AgentTLS{Config: &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}, Certificates: []tls.Certificate{cert}}}, nil
+}
+
+// agentTLSHosts are the names the agent port's certificate is made for
+// under AGENTIC_AGENT_TLS=auto: LISTEN_ADDR's host, AGENTIC_ADVERTISE_HOST
+// (what remote agents and pods dial), loopback and the machine's name.
+func agentTLSHosts(cfg Config) []string {
+	host, _, _ := net.SplitHostPort(cfg.ListenAddr)
+	hosts := []string{host, cfg.AdvertiseHost, "localhost", "127.0.0.1"}
+	if name, err := os.Hostname(); err == nil {
+		hosts = append(hosts, name)
+	}
+	return hosts
+}
+
+// agentCAPEM is the CA (PEM) of AGENTIC_AGENT_TLS=auto, for a runtime
+// whose agents dial the agent port over the network (given to them with
+// their credentials). Runtimes are made before the agent port's TLS
+// (provideAgentTLS), so on a first start it makes the CA, with the same
+// directory and certificate hosts. nil: TLS off, or given files signed by
+// a CA the agents' system trusts.
+func agentCAPEM(cfg Config) ([]byte, error) {
+	if cfg.agentCA() == "" {
+		return nil, nil
+	}
+	if _, err := tlsca.Open(filepath.Dir(cfg.agentCA()), agentTLSHosts(cfg), nil); err != nil {
+		return nil, fmt.Errorf("agent TLS: %w", err)
+	}
+	return os.ReadFile(cfg.agentCA())
 }
 
 // provideHostUsers gives each host agent users of its own when the server

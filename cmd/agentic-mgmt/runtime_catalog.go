@@ -312,6 +312,7 @@ var runtimeCatalog = []runtimeEntry{
 	hostRuntime.entry(),
 	dockerRuntime.entry(),
 	libvirtRuntime.entry(),
+	kubernetesRuntime.entry(),
 }
 
 // runtimeNames are the catalog's names, the values AGENTIC_RUNTIMES takes.

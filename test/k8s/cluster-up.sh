@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # cluster-up.sh — start the throw-away single-node Kubernetes test cluster (etcd,
 # kube-apiserver, kube-controller-manager, kube-scheduler, a private containerd with CRI,
-# kubelet) from the binaries scripts/kubernetes-test-cluster.sh built, with the pause and
+# kubelet) from the binaries scripts/kubernetes-test-env.sh built, with the pause and
 # workload images it built imported (no registry). Adapted from ../shared/k8s (run there
 # end to end on this machine kind). The Go test harness (cmd/internal/harness/kubernetes.go)
 # runs it under its machine-wide lock and always runs cluster-down.sh after it.
@@ -67,12 +67,12 @@ start() {
 alive() { kill -0 "$(cat "$PIDD/$1")" 2>/dev/null || die "$1 exited; see $LOGD/$1.log: $(tail -3 "$LOGD/$1.log")"; }
 
 for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl; do
-  [ -x "$BIN/$b" ] || die "missing binary $BIN/$b (run scripts/kubernetes-test-cluster.sh)"
+  [ -x "$BIN/$b" ] || die "missing binary $BIN/$b (run scripts/kubernetes-test-env.sh)"
 done
 for b in containerd containerd-shim-runc-v2 runc ctr openssl curl ip; do
   command -v "$b" >/dev/null || die "missing host tool $b"
 done
-[ -x /usr/lib/cni/bridge ] || die "missing CNI plugins (run scripts/kubernetes-test-cluster.sh)"
+[ -x /usr/lib/cni/bridge ] || die "missing CNI plugins (run scripts/kubernetes-test-env.sh)"
 if [ -d "$RUN" ] && ls "$PIDD"/* >/dev/null 2>&1; then
   die "$RUN exists with pid files; run cluster-down.sh first"
 fi
@@ -139,7 +139,7 @@ start etcd "$BIN/etcd" --name agentic-k8s --data-dir "$RUN/etcd" \
   --initial-cluster "agentic-k8s=http://127.0.0.1:$ETCD_PEER_PORT" --unsafe-no-fsync --log-level warn
 
 for i in pause workload; do
-  [ -s "$IMAGES/$i.tar" ] || die "missing image $IMAGES/$i.tar (run scripts/kubernetes-test-cluster.sh)"
+  [ -s "$IMAGES/$i.tar" ] || die "missing image $IMAGES/$i.tar (run scripts/kubernetes-test-env.sh)"
 done
 
 # ---------------------------------------------------------------- containerd (private, CRI)

@@ -16,8 +16,10 @@ import (
 )
 
 // Engine is a runtime's engine made ready for a test or a bench: a private
-// daemon started for it (dockerd), or one shared by the whole process (the
-// machine's libvirtd, set up once by scripts/libvirt-test-env.sh).
+// daemon started for it (dockerd), one shared by the whole process (the
+// machine's libvirtd, set up once by scripts/libvirt-test-env.sh), or a
+// part of its own in one shared by the process (a namespace of the
+// Kubernetes test cluster).
 type Engine struct {
 	// Runtime is the name in agentic-mgmt's runtime catalog.
 	Runtime string
@@ -64,6 +66,8 @@ var engines = map[string]func() (Engine, error){
 	hostsup.RuntimeName: func() (Engine, error) { return Engine{}, nil },
 	"docker":            startDockerEngine,
 	"libvirt":           shared(startLibvirtEngine),
+	// The run's shared cluster (kubernetes.go), a namespace per caller.
+	"kubernetes": startKubernetesEngine,
 }
 
 // EngineNames are the runtimes StartEngine knows, sorted.

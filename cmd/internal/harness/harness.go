@@ -210,8 +210,11 @@ type Options struct {
 	DataDir string
 	// BasePort is LISTEN_ADDR's port; 0 picks a free one.
 	BasePort int
-	Env      []string
-	Args     []string
+	// Env is added to the server's environment (a later entry wins). A
+	// LISTEN_ADDR of port 0 there (e.g. 0.0.0.0:0, as the kubernetes
+	// engine gives) listens on that host at the base port.
+	Env  []string
+	Args []string
 }
 
 // Server is a running agentic-mgmt.
@@ -229,8 +232,12 @@ type Server struct {
 
 // Start runs agentic-mgmt and waits until its REST port answers.
 func Start(bins Binaries, opts Options) (*Server, error) {
+	listenHost := "127.0.0.1"
+	if h, port, err := net.SplitHostPort(lastEnv(opts.Env, "LISTEN_ADDR")); err == nil && port == "0" {
+		listenHost = h
+	}
 	if opts.BasePort == 0 {
-		p, err := FreeBasePort()
+		p, err := FreeBasePortOn(listenHost)
 		if err != nil {
 			return nil, err
 		}
@@ -239,10 +246,17 @@ func Start(bins Binaries, opts Options) (*Server, error) {
 	if opts.DataDir == "" {
 		return nil, errors.New("harness: DataDir is required")
 	}
+	listen := net.JoinHostPort(listenHost, strconv.Itoa(opts.BasePort))
+	// The agent port speaks TLS off loopback unless told otherwise (as
+	// agentic-mgmt's AGENTIC_AGENT_TLS default does).
+	agentScheme := "http"
+	if tls := lastEnv(opts.Env, "AGENTIC_AGENT_TLS"); tls != "off" && (tls != "" || !net.ParseIP(listenHost).IsLoopback()) {
+		agentScheme = "https"
+	}
 	s := &Server{
 		Bins:     bins,
 		Opts:     opts,
-		AgentURL: fmt.Sprintf("http://127.0.0.1:%d", opts.BasePort),
+		AgentURL: fmt.Sprintf("%s://127.0.0.1:%d", agentScheme, opts.BasePort),
 		RESTURL:  fmt.Sprintf("http://127.0.0.1:%d", opts.BasePort+2),
 		DataDir:  opts.DataDir,
 		log:      &testkit.Buffer{},
@@ -250,7 +264,7 @@ func Start(bins Binaries, opts Options) (*Server, error) {
 	}
 	cmd := exec.Command(bins.Mgmt, append([]string{"--config", "/nonexistent"}, opts.Args...)...)
 	cmd.Env = append(os.Environ(),
-		"LISTEN_ADDR=127.0.0.1:"+strconv.Itoa(opts.BasePort),
+		"LISTEN_ADDR="+listen,
 		"SECRETS_DIR="+filepath.Join(opts.DataDir, "secrets"),
 		"AGENTIC_HOST_AGENTS="+strconv.Itoa(opts.HostAgents),
 		"AGENTIC_AGENT_BINARY="+bins.Agent,
@@ -264,6 +278,9 @@ func Start(bins Binaries, opts Options) (*Server, error) {
 		cmd.Env = append(cmd.Env, "AGENTIC_HOST_USER=root")
 	}
 	cmd.Env = append(cmd.Env, opts.Env...)
+	if listenHost != "127.0.0.1" {
+		cmd.Env = append(cmd.Env, "LISTEN_ADDR="+listen) // over Env's port 0
+	}
 	// Host agents that run as the server start where it does: not in the
 	// test's package directory, where relative paths would write. The
 	// server makes its data dir as it would (0700); it may not exist yet.
@@ -303,6 +320,17 @@ func Start(bins Binaries, opts Options) (*Server, error) {
 	}
 	s.Token = strings.TrimSpace(string(tok))
 	return s, nil
+}
+
+// lastEnv is the value the last KEY=VALUE of env gives key, "" for none.
+func lastEnv(env []string, key string) string {
+	v := ""
+	for _, kv := range env {
+		if k, val, ok := strings.Cut(kv, "="); ok && k == key {
+			v = val
+		}
+	}
+	return v
 }
 
 // Client is a generated REST client authenticated as the operator.

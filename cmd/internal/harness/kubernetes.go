@@ -18,19 +18,17 @@ import (
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/internal/ociimage"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testreq"
 )
 
 // The Kubernetes test cluster (issue 28): one real single-node cluster built
-// from source (scripts/kubernetes-test-cluster.sh builds the binaries and
-// images), started by test/k8s/cluster-up.sh and stopped by
+// from source (scripts/kubernetes-test-env.sh, run by `make test-env`, builds
+// the binaries and images), started by test/k8s/cluster-up.sh and stopped by
 // test/k8s/cluster-down.sh. Only one can run on a machine at a time (the
 // kubelet's device-plugin socket path is fixed, and the ports, bridge and
 // cgroup root are fixed names), so a start takes a machine-wide lock that
-// the stop releases.
-
-// KubernetesEnv is the variable that turns the Kubernetes tests on while
-// their timing is measured (they are not part of `make test` yet).
-const KubernetesEnv = "AGENTIC_TEST_KUBERNETES"
+// the stop releases. It is the kubernetes runtime's test engine
+// (startKubernetesEngine): part of `make test` like the private dockerd.
 
 const (
 	// KubernetesWorkloadImage is the locally built workload image every
@@ -39,6 +37,10 @@ const (
 	// KubernetesGateway is the pods' bridge gateway: where a pod reaches the
 	// host (there is no kube-proxy or cluster DNS).
 	KubernetesGateway = "10.246.0.1"
+	// KubernetesGVisorClass is the RuntimeClass (handler runsc) of a
+	// cluster whose GVisor is set: the gvisor tier's, as
+	// AGENTIC_K8S_RUNTIME_CLASSES=gvisor=gvisor names it.
+	KubernetesGVisorClass = "gvisor"
 
 	kubeBridge     = "agk8s0"
 	kubeCgroupRoot = "agentic-k8s"
@@ -62,6 +64,10 @@ type KubernetesCluster struct {
 	// Ready and pods creatable); UpLog is what it printed.
 	UpTook time.Duration
 	UpLog  string
+	// GVisor says the cluster runs pods under gVisor: cluster-up.sh found
+	// runsc and its shim (test/k8s/build-gvisor.sh builds them), registered
+	// the runtime handler runsc and made RuntimeClass KubernetesGVisorClass.
+	GVisor bool
 
 	root, buildDir string
 	lock           *os.File
@@ -69,13 +75,18 @@ type KubernetesCluster struct {
 	sysctls        map[string]string
 	stopOnce       sync.Once
 	stopErr        error
+
+	// ProjectImages's, once per cluster.
+	imagesOnce                sync.Once
+	agentImage, workloadImage string
+	imagesErr                 error
 }
 
 // kubeHeld is set while this process runs a cluster: a second start in the
 // same process would wait on its own lock forever.
 var kubeHeld sync.Mutex
 
-// KubernetesBuildDir is where scripts/kubernetes-test-cluster.sh put the
+// KubernetesBuildDir is where scripts/kubernetes-test-env.sh put the
 // binaries and images (AGENTIC_K8S_DIR, default <repo>/build/k8s).
 func KubernetesBuildDir() (string, error) {
 	if d := os.Getenv("AGENTIC_K8S_DIR"); d != "" {
@@ -90,7 +101,7 @@ func KubernetesBuildDir() (string, error) {
 
 // canRunKubernetes says what the machine lacks for the cluster.
 func canRunKubernetes(buildDir string) error {
-	how := "run scripts/kubernetes-test-cluster.sh"
+	how := testEnvHow("kubernetes")
 	if os.Geteuid() != 0 {
 		return &Missing{What: "root (the Kubernetes test cluster)", How: "run the tests as root"}
 	}
@@ -153,6 +164,9 @@ func StartKubernetes(wait time.Duration) (*KubernetesCluster, error) {
 		logs := c.tailLogs()
 		_ = c.Stop()
 		return nil, fmt.Errorf("test/k8s/cluster-up.sh: %v\n%s\n%s", err, out, logs)
+	}
+	if _, err := os.Stat(filepath.Join(c.State, "run", "runsc.toml")); err == nil {
+		c.GVisor = true
 	}
 	return c, nil
 }
@@ -336,6 +350,22 @@ var notDNS = regexp.MustCompile(`[^a-z0-9]+`)
 // ServiceAccount exists), and deletes it when the test ends.
 func (c *KubernetesCluster) Namespace(t TB, name string) string {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ns, err := c.newNamespace(ctx, name)
+	if ns != "" {
+		t.Cleanup(func() { c.deleteNamespace(ns) })
+	}
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	return ns
+}
+
+// newNamespace makes a namespace named after name and a random suffix and
+// waits until pods can be made in it (its default ServiceAccount exists).
+// It returns the name of a namespace it made even with an error.
+func (c *KubernetesCluster) newNamespace(ctx context.Context, name string) (string, error) {
 	var rnd [3]byte
 	_, _ = rand.Read(rnd[:])
 	base := strings.Trim(notDNS.ReplaceAllString(strings.ToLower(name), "-"), "-")
@@ -343,43 +373,37 @@ func (c *KubernetesCluster) Namespace(t TB, name string) string {
 		base = strings.Trim(base[:40], "-")
 	}
 	ns := "t-" + base + "-" + hex.EncodeToString(rnd[:])
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	if _, err := c.Kubectl(ctx, "create", "namespace", ns); err != nil {
-		t.Fatalf("%v", err)
-		return ns
+		return "", err
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_, _ = c.Kubectl(ctx, "delete", "namespace", ns, "--wait=false")
-	})
 	for {
 		if _, err := c.Kubectl(ctx, "-n", ns, "get", "serviceaccount", "default"); err == nil {
-			return ns
+			return ns, nil
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("namespace %s: no default ServiceAccount within 2m", ns)
-			return ns
+			return ns, fmt.Errorf("namespace %s: no default ServiceAccount: %w", ns, ctx.Err())
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
 }
 
+// deleteNamespace deletes ns and what is in it, without waiting.
+func (c *KubernetesCluster) deleteNamespace(ns string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, _ = c.Kubectl(ctx, "delete", "namespace", ns, "--wait=false")
+}
+
 // Kubernetes is the cluster shared by the test run (started by the first
 // test that asks, stopped by StopEngines in TestMain): a test gives itself a
-// namespace with Namespace. Without AGENTIC_TEST_KUBERNETES=1 the test
-// skips; what the machine lacks skips it too (fails it under CI).
+// namespace with Namespace. What the machine lacks skips the test (fails
+// it under CI; `make test-env` builds the cluster).
 func Kubernetes(t TB) *KubernetesCluster {
 	t.Helper()
-	if os.Getenv(KubernetesEnv) != "1" {
-		t.Skipf("the Kubernetes test cluster is off: set %s=1 (after scripts/kubernetes-test-cluster.sh)", KubernetesEnv)
-		return nil
-	}
 	c, err := sharedKubernetes()
 	if m := (*Missing)(nil); errors.As(err, &m) {
-		t.Fatalf("%s=1 but %v", KubernetesEnv, err)
+		testreq.Need(t, false, m.What, m.How)
 		return nil
 	}
 	if err != nil {
@@ -390,26 +414,124 @@ func Kubernetes(t TB) *KubernetesCluster {
 }
 
 var (
-	kubeOnce   sync.Once
+	kubeMu     sync.Mutex
 	kubeShared *KubernetesCluster
 	kubeErr    error
 )
 
+// sharedKubernetes is the run's cluster, started on first use (and again
+// after StartKubernetesAlone stopped it); a start that failed fails every
+// later caller the same way.
 func sharedKubernetes() (*KubernetesCluster, error) {
-	kubeOnce.Do(func() {
-		kubeShared, kubeErr = StartKubernetes(20 * time.Minute)
-		if kubeErr == nil {
-			c := kubeShared
-			sharedMu.Lock()
-			sharedStops = append(sharedStops, func() {
-				if err := c.Stop(); err != nil {
-					fmt.Fprintln(os.Stderr, "Kubernetes test cluster stop:", err)
-				}
-			})
-			sharedMu.Unlock()
+	kubeMu.Lock()
+	defer kubeMu.Unlock()
+	if kubeShared != nil || kubeErr != nil {
+		return kubeShared, kubeErr
+	}
+	c, err := StartKubernetes(20 * time.Minute)
+	if err != nil {
+		kubeErr = err
+		return nil, err
+	}
+	kubeShared = c
+	sharedMu.Lock()
+	sharedStops = append(sharedStops, func() {
+		if err := stopSharedKubernetes(c); err != nil {
+			fmt.Fprintln(os.Stderr, "Kubernetes test cluster stop:", err)
 		}
 	})
-	return kubeShared, kubeErr
+	sharedMu.Unlock()
+	return c, nil
+}
+
+// stopSharedKubernetes stops c; if c was the shared cluster, the next
+// sharedKubernetes starts another.
+func stopSharedKubernetes(c *KubernetesCluster) error {
+	kubeMu.Lock()
+	if kubeShared == c {
+		kubeShared = nil
+	}
+	kubeMu.Unlock()
+	return c.Stop()
+}
+
+// StartKubernetesAlone is StartKubernetes for a test that stops its cluster
+// itself (to see what stopping leaves): the run's shared cluster, if this
+// process runs one, is stopped first, and a later Kubernetes(t) starts
+// another. Only for a test no test using the shared cluster runs beside
+// (not t.Parallel).
+func StartKubernetesAlone(wait time.Duration) (*KubernetesCluster, error) {
+	kubeMu.Lock()
+	c := kubeShared
+	kubeMu.Unlock()
+	if c != nil {
+		if err := stopSharedKubernetes(c); err != nil {
+			return nil, fmt.Errorf("stopping the run's shared cluster first: %w", err)
+		}
+	}
+	return StartKubernetes(wait)
+}
+
+// startKubernetesEngine is the kubernetes runtime's test engine: the run's
+// shared cluster, the project's images built from the tree under test and
+// imported once per cluster, and a namespace of the caller's own, deleted
+// by Stop (the cluster stops with StopEngines). Its Env points agentic-mgmt
+// at them and puts the agent port where pods reach it: on every address
+// (harness.Start gives LISTEN_ADDR's port 0 the base port), advertised at
+// the pods' bridge gateway, over TLS (each pod gets the CA); the operator
+// API stays on loopback.
+func startKubernetesEngine() (Engine, error) {
+	c, err := sharedKubernetes()
+	if err != nil {
+		return Engine{}, err
+	}
+	agentImage, workloadImage, err := c.ProjectImages()
+	if err != nil {
+		return Engine{}, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ns, err := c.newNamespace(ctx, "engine")
+	if err != nil {
+		if ns != "" {
+			c.deleteNamespace(ns)
+		}
+		return Engine{}, err
+	}
+	return Engine{Env: []string{
+		"KUBECONFIG=" + c.Kubeconfig,
+		"AGENTIC_K8S_NAMESPACE=" + ns,
+		"AGENTIC_K8S_AGENT_IMAGE=" + agentImage,
+		"AGENTIC_K8S_IMAGE=" + workloadImage,
+		"AGENTIC_K8S_PULL_POLICY=Never",
+		"LISTEN_ADDR=0.0.0.0:0",
+		"AGENTIC_ADVERTISE_HOST=" + KubernetesGateway,
+		"AGENTIC_AGENT_TLS=auto",
+		"AGENTIC_OPERATOR_HOST=127.0.0.1",
+	}, stop: func() { c.deleteNamespace(ns) }}, nil
+}
+
+// ProjectImages are ImportProjectImages's images of the agent the tests
+// run (BuildShared: the tree under test), built and imported once per
+// cluster.
+func (c *KubernetesCluster) ProjectImages() (agentImage, workloadImage string, err error) {
+	c.imagesOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		bins, err := BuildShared(ctx)
+		if err != nil {
+			c.imagesErr = err
+			return
+		}
+		dir, err := os.MkdirTemp("", "agentic-k8s-images-")
+		if err != nil {
+			c.imagesErr = err
+			return
+		}
+		defer os.RemoveAll(dir) // imported: the archives are no longer needed
+		c.agentImage, c.workloadImage, c.imagesErr = c.ImportProjectImages(ctx, bins.Agent, dir)
+	})
+	return c.agentImage, c.workloadImage, c.imagesErr
 }
 
 // ImportProjectImages builds the project's agent and default workload
