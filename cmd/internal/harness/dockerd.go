@@ -64,12 +64,18 @@ func canRunDockerd() error {
 // beforehand by the caller and short enough for a socket path, and
 // returns its DOCKER_HOST once it answers. stop ends it and removes dir.
 func StartDockerdIn(dir string) (host string, stop func(), err error) {
+	return StartDockerdWith(dir)
+}
+
+// StartDockerdWith is StartDockerdIn with more arguments for dockerd
+// (--config-file registering a runtime, say).
+func StartDockerdWith(dir string, extra ...string) (host string, stop func(), err error) {
 	if err := canRunDockerd(); err != nil {
 		return "", nil, err
 	}
 	bin, _ := exec.LookPath("dockerd")
 	host, args := DockerdArgs(dir)
-	cmd := exec.Command(bin, args...)
+	cmd := exec.Command(bin, append(args, extra...)...)
 	logf, err := os.Create(filepath.Join(dir, "dockerd.log"))
 	if err != nil {
 		_ = os.RemoveAll(dir)

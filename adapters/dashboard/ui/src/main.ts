@@ -343,7 +343,7 @@ function Environments() {
   const tasks = useLive(["tasks"], async () => (await call(api.GET("/api/v1/tasks", { params: { query: { state: "provisioning,ready,running,completing,failed_preserved", limit: 500 } } }))).data?.tasks, [], 15000);
   const taskOf: Record<string, S["Task"]> = {};
   for (const t of tasks || []) taskOf[t.environment.name] = t;
-  const [form, setForm] = useState<Record<string, string>>({ runtime: "", name: "", image: "", profile: "", cpus: "", memory_mb: "", network: "", allowed: "" });
+  const [form, setForm] = useState<Record<string, string>>({ runtime: "", name: "", image: "", profile: "", cpus: "", memory_mb: "", network: "", allowed: "", isolation: "" });
   // Functional updates: a poll's answer must not undo keys typed meanwhile.
   useEffect(() => { if (runtimes?.length) setForm((f) => (f.runtime ? f : { ...f, runtime: runtimes[0].runtime })); }, [runtimes]);
   const [err, setErr] = useState<any>();
@@ -358,6 +358,7 @@ function Environments() {
     const body: any = { runtime: form.runtime || runtimes?.[0]?.runtime, name: form.name };
     if (form.image && rt?.images) body.image = form.image;
     if (form.profile) body.profile = form.profile;
+    if (form.isolation && (rt?.tiers || []).includes(form.isolation)) body.isolation = form.isolation;
     if (form.network && nets.includes(form.network)) body.network = form.network;
     if (body.network === "proxy") body.allowed_hosts = form.allowed.split(",").map((h) => h.trim()).filter((h) => h);
     const res: Record<string, number> = {};
@@ -383,9 +384,10 @@ function Environments() {
   const pausable = (name: string) => !!(runtimes || []).find((r: S["Runtime"]) => r.runtime === name)?.pause;
   return html`<section><h1>Environments</h1>
     <form class="inline" onSubmit=${create} aria-label="Create an environment">
-      <label>Runtime <select value=${form.runtime} onChange=${(e: any) => { const v = e.target.value; setForm((f) => ({ ...f, runtime: v, network: "", profile: "" })); }} data-testid="env-runtime">${(runtimes || []).map((r: any) => html`<option value=${r.runtime}>${r.runtime}</option>`)}</select></label>
+      <label>Runtime <select value=${form.runtime} onChange=${(e: any) => { const v = e.target.value; setForm((f) => ({ ...f, runtime: v, network: "", profile: "", isolation: "" })); }} data-testid="env-runtime">${(runtimes || []).map((r: any) => html`<option value=${r.runtime}>${r.runtime}</option>`)}</select></label>
       <label>Name <input required value=${form.name} onInput=${set("name")} data-testid="env-name" /></label>
       ${rt?.images ? html`<label>Image <input value=${form.image} onInput=${set("image")} placeholder="the runtime's own" /></label>` : ""}
+      ${rt?.tiers?.length ? html`<label>Isolation <select value=${form.isolation} onChange=${set("isolation")} data-testid="env-isolation"><option value="">standard (${rt.isolation})</option>${rt.tiers.map((t: string) => html`<option value=${t}>${t}</option>`)}</select></label>` : ""}
       ${rt?.profiles.length ? html`<label>Profile <select value=${form.profile} onChange=${set("profile")}><option value="">default</option>${rt.profiles.map((p: string) => html`<option value=${p}>${p}</option>`)}</select></label>` : ""}
       ${limits.includes("cpus") ? html`<label>CPUs <input type="number" min="0" step="0.5" value=${form.cpus} onInput=${set("cpus")} /></label>` : ""}
       ${limits.includes("memory_mb") ? html`<label>Memory MiB <input type="number" min="0" value=${form.memory_mb} onInput=${set("memory_mb")} /></label>` : ""}
@@ -405,7 +407,7 @@ function Environments() {
       return html`<tr data-testid=${"env-row-" + e.name}><td>${e.name}
         ${task ? html`<div class="note" data-testid=${"env-task-" + e.name}>task <a href=${"#/task/" + encodeURIComponent(task.id)}>${task.name}</a>
           ${task.state === "failed_preserved" ? html`<div class="preserved" data-testid=${"env-preserved-" + e.name}>failed, kept for inspection until ${when(task.preserve_until)}, then destroyed</div>` :
-            html` <span class="muted">(${task.state})</span>`}</div>` : ""}</td><td>${e.runtime}</td>
+            html` <span class="muted">(${task.state})</span>`}</div>` : ""}</td><td>${e.runtime}${e.isolation ? html` <span class="muted" data-testid=${"env-isolation-" + e.name} title="isolation tier">${e.isolation}</span>` : ""}</td>
       <td><span class=${"pill " + e.state}>${e.state}</span>${e.error ? html`<div class="error">${e.error}</div>` : ""}</td><td>${e.agent_status || "-"}</td>
       <td>${envBusy.includes(e.state) ? steps :
         html`<details data-testid=${"env-steps-" + e.name}><summary>${e.events.length} steps${last ? `, last ${last.step}` : ""}${e.provision_ms !== undefined ? ` · provisioned in ${ms(e.provision_ms)}` : ""}</summary>${steps}</details>`}
@@ -444,7 +446,7 @@ function Pools({ runtimes }: { runtimes: any[] | undefined }) {
     <${Err} e=${err} />
     ${pools && pools.length === 0 ? html`<p class="muted">No pools: every create provisions.</p>` : ""}
     <table hidden=${!pools || pools.length === 0}><thead><tr><th>Pool</th><th>Runtime</th><th>Size</th><th>Idle</th><th>Warming</th><th>Hits</th><th>Misses</th><th>Members</th><th></th></tr></thead><tbody>
-    ${(pools || []).map((p: S["Pool"]) => html`<tr data-testid=${"pool-row-" + p.name}><td>${p.name}</td><td>${p.runtime}</td><td>${p.size}</td>
+    ${(pools || []).map((p: S["Pool"]) => html`<tr data-testid=${"pool-row-" + p.name}><td>${p.name}</td><td>${p.runtime}${p.spec.isolation ? html` <span class="muted" title="isolation tier">${p.spec.isolation}</span>` : ""}</td><td>${p.size}</td>
       <td>${p.idle}</td><td>${p.warming}</td><td>${p.hits}</td><td>${p.misses}</td>
       <td>${p.members.map((m) => html`<div class="small"><code>${m.name}</code> <span class=${"pill " + m.state}>${m.state}</span></div>`)}</td>
       <td><button data-testid=${"pool-delete-" + p.name} onClick=${() => remove(p.name)}>Delete</button></td></tr>`)}</tbody></table>`;
