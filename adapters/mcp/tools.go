@@ -251,6 +251,7 @@ type createEnvironmentIn struct {
 	CPUs         float64  `json:"cpus,omitempty" jsonschema:"CPU limit"`
 	MemoryMB     int      `json:"memory_mb,omitempty" jsonschema:"memory limit in MiB"`
 	ReadOnlyRoot bool     `json:"read_only_root,omitempty" jsonschema:"make the root file system read-only"`
+	Isolation    string   `json:"isolation,omitempty" jsonschema:"a sandbox stronger than the runtime's standard one, among the tiers list_runtimes shows for it (gvisor)"`
 	NoWait       bool     `json:"no_wait,omitempty" jsonschema:"answer at once instead of waiting until the agent is ready"`
 	WaitSeconds  int      `json:"wait_seconds,omitempty" jsonschema:"how long to wait for the agent (default 300)"`
 }
@@ -285,6 +286,9 @@ func (t *tools) createEnvironment(ctx context.Context, req *sdk.CallToolRequest,
 	}
 	if in.ReadOnlyRoot {
 		body["read_only_root"] = true
+	}
+	if in.Isolation != "" {
+		body["isolation"] = in.Isolation
 	}
 	b, _, err := answer(t.c.CreateEnvironmentWithBody(ctx, "application/json", jsonBody(body), ed...))
 	if err != nil {

@@ -191,6 +191,10 @@ func TestMCPStdioTools(t *testing.T) {
 	if code, status := c.apiError(t); code != "environment_exists" || status != http.StatusConflict {
 		t.Errorf("second create_environment: %s %d, want environment_exists 409", code, status)
 	}
+	c = callTool(t, cs, "create_environment", map[string]any{"name": "mcp-2", "runtime": "host", "isolation": "gvisor"})
+	if code, status := c.apiError(t); code != "invalid_request" || status != http.StatusBadRequest || !strings.Contains(c.text, "offers no tier") {
+		t.Errorf("create_environment with isolation gvisor on host: %s %d %q, want invalid_request 400 saying no tier is offered", code, status, c.text)
+	}
 
 	res := ok(t, cs, "exec", map[string]any{"agent": "mcp-1", "command": "sh", "args": []string{"-c", "echo out; echo err >&2; exit 3"}})
 	if res["exit_code"] != 3.0 || res["stdout"] != "out\n" || res["stderr"] != "err\n" {
