@@ -1810,8 +1810,8 @@ type ClientInterface interface {
 	//
 	// The environment's agent gets the environment's name as its id and a fresh secret.
 	// `state` goes provisioning → booting (runs; its agent has not registered yet) → ready,
-	// or failed with `error`. 400 `invalid_request` (bad name, network, resources for the
-	// runtime) or `unknown_runtime`; 409 `environment_exists` (the name, or an agent of that
+	// or failed with `error`. 400 `invalid_request` (bad name; a network, resources, isolation
+	// tier or placement the runtime does not offer, saying what it offers) or `unknown_runtime`; 409 `environment_exists` (the name, or an agent of that
 	// name, is taken); 503 `runtime_unavailable`.
 	//
 	// Takes any type of body and a specified content type.
@@ -1823,8 +1823,8 @@ type ClientInterface interface {
 	//
 	// The environment's agent gets the environment's name as its id and a fresh secret.
 	// `state` goes provisioning → booting (runs; its agent has not registered yet) → ready,
-	// or failed with `error`. 400 `invalid_request` (bad name, network, resources for the
-	// runtime) or `unknown_runtime`; 409 `environment_exists` (the name, or an agent of that
+	// or failed with `error`. 400 `invalid_request` (bad name; a network, resources, isolation
+	// tier or placement the runtime does not offer, saying what it offers) or `unknown_runtime`; 409 `environment_exists` (the name, or an agent of that
 	// name, is taken); 503 `runtime_unavailable`.
 	//
 	// Takes a body of the `application/json` content type.
@@ -2730,8 +2730,8 @@ func (c *Client) ListEnvironments(ctx context.Context, params *ListEnvironmentsP
 //
 // The environment's agent gets the environment's name as its id and a fresh secret.
 // `state` goes provisioning → booting (runs; its agent has not registered yet) → ready,
-// or failed with `error`. 400 `invalid_request` (bad name, network, resources for the
-// runtime) or `unknown_runtime`; 409 `environment_exists` (the name, or an agent of that
+// or failed with `error`. 400 `invalid_request` (bad name; a network, resources, isolation
+// tier or placement the runtime does not offer, saying what it offers) or `unknown_runtime`; 409 `environment_exists` (the name, or an agent of that
 // name, is taken); 503 `runtime_unavailable`.
 //
 // Takes any type of body and a specified content type.
@@ -2753,8 +2753,8 @@ func (c *Client) CreateEnvironmentWithBody(ctx context.Context, contentType stri
 //
 // The environment's agent gets the environment's name as its id and a fresh secret.
 // `state` goes provisioning → booting (runs; its agent has not registered yet) → ready,
-// or failed with `error`. 400 `invalid_request` (bad name, network, resources for the
-// runtime) or `unknown_runtime`; 409 `environment_exists` (the name, or an agent of that
+// or failed with `error`. 400 `invalid_request` (bad name; a network, resources, isolation
+// tier or placement the runtime does not offer, saying what it offers) or `unknown_runtime`; 409 `environment_exists` (the name, or an agent of that
 // name, is taken); 503 `runtime_unavailable`.
 //
 // Takes a body of the `application/json` content type.
@@ -6398,8 +6398,8 @@ type ClientWithResponsesInterface interface {
 	//
 	// The environment's agent gets the environment's name as its id and a fresh secret.
 	// `state` goes provisioning → booting (runs; its agent has not registered yet) → ready,
-	// or failed with `error`. 400 `invalid_request` (bad name, network, resources for the
-	// runtime) or `unknown_runtime`; 409 `environment_exists` (the name, or an agent of that
+	// or failed with `error`. 400 `invalid_request` (bad name; a network, resources, isolation
+	// tier or placement the runtime does not offer, saying what it offers) or `unknown_runtime`; 409 `environment_exists` (the name, or an agent of that
 	// name, is taken); 503 `runtime_unavailable`.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -6411,8 +6411,8 @@ type ClientWithResponsesInterface interface {
 	//
 	// The environment's agent gets the environment's name as its id and a fresh secret.
 	// `state` goes provisioning → booting (runs; its agent has not registered yet) → ready,
-	// or failed with `error`. 400 `invalid_request` (bad name, network, resources for the
-	// runtime) or `unknown_runtime`; 409 `environment_exists` (the name, or an agent of that
+	// or failed with `error`. 400 `invalid_request` (bad name; a network, resources, isolation
+	// tier or placement the runtime does not offer, saying what it offers) or `unknown_runtime`; 409 `environment_exists` (the name, or an agent of that
 	// name, is taken); 503 `runtime_unavailable`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
@@ -11068,8 +11068,8 @@ func (c *ClientWithResponses) ListEnvironmentsWithResponse(ctx context.Context, 
 //
 // The environment's agent gets the environment's name as its id and a fresh secret.
 // `state` goes provisioning → booting (runs; its agent has not registered yet) → ready,
-// or failed with `error`. 400 `invalid_request` (bad name, network, resources for the
-// runtime) or `unknown_runtime`; 409 `environment_exists` (the name, or an agent of that
+// or failed with `error`. 400 `invalid_request` (bad name; a network, resources, isolation
+// tier or placement the runtime does not offer, saying what it offers) or `unknown_runtime`; 409 `environment_exists` (the name, or an agent of that
 // name, is taken); 503 `runtime_unavailable`.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -11087,8 +11087,8 @@ func (c *ClientWithResponses) CreateEnvironmentWithBodyWithResponse(ctx context.
 //
 // The environment's agent gets the environment's name as its id and a fresh secret.
 // `state` goes provisioning → booting (runs; its agent has not registered yet) → ready,
-// or failed with `error`. 400 `invalid_request` (bad name, network, resources for the
-// runtime) or `unknown_runtime`; 409 `environment_exists` (the name, or an agent of that
+// or failed with `error`. 400 `invalid_request` (bad name; a network, resources, isolation
+// tier or placement the runtime does not offer, saying what it offers) or `unknown_runtime`; 409 `environment_exists` (the name, or an agent of that
 // name, is taken); 503 `runtime_unavailable`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).

@@ -597,8 +597,8 @@ export interface paths {
          * Provision an environment with its agent; answers at once, progress shows in state and events.
          * @description The environment's agent gets the environment's name as its id and a fresh secret.
          *     `state` goes provisioning → booting (runs; its agent has not registered yet) → ready,
-         *     or failed with `error`. 400 `invalid_request` (bad name, network, resources for the
-         *     runtime) or `unknown_runtime`; 409 `environment_exists` (the name, or an agent of that
+         *     or failed with `error`. 400 `invalid_request` (bad name; a network, resources, isolation
+         *     tier or placement the runtime does not offer, saying what it offers) or `unknown_runtime`; 409 `environment_exists` (the name, or an agent of that
          *     name, is taken); 503 `runtime_unavailable`.
          */
         post: operations["createEnvironment"];
