@@ -1,15 +1,11 @@
 package harness
 
 import (
-	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
 )
 
 // The cluster is part of the tests like dockerd: what the machine lacks for
@@ -75,77 +71,4 @@ func TestKubernetesLockIsOnePerMachine(t *testing.T) {
 		t.Fatalf("lock not free after release: %v", err)
 	}
 	again.Close()
-}
-
-// The kubernetes engine gives each call a namespace of its own, deleted by
-// its Stop, and an Env under which agentic-mgmt offers the runtime and a
-// pod's agent dials the server back (images of the agent under test,
-// the agent port on every address over TLS, advertised at the gateway).
-func TestKubernetesEngineServesAServerPodsReach(t *testing.T) {
-	e := NeedEngine(t, "kubernetes")
-	other, err := StartEngine("kubernetes")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns, otherNS := e.Getenv("AGENTIC_K8S_NAMESPACE"), other.Getenv("AGENTIC_K8S_NAMESPACE")
-	if ns == "" || ns == otherNS {
-		t.Fatalf("namespaces %q and %q; want one per call", ns, otherNS)
-	}
-	c, err := sharedKubernetes()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	other.Stop()
-	nsGone := func(name string) bool {
-		out, err := c.Kubectl(ctx, "get", "namespace", name, "--ignore-not-found", "-o", "jsonpath={.status.phase}")
-		return err == nil && (len(out) == 0 || string(out) == "Terminating")
-	}
-	if !nsGone(otherNS) {
-		t.Errorf("namespace %s still active after its engine stopped", otherNS)
-	}
-	if nsGone(ns) {
-		t.Fatalf("namespace %s gone while its engine runs", ns)
-	}
-
-	bins, err := BuildShared(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := Start(bins, Options{DataDir: t.TempDir(), Env: append(e.Env, "AGENTIC_RUNTIMES=kubernetes")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Kill()
-	cli := s.Client()
-	rts, err := cli.ListRuntimesWithResponse(ctx)
-	if err != nil || rts.JSON200 == nil {
-		t.Fatalf("runtimes: %v %v", rts, err)
-	}
-	if len(rts.JSON200.Runtimes) != 1 || rts.JSON200.Runtimes[0].Runtime != "kubernetes" {
-		t.Fatalf("runtimes %+v, unavailable %+v; want kubernetes offered\n%s", rts.JSON200.Runtimes, rts.JSON200.Unavailable, s.Log())
-	}
-	created, err := cli.CreateEnvironmentWithResponse(ctx, restapi.CreateEnvironmentRequest{Name: "probe", Runtime: "kubernetes"})
-	if err != nil || created.StatusCode() != 202 {
-		t.Fatalf("create: %v %v %s", created.StatusCode(), err, created.Body)
-	}
-	for {
-		got, err := cli.GetEnvironmentWithResponse(ctx, "probe")
-		if err == nil && got.JSON200 != nil {
-			if st := got.JSON200.State; st == restapi.EnvReady {
-				break
-			} else if st == restapi.EnvFailed {
-				t.Fatalf("environment failed: %v\n%s", got.JSON200.Error, s.Log())
-			}
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("the pod's agent did not connect: %v\n%s", ctx.Err(), s.Log())
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-	if del, err := cli.DeleteEnvironmentWithResponse(ctx, "probe"); err != nil || del.StatusCode() >= 300 {
-		t.Errorf("delete: %v %v", del.StatusCode(), err)
-	}
 }
