@@ -26,8 +26,10 @@ import (
 // the binaries and images), started by test/k8s/cluster-up.sh and stopped by
 // test/k8s/cluster-down.sh. Only one can run on a machine at a time (the
 // kubelet's device-plugin socket path is fixed, and the ports, bridge and
-// cgroup root are fixed names), so a start takes a machine-wide lock that
-// the stop releases. It is the kubernetes runtime's test engine
+// cgroup root are fixed names): the test processes of a run share it
+// (startSharedKubernetes: the first starts it, the last stops it), and a
+// test that needs a cluster of its own (StartKubernetes) waits until nobody
+// uses the shared one. It is the kubernetes runtime's test engine
 // (startKubernetesEngine): part of `make test` like the private dockerd.
 
 const (
@@ -45,6 +47,12 @@ const (
 	kubeBridge     = "agk8s0"
 	kubeCgroupRoot = "agentic-k8s"
 	kubeLockFile   = "/tmp/agentic-k8s.lock"
+	// kubeUsersFile is held shared by every test process using the shared
+	// cluster; whoever takes it exclusively is the last (or only) one.
+	kubeUsersFile = "/tmp/agentic-k8s.users"
+	// kubeSharedMarker holds the token of the running shared cluster (its
+	// watchdog's), absent when none runs.
+	kubeSharedMarker = "/tmp/agentic-k8s.shared"
 )
 
 // kubeSysctls are the host settings the kubelet rewrites while it runs;
@@ -71,10 +79,14 @@ type KubernetesCluster struct {
 
 	root, buildDir string
 	lock           *os.File
-	watchdog       *exec.Cmd
-	sysctls        map[string]string
-	stopOnce       sync.Once
-	stopErr        error
+	// users is kubeUsersFile, held shared (a shared cluster's user) or
+	// exclusively (a cluster of its own).
+	users    *os.File
+	shared   bool
+	watchdog *exec.Cmd
+	sysctls  map[string]string
+	stopOnce sync.Once
+	stopErr  error
 
 	// ProjectImages's, once per cluster.
 	imagesOnce                sync.Once
@@ -150,6 +162,13 @@ func StartKubernetes(wait time.Duration) (*KubernetesCluster, error) {
 		kubeHeld.Unlock()
 		return nil, err
 	}
+	// No other test process may be using a shared cluster: this start
+	// stops it.
+	if c.users, err = flockWithin(kubeUsersFile, wait, syscall.LOCK_EX); err != nil {
+		c.release()
+		return nil, err
+	}
+	_ = os.Remove(kubeSharedMarker) // its watchdog leaves it to us
 	// Whatever a dead run left behind (we hold the lock: nobody else's).
 	if out, err := c.script("cluster-down.sh"); err != nil {
 		c.release()
@@ -173,13 +192,18 @@ func StartKubernetes(wait time.Duration) (*KubernetesCluster, error) {
 
 // lockWithin takes the machine-wide lock, waiting up to wait for it.
 func lockWithin(path string, wait time.Duration) (*os.File, error) {
+	return flockWithin(path, wait, syscall.LOCK_EX)
+}
+
+// flockWithin takes path's lock (how: LOCK_EX or LOCK_SH), waiting up to wait.
+func flockWithin(path string, wait time.Duration, how int) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, err
 	}
 	deadline := time.Now().Add(wait)
 	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
 		if err == nil {
 			return f, nil
 		}
@@ -233,6 +257,9 @@ func (c *KubernetesCluster) tailLogs() string {
 // Stop stops the cluster, undoes its host changes and releases the lock; its
 // error names anything left behind (KubernetesLeftovers).
 func (c *KubernetesCluster) Stop() error {
+	if c.shared {
+		return c.leaveShared()
+	}
 	c.stopOnce.Do(func() {
 		if c.watchdog != nil && c.watchdog.Process != nil {
 			_ = c.watchdog.Process.Kill()
@@ -253,11 +280,165 @@ func (c *KubernetesCluster) Stop() error {
 }
 
 func (c *KubernetesCluster) release() {
+	if c.users != nil {
+		c.users.Close()
+		c.users = nil
+	}
 	if c.lock != nil {
 		c.lock.Close()
 		c.lock = nil
 	}
-	kubeHeld.Unlock()
+	if !c.shared {
+		kubeHeld.Unlock()
+	}
+}
+
+// startSharedKubernetes joins the machine's shared cluster, starting it
+// when none runs. Every test process of a run (go test runs packages in
+// processes of their own) uses the one cluster, each test in a namespace
+// of its own: one start per run, not per package, and no package waits
+// for another's to finish. The last process to leave stops it and checks
+// nothing is left (leaveShared); a watchdog stops it should every user die
+// first.
+func startSharedKubernetes(wait time.Duration) (*KubernetesCluster, error) {
+	buildDir, err := KubernetesBuildDir()
+	if err != nil {
+		return nil, err
+	}
+	if err := canRunKubernetes(buildDir); err != nil {
+		return nil, err
+	}
+	root, err := ModuleRoot()
+	if err != nil {
+		return nil, err
+	}
+	c := &KubernetesCluster{root: root, buildDir: buildDir, State: "/tmp/agentic-k8s", shared: true}
+	c.Kubeconfig = filepath.Join(c.State, "run", "admin.kubeconfig")
+	c.KubectlPath = filepath.Join(buildDir, "bin", "kubectl")
+	ops, err := lockWithin(kubeLockFile, wait)
+	if err != nil {
+		return nil, err
+	}
+	defer ops.Close()
+	// Exclusive holders of the users file hold the lock too: not now.
+	if c.users, err = flockWithin(kubeUsersFile, 0, syscall.LOCK_SH); err != nil {
+		return nil, err
+	}
+	if token, _ := os.ReadFile(kubeSharedMarker); len(token) > 0 && c.healthy() {
+		c.sysctls = savedSysctls(c.State)
+		c.GVisor = fileExists(filepath.Join(c.State, "run", "runsc.toml"))
+		return c, nil
+	}
+	_ = os.Remove(kubeSharedMarker)
+	if out, err := c.script("cluster-down.sh"); err != nil {
+		c.users.Close()
+		return nil, fmt.Errorf("cleaning up before the start: %v\n%s", err, out)
+	}
+	c.sysctls = readSysctls()
+	start := time.Now()
+	out, err := c.script("cluster-up.sh")
+	c.UpTook, c.UpLog = time.Since(start), string(out)
+	if err != nil {
+		logs := c.tailLogs()
+		_, _ = c.script("cluster-down.sh")
+		c.users.Close()
+		return nil, fmt.Errorf("test/k8s/cluster-up.sh: %v\n%s\n%s", err, out, logs)
+	}
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	token := hex.EncodeToString(rnd[:])
+	if err := os.WriteFile(kubeSharedMarker, []byte(token), 0o600); err != nil {
+		_, _ = c.script("cluster-down.sh")
+		c.users.Close()
+		return nil, err
+	}
+	c.startSharedWatchdog(token)
+	c.GVisor = fileExists(filepath.Join(c.State, "run", "runsc.toml"))
+	return c, nil
+}
+
+// startSharedWatchdog leaves a shell that, every second, under the lock,
+// stops the shared cluster once nobody holds the users file, and ends when
+// the cluster it watches is gone (stopped by its last user).
+func (c *KubernetesCluster) startSharedWatchdog(token string) {
+	w := exec.Command("/bin/sh", "-c", `marker=$1 token=$2 ops=$3 users=$4 down=$5
+while sleep 1; do
+  exec 8>>"$ops"; flock -x 8
+  [ "$(cat "$marker" 2>/dev/null)" = "$token" ] || exit 0
+  exec 9>>"$users"
+  if flock -x -n 9; then rm -f "$marker"; "$down" >/dev/null 2>&1; exit 0; fi
+  exec 9>&- 8>&-
+done`, "agentic-k8s-shared-watchdog", kubeSharedMarker, token, kubeLockFile, kubeUsersFile,
+		filepath.Join(c.root, "test", "k8s", "cluster-down.sh"))
+	w.Env = c.env()
+	w.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if w.Start() == nil {
+		go func() { _ = w.Wait() }()
+	}
+}
+
+// leaveShared ends this process's use of the shared cluster; the last user
+// stops it, and its error names anything left behind.
+func (c *KubernetesCluster) leaveShared() error {
+	c.stopOnce.Do(func() {
+		if c.users != nil {
+			c.users.Close()
+			c.users = nil
+		}
+		// Briefly: whoever holds the lock longer (a start, a cluster of
+		// its own) manages the cluster itself.
+		ops, err := lockWithin(kubeLockFile, 10*time.Second)
+		if err != nil {
+			return
+		}
+		defer ops.Close()
+		last, err := flockWithin(kubeUsersFile, 0, syscall.LOCK_EX)
+		if err != nil {
+			return // others still use it
+		}
+		defer last.Close()
+		if token, _ := os.ReadFile(kubeSharedMarker); len(token) == 0 {
+			return // already stopped
+		}
+		_ = os.Remove(kubeSharedMarker)
+		out, err := c.script("cluster-down.sh")
+		if err != nil {
+			c.stopErr = fmt.Errorf("test/k8s/cluster-down.sh: %v\n%s", err, out)
+		}
+		if left := c.Leftovers(); len(left) > 0 {
+			c.stopErr = errors.Join(c.stopErr, fmt.Errorf("left behind: %s\n%s", strings.Join(left, "; "), out))
+		}
+		if c.stopErr == nil {
+			_ = os.RemoveAll(c.State)
+		}
+	})
+	return c.stopErr
+}
+
+// healthy reports whether the cluster's API server answers ready.
+func (c *KubernetesCluster) healthy() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	_, err := c.Kubectl(ctx, "get", "--raw", "/readyz")
+	return err == nil
+}
+
+// savedSysctls are the values cluster-up.sh saved before the kubelet
+// changed them (what cluster-down.sh restores).
+func savedSysctls(state string) map[string]string {
+	m := map[string]string{}
+	data, _ := os.ReadFile(filepath.Join(state, "sysctl.saved"))
+	for _, l := range strings.Split(string(data), "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(l), " "); ok {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 // Leftovers lists what of the cluster is still on the machine: processes
@@ -428,7 +609,7 @@ func sharedKubernetes() (*KubernetesCluster, error) {
 	if kubeShared != nil || kubeErr != nil {
 		return kubeShared, kubeErr
 	}
-	c, err := StartKubernetes(20 * time.Minute)
+	c, err := startSharedKubernetes(20 * time.Minute)
 	if err != nil {
 		kubeErr = err
 		return nil, err
