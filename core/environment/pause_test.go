@@ -129,3 +129,34 @@ func TestOfferedNetworksAreTheOnesCreateAccepts(t *testing.T) {
 		t.Errorf("no server limit: %v", got)
 	}
 }
+
+// openByDefault is a runtime whose default network is open (a Kubernetes
+// pod network no policy closes).
+type openByDefault struct{ *fakeRuntime }
+
+func (o openByDefault) Capabilities() ports.RuntimeCapabilities {
+	c := o.fakeRuntime.Capabilities()
+	c.Isolation, c.NetworkModes = ports.KindContainer, []ports.NetworkMode{ports.NetworkBridge}
+	return c
+}
+
+// A request naming no network gets the runtime's default, held to the
+// server's allowed networks like a named one: an open default is not used
+// unless the operator allowed it.
+func TestARuntimesOpenDefaultNetworkMustBeAllowed(t *testing.T) {
+	f := newFixture(t, time.Minute)
+	f.svc.cfg.Runtimes["open"] = openByDefault{f.rt}
+	f.svc.cfg.AllowedNetworks = []ports.NetworkMode{ports.NetworkNone}
+	ctx := context.Background()
+	_, err := f.svc.Create(ctx, Request{Runtime: "open", Name: "dflt"})
+	if !errors.Is(err, ports.ErrInvalidSpec) || !strings.Contains(err.Error(), "runtime's default") || !strings.Contains(err.Error(), "AGENTIC_ALLOWED_NETWORKS") {
+		t.Fatalf("an open default the server does not allow: %v", err)
+	}
+	if f.rt.has("dflt") {
+		t.Fatal("refused, yet provisioned")
+	}
+	f.svc.cfg.AllowedNetworks = []ports.NetworkMode{ports.NetworkNone, ports.NetworkBridge}
+	if _, err := f.svc.Create(ctx, Request{Runtime: "open", Name: "dflt"}); err != nil {
+		t.Fatalf("once allowed: %v", err)
+	}
+}

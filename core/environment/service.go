@@ -917,12 +917,24 @@ func appendEvent(evs []Event, e Event) []Event {
 }
 
 // networkAllowed holds a container's or a VM's network mode to the server's
-// AllowedNetworks (host environments share the host's).
+// AllowedNetworks (host environments share the host's). A request naming
+// none gets the runtime's default, which is held to them too: a runtime
+// whose default is open (a Kubernetes pod network no policy closes) is not
+// used open unless the operator allowed it.
 func (s *Service) networkAllowed(req Request, rt ports.Runtime) error {
-	if req.Network != "" && !s.networkOffered(rt.Capabilities().Isolation, req.Network) {
-		return fmt.Errorf("%w: network %q is not allowed on this server (allowed: %s)", ports.ErrInvalidSpec, req.Network, ports.NetworkModeList(s.cfg.AllowedNetworks))
+	c := rt.Capabilities()
+	mode, named := req.Network, true
+	if mode == "" && len(c.NetworkModes) > 0 {
+		mode, named = c.NetworkModes[0], false
 	}
-	return nil
+	if mode == "" || s.networkOffered(c.Isolation, mode) {
+		return nil
+	}
+	if !named {
+		return fmt.Errorf("%w: network %q, the %s runtime's default, is not allowed on this server (allowed: %s; the runtime offers %s): name one both allow, or allow it with AGENTIC_ALLOWED_NETWORKS",
+			ports.ErrInvalidSpec, mode, c.Runtime, ports.NetworkModeList(s.cfg.AllowedNetworks), ports.NetworkModeList(c.NetworkModes))
+	}
+	return fmt.Errorf("%w: network %q is not allowed on this server (allowed: %s)", ports.ErrInvalidSpec, mode, ports.NetworkModeList(s.cfg.AllowedNetworks))
 }
 
 // networkOffered reports whether this server lets a request name mode for

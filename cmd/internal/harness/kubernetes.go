@@ -689,6 +689,9 @@ func startKubernetesEngine() (Engine, error) {
 		"AGENTIC_ADVERTISE_HOST=" + KubernetesGateway,
 		"AGENTIC_AGENT_TLS=auto",
 		"AGENTIC_OPERATOR_HOST=127.0.0.1",
+		// The test cluster enforces no NetworkPolicy: the runtime's
+		// default is the open pod network, which must be allowed.
+		"AGENTIC_ALLOWED_NETWORKS=none,proxy,bridge",
 	}, stop: func() { c.deleteNamespace(ns) }}, nil
 }
 
