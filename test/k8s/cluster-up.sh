@@ -177,6 +177,33 @@ state = "$RUN/containerd/state"
       conf_dir = "$RUN/cni/net.d"
       max_conf_num = 1
 EOF
+# gVisor: the CRI runtime handler "runsc" (what RuntimeClass gvisor names), when
+# test/k8s/build-gvisor.sh built runsc and its shim. containerd runs the shim by its
+# runtime_type (io.containerd.runsc.v1 → containerd-shim-runsc-v1, found on its PATH: a
+# directory holding that one link); the shim runs runsc with the systrap platform (ptrace
+# also works; KVM hangs on this machine kind) and, inside the sandbox, the pod's own
+# seccomp profile (oci-seccomp: runsc ignores it otherwise).
+GVISOR=0
+if [ -x "$BIN/runsc" ] && [ -x "$BIN/containerd-shim-runsc-v1" ]; then
+  GVISOR=1
+  mkdir -p "$RUN/shimbin"
+  ln -s "$BIN/containerd-shim-runsc-v1" "$RUN/shimbin/containerd-shim-runsc-v1"
+  cat >"$RUN/runsc.toml" <<EOF
+binary_name = "$BIN/runsc"
+root = "$RUN/containerd/runsc-root"
+[runsc_config]
+  platform = "${AGENTIC_K8S_RUNSC_PLATFORM:-systrap}"
+  oci-seccomp = "true"
+EOF
+  cat >>"$RUN/containerd/config.toml" <<EOF
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc]
+  runtime_type = "io.containerd.runsc.v1"
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc.options]
+    TypeUrl = "io.containerd.runsc.v1.options"
+    ConfigPath = "$RUN/runsc.toml"
+EOF
+  ts "gVisor: runtime handler runsc (platform ${AGENTIC_K8S_RUNSC_PLATFORM:-systrap})"
+fi
 cat >"$RUN/cni/net.d/10-agentic-k8s.conflist" <<EOF
 {
   "cniVersion": "0.4.0",
@@ -199,7 +226,7 @@ if [ "$SNAPSHOTTER" = overlayfs ]; then  # nested overlayfs can be refused insid
   fi
   rm -rf "$o"
 fi
-start containerd containerd --config "$RUN/containerd/config.toml" --log-level info
+start containerd env PATH="$RUN/shimbin:$PATH" containerd --config "$RUN/containerd/config.toml" --log-level info
 CTR="ctr -a $CTRD_SOCK -n k8s.io"
 
 # ---------------------------------------------------------------- kube-apiserver
@@ -299,4 +326,9 @@ for p in etcd kube-apiserver kube-controller-manager kube-scheduler containerd k
 # the default service account must exist before pods can be created in 'default'
 sa_ready() { $KUBECTL -n default get serviceaccount default; }
 wait_for "serviceaccount default/default" sa_ready
+if [ "$GVISOR" = 1 ]; then  # the tier's RuntimeClass (AGENTIC_K8S_RUNTIME_CLASSES=gvisor=gvisor)
+  printf 'apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata: {name: gvisor}\nhandler: runsc\n' |
+    $KUBECTL apply -f - >/dev/null || die "RuntimeClass gvisor"
+  ts "RuntimeClass gvisor (handler runsc)"
+fi
 ts "cluster up. export KUBECONFIG=$RUN/admin.kubeconfig   (images: $PAUSE_IMAGE, $WORKLOAD_IMAGE)"
