@@ -128,6 +128,7 @@ func TestKubernetes(t *testing.T) {
 	t.Run("OwnersApartAndRecover", func(t *testing.T) { kubeOwnersApartAndRecover(t, k) })
 	t.Run("NetworkPolicy", func(t *testing.T) { kubeNetworkPolicy(t, k) })
 	t.Run("TakenMemberStartsAsItsNewSelf", func(t *testing.T) { kubeKeepIdentity(t, k) })
+	t.Run("Placement", func(t *testing.T) { kubePlacement(t, k) })
 	t.Run("NothingLeft", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -430,5 +431,43 @@ func kubeKeepIdentity(t *testing.T, k *kube) {
 	res := portstest.RunScript(t, k.link.Service, "taken-1", "echo $AGENT_ID", nil)
 	if strings.TrimSpace(res.Output) != "taken-1" {
 		t.Fatalf("the restarted agent says it is %q, want taken-1", res.Output)
+	}
+}
+
+// kubePlacement: a node selector and tolerations reach the pod; a selector
+// no node matches fails with the scheduler's reason.
+func kubePlacement(t *testing.T, k *kube) {
+	rt := k.runtime(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	node, err := k.cluster.Kubectl(ctx, "get", "nodes", "-o", "jsonpath={.items[0].metadata.name}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.provision(t, rt, ports.EnvironmentSpec{Name: "placed", Placement: ports.Placement{
+		NodeSelector: map[string]string{"kubernetes.io/hostname": string(node)},
+		Tolerations:  []ports.Toleration{{Key: "dedicated", Operator: "Equal", Value: "agents", Effect: "NoSchedule"}},
+	}})
+	p := k.getPod(t, rt, "placed")
+	if p.Spec.NodeSelector["kubernetes.io/hostname"] != string(node) || p.Spec.NodeName != string(node) {
+		t.Errorf("pod on %q with selector %v; want it on %s by its selector", p.Spec.NodeName, p.Spec.NodeSelector, node)
+	}
+	tolerated := false
+	for _, tol := range p.Spec.Tolerations {
+		tolerated = tolerated || tol.Key == "dedicated" && tol.Value == "agents" && tol.Effect == corev1.TaintEffectNoSchedule
+	}
+	if !tolerated {
+		t.Errorf("tolerations %v lack dedicated=agents:NoSchedule", p.Spec.Tolerations)
+	}
+	s, _ := secret.New()
+	spec := ports.EnvironmentSpec{Name: "nowhere", Agent: k.link.Bootstrap,
+		Placement: ports.Placement{NodeSelector: map[string]string{"agentic-sandbox.io/pool": "gpu"}}}
+	spec.Agent.ID, spec.Agent.Secret = "nowhere", s
+	_, err = rt.Provision(ctx, spec)
+	if err == nil || !strings.Contains(err.Error(), "cannot be scheduled") || !strings.Contains(err.Error(), "node affinity/selector") {
+		t.Fatalf("Provision with a selector no node matches: %v; want the scheduler's reason", err)
+	}
+	if left := k.leftovers(t, "nowhere"); len(left) > 0 {
+		t.Errorf("a failed Provision left %v", left)
 	}
 }
