@@ -141,23 +141,13 @@ func canRunKubernetes(buildDir string) error {
 // must stop the cluster itself starts its own, and it cannot while the
 // shared one runs in the same process (an error says so).
 func StartKubernetes(wait time.Duration) (*KubernetesCluster, error) {
-	buildDir, err := KubernetesBuildDir()
-	if err != nil {
-		return nil, err
-	}
-	if err := canRunKubernetes(buildDir); err != nil {
-		return nil, err
-	}
-	root, err := ModuleRoot()
+	c, err := newKubernetesCluster()
 	if err != nil {
 		return nil, err
 	}
 	if !kubeHeld.TryLock() {
 		return nil, errors.New("this process already runs the Kubernetes test cluster (use the shared one: Kubernetes)")
 	}
-	c := &KubernetesCluster{root: root, buildDir: buildDir, State: "/tmp/agentic-k8s"}
-	c.Kubeconfig = filepath.Join(c.State, "run", "admin.kubeconfig")
-	c.KubectlPath = filepath.Join(buildDir, "bin", "kubectl")
 	if c.lock, err = lockWithin(kubeLockFile, wait); err != nil {
 		kubeHeld.Unlock()
 		return nil, err
@@ -187,6 +177,26 @@ func StartKubernetes(wait time.Duration) (*KubernetesCluster, error) {
 	if _, err := os.Stat(filepath.Join(c.State, "run", "runsc.toml")); err == nil {
 		c.GVisor = true
 	}
+	return c, nil
+}
+
+// newKubernetesCluster is the machine's cluster, not started yet; a
+// *Missing error says what the machine lacks to run it.
+func newKubernetesCluster() (*KubernetesCluster, error) {
+	buildDir, err := KubernetesBuildDir()
+	if err != nil {
+		return nil, err
+	}
+	if err := canRunKubernetes(buildDir); err != nil {
+		return nil, err
+	}
+	root, err := ModuleRoot()
+	if err != nil {
+		return nil, err
+	}
+	c := &KubernetesCluster{root: root, buildDir: buildDir, State: "/tmp/agentic-k8s"}
+	c.Kubeconfig = filepath.Join(c.State, "run", "admin.kubeconfig")
+	c.KubectlPath = filepath.Join(buildDir, "bin", "kubectl")
 	return c, nil
 }
 
@@ -301,20 +311,11 @@ func (c *KubernetesCluster) release() {
 // nothing is left (leaveShared); a watchdog stops it should every user die
 // first.
 func startSharedKubernetes(wait time.Duration) (*KubernetesCluster, error) {
-	buildDir, err := KubernetesBuildDir()
+	c, err := newKubernetesCluster()
 	if err != nil {
 		return nil, err
 	}
-	if err := canRunKubernetes(buildDir); err != nil {
-		return nil, err
-	}
-	root, err := ModuleRoot()
-	if err != nil {
-		return nil, err
-	}
-	c := &KubernetesCluster{root: root, buildDir: buildDir, State: "/tmp/agentic-k8s", shared: true}
-	c.Kubeconfig = filepath.Join(c.State, "run", "admin.kubeconfig")
-	c.KubectlPath = filepath.Join(buildDir, "bin", "kubectl")
+	c.shared = true
 	ops, err := lockWithin(kubeLockFile, wait)
 	if err != nil {
 		return nil, err
