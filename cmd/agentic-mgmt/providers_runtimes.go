@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/agentrpc"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
@@ -34,7 +35,9 @@ func provideEnvironments(cfg Config, rts *Runtimes, svc *agentrpc.Service, ms *m
 		return nil, nil, fmt.Errorf("pool store: %w", err)
 	}
 	var bin string
-	if len(rts.wanted()) > 0 {
+	// Only runtimes that hand environments the host's agent need it (not
+	// kubernetes', whose pods take it from the agent image).
+	if slices.ContainsFunc(rts.wanted(), func(name string) bool { e, ok := catalogEntry(name); return ok && !e.AgentInImage }) {
 		b, err := agentBinary(cfg.AgentBinary)
 		if err != nil {
 			log.Error("environments cannot be provisioned without the agent binary", "err", err)

@@ -230,6 +230,11 @@ type runtimeDef[T any] struct {
 	// HowTo says how to make it available where it is not (Markdown,
 	// a clause): the error of a request naming it carries it.
 	HowTo string
+	// AgentInImage says its environments take the agent from an image of
+	// their own (kubernetes' agent image), not the host's agentic-agent
+	// (AgentBootstrap.Binary): a server offering only such runtimes needs
+	// no agent binary beside it.
+	AgentInImage bool
 	// DefaultRank orders the runtimes a task naming none runs on: the
 	// available one of the highest rank, else the lowest positive rank's.
 	// 0: never chosen by default.
@@ -250,6 +255,7 @@ type runtimeDef[T any] struct {
 // catalog can list runtimes of different options.
 type runtimeEntry struct {
 	Name, Help, FoundDoc, HowTo string
+	AgentInImage                bool
 	DefaultRank                 int
 	Settings                    []setting
 	configure                   func(v settingValues, cfg Config) (any, error)
@@ -259,7 +265,7 @@ type runtimeEntry struct {
 
 func (d runtimeDef[T]) entry() runtimeEntry {
 	return runtimeEntry{
-		Name: d.Name, Help: d.Help, FoundDoc: d.FoundDoc, HowTo: d.HowTo, DefaultRank: d.DefaultRank, Settings: d.Settings,
+		Name: d.Name, Help: d.Help, FoundDoc: d.FoundDoc, HowTo: d.HowTo, AgentInImage: d.AgentInImage, DefaultRank: d.DefaultRank, Settings: d.Settings,
 		configure: func(v settingValues, cfg Config) (any, error) {
 			var opts T
 			if d.Configure == nil {

@@ -59,7 +59,8 @@ var kubernetesRuntime = runtimeDef[kubernetesOptions]{
 	HowTo: "point `KUBECONFIG` at a cluster (or run agentic-mgmt in a pod of it), and let pods reach the agent port: " +
 		"`LISTEN_ADDR` on an address they reach (e.g. `0.0.0.0:8120`), `AGENTIC_ADVERTISE_HOST` the address they dial, " +
 		"`AGENTIC_AGENT_TLS` not `off`",
-	DefaultRank: 0,
+	DefaultRank:  0,
+	AgentInImage: true,
 	Settings: []setting{
 		{Env: "KUBECONFIG", DefaultDoc: "unset: the in-cluster config (agentic-mgmt in a pod of the cluster, its service account)",
 			Doc: "the kubeconfig file the kubernetes runtime reaches its cluster with, at its current context (several, separated by `:`, are merged as kubectl merges them)"},

@@ -726,4 +726,10 @@ func TestDeployKubernetesRunsTheServerInTheCluster(t *testing.T) {
 	if w := restricted(); strings.Contains(w, "Warning") {
 		t.Fatalf("the server's pod does not meet Pod Security restricted: %s", w)
 	}
+	// Nothing went wrong on the way (no agent binary is needed beside it:
+	// pods take the agent from the agent image).
+	logs, err := c.Kubectl(ctx, "-n", ns, "logs", "deployment/agentic-mgmt")
+	if err != nil || bytes.Contains(logs, []byte("level=ERROR")) {
+		t.Fatalf("the server logged errors (%v)", err)
+	}
 }
