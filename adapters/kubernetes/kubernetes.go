@@ -91,7 +91,7 @@ const (
 const (
 	AgentDir   = "/opt/agentic"
 	AgentPath  = AgentDir + "/agentic-agent"
-	CredsDir   = "/run/agentic-credentials"
+	CredsDir   = "/run/agentic-credentials" //nolint:gosec // a path, not a credential
 	SecretPath = CredsDir + "/agent-secret" //nolint:gosec // a path, not a credential
 	CAPath     = CredsDir + "/ca.crt"
 	// ImageAgentPath is the agent in the agent image (internal/ociimage).
@@ -103,7 +103,7 @@ const (
 
 // Secret keys.
 const (
-	keySecret = "agent-secret"
+	keySecret = "agent-secret" //nolint:gosec // a key's name, not a credential
 	keyCA     = "ca.crt"
 	// keyIdentity is the identity a pool take gave the agent (KeepIdentity).
 	keyIdentity = "identity"
@@ -309,10 +309,6 @@ func (r *Runtime) ours(m metav1.Object, name string) bool {
 	return l[LabelManaged] == "true" && l[LabelOwner] == r.cfg.Owner && m.GetAnnotations()[AnnotationEnv] == name
 }
 
-func invalid(format string, a ...any) error {
-	return fmt.Errorf("%w: %s", ports.ErrInvalidSpec, fmt.Sprintf(format, a...))
-}
-
 // apiErr wraps an API error, marking an unreachable cluster.
 func apiErr(op string, err error) error {
 	var ne net.Error
@@ -481,11 +477,11 @@ func (r *Runtime) waitRunning(ctx context.Context, p *corev1.Pod, progress func(
 			case watch.Deleted:
 				w.Stop()
 				return p, fmt.Errorf("kubernetes: pod %s was deleted while starting%s", p.Name, r.warnings(p.Name))
-			case watch.Error:
-				rv = "" // expired: read it afresh below
 			}
+			// A watch.Error (an expired version) carries a Status, not a
+			// pod: the stream then ends and the pod is read afresh below.
 			if np, ok := ev.Object.(*corev1.Pod); ok {
-				p, rv = np, np.ResourceVersion
+				p = np
 				if ok, err := r.podStep(p, say); ok || err != nil {
 					w.Stop()
 					if err != nil {
@@ -731,7 +727,7 @@ var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 // agent port (and, when the server is named rather than addressed, the
 // cluster's DNS to find it).
 func (r *Runtime) policyFor(name string, owner *corev1.Secret) *networkingv1.NetworkPolicy {
-	port := intstr.FromInt32(int32(mustPort(r.server.Port())))
+	port := intstr.Parse(r.server.Port()) // New made it a number
 	tcp, udp := corev1.ProtocolTCP, corev1.ProtocolUDP
 	egress := []networkingv1.NetworkPolicyEgressRule{}
 	if ip := net.ParseIP(r.serverH); ip != nil {
@@ -771,11 +767,6 @@ func (r *Runtime) policyFor(name string, owner *corev1.Secret) *networkingv1.Net
 			Egress:      egress,
 		},
 	}
-}
-
-func mustPort(s string) int {
-	n, _ := strconv.Atoi(s)
-	return n
 }
 
 // Start implements ports.Runtime: the pod made again from the Secret.
