@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -36,14 +35,10 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/agentic-sandbox/agentic-sandbox/adapters/agentrpc"
-	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/kubernetes"
-	"github.com/agentic-sandbox/agentic-sandbox/adapters/system"
-	"github.com/agentic-sandbox/agentic-sandbox/adapters/tlsca"
 	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
+	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/runtimetest"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
-	"github.com/agentic-sandbox/agentic-sandbox/internal/clock"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/ociimage"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 	"github.com/agentic-sandbox/agentic-sandbox/ports/portstest"
@@ -265,55 +260,16 @@ func requestCall(req *http.Request) apiCall {
 // tlsLink is an agent service in the test, served over TLS on every address
 // with a certificate for the pods' gateway: what agents in pods dial.
 type tlsLink struct {
-	svc   *agentrpc.Service
-	creds ports.AgentCredentials
-	url   string
-	ca    []byte
+	*runtimetest.Link
+	url string
+	ca  []byte
 }
 
 func startTLSLink(t *testing.T, host string) *tlsLink {
 	t.Helper()
-	dir := t.TempDir()
-	creds, err := filestore.NewAgentHashes(filepath.Join(dir, "secrets"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc := agentrpc.New(agentrpc.Config{
-		Credentials: creds, Clock: clock.Wall{}, IDs: system.UUIDv7{},
-		Logger:            slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		HeartbeatInterval: time.Second, DisconnectGrace: time.Minute,
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	go svc.Run(ctx)
-	mux := http.NewServeMux()
-	svc.Mount(mux, true)
-	ca, err := tlsca.Open(filepath.Join(dir, "tls"), []string{host}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caPEM, err := os.ReadFile(ca.CAPath())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "0.0.0.0:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: mux, TLSConfig: ca.TLSConfig(), ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			t.Errorf("agent link: %v", err)
-		}
-	}()
-	t.Cleanup(func() {
-		svc.CloseStreams()
-		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer scancel()
-		_ = srv.Shutdown(sctx)
-		cancel()
-	})
-	port := ln.Addr().(*net.TCPAddr).Port
-	return &tlsLink{svc: svc, creds: creds, url: "https://" + net.JoinHostPort(host, strconv.Itoa(port)), ca: caPEM}
+	l := runtimetest.StartLink(t, t.TempDir())
+	port, ca := l.ServeTLS(t, []string{host})
+	return &tlsLink{Link: l, url: "https://" + net.JoinHostPort(host, strconv.Itoa(port)), ca: ca}
 }
 
 // spec is an environment whose agent the link knows.
@@ -323,7 +279,7 @@ func (l *tlsLink) spec(t *testing.T, name string) ports.EnvironmentSpec {
 	_, _ = rand.Read(b)
 	s := ports.EnvironmentSpec{Name: name, Resources: ports.Resources{CPUs: 0.25, MemoryMB: 128}}
 	s.Agent.ID, s.Agent.Secret = name, hex.EncodeToString(b)
-	if err := l.creds.Put(name, s.Agent.Secret); err != nil {
+	if err := l.Credentials.Put(name, s.Agent.Secret); err != nil {
 		t.Fatal(err)
 	}
 	return s
@@ -332,7 +288,7 @@ func (l *tlsLink) spec(t *testing.T, name string) ports.EnvironmentSpec {
 func (l *tlsLink) waitAgent(t *testing.T, name string, up bool) {
 	t.Helper()
 	eventually(t, 3*patience, fmt.Sprintf("agent %s connected=%v", name, up), func() bool {
-		info, ok := l.svc.Agent(name)
+		info, ok := l.Service.Agent(name)
 		return (ok && info.Status.Working()) == up
 	})
 }
@@ -468,7 +424,7 @@ func TestDeployKubernetesManifestsAndTheirRole(t *testing.T) {
 			t.Fatalf("provision as agentic-mgmt: %v", err)
 		}
 		link.waitAgent(t, name, true)
-		if r := portstest.RunScript(t, link.svc, name, "echo in-$AGENT_ID", nil); r.Exit != 0 || !strings.Contains(r.Output, "in-"+name) {
+		if r := portstest.RunScript(t, link.Service, name, "echo in-$AGENT_ID", nil); r.Exit != 0 || !strings.Contains(r.Output, "in-"+name) {
 			t.Fatalf("command in the pod: exit %d (%s), output %q", r.Exit, r.Error, r.Output)
 		}
 		if env, err := rt.Inspect(ctx, name); err != nil || env.State != ports.EnvRunning {
