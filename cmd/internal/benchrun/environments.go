@@ -25,7 +25,7 @@ var (
 	envN   = flag.Int("env-n", 20, "environments per runtime (host, docker)")
 	vmN    = flag.Int("vm-n", 5, "VMs (each boots under TCG)")
 	vmDir  = flag.String("vm-image", "build/vm", "tiny VM image (make vm-image)")
-	envRTs = flag.String("env-runtimes", "host,docker,libvirt", "runtimes to measure where available")
+	envRTs = flag.String("env-runtimes", "host,docker,libvirt,kubernetes", "runtimes to measure where available (kubernetes: on the test cluster, kubernetes.go)")
 )
 
 // envBench measures, per runtime, provision request → agent ready and →
@@ -279,6 +279,12 @@ func execFloor(srv *harness.Server, runtime string, n int) (stats, error) {
 // provisionOnce creates an environment, waits for its agent, runs `echo`
 // in it, and deletes it (waiting until it is gone, outside the timings).
 func provisionOnce(srv *harness.Server, runtime, name string) (ready, output time.Duration, err error) {
+	return provisionOnceHook(srv, runtime, name, nil)
+}
+
+// provisionOnceHook is provisionOnce calling then, when set, after the
+// first output and before the delete (not timed).
+func provisionOnceHook(srv *harness.Server, runtime, name string, then func()) (ready, output time.Duration, err error) {
 	call := func(method, path string, body any) (int, []byte, error) { return restCall(srv, method, path, body) }
 	start := time.Now()
 	code, body, err := call(http.MethodPost, "/api/v1/environments", map[string]any{"runtime": runtime, "name": name})
@@ -321,7 +327,11 @@ func provisionOnce(srv *harness.Server, runtime, name string) (ready, output tim
 	if err != nil || code != http.StatusOK || !bytes.Contains(body, []byte("first")) {
 		return 0, 0, fmt.Errorf("exec in %s: %d %s %v", name, code, body, err)
 	}
-	return ready, time.Since(start), nil
+	output = time.Since(start)
+	if then != nil {
+		then()
+	}
+	return ready, output, nil
 }
 
 // bareQEMUBoot boots kernel+initrd under TCG with no libvirt and no agent

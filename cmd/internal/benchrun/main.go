@@ -30,7 +30,7 @@ func main() {
 	n := flag.Int("n", 1000, "round trips per measurement")
 	sshN := flag.Int("ssh-n", 100, "ssh round trips (each is slow)")
 	sustained := flag.Int("sustained", 2000, "missions in the sustained-rate run")
-	flag.StringVar(&only, "only", "", "run one part only: exec, missions, env, term, files, tasks, dashboard, egress or agents")
+	flag.StringVar(&only, "only", "", "run one part only: exec, missions, env, k8s, term, files, tasks, dashboard, egress or agents")
 	flag.Parse()
 	if err := run(*binDir, *n, *sshN, *sustained); err != nil {
 		fmt.Fprintln(os.Stderr, "benchrun:", err)
@@ -79,7 +79,8 @@ func run(binDir string, n, sshN, sustained int) error {
 	}{
 		{"missions", func(b harness.Binaries) error { return missionBench(b, n/2, sustained, floor) }, true},
 		{"term", terminalBench, true},
-		{"env", envBench, true},
+		{"env", envAndKubernetesBench, true},
+		{"k8s", kubernetesBench, false}, // in a full run, env's (-env-runtimes)
 		{"files", filesBench, true},
 		{"tasks", tasksBench, true},
 		{"dashboard", dashboardBench, true},
