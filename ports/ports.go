@@ -82,6 +82,10 @@ type OutputChunk struct {
 	Data   []byte
 	// Offset of Data within its stream.
 	Offset uint64
+	// Lost is how many bytes of the stream right before Data never
+	// arrived (the link knows the stream's offsets and Data starts past
+	// the next one): the receiver marks them as a gap.
+	Lost uint64
 }
 
 // CommandResult is how a command ended.
@@ -118,6 +122,12 @@ type StartOptions struct {
 	// Housekeeping marks the server's own command on an agent held for a
 	// pool (its warm-up): the only kind such an agent runs.
 	Housekeeping bool
+	// Resume (Attach only) is how far the caller already has each output
+	// stream of the command (a restarted server's stored log of it):
+	// output before is dropped when the agent sends it again, and output
+	// that starts past it comes with Lost set. Streams not named start
+	// wherever the agent's output does.
+	Resume map[OutputStream]uint64
 }
 
 // Command is a command running on an agent.

@@ -73,6 +73,39 @@ type SessionLog interface {
 	Close() error
 }
 
+// OutputSource says where appended bytes come from: a command's output
+// stream, at Offset of that stream.
+type OutputSource struct {
+	CommandID string
+	Stream    OutputStream
+	Offset    uint64
+}
+
+// OutputCursor is how far a session's log holds the output of the command
+// that writes it: Next is, per stream, the offset of the first byte not in
+// the log, and End the log's End when it was recorded.
+type OutputCursor struct {
+	CommandID string
+	Next      map[OutputStream]uint64
+	End       uint64
+}
+
+// SessionOutputLog is a SessionLog that keeps, with the same durability as
+// the bytes, which output of the writing command it holds, so a restarted
+// server neither stores again what the agent sends again (it keeps output
+// until acknowledged) nor skips a gap in silence.
+type SessionOutputLog interface {
+	SessionLog
+	// AppendOutput is Append of data, src's output; lost bytes of the
+	// stream that never arrived right before it become a hole first (a
+	// gap for readers, counted by Lost). The returned offset is that of
+	// data[0].
+	AppendOutput(sessionID string, src OutputSource, lost uint64, data []byte) (offset uint64, err error)
+	// OutputCursor is the session's cursor, false when none is kept
+	// (nothing appended by AppendOutput, or a plain Append since).
+	OutputCursor(sessionID string) (OutputCursor, bool)
+}
+
 // ReportedSession is one session an agent says it runs, from the report it
 // sends on every (re)connect.
 type ReportedSession struct {

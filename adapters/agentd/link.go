@@ -113,6 +113,9 @@ func (a *Agent) serve(ctx context.Context) (registered bool, err error) {
 	// in before the server starts sessions on this connection, or it would
 	// count them lost (the server's session reconcile rule).
 	a.queueControl(a.connectHeartbeat())
+	// Output sent on the last connection that its server did not
+	// acknowledge (it may have died with it) goes again, first.
+	a.out.requeue(ack.GetOutputAcks())
 	// Queued behind any output still held, so the server learns which of
 	// its commands this agent no longer runs.
 	a.out.pushNow(a.sessionReport("connect:" + ack.GetConfig()["connection_id"]))

@@ -12,14 +12,34 @@ import (
 // It outlives connections, so output produced while the agent is
 // disconnected is delivered after it reconnects. When it is full, producers
 // block: the process is paced instead of output being dropped.
+//
+// A sent message is not yet a delivered one: the stream's transport takes
+// it before the server has it, and a server killed (-9) loses what was on
+// the way. So while the server acknowledges output (OutputAck, acks on),
+// sent output is retained, in send order and within the same byte bound,
+// until an acknowledgement covers it; requeue puts what is still retained
+// back at the head for the next connection, and the server drops by offset
+// the bytes it already has.
 type outbox struct {
-	mu     sync.Mutex
-	space  *sync.Cond
-	items  []*sandboxv1.ConnectRequest
-	sizes  []int
-	bytes  int
-	limit  int
-	notify chan struct{}
+	mu       sync.Mutex
+	space    *sync.Cond
+	items    []*sandboxv1.ConnectRequest
+	sizes    []int
+	bytes    int
+	limit    int
+	notify   chan struct{}
+	acks     bool
+	retained []retainedOutput
+}
+
+// retainedOutput is output sent on the current connection and not yet
+// acknowledged.
+type retainedOutput struct {
+	msg    *sandboxv1.ConnectRequest
+	size   int
+	id     string
+	stream sandboxv1.OutputStream
+	end    uint64
 }
 
 func newOutbox(limit int) *outbox {
@@ -64,16 +84,67 @@ func (o *outbox) peek() *sandboxv1.ConnectRequest {
 	return o.items[0]
 }
 
+// pop removes the oldest message, which was sent: output is retained until
+// acknowledged when the server acknowledges output.
 func (o *outbox) pop() {
 	o.mu.Lock()
 	if len(o.items) > 0 {
-		o.bytes -= o.sizes[0]
+		m, n := o.items[0], o.sizes[0]
 		o.items[0] = nil
 		o.items = o.items[1:]
 		o.sizes = o.sizes[1:]
+		if out := m.GetOutput(); o.acks && out != nil {
+			o.retained = append(o.retained, retainedOutput{msg: m, size: n, id: out.GetStreamId(), stream: out.GetStream(),
+				end: out.GetOffset() + uint64(len(out.GetData()))})
+		} else {
+			o.bytes -= n
+		}
 	}
 	o.mu.Unlock()
 	o.space.Broadcast()
+}
+
+// ack lets go of the retained output of a command's stream that ends at or
+// before offset: the server has it.
+func (o *outbox) ack(id string, stream sandboxv1.OutputStream, offset uint64) {
+	o.mu.Lock()
+	kept := o.retained[:0]
+	for _, r := range o.retained {
+		if r.id == id && r.stream == stream && r.end <= offset {
+			o.bytes -= r.size
+			continue
+		}
+		kept = append(kept, r)
+	}
+	clear(o.retained[len(kept):])
+	o.retained = kept
+	o.mu.Unlock()
+	o.space.Broadcast()
+}
+
+// requeue starts a connection: output sent on the last one and not
+// acknowledged goes first, in the order it was sent; acks says whether
+// the new connection's server acknowledges output.
+func (o *outbox) requeue(acks bool) {
+	o.mu.Lock()
+	if len(o.retained) > 0 {
+		items := make([]*sandboxv1.ConnectRequest, 0, len(o.retained)+len(o.items))
+		sizes := make([]int, 0, cap(items))
+		for _, r := range o.retained {
+			items, sizes = append(items, r.msg), append(sizes, r.size)
+		}
+		o.items, o.sizes = append(items, o.items...), append(sizes, o.sizes...)
+		o.retained = nil
+	}
+	o.acks = acks
+	n := len(o.items)
+	o.mu.Unlock()
+	if n > 0 {
+		select {
+		case o.notify <- struct{}{}:
+		default:
+		}
+	}
 }
 
 func (o *outbox) len() int {

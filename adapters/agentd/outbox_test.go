@@ -161,3 +161,78 @@ func stillBlocked(t *testing.T, pushed <-chan struct{}, what string) {
 	case <-time.After(30 * time.Millisecond):
 	}
 }
+
+func outChunk(id string, off uint64, data string) *sandboxv1.ConnectRequest {
+	return &sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_Output{Output: &sandboxv1.OutputChunk{
+		StreamId: id, Stream: sandboxv1.OutputStream_OUTPUT_STREAM_PTY, Data: []byte(data), Offset: off,
+	}}}
+}
+
+// drainBox sends (pops) everything queued and returns it in order.
+func drainBox(o *outbox) string {
+	var got []string
+	for m := o.peek(); m != nil; m = o.peek() {
+		if out := m.GetOutput(); out != nil {
+			got = append(got, fmt.Sprintf("%s@%d:%s", out.GetStreamId(), out.GetOffset(), out.GetData()))
+		} else {
+			got = append(got, "other")
+		}
+		o.pop()
+	}
+	return strings.Join(got, " ")
+}
+
+// Output sent to a server that acknowledges output is kept until an
+// acknowledgement covers it; what was not acknowledged goes again first,
+// in send order, on the next connection; other messages go once.
+func TestOutboxRetainsUnacknowledgedOutput(t *testing.T) {
+	o := newOutbox(1 << 20)
+	o.requeue(true)
+	o.push(outChunk("a", 0, "a1"))
+	o.push(outChunk("b", 0, "b1"))
+	o.pushNow(&sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_CommandStarted{CommandStarted: &sandboxv1.CommandStarted{CommandId: "a"}}})
+	o.push(outChunk("a", 2, "a2"))
+	if got := drainBox(o); got != "a@0:a1 b@0:b1 other a@2:a2" {
+		t.Fatalf("sent %q", got)
+	}
+	if o.bytes == 0 {
+		t.Fatal("sent output no longer counted against the bound before its acknowledgement")
+	}
+	o.ack("a", sandboxv1.OutputStream_OUTPUT_STREAM_PTY, 2)    // covers a1 only
+	o.ack("b", sandboxv1.OutputStream_OUTPUT_STREAM_STDOUT, 9) // another stream: covers nothing
+	o.push(outChunk("b", 2, "b2"))                              // queued, not sent yet
+
+	// The connection dies; the next server acknowledges output too.
+	o.requeue(true)
+	if !notified(o) {
+		t.Fatal("requeue did not wake the sender")
+	}
+	if got := drainBox(o); got != "b@0:b1 a@2:a2 b@2:b2" {
+		t.Fatalf("sent on the next connection %q; want the unacknowledged output first, in order", got)
+	}
+	o.ack("a", sandboxv1.OutputStream_OUTPUT_STREAM_PTY, 4)
+	o.ack("b", sandboxv1.OutputStream_OUTPUT_STREAM_PTY, 4)
+	if o.bytes != 0 || len(o.retained) != 0 {
+		t.Fatalf("after every acknowledgement: %d bytes, %d retained", o.bytes, len(o.retained))
+	}
+
+	// A server that does not acknowledge output: sent output goes at once.
+	o.push(outChunk("a", 4, "a3"))
+	o.requeue(false)
+	if got := drainBox(o); got != "a@4:a3" || o.bytes != 0 || len(o.retained) != 0 {
+		t.Fatalf("without acknowledgements: sent %q, %d bytes left", got, o.bytes)
+	}
+}
+
+// Unacknowledged output counts against the bound: producers wait for
+// acknowledgements as they wait for sends.
+func TestOutboxBoundHoldsUnacknowledgedOutput(t *testing.T) {
+	o := newOutbox(proto.Size(outChunk("a", 0, "0123456789")))
+	o.requeue(true)
+	o.push(outChunk("a", 0, "0123456789"))
+	o.pop() // sent, not acknowledged
+	pushed := pushAside(o, outChunk("a", 10, "abcdefghij"))
+	stillBlocked(t, pushed, "a push went past the bound held by unacknowledged output")
+	o.ack("a", sandboxv1.OutputStream_OUTPUT_STREAM_PTY, 10)
+	within(t, pushed, "the acknowledgement did not make room")
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -28,9 +29,12 @@ type command struct {
 	onStarted func()
 
 	// deliverMu serialises output delivery and guards next offsets, the
-	// handlers (a claim sets them) and startedSeen.
+	// handlers (a claim sets them) and startedSeen. A stream's next offset
+	// is known when it is in next or fromZero is set (a command this
+	// server started): output past a known one is a gap (Lost).
 	deliverMu   sync.Mutex
 	next        map[ports.OutputStream]uint64
+	fromZero    bool
 	startedSeen bool
 
 	// stdin paces the command's input (stdin.go).
@@ -143,7 +147,8 @@ func (c *command) deliver(o *sandboxv1.OutputChunk) {
 	c.deliverMu.Lock()
 	defer c.deliverMu.Unlock()
 	off := o.GetOffset()
-	next := c.next[stream]
+	next, known := c.next[stream]
+	known = known || c.fromZero
 	if off+uint64(len(data)) <= next {
 		return
 	}
@@ -151,9 +156,15 @@ func (c *command) deliver(o *sandboxv1.OutputChunk) {
 		data = data[next-off:]
 		off = next
 	}
+	var lost uint64
+	if known && off > next {
+		lost = off - next
+		c.svc.log.Warn("output of a command never arrived; marked as a gap", "agent_id", c.agentID, "command_id", c.id,
+			"stream", int(stream), "from", next, "to", off)
+	}
 	c.next[stream] = off + uint64(len(data))
 	if c.onOutput != nil {
-		c.onOutput(ports.OutputChunk{Stream: stream, Data: data, Offset: off})
+		c.onOutput(ports.OutputChunk{Stream: stream, Data: data, Offset: off, Lost: lost})
 	}
 }
 
@@ -215,6 +226,7 @@ func (s *Service) Start(ctx context.Context, agentID string, spec ports.CommandS
 		onStarted: opts.OnStarted,
 		sentGen:   conn.gen,
 		next:      map[ports.OutputStream]uint64{},
+		fromZero:  true,
 		done:      make(chan struct{}),
 	}
 	s.mu.Lock()
@@ -285,8 +297,11 @@ func (s *Service) Attach(agentID, commandID string, opts ports.StartOptions) por
 		detached:  true,
 		onOutput:  opts.OnOutput,
 		onStarted: opts.OnStarted,
-		next:      map[ports.OutputStream]uint64{},
+		next:      maps.Clone(opts.Resume),
 		done:      make(chan struct{}),
+	}
+	if cmd.next == nil {
+		cmd.next = map[ports.OutputStream]uint64{}
 	}
 	s.commands[commandID] = cmd
 	s.registry.CommandStarted(agentID)

@@ -118,6 +118,8 @@ type fakeAgent struct {
 	ack    *sandboxv1.RegistrationAck
 
 	msgs chan *sandboxv1.ConnectResponse
+	// acks are the output acknowledgements, apart from msgs.
+	acks chan *sandboxv1.OutputAck
 	done chan struct{}
 	err  error // valid once done is closed
 }
@@ -187,6 +189,7 @@ func (h *harness) connectAgentVia(client sandboxv1connect.AgentServiceClient, id
 		h.t.Fatalf("first answer to %s is not an ack: %v", id, msg)
 	}
 	fa.msgs = make(chan *sandboxv1.ConnectResponse, 1024)
+	fa.acks = make(chan *sandboxv1.OutputAck, 1024)
 	fa.done = make(chan struct{})
 	go func() {
 		defer close(fa.done)
@@ -198,6 +201,13 @@ func (h *harness) connectAgentVia(client sandboxv1connect.AgentServiceClient, id
 			if err != nil {
 				fa.err = err
 				return
+			}
+			if ack := m.GetOutputAck(); ack != nil {
+				select {
+				case fa.acks <- ack:
+				default: // a test that does not read them
+				}
+				continue
 			}
 			fa.msgs <- m
 		}

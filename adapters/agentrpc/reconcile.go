@@ -77,6 +77,7 @@ func (s *Service) reconcileCommands(c *conn, rep *sandboxv1.SessionReport) {
 		if cmd := s.commandOf(c.agentID, o.GetStreamId()); cmd != nil {
 			cmd.deliver(o)
 		}
+		c.ackOutput(o)
 	}
 	c.orphans, c.orphanBytes = nil, 0
 	s.mu.Lock()

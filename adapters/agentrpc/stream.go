@@ -42,6 +42,69 @@ type conn struct {
 	orphanBytes int
 	// stdinAcks: the agent acknowledges input, so it is paced (stdin.go).
 	stdinAcks bool
+	// acks are the output acknowledgements due to the agent (OutputAck),
+	// coalesced per command stream: the receive loop notes each once the
+	// output is handled (stored), sendAcks sends them.
+	ackMu   sync.Mutex
+	acks    map[ackKey]uint64
+	ackWake chan struct{}
+}
+
+type ackKey struct {
+	id     string
+	stream sandboxv1.OutputStream
+}
+
+// ackOutput notes that the agent's output o is handled: stored where it is
+// kept, or deliberately dropped (a command nobody has). Receive loop only.
+func (c *conn) ackOutput(o *sandboxv1.OutputChunk) {
+	end := o.GetOffset() + uint64(len(o.GetData()))
+	k := ackKey{o.GetStreamId(), o.GetStream()}
+	c.ackMu.Lock()
+	if c.acks == nil {
+		c.acks = map[ackKey]uint64{}
+	}
+	if end > c.acks[k] {
+		c.acks[k] = end
+	}
+	c.ackMu.Unlock()
+	select {
+	case c.ackWake <- struct{}{}:
+	default:
+	}
+}
+
+// takeAcks returns the acknowledgements due and forgets them.
+func (c *conn) takeAcks() []*sandboxv1.ConnectResponse {
+	c.ackMu.Lock()
+	due := c.acks
+	c.acks = nil
+	c.ackMu.Unlock()
+	out := make([]*sandboxv1.ConnectResponse, 0, len(due))
+	for k, off := range due {
+		out = append(out, &sandboxv1.ConnectResponse{Payload: &sandboxv1.ConnectResponse_OutputAck{OutputAck: &sandboxv1.OutputAck{
+			CommandId: k.id, Stream: k.stream, Offset: off}}})
+	}
+	return out
+}
+
+// sendAcks sends the output acknowledgements as they fall due, until the
+// stream ends.
+func (s *Service) sendAcks(ctx context.Context, c *conn) {
+	for {
+		select {
+		case <-c.ackWake:
+		case <-c.closed:
+			return
+		case <-ctx.Done():
+			return
+		}
+		for _, m := range c.takeAcks() {
+			if err := c.send(ctx, m); err != nil {
+				return
+			}
+		}
+	}
 }
 
 // drainTimeout bounds how long a drained stream is read for the agent's
@@ -141,7 +204,7 @@ func (s *Service) Connect(ctx context.Context, stream *connect.BidiStream[sandbo
 	}
 
 	c := &conn{agentID: id, out: make(chan *sandboxv1.ConnectResponse, 256), closed: make(chan struct{}), draining: make(chan struct{}),
-		stdinAcks: reg.GetStdinAcks()}
+		stdinAcks: reg.GetStdinAcks(), ackWake: make(chan struct{}, 1)}
 	s.mu.Lock()
 	if s.closing { // CloseStreams ran while this stream registered
 		s.mu.Unlock()
@@ -164,6 +227,7 @@ func (s *Service) Connect(ctx context.Context, stream *connect.BidiStream[sandbo
 		Message:                  "welcome " + id,
 		HeartbeatIntervalSeconds: uint32(s.cfg.HeartbeatInterval / time.Second), //nolint:gosec // a configured interval of seconds
 		Config:                   map[string]string{ConfigConnectionID: strconv.FormatUint(gen, 10)},
+		OutputAcks:               true,
 	}}}
 	if err := stream.Send(ack); err != nil {
 		s.disconnect(c)
@@ -173,6 +237,7 @@ func (s *Service) Connect(ctx context.Context, stream *connect.BidiStream[sandbo
 	recvDone := make(chan error, 1)
 	go func() { recvDone <- s.receiveLoop(c, stream) }()
 	go s.resendStdin(ctx, c)
+	go s.sendAcks(ctx, c)
 
 	var result error
 	var held []*sandboxv1.ConnectResponse // taken from c.out, not sent
@@ -219,6 +284,13 @@ loop:
 				s.log.Warn("agent did not close its drained stream in time; ending it", "agent_id", c.agentID)
 			case <-c.closed:
 			case <-ctx.Done():
+			}
+			// The agent reads until the stream ends: it lets go of what
+			// this server has, and sends only the rest to the next one.
+			for _, m := range c.takeAcks() {
+				if stream.Send(m) != nil {
+					break
+				}
 			}
 			break loop
 		case <-ctx.Done():
@@ -305,9 +377,17 @@ func (s *Service) handle(c *conn, msg *sandboxv1.ConnectRequest) {
 		s.mu.Unlock()
 		s.cfg.Changes.Changed(ports.ChangeAgentMetrics)
 	case *sandboxv1.ConnectRequest_Output:
-		if cmd := s.commandOf(c.agentID, p.Output.GetStreamId()); cmd != nil {
+		// Acknowledged once handled (stored, for a session): the agent
+		// keeps it until then and sends it again on its next connection.
+		// Output held for the report is acknowledged when delivered; held
+		// output over the bound is not, so the agent sends it again.
+		switch cmd := s.commandOf(c.agentID, p.Output.GetStreamId()); {
+		case cmd != nil:
 			cmd.deliver(p.Output)
-		} else if !c.reported && c.orphanBytes+len(p.Output.GetData()) <= maxOrphanBytes {
+			c.ackOutput(p.Output)
+		case c.reported:
+			c.ackOutput(p.Output) // a command nobody has: nothing to keep
+		case c.orphanBytes+len(p.Output.GetData()) <= maxOrphanBytes:
 			c.orphans = append(c.orphans, p.Output)
 			c.orphanBytes += len(p.Output.GetData())
 		}

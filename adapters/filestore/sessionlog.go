@@ -97,14 +97,20 @@ type slSession struct {
 
 	// mu guards everything below: Append and Delete hold it exclusively,
 	// readers shared (reads are pread calls, safe side by side).
-	mu     sync.RWMutex
-	segs   []slSegment // by base; the last one is active. Between two, or after the last, a hole: bytes not stored
-	first  uint64
-	end    uint64
-	lost   uint64   // bytes in holes: not stored since open, and those found between segments on load
-	w      *os.File // the active segment, nil until the next Append needs it
-	dead   error    // set by Delete (ErrSessionNotFound) or Close: drop this entry
-	notify chan struct{}
+	mu    sync.RWMutex
+	segs  []slSegment // by base; the last one is active. Between two, or after the last, a hole: bytes not stored
+	first uint64
+	end   uint64
+	lost  uint64   // bytes in holes: not stored since open, and those found between segments on load
+	w     *os.File // the active segment, nil until the next Append needs it
+	// cur is the output cursor (sessionlog_cursor.go), kept when hasCur;
+	// cf its file, open while appended to; curOnDisk says the file exists.
+	cur       ports.OutputCursor
+	hasCur    bool
+	cf        *os.File
+	curOnDisk bool
+	dead      error // set by Delete (ErrSessionNotFound) or Close: drop this entry
+	notify    chan struct{}
 
 	// watched says a waiter holds notify, so Append must close and replace it
 	// (spares a channel per Append when nobody waits).
@@ -264,6 +270,7 @@ func (s *slSession) load(bound int64) error {
 		segs = append(segs, slSegment{base: base, size: info.Size()})
 	}
 	sort.Slice(segs, func(i, j int) bool { return segs[i].base < segs[j].base })
+	s.loadCursor()
 	for i := len(segs) - 1; i > 0; i-- {
 		prevEnd := segs[i-1].base + uint64(segs[i-1].size) //nolint:gosec // file sizes are never negative
 		if prevEnd > segs[i].base {
@@ -279,6 +286,7 @@ func (s *slSession) load(bound int64) error {
 		last := segs[len(segs)-1]
 		s.first, s.end = segs[0].base, last.base+uint64(last.size) //nolint:gosec // file sizes are never negative
 	}
+	s.settleCursor()
 	s.trim(bound)
 	return nil
 }
@@ -336,6 +344,15 @@ func (l *SessionLog) Append(sessionID string, data []byte) (uint64, error) {
 		return 0, err
 	}
 	defer s.mu.Unlock()
+	if len(data) > 0 {
+		s.dropCursor() // bytes no cursor accounts for
+	}
+	return l.appendLocked(s, data)
+}
+
+// appendLocked is Append with s locked for writing.
+func (l *SessionLog) appendLocked(s *slSession, data []byte) (uint64, error) {
+	var err error
 	off := s.end
 	if len(data) == 0 {
 		return off, nil
@@ -610,6 +627,7 @@ func (l *SessionLog) Release(sessionID string) error {
 	}
 	defer s.mu.Unlock()
 	s.dropReaders()
+	s.closeCursor()
 	return s.closeWriter()
 }
 
@@ -666,6 +684,7 @@ func (l *SessionLog) Delete(sessionID string) error {
 	defer s.mu.Unlock()
 	// The files go next: a segment that failed to close loses nothing.
 	_ = s.closeWriter()
+	s.closeCursor()
 	s.dropReaders()
 	// Removed before the entry leaves the map, so a new entry for the id
 	// cannot load the old files.
@@ -703,6 +722,7 @@ func (l *SessionLog) Close() error {
 		if err := s.closeWriter(); err != nil {
 			errs = append(errs, err)
 		}
+		s.closeCursor()
 		s.dropReaders()
 		s.dead = ports.ErrSessionLogClosed
 		s.mu.Unlock()

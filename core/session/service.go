@@ -152,7 +152,19 @@ func (s *Service) startOptions(sessionID, commandID string, fd *feed) ports.Star
 		CommandID: commandID,
 		OnOutput: func(c ports.OutputChunk) {
 			epMu.Lock()
-			off, err := s.cfg.Log.Append(sessionID, c.Data)
+			var off uint64
+			var err error
+			if ol, ok := s.cfg.Log.(ports.SessionOutputLog); ok {
+				// With the command's offsets, so that a restarted server
+				// knows what it has (attachLocked) and a gap is marked.
+				off, err = ol.AppendOutput(sessionID, ports.OutputSource{CommandID: commandID, Stream: c.Stream, Offset: c.Offset}, c.Lost, c.Data)
+			} else {
+				off, err = s.cfg.Log.Append(sessionID, c.Data)
+			}
+			if c.Lost > 0 {
+				s.log.Warn("session output lost on its way from the agent; marked as a gap", "session_id", sessionID,
+					"command_id", commandID, "lost_bytes", c.Lost)
+			}
 			switch {
 			case err != nil && !failing:
 				failing, lostFrom = true, off
@@ -276,7 +288,15 @@ func (s *Service) ReconcileSessions(agentID string, reported []ports.ReportedSes
 
 // attachLocked binds a session to the command that streams it now; s.mu held.
 func (s *Service) attachLocked(agentID, id, commandID string) {
-	cmd := s.cfg.Link.Attach(agentID, commandID, s.startOptions(id, commandID, s.feeds[id]))
+	opts := s.startOptions(id, commandID, s.feeds[id])
+	if ol, ok := s.cfg.Log.(ports.SessionOutputLog); ok {
+		// What the log holds of this command already (a restarted server's):
+		// the agent sends again what it was not told is stored.
+		if cur, ok := ol.OutputCursor(id); ok && cur.CommandID == commandID {
+			opts.Resume = cur.Next
+		}
+	}
+	cmd := s.cfg.Link.Attach(agentID, commandID, opts)
 	s.cmds[id] = cmd
 	go s.watch(id, cmd)
 }

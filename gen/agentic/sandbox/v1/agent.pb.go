@@ -852,6 +852,7 @@ type ConnectResponse struct {
 	//	*ConnectResponse_PermissionDecision
 	//	*ConnectResponse_Rename
 	//	*ConnectResponse_Drain
+	//	*ConnectResponse_OutputAck
 	Payload       isConnectResponse_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1011,6 +1012,15 @@ func (x *ConnectResponse) GetDrain() *Drain {
 	return nil
 }
 
+func (x *ConnectResponse) GetOutputAck() *OutputAck {
+	if x != nil {
+		if x, ok := x.Payload.(*ConnectResponse_OutputAck); ok {
+			return x.OutputAck
+		}
+	}
+	return nil
+}
+
 type isConnectResponse_Payload interface {
 	isConnectResponse_Payload()
 }
@@ -1067,6 +1077,10 @@ type ConnectResponse_Drain struct {
 	Drain *Drain `protobuf:"bytes,13,opt,name=drain,proto3,oneof"`
 }
 
+type ConnectResponse_OutputAck struct {
+	OutputAck *OutputAck `protobuf:"bytes,14,opt,name=output_ack,json=outputAck,proto3,oneof"`
+}
+
 func (*ConnectResponse_RegistrationAck) isConnectResponse_Payload() {}
 
 func (*ConnectResponse_Command) isConnectResponse_Payload() {}
@@ -1093,6 +1107,76 @@ func (*ConnectResponse_Rename) isConnectResponse_Payload() {}
 
 func (*ConnectResponse_Drain) isConnectResponse_Payload() {}
 
+func (*ConnectResponse_OutputAck) isConnectResponse_Payload() {}
+
+// OutputAck tells the agent that the server has taken a command's output on
+// a stream up to offset (exclusive): stored durably where it is kept (a
+// session's log), or handed on. A server that sets output_acks in its
+// RegistrationAck sends one for all output it takes, coalesced; the agent
+// then keeps what it sent until acknowledged and sends it again on the next
+// connection, so output written into a connection that dies with the
+// server (kill -9) is not lost. The server drops bytes it already has by
+// their offsets.
+type OutputAck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	CommandId     string                 `protobuf:"bytes,1,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	Stream        OutputStream           `protobuf:"varint,2,opt,name=stream,proto3,enum=agentic.sandbox.v1.OutputStream" json:"stream,omitempty"`
+	Offset        uint64                 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OutputAck) Reset() {
+	*x = OutputAck{}
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OutputAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OutputAck) ProtoMessage() {}
+
+func (x *OutputAck) ProtoReflect() protoreflect.Message {
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OutputAck.ProtoReflect.Descriptor instead.
+func (*OutputAck) Descriptor() ([]byte, []int) {
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *OutputAck) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *OutputAck) GetStream() OutputStream {
+	if x != nil {
+		return x.Stream
+	}
+	return OutputStream_OUTPUT_STREAM_UNSPECIFIED
+}
+
+func (x *OutputAck) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
 // Drain tells the agent the server is going away (a restart): it sends
 // nothing more on this stream, closes its side and connects again. The
 // server reads until that close, so nothing the agent sent is lost with
@@ -1106,7 +1190,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[3]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1118,7 +1202,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[3]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1131,7 +1215,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Drain) GetReason() string {
@@ -1156,7 +1240,7 @@ type Rename struct {
 
 func (x *Rename) Reset() {
 	*x = Rename{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[4]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1168,7 +1252,7 @@ func (x *Rename) String() string {
 func (*Rename) ProtoMessage() {}
 
 func (x *Rename) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[4]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1181,7 +1265,7 @@ func (x *Rename) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rename.ProtoReflect.Descriptor instead.
 func (*Rename) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Rename) GetAgentId() string {
@@ -1218,7 +1302,7 @@ type FileRequest struct {
 
 func (x *FileRequest) Reset() {
 	*x = FileRequest{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[5]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1230,7 +1314,7 @@ func (x *FileRequest) String() string {
 func (*FileRequest) ProtoMessage() {}
 
 func (x *FileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[5]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1243,7 +1327,7 @@ func (x *FileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileRequest.ProtoReflect.Descriptor instead.
 func (*FileRequest) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *FileRequest) GetTransferId() string {
@@ -1305,7 +1389,7 @@ type TransferRequest struct {
 
 func (x *TransferRequest) Reset() {
 	*x = TransferRequest{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[6]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1317,7 +1401,7 @@ func (x *TransferRequest) String() string {
 func (*TransferRequest) ProtoMessage() {}
 
 func (x *TransferRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[6]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1330,7 +1414,7 @@ func (x *TransferRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferRequest.ProtoReflect.Descriptor instead.
 func (*TransferRequest) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *TransferRequest) GetPayload() isTransferRequest_Payload {
@@ -1433,7 +1517,7 @@ type TransferOpen struct {
 
 func (x *TransferOpen) Reset() {
 	*x = TransferOpen{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[7]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1445,7 +1529,7 @@ func (x *TransferOpen) String() string {
 func (*TransferOpen) ProtoMessage() {}
 
 func (x *TransferOpen) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[7]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1458,7 +1542,7 @@ func (x *TransferOpen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferOpen.ProtoReflect.Descriptor instead.
 func (*TransferOpen) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *TransferOpen) GetTransferId() string {
@@ -1478,7 +1562,7 @@ type TransferReady struct {
 
 func (x *TransferReady) Reset() {
 	*x = TransferReady{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[8]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1490,7 +1574,7 @@ func (x *TransferReady) String() string {
 func (*TransferReady) ProtoMessage() {}
 
 func (x *TransferReady) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[8]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1503,7 +1587,7 @@ func (x *TransferReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferReady.ProtoReflect.Descriptor instead.
 func (*TransferReady) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TransferReady) GetSize() int64 {
@@ -1526,7 +1610,7 @@ type FileListing struct {
 
 func (x *FileListing) Reset() {
 	*x = FileListing{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[9]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1538,7 +1622,7 @@ func (x *FileListing) String() string {
 func (*FileListing) ProtoMessage() {}
 
 func (x *FileListing) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[9]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1551,7 +1635,7 @@ func (x *FileListing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileListing.ProtoReflect.Descriptor instead.
 func (*FileListing) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *FileListing) GetPath() string {
@@ -1591,7 +1675,7 @@ type FileEntry struct {
 
 func (x *FileEntry) Reset() {
 	*x = FileEntry{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[10]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1603,7 +1687,7 @@ func (x *FileEntry) String() string {
 func (*FileEntry) ProtoMessage() {}
 
 func (x *FileEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[10]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1616,7 +1700,7 @@ func (x *FileEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileEntry.ProtoReflect.Descriptor instead.
 func (*FileEntry) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *FileEntry) GetName() string {
@@ -1671,7 +1755,7 @@ type TransferEnd struct {
 
 func (x *TransferEnd) Reset() {
 	*x = TransferEnd{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[11]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1683,7 +1767,7 @@ func (x *TransferEnd) String() string {
 func (*TransferEnd) ProtoMessage() {}
 
 func (x *TransferEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[11]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1696,7 +1780,7 @@ func (x *TransferEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferEnd.ProtoReflect.Descriptor instead.
 func (*TransferEnd) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TransferEnd) GetError() FileError {
@@ -1728,7 +1812,7 @@ type TransferResponse struct {
 
 func (x *TransferResponse) Reset() {
 	*x = TransferResponse{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[12]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1740,7 +1824,7 @@ func (x *TransferResponse) String() string {
 func (*TransferResponse) ProtoMessage() {}
 
 func (x *TransferResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[12]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1753,7 +1837,7 @@ func (x *TransferResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferResponse.ProtoReflect.Descriptor instead.
 func (*TransferResponse) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TransferResponse) GetPayload() isTransferResponse_Payload {
@@ -1838,7 +1922,7 @@ type Registration struct {
 
 func (x *Registration) Reset() {
 	*x = Registration{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[13]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1850,7 +1934,7 @@ func (x *Registration) String() string {
 func (*Registration) ProtoMessage() {}
 
 func (x *Registration) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[13]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1863,7 +1947,7 @@ func (x *Registration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Registration.ProtoReflect.Descriptor instead.
 func (*Registration) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Registration) GetAgentId() string {
@@ -1943,7 +2027,7 @@ type SystemInfo struct {
 
 func (x *SystemInfo) Reset() {
 	*x = SystemInfo{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[14]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1955,7 +2039,7 @@ func (x *SystemInfo) String() string {
 func (*SystemInfo) ProtoMessage() {}
 
 func (x *SystemInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[14]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1968,7 +2052,7 @@ func (x *SystemInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SystemInfo.ProtoReflect.Descriptor instead.
 func (*SystemInfo) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SystemInfo) GetOs() string {
@@ -2019,13 +2103,16 @@ type RegistrationAck struct {
 	Message                  string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	HeartbeatIntervalSeconds uint32                 `protobuf:"varint,3,opt,name=heartbeat_interval_seconds,json=heartbeatIntervalSeconds,proto3" json:"heartbeat_interval_seconds,omitempty"`
 	Config                   map[string]string      `protobuf:"bytes,4,rep,name=config,proto3" json:"config,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields            protoimpl.UnknownFields
-	sizeCache                protoimpl.SizeCache
+	// The server acknowledges output (OutputAck); without it the agent lets
+	// output go once sent.
+	OutputAcks    bool `protobuf:"varint,5,opt,name=output_acks,json=outputAcks,proto3" json:"output_acks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegistrationAck) Reset() {
 	*x = RegistrationAck{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[15]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2037,7 +2124,7 @@ func (x *RegistrationAck) String() string {
 func (*RegistrationAck) ProtoMessage() {}
 
 func (x *RegistrationAck) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[15]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2050,7 +2137,7 @@ func (x *RegistrationAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistrationAck.ProtoReflect.Descriptor instead.
 func (*RegistrationAck) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RegistrationAck) GetAccepted() bool {
@@ -2081,6 +2168,13 @@ func (x *RegistrationAck) GetConfig() map[string]string {
 	return nil
 }
 
+func (x *RegistrationAck) GetOutputAcks() bool {
+	if x != nil {
+		return x.OutputAcks
+	}
+	return false
+}
+
 type Heartbeat struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	Status          AgentStatus            `protobuf:"varint,1,opt,name=status,proto3,enum=agentic.sandbox.v1.AgentStatus" json:"status,omitempty"`
@@ -2093,7 +2187,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[16]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2105,7 +2199,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[16]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2118,7 +2212,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Heartbeat) GetStatus() AgentStatus {
@@ -2165,7 +2259,7 @@ type Metrics struct {
 
 func (x *Metrics) Reset() {
 	*x = Metrics{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[17]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2177,7 +2271,7 @@ func (x *Metrics) String() string {
 func (*Metrics) ProtoMessage() {}
 
 func (x *Metrics) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[17]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2190,7 +2284,7 @@ func (x *Metrics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Metrics.ProtoReflect.Descriptor instead.
 func (*Metrics) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Metrics) GetCpuPercent() float64 {
@@ -2267,7 +2361,7 @@ type OutputChunk struct {
 
 func (x *OutputChunk) Reset() {
 	*x = OutputChunk{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[18]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2279,7 +2373,7 @@ func (x *OutputChunk) String() string {
 func (*OutputChunk) ProtoMessage() {}
 
 func (x *OutputChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[18]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2292,7 +2386,7 @@ func (x *OutputChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputChunk.ProtoReflect.Descriptor instead.
 func (*OutputChunk) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *OutputChunk) GetStreamId() string {
@@ -2373,7 +2467,7 @@ type CommandRequest struct {
 
 func (x *CommandRequest) Reset() {
 	*x = CommandRequest{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[19]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2385,7 +2479,7 @@ func (x *CommandRequest) String() string {
 func (*CommandRequest) ProtoMessage() {}
 
 func (x *CommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[19]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2398,7 +2492,7 @@ func (x *CommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandRequest.ProtoReflect.Descriptor instead.
 func (*CommandRequest) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CommandRequest) GetCommandId() string {
@@ -2534,7 +2628,7 @@ type PermissionRequest struct {
 
 func (x *PermissionRequest) Reset() {
 	*x = PermissionRequest{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[20]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2546,7 +2640,7 @@ func (x *PermissionRequest) String() string {
 func (*PermissionRequest) ProtoMessage() {}
 
 func (x *PermissionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[20]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2559,7 +2653,7 @@ func (x *PermissionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermissionRequest.ProtoReflect.Descriptor instead.
 func (*PermissionRequest) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PermissionRequest) GetCommandId() string {
@@ -2603,7 +2697,7 @@ type PermissionDecision struct {
 
 func (x *PermissionDecision) Reset() {
 	*x = PermissionDecision{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[21]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2615,7 +2709,7 @@ func (x *PermissionDecision) String() string {
 func (*PermissionDecision) ProtoMessage() {}
 
 func (x *PermissionDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[21]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2628,7 +2722,7 @@ func (x *PermissionDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermissionDecision.ProtoReflect.Descriptor instead.
 func (*PermissionDecision) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PermissionDecision) GetCommandId() string {
@@ -2680,7 +2774,7 @@ type StdinChunk struct {
 
 func (x *StdinChunk) Reset() {
 	*x = StdinChunk{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[22]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2692,7 +2786,7 @@ func (x *StdinChunk) String() string {
 func (*StdinChunk) ProtoMessage() {}
 
 func (x *StdinChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[22]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2705,7 +2799,7 @@ func (x *StdinChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StdinChunk.ProtoReflect.Descriptor instead.
 func (*StdinChunk) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StdinChunk) GetCommandId() string {
@@ -2760,7 +2854,7 @@ type StdinAck struct {
 
 func (x *StdinAck) Reset() {
 	*x = StdinAck{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[23]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2772,7 +2866,7 @@ func (x *StdinAck) String() string {
 func (*StdinAck) ProtoMessage() {}
 
 func (x *StdinAck) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[23]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2785,7 +2879,7 @@ func (x *StdinAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StdinAck.ProtoReflect.Descriptor instead.
 func (*StdinAck) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StdinAck) GetCommandId() string {
@@ -2824,7 +2918,7 @@ type PtyControl struct {
 
 func (x *PtyControl) Reset() {
 	*x = PtyControl{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[24]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2836,7 +2930,7 @@ func (x *PtyControl) String() string {
 func (*PtyControl) ProtoMessage() {}
 
 func (x *PtyControl) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[24]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2849,7 +2943,7 @@ func (x *PtyControl) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PtyControl.ProtoReflect.Descriptor instead.
 func (*PtyControl) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PtyControl) GetCommandId() string {
@@ -2926,7 +3020,7 @@ type CommandKill struct {
 
 func (x *CommandKill) Reset() {
 	*x = CommandKill{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[25]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2938,7 +3032,7 @@ func (x *CommandKill) String() string {
 func (*CommandKill) ProtoMessage() {}
 
 func (x *CommandKill) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[25]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2951,7 +3045,7 @@ func (x *CommandKill) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandKill.ProtoReflect.Descriptor instead.
 func (*CommandKill) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CommandKill) GetReason() string {
@@ -2971,7 +3065,7 @@ type PtyResize struct {
 
 func (x *PtyResize) Reset() {
 	*x = PtyResize{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[26]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2983,7 +3077,7 @@ func (x *PtyResize) String() string {
 func (*PtyResize) ProtoMessage() {}
 
 func (x *PtyResize) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[26]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2996,7 +3090,7 @@ func (x *PtyResize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PtyResize.ProtoReflect.Descriptor instead.
 func (*PtyResize) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PtyResize) GetCols() uint32 {
@@ -3023,7 +3117,7 @@ type PtySignal struct {
 
 func (x *PtySignal) Reset() {
 	*x = PtySignal{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[27]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3035,7 +3129,7 @@ func (x *PtySignal) String() string {
 func (*PtySignal) ProtoMessage() {}
 
 func (x *PtySignal) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[27]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3048,7 +3142,7 @@ func (x *PtySignal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PtySignal.ProtoReflect.Descriptor instead.
 func (*PtySignal) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PtySignal) GetSignal() int32 {
@@ -3076,7 +3170,7 @@ type CommandResult struct {
 
 func (x *CommandResult) Reset() {
 	*x = CommandResult{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[28]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3088,7 +3182,7 @@ func (x *CommandResult) String() string {
 func (*CommandResult) ProtoMessage() {}
 
 func (x *CommandResult) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[28]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3101,7 +3195,7 @@ func (x *CommandResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandResult.ProtoReflect.Descriptor instead.
 func (*CommandResult) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CommandResult) GetCommandId() string {
@@ -3163,7 +3257,7 @@ type ConfigUpdate struct {
 
 func (x *ConfigUpdate) Reset() {
 	*x = ConfigUpdate{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[29]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3175,7 +3269,7 @@ func (x *ConfigUpdate) String() string {
 func (*ConfigUpdate) ProtoMessage() {}
 
 func (x *ConfigUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[29]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3188,7 +3282,7 @@ func (x *ConfigUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigUpdate.ProtoReflect.Descriptor instead.
 func (*ConfigUpdate) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ConfigUpdate) GetConfig() map[string]string {
@@ -3216,7 +3310,7 @@ type Shutdown struct {
 
 func (x *Shutdown) Reset() {
 	*x = Shutdown{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[30]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3228,7 +3322,7 @@ func (x *Shutdown) String() string {
 func (*Shutdown) ProtoMessage() {}
 
 func (x *Shutdown) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[30]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3241,7 +3335,7 @@ func (x *Shutdown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Shutdown.ProtoReflect.Descriptor instead.
 func (*Shutdown) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Shutdown) GetReason() string {
@@ -3267,7 +3361,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[31]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3279,7 +3373,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[31]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3292,7 +3386,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Ping) GetNonce() uint64 {
@@ -3311,7 +3405,7 @@ type Pong struct {
 
 func (x *Pong) Reset() {
 	*x = Pong{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[32]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3323,7 +3417,7 @@ func (x *Pong) String() string {
 func (*Pong) ProtoMessage() {}
 
 func (x *Pong) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[32]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3336,7 +3430,7 @@ func (x *Pong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pong.ProtoReflect.Descriptor instead.
 func (*Pong) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Pong) GetNonce() uint64 {
@@ -3355,7 +3449,7 @@ type SessionQuery struct {
 
 func (x *SessionQuery) Reset() {
 	*x = SessionQuery{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[33]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3367,7 +3461,7 @@ func (x *SessionQuery) String() string {
 func (*SessionQuery) ProtoMessage() {}
 
 func (x *SessionQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[33]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3380,7 +3474,7 @@ func (x *SessionQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionQuery.ProtoReflect.Descriptor instead.
 func (*SessionQuery) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SessionQuery) GetRequestId() string {
@@ -3416,7 +3510,7 @@ type SessionInfo struct {
 
 func (x *SessionInfo) Reset() {
 	*x = SessionInfo{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[34]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3428,7 +3522,7 @@ func (x *SessionInfo) String() string {
 func (*SessionInfo) ProtoMessage() {}
 
 func (x *SessionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[34]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3441,7 +3535,7 @@ func (x *SessionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
 func (*SessionInfo) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SessionInfo) GetSessionId() string {
@@ -3549,7 +3643,7 @@ type SessionReport struct {
 
 func (x *SessionReport) Reset() {
 	*x = SessionReport{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[35]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3561,7 +3655,7 @@ func (x *SessionReport) String() string {
 func (*SessionReport) ProtoMessage() {}
 
 func (x *SessionReport) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[35]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3574,7 +3668,7 @@ func (x *SessionReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionReport.ProtoReflect.Descriptor instead.
 func (*SessionReport) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SessionReport) GetRequestId() string {
@@ -3602,7 +3696,7 @@ type SessionDecision struct {
 
 func (x *SessionDecision) Reset() {
 	*x = SessionDecision{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[36]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3614,7 +3708,7 @@ func (x *SessionDecision) String() string {
 func (*SessionDecision) ProtoMessage() {}
 
 func (x *SessionDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[36]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3627,7 +3721,7 @@ func (x *SessionDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionDecision.ProtoReflect.Descriptor instead.
 func (*SessionDecision) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SessionDecision) GetSessionId() string {
@@ -3661,7 +3755,7 @@ type SessionReconcile struct {
 
 func (x *SessionReconcile) Reset() {
 	*x = SessionReconcile{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[37]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3673,7 +3767,7 @@ func (x *SessionReconcile) String() string {
 func (*SessionReconcile) ProtoMessage() {}
 
 func (x *SessionReconcile) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[37]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3686,7 +3780,7 @@ func (x *SessionReconcile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionReconcile.ProtoReflect.Descriptor instead.
 func (*SessionReconcile) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SessionReconcile) GetRequestId() string {
@@ -3713,7 +3807,7 @@ type SessionAck struct {
 
 func (x *SessionAck) Reset() {
 	*x = SessionAck{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[38]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3725,7 +3819,7 @@ func (x *SessionAck) String() string {
 func (*SessionAck) ProtoMessage() {}
 
 func (x *SessionAck) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[38]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3738,7 +3832,7 @@ func (x *SessionAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionAck.ProtoReflect.Descriptor instead.
 func (*SessionAck) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SessionAck) GetRequestId() string {
@@ -3767,7 +3861,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[39]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3779,7 +3873,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[39]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3792,7 +3886,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ExecRequest) GetAgentId() string {
@@ -3829,7 +3923,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[40]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3841,7 +3935,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[40]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3854,7 +3948,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ExecResponse) GetPayload() isExecResponse_Payload {
@@ -3913,7 +4007,7 @@ type TunnelRequest struct {
 
 func (x *TunnelRequest) Reset() {
 	*x = TunnelRequest{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[41]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3925,7 +4019,7 @@ func (x *TunnelRequest) String() string {
 func (*TunnelRequest) ProtoMessage() {}
 
 func (x *TunnelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[41]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3938,7 +4032,7 @@ func (x *TunnelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelRequest.ProtoReflect.Descriptor instead.
 func (*TunnelRequest) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *TunnelRequest) GetPayload() isTunnelRequest_Payload {
@@ -4011,7 +4105,7 @@ type TunnelOpen struct {
 
 func (x *TunnelOpen) Reset() {
 	*x = TunnelOpen{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[42]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4023,7 +4117,7 @@ func (x *TunnelOpen) String() string {
 func (*TunnelOpen) ProtoMessage() {}
 
 func (x *TunnelOpen) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[42]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4036,7 +4130,7 @@ func (x *TunnelOpen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelOpen.ProtoReflect.Descriptor instead.
 func (*TunnelOpen) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *TunnelOpen) GetHost() string {
@@ -4068,7 +4162,7 @@ type TunnelResponse struct {
 
 func (x *TunnelResponse) Reset() {
 	*x = TunnelResponse{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[43]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4080,7 +4174,7 @@ func (x *TunnelResponse) String() string {
 func (*TunnelResponse) ProtoMessage() {}
 
 func (x *TunnelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[43]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4093,7 +4187,7 @@ func (x *TunnelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelResponse.ProtoReflect.Descriptor instead.
 func (*TunnelResponse) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *TunnelResponse) GetPayload() isTunnelResponse_Payload {
@@ -4170,7 +4264,7 @@ type TunnelOpened struct {
 
 func (x *TunnelOpened) Reset() {
 	*x = TunnelOpened{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[44]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4182,7 +4276,7 @@ func (x *TunnelOpened) String() string {
 func (*TunnelOpened) ProtoMessage() {}
 
 func (x *TunnelOpened) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[44]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4195,7 +4289,7 @@ func (x *TunnelOpened) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelOpened.ProtoReflect.Descriptor instead.
 func (*TunnelOpened) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *TunnelOpened) GetAllowed() bool {
@@ -4244,7 +4338,7 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\x05R\x03pid\x129\n" +
 	"\n" +
-	"started_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\"\x86\a\n" +
+	"started_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\"\xc6\a\n" +
 	"\x0fConnectResponse\x12P\n" +
 	"\x10registration_ack\x18\x01 \x01(\v2#.agentic.sandbox.v1.RegistrationAckH\x00R\x0fregistrationAck\x12>\n" +
 	"\acommand\x18\x02 \x01(\v2\".agentic.sandbox.v1.CommandRequestH\x00R\acommand\x126\n" +
@@ -4260,8 +4354,15 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	" \x01(\v2\x1f.agentic.sandbox.v1.FileRequestH\x00R\vfileRequest\x12Y\n" +
 	"\x13permission_decision\x18\v \x01(\v2&.agentic.sandbox.v1.PermissionDecisionH\x00R\x12permissionDecision\x124\n" +
 	"\x06rename\x18\f \x01(\v2\x1a.agentic.sandbox.v1.RenameH\x00R\x06rename\x121\n" +
-	"\x05drain\x18\r \x01(\v2\x19.agentic.sandbox.v1.DrainH\x00R\x05drainB\t\n" +
-	"\apayload\"\x1f\n" +
+	"\x05drain\x18\r \x01(\v2\x19.agentic.sandbox.v1.DrainH\x00R\x05drain\x12>\n" +
+	"\n" +
+	"output_ack\x18\x0e \x01(\v2\x1d.agentic.sandbox.v1.OutputAckH\x00R\toutputAckB\t\n" +
+	"\apayload\"|\n" +
+	"\tOutputAck\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x01 \x01(\tR\tcommandId\x128\n" +
+	"\x06stream\x18\x02 \x01(\x0e2 .agentic.sandbox.v1.OutputStreamR\x06stream\x12\x16\n" +
+	"\x06offset\x18\x03 \x01(\x04R\x06offset\"\x1f\n" +
 	"\x05Drain\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\";\n" +
 	"\x06Rename\x12\x19\n" +
@@ -4331,12 +4432,14 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"\tcpu_cores\x18\x04 \x01(\rR\bcpuCores\x12!\n" +
 	"\fmemory_bytes\x18\x05 \x01(\x04R\vmemoryBytes\x12\x1d\n" +
 	"\n" +
-	"disk_bytes\x18\x06 \x01(\x04R\tdiskBytes\"\x89\x02\n" +
+	"disk_bytes\x18\x06 \x01(\x04R\tdiskBytes\"\xaa\x02\n" +
 	"\x0fRegistrationAck\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\bR\baccepted\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12<\n" +
 	"\x1aheartbeat_interval_seconds\x18\x03 \x01(\rR\x18heartbeatIntervalSeconds\x12G\n" +
-	"\x06config\x18\x04 \x03(\v2/.agentic.sandbox.v1.RegistrationAck.ConfigEntryR\x06config\x1a9\n" +
+	"\x06config\x18\x04 \x03(\v2/.agentic.sandbox.v1.RegistrationAck.ConfigEntryR\x06config\x12\x1f\n" +
+	"\voutput_acks\x18\x05 \x01(\bR\n" +
+	"outputAcks\x1a9\n" +
 	"\vConfigEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdb\x01\n" +
@@ -4601,7 +4704,7 @@ func file_agentic_sandbox_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_agentic_sandbox_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
-var file_agentic_sandbox_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_agentic_sandbox_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_agentic_sandbox_v1_agent_proto_goTypes = []any{
 	(RuntimeKind)(0),              // 0: agentic.sandbox.v1.RuntimeKind
 	(AgentStatus)(0),              // 1: agentic.sandbox.v1.AgentStatus
@@ -4615,131 +4718,134 @@ var file_agentic_sandbox_v1_agent_proto_goTypes = []any{
 	(*ConnectRequest)(nil),        // 9: agentic.sandbox.v1.ConnectRequest
 	(*CommandStarted)(nil),        // 10: agentic.sandbox.v1.CommandStarted
 	(*ConnectResponse)(nil),       // 11: agentic.sandbox.v1.ConnectResponse
-	(*Drain)(nil),                 // 12: agentic.sandbox.v1.Drain
-	(*Rename)(nil),                // 13: agentic.sandbox.v1.Rename
-	(*FileRequest)(nil),           // 14: agentic.sandbox.v1.FileRequest
-	(*TransferRequest)(nil),       // 15: agentic.sandbox.v1.TransferRequest
-	(*TransferOpen)(nil),          // 16: agentic.sandbox.v1.TransferOpen
-	(*TransferReady)(nil),         // 17: agentic.sandbox.v1.TransferReady
-	(*FileListing)(nil),           // 18: agentic.sandbox.v1.FileListing
-	(*FileEntry)(nil),             // 19: agentic.sandbox.v1.FileEntry
-	(*TransferEnd)(nil),           // 20: agentic.sandbox.v1.TransferEnd
-	(*TransferResponse)(nil),      // 21: agentic.sandbox.v1.TransferResponse
-	(*Registration)(nil),          // 22: agentic.sandbox.v1.Registration
-	(*SystemInfo)(nil),            // 23: agentic.sandbox.v1.SystemInfo
-	(*RegistrationAck)(nil),       // 24: agentic.sandbox.v1.RegistrationAck
-	(*Heartbeat)(nil),             // 25: agentic.sandbox.v1.Heartbeat
-	(*Metrics)(nil),               // 26: agentic.sandbox.v1.Metrics
-	(*OutputChunk)(nil),           // 27: agentic.sandbox.v1.OutputChunk
-	(*CommandRequest)(nil),        // 28: agentic.sandbox.v1.CommandRequest
-	(*PermissionRequest)(nil),     // 29: agentic.sandbox.v1.PermissionRequest
-	(*PermissionDecision)(nil),    // 30: agentic.sandbox.v1.PermissionDecision
-	(*StdinChunk)(nil),            // 31: agentic.sandbox.v1.StdinChunk
-	(*StdinAck)(nil),              // 32: agentic.sandbox.v1.StdinAck
-	(*PtyControl)(nil),            // 33: agentic.sandbox.v1.PtyControl
-	(*CommandKill)(nil),           // 34: agentic.sandbox.v1.CommandKill
-	(*PtyResize)(nil),             // 35: agentic.sandbox.v1.PtyResize
-	(*PtySignal)(nil),             // 36: agentic.sandbox.v1.PtySignal
-	(*CommandResult)(nil),         // 37: agentic.sandbox.v1.CommandResult
-	(*ConfigUpdate)(nil),          // 38: agentic.sandbox.v1.ConfigUpdate
-	(*Shutdown)(nil),              // 39: agentic.sandbox.v1.Shutdown
-	(*Ping)(nil),                  // 40: agentic.sandbox.v1.Ping
-	(*Pong)(nil),                  // 41: agentic.sandbox.v1.Pong
-	(*SessionQuery)(nil),          // 42: agentic.sandbox.v1.SessionQuery
-	(*SessionInfo)(nil),           // 43: agentic.sandbox.v1.SessionInfo
-	(*SessionReport)(nil),         // 44: agentic.sandbox.v1.SessionReport
-	(*SessionDecision)(nil),       // 45: agentic.sandbox.v1.SessionDecision
-	(*SessionReconcile)(nil),      // 46: agentic.sandbox.v1.SessionReconcile
-	(*SessionAck)(nil),            // 47: agentic.sandbox.v1.SessionAck
-	(*ExecRequest)(nil),           // 48: agentic.sandbox.v1.ExecRequest
-	(*ExecResponse)(nil),          // 49: agentic.sandbox.v1.ExecResponse
-	(*TunnelRequest)(nil),         // 50: agentic.sandbox.v1.TunnelRequest
-	(*TunnelOpen)(nil),            // 51: agentic.sandbox.v1.TunnelOpen
-	(*TunnelResponse)(nil),        // 52: agentic.sandbox.v1.TunnelResponse
-	(*TunnelOpened)(nil),          // 53: agentic.sandbox.v1.TunnelOpened
-	nil,                           // 54: agentic.sandbox.v1.Registration.LabelsEntry
-	nil,                           // 55: agentic.sandbox.v1.RegistrationAck.ConfigEntry
-	nil,                           // 56: agentic.sandbox.v1.CommandRequest.EnvEntry
-	nil,                           // 57: agentic.sandbox.v1.ConfigUpdate.ConfigEntry
-	(*timestamppb.Timestamp)(nil), // 58: google.protobuf.Timestamp
+	(*OutputAck)(nil),             // 12: agentic.sandbox.v1.OutputAck
+	(*Drain)(nil),                 // 13: agentic.sandbox.v1.Drain
+	(*Rename)(nil),                // 14: agentic.sandbox.v1.Rename
+	(*FileRequest)(nil),           // 15: agentic.sandbox.v1.FileRequest
+	(*TransferRequest)(nil),       // 16: agentic.sandbox.v1.TransferRequest
+	(*TransferOpen)(nil),          // 17: agentic.sandbox.v1.TransferOpen
+	(*TransferReady)(nil),         // 18: agentic.sandbox.v1.TransferReady
+	(*FileListing)(nil),           // 19: agentic.sandbox.v1.FileListing
+	(*FileEntry)(nil),             // 20: agentic.sandbox.v1.FileEntry
+	(*TransferEnd)(nil),           // 21: agentic.sandbox.v1.TransferEnd
+	(*TransferResponse)(nil),      // 22: agentic.sandbox.v1.TransferResponse
+	(*Registration)(nil),          // 23: agentic.sandbox.v1.Registration
+	(*SystemInfo)(nil),            // 24: agentic.sandbox.v1.SystemInfo
+	(*RegistrationAck)(nil),       // 25: agentic.sandbox.v1.RegistrationAck
+	(*Heartbeat)(nil),             // 26: agentic.sandbox.v1.Heartbeat
+	(*Metrics)(nil),               // 27: agentic.sandbox.v1.Metrics
+	(*OutputChunk)(nil),           // 28: agentic.sandbox.v1.OutputChunk
+	(*CommandRequest)(nil),        // 29: agentic.sandbox.v1.CommandRequest
+	(*PermissionRequest)(nil),     // 30: agentic.sandbox.v1.PermissionRequest
+	(*PermissionDecision)(nil),    // 31: agentic.sandbox.v1.PermissionDecision
+	(*StdinChunk)(nil),            // 32: agentic.sandbox.v1.StdinChunk
+	(*StdinAck)(nil),              // 33: agentic.sandbox.v1.StdinAck
+	(*PtyControl)(nil),            // 34: agentic.sandbox.v1.PtyControl
+	(*CommandKill)(nil),           // 35: agentic.sandbox.v1.CommandKill
+	(*PtyResize)(nil),             // 36: agentic.sandbox.v1.PtyResize
+	(*PtySignal)(nil),             // 37: agentic.sandbox.v1.PtySignal
+	(*CommandResult)(nil),         // 38: agentic.sandbox.v1.CommandResult
+	(*ConfigUpdate)(nil),          // 39: agentic.sandbox.v1.ConfigUpdate
+	(*Shutdown)(nil),              // 40: agentic.sandbox.v1.Shutdown
+	(*Ping)(nil),                  // 41: agentic.sandbox.v1.Ping
+	(*Pong)(nil),                  // 42: agentic.sandbox.v1.Pong
+	(*SessionQuery)(nil),          // 43: agentic.sandbox.v1.SessionQuery
+	(*SessionInfo)(nil),           // 44: agentic.sandbox.v1.SessionInfo
+	(*SessionReport)(nil),         // 45: agentic.sandbox.v1.SessionReport
+	(*SessionDecision)(nil),       // 46: agentic.sandbox.v1.SessionDecision
+	(*SessionReconcile)(nil),      // 47: agentic.sandbox.v1.SessionReconcile
+	(*SessionAck)(nil),            // 48: agentic.sandbox.v1.SessionAck
+	(*ExecRequest)(nil),           // 49: agentic.sandbox.v1.ExecRequest
+	(*ExecResponse)(nil),          // 50: agentic.sandbox.v1.ExecResponse
+	(*TunnelRequest)(nil),         // 51: agentic.sandbox.v1.TunnelRequest
+	(*TunnelOpen)(nil),            // 52: agentic.sandbox.v1.TunnelOpen
+	(*TunnelResponse)(nil),        // 53: agentic.sandbox.v1.TunnelResponse
+	(*TunnelOpened)(nil),          // 54: agentic.sandbox.v1.TunnelOpened
+	nil,                           // 55: agentic.sandbox.v1.Registration.LabelsEntry
+	nil,                           // 56: agentic.sandbox.v1.RegistrationAck.ConfigEntry
+	nil,                           // 57: agentic.sandbox.v1.CommandRequest.EnvEntry
+	nil,                           // 58: agentic.sandbox.v1.ConfigUpdate.ConfigEntry
+	(*timestamppb.Timestamp)(nil), // 59: google.protobuf.Timestamp
 }
 var file_agentic_sandbox_v1_agent_proto_depIdxs = []int32{
-	22, // 0: agentic.sandbox.v1.ConnectRequest.registration:type_name -> agentic.sandbox.v1.Registration
-	25, // 1: agentic.sandbox.v1.ConnectRequest.heartbeat:type_name -> agentic.sandbox.v1.Heartbeat
-	26, // 2: agentic.sandbox.v1.ConnectRequest.metrics:type_name -> agentic.sandbox.v1.Metrics
-	27, // 3: agentic.sandbox.v1.ConnectRequest.output:type_name -> agentic.sandbox.v1.OutputChunk
-	37, // 4: agentic.sandbox.v1.ConnectRequest.command_result:type_name -> agentic.sandbox.v1.CommandResult
-	44, // 5: agentic.sandbox.v1.ConnectRequest.session_report:type_name -> agentic.sandbox.v1.SessionReport
-	47, // 6: agentic.sandbox.v1.ConnectRequest.session_ack:type_name -> agentic.sandbox.v1.SessionAck
-	41, // 7: agentic.sandbox.v1.ConnectRequest.pong:type_name -> agentic.sandbox.v1.Pong
+	23, // 0: agentic.sandbox.v1.ConnectRequest.registration:type_name -> agentic.sandbox.v1.Registration
+	26, // 1: agentic.sandbox.v1.ConnectRequest.heartbeat:type_name -> agentic.sandbox.v1.Heartbeat
+	27, // 2: agentic.sandbox.v1.ConnectRequest.metrics:type_name -> agentic.sandbox.v1.Metrics
+	28, // 3: agentic.sandbox.v1.ConnectRequest.output:type_name -> agentic.sandbox.v1.OutputChunk
+	38, // 4: agentic.sandbox.v1.ConnectRequest.command_result:type_name -> agentic.sandbox.v1.CommandResult
+	45, // 5: agentic.sandbox.v1.ConnectRequest.session_report:type_name -> agentic.sandbox.v1.SessionReport
+	48, // 6: agentic.sandbox.v1.ConnectRequest.session_ack:type_name -> agentic.sandbox.v1.SessionAck
+	42, // 7: agentic.sandbox.v1.ConnectRequest.pong:type_name -> agentic.sandbox.v1.Pong
 	10, // 8: agentic.sandbox.v1.ConnectRequest.command_started:type_name -> agentic.sandbox.v1.CommandStarted
-	29, // 9: agentic.sandbox.v1.ConnectRequest.permission_request:type_name -> agentic.sandbox.v1.PermissionRequest
-	32, // 10: agentic.sandbox.v1.ConnectRequest.stdin_ack:type_name -> agentic.sandbox.v1.StdinAck
-	58, // 11: agentic.sandbox.v1.CommandStarted.started_at:type_name -> google.protobuf.Timestamp
-	24, // 12: agentic.sandbox.v1.ConnectResponse.registration_ack:type_name -> agentic.sandbox.v1.RegistrationAck
-	28, // 13: agentic.sandbox.v1.ConnectResponse.command:type_name -> agentic.sandbox.v1.CommandRequest
-	31, // 14: agentic.sandbox.v1.ConnectResponse.stdin:type_name -> agentic.sandbox.v1.StdinChunk
-	33, // 15: agentic.sandbox.v1.ConnectResponse.pty_control:type_name -> agentic.sandbox.v1.PtyControl
-	38, // 16: agentic.sandbox.v1.ConnectResponse.config_update:type_name -> agentic.sandbox.v1.ConfigUpdate
-	39, // 17: agentic.sandbox.v1.ConnectResponse.shutdown:type_name -> agentic.sandbox.v1.Shutdown
-	40, // 18: agentic.sandbox.v1.ConnectResponse.ping:type_name -> agentic.sandbox.v1.Ping
-	42, // 19: agentic.sandbox.v1.ConnectResponse.session_query:type_name -> agentic.sandbox.v1.SessionQuery
-	46, // 20: agentic.sandbox.v1.ConnectResponse.session_reconcile:type_name -> agentic.sandbox.v1.SessionReconcile
-	14, // 21: agentic.sandbox.v1.ConnectResponse.file_request:type_name -> agentic.sandbox.v1.FileRequest
-	30, // 22: agentic.sandbox.v1.ConnectResponse.permission_decision:type_name -> agentic.sandbox.v1.PermissionDecision
-	13, // 23: agentic.sandbox.v1.ConnectResponse.rename:type_name -> agentic.sandbox.v1.Rename
-	12, // 24: agentic.sandbox.v1.ConnectResponse.drain:type_name -> agentic.sandbox.v1.Drain
-	6,  // 25: agentic.sandbox.v1.FileRequest.op:type_name -> agentic.sandbox.v1.FileOp
-	16, // 26: agentic.sandbox.v1.TransferRequest.open:type_name -> agentic.sandbox.v1.TransferOpen
-	17, // 27: agentic.sandbox.v1.TransferRequest.ready:type_name -> agentic.sandbox.v1.TransferReady
-	18, // 28: agentic.sandbox.v1.TransferRequest.listing:type_name -> agentic.sandbox.v1.FileListing
-	20, // 29: agentic.sandbox.v1.TransferRequest.end:type_name -> agentic.sandbox.v1.TransferEnd
-	19, // 30: agentic.sandbox.v1.FileListing.entries:type_name -> agentic.sandbox.v1.FileEntry
-	7,  // 31: agentic.sandbox.v1.FileEntry.type:type_name -> agentic.sandbox.v1.FileType
-	58, // 32: agentic.sandbox.v1.FileEntry.mtime:type_name -> google.protobuf.Timestamp
-	8,  // 33: agentic.sandbox.v1.TransferEnd.error:type_name -> agentic.sandbox.v1.FileError
-	23, // 34: agentic.sandbox.v1.Registration.system_info:type_name -> agentic.sandbox.v1.SystemInfo
-	54, // 35: agentic.sandbox.v1.Registration.labels:type_name -> agentic.sandbox.v1.Registration.LabelsEntry
-	0,  // 36: agentic.sandbox.v1.Registration.runtime:type_name -> agentic.sandbox.v1.RuntimeKind
-	55, // 37: agentic.sandbox.v1.RegistrationAck.config:type_name -> agentic.sandbox.v1.RegistrationAck.ConfigEntry
-	1,  // 38: agentic.sandbox.v1.Heartbeat.status:type_name -> agentic.sandbox.v1.AgentStatus
-	58, // 39: agentic.sandbox.v1.Heartbeat.sent_at:type_name -> google.protobuf.Timestamp
-	26, // 40: agentic.sandbox.v1.Heartbeat.metrics:type_name -> agentic.sandbox.v1.Metrics
-	2,  // 41: agentic.sandbox.v1.OutputChunk.stream:type_name -> agentic.sandbox.v1.OutputStream
-	58, // 42: agentic.sandbox.v1.OutputChunk.timestamp:type_name -> google.protobuf.Timestamp
-	56, // 43: agentic.sandbox.v1.CommandRequest.env:type_name -> agentic.sandbox.v1.CommandRequest.EnvEntry
-	3,  // 44: agentic.sandbox.v1.CommandRequest.session_type:type_name -> agentic.sandbox.v1.SessionType
-	35, // 45: agentic.sandbox.v1.PtyControl.resize:type_name -> agentic.sandbox.v1.PtyResize
-	36, // 46: agentic.sandbox.v1.PtyControl.signal:type_name -> agentic.sandbox.v1.PtySignal
-	34, // 47: agentic.sandbox.v1.PtyControl.kill:type_name -> agentic.sandbox.v1.CommandKill
-	57, // 48: agentic.sandbox.v1.ConfigUpdate.config:type_name -> agentic.sandbox.v1.ConfigUpdate.ConfigEntry
-	3,  // 49: agentic.sandbox.v1.SessionInfo.type:type_name -> agentic.sandbox.v1.SessionType
-	4,  // 50: agentic.sandbox.v1.SessionInfo.state:type_name -> agentic.sandbox.v1.SessionState
-	58, // 51: agentic.sandbox.v1.SessionInfo.started_at:type_name -> google.protobuf.Timestamp
-	58, // 52: agentic.sandbox.v1.SessionInfo.ended_at:type_name -> google.protobuf.Timestamp
-	37, // 53: agentic.sandbox.v1.SessionInfo.result:type_name -> agentic.sandbox.v1.CommandResult
-	2,  // 54: agentic.sandbox.v1.SessionInfo.tail_stream:type_name -> agentic.sandbox.v1.OutputStream
-	43, // 55: agentic.sandbox.v1.SessionReport.sessions:type_name -> agentic.sandbox.v1.SessionInfo
-	5,  // 56: agentic.sandbox.v1.SessionDecision.action:type_name -> agentic.sandbox.v1.ReconcileAction
-	45, // 57: agentic.sandbox.v1.SessionReconcile.decisions:type_name -> agentic.sandbox.v1.SessionDecision
-	28, // 58: agentic.sandbox.v1.ExecRequest.command:type_name -> agentic.sandbox.v1.CommandRequest
-	27, // 59: agentic.sandbox.v1.ExecResponse.output:type_name -> agentic.sandbox.v1.OutputChunk
-	37, // 60: agentic.sandbox.v1.ExecResponse.result:type_name -> agentic.sandbox.v1.CommandResult
-	51, // 61: agentic.sandbox.v1.TunnelRequest.open:type_name -> agentic.sandbox.v1.TunnelOpen
-	53, // 62: agentic.sandbox.v1.TunnelResponse.opened:type_name -> agentic.sandbox.v1.TunnelOpened
-	9,  // 63: agentic.sandbox.v1.AgentService.Connect:input_type -> agentic.sandbox.v1.ConnectRequest
-	48, // 64: agentic.sandbox.v1.AgentService.Exec:input_type -> agentic.sandbox.v1.ExecRequest
-	15, // 65: agentic.sandbox.v1.AgentService.Transfer:input_type -> agentic.sandbox.v1.TransferRequest
-	50, // 66: agentic.sandbox.v1.AgentService.Tunnel:input_type -> agentic.sandbox.v1.TunnelRequest
-	11, // 67: agentic.sandbox.v1.AgentService.Connect:output_type -> agentic.sandbox.v1.ConnectResponse
-	49, // 68: agentic.sandbox.v1.AgentService.Exec:output_type -> agentic.sandbox.v1.ExecResponse
-	21, // 69: agentic.sandbox.v1.AgentService.Transfer:output_type -> agentic.sandbox.v1.TransferResponse
-	52, // 70: agentic.sandbox.v1.AgentService.Tunnel:output_type -> agentic.sandbox.v1.TunnelResponse
-	67, // [67:71] is the sub-list for method output_type
-	63, // [63:67] is the sub-list for method input_type
-	63, // [63:63] is the sub-list for extension type_name
-	63, // [63:63] is the sub-list for extension extendee
-	0,  // [0:63] is the sub-list for field type_name
+	30, // 9: agentic.sandbox.v1.ConnectRequest.permission_request:type_name -> agentic.sandbox.v1.PermissionRequest
+	33, // 10: agentic.sandbox.v1.ConnectRequest.stdin_ack:type_name -> agentic.sandbox.v1.StdinAck
+	59, // 11: agentic.sandbox.v1.CommandStarted.started_at:type_name -> google.protobuf.Timestamp
+	25, // 12: agentic.sandbox.v1.ConnectResponse.registration_ack:type_name -> agentic.sandbox.v1.RegistrationAck
+	29, // 13: agentic.sandbox.v1.ConnectResponse.command:type_name -> agentic.sandbox.v1.CommandRequest
+	32, // 14: agentic.sandbox.v1.ConnectResponse.stdin:type_name -> agentic.sandbox.v1.StdinChunk
+	34, // 15: agentic.sandbox.v1.ConnectResponse.pty_control:type_name -> agentic.sandbox.v1.PtyControl
+	39, // 16: agentic.sandbox.v1.ConnectResponse.config_update:type_name -> agentic.sandbox.v1.ConfigUpdate
+	40, // 17: agentic.sandbox.v1.ConnectResponse.shutdown:type_name -> agentic.sandbox.v1.Shutdown
+	41, // 18: agentic.sandbox.v1.ConnectResponse.ping:type_name -> agentic.sandbox.v1.Ping
+	43, // 19: agentic.sandbox.v1.ConnectResponse.session_query:type_name -> agentic.sandbox.v1.SessionQuery
+	47, // 20: agentic.sandbox.v1.ConnectResponse.session_reconcile:type_name -> agentic.sandbox.v1.SessionReconcile
+	15, // 21: agentic.sandbox.v1.ConnectResponse.file_request:type_name -> agentic.sandbox.v1.FileRequest
+	31, // 22: agentic.sandbox.v1.ConnectResponse.permission_decision:type_name -> agentic.sandbox.v1.PermissionDecision
+	14, // 23: agentic.sandbox.v1.ConnectResponse.rename:type_name -> agentic.sandbox.v1.Rename
+	13, // 24: agentic.sandbox.v1.ConnectResponse.drain:type_name -> agentic.sandbox.v1.Drain
+	12, // 25: agentic.sandbox.v1.ConnectResponse.output_ack:type_name -> agentic.sandbox.v1.OutputAck
+	2,  // 26: agentic.sandbox.v1.OutputAck.stream:type_name -> agentic.sandbox.v1.OutputStream
+	6,  // 27: agentic.sandbox.v1.FileRequest.op:type_name -> agentic.sandbox.v1.FileOp
+	17, // 28: agentic.sandbox.v1.TransferRequest.open:type_name -> agentic.sandbox.v1.TransferOpen
+	18, // 29: agentic.sandbox.v1.TransferRequest.ready:type_name -> agentic.sandbox.v1.TransferReady
+	19, // 30: agentic.sandbox.v1.TransferRequest.listing:type_name -> agentic.sandbox.v1.FileListing
+	21, // 31: agentic.sandbox.v1.TransferRequest.end:type_name -> agentic.sandbox.v1.TransferEnd
+	20, // 32: agentic.sandbox.v1.FileListing.entries:type_name -> agentic.sandbox.v1.FileEntry
+	7,  // 33: agentic.sandbox.v1.FileEntry.type:type_name -> agentic.sandbox.v1.FileType
+	59, // 34: agentic.sandbox.v1.FileEntry.mtime:type_name -> google.protobuf.Timestamp
+	8,  // 35: agentic.sandbox.v1.TransferEnd.error:type_name -> agentic.sandbox.v1.FileError
+	24, // 36: agentic.sandbox.v1.Registration.system_info:type_name -> agentic.sandbox.v1.SystemInfo
+	55, // 37: agentic.sandbox.v1.Registration.labels:type_name -> agentic.sandbox.v1.Registration.LabelsEntry
+	0,  // 38: agentic.sandbox.v1.Registration.runtime:type_name -> agentic.sandbox.v1.RuntimeKind
+	56, // 39: agentic.sandbox.v1.RegistrationAck.config:type_name -> agentic.sandbox.v1.RegistrationAck.ConfigEntry
+	1,  // 40: agentic.sandbox.v1.Heartbeat.status:type_name -> agentic.sandbox.v1.AgentStatus
+	59, // 41: agentic.sandbox.v1.Heartbeat.sent_at:type_name -> google.protobuf.Timestamp
+	27, // 42: agentic.sandbox.v1.Heartbeat.metrics:type_name -> agentic.sandbox.v1.Metrics
+	2,  // 43: agentic.sandbox.v1.OutputChunk.stream:type_name -> agentic.sandbox.v1.OutputStream
+	59, // 44: agentic.sandbox.v1.OutputChunk.timestamp:type_name -> google.protobuf.Timestamp
+	57, // 45: agentic.sandbox.v1.CommandRequest.env:type_name -> agentic.sandbox.v1.CommandRequest.EnvEntry
+	3,  // 46: agentic.sandbox.v1.CommandRequest.session_type:type_name -> agentic.sandbox.v1.SessionType
+	36, // 47: agentic.sandbox.v1.PtyControl.resize:type_name -> agentic.sandbox.v1.PtyResize
+	37, // 48: agentic.sandbox.v1.PtyControl.signal:type_name -> agentic.sandbox.v1.PtySignal
+	35, // 49: agentic.sandbox.v1.PtyControl.kill:type_name -> agentic.sandbox.v1.CommandKill
+	58, // 50: agentic.sandbox.v1.ConfigUpdate.config:type_name -> agentic.sandbox.v1.ConfigUpdate.ConfigEntry
+	3,  // 51: agentic.sandbox.v1.SessionInfo.type:type_name -> agentic.sandbox.v1.SessionType
+	4,  // 52: agentic.sandbox.v1.SessionInfo.state:type_name -> agentic.sandbox.v1.SessionState
+	59, // 53: agentic.sandbox.v1.SessionInfo.started_at:type_name -> google.protobuf.Timestamp
+	59, // 54: agentic.sandbox.v1.SessionInfo.ended_at:type_name -> google.protobuf.Timestamp
+	38, // 55: agentic.sandbox.v1.SessionInfo.result:type_name -> agentic.sandbox.v1.CommandResult
+	2,  // 56: agentic.sandbox.v1.SessionInfo.tail_stream:type_name -> agentic.sandbox.v1.OutputStream
+	44, // 57: agentic.sandbox.v1.SessionReport.sessions:type_name -> agentic.sandbox.v1.SessionInfo
+	5,  // 58: agentic.sandbox.v1.SessionDecision.action:type_name -> agentic.sandbox.v1.ReconcileAction
+	46, // 59: agentic.sandbox.v1.SessionReconcile.decisions:type_name -> agentic.sandbox.v1.SessionDecision
+	29, // 60: agentic.sandbox.v1.ExecRequest.command:type_name -> agentic.sandbox.v1.CommandRequest
+	28, // 61: agentic.sandbox.v1.ExecResponse.output:type_name -> agentic.sandbox.v1.OutputChunk
+	38, // 62: agentic.sandbox.v1.ExecResponse.result:type_name -> agentic.sandbox.v1.CommandResult
+	52, // 63: agentic.sandbox.v1.TunnelRequest.open:type_name -> agentic.sandbox.v1.TunnelOpen
+	54, // 64: agentic.sandbox.v1.TunnelResponse.opened:type_name -> agentic.sandbox.v1.TunnelOpened
+	9,  // 65: agentic.sandbox.v1.AgentService.Connect:input_type -> agentic.sandbox.v1.ConnectRequest
+	49, // 66: agentic.sandbox.v1.AgentService.Exec:input_type -> agentic.sandbox.v1.ExecRequest
+	16, // 67: agentic.sandbox.v1.AgentService.Transfer:input_type -> agentic.sandbox.v1.TransferRequest
+	51, // 68: agentic.sandbox.v1.AgentService.Tunnel:input_type -> agentic.sandbox.v1.TunnelRequest
+	11, // 69: agentic.sandbox.v1.AgentService.Connect:output_type -> agentic.sandbox.v1.ConnectResponse
+	50, // 70: agentic.sandbox.v1.AgentService.Exec:output_type -> agentic.sandbox.v1.ExecResponse
+	22, // 71: agentic.sandbox.v1.AgentService.Transfer:output_type -> agentic.sandbox.v1.TransferResponse
+	53, // 72: agentic.sandbox.v1.AgentService.Tunnel:output_type -> agentic.sandbox.v1.TunnelResponse
+	69, // [69:73] is the sub-list for method output_type
+	65, // [65:69] is the sub-list for method input_type
+	65, // [65:65] is the sub-list for extension type_name
+	65, // [65:65] is the sub-list for extension extendee
+	0,  // [0:65] is the sub-list for field type_name
 }
 
 func init() { file_agentic_sandbox_v1_agent_proto_init() }
@@ -4774,35 +4880,36 @@ func file_agentic_sandbox_v1_agent_proto_init() {
 		(*ConnectResponse_PermissionDecision)(nil),
 		(*ConnectResponse_Rename)(nil),
 		(*ConnectResponse_Drain)(nil),
+		(*ConnectResponse_OutputAck)(nil),
 	}
-	file_agentic_sandbox_v1_agent_proto_msgTypes[6].OneofWrappers = []any{
+	file_agentic_sandbox_v1_agent_proto_msgTypes[7].OneofWrappers = []any{
 		(*TransferRequest_Open)(nil),
 		(*TransferRequest_Ready)(nil),
 		(*TransferRequest_Data)(nil),
 		(*TransferRequest_Listing)(nil),
 		(*TransferRequest_End)(nil),
 	}
-	file_agentic_sandbox_v1_agent_proto_msgTypes[12].OneofWrappers = []any{
+	file_agentic_sandbox_v1_agent_proto_msgTypes[13].OneofWrappers = []any{
 		(*TransferResponse_Data)(nil),
 		(*TransferResponse_Eof)(nil),
 		(*TransferResponse_Abort)(nil),
 	}
-	file_agentic_sandbox_v1_agent_proto_msgTypes[22].OneofWrappers = []any{}
-	file_agentic_sandbox_v1_agent_proto_msgTypes[24].OneofWrappers = []any{
+	file_agentic_sandbox_v1_agent_proto_msgTypes[23].OneofWrappers = []any{}
+	file_agentic_sandbox_v1_agent_proto_msgTypes[25].OneofWrappers = []any{
 		(*PtyControl_Resize)(nil),
 		(*PtyControl_Signal)(nil),
 		(*PtyControl_Kill)(nil),
 	}
-	file_agentic_sandbox_v1_agent_proto_msgTypes[40].OneofWrappers = []any{
+	file_agentic_sandbox_v1_agent_proto_msgTypes[41].OneofWrappers = []any{
 		(*ExecResponse_Output)(nil),
 		(*ExecResponse_Result)(nil),
 	}
-	file_agentic_sandbox_v1_agent_proto_msgTypes[41].OneofWrappers = []any{
+	file_agentic_sandbox_v1_agent_proto_msgTypes[42].OneofWrappers = []any{
 		(*TunnelRequest_Open)(nil),
 		(*TunnelRequest_Data)(nil),
 		(*TunnelRequest_CloseWrite)(nil),
 	}
-	file_agentic_sandbox_v1_agent_proto_msgTypes[43].OneofWrappers = []any{
+	file_agentic_sandbox_v1_agent_proto_msgTypes[44].OneofWrappers = []any{
 		(*TunnelResponse_Opened)(nil),
 		(*TunnelResponse_Data)(nil),
 		(*TunnelResponse_Eof)(nil),
@@ -4813,7 +4920,7 @@ func file_agentic_sandbox_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentic_sandbox_v1_agent_proto_rawDesc), len(file_agentic_sandbox_v1_agent_proto_rawDesc)),
 			NumEnums:      9,
-			NumMessages:   49,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
