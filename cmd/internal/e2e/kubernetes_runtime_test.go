@@ -655,13 +655,16 @@ func TestKubernetesRuntimeAdoptedAfterARestart(t *testing.T) {
 	if again.UID != pod.UID || deref(after.RuntimeId) != string(pod.UID) || deref(before.RuntimeId) != string(pod.UID) {
 		t.Fatalf("pod %s before the restart, %s after; the environment says %s", pod.UID, again.UID, deref(after.RuntimeId))
 	}
-	// The session is back and still writing. (Not kept in tmux — the
-	// default image has none, and commands run as nobody — so its lines
-	// in flight when the server was killed may be lost: only a session
-	// kept in tmux is replayed from its log.)
+	// The session is back and still writing, with no line lost: it is
+	// not kept in tmux (the default image has none), but the agent keeps
+	// its output until the server acknowledges it stored, and sends what
+	// a killed server never stored again.
 	waitBack(t, s2, ticker)
 	last := lastTick(readOutput(t, s2, ticker))
 	kubeWait(t, "the session writing after the restart", func() bool { return lastTick(readOutput(t, s2, ticker)) >= last+3 })
+	if out := readOutput(t, s2, ticker); ticks(t, out) == 0 {
+		t.Fatalf("no ticks read back:\n%q", out)
+	}
 	k.remove(name)
 }
 
