@@ -138,6 +138,11 @@ type EnvironmentSpec struct {
 	Agent     AgentBootstrap
 	// Progress, when set, is told each step while the environment comes up.
 	Progress func(step string)
+	// AgentConnected, when set, is closed once the environment's agent has
+	// registered: proof that the environment runs, for a runtime whose
+	// engine reports that later (a kubelet's status arrives up to a second
+	// after the container starts). Provision may return then.
+	AgentConnected <-chan struct{}
 }
 
 // TierGVisor runs the environment under gVisor's user-space kernel (runsc):

@@ -131,6 +131,10 @@ type Config struct {
 	// AgentImage holds the static agent at /agentic/agentic-agent; DefaultImage
 	// runs when a spec names none. Both required.
 	AgentImage, DefaultImage string
+	// DefaultImageHasAgent: DefaultImage carries the agent at
+	// ImageAgentPath (the project's workload image does), so its pods need
+	// no init container: they start as fast as the image alone.
+	DefaultImageHasAgent bool
 	// PullPolicy for both images ("" is IfNotPresent).
 	PullPolicy corev1.PullPolicy
 	// ServerURL is the agent port as pods reach it (https://host:port).
@@ -225,6 +229,11 @@ func New(cfg Config) (*Runtime, error) {
 		rc.Timeout = 30 * time.Second
 	}
 	rc.UserAgent = "agentic-mgmt"
+	// client-go's default, 5 requests/s, makes a burst of 50 creates (a
+	// Secret and a pod each) take 20 s before the cluster sees them.
+	if rc.QPS == 0 {
+		rc.QPS, rc.Burst = 100, 200
+	}
 	cs, err := k8s.NewForConfig(rc)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
@@ -395,7 +404,7 @@ func (r *Runtime) Provision(ctx context.Context, spec ports.EnvironmentSpec) (po
 			return ports.Environment{}, r.createErr("network policy", err)
 		}
 	}
-	p, err := r.startPod(ctx, sec, spec.Name, progress)
+	p, err := r.startPod(ctx, sec, spec.Name, progress, spec.AgentConnected)
 	if err != nil {
 		return ports.Environment{}, err
 	}
@@ -423,7 +432,7 @@ func (r *Runtime) cleanup(name string) {
 }
 
 // startPod makes the pod the Secret describes and waits until it runs.
-func (r *Runtime) startPod(ctx context.Context, sec *corev1.Secret, name string, progress func(string)) (*corev1.Pod, error) {
+func (r *Runtime) startPod(ctx context.Context, sec *corev1.Secret, name string, progress func(string), connected <-chan struct{}) (*corev1.Pod, error) {
 	var pod corev1.Pod
 	if err := json.Unmarshal([]byte(sec.Annotations[AnnotationPod]), &pod); err != nil {
 		return nil, fmt.Errorf("kubernetes: the pod kept with %s: %w", name, err)
@@ -439,14 +448,16 @@ func (r *Runtime) startPod(ctx context.Context, sec *corev1.Secret, name string,
 	if err != nil {
 		return nil, r.createErr("pod", err)
 	}
-	return r.waitRunning(ctx, created, progress)
+	return r.waitRunning(ctx, created, progress, connected)
 }
 
 // waitRunning follows a new pod until its environment container runs,
 // reporting each step, and fails at once, with the cluster's reason and the
 // pod's warnings, when the pod cannot run (unschedulable, image not pulled,
-// init failed).
-func (r *Runtime) waitRunning(ctx context.Context, p *corev1.Pod, progress func(string)) (*corev1.Pod, error) {
+// init failed). An agent registered (connected closed) ends the wait too:
+// the container runs, and the kubelet reports so only at its next relist,
+// up to a second later.
+func (r *Runtime) waitRunning(ctx context.Context, p *corev1.Pod, progress func(string), connected <-chan struct{}) (*corev1.Pod, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.StartTimeout)
 	defer cancel()
 	pods := r.cs.CoreV1().Pods(r.cfg.Namespace)
@@ -472,7 +483,20 @@ func (r *Runtime) waitRunning(ctx context.Context, p *corev1.Pod, progress func(
 			}
 			return p, apiErr("watch pod", err)
 		}
-		for ev := range w.ResultChan() {
+		for open := true; open; {
+			var ev watch.Event
+			select {
+			case <-connected:
+				w.Stop()
+				say("scheduled")
+				say("image_pulled")
+				say("started")
+				return p, nil
+			case ev, open = <-w.ResultChan():
+			}
+			if !open {
+				break
+			}
 			switch ev.Type {
 			case watch.Deleted:
 				w.Stop()
@@ -675,7 +699,7 @@ func (r *Runtime) podFor(spec ports.EnvironmentSpec, network ports.NetworkMode) 
 	if ports.ValidEnvironmentName(spec.Name) && dnsLabel.MatchString(spec.Name) {
 		hostname = spec.Name
 	}
-	return &corev1.Pod{
+	pod := &corev1.Pod{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: r.cfg.Namespace, Labels: r.labels(spec.Name),
@@ -719,6 +743,16 @@ func (r *Runtime) podFor(spec ports.EnvironmentSpec, network ports.NetworkMode) 
 			}},
 		},
 	}
+	if image == r.cfg.DefaultImage && r.cfg.DefaultImageHasAgent {
+		// The image's own agent, root's and read-only to the workload:
+		// nothing to inject.
+		pod.Spec.InitContainers = nil
+		pod.Spec.Volumes = slices.DeleteFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == "agent" })
+		c := &pod.Spec.Containers[0]
+		c.Command = []string{ImageAgentPath}
+		c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "agent" })
+	}
+	return pod
 }
 
 var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
@@ -792,7 +826,7 @@ func (r *Runtime) Start(ctx context.Context, name string) error {
 			return err
 		}
 	}
-	_, err = r.startPod(ctx, sec, name, func(string) {})
+	_, err = r.startPod(ctx, sec, name, func(string) {}, nil)
 	return err
 }
 

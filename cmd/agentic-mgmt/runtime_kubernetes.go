@@ -69,7 +69,7 @@ var kubernetesRuntime = runtimeDef[kubernetesOptions]{
 		{Env: "AGENTIC_K8S_AGENT_IMAGE", Default: ociimage.AgentImage,
 			Doc: "the image an init container copies the static `agentic-agent` from into each pod (`make agent-image` builds it as `build/images/agent.tar`)"},
 		{Env: "AGENTIC_K8S_IMAGE", Default: ociimage.WorkloadImage,
-			Doc: "the image of a kubernetes environment whose spec names none (`make agent-image` builds it as `build/images/workload.tar`: busybox, user `nobody`)"},
+			Doc: "the image of a kubernetes environment whose spec names none (`make agent-image` builds it as `build/images/workload.tar`: busybox, user `nobody`, and the agent, so its pods need no init container)"},
 		{Env: "AGENTIC_K8S_PULL_POLICY", Default: string(corev1.PullIfNotPresent),
 			Choices: []string{string(corev1.PullIfNotPresent), string(corev1.PullAlways), string(corev1.PullNever)},
 			Doc:     "the pods' image pull policy for both images: `IfNotPresent`, `Always` or `Never` (images imported into the nodes, no registry)"},
@@ -160,6 +160,7 @@ func newKubernetes(cfg Config, o kubernetesOptions, _ runtimeDeps) (ports.Runtim
 	kc := kubernetes.Config{
 		Namespace: o.Namespace, Owner: owner(cfg), AgentImage: o.AgentImage, DefaultImage: o.DefaultImage,
 		PullPolicy: o.PullPolicy, RuntimeClasses: o.RuntimeClasses, NetworkPolicy: o.NetworkPolicy, ServerURL: serverURL,
+		DefaultImageHasAgent: carriesAgent(o.DefaultImage),
 	}
 	if kc.CA, err = agentCAPEM(cfg); err != nil {
 		return nil, nil, err
@@ -185,6 +186,15 @@ func newKubernetes(cfg Config, o kubernetesOptions, _ runtimeDeps) (ports.Runtim
 		return nil, nil, err
 	}
 	return rt, nil, nil
+}
+
+// carriesAgent reports whether an image is the project's workload image
+// (`make agent-image`'s, wherever it was pushed), which carries the agent:
+// its pods need no init container.
+func carriesAgent(image string) bool {
+	ref, err := name.ParseReference(image)
+	return err == nil && (ref.Context().RepositoryStr() == ociimage.WorkloadRepository ||
+		strings.HasSuffix(ref.Context().RepositoryStr(), "/"+ociimage.WorkloadRepository))
 }
 
 // podServerURL is the agent port as pods dial it: over TLS, at

@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/kubernetes"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/tlsca"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/ociimage"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -143,5 +144,23 @@ func TestKubernetesRuntimeFromTheSettings(t *testing.T) {
 	e, _ := catalogEntry(kubernetes.RuntimeName)
 	if _, _, err := e.New(cfg, runtimeDeps{}); err == nil || !strings.Contains(err.Error(), "KUBECONFIG is unset") {
 		t.Errorf("no KUBECONFIG, not in a pod: %v", err)
+	}
+}
+
+// The project's workload image carries the agent wherever it was pushed;
+// any other image gets it injected.
+func TestKubernetesKnowsWhichImagesCarryTheAgent(t *testing.T) {
+	for image, want := range map[string]bool{
+		ociimage.WorkloadImage:                                                 true,
+		"registry.example:5000/agentic-sandbox/workload:1.2":                   true,
+		"docker.io/agentic-sandbox/workload@sha256:" + strings.Repeat("a", 64): true,
+		"agentic-sandbox/agent:0.1.0-dev":                                      false,
+		"example/agentic-sandbox-workload:1":                                   false,
+		"python:3.12":                                                          false,
+		"not a reference":                                                      false,
+	} {
+		if got := carriesAgent(image); got != want {
+			t.Errorf("carriesAgent(%q) = %v, want %v", image, got, want)
+		}
 	}
 }

@@ -440,10 +440,17 @@ func (s *Service) handOver(ctx context.Context, member, name string, kind ports.
 		}
 	}
 	if keeper != nil {
-		// Only a later start of the environment needs it: the take stands.
-		if err := keeper.KeepIdentity(ctx, member, name, agentSecret); err != nil {
-			s.log.Error("the runtime could not keep a taken member's new identity: starting it again after a stop will not connect", "member", member, "name", name, "err", err)
-		}
+		// Only a later start of the environment needs it: off the take's
+		// path, and the take stands whatever it says.
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer cancel()
+			if err := keeper.KeepIdentity(kctx, member, name, agentSecret); err != nil {
+				s.log.Error("the runtime could not keep a taken member's new identity: starting it again after a stop will not connect", "member", member, "name", name, "err", err)
+			}
+		}()
 	}
 	if err := s.cfg.Credentials.Delete(member); err != nil {
 		s.log.Error("a taken member's credential could not be revoked", "member", member, "err", err)

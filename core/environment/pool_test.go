@@ -316,9 +316,50 @@ func TestATakeTellsTheRuntimeTheMembersNewIdentity(t *testing.T) {
 	if _, err := f.svc.Create(context.Background(), Request{Runtime: "fake", Name: "mine"}); err != nil {
 		t.Fatal(err)
 	}
-	keeper.mu.Lock()
-	defer keeper.mu.Unlock()
-	if len(keeper.kept) != 1 || keeper.kept[0] != member+"->mine" {
-		t.Fatalf("identities kept: %v, want %s->mine", keeper.kept, member)
+	// Off the take's path: told shortly after.
+	eventually(t, "the runtime told "+member+"->mine", func() bool {
+		keeper.mu.Lock()
+		defer keeper.mu.Unlock()
+		return len(keeper.kept) == 1 && keeper.kept[0] == member+"->mine"
+	})
+}
+
+// waitsForItsAgent is a runtime whose engine never reports the environment
+// running: Provision returns only when told the agent registered.
+type waitsForItsAgent struct{ *fakeRuntime }
+
+func (w waitsForItsAgent) Provision(ctx context.Context, spec ports.EnvironmentSpec) (ports.Environment, error) {
+	select {
+	case <-spec.AgentConnected:
+		return w.fakeRuntime.Provision(ctx, spec)
+	case <-ctx.Done():
+		return ports.Environment{}, ctx.Err()
+	case <-time.After(15 * time.Second):
+		return ports.Environment{}, errors.New("never told the agent registered")
+	}
+}
+
+// Provision is told when the environment's agent registers: a runtime whose
+// engine reports a running environment late may return then.
+func TestProvisionIsToldWhenTheAgentRegisters(t *testing.T) {
+	f := newFixture(t, time.Minute)
+	f.svc.cfg.Runtimes["late"] = waitsForItsAgent{f.rt}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// The agent registers while Provision waits.
+		eventually(t, "provisioning under way", func() bool {
+			e, ok := f.svc.Get("e1")
+			return ok && e.State == StateProvisioning
+		})
+		f.agents.SetStatus("e1", ports.AgentReady)
+	}()
+	e, err := f.svc.Create(context.Background(), Request{Runtime: "late", Name: "e1"})
+	<-done
+	if err != nil || e.State == StateFailed {
+		t.Fatalf("create: %+v, %v", e, err)
+	}
+	if !f.rt.has("e1") {
+		t.Fatal("Provision did not complete")
 	}
 }

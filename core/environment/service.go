@@ -494,8 +494,12 @@ func (s *Service) create(ctx context.Context, req Request, pool string) (Environ
 		cancel()
 		return Environment{}, fmt.Errorf("recording the agent's runtime kind: %w", err)
 	}
+	connected, provisioned := make(chan struct{}), make(chan struct{})
+	spec.AgentConnected = connected
+	go s.tellConnected(req.Name, connected, provisioned)
 	// Validation errors come back to the caller; the rest shows as progress.
 	env, err := rt.Provision(pctx, spec)
+	close(provisioned)
 	if err != nil {
 		cancel()
 		_ = s.cfg.Credentials.Delete(req.Name)
@@ -538,6 +542,25 @@ func (s *Service) create(ctx context.Context, req Request, pool string) (Environ
 	go s.awaitAgent(pctx, req.Name, req.Runtime)
 	got, _ := s.get(req.Name)
 	return got.Environment, nil
+}
+
+// tellConnected closes connected once name's agent is connected, unless
+// Provision returned (provisioned closed) first. Polled finely: a runtime may
+// be waiting on it to return.
+func (s *Service) tellConnected(name string, connected, provisioned chan struct{}) {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if s.connected(name) {
+			close(connected)
+			return
+		}
+		select {
+		case <-provisioned:
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // awaitAgent marks the environment ready once its agent is connected.

@@ -185,6 +185,16 @@ func Server(mgmtBinary string) (v1.Image, error) {
 	})
 }
 
+// WithAgent is img with agent's layer on top: the agent at AgentPath,
+// root's and read-only to anyone else.
+func WithAgent(img, agent v1.Image) (v1.Image, error) {
+	layers, err := agent.Layers()
+	if err != nil {
+		return nil, err
+	}
+	return mutate.AppendLayers(img, layers...)
+}
+
 // Workload is the default workload image: the static busybox at busybox
 // (empty: Debian's busybox-static) with a symlink per applet, /tmp (1777),
 // passwd and group entries for root and nobody, and nobody as its user.
@@ -320,6 +330,11 @@ func Build(dir, agentBinary, busybox, version string) ([]Built, error) {
 	}
 	workload, err := Workload(busybox)
 	if err != nil {
+		return nil, err
+	}
+	// The default workload carries the agent too: its pods need no init
+	// container to inject it (adapters/kubernetes DefaultImageHasAgent).
+	if workload, err = WithAgent(workload, agent); err != nil {
 		return nil, err
 	}
 	var out []Built

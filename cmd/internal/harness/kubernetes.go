@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -725,7 +726,14 @@ func (c *KubernetesCluster) ProjectImages() (agentImage, workloadImage string, e
 // cluster's containerd, so that pods run the agent of the tree under test.
 // It returns their references as the kubelet resolves them (docker.io/…).
 func (c *KubernetesCluster) ImportProjectImages(ctx context.Context, agentBinary, dir string) (agentImage, workloadImage string, err error) {
-	built, err := ociimage.Build(dir, agentBinary, "", "")
+	// Tagged by the agent's own hash: test runs of other trees share the
+	// cluster (and its image store), and must not run each other's agent.
+	bin, err := os.ReadFile(agentBinary)
+	if err != nil {
+		return "", "", err
+	}
+	sum := sha256.Sum256(bin)
+	built, err := ociimage.Build(dir, agentBinary, "", "test-"+hex.EncodeToString(sum[:6]))
 	if err != nil {
 		return "", "", err
 	}

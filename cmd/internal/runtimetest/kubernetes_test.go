@@ -53,7 +53,7 @@ func startKube(t *testing.T) *kube {
 	}
 	return &kube{cluster: c, ns: ns, link: link, cli: cli, cfg: kubernetes.Config{
 		Kubeconfig: c.Kubeconfig, Namespace: ns, Owner: "conf",
-		AgentImage: agentImage, DefaultImage: workloadImage, PullPolicy: corev1.PullNever,
+		AgentImage: agentImage, DefaultImage: workloadImage, DefaultImageHasAgent: true, PullPolicy: corev1.PullNever,
 		ServerURL: "https://" + harness.KubernetesGateway + ":" + strconv.Itoa(port), CA: ca,
 		StartTimeout: 2 * time.Minute, StopGrace: 2 * time.Second,
 	}}
@@ -122,6 +122,7 @@ func TestKubernetes(t *testing.T) {
 		portstest.RunRuntimeSuite(t, k.link.Harness(rt, base, k.leftovers))
 	})
 	t.Run("Hardening", func(t *testing.T) { kubeHardening(t, k) })
+	t.Run("AnyImage", func(t *testing.T) { kubeAnyImage(t, k) })
 	t.Run("Unschedulable", func(t *testing.T) { kubeUnschedulable(t, k) })
 	t.Run("ImageMissing", func(t *testing.T) { kubeImageMissing(t, k) })
 	t.Run("DeletedBehindOurBack", func(t *testing.T) { kubeDeletedBehindOurBack(t, k) })
@@ -469,5 +470,33 @@ func kubePlacement(t *testing.T, k *kube) {
 	}
 	if left := k.leftovers(t, "nowhere"); len(left) > 0 {
 		t.Errorf("a failed Provision left %v", left)
+	}
+}
+
+// kubeAnyImage: an image that knows nothing of the agent (the test
+// cluster's own busybox image) gets it from the init container, read-only;
+// the project's default image carries its own and needs none.
+func kubeAnyImage(t *testing.T, k *kube) {
+	rt := k.runtime(t, nil)
+	k.provision(t, rt, ports.EnvironmentSpec{Name: "foreign", Image: harness.KubernetesWorkloadImage})
+	p := k.getPod(t, rt, "foreign")
+	if len(p.Spec.InitContainers) != 1 || p.Spec.InitContainers[0].Image != k.cfg.AgentImage {
+		t.Errorf("init containers %+v; want the agent image's", p.Spec.InitContainers)
+	}
+	res := portstest.RunScript(t, k.link.Service, "foreign", `ls /usr/local/bin/probe >/dev/null && echo OWN-IMAGE
+touch /opt/agentic/x 2>/dev/null && echo AGENT-DIR-WRITABLE
+cp /dev/null /opt/agentic/agentic-agent 2>/dev/null && echo AGENT-REPLACED
+echo done`, nil)
+	if res.Exit != 0 || !strings.Contains(res.Output, "OWN-IMAGE") || !strings.Contains(res.Output, "done") {
+		t.Fatalf("script in the foreign image: exit %d, %q %s", res.Exit, res.Output, res.Error)
+	}
+	for _, bad := range []string{"AGENT-DIR-WRITABLE", "AGENT-REPLACED"} {
+		if strings.Contains(res.Output, bad) {
+			t.Errorf("a command could: %s", bad)
+		}
+	}
+	k.provision(t, rt, ports.EnvironmentSpec{Name: "native"})
+	if p := k.getPod(t, rt, "native"); len(p.Spec.InitContainers) != 0 || p.Spec.Containers[0].Command[0] != kubernetes.ImageAgentPath {
+		t.Errorf("the default image's pod: init %d, command %v; want its own agent", len(p.Spec.InitContainers), p.Spec.Containers[0].Command)
 	}
 }
