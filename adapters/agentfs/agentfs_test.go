@@ -1,13 +1,16 @@
 package agentfs
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
@@ -162,6 +165,92 @@ func TestListing(t *testing.T) {
 	one, err := l.List(context.Background(), "b")
 	if err != nil || len(one.Entries) != 1 || one.Entries[0].Name != "b" {
 		t.Fatalf("listing a file: %+v %v", one, err)
+	}
+}
+
+// A directory whose path is as long as PATH_MAX allows holds entries whose
+// paths from / are longer: listing it shows them and its archive holds
+// them all (a walk by absolute paths failed with ENAMETOOLONG after the
+// archive's first bytes had gone out, and the listing dropped them), and
+// files are written there.
+func TestDirectoryAtPathMax(t *testing.T) {
+	l, base := newLocal(t)
+	root, err := os.OpenRoot(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	rel := ""
+	for len(base)+1+len(rel) < 4095 {
+		n := min(99, 4095-len(base)-1-len(rel)-1)
+		if rel == "" {
+			n++
+		}
+		rel = filepath.Join(rel, strings.Repeat("a", n))
+	}
+	dir := filepath.Join(base, rel)
+	if len(dir) != 4095 {
+		t.Fatalf("made a %d-byte path", len(dir))
+	}
+	if err := root.MkdirAll(rel+"/d", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := root.WriteFile(rel+"/x", []byte("x!"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := root.WriteFile(rel+"/d/y", []byte("y!"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := root.Symlink("x", rel+"/l"); err != nil {
+		t.Fatal(err)
+	}
+	// A file at 4095 bytes, and one whose name is 255 bytes: their
+	// temporary names are longer than PATH_MAX and NAME_MAX would allow.
+	for _, p := range []string{dir[:len(dir)-1] + "f", filepath.Join(base, strings.Repeat("n", 255))} {
+		if err := writeAll(t, l, p, []byte("written")); err != nil {
+			t.Fatalf("writing %d bytes named %d: %v", len(p), len(filepath.Base(p)), err)
+		}
+		r, err := l.Open(context.Background(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(r)
+		r.Close()
+		if err != nil || string(b) != "written" {
+			t.Fatalf("read back %q %v", b, err)
+		}
+	}
+	ls, err := l.List(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ls.Entries {
+		names = append(names, e.Name+":"+string(e.Type)+":"+e.LinkTarget)
+	}
+	if got, want := strings.Join(names, " "), "d:dir: l:symlink:x x:file:"; got != want {
+		t.Errorf("listing %q, want %q", got, want)
+	}
+	r, err := l.OpenArchive(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	tr := tar.NewReader(r)
+	got := map[string]string{}
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("the archive after %v: %v", got, err)
+		}
+		b, _ := io.ReadAll(tr)
+		got[h.Name] = string(b) + h.Linkname
+	}
+	if want := map[string]string{"d/": "", "d/y": "y!", "l": "x", "x": "x!"}; !maps.Equal(got, want) {
+		t.Fatalf("archive %v, want %v", got, want)
 	}
 }
 

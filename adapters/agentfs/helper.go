@@ -16,6 +16,7 @@ package agentfs
 import (
 	"bufio"
 	"compress/gzip"
+	"crypto/rand"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -156,8 +157,15 @@ func serve(args []string, stdin io.Reader, stdout io.Writer, ready func(size int
 // readableDir checks that dir can be archived by this user: it can be
 // opened and listed (read permission) and what it holds looked at (search
 // permission, tried on its first entry).
+// The entry is looked at relative to dir, as tarsafe.Create walks: dir
+// may be as long as PATH_MAX allows, and its entries' paths longer.
 func readableDir(dir string) error {
-	d, err := os.Open(dir)
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = root.Close() }()
+	d, err := root.Open(".")
 	if err != nil {
 		return err
 	}
@@ -167,7 +175,7 @@ func readableDir(dir string) error {
 		return err
 	}
 	if len(names) > 0 {
-		if _, err := os.Lstat(filepath.Join(dir, names[0])); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if _, err := root.Lstat(names[0]); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
 	}
@@ -222,7 +230,8 @@ type wireListing struct {
 	Truncated bool        `json:"truncated,omitempty"`
 }
 
-func entryOf(dir, name string, fi fs.FileInfo) wireEntry {
+// entryOf is the entry name in a directory; readlink reads a link there.
+func entryOf(name string, fi fs.FileInfo, readlink func(string) (string, error)) wireEntry {
 	e := wireEntry{Name: name, Size: fi.Size(), Mode: uint32(fi.Mode().Perm() | fi.Mode()&(fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky)), MTime: fi.ModTime().UTC()}
 	switch m := fi.Mode(); {
 	case m.IsRegular():
@@ -231,7 +240,7 @@ func entryOf(dir, name string, fi fs.FileInfo) wireEntry {
 		e.Type = string(ports.FileTypeDir)
 	case m&fs.ModeSymlink != 0:
 		e.Type = string(ports.FileTypeSymlink)
-		e.Link, _ = os.Readlink(filepath.Join(dir, name))
+		e.Link, _ = readlink(name)
 	default:
 		e.Type = string(ports.FileTypeOther)
 	}
@@ -254,9 +263,18 @@ func list(path string) (wireListing, error) {
 		if err != nil {
 			return wireListing{}, err
 		}
-		return wireListing{Path: path, Entries: []wireEntry{entryOf(filepath.Dir(path), filepath.Base(path), lfi)}}, nil
+		readlink := func(string) (string, error) { return os.Readlink(path) }
+		return wireListing{Path: path, Entries: []wireEntry{entryOf(filepath.Base(path), lfi, readlink)}}, nil
 	}
-	d, err := os.Open(path)
+	// The entries are looked at relative to the directory, never by a
+	// path from /: an entry of a directory whose path is near PATH_MAX
+	// has a longer one, and is listed all the same.
+	root, err := os.OpenRoot(path)
+	if err != nil {
+		return wireListing{}, err
+	}
+	defer func() { _ = root.Close() }()
+	d, err := root.Open(".")
 	if err != nil {
 		return wireListing{}, err
 	}
@@ -273,7 +291,7 @@ func list(path string) (wireListing, error) {
 			if ierr != nil {
 				continue // removed while listing
 			}
-			l.Entries = append(l.Entries, entryOf(path, de.Name(), info))
+			l.Entries = append(l.Entries, entryOf(de.Name(), info, root.Readlink))
 		}
 		if l.Truncated || errors.Is(err, io.EOF) || len(des) == 0 {
 			break
@@ -310,19 +328,40 @@ func read(path string, out io.Writer, ready func(int64)) error {
 
 // write puts the bytes under a temporary name beside path and renames it
 // over path once all have arrived (an existing symlink is replaced, not
-// written through).
+// written through). The temporary file is made and renamed relative to
+// the directory: its name is longer than path's, which may be as long as
+// PATH_MAX allows.
 func write(path string, mode fs.FileMode, max int64, in io.Reader) error {
 	if mode == 0 {
 		mode = 0o644
 	}
-	dir := filepath.Dir(path)
+	dir, name := filepath.Split(path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	if fi, err := os.Lstat(path); err == nil && fi.IsDir() {
 		return fmt.Errorf("%w: %s is a directory", errInvalid, path)
 	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".upload-*")
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = root.Close() }()
+	// The temporary name holds at most 200 bytes of name: a name may be
+	// as long as NAME_MAX (255 bytes) allows.
+	prefix := name
+	if len(prefix) > 200 {
+		prefix = prefix[:200]
+	}
+	var tmp *os.File
+	var tmpName string
+	for range 100 {
+		tmpName = "." + prefix + ".upload-" + rand.Text()
+		tmp, err = root.OpenFile(tmpName, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if !errors.Is(err, fs.ErrExist) {
+			break
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -330,7 +369,7 @@ func write(path string, mode fs.FileMode, max int64, in io.Reader) error {
 	defer func() {
 		if !committed {
 			tmp.Close()
-			os.Remove(tmp.Name())
+			_ = root.Remove(tmpName)
 		}
 	}()
 	if _, err := io.Copy(tmp, limit(in, max)); err != nil {
@@ -342,7 +381,7 @@ func write(path string, mode fs.FileMode, max int64, in io.Reader) error {
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err := root.Rename(tmpName, name); err != nil {
 		return err
 	}
 	committed = true

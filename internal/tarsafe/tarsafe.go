@@ -186,21 +186,23 @@ func mkdirAll(root *os.Root, dir string) error {
 // Create writes the tree at dir to w as tar: regular files, directories and
 // symbolic links (kept as links, never followed); other files are skipped.
 func Create(w io.Writer, dir string) error {
-	// Files are opened through root: a link swapped in while walking
-	// cannot make it read outside dir.
+	// The walk goes through root, every step relative to a directory it
+	// holds open: a link swapped in while walking cannot make it list or
+	// read outside dir, and a tree deeper than PATH_MAX (which Linux
+	// allows, and Extract makes) is archived whole, where a path from /
+	// would fail with ENAMETOOLONG half-way through.
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = root.Close() }()
 	tw := tar.NewWriter(w)
-	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	err = fs.WalkDir(root.FS(), ".", func(rel string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		rel, err := filepath.Rel(dir, p)
-		if err != nil || rel == "." {
-			return err
+		if rel == "." {
+			return nil
 		}
 		info, err := d.Info()
 		if err != nil {
@@ -218,7 +220,7 @@ func Create(w io.Writer, dir string) error {
 		if err != nil {
 			return err
 		}
-		h.Name = filepath.ToSlash(rel)
+		h.Name = rel
 		if info.IsDir() {
 			h.Name += "/"
 		}

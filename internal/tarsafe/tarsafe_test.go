@@ -4,8 +4,10 @@ import (
 	"archive/tar"
 	"bytes"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -74,6 +76,72 @@ func TestTreeRoundTripKeepsLinks(t *testing.T) {
 		if got, err := os.Readlink(filepath.Join(dst, name)); err != nil || got != want {
 			t.Fatalf("%s: link %q %v, want %q kept as a link", name, got, err, want)
 		}
+	}
+}
+
+// A tree deeper than PATH_MAX (4096 bytes from /) is a tree Linux allows
+// and Extract makes (it works relative to open directories): Create
+// archives all of it, where a walk by absolute paths failed with
+// ENAMETOOLONG half-way and cut the archive short.
+func TestTreeDeeperThanPathMaxRoundTrips(t *testing.T) {
+	src := t.TempDir()
+	deep := strings.TrimSuffix(strings.Repeat(strings.Repeat("a", 99)+"/", 45), "/") // 4499 bytes
+	if len(src)+1+len(deep) <= 4096 {
+		t.Fatalf("the tree is not deeper than PATH_MAX: %d bytes", len(src)+1+len(deep))
+	}
+	in := archive(t,
+		entry{name: deep + "/d/", typ: tar.TypeDir, mode: 0o755},
+		entry{name: deep + "/x", typ: tar.TypeReg, body: "deep"},
+		entry{name: deep + "/l", typ: tar.TypeSymlink, link: "x"},
+		entry{name: "top", typ: tar.TypeReg, body: "top"})
+	if err := Extract(bytes.NewReader(in), src); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := Create(&buf, src); err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	got := map[string]string{}
+	tr := tar.NewReader(bytes.NewReader(buf.Bytes()))
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("the archive: %v", err)
+		}
+		b, _ := io.ReadAll(tr)
+		got[h.Name] = string(h.Typeflag) + string(b) + h.Linkname
+	}
+	for name, want := range map[string]string{
+		deep + "/d/": string(rune(tar.TypeDir)), deep + "/x": string(rune(tar.TypeReg)) + "deep",
+		deep + "/l": string(rune(tar.TypeSymlink)) + "x", "top": string(rune(tar.TypeReg)) + "top",
+		"a" + strings.Repeat("a", 98) + "/": string(rune(tar.TypeDir)),
+	} {
+		if got[name] != want {
+			t.Errorf("entry %.40q…: %q, want %q", name, got[name], want)
+		}
+	}
+	if want := 45 + 4; len(got) != want {
+		t.Errorf("%d entries, want %d", len(got), want)
+	}
+	dst := t.TempDir()
+	if err := Extract(bytes.NewReader(buf.Bytes()), dst); err != nil {
+		t.Fatalf("extracting the archive again: %v", err)
+	}
+	root, err := os.OpenRoot(dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	f, err := root.Open(deep + "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if b, err := io.ReadAll(f); err != nil || string(b) != "deep" {
+		t.Fatalf("the deep file after the round trip: %q %v", b, err)
 	}
 }
 

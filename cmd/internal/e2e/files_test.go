@@ -624,3 +624,84 @@ func (b *heldBody) Read(p []byte) (int, error) {
 	b.left -= int64(n)
 	return n, err
 }
+
+// The requests TestSpecFuzz's seed 1234 sent: an archive extracted under a
+// path of 4095 bytes (the most the spec allows), which makes files deeper
+// than PATH_MAX, then the archive of a directory above it. The agent walked
+// the tree by paths from /, failed with ENAMETOOLONG after the 200 had gone
+// out, and the answer was cut short (unexpected EOF). Now the archive is
+// whole, the deep directory is listed and archived, a file is written at
+// 4095 bytes, and the tree is deleted.
+func TestFilesTreeDeeperThanPathMax(t *testing.T) {
+	s := startServer(t, 1, "")
+	t1 := filepath.Join(t.TempDir(), "t1")
+	// The generator's at_max_length path: segments of 99 bytes to 4095.
+	deep := t1
+	for len(deep) < 4095 {
+		deep += "/" + strings.Repeat("a", 99)
+	}
+	deep = deep[:4095]
+	if strings.HasSuffix(deep, "/") {
+		deep = deep[:4094] + "a"
+	}
+	rel := strings.TrimPrefix(deep, t1+"/")
+	upload := tarOf(t, &tar.Header{Name: "d/", Typeflag: tar.TypeDir, Mode: 0o755}, &tar.Header{Name: "x", Typeflag: tar.TypeReg, Mode: 0o644, Size: 5})
+	if st, b := fileDo(t, s, http.MethodPut, fileURL(s, "host-01", "/archive", deep), bytes.NewReader(upload)); st != http.StatusNoContent {
+		t.Fatalf("writeArchive at %d bytes: %d %s", len(deep), st, b)
+	}
+	entries := func(what string, tarball []byte) map[string]string {
+		t.Helper()
+		got := map[string]string{}
+		tr := tar.NewReader(bytes.NewReader(tarball))
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				return got
+			}
+			if err != nil {
+				t.Fatalf("%s: the archive after %d entries: %v", what, len(got), err)
+			}
+			b, _ := io.ReadAll(tr)
+			got[h.Name] = string(b)
+		}
+	}
+	st, tarball := fileDo(t, s, http.MethodGet, fileURL(s, "host-01", "/archive", t1), nil)
+	if st != http.StatusOK {
+		t.Fatalf("readArchive of t1: %d %s", st, tarball)
+	}
+	got := entries("t1", tarball)
+	if got[rel+"/x"] != "xxxxx" {
+		t.Errorf("t1's archive lacks the deep file %.60q…/x: %d entries", rel, len(got))
+	}
+	if _, ok := got[rel+"/d/"]; !ok {
+		t.Errorf("t1's archive lacks the deep directory d/")
+	}
+	if want := strings.Count(rel, "/") + 1 + 2; len(got) != want {
+		t.Errorf("t1's archive has %d entries, want %d", len(got), want)
+	}
+	if st, tarball = fileDo(t, s, http.MethodGet, fileURL(s, "host-01", "/archive", deep), nil); st != http.StatusOK {
+		t.Fatalf("readArchive at 4095 bytes: %d %s", st, tarball)
+	}
+	if got := entries("deep", tarball); len(got) != 2 || got["x"] != "xxxxx" {
+		t.Errorf("the deep directory's archive: %v", got)
+	}
+	l := listing(t, s, "host-01", deep)
+	if len(l.Entries) != 2 || l.Entries[0].Name != "d" || l.Entries[1].Name != "x" || l.Entries[1].Size != 5 {
+		t.Errorf("the deep directory's listing: %+v", l.Entries)
+	}
+	// A file written at 4095 bytes (beside the deep directory): its
+	// temporary name beside it is longer.
+	file := deep[:len(deep)-1] + "f"
+	if st, b := fileDo(t, s, http.MethodPut, fileURL(s, "host-01", "/content", file), strings.NewReader("file")); st != http.StatusNoContent {
+		t.Fatalf("writeFile at %d bytes: %d %s", len(file), st, b)
+	}
+	if st, b := fileDo(t, s, http.MethodGet, fileURL(s, "host-01", "/content", file), nil); st != http.StatusOK || string(b) != "file" {
+		t.Fatalf("readFile at %d bytes: %d %q", len(file), st, b)
+	}
+	if st, b := fileDo(t, s, http.MethodDelete, fileURL(s, "host-01", "", t1, "recursive", "true"), nil); st != http.StatusNoContent {
+		t.Fatalf("deleteFile t1: %d %s", st, b)
+	}
+	if _, err := os.Lstat(t1); !os.IsNotExist(err) {
+		t.Fatalf("t1 after its deletion: %v", err)
+	}
+}

@@ -389,7 +389,7 @@ func (f *specFuzz) send(t testing.TB, c specfuzz.Case) {
 	a := specfuzz.Answer{Status: resp.StatusCode, Header: resp.Header}
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
 		if a.Body, err = io.ReadAll(resp.Body); err != nil {
-			t.Fatalf("%s (%s): reading the answer: %v", c.Op.Name(), c.Kind, err)
+			t.Fatalf("%s (%s) %s %s → %d %v: reading the answer after %d bytes %q: %v", c.Op.Name(), c.Kind, c.Op.Method, clipURL(c.URL()), resp.StatusCode, resp.Header, len(a.Body), clipBytes(a.Body), err)
 		}
 	}
 	resp.Body.Close()
