@@ -22,6 +22,11 @@ func TestCheckResponse(t *testing.T) {
 		{"an error with more than error and code", "GET", "/no/such/route", 404, jsonHeader, `{"error":"x","code":"x","detail":1}`, "exactly"},
 		{"a success on an operation the contract lacks", "GET", "/api/v1/no-such-thing", 200, jsonHeader, `{}`, "not in openapi.yaml"},
 		{"a status the operation does not declare", "GET", "/api/v1/agents", 418, jsonHeader, `{"error":"x","code":"teapot"}`, "breaks openapi.yaml"},
+		// An id with a slash, escaped in its path segment, names the
+		// operation on it, as the server routes it: a mission of aiwg
+		// serve's may have any id.
+		{"a success on an id with an escaped slash", "GET", "/api/v1/missions/cLd~C%25%2F2", 200, jsonHeader, `{"mission_id":"cLd~C%/2"}`, "doesn't match schema"},
+		{"an undeclared status on an id with an escaped slash", "GET", "/api/v1/missions/a%2fb", 418, jsonHeader, `{"error":"x","code":"teapot"}`, "status is not supported"},
 	} {
 		req := httptest.NewRequest(c.method, c.path, nil)
 		err := CheckResponse(req, c.status, c.header, []byte(c.body))
