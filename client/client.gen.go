@@ -1402,7 +1402,10 @@ type ListTasksParams struct {
 
 // CreateTaskParams defines parameters for CreateTask.
 type CreateTaskParams struct {
-	DryRun         *bool   `form:"dry_run,omitempty" json:"dry_run,omitempty"`
+	DryRun *bool `form:"dry_run,omitempty" json:"dry_run,omitempty"`
+
+	// IdempotencyKey At most 128 printable ASCII characters (space to `~`, as the IETF draft's
+	// sf-string), so that a key is as many bytes as characters; 400 otherwise.
 	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
 }
 

@@ -1,6 +1,8 @@
 package rest
 
 import (
+	"io"
+	"net/http"
 	"net/url"
 	"strings"
 	"testing"
@@ -66,5 +68,60 @@ func TestBodiesAreHeldToTheSpec(t *testing.T) {
 	expect(t, e.call("POST", "/api/v1/commands/c1/stdin", `{"data_base64":"abc"}`), 400, "invalid_request")
 	if n := len(e.link.Commands()); n != 0 {
 		t.Fatalf("%d commands started by refused requests", n)
+	}
+}
+
+// TestIdempotencyKeyIsPrintableASCII: createTask's Idempotency-Key is at
+// most 128 printable ASCII characters, so the spec's limit (characters)
+// and the server's (bytes) are one. TestSpecFuzz (seeds 4242, 31337) sent
+// the first key: 128 characters and 129 bytes, which the spec allowed
+// and the server refused.
+func TestIdempotencyKeyIsPrintableASCII(t *testing.T) {
+	e := newEnv(t)
+	send := func(key string) response {
+		t.Helper()
+		req, err := http.NewRequest("POST", e.srv.URL+"/api/v1/tasks", strings.NewReader(`{"manifest":{}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := e.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkContract(t, req, resp.StatusCode, resp.Header, b)
+		return response{status: resp.StatusCode, header: resp.Header, body: b}
+	}
+	// The spec's verdict on a key: the schema of the parameter.
+	param := loadSpec(t).Paths.Find("/api/v1/tasks").Post.Parameters.GetByInAndName("header", "Idempotency-Key")
+	if param == nil {
+		t.Fatal("createTask declares no Idempotency-Key")
+	}
+	for _, key := range []string{
+		"QKs3OQw\u00e9Y" + strings.Repeat("a", 119),
+		strings.Repeat("\u00e9", 10),
+		"tab\there",
+		strings.Repeat("k", 129),
+	} {
+		expect(t, send(key), 400, "invalid_request")
+		if param.Schema.Value.VisitJSON(key) == nil {
+			t.Errorf("openapi.yaml allows the Idempotency-Key %q the server refuses", key)
+		}
+	}
+	// At the limit, and every printable character: the handler answers.
+	for _, key := range []string{strings.Repeat("k", 128), " !\"#$%&'()*+,-./09:;<=>?@AZ[\\]^_`az{|}~"} {
+		if r := send(key); r.status == 400 {
+			t.Errorf("Idempotency-Key %q: %d %s", key, r.status, r.body)
+		}
+		if err := param.Schema.Value.VisitJSON(key); err != nil {
+			t.Errorf("openapi.yaml refuses the Idempotency-Key %q: %v", key, err)
+		}
 	}
 }

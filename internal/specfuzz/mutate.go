@@ -97,6 +97,9 @@ func paramMutations(p *openapi3.Parameter) []mutation {
 		}
 		out = append(out, mutation{v.kind + " " + at, func(c *Case, r *rand.Rand) bool {
 			x, ok := v.value(scalarString(get(c)), r)
+			if ok && p.In == openapi3.ParameterInHeader && strings.ContainsFunc(scalarString(x), func(ch rune) bool { return ch < ' ' && ch != '\t' || ch == 0x7f }) {
+				return false // no HTTP client sends a control character in a header
+			}
 			if ok {
 				set(c, scalarString(x))
 			}
@@ -143,7 +146,7 @@ func scalarMutations(s *openapi3.Schema, mayBeEmpty bool) []scalarMutation {
 		if s.Pattern != "" {
 			re := regexp.MustCompile(s.Pattern)
 			add("pattern_mismatch", func(any, *rand.Rand) (any, bool) {
-				for _, v := range []string{"!!", "zz", " ", "a=b", "0", "-a", "\x01"} {
+				for _, v := range []string{"!!", "zz", " ", "a=b", "0", "-a", "\u00e9", "\x01"} {
 					if !re.MatchString(v) {
 						return v, true
 					}

@@ -3037,6 +3037,10 @@ export interface operations {
                 dry_run?: boolean;
             };
             header?: {
+                /**
+                 * @description At most 128 printable ASCII characters (space to `~`, as the IETF draft's
+                 *     sf-string), so that a key is as many bytes as characters; 400 otherwise.
+                 */
                 "Idempotency-Key"?: string;
             };
             path?: never;
