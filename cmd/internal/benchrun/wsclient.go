@@ -37,7 +37,7 @@ type wsFrame struct {
 type wsConn struct{ *websocket.Conn }
 
 func dialTerm(srv *harness.Server) (*wsConn, error) {
-	_, port, _ := strings.Cut(strings.TrimPrefix(srv.AgentURL, "http://"), ":")
+	_, port, _ := strings.Cut(srv.AgentAddr(), ":")
 	p, err := strconv.Atoi(port)
 	if err != nil {
 		return nil, err

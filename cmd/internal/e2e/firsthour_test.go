@@ -188,7 +188,7 @@ func TestFirstHour(t *testing.T) {
 	localize := func(text string) string {
 		pairs := []string{firstHourDemoRepo, localRepo}
 		if s != nil {
-			host, port, _ := strings.Cut(strings.TrimPrefix(s.AgentURL, "http://"), ":")
+			host, port, _ := strings.Cut(s.AgentAddr(), ":")
 			p, _ := strconv.Atoi(port)
 			for i, addr := range []string{"127.0.0.1:8120", "127.0.0.1:8121", "127.0.0.1:8122"} {
 				pairs = append(pairs, addr, fmt.Sprintf("%s:%d", host, p+i))

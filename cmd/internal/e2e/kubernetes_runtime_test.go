@@ -557,7 +557,7 @@ func TestKubernetesRuntimeEgressThroughTheAgent(t *testing.T) {
 				t.Errorf("policy %s selects %s=%s; the pod has %v", p.Name, key, val, pod.Labels)
 			}
 		}
-		_, agentPort, _ := net.SplitHostPort(strings.TrimPrefix(k.s.AgentURL, "https://"))
+		_, agentPort, _ := net.SplitHostPort(k.s.AgentAddr())
 		eg := p.Spec.Egress
 		if len(p.Spec.Ingress) != 0 || len(p.Spec.PolicyTypes) != 2 || len(eg) != 1 || len(eg[0].To) != 1 || eg[0].To[0].IPBlock == nil ||
 			eg[0].To[0].IPBlock.CIDR != harness.KubernetesGateway+"/32" || len(eg[0].Ports) != 1 || eg[0].Ports[0].Port.String() != agentPort {

@@ -134,7 +134,7 @@ func TestGRPCurlListsAndDescribesTheService(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := strings.TrimPrefix(s.AgentURL, "http://")
+	addr := s.AgentAddr()
 	run := func(args ...string) string {
 		t.Helper()
 		cmd := exec.Command("go", append([]string{"tool", "grpcurl", "-plaintext"}, args...)...)

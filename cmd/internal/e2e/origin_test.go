@@ -17,7 +17,7 @@ import (
 // Origin) is refused before the token is even looked at.
 func TestWebSocketOriginMustBeTheServersOwn(t *testing.T) {
 	s := startServer(t, 0, "")
-	host, port, _ := strings.Cut(strings.TrimPrefix(s.AgentURL, "http://"), ":")
+	host, port, _ := strings.Cut(s.AgentAddr(), ":")
 	agentPort, _ := strconv.Atoi(port)
 	wsURL := fmt.Sprintf("ws://%s:%d/ws", host, agentPort+1)
 	restOrigin := fmt.Sprintf("http://%s:%d", host, agentPort+2)
@@ -63,7 +63,7 @@ func TestWebSocketOriginMustBeTheServersOwn(t *testing.T) {
 // connection stays up for the next one.
 func TestWebSocketBadFramesGetErrorFrames(t *testing.T) {
 	s := startServer(t, 0, "")
-	host, port, _ := strings.Cut(strings.TrimPrefix(s.AgentURL, "http://"), ":")
+	host, port, _ := strings.Cut(s.AgentAddr(), ":")
 	p, _ := strconv.Atoi(port)
 	ws, _, err := websocket.DefaultDialer.Dial(fmt.Sprintf("ws://%s:%d/ws", host, p+1), http.Header{"Authorization": {"Bearer " + s.Token}})
 	if err != nil {

@@ -29,7 +29,7 @@ func TestAgentPortOverTLS(t *testing.T) {
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(pem)
-	addr := strings.TrimPrefix(s.AgentURL, "http://")
+	addr := s.AgentAddr()
 	c, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", NextProtos: []string{"h2"}})
 	if err != nil {
 		t.Fatalf("TLS with the server's CA: %v", err)

@@ -230,6 +230,13 @@ type Server struct {
 	waitErr  chan error
 }
 
+// AgentAddr is the agent port's host:port (AgentURL without its scheme,
+// http or https).
+func (s *Server) AgentAddr() string {
+	_, addr, _ := strings.Cut(s.AgentURL, "://")
+	return addr
+}
+
 // Start runs agentic-mgmt and waits until its REST port answers.
 func Start(bins Binaries, opts Options) (*Server, error) {
 	listenHost := "127.0.0.1"
