@@ -196,6 +196,24 @@ func (e HITLResponseDecision) Valid() bool {
 	}
 }
 
+// Defines values for ListeningPortFamily.
+const (
+	Ipv4 ListeningPortFamily = "ipv4"
+	Ipv6 ListeningPortFamily = "ipv6"
+)
+
+// Valid indicates whether the value is a known member of the ListeningPortFamily enum.
+func (e ListeningPortFamily) Valid() bool {
+	switch e {
+	case Ipv4:
+		return true
+	case Ipv6:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for MissionState.
 const (
 	MissionStateAborted      MissionState = "aborted"
@@ -789,6 +807,31 @@ type Health struct {
 	// Status Example: ok
 	Status  string `json:"status"`
 	Version string `json:"version"`
+}
+
+// ListeningPort defines model for ListeningPort.
+type ListeningPort struct {
+	// Address The local address it listens on, e.g. 0.0.0.0, 127.0.0.1, :: or ::1.
+	Address string              `json:"address"`
+	Family  ListeningPortFamily `json:"family"`
+	Port    int                 `json:"port"`
+
+	// Process The name of a process holding the socket (its comm), where the agent may read it.
+	Process *string `json:"process,omitempty"`
+}
+
+// ListeningPortFamily defines model for ListeningPort.Family.
+type ListeningPortFamily string
+
+// ListeningPortList defines model for ListeningPortList.
+type ListeningPortList struct {
+	Ports []ListeningPort `json:"ports"`
+
+	// Truncated More ports listen than the 256 listed.
+	Truncated bool `json:"truncated"`
+
+	// UpdatedAt When the server received the list; absent while the agent has reported none.
+	UpdatedAt *time.Time `json:"updated_at,omitempty"`
 }
 
 // Metrics defines model for Metrics.
@@ -1673,6 +1716,19 @@ type ClientInterface interface {
 	// Corresponds with PUT /api/v1/agents/{agent_id}/files/content (the `WriteFile` operationId).
 	WriteFileWithBody(ctx context.Context, agentId AgentID, params *WriteFileParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListAgentPorts The TCP ports listening on an agent's machine or environment. 404 `agent_not_found`.
+	//
+	// The TCP ports listening inside it (every address, IPv4 and IPv6), as its agent last
+	// reported them: the agent looks every 2 s and sends the whole list when it changes (the
+	// change stream then names `ports`). At most 256, the lowest, with `truncated` set when more
+	// listen. `process` is the name of a process holding the socket, where the agent may read
+	// it (absent otherwise, e.g. another user's process). `updated_at` is when the server got the
+	// list, absent while the agent has reported none on its current connection (the list is
+	// empty then, and after the agent disconnects).
+	//
+	// Corresponds with GET /api/v1/agents/{agent_id}/ports (the `ListAgentPorts` operationId).
+	ListAgentPorts(ctx context.Context, agentId AgentID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListAgentSessions The sessions of one agent, oldest first (empty for an agent with none).
 	//
 	// Corresponds with GET /api/v1/agents/{agent_id}/sessions (the `ListAgentSessions` operationId).
@@ -1719,7 +1775,7 @@ type ClientInterface interface {
 	// WatchChanges Server-Sent Events naming the collections that changed, for live views.
 	//
 	// Each `changed` event's data is `{"kinds": [...]}`, a subset of `agents`,
-	// `environments`, `sessions`, `missions`, `hitl`, `tasks`, `agent_metrics`: read those
+	// `environments`, `sessions`, `missions`, `hitl`, `tasks`, `agent_metrics`, `ports` (an agent's listening ports): read those
 	// lists again (`agent_metrics`: only heartbeats and metrics changed, no agent's status or
 	// presence, so a view may reload at its own pace). Changes
 	// are coalesced (at most one event per `interval_ms`, default 250), so a burst of
@@ -1849,6 +1905,19 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /api/v1/environments/{name}/pause (the `PauseEnvironment` operationId).
 	PauseEnvironment(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListEnvironmentPorts The TCP ports listening inside an environment. 404 `environment_not_found`.
+	//
+	// The TCP ports listening inside it (every address, IPv4 and IPv6), as its agent last
+	// reported them: the agent looks every 2 s and sends the whole list when it changes (the
+	// change stream then names `ports`). At most 256, the lowest, with `truncated` set when more
+	// listen. `process` is the name of a process holding the socket, where the agent may read
+	// it (absent otherwise, e.g. another user's process). `updated_at` is when the server got the
+	// list, absent while the agent has reported none on its current connection (the list is
+	// empty then, and after the agent disconnects).
+	//
+	// Corresponds with GET /api/v1/environments/{name}/ports (the `ListEnvironmentPorts` operationId).
+	ListEnvironmentPorts(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ResumeEnvironment Let a paused environment run again.
 	//
@@ -2443,6 +2512,29 @@ func (c *Client) WriteFileWithBody(ctx context.Context, agentId AgentID, params 
 	return c.Client.Do(req)
 }
 
+// ListAgentPorts The TCP ports listening on an agent's machine or environment. 404 `agent_not_found`.
+//
+// The TCP ports listening inside it (every address, IPv4 and IPv6), as its agent last
+// reported them: the agent looks every 2 s and sends the whole list when it changes (the
+// change stream then names `ports`). At most 256, the lowest, with `truncated` set when more
+// listen. `process` is the name of a process holding the socket, where the agent may read
+// it (absent otherwise, e.g. another user's process). `updated_at` is when the server got the
+// list, absent while the agent has reported none on its current connection (the list is
+// empty then, and after the agent disconnects).
+//
+// Corresponds with GET /api/v1/agents/{agent_id}/ports (the `ListAgentPorts` operationId).
+func (c *Client) ListAgentPorts(ctx context.Context, agentId AgentID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListAgentPortsRequest(c.Server, agentId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListAgentSessions The sessions of one agent, oldest first (empty for an agent with none).
 //
 // Corresponds with GET /api/v1/agents/{agent_id}/sessions (the `ListAgentSessions` operationId).
@@ -2539,7 +2631,7 @@ func (c *Client) GetAIWGStatus(ctx context.Context, reqEditors ...RequestEditorF
 // WatchChanges Server-Sent Events naming the collections that changed, for live views.
 //
 // Each `changed` event's data is `{"kinds": [...]}`, a subset of `agents`,
-// `environments`, `sessions`, `missions`, `hitl`, `tasks`, `agent_metrics`: read those
+// `environments`, `sessions`, `missions`, `hitl`, `tasks`, `agent_metrics`, `ports` (an agent's listening ports): read those
 // lists again (`agent_metrics`: only heartbeats and metrics changed, no agent's status or
 // presence, so a view may reload at its own pace). Changes
 // are coalesced (at most one event per `interval_ms`, default 250), so a burst of
@@ -2810,6 +2902,29 @@ func (c *Client) GetEnvironment(ctx context.Context, name EnvironmentName, reqEd
 // Corresponds with POST /api/v1/environments/{name}/pause (the `PauseEnvironment` operationId).
 func (c *Client) PauseEnvironment(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewPauseEnvironmentRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListEnvironmentPorts The TCP ports listening inside an environment. 404 `environment_not_found`.
+//
+// The TCP ports listening inside it (every address, IPv4 and IPv6), as its agent last
+// reported them: the agent looks every 2 s and sends the whole list when it changes (the
+// change stream then names `ports`). At most 256, the lowest, with `truncated` set when more
+// listen. `process` is the name of a process holding the socket, where the agent may read
+// it (absent otherwise, e.g. another user's process). `updated_at` is when the server got the
+// list, absent while the agent has reported none on its current connection (the list is
+// empty then, and after the agent disconnects).
+//
+// Corresponds with GET /api/v1/environments/{name}/ports (the `ListEnvironmentPorts` operationId).
+func (c *Client) ListEnvironmentPorts(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListEnvironmentPortsRequest(c.Server, name)
 	if err != nil {
 		return nil, err
 	}
@@ -4048,6 +4163,40 @@ func NewWriteFileRequestWithBody(server string, agentId AgentID, params *WriteFi
 	return req, nil
 }
 
+// NewListAgentPortsRequest constructs an http.Request for the ListAgentPorts method
+func NewListAgentPortsRequest(server string, agentId AgentID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "agent_id", agentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/agents/%s/ports", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListAgentSessionsRequest constructs an http.Request for the ListAgentSessions method
 func NewListAgentSessionsRequest(server string, agentId AgentID) (*http.Request, error) {
 	var err error
@@ -4698,6 +4847,40 @@ func NewPauseEnvironmentRequest(server string, name EnvironmentName) (*http.Requ
 	}
 
 	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListEnvironmentPortsRequest constructs an http.Request for the ListEnvironmentPorts method
+func NewListEnvironmentPortsRequest(server string, name EnvironmentName) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/environments/%s/ports", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -6241,6 +6424,21 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with PUT /api/v1/agents/{agent_id}/files/content (the `WriteFile` operationId).
 	WriteFileWithBodyWithResponse(ctx context.Context, agentId AgentID, params *WriteFileParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*WriteFileResponse, error)
 
+	// ListAgentPortsWithResponse The TCP ports listening on an agent's machine or environment. 404 `agent_not_found`.
+	//
+	// The TCP ports listening inside it (every address, IPv4 and IPv6), as its agent last
+	// reported them: the agent looks every 2 s and sends the whole list when it changes (the
+	// change stream then names `ports`). At most 256, the lowest, with `truncated` set when more
+	// listen. `process` is the name of a process holding the socket, where the agent may read
+	// it (absent otherwise, e.g. another user's process). `updated_at` is when the server got the
+	// list, absent while the agent has reported none on its current connection (the list is
+	// empty then, and after the agent disconnects).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/agents/{agent_id}/ports (the `ListAgentPorts` operationId).
+	ListAgentPortsWithResponse(ctx context.Context, agentId AgentID, reqEditors ...RequestEditorFn) (*ListAgentPortsResponse, error)
+
 	// ListAgentSessionsWithResponse The sessions of one agent, oldest first (empty for an agent with none).
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -6293,7 +6491,7 @@ type ClientWithResponsesInterface interface {
 	// WatchChangesWithResponse Server-Sent Events naming the collections that changed, for live views.
 	//
 	// Each `changed` event's data is `{"kinds": [...]}`, a subset of `agents`,
-	// `environments`, `sessions`, `missions`, `hitl`, `tasks`, `agent_metrics`: read those
+	// `environments`, `sessions`, `missions`, `hitl`, `tasks`, `agent_metrics`, `ports` (an agent's listening ports): read those
 	// lists again (`agent_metrics`: only heartbeats and metrics changed, no agent's status or
 	// presence, so a view may reload at its own pace). Changes
 	// are coalesced (at most one event per `interval_ms`, default 250), so a burst of
@@ -6443,6 +6641,21 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /api/v1/environments/{name}/pause (the `PauseEnvironment` operationId).
 	PauseEnvironmentWithResponse(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*PauseEnvironmentResponse, error)
+
+	// ListEnvironmentPortsWithResponse The TCP ports listening inside an environment. 404 `environment_not_found`.
+	//
+	// The TCP ports listening inside it (every address, IPv4 and IPv6), as its agent last
+	// reported them: the agent looks every 2 s and sends the whole list when it changes (the
+	// change stream then names `ports`). At most 256, the lowest, with `truncated` set when more
+	// listen. `process` is the name of a process holding the socket, where the agent may read
+	// it (absent otherwise, e.g. another user's process). `updated_at` is when the server got the
+	// list, absent while the agent has reported none on its current connection (the list is
+	// empty then, and after the agent disconnects).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/environments/{name}/ports (the `ListEnvironmentPorts` operationId).
+	ListEnvironmentPortsWithResponse(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*ListEnvironmentPortsResponse, error)
 
 	// ResumeEnvironmentWithResponse Let a paused environment run again.
 	//
@@ -7633,6 +7846,68 @@ func (r WriteFileResponse) ContentType() string {
 	return ""
 }
 
+type ListAgentPortsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ListeningPortList
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListAgentPortsResponse) GetJSON200() *ListeningPortList {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ListAgentPortsResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ListAgentPortsResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r ListAgentPortsResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r ListAgentPortsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListAgentPortsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListAgentPortsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListAgentPortsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListAgentSessionsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -8697,6 +8972,68 @@ func (r PauseEnvironmentResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r PauseEnvironmentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListEnvironmentPortsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ListeningPortList
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListEnvironmentPortsResponse) GetJSON200() *ListeningPortList {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ListEnvironmentPortsResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ListEnvironmentPortsResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r ListEnvironmentPortsResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r ListEnvironmentPortsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListEnvironmentPortsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListEnvironmentPortsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListEnvironmentPortsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -10821,6 +11158,27 @@ func (c *ClientWithResponses) WriteFileWithBodyWithResponse(ctx context.Context,
 	return ParseWriteFileResponse(rsp)
 }
 
+// ListAgentPortsWithResponse The TCP ports listening on an agent's machine or environment. 404 `agent_not_found`.
+//
+// The TCP ports listening inside it (every address, IPv4 and IPv6), as its agent last
+// reported them: the agent looks every 2 s and sends the whole list when it changes (the
+// change stream then names `ports`). At most 256, the lowest, with `truncated` set when more
+// listen. `process` is the name of a process holding the socket, where the agent may read
+// it (absent otherwise, e.g. another user's process). `updated_at` is when the server got the
+// list, absent while the agent has reported none on its current connection (the list is
+// empty then, and after the agent disconnects).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/agents/{agent_id}/ports (the `ListAgentPorts` operationId).
+func (c *ClientWithResponses) ListAgentPortsWithResponse(ctx context.Context, agentId AgentID, reqEditors ...RequestEditorFn) (*ListAgentPortsResponse, error) {
+	rsp, err := c.ListAgentPorts(ctx, agentId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListAgentPortsResponse(rsp)
+}
+
 // ListAgentSessionsWithResponse The sessions of one agent, oldest first (empty for an agent with none).
 //
 // Returns a wrapper object for the known response body format(s).
@@ -10903,7 +11261,7 @@ func (c *ClientWithResponses) GetAIWGStatusWithResponse(ctx context.Context, req
 // WatchChangesWithResponse Server-Sent Events naming the collections that changed, for live views.
 //
 // Each `changed` event's data is `{"kinds": [...]}`, a subset of `agents`,
-// `environments`, `sessions`, `missions`, `hitl`, `tasks`, `agent_metrics`: read those
+// `environments`, `sessions`, `missions`, `hitl`, `tasks`, `agent_metrics`, `ports` (an agent's listening ports): read those
 // lists again (`agent_metrics`: only heartbeats and metrics changed, no agent's status or
 // presence, so a view may reload at its own pace). Changes
 // are coalesced (at most one event per `interval_ms`, default 250), so a burst of
@@ -11142,6 +11500,27 @@ func (c *ClientWithResponses) PauseEnvironmentWithResponse(ctx context.Context, 
 		return nil, err
 	}
 	return ParsePauseEnvironmentResponse(rsp)
+}
+
+// ListEnvironmentPortsWithResponse The TCP ports listening inside an environment. 404 `environment_not_found`.
+//
+// The TCP ports listening inside it (every address, IPv4 and IPv6), as its agent last
+// reported them: the agent looks every 2 s and sends the whole list when it changes (the
+// change stream then names `ports`). At most 256, the lowest, with `truncated` set when more
+// listen. `process` is the name of a process holding the socket, where the agent may read
+// it (absent otherwise, e.g. another user's process). `updated_at` is when the server got the
+// list, absent while the agent has reported none on its current connection (the list is
+// empty then, and after the agent disconnects).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/environments/{name}/ports (the `ListEnvironmentPorts` operationId).
+func (c *ClientWithResponses) ListEnvironmentPortsWithResponse(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*ListEnvironmentPortsResponse, error) {
+	rsp, err := c.ListEnvironmentPorts(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListEnvironmentPortsResponse(rsp)
 }
 
 // ResumeEnvironmentWithResponse Let a paused environment run again.
@@ -12395,6 +12774,53 @@ func ParseWriteFileResponse(rsp *http.Response) (*WriteFileResponse, error) {
 	return response, nil
 }
 
+// ParseListAgentPortsResponse parses an HTTP response from a ListAgentPortsWithResponse call
+func ParseListAgentPortsResponse(rsp *http.Response) (*ListAgentPortsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListAgentPortsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ListeningPortList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseListAgentSessionsResponse parses an HTTP response from a ListAgentSessionsWithResponse call
 func ParseListAgentSessionsResponse(rsp *http.Response) (*ListAgentSessionsResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -13255,6 +13681,53 @@ func ParsePauseEnvironmentResponse(rsp *http.Response) (*PauseEnvironmentRespons
 			return nil, err
 		}
 		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListEnvironmentPortsResponse parses an HTTP response from a ListEnvironmentPortsWithResponse call
+func ParseListEnvironmentPortsResponse(rsp *http.Response) (*ListEnvironmentPortsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListEnvironmentPortsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ListeningPortList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
 
 	}
 

@@ -13,6 +13,8 @@ const (
 	ChangeTasks
 	// ChangeAgentMetrics: heartbeats and metrics that changed no status.
 	ChangeAgentMetrics
+	// ChangePorts: an agent's listening ports changed.
+	ChangePorts
 )
 
 // ChangeKinds in the order they are named on the wire.
@@ -22,6 +24,7 @@ var ChangeKinds = []struct {
 }{
 	{ChangeAgents, "agents"}, {ChangeEnvironments, "environments"}, {ChangeSessions, "sessions"},
 	{ChangeMissions, "missions"}, {ChangeHITL, "hitl"}, {ChangeTasks, "tasks"}, {ChangeAgentMetrics, "agent_metrics"},
+	{ChangePorts, "ports"},
 }
 
 // ChangeNotifier hears that something changed, never what: it must not

@@ -69,6 +69,9 @@ type Config struct {
 	// not a relayed serial port), so files and tunnels get their own.
 	// http:// and https:// always do; serial:// never.
 	BulkConnection bool
+	// PortsInterval is how often the agent looks at the TCP ports
+	// listening in its environment (0: every 2 s; negative: never).
+	PortsInterval time.Duration
 }
 
 // Agent is a running agent.
@@ -107,6 +110,9 @@ type Agent struct {
 
 	// perms are the permission requests waiting for the server.
 	perms permissions
+
+	// ports finds the listening ports (used by one connection at a time).
+	ports *portScanner
 
 	mu       sync.Mutex
 	running  map[string]*running
@@ -161,6 +167,7 @@ func New(cfg Config) (*Agent, error) {
 		finished: map[string]finished{},
 		tmux:     !cfg.NoTmux && haveTmux(),
 		guest:    realGuest,
+		ports:    newPortScanner("/proc"),
 
 		heartbeatAfter: time.After,
 	}

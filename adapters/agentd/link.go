@@ -129,7 +129,7 @@ func (a *Agent) serve(ctx context.Context) (registered bool, err error) {
 	errc := make(chan error, 3)
 	draining := make(chan struct{})
 	recvEnded := make(chan struct{})
-	wg.Add(3)
+	wg.Add(4)
 	go func() {
 		defer wg.Done()
 		defer close(recvEnded)
@@ -161,6 +161,7 @@ func (a *Agent) serve(ctx context.Context) (registered bool, err error) {
 	}()
 	go func() { defer wg.Done(); errc <- a.sendLoop(cctx, stream, draining) }()
 	go func() { defer wg.Done(); a.heartbeatLoop(cctx) }()
+	go func() { defer wg.Done(); a.portsLoop(cctx) }()
 
 	err = <-errc
 	if errors.Is(err, errDrained) {

@@ -35,7 +35,11 @@ func (s *Service) RetireAgent(_ context.Context, agentID, reason string) {
 	}
 	if known {
 		s.log.Info("agent retired", "agent_id", agentID, "reason", reason, "commands_ended", len(ending))
-		s.cfg.Changes.Changed(ports.ChangeAgents)
+		kinds := ports.ChangeAgents
+		if c != nil && !c.listening.UpdatedAt.IsZero() {
+			kinds |= ports.ChangePorts
+		}
+		s.cfg.Changes.Changed(kinds)
 	}
 }
 

@@ -48,6 +48,9 @@ type conn struct {
 	ackMu   sync.Mutex
 	acks    map[ackKey]uint64
 	ackWake chan struct{}
+	// listening is what the agent last reported listens in its
+	// environment on this connection (Service.mu).
+	listening ports.ListeningPorts
 }
 
 type ackKey struct {
@@ -337,10 +340,15 @@ func (s *Service) disconnect(c *conn) {
 	if s.conns[c.agentID] == c {
 		delete(s.conns, c.agentID)
 	}
+	hadPorts := !c.listening.UpdatedAt.IsZero()
 	s.mu.Unlock()
 	if current {
 		s.log.Info("agent disconnected", "agent_id", c.agentID)
-		s.cfg.Changes.Changed(ports.ChangeAgents)
+		kinds := ports.ChangeAgents
+		if hadPorts { // its list is unknown now
+			kinds |= ports.ChangePorts
+		}
+		s.cfg.Changes.Changed(kinds)
 	}
 }
 
@@ -350,11 +358,15 @@ func (s *Service) receiveLoop(c *conn, stream *connect.BidiStream[sandboxv1.Conn
 		if err != nil {
 			return err
 		}
-		s.handle(c, msg)
+		if err := s.handle(c, msg); err != nil {
+			return err
+		}
 	}
 }
 
-func (s *Service) handle(c *conn, msg *sandboxv1.ConnectRequest) {
+// handle takes one message of the agent; an error (bad input) ends the
+// stream with its code.
+func (s *Service) handle(c *conn, msg *sandboxv1.ConnectRequest) error {
 	now := s.cfg.Clock.Now()
 	switch p := msg.GetPayload().(type) {
 	case *sandboxv1.ConnectRequest_Heartbeat:
@@ -407,10 +419,13 @@ func (s *Service) handle(c *conn, msg *sandboxv1.ConnectRequest) {
 		if cmd := s.commandOf(c.agentID, p.StdinAck.GetCommandId()); cmd != nil {
 			cmd.stdinAcked(p.StdinAck)
 		}
+	case *sandboxv1.ConnectRequest_PortsReport:
+		return s.portsReported(c, p.PortsReport, now)
 	case *sandboxv1.ConnectRequest_Pong, *sandboxv1.ConnectRequest_SessionAck:
 	case *sandboxv1.ConnectRequest_Registration:
 		s.log.Warn("agent sent a second registration; ignored", "agent_id", c.agentID)
 	default:
 		s.log.Warn("agent sent an unknown message; ignored", "agent_id", c.agentID)
 	}
+	return nil
 }

@@ -101,6 +101,9 @@ type Deps struct {
 	Dashboard http.Handler
 	// Changes tells GET /api/v1/changes what changed (nil: nothing ever).
 	Changes *changes.Hub
+	// ListeningPorts are the ports each agent reported listening (nil:
+	// none are known).
+	ListeningPorts ports.ListeningPortsReader
 }
 
 // Server implements restapi.StrictServerInterface.

@@ -263,6 +263,8 @@ func provideREST(cfg Config, svc *agentrpc.Service, op OperatorHTTP, uc UseCases
 		Origins:      op.Origins,
 		Dashboard:    dash,
 		Changes:      ch,
+
+		ListeningPorts: svc,
 	})
 	// Background commands outlive a restart on their agents: the link
 	// hands those its agents report back to the REST API, which started them.

@@ -204,6 +204,24 @@ func (e HITLResponseDecision) Valid() bool {
 	}
 }
 
+// Defines values for ListeningPortFamily.
+const (
+	Ipv4 ListeningPortFamily = "ipv4"
+	Ipv6 ListeningPortFamily = "ipv6"
+)
+
+// Valid indicates whether the value is a known member of the ListeningPortFamily enum.
+func (e ListeningPortFamily) Valid() bool {
+	switch e {
+	case Ipv4:
+		return true
+	case Ipv6:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for MissionState.
 const (
 	MissionStateAborted      MissionState = "aborted"
@@ -797,6 +815,31 @@ type Health struct {
 	// Status Example: ok
 	Status  string `json:"status"`
 	Version string `json:"version"`
+}
+
+// ListeningPort defines model for ListeningPort.
+type ListeningPort struct {
+	// Address The local address it listens on, e.g. 0.0.0.0, 127.0.0.1, :: or ::1.
+	Address string              `json:"address"`
+	Family  ListeningPortFamily `json:"family"`
+	Port    int                 `json:"port"`
+
+	// Process The name of a process holding the socket (its comm), where the agent may read it.
+	Process *string `json:"process,omitempty"`
+}
+
+// ListeningPortFamily defines model for ListeningPort.Family.
+type ListeningPortFamily string
+
+// ListeningPortList defines model for ListeningPortList.
+type ListeningPortList struct {
+	Ports []ListeningPort `json:"ports"`
+
+	// Truncated More ports listen than the 256 listed.
+	Truncated bool `json:"truncated"`
+
+	// UpdatedAt When the server received the list; absent while the agent has reported none.
+	UpdatedAt *time.Time `json:"updated_at,omitempty"`
 }
 
 // Metrics defines model for Metrics.
@@ -1681,6 +1724,19 @@ type ClientInterface interface {
 	// Corresponds with PUT /api/v1/agents/{agent_id}/files/content (the `WriteFile` operationId).
 	WriteFileWithBody(ctx context.Context, agentId AgentID, params *WriteFileParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListAgentPorts The TCP ports listening on an agent's machine or environment. 404 `agent_not_found`.
+	//
+	// The TCP ports listening inside it (every address, IPv4 and IPv6), as its agent last
+	// reported them: the agent looks every 2 s and sends the whole list when it changes (the
+	// change stream then names `ports`). At most 256, the lowest, with `truncated` set when more
+	// listen. `process` is the name of a process holding the socket, where the agent may read
+	// it (absent otherwise, e.g. another user's process). `updated_at` is when the server got the
+	// list, absent while the agent has reported none on its current connection (the list is
+	// empty then, and after the agent disconnects).
+	//
+	// Corresponds with GET /api/v1/agents/{agent_id}/ports (the `ListAgentPorts` operationId).
+	ListAgentPorts(ctx context.Context, agentId AgentID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListAgentSessions The sessions of one agent, oldest first (empty for an agent with none).
 	//
 	// Corresponds with GET /api/v1/agents/{agent_id}/sessions (the `ListAgentSessions` operationId).
@@ -1727,7 +1783,7 @@ type ClientInterface interface {
 	// WatchChanges Server-Sent Events naming the collections that changed, for live views.
 	//
 	// Each `changed` event's data is `{"kinds": [...]}`, a subset of `agents`,
-	// `environments`, `sessions`, `missions`, `hitl`, `tasks`, `agent_metrics`: read those
+	// `environments`, `sessions`, `missions`, `hitl`, `tasks`, `agent_metrics`, `ports` (an agent's listening ports): read those
 	// lists again (`agent_metrics`: only heartbeats and metrics changed, no agent's status or
 	// presence, so a view may reload at its own pace). Changes
 	// are coalesced (at most one event per `interval_ms`, default 250), so a burst of
@@ -1857,6 +1913,19 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /api/v1/environments/{name}/pause (the `PauseEnvironment` operationId).
 	PauseEnvironment(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListEnvironmentPorts The TCP ports listening inside an environment. 404 `environment_not_found`.
+	//
+	// The TCP ports listening inside it (every address, IPv4 and IPv6), as its agent last
+	// reported them: the agent looks every 2 s and sends the whole list when it changes (the
+	// change stream then names `ports`). At most 256, the lowest, with `truncated` set when more
+	// listen. `process` is the name of a process holding the socket, where the agent may read
+	// it (absent otherwise, e.g. another user's process). `updated_at` is when the server got the
+	// list, absent while the agent has reported none on its current connection (the list is
+	// empty then, and after the agent disconnects).
+	//
+	// Corresponds with GET /api/v1/environments/{name}/ports (the `ListEnvironmentPorts` operationId).
+	ListEnvironmentPorts(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ResumeEnvironment Let a paused environment run again.
 	//
@@ -2451,6 +2520,29 @@ func (c *Client) WriteFileWithBody(ctx context.Context, agentId AgentID, params 
 	return c.Client.Do(req)
 }
 
+// ListAgentPorts The TCP ports listening on an agent's machine or environment. 404 `agent_not_found`.
+//
+// The TCP ports listening inside it (every address, IPv4 and IPv6), as its agent last
+// reported them: the agent looks every 2 s and sends the whole list when it changes (the
+// change stream then names `ports`). At most 256, the lowest, with `truncated` set when more
+// listen. `process` is the name of a process holding the socket, where the agent may read
+// it (absent otherwise, e.g. another user's process). `updated_at` is when the server got the
+// list, absent while the agent has reported none on its current connection (the list is
+// empty then, and after the agent disconnects).
+//
+// Corresponds with GET /api/v1/agents/{agent_id}/ports (the `ListAgentPorts` operationId).
+func (c *Client) ListAgentPorts(ctx context.Context, agentId AgentID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListAgentPortsRequest(c.Server, agentId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListAgentSessions The sessions of one agent, oldest first (empty for an agent with none).
 //
 // Corresponds with GET /api/v1/agents/{agent_id}/sessions (the `ListAgentSessions` operationId).
@@ -2547,7 +2639,7 @@ func (c *Client) GetAIWGStatus(ctx context.Context, reqEditors ...RequestEditorF
 // WatchChanges Server-Sent Events naming the collections that changed, for live views.
 //
 // Each `changed` event's data is `{"kinds": [...]}`, a subset of `agents`,
-// `environments`, `sessions`, `missions`, `hitl`, `tasks`, `agent_metrics`: read those
+// `environments`, `sessions`, `missions`, `hitl`, `tasks`, `agent_metrics`, `ports` (an agent's listening ports): read those
 // lists again (`agent_metrics`: only heartbeats and metrics changed, no agent's status or
 // presence, so a view may reload at its own pace). Changes
 // are coalesced (at most one event per `interval_ms`, default 250), so a burst of
@@ -2818,6 +2910,29 @@ func (c *Client) GetEnvironment(ctx context.Context, name EnvironmentName, reqEd
 // Corresponds with POST /api/v1/environments/{name}/pause (the `PauseEnvironment` operationId).
 func (c *Client) PauseEnvironment(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewPauseEnvironmentRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListEnvironmentPorts The TCP ports listening inside an environment. 404 `environment_not_found`.
+//
+// The TCP ports listening inside it (every address, IPv4 and IPv6), as its agent last
+// reported them: the agent looks every 2 s and sends the whole list when it changes (the
+// change stream then names `ports`). At most 256, the lowest, with `truncated` set when more
+// listen. `process` is the name of a process holding the socket, where the agent may read
+// it (absent otherwise, e.g. another user's process). `updated_at` is when the server got the
+// list, absent while the agent has reported none on its current connection (the list is
+// empty then, and after the agent disconnects).
+//
+// Corresponds with GET /api/v1/environments/{name}/ports (the `ListEnvironmentPorts` operationId).
+func (c *Client) ListEnvironmentPorts(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListEnvironmentPortsRequest(c.Server, name)
 	if err != nil {
 		return nil, err
 	}
@@ -4056,6 +4171,40 @@ func NewWriteFileRequestWithBody(server string, agentId AgentID, params *WriteFi
 	return req, nil
 }
 
+// NewListAgentPortsRequest constructs an http.Request for the ListAgentPorts method
+func NewListAgentPortsRequest(server string, agentId AgentID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "agent_id", agentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/agents/%s/ports", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListAgentSessionsRequest constructs an http.Request for the ListAgentSessions method
 func NewListAgentSessionsRequest(server string, agentId AgentID) (*http.Request, error) {
 	var err error
@@ -4706,6 +4855,40 @@ func NewPauseEnvironmentRequest(server string, name EnvironmentName) (*http.Requ
 	}
 
 	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListEnvironmentPortsRequest constructs an http.Request for the ListEnvironmentPorts method
+func NewListEnvironmentPortsRequest(server string, name EnvironmentName) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/environments/%s/ports", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -6249,6 +6432,21 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with PUT /api/v1/agents/{agent_id}/files/content (the `WriteFile` operationId).
 	WriteFileWithBodyWithResponse(ctx context.Context, agentId AgentID, params *WriteFileParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*WriteFileResponse, error)
 
+	// ListAgentPortsWithResponse The TCP ports listening on an agent's machine or environment. 404 `agent_not_found`.
+	//
+	// The TCP ports listening inside it (every address, IPv4 and IPv6), as its agent last
+	// reported them: the agent looks every 2 s and sends the whole list when it changes (the
+	// change stream then names `ports`). At most 256, the lowest, with `truncated` set when more
+	// listen. `process` is the name of a process holding the socket, where the agent may read
+	// it (absent otherwise, e.g. another user's process). `updated_at` is when the server got the
+	// list, absent while the agent has reported none on its current connection (the list is
+	// empty then, and after the agent disconnects).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/agents/{agent_id}/ports (the `ListAgentPorts` operationId).
+	ListAgentPortsWithResponse(ctx context.Context, agentId AgentID, reqEditors ...RequestEditorFn) (*ListAgentPortsResponse, error)
+
 	// ListAgentSessionsWithResponse The sessions of one agent, oldest first (empty for an agent with none).
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -6301,7 +6499,7 @@ type ClientWithResponsesInterface interface {
 	// WatchChangesWithResponse Server-Sent Events naming the collections that changed, for live views.
 	//
 	// Each `changed` event's data is `{"kinds": [...]}`, a subset of `agents`,
-	// `environments`, `sessions`, `missions`, `hitl`, `tasks`, `agent_metrics`: read those
+	// `environments`, `sessions`, `missions`, `hitl`, `tasks`, `agent_metrics`, `ports` (an agent's listening ports): read those
 	// lists again (`agent_metrics`: only heartbeats and metrics changed, no agent's status or
 	// presence, so a view may reload at its own pace). Changes
 	// are coalesced (at most one event per `interval_ms`, default 250), so a burst of
@@ -6451,6 +6649,21 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /api/v1/environments/{name}/pause (the `PauseEnvironment` operationId).
 	PauseEnvironmentWithResponse(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*PauseEnvironmentResponse, error)
+
+	// ListEnvironmentPortsWithResponse The TCP ports listening inside an environment. 404 `environment_not_found`.
+	//
+	// The TCP ports listening inside it (every address, IPv4 and IPv6), as its agent last
+	// reported them: the agent looks every 2 s and sends the whole list when it changes (the
+	// change stream then names `ports`). At most 256, the lowest, with `truncated` set when more
+	// listen. `process` is the name of a process holding the socket, where the agent may read
+	// it (absent otherwise, e.g. another user's process). `updated_at` is when the server got the
+	// list, absent while the agent has reported none on its current connection (the list is
+	// empty then, and after the agent disconnects).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/environments/{name}/ports (the `ListEnvironmentPorts` operationId).
+	ListEnvironmentPortsWithResponse(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*ListEnvironmentPortsResponse, error)
 
 	// ResumeEnvironmentWithResponse Let a paused environment run again.
 	//
@@ -7641,6 +7854,68 @@ func (r WriteFileResponse) ContentType() string {
 	return ""
 }
 
+type ListAgentPortsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ListeningPortList
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListAgentPortsResponse) GetJSON200() *ListeningPortList {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ListAgentPortsResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ListAgentPortsResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r ListAgentPortsResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r ListAgentPortsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListAgentPortsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListAgentPortsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListAgentPortsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListAgentSessionsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -8705,6 +8980,68 @@ func (r PauseEnvironmentResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r PauseEnvironmentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListEnvironmentPortsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ListeningPortList
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListEnvironmentPortsResponse) GetJSON200() *ListeningPortList {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ListEnvironmentPortsResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ListEnvironmentPortsResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r ListEnvironmentPortsResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r ListEnvironmentPortsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListEnvironmentPortsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListEnvironmentPortsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListEnvironmentPortsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -10829,6 +11166,27 @@ func (c *ClientWithResponses) WriteFileWithBodyWithResponse(ctx context.Context,
 	return ParseWriteFileResponse(rsp)
 }
 
+// ListAgentPortsWithResponse The TCP ports listening on an agent's machine or environment. 404 `agent_not_found`.
+//
+// The TCP ports listening inside it (every address, IPv4 and IPv6), as its agent last
+// reported them: the agent looks every 2 s and sends the whole list when it changes (the
+// change stream then names `ports`). At most 256, the lowest, with `truncated` set when more
+// listen. `process` is the name of a process holding the socket, where the agent may read
+// it (absent otherwise, e.g. another user's process). `updated_at` is when the server got the
+// list, absent while the agent has reported none on its current connection (the list is
+// empty then, and after the agent disconnects).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/agents/{agent_id}/ports (the `ListAgentPorts` operationId).
+func (c *ClientWithResponses) ListAgentPortsWithResponse(ctx context.Context, agentId AgentID, reqEditors ...RequestEditorFn) (*ListAgentPortsResponse, error) {
+	rsp, err := c.ListAgentPorts(ctx, agentId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListAgentPortsResponse(rsp)
+}
+
 // ListAgentSessionsWithResponse The sessions of one agent, oldest first (empty for an agent with none).
 //
 // Returns a wrapper object for the known response body format(s).
@@ -10911,7 +11269,7 @@ func (c *ClientWithResponses) GetAIWGStatusWithResponse(ctx context.Context, req
 // WatchChangesWithResponse Server-Sent Events naming the collections that changed, for live views.
 //
 // Each `changed` event's data is `{"kinds": [...]}`, a subset of `agents`,
-// `environments`, `sessions`, `missions`, `hitl`, `tasks`, `agent_metrics`: read those
+// `environments`, `sessions`, `missions`, `hitl`, `tasks`, `agent_metrics`, `ports` (an agent's listening ports): read those
 // lists again (`agent_metrics`: only heartbeats and metrics changed, no agent's status or
 // presence, so a view may reload at its own pace). Changes
 // are coalesced (at most one event per `interval_ms`, default 250), so a burst of
@@ -11150,6 +11508,27 @@ func (c *ClientWithResponses) PauseEnvironmentWithResponse(ctx context.Context, 
 		return nil, err
 	}
 	return ParsePauseEnvironmentResponse(rsp)
+}
+
+// ListEnvironmentPortsWithResponse The TCP ports listening inside an environment. 404 `environment_not_found`.
+//
+// The TCP ports listening inside it (every address, IPv4 and IPv6), as its agent last
+// reported them: the agent looks every 2 s and sends the whole list when it changes (the
+// change stream then names `ports`). At most 256, the lowest, with `truncated` set when more
+// listen. `process` is the name of a process holding the socket, where the agent may read
+// it (absent otherwise, e.g. another user's process). `updated_at` is when the server got the
+// list, absent while the agent has reported none on its current connection (the list is
+// empty then, and after the agent disconnects).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/environments/{name}/ports (the `ListEnvironmentPorts` operationId).
+func (c *ClientWithResponses) ListEnvironmentPortsWithResponse(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*ListEnvironmentPortsResponse, error) {
+	rsp, err := c.ListEnvironmentPorts(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListEnvironmentPortsResponse(rsp)
 }
 
 // ResumeEnvironmentWithResponse Let a paused environment run again.
@@ -12403,6 +12782,53 @@ func ParseWriteFileResponse(rsp *http.Response) (*WriteFileResponse, error) {
 	return response, nil
 }
 
+// ParseListAgentPortsResponse parses an HTTP response from a ListAgentPortsWithResponse call
+func ParseListAgentPortsResponse(rsp *http.Response) (*ListAgentPortsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListAgentPortsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ListeningPortList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseListAgentSessionsResponse parses an HTTP response from a ListAgentSessionsWithResponse call
 func ParseListAgentSessionsResponse(rsp *http.Response) (*ListAgentSessionsResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -13263,6 +13689,53 @@ func ParsePauseEnvironmentResponse(rsp *http.Response) (*PauseEnvironmentRespons
 			return nil, err
 		}
 		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListEnvironmentPortsResponse parses an HTTP response from a ListEnvironmentPortsWithResponse call
+func ParseListEnvironmentPortsResponse(rsp *http.Response) (*ListEnvironmentPortsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListEnvironmentPortsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ListeningPortList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
 
 	}
 
@@ -14797,6 +15270,9 @@ type ServerInterface interface {
 	// WriteFile Write a file from the body, streamed; parent directories are made.
 	// (PUT /api/v1/agents/{agent_id}/files/content)
 	WriteFile(w http.ResponseWriter, r *http.Request, agentId AgentID, params WriteFileParams)
+	// ListAgentPorts The TCP ports listening on an agent's machine or environment. 404 `agent_not_found`.
+	// (GET /api/v1/agents/{agent_id}/ports)
+	ListAgentPorts(w http.ResponseWriter, r *http.Request, agentId AgentID)
 	// ListAgentSessions The sessions of one agent, oldest first (empty for an agent with none).
 	// (GET /api/v1/agents/{agent_id}/sessions)
 	ListAgentSessions(w http.ResponseWriter, r *http.Request, agentId AgentID)
@@ -14842,6 +15318,9 @@ type ServerInterface interface {
 	// PauseEnvironment Freeze an environment's processes, keeping their memory (runtimes whose capabilities say pause).
 	// (POST /api/v1/environments/{name}/pause)
 	PauseEnvironment(w http.ResponseWriter, r *http.Request, name EnvironmentName)
+	// ListEnvironmentPorts The TCP ports listening inside an environment. 404 `environment_not_found`.
+	// (GET /api/v1/environments/{name}/ports)
+	ListEnvironmentPorts(w http.ResponseWriter, r *http.Request, name EnvironmentName)
 	// ResumeEnvironment Let a paused environment run again.
 	// (POST /api/v1/environments/{name}/resume)
 	ResumeEnvironment(w http.ResponseWriter, r *http.Request, name EnvironmentName)
@@ -15342,6 +15821,32 @@ func (siw *ServerInterfaceWrapper) WriteFile(w http.ResponseWriter, r *http.Requ
 	handler.ServeHTTP(w, r)
 }
 
+// ListAgentPorts operation middleware
+func (siw *ServerInterfaceWrapper) ListAgentPorts(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "agent_id" -------------
+	var agentId AgentID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "agent_id", r.PathValue("agent_id"), &agentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "agent_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListAgentPorts(w, r, agentId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ListAgentSessions operation middleware
 func (siw *ServerInterfaceWrapper) ListAgentSessions(w http.ResponseWriter, r *http.Request) {
 
@@ -15756,6 +16261,32 @@ func (siw *ServerInterfaceWrapper) PauseEnvironment(w http.ResponseWriter, r *ht
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.PauseEnvironment(w, r, name)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListEnvironmentPorts operation middleware
+func (siw *ServerInterfaceWrapper) ListEnvironmentPorts(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "name" -------------
+	var name EnvironmentName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", r.PathValue("name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "name", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListEnvironmentPorts(w, r, name)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -16838,6 +17369,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/changes", wrapper.WatchChanges)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/agents", wrapper.ListAgents)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/agents/{agent_id}", wrapper.GetAgent)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/agents/{agent_id}/ports", wrapper.ListAgentPorts)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/agents/{agent_id}/exec", wrapper.ExecCommand)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/agents/{agent_id}/commands", wrapper.StartCommand)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/api/v1/agents/{agent_id}/files", wrapper.DeleteFile)
@@ -16872,6 +17404,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/environments/{name}/pause", wrapper.PauseEnvironment)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/environments/{name}/resume", wrapper.ResumeEnvironment)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/environments/{name}/stop", wrapper.StopEnvironment)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/environments/{name}/ports", wrapper.ListEnvironmentPorts)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/tasks", wrapper.ListTasks)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/tasks", wrapper.CreateTask)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/api/v1/tasks/{task_id}", wrapper.CancelTask)
@@ -18029,6 +18562,70 @@ func (response WriteFile502JSONResponse) VisitWriteFileResponse(w http.ResponseW
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(502)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAgentPortsRequestObject struct {
+	AgentId AgentID `json:"agent_id"`
+}
+
+type ListAgentPortsResponseObject interface {
+	VisitListAgentPortsResponse(w http.ResponseWriter) error
+}
+
+type ListAgentPorts200JSONResponse ListeningPortList
+
+func (response ListAgentPorts200JSONResponse) VisitListAgentPortsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAgentPorts400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response ListAgentPorts400JSONResponse) VisitListAgentPortsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAgentPorts401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response ListAgentPorts401JSONResponse) VisitListAgentPortsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAgentPorts404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response ListAgentPorts404JSONResponse) VisitListAgentPortsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19325,6 +19922,70 @@ func (response PauseEnvironment503JSONResponse) VisitPauseEnvironmentResponse(w 
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListEnvironmentPortsRequestObject struct {
+	Name EnvironmentName `json:"name"`
+}
+
+type ListEnvironmentPortsResponseObject interface {
+	VisitListEnvironmentPortsResponse(w http.ResponseWriter) error
+}
+
+type ListEnvironmentPorts200JSONResponse ListeningPortList
+
+func (response ListEnvironmentPorts200JSONResponse) VisitListEnvironmentPortsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListEnvironmentPorts400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response ListEnvironmentPorts400JSONResponse) VisitListEnvironmentPortsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListEnvironmentPorts401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response ListEnvironmentPorts401JSONResponse) VisitListEnvironmentPortsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListEnvironmentPorts404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response ListEnvironmentPorts404JSONResponse) VisitListEnvironmentPortsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21554,6 +22215,9 @@ type StrictServerInterface interface {
 	// WriteFile Write a file from the body, streamed; parent directories are made.
 	// (PUT /api/v1/agents/{agent_id}/files/content)
 	WriteFile(ctx context.Context, request WriteFileRequestObject) (WriteFileResponseObject, error)
+	// ListAgentPorts The TCP ports listening on an agent's machine or environment. 404 `agent_not_found`.
+	// (GET /api/v1/agents/{agent_id}/ports)
+	ListAgentPorts(ctx context.Context, request ListAgentPortsRequestObject) (ListAgentPortsResponseObject, error)
 	// ListAgentSessions The sessions of one agent, oldest first (empty for an agent with none).
 	// (GET /api/v1/agents/{agent_id}/sessions)
 	ListAgentSessions(ctx context.Context, request ListAgentSessionsRequestObject) (ListAgentSessionsResponseObject, error)
@@ -21599,6 +22263,9 @@ type StrictServerInterface interface {
 	// PauseEnvironment Freeze an environment's processes, keeping their memory (runtimes whose capabilities say pause).
 	// (POST /api/v1/environments/{name}/pause)
 	PauseEnvironment(ctx context.Context, request PauseEnvironmentRequestObject) (PauseEnvironmentResponseObject, error)
+	// ListEnvironmentPorts The TCP ports listening inside an environment. 404 `environment_not_found`.
+	// (GET /api/v1/environments/{name}/ports)
+	ListEnvironmentPorts(ctx context.Context, request ListEnvironmentPortsRequestObject) (ListEnvironmentPortsResponseObject, error)
 	// ResumeEnvironment Let a paused environment run again.
 	// (POST /api/v1/environments/{name}/resume)
 	ResumeEnvironment(ctx context.Context, request ResumeEnvironmentRequestObject) (ResumeEnvironmentResponseObject, error)
@@ -22004,6 +22671,32 @@ func (sh *strictHandler) WriteFile(w http.ResponseWriter, r *http.Request, agent
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(WriteFileResponseObject); ok {
 		if err := validResponse.VisitWriteFileResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListAgentPorts operation middleware
+func (sh *strictHandler) ListAgentPorts(w http.ResponseWriter, r *http.Request, agentId AgentID) {
+	var request ListAgentPortsRequestObject
+
+	request.AgentId = agentId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListAgentPorts(ctx, request.(ListAgentPortsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListAgentPorts")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListAgentPortsResponseObject); ok {
+		if err := validResponse.VisitListAgentPortsResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {
@@ -22424,6 +23117,32 @@ func (sh *strictHandler) PauseEnvironment(w http.ResponseWriter, r *http.Request
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(PauseEnvironmentResponseObject); ok {
 		if err := validResponse.VisitPauseEnvironmentResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListEnvironmentPorts operation middleware
+func (sh *strictHandler) ListEnvironmentPorts(w http.ResponseWriter, r *http.Request, name EnvironmentName) {
+	var request ListEnvironmentPortsRequestObject
+
+	request.Name = name
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListEnvironmentPorts(ctx, request.(ListEnvironmentPortsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListEnvironmentPorts")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListEnvironmentPortsResponseObject); ok {
+		if err := validResponse.VisitListEnvironmentPortsResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {
@@ -23223,324 +23942,332 @@ func (sh *strictHandler) GetReadyz(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L3rchs3tjD6KiieXWUy06IoWXYcqlIpxZET7fhWljLZs0MPG+wGSYyaAAOgRTEenZpf5wFOfVXfG+wX",
-	"+d5knuQU1gK60WQ3ScnyJTn5Y4tkNy4LC+t+eddK5GwuBRNGt/rvWnOq6IwZpuDTyYQJc/ad/ZOLVr81",
-	"p2bailqCzlir36L21yFPW1FLsV9zrlja6huVs6ilkymbUfvejF4/Z2Jipq3+weGTqDXjovgctcxybkfS",
-	"RnExad3cRK2ncjajIm2cNMHf73vaU3HFlRQzJsxLmKh2cvhvx2kfP9w+6zOesRcyhelSphPF54ZLO++r",
-	"xNCMzJmaca25FGTEjY4I6066pPf46IhIRb589KjbinCdv+ZMLcuFzuyg4cLm1Bim7JN/733zS2/vy7fv",
-	"Ht78R6tpUa/tttcWdTLSMssNi+zsimXU8CtGjCRmykjKFUuMVEv4BLjxQBN3XJpoQ5UhXPQJNWQmtSFH",
-	"va8eDcRoaZiOiJDk5U/PI8JoMiUFSpL2iJkFY4LojOop053i7cNHj4h7l2rynIv8mtAskws9EO3XJxc/",
-	"DF+c/BehIiUvT16c2g/HhJaLtudKMikmTBEzpcL+Y4gUCSP/kFywdG1bA8E1UWyca5aSUbDLTpcc9Xok",
-	"5uKKZjwd2qFjIs2UqQXXrDsQDYfkcGsnbLLAWsWn4Ez3v2h/0//l7/uDwXWv9/bdQXT46NHN/l86X5Tf",
-	"9eC7miOPWtd7TCmp9hJAxVa4EfvzazphT3OlpVpHiYspI4Jdm2ECDxA5BsDMFbviMtdkTieMtLlhM40g",
-	"TuSMWfSZSOLP1j6jyUxeMYsGADhCEyW1JhQHGMlcpFQtO034jrO3mihA7/CoDtPtxp7zGTc1qO7QzEy5",
-	"JjMqlsdkwc1U5oZwE1lM65KfuZnCpxAAmi41WUyZYgAI+xPuAS6AbtpABstYWT+f5TO7+l4Pjt59LHbC",
-	"hWETpnArUmb3RLgeHW0nXOcMqFIjldb4+31T6QuqLxvnNFRf3u+EN3YoPZdCM2CH39L0e2rYgi7tp0QK",
-	"wwTgDp3PM55Qizv7/9AWgd4Fk/6HYuNWv/V/7Zesdh9/1fun9uLhVOsXC8gLWdh/6IIuyWLKM0QrR1aJ",
-	"ooK0kQ9PpGD9kiqRhM4YGdHk0iPuQARvAglPeUqEdHeyeJQLR/h0IoVgiSETRRNmyefMonXwA9cDsaDc",
-	"sJTI3HRg0HIFY8ozS0injNgTYdr4tQK56VjKeBNZqL7Bnz8OVP1a4GJnY6lmLO22QPQQ44wnH20ZWuYq",
-	"YXYdXBBqCYRhSCRTyTScDHA0JEJt4P0IWTw0OAOWRgU20Ewxmi4JEylLO7Any8wvpHxO1YR9nH2NLY5y",
-	"TTI7ZcFcGdFMXTH1wAIdCBtpn3x/+vLi7Onw2dlzYNDDb/92cXru1i3ViKcpEx/xpj3QJNdMkRldAoRT",
-	"6SBfimHDlAnuYftSmmeWMX34Jb6UROfJtMAZmP7cpFx8m+uPQIy0nWo4yvWyH5KfBxZz57khv+Ysh0Mf",
-	"51lG2igByIRpTaYUMdliJllY5LZEA15IO8f2pykXE5QbuCYLxQ0jC6pxzLRL3jCjloSODVP4994J/K1Z",
-	"IkWqUbyaMpo6nSV4Zp2tn+NLVrizdIuM2FgqexeNWnIx6VY48BqbvfFQ/0nQK8ozOso+wqVCkimkGRZX",
-	"vl+RsTMuLi3wU7kQO0B0ILaAFA8QKY1iblJNpCDc/rcQnY8N9I9LwTyDGMl0uUrJDsgL/i1cvwspX1Cx",
-	"dKxLf/ilnZBfc2koATWEJlOW4kHNmNYgYKLkyZNpBHqPPSwQK5Fa/SRobqZS8d/YR6BYLyy9tFioyEJJ",
-	"MSEjRpUForxkwq/n492hl9KQudSajzKrZCxIGxBMwSREjscRYdcsyY1UjlpNuDZMWe4qJN6FiGhj8TYv",
-	"F24he+OxFy0mZz9/f26oyfX6PQB9wZ7Y2tzxu4EFwJhPcsXSQatPxjTT7CaGg/Q3mmWaFVoHkSIi7IpZ",
-	"xXTGZiOmLGLMFdNMmD6JNRXpSF4PeYqDxH5/+I1ihM3mZklQ2NUkF4ZndnUDgZvH9Wl4lCaXQi4ylk4s",
-	"QMqhPJhQoIvtCoTlALnILO23e82oNgNRADcc2wmIXfLS7oNQhxxAW+ZKzpkynPmL5WATkIiRlBmjIEIW",
-	"hLH+ZybSueSIXGvKbwCXzb9XN2uftXtF/EU9Y+3d8hBqhr4JFZVfwj2+LYaSo3+wxNihThLDr7hZnl65",
-	"W7IKIW2GuYZ5rEhLTavfSmVuV1eMJnKLJwCwRf1m0xyPZkjnfDjTldG4MI+PWuvaZ/DWzm9wXUJx/bwu",
-	"OQpVTFiF95cWF6AbU625NlSYoWHX9gt7LS7tyqOWkTIbJjTL/N+K6TwzoAy6P3JhkRiNMWDgCODsIACm",
-	"EJHP9q6oslqltrN7yJ/hKvzHE7+aC1yM//6iXFTxlZTZU1xb+NUbvzL/5doXPxVLLhfhln4TgZEvqz1G",
-	"kc+GJldC13HUqDWnyooUAKdcsybMd5Cr+0mzX9fp22upOdxrp0GOmaUWYyVn5KBbiwaBmWBttKcZzVP2",
-	"QBP3EOFpt854pfMRflezTMCT2h/s1kF2rTH9EPsrscjkBdyIXDE1oobPyH+ev3rZLYYQzuRSP8EG2Nrf",
-	"4XTANFb/CH5BlaJL+KxykdAGIrdCTOz5uHu0iZic57MZVcv3JiepFKzeNjjmgmYEMQmEUM0s/49qbv3t",
-	"qYjlLcPGM96EvnlilZN66lOQkobbA0dnzxagQ9MUkJ5mrysQrHlv9RQab+jKYeJzlYVVVuHgX24rKs+v",
-	"CtZaXJjUMhTUOq6Y0hwlsDUgJnRORzzj/o3dMblg10NqqhhGDdszfMbqLnppd7rli1OpTeNFbbiffD6k",
-	"aaqqSFL+nNERQ/zYcv5rQCgBD9g7ZVSZEbvNdmbMKJ7obbLwC/eYRaZcCC4mQ++MqcdPZUVAhJJnvBZy",
-	"gE3CUC6YakWtq1nASt/W0eNC+t20OsA6Jyjbl5basNmQi7Hc9uY5PHpmn1y9KGD8dfOX+wkQoDi4Gpg0",
-	"3o3nXDfdjyreb91v3V0IfAc1GkOjH+GY0JGV9K1W7sVs+L1b69MLoeRW3rjfUn3xaABTokgDBsZW1Brl",
-	"eonABo4Q3s1arDhRho9pUiu5guI3bGTijVdXT+nho8f1P/Hf2E5MZAU2Dkvg9WKCqLrGWsC57TXgivv1",
-	"FujiwbWGMauHWQxdtyznTLcnWrnXDvlbVrvhTUcWvIzoUMcgGshn4KWv1alEIlP79xYwvMrNPDen/ukK",
-	"U99oB7hmiROmHUVi216pgApeSplS9cgFPw3leKyZ2VFU0SaVuWkaTuYmGG4lEgC+947VMVfaEMWsTMBS",
-	"gu+CI9xe/NuieyWYIgjnQIgVqy6gsbrYVVgEJ1uLjopRw4JQi8DvU89HwQyyag0ApwhLh5asN5lZBDML",
-	"qS7JXMnrJWlTkRIpMvDai04EoITXwUpWBCnM6BJta33CrmliCCiBEfmiq/PxmF+TBc/ShKpUE6mIExDs",
-	"Aws7JxVEznEPpD+XypB2ysbUSr5HRw/BCvOkhy5sTwMCf+Th414ds6fXZ/jw4aPH69yDz+ikRvJ+6hk2",
-	"gQfAL0dJyvUlfoHhD2OpyF9f6GPiVolWZcc2H4Cll4DbmWb4Wq3+xbXMqHFC4qom5QwgRBtVibUIp7FK",
-	"dEqVPSDm1EV7KIYzpUn7+9MLsk/nfP/qYN+9ozt9Ek+uuJYq7pITxwcVGrRwE+GYXXICg4XTlh42OR6j",
-	"6eyo1yM+8sFbgAWdcTEhZio1A5ubfRh8+MHBPTyMmpnWCkAyLSume572ycnefxO69xvp7X1FumRI9iLi",
-	"Ga7DK5IxY5hCl+2Em5UFrEcaBZEhv5zs/Tfd+62399Xb8s/ucO/tF7WhIO7erC9dSMFKfMYABwBHxRtB",
-	"tOFZ5uzTOvD7dSJ/FYUsLmfKrnjCjgmb2HvkLqgklftt76qS+WQaBNxEcHcjMlI8tdidaxBN1zYzz2jC",
-	"Zk692UT8XxcP3gCxGfOMNeiUNB3adQ6VlKZef/ROuq1M/k3xYFX6XqH/gnni7/EfHTsIWIeTfVJ3UUjG",
-	"LY0zUzbbLheW8jIgbzMBd8EfdyTeanJrbTHTtwyIKQSQGiOVkhNFZxbPVC4ikkl5yVKSzwkX5PXJxQ9d",
-	"8sYBBQjklNEUjNmWfI9ocjlRMhept0pp0q4EfznKEQfRQp1jyxns2hRNIPjMW7T8M/ZqqVzoCmnQU5Zl",
-	"pB3/x/kPp8+fxxGY/0m8P+JiX0/jDsS9xUAphvBsDEQNaMOGqJaodb03kXv2yz19yed7nmXtgYmcKTRm",
-	"b7ARM3H1fopvPW082Ht8ZBE9JIdADC2VrhLEPUsJhwXfIoO813uY2HngL7aHX/CUzBUb82v8dpVqHt2W",
-	"ajYSzblZru/nTS4wrsMwNQMrWEE9LYCP6zBCE5ot6FKTVHbQ0+PQIyK0BvmAeaZcWPZFyZzPGXh7DRNk",
-	"tPSWS1qisMc79MnbUZ38aHEbJTkykmZKJtKHP2Zygt5EJOXOEous85LNDdh6Z/k1afMgbEXmJrPbsnwc",
-	"+YILB+jUm/6UXNz+inuFcaOxAFd8YR+9qcPF77ieU5NMT5KEzZ1ttUqwmDZ8Rg1Lh4CENQf97Cl5+PDh",
-	"VxYUP108RRQF8TFbkhnPMo5+dYuMCbfLcXG8h73Dx3u9R3u9ry56X/YPHvYPD7sHhw//uyLJh6agAEEH",
-	"g/Td0c3eYJAOBqn77wL/61f+Gwy69tmHN/9di7rbvF8+7qXhZ93g6qRa84nwHmqMbKLGaS8UYE1Fwjrb",
-	"uVKwgOpqA0vP6hG93XDQAddatUPM5hnzguxW116xlDHPXNTD6jvN+vIKAsncuDBq7u9L+6h3RPi4GukF",
-	"4Nq6st3tsg1DFZx3BTm2zFxr45RiMvTWhuYhAlIwY4am1NBmFoNvNoxUTl3F3FDRsopUM+X/O8ZL11N6",
-	"HJ5fsXp6Dxx5SvYSx5KKx5EDxevMeceZN12Kck11eH8KsvWpMHVuHidp18uxt7FJQyT+MJULsaM9BF/I",
-	"5x/Mwwym6zqkt4p5gwGcUV2nxkJMUJ652EwHMwj8loosphAsuIPZ1ThLdMutISrAH4CjAsrtzpvAlnJL",
-	"Cx3+2ES/X6HCwcrhH2gfBbOYMmGVYY7qBat3y64ZaW4h8IOWcTsfD6qQdSYIVDurO1EsgRBpJKwgeHkt",
-	"sxBZIiLYgmmDpvV2kXeyYsHZaIYM7l7NPlcjIILdXN3KuRBgAYaH3GywFN3GgGMxH0wn3KCCwgVpo+Wl",
-	"UyCCJoG5hIHJxXsn+k2mHmcXqsWcRnt/YJu4P1X/CiQyR1dWKLrblpFFMCRNlzvZWZ2j5FYo/N52g/UR",
-	"8bdaoeMCrveEC+bMUElpM0wjksoZtfLsT2ffRWTeFHqx6lco4Ima5kjKFbeRNnI+B4o3p853jUFgltYx",
-	"K35VTMebwnJOxdXr6nSn4urbYsZTcfXGTXoqrs6Lee1rfupTcfXMz34qrr4rFtDgFiotJN5AHtjMA6pV",
-	"XOAtJLshlut2zmAI/mwQztl8e9wZRTM+m29bbb1vKyCsdyJY9+gTJe051drSKqoJvt55Dz9pZWe1sPH0",
-	"e1WRqEvoPLGLHGWMaEEv2TChmhH7JBiZ5miU0n2SB1G6UWGP/oe2SuOKjSkaiJFMl0Mj5RBClMFUMhzL",
-	"XKQRmTEzlSmEjTtWHJEyktw9VBNaHg1EmU/knwBOVeSZhCP4r9j1nCsWfiFSDJ41Qzqcm2WEpophkkkN",
-	"s4D5Q9DMDx4ExQ5Tri2s0jIqF+asRuUOkU0PBITlDoOw3Ih4ATlxKT3lN8HaffRZ+dVATLnJwmeKz3LO",
-	"RPAKnbGhoZf2O/urN7FEBD1hwxFbSoRCNBABJoVjh1+zaw7GbhdZMXSkJvLMs7K9gfDfOtjZQXU+t2Kl",
-	"hY3FiBkVy6E3KwVfeV9XBIk6lb2vpbmUKDenZureCNCtyI2FYcD9Eg1EMZVRVOgxU7ocZ0YFH1vcJZCt",
-	"FwADPpfH5eFQ5KNbvHS+7vC1OUThrWK0YmAcTz3SjXK9xLjidVHLX+LV6+rD6uF+MjnPdiEZMFiEJKCW",
-	"ZIBj+l7s5jvrrJ/ant66s7a9xdK88zjVFf+VKg6UGEQJiG8X0rhweCpSMqVXlrlwSER+8PUDIqQiL396",
-	"Hpx/YGag10MJYQpD0NxqdCn4Fa2lc6aINorRWWkNPnhMXvBvO848jWfw+MuD3pMnzkS94Vg2W57nmuWp",
-	"3CsN0Ovm3hlTE2dYuiezrMrFkOqmSAdeo2X87GzWzuRcJpfB8xHmtFh101iFAxkIaVvOgBmnGRsbYukz",
-	"aReefB/y36kVXC1EakTi0zcv4LpT8vrib1HhXri2j+8dPnqcyEyqbusWGGyJtMzN0GVWrc/5I88g64Is",
-	"pjIrs+YmSuZzl6EFVsFMiglpn599bxcZISTOz77/8ez5c3JINMmoYaoTesN7ZMao0ORhr0c0bMtCzCWU",
-	"ELcw+D4Aegm4Cjo+eXxUOfhe3cFb3YyLyTDl6ha3sz4iZQPx9PE/9xeNdHvj0t3jlxrYzc/TZSWvO5F5",
-	"hrnZQFQx9RdlGDEhIy6oWnbr7fncCnNpQzi2YjQj9hmQPY/JweGTv7xERf6SZxlWttB8YqnFS/vzl/ij",
-	"y+gESl+uDcTuhsh+GKMmFxDHBkuamzHIFo0IHxMqlt2mGKoNIVmN4VUbY735jKXD6qvhz7cIuW+KpSpP",
-	"pC6eqsCkKhqGKwvjussF1V2QZzxjDZbejIvLobFiW23Gg17O7BMPNMFnanFrdrdKNW1wiGlmcp7ua2Ym",
-	"9j/Dk8ul1dMoGctcmSlGttST65m3cOymEzcHjO4aFVo6F71lAyJCopalbVHLQasVtaBYSU30ZL39AB4q",
-	"oktdjR7cXNNxWqXbEZpVvduoVQfPJlJU4kaNSDivLfcDifGu5I8rmNNs761clZVcUKkYcevFADApGKFC",
-	"L5hyESoLq9MjH89NnTCyAlBX+cMDoQ56P5xdPD+BOeq8uqlzxdbiCSh9d3eIbvVKv8AxilhTX7lkq63G",
-	"L6xpv/Ummk9kTsGlM30Lu5Ddg1ePtkU+F4M3ASPQs9Z0O17ET/hQHMohvoQaKzcrOZsb0i7PGgXNBFLS",
-	"CNWXEBUoSa4ZpK3KbCDCMLWAGrqxIKWsXeSMgULuMtCO7RBUW+LbdpjQgYDNgSjXGa7l2N0dlmKsgcdl",
-	"Vy1EKpIysezUJdJuEZNEYzLVXXwy73GNEGoNqYcb32y+S5uz/sDVIWWR8meRHnP9ooaBGthMw5Ut9lTC",
-	"uQLVZizGAkS3NBeE9G3NI1ZiJ9wQxDBHj9sqjH7zmHnsPhUIiSHUms7sdSB2O6tBq1VcBGKNrBR+AXu/",
-	"WNYmHngkbL61uNbjyhKDbeHivAHH3doJM6uRu48fPXr4eBvvhtXUng6jGbLNKuhLnyq7prN5Bm9d1qFR",
-	"c3bdajqnj3Txb9St50WZF7ZikJ7nwzlTiXM27JLPyfXl0EhDs9KosYuX3r6Wa5be6q1M0nRIrybDgx1X",
-	"V77w6LZv7PrCjM2kWt4BBO7FWwKhLnTGCQl3cutvcgpSvpgMtxDRZMqSSzADbFCpg2ipe2EX4DG43RvN",
-	"DvT1oL0dhwz155qoEm6yWwox3DBFVwC1msPMvCNwPdF0JYDq7gFTWwKkNoc61YW8bkOiMpymTkpWt0WP",
-	"O0nWukxwr7XNZbwpcb1kNujLJaPcoAkE3TxZyrQPaCyCQx4e7h4c4pZ64VbRqJvl8/SWV2lTsJh3XJen",
-	"u+K5DqZ720yV6hUNN9Pu8r6ncZ+tD7jY0QZYrGVX+uDXMsu45YThYmiLmXoOFK9VENNqOAQdgTevVkKq",
-	"xZ33iiNopkBCmoYrAu9ANBUF/7RTdaTCgN8d3GUwKUQa1sF3xXq6tobcjPeeoH2SQtKRS4pEdwzhmoDT",
-	"kfx08WzvSVRW5CUjqtnjo1AmhaFaUQt/qYX56zDCaKMkXoerlFicT/PM1Re0C1yJsCPtH/MRU4IZph+A",
-	"8Z6LSadvsVbIlGkXWH7F1JJAGjuRY/hlqFkGfliM1C+fh7Q1Q7nAHCBiZMZ8WSf3N+uSVyJbElpkxuFb",
-	"RTwV+F1Uzhoy8Yihl0xjzBfLNFu43Qop9tCjVhmpJsmuS05gvcTvglyyJZnl2pCRHQm3ar9r/4LpHPtv",
-	"rerVJ5R89/Kc6HzkgpXwVwuVskj0Q5JMqaKJATc0BZ+ffeJg7/HD1WyTPTIk3VKNsbBkIm1Ow7OEBRZm",
-	"sKwh2MQbNrmmiVcObpOXcyXRL3CrtIMslfYve2WeSvftu170+OAm+L3zTeebWg/VjF6H8wXJjEGhkhJv",
-	"dibtF8U71TTWYILSrrM242sps3WCNuV1+b6YlObKSxspL6FQrZXkdwzV42lWQ+FewBAag/6IkRYbIeKj",
-	"2yT4j1wxxJ3gY3eIU9RxP8t32La9zqiBKoDgIJxLmSEtFNJtH+rt2M3tCIdGu/kmdcLb1GvcNXOW7AKF",
-	"c/vcTdRaUDWrpfP+JEbM3sUixrBiiN5S0CGI3LOzFTZ4OPpy6ghRrIB/eaxvG5C0XhCar1V32gaEreZO",
-	"HLJpGQ6T1k2/ja4QL7Ts5LjAp5smv1tAyy5IVcZDHG3zPt8O2xpTX2Hmpo2euznep1bB/af+/5mRv1tG",
-	"/oeIHv/oieJ1zPINoykXzse9ntRWNncpY8dWbMWG8ux2tXcwoHu7V7xoPGAfr7tXq2i968A+ojzY4dta",
-	"2NgbfTcKdadAuTvETK0FEmCBKjtQw5ZKtLnNdub56soO68nqiiF4Mmruj3FAXvNvK7FCB72jJ4++fLyN",
-	"XjtD6WzT2I/Jxergj7/88svDg62jz3ldsJUfGLrFPNBkDhGp15UZjg6+OnrY28Juam9hyc/qWYAjQMOZ",
-	"Vc6aOqlgYQx4hFCClpkivwYK04MCI8ISEH1HDq06GM6BUqKvsn/y/Pmrn0+/G748vfj51Zsfz123HNJG",
-	"jVIKDHW1jIoUHMQH3+kpVa6eh33ggfYzdY5Rr8Y4ygb1boV4QymRCXNKqY+ya1fW/gBNa1Vz2tbQVuCJ",
-	"tVlgTZCkYq20TUCht6RGNSc29bHUPRUVBR9V6zBbynK8Eto+xyq0TNSX4NstRebMD/wDDlJ8fhqMVnz5",
-	"1xdQVRZKhtdmQ7l+FWPOslRXeDcTY2kpEmlbIhOR4nJD7pCOiKMj4LpeuhY/ZTul2x3ylnvkM/mrl+k4",
-	"qJ7FK4h3u8khbakmCvrV+QXpdrv78DuYDuwnxXQ+Y8Quox7BKoLHFpxtg7Nzjj5qK+52AjQuzSyVnDso",
-	"9RDangIbU0PQr5NqdF2oN9P21jbTJTDCwOu3g+pO0lJTgZzqTcToCqoLuvfmp5cXZy9Oz+FQqgvXbtX1",
-	"4W4g7tZP52450zVidCjouozh25wkVPNwN7IUqkl78lf7h2tRsqfnNGHk0p5kBjkiOukEXacwsc8iellV",
-	"3EXoW6H53//6XySVySVTqTdteXzBFE4YMCKUlNhCHH97moF9XRTw/fHJuYfx8Onzk/Pz0/MuOQXTH5gj",
-	"fNm1KmC49tWjboMpjWpbSaj9uYV3a5VmRA08uSB+/p6vYWbBYoJ78rZZGKi3DnilaWcDgRct6rxD1S4K",
-	"jTejWjPqUljOP8rNqtYl5ML14AO8WExdRoRcWPSZMGPRp+3cKXC8pfRQHmmnS16JtVZGGF+yZCZ4Ejvu",
-	"udIxUVEQiRLFiuDinUAUdJNohFY99tQfoCscUyPNpXJeG+V4UdQ6Ixmj6IgY260V+rOv7KTYXCpTT303",
-	"O/fvUDurIW0HLyjEz9TXpoLDqy9KVUst7+Lxb64wdetIgOaw93Pm+jqGFYyw7CnUb6DaB6K3MRreAsWH",
-	"wHe6Gy2l1Zl+EvzXnBE6k2ChYCSrlHYCbHBY0BAuWV9/4md7C4NIRU0yqeuH2OKS/2B+d3ddyojW29Zm",
-	"ilpXnC1qGe7PU0kWYOrW2PcEMyUybmnQz2x0bjmZQdIFfW+EU1qUzFjpm7ckykrRSmYZU7v76d0y/wrL",
-	"20pUKo0PgyyAlQhw54X319Nd7a0BgW4tvnx/jSlHYZ77epR+ljLlQxmE9K1PL9m8IYHjliUoqu1JaihR",
-	"EImxyzi+M0Gty1i3yvGiYs8bAPYjXPDGgIXG68LuVPzKkpOhRsFjS1wfWwnNyDdyo88svNtTtp2RxDPV",
-	"HS/RRlisRV2ERcpXy1tHLSTxVsKzqvBu6nM5kx/YV74sxndfnPppqvhWHhxMWi7+YiW7JGDArq9ahvk+",
-	"Zc2/2635rDKg+/KHclz3zbfB8OXqHKlbl1tlVll1SU0hoAiFn9rYCaTtO6U4lI9GOGEtDvCJOLtjAVJo",
-	"MlUvvtnHqJFFl7JovYnwtg61lchhmKlp/fSOfrOmzLoTL7SAGtk+e3kRkSJf9N//+h/IKUDL7koKK/mi",
-	"DBT4y97bdwfRweMbskOypltK7Q5Nyu94QD6YcT1Pkxo6dBE662Ke1y7xgYjMaZqidlnIOaOlWSmj2P6m",
-	"H+x9/+27o5vOF2tfHt58/fU/q189vPm6IaCCyXFdMyOpmSvWiVm9CwUJJw25TuvwLLte1LQXSKb1Ubjz",
-	"fJhI1dSQBoxytwluRntDfT4HWvxuM5rU9dRgbe8XVF/eMgzaIgGUuuDmHuOTN9Rau0PsxOZIhbpLtSHe",
-	"eXPY8pgLrqe33G8DaO+j9U0jtOZTqtkmX+WdNJftyRWsOQpxzQLsiosMoWPi7qvxscM1ewrE+SrZcCn1",
-	"EUTxoLaKaWptzHyZ5jMq6nNmww5e6+3/clV0gGs4ZG2Gfl23wprVWhi75Npua7i1Y5+sytSr7bJcD60C",
-	"LHVHvUkB576fed8lFJW1d1yvQfunGP7GlBza6xj5Ggt4esPikzZ0wsVkiMNFZUBT8Y1miWJmmAvFtMyg",
-	"jk3R52XoigD4UjcZVMJPqEhYlmHJnrCu0g5WgnU5yFch4GlQed73/222X7yXdaG6ijkGXhbACqAEn8D7",
-	"D4Zv/OzTUYK/WXpsb4yHKf4/nJelgQqYNde2GyZTKibvE3wfKv9F76lC/Q8D79cmLKhhlfUElORtA7Ns",
-	"LmbdRBJvkYPsH9wUFWYXsZOyWruMWwSZWslgmzaJQzYt8zwfzfjOjWhWjKiuyLfEFg2+uNVwSWcZmKL8",
-	"N06VCAc8AF1i5ZsV64R7+/aZPeFCdhWyynjd2wHBveiiAyCS24Wccx+iql3X4kK/Ov01p65PvPPCduzT",
-	"grFUu5hqBJ9xbUSosV9CeQoYGsgSNeSKZjk7RmfFKZRQs+NgTLqQ+DN2aFgNJCuyATqbp4LEb3RywBdl",
-	"PRS7Sq5d3SgjZZe8lISNxywx5XDFcnEI/Hk9Ghy/D5Xrl/LcOW1bUeu1YmOmKl+9lKdQGo/taBgoz7cy",
-	"TPl1zRzhO8VsoAcs12pqr4Smt38pA9PdX1/8UsSitweD7sYHOl/sd765j/B2j3IhaAH7WlELEebW8POv",
-	"B9+4gW6iFmDcBw/br7vANR6wdQvOZgGHB65AlpL2iu+ubARRFI4FGeMYnoECfEVk0owmUy4Y/hR4i703",
-	"vrPuV3Q1Y+IZvWTOPR3X+0l2ValK/7Db+DoTAGkoyRU3S4v4zivrq05eNNuKwLhDKF9M0OtHuNY5Swk1",
-	"pLbZud0JsC1Q9aEZfrm3qTHzEFuLebe8YZfve2au2Ps9qX1zen5BTl6fWRoUg+zGk73ZZGZi0kZJyBt7",
-	"XaMOqQz5CznsdAfiFGgWVH7JRcoUiV3cb+xItQmNZmGH/4Fox/7IX70+fXNy8erN8OLVj6cvYyCo8CJE",
-	"gQlgHqkVWyWJsWx+Sg0lKVdYNX/fz7AHQ8edaCDcECnV05GkKg0qeSRSXnJG2jHE5PhAZc0ngou443gF",
-	"1tqyD0bgbAaeMBBA/VEE065rBSQiJXLG0I8ry25MaO90fdKk4hMuNGnHr+Cv2MLvIlyiFZ5ZNibeCw+o",
-	"Eu/HFs72FrlO+9j/5T/PX70k8bsBqvyDVp8MWt1ud9CKyACqS+JXZS3ZIX55Y4fDiZ0vGlK5tWM/nvnR",
-	"CeVCG7yqqUxyCE8bsbG0SxBLM7VKJss0ZFn9mjO1HIiiFGdw7BbgBZVIWZLZPZSBXa450loxT+heJNJg",
-	"TOyvBNseyZS7uoxTlqWuLCBXxEl9BFwa7Qyoq46IguOKiCOxGgqu5jN9TGo7M3W65KSYaImBN9Jg0UeX",
-	"7QF6Ds5W7G4g/PbacZ101CcgHcVgZo1FnmWxr5mByThhkljsu1fEriopN1Amwt9PH6Q/o4JOMHnu5PVZ",
-	"UP+h3+p1D7o9RzMEnfNWv/Ww2+s+RPvmFMiYR/6yV21t+a9zSDSFlkFp2XUohliYOHKoA2O428OhrRD4",
-	"koJkO/cCHCQdiDgQ9WOUmmYWvcYSKoOE3qfYP+WrERa+qmOc18ll9hrC3Z9IMmJmwZiApzSZySsre7rI",
-	"QqRkNFFSa7/QkWVPVPmyOAX6nqWtfsvqKicT51kscbLV/+Vdi1sQwRXwmlwfw4Q8Qae3DveuD/0toOUJ",
-	"zFyxKy5zXXjg6pbidKmVtVSdFqtc8i3kHkBZGcCKw14v6MQL8v98nvEEALT/DycylBNsbXQMuh9wp5qK",
-	"YgDniOgQ6ywiH+Eq6gYvVrv/LU2D2gpHvYPtr/wUlNRGhu9d0djvWEM4VFF+1DHtJWmXNbEJ9DmOMPOz",
-	"7HQMt4Ej95womkDhJy7TThfmqV6//XfeYn0T3MQqHn7PEA3XsbBui+UjCPWz71of/mg3HutHPEf70tH2",
-	"l15K8wz8mzc3G49kP+yNPpfabLSMQcsEMmLA8oEkxqPJXtwlofXMNUHTAcpUg4AGoq0ZI7GVF1374Rjl",
-	"Yhf95vTcSqC/l9MuGZtrbwBDiozC+UC4t1nqZQCIWUNiaxm/E+aKAk48RdkmDPTCGLVC2XVF4Ylifif2",
-	"ApP4+9OLOCLxd6fPTy9O48h7uETqnJEaYp9x2i45szvC5Hw7oZW3GNoVNZZHbmP1dAhbNVzkbG1hVoCD",
-	"PF+rhVCVcab8LkFY4HogJtCqNK60Ko591MOcahOCi6DxlmgrdsVFFUMUE/xRUlECwMLFJxvj61VgJ1RY",
-	"Fm+sFjOiySVpg07l5UauLSuHGlbpAJ5MMspnSAmxlpUnK4dkxkVumO4AgDjad+16MjmZsBSUK5DUKsgw",
-	"ENIegcOTXEAzVih4HZaow9XWMUOId3haRCa9DyGCC/6txISue6FBYQH1m6q+59pWrpC/w3ubutoPvYYM",
-	"nlt4m6DB7+dMDu0LX21/4amryA8vHDzc/sKFlM+pmkBI39HhVzu98IKK5RtfzvEmaj3CU9sKsu+pYQtn",
-	"8S2ZOuAvoSUdDm6DDzB2frRjCCj0dBqUQpplTG3h3/uWYu/EKMqLS/g4mIBMrFpBF3TptS5uCBOp7g6E",
-	"qxePHSRIvFpgPg6LyFv1DcPfgC4E9Av1TAPq4EnAgrxwifAodDfmqKFb9yZOg5SLF7S8JKV2b7izoKIm",
-	"uEmD4bhGsoh8DqkpN8A6ByIAGzq2KkOjGUqTR71DZ8uALiVxhEkGvjGZYjTLloTrfsi6EsvqYOayNS9p",
-	"2234ouspL0OCS7L+73/9L0IxLc7BA85zIIDv+xrsWFIf30AmO1oW6XJE53OmfNssCe20Up665o5uWTig",
-	"kyaD80LBsjSnfHd2/vTVy5enTy+G3785eWq57iPPKOyk3qDeJScD4bANuFWJcospz1j1SOD7Ka30w/eY",
-	"W0RPO6nFnWBF2qmRiNj1XtyHFLhrlpAkN0RPrUwBfM7B1/PEgXDcEw4EV/1ABw3ayMJfX8JNwA+t+qil",
-	"hNaLZbdZh1cWS0uxvsqn6zjfaSmI/f4ZX++ep4a6+w3Cv0cYRQVpW/mMXUHTOF3Wmge7yErpeNKOwb4V",
-	"W0rV+f87t3w/rgftR2t5nv1siTFYV7Bdn4a8x808LkgCzFidj/6o9xWJa1oAebtX8ZMrXOUKgHvqGyuW",
-	"5ErzKxaDpW4g4rDbEI4S78dd8gqMOswZSbGXRYZ10etuMbRxY8+wYPsdL3G09VE7/mtqpvBsnWGm2F7F",
-	"NuOoc+FLXYv9W1fga4IdcYvpR74xO+DzM6lGPE2Z+Eh37JMImAh9QqEfVkSo756Amh5USoEmCljFWzgP",
-	"cXEdjgl13V6MYgwvR4EsX1tiDudaa6qN8WpYhu0K84M8oVhGIXvLMbvy6oU6fdHjBYkvF6RtFdtqa1Sr",
-	"r0N2aQf5e9n5Eu6eHS/XjrgXAyrofdwlrsDCQBz0ol6vV9x5qpjrHUDaoYwKSjdYhSsNADrdgTjqHZG4",
-	"2qIsjshR7yGJ1/qUwQ+BqR+AZL/7aiDimh53cZMN+BnQvI9CNT6koS5sHNHAsT39/JOCfAoKclLe0Afa",
-	"35KKY9R+twTviqMynsZI5ZwcQqZsJx6+T1UydXV86/0/oEuy9BhkBnw4kNfbpaIAQrhVFbwWM1FsASa1",
-	"gSgUlGdnz0+HL07+a/jt3y5Oz+MOUivXmlCAZAgJntj9xUfrWZpZdy3fMJqeuA18hhfzes9QVb2ZZboB",
-	"tGmqid6ovZF2/3/exk98G5ElU+DgpK3YJM+oghuoy3aXcFfdfXSGa6oJfEIlprbBBAZT4L3mGv3yLF1z",
-	"unMNqSGGCdSd4XlUqLvdGCWKgSja8mC5i6LUxAIUrBHzYxQm30JIsfJKyq54grF6EXl29uwVkWogplSl",
-	"sAvnvddBXzpPFWAhdbwW28qtbqE7EOceTs6y4UeyIoGLfy2g1yVHBw8d1y/ajMZlxJ17dyDaubBHrJjW",
-	"LAUCIy1ZaSJBdXTlZ8UN+/iEZRfDwP3QlBMveEKYg6XB/gt/BO3gwNi1gSq5KWLwdhXk1L/wJ9HaRdG3",
-	"aPDpTePu0MDPpEh78hufE+qCxTvOLRgo7kHrzRlNGeFj34JwN8EjwO+GvnO+RfAWcaMDtnFvx4Ndgvdv",
-	"CV7IshzAQGjGNBmzBVMErOVYl+cpLmQPwyK6NRRs1WZxbEnRQKzRIqAzlegvF/kRWGhXBaAmsebjmShu",
-	"J9PIxDCzhx6GexFt4CT+pBO/HzpxQkLR54HGE4yc18lq8dUb5Uuquac1/42VXFsxCp4ByFRrko4KNCET",
-	"SYy0FIrN5lJR5epijZjmKStmiYhiWKtKoqk5cAHRLLPSDAgZil+xtF8UuVE5lIbL55mkKckY9X4/maUw",
-	"LtTmElKwTpfEM5kyMLbIxNAsbJAOTS7LFs69x0dHnQbp5W6SyUc1X+7w7AuZsluIMPdKQpolGaw0t5O8",
-	"4ppM/0mFfj9UCC6CM4CUgUAWCUpKdEzmVIEnu1TOQLewAss2KSUsYFIbj1fEhZ77Jz/LwLywPEwDC/Zb",
-	"/VSRluEaiBxjB1gLm9VWSiwsTFYGbTiaDPyjMejCpwC4MqrYxx0SHxKZ6fj//O9YyYWOS7r9pPd//vfh",
-	"UeeYxJYIxd53rqHdQ1EbpTsQJ/VF0sp6dbGzhceeFVYrpg3ECfFlXfzbD3TQqYZmWlpU1qgOu56FiOV7",
-	"FhswQQJc3C4tm4wZs2t7KlOm+1WZ1r4RR+vB76Q9oimxm41cJWHlrfidY3LUO6oYzNHqbr//itTa0SMS",
-	"+1xiO9oQ+mPEpE0rpc+IHEOonzvOKXXhc/aVzjFyTXurA655XBPj4T6hx7iOcWJzDF9k6HNz4FdWdytP",
-	"/sF9E4ra4DUXHREmA/0Zv/Yp49eK21P68pvi1SJShmNhnA9Qi7DiYSZXlXa+mOwX8bxhNNuqpuoeOTn7",
-	"+fvWB4yvtOM3B1cWy/jYXqtHuwhxQfLlalyGXzdoNWW6IJQr1Jd8PueuWqRlOHI8hliNmqMqq801pg6U",
-	"APyQWQAbj+kCC/2aXB+jRhaXFYhj0oaoh06pG0JSjMsjw6qwn0pAgXpyRXBkkNZZrrBLXoL3ytVi19D6",
-	"GwqFhYfl0gcbjV6nNJmS2NV5iIsmepDzyDUk/V1ykepBq09+6Xa7b29iiDHIR5qZMotTx9FAxIHvXgfc",
-	"GP72vQvt31NuMvs/1EIoeekMWwbHfVTSoY3AQGBLfoxibK89Cac6ZVSZEaMG8/bcry51Mo2IkKUABNgA",
-	"HgYoviESBlY7Sq44W0D+nWKgjlMMnpALQVwAwlOE5UCAt0DSjOmEpdWangBAiImNQUS7otlwZvfohbzD",
-	"R72Om3GUWxnTiiPBBhIJ23U1RlU5KAZAoFwKX1hAsiyTceSK92NqnD0unGAgXFlSkG/ainWKxA/co3sF",
-	"ze5SJMxnGdiXMo4zqyU5eEQ0Bt4OBNT+mSt5bVUbUIOSTGpPNVBErLUj2P04CO6W1hbArz5o6fBRL6qm",
-	"uoW5bo/qOmVs13sMuzb7AN9ag8FOFkZEAnwdmGRG7aGWscfuXMoYWBmacYk2cv7JdKNzWMMepA+cugqt",
-	"vs2RRfsswxhYnwXpLxnGwV0xuEh6hQq50Jz9d+4vn3dWRvNVseVHnmV3jX1179WruR8xAcPugWiQk4LM",
-	"Hkw4heilXOc0+4NJte8nbALIaBHd7+NHIQwbXb8+Ot7qwvNOc2jaq0KXLRqxFjabCb9iAuy7xGV4HYe3",
-	"DzMMfMHZgajJeZBjLEuPVxz9zSsZXvv2M1PKfx4IDbHuvgBusSxgtZgOZhVzx0uOyAv+bZhbYf/0EDyu",
-	"yUgr+83CfGglwL8xywwrZWDwLUatCrZwUnqXnAkSI4Zi3pzMzT5ugFDFBgINIeANK80EvOgxYXJtGaSP",
-	"wCtiqqEfpE/zwmQzZJ96ahmrt1i4VQzEqp5dRvuv5GL44HsfYx/46YrUCsxhwNwKly27kuVANiQ5HJP1",
-	"dMg+ZpowgQkuRTg52PhcXYEwUw9b7BRpDTOmWLasJO0ORBHMGDu0j7vgIVQyI+2VXMbIJTJGFhX4b6yD",
-	"MVkAEDfnQDTlpUBVIEzA8RUYg3wJJxj53Eeg5tglhKZ2NAcpSFzX/YE46BVpHlhC1AEmKjLwi5LNljOv",
-	"Tanx1lAzEK457mNAeZR5ufJoZuSEQYRZm66NQRKZu27CA+HR0pCpzFKLjq/t5BSX7N0qTJs9jPeaSBSm",
-	"jmGLKAEBqokShEe9I0Q0OGRvVRuy6zlHDSIgG4r5eg0l6QCZpEfc84SnVg+B2udSWMBhE4pi3NLKVeul",
-	"/Z6Ze+CJDQHijnpZelKRttYqJm7uRNY4uCWF7z/4iheFckPyOcYZA2EQk6Jqg8cRI+G+VugdacOjc5ll",
-	"Jb4+tGfVaapsYMnmqiRayJ4PV2TPu4meH1AWCdJiPm+B472NVQb7XblzBvLoOVEJgG2i6T6S101mKPv7",
-	"fUmo92/erTaa3Mmue1TbZI3/xkCGRVJXSF/MaHJ+9v3PZy+f/vBnqtStcXY7ApZ11esREGu2f74IWK0p",
-	"f1cExFEQAZ0FuZRYKqrAnzj4AXDQipzNieXgENfr5+IkVSdWS+Wreyzweagr5qL8rKx82DsiM0aFRq8c",
-	"ht2ED5XegyC7V1jq/mvOciT3C6s4QmkJEtCpgeACFwB1o0RZhKnwNFRKoJB2LsAnGtI6iPWTCsxcTKMC",
-	"gIVFsCdoWfcCxTmWwpbKXHi7Sdi7M5hgRY4Rw+WnkMHsK5SFgcvYryuMwD46/ArUTC6Go1wv4yB12q92",
-	"Sl19MDChLlyVL5pBiWI3Y2mxLLXMQmOxIpWvZlVKt1YkTsOJrNRs1NLJ/vEb+2HvZOyqqT3qPax30ZYr",
-	"donwDzDYGsBlNcI2Dusbsbnk7k6EXl/cO5xE6nRDPIoF1QOB35P2aEliJsdY288lvrtlYz20Qo63ikBz",
-	"1FMhVdlr8BmS2LCpxV0p7Mlul+yYpCzjV4Dd/k796Y/dYQY4pG9zvbwTkd7R3weTVJ1+IXUP3TIbg4tO",
-	"wwdvi/Cv6YQ9h0p0OwTx2YefYq24D6oYBTtqikcKN/2pbO7hGiqtMSHQvW1pLxa0RTcYEt2ibEUnslTO",
-	"6qlbIpKqubXI8orO19UfsY8vVrHgyJcoGSump64fQHcgYqhJGqMbI6yIT/79//y/ZCQlNodQudDHAZN1",
-	"LMqVtgOSsmSmAy9hJX2oqogl8n31Dgyzqa+hiWFEdsXHhPpGy2Aiw870UdnDdiAMZ8oygaIfa6VBcbUB",
-	"aUQ0Xdo9IB913zom4suIuld9YFIAxiGDSszOTORyo4JIMlc2fCDwJ66hTJfoHCP/dAMPg6aqGwKNTitF",
-	"+T9cyFAwzyeqfBXutOY+vw4Q8SOzqM9OyH/veJECmGvN4yvm9+OiGBLF9qbQIQPaQoClH1wFujDOYNvE",
-	"qh0mZFL77+yN2OggxKoHVaS/Hb8K3n1JZ6z1Ode6+Oy8du+NWN8xbZRcrqKVww4fk8ANsWrRcaVhMfIf",
-	"Sy7HUk1kEUffFIj0gZGk97EI2woH/6yrm4ZH/UpU1o3RgUgMFAORwjtnoRyQ48QgcUDYJ3hhKny19JNs",
-	"pSH72Dq90Y722v78R8EQ2MyftOl9adMzxdhvbIU0lQZHK1BeMuYjJbki2G4QJF3sbo9+34TO6Yhn3HCm",
-	"rSRJABc723FWMZ3PNnsf8tkfBmtd/1rUbdAbWxiAdOk81+yj50v98VD7OTNQgh6MjSHjhZpJUBd5K3aC",
-	"zrnBM2F//qPgpu+2/CfivSfiFWkEBuvDVgWZrRgn55sQTs7/OPiGLoM/0e190U3OV3WLNoR1jfMsgigf",
-	"qz0kLO2UzNwVpQT6VkXKKTfZRsvpD2cXz/8YFlO7k02pm3LOhO/c88nspa/sIqDd7B4Xe2bK9jIp58Wy",
-	"qlmc60e5/87+6wM95lKkzV7OIt07NuzaxC7h20VuGSlJm5IRVYwItsi4YBgIPWi9BuPH6cuL0zeDVlFC",
-	"EOZdS2YsvrXAjUnbu+u8Q9HVN9PE5/tbLMXcioGYUo0VzNAsWet1C71qa7WvO+vpjWCArWQ4Hq87H9th",
-	"Qldp1KWpy6WZ58Y7HgfCeR6x6Osm56Ezfmoj1XbT5xs8vfrbB1Fcc2qmZRCXO/bWqrmyqV/N4ZNtPfY/",
-	"kG/P7uiNuwkfu8CynfvEYV4dFfjZF/OqpPRhCLVHUF6WaPdS5Z++ws/CV9jMM/HMCSUWATwtPfZ07y+e",
-	"wAURCSso4GM/qgTXJ35t5J8veFNFg5WwfpEtPZK5+HPujElNgZu+vfFuyO8WAoGEGHL6e2Tibheb+LgH",
-	"4qdi4f7EiRQQjaNSLFjsysFZuayZifvF77/zpXe39LFys+3EJMohd+UTh48e78QnPuxpbzlpK1Zo6fzI",
-	"WJnIg/pzDwm+NVkLcWUuZbaZ+LyGJz7gAdkJmu4iTP6pLuHPVM0IACgMIVgF3s7uOLuX22tBUmZ/LAdc",
-	"1Zgs1QSMbgsPa3BtpM7/xTEvlF4y4ft9Hodaq4sJ8P4Ry+qWG71d934G93sNmoiUBczvyqNVHmfhCl85",
-	"R+e4ss9UPVYbis5VUhBjzX9jcRUb5JjEes6S2PJNHyISl9E3PmIGHBMuxrLoXOMCTHmKFevGPMvA7iGK",
-	"ig9YYghyrdiCUKjNyWfYlX4gFJtnNLGvlKlO1ECkjtU9M6mZ84g4z90JqfY9rhQIQC/JQIQeP7s1CP5l",
-	"1zQxGcRu2kGhhT4VsHQ3eR+bP2HYQQxqZlz2ErSLBQRhqYu8CXPx2tBpECr+QPVjDx67YtcgF05CQ06Y",
-	"a1uEjaa0v7olpCGo1/UICu2a5A1L2ZiLIjnebg5h6Oql+BuPoc+ATUU9lZWuREWPvIYYqLqQpDqV+XV+",
-	"LyTi/lVeO8Enaim0jTARak99zO3tEnLxmSuzt48qes9IDgsY7PuBQAqZHYZueHJhb3ZIqtpS+Sj5zjoZ",
-	"qooi3rnaWMrkTeF9pQJ6+eYGTFJIIyAUcbXv/wMdQV9xrDXiZGNXc2pGkynY81h30iXfvXr64+mb4Q+W",
-	"mmlmyj550LH8kqkU6rx1YItG8bLxGj4IeqqjVlFQVgOzYFEcdxXIi77oWNVDClehRBAmJha8RWe3samU",
-	"/3U1ayCisqwF56gIpCXj+K6cAy1iLYqARwb51ZbArJASDNoAU2AZE7kk7SJeErcWwd8ARvyTC7IKc+wp",
-	"O5ULYiSxohE3pA0wjmf0kjlwxpCIuS6r+0P+kOK6m6NJYvdL+JTFC4tIgzBYuLhZuiozAJtql5WPXLND",
-	"14e1EwUSQyVmoXr/dipP2VyZssaOY1aqMOIdwVJv9bYcXyyzdXeDbbR9KR/ArOTg8js3K/0OKnt6BCTt",
-	"oEJmVFS7jAL20rGUHilxTe3PeuTff+crTK4VsFlpjVVakeKgVIbzGxUVxyo1Qqk31XhvUVHNctVhVE1g",
-	"Kh1G8oqpZjfQQNzWD0RW3UB1EuWPPMsay1w2l0Vtz81yWEITU7UdADBOvqz5kZZp+VVbXfn+fft0PlDw",
-	"ugPUj9AudGPVoD8LA60XBipwp6kg0HGJQ2WPYOHbGVs53l8x1wNqoy3lrsVb3XsfqdDyFlL8u7Kq+DWT",
-	"Bvq3A1Xe9xWJm2seXpViUazZrzEZ5L3eQ0ZikKiDisy9PqFZBhVxOhESbFyu18lVLqxsPqYqQvuAlWtn",
-	"VCxdmRfmpmKKFa2xi+zbw16vB/qCHd8VCaNFiRJt6NLzjYEICqdCoSVXZHkTk7BfeL4XN9STcSh04kH2",
-	"HpjeUPoFQFqV1z5VlZTVzTbcG48/fygCvKZBWMin1erdyIJXC4OT9nr5784u9zDlek5NMt0QW5ObKROG",
-	"Q//NQguBDt25kQrrmRKudW7V+WVYCJWa8jFMJFQuwQ+8iAYjlRQthnENROXoHwyrpqPIZaWuwPD5+uJv",
-	"ZWRNO9ZTspcgdUiKN5FYxB1vKEimUjPhZUikKidnP38/fHF2fn726uXw7LsYmVDVPDgQJ0SzRIqUeFAV",
-	"pj46Y6QiQhbAgZ+g9YS3fR72Dp2twT6EpkR4ygmbRTN47UsLHONwlKQctH5hXDMLg+r/V92BeDplyaUm",
-	"Uzqf2zNwKhEkfvcrhXJX9MqVUwGbQvtR72EnGogRo4op0j7qHXQinLJ9dPAQ+qV2IgIWh+q223ZzUtk1",
-	"dSKiZI4ppUe9Iygy0IF6Zi+cdckBD8YN9eLCSGEncG5QLrC0m13qcMwziD2qlJ3Akgd8IiREYOlKveQZ",
-	"XRKapkTLGTt2C/dGrlmuDYGGL6hSY317Vz9hICRgP82wBJgdaMSIyLOsS+IZMzSlhsZFHbYrpkbU8Blg",
-	"i2JzRl1Rw0ROBNfuXpAp1dPK/tsJFVLwhGbkP89fvew7xC8WqbED5kCI3JnmiqgOqJe7mHLDCLbeJUXt",
-	"B2qmD3TJcnga913/T/skFK1QA+Es6Fj5wzUgKND2mFCBr1zRLAfAWEiy1C0tAlgQLrRhFEnSyIrD0UDE",
-	"B91eHP4SH8QuoxZHDBcGgXqrCN62eNQdCEsJ4NpkC8tkofFvjBXw+mTQolrziWDpoBVHRYVDoDmIHBQy",
-	"HAGPnOUOT2Ygxtx3BvNS6DhXsDaaSXvxLBGImTZ8ZmneEO5lXAESL5RSuL5lSwWIiwtu3jDlmo4ybHxQ",
-	"4LLl+uXVsz8JOQTaBCWa1+PqrLRwQOI8YEhxUxuEmq4OQaN074s4RsGkPhJx9dZ1vU0ndvZOIQci8FfZ",
-	"XztOovGUIXFsrVaq+c7R0saQjxqOjxcbDyw8vBGzp6aJkcd4HQsy7NWI+1JLdw0huX+/i4fXJ8rm9tP7",
-	"QiS1LZd8kZK2r5NsL4o/JM88C5P7Oq/8s0TZnXw8LMkVKFK/vGv5a3thhalW/5e3Fh9LkTLgjcV5BBat",
-	"okSjH2YXARIVoUY1rizxa1mIFVPSPSgHD5V9MznB8rnMWZRommKHVuCYvmOtKwCMyhtUCsUKN1D4rl0W",
-	"DQ3qUnmHVZe4FayUdQISm8LLVm9zjRlTrqHK0TjPMnA6Y+9prxTClBkTCesDj8DpLhmb+3KofqGaUKtm",
-	"Zsz3w0RugXVayYz5h8iEzklbMaqlQGUQFxZ3CmFkiX1vZS5A3mnH/7WHW9p7LrWJO5WyyJmcoDscgkCB",
-	"7+k8mYJfas61TBkZsQk0IgAnGj4zEHZWKxlgUqMuungalMtGEAPDsnFhlVQQYqqknHXJCQaUQ0F0DEeA",
-	"nQ8EFNC3O4TqVsDFqfG8Gn3mRZg+CImvM2ggYFXzGOlJDB7CeK3ge9zpl3KU48xWL8cjgUCc2P4bD4Q3",
-	"FPRdJ0DlEIVMWZZ2ytKi8Yxex11Swve8wvddmWaU36wQYccpCjrbAaPg3VORxuFrpRsQqu22q7Whuek4",
-	"00Q5wvd03ieWsMco+uDOfNUv3BzWtF5dMPQyw6ardaPuvQF0i8liuuyT2CF3TNpoDYHup7BQOXmgsTAv",
-	"mqsD9ISLs7QyQJ5huebiTnVCEAKKFpJTEYGMe8EC1HAP0TzTJScGoQvFYMd+GZWThkQPpxzFWKj9awQT",
-	"VthGtyweD5bRbmP12Yc9ojsDMZZF2WLHqILJvGnLIqPDwD5ZRz7oDnl+furrfgNx0WC99NXcLHKFeBi5",
-	"qsW+tDxU4XfrKHsOePkGhmpDBhQFJYiDYDZW1MXgVNdtL7BdSMdvabV3QZc8s6/qPolhI303tdNZY6vP",
-	"9Mm7QQvRddCKyKBlvxy0ooEYtJhIZMrFZNC6seJhof78dPFs7wkACOu4Uc0eu2rMcfiWFdjxx0Er6M4N",
-	"eIC1xi0ygISKY6I+E/O0X3ONuCHtoDygJVxgLjyHUkKeiIGSDV59rG0eP6fa7MGDe1bbh1W4e2QJFGgw",
-	"neMCQhM6XwOPfdqBxEiEEhJv/DuT2gCIYOySG7nbSNqxcncPdpfB7aCulCHQPiSGD3TTna1eeM8B/JI9",
-	"nqysGjQjXKF9YpjIlBUHm9oFY1l431FEk3bcJ3MuJnEH2ZuP6nL4Ti32WsKvM7nwXI1r6MEC+mrINvsI",
-	"DW7ImGaZJWFT7jAYq35zV+CKkhhgDlgOV7CuT51XYCISI1IMR2wp0c9mcbM40EpB/ZKYdI4bHXeb7a8I",
-	"8/e0vq5IR4jVRiIHBXJR2LXruFWTo/u+i3afFOXhoZG3WDpkhg6JIaaWy7WYmfEZdwUrG5c6o9f19bmP",
-	"Dr46etg7CpZ6sMtSUWawMuUxFsYMCDytQwDStpTbySOOHDcDFn6vLNgtaSRlxqi4tTn8ffrcRts636wk",
-	"Kp+f4mXSnt5HlqpFjk6QtmboYg5eA0js1EDH9YNoRa0pth+wCwgFoBptoFYYqghRWFuCSBdNDRS8HWIc",
-	"ntUGTF9HmVZIStdXZaWHkGLfUsbavDwmLCb/ApO0ohZ0M2u9rTvaGnpfU88XKHuNkBhBrFe1OK9b4AYh",
-	"byC2S3mkRshzAXeuJcclWVCnNCEJXd++W4C9WMX4W8DwvNYd8YP33eE2q3Jb2R+1Zs1OyESF0WooVvJY",
-	"U8kq+5/Que4ckx5iR1Dzyu4XH1rd8K3Q8dxX6ai9Jm5vNZrG+96Im9+Jt/mNJQV0/XSBNFDfOidyHEkq",
-	"1KlBtK7pkOX6nlWNGnwiNtXPPveVN9FSyhMfDROTRMpLzkj7B2Pmr0S2jMg5nbFzbtjX50bxxETknCW5",
-	"YtjP/eL5eceVknxzen5RSPFOVP+Zjc5lcsm8+RrY2MEhmcpcaXSLuQm1gfY9voUGOM76FpWhdUbFn4Z6",
-	"BNoeCq89xNIVLYkK24dcWAjyCRe6Tg465xNxJlofrhD9mbiPQvRgpTl2NZIBXOBi+siBOrez/FWteBWL",
-	"nd0SoWSk5EJbETuwm1ZPeh2rZW42dyZ4lZvWLmC9qMAyyRhVd03t2rDTp3Zc5F+42Qelcxtnr24R2lJu",
-	"DHO9gCe2eBagAvieZvYhKxKBqqR3jyedU2OYso/+nXzR/qY/Z8JqvP/Uhk7s/2HF3X9C/N8/XcjTPy20",
-	"MmaCP1n6Tyyo6/4bQvdLdcXSfyZUJCzLWNppf9MnX0QfabLOF+SL/2jtEKB7QjI6YpCEccmWX4Pb8Nj7",
-	"Qi2pmknVGKYLr1bAyg2b6RX4/vL3r9/+5ev1xRRfUKUwJq0+yAWUk3rV41GlMdBOaoe9FYJdm2ECMb2e",
-	"Wc8Vu+Iyt9rnpHG/+EqdUvFRUpHtxdgUHoxL/0Rx8/bSRpaVBQ3+oTvQKHN9KjoRVEebsDL1bUtJ7RkV",
-	"fGzHo5r87eTFc9KOnyIg9y6Wc9YnISyXdJbFIAr/5/mrl6Qdvxu0/ABD+yNas/79r/8ZtG5cEZbgEfvr",
-	"u3//639ubuJOF/zX8TtLq4Y8jZC62LfdzbUjHJP4m1QthyoXzo5pddkBWjssMSLtw16vpPvCSncZRBX4",
-	"OTtdciJIfJay2VwaJpLl3o9sGRPUy0hbqoEowha6PI07K+63AkAoZQaObrt0H4mCDnzo8jAQ0Bc4cPKS",
-	"M1xxMRY0IKqabvxPcdisdMxZBp1iqJkeD4TLacGvUY1xfTeay2pbpNmtXa0D9GZ9vtEacnD4hMwVF4iM",
-	"J+dPz85IMqWKJnZS0oZIDGIkif/vOPJ2vbPTi2ckVXRsHuiB0OM9vOPYXxgMx9SSTDBBVmwtVAeDo1sf",
-	"DmDBNUNYwA7xkMstrmDBxiyMkLoOBteHvb3B4PpL9raW5n8g17Y9vPN8NOMmFBNWb+TWBr/3m4joJsB4",
-	"nCY6maolUblVS2ruJJCk+/TBWzjt4n//g5VTPzp4dH91/ZSSquk0Q46Arl8OMUHAMIRjB937KHsHyG45",
-	"F9WXBb5AC2oId9ySYgmC777nKRsLPjwFOa6eOm6xWtuXPnRzZlhYzWngsjOIgQQN18IJ2lzAuXzeub2V",
-	"o8ad+KOGhAifCgFhmGFRdcXKCnFYn46SQiSH9P1csahSkyJ834OlKU3inrGg98Gx4MKd/Gd92Bsu5j5V",
-	"ho9pYrZrqSfFk5/jAfnVbVIZir1CBN7v/8iCajqbLpQHzZ3PLaotbgX/7Zoq1zs8ut+6Vu/joKpFDhBn",
-	"f1cZTh4PfKjKMbZa4thqyR6W59ILqS5B7I/IT2+e7zGdUEgfSqZUTJjuYsaAt9XCp85Gfo7OveYCCr6f",
-	"U/wO/ogINRHBqIJvbuKIxD5bJPY5IQ80JI70Sfzukos0gnCNbyJioOYNnbFvooHgGpNHv4lIIrUZ5jr9",
-	"5ibuRCT2gSLxO29tt1qknQo8vlQbEoPrvVApx1zQDDVHl+iAUQMuPsbFfgBLnFLdJacUA+Sgfn/M09i3",
-	"DM/nx0WozorbqlKDp/2kaJFoR8VQFCzpUPbfsqc3gToNGNvmY/X0VC7qVEt7RdFx8D63e/028NIXbWEH",
-	"+4a6+S6QD2EFkTtSFAEv3SZ1rxLU0mSa/KW399XbdwfRwZObRs1uI33Y4nbeiQy4nXonzO+DGngp5IH2",
-	"aYJU1/iWosChgqGNyh1d5XzczZ8ympnpb5u4yw/ukQ9ZQhamaDQCOjnVZejcubz+BpP/c37FhJ1jruQI",
-	"taR9sFpvhMwbfOJDlhZhNOV2YbWFRez0d0Vfpzl++FW+dFWel8dl7CREkSLtK4ZDhcrVUWg6p2ImPKhj",
-	"knFttQ9aGcmVyAGdmbv8JwTVWpi6d11Vw9ThUiF9zVVmSZ0x8/7+/sHhl91et9c96D85ODxs3by9+f8C",
-	"AAD//w==",
+	"7L37biM3tjf6KoTOBlrKlGXZ7e4kMoLA6bgT7/QNbWeyZ0c9KqqKkjgukQrJsqz0+GD+Og9w8AHfG+wX",
+	"+d5knuSAa5FVLKlKkt3uS3IaAdKWVMXr4uK6/NZab1uJnM2lYMLoVv9ta04VnTHDFHw6mTBhzr63f3LR",
+	"6rfm1ExbUUvQGWv1W9T+OuRpK2op9lvOFUtbfaNyFrV0MmUzat+b0etnTEzMtNU/OPwqas24KD5HLbOc",
+	"25a0UVxMWjc3UeuJnM2oSBs7TfD3++72VFxxJcWMCfMCOqrtHP7ZsdvHD7f3+pRn7LlMobuU6UTxueHS",
+	"9vsyMTQjc6ZmXGsuBRlxoyPCupMu6T0+OiJSkS8fPeq2IhznbzlTy3KgM9toOLA5NYYp++Tfe9/+2tv7",
+	"8s3bhzf/0Woa1Cs77bVBnYy0zHLDItu7Yhk1/IoRI4mZMpJyxRIj1RI+AW080MRtlybaUGUIF31CDZlJ",
+	"bchR7+tHAzFaGqYjIiR58fOziDCaTElBkqQ9YmbBmCA6o3rKdKd4+/DRI+LepZo84yK/JjTL5EIPRPvV",
+	"ycWPw+cn/0WoSMmLk+en9sMxoeWg7b6STIoJU8RMqbD/M0SKhJF/SC5YujatgeCaKDbONUvJKJhlp0uO",
+	"ej0Sc3FFM54ObdMxkWbK1IJr1h2Ihk1ytLUTNdnFWqWnYE/3v2h/2//17/uDwXWv9+btQXT46NHN/l86",
+	"X5Tf9eC7mi2PWtd7TCmp9hIgxVY4EfvzKzphT3KlpVoniYspI4Jdm2ECDxA5hoWZK3bFZa7JnE4YaXPD",
+	"ZhqXOJEzZslnIonfW/uMJjN5xSwZwMIRmiipNaHYwEjmIqVq2Wmid+y91cQBeodHdZRuJ/aMz7ipIXVH",
+	"ZmbKNZlRsTwmC26mMjeEm8hSWpf8ws0UPoULoOlSk8WUKQYLYX/COcAB0E0TyGAYK+Pns3xmR9/rwda7",
+	"j8VMuDBswhRORcrsnhjXo6PtjOucAVdq5NIaf79vLn1B9WVjn4bqy/vt8MY2pedSaAbX4Xc0/YEatqBL",
+	"+ymRwjABtEPn84wn1NLO/j+0JaC3Qaf/odi41W/9X/vlVbuPv+r9U3vwsKv1gwXshSzs/+iCLsliyjMk",
+	"K8dWiaKCtPEenkjB+iVXIgmdMTKiyaUn3IEI3gQWnvKUCOnOZPEoF47x6UQKwRJDJoomzLLPmSXr4Aeu",
+	"B2JBuWEpkbnpQKPlCMaUZ5aRThmxO8K08WMFdtOxnPEmsqv6Gn/+MKvqxwIHOxtLNWNptwWihxhnPPlg",
+	"w9AyVwmz4+CCUMsgDEMmmUqmYWfgRkMm1Ia7H1cWNw32gKVRQQ00U4ymS8JEytIOzMle5hdSPqNqwj7M",
+	"vMaWRrkmme2yuFwZ0UxdMfXALjowNtI++eH0xcXZk+HTs2dwQQ+/+9vF6bkbt1QjnqZMfMCT9kCTXDNF",
+	"ZnQJK5xKt/KlGDZMmeB+bV9I89ReTO9/iC8k0XkyLWgGuj83KRff5foDMCNtuxqOcr3sh+zngaXceW7I",
+	"bznLYdPHeZaRNkoAMmFakylFSraUSRaWuC3TgBfSzrH9acrFBOUGrslCccPIgmpsM+2S18yoJaFjwxT+",
+	"vXcCf2uWSJFqFK+mjKZOZwmeWb/Wz/ElK9xZvkVGbCyVPYtGLbmYdCs38No1e+NX/WdBryjP6Cj7AIcK",
+	"WaaQZlgc+X5Fxs64uLSLn8qF2GFFB2LLkuIGIqdRzHWqiRSE238WovOhF/3DcjB/QYxkulzlZAfkOf8O",
+	"jt+FlM+pWLqrS7//oZ2Q33JpKAE1hCZTluJGzZjWIGCi5MmTaQR6j90sECuRW/0saG6mUvHf2QfgWM8t",
+	"v7RUqMhCSTEhI0aVXUR5yYQfz4c7Qy+kIXOpNR9lVslYkDYQmIJOiByPI8KuWZIbqRy3mnBtmLK3q5B4",
+	"FiKijaXbvBy4XdkbT71oMTn75YdzQ02u188B6At2x9b6jt8O7AKM+SRXLB20+mRMM81uYthIf6JZplmh",
+	"dRApIsKumFVMZ2w2YsoSxlwxzYTpk1hTkY7k9ZCn2Ejs54ffKEbYbG6WBIVdTXJheGZHNxA4eRyfhkdp",
+	"cinkImPpxC5I2ZRfJhToYjsCYW+AXGSW99u5ZlSbgSgWN2zbCYhd8sLOg1BHHMBb5krOmTKc+YPl1iZg",
+	"ESMpM0ZBhCwYY/3PTKRzyZG41pTfYF02/16drH3WzhXpF/WMtXfLTahp+iZUVH4N5/imaEqO/sESY5s6",
+	"SQy/4mZ5euVOyeoKaTPMNfRjRVpqWv1WKnM7uqI1kVs6gQVb1E82zXFrhnTOhzNdaY0L8/iota59Bm/t",
+	"/AbX5Squ79clR6GKCavw/triAnRjqjXXhgozNOzafmGPxaUdedQyUmbDhGaZ/1sxnWcGlEH3Ry4sEaMx",
+	"BgwcwTq7FQBTiMhne1dUWa1S2979yp/hKPzHEz+aCxyM//6iHFTxlZTZExxb+NVrPzL/5doXPxdDLgfh",
+	"hn4TgZEvq91Gkc+GJldC192oUWtOlRUpYJ1yzZoo361c3U+a/bbO315JzeFcOw1yzCy3GCs5IwfdWjII",
+	"zARrrT3JaJ6yB5q4hwhPu3XGK52P8LuaYQKd1P5gpw6ya43ph9hfiSUmL+BG5IqpETV8Rv7z/OWLbtGE",
+	"cCaX+g42rK39HXYHTGP1j+AXVCm6hM8qFwltYHIrzMTujztHm5jJeT6bUbV8Z3aSSsHqbYNjLmhGkJJA",
+	"CNXM3v9Rzam/PRexd8uwcY83kW+eWOWknvsUrKTh9MDW2b2F1aFpCkRPs1eVFax5b3UXGk/oymbic5WB",
+	"VUbh1r+cVlTuX3VZa2lhUnuhoNZxxZTmKIGtLWJC53TEM+7f2J2Si+t6SE2Vwqhhe4bPWN1BL+1Ot3xx",
+	"KrVpPKgN55PPhzRNVZVIyp8zOmJIH1v2f20RyoUH6p0yqsyI3WY6M2YUT/Q2Wfi5e8wSUy4EF5Ohd8bU",
+	"06eyIiCukr947coBNQlDuWCqFbWuZsFV+qaOHxfS76bRAdU5Qdm+tNSGzYZcjOW2N8/h0TP75OpBAeOv",
+	"67+cT0AAxcbVrEnj2XjGddP5qNL91vnWnYXAd1CjMTT6EY4JHVlJ32rlXsyG37u1Pr1wldzIG+dbqi+e",
+	"DKBLFGnAwNiKWqNcL3Gx4UYIz2YtVZwow8c0qZVcQfEbNl7ijUdXT+nho8f1P/Hf2U6XyMraOCqB14sO",
+	"ouoYaxfOTa+BVtyvtyAXv1xrFLO6mUXTdcNyznS7o5Vz7Yi/ZbUb3rRlwctIDnUXRAP7DLz0tTqVSGRq",
+	"/96yDC9zM8/NqX+6cqlvtANcs8QJ044jsW2vVJYKXkqZUvXEBT8N5XismdlRVNEmlblpak7mJmhuBQkA",
+	"33vH6pgrbYhiViZgKcF3wRFuD/5tyb0CpgjgHLhixaiL1Vgd7OpaBDtbS46KUcMCqEXg96m/R8EMsmoN",
+	"AKcIS4eWrTeZWQQzC6kuyVzJ6yVpU5ESKTLw2otOBEsJr4OVrAApzOgSbWt9wq5pYggogRH5oqvz8Zhf",
+	"kwXP0oSqVBOpiBMQ7AML2ycVRM5xDqQ/l8qQdsrG1Eq+R0cPwQrzVQ9d2J4HBP7Iw8e9usueXp/hw4eP",
+	"Hq/fHnxGJzWS9xN/YRN4APxylKRcX+IXCH8YS0X++lwfEzdKtCq7a/MBWHoJuJ1phq/V6l9cy4waJySu",
+	"alLOAEK0URWsRdiNVaJTquwGMacu2k0xnClN2j+cXpB9Ouf7Vwf77h3d6ZN4csW1VHGXnLh7UKFBCycR",
+	"ttklJ9BY2G3pYZPjMZrOjno94pEP3gIs6IyLCTFTqRnY3OzD4MMPNu7hYdR8aa0sSKZlxXTP0z452ftv",
+	"Qvd+J729r0mXDMleRPyF6+iKZMwYptBlO+FmZQDrSKMAGfLryd5/073fe3tfvyn/7A733nxRCwVx52Z9",
+	"6EIKVtIzAhxgOSreCKINzzJnn9aB368T+aMoZHE4U3bFE3ZM2MSeI3dAJamcb3tWlcwn0wBwE8HZjchI",
+	"8dRSd65BNF2bzDyjCZs59WYT839VPHgDzGbMM9agU9J0aMc5VFKaev3RO+m2XvKviwer0vcK/xfMM39P",
+	"/+jYwYV1NNkndQeFZNzyODNls+1yYSkvA/E2M3AH/rgj81aTW2uLmb4lIKYQQGqMVEpOFJ1ZOlO5iEgm",
+	"5SVLST4nXJBXJxc/dslrtyjAIKeMpmDMtux7RJPLiZK5SL1VSpN2BfzlOEccoIU6x/ZmsGNTNAHwmbdo",
+	"+Wfs0VK50BXWoKcsy0g7/o/zH0+fPYsjMP+TeH/Exb6exh3AvcXAKYbwbAxMDXjDBlRL1Lrem8g9++We",
+	"vuTzPX9l7YGJnCk0Zm+wETNx9W6Kbz1vPNh7fGQJPWSHwAwtl64yxD3LCYfFvUUGea/3MLH9wF9sD7/g",
+	"KZkrNubX+O0q1zy6LddsZJpzs1yfz+tcIK7DMDUDK1jBPe0CH9dRhCY0W9ClJqnsoKfHkUdEaA3xweWZ",
+	"cmGvL0rmfM7A22uYIKOlt1zSkoQ93aFP3rbq5EdL2yjJkZE0UzKRHv6YyQl6E5GVO0ssXp2XbG7A1jvL",
+	"r0mbB7AVmZvMTsve43gvODhAp970p+Ti9kfcK4wbjQU44gv76E0dLX7P9ZyaZHqSJGzubKtVhsW04TNq",
+	"WDoEIqzZ6KdPyMOHD7+2S/HzxRMkURAfsyWZ8Szj6Fe3xJhwOxyH4z3sHT7e6z3a63190fuyf/Cwf3jY",
+	"PTh8+N8VST40BQUEOhikb49u9gaDdDBI3T8X+E+/8s9g0LXPPrz571rS3eb98riXhp91g6uTas0nwnuo",
+	"EdlEjdNeKKw1FQnrbL+VggFURxtYela36M2GjQ5urVU7xGyeMS/IbnXtFUMZ88yhHlbfadaXVwhI5sbB",
+	"qLk/L+2j3hHh4yrSC5Zr68h2t8s2NFXcvCvEsaXnWhunFJOhtzY0NxGwghkzNKWGNl8x+GZDS2XXVcoN",
+	"FS2rSDVz/r8jXrqe02Pz/IrV83u4kadkL3FXUvE43kDx+uW8Y8+bDkU5pjq6PwXZ+lSYOjePk7Tr5djb",
+	"2KQBiT9M5ULsaA/BF/L5e/Mwg+m6juitYt5gAGdU16mxgAnKM4fNdGsGwG+pyGIKYMEdzK7GWaJbbgxR",
+	"sfzBclSWcrvzJrCl3NJChz828e+XqHCwsvkH2qNgFlMmrDLMUb1g9W7ZNSPNLQR+0DJu5+NBFbLOBIFq",
+	"Z3UmiiUAkUbGCoKX1zILkSUigi2YNmhabxdxJysWnI1myODs1cxzFQERzObqVs6FgAoQHnKzwVJ0GwOO",
+	"pXwwnXCDCgoXpI2Wl05BCJoE5hIGJhfvneg3mXqcXaiWchrt/YFt4v5U/SuQyBxfWeHoblpGFmBImi53",
+	"srM6R8mtSPid7QbrLeJvtULHBRzvCRfMmaGS0maYRiSVM2rl2Z/Pvo/IvAl6sepXKNYTNc2RlCtuI23k",
+	"fA4cb06d7xpBYJbXMSt+VUzHm2A5p+LqVbW7U3H1XdHjqbh67To9FVfnRb/2Nd/1qbh66ns/FVffFwNo",
+	"cAuVFhJvIA9s5gHXKg7wFpbdgOW6nTMYwJ8Nwjmbb8edUTTjs/m20db7tgLGeieGdY8+UdKeU60tr6Ka",
+	"4Oudd/CTVmZWuzaef68qEnUBnSd2kKOMES3oJRsmVDNinwQj0xyNUrpP8gClGxX26H9oqzSu2JiigRjJ",
+	"dDk0Ug4BogymkuFY5iKNyIyZqUwBNu6u4oiUSHL3UA20PBqIMp7IPwE3VRFnErbgv2LXc65Y+IVIETxr",
+	"hnQ4N8sITRXDJJMaegHzh6CZbzwAxQ5Tru1apSUqF/qsonKHeE0PBMByhwEsNyJeQE5cSE/5TTB2jz4r",
+	"vxqIKTdZ+EzxWc6ZCF6hMzY09NJ+Z3/1JpaIoCdsOGJLiasQDURASWHb4dfsmoOx2yErho7VRP7yrExv",
+	"IPy3bu1sozqfW7HSro2liBkVy6E3KwVfeV9XBIE6lbmvhbmUJDenZureCMitiI2FZsD9Eg1E0ZVRVOgx",
+	"U7psZ0YFH1vaJRCtFywGfC63y69DEY9u6dL5usPX5oDCW6VoxcA4nnqiG+V6ibjidVHLH+LV4+ph9XA+",
+	"mZxnu7AMaCxCFlDLMsAxfS9285111o9tT2/dWdveYmneuZ3qiP9KFQdODKIE4NuFNA4OT0VKpvTKXi4c",
+	"ApEffPOACKnIi5+fBfsfmBno9VACTGEImluNLgW/orV0zhTRRjE6K63BB4/Jc/5dx5mncQ8ef3nQ++or",
+	"Z6LesC2bLc9zzfJU7pUG6HVz74ypiTMs3ZNZVuViSHUT0oHXaBm/OJu1MzmXwWXwfIQxLVbdNFbhwAuE",
+	"tO3NgBGnGRsbYvkzaReefA/579QKrnZFakTi09fP4bhT8urib1HhXri2j+8dPnqcyEyqbusWFGyZtMzN",
+	"0EVWrff5E88g6oIspjIro+YmSuZzF6EFVsFMiglpn5/9YAcZ4Uqcn/3w09mzZ+SQaJJRw1Qn9Ib3yIxR",
+	"ocnDXo9omJZdMRdQQtzA4Ptg0cuFq5DjV4+PKhvfq9t4q5txMRmmXN3idNYjUjYwT4//uT800u2NS3fH",
+	"LzVcN79Ml5W47kTmGcZmA1PF0F+UYcSEjLigatmtt+dzK8ylDXBsxWhG7DMgex6Tg8Ov/vICFflLnmWY",
+	"2ULzieUWL+zPX+KPLqITOH05NhC7G5D90EZNLCC2DZY012MQLRoRPiZULLtNGKoNkKxGeNVGrDefsXRY",
+	"fTX8+RaQ+yYsVbkjdXiqgpKqZBiOLMR1lwOqOyBPecYaLL0ZF5dDY8W22ogHvZzZJx5ogs/U0tbsbplq",
+	"2uAQ08zkPN3XzEzsP4Ynl0urp1EylrkyU0S21LPrmbdw7KYTNwNGd0WFls5Fb9kAREjUsrwtarnVakUt",
+	"SFZSg56stx/AQwW61OXowck1badVuh2jWdW7jVp18GxiRSVt1IiE89p0PxAY71L+uIQ5zfbeylFZiQWV",
+	"ihE3XgSAScEIFXrBlEOoLKxOj/d4buqEkZUFdZk//CLUrd6PZxfPTqCPOq9u6lyxtXQCSt/dHaJbvdLP",
+	"sY0Ca+ozl2y11fiBNc233kTzkcwpOHSmb2EXsnPw6tE25HPReNNiBHrWmm7HC/yEh+JQDvgSaqzcrORs",
+	"bki73GsUNBMISSNUXwIqUJJcMwhbldlAhDC1gBu6tiCkrF3EjIFC7iLQjm0TVFvm23aU0AHA5kCU4wzH",
+	"cuzODksRa+Bp2WULkYqkTCw7dYG0W8Qk0RhMdRefzDscI1y1htDDjW82n6XNUX/g6pCyCPmzRI+xflFD",
+	"Qw3XTMORLeZUrnNlVZupGBMQ3dJcEPK3NY9YSZ1wQpDCHD9uqxD95inz2H0qCBIh1JrO7HEgdjqroNUq",
+	"LQKzxqsUfgF7v1jWBh54Imw+tTjW48oQg2nh4LwBx53aCTOryN3Hjx49fLzt7obR1O4Ooxlem9WlL32q",
+	"7JrO5hm8dVlHRs3RdavhnB7p4t+oG49l/kxwMXnlPNwrR78MZ1un/EwmNPOAdsvy4aYXmhRgpV4X/ous",
+	"TgB/HkSk37cb3O8f1B6SMZ3xbFmJ455fWWmLz68e1268d82XZpBHjx4+2moDQd2hITedpVA5RqaOCWlk",
+	"liKomxEtk0tmSNsHAaBT092H6PNzIQEpWYddH20jHe/mdytfLMnW3au/x21zu9+lVXLYHkqwTYCD3h1d",
+	"lDD+w0eP16XCQIPK52lwb6yJHmFqKPDK8yunEdpGC2mjTHyGmzKlmiiG5m5AMjZC5rZv0Ha16nkZcLni",
+	"6ZnnwzlTifPi7RIozfXl0EhDs9JauAv8xb6Wa5be6q1M0nRIrybDgx1HV77w6LZv7PrCjM2kWt5hCdyL",
+	"t1yEOkyak77vhJfZ5G2nfDEZbpFOkilLLsG+tsFWFcAQ70UOA1fc7d5oRqaso2F3bDI0TNXAtbjJbqkd",
+	"cMMUXVmo1eQAzHvY1yO4V5CJd0cibkEebsYQ1mHJtxFRiVOrUz/VbcnjTiqrLjNH1Bq9M96UEaKU4hAk",
+	"QUa5Qdsi+k+zlGmPFC5QVw8Pd0dduaFeuFE0Gj2qV9Mdbo8KCtMjQsrdXYGEBN29aeZK9Te/62n3y9/z",
+	"uE8WXFHMaMNarIUte1R5Gb7fclpm0bSlTD0HjtcqmGkVZ0RHIDfUSqC1tPNOAJ1mDiSkaTgi8A7AFCkA",
+	"P5wNQSpE0u/gh4ZOAcJbt74rbom1MeRmvPcVGv4pRPO5aGP0cxKuCXjzyc8XT/e+ispU12RENXt8FCp7",
+	"0FQrauEvtWv+KoTubVRx62iVEkvzaZ65xJ12gCvQVdL+KR8xJZhh+gF4xbiYdPqWaoVMmXYRG1dMLQnk",
+	"h7AKg/1lqFkGAAcMgSmfh3hQQ7nA4DpiZMZ8vjT3N+uSlyJbElqEnOJbBVARHJoqZw0hrsTQS6YRTMky",
+	"zRZutkKKPXRVV1qqiV7tkhMYL/GzIJdsSWa5NmRkW8Kp2u/av2Kc1P4bqy71CSXfvzgnOh85FCD+CmpU",
+	"kX39IUmmVNHEAL6DForWwd7jh6thXHtkSLqlfcCuJRNpc3yrZSwwMIP5QsHZ1DDJNRNXZeM2wQdWImgD",
+	"f2U7CP9q/7pXBoB137ztRY8PboLfO992vq11/c7oddhfECUcZAAq6WZn1n5RvFNV6oIOSoPpWo+vpMzW",
+	"GdqU1wXSY7Sny9tupLyEDNBWkt8RA8vTrIbDPYcmNKJpiZGWGgFK1W0S/Ecuy+hO62NniF3U3X723mHb",
+	"5jqjBtJrgud9LmWGvFBIN31IZGUnt+M6NDqkNqkT3llV4weds2SXVTi3z91ErQVVs1o+73dixOxZLMC7",
+	"FV1+S6aUABJreyucW7D1ZdcRklix/uW2vmkg0iYTyGratG2LsNWPgE02DcNR0rpPpdHH6IWWnTyC+HRT",
+	"53dDiu1CVKWF7WgbrON21NYYUw49N0303PXxLklA7j+nxudUF7ulungfYRkfPAND3WX5mtGUC2dbXo8W",
+	"LasmlaDMFSeMoTy7XVIrjJTYDjcpKnrYx+vO1SpZ79qwD9UIZvimdm3sib4bh7oTAvUOYMQ1hA5mfrMN",
+	"NUypJJvbTGeer47ssJ6trhiCJ6PmwjMH5BX/rgLCO+gdffXoy8fb+LUzlM42tf2YXKw2/vjLL788PNja",
+	"+pzXoRh9w1CG6YEmc4B6X1d6ODr4+uhhb8t1U3sKy/us/gpwDGg4s8pZU4kizDgDjxBK0DJTBK5BxQdQ",
+	"YESYW6Xv2KFVB8M+UEr05StOnj17+cvp98MXpxe/vHz907krQ0XaqFFKgRhye1GR4gbxqFY9pcolyrEP",
+	"PNC+p84x6tUIUG5Q71aYN+TomTCnlHr4arsy9gdoWqua07ZixuFOrA2vbFpJKtZyRgUcekvMYXPEYB9r",
+	"SFBRUfBRtQ7DEO2NV662D14MLRP1uS13iz078w3/iI0Un58ErRVf/vU5pGuGXPy1YYauEMyYsyzVlbub",
+	"ibG0HIm0LZOJSHG4IShPR8TxEcCELF3trLJO2e02ecs58ikyqofpOEhLxyuEd7vOIR6wJrzg5fkF6Xa7",
+	"+/A7mA7sJ8V0PmPEDqOewCqCxxaabQOKYI7gDyvudgIyLs0slWBWcEGGtqfAxtSApndSja6LoWDantpm",
+	"vgRGGHj9dqu6k7TUlHmqehIRtkR1wfde//zi4uz56TlsSnXg2o26HkcK4m59d+6UM10jRoeCrgvFv81O",
+	"QpocdyJLoZq0J3+1f7jaP3t6ThNGLu1OZhB8pZNOgAnAiFlL6GW6fhf6YoXmf//rf5FUJpdMpd605ekF",
+	"Y6OhwYhQUlILcffbkwzs66JY35++OvdrPHzy7OT8/PS8S07B9AfmCJ/PsLowXPu0bLehlEa1rWTUft/C",
+	"s7XKM6KGO7lgfv6cr1FmccUE5+RNszBQbx3wStPOBgIvWtR5h6rlSRpPRjUZ26WwN/8oN6tal5ALV9wS",
+	"6GIxdaFGcmHJZ8KMJZ92AXdggpTSQ7mlnS55KdZqhCFwa8lM8CSWsnQ5maIi0xglihWo/Z2WKCjT0rha",
+	"9dRTv4EuI1MdPknOa9EnFyVCJGMUHRFjO7VCf/Yp0xASUs99Nzv375CUriEeDg8oANPqk77B5tVne6vl",
+	"lnfx+Denbrs1EqA5nuScuYKpYWowzCcMiVGo9hEebQwzsYviY0s63Y2W0mpPPwv+W84InUmH28oqOdOA",
+	"GhwVNOCQ6xO7/GJPYQAB1iSTur6JLS759+Z3d8elhIrfNulZ1LribFF74f4ylWQBpm6NBYUwBCnjlgf9",
+	"wkbniI4D1gUFpYRTWpTMWOmbtyzKStFKZhlTu/vp3TD/CsPbylQqFUWD8JqV0ArnhffH0x3trUhbNxZf",
+	"F6PGlKMwgcR6+EuWMuWhDEL6msKXbN4QGXXL3C7Vuj81nChAYuzSji/5Uesy1q2yvaiY84YF+wkOeCNg",
+	"ofG4sDtllbPsZKhR8NgCmGUr0Ix84230icVNeM62M5H4S3XHQ7RxLdZQF2H2/9W88VELWbyV8KwqvJv6",
+	"XPbkG/YpZYv23RenvpsqvZUbB52Wg79YCdsKLmBXsDBDJG6ZTPN2Yz6rNOi+/LFs133zXdB8OTrH6tbl",
+	"VplVRl1yUwAUofBTi51A3r5T7FD5aIQd1tIAn4izO2b2hept9eKbfYwaWZT/i9arc28r/VyB5ENPTeOn",
+	"d/SbNYWsnnihBdTI9tmLi4gUgdj//tf/QLAOWnZXYsPJFyVQ4C97b94eRAePb8gOUdBuKLUzNCm/4wZ5",
+	"MON6ADQ1dOgQOutintcu8YGIzGmaonZZyDmjpVnJT9r+th/Mff/N26ObzhdrXx7efPPNP6tfPbz5pgFQ",
+	"weS4rkqY1MxlwcVw+YWCSK6GIML19SzLydTU7Uim9SjceT5MpGqq9ARGuduAm9HeUB8ohRa/27QmdT03",
+	"WJv7BdWXt4RBWyKAHDLc3CM+eUMSwztgJzYjFeoO1Qa882bY8pgLrqe3nG/D0t5HTanG1ZpPqWabfJV3",
+	"0ly2Ry2xZhTimgXYZe0ZQinS3UfjscM1cwrE+SrbcLkqIkDxoLaK8Z9tDCmb5jMq6oPRw9J463U1c1WU",
+	"VmzYZG2Gfly3oprVJDO7BLFvq2S3YwG6SterdehccbpiWeq2epMCzo2rA9t3kXplUitXxNP+KYa/MyWH",
+	"9jhGPnkJ7t6w+KQNnXAxGWJzUQloKr7RLFHMDHOhmJYZJIgqCigNXXYNn0MqgxITCRUJyzLMhRUmLNvB",
+	"SrAuB/n0HjwNSjr4wtrN9ot3si5URzFH4GWxWMEqwSfw/oPhGz/7cJTgb5Ye2xPj1xT/Hc7LnFvFmjUn",
+	"jRwmUyom7wK+D5X/oqhbof6HwPu1DgtuWL16Ak7ypuGybM4S38QSbxHc7x/chAqzg9hJWa0dxi1AplYy",
+	"2KZNYpNNwzzPRzO+c4WnFSOqy54vsfaJzxo3XNJZBqYo/41TJcIGD0CXWPlmxTrh3r59ZE84kF2FrBKv",
+	"e7tFcC86dAAguR3knHuIqnblwAv96vS3nGaYdN95YTv2acFYqh2mGpfPuPo81NgvIe8LNA1siRpyRbOc",
+	"HaOz4hRyE9p2EJMuJP6MpU9WgWRFNEBnc1eQUQGdHPBFmWjIjpJrl5DNSNklLyRh4zFLTNlcMVxsAn9e",
+	"R4Pj96Fy/UKeO6dtK2q9UmzMVOWrF/IUck6yHQ0D5f5Wmim/rukjfKfoDfSA5Vqy+hVoevvXEpju/vri",
+	"1wKL3h4Muhsf6Hyx3/n2PuDtnuTCpQXqa0UtJJhbr59/PfjGNXQTtYDi3jtsv+4A13jA1i04mwUcHrgC",
+	"WUraK767ssJKkZEZZIxjeAYyWxbIpBlNplww/CnwFntvfGfdr+gi+OMZvWTOPR3X+0l2ValK/7Cb+Pol",
+	"ANJQkitulpbwnVfWp3O9aLYVgXGHUL6YoNePcK1zlhJqimSwBBPBIo3YmcC1Bao+oyqsBTY1Zh5Sa9Hv",
+	"ljfs8H0x2hV7v2e1r0/PL8jJqzPLg2KQ3XiyN5vMTEzaKAl5Y6+rgCOVIX8hh53uQJwCz4KUSrlImSKx",
+	"w/3GjlWb0GiGQ8SFGYh27Lf85avT1ycXL18PL17+dPoiBoYKLwIKTMDlkVqxVZIY61Gk1FCScoXlKPZ9",
+	"D3vQdNyJBsI1kVI9HUmq0iBFTiLlJWekHQMmxwOVNZ8ILuKOuyswiZ19MAJnM9wJAwHcH0Uw7crBQCBS",
+	"ImcM/biyLHOG9k5XgFAqPuFCk3b8Ev6K7fpdhEO0wjPLxsR74YFU4v3YrrM9RYigc4WV/vP85QsSvx2g",
+	"yj9o9cmg1e12B62IDCBtK35VJmke4pc3tjns2PmiIZRbu+vHX350QrnQBo9qKpMc4GkjNpZ2CGJpplbJ",
+	"ZJmGKKvfcqaWA1HkuA223S54wSVSlmR2DiWwy1UdW8uSC2XBRBq0iYXLYNojmXKX8HTKstTl2+SKOKmP",
+	"gEujnQF31RFRsF0RcSxWQybjfKaPSW3Js06XnBQdLRF4Iw1mU3XRHqDnYG/F7AbCT68d10lHfQLSUQxm",
+	"1ljkWRb7ZDQYjBMGicW+LEzs0v1yA/lX/Pn0IP0ZFXSCwXMnr86CxCr9Vq970O05niHonLf6rYfdXvch",
+	"2jenwMY88ZdFoGvz6p1jgorRkvC0LOcVAxYmjhzpQBvu9HCo1wW+pCDYzr0AG0kHIg5E/Rilppklr7GE",
+	"lDuh9yn2T/k0n4Wv6hj7dXKZPYZw9ieSjJhZMCbgKU1m8srKng5ZiJyMJkpq7Qc6stcTVT7fVEG+Z2mr",
+	"D1lNTibOs1jSZKv/69sWt0sER8Brcn2ECXmGTm8N966H/har5RnMXLErLnNdeODqhuJ0qZWxVJ0Wq7fk",
+	"G4g9gHxNQBWHvV5Q4hrk//k84wks0P4/nMhQdrC1gjjofnA71aTqg3WOiA6pzhLyEY6irvFitPvf0TTI",
+	"rXDUO9j+ys9Brnq88L0rGguJa4BDFXl93aW9JO0y2TyBAuIRRn6WJcThNHC8PSeKJpBRjcu004V+qsdv",
+	"/623WN8EJ7FKhz8wJMN1KqybYvkIrvrZ9633v7Ubt/UD7qN96Wj7Sy+keQr+zZubjVuyXxTYh/A9bTZa",
+	"xqAWCRkxuPKBJcajyV7cJaH1zFUX1AHJVEFAA9HWjJHYyouurneMcrFDvzk9twL093LaJWNz7Q1gyJFR",
+	"OB8I9zZLvQwAmDVktvbid8JckRmNpyjbhEAvxKgVyq6rtkAU8zOxB5jEP5xexBGJvz99dnpxGkfewyVS",
+	"54zUgH3GbrvkzM4Ig/Nth1beYmhX1Jh3vI1lCQC2arjI2drArAAHcb5WC6Eq40z5WYKwwPVATKAGcFyp",
+	"AR571MOcahMuF0HjLdFW7IqLDEsoJvitpKJcAEwwZfwg1hY7ocJe8cZqMSOaXJI26FRebuTaXuWQHC4d",
+	"wJNJRvkMOSEmifNs5ZDMuMgN0x1YII72XTueTE4mLAXlCiS1CjEMhLRb4OgkF1DlGDLJh7kfcbR1lyHg",
+	"HZ4UyKR3YURwwL+TGNB1LzworExwU9X3XD3YFfZ3eG9dB6X3c13HBs/tepugcvanzA7tC19vf+GJK3UB",
+	"Lxw83P7ChZTPqJoApO/o8OudXnhOxfK1z5N6E7Ue4a5tXbIfqGELZ/EtL3WgX0JLPhycBg8wdn60YwAU",
+	"ej4NSiHNMqa23N/7lmPvdFGUB5fwcdABmVi1gi7o0mtd3BAmUt0dCFeIAUuzkHi1ckMcVmew6hvC34Av",
+	"BPwL9UwD6uBJcAV54RLXo9DdmOOGbtybbhrkXLzg5SUrtXPDmQWpasFNGjTHNbJFvOeQm3IDV+dABMuG",
+	"jq1K02iG0uRR79DZMqD8TxxhkIGv+KcYzbIl4bofXl2Jveqg57LmNaZU9CkXU15Cgku2/u9//S9CMSzO",
+	"rQfs50DAve+LG2CtCnwDL9nRsgiXIzqfM+Xr0UmoU5fy1FVNdcPCBp00GewXCpalOeX7s/MnL1+8OH1y",
+	"Mfzh9ckTe+s+8heF7dQb1LvkZCActcFtVZLcap5C7r6fUlR9/S44yi3Q005qcTtYkXZqJCJ2vRf3IQTu",
+	"miUkyQ3RUytTwD3n1tffiQPhbk/McQmjfqCDyodk4Y8v4Sa4D636qKWEmqZlGWdHV5ZKS7G+ek/X3Xyn",
+	"pSD2x7/4evfcNRS0aBD+PcEoKkjbymfsCqox6rKIA9hFVmoykHYM9q3YcqrO/99vy3e79aCub+2dZz9b",
+	"ZgzWFayDqSHucfMdFwQBZqzOR3/U+5rENbW1vN2r+MklrnKZ9T33jRVLcqX5FYvBUjcQcVjGC1uJ9+Mu",
+	"eQlGHeaMpFgkJsOCA3WnGOojsqdYCeGOhzja+qht/xU1U3i2zjBTTK9im3HcufClrmH/1hX4GrAjTjH9",
+	"wCdmB3p+KtWIpykTH+iMfRQBE1efUCg0FxHqy5KgpgeZUqA6CabHF85DXByHY0JdGSWjGMPDURDLN5aZ",
+	"w77WmmpjPBr2wnYVL0CeUCyjEL3lLrvy6IU6fVE8CZkvF6RtFdtqzWGrr0N0aQfv97KkLJw9216uHXMv",
+	"GlRQVLxLXIKFgTjoRb1erzjzVDGXfpm0QxkVlG6wClcqa3S6A3HUOyJxtfZfHJGj3kMSrxUAhB8CUz8s",
+	"kv3u64GIa4pHxk024KfA8z4I13ifhrqwIkvDje3552cO8jE4yEl5Qh9of0oqjlH73RIzwiOX8TxGKufk",
+	"EDJlO93h+1QlU5fHt97/A7okS49BZsCHA3m9XSoKIIRbVcFrMRPFFmBSG4hCQXl69ux0+Pzkv4bf/e3i",
+	"9DzuILdyNT8FSIYQ4IlllTxaz/LMumP5mtH0xE3gEzyY13uGqurJLMMNoP5ZDXqj9kTa+X8+jR/5NOKV",
+	"TOEGJ23FJnlGFZxAXdaRhbPqzqMzXFNN4BMqMbWVWxBMgeeaa/TLs3TN6c41hIYYJlB3hudRoe52Y5Qo",
+	"BqKod4XpLopUEwtQsEbMt1GYfAshxcorKbviCWL1IvL07OlLItVATKlKYRbOe6+Dgo+eK8BA6u5arNe4",
+	"OoXuQJz7dXKWDd+SFQkc/rVYvS45Onjobv2ifm9cIu7cuwPRzoXdYsW0ZikwGGnZShMLquMrvyhu2Idn",
+	"LLsYBu6Hp5x4wRNgDpYH+y/8FrSDDWPXBrLkpkjB21WQU//CZ6a1i6JvyeDjm8bdpoGfSZH25Hc+J9SB",
+	"xTvOLRgo7kFN2xlNGeFjX9tzN8EjoO+Ggo6+9vYWcaMDtnFvx4NZgvdvCV7IMh3AQGjGNBmzBVMErOWY",
+	"l+cJDmQPYRHdGg62arM4tqxoINZ4EfCZCvrLIT8CC+2qANQk1nw4E8XtZBqZGGb20MNwL6IN7MRnPvHH",
+	"4RMnJBR9Hmjcwch5nawWXz1RPqWae1rz31l5a0NZqhGbQKRak3RUkAmZSGKk5VBsNpeKKpcXa8Q0T1nR",
+	"S0QUw1xVEk3NgQuIZpmVZkDIUPyKpf0iyY3KITVcPs8kTUnGqPf7ySyFdiE3l5CCdboknsmUgbFFJoZm",
+	"A7FSPbasjd57fHTUaZBe7iaZfFDz5Q7PPpcpu4UIc68spFmSwUxzO8krrnr7Zy70x+FCcBCcAaQEAlki",
+	"KDnRMZlTBZ7sUjkD3cIKLNuklKJSXa10YlnSxZNXlYpyIC0L4ETc+NSprnBeRM5eXR2BJnT26upxJ6r6",
+	"JDOwkhTl4MyUzUIveyZlAdM+JAiH1oXUg1qYHUPh5fYw9Tb4uPGThwUArgrzi8YwfIAzFUUxHmPlyUwu",
+	"mDaR0y5DsywzJWB3IHDqXRI7R3ns2f0uVQubSxWCd9bnkivCsXwVeYFWrlyDkOXat0y5LFAE41isVOeb",
+	"SINefzvqaOfKfD661UVGh57ntq/zB+AyF+41ZQKVXszmECAqSrDfZqjxK1fU7xMEeq4XedxgRcZDAVQW",
+	"kdES/oqQArGOpPvgTsknDRENuU/T8Q9cqw+KOCcIEiz9KFbDOCKB6wH9F9v4UZhQqRYfXBDPuX/yk6Sf",
+	"MF1VA+X4qX4s5Hc4BsvCoNS7XZvV0m4sTJRYgsicjIjlYJtAYD4kyaV1JpS8uvgbBGIlMtPx//nfsZIL",
+	"HZdy5Fe9//O/D486xyS2QlHssTways8UuZq6A3FSn7SxzJ8ZO99cwaurGRwH4oT4NFP+7Qc6qJxFMy3t",
+	"1arRPOeKE+P1smepAQO24HpzaSLImDE7ticyZbpf1bHtG3G0HoxD2iOaEjvZyN0mynsVO8f2EFUceHiK",
+	"7Pdfk1q/XkRin9vAtjaEej0xadNKKkYixwA9Du4CMJ7aVzrHKMVbKSOQ4o9rMGfuEyJY6lg9FuvxSc8+",
+	"NUBRZXS3QhYd3DejqAXTOrRWGJz4GU/7MfG0xekpL8Am/GxESngo4g6BW4QZWDO5akTki8l+EV8QomtX",
+	"LWfukZOzX35ovUe8t22/GexdDONDe9Ef7aJUBsHgqzgxP26wspThy5A+VV/y+dzL7/bCkeMxYMdqtqrM",
+	"ftkYylQu4PuMStq4TReYeNzk+hgtRHGZET0mbUBhdUolAoL0XFwrZqn+WAIK5LcswNpBmHk5wi55Ad50",
+	"VxtCE+oTF4ab5fTERjX3lCZTEru8M3FR1BNisLmGIORLLlI9aPXJr91u981NDJinfGTVxCKqXMfRQMSB",
+	"DKyD2xj+9rVU7d9TbjL7L+RmKe/SGZYwt1+g2kragay9om10+mhahOInqO9ph71ur7TXx72fMqrMiFGD",
+	"6rX71WnSaUSELMUkoBnwi0LKIJEw8DVQcsXZwumwYESkCPmSC0EcbOoJrvhAgI9T0ozphKXVTMSwzIDk",
+	"j0GQu6LZcGYn7kXBw0e9jutxlFtJ1AotwQQSCdN1mZFV2SjCtlB6hS/scrMsk3HkTAJoZLCbih0MhEum",
+	"DFJQW7FOEa6Gc3SvoLNQioT52CgwXHDsWS3JwSOiMVxgICBj2VzJa840Gm+STOrCNgCCZK31087HreBu",
+	"wbjB+tVDLQ8f9aJqgG4Yofuorr7Pdu3IsGuzD+tba+bcyS+CRICvw1WaUbupZcSE25cSuS9D5xPRRs4/",
+	"mgZ1DmPYg6CnU5dX2hdns2SfZWg/8bHb/pAheveKwUHSK7zKAQr337q/fLRsiUGuUstPPMvuith379Ur",
+	"wx8wbMzOgWiQpoJ4RAyTB8xlrnOa/clk33cTSWHJaBGT5FHvEDyCplJvkLQa87zTDKh9WWi8RfnowtI8",
+	"4VdMgFeKuLjU4/D0YVyUT5M9EDWRWnKMxTTwiKPBcCUudd9+Zkr5zwOhIULH20yLYcGFjEGsVn13d8kR",
+	"ec6/CyPC7J9+BY9r4mjLKtnQH9oS8G+MjcX8PhgygFh7wRZOlu+SM0FipFCM9pW52ccJEKqYN4+CybQ0",
+	"JvCiMo7Jtb0gPW64iAQBg7gPTsUQWbw+9dRerN6u4UYxEKvaeBmjtBJB5kOGvBU+QBcUAWEYeYURYS7G",
+	"fyU2i2wIzTom60HcfYyPYwLD8oogGPBMuGwoYXwxFgYrgrFmTLFsWUk1MBAFBDt2ZB93AdegZEbaKxHY",
+	"kQu/jiwp8N9ZB630sCCuz4FoiqaDXGYYNujzxgZRXk4w8hHbwM2xthFNbWtupSDdhu4PxEGvCE5DU7lb",
+	"mKjIG1Ikmrc381qX2pnZzUB47wWQPErGXHkyM3LCwGPQpmttkETmrgb6QHiyNOCssOT4ynZOccjeGcy0",
+	"2UOU6kSiMHUMU0QJCEhNlEt41DtCQoNN9ra3Ibuec9QzArahmM8yU7IOkEl6xD1PeGq1FajYIIVdOCyd",
+	"U7Rb2sJqXQw/MHMPd2JDWIvjXpafVKSttTyvm+snNjZuWeG7N77i+6XckHyO0RHAGMSkyDXjacRIOK8V",
+	"fkfa8OhcZllJrw/tXnWa8rFYtrkqiRay58MV2fNuoud7lEWCYL5PW+B4Z5OWwSp9bp+BPfqbqFyAbaLp",
+	"PrLXTcYq+/t9Saj3bwSulsfdyfp7VFsakv/OQIZFVldIX8xocn72wy9nL578+DnA89Y0u50Ay2oQ9QSI",
+	"lSY+XQKsVsK4KwFiK0iAzs5cSiwVVeAzDb4HGrQiZ3M6DIDx6PV9cZKqE6ul8jmJFvg8ZEN02GQrKx/2",
+	"jsiMUaHRd4dgwfCh0scQ5CQQlrv/lrMc2f3CKo6QEIcEfGoguMABQLY7UaaOK/wRlcRNpJ0L8JyGvA6w",
+	"OlKBmYtpVAAwHRJWMi6z9aA4x1KYUpnBw04S5u4MJphHaMRw+CnkXfB5FcNwC6wyGMaNHB1+DWomF8NR",
+	"rpdxAH8pgDrUZTUEE+rC5SakGSRWdz2WFstSyyw0FitS+Rx8pXRrReI07MhKzUYtnewfv7Yf9k7GLgfk",
+	"o97DekduOWKXvuMBhojAclmNsI3N+vKRLiVFJ0LfMM4ddiJ1uiFuxYLqgcDvSXu0JDGTY8xI6tJ1eKAR",
+	"ZHEs5HirCDRjNQupyh6DT5DFhqV47sphT3Y7ZMckZRm/Aur2Z+qz13aHHmCTvsv18k5MekevIHRSdQ2G",
+	"3D103myEIJ2GD96W4F/RCXsG+TN3gB7bh59ghsv3qhgFM2pCLYWT/lg293AMlYK+EJ7TtrwX03CjGwyZ",
+	"bpFspwP4PKunbsEtVTMC4JVX1Ouv/ojVxxHnyvFeomSsmJ66KibdgYghk3KMboywjgf59//z/5KRlFjS",
+	"RuVCHweXrLuiXEJOYClLZjrwEtb/gFywWNjD5xxCME595l8EG9kRHxPqy8ODiQwK2+uorLw9EIYzZS+B",
+	"oop0pax6tWxyRDRd2jngPeq+dZeIT37sXvXwpWAZhwzyxzszkYvoDPBmrtjBQOBPXENyQdE5xvvTNTwM",
+	"SkFvgCOdVkqJvD9gUdDPR8rXF8605jy/CgjxA19Rn5yQ/86okmIxMWa5WPgV8/txkcKNYlFmqOsDxWzA",
+	"0g+uAl0YZ7DYa9UOE15S+2/tidjoIMRcLVWiv919Fbz7gs5Y61PO0PPJee3embC+Z9oouVwlK0cdHpPA",
+	"DbFq0XGlzDreP5ZdjqWayCL6pwmu9J6JpPehGNvKDf6HAdy/FJVxI4YQmYFiIFJ45ywkMXM3MUgckxJz",
+	"H96rTcj7Gh6yP6e53mDIfWV//rNQCEzmM296V970VDH2O1thTaXB0QqUl4x5PCVXBIukgqRraVc7v29C",
+	"53TEM24401aSJECLnR1o9nP82uf4tY8Qvxawl7tFsX1QZvg5mm07M6jysHe8ShXT+WyzUzSf/Wku09cO",
+	"hAYmFwSJFHZpXWJ6NPvgwed/vhv3GTNQzwd8IKE+AAkoocjEVuoEU9gGh6n9+c9CmzCZD2/f+PMRXhED",
+	"ZTDZflW/2kpxcr6J4OT8z0Nv6Mn8TG7vSm5yvmryaAPadJxnXhyRKmFpp9QxXIZv4G9Vopxyk2106Px4",
+	"dvHsz+HIsTPZJOPJORO+DOJHc+O8tIOA2v17XOyZKdvLpJwXw6qGoK9v5f5b+3+PP5tLkTaDL4rcObFh",
+	"16hxUOEBpUZK0qZkRBUjgi0yLhjGZwxar8Ame/ri4vT1oFXkY4Z+1yKxi2/t4sak7VEEHufgksVq4pMn",
+	"WSrFwLCBsJoM+NfRW1ILBgid/WuFRDrrsdngF6qEZx+vYyLaYTRq6WuiqQsEnOfG4yEGwgEiMIP+JkyD",
+	"88loI9V2j8xr3L360wfg0jk10xJb6ra9tepFaSr+d/gVYE2Lzw2VAO/fBWRn9NqdhA9drcL2feIor44L",
+	"/OIzo1bikTGywxMoL+vdeKnyM4Thk4AwNN+ZuOeEEksAnpcee773F8/gAqDUCgl4SFqV4fqo1Y3353Pe",
+	"lI5lJdpIZEtPZC4shjsbdxOeHH6soMk3Eb8bCOCbEQn/R7zE3Sw23eN+ET/WFe53nEgBIEGVYvUHl1vX",
+	"ymXNl7gf/P5bX8dgS1FQ19tOl0TZ5K73xOGjxzvdE+93t7fstBUrtHTwFkzz6Jf6U49UuDVbC2llLmW2",
+	"mfm8gife4wbZDprOInT+sQ7hL1TNCCxQiGxaXbydUQJ2LrfXgqTM/ly4gKqPS6oJGN0Wfq3Ba5A6tzzH",
+	"cHV6yYQvnn4caq0OquTdtvaqW250wt/7HtzvMWhiUnZh/lCO9nI7C4TOyj46J4B9pmr935DBtxIZHWv+",
+	"O4ur1CDHJNZzlsT23vTItbgEBXogH/hLHfS7KAPocO88xfS/Y55l6MIo0tVgfjQIAWULQiHROZ+xDpas",
+	"VGye0cS+UkZgUgMAQqt7ZlIz56h1gIITEr96eX5B6ox7MTpvByIEItipQUwCu6aJycDPZhullxDFCUN3",
+	"nfexkiaioWJQM+OyMLMdLBAISx0gMAwRbkPZZkhXBqUk/PLYEWPruBMaQlVdDUis2qn90S1XGmINXMHF",
+	"ihPoNUvZmIvCH2onh2vokj35E48RGUBNRTKolRKPRcHhBmhmHVKyTmV+ld8Li7h/ldd28JHqM25jTITa",
+	"XR9zAb7ixSeuzN4e7PiOALOxy9+pkNxZeNkhosyzC3uyQ1bVlsoH73TW2VBVFPGYj0a4xusCFEKFPfaj",
+	"3IBJCnkEIKR9EvHXP7+4OHt+ev5AR4RlwLUsc0DZ2CXMc4lJHRzh+5dPfjp9PfzRcjPNTFl0WJNUJpdM",
+	"pZCksgNTNIqXVWzxQdBTHbeKgmw/iCFAcdyVc/Gqt8NvSOESJwnCxMQub1Emt0AeuGsDE24B0LtMZOm4",
+	"CGRLwPZdlhlaQMAKHDaDtA+WwaywEsSSgSmwhGovSbuAcePUIvgblhH/5IKsrjkW6J/KBTGSWNEIcDR2",
+	"jeMZvWRuOWOID1+X1f0mv09x3fXRJLH7IXzMzKsFACqMYShOlq7KDHBNtcu0ba5ytCtq34kCiaECpaqe",
+	"v51y6zan1a2x45iVFLJ4RjBPZb0tx2f6bd3dYBttH8p7MCu5dfmDm5X+AGmJPQGSdpDeNypS9UbB9dKx",
+	"nN4B+NYTF9cT//5bnx53La/WSp3R0ooUBxl8nN8owKwFCY6pN9V4b1GRinfVYVSNqywdRvKKqWY30EDc",
+	"1g9EVt1AdRLlTzzLGnP0Nud0bs/NcliuJsII3QJg+E6Ziigts4VUbXXl+/ft03lPMTVuoX6C2usbk5l9",
+	"zle2nq+soJ2mPGXHJQ0VDigOaFlA0tLChdp1BTU32lLumnnavfeBssRvYcV/KKuKHzNp4H87cOV9n069",
+	"OWHrVSkWxZr9FpNB3us9ZCQGiTpIJ9/rE5plkKirg5BpN1yvk6tcWNl8TFWE9gEr186oWLrsU8x1xRTz",
+	"ik6ZFOCw1+uBvmDbd7kLaZE5SRu69PfGQARZnyH/m8sQv+mSsF/4ey9uSHPlSOjEL9k7UHpDRipY0qq8",
+	"9rGSN61OtuHcePr5UzHgNQ3CrnxaLT2AV/BqVQPSXq9d0NnlHKZcz6lJphuwNbmZMmE4RB0UWghh1yzJ",
+	"jVSYjJlwrXOrzi/DLM7UlI9hfLNyccfgRTSIVFK0aMZVY5ejfzAs+YAil5W6AsPnq4u/lciadqynZC9B",
+	"7pAUbyKziDveUJBMpWbCy5DIVU7Ofvlh+Pzs/Pzs5Yvh2fcxXkJV8+BAnBDNEilS4peqMPXRGSMVEbJY",
+	"HPgJ6nh52+dh79DZGuxDaEqEp5ywCXZVSHvpM54cY3OUpBy0fmFcZTCD6v/X3YF4MmXJpSZTOp/bPXAq",
+	"EeSj6FeyfK/olSu7AjaF9qPew040ECNGFVOkfdQ76ETYZfvo4CEUn+9EBCwO1Wm37eSksmPqRETJHCPd",
+	"j3pHkPukA2kWnzvrkls8aDfUiwsjhe3AuUG5wIyTdqjDMc8Ae1TJhoOZWPhESEBg6Uqy9xmFqB+i5Ywd",
+	"u4F7I9cs14ZA9TxUqbE4h0vrMhASqJ9mmJnQNjRiRORZ1iXxjBmaUkPjIj3kFVMjavgMqEWxOaMu12oi",
+	"J4Jrdy7IlOppZf7thAopeEIz8p/nL1/0HeEXg9RYTnwgRO5McwWqA9J4L6bcMKIhITcpUtJQM32gyyuH",
+	"p3HfFVO3T0IuHTUQzoKOCYlcpFBBtsdFZM8VzXJYGLuSLHVDi2AtCBfaMIosCSJ4ooGID7q9OPwlPohd",
+	"oD+2GA4MgHqrBN62dNQdCMsJ4NhkC3vJavu/GBNz9smgRbXmE8HSQSuOisSrwHOQOCgEXgMdOcsd7sxA",
+	"jLkP2PJS6DhXMDaaSXvwLBOImTZ8BjFMcC7jyiLxQimF41vWgwFcXHDyhinXdJRh1ZaClu2tXx49+5OQ",
+	"Q+BNkF9+HVdnpYUDEufBhRQ31XCpKUkzEGu+iOPV4k0hEnH11HW9TSd29k4hByLwV9lfO06i8Zwhcdda",
+	"rVTzveOljZCPmhsfDzZuWLh5I2Z3TRMjj/E4FmzYqxH3pZbuCiG5f7+LX6+PlGTCd+/zI9XWr/S5k9o+",
+	"fbs9KH6T/OVZmNzX78rPmRPv5ONhSa5Akfr1bcsf2wsrTLX6v76x9FiKlMHdWOxHYNEqMsf6ZnYRIFER",
+	"alTjyszj9gqxYkq6B1UqIOF4JieY1Zs5i5ILOHQ3pi//7/KSo/IGCYwx8Rbk42yXuYyDdHneYdUlbgQr",
+	"2eaAxaYuLLeocp1yDcnXxnmWgdNZQOkRrxRClxkTCevDHYHdXTI291ma/UA1oVbNzJgvLo63BaaPJjPm",
+	"HyITOidtxaiWApVBHFjcKYSRJcECG7kAeacd/9ceTmnvmdQm7lSytWdygu5wAIHCvafzZAp+qTnXMmVk",
+	"xCZQRQWcaPjMQNherWSAQY26KIluUC4bAQaGZePCKqkAYqqknHXJCQLKoU4DwhFg5gMBdT3sDCHpHtzi",
+	"1Pi7Gn3mBUwfhMRXGdQ1sap5jPwkBg9hvFaHIu70SznK3cxWL8ctASBObP8fD4Q3FPRdWWXlCIVMWZZ2",
+	"yozH8Yxex11Sru955d532eNRfrNChG2nyDNvG4yCd09FGoevlW5ASALerqas56bjTBNlCz/QeZ9Yxh6j",
+	"6IMz88kIcXKYan91wFAYFivY17W69xrILSaL6bJPYkfcMWmjNQRKyWPg+eSBxnzhaK4OyBMOztLKAHmG",
+	"WeSLM9UJlxBItJCcCgQyzgXz4sM5RPMMRL/D6kKO6rEfRmWnIdDDKUcx1o/4BpcJE/+jWxa3B7P7tzEp",
+	"9sMe0Z2BGMsim7q7qILOvGnLEqOjwD5ZJz4otX1+flpG8lPj8gD4JJOWuEI6jFwydV/xAoqDuHGUpVC8",
+	"fANNtTEGG5QgDoLZWFGHwamO2x5gO5COn9JqSZUueWpf1X0Sw0T6rmuns8ZWn+mTt4MWkuugFZFBy345",
+	"aEUDMWgxkciUi8mgdWPFw0L9+fni6d5XsECYXpJq9tgliY/Dt6zAjj8OWnHpWQE6wBIIlhhAQsU2UZ+J",
+	"edqvOUaQkaDMWmoZF5gLzyHDmWdioGSDVx9LLsTPqDZ78OCe1fZhFO4cWQYFGkznuFihCZ2vLY992i2J",
+	"kbhKyLzx70xqA0sEbZe3kTuNpB0rd/ZgdhmcDuoyrALvQ2b4QDed2eqB9zeAH7Knk5VRg2aEI7RPDBOZ",
+	"smJjUztgrFbhCx1p0o77ZM7FJO7g9eZRXY7eqaVey/h1Jhf+VuMaSkOBvhpem/0iGcaYZpllYVPuKBiL",
+	"EXCXd4+SGNYcqByOYF2RTa/ARCRGohiO2FKin83SZrGhlTofJTPpHDc67jbbX3HN39H6uiIdIVUbiTco",
+	"sIvCrl13WzU5uu+7lsBJUbWCazSVIzFDedeQUsvhWsrM+Iy7PLqNQ53R6/qyAUcHXx897B0FQz3YZago",
+	"M1iZ8hjz9QYMntYRAGlbzu3kEceOmxcWfq8M2A1pJGXGqLi1OVwmhtVX0yr2bMQFhUGs4SK2FeRaCVQ+",
+	"P8XDpD2/jyxXixyfIG3N0MUcvAYrsVNdL1emphW1plgVxQ4gFIBqtIFaYagiRGFuCSIdmho4eDukONyr",
+	"DZS+TjKtkJWuj8pKDyHHvqWMtXl4TFhK/hU6aUUtKMXYelO3tTX8vibNOHD2GiExAqxXNWe4G+AGIW8g",
+	"tkt5pEbIc4A7VynokiyoU5qQha5P3w3AHqyi/S3L8KzWHfGj993hNKtyW1ncuWbMTshEhdFqKFbyWFPJ",
+	"KvOf0LnuHJMeUkeQis/OFx9anfCtyPHcZ+moPSZubjWaxrueiJs/iLf5tWUFdH13gTVQX9ErcjeSVKhT",
+	"g2hdU7jPlWOsGjX4RGxK63/uEwKjpZQnHg0Tk0TKS85I+0dj5i9FtozIOZ2xc27YN+dG8cRE5JwluWKA",
+	"+CEXz847LsPt69Pzi0KKd6L6L2x0Dqm4nPkarrGDQzKVudLoFnMdagNVxXxlH3Cc9S0pQ0Wfij8N9Qi0",
+	"PRRee8DSFZXSCtuHXNgV5BMudJ0cdM4n4ky03l99jDNxH/UxwEpz7FK3w3KBi+kDA3VuZ/mrWvEqFjs7",
+	"JULJSMmFtiJ2YDet7vQ6VcvcbC6Y8jI3rV2W9aKylknGqLpraNeGmT6x7eL9hZN9UDq3sffqFKGm7kaY",
+	"6wU8scWzAIUJ9jSzD1mRCFQlvTuedE6NYco++nfyRfvb/pwJq/H+Uxs6sf+GicD/Cfi/fzrI0z/tamXM",
+	"BH+y9J+Y59v9M4SivOqKpf9MqEhYlrG00/62T76IPlBnnS/IF//R2gGge0IyOmIQhHHJlt+A2/DY+0It",
+	"q5pJ1QjThVcry8oNm+mV9f3179+8+cs364MpvqBKISatHuQCykm96vGoUq9sJ7XDngrBrs0wAUyvv6zn",
+	"il1xmVvtc9I4X3ylTqn4IKHI9mBsggfj0D8Sbt4e2sheZaUVrw1Fy0aZK5/TiSA72oSVoW9bMv3PqOBj",
+	"2x7V5G8nz5+RdvwEF3LvYjlnfRKu5ZLOshhE4f88f/mCtOO3g5ZvYGh/RGvWv//1P4PWjUvCEjxif337",
+	"73/9z81N3OmC/zp+a3nVkKcRchf7tju5toVjEn+bquVQ5cLZMa0uO0Brh2VGpH3Y65V8X1jpLgNUge+z",
+	"0yUngsRnKZvNpWEiWe79xJYxQb2MtKUaiAK20OVp3FlxvxULhFJm4Oi2Q/dIFHTgQ/GZgYCi5oGTl5zh",
+	"iIu2oC5a1XTjf4rDGspjzjIoYEXN9HggXEwLfo1qjCsH1Jzt3xLNblW03UJv1ucbrSEHh1+RueICifHk",
+	"/MnZGUmmVNHEdkragMQgRpL4/44jb9c7O714SlJFx+aBHgg93sMzjmXPwXBMLcsEE2TF1kJ10Di69Yv8",
+	"q7gWMEPc5HKKK1SwMQoj5K6DwfVhb28wuP6Svanl+e/JtW037zwfzbgJxYTVE7m17vj9BiK6DhCP08Qn",
+	"U7UkKrdqSc2ZBJZ0nz54u067+N//ZFUejg4e3V9eP6WkatrN8EZA1y8HTBBcGMJdB937SHsHxG5vLqov",
+	"C3qByvgAd9wSYgmC776/UzYmfHgCclw9d9xitbYvve+a8TCwmt3AYWeAgQQN164TZOmGffm0Y3srW40z",
+	"8VsNARE+FAJgmGGtB8XKDHGYn46SQiSH8P1csaiSkyJ83y9LU5jEPVNB771TwYXb+U96szcczH2qDB/T",
+	"xGzXUk+KJz/FDfKj26QyFHMFBN4ff8uCbDqbDpRfmjvvW1Sb3Ar+2TVUrnd4dL95rd7FQVVLHCDO/qEi",
+	"nDwdeKjKMRZR4Fgpwm6Wv6UXUl2C2B+Rn18/22M6oRA+5Oo+dDFiwNtq4VNn432Ozr3mBAq+zFz8Fv6I",
+	"CDURQVTBtzdxRGIfLRL7mJAHGgJH+iR+e8lFGgFc49uIGMh5Q2fs22gguMbg0W8jkkhthrlOv72JOxGJ",
+	"PVAkfuut7VaLtF2Bx5dqQ2JwvRcq5ZgLmqHm6AIdEDXg8DEO+wFX4pTqLjmlCJCDsiIxT2NEu2mSz48L",
+	"qM6K26qSg6f9VVG51baKUBRM6VCWBbS7N4E8DYht81g9PZWLOtXSHlF0HLzL6V4/Dbz0Rdu1g3lD3nwH",
+	"5MO1AuSOFAXgpduk7lVALU2myV97e1+/eXsQHXx106jZbeQPW9zOO7EBN1PvhPnjVJSwNPVA+zBBqmt8",
+	"S1HgUEFoo3JbV9kfd/KnjGZm+vum2+VH98j7TCELXTQaAZ2c6iJ07pxef4PJ/xm/YsL2MVdyhFrSPlit",
+	"N67Ma3zifaYWYTTldmC1iUVs93clX6c5vv9RvnBZnpfHJXYSUKTI+4rmUKFyeRSa9qnoCTfqGAqraAL1",
+	"xcuWXIoc0Jm5i3/CpVqDqXvXVRWmDocK+WuuMsvqjJn39/cPDr/s9rq97kH/q4PDw9bNm5v/LwAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -87,7 +87,7 @@ export interface paths {
         /**
          * Server-Sent Events naming the collections that changed, for live views.
          * @description Each `changed` event's data is `{"kinds": [...]}`, a subset of `agents`,
-         *     `environments`, `sessions`, `missions`, `hitl`, `tasks`, `agent_metrics`: read those
+         *     `environments`, `sessions`, `missions`, `hitl`, `tasks`, `agent_metrics`, `ports` (an agent's listening ports): read those
          *     lists again (`agent_metrics`: only heartbeats and metrics changed, no agent's status or
          *     presence, so a view may reload at its own pace). Changes
          *     are coalesced (at most one event per `interval_ms`, default 250), so a burst of
@@ -134,6 +134,32 @@ export interface paths {
             cookie?: never;
         };
         get: operations["getAgent"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/agents/{agent_id}/ports": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The TCP ports listening on an agent's machine or environment. 404 `agent_not_found`.
+         * @description The TCP ports listening inside it (every address, IPv4 and IPv6), as its agent last
+         *     reported them: the agent looks every 2 s and sends the whole list when it changes (the
+         *     change stream then names `ports`). At most 256, the lowest, with `truncated` set when more
+         *     listen. `process` is the name of a process holding the socket, where the agent may read
+         *     it (absent otherwise, e.g. another user's process). `updated_at` is when the server got the
+         *     list, absent while the agent has reported none on its current connection (the list is
+         *     empty then, and after the agent disconnects).
+         */
+        get: operations["listAgentPorts"];
         put?: never;
         post?: never;
         delete?: never;
@@ -739,6 +765,32 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/environments/{name}/ports": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The TCP ports listening inside an environment. 404 `environment_not_found`.
+         * @description The TCP ports listening inside it (every address, IPv4 and IPv6), as its agent last
+         *     reported them: the agent looks every 2 s and sends the whole list when it changes (the
+         *     change stream then names `ports`). At most 256, the lowest, with `truncated` set when more
+         *     listen. `process` is the name of a process holding the socket, where the agent may read
+         *     it (absent otherwise, e.g. another user's process). `updated_at` is when the server got the
+         *     list, absent while the agent has reported none on its current connection (the list is
+         *     empty then, and after the agent disconnects).
+         */
+        get: operations["listEnvironmentPorts"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/tasks": {
         parameters: {
             query?: never;
@@ -1097,6 +1149,25 @@ export interface components {
             /** Format: date-time */
             disconnected_at?: string;
             running_commands: number;
+        };
+        ListeningPort: {
+            port: number;
+            /** @description The local address it listens on, e.g. 0.0.0.0, 127.0.0.1, :: or ::1. */
+            address: string;
+            /** @enum {string} */
+            family: "ipv4" | "ipv6";
+            /** @description The name of a process holding the socket (its comm), where the agent may read it. */
+            process?: string;
+        };
+        ListeningPortList: {
+            ports: components["schemas"]["ListeningPort"][];
+            /** @description More ports listen than the 256 listed. */
+            truncated: boolean;
+            /**
+             * Format: date-time
+             * @description When the server received the list; absent while the agent has reported none.
+             */
+            updated_at?: string;
         };
         AgentList: {
             agents: components["schemas"]["Agent"][];
@@ -1953,6 +2024,31 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Agent"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+        };
+    };
+    listAgentPorts: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                agent_id: components["parameters"]["AgentID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The listening ports, by port, then family, then address. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ListeningPortList"];
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -2999,6 +3095,31 @@ export interface operations {
             409: components["responses"]["Conflict"];
             502: components["responses"]["BadGateway"];
             503: components["responses"]["Unavailable"];
+        };
+    };
+    listEnvironmentPorts: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: components["parameters"]["EnvironmentName"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The listening ports, by port, then family, then address. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ListeningPortList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
         };
     };
     listTasks: {

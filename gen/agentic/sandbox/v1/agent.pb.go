@@ -353,6 +353,56 @@ func (ReconcileAction) EnumDescriptor() ([]byte, []int) {
 	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
+// AddressFamily is the IP version of a listening socket.
+type AddressFamily int32
+
+const (
+	AddressFamily_ADDRESS_FAMILY_UNSPECIFIED AddressFamily = 0
+	AddressFamily_ADDRESS_FAMILY_IPV4        AddressFamily = 1
+	AddressFamily_ADDRESS_FAMILY_IPV6        AddressFamily = 2
+)
+
+// Enum value maps for AddressFamily.
+var (
+	AddressFamily_name = map[int32]string{
+		0: "ADDRESS_FAMILY_UNSPECIFIED",
+		1: "ADDRESS_FAMILY_IPV4",
+		2: "ADDRESS_FAMILY_IPV6",
+	}
+	AddressFamily_value = map[string]int32{
+		"ADDRESS_FAMILY_UNSPECIFIED": 0,
+		"ADDRESS_FAMILY_IPV4":        1,
+		"ADDRESS_FAMILY_IPV6":        2,
+	}
+)
+
+func (x AddressFamily) Enum() *AddressFamily {
+	p := new(AddressFamily)
+	*p = x
+	return p
+}
+
+func (x AddressFamily) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (AddressFamily) Descriptor() protoreflect.EnumDescriptor {
+	return file_agentic_sandbox_v1_agent_proto_enumTypes[6].Descriptor()
+}
+
+func (AddressFamily) Type() protoreflect.EnumType {
+	return &file_agentic_sandbox_v1_agent_proto_enumTypes[6]
+}
+
+func (x AddressFamily) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use AddressFamily.Descriptor instead.
+func (AddressFamily) EnumDescriptor() ([]byte, []int) {
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{6}
+}
+
 // FileOp is a file operation on the agent's filesystem.
 type FileOp int32
 
@@ -407,11 +457,11 @@ func (x FileOp) String() string {
 }
 
 func (FileOp) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentic_sandbox_v1_agent_proto_enumTypes[6].Descriptor()
+	return file_agentic_sandbox_v1_agent_proto_enumTypes[7].Descriptor()
 }
 
 func (FileOp) Type() protoreflect.EnumType {
-	return &file_agentic_sandbox_v1_agent_proto_enumTypes[6]
+	return &file_agentic_sandbox_v1_agent_proto_enumTypes[7]
 }
 
 func (x FileOp) Number() protoreflect.EnumNumber {
@@ -420,7 +470,7 @@ func (x FileOp) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use FileOp.Descriptor instead.
 func (FileOp) EnumDescriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 // FileType is what a directory entry is.
@@ -464,11 +514,11 @@ func (x FileType) String() string {
 }
 
 func (FileType) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentic_sandbox_v1_agent_proto_enumTypes[7].Descriptor()
+	return file_agentic_sandbox_v1_agent_proto_enumTypes[8].Descriptor()
 }
 
 func (FileType) Type() protoreflect.EnumType {
-	return &file_agentic_sandbox_v1_agent_proto_enumTypes[7]
+	return &file_agentic_sandbox_v1_agent_proto_enumTypes[8]
 }
 
 func (x FileType) Number() protoreflect.EnumNumber {
@@ -477,7 +527,7 @@ func (x FileType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use FileType.Descriptor instead.
 func (FileType) EnumDescriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 // FileError is why a file operation failed.
@@ -530,11 +580,11 @@ func (x FileError) String() string {
 }
 
 func (FileError) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentic_sandbox_v1_agent_proto_enumTypes[8].Descriptor()
+	return file_agentic_sandbox_v1_agent_proto_enumTypes[9].Descriptor()
 }
 
 func (FileError) Type() protoreflect.EnumType {
-	return &file_agentic_sandbox_v1_agent_proto_enumTypes[8]
+	return &file_agentic_sandbox_v1_agent_proto_enumTypes[9]
 }
 
 func (x FileError) Number() protoreflect.EnumNumber {
@@ -543,7 +593,7 @@ func (x FileError) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use FileError.Descriptor instead.
 func (FileError) EnumDescriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 // ConnectRequest is one message from the agent to the server.
@@ -562,6 +612,7 @@ type ConnectRequest struct {
 	//	*ConnectRequest_CommandStarted
 	//	*ConnectRequest_PermissionRequest
 	//	*ConnectRequest_StdinAck
+	//	*ConnectRequest_PortsReport
 	Payload       isConnectRequest_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -703,6 +754,15 @@ func (x *ConnectRequest) GetStdinAck() *StdinAck {
 	return nil
 }
 
+func (x *ConnectRequest) GetPortsReport() *PortsReport {
+	if x != nil {
+		if x, ok := x.Payload.(*ConnectRequest_PortsReport); ok {
+			return x.PortsReport
+		}
+	}
+	return nil
+}
+
 type isConnectRequest_Payload interface {
 	isConnectRequest_Payload()
 }
@@ -751,6 +811,10 @@ type ConnectRequest_StdinAck struct {
 	StdinAck *StdinAck `protobuf:"bytes,11,opt,name=stdin_ack,json=stdinAck,proto3,oneof"`
 }
 
+type ConnectRequest_PortsReport struct {
+	PortsReport *PortsReport `protobuf:"bytes,12,opt,name=ports_report,json=portsReport,proto3,oneof"`
+}
+
 func (*ConnectRequest_Registration) isConnectRequest_Payload() {}
 
 func (*ConnectRequest_Heartbeat) isConnectRequest_Payload() {}
@@ -773,6 +837,141 @@ func (*ConnectRequest_PermissionRequest) isConnectRequest_Payload() {}
 
 func (*ConnectRequest_StdinAck) isConnectRequest_Payload() {}
 
+func (*ConnectRequest_PortsReport) isConnectRequest_Payload() {}
+
+// PortsReport lists the TCP ports listening inside the agent's environment
+// (sockets in the LISTEN state, IPv4 and IPv6, every address): the whole
+// list each time, sent on connecting and whenever it changes. An agent
+// sends at most 256 (the lowest ports) and says so in truncated; the server
+// refuses a longer list, a port outside 1..65535, an address that is not
+// one of its family, or a process name over 64 bytes (INVALID_ARGUMENT,
+// which ends the stream).
+type PortsReport struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Ports []*ListeningPort       `protobuf:"bytes,1,rep,name=ports,proto3" json:"ports,omitempty"`
+	// More ports listen than were sent.
+	Truncated     bool `protobuf:"varint,2,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PortsReport) Reset() {
+	*x = PortsReport{}
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PortsReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PortsReport) ProtoMessage() {}
+
+func (x *PortsReport) ProtoReflect() protoreflect.Message {
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PortsReport.ProtoReflect.Descriptor instead.
+func (*PortsReport) Descriptor() ([]byte, []int) {
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PortsReport) GetPorts() []*ListeningPort {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
+func (x *PortsReport) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+// ListeningPort is one listening TCP socket (sockets on the same address,
+// family and port, e.g. with SO_REUSEPORT, are one).
+type ListeningPort struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Port  uint32                 `protobuf:"varint,1,opt,name=port,proto3" json:"port,omitempty"`
+	// The local address, e.g. "0.0.0.0", "127.0.0.1", "::" or "::1".
+	Address string        `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	Family  AddressFamily `protobuf:"varint,3,opt,name=family,proto3,enum=agentic.sandbox.v1.AddressFamily" json:"family,omitempty"`
+	// The name (comm) of a process that holds the socket, where the agent
+	// may read it; empty otherwise.
+	Process       string `protobuf:"bytes,4,opt,name=process,proto3" json:"process,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListeningPort) Reset() {
+	*x = ListeningPort{}
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListeningPort) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListeningPort) ProtoMessage() {}
+
+func (x *ListeningPort) ProtoReflect() protoreflect.Message {
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListeningPort.ProtoReflect.Descriptor instead.
+func (*ListeningPort) Descriptor() ([]byte, []int) {
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ListeningPort) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *ListeningPort) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *ListeningPort) GetFamily() AddressFamily {
+	if x != nil {
+		return x.Family
+	}
+	return AddressFamily_ADDRESS_FAMILY_UNSPECIFIED
+}
+
+func (x *ListeningPort) GetProcess() string {
+	if x != nil {
+		return x.Process
+	}
+	return ""
+}
+
 // CommandStarted says the process of a command is running.
 type CommandStarted struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -785,7 +984,7 @@ type CommandStarted struct {
 
 func (x *CommandStarted) Reset() {
 	*x = CommandStarted{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[1]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -797,7 +996,7 @@ func (x *CommandStarted) String() string {
 func (*CommandStarted) ProtoMessage() {}
 
 func (x *CommandStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[1]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -810,7 +1009,7 @@ func (x *CommandStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandStarted.ProtoReflect.Descriptor instead.
 func (*CommandStarted) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CommandStarted) GetCommandId() string {
@@ -860,7 +1059,7 @@ type ConnectResponse struct {
 
 func (x *ConnectResponse) Reset() {
 	*x = ConnectResponse{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[2]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -872,7 +1071,7 @@ func (x *ConnectResponse) String() string {
 func (*ConnectResponse) ProtoMessage() {}
 
 func (x *ConnectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[2]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -885,7 +1084,7 @@ func (x *ConnectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectResponse.ProtoReflect.Descriptor instead.
 func (*ConnectResponse) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ConnectResponse) GetPayload() isConnectResponse_Payload {
@@ -1128,7 +1327,7 @@ type OutputAck struct {
 
 func (x *OutputAck) Reset() {
 	*x = OutputAck{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[3]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1140,7 +1339,7 @@ func (x *OutputAck) String() string {
 func (*OutputAck) ProtoMessage() {}
 
 func (x *OutputAck) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[3]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1153,7 +1352,7 @@ func (x *OutputAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputAck.ProtoReflect.Descriptor instead.
 func (*OutputAck) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *OutputAck) GetCommandId() string {
@@ -1190,7 +1389,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[4]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1202,7 +1401,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[4]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1215,7 +1414,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Drain) GetReason() string {
@@ -1240,7 +1439,7 @@ type Rename struct {
 
 func (x *Rename) Reset() {
 	*x = Rename{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[5]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1252,7 +1451,7 @@ func (x *Rename) String() string {
 func (*Rename) ProtoMessage() {}
 
 func (x *Rename) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[5]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1265,7 +1464,7 @@ func (x *Rename) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rename.ProtoReflect.Descriptor instead.
 func (*Rename) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Rename) GetAgentId() string {
@@ -1302,7 +1501,7 @@ type FileRequest struct {
 
 func (x *FileRequest) Reset() {
 	*x = FileRequest{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[6]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1314,7 +1513,7 @@ func (x *FileRequest) String() string {
 func (*FileRequest) ProtoMessage() {}
 
 func (x *FileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[6]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1327,7 +1526,7 @@ func (x *FileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileRequest.ProtoReflect.Descriptor instead.
 func (*FileRequest) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *FileRequest) GetTransferId() string {
@@ -1389,7 +1588,7 @@ type TransferRequest struct {
 
 func (x *TransferRequest) Reset() {
 	*x = TransferRequest{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[7]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1401,7 +1600,7 @@ func (x *TransferRequest) String() string {
 func (*TransferRequest) ProtoMessage() {}
 
 func (x *TransferRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[7]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1414,7 +1613,7 @@ func (x *TransferRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferRequest.ProtoReflect.Descriptor instead.
 func (*TransferRequest) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TransferRequest) GetPayload() isTransferRequest_Payload {
@@ -1517,7 +1716,7 @@ type TransferOpen struct {
 
 func (x *TransferOpen) Reset() {
 	*x = TransferOpen{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[8]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1529,7 +1728,7 @@ func (x *TransferOpen) String() string {
 func (*TransferOpen) ProtoMessage() {}
 
 func (x *TransferOpen) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[8]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1542,7 +1741,7 @@ func (x *TransferOpen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferOpen.ProtoReflect.Descriptor instead.
 func (*TransferOpen) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TransferOpen) GetTransferId() string {
@@ -1562,7 +1761,7 @@ type TransferReady struct {
 
 func (x *TransferReady) Reset() {
 	*x = TransferReady{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[9]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1574,7 +1773,7 @@ func (x *TransferReady) String() string {
 func (*TransferReady) ProtoMessage() {}
 
 func (x *TransferReady) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[9]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1587,7 +1786,7 @@ func (x *TransferReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferReady.ProtoReflect.Descriptor instead.
 func (*TransferReady) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TransferReady) GetSize() int64 {
@@ -1610,7 +1809,7 @@ type FileListing struct {
 
 func (x *FileListing) Reset() {
 	*x = FileListing{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[10]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1622,7 +1821,7 @@ func (x *FileListing) String() string {
 func (*FileListing) ProtoMessage() {}
 
 func (x *FileListing) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[10]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1635,7 +1834,7 @@ func (x *FileListing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileListing.ProtoReflect.Descriptor instead.
 func (*FileListing) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *FileListing) GetPath() string {
@@ -1675,7 +1874,7 @@ type FileEntry struct {
 
 func (x *FileEntry) Reset() {
 	*x = FileEntry{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[11]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1687,7 +1886,7 @@ func (x *FileEntry) String() string {
 func (*FileEntry) ProtoMessage() {}
 
 func (x *FileEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[11]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1700,7 +1899,7 @@ func (x *FileEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileEntry.ProtoReflect.Descriptor instead.
 func (*FileEntry) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *FileEntry) GetName() string {
@@ -1755,7 +1954,7 @@ type TransferEnd struct {
 
 func (x *TransferEnd) Reset() {
 	*x = TransferEnd{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[12]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1767,7 +1966,7 @@ func (x *TransferEnd) String() string {
 func (*TransferEnd) ProtoMessage() {}
 
 func (x *TransferEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[12]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1780,7 +1979,7 @@ func (x *TransferEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferEnd.ProtoReflect.Descriptor instead.
 func (*TransferEnd) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *TransferEnd) GetError() FileError {
@@ -1812,7 +2011,7 @@ type TransferResponse struct {
 
 func (x *TransferResponse) Reset() {
 	*x = TransferResponse{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[13]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1824,7 +2023,7 @@ func (x *TransferResponse) String() string {
 func (*TransferResponse) ProtoMessage() {}
 
 func (x *TransferResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[13]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1837,7 +2036,7 @@ func (x *TransferResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferResponse.ProtoReflect.Descriptor instead.
 func (*TransferResponse) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *TransferResponse) GetPayload() isTransferResponse_Payload {
@@ -1922,7 +2121,7 @@ type Registration struct {
 
 func (x *Registration) Reset() {
 	*x = Registration{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[14]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1934,7 +2133,7 @@ func (x *Registration) String() string {
 func (*Registration) ProtoMessage() {}
 
 func (x *Registration) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[14]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1947,7 +2146,7 @@ func (x *Registration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Registration.ProtoReflect.Descriptor instead.
 func (*Registration) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Registration) GetAgentId() string {
@@ -2027,7 +2226,7 @@ type SystemInfo struct {
 
 func (x *SystemInfo) Reset() {
 	*x = SystemInfo{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[15]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2039,7 +2238,7 @@ func (x *SystemInfo) String() string {
 func (*SystemInfo) ProtoMessage() {}
 
 func (x *SystemInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[15]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2052,7 +2251,7 @@ func (x *SystemInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SystemInfo.ProtoReflect.Descriptor instead.
 func (*SystemInfo) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SystemInfo) GetOs() string {
@@ -2112,7 +2311,7 @@ type RegistrationAck struct {
 
 func (x *RegistrationAck) Reset() {
 	*x = RegistrationAck{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[16]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2124,7 +2323,7 @@ func (x *RegistrationAck) String() string {
 func (*RegistrationAck) ProtoMessage() {}
 
 func (x *RegistrationAck) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[16]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2137,7 +2336,7 @@ func (x *RegistrationAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistrationAck.ProtoReflect.Descriptor instead.
 func (*RegistrationAck) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RegistrationAck) GetAccepted() bool {
@@ -2187,7 +2386,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[17]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2199,7 +2398,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[17]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2212,7 +2411,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Heartbeat) GetStatus() AgentStatus {
@@ -2259,7 +2458,7 @@ type Metrics struct {
 
 func (x *Metrics) Reset() {
 	*x = Metrics{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[18]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2271,7 +2470,7 @@ func (x *Metrics) String() string {
 func (*Metrics) ProtoMessage() {}
 
 func (x *Metrics) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[18]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2284,7 +2483,7 @@ func (x *Metrics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Metrics.ProtoReflect.Descriptor instead.
 func (*Metrics) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Metrics) GetCpuPercent() float64 {
@@ -2361,7 +2560,7 @@ type OutputChunk struct {
 
 func (x *OutputChunk) Reset() {
 	*x = OutputChunk{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[19]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2373,7 +2572,7 @@ func (x *OutputChunk) String() string {
 func (*OutputChunk) ProtoMessage() {}
 
 func (x *OutputChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[19]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2386,7 +2585,7 @@ func (x *OutputChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputChunk.ProtoReflect.Descriptor instead.
 func (*OutputChunk) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *OutputChunk) GetStreamId() string {
@@ -2467,7 +2666,7 @@ type CommandRequest struct {
 
 func (x *CommandRequest) Reset() {
 	*x = CommandRequest{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[20]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2479,7 +2678,7 @@ func (x *CommandRequest) String() string {
 func (*CommandRequest) ProtoMessage() {}
 
 func (x *CommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[20]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2492,7 +2691,7 @@ func (x *CommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandRequest.ProtoReflect.Descriptor instead.
 func (*CommandRequest) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CommandRequest) GetCommandId() string {
@@ -2628,7 +2827,7 @@ type PermissionRequest struct {
 
 func (x *PermissionRequest) Reset() {
 	*x = PermissionRequest{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[21]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2640,7 +2839,7 @@ func (x *PermissionRequest) String() string {
 func (*PermissionRequest) ProtoMessage() {}
 
 func (x *PermissionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[21]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2653,7 +2852,7 @@ func (x *PermissionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermissionRequest.ProtoReflect.Descriptor instead.
 func (*PermissionRequest) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PermissionRequest) GetCommandId() string {
@@ -2697,7 +2896,7 @@ type PermissionDecision struct {
 
 func (x *PermissionDecision) Reset() {
 	*x = PermissionDecision{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[22]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2709,7 +2908,7 @@ func (x *PermissionDecision) String() string {
 func (*PermissionDecision) ProtoMessage() {}
 
 func (x *PermissionDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[22]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2722,7 +2921,7 @@ func (x *PermissionDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermissionDecision.ProtoReflect.Descriptor instead.
 func (*PermissionDecision) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PermissionDecision) GetCommandId() string {
@@ -2774,7 +2973,7 @@ type StdinChunk struct {
 
 func (x *StdinChunk) Reset() {
 	*x = StdinChunk{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[23]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2786,7 +2985,7 @@ func (x *StdinChunk) String() string {
 func (*StdinChunk) ProtoMessage() {}
 
 func (x *StdinChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[23]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2799,7 +2998,7 @@ func (x *StdinChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StdinChunk.ProtoReflect.Descriptor instead.
 func (*StdinChunk) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StdinChunk) GetCommandId() string {
@@ -2854,7 +3053,7 @@ type StdinAck struct {
 
 func (x *StdinAck) Reset() {
 	*x = StdinAck{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[24]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2866,7 +3065,7 @@ func (x *StdinAck) String() string {
 func (*StdinAck) ProtoMessage() {}
 
 func (x *StdinAck) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[24]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2879,7 +3078,7 @@ func (x *StdinAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StdinAck.ProtoReflect.Descriptor instead.
 func (*StdinAck) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *StdinAck) GetCommandId() string {
@@ -2918,7 +3117,7 @@ type PtyControl struct {
 
 func (x *PtyControl) Reset() {
 	*x = PtyControl{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[25]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2930,7 +3129,7 @@ func (x *PtyControl) String() string {
 func (*PtyControl) ProtoMessage() {}
 
 func (x *PtyControl) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[25]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2943,7 +3142,7 @@ func (x *PtyControl) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PtyControl.ProtoReflect.Descriptor instead.
 func (*PtyControl) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PtyControl) GetCommandId() string {
@@ -3020,7 +3219,7 @@ type CommandKill struct {
 
 func (x *CommandKill) Reset() {
 	*x = CommandKill{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[26]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3032,7 +3231,7 @@ func (x *CommandKill) String() string {
 func (*CommandKill) ProtoMessage() {}
 
 func (x *CommandKill) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[26]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3045,7 +3244,7 @@ func (x *CommandKill) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandKill.ProtoReflect.Descriptor instead.
 func (*CommandKill) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CommandKill) GetReason() string {
@@ -3065,7 +3264,7 @@ type PtyResize struct {
 
 func (x *PtyResize) Reset() {
 	*x = PtyResize{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[27]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3077,7 +3276,7 @@ func (x *PtyResize) String() string {
 func (*PtyResize) ProtoMessage() {}
 
 func (x *PtyResize) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[27]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3090,7 +3289,7 @@ func (x *PtyResize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PtyResize.ProtoReflect.Descriptor instead.
 func (*PtyResize) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PtyResize) GetCols() uint32 {
@@ -3117,7 +3316,7 @@ type PtySignal struct {
 
 func (x *PtySignal) Reset() {
 	*x = PtySignal{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[28]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3129,7 +3328,7 @@ func (x *PtySignal) String() string {
 func (*PtySignal) ProtoMessage() {}
 
 func (x *PtySignal) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[28]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3142,7 +3341,7 @@ func (x *PtySignal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PtySignal.ProtoReflect.Descriptor instead.
 func (*PtySignal) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PtySignal) GetSignal() int32 {
@@ -3170,7 +3369,7 @@ type CommandResult struct {
 
 func (x *CommandResult) Reset() {
 	*x = CommandResult{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[29]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3182,7 +3381,7 @@ func (x *CommandResult) String() string {
 func (*CommandResult) ProtoMessage() {}
 
 func (x *CommandResult) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[29]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3195,7 +3394,7 @@ func (x *CommandResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandResult.ProtoReflect.Descriptor instead.
 func (*CommandResult) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CommandResult) GetCommandId() string {
@@ -3257,7 +3456,7 @@ type ConfigUpdate struct {
 
 func (x *ConfigUpdate) Reset() {
 	*x = ConfigUpdate{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[30]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3269,7 +3468,7 @@ func (x *ConfigUpdate) String() string {
 func (*ConfigUpdate) ProtoMessage() {}
 
 func (x *ConfigUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[30]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3282,7 +3481,7 @@ func (x *ConfigUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigUpdate.ProtoReflect.Descriptor instead.
 func (*ConfigUpdate) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ConfigUpdate) GetConfig() map[string]string {
@@ -3310,7 +3509,7 @@ type Shutdown struct {
 
 func (x *Shutdown) Reset() {
 	*x = Shutdown{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[31]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3322,7 +3521,7 @@ func (x *Shutdown) String() string {
 func (*Shutdown) ProtoMessage() {}
 
 func (x *Shutdown) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[31]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3335,7 +3534,7 @@ func (x *Shutdown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Shutdown.ProtoReflect.Descriptor instead.
 func (*Shutdown) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Shutdown) GetReason() string {
@@ -3361,7 +3560,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[32]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3373,7 +3572,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[32]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3386,7 +3585,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Ping) GetNonce() uint64 {
@@ -3405,7 +3604,7 @@ type Pong struct {
 
 func (x *Pong) Reset() {
 	*x = Pong{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[33]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3417,7 +3616,7 @@ func (x *Pong) String() string {
 func (*Pong) ProtoMessage() {}
 
 func (x *Pong) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[33]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3430,7 +3629,7 @@ func (x *Pong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pong.ProtoReflect.Descriptor instead.
 func (*Pong) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Pong) GetNonce() uint64 {
@@ -3449,7 +3648,7 @@ type SessionQuery struct {
 
 func (x *SessionQuery) Reset() {
 	*x = SessionQuery{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[34]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3461,7 +3660,7 @@ func (x *SessionQuery) String() string {
 func (*SessionQuery) ProtoMessage() {}
 
 func (x *SessionQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[34]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3474,7 +3673,7 @@ func (x *SessionQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionQuery.ProtoReflect.Descriptor instead.
 func (*SessionQuery) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SessionQuery) GetRequestId() string {
@@ -3510,7 +3709,7 @@ type SessionInfo struct {
 
 func (x *SessionInfo) Reset() {
 	*x = SessionInfo{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[35]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3522,7 +3721,7 @@ func (x *SessionInfo) String() string {
 func (*SessionInfo) ProtoMessage() {}
 
 func (x *SessionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[35]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3535,7 +3734,7 @@ func (x *SessionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
 func (*SessionInfo) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SessionInfo) GetSessionId() string {
@@ -3643,7 +3842,7 @@ type SessionReport struct {
 
 func (x *SessionReport) Reset() {
 	*x = SessionReport{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[36]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3655,7 +3854,7 @@ func (x *SessionReport) String() string {
 func (*SessionReport) ProtoMessage() {}
 
 func (x *SessionReport) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[36]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3668,7 +3867,7 @@ func (x *SessionReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionReport.ProtoReflect.Descriptor instead.
 func (*SessionReport) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SessionReport) GetRequestId() string {
@@ -3696,7 +3895,7 @@ type SessionDecision struct {
 
 func (x *SessionDecision) Reset() {
 	*x = SessionDecision{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[37]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3708,7 +3907,7 @@ func (x *SessionDecision) String() string {
 func (*SessionDecision) ProtoMessage() {}
 
 func (x *SessionDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[37]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3721,7 +3920,7 @@ func (x *SessionDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionDecision.ProtoReflect.Descriptor instead.
 func (*SessionDecision) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SessionDecision) GetSessionId() string {
@@ -3755,7 +3954,7 @@ type SessionReconcile struct {
 
 func (x *SessionReconcile) Reset() {
 	*x = SessionReconcile{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[38]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3767,7 +3966,7 @@ func (x *SessionReconcile) String() string {
 func (*SessionReconcile) ProtoMessage() {}
 
 func (x *SessionReconcile) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[38]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3780,7 +3979,7 @@ func (x *SessionReconcile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionReconcile.ProtoReflect.Descriptor instead.
 func (*SessionReconcile) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SessionReconcile) GetRequestId() string {
@@ -3807,7 +4006,7 @@ type SessionAck struct {
 
 func (x *SessionAck) Reset() {
 	*x = SessionAck{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[39]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3819,7 +4018,7 @@ func (x *SessionAck) String() string {
 func (*SessionAck) ProtoMessage() {}
 
 func (x *SessionAck) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[39]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3832,7 +4031,7 @@ func (x *SessionAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionAck.ProtoReflect.Descriptor instead.
 func (*SessionAck) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SessionAck) GetRequestId() string {
@@ -3861,7 +4060,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[40]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3873,7 +4072,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[40]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3886,7 +4085,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ExecRequest) GetAgentId() string {
@@ -3923,7 +4122,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[41]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3935,7 +4134,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[41]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3948,7 +4147,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ExecResponse) GetPayload() isExecResponse_Payload {
@@ -4007,7 +4206,7 @@ type TunnelRequest struct {
 
 func (x *TunnelRequest) Reset() {
 	*x = TunnelRequest{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[42]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4019,7 +4218,7 @@ func (x *TunnelRequest) String() string {
 func (*TunnelRequest) ProtoMessage() {}
 
 func (x *TunnelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[42]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4032,7 +4231,7 @@ func (x *TunnelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelRequest.ProtoReflect.Descriptor instead.
 func (*TunnelRequest) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *TunnelRequest) GetPayload() isTunnelRequest_Payload {
@@ -4105,7 +4304,7 @@ type TunnelOpen struct {
 
 func (x *TunnelOpen) Reset() {
 	*x = TunnelOpen{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[43]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4117,7 +4316,7 @@ func (x *TunnelOpen) String() string {
 func (*TunnelOpen) ProtoMessage() {}
 
 func (x *TunnelOpen) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[43]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4130,7 +4329,7 @@ func (x *TunnelOpen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelOpen.ProtoReflect.Descriptor instead.
 func (*TunnelOpen) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *TunnelOpen) GetHost() string {
@@ -4162,7 +4361,7 @@ type TunnelResponse struct {
 
 func (x *TunnelResponse) Reset() {
 	*x = TunnelResponse{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[44]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4174,7 +4373,7 @@ func (x *TunnelResponse) String() string {
 func (*TunnelResponse) ProtoMessage() {}
 
 func (x *TunnelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[44]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4187,7 +4386,7 @@ func (x *TunnelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelResponse.ProtoReflect.Descriptor instead.
 func (*TunnelResponse) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *TunnelResponse) GetPayload() isTunnelResponse_Payload {
@@ -4264,7 +4463,7 @@ type TunnelOpened struct {
 
 func (x *TunnelOpened) Reset() {
 	*x = TunnelOpened{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[45]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4276,7 +4475,7 @@ func (x *TunnelOpened) String() string {
 func (*TunnelOpened) ProtoMessage() {}
 
 func (x *TunnelOpened) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[45]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4289,7 +4488,7 @@ func (x *TunnelOpened) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelOpened.ProtoReflect.Descriptor instead.
 func (*TunnelOpened) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{45}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *TunnelOpened) GetAllowed() bool {
@@ -4317,7 +4516,7 @@ var File_agentic_sandbox_v1_agent_proto protoreflect.FileDescriptor
 
 const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x1eagentic/sandbox/v1/agent.proto\x12\x12agentic.sandbox.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x85\x06\n" +
+	"\x1eagentic/sandbox/v1/agent.proto\x12\x12agentic.sandbox.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xcb\x06\n" +
 	"\x0eConnectRequest\x12F\n" +
 	"\fregistration\x18\x01 \x01(\v2 .agentic.sandbox.v1.RegistrationH\x00R\fregistration\x12=\n" +
 	"\theartbeat\x18\x02 \x01(\v2\x1d.agentic.sandbox.v1.HeartbeatH\x00R\theartbeat\x127\n" +
@@ -4331,8 +4530,17 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"\x0fcommand_started\x18\t \x01(\v2\".agentic.sandbox.v1.CommandStartedH\x00R\x0ecommandStarted\x12V\n" +
 	"\x12permission_request\x18\n" +
 	" \x01(\v2%.agentic.sandbox.v1.PermissionRequestH\x00R\x11permissionRequest\x12;\n" +
-	"\tstdin_ack\x18\v \x01(\v2\x1c.agentic.sandbox.v1.StdinAckH\x00R\bstdinAckB\t\n" +
-	"\apayload\"|\n" +
+	"\tstdin_ack\x18\v \x01(\v2\x1c.agentic.sandbox.v1.StdinAckH\x00R\bstdinAck\x12D\n" +
+	"\fports_report\x18\f \x01(\v2\x1f.agentic.sandbox.v1.PortsReportH\x00R\vportsReportB\t\n" +
+	"\apayload\"d\n" +
+	"\vPortsReport\x127\n" +
+	"\x05ports\x18\x01 \x03(\v2!.agentic.sandbox.v1.ListeningPortR\x05ports\x12\x1c\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"\x92\x01\n" +
+	"\rListeningPort\x12\x12\n" +
+	"\x04port\x18\x01 \x01(\rR\x04port\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x129\n" +
+	"\x06family\x18\x03 \x01(\x0e2!.agentic.sandbox.v1.AddressFamilyR\x06family\x12\x18\n" +
+	"\aprocess\x18\x04 \x01(\tR\aprocess\"|\n" +
 	"\x0eCommandStarted\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12\x10\n" +
@@ -4662,7 +4870,11 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"\x1cRECONCILE_ACTION_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15RECONCILE_ACTION_KEEP\x10\x01\x12\x1a\n" +
 	"\x16RECONCILE_ACTION_ADOPT\x10\x02\x12\x19\n" +
-	"\x15RECONCILE_ACTION_KILL\x10\x03*\xa1\x01\n" +
+	"\x15RECONCILE_ACTION_KILL\x10\x03*a\n" +
+	"\rAddressFamily\x12\x1e\n" +
+	"\x1aADDRESS_FAMILY_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13ADDRESS_FAMILY_IPV4\x10\x01\x12\x17\n" +
+	"\x13ADDRESS_FAMILY_IPV6\x10\x02*\xa1\x01\n" +
 	"\x06FileOp\x12\x17\n" +
 	"\x13FILE_OP_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fFILE_OP_LIST\x10\x01\x12\x10\n" +
@@ -4703,8 +4915,8 @@ func file_agentic_sandbox_v1_agent_proto_rawDescGZIP() []byte {
 	return file_agentic_sandbox_v1_agent_proto_rawDescData
 }
 
-var file_agentic_sandbox_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
-var file_agentic_sandbox_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_agentic_sandbox_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
+var file_agentic_sandbox_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_agentic_sandbox_v1_agent_proto_goTypes = []any{
 	(RuntimeKind)(0),              // 0: agentic.sandbox.v1.RuntimeKind
 	(AgentStatus)(0),              // 1: agentic.sandbox.v1.AgentStatus
@@ -4712,140 +4924,146 @@ var file_agentic_sandbox_v1_agent_proto_goTypes = []any{
 	(SessionType)(0),              // 3: agentic.sandbox.v1.SessionType
 	(SessionState)(0),             // 4: agentic.sandbox.v1.SessionState
 	(ReconcileAction)(0),          // 5: agentic.sandbox.v1.ReconcileAction
-	(FileOp)(0),                   // 6: agentic.sandbox.v1.FileOp
-	(FileType)(0),                 // 7: agentic.sandbox.v1.FileType
-	(FileError)(0),                // 8: agentic.sandbox.v1.FileError
-	(*ConnectRequest)(nil),        // 9: agentic.sandbox.v1.ConnectRequest
-	(*CommandStarted)(nil),        // 10: agentic.sandbox.v1.CommandStarted
-	(*ConnectResponse)(nil),       // 11: agentic.sandbox.v1.ConnectResponse
-	(*OutputAck)(nil),             // 12: agentic.sandbox.v1.OutputAck
-	(*Drain)(nil),                 // 13: agentic.sandbox.v1.Drain
-	(*Rename)(nil),                // 14: agentic.sandbox.v1.Rename
-	(*FileRequest)(nil),           // 15: agentic.sandbox.v1.FileRequest
-	(*TransferRequest)(nil),       // 16: agentic.sandbox.v1.TransferRequest
-	(*TransferOpen)(nil),          // 17: agentic.sandbox.v1.TransferOpen
-	(*TransferReady)(nil),         // 18: agentic.sandbox.v1.TransferReady
-	(*FileListing)(nil),           // 19: agentic.sandbox.v1.FileListing
-	(*FileEntry)(nil),             // 20: agentic.sandbox.v1.FileEntry
-	(*TransferEnd)(nil),           // 21: agentic.sandbox.v1.TransferEnd
-	(*TransferResponse)(nil),      // 22: agentic.sandbox.v1.TransferResponse
-	(*Registration)(nil),          // 23: agentic.sandbox.v1.Registration
-	(*SystemInfo)(nil),            // 24: agentic.sandbox.v1.SystemInfo
-	(*RegistrationAck)(nil),       // 25: agentic.sandbox.v1.RegistrationAck
-	(*Heartbeat)(nil),             // 26: agentic.sandbox.v1.Heartbeat
-	(*Metrics)(nil),               // 27: agentic.sandbox.v1.Metrics
-	(*OutputChunk)(nil),           // 28: agentic.sandbox.v1.OutputChunk
-	(*CommandRequest)(nil),        // 29: agentic.sandbox.v1.CommandRequest
-	(*PermissionRequest)(nil),     // 30: agentic.sandbox.v1.PermissionRequest
-	(*PermissionDecision)(nil),    // 31: agentic.sandbox.v1.PermissionDecision
-	(*StdinChunk)(nil),            // 32: agentic.sandbox.v1.StdinChunk
-	(*StdinAck)(nil),              // 33: agentic.sandbox.v1.StdinAck
-	(*PtyControl)(nil),            // 34: agentic.sandbox.v1.PtyControl
-	(*CommandKill)(nil),           // 35: agentic.sandbox.v1.CommandKill
-	(*PtyResize)(nil),             // 36: agentic.sandbox.v1.PtyResize
-	(*PtySignal)(nil),             // 37: agentic.sandbox.v1.PtySignal
-	(*CommandResult)(nil),         // 38: agentic.sandbox.v1.CommandResult
-	(*ConfigUpdate)(nil),          // 39: agentic.sandbox.v1.ConfigUpdate
-	(*Shutdown)(nil),              // 40: agentic.sandbox.v1.Shutdown
-	(*Ping)(nil),                  // 41: agentic.sandbox.v1.Ping
-	(*Pong)(nil),                  // 42: agentic.sandbox.v1.Pong
-	(*SessionQuery)(nil),          // 43: agentic.sandbox.v1.SessionQuery
-	(*SessionInfo)(nil),           // 44: agentic.sandbox.v1.SessionInfo
-	(*SessionReport)(nil),         // 45: agentic.sandbox.v1.SessionReport
-	(*SessionDecision)(nil),       // 46: agentic.sandbox.v1.SessionDecision
-	(*SessionReconcile)(nil),      // 47: agentic.sandbox.v1.SessionReconcile
-	(*SessionAck)(nil),            // 48: agentic.sandbox.v1.SessionAck
-	(*ExecRequest)(nil),           // 49: agentic.sandbox.v1.ExecRequest
-	(*ExecResponse)(nil),          // 50: agentic.sandbox.v1.ExecResponse
-	(*TunnelRequest)(nil),         // 51: agentic.sandbox.v1.TunnelRequest
-	(*TunnelOpen)(nil),            // 52: agentic.sandbox.v1.TunnelOpen
-	(*TunnelResponse)(nil),        // 53: agentic.sandbox.v1.TunnelResponse
-	(*TunnelOpened)(nil),          // 54: agentic.sandbox.v1.TunnelOpened
-	nil,                           // 55: agentic.sandbox.v1.Registration.LabelsEntry
-	nil,                           // 56: agentic.sandbox.v1.RegistrationAck.ConfigEntry
-	nil,                           // 57: agentic.sandbox.v1.CommandRequest.EnvEntry
-	nil,                           // 58: agentic.sandbox.v1.ConfigUpdate.ConfigEntry
-	(*timestamppb.Timestamp)(nil), // 59: google.protobuf.Timestamp
+	(AddressFamily)(0),            // 6: agentic.sandbox.v1.AddressFamily
+	(FileOp)(0),                   // 7: agentic.sandbox.v1.FileOp
+	(FileType)(0),                 // 8: agentic.sandbox.v1.FileType
+	(FileError)(0),                // 9: agentic.sandbox.v1.FileError
+	(*ConnectRequest)(nil),        // 10: agentic.sandbox.v1.ConnectRequest
+	(*PortsReport)(nil),           // 11: agentic.sandbox.v1.PortsReport
+	(*ListeningPort)(nil),         // 12: agentic.sandbox.v1.ListeningPort
+	(*CommandStarted)(nil),        // 13: agentic.sandbox.v1.CommandStarted
+	(*ConnectResponse)(nil),       // 14: agentic.sandbox.v1.ConnectResponse
+	(*OutputAck)(nil),             // 15: agentic.sandbox.v1.OutputAck
+	(*Drain)(nil),                 // 16: agentic.sandbox.v1.Drain
+	(*Rename)(nil),                // 17: agentic.sandbox.v1.Rename
+	(*FileRequest)(nil),           // 18: agentic.sandbox.v1.FileRequest
+	(*TransferRequest)(nil),       // 19: agentic.sandbox.v1.TransferRequest
+	(*TransferOpen)(nil),          // 20: agentic.sandbox.v1.TransferOpen
+	(*TransferReady)(nil),         // 21: agentic.sandbox.v1.TransferReady
+	(*FileListing)(nil),           // 22: agentic.sandbox.v1.FileListing
+	(*FileEntry)(nil),             // 23: agentic.sandbox.v1.FileEntry
+	(*TransferEnd)(nil),           // 24: agentic.sandbox.v1.TransferEnd
+	(*TransferResponse)(nil),      // 25: agentic.sandbox.v1.TransferResponse
+	(*Registration)(nil),          // 26: agentic.sandbox.v1.Registration
+	(*SystemInfo)(nil),            // 27: agentic.sandbox.v1.SystemInfo
+	(*RegistrationAck)(nil),       // 28: agentic.sandbox.v1.RegistrationAck
+	(*Heartbeat)(nil),             // 29: agentic.sandbox.v1.Heartbeat
+	(*Metrics)(nil),               // 30: agentic.sandbox.v1.Metrics
+	(*OutputChunk)(nil),           // 31: agentic.sandbox.v1.OutputChunk
+	(*CommandRequest)(nil),        // 32: agentic.sandbox.v1.CommandRequest
+	(*PermissionRequest)(nil),     // 33: agentic.sandbox.v1.PermissionRequest
+	(*PermissionDecision)(nil),    // 34: agentic.sandbox.v1.PermissionDecision
+	(*StdinChunk)(nil),            // 35: agentic.sandbox.v1.StdinChunk
+	(*StdinAck)(nil),              // 36: agentic.sandbox.v1.StdinAck
+	(*PtyControl)(nil),            // 37: agentic.sandbox.v1.PtyControl
+	(*CommandKill)(nil),           // 38: agentic.sandbox.v1.CommandKill
+	(*PtyResize)(nil),             // 39: agentic.sandbox.v1.PtyResize
+	(*PtySignal)(nil),             // 40: agentic.sandbox.v1.PtySignal
+	(*CommandResult)(nil),         // 41: agentic.sandbox.v1.CommandResult
+	(*ConfigUpdate)(nil),          // 42: agentic.sandbox.v1.ConfigUpdate
+	(*Shutdown)(nil),              // 43: agentic.sandbox.v1.Shutdown
+	(*Ping)(nil),                  // 44: agentic.sandbox.v1.Ping
+	(*Pong)(nil),                  // 45: agentic.sandbox.v1.Pong
+	(*SessionQuery)(nil),          // 46: agentic.sandbox.v1.SessionQuery
+	(*SessionInfo)(nil),           // 47: agentic.sandbox.v1.SessionInfo
+	(*SessionReport)(nil),         // 48: agentic.sandbox.v1.SessionReport
+	(*SessionDecision)(nil),       // 49: agentic.sandbox.v1.SessionDecision
+	(*SessionReconcile)(nil),      // 50: agentic.sandbox.v1.SessionReconcile
+	(*SessionAck)(nil),            // 51: agentic.sandbox.v1.SessionAck
+	(*ExecRequest)(nil),           // 52: agentic.sandbox.v1.ExecRequest
+	(*ExecResponse)(nil),          // 53: agentic.sandbox.v1.ExecResponse
+	(*TunnelRequest)(nil),         // 54: agentic.sandbox.v1.TunnelRequest
+	(*TunnelOpen)(nil),            // 55: agentic.sandbox.v1.TunnelOpen
+	(*TunnelResponse)(nil),        // 56: agentic.sandbox.v1.TunnelResponse
+	(*TunnelOpened)(nil),          // 57: agentic.sandbox.v1.TunnelOpened
+	nil,                           // 58: agentic.sandbox.v1.Registration.LabelsEntry
+	nil,                           // 59: agentic.sandbox.v1.RegistrationAck.ConfigEntry
+	nil,                           // 60: agentic.sandbox.v1.CommandRequest.EnvEntry
+	nil,                           // 61: agentic.sandbox.v1.ConfigUpdate.ConfigEntry
+	(*timestamppb.Timestamp)(nil), // 62: google.protobuf.Timestamp
 }
 var file_agentic_sandbox_v1_agent_proto_depIdxs = []int32{
-	23, // 0: agentic.sandbox.v1.ConnectRequest.registration:type_name -> agentic.sandbox.v1.Registration
-	26, // 1: agentic.sandbox.v1.ConnectRequest.heartbeat:type_name -> agentic.sandbox.v1.Heartbeat
-	27, // 2: agentic.sandbox.v1.ConnectRequest.metrics:type_name -> agentic.sandbox.v1.Metrics
-	28, // 3: agentic.sandbox.v1.ConnectRequest.output:type_name -> agentic.sandbox.v1.OutputChunk
-	38, // 4: agentic.sandbox.v1.ConnectRequest.command_result:type_name -> agentic.sandbox.v1.CommandResult
-	45, // 5: agentic.sandbox.v1.ConnectRequest.session_report:type_name -> agentic.sandbox.v1.SessionReport
-	48, // 6: agentic.sandbox.v1.ConnectRequest.session_ack:type_name -> agentic.sandbox.v1.SessionAck
-	42, // 7: agentic.sandbox.v1.ConnectRequest.pong:type_name -> agentic.sandbox.v1.Pong
-	10, // 8: agentic.sandbox.v1.ConnectRequest.command_started:type_name -> agentic.sandbox.v1.CommandStarted
-	30, // 9: agentic.sandbox.v1.ConnectRequest.permission_request:type_name -> agentic.sandbox.v1.PermissionRequest
-	33, // 10: agentic.sandbox.v1.ConnectRequest.stdin_ack:type_name -> agentic.sandbox.v1.StdinAck
-	59, // 11: agentic.sandbox.v1.CommandStarted.started_at:type_name -> google.protobuf.Timestamp
-	25, // 12: agentic.sandbox.v1.ConnectResponse.registration_ack:type_name -> agentic.sandbox.v1.RegistrationAck
-	29, // 13: agentic.sandbox.v1.ConnectResponse.command:type_name -> agentic.sandbox.v1.CommandRequest
-	32, // 14: agentic.sandbox.v1.ConnectResponse.stdin:type_name -> agentic.sandbox.v1.StdinChunk
-	34, // 15: agentic.sandbox.v1.ConnectResponse.pty_control:type_name -> agentic.sandbox.v1.PtyControl
-	39, // 16: agentic.sandbox.v1.ConnectResponse.config_update:type_name -> agentic.sandbox.v1.ConfigUpdate
-	40, // 17: agentic.sandbox.v1.ConnectResponse.shutdown:type_name -> agentic.sandbox.v1.Shutdown
-	41, // 18: agentic.sandbox.v1.ConnectResponse.ping:type_name -> agentic.sandbox.v1.Ping
-	43, // 19: agentic.sandbox.v1.ConnectResponse.session_query:type_name -> agentic.sandbox.v1.SessionQuery
-	47, // 20: agentic.sandbox.v1.ConnectResponse.session_reconcile:type_name -> agentic.sandbox.v1.SessionReconcile
-	15, // 21: agentic.sandbox.v1.ConnectResponse.file_request:type_name -> agentic.sandbox.v1.FileRequest
-	31, // 22: agentic.sandbox.v1.ConnectResponse.permission_decision:type_name -> agentic.sandbox.v1.PermissionDecision
-	14, // 23: agentic.sandbox.v1.ConnectResponse.rename:type_name -> agentic.sandbox.v1.Rename
-	13, // 24: agentic.sandbox.v1.ConnectResponse.drain:type_name -> agentic.sandbox.v1.Drain
-	12, // 25: agentic.sandbox.v1.ConnectResponse.output_ack:type_name -> agentic.sandbox.v1.OutputAck
-	2,  // 26: agentic.sandbox.v1.OutputAck.stream:type_name -> agentic.sandbox.v1.OutputStream
-	6,  // 27: agentic.sandbox.v1.FileRequest.op:type_name -> agentic.sandbox.v1.FileOp
-	17, // 28: agentic.sandbox.v1.TransferRequest.open:type_name -> agentic.sandbox.v1.TransferOpen
-	18, // 29: agentic.sandbox.v1.TransferRequest.ready:type_name -> agentic.sandbox.v1.TransferReady
-	19, // 30: agentic.sandbox.v1.TransferRequest.listing:type_name -> agentic.sandbox.v1.FileListing
-	21, // 31: agentic.sandbox.v1.TransferRequest.end:type_name -> agentic.sandbox.v1.TransferEnd
-	20, // 32: agentic.sandbox.v1.FileListing.entries:type_name -> agentic.sandbox.v1.FileEntry
-	7,  // 33: agentic.sandbox.v1.FileEntry.type:type_name -> agentic.sandbox.v1.FileType
-	59, // 34: agentic.sandbox.v1.FileEntry.mtime:type_name -> google.protobuf.Timestamp
-	8,  // 35: agentic.sandbox.v1.TransferEnd.error:type_name -> agentic.sandbox.v1.FileError
-	24, // 36: agentic.sandbox.v1.Registration.system_info:type_name -> agentic.sandbox.v1.SystemInfo
-	55, // 37: agentic.sandbox.v1.Registration.labels:type_name -> agentic.sandbox.v1.Registration.LabelsEntry
-	0,  // 38: agentic.sandbox.v1.Registration.runtime:type_name -> agentic.sandbox.v1.RuntimeKind
-	56, // 39: agentic.sandbox.v1.RegistrationAck.config:type_name -> agentic.sandbox.v1.RegistrationAck.ConfigEntry
-	1,  // 40: agentic.sandbox.v1.Heartbeat.status:type_name -> agentic.sandbox.v1.AgentStatus
-	59, // 41: agentic.sandbox.v1.Heartbeat.sent_at:type_name -> google.protobuf.Timestamp
-	27, // 42: agentic.sandbox.v1.Heartbeat.metrics:type_name -> agentic.sandbox.v1.Metrics
-	2,  // 43: agentic.sandbox.v1.OutputChunk.stream:type_name -> agentic.sandbox.v1.OutputStream
-	59, // 44: agentic.sandbox.v1.OutputChunk.timestamp:type_name -> google.protobuf.Timestamp
-	57, // 45: agentic.sandbox.v1.CommandRequest.env:type_name -> agentic.sandbox.v1.CommandRequest.EnvEntry
-	3,  // 46: agentic.sandbox.v1.CommandRequest.session_type:type_name -> agentic.sandbox.v1.SessionType
-	36, // 47: agentic.sandbox.v1.PtyControl.resize:type_name -> agentic.sandbox.v1.PtyResize
-	37, // 48: agentic.sandbox.v1.PtyControl.signal:type_name -> agentic.sandbox.v1.PtySignal
-	35, // 49: agentic.sandbox.v1.PtyControl.kill:type_name -> agentic.sandbox.v1.CommandKill
-	58, // 50: agentic.sandbox.v1.ConfigUpdate.config:type_name -> agentic.sandbox.v1.ConfigUpdate.ConfigEntry
-	3,  // 51: agentic.sandbox.v1.SessionInfo.type:type_name -> agentic.sandbox.v1.SessionType
-	4,  // 52: agentic.sandbox.v1.SessionInfo.state:type_name -> agentic.sandbox.v1.SessionState
-	59, // 53: agentic.sandbox.v1.SessionInfo.started_at:type_name -> google.protobuf.Timestamp
-	59, // 54: agentic.sandbox.v1.SessionInfo.ended_at:type_name -> google.protobuf.Timestamp
-	38, // 55: agentic.sandbox.v1.SessionInfo.result:type_name -> agentic.sandbox.v1.CommandResult
-	2,  // 56: agentic.sandbox.v1.SessionInfo.tail_stream:type_name -> agentic.sandbox.v1.OutputStream
-	44, // 57: agentic.sandbox.v1.SessionReport.sessions:type_name -> agentic.sandbox.v1.SessionInfo
-	5,  // 58: agentic.sandbox.v1.SessionDecision.action:type_name -> agentic.sandbox.v1.ReconcileAction
-	46, // 59: agentic.sandbox.v1.SessionReconcile.decisions:type_name -> agentic.sandbox.v1.SessionDecision
-	29, // 60: agentic.sandbox.v1.ExecRequest.command:type_name -> agentic.sandbox.v1.CommandRequest
-	28, // 61: agentic.sandbox.v1.ExecResponse.output:type_name -> agentic.sandbox.v1.OutputChunk
-	38, // 62: agentic.sandbox.v1.ExecResponse.result:type_name -> agentic.sandbox.v1.CommandResult
-	52, // 63: agentic.sandbox.v1.TunnelRequest.open:type_name -> agentic.sandbox.v1.TunnelOpen
-	54, // 64: agentic.sandbox.v1.TunnelResponse.opened:type_name -> agentic.sandbox.v1.TunnelOpened
-	9,  // 65: agentic.sandbox.v1.AgentService.Connect:input_type -> agentic.sandbox.v1.ConnectRequest
-	49, // 66: agentic.sandbox.v1.AgentService.Exec:input_type -> agentic.sandbox.v1.ExecRequest
-	16, // 67: agentic.sandbox.v1.AgentService.Transfer:input_type -> agentic.sandbox.v1.TransferRequest
-	51, // 68: agentic.sandbox.v1.AgentService.Tunnel:input_type -> agentic.sandbox.v1.TunnelRequest
-	11, // 69: agentic.sandbox.v1.AgentService.Connect:output_type -> agentic.sandbox.v1.ConnectResponse
-	50, // 70: agentic.sandbox.v1.AgentService.Exec:output_type -> agentic.sandbox.v1.ExecResponse
-	22, // 71: agentic.sandbox.v1.AgentService.Transfer:output_type -> agentic.sandbox.v1.TransferResponse
-	53, // 72: agentic.sandbox.v1.AgentService.Tunnel:output_type -> agentic.sandbox.v1.TunnelResponse
-	69, // [69:73] is the sub-list for method output_type
-	65, // [65:69] is the sub-list for method input_type
-	65, // [65:65] is the sub-list for extension type_name
-	65, // [65:65] is the sub-list for extension extendee
-	0,  // [0:65] is the sub-list for field type_name
+	26, // 0: agentic.sandbox.v1.ConnectRequest.registration:type_name -> agentic.sandbox.v1.Registration
+	29, // 1: agentic.sandbox.v1.ConnectRequest.heartbeat:type_name -> agentic.sandbox.v1.Heartbeat
+	30, // 2: agentic.sandbox.v1.ConnectRequest.metrics:type_name -> agentic.sandbox.v1.Metrics
+	31, // 3: agentic.sandbox.v1.ConnectRequest.output:type_name -> agentic.sandbox.v1.OutputChunk
+	41, // 4: agentic.sandbox.v1.ConnectRequest.command_result:type_name -> agentic.sandbox.v1.CommandResult
+	48, // 5: agentic.sandbox.v1.ConnectRequest.session_report:type_name -> agentic.sandbox.v1.SessionReport
+	51, // 6: agentic.sandbox.v1.ConnectRequest.session_ack:type_name -> agentic.sandbox.v1.SessionAck
+	45, // 7: agentic.sandbox.v1.ConnectRequest.pong:type_name -> agentic.sandbox.v1.Pong
+	13, // 8: agentic.sandbox.v1.ConnectRequest.command_started:type_name -> agentic.sandbox.v1.CommandStarted
+	33, // 9: agentic.sandbox.v1.ConnectRequest.permission_request:type_name -> agentic.sandbox.v1.PermissionRequest
+	36, // 10: agentic.sandbox.v1.ConnectRequest.stdin_ack:type_name -> agentic.sandbox.v1.StdinAck
+	11, // 11: agentic.sandbox.v1.ConnectRequest.ports_report:type_name -> agentic.sandbox.v1.PortsReport
+	12, // 12: agentic.sandbox.v1.PortsReport.ports:type_name -> agentic.sandbox.v1.ListeningPort
+	6,  // 13: agentic.sandbox.v1.ListeningPort.family:type_name -> agentic.sandbox.v1.AddressFamily
+	62, // 14: agentic.sandbox.v1.CommandStarted.started_at:type_name -> google.protobuf.Timestamp
+	28, // 15: agentic.sandbox.v1.ConnectResponse.registration_ack:type_name -> agentic.sandbox.v1.RegistrationAck
+	32, // 16: agentic.sandbox.v1.ConnectResponse.command:type_name -> agentic.sandbox.v1.CommandRequest
+	35, // 17: agentic.sandbox.v1.ConnectResponse.stdin:type_name -> agentic.sandbox.v1.StdinChunk
+	37, // 18: agentic.sandbox.v1.ConnectResponse.pty_control:type_name -> agentic.sandbox.v1.PtyControl
+	42, // 19: agentic.sandbox.v1.ConnectResponse.config_update:type_name -> agentic.sandbox.v1.ConfigUpdate
+	43, // 20: agentic.sandbox.v1.ConnectResponse.shutdown:type_name -> agentic.sandbox.v1.Shutdown
+	44, // 21: agentic.sandbox.v1.ConnectResponse.ping:type_name -> agentic.sandbox.v1.Ping
+	46, // 22: agentic.sandbox.v1.ConnectResponse.session_query:type_name -> agentic.sandbox.v1.SessionQuery
+	50, // 23: agentic.sandbox.v1.ConnectResponse.session_reconcile:type_name -> agentic.sandbox.v1.SessionReconcile
+	18, // 24: agentic.sandbox.v1.ConnectResponse.file_request:type_name -> agentic.sandbox.v1.FileRequest
+	34, // 25: agentic.sandbox.v1.ConnectResponse.permission_decision:type_name -> agentic.sandbox.v1.PermissionDecision
+	17, // 26: agentic.sandbox.v1.ConnectResponse.rename:type_name -> agentic.sandbox.v1.Rename
+	16, // 27: agentic.sandbox.v1.ConnectResponse.drain:type_name -> agentic.sandbox.v1.Drain
+	15, // 28: agentic.sandbox.v1.ConnectResponse.output_ack:type_name -> agentic.sandbox.v1.OutputAck
+	2,  // 29: agentic.sandbox.v1.OutputAck.stream:type_name -> agentic.sandbox.v1.OutputStream
+	7,  // 30: agentic.sandbox.v1.FileRequest.op:type_name -> agentic.sandbox.v1.FileOp
+	20, // 31: agentic.sandbox.v1.TransferRequest.open:type_name -> agentic.sandbox.v1.TransferOpen
+	21, // 32: agentic.sandbox.v1.TransferRequest.ready:type_name -> agentic.sandbox.v1.TransferReady
+	22, // 33: agentic.sandbox.v1.TransferRequest.listing:type_name -> agentic.sandbox.v1.FileListing
+	24, // 34: agentic.sandbox.v1.TransferRequest.end:type_name -> agentic.sandbox.v1.TransferEnd
+	23, // 35: agentic.sandbox.v1.FileListing.entries:type_name -> agentic.sandbox.v1.FileEntry
+	8,  // 36: agentic.sandbox.v1.FileEntry.type:type_name -> agentic.sandbox.v1.FileType
+	62, // 37: agentic.sandbox.v1.FileEntry.mtime:type_name -> google.protobuf.Timestamp
+	9,  // 38: agentic.sandbox.v1.TransferEnd.error:type_name -> agentic.sandbox.v1.FileError
+	27, // 39: agentic.sandbox.v1.Registration.system_info:type_name -> agentic.sandbox.v1.SystemInfo
+	58, // 40: agentic.sandbox.v1.Registration.labels:type_name -> agentic.sandbox.v1.Registration.LabelsEntry
+	0,  // 41: agentic.sandbox.v1.Registration.runtime:type_name -> agentic.sandbox.v1.RuntimeKind
+	59, // 42: agentic.sandbox.v1.RegistrationAck.config:type_name -> agentic.sandbox.v1.RegistrationAck.ConfigEntry
+	1,  // 43: agentic.sandbox.v1.Heartbeat.status:type_name -> agentic.sandbox.v1.AgentStatus
+	62, // 44: agentic.sandbox.v1.Heartbeat.sent_at:type_name -> google.protobuf.Timestamp
+	30, // 45: agentic.sandbox.v1.Heartbeat.metrics:type_name -> agentic.sandbox.v1.Metrics
+	2,  // 46: agentic.sandbox.v1.OutputChunk.stream:type_name -> agentic.sandbox.v1.OutputStream
+	62, // 47: agentic.sandbox.v1.OutputChunk.timestamp:type_name -> google.protobuf.Timestamp
+	60, // 48: agentic.sandbox.v1.CommandRequest.env:type_name -> agentic.sandbox.v1.CommandRequest.EnvEntry
+	3,  // 49: agentic.sandbox.v1.CommandRequest.session_type:type_name -> agentic.sandbox.v1.SessionType
+	39, // 50: agentic.sandbox.v1.PtyControl.resize:type_name -> agentic.sandbox.v1.PtyResize
+	40, // 51: agentic.sandbox.v1.PtyControl.signal:type_name -> agentic.sandbox.v1.PtySignal
+	38, // 52: agentic.sandbox.v1.PtyControl.kill:type_name -> agentic.sandbox.v1.CommandKill
+	61, // 53: agentic.sandbox.v1.ConfigUpdate.config:type_name -> agentic.sandbox.v1.ConfigUpdate.ConfigEntry
+	3,  // 54: agentic.sandbox.v1.SessionInfo.type:type_name -> agentic.sandbox.v1.SessionType
+	4,  // 55: agentic.sandbox.v1.SessionInfo.state:type_name -> agentic.sandbox.v1.SessionState
+	62, // 56: agentic.sandbox.v1.SessionInfo.started_at:type_name -> google.protobuf.Timestamp
+	62, // 57: agentic.sandbox.v1.SessionInfo.ended_at:type_name -> google.protobuf.Timestamp
+	41, // 58: agentic.sandbox.v1.SessionInfo.result:type_name -> agentic.sandbox.v1.CommandResult
+	2,  // 59: agentic.sandbox.v1.SessionInfo.tail_stream:type_name -> agentic.sandbox.v1.OutputStream
+	47, // 60: agentic.sandbox.v1.SessionReport.sessions:type_name -> agentic.sandbox.v1.SessionInfo
+	5,  // 61: agentic.sandbox.v1.SessionDecision.action:type_name -> agentic.sandbox.v1.ReconcileAction
+	49, // 62: agentic.sandbox.v1.SessionReconcile.decisions:type_name -> agentic.sandbox.v1.SessionDecision
+	32, // 63: agentic.sandbox.v1.ExecRequest.command:type_name -> agentic.sandbox.v1.CommandRequest
+	31, // 64: agentic.sandbox.v1.ExecResponse.output:type_name -> agentic.sandbox.v1.OutputChunk
+	41, // 65: agentic.sandbox.v1.ExecResponse.result:type_name -> agentic.sandbox.v1.CommandResult
+	55, // 66: agentic.sandbox.v1.TunnelRequest.open:type_name -> agentic.sandbox.v1.TunnelOpen
+	57, // 67: agentic.sandbox.v1.TunnelResponse.opened:type_name -> agentic.sandbox.v1.TunnelOpened
+	10, // 68: agentic.sandbox.v1.AgentService.Connect:input_type -> agentic.sandbox.v1.ConnectRequest
+	52, // 69: agentic.sandbox.v1.AgentService.Exec:input_type -> agentic.sandbox.v1.ExecRequest
+	19, // 70: agentic.sandbox.v1.AgentService.Transfer:input_type -> agentic.sandbox.v1.TransferRequest
+	54, // 71: agentic.sandbox.v1.AgentService.Tunnel:input_type -> agentic.sandbox.v1.TunnelRequest
+	14, // 72: agentic.sandbox.v1.AgentService.Connect:output_type -> agentic.sandbox.v1.ConnectResponse
+	53, // 73: agentic.sandbox.v1.AgentService.Exec:output_type -> agentic.sandbox.v1.ExecResponse
+	25, // 74: agentic.sandbox.v1.AgentService.Transfer:output_type -> agentic.sandbox.v1.TransferResponse
+	56, // 75: agentic.sandbox.v1.AgentService.Tunnel:output_type -> agentic.sandbox.v1.TunnelResponse
+	72, // [72:76] is the sub-list for method output_type
+	68, // [68:72] is the sub-list for method input_type
+	68, // [68:68] is the sub-list for extension type_name
+	68, // [68:68] is the sub-list for extension extendee
+	0,  // [0:68] is the sub-list for field type_name
 }
 
 func init() { file_agentic_sandbox_v1_agent_proto_init() }
@@ -4865,8 +5083,9 @@ func file_agentic_sandbox_v1_agent_proto_init() {
 		(*ConnectRequest_CommandStarted)(nil),
 		(*ConnectRequest_PermissionRequest)(nil),
 		(*ConnectRequest_StdinAck)(nil),
+		(*ConnectRequest_PortsReport)(nil),
 	}
-	file_agentic_sandbox_v1_agent_proto_msgTypes[2].OneofWrappers = []any{
+	file_agentic_sandbox_v1_agent_proto_msgTypes[4].OneofWrappers = []any{
 		(*ConnectResponse_RegistrationAck)(nil),
 		(*ConnectResponse_Command)(nil),
 		(*ConnectResponse_Stdin)(nil),
@@ -4882,34 +5101,34 @@ func file_agentic_sandbox_v1_agent_proto_init() {
 		(*ConnectResponse_Drain)(nil),
 		(*ConnectResponse_OutputAck)(nil),
 	}
-	file_agentic_sandbox_v1_agent_proto_msgTypes[7].OneofWrappers = []any{
+	file_agentic_sandbox_v1_agent_proto_msgTypes[9].OneofWrappers = []any{
 		(*TransferRequest_Open)(nil),
 		(*TransferRequest_Ready)(nil),
 		(*TransferRequest_Data)(nil),
 		(*TransferRequest_Listing)(nil),
 		(*TransferRequest_End)(nil),
 	}
-	file_agentic_sandbox_v1_agent_proto_msgTypes[13].OneofWrappers = []any{
+	file_agentic_sandbox_v1_agent_proto_msgTypes[15].OneofWrappers = []any{
 		(*TransferResponse_Data)(nil),
 		(*TransferResponse_Eof)(nil),
 		(*TransferResponse_Abort)(nil),
 	}
-	file_agentic_sandbox_v1_agent_proto_msgTypes[23].OneofWrappers = []any{}
-	file_agentic_sandbox_v1_agent_proto_msgTypes[25].OneofWrappers = []any{
+	file_agentic_sandbox_v1_agent_proto_msgTypes[25].OneofWrappers = []any{}
+	file_agentic_sandbox_v1_agent_proto_msgTypes[27].OneofWrappers = []any{
 		(*PtyControl_Resize)(nil),
 		(*PtyControl_Signal)(nil),
 		(*PtyControl_Kill)(nil),
 	}
-	file_agentic_sandbox_v1_agent_proto_msgTypes[41].OneofWrappers = []any{
+	file_agentic_sandbox_v1_agent_proto_msgTypes[43].OneofWrappers = []any{
 		(*ExecResponse_Output)(nil),
 		(*ExecResponse_Result)(nil),
 	}
-	file_agentic_sandbox_v1_agent_proto_msgTypes[42].OneofWrappers = []any{
+	file_agentic_sandbox_v1_agent_proto_msgTypes[44].OneofWrappers = []any{
 		(*TunnelRequest_Open)(nil),
 		(*TunnelRequest_Data)(nil),
 		(*TunnelRequest_CloseWrite)(nil),
 	}
-	file_agentic_sandbox_v1_agent_proto_msgTypes[44].OneofWrappers = []any{
+	file_agentic_sandbox_v1_agent_proto_msgTypes[46].OneofWrappers = []any{
 		(*TunnelResponse_Opened)(nil),
 		(*TunnelResponse_Data)(nil),
 		(*TunnelResponse_Eof)(nil),
@@ -4919,8 +5138,8 @@ func file_agentic_sandbox_v1_agent_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentic_sandbox_v1_agent_proto_rawDesc), len(file_agentic_sandbox_v1_agent_proto_rawDesc)),
-			NumEnums:      9,
-			NumMessages:   50,
+			NumEnums:      10,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,58 @@
+package rest
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+// ListAgentPorts implements restapi.StrictServerInterface: the TCP ports
+// listening where the agent runs, as it last reported them.
+func (s *Server) ListAgentPorts(_ context.Context, req restapi.ListAgentPortsRequestObject) (restapi.ListAgentPortsResponseObject, error) {
+	if _, ok := s.d.Agents.Agent(req.AgentId); !ok {
+		return nil, agentNotFound(fmt.Sprintf("agent %q", clip(req.AgentId)))
+	}
+	return restapi.ListAgentPorts200JSONResponse(s.listeningPorts(req.AgentId)), nil
+}
+
+// ListEnvironmentPorts implements restapi.StrictServerInterface: the TCP
+// ports listening inside the environment, as its agent last reported them.
+func (s *Server) ListEnvironmentPorts(ctx context.Context, req restapi.ListEnvironmentPortsRequestObject) (restapi.ListEnvironmentPortsResponseObject, error) {
+	subject := fmt.Sprintf("environment %q", clip(req.Name))
+	if s.d.Environments == nil {
+		return nil, environmentNotFound(subject)
+	}
+	e, ok := s.d.Environments.Inspect(ctx, req.Name)
+	if !ok {
+		return nil, environmentNotFound(subject)
+	}
+	if e.AgentID == "" { // not provisioned yet
+		return restapi.ListEnvironmentPorts200JSONResponse(toListeningPorts(ports.ListeningPorts{})), nil
+	}
+	return restapi.ListEnvironmentPorts200JSONResponse(s.listeningPorts(e.AgentID)), nil
+}
+
+func (s *Server) listeningPorts(agentID string) restapi.ListeningPortList {
+	if s.d.ListeningPorts == nil {
+		return toListeningPorts(ports.ListeningPorts{})
+	}
+	return toListeningPorts(s.d.ListeningPorts.ListeningPorts(agentID))
+}
+
+func toListeningPorts(l ports.ListeningPorts) restapi.ListeningPortList {
+	out := restapi.ListeningPortList{Ports: make([]restapi.ListeningPort, 0, len(l.Ports)), Truncated: l.Truncated}
+	for _, p := range l.Ports {
+		lp := restapi.ListeningPort{Port: int(p.Port), Address: p.Address, Family: restapi.ListeningPortFamily(p.Family)}
+		if p.Process != "" {
+			lp.Process = &p.Process
+		}
+		out.Ports = append(out.Ports, lp)
+	}
+	if !l.UpdatedAt.IsZero() {
+		at := l.UpdatedAt.UTC()
+		out.UpdatedAt = &at
+	}
+	return out
+}
