@@ -200,7 +200,7 @@ func TestOutboxRetainsUnacknowledgedOutput(t *testing.T) {
 	}
 	o.ack("a", sandboxv1.OutputStream_OUTPUT_STREAM_PTY, 2)    // covers a1 only
 	o.ack("b", sandboxv1.OutputStream_OUTPUT_STREAM_STDOUT, 9) // another stream: covers nothing
-	o.push(outChunk("b", 2, "b2"))                              // queued, not sent yet
+	o.push(outChunk("b", 2, "b2"))                             // queued, not sent yet
 
 	// The connection dies; the next server acknowledges output too.
 	o.requeue(true)
