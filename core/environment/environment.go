@@ -132,6 +132,12 @@ func Next(current State, o Observation) State {
 			return StateFailed
 		}
 		return StateBooting
+	case ports.EnvCreating:
+		// An engine that reports the start late (a kubelet's next status
+		// round): a connected agent proves it runs.
+		if o.AgentConnected {
+			return StateReady
+		}
 	}
 	return current
 }
@@ -143,7 +149,9 @@ func FromRuntime(st ports.EnvState) State {
 	case ports.EnvRunning:
 		return StateBooting
 	case ports.EnvCreating:
-		return StateProvisioning
+		// Still coming up, with no provisioning in flight (that ended with
+		// the server that started it): ready once its agent connects.
+		return StateBooting
 	case ports.EnvPaused:
 		return StatePaused
 	case ports.EnvFailed:

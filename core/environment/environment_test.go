@@ -30,6 +30,10 @@ func TestNext(t *testing.T) {
 		{StateFailed, up, StateReady},
 		{StatePaused, up, StateReady},
 		{StateBooting, Observation{Runtime: ports.EnvCreating}, StateBooting},
+		// A kubelet reports a started container a status round late: the
+		// agent connected proves it runs.
+		{StateBooting, Observation{Runtime: ports.EnvCreating, AgentConnected: true}, StateReady},
+		{StateReady, Observation{Runtime: ports.EnvCreating, AgentConnected: true}, StateReady},
 	}
 	for _, tt := range tests {
 		if got := Next(tt.from, tt.obs); got != tt.want {
@@ -40,7 +44,7 @@ func TestNext(t *testing.T) {
 
 func TestFromRuntime(t *testing.T) {
 	for st, want := range map[ports.EnvState]State{
-		ports.EnvRunning: StateBooting, ports.EnvCreating: StateProvisioning, ports.EnvPaused: StatePaused,
+		ports.EnvRunning: StateBooting, ports.EnvCreating: StateBooting, ports.EnvPaused: StatePaused,
 		ports.EnvFailed: StateFailed, ports.EnvStopped: StateStopped,
 	} {
 		if got := FromRuntime(st); got != want {

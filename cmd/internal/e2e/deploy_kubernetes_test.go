@@ -526,7 +526,11 @@ func TestDeployKubernetesRunsTheServerInTheCluster(t *testing.T) {
 	_, objs := renderDeploy(t, c, ns)
 
 	images := t.TempDir()
-	if _, _, err := c.ImportProjectImages(ctx, bins.Agent, images); err != nil {
+	// Tagged by the agent under test (the cluster is shared by test runs
+	// of other trees): the Deployment is pointed at these, as an operator
+	// points it at images pushed to a registry.
+	agentImage, workloadImage, err := c.ImportProjectImages(ctx, bins.Agent, images)
+	if err != nil {
 		t.Fatal(err)
 	}
 	server, err := ociimage.BuildServer(images, bins.Mgmt, "")
@@ -584,6 +588,8 @@ func TestDeployKubernetesRunsTheServerInTheCluster(t *testing.T) {
 			}
 		}
 		ctr.Env = append(ctr.Env,
+			corev1.EnvVar{Name: "AGENTIC_K8S_AGENT_IMAGE", Value: agentImage},
+			corev1.EnvVar{Name: "AGENTIC_K8S_IMAGE", Value: workloadImage},
 			corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: harness.KubernetesGateway},
 			corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: apiURL.Port()})
 		j, err := json.Marshal(&d)

@@ -459,8 +459,14 @@ func TestKubernetesRuntimeEnvironmentLife(t *testing.T) {
 	if e.State != restapi.EnvReady || e.Runtime != "kubernetes" || deref(e.RuntimeId) != string(pod.UID) || deref(e.Image) != image {
 		t.Fatalf("the environment %s; its pod %s (uid %s)", body, pod.Name, pod.UID)
 	}
-	if pod.Status.Phase != corev1.PodRunning || pod.Spec.Containers[0].Image != image {
-		t.Fatalf("pod %s: phase %s, image %s", pod.Name, pod.Status.Phase, pod.Spec.Containers[0].Image)
+	// Ready comes with the agent; the kubelet reports the pod running at
+	// its next status round, up to a second later.
+	eventually(t, patience, "pod "+pod.Name+" running", func() bool {
+		pod = k.onePod(name)
+		return pod.Status.Phase == corev1.PodRunning
+	})
+	if pod.Spec.Containers[0].Image != image {
+		t.Fatalf("pod %s: image %s, want %s", pod.Name, pod.Spec.Containers[0].Image, image)
 	}
 	if e.ProvisionMs != nil {
 		t.Logf("created → agent ready in %d ms (steps %v)", *e.ProvisionMs, steps)
