@@ -75,6 +75,8 @@ build gvisor.dev/gvisor/runsc runsc
 build gvisor.dev/gvisor/shim containerd-shim-runsc-v1
 echo "total $(secs "$T0" "$(now)")" >>"$times"
 
-"$OUT/bin/runsc" --version | head -1 >&2
+# sed reads it all: head would close the pipe early, and pipefail would
+# fail the build on runsc's SIGPIPE whenever it wrote more in time.
+"$OUT/bin/runsc" --version | sed -n 1p >&2
 echo "build-gvisor: runsc and containerd-shim-runsc-v1 in $OUT/bin (seconds):" >&2
 cat "$times" >&2
