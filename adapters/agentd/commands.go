@@ -44,6 +44,8 @@ func (a *Agent) handle(ctx context.Context, msg *sandboxv1.ConnectResponse) {
 		go a.transfer(ctx, p.FileRequest)
 	case *sandboxv1.ConnectResponse_PermissionDecision:
 		a.perms.deliver(p.PermissionDecision)
+	case *sandboxv1.ConnectResponse_PortDial:
+		go a.forwardPort(ctx, p.PortDial)
 	case *sandboxv1.ConnectResponse_OutputAck:
 		a.out.ack(p.OutputAck.GetCommandId(), p.OutputAck.GetStream(), p.OutputAck.GetOffset())
 	}

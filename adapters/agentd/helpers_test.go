@@ -90,6 +90,30 @@ type fakeCP struct {
 	notAck   bool         // answer with accepted=false
 	attempts []time.Time
 	headers  []http.Header
+
+	// forwards are the Forward streams agents open, handed to the test.
+	forwards chan *cpForward
+}
+
+// cpForward is one Forward stream; the handler returns when end is closed.
+type cpForward struct {
+	header http.Header
+	stream *connect.BidiStream[sandboxv1.ForwardRequest, sandboxv1.ForwardResponse]
+	end    chan struct{}
+}
+
+func (f *fakeCP) Forward(ctx context.Context, stream *connect.BidiStream[sandboxv1.ForwardRequest, sandboxv1.ForwardResponse]) error {
+	fw := &cpForward{header: stream.RequestHeader().Clone(), stream: stream, end: make(chan struct{})}
+	select {
+	case f.forwards <- fw:
+	case <-ctx.Done():
+		return nil
+	}
+	select {
+	case <-fw.end:
+	case <-ctx.Done():
+	}
+	return nil
 }
 
 // cpSession is one accepted agent stream.
@@ -131,7 +155,7 @@ func startCP(t *testing.T) (*fakeCP, string) {
 // much each stream buffers before the agent's sends block.
 func startCPWindow(t *testing.T, window int) (*fakeCP, string) {
 	t.Helper()
-	cp := &fakeCP{hbSecs: 5, sessions: make(chan *cpSession, 16)}
+	cp := &fakeCP{hbSecs: 5, sessions: make(chan *cpSession, 16), forwards: make(chan *cpForward, 16)}
 	mux := http.NewServeMux()
 	mux.Handle(sandboxv1connect.NewAgentServiceHandler(cp))
 	srv := httptest.NewUnstartedServer(mux)

@@ -91,6 +91,9 @@ type Config struct {
 	// Egress configures the tunnels; without a Policy this server gives
 	// no egress.
 	Egress Egress
+	// Forwards configures the connections into environments (previews,
+	// port-forward).
+	Forwards Forwards
 }
 
 // Service implements sandboxv1connect.AgentServiceHandler, ports.AgentLink and
@@ -124,6 +127,7 @@ type Service struct {
 	streams agentCounts
 	// tunnels counts each agent's open tunnels.
 	tunnels   agentCounts
+	forwards  forwardTable
 	transfers transfers
 }
 
@@ -160,6 +164,7 @@ func New(cfg Config) *Service {
 		cfg.Reports = ports.NoLinkReports{}
 	}
 	cfg.Egress = cfg.Egress.withDefaults()
+	cfg.Forwards = cfg.Forwards.withDefaults()
 	return &Service{
 		cfg:      cfg,
 		log:      cfg.Logger,

@@ -43,6 +43,8 @@ const (
 	AgentServiceTransferProcedure = "/agentic.sandbox.v1.AgentService/Transfer"
 	// AgentServiceTunnelProcedure is the fully-qualified name of the AgentService's Tunnel RPC.
 	AgentServiceTunnelProcedure = "/agentic.sandbox.v1.AgentService/Tunnel"
+	// AgentServiceForwardProcedure is the fully-qualified name of the AgentService's Forward RPC.
+	AgentServiceForwardProcedure = "/agentic.sandbox.v1.AgentService/Forward"
 )
 
 // AgentServiceClient is a client for the agentic.sandbox.v1.AgentService service.
@@ -70,6 +72,13 @@ type AgentServiceClient interface {
 	// flow control per stream: a download never starves terminals or other
 	// tunnels.
 	Tunnel(context.Context) *connect.BidiStreamForClient[v1.TunnelRequest, v1.TunnelResponse]
+	// Forward carries one TCP connection the server opened to a port inside
+	// the agent's environment (a preview or a port-forward): the server asks
+	// with a PortDial on Connect, the agent dials the port itself and opens
+	// this stream (same headers as Connect) with a ForwardOpened naming the
+	// dial; then the bytes flow both ways. A stream per connection, for
+	// HTTP/2's flow control per stream.
+	Forward(context.Context) *connect.BidiStreamForClient[v1.ForwardRequest, v1.ForwardResponse]
 }
 
 // NewAgentServiceClient constructs a client for the agentic.sandbox.v1.AgentService service. By
@@ -107,6 +116,12 @@ func NewAgentServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(agentServiceMethods.ByName("Tunnel")),
 			connect.WithClientOptions(opts...),
 		),
+		forward: connect.NewClient[v1.ForwardRequest, v1.ForwardResponse](
+			httpClient,
+			baseURL+AgentServiceForwardProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("Forward")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -116,6 +131,7 @@ type agentServiceClient struct {
 	exec     *connect.Client[v1.ExecRequest, v1.ExecResponse]
 	transfer *connect.Client[v1.TransferRequest, v1.TransferResponse]
 	tunnel   *connect.Client[v1.TunnelRequest, v1.TunnelResponse]
+	forward  *connect.Client[v1.ForwardRequest, v1.ForwardResponse]
 }
 
 // Connect calls agentic.sandbox.v1.AgentService.Connect.
@@ -136,6 +152,11 @@ func (c *agentServiceClient) Transfer(ctx context.Context) *connect.BidiStreamFo
 // Tunnel calls agentic.sandbox.v1.AgentService.Tunnel.
 func (c *agentServiceClient) Tunnel(ctx context.Context) *connect.BidiStreamForClient[v1.TunnelRequest, v1.TunnelResponse] {
 	return c.tunnel.CallBidiStream(ctx)
+}
+
+// Forward calls agentic.sandbox.v1.AgentService.Forward.
+func (c *agentServiceClient) Forward(ctx context.Context) *connect.BidiStreamForClient[v1.ForwardRequest, v1.ForwardResponse] {
+	return c.forward.CallBidiStream(ctx)
 }
 
 // AgentServiceHandler is an implementation of the agentic.sandbox.v1.AgentService service.
@@ -163,6 +184,13 @@ type AgentServiceHandler interface {
 	// flow control per stream: a download never starves terminals or other
 	// tunnels.
 	Tunnel(context.Context, *connect.BidiStream[v1.TunnelRequest, v1.TunnelResponse]) error
+	// Forward carries one TCP connection the server opened to a port inside
+	// the agent's environment (a preview or a port-forward): the server asks
+	// with a PortDial on Connect, the agent dials the port itself and opens
+	// this stream (same headers as Connect) with a ForwardOpened naming the
+	// dial; then the bytes flow both ways. A stream per connection, for
+	// HTTP/2's flow control per stream.
+	Forward(context.Context, *connect.BidiStream[v1.ForwardRequest, v1.ForwardResponse]) error
 }
 
 // NewAgentServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -196,6 +224,12 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(agentServiceMethods.ByName("Tunnel")),
 		connect.WithHandlerOptions(opts...),
 	)
+	agentServiceForwardHandler := connect.NewBidiStreamHandler(
+		AgentServiceForwardProcedure,
+		svc.Forward,
+		connect.WithSchema(agentServiceMethods.ByName("Forward")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/agentic.sandbox.v1.AgentService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AgentServiceConnectProcedure:
@@ -206,6 +240,8 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 			agentServiceTransferHandler.ServeHTTP(w, r)
 		case AgentServiceTunnelProcedure:
 			agentServiceTunnelHandler.ServeHTTP(w, r)
+		case AgentServiceForwardProcedure:
+			agentServiceForwardHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -229,4 +265,8 @@ func (UnimplementedAgentServiceHandler) Transfer(context.Context, *connect.BidiS
 
 func (UnimplementedAgentServiceHandler) Tunnel(context.Context, *connect.BidiStream[v1.TunnelRequest, v1.TunnelResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("agentic.sandbox.v1.AgentService.Tunnel is not implemented"))
+}
+
+func (UnimplementedAgentServiceHandler) Forward(context.Context, *connect.BidiStream[v1.ForwardRequest, v1.ForwardResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("agentic.sandbox.v1.AgentService.Forward is not implemented"))
 }
