@@ -198,8 +198,9 @@ func (s *Service) Mount(mux *http.ServeMux, operator bool) {
 				return
 			}
 		}
-		if r.URL.Path == sandboxv1connect.AgentServiceTransferProcedure || r.URL.Path == sandboxv1connect.AgentServiceTunnelProcedure {
-			// File and tunnel bytes go uncompressed whatever the agent
+		if r.URL.Path == sandboxv1connect.AgentServiceTransferProcedure || r.URL.Path == sandboxv1connect.AgentServiceTunnelProcedure ||
+			r.URL.Path == sandboxv1connect.AgentServiceForwardProcedure {
+			// File, tunnel and forwarded bytes go uncompressed whatever the agent
 			// accepts: gzip cost a core for 30 MiB/s, and archives, binaries
 			// and TLS records do not shrink.
 			r.Header.Del("Grpc-Accept-Encoding")
