@@ -32,7 +32,8 @@ type Forwards struct {
 	Idle time.Duration
 	// ServerPorts are the server's own ports: refused to a host agent,
 	// which shares the server's network, so a preview cannot reach the
-	// server's listeners from inside.
+	// server's listeners from inside. SetServerPorts replaces them once the
+	// listeners are bound (port 0 picks them then).
 	ServerPorts []uint16
 }
 
@@ -114,6 +115,12 @@ func (t *forwardTable) abandon(id string, p *pendingForward) {
 	}
 }
 
+// SetServerPorts names the server's own ports (see Forwards.ServerPorts).
+func (s *Service) SetServerPorts(list []uint16) {
+	list = slices.Clone(list)
+	s.serverPorts.Store(&list)
+}
+
 // DialPort opens a connection to port inside agentID's environment.
 func (s *Service) DialPort(ctx context.Context, agentID string, port uint16) (net.Conn, error) {
 	f := s.cfg.Forwards
@@ -137,7 +144,7 @@ func (s *Service) DialPort(ctx context.Context, agentID string, port uint16) (ne
 		}
 	}
 	s.mu.Unlock()
-	if rec.Info.Runtime == ports.KindHost && slices.Contains(f.ServerPorts, port) {
+	if rec.Info.Runtime == ports.KindHost && slices.Contains(*s.serverPorts.Load(), port) {
 		return nil, fmt.Errorf("%w: %d is this server's own port, and %s shares its network", ports.ErrPortRefused, port, agentID)
 	}
 	if !s.forwards.perAgent.take(agentID, f.MaxPerAgent) {

@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -128,6 +129,8 @@ type Service struct {
 	// tunnels counts each agent's open tunnels.
 	tunnels   agentCounts
 	forwards  forwardTable
+	// serverPorts are refused to host agents' forwards (SetServerPorts).
+	serverPorts atomic.Pointer[[]uint16]
 	transfers transfers
 }
 
@@ -165,7 +168,7 @@ func New(cfg Config) *Service {
 	}
 	cfg.Egress = cfg.Egress.withDefaults()
 	cfg.Forwards = cfg.Forwards.withDefaults()
-	return &Service{
+	svc := &Service{
 		cfg:      cfg,
 		log:      cfg.Logger,
 		auth:     authenticator{creds: cfg.Credentials, clock: cfg.Clock, log: cfg.Logger, operatorToken: cfg.OperatorToken},
@@ -175,6 +178,8 @@ func New(cfg Config) *Service {
 
 		drainTimeout: drainTimeout,
 	}
+	svc.SetServerPorts(cfg.Forwards.ServerPorts)
+	return svc
 }
 
 // Mount registers the agent service, gRPC health and reflection on mux.
