@@ -127,11 +127,11 @@ type Service struct {
 	// streams without bound.
 	streams agentCounts
 	// tunnels counts each agent's open tunnels.
-	tunnels   agentCounts
-	forwards  forwardTable
+	tunnels  agentCounts
+	forwards forwardTable
 	// serverPorts are refused to host agents' forwards (SetServerPorts).
 	serverPorts atomic.Pointer[[]uint16]
-	transfers transfers
+	transfers   transfers
 }
 
 // New returns a service; call Run to sweep expired agents and commands.
