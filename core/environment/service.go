@@ -631,6 +631,19 @@ func (s *Service) markReady(name string, observed bool) {
 
 // List returns every environment, by name, with fresh states.
 func (s *Service) List(ctx context.Context) []Environment {
+	names := s.Names()
+	out := make([]Environment, 0, len(names))
+	for _, n := range names {
+		if e, ok := s.Inspect(ctx, n); ok {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// Names lists the environments' names (not a pool's untaken members),
+// sorted, without asking any runtime.
+func (s *Service) Names() []string {
 	s.mu.Lock()
 	names := make([]string, 0, len(s.envs))
 	for n, rec := range s.envs {
@@ -640,13 +653,7 @@ func (s *Service) List(ctx context.Context) []Environment {
 	}
 	s.mu.Unlock()
 	sort.Strings(names)
-	out := make([]Environment, 0, len(names))
-	for _, n := range names {
-		if e, ok := s.Inspect(ctx, n); ok {
-			out = append(out, e)
-		}
-	}
-	return out
+	return names
 }
 
 // Get returns an environment as last known, without asking its runtime;
