@@ -40,6 +40,19 @@ export async function call<T>(p: Promise<{ data?: T; error?: unknown; response: 
   }
 }
 
+// request is a JSON call by method and path, for what the typed client
+// does not name: its answer has the typed client's shape, so `call` reads it.
+export async function request(method: string, path: string, body?: unknown): Promise<{ data?: any; error?: unknown; response: Response }> {
+  const response = await fetch(path, {
+    method, credentials: "same-origin",
+    headers: body === undefined ? {} : { "Content-Type": "application/json" },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const json = await response.json().catch(() => undefined);
+  if (response.ok) return { data: json ?? {}, response };
+  return { error: json ?? { error: `HTTP ${response.status}` }, response };
+}
+
 export function markOnline(online: boolean) {
   set(online, conn.signedIn);
 }
@@ -48,7 +61,7 @@ export function markOnline(online: boolean) {
 // every live view. A view reloads its list when the stream names it, and
 // everything reloads when the stream (re)connects, so nothing is missed
 // across a dropped connection.
-export type Kind = "agents" | "environments" | "sessions" | "missions" | "hitl" | "tasks" | "agent_metrics";
+export type Kind = "agents" | "environments" | "sessions" | "missions" | "hitl" | "tasks" | "agent_metrics" | "ports";
 const kindListeners = new Map<Kind, Set<() => void>>();
 let stream: EventSource | null = null;
 let retry = 1000;

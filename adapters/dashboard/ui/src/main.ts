@@ -5,7 +5,7 @@ import { useEffect, useRef, useState } from "preact/hooks";
 import htm from "htm";
 import "@xterm/xterm/css/xterm.css";
 import "./style.css";
-import { ago, api, bytes, call, conn, live, onConn, signIn, signOut, type Kind } from "./api";
+import { ago, api, bytes, call, conn, live, onConn, request, signIn, signOut, type Kind } from "./api";
 import type { components } from "./api";
 import { LiveTerminal, type TermState } from "./term";
 
@@ -49,6 +49,29 @@ function Err({ e }: { e?: { error?: string } | string }) {
   return html`<p class="error" role="alert">${typeof e === "string" ? e : e.error}</p>`;
 }
 
+// The page's return address (/?next=…), read once: where a sign-in goes on
+// to. Only this origin's preview sign-in (the preview adapter's
+// /preview-signin?host=…&next=…, which sends the browser on to the preview
+// host it names) is taken; anything else is refused ("") and dropped from
+// the address, so the dashboard never redirects elsewhere.
+const returnTo: string | null = (() => {
+  const next = new URLSearchParams(location.search).get("next");
+  if (next === null) return null;
+  let ok = "";
+  if (next.startsWith("/preview-signin?")) {
+    try {
+      const u = new URL(next, location.origin);
+      if (u.origin === location.origin && u.pathname === "/preview-signin") ok = u.pathname + u.search;
+    } catch { /* refused */ }
+  }
+  if (!ok) history.replaceState(null, "", location.pathname + location.hash);
+  return ok;
+})();
+
+function goOn() {
+  if (returnTo) location.replace(returnTo);
+}
+
 function SignIn() {
   const [token, setToken] = useState("");
   const [err, setErr] = useState("");
@@ -56,10 +79,11 @@ function SignIn() {
     ev.preventDefault();
     const e = await signIn(token.trim());
     if (e) setErr(e);
-    else setToken("");
+    else { setToken(""); goOn(); }
   };
   return html`<main class="signin"><form onSubmit=${submit}>
     <h1>agentic-sandbox</h1>
+    ${returnTo ? html`<p class="hint" data-testid="signin-for-preview">Sign in to open the preview; you go on to it once signed in.</p>` : ""}
     <label for="token">Operator token</label>
     <input id="token" type="password" autocomplete="current-password" data-testid="signin-token" value=${token} onInput=${(e: any) => setToken(e.target.value)} />
     <button type="submit" data-testid="signin-submit">Sign in</button>
@@ -138,7 +162,7 @@ function Agents() {
   if (agents && agents.length === 0) return html`<section><h1>Agents</h1><p class="empty" data-testid="agents-empty">No agents: ${agentsEmpty}.</p></section>`;
   return html`<section><h1>Agents</h1><table><thead><tr><th>Agent</th><th>Status</th><th>Runtime</th><th>CPU</th><th>Memory</th><th>Disk</th><th>Load</th><th>Running</th><th>Heartbeat</th><th></th></tr></thead>
     <tbody>${(agents || []).map((a: S["Agent"]) => html`<tr data-testid=${"agent-row-" + a.id}>
-      <td>${a.id}</td><td><span class=${"pill " + a.status}>${a.status}</span></td><td>${a.runtime}</td>
+      <td><a href=${"#/agent/" + encodeURIComponent(a.id)} data-testid=${"agent-link-" + a.id}>${a.id}</a></td><td><span class=${"pill " + a.status}>${a.status}</span></td><td>${a.runtime}</td>
       <td>${a.metrics?.cpu_percent !== undefined ? a.metrics.cpu_percent.toFixed(0) + "%" : "-"}</td>
       <td>${pct(a.metrics?.memory_used_bytes, a.metrics?.memory_total_bytes)}</td>
       <td>${pct(a.metrics?.disk_used_bytes, a.metrics?.disk_total_bytes)}</td>
@@ -404,7 +428,7 @@ function Environments() {
       const task = taskOf[e.name];
       const last = e.events[e.events.length - 1];
       const steps = html`<ol class="steps">${e.events.map((s) => html`<li>${s.step}${s.message ? ": " + s.message : ""}</li>`)}</ol>`;
-      return html`<tr data-testid=${"env-row-" + e.name}><td>${e.name}
+      return html`<tr data-testid=${"env-row-" + e.name}><td><a href=${"#/environment/" + encodeURIComponent(e.name)} data-testid=${"env-link-" + e.name}>${e.name}</a>
         ${task ? html`<div class="note" data-testid=${"env-task-" + e.name}>task <a href=${"#/task/" + encodeURIComponent(task.id)}>${task.name}</a>
           ${task.state === "failed_preserved" ? html`<div class="preserved" data-testid=${"env-preserved-" + e.name}>failed, kept for inspection until ${when(task.preserve_until)}, then destroyed</div>` :
             html` <span class="muted">(${task.state})</span>`}</div>` : ""}</td><td>${e.runtime}${e.isolation ? html` <span class="muted" data-testid=${"env-isolation-" + e.name} title="isolation tier">${e.isolation}</span>` : ""}</td>
@@ -422,6 +446,141 @@ function Environments() {
 
 // Pools kept ready for environment creates of their spec (the runtime's
 // default spec from here; PUT /api/v1/pools takes any).
+// ---- ports: what listens inside an environment (or on an agent's machine)
+
+// A listening port as REST lists it. public, public_until and preview_url
+// came with previews (issue 29): optional here, so an older server's list
+// still shows.
+type Port = S["ListeningPort"] & { public?: boolean; public_until?: string; preview_url?: string };
+type PortList = { ports: Port[]; truncated: boolean; updated_at?: string };
+
+// One row per port: its IPv4 and IPv6 sockets (and their processes) together,
+// as "Open" and "Make public" are the port's.
+type PortRow = { port: number; addresses: string[]; processes: string[]; public: boolean; until?: string; url?: string };
+
+// A public mark counts until it expires, even before the next list says so.
+function isPublic(p: Port, now: number): boolean {
+  return !!p.public && (!p.public_until || new Date(p.public_until).getTime() > now);
+}
+
+function byPort(ports: Port[], now: number): PortRow[] {
+  const rows = new Map<number, PortRow>();
+  for (const p of ports) {
+    let r = rows.get(p.port);
+    if (!r) rows.set(p.port, (r = { port: p.port, addresses: [], processes: [], public: false }));
+    const a = p.family === "ipv6" ? `[${p.address}]` : p.address;
+    if (!r.addresses.includes(a)) r.addresses.push(a);
+    if (p.process && !r.processes.includes(p.process)) r.processes.push(p.process);
+    if (isPublic(p, now)) { r.public = true; r.until = p.public_until; }
+    r.url ||= p.preview_url;
+  }
+  return [...rows.values()].sort((a, b) => a.port - b.port);
+}
+
+// The longest a timer may wait (setTimeout's delay is a signed 32-bit count).
+const maxTimer = 24 * 3600 * 1000;
+
+// Ports lists the ports of an environment (env: with "Make public" /
+// "Make private") or of a plain agent (agent: read-only), reloaded when the
+// change stream names `ports`; the stream's (re)connection reloads it too,
+// so the safety-net reload is rare.
+function Ports({ env, agent }: { env?: string; agent?: string }) {
+  const [list, setList] = useState<PortList | undefined>();
+  const [err, setErr] = useState<any>();
+  const [busy, setBusy] = useState<number | null>(null);
+  const [now, setNow] = useState(Date.now());
+  const load = useRef<() => Promise<void>>(async () => {});
+  useEffect(() => {
+    let gone = false, seq = 0;
+    const f = async () => {
+      const mine = ++seq;
+      const r = env ? await call(api.GET("/api/v1/environments/{name}/ports", { params: { path: { name: env } } })) :
+        await call(api.GET("/api/v1/agents/{agent_id}/ports", { params: { path: { agent_id: agent || "" } } }));
+      // An answer overtaken by a later request's is dropped.
+      if (gone || mine !== seq) return;
+      setNow(Date.now());
+      if (r.data) { setList(r.data as PortList); setErr(undefined); } else if (r.status) setErr(r.error);
+    };
+    load.current = f;
+    const stop = live(["ports"], f, 10 * 60 * 1000);
+    return () => { gone = true; stop(); };
+  }, [env, agent]);
+  // The next public mark to expire turns private on time, without a reload.
+  useEffect(() => {
+    const next = Math.min(...(list?.ports || []).filter((p) => isPublic(p, now) && p.public_until).map((p) => new Date(p.public_until!).getTime()));
+    if (!isFinite(next)) return;
+    const t = window.setTimeout(() => { setNow(Date.now()); load.current(); }, Math.min(Math.max(next - Date.now(), 0) + 100, maxTimer));
+    return () => window.clearTimeout(t);
+  }, [list, now]);
+
+  const setPublic = async (port: number, on: boolean) => {
+    if (!env) return;
+    setBusy(port);
+    const path = `/api/v1/environments/${encodeURIComponent(env)}/ports/${port}/public`;
+    const r = await call(request(on ? "PUT" : "DELETE", path, on ? { ttl_seconds: 3600 } : undefined));
+    setBusy(null);
+    if (r.error) { setErr(r.error); return; }
+    setErr(undefined);
+    // Shown at once from the answer; the list then reloads.
+    setList((l) => l && { ...l, ports: l.ports.map((p) => p.port !== port ? p : { ...p, public: on, public_until: on ? r.data?.public_until : undefined }) });
+    setNow(Date.now());
+    await load.current();
+  };
+
+  const rows = byPort(list?.ports || [], now);
+  return html`<section data-testid="ports"><h2>Ports</h2><${Err} e=${err} />
+    ${!list ? html`<p class="muted">…</p>` : rows.length === 0 ? html`<p class="empty" data-testid="ports-empty">${list.updated_at ?
+      `Nothing listens yet — start a server ${env ? "inside" : "on it"}, e.g. on 127.0.0.1:5173` :
+      "No ports reported yet: its agent reports them once it is connected."}</p>` :
+    html`<table><thead><tr><th>Port</th><th>Address</th><th>Process</th><th>Visibility</th><th></th></tr></thead><tbody>
+      ${rows.map((p) => html`<tr data-testid=${"port-row-" + p.port}><td><strong>${p.port}</strong></td>
+        <td>${p.addresses.map((a) => html`<code class="addr">${a}</code> `)}</td><td>${p.processes.join(", ") || html`<span class="muted">-</span>`}</td>
+        <td data-testid=${"port-visibility-" + p.port}>${p.public ? html`<span class="pill public">public</span> <span class="small">until ${when(p.until)}</span>` :
+          html`<span class="pill">private</span>`}</td>
+        <td class="actions">${p.url ? html`<a class="button" href=${p.url} target="_blank" rel="noopener" data-testid=${"port-open-" + p.port}>Open</a>` : ""}
+          ${env ? p.public ?
+            html`<button data-testid=${"port-private-" + p.port} disabled=${busy === p.port} onClick=${() => setPublic(p.port, false)}>Make private</button>` :
+            html`<button data-testid=${"port-public-" + p.port} disabled=${busy === p.port} title="Anyone with the link may open it for an hour, without signing in" onClick=${() => setPublic(p.port, true)}>Make public</button>` : ""}</td></tr>`)}
+    </tbody></table>`}
+    ${list?.truncated ? html`<p class="muted note">More ports listen than the 256 listed (the lowest are).</p>` : ""}
+    ${!env && rows.length ? html`<p class="muted note">Ports of an environment are made public on its page (Environments).</p>` : ""}
+  </section>`;
+}
+
+// An environment's page: its state, a terminal on its agent and its ports.
+function EnvironmentPage({ name }: { name: string }) {
+  const [missing, setMissing] = useState(false);
+  const env = useLive(["environments"], async () => {
+    const r = await call(api.GET("/api/v1/environments/{name}", { params: { path: { name } } }));
+    setMissing(r.status === 404);
+    return r.data;
+  }, [name]);
+  if (missing) return html`<section><h1>Environment <code>${name}</code></h1><p class="empty" data-testid="env-missing">No environment named <code>${name}</code>: see <a href="#/environments">Environments</a>.</p></section>`;
+  if (!env) return html`<p>Loading…</p>`;
+  const up = env.agent_status === "ready" || env.agent_status === "busy";
+  return html`<section><h1><span>Environment <strong data-testid="env-title">${env.name}</strong></span><span class=${"pill " + env.state} data-testid="env-state">${env.state}</span>
+      <button data-testid="env-open-terminal" disabled=${!up} title=${up ? "" : "its agent is not connected"} onClick=${() => go("terminal", "new", env.agent_id)}>Open terminal</button></h1>
+    <p class="muted"><a href="#/environments">Environments</a> · runtime ${env.runtime}${env.isolation ? ` (${env.isolation})` : ""} · agent <code>${env.agent_id}</code> ${env.agent_status || "-"}
+      ${env.network ? ` · network ${env.network}` : ""}${env.ready_at ? html` · ready ${ago(env.ready_at)}` : ""}</p>
+    ${env.error ? html`<p class="error">${env.error}</p>` : ""}
+    <${Ports} key=${"env-" + name} env=${name} /></section>`;
+}
+
+// A plain agent's page: its ports (public marks are an environment's).
+function AgentPage({ id }: { id: string }) {
+  const [missing, setMissing] = useState(false);
+  const agent = useLive(["agents"], async () => {
+    const r = await call(api.GET("/api/v1/agents/{agent_id}", { params: { path: { agent_id: id } } }));
+    setMissing(r.status === 404);
+    return r.data;
+  }, [id]);
+  if (missing) return html`<section><h1>Agent <code>${id}</code></h1><p class="empty">No agent <code>${id}</code>: see <a href="#/agents">Agents</a>.</p></section>`;
+  return html`<section><h1><span>Agent <strong>${id}</strong></span>${agent ? html`<span class=${"pill " + agent.status}>${agent.status}</span>` : ""}
+      <button data-testid=${"open-terminal-" + id} disabled=${!agent || (agent.status !== "ready" && agent.status !== "busy")} onClick=${() => go("terminal", "new", id)}>Open terminal</button></h1>
+    <p class="muted"><a href="#/agents">Agents</a>${agent ? ` · ${agent.runtime} · ${agent.hostname || ""}` : ""}</p>
+    <${Ports} key=${"agent-" + id} agent=${id} /></section>`;
+}
+
 function Pools({ runtimes }: { runtimes: any[] | undefined }) {
   const pools = useLive(["environments"], async () => (await call(api.GET("/api/v1/pools"))).data?.pools);
   const [form, setForm] = useState<Record<string, string>>({ name: "", runtime: "", size: "1" });
@@ -609,9 +768,11 @@ function TaskPage({ id }: { id: string }) {
 function App() {
   const c = useConn();
   const route = useRoute();
-  // One probe decides whether a sign-in is needed (the cookie is HttpOnly).
-  useEffect(() => { call(api.GET("/api/v1/agents")); }, []);
+  // One probe decides whether a sign-in is needed (the cookie is HttpOnly);
+  // already signed in, a return address is gone to at once.
+  useEffect(() => { call(api.GET("/api/v1/agents")).then((r) => { if (r.status && r.status !== 401) goOn(); }); }, []);
   if (!c.signedIn) return html`<${SignIn} />`;
+  if (returnTo) return html`<main class="signin"><p data-testid="going-on">Signed in: going on to the preview… (<a href=${returnTo}>continue</a>)</p></main>`;
   const [view, a, b] = route;
   let body;
   switch (view) {
@@ -621,6 +782,8 @@ function App() {
     case "activity": body = html`<${Activity} id=${a} />`; break;
     case "log": body = html`<${Log} id=${a} />`; break;
     case "environments": body = html`<${Environments} />`; break;
+    case "environment": body = html`<${EnvironmentPage} key=${a} name=${a} />`; break;
+    case "agent": body = html`<${AgentPage} key=${a} id=${a} />`; break;
     case "sessions": body = html`<${Sessions} />`; break;
     case "missions": body = html`<${Missions} />`; break;
     case "hitl": body = html`<${HITL} />`; break;
