@@ -668,7 +668,8 @@ type Error struct {
 	// runtime_error, not_supported, too_many_sessions, too_many_commands, file_not_found,
 	// permission_denied, invalid_path, file_too_large, directory_not_empty,
 	// too_many_transfers, invalid_manifest, task_not_found, task_conflict, unknown_parameter,
-	// artifact_not_found, pool_not_found, agent_reserved, stdin_busy.
+	// artifact_not_found, pool_not_found, agent_reserved, stdin_busy, port_not_listening,
+	// too_many_forwards, port_refused, upgrade_required, too_many_public_ports.
 	Code string `json:"code"`
 
 	// Error A message for people.
@@ -816,8 +817,17 @@ type ListeningPort struct {
 	Family  ListeningPortFamily `json:"family"`
 	Port    int                 `json:"port"`
 
+	// PreviewUrl The URL that opens it in a browser, <scheme>://<port>-<name>.<preview domain>:<REST port>/; absent for an agent that is no environment's.
+	PreviewUrl *string `json:"preview_url,omitempty"`
+
 	// Process The name of a process holding the socket (its comm), where the agent may read it.
 	Process *string `json:"process,omitempty"`
+
+	// Public Its preview URL needs no sign-in (until public_until).
+	Public bool `json:"public"`
+
+	// PublicUntil When the public mark ends; only when public.
+	PublicUntil *time.Time `json:"public_until,omitempty"`
 }
 
 // ListeningPortFamily defines model for ListeningPort.Family.
@@ -961,6 +971,19 @@ type PoolSpec struct {
 	Profile      *string    `json:"profile,omitempty"`
 	ReadOnlyRoot *bool      `json:"read_only_root,omitempty"`
 	Resources    *Resources `json:"resources,omitempty"`
+}
+
+// PublicPort defines model for PublicPort.
+type PublicPort struct {
+	Port        int       `json:"port"`
+	Public      bool      `json:"public"`
+	PublicUntil time.Time `json:"public_until"`
+}
+
+// PublicPortRequest defines model for PublicPortRequest.
+type PublicPortRequest struct {
+	// TtlSeconds How long the port stays public, in seconds (1 minute to 30 days).
+	TtlSeconds *int `json:"ttl_seconds,omitempty"`
 }
 
 // Readiness defines model for Readiness.
@@ -1246,6 +1269,9 @@ type PageLimit = int
 // PoolName defines model for PoolName.
 type PoolName = string
 
+// PortNumber defines model for PortNumber.
+type PortNumber = int
+
 // SessionID defines model for SessionID.
 type SessionID = string
 
@@ -1478,6 +1504,9 @@ type WriteCommandStdinJSONRequestBody = StdinRequest
 
 // CreateEnvironmentJSONRequestBody defines body for CreateEnvironment for application/json ContentType.
 type CreateEnvironmentJSONRequestBody = CreateEnvironmentRequest
+
+// MakePortPublicJSONRequestBody defines body for MakePortPublic for application/json ContentType.
+type MakePortPublicJSONRequestBody = PublicPortRequest
 
 // RespondHITLJSONRequestBody defines body for RespondHITL for application/json ContentType.
 type RespondHITLJSONRequestBody = HITLResponse
@@ -1724,7 +1753,10 @@ type ClientInterface interface {
 	// listen. `process` is the name of a process holding the socket, where the agent may read
 	// it (absent otherwise, e.g. another user's process). `updated_at` is when the server got the
 	// list, absent while the agent has reported none on its current connection (the list is
-	// empty then, and after the agent disconnects).
+	// empty then, and after the agent disconnects). For an environment's agent (its id is the
+	// environment's name), `public`, `public_until` and `preview_url` are those of
+	// `GET /api/v1/environments/{name}/ports`; for another agent every port is private and
+	// has no `preview_url` (previews reach environments).
 	//
 	// Corresponds with GET /api/v1/agents/{agent_id}/ports (the `ListAgentPorts` operationId).
 	ListAgentPorts(ctx context.Context, agentId AgentID, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1775,7 +1807,7 @@ type ClientInterface interface {
 	// WatchChanges Server-Sent Events naming the collections that changed, for live views.
 	//
 	// Each `changed` event's data is `{"kinds": [...]}`, a subset of `agents`,
-	// `environments`, `sessions`, `missions`, `hitl`, `tasks`, `agent_metrics`, `ports` (an agent's listening ports): read those
+	// `environments`, `sessions`, `missions`, `hitl`, `tasks`, `agent_metrics`, `ports` (an agent's listening ports, or a port's public mark): read those
 	// lists again (`agent_metrics`: only heartbeats and metrics changed, no agent's status or
 	// presence, so a view may reload at its own pace). Changes
 	// are coalesced (at most one event per `interval_ms`, default 250), so a burst of
@@ -1916,8 +1948,86 @@ type ClientInterface interface {
 	// list, absent while the agent has reported none on its current connection (the list is
 	// empty then, and after the agent disconnects).
 	//
+	// Each port says whether it is `public` (and until when, `public_until`; see
+	// `PUT …/ports/{port}/public`) and its `preview_url`, the address that opens it in a
+	// browser: `<scheme>://<port>-<name>.<preview domain>:<the port this request came to>/`,
+	// e.g. `http://5173-dev.localhost:8122/` (the scheme is this request's, `https` over TLS;
+	// the domain is `AGENTIC_PREVIEW_DOMAIN`, default `localhost`, whose names browsers resolve
+	// to loopback without DNS; no `:<port>` when this request named none). Browsers lowercase
+	// host names, so the preview host matches environment names without regard to case; where
+	// two names fold to the same host it answers 404 and points to the path form.
+	// Previews are served on the REST listener but are not part of this API: they live outside
+	// `/api`, on the preview hosts, and also at the path form
+	// `/preview/{name}/{port}/…` of the REST listener's own host (for clients that cannot use
+	// host names; an app that links with absolute paths (`/assets/…`) breaks there, use the
+	// host form). A preview carries any method, WebSockets and streaming to the port inside,
+	// with the dashboard's preview cookie or `Authorization: Bearer <operator token>` (taken
+	// off before the request goes in), or with none while the port is public. For a program
+	// that wants the raw TCP stream instead, see `GET …/ports/{port}/forward`
+	// (`agenticctl port-forward`).
+	//
 	// Corresponds with GET /api/v1/environments/{name}/ports (the `ListEnvironmentPorts` operationId).
 	ListEnvironmentPorts(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ForwardPort Upgrade this connection to a raw TCP stream to the port inside the environment.
+	//
+	// The stream behind `agenticctl port-forward`, like `kubectl port-forward`. Send
+	// `Connection: Upgrade` and `Upgrade: agentic-port-forward` over HTTP/1.1 (with the operator
+	// token, as every call); the server first opens the connection to the port inside the
+	// environment (its agent dials it on loopback, or the address it listens on, over the
+	// agent link: no network device needed), then answers `101 Switching Protocols` and from
+	// there the connection carries the TCP bytes both ways, until either side closes. Ending
+	// one's write side (a TCP half-close) ends the write side inside, and the other way
+	// round. A connection idle both ways for the agent link's idle time is closed, and the
+	// connections into one environment are bounded (503 `too_many_forwards`).
+	//
+	// Errors come before the upgrade, as JSON: 404 `environment_not_found`, 409
+	// `agent_not_connected` (the environment's agent is not connected, or it has none yet),
+	// 502 `port_not_listening` (nothing accepts on that port inside), 503
+	// `too_many_forwards`, 403 `port_refused` (the port may not be reached this way, e.g. one
+	// of the server's own from a host agent), 426 `upgrade_required` (without the two
+	// headers; it answers `Upgrade: agentic-port-forward`).
+	//
+	// Corresponds with GET /api/v1/environments/{name}/ports/{port}/forward (the `ForwardPort` operationId).
+	ForwardPort(ctx context.Context, name EnvironmentName, port PortNumber, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// MakePortPrivate Make the port private again (its preview needs sign-in).
+	//
+	// Removes the port's public mark; 204 also when it had none. The change stream names
+	// `ports`. 404 `environment_not_found`.
+	//
+	// Corresponds with DELETE /api/v1/environments/{name}/ports/{port}/public (the `MakePortPrivate` operationId).
+	MakePortPrivate(ctx context.Context, name EnvironmentName, port PortNumber, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// MakePortPublicWithBody Let anyone open the port's preview URL without signing in, for a while.
+	//
+	// Marks the port public until `ttl_seconds` from now (default 3600, at most 30 days),
+	// replacing an earlier mark: its preview URL then needs no sign-in, cookie or token until
+	// then (the raw `forward` route still needs the operator token). The port need not listen
+	// yet. Marks outlive a server restart and go with the environment when it is deleted; at
+	// most 64 per environment (409 `too_many_public_ports`). An empty body takes the default.
+	// The change stream names `ports`. 404 `environment_not_found`; 400 for a port outside
+	// 1..65535 or a ttl out of range.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /api/v1/environments/{name}/ports/{port}/public (the `MakePortPublic` operationId).
+	MakePortPublicWithBody(ctx context.Context, name EnvironmentName, port PortNumber, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// MakePortPublic Let anyone open the port's preview URL without signing in, for a while.
+	//
+	// Marks the port public until `ttl_seconds` from now (default 3600, at most 30 days),
+	// replacing an earlier mark: its preview URL then needs no sign-in, cookie or token until
+	// then (the raw `forward` route still needs the operator token). The port need not listen
+	// yet. Marks outlive a server restart and go with the environment when it is deleted; at
+	// most 64 per environment (409 `too_many_public_ports`). An empty body takes the default.
+	// The change stream names `ports`. 404 `environment_not_found`; 400 for a port outside
+	// 1..65535 or a ttl out of range.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /api/v1/environments/{name}/ports/{port}/public (the `MakePortPublic` operationId).
+	MakePortPublic(ctx context.Context, name EnvironmentName, port PortNumber, body MakePortPublicJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ResumeEnvironment Let a paused environment run again.
 	//
@@ -2520,7 +2630,10 @@ func (c *Client) WriteFileWithBody(ctx context.Context, agentId AgentID, params 
 // listen. `process` is the name of a process holding the socket, where the agent may read
 // it (absent otherwise, e.g. another user's process). `updated_at` is when the server got the
 // list, absent while the agent has reported none on its current connection (the list is
-// empty then, and after the agent disconnects).
+// empty then, and after the agent disconnects). For an environment's agent (its id is the
+// environment's name), `public`, `public_until` and `preview_url` are those of
+// `GET /api/v1/environments/{name}/ports`; for another agent every port is private and
+// has no `preview_url` (previews reach environments).
 //
 // Corresponds with GET /api/v1/agents/{agent_id}/ports (the `ListAgentPorts` operationId).
 func (c *Client) ListAgentPorts(ctx context.Context, agentId AgentID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -2631,7 +2744,7 @@ func (c *Client) GetAIWGStatus(ctx context.Context, reqEditors ...RequestEditorF
 // WatchChanges Server-Sent Events naming the collections that changed, for live views.
 //
 // Each `changed` event's data is `{"kinds": [...]}`, a subset of `agents`,
-// `environments`, `sessions`, `missions`, `hitl`, `tasks`, `agent_metrics`, `ports` (an agent's listening ports): read those
+// `environments`, `sessions`, `missions`, `hitl`, `tasks`, `agent_metrics`, `ports` (an agent's listening ports, or a port's public mark): read those
 // lists again (`agent_metrics`: only heartbeats and metrics changed, no agent's status or
 // presence, so a view may reload at its own pace). Changes
 // are coalesced (at most one event per `interval_ms`, default 250), so a burst of
@@ -2922,9 +3035,127 @@ func (c *Client) PauseEnvironment(ctx context.Context, name EnvironmentName, req
 // list, absent while the agent has reported none on its current connection (the list is
 // empty then, and after the agent disconnects).
 //
+// Each port says whether it is `public` (and until when, `public_until`; see
+// `PUT …/ports/{port}/public`) and its `preview_url`, the address that opens it in a
+// browser: `<scheme>://<port>-<name>.<preview domain>:<the port this request came to>/`,
+// e.g. `http://5173-dev.localhost:8122/` (the scheme is this request's, `https` over TLS;
+// the domain is `AGENTIC_PREVIEW_DOMAIN`, default `localhost`, whose names browsers resolve
+// to loopback without DNS; no `:<port>` when this request named none). Browsers lowercase
+// host names, so the preview host matches environment names without regard to case; where
+// two names fold to the same host it answers 404 and points to the path form.
+// Previews are served on the REST listener but are not part of this API: they live outside
+// `/api`, on the preview hosts, and also at the path form
+// `/preview/{name}/{port}/…` of the REST listener's own host (for clients that cannot use
+// host names; an app that links with absolute paths (`/assets/…`) breaks there, use the
+// host form). A preview carries any method, WebSockets and streaming to the port inside,
+// with the dashboard's preview cookie or `Authorization: Bearer <operator token>` (taken
+// off before the request goes in), or with none while the port is public. For a program
+// that wants the raw TCP stream instead, see `GET …/ports/{port}/forward`
+// (`agenticctl port-forward`).
+//
 // Corresponds with GET /api/v1/environments/{name}/ports (the `ListEnvironmentPorts` operationId).
 func (c *Client) ListEnvironmentPorts(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewListEnvironmentPortsRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ForwardPort Upgrade this connection to a raw TCP stream to the port inside the environment.
+//
+// The stream behind `agenticctl port-forward`, like `kubectl port-forward`. Send
+// `Connection: Upgrade` and `Upgrade: agentic-port-forward` over HTTP/1.1 (with the operator
+// token, as every call); the server first opens the connection to the port inside the
+// environment (its agent dials it on loopback, or the address it listens on, over the
+// agent link: no network device needed), then answers `101 Switching Protocols` and from
+// there the connection carries the TCP bytes both ways, until either side closes. Ending
+// one's write side (a TCP half-close) ends the write side inside, and the other way
+// round. A connection idle both ways for the agent link's idle time is closed, and the
+// connections into one environment are bounded (503 `too_many_forwards`).
+//
+// Errors come before the upgrade, as JSON: 404 `environment_not_found`, 409
+// `agent_not_connected` (the environment's agent is not connected, or it has none yet),
+// 502 `port_not_listening` (nothing accepts on that port inside), 503
+// `too_many_forwards`, 403 `port_refused` (the port may not be reached this way, e.g. one
+// of the server's own from a host agent), 426 `upgrade_required` (without the two
+// headers; it answers `Upgrade: agentic-port-forward`).
+//
+// Corresponds with GET /api/v1/environments/{name}/ports/{port}/forward (the `ForwardPort` operationId).
+func (c *Client) ForwardPort(ctx context.Context, name EnvironmentName, port PortNumber, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewForwardPortRequest(c.Server, name, port)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// MakePortPrivate Make the port private again (its preview needs sign-in).
+//
+// Removes the port's public mark; 204 also when it had none. The change stream names
+// `ports`. 404 `environment_not_found`.
+//
+// Corresponds with DELETE /api/v1/environments/{name}/ports/{port}/public (the `MakePortPrivate` operationId).
+func (c *Client) MakePortPrivate(ctx context.Context, name EnvironmentName, port PortNumber, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewMakePortPrivateRequest(c.Server, name, port)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// MakePortPublicWithBody Let anyone open the port's preview URL without signing in, for a while.
+//
+// Marks the port public until `ttl_seconds` from now (default 3600, at most 30 days),
+// replacing an earlier mark: its preview URL then needs no sign-in, cookie or token until
+// then (the raw `forward` route still needs the operator token). The port need not listen
+// yet. Marks outlive a server restart and go with the environment when it is deleted; at
+// most 64 per environment (409 `too_many_public_ports`). An empty body takes the default.
+// The change stream names `ports`. 404 `environment_not_found`; 400 for a port outside
+// 1..65535 or a ttl out of range.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /api/v1/environments/{name}/ports/{port}/public (the `MakePortPublic` operationId).
+func (c *Client) MakePortPublicWithBody(ctx context.Context, name EnvironmentName, port PortNumber, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewMakePortPublicRequestWithBody(c.Server, name, port, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// MakePortPublic Let anyone open the port's preview URL without signing in, for a while.
+//
+// Marks the port public until `ttl_seconds` from now (default 3600, at most 30 days),
+// replacing an earlier mark: its preview URL then needs no sign-in, cookie or token until
+// then (the raw `forward` route still needs the operator token). The port need not listen
+// yet. Marks outlive a server restart and go with the environment when it is deleted; at
+// most 64 per environment (409 `too_many_public_ports`). An empty body takes the default.
+// The change stream names `ports`. 404 `environment_not_found`; 400 for a port outside
+// 1..65535 or a ttl out of range.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /api/v1/environments/{name}/ports/{port}/public (the `MakePortPublic` operationId).
+func (c *Client) MakePortPublic(ctx context.Context, name EnvironmentName, port PortNumber, body MakePortPublicJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewMakePortPublicRequest(c.Server, name, port, body)
 	if err != nil {
 		return nil, err
 	}
@@ -4888,6 +5119,142 @@ func NewListEnvironmentPortsRequest(server string, name EnvironmentName) (*http.
 	return req, nil
 }
 
+// NewForwardPortRequest constructs an http.Request for the ForwardPort method
+func NewForwardPortRequest(server string, name EnvironmentName, port PortNumber) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "port", port, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/environments/%s/ports/%s/forward", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewMakePortPrivateRequest constructs an http.Request for the MakePortPrivate method
+func NewMakePortPrivateRequest(server string, name EnvironmentName, port PortNumber) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "port", port, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/environments/%s/ports/%s/public", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewMakePortPublicRequest calls the generic MakePortPublic builder with application/json body
+func NewMakePortPublicRequest(server string, name EnvironmentName, port PortNumber, body MakePortPublicJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewMakePortPublicRequestWithBody(server, name, port, "application/json", bodyReader)
+}
+
+// NewMakePortPublicRequestWithBody constructs an http.Request for the MakePortPublic method, with any body, and a specified content type
+func NewMakePortPublicRequestWithBody(server string, name EnvironmentName, port PortNumber, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "port", port, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/environments/%s/ports/%s/public", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewResumeEnvironmentRequest constructs an http.Request for the ResumeEnvironment method
 func NewResumeEnvironmentRequest(server string, name EnvironmentName) (*http.Request, error) {
 	var err error
@@ -6432,7 +6799,10 @@ type ClientWithResponsesInterface interface {
 	// listen. `process` is the name of a process holding the socket, where the agent may read
 	// it (absent otherwise, e.g. another user's process). `updated_at` is when the server got the
 	// list, absent while the agent has reported none on its current connection (the list is
-	// empty then, and after the agent disconnects).
+	// empty then, and after the agent disconnects). For an environment's agent (its id is the
+	// environment's name), `public`, `public_until` and `preview_url` are those of
+	// `GET /api/v1/environments/{name}/ports`; for another agent every port is private and
+	// has no `preview_url` (previews reach environments).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -6491,7 +6861,7 @@ type ClientWithResponsesInterface interface {
 	// WatchChangesWithResponse Server-Sent Events naming the collections that changed, for live views.
 	//
 	// Each `changed` event's data is `{"kinds": [...]}`, a subset of `agents`,
-	// `environments`, `sessions`, `missions`, `hitl`, `tasks`, `agent_metrics`, `ports` (an agent's listening ports): read those
+	// `environments`, `sessions`, `missions`, `hitl`, `tasks`, `agent_metrics`, `ports` (an agent's listening ports, or a port's public mark): read those
 	// lists again (`agent_metrics`: only heartbeats and metrics changed, no agent's status or
 	// presence, so a view may reload at its own pace). Changes
 	// are coalesced (at most one event per `interval_ms`, default 250), so a burst of
@@ -6652,10 +7022,92 @@ type ClientWithResponsesInterface interface {
 	// list, absent while the agent has reported none on its current connection (the list is
 	// empty then, and after the agent disconnects).
 	//
+	// Each port says whether it is `public` (and until when, `public_until`; see
+	// `PUT …/ports/{port}/public`) and its `preview_url`, the address that opens it in a
+	// browser: `<scheme>://<port>-<name>.<preview domain>:<the port this request came to>/`,
+	// e.g. `http://5173-dev.localhost:8122/` (the scheme is this request's, `https` over TLS;
+	// the domain is `AGENTIC_PREVIEW_DOMAIN`, default `localhost`, whose names browsers resolve
+	// to loopback without DNS; no `:<port>` when this request named none). Browsers lowercase
+	// host names, so the preview host matches environment names without regard to case; where
+	// two names fold to the same host it answers 404 and points to the path form.
+	// Previews are served on the REST listener but are not part of this API: they live outside
+	// `/api`, on the preview hosts, and also at the path form
+	// `/preview/{name}/{port}/…` of the REST listener's own host (for clients that cannot use
+	// host names; an app that links with absolute paths (`/assets/…`) breaks there, use the
+	// host form). A preview carries any method, WebSockets and streaming to the port inside,
+	// with the dashboard's preview cookie or `Authorization: Bearer <operator token>` (taken
+	// off before the request goes in), or with none while the port is public. For a program
+	// that wants the raw TCP stream instead, see `GET …/ports/{port}/forward`
+	// (`agenticctl port-forward`).
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /api/v1/environments/{name}/ports (the `ListEnvironmentPorts` operationId).
 	ListEnvironmentPortsWithResponse(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*ListEnvironmentPortsResponse, error)
+
+	// ForwardPortWithResponse Upgrade this connection to a raw TCP stream to the port inside the environment.
+	//
+	// The stream behind `agenticctl port-forward`, like `kubectl port-forward`. Send
+	// `Connection: Upgrade` and `Upgrade: agentic-port-forward` over HTTP/1.1 (with the operator
+	// token, as every call); the server first opens the connection to the port inside the
+	// environment (its agent dials it on loopback, or the address it listens on, over the
+	// agent link: no network device needed), then answers `101 Switching Protocols` and from
+	// there the connection carries the TCP bytes both ways, until either side closes. Ending
+	// one's write side (a TCP half-close) ends the write side inside, and the other way
+	// round. A connection idle both ways for the agent link's idle time is closed, and the
+	// connections into one environment are bounded (503 `too_many_forwards`).
+	//
+	// Errors come before the upgrade, as JSON: 404 `environment_not_found`, 409
+	// `agent_not_connected` (the environment's agent is not connected, or it has none yet),
+	// 502 `port_not_listening` (nothing accepts on that port inside), 503
+	// `too_many_forwards`, 403 `port_refused` (the port may not be reached this way, e.g. one
+	// of the server's own from a host agent), 426 `upgrade_required` (without the two
+	// headers; it answers `Upgrade: agentic-port-forward`).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/environments/{name}/ports/{port}/forward (the `ForwardPort` operationId).
+	ForwardPortWithResponse(ctx context.Context, name EnvironmentName, port PortNumber, reqEditors ...RequestEditorFn) (*ForwardPortResponse, error)
+
+	// MakePortPrivateWithResponse Make the port private again (its preview needs sign-in).
+	//
+	// Removes the port's public mark; 204 also when it had none. The change stream names
+	// `ports`. 404 `environment_not_found`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /api/v1/environments/{name}/ports/{port}/public (the `MakePortPrivate` operationId).
+	MakePortPrivateWithResponse(ctx context.Context, name EnvironmentName, port PortNumber, reqEditors ...RequestEditorFn) (*MakePortPrivateResponse, error)
+
+	// MakePortPublicWithBodyWithResponse Let anyone open the port's preview URL without signing in, for a while.
+	//
+	// Marks the port public until `ttl_seconds` from now (default 3600, at most 30 days),
+	// replacing an earlier mark: its preview URL then needs no sign-in, cookie or token until
+	// then (the raw `forward` route still needs the operator token). The port need not listen
+	// yet. Marks outlive a server restart and go with the environment when it is deleted; at
+	// most 64 per environment (409 `too_many_public_ports`). An empty body takes the default.
+	// The change stream names `ports`. 404 `environment_not_found`; 400 for a port outside
+	// 1..65535 or a ttl out of range.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /api/v1/environments/{name}/ports/{port}/public (the `MakePortPublic` operationId).
+	MakePortPublicWithBodyWithResponse(ctx context.Context, name EnvironmentName, port PortNumber, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*MakePortPublicResponse, error)
+
+	// MakePortPublicWithResponse Let anyone open the port's preview URL without signing in, for a while.
+	//
+	// Marks the port public until `ttl_seconds` from now (default 3600, at most 30 days),
+	// replacing an earlier mark: its preview URL then needs no sign-in, cookie or token until
+	// then (the raw `forward` route still needs the operator token). The port need not listen
+	// yet. Marks outlive a server restart and go with the environment when it is deleted; at
+	// most 64 per environment (409 `too_many_public_ports`). An empty body takes the default.
+	// The change stream names `ports`. 404 `environment_not_found`; 400 for a port outside
+	// 1..65535 or a ttl out of range.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /api/v1/environments/{name}/ports/{port}/public (the `MakePortPublic` operationId).
+	MakePortPublicWithResponse(ctx context.Context, name EnvironmentName, port PortNumber, body MakePortPublicJSONRequestBody, reqEditors ...RequestEditorFn) (*MakePortPublicResponse, error)
 
 	// ResumeEnvironmentWithResponse Let a paused environment run again.
 	//
@@ -9040,6 +9492,248 @@ func (r ListEnvironmentPortsResponse) ContentType() string {
 	return ""
 }
 
+// ForwardPortResponse426Headers the declared response headers of an HTTP 426 response for ForwardPort
+type ForwardPortResponse426Headers struct {
+	Upgrade *string
+}
+
+type ForwardPortResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Error
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSON426 the response for an HTTP 426 `application/json` response
+	JSON426 *Error
+	// JSON502 the response for an HTTP 502 `application/json` response
+	JSON502 *Error
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Error
+	// Headers426 the parsed response headers for an HTTP 426 response
+	Headers426 *ForwardPortResponse426Headers
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ForwardPortResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ForwardPortResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ForwardPortResponse) GetJSON403() *Error {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r ForwardPortResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r ForwardPortResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSON426 returns the response for an HTTP 426 `application/json` response
+func (r ForwardPortResponse) GetJSON426() *Error {
+	return r.JSON426
+}
+
+// GetJSON502 returns the response for an HTTP 502 `application/json` response
+func (r ForwardPortResponse) GetJSON502() *Error {
+	return r.JSON502
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ForwardPortResponse) GetJSON503() *Error {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ForwardPortResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ForwardPortResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ForwardPortResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ForwardPortResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type MakePortPrivateResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r MakePortPrivateResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r MakePortPrivateResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r MakePortPrivateResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r MakePortPrivateResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r MakePortPrivateResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r MakePortPrivateResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r MakePortPrivateResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r MakePortPrivateResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type MakePortPublicResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PublicPort
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *TooLarge
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r MakePortPublicResponse) GetJSON200() *PublicPort {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r MakePortPublicResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r MakePortPublicResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r MakePortPublicResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r MakePortPublicResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r MakePortPublicResponse) GetJSON413() *TooLarge {
+	return r.JSON413
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r MakePortPublicResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r MakePortPublicResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r MakePortPublicResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r MakePortPublicResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r MakePortPublicResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ResumeEnvironmentResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -11166,7 +11860,10 @@ func (c *ClientWithResponses) WriteFileWithBodyWithResponse(ctx context.Context,
 // listen. `process` is the name of a process holding the socket, where the agent may read
 // it (absent otherwise, e.g. another user's process). `updated_at` is when the server got the
 // list, absent while the agent has reported none on its current connection (the list is
-// empty then, and after the agent disconnects).
+// empty then, and after the agent disconnects). For an environment's agent (its id is the
+// environment's name), `public`, `public_until` and `preview_url` are those of
+// `GET /api/v1/environments/{name}/ports`; for another agent every port is private and
+// has no `preview_url` (previews reach environments).
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -11261,7 +11958,7 @@ func (c *ClientWithResponses) GetAIWGStatusWithResponse(ctx context.Context, req
 // WatchChangesWithResponse Server-Sent Events naming the collections that changed, for live views.
 //
 // Each `changed` event's data is `{"kinds": [...]}`, a subset of `agents`,
-// `environments`, `sessions`, `missions`, `hitl`, `tasks`, `agent_metrics`, `ports` (an agent's listening ports): read those
+// `environments`, `sessions`, `missions`, `hitl`, `tasks`, `agent_metrics`, `ports` (an agent's listening ports, or a port's public mark): read those
 // lists again (`agent_metrics`: only heartbeats and metrics changed, no agent's status or
 // presence, so a view may reload at its own pace). Changes
 // are coalesced (at most one event per `interval_ms`, default 250), so a burst of
@@ -11512,6 +12209,24 @@ func (c *ClientWithResponses) PauseEnvironmentWithResponse(ctx context.Context, 
 // list, absent while the agent has reported none on its current connection (the list is
 // empty then, and after the agent disconnects).
 //
+// Each port says whether it is `public` (and until when, `public_until`; see
+// `PUT …/ports/{port}/public`) and its `preview_url`, the address that opens it in a
+// browser: `<scheme>://<port>-<name>.<preview domain>:<the port this request came to>/`,
+// e.g. `http://5173-dev.localhost:8122/` (the scheme is this request's, `https` over TLS;
+// the domain is `AGENTIC_PREVIEW_DOMAIN`, default `localhost`, whose names browsers resolve
+// to loopback without DNS; no `:<port>` when this request named none). Browsers lowercase
+// host names, so the preview host matches environment names without regard to case; where
+// two names fold to the same host it answers 404 and points to the path form.
+// Previews are served on the REST listener but are not part of this API: they live outside
+// `/api`, on the preview hosts, and also at the path form
+// `/preview/{name}/{port}/…` of the REST listener's own host (for clients that cannot use
+// host names; an app that links with absolute paths (`/assets/…`) breaks there, use the
+// host form). A preview carries any method, WebSockets and streaming to the port inside,
+// with the dashboard's preview cookie or `Authorization: Bearer <operator token>` (taken
+// off before the request goes in), or with none while the port is public. For a program
+// that wants the raw TCP stream instead, see `GET …/ports/{port}/forward`
+// (`agenticctl port-forward`).
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /api/v1/environments/{name}/ports (the `ListEnvironmentPorts` operationId).
@@ -11521,6 +12236,94 @@ func (c *ClientWithResponses) ListEnvironmentPortsWithResponse(ctx context.Conte
 		return nil, err
 	}
 	return ParseListEnvironmentPortsResponse(rsp)
+}
+
+// ForwardPortWithResponse Upgrade this connection to a raw TCP stream to the port inside the environment.
+//
+// The stream behind `agenticctl port-forward`, like `kubectl port-forward`. Send
+// `Connection: Upgrade` and `Upgrade: agentic-port-forward` over HTTP/1.1 (with the operator
+// token, as every call); the server first opens the connection to the port inside the
+// environment (its agent dials it on loopback, or the address it listens on, over the
+// agent link: no network device needed), then answers `101 Switching Protocols` and from
+// there the connection carries the TCP bytes both ways, until either side closes. Ending
+// one's write side (a TCP half-close) ends the write side inside, and the other way
+// round. A connection idle both ways for the agent link's idle time is closed, and the
+// connections into one environment are bounded (503 `too_many_forwards`).
+//
+// Errors come before the upgrade, as JSON: 404 `environment_not_found`, 409
+// `agent_not_connected` (the environment's agent is not connected, or it has none yet),
+// 502 `port_not_listening` (nothing accepts on that port inside), 503
+// `too_many_forwards`, 403 `port_refused` (the port may not be reached this way, e.g. one
+// of the server's own from a host agent), 426 `upgrade_required` (without the two
+// headers; it answers `Upgrade: agentic-port-forward`).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/environments/{name}/ports/{port}/forward (the `ForwardPort` operationId).
+func (c *ClientWithResponses) ForwardPortWithResponse(ctx context.Context, name EnvironmentName, port PortNumber, reqEditors ...RequestEditorFn) (*ForwardPortResponse, error) {
+	rsp, err := c.ForwardPort(ctx, name, port, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseForwardPortResponse(rsp)
+}
+
+// MakePortPrivateWithResponse Make the port private again (its preview needs sign-in).
+//
+// Removes the port's public mark; 204 also when it had none. The change stream names
+// `ports`. 404 `environment_not_found`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /api/v1/environments/{name}/ports/{port}/public (the `MakePortPrivate` operationId).
+func (c *ClientWithResponses) MakePortPrivateWithResponse(ctx context.Context, name EnvironmentName, port PortNumber, reqEditors ...RequestEditorFn) (*MakePortPrivateResponse, error) {
+	rsp, err := c.MakePortPrivate(ctx, name, port, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseMakePortPrivateResponse(rsp)
+}
+
+// MakePortPublicWithBodyWithResponse Let anyone open the port's preview URL without signing in, for a while.
+//
+// Marks the port public until `ttl_seconds` from now (default 3600, at most 30 days),
+// replacing an earlier mark: its preview URL then needs no sign-in, cookie or token until
+// then (the raw `forward` route still needs the operator token). The port need not listen
+// yet. Marks outlive a server restart and go with the environment when it is deleted; at
+// most 64 per environment (409 `too_many_public_ports`). An empty body takes the default.
+// The change stream names `ports`. 404 `environment_not_found`; 400 for a port outside
+// 1..65535 or a ttl out of range.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /api/v1/environments/{name}/ports/{port}/public (the `MakePortPublic` operationId).
+func (c *ClientWithResponses) MakePortPublicWithBodyWithResponse(ctx context.Context, name EnvironmentName, port PortNumber, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*MakePortPublicResponse, error) {
+	rsp, err := c.MakePortPublicWithBody(ctx, name, port, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseMakePortPublicResponse(rsp)
+}
+
+// MakePortPublicWithResponse Let anyone open the port's preview URL without signing in, for a while.
+//
+// Marks the port public until `ttl_seconds` from now (default 3600, at most 30 days),
+// replacing an earlier mark: its preview URL then needs no sign-in, cookie or token until
+// then (the raw `forward` route still needs the operator token). The port need not listen
+// yet. Marks outlive a server restart and go with the environment when it is deleted; at
+// most 64 per environment (409 `too_many_public_ports`). An empty body takes the default.
+// The change stream names `ports`. 404 `environment_not_found`; 400 for a port outside
+// 1..65535 or a ttl out of range.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /api/v1/environments/{name}/ports/{port}/public (the `MakePortPublic` operationId).
+func (c *ClientWithResponses) MakePortPublicWithResponse(ctx context.Context, name EnvironmentName, port PortNumber, body MakePortPublicJSONRequestBody, reqEditors ...RequestEditorFn) (*MakePortPublicResponse, error) {
+	rsp, err := c.MakePortPublic(ctx, name, port, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseMakePortPublicResponse(rsp)
 }
 
 // ResumeEnvironmentWithResponse Let a paused environment run again.
@@ -13728,6 +14531,215 @@ func ParseListEnvironmentPortsResponse(rsp *http.Response) (*ListEnvironmentPort
 			return nil, err
 		}
 		response.JSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseForwardPortResponse parses an HTTP response from a ForwardPortWithResponse call
+func ParseForwardPortResponse(rsp *http.Response) (*ForwardPortResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ForwardPortResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 101:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 426:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON426 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON502 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 426:
+		var headers ForwardPortResponse426Headers
+		if values := rsp.Header.Values("Upgrade"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Upgrade", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Upgrade = &value
+		}
+		response.Headers426 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseMakePortPrivateResponse parses an HTTP response from a MakePortPrivateWithResponse call
+func ParseMakePortPrivateResponse(rsp *http.Response) (*MakePortPrivateResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &MakePortPrivateResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseMakePortPublicResponse parses an HTTP response from a MakePortPublicWithResponse call
+func ParseMakePortPublicResponse(rsp *http.Response) (*MakePortPublicResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &MakePortPublicResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PublicPort
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
 
 	}
 

@@ -38,3 +38,7 @@ func inDir[P, S any](open func(dir string) (S, error)) func(*testing.T, string) 
 		return any(s).(P)
 	}
 }
+
+func TestPublicPortsConformance(t *testing.T) {
+	portstest.RunPublicPortsSuite(t, inDir[ports.PublicPorts](NewPublicPorts))
+}

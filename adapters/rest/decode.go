@@ -28,7 +28,14 @@ var bodyTypes = map[string]reflect.Type{
 	"POST /api/v1/agents/{agent_id}/sessions":   reflect.TypeFor[restapi.CreateSessionRequest](),
 	"POST /api/v1/environments":                 reflect.TypeFor[restapi.CreateEnvironmentRequest](),
 	"PUT /api/v1/pools/{name}":                  reflect.TypeFor[restapi.PoolRequest](),
+	publicPortRoute:                             reflect.TypeFor[restapi.PublicPortRequest](),
 }
+
+// optionalBody are the routes whose JSON body may be left out (empty): the
+// schema's defaults apply then.
+var optionalBody = map[string]bool{publicPortRoute: true}
+
+const publicPortRoute = "PUT /api/v1/environments/{name}/ports/{port}/public"
 
 // checkBody rejects a body that is too large, not JSON, not one object, or
 // has unknown fields, missing required fields or fields of the wrong type,
@@ -46,7 +53,26 @@ func (s *Server) checkBody(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		b, apiErr := readStrict(r.Body, t)
+		body := io.Reader(r.Body)
+		if optionalBody[r.Pattern] {
+			raw, err := io.ReadAll(r.Body)
+			if err != nil {
+				var tooBig *http.MaxBytesError
+				if errors.As(err, &tooBig) {
+					writeError(w, http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("request body is larger than %d bytes", MaxBodyBytes))
+				} else {
+					_ = badRequest("reading the request body: %v", err).write(w)
+				}
+				return
+			}
+			if len(bytes.TrimSpace(raw)) == 0 {
+				r.Body = http.NoBody
+				next.ServeHTTP(w, r)
+				return
+			}
+			body = bytes.NewReader(raw)
+		}
+		b, apiErr := readStrict(body, t)
 		if apiErr == nil {
 			var v any
 			_ = json.Unmarshal(b, &v) // readStrict has read it

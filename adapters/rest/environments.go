@@ -212,6 +212,7 @@ func (s *Server) DeleteEnvironment(ctx context.Context, req restapi.DeleteEnviro
 	if _, err := s.onEnvironment(ctx, req.Name, del); err != nil {
 		return nil, err
 	}
+	s.forgetPublicPorts(req.Name)
 	s.log.Info("rest: environment deleted", "name", req.Name)
 	return restapi.DeleteEnvironment204Response{}, nil
 }

@@ -9,16 +9,26 @@ import (
 )
 
 // ListAgentPorts implements restapi.StrictServerInterface: the TCP ports
-// listening where the agent runs, as it last reported them.
-func (s *Server) ListAgentPorts(_ context.Context, req restapi.ListAgentPortsRequestObject) (restapi.ListAgentPortsResponseObject, error) {
+// listening where the agent runs, as it last reported them (an
+// environment's agent's with their public marks and preview URLs).
+func (s *Server) ListAgentPorts(ctx context.Context, req restapi.ListAgentPortsRequestObject) (restapi.ListAgentPortsResponseObject, error) {
 	if _, ok := s.d.Agents.Agent(req.AgentId); !ok {
 		return nil, agentNotFound(fmt.Sprintf("agent %q", clip(req.AgentId)))
 	}
-	return restapi.ListAgentPorts200JSONResponse(s.listeningPorts(req.AgentId)), nil
+	l := s.listeningPorts(req.AgentId)
+	// An environment's agent has its name: its ports are the
+	// environment's, with their marks and previews.
+	if s.d.Environments != nil {
+		if e, ok := s.d.Environments.Inspect(ctx, req.AgentId); ok && e.AgentID == req.AgentId {
+			l = s.withPreviews(ctx, e.Name, l)
+		}
+	}
+	return restapi.ListAgentPorts200JSONResponse(l), nil
 }
 
 // ListEnvironmentPorts implements restapi.StrictServerInterface: the TCP
-// ports listening inside the environment, as its agent last reported them.
+// ports listening inside the environment, as its agent last reported them,
+// with their public marks and preview URLs.
 func (s *Server) ListEnvironmentPorts(ctx context.Context, req restapi.ListEnvironmentPortsRequestObject) (restapi.ListEnvironmentPortsResponseObject, error) {
 	subject := fmt.Sprintf("environment %q", clip(req.Name))
 	if s.d.Environments == nil {
@@ -31,7 +41,7 @@ func (s *Server) ListEnvironmentPorts(ctx context.Context, req restapi.ListEnvir
 	if e.AgentID == "" { // not provisioned yet
 		return restapi.ListEnvironmentPorts200JSONResponse(toListeningPorts(ports.ListeningPorts{})), nil
 	}
-	return restapi.ListEnvironmentPorts200JSONResponse(s.listeningPorts(e.AgentID)), nil
+	return restapi.ListEnvironmentPorts200JSONResponse(s.withPreviews(ctx, e.Name, s.listeningPorts(e.AgentID))), nil
 }
 
 func (s *Server) listeningPorts(agentID string) restapi.ListeningPortList {

@@ -104,6 +104,15 @@ type Deps struct {
 	// ListeningPorts are the ports each agent reported listening (nil:
 	// none are known).
 	ListeningPorts ports.ListeningPortsReader
+	// Forwards opens connections to ports inside environments, for
+	// GET …/ports/{port}/forward (nil: none can be opened; 409).
+	Forwards ports.PortDialer
+	// PublicPorts keeps the ports marked public (nil: none can be; 503).
+	PublicPorts ports.PublicPorts
+	// PreviewDomain is the domain of the preview hosts the ports lists
+	// name, <port>-<environment>.<domain> (AGENTIC_PREVIEW_DOMAIN; empty
+	// means "localhost").
+	PreviewDomain string
 }
 
 // Server implements restapi.StrictServerInterface.
@@ -123,6 +132,10 @@ func New(d Deps) *Server {
 	if d.Changes == nil {
 		d.Changes = changes.NewHub()
 	}
+	d.PreviewDomain = strings.ToLower(strings.Trim(d.PreviewDomain, "."))
+	if d.PreviewDomain == "" {
+		d.PreviewDomain = "localhost"
+	}
 	s := &Server{d: d, log: d.Logger, clock: d.Clock}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -141,7 +154,7 @@ func New(d Deps) *Server {
 // Handler returns the full HTTP handler of the REST port.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	strict := restapi.NewStrictHandlerWithOptions(s, nil, restapi.StrictHTTPServerOptions{
+	strict := restapi.NewStrictHandlerWithOptions(s, []restapi.StrictMiddlewareFunc{withRequestOrigin}, restapi.StrictHTTPServerOptions{
 		RequestErrorHandlerFunc:  s.requestError,
 		ResponseErrorHandlerFunc: s.responseError,
 	})

@@ -47,6 +47,7 @@ func (s *Server) rawRoutes(next http.Handler) http.Handler {
 		signInRoute:        s.signIn,
 		signOutRoute:       s.signOut,
 		changesRoute:       s.watchChanges,
+		forwardRoute:       s.forwardPort,
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if serve, ok := raw[r.Pattern]; ok {

@@ -676,7 +676,8 @@ type Error struct {
 	// runtime_error, not_supported, too_many_sessions, too_many_commands, file_not_found,
 	// permission_denied, invalid_path, file_too_large, directory_not_empty,
 	// too_many_transfers, invalid_manifest, task_not_found, task_conflict, unknown_parameter,
-	// artifact_not_found, pool_not_found, agent_reserved, stdin_busy.
+	// artifact_not_found, pool_not_found, agent_reserved, stdin_busy, port_not_listening,
+	// too_many_forwards, port_refused, upgrade_required, too_many_public_ports.
 	Code string `json:"code"`
 
 	// Error A message for people.
@@ -824,8 +825,17 @@ type ListeningPort struct {
 	Family  ListeningPortFamily `json:"family"`
 	Port    int                 `json:"port"`
 
+	// PreviewUrl The URL that opens it in a browser, <scheme>://<port>-<name>.<preview domain>:<REST port>/; absent for an agent that is no environment's.
+	PreviewUrl *string `json:"preview_url,omitempty"`
+
 	// Process The name of a process holding the socket (its comm), where the agent may read it.
 	Process *string `json:"process,omitempty"`
+
+	// Public Its preview URL needs no sign-in (until public_until).
+	Public bool `json:"public"`
+
+	// PublicUntil When the public mark ends; only when public.
+	PublicUntil *time.Time `json:"public_until,omitempty"`
 }
 
 // ListeningPortFamily defines model for ListeningPort.Family.
@@ -969,6 +979,19 @@ type PoolSpec struct {
 	Profile      *string    `json:"profile,omitempty"`
 	ReadOnlyRoot *bool      `json:"read_only_root,omitempty"`
 	Resources    *Resources `json:"resources,omitempty"`
+}
+
+// PublicPort defines model for PublicPort.
+type PublicPort struct {
+	Port        int       `json:"port"`
+	Public      bool      `json:"public"`
+	PublicUntil time.Time `json:"public_until"`
+}
+
+// PublicPortRequest defines model for PublicPortRequest.
+type PublicPortRequest struct {
+	// TtlSeconds How long the port stays public, in seconds (1 minute to 30 days).
+	TtlSeconds *int `json:"ttl_seconds,omitempty"`
 }
 
 // Readiness defines model for Readiness.
@@ -1254,6 +1277,9 @@ type PageLimit = int
 // PoolName defines model for PoolName.
 type PoolName = string
 
+// PortNumber defines model for PortNumber.
+type PortNumber = int
+
 // SessionID defines model for SessionID.
 type SessionID = string
 
@@ -1486,6 +1512,9 @@ type WriteCommandStdinJSONRequestBody = StdinRequest
 
 // CreateEnvironmentJSONRequestBody defines body for CreateEnvironment for application/json ContentType.
 type CreateEnvironmentJSONRequestBody = CreateEnvironmentRequest
+
+// MakePortPublicJSONRequestBody defines body for MakePortPublic for application/json ContentType.
+type MakePortPublicJSONRequestBody = PublicPortRequest
 
 // RespondHITLJSONRequestBody defines body for RespondHITL for application/json ContentType.
 type RespondHITLJSONRequestBody = HITLResponse
@@ -1732,7 +1761,10 @@ type ClientInterface interface {
 	// listen. `process` is the name of a process holding the socket, where the agent may read
 	// it (absent otherwise, e.g. another user's process). `updated_at` is when the server got the
 	// list, absent while the agent has reported none on its current connection (the list is
-	// empty then, and after the agent disconnects).
+	// empty then, and after the agent disconnects). For an environment's agent (its id is the
+	// environment's name), `public`, `public_until` and `preview_url` are those of
+	// `GET /api/v1/environments/{name}/ports`; for another agent every port is private and
+	// has no `preview_url` (previews reach environments).
 	//
 	// Corresponds with GET /api/v1/agents/{agent_id}/ports (the `ListAgentPorts` operationId).
 	ListAgentPorts(ctx context.Context, agentId AgentID, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1783,7 +1815,7 @@ type ClientInterface interface {
 	// WatchChanges Server-Sent Events naming the collections that changed, for live views.
 	//
 	// Each `changed` event's data is `{"kinds": [...]}`, a subset of `agents`,
-	// `environments`, `sessions`, `missions`, `hitl`, `tasks`, `agent_metrics`, `ports` (an agent's listening ports): read those
+	// `environments`, `sessions`, `missions`, `hitl`, `tasks`, `agent_metrics`, `ports` (an agent's listening ports, or a port's public mark): read those
 	// lists again (`agent_metrics`: only heartbeats and metrics changed, no agent's status or
 	// presence, so a view may reload at its own pace). Changes
 	// are coalesced (at most one event per `interval_ms`, default 250), so a burst of
@@ -1924,8 +1956,86 @@ type ClientInterface interface {
 	// list, absent while the agent has reported none on its current connection (the list is
 	// empty then, and after the agent disconnects).
 	//
+	// Each port says whether it is `public` (and until when, `public_until`; see
+	// `PUT …/ports/{port}/public`) and its `preview_url`, the address that opens it in a
+	// browser: `<scheme>://<port>-<name>.<preview domain>:<the port this request came to>/`,
+	// e.g. `http://5173-dev.localhost:8122/` (the scheme is this request's, `https` over TLS;
+	// the domain is `AGENTIC_PREVIEW_DOMAIN`, default `localhost`, whose names browsers resolve
+	// to loopback without DNS; no `:<port>` when this request named none). Browsers lowercase
+	// host names, so the preview host matches environment names without regard to case; where
+	// two names fold to the same host it answers 404 and points to the path form.
+	// Previews are served on the REST listener but are not part of this API: they live outside
+	// `/api`, on the preview hosts, and also at the path form
+	// `/preview/{name}/{port}/…` of the REST listener's own host (for clients that cannot use
+	// host names; an app that links with absolute paths (`/assets/…`) breaks there, use the
+	// host form). A preview carries any method, WebSockets and streaming to the port inside,
+	// with the dashboard's preview cookie or `Authorization: Bearer <operator token>` (taken
+	// off before the request goes in), or with none while the port is public. For a program
+	// that wants the raw TCP stream instead, see `GET …/ports/{port}/forward`
+	// (`agenticctl port-forward`).
+	//
 	// Corresponds with GET /api/v1/environments/{name}/ports (the `ListEnvironmentPorts` operationId).
 	ListEnvironmentPorts(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ForwardPort Upgrade this connection to a raw TCP stream to the port inside the environment.
+	//
+	// The stream behind `agenticctl port-forward`, like `kubectl port-forward`. Send
+	// `Connection: Upgrade` and `Upgrade: agentic-port-forward` over HTTP/1.1 (with the operator
+	// token, as every call); the server first opens the connection to the port inside the
+	// environment (its agent dials it on loopback, or the address it listens on, over the
+	// agent link: no network device needed), then answers `101 Switching Protocols` and from
+	// there the connection carries the TCP bytes both ways, until either side closes. Ending
+	// one's write side (a TCP half-close) ends the write side inside, and the other way
+	// round. A connection idle both ways for the agent link's idle time is closed, and the
+	// connections into one environment are bounded (503 `too_many_forwards`).
+	//
+	// Errors come before the upgrade, as JSON: 404 `environment_not_found`, 409
+	// `agent_not_connected` (the environment's agent is not connected, or it has none yet),
+	// 502 `port_not_listening` (nothing accepts on that port inside), 503
+	// `too_many_forwards`, 403 `port_refused` (the port may not be reached this way, e.g. one
+	// of the server's own from a host agent), 426 `upgrade_required` (without the two
+	// headers; it answers `Upgrade: agentic-port-forward`).
+	//
+	// Corresponds with GET /api/v1/environments/{name}/ports/{port}/forward (the `ForwardPort` operationId).
+	ForwardPort(ctx context.Context, name EnvironmentName, port PortNumber, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// MakePortPrivate Make the port private again (its preview needs sign-in).
+	//
+	// Removes the port's public mark; 204 also when it had none. The change stream names
+	// `ports`. 404 `environment_not_found`.
+	//
+	// Corresponds with DELETE /api/v1/environments/{name}/ports/{port}/public (the `MakePortPrivate` operationId).
+	MakePortPrivate(ctx context.Context, name EnvironmentName, port PortNumber, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// MakePortPublicWithBody Let anyone open the port's preview URL without signing in, for a while.
+	//
+	// Marks the port public until `ttl_seconds` from now (default 3600, at most 30 days),
+	// replacing an earlier mark: its preview URL then needs no sign-in, cookie or token until
+	// then (the raw `forward` route still needs the operator token). The port need not listen
+	// yet. Marks outlive a server restart and go with the environment when it is deleted; at
+	// most 64 per environment (409 `too_many_public_ports`). An empty body takes the default.
+	// The change stream names `ports`. 404 `environment_not_found`; 400 for a port outside
+	// 1..65535 or a ttl out of range.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /api/v1/environments/{name}/ports/{port}/public (the `MakePortPublic` operationId).
+	MakePortPublicWithBody(ctx context.Context, name EnvironmentName, port PortNumber, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// MakePortPublic Let anyone open the port's preview URL without signing in, for a while.
+	//
+	// Marks the port public until `ttl_seconds` from now (default 3600, at most 30 days),
+	// replacing an earlier mark: its preview URL then needs no sign-in, cookie or token until
+	// then (the raw `forward` route still needs the operator token). The port need not listen
+	// yet. Marks outlive a server restart and go with the environment when it is deleted; at
+	// most 64 per environment (409 `too_many_public_ports`). An empty body takes the default.
+	// The change stream names `ports`. 404 `environment_not_found`; 400 for a port outside
+	// 1..65535 or a ttl out of range.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /api/v1/environments/{name}/ports/{port}/public (the `MakePortPublic` operationId).
+	MakePortPublic(ctx context.Context, name EnvironmentName, port PortNumber, body MakePortPublicJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ResumeEnvironment Let a paused environment run again.
 	//
@@ -2528,7 +2638,10 @@ func (c *Client) WriteFileWithBody(ctx context.Context, agentId AgentID, params 
 // listen. `process` is the name of a process holding the socket, where the agent may read
 // it (absent otherwise, e.g. another user's process). `updated_at` is when the server got the
 // list, absent while the agent has reported none on its current connection (the list is
-// empty then, and after the agent disconnects).
+// empty then, and after the agent disconnects). For an environment's agent (its id is the
+// environment's name), `public`, `public_until` and `preview_url` are those of
+// `GET /api/v1/environments/{name}/ports`; for another agent every port is private and
+// has no `preview_url` (previews reach environments).
 //
 // Corresponds with GET /api/v1/agents/{agent_id}/ports (the `ListAgentPorts` operationId).
 func (c *Client) ListAgentPorts(ctx context.Context, agentId AgentID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -2639,7 +2752,7 @@ func (c *Client) GetAIWGStatus(ctx context.Context, reqEditors ...RequestEditorF
 // WatchChanges Server-Sent Events naming the collections that changed, for live views.
 //
 // Each `changed` event's data is `{"kinds": [...]}`, a subset of `agents`,
-// `environments`, `sessions`, `missions`, `hitl`, `tasks`, `agent_metrics`, `ports` (an agent's listening ports): read those
+// `environments`, `sessions`, `missions`, `hitl`, `tasks`, `agent_metrics`, `ports` (an agent's listening ports, or a port's public mark): read those
 // lists again (`agent_metrics`: only heartbeats and metrics changed, no agent's status or
 // presence, so a view may reload at its own pace). Changes
 // are coalesced (at most one event per `interval_ms`, default 250), so a burst of
@@ -2930,9 +3043,127 @@ func (c *Client) PauseEnvironment(ctx context.Context, name EnvironmentName, req
 // list, absent while the agent has reported none on its current connection (the list is
 // empty then, and after the agent disconnects).
 //
+// Each port says whether it is `public` (and until when, `public_until`; see
+// `PUT …/ports/{port}/public`) and its `preview_url`, the address that opens it in a
+// browser: `<scheme>://<port>-<name>.<preview domain>:<the port this request came to>/`,
+// e.g. `http://5173-dev.localhost:8122/` (the scheme is this request's, `https` over TLS;
+// the domain is `AGENTIC_PREVIEW_DOMAIN`, default `localhost`, whose names browsers resolve
+// to loopback without DNS; no `:<port>` when this request named none). Browsers lowercase
+// host names, so the preview host matches environment names without regard to case; where
+// two names fold to the same host it answers 404 and points to the path form.
+// Previews are served on the REST listener but are not part of this API: they live outside
+// `/api`, on the preview hosts, and also at the path form
+// `/preview/{name}/{port}/…` of the REST listener's own host (for clients that cannot use
+// host names; an app that links with absolute paths (`/assets/…`) breaks there, use the
+// host form). A preview carries any method, WebSockets and streaming to the port inside,
+// with the dashboard's preview cookie or `Authorization: Bearer <operator token>` (taken
+// off before the request goes in), or with none while the port is public. For a program
+// that wants the raw TCP stream instead, see `GET …/ports/{port}/forward`
+// (`agenticctl port-forward`).
+//
 // Corresponds with GET /api/v1/environments/{name}/ports (the `ListEnvironmentPorts` operationId).
 func (c *Client) ListEnvironmentPorts(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewListEnvironmentPortsRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ForwardPort Upgrade this connection to a raw TCP stream to the port inside the environment.
+//
+// The stream behind `agenticctl port-forward`, like `kubectl port-forward`. Send
+// `Connection: Upgrade` and `Upgrade: agentic-port-forward` over HTTP/1.1 (with the operator
+// token, as every call); the server first opens the connection to the port inside the
+// environment (its agent dials it on loopback, or the address it listens on, over the
+// agent link: no network device needed), then answers `101 Switching Protocols` and from
+// there the connection carries the TCP bytes both ways, until either side closes. Ending
+// one's write side (a TCP half-close) ends the write side inside, and the other way
+// round. A connection idle both ways for the agent link's idle time is closed, and the
+// connections into one environment are bounded (503 `too_many_forwards`).
+//
+// Errors come before the upgrade, as JSON: 404 `environment_not_found`, 409
+// `agent_not_connected` (the environment's agent is not connected, or it has none yet),
+// 502 `port_not_listening` (nothing accepts on that port inside), 503
+// `too_many_forwards`, 403 `port_refused` (the port may not be reached this way, e.g. one
+// of the server's own from a host agent), 426 `upgrade_required` (without the two
+// headers; it answers `Upgrade: agentic-port-forward`).
+//
+// Corresponds with GET /api/v1/environments/{name}/ports/{port}/forward (the `ForwardPort` operationId).
+func (c *Client) ForwardPort(ctx context.Context, name EnvironmentName, port PortNumber, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewForwardPortRequest(c.Server, name, port)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// MakePortPrivate Make the port private again (its preview needs sign-in).
+//
+// Removes the port's public mark; 204 also when it had none. The change stream names
+// `ports`. 404 `environment_not_found`.
+//
+// Corresponds with DELETE /api/v1/environments/{name}/ports/{port}/public (the `MakePortPrivate` operationId).
+func (c *Client) MakePortPrivate(ctx context.Context, name EnvironmentName, port PortNumber, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewMakePortPrivateRequest(c.Server, name, port)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// MakePortPublicWithBody Let anyone open the port's preview URL without signing in, for a while.
+//
+// Marks the port public until `ttl_seconds` from now (default 3600, at most 30 days),
+// replacing an earlier mark: its preview URL then needs no sign-in, cookie or token until
+// then (the raw `forward` route still needs the operator token). The port need not listen
+// yet. Marks outlive a server restart and go with the environment when it is deleted; at
+// most 64 per environment (409 `too_many_public_ports`). An empty body takes the default.
+// The change stream names `ports`. 404 `environment_not_found`; 400 for a port outside
+// 1..65535 or a ttl out of range.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /api/v1/environments/{name}/ports/{port}/public (the `MakePortPublic` operationId).
+func (c *Client) MakePortPublicWithBody(ctx context.Context, name EnvironmentName, port PortNumber, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewMakePortPublicRequestWithBody(c.Server, name, port, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// MakePortPublic Let anyone open the port's preview URL without signing in, for a while.
+//
+// Marks the port public until `ttl_seconds` from now (default 3600, at most 30 days),
+// replacing an earlier mark: its preview URL then needs no sign-in, cookie or token until
+// then (the raw `forward` route still needs the operator token). The port need not listen
+// yet. Marks outlive a server restart and go with the environment when it is deleted; at
+// most 64 per environment (409 `too_many_public_ports`). An empty body takes the default.
+// The change stream names `ports`. 404 `environment_not_found`; 400 for a port outside
+// 1..65535 or a ttl out of range.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /api/v1/environments/{name}/ports/{port}/public (the `MakePortPublic` operationId).
+func (c *Client) MakePortPublic(ctx context.Context, name EnvironmentName, port PortNumber, body MakePortPublicJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewMakePortPublicRequest(c.Server, name, port, body)
 	if err != nil {
 		return nil, err
 	}
@@ -4896,6 +5127,142 @@ func NewListEnvironmentPortsRequest(server string, name EnvironmentName) (*http.
 	return req, nil
 }
 
+// NewForwardPortRequest constructs an http.Request for the ForwardPort method
+func NewForwardPortRequest(server string, name EnvironmentName, port PortNumber) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "port", port, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/environments/%s/ports/%s/forward", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewMakePortPrivateRequest constructs an http.Request for the MakePortPrivate method
+func NewMakePortPrivateRequest(server string, name EnvironmentName, port PortNumber) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "port", port, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/environments/%s/ports/%s/public", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewMakePortPublicRequest calls the generic MakePortPublic builder with application/json body
+func NewMakePortPublicRequest(server string, name EnvironmentName, port PortNumber, body MakePortPublicJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewMakePortPublicRequestWithBody(server, name, port, "application/json", bodyReader)
+}
+
+// NewMakePortPublicRequestWithBody constructs an http.Request for the MakePortPublic method, with any body, and a specified content type
+func NewMakePortPublicRequestWithBody(server string, name EnvironmentName, port PortNumber, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "port", port, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/environments/%s/ports/%s/public", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewResumeEnvironmentRequest constructs an http.Request for the ResumeEnvironment method
 func NewResumeEnvironmentRequest(server string, name EnvironmentName) (*http.Request, error) {
 	var err error
@@ -6440,7 +6807,10 @@ type ClientWithResponsesInterface interface {
 	// listen. `process` is the name of a process holding the socket, where the agent may read
 	// it (absent otherwise, e.g. another user's process). `updated_at` is when the server got the
 	// list, absent while the agent has reported none on its current connection (the list is
-	// empty then, and after the agent disconnects).
+	// empty then, and after the agent disconnects). For an environment's agent (its id is the
+	// environment's name), `public`, `public_until` and `preview_url` are those of
+	// `GET /api/v1/environments/{name}/ports`; for another agent every port is private and
+	// has no `preview_url` (previews reach environments).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -6499,7 +6869,7 @@ type ClientWithResponsesInterface interface {
 	// WatchChangesWithResponse Server-Sent Events naming the collections that changed, for live views.
 	//
 	// Each `changed` event's data is `{"kinds": [...]}`, a subset of `agents`,
-	// `environments`, `sessions`, `missions`, `hitl`, `tasks`, `agent_metrics`, `ports` (an agent's listening ports): read those
+	// `environments`, `sessions`, `missions`, `hitl`, `tasks`, `agent_metrics`, `ports` (an agent's listening ports, or a port's public mark): read those
 	// lists again (`agent_metrics`: only heartbeats and metrics changed, no agent's status or
 	// presence, so a view may reload at its own pace). Changes
 	// are coalesced (at most one event per `interval_ms`, default 250), so a burst of
@@ -6660,10 +7030,92 @@ type ClientWithResponsesInterface interface {
 	// list, absent while the agent has reported none on its current connection (the list is
 	// empty then, and after the agent disconnects).
 	//
+	// Each port says whether it is `public` (and until when, `public_until`; see
+	// `PUT …/ports/{port}/public`) and its `preview_url`, the address that opens it in a
+	// browser: `<scheme>://<port>-<name>.<preview domain>:<the port this request came to>/`,
+	// e.g. `http://5173-dev.localhost:8122/` (the scheme is this request's, `https` over TLS;
+	// the domain is `AGENTIC_PREVIEW_DOMAIN`, default `localhost`, whose names browsers resolve
+	// to loopback without DNS; no `:<port>` when this request named none). Browsers lowercase
+	// host names, so the preview host matches environment names without regard to case; where
+	// two names fold to the same host it answers 404 and points to the path form.
+	// Previews are served on the REST listener but are not part of this API: they live outside
+	// `/api`, on the preview hosts, and also at the path form
+	// `/preview/{name}/{port}/…` of the REST listener's own host (for clients that cannot use
+	// host names; an app that links with absolute paths (`/assets/…`) breaks there, use the
+	// host form). A preview carries any method, WebSockets and streaming to the port inside,
+	// with the dashboard's preview cookie or `Authorization: Bearer <operator token>` (taken
+	// off before the request goes in), or with none while the port is public. For a program
+	// that wants the raw TCP stream instead, see `GET …/ports/{port}/forward`
+	// (`agenticctl port-forward`).
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /api/v1/environments/{name}/ports (the `ListEnvironmentPorts` operationId).
 	ListEnvironmentPortsWithResponse(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*ListEnvironmentPortsResponse, error)
+
+	// ForwardPortWithResponse Upgrade this connection to a raw TCP stream to the port inside the environment.
+	//
+	// The stream behind `agenticctl port-forward`, like `kubectl port-forward`. Send
+	// `Connection: Upgrade` and `Upgrade: agentic-port-forward` over HTTP/1.1 (with the operator
+	// token, as every call); the server first opens the connection to the port inside the
+	// environment (its agent dials it on loopback, or the address it listens on, over the
+	// agent link: no network device needed), then answers `101 Switching Protocols` and from
+	// there the connection carries the TCP bytes both ways, until either side closes. Ending
+	// one's write side (a TCP half-close) ends the write side inside, and the other way
+	// round. A connection idle both ways for the agent link's idle time is closed, and the
+	// connections into one environment are bounded (503 `too_many_forwards`).
+	//
+	// Errors come before the upgrade, as JSON: 404 `environment_not_found`, 409
+	// `agent_not_connected` (the environment's agent is not connected, or it has none yet),
+	// 502 `port_not_listening` (nothing accepts on that port inside), 503
+	// `too_many_forwards`, 403 `port_refused` (the port may not be reached this way, e.g. one
+	// of the server's own from a host agent), 426 `upgrade_required` (without the two
+	// headers; it answers `Upgrade: agentic-port-forward`).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/environments/{name}/ports/{port}/forward (the `ForwardPort` operationId).
+	ForwardPortWithResponse(ctx context.Context, name EnvironmentName, port PortNumber, reqEditors ...RequestEditorFn) (*ForwardPortResponse, error)
+
+	// MakePortPrivateWithResponse Make the port private again (its preview needs sign-in).
+	//
+	// Removes the port's public mark; 204 also when it had none. The change stream names
+	// `ports`. 404 `environment_not_found`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /api/v1/environments/{name}/ports/{port}/public (the `MakePortPrivate` operationId).
+	MakePortPrivateWithResponse(ctx context.Context, name EnvironmentName, port PortNumber, reqEditors ...RequestEditorFn) (*MakePortPrivateResponse, error)
+
+	// MakePortPublicWithBodyWithResponse Let anyone open the port's preview URL without signing in, for a while.
+	//
+	// Marks the port public until `ttl_seconds` from now (default 3600, at most 30 days),
+	// replacing an earlier mark: its preview URL then needs no sign-in, cookie or token until
+	// then (the raw `forward` route still needs the operator token). The port need not listen
+	// yet. Marks outlive a server restart and go with the environment when it is deleted; at
+	// most 64 per environment (409 `too_many_public_ports`). An empty body takes the default.
+	// The change stream names `ports`. 404 `environment_not_found`; 400 for a port outside
+	// 1..65535 or a ttl out of range.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /api/v1/environments/{name}/ports/{port}/public (the `MakePortPublic` operationId).
+	MakePortPublicWithBodyWithResponse(ctx context.Context, name EnvironmentName, port PortNumber, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*MakePortPublicResponse, error)
+
+	// MakePortPublicWithResponse Let anyone open the port's preview URL without signing in, for a while.
+	//
+	// Marks the port public until `ttl_seconds` from now (default 3600, at most 30 days),
+	// replacing an earlier mark: its preview URL then needs no sign-in, cookie or token until
+	// then (the raw `forward` route still needs the operator token). The port need not listen
+	// yet. Marks outlive a server restart and go with the environment when it is deleted; at
+	// most 64 per environment (409 `too_many_public_ports`). An empty body takes the default.
+	// The change stream names `ports`. 404 `environment_not_found`; 400 for a port outside
+	// 1..65535 or a ttl out of range.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /api/v1/environments/{name}/ports/{port}/public (the `MakePortPublic` operationId).
+	MakePortPublicWithResponse(ctx context.Context, name EnvironmentName, port PortNumber, body MakePortPublicJSONRequestBody, reqEditors ...RequestEditorFn) (*MakePortPublicResponse, error)
 
 	// ResumeEnvironmentWithResponse Let a paused environment run again.
 	//
@@ -9048,6 +9500,248 @@ func (r ListEnvironmentPortsResponse) ContentType() string {
 	return ""
 }
 
+// ForwardPortResponse426Headers the declared response headers of an HTTP 426 response for ForwardPort
+type ForwardPortResponse426Headers struct {
+	Upgrade *string
+}
+
+type ForwardPortResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Error
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSON426 the response for an HTTP 426 `application/json` response
+	JSON426 *Error
+	// JSON502 the response for an HTTP 502 `application/json` response
+	JSON502 *Error
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Error
+	// Headers426 the parsed response headers for an HTTP 426 response
+	Headers426 *ForwardPortResponse426Headers
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ForwardPortResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ForwardPortResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ForwardPortResponse) GetJSON403() *Error {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r ForwardPortResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r ForwardPortResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSON426 returns the response for an HTTP 426 `application/json` response
+func (r ForwardPortResponse) GetJSON426() *Error {
+	return r.JSON426
+}
+
+// GetJSON502 returns the response for an HTTP 502 `application/json` response
+func (r ForwardPortResponse) GetJSON502() *Error {
+	return r.JSON502
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ForwardPortResponse) GetJSON503() *Error {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ForwardPortResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ForwardPortResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ForwardPortResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ForwardPortResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type MakePortPrivateResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r MakePortPrivateResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r MakePortPrivateResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r MakePortPrivateResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r MakePortPrivateResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r MakePortPrivateResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r MakePortPrivateResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r MakePortPrivateResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r MakePortPrivateResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type MakePortPublicResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PublicPort
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *TooLarge
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r MakePortPublicResponse) GetJSON200() *PublicPort {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r MakePortPublicResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r MakePortPublicResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r MakePortPublicResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r MakePortPublicResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r MakePortPublicResponse) GetJSON413() *TooLarge {
+	return r.JSON413
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r MakePortPublicResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r MakePortPublicResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r MakePortPublicResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r MakePortPublicResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r MakePortPublicResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ResumeEnvironmentResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -11174,7 +11868,10 @@ func (c *ClientWithResponses) WriteFileWithBodyWithResponse(ctx context.Context,
 // listen. `process` is the name of a process holding the socket, where the agent may read
 // it (absent otherwise, e.g. another user's process). `updated_at` is when the server got the
 // list, absent while the agent has reported none on its current connection (the list is
-// empty then, and after the agent disconnects).
+// empty then, and after the agent disconnects). For an environment's agent (its id is the
+// environment's name), `public`, `public_until` and `preview_url` are those of
+// `GET /api/v1/environments/{name}/ports`; for another agent every port is private and
+// has no `preview_url` (previews reach environments).
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -11269,7 +11966,7 @@ func (c *ClientWithResponses) GetAIWGStatusWithResponse(ctx context.Context, req
 // WatchChangesWithResponse Server-Sent Events naming the collections that changed, for live views.
 //
 // Each `changed` event's data is `{"kinds": [...]}`, a subset of `agents`,
-// `environments`, `sessions`, `missions`, `hitl`, `tasks`, `agent_metrics`, `ports` (an agent's listening ports): read those
+// `environments`, `sessions`, `missions`, `hitl`, `tasks`, `agent_metrics`, `ports` (an agent's listening ports, or a port's public mark): read those
 // lists again (`agent_metrics`: only heartbeats and metrics changed, no agent's status or
 // presence, so a view may reload at its own pace). Changes
 // are coalesced (at most one event per `interval_ms`, default 250), so a burst of
@@ -11520,6 +12217,24 @@ func (c *ClientWithResponses) PauseEnvironmentWithResponse(ctx context.Context, 
 // list, absent while the agent has reported none on its current connection (the list is
 // empty then, and after the agent disconnects).
 //
+// Each port says whether it is `public` (and until when, `public_until`; see
+// `PUT …/ports/{port}/public`) and its `preview_url`, the address that opens it in a
+// browser: `<scheme>://<port>-<name>.<preview domain>:<the port this request came to>/`,
+// e.g. `http://5173-dev.localhost:8122/` (the scheme is this request's, `https` over TLS;
+// the domain is `AGENTIC_PREVIEW_DOMAIN`, default `localhost`, whose names browsers resolve
+// to loopback without DNS; no `:<port>` when this request named none). Browsers lowercase
+// host names, so the preview host matches environment names without regard to case; where
+// two names fold to the same host it answers 404 and points to the path form.
+// Previews are served on the REST listener but are not part of this API: they live outside
+// `/api`, on the preview hosts, and also at the path form
+// `/preview/{name}/{port}/…` of the REST listener's own host (for clients that cannot use
+// host names; an app that links with absolute paths (`/assets/…`) breaks there, use the
+// host form). A preview carries any method, WebSockets and streaming to the port inside,
+// with the dashboard's preview cookie or `Authorization: Bearer <operator token>` (taken
+// off before the request goes in), or with none while the port is public. For a program
+// that wants the raw TCP stream instead, see `GET …/ports/{port}/forward`
+// (`agenticctl port-forward`).
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /api/v1/environments/{name}/ports (the `ListEnvironmentPorts` operationId).
@@ -11529,6 +12244,94 @@ func (c *ClientWithResponses) ListEnvironmentPortsWithResponse(ctx context.Conte
 		return nil, err
 	}
 	return ParseListEnvironmentPortsResponse(rsp)
+}
+
+// ForwardPortWithResponse Upgrade this connection to a raw TCP stream to the port inside the environment.
+//
+// The stream behind `agenticctl port-forward`, like `kubectl port-forward`. Send
+// `Connection: Upgrade` and `Upgrade: agentic-port-forward` over HTTP/1.1 (with the operator
+// token, as every call); the server first opens the connection to the port inside the
+// environment (its agent dials it on loopback, or the address it listens on, over the
+// agent link: no network device needed), then answers `101 Switching Protocols` and from
+// there the connection carries the TCP bytes both ways, until either side closes. Ending
+// one's write side (a TCP half-close) ends the write side inside, and the other way
+// round. A connection idle both ways for the agent link's idle time is closed, and the
+// connections into one environment are bounded (503 `too_many_forwards`).
+//
+// Errors come before the upgrade, as JSON: 404 `environment_not_found`, 409
+// `agent_not_connected` (the environment's agent is not connected, or it has none yet),
+// 502 `port_not_listening` (nothing accepts on that port inside), 503
+// `too_many_forwards`, 403 `port_refused` (the port may not be reached this way, e.g. one
+// of the server's own from a host agent), 426 `upgrade_required` (without the two
+// headers; it answers `Upgrade: agentic-port-forward`).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/environments/{name}/ports/{port}/forward (the `ForwardPort` operationId).
+func (c *ClientWithResponses) ForwardPortWithResponse(ctx context.Context, name EnvironmentName, port PortNumber, reqEditors ...RequestEditorFn) (*ForwardPortResponse, error) {
+	rsp, err := c.ForwardPort(ctx, name, port, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseForwardPortResponse(rsp)
+}
+
+// MakePortPrivateWithResponse Make the port private again (its preview needs sign-in).
+//
+// Removes the port's public mark; 204 also when it had none. The change stream names
+// `ports`. 404 `environment_not_found`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /api/v1/environments/{name}/ports/{port}/public (the `MakePortPrivate` operationId).
+func (c *ClientWithResponses) MakePortPrivateWithResponse(ctx context.Context, name EnvironmentName, port PortNumber, reqEditors ...RequestEditorFn) (*MakePortPrivateResponse, error) {
+	rsp, err := c.MakePortPrivate(ctx, name, port, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseMakePortPrivateResponse(rsp)
+}
+
+// MakePortPublicWithBodyWithResponse Let anyone open the port's preview URL without signing in, for a while.
+//
+// Marks the port public until `ttl_seconds` from now (default 3600, at most 30 days),
+// replacing an earlier mark: its preview URL then needs no sign-in, cookie or token until
+// then (the raw `forward` route still needs the operator token). The port need not listen
+// yet. Marks outlive a server restart and go with the environment when it is deleted; at
+// most 64 per environment (409 `too_many_public_ports`). An empty body takes the default.
+// The change stream names `ports`. 404 `environment_not_found`; 400 for a port outside
+// 1..65535 or a ttl out of range.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /api/v1/environments/{name}/ports/{port}/public (the `MakePortPublic` operationId).
+func (c *ClientWithResponses) MakePortPublicWithBodyWithResponse(ctx context.Context, name EnvironmentName, port PortNumber, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*MakePortPublicResponse, error) {
+	rsp, err := c.MakePortPublicWithBody(ctx, name, port, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseMakePortPublicResponse(rsp)
+}
+
+// MakePortPublicWithResponse Let anyone open the port's preview URL without signing in, for a while.
+//
+// Marks the port public until `ttl_seconds` from now (default 3600, at most 30 days),
+// replacing an earlier mark: its preview URL then needs no sign-in, cookie or token until
+// then (the raw `forward` route still needs the operator token). The port need not listen
+// yet. Marks outlive a server restart and go with the environment when it is deleted; at
+// most 64 per environment (409 `too_many_public_ports`). An empty body takes the default.
+// The change stream names `ports`. 404 `environment_not_found`; 400 for a port outside
+// 1..65535 or a ttl out of range.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /api/v1/environments/{name}/ports/{port}/public (the `MakePortPublic` operationId).
+func (c *ClientWithResponses) MakePortPublicWithResponse(ctx context.Context, name EnvironmentName, port PortNumber, body MakePortPublicJSONRequestBody, reqEditors ...RequestEditorFn) (*MakePortPublicResponse, error) {
+	rsp, err := c.MakePortPublic(ctx, name, port, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseMakePortPublicResponse(rsp)
 }
 
 // ResumeEnvironmentWithResponse Let a paused environment run again.
@@ -13742,6 +14545,215 @@ func ParseListEnvironmentPortsResponse(rsp *http.Response) (*ListEnvironmentPort
 	return response, nil
 }
 
+// ParseForwardPortResponse parses an HTTP response from a ForwardPortWithResponse call
+func ParseForwardPortResponse(rsp *http.Response) (*ForwardPortResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ForwardPortResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 101:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 426:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON426 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON502 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 426:
+		var headers ForwardPortResponse426Headers
+		if values := rsp.Header.Values("Upgrade"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Upgrade", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Upgrade = &value
+		}
+		response.Headers426 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseMakePortPrivateResponse parses an HTTP response from a MakePortPrivateWithResponse call
+func ParseMakePortPrivateResponse(rsp *http.Response) (*MakePortPrivateResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &MakePortPrivateResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseMakePortPublicResponse parses an HTTP response from a MakePortPublicWithResponse call
+func ParseMakePortPublicResponse(rsp *http.Response) (*MakePortPublicResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &MakePortPublicResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PublicPort
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseResumeEnvironmentResponse parses an HTTP response from a ResumeEnvironmentWithResponse call
 func ParseResumeEnvironmentResponse(rsp *http.Response) (*ResumeEnvironmentResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -15321,6 +16333,15 @@ type ServerInterface interface {
 	// ListEnvironmentPorts The TCP ports listening inside an environment. 404 `environment_not_found`.
 	// (GET /api/v1/environments/{name}/ports)
 	ListEnvironmentPorts(w http.ResponseWriter, r *http.Request, name EnvironmentName)
+	// ForwardPort Upgrade this connection to a raw TCP stream to the port inside the environment.
+	// (GET /api/v1/environments/{name}/ports/{port}/forward)
+	ForwardPort(w http.ResponseWriter, r *http.Request, name EnvironmentName, port PortNumber)
+	// MakePortPrivate Make the port private again (its preview needs sign-in).
+	// (DELETE /api/v1/environments/{name}/ports/{port}/public)
+	MakePortPrivate(w http.ResponseWriter, r *http.Request, name EnvironmentName, port PortNumber)
+	// MakePortPublic Let anyone open the port's preview URL without signing in, for a while.
+	// (PUT /api/v1/environments/{name}/ports/{port}/public)
+	MakePortPublic(w http.ResponseWriter, r *http.Request, name EnvironmentName, port PortNumber)
 	// ResumeEnvironment Let a paused environment run again.
 	// (POST /api/v1/environments/{name}/resume)
 	ResumeEnvironment(w http.ResponseWriter, r *http.Request, name EnvironmentName)
@@ -16287,6 +17308,111 @@ func (siw *ServerInterfaceWrapper) ListEnvironmentPorts(w http.ResponseWriter, r
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.ListEnvironmentPorts(w, r, name)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ForwardPort operation middleware
+func (siw *ServerInterfaceWrapper) ForwardPort(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "name" -------------
+	var name EnvironmentName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", r.PathValue("name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "name", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "port" -------------
+	var port PortNumber
+
+	err = runtime.BindStyledParameterWithOptions("simple", "port", r.PathValue("port"), &port, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "integer", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "port", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ForwardPort(w, r, name, port)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// MakePortPrivate operation middleware
+func (siw *ServerInterfaceWrapper) MakePortPrivate(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "name" -------------
+	var name EnvironmentName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", r.PathValue("name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "name", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "port" -------------
+	var port PortNumber
+
+	err = runtime.BindStyledParameterWithOptions("simple", "port", r.PathValue("port"), &port, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "integer", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "port", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.MakePortPrivate(w, r, name, port)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// MakePortPublic operation middleware
+func (siw *ServerInterfaceWrapper) MakePortPublic(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "name" -------------
+	var name EnvironmentName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", r.PathValue("name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "name", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "port" -------------
+	var port PortNumber
+
+	err = runtime.BindStyledParameterWithOptions("simple", "port", r.PathValue("port"), &port, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "integer", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "port", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.MakePortPublic(w, r, name, port)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -17405,6 +18531,9 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/environments/{name}/resume", wrapper.ResumeEnvironment)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/environments/{name}/stop", wrapper.StopEnvironment)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/environments/{name}/ports", wrapper.ListEnvironmentPorts)
+	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/api/v1/environments/{name}/ports/{port}/public", wrapper.MakePortPrivate)
+	m.HandleFunc(http.MethodPut+" "+options.BaseURL+"/api/v1/environments/{name}/ports/{port}/public", wrapper.MakePortPublic)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/environments/{name}/ports/{port}/forward", wrapper.ForwardPort)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/tasks", wrapper.ListTasks)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/tasks", wrapper.CreateTask)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/api/v1/tasks/{task_id}", wrapper.CancelTask)
@@ -19990,6 +21119,326 @@ func (response ListEnvironmentPorts404JSONResponse) VisitListEnvironmentPortsRes
 	return err
 }
 
+type ForwardPortRequestObject struct {
+	Name EnvironmentName `json:"name"`
+	Port PortNumber      `json:"port"`
+}
+
+type ForwardPortResponseObject interface {
+	VisitForwardPortResponse(w http.ResponseWriter) error
+}
+
+type ForwardPort101Response struct {
+}
+
+func (response ForwardPort101Response) VisitForwardPortResponse(w http.ResponseWriter) error {
+	w.WriteHeader(101)
+	return nil
+}
+
+type ForwardPort400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response ForwardPort400JSONResponse) VisitForwardPortResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ForwardPort401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response ForwardPort401JSONResponse) VisitForwardPortResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ForwardPort403JSONResponse Error
+
+func (response ForwardPort403JSONResponse) VisitForwardPortResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ForwardPort404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response ForwardPort404JSONResponse) VisitForwardPortResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ForwardPort409JSONResponse struct{ ConflictJSONResponse }
+
+func (response ForwardPort409JSONResponse) VisitForwardPortResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ForwardPort426ResponseHeaders struct {
+	Upgrade *string
+}
+
+type ForwardPort426JSONResponse struct {
+	Body    Error
+	Headers ForwardPort426ResponseHeaders
+}
+
+func (response ForwardPort426JSONResponse) VisitForwardPortResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.Upgrade != nil {
+		w.Header().Set("Upgrade", fmt.Sprint(*response.Headers.Upgrade))
+	}
+	w.WriteHeader(426)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ForwardPort502JSONResponse Error
+
+func (response ForwardPort502JSONResponse) VisitForwardPortResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(502)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ForwardPort503JSONResponse Error
+
+func (response ForwardPort503JSONResponse) VisitForwardPortResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type MakePortPrivateRequestObject struct {
+	Name EnvironmentName `json:"name"`
+	Port PortNumber      `json:"port"`
+}
+
+type MakePortPrivateResponseObject interface {
+	VisitMakePortPrivateResponse(w http.ResponseWriter) error
+}
+
+type MakePortPrivate204Response struct {
+}
+
+func (response MakePortPrivate204Response) VisitMakePortPrivateResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
+type MakePortPrivate400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response MakePortPrivate400JSONResponse) VisitMakePortPrivateResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type MakePortPrivate401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response MakePortPrivate401JSONResponse) VisitMakePortPrivateResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type MakePortPrivate404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response MakePortPrivate404JSONResponse) VisitMakePortPrivateResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type MakePortPrivate503JSONResponse struct{ UnavailableJSONResponse }
+
+func (response MakePortPrivate503JSONResponse) VisitMakePortPrivateResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type MakePortPublicRequestObject struct {
+	Name EnvironmentName `json:"name"`
+	Port PortNumber      `json:"port"`
+	Body *MakePortPublicJSONRequestBody
+}
+
+type MakePortPublicResponseObject interface {
+	VisitMakePortPublicResponse(w http.ResponseWriter) error
+}
+
+type MakePortPublic200JSONResponse PublicPort
+
+func (response MakePortPublic200JSONResponse) VisitMakePortPublicResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type MakePortPublic400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response MakePortPublic400JSONResponse) VisitMakePortPublicResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type MakePortPublic401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response MakePortPublic401JSONResponse) VisitMakePortPublicResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type MakePortPublic404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response MakePortPublic404JSONResponse) VisitMakePortPublicResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type MakePortPublic409JSONResponse struct{ ConflictJSONResponse }
+
+func (response MakePortPublic409JSONResponse) VisitMakePortPublicResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type MakePortPublic413JSONResponse struct{ TooLargeJSONResponse }
+
+func (response MakePortPublic413JSONResponse) VisitMakePortPublicResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type MakePortPublic503JSONResponse struct{ UnavailableJSONResponse }
+
+func (response MakePortPublic503JSONResponse) VisitMakePortPublicResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ResumeEnvironmentRequestObject struct {
 	Name EnvironmentName `json:"name"`
 }
@@ -22266,6 +23715,15 @@ type StrictServerInterface interface {
 	// ListEnvironmentPorts The TCP ports listening inside an environment. 404 `environment_not_found`.
 	// (GET /api/v1/environments/{name}/ports)
 	ListEnvironmentPorts(ctx context.Context, request ListEnvironmentPortsRequestObject) (ListEnvironmentPortsResponseObject, error)
+	// ForwardPort Upgrade this connection to a raw TCP stream to the port inside the environment.
+	// (GET /api/v1/environments/{name}/ports/{port}/forward)
+	ForwardPort(ctx context.Context, request ForwardPortRequestObject) (ForwardPortResponseObject, error)
+	// MakePortPrivate Make the port private again (its preview needs sign-in).
+	// (DELETE /api/v1/environments/{name}/ports/{port}/public)
+	MakePortPrivate(ctx context.Context, request MakePortPrivateRequestObject) (MakePortPrivateResponseObject, error)
+	// MakePortPublic Let anyone open the port's preview URL without signing in, for a while.
+	// (PUT /api/v1/environments/{name}/ports/{port}/public)
+	MakePortPublic(ctx context.Context, request MakePortPublicRequestObject) (MakePortPublicResponseObject, error)
 	// ResumeEnvironment Let a paused environment run again.
 	// (POST /api/v1/environments/{name}/resume)
 	ResumeEnvironment(ctx context.Context, request ResumeEnvironmentRequestObject) (ResumeEnvironmentResponseObject, error)
@@ -23150,6 +24608,97 @@ func (sh *strictHandler) ListEnvironmentPorts(w http.ResponseWriter, r *http.Req
 	}
 }
 
+// ForwardPort operation middleware
+func (sh *strictHandler) ForwardPort(w http.ResponseWriter, r *http.Request, name EnvironmentName, port PortNumber) {
+	var request ForwardPortRequestObject
+
+	request.Name = name
+	request.Port = port
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ForwardPort(ctx, request.(ForwardPortRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ForwardPort")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ForwardPortResponseObject); ok {
+		if err := validResponse.VisitForwardPortResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// MakePortPrivate operation middleware
+func (sh *strictHandler) MakePortPrivate(w http.ResponseWriter, r *http.Request, name EnvironmentName, port PortNumber) {
+	var request MakePortPrivateRequestObject
+
+	request.Name = name
+	request.Port = port
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.MakePortPrivate(ctx, request.(MakePortPrivateRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "MakePortPrivate")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(MakePortPrivateResponseObject); ok {
+		if err := validResponse.VisitMakePortPrivateResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// MakePortPublic operation middleware
+func (sh *strictHandler) MakePortPublic(w http.ResponseWriter, r *http.Request, name EnvironmentName, port PortNumber) {
+	var request MakePortPublicRequestObject
+
+	request.Name = name
+	request.Port = port
+
+	var body MakePortPublicJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		if !errors.Is(err, io.EOF) {
+			sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+			return
+		}
+	} else {
+		request.Body = &body
+	}
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.MakePortPublic(ctx, request.(MakePortPublicRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "MakePortPublic")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(MakePortPublicResponseObject); ok {
+		if err := validResponse.VisitMakePortPublicResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // ResumeEnvironment operation middleware
 func (sh *strictHandler) ResumeEnvironment(w http.ResponseWriter, r *http.Request, name EnvironmentName) {
 	var request ResumeEnvironmentRequestObject
@@ -23942,332 +25491,366 @@ func (sh *strictHandler) GetReadyz(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L37biM3tjf6KoTOBlrKlGXZ7e4kMoLA6bgT7/QNbWeyZ0c9KqqKkjgukQrJsqz0+GD+Og9w8AHfG+wX",
-	"+d5knuSAa5FVLKlKkt3uS3IaAdKWVMXr4uK6/NZab1uJnM2lYMLoVv9ta04VnTHDFHw6mTBhzr63f3LR",
-	"6rfm1ExbUUvQGWv1W9T+OuRpK2op9lvOFUtbfaNyFrV0MmUzat+b0etnTEzMtNU/OPwqas24KD5HLbOc",
-	"25a0UVxMWjc3UeuJnM2oSBs7TfD3++72VFxxJcWMCfMCOqrtHP7ZsdvHD7f3+pRn7LlMobuU6UTxueHS",
-	"9vsyMTQjc6ZmXGsuBRlxoyPCupMu6T0+OiJSkS8fPeq2IhznbzlTy3KgM9toOLA5NYYp++Tfe9/+2tv7",
-	"8s3bhzf/0Woa1Cs77bVBnYy0zHLDItu7Yhk1/IoRI4mZMpJyxRIj1RI+AW080MRtlybaUGUIF31CDZlJ",
-	"bchR7+tHAzFaGqYjIiR58fOziDCaTElBkqQ9YmbBmCA6o3rKdKd4+/DRI+LepZo84yK/JjTL5EIPRPvV",
-	"ycWPw+cn/0WoSMmLk+en9sMxoeWg7b6STIoJU8RMqbD/M0SKhJF/SC5YujatgeCaKDbONUvJKJhlp0uO",
-	"ej0Sc3FFM54ObdMxkWbK1IJr1h2Ihk1ytLUTNdnFWqWnYE/3v2h/2//17/uDwXWv9+btQXT46NHN/l86",
-	"X5Tf9eC7mi2PWtd7TCmp9hIgxVY4EfvzKzphT3KlpVoniYspI4Jdm2ECDxA5hoWZK3bFZa7JnE4YaXPD",
-	"ZhqXOJEzZslnIonfW/uMJjN5xSwZwMIRmiipNaHYwEjmIqVq2Wmid+y91cQBeodHdZRuJ/aMz7ipIXVH",
-	"ZmbKNZlRsTwmC26mMjeEm8hSWpf8ws0UPoULoOlSk8WUKQYLYX/COcAB0E0TyGAYK+Pns3xmR9/rwda7",
-	"j8VMuDBswhRORcrsnhjXo6PtjOucAVdq5NIaf79vLn1B9WVjn4bqy/vt8MY2pedSaAbX4Xc0/YEatqBL",
-	"+ymRwjABtEPn84wn1NLO/j+0JaC3Qaf/odi41W/9X/vlVbuPv+r9U3vwsKv1gwXshSzs/+iCLsliyjMk",
-	"K8dWiaKCtPEenkjB+iVXIgmdMTKiyaUn3IEI3gQWnvKUCOnOZPEoF47x6UQKwRJDJoomzLLPmSXr4Aeu",
-	"B2JBuWEpkbnpQKPlCMaUZ5aRThmxO8K08WMFdtOxnPEmsqv6Gn/+MKvqxwIHOxtLNWNptwWihxhnPPlg",
-	"w9AyVwmz4+CCUMsgDEMmmUqmYWfgRkMm1Ia7H1cWNw32gKVRQQ00U4ymS8JEytIOzMle5hdSPqNqwj7M",
-	"vMaWRrkmme2yuFwZ0UxdMfXALjowNtI++eH0xcXZk+HTs2dwQQ+/+9vF6bkbt1QjnqZMfMCT9kCTXDNF",
-	"ZnQJK5xKt/KlGDZMmeB+bV9I89ReTO9/iC8k0XkyLWgGuj83KRff5foDMCNtuxqOcr3sh+zngaXceW7I",
-	"bznLYdPHeZaRNkoAMmFakylFSraUSRaWuC3TgBfSzrH9acrFBOUGrslCccPIgmpsM+2S18yoJaFjwxT+",
-	"vXcCf2uWSJFqFK+mjKZOZwmeWb/Wz/ElK9xZvkVGbCyVPYtGLbmYdCs38No1e+NX/WdBryjP6Cj7AIcK",
-	"WaaQZlgc+X5Fxs64uLSLn8qF2GFFB2LLkuIGIqdRzHWqiRSE238WovOhF/3DcjB/QYxkulzlZAfkOf8O",
-	"jt+FlM+pWLqrS7//oZ2Q33JpKAE1hCZTluJGzZjWIGCi5MmTaQR6j90sECuRW/0saG6mUvHf2QfgWM8t",
-	"v7RUqMhCSTEhI0aVXUR5yYQfz4c7Qy+kIXOpNR9lVslYkDYQmIJOiByPI8KuWZIbqRy3mnBtmLK3q5B4",
-	"FiKijaXbvBy4XdkbT71oMTn75YdzQ02u188B6At2x9b6jt8O7AKM+SRXLB20+mRMM81uYthIf6JZplmh",
-	"dRApIsKumFVMZ2w2YsoSxlwxzYTpk1hTkY7k9ZCn2Ejs54ffKEbYbG6WBIVdTXJheGZHNxA4eRyfhkdp",
-	"cinkImPpxC5I2ZRfJhToYjsCYW+AXGSW99u5ZlSbgSgWN2zbCYhd8sLOg1BHHMBb5krOmTKc+YPl1iZg",
-	"ESMpM0ZBhCwYY/3PTKRzyZG41pTfYF02/16drH3WzhXpF/WMtXfLTahp+iZUVH4N5/imaEqO/sESY5s6",
-	"SQy/4mZ5euVOyeoKaTPMNfRjRVpqWv1WKnM7uqI1kVs6gQVb1E82zXFrhnTOhzNdaY0L8/iota59Bm/t",
-	"/AbX5Squ79clR6GKCavw/triAnRjqjXXhgozNOzafmGPxaUdedQyUmbDhGaZ/1sxnWcGlEH3Ry4sEaMx",
-	"BgwcwTq7FQBTiMhne1dUWa1S2979yp/hKPzHEz+aCxyM//6iHFTxlZTZExxb+NVrPzL/5doXPxdDLgfh",
-	"hn4TgZEvq91Gkc+GJldC192oUWtOlRUpYJ1yzZoo361c3U+a/bbO315JzeFcOw1yzCy3GCs5IwfdWjII",
-	"zARrrT3JaJ6yB5q4hwhPu3XGK52P8LuaYQKd1P5gpw6ya43ph9hfiSUmL+BG5IqpETV8Rv7z/OWLbtGE",
-	"cCaX+g42rK39HXYHTGP1j+AXVCm6hM8qFwltYHIrzMTujztHm5jJeT6bUbV8Z3aSSsHqbYNjLmhGkJJA",
-	"CNXM3v9Rzam/PRexd8uwcY83kW+eWOWknvsUrKTh9MDW2b2F1aFpCkRPs1eVFax5b3UXGk/oymbic5WB",
-	"VUbh1r+cVlTuX3VZa2lhUnuhoNZxxZTmKIGtLWJC53TEM+7f2J2Si+t6SE2Vwqhhe4bPWN1BL+1Ot3xx",
-	"KrVpPKgN55PPhzRNVZVIyp8zOmJIH1v2f20RyoUH6p0yqsyI3WY6M2YUT/Q2Wfi5e8wSUy4EF5Ohd8bU",
-	"06eyIiCukr947coBNQlDuWCqFbWuZsFV+qaOHxfS76bRAdU5Qdm+tNSGzYZcjOW2N8/h0TP75OpBAeOv",
-	"67+cT0AAxcbVrEnj2XjGddP5qNL91vnWnYXAd1CjMTT6EY4JHVlJ32rlXsyG37u1Pr1wldzIG+dbqi+e",
-	"DKBLFGnAwNiKWqNcL3Gx4UYIz2YtVZwow8c0qZVcQfEbNl7ijUdXT+nho8f1P/Hf2U6XyMraOCqB14sO",
-	"ouoYaxfOTa+BVtyvtyAXv1xrFLO6mUXTdcNyznS7o5Vz7Yi/ZbUb3rRlwctIDnUXRAP7DLz0tTqVSGRq",
-	"/96yDC9zM8/NqX+6cqlvtANcs8QJ044jsW2vVJYKXkqZUvXEBT8N5XismdlRVNEmlblpak7mJmhuBQkA",
-	"33vH6pgrbYhiViZgKcF3wRFuD/5tyb0CpgjgHLhixaiL1Vgd7OpaBDtbS46KUcMCqEXg96m/R8EMsmoN",
-	"AKcIS4eWrTeZWQQzC6kuyVzJ6yVpU5ESKTLw2otOBEsJr4OVrAApzOgSbWt9wq5pYggogRH5oqvz8Zhf",
-	"kwXP0oSqVBOpiBMQ7AML2ycVRM5xDqQ/l8qQdsrG1Eq+R0cPwQrzVQ9d2J4HBP7Iw8e9usueXp/hw4eP",
-	"Hq/fHnxGJzWS9xN/YRN4APxylKRcX+IXCH8YS0X++lwfEzdKtCq7a/MBWHoJuJ1phq/V6l9cy4waJySu",
-	"alLOAEK0URWsRdiNVaJTquwGMacu2k0xnClN2j+cXpB9Ouf7Vwf77h3d6ZN4csW1VHGXnLh7UKFBCycR",
-	"ttklJ9BY2G3pYZPjMZrOjno94pEP3gIs6IyLCTFTqRnY3OzD4MMPNu7hYdR8aa0sSKZlxXTP0z452ftv",
-	"Qvd+J729r0mXDMleRPyF6+iKZMwYptBlO+FmZQDrSKMAGfLryd5/073fe3tfvyn/7A733nxRCwVx52Z9",
-	"6EIKVtIzAhxgOSreCKINzzJnn9aB368T+aMoZHE4U3bFE3ZM2MSeI3dAJamcb3tWlcwn0wBwE8HZjchI",
-	"8dRSd65BNF2bzDyjCZs59WYT839VPHgDzGbMM9agU9J0aMc5VFKaev3RO+m2XvKviwer0vcK/xfMM39P",
-	"/+jYwYV1NNkndQeFZNzyODNls+1yYSkvA/E2M3AH/rgj81aTW2uLmb4lIKYQQGqMVEpOFJ1ZOlO5iEgm",
-	"5SVLST4nXJBXJxc/dslrtyjAIKeMpmDMtux7RJPLiZK5SL1VSpN2BfzlOEccoIU6x/ZmsGNTNAHwmbdo",
-	"+Wfs0VK50BXWoKcsy0g7/o/zH0+fPYsjMP+TeH/Exb6exh3AvcXAKYbwbAxMDXjDBlRL1Lrem8g9++We",
-	"vuTzPX9l7YGJnCk0Zm+wETNx9W6Kbz1vPNh7fGQJPWSHwAwtl64yxD3LCYfFvUUGea/3MLH9wF9sD7/g",
-	"KZkrNubX+O0q1zy6LddsZJpzs1yfz+tcIK7DMDUDK1jBPe0CH9dRhCY0W9ClJqnsoKfHkUdEaA3xweWZ",
-	"cmGvL0rmfM7A22uYIKOlt1zSkoQ93aFP3rbq5EdL2yjJkZE0UzKRHv6YyQl6E5GVO0ssXp2XbG7A1jvL",
-	"r0mbB7AVmZvMTsve43gvODhAp970p+Ti9kfcK4wbjQU44gv76E0dLX7P9ZyaZHqSJGzubKtVhsW04TNq",
-	"WDoEIqzZ6KdPyMOHD7+2S/HzxRMkURAfsyWZ8Szj6Fe3xJhwOxyH4z3sHT7e6z3a63190fuyf/Cwf3jY",
-	"PTh8+N8VST40BQUEOhikb49u9gaDdDBI3T8X+E+/8s9g0LXPPrz571rS3eb98riXhp91g6uTas0nwnuo",
-	"EdlEjdNeKKw1FQnrbL+VggFURxtYela36M2GjQ5urVU7xGyeMS/IbnXtFUMZ88yhHlbfadaXVwhI5sbB",
-	"qLk/L+2j3hHh4yrSC5Zr68h2t8s2NFXcvCvEsaXnWhunFJOhtzY0NxGwghkzNKWGNl8x+GZDS2XXVcoN",
-	"FS2rSDVz/r8jXrqe02Pz/IrV83u4kadkL3FXUvE43kDx+uW8Y8+bDkU5pjq6PwXZ+lSYOjePk7Tr5djb",
-	"2KQBiT9M5ULsaA/BF/L5e/Mwg+m6juitYt5gAGdU16mxgAnKM4fNdGsGwG+pyGIKYMEdzK7GWaJbbgxR",
-	"sfzBclSWcrvzJrCl3NJChz828e+XqHCwsvkH2qNgFlMmrDLMUb1g9W7ZNSPNLQR+0DJu5+NBFbLOBIFq",
-	"Z3UmiiUAkUbGCoKX1zILkSUigi2YNmhabxdxJysWnI1myODs1cxzFQERzObqVs6FgAoQHnKzwVJ0GwOO",
-	"pXwwnXCDCgoXpI2Wl05BCJoE5hIGJhfvneg3mXqcXaiWchrt/YFt4v5U/SuQyBxfWeHoblpGFmBImi53",
-	"srM6R8mtSPid7QbrLeJvtULHBRzvCRfMmaGS0maYRiSVM2rl2Z/Pvo/IvAl6sepXKNYTNc2RlCtuI23k",
-	"fA4cb06d7xpBYJbXMSt+VUzHm2A5p+LqVbW7U3H1XdHjqbh67To9FVfnRb/2Nd/1qbh66ns/FVffFwNo",
-	"cAuVFhJvIA9s5gHXKg7wFpbdgOW6nTMYwJ8Nwjmbb8edUTTjs/m20db7tgLGeieGdY8+UdKeU60tr6Ka",
-	"4Oudd/CTVmZWuzaef68qEnUBnSd2kKOMES3oJRsmVDNinwQj0xyNUrpP8gClGxX26H9oqzSu2JiigRjJ",
-	"dDk0Ug4BogymkuFY5iKNyIyZqUwBNu6u4oiUSHL3UA20PBqIMp7IPwE3VRFnErbgv2LXc65Y+IVIETxr",
-	"hnQ4N8sITRXDJJMaegHzh6CZbzwAxQ5Tru1apSUqF/qsonKHeE0PBMByhwEsNyJeQE5cSE/5TTB2jz4r",
-	"vxqIKTdZ+EzxWc6ZCF6hMzY09NJ+Z3/1JpaIoCdsOGJLiasQDURASWHb4dfsmoOx2yErho7VRP7yrExv",
-	"IPy3bu1sozqfW7HSro2liBkVy6E3KwVfeV9XBIE6lbmvhbmUJDenZureCMitiI2FZsD9Eg1E0ZVRVOgx",
-	"U7psZ0YFH1vaJRCtFywGfC63y69DEY9u6dL5usPX5oDCW6VoxcA4nnqiG+V6ibjidVHLH+LV4+ph9XA+",
-	"mZxnu7AMaCxCFlDLMsAxfS9285111o9tT2/dWdveYmneuZ3qiP9KFQdODKIE4NuFNA4OT0VKpvTKXi4c",
-	"ApEffPOACKnIi5+fBfsfmBno9VACTGEImluNLgW/orV0zhTRRjE6K63BB4/Jc/5dx5mncQ8ef3nQ++or",
-	"Z6LesC2bLc9zzfJU7pUG6HVz74ypiTMs3ZNZVuViSHUT0oHXaBm/OJu1MzmXwWXwfIQxLVbdNFbhwAuE",
-	"tO3NgBGnGRsbYvkzaReefA/579QKrnZFakTi09fP4bhT8urib1HhXri2j+8dPnqcyEyqbusWFGyZtMzN",
-	"0EVWrff5E88g6oIspjIro+YmSuZzF6EFVsFMiglpn5/9YAcZ4Uqcn/3w09mzZ+SQaJJRw1Qn9Ib3yIxR",
-	"ocnDXo9omJZdMRdQQtzA4Ptg0cuFq5DjV4+PKhvfq9t4q5txMRmmXN3idNYjUjYwT4//uT800u2NS3fH",
-	"LzVcN79Ml5W47kTmGcZmA1PF0F+UYcSEjLigatmtt+dzK8ylDXBsxWhG7DMgex6Tg8Ov/vICFflLnmWY",
-	"2ULzieUWL+zPX+KPLqITOH05NhC7G5D90EZNLCC2DZY012MQLRoRPiZULLtNGKoNkKxGeNVGrDefsXRY",
-	"fTX8+RaQ+yYsVbkjdXiqgpKqZBiOLMR1lwOqOyBPecYaLL0ZF5dDY8W22ogHvZzZJx5ogs/U0tbsbplq",
-	"2uAQ08zkPN3XzEzsP4Ynl0urp1EylrkyU0S21LPrmbdw7KYTNwNGd0WFls5Fb9kAREjUsrwtarnVakUt",
-	"SFZSg56stx/AQwW61OXowck1badVuh2jWdW7jVp18GxiRSVt1IiE89p0PxAY71L+uIQ5zfbeylFZiQWV",
-	"ihE3XgSAScEIFXrBlEOoLKxOj/d4buqEkZUFdZk//CLUrd6PZxfPTqCPOq9u6lyxtXQCSt/dHaJbvdLP",
-	"sY0Ca+ozl2y11fiBNc233kTzkcwpOHSmb2EXsnPw6tE25HPReNNiBHrWmm7HC/yEh+JQDvgSaqzcrORs",
-	"bki73GsUNBMISSNUXwIqUJJcMwhbldlAhDC1gBu6tiCkrF3EjIFC7iLQjm0TVFvm23aU0AHA5kCU4wzH",
-	"cuzODksRa+Bp2WULkYqkTCw7dYG0W8Qk0RhMdRefzDscI1y1htDDjW82n6XNUX/g6pCyCPmzRI+xflFD",
-	"Qw3XTMORLeZUrnNlVZupGBMQ3dJcEPK3NY9YSZ1wQpDCHD9uqxD95inz2H0qCBIh1JrO7HEgdjqroNUq",
-	"LQKzxqsUfgF7v1jWBh54Imw+tTjW48oQg2nh4LwBx53aCTOryN3Hjx49fLzt7obR1O4Ooxlem9WlL32q",
-	"7JrO5hm8dVlHRs3RdavhnB7p4t+oG49l/kxwMXnlPNwrR78MZ1un/EwmNPOAdsvy4aYXmhRgpV4X/ous",
-	"TgB/HkSk37cb3O8f1B6SMZ3xbFmJ455fWWmLz68e1268d82XZpBHjx4+2moDQd2hITedpVA5RqaOCWlk",
-	"liKomxEtk0tmSNsHAaBT092H6PNzIQEpWYddH20jHe/mdytfLMnW3au/x21zu9+lVXLYHkqwTYCD3h1d",
-	"lDD+w0eP16XCQIPK52lwb6yJHmFqKPDK8yunEdpGC2mjTHyGmzKlmiiG5m5AMjZC5rZv0Ha16nkZcLni",
-	"6ZnnwzlTifPi7RIozfXl0EhDs9JauAv8xb6Wa5be6q1M0nRIrybDgx1HV77w6LZv7PrCjM2kWt5hCdyL",
-	"t1yEOkyak77vhJfZ5G2nfDEZbpFOkilLLsG+tsFWFcAQ70UOA1fc7d5oRqaso2F3bDI0TNXAtbjJbqkd",
-	"cMMUXVmo1eQAzHvY1yO4V5CJd0cibkEebsYQ1mHJtxFRiVOrUz/VbcnjTiqrLjNH1Bq9M96UEaKU4hAk",
-	"QUa5Qdsi+k+zlGmPFC5QVw8Pd0dduaFeuFE0Gj2qV9Mdbo8KCtMjQsrdXYGEBN29aeZK9Te/62n3y9/z",
-	"uE8WXFHMaMNarIUte1R5Gb7fclpm0bSlTD0HjtcqmGkVZ0RHIDfUSqC1tPNOAJ1mDiSkaTgi8A7AFCkA",
-	"P5wNQSpE0u/gh4ZOAcJbt74rbom1MeRmvPcVGv4pRPO5aGP0cxKuCXjzyc8XT/e+ispU12RENXt8FCp7",
-	"0FQrauEvtWv+KoTubVRx62iVEkvzaZ65xJ12gCvQVdL+KR8xJZhh+gF4xbiYdPqWaoVMmXYRG1dMLQnk",
-	"h7AKg/1lqFkGAAcMgSmfh3hQQ7nA4DpiZMZ8vjT3N+uSlyJbElqEnOJbBVARHJoqZw0hrsTQS6YRTMky",
-	"zRZutkKKPXRVV1qqiV7tkhMYL/GzIJdsSWa5NmRkW8Kp2u/av2Kc1P4bqy71CSXfvzgnOh85FCD+CmpU",
-	"kX39IUmmVNHEAL6DForWwd7jh6thXHtkSLqlfcCuJRNpc3yrZSwwMIP5QsHZ1DDJNRNXZeM2wQdWImgD",
-	"f2U7CP9q/7pXBoB137ztRY8PboLfO992vq11/c7oddhfECUcZAAq6WZn1n5RvFNV6oIOSoPpWo+vpMzW",
-	"GdqU1wXSY7Sny9tupLyEDNBWkt8RA8vTrIbDPYcmNKJpiZGWGgFK1W0S/Ecuy+hO62NniF3U3X723mHb",
-	"5jqjBtJrgud9LmWGvFBIN31IZGUnt+M6NDqkNqkT3llV4weds2SXVTi3z91ErQVVs1o+73dixOxZLMC7",
-	"FV1+S6aUABJreyucW7D1ZdcRklix/uW2vmkg0iYTyGratG2LsNWPgE02DcNR0rpPpdHH6IWWnTyC+HRT",
-	"53dDiu1CVKWF7WgbrON21NYYUw49N0303PXxLklA7j+nxudUF7ulungfYRkfPAND3WX5mtGUC2dbXo8W",
-	"LasmlaDMFSeMoTy7XVIrjJTYDjcpKnrYx+vO1SpZ79qwD9UIZvimdm3sib4bh7oTAvUOYMQ1hA5mfrMN",
-	"NUypJJvbTGeer47ssJ6trhiCJ6PmwjMH5BX/rgLCO+gdffXoy8fb+LUzlM42tf2YXKw2/vjLL788PNja",
-	"+pzXoRh9w1CG6YEmc4B6X1d6ODr4+uhhb8t1U3sKy/us/gpwDGg4s8pZU4kizDgDjxBK0DJTBK5BxQdQ",
-	"YESYW6Xv2KFVB8M+UEr05StOnj17+cvp98MXpxe/vHz907krQ0XaqFFKgRhye1GR4gbxqFY9pcolyrEP",
-	"PNC+p84x6tUIUG5Q71aYN+TomTCnlHr4arsy9gdoWqua07ZixuFOrA2vbFpJKtZyRgUcekvMYXPEYB9r",
-	"SFBRUfBRtQ7DEO2NV662D14MLRP1uS13iz078w3/iI0Un58ErRVf/vU5pGuGXPy1YYauEMyYsyzVlbub",
-	"ibG0HIm0LZOJSHG4IShPR8TxEcCELF3trLJO2e02ecs58ikyqofpOEhLxyuEd7vOIR6wJrzg5fkF6Xa7",
-	"+/A7mA7sJ8V0PmPEDqOewCqCxxaabQOKYI7gDyvudgIyLs0slWBWcEGGtqfAxtSApndSja6LoWDantpm",
-	"vgRGGHj9dqu6k7TUlHmqehIRtkR1wfde//zi4uz56TlsSnXg2o26HkcK4m59d+6UM10jRoeCrgvFv81O",
-	"QpocdyJLoZq0J3+1f7jaP3t6ThNGLu1OZhB8pZNOgAnAiFlL6GW6fhf6YoXmf//rf5FUJpdMpd605ekF",
-	"Y6OhwYhQUlILcffbkwzs66JY35++OvdrPHzy7OT8/PS8S07B9AfmCJ/PsLowXPu0bLehlEa1rWTUft/C",
-	"s7XKM6KGO7lgfv6cr1FmccUE5+RNszBQbx3wStPOBgIvWtR5h6rlSRpPRjUZ26WwN/8oN6tal5ALV9wS",
-	"6GIxdaFGcmHJZ8KMJZ92AXdggpTSQ7mlnS55KdZqhCFwa8lM8CSWsnQ5maIi0xglihWo/Z2WKCjT0rha",
-	"9dRTv4EuI1MdPknOa9EnFyVCJGMUHRFjO7VCf/Yp0xASUs99Nzv375CUriEeDg8oANPqk77B5tVne6vl",
-	"lnfx+Denbrs1EqA5nuScuYKpYWowzCcMiVGo9hEebQwzsYviY0s63Y2W0mpPPwv+W84InUmH28oqOdOA",
-	"GhwVNOCQ6xO7/GJPYQAB1iSTur6JLS759+Z3d8elhIrfNulZ1LribFF74f4ylWQBpm6NBYUwBCnjlgf9",
-	"wkbniI4D1gUFpYRTWpTMWOmbtyzKStFKZhlTu/vp3TD/CsPbylQqFUWD8JqV0ArnhffH0x3trUhbNxZf",
-	"F6PGlKMwgcR6+EuWMuWhDEL6msKXbN4QGXXL3C7Vuj81nChAYuzSji/5Uesy1q2yvaiY84YF+wkOeCNg",
-	"ofG4sDtllbPsZKhR8NgCmGUr0Ix84230icVNeM62M5H4S3XHQ7RxLdZQF2H2/9W88VELWbyV8KwqvJv6",
-	"XPbkG/YpZYv23RenvpsqvZUbB52Wg79YCdsKLmBXsDBDJG6ZTPN2Yz6rNOi+/LFs133zXdB8OTrH6tbl",
-	"VplVRl1yUwAUofBTi51A3r5T7FD5aIQd1tIAn4izO2b2hept9eKbfYwaWZT/i9arc28r/VyB5ENPTeOn",
-	"d/SbNYWsnnihBdTI9tmLi4gUgdj//tf/QLAOWnZXYsPJFyVQ4C97b94eRAePb8gOUdBuKLUzNCm/4wZ5",
-	"MON6ADQ1dOgQOutintcu8YGIzGmaonZZyDmjpVnJT9r+th/Mff/N26ObzhdrXx7efPPNP6tfPbz5pgFQ",
-	"weS4rkqY1MxlwcVw+YWCSK6GIML19SzLydTU7Uim9SjceT5MpGqq9ARGuduAm9HeUB8ohRa/27QmdT03",
-	"WJv7BdWXt4RBWyKAHDLc3CM+eUMSwztgJzYjFeoO1Qa882bY8pgLrqe3nG/D0t5HTanG1ZpPqWabfJV3",
-	"0ly2Ry2xZhTimgXYZe0ZQinS3UfjscM1cwrE+SrbcLkqIkDxoLaK8Z9tDCmb5jMq6oPRw9J463U1c1WU",
-	"VmzYZG2Gfly3oprVJDO7BLFvq2S3YwG6SterdehccbpiWeq2epMCzo2rA9t3kXplUitXxNP+KYa/MyWH",
-	"9jhGPnkJ7t6w+KQNnXAxGWJzUQloKr7RLFHMDHOhmJYZJIgqCigNXXYNn0MqgxITCRUJyzLMhRUmLNvB",
-	"SrAuB/n0HjwNSjr4wtrN9ot3si5URzFH4GWxWMEqwSfw/oPhGz/7cJTgb5Ye2xPj1xT/Hc7LnFvFmjUn",
-	"jRwmUyom7wK+D5X/oqhbof6HwPu1DgtuWL16Ak7ypuGybM4S38QSbxHc7x/chAqzg9hJWa0dxi1AplYy",
-	"2KZNYpNNwzzPRzO+c4WnFSOqy54vsfaJzxo3XNJZBqYo/41TJcIGD0CXWPlmxTrh3r59ZE84kF2FrBKv",
-	"e7tFcC86dAAguR3knHuIqnblwAv96vS3nGaYdN95YTv2acFYqh2mGpfPuPo81NgvIe8LNA1siRpyRbOc",
-	"HaOz4hRyE9p2EJMuJP6MpU9WgWRFNEBnc1eQUQGdHPBFmWjIjpJrl5DNSNklLyRh4zFLTNlcMVxsAn9e",
-	"R4Pj96Fy/UKeO6dtK2q9UmzMVOWrF/IUck6yHQ0D5f5Wmim/rukjfKfoDfSA5Vqy+hVoevvXEpju/vri",
-	"1wKL3h4Muhsf6Hyx3/n2PuDtnuTCpQXqa0UtJJhbr59/PfjGNXQTtYDi3jtsv+4A13jA1i04mwUcHrgC",
-	"WUraK767ssJKkZEZZIxjeAYyWxbIpBlNplww/CnwFntvfGfdr+gi+OMZvWTOPR3X+0l2ValK/7Cb+Pol",
-	"ANJQkitulpbwnVfWp3O9aLYVgXGHUL6YoNePcK1zlhJqimSwBBPBIo3YmcC1Bao+oyqsBTY1Zh5Sa9Hv",
-	"ljfs8H0x2hV7v2e1r0/PL8jJqzPLg2KQ3XiyN5vMTEzaKAl5Y6+rgCOVIX8hh53uQJwCz4KUSrlImSKx",
-	"w/3GjlWb0GiGQ8SFGYh27Lf85avT1ycXL18PL17+dPoiBoYKLwIKTMDlkVqxVZIY61Gk1FCScoXlKPZ9",
-	"D3vQdNyJBsI1kVI9HUmq0iBFTiLlJWekHQMmxwOVNZ8ILuKOuyswiZ19MAJnM9wJAwHcH0Uw7crBQCBS",
-	"ImcM/biyLHOG9k5XgFAqPuFCk3b8Ev6K7fpdhEO0wjPLxsR74YFU4v3YrrM9RYigc4WV/vP85QsSvx2g",
-	"yj9o9cmg1e12B62IDCBtK35VJmke4pc3tjns2PmiIZRbu+vHX350QrnQBo9qKpMc4GkjNpZ2CGJpplbJ",
-	"ZJmGKKvfcqaWA1HkuA223S54wSVSlmR2DiWwy1UdW8uSC2XBRBq0iYXLYNojmXKX8HTKstTl2+SKOKmP",
-	"gEujnQF31RFRsF0RcSxWQybjfKaPSW3Js06XnBQdLRF4Iw1mU3XRHqDnYG/F7AbCT68d10lHfQLSUQxm",
-	"1ljkWRb7ZDQYjBMGicW+LEzs0v1yA/lX/Pn0IP0ZFXSCwXMnr86CxCr9Vq970O05niHonLf6rYfdXvch",
-	"2jenwMY88ZdFoGvz6p1jgorRkvC0LOcVAxYmjhzpQBvu9HCo1wW+pCDYzr0AG0kHIg5E/Rilppklr7GE",
-	"lDuh9yn2T/k0n4Wv6hj7dXKZPYZw9ieSjJhZMCbgKU1m8srKng5ZiJyMJkpq7Qc6stcTVT7fVEG+Z2mr",
-	"D1lNTibOs1jSZKv/69sWt0sER8Brcn2ECXmGTm8N966H/har5RnMXLErLnNdeODqhuJ0qZWxVJ0Wq7fk",
-	"G4g9gHxNQBWHvV5Q4hrk//k84wks0P4/nMhQdrC1gjjofnA71aTqg3WOiA6pzhLyEY6irvFitPvf0TTI",
-	"rXDUO9j+ys9Brnq88L0rGguJa4BDFXl93aW9JO0y2TyBAuIRRn6WJcThNHC8PSeKJpBRjcu004V+qsdv",
-	"/623WN8EJ7FKhz8wJMN1KqybYvkIrvrZ9633v7Ubt/UD7qN96Wj7Sy+keQr+zZubjVuyXxTYh/A9bTZa",
-	"xqAWCRkxuPKBJcajyV7cJaH1zFUX1AHJVEFAA9HWjJHYyouurneMcrFDvzk9twL093LaJWNz7Q1gyJFR",
-	"OB8I9zZLvQwAmDVktvbid8JckRmNpyjbhEAvxKgVyq6rtkAU8zOxB5jEP5xexBGJvz99dnpxGkfewyVS",
-	"54zUgH3GbrvkzM4Ig/Nth1beYmhX1Jh3vI1lCQC2arjI2drArAAHcb5WC6Eq40z5WYKwwPVATKAGcFyp",
-	"AR571MOcahMuF0HjLdFW7IqLDEsoJvitpKJcAEwwZfwg1hY7ocJe8cZqMSOaXJI26FRebuTaXuWQHC4d",
-	"wJNJRvkMOSEmifNs5ZDMuMgN0x1YII72XTueTE4mLAXlCiS1CjEMhLRb4OgkF1DlGDLJh7kfcbR1lyHg",
-	"HZ4UyKR3YURwwL+TGNB1LzworExwU9X3XD3YFfZ3eG9dB6X3c13HBs/tepugcvanzA7tC19vf+GJK3UB",
-	"Lxw83P7ChZTPqJoApO/o8OudXnhOxfK1z5N6E7Ue4a5tXbIfqGELZ/EtL3WgX0JLPhycBg8wdn60YwAU",
-	"ej4NSiHNMqa23N/7lmPvdFGUB5fwcdABmVi1gi7o0mtd3BAmUt0dCFeIAUuzkHi1ckMcVmew6hvC34Av",
-	"BPwL9UwD6uBJcAV54RLXo9DdmOOGbtybbhrkXLzg5SUrtXPDmQWpasFNGjTHNbJFvOeQm3IDV+dABMuG",
-	"jq1K02iG0uRR79DZMqD8TxxhkIGv+KcYzbIl4bofXl2Jveqg57LmNaZU9CkXU15Cgku2/u9//S9CMSzO",
-	"rQfs50DAve+LG2CtCnwDL9nRsgiXIzqfM+Xr0UmoU5fy1FVNdcPCBp00GewXCpalOeX7s/MnL1+8OH1y",
-	"Mfzh9ckTe+s+8heF7dQb1LvkZCActcFtVZLcap5C7r6fUlR9/S44yi3Q005qcTtYkXZqJCJ2vRf3IQTu",
-	"miUkyQ3RUytTwD3n1tffiQPhbk/McQmjfqCDyodk4Y8v4Sa4D636qKWEmqZlGWdHV5ZKS7G+ek/X3Xyn",
-	"pSD2x7/4evfcNRS0aBD+PcEoKkjbymfsCqox6rKIA9hFVmoykHYM9q3YcqrO/99vy3e79aCub+2dZz9b",
-	"ZgzWFayDqSHucfMdFwQBZqzOR3/U+5rENbW1vN2r+MklrnKZ9T33jRVLcqX5FYvBUjcQcVjGC1uJ9+Mu",
-	"eQlGHeaMpFgkJsOCA3WnGOojsqdYCeGOhzja+qht/xU1U3i2zjBTTK9im3HcufClrmH/1hX4GrAjTjH9",
-	"wCdmB3p+KtWIpykTH+iMfRQBE1efUCg0FxHqy5KgpgeZUqA6CabHF85DXByHY0JdGSWjGMPDURDLN5aZ",
-	"w77WmmpjPBr2wnYVL0CeUCyjEL3lLrvy6IU6fVE8CZkvF6RtFdtqzWGrr0N0aQfv97KkLJw9216uHXMv",
-	"GlRQVLxLXIKFgTjoRb1erzjzVDGXfpm0QxkVlG6wClcqa3S6A3HUOyJxtfZfHJGj3kMSrxUAhB8CUz8s",
-	"kv3u64GIa4pHxk024KfA8z4I13ifhrqwIkvDje3552cO8jE4yEl5Qh9of0oqjlH73RIzwiOX8TxGKufk",
-	"EDJlO93h+1QlU5fHt97/A7okS49BZsCHA3m9XSoKIIRbVcFrMRPFFmBSG4hCQXl69ux0+Pzkv4bf/e3i",
-	"9DzuILdyNT8FSIYQ4IlllTxaz/LMumP5mtH0xE3gEzyY13uGqurJLMMNoP5ZDXqj9kTa+X8+jR/5NOKV",
-	"TOEGJ23FJnlGFZxAXdaRhbPqzqMzXFNN4BMqMbWVWxBMgeeaa/TLs3TN6c41hIYYJlB3hudRoe52Y5Qo",
-	"BqKod4XpLopUEwtQsEbMt1GYfAshxcorKbviCWL1IvL07OlLItVATKlKYRbOe6+Dgo+eK8BA6u5arNe4",
-	"OoXuQJz7dXKWDd+SFQkc/rVYvS45Onjobv2ifm9cIu7cuwPRzoXdYsW0ZikwGGnZShMLquMrvyhu2Idn",
-	"LLsYBu6Hp5x4wRNgDpYH+y/8FrSDDWPXBrLkpkjB21WQU//CZ6a1i6JvyeDjm8bdpoGfSZH25Hc+J9SB",
-	"xTvOLRgo7kFN2xlNGeFjX9tzN8EjoO+Ggo6+9vYWcaMDtnFvx4NZgvdvCV7IMh3AQGjGNBmzBVMErOWY",
-	"l+cJDmQPYRHdGg62arM4tqxoINZ4EfCZCvrLIT8CC+2qANQk1nw4E8XtZBqZGGb20MNwL6IN7MRnPvHH",
-	"4RMnJBR9Hmjcwch5nawWXz1RPqWae1rz31l5a0NZqhGbQKRak3RUkAmZSGKk5VBsNpeKKpcXa8Q0T1nR",
-	"S0QUw1xVEk3NgQuIZpmVZkDIUPyKpf0iyY3KITVcPs8kTUnGqPf7ySyFdiE3l5CCdboknsmUgbFFJoZm",
-	"A7FSPbasjd57fHTUaZBe7iaZfFDz5Q7PPpcpu4UIc68spFmSwUxzO8krrnr7Zy70x+FCcBCcAaQEAlki",
-	"KDnRMZlTBZ7sUjkD3cIKLNuklKJSXa10YlnSxZNXlYpyIC0L4ETc+NSprnBeRM5eXR2BJnT26upxJ6r6",
-	"JDOwkhTl4MyUzUIveyZlAdM+JAiH1oXUg1qYHUPh5fYw9Tb4uPGThwUArgrzi8YwfIAzFUUxHmPlyUwu",
-	"mDaR0y5DsywzJWB3IHDqXRI7R3ns2f0uVQubSxWCd9bnkivCsXwVeYFWrlyDkOXat0y5LFAE41isVOeb",
-	"SINefzvqaOfKfD661UVGh57ntq/zB+AyF+41ZQKVXszmECAqSrDfZqjxK1fU7xMEeq4XedxgRcZDAVQW",
-	"kdES/oqQArGOpPvgTsknDRENuU/T8Q9cqw+KOCcIEiz9KFbDOCKB6wH9F9v4UZhQqRYfXBDPuX/yk6Sf",
-	"MF1VA+X4qX4s5Hc4BsvCoNS7XZvV0m4sTJRYgsicjIjlYJtAYD4kyaV1JpS8uvgbBGIlMtPx//nfsZIL",
-	"HZdy5Fe9//O/D486xyS2QlHssTways8UuZq6A3FSn7SxzJ8ZO99cwaurGRwH4oT4NFP+7Qc6qJxFMy3t",
-	"1arRPOeKE+P1smepAQO24HpzaSLImDE7ticyZbpf1bHtG3G0HoxD2iOaEjvZyN0mynsVO8f2EFUceHiK",
-	"7Pdfk1q/XkRin9vAtjaEej0xadNKKkYixwA9Du4CMJ7aVzrHKMVbKSOQ4o9rMGfuEyJY6lg9FuvxSc8+",
-	"NUBRZXS3QhYd3DejqAXTOrRWGJz4GU/7MfG0xekpL8Am/GxESngo4g6BW4QZWDO5akTki8l+EV8QomtX",
-	"LWfukZOzX35ovUe8t22/GexdDONDe9Ef7aJUBsHgqzgxP26wspThy5A+VV/y+dzL7/bCkeMxYMdqtqrM",
-	"ftkYylQu4PuMStq4TReYeNzk+hgtRHGZET0mbUBhdUolAoL0XFwrZqn+WAIK5LcswNpBmHk5wi55Ad50",
-	"VxtCE+oTF4ab5fTERjX3lCZTEru8M3FR1BNisLmGIORLLlI9aPXJr91u981NDJinfGTVxCKqXMfRQMSB",
-	"DKyD2xj+9rVU7d9TbjL7L+RmKe/SGZYwt1+g2kragay9om10+mhahOInqO9ph71ur7TXx72fMqrMiFGD",
-	"6rX71WnSaUSELMUkoBnwi0LKIJEw8DVQcsXZwumwYESkCPmSC0EcbOoJrvhAgI9T0ozphKXVTMSwzIDk",
-	"j0GQu6LZcGYn7kXBw0e9jutxlFtJ1AotwQQSCdN1mZFV2SjCtlB6hS/scrMsk3HkTAJoZLCbih0MhEum",
-	"DFJQW7FOEa6Gc3SvoLNQioT52CgwXHDsWS3JwSOiMVxgICBj2VzJa840Gm+STOrCNgCCZK31087HreBu",
-	"wbjB+tVDLQ8f9aJqgG4Yofuorr7Pdu3IsGuzD+tba+bcyS+CRICvw1WaUbupZcSE25cSuS9D5xPRRs4/",
-	"mgZ1DmPYg6CnU5dX2hdns2SfZWg/8bHb/pAheveKwUHSK7zKAQr337q/fLRsiUGuUstPPMvuith379Ur",
-	"wx8wbMzOgWiQpoJ4RAyTB8xlrnOa/clk33cTSWHJaBGT5FHvEDyCplJvkLQa87zTDKh9WWi8RfnowtI8",
-	"4VdMgFeKuLjU4/D0YVyUT5M9EDWRWnKMxTTwiKPBcCUudd9+Zkr5zwOhIULH20yLYcGFjEGsVn13d8kR",
-	"ec6/CyPC7J9+BY9r4mjLKtnQH9oS8G+MjcX8PhgygFh7wRZOlu+SM0FipFCM9pW52ccJEKqYN4+CybQ0",
-	"JvCiMo7Jtb0gPW64iAQBg7gPTsUQWbw+9dRerN6u4UYxEKvaeBmjtBJB5kOGvBU+QBcUAWEYeYURYS7G",
-	"fyU2i2wIzTom60HcfYyPYwLD8oogGPBMuGwoYXwxFgYrgrFmTLFsWUk1MBAFBDt2ZB93AdegZEbaKxHY",
-	"kQu/jiwp8N9ZB630sCCuz4FoiqaDXGYYNujzxgZRXk4w8hHbwM2xthFNbWtupSDdhu4PxEGvCE5DU7lb",
-	"mKjIG1Ikmrc381qX2pnZzUB47wWQPErGXHkyM3LCwGPQpmttkETmrgb6QHiyNOCssOT4ynZOccjeGcy0",
-	"2UOU6kSiMHUMU0QJCEhNlEt41DtCQoNN9ra3Ibuec9QzArahmM8yU7IOkEl6xD1PeGq1FajYIIVdOCyd",
-	"U7Rb2sJqXQw/MHMPd2JDWIvjXpafVKSttTyvm+snNjZuWeG7N77i+6XckHyO0RHAGMSkyDXjacRIOK8V",
-	"fkfa8OhcZllJrw/tXnWa8rFYtrkqiRay58MV2fNuoud7lEWCYL5PW+B4Z5OWwSp9bp+BPfqbqFyAbaLp",
-	"PrLXTcYq+/t9Saj3bwSulsfdyfp7VFsakv/OQIZFVldIX8xocn72wy9nL578+DnA89Y0u50Ay2oQ9QSI",
-	"lSY+XQKsVsK4KwFiK0iAzs5cSiwVVeAzDb4HGrQiZ3M6DIDx6PV9cZKqE6ul8jmJFvg8ZEN02GQrKx/2",
-	"jsiMUaHRd4dgwfCh0scQ5CQQlrv/lrMc2f3CKo6QEIcEfGoguMABQLY7UaaOK/wRlcRNpJ0L8JyGvA6w",
-	"OlKBmYtpVAAwHRJWMi6z9aA4x1KYUpnBw04S5u4MJphHaMRw+CnkXfB5FcNwC6wyGMaNHB1+DWomF8NR",
-	"rpdxAH8pgDrUZTUEE+rC5SakGSRWdz2WFstSyyw0FitS+Rx8pXRrReI07MhKzUYtnewfv7Yf9k7GLgfk",
-	"o97DekduOWKXvuMBhojAclmNsI3N+vKRLiVFJ0LfMM4ddiJ1uiFuxYLqgcDvSXu0JDGTY8xI6tJ1eKAR",
-	"ZHEs5HirCDRjNQupyh6DT5DFhqV47sphT3Y7ZMckZRm/Aur2Z+qz13aHHmCTvsv18k5MekevIHRSdQ2G",
-	"3D103myEIJ2GD96W4F/RCXsG+TN3gB7bh59ghsv3qhgFM2pCLYWT/lg293AMlYK+EJ7TtrwX03CjGwyZ",
-	"bpFspwP4PKunbsEtVTMC4JVX1Ouv/ojVxxHnyvFeomSsmJ66KibdgYghk3KMboywjgf59//z/5KRlFjS",
-	"RuVCHweXrLuiXEJOYClLZjrwEtb/gFywWNjD5xxCME595l8EG9kRHxPqy8ODiQwK2+uorLw9EIYzZS+B",
-	"oop0pax6tWxyRDRd2jngPeq+dZeIT37sXvXwpWAZhwzyxzszkYvoDPBmrtjBQOBPXENyQdE5xvvTNTwM",
-	"SkFvgCOdVkqJvD9gUdDPR8rXF8605jy/CgjxA19Rn5yQ/86okmIxMWa5WPgV8/txkcKNYlFmqOsDxWzA",
-	"0g+uAl0YZ7DYa9UOE15S+2/tidjoIMRcLVWiv919Fbz7gs5Y61PO0PPJee3embC+Z9oouVwlK0cdHpPA",
-	"DbFq0XGlzDreP5ZdjqWayCL6pwmu9J6JpPehGNvKDf6HAdy/FJVxI4YQmYFiIFJ45ywkMXM3MUgckxJz",
-	"H96rTcj7Gh6yP6e53mDIfWV//rNQCEzmM296V970VDH2O1thTaXB0QqUl4x5PCVXBIukgqRraVc7v29C",
-	"53TEM24401aSJECLnR1o9nP82uf4tY8Qvxawl7tFsX1QZvg5mm07M6jysHe8ShXT+WyzUzSf/Wku09cO",
-	"hAYmFwSJFHZpXWJ6NPvgwed/vhv3GTNQzwd8IKE+AAkoocjEVuoEU9gGh6n9+c9CmzCZD2/f+PMRXhED",
-	"ZTDZflW/2kpxcr6J4OT8z0Nv6Mn8TG7vSm5yvmryaAPadJxnXhyRKmFpp9QxXIZv4G9Vopxyk2106Px4",
-	"dvHsz+HIsTPZJOPJORO+DOJHc+O8tIOA2v17XOyZKdvLpJwXw6qGoK9v5f5b+3+PP5tLkTaDL4rcObFh",
-	"16hxUOEBpUZK0qZkRBUjgi0yLhjGZwxar8Ame/ri4vT1oFXkY4Z+1yKxi2/t4sak7VEEHufgksVq4pMn",
-	"WSrFwLCBsJoM+NfRW1ILBgid/WuFRDrrsdngF6qEZx+vYyLaYTRq6WuiqQsEnOfG4yEGwgEiMIP+JkyD",
-	"88loI9V2j8xr3L360wfg0jk10xJb6ra9tepFaSr+d/gVYE2Lzw2VAO/fBWRn9NqdhA9drcL2feIor44L",
-	"/OIzo1bikTGywxMoL+vdeKnyM4Thk4AwNN+ZuOeEEksAnpcee773F8/gAqDUCgl4SFqV4fqo1Y3353Pe",
-	"lI5lJdpIZEtPZC4shjsbdxOeHH6soMk3Eb8bCOCbEQn/R7zE3Sw23eN+ET/WFe53nEgBIEGVYvUHl1vX",
-	"ymXNl7gf/P5bX8dgS1FQ19tOl0TZ5K73xOGjxzvdE+93t7fstBUrtHTwFkzz6Jf6U49UuDVbC2llLmW2",
-	"mfm8gife4wbZDprOInT+sQ7hL1TNCCxQiGxaXbydUQJ2LrfXgqTM/ly4gKqPS6oJGN0Wfq3Ba5A6tzzH",
-	"cHV6yYQvnn4caq0OquTdtvaqW250wt/7HtzvMWhiUnZh/lCO9nI7C4TOyj46J4B9pmr935DBtxIZHWv+",
-	"O4ur1CDHJNZzlsT23vTItbgEBXogH/hLHfS7KAPocO88xfS/Y55l6MIo0tVgfjQIAWULQiHROZ+xDpas",
-	"VGye0cS+UkZgUgMAQqt7ZlIz56h1gIITEr96eX5B6ox7MTpvByIEItipQUwCu6aJycDPZhullxDFCUN3",
-	"nfexkiaioWJQM+OyMLMdLBAISx0gMAwRbkPZZkhXBqUk/PLYEWPruBMaQlVdDUis2qn90S1XGmINXMHF",
-	"ihPoNUvZmIvCH2onh2vokj35E48RGUBNRTKolRKPRcHhBmhmHVKyTmV+ld8Li7h/ldd28JHqM25jTITa",
-	"XR9zAb7ixSeuzN4e7PiOALOxy9+pkNxZeNkhosyzC3uyQ1bVlsoH73TW2VBVFPGYj0a4xusCFEKFPfaj",
-	"3IBJCnkEIKR9EvHXP7+4OHt+ev5AR4RlwLUsc0DZ2CXMc4lJHRzh+5dPfjp9PfzRcjPNTFl0WJNUJpdM",
-	"pZCksgNTNIqXVWzxQdBTHbeKgmw/iCFAcdyVc/Gqt8NvSOESJwnCxMQub1Emt0AeuGsDE24B0LtMZOm4",
-	"CGRLwPZdlhlaQMAKHDaDtA+WwaywEsSSgSmwhGovSbuAcePUIvgblhH/5IKsrjkW6J/KBTGSWNEIcDR2",
-	"jeMZvWRuOWOID1+X1f0mv09x3fXRJLH7IXzMzKsFACqMYShOlq7KDHBNtcu0ba5ytCtq34kCiaECpaqe",
-	"v51y6zan1a2x45iVFLJ4RjBPZb0tx2f6bd3dYBttH8p7MCu5dfmDm5X+AGmJPQGSdpDeNypS9UbB9dKx",
-	"nN4B+NYTF9cT//5bnx53La/WSp3R0ooUBxl8nN8owKwFCY6pN9V4b1GRinfVYVSNqywdRvKKqWY30EDc",
-	"1g9EVt1AdRLlTzzLGnP0Nud0bs/NcliuJsII3QJg+E6Ziigts4VUbXXl+/ft03lPMTVuoX6C2usbk5l9",
-	"zle2nq+soJ2mPGXHJQ0VDigOaFlA0tLChdp1BTU32lLumnnavfeBssRvYcV/KKuKHzNp4H87cOV9n069",
-	"OWHrVSkWxZr9FpNB3us9ZCQGiTpIJ9/rE5plkKirg5BpN1yvk6tcWNl8TFWE9gEr186oWLrsU8x1xRTz",
-	"ik6ZFOCw1+uBvmDbd7kLaZE5SRu69PfGQARZnyH/m8sQv+mSsF/4ey9uSHPlSOjEL9k7UHpDRipY0qq8",
-	"9rGSN61OtuHcePr5UzHgNQ3CrnxaLT2AV/BqVQPSXq9d0NnlHKZcz6lJphuwNbmZMmE4RB0UWghh1yzJ",
-	"jVSYjJlwrXOrzi/DLM7UlI9hfLNyccfgRTSIVFK0aMZVY5ejfzAs+YAil5W6AsPnq4u/lciadqynZC9B",
-	"7pAUbyKziDveUJBMpWbCy5DIVU7Ofvlh+Pzs/Pzs5Yvh2fcxXkJV8+BAnBDNEilS4peqMPXRGSMVEbJY",
-	"HPgJ6nh52+dh79DZGuxDaEqEp5ywCXZVSHvpM54cY3OUpBy0fmFcZTCD6v/X3YF4MmXJpSZTOp/bPXAq",
-	"EeSj6FeyfK/olSu7AjaF9qPew040ECNGFVOkfdQ76ETYZfvo4CEUn+9EBCwO1Wm37eSksmPqRETJHCPd",
-	"j3pHkPukA2kWnzvrkls8aDfUiwsjhe3AuUG5wIyTdqjDMc8Ae1TJhoOZWPhESEBg6Uqy9xmFqB+i5Ywd",
-	"u4F7I9cs14ZA9TxUqbE4h0vrMhASqJ9mmJnQNjRiRORZ1iXxjBmaUkPjIj3kFVMjavgMqEWxOaMu12oi",
-	"J4Jrdy7IlOppZf7thAopeEIz8p/nL1/0HeEXg9RYTnwgRO5McwWqA9J4L6bcMKIhITcpUtJQM32gyyuH",
-	"p3HfFVO3T0IuHTUQzoKOCYlcpFBBtsdFZM8VzXJYGLuSLHVDi2AtCBfaMIosCSJ4ooGID7q9OPwlPohd",
-	"oD+2GA4MgHqrBN62dNQdCMsJ4NhkC3vJavu/GBNz9smgRbXmE8HSQSuOisSrwHOQOCgEXgMdOcsd7sxA",
-	"jLkP2PJS6DhXMDaaSXvwLBOImTZ8BjFMcC7jyiLxQimF41vWgwFcXHDyhinXdJRh1ZaClu2tXx49+5OQ",
-	"Q+BNkF9+HVdnpYUDEufBhRQ31XCpKUkzEGu+iOPV4k0hEnH11HW9TSd29k4hByLwV9lfO06i8Zwhcdda",
-	"rVTzveOljZCPmhsfDzZuWLh5I2Z3TRMjj/E4FmzYqxH3pZbuCiG5f7+LX6+PlGTCd+/zI9XWr/S5k9o+",
-	"fbs9KH6T/OVZmNzX78rPmRPv5ONhSa5Akfr1bcsf2wsrTLX6v76x9FiKlMHdWOxHYNEqMsf6ZnYRIFER",
-	"alTjyszj9gqxYkq6B1UqIOF4JieY1Zs5i5ILOHQ3pi//7/KSo/IGCYwx8Rbk42yXuYyDdHneYdUlbgQr",
-	"2eaAxaYuLLeocp1yDcnXxnmWgdNZQOkRrxRClxkTCevDHYHdXTI291ma/UA1oVbNzJgvLo63BaaPJjPm",
-	"HyITOidtxaiWApVBHFjcKYSRJcECG7kAeacd/9ceTmnvmdQm7lSytWdygu5wAIHCvafzZAp+qTnXMmVk",
-	"xCZQRQWcaPjMQNherWSAQY26KIluUC4bAQaGZePCKqkAYqqknHXJCQLKoU4DwhFg5gMBdT3sDCHpHtzi",
-	"1Pi7Gn3mBUwfhMRXGdQ1sap5jPwkBg9hvFaHIu70SznK3cxWL8ctASBObP8fD4Q3FPRdWWXlCIVMWZZ2",
-	"yozH8Yxex11Sru955d532eNRfrNChG2nyDNvG4yCd09FGoevlW5ASALerqas56bjTBNlCz/QeZ9Yxh6j",
-	"6IMz88kIcXKYan91wFAYFivY17W69xrILSaL6bJPYkfcMWmjNQRKyWPg+eSBxnzhaK4OyBMOztLKAHmG",
-	"WeSLM9UJlxBItJCcCgQyzgXz4sM5RPMMRL/D6kKO6rEfRmWnIdDDKUcx1o/4BpcJE/+jWxa3B7P7tzEp",
-	"9sMe0Z2BGMsim7q7qILOvGnLEqOjwD5ZJz4otX1+flpG8lPj8gD4JJOWuEI6jFwydV/xAoqDuHGUpVC8",
-	"fANNtTEGG5QgDoLZWFGHwamO2x5gO5COn9JqSZUueWpf1X0Sw0T6rmuns8ZWn+mTt4MWkuugFZFBy345",
-	"aEUDMWgxkciUi8mgdWPFw0L9+fni6d5XsECYXpJq9tgliY/Dt6zAjj8OWnHpWQE6wBIIlhhAQsU2UZ+J",
-	"edqvOUaQkaDMWmoZF5gLzyHDmWdioGSDVx9LLsTPqDZ78OCe1fZhFO4cWQYFGkznuFihCZ2vLY992i2J",
-	"kbhKyLzx70xqA0sEbZe3kTuNpB0rd/ZgdhmcDuoyrALvQ2b4QDed2eqB9zeAH7Knk5VRg2aEI7RPDBOZ",
-	"smJjUztgrFbhCx1p0o77ZM7FJO7g9eZRXY7eqaVey/h1Jhf+VuMaSkOBvhpem/0iGcaYZpllYVPuKBiL",
-	"EXCXd4+SGNYcqByOYF2RTa/ARCRGohiO2FKin83SZrGhlTofJTPpHDc67jbbX3HN39H6uiIdIVUbiTco",
-	"sIvCrl13WzU5uu+7lsBJUbWCazSVIzFDedeQUsvhWsrM+Iy7PLqNQ53R6/qyAUcHXx897B0FQz3YZago",
-	"M1iZ8hjz9QYMntYRAGlbzu3kEceOmxcWfq8M2A1pJGXGqLi1OVwmhtVX0yr2bMQFhUGs4SK2FeRaCVQ+",
-	"P8XDpD2/jyxXixyfIG3N0MUcvAYrsVNdL1emphW1plgVxQ4gFIBqtIFaYagiRGFuCSIdmho4eDukONyr",
-	"DZS+TjKtkJWuj8pKDyHHvqWMtXl4TFhK/hU6aUUtKMXYelO3tTX8vibNOHD2GiExAqxXNWe4G+AGIW8g",
-	"tkt5pEbIc4A7VynokiyoU5qQha5P3w3AHqyi/S3L8KzWHfGj993hNKtyW1ncuWbMTshEhdFqKFbyWFPJ",
-	"KvOf0LnuHJMeUkeQis/OFx9anfCtyPHcZ+moPSZubjWaxrueiJs/iLf5tWUFdH13gTVQX9ErcjeSVKhT",
-	"g2hdU7jPlWOsGjX4RGxK63/uEwKjpZQnHg0Tk0TKS85I+0dj5i9FtozIOZ2xc27YN+dG8cRE5JwluWKA",
-	"+CEXz847LsPt69Pzi0KKd6L6L2x0Dqm4nPkarrGDQzKVudLoFnMdagNVxXxlH3Cc9S0pQ0Wfij8N9Qi0",
-	"PRRee8DSFZXSCtuHXNgV5BMudJ0cdM4n4ky03l99jDNxH/UxwEpz7FK3w3KBi+kDA3VuZ/mrWvEqFjs7",
-	"JULJSMmFtiJ2YDet7vQ6VcvcbC6Y8jI3rV2W9aKylknGqLpraNeGmT6x7eL9hZN9UDq3sffqFKGm7kaY",
-	"6wU8scWzAIUJ9jSzD1mRCFQlvTuedE6NYco++nfyRfvb/pwJq/H+Uxs6sf+GicD/Cfi/fzrI0z/tamXM",
-	"BH+y9J+Y59v9M4SivOqKpf9MqEhYlrG00/62T76IPlBnnS/IF//R2gGge0IyOmIQhHHJlt+A2/DY+0It",
-	"q5pJ1QjThVcry8oNm+mV9f3179+8+cs364MpvqBKISatHuQCykm96vGoUq9sJ7XDngrBrs0wAUyvv6zn",
-	"il1xmVvtc9I4X3ylTqn4IKHI9mBsggfj0D8Sbt4e2sheZaUVrw1Fy0aZK5/TiSA72oSVoW9bMv3PqOBj",
-	"2x7V5G8nz5+RdvwEF3LvYjlnfRKu5ZLOshhE4f88f/mCtOO3g5ZvYGh/RGvWv//1P4PWjUvCEjxif337",
-	"73/9z81N3OmC/zp+a3nVkKcRchf7tju5toVjEn+bquVQ5cLZMa0uO0Brh2VGpH3Y65V8X1jpLgNUge+z",
-	"0yUngsRnKZvNpWEiWe79xJYxQb2MtKUaiAK20OVp3FlxvxULhFJm4Oi2Q/dIFHTgQ/GZgYCi5oGTl5zh",
-	"iIu2oC5a1XTjf4rDGspjzjIoYEXN9HggXEwLfo1qjCsH1Jzt3xLNblW03UJv1ucbrSEHh1+RueICifHk",
-	"/MnZGUmmVNHEdkragMQgRpL4/44jb9c7O714SlJFx+aBHgg93sMzjmXPwXBMLcsEE2TF1kJ10Di69Yv8",
-	"q7gWMEPc5HKKK1SwMQoj5K6DwfVhb28wuP6Svanl+e/JtW037zwfzbgJxYTVE7m17vj9BiK6DhCP08Qn",
-	"U7UkKrdqSc2ZBJZ0nz54u067+N//ZFUejg4e3V9eP6WkatrN8EZA1y8HTBBcGMJdB937SHsHxG5vLqov",
-	"C3qByvgAd9wSYgmC776/UzYmfHgCclw9d9xitbYvve+a8TCwmt3AYWeAgQQN164TZOmGffm0Y3srW40z",
-	"8VsNARE+FAJgmGGtB8XKDHGYn46SQiSH8P1csaiSkyJ83y9LU5jEPVNB771TwYXb+U96szcczH2qDB/T",
-	"xGzXUk+KJz/FDfKj26QyFHMFBN4ff8uCbDqbDpRfmjvvW1Sb3Ar+2TVUrnd4dL95rd7FQVVLHCDO/qEi",
-	"nDwdeKjKMRZR4Fgpwm6Wv6UXUl2C2B+Rn18/22M6oRA+5Oo+dDFiwNtq4VNn432Ozr3mBAq+zFz8Fv6I",
-	"CDURQVTBtzdxRGIfLRL7mJAHGgJH+iR+e8lFGgFc49uIGMh5Q2fs22gguMbg0W8jkkhthrlOv72JOxGJ",
-	"PVAkfuut7VaLtF2Bx5dqQ2JwvRcq5ZgLmqHm6AIdEDXg8DEO+wFX4pTqLjmlCJCDsiIxT2NEu2mSz48L",
-	"qM6K26qSg6f9VVG51baKUBRM6VCWBbS7N4E8DYht81g9PZWLOtXSHlF0HLzL6V4/Dbz0Rdu1g3lD3nwH",
-	"5MO1AuSOFAXgpduk7lVALU2myV97e1+/eXsQHXx106jZbeQPW9zOO7EBN1PvhPnjVJSwNPVA+zBBqmt8",
-	"S1HgUEFoo3JbV9kfd/KnjGZm+vum2+VH98j7TCELXTQaAZ2c6iJ07pxef4PJ/xm/YsL2MVdyhFrSPlit",
-	"N67Ma3zifaYWYTTldmC1iUVs93clX6c5vv9RvnBZnpfHJXYSUKTI+4rmUKFyeRSa9qnoCTfqGAqraAL1",
-	"xcuWXIoc0Jm5i3/CpVqDqXvXVRWmDocK+WuuMsvqjJn39/cPDr/s9rq97kH/q4PDw9bNm5v/LwAA//8=",
+	"7L3rbiM3tjD6KoTOBlrKlGXZ7e4kMgaB03ES7/TFaDuTPTvqraJUlMRxidSQLKuVnj6YX+cBDj7ge4N5",
+	"ke9N5kkOuBbJYklVkuy+JTlBgLQlVfGyuLjulzetsZwvpGDC6Fb/TWtBFZ0zwxR8OpsyYS6+sX9y0eq3",
+	"FtTMWklL0Dlr9VvU/jrkWStpKfb3giuWtfpGFSxp6fGMzal9b05fP2Viamat/tHxF0lrzkX4nLTMamFH",
+	"0kZxMW29fZu0nsj5nIqscdIx/v6+pz0Xt1xJMWfCPIeJaieHf/ac9vHD3bN+y3P2TGYwXcb0WPGF4dLO",
+	"+2JsaE4WTM251lwKMuJGJ4R1p13Se3xyQqQinz961G0luM6/F0ytyoXO7aDxwhbUGKbsk//T++rn3sHn",
+	"r948fPsfraZFXdptbyzqbKRlXhiW2NkVy6nht4wYScyMkYwrNjZSreAT4MYDTdxxaaINVYZw0SfUkLnU",
+	"hpz0vnw0EKOVYTohQpLnPz5NCKPjGQkoSdojZpaMCaJzqmdMd8Lbx48eEfcu1eQpF8VrQvNcLvVAtC/P",
+	"rr8fPjv7L0JFRp6fPTu3H04JLRdtz5XkUkyZImZGhf2fIVKMGfmb5IJlG9saCK6JYpNCs4yMol12uuSk",
+	"1yMpF7c059nQDp0SaWZMLblm3YFoOCSHW3thkwXWOj5FZ3r4Wfur/s//czgYvO71Xr05So4fPXp7+KfO",
+	"Z+V3Pfiu5siT1usDppRUB2NAxVa8EfvzJZ2yJ4XSUm2ixPWMEcFem+EYHiByAoBZKHbLZaHJgk4ZaXPD",
+	"5hpBPJZzZtFnKok/W/uMJnN5yywaAOAIHSupNaE4wEgWIqNq1WnCd5y91UQBescndZhuN/aUz7mpQXWH",
+	"ZmbGNZlTsTolS25msjCEm8RiWpf8xM0MPsUA0HSlyXLGFANA2J9wD3ABdNMGcljG2vr5vJjb1fd6cPTu",
+	"Y9gJF4ZNmcKtSJm/J8L16GQ34bqUyjwv5iNWgxJn5PrJJVlIZRJy1O0+fvToYUmnqsuyD+1aFu4aRtkJ",
+	"hSsGxLKReWj8/X0zj2uqbxrnNFTfvN8J39qh9EIKzYBLf02z76hhS7qyn8ZSGCYApelikfMxtedy+Ddt",
+	"D+dNNOl/KDZp9Vv/12EpARzir/rw3NIDnGrzvgPVI0v7P7qkK7Kc8Ryx3VF7oqggbRQPplKwfkksyZjO",
+	"GRnR8Y2/TwMRvQmcJeMZEdKRivAoF44e67EUgo0NmSo6Zpaqz+1ti37geiCWlBuWEVmYDgxarmBCeW7p",
+	"+4wReyJMG79WoIIdS7DfJhaqL/HnjwNVvxagN/lEqjnLui2QiMQk5+OPtgwtCzVmdh1cEGrplmFIuzPJ",
+	"NJwMMFqkjW0QSRCyeGhwBixLAjbQXDGarQgTGcs6sCcrY1xL+ZSqKfs4+5pYHOWa5HbKwPMZ0UzdMvXA",
+	"Ah1IDWmffXf+/PriyfDbi6cgNwy//uv1+ZVbt1QjnmVMfMSb9kCTQjNF5nQFEM6kg3wpHQ4zJriH7XNp",
+	"vrX88sMv8bkkuhjPAs7A9Fcm4+LrQn8EYqTtVMNRoVf9mPw8sJi7KAz5e8EKOPRJkeekjYKJHDOtyYwi",
+	"JlvMJEuL3JZowAtZ59T+NONiiuIM12SpuGFkSTWOmXXJS2bUitCJYQr/PjiDvzUbS5FplPpmjGZOlYqe",
+	"2WSZV/iSlTkt3SIjNpHK3kWjVlxMuxXBYIPvvfVQ/1HQW8pzOso/wqVCkimkGYYr36+I/jkXNxb4mVyK",
+	"PSA6EDtAigeIlEYxN6kmUhBu/1mKzscG+selYJ5BjGS2WqdkR+QZ/xqu37WUz6hYOdalP/zSzsjfC2ko",
+	"Ae2Ijmcsw4OaM61B7kWBmI9nCahj9rBA2kVq9aOghZlJxX9hH4FiPbP00mKhIkslxZSMGFUWiPKGCb+e",
+	"j3eHnktDFlJrPsqt7rMkbUAwBZMQOZkkhL1m48JI5ajVlGvDlOWuQuJdSIg2Fm+LcuEWsm899qIh5+Kn",
+	"764MNYXevAegxtgT25g7fTOwAJjwaaFYNmj1yYTmmr1N4SD9jWa5ZkEZIlIkhN0yqy/PmVUQLGIsFNNM",
+	"mD5JNRXZSL4e8gwHSf3+8BvFCJsvzIqgsKtJIQzP7eoGAjeP69PwKB3fCLnMWTa1ACmH8mBCgS61KxCW",
+	"AxQit7Tf7jWn2gxEAG48thMQu+S53QehDjmAtiyUXDBlOPMXy8EmIhEjKXNGQYQMhLH+ZyayheSIXBs6",
+	"eQSX7b9XN2uftXtF/EU9Y+Pd8hBqhn4bKyo/x3t8FYaSo7+xsbFDnY0Nv+VmdX7rbsk6hLQZFhrmsSIt",
+	"Na1+K5OFXV0YTaAiaQG2rN9sVuDRDOmCD+e6MhoX5vFJa1MdjN7a+w2uSyhuntcNR6GKCauB/tziAlR2",
+	"qjXXhgozNOy1/cJeixu78qRlpMyHY5rn/m/FdJGjzuv+KIRFYrQRgd0lgrODAFhoRDE/uKXKapXazu4h",
+	"f4Gr8B/P/GqucTH+++tyUeErKfMnuLb4q5d+Zf7LjS9+DEsuF+GW/jYB22Nee4yimA9NoYSu46hJa0GV",
+	"FSkAToVmTZjvIFf3k2Z/36Rvl1JzuNdOg5wwSy0mSs7JUbcWDSIzwcZoT3JaZOyBJu4hwrNunU1NFyP8",
+	"rmaZgCe1P9itg+xaZ1axvxKLTF7ATcgtUyNq+Jz859WL590whHCWoPoJtsDW/g6nAxa7+kfwC6oUXcFn",
+	"VYgxbSBya8TEno+7R9uIyVUxn1O1emdykknB6k2WEy5oThCTQAjVzPL/pObW352KWN4ybDzjbehbjK1y",
+	"Uk99AilpuD1wdPZsATo0ywDpaX5ZgWDNe+un0HhD1w4Tn6ssrLIKB/9yW0l5flWw1uLCtJahoNZxy5Tm",
+	"KIFtAHFMF3TEc+7f2B+TA7seUlPFMGrYgeFzVnfRS7vTHV+cSW0aL2rD/eSLIc0yVUWS8uecjhjix47z",
+	"3wBCCXjA3hmjyozYXbYzZ0bxsd4lCz9zj1lkKoTgYjr0PqJ6/FRWBEQoecZrIQfYJAzlgqlW0rqdR6z0",
+	"VR09DtLvttUB1jlB2b600obNh1xM5K43r+DRC/vk+kUB46+bv9xPhADh4Gpg0ng3nnLddD+qeL9zv3V3",
+	"IXJp1GgMje6NU0JHVtK3WrkXs+H3bq2rMYaSW3njfkv1xaMBTIkiDRgYW0lrVOgVAhs4Qnw3a7HiTBk+",
+	"oeNayRUUv2EjE2+8unpGjx89rv+J/8L2YiJrsHFYAq+HCZLqGmsB57bXgCvu1zugiwfXBsasH2YYum5Z",
+	"zsdvT7Ryrx3yt6x2w5uOLHoZ0aGOQTSQzyh4oFanEmOZ2b93gOFFYRaFOfdPV5j6VjvAazZ2wrSjSGzX",
+	"KxVQwUsZU6oeueCnoZxMNDN7iiraZLIwTcPJwkTDrQUowPfe3zvhShuimJUJWEbwXfDP24t/V3SvxHhE",
+	"USYIsbDqAI31xa7DIjrZWnRUjBoWRYBEfp96PgpmkHVrADhFWDa0ZL3JzCKYWUp1QxZKvl6RNhUZkSKH",
+	"YALRSQCU8DpYyULsxJyu0LbWJ+w1HRsCSmBCPuvqYjLhr8mS59mYqkwTqYgTEOwDSzsnFUQucA+kv5DK",
+	"kHbGJtRKvicnD8EK80UPPeueBkT+yOPHvTpmT19f4MPHjx5vcg8+p9MayfuJZ9gEHgC/HCUZ1zf4BUZl",
+	"TKQif3mmT4lbJVqVHdt8AJZeAn5gmuNrtfoX1zKnxgmJ65qUM4AQbVQlBCSexirRGVX2gJhTF+2hGM6U",
+	"Ju3vzq/JIV3ww9ujQ/eO7vRJOr3lWqq0S84cH1Ro0MJNxGN2yRkMFk9betjkZIKms5Nej/iADG8BFnTO",
+	"xZSYmdQMbG72YQgtiA7u4XHSzLTWAJJrWTHd86xPzg7+m9CDX0jv4EvSJUNykBDPcB1ekZwZwxS6bKfc",
+	"rC1gMwAqClj5+ezgv+nBL72DL1+Vf3aHB68+q41Qcfdmc+lCClbiM8ZdADgq3giiDc9zZ5/Wkd+vk/ir",
+	"KGS4nBm75WN2StjU3iN3QSWp3G97V5UsprMoDiiBu5uQkeKZxe5Cg2i6sZlFTsds7tSbbcT/Mjz4FojN",
+	"hOesQaek2dCuc6ikNPX6o3fS7WTyL8ODVel7jf4L5om/x3907CBgHU72Sd1FITm3NM7M2Hy3XFjKy4C8",
+	"zQTcBX/ck3ir6Z21xVzfMU4nCCA1Riolp4rOLZ6pQiQkl/KGZaRYEC7I5dn1913y0gEFCOSM0QyM2ZZ8",
+	"j+j4ZqpkITJvldKkXYlJc5QjjYKYOqeWM9i1KTqGmDhv0fLP2KulCqErpEHPWJ6TdvofV9+fP32aJmD+",
+	"J+nhiItDPUs7EI6XAqUYwrMpEDWgDVuiWpLW64OpPLBfHugbvjjwLOsATORMoTF7i42Yidt3U3zraePR",
+	"weMTi+gxOQRiaKl0lSAeWEo4DHyLDIpe7+HYzgN/sQP8gmdkodiEv8Zv16nmyV2pZiPRXJjV5n5eFgLj",
+	"OgxTc7CCBeppAXxahxGa0HxJV5pksoOeHoceCaE1yAfMM+PCsi9KFnzBwNtrmCCjlbdc0hKFPd6hT96O",
+	"6uRHi9soyZGRNDMylT4qM5dT9CYiKXeWWGSdN2xhwNY7L16TNo/CVmRhcrsty8eRL7hwgE696U/J5d2v",
+	"uFcYtxoLcMXX9tG3dbj4DdcLasazs/GYLZxttUqwmDZ8Tg3LhoCENQf97RPy8OHDLy0ofrx+gigK4mO+",
+	"InOe5xz96hYZx9wux4UXH/eOHx/0Hh30vrzufd4/etg/Pu4eHT/874okH5uCIgQdDLI3J28PBoNsMMjc",
+	"P9f4T7/yz2DQtc8+fPvftai7y/vl414aftYNrk6qNZ8K76HGyCZqnPZCAdZUjFlnN1eKFlBdbWTpWT+i",
+	"V1sOOuJa63aI+SJnXpDd6doLS5nw3EU9rL/TrC+vIZAsjIvu5v6+tE96J4RPqpFeAK6dK9vfLtswVOC8",
+	"a8ixY+ZaG6cU06G3NjQPEZGCOTM0o4Y2sxh8s2Gkcuoq5saKllWkmin//2AYdz2lx+H5Laun98CRZ+Rg",
+	"7FhSeBw5ULrJnPecedulKNdUh/fnIFufC1Pn5nGSdr0cexebNCQIDDO5FHvaQ/CFYvHBPMxguq5DegiF",
+	"rjeAM6rr1FiICSpyF5vpYAbx6FKR5QyCBfcwuxpniW4lPhzbgz8CRwWUu503kS3ljhY6/LGJfr9AhYOV",
+	"wz/QPgpmOWPCKsMc1QtW75bdMNLcQeAHLeNuPh5UIetMEKh2Vnei2BhCpJGwguDltcwgsiREsCXTBk3r",
+	"7ZAOs2bB2WqGjO5ezT7XIyCi3dzeybkQYQGGh7zdYim6iwHHYj6YTrhBBYUL0kbLSycggiaRuYSBycV7",
+	"J/pNph5nF6rFnEZ7f2SbeH+q/i1IZI6urFF0ty0jQzAkzVZ72Vmdo+ROKPzOdoPNEfG3WqHjGq73lAvm",
+	"zFDj0maYJSSTc2rl2R8vvknIoin0Yt2vEOCJmuZIyjW3kTZysQCKt6DOd41BYJbWMSt+VUzH28JyzsXt",
+	"ZXW6c3H7dZjxXNy+dJOei9urMK99zU99Lm6/9bOfi9tvwgIa3EKlhcQbyCObeUS1wgXeQbIbYrnu5gyG",
+	"4M8G4ZwtdsedUTTjs8Wu1db7tiLCei+C9R59oqS9oFpbWkU1wdc77+AnreysFjaefq8rEnV5pmd2kaOc",
+	"ES3oDRuOqWbEPglGpgUapXSfFFGUbhLs0X/TVmlcszElAzGS2WpopBxCiDKYSoYTWYgsIXNmZjKDsHHH",
+	"ihNSRpK7h2pCy5OBKPOJ/BPAqUKeSTyC/4q9XnDF4i9EhsGzZkiHC7NK0FQxHOdSwyxg/hA094NHQbHD",
+	"jGsLq6yMyoU5q1G5Q2TTAwFhucMoLDchXkAeu5Se8pto7T76rPxqIGbc5PEz4bNcMBG9QudsaOiN/c7+",
+	"6k0sCUFP2HDEVhKhkAxEhEnx2PHX7DUHY7eLrBg6UpN45lnZ3kD4bx3s7KC6WFix0sLGYsScitXQm5Wi",
+	"r7yvK4FEncreN9JcSpRbUDNzb0ToFlJ2YRhwvyQDEaYyigo9YUqX48yp4BOLuwSy9SJgwOfyuDwcQpq8",
+	"xUvn645fW0AU3jpGKwbG8cwj3ajQqwQyJeFZEFst04hXO5FqSZUFDDznEpATUiymimZs6ElDBMtFMcr5",
+	"eGifd3kom5KcpxHr1MBH7cP1Z3KR70ORYLAEKUwtRQK/93sxy++tEn9qc33r3sr8DkP23uNUV/wXqjgQ",
+	"epBUIHxeSOOi7anIyIzeWt7FIf36wZ8fECEVef7j0+j8IysGfT2UEAUxBMWwRlWDX9EYu2CKaKMYnZfG",
+	"5qPH5Bn/uuOs3y7J9/Oj3hdfOAv4lmPZbtheaFZk8qC0b29ak+dMTZ3d6j1ZfVUhhlQ3BVLwGiXmJ2cS",
+	"dxbtMncNnk8wZcZqs8bqM8ifSNsyHkxozdnEEEv+STsECviMgk6tXGwhUiNxn798BtedksvrvybBe/Ha",
+	"Pn5w/OjxWOZSdVt3wGDLA2Rhhi5xa3POH3gOSR1kOZN5mZQ3VbJYuAQwMDrmUkxJ++riO7vIBCFxdfHd",
+	"DxdPn5JjoklODVOd2NneI3NGhSYPez2iYVsWYi5fhbiFwfcR0EvAVdDxi8cnlYPv1R28Vf24mA4zru5w",
+	"O+sDXrYQTx9e9P6Cne5uu7p/eFQDu/lptqqkjY9lkWPqNxBVzCxGEUlMyYgLqlbdencBt7Ji1hDtrRjN",
+	"iX0GRNtTcnT8xZ+eo53ghuc51vPQfGqpxXP78+f4o0sYBUpfrg2k+obEARijJtUQxwZDnZsxSkZNCJ8Q",
+	"KlbdphCtLRFfjdFbW0PJ+Zxlw+qr8c93iOhvCtUqT6QuXCtgUhUN45XFYePlguouyLc8Zw2G5JyLm6Gx",
+	"UmFtQoVeze0TDzTBZ2pxa36/+jxt8LdpZgqeHWpmpvYfw8c3K6sGUjKRhTIzDJypJ9dzb0DZT+Vujkfd",
+	"N+i09F16wwkEnCQtS9uSloNWK2lBiZaa4Mx68wQ8FIJXXWUi3FzTcVqd3hGadbXeqHX/0TZSVOJGjUi4",
+	"qC1yBHn3rtCRKxPUbE6uXJW1VFOpGHHrxfgyKRihQi+ZcgEwS6aY4+OFqRNG1gDqCot4INRB7/uL66dn",
+	"MEed0zhznt5aPAGd8v7+1p1O72c4Rghl9YVRdpqC/MKa9ltvAfpE1hpcOtN3MDvZPXj1aFdgdRi8CRiR",
+	"nrWh2/EQnuEjfSiH8BVqrNys5HxhSLs8axQ0x5DxRqi+gaBDSQrNICtW5gMRR8FF1NCNBRlr7ZCSBjqq",
+	"S3A7tUNQbYlv22FCB+JBB6JcZ7yWU3d3WIahDB6XXTESqUjGxKpTl6e7Q0wSjbla93H5vMM1Qqg1ZDZu",
+	"fbP5Lm1PKgRPipQho9AiPaYSJg0DNbCZhisb9lTCuQLVZizG+kZ3NBfE9G3D4VZiJ9wQxDBHj9sqDq7z",
+	"mHnqPgWExAhtTef2OhC7nfWY2CouArFGVgq/gDtBrGrzGjwSNt9aXOtpZYnRtnBx3oDjbu2UmfXA4MeP",
+	"Hj18vIt3w2pqT4fRHNlmFfSly5a9pvNFDm/d1KFRc/LeeraoD6Txb9St56k3ml06B/ra1S+z5TYxP5dj",
+	"mvt4eUvy0QKnSYiF6nXhv8TqBPDnUUL6fXvA/f5R7SWZ0DnPV5U08cWtlbb44vZx7cF7z/9dap1ZxGe3",
+	"nC2HhcrrN/fjy6euqOHCbokbtI6MlFxqphIXCgI8yMWB9A8P8Uu7okrIor30LlrRPYGzO3+cex1/enl+",
+	"dU3KEQ4D8wS0Fc5nabDkjlXKKz7wWpg6Pamh+qC9jXKCDAxr+8g8w/h4RrQc3zBD2j6fAv3DjvfjUlx2",
+	"RUY2I9hP6hYD1tXNtVwYTTxYLOwFYxnszyqFB1yQNtaycNZZ+NBggYofqZVdnGoKj5E5VTeEiUyfYqg6",
+	"qK74W2PI3vaL5+NA3N0JSB02v/Mi1otkYJHeWyyq3uzdSSe7ZHGY3V3xMuHj+NHjTQE/OotikUUiQMNJ",
+	"uJh3xcaM3zrl3g4acL8skYc4N6OaKIaOEYh5fYeT2q0hPytTc9d8gotiuGBq7Py9+6TUc30zNNLQvDT8",
+	"7hMoZV8rNMvu9FYuaTakt9Ph0Z6rK194dNc39n1hzuZSre4BAvfiHYFQF73oFKl7RVZti8ugfDkd7hA0",
+	"xzM2vgFT6RazYxSw+l5EanDa3u2N5himzbjpPYeMbYw1gX3c5HdU9Lhhiq4Bar2MBPOxGJu5/msxrPeP",
+	"Wd0Ro7o92rQu62AXEpURjXWWBHVX9LiX9UGXNUZq/Rc5b6odUgrkGE5DRoVBMzF62vOMaR9THuLzHh7v",
+	"H5/nlnrtVtFov6qypntwj0q8ro8dKk93LXgomu5VM1Wq5/xupv2Zv6dxv9ownLCjLbDYSHD3+QdloYeW",
+	"MxiEoS1m6gVQvFYgptWINDoCuaFWmajFnXcK5WqmQEKahisC70BAK4UQIWcOkgpzLvYIKYBJIdi7Dr5r",
+	"HqaNNRRmcvAFCsIU8j5dXjq6rK3eAXEf5Mfrbw++SMpa7WRENXt8EuvtMFQraeEvtTC/jIM8t1or6nCV",
+	"EovzWZG7Eq92gWtBzqT9QzFiSjDD9ANwcHIx7fQt1gqZMe1ye26ZWhGoJGL1IfvLULMcQmEwWap8HjKH",
+	"DeUC0zCJkTnzlfXc36xLXlh1gobkZHwrhLSCb1oVrCEZmhh6wzSG3bJcs6XbrZDiAKMOKiPV5Dl3yRms",
+	"l/hdkBu2IvNCGzKyI+FW7XftnzGj7vCV1Qb7hJJvnl8RXYxcvCj+ClpiaB/wkIxnVNGxgUggGvTIo4PH",
+	"D9cT/g7IkHRLU4+FJRNZcya0JSywsFLNbdzkhrWycnDbIkHWcq0j13M7ShRs/3xQpgp2X73pJY+P3ka/",
+	"d77qfFXrxZ/T1/F8UT55VCuqxJu9Sft1eKeq1EUTlLbvjRkvpcw3CdqM15VcwLxg13jASHkDtcKtJL9n",
+	"tDTP8hoK9wyG0Bh3TYy02AhBd90mwX/k6tHuBR+7Q5yijvtZvsN27XVODRRihSCKhZQ50kIh3fah5Jnd",
+	"3J5waPQtblMnvN+xxqW9YON9oHBln3ubtJZUzWvpvD+JEbN3MYR5V3T5HTV1ouBpO1vwU8LRl1MniGIB",
+	"/uWxvmpA0iYTyHqBvV1A2OkSwiGbluEwadM91ugu9kLLXs5dfLpp8vsF/e2DVKWx9GRXhM7dsK2x+gDM",
+	"3LTRKzfHu5SLef/VV/4oirJfUZQPkcDz0Wt11DJLMNfWe0bu6XYI1u/dZuv7W57dLGtDvtq6w/vRGmPy",
+	"apgiBD+2+g8f93rr8vr3cokRiWB8lwqcfyvtbO0J4aIsVX9E5ly4/OmHPZLRla7Guh4/+vK4Glf6uLef",
+	"+e8loxkXzh+ymSxe9nIrg6bXnKSG8vxuNe0wUWp3OFjoM2QfrzuvdVq178A+Uyva4ata2FgyfT9UuFeE",
+	"+D2ChTci6LDwox2oYUslLbjLdhbF+sqO63nlmnV/Ompuh3VELvnXFTw+6p188ejzx7uYsLN+z7eN/Zhc",
+	"rw/++PPPPz8+2jn6gtdFGfuBoTncA00WkOnxujLDydGXJw97O2SI2ltYCin1fN1xleHcatxNjdOw4BQ8",
+	"QihBc1vIW4WGL6CViri0Ut/xOKvjx3Og6O+715w9ffrip/Nvhs/Pr3968fKHK9ccj7TRTCAF5nhY6YME",
+	"scBHnesZVa5Oln3ggfYzdU7RWIIJBA06+xpHhhJdU+YsDT68vF1Z+wO0l1ZtpDtzOkDQqc2uboIkFRsl",
+	"4yIGtiPluDlhuI8tZKioWG3QXhJnIYM/OMzic5djc1N9adv9Uk8v/MDf4yDh85NotPDlX55BtXZoxVGb",
+	"Zez6QE04yzNdEciYmEhLkUjbEpmEhMsNObk6IY6OQMzWynX0K7sn3u2Qd9wjXyGneplOo6qUvIJ4d5sc",
+	"0oFr0n9eXF2Tbrd7CL+DPch+UkwXc0bsMhoc+7E0uQNn2xDls8DgLKvDdCI0Lm1nlVx28CvHBsXIcNgU",
+	"a4Ciqq7LcWLa3tpmugSWNXj9blDdSwRuKjxXvYkYVkh1oHsvf3x+ffHs/AoOpbpw7VZdH+cNOkz9dO6W",
+	"M12jG8Xai6vEcZeThCpZ7kaWmhJpT/9i/3Ctvw70go4ZubEnmUPupR53ojgWTJi3iF5263CpaVYT+vc/",
+	"/xfJ5PiGqczbKz2+YGkEGDAhlJTYQhx/e5KD00QE+P7wxZWH8fDJ07Orq/OrLjkHey7YmHw50ypguPZV",
+	"Ge+CKY26eEmo/bnFd2udZiQNPDkQP3/PNzAzsJjonrxqFgbqTT5eE97b6uNFizqXX7U7UePNqNZivBGW",
+	"848Ks65KC7l0LXcBL5YzlwoolxZ9psxY9GmHGBYmSCk9lEfa6ZIXYqNFIAZWrpiJnsQGu64kWxIKDVKi",
+	"WMiq2QtEUZemRmjVY0/9AbqCbHXxg3JRG1J0XYb95Iyid2litxaMIr5iIsb51FPf7REb96hJ2ZCvihfU",
+	"ReDV1XyEw6sv9lhLLe8TxtFcufHO4R3N+V5XzLVxjisDYjlxqItEtc/AamMamAWKz/3qdLeav6sz/Sj4",
+	"3wtG6NybBPJKyUTABocFDXkC9XWdfrK3MArR1ySXun6IHXEWHyyYwl2XMpXjrjUPk9YtZ8tahvvTTJIl",
+	"+C809hPDFMGcWxr0ExtdYUQnkC7oJyec0qJkzsqAC0uirBStZJ4ztX/whVvmX2B5O4lKpaFwlP62lvrk",
+	"Qiv89XRXe2ckvFuLb4tTY8pRWD9mMz0tz5jy8SlC+k7nN2zRkLl4x9JO1bZfNZQoCq/ZZxzf8ac2DkC3",
+	"yvGSsOctAPsBLnhjFErjdWH3KippyclQo+CxI6CdrcXbFFu50a8sr8lTtr2RxDPVPS/RVlhshNLEzT/W",
+	"20YkLSTxVsKzqvB+6nM5kx/YV5QO47svzv00VXwrDw4mLRd/vZZWGTFg1680xzjrspbu3dZ8URnQffl9",
+	"Oa775uto+HJ1jtRtyq0yr6y6pKYQJYbCT21ADNL2vXL7ykcTnLAWB/hUXNyzsDc0b6wX3+xj1MjQ/bPi",
+	"KQrW0q2d3yspMzBT0/rpPZ2hTSnlZ15oATWyffH8OiGhUMK///kvSKZDy+5a7QbyWRn98aeDV2+OkqPH",
+	"b8keVQrcUmp3aDJ+zwPyEaqbBQqooUMXdrUp5nntEh9IyIJmGWqXQc4ZrcxaeeL2V/1o74ev3py87Xy2",
+	"8eXx2z//+R/Vrx6+/XNDlAyTk7omgVIzVwQby1ksFWRaNiT5bsKz7CZV07ZnPKsPrV4Uw7FUTY3ewCh3",
+	"l4h1tDfUJzKixe8uo0ldTw029n5N9c0dY9stEkAJKW7eY9D5lhqm9wiI2R5+UneptgSxb49Fn3DB9eyO",
+	"+20A7ftoKdcIrcWMarbNV3kvzWV3ViFrDi3dsAC7ol13c2sDkQu1X9f2FInzVbLhaskkEJqF2irmZ7cx",
+	"5XNWzKmoLxYRd8bcbKtbqNBZteGQtRn6dd0Ja9aLQO1TZGJXI8s9+09Wpl5vQ+l6Uwaw1B31NgWcG9cG",
+	"uu8yacuadq6Hr/1TDH9hSg7tdUx8cSE8vWH4pA2dcjEd4nBJGaUWvtFsrJgZFkIxLXOoDxf6pw1d9Rtf",
+	"Qi6HDjNjKsYsz7EUXlyvcA8rwaYc5Mvv8Czq6OL76jfbL97JulBdxQKjaQOwIijBJ/D+g+EbP/sco+hv",
+	"lp3aG+Nhiv8OF2XJvQCz5pqxw/GMium7ZFTEyn/o6RjU/zibYmPCQA2rrCeiJK8amGVzk4gmkniH4hv+",
+	"wW2hfnYReymrtcu4Q+SwlQx2aZM4ZNMyr4rRnO8dK7RmRHXNMyS2PvJFI4crOs/BFOW/capEPOAR6BJr",
+	"36xZJ9zbd0/Xiheyr5BVBmHfDQjuRRcdAOH5Lo+A+7hjjT1iSv3q/O8FzbHnhvPCduzTmCGNgfIIPuPa",
+	"c1Fjv4S6TDA0kCVqyC3NC3aKzopzKE1qx8FEAyHxZ+x8tB4dGFI8Otungoon6OSAL8pCYHaVXLuCiUbK",
+	"LnkuCZtM2NiUw4Xl4hD482aIP34fK9fP5ZVz2raS1qViE6YqXz2X51Bylu1pGCjPtzJM+XXNHPE7YTbQ",
+	"A1YbvSrW8g3aP5fZBu6vz34OCQbtwaC79YHOZ4edr95HzoJHuRi0gH2tpIUIc2f4+dejb9xAb5MWYNwH",
+	"z8Wou8A1HrBNC852AYdHrkCWkfaa765ssBQKsoOMcQrPQGHbEJk0p+MZFwx/irzF3hvf2fQrugob6Zze",
+	"MOeeTuv9JPuqVKV/2G18kwmANDQuFDerK6h84SqWYDXn62ZbERh3COXLKXr9CNe6YBmhJtSCJlgHGnHE",
+	"7gRra1hVn1EVtwKcGbOIsTXMu+MNu3zfi3rN3u9JLVTfOLu8sDQoBdmNjw/m07lJSRslIW/sdQ2wpDLk",
+	"T+S40x2Ic6BZUPKsEBlTJHXB3Kkj1SY2muESETAD0U79kb+4PH95dv3i5fD6xQ/nz1MgqPAiRIEJYB6Z",
+	"FVslSbFiSEYNJRlXrmCIn+EAhk47yUC4ITKqZyNJVRaVsBpLecMZaacQk+OjzzWfCi7SjuMVWGTSPpiA",
+	"sxl4wkAA9UcRTLtuUJBdNpZzhn5cWXY5RHun6z8qFZ9yoUk7fQF/pRZ+1/ESrfDM8gnxXnhAlfQwtXC2",
+	"twgj6Fxftf+8evGcpG8GqPIPWn0yaHW73UErIQMoq4xflTXah/jlWzscTux80ZCfrx378cyPTikX2uBV",
+	"zeS4gPC0EZtIuwSxMjOrZLJcQ+rc3wumVgMRSlxHx24BHqhExsa53UMZ2OWaDm4UyYaugCKLxsS+hbDt",
+	"kcy4K0g8Y3nm6uFyRZzUR8Cl0c6BuuqEKDiuhDgSq6GQeTHXp6S242GnS87CRCsMvJEGqx27FB7Qc3C2",
+	"sLuB8Ntrp3XSUZ+AdJSCmTUVRZ6nvlgUZljFmX+p7wqVunLc3EB9JH8/febFnAo6xYzIs8uLqPBRv9Xr",
+	"HnV7jmYIuuCtfutht9d9iPbNGZAxj/xlD/jaupdXWHVktCI8K7v5pRALkyYOdWAMd3s4tOsDX1KUQele",
+	"gIOkA5FGon6KUtPcotdEQkms2PuU+qd8Gd7gqzrFeZ1cZq8h3P2pJCNmlowJeEqTuby1sqeLLERKRsdK",
+	"au0XOrLsiSpfDy6g70XW6kOpmrOp8yyWONnq//ymxS2I4Ap4Ta6PYUKeoNM7h3vXh/4GaHkCA8WDZKGD",
+	"B65uKU6XWltL1WmxziVfQUIJ1FMDrDju9aIO9yD/LxY5HwOADv/mRIZygq0O3KlvwQHcqaaUJsA5ITrG",
+	"OovIJ7iKusHDag+/pllUMOOkd7T7lR+jVhXI8L0ruoVnDuFQoe62Y9or0i57TVhekGN76ozr8D3cBo7c",
+	"c6roGCoecpl1ujBP9fodvvEW67fRTazi4XcM0XATC+u2WD6CUL/4pvXhj3brsX7Ec7Qvnex+6bk034J/",
+	"8+3brUdy6Ct/YyaUNlstY9CKiIwYsHwgieloepB2SWw9c81FdYQy1SCggWhrxkhq5UXX1j9FudhFvzk9",
+	"txLo7+W0G8YW2hvAkCKjcD4Q7m2WeRkAYtaQ2FrG74S5ULmQZyjbxIFeGKMWlF3XbIUo5ndiLzBJvzu/",
+	"ThOSfnP+9Pz6PE28h0tkzhmpIfYZp+2SC7sjrLhgJ7TyFkO7osa+AG3sSgJhq4aLgm0szApwkLxttRCq",
+	"cs6U3yUIC1wPxBRagKdYZdq1/E991MOCahODi6DxlmgrdqWhbBaKCf4oqSgBgFXDjF/EBrDHVFgWb6wW",
+	"M6LjG9IGncrLjVxbVg7FG7MBPDnOKZ8jJcQijp6sHLuUMd0BAHG079r15HI6ZRkoVyCpVZBhIKQo6+oV",
+	"ApqcQ6eHuDYrrraOGUK8w5MQmfQuhAgu+NcSE7reCw2KO4e8rep7rh30Gvk7fm9TO5BcYZhODRm8gjqG",
+	"UeP8XzM5tC98ufuFJ67TDbxw9HD3C9dSPqVqCiF9J8df7vXCMypWL30d47dJ6xGe2k6QfUcNWzqLb8nU",
+	"AX8JLelwdBt8gLHzo51CQKGn06AU0jxnagf/PrQUey9GUV5cwifRBGRq1Qq6pCuvdXEDJRu7A+EapWBn",
+	"JpKud1ZJ4+4pVn3D8DegCxH9Qj3TgDp4FrEgL1wiPILuxhw1dOvexmmQcvFAy0tSaveGO4tKSWORy3I4",
+	"rpEsIp9DasoNsM6BiMCGjq3K0GiG0uRR79jZMqD7V5pEdS45tD/M8xXhuh+zrrFldTBz2fIey4D6MqEZ",
+	"L0OCS7L+73/+L0IxLc7BA85zIIDv++Yj2EsG30AmO1qFdDmiiwVTvh2lhDaVGc9c02S3LBzQSZPReaFg",
+	"WZpTvrm4evLi+fPzJ9fD716ePbFc95FnFHZSb1DvkrOBcNgG3KpEufXik9x9P6Oo+vpTcJgboqed1OJO",
+	"sCLt1EhE7PVB2ocUuNdsTMaFIXpmZQrgcw6+nicOhOOeWJcVVv1AR41PydJfX8JNxA+t+qilhJbGZRd3",
+	"h1cWS0uxvsqn6zjfeSmI/fYZX+89Tw0NZxqEf48wigrStvIZu4VmrLpssgJ2kbWeKaSdgn0rtZSq8/93",
+	"bvluXA/aetfyPPvZEmOwrmAbXA15j9t5XJQEmLM6H/1J70uS1rTW83av8JOrRuY6X3jqmyo2LpTmtywF",
+	"S91ApHEXPxwlPUy75AUYdZgzkmITpxwbgtTdYmiPyr7FTiX3vMTJzkft+JfUzODZOsNM2F7FNhPqSThf",
+	"6kbs36YCXxPsiFvMPvKN2QOfv5VqxLOMiY90xz6JgInQJxT6TCaE+rZBqOlB+RvoHoTtK4TzEIfrcEqo",
+	"a3NmFGN4OQKy/NkSczjXWlNtilfDMmzXkQbkCcVyCtlbjtmVVy/W6UNzMyS+XJC2VWyrLcetvg7ZpR3k",
+	"72VHabh7drxCO+IeBlSW+OgucQUWBuKol/R6vXDnqWKupjZpxzIqKN1gFa50vul0B+Kkd0LSauvPNCEn",
+	"vYck3ej/CT9Epn4Akv3uy4FIa3rHpk024G+B5n0UqvEhDXVxx6QGju3p5x8U5FNQkLPyhj7Q/pZUHKP2",
+	"uxV2MUAq42mMVM7JIWTG9uLhh1SNZ644c73/B3RJlp2CzIAPR/J6u1QUQAi3qoLXYqaKLcGkNhBBQfn2",
+	"4un58NnZfw2//uv1+VXaQWrlWv4KkAwhwRPbnvloPUsz667lS0azM7eBX+HFfH1gqKrezDLdAPoT1kRv",
+	"1N5Iu/8/buMnvo3IkilwcNJWbFrkVMEN1GUbabir7j46wzXVBD6hElPbWQmDKfBec41+eZZtON25htQQ",
+	"wwTqzvA8KtTdbooSxUCEfnRY7iKUmliCgjVifoxg8g1CipVXMnbLxxirl5BvL759QaQaiBlVGezCee91",
+	"1JDVUwVYSB2vxX6q61voDsSVh5OzbPiRrEjg4l8D9Lrk5Oih4/qhfXdaRty5dweiXQh7xIppzTIgMNKS",
+	"lSYSVEdXflLcsI9PWPYxDLwfmnLmBU8Ic7A02H/hj6AdHRh7baD0cYYYvFsFOfcv/EG09lH0LRp8etO4",
+	"OzTwMynSnv7CF4S6YPGOcwtGinvUc3pOM0b4xPfe3U/wiPC7oeGqb72/Q9zogG3c2/Fgl+D9W4EXsiwH",
+	"MBCaMU0mbMkUAWs51uV5ggs5wLCIbg0FW7dZnFpSNBAbtAjoTCX6y0V+RBbadQGoSaz5eCaKu8k0cmyY",
+	"OUAPw3sRbeAk/qATvx06cUZi0eeBxhNMnNfJavHVG+VLqrmnNf+FlVwbWqmN2BQy1Zqko4AmZCqJkZZC",
+	"sflCKqpcXawR0zxjYZaEKIa1qiSamiMXEM1zK82AkKH4Lcv6ociNKqA0XLHIJc1Izqj3+8k8g3GhNpeQ",
+	"gnW6JJ3LjIGxRY4NzQdirbszafvahb3HJyedBunlfpLJRzVf7vHsM5mxO4gw75WENEsyWGluL3nlJyeR",
+	"/kGFfjNUCC6CM4CUgUAWCUpKdEoWVIEnu1TOQLewAssuKSW0H6yVTixJun5yWWkTCNKyAErEjS+d6toi",
+	"JuTi8vYENKGLy9vHnaTqk8zBShJ6/JkZm8de9lzKEKZ9TDAcWgepB7Uwu4bg5fZh6m3wceMnHxYAcVVY",
+	"XzSF5UM4U+h08hg7w+ZyybRJnHYZm2WZKQN2BwK33iWpc5Snntzv02mzub0meGd9LbmQjuWyQKhAK1eh",
+	"Qchy41uiXHadgnUs11ouTqVBr79ddbJ3u0Wf3eoyo2PPc9s3b4TgMpfuNWMClV6s5hBFVJTBfp0u+dZ5",
+	"AComdnwQPN08c7BcN8Nb0HYSkmIp8TT8hVnnGGSdRi1fU0B6Xwd4INK49H40tD58Y4d2uJ+63sEijptG",
+	"HITwP24hz2+pYRj0YcEm5NrEbfcJ+p+MZ/Fm9fZo60vXrPJXGOu62bx0iyEd6QJANCEjhF2ClxAbpboP",
+	"jlD8qqNkYwLcRAEj7/KDkOoFeZLl0Vsl64RE3hd04ewiyXFNqdoQ6YA8V/7JXyX+xBW7GjDHb/VTBb/H",
+	"a7BU3FJBOIj1loUsrhVZxtE5MRk7VjfFwfmsLFfZmlByef1XyEUby1yn/+d/p0oudVqK0l/0/s//Pj7p",
+	"nJLUyoWpD2fS0FYplKvqDsRZfd3KsoRo6tyTgV1Vi1gOxBnxlbb82w901BGO5lpa6UKjhdL1T0cOe2Cx",
+	"AXPWgMO7Shlkwphd2xOZMd2vmhnsG5aOr+cjkfaIZsRuNnEMVXnHaufUXqKKDxNvkf3+S1Lr2kxI6ss7",
+	"2NGG0IcqJW1aqUYJPKLKDsF+DGznFBUZK2hFisxpTdid+4RBPHWkHptQ+bpvv7aYqsrq7hRcdfS+CUVt",
+	"PLELWIvzM/8IKf6UIcXh9pQMsCmEOCFlhCyGXgK1iIvQ5nLdjsqX08OQYhEHGK8bD90jZxc/fdf6gCHv",
+	"dvzmePewjI8dSPBoH706yodfD5Xz6wZDU5nBDRVk9Q1fLLwKYxmOnEwgfK7mqMoCoI3ZXCUAP2Ri1tZj",
+	"usba66bQp2gkS8ui8ClpQyBap9SjIE/RpfZioe5PJaBAic8Qrx5l2pcr7JLnEFDg2mNoQn3txviwnKrc",
+	"qOmfW7UldaV30tCsFtLQuYY87BsuMj1o9cnP3W731dsUwr6KkdWUQ2K9TpOBSGP1J+LG8LfvEWz/nnGT",
+	"23+hPE3JS+fYmh80PlDRSDuStTe0DddJQNkfUUMkc6puOn00u4JCiLqwdnHp7bWJ+ogUM0aVGTFq0PTg",
+	"fnVWhiyxal+QnwCZwGcM5ZTEmIEfhhKrBjr9HgysFMPh5FIQF1L2BI9iIMD/K2nO9Jhl1SrNAH/IckhB",
+	"wrul+XBuIeJlxONHvY6bcVRYEdVKM9EGxhK266pGq3JQDGlDsRa+sOfA8lymiTOXoPJrTxsnGAhXaBrE",
+	"o7ZinZDKh3t0r6AjVYox83ljYNThOLNakaNHRGMqxUBANbeFkq8502jYGudSB7sJSJi1lmG7HwfB/RKV",
+	"I/jVh6EeP+ol1eTlOHv5UV3vo91qk2GvzSHAt9YEvJfPCJEAXwcem1N7qGU2iTuXMqtBxo45oo1cfDLV",
+	"6grWcAAJYeeu5rbvRmjRPs/RtuTz2v0lw8jmWwYXSa8RMRdsefjG/eUzicv47Cq2/MDz/L7ZDO69ei35",
+	"I6bU2T0QDWJWlKuJJQQgHrXQBc1/Z0Lxu8mqADIa8rV8RgCYG9GM7I21VpVedJqDjV8EVTj0Sw9W+Cm/",
+	"ZQI8dsTl7J7Gtw9zxnwJ8YGoyWKTE2w0glccjalrObuH9jNTyn8eCA3ZS96eHJYFnBoTfK1e73jJCXnG",
+	"v46z5eyfHoKnNTnGZVt4mA+NDPg35g1j7SNMp8A8BMGWTsjvkgtBUsRQzISWhTnEDRCqmDcdgzm5tDLw",
+	"0DXIFNoySB9THbJkwFngE3cxfRjZp55ZxuoNHm4VA7Guppf5W2vZdT6dKlikS4NASJbDrDTMlnP1D9by",
+	"1siWtLVTspng3sfcQSYwZTEkCIEB21WKiXOvsWlaSFSbM8XyVaUMw0CE8PTUoX3ahZgPJXPSXstOT1xq",
+	"emJRgf/COujBAIC4OQeiKdMQ6rxhSqWvqRtlwDnByGezAzXHvk80s6M5SEEpEt0fiKNeSNxDN4IDTBJq",
+	"qoQi/JYzb0ypnQvCDIT37ADKo8jMlUczI6cMDPxtujEGGcvCNf0fCI+WBhw5Fh0v7eQUl+wd5UybA4zg",
+	"nUoUpk5hiygBAaqJEoQnvRNENDhkb5QbstcLjgpIRDYU8xV4StIBMkmPuOcJz6waA90spLCAw7ZCYdzS",
+	"SFbre/iOmffAExtSfhz1svSkIm1t1MDd3luycXBLCt998DW/OOWGFAvMHAHCIKahDo/HESPhvlboHWnD",
+	"owuZ5yW+PrRn1WmqVWPJ5rokGmTPh2uy5/1Ezw8oi0SJjr9ugeOdbV3o7vPnDOTRc6ISALtE00Mkr9us",
+	"WPb39yWhvn/rcLV18F5m4ZPatpn8FwYyLJK6IH0xo8nVxXc/XTx/8v0fya93xtndCFh2yqhHQOzC8etF",
+	"wGqXkPsiII6CCOgM0KXEUlEF/sDBD4CDVuRsLhUCIU5681ycpOrEaql8vaYlPg+VIl3ctpWVj3snZM6o",
+	"0OjUw0DK+KHS+RDVaxCWuv+9YAWS+6VVHDGEI6JTA8EFLgAqAYqyrF5wVFSKWpF2IcClGtM6iGOSCsxc",
+	"TKMCgKWisMtzWckIxTmWwZbK6iZ2k7B3ZzDBGksjhsvPoCaFrzkZp6JgB8Y4p+bk+EtQM7kYjgq9SqPQ",
+	"oBDERF3FRzChLl3dRppD0Xk3Y2mxLLXMoLFYkcrXJyylWysSZ/FEVmo2auVk//Sl/XBwNnH1MR/1HtZ7",
+	"eMsVu9ImDzB9BsBlNcI2Dutba7pyHZ0Enca4dziJzOmGeBRLqgcCvyft0YqkTE6wWqsrZeKDsKDCZZDj",
+	"rSLQHMcapCp7DX6FJDZuU3RfCnu23yU7JRnL+S1gt79Tf7hz95gBDunrQq/uRaT3dBfCJFWfYUzdY6/O",
+	"1tik8/jBuyL8JZ2yp1BbdI+wbPvwE6z++UEVo2hHTeFM8aY/lc09XkOl2TGkLrUt7cUS5egGQ6IbChF1",
+	"IHDP6qk7AprqQjlBlDcbP2JndowB5siXKJkopmeuw0t3IFKoMp2iGyPucUL+/f/8v2QkJbb7UYXQpxGT",
+	"dSzKFSsFkrJipgMvYW8UqJOLTU98PSaM0qmvioxRSHbFp4T61vlgIoOm/zopu5IPhOFMWSYQOmxXWs5X",
+	"W0onRNOV3QPyUfetYyK+MLR71cc1RWAcMqit78xELts1CkRzjSAGAn/iGgovis4p8k838DBqk70lTum8",
+	"0mblw0UcRfN8olqG8U5r7vNlhIgfmUX96oT8dw43CcBciwRfM7+fhvJ2FBtWQ88jaPQDln5wFehgnMFG",
+	"uFU7TE2c9zYHIdaxqSL93fhV9O5zOmetX3P1ol+d1+6dEesbpo2Sq3W0ctjhYxK4IVYtOq20oEf+Y8nl",
+	"RKqpDJlRTXFMHxhJeh+LsK1x8N9MJP4LUVk3BhciMVAMRArvnIUCb44Tg8QxLYPxY77aFJJfmytCC73F",
+	"kHtpf/69YAhs5g/a9K606VvF2C9sM/fJ2RCsQHnDmA+05IpgA1mQdC3uauf3HdMFHfGcG860lSQJ4GJn",
+	"D5z9I7fvj9y+D5nbNxADAYGjkCkHleyWM3Szo9HN5+6h7omBa0sYu5rLB0ESA5Fe/nhN/v3PfyHmHr6x",
+	"/7w9dGNgWwC7iUruHZ61w1E0jcoFE1Dq3+q4AzFScqmZ6vvWSthQChsr9Q8P8Us7FX51gF/Yw8cvuu4J",
+	"nJRkck65cK/jT2AZtCAAndt3GIIAEiNdB6c0GQhs7jUzZtE/PHx09PnDg4zddnM5pvlMatP/4uj4+NCH",
+	"A8AqERXLQR/oBAfQLqv++unVKVq8cV0AdZ9pf/ny/C8X5z8Nv3nx7OzieRQ9moY508RRGbxODlZQIFXm",
+	"t2wgjLR3d1GpGv3N86tTSILsrwMvVCqK4IA1ClxBga/9BPZ2qjHVbCCgPjTMH2qZeGDDT76TYCzh4XL9",
+	"ghSbUgU+ejviKd7JgTBL6R6cyNBFCRs+wMDckDhEw+LXQkK3Qvco9P2aSDXvDsSlT/GEuKNK2zBoMIZk",
+	"hCkyKgw8Y/X/RVTgmZxdXgBJXGGAoyyMpbQDAS3FoIL3xt59eEuuJXHdFsKa7IvuWU/x3Y359z//lfqg",
+	"8craXKcu2Dz0T8YIUl1xKRTVM8GSeIsFPoOFrICkhgJc0GyJtNNDqjUzGqbvkJFi9AYIqWKJHRTpFgxs",
+	"lw/dJfxex1Rh2rpYkTkzM5kl5Cc2ugIa67gF0H6gvu5wID0XuFXiSpGvN0QLw2NDNKlIeubkDpCb+uRr",
+	"7NiGeBz6uGEDN4fRbTCnDIScTHypMoyUQ/R2iS1Y1TwkBcY+FZ9GDHTMJUSjYkvnruHakroAJKLoEtiy",
+	"r24vtGEUGiIz6DWySR8nUi2pytKBaPvudmOTw7QH/rfGJORIFLxfKvJHFVz/SEneLbhV5c13VXtqEG2r",
+	"ROnQdsRmXGSkER8TkvMbRtKbYsQ2fuySKyaygUifBCmlT35cTBXNmEv7d5/6xLeLqwyArPH76+vLw6Pu",
+	"EWkH2uAvuGVrNyDieJl0TPO8U4nfxRQJlCXQoRVEpk0CtFG/AIONvcxEc431eQIvDZVOveTCjTtKTaRI",
+	"QpEt37rB0t2+5bnOLh0KGDKWsazjUdlxs/Sod0SultyMwf5xqaSRkGwM0AuNhxRb35mnw8bhGLrRR9LM",
+	"yJKudOJkOMZByIOdo0O7S86hXfnAEr8H2nmq4YE2haFmNJ8cwMNRKbPoMUfJQ7sLFJCXdDUQmO8MAbFh",
+	"pZBAEhYWwvVKaEE7BkuCOYpR6NaNekSVg7nERFm1MAATh6hPlpE22NKNlMM5FauhwzSdOiEYC7NjQHDJ",
+	"IgrEUkCz/7x68by/7TJuK9aMImGd38V1U4z6tGFVWvSOCAY+kcRFRFuEhZED0UjLCogYJ6FRCqEmxm50",
+	"xQ9Ezf59PWo7sos+cKuF931ryRHDsArQDK1aQ1dOE5KCWda62U4UTDlx15FOQk6OH1sNCaA69K6CFC+4",
+	"lQPtIGYpIRMqYwr8ReWl2E40alnkt/ijZTfvzhn38GdKZZ4X8xGr8WceIZ9Zi2zavOOkXUs3k537769f",
+	"CyLkskIRXJJdDWGwsPv4VaXejzHM3t06OSLG6T7ZjtJlU7E4Rf3D1wp+/OHBsH7d+hXpN6fjG03uzam7",
+	"raTl7qpdoHt4E8/rXq7EUG8k1JUmv4+AJRWa2id7kNR1X3k3Mjh+2AVv0PD++low88EyLfsccc9B5HPJ",
+	"McH4Zy9Dd008dWeIdL4qNNF17aZekFqDy11EVNSxtrVsecnm8rZKz6Kk4VMIugN12xsiZxSNF67XU8UQ",
+	"CQryQDgj5HZZu4a7PKM3zJL8Syww9ak5TK2n8jrWYHGdv/bQ/3ey2tszKZEylP7CvHFslYY2BWz/rvlU",
+	"HPBtZT2fUXWjoxER2VCOTo3Jh5qNpch0ihKP5bmhEtDDx71enFlCMrrSVpxTbJHTMUaLhiagFoH7JF7j",
+	"jy+fOmM5LFZIv94kMolgG39YkGtH2vaGiDRoVEoWVlA3PM/rGt/DGK5dCmzTPgNsEsniQKyY6RKEhSsV",
+	"AsVEXM4TtmOxDGMqy/b0lUgBdx25Jni1s9My6+vxCUSfVvQvCKMJxM6Zm0tvQaWgpqE3jiQ4yLvO9TW3",
+	"nexz2bHv+iRUJihtfUfd7uNHjx4+wqoFxuREYn4JtHDfSiSQtH0KGvH+g4BwM3aiKPrnQzZwKydsMhlV",
+	"zXT+glbcFH9kB7wTaX3K7BVfgTtq4dxangVHBMsrc5ZUoV0rcVcJbKq7JQLFdDHfnnVVzH833vqXLssd",
+	"WBRmoYbA98hKoNlHr/z7+3PpAwaj/z2rcBvo/gUdvndiJ7C6LRlZ9uffC27CZj5+AOXvD/FC9TWDnY7v",
+	"pCHZl7YhnFz8fvANU6X+QLd3RTe5WI+pbEM5i0mRex+aVGPwPPggJtdeFehbFSln3ORbM0a+v7h++vvI",
+	"FLE72eaYBMHHSdSfLE/khV3ErJhTqwoemBk7yKVchGVVi99uHuXhG/t/n+C+kCJrzu4MelZq2GsMaaLe",
+	"T0WMlKRNyQiiJdgy54KhqDdoXYJT7Pz59fnLQSs0w4R5N2rAhm8tcFPS9mmKPpHS+UQ08Z0rLJZiSTqs",
+	"5w0JfJiOUe99ibIJN7q4dzarwkLiSaUw7Olm0mU7roNZJrPQzJUgXBTGJ1wOhMu4xPbF25ImXdKHNlLt",
+	"Tvl4iadXf/ugesWCmllZvMIde2s9TWOtmAU2RGn1j46/gGIW4fNmo4sPpF7aHb10N+Fjtwq3c585zKuj",
+	"Aj/5tnSVSqjoevYIynUoXuWlyj9yJH8VOZLNPBPPnFBiEcDT0lNP9/7kCVyUib2GAj7nvUpwfb3Mrfzz",
+	"GW8qBL9WzkzkK49kru4Wd0H0TQVr4MeKq2Ub8ruFQAEVLLXzW2Tibhfb+LgH4qdi4f7EiRRQhUBl2Hrb",
+	"NTa0clkzE/eLP3zjm0i7OopNuS9utr2YRDnkvnzi+NHjvfjEhz3tHSdtxQotXf4s9tjyoP7d+UNiXFlI",
+	"mW8nPpfwxIe03UqZN91FmPxTXcKfqJoTAFCcOr0OvL3TEO1e7q4FSZn/vhIPq0k0Uk3B6Lb0sAYvUeby",
+	"/jjWw6U3TBBXN++00n0Hc6F9XphldautWX7v/Qze7zVodl7I/DeVyVceZ0gBXjtH52Czz1RDVre0T6yU",
+	"Xk01/4WlVWyQE5LqBRunlm/61Pi0rDrgKwVAQpaLvdRldB2moGTYe3HC8xz9E6FQPnZmgRqTbEkodJnl",
+	"c9bB1lGl07Ys8UgNVCiwumcuMUaeK5+xeEbSyxdX9U2sUszbGIg409FuDcIW2Ws6Njkk8thBwb1JXdAk",
+	"Tt6vhMaBmpm69rcQBuYEWJa5igNxDdI2pFBAoxTCI/DYFePoeBIaQiqxGQSCALy3cHVLSEPmgX3kga5G",
+	"Lr9kGZtwERKu7OYQhs5Z6288JsAANoU2FKGsBakEFzbVfqgrxVCnMl8W74VEfACPqpR3q5P28QgTofbU",
+	"J1xASMDyV67MfmSn6DcAGIt/CtGdxcwOU9Y9ubA3OyZVbal8dbDOJhmqiiI+qbQxev9lyDqlwl77UWHA",
+	"JIU0Akqw+Lyylz8+v754dn71QCeE5do33UPZ2GUxuZZoLsr3mxdPfjh/OfzeUjPNjA+StpvL5PiGqQza",
+	"Y3WwhZ/izNeoCdHU3Ne51UnUTgDDuVEcd730K3lnQIGwjYEgTEwteH0dzzK10bENbPUBlWTKFlqOikD0",
+	"OY7vytjTkGMeCr0wqCttCcwaKcFkdTAFlrVgVqQd6sTg1hL4G8CIf3JB1mGOaZAzuSRGEisaQaIuJBbO",
+	"6Q1z4EyhAO2mrO4P+UOK626OJondL+FT9nwLGdZxkaRws3RVZgA21S4bxsABQOivvc6dJJIYKrna1fu3",
+	"V1e/5oZ+NXYcs9a8Du8Ihh/X23J8j8HW/Q22ye6lfACzkoPLb9ys9BtoiOgRkLSjxoJJaBKYROylYym9",
+	"qxCw2TKxHvkP3/jGfBuNO6qwSEsrUhq1CHB+oygpPmqtSL2pxnuLQhPAdYdRtXBj6TCSt0w1u4EG4q5+",
+	"ILLuBqqTKH/ged7YHbC5m2R7YVbDEppYp8ABwPVECr0OsrIcedVWV77/vn06H6holwOUhVm9dyV0S/mj",
+	"IcpmQ5SAO02NUE5LHAoOKA5ht5CxR4MLtUtHUFxiqy3lvj0v3XsfqT/tDlL8m7Kq+DWTBvq3B1U+9I1c",
+	"m1vF3ZZiUarZ31PMnmckBYk6amTb6xOa59AJBDNUiVuu18lVIaxsPqEqcd215RKTTrC9BXNTMcW8olNW",
+	"HT7u9XqgL9jxT0PyvCvZrw1deb4xEFG/SWgw43rTbmMS9gvP99KGPhoOhc48yN4B0xtaXgBIq/Lap+oO",
+	"sb7Zhnvj8ed3RYA3NAgL+aza9BhZ8Ho/ZdLe7Jrc2eceZlwvqBnPtsTWFGYGaXHURHZLwl6zcRGSMgjX",
+	"urDq/CruH0lN+RgWUFWusCl4ERtzO+TobwybTaPIZaWuyPB5ef3XMrKmneoZORj72hr+TVdWo+MNBeOZ",
+	"1Ex4GRKpytnFT98Nn11cXV28eD68+CZFJlQ1Dw7EGcHUGeJBFUx9dM5IRYQMwIGfIOfD2z6Pe8fO1mAf",
+	"QlMiPOWETaw9QpXRPq/v1NU/IRkHrV8YHBGzU056X3YH4smMjW80mdHFwp6BU4mg4HW/0l90Ta9cOxWw",
+	"KbQf9R52koEYYa2S9knvqJPglO2To4cJOen1OgkBi0N12227OansmjoJ5PCAHeekdwIZ3Zi8/sxZlxzw",
+	"MCEm0ouDkeIGcpPADcoFtrSySx1OeA6xR5Vy+1jqnU+FhAgsXWkzO6dQVoxoOWenbuHeyDUvtCEzeutt",
+	"4dgWPGTtS8B+mmPrIzvQiBFR5HmXpHNmaEYNTUP/qVumRtTwOWCLYgtGXTO3sZwKrt29IDOqZ5X9t8dU",
+	"SMHHNHeJ+4i+YZEapJ9kIEThTHMhqgP6hC5nUNcAOn6GigZW9n6gS5bDs7TvyhzYJ6FYvxoIZ0HHjgeu",
+	"FFlA29NQOuyW5gUAxkKSZW5pCcDCl40BkgQlwpKBSI+6vTT+JT1KXSVhHDFeGATqrSN42+KRS42Ca5ND",
+	"7QUo/JVi568+GbSo1nwqWDZouepcrmSrcchBobJrmWRJ3ckMxIT7whBeCp0UCtZGc2kvHpT/YtrwORRJ",
+	"g3uZVoDEg1IK17fsRA9xcdHNG2Zc01GO/eIDLluuX149+5OQQ6BN0Nl2M67OSgtHJC0ihpQ2dY+vaYY/",
+	"EBu+iFMUTOojEddvXdfbdFJn7xQypPAzV/qy4yQaTxnGjq3VSjXfOFraGPJRw/HxYuOBxYc3YvbUNDHy",
+	"FK9jIMNejXhfaum+ISTv3+/i4fWJqlj76X0DhjqpLDRnaPv+sPai+EPyzDOY3Dd55R+tme7l42HjQoEi",
+	"9fOblr+211aYavV/fmXxsRQpI94YziOyaIXWdH6YfQRIVIQa1biytSnWd2MiO4A22NDRNJdTbBvKnEXJ",
+	"1SlyHNOXfnONT1F587VyuCDQ8KtdNkuM+vF4h1WXuBWstbMBEpu5up+hIkzGNXR3mRR5Dk5nAU3PvVII",
+	"U+ZMjBkmQON0N4wtfBtIv1BNqFUzc3Bp8/HMcQvsT0nmzD9EpnRB2opRLQUqg7iwtBOEkRXBDt6FAHmn",
+	"nf7XAW7p4KnUJq2Wk8rlFN3hEAQKfE8X4xn4pRZcy4yREZtC/3ZwouEzA2FntZIBJjVqv2puUC4bQQwM",
+	"yyfBKqkgxFRJOe+SMwwoh0bQGI4AOx8IaBxudwhdfYCLu/KCwWcewvRBSLzMIQHequYp0pMUPITpRqNr",
+	"V0jGicRlUTs8EgjESe3/04HwhgJ8AQtuAfbNWJ51ysT3dE5fp11Swveqwvdde1qU36wQYccJjWztgEn0",
+	"7rnI0vi10g0IXUbb1Z643HScaaIc4Tu66BNL2FMUfVwtHNftCDeHxU/WF2zxBa60mNaNevAS0C0ly9mq",
+	"T1KH3ClpozXEzKhwlW2nDzSWpkJzdYSecHFWVgYo8oxU7lQnBiGgaJCcQgQy7gUb78I9RPMMlNd1Nc4y",
+	"LylbGhGfNCR6OOUoxQbVf0YwxRVj8HiwfXAbu24+7BHdGYiJDO1aHaOKJvOmLYuMDgP7ZBP5+hZvr67O",
+	"y1LB1LhCw76LlUWuGA8T163Vt9T2xTntOspe616+gaHartqaFRw5CGYTRV0MTnXd9gLbhXT8ltZ7tnfJ",
+	"t/ZV3ScpbKTvpnY6a2r1mT55M2ghug5aCRm07JeDVjIQgxYTYwmF11pvrXgY1J8fr789+AIAhP2rqGaP",
+	"XRfaNH7LCuz446CVlp4VwAPssWyRASRUHBP1mZRn/ZprBCWPy7ZolnCBufAKWqh4IlYWn8O6SelTqs0B",
+	"PHhgtX1YhbtHlkCBBtM5DRCa0sUGeKCoHYLESIQSEm/8O5faAIhg7JIbudtI2qlydw92l8PtoK5uB9A+",
+	"JIYPdNOdrV54zwH8kj2erK0aNCNcoX1iOJYZCweb2QVjO2xX1I5p0k77ZMHFNO0ge/NRXQ7fqcVeS/h1",
+	"Lpeeq3FNrCYK+mrMNvuhqsaE5rn2VRvxThdQbRkb+1CSAswBy+EKBhNqTTBVQlJEiuGIrST62SxuhgOt",
+	"NBIviUnntNFxt93+ijB/R+vrmnSEWG0kclAgF8GuXcetmhzd77tZ8Vloi81dfSZEZouhFUwtl2sxM+dz",
+	"7hr1NS51Tl/X9yU+Ofry5GHvJFrq0T5LRZnBypSn2BAwIvC0DgFI21JuJ484ctwMWPi9rgjYSMqcUXFn",
+	"c7gcG+YZSVUDC2c24oLCIjbiIlobvKg6xFqi8tU5Xibt6X1iqVri6ARpa8ZcPZrwGkBio85ZbZIp9sGv",
+	"1laLBaAabaBWGKoIUVhbgkgXTQ0UvB1jHJ7VFkzfRJlWTEo3V2Wlh5hi31HG2r48Jiwm/wyTtJLWhOaa",
+	"tV7VHW0Nva/pYwqUvUZITCDWq9qU1C1wi5A3ELulPFIj5LmAO8AdqzMtqVOakIRubt8twF6sMP4OMDyt",
+	"dUd87313uM2q3PZA+5tfs2YnZKLCaDUUK3lsqGSV/U/pQndOSQ+xI+r1Y/eLD61v+E7oeOWrdNReE7e3",
+	"Gk3jXW/E29+It/mlJQV083SxaqtwUmHiOJJUqFODaH0FCvHBlZVpnC8ZCeaaUQPK/zR7v658x0FfZNpH",
+	"w6S+tln7e2MWL0S+SsgVnbMrbtifr4ziY5OQKzYuFAs9FDquhR5Uy/dSvBPVQx16Z74GNnZ0TGayUNpV",
+	"BcQJtaFWO/C1iMFx1reoLNhyzZ+GegTaHoLXHmLpAIIb1XCl4lMudJ0cdMWn4kK0PlwD7gvxPhpwg5Xm",
+	"1BWcBnCBi+kjB+rczfJXteJVLHZ2S4T6hhkktptWT3oTq2Vhtndkf1GY1r61GUtYjnNG1X1Tu7bs9Ikd",
+	"F/kXbvZB6dzG2atbNFTfbA9zvYYndngWoPPxgWb2ISsSgaqk948nXVBjmLKP/g/5rP1Vf8GgQPk/tKFT",
+	"+2/cafQfEP/3Dxfy9A8LrZyZ6E+W/QMbibp/hgvFsAfIP8ZUjFmes6zT/qpPPks+0mSdz8hn/9HaI0D3",
+	"jOR0xCAJ44at/gxuw1PvC7Wkai5VY5guvFoBKzdsrtfg+/P//PnVn/68uZjwBVUKY9Lqg1xAOalXPR71",
+	"endVO+ytEOy1GY4hptczaygxJwurfU4b94uvbK0s/CFDbOzF2BYejEv/RHHz9tImlpWVVrw2tddylLv+",
+	"/J0EqqNNWZn6tqOV8JwKPrHjUU3+evbsKRYvt4A8uF4tWJ/EsFzReZ6CKPyfVy+ek3b6ZtDyAwztj2jN",
+	"+vc//zVovXVFWKJH7K9v/v3Pf719m3a64L9O31haNeRZgtTFvu1urh3hlKRfZWo1VIVwdkyryw7Q2mGJ",
+	"EWkf93ol3RdWusshqsDPiZVG04uMzRfSMDFeHfzAVilBvYy0pRqIELbQ5VnaWXO/BQChlBk5uu3SfSQK",
+	"OvB9BwHYVOnkJRe44jCWhryRiunG/5T67BYUb1kOXXSomZ0OhMtpwa9RjXHV0ZvbCVukaagasHbzHKC3",
+	"6/ON1pCj4y/IQnGByHh29eTigoxnVNGxnZS0IRKDGEnS/ztNvF3v4vz6W5IpOjEP9EDoyQHe8Y7rQgU4",
+	"fMPAtE0rthaqo8HRrR8avCEsYId4yOUW17BgaxZGTF0Hg9fHvYPB4PXn7FUtzf9Arm17eFfFaM5NLCas",
+	"38jqeDX2ifebiOgmwHicJjqZqRVRhVVLau4kkKT36YO3cNrH//47ayN9cvTow1ert6cZcwR0/WL7GWAY",
+	"wrGD7vsoewfIbjkX1TcBX6CJCIQ77kixBMH30POUrQUfnoAcV08dd1it7Uv1ofHvF6PrTgOXnUMMJGi4",
+	"Fk7YCQAa0Sx/M9HyuBN/1K6wO6ZCQBjmWhugUCHOlyIOIjmk7xeKJZWaFJVWhQ4sTWkS7xkLeh8cC67d",
+	"yf+qD3vLxTykyvAJHZvdWupZePLXeEB+ddtUhrBXiMD77R9ZVE1n24XyoLn3uSW1xa3gn31T5XrHJ++3",
+	"rtW7OKhqkQPE2d9UhpPHAx+qcopdmjm2oobeqI5LL6W6AbE/IT++fHrA9JhC+pBrLN3FjAFvq4VPna38",
+	"HJ17zQUUIAKapSR9A38khJqEYFTBV2/ThKQ+WyT1OSEPNCSO9En65oaLLIFwja8SYqDmDZ2zr5KB4BqT",
+	"R79KyFhqMyx09tXbtJOQ1AeKpG+8td1qkXYq8PhSbUgKrvegUk64oDlqji7RAaMGXHyMi/0Aljijukug",
+	"uTNs+4EmKc9SjHbTpFichlCdNbdVpQZP+wvyjH8NkYR2VAxFwZIOobQChPNNoU4Dxrb5WD09k8s61dJe",
+	"UXQcvMvt3rwNvPRFW9jBvqFuvgvkQ1hB5I4UIeCl26TuVYJamkyTP/cOvnz15ig5+uJto2a3lT7scDvv",
+	"RQbcTr0T5rfTBtXi1APt0wSprvEtJZFDBUMblTu6yvm4mz9jNDezX7Zxl+/dIx+yhCxM0WgEdHKqy9C5",
+	"d3n9LSb/p/yWCTvHQskRakmHYLXeCpmX+MSHLC3CaMbtwmoLi9jp74u+77P12tZVPndVnlenZeyk65xv",
+	"aV8YznX27G49pzATHtQpdFvShNHKSK5ETtSXXzlQbYSpe9dVNUwdLhXS10LlltRhC/uj48+7vW6vewSd",
+	"61tvX739/wIAAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -74,3 +74,8 @@ func TestCredentialsConformance(t *testing.T) {
 	open := reopener(portsfake.NewCredentials)
 	portstest.RunAgentCredentialsSuite(t, func(_ *testing.T, dir string) ports.AgentCredentials { return open(dir) })
 }
+
+func TestPublicPortsConformance(t *testing.T) {
+	open := reopener(portsfake.NewPublicPorts)
+	portstest.RunPublicPortsSuite(t, func(_ *testing.T, dir string) ports.PublicPorts { return open(dir) })
+}

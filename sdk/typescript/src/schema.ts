@@ -87,7 +87,7 @@ export interface paths {
         /**
          * Server-Sent Events naming the collections that changed, for live views.
          * @description Each `changed` event's data is `{"kinds": [...]}`, a subset of `agents`,
-         *     `environments`, `sessions`, `missions`, `hitl`, `tasks`, `agent_metrics`, `ports` (an agent's listening ports): read those
+         *     `environments`, `sessions`, `missions`, `hitl`, `tasks`, `agent_metrics`, `ports` (an agent's listening ports, or a port's public mark): read those
          *     lists again (`agent_metrics`: only heartbeats and metrics changed, no agent's status or
          *     presence, so a view may reload at its own pace). Changes
          *     are coalesced (at most one event per `interval_ms`, default 250), so a burst of
@@ -157,7 +157,10 @@ export interface paths {
          *     listen. `process` is the name of a process holding the socket, where the agent may read
          *     it (absent otherwise, e.g. another user's process). `updated_at` is when the server got the
          *     list, absent while the agent has reported none on its current connection (the list is
-         *     empty then, and after the agent disconnects).
+         *     empty then, and after the agent disconnects). For an environment's agent (its id is the
+         *     environment's name), `public`, `public_until` and `preview_url` are those of
+         *     `GET /api/v1/environments/{name}/ports`; for another agent every port is private and
+         *     has no `preview_url` (previews reach environments).
          */
         get: operations["listAgentPorts"];
         put?: never;
@@ -781,8 +784,92 @@ export interface paths {
          *     it (absent otherwise, e.g. another user's process). `updated_at` is when the server got the
          *     list, absent while the agent has reported none on its current connection (the list is
          *     empty then, and after the agent disconnects).
+         *
+         *     Each port says whether it is `public` (and until when, `public_until`; see
+         *     `PUT …/ports/{port}/public`) and its `preview_url`, the address that opens it in a
+         *     browser: `<scheme>://<port>-<name>.<preview domain>:<the port this request came to>/`,
+         *     e.g. `http://5173-dev.localhost:8122/` (the scheme is this request's, `https` over TLS;
+         *     the domain is `AGENTIC_PREVIEW_DOMAIN`, default `localhost`, whose names browsers resolve
+         *     to loopback without DNS; no `:<port>` when this request named none). Browsers lowercase
+         *     host names, so the preview host matches environment names without regard to case; where
+         *     two names fold to the same host it answers 404 and points to the path form.
+         *     Previews are served on the REST listener but are not part of this API: they live outside
+         *     `/api`, on the preview hosts, and also at the path form
+         *     `/preview/{name}/{port}/…` of the REST listener's own host (for clients that cannot use
+         *     host names; an app that links with absolute paths (`/assets/…`) breaks there, use the
+         *     host form). A preview carries any method, WebSockets and streaming to the port inside,
+         *     with the dashboard's preview cookie or `Authorization: Bearer <operator token>` (taken
+         *     off before the request goes in), or with none while the port is public. For a program
+         *     that wants the raw TCP stream instead, see `GET …/ports/{port}/forward`
+         *     (`agenticctl port-forward`).
          */
         get: operations["listEnvironmentPorts"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/environments/{name}/ports/{port}/public": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Let anyone open the port's preview URL without signing in, for a while.
+         * @description Marks the port public until `ttl_seconds` from now (default 3600, at most 30 days),
+         *     replacing an earlier mark: its preview URL then needs no sign-in, cookie or token until
+         *     then (the raw `forward` route still needs the operator token). The port need not listen
+         *     yet. Marks outlive a server restart and go with the environment when it is deleted; at
+         *     most 64 per environment (409 `too_many_public_ports`). An empty body takes the default.
+         *     The change stream names `ports`. 404 `environment_not_found`; 400 for a port outside
+         *     1..65535 or a ttl out of range.
+         */
+        put: operations["makePortPublic"];
+        post?: never;
+        /**
+         * Make the port private again (its preview needs sign-in).
+         * @description Removes the port's public mark; 204 also when it had none. The change stream names
+         *     `ports`. 404 `environment_not_found`.
+         */
+        delete: operations["makePortPrivate"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/environments/{name}/ports/{port}/forward": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Upgrade this connection to a raw TCP stream to the port inside the environment.
+         * @description The stream behind `agenticctl port-forward`, like `kubectl port-forward`. Send
+         *     `Connection: Upgrade` and `Upgrade: agentic-port-forward` over HTTP/1.1 (with the operator
+         *     token, as every call); the server first opens the connection to the port inside the
+         *     environment (its agent dials it on loopback, or the address it listens on, over the
+         *     agent link: no network device needed), then answers `101 Switching Protocols` and from
+         *     there the connection carries the TCP bytes both ways, until either side closes. Ending
+         *     one's write side (a TCP half-close) ends the write side inside, and the other way
+         *     round. A connection idle both ways for the agent link's idle time is closed, and the
+         *     connections into one environment are bounded (503 `too_many_forwards`).
+         *
+         *     Errors come before the upgrade, as JSON: 404 `environment_not_found`, 409
+         *     `agent_not_connected` (the environment's agent is not connected, or it has none yet),
+         *     502 `port_not_listening` (nothing accepts on that port inside), 503
+         *     `too_many_forwards`, 403 `port_refused` (the port may not be reached this way, e.g. one
+         *     of the server's own from a host agent), 426 `upgrade_required` (without the two
+         *     headers; it answers `Upgrade: agentic-port-forward`).
+         */
+        get: operations["forwardPort"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1016,7 +1103,8 @@ export interface components {
              *     runtime_error, not_supported, too_many_sessions, too_many_commands, file_not_found,
              *     permission_denied, invalid_path, file_too_large, directory_not_empty,
              *     too_many_transfers, invalid_manifest, task_not_found, task_conflict, unknown_parameter,
-             *     artifact_not_found, pool_not_found, agent_reserved, stdin_busy.
+             *     artifact_not_found, pool_not_found, agent_reserved, stdin_busy, port_not_listening,
+             *     too_many_forwards, port_refused, upgrade_required, too_many_public_ports.
              */
             code: string;
         };
@@ -1158,6 +1246,28 @@ export interface components {
             family: "ipv4" | "ipv6";
             /** @description The name of a process holding the socket (its comm), where the agent may read it. */
             process?: string;
+            /** @description Its preview URL needs no sign-in (until public_until). */
+            public: boolean;
+            /**
+             * Format: date-time
+             * @description When the public mark ends; only when public.
+             */
+            public_until?: string;
+            /** @description The URL that opens it in a browser, <scheme>://<port>-<name>.<preview domain>:<REST port>/; absent for an agent that is no environment's. */
+            preview_url?: string;
+        };
+        PublicPortRequest: {
+            /**
+             * @description How long the port stays public, in seconds (1 minute to 30 days).
+             * @default 3600
+             */
+            ttl_seconds: number;
+        };
+        PublicPort: {
+            port: number;
+            public: boolean;
+            /** Format: date-time */
+            public_until: string;
         };
         ListeningPortList: {
             ports: components["schemas"]["ListeningPort"][];
@@ -1837,6 +1947,8 @@ export interface components {
     parameters: {
         AgentID: string;
         EnvironmentName: string;
+        /** @description A TCP port, 1..65535. */
+        PortNumber: number;
         /** @description At most this many; without it, all. With it, next_cursor says where the next page starts. */
         PageLimit: number;
         /** @description The next_cursor of the previous page (items that come or go between pages move no other across a page boundary). */
@@ -3120,6 +3232,133 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+        };
+    };
+    makePortPublic: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: components["parameters"]["EnvironmentName"];
+                /** @description A TCP port, 1..65535. */
+                port: components["parameters"]["PortNumber"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["PublicPortRequest"];
+            };
+        };
+        responses: {
+            /** @description The port is public until `public_until`. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PublicPort"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["TooLarge"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    makePortPrivate: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: components["parameters"]["EnvironmentName"];
+                /** @description A TCP port, 1..65535. */
+                port: components["parameters"]["PortNumber"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The port is private. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    forwardPort: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: components["parameters"]["EnvironmentName"];
+                /** @description A TCP port, 1..65535. */
+                port: components["parameters"]["PortNumber"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /**
+             * @description Switching Protocols (`Connection: Upgrade`, `Upgrade: agentic-port-forward`): the
+             *     connection now carries the port's TCP bytes both ways.
+             */
+            101: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            /** @description port_refused: the port may not be reached through the agent. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            /** @description upgrade_required: the request lacks `Connection: Upgrade` and `Upgrade: agentic-port-forward`. */
+            426: {
+                headers: {
+                    /** @description agentic-port-forward */
+                    Upgrade?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description port_not_listening: nothing accepts on that port inside the environment. */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description too_many_forwards: the environment holds as many forwarded connections as it may. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
         };
     };
     listTasks: {
