@@ -63,6 +63,12 @@ Commands:
                          tasks: a manifest in, artifacts and a patch out ('agenticctl task help')
   cp [-q] SRC DST        copy files and directories to or from an agent (AGENT:PATH)
   ls AGENT:PATH          list a directory on an agent
+  ports ENV              the TCP ports listening in an environment, with their preview URLs
+  port public|private ENV PORT [--ttl 1h]
+                         open a port's preview to anyone for a while, or not ('agenticctl port help')
+  port-forward ENV LOCAL:REMOTE …
+                         carry local ports' connections to ports inside an environment, like
+                         'kubectl port-forward' ('agenticctl port-forward --help')
   mcp                    serve the sandboxes to an AI agent as MCP tools on stdio
                          ('agenticctl mcp --help')
 
@@ -120,6 +126,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer, env func(stri
 		{[]string{"cp"}, c.cp},
 		{[]string{"ls"}, c.ls},
 		{[]string{"mcp"}, c.mcp},
+		{[]string{"ports"}, c.ports},
+		{[]string{"port"}, c.port},
+		{[]string{"port-forward"}, c.portForward},
 	}
 	if run := lookup(commands, rest[0]); run != nil {
 		return run(rest[1:])
