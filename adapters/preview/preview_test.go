@@ -643,3 +643,33 @@ func TestParsePreviewHost(t *testing.T) {
 		}
 	}
 }
+
+func TestCodeStoreIsBounded(t *testing.T) {
+	s := newCodeStore(8)
+	now := time.Unix(1_900_000_000, 0)
+	first := s.mint("a", now)
+	var last string
+	for i := range 20 {
+		last = s.mint("a", now.Add(time.Duration(i+1)*time.Millisecond))
+	}
+	if len(s.codes) != 8 {
+		t.Fatalf("%d codes kept, want 8", len(s.codes))
+	}
+	if s.take(first, "a", now) {
+		t.Fatal("the oldest code survived a full store")
+	}
+	if !s.take(last, "a", now) || s.take(last, "a", now) {
+		t.Fatal("the newest code: not taken once")
+	}
+	// Expired codes go first.
+	s = newCodeStore(2)
+	old := s.mint("a", now)
+	keep := s.mint("a", now.Add(30*time.Second))
+	s.mint("a", now.Add(codeTTL+time.Second))
+	if _, ok := s.codes[old]; ok {
+		t.Fatal("an expired code kept over a live one")
+	}
+	if !s.take(keep, "a", now.Add(codeTTL+time.Second)) {
+		t.Fatal("a live code dropped")
+	}
+}
