@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
+	"github.com/agentic-sandbox/agentic-sandbox/ports/portsfake"
 )
 
 // recordingRetirer remembers which agents were retired, and why.
@@ -154,5 +155,38 @@ func TestConcurrentDeletesOfOneEnvironment(t *testing.T) {
 	}
 	if _, ok := f.svc.Get("twice"); ok {
 		t.Fatal("still listed")
+	}
+}
+
+// A public preview mark belongs to one environment: deleting it drops its
+// marks, and a new environment under the same name starts with none (a
+// mark left by a deletion that did not pass here must not open it).
+func TestPublicPortsGoWithTheirEnvironment(t *testing.T) {
+	f := newFixture(t, time.Minute)
+	marks := portsfake.NewPublicPorts()
+	f.svc.cfg.PublicPorts = marks
+	ctx := context.Background()
+	now := time.Now()
+	if _, err := f.svc.Create(ctx, Request{Runtime: "fake", Name: "box"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := marks.SetPublic("box", 5173, now.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.svc.Delete(ctx, "box"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := marks.PublicUntil("box", 5173, now); ok {
+		t.Fatal("a deleted environment's port is still public")
+	}
+	// A mark that outlived its environment some other way.
+	if err := marks.SetPublic("box", 8080, now.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.svc.Create(ctx, Request{Runtime: "fake", Name: "box"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := marks.PublicUntil("box", 8080, now); ok {
+		t.Fatal("a new environment inherited an old one's public port")
 	}
 }

@@ -344,6 +344,7 @@ func (s *Service) take(ctx context.Context, req Request, allowed []string, kind 
 	rec.unhealthySince = time.Time{}
 	s.envs[req.Name] = rec
 	p.hits++
+	defer s.forgetPublicPorts(req.Name)
 	// The replacement waits a moment: the caller's first commands get the
 	// machine, not a refill's boot (a VM under TCG takes a core for
 	// seconds; measured in docs/benchmarks.md).

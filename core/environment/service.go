@@ -35,6 +35,10 @@ type Config struct {
 	// Bootstrap is the template of every environment's agent (binary and
 	// the ways back to this server); ID and Secret are filled in.
 	Bootstrap ports.AgentBootstrap
+	// PublicPorts are the public preview marks: a deleted environment's go
+	// with it, and a new one under an old name starts with none (nil:
+	// there are none).
+	PublicPorts ports.PublicPorts
 	// ReadyTimeout bounds provision → agent ready (default 3 min: VMs
 	// under software emulation are slow).
 	ReadyTimeout time.Duration
@@ -476,6 +480,7 @@ func (s *Service) create(ctx context.Context, req Request, pool string) (Environ
 	s.envs[req.Name] = rec
 	s.mu.Unlock()
 	s.changed()
+	s.forgetPublicPorts(req.Name)
 
 	// Create, not Put: an agent that already has a credential under this
 	// name (provisioned by hand, or a host agent) keeps it.
@@ -933,6 +938,18 @@ func (s *Service) forget(name string) {
 	delete(s.envs, name)
 	s.mu.Unlock()
 	s.changed()
+	s.forgetPublicPorts(name)
+}
+
+// forgetPublicPorts drops name's public marks: a port made public for one
+// environment is never public for another that takes its name later.
+func (s *Service) forgetPublicPorts(name string) {
+	if s.cfg.PublicPorts == nil {
+		return
+	}
+	if err := s.cfg.PublicPorts.ForgetEnvironment(name); err != nil {
+		s.log.Error("public preview marks not forgotten", "environment", name, "err", err)
+	}
 }
 
 // changed tells watchers; after the lock, once the change is readable.
