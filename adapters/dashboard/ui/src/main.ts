@@ -487,6 +487,8 @@ const maxTimer = 24 * 3600 * 1000;
 function Ports({ env, agent }: { env?: string; agent?: string }) {
   const [list, setList] = useState<PortList | undefined>();
   const [err, setErr] = useState<any>();
+  // A toggle's error stays until the next toggle (reloads do not clear it).
+  const [actErr, setActErr] = useState<string>();
   const [busy, setBusy] = useState<number | null>(null);
   const [now, setNow] = useState(Date.now());
   const load = useRef<() => Promise<void>>(async () => {});
@@ -519,8 +521,8 @@ function Ports({ env, agent }: { env?: string; agent?: string }) {
     const path = `/api/v1/environments/${encodeURIComponent(env)}/ports/${port}/public`;
     const r = await call(request(on ? "PUT" : "DELETE", path, on ? { ttl_seconds: 3600 } : undefined));
     setBusy(null);
-    if (r.error) { setErr(r.error); return; }
-    setErr(undefined);
+    if (r.error) { setActErr(`${on ? "Make public" : "Make private"} ${port}: ${r.error.error || "failed"}`); return; }
+    setActErr(undefined);
     // Shown at once from the answer; the list then reloads.
     setList((l) => l && { ...l, ports: l.ports.map((p) => p.port !== port ? p : { ...p, public: on, public_until: on ? r.data?.public_until : undefined }) });
     setNow(Date.now());
@@ -528,7 +530,7 @@ function Ports({ env, agent }: { env?: string; agent?: string }) {
   };
 
   const rows = byPort(list?.ports || [], now);
-  return html`<section data-testid="ports"><h2>Ports</h2><${Err} e=${err} />
+  return html`<section data-testid="ports"><h2>Ports</h2><${Err} e=${err} /><${Err} e=${actErr} />
     ${!list ? html`<p class="muted">…</p>` : rows.length === 0 ? html`<p class="empty" data-testid="ports-empty">${list.updated_at ?
       `Nothing listens yet — start a server ${env ? "inside" : "on it"}, e.g. on 127.0.0.1:5173` :
       "No ports reported yet: its agent reports them once it is connected."}</p>` :
