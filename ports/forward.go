@@ -3,7 +3,7 @@ package ports
 import (
 	"context"
 	"errors"
-	"net"
+	"io"
 	"time"
 )
 
@@ -28,10 +28,21 @@ type PortDialer interface {
 	// DialPort returns a connection to port inside agentID's environment.
 	// Errors: ErrAgentNotConnected, ErrPortNotListening,
 	// ErrTooManyForwards, ErrPortRefused, or ctx's. Closing the connection
-	// ends it inside too; CloseWrite (a *net.TCPConn's half-close) is
-	// offered through the HalfCloser interface. A connection idle in both
-	// directions for the dialer's idle time is closed.
-	DialPort(ctx context.Context, agentID string, port uint16) (net.Conn, error)
+	// ends it inside too. A connection idle in both directions for the
+	// dialer's idle time is closed.
+	DialPort(ctx context.Context, agentID string, port uint16) (Conn, error)
+}
+
+// Conn is a connection into an environment: a byte stream both ways that
+// can end its write side and keep reading (a *net.TCPConn is one, and the
+// agent link's connections are net.Conns too).
+type Conn interface {
+	io.ReadWriteCloser
+	HalfCloser
+	// SetDeadline and its halves work as net.Conn's.
+	SetDeadline(t time.Time) error
+	SetReadDeadline(t time.Time) error
+	SetWriteDeadline(t time.Time) error
 }
 
 // HalfCloser is a connection that can end its write side and keep reading.

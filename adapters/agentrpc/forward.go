@@ -122,7 +122,7 @@ func (s *Service) SetServerPorts(list []uint16) {
 }
 
 // DialPort opens a connection to port inside agentID's environment.
-func (s *Service) DialPort(ctx context.Context, agentID string, port uint16) (net.Conn, error) {
+func (s *Service) DialPort(ctx context.Context, agentID string, port uint16) (ports.Conn, error) {
 	f := s.cfg.Forwards
 	if port == 0 {
 		return nil, fmt.Errorf("%w: port 0", ports.ErrPortRefused)
@@ -155,7 +155,7 @@ func (s *Service) DialPort(ctx context.Context, agentID string, port uint16) (ne
 	s.forwards.add(id, p)
 	var once sync.Once
 	release := func() { once.Do(func() { s.forwards.perAgent.release(agentID) }) }
-	fail := func(err error) (net.Conn, error) {
+	fail := func(err error) (ports.Conn, error) {
 		s.forwards.abandon(id, p)
 		release()
 		return nil, err

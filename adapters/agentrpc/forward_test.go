@@ -16,7 +16,7 @@ import (
 )
 
 type dialResult struct {
-	conn net.Conn
+	conn ports.Conn
 	err  error
 }
 

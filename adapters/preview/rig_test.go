@@ -191,7 +191,7 @@ type fakeDialer struct {
 
 func key(agent string, port uint16) string { return agent + "/" + strconv.Itoa(int(port)) }
 
-func (d *fakeDialer) DialPort(ctx context.Context, agentID string, port uint16) (net.Conn, error) {
+func (d *fakeDialer) DialPort(ctx context.Context, agentID string, port uint16) (ports.Conn, error) {
 	d.mu.Lock()
 	d.dials = append(d.dials, key(agentID, port))
 	addr, ok := d.targets[key(agentID, port)]
@@ -213,7 +213,10 @@ func (d *fakeDialer) DialPort(ctx context.Context, agentID string, port uint16) 
 	if errors.Is(err, syscall.ECONNREFUSED) {
 		return nil, fmt.Errorf("%w: %v", ports.ErrPortNotListening, err)
 	}
-	return c, err
+	if err != nil {
+		return nil, err
+	}
+	return c.(*net.TCPConn), nil
 }
 
 func (d *fakeDialer) dialed() []string {

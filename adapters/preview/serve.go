@@ -249,7 +249,11 @@ func (h *Handler) newProxy() (http.Handler, *http.Transport) {
 			}
 			ctx, cancel := context.WithTimeout(ctx, dialTimeout)
 			defer cancel()
-			return h.cfg.Dialer.DialPort(ctx, agentID, port)
+			c, err := h.cfg.Dialer.DialPort(ctx, agentID, port)
+			if err != nil {
+				return nil, err
+			}
+			return asNetConn(c), nil
 		},
 		MaxIdleConns:           256,
 		MaxIdleConnsPerHost:    maxIdlePerTarget,
@@ -377,3 +381,22 @@ func (b *bufferPool) Get() []byte {
 }
 
 func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
+
+// asNetConn gives a connection into an environment the net.Conn the HTTP
+// transport wants (the agent link's already is one).
+func asNetConn(c ports.Conn) net.Conn {
+	if nc, ok := c.(net.Conn); ok {
+		return nc
+	}
+	return linkConn{c}
+}
+
+type linkConn struct{ ports.Conn }
+
+func (linkConn) LocalAddr() net.Addr  { return linkAddr{} }
+func (linkConn) RemoteAddr() net.Addr { return linkAddr{} }
+
+type linkAddr struct{}
+
+func (linkAddr) Network() string { return "agent-link" }
+func (linkAddr) String() string  { return "agent-link" }

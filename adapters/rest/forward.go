@@ -136,7 +136,7 @@ func (s *Server) forwardPort(w http.ResponseWriter, r *http.Request) {
 // bytes ends the other side's write side (a half-close) where it can; an
 // error either way, or a side that cannot half-close, ends both. Both are
 // closed when it returns.
-func splice(client net.Conn, clientR io.Reader, inside net.Conn) (in, out int64) {
+func splice(client net.Conn, clientR io.Reader, inside ports.Conn) (in, out int64) {
 	var (
 		wg   sync.WaitGroup
 		once sync.Once
@@ -147,7 +147,7 @@ func splice(client net.Conn, clientR io.Reader, inside net.Conn) (in, out int64)
 			_ = inside.Close()
 		})
 	}
-	oneWay := func(dst net.Conn, src io.Reader, n *int64) {
+	oneWay := func(dst io.WriteCloser, src io.Reader, n *int64) {
 		defer wg.Done()
 		c, err := io.Copy(dst, src)
 		*n = c

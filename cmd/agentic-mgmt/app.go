@@ -78,6 +78,9 @@ func (a *App) Run(ctx context.Context) error {
 		restLn.Close()
 		return fmt.Errorf("client WebSocket port: %w", err)
 	}
+	// A host agent shares this server's network: a preview or port-forward
+	// through it must not reach these listeners.
+	a.agents.SetServerPorts(listenerPorts(agentLn, restLn, wsLn))
 	// Without the socket, only environments without a network need it:
 	// they fail to provision with the reason, the rest of the server works.
 	sockLn, err := listenAgentSocket(a.cfg.AgentSocket)
@@ -118,7 +121,10 @@ func (a *App) Run(ctx context.Context) error {
 		agentSrv = agentServer(agentMux, tlsProtocols)
 	}
 	restSrv := &http.Server{
-		Handler:           a.rest,
+		Handler: a.rest,
+		// h2c with prior knowledge too: programs (and previews' clients)
+		// may speak HTTP/2 without TLS.
+		Protocols:         protocols,
 		ReadHeaderTimeout: 10 * time.Second,
 		// A declared body that never comes holds nothing for long; output
 		// streams (SSE) write, and are not bounded by it.
@@ -248,4 +254,15 @@ func listenAgentSocket(path string) (net.Listener, error) {
 		return nil, err
 	}
 	return net.Listen("unix", path)
+}
+
+// listenerPorts are the TCP ports lns are bound to.
+func listenerPorts(lns ...net.Listener) []uint16 {
+	var out []uint16
+	for _, ln := range lns {
+		if a, ok := ln.Addr().(*net.TCPAddr); ok && a.Port > 0 && a.Port <= 65535 {
+			out = append(out, uint16(a.Port))
+		}
+	}
+	return out
 }

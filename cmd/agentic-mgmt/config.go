@@ -87,6 +87,16 @@ type Config struct {
 	// Pools are warm pools of the runtimes' default spec kept from the
 	// start (AGENTIC_POOLS=name=runtime:size,…).
 	Pools []ports.Pool
+	// PreviewDomain is the domain of preview hosts,
+	// <port>-<environment>.<domain> (AGENTIC_PREVIEW_DOMAIN).
+	PreviewDomain string
+	// PreviewKeepHost passes the browser's Host header to the app instead
+	// of localhost:<port> (AGENTIC_PREVIEW_HOST=keep).
+	PreviewKeepHost bool
+	// ForwardIdle closes a preview or port-forward connection idle this
+	// long; ForwardMax bounds one environment's open ones.
+	ForwardIdle time.Duration
+	ForwardMax  int
 	// TestResolve is a test hook (AGENTIC_TEST_RESOLVE=name=ip,…): names the
 	// egress resolves to the given address instead of asking DNS.
 	TestResolve map[string]netip.Addr
@@ -201,6 +211,7 @@ var flagEnv = map[string]string{
 	"host-user":         "AGENTIC_HOST_USER",
 	"host-uids":         "AGENTIC_HOST_UIDS",
 	"allowed-networks":  "AGENTIC_ALLOWED_NETWORKS",
+	"preview-domain":    "AGENTIC_PREVIEW_DOMAIN",
 }
 
 // legacyHostUser is the system user all host agents' commands ran as
@@ -232,6 +243,7 @@ func loadConfig(args, environ []string, stderr io.Writer, version string) (Confi
 	fs.String("operator-host", "", "host the REST API and the client WebSocket listen on (env AGENTIC_OPERATOR_HOST, default LISTEN_ADDR's host)")
 	fs.String("allowed-networks", "", "network modes callers may ask for containers and VMs, comma-separated (env AGENTIC_ALLOWED_NETWORKS, default none)")
 	fs.String("mission-retention", "", "how long finished missions stay in missions.json before the archive (env AGENTIC_MISSION_RETENTION, default 1h)")
+	fs.String("preview-domain", "", "domain of preview hosts <port>-<environment>.<domain>, served on the REST listener (env AGENTIC_PREVIEW_DOMAIN, default localhost)")
 	configFile := fs.String("config", defaultConfigFile, "env file read after the environment")
 	printToken := fs.Bool("print-token", false, "print the operator token on start-up")
 	envOf := maps.Clone(flagEnv)
@@ -311,6 +323,21 @@ func loadConfig(args, environ []string, stderr io.Writer, version string) (Confi
 	}
 	if cfg.MissionRetention, err = time.ParseDuration(src.GetDefault("AGENTIC_MISSION_RETENTION", "1h")); err != nil || cfg.MissionRetention <= 0 {
 		return Config{}, fmt.Errorf("AGENTIC_MISSION_RETENTION must be a positive duration such as 1h")
+	}
+	if cfg.PreviewDomain, err = previewDomain(src.GetDefault("AGENTIC_PREVIEW_DOMAIN", "localhost")); err != nil {
+		return Config{}, err
+	}
+	switch h := src.GetDefault("AGENTIC_PREVIEW_HOST", "rewrite"); h {
+	case "rewrite", "keep":
+		cfg.PreviewKeepHost = h == "keep"
+	default:
+		return Config{}, fmt.Errorf("AGENTIC_PREVIEW_HOST %q: want rewrite (Host: localhost:<port>, the default) or keep", h)
+	}
+	if cfg.ForwardIdle, err = time.ParseDuration(src.GetDefault("AGENTIC_PREVIEW_IDLE_TIMEOUT", agentrpc.DefaultForwardIdle.String())); err != nil || cfg.ForwardIdle <= 0 {
+		return Config{}, fmt.Errorf("AGENTIC_PREVIEW_IDLE_TIMEOUT must be a positive duration such as 15m")
+	}
+	if cfg.ForwardMax, err = strconv.Atoi(src.GetDefault("AGENTIC_PREVIEW_MAX_CONNECTIONS", strconv.Itoa(agentrpc.DefaultMaxForwards))); err != nil || cfg.ForwardMax < 1 || cfg.ForwardMax > 65536 {
+		return Config{}, fmt.Errorf("AGENTIC_PREVIEW_MAX_CONNECTIONS must be a number from 1 to 65536")
 	}
 	if cfg.SecretsDir, err = filepath.Abs(cfg.SecretsDir); err != nil {
 		return Config{}, err
@@ -422,4 +449,21 @@ func parseHolds(v string) (map[string]time.Duration, error) {
 		out[state] = d
 	}
 	return out, nil
+}
+
+// previewDomain checks AGENTIC_PREVIEW_DOMAIN: a DNS name (lower case, no
+// port, no wildcard), under which <port>-<environment>.<domain> are the
+// preview hosts.
+func previewDomain(d string) (string, error) {
+	d = strings.TrimSuffix(strings.ToLower(strings.TrimSpace(d)), ".")
+	bad := d == "" || len(d) > 200 || strings.HasPrefix(d, ".") || strings.Contains(d, "..")
+	for _, r := range d {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '.') {
+			bad = true
+		}
+	}
+	if bad {
+		return "", fmt.Errorf("AGENTIC_PREVIEW_DOMAIN %q: want a DNS name such as preview.example.com (letters, digits, - and .)", d)
+	}
+	return d, nil
 }

@@ -263,3 +263,28 @@ func TestKubernetesSettings(t *testing.T) {
 		}
 	}
 }
+
+// The preview settings: defaults, each set, and each bad value refused at
+// start naming its variable.
+func TestPreviewSettings(t *testing.T) {
+	cfg, err := load(t, nil)
+	if err != nil || cfg.PreviewDomain != "localhost" || cfg.PreviewKeepHost || cfg.ForwardIdle <= 0 || cfg.ForwardMax != 1024 {
+		t.Fatalf("defaults: %+v %v", cfg, err)
+	}
+	cfg, err = load(t, []string{"--preview-domain", "Preview.Example.COM."}, "AGENTIC_PREVIEW_HOST=keep", "AGENTIC_PREVIEW_IDLE_TIMEOUT=90s", "AGENTIC_PREVIEW_MAX_CONNECTIONS=10")
+	if err != nil || cfg.PreviewDomain != "preview.example.com" || !cfg.PreviewKeepHost || cfg.ForwardIdle.Seconds() != 90 || cfg.ForwardMax != 10 {
+		t.Fatalf("set: %+v %v", cfg, err)
+	}
+	for _, bad := range [][2]string{
+		{"AGENTIC_PREVIEW_DOMAIN", "*.example.com"},
+		{"AGENTIC_PREVIEW_DOMAIN", "example.com:8080"},
+		{"AGENTIC_PREVIEW_DOMAIN", "a..b"},
+		{"AGENTIC_PREVIEW_HOST", "sometimes"},
+		{"AGENTIC_PREVIEW_IDLE_TIMEOUT", "0s"},
+		{"AGENTIC_PREVIEW_MAX_CONNECTIONS", "0"},
+	} {
+		if _, err := load(t, nil, bad[0]+"="+bad[1]); err == nil || !strings.Contains(err.Error(), bad[0]) {
+			t.Errorf("%s=%s: %v", bad[0], bad[1], err)
+		}
+	}
+}

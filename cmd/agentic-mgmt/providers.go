@@ -162,6 +162,7 @@ func provideAgentService(cfg Config, creds ports.AgentCredentials, clock ports.C
 		Changes:         ch,
 		Reports:         reports,
 		Egress:          linkEgress(cfg, log, reports),
+		Forwards:        agentrpc.Forwards{MaxPerAgent: cfg.ForwardMax, Idle: cfg.ForwardIdle},
 	})
 }
 
@@ -235,7 +236,7 @@ func provideMetrics(svc *agentrpc.Service, uc UseCases, times *promexport.Provis
 }
 
 func provideREST(cfg Config, svc *agentrpc.Service, op OperatorHTTP, uc UseCases, link *aiwg.Client, logs *filestore.SessionLog,
-	metrics MetricsHandler, ready *Readiness, clock ports.Clock, log *slog.Logger, ch *changes.Hub) (RESTHandler, error) {
+	metrics MetricsHandler, ready *Readiness, clock ports.Clock, log *slog.Logger, ch *changes.Hub, public *filestore.PublicPorts) (RESTHandler, error) {
 	_, wsPort, _ := net.SplitHostPort(cfg.wsAddr())
 	port, _ := strconv.Atoi(wsPort)
 	dash, err := dashboard.New(port)
@@ -265,13 +266,18 @@ func provideREST(cfg Config, svc *agentrpc.Service, op OperatorHTTP, uc UseCases
 		Changes:      ch,
 
 		ListeningPorts: svc,
+		Forwards:       svc,
+		PublicPorts:    public,
+		PreviewDomain:  cfg.PreviewDomain,
 	})
 	// Background commands outlive a restart on their agents: the link
 	// hands those its agents report back to the REST API, which started them.
 	svc.SetCommandAdopter(srv)
 	// MCP at /mcp on the same port: its tools call this REST handler in
 	// process with the caller's own operator token.
-	return mcptools.Mount(srv.Handler(), mcptools.HTTPOptions{Token: op.Token, Version: op.Version, Logger: log}), nil
+	api := mcptools.Mount(srv.Handler(), mcptools.HTTPOptions{Token: op.Token, Version: op.Version, Logger: log})
+	// Previews in front: a preview host never reaches the API.
+	return newPreviews(cfg, op, svc, uc, public, clock, log).Wrap(api), nil
 }
 
 // provideApp takes LinkBound so that the link's reports reach the use

@@ -29,7 +29,7 @@ func (rs retirers) RetireAgent(ctx context.Context, agentID, reason string) {
 	}
 }
 
-func provideEnvironments(cfg Config, rts *Runtimes, svc *agentrpc.Service, ms *mission.Service, creds ports.AgentCredentials, clock ports.Clock, log *slog.Logger, times *promexport.ProvisionTimes, poolMetrics *promexport.PoolMetrics, ch ports.ChangeNotifier) (*environment.Service, func(), error) {
+func provideEnvironments(cfg Config, rts *Runtimes, svc *agentrpc.Service, ms *mission.Service, creds ports.AgentCredentials, clock ports.Clock, log *slog.Logger, times *promexport.ProvisionTimes, poolMetrics *promexport.PoolMetrics, ch ports.ChangeNotifier, public *filestore.PublicPorts) (*environment.Service, func(), error) {
 	pools, err := filestore.NewPoolStore(filepath.Join(cfg.DataDir, "pools"))
 	if err != nil {
 		return nil, nil, fmt.Errorf("pool store: %w", err)
@@ -52,6 +52,7 @@ func provideEnvironments(cfg Config, rts *Runtimes, svc *agentrpc.Service, ms *m
 		AllowedNetworks:  cfg.AllowedNetworks,
 		EgressBound:      cfg.EgressBound,
 		Changes:          ch,
+		PublicPorts:      public,
 		// Missions first, so they fail with the reason before their
 		// sessions end under them.
 		Retire:        retirers{ms, svc},

@@ -43,6 +43,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		provideRuntimes,
 		provideProvisionTimes,
 		provideTaskMetrics, provideEgressMetrics, providePoolMetrics,
+		providePublicPorts,
 		provideEnvironments,
 		provideTasks,
 		provideReadiness,

@@ -60,7 +60,15 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 	runtimes, cleanup4 := provideRuntimes(cfg, log, users)
 	provisionTimes := provideProvisionTimes()
 	poolMetrics := providePoolMetrics()
-	environmentService, cleanup5, err := provideEnvironments(cfg, runtimes, service, missionService, agentHashes, wall, log, provisionTimes, poolMetrics, hub)
+	publicPorts, err := providePublicPorts(cfg)
+	if err != nil {
+		cleanup4()
+		cleanup3()
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	environmentService, cleanup5, err := provideEnvironments(cfg, runtimes, service, missionService, agentHashes, wall, log, provisionTimes, poolMetrics, hub, publicPorts)
 	if err != nil {
 		cleanup4()
 		cleanup3()
@@ -97,7 +105,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 	client := provideAIWG(cfg, identity, missionService, outbox, wall, log, runtimes)
 	metricsHandler := provideMetrics(service, useCases, provisionTimes, taskMetrics, egressMetrics, poolMetrics)
 	readiness := provideReadiness(cfg, service, client, runtimes)
-	restHandler, err := provideREST(cfg, service, operatorHTTP, useCases, client, sessionLog, metricsHandler, readiness, wall, log, hub)
+	restHandler, err := provideREST(cfg, service, operatorHTTP, useCases, client, sessionLog, metricsHandler, readiness, wall, log, hub, publicPorts)
 	if err != nil {
 		cleanup6()
 		cleanup5()

@@ -55,7 +55,7 @@ func (f *Forwards) Dials() []string {
 }
 
 // DialPort implements ports.PortDialer.
-func (f *Forwards) DialPort(ctx context.Context, agentID string, port uint16) (net.Conn, error) {
+func (f *Forwards) DialPort(ctx context.Context, agentID string, port uint16) (ports.Conn, error) {
 	f.mu.Lock()
 	f.dials = append(f.dials, agentID+":"+strconv.Itoa(int(port)))
 	err := f.fail[port]
@@ -75,7 +75,7 @@ func (f *Forwards) DialPort(ctx context.Context, agentID string, port uint16) (n
 	if err != nil {
 		return nil, errors.Join(ports.ErrPortNotListening, err)
 	}
-	return c, nil
+	return c.(*net.TCPConn), nil
 }
 
 // EchoServer is a TCP server on loopback that sends back what it reads;

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/agentrpc"
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/preview"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+// providePublicPorts is the store of public preview marks, in the data dir.
+func providePublicPorts(cfg Config) (*filestore.PublicPorts, error) {
+	s, err := filestore.NewPublicPorts(cfg.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("public preview marks: %w", err)
+	}
+	return s, nil
+}
+
+// newPreviews serves preview hosts and /preview/… in front of the REST
+// handler, reaching environments over the agent link.
+func newPreviews(cfg Config, op OperatorHTTP, svc *agentrpc.Service, uc UseCases, public *filestore.PublicPorts, clock ports.Clock, log *slog.Logger) *preview.Handler {
+	return preview.New(preview.Config{
+		Dialer: svc, Public: public, Token: op.Token, Domain: cfg.PreviewDomain, KeepHost: cfg.PreviewKeepHost,
+		Resolve: previewTargets(uc.Environments.Names, func(name string) bool { _, ok := svc.Agent(name); return ok }, agentIDs(svc)),
+		Clock:   clock, Logger: log,
+	})
+}
+
+func agentIDs(svc *agentrpc.Service) func() []string {
+	return func() []string {
+		var ids []string
+		for _, a := range svc.Agents() {
+			ids = append(ids, a.ID)
+		}
+		return ids
+	}
+}
+
+// previewTargets resolves a name from a preview URL to an agent id: an
+// environment's name is its agent's id, and a plain agent (a host agent)
+// is reached by its id. The host form folds case (browsers lower-case host
+// names); a fold that matches two names is refused rather than guessed.
+func previewTargets(envNames func() []string, agentKnown func(string) bool, agents func() []string) func(string, bool) (string, error) {
+	return func(name string, fold bool) (string, error) {
+		if slices.Contains(envNames(), name) || agentKnown(name) {
+			return name, nil
+		}
+		if !fold {
+			return "", fmt.Errorf("%w: %q", ports.ErrEnvNotFound, name)
+		}
+		var matches []string
+		for _, n := range append(envNames(), agents()...) {
+			if strings.EqualFold(n, name) && !slices.Contains(matches, n) {
+				matches = append(matches, n)
+			}
+		}
+		switch len(matches) {
+		case 0:
+			return "", fmt.Errorf("%w: %q", ports.ErrEnvNotFound, name)
+		case 1:
+			return matches[0], nil
+		}
+		return "", fmt.Errorf("%w: %q names %s, which differ only in case: use the path form /preview/<name>/<port>/", preview.ErrAmbiguousName, name, strings.Join(matches, " and "))
+	}
+}
