@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"bytes"
 	"io"
 	"net/http"
 	"net/url"
@@ -671,5 +672,29 @@ func TestCodeStoreIsBounded(t *testing.T) {
 	}
 	if !s.take(keep, "a", now.Add(codeTTL+time.Second)) {
 		t.Fatal("a live code dropped")
+	}
+}
+
+// A request body may take longer than the listener's read timeout (the
+// REST listener's bounds API requests): an upload to the app goes on.
+func TestASlowUploadOutlivesTheListenersReadTimeout(t *testing.T) {
+	r := newRig(t, false)
+	pr, pw := io.Pipe()
+	go func() {
+		_, _ = pw.Write(bytes.Repeat([]byte("a"), 1000))
+		time.Sleep(3 * rigReadTimeout) // the body is still coming past the listener's timeout
+		_, _ = pw.Write(bytes.Repeat([]byte("b"), 1000))
+		_ = pw.Close()
+	}()
+	req, _ := http.NewRequest("POST", "http://"+r.host(5173, "dev")+"/upload", pr)
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	resp, err := r.client(nil, false).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || string(b) != "2000" {
+		t.Fatalf("%d %q", resp.StatusCode, b)
 	}
 }

@@ -77,6 +77,14 @@ func newDevApp(t testing.TB, who string) *devApp {
 		_ = json.NewEncoder(w).Encode(echo{Who: who, Method: r.Method, URI: r.RequestURI, Host: r.Host, Header: r.Header})
 	}
 	mux.HandleFunc("/echo", echoHandler)
+	mux.HandleFunc("/upload", func(w http.ResponseWriter, r *http.Request) {
+		n, err := io.Copy(io.Discard, r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		fmt.Fprint(w, n)
+	})
 	mux.HandleFunc("/echo/", echoHandler)
 	mux.HandleFunc("/set-cookie", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Add("Set-Cookie", "app=1; Path=/")
@@ -293,6 +301,9 @@ func resolveIn(names []string) func(string, bool) (string, error) {
 	}
 }
 
+// rigReadTimeout is the rig server's ReadTimeout.
+const rigReadTimeout = 300 * time.Millisecond
+
 func newRig(t testing.TB, keepHost bool) *rig {
 	t.Helper()
 	r := &rig{app: newDevApp(t, "dev"), public: &fakePublic{marks: map[string]time.Time{}}, clock: portsfake.NewClock(time.Unix(1_900_000_000, 0))}
@@ -316,7 +327,10 @@ func newRig(t testing.TB, keepHost bool) *rig {
 		w.Header().Set("Content-Type", "text/plain")
 		io.WriteString(w, "the API")
 	})
-	r.srv = httptest.NewServer(r.h.Wrap(api))
+	r.srv = httptest.NewUnstartedServer(r.h.Wrap(api))
+	// Like the REST listener's (a minute there): a preview outlives it.
+	r.srv.Config.ReadTimeout = rigReadTimeout
+	r.srv.Start()
 	t.Cleanup(r.srv.Close)
 	_, r.port, _ = net.SplitHostPort(r.srv.Listener.Addr().String())
 	return r

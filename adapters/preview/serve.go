@@ -198,6 +198,10 @@ func (h *Handler) writeResolveError(w http.ResponseWriter, r *http.Request, name
 }
 
 func (h *Handler) forward(w http.ResponseWriter, r *http.Request, t *target) {
+	// The listener's read timeout bounds API requests; a preview's body
+	// (an upload to the app) may take longer, and the connection into the
+	// environment has its own idle bound.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 	h.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, t)))
 }
 
