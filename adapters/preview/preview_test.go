@@ -2,10 +2,10 @@ package preview
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
-	"bytes"
 	"io"
 	"net/http"
 	"net/url"
