@@ -982,7 +982,7 @@ type PublicPort struct {
 
 // PublicPortRequest defines model for PublicPortRequest.
 type PublicPortRequest struct {
-	// TtlSeconds How long the port stays public, in seconds (1 minute to 30 days).
+	// TtlSeconds How long the port stays public, in seconds (1 minute to 30 days); absent, 3600 (an hour).
 	TtlSeconds *int `json:"ttl_seconds,omitempty"`
 }
 

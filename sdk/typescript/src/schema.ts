@@ -1257,11 +1257,8 @@ export interface components {
             preview_url?: string;
         };
         PublicPortRequest: {
-            /**
-             * @description How long the port stays public, in seconds (1 minute to 30 days).
-             * @default 3600
-             */
-            ttl_seconds: number;
+            /** @description How long the port stays public, in seconds (1 minute to 30 days); absent, 3600 (an hour). */
+            ttl_seconds?: number;
         };
         PublicPort: {
             port: number;
