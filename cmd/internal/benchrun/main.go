@@ -30,7 +30,7 @@ func main() {
 	n := flag.Int("n", 1000, "round trips per measurement")
 	sshN := flag.Int("ssh-n", 100, "ssh round trips (each is slow)")
 	sustained := flag.Int("sustained", 2000, "missions in the sustained-rate run")
-	flag.StringVar(&only, "only", "", "run one part only: exec, missions, env, k8s, term, files, tasks, dashboard, egress or agents")
+	flag.StringVar(&only, "only", "", "run one part only: exec, missions, env, k8s, term, files, tasks, dashboard, egress, preview or agents")
 	flag.Parse()
 	if err := run(*binDir, *n, *sshN, *sustained); err != nil {
 		fmt.Fprintln(os.Stderr, "benchrun:", err)
@@ -85,6 +85,7 @@ func run(binDir string, n, sshN, sustained int) error {
 		{"tasks", tasksBench, true},
 		{"dashboard", dashboardBench, true},
 		{"egress", egressBench, true},
+		{"preview", previewBench, true},
 		{"agents", agentsBench, false},
 	}
 	for _, p := range parts {
