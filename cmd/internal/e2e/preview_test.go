@@ -81,6 +81,34 @@ func TestPreviewOnTheHostRuntime(t *testing.T) {
 	previewSecurity(t, a, b)
 	previewInChromium(t, a, "host")
 	previewPortForward(t, a)
+	previewPublicExpires(t, b)
+}
+
+// previewPublicExpires: a port public for the shortest time (60 s) is
+// reachable without credentials, then refused again once the mark lapses,
+// and the ports list says private.
+func previewPublicExpires(t *testing.T, p *previewEnv) {
+	t.Helper()
+	c := previewClient(p.s, nil)
+	path := fmt.Sprintf("/api/v1/environments/%s/ports/%d/public", p.env, p.port)
+	if st, b := apiDo(t, p.s, http.MethodPut, path, `{"ttl_seconds":60}`); st != http.StatusOK {
+		t.Fatalf("make %d public: %d %s", p.port, st, b)
+	}
+	if resp, body := previewGet(t, c, p.url("/"), "Accept", "*/*"); resp.StatusCode != http.StatusOK {
+		t.Fatalf("a public port without credentials: %d %.200s", resp.StatusCode, body)
+	}
+	for deadline := time.Now().Add(time.Minute + patience); ; time.Sleep(500 * time.Millisecond) {
+		resp, body := previewGet(t, c, p.url("/"), "Accept", "*/*")
+		if resp.StatusCode == http.StatusUnauthorized {
+			break
+		}
+		if resp.StatusCode != http.StatusOK || time.Now().After(deadline) {
+			t.Fatalf("a port public for 60 s, without credentials: %d %.200s (by %v, want 200 then 401 once it lapses)", resp.StatusCode, body, time.Minute+patience)
+		}
+	}
+	if e, _ := p.listed(t); e.Public || e.PublicUntil != "" {
+		t.Errorf("the ports list after the mark lapsed: %+v", e)
+	}
 }
 
 // AGENTIC_PREVIEW_HOST=keep: the dev server sees the preview host as the
