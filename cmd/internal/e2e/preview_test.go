@@ -51,6 +51,7 @@ func TestPreviewInDocker(t *testing.T) {
 	previewSecurity(t, a, b)
 	previewInChromium(t, a, "docker")
 	previewPortForward(t, a)
+	a.stop(t)
 }
 
 // The same in a VM without a NIC under TCG (slow: one VM).
@@ -67,6 +68,7 @@ func TestPreviewInAVM(t *testing.T) {
 	previewSecurity(t, a, nil)
 	previewInChromium(t, a, "vm")
 	previewPortForward(t, a)
+	a.stop(t)
 }
 
 // And with host agents (environments of the host runtime, which share
@@ -81,6 +83,7 @@ func TestPreviewOnTheHostRuntime(t *testing.T) {
 	previewSecurity(t, a, b)
 	previewInChromium(t, a, "host")
 	previewPortForward(t, a)
+	a.stop(t)
 	previewPublicExpires(t, b)
 }
 
@@ -135,6 +138,8 @@ type previewEnv struct {
 	dir string
 	// idle is a port nothing listens on inside.
 	idle int
+	// session runs the dev server.
+	session string
 	// names: the agent can name the process holding a port. A container's
 	// agent cannot when its commands run as another user (nobody): without
 	// CAP_SYS_PTRACE it may not read their /proc/<pid>/fd.
@@ -173,6 +178,7 @@ func (p *previewEnv) start(t *testing.T) {
 	bg := restapi.SessionBackground
 	sess := createSession(t, p.s, p.env, restapi.CreateSessionRequest{Type: &bg, Name: ptr("devserver"), Command: bin,
 		Args: ptr([]string{"-addr", "127.0.0.1:" + strconv.Itoa(p.port)})})
+	p.session = sess.SessionId
 	for deadline := time.Now().Add(patience); ; time.Sleep(50 * time.Millisecond) {
 		if e, ok := p.listed(t); ok && e.Address == "127.0.0.1" && (e.Process == "devserver" || !p.names && e.Process == "") {
 			break
@@ -190,6 +196,25 @@ func (p *previewEnv) start(t *testing.T) {
 	}
 	if e.PreviewURL != p.url("/") {
 		t.Errorf("preview_url %q, want %q", e.PreviewURL, p.url("/"))
+	}
+}
+
+// stop kills the dev server: its port leaves the ports list, and its
+// preview answers 502.
+func (p *previewEnv) stop(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	if r, err := p.s.Client().KillSessionWithResponse(ctx, p.session); err != nil || r.StatusCode() >= 300 {
+		t.Fatalf("kill the dev server: %v %v", err, r)
+	}
+	eventually(t, patience, fmt.Sprintf("port %d gone from %s's ports", p.port, p.env), func() bool {
+		_, ok := p.listed(t)
+		return !ok
+	})
+	resp, body := previewGet(t, previewClient(p.s, nil), p.url("/"), "Authorization", "Bearer "+p.s.Token, "Accept", "application/json")
+	if resp.StatusCode != http.StatusBadGateway || errorCode(body) != "port_not_listening" {
+		t.Errorf("the preview of a stopped dev server: %d %.300s", resp.StatusCode, body)
 	}
 }
 
