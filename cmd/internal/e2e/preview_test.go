@@ -54,18 +54,20 @@ func TestPreviewInDocker(t *testing.T) {
 	a.stop(t)
 }
 
-// The same in a VM without a NIC under TCG (slow: one VM).
+// The same in VMs without a NIC under TCG.
 func TestPreviewInAVM(t *testing.T) {
 	harness.NeedEngine(t, "libvirt") // libvirtd started when it is not
 	s := startLibvirtServer(t)
 	name := fmt.Sprintf("pv-vm-%d", time.Now().UnixNano()%100000)
 	a := newPreviewEnv(t, s, "libvirt", name, 5173, 5174, "/tmp")
+	b := newPreviewEnv(t, s, "libvirt", name+"-b", 5173, 5174, "/tmp")
 	if got := strings.TrimSpace(execOK(t, s, a.env, restapi.ExecRequest{Command: "ls", Args: ptr([]string{"/sys/class/net"})}).Stdout); got != "lo" {
 		t.Fatalf("network devices in the VM: %q, want only lo", got)
 	}
 	a.start(t)
+	b.start(t)
 	previewThroughTheHost(t, a)
-	previewSecurity(t, a, nil)
+	previewSecurity(t, a, b)
 	previewInChromium(t, a, "vm")
 	previewPortForward(t, a)
 	a.stop(t)
