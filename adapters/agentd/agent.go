@@ -5,9 +5,11 @@
 package agentd
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -113,6 +115,9 @@ type Agent struct {
 
 	// ports finds the listening ports (used by one connection at a time).
 	ports *portScanner
+	// rawDial opens a connection of its own to the server for a forwarded
+	// connection (nil: the address takes one connection only).
+	rawDial func(context.Context) (net.Conn, error)
 
 	mu       sync.Mutex
 	running  map[string]*running
@@ -129,6 +134,10 @@ func New(cfg Config) (*Agent, error) {
 		return nil, errors.New("agent id, secret and management server URL are required")
 	}
 	client, bulk, base, err := serverClient(cfg.ServerURL, cfg.CAFile, cfg.BulkConnection)
+	if err != nil {
+		return nil, err
+	}
+	rawDial, err := rawDialer(cfg.ServerURL, cfg.CAFile, cfg.BulkConnection)
 	if err != nil {
 		return nil, err
 	}
@@ -168,6 +177,7 @@ func New(cfg Config) (*Agent, error) {
 		tmux:     !cfg.NoTmux && haveTmux(),
 		guest:    realGuest,
 		ports:    newPortScanner("/proc"),
+		rawDial:  rawDial,
 
 		heartbeatAfter: time.After,
 	}

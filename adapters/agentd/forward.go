@@ -29,6 +29,15 @@ func (a *Agent) forwardPort(ctx context.Context, req *sandboxv1.PortDial) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	c, dialErr := dialInside(ctx, req.GetAddress(), req.GetPort())
+	if dialErr == nil {
+		err := a.forwardRaw(ctx, req.GetForwardId(), c)
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, errNoRawForward) {
+			a.log.Debug("forward on a connection of its own failed; carried on the link instead", "forward_id", req.GetForwardId(), "err", err)
+		}
+	}
 	stream := a.files.Forward(ctx)
 	a.signIn(stream.RequestHeader())
 	opened := &sandboxv1.ForwardOpened{ForwardId: req.GetForwardId()}

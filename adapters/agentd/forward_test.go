@@ -122,3 +122,39 @@ func TestAgentSaysWhyAPortCannotBeReached(t *testing.T) {
 		}
 	}
 }
+
+// Where the server takes a connection of the agent's own, a forwarded
+// connection goes on it as raw bytes after an upgrade, signed in and
+// naming its dial; half-closes pass both ways.
+func TestAgentForwardsOnAConnectionOfItsOwn(t *testing.T) {
+	cp, url := startCP(t)
+	cp.rawOn.Store(true)
+	runAgent(t, testConfig(url, newFakeRunner()))
+	s := cp.nextSession(t)
+	port, ended := upperOnce(t)
+
+	s.send(dialMsg("fw-raw", port, "127.0.0.1"))
+	raw := within(t, cp.raws, "the agent's raw connection")
+	defer raw.conn.Close()
+	if raw.header.Get("X-Agent-Id") == "" || raw.header.Get("X-Agent-Secret") == "" || raw.header.Get("X-Forward-Id") != "fw-raw" {
+		t.Fatalf("the raw connection is not signed in for its dial: %v", raw.header)
+	}
+	if _, err := io.WriteString(raw.conn, "hello raw"); err != nil {
+		t.Fatal(err)
+	}
+	_ = raw.conn.(*net.TCPConn).CloseWrite()
+	got, err := io.ReadAll(raw.r)
+	if err != nil || string(got) != "HELLO RAW" {
+		t.Fatalf("got %q %v", got, err)
+	}
+	_ = raw.conn.Close()
+	if err := within(t, ended, "the connection inside ended"); err != io.EOF {
+		t.Fatalf("inside: %v", err)
+	}
+	select {
+	case fw := <-cp.forwards:
+		close(fw.end)
+		t.Fatal("the connection also went on the link")
+	default:
+	}
+}

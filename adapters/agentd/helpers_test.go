@@ -1,10 +1,13 @@
 package agentd
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -93,6 +96,31 @@ type fakeCP struct {
 
 	// forwards are the Forward streams agents open, handed to the test.
 	forwards chan *cpForward
+	// raws are the raw forward connections (served only when rawOn).
+	raws  chan *cpRaw
+	rawOn atomic.Bool
+}
+
+// cpRaw is one raw forward connection after its upgrade.
+type cpRaw struct {
+	header http.Header
+	conn   net.Conn
+	r      *bufio.Reader
+}
+
+// forwardRaw answers a raw forward's upgrade and hands the connection to
+// the test; 404 (an older server) unless rawOn.
+func (f *fakeCP) forwardRaw(w http.ResponseWriter, r *http.Request) {
+	if !f.rawOn.Load() {
+		http.NotFound(w, r)
+		return
+	}
+	c, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return
+	}
+	_, _ = io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: agentic-forward\r\n\r\n")
+	f.raws <- &cpRaw{header: r.Header.Clone(), conn: c, r: brw.Reader}
 }
 
 // cpForward is one Forward stream; the handler returns when end is closed.
@@ -155,9 +183,10 @@ func startCP(t *testing.T) (*fakeCP, string) {
 // much each stream buffers before the agent's sends block.
 func startCPWindow(t *testing.T, window int) (*fakeCP, string) {
 	t.Helper()
-	cp := &fakeCP{hbSecs: 5, sessions: make(chan *cpSession, 16), forwards: make(chan *cpForward, 16)}
+	cp := &fakeCP{hbSecs: 5, sessions: make(chan *cpSession, 16), forwards: make(chan *cpForward, 16), raws: make(chan *cpRaw, 16)}
 	mux := http.NewServeMux()
 	mux.Handle(sandboxv1connect.NewAgentServiceHandler(cp))
+	mux.HandleFunc("GET /agentic-sandbox/forward", cp.forwardRaw)
 	srv := httptest.NewUnstartedServer(mux)
 	p := new(http.Protocols)
 	p.SetHTTP1(true)

@@ -61,11 +61,21 @@ var _ ports.PortDialer = (*Service)(nil)
 
 type forwardServerStream = *connect.BidiStream[sandboxv1.ForwardRequest, sandboxv1.ForwardResponse]
 
-// pendingForward is a dial waiting for the agent's stream.
+// pendingForward is a dial waiting for the agent's connection.
 type pendingForward struct {
 	agentID string
-	opened  chan *forwardConn
+	opened  chan forwardResult
 	claimed bool
+}
+
+// forwardResult is how the agent answered a dial: a connection (on a
+// Forward stream or a raw connection of its own), or why not.
+type forwardResult struct {
+	conn interface {
+		ports.Conn
+		setRelease(func())
+	}
+	err error
 }
 
 type forwardTable struct {
@@ -92,7 +102,7 @@ func (t *forwardTable) remove(id string) {
 // deliver hands the agent's connection to the dial waiting for it, once,
 // and only to the dial asked of that agent; under the lock, so a dial that
 // gives up (abandon) either sees the connection or makes it undeliverable.
-func (t *forwardTable) deliver(id, agentID string, fc *forwardConn) bool {
+func (t *forwardTable) deliver(id, agentID string, r forwardResult) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	p := t.byID[id]
@@ -100,7 +110,7 @@ func (t *forwardTable) deliver(id, agentID string, fc *forwardConn) bool {
 		return false
 	}
 	p.claimed = true
-	p.opened <- fc // buffered: never blocks
+	p.opened <- r // buffered: never blocks
 	return true
 }
 
@@ -109,8 +119,10 @@ func (t *forwardTable) deliver(id, agentID string, fc *forwardConn) bool {
 func (t *forwardTable) abandon(id string, p *pendingForward) {
 	t.remove(id)
 	select {
-	case fc := <-p.opened:
-		_ = fc.Close()
+	case r := <-p.opened:
+		if r.conn != nil {
+			_ = r.conn.Close()
+		}
 	default:
 	}
 }
@@ -151,7 +163,7 @@ func (s *Service) DialPort(ctx context.Context, agentID string, port uint16) (po
 		return nil, fmt.Errorf("%w (at most %d)", ports.ErrTooManyForwards, f.MaxPerAgent)
 	}
 	id := s.cfg.IDs.NewID()
-	p := &pendingForward{agentID: agentID, opened: make(chan *forwardConn, 1)}
+	p := &pendingForward{agentID: agentID, opened: make(chan forwardResult, 1)}
 	s.forwards.add(id, p)
 	var once sync.Once
 	release := func() { once.Do(func() { s.forwards.perAgent.release(agentID) }) }
@@ -167,14 +179,14 @@ func (s *Service) DialPort(ctx context.Context, agentID string, port uint16) (po
 	timer := time.NewTimer(forwardOpenTimeout)
 	defer timer.Stop()
 	select {
-	case fc := <-p.opened:
+	case r := <-p.opened:
 		s.forwards.remove(id)
-		if fc.openErr != nil {
+		if r.err != nil {
 			release()
-			return nil, fc.openErr
+			return nil, r.err
 		}
-		fc.setRelease(release)
-		return fc, nil
+		r.conn.setRelease(release)
+		return r.conn, nil
 	case <-c.closed:
 		return fail(ports.ErrAgentGone)
 	case <-timer.C:
@@ -194,19 +206,14 @@ func (s *Service) Forward(ctx context.Context, stream forwardServerStream) error
 	if op == nil {
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("the first message must name the dial"))
 	}
-	fc := newForwardConn(stream, s.cfg.Forwards.Idle)
 	if op.GetError() != "" {
-		fc.openErr = fmt.Errorf("agent %s: %s", id, clipReason(op.GetError()))
-		if op.GetNotListening() {
-			fc.openErr = fmt.Errorf("%w: %s", ports.ErrPortNotListening, clipReason(op.GetError()))
-		}
-		_ = fc.Close()
-		if !s.forwards.deliver(op.GetForwardId(), id, fc) {
+		if !s.forwards.deliver(op.GetForwardId(), id, forwardResult{err: dialError(id, op.GetError(), op.GetNotListening())}) {
 			return connect.NewError(connect.CodeNotFound, errors.New("no such dial for this agent"))
 		}
 		return nil
 	}
-	if !s.forwards.deliver(op.GetForwardId(), id, fc) {
+	fc := newForwardConn(stream, s.cfg.Forwards.Idle)
+	if !s.forwards.deliver(op.GetForwardId(), id, forwardResult{conn: fc}) {
 		_ = fc.Close()
 		return connect.NewError(connect.CodeNotFound, errors.New("no such dial for this agent"))
 	}
@@ -224,6 +231,14 @@ func (s *Service) Forward(ctx context.Context, stream forwardServerStream) error
 	return nil
 }
 
+// dialError is the error of a dial the agent could not make.
+func dialError(agentID, reason string, notListening bool) error {
+	if notListening {
+		return fmt.Errorf("%w: %s", ports.ErrPortNotListening, clipReason(reason))
+	}
+	return fmt.Errorf("agent %s: %s", agentID, clipReason(reason))
+}
+
 func clipReason(s string) string {
 	if len(s) > 256 {
 		return s[:256] + "…"
@@ -237,10 +252,10 @@ func clipReason(s string) string {
 // extended afterwards), as does the idle time.
 type forwardConn struct {
 	stream  forwardServerStream
-	openErr error
 	release func()
 
 	relMu    sync.Mutex
+	ended    bool        // under relMu: fail ran
 	data     chan []byte // from the agent; closed at its end of writes
 	rest     []byte
 	readErr  error // set before data closes
@@ -267,8 +282,9 @@ func newForwardConn(stream forwardServerStream, idle time.Duration) *forwardConn
 func (fc *forwardConn) setRelease(release func()) {
 	fc.relMu.Lock()
 	fc.release = release
+	ended := fc.ended
 	fc.relMu.Unlock()
-	if fc.isClosed() {
+	if ended {
 		release()
 	}
 }
@@ -363,6 +379,15 @@ func (fc *forwardConn) failLocked() { fc.fail(io.ErrUnexpectedEOF) }
 
 func (fc *forwardConn) fail(error) {
 	fc.once.Do(func() {
+		// The slot first: once the end is seen (the agent's stream
+		// ends), a new connection may take it.
+		fc.relMu.Lock()
+		release := fc.release
+		fc.ended = true
+		fc.relMu.Unlock()
+		if release != nil {
+			release()
+		}
 		close(fc.closed)
 		fc.idleT.Stop()
 		fc.deadMu.Lock()
@@ -370,12 +395,6 @@ func (fc *forwardConn) fail(error) {
 			fc.deadline.Stop()
 		}
 		fc.deadMu.Unlock()
-		fc.relMu.Lock()
-		release := fc.release
-		fc.relMu.Unlock()
-		if release != nil {
-			release()
-		}
 	})
 }
 

@@ -1,10 +1,13 @@
 package agentrpc
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"io"
 	"net"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -194,5 +197,112 @@ func TestAnIdleForwardedConnectionIsClosed(t *testing.T) {
 	// The agent learns it: its stream ends.
 	if _, err := fs.Receive(); err == nil {
 		t.Fatal("the stream outlived the idle connection")
+	}
+}
+
+// rawOpen is the agent's side of a raw forward: a connection of its own,
+// upgraded; it returns the connection and the server's answer.
+func (h *harness) rawOpen(t *testing.T, agentID, secret, forwardID string, upgrade bool) (net.Conn, *bufio.Reader, *http.Response) {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	req := "GET " + ForwardRawPath + " HTTP/1.1\r\nHost: x\r\n" + HeaderAgentID + ": " + agentID + "\r\n" + HeaderAgentSecret + ": " + secret + "\r\n" + HeaderForwardID + ": " + forwardID + "\r\n"
+	if upgrade {
+		req += "Connection: Upgrade\r\nUpgrade: " + ForwardRawProtocol + "\r\n"
+	}
+	if _, err := io.WriteString(c, req+"\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, br, resp
+}
+
+// An agent that can open a connection of its own answers a dial with it:
+// raw bytes after an upgrade, for the dial's own agent only.
+func TestDialPortOnARawConnection(t *testing.T) {
+	h := newHarness(t)
+	fa := h.connectAgent("agent-a")
+	h.connectAgent("agent-b")
+	res := h.dialAsync("agent-a", 5173)
+	d := nextDial(t, fa)
+
+	for _, c := range []struct {
+		name, agent, secret, id string
+		upgrade                 bool
+		status                  int
+	}{
+		{"wrong secret", "agent-a", "wrong", d.GetForwardId(), true, http.StatusUnauthorized},
+		{"another agent's dial", "agent-b", secretPrefix + "agent-b", d.GetForwardId(), true, http.StatusNotFound},
+		{"no such dial", "agent-a", secretPrefix + "agent-a", "nope", true, http.StatusNotFound},
+		{"no upgrade", "agent-a", secretPrefix + "agent-a", d.GetForwardId(), false, http.StatusUpgradeRequired},
+	} {
+		if _, _, resp := h.rawOpen(t, c.agent, c.secret, c.id, c.upgrade); resp.StatusCode != c.status {
+			t.Errorf("%s: %s, want %d", c.name, resp.Status, c.status)
+		}
+	}
+	raw, br, resp := h.rawOpen(t, "agent-a", secretPrefix+"agent-a", d.GetForwardId(), true)
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %s", resp.Status)
+	}
+	r := testkit.Receive(t, waitTimeout, res, "DialPort returned")
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	c := r.conn
+	defer c.Close()
+	// Both ways, and each side's half-close reaches the other.
+	if _, err := io.WriteString(c, "to the port"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := io.ReadAll(br); err != nil || string(got) != "to the port" {
+		t.Fatalf("the agent read %q %v", got, err)
+	}
+	_, _ = io.WriteString(raw, "from the port")
+	_ = raw.(*net.TCPConn).CloseWrite()
+	if got, err := io.ReadAll(c); err != nil || string(got) != "from the port" {
+		t.Fatalf("the client read %q %v", got, err)
+	}
+	// The same dial is not answered twice.
+	if _, _, resp := h.rawOpen(t, "agent-a", secretPrefix+"agent-a", d.GetForwardId(), true); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("a second answer: %s", resp.Status)
+	}
+}
+
+// A raw connection left idle is closed, and its slot given back.
+func TestAnIdleRawForwardIsClosed(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.Forwards = Forwards{Idle: 100 * time.Millisecond, MaxPerAgent: 1} })
+	fa := h.connectAgent("agent-a")
+	res := h.dialAsync("agent-a", 5173)
+	d := nextDial(t, fa)
+	raw, _, resp := h.rawOpen(t, "agent-a", secretPrefix+"agent-a", d.GetForwardId(), true)
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %s", resp.Status)
+	}
+	if r := testkit.Receive(t, waitTimeout, res, "DialPort returned"); r.err != nil {
+		t.Fatal(r.err)
+	}
+	if _, err := raw.Read(make([]byte, 1)); err == nil {
+		t.Fatal("the idle connection was not closed")
+	}
+	res = h.dialAsync("agent-a", 5173)
+	select {
+	case r := <-res:
+		t.Fatalf("the second dial: %v", r.err)
+	case m := <-fa.msgs:
+		if m.GetPortDial() == nil {
+			t.Fatalf("got %v", m)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("no second dial")
 	}
 }

@@ -213,6 +213,7 @@ func (s *Service) Mount(mux *http.ServeMux, operator bool) {
 		}
 		h.ServeHTTP(w, r)
 	}))
+	mux.HandleFunc("GET "+ForwardRawPath, s.serveForwardRaw)
 	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(sandboxv1connect.AgentServiceName)))
 	reflector := grpcreflect.NewStaticReflector(sandboxv1connect.AgentServiceName)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
