@@ -698,3 +698,34 @@ func TestASlowUploadOutlivesTheListenersReadTimeout(t *testing.T) {
 		t.Fatalf("%d %q", resp.StatusCode, b)
 	}
 }
+
+// A client speaking HTTP/2 (h2c with prior knowledge, as the REST listener
+// serves it) gets the page and a streamed body the same way.
+func TestPreviewOverHTTP2(t *testing.T) {
+	r := newRig(t, false)
+	p := new(http.Protocols)
+	p.SetUnencryptedHTTP2(true)
+	c := &http.Client{Transport: &http.Transport{DialContext: r.dial, Protocols: p, DisableCompression: true}, Timeout: 2 * patience}
+	req, _ := http.NewRequest("GET", "http://"+r.host(5173, "dev")+"/", nil)
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.ProtoMajor != 2 || resp.StatusCode != 200 || !strings.Contains(string(body), "dev page of dev") {
+		t.Fatalf("%s %d %q", resp.Proto, resp.StatusCode, body)
+	}
+	req, _ = http.NewRequest("GET", "http://"+r.host(5173, "dev")+"/download", nil)
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	resp, err = c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	n, err := io.Copy(io.Discard, resp.Body)
+	if err != nil || resp.ProtoMajor != 2 || n != downloadSize {
+		t.Fatalf("download over %s: %d bytes, %v", resp.Proto, n, err)
+	}
+}

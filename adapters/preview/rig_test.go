@@ -330,6 +330,10 @@ func newRig(t testing.TB, keepHost bool) *rig {
 	r.srv = httptest.NewUnstartedServer(r.h.Wrap(api))
 	// Like the REST listener's (a minute there): a preview outlives it.
 	r.srv.Config.ReadTimeout = rigReadTimeout
+	// HTTP/1.1 and h2c with prior knowledge, as the REST listener serves.
+	r.srv.Config.Protocols = new(http.Protocols)
+	r.srv.Config.Protocols.SetHTTP1(true)
+	r.srv.Config.Protocols.SetUnencryptedHTTP2(true)
 	r.srv.Start()
 	t.Cleanup(r.srv.Close)
 	_, r.port, _ = net.SplitHostPort(r.srv.Listener.Addr().String())
