@@ -507,6 +507,8 @@ type archiveFile struct {
 	// end is where the last complete line ends. A crash mid-append can
 	// leave a torn tail past it; the next append overwrites it.
 	end int64
+	// clean: nothing lies past end (the last write succeeded).
+	clean bool
 }
 
 // openArchive indexes the archive into idx (id → latest line). Lines that
@@ -564,7 +566,7 @@ func indexArchive(f *os.File, path string, idx map[string]arcLoc, old bool) (int
 			return 0, fmt.Errorf("filestore: read %s: %w", path, err)
 		}
 		id.ID = ""
-		if json.Unmarshal(line, &id) == nil && id.ID != "" {
+		if idx != nil && json.Unmarshal(line, &id) == nil && id.ID != "" {
 			idx[id.ID] = arcLoc{off: off, n: int32(len(line) - 1), old: old} //nolint:gosec // a record line is far below 2 GiB (records are bounded)
 		}
 		off += int64(len(line))
@@ -593,35 +595,53 @@ func (a *archiveFile) rotate() error {
 
 // append writes recs as lines at the end of the complete lines and fsyncs.
 func (a *archiveFile) append(recs []*missionRec) ([]arcLoc, error) {
-	if a.f == nil {
-		f, err := os.OpenFile(a.path, os.O_RDWR|os.O_CREATE, 0o600)
-		if err != nil {
-			return nil, err
-		}
-		if err := fsatomic.SyncDir(filepath.Dir(a.path)); err != nil {
-			f.Close()
-			return nil, err
-		}
-		a.f = f
-	}
 	var buf []byte
 	locs := make([]arcLoc, len(recs))
 	for i, r := range recs {
 		locs[i] = arcLoc{off: a.end + int64(len(buf)), n: int32(len(r.raw))} //nolint:gosec // a record is far below 2 GiB (records are bounded)
 		buf = append(append(buf, r.raw...), '\n')
 	}
-	// Drop a torn tail first, so it cannot glue onto the new first line.
-	if err := a.f.Truncate(a.end); err != nil {
+	if err := a.write(buf, true); err != nil {
 		return nil, err
 	}
+	return locs, nil
+}
+
+// write puts buf (complete lines) at the end of the complete lines,
+// creating the file if need be, and fsyncs it if sync is set. The audit
+// log shares it (and the rotation) with the mission archive.
+func (a *archiveFile) write(buf []byte, sync bool) error {
+	if a.f == nil {
+		f, err := os.OpenFile(a.path, os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return err
+		}
+		if err := fsatomic.SyncDir(filepath.Dir(a.path)); err != nil {
+			f.Close()
+			return err
+		}
+		a.f = f
+		a.clean = false
+	}
+	// Drop a torn tail first, so it cannot glue onto the new first line
+	// (once: after a write that succeeded there is none).
+	if !a.clean {
+		if err := a.f.Truncate(a.end); err != nil {
+			return err
+		}
+	}
+	a.clean = false
 	if _, err := a.f.WriteAt(buf, a.end); err != nil {
-		return nil, err
+		return err
 	}
-	if err := a.f.Sync(); err != nil {
-		return nil, err
+	if sync {
+		if err := a.f.Sync(); err != nil {
+			return err
+		}
 	}
 	a.end += int64(len(buf))
-	return locs, nil
+	a.clean = true
+	return nil
 }
 
 func (a *archiveFile) read(loc arcLoc) (ports.Mission, error) {
