@@ -496,6 +496,42 @@ type ArtifactList struct {
 	Artifacts []Artifact `json:"artifacts"`
 }
 
+// AuditEntry defines model for AuditEntry.
+type AuditEntry struct {
+	// Actor Who: the token's name ("operator" for the operator token, "dashboard" for the sign-in cookie, "executor" for aiwg serve's token, "anonymous" when none was accepted).
+	Actor string    `json:"actor"`
+	At    time.Time `json:"at"`
+
+	// Client The caller's address (the connection's, without the port).
+	Client string `json:"client"`
+
+	// Code The error answer's code; empty on success.
+	Code string `json:"code"`
+
+	// Operation The operationId of openapi.yaml.
+	Operation string `json:"operation"`
+
+	// RequestId Also the X-Request-Id response header and in the server's log line.
+	RequestId string `json:"request_id"`
+
+	// Role The actor's role (empty for anonymous).
+	Role string `json:"role"`
+
+	// Status The HTTP status answered.
+	Status int `json:"status"`
+
+	// Target What it acted on: the path's parameters joined by /, or the created resource's id or name; may be empty.
+	Target string `json:"target"`
+}
+
+// AuditList defines model for AuditList.
+type AuditList struct {
+	Entries []AuditEntry `json:"entries"`
+
+	// NextCursor Where the next page starts (pass it as cursor); absent on the last page.
+	NextCursor *string `json:"next_cursor,omitempty"`
+}
+
 // CommandState defines model for CommandState.
 type CommandState string
 
@@ -1380,6 +1416,17 @@ type WriteFileParams struct {
 	Mode *FileMode `form:"mode,omitempty" json:"mode,omitempty"`
 }
 
+// ListAuditParams defines parameters for ListAudit.
+type ListAuditParams struct {
+	Since  *time.Time `form:"since,omitempty" json:"since,omitempty"`
+	Actor  *string    `form:"actor,omitempty" json:"actor,omitempty"`
+	Target *string    `form:"target,omitempty" json:"target,omitempty"`
+	Limit  *int       `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The next_cursor of the previous page.
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
 // WatchChangesParams defines parameters for WatchChanges.
 type WatchChangesParams struct {
 	IntervalMs *int `form:"interval_ms,omitempty" json:"interval_ms,omitempty"`
@@ -1803,6 +1850,24 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /api/v1/aiwg/status (the `GetAIWGStatus` operationId).
 	GetAIWGStatus(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListAudit The audit log, oldest first, a page at a time.
+	//
+	// One entry per state-changing call (POST, PUT, PATCH, DELETE, and the upgrades of the
+	// port forward), answered or refused, and per dashboard sign-in, successful or not:
+	// when (`at`), who (`actor`, `role`, `client` — the caller's address), what (`operation`,
+	// the operationId; `target`, the path's parameters joined by `/`, or the created
+	// resource's id or name), how it ended (`status`, and `code` of an error answer) and the
+	// `request_id` the X-Request-Id response header and the server's log line carry. An
+	// entry never holds a token, a secret or a request body. Filters: entries at or after
+	// `since` (RFC 3339), of `actor`, of `target`. `limit` defaults to 100 (at most 1000);
+	// `next_cursor` is present when more may follow. The log is `audit.jsonl` in the data
+	// dir, rotated past 256 MiB to `audit.1.jsonl` (two generations kept); a cursor into a
+	// generation since dropped goes on from the oldest entry kept. 503 `store_unavailable`
+	// when the server keeps no audit log.
+	//
+	// Corresponds with GET /api/v1/audit (the `ListAudit` operationId).
+	ListAudit(ctx context.Context, params *ListAuditParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// WatchChanges Server-Sent Events naming the collections that changed, for live views.
 	//
@@ -2731,6 +2796,34 @@ func (c *Client) ReconnectAIWG(ctx context.Context, reqEditors ...RequestEditorF
 // Corresponds with GET /api/v1/aiwg/status (the `GetAIWGStatus` operationId).
 func (c *Client) GetAIWGStatus(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetAIWGStatusRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListAudit The audit log, oldest first, a page at a time.
+//
+// One entry per state-changing call (POST, PUT, PATCH, DELETE, and the upgrades of the
+// port forward), answered or refused, and per dashboard sign-in, successful or not:
+// when (`at`), who (`actor`, `role`, `client` — the caller's address), what (`operation`,
+// the operationId; `target`, the path's parameters joined by `/`, or the created
+// resource's id or name), how it ended (`status`, and `code` of an error answer) and the
+// `request_id` the X-Request-Id response header and the server's log line carry. An
+// entry never holds a token, a secret or a request body. Filters: entries at or after
+// `since` (RFC 3339), of `actor`, of `target`. `limit` defaults to 100 (at most 1000);
+// `next_cursor` is present when more may follow. The log is `audit.jsonl` in the data
+// dir, rotated past 256 MiB to `audit.1.jsonl` (two generations kept); a cursor into a
+// generation since dropped goes on from the oldest entry kept. 503 `store_unavailable`
+// when the server keeps no audit log.
+//
+// Corresponds with GET /api/v1/audit (the `ListAudit` operationId).
+func (c *Client) ListAudit(ctx context.Context, params *ListAuditParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListAuditRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -4553,6 +4646,108 @@ func NewGetAIWGStatusRequest(server string) (*http.Request, error) {
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListAuditRequest constructs an http.Request for the ListAudit method
+func NewListAuditRequest(server string, params *ListAuditParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/audit")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Since != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "since", *params.Since, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Actor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "actor", *params.Actor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Target != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "target", *params.Target, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
@@ -6858,6 +7053,26 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /api/v1/aiwg/status (the `GetAIWGStatus` operationId).
 	GetAIWGStatusWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetAIWGStatusResponse, error)
 
+	// ListAuditWithResponse The audit log, oldest first, a page at a time.
+	//
+	// One entry per state-changing call (POST, PUT, PATCH, DELETE, and the upgrades of the
+	// port forward), answered or refused, and per dashboard sign-in, successful or not:
+	// when (`at`), who (`actor`, `role`, `client` — the caller's address), what (`operation`,
+	// the operationId; `target`, the path's parameters joined by `/`, or the created
+	// resource's id or name), how it ended (`status`, and `code` of an error answer) and the
+	// `request_id` the X-Request-Id response header and the server's log line carry. An
+	// entry never holds a token, a secret or a request body. Filters: entries at or after
+	// `since` (RFC 3339), of `actor`, of `target`. `limit` defaults to 100 (at most 1000);
+	// `next_cursor` is present when more may follow. The log is `audit.jsonl` in the data
+	// dir, rotated past 256 MiB to `audit.1.jsonl` (two generations kept); a cursor into a
+	// generation since dropped goes on from the oldest entry kept. 503 `store_unavailable`
+	// when the server keeps no audit log.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/audit (the `ListAudit` operationId).
+	ListAuditWithResponse(ctx context.Context, params *ListAuditParams, reqEditors ...RequestEditorFn) (*ListAuditResponse, error)
+
 	// WatchChangesWithResponse Server-Sent Events naming the collections that changed, for live views.
 	//
 	// Each `changed` event's data is `{"kinds": [...]}`, a subset of `agents`,
@@ -8616,6 +8831,68 @@ func (r GetAIWGStatusResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetAIWGStatusResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListAuditResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AuditList
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListAuditResponse) GetJSON200() *AuditList {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ListAuditResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ListAuditResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ListAuditResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListAuditResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListAuditResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListAuditResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListAuditResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -11955,6 +12232,32 @@ func (c *ClientWithResponses) GetAIWGStatusWithResponse(ctx context.Context, req
 	return ParseGetAIWGStatusResponse(rsp)
 }
 
+// ListAuditWithResponse The audit log, oldest first, a page at a time.
+//
+// One entry per state-changing call (POST, PUT, PATCH, DELETE, and the upgrades of the
+// port forward), answered or refused, and per dashboard sign-in, successful or not:
+// when (`at`), who (`actor`, `role`, `client` — the caller's address), what (`operation`,
+// the operationId; `target`, the path's parameters joined by `/`, or the created
+// resource's id or name), how it ended (`status`, and `code` of an error answer) and the
+// `request_id` the X-Request-Id response header and the server's log line carry. An
+// entry never holds a token, a secret or a request body. Filters: entries at or after
+// `since` (RFC 3339), of `actor`, of `target`. `limit` defaults to 100 (at most 1000);
+// `next_cursor` is present when more may follow. The log is `audit.jsonl` in the data
+// dir, rotated past 256 MiB to `audit.1.jsonl` (two generations kept); a cursor into a
+// generation since dropped goes on from the oldest entry kept. 503 `store_unavailable`
+// when the server keeps no audit log.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/audit (the `ListAudit` operationId).
+func (c *ClientWithResponses) ListAuditWithResponse(ctx context.Context, params *ListAuditParams, reqEditors ...RequestEditorFn) (*ListAuditResponse, error) {
+	rsp, err := c.ListAudit(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListAuditResponse(rsp)
+}
+
 // WatchChangesWithResponse Server-Sent Events naming the collections that changed, for live views.
 //
 // Each `changed` event's data is `{"kinds": [...]}`, a subset of `agents`,
@@ -13820,6 +14123,53 @@ func ParseGetAIWGStatusResponse(rsp *http.Response) (*GetAIWGStatusResponse, err
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListAuditResponse parses an HTTP response from a ListAuditWithResponse call
+func ParseListAuditResponse(rsp *http.Response) (*ListAuditResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListAuditResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AuditList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
 
 	}
 

@@ -109,6 +109,9 @@ type Deps struct {
 	Forwards ports.PortDialer
 	// PublicPorts keeps the ports marked public (nil: none can be; 503).
 	PublicPorts ports.PublicPorts
+	// Audit keeps the audit log: every state-changing call, once answered
+	// (nil: nothing is recorded, and GET /api/v1/audit answers 503).
+	Audit ports.AuditLog
 	// PreviewDomain is the domain of the preview hosts the ports lists
 	// name, <port>-<environment>.<domain> (AGENTIC_PREVIEW_DOMAIN; empty
 	// means "localhost").
@@ -187,7 +190,9 @@ func (s *Server) Handler() http.Handler {
 
 func (s *Server) serve(mux *http.ServeMux, w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
+	r, ri := withRequestInfo(w, r)
 	sw := &statusWriter{ResponseWriter: w}
+	s.auditPrepare(mux, sw, r)
 	defer func() {
 		if p := recover(); p != nil {
 			if p == http.ErrAbortHandler {
@@ -198,7 +203,8 @@ func (s *Server) serve(mux *http.ServeMux, w http.ResponseWriter, r *http.Reques
 				writeError(sw, http.StatusInternalServerError, "internal_error", "internal server error")
 			}
 		}
-		s.log.Debug("rest: request", "method", r.Method, "path", r.URL.Path, "status", sw.status, "duration", time.Since(start))
+		s.log.Debug("rest: request", "method", r.Method, "path", r.URL.Path, "status", sw.status, "duration", time.Since(start), "request_id", ri.id)
+		s.audit(mux, sw, r, ri)
 	}()
 
 	_, pattern := mux.Handler(r)
@@ -313,6 +319,10 @@ func clip(s string) string {
 type statusWriter struct {
 	http.ResponseWriter
 	status int
+	// body is the start of an error answer, or of any answer when
+	// keepBody is set, for the audit log (keep).
+	body     []byte
+	keepBody bool
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -326,6 +336,7 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK
 	}
+	w.keep(b)
 	return w.ResponseWriter.Write(b)
 }
 

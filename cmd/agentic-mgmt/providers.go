@@ -262,6 +262,7 @@ func provideREST(cfg Config, svc *agentrpc.Service, op OperatorHTTP, uc UseCases
 		MaxFileBytes: cfg.FileMaxBytes,
 		Tasks:        uc.Tasks,
 		Origins:      op.Origins,
+		Audit:        uc.Audit,
 		Dashboard:    dash,
 		Changes:      ch,
 

@@ -25,6 +25,8 @@ type UseCases struct {
 	Sessions     *session.Service
 	Environments *environment.Service
 	Tasks        *task.Service
+	// Audit is the audit log (not a use case: the REST port records into it).
+	Audit ports.AuditLog
 }
 
 // linkReports is what the agent link reports to (ports.LinkReports and its

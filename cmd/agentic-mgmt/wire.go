@@ -34,6 +34,8 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		wire.Bind(new(ports.MissionStore), new(*filestore.MissionStore)),
 		provideOutbox,
 		wire.Bind(new(ports.EventOutbox), new(*filestore.Outbox)),
+		provideAuditLog,
+		wire.Bind(new(ports.AuditLog), new(*filestore.AuditLog)),
 		provideMissions,
 		provideAIWG,
 		provideSessionLog,

@@ -86,14 +86,26 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		cleanup()
 		return nil, nil, err
 	}
+	auditLog, cleanup7, err := provideAuditLog(dataDir, log)
+	if err != nil {
+		cleanup6()
+		cleanup5()
+		cleanup4()
+		cleanup3()
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
 	useCases := UseCases{
 		Missions:     missionService,
 		Sessions:     sessionService,
 		Environments: environmentService,
 		Tasks:        taskService,
+		Audit:        auditLog,
 	}
 	identity, err := provideIdentity(dataDir)
 	if err != nil {
+		cleanup7()
 		cleanup6()
 		cleanup5()
 		cleanup4()
@@ -107,6 +119,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 	readiness := provideReadiness(cfg, service, client, runtimes)
 	restHandler, err := provideREST(cfg, service, operatorHTTP, useCases, client, sessionLog, metricsHandler, readiness, wall, log, hub, publicPorts)
 	if err != nil {
+		cleanup7()
 		cleanup6()
 		cleanup5()
 		cleanup4()
@@ -117,6 +130,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 	}
 	supervisor, err := provideSupervisor(cfg, agentHashes, log, users)
 	if err != nil {
+		cleanup7()
 		cleanup6()
 		cleanup5()
 		cleanup4()
@@ -128,6 +142,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 	wsHandler := provideWS(cfg, operatorHTTP, sessionService, service, sessionLog, uuiDv7, log)
 	agentTLS, err := provideAgentTLS(cfg, dataDir)
 	if err != nil {
+		cleanup7()
 		cleanup6()
 		cleanup5()
 		cleanup4()
@@ -139,6 +154,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 	linkBound := bindLinkReports(mainLinkReports, useCases, wall)
 	app := provideApp(cfg, log, service, restHandler, supervisor, operatorToken, banner, useCases, client, wsHandler, readiness, agentTLS, linkBound)
 	return app, func() {
+		cleanup7()
 		cleanup6()
 		cleanup5()
 		cleanup4()

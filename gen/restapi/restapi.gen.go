@@ -504,6 +504,42 @@ type ArtifactList struct {
 	Artifacts []Artifact `json:"artifacts"`
 }
 
+// AuditEntry defines model for AuditEntry.
+type AuditEntry struct {
+	// Actor Who: the token's name ("operator" for the operator token, "dashboard" for the sign-in cookie, "executor" for aiwg serve's token, "anonymous" when none was accepted).
+	Actor string    `json:"actor"`
+	At    time.Time `json:"at"`
+
+	// Client The caller's address (the connection's, without the port).
+	Client string `json:"client"`
+
+	// Code The error answer's code; empty on success.
+	Code string `json:"code"`
+
+	// Operation The operationId of openapi.yaml.
+	Operation string `json:"operation"`
+
+	// RequestId Also the X-Request-Id response header and in the server's log line.
+	RequestId string `json:"request_id"`
+
+	// Role The actor's role (empty for anonymous).
+	Role string `json:"role"`
+
+	// Status The HTTP status answered.
+	Status int `json:"status"`
+
+	// Target What it acted on: the path's parameters joined by /, or the created resource's id or name; may be empty.
+	Target string `json:"target"`
+}
+
+// AuditList defines model for AuditList.
+type AuditList struct {
+	Entries []AuditEntry `json:"entries"`
+
+	// NextCursor Where the next page starts (pass it as cursor); absent on the last page.
+	NextCursor *string `json:"next_cursor,omitempty"`
+}
+
 // CommandState defines model for CommandState.
 type CommandState string
 
@@ -1388,6 +1424,17 @@ type WriteFileParams struct {
 	Mode *FileMode `form:"mode,omitempty" json:"mode,omitempty"`
 }
 
+// ListAuditParams defines parameters for ListAudit.
+type ListAuditParams struct {
+	Since  *time.Time `form:"since,omitempty" json:"since,omitempty"`
+	Actor  *string    `form:"actor,omitempty" json:"actor,omitempty"`
+	Target *string    `form:"target,omitempty" json:"target,omitempty"`
+	Limit  *int       `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The next_cursor of the previous page.
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
 // WatchChangesParams defines parameters for WatchChanges.
 type WatchChangesParams struct {
 	IntervalMs *int `form:"interval_ms,omitempty" json:"interval_ms,omitempty"`
@@ -1811,6 +1858,24 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /api/v1/aiwg/status (the `GetAIWGStatus` operationId).
 	GetAIWGStatus(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListAudit The audit log, oldest first, a page at a time.
+	//
+	// One entry per state-changing call (POST, PUT, PATCH, DELETE, and the upgrades of the
+	// port forward), answered or refused, and per dashboard sign-in, successful or not:
+	// when (`at`), who (`actor`, `role`, `client` — the caller's address), what (`operation`,
+	// the operationId; `target`, the path's parameters joined by `/`, or the created
+	// resource's id or name), how it ended (`status`, and `code` of an error answer) and the
+	// `request_id` the X-Request-Id response header and the server's log line carry. An
+	// entry never holds a token, a secret or a request body. Filters: entries at or after
+	// `since` (RFC 3339), of `actor`, of `target`. `limit` defaults to 100 (at most 1000);
+	// `next_cursor` is present when more may follow. The log is `audit.jsonl` in the data
+	// dir, rotated past 256 MiB to `audit.1.jsonl` (two generations kept); a cursor into a
+	// generation since dropped goes on from the oldest entry kept. 503 `store_unavailable`
+	// when the server keeps no audit log.
+	//
+	// Corresponds with GET /api/v1/audit (the `ListAudit` operationId).
+	ListAudit(ctx context.Context, params *ListAuditParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// WatchChanges Server-Sent Events naming the collections that changed, for live views.
 	//
@@ -2739,6 +2804,34 @@ func (c *Client) ReconnectAIWG(ctx context.Context, reqEditors ...RequestEditorF
 // Corresponds with GET /api/v1/aiwg/status (the `GetAIWGStatus` operationId).
 func (c *Client) GetAIWGStatus(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetAIWGStatusRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListAudit The audit log, oldest first, a page at a time.
+//
+// One entry per state-changing call (POST, PUT, PATCH, DELETE, and the upgrades of the
+// port forward), answered or refused, and per dashboard sign-in, successful or not:
+// when (`at`), who (`actor`, `role`, `client` — the caller's address), what (`operation`,
+// the operationId; `target`, the path's parameters joined by `/`, or the created
+// resource's id or name), how it ended (`status`, and `code` of an error answer) and the
+// `request_id` the X-Request-Id response header and the server's log line carry. An
+// entry never holds a token, a secret or a request body. Filters: entries at or after
+// `since` (RFC 3339), of `actor`, of `target`. `limit` defaults to 100 (at most 1000);
+// `next_cursor` is present when more may follow. The log is `audit.jsonl` in the data
+// dir, rotated past 256 MiB to `audit.1.jsonl` (two generations kept); a cursor into a
+// generation since dropped goes on from the oldest entry kept. 503 `store_unavailable`
+// when the server keeps no audit log.
+//
+// Corresponds with GET /api/v1/audit (the `ListAudit` operationId).
+func (c *Client) ListAudit(ctx context.Context, params *ListAuditParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListAuditRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -4561,6 +4654,108 @@ func NewGetAIWGStatusRequest(server string) (*http.Request, error) {
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListAuditRequest constructs an http.Request for the ListAudit method
+func NewListAuditRequest(server string, params *ListAuditParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/audit")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Since != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "since", *params.Since, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Actor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "actor", *params.Actor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Target != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "target", *params.Target, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
@@ -6866,6 +7061,26 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /api/v1/aiwg/status (the `GetAIWGStatus` operationId).
 	GetAIWGStatusWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetAIWGStatusResponse, error)
 
+	// ListAuditWithResponse The audit log, oldest first, a page at a time.
+	//
+	// One entry per state-changing call (POST, PUT, PATCH, DELETE, and the upgrades of the
+	// port forward), answered or refused, and per dashboard sign-in, successful or not:
+	// when (`at`), who (`actor`, `role`, `client` — the caller's address), what (`operation`,
+	// the operationId; `target`, the path's parameters joined by `/`, or the created
+	// resource's id or name), how it ended (`status`, and `code` of an error answer) and the
+	// `request_id` the X-Request-Id response header and the server's log line carry. An
+	// entry never holds a token, a secret or a request body. Filters: entries at or after
+	// `since` (RFC 3339), of `actor`, of `target`. `limit` defaults to 100 (at most 1000);
+	// `next_cursor` is present when more may follow. The log is `audit.jsonl` in the data
+	// dir, rotated past 256 MiB to `audit.1.jsonl` (two generations kept); a cursor into a
+	// generation since dropped goes on from the oldest entry kept. 503 `store_unavailable`
+	// when the server keeps no audit log.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/audit (the `ListAudit` operationId).
+	ListAuditWithResponse(ctx context.Context, params *ListAuditParams, reqEditors ...RequestEditorFn) (*ListAuditResponse, error)
+
 	// WatchChangesWithResponse Server-Sent Events naming the collections that changed, for live views.
 	//
 	// Each `changed` event's data is `{"kinds": [...]}`, a subset of `agents`,
@@ -8624,6 +8839,68 @@ func (r GetAIWGStatusResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetAIWGStatusResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListAuditResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AuditList
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListAuditResponse) GetJSON200() *AuditList {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ListAuditResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ListAuditResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ListAuditResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListAuditResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListAuditResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListAuditResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListAuditResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -11963,6 +12240,32 @@ func (c *ClientWithResponses) GetAIWGStatusWithResponse(ctx context.Context, req
 	return ParseGetAIWGStatusResponse(rsp)
 }
 
+// ListAuditWithResponse The audit log, oldest first, a page at a time.
+//
+// One entry per state-changing call (POST, PUT, PATCH, DELETE, and the upgrades of the
+// port forward), answered or refused, and per dashboard sign-in, successful or not:
+// when (`at`), who (`actor`, `role`, `client` — the caller's address), what (`operation`,
+// the operationId; `target`, the path's parameters joined by `/`, or the created
+// resource's id or name), how it ended (`status`, and `code` of an error answer) and the
+// `request_id` the X-Request-Id response header and the server's log line carry. An
+// entry never holds a token, a secret or a request body. Filters: entries at or after
+// `since` (RFC 3339), of `actor`, of `target`. `limit` defaults to 100 (at most 1000);
+// `next_cursor` is present when more may follow. The log is `audit.jsonl` in the data
+// dir, rotated past 256 MiB to `audit.1.jsonl` (two generations kept); a cursor into a
+// generation since dropped goes on from the oldest entry kept. 503 `store_unavailable`
+// when the server keeps no audit log.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/audit (the `ListAudit` operationId).
+func (c *ClientWithResponses) ListAuditWithResponse(ctx context.Context, params *ListAuditParams, reqEditors ...RequestEditorFn) (*ListAuditResponse, error) {
+	rsp, err := c.ListAudit(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListAuditResponse(rsp)
+}
+
 // WatchChangesWithResponse Server-Sent Events naming the collections that changed, for live views.
 //
 // Each `changed` event's data is `{"kinds": [...]}`, a subset of `agents`,
@@ -13828,6 +14131,53 @@ func ParseGetAIWGStatusResponse(rsp *http.Response) (*GetAIWGStatusResponse, err
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListAuditResponse parses an HTTP response from a ListAuditWithResponse call
+func ParseListAuditResponse(rsp *http.Response) (*ListAuditResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListAuditResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AuditList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
 
 	}
 
@@ -16297,6 +16647,9 @@ type ServerInterface interface {
 	// GetAIWGStatus State of the aiwg serve integration. Never contains a token.
 	// (GET /api/v1/aiwg/status)
 	GetAIWGStatus(w http.ResponseWriter, r *http.Request)
+	// ListAudit The audit log, oldest first, a page at a time.
+	// (GET /api/v1/audit)
+	ListAudit(w http.ResponseWriter, r *http.Request, params ListAuditParams)
 	// WatchChanges Server-Sent Events naming the collections that changed, for live views.
 	// (GET /api/v1/changes)
 	WatchChanges(w http.ResponseWriter, r *http.Request, params WatchChangesParams)
@@ -16939,6 +17292,91 @@ func (siw *ServerInterfaceWrapper) GetAIWGStatus(w http.ResponseWriter, r *http.
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.GetAIWGStatus(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListAudit operation middleware
+func (siw *ServerInterfaceWrapper) ListAudit(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListAuditParams
+
+	// ------------- Optional query parameter "since" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "since", r.URL.Query(), &params.Since, runtime.BindQueryParameterOptions{Type: "string", Format: "date-time"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "since"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "since", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "actor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "actor", r.URL.Query(), &params.Actor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "actor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "actor", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "target" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "target", r.URL.Query(), &params.Target, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "target"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "target", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListAudit(w, r, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -18545,6 +18983,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/missions/{mission_id}", wrapper.GetMission)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/hitl", wrapper.ListHITL)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/hitl/{hitl_id}/respond", wrapper.RespondHITL)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/audit", wrapper.ListAudit)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/aiwg/status", wrapper.GetAIWGStatus)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/aiwg/reconnect", wrapper.ReconnectAIWG)
 
@@ -20038,6 +20477,70 @@ func (response GetAIWGStatus401JSONResponse) VisitGetAIWGStatusResponse(w http.R
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAuditRequestObject struct {
+	Params ListAuditParams
+}
+
+type ListAuditResponseObject interface {
+	VisitListAuditResponse(w http.ResponseWriter) error
+}
+
+type ListAudit200JSONResponse AuditList
+
+func (response ListAudit200JSONResponse) VisitListAuditResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAudit400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response ListAudit400JSONResponse) VisitListAuditResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAudit401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response ListAudit401JSONResponse) VisitListAuditResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAudit503JSONResponse struct{ UnavailableJSONResponse }
+
+func (response ListAudit503JSONResponse) VisitListAuditResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -23679,6 +24182,9 @@ type StrictServerInterface interface {
 	// GetAIWGStatus State of the aiwg serve integration. Never contains a token.
 	// (GET /api/v1/aiwg/status)
 	GetAIWGStatus(ctx context.Context, request GetAIWGStatusRequestObject) (GetAIWGStatusResponseObject, error)
+	// ListAudit The audit log, oldest first, a page at a time.
+	// (GET /api/v1/audit)
+	ListAudit(ctx context.Context, request ListAuditRequestObject) (ListAuditResponseObject, error)
 	// WatchChanges Server-Sent Events naming the collections that changed, for live views.
 	// (GET /api/v1/changes)
 	WatchChanges(ctx context.Context, request WatchChangesRequestObject) (WatchChangesResponseObject, error)
@@ -24262,6 +24768,32 @@ func (sh *strictHandler) GetAIWGStatus(w http.ResponseWriter, r *http.Request) {
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(GetAIWGStatusResponseObject); ok {
 		if err := validResponse.VisitGetAIWGStatusResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListAudit operation middleware
+func (sh *strictHandler) ListAudit(w http.ResponseWriter, r *http.Request, params ListAuditParams) {
+	var request ListAuditRequestObject
+
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListAudit(ctx, request.(ListAuditRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListAudit")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListAuditResponseObject); ok {
+		if err := validResponse.VisitListAuditResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {
@@ -25491,366 +26023,380 @@ func (sh *strictHandler) GetReadyz(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L3rbiM3tjD6KoTOBlrKlGXZ7e4kMgaB03ES7/TFaDuTPTvqraJUlMRxidSQLKuVnj6YX+cBDj7ge4N5",
-	"ke9N5kkOuBbJYklVkuy+JTlBgLQlVfGyuLjulzetsZwvpGDC6Fb/TWtBFZ0zwxR8OpsyYS6+sX9y0eq3",
-	"FtTMWklL0Dlr9VvU/jrkWStpKfb3giuWtfpGFSxp6fGMzal9b05fP2Viamat/tHxF0lrzkX4nLTMamFH",
-	"0kZxMW29fZu0nsj5nIqscdIx/v6+pz0Xt1xJMWfCPIeJaieHf/ac9vHD3bN+y3P2TGYwXcb0WPGF4dLO",
-	"+2JsaE4WTM251lwKMuJGJ4R1p13Se3xyQqQinz961G0luM6/F0ytyoXO7aDxwhbUGKbsk//T++rn3sHn",
-	"r948fPsfraZFXdptbyzqbKRlXhiW2NkVy6nht4wYScyMkYwrNjZSreAT4MYDTdxxaaINVYZw0SfUkLnU",
-	"hpz0vnw0EKOVYTohQpLnPz5NCKPjGQkoSdojZpaMCaJzqmdMd8Lbx48eEfcu1eQpF8VrQvNcLvVAtC/P",
-	"rr8fPjv7L0JFRp6fPTu3H04JLRdtz5XkUkyZImZGhf2fIVKMGfmb5IJlG9saCK6JYpNCs4yMol12uuSk",
-	"1yMpF7c059nQDp0SaWZMLblm3YFoOCSHW3thkwXWOj5FZ3r4Wfur/s//czgYvO71Xr05So4fPXp7+KfO",
-	"Z+V3Pfiu5siT1usDppRUB2NAxVa8EfvzJZ2yJ4XSUm2ixPWMEcFem+EYHiByAoBZKHbLZaHJgk4ZaXPD",
-	"5hpBPJZzZtFnKok/W/uMJnN5yywaAOAIHSupNaE4wEgWIqNq1WnCd5y91UQBescndZhuN/aUz7mpQXWH",
-	"ZmbGNZlTsTolS25msjCEm8RiWpf8xM0MPsUA0HSlyXLGFANA2J9wD3ABdNMGcljG2vr5vJjb1fd6cPTu",
-	"Y9gJF4ZNmcKtSJm/J8L16GQ34bqUyjwv5iNWgxJn5PrJJVlIZRJy1O0+fvToYUmnqsuyD+1aFu4aRtkJ",
-	"hSsGxLKReWj8/X0zj2uqbxrnNFTfvN8J39qh9EIKzYBLf02z76hhS7qyn8ZSGCYApelikfMxtedy+Ddt",
-	"D+dNNOl/KDZp9Vv/12EpARzir/rw3NIDnGrzvgPVI0v7P7qkK7Kc8Ryx3VF7oqggbRQPplKwfkksyZjO",
-	"GRnR8Y2/TwMRvQmcJeMZEdKRivAoF44e67EUgo0NmSo6Zpaqz+1ti37geiCWlBuWEVmYDgxarmBCeW7p",
-	"+4wReyJMG79WoIIdS7DfJhaqL/HnjwNVvxagN/lEqjnLui2QiMQk5+OPtgwtCzVmdh1cEGrplmFIuzPJ",
-	"NJwMMFqkjW0QSRCyeGhwBixLAjbQXDGarQgTGcs6sCcrY1xL+ZSqKfs4+5pYHOWa5HbKwPMZ0UzdMvXA",
-	"Ah1IDWmffXf+/PriyfDbi6cgNwy//uv1+ZVbt1QjnmVMfMSb9kCTQjNF5nQFEM6kg3wpHQ4zJriH7XNp",
-	"vrX88sMv8bkkuhjPAs7A9Fcm4+LrQn8EYqTtVMNRoVf9mPw8sJi7KAz5e8EKOPRJkeekjYKJHDOtyYwi",
-	"JlvMJEuL3JZowAtZ59T+NONiiuIM12SpuGFkSTWOmXXJS2bUitCJYQr/PjiDvzUbS5FplPpmjGZOlYqe",
-	"2WSZV/iSlTkt3SIjNpHK3kWjVlxMuxXBYIPvvfVQ/1HQW8pzOso/wqVCkimkGYYr36+I/jkXNxb4mVyK",
-	"PSA6EDtAigeIlEYxN6kmUhBu/1mKzscG+selYJ5BjGS2WqdkR+QZ/xqu37WUz6hYOdalP/zSzsjfC2ko",
-	"Ae2Ijmcsw4OaM61B7kWBmI9nCahj9rBA2kVq9aOghZlJxX9hH4FiPbP00mKhIkslxZSMGFUWiPKGCb+e",
-	"j3eHnktDFlJrPsqt7rMkbUAwBZMQOZkkhL1m48JI5ajVlGvDlOWuQuJdSIg2Fm+LcuEWsm899qIh5+Kn",
-	"764MNYXevAegxtgT25g7fTOwAJjwaaFYNmj1yYTmmr1N4SD9jWa5ZkEZIlIkhN0yqy/PmVUQLGIsFNNM",
-	"mD5JNRXZSL4e8gwHSf3+8BvFCJsvzIqgsKtJIQzP7eoGAjeP69PwKB3fCLnMWTa1ACmH8mBCgS61KxCW",
-	"AxQit7Tf7jWn2gxEAG48thMQu+S53QehDjmAtiyUXDBlOPMXy8EmIhEjKXNGQYQMhLH+ZyayheSIXBs6",
-	"eQSX7b9XN2uftXtF/EU9Y+Pd8hBqhn4bKyo/x3t8FYaSo7+xsbFDnY0Nv+VmdX7rbsk6hLQZFhrmsSIt",
-	"Na1+K5OFXV0YTaAiaQG2rN9sVuDRDOmCD+e6MhoX5vFJa1MdjN7a+w2uSyhuntcNR6GKCauB/tziAlR2",
-	"qjXXhgozNOy1/cJeixu78qRlpMyHY5rn/m/FdJGjzuv+KIRFYrQRgd0lgrODAFhoRDE/uKXKapXazu4h",
-	"f4Gr8B/P/GqucTH+++tyUeErKfMnuLb4q5d+Zf7LjS9+DEsuF+GW/jYB22Nee4yimA9NoYSu46hJa0GV",
-	"FSkAToVmTZjvIFf3k2Z/36Rvl1JzuNdOg5wwSy0mSs7JUbcWDSIzwcZoT3JaZOyBJu4hwrNunU1NFyP8",
-	"rmaZgCe1P9itg+xaZ1axvxKLTF7ATcgtUyNq+Jz859WL590whHCWoPoJtsDW/g6nAxa7+kfwC6oUXcFn",
-	"VYgxbSBya8TEno+7R9uIyVUxn1O1emdykknB6k2WEy5oThCTQAjVzPL/pObW352KWN4ybDzjbehbjK1y",
-	"Uk99AilpuD1wdPZsATo0ywDpaX5ZgWDNe+un0HhD1w4Tn6ssrLIKB/9yW0l5flWw1uLCtJahoNZxy5Tm",
-	"KIFtAHFMF3TEc+7f2B+TA7seUlPFMGrYgeFzVnfRS7vTHV+cSW0aL2rD/eSLIc0yVUWS8uecjhjix47z",
-	"3wBCCXjA3hmjyozYXbYzZ0bxsd4lCz9zj1lkKoTgYjr0PqJ6/FRWBEQoecZrIQfYJAzlgqlW0rqdR6z0",
-	"VR09DtLvttUB1jlB2b600obNh1xM5K43r+DRC/vk+kUB46+bv9xPhADh4Gpg0ng3nnLddD+qeL9zv3V3",
-	"IXJp1GgMje6NU0JHVtK3WrkXs+H3bq2rMYaSW3njfkv1xaMBTIkiDRgYW0lrVOgVAhs4Qnw3a7HiTBk+",
-	"oeNayRUUv2EjE2+8unpGjx89rv+J/8L2YiJrsHFYAq+HCZLqGmsB57bXgCvu1zugiwfXBsasH2YYum5Z",
-	"zsdvT7Ryrx3yt6x2w5uOLHoZ0aGOQTSQzyh4oFanEmOZ2b93gOFFYRaFOfdPV5j6VjvAazZ2wrSjSGzX",
-	"KxVQwUsZU6oeueCnoZxMNDN7iiraZLIwTcPJwkTDrQUowPfe3zvhShuimJUJWEbwXfDP24t/V3SvxHhE",
-	"USYIsbDqAI31xa7DIjrZWnRUjBoWRYBEfp96PgpmkHVrADhFWDa0ZL3JzCKYWUp1QxZKvl6RNhUZkSKH",
-	"YALRSQCU8DpYyULsxJyu0LbWJ+w1HRsCSmBCPuvqYjLhr8mS59mYqkwTqYgTEOwDSzsnFUQucA+kv5DK",
-	"kHbGJtRKvicnD8EK80UPPeueBkT+yOPHvTpmT19f4MPHjx5vcg8+p9MayfuJZ9gEHgC/HCUZ1zf4BUZl",
-	"TKQif3mmT4lbJVqVHdt8AJZeAn5gmuNrtfoX1zKnxgmJ65qUM4AQbVQlBCSexirRGVX2gJhTF+2hGM6U",
-	"Ju3vzq/JIV3ww9ujQ/eO7vRJOr3lWqq0S84cH1Ro0MJNxGN2yRkMFk9betjkZIKms5Nej/iADG8BFnTO",
-	"xZSYmdQMbG72YQgtiA7u4XHSzLTWAJJrWTHd86xPzg7+m9CDX0jv4EvSJUNykBDPcB1ekZwZwxS6bKfc",
-	"rC1gMwAqClj5+ezgv+nBL72DL1+Vf3aHB68+q41Qcfdmc+lCClbiM8ZdADgq3giiDc9zZ5/Wkd+vk/ir",
-	"KGS4nBm75WN2StjU3iN3QSWp3G97V5UsprMoDiiBu5uQkeKZxe5Cg2i6sZlFTsds7tSbbcT/Mjz4FojN",
-	"hOesQaek2dCuc6ikNPX6o3fS7WTyL8ODVel7jf4L5om/x3907CBgHU72Sd1FITm3NM7M2Hy3XFjKy4C8",
-	"zQTcBX/ck3ir6Z21xVzfMU4nCCA1Riolp4rOLZ6pQiQkl/KGZaRYEC7I5dn1913y0gEFCOSM0QyM2ZZ8",
-	"j+j4ZqpkITJvldKkXYlJc5QjjYKYOqeWM9i1KTqGmDhv0fLP2KulCqErpEHPWJ6TdvofV9+fP32aJmD+",
-	"J+nhiItDPUs7EI6XAqUYwrMpEDWgDVuiWpLW64OpPLBfHugbvjjwLOsATORMoTF7i42Yidt3U3zraePR",
-	"weMTi+gxOQRiaKl0lSAeWEo4DHyLDIpe7+HYzgN/sQP8gmdkodiEv8Zv16nmyV2pZiPRXJjV5n5eFgLj",
-	"OgxTc7CCBeppAXxahxGa0HxJV5pksoOeHoceCaE1yAfMM+PCsi9KFnzBwNtrmCCjlbdc0hKFPd6hT96O",
-	"6uRHi9soyZGRNDMylT4qM5dT9CYiKXeWWGSdN2xhwNY7L16TNo/CVmRhcrsty8eRL7hwgE696U/J5d2v",
-	"uFcYtxoLcMXX9tG3dbj4DdcLasazs/GYLZxttUqwmDZ8Tg3LhoCENQf97RPy8OHDLy0ofrx+gigK4mO+",
-	"InOe5xz96hYZx9wux4UXH/eOHx/0Hh30vrzufd4/etg/Pu4eHT/874okH5uCIgQdDLI3J28PBoNsMMjc",
-	"P9f4T7/yz2DQtc8+fPvftai7y/vl414aftYNrk6qNZ8K76HGyCZqnPZCAdZUjFlnN1eKFlBdbWTpWT+i",
-	"V1sOOuJa63aI+SJnXpDd6doLS5nw3EU9rL/TrC+vIZAsjIvu5v6+tE96J4RPqpFeAK6dK9vfLtswVOC8",
-	"a8ixY+ZaG6cU06G3NjQPEZGCOTM0o4Y2sxh8s2Gkcuoq5saKllWkmin//2AYdz2lx+H5Laun98CRZ+Rg",
-	"7FhSeBw5ULrJnPecedulKNdUh/fnIFufC1Pn5nGSdr0cexebNCQIDDO5FHvaQ/CFYvHBPMxguq5DegiF",
-	"rjeAM6rr1FiICSpyF5vpYAbx6FKR5QyCBfcwuxpniW4lPhzbgz8CRwWUu503kS3ljhY6/LGJfr9AhYOV",
-	"wz/QPgpmOWPCKsMc1QtW75bdMNLcQeAHLeNuPh5UIetMEKh2Vnei2BhCpJGwguDltcwgsiREsCXTBk3r",
-	"7ZAOs2bB2WqGjO5ezT7XIyCi3dzeybkQYQGGh7zdYim6iwHHYj6YTrhBBYUL0kbLSycggiaRuYSBycV7",
-	"J/pNph5nF6rFnEZ7f2SbeH+q/i1IZI6urFF0ty0jQzAkzVZ72Vmdo+ROKPzOdoPNEfG3WqHjGq73lAvm",
-	"zFDj0maYJSSTc2rl2R8vvknIoin0Yt2vEOCJmuZIyjW3kTZysQCKt6DOd41BYJbWMSt+VUzH28JyzsXt",
-	"ZXW6c3H7dZjxXNy+dJOei9urMK99zU99Lm6/9bOfi9tvwgIa3EKlhcQbyCObeUS1wgXeQbIbYrnu5gyG",
-	"4M8G4ZwtdsedUTTjs8Wu1db7tiLCei+C9R59oqS9oFpbWkU1wdc77+AnreysFjaefq8rEnV5pmd2kaOc",
-	"ES3oDRuOqWbEPglGpgUapXSfFFGUbhLs0X/TVmlcszElAzGS2WpopBxCiDKYSoYTWYgsIXNmZjKDsHHH",
-	"ihNSRpK7h2pCy5OBKPOJ/BPAqUKeSTyC/4q9XnDF4i9EhsGzZkiHC7NK0FQxHOdSwyxg/hA094NHQbHD",
-	"jGsLq6yMyoU5q1G5Q2TTAwFhucMoLDchXkAeu5Se8pto7T76rPxqIGbc5PEz4bNcMBG9QudsaOiN/c7+",
-	"6k0sCUFP2HDEVhKhkAxEhEnx2PHX7DUHY7eLrBg6UpN45lnZ3kD4bx3s7KC6WFix0sLGYsScitXQm5Wi",
-	"r7yvK4FEncreN9JcSpRbUDNzb0ToFlJ2YRhwvyQDEaYyigo9YUqX48yp4BOLuwSy9SJgwOfyuDwcQpq8",
-	"xUvn645fW0AU3jpGKwbG8cwj3ajQqwQyJeFZEFst04hXO5FqSZUFDDznEpATUiymimZs6ElDBMtFMcr5",
-	"eGifd3kom5KcpxHr1MBH7cP1Z3KR70ORYLAEKUwtRQK/93sxy++tEn9qc33r3sr8DkP23uNUV/wXqjgQ",
-	"epBUIHxeSOOi7anIyIzeWt7FIf36wZ8fECEVef7j0+j8IysGfT2UEAUxBMWwRlWDX9EYu2CKaKMYnZfG",
-	"5qPH5Bn/uuOs3y7J9/Oj3hdfOAv4lmPZbtheaFZk8qC0b29ak+dMTZ3d6j1ZfVUhhlQ3BVLwGiXmJ2cS",
-	"dxbtMncNnk8wZcZqs8bqM8ifSNsyHkxozdnEEEv+STsECviMgk6tXGwhUiNxn798BtedksvrvybBe/Ha",
-	"Pn5w/OjxWOZSdVt3wGDLA2Rhhi5xa3POH3gOSR1kOZN5mZQ3VbJYuAQwMDrmUkxJ++riO7vIBCFxdfHd",
-	"DxdPn5JjoklODVOd2NneI3NGhSYPez2iYVsWYi5fhbiFwfcR0EvAVdDxi8cnlYPv1R28Vf24mA4zru5w",
-	"O+sDXrYQTx9e9P6Cne5uu7p/eFQDu/lptqqkjY9lkWPqNxBVzCxGEUlMyYgLqlbdencBt7Ji1hDtrRjN",
-	"iX0GRNtTcnT8xZ+eo53ghuc51vPQfGqpxXP78+f4o0sYBUpfrg2k+obEARijJtUQxwZDnZsxSkZNCJ8Q",
-	"KlbdphCtLRFfjdFbW0PJ+Zxlw+qr8c93iOhvCtUqT6QuXCtgUhUN45XFYePlguouyLc8Zw2G5JyLm6Gx",
-	"UmFtQoVeze0TDzTBZ2pxa36/+jxt8LdpZgqeHWpmpvYfw8c3K6sGUjKRhTIzDJypJ9dzb0DZT+Vujkfd",
-	"N+i09F16wwkEnCQtS9uSloNWK2lBiZaa4Mx68wQ8FIJXXWUi3FzTcVqd3hGadbXeqHX/0TZSVOJGjUi4",
-	"qC1yBHn3rtCRKxPUbE6uXJW1VFOpGHHrxfgyKRihQi+ZcgEwS6aY4+OFqRNG1gDqCot4INRB7/uL66dn",
-	"MEed0zhznt5aPAGd8v7+1p1O72c4Rghl9YVRdpqC/MKa9ltvAfpE1hpcOtN3MDvZPXj1aFdgdRi8CRiR",
-	"nrWh2/EQnuEjfSiH8BVqrNys5HxhSLs8axQ0x5DxRqi+gaBDSQrNICtW5gMRR8FF1NCNBRlr7ZCSBjqq",
-	"S3A7tUNQbYlv22FCB+JBB6JcZ7yWU3d3WIahDB6XXTESqUjGxKpTl6e7Q0wSjbla93H5vMM1Qqg1ZDZu",
-	"fbP5Lm1PKgRPipQho9AiPaYSJg0DNbCZhisb9lTCuQLVZizG+kZ3NBfE9G3D4VZiJ9wQxDBHj9sqDq7z",
-	"mHnqPgWExAhtTef2OhC7nfWY2CouArFGVgq/gDtBrGrzGjwSNt9aXOtpZYnRtnBx3oDjbu2UmfXA4MeP",
-	"Hj18vIt3w2pqT4fRHNlmFfSly5a9pvNFDm/d1KFRc/LeeraoD6Txb9St56k3ml06B/ra1S+z5TYxP5dj",
-	"mvt4eUvy0QKnSYiF6nXhv8TqBPDnUUL6fXvA/f5R7SWZ0DnPV5U08cWtlbb44vZx7cF7z/9dap1ZxGe3",
-	"nC2HhcrrN/fjy6euqOHCbokbtI6MlFxqphIXCgI8yMWB9A8P8Uu7okrIor30LlrRPYGzO3+cex1/enl+",
-	"dU3KEQ4D8wS0Fc5nabDkjlXKKz7wWpg6Pamh+qC9jXKCDAxr+8g8w/h4RrQc3zBD2j6fAv3DjvfjUlx2",
-	"RUY2I9hP6hYD1tXNtVwYTTxYLOwFYxnszyqFB1yQNtaycNZZ+NBggYofqZVdnGoKj5E5VTeEiUyfYqg6",
-	"qK74W2PI3vaL5+NA3N0JSB02v/Mi1otkYJHeWyyq3uzdSSe7ZHGY3V3xMuHj+NHjTQE/OotikUUiQMNJ",
-	"uJh3xcaM3zrl3g4acL8skYc4N6OaKIaOEYh5fYeT2q0hPytTc9d8gotiuGBq7Py9+6TUc30zNNLQvDT8",
-	"7hMoZV8rNMvu9FYuaTakt9Ph0Z6rK194dNc39n1hzuZSre4BAvfiHYFQF73oFKl7RVZti8ugfDkd7hA0",
-	"xzM2vgFT6RazYxSw+l5EanDa3u2N5himzbjpPYeMbYw1gX3c5HdU9Lhhiq4Bar2MBPOxGJu5/msxrPeP",
-	"Wd0Ro7o92rQu62AXEpURjXWWBHVX9LiX9UGXNUZq/Rc5b6odUgrkGE5DRoVBMzF62vOMaR9THuLzHh7v",
-	"H5/nlnrtVtFov6qypntwj0q8ro8dKk93LXgomu5VM1Wq5/xupv2Zv6dxv9ownLCjLbDYSHD3+QdloYeW",
-	"MxiEoS1m6gVQvFYgptWINDoCuaFWmajFnXcK5WqmQEKahisC70BAK4UQIWcOkgpzLvYIKYBJIdi7Dr5r",
-	"HqaNNRRmcvAFCsIU8j5dXjq6rK3eAXEf5Mfrbw++SMpa7WRENXt8EuvtMFQraeEvtTC/jIM8t1or6nCV",
-	"EovzWZG7Eq92gWtBzqT9QzFiSjDD9ANwcHIx7fQt1gqZMe1ye26ZWhGoJGL1IfvLULMcQmEwWap8HjKH",
-	"DeUC0zCJkTnzlfXc36xLXlh1gobkZHwrhLSCb1oVrCEZmhh6wzSG3bJcs6XbrZDiAKMOKiPV5Dl3yRms",
-	"l/hdkBu2IvNCGzKyI+FW7XftnzGj7vCV1Qb7hJJvnl8RXYxcvCj+ClpiaB/wkIxnVNGxgUggGvTIo4PH",
-	"D9cT/g7IkHRLU4+FJRNZcya0JSywsFLNbdzkhrWycnDbIkHWcq0j13M7ShRs/3xQpgp2X73pJY+P3ka/",
-	"d77qfFXrxZ/T1/F8UT55VCuqxJu9Sft1eKeq1EUTlLbvjRkvpcw3CdqM15VcwLxg13jASHkDtcKtJL9n",
-	"tDTP8hoK9wyG0Bh3TYy02AhBd90mwX/k6tHuBR+7Q5yijvtZvsN27XVODRRihSCKhZQ50kIh3fah5Jnd",
-	"3J5waPQtblMnvN+xxqW9YON9oHBln3ubtJZUzWvpvD+JEbN3MYR5V3T5HTV1ouBpO1vwU8LRl1MniGIB",
-	"/uWxvmpA0iYTyHqBvV1A2OkSwiGbluEwadM91ugu9kLLXs5dfLpp8vsF/e2DVKWx9GRXhM7dsK2x+gDM",
-	"3LTRKzfHu5SLef/VV/4oirJfUZQPkcDz0Wt11DJLMNfWe0bu6XYI1u/dZuv7W57dLGtDvtq6w/vRGmPy",
-	"5jDF7+USQxDB2i4VePtW2hnXE8JFWZv+iMy5cAnTD3skoysd1MuEPHzc65E2FWQmC1UNej1+9OVxNcD0",
-	"cW8/O+BLRjMunGNkM2u8bOpWRk+veUsN5fnditthxtTuuLDQcMg+Xndw60Rr34F9yla0w1e1sLH0+n44",
-	"ca9Q8XtEDW+E0mEFSDtQw5ZKonCX7SyK9ZUd1zPNNTP/dNTcF+uIXPKvK3h81Dv54tHnj3dxY2cGn28b",
-	"+zG5Xh/88eeff358tHP0Ba+7x35g6BL3QJMFpHy8rsxwcvTlycPeDmGi9haW0ko9g3fsZTi3qndTBzWs",
-	"PAWPEErQ7hYSWKHzC6inIq6x1HfMzir78RyoA/g2NmdPn7746fyb4fPz659evPzhynXJI220F0iByR5W",
-	"DCFBPvDh53pGlSuYZR94oP1MnVO0mmAmQYPyvsaaoVbXlDmTg48zb1fW/gANp1Vj6c7kDpB4atOsmyBJ",
-	"xUbtuIiT7cg9bs4c7mMvGSoq5hs0nMTpyOAYDrP4JObY7lRf43a/HNQLP/D3OEj4/CQaLXz5l2dQth16",
-	"ctSmG7uGUBPO8kxXJDMmJtJSJNK2RCYh4XJDcq5OiKMjELy1cq39yjaKdzvkHffIl8qpXqbTqDwlryDe",
-	"3SaHvOCaPKAXV9ek2+0ewu9gGLKfFNPFnBG7jAYPfyxW7sDZNoT7LDBKyyoznQiNSyNaJakdHMyxZTGy",
-	"IDYFHaDMquuSnZi2t7aZLoGJDV6/G1T3koWbKtBVbyLGF1Id6N7LH59fXzw7v4JDqS5cu1XXB3yDMlM/",
-	"nbvlTNcoSbEa40py3OUkoVyWu5GlykTa07/YP1wPsAO9oGNGbuxJ5pCEqcedKKAFM+ctopdtO1yOmlWJ",
-	"/v3P/0UyOb5hKvOGS48vWCMBBkwIJSW2EMffnuTgPREBvj98ceVhPHzy9Ozq6vyqS87BsAvGJl/XtAoY",
-	"rn15xrtgSqNSXhJqf27x3VqnGUkDTw7Ez9/zDcwMLCa6J6+ahYF6249Xifc2/3jRos73V21T1HgzqkUZ",
-	"b4Tl/KPCrOvUQi5d713Ai+XM5QTKpUWfKTMWfdohmIUJUkoP5ZF2uuSF2OgViBGWK2aiJ7HTrqvNloSK",
-	"g5QoFtJr9gJR1K6pEVr12FN/gK4yW10goVzUxhZdl/E/OaPoZprYrQXriC+diAE/9dR3e+jGPYpTNiSu",
-	"4gV1oXh1xR/h8OqrPtZSy/vEczSXcLxznEdz4tcVc/2c4xKBWFccCiRR7VOx2pgPZoHik8A63a128OpM",
-	"Pwr+94IROvemgrxSOxGwwWFBQ8JAfYGnn+wtjGL1Ncmlrh9iR8DFB4uqcNelzOm4a/HDpHXL2bKW4f40",
-	"k2QJjgyNjcUwVzDnlgb9xEZXGNoJpAsaywmntCiZszLywpIoK0UrmedM7R+F4Zb5F1jeTqJS6Swc5cGt",
-	"5UC5GAt/Pd3V3hkS79bi++PUmHIUFpLZzFPLM6Z8oIqQvuX5DVs0pDDescZTtf9XDSWK4mz2Gce3/qkN",
-	"CNCtcrwk7HkLwH6AC94YjtJ4Xdi9qktacjLUKHjsiGxna4E3xVZu9CtLcPKUbW8k8Ux1z0u0FRYbMTVx",
-	"F5D1/hFJC0m8lfCsKryf+lzO5Af2paXD+O6Lcz9NFd/Kg4NJy8Vfr+VXRgzYNS7NMeC6LKp7tzVfVAZ0",
-	"X35fjuu++ToavlydI3WbcqvMK6suqSmEi6HwUxsZg7R9ryS/8tEEJ6zFAT4VF/es8A1dHOvFN/sYNTK0",
-	"Aa24jIK1dGsL+EruDMzUtH56T69oU275mRdaQI1sXzy/TkiomPDvf/4LsurQsrtWxIF8VoaB/Ong1Zuj",
-	"5OjxW7JHuQK3lNodmozf84B8qOpmpQJq6NDFX22KeV67xAcSsqBZhtplkHNGK7NWp7j9VT/a++GrNydv",
-	"O59tfHn89s9//kf1q4dv/9wQLsPkpK5boNTMVcPGuhZLBSmXDdm+m/As20rV9O8Zz+pjrBfFcCxVU8c3",
-	"MMrdJXQd7Q31GY1o8bvLaFLXU4ONvV9TfXPHIHeLBFBLipv3GH2+pZjpPSJjtseh1F2qLdHs24PSJ1xw",
-	"PbvjfhtA+z56yzVCazGjmm3zVd5Lc9mdXsiaY0w3LMCuetfd/NtA5EIR2LU9ReJ8lWy4ojIJxGihtoqJ",
-	"2m3M/ZwVcyrqq0bELTI3++sWKrRYbThkbYZ+XXfCmvVqUPtUm9jV0XLPRpSVqdf7UbomlQEsdUe9TQHn",
-	"xvWD7ruU2rK4nWvma/8Uw1+YkkN7HRNfZQhPbxg+aUOnXEyHOFxShquFbzQbK2aGhVBMyxwKxYVGakNX",
-	"BsfXksuh1cyYijHLc6yJFxcu3MNKsCkH+To8PItau/gG+832i3eyLlRXscCw2gCsCErwCbz/YPjGzz7Z",
-	"KPqbZaf2xniY4r/DRVl7L8CsuXjscDyjYvouqRWx8h+aOwb1P06r2JgwUMMq64koyasGZtncLaKJJN6h",
-	"Cod/cFvMn13EXspq7TLuEEJsJYNd2iQO2bTMq2I053sHDa0ZUV0XDYk9kHz1yOGKznMwRflvnCoRD3gE",
-	"usTaN2vWCff23fO24oXsK2SV0dh3A4J70UUHQJy+SyjgPgBZY7OYUr86/3tBc2y+4bywHfs0pkpjxDyC",
-	"z7g+XdTYL6FAEwwNZIkackvzgp2is+IcapTacTDjQEj8GVsgrYcJhlyPzvapoPQJOjngi7IimF0l165y",
-	"opGyS55LwiYTNjblcGG5OAT+vBnrj9/HyvVzeeWctq2kdanYhKnKV8/lOdSeZXsaBsrzrQxTfl0zR/xO",
-	"mA30gNVG04q1xIP2z2Xagfvrs59DpkF7MOhufaDz2WHnq/eRvOBRLgYtYF8raSHC3Bl+/vXoGzfQ26QF",
-	"GPfBkzLqLnCNB2zTgrNdwOGRK5BlpL3muys7LYXK7CBjnMIzUOE2RCbN6XjGBcOfIm+x98Z3Nv2KrtRG",
-	"Oqc3zLmn03o/yb4qVekfdhvfZAIgDY0Lxc3qCkpguNIlWNb5utlWBMYdQvlyil4/wrUuWEaoCUWhCRaE",
-	"RhyxO8EiG1bVZ1TFPQFnxixibA3z7njDLt83pV6z93tSC2U4zi4vLA1KQXbj44P5dG5S0kZJyBt7XScs",
-	"qQz5EznudAfiHGgW1D4rRMYUSV1Ud+pItYmNZrhEBMxAtFN/5C8uz1+eXb94Obx+8cP58xQIKrwIUWAC",
-	"mEdmxVZJUiwdklFDScaVqxziZziAodNOMhBuiIzq2UhSlUW1rMZS3nBG2inE5PgwdM2ngou043gFVpu0",
-	"DybgbAaeMBBA/VEE064tFKSZjeWcoR9Xlu0O0d7pGpFKxadcaNJOX8BfqYXfdbxEKzyzfEK8Fx5QJT1M",
-	"LZztLcIIOtdg7T+vXjwn6ZsBqvyDVp8MWt1ud9BKyADqK+NXZbH2IX751g6HEztfNCTqa8d+PPOjU8qF",
-	"NnhVMzkuIDxtxCbSLkGszMwqmSzXkEP394Kp1UCEWtfRsVuAByqRsXFu91AGdrnugxvVsqE9oMiiMbGB",
-	"IWx7JDPuKhPPWJ65wrhcESf1EXBptHOgrjohCo4rIY7EaqhoXsz1KaltfdjpkrMw0QoDb6TBssculwf0",
-	"HJwt7G4g/PbaaZ101CcgHaVgZk1FkeeprxqFqVZxCmDq20Olri43N1Aoyd9Pn4Ixp4JOMTXy7PIiqoDU",
-	"b/W6R92eoxmCLnir33rY7XUfon1zBmTMI3/ZDL62AOYVlh8ZrQjPyrZ+KcTCpIlDHRjD3R4OffvAlxSl",
-	"UroX4CDpQKSRqJ+i1DS36DWRUBsr9j6l/ilfjzf4qk5xXieX2WsId38qyYiZJWMCntJkLm+t7OkiC5GS",
-	"0bGSWvuFjix7osoXhgvoe5G1+lCz5mzqPIslTrb6P79pcQsiuAJek+tjmJAn6PTO4d71ob8BWp7AQBUh",
-	"WejggatbitOl1tZSdVqsc8lXkFkChdUAK457vajVPcj/i0XOxwCgw785kaGcYKsDd+p7cQB3qqmpCXBO",
-	"iI6xziLyCa6ibvCw2sOvaRZVzjjpHe1+5ceoZwUyfO+KbuGZQzhUKMDtmPaKtMumE5YX5NinOuM6fA+3",
-	"gSP3nCo6htKHXGadLsxTvX6Hb7zF+m10E6t4+B1DNNzEwrotlo8g1C++aX34o916rB/xHO1LJ7tfei7N",
-	"t+DffPt265Ec+hLgmBKlzVbLGPQkIiMGLB9IYjqaHqRdElvPXJdRHaFMNQhoINqaMZJaedH1909RLnbR",
-	"b07PrQT6eznthrGF9gYwpMgonA+Ee5tlXgaAmDUktpbxO2EulDDkGco2caAXxqgFZdd1XSGK+Z3YC0zS",
-	"786v04Sk35w/Pb8+TxPv4RKZc0ZqiH3Gabvkwu4ISy/YCa28xdCuqLFBQBvbk0DYquGiYBsLswIcZHFb",
-	"LYSqnDPldwnCAtcDMYVe4CmWm3a9/1Mf9bCg2sTgImi8JdqKXWmon4Vigj9KKkoAYPkw4xexAewxFZbF",
-	"G6vFjOj4hrRBp/JyI9eWlUMVx2wAT45zyudICbGaoycrxy6VTHcAQBztu3Y9uZxOWQbKFUhqFWQYCCnK",
-	"AnuFgG7n0PIhLtKKq61jhhDv8CREJr0LIYIL/rXEhK73QoPiFiJvq/qe6wu9Rv6O39vUDiRXGKZTQwav",
-	"oKBh1EH/10wO7Qtf7n7hiWt5Ay8cPdz9wrWUT6maQkjfyfGXe73wjIrVS1/Q+G3SeoSnthNk31HDls7i",
-	"WzJ1wF9CSzoc3QYfYOz8aKcQUOjpNCiFNM+Z2sG/Dy3F3otRlBeX8Ek0AZlatYIu6cprXdxA7cbuQLiO",
-	"KdiiiaTrLVbSuI2KVd8w/A3oQkS/UM80oA6eRSzIC5cIj6C7MUcN3bq3cRqkXDzQ8pKU2r3hzqKa0ljt",
-	"shyOaySLyOeQmnIDrHMgIrChY6syNJqhNHnUO3a2DGgDliZRwUsOfRDzfEW47sesa2xZHcxc9r7HeqC+",
-	"XmjGy5Dgkqz/+5//i1BMi3PwgPMcCOD7vgsJNpXBN5DJjlYhXY7oYsGU70spoV9lxjPXPdktCwd00mR0",
-	"XihYluaUby6unrx4/vz8yfXwu5dnTyzXfeQZhZ3UG9S75GwgHLYBtypRbr0KJXffzyiqvv4UHOaG6Gkn",
-	"tbgTrEg7NRIRe32Q9iEF7jUbk3FhiJ5ZmQL4nIOv54kD4bgnFmiFVT/QUQdUsvTXl3AT8UOrPmopobdx",
-	"2c7d4ZXF0lKsr/LpOs53Xgpiv33G13vPU0PnmQbh3yOMooK0rXzGbqErqy67rYBdZK15CmmnYN9KLaXq",
-	"/P+dW74b14P+3rU8z362xBisK9gPV0Pe43YeFyUB5qzOR3/S+5KkNT32vN0r/OTKkrkWGJ76poqNC6X5",
-	"LUvBUjcQadzOD0dJD9MueQFGHeaMpNjNKcfOIHW3GPqksm+xZck9L3Gy81E7/iU1M3i2zjATtlexzTjq",
-	"HHypG7F/mwp8TbAjbjH7yDdmD3z+VqoRzzImPtId+yQCJkKfUGg4mRDq+wehpgd1cKCNEPaxEM5DHK7D",
-	"KaGu35lRjOHlCMjyZ0vM4VxrTbUpXg3LsF1rGpAnFMspZG85ZldevVinD13OkPhyQdpWsa32Hrf6OmSX",
-	"dpC/l62l4e7Z8QrtiHsYUFnio7vEFVgYiKNe0uv1wp2nirni2qQdy6igdINVuNICp9MdiJPeCUmrPUDT",
-	"hJz0HpJ0oxEo/BCZ+gFI9rsvByKtaSKbNtmAvwWa91Goxoc01MWtkxo4tqeff1CQT0FBzsob+kD7W1Jx",
-	"jNrvVtjOAKmMpzFSOSeHkBnbi4cfUjWeuSrN9f4f0CVZdgoyAz4cyevtUlEAIdyqCl6LmSq2BJPaQAQF",
-	"5duLp+fDZ2f/Nfz6r9fnV2kHqZXr/StAMoQET+x/5qP1LM2su5YvGc3O3AZ+hRfz9YGhqnozy3QDaFRY",
-	"E71ReyPt/v+4jZ/4NiJLpsDBSVuxaZFTBTdQl/2k4a66++gM11QT+IRKTG2LJQymwHvNNfrlWbbhdOca",
-	"UkMME6g7w/OoUHe7KUoUAxEa02G5i1BqYgkK1oj5MYLJNwgpVl7J2C0fY6xeQr69+PYFkWogZlRlsAvn",
-	"vddRZ1ZPFWAhdbwWG6uub6E7EFceTs6y4UeyIoGLfw3Q65KTo4eO64c+3mkZcefeHYh2IewRK6Y1y4DA",
-	"SEtWmkhQHV35SXHDPj5h2ccw8H5oypkXPCHMwdJg/4U/gnZ0YOy1gRrIGWLwbhXk3L/wB9HaR9G3aPDp",
-	"TePu0MDPpEh7+gtfEOqCxTvOLRgp7lHz6TnNGOET34R3P8Ejwu+Gzqu+B/8OcaMDtnFvx4NdgvdvBV7I",
-	"shzAQGjGNJmwJVMErOVYl+cJLuQAwyK6NRRs3WZxaknRQGzQIqAzlegvF/kRWWjXBaAmsebjmSjuJtPI",
-	"sWHmAD0M70W0gZP4g078dujEGYlFnwcaTzBxXierxVdvlC+p5p7W/BdWcm3oqTZiU8hUa5KOApqQqSRG",
-	"WgrF5gupqHJ1sUZM84yFWRKiGNaqkmhqjlxANM+tNANChuK3LOuHIjeqgNJwxSKXNCM5o97vJ/MMxoXa",
-	"XEIK1umSdC4zBsYWOTY0H4i1Ns+k7WsX9h6fnHQapJf7SSYf1Xy5x7PPZMbuIMK8VxLSLMlgpbm95JWf",
-	"nET6BxX6zVAhuAjOAFIGAlkkKCnRKVlQBZ7sUjkD3cIKLLuklNCHsFY6sSTp+sllpV8gSMsCKBE3vnSq",
-	"64+YkIvL2xPQhC4ubx93kqpPMgcrSWj2Z2ZsHnvZcylDmPYxwXBoHaQe1MLsGoKX24ept8HHjZ98WADE",
-	"VWF90RSWD+FMoeXJY2wRm8sl0yZx2mVslmWmDNgdCNx6l6TOUZ56cr9Py83mPpvgnfW15EI6lssCoQKt",
-	"XIUGIcuNb4ly2X4K1rFc6704lQa9/nbVyd59F312q8uMjj3Pbd/FEYLLXLrXjAlUerGaQxRRUQb7dbrk",
-	"W+cBqJjY8UHwdPPMwXLdDG9B20lIiiXG0/AXZp1jkHUa9X5NAel9HeCBSOMa/NHQ+vCNHdrhfuqaCIs4",
-	"bhpxEML/uIU8v6WGYdCHBZuQaxO33SdohDKexZvV26OtL13Xyl9hrOtmF9MthnSkCwDRhIwQdgleQuyY",
-	"6j44QvGrjpKNCXATBYy8yw9CqhfkSZZHb5WsExJ5X9CFs4skxzWlakOkA/Jc+Sd/lfgTV+xqwBy/1U8V",
-	"/B6vwVJxSwXhINZ7F7K4VmQZR+fEZGxd3RQH57OyXGVrQsnl9V8hF20sc53+n/+dKrnUaSlKf9H7P//7",
-	"+KRzSlIrF6Y+nElDf6VQrqo7EGf1dSvLEqKpc08GdlUtYjkQZ8RX2vJvP9BRaziaa2mlC40WStdIHTns",
-	"gcUGzFkDDu8qZZAJY3ZtT2TGdL9qZrBvWDq+no9E2iOaEbvZxDFU5R2rnVN7iSo+TLxF9vsvSa1rMyGp",
-	"L+9gRxtCQ6qUtGmlGiXwiCo7BPsxsJ1TVGSsoBUpMqc1YXfuEwbx1JF67Ebl67792mKqKqu7U3DV0fsm",
-	"FLXxxC5gLc7P/COk+FOGFIfbUzLAphDihJQRshh6CdQiLkKby3U7Kl9OD0OKRRxgvG48dI+cXfz0XesD",
-	"hrzb8Zvj3cMyPnYgwaN99OooH349VM6vGwxNZQY3VJDVN3yx8CqMZThyMoHwuZqjKguANmZzlQD8kIlZ",
-	"W4/pGmuvm0KfopEsLYvCp6QNgWidUo+CPEWX2ouFuj+VgAIlPkO8epRpX66wS55DQIFrj6EJ9bUb48Ny",
-	"qnKjpn9u1ZbUld5JQ9daSEPnGvKwb7jI9KDVJz93u91Xb1MI+ypGVlMOifU6TQYijdWfiBvD375ZsP17",
-	"xk1u/4XyNCUvnWOPftD4QEWDdlFedNnQNlwnAWV/RA2RzKm66fTR7AoKIerC2sWlt9cm6iNSzBhVZsSo",
-	"QdOD+9VZGbLEqn1BfgJkAp8xlFMSYwZ+GEqsGuj0ezCwUgyHk0tBXEjZEzyKgQD/r6Q502OWVas0A/wh",
-	"yyEFCe+W5sO5hYiXEY8f9TpuxlFhRVQrzUQbGEvYrqsarcpBMaQNxVr4wp4Dy3OZJs5cgsqvPW2cYCBc",
-	"oWkQj9qKdUIqH+7RvYKOVCnGzOeNgVGH48xqRY4eEY2pFAMB1dwWSr7mTKNha5xLHewmIGHWWobtfhwE",
-	"90tUjuBXH4Z6/KiXVJOX4+zlR3W9j3arTYa9NocA31oT8F4+I0QCfB14bE7toZbZJO5cyqwGGTvmiDZy",
-	"8clUqytYwwEkhJ27mtu+LaFF+zxH25LPa/eXDCObbxlcJL1GxFyw5eEb95fPJC7js6vY8gPP8/tmM7j3",
-	"6rXkj5hSZ/dANIhZUa4mlhCAeNRCFzT/nQnF7yarAshoyNfyGQFgbkQzsjfWWlV60WkONn4RVOHQOD1Y",
-	"4af8lgnw2BGXs3sa3z7MGfMlxAeiJotNTrDRCF5xNKau5ewe2s9MKf95IDRkL3l7clgWcGpM8LV6veMl",
-	"J+QZ/zrOlrN/egie1uQYl/3hYT40MuDfmDeMtY8wnQLzEARbOiG/Sy4ESRFDMRNaFuYQN0CoYt50DObk",
-	"0srAQ9cgU2jLIH1MdciSAWeBT9zF9GFkn3pmGas3eLhVDMS6ml7mb61l1/l0qmCRLg0CIVkOs9IwW87V",
-	"P1jLWyNb0tZOyWaCex9zB5nAlMWQIAQGbFcpJs69xqZpIVFtzhTLV5UyDAMRwtNTh/ZpF2I+lMxJey07",
-	"PXGp6YlFBf4L66AHAwDi5hyIpkxDqPOGKZW+pm6UAecEI5/NDtQc+z7RzI7mIAWlSHR/II56IXEP3QgO",
-	"MEmoqRKK8FvOvDGldi4IMxDeswMojyIzVx7NjJwyMPC36cYYZCwL1/1/IDxaGnDkWHS8tJNTXLJ3lDNt",
-	"DjCCdypRmDqFLaIEBKgmShCe9E4Q0eCQvVFuyF4vOCogEdlQzFfgKUkHyCQ94p4nPLNqDHSzkMICDtsK",
-	"hXFLI1mt7+E7Zt4DT2xI+XHUy9KTirS1UQN3e2/JxsEtKXz3wdf84pQbUiwwcwQIg5iGOjweR4yE+1qh",
-	"d6QNjy5knpf4+tCeVaepVo0lm+uSaJA9H67JnvcTPT+gLBIlOv66BY53tnWhu8+fM5BHz4lKAOwSTQ+R",
-	"vG6zYtnf35eE+v6tw9XWwXuZhU9q22byXxjIsEjqgvTFjCZXF9/9dPH8yfd/JL/eGWd3I2DZKaMeAbEL",
-	"x68XAatdQu6LgDgKIqAzQJcSS0UV+AMHPwAOWpGzuVQIhDjpzXNxkqoTq6Xy9ZqW+DxUinRx21ZWPu6d",
-	"kDmjQqNTDwMp44dK50NUr0FY6v73ghVI7pdWccQQjohODQQXuACoBCjKsnrBUVEpakXahQCXakzrII5J",
-	"KjBzMY0KAJaKwi7PZSUjFOdYBlsqq5vYTcLencEEayyNGC4/g5oUvuZknIqCHRjjnJqT4y9BzeRiOCr0",
-	"Ko1Cg0IQE3UVH8GEunR1G2kORefdjKXFstQyg8ZiRSpfn7CUbq1InMUTWanZqJWT/dOX9sPB2cTVx3zU",
-	"e1jv4S1X7EqbPMD0GQCX1QjbOKxvrenKdXQSdBrj3uEkMqcb4lEsqR4I/J60RyuSMjnBaq2ulIkPwoIK",
-	"l0GOt4pAcxxrkKrsNfgVkti4TdF9KezZfpfslGQs57eA3f5O/eHO3WMGOKSvC726F5He010Ik1R9hjF1",
-	"j706W2OTzuMH74rwl3TKnkJt0T3Csu3DT7D65wdVjKIdNYUzxZv+VDb3eA2VZseQutS2tBdLlKMbDIlu",
-	"KETUgcA9q6fuCGiqC+UEUd5s/Iid2TEGmCNfomSimJ65Di/dgUihynSKboy4xwn59//z/5KRlNjuRxVC",
-	"n0ZM1rEoV6wUSMqKmQ68hL1RoE4uNj3x9ZgwSqe+KjJGIdkVnxLqW+eDiQya/uuk7Eo+EIYzZZlA6LBd",
-	"aTlfbSmdEE1Xdg/IR923jon4wtDuVR/XFIFxyKC2vjMTuWzXKBDNNYIYCPyJayi8KDqnyD/dwMOoTfaW",
-	"OKXzSpuVDxdxFM3ziWoZxjutuc+XESJ+ZBb1qxPy3zncJABzLRJ8zfx+GsrbUWxYDT2PoNEPWPrBVaCD",
-	"cQYb4VbtMDVx3tschFjHpor0d+NX0bvP6Zy1fs3Vi351Xrt3RqxvmDZKrtbRymGHj0nghli16LTSgh75",
-	"jyWXE6mmMmRGNcUxfWAk6X0swrbGwX8zkfgvRGXdGFyIxEAxECm8cxYKvDlODBLHtAzGj/lqU0h+ba4I",
-	"LfQWQ+6l/fn3giGwmT9o07vSpm8VY7+wzdwnZ0OwAuUNYz7QkiuCDWRB0rW4q53fd0wXdMRzbjjTVpIk",
-	"gIudPXD2j9y+P3L7PmRu30AMBASOQqYcVLJbztDNjkY3n7uHuicGri1h7GouHwRJDER6+eM1+fc//4WY",
-	"e/jG/vP20I2BbQHsJiq5d3jWDkfRNCoXTECpf6vjDsRIyaVmqu9bK2FDKWys1D88xC/tVPjVAX5hDx+/",
-	"6LoncFKSyTnlwr2OP4Fl0IIAdG7fYQgCSIx0HZzSZCCwudfMmEX/8PDR0ecPDzJ2283lmOYzqU3/i6Pj",
-	"40MfDgCrRFQsB32gExxAu6z666dXp2jxxnUB1H2m/eXL879cnP80/ObFs7OL51H0aBrmTBNHZfA6OVhB",
-	"gVSZ37KBMNLe3UWlavQ3z69OIQmyvw68UKkoggPWKHAFBb72E9jbqcZUs4GA+tAwf6hl4oENP/lOgrGE",
-	"h8v1C1JsShX46O2Ip3gnB8IspXtwIkMXJWz4AANzQ+IQDYtfCwndCt2j0PdrItW8OxCXPsUT4o4qbcOg",
-	"wRiSEabIqDDwjNX/F1GBZ3J2eQEkcYUBjrIwltIOBLQUgwreG3v34S25lsR1Wwhrsi+6Zz3Fdzfm3//8",
-	"V+qDxitrc526YPPQPxkjSHXFpVBUzwRL4i0W+AwWsgKSGgpwQbMl0k4PqdbMaJi+Q0aK0RsgpIoldlCk",
-	"WzCwXT50l/B7HVOFaetiRebMzGSWkJ/Y6AporOMWQPuB+rrDgfRc4FaJK0W+3hAtDI8N0aQi6ZmTO0Bu",
-	"6pOvsWMb4nHo44YN3BxGt8GcMhByMvGlyjBSDtHbJbZgVfOQFBj7VHwaMdAxlxCNii2du4ZrS+oCkIii",
-	"S2DLvrq90IZRaIjMoNfIJn2cSLWkKksHou27241NDtMe+N8ak5AjUfB+qcgfVXD9IyV5t+BWlTffVe2p",
-	"QbStEqVD2xGbcZGRRnxMSM5vGElvihHb+LFLrpjIBiJ9EqSUPvlxMVU0Yy7t333qE98urjIAssbvr68v",
-	"D4+6R6QdaIO/4Jat3YCI42XSMc3zTiV+F1MkUJZAh1YQmTYJ0Eb9Agw29jITzTXW5wm8NFQ69ZILN+4o",
-	"NZEiCUW2fOsGS3f7luc6u3QoYMhYxrKOR2XHzdKj3hG5WnIzBvvHpZJGQrIxQC80HlJsfWeeDhuHY+hG",
-	"H0kzI0u60omT4RgHIQ92jg7tLjmHduUDS/weaOephgfaFIaa0XxyAA9HpcyixxwlD+0uUEBe0tVAYL4z",
-	"BMSGlUICSVhYCNcroQXtGCwJ5ihGoVs36hFVDuYSE2XVwgBMHKI+WUbaYEs3Ug7nVKyGDtN06oRgLMyO",
-	"AcEliygQSwHN/vPqxfP+tsu4rVgzioR1fhfXTTHq04ZVadE7Ihj4RBIXEW0RFkYORCMtKyBinIRGKYSa",
-	"GLvRFT8QNfv39ajtyC76wK0W3vetJUcMwypAM7RqDV05TUgKZlnrZjtRMOXEXUc6CTk5fmw1JIDq0LsK",
-	"UrzgVg60g5ilhEyojCnwF5WXYjvRqGWR3+KPlt28O2fcw58plXlezEesxp95hHxmLbJp846Tdi3dTHbu",
-	"v79+LYiQywpFcEl2NYTBwu7jV5V6P8Ywe3fr5IgYp/tkO0qXTcXiFPUPXyv48YcHw/p161ek35yObzS5",
-	"N6futpKWu6t2ge7hTTyve7kSQ72RUFea/D4CllRoap/sQVLXfeXdyOD4YRe8QcP762vBzAfLtOxzxD0H",
-	"kc8lxwTjn70M3TXx1J0h0vmq0ETXtZt6QWoNLncRUVHH2tay5SWby9sqPYuShk8h6A7UbW+InFE0Xrhe",
-	"TxVDJCjIA+GMkNtl7Rru8ozeMEvyL7HA1KfmMLWeyutYg8V1/tpD/9/Jam/PpETKUPoL88axVRraFLD9",
-	"u+ZTccC3lfV8RtWNjkZEZEM5OjUmH2o2liLTKUo8lueGSkAPH/d6cWYJyehKW3FOsUVOxxgtGpqAWgTu",
-	"k3iNP7586ozlsFgh/XqTyCSCbfxhQa4dadsbItKgUSlZWEHd8Dyva3wPY7h2KbBN+wywSSSLA7FipksQ",
-	"Fq5UCBQTcTlP2I7FMoypLNvTVyIF3HXkmuDVzk7LrK/HJxB9WtG/IIwmEDtnbi69BZWCmobeOJLgIO86",
-	"19fcdrLPZce+65NQmaC09R11u48fPXr4CKsWGJMTifkl0MJ9K5FA0vYpaMT7DwLCzdiJouifD9nArZyw",
-	"yWRUNdP5C1pxU/yRHfBOpPUps1d8Be6ohXNreRYcESyvzFlShXatxF0lsKnulggU08V8e9ZVMf/deOtf",
-	"uix3YFGYhRoC3yMrgWYfvfLv78+lDxiM/veswm2g+xd0+N6JncDqtmRk2Z9/L7gJm/n4AZS/P8QL1dcM",
-	"djq+k4ZkX9qGcHLx+8E3TJX6A93eFd3kYj2msg3lLCZF7n1oUo3B8+CDmFx7VaBvVaSccZNvzRj5/uL6",
-	"6e8jU8TuZJtjEgQfJ1F/sjyRF3YRs2JOrSp4YGbsIJdyEZZVLX67eZSHb+z/fYL7QoqsObsz6FmpYa8x",
-	"pIl6PxUxUpI2JSOIlmDLnAuGot6gdQlOsfPn1+cvB63QDBPm3agBG761wE1J26cp+kRK5xPRxHeusFiK",
-	"Jemwnjck8GE6Rr33Jcom3Oji3tmsCguJJ5XCsKebSZftuA5mmcxCM1eCcFEYn3A5EC7jEtsXb0uadEkf",
-	"2ki1O+XjJZ5e/e2D6hULamZl8Qp37K31NI21YhbYEKXVPzr+AopZhM+bjS4+kHppd/TS3YSP3Srczn3m",
-	"MK+OCvzk29JVKqGi69kjKNeheJWXKv/IkfxV5Eg280w8c0KJRQBPS0893fuTJ3BRJvYaCvic9yrB9fUy",
-	"t/LPZ7ypEPxaOTORrzySubpb3AXRNxWsgR8rrpZtyO8WAgVUsNTOb5GJu11s4+MeiJ+KhfsTJ1JAFQKV",
-	"Yett19jQymXNTNwv/vCNbyLt6ig25b642fZiEuWQ+/KJ40eP9+ITH/a0d5y0FSu0dPmz2GPLg/p35w+J",
-	"cWUhZb6d+FzCEx/Sditl3nQXYfJPdQl/ompOAEBx6vQ68PZOQ7R7ubsWJGX++0o8rCbRSDUFo9vSwxq8",
-	"RJnL++NYD5feMEFc3bzTSvcdzIX2eWGW1a22Zvm99zN4v9eg2Xkh899UJl95nCEFeO0cnYPNPlMNWd3S",
-	"PrFSejXV/BeWVrFBTkiqF2ycWr7pU+PTsuqArxQACVku9lKX0XWYgpJh78UJz3P0T4RC+diZBWpMsiWh",
-	"0GWWz1kHW0eVTtuyxCM1UKHA6p65xBh5rnzG4hlJL19c1TexSjFvYyDiTEe7NQhbZK/p2OSQyGMHBfcm",
-	"dUGTOHm/EhoHambq2t9CGJgTYFnmKg7ENUjbkEIBjVIIj8BjV4yj40loCKnEZhAIAvDewtUtIQ2ZB/aR",
-	"B7oaufySZWzCRUi4sptDGDpnrb/xmAAD2BTaUISyFqQSXNhU+6GuFEOdynxZvBcS8QE8qlLerU7axyNM",
-	"hNpTn3ABIQHLX7ky+5Gdot8AYCz+KUR3FjM7TFn35MLe7JhUtaXy1cE6m2SoKor4pNLG6P2XIeuUCnvt",
-	"R4UBkxTSCCjB4vPKXv74/Pri2fnVA50QlmvfdA9lY5fF5FqiuSjfb148+eH85fB7S800Mz5I2m4uk+Mb",
-	"pjJoj9XBFn6KM1+jJkRTc1/nVidROwEM50Zx3PXSr+SdAQXCNgaCMDG14PV1PMvURsc2sNUHVJIpW2g5",
-	"KgLR5zi+K2NPQ455KPTCoK60JTBrpAST1cEUWNaCWZF2qBODW0vgbwAj/skFWYc5pkHO5JIYSaxoBIm6",
-	"kFg4pzfMgTOFArSbsro/5A8prrs5miR2v4RP2fMtZFjHRZLCzdJVmQHYVLtsGAMHAKG/9jp3kkhiqORq",
-	"V+/fXl39mhv61dhxzFrzOrwjGH5cb8vxPQZb9zfYJruX8gHMSg4uv3Gz0m+gIaJHQNKOGgsmoUlgErGX",
-	"jqX0rkLAZsvEeuQ/fOMb82007qjCIi2tSGnUIsD5jaKk+Ki1IvWmGu8tCk0A1x1G1cKNpcNI3jLV7AYa",
-	"iLv6gci6G6hOovyB53ljd8DmbpLthVkNS2hinQIHANcTKfQ6yMpy5FVbXfn++/bpfKCiXQ5QFmb13pXQ",
-	"LeWPhiibDVEC7jQ1QjktcSg4oDiE3ULGHg0u1C4dQXGJrbaU+/a8dO99pP60O0jxb8qq4tdMGujfHlT5",
-	"0DdybW4Vd1uKRalmf08xe56RFCTqqJFtr09onkMnEMxQJW65XidXhbCy+YSqxHXXlktMOsH2FsxNxRTz",
-	"ik5Zdfi41+uBvmDHPw3J865kvzZ05fnGQET9JqHBjOtNu41J2C8830sb+mg4FDrzIHsHTG9oeQEgrcpr",
-	"n6o7xPpmG+6Nx5/fFQHe0CAs5LNq02Nkwev9lEl7s2tyZ597mHG9oGY82xJbU5gZpMVRE9ktCXvNxkVI",
-	"yiBc68Kq86u4fyQ15WNYQFW5wqbgRWzM7ZCjvzFsNo0il5W6IsPn5fVfy8iadqpn5GDsa2v4N11ZjY43",
-	"FIxnUjPhZUikKmcXP303fHZxdXXx4vnw4psUmVDVPDgQZwRTZ4gHVTD10TkjFREyAAd+gpwPb/s87h07",
-	"W4N9CE2J8JQTNrH2CFVG+7y+U1f/hGQctH5hcETMTjnpfdkdiCczNr7RZEYXC3sGTiWCgtf9Sn/RNb1y",
-	"7VTAptB+1HvYSQZihLVK2ie9o06CU7ZPjh4m5KTX6yQELA7Vbbft5qSya+okkMMDdpyT3glkdGPy+jNn",
-	"XXLAw4SYSC8ORoobyE0CNygX2NLKLnU44TnEHlXK7WOpdz4VEiKwdKXN7JxCWTGi5ZyduoV7I9e80IbM",
-	"6K23hWNb8JC1LwH7aY6tj+xAI0ZEkeddks6ZoRk1NA39p26ZGlHD54Atii0Ydc3cxnIquHb3gsyonlX2",
-	"3x5TIQUf09wl7iP6hkVqkH6SgRCFM82FqA7oE7qcQV0D6PgZKhpY2fuBLlkOz9K+K3Ngn4Ri/WognAUd",
-	"Ox64UmQBbU9D6bBbmhcAGAtJlrmlJQALXzYGSBKUCEsGIj3q9tL4l/QodZWEccR4YRCot47gbYtHLjUK",
-	"rk0OtReg8FeKnb/6ZNCiWvOpYNmg5apzuZKtxiEHhcquZZIldSczEBPuC0N4KXRSKFgbzaW9eFD+i2nD",
-	"51AkDe5lWgESD0opXN+yEz3ExUU3b5hxTUc59osPuGy5fnn17E9CDoE2QWfbzbg6Ky0ckbSIGFLa1D2+",
-	"phn+QGz4Ik5RMKmPRFy/dV1v00mdvVPIkMLPXOnLjpNoPGUYO7ZWK9V842hpY8hHDcfHi40HFh/eiNlT",
-	"08TIU7yOgQx7NeJ9qaX7hpC8f7+Lh9cnqmLtp/cNGOqkstCcoe37w9qL4g/JM89gct/klX+0ZrqXj4eN",
-	"CwWK1M9vWv7aXlthqtX/+ZXFx1KkjHhjOI/IohVa0/lh9hEgURFqVOPK1qZY342J7ADaYENH01xOsW0o",
-	"cxYlV6fIcUxf+s01PkXlzdfK4YJAw6922Swx6sfjHVZd4law1s4GSGzm6n6GijAZ19DdZVLkOTidBTQ9",
-	"90ohTJkzMWaYAI3T3TC28G0g/UI1oVbNzMGlzcczxy2wPyWZM/8QmdIFaStGtRSoDOLC0k4QRlYEO3gX",
-	"AuSddvpfB7ilg6dSm7RaTiqXU3SHQxAo8D1djGfgl1pwLTNGRmwK/dvBiYbPDISd1UoGmNSo/aq5Qbls",
-	"BDEwLJ8Eq6SCEFMl5bxLzjCgHBpBYzgC7HwgoHG43SF09QEu7soLBp95CNMHIfEyhwR4q5qnSE9S8BCm",
-	"G42uXSEZJxKXRe3wSCAQJ7X/TwfCGwrwBSy4Bdg3Y3nWKRPf0zl9nXZJCd+rCt937WlRfrNChB0nNLK1",
-	"AybRu+ciS+PXSjcgdBltV3victNxpolyhO/ook8sYU9R9HG1cFy3I9wcFj9ZX7DFF7jSYlo36sFLQLeU",
-	"LGerPkkdcqekjdYQM6PCVbadPtBYmgrN1RF6wsVZWRmgyDNSuVOdGISAokFyChHIuBdsvAv3EM0zUF7X",
-	"1TjLvKRsaUR80pDo4ZSjFBtU/xnBFFeMwePB9sFt7Lr5sEd0ZyAmMrRrdYwqmsybtiwyOgzsk03k61u8",
-	"vbo6L0sFU+MKDfsuVha5YjxMXLdW31LbF+e06yh7rXv5BoZqu2prVnDkIJhNFHUxONV12wtsF9LxW1rv",
-	"2d4l39pXdZ+ksJG+m9rprKnVZ/rkzaCF6DpoJWTQsl8OWslADFpMjCUUXmu9teJhUH9+vP724AsAEPav",
-	"opo9dl1o0/gtK7Djj4NWWnpWAA+wx7JFBpBQcUzUZ1Ke9WuuEZQ8LtuiWcIF5sIraKHiiVhZfA7rJqVP",
-	"qTYH8OCB1fZhFe4eWQIFGkznNEBoShcb4IGidggSIxFKSLzx71xqAyCCsUtu5G4jaafK3T3YXQ63g7q6",
-	"HUD7kBg+0E13tnrhPQfwS/Z4srZq0IxwhfaJ4VhmLBxsZheM7bBdUTumSTvtkwUX07SD7M1HdTl8pxZ7",
-	"LeHXuVx6rsY1sZoo6Ksx2+yHqhoTmufaV23EO11AtWVs7ENJCjAHLIcrGEyoNcFUCUkRKYYjtpLoZ7O4",
-	"GQ600ki8JCad00bH3Xb7K8L8Ha2va9IRYrWRyEGBXAS7dh23anJ0v+9mxWehLTZ39ZkQmS2GVjC1XK7F",
-	"zJzPuWvU17jUOX1d35f45OjLk4e9k2ipR/ssFWUGK1OeYkPAiMDTOgQgbUu5nTziyHEzYOH3uiJgIylz",
-	"RsWdzeFybJhnJFUNLJzZiAsKi9iIi2ht8KLqEGuJylfneJm0p/eJpWqJoxOkrRlz9WjCawCJjTpntUmm",
-	"2Ae/WlstFoBqtIFaYagiRGFtCSJdNDVQ8HaMcXhWWzB9E2VaMSndXJWVHmKKfUcZa/vymLCY/DNM0kpa",
-	"E5pr1npVd7Q19L6mjylQ9hohMYFYr2pTUrfALULeQOyW8kiNkOcC7gB3rM60pE5pQhK6uX23AHuxwvg7",
-	"wPC01h3xvffd4TarctsD7W9+zZqdkIkKo9VQrOSxoZJV9j+lC905JT3EjqjXj90vPrS+4Tuh45Wv0lF7",
-	"TdzeajSNd70Rb38j3uaXlhTQzdPFqq3CSYWJ40hSoU4NovUVKMQHV1amcb5kJJhrRg0o/9Ps/bryHQd9",
-	"kWkfDZP62mbt741ZvBD5KiFXdM6uuGF/vjKKj01Crti4UCz0UOi4FnpQLd9L8U5UD3Xonfka2NjRMZnJ",
-	"QmlXFRAn1IZa7cDXIgbHWd+ismDLNX8a6hFoewhee4ilAwhuVMOVik+50HVy0BWfigvR+nANuC/E+2jA",
-	"DVaaU1dwGsAFLqaPHKhzN8tf1YpXsdjZLRHqG2aQ2G5aPelNrJaF2d6R/UVhWvvWZixhOc4ZVfdN7dqy",
-	"0yd2XORfuNkHpXMbZ69u0VB9sz3M9Rqe2OFZgM7HB5rZh6xIBKqS3j+edEGNYco++j/ks/ZX/QWDAuX/",
-	"0IZO7b9xp9F/QPzfP1zI0z8stHJmoj9Z9g9sJOr+GS4Uwx4g/xhTMWZ5zrJO+6s++Sz5SJN1PiOf/Udr",
-	"jwDdM5LTEYMkjBu2+jO4DU+9L9SSqrlUjWG68GoFrNywuV6D78//8+dXf/rz5mLCF1QpjEmrD3IB5aRe",
-	"9XjU691V7bC3QrDXZjiGmF7PrKHEnCys9jlt3C++srWy8IcMsbEXY1t4MC79E8XN20ubWFZWWvHa1F7L",
-	"Ue7683cSqI42ZWXq245WwnMq+MSORzX569mzp1i83ALy4Hq1YH0Sw3JF53kKovB/Xr14Ttrpm0HLDzC0",
-	"P6I169///Neg9dYVYYkesb+++fc///X2bdrpgv86fWNp1ZBnCVIX+7a7uXaEU5J+lanVUBXC2TGtLjtA",
-	"a4clRqR93OuVdF9Y6S6HqAI/J1YaTS8yNl9Iw8R4dfADW6UE9TLSlmogQthCl2dpZ839FgCEUmbk6LZL",
-	"95Eo6MD3HQRgU6WTl1zgisNYGvJGKqYb/1Pqs1tQvGU5dNGhZnY6EC6nBb9GNcZVR29uJ2yRpqFqwNrN",
-	"c4Ders83WkOOjr8gC8UFIuPZ1ZOLCzKeUUXHdlLShkgMYiRJ/+808Xa9i/Prb0mm6MQ80AOhJwd4xzuu",
-	"CxXg8A0D0zat2FqojgZHt35o8IawgB3iIZdbXMOCrVkYMXUdDF4f9w4Gg9efs1e1NP8Dubbt4V0Vozk3",
-	"sZiwfiOr49XYJ95vIqKbAONxmuhkplZEFVYtqbmTQJLepw/ewmkf//vvrI30ydGjD1+t3p5mzBHQ9Yvt",
-	"Z4BhCMcOuu+j7B0gu+VcVN8EfIEmIhDuuCPFEgTfQ89TthZ8eAJyXD113GG1ti/Vh8a/X4yuOw1cdg4x",
-	"kKDhWjhhJwBoRLP8zUTL4078UbvC7pgKAWGYa22AQoU4X4o4iOSQvl8ollRqUlRaFTqwNKVJvGcs6H1w",
-	"LLh2J/+rPuwtF/OQKsMndGx2a6ln4clf4wH51W1TGcJeIQLvt39kUTWdbRfKg+be55bUFreCf/ZNlesd",
-	"n7zfulbv4qCqRQ4QZ39TGU4eD3yoyil2aebYihp6ozouvZTqBsT+hPz48ukB02MK6UOusXQXMwa8rRY+",
-	"dbbyc3TuNRdQgAholpL0DfyREGoSglEFX71NE5L6bJHU54Q80JA40ifpmxsusgTCNb5KiIGaN3TOvkoG",
-	"gmtMHv0qIWOpzbDQ2Vdv005CUh8okr7x1narRdqpwONLtSEpuN6DSjnhguaoObpEB4wacPExLvYDWOKM",
-	"6i6B5s6w7QeapDxLMdpNk2JxGkJ11txWlRo87S/IM/41RBLaUTEUBUs6hNIKEM43hToNGNvmY/X0TC7r",
-	"VEt7RdFx8C63e/M28NIXbWEH+4a6+S6QD2EFkTtShICXbpO6VwlqaTJN/tw7+PLVm6Pk6Iu3jZrdVvqw",
-	"w+28FxlwO/VOmN9OG1SLUw+0TxOkusa3lEQOFQxtVO7oKufjbv6M0dzMftnGXb53j3zIErIwRaMR0Mmp",
-	"LkPn3uX1t5j8n/JbJuwcCyVHqCUdgtV6K2Re4hMfsrQIoxm3C6stLGKnvy/6vs/Wa1tX+dxVeV6dlrGT",
-	"rnO+pX1hONfZs7v1nMJMeFCn0G1JE0YrI7kSOVFffuVAtRGm7l1X1TB1uFRIXwuVW1KHLeyPjj/v9rq9",
-	"7hF0rm+9ffX2/wsAAP//",
+	"7L3rbiM3tjD6KoTOBlrKlGXZ7e4kMgaB03En3umL0XYme3bUW0WpKInjEqkhWVYrPX0wv84DHHzA9wbz",
+	"It+bzJMccC2SxZKqJNl9yeUEAdKWVMXL4uK6X962xnK+kIIJo1v9t60FVXTODFPw6WzKhLn4xv7JRavf",
+	"WlAzayUtQees1W9R++uQZ62kpdjfC65Y1uobVbCkpcczNqf2vTl984yJqZm1+kfHXyStORfhc9Iyq4Ud",
+	"SRvFxbT17l3SeiLncyqyxknH+PuHnvZc3HIlxZwJ8wImqp0c/tlz2scPd8/6lOfsucxguozpseILw6Wd",
+	"9+XY0JwsmJpzrbkUZMSNTgjrTruk9/jkhEhFPn/0qNtKcJ1/L5halQud20HjhS2oMUzZJ/+n99VPvYPP",
+	"X799+O4/Wk2LurTb3ljU2UjLvDAssbMrllPDbxkxkpgZIxlXbGykWsEnwI0Hmrjj0kQbqgzhok+oIXOp",
+	"DTnpffloIEYrw3RChCQvfniWEEbHMxJQkrRHzCwZE0TnVM+Y7oS3jx89Iu5dqskzLoo3hOa5XOqBaF+e",
+	"XX83fH72X4SKjLw4e35uP5wSWi7anivJpZgyRcyMCvs/Q6QYM/I3yQXLNrY1EFwTxSaFZhkZRbvsdMlJ",
+	"r0dSLm5pzrOhHTol0syYWnLNugPRcEgOt/bCJgusdXyKzvTws/ZX/Z/+53AweNPrvX57lBw/evTu8E+d",
+	"z8rvevBdzZEnrTcHTCmpDsaAiq14I/bnSzplTwqlpdpEiesZI4K9McMxPEDkBACzUOyWy0KTBZ0y0uaG",
+	"zTWCeCznzKLPVBJ/tvYZTebyllk0AMAROlZSa0JxgJEsREbVqtOE7zh7q4kC9I5P6jDdbuwZn3NTg+oO",
+	"zcyMazKnYnVKltzMZGEIN4nFtC75kZsZfIoBoOlKk+WMKQaAsD/hHuAC6KYN5LCMtfXzeTG3q+/14Ojd",
+	"x7ATLgybMoVbkTL/QITr0cluwnUplXlRzEesBiXOyPWTS7KQyiTkqNt9/OjRw5JOVZdlH9q1LNw1jLIT",
+	"ClcMiGUj89D4+4dmHtdU3zTOaai++bATvrND6YUUmgGX/ppm31LDlnRlP42lMEwAStPFIudjas/l8G/a",
+	"Hs7baNL/UGzS6rf+r8NSAjjEX/XhuaUHONXmfQeqR5b2f3RJV2Q54zliu6P2RFFB2igeTKVg/ZJYkjGd",
+	"MzKi4xt/nwYiehM4S8YzIqQjFeFRLhw91mMpBBsbMlV0zCxVn9vbFv3A9UAsKTcsI7IwHRi0XMGE8tzS",
+	"9xkj9kSYNn6tQAU7lmC/SyxUX+HPnwaqfi1Ab/KJVHOWdVsgEYlJzsefbBlaFmrM7Dq4INTSLcOQdmeS",
+	"aTgZYLRIG9sgkiBk8dDgDFiWBGyguWI0WxEmMpZ1YE9WxriW8hlVU/Zp9jWxOMo1ye2Ugeczopm6ZeqB",
+	"BTqQGtI++/b8xfXFk+HTi2cgNwy//uv1+ZVbt1QjnmVMfMKb9kCTQjNF5nQFEM6kg3wpHQ4zJriH7Qtp",
+	"nlp++fGX+EISXYxnAWdg+iuTcfF1oT8BMdJ2quGo0Kt+TH4eWMxdFIb8vWAFHPqkyHPSRsFEjpnWZEYR",
+	"ky1mkqVFbks04IWsc2p/mnExRXGGa7JU3DCypBrHzLrkFTNqRejEMIV/H5zB35qNpcg0Sn0zRjOnSkXP",
+	"bLLMK3zJypyWbpERm0hl76JRKy6m3YpgsMH33nmo/yDoLeU5HeWf4FIhyRTSDMOV71dE/5yLGwv8TC7F",
+	"HhAdiB0gxQNESqOYm1QTKQi3/yxF51MD/dNSMM8gRjJbrVOyI/Kcfw3X71rK51SsHOvSH39pZ+TvhTSU",
+	"gHZExzOW4UHNmdYg96JAzMezBNQxe1gg7SK1+kHQwsyk4j+zT0Cxnlt6abFQkaWSYkpGjCoLRHnDhF/P",
+	"p7tDL6QhC6k1H+VW91mSNiCYgkmInEwSwt6wcWGkctRqyrVhynJXIfEuJEQbi7dFuXAL2Xcee9GQc/Hj",
+	"t1eGmkJv3gNQY+yJbcydvh1YAEz4tFAsG7T6ZEJzzd6lcJD+RrNcs6AMESkSwm6Z1ZfnzCoIFjEWimkm",
+	"TJ+kmopsJN8MeYaDpH5/+I1ihM0XZkVQ2NWkEIbndnUDgZvH9Wl4lI5vhFzmLJtagJRDeTChQJfaFQjL",
+	"AQqRW9pv95pTbQYiADce2wmIXfLC7oNQhxxAWxZKLpgynPmL5WATkYiRlDmjIEIGwlj/MxPZQnJErg2d",
+	"PILL9t+rm7XP2r0i/qKesfFueQg1Q7+LFZWf4j2+DkPJ0d/Y2NihzsaG33KzOr91t2QdQtoMCw3zWJGW",
+	"mla/lcnCri6MJlCRtABb1m82K/BohnTBh3NdGY0L8/iktakORm/t/QbXJRQ3z+uGo1DFhNVAf2pxASo7",
+	"1ZprQ4UZGvbGfmGvxY1dedIyUubDMc1z/7diushR53V/FMIiMdqIwO4SwdlBACw0opgf3FJltUptZ/eQ",
+	"v8BV+I9nfjXXuBj//XW5qPCVlPkTXFv81Su/Mv/lxhc/hCWXi3BLf5eA7TGvPUZRzIemUELXcdSktaDK",
+	"ihQAp0KzJsx3kKv7SbO/b9K3S6k53GunQU6YpRYTJefkqFuLBpGZYGO0JzktMvZAE/cQ4Vm3zqamixF+",
+	"V7NMwJPaH+zWQXatM6vYX4lFJi/gJuSWqRE1fE7+8+rli24YQjhLUP0EW2Brf4fTAYtd/SP4BVWKruCz",
+	"KsSYNhC5NWJiz8fdo23E5KqYz6lavTc5yaRg9SbLCRc0J4hJIIRqZvl/UnPr705FLG8ZNp7xNvQtxlY5",
+	"qac+gZQ03B44Onu2AB2aZYD0NL+sQLDmvfVTaLyha4eJz1UWVlmFg3+5raQ8vypYa3FhWstQUOu4ZUpz",
+	"lMA2gDimCzriOfdv7I/JgV0PqaliGDXswPA5q7vopd3pji/OpDaNF7XhfvLFkGaZqiJJ+XNORwzxY8f5",
+	"bwChBDxg74xRZUbsLtuZM6P4WO+ShZ+7xywyFUJwMR16H1E9fiorAiKUPOO1kANsEoZywVQrad3OI1b6",
+	"uo4eB+l32+oA65ygbF9aacPmQy4mctebV/DohX1y/aKA8dfNX+4nQoBwcDUwabwbz7huuh9VvN+537q7",
+	"ELk0ajSGRvfGKaEjK+lbrdyL2fB7t9bVGEPJrbxxv6X64tEApkSRBgyMraQ1KvQKgQ0cIb6btVhxpgyf",
+	"0HGt5AqK37CRiTdeXT2jx48e1//Ef2Z7MZE12DgsgdfDBEl1jbWAc9trwBX36x3QxYNrA2PWDzMMXbus",
+	"IuPmXJg6Fk/Hph7lJFqXQBl7oIkFCWkPWvZdaqQatMjEmfn9V/hsQgatjOrZSFKVRU9pPhUHXJCxlDec",
+	"2ae8SuUeonw5RfPwA10ORYUUq7ks9KBFljMmiJAC7Vh0PGYLA1bYGky7Cykd59wxv03JxTJasFc7PoDG",
+	"FoflXIoHOgmeSjB4SmXqVzSuDTywc4AORKjQS5jJPnjq9HIpiGPntWMi6B1r3hw4/HyRETmxHwVd8O6K",
+	"zvPa4ZzJq1YQP8s1euj/68AZuw4uMuIdYwStgGhxWrP053JKci5Y/ZQyb4AKYOYDTewTpI3gADzxGFEP",
+	"Zt1gdrFDfnd9fUnwAQdultWrJIaqKTN194Iawo1dHMuIFHhJFtTMHmhSBvP4oIbRihwGd9hYMSu3B/O9",
+	"VSsy+6O9W6fgbxg5e8we5BtUYbi8DogBj2O0CDuJOOIYg1Wiw24kGvWEjAmj1qW9rWSspD8fjvWR9oJq",
+	"DWehCb7eeQ926PdUBwoXI2U5YkUucsJDK2mxN7yJ5UUvI1rWCdgN4mcUfFVrkxJjmdm/d8D/ZWEWhTn3",
+	"T1eUoq121Dds7IwR7mKxXa9UQAUvZUypeuYMPw3lZKKZ2VPV0yaThWkaThYmGm4twAu+9/EyE660IYpZ",
+	"nYplBN+F+CaLKXcVFyoxclGUHkIsrDpAY32x67CITrYWHYGORBF0kd+8Xg8BM/K6NRWcyiwbWrG4yUwt",
+	"mFlKdUMWSr5Zkbal7lLkEIwlOgmAEl4HL0OIPbOUDHwTfcLe0LEBAqcT8llXF5MJf0OWPM/GVGXaUj/H",
+	"WJljpIQKIhe4B9K37JS0MzahRW7IyclD4DBf9DAyyROfKJ7j+HGvTlmiby7w4eNHjzdJEJ/TaQ0XeuIV",
+	"HgIPACGnJOP6Br/AqDbLk/7yXJ8St0pkCU7teACeMgJxNDTH12rZFtcyb+DkZ8QZkIk2qhJCF0+jDRUZ",
+	"VfaAmDO32UMx3LKj9rfn1+SQLvjh7dGhe0d3+iSd3nItVdolZ45wKmRAuIl4zC45g8HiacsIBTmZoOvh",
+	"pNcjPqDNe9AEnXMxJWYmNQOfhX0YBJro4B4eJ81Cf4Mo4l2fPOuTs4P/JvTgZ9I7+JJ0yZAcJMQrLA6v",
+	"SM6MYQpDXqbcrC1gM4A0Cvj76ezgv+nBz72DL1+Xf3aHB68/q43wc/dmc+kgvQZ8xrg1AEfFm0u04Xnu",
+	"/Hs6kqY6ib+KQobLmbFbPrYS4xQEVLygklTut72rShbTWRRHmcDdTchI8cxid6FBtd/YzCKnYzZ3EvI2",
+	"4n8ZHnwHxGbCc9Zgk6PZ0K5zqKQ09fY3LyXtlC5ehQer1os1+i+YJ/4e/9ExjoB1ONkndReF5NzSODNj",
+	"892CRGlvAORtJuAueO6exFtN72xty/Ud4xyDAFJj5Fdyqujc4pkqREJyKW9YRoqFlf4vz66/65JXDihA",
+	"IK16AM5AS75HdHwzVbIQmbfqa9KuxPQ6ypFGQaBWuBPgM1V0DDHF3iPgn7FXSxVCV0iDnrE8J+30P66+",
+	"O3/2LE3AfUrSwxEXh3qWdiCcOQVKMYRnUyBqQBu2RAUmrTcHU3lgvzzQN3xx4FnWAbgYmUJn4BYfGxO3",
+	"72c4rKeNRwePTyyix+QQiKGl0lWCeGAp4TDwLTIoer2HYzsP/MUO8AuekYViE/4Gv12nmid3pZqNRHNh",
+	"Vpv7eVUIjIszTM3BixCopwXwaR1GaELzJV1pkskOesodeiSE1iAfMM+MC8u+KFnwBYNoGcOE1d+c54eW",
+	"KOzxDmOa7KhOfrS4jZIcGUkzI1Ppo9pzOcVoDCTlzpOFrPOGLQzozPPiDWnzKOxPFia327J8HPmCC6fq",
+	"1LtOlFze/Yp7g9tWYyuu+No++q4OF7/hekHNeHbmbDI1OqM2fG7V3yEgYc1BP31CHj58+KUFxQ/XTxBF",
+	"QXzMV2TO85xjXJJFxjG3y3HpGce948cHvUcHvS+ve5/3jx72j4+7R8cP/7siycf2nwhBB4Ps7cm7g8Eg",
+	"Gwwy9881/tOv/DMYdO2zD9/9dy3q7ooe8HGDDT832Syo1nwqfIQPRoZS47QXtH9RMWad3VwpWkB1tZFd",
+	"YP2IXm856Ihrrdtx54uceUF2Z2hEWMqE5y5qbP2dZn15DYFkYVx2DPf3pX3SOyF8Uo2UBXDtXNn+fq2G",
+	"oQLnXUOOHTPX+oikmA69taF5iIgUzJmhGTW0mcXgmw0jlVNXMTdWtKwi1Uz5/wfTYOopPQ7Pb1k9vQeO",
+	"PCMHY8eSwuPIgdJN5rznzNsuRbmmOrw/B9m6yYaOkna9HHsXQzQkWA0zuRR72kPwhWLx0SJ0wPVXh/SQ",
+	"SlLvQGRUNxmkVZG72HYHM8jnkYosZxBsvafd0zkkXTqLB38Ejgoodzu/I1vKHS10+GMT/X6JCgcrh3+g",
+	"fRQhODM45B9Y9YLVh7VsGGnuIPCjuflOPnJUIetMEKh2Vnei2BhSTIIzRActM4gsCRFsybRBW2w7pBOu",
+	"WXC2miGju1ezz/UIsmg3t3dyzkZYgOF177ZYiu5iwLGYD6YTblBB4YK00fLSCYigSWQuAd8C8+bsfpOp",
+	"x9mFajGn0V8a2SY+nKp/CxKZoytrFN1ty8gQTE6z1V52VudovhMKv7fdYHNE/K1W6AD3nZhywZwZalza",
+	"DLOEZHJOrTz7w8U3CVk0ha6t+xUCPFHTHEm55nbXRi4WQPEW1MX+YBCtpXXMil8V0/G2sMZzcXtZne5c",
+	"3H4dZjwXt6/cpOfi9irMa1/zU5+L26d+9nNx+01YQINbvbSQeAN5ZDOPqFa4wDtIdkMs7N2CaSB4vkE4",
+	"Z4vdcbsUzfhssWu1TS618MC9CNav2bEW7awWNp5+rysSde7yM7vIUc6IFvSGDcdUM/CXg5FpgUYp3SdF",
+	"lOWQBHv037RVGtdsTMlAjGS2Ghoph5DiAaaS4UQWIkvInJmZzCDtxrHihJSZOO6hmtScZCDKfEz/BHCq",
+	"kKcXj+C/Ym8WXLH4C5Fh8oEZ0uHCrBI0VQzHudQwC5g/BM394FFSwTDj2sIqK7MaYM5qVsMQ2fRAQFrD",
+	"MEprSIgXkMcuJbL8Jlq7j94tvxqIGTd5/Ez4LBdMRK/QORsaCqEe9ldvYkkIesKGI7aSCIVkICJMiseO",
+	"v2ZvOBi7XWTa0JGaxDPPyvYGwn/rYGcH1cXCipUWNhYj5lSsht6sFH3lfV0JJDpW9r6RJlii3IKamXsj",
+	"QrdQ8gCGAfdLMhBhKqOo0BOmdDnOnAo+sbhLINs5AgZ8Lo/LwyFEJli8dLFC8WsLiGJex2jFwDieeaQb",
+	"FXqVQIQLPAtiq2Ua8WonUi2psoCB51wBh4QUi6miGRt60hDBclGMcj4e2uddHt+mJOdpxDo18FlPcP2Z",
+	"XOT7UCQYzMVB1FIk8Ht/ELP83irxL22ub91bmd9hyN57nOqK/0IVB0IPkgqkHwlpXFQUFRmZ0VvLuziU",
+	"r3jw5wdESEVe/PAsOv/IikHfDCVEQQxBMaxR1eBXNMYumCLaKEbnpbH56DF5zr/uOOu3K5Lw+VHviy+c",
+	"BXzLsWw3bC80KzJ5UNq3N63Jc6am1UC397X6qkIMqW4KpOA1SsyPziTuLNpl7i88n2DKodVmjdVnkD+R",
+	"tmU8WBAgZxMDEWikHQIFfEZWfSSXhUiNxH3+6jnGgZHL678mwXvxxj5+cPzo8VjmUnVbd8BgywNkYYYu",
+	"8XVzzu95DklxZDmTeZnUPFWyWLgEWjA65lJMSfvq4lu7yAQhcXXx7fcXz56RY6JJTg1TndjZ3iNzRoUm",
+	"D3s9omFbFmIu34+4hYUYyg3AVdDxi8cnlYPv1R28Vf24mA4zru5wO+sDXrYQTx9e9OGCne5uu7p/eFQD",
+	"u/lxtqqU3RjLIsfSGUBUsTIDikhiSkZcULXq1rsLuJUVm+JBFaM5sc+4UNCj4y/+9ALtBDc8zzGuUPOp",
+	"pRYv7M+f448u4R4ofbk2kOobEq9gjJpUbRwbDHVuxiiZPyF8QqhYdZtCtLZEfDVGb21NxeFzlg2rr8Y/",
+	"3yEjqilUqzyRunCtgElVNIxXFqfdlAuquyBPec4aDMk5FzfDptDTM6JXc/vEA03wmVrcmt+vvlkb/G2a",
+	"mYJnh5qZqf3H8PHNyqqBlExkocwMA2fqyfXcG1D2U7mb4/n3DdovfZfecAIBJ0nL0rak5aDVSlpQ4qom",
+	"OLPePAEPheB/V9kNN9d0nFand4Tm/SJlS9yoEQkXtUXiIFTaFYpzZdaazcmVq7KWqi8VI269GF8mBXNR",
+	"0i4AZskUc3y8MHXCyBpAXWGmbaG1311cPztzkdib4Mucp7cWT0CnvL+/dafT+zmOEUJZfWGpnaYgv7Cm",
+	"/dZbgH4ha02IA98fSe0evHq0KzElDN4EjEjP2tDteAjP8JE+lEP4CjVWblZyvjCkXZ41CppjyBgmVN9A",
+	"0KEkhWZQVUDmAxFHwUXU0I0FGb/tkNILOqpLED61Q1BtiW/bYUIH4kEHolxnvJbTkGGAoQwel10xJ6lI",
+	"xsSqU1fnYIeYJBpzXe/j8nmPa4RQa8gM3/pm813anpQNnhQpQ0a2RXpMxU4aBmpgMw1XNuyphHMFqs1Y",
+	"jGkwdzQXxPRtw+FWYifcEMQwR4/bKg6u85h56j4FhMQIbU3n9joQu531mNgqLgKxRlYKv4A7Qaxq8xo8",
+	"EjbfWlzraWWJ0bZwcd6A427tlJn1wODHjx49fLyLd8Nqak+H0RzZZhX0pcuWvaHzRQ5v3dShUXPy83q2",
+	"vQ+k8W/UreeZN5pdOgf62tUvs403MT+XY5qHRDRukNMLTUIsVK8L/yVWJ4A/jxLS79sD7vePai/JhM55",
+	"vqqU2VjcWmmLL24f1x689/zfpVakRXx2y9lyWKi8fnM/vHrmisIu7Ja4QevISMmlZipxoSDAg1wcSP/w",
+	"EL+0K6qELNpL76IV3RM4u/PHudfxp1fnV9ekHOEwME/MNXM+S4Mly6xSXvGB18LU6UkN1VvtbZQTZGBY",
+	"G03mGcbHM6Ll+IYZ0vb5FOgfdrwfl+KyKzKyGcF+UrcYsK5uruXCaOLBYmEvGMtgfz5Rs421gJx1Fj40",
+	"WKDiR2plF6eawmNkTtUNYSLTpxiqDqor/tYYsrf94vk4EHd3AlKHze+8iPUiGVik9xaLqjd7d9LJLlkc",
+	"ZndXvEz4OH70eFPAj86iWGSRCNBwEi7mXbEx47dOubeDBtwvS4wizs2oJoqhYwRiXt/jpHZryM/L0gZr",
+	"PsFFMVwwNXb+3n1KknB9MzTS0Lw0/O4TKGVfKzTL7vRWLmk2pLfT4dGeqytfeHTXN/Z9Yc7mUq3uAQL3",
+	"4h2BUBe96BSpe0VWbYvLoHw5He4QNMczNr4BU+kWs2MUsPpBRGpw2t7tjeYYps246T2HjG2MNYF93OR3",
+	"VPS4iZLNG8rwMB+LsVkrZS2G9f4xqztiVLdHm9ZlHexCojKisc6SoO6KHveyPuiyRlOt/yLnTbWXSoEc",
+	"w2nIqDBoJkZPe54x7WPKQ3zew+P94/PcUq/dKhrtV1XWdA/uUYnX9bFD5emuBQ9F071upkr1nN/NtD/z",
+	"9zTuVxuGE3a0BRYbCe4+/6AslNNyBoMwtMVMvQCK1wrEtBqRRkcgN9QqE7W4816hXM0USEjTVIDj1ge0",
+	"UggRcuYgqTDnYo+QglssvNCAa2sepo01FGZy8AUKwhTyPl1eOrqsrd4BcR/kh+unB18kZa8LMqKaPT6J",
+	"9XYYqpW08JdamF/GQZ5brRV1uEqJxfmsyF2J7IUrfBKpRaT9fTFiSjDD9ANwcHIx7fQt1gqZMe1ye26Z",
+	"WhGoxGT1IfvLULMcQmEwWap8HjKHDeUC0zCJkTnzlUnd36xLXlp1gobkZHwrhLSCb1oVrCEZmhh6wzSG",
+	"3bJcs6XbrZDiAKMOKiPV5Dl3yRmsl/hdkBu2IvNCGzKyI+FW7XftnzCj7vC11Qb7hJJvXlwRXYxcvCj+",
+	"ClpiaL/ykIxnVNGxgUggGvTIo4PHD9cT/g7IkHRLU4+FJRNZcya0JSywsFLNbdzkhrWycnDbIkHWcq0j",
+	"13M7ShRs/3RQpgp2X7/tJY+P3kW/d77qfFXrxZ/TN/F8UT55VGuvxJu9Sft1eKeq1EUTlLbvjRkvpcw3",
+	"CdqM15VcwLxg17jFSHkDvRasJL9ntDTP6orpPIchNMZdEyMtNkLQXbdJ8B+5et57wcfuEKeo436W77Bd",
+	"e51TA4WsIYhiIWXuSz257UO9J7u5PeHQ6Fvcpk54v2ONS3vBxvtA4co+9y5pLama19J5fxIjZu9iCPOu",
+	"L0K0M3jazhb8lHD05dQJoliAf3msrxuQtMkEsl6gdBcQdrqEcMimZThM2nSPNbqLvdCyl3MXn26a/H5B",
+	"f/sgVWksPdkVoXM3bGusPgAzN230ys3xPuViPnz1lT+KouxXFOVjJPB88lodtcwSzLX1npF7uh2C9Xu3",
+	"2fr+lmc3y9qQr7fu8H60xpi8OUzxO7nEEERfiNDi6ko743pCuCh7exyRORcuYfphj2R0pYN6mZCHj3s9",
+	"0qaCzGShqkGvx4++PK4GmD7u7WcHfMVoxoVzjGxmjZdNMcvo6TVvqaE8v1txUMyY2h0XFhq22cfrDm6d",
+	"aO07sE/Zinb4uhY2ll7fDyfuFSp+j6jhjVA6rKBrB2rYUkkU7rKdRbG+suN6prlm5p+OmvsKHpFL/nUF",
+	"j496J188+vzxLm7szODzbWM/Jtfrgz/+/PPPj492jr7gdffYDwxdNh9osoCUjzeVGU6Ovjx52NshTNTe",
+	"wlJaqWfwjr0M51b1bupAiZWn4BFCXWXLkMAKnbNAPRVxjaW+Y3ZW2Y/nQB3AtwE7e/bs5Y/n3wxfnF//",
+	"+PLV91euyyhpo71ACkz2sGIICfKBDz/XM6pcwSz7wAPtZ+qcotUEMwkalPc11gy1uqbMmRx8nHm7svYH",
+	"aDitGkt3JneAxFObZt0ESSo2asdFnGxH7nFz5nAfe3FRUTHfoOEkTkcGx3CYxScxx3an+hrh++WgXviB",
+	"v8NBwucn0Wjhy788h7YX0NOoNt3YNdSbcJZnuiKZMTGRliKRtiUyCQmXG5JzdUIcHYHgrZVrjVq2ob3b",
+	"Ie+4R75UTvUynUblKXkF8e42OeQF1+QBvby6Jt1u9xB+B8OQ/aSYLuaM2GU0ePhjsXIHzrYh3GeBUVpW",
+	"melEaFwa0SpJ7eBgji2LkQWxKegAZVZdl+zEtL21zXQJTGzw+t2gupcs3FSBrnoTMb6Q6kD3Xv3w4vri",
+	"+fkVHEp14a76Nq8P+AZlpn46d8uZrlGSYjXGleS4y0lCuSx3I0uVibSnf7F/uB6KB3pBx4zc2JPMIQlT",
+	"jztRQAtmzltEL9seuRw1qxL9+5//i2RyfMNU5g2XHl+wRgIMmBBKSmwhjr89ycF7IgJ8v//iysN4+OTZ",
+	"2dXV+VWXnINhF4xNvq5pFTBc+/KMd8GURqW8JNT+3OK7tU4zkgaeHIifv+cbmBlYTHRPXjcLA/W2H68S",
+	"723+8aJFne+v2uat8WZUizLeCMv5R4VZ16mFXLre5YAXy5nLCZRLiz5TBjW62yGYhQlSSg/lkXa65KXY",
+	"6LWKEZYrZqInsVO5q81WFnynRLGQXrMXiKJ2d43Qqsee+gN0ldnqAgnloja26LqM/8kZRTfTxG4tWEd8",
+	"6UQM+KmnvttDN+5RnLIhcfU8KvteW/wRDq++6mN9Ff57xHM0l3C8c5xHc+LXFXP98OMSgVhXHAokUe1T",
+	"sdqYD2aB4pPAOt2tdvDqTD8I/veCETr3poK8UjsRsMFhQUPCQH2Bpx/tLYxi9TXJpa4fYkfAxUeLqnDX",
+	"pczpuGvxw6R1y9myluH+OJNkCY4MjY0ZMVcQavKTH9noCkM7gXS5NgmotGCDA+/psyTKStFK5jlT+0dh",
+	"uGX+BZa3k6hUOrNHeXBrOVAuxsJfT3e1d4bEu7X4/mI1phyFhWQ289TyjCkfqCIkmLMsI2CLhhTGO9Z4",
+	"qvZPrKFEUZzNPuP41mm1AQG6VY6XhD1vAdj3cMEbw1Earwu7V3VJS06GGgWPHZHtbC3wptjKjX5lCU6e",
+	"su2NJJ6p7nmJtsJiI6Ym7qK03j8iaSGJtxKeVYX3U5/LmfzAvrR0GN99ce6nqeJbeXAwabn467X8yogB",
+	"u8bPOQZcl0V177bmi8qA7svvynHdN19Hw5erc6RuU251LWX8qktqCuFiKPzURsYgbd8rya981LVfqcUB",
+	"PhUX96zwDR2QtrX1kaGNcsVlFKyljbWrN3JnYKam9dN7ekWbcsvPvNCCHaUuXlwnJFRM+Pc//wVZdWjZ",
+	"XSviQD4rw0D+dPD67VFy9Pgd2aNcgVtK7Q5Nxu95QD5UdbNSATV06OKvNsU8r13iAwlZ0CxD7TLIOaOV",
+	"WatT3P6qH+398PXbk3edzza+PH735z//o/rVw3d/bgiXYXJS121VauaqYWNdi6WClMuGbN9NeJZt+Wr6",
+	"n41n9THWi2I4lqqpYyYY5e4Suo72hvqMRrT43WU0qeupwcber6m+uWOQu0UCqCXFzQeMPt9SzPQekTHb",
+	"41DqLtWWaPbtQekTLrie3XG/DaD9EL05G6G1mFHNtvkq76W57E4vZM0xphsWYFe9627+bSByoQjsRqvA",
+	"IM5XyYYrKpNAjBZqq5io3cbcz1kxp6KpK17ZYnizP3mhQovqhkPWZujXdSesWa8GtU+1iV0dgfds5FuZ",
+	"er2fr2vyG8BSd9TbFHBuXD/9vkupLYvbuWbo9k8x/JkpObTXMfFVhvD0huGTNnTKxXSIwyVluFr4RrOx",
+	"YmZYCMW0zKFQXGhEOXRlcHwtuRxazYypGLM8x5p4ceHCPawENb0ZXR0enkWtXaxOsN1+8V7WheoqFhhW",
+	"G4AVQQk+gfcfDN/42ScbRX+z7NTeGA9T/He4KGvvBZg1F48djmdUTN8ntSJW/kNz3KD+x2kVGxMGalhl",
+	"PREled3ALJu7RTSRxDtU4fAPbov5s4vYS1mtXcYdQoitZLBLm8Qhm5Z5VYzmfO+goTUjquuiIbEHkq8e",
+	"OVzReQ6mKP+NUyXiAY9Al1j7Zs064d6+e95WvJB9hawyGvtuQHAvuugAiNN3CQXcByBrbBZT6lfnfy9o",
+	"js03nBe2Y5/GVGmMmEfwGdenixr7JRRogqGBLFFDbmlesFN0VpxDjVI7DmYcCIk/Ywuk9TDBkOvR2T4V",
+	"lD5BJwd8UVYEs6vk2lVONFJ2yQtJ2GTCxqYcLiwXh8CfN2P98ftYuX4hr5zTtpW0LhWbMFX56oU8h9qz",
+	"bE/DQHm+lWHKr2vmiN8Js4EesNpoWrGWeND+qUw7cH999lPINGgPBt2tD3Q+O+x89SGSFzzKxaAF7Gsl",
+	"LUSYO8PPvx594wZ6l7QA4z56UkbdBa7xgG1acLYLODxyBbKMtNd8d2WnpVCZHWSMU3gGKtyGyKQ5Hc+4",
+	"YPhT5C323vjOpl/RldpI5/SGOfd0Wu8n2VelKv3DbuObTACkoXGhuFldQQkMV7oEyzpfN9uKwLgT9dYm",
+	"XOuCZYSaUBSaYEFoxBG7EyyyYVV9RlXcE3BmzCLG1jDvjjfs8n1T/zV7vye1UIbj7PLC0qAUZDc+PphP",
+	"5yYlbZSEvLHXdcKSypA/keNOdyDOgWZB7bNCZEyR1EV1p45UV7qU4xIRMAPRTv2Rv7w8f3V2/fLV8Prl",
+	"9+cv0tC2GaPABDCPzIqtkqRYOiSjhpKMK1c5xM9wAEOnnWQg3BChH3pUywr7oJN2CjE5Pgxd86ngIu04",
+	"XoHVJrFhOvVxGQMB1B9FMO3aQkGa2VjOGfpxZdnuMPThlktBpOJTLjRppy/hr9TC7zpeohWeWT4h3gsP",
+	"qJIephbO9hZhBJ1rsPafVy9fkPTtAFX+QatPBq1utztoJWQA9ZXxq7JY+xC/fGeHw4mdLxoS9bVjP575",
+	"0SnlQhu8qpkcFxCeNmITaZcgVmZmlUyWa8ih+3vB1GogQq3r6NgtwAOVyNg4t3soA7tc98GNatnQHlBk",
+	"0ZjYwBC2PZIZd5WJZyzPXGFcroiT+gi4NNo5UFedEAXHlRBHYjVUNC/m+pTUtj7sdMlZmGiFgTfSYNlj",
+	"l8sDeg7OFnY3EH577bROOuoTkI5SMLOmosjz1FeNwlSrOAUw9e2hUleXmxsolOTvp0/BmFNBp5gaeXZ5",
+	"EVVA6rd63aNuz9EMQRe81W897Pa6D9G+OQMy5pEfhoVvagtgXmH5kdGK8Kxs65dCLEyaONSBMdzt4dC3",
+	"D3xJUSqlewEOkg5EGon6KUpNc4teEwm1sWLvU+qf8vV4g6/qFOd1cpm9hnD3p5KMmFkyJuApTeby1sqe",
+	"LrIQKRkdK6m1X+jIsieqfGG4qIN/qw81a86mzrNY4mSr/9PbFrcggivgNbk+hgl5gk7vHO5dH/oboOUJ",
+	"DFQRkoUOHri6pThdam0tVafFOpd8DZklUFgNsOK418N4d2F89vJikfMxAOjwb05kKCfY6sCd+l4cwJ1q",
+	"amoCnBOiY6yziHyCq6gbPKz28GuaRZUzTnpHu1/5IepZgQzfu6JbeOYQDhUKcDumvSLtsumE5QU59qnO",
+	"uA7fw23gyD2nio6h9CGXWacL81Sv3+Fbb7F+F93EKh5+yxANN7GwbovlIwj1i29aH/9otx7rJzxH+9LJ",
+	"7pdeSPMU/Jvv3m09kkNfAhxTorTZahmDnkRkxIDlA0lMR9ODtEti65nrMqojlKkGAQ1EWzNGUisvuv7+",
+	"KcrFLvrN6bmVQH8vp90wttDeAIYUGYXzgXBvs8zLABCzhsTWMn4nzIUShjxD2SYO9MIYtaDsuq4rRDG/",
+	"E3uBSfrt+XWakPSb82fn1+dp4j1cInPOSA2xzzhtl1zYHWHpBTuhlbcY2hU1NghoY3sSCFs1XBRsY2FW",
+	"gIMsbquFUJVzpvwuQVjgeiCm0As8xXLTrvd/6qMeFlSbGFwEjbdEW7ErDfWzUEzwR0lFCQAsH2b8IjaA",
+	"PabCsnhjtZgRHd+QNuhUXm7k2rJyqOKYDeDJcU75HCkhVnP0ZOXYpZLpDgCIo33XrieX0ynLQLkCSa2C",
+	"DAMhRVlgrxDQ7RxaPsRFWnG1dcwQ4h2ehMik9yFEcMG/lpjQ9UFoUNxC5F1V33N9odfI3/EHm9qB5ArD",
+	"dGrI4BUUNIw66P+ayaF94cvdLzxxLW/ghaOHu1+4lvIZVVMI6Ts5/nKvF55TsXrlCxq/S1qP8NR2guxb",
+	"atjSWXxLpg74S2hJh6Pb4AOMnR/tFAIKPZ0GpZDmOVM7+Pehpdh7MYry4hI+iSYgU6tW0CVdea2LG6jd",
+	"2B0I1zEFWzSRdL3FShq3UbHqG4a/AV2I6BfqmQbUwbOIBXnhEuERdDfmqKFb9zZOg5SLB1peklK7N9xZ",
+	"VFMaq12Ww3GNZBH5HFJTboB1DkQENnRsVYZGM5Qmj3rHzpYBbcDSJCp4yaEPYp6vCNf9mHWNLauDmcve",
+	"91gP1NcLzXgZElyS9X//838RimlxDh5wngMBfN93IcGmMvgGMtnRKqTLEV0smPJ9KSX0q8x45ronu2Xh",
+	"gE6ajM4LBcvSnPLNxdWTly9enD+5Hn776uyJ5bqPPKOwk3qDepecDYTDNuBWJcqtV6Hk7vsZRdXXn4LD",
+	"3BA97aQWd4IVaadGImJvDtI+pMC9YWMyLgzRMytTAJ9z8PU8cSAc98QCrbDqBzrqgEqW/voSbiJ+aNVH",
+	"LSX0Ni7buTu8slhaivVVPl3H+c5LQey3z/h6H3hq6DzTIPx7hFFUkLaVz9gtdGXVZbcVsIusNU8h7RTs",
+	"W6mlVJ3/v3PL9+N60N+7lufZz5YYg3UF++FqyHvczuOiJMCc1fnoT3pfkrSmx563e4WfXFky1wLDU99U",
+	"sXGhNL9lKVjqBiKN2/nhKOlh2iUvwajDnJEUuznl2Bmk7hZDn1T2FFuW3PMSJzsfteNfUjODZ+sMM2F7",
+	"FduMo87Bl7oR+7epwNcEO+IWs098Y/bA56dSjXiWMfGJ7tgvImAi9AmFhpMJob5/EGp6UAcH2ghhHwvh",
+	"PMThOpwS6vqdGcUYXo6ALH+2xBzOtdZUm+LVsAzbtaYBeUKxnEL2lmN25dWLdfrQ5QyJLxekbRXbau9x",
+	"q69DdmkH+XvZWhrunh2v0I64hwGVJT66S1yBhYE46iW9Xi/ceaqYK65N2rGMCko3WIUrLXA63YE46Z2Q",
+	"tNoDNE3ISe8hSTcagcIPkakfgGS/+3Ig0pomsmmTDfgp0LxPQjU+pqEubp3UwLE9/fyDgvwSFOSsvKEP",
+	"tL8lFceo/W6F7QyQyngaI5VzcgiZsb14+CFV45mr0lzv/wFdkmWnIDPgw5G83i4VBRDCrargtZipYksw",
+	"qQ1EUFCeXjw7Hz4/+6/h13+9Pr9KO0itXO9fAZIhJHhi/zMfrWdpZt21fMVoduY28Cu8mG8ODFXVm1mm",
+	"G0Cjwprojdobaff/x238hW8jsmQKHJy0FZsWOVVwA3XZTxruqruPznBNNYFPqMTUtljCYAq811yjX55l",
+	"G053riE1xDCBujM8jwp1t5uiRDEQoTEdlrsIpSaWoGCNmB8jmHyDkGLllYzd8jHG6iXk6cXTl0SqgZhR",
+	"lcEunPdeR51ZPVWAhdTxWmysur6F7kBceTg5y4YfyYoELv41QK9LTo4eOq4f+ninZcSde3cg2oWwR6yY",
+	"1iwDAiMtWWkiQXV05UfFDfv0hGUfw8CHoSlnXvCEMAdLg/0X/gja0YGxNwZqIGeIwbtVkHP/wh9Eax9F",
+	"36LBL28ad4cGfiZF2tOf+YJQFyzecW7BSHGPmk/PacYIn/gmvPsJHhF+N3Re9T34d4gbHbCNezse7BK8",
+	"fyvwQpblAAZCM6bJhC2ZImAtx7o8T3AhBxgW0a2hYOs2i1NLigZigxYBnalEf7nIj8hCuy4ANYk1n85E",
+	"cTeZRo4NMwfoYfggog2cxB904rdDJ85ILPo80HiCifM6WS2+eqN8STX3tOY/s5JrQ0+1EZtCplqTdBTQ",
+	"hEwlMdJSKDZfSEWVq4s1YppnLMySEMWwVpVEU3PkAqJ5bqUZEDIUv2VZPxS5UQWUhisWuaQZyRn1fj+Z",
+	"ZzAu1OYSUrBOl6RzmTEwtsixoflArLV5Jm1fu7D3+OSk0yC93E8y+aTmyz2efS4zdgcR5oOSkGZJBivN",
+	"7SWv/Ogk0j+o0G+GCsFFcAaQMhDIIkFJiU7JgirwZJfKGegWVmDZJaWEPoS10oklSddPLiv9AkFaFkCJ",
+	"uPGlU11/xIRcXN6egCZ0cXn7uJNUfZI5WElCsz8zY/PYy55LGcK0jwmGQ+sg9aAWZtcQvNw+TL0NPm78",
+	"5MMCIK4K64umsHwIZwotTx5ji9hcLpk2idMuY7MsM2XA7kDg1rskdY7y1JP7fVpuNvfZBO+sryUX0rFc",
+	"FggVaOUqNAhZbnxLlMv2U7CO5Vrvxak06PW3q0727rvos1tdZnTseW77Lo4QXObSvWZMoNKL1RyiiIoy",
+	"2K/TJU+dB6BiYscHwdPNMwfLdTO8BW0nISmWGE/DX5h1jkHWadT7NQWk93WAByKNa/BHQ+vDt3Zoh/up",
+	"ayIs4rhpxEEI/+MW8vyWGoZBHxZsQq5N3HafoBHKeBZvVm+Ptr50XSt/hbGum11MtxjSkS4ARBMyQtgl",
+	"eAmxY6r74AjFrzpKNibATRQw8i4/CKlekCdZHr1Vsk5I5H1BF84ukhzXlKoNkQ7Ic+Wf/FXiT1yxqwFz",
+	"/FZ/qeD3eA2WilsqCAex3ruQxbUiyzg6JyZj6+qmODifleUqWxNKLq//CrloY5nr9P/871TJpU5LUfqL",
+	"3v/538cnnVOSWrkw9eFMGvorhXJV3YE4q69bWZYQTZ17MrCrahHLgTgjvtKWf/uBjlrD0VxLK11otFC6",
+	"RurIYQ8sNmDOGnB4VymDTBiza3siM6b7VTODfcPS8fV8JNIe0YzYzSaOoSrvWO2c2ktU8WHiLbLff0lq",
+	"XZsJSX15BzvaEBpSpaRNK9UogUdU2SHYj4HtnKIiYwWtSJE5rQm7c58wiKeO1GM3Kl/37dcWU1VZ3Z2C",
+	"q44+NKGojSd2AWtxfuYfIcW/ZEhxuD0lA2wKIU5IGSGLoZdALeIitLlct6Py5fQwpFjEAcbrxkP3yNnF",
+	"j9+2PmLIux2/Od49LONTBxI82kevjvLh10Pl/LrB0FRmcEMFWX3DFwuvwliGIycTCJ+rOaqyAGhjNlcJ",
+	"wI+ZmLX1mK6x9rop9CkaydKyKHxK2hCI1in1KMhTdKm9WKj7lxJQoMRniFePMu3LFXbJCwgocO0xNKG+",
+	"dmPlsIqMN3shXoZwCwysp4YdgDptsQDiztuXL6+uE3L5g/3f2fWT7xKCGU9lfHqxmCqaMZexxQYC9KeJ",
+	"VEuqMsh21ksseK58cjS+bOcsc8Q1n4oDLhKii7FVeCdFDmUbpekPBBxRO6Um7VitWtq/x0Yqy4iVzIEh",
+	"ox8khaj1khhZpRN1D3iTGtJOA66mCYoCEfJa6QtC2FK0FCyomVktvMzW/pvkAnOW0sMypd85dCEFDZqF",
+	"YFi43QHqszO5dJkOEAqGaOncx+kYzK1yAhqzFSkc1DplalvqxIAhz1KY8b8OHMIdXGSlb8jKdVafdYcT",
+	"fDW5nJLc6ipjqtSqS84g/M0ePcalzGSeBRyCyD6oxAVe95A8b+WiLnnKcwuIfhnjho9NDFMDkWouxiwl",
+	"7VdPn5CHDx9+2UmwAIM7L/u3g3A3JE7Hou4R9AnzjZB6vV7ndD2lGpRzVlbihzi6OV25DGsM37M75pqk",
+	"cAW6lqzkqXfFZ9TQgci4SoiSBjzxkB13/Ogxec6/tstw7x35N9tmKX3RBtAbbtgCu9y61GVgcnQgymcI",
+	"gCKkqfj0kGDPc7oGHgPUoyaPeg9Jqo1UbBj1N0jdDYiMPZiaIiSBZQJDbbI3AAnYK7kb1lsJ2t2v7lf9",
+	"aHDijenZx1/sPRCiS9NIj46O9x7pN5O9Xrupj5rhbLFkm86Oe/ntiDoQwevvRlWvDyUcoEONReoq03T2",
+	"5Ua2eU7HM5K6enVpaPUOtVssxXk7aN1wkelBq09+6na7r9+lQFGLkWamrEajLftJY5thpMLC377Dvv17",
+	"xk1u/4WabqUCOmdG8TF8gXZN6LHo9f0NE51rv6Psj2hWJXOqbjp99FWCFRUNyNolc7XXJuqjJDVjVJkR",
+	"owbt9e5XZ5rPEqBM3ugArA4CrZBqjxkEL1Byy9nSGcXBK0kxhlwuBXFx2E/wKAYCgqYkzZkeW/4ZtzYA",
+	"+IM0kYJZ5Jbmw7mFiDesHD/qddyMo0LZtyYDEW1gLGG7rtWCKgdFRoK2IPjCngPLc5kmzseAFmN72jjB",
+	"QLjuDGBTaCvWCfnvuEf3CkYfSTFmPtkaPCEcZ1YrcvSIaCTyAwElUBdKvrHMFrjHOJc6OBvALFPrTrX7",
+	"cRDcjwFE8KvP3Th+1EuqNDMmmo/qGgbuplqGvTGHAN9av+legRaIBPg6KKY5tYdapmC6cylTAWUczUK0",
+	"kYtfzB55BWs4gCzqc9eowvfytWif5+iQ8cVg/CXDdKBbBhdJrxExl6Fw+Nb95ctvlElNVWz5nuf5fVMA",
+	"3Xv1puVPmIdu90A02CaiAgcoFUISR6ELmv/OLEnvZ+ABkNGQ5OzT6MBHh75X7+GcKlksOs0ZOi+D/Vgx",
+	"U0AbqCDqTvktExDmQlyhi9NNadb33RiImtRvOcHuXHjFnd5ULXRxaD8zpfzngdCQ8uudsGFZwKmxKkZ3",
+	"ILx3+ARE/yjF3P7pIXhaU5gjjIfzoWUe/0Z1AgsGYg4iJu8JtnSWsS65ECRFDMXyIbIwh7gBQhXz/lbw",
+	"wZameR5a7ZlCWwbpE5FCail42H21C6y5gexTzyxj9V4Ct4qBWLdtl0nPaynpPgc5uHFLK3rIMMdUbkwx",
+	"d0WD1pK9yZZc71OyWRWmjwn3TGCef8iqBa+vK68WFyzBTqMhu3vOFMtXldpFVkd3OV2pQ/u0C4GSSuak",
+	"vVbSJXH1XBKLCvxn1kG3PwDEzTkQTen5UBwV6xD4QvRR2rgTjHwJGKDm2CzR6vDaQwrqd+n+QBz1QrY7",
+	"+t4dYJJQiCx0rrGceWNK7fz2ZiB8OASgPKotXHk0M3LKwCvephtjkLEssCoZGwiPlgbNB50uubSTU1xy",
+	"pOMeoNljKlGYOoUtogQEqCZKEJ70ThDR4JC9J2vI3iw4Wu0isqGYL1tXkg6QSXrEPU94pk9hESDWad+L",
+	"L4xbepZqHfbfMvMBeGKDNuqol6Un9Uq3Lxy/vSFz4+CWFL7/4GvBZJQbUiww3RIIg5iG4nUeR4yE+1qh",
+	"d6QNjy5knpf4+tCeVadJRbZkc10SDbLnwzXZ836i50eURaLqAL9ugeO9HUQYI+PPGcij50QlAHaJpodI",
+	"Xre5fuzvH0pC/fAu1Wq//b18qSe1vab5zwxkWCR1QfpiRpOri29/vHjx5Ls/KkbcGWd3I2DZXqoeAbF1",
+	"1a8XAautte6LgDgKIqDz2pYSS0UV+AMHPwIOWpGzub4WxAXrzXNxkqoTq6XyRQ6X+DyUV3bJTlZWPu6d",
+	"kDmjQqP7C7MP4odKj31U5EhY6v73ghVI7pdWccS4x4hODQQXuAAonyvKWrTBu1+pBEnahYA4pJjWQfCv",
+	"VGDmYhoVAKyvCOJjpyz/F5yLdktlSTC7Sdi7M5hgYcIRw+VnUMjJF2qO8zexbXGciHpy/CWomVwMR4Ve",
+	"pVE8bYj8pa5MMphQl67YMc2hU4ubsbRYllpm0FisSOWL+pbSrRWJs3giKzUbtXKyf/rKfjg4m7ii0uA5",
+	"qguLKlfs6oE9wJxTAJfVCNs4rO9H7WpcdRKMtMK9w0lkTjfEo1hSPRD4PWmPViRlcoL+UFf/y0cuQ1no",
+	"IMdbRaA5+SNIVfYa/ApJbNzb774U9my/S3ZKMpbzW8Buf6f+iIHaYwY4pK8LvboXkd7T8QSTVL1PMXWP",
+	"vTpbA3rP4wfvivCXdMqegUtzj1wm+/ATdDp+VMUo2lGTPzHe9C9lc4/XEFcaxnzftqW92NcD3WBIdEP1",
+	"vg5Eu1s9dUcUcF3+A4jyZuNHCIF1iTMc+RIlE8X0zAVjdAcC4kZYim6MuDEY+ff/8/+SkZTYI08VQp9G",
+	"TNaxKFfhG0jKipkOvIQNxaC4PHYK80UMMbS1vpUAhu7aFZ8SSgQzS6luwEQGwS86IVzLHNBnIAxnyjKB",
+	"RU7HWNLfNVYzfM7KQpzQfCUhmq7sHpCPum8dE/HdFNyrPhg4AuOQQUMaZyZyJSKi6G3XPWkg8CeuoVqx",
+	"6Jwi/3QDV2IvmoN7zyu9yT5emG40zy9UADjeac19vowQ8ROzqF+dkP/egQsBmGvpU2vm99NQE5YaEMug",
+	"USB0xwNLP7gKdDDOYPf4qh2mJjlqm4MQi79Vkf5u/Cp69wWds9avueTfr85r996I9Q3TRsnVOlo57PAx",
+	"CdwQqxZF3AM6DEEwIAcn1lSGdOKm4N+PjCS9T0XY1jj4byZ9DQN7w7oxIh+JgWIgUnjnLFRFdZwYJI5p",
+	"mcEW89WmPLbaBEta6C2G3Ev78+8FQ2Azf9Cm96VNTxVjP7PNhGFnQ7AC5Q1jPjuBK4Jd10HStbirnd93",
+	"TBd0xHNuONNWkiSAi509cPaPhPg/EuI/ZkL8QAwEBI5CegSUf13O0M2ORjef8I66JwauLWHsagI8BEkM",
+	"RHr5wzX59z//hZh7+Nb+8+7QjYF5A3YTlYR1PGuHo2galQsmoD+O1XEHYqTkUjPV9/0IsQsjdiPsHx7i",
+	"l3Yq/OoAv7CHj1903RM4KcnknHLhXsefwDJoQQA6t88sgAASI13bwzQZCOyIOTNm0T88fHT0+cODjN12",
+	"czmm+Uxq0//i6Pj40IcDwCoRFctBH+gEB9CuFM31s6tTtHjjugDqvjzN5avzv1yc/zj85uXzs4sXUfRo",
+	"GuZME0dl8Do5WEFVcZnfsoEw0t7dRaXVwjcvrk6hckB/HXihvF8EByzs46rwfO0nsLdTjalmAwFNFWD+",
+	"UADMAxt+8u13YwkPl+sXpNiUKvDR2xFP8U4OhFlK9+BEhtaD2CUJBuaGxCEakMAjocWvexSaZU6kmncH",
+	"4tLXRYC4o0qvTejKiWSEKTIqDDxj9f9F1BWBnF1eAElcYYCjLIyltAMBfTih7cXG3n14S64lcS2Kwprs",
+	"i+5ZT/Hdjfn3P/+V+sD9ytpce0vYfHsC3ggeNeRDl0JRPROsI7tY4DNY/RFIaqhaCR0KSTs9pFozo2H6",
+	"DhkpRm+AkCqW2EGRbsHAdvnQksnvdUwVpt2IFZkzM5NZQn5koyugsY5bAO0H6usOB2paALdKXP+O9S6i",
+	"YXjsIioVSc+c3AFyU598jW1OEY9D81Pseuowug3mlIGQk4mv74mRcojeLhsUW4GETPrYp+JrbwAdc1VE",
+	"ULGlc9eldEldABJRdAls2beEEdowmiUYRfbteQ19dGlp6UC0fUvYsclh2gP/W2PljkgUvF/9jk8quP5R",
+	"x2O34FaVN99X7alBtK0SpUPbEZtxkZFGfExIzm8YSW+KEdv4sUuumMgGIn0SpJQ++QFTMl2tHPepT3yP",
+	"1coAyBq/u76+PDzqHpF2oA3+glu2hjmBXiYd0zzvVOJ3MUUCZQl0aAWRaZMAbRT9wWBjLzPRXGNRu8BL",
+	"Q5Kll1y4cUepiRRJqEzp+x1Zutu3PNfZpUPVX8YylnU8Kjtulh71jsjVkpsx2D8ulTQSKnQA9EK3PsXW",
+	"d+bpsHE4hm70kTQzsqQrnTgZjnEQ8mDn6NDuknORuXZ17IF2nmp4oE1hqBnNJwfwcFT/M3rMUfKQ5okC",
+	"8pKuBgKLhEBAbFgpJJCEhYVwvRJakKxqSTBHMQrdulFjxXIwl80vqxYGYOIQ9cky0gZbupFyOKdiNXSY",
+	"plMnBGM3EwwILlmESyMGNPvPq5cv+tsu47YOBygS1vldXAviqLkplnJH74hg4BNJXES0RVgYORCNtCwb",
+	"jHESGqUQamLsRlf8QNTs3zdxsCO76AO3Wnjf92MeMQyrAM3QqjV05TQhKZhlrZs9uMGUE7fq6iTk5Pix",
+	"1ZAAqkPvKkjxgls50A5ilhIyoTKmwF9UXortRKOWRT7FHy27eX/OuIc/UyrzopiPWI0/8wj5zFpk0+Yd",
+	"J+1aupns3H9//VoQIZcViuCS7GoIg4Xdpy/F+GGMYfbu1skRMU73yXaULjtxxnVdPn6B/ccfHwzr161f",
+	"kX5zOr7R5N6cuttKWu6u2gW6hzfxvO7lSgz1RkJdafL7BFhSoal9sgdJXfeVdyOD48dd8AYN76+vxRdO",
+	"0MQ+58teQORzyTHB+GcvQ3dNPHVniHS+KjTRde2mXpBag8tdRFTUsbb1OXvF5vK2Ss+ipOFTCLoDddsb",
+	"ImcUjReuQWLFEAkK8kA4I+R2WbuGuzynN8yS/EusyvhLc5haT+V1rMHiOn/tof/vZbW3Z1IiZaiXiXnj",
+	"2F8UbQpW8ta+xMuWWtjPqbrR0YiIbChHp8bkQ83GUmQ6RYnH8txQPu/h414vziwhGV1pK84ptsjpGKNF",
+	"Q+dsi8B9Eq/xh1fPnLEcFitkWZKmNImAKoQLcj28294QkQaNSsnCCuqG57kbLNancAzXYwy2aZ8BNolk",
+	"cSBWzHQJwsLV14KCLC7nCXuYWYYxlSSoa5VIAXcduSZ4tbPTMuvr8QlEn1b0LwijCcTOmZtLb0GlCrWh",
+	"N44kOMh3B6LhtpN9Lju0QHRNCAAcwdZ31O0+fvTo4SOsWmBMTiTmlyg701YigaTtl6ARHz4ICDdjJ4qi",
+	"fz5m19NywsZiIBUznb+gFTfFH9kB70VanzF7xVfgjlo4t5ZnwRHB8sqcJVVo10rcVQKb6m6JQDFdzLdn",
+	"XRXz3423/pXLcgcWhVmoIfA9shJo9snL5f/+XPqAweh/zyrcBlpm2gPYjZ3A6rZkZNmffy+4CZv59AGU",
+	"vz/ECyVLDdZdu5OGZF/ahnBy8fvBN0yV+gPd3hfd5GI9prIN5SwmRe59aFKNwfPgg5hcT3Kgb1WknHGT",
+	"b80Y+e7i+tnvI1PE7mSbYxIEHydR/2J5Ii/tImbFnFpV8MDM2EEu5SIsq1pZbvMoD9/a//sE94UUWXN2",
+	"Z9CzUsPeYEgT9X4qYqQkbUpGEC3BljkXDEW9QesSnGLnL67PXw1aoYM0zLtROD18a4GbkrZPU/SJlM4n",
+	"oolv92SxFEvSYRMMSODDdIx670uUTVg6mXxS4WYpdUg8qVRTP91MumzHxaPLZBaaubq9i8L4hMuBcBmX",
+	"2PN/W9LkaVO5zfq2dXB69bcPqlcsqJmVxSvcsbfW0zS21cOccxE+N5R//PDqpd3RK3cT9ssr+bAU4Mxh",
+	"Xh0V+NH3cq2UD0fXs0dQrkPxKi9V/pEj+avIkWzmmXjmhBKLAJ6Wnnq69ydP4KJM7DUU8DnvVYLr62Vu",
+	"5Z/PeVP3lPXi2PnKI5mru8VdEH1TwRr4seJq2Yb8biFQQAVL7fwWmbjbxTY+7oH4S7Fwf+JECqhCoDLw",
+	"5PtuwFYua2bifvGHb91fvo5iU+6Lm20vJlEOuS+fOH70eC8+8XFPe8dJW7FCS5c/i40pPah/d/6QGFcW",
+	"Uubbic8lPPExbbdS5k13ESb/pS7hj1TNCQAoTp1eB97eaYh2L3fXgqTMf1+Jh9UkGqmmYHRbeliDlyhz",
+	"eX8c6+HSGyaIq5t3WmlZh7nQPi/MsrrV1iy/D34GH/YaNDsvZP6byuQrjzOkAK+do3Ow2WeqIatbeg5X",
+	"Sq+mmv/M0io2yAlJ9YKNU8s3fWp8WlYd8JUCICHLxV7qMroOU1AybFg84XmO/onQXQbbmUGNSbYsS7F3",
+	"sN9i6bQtSzxSAxUKrO6ZS4yR58pnLJ6R9PLlVX3nxxTzNgYiznS0W4OwRfaGjk0OiTx2UHBvUhc0iZP3",
+	"K6FxoGamrmc8hIE5AZZlruJAXIO0DSkU0ASE8Ag8dsU4Op6EhpBKbFqCIADvLVzdEtKQeeD6mlQil1+x",
+	"jE24CAlXdnMIQ+es9TceE2AAm0LvplDWglSCC5tqP9SVYqhTmS+LD0IiPoJHVcq71Un7dISJUHvqE2gx",
+	"I+TyV67MfmKn6DcAGGwkhECKmR2mrHtyYW92TKraUvnqYJ1NMlQVRXxSaWP0/quQdUqFvfajwoBJCmkE",
+	"lGDxeWWvfnhxffH8/OqBTgjLte9Ui7Kxy2JyfURdlO83L598f/5q+J2lZpoZHyRtN5fJ8Q1TGfSU7GDf",
+	"W8WZr1EToqm5r3Ork6idAIZzozju+hVV8s6AAmEbA0GYmFrw+jqeZWqjYxvYHwsqyZR9Jx0VgehzHN+V",
+	"sachxzwUemFQV9oSmDVSgsnq2AUp1IJZkXaoE4NbS+BvACP+yQVZhzmmQc7kkhhJrGgEibqQWDinN8yB",
+	"M4UCtJuyuj/kjymuuzmaJHa/hF+yUWrIsI6LJIWbpasyA7CpdtllDQ4AQn/tde4kkcRQydWu3r+9WuE2",
+	"d8GtseOYtY6veEcw/LjeluMb87bub7BNdi/lI5iVHFx+42al30AXYY+ApB11401CZ90kYi8dS+ldhYDN",
+	"PsP1yH/41nez3WjcUYVFWlqR0qhFgPMbRUnxUT9i6k013lsUOueuO4yqhRtLh5G8ZarZDTQQd/UDkXU3",
+	"UJ1E+T3P88aWus0tmNsLsxqW0MQ6BQ4AridS6HWQleXIq7a68v0P7dP5SEW7HKAszOq9K6Fbyh8NUTYb",
+	"ogTcaWqEclriUHBAceF6PGJGgLtidATFJbbaUu7bKNq994mauu8gxb8pq4pfM2mgf3tQ5UPf/by5Vdxt",
+	"KRalmv09xex5RlKQqKPu770+oXmOXSWxTodbrtfJVSGsbD6hKkH7gJVrIekE21swNxVTZcvJUHX4uNfr",
+	"gb5gxz8NyfOuZL82dOX5xkBETZqhwYxr6L6NSdgvPN9LG/poOBQ68yB7D0xvajhpQVqV136p7hDrm224",
+	"Nx5/flcEeEODsJDPwl7JhDHHgj3KlMR2nNMi80kEBxbmnX3uYcb1gprxbEtsTWFmkBYHzV7LrIk3bFyE",
+	"pAzCtS6wt2/UdJma8jEsoKpcYVPwIjbmdsjR3xjIhE7kslJXZPi8vP5rGVnTTvWMHIx9bQ3/piur0fGG",
+	"gvFMaia8DIlU5ezix2+Hzy+uri5evhhefJMiE6qaBwfijGDqDPGgCqY+OmekIkIG4MBPkPPhbZ/HvWNn",
+	"a7APoSkRnnLCJtYeocpon9d36uqfkIyD1i+wi7DLTjnpfdkdiCczNr7RZEYXC3sGTiWCgtf9SlPuNb1y",
+	"7VTAptB+1HvYSQZihLVK2ie9o06CU7ZPjh4m5KTX6yQELA7Vbbft5qSya+okkMMDdpyT3glkdGPy+nNn",
+	"XXLAw4SYSC8ORoobyE0CNygX2NLKLnU4gebJaadSbh9LvfOpkBCBpSu92ecUyooRLefs1C3cG7nmhTZk",
+	"Rm+9LdzetChrXwL20xxbH9mBRoyIIs+7JJ0zQzNqaBr6T90yNaKGzwFbFFsw6pq5jeVUcO3uBZlRPavs",
+	"vz2mQgo+prlL3Ef0DYvUIP0kAyEKZ5oLUR3QJ3Q5g7oG0PEzVDRwfbfT8panfVfmwD4JxfrVQDgLOnY8",
+	"cKXIAtqehtJhtzQvADAWkixzS0sAFr5sDJAkKBGWDER61O2l8S/pUeoqCeOI8cIgUG8dwdsWj1xqFFyb",
+	"HGovQOEv1/27TwYtqjWfCpYNWq46lyvZahxyUKjsWiZZUncyAzHhvjCEl0InhYK10Vzaiwflv5g2fA5F",
+	"0uBephUg8aCUwvW1VxG5PcTFRTdvmHFNRznL0iTCZcv1y6tnfxJyCLQJOttuxtVZaeGIpEXEkOx3Rw9J",
+	"amE2NFIOc6qmzCWFBdeDZQQw5rov4hQFk/pIxPVb1/U2ndTZO4UMKfzMlb7sOInGU4axY2u1Us03jpY2",
+	"hnzUcHy82Hhg8eGNmD01TYw8xesYyLBXIz6UWrpvCMmH97t4eP1CVaz99L4BQ51UFpoztH1/WHtR/CF5",
+	"5hlM7pu88o/WTPfy8bBxoUCR+ulty1/baytMtfo/vbb4WIqUEW8M5xFZtEJrOj/MPgIkKkKNalzZ2hTr",
+	"uzGRHUAbbOhomssptg1lzqLk6hQ5julLv7nGp6i8+Vo5XBBo+NUumyVG/Xi8w6pL3ArW2tkAic1c3c9Q",
+	"ESbjGrq7TIo8B6ezYCCbOKUQpsyZGDNMgMbpbhhb+DaQfqGaUKtm5uDS5uOZ4xbYn5LMmX+ITOmCtBWj",
+	"WgpUBnFhaScIIyuCHbwLAfJOO/2vA9zSwTOpTVotJ5XLKbrDIQgU+J4uxjPwSy24lhkjIzblAovdSffM",
+	"QNhZrWSASY3ar5oblMtGEAPD8kmwSioIMVVSzrvkDAPKoRE0hiPAzgcCGofbHUJXH+Dirrxg8JmHMH0Q",
+	"Ei9zSIC3qnmK9CQFD2G60ejaFZJxInFZ1A6PBAJxUvv/dCC8oQBfwIJbgH0zlmedMvE9ndM3aZeU8L2q",
+	"8H3XnhblNytE2HFCI1s7YBK9ey6yNH6tdANCl9F2tScuNx1nmihH+JYu+sQS9hRFH1cLx3U7ws1h8ZP1",
+	"BVt8gSstpnWjHrwCdEvJcrbqk9Qhd0raaA0xMypcZdvpA42lqdBcHaEnXJyVlQGKPCOVO9WJQQgoGiSn",
+	"EIGMe8HGu3AP0TwD5XVdjbPMS8qWRsQnDYkeTjlKsUH1nxFMccUYPB5sH9zGrpsPe0R3BmIiQ7tWx6ii",
+	"ybxpyyKjw8A+2US+vsXbq6vzslQwNa7QsO9iZZErxsPEdWv1LbV9cU67jrLXupdvYKi2q7ZmBUcOgtlE",
+	"UReDU123vcB2IR2/pfWe7V3y1L6q+ySFjfTd1E5nTa0+0ydvBy1E10ErIYOW/XLQSgZi0GJiLKHwWuud",
+	"FQ+D+vPD9dODLwBA2L+KavbYdaFN47eswI4/Dlpp6VkBPMAeyxYZQELFMVGfSXnWr7lGUPK4bItmCReY",
+	"C6+ghYonYmXxOayblD6j2hzAgwdW24dVuHtkCRRoMJ3TAKEpXWyAB4raIUiMRCgh8ca/c6kNgAjGLrmR",
+	"u42knSp392B3OdwO6up2AO1DYvhAN93Z6oX3HMAv2ePJ2qpBM8IV2ieGY5mxcLCZXTC2w3ZF7Zgm7bRP",
+	"FlxM0w6yNx/V5fCdWuy1hF/ncum5GtfEaqKgr8Zssx+qakxonmtftRHvdAHVlrGxDyUpwBywHK5gMKHW",
+	"BFMlJEWkGI7YSqKfzeJmONBKI/GSmHROGx132+2vCPP3tL6uSUeI1UYiBwVyEezaddyqydH9oZsVn4W2",
+	"2NzVZ0JkthhawdRyuRYzcz7nrlFf41Ln9E19X+KToy9PHvZOoqUe7bNUlBmsTHmKDQEjAk/rEIC0LeV2",
+	"8ogjx82Ahd/rioCNpMwZFXc2h8uxYZ6RVDWwcGYjLigsYiMuorXBi6pDrCUqX53jZdKe3ieWqiWOTpC2",
+	"ZszVowmvASQ26pzVJpliH/xqbbVYAKrRBmqFoYoQhbUliHTR1EDB2zHG4VltwfRNlGnFpHRzVVZ6iCn2",
+	"HWWs7ctjwmLyTzBJK2lNaK5Z63Xd0dbQ+5o+pkDZa4TEBGK9qk1J3QK3CHkDsVvKIzVCngu4A9yxOtOS",
+	"OqUJSejm9t0C7MUK4+8Aw7Nad8R33neH26zKbQ+0v/k1a3ZCJiqMVkOxkseGSlbZ/5QudOeU9BA7ol4/",
+	"dr/40PqG74SOV75KR+01cXur0TTe90a8+414m19ZUkA3TxertgonFSaOI0mFOjWI1legEB9cWZnG+ZKR",
+	"YK4ZNaD8T7P368p3HPRFpn00TOprm7W/M2bxUuSrhFzRObvihv35yig+Ngm5YuNCsdBDoeNa6EG1fC/F",
+	"O1E91KF35mtgY0fHZCYLpV1VQJxQG2q1A1+LGBxnfYvKgi3X/GmoR6DtIXjtIZYOILhRDVcqPuVC18lB",
+	"V3wqLkTr4zXgvhAfogE3WGlOXcFpABe4mD5xoM7dLH9VK17FYme3RKhvmEFiu2n1pDexWhZme0f2l4Vp",
+	"7VubsYTlOGdU3Te1a8tOn9hxkX/hZh+Uzm2cvbpFQ/XN9jDXa3hih2cBOh8faGYfsiIRqEp6/3jSBTWG",
+	"Kfvo/5DP2l/1FwwKlP9DGzq1/8adRv8B8X//cCFP/7DQypmJ/mTZP7CRqPtnuFAMe4D8Y0zFmOU5yzrt",
+	"r/rks+QTTdb5jHz2H609AnTPSE5HDJIwbtjqz+A2PPW+UEuq5lI1hunCqxWwcsPmeg2+P/3Pn1//6c+b",
+	"iwlfUKUwJq0+yAWUk3rV41Gvd1e1w94Kwd6Y4Rhiej2zhhJzsrDa57Rxv/jK1srCHzPExl6MbeHBuPRf",
+	"KG7eXtrEsrLSitem9lqOctefv5NAdbQpK1PfdrQSnlPBJ3Y8qslfz54/w+LlFpAH16sF65MYlis6z1MQ",
+	"hf/z6uUL0k7fDlp+gKH9Ea1Z//7nvwatd64IS/SI/fXtv//5r3fv0k4X/NfpW0urhjxLkLrYt93NtSOc",
+	"kvSrTK2GqhDOjml12QFaOywxIu3jXq+k+8JKdzlEFfg5sdJoepGx+UIaJsarg+/ZKiWol5G2VAMRwha6",
+	"PEs7a+63ACCUMiNHt126j0RBB77vIACbKp285AJXHMbSkDdSMd34n1Kf3YLiLcuhiw41s9OBcDkt+DWq",
+	"Ma46enM7YYs0DVUD1m6eA/R2fb7RGnJ0/AVZKC4QGc+unlxckPGMKjq2k5I2RGIQI0n6f6eJt+tdnF8/",
+	"JZmiE/NAD4SeHOAd77guVIDDNwxM27Ria6E6Ghzd+qHBG8ICdoiHXG5xDQu2ZmHE1HUweHPcOxgM3nzO",
+	"XtfS/I/k2raHd1WM5tzEYsL6jayOV2Of+LCJiG4CjMdpopOZWhFVWLWk5k4CSfqQPngLp33877+zNtIn",
+	"R48+frV6e5oxR0DXL7afAYYhHDvofoiyd4DslnNRfRPwBZqIQLjjjhRLEHwPPU/ZWvDhCchx9dRxh9Xa",
+	"vlQfGv9hMbruNHDZOcRAgoZr4YSdAKARzfI3Ey2PO/FH7Qq7YyoEhGGutQEKFeJ8KeIgkkP6fqFYUqlJ",
+	"UWlV6MDSlCbxgbGg99Gx4Nqd/K/6sLdczEOqDJ/QsdmtpZ6FJ3+NB+RXt01lCHuFCLzf/pFF1XS2XSgP",
+	"mnufW1Jb3Ar+2TdVrnd88mHrWr2Pg6oWOUCc/U1lOHk88KEqp9ilmWMrauiN6rj0UqobEPsT8sOrZwdM",
+	"jymkD7nG0l3MGPC2WvjU2crP0bnXXEABIqBZStK38EdCqEkIRhV89S5NSOqzRVKfE/JAQ+JIn6Rvb7jI",
+	"EgjX+CohBmre0Dn7KhkIrjF59KuEjKU2w0JnX71LOwlJfaBI+tZb260WaacCjy/VhqTgeg8q5YQLmqPm",
+	"6BIdMGrAxce42A9giTOquwSaO8O2H2iS8izFaDdNisVpCNVZc1tVavC0vyDP+dcQSWhHxVAULOkQSitA",
+	"ON8U6jRgbJuP1dMzuaxTLe0VRcfB+9zuzdvAS1+0hR3sG+rmu0A+hBVE7kgRAl66TepeJailyTT5U+/g",
+	"y9dvj5KjL941anZb6cMOt/NeZMDt1DthfjttUC1OPdA+TZDqGt9SEjlUMLRRuaOrnI+7+TNGczP7eRt3",
+	"+c498jFLyMIUjUZAJ6e6DJ17l9ffYvJ/xm+ZsHMslByhlnQIVuutkHmFT3zM0iKMZtwurLawiJ3+vuj7",
+	"IVuvbV3lC1fleXVaxk66zvmW9oXhXGfP7tZzCjPhQZ1CtyVNGK2M5ErkRH35lQPVRpi6d11Vw9ThUiF9",
+	"LVRuSR22sD86/rzb6/a6R9C5vvXu9bv/LwAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -1051,6 +1051,37 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/audit": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The audit log, oldest first, a page at a time.
+         * @description One entry per state-changing call (POST, PUT, PATCH, DELETE, and the upgrades of the
+         *     port forward), answered or refused, and per dashboard sign-in, successful or not:
+         *     when (`at`), who (`actor`, `role`, `client` — the caller's address), what (`operation`,
+         *     the operationId; `target`, the path's parameters joined by `/`, or the created
+         *     resource's id or name), how it ended (`status`, and `code` of an error answer) and the
+         *     `request_id` the X-Request-Id response header and the server's log line carry. An
+         *     entry never holds a token, a secret or a request body. Filters: entries at or after
+         *     `since` (RFC 3339), of `actor`, of `target`. `limit` defaults to 100 (at most 1000);
+         *     `next_cursor` is present when more may follow. The log is `audit.jsonl` in the data
+         *     dir, rotated past 256 MiB to `audit.1.jsonl` (two generations kept); a cursor into a
+         *     generation since dropped goes on from the oldest entry kept. 503 `store_unavailable`
+         *     when the server keeps no audit log.
+         */
+        get: operations["listAudit"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/aiwg/status": {
         parameters: {
             query?: never;
@@ -1438,6 +1469,31 @@ export interface components {
             context: string;
             /** Format: date-time */
             created_at: string;
+        };
+        AuditEntry: {
+            /** Format: date-time */
+            at: string;
+            /** @description Who: the token's name ("operator" for the operator token, "dashboard" for the sign-in cookie, "executor" for aiwg serve's token, "anonymous" when none was accepted). */
+            actor: string;
+            /** @description The actor's role (empty for anonymous). */
+            role: string;
+            /** @description The caller's address (the connection's, without the port). */
+            client: string;
+            /** @description The operationId of openapi.yaml. */
+            operation: string;
+            /** @description What it acted on: the path's parameters joined by /, or the created resource's id or name; may be empty. */
+            target: string;
+            /** @description The HTTP status answered. */
+            status: number;
+            /** @description The error answer's code; empty on success. */
+            code: string;
+            /** @description Also the X-Request-Id response header and in the server's log line. */
+            request_id: string;
+        };
+        AuditList: {
+            entries: components["schemas"]["AuditEntry"][];
+            /** @description Where the next page starts (pass it as cursor); absent on the last page. */
+            next_cursor?: string;
         };
         SignInRequest: {
             /** @description The operator token. */
@@ -3686,6 +3742,36 @@ export interface operations {
             413: components["responses"]["TooLarge"];
             429: components["responses"]["StdinBusy"];
             502: components["responses"]["BadGateway"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    listAudit: {
+        parameters: {
+            query?: {
+                since?: string;
+                actor?: string;
+                target?: string;
+                limit?: number;
+                /** @description The next_cursor of the previous page. */
+                cursor?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The page. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuditList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
             503: components["responses"]["Unavailable"];
         };
     };
