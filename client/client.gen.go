@@ -705,7 +705,7 @@ type Error struct {
 	// permission_denied, invalid_path, file_too_large, directory_not_empty,
 	// too_many_transfers, invalid_manifest, task_not_found, task_conflict, unknown_parameter,
 	// artifact_not_found, pool_not_found, agent_reserved, stdin_busy, port_not_listening,
-	// too_many_forwards, port_refused, upgrade_required, too_many_public_ports.
+	// too_many_forwards, port_refused, upgrade_required, too_many_public_ports, too_many_sign_ins.
 	Code string `json:"code"`
 
 	// Error A message for people.
@@ -2325,8 +2325,17 @@ type ClientInterface interface {
 	// SignInWithBody Sign a browser in with the operator token.
 	//
 	// Sets the `agentic_session` cookie (HttpOnly, SameSite=Strict, Secure over TLS) that
-	// REST and the client WebSocket accept for 12 hours. The cookie stands for the token:
-	// a new operator token ends every session. Only from the server's own origins.
+	// REST, the client WebSocket and the previews accept for 12 hours. The cookie holds
+	// only a random id (256 bits) of a session kept on the server (`signin-sessions.json`
+	// in the data dir, by the id's SHA-256; it survives a restart): `POST /api/v1/signout`
+	// ends it at once, and a new operator token ends every session. Only from the
+	// server's own origins.
+	//
+	// Failed sign-ins are limited per client address (an IPv4 address, an IPv6 /64; the
+	// connection's, no forwarding header is trusted): after 5 failures within a minute,
+	// every sign-in from that address is refused with 429 `too_many_sign_ins` and
+	// `Retry-After`, without looking at the token, until the oldest of them is a minute
+	// old. A success forgets that address's failures only.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2336,15 +2345,28 @@ type ClientInterface interface {
 	// SignIn Sign a browser in with the operator token.
 	//
 	// Sets the `agentic_session` cookie (HttpOnly, SameSite=Strict, Secure over TLS) that
-	// REST and the client WebSocket accept for 12 hours. The cookie stands for the token:
-	// a new operator token ends every session. Only from the server's own origins.
+	// REST, the client WebSocket and the previews accept for 12 hours. The cookie holds
+	// only a random id (256 bits) of a session kept on the server (`signin-sessions.json`
+	// in the data dir, by the id's SHA-256; it survives a restart): `POST /api/v1/signout`
+	// ends it at once, and a new operator token ends every session. Only from the
+	// server's own origins.
+	//
+	// Failed sign-ins are limited per client address (an IPv4 address, an IPv6 /64; the
+	// connection's, no forwarding header is trusted): after 5 failures within a minute,
+	// every sign-in from that address is refused with 429 `too_many_sign_ins` and
+	// `Retry-After`, without looking at the token, until the oldest of them is a minute
+	// old. A success forgets that address's failures only.
 	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /api/v1/signin (the `SignIn` operationId).
 	SignIn(ctx context.Context, body SignInJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// SignOut Clear the browser's session cookie.
+	// SignOut End the browser's session and clear its cookie.
+	//
+	// Deletes the session of the request's `agentic_session` cookie on the server, at
+	// once: the cookie, wherever a copy of it is kept, no longer reads anything. Without
+	// a cookie (or with one of no session) it only clears the cookie.
 	//
 	// Corresponds with POST /api/v1/signout (the `SignOut` operationId).
 	SignOut(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3700,8 +3722,17 @@ func (c *Client) GetSessionOutput(ctx context.Context, sessionId SessionID, para
 // SignInWithBody Sign a browser in with the operator token.
 //
 // Sets the `agentic_session` cookie (HttpOnly, SameSite=Strict, Secure over TLS) that
-// REST and the client WebSocket accept for 12 hours. The cookie stands for the token:
-// a new operator token ends every session. Only from the server's own origins.
+// REST, the client WebSocket and the previews accept for 12 hours. The cookie holds
+// only a random id (256 bits) of a session kept on the server (`signin-sessions.json`
+// in the data dir, by the id's SHA-256; it survives a restart): `POST /api/v1/signout`
+// ends it at once, and a new operator token ends every session. Only from the
+// server's own origins.
+//
+// Failed sign-ins are limited per client address (an IPv4 address, an IPv6 /64; the
+// connection's, no forwarding header is trusted): after 5 failures within a minute,
+// every sign-in from that address is refused with 429 `too_many_sign_ins` and
+// `Retry-After`, without looking at the token, until the oldest of them is a minute
+// old. A success forgets that address's failures only.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3721,8 +3752,17 @@ func (c *Client) SignInWithBody(ctx context.Context, contentType string, body io
 // SignIn Sign a browser in with the operator token.
 //
 // Sets the `agentic_session` cookie (HttpOnly, SameSite=Strict, Secure over TLS) that
-// REST and the client WebSocket accept for 12 hours. The cookie stands for the token:
-// a new operator token ends every session. Only from the server's own origins.
+// REST, the client WebSocket and the previews accept for 12 hours. The cookie holds
+// only a random id (256 bits) of a session kept on the server (`signin-sessions.json`
+// in the data dir, by the id's SHA-256; it survives a restart): `POST /api/v1/signout`
+// ends it at once, and a new operator token ends every session. Only from the
+// server's own origins.
+//
+// Failed sign-ins are limited per client address (an IPv4 address, an IPv6 /64; the
+// connection's, no forwarding header is trusted): after 5 failures within a minute,
+// every sign-in from that address is refused with 429 `too_many_sign_ins` and
+// `Retry-After`, without looking at the token, until the oldest of them is a minute
+// old. A success forgets that address's failures only.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3739,7 +3779,11 @@ func (c *Client) SignIn(ctx context.Context, body SignInJSONRequestBody, reqEdit
 	return c.Client.Do(req)
 }
 
-// SignOut Clear the browser's session cookie.
+// SignOut End the browser's session and clear its cookie.
+//
+// Deletes the session of the request's `agentic_session` cookie on the server, at
+// once: the cookie, wherever a copy of it is kept, no longer reads anything. Without
+// a cookie (or with one of no session) it only clears the cookie.
 //
 // Corresponds with POST /api/v1/signout (the `SignOut` operationId).
 func (c *Client) SignOut(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -7585,8 +7629,17 @@ type ClientWithResponsesInterface interface {
 	// SignInWithBodyWithResponse Sign a browser in with the operator token.
 	//
 	// Sets the `agentic_session` cookie (HttpOnly, SameSite=Strict, Secure over TLS) that
-	// REST and the client WebSocket accept for 12 hours. The cookie stands for the token:
-	// a new operator token ends every session. Only from the server's own origins.
+	// REST, the client WebSocket and the previews accept for 12 hours. The cookie holds
+	// only a random id (256 bits) of a session kept on the server (`signin-sessions.json`
+	// in the data dir, by the id's SHA-256; it survives a restart): `POST /api/v1/signout`
+	// ends it at once, and a new operator token ends every session. Only from the
+	// server's own origins.
+	//
+	// Failed sign-ins are limited per client address (an IPv4 address, an IPv6 /64; the
+	// connection's, no forwarding header is trusted): after 5 failures within a minute,
+	// every sign-in from that address is refused with 429 `too_many_sign_ins` and
+	// `Retry-After`, without looking at the token, until the oldest of them is a minute
+	// old. A success forgets that address's failures only.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7596,15 +7649,28 @@ type ClientWithResponsesInterface interface {
 	// SignInWithResponse Sign a browser in with the operator token.
 	//
 	// Sets the `agentic_session` cookie (HttpOnly, SameSite=Strict, Secure over TLS) that
-	// REST and the client WebSocket accept for 12 hours. The cookie stands for the token:
-	// a new operator token ends every session. Only from the server's own origins.
+	// REST, the client WebSocket and the previews accept for 12 hours. The cookie holds
+	// only a random id (256 bits) of a session kept on the server (`signin-sessions.json`
+	// in the data dir, by the id's SHA-256; it survives a restart): `POST /api/v1/signout`
+	// ends it at once, and a new operator token ends every session. Only from the
+	// server's own origins.
+	//
+	// Failed sign-ins are limited per client address (an IPv4 address, an IPv6 /64; the
+	// connection's, no forwarding header is trusted): after 5 failures within a minute,
+	// every sign-in from that address is refused with 429 `too_many_sign_ins` and
+	// `Retry-After`, without looking at the token, until the oldest of them is a minute
+	// old. A success forgets that address's failures only.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/signin (the `SignIn` operationId).
 	SignInWithResponse(ctx context.Context, body SignInJSONRequestBody, reqEditors ...RequestEditorFn) (*SignInResponse, error)
 
-	// SignOutWithResponse Clear the browser's session cookie.
+	// SignOutWithResponse End the browser's session and clear its cookie.
+	//
+	// Deletes the session of the request's `agentic_session` cookie on the server, at
+	// once: the cookie, wherever a copy of it is kept, no longer reads anything. Without
+	// a cookie (or with one of no session) it only clears the cookie.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -11257,6 +11323,11 @@ func (r GetSessionOutputResponse) ContentType() string {
 	return ""
 }
 
+// SignInResponse429Headers the declared response headers of an HTTP 429 response for SignIn
+type SignInResponse429Headers struct {
+	RetryAfter *int
+}
+
 type SignInResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -11266,6 +11337,12 @@ type SignInResponse struct {
 	JSON401 *Unauthorized
 	// JSON413 the response for an HTTP 413 `application/json` response
 	JSON413 *TooLarge
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *Error
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Error
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *SignInResponse429Headers
 }
 
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
@@ -11281,6 +11358,16 @@ func (r SignInResponse) GetJSON401() *Unauthorized {
 // GetJSON413 returns the response for an HTTP 413 `application/json` response
 func (r SignInResponse) GetJSON413() *TooLarge {
 	return r.JSON413
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r SignInResponse) GetJSON429() *Error {
+	return r.JSON429
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r SignInResponse) GetJSON503() *Error {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -11317,11 +11404,18 @@ type SignOutResponse struct {
 	HTTPResponse *http.Response
 	// JSON400 the response for an HTTP 400 `application/json` response
 	JSON400 *BadRequest
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Error
 }
 
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
 func (r SignOutResponse) GetJSON400() *BadRequest {
 	return r.JSON400
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r SignOutResponse) GetJSON503() *Error {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -13016,8 +13110,17 @@ func (c *ClientWithResponses) GetSessionOutputWithResponse(ctx context.Context, 
 // SignInWithBodyWithResponse Sign a browser in with the operator token.
 //
 // Sets the `agentic_session` cookie (HttpOnly, SameSite=Strict, Secure over TLS) that
-// REST and the client WebSocket accept for 12 hours. The cookie stands for the token:
-// a new operator token ends every session. Only from the server's own origins.
+// REST, the client WebSocket and the previews accept for 12 hours. The cookie holds
+// only a random id (256 bits) of a session kept on the server (`signin-sessions.json`
+// in the data dir, by the id's SHA-256; it survives a restart): `POST /api/v1/signout`
+// ends it at once, and a new operator token ends every session. Only from the
+// server's own origins.
+//
+// Failed sign-ins are limited per client address (an IPv4 address, an IPv6 /64; the
+// connection's, no forwarding header is trusted): after 5 failures within a minute,
+// every sign-in from that address is refused with 429 `too_many_sign_ins` and
+// `Retry-After`, without looking at the token, until the oldest of them is a minute
+// old. A success forgets that address's failures only.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -13033,8 +13136,17 @@ func (c *ClientWithResponses) SignInWithBodyWithResponse(ctx context.Context, co
 // SignInWithResponse Sign a browser in with the operator token.
 //
 // Sets the `agentic_session` cookie (HttpOnly, SameSite=Strict, Secure over TLS) that
-// REST and the client WebSocket accept for 12 hours. The cookie stands for the token:
-// a new operator token ends every session. Only from the server's own origins.
+// REST, the client WebSocket and the previews accept for 12 hours. The cookie holds
+// only a random id (256 bits) of a session kept on the server (`signin-sessions.json`
+// in the data dir, by the id's SHA-256; it survives a restart): `POST /api/v1/signout`
+// ends it at once, and a new operator token ends every session. Only from the
+// server's own origins.
+//
+// Failed sign-ins are limited per client address (an IPv4 address, an IPv6 /64; the
+// connection's, no forwarding header is trusted): after 5 failures within a minute,
+// every sign-in from that address is refused with 429 `too_many_sign_ins` and
+// `Retry-After`, without looking at the token, until the oldest of them is a minute
+// old. A success forgets that address's failures only.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -13047,7 +13159,11 @@ func (c *ClientWithResponses) SignInWithResponse(ctx context.Context, body SignI
 	return ParseSignInResponse(rsp)
 }
 
-// SignOutWithResponse Clear the browser's session cookie.
+// SignOutWithResponse End the browser's session and clear its cookie.
+//
+// Deletes the session of the request's `agentic_session` cookie on the server, at
+// once: the cookie, wherever a copy of it is kept, no longer reads anything. Without
+// a cookie (or with one of no session) it only clears the cookie.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -16149,6 +16265,33 @@ func ParseSignInResponse(rsp *http.Response) (*SignInResponse, error) {
 		}
 		response.JSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers SignInResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16177,6 +16320,13 @@ func ParseSignOutResponse(rsp *http.Response) (*SignOutResponse, error) {
 			return nil, err
 		}
 		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
 
 	}
 

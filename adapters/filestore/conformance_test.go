@@ -42,3 +42,7 @@ func inDir[P, S any](open func(dir string) (S, error)) func(*testing.T, string) 
 func TestPublicPortsConformance(t *testing.T) {
 	portstest.RunPublicPortsSuite(t, inDir[ports.PublicPorts](NewPublicPorts))
 }
+
+func TestSignInSessionsConformance(t *testing.T) {
+	portstest.RunSignInSessionsSuite(t, inDir[ports.SignInSessions](NewSignInSessions))
+}

@@ -106,7 +106,7 @@ func (h *Handler) bearerOK(r *http.Request) bool {
 // so no page can use the operator's cookie through a preview. A request
 // that changes state must also carry this server's Origin, like the API's.
 func (h *Handler) sessionOK(r *http.Request) bool {
-	if h.cfg.Token == "" || !signin.FromRequest(r, h.cfg.Token, h.clock.Now()) {
+	if _, ok := h.cfg.SignIns.FromRequest(r, h.clock.Now()); h.cfg.Token == "" || !ok {
 		return false
 	}
 	switch r.Header.Get("Sec-Fetch-Site") {
@@ -268,7 +268,7 @@ func (h *Handler) serveSignin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	noStore(w)
-	if h.cfg.Token == "" || !signin.FromRequest(r, h.cfg.Token, h.clock.Now()) {
+	if _, ok := h.cfg.SignIns.FromRequest(r, h.clock.Now()); h.cfg.Token == "" || !ok {
 		back := signinPath + "?" + url.Values{"host": {t.host}, "next": {next}}.Encode()
 		redirect(w, "/?next="+url.QueryEscape(back))
 		return

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/internal/clock"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/signin"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -42,6 +43,10 @@ type Config struct {
 	// Token is the operator token: the bearer credential and the key of
 	// the preview cookie's MAC. "" refuses everything but public ports.
 	Token string
+	// SignIns are the dashboard's sign-in sessions: a page of the path
+	// form, and /preview-signin, take the dashboard's session cookie (nil:
+	// no cookie is accepted).
+	SignIns *signin.Sessions
 	// Domain is AGENTIC_PREVIEW_DOMAIN ("" means "localhost").
 	Domain string
 	// KeepHost passes the browser's Host header through; otherwise it is

@@ -543,12 +543,17 @@ func TestPathForm(t *testing.T) {
 	// The session cookie does not sign in a page's own requests (a
 	// sandboxed page is cross-site to everything), another site, or a
 	// state change without this server's Origin.
+	signedOut := r.sessionCookie()
+	if err := r.signIns.End(signedOut.Value); err != nil {
+		t.Fatal(err)
+	}
 	for name, h := range map[string]hdr{
-		"cross-site":        {"Cookie": cookies, "Sec-Fetch-Site": "cross-site"},
-		"same-site":         {"Cookie": cookies, "Sec-Fetch-Site": "same-site"},
-		"foreign origin":    {"Cookie": cookies, "Origin": "http://5173-dev.localhost:" + r.port},
-		"opaque origin":     {"Cookie": cookies, "Origin": "null"},
-		"expired or forged": {"Cookie": signin.CookieName + "=1." + sess.Value[11:]},
+		"signed out":      {"Cookie": signedOut.Name + "=" + signedOut.Value},
+		"cross-site":      {"Cookie": cookies, "Sec-Fetch-Site": "cross-site"},
+		"same-site":       {"Cookie": cookies, "Sec-Fetch-Site": "same-site"},
+		"foreign origin":  {"Cookie": cookies, "Origin": "http://5173-dev.localhost:" + r.port},
+		"opaque origin":   {"Cookie": cookies, "Origin": "null"},
+		"no such session": {"Cookie": signin.CookieName + "=" + strings.Repeat("A", 43)},
 	} {
 		if resp, body = r.get(t, c, "GET", r.mainURL("/preview/dev/5173/echo"), h); resp.StatusCode != 401 {
 			t.Fatalf("%s: %d %q", name, resp.StatusCode, body)

@@ -273,9 +273,11 @@ type rig struct {
 	dialer *fakeDialer
 	public *fakePublic
 	clock  *portsfake.Clock
-	h      *Handler
-	srv    *httptest.Server
-	port   string // the server's port: previews are <p>-<name>.localhost:<port>
+	// signIns are the dashboard's sessions the rig's cookies are of.
+	signIns *signin.Sessions
+	h       *Handler
+	srv     *httptest.Server
+	port    string // the server's port: previews are <p>-<name>.localhost:<port>
 
 	mu   sync.Mutex
 	next []*http.Request // what reached the API
@@ -318,7 +320,10 @@ func newRig(t testing.TB, keepHost bool) *rig {
 		offline: map[string]bool{"offline": true},
 		closed:  closed,
 	}
-	r.h = New(Config{Dialer: r.dialer, Public: r.public, Token: testToken, KeepHost: keepHost, Resolve: resolveIn(envNames), Clock: r.clock})
+	signIns := portsfake.NewSignInSessions()
+	signIns.Now = r.clock.Now
+	r.signIns = signin.NewSessions(signIns, testToken)
+	r.h = New(Config{Dialer: r.dialer, Public: r.public, Token: testToken, SignIns: r.signIns, KeepHost: keepHost, Resolve: resolveIn(envNames), Clock: r.clock})
 	t.Cleanup(r.h.Close)
 	api := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.mu.Lock()
@@ -425,8 +430,11 @@ func (r *rig) previewCookie(host string) string {
 
 // sessionCookie is a live dashboard session cookie.
 func (r *rig) sessionCookie() *http.Cookie {
-	exp := r.clock.Now().Add(signin.TTL)
-	return signin.Cookie(signin.Value(testToken, exp), exp, false)
+	v, exp, err := r.signIns.Mint(signin.OperatorTokenID, r.clock.Now())
+	if err != nil {
+		panic(err)
+	}
+	return signin.Cookie(v, exp, false)
 }
 
 func (r *rig) wsDial(t *testing.T, host, path string, h http.Header) (*websocket.Conn, *http.Response, error) {

@@ -20,6 +20,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/rest/resttest"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/apicontract"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/signin"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 	"github.com/agentic-sandbox/agentic-sandbox/ports/portsfake"
@@ -94,6 +95,9 @@ func newEnv(t *testing.T, edit ...func(*Deps)) *env {
 		Logger:   slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Clock:    clock,
 	}
+	signIns := portsfake.NewSignInSessions()
+	signIns.Now = clock.Now
+	d.SignIns = signin.NewSessions(signIns, testToken)
 	for _, f := range edit {
 		if f != nil { // a table's case without an edit
 			f(&d)

@@ -97,6 +97,9 @@ type Deps struct {
 	// Origins are the server's own origins: the only ones a page signed in
 	// with the dashboard's cookie may change state from.
 	Origins []string
+	// SignIns keeps the dashboard's sign-in sessions (nil: signing in
+	// answers 503 and no cookie is accepted).
+	SignIns *signin.Sessions
 	// Dashboard serves the web dashboard at / and /assets/; nil serves none.
 	Dashboard http.Handler
 	// Changes tells GET /api/v1/changes what changed (nil: nothing ever).
@@ -122,6 +125,7 @@ type Deps struct {
 type Server struct {
 	d         Deps
 	origins   signin.Origins
+	limiter   *signin.Limiter
 	log       *slog.Logger
 	clock     ports.Clock
 	tokenHash [32]byte
@@ -150,6 +154,7 @@ func New(d Deps) *Server {
 	// token's length.
 	s.tokenHash = sha256.Sum256([]byte(d.Token))
 	s.origins = signin.NewOrigins(d.Origins)
+	s.limiter = signin.NewLimiter()
 	s.store = newCommandStore(s.clock, RetainFinishedCount, RetainFinishedBytes)
 	return s
 }

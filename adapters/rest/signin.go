@@ -6,7 +6,9 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"math"
 	"net/http"
+	"strconv"
 
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/signin"
@@ -42,19 +44,49 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request) {
 		_ = badRequest("want {\"token\": \"<operator token>\"}").write(w)
 		return
 	}
+	// Failed sign-ins are limited per client address: past the bound the
+	// token is not even compared.
+	client, now := signin.ClientKey(r), s.clock.Now()
+	if ok, after := s.limiter.Allow(client, now); !ok {
+		s.log.Warn("rest: dashboard sign-in refused: too many failed sign-ins", "remote", r.RemoteAddr)
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(after.Seconds()))))
+		_ = newError(http.StatusTooManyRequests, "too_many_sign_ins",
+			"too many failed sign-ins from this address: try again in %d s", int(math.Ceil(after.Seconds()))).write(w)
+		return
+	}
 	got := sha256.Sum256([]byte(req.Token))
 	if s.d.Token == "" || subtle.ConstantTimeCompare(got[:], s.tokenHash[:]) != 1 {
+		s.limiter.Failed(client, now)
 		s.log.Warn("rest: dashboard sign-in refused", "remote", r.RemoteAddr)
 		_ = newError(http.StatusUnauthorized, "unauthorized", "wrong operator token").write(w)
 		return
 	}
-	exp := s.clock.Now().Add(signin.TTL)
-	http.SetCookie(w, signin.Cookie(signin.Value(s.d.Token, exp), exp, r.TLS != nil))
+	s.limiter.Succeeded(client)
+	if s.d.SignIns == nil {
+		_ = newError(http.StatusServiceUnavailable, "store_unavailable", "this server keeps no sign-in sessions").write(w)
+		return
+	}
+	value, exp, err := s.d.SignIns.Mint(signin.OperatorTokenID, now)
+	if err != nil {
+		s.log.Error("rest: dashboard sign-in: the session could not be kept", "err", err)
+		_ = newError(http.StatusServiceUnavailable, "store_unavailable", "the sign-in session could not be kept; try again").write(w)
+		return
+	}
+	http.SetCookie(w, signin.Cookie(value, exp, r.TLS != nil))
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// signOut ends the session on the server at once (its cookie no longer
+// reads anything, wherever a copy of it is) and clears the cookie.
 func (s *Server) signOut(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, signin.Cookie("", s.clock.Now(), r.TLS != nil))
+	for _, c := range r.CookiesNamed(signin.CookieName) {
+		if err := s.d.SignIns.End(c.Value); err != nil {
+			s.log.Error("rest: sign-out: the session could not be ended", "err", err)
+			_ = newError(http.StatusServiceUnavailable, "store_unavailable", "the session could not be ended; try again").write(w)
+			return
+		}
+	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -62,7 +94,7 @@ func (s *Server) signOut(w http.ResponseWriter, r *http.Request) {
 // changes state must also come from one of the server's own origins (the
 // cookie is SameSite=Strict too: two locks on cross-site requests).
 func (s *Server) cookieAuthorized(r *http.Request) (ok bool, apiErr *apiError) {
-	if s.d.Token == "" || !signin.FromRequest(r, s.d.Token, s.clock.Now()) {
+	if _, ok := s.d.SignIns.FromRequest(r, s.clock.Now()); !ok {
 		return false, nil
 	}
 	switch r.Method {

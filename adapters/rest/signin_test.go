@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The dashboard's session: the token buys an HttpOnly, SameSite=Strict
@@ -62,12 +63,66 @@ func TestDashboardSessionCookie(t *testing.T) {
 	if r := do("POST", "/api/v1/agents/a1/commands", `{"command":"true"}`, withOrigin(own)); r.StatusCode != 202 {
 		t.Fatalf("a change from the server's own page: %d", r.StatusCode)
 	}
-	// Expired: the cookie carries its end, and the MAC covers it.
-	e.clock.Advance(13 * 60 * 60 * 1e9)
+	// Sign-out ends the session on the server: the same cookie, kept
+	// elsewhere, no longer reads; another session lives on.
+	r2 := do("POST", "/api/v1/signin", `{"token":"`+testToken+`"}`, map[string]string{"Origin": own})
+	if r2.StatusCode != 204 || len(r2.Cookies()) != 1 || r2.Cookies()[0].Value == c.Value {
+		t.Fatalf("a second sign-in: %d %v", r2.StatusCode, r2.Cookies())
+	}
+	other := map[string]string{"Cookie": c.Name + "=" + r2.Cookies()[0].Value}
+	if r := do("POST", "/api/v1/signout", "", map[string]string{"Cookie": c.Name + "=" + c.Value, "Origin": own}); r.StatusCode != 204 || len(r.Cookies()) != 1 || r.Cookies()[0].MaxAge >= 0 {
+		t.Fatalf("sign-out: %d %v", r.StatusCode, r.Cookies())
+	}
 	if r := do("GET", "/api/v1/agents", "", cookie); r.StatusCode != 401 {
-		t.Fatalf("an expired cookie: %d", r.StatusCode)
+		t.Fatalf("the cookie after sign-out: %d", r.StatusCode)
+	}
+	if r := do("GET", "/api/v1/agents", "", other); r.StatusCode != 200 {
+		t.Fatalf("another browser's session after this one signed out: %d", r.StatusCode)
 	}
 	if r := do("POST", "/api/v1/signout", "", nil); r.StatusCode != 204 || len(r.Cookies()) != 1 || r.Cookies()[0].MaxAge >= 0 {
-		t.Fatalf("sign-out: %d %v", r.StatusCode, r.Cookies())
+		t.Fatalf("sign-out without a cookie: %d %v", r.StatusCode, r.Cookies())
+	}
+	// Expired: the session ends with its 12 hours.
+	e.clock.Advance(13 * 60 * 60 * 1e9)
+	if r := do("GET", "/api/v1/agents", "", other); r.StatusCode != 401 {
+		t.Fatalf("an expired cookie: %d", r.StatusCode)
+	}
+}
+
+// TestSignInRateLimit: five wrong tokens within a minute from one address,
+// then every sign-in from it is 429 with Retry-After (even with the right
+// token) until the oldest failure is a minute old; logged like a refusal.
+func TestSignInRateLimit(t *testing.T) {
+	e := newEnv(t)
+	signIn := func(tok string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest("POST", e.srv.URL+"/api/v1/signin", strings.NewReader(`{"token":"`+tok+`"}`))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := e.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		return resp
+	}
+	for i := range 5 {
+		if r := signIn("wrong"); r.StatusCode != 401 {
+			t.Fatalf("failure %d: %d", i+1, r.StatusCode)
+		}
+		e.clock.Advance(time.Second)
+	}
+	for _, tok := range []string{"wrong", testToken} {
+		resp := e.callAuth("POST", "/api/v1/signin", `{"token":"`+tok+`"}`, "")
+		expect(t, resp, 429, "too_many_sign_ins")
+		if ra := resp.header.Get("Retry-After"); ra != "55" {
+			t.Fatalf("Retry-After %q, want 55", ra)
+		}
+	}
+	if !strings.Contains(e.logs.String(), "too many failed sign-ins") {
+		t.Fatal("the 429 is not logged")
+	}
+	e.clock.Advance(55 * time.Second)
+	if r := signIn(testToken); r.StatusCode != 204 {
+		t.Fatalf("a minute after the first failure: %d", r.StatusCode)
 	}
 }

@@ -53,6 +53,9 @@ type Config struct {
 	// browser sends them): pages from these may open /ws. A request
 	// without Origin is not a browser's and is let in on its token.
 	Origins []string
+	// SignIns are the dashboard's sign-in sessions: a page signed in opens
+	// /ws with its session cookie (nil: no cookie is accepted).
+	SignIns *signin.Sessions
 	// StallTimeout is how long one frame may wait for a viewer that does
 	// not read before the viewer is disconnected (default 2m); it rejoins
 	// from its offset and loses nothing the log still holds.
@@ -122,7 +125,7 @@ func (s *Server) Handler() http.Handler {
 
 func (s *Server) authorized(r *http.Request) bool {
 	// A dashboard page: its session cookie (the origin is checked on upgrade).
-	if s.cfg.Token != "" && signin.FromRequest(r, s.cfg.Token, time.Now()) {
+	if _, ok := s.cfg.SignIns.FromRequest(r, time.Now()); ok {
 		return true
 	}
 	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")

@@ -26,6 +26,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/tlsca"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/changes"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/clock"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/signin"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -236,7 +237,7 @@ func provideMetrics(svc *agentrpc.Service, uc UseCases, times *promexport.Provis
 }
 
 func provideREST(cfg Config, svc *agentrpc.Service, op OperatorHTTP, uc UseCases, link *aiwg.Client, logs *filestore.SessionLog,
-	metrics MetricsHandler, ready *Readiness, clock ports.Clock, log *slog.Logger, ch *changes.Hub, public *filestore.PublicPorts) (RESTHandler, error) {
+	metrics MetricsHandler, ready *Readiness, clock ports.Clock, log *slog.Logger, ch *changes.Hub, public *filestore.PublicPorts, signIns *signin.Sessions) (RESTHandler, error) {
 	_, wsPort, _ := net.SplitHostPort(cfg.wsAddr())
 	port, _ := strconv.Atoi(wsPort)
 	dash, err := dashboard.New(port)
@@ -262,6 +263,7 @@ func provideREST(cfg Config, svc *agentrpc.Service, op OperatorHTTP, uc UseCases
 		MaxFileBytes: cfg.FileMaxBytes,
 		Tasks:        uc.Tasks,
 		Origins:      op.Origins,
+		SignIns:      signIns,
 		Audit:        uc.Audit,
 		Dashboard:    dash,
 		Changes:      ch,
@@ -278,7 +280,7 @@ func provideREST(cfg Config, svc *agentrpc.Service, op OperatorHTTP, uc UseCases
 	// process with the caller's own operator token.
 	api := mcptools.Mount(srv.Handler(), mcptools.HTTPOptions{Token: op.Token, Version: op.Version, Logger: log})
 	// Previews in front: a preview host never reaches the API.
-	return newPreviews(cfg, op, svc, uc, public, clock, log).Wrap(api), nil
+	return newPreviews(cfg, op, svc, uc, public, signIns, clock, log).Wrap(api), nil
 }
 
 // provideApp takes LinkBound so that the link's reports reach the use

@@ -9,6 +9,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/agentrpc"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/preview"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/signin"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -23,9 +24,9 @@ func providePublicPorts(cfg Config) (*filestore.PublicPorts, error) {
 
 // newPreviews serves preview hosts and /preview/… in front of the REST
 // handler, reaching environments over the agent link.
-func newPreviews(cfg Config, op OperatorHTTP, svc *agentrpc.Service, uc UseCases, public *filestore.PublicPorts, clock ports.Clock, log *slog.Logger) *preview.Handler {
+func newPreviews(cfg Config, op OperatorHTTP, svc *agentrpc.Service, uc UseCases, public *filestore.PublicPorts, signIns *signin.Sessions, clock ports.Clock, log *slog.Logger) *preview.Handler {
 	return preview.New(preview.Config{
-		Dialer: svc, Public: public, Token: op.Token, Domain: cfg.PreviewDomain, KeepHost: cfg.PreviewKeepHost,
+		Dialer: svc, Public: public, Token: op.Token, SignIns: signIns, Domain: cfg.PreviewDomain, KeepHost: cfg.PreviewKeepHost,
 		Resolve: previewTargets(uc.Environments.Names, func(name string) bool { _, ok := svc.Agent(name); return ok }, agentIDs(svc)),
 		Clock:   clock, Logger: log,
 	})

@@ -9,6 +9,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/wsterm"
 	"github.com/agentic-sandbox/agentic-sandbox/core/session"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/signin"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -27,6 +28,6 @@ func provideSessions(cfg Config, svc *agentrpc.Service, logs *filestore.SessionL
 	return session.New(session.Config{Link: svc, Agents: svc, Log: logs, Clock: clock, IDs: ids, Logger: log, Retention: cfg.SessionRetention, Changes: ch})
 }
 
-func provideWS(cfg Config, op OperatorHTTP, ss *session.Service, svc *agentrpc.Service, logs *filestore.SessionLog, ids ports.IDGenerator, log *slog.Logger) WSHandler {
-	return wsterm.New(wsterm.Config{Sessions: ss, Agents: svc, Log: logs, IDs: ids, Token: op.Token, Version: op.Version, Logger: log, StallTimeout: cfg.ViewerStallTimeout, Origins: op.Origins}).Handler()
+func provideWS(cfg Config, op OperatorHTTP, ss *session.Service, svc *agentrpc.Service, logs *filestore.SessionLog, ids ports.IDGenerator, log *slog.Logger, signIns *signin.Sessions) WSHandler {
+	return wsterm.New(wsterm.Config{Sessions: ss, Agents: svc, Log: logs, IDs: ids, Token: op.Token, Version: op.Version, Logger: log, StallTimeout: cfg.ViewerStallTimeout, Origins: op.Origins, SignIns: signIns}).Handler()
 }

@@ -117,7 +117,18 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 	client := provideAIWG(cfg, identity, missionService, outbox, wall, log, runtimes)
 	metricsHandler := provideMetrics(service, useCases, provisionTimes, taskMetrics, egressMetrics, poolMetrics)
 	readiness := provideReadiness(cfg, service, client, runtimes)
-	restHandler, err := provideREST(cfg, service, operatorHTTP, useCases, client, sessionLog, metricsHandler, readiness, wall, log, hub, publicPorts)
+	sessions, err := provideSignIns(dataDir, operatorToken)
+	if err != nil {
+		cleanup7()
+		cleanup6()
+		cleanup5()
+		cleanup4()
+		cleanup3()
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	restHandler, err := provideREST(cfg, service, operatorHTTP, useCases, client, sessionLog, metricsHandler, readiness, wall, log, hub, publicPorts, sessions)
 	if err != nil {
 		cleanup7()
 		cleanup6()
@@ -139,7 +150,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		cleanup()
 		return nil, nil, err
 	}
-	wsHandler := provideWS(cfg, operatorHTTP, sessionService, service, sessionLog, uuiDv7, log)
+	wsHandler := provideWS(cfg, operatorHTTP, sessionService, service, sessionLog, uuiDv7, log, sessions)
 	agentTLS, err := provideAgentTLS(cfg, dataDir)
 	if err != nil {
 		cleanup7()

@@ -713,7 +713,7 @@ type Error struct {
 	// permission_denied, invalid_path, file_too_large, directory_not_empty,
 	// too_many_transfers, invalid_manifest, task_not_found, task_conflict, unknown_parameter,
 	// artifact_not_found, pool_not_found, agent_reserved, stdin_busy, port_not_listening,
-	// too_many_forwards, port_refused, upgrade_required, too_many_public_ports.
+	// too_many_forwards, port_refused, upgrade_required, too_many_public_ports, too_many_sign_ins.
 	Code string `json:"code"`
 
 	// Error A message for people.
@@ -2333,8 +2333,17 @@ type ClientInterface interface {
 	// SignInWithBody Sign a browser in with the operator token.
 	//
 	// Sets the `agentic_session` cookie (HttpOnly, SameSite=Strict, Secure over TLS) that
-	// REST and the client WebSocket accept for 12 hours. The cookie stands for the token:
-	// a new operator token ends every session. Only from the server's own origins.
+	// REST, the client WebSocket and the previews accept for 12 hours. The cookie holds
+	// only a random id (256 bits) of a session kept on the server (`signin-sessions.json`
+	// in the data dir, by the id's SHA-256; it survives a restart): `POST /api/v1/signout`
+	// ends it at once, and a new operator token ends every session. Only from the
+	// server's own origins.
+	//
+	// Failed sign-ins are limited per client address (an IPv4 address, an IPv6 /64; the
+	// connection's, no forwarding header is trusted): after 5 failures within a minute,
+	// every sign-in from that address is refused with 429 `too_many_sign_ins` and
+	// `Retry-After`, without looking at the token, until the oldest of them is a minute
+	// old. A success forgets that address's failures only.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2344,15 +2353,28 @@ type ClientInterface interface {
 	// SignIn Sign a browser in with the operator token.
 	//
 	// Sets the `agentic_session` cookie (HttpOnly, SameSite=Strict, Secure over TLS) that
-	// REST and the client WebSocket accept for 12 hours. The cookie stands for the token:
-	// a new operator token ends every session. Only from the server's own origins.
+	// REST, the client WebSocket and the previews accept for 12 hours. The cookie holds
+	// only a random id (256 bits) of a session kept on the server (`signin-sessions.json`
+	// in the data dir, by the id's SHA-256; it survives a restart): `POST /api/v1/signout`
+	// ends it at once, and a new operator token ends every session. Only from the
+	// server's own origins.
+	//
+	// Failed sign-ins are limited per client address (an IPv4 address, an IPv6 /64; the
+	// connection's, no forwarding header is trusted): after 5 failures within a minute,
+	// every sign-in from that address is refused with 429 `too_many_sign_ins` and
+	// `Retry-After`, without looking at the token, until the oldest of them is a minute
+	// old. A success forgets that address's failures only.
 	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /api/v1/signin (the `SignIn` operationId).
 	SignIn(ctx context.Context, body SignInJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// SignOut Clear the browser's session cookie.
+	// SignOut End the browser's session and clear its cookie.
+	//
+	// Deletes the session of the request's `agentic_session` cookie on the server, at
+	// once: the cookie, wherever a copy of it is kept, no longer reads anything. Without
+	// a cookie (or with one of no session) it only clears the cookie.
 	//
 	// Corresponds with POST /api/v1/signout (the `SignOut` operationId).
 	SignOut(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3708,8 +3730,17 @@ func (c *Client) GetSessionOutput(ctx context.Context, sessionId SessionID, para
 // SignInWithBody Sign a browser in with the operator token.
 //
 // Sets the `agentic_session` cookie (HttpOnly, SameSite=Strict, Secure over TLS) that
-// REST and the client WebSocket accept for 12 hours. The cookie stands for the token:
-// a new operator token ends every session. Only from the server's own origins.
+// REST, the client WebSocket and the previews accept for 12 hours. The cookie holds
+// only a random id (256 bits) of a session kept on the server (`signin-sessions.json`
+// in the data dir, by the id's SHA-256; it survives a restart): `POST /api/v1/signout`
+// ends it at once, and a new operator token ends every session. Only from the
+// server's own origins.
+//
+// Failed sign-ins are limited per client address (an IPv4 address, an IPv6 /64; the
+// connection's, no forwarding header is trusted): after 5 failures within a minute,
+// every sign-in from that address is refused with 429 `too_many_sign_ins` and
+// `Retry-After`, without looking at the token, until the oldest of them is a minute
+// old. A success forgets that address's failures only.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3729,8 +3760,17 @@ func (c *Client) SignInWithBody(ctx context.Context, contentType string, body io
 // SignIn Sign a browser in with the operator token.
 //
 // Sets the `agentic_session` cookie (HttpOnly, SameSite=Strict, Secure over TLS) that
-// REST and the client WebSocket accept for 12 hours. The cookie stands for the token:
-// a new operator token ends every session. Only from the server's own origins.
+// REST, the client WebSocket and the previews accept for 12 hours. The cookie holds
+// only a random id (256 bits) of a session kept on the server (`signin-sessions.json`
+// in the data dir, by the id's SHA-256; it survives a restart): `POST /api/v1/signout`
+// ends it at once, and a new operator token ends every session. Only from the
+// server's own origins.
+//
+// Failed sign-ins are limited per client address (an IPv4 address, an IPv6 /64; the
+// connection's, no forwarding header is trusted): after 5 failures within a minute,
+// every sign-in from that address is refused with 429 `too_many_sign_ins` and
+// `Retry-After`, without looking at the token, until the oldest of them is a minute
+// old. A success forgets that address's failures only.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3747,7 +3787,11 @@ func (c *Client) SignIn(ctx context.Context, body SignInJSONRequestBody, reqEdit
 	return c.Client.Do(req)
 }
 
-// SignOut Clear the browser's session cookie.
+// SignOut End the browser's session and clear its cookie.
+//
+// Deletes the session of the request's `agentic_session` cookie on the server, at
+// once: the cookie, wherever a copy of it is kept, no longer reads anything. Without
+// a cookie (or with one of no session) it only clears the cookie.
 //
 // Corresponds with POST /api/v1/signout (the `SignOut` operationId).
 func (c *Client) SignOut(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -7593,8 +7637,17 @@ type ClientWithResponsesInterface interface {
 	// SignInWithBodyWithResponse Sign a browser in with the operator token.
 	//
 	// Sets the `agentic_session` cookie (HttpOnly, SameSite=Strict, Secure over TLS) that
-	// REST and the client WebSocket accept for 12 hours. The cookie stands for the token:
-	// a new operator token ends every session. Only from the server's own origins.
+	// REST, the client WebSocket and the previews accept for 12 hours. The cookie holds
+	// only a random id (256 bits) of a session kept on the server (`signin-sessions.json`
+	// in the data dir, by the id's SHA-256; it survives a restart): `POST /api/v1/signout`
+	// ends it at once, and a new operator token ends every session. Only from the
+	// server's own origins.
+	//
+	// Failed sign-ins are limited per client address (an IPv4 address, an IPv6 /64; the
+	// connection's, no forwarding header is trusted): after 5 failures within a minute,
+	// every sign-in from that address is refused with 429 `too_many_sign_ins` and
+	// `Retry-After`, without looking at the token, until the oldest of them is a minute
+	// old. A success forgets that address's failures only.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7604,15 +7657,28 @@ type ClientWithResponsesInterface interface {
 	// SignInWithResponse Sign a browser in with the operator token.
 	//
 	// Sets the `agentic_session` cookie (HttpOnly, SameSite=Strict, Secure over TLS) that
-	// REST and the client WebSocket accept for 12 hours. The cookie stands for the token:
-	// a new operator token ends every session. Only from the server's own origins.
+	// REST, the client WebSocket and the previews accept for 12 hours. The cookie holds
+	// only a random id (256 bits) of a session kept on the server (`signin-sessions.json`
+	// in the data dir, by the id's SHA-256; it survives a restart): `POST /api/v1/signout`
+	// ends it at once, and a new operator token ends every session. Only from the
+	// server's own origins.
+	//
+	// Failed sign-ins are limited per client address (an IPv4 address, an IPv6 /64; the
+	// connection's, no forwarding header is trusted): after 5 failures within a minute,
+	// every sign-in from that address is refused with 429 `too_many_sign_ins` and
+	// `Retry-After`, without looking at the token, until the oldest of them is a minute
+	// old. A success forgets that address's failures only.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/signin (the `SignIn` operationId).
 	SignInWithResponse(ctx context.Context, body SignInJSONRequestBody, reqEditors ...RequestEditorFn) (*SignInResponse, error)
 
-	// SignOutWithResponse Clear the browser's session cookie.
+	// SignOutWithResponse End the browser's session and clear its cookie.
+	//
+	// Deletes the session of the request's `agentic_session` cookie on the server, at
+	// once: the cookie, wherever a copy of it is kept, no longer reads anything. Without
+	// a cookie (or with one of no session) it only clears the cookie.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -11265,6 +11331,11 @@ func (r GetSessionOutputResponse) ContentType() string {
 	return ""
 }
 
+// SignInResponse429Headers the declared response headers of an HTTP 429 response for SignIn
+type SignInResponse429Headers struct {
+	RetryAfter *int
+}
+
 type SignInResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -11274,6 +11345,12 @@ type SignInResponse struct {
 	JSON401 *Unauthorized
 	// JSON413 the response for an HTTP 413 `application/json` response
 	JSON413 *TooLarge
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *Error
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Error
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *SignInResponse429Headers
 }
 
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
@@ -11289,6 +11366,16 @@ func (r SignInResponse) GetJSON401() *Unauthorized {
 // GetJSON413 returns the response for an HTTP 413 `application/json` response
 func (r SignInResponse) GetJSON413() *TooLarge {
 	return r.JSON413
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r SignInResponse) GetJSON429() *Error {
+	return r.JSON429
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r SignInResponse) GetJSON503() *Error {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -11325,11 +11412,18 @@ type SignOutResponse struct {
 	HTTPResponse *http.Response
 	// JSON400 the response for an HTTP 400 `application/json` response
 	JSON400 *BadRequest
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Error
 }
 
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
 func (r SignOutResponse) GetJSON400() *BadRequest {
 	return r.JSON400
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r SignOutResponse) GetJSON503() *Error {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -13024,8 +13118,17 @@ func (c *ClientWithResponses) GetSessionOutputWithResponse(ctx context.Context, 
 // SignInWithBodyWithResponse Sign a browser in with the operator token.
 //
 // Sets the `agentic_session` cookie (HttpOnly, SameSite=Strict, Secure over TLS) that
-// REST and the client WebSocket accept for 12 hours. The cookie stands for the token:
-// a new operator token ends every session. Only from the server's own origins.
+// REST, the client WebSocket and the previews accept for 12 hours. The cookie holds
+// only a random id (256 bits) of a session kept on the server (`signin-sessions.json`
+// in the data dir, by the id's SHA-256; it survives a restart): `POST /api/v1/signout`
+// ends it at once, and a new operator token ends every session. Only from the
+// server's own origins.
+//
+// Failed sign-ins are limited per client address (an IPv4 address, an IPv6 /64; the
+// connection's, no forwarding header is trusted): after 5 failures within a minute,
+// every sign-in from that address is refused with 429 `too_many_sign_ins` and
+// `Retry-After`, without looking at the token, until the oldest of them is a minute
+// old. A success forgets that address's failures only.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -13041,8 +13144,17 @@ func (c *ClientWithResponses) SignInWithBodyWithResponse(ctx context.Context, co
 // SignInWithResponse Sign a browser in with the operator token.
 //
 // Sets the `agentic_session` cookie (HttpOnly, SameSite=Strict, Secure over TLS) that
-// REST and the client WebSocket accept for 12 hours. The cookie stands for the token:
-// a new operator token ends every session. Only from the server's own origins.
+// REST, the client WebSocket and the previews accept for 12 hours. The cookie holds
+// only a random id (256 bits) of a session kept on the server (`signin-sessions.json`
+// in the data dir, by the id's SHA-256; it survives a restart): `POST /api/v1/signout`
+// ends it at once, and a new operator token ends every session. Only from the
+// server's own origins.
+//
+// Failed sign-ins are limited per client address (an IPv4 address, an IPv6 /64; the
+// connection's, no forwarding header is trusted): after 5 failures within a minute,
+// every sign-in from that address is refused with 429 `too_many_sign_ins` and
+// `Retry-After`, without looking at the token, until the oldest of them is a minute
+// old. A success forgets that address's failures only.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -13055,7 +13167,11 @@ func (c *ClientWithResponses) SignInWithResponse(ctx context.Context, body SignI
 	return ParseSignInResponse(rsp)
 }
 
-// SignOutWithResponse Clear the browser's session cookie.
+// SignOutWithResponse End the browser's session and clear its cookie.
+//
+// Deletes the session of the request's `agentic_session` cookie on the server, at
+// once: the cookie, wherever a copy of it is kept, no longer reads anything. Without
+// a cookie (or with one of no session) it only clears the cookie.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -16157,6 +16273,33 @@ func ParseSignInResponse(rsp *http.Response) (*SignInResponse, error) {
 		}
 		response.JSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers SignInResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16185,6 +16328,13 @@ func ParseSignOutResponse(rsp *http.Response) (*SignOutResponse, error) {
 			return nil, err
 		}
 		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
 
 	}
 
@@ -16752,7 +16902,7 @@ type ServerInterface interface {
 	// SignIn Sign a browser in with the operator token.
 	// (POST /api/v1/signin)
 	SignIn(w http.ResponseWriter, r *http.Request)
-	// SignOut Clear the browser's session cookie.
+	// SignOut End the browser's session and clear its cookie.
 	// (POST /api/v1/signout)
 	SignOut(w http.ResponseWriter, r *http.Request)
 	// ListTasks Tasks, newest first (a stable order), a page at a time.
@@ -23493,6 +23643,44 @@ func (response SignIn413JSONResponse) VisitSignInResponse(w http.ResponseWriter)
 	return err
 }
 
+type SignIn429ResponseHeaders struct {
+	RetryAfter *int
+}
+
+type SignIn429JSONResponse struct {
+	Body    Error
+	Headers SignIn429ResponseHeaders
+}
+
+func (response SignIn429JSONResponse) VisitSignInResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SignIn503JSONResponse Error
+
+func (response SignIn503JSONResponse) VisitSignInResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type SignOutRequestObject struct {
 }
 
@@ -23518,6 +23706,20 @@ func (response SignOut400JSONResponse) VisitSignOutResponse(w http.ResponseWrite
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SignOut503JSONResponse Error
+
+func (response SignOut503JSONResponse) VisitSignOutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -24287,7 +24489,7 @@ type StrictServerInterface interface {
 	// SignIn Sign a browser in with the operator token.
 	// (POST /api/v1/signin)
 	SignIn(ctx context.Context, request SignInRequestObject) (SignInResponseObject, error)
-	// SignOut Clear the browser's session cookie.
+	// SignOut End the browser's session and clear its cookie.
 	// (POST /api/v1/signout)
 	SignOut(ctx context.Context, request SignOutRequestObject) (SignOutResponseObject, error)
 	// ListTasks Tasks, newest first (a stable order), a page at a time.
@@ -26023,380 +26225,387 @@ func (sh *strictHandler) GetReadyz(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L3rbiM3tjD6KoTOBlrKlGXZ7e4kMgaB03En3umL0XYme3bUW0WpKInjEqkhWVYrPX0wv84DHHzA9wbz",
-	"It+bzJMccC2SxZKqJNl9yeUEAdKWVMXL4uK6X962xnK+kIIJo1v9t60FVXTODFPw6WzKhLn4xv7JRavf",
-	"WlAzayUtQees1W9R++uQZ62kpdjfC65Y1uobVbCkpcczNqf2vTl984yJqZm1+kfHXyStORfhc9Iyq4Ud",
-	"SRvFxbT17l3SeiLncyqyxknH+PuHnvZc3HIlxZwJ8wImqp0c/tlz2scPd8/6lOfsucxguozpseILw6Wd",
-	"9+XY0JwsmJpzrbkUZMSNTgjrTruk9/jkhEhFPn/0qNtKcJ1/L5halQud20HjhS2oMUzZJ/+n99VPvYPP",
-	"X799+O4/Wk2LurTb3ljU2UjLvDAssbMrllPDbxkxkpgZIxlXbGykWsEnwI0Hmrjj0kQbqgzhok+oIXOp",
-	"DTnpffloIEYrw3RChCQvfniWEEbHMxJQkrRHzCwZE0TnVM+Y7oS3jx89Iu5dqskzLoo3hOa5XOqBaF+e",
-	"XX83fH72X4SKjLw4e35uP5wSWi7anivJpZgyRcyMCvs/Q6QYM/I3yQXLNrY1EFwTxSaFZhkZRbvsdMlJ",
-	"r0dSLm5pzrOhHTol0syYWnLNugPRcEgOt/bCJgusdXyKzvTws/ZX/Z/+53AweNPrvX57lBw/evTu8E+d",
-	"z8rvevBdzZEnrTcHTCmpDsaAiq14I/bnSzplTwqlpdpEiesZI4K9McMxPEDkBACzUOyWy0KTBZ0y0uaG",
-	"zTWCeCznzKLPVBJ/tvYZTebyllk0AMAROlZSa0JxgJEsREbVqtOE7zh7q4kC9I5P6jDdbuwZn3NTg+oO",
-	"zcyMazKnYnVKltzMZGEIN4nFtC75kZsZfIoBoOlKk+WMKQaAsD/hHuAC6KYN5LCMtfXzeTG3q+/14Ojd",
-	"x7ATLgybMoVbkTL/QITr0cluwnUplXlRzEesBiXOyPWTS7KQyiTkqNt9/OjRw5JOVZdlH9q1LNw1jLIT",
-	"ClcMiGUj89D4+4dmHtdU3zTOaai++bATvrND6YUUmgGX/ppm31LDlnRlP42lMEwAStPFIudjas/l8G/a",
-	"Hs7baNL/UGzS6rf+r8NSAjjEX/XhuaUHONXmfQeqR5b2f3RJV2Q54zliu6P2RFFB2igeTKVg/ZJYkjGd",
-	"MzKi4xt/nwYiehM4S8YzIqQjFeFRLhw91mMpBBsbMlV0zCxVn9vbFv3A9UAsKTcsI7IwHRi0XMGE8tzS",
-	"9xkj9kSYNn6tQAU7lmC/SyxUX+HPnwaqfi1Ab/KJVHOWdVsgEYlJzsefbBlaFmrM7Dq4INTSLcOQdmeS",
-	"aTgZYLRIG9sgkiBk8dDgDFiWBGyguWI0WxEmMpZ1YE9WxriW8hlVU/Zp9jWxOMo1ye2Ugeczopm6ZeqB",
-	"BTqQGtI++/b8xfXFk+HTi2cgNwy//uv1+ZVbt1QjnmVMfMKb9kCTQjNF5nQFEM6kg3wpHQ4zJriH7Qtp",
-	"nlp++fGX+EISXYxnAWdg+iuTcfF1oT8BMdJ2quGo0Kt+TH4eWMxdFIb8vWAFHPqkyHPSRsFEjpnWZEYR",
-	"ky1mkqVFbks04IWsc2p/mnExRXGGa7JU3DCypBrHzLrkFTNqRejEMIV/H5zB35qNpcg0Sn0zRjOnSkXP",
-	"bLLMK3zJypyWbpERm0hl76JRKy6m3YpgsMH33nmo/yDoLeU5HeWf4FIhyRTSDMOV71dE/5yLGwv8TC7F",
-	"HhAdiB0gxQNESqOYm1QTKQi3/yxF51MD/dNSMM8gRjJbrVOyI/Kcfw3X71rK51SsHOvSH39pZ+TvhTSU",
-	"gHZExzOW4UHNmdYg96JAzMezBNQxe1gg7SK1+kHQwsyk4j+zT0Cxnlt6abFQkaWSYkpGjCoLRHnDhF/P",
-	"p7tDL6QhC6k1H+VW91mSNiCYgkmInEwSwt6wcWGkctRqyrVhynJXIfEuJEQbi7dFuXAL2Xcee9GQc/Hj",
-	"t1eGmkJv3gNQY+yJbcydvh1YAEz4tFAsG7T6ZEJzzd6lcJD+RrNcs6AMESkSwm6Z1ZfnzCoIFjEWimkm",
-	"TJ+kmopsJN8MeYaDpH5/+I1ihM0XZkVQ2NWkEIbndnUDgZvH9Wl4lI5vhFzmLJtagJRDeTChQJfaFQjL",
-	"AQqRW9pv95pTbQYiADce2wmIXfLC7oNQhxxAWxZKLpgynPmL5WATkYiRlDmjIEIGwlj/MxPZQnJErg2d",
-	"PILL9t+rm7XP2r0i/qKesfFueQg1Q7+LFZWf4j2+DkPJ0d/Y2NihzsaG33KzOr91t2QdQtoMCw3zWJGW",
-	"mla/lcnCri6MJlCRtABb1m82K/BohnTBh3NdGY0L8/iktakORm/t/QbXJRQ3z+uGo1DFhNVAf2pxASo7",
-	"1ZprQ4UZGvbGfmGvxY1dedIyUubDMc1z/7diushR53V/FMIiMdqIwO4SwdlBACw0opgf3FJltUptZ/eQ",
-	"v8BV+I9nfjXXuBj//XW5qPCVlPkTXFv81Su/Mv/lxhc/hCWXi3BLf5eA7TGvPUZRzIemUELXcdSktaDK",
-	"ihQAp0KzJsx3kKv7SbO/b9K3S6k53GunQU6YpRYTJefkqFuLBpGZYGO0JzktMvZAE/cQ4Vm3zqamixF+",
-	"V7NMwJPaH+zWQXatM6vYX4lFJi/gJuSWqRE1fE7+8+rli24YQjhLUP0EW2Brf4fTAYtd/SP4BVWKruCz",
-	"KsSYNhC5NWJiz8fdo23E5KqYz6lavTc5yaRg9SbLCRc0J4hJIIRqZvl/UnPr705FLG8ZNp7xNvQtxlY5",
-	"qac+gZQ03B44Onu2AB2aZYD0NL+sQLDmvfVTaLyha4eJz1UWVlmFg3+5raQ8vypYa3FhWstQUOu4ZUpz",
-	"lMA2gDimCzriOfdv7I/JgV0PqaliGDXswPA5q7vopd3pji/OpDaNF7XhfvLFkGaZqiJJ+XNORwzxY8f5",
-	"bwChBDxg74xRZUbsLtuZM6P4WO+ShZ+7xywyFUJwMR16H1E9fiorAiKUPOO1kANsEoZywVQrad3OI1b6",
-	"uo4eB+l32+oA65ygbF9aacPmQy4mctebV/DohX1y/aKA8dfNX+4nQoBwcDUwabwbz7huuh9VvN+537q7",
-	"ELk0ajSGRvfGKaEjK+lbrdyL2fB7t9bVGEPJrbxxv6X64tEApkSRBgyMraQ1KvQKgQ0cIb6btVhxpgyf",
-	"0HGt5AqK37CRiTdeXT2jx48e1//Ef2Z7MZE12DgsgdfDBEl1jbWAc9trwBX36x3QxYNrA2PWDzMMXbus",
-	"IuPmXJg6Fk/Hph7lJFqXQBl7oIkFCWkPWvZdaqQatMjEmfn9V/hsQgatjOrZSFKVRU9pPhUHXJCxlDec",
-	"2ae8SuUeonw5RfPwA10ORYUUq7ks9KBFljMmiJAC7Vh0PGYLA1bYGky7Cykd59wxv03JxTJasFc7PoDG",
-	"FoflXIoHOgmeSjB4SmXqVzSuDTywc4AORKjQS5jJPnjq9HIpiGPntWMi6B1r3hw4/HyRETmxHwVd8O6K",
-	"zvPa4ZzJq1YQP8s1euj/68AZuw4uMuIdYwStgGhxWrP053JKci5Y/ZQyb4AKYOYDTewTpI3gADzxGFEP",
-	"Zt1gdrFDfnd9fUnwAQdultWrJIaqKTN194Iawo1dHMuIFHhJFtTMHmhSBvP4oIbRihwGd9hYMSu3B/O9",
-	"VSsy+6O9W6fgbxg5e8we5BtUYbi8DogBj2O0CDuJOOIYg1Wiw24kGvWEjAmj1qW9rWSspD8fjvWR9oJq",
-	"DWehCb7eeQ926PdUBwoXI2U5YkUucsJDK2mxN7yJ5UUvI1rWCdgN4mcUfFVrkxJjmdm/d8D/ZWEWhTn3",
-	"T1eUoq121Dds7IwR7mKxXa9UQAUvZUypeuYMPw3lZKKZ2VPV0yaThWkaThYmGm4twAu+9/EyE660IYpZ",
-	"nYplBN+F+CaLKXcVFyoxclGUHkIsrDpAY32x67CITrYWHYGORBF0kd+8Xg8BM/K6NRWcyiwbWrG4yUwt",
-	"mFlKdUMWSr5Zkbal7lLkEIwlOgmAEl4HL0OIPbOUDHwTfcLe0LEBAqcT8llXF5MJf0OWPM/GVGXaUj/H",
-	"WJljpIQKIhe4B9K37JS0MzahRW7IyclD4DBf9DAyyROfKJ7j+HGvTlmiby7w4eNHjzdJEJ/TaQ0XeuIV",
-	"HgIPACGnJOP6Br/AqDbLk/7yXJ8St0pkCU7teACeMgJxNDTH12rZFtcyb+DkZ8QZkIk2qhJCF0+jDRUZ",
-	"VfaAmDO32UMx3LKj9rfn1+SQLvjh7dGhe0d3+iSd3nItVdolZ45wKmRAuIl4zC45g8HiacsIBTmZoOvh",
-	"pNcjPqDNe9AEnXMxJWYmNQOfhX0YBJro4B4eJ81Cf4Mo4l2fPOuTs4P/JvTgZ9I7+JJ0yZAcJMQrLA6v",
-	"SM6MYQpDXqbcrC1gM4A0Cvj76ezgv+nBz72DL1+Xf3aHB68/q43wc/dmc+kgvQZ8xrg1AEfFm0u04Xnu",
-	"/Hs6kqY6ib+KQobLmbFbPrYS4xQEVLygklTut72rShbTWRRHmcDdTchI8cxid6FBtd/YzCKnYzZ3EvI2",
-	"4n8ZHnwHxGbCc9Zgk6PZ0K5zqKQ09fY3LyXtlC5ehQer1os1+i+YJ/4e/9ExjoB1ONkndReF5NzSODNj",
-	"892CRGlvAORtJuAueO6exFtN72xty/Ud4xyDAFJj5Fdyqujc4pkqREJyKW9YRoqFlf4vz66/65JXDihA",
-	"IK16AM5AS75HdHwzVbIQmbfqa9KuxPQ6ypFGQaBWuBPgM1V0DDHF3iPgn7FXSxVCV0iDnrE8J+30P66+",
-	"O3/2LE3AfUrSwxEXh3qWdiCcOQVKMYRnUyBqQBu2RAUmrTcHU3lgvzzQN3xx4FnWAbgYmUJn4BYfGxO3",
-	"72c4rKeNRwePTyyix+QQiKGl0lWCeGAp4TDwLTIoer2HYzsP/MUO8AuekYViE/4Gv12nmid3pZqNRHNh",
-	"Vpv7eVUIjIszTM3BixCopwXwaR1GaELzJV1pkskOesodeiSE1iAfMM+MC8u+KFnwBYNoGcOE1d+c54eW",
-	"KOzxDmOa7KhOfrS4jZIcGUkzI1Ppo9pzOcVoDCTlzpOFrPOGLQzozPPiDWnzKOxPFia327J8HPmCC6fq",
-	"1LtOlFze/Yp7g9tWYyuu+No++q4OF7/hekHNeHbmbDI1OqM2fG7V3yEgYc1BP31CHj58+KUFxQ/XTxBF",
-	"QXzMV2TO85xjXJJFxjG3y3HpGce948cHvUcHvS+ve5/3jx72j4+7R8cP/7siycf2nwhBB4Ps7cm7g8Eg",
-	"Gwwy9881/tOv/DMYdO2zD9/9dy3q7ooe8HGDDT832Syo1nwqfIQPRoZS47QXtH9RMWad3VwpWkB1tZFd",
-	"YP2IXm856Ihrrdtx54uceUF2Z2hEWMqE5y5qbP2dZn15DYFkYVx2DPf3pX3SOyF8Uo2UBXDtXNn+fq2G",
-	"oQLnXUOOHTPX+oikmA69taF5iIgUzJmhGTW0mcXgmw0jlVNXMTdWtKwi1Uz5/wfTYOopPQ7Pb1k9vQeO",
-	"PCMHY8eSwuPIgdJN5rznzNsuRbmmOrw/B9m6yYaOkna9HHsXQzQkWA0zuRR72kPwhWLx0SJ0wPVXh/SQ",
-	"SlLvQGRUNxmkVZG72HYHM8jnkYosZxBsvafd0zkkXTqLB38Ejgoodzu/I1vKHS10+GMT/X6JCgcrh3+g",
-	"fRQhODM45B9Y9YLVh7VsGGnuIPCjuflOPnJUIetMEKh2Vnei2BhSTIIzRActM4gsCRFsybRBW2w7pBOu",
-	"WXC2miGju1ezz/UIsmg3t3dyzkZYgOF177ZYiu5iwLGYD6YTblBB4YK00fLSCYigSWQuAd8C8+bsfpOp",
-	"x9mFajGn0V8a2SY+nKp/CxKZoytrFN1ty8gQTE6z1V52VudovhMKv7fdYHNE/K1W6AD3nZhywZwZalza",
-	"DLOEZHJOrTz7w8U3CVk0ha6t+xUCPFHTHEm55nbXRi4WQPEW1MX+YBCtpXXMil8V0/G2sMZzcXtZne5c",
-	"3H4dZjwXt6/cpOfi9irMa1/zU5+L26d+9nNx+01YQINbvbSQeAN5ZDOPqFa4wDtIdkMs7N2CaSB4vkE4",
-	"Z4vdcbsUzfhssWu1TS618MC9CNav2bEW7awWNp5+rysSde7yM7vIUc6IFvSGDcdUM/CXg5FpgUYp3SdF",
-	"lOWQBHv037RVGtdsTMlAjGS2Ghoph5DiAaaS4UQWIkvInJmZzCDtxrHihJSZOO6hmtScZCDKfEz/BHCq",
-	"kKcXj+C/Ym8WXLH4C5Fh8oEZ0uHCrBI0VQzHudQwC5g/BM394FFSwTDj2sIqK7MaYM5qVsMQ2fRAQFrD",
-	"MEprSIgXkMcuJbL8Jlq7j94tvxqIGTd5/Ez4LBdMRK/QORsaCqEe9ldvYkkIesKGI7aSCIVkICJMiseO",
-	"v2ZvOBi7XWTa0JGaxDPPyvYGwn/rYGcH1cXCipUWNhYj5lSsht6sFH3lfV0JJDpW9r6RJlii3IKamXsj",
-	"QrdQ8gCGAfdLMhBhKqOo0BOmdDnOnAo+sbhLINs5AgZ8Lo/LwyFEJli8dLFC8WsLiGJex2jFwDieeaQb",
-	"FXqVQIQLPAtiq2Ua8WonUi2psoCB51wBh4QUi6miGRt60hDBclGMcj4e2uddHt+mJOdpxDo18FlPcP2Z",
-	"XOT7UCQYzMVB1FIk8Ht/ELP83irxL22ub91bmd9hyN57nOqK/0IVB0IPkgqkHwlpXFQUFRmZ0VvLuziU",
-	"r3jw5wdESEVe/PAsOv/IikHfDCVEQQxBMaxR1eBXNMYumCLaKEbnpbH56DF5zr/uOOu3K5Lw+VHviy+c",
-	"BXzLsWw3bC80KzJ5UNq3N63Jc6am1UC397X6qkIMqW4KpOA1SsyPziTuLNpl7i88n2DKodVmjdVnkD+R",
-	"tmU8WBAgZxMDEWikHQIFfEZWfSSXhUiNxH3+6jnGgZHL678mwXvxxj5+cPzo8VjmUnVbd8BgywNkYYYu",
-	"8XVzzu95DklxZDmTeZnUPFWyWLgEWjA65lJMSfvq4lu7yAQhcXXx7fcXz56RY6JJTg1TndjZ3iNzRoUm",
-	"D3s9omFbFmIu34+4hYUYyg3AVdDxi8cnlYPv1R28Vf24mA4zru5wO+sDXrYQTx9e9OGCne5uu7p/eFQD",
-	"u/lxtqqU3RjLIsfSGUBUsTIDikhiSkZcULXq1rsLuJUVm+JBFaM5sc+4UNCj4y/+9ALtBDc8zzGuUPOp",
-	"pRYv7M+f448u4R4ofbk2kOobEq9gjJpUbRwbDHVuxiiZPyF8QqhYdZtCtLZEfDVGb21NxeFzlg2rr8Y/",
-	"3yEjqilUqzyRunCtgElVNIxXFqfdlAuquyBPec4aDMk5FzfDptDTM6JXc/vEA03wmVrcmt+vvlkb/G2a",
-	"mYJnh5qZqf3H8PHNyqqBlExkocwMA2fqyfXcG1D2U7mb4/n3DdovfZfecAIBJ0nL0rak5aDVSlpQ4qom",
-	"OLPePAEPheB/V9kNN9d0nFand4Tm/SJlS9yoEQkXtUXiIFTaFYpzZdaazcmVq7KWqi8VI269GF8mBXNR",
-	"0i4AZskUc3y8MHXCyBpAXWGmbaG1311cPztzkdib4Mucp7cWT0CnvL+/dafT+zmOEUJZfWGpnaYgv7Cm",
-	"/dZbgH4ha02IA98fSe0evHq0KzElDN4EjEjP2tDteAjP8JE+lEP4CjVWblZyvjCkXZ41CppjyBgmVN9A",
-	"0KEkhWZQVUDmAxFHwUXU0I0FGb/tkNILOqpLED61Q1BtiW/bYUIH4kEHolxnvJbTkGGAoQwel10xJ6lI",
-	"xsSqU1fnYIeYJBpzXe/j8nmPa4RQa8gM3/pm813anpQNnhQpQ0a2RXpMxU4aBmpgMw1XNuyphHMFqs1Y",
-	"jGkwdzQXxPRtw+FWYifcEMQwR4/bKg6u85h56j4FhMQIbU3n9joQu531mNgqLgKxRlYKv4A7Qaxq8xo8",
-	"EjbfWlzraWWJ0bZwcd6A427tlJn1wODHjx49fLyLd8Nqak+H0RzZZhX0pcuWvaHzRQ5v3dShUXPy83q2",
-	"vQ+k8W/UreeZN5pdOgf62tUvs403MT+XY5qHRDRukNMLTUIsVK8L/yVWJ4A/jxLS79sD7vePai/JhM55",
-	"vqqU2VjcWmmLL24f1x689/zfpVakRXx2y9lyWKi8fnM/vHrmisIu7Ja4QevISMmlZipxoSDAg1wcSP/w",
-	"EL+0K6qELNpL76IV3RM4u/PHudfxp1fnV9ekHOEwME/MNXM+S4Mly6xSXvGB18LU6UkN1VvtbZQTZGBY",
-	"G03mGcbHM6Ll+IYZ0vb5FOgfdrwfl+KyKzKyGcF+UrcYsK5uruXCaOLBYmEvGMtgfz5Rs421gJx1Fj40",
-	"WKDiR2plF6eawmNkTtUNYSLTpxiqDqor/tYYsrf94vk4EHd3AlKHze+8iPUiGVik9xaLqjd7d9LJLlkc",
-	"ZndXvEz4OH70eFPAj86iWGSRCNBwEi7mXbEx47dOubeDBtwvS4wizs2oJoqhYwRiXt/jpHZryM/L0gZr",
-	"PsFFMVwwNXb+3n1KknB9MzTS0Lw0/O4TKGVfKzTL7vRWLmk2pLfT4dGeqytfeHTXN/Z9Yc7mUq3uAQL3",
-	"4h2BUBe96BSpe0VWbYvLoHw5He4QNMczNr4BU+kWs2MUsPpBRGpw2t7tjeYYps246T2HjG2MNYF93OR3",
-	"VPS4iZLNG8rwMB+LsVkrZS2G9f4xqztiVLdHm9ZlHexCojKisc6SoO6KHveyPuiyRlOt/yLnTbWXSoEc",
-	"w2nIqDBoJkZPe54x7WPKQ3zew+P94/PcUq/dKhrtV1XWdA/uUYnX9bFD5emuBQ9F071upkr1nN/NtD/z",
-	"9zTuVxuGE3a0BRYbCe4+/6AslNNyBoMwtMVMvQCK1wrEtBqRRkcgN9QqE7W4816hXM0USEjTVIDj1ge0",
-	"UggRcuYgqTDnYo+QglssvNCAa2sepo01FGZy8AUKwhTyPl1eOrqsrd4BcR/kh+unB18kZa8LMqKaPT6J",
-	"9XYYqpW08JdamF/GQZ5brRV1uEqJxfmsyF2J7IUrfBKpRaT9fTFiSjDD9ANwcHIx7fQt1gqZMe1ye26Z",
-	"WhGoxGT1IfvLULMcQmEwWap8HjKHDeUC0zCJkTnzlUnd36xLXlp1gobkZHwrhLSCb1oVrCEZmhh6wzSG",
-	"3bJcs6XbrZDiAKMOKiPV5Dl3yRmsl/hdkBu2IvNCGzKyI+FW7XftnzCj7vC11Qb7hJJvXlwRXYxcvCj+",
-	"ClpiaL/ykIxnVNGxgUggGvTIo4PHD9cT/g7IkHRLU4+FJRNZcya0JSywsFLNbdzkhrWycnDbIkHWcq0j",
-	"13M7ShRs/3RQpgp2X7/tJY+P3kW/d77qfFXrxZ/TN/F8UT55VGuvxJu9Sft1eKeq1EUTlLbvjRkvpcw3",
-	"CdqM15VcwLxg17jFSHkDvRasJL9ntDTP6orpPIchNMZdEyMtNkLQXbdJ8B+5et57wcfuEKeo436W77Bd",
-	"e51TA4WsIYhiIWXuSz257UO9J7u5PeHQ6Fvcpk54v2ONS3vBxvtA4co+9y5pLama19J5fxIjZu9iCPOu",
-	"L0K0M3jazhb8lHD05dQJoliAf3msrxuQtMkEsl6gdBcQdrqEcMimZThM2nSPNbqLvdCyl3MXn26a/H5B",
-	"f/sgVWksPdkVoXM3bGusPgAzN230ys3xPuViPnz1lT+KouxXFOVjJPB88lodtcwSzLX1npF7uh2C9Xu3",
-	"2fr+lmc3y9qQr7fu8H60xpi8OUzxO7nEEERfiNDi6ko743pCuCh7exyRORcuYfphj2R0pYN6mZCHj3s9",
-	"0qaCzGShqkGvx4++PK4GmD7u7WcHfMVoxoVzjGxmjZdNMcvo6TVvqaE8v1txUMyY2h0XFhq22cfrDm6d",
-	"aO07sE/Zinb4uhY2ll7fDyfuFSp+j6jhjVA6rKBrB2rYUkkU7rKdRbG+suN6prlm5p+OmvsKHpFL/nUF",
-	"j496J188+vzxLm7szODzbWM/Jtfrgz/+/PPPj492jr7gdffYDwxdNh9osoCUjzeVGU6Ovjx52NshTNTe",
-	"wlJaqWfwjr0M51b1bupAiZWn4BFCXWXLkMAKnbNAPRVxjaW+Y3ZW2Y/nQB3AtwE7e/bs5Y/n3wxfnF//",
-	"+PLV91euyyhpo71ACkz2sGIICfKBDz/XM6pcwSz7wAPtZ+qcotUEMwkalPc11gy1uqbMmRx8nHm7svYH",
-	"aDitGkt3JneAxFObZt0ESSo2asdFnGxH7nFz5nAfe3FRUTHfoOEkTkcGx3CYxScxx3an+hrh++WgXviB",
-	"v8NBwucn0Wjhy788h7YX0NOoNt3YNdSbcJZnuiKZMTGRliKRtiUyCQmXG5JzdUIcHYHgrZVrjVq2ob3b",
-	"Ie+4R75UTvUynUblKXkF8e42OeQF1+QBvby6Jt1u9xB+B8OQ/aSYLuaM2GU0ePhjsXIHzrYh3GeBUVpW",
-	"melEaFwa0SpJ7eBgji2LkQWxKegAZVZdl+zEtL21zXQJTGzw+t2gupcs3FSBrnoTMb6Q6kD3Xv3w4vri",
-	"+fkVHEp14a76Nq8P+AZlpn46d8uZrlGSYjXGleS4y0lCuSx3I0uVibSnf7F/uB6KB3pBx4zc2JPMIQlT",
-	"jztRQAtmzltEL9seuRw1qxL9+5//i2RyfMNU5g2XHl+wRgIMmBBKSmwhjr89ycF7IgJ8v//iysN4+OTZ",
-	"2dXV+VWXnINhF4xNvq5pFTBc+/KMd8GURqW8JNT+3OK7tU4zkgaeHIifv+cbmBlYTHRPXjcLA/W2H68S",
-	"723+8aJFne+v2uat8WZUizLeCMv5R4VZ16mFXLre5YAXy5nLCZRLiz5TBjW62yGYhQlSSg/lkXa65KXY",
-	"6LWKEZYrZqInsVO5q81WFnynRLGQXrMXiKJ2d43Qqsee+gN0ldnqAgnloja26LqM/8kZRTfTxG4tWEd8",
-	"6UQM+KmnvttDN+5RnLIhcfU8KvteW/wRDq++6mN9Ff57xHM0l3C8c5xHc+LXFXP98OMSgVhXHAokUe1T",
-	"sdqYD2aB4pPAOt2tdvDqTD8I/veCETr3poK8UjsRsMFhQUPCQH2Bpx/tLYxi9TXJpa4fYkfAxUeLqnDX",
-	"pczpuGvxw6R1y9myluH+OJNkCY4MjY0ZMVcQavKTH9noCkM7gXS5NgmotGCDA+/psyTKStFK5jlT+0dh",
-	"uGX+BZa3k6hUOrNHeXBrOVAuxsJfT3e1d4bEu7X4/mI1phyFhWQ289TyjCkfqCIkmLMsI2CLhhTGO9Z4",
-	"qvZPrKFEUZzNPuP41mm1AQG6VY6XhD1vAdj3cMEbw1Earwu7V3VJS06GGgWPHZHtbC3wptjKjX5lCU6e",
-	"su2NJJ6p7nmJtsJiI6Ym7qK03j8iaSGJtxKeVYX3U5/LmfzAvrR0GN99ce6nqeJbeXAwabn467X8yogB",
-	"u8bPOQZcl0V177bmi8qA7svvynHdN19Hw5erc6RuU251LWX8qktqCuFiKPzURsYgbd8rya981LVfqcUB",
-	"PhUX96zwDR2QtrX1kaGNcsVlFKyljbWrN3JnYKam9dN7ekWbcsvPvNCCHaUuXlwnJFRM+Pc//wVZdWjZ",
-	"XSviQD4rw0D+dPD67VFy9Pgd2aNcgVtK7Q5Nxu95QD5UdbNSATV06OKvNsU8r13iAwlZ0CxD7TLIOaOV",
-	"WatT3P6qH+398PXbk3edzza+PH735z//o/rVw3d/bgiXYXJS121VauaqYWNdi6WClMuGbN9NeJZt+Wr6",
-	"n41n9THWi2I4lqqpYyYY5e4Suo72hvqMRrT43WU0qeupwcber6m+uWOQu0UCqCXFzQeMPt9SzPQekTHb",
-	"41DqLtWWaPbtQekTLrie3XG/DaD9EL05G6G1mFHNtvkq76W57E4vZM0xphsWYFe9627+bSByoQjsRqvA",
-	"IM5XyYYrKpNAjBZqq5io3cbcz1kxp6KpK17ZYnizP3mhQovqhkPWZujXdSesWa8GtU+1iV0dgfds5FuZ",
-	"er2fr2vyG8BSd9TbFHBuXD/9vkupLYvbuWbo9k8x/JkpObTXMfFVhvD0huGTNnTKxXSIwyVluFr4RrOx",
-	"YmZYCMW0zKFQXGhEOXRlcHwtuRxazYypGLM8x5p4ceHCPawENb0ZXR0enkWtXaxOsN1+8V7WheoqFhhW",
-	"G4AVQQk+gfcfDN/42ScbRX+z7NTeGA9T/He4KGvvBZg1F48djmdUTN8ntSJW/kNz3KD+x2kVGxMGalhl",
-	"PREled3ALJu7RTSRxDtU4fAPbov5s4vYS1mtXcYdQoitZLBLm8Qhm5Z5VYzmfO+goTUjquuiIbEHkq8e",
-	"OVzReQ6mKP+NUyXiAY9Al1j7Zs064d6+e95WvJB9hawyGvtuQHAvuugAiNN3CQXcByBrbBZT6lfnfy9o",
-	"js03nBe2Y5/GVGmMmEfwGdenixr7JRRogqGBLFFDbmlesFN0VpxDjVI7DmYcCIk/Ywuk9TDBkOvR2T4V",
-	"lD5BJwd8UVYEs6vk2lVONFJ2yQtJ2GTCxqYcLiwXh8CfN2P98ftYuX4hr5zTtpW0LhWbMFX56oU8h9qz",
-	"bE/DQHm+lWHKr2vmiN8Js4EesNpoWrGWeND+qUw7cH999lPINGgPBt2tD3Q+O+x89SGSFzzKxaAF7Gsl",
-	"LUSYO8PPvx594wZ6l7QA4z56UkbdBa7xgG1acLYLODxyBbKMtNd8d2WnpVCZHWSMU3gGKtyGyKQ5Hc+4",
-	"YPhT5C323vjOpl/RldpI5/SGOfd0Wu8n2VelKv3DbuObTACkoXGhuFldQQkMV7oEyzpfN9uKwLgT9dYm",
-	"XOuCZYSaUBSaYEFoxBG7EyyyYVV9RlXcE3BmzCLG1jDvjjfs8n1T/zV7vye1UIbj7PLC0qAUZDc+PphP",
-	"5yYlbZSEvLHXdcKSypA/keNOdyDOgWZB7bNCZEyR1EV1p45UV7qU4xIRMAPRTv2Rv7w8f3V2/fLV8Prl",
-	"9+cv0tC2GaPABDCPzIqtkqRYOiSjhpKMK1c5xM9wAEOnnWQg3BChH3pUywr7oJN2CjE5Pgxd86ngIu04",
-	"XoHVJrFhOvVxGQMB1B9FMO3aQkGa2VjOGfpxZdnuMPThlktBpOJTLjRppy/hr9TC7zpeohWeWT4h3gsP",
-	"qJIephbO9hZhBJ1rsPafVy9fkPTtAFX+QatPBq1utztoJWQA9ZXxq7JY+xC/fGeHw4mdLxoS9bVjP575",
-	"0SnlQhu8qpkcFxCeNmITaZcgVmZmlUyWa8ih+3vB1GogQq3r6NgtwAOVyNg4t3soA7tc98GNatnQHlBk",
-	"0ZjYwBC2PZIZd5WJZyzPXGFcroiT+gi4NNo5UFedEAXHlRBHYjVUNC/m+pTUtj7sdMlZmGiFgTfSYNlj",
-	"l8sDeg7OFnY3EH577bROOuoTkI5SMLOmosjz1FeNwlSrOAUw9e2hUleXmxsolOTvp0/BmFNBp5gaeXZ5",
-	"EVVA6rd63aNuz9EMQRe81W897Pa6D9G+OQMy5pEfhoVvagtgXmH5kdGK8Kxs65dCLEyaONSBMdzt4dC3",
-	"D3xJUSqlewEOkg5EGon6KUpNc4teEwm1sWLvU+qf8vV4g6/qFOd1cpm9hnD3p5KMmFkyJuApTeby1sqe",
-	"LrIQKRkdK6m1X+jIsieqfGG4qIN/qw81a86mzrNY4mSr/9PbFrcggivgNbk+hgl5gk7vHO5dH/oboOUJ",
-	"DFQRkoUOHri6pThdam0tVafFOpd8DZklUFgNsOK418N4d2F89vJikfMxAOjwb05kKCfY6sCd+l4cwJ1q",
-	"amoCnBOiY6yziHyCq6gbPKz28GuaRZUzTnpHu1/5IepZgQzfu6JbeOYQDhUKcDumvSLtsumE5QU59qnO",
-	"uA7fw23gyD2nio6h9CGXWacL81Sv3+Fbb7F+F93EKh5+yxANN7GwbovlIwj1i29aH/9otx7rJzxH+9LJ",
-	"7pdeSPMU/Jvv3m09kkNfAhxTorTZahmDnkRkxIDlA0lMR9ODtEti65nrMqojlKkGAQ1EWzNGUisvuv7+",
-	"KcrFLvrN6bmVQH8vp90wttDeAIYUGYXzgXBvs8zLABCzhsTWMn4nzIUShjxD2SYO9MIYtaDsuq4rRDG/",
-	"E3uBSfrt+XWakPSb82fn1+dp4j1cInPOSA2xzzhtl1zYHWHpBTuhlbcY2hU1NghoY3sSCFs1XBRsY2FW",
-	"gIMsbquFUJVzpvwuQVjgeiCm0As8xXLTrvd/6qMeFlSbGFwEjbdEW7ErDfWzUEzwR0lFCQAsH2b8IjaA",
-	"PabCsnhjtZgRHd+QNuhUXm7k2rJyqOKYDeDJcU75HCkhVnP0ZOXYpZLpDgCIo33XrieX0ynLQLkCSa2C",
-	"DAMhRVlgrxDQ7RxaPsRFWnG1dcwQ4h2ehMik9yFEcMG/lpjQ9UFoUNxC5F1V33N9odfI3/EHm9qB5ArD",
-	"dGrI4BUUNIw66P+ayaF94cvdLzxxLW/ghaOHu1+4lvIZVVMI6Ts5/nKvF55TsXrlCxq/S1qP8NR2guxb",
-	"atjSWXxLpg74S2hJh6Pb4AOMnR/tFAIKPZ0GpZDmOVM7+Pehpdh7MYry4hI+iSYgU6tW0CVdea2LG6jd",
-	"2B0I1zEFWzSRdL3FShq3UbHqG4a/AV2I6BfqmQbUwbOIBXnhEuERdDfmqKFb9zZOg5SLB1peklK7N9xZ",
-	"VFMaq12Ww3GNZBH5HFJTboB1DkQENnRsVYZGM5Qmj3rHzpYBbcDSJCp4yaEPYp6vCNf9mHWNLauDmcve",
-	"91gP1NcLzXgZElyS9X//838RimlxDh5wngMBfN93IcGmMvgGMtnRKqTLEV0smPJ9KSX0q8x45ronu2Xh",
-	"gE6ajM4LBcvSnPLNxdWTly9enD+5Hn776uyJ5bqPPKOwk3qDepecDYTDNuBWJcqtV6Hk7vsZRdXXn4LD",
-	"3BA97aQWd4IVaadGImJvDtI+pMC9YWMyLgzRMytTAJ9z8PU8cSAc98QCrbDqBzrqgEqW/voSbiJ+aNVH",
-	"LSX0Ni7buTu8slhaivVVPl3H+c5LQey3z/h6H3hq6DzTIPx7hFFUkLaVz9gtdGXVZbcVsIusNU8h7RTs",
-	"W6mlVJ3/v3PL9+N60N+7lufZz5YYg3UF++FqyHvczuOiJMCc1fnoT3pfkrSmx563e4WfXFky1wLDU99U",
-	"sXGhNL9lKVjqBiKN2/nhKOlh2iUvwajDnJEUuznl2Bmk7hZDn1T2FFuW3PMSJzsfteNfUjODZ+sMM2F7",
-	"FduMo87Bl7oR+7epwNcEO+IWs098Y/bA56dSjXiWMfGJ7tgvImAi9AmFhpMJob5/EGp6UAcH2ghhHwvh",
-	"PMThOpwS6vqdGcUYXo6ALH+2xBzOtdZUm+LVsAzbtaYBeUKxnEL2lmN25dWLdfrQ5QyJLxekbRXbau9x",
-	"q69DdmkH+XvZWhrunh2v0I64hwGVJT66S1yBhYE46iW9Xi/ceaqYK65N2rGMCko3WIUrLXA63YE46Z2Q",
-	"tNoDNE3ISe8hSTcagcIPkakfgGS/+3Ig0pomsmmTDfgp0LxPQjU+pqEubp3UwLE9/fyDgvwSFOSsvKEP",
-	"tL8lFceo/W6F7QyQyngaI5VzcgiZsb14+CFV45mr0lzv/wFdkmWnIDPgw5G83i4VBRDCrargtZipYksw",
-	"qQ1EUFCeXjw7Hz4/+6/h13+9Pr9KO0itXO9fAZIhJHhi/zMfrWdpZt21fMVoduY28Cu8mG8ODFXVm1mm",
-	"G0Cjwprojdobaff/x238hW8jsmQKHJy0FZsWOVVwA3XZTxruqruPznBNNYFPqMTUtljCYAq811yjX55l",
-	"G053riE1xDCBujM8jwp1t5uiRDEQoTEdlrsIpSaWoGCNmB8jmHyDkGLllYzd8jHG6iXk6cXTl0SqgZhR",
-	"lcEunPdeR51ZPVWAhdTxWmysur6F7kBceTg5y4YfyYoELv41QK9LTo4eOq4f+ninZcSde3cg2oWwR6yY",
-	"1iwDAiMtWWkiQXV05UfFDfv0hGUfw8CHoSlnXvCEMAdLg/0X/gja0YGxNwZqIGeIwbtVkHP/wh9Eax9F",
-	"36LBL28ad4cGfiZF2tOf+YJQFyzecW7BSHGPmk/PacYIn/gmvPsJHhF+N3Re9T34d4gbHbCNezse7BK8",
-	"fyvwQpblAAZCM6bJhC2ZImAtx7o8T3AhBxgW0a2hYOs2i1NLigZigxYBnalEf7nIj8hCuy4ANYk1n85E",
-	"cTeZRo4NMwfoYfggog2cxB904rdDJ85ILPo80HiCifM6WS2+eqN8STX3tOY/s5JrQ0+1EZtCplqTdBTQ",
-	"hEwlMdJSKDZfSEWVq4s1YppnLMySEMWwVpVEU3PkAqJ5bqUZEDIUv2VZPxS5UQWUhisWuaQZyRn1fj+Z",
-	"ZzAu1OYSUrBOl6RzmTEwtsixoflArLV5Jm1fu7D3+OSk0yC93E8y+aTmyz2efS4zdgcR5oOSkGZJBivN",
-	"7SWv/Ogk0j+o0G+GCsFFcAaQMhDIIkFJiU7JgirwZJfKGegWVmDZJaWEPoS10oklSddPLiv9AkFaFkCJ",
-	"uPGlU11/xIRcXN6egCZ0cXn7uJNUfZI5WElCsz8zY/PYy55LGcK0jwmGQ+sg9aAWZtcQvNw+TL0NPm78",
-	"5MMCIK4K64umsHwIZwotTx5ji9hcLpk2idMuY7MsM2XA7kDg1rskdY7y1JP7fVpuNvfZBO+sryUX0rFc",
-	"FggVaOUqNAhZbnxLlMv2U7CO5Vrvxak06PW3q0727rvos1tdZnTseW77Lo4QXObSvWZMoNKL1RyiiIoy",
-	"2K/TJU+dB6BiYscHwdPNMwfLdTO8BW0nISmWGE/DX5h1jkHWadT7NQWk93WAByKNa/BHQ+vDt3Zoh/up",
-	"ayIs4rhpxEEI/+MW8vyWGoZBHxZsQq5N3HafoBHKeBZvVm+Ptr50XSt/hbGum11MtxjSkS4ARBMyQtgl",
-	"eAmxY6r74AjFrzpKNibATRQw8i4/CKlekCdZHr1Vsk5I5H1BF84ukhzXlKoNkQ7Ic+Wf/FXiT1yxqwFz",
-	"/FZ/qeD3eA2WilsqCAex3ruQxbUiyzg6JyZj6+qmODifleUqWxNKLq//CrloY5nr9P/871TJpU5LUfqL",
-	"3v/538cnnVOSWrkw9eFMGvorhXJV3YE4q69bWZYQTZ17MrCrahHLgTgjvtKWf/uBjlrD0VxLK11otFC6",
-	"RurIYQ8sNmDOGnB4VymDTBiza3siM6b7VTODfcPS8fV8JNIe0YzYzSaOoSrvWO2c2ktU8WHiLbLff0lq",
-	"XZsJSX15BzvaEBpSpaRNK9UogUdU2SHYj4HtnKIiYwWtSJE5rQm7c58wiKeO1GM3Kl/37dcWU1VZ3Z2C",
-	"q44+NKGojSd2AWtxfuYfIcW/ZEhxuD0lA2wKIU5IGSGLoZdALeIitLlct6Py5fQwpFjEAcbrxkP3yNnF",
-	"j9+2PmLIux2/Od49LONTBxI82kevjvLh10Pl/LrB0FRmcEMFWX3DFwuvwliGIycTCJ+rOaqyAGhjNlcJ",
-	"wI+ZmLX1mK6x9rop9CkaydKyKHxK2hCI1in1KMhTdKm9WKj7lxJQoMRniFePMu3LFXbJCwgocO0xNKG+",
-	"dmPlsIqMN3shXoZwCwysp4YdgDptsQDiztuXL6+uE3L5g/3f2fWT7xKCGU9lfHqxmCqaMZexxQYC9KeJ",
-	"VEuqMsh21ksseK58cjS+bOcsc8Q1n4oDLhKii7FVeCdFDmUbpekPBBxRO6Um7VitWtq/x0Yqy4iVzIEh",
-	"ox8khaj1khhZpRN1D3iTGtJOA66mCYoCEfJa6QtC2FK0FCyomVktvMzW/pvkAnOW0sMypd85dCEFDZqF",
-	"YFi43QHqszO5dJkOEAqGaOncx+kYzK1yAhqzFSkc1DplalvqxIAhz1KY8b8OHMIdXGSlb8jKdVafdYcT",
-	"fDW5nJLc6ipjqtSqS84g/M0ePcalzGSeBRyCyD6oxAVe95A8b+WiLnnKcwuIfhnjho9NDFMDkWouxiwl",
-	"7VdPn5CHDx9+2UmwAIM7L/u3g3A3JE7Hou4R9AnzjZB6vV7ndD2lGpRzVlbihzi6OV25DGsM37M75pqk",
-	"cAW6lqzkqXfFZ9TQgci4SoiSBjzxkB13/Ogxec6/tstw7x35N9tmKX3RBtAbbtgCu9y61GVgcnQgymcI",
-	"gCKkqfj0kGDPc7oGHgPUoyaPeg9Jqo1UbBj1N0jdDYiMPZiaIiSBZQJDbbI3AAnYK7kb1lsJ2t2v7lf9",
-	"aHDijenZx1/sPRCiS9NIj46O9x7pN5O9Xrupj5rhbLFkm86Oe/ntiDoQwevvRlWvDyUcoEONReoq03T2",
-	"5Ua2eU7HM5K6enVpaPUOtVssxXk7aN1wkelBq09+6na7r9+lQFGLkWamrEajLftJY5thpMLC377Dvv17",
-	"xk1u/4WabqUCOmdG8TF8gXZN6LHo9f0NE51rv6Psj2hWJXOqbjp99FWCFRUNyNolc7XXJuqjJDVjVJkR",
-	"owbt9e5XZ5rPEqBM3ugArA4CrZBqjxkEL1Byy9nSGcXBK0kxhlwuBXFx2E/wKAYCgqYkzZkeW/4ZtzYA",
-	"+IM0kYJZ5Jbmw7mFiDesHD/qddyMo0LZtyYDEW1gLGG7rtWCKgdFRoK2IPjCngPLc5kmzseAFmN72jjB",
-	"QLjuDGBTaCvWCfnvuEf3CkYfSTFmPtkaPCEcZ1YrcvSIaCTyAwElUBdKvrHMFrjHOJc6OBvALFPrTrX7",
-	"cRDcjwFE8KvP3Th+1EuqNDMmmo/qGgbuplqGvTGHAN9av+legRaIBPg6KKY5tYdapmC6cylTAWUczUK0",
-	"kYtfzB55BWs4gCzqc9eowvfytWif5+iQ8cVg/CXDdKBbBhdJrxExl6Fw+Nb95ctvlElNVWz5nuf5fVMA",
-	"3Xv1puVPmIdu90A02CaiAgcoFUISR6ELmv/OLEnvZ+ABkNGQ5OzT6MBHh75X7+GcKlksOs0ZOi+D/Vgx",
-	"U0AbqCDqTvktExDmQlyhi9NNadb33RiImtRvOcHuXHjFnd5ULXRxaD8zpfzngdCQ8uudsGFZwKmxKkZ3",
-	"ILx3+ARE/yjF3P7pIXhaU5gjjIfzoWUe/0Z1AgsGYg4iJu8JtnSWsS65ECRFDMXyIbIwh7gBQhXz/lbw",
-	"wZameR5a7ZlCWwbpE5FCail42H21C6y5gexTzyxj9V4Ct4qBWLdtl0nPaynpPgc5uHFLK3rIMMdUbkwx",
-	"d0WD1pK9yZZc71OyWRWmjwn3TGCef8iqBa+vK68WFyzBTqMhu3vOFMtXldpFVkd3OV2pQ/u0C4GSSuak",
-	"vVbSJXH1XBKLCvxn1kG3PwDEzTkQTen5UBwV6xD4QvRR2rgTjHwJGKDm2CzR6vDaQwrqd+n+QBz1QrY7",
-	"+t4dYJJQiCx0rrGceWNK7fz2ZiB8OASgPKotXHk0M3LKwCvephtjkLEssCoZGwiPlgbNB50uubSTU1xy",
-	"pOMeoNljKlGYOoUtogQEqCZKEJ70ThDR4JC9J2vI3iw4Wu0isqGYL1tXkg6QSXrEPU94pk9hESDWad+L",
-	"L4xbepZqHfbfMvMBeGKDNuqol6Un9Uq3Lxy/vSFz4+CWFL7/4GvBZJQbUiww3RIIg5iG4nUeR4yE+1qh",
-	"d6QNjy5knpf4+tCeVadJRbZkc10SDbLnwzXZ836i50eURaLqAL9ugeO9HUQYI+PPGcij50QlAHaJpodI",
-	"Xre5fuzvH0pC/fAu1Wq//b18qSe1vab5zwxkWCR1QfpiRpOri29/vHjx5Ls/KkbcGWd3I2DZXqoeAbF1",
-	"1a8XAautte6LgDgKIqDz2pYSS0UV+AMHPwIOWpGzub4WxAXrzXNxkqoTq6XyRQ6X+DyUV3bJTlZWPu6d",
-	"kDmjQqP7C7MP4odKj31U5EhY6v73ghVI7pdWccS4x4hODQQXuAAonyvKWrTBu1+pBEnahYA4pJjWQfCv",
-	"VGDmYhoVAKyvCOJjpyz/F5yLdktlSTC7Sdi7M5hgYcIRw+VnUMjJF2qO8zexbXGciHpy/CWomVwMR4Ve",
-	"pVE8bYj8pa5MMphQl67YMc2hU4ubsbRYllpm0FisSOWL+pbSrRWJs3giKzUbtXKyf/rKfjg4m7ii0uA5",
-	"qguLKlfs6oE9wJxTAJfVCNs4rO9H7WpcdRKMtMK9w0lkTjfEo1hSPRD4PWmPViRlcoL+UFf/y0cuQ1no",
-	"IMdbRaA5+SNIVfYa/ApJbNzb774U9my/S3ZKMpbzW8Buf6f+iIHaYwY4pK8LvboXkd7T8QSTVL1PMXWP",
-	"vTpbA3rP4wfvivCXdMqegUtzj1wm+/ATdDp+VMUo2lGTPzHe9C9lc4/XEFcaxnzftqW92NcD3WBIdEP1",
-	"vg5Eu1s9dUcUcF3+A4jyZuNHCIF1iTMc+RIlE8X0zAVjdAcC4kZYim6MuDEY+ff/8/+SkZTYI08VQp9G",
-	"TNaxKFfhG0jKipkOvIQNxaC4PHYK80UMMbS1vpUAhu7aFZ8SSgQzS6luwEQGwS86IVzLHNBnIAxnyjKB",
-	"RU7HWNLfNVYzfM7KQpzQfCUhmq7sHpCPum8dE/HdFNyrPhg4AuOQQUMaZyZyJSKi6G3XPWkg8CeuoVqx",
-	"6Jwi/3QDV2IvmoN7zyu9yT5emG40zy9UADjeac19vowQ8ROzqF+dkP/egQsBmGvpU2vm99NQE5YaEMug",
-	"USB0xwNLP7gKdDDOYPf4qh2mJjlqm4MQi79Vkf5u/Cp69wWds9avueTfr85r996I9Q3TRsnVOlo57PAx",
-	"CdwQqxZF3AM6DEEwIAcn1lSGdOKm4N+PjCS9T0XY1jj4byZ9DQN7w7oxIh+JgWIgUnjnLFRFdZwYJI5p",
-	"mcEW89WmPLbaBEta6C2G3Ev78+8FQ2Azf9Cm96VNTxVjP7PNhGFnQ7AC5Q1jPjuBK4Jd10HStbirnd93",
-	"TBd0xHNuONNWkiSAi509cPaPhPg/EuI/ZkL8QAwEBI5CegSUf13O0M2ORjef8I66JwauLWHsagI8BEkM",
-	"RHr5wzX59z//hZh7+Nb+8+7QjYF5A3YTlYR1PGuHo2galQsmoD+O1XEHYqTkUjPV9/0IsQsjdiPsHx7i",
-	"l3Yq/OoAv7CHj1903RM4KcnknHLhXsefwDJoQQA6t88sgAASI13bwzQZCOyIOTNm0T88fHT0+cODjN12",
-	"czmm+Uxq0//i6Pj40IcDwCoRFctBH+gEB9CuFM31s6tTtHjjugDqvjzN5avzv1yc/zj85uXzs4sXUfRo",
-	"GuZME0dl8Do5WEFVcZnfsoEw0t7dRaXVwjcvrk6hckB/HXihvF8EByzs46rwfO0nsLdTjalmAwFNFWD+",
-	"UADMAxt+8u13YwkPl+sXpNiUKvDR2xFP8U4OhFlK9+BEhtaD2CUJBuaGxCEakMAjocWvexSaZU6kmncH",
-	"4tLXRYC4o0qvTejKiWSEKTIqDDxj9f9F1BWBnF1eAElcYYCjLIyltAMBfTih7cXG3n14S64lcS2Kwprs",
-	"i+5ZT/Hdjfn3P/+V+sD9ytpce0vYfHsC3ggeNeRDl0JRPROsI7tY4DNY/RFIaqhaCR0KSTs9pFozo2H6",
-	"DhkpRm+AkCqW2EGRbsHAdvnQksnvdUwVpt2IFZkzM5NZQn5koyugsY5bAO0H6usOB2paALdKXP+O9S6i",
-	"YXjsIioVSc+c3AFyU598jW1OEY9D81Pseuowug3mlIGQk4mv74mRcojeLhsUW4GETPrYp+JrbwAdc1VE",
-	"ULGlc9eldEldABJRdAls2beEEdowmiUYRfbteQ19dGlp6UC0fUvYsclh2gP/W2PljkgUvF/9jk8quP5R",
-	"x2O34FaVN99X7alBtK0SpUPbEZtxkZFGfExIzm8YSW+KEdv4sUuumMgGIn0SpJQ++QFTMl2tHPepT3yP",
-	"1coAyBq/u76+PDzqHpF2oA3+glu2hjmBXiYd0zzvVOJ3MUUCZQl0aAWRaZMAbRT9wWBjLzPRXGNRu8BL",
-	"Q5Kll1y4cUepiRRJqEzp+x1Zutu3PNfZpUPVX8YylnU8Kjtulh71jsjVkpsx2D8ulTQSKnQA9EK3PsXW",
-	"d+bpsHE4hm70kTQzsqQrnTgZjnEQ8mDn6NDuknORuXZ17IF2nmp4oE1hqBnNJwfwcFT/M3rMUfKQ5okC",
-	"8pKuBgKLhEBAbFgpJJCEhYVwvRJakKxqSTBHMQrdulFjxXIwl80vqxYGYOIQ9cky0gZbupFyOKdiNXSY",
-	"plMnBGM3EwwILlmESyMGNPvPq5cv+tsu47YOBygS1vldXAviqLkplnJH74hg4BNJXES0RVgYORCNtCwb",
-	"jHESGqUQamLsRlf8QNTs3zdxsCO76AO3Wnjf92MeMQyrAM3QqjV05TQhKZhlrZs9uMGUE7fq6iTk5Pix",
-	"1ZAAqkPvKkjxgls50A5ilhIyoTKmwF9UXortRKOWRT7FHy27eX/OuIc/UyrzopiPWI0/8wj5zFpk0+Yd",
-	"J+1aupns3H9//VoQIZcViuCS7GoIg4Xdpy/F+GGMYfbu1skRMU73yXaULjtxxnVdPn6B/ccfHwzr161f",
-	"kX5zOr7R5N6cuttKWu6u2gW6hzfxvO7lSgz1RkJdafL7BFhSoal9sgdJXfeVdyOD48dd8AYN76+vxRdO",
-	"0MQ+58teQORzyTHB+GcvQ3dNPHVniHS+KjTRde2mXpBag8tdRFTUsbb1OXvF5vK2Ss+ipOFTCLoDddsb",
-	"ImcUjReuQWLFEAkK8kA4I+R2WbuGuzynN8yS/EusyvhLc5haT+V1rMHiOn/tof/vZbW3Z1IiZaiXiXnj",
-	"2F8UbQpW8ta+xMuWWtjPqbrR0YiIbChHp8bkQ83GUmQ6RYnH8txQPu/h414vziwhGV1pK84ptsjpGKNF",
-	"Q+dsi8B9Eq/xh1fPnLEcFitkWZKmNImAKoQLcj28294QkQaNSsnCCuqG57kbLNancAzXYwy2aZ8BNolk",
-	"cSBWzHQJwsLV14KCLC7nCXuYWYYxlSSoa5VIAXcduSZ4tbPTMuvr8QlEn1b0LwijCcTOmZtLb0GlCrWh",
-	"N44kOMh3B6LhtpN9Lju0QHRNCAAcwdZ31O0+fvTo4SOsWmBMTiTmlyg701YigaTtl6ARHz4ICDdjJ4qi",
-	"fz5m19NywsZiIBUznb+gFTfFH9kB70VanzF7xVfgjlo4t5ZnwRHB8sqcJVVo10rcVQKb6m6JQDFdzLdn",
-	"XRXz3423/pXLcgcWhVmoIfA9shJo9snL5f/+XPqAweh/zyrcBlpm2gPYjZ3A6rZkZNmffy+4CZv59AGU",
-	"vz/ECyVLDdZdu5OGZF/ahnBy8fvBN0yV+gPd3hfd5GI9prIN5SwmRe59aFKNwfPgg5hcT3Kgb1WknHGT",
-	"b80Y+e7i+tnvI1PE7mSbYxIEHydR/2J5Ii/tImbFnFpV8MDM2EEu5SIsq1pZbvMoD9/a//sE94UUWXN2",
-	"Z9CzUsPeYEgT9X4qYqQkbUpGEC3BljkXDEW9QesSnGLnL67PXw1aoYM0zLtROD18a4GbkrZPU/SJlM4n",
-	"oolv92SxFEvSYRMMSODDdIx670uUTVg6mXxS4WYpdUg8qVRTP91MumzHxaPLZBaaubq9i8L4hMuBcBmX",
-	"2PN/W9LkaVO5zfq2dXB69bcPqlcsqJmVxSvcsbfW0zS21cOccxE+N5R//PDqpd3RK3cT9ssr+bAU4Mxh",
-	"Xh0V+NH3cq2UD0fXs0dQrkPxKi9V/pEj+avIkWzmmXjmhBKLAJ6Wnnq69ydP4KJM7DUU8DnvVYLr62Vu",
-	"5Z/PeVP3lPXi2PnKI5mru8VdEH1TwRr4seJq2Yb8biFQQAVL7fwWmbjbxTY+7oH4S7Fwf+JECqhCoDLw",
-	"5PtuwFYua2bifvGHb91fvo5iU+6Lm20vJlEOuS+fOH70eC8+8XFPe8dJW7FCS5c/i40pPah/d/6QGFcW",
-	"Uubbic8lPPExbbdS5k13ESb/pS7hj1TNCQAoTp1eB97eaYh2L3fXgqTMf1+Jh9UkGqmmYHRbeliDlyhz",
-	"eX8c6+HSGyaIq5t3WmlZh7nQPi/MsrrV1iy/D34GH/YaNDsvZP6byuQrjzOkAK+do3Ow2WeqIatbeg5X",
-	"Sq+mmv/M0io2yAlJ9YKNU8s3fWp8WlYd8JUCICHLxV7qMroOU1AybFg84XmO/onQXQbbmUGNSbYsS7F3",
-	"sN9i6bQtSzxSAxUKrO6ZS4yR58pnLJ6R9PLlVX3nxxTzNgYiznS0W4OwRfaGjk0OiTx2UHBvUhc0iZP3",
-	"K6FxoGamrmc8hIE5AZZlruJAXIO0DSkU0ASE8Ag8dsU4Op6EhpBKbFqCIADvLVzdEtKQeeD6mlQil1+x",
-	"jE24CAlXdnMIQ+es9TceE2AAm0LvplDWglSCC5tqP9SVYqhTmS+LD0IiPoJHVcq71Un7dISJUHvqE2gx",
-	"I+TyV67MfmKn6DcAGGwkhECKmR2mrHtyYW92TKraUvnqYJ1NMlQVRXxSaWP0/quQdUqFvfajwoBJCmkE",
-	"lGDxeWWvfnhxffH8/OqBTgjLte9Ui7Kxy2JyfURdlO83L598f/5q+J2lZpoZHyRtN5fJ8Q1TGfSU7GDf",
-	"W8WZr1EToqm5r3Ork6idAIZzozju+hVV8s6AAmEbA0GYmFrw+jqeZWqjYxvYHwsqyZR9Jx0VgehzHN+V",
-	"sachxzwUemFQV9oSmDVSgsnq2AUp1IJZkXaoE4NbS+BvACP+yQVZhzmmQc7kkhhJrGgEibqQWDinN8yB",
-	"M4UCtJuyuj/kjymuuzmaJHa/hF+yUWrIsI6LJIWbpasyA7CpdtllDQ4AQn/tde4kkcRQydWu3r+9WuE2",
-	"d8GtseOYtY6veEcw/LjeluMb87bub7BNdi/lI5iVHFx+42al30AXYY+ApB11401CZ90kYi8dS+ldhYDN",
-	"PsP1yH/41nez3WjcUYVFWlqR0qhFgPMbRUnxUT9i6k013lsUOueuO4yqhRtLh5G8ZarZDTQQd/UDkXU3",
-	"UJ1E+T3P88aWus0tmNsLsxqW0MQ6BQ4AridS6HWQleXIq7a68v0P7dP5SEW7HKAszOq9K6Fbyh8NUTYb",
-	"ogTcaWqEclriUHBAceF6PGJGgLtidATFJbbaUu7bKNq994mauu8gxb8pq4pfM2mgf3tQ5UPf/by5Vdxt",
-	"KRalmv09xex5RlKQqKPu770+oXmOXSWxTodbrtfJVSGsbD6hKkH7gJVrIekE21swNxVTZcvJUHX4uNfr",
-	"gb5gxz8NyfOuZL82dOX5xkBETZqhwYxr6L6NSdgvPN9LG/poOBQ68yB7D0xvajhpQVqV136p7hDrm224",
-	"Nx5/flcEeEODsJDPwl7JhDHHgj3KlMR2nNMi80kEBxbmnX3uYcb1gprxbEtsTWFmkBYHzV7LrIk3bFyE",
-	"pAzCtS6wt2/UdJma8jEsoKpcYVPwIjbmdsjR3xjIhE7kslJXZPi8vP5rGVnTTvWMHIx9bQ3/piur0fGG",
-	"gvFMaia8DIlU5ezix2+Hzy+uri5evhhefJMiE6qaBwfijGDqDPGgCqY+OmekIkIG4MBPkPPhbZ/HvWNn",
-	"a7APoSkRnnLCJtYeocpon9d36uqfkIyD1i+wi7DLTjnpfdkdiCczNr7RZEYXC3sGTiWCgtf9SlPuNb1y",
-	"7VTAptB+1HvYSQZihLVK2ie9o06CU7ZPjh4m5KTX6yQELA7Vbbft5qSya+okkMMDdpyT3glkdGPy+nNn",
-	"XXLAw4SYSC8ORoobyE0CNygX2NLKLnU4gebJaadSbh9LvfOpkBCBpSu92ecUyooRLefs1C3cG7nmhTZk",
-	"Rm+9LdzetChrXwL20xxbH9mBRoyIIs+7JJ0zQzNqaBr6T90yNaKGzwFbFFsw6pq5jeVUcO3uBZlRPavs",
-	"vz2mQgo+prlL3Ef0DYvUIP0kAyEKZ5oLUR3QJ3Q5g7oG0PEzVDRwfbfT8panfVfmwD4JxfrVQDgLOnY8",
-	"cKXIAtqehtJhtzQvADAWkixzS0sAFr5sDJAkKBGWDER61O2l8S/pUeoqCeOI8cIgUG8dwdsWj1xqFFyb",
-	"HGovQOEv1/27TwYtqjWfCpYNWq46lyvZahxyUKjsWiZZUncyAzHhvjCEl0InhYK10Vzaiwflv5g2fA5F",
-	"0uBephUg8aCUwvW1VxG5PcTFRTdvmHFNRznL0iTCZcv1y6tnfxJyCLQJOttuxtVZaeGIpEXEkOx3Rw9J",
-	"amE2NFIOc6qmzCWFBdeDZQQw5rov4hQFk/pIxPVb1/U2ndTZO4UMKfzMlb7sOInGU4axY2u1Us03jpY2",
-	"hnzUcHy82Hhg8eGNmD01TYw8xesYyLBXIz6UWrpvCMmH97t4eP1CVaz99L4BQ51UFpoztH1/WHtR/CF5",
-	"5hlM7pu88o/WTPfy8bBxoUCR+ulty1/baytMtfo/vbb4WIqUEW8M5xFZtEJrOj/MPgIkKkKNalzZ2hTr",
-	"uzGRHUAbbOhomssptg1lzqLk6hQ5julLv7nGp6i8+Vo5XBBo+NUumyVG/Xi8w6pL3ArW2tkAic1c3c9Q",
-	"ESbjGrq7TIo8B6ezYCCbOKUQpsyZGDNMgMbpbhhb+DaQfqGaUKtm5uDS5uOZ4xbYn5LMmX+ITOmCtBWj",
-	"WgpUBnFhaScIIyuCHbwLAfJOO/2vA9zSwTOpTVotJ5XLKbrDIQgU+J4uxjPwSy24lhkjIzblAovdSffM",
-	"QNhZrWSASY3ar5oblMtGEAPD8kmwSioIMVVSzrvkDAPKoRE0hiPAzgcCGofbHUJXH+Dirrxg8JmHMH0Q",
-	"Ei9zSIC3qnmK9CQFD2G60ejaFZJxInFZ1A6PBAJxUvv/dCC8oQBfwIJbgH0zlmedMvE9ndM3aZeU8L2q",
-	"8H3XnhblNytE2HFCI1s7YBK9ey6yNH6tdANCl9F2tScuNx1nmihH+JYu+sQS9hRFH1cLx3U7ws1h8ZP1",
-	"BVt8gSstpnWjHrwCdEvJcrbqk9Qhd0raaA0xMypcZdvpA42lqdBcHaEnXJyVlQGKPCOVO9WJQQgoGiSn",
-	"EIGMe8HGu3AP0TwD5XVdjbPMS8qWRsQnDYkeTjlKsUH1nxFMccUYPB5sH9zGrpsPe0R3BmIiQ7tWx6ii",
-	"ybxpyyKjw8A+2US+vsXbq6vzslQwNa7QsO9iZZErxsPEdWv1LbV9cU67jrLXupdvYKi2q7ZmBUcOgtlE",
-	"UReDU123vcB2IR2/pfWe7V3y1L6q+ySFjfTd1E5nTa0+0ydvBy1E10ErIYOW/XLQSgZi0GJiLKHwWuud",
-	"FQ+D+vPD9dODLwBA2L+KavbYdaFN47eswI4/Dlpp6VkBPMAeyxYZQELFMVGfSXnWr7lGUPK4bItmCReY",
-	"C6+ghYonYmXxOayblD6j2hzAgwdW24dVuHtkCRRoMJ3TAKEpXWyAB4raIUiMRCgh8ca/c6kNgAjGLrmR",
-	"u42knSp392B3OdwO6up2AO1DYvhAN93Z6oX3HMAv2ePJ2qpBM8IV2ieGY5mxcLCZXTC2w3ZF7Zgm7bRP",
-	"FlxM0w6yNx/V5fCdWuy1hF/ncum5GtfEaqKgr8Zssx+qakxonmtftRHvdAHVlrGxDyUpwBywHK5gMKHW",
-	"BFMlJEWkGI7YSqKfzeJmONBKI/GSmHROGx132+2vCPP3tL6uSUeI1UYiBwVyEezaddyqydH9oZsVn4W2",
-	"2NzVZ0JkthhawdRyuRYzcz7nrlFf41Ln9E19X+KToy9PHvZOoqUe7bNUlBmsTHmKDQEjAk/rEIC0LeV2",
-	"8ogjx82Ahd/rioCNpMwZFXc2h8uxYZ6RVDWwcGYjLigsYiMuorXBi6pDrCUqX53jZdKe3ieWqiWOTpC2",
-	"ZszVowmvASQ26pzVJpliH/xqbbVYAKrRBmqFoYoQhbUliHTR1EDB2zHG4VltwfRNlGnFpHRzVVZ6iCn2",
-	"HWWs7ctjwmLyTzBJK2lNaK5Z63Xd0dbQ+5o+pkDZa4TEBGK9qk1J3QK3CHkDsVvKIzVCngu4A9yxOtOS",
-	"OqUJSejm9t0C7MUK4+8Aw7Nad8R33neH26zKbQ+0v/k1a3ZCJiqMVkOxkseGSlbZ/5QudOeU9BA7ol4/",
-	"dr/40PqG74SOV75KR+01cXur0TTe90a8+414m19ZUkA3TxertgonFSaOI0mFOjWI1legEB9cWZnG+ZKR",
-	"YK4ZNaD8T7P368p3HPRFpn00TOprm7W/M2bxUuSrhFzRObvihv35yig+Ngm5YuNCsdBDoeNa6EG1fC/F",
-	"O1E91KF35mtgY0fHZCYLpV1VQJxQG2q1A1+LGBxnfYvKgi3X/GmoR6DtIXjtIZYOILhRDVcqPuVC18lB",
-	"V3wqLkTr4zXgvhAfogE3WGlOXcFpABe4mD5xoM7dLH9VK17FYme3RKhvmEFiu2n1pDexWhZme0f2l4Vp",
-	"7VubsYTlOGdU3Te1a8tOn9hxkX/hZh+Uzm2cvbpFQ/XN9jDXa3hih2cBOh8faGYfsiIRqEp6/3jSBTWG",
-	"Kfvo/5DP2l/1FwwKlP9DGzq1/8adRv8B8X//cCFP/7DQypmJ/mTZP7CRqPtnuFAMe4D8Y0zFmOU5yzrt",
-	"r/rks+QTTdb5jHz2H609AnTPSE5HDJIwbtjqz+A2PPW+UEuq5lI1hunCqxWwcsPmeg2+P/3Pn1//6c+b",
-	"iwlfUKUwJq0+yAWUk3rV41Gvd1e1w94Kwd6Y4Rhiej2zhhJzsrDa57Rxv/jK1srCHzPExl6MbeHBuPRf",
-	"KG7eXtrEsrLSitem9lqOctefv5NAdbQpK1PfdrQSnlPBJ3Y8qslfz54/w+LlFpAH16sF65MYlis6z1MQ",
-	"hf/z6uUL0k7fDlp+gKH9Ea1Z//7nvwatd64IS/SI/fXtv//5r3fv0k4X/NfpW0urhjxLkLrYt93NtSOc",
-	"kvSrTK2GqhDOjml12QFaOywxIu3jXq+k+8JKdzlEFfg5sdJoepGx+UIaJsarg+/ZKiWol5G2VAMRwha6",
-	"PEs7a+63ACCUMiNHt126j0RBB77vIACbKp285AJXHMbSkDdSMd34n1Kf3YLiLcuhiw41s9OBcDkt+DWq",
-	"Ma46enM7YYs0DVUD1m6eA/R2fb7RGnJ0/AVZKC4QGc+unlxckPGMKjq2k5I2RGIQI0n6f6eJt+tdnF8/",
-	"JZmiE/NAD4SeHOAd77guVIDDNwxM27Ria6E6Ghzd+qHBG8ICdoiHXG5xDQu2ZmHE1HUweHPcOxgM3nzO",
-	"XtfS/I/k2raHd1WM5tzEYsL6jayOV2Of+LCJiG4CjMdpopOZWhFVWLWk5k4CSfqQPngLp33877+zNtIn",
-	"R48+frV6e5oxR0DXL7afAYYhHDvofoiyd4DslnNRfRPwBZqIQLjjjhRLEHwPPU/ZWvDhCchx9dRxh9Xa",
-	"vlQfGv9hMbruNHDZOcRAgoZr4YSdAKARzfI3Ey2PO/FH7Qq7YyoEhGGutQEKFeJ8KeIgkkP6fqFYUqlJ",
-	"UWlV6MDSlCbxgbGg99Gx4Nqd/K/6sLdczEOqDJ/QsdmtpZ6FJ3+NB+RXt01lCHuFCLzf/pFF1XS2XSgP",
-	"mnufW1Jb3Ar+2TdVrnd88mHrWr2Pg6oWOUCc/U1lOHk88KEqp9ilmWMrauiN6rj0UqobEPsT8sOrZwdM",
-	"jymkD7nG0l3MGPC2WvjU2crP0bnXXEABIqBZStK38EdCqEkIRhV89S5NSOqzRVKfE/JAQ+JIn6Rvb7jI",
-	"EgjX+CohBmre0Dn7KhkIrjF59KuEjKU2w0JnX71LOwlJfaBI+tZb260WaacCjy/VhqTgeg8q5YQLmqPm",
-	"6BIdMGrAxce42A9giTOquwSaO8O2H2iS8izFaDdNisVpCNVZc1tVavC0vyDP+dcQSWhHxVAULOkQSitA",
-	"ON8U6jRgbJuP1dMzuaxTLe0VRcfB+9zuzdvAS1+0hR3sG+rmu0A+hBVE7kgRAl66TepeJailyTT5U+/g",
-	"y9dvj5KjL941anZb6cMOt/NeZMDt1DthfjttUC1OPdA+TZDqGt9SEjlUMLRRuaOrnI+7+TNGczP7eRt3",
-	"+c498jFLyMIUjUZAJ6e6DJ17l9ffYvJ/xm+ZsHMslByhlnQIVuutkHmFT3zM0iKMZtwurLawiJ3+vuj7",
-	"IVuvbV3lC1fleXVaxk66zvmW9oXhXGfP7tZzCjPhQZ1CtyVNGK2M5ErkRH35lQPVRpi6d11Vw9ThUiF9",
-	"LVRuSR22sD86/rzb6/a6R9C5vvXu9bv/LwAA//8=",
+	"7L3rbiM3tjD6KoTOBlrKlGXZbXcSGYPA6bgT7/TFaDuTPTvqraKqKInjEqkpsqxWenwwv84DHHzA9wbz",
+	"It+bzJMccC2SxZKqJNntviQnCJC2pCpeFhfX/fKulcjZXAomtGr137XmNKczplkOn04nTOjz78yfXLT6",
+	"rTnV01bUEnTGWv0WNb8OedqKWjn7e8Fzlrb6Oi9Y1FLJlM2oeW9G3z5nYqKnrf7B4VdRa8aF/xy19HJu",
+	"RlI652LSur2NWk/lbEZF2jhpgr8/9LRn4obnUsyY0C9hotrJ4Z8dp33yePusz3jGXsgUpkuZSnI+11ya",
+	"eV8lmmZkzvIZV4pLQUZcq4iw7qRLek+OjojMyZfHx91WhOv8e8HyZbnQmRk0XNicas1y8+T/9L75pbf3",
+	"5Zt3j2//o9W0qAuz7bVFnY6UzArNIjN7zjKq+Q0jWhI9ZSTlOUu0zJfwCXDjkSL2uBRRmuaacNEnVJOZ",
+	"VJoc9b4+HojRUjMVESHJy5+eR4TRZEo8SpL2iOkFY4KojKopUx3/9uHxMbHvUkWec1G8JTTL5EINRPvi",
+	"9OqH4YvT/yJUpOTl6Ysz8+GE0HLR5lxJJsWE5URPqTD/00SKhJG/SS5YuratgeCK5GxcKJaSUbDLTpcc",
+	"9Xok5uKGZjwdmqFjIvWU5QuuWHcgGg7J4tZO2GSAtYpPwZnuf9H+pv/L/+wPBm97vTfvDqLD4+Pb/T91",
+	"vii/68F3NUcetd7usTyX+V4CqNgKN2J+vqAT9rTIlczXUeJqyohgb/UwgQeIHANg5jm74bJQZE4njLS5",
+	"ZjOFIE7kjBn0mUjiztY8o8hM3jCDBgA4QpNcKkUoDjCShUhpvuw04TvO3mqiAL3DozpMNxt7zmdc16C6",
+	"RTM95YrMqFiekAXXU1lownVkMK1LfuZ6Cp9CACi6VGQxZTkDQJifcA9wAVTTBjJYxsr6+ayYmdX3enD0",
+	"9qPfCReaTViOW5EyeyDCdXy0nXBdyFy/LGYjVoMSp+Tq6QWZy1xH5KDbfXJ8/LikU9VlmYe2LQt3DaNs",
+	"hcIlA2LZyDwU/v7QzOOKquvGOTVV1w874a0ZSs2lUAy49Lc0/Z5qtqBL8ymRQjMBKE3n84wn1JzL/t+U",
+	"OZx3waT/kbNxq9/6v/ZLCWAff1X7Z4Ye4FTr9x2oHlmY/9EFXZLFlGeI7Zbak5wK0kbxYCIF65fEkiR0",
+	"xsiIJtfuPg1E8CZwlpSnREhLKvyjXFh6rBIpBEs0meQ0YYaqz8xtC37gaiAWlGuWElnoDgxarmBMeWbo",
+	"+5QRcyJMabdWoIIdQ7BvIwPV1/jzx4GqWwvQm2ws8xlLuy2QiMQ448lHW4aSRZ4wsw4uCDV0SzOk3alk",
+	"Ck4GGC3SxjaIJAhZPDQ4A5ZGHhtoljOaLgkTKUs7sCcjY1xJ+ZzmE/Zx9jU2OMoVycyUnuczolh+w/JH",
+	"BuhAakj79Puzl1fnT4fPzp+D3DD89q9XZ5d23TIf8TRl4iPetEeKFIrlZEaXAOFUWsiX0uEwZYI72L6U",
+	"+pnhlx9+iS8lUUUy9TgD01/qlItvC/URiJEyUw1HhVr2Q/LzyGDuvNDk7wUr4NDHRZaRNgomMmFKkSlF",
+	"TDaYSRYGuQ3RgBfSzon5acrFBMUZrsgi55qRBVU4Ztolr5nOl4SONcvx771T+FuxRIpUodQ3ZTS1qlTw",
+	"zDrLvMSXjMxp6BYZsbHMzV3U+ZKLSbciGKzxvVsH9Z8EvaE8o6PsI1wqJJlC6qG/8v2K6J9xcW2An8qF",
+	"2AGiA7EFpHiASGlyZidVRArCzT8L0fnYQP+4FMwxiJFMl6uU7IC84N/C9buS8gUVS8u61Idf2in5eyE1",
+	"JaAd0WTKUjyoGVMK5F4UiHkyjUAdM4cF0i5Sq58ELfRU5vxX9hEo1gtDLw0W5mSRSzEhI0ZzA0R5zYRb",
+	"z8e7Qy+lJnOpFB9lRvdZkDYgWA6TEDkeR4S9ZUmhZW6p1YQrzXLDXYXEuxARpQ3eFuXCDWRvHfaiIef8",
+	"5+8vNdWFWr8HoMaYE1ubO343MAAY80mRs3TQ6pMxzRS7jeEg3Y1mmWJeGSJSRITdMKMvz5hREAxizHOm",
+	"mNB9Eisq0pF8O+QpDhK7/eE3OSNsNtdLgsKuIoXQPDOrGwjcPK5PwaM0uRZykbF0YgBSDuXAhAJdbFYg",
+	"DAcoRGZov9lrRpUeCA/ccGwrIHbJS7MPQi1yAG2Z53LOcs2Zu1gWNgGJGEmZMQoipCeM9T8zkc4lR+Ra",
+	"08kDuGz+vbpZ86zZK+Iv6hlr75aHUDP0baio/BLu8Y0fSo7+xhJthjpNNL/henl2Y2/JKoSUHhYK5jEi",
+	"LdWtfiuVhVmdH02gImkAtqjfbFrg0QzpnA9nqjIaF/rJUWtdHQze2vkNrkoorp/XNUehigmjgf7S4gJU",
+	"dqoUV5oKPdTsrfnCXItrs/KopaXMhgnNMvd3zlSRoc5r/yiEQWK0EYHdJYCzhQBYaEQx27uhudEqlZnd",
+	"Qf4cV+E+nrrVXOFi3PdX5aL8V1JmT3Ft4Vev3crcl2tf/OSXXC7CLv02AttjVnuMopgNdZELVcdRo9ac",
+	"5kakADgVijVhvoVc3U+K/X2dvl1IxeFeWw1yzAy1GOdyRg66tWgQmAnWRnua0SJljxSxDxGedutsaqoY",
+	"4Xc1ywQ8qf3BbB1k1zqzivmVGGRyAm5Eblg+oprPyH9evnrZ9UMIawmqn2ADbM3vcDpgsat/BL+geU6X",
+	"8DkvREIbiNwKMTHnY+/RJmJyWcxmNF++NzlJpWD1JssxFzQjiEkghCpm+H9Uc+vvTkUMbxk2nvEm9C0S",
+	"o5zUUx9PShpuDxydOVuADk1TQHqaXVQgWPPe6ik03tCVw8TnKgurrMLCv9xWVJ5fFay1uDCpZSioddyw",
+	"XHGUwNaAmNA5HfGMuzd2x2TProdUVzGMaran+YzVXfTS7nTHF6dS6caL2nA/+XxI0zSvIkn5c0ZHDPFj",
+	"y/mvAaEEPGDvlNFcj9hdtjNjOueJ2iYLv7CPGWQqhOBiMnQ+onr8zI0IiFByjNdADrBJaMoFy1tR62YW",
+	"sNI3dfTYS7+bVgdYZwVl89JSaTYbcjGW2968hEfPzZOrFwWMv3b+cj8BAviDq4FJ4914zlXT/aji/db9",
+	"1t2FwKVRozE0ujdOCB0ZSd9o5U7Mht+7ta7GEEp25Y37LdUXhwYwJYo0YGBsRa1RoZYIbOAI4d2sxYrT",
+	"XPMxTWolV1D8ho1MvPHqqik9PH5S/xP/le3ERFZgY7EEXvcTRNU11gLObq8BV+yvd0AXB641jFk9TD90",
+	"7bKKlOszoetYPE10PcpJtC6BMvZIEQMS0h60zLtUy3zQImNr5ndf4bMRGbRSqqYjSfM0eErxidjjgiRS",
+	"XnNmnnIqlX2I8sUEzcOPVDkUFVIsZ7JQgxZZTJkgQgq0Y9EkYXMNVtgaTLsLKU0ybpnfuuRiGC3Yqy0f",
+	"QGOLxXIuxSMVeU8lGDxlrutXlNQGHpg5QAciVKgFzGQePLF6uRTEsvPaMRH0ljWvD+x/Pk+JHJuPgs55",
+	"d0lnWe1w1uRVK4ifZgo99P+1Z41de+cpcY4xglZAtDitWPozOSEZF6x+Spk1QAUw85Ei5gnSRnAAnjiM",
+	"qAezajC7mCF/uLq6IPiABTdL61USTfMJ03X3gmrCtVkcS4kUeEnmVE8fKVIG87ightGS7Ht3WJIzI7d7",
+	"871RK1Lzo7lbJ+BvGFl7zA7kG1RhuLwWiB6PQ7TwOwk4YoLBKsFhNxKNekLGhM5Xpb2NZKykPw/H+kh7",
+	"TpWCs1AEX++8Bzt0e6oDhY2RMhyxIhdZ4aEVtdhb3sTygpcRLesE7AbxMwi+qrVJiUSm5u8t8H9V6Hmh",
+	"z9zTFaVoox31LUusMcJeLLbtlQqo4KWU5Xk9c4afhnI8VkzvqOopncpCNw0nCx0MtxLgBd+7eJkxz5Um",
+	"OTM6FUsJvgvxTQZT7iouVGLkgig9hJhftYfG6mJXYRGcbC06Ah0JIugCv3m9HgJm5FVrKjiVWTo0YnGT",
+	"mVowvZD5NZnn8u2StA11lyKDYCzRiQCU8Dp4GXzsmaFk4JvoE/aWJhoInIrIF11VjMf8LVnwLE1onipD",
+	"/SxjZZaREiqInOMeSN+wU9JO2ZgWmSZHR4+Bw3zVw8gkR3yCeI7DJ706ZYm+PceHD4+frJMgPqOTGi70",
+	"1Ck8BB4AQk5JytU1foFRbYYn/eWFOiF2lcgSrNrxCDxlBOJoaIav1bItrmTWwMlPiTUgE6XzSghdOI3S",
+	"VKQ0NwfErLnNHIrmhh21vz+7Ivt0zvdvDvbtO6rTJ/HkhiuZx11yaglnjgwINxGO2SWnMFg4bRmhIMdj",
+	"dD0c9XrEBbQ5D5qgMy4mRE+lYuCzMA+DQBMc3OPDqFnobxBFnOuTp31yuvffhO79Snp7X5MuGZK9iDiF",
+	"xeIVyZjWLMeQlwnXKwtYDyANAv5+Od37b7r3a2/v6zfln93h3psvaiP87L1ZXzpIrx6fMW4NwFHx5hKl",
+	"eZZZ/54KpKlO5K6ikP5ypuyGJ0ZinICAihdUksr9Nnc1l8VkGsRRRnB3IzLKeWqwu1Cg2q9tZp7RhM2s",
+	"hLyJ+F/4B2+B2Ix5xhpscjQdmnUOcyl1vf3NSUlbpYvX/sGq9WKF/gvmiL/Df3SMI2AtTvZJ3UUhGTc0",
+	"Tk/ZbLsgUdobAHmbCbgNnrsn8c4nd7a2ZeqOcY5eAKkx8udyktOZwbO8EBHJpLxmKSnmRvq/OL36oUte",
+	"W6AAgTTqATgDDfke0eR6kstCpM6qr0i7EtNrKUccBIEa4U6AzzSnCcQUO4+Ae8ZcrbwQqkIa1JRlGWnH",
+	"/3H5w9nz53EE7lMS74+42FfTuAPhzDFQiiE8GwNRA9qwISowar3dm8g98+WeuubzPcey9sDFyHJ0Bm7w",
+	"sTFx836Gw3raeLD35MggekgOgRgaKl0liHuGEg493yKDotd7nJh54C+2h1/wlMxzNuZv8dtVqnl0V6rZ",
+	"SDTnerm+n9eFwLg4zfIZeBE89TQAPqnDCEVotqBLRVLZQU+5RY+I0BrkA+aZcmHYFyVzPmcQLaOZMPqb",
+	"9fzQEoUd3mFMkxnVyo8Gt1GSIyOpp2QiXVR7JicYjYGk3HqykHVes7kGnXlWvCVtHoT9yUJnZluGjyNf",
+	"sOFUnXrXSS4Xd7/izuC20diKK74yj97W4eJ3XM2pTqan1iZTozMqzWdG/R0CEtYc9LOn5PHjx18bUPx0",
+	"9RRRFMTHbElmPMs4xiUZZEy4WY5NzzjsHT7Z6x3v9b6+6n3ZP3jcPzzsHhw+/u+KJB/afwIEHQzSd0e3",
+	"e4NBOhik9p8r/Kdf+Wcw6JpnH9/+dy3qbosecHGDDT832SyoUnwiXIQPRoZSbbUXtH9RkbDOdq4ULKC6",
+	"2sAusHpEbzYcdMC1Vu24s3nGnCC7NTTCL2XMMxs1tvpOs768gkCy0DY7hrv70j7qHRE+rkbKAri2rmx3",
+	"v1bDUJ7zriDHlplrfURSTIbO2tA8REAKZkzTlGrazGLwzYaRyqmrmBsqWkaRaqb8/4NpMPWUHofnN6ye",
+	"3gNHnpK9xLIk/zhyoHidOe8486ZLUa6pDu/PQLZusqGjpF0vx97FEA0JVsNULsSO9hB8oZh/sAgdcP3V",
+	"IT2kktQ7EBlVTQbpvMhsbLuFGeTzyJwsphBsvaPd0zokbTqLA38Ajgootzu/A1vKHS10+GMT/X6FCgcr",
+	"h3+kXBQhODM45B8Y9YLVh7WsGWnuIPCjuflOPnJUIetMEKh2VneSswRSTLwzRHkt04ssERFswZRGW2zb",
+	"pxOuWHA2miGDu1ezz9UIsmA3N3dyzgZYgOF1txssRXcx4BjMB9MJ16igcEHaaHnpeERQJDCXgG+BOXN2",
+	"v8nUY+1CtZjT6C8NbBMPp+rfgERm6coKRbfb0tIHk9N0uZOd1Tqa74TC7203WB8Rf6sVOsB9JyZcMGuG",
+	"SkqbYRqRVM6okWd/Ov8uIvOm0LVVv4KHJ2qaIylX3O5Ky/kcKN6c2tgfDKI1tI4Z8atiOt4U1ngmbi6q",
+	"052Jm2/9jGfi5rWd9EzcXPp5zWtu6jNx88zNfiZuvvMLaHCrlxYSZyAPbOYB1fIXeAvJboiFvVswDQTP",
+	"NwjnbL49bpeiGZ/Nt622yaXmH7gXwfqcHWvBzmph4+j3qiJR5y4/NYscZYwoQa/ZMKGKgb8cjExzNEqp",
+	"PimCLIfI26P/pozSuGJjigZiJNPlUEs5hBQPMJUMx7IQaURmTE9lCmk3lhVHpMzEsQ/VpOZEA1HmY7on",
+	"gFP5PL1wBPcVezvnOQu/ECkmH+ghHc71MkJTxTDJpIJZwPwhaOYGD5IKhilXBlZpmdUAc1azGobIpgcC",
+	"0hqGQVpDRJyAnNiUyPKbYO0uerf8aiCmXGfhM/6znDMRvEJnbKgphHqYX52JJSLoCRuO2FIiFKKBCDAp",
+	"HDv8mr3lYOy2kWlDS2oixzwr2xsI962FnRlUFXMjVhrYGIyYUbEcOrNS8JXzdUWQ6FjZ+1qaYIlyc6qn",
+	"9o0A3XzJAxgG3C/RQPipdE6FGrNclePMqOBjg7sEsp0DYMDn8rgcHHxkgsFLGysUvjaHKOZVjM4ZGMdT",
+	"h3SjQi0jiHCBZ0FsNUwjXO1Y5guaG8DAc7aAQ0SK+SSnKRs60hDAcl6MMp4MzfMhiBWfiCEXNrVvXbhz",
+	"ZGOVQLhEKKAITM6zXYgUDGZDI2qJFLjCH8RSv7OW/Kkt+K176/dbbNs7j1Nd8V9ozoH2g/ACGUlCahso",
+	"RUVKpvTGsDMOFS0e/fkRETInL396Hpx/YNigb4cSAiOGoCvWaG/wK9pn5ywnSueMzkr788ET8oJ/27EG",
+	"cVs34cuD3ldfWaP4hmPZbOueK1akcq80ea8bmGcsn1Rj397XEJwXYkhVU2wFr9FrfrZWcmvkLtOB4fkI",
+	"sxCNgquNioMsi7QNL8IaARkbawhKI20fO+CStOqDuwxEaoTws9cvMDSMXFz9NfIOjbfm8b3D4yeJzGTe",
+	"bd0Bgw1bkIUe2lzY9Tl/5BnkyZHFVGZlnvMkl8Xc5tSCHTKTYkLal+ffm0VGCInL8+9/PH/+nBwSRTKq",
+	"Wd4J/e89MmNUKPK41yMKtmUgZlMAiV2YD6tcA1wFHb96clQ5+F7dwRttkIvJMOX5HW5nfQzMBuLpIo4e",
+	"Lv7p7uas+0dMNbCbn6fLSiWORBYZVtMAoorFGlBqEhMy4oLmy269B4Eb8bEpRDRnNCPmGRsdenD41Z9e",
+	"oungmmcZhhoajkkz8tL8/CX+aHPwgdKXawNBvyEXC8aoyd7GscF2Z2cM8vsjwseEimW3KWprQxBYY0DX",
+	"xuwcPmPpsPpq+PMdkqSaorfKE6mL4PKYVEXDcGVhJk65oLoL8oxnrMG2nHFxPWyKRj0lajkzTzxSBJ+p",
+	"xa3Z/UqetcEFp5gueLqvmJ6YfzRPrpdGM6RkLItcTzGWpp5cz5xNZTctvDnEf9c4/tKd6WwpEIMStQxt",
+	"i1oWWq2oBVWvauI16y0W8JDPB7DF3nBzTcdp1HxLaN4veLbEjRqRcF5bNw6ip23tOFt5rdnCXLkqK9n7",
+	"MmfErhdDzqRgNnDaxsQsWM4sHy90nTCyAlBbq2lTtO0P51fPT21w9jr4Uuv8rcUTUDPv74Ld6gd/gWP4",
+	"6FZXa2qrdcgtrGm/9UahT2TA8aHhuyOp2YNTj7blqvjBm4AR6Flruh33ERsu+IdyiGih2sjNuZzNNWmX",
+	"Z42CZgJJxISqa4hDlKRQDAoNyGwgwsC4gBrasSAJuO2zfEE/tTnDJ2YIqgzxbVtM6ECI6ECU6wzXcuKT",
+	"DjC6weGyre8kc5IysezUlT7YIiaJxvTX+3iB3uMaIdQaksU3vtl8lzbnaYNzRUqfpG2QHrOzo4aBGthM",
+	"w5X1eyrhXIFqMxZjZswdzQUhfVvzwZXYCTcEMczS43Yexts5zDyxnzxCYtC2ojNzHYjZzmqYbBUXgVgj",
+	"K4VfwMMglrWpDg4Jm28trvWkssRgW7g4Z8Cxt3bC9Gqs8JPj48dPtvFuWE3t6TCaIdusgr704rK3dDbP",
+	"4K3rOjRqzodeTcB3sTXujbr1PHd2tAvrU1+5+mUC8jrmZzKhmc9N4xo5vVDEh0f1uvBfZHQC+PMgIv2+",
+	"OeB+/6D2kozpjGfLSuWN+Y2Rtvj85kntwbtggLuUjzSIz244WwyLPKvf3E+vn9s6sXOzJa7ROjLK5UKx",
+	"PLLRIcCDbGhIf38fvzQrqkQxmktvAxjtEzi7ddHZ1/Gn12eXV6QcYd8zT0w/s25MjVXMjFJecYvXwtTq",
+	"SQ0FXc1tlGNkYFguTWYphswzomRyzTRpuxQLdBlb3o9LsQkXKVkPaj+qWwwYXNfXcq4VcWAxsBeMpbA/",
+	"l7vZxvJA1mALHxosUOEjtbKLVU3hMTKj+TVhIlUnGL0Oqiv+1hjFt/niudAQe3c8UvvNb72I9SIZGKl3",
+	"FouqN3t7Hso2WRxmt1e8zAE5PH6yLuAHZ1HM00AEaDgJGwafs4TxG6vcm0E97pdVRxHnplSRnKGvBMJg",
+	"3+OktmvIL8pqBytuwnkxnLM8sS7gXaqUcHU91FLTrDT87hI7ZV4rFEvv9FYmaTqkN5PhwY6rK184vusb",
+	"u74wYzOZL+8BAvviHYFQF9BoFal7BVttCtWgfDEZbhE0kylLrsFUusHsGMSwPohIDX7cu73RHNa0Hkq9",
+	"45ChjbEm1o/r7I6KHtdB/nlDZR7mwjPWy6eshLXeP4x1S9jq5gDUukSEbUhUBjnWWRLyu6LHvawPqizb",
+	"VOu/yHhTOaZSIMcIGzIqNJqJ0fmepUy5MHMfsvf4cPeQPbvUK7uKRvtVlTXdg3tUQnhdOFF5uivxRMF0",
+	"b5qpUj3ntzPtzvwdjftsI3P8jjbAYi3n3aUklLVzWtZg4Ic2mKnmQPFanphWg9ToCOSGWmWiFnfeK7qr",
+	"mQIJqZtqcty4GFcKUUPWHCRzTMPYIaTgBmsxNODaiodpbQ2FHu99hYIwhVRQm6qOLmujd0AoCPnp6tne",
+	"V1HZ/oKMqGJPjkK9HYZqRS38pRbmF2Hc50ZrRR2uUmJwPi0yWzV7bmuhBGoRaf9YjFgumGbqETg4uZh0",
+	"+gZrhUyZsuk+NyxfEijOZPQh88tQsQyiYzB/qnwekok15QIzM4mWGXPFSu3frEteGXWC+nxlfMtHuYJv",
+	"Oi9YQ3400fSaKYzEZZliC7tbIcUeRh1URqpJfe6SU1gvcbsg12xJZoXSZGRGwq2a79q/YJLd/hujDfYJ",
+	"Jd+9vCSqGNkQUvwVtETfkeUxSaY0p4mG4CDq9ciDvSePV3MA98iQdEtTj4ElE2lzcrQhLLCwUs1t3OSa",
+	"tbJycJsiQVbSrwPXczvIHWz/sldmD3bfvOtFTw5ug98733S+qfXiz+jbcL4gxTwov1fizc6k/cq/U1Xq",
+	"gglK2/fajBdSZusEbcrrqjBgqrDt5aKlvIb2C0aS3zGAmqd19XVewBAKQ7GJlgYbIQ6v2yT4j2yJ753g",
+	"Y3aIU9RxP8N32La9zqiG2tYQRDGXMnPVn+z2oQSU2dyOcGj0LW5SJ5zfscalPWfJLlC4NM/dRq0FzWe1",
+	"dN6dxIiZu+gjv+vrEm2NpzazeT8lHH05dYQo5uFfHuubBiRtMoGs1izdBoStLiEcsmkZFpPW3WON7mIn",
+	"tOzk3MWnmya/X9DfLkhVGkuPtkXo3A3bGgsSwMxNG720c7xPBZmHL8jyR52U3eqkfIicno9evqOWWYK5",
+	"tt4zck+3g7d+bzdb39/ybGdZGfLNxh3ej9ZonTWHKf4gFxiC6GoTGlxdKmtcjwgXZbuPAzLjwuZQP+6R",
+	"lC6VVy8j8vhJr0faVJCpLPJq0Ovh8deH1QDTJ73d7ICvGU25sI6R9UTysk9mGT294i3VlGd3qxeKSVTb",
+	"48J8DzfzeN3BrRKtXQd2WVzBDt/UwsbQ6/vhxL1Cxe8RNbwWSodFdc1ADVsqicJdtjMvVld2WM80V8z8",
+	"k1Fzq8EDcsG/reDxQe/oq+Mvn2zjxtYMPts09hNytTr4ky+//PLwYOvoc153j93A0HjzkSJzyAJ5W5nh",
+	"6ODro8e9LcJE7S0spZV6Bm/Zy3BmVO+mppRYjAoeIdQWu/Q5rdBMC9RTEZZd6ltmZ5T9cA7UAVxnsNPn",
+	"z1/9fPbd8OXZ1c+vXv94aRuPkjbaC6TAZA8jhhAvH7jwczWlua2hZR54pNxMnRO0mmAmQYPyvsKaoXzX",
+	"hFmTg4szb1fW/ggNp1Vj6dbkDpB4ajOvmyBJxVo5uYCTbUlHbk4m7mN7Lioq5hs0nIQZyuAY9rO4vObQ",
+	"7lRfNny3tNRzN/APOIj//DQYzX/5lxfQCQPaHNVmINsee2POslRVJDMmxtJQJNI2RCYi/nJDvq6KiKUj",
+	"ELy1tN1Sy860dzvkLffIVc+pXqaToGIlryDe3SaHVOGaPKBXl1ek2+3uw+9gGDKfcqaKGSNmGQ0e/lCs",
+	"3IKzbQj3mWOUllFmOgEal0a0Sp47OJhDy2JgQWwKOkCZVdUlOzFlbm0zXQITG7x+N6juJAs3FaWr3kSM",
+	"L6TK073XP728On9xdgmHUl24LcjN6wO+QZmpn87ecqZqlKRQjbFVOu5yklBBy97IUmUi7clfzB+2reKe",
+	"mtOEkWtzkhnkZaqkEwS0YDK9QfSyE5LNUTMq0b//+b9IKpNrlqfOcOnwBcsmwIARoaTEFmL529MMvCfC",
+	"w/fHry4djIdPn59eXp5ddskZGHbB2ORKnVYBw5Wr2HgXTGlUyktC7c4tvFurNCNq4Mme+Ll7voaZnsUE",
+	"9+RNszBQb/txKvHO5h8nWtT5/qqd3xpvRrVO47UwnH9U6FWdWsiFbWcOeLGY2pxAuTDoM2FQtrvtg1mY",
+	"IKX0UB5pp0teibX2qxhhuWQ6eBKbl9tybWUNeEpy5tNrdgJR0AGvEVr12FN/gLZYW10goZzXxhZdlfE/",
+	"GaPoZhqbrXnriKumiAE/9dR3c+jGPepVNiSungWV4GvrQcLh1ReCrC/Mf494juaqjneO82hO/LpktkV+",
+	"WDUQS41DzSSqXCpWG/PBDFBcElinu9EOXp3pJ8H/XjBCZ85UkFXKKQI2WCxoSBior/n0s7mFQay+IplU",
+	"9UNsCbj4YFEV9rqUOR13rYcYtW44W9Qy3J+nkizAkaGwVyPmCkKZfvIzG11iaCeQLts5AZUW7HngPH2G",
+	"RBkpOpdZxvLdozDsMv8Cy9tKVCrN2oM8uJUcKBtj4a6nvdpbQ+LtWlzLsRpTTo61Zdbz1LKU5S5QRUgw",
+	"ZxlGwOYNKYx3LPtUbalYQ4mCOJtdxnHd1GoDAlSrHC/ye94AsB/hgjeGozReF3avgpOGnAwVCh5bItvZ",
+	"SuBNsZEbfWYJTo6y7YwkjqnueIk2wmItpiZsrLTaUiJqIYk3Ep5RhXdTn8uZ3MCu2rQf335x5qap4lt5",
+	"cDBpufirlfzKgAHbXtAZBlyXdXbvtubzyoD2yx/Kce033wbDl6uzpG5dbrVdZtyqS2oK4WIo/NRGxiBt",
+	"3ynJr3zUdmSpxQE+Eef3LPoNTZE2dfqRvrNyxWXkraWN5azXcmdgpqb103t6RZtyy0+d0IJNps5fXkXE",
+	"V0z49z//BVl1aNldKeJAvijDQP609+bdQXTw5JbsUK7ALqV2hzrl9zwgF6q6XqmAajq08VfrYp7TLvGB",
+	"iMxpmqJ26eWc0VKvlC5uf9MP9r7/5t3RbeeLtS8Pb//8539Uv3p8++eGcBkmx3UNWKVitkA21rVY5JBy",
+	"2ZDtuw7PslNfTUu0ZFofYz0vhonMm5poglHuLqHraG+oz2hEi99dRpOqnhqs7f2Kqus7BrkbJIDyUlw/",
+	"YPT5hvqm94iM2RyHUnepNkSzbw5KH3PB1fSO+20A7UO062yE1nxKFdvkq7yX5rI9vZA1x5iuWYBtQa+7",
+	"+beByPm6sGvdA704XyUbtqhMBDFaqK1ionYbcz+nxYyKpkZ5Zdfh9ZblRe67VjccstJDt647Yc1qNahd",
+	"qk1saxK8Y2/fytSrLX5t318Plrqj3qSAc21b7PdtSm1Z7872Rzd/iuGvLJdDcx0jV2UIT2/oPylNJ1xM",
+	"hjhcVIar+W8US3Kmh4XImZIZ1I7zvSmHtgyOKy+XQfeZhIqEZRmWyQtrGe5gJahp12jr8PA06PZidILN",
+	"9ov3si5UVzHHsFoPrABK8Am8/2D4xs8u2Sj4m6Un5sY4mOK/w3lZjs/DrLme7DCZUjF5n9SKUPn3/XK9",
+	"+h+mVaxN6KlhlfUElORNA7NsbiDRRBLvUIXDPbgp5s8sYidltXYZdwghNpLBNm0Sh2xa5mUxmvGdg4ZW",
+	"jKi2sYbEtkiuoORwSWcZmKLcN1aVCAc8AF1i5ZsV64R9++55W+FCdhWyymjsuwHBvmijAyBO3yYUcBeA",
+	"rLB/TKlfnf29oBn247Be2I55GlOlMWIewadt6y6qzZdQoAmGBrJENbmhWcFO0FlxBmVLzTiYcSAk/oxd",
+	"kVbDBH2uR2fzVFD6BJ0c8EVZEcyskitbOVFL2SUvJWHjMUt0OZxfLg6BP6/H+uP3oXL9Ul5ap20ral3k",
+	"bMzyylcv5RmUo2U7GgbK860MU35dM0f4jp8N9IDlWh+LlcSD9i9l2oH964tffKZBezDobnyg88V+55uH",
+	"SF5wKBeCFrCvFbUQYe4MP/d68I0d6DZqAcZ98KSMugtc4wFbt+BsFnB44ApkKWmv+O7K5ku+WDvIGCfw",
+	"DBS99ZFJM5pMuWD4U+Atdt74zrpf0ZbaiGf0mln3dFzvJ9lVpSr9w3bj60wApKGkyLleXkIJDFu6BCs9",
+	"XzXbisC4E7TbJlypgqWEal8nmmCNaMQRsxMssmFUfUbzsE3gVOt5iK1+3i1vmOW7Pv8r9n5HaqEMx+nF",
+	"uaFBMchuPNmbTWY6Jm2UhJyx1zbHkrkmfyKHne5AnAHNgtpnhUhZTmIb1R1bUl1pXI5LRMAMRDt2R/7q",
+	"4uz16dWr18OrVz+evYx9J2eMAhPAPFIjtkoSY+mQlGpKUp7byiFuhj0YOu5EA2GH8C3Sg1pW2BqdtGOI",
+	"yXFh6IpPBBdxx/IKrDaJPdSpi8sYCKD+KIIp2ykK0swSOWPox5VlB0TfmlsuBJE5n3ChSDt+BX/FBn5X",
+	"4RKN8MyyMXFeeECVeD82cDa3CCPobM+1/7x89ZLE7wao8g9afTJodbvdQSsiA6ivjF+V9duH+OWtGQ4n",
+	"tr5oSNRXlv045kcnlAul8aqmMikgPG3ExtIsQSz11CiZLFOQQ/f3guXLgfDlr4NjNwD3VCJlSWb2UAZ2",
+	"2YaEawW0oWOgSIMxsachbHskU24rE09ZltrCuDwnVuoj4NJoZ0BdVURyOK6IWBKroMh5MVMnpLYbYqdL",
+	"Tv1ESwy8kRrLHttcHtBzcDa/u4Fw22vHddJRn4B0FIOZNRZFlsWuahSmWoUpgLHrGBXbutxcQ6Ekdz9d",
+	"CsaMCjrB1MjTi/OgAlK/1esedHuWZgg6561+63G3132M9s0pkDGH/DAsfFNbAPMSy4+MloSnZae/GGJh",
+	"4siiDoxhbw+HVn7gSwpSKe0LcJB0IOJA1I9RapoZ9BpLqI0Vep9i95Srx+t9VSc4r5XLzDWEuz+RZMT0",
+	"gjEBTykykzdG9rSRhUjJaJJLpdxCR4Y90dwVhgua+rf6ULPmdGI9iyVOtvq/vGtxAyK4Ak6T62OYkCPo",
+	"9M7h3vWhvx5ajsBAFSFZKO+Bq1uK1aVW1lJ1WqxyyTeQWQKF1QArDns9jHcX2mUvz+cZTwBA+3+zIkM5",
+	"wUYH7sS15wDuVFNTE+AcERVinUHkI1xF3eB+tfvf0jSonHHUO9j+yk9BGwtk+M4V3cIzh3AoX4DbMu0l",
+	"aZd9KAwvyLB1dcqV/x5uA0fuOclpAqUPuUw7XZinev323zmL9W1wE6t4+D1DNFzHwrotlo8g1M+/a334",
+	"o914rB/xHM1LR9tfein1M/Bv3t5uPJJ9VwIcU6KU3mgZgzZFZMSA5QNJjEeTvbhLQuuZbTyqApSpBgEN",
+	"RFsxRmIjL9qW/zHKxTb6zeq5lUB/J6ddMzZXzgCGFBmF84Gwb7PUyQAQs4bE1jB+K8z5EoY8RdkmDPTC",
+	"GDWv7NpGLCRnbifmApP4+7OrOCLxd2fPz67O4sh5uERqnZEKYp9x2i45NzvC0gtmQiNvMbQrKmwQ0MaO",
+	"JRC2qrko2NrCjAAHWdxGC6F5xlnudgnCAlcDMYH24DGWmx7ikLGLephTpUNwETTeEmXErtjXz0IxwR0l",
+	"FSUAsHyYdotYA3ZChWHx2mgxI5pckzboVE5u5MqwcqjimA7gySSjfIaUEKs5OrJyaFPJVAcAxNG+a9aT",
+	"ycmEpaBcgaRWQYaBkKIssFcIaIAOLR/CIq242jpmCPEOT31k0vsQIrjg30pM6HoQGhS2ELmt6nu2VfQK",
+	"+Tt8sKktSC4xTKeGDF5CQcOgqf7nTA7NC19vf+Gp7YIDLxw83v7ClZTPaT6BkL6jw693euEFFcvXrqDx",
+	"bdQ6xlPbCrLvqWYLa/EtmTrgL6ElHQ5ugwswtn60EwgodHQalEKaZSzfwr/3DcXeiVGUF5fwcTABmRi1",
+	"gi7o0mldXEPtxu5A2I4p2LWJxKstVuKwjYpR3zD8DehCQL9Qz9SgDp4GLMgJlwgPr7sxSw3tujdxGqRc",
+	"3NPykpSaveHOgprSWO2yHI4rJIvI55Cacg2scyACsKFjqzI0mqEUOe4dWlsGdAaLo6DgJYfWiFm2JFz1",
+	"Q9aVGFYHM5ft8LEeqKsXmvIyJLgk6//+5/8iFNPiLDzgPAcC+L7rQoJNZfANZLKjpU+XI6qYs9y1qpTQ",
+	"wjLlqW2obJeFA1ppMjgvFCxLc8p355dPX718efb0avj969OnhuseO0ZhJnUG9S45HQiLbcCtSpRbrULJ",
+	"7fdTiqqvOwWLuT562kot9gQr0k6NRMTe7sV9SIF7yxKSFJqoqZEpgM9Z+DqeOBCWe2KBVlj1IxU0RSUL",
+	"d30J1wE/NOqjkhLaHZcd3i1eGSwtxfoqn67jfGelIPbbZ3y9B54aOs80CP8OYXIqSNvIZ+wGGrWqstsK",
+	"2EVWmqeQdgz2rdhQqs7/37nl+3E9aPldy/PMZ0OMwbqCLXIV5D1u5nFBEmDG6nz0R72vSVzTds/ZvfxP",
+	"tiyZbYHhqG+cs6TIFb9hMVjqBiIOO/zhKPF+3CWvwKjDrJEUuzll2Bmk7hZD61T2DFuW3PMSR1sfNeNf",
+	"UD2FZ+sMM357FduMpc7el7oW+7euwNcEO+IW0498Y3bA52cyH/E0ZeIj3bFPImAi9AmFHpQRoa5/EGp6",
+	"UAcH2ghhHwthPcT+OpwQavud6ZwxvBweWf5siDmca62pNsarYRi2bU0D8kTOMgrZW5bZlVcv1Ol9lzMk",
+	"vlyQtlFsq+3Ijb4O2aUd5O9lt2m4e2a8Qlni7gfMDfFRXWILLAzEQS/q9Xr+ztOc2eLapB3KqKB0g1W4",
+	"0gKn0x2Io94RiattQeOIHPUek3itNyj8EJj6AUjmu68HIq7pKxs32YCfAc37KFTjQxrqwtZJDRzb0c8/",
+	"KMinoCCn5Q19pNwtqThGzXdLbGeAVMbRGJlbJ4eQKduJh+/TPJnaKs31/h/QJVl6AjIDPhzI6+1SUQAh",
+	"3KgKTouZ5GwBJrWB8ArKs/PnZ8MXp/81/PavV2eXcQeplW0HLEAyhARP7H/movUMzay7lq8ZTU/tBj7D",
+	"i/l2T9O8ejPLdANoVFgTvVF7I83+/7iNn/g2IkumwMFJO2eTIqM53EBVtpiGu2rvozVcU0XgEyoxtS2W",
+	"MJgC7zVX6Jdn6ZrTnStIDdFMoO4Mz6NC3e3GKFEMhG9Mh+UufKmJBShYI+bG8CZfL6QYeSVlNzzBWL2I",
+	"PDt/9orIfCCmNE9hF9Z7r4LOrI4qwELqeC02Vl3dQncgLh2crGXDjWREAhv/6qHXJUcHjy3X96294zLi",
+	"zr47EO1CmCPOmVIsBQIjDVlpIkF1dOXnnGv28QnLLoaBh6Epp07whDAHQ4PdF+4I2sGBsbcaaiCniMHb",
+	"VZAz98IfRGsXRd+gwac3jdtDAz9TTtqTX/mcUBss3rFuwUBxD5pPz2jKCB+7Jry7CR4Bfjd0XnVt+beI",
+	"Gx2wjTs7HuwSvH9L8EKW5QAGQjGmyJgtWE7AWo51eZ7iQvYwLKJbQ8FWbRYnhhQNxBotAjpTif6ykR+B",
+	"hXZVAGoSaz6eieJuMo1MNNN76GF4ENEGTuIPOvHboROnJBR9Hik8wch6nYwWX71RrqSafVrxX1nJtaGn",
+	"2ohNIFOtSTryaEImkmhpKBSbzWVOc1sXa8QUT5mfJSI5w1pVEk3NgQuIZpmRZkDIyPkNS/u+yE1eQGm4",
+	"Yp5JmpKMUef3k1kK40JtLiEF63RJPJMpA2OLTDTNBmKlzTNpu9qFvSdHR50G6eV+kslHNV/u8OwLmbI7",
+	"iDAPSkKaJRmsNLeTvPKzlUj/oEK/GSoEF8EaQMpAIIMEJSU6IXOagye7VM5AtzACyzYpxfchrJVODEm6",
+	"enpR6RcI0rIASsS1K51q+yNG5Pzi5gg0ofOLmyedqOqTzMBK4pv96SmbhV72TEofpn1IMBxaeakHtTCz",
+	"Bu/ldmHqbfBx4ycXFgBxVVhfNIblQziTb3nyBFvEZnLBlI6sdhmaZZkuA3YHArfeJbF1lMeO3O/ScrO5",
+	"zyZ4Z10tOZ+OZbNAqEArV6FAyLLjG6Jctp+CdSxWei9OpEavv1l1tHPfRZfdajOjQ89z23VxhOAym+41",
+	"ZQKVXqzmEERUlMF+nS55Zj0AFRM7Pgiebp5aWK6a4Q1oOxGJscR47P/CrHMMso6D3q8xIL2rAzwQcViD",
+	"Pxha7b8zQ1vcj20TYRHGTSMOQvgfN5DnN1QzDPowYBNyZeK2/QSNUJJpuFm1Odr6wnat/AxjXde7mG4w",
+	"pCNdAIhGZISwi/ASYsdU+8ESis86SjYkwE0UMPAuP/KpXpAnWR69UbKOSOB9QRfONpIc1pSqDZH2yHPp",
+	"nvws8Ses2NWAOW6rnyr4PVyDoeKGCsJBrPYuZGGtyDKOzorJ2Lq6KQ7OZWXZytaEkourv0IuWiIzFf+f",
+	"/x3ncqHiUpT+qvd//vfhUeeExEYujF04k4L+Sr5cVXcgTuvrVpYlRGPrnvTsqlrEciBOiau05d5+pILW",
+	"cDRT0kgXCi2UtpE6ctg9gw2YswYc3lbKIGPGzNqeypSpftXMYN4wdHw1H4m0RzQlZrORZai5c6x2Tswl",
+	"qvgw8RaZ778mta7NiMSuvIMZbQgNqWLSppVqlMAjquwQ7MfAdk5QkTGCVqDInNSE3dlPGMRTR+qxG5Wr",
+	"+/a5xVRVVnen4KqDhyYUtfHENmAtzM/8I6T4U4YU+9tTMsCmEOKIlBGyGHoJ1CIsQpvJVTsqX0z2fYpF",
+	"GGC8ajy0j5ye//x96wOGvJvxm+Pd/TI+diDB8S56dZAPvxoq59YNhqYygxsqyKprPp87FcYwHDkeQ/hc",
+	"zVGVBUAbs7lKAH7IxKyNx3SFtdd1oU7QSBaXReFj0oZAtE6pR0Geok3txULdn0pAgRKfPl49yLQvV9gl",
+	"LyGgwLbHUIS62o2VwypS3uyFeOXDLTCwnmq2B+q0wQKIO29fvLq8isjFT+Z/p1dPf4gIZjyV8enFfJLT",
+	"lNmMLTYQoD+NZb6geQrZzmqBBc9zlxyNL5s5yxxxxSdij4uIqCIxCu+4yKBso9T9gYAjasdUxx2jVUvz",
+	"d6JlbhhxLjNgyOgHiSFqvSRGRulE3QPepJq0Y4+rcYSiQIC8RvqCELYYLQVzqqdGCy+ztf8mucCcpXi/",
+	"TOm3Dl1IQYNmIRgWbnaA+uxULmymA4SCIVpa93GcgLlVjkFjNiKFhVqnTG2LrRgw5GkMM/7XnkW4vfO0",
+	"9A0Zuc7os/ZwvK8mkxOSGV0loXm+7JJTCH8zR49xKVOZpR6HILIPKnGB190nzxu5qEue8cwAol/GuOFj",
+	"Y83ygYgVFwmLSfv1s6fk8ePHX3ciLMBgz8v8bSHc9YnToah7AH3CXCOkXq/XOVlNqQblnJWV+CGObkaX",
+	"NsMaw/fMjrkiMVyBriErWexc8SnVdCBSnkcklxo88ZAdd3j8hLzg35pl2PcO3JttvZCuaAPoDddsjl1u",
+	"beoyMDk6EOUzBEDh01Rceoi351ldA48B6lGT495jEistczYM+hvE9gYExh5MTRGSwDKBoTbZG4AE7JTc",
+	"DeutBO3uVverfjQ48cb07MOvdh4I0aVppOODw51H+s1kr9du6oNmOBss2aSz415+O6IORPC6u1HV630J",
+	"B+hQY5C6yjStfbmRbZ7RZEpiW68u9q3eoXaLoTjvBq1rLlI1aPXJL91u981tDBS1GCmmy2o0yrCfOLQZ",
+	"Bios/O067Ju/p1xn5l+o6VYqoDOmc57AF2jXhB6LTt9fM9HZ9ju5+RHNqmRG8+tOH32VYEVFA7KyyVzt",
+	"lYn6KElNGc31iFGN9nr7qzXNpxFQJmd0AFYHgVZItRMGwQuU3HC2sEZx8EpSjCGXC0FsHPZTPIqBgKAp",
+	"STOmEsM/w9YGAH+QJmIwi9zQbDgzEHGGlcPjXsfOOCpy89Z4IIINJBK2a1st5OWgyEjQFgRfmHNgWSbj",
+	"yPoY0GJsThsnGAjbnQFsCu2cdXz+O+7RvoLRR1IkzCVbgyeE48z5khwcE4VEfiCgBOo8l28NswXukWRS",
+	"eWcDmGVq3almPxaCuzGAAH71uRuHx72oSjNDonlc1zBwO9XS7K3eB/jW+k13CrRAJMDXQTHNqDnUMgXT",
+	"nkuZCijDaBaitJx/MnvkJaxhD7Koz2yjCtfL16B9lqFDxhWDcZcM04FuGFwktULEbIbC/jv7lyu/USY1",
+	"VbHlR55l900BtO/Vm5Y/Yh662QNRYJsIChygVAhJHIUqaPY7syS9n4EHQEZ9krNLowMfHfpenYdzksti",
+	"3mnO0Hnl7cc50wW0gfKi7oTfMAFhLsQWujhZl2Zd342BqEn9lmPszoVX3OpN1UIX++Yzy3P3eSAUpPw6",
+	"J6xfFnBqrIrRHQjnHT4C0T9IMTd/Ogie1BTm8OPhfGiZx79RncCCgZiDiMl7gi2sZaxLzgWJEUOxfIgs",
+	"9D5ugNCcOX8r+GBL0zz3rfZ0oQyDdIlIPrUUPOyu2gXW3ED2qaaGsTovgV3FQKzatsuk55WUdJeD7N24",
+	"pRXdZ5hjKjemmNuiQSvJ3mRDrvcJWa8K08eEeyYwz99n1YLX15ZXCwuWYKdRn909YznLlpXaRUZHtzld",
+	"sUX7uAuBkrnMSHulpEtk67lEBhX4r6yDbn8AiJ1zIJrS86E4KtYhcIXog7RxKxi5EjBAzbFZotHhlYMU",
+	"1O9S/YE46Plsd/S9W8BEvhCZ71xjOPPalMr67fVAuHAIQHlUW3ju0EzLCQOveJuujUESWWBVMjYQDi01",
+	"mg86XXJhJqe45EDH3UOzx0SiMHUCW0QJCFBNlCA86h0hosEhO0/WkL2dc7TaBWQjZ65sXUk6QCbpEfs8",
+	"4ak6gUWAWKdcLz4/bulZqnXYf8/0A/DEBm3UUi9DT+qVblc4fnND5sbBDSl8/8FXgsko16SYY7olEAYx",
+	"8cXrHI5oCfe1Qu9IGx6dyywr8fWxOatOk4psyOaqJOplz8crsuf9RM8PKIsE1QE+b4HjvR1EGCPjzhnI",
+	"o+NEJQC2iab7SF43uX7M7w8loT68S7Xab38nX+pRba9p/isDGRZJnZe+mFbk8vz7n89fPv3hj4oRd8bZ",
+	"7QhYtpeqR0BsXfX5ImC1tdZ9ERBHQQS0XttSYqmoAn/g4AfAQSNyNtfXgrhgtX4uVlK1YrXMXZHDBT4P",
+	"5ZVtspORlQ97R2TGqFDo/sLsg/Ch0mMfFDkShrr/vWAFkvuFURwx7jGgUwPBBS4AyueKshat9+5XKkGS",
+	"diEgDimkdRD8K3MwczGFCgDWVwTxsVOW//PORbOlsiSY2STs3RpMsDDhiOHyUyjk5Ao1h/mb2LY4TEQ9",
+	"Ovwa1EwuhqNCLeMgntZH/lJbJhlMqAtb7Jhm0KnFzlhaLEst02ssRqRyRX1L6daIxGk4kZGadb60sn/8",
+	"2nzYOx3botLgOaoLiypXbOuBPcKcUwCX0QjbOKzrR21rXHUijLTCvcNJpFY3xKNYUDUQ+D1pj5YkZnKM",
+	"/lBb/8tFLkNZaC/HG0WgOfnDS1XmGnyGJDbs7XdfCnu62yU7ISnL+A1gt7tTf8RA7TADHNK3hVrei0jv",
+	"6HiCSarep5C6h16djQG9Z+GDd0X4Czphz8GluUMuk3n4KTodP6hiFOyoyZ8YbvpT2dzDNYSVhjHft21o",
+	"L/b1QDcYEl1fva8D0e5GT90SBVyX/wCivF77EUJgbeIMR75EyThnamqDMboDAXEjLEY3RtgYjPz7//l/",
+	"yUhK7JGXF0KdBEzWsihb4RtIypLpDryEDcWguDx2CnNFDDG0tb6VAIbumhWfEEoE0wuZX4OJDIJfVES4",
+	"khmgz0BoznLDBOYZTbCkv22spvmMlYU4oflKRBRdmj0gH7XfWibiuinYV10wcADGIYOGNNZMZEtEBNHb",
+	"tnvSQOBPXEG1YtE5Qf5pB67EXjQH955VepN9uDDdYJ5PVAA43GnNfb4IEPEjs6jPTsh/78AFD8yV9KkV",
+	"8/uJrwlLNYhl0CgQuuOBpR9cBcobZ7B7fNUOU5MctclBiMXfqkh/N34VvPuSzljrcy7599l57d4bsb5j",
+	"SudyuYpWFjtcTALXxKhFAfeADkMQDMjBiTWRPp24Kfj3AyNJ72MRthUO/ptJX8PAXr9ujMhHYpAzECmc",
+	"cxaqolpODBLHpMxgC/lqUx5bbYIlLdQGQ+6F+fn3giGwmT9o0/vSpmc5Y7+y9YRha0MwAuU1Yy47gecE",
+	"u66DpGtwV1m/b0LndMQzrjlTRpIkgIudHXD2j4T4PxLiP2RC/EAMBASOQnoElH9dTNHNjkY3l/COuicG",
+	"ri1g7GoCPARJDER88dMV+fc//4WYu//O/HO7b8fAvAGziUrCOp61xVE0jco5E9Afx+i4AzHK5UKxvO/6",
+	"EWIXRuxG2N/fxy/NVPjVHn5hDh+/6NoncFKSyhnlwr6OP4Fl0IAAdG6XWQABJFratodxNBDYEXOq9by/",
+	"v3988OXjvZTddDOZ0Gwqle5/dXB4uO/CAWCViIrloI9UhAMoW4rm6vnlCVq8cV0AdVee5uL12V/Oz34e",
+	"fvfqxen5yyB6NPZzxpGlMnidLKygqrjMbthAaGnu7rzSauG7l5cnUDmgvwo8X94vgAMW9rFVeL51E5jb",
+	"mSdUsYGApgowvy8A5oANP7n2u6GEh8t1C8rZhObgozcjnuCdHAi9kPbBsfStB7FLEgzMNQlDNCCBR0KL",
+	"X/soNMscy3zWHYgLVxcB4o4qvTahKyeSEZaTUaHhGaP/z4OuCOT04hxI4hIDHGWhDaUdCOjDCW0v1vbu",
+	"wlsyJYltUeTXZF60zzqKb2/Mv//5r9gF7lfWZttbwubbY/BG8KAhH7oUiuqZYB3Z+RyfweqPQFJ91Uro",
+	"UEja8T5VimkF03fIKGf0GghpziIzKNItGNgsH1oyub0mNMe0G7EkM6anMo3Iz2x0CTTWcgug/UB97eFA",
+	"TQvgVpHt37HaRdQPj11EZU7iUyt3gNzUJ99im1PEY9/8FLueWoxugzllIOR47Op7YqQcorfNBsVWID6T",
+	"PvSpuNobQMdsFRFUbOnMdildUBuARHK6ALbsWsIIpRlNI4wi+/6shj7atLR4INquJWyiM5h2z/3WWLkj",
+	"EAXvV7/jowquf9Tx2C64VeXN91V7ahBto0Rp0XbEplykpBEfI5Lxa0bi62LE1n7skksm0oGIn3oppU9+",
+	"wpRMWyvHfuoT12O1MgCyxh+uri72D7oHpO1pg7vghq1hTqCTSROaZZ1K/C6mSKAsgQ4tLzKtE6C1oj8Y",
+	"bOxkJpopLGrnealPsnSSC9f2KBWRIvKVKV2/I0N3+4bnWru0r/rLWMrSjkNly83ig94BuVxwnYD94yKX",
+	"WkKFDoCe79aXs9WdOTqsLY6hG30k9ZQs6FJFVoZjHIQ82Dk6tLvkTKS2XR17pKynGh5oUxhqSrPxHjwc",
+	"1P8MHrOU3Kd5ooC8oMuBwCIhEBDrVwoJJH5hPlyvhBYkqxoSzFGMQrdu0FixHMxm88uqhQGYOER9spS0",
+	"wZaupRzOqFgOLaap2ArB2M0EA4JLFmHTiAHN/vPy1cv+psu4qcMBioR1fhfbgjhoboql3NE7Ihj4RCIb",
+	"EW0QFkb2RCMuywZjnIRCKYTqELvRFT8QNft3TRzMyDb6wK4W3nf9mEcMwypAMzRqDV1aTUgKZljreg9u",
+	"MOWErbo6ETk6fGI0JIDq0LkKYrzgRg40g+iFhEyolOXgLyovxWaiUcsin+GPht28P2fcwZ8pc/2ymI1Y",
+	"jT/zAPnMSmTT+h0n7Vq6GW3df3/1WhAhFxWKYJPsagiDgd3HL8X4MMYwc3fr5IgQp/tkM0qXnTjDui4f",
+	"vsD+kw8PhtXr1q9IvxlNrhW5N6futqKWvatmgfbhdTyve7kSQ72WUFea/D4CllRoap/sQFJXfeXdwOD4",
+	"YRe8RsP7q2txhRMUMc+5shcQ+VxyTDD+mcvQXRFP7Rkina8KTXRVu6kXpFbgchcRFXWsTX3OXrOZvKnS",
+	"syBp+ASC7kDddobIKUXjhW2QWDFEgoI8ENYIuVnWruEuL+g1MyT/AqsyfmoOU+upvAo1WFzn5x76/15W",
+	"e3MmJVL6epmYN479RdGmYCRv5Uq8bKiF/YLm1yoYEZEN5ehY62yoWCJFqmKUeAzP9eXzHj/p9cLMEpLS",
+	"pTLiXM7mGU0wWtR3zjYI3CfhGn96/dway2GxQpYlaUqTCKhCuCDbw7vtDBGx16hyWRhBXfMss4OF+hSO",
+	"YXuMwTbNM8AmkSwOxJLpLkFY2PpaUJDF5jxhDzPDMCaSeHWtEilgryNXBK92elJmfT05gujTiv4FYTSe",
+	"2Flzc+ktqFSh1vTakgQL+e5ANNx2sstlhxaItgkBgMPb+g663SfHx4+PsWqB1hmRmF+Sm5k2EgkkbZ+C",
+	"Rjx8EBBuxkwURP98yK6n5YSNxUAqZjp3QStuij+yA96LtD5n5oovwR01t24tx4IDguWUOUOq0K4V2asE",
+	"NtXtEkHOVDHbnHVVzH433vrXNssdWBRmofrA98BKoNhHL5f/+3PpAwaj/z2tcBtomWkOYDt2AqvbkJFl",
+	"fv694CZs5uMHUP7+EM+XLNVYd+1OGpJ5aRPCyfnvB98wVeoPdHtfdJPz1ZjKNpSzGBeZ86HJPAHPgwti",
+	"sj3Jgb5VkXLKdbYxY+SH86vnv49MEbOTTY5JEHysRP3J8kRemUVMixk1quCenrK9TMq5X1a1stz6Ue6/",
+	"M/93Ce5zKdLm7E6vZ8WavcWQJur8VERLSdqUjCBagi0yLhiKeoPWBTjFzl5enb0etHwHaZh3rXC6/9YA",
+	"NyZtl6boEimtT0QR1+7JYCmWpMMmGJDAh+kY9d6XIJuwdDK5pML1UuqQeFKppn6ynnTZDotHl8ksNLV1",
+	"e+eFdgmXA2EzLrHn/6akyZOmcpv1bevg9OpvH1SvmFM9LYtX2GNvraZpbKqHOePCf24o//jw6qXZ0Wt7",
+	"E3bLK3lYCnBqMa+OCvzserlWyoej69khKFe+eJWTKv/IkfwsciSbeSaeOaHEIICjpSeO7v3JEbggE3sF",
+	"BVzOe5XgunqZG/nnC97UPWW1OHa2dEhm625xG0TfVLAGfqy4WjYhv10IFFDBUju/RSZud7GJjzsgfioW",
+	"7k6cSAFVCPIUPPmuG7CRy5qZuFv8/jv7l6uj2JT7YmfbiUmUQ+7KJw6Pn+zEJz7saW85aSNWKGnzZ7Ex",
+	"pQP1784fEuLKXMpsM/G5gCc+pO1WyqzpLsLkn+oS/kzzGQEAhanTq8DbOQ3R7OXuWpCU2e8r8bCaRCPz",
+	"CRjdFg7W4CVKbd4fx3q49JoJYuvmnVRa1mEutMsLM6xuuTHL78HP4GGvQbPzQma/qUy+8jh9CvDKOVoH",
+	"m3mmGrK6oedwpfRqrPivLK5igxyTWM1ZEhu+6VLj47LqgKsUAAlZNvZSldF1mIKSYsPiMc8y9E/47jLY",
+	"zgxqTLJFWYq9g/0WS6dtWeKRaqhQYHTPTGKMPM9dxuIpiS9eXdZ3fowxb2MgwkxHszUIW2RvaaIzSOQx",
+	"g4J7k9qgSZy8XwmNAzUztj3jIQzMCrAstRUHwhqkbUihgCYghAfgMSvG0fEkFIRUYtMSBAF4b+HqlpCG",
+	"zAPb16QSufyapWzMhU+4MptDGFpnrbvxmAAD2OR7N/myFqQSXNhU+6GuFEOdynxRPAiJ+AAeVSnvVift",
+	"4xEmQs2pj6HFjJCLz1yZ/chO0e8AMNhICIEUMjtMWXfkwtzskFS1Ze6qg3XWyVBVFHFJpY3R+6991ikV",
+	"5tqPCg0mKaQRUILF5ZW9/unl1fmLs8tHKiIsU65TLcrGNovJ9hG1Ub7fvXr649nr4Q+GmimmXZC02Vwq",
+	"k2uWp9BTsoN9b3POXI0aH03NXZ1bFQXtBDCcG8Vx26+okncGFAjbGAjCxMSA19XxLFMbLdvA/lhQSabs",
+	"O2mpCESf4/i2jD31Oea+0AuDutKGwKyQEkxWxy5IvhbMkrR9nRjcWgR/AxjxTy7IKswxDXIqF0RLYkQj",
+	"SNSFxMIZvWYWnDEUoF2X1d0hf0hx3c7RJLG7JXzKRqk+wzoskuRvlqrKDMCm2mWXNTgACP0117kTBRJD",
+	"JVe7ev92aoXb3AW3xo6jVzq+4h3B8ON6W45rzNu6v8E22r6UD2BWsnD5jZuVfgNdhB0CknbQjTfynXWj",
+	"gL10DKW3FQLW+wzXI//+O9fNdq1xRxUWcWlFioMWAdZvFCTFB/2IqTPVOG+R75y76jCqFm4sHUbyhuXN",
+	"bqCBuKsfiKy6geokyh95ljW21G1uwdye6+WwhCbWKbAAsD2RfK+DtCxHXrXVle8/tE/nAxXtsoAyMKv3",
+	"rvhuKX80RFlviOJxp6kRykmJQ94BxYXt8YgZAfaK0REUl9hoS7lvo2j73kdq6r6FFP+mrCpuzaSB/u1A",
+	"lfdd9/PmVnE3pVgUK/b3GLPnGYlBog66v/f6hGYZdpXEOh12uU4nzwthZPMxzSO0Dxi5FpJOsL0Fs1Ox",
+	"vGw56asOH/Z6PdAXzPgnPnneluxXmi4d3xiIoEkzNJixDd03MQnzheN7cUMfDYtCpw5k74HpTQ0nDUir",
+	"8tqn6g6xutmGe+Pw53dFgNc0CAP51O+VjBmzLNihTElsk4wWqUsi2DMw7+xyD1Ou5lQn0w2xNYWeQloc",
+	"NHstsybesqTwSRmEK1Vgb9+g6TLV5WNYQDW3hU3Bi9iY2yFHf2MgE1qRy0hdgeHz4uqvZWRNO1ZTspe4",
+	"2hruTVtWo+MMBclUKiacDIlU5fT85++HL84vL89fvRyefxcjE6qaBwfilGDqDHGg8qY+OmOkIkJ64MBP",
+	"kPPhbJ+HvUNrazAPoSkRnrLCJtYeoblWLq/vxNY/ISkHrV9gF2GbnXLU+7o7EE+nLLlWZErnc3MGViWC",
+	"gtf9SlPuFb1y5VTAptA+7j3uRAMxwlol7aPeQSfCKdtHB48jctTrdSICFofqtttmczI3a+pEkMMDdpyj",
+	"3hFkdGPy+gtrXbLAw4SYQC/2RopryE0CNygX2NLKLHU4hubJcadSbh9LvfOJkBCBpSq92WcUyooRJWfs",
+	"xC7cGblmhdJkSm+cLdzctCBrXwL20wxbH5mBRoyIIsu6JJ4xTVOqaez7T92wfEQ1nwG25GzOqG3mlsiJ",
+	"4MreCzKlalrZfzuhQgqe0Mwm7iP6+kUqkH6igRCFNc35qA7oE7qYQl0D6PjpKxrYvttxecvjvi1zYJ6E",
+	"Yv35QFgLOnY8sKXIPNqe+NJhNzQrADAGkiy1S4sAFq5sDJAkKBEWDUR80O3F4S/xQWwrCeOI4cIgUG8V",
+	"wdsGj2xqFFybDGovQOEv2/27TwYtqhSfCJYOWrY6ly3Zqi1yUKjsWiZZUnsyAzHmrjCEk0LHRQ5ro5k0",
+	"Fw/KfzGl+QyKpMG9jCtA4l4phetrriJye4iLC27eMOWKjjKWxlGAy4brl1fP/CTkEGgTdLZdj6sz0sIB",
+	"iYuAIZnvDh6T2MBsqKUcZjSfMJsU5l0PhhHAmKu+iBMUTOojEVdvXdfZdGJr7xTSp/AzW/qyYyUaRxkS",
+	"y9ZqpZrvLC1tDPmo4fh4sfHAwsMbMXNqimh5gtfRk2GnRjyUWrprCMnD+10cvD5RFWs3vWvAUCeV+eYM",
+	"bdcf1lwUd0iOeXqT+zqv/KM10718PCwpclCkfnnXctf2yghTrf4vbww+liJlwBv9eQQWLd+azg2ziwCJ",
+	"ilCjGle2NsX6bkyke9AGGzqaZnKCbUOZtSjZOkWWY7rSb7bxKSpvrlYOFwQafrXLZolBPx7nsOoSu4KV",
+	"djZAYlNb99NXhEm5gu4u4yLLwOksGMgmVimEKTMmEoYJ0DjdNWNz1wbSLVQRatTMDFzaPJlaboH9KcmM",
+	"uYfIhM5JO2dUSYHKIC4s7nhhZEmwg3chQN5px/+1h1vaey6VjqvlpDI5QXc4BIEC31NFMgW/1JwrmTIy",
+	"YhMusNidtM8MhJnVSAaY1KjcqrlGuWwEMTAsG3urZA4hprmUsy45xYByaASN4Qiw84GAxuFmh9DVB7i4",
+	"LS/ofeY+TB+ExIsMEuCNah4jPYnBQxivNbq2hWSsSFwWtcMjgUCc2Pw/HghnKMAXsOAWYN+UZWmnTHyP",
+	"Z/Rt3CUlfC8rfN+2p0X5zQgRZhzfyNYMGAXvnok0Dl8r3YDQZbRd7YnLdceaJsoRvqfzPjGEPUbRx9bC",
+	"sd2OcHNY/GR1wQZf4EqLSd2oe68B3WKymC77JLbIHZM2WkP0lApb2XbySGFpKjRXB+gJF2dpZIAiS0nl",
+	"TnVCEAKKesnJRyDjXrDxLtxDNM9AeV1b4yx1krKhEeFJQ6KHVY5ibFD9ZwRTWDEGjwfbB7ex6+bjHlGd",
+	"gRhL367VMqpgMmfaMshoMbBP1pGvb/D28vKsLBVMtS007LpYGeQK8TCy3VpdS21XnNOso+y17uQbGKpt",
+	"q60ZwZGDYDbOqY3Bqa7bXGCzkI7b0mrP9i55Zl5VfRLDRvp2aquzxkaf6ZN3gxai66AVkUHLfDloRQMx",
+	"aDGRSCi81ro14qFXf366erb3FQAI+1dRxZ7YLrRx+JYR2PHHQSsuPSuAB9hj2SADSKg4JuozMU/7NdcI",
+	"Sh6XbdEM4QJz4SW0UHFErCw+h3WT4udU6T14cM9o+7AKe48MgQINpnPiITSh8zXwQFE7BImWCCUk3vh3",
+	"JpUGEMHYJTeyt5G049zePdhdBreD2rodQPuQGD5STXe2euEdB3BLdniysmrQjHCF5olhIlPmDzY1C8Z2",
+	"2LaoHVOkHffJnItJ3EH25qK6LL5Tg72G8KtMLhxX44oYTRT01ZBt9n1VjTHNMuWqNuKdLqDaMjb2oSQG",
+	"mAOWwxX0JtSaYKqIxIgUwxFbSvSzGdz0B1ppJF4Sk85Jo+Nus/0VYf6e1tcV6QixWkvkoEAuvF27jls1",
+	"ObofulnxqW+LzW19JkRmg6EVTC2XazAz4zNuG/U1LnVG39b3JT46+Proce8oWOrBLktFmcHIlCfYEDAg",
+	"8LQOAUjbUG4rj1hy3AxY+L2uCNhIyoxRcWdzuEw0c4ykqoH5MxtxQWERa3ERrTVeVB1iJVH58gwvk3L0",
+	"PjJULbJ0grQVY7YejX8NILFW56w2yRT74Fdrq4UCUI02UCsMVYQorC1BpI2mBgreDjEOz2oDpq+jTCsk",
+	"peurMtJDSLHvKGNtXh4TBpN/gUlaUWtMM8Vab+qOtobe1/QxBcpeIyRGEOtVbUpqF7hByBuI7VIeqRHy",
+	"bMAd4I7RmRbUKk1IQte3bxdgLpYffwsYnte6I35wvjvcZlVue6Tcza9ZsxUyUWE0GoqRPNZUssr+J3Su",
+	"Oiekh9gR9Pox+8WHVjd8J3S8dFU6aq+J3VuNpvG+N+L2N+Jtfm1IAV0/XazaKqxUGFmOJHPUqUG0vgSF",
+	"eO/SyDTWl4wEc8WoAeV/mr1fl67joCsy7aJhYlfbrP2D1vNXIltG5JLO2CXX7M+XOueJjsglS4qc+R4K",
+	"HdtC7/XZ5VUUyum+CH1pxfd9AEAJAaZ2cEimssiVrRGI00MVxYEAmwolORWp0SdT0j48fkJGXKuO7Stv",
+	"NQuwkMpKt492jFDY83FhYDWGhsRY615TkvI8cv1pefpIkcsfTvcOj59A8VtV5DfVePhOfyWrwEwhCx2D",
+	"bgdVHX33NezXKNhixRuIWhBaTnzMAUQCwvlXTTdyYRCAT7hQIDo+w46MthId0kMQT1iKPYQR8q4wdpsK",
+	"23nG9aHBL56Q/SdHJ6s1ax8p8L/YunWGIEy9DKzzQmmWdvqWzR1D6kWR20YSIEHNuCg0iwbCbg4X6bZF",
+	"y2UF3ZZBpof8fl9uzrw35AILbg9EJUc/8tHFmUEUMXHCkK1JXuqc1naG1GaGLhlc4EDIDNItVJFA/M4Y",
+	"8qRUZY2PVLlBg4V1QvQln4hz0fpw3dvPxUN0bwcT34mtVg63C/yTHznK655p6x+pnqvDuWp5iADzrLtc",
+	"rQiGwRN1VBZe8UhpcNDegBnF+wGqB1YpqBHGq6zto1S4XXPSnVQsOBUBBIhuO6SlgSnaenRtuEZgz6/Y",
+	"7g1+Eupa55DQg1Klmuv8TRa6mcFhqmbFQOfjplw3oGbmV2EkEZTKlGAeL++Q7V11wzBYdL4se8UbsAAh",
+	"zaSYQIVOmkJ3FhCyuuRnpGBGTHPM1nU/gfJ+Y6g1ikvqYOuDbEmSjNFcBStookivCt3atTitAw23dVw8",
+	"oy4JBcx7/6TXzw5pcZ/vh7VnztCDaPuoDFgy8AOIYccwPKgK6mqqrjcnMlzBE1t8x9Dbfk8x85Bh/mAM",
+	"U7tnDMyp1iw3j/4P+aL9TX/OoAXFP5SmE/Nv2Ev6HxDh/Q8b1PoPczIZ08GfLP0Htoq2/wznOcMuT/9I",
+	"qEhYlrG00/6mT76IPtJknS/IF//R2iEF45RkdMQgze6aLf8MgSEnLtrFiKczmTcmYsCrFbByzWZqBb6/",
+	"/M+f3/zpz+uL8V/QPMeo4/owRpDv6o1Lx73eXQ1L5toL9lYPE8jacFQRJHNZKDKnk8b94isba8d/yCBK",
+	"czE2JYDg0j9RZpS5tJER90s/TZuaaznKGMYjdSKofzlhZXLzlmbxMyr42IxHFfnr6Yvn2J7CAHLvajln",
+	"fRLCcklnWQzGjv+8fPWStON3g5YbYGh+RH/Fv//5r0Hr1pbZCh4xv7779z//dXsbd7oQoRS/M7RqyNMI",
+	"qYt5295cM8IJib9J8+UwL4T1VBk+NUB7tiFGpH3Y65X8XBj9PYO4MTcn1pKOz1M2m0vNRLLc+5EtY6d2",
+	"tGU+ED4wrcvTuLMSYOEBhHaEIJTJLN3FGmKIlusRA5sqw3jIOa7Yj6UgM7BinHc/xS5/EQ0YLIM+aVRP",
+	"TwbCZi3i16iYWR2nuWG8QZqGujArN88CerPFttHefXD4FZnnXCAynl4+PT8nyZTmNDGTkjbE2hEtSfx/",
+	"x5Hz3JyfXT0jaU7H+pEaCDXewzvesX0GAYevGTgvacWaTlUwOAZu+RaeCAvYIR5yucUVLNiYZxdS18Hg",
+	"7WFvbzB4+yV7U0vzP1Dwkjm8y2I040EZ7qi1eiOr49VYoB821dxOgBGXTXQyzZckL8QjVXcngSQ9ZJSV",
+	"gdMuEVYfOU7qg5ddOzj+8IKvOc2QI2BwDzYYA4YhLDvoPkRhU0B2w7mouvb4ApYyCGjfkkQPgu++4ykb",
+	"S/o8BTmunjpu8Uual+qTnx4Wo+tOA5edQZQ72KQMnLDXC7QaW/xm8qFwJ+6obesOTHaDQPuVRm++Bqgr",
+	"Nu9FcmdEiypVhyrNaC1YmhLhHhgLeh8cC67syX/Wh73hYu7TXPMxTfR2LfXUP/k5HpBb3SaVwe8VrDa/",
+	"/SML6qVtulAONPc+t6i2fCH8s2sydO/w6GErF75PCEItcoA4+5vKYXV44IIRT7APP1fY2YjqqePSC5lf",
+	"g9gfkZ9eP99jKqGQIIpde1QXc8JcZ1D41NnIzzF8o7lEDuS4sJjE7+CPiFAdEYwb++Y2jkjs8gFjl/X3",
+	"SEFqYJ/E7665SCMIyPsmIhqqmtEZ+yYaCK6wPMA3EUmk0sNCpd/cxp2IxC4UMH7n/KlGizRTQUwPVZrE",
+	"EFzlVcoxFzRDzdGmsmFcmI2AtNF9wBKnVHUJtO+HbT9SJOZpjPHMihTzEx+MuRKYUKmy1v6KvODfguPO",
+	"jIrBhli0p3Q5mtObQCUejF520dhqKhd1qqW5ougafp/bvX4beBltZGAH+4bOKNbYirCC2EwpfEhjt0nd",
+	"q4QtNpkmf+ntff3m3UF08NVto2a3kT5sCSzaiQzYnTo3+2+n0bXBqUfKJYJTVRM9EHmnswtez+3RVc7H",
+	"3vwpo5me/rqJu/xgH/mQRcJhikYjoJVTbQ7mvRuobDD/P+c3TJg55rkcoZa0D1brjZB5jU98yOJRjKbc",
+	"LKy2dJSZ/nPw4mxc5Utbx395UkbHQ54A0j4/nO3dvNlN42fCgzqBfnqKMFoZyRZBA52Z2wxXBNVaIpJz",
+	"SVYTkeBSIX0t8syQOq3n/f39g8Mvu71ur3vQ/+rg8LB1++b2/wsAAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -1,19 +1,25 @@
-// Package signin is the dashboard's browser session: a cookie that stands
-// for the operator token. The cookie is an expiry and a MAC keyed by the
-// token, so it survives a restart of agentic-mgmt (a page reconnects
-// without signing in again) and a new operator token ends every session.
+// Package signin is the dashboard's browser session: a cookie holding a
+// random id that stands for a session kept on the server
+// (ports.SignInSessions, which survives a restart of agentic-mgmt, so a page
+// reconnects without signing in again). Signing out deletes the session at
+// once; a new operator token ends every session. Failed sign-ins are
+// limited per client address (Limiter).
 package signin
 
 import (
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
+	"errors"
 	"net"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
 // CookieName is the session cookie's name.
@@ -22,35 +28,134 @@ const CookieName = "agentic_session"
 // TTL is how long a sign-in lasts.
 const TTL = 12 * time.Hour
 
-// Value is the cookie value for a session of token ending at expires.
-func Value(token string, expires time.Time) string {
-	exp := strconv.FormatInt(expires.Unix(), 10)
-	return exp + "." + mac(token, exp)
+// OperatorTokenID is the TokenID of a session signed in with the operator
+// token.
+const OperatorTokenID = "operator"
+
+// idBytes is the size of a session id: 256 random bits.
+const idBytes = 32
+
+// Sessions mints and looks up the dashboard's sessions in a store. A nil
+// *Sessions knows no session.
+type Sessions struct {
+	store ports.SignInSessions
+	// tokenHash is the SHA-256 of the secret of the token a session
+	// stands for now (ok false: no such token).
+	tokenHash func(tokenID string) ([32]byte, bool)
 }
 
-func mac(token, exp string) string {
-	m := hmac.New(sha256.New, []byte(token))
-	m.Write([]byte("agentic-sandbox dashboard session\x00" + exp))
+// NewSessions keeps sessions in store; sessions of OperatorTokenID are bound
+// to operatorToken (empty: none can be minted or found).
+func NewSessions(store ports.SignInSessions, operatorToken string) *Sessions {
+	opHash := sha256.Sum256([]byte(operatorToken))
+	return &Sessions{store: store, tokenHash: func(id string) ([32]byte, bool) {
+		return opHash, id == OperatorTokenID && operatorToken != ""
+	}}
+}
+
+// WithTokens lets sessions stand for tokens other than the operator's:
+// hash returns the SHA-256 of tokenID's secret while the token is valid
+// (ok false once it is revoked or expired, which ends its sessions).
+func (s *Sessions) WithTokens(hash func(tokenID string) ([32]byte, bool)) *Sessions {
+	op := s.tokenHash
+	s.tokenHash = func(id string) ([32]byte, bool) {
+		if id == OperatorTokenID {
+			return op(id)
+		}
+		return hash(id)
+	}
+	return s
+}
+
+// ErrNoSuchToken: a session was asked for a token the server does not know.
+var ErrNoSuchToken = errors.New("signin: no such token")
+
+// Mint starts a session of tokenID at now: the cookie value (the id, which
+// the server never keeps) and when it ends.
+func (s *Sessions) Mint(tokenID string, now time.Time) (value string, expires time.Time, err error) {
+	th, ok := s.tokenHash(tokenID)
+	if !ok {
+		return "", time.Time{}, ErrNoSuchToken
+	}
+	id := make([]byte, idBytes)
+	if _, err := rand.Read(id); err != nil {
+		return "", time.Time{}, err
+	}
+	expires = now.Add(TTL)
+	err = s.store.Create(ports.SignInSession{
+		IDHash: idHash(id), TokenID: tokenID, Binding: binding(id, th),
+		Created: now, Expires: expires,
+	})
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	return base64.RawURLEncoding.EncodeToString(id), expires, nil
+}
+
+// Lookup returns the live session whose cookie value is value.
+func (s *Sessions) Lookup(value string, now time.Time) (ports.SignInSession, bool) {
+	id, ok := parseID(value)
+	if s == nil || !ok {
+		return ports.SignInSession{}, false
+	}
+	ss, ok := s.store.Lookup(idHash(id), now)
+	if !ok {
+		return ports.SignInSession{}, false
+	}
+	th, ok := s.tokenHash(ss.TokenID)
+	if !ok || !hmac.Equal([]byte(ss.Binding), []byte(binding(id, th))) {
+		return ports.SignInSession{}, false // its token is gone or has another secret now
+	}
+	return ss, true
+}
+
+// FromRequest returns the live session of r's session cookie.
+func (s *Sessions) FromRequest(r *http.Request, now time.Time) (ports.SignInSession, bool) {
+	for _, c := range r.CookiesNamed(CookieName) {
+		if ss, ok := s.Lookup(c.Value, now); ok {
+			return ss, true
+		}
+	}
+	return ports.SignInSession{}, false
+}
+
+// End deletes the session whose cookie value is value (none: nothing).
+func (s *Sessions) End(value string) error {
+	id, ok := parseID(value)
+	if s == nil || !ok {
+		return nil
+	}
+	return s.store.Delete(idHash(id))
+}
+
+// EndForToken deletes every session of tokenID (it was revoked).
+func (s *Sessions) EndForToken(tokenID string) error {
+	if s == nil {
+		return nil
+	}
+	return s.store.DeleteForToken(tokenID)
+}
+
+func parseID(value string) ([]byte, bool) {
+	if len(value) != base64.RawURLEncoding.EncodedLen(idBytes) {
+		return nil, false
+	}
+	id, err := base64.RawURLEncoding.DecodeString(value)
+	return id, err == nil && len(id) == idBytes
+}
+
+func idHash(id []byte) string {
+	h := sha256.Sum256(id)
+	return hex.EncodeToString(h[:])
+}
+
+// binding ties a session to its token's secret, keyed by the session's id:
+// the file of sessions says nothing of the secret.
+func binding(id []byte, tokenHash [32]byte) string {
+	m := hmac.New(sha256.New, id)
+	m.Write([]byte("agentic-sandbox dashboard session\x00"))
+	m.Write(tokenHash[:])
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
-}
-
-// Valid reports whether value is a live session of token at now.
-func Valid(token, value string, now time.Time) bool {
-	exp, sum, ok := strings.Cut(value, ".")
-	if !ok || token == "" || len(value) > 128 {
-		return false
-	}
-	unix, err := strconv.ParseInt(exp, 10, 64)
-	if err != nil || now.Unix() >= unix {
-		return false
-	}
-	return hmac.Equal([]byte(sum), []byte(mac(token, exp)))
-}
-
-// FromRequest reports whether r carries a live session cookie of token.
-func FromRequest(r *http.Request, token string, now time.Time) bool {
-	c, err := r.Cookie(CookieName)
-	return err == nil && Valid(token, c.Value, now)
 }
 
 // Cookie is the session cookie to set (expires set) or to clear (zero).

@@ -79,3 +79,8 @@ func TestPublicPortsConformance(t *testing.T) {
 	open := reopener(portsfake.NewPublicPorts)
 	portstest.RunPublicPortsSuite(t, func(_ *testing.T, dir string) ports.PublicPorts { return open(dir) })
 }
+
+func TestSignInSessionsConformance(t *testing.T) {
+	open := reopener(portsfake.NewSignInSessions)
+	portstest.RunSignInSessionsSuite(t, func(_ *testing.T, dir string) ports.SignInSessions { return open(dir) })
+}

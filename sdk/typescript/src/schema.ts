@@ -50,8 +50,17 @@ export interface paths {
         /**
          * Sign a browser in with the operator token.
          * @description Sets the `agentic_session` cookie (HttpOnly, SameSite=Strict, Secure over TLS) that
-         *     REST and the client WebSocket accept for 12 hours. The cookie stands for the token:
-         *     a new operator token ends every session. Only from the server's own origins.
+         *     REST, the client WebSocket and the previews accept for 12 hours. The cookie holds
+         *     only a random id (256 bits) of a session kept on the server (`signin-sessions.json`
+         *     in the data dir, by the id's SHA-256; it survives a restart): `POST /api/v1/signout`
+         *     ends it at once, and a new operator token ends every session. Only from the
+         *     server's own origins.
+         *
+         *     Failed sign-ins are limited per client address (an IPv4 address, an IPv6 /64; the
+         *     connection's, no forwarding header is trusted): after 5 failures within a minute,
+         *     every sign-in from that address is refused with 429 `too_many_sign_ins` and
+         *     `Retry-After`, without looking at the token, until the oldest of them is a minute
+         *     old. A success forgets that address's failures only.
          */
         post: operations["signIn"];
         delete?: never;
@@ -69,7 +78,12 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Clear the browser's session cookie. */
+        /**
+         * End the browser's session and clear its cookie.
+         * @description Deletes the session of the request's `agentic_session` cookie on the server, at
+         *     once: the cookie, wherever a copy of it is kept, no longer reads anything. Without
+         *     a cookie (or with one of no session) it only clears the cookie.
+         */
         post: operations["signOut"];
         delete?: never;
         options?: never;
@@ -1135,7 +1149,7 @@ export interface components {
              *     permission_denied, invalid_path, file_too_large, directory_not_empty,
              *     too_many_transfers, invalid_manifest, task_not_found, task_conflict, unknown_parameter,
              *     artifact_not_found, pool_not_found, agent_reserved, stdin_busy, port_not_listening,
-             *     too_many_forwards, port_refused, upgrade_required, too_many_public_ports.
+             *     too_many_forwards, port_refused, upgrade_required, too_many_public_ports, too_many_sign_ins.
              */
             code: string;
         };
@@ -2100,6 +2114,26 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             413: components["responses"]["TooLarge"];
+            /** @description too_many_sign_ins; retry after Retry-After seconds. */
+            429: {
+                headers: {
+                    /** @description Seconds until this address may sign in again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description store_unavailable; the session could not be kept (the data dir cannot be written). */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
         };
     };
     signOut: {
@@ -2111,7 +2145,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description The cookie is cleared. */
+            /** @description The session is ended and the cookie is cleared. */
             204: {
                 headers: {
                     [name: string]: unknown;
@@ -2119,6 +2153,15 @@ export interface operations {
                 content?: never;
             };
             400: components["responses"]["BadRequest"];
+            /** @description store_unavailable; the session could not be ended (the data dir cannot be written). */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
         };
     };
     watchChanges: {

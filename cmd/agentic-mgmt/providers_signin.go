@@ -1,0 +1,19 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/signin"
+)
+
+// provideSignIns are the dashboard's sign-in sessions, kept in
+// <data dir>/signin-sessions.json so that a restart keeps browsers signed
+// in; sessions of another operator token than this one are not valid.
+func provideSignIns(dir DataDir, token OperatorToken) (*signin.Sessions, error) {
+	s, err := filestore.NewSignInSessions(string(dir))
+	if err != nil {
+		return nil, fmt.Errorf("sign-in sessions: %w", err)
+	}
+	return signin.NewSessions(s, string(token)), nil
+}
