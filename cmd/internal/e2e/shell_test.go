@@ -116,9 +116,12 @@ func TestShellInARealTerminal(t *testing.T) {
 		t.Fatalf("shell -- CMD exit %d, want 4:\n%q", r.ExitCode, cmd.output())
 	}
 
-	// Without a terminal, stdin goes through as it comes.
+	// Without a terminal, stdin goes through as it comes. (The shell
+	// outlives its output a while: a tmux client draws the pane when it
+	// gets to it, and a shell that ran the whole line before the first
+	// draw and exited at once left nothing drawn on a loaded machine.)
 	piped := exec.Command(bins.Ctl, "--server", s.RESTURL, "--token", s.Token, "shell", "host-01")
-	piped.Stdin = strings.NewReader("echo piped-$((1+1)); exit 5\n")
+	piped.Stdin = strings.NewReader("echo piped-$((1+1)); sleep 5; exit 5\n")
 	pipedOut, err := piped.CombinedOutput()
 	if code := piped.ProcessState.ExitCode(); code != 5 || !strings.Contains(string(pipedOut), "piped-2") {
 		t.Fatalf("shell with stdin from a pipe: exit %d (%v):\n%q", code, err, pipedOut)
