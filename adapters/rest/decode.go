@@ -29,6 +29,7 @@ var bodyTypes = map[string]reflect.Type{
 	"POST /api/v1/environments":                 reflect.TypeFor[restapi.CreateEnvironmentRequest](),
 	"PUT /api/v1/pools/{name}":                  reflect.TypeFor[restapi.PoolRequest](),
 	publicPortRoute:                             reflect.TypeFor[restapi.PublicPortRequest](),
+	"POST /api/v1/tokens":                       reflect.TypeFor[restapi.TokenRequest](),
 }
 
 // optionalBody are the routes whose JSON body may be left out (empty): the

@@ -31,26 +31,47 @@ const (
 // dispatchGate runs the checks of a dispatch that come before its body, in
 // the order openapi.yaml gives: integration configured (503), executor
 // registered (503), executor bearer token (401).
-func (s *Server) dispatchGate(r *http.Request) *apiError {
+func (s *Server) dispatchGate(r *http.Request) (*http.Request, *apiError) {
 	x := s.d.Executor
 	if x == nil || !x.Configured() {
-		return newError(http.StatusServiceUnavailable, "integration_disabled",
+		return r, newError(http.StatusServiceUnavailable, "integration_disabled",
 			"the aiwg integration is not configured on this server (AIWG_SERVE_ENDPOINT is unset)")
 	}
 	if s.d.Missions == nil {
-		return newError(http.StatusServiceUnavailable, "integration_disabled",
+		return r, newError(http.StatusServiceUnavailable, "integration_disabled",
 			"the mission service is not running on this server")
 	}
 	if !x.Registered() {
-		return newError(http.StatusServiceUnavailable, "executor_not_registered",
+		return r, newError(http.StatusServiceUnavailable, "executor_not_registered",
 			"this executor has not completed its registration with aiwg serve yet; retry shortly")
 	}
 	tok, ok := bearer(r)
-	if !ok || tok == "" || !x.VerifyToken(tok) {
-		return newError(http.StatusUnauthorized, "unauthorized",
-			"missing or wrong bearer token: dispatch takes 'Authorization: Bearer <token issued at executor registration>'")
+	if !ok || tok == "" {
+		return r, dispatchUnauthorized()
 	}
-	return nil
+	if x.VerifyToken(tok) {
+		return r, nil
+	}
+	// A named token whose role may dispatch (an executor's) does too; the
+	// operator token does not, as before named tokens.
+	if s.d.Tokens == nil {
+		return r, dispatchUnauthorized()
+	}
+	t, ok := s.d.Tokens.Verify(tok, s.clock.Now())
+	if !ok {
+		return r, dispatchUnauthorized()
+	}
+	c := caller{Name: t.Name, Role: t.Role, TokenID: t.ID, Labels: t.Labels}
+	noteCaller(r, c)
+	if apiErr := s.permit(c, dispatchRoute); apiErr != nil {
+		return r, apiErr
+	}
+	return r.WithContext(withCaller(r.Context(), c)), nil
+}
+
+func dispatchUnauthorized() *apiError {
+	return newError(http.StatusUnauthorized, "unauthorized",
+		"missing or wrong bearer token: dispatch takes 'Authorization: Bearer <token issued at executor registration>' or a named token of a role that may dispatch")
 }
 
 // dispatchKey carries the decoded dispatch from checkBody to DispatchMission.

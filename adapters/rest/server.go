@@ -5,7 +5,6 @@ package rest
 import (
 	"bytes"
 	"crypto/sha256"
-	"crypto/subtle"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -63,8 +62,11 @@ type ReadinessCheck struct {
 type Deps struct {
 	Link   ports.AgentLink
 	Agents ports.AgentDirectory
-	// Token is the operator bearer token; empty refuses every /api request.
-	Token   string
+	// Token is the operator bearer token (an admin); empty refuses it.
+	Token string
+	// Tokens keeps the named tokens with their roles (nil: none, and
+	// /api/v1/tokens answers 503 to create).
+	Tokens  ports.TokenStore
 	Version string
 	// Readiness lists the components /readyz reports; nil means always ready.
 	Readiness func() []ReadinessCheck
@@ -224,7 +226,8 @@ func (s *Server) serve(mux *http.ServeMux, w http.ResponseWriter, r *http.Reques
 	}
 	if pattern == dispatchRoute {
 		// aiwg serve's route: its own gate and token, before the body.
-		if apiErr := s.dispatchGate(r); apiErr != nil {
+		var apiErr *apiError
+		if r, apiErr = s.dispatchGate(r); apiErr != nil {
 			if apiErr.status == http.StatusUnauthorized {
 				sw.Header().Set("WWW-Authenticate", `Bearer realm="agentic-sandbox"`)
 			}
@@ -233,18 +236,31 @@ func (s *Server) serve(mux *http.ServeMux, w http.ResponseWriter, r *http.Reques
 		}
 	} else if pattern == signInRoute || pattern == signOutRoute {
 		// Their own checks: the token in the body, or nothing to protect.
-	} else if p := path.Clean("/" + r.URL.Path); (p == "/api" || strings.HasPrefix(p, "/api/")) && !s.authorized(r) {
-		ok, apiErr := s.cookieAuthorized(r)
-		if apiErr != nil {
+	} else if p := path.Clean("/" + r.URL.Path); p == "/api" || strings.HasPrefix(p, "/api/") {
+		c, ok := s.bearerCaller(r)
+		if !ok {
+			cookieOK, apiErr := s.cookieAuthorized(r)
+			if apiErr != nil {
+				_ = apiErr.write(sw)
+				return
+			}
+			if !cookieOK {
+				sw.Header().Set("WWW-Authenticate", `Bearer realm="agentic-sandbox"`)
+				writeError(sw, http.StatusUnauthorized, "unauthorized",
+					"missing, wrong, expired or revoked bearer token: send 'Authorization: Bearer <token>' (a named token, or the operator token: AGENTIC_OPERATOR_TOKEN or <data dir>/operator-token)")
+				return
+			}
+			// The dashboard's cookie stands for the operator token for
+			// now (a session signed in with a named token would take
+			// that token's role: see operatorTokenID).
+			c = caller{Name: "dashboard", Role: operatorCaller.Role}
+		}
+		noteCaller(r, c)
+		if apiErr := s.permit(c, pattern); apiErr != nil {
 			_ = apiErr.write(sw)
 			return
 		}
-		if !ok {
-			sw.Header().Set("WWW-Authenticate", `Bearer realm="agentic-sandbox"`)
-			writeError(sw, http.StatusUnauthorized, "unauthorized",
-				"missing or wrong bearer token: send 'Authorization: Bearer <operator token>' (AGENTIC_OPERATOR_TOKEN or <data dir>/operator-token)")
-			return
-		}
+		r = r.WithContext(withCaller(r.Context(), c))
 	}
 	if pattern == "" {
 		s.unmatched(mux, sw, r)
@@ -260,20 +276,6 @@ func (s *Server) serve(mux *http.ServeMux, w http.ResponseWriter, r *http.Reques
 		r.Body = body
 	}
 	mux.ServeHTTP(sw, r)
-}
-
-// authorized compares the operator bearer token in constant time; the token
-// itself is never logged or echoed.
-func (s *Server) authorized(r *http.Request) bool {
-	if s.d.Token == "" {
-		return false
-	}
-	tok, ok := bearer(r)
-	if !ok {
-		return false
-	}
-	got := sha256.Sum256([]byte(tok))
-	return subtle.ConstantTimeCompare(got[:], s.tokenHash[:]) == 1
 }
 
 // bearer returns the token of an 'Authorization: Bearer <token>' header

@@ -237,7 +237,7 @@ func provideMetrics(svc *agentrpc.Service, uc UseCases, times *promexport.Provis
 }
 
 func provideREST(cfg Config, svc *agentrpc.Service, op OperatorHTTP, uc UseCases, link *aiwg.Client, logs *filestore.SessionLog,
-	metrics MetricsHandler, ready *Readiness, clock ports.Clock, log *slog.Logger, ch *changes.Hub, public *filestore.PublicPorts, signIns *signin.Sessions) (RESTHandler, error) {
+	metrics MetricsHandler, ready *Readiness, clock ports.Clock, log *slog.Logger, ch *changes.Hub, public *filestore.PublicPorts, signIns *signin.Sessions, tokens *filestore.Tokens) (RESTHandler, error) {
 	_, wsPort, _ := net.SplitHostPort(cfg.wsAddr())
 	port, _ := strconv.Atoi(wsPort)
 	dash, err := dashboard.New(port)
@@ -248,6 +248,7 @@ func provideREST(cfg Config, svc *agentrpc.Service, op OperatorHTTP, uc UseCases
 		Link:         svc,
 		Agents:       svc,
 		Token:        op.Token,
+		Tokens:       tokens,
 		Version:      op.Version,
 		Readiness:    ready.Checks,
 		Metrics:      metrics,

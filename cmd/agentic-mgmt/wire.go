@@ -46,6 +46,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		provideProvisionTimes,
 		provideTaskMetrics, provideEgressMetrics, providePoolMetrics,
 		providePublicPorts,
+		provideTokens,
 		provideSignIns,
 		provideEnvironments,
 		provideTasks,

@@ -128,7 +128,18 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		cleanup()
 		return nil, nil, err
 	}
-	restHandler, err := provideREST(cfg, service, operatorHTTP, useCases, client, sessionLog, metricsHandler, readiness, wall, log, hub, publicPorts, sessions)
+	tokens, err := provideTokens(cfg)
+	if err != nil {
+		cleanup7()
+		cleanup6()
+		cleanup5()
+		cleanup4()
+		cleanup3()
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	restHandler, err := provideREST(cfg, service, operatorHTTP, useCases, client, sessionLog, metricsHandler, readiness, wall, log, hub, publicPorts, sessions, tokens)
 	if err != nil {
 		cleanup7()
 		cleanup6()

@@ -69,14 +69,16 @@ Commands:
   port-forward ENV LOCAL:REMOTE …
                          carry local ports' connections to ports inside an environment, like
                          'kubectl port-forward' ('agenticctl port-forward --help')
+  token create|list|revoke
+                         named tokens with roles (admins only; 'agenticctl token help')
   mcp                    serve the sandboxes to an AI agent as MCP tools on stdio
                          ('agenticctl mcp --help')
 
 Global flags:
   --server URL   REST endpoint of agentic-mgmt (env AGENTIC_SERVER, else the URL the
                  server left in its data dir, file rest-url; default ` + defaultServer + `)
-  --token TOKEN  operator token (env AGENTIC_OPERATOR_TOKEN, else the file operator-token
-                 in the data dir)
+  --token TOKEN  operator token or a named token (env AGENTIC_OPERATOR_TOKEN, else the
+                 file operator-token in the data dir)
 
 The data dir is $SECRETS_DIR/.. if set, else the nearest .state (make run's) in the
 working directory or above, else /var/lib/agentic-sandbox as root, else
@@ -129,6 +131,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer, env func(stri
 		{[]string{"ports"}, c.ports},
 		{[]string{"port"}, c.port},
 		{[]string{"port-forward"}, c.portForward},
+		{[]string{"token", "tokens"}, c.tokens},
 	}
 	if run := lookup(commands, rest[0]); run != nil {
 		return run(rest[1:])

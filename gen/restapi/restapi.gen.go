@@ -360,6 +360,30 @@ func (e SessionViewerRole) Valid() bool {
 	}
 }
 
+// Defines values for TokenRole.
+const (
+	Admin    TokenRole = "admin"
+	Executor TokenRole = "executor"
+	Operator TokenRole = "operator"
+	Viewer   TokenRole = "viewer"
+)
+
+// Valid indicates whether the value is a known member of the TokenRole enum.
+func (e TokenRole) Valid() bool {
+	switch e {
+	case Admin:
+		return true
+	case Executor:
+		return true
+	case Operator:
+		return true
+	case Viewer:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for TolerationEffect.
 const (
 	TolerationNoExecute        TolerationEffect = "NoExecute"
@@ -713,7 +737,8 @@ type Error struct {
 	// permission_denied, invalid_path, file_too_large, directory_not_empty,
 	// too_many_transfers, invalid_manifest, task_not_found, task_conflict, unknown_parameter,
 	// artifact_not_found, pool_not_found, agent_reserved, stdin_busy, port_not_listening,
-	// too_many_forwards, port_refused, upgrade_required, too_many_public_ports, too_many_sign_ins.
+	// too_many_forwards, port_refused, upgrade_required, too_many_public_ports, too_many_sign_ins, forbidden,
+	// token_exists, token_not_found.
 	Code string `json:"code"`
 
 	// Error A message for people.
@@ -1268,6 +1293,69 @@ type TaskSubmitRequest struct {
 	ManifestYaml *string                 `json:"manifest_yaml,omitempty"`
 }
 
+// Token defines model for Token.
+type Token struct {
+	CreatedAt time.Time  `json:"created_at"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+
+	// Id tok_ and 16 hex digits
+	Id string `json:"id"`
+
+	// Labels A label scope (at most 16 labels; keys and values 1..63 of `A-Za-z0-9._-`, a key may
+	// have one `prefix/`). Kept with the token; enforcing it on environments, tasks and
+	// sessions is not done yet.
+	Labels *TokenLabels `json:"labels,omitempty"`
+	Name   string       `json:"name"`
+	Role   TokenRole    `json:"role"`
+}
+
+// TokenCreated defines model for TokenCreated.
+type TokenCreated struct {
+	CreatedAt time.Time  `json:"created_at"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+
+	// Id tok_ and 16 hex digits
+	Id string `json:"id"`
+
+	// Labels A label scope (at most 16 labels; keys and values 1..63 of `A-Za-z0-9._-`, a key may
+	// have one `prefix/`). Kept with the token; enforcing it on environments, tasks and
+	// sessions is not done yet.
+	Labels *TokenLabels `json:"labels,omitempty"`
+	Name   string       `json:"name"`
+	Role   TokenRole    `json:"role"`
+
+	// Token The secret, shown only in this answer.
+	Token string `json:"token"`
+}
+
+// TokenLabels A label scope (at most 16 labels; keys and values 1..63 of `A-Za-z0-9._-`, a key may
+// have one `prefix/`). Kept with the token; enforcing it on environments, tasks and
+// sessions is not done yet.
+type TokenLabels map[string]string
+
+// TokenList defines model for TokenList.
+type TokenList struct {
+	Tokens []Token `json:"tokens"`
+}
+
+// TokenRequest defines model for TokenRequest.
+type TokenRequest struct {
+	// ExpiresAt When the token stops working (in the future); without it, never.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+
+	// Labels A label scope (at most 16 labels; keys and values 1..63 of `A-Za-z0-9._-`, a key may
+	// have one `prefix/`). Kept with the token; enforcing it on environments, tasks and
+	// sessions is not done yet.
+	Labels *TokenLabels `json:"labels,omitempty"`
+
+	// Name 1..63 of `a-z0-9._-`, starting with a letter or digit; not `tok_…`.
+	Name string    `json:"name"`
+	Role TokenRole `json:"role"`
+}
+
+// TokenRole defines model for TokenRole.
+type TokenRole string
+
 // Toleration Tolerates the node taints it matches. With operator Equal (the default) it needs a key and matches that key's taints of that value; with Exists it takes no value (400 invalid_request otherwise) and matches that key's taints, or every taint when the key is empty too. No effect matches taints of every effect.
 type Toleration struct {
 	Effect   *TolerationEffect   `json:"effect,omitempty"`
@@ -1322,6 +1410,9 @@ type SessionID = string
 // TaskID defines model for TaskID.
 type TaskID = string
 
+// TokenRef defines model for TokenRef.
+type TokenRef = string
+
 // BadGateway defines model for BadGateway.
 type BadGateway = Error
 
@@ -1339,6 +1430,9 @@ type Forbidden = Error
 
 // NotFound defines model for NotFound.
 type NotFound = Error
+
+// RoleForbidden defines model for RoleForbidden.
+type RoleForbidden = Error
 
 // StdinBusy defines model for StdinBusy.
 type StdinBusy = Error
@@ -1577,6 +1671,9 @@ type SignInJSONRequestBody = SignInRequest
 
 // CreateTaskJSONRequestBody defines body for CreateTask for application/json ContentType.
 type CreateTaskJSONRequestBody = TaskSubmitRequest
+
+// CreateTokenJSONRequestBody defines body for CreateToken for application/json ContentType.
+type CreateTokenJSONRequestBody = TokenRequest
 
 // RequestEditorFn is the function signature for the RequestEditor callback function
 type RequestEditorFn func(ctx context.Context, req *http.Request) error
@@ -2437,6 +2534,44 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /api/v1/tasks/{task_id}/events (the `TaskEvents` operationId).
 	TaskEvents(ctx context.Context, taskId TaskID, params *TaskEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListTokens The named tokens, by name, without their secrets (admin only).
+	//
+	// Corresponds with GET /api/v1/tokens (the `ListTokens` operationId).
+	ListTokens(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateTokenWithBody Create a named token with a role (admin only); the secret is shown once.
+	//
+	// The answer's `token` (`ast_` and 43 base64url characters) is shown only here: the
+	// server keeps only its SHA-256 hash. Roles: `viewer` (every read), `operator`
+	// (everything but tokens and the audit log), `admin` (everything), `executor` (dispatch,
+	// HITL answers, mission reads and the aiwg status). 409 `token_exists` for a name in
+	// use, 400 `invalid_request` for a bad name, role, label or an `expires_at` not in the
+	// future.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/tokens (the `CreateToken` operationId).
+	CreateTokenWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateToken Create a named token with a role (admin only); the secret is shown once.
+	//
+	// The answer's `token` (`ast_` and 43 base64url characters) is shown only here: the
+	// server keeps only its SHA-256 hash. Roles: `viewer` (every read), `operator`
+	// (everything but tokens and the audit log), `admin` (everything), `executor` (dispatch,
+	// HITL answers, mission reads and the aiwg status). 409 `token_exists` for a name in
+	// use, 400 `invalid_request` for a bad name, role, label or an `expires_at` not in the
+	// future.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/tokens (the `CreateToken` operationId).
+	CreateToken(ctx context.Context, body CreateTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteToken Revoke a named token by id or name (admin only); it is refused at once. 404 `token_not_found`.
+	//
+	// Corresponds with DELETE /api/v1/tokens/{token} (the `DeleteToken` operationId).
+	DeleteToken(ctx context.Context, token TokenRef, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetHealthz Liveness probe
 	//
@@ -3935,6 +4070,84 @@ func (c *Client) GetTaskArtifact(ctx context.Context, taskId TaskID, name string
 // Corresponds with GET /api/v1/tasks/{task_id}/events (the `TaskEvents` operationId).
 func (c *Client) TaskEvents(ctx context.Context, taskId TaskID, params *TaskEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewTaskEventsRequest(c.Server, taskId, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListTokens The named tokens, by name, without their secrets (admin only).
+//
+// Corresponds with GET /api/v1/tokens (the `ListTokens` operationId).
+func (c *Client) ListTokens(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListTokensRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateTokenWithBody Create a named token with a role (admin only); the secret is shown once.
+//
+// The answer's `token` (`ast_` and 43 base64url characters) is shown only here: the
+// server keeps only its SHA-256 hash. Roles: `viewer` (every read), `operator`
+// (everything but tokens and the audit log), `admin` (everything), `executor` (dispatch,
+// HITL answers, mission reads and the aiwg status). 409 `token_exists` for a name in
+// use, 400 `invalid_request` for a bad name, role, label or an `expires_at` not in the
+// future.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/tokens (the `CreateToken` operationId).
+func (c *Client) CreateTokenWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateTokenRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateToken Create a named token with a role (admin only); the secret is shown once.
+//
+// The answer's `token` (`ast_` and 43 base64url characters) is shown only here: the
+// server keeps only its SHA-256 hash. Roles: `viewer` (every read), `operator`
+// (everything but tokens and the audit log), `admin` (everything), `executor` (dispatch,
+// HITL answers, mission reads and the aiwg status). 409 `token_exists` for a name in
+// use, 400 `invalid_request` for a bad name, role, label or an `expires_at` not in the
+// future.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/tokens (the `CreateToken` operationId).
+func (c *Client) CreateToken(ctx context.Context, body CreateTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateTokenRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteToken Revoke a named token by id or name (admin only); it is refused at once. 404 `token_not_found`.
+//
+// Corresponds with DELETE /api/v1/tokens/{token} (the `DeleteToken` operationId).
+func (c *Client) DeleteToken(ctx context.Context, token TokenRef, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteTokenRequest(c.Server, token)
 	if err != nil {
 		return nil, err
 	}
@@ -6780,6 +6993,107 @@ func NewTaskEventsRequest(server string, taskId TaskID, params *TaskEventsParams
 	return req, nil
 }
 
+// NewListTokensRequest constructs an http.Request for the ListTokens method
+func NewListTokensRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/tokens")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCreateTokenRequest calls the generic CreateToken builder with application/json body
+func NewCreateTokenRequest(server string, body CreateTokenJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateTokenRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewCreateTokenRequestWithBody constructs an http.Request for the CreateToken method, with any body, and a specified content type
+func NewCreateTokenRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/tokens")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewDeleteTokenRequest constructs an http.Request for the DeleteToken method
+func NewDeleteTokenRequest(server string, token TokenRef) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "token", token, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/tokens/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewGetHealthzRequest constructs an http.Request for the GetHealthz method
 func NewGetHealthzRequest(server string) (*http.Request, error) {
 	var err error
@@ -7756,6 +8070,48 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /api/v1/tasks/{task_id}/events (the `TaskEvents` operationId).
 	TaskEventsWithResponse(ctx context.Context, taskId TaskID, params *TaskEventsParams, reqEditors ...RequestEditorFn) (*TaskEventsResponse, error)
 
+	// ListTokensWithResponse The named tokens, by name, without their secrets (admin only).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/tokens (the `ListTokens` operationId).
+	ListTokensWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListTokensResponse, error)
+
+	// CreateTokenWithBodyWithResponse Create a named token with a role (admin only); the secret is shown once.
+	//
+	// The answer's `token` (`ast_` and 43 base64url characters) is shown only here: the
+	// server keeps only its SHA-256 hash. Roles: `viewer` (every read), `operator`
+	// (everything but tokens and the audit log), `admin` (everything), `executor` (dispatch,
+	// HITL answers, mission reads and the aiwg status). 409 `token_exists` for a name in
+	// use, 400 `invalid_request` for a bad name, role, label or an `expires_at` not in the
+	// future.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/tokens (the `CreateToken` operationId).
+	CreateTokenWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTokenResponse, error)
+
+	// CreateTokenWithResponse Create a named token with a role (admin only); the secret is shown once.
+	//
+	// The answer's `token` (`ast_` and 43 base64url characters) is shown only here: the
+	// server keeps only its SHA-256 hash. Roles: `viewer` (every read), `operator`
+	// (everything but tokens and the audit log), `admin` (everything), `executor` (dispatch,
+	// HITL answers, mission reads and the aiwg status). 409 `token_exists` for a name in
+	// use, 400 `invalid_request` for a bad name, role, label or an `expires_at` not in the
+	// future.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/tokens (the `CreateToken` operationId).
+	CreateTokenWithResponse(ctx context.Context, body CreateTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTokenResponse, error)
+
+	// DeleteTokenWithResponse Revoke a named token by id or name (admin only); it is refused at once. 404 `token_not_found`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /api/v1/tokens/{token} (the `DeleteToken` operationId).
+	DeleteTokenWithResponse(ctx context.Context, token TokenRef, reqEditors ...RequestEditorFn) (*DeleteTokenResponse, error)
+
 	// GetHealthzWithResponse Liveness probe
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -7780,6 +8136,8 @@ type ListAgentsResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -7795,6 +8153,11 @@ func (r ListAgentsResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r ListAgentsResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ListAgentsResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetBody returns the raw response body bytes
@@ -7835,6 +8198,8 @@ type GetAgentResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 }
@@ -7852,6 +8217,11 @@ func (r GetAgentResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r GetAgentResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetAgentResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -7897,6 +8267,8 @@ type StartCommandResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON409 the response for an HTTP 409 `application/json` response
@@ -7922,6 +8294,11 @@ func (r StartCommandResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r StartCommandResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r StartCommandResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -7987,6 +8364,8 @@ type ExecCommandResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON409 the response for an HTTP 409 `application/json` response
@@ -8010,6 +8389,11 @@ func (r ExecCommandResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r ExecCommandResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ExecCommandResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -8596,6 +8980,8 @@ type ListAgentPortsResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 }
@@ -8613,6 +8999,11 @@ func (r ListAgentPortsResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r ListAgentPortsResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ListAgentPortsResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -8658,6 +9049,8 @@ type ListAgentSessionsResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -8673,6 +9066,11 @@ func (r ListAgentSessionsResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r ListAgentSessionsResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ListAgentSessionsResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetBody returns the raw response body bytes
@@ -8713,6 +9111,8 @@ type CreateSessionResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON409 the response for an HTTP 409 `application/json` response
@@ -8738,6 +9138,11 @@ func (r CreateSessionResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r CreateSessionResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r CreateSessionResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -8803,6 +9208,8 @@ type ReconnectAIWGResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *Unavailable
 }
@@ -8820,6 +9227,11 @@ func (r ReconnectAIWGResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r ReconnectAIWGResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ReconnectAIWGResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetJSON503 returns the response for an HTTP 503 `application/json` response
@@ -8865,6 +9277,8 @@ type GetAIWGStatusResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -8880,6 +9294,11 @@ func (r GetAIWGStatusResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r GetAIWGStatusResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetAIWGStatusResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetBody returns the raw response body bytes
@@ -8920,6 +9339,8 @@ type ListAuditResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *Unavailable
 }
@@ -8937,6 +9358,11 @@ func (r ListAuditResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r ListAuditResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ListAuditResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetJSON503 returns the response for an HTTP 503 `application/json` response
@@ -8980,6 +9406,8 @@ type WatchChangesResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 }
 
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
@@ -8990,6 +9418,11 @@ func (r WatchChangesResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r WatchChangesResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r WatchChangesResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetBody returns the raw response body bytes
@@ -9030,6 +9463,8 @@ type KillCommandResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON409 the response for an HTTP 409 `application/json` response
@@ -9051,6 +9486,11 @@ func (r KillCommandResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r KillCommandResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r KillCommandResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -9106,6 +9546,8 @@ type GetCommandResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON502 the response for an HTTP 502 `application/json` response
@@ -9125,6 +9567,11 @@ func (r GetCommandResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r GetCommandResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetCommandResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -9173,6 +9620,8 @@ type ResizeCommandResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON409 the response for an HTTP 409 `application/json` response
@@ -9191,6 +9640,11 @@ func (r ResizeCommandResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r ResizeCommandResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ResizeCommandResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -9249,6 +9703,8 @@ type SignalCommandResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON409 the response for an HTTP 409 `application/json` response
@@ -9267,6 +9723,11 @@ func (r SignalCommandResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r SignalCommandResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r SignalCommandResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -9335,6 +9796,8 @@ type WriteCommandStdinResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON409 the response for an HTTP 409 `application/json` response
@@ -9361,6 +9824,11 @@ func (r WriteCommandStdinResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r WriteCommandStdinResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r WriteCommandStdinResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -9431,6 +9899,8 @@ type ListEnvironmentsResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -9446,6 +9916,11 @@ func (r ListEnvironmentsResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r ListEnvironmentsResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ListEnvironmentsResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetBody returns the raw response body bytes
@@ -9486,6 +9961,8 @@ type CreateEnvironmentResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 	// JSON409 the response for an HTTP 409 `application/json` response
 	JSON409 *Conflict
 	// JSON413 the response for an HTTP 413 `application/json` response
@@ -9509,6 +9986,11 @@ func (r CreateEnvironmentResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r CreateEnvironmentResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r CreateEnvironmentResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetJSON409 returns the response for an HTTP 409 `application/json` response
@@ -9567,6 +10049,8 @@ type DeleteEnvironmentResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON409 the response for an HTTP 409 `application/json` response
@@ -9585,6 +10069,11 @@ func (r DeleteEnvironmentResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r DeleteEnvironmentResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r DeleteEnvironmentResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -9645,6 +10134,8 @@ type GetEnvironmentResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 }
@@ -9662,6 +10153,11 @@ func (r GetEnvironmentResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r GetEnvironmentResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetEnvironmentResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -9707,6 +10203,8 @@ type PauseEnvironmentResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON409 the response for an HTTP 409 `application/json` response
@@ -9730,6 +10228,11 @@ func (r PauseEnvironmentResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r PauseEnvironmentResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r PauseEnvironmentResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -9790,6 +10293,8 @@ type ListEnvironmentPortsResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 }
@@ -9807,6 +10312,11 @@ func (r ListEnvironmentPortsResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r ListEnvironmentPortsResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ListEnvironmentPortsResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -9947,6 +10457,8 @@ type MakePortPrivateResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON503 the response for an HTTP 503 `application/json` response
@@ -9961,6 +10473,11 @@ func (r MakePortPrivateResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r MakePortPrivateResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r MakePortPrivateResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -10011,6 +10528,8 @@ type MakePortPublicResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON409 the response for an HTTP 409 `application/json` response
@@ -10034,6 +10553,11 @@ func (r MakePortPublicResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r MakePortPublicResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r MakePortPublicResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -10094,6 +10618,8 @@ type ResumeEnvironmentResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON409 the response for an HTTP 409 `application/json` response
@@ -10117,6 +10643,11 @@ func (r ResumeEnvironmentResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r ResumeEnvironmentResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ResumeEnvironmentResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -10177,6 +10708,8 @@ type StartEnvironmentResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON409 the response for an HTTP 409 `application/json` response
@@ -10200,6 +10733,11 @@ func (r StartEnvironmentResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r StartEnvironmentResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r StartEnvironmentResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -10260,6 +10798,8 @@ type StopEnvironmentResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON409 the response for an HTTP 409 `application/json` response
@@ -10283,6 +10823,11 @@ func (r StopEnvironmentResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r StopEnvironmentResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r StopEnvironmentResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -10343,6 +10888,8 @@ type ListHITLResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -10358,6 +10905,11 @@ func (r ListHITLResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r ListHITLResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ListHITLResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetBody returns the raw response body bytes
@@ -10403,6 +10955,8 @@ type RespondHITLResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON409 the response for an HTTP 409 `application/json` response
@@ -10432,6 +10986,11 @@ func (r RespondHITLResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r RespondHITLResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r RespondHITLResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -10502,6 +11061,8 @@ type ListMissionsResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -10517,6 +11078,11 @@ func (r ListMissionsResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r ListMissionsResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ListMissionsResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetBody returns the raw response body bytes
@@ -10557,6 +11123,8 @@ type GetMissionResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON503 the response for an HTTP 503 `application/json` response
@@ -10576,6 +11144,11 @@ func (r GetMissionResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r GetMissionResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetMissionResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -10626,6 +11199,8 @@ type ListPoolsResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -10641,6 +11216,11 @@ func (r ListPoolsResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r ListPoolsResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ListPoolsResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetBody returns the raw response body bytes
@@ -10679,6 +11259,8 @@ type DeletePoolResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 }
@@ -10691,6 +11273,11 @@ func (r DeletePoolResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r DeletePoolResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r DeletePoolResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -10736,6 +11323,8 @@ type GetPoolResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 }
@@ -10753,6 +11342,11 @@ func (r GetPoolResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r GetPoolResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetPoolResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -10798,6 +11392,8 @@ type PutPoolResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON413 the response for an HTTP 413 `application/json` response
@@ -10819,6 +11415,11 @@ func (r PutPoolResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r PutPoolResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r PutPoolResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -10874,6 +11475,8 @@ type ListRuntimesResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -10889,6 +11492,11 @@ func (r ListRuntimesResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r ListRuntimesResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ListRuntimesResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetBody returns the raw response body bytes
@@ -10929,6 +11537,8 @@ type ListSessionsResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -10944,6 +11554,11 @@ func (r ListSessionsResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r ListSessionsResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ListSessionsResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetBody returns the raw response body bytes
@@ -10984,6 +11599,8 @@ type KillSessionResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON409 the response for an HTTP 409 `application/json` response
@@ -11005,6 +11622,11 @@ func (r KillSessionResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r KillSessionResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r KillSessionResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -11060,6 +11682,8 @@ type GetSessionResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 }
@@ -11077,6 +11701,11 @@ func (r GetSessionResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r GetSessionResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetSessionResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -11122,6 +11751,8 @@ type GetSessionActivityResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON409 the response for an HTTP 409 `application/json` response
@@ -11141,6 +11772,11 @@ func (r GetSessionActivityResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r GetSessionActivityResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetSessionActivityResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -11191,6 +11827,8 @@ type DispatchMissionResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON409 the response for an HTTP 409 `application/json` response
@@ -11214,6 +11852,11 @@ func (r DispatchMissionResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r DispatchMissionResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r DispatchMissionResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -11281,6 +11924,8 @@ type GetSessionOutputResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// Headers200 the parsed response headers for an HTTP 200 response
@@ -11295,6 +11940,11 @@ func (r GetSessionOutputResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r GetSessionOutputResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetSessionOutputResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -11464,6 +12114,8 @@ type ListTasksResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -11479,6 +12131,11 @@ func (r ListTasksResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r ListTasksResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ListTasksResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetBody returns the raw response body bytes
@@ -11521,6 +12178,8 @@ type CreateTaskResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 	// JSON409 the response for an HTTP 409 `application/json` response
 	JSON409 *Conflict
 	// JSON413 the response for an HTTP 413 `application/json` response
@@ -11549,6 +12208,11 @@ func (r CreateTaskResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r CreateTaskResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r CreateTaskResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetJSON409 returns the response for an HTTP 409 `application/json` response
@@ -11609,6 +12273,8 @@ type CancelTaskResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 }
@@ -11626,6 +12292,11 @@ func (r CancelTaskResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r CancelTaskResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r CancelTaskResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -11671,6 +12342,8 @@ type GetTaskResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 }
@@ -11688,6 +12361,11 @@ func (r GetTaskResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r GetTaskResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetTaskResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -11733,6 +12411,8 @@ type ListTaskArtifactsResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 }
@@ -11750,6 +12430,11 @@ func (r ListTaskArtifactsResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r ListTaskArtifactsResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ListTaskArtifactsResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -11793,6 +12478,8 @@ type GetTaskArtifactResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 }
@@ -11805,6 +12492,11 @@ func (r GetTaskArtifactResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r GetTaskArtifactResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetTaskArtifactResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -11848,6 +12540,8 @@ type TaskEventsResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 }
@@ -11860,6 +12554,11 @@ func (r TaskEventsResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r TaskEventsResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r TaskEventsResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -11890,6 +12589,227 @@ func (r TaskEventsResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r TaskEventsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListTokensResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *TokenList
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListTokensResponse) GetJSON200() *TokenList {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ListTokensResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ListTokensResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ListTokensResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ListTokensResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListTokensResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListTokensResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListTokensResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListTokensResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CreateTokenResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *TokenCreated
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *TooLarge
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateTokenResponse) GetJSON201() *TokenCreated {
+	return r.JSON201
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r CreateTokenResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r CreateTokenResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r CreateTokenResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r CreateTokenResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r CreateTokenResponse) GetJSON413() *TooLarge {
+	return r.JSON413
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r CreateTokenResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateTokenResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateTokenResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateTokenResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateTokenResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DeleteTokenResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r DeleteTokenResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r DeleteTokenResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r DeleteTokenResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r DeleteTokenResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r DeleteTokenResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteTokenResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteTokenResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteTokenResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteTokenResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -13303,6 +14223,72 @@ func (c *ClientWithResponses) TaskEventsWithResponse(ctx context.Context, taskId
 	return ParseTaskEventsResponse(rsp)
 }
 
+// ListTokensWithResponse The named tokens, by name, without their secrets (admin only).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/tokens (the `ListTokens` operationId).
+func (c *ClientWithResponses) ListTokensWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListTokensResponse, error) {
+	rsp, err := c.ListTokens(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListTokensResponse(rsp)
+}
+
+// CreateTokenWithBodyWithResponse Create a named token with a role (admin only); the secret is shown once.
+//
+// The answer's `token` (`ast_` and 43 base64url characters) is shown only here: the
+// server keeps only its SHA-256 hash. Roles: `viewer` (every read), `operator`
+// (everything but tokens and the audit log), `admin` (everything), `executor` (dispatch,
+// HITL answers, mission reads and the aiwg status). 409 `token_exists` for a name in
+// use, 400 `invalid_request` for a bad name, role, label or an `expires_at` not in the
+// future.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/tokens (the `CreateToken` operationId).
+func (c *ClientWithResponses) CreateTokenWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTokenResponse, error) {
+	rsp, err := c.CreateTokenWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateTokenResponse(rsp)
+}
+
+// CreateTokenWithResponse Create a named token with a role (admin only); the secret is shown once.
+//
+// The answer's `token` (`ast_` and 43 base64url characters) is shown only here: the
+// server keeps only its SHA-256 hash. Roles: `viewer` (every read), `operator`
+// (everything but tokens and the audit log), `admin` (everything), `executor` (dispatch,
+// HITL answers, mission reads and the aiwg status). 409 `token_exists` for a name in
+// use, 400 `invalid_request` for a bad name, role, label or an `expires_at` not in the
+// future.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/tokens (the `CreateToken` operationId).
+func (c *ClientWithResponses) CreateTokenWithResponse(ctx context.Context, body CreateTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTokenResponse, error) {
+	rsp, err := c.CreateToken(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateTokenResponse(rsp)
+}
+
+// DeleteTokenWithResponse Revoke a named token by id or name (admin only); it is refused at once. 404 `token_not_found`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /api/v1/tokens/{token} (the `DeleteToken` operationId).
+func (c *ClientWithResponses) DeleteTokenWithResponse(ctx context.Context, token TokenRef, reqEditors ...RequestEditorFn) (*DeleteTokenResponse, error) {
+	rsp, err := c.DeleteToken(ctx, token, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteTokenResponse(rsp)
+}
+
 // GetHealthzWithResponse Liveness probe
 //
 // Returns a wrapper object for the known response body format(s).
@@ -13364,6 +14350,13 @@ func ParseListAgentsResponse(rsp *http.Response) (*ListAgentsResponse, error) {
 		}
 		response.JSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
 	}
 
 	return response, nil
@@ -13403,6 +14396,13 @@ func ParseGetAgentResponse(rsp *http.Response) (*GetAgentResponse, error) {
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -13450,6 +14450,13 @@ func ParseStartCommandResponse(rsp *http.Response) (*StartCommandResponse, error
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -13525,6 +14532,13 @@ func ParseExecCommandResponse(rsp *http.Response) (*ExecCommandResponse, error) 
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -14039,6 +15053,13 @@ func ParseListAgentPortsResponse(rsp *http.Response) (*ListAgentPortsResponse, e
 		}
 		response.JSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -14086,6 +15107,13 @@ func ParseListAgentSessionsResponse(rsp *http.Response) (*ListAgentSessionsRespo
 		}
 		response.JSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
 	}
 
 	return response, nil
@@ -14125,6 +15153,13 @@ func ParseCreateSessionResponse(rsp *http.Response) (*CreateSessionResponse, err
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -14201,6 +15236,13 @@ func ParseReconnectAIWGResponse(rsp *http.Response) (*ReconnectAIWGResponse, err
 		}
 		response.JSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Unavailable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -14248,6 +15290,13 @@ func ParseGetAIWGStatusResponse(rsp *http.Response) (*GetAIWGStatusResponse, err
 		}
 		response.JSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
 	}
 
 	return response, nil
@@ -14287,6 +15336,13 @@ func ParseListAuditResponse(rsp *http.Response) (*ListAuditResponse, error) {
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Unavailable
@@ -14328,6 +15384,13 @@ func ParseWatchChangesResponse(rsp *http.Response) (*WatchChangesResponse, error
 		}
 		response.JSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
 	}
 
 	return response, nil
@@ -14367,6 +15430,13 @@ func ParseKillCommandResponse(rsp *http.Response) (*KillCommandResponse, error) 
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -14429,6 +15499,13 @@ func ParseGetCommandResponse(rsp *http.Response) (*GetCommandResponse, error) {
 		}
 		response.JSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -14478,6 +15555,13 @@ func ParseResizeCommandResponse(rsp *http.Response) (*ResizeCommandResponse, err
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -14543,6 +15627,13 @@ func ParseSignalCommandResponse(rsp *http.Response) (*SignalCommandResponse, err
 		}
 		response.JSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -14606,6 +15697,13 @@ func ParseWriteCommandStdinResponse(rsp *http.Response) (*WriteCommandStdinRespo
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -14712,6 +15810,13 @@ func ParseListEnvironmentsResponse(rsp *http.Response) (*ListEnvironmentsRespons
 		}
 		response.JSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
 	}
 
 	return response, nil
@@ -14751,6 +15856,13 @@ func ParseCreateEnvironmentResponse(rsp *http.Response) (*CreateEnvironmentRespo
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
@@ -14815,6 +15927,13 @@ func ParseDeleteEnvironmentResponse(rsp *http.Response) (*DeleteEnvironmentRespo
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -14884,6 +16003,13 @@ func ParseGetEnvironmentResponse(rsp *http.Response) (*GetEnvironmentResponse, e
 		}
 		response.JSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -14930,6 +16056,13 @@ func ParsePauseEnvironmentResponse(rsp *http.Response) (*PauseEnvironmentRespons
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -14998,6 +16131,13 @@ func ParseListEnvironmentPortsResponse(rsp *http.Response) (*ListEnvironmentPort
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -15133,6 +16273,13 @@ func ParseMakePortPrivateResponse(rsp *http.Response) (*MakePortPrivateResponse,
 		}
 		response.JSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -15186,6 +16333,13 @@ func ParseMakePortPublicResponse(rsp *http.Response) (*MakePortPublicResponse, e
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -15255,6 +16409,13 @@ func ParseResumeEnvironmentResponse(rsp *http.Response) (*ResumeEnvironmentRespo
 		}
 		response.JSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -15322,6 +16483,13 @@ func ParseStartEnvironmentResponse(rsp *http.Response) (*StartEnvironmentRespons
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -15391,6 +16559,13 @@ func ParseStopEnvironmentResponse(rsp *http.Response) (*StopEnvironmentResponse,
 		}
 		response.JSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -15459,6 +16634,13 @@ func ParseListHITLResponse(rsp *http.Response) (*ListHITLResponse, error) {
 		}
 		response.JSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
 	}
 
 	return response, nil
@@ -15498,6 +16680,13 @@ func ParseRespondHITLResponse(rsp *http.Response) (*RespondHITLResponse, error) 
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -15594,6 +16783,13 @@ func ParseListMissionsResponse(rsp *http.Response) (*ListMissionsResponse, error
 		}
 		response.JSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
 	}
 
 	return response, nil
@@ -15633,6 +16829,13 @@ func ParseGetMissionResponse(rsp *http.Response) (*GetMissionResponse, error) {
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -15688,6 +16891,13 @@ func ParseListPoolsResponse(rsp *http.Response) (*ListPoolsResponse, error) {
 		}
 		response.JSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
 	}
 
 	return response, nil
@@ -15723,6 +16933,13 @@ func ParseDeletePoolResponse(rsp *http.Response) (*DeletePoolResponse, error) {
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -15771,6 +16988,13 @@ func ParseGetPoolResponse(rsp *http.Response) (*GetPoolResponse, error) {
 		}
 		response.JSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -15817,6 +17041,13 @@ func ParsePutPoolResponse(rsp *http.Response) (*PutPoolResponse, error) {
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -15879,6 +17110,13 @@ func ParseListRuntimesResponse(rsp *http.Response) (*ListRuntimesResponse, error
 		}
 		response.JSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
 	}
 
 	return response, nil
@@ -15919,6 +17157,13 @@ func ParseListSessionsResponse(rsp *http.Response) (*ListSessionsResponse, error
 		}
 		response.JSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
 	}
 
 	return response, nil
@@ -15958,6 +17203,13 @@ func ParseKillSessionResponse(rsp *http.Response) (*KillSessionResponse, error) 
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -16020,6 +17272,13 @@ func ParseGetSessionResponse(rsp *http.Response) (*GetSessionResponse, error) {
 		}
 		response.JSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -16066,6 +17325,13 @@ func ParseGetSessionActivityResponse(rsp *http.Response) (*GetSessionActivityRes
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -16120,6 +17386,13 @@ func ParseDispatchMissionResponse(rsp *http.Response) (*DispatchMissionResponse,
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -16181,6 +17454,13 @@ func ParseGetSessionOutputResponse(rsp *http.Response) (*GetSessionOutputRespons
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -16376,6 +17656,13 @@ func ParseListTasksResponse(rsp *http.Response) (*ListTasksResponse, error) {
 		}
 		response.JSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
 	}
 
 	return response, nil
@@ -16422,6 +17709,13 @@ func ParseCreateTaskResponse(rsp *http.Response) (*CreateTaskResponse, error) {
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
@@ -16491,6 +17785,13 @@ func ParseCancelTaskResponse(rsp *http.Response) (*CancelTaskResponse, error) {
 		}
 		response.JSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -16537,6 +17838,13 @@ func ParseGetTaskResponse(rsp *http.Response) (*GetTaskResponse, error) {
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -16585,6 +17893,13 @@ func ParseListTaskArtifactsResponse(rsp *http.Response) (*ListTaskArtifactsRespo
 		}
 		response.JSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -16624,6 +17939,13 @@ func ParseGetTaskArtifactResponse(rsp *http.Response) (*GetTaskArtifactResponse,
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -16665,12 +17987,198 @@ func ParseTaskEventsResponse(rsp *http.Response) (*TaskEventsResponse, error) {
 		}
 		response.JSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListTokensResponse parses an HTTP response from a ListTokensWithResponse call
+func ParseListTokensResponse(rsp *http.Response) (*ListTokensResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListTokensResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest TokenList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCreateTokenResponse parses an HTTP response from a CreateTokenWithResponse call
+func ParseCreateTokenResponse(rsp *http.Response) (*CreateTokenResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateTokenResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest TokenCreated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDeleteTokenResponse parses an HTTP response from a DeleteTokenWithResponse call
+func ParseDeleteTokenResponse(rsp *http.Response) (*DeleteTokenResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteTokenResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
 
 	}
 
@@ -16926,6 +18434,15 @@ type ServerInterface interface {
 	// TaskEvents The task's events as Server-Sent Events, from the start or after Last-Event-ID.
 	// (GET /api/v1/tasks/{task_id}/events)
 	TaskEvents(w http.ResponseWriter, r *http.Request, taskId TaskID, params TaskEventsParams)
+	// ListTokens The named tokens, by name, without their secrets (admin only).
+	// (GET /api/v1/tokens)
+	ListTokens(w http.ResponseWriter, r *http.Request)
+	// CreateToken Create a named token with a role (admin only); the secret is shown once.
+	// (POST /api/v1/tokens)
+	CreateToken(w http.ResponseWriter, r *http.Request)
+	// DeleteToken Revoke a named token by id or name (admin only); it is refused at once. 404 `token_not_found`.
+	// (DELETE /api/v1/tokens/{token})
+	DeleteToken(w http.ResponseWriter, r *http.Request, token TokenRef)
 	// GetHealthz Liveness probe
 	// (GET /healthz)
 	GetHealthz(w http.ResponseWriter, r *http.Request)
@@ -18928,6 +20445,60 @@ func (siw *ServerInterfaceWrapper) TaskEvents(w http.ResponseWriter, r *http.Req
 	handler.ServeHTTP(w, r)
 }
 
+// ListTokens operation middleware
+func (siw *ServerInterfaceWrapper) ListTokens(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListTokens(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateToken operation middleware
+func (siw *ServerInterfaceWrapper) CreateToken(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateToken(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// DeleteToken operation middleware
+func (siw *ServerInterfaceWrapper) DeleteToken(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "token" -------------
+	var token TokenRef
+
+	err = runtime.BindStyledParameterWithOptions("simple", "token", r.PathValue("token"), &token, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "token", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DeleteToken(w, r, token)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // GetHealthz operation middleware
 func (siw *ServerInterfaceWrapper) GetHealthz(w http.ResponseWriter, r *http.Request) {
 
@@ -19136,6 +20707,9 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/audit", wrapper.ListAudit)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/aiwg/status", wrapper.GetAIWGStatus)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/aiwg/reconnect", wrapper.ReconnectAIWG)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/tokens", wrapper.ListTokens)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/tokens", wrapper.CreateToken)
+	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/api/v1/tokens/{token}", wrapper.DeleteToken)
 
 	return m
 }
@@ -19151,6 +20725,8 @@ type FileTooLargeJSONResponse Error
 type ForbiddenJSONResponse Error
 
 type NotFoundJSONResponse Error
+
+type RoleForbiddenJSONResponse Error
 
 type StdinBusyResponseHeaders struct {
 	RetryAfter *int
@@ -19228,6 +20804,20 @@ func (response ListAgents401JSONResponse) VisitListAgentsResponse(w http.Respons
 	return err
 }
 
+type ListAgents403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response ListAgents403JSONResponse) VisitListAgentsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetAgentRequestObject struct {
 	AgentId AgentID `json:"agent_id"`
 }
@@ -19274,6 +20864,20 @@ func (response GetAgent401JSONResponse) VisitGetAgentResponse(w http.ResponseWri
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAgent403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response GetAgent403JSONResponse) VisitGetAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19339,6 +20943,20 @@ func (response StartCommand401JSONResponse) VisitStartCommandResponse(w http.Res
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type StartCommand403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response StartCommand403JSONResponse) VisitStartCommandResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -19460,6 +21078,20 @@ func (response ExecCommand401JSONResponse) VisitExecCommandResponse(w http.Respo
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ExecCommand403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response ExecCommand403JSONResponse) VisitExecCommandResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -20334,6 +21966,20 @@ func (response ListAgentPorts401JSONResponse) VisitListAgentPortsResponse(w http
 	return err
 }
 
+type ListAgentPorts403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response ListAgentPorts403JSONResponse) VisitListAgentPortsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListAgentPorts404JSONResponse struct{ NotFoundJSONResponse }
 
 func (response ListAgentPorts404JSONResponse) VisitListAgentPortsResponse(w http.ResponseWriter) error {
@@ -20398,6 +22044,20 @@ func (response ListAgentSessions401JSONResponse) VisitListAgentSessionsResponse(
 	return err
 }
 
+type ListAgentSessions403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response ListAgentSessions403JSONResponse) VisitListAgentSessionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type CreateSessionRequestObject struct {
 	AgentId AgentID `json:"agent_id"`
 	Body    *CreateSessionJSONRequestBody
@@ -20445,6 +22105,20 @@ func (response CreateSession401JSONResponse) VisitCreateSessionResponse(w http.R
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSession403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response CreateSession403JSONResponse) VisitCreateSessionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -20568,6 +22242,20 @@ func (response ReconnectAIWG401JSONResponse) VisitReconnectAIWGResponse(w http.R
 	return err
 }
 
+type ReconnectAIWG403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response ReconnectAIWG403JSONResponse) VisitReconnectAIWGResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ReconnectAIWG503JSONResponse struct{ UnavailableJSONResponse }
 
 func (response ReconnectAIWG503JSONResponse) VisitReconnectAIWGResponse(w http.ResponseWriter) error {
@@ -20631,6 +22319,20 @@ func (response GetAIWGStatus401JSONResponse) VisitGetAIWGStatusResponse(w http.R
 	return err
 }
 
+type GetAIWGStatus403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response GetAIWGStatus403JSONResponse) VisitGetAIWGStatusResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListAuditRequestObject struct {
 	Params ListAuditParams
 }
@@ -20677,6 +22379,20 @@ func (response ListAudit401JSONResponse) VisitListAuditResponse(w http.ResponseW
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAudit403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response ListAudit403JSONResponse) VisitListAuditResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -20774,6 +22490,20 @@ func (response WatchChanges401JSONResponse) VisitWatchChangesResponse(w http.Res
 	return err
 }
 
+type WatchChanges403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response WatchChanges403JSONResponse) VisitWatchChangesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type KillCommandRequestObject struct {
 	CommandId CommandID `json:"command_id"`
 }
@@ -20820,6 +22550,20 @@ func (response KillCommand401JSONResponse) VisitKillCommandResponse(w http.Respo
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type KillCommand403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response KillCommand403JSONResponse) VisitKillCommandResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -20917,6 +22661,20 @@ func (response GetCommand401JSONResponse) VisitGetCommandResponse(w http.Respons
 	return err
 }
 
+type GetCommand403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response GetCommand403JSONResponse) VisitGetCommandResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetCommand404JSONResponse struct{ NotFoundJSONResponse }
 
 func (response GetCommand404JSONResponse) VisitGetCommandResponse(w http.ResponseWriter) error {
@@ -20986,6 +22744,20 @@ func (response ResizeCommand401JSONResponse) VisitResizeCommandResponse(w http.R
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResizeCommand403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response ResizeCommand403JSONResponse) VisitResizeCommandResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21091,6 +22863,20 @@ func (response SignalCommand401JSONResponse) VisitSignalCommandResponse(w http.R
 	return err
 }
 
+type SignalCommand403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response SignalCommand403JSONResponse) VisitSignalCommandResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type SignalCommand404JSONResponse struct{ NotFoundJSONResponse }
 
 func (response SignalCommand404JSONResponse) VisitSignalCommandResponse(w http.ResponseWriter) error {
@@ -21188,6 +22974,20 @@ func (response WriteCommandStdin401JSONResponse) VisitWriteCommandStdinResponse(
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WriteCommandStdin403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response WriteCommandStdin403JSONResponse) VisitWriteCommandStdinResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21332,6 +23132,20 @@ func (response ListEnvironments401JSONResponse) VisitListEnvironmentsResponse(w 
 	return err
 }
 
+type ListEnvironments403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response ListEnvironments403JSONResponse) VisitListEnvironmentsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type CreateEnvironmentRequestObject struct {
 	Body *CreateEnvironmentJSONRequestBody
 }
@@ -21378,6 +23192,20 @@ func (response CreateEnvironment401JSONResponse) VisitCreateEnvironmentResponse(
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateEnvironment403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response CreateEnvironment403JSONResponse) VisitCreateEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21478,6 +23306,20 @@ func (response DeleteEnvironment401JSONResponse) VisitDeleteEnvironmentResponse(
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteEnvironment403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response DeleteEnvironment403JSONResponse) VisitDeleteEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21588,6 +23430,20 @@ func (response GetEnvironment401JSONResponse) VisitGetEnvironmentResponse(w http
 	return err
 }
 
+type GetEnvironment403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response GetEnvironment403JSONResponse) VisitGetEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetEnvironment404JSONResponse struct{ NotFoundJSONResponse }
 
 func (response GetEnvironment404JSONResponse) VisitGetEnvironmentResponse(w http.ResponseWriter) error {
@@ -21648,6 +23504,20 @@ func (response PauseEnvironment401JSONResponse) VisitPauseEnvironmentResponse(w 
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PauseEnvironment403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response PauseEnvironment403JSONResponse) VisitPauseEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21754,6 +23624,20 @@ func (response ListEnvironmentPorts401JSONResponse) VisitListEnvironmentPortsRes
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListEnvironmentPorts403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response ListEnvironmentPorts403JSONResponse) VisitListEnvironmentPortsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -21956,6 +23840,20 @@ func (response MakePortPrivate401JSONResponse) VisitMakePortPrivateResponse(w ht
 	return err
 }
 
+type MakePortPrivate403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response MakePortPrivate403JSONResponse) VisitMakePortPrivateResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type MakePortPrivate404JSONResponse struct{ NotFoundJSONResponse }
 
 func (response MakePortPrivate404JSONResponse) VisitMakePortPrivateResponse(w http.ResponseWriter) error {
@@ -22032,6 +23930,20 @@ func (response MakePortPublic401JSONResponse) VisitMakePortPublicResponse(w http
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type MakePortPublic403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response MakePortPublic403JSONResponse) VisitMakePortPublicResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -22142,6 +24054,20 @@ func (response ResumeEnvironment401JSONResponse) VisitResumeEnvironmentResponse(
 	return err
 }
 
+type ResumeEnvironment403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response ResumeEnvironment403JSONResponse) VisitResumeEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ResumeEnvironment404JSONResponse struct{ NotFoundJSONResponse }
 
 func (response ResumeEnvironment404JSONResponse) VisitResumeEnvironmentResponse(w http.ResponseWriter) error {
@@ -22244,6 +24170,20 @@ func (response StartEnvironment401JSONResponse) VisitStartEnvironmentResponse(w 
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type StartEnvironment403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response StartEnvironment403JSONResponse) VisitStartEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -22354,6 +24294,20 @@ func (response StopEnvironment401JSONResponse) VisitStopEnvironmentResponse(w ht
 	return err
 }
 
+type StopEnvironment403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response StopEnvironment403JSONResponse) VisitStopEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type StopEnvironment404JSONResponse struct{ NotFoundJSONResponse }
 
 func (response StopEnvironment404JSONResponse) VisitStopEnvironmentResponse(w http.ResponseWriter) error {
@@ -22460,6 +24414,20 @@ func (response ListHITL401JSONResponse) VisitListHITLResponse(w http.ResponseWri
 	return err
 }
 
+type ListHITL403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response ListHITL403JSONResponse) VisitListHITLResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type RespondHITLRequestObject struct {
 	HitlId string `json:"hitl_id"`
 	Body   *RespondHITLJSONRequestBody
@@ -22507,6 +24475,20 @@ func (response RespondHITL401JSONResponse) VisitRespondHITLResponse(w http.Respo
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RespondHITL403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response RespondHITL403JSONResponse) VisitRespondHITLResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -22648,6 +24630,20 @@ func (response ListMissions401JSONResponse) VisitListMissionsResponse(w http.Res
 	return err
 }
 
+type ListMissions403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response ListMissions403JSONResponse) VisitListMissionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetMissionRequestObject struct {
 	MissionId string `json:"mission_id"`
 }
@@ -22694,6 +24690,20 @@ func (response GetMission401JSONResponse) VisitGetMissionResponse(w http.Respons
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetMission403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response GetMission403JSONResponse) VisitGetMissionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -22775,6 +24785,20 @@ func (response ListPools401JSONResponse) VisitListPoolsResponse(w http.ResponseW
 	return err
 }
 
+type ListPools403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response ListPools403JSONResponse) VisitListPoolsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type DeletePoolRequestObject struct {
 	Name PoolName `json:"name"`
 }
@@ -22815,6 +24839,20 @@ func (response DeletePool401JSONResponse) VisitDeletePoolResponse(w http.Respons
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeletePool403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response DeletePool403JSONResponse) VisitDeletePoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -22883,6 +24921,20 @@ func (response GetPool401JSONResponse) VisitGetPoolResponse(w http.ResponseWrite
 	return err
 }
 
+type GetPool403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response GetPool403JSONResponse) VisitGetPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetPool404JSONResponse struct{ NotFoundJSONResponse }
 
 func (response GetPool404JSONResponse) VisitGetPoolResponse(w http.ResponseWriter) error {
@@ -22944,6 +24996,20 @@ func (response PutPool401JSONResponse) VisitPutPoolResponse(w http.ResponseWrite
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutPool403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response PutPool403JSONResponse) VisitPutPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -23039,6 +25105,20 @@ func (response ListRuntimes401JSONResponse) VisitListRuntimesResponse(w http.Res
 	return err
 }
 
+type ListRuntimes403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response ListRuntimes403JSONResponse) VisitListRuntimesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListSessionsRequestObject struct {
 	Params ListSessionsParams
 }
@@ -23089,6 +25169,20 @@ func (response ListSessions401JSONResponse) VisitListSessionsResponse(w http.Res
 	return err
 }
 
+type ListSessions403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response ListSessions403JSONResponse) VisitListSessionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type KillSessionRequestObject struct {
 	SessionId string `json:"session_id"`
 }
@@ -23135,6 +25229,20 @@ func (response KillSession401JSONResponse) VisitKillSessionResponse(w http.Respo
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type KillSession403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response KillSession403JSONResponse) VisitKillSessionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -23231,6 +25339,20 @@ func (response GetSession401JSONResponse) VisitGetSessionResponse(w http.Respons
 	return err
 }
 
+type GetSession403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response GetSession403JSONResponse) VisitGetSessionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetSession404JSONResponse struct{ NotFoundJSONResponse }
 
 func (response GetSession404JSONResponse) VisitGetSessionResponse(w http.ResponseWriter) error {
@@ -23292,6 +25414,20 @@ func (response GetSessionActivity401JSONResponse) VisitGetSessionActivityRespons
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSessionActivity403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response GetSessionActivity403JSONResponse) VisitGetSessionActivityResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -23371,6 +25507,20 @@ func (response DispatchMission401JSONResponse) VisitDispatchMissionResponse(w ht
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DispatchMission403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response DispatchMission403JSONResponse) VisitDispatchMissionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -23567,6 +25717,20 @@ func (response GetSessionOutput401JSONResponse) VisitGetSessionOutputResponse(w 
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSessionOutput403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response GetSessionOutput403JSONResponse) VisitGetSessionOutputResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -23774,6 +25938,20 @@ func (response ListTasks401JSONResponse) VisitListTasksResponse(w http.ResponseW
 	return err
 }
 
+type ListTasks403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response ListTasks403JSONResponse) VisitListTasksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type CreateTaskRequestObject struct {
 	Params   CreateTaskParams
 	JSONBody *CreateTaskJSONRequestBody
@@ -23836,6 +26014,20 @@ func (response CreateTask401JSONResponse) VisitCreateTaskResponse(w http.Respons
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTask403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response CreateTask403JSONResponse) VisitCreateTaskResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -23946,6 +26138,20 @@ func (response CancelTask401JSONResponse) VisitCancelTaskResponse(w http.Respons
 	return err
 }
 
+type CancelTask403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response CancelTask403JSONResponse) VisitCancelTaskResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type CancelTask404JSONResponse struct{ NotFoundJSONResponse }
 
 func (response CancelTask404JSONResponse) VisitCancelTaskResponse(w http.ResponseWriter) error {
@@ -24010,6 +26216,20 @@ func (response GetTask401JSONResponse) VisitGetTaskResponse(w http.ResponseWrite
 	return err
 }
 
+type GetTask403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response GetTask403JSONResponse) VisitGetTaskResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetTask404JSONResponse struct{ NotFoundJSONResponse }
 
 func (response GetTask404JSONResponse) VisitGetTaskResponse(w http.ResponseWriter) error {
@@ -24070,6 +26290,20 @@ func (response ListTaskArtifacts401JSONResponse) VisitListTaskArtifactsResponse(
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTaskArtifacts403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response ListTaskArtifacts403JSONResponse) VisitListTaskArtifactsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -24141,6 +26375,20 @@ func (response GetTaskArtifact401JSONResponse) VisitGetTaskArtifactResponse(w ht
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetTaskArtifact403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response GetTaskArtifact403JSONResponse) VisitGetTaskArtifactResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -24239,6 +26487,20 @@ func (response TaskEvents401JSONResponse) VisitTaskEventsResponse(w http.Respons
 	return err
 }
 
+type TaskEvents403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response TaskEvents403JSONResponse) VisitTaskEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type TaskEvents404JSONResponse struct{ NotFoundJSONResponse }
 
 func (response TaskEvents404JSONResponse) VisitTaskEventsResponse(w http.ResponseWriter) error {
@@ -24249,6 +26511,275 @@ func (response TaskEvents404JSONResponse) VisitTaskEventsResponse(w http.Respons
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTokensRequestObject struct {
+}
+
+type ListTokensResponseObject interface {
+	VisitListTokensResponse(w http.ResponseWriter) error
+}
+
+type ListTokens200JSONResponse TokenList
+
+func (response ListTokens200JSONResponse) VisitListTokensResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTokens400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response ListTokens400JSONResponse) VisitListTokensResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTokens401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response ListTokens401JSONResponse) VisitListTokensResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTokens403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response ListTokens403JSONResponse) VisitListTokensResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTokens503JSONResponse struct{ UnavailableJSONResponse }
+
+func (response ListTokens503JSONResponse) VisitListTokensResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTokenRequestObject struct {
+	Body *CreateTokenJSONRequestBody
+}
+
+type CreateTokenResponseObject interface {
+	VisitCreateTokenResponse(w http.ResponseWriter) error
+}
+
+type CreateToken201JSONResponse TokenCreated
+
+func (response CreateToken201JSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateToken400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response CreateToken400JSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateToken401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response CreateToken401JSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateToken403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response CreateToken403JSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateToken409JSONResponse struct{ ConflictJSONResponse }
+
+func (response CreateToken409JSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateToken413JSONResponse struct{ TooLargeJSONResponse }
+
+func (response CreateToken413JSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateToken503JSONResponse struct{ UnavailableJSONResponse }
+
+func (response CreateToken503JSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteTokenRequestObject struct {
+	Token TokenRef `json:"token"`
+}
+
+type DeleteTokenResponseObject interface {
+	VisitDeleteTokenResponse(w http.ResponseWriter) error
+}
+
+type DeleteToken204Response struct {
+}
+
+func (response DeleteToken204Response) VisitDeleteTokenResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
+type DeleteToken400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response DeleteToken400JSONResponse) VisitDeleteTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteToken401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response DeleteToken401JSONResponse) VisitDeleteTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteToken403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response DeleteToken403JSONResponse) VisitDeleteTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteToken404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response DeleteToken404JSONResponse) VisitDeleteTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteToken503JSONResponse struct{ UnavailableJSONResponse }
+
+func (response DeleteToken503JSONResponse) VisitDeleteTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -24513,6 +27044,15 @@ type StrictServerInterface interface {
 	// TaskEvents The task's events as Server-Sent Events, from the start or after Last-Event-ID.
 	// (GET /api/v1/tasks/{task_id}/events)
 	TaskEvents(ctx context.Context, request TaskEventsRequestObject) (TaskEventsResponseObject, error)
+	// ListTokens The named tokens, by name, without their secrets (admin only).
+	// (GET /api/v1/tokens)
+	ListTokens(ctx context.Context, request ListTokensRequestObject) (ListTokensResponseObject, error)
+	// CreateToken Create a named token with a role (admin only); the secret is shown once.
+	// (POST /api/v1/tokens)
+	CreateToken(ctx context.Context, request CreateTokenRequestObject) (CreateTokenResponseObject, error)
+	// DeleteToken Revoke a named token by id or name (admin only); it is refused at once. 404 `token_not_found`.
+	// (DELETE /api/v1/tokens/{token})
+	DeleteToken(ctx context.Context, request DeleteTokenRequestObject) (DeleteTokenResponseObject, error)
 	// GetHealthz Liveness probe
 	// (GET /healthz)
 	GetHealthz(ctx context.Context, request GetHealthzRequestObject) (GetHealthzResponseObject, error)
@@ -26172,6 +28712,87 @@ func (sh *strictHandler) TaskEvents(w http.ResponseWriter, r *http.Request, task
 	}
 }
 
+// ListTokens operation middleware
+func (sh *strictHandler) ListTokens(w http.ResponseWriter, r *http.Request) {
+	var request ListTokensRequestObject
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListTokens(ctx, request.(ListTokensRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListTokens")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListTokensResponseObject); ok {
+		if err := validResponse.VisitListTokensResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// CreateToken operation middleware
+func (sh *strictHandler) CreateToken(w http.ResponseWriter, r *http.Request) {
+	var request CreateTokenRequestObject
+
+	var body CreateTokenJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.CreateToken(ctx, request.(CreateTokenRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CreateToken")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(CreateTokenResponseObject); ok {
+		if err := validResponse.VisitCreateTokenResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// DeleteToken operation middleware
+func (sh *strictHandler) DeleteToken(w http.ResponseWriter, r *http.Request, token TokenRef) {
+	var request DeleteTokenRequestObject
+
+	request.Token = token
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.DeleteToken(ctx, request.(DeleteTokenRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "DeleteToken")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(DeleteTokenResponseObject); ok {
+		if err := validResponse.VisitDeleteTokenResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // GetHealthz operation middleware
 func (sh *strictHandler) GetHealthz(w http.ResponseWriter, r *http.Request) {
 	var request GetHealthzRequestObject
@@ -26225,387 +28846,404 @@ func (sh *strictHandler) GetReadyz(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L3rbiM3tjD6KoTOBlrKlGXZbXcSGYPA6bgT7/TFaDuTPTvqraKqKInjEqkpsqxWenwwv84DHHzA9wbz",
-	"It+bzJMccC2SxZKqJNntviQnCJC2pCpeFhfX/fKulcjZXAomtGr137XmNKczplkOn04nTOjz78yfXLT6",
-	"rTnV01bUEnTGWv0WNb8OedqKWjn7e8Fzlrb6Oi9Y1FLJlM2oeW9G3z5nYqKnrf7B4VdRa8aF/xy19HJu",
-	"RlI652LSur2NWk/lbEZF2jhpgr8/9LRn4obnUsyY0C9hotrJ4Z8dp33yePusz3jGXsgUpkuZSnI+11ya",
-	"eV8lmmZkzvIZV4pLQUZcq4iw7qRLek+OjojMyZfHx91WhOv8e8HyZbnQmRk0XNicas1y8+T/9L75pbf3",
-	"5Zt3j2//o9W0qAuz7bVFnY6UzArNIjN7zjKq+Q0jWhI9ZSTlOUu0zJfwCXDjkSL2uBRRmuaacNEnVJOZ",
-	"VJoc9b4+HojRUjMVESHJy5+eR4TRZEo8SpL2iOkFY4KojKopUx3/9uHxMbHvUkWec1G8JTTL5EINRPvi",
-	"9OqH4YvT/yJUpOTl6Ysz8+GE0HLR5lxJJsWE5URPqTD/00SKhJG/SS5YuratgeCK5GxcKJaSUbDLTpcc",
-	"9Xok5uKGZjwdmqFjIvWU5QuuWHcgGg7J4tZO2GSAtYpPwZnuf9H+pv/L/+wPBm97vTfvDqLD4+Pb/T91",
-	"vii/68F3NUcetd7usTyX+V4CqNgKN2J+vqAT9rTIlczXUeJqyohgb/UwgQeIHANg5jm74bJQZE4njLS5",
-	"ZjOFIE7kjBn0mUjiztY8o8hM3jCDBgA4QpNcKkUoDjCShUhpvuw04TvO3mqiAL3DozpMNxt7zmdc16C6",
-	"RTM95YrMqFiekAXXU1lownVkMK1LfuZ6Cp9CACi6VGQxZTkDQJifcA9wAVTTBjJYxsr6+ayYmdX3enD0",
-	"9qPfCReaTViOW5EyeyDCdXy0nXBdyFy/LGYjVoMSp+Tq6QWZy1xH5KDbfXJ8/LikU9VlmYe2LQt3DaNs",
-	"hcIlA2LZyDwU/v7QzOOKquvGOTVV1w874a0ZSs2lUAy49Lc0/Z5qtqBL8ymRQjMBKE3n84wn1JzL/t+U",
-	"OZx3waT/kbNxq9/6v/ZLCWAff1X7Z4Ye4FTr9x2oHlmY/9EFXZLFlGeI7Zbak5wK0kbxYCIF65fEkiR0",
-	"xsiIJtfuPg1E8CZwlpSnREhLKvyjXFh6rBIpBEs0meQ0YYaqz8xtC37gaiAWlGuWElnoDgxarmBMeWbo",
-	"+5QRcyJMabdWoIIdQ7BvIwPV1/jzx4GqWwvQm2ws8xlLuy2QiMQ448lHW4aSRZ4wsw4uCDV0SzOk3alk",
-	"Ck4GGC3SxjaIJAhZPDQ4A5ZGHhtoljOaLgkTKUs7sCcjY1xJ+ZzmE/Zx9jU2OMoVycyUnuczolh+w/JH",
-	"BuhAakj79Puzl1fnT4fPzp+D3DD89q9XZ5d23TIf8TRl4iPetEeKFIrlZEaXAOFUWsiX0uEwZYI72L6U",
-	"+pnhlx9+iS8lUUUy9TgD01/qlItvC/URiJEyUw1HhVr2Q/LzyGDuvNDk7wUr4NDHRZaRNgomMmFKkSlF",
-	"TDaYSRYGuQ3RgBfSzon5acrFBMUZrsgi55qRBVU4Ztolr5nOl4SONcvx771T+FuxRIpUodQ3ZTS1qlTw",
-	"zDrLvMSXjMxp6BYZsbHMzV3U+ZKLSbciGKzxvVsH9Z8EvaE8o6PsI1wqJJlC6qG/8v2K6J9xcW2An8qF",
-	"2AGiA7EFpHiASGlyZidVRArCzT8L0fnYQP+4FMwxiJFMl6uU7IC84N/C9buS8gUVS8u61Idf2in5eyE1",
-	"JaAd0WTKUjyoGVMK5F4UiHkyjUAdM4cF0i5Sq58ELfRU5vxX9hEo1gtDLw0W5mSRSzEhI0ZzA0R5zYRb",
-	"z8e7Qy+lJnOpFB9lRvdZkDYgWA6TEDkeR4S9ZUmhZW6p1YQrzXLDXYXEuxARpQ3eFuXCDWRvHfaiIef8",
-	"5+8vNdWFWr8HoMaYE1ubO343MAAY80mRs3TQ6pMxzRS7jeEg3Y1mmWJeGSJSRITdMKMvz5hREAxizHOm",
-	"mNB9Eisq0pF8O+QpDhK7/eE3OSNsNtdLgsKuIoXQPDOrGwjcPK5PwaM0uRZykbF0YgBSDuXAhAJdbFYg",
-	"DAcoRGZov9lrRpUeCA/ccGwrIHbJS7MPQi1yAG2Z53LOcs2Zu1gWNgGJGEmZMQoipCeM9T8zkc4lR+Ra",
-	"08kDuGz+vbpZ86zZK+Iv6hlr75aHUDP0baio/BLu8Y0fSo7+xhJthjpNNL/henl2Y2/JKoSUHhYK5jEi",
-	"LdWtfiuVhVmdH02gImkAtqjfbFrg0QzpnA9nqjIaF/rJUWtdHQze2vkNrkoorp/XNUehigmjgf7S4gJU",
-	"dqoUV5oKPdTsrfnCXItrs/KopaXMhgnNMvd3zlSRoc5r/yiEQWK0EYHdJYCzhQBYaEQx27uhudEqlZnd",
-	"Qf4cV+E+nrrVXOFi3PdX5aL8V1JmT3Ft4Vev3crcl2tf/OSXXC7CLv02AttjVnuMopgNdZELVcdRo9ac",
-	"5kakADgVijVhvoVc3U+K/X2dvl1IxeFeWw1yzAy1GOdyRg66tWgQmAnWRnua0SJljxSxDxGedutsaqoY",
-	"4Xc1ywQ8qf3BbB1k1zqzivmVGGRyAm5Eblg+oprPyH9evnrZ9UMIawmqn2ADbM3vcDpgsat/BL+geU6X",
-	"8DkvREIbiNwKMTHnY+/RJmJyWcxmNF++NzlJpWD1JssxFzQjiEkghCpm+H9Uc+vvTkUMbxk2nvEm9C0S",
-	"o5zUUx9PShpuDxydOVuADk1TQHqaXVQgWPPe6ik03tCVw8TnKgurrMLCv9xWVJ5fFay1uDCpZSioddyw",
-	"XHGUwNaAmNA5HfGMuzd2x2TProdUVzGMaran+YzVXfTS7nTHF6dS6caL2nA/+XxI0zSvIkn5c0ZHDPFj",
-	"y/mvAaEEPGDvlNFcj9hdtjNjOueJ2iYLv7CPGWQqhOBiMnQ+onr8zI0IiFByjNdADrBJaMoFy1tR62YW",
-	"sNI3dfTYS7+bVgdYZwVl89JSaTYbcjGW2968hEfPzZOrFwWMv3b+cj8BAviDq4FJ4914zlXT/aji/db9",
-	"1t2FwKVRozE0ujdOCB0ZSd9o5U7Mht+7ta7GEEp25Y37LdUXhwYwJYo0YGBsRa1RoZYIbOAI4d2sxYrT",
-	"XPMxTWolV1D8ho1MvPHqqik9PH5S/xP/le3ERFZgY7EEXvcTRNU11gLObq8BV+yvd0AXB641jFk9TD90",
-	"7bKKlOszoetYPE10PcpJtC6BMvZIEQMS0h60zLtUy3zQImNr5ndf4bMRGbRSqqYjSfM0eErxidjjgiRS",
-	"XnNmnnIqlX2I8sUEzcOPVDkUFVIsZ7JQgxZZTJkgQgq0Y9EkYXMNVtgaTLsLKU0ybpnfuuRiGC3Yqy0f",
-	"QGOLxXIuxSMVeU8lGDxlrutXlNQGHpg5QAciVKgFzGQePLF6uRTEsvPaMRH0ljWvD+x/Pk+JHJuPgs55",
-	"d0lnWe1w1uRVK4ifZgo99P+1Z41de+cpcY4xglZAtDitWPozOSEZF6x+Spk1QAUw85Ei5gnSRnAAnjiM",
-	"qAezajC7mCF/uLq6IPiABTdL61USTfMJ03X3gmrCtVkcS4kUeEnmVE8fKVIG87ightGS7Ht3WJIzI7d7",
-	"871RK1Lzo7lbJ+BvGFl7zA7kG1RhuLwWiB6PQ7TwOwk4YoLBKsFhNxKNekLGhM5Xpb2NZKykPw/H+kh7",
-	"TpWCs1AEX++8Bzt0e6oDhY2RMhyxIhdZ4aEVtdhb3sTygpcRLesE7AbxMwi+qrVJiUSm5u8t8H9V6Hmh",
-	"z9zTFaVoox31LUusMcJeLLbtlQqo4KWU5Xk9c4afhnI8VkzvqOopncpCNw0nCx0MtxLgBd+7eJkxz5Um",
-	"OTM6FUsJvgvxTQZT7iouVGLkgig9hJhftYfG6mJXYRGcbC06Ah0JIugCv3m9HgJm5FVrKjiVWTo0YnGT",
-	"mVowvZD5NZnn8u2StA11lyKDYCzRiQCU8Dp4GXzsmaFk4JvoE/aWJhoInIrIF11VjMf8LVnwLE1onipD",
-	"/SxjZZaREiqInOMeSN+wU9JO2ZgWmSZHR4+Bw3zVw8gkR3yCeI7DJ706ZYm+PceHD4+frJMgPqOTGi70",
-	"1Ck8BB4AQk5JytU1foFRbYYn/eWFOiF2lcgSrNrxCDxlBOJoaIav1bItrmTWwMlPiTUgE6XzSghdOI3S",
-	"VKQ0NwfErLnNHIrmhh21vz+7Ivt0zvdvDvbtO6rTJ/HkhiuZx11yaglnjgwINxGO2SWnMFg4bRmhIMdj",
-	"dD0c9XrEBbQ5D5qgMy4mRE+lYuCzMA+DQBMc3OPDqFnobxBFnOuTp31yuvffhO79Snp7X5MuGZK9iDiF",
-	"xeIVyZjWLMeQlwnXKwtYDyANAv5+Od37b7r3a2/v6zfln93h3psvaiP87L1ZXzpIrx6fMW4NwFHx5hKl",
-	"eZZZ/54KpKlO5K6ikP5ypuyGJ0ZinICAihdUksr9Nnc1l8VkGsRRRnB3IzLKeWqwu1Cg2q9tZp7RhM2s",
-	"hLyJ+F/4B2+B2Ix5xhpscjQdmnUOcyl1vf3NSUlbpYvX/sGq9WKF/gvmiL/Df3SMI2AtTvZJ3UUhGTc0",
-	"Tk/ZbLsgUdobAHmbCbgNnrsn8c4nd7a2ZeqOcY5eAKkx8udyktOZwbO8EBHJpLxmKSnmRvq/OL36oUte",
-	"W6AAgTTqATgDDfke0eR6kstCpM6qr0i7EtNrKUccBIEa4U6AzzSnCcQUO4+Ae8ZcrbwQqkIa1JRlGWnH",
-	"/3H5w9nz53EE7lMS74+42FfTuAPhzDFQiiE8GwNRA9qwISowar3dm8g98+WeuubzPcey9sDFyHJ0Bm7w",
-	"sTFx836Gw3raeLD35MggekgOgRgaKl0liHuGEg493yKDotd7nJh54C+2h1/wlMxzNuZv8dtVqnl0V6rZ",
-	"SDTnerm+n9eFwLg4zfIZeBE89TQAPqnDCEVotqBLRVLZQU+5RY+I0BrkA+aZcmHYFyVzPmcQLaOZMPqb",
-	"9fzQEoUd3mFMkxnVyo8Gt1GSIyOpp2QiXVR7JicYjYGk3HqykHVes7kGnXlWvCVtHoT9yUJnZluGjyNf",
-	"sOFUnXrXSS4Xd7/izuC20diKK74yj97W4eJ3XM2pTqan1iZTozMqzWdG/R0CEtYc9LOn5PHjx18bUPx0",
-	"9RRRFMTHbElmPMs4xiUZZEy4WY5NzzjsHT7Z6x3v9b6+6n3ZP3jcPzzsHhw+/u+KJB/afwIEHQzSd0e3",
-	"e4NBOhik9p8r/Kdf+Wcw6JpnH9/+dy3qbosecHGDDT832SyoUnwiXIQPRoZSbbUXtH9RkbDOdq4ULKC6",
-	"2sAusHpEbzYcdMC1Vu24s3nGnCC7NTTCL2XMMxs1tvpOs768gkCy0DY7hrv70j7qHRE+rkbKAri2rmx3",
-	"v1bDUJ7zriDHlplrfURSTIbO2tA8REAKZkzTlGrazGLwzYaRyqmrmBsqWkaRaqb8/4NpMPWUHofnN6ye",
-	"3gNHnpK9xLIk/zhyoHidOe8486ZLUa6pDu/PQLZusqGjpF0vx97FEA0JVsNULsSO9hB8oZh/sAgdcP3V",
-	"IT2kktQ7EBlVTQbpvMhsbLuFGeTzyJwsphBsvaPd0zokbTqLA38Ajgootzu/A1vKHS10+GMT/X6FCgcr",
-	"h3+kXBQhODM45B8Y9YLVh7WsGWnuIPCjuflOPnJUIetMEKh2VneSswRSTLwzRHkt04ssERFswZRGW2zb",
-	"pxOuWHA2miGDu1ezz9UIsmA3N3dyzgZYgOF1txssRXcx4BjMB9MJ16igcEHaaHnpeERQJDCXgG+BOXN2",
-	"v8nUY+1CtZjT6C8NbBMPp+rfgERm6coKRbfb0tIHk9N0uZOd1Tqa74TC7203WB8Rf6sVOsB9JyZcMGuG",
-	"SkqbYRqRVM6okWd/Ov8uIvOm0LVVv4KHJ2qaIylX3O5Ky/kcKN6c2tgfDKI1tI4Z8atiOt4U1ngmbi6q",
-	"052Jm2/9jGfi5rWd9EzcXPp5zWtu6jNx88zNfiZuvvMLaHCrlxYSZyAPbOYB1fIXeAvJboiFvVswDQTP",
-	"NwjnbL49bpeiGZ/Nt622yaXmH7gXwfqcHWvBzmph4+j3qiJR5y4/NYscZYwoQa/ZMKGKgb8cjExzNEqp",
-	"PimCLIfI26P/pozSuGJjigZiJNPlUEs5hBQPMJUMx7IQaURmTE9lCmk3lhVHpMzEsQ/VpOZEA1HmY7on",
-	"gFP5PL1wBPcVezvnOQu/ECkmH+ghHc71MkJTxTDJpIJZwPwhaOYGD5IKhilXBlZpmdUAc1azGobIpgcC",
-	"0hqGQVpDRJyAnNiUyPKbYO0uerf8aiCmXGfhM/6znDMRvEJnbKgphHqYX52JJSLoCRuO2FIiFKKBCDAp",
-	"HDv8mr3lYOy2kWlDS2oixzwr2xsI962FnRlUFXMjVhrYGIyYUbEcOrNS8JXzdUWQ6FjZ+1qaYIlyc6qn",
-	"9o0A3XzJAxgG3C/RQPipdE6FGrNclePMqOBjg7sEsp0DYMDn8rgcHHxkgsFLGysUvjaHKOZVjM4ZGMdT",
-	"h3SjQi0jiHCBZ0FsNUwjXO1Y5guaG8DAc7aAQ0SK+SSnKRs60hDAcl6MMp4MzfMhiBWfiCEXNrVvXbhz",
-	"ZGOVQLhEKKAITM6zXYgUDGZDI2qJFLjCH8RSv7OW/Kkt+K176/dbbNs7j1Nd8V9ozoH2g/ACGUlCahso",
-	"RUVKpvTGsDMOFS0e/fkRETInL396Hpx/YNigb4cSAiOGoCvWaG/wK9pn5ywnSueMzkr788ET8oJ/27EG",
-	"cVs34cuD3ldfWaP4hmPZbOueK1akcq80ea8bmGcsn1Rj397XEJwXYkhVU2wFr9FrfrZWcmvkLtOB4fkI",
-	"sxCNgquNioMsi7QNL8IaARkbawhKI20fO+CStOqDuwxEaoTws9cvMDSMXFz9NfIOjbfm8b3D4yeJzGTe",
-	"bd0Bgw1bkIUe2lzY9Tl/5BnkyZHFVGZlnvMkl8Xc5tSCHTKTYkLal+ffm0VGCInL8+9/PH/+nBwSRTKq",
-	"Wd4J/e89MmNUKPK41yMKtmUgZlMAiV2YD6tcA1wFHb96clQ5+F7dwRttkIvJMOX5HW5nfQzMBuLpIo4e",
-	"Lv7p7uas+0dMNbCbn6fLSiWORBYZVtMAoorFGlBqEhMy4oLmy269B4Eb8bEpRDRnNCPmGRsdenD41Z9e",
-	"oungmmcZhhoajkkz8tL8/CX+aHPwgdKXawNBvyEXC8aoyd7GscF2Z2cM8vsjwseEimW3KWprQxBYY0DX",
-	"xuwcPmPpsPpq+PMdkqSaorfKE6mL4PKYVEXDcGVhJk65oLoL8oxnrMG2nHFxPWyKRj0lajkzTzxSBJ+p",
-	"xa3Z/UqetcEFp5gueLqvmJ6YfzRPrpdGM6RkLItcTzGWpp5cz5xNZTctvDnEf9c4/tKd6WwpEIMStQxt",
-	"i1oWWq2oBVWvauI16y0W8JDPB7DF3nBzTcdp1HxLaN4veLbEjRqRcF5bNw6ip23tOFt5rdnCXLkqK9n7",
-	"MmfErhdDzqRgNnDaxsQsWM4sHy90nTCyAlBbq2lTtO0P51fPT21w9jr4Uuv8rcUTUDPv74Ld6gd/gWP4",
-	"6FZXa2qrdcgtrGm/9UahT2TA8aHhuyOp2YNTj7blqvjBm4AR6Flruh33ERsu+IdyiGih2sjNuZzNNWmX",
-	"Z42CZgJJxISqa4hDlKRQDAoNyGwgwsC4gBrasSAJuO2zfEE/tTnDJ2YIqgzxbVtM6ECI6ECU6wzXcuKT",
-	"DjC6weGyre8kc5IysezUlT7YIiaJxvTX+3iB3uMaIdQaksU3vtl8lzbnaYNzRUqfpG2QHrOzo4aBGthM",
-	"w5X1eyrhXIFqMxZjZswdzQUhfVvzwZXYCTcEMczS43Yexts5zDyxnzxCYtC2ojNzHYjZzmqYbBUXgVgj",
-	"K4VfwMMglrWpDg4Jm28trvWkssRgW7g4Z8Cxt3bC9Gqs8JPj48dPtvFuWE3t6TCaIdusgr704rK3dDbP",
-	"4K3rOjRqzodeTcB3sTXujbr1PHd2tAvrU1+5+mUC8jrmZzKhmc9N4xo5vVDEh0f1uvBfZHQC+PMgIv2+",
-	"OeB+/6D2kozpjGfLSuWN+Y2Rtvj85kntwbtggLuUjzSIz244WwyLPKvf3E+vn9s6sXOzJa7ROjLK5UKx",
-	"PLLRIcCDbGhIf38fvzQrqkQxmktvAxjtEzi7ddHZ1/Gn12eXV6QcYd8zT0w/s25MjVXMjFJecYvXwtTq",
-	"SQ0FXc1tlGNkYFguTWYphswzomRyzTRpuxQLdBlb3o9LsQkXKVkPaj+qWwwYXNfXcq4VcWAxsBeMpbA/",
-	"l7vZxvJA1mALHxosUOEjtbKLVU3hMTKj+TVhIlUnGL0Oqiv+1hjFt/niudAQe3c8UvvNb72I9SIZGKl3",
-	"FouqN3t7Hso2WRxmt1e8zAE5PH6yLuAHZ1HM00AEaDgJGwafs4TxG6vcm0E97pdVRxHnplSRnKGvBMJg",
-	"3+OktmvIL8pqBytuwnkxnLM8sS7gXaqUcHU91FLTrDT87hI7ZV4rFEvv9FYmaTqkN5PhwY6rK184vusb",
-	"u74wYzOZL+8BAvviHYFQF9BoFal7BVttCtWgfDEZbhE0kylLrsFUusHsGMSwPohIDX7cu73RHNa0Hkq9",
-	"45ChjbEm1o/r7I6KHtdB/nlDZR7mwjPWy6eshLXeP4x1S9jq5gDUukSEbUhUBjnWWRLyu6LHvawPqizb",
-	"VOu/yHhTOaZSIMcIGzIqNJqJ0fmepUy5MHMfsvf4cPeQPbvUK7uKRvtVlTXdg3tUQnhdOFF5uivxRMF0",
-	"b5qpUj3ntzPtzvwdjftsI3P8jjbAYi3n3aUklLVzWtZg4Ic2mKnmQPFanphWg9ToCOSGWmWiFnfeK7qr",
-	"mQIJqZtqcty4GFcKUUPWHCRzTMPYIaTgBmsxNODaiodpbQ2FHu99hYIwhVRQm6qOLmujd0AoCPnp6tne",
-	"V1HZ/oKMqGJPjkK9HYZqRS38pRbmF2Hc50ZrRR2uUmJwPi0yWzV7bmuhBGoRaf9YjFgumGbqETg4uZh0",
-	"+gZrhUyZsuk+NyxfEijOZPQh88tQsQyiYzB/qnwekok15QIzM4mWGXPFSu3frEteGXWC+nxlfMtHuYJv",
-	"Oi9YQ3400fSaKYzEZZliC7tbIcUeRh1URqpJfe6SU1gvcbsg12xJZoXSZGRGwq2a79q/YJLd/hujDfYJ",
-	"Jd+9vCSqGNkQUvwVtETfkeUxSaY0p4mG4CDq9ciDvSePV3MA98iQdEtTj4ElE2lzcrQhLLCwUs1t3OSa",
-	"tbJycJsiQVbSrwPXczvIHWz/sldmD3bfvOtFTw5ug98733S+qfXiz+jbcL4gxTwov1fizc6k/cq/U1Xq",
-	"gglK2/fajBdSZusEbcrrqjBgqrDt5aKlvIb2C0aS3zGAmqd19XVewBAKQ7GJlgYbIQ6v2yT4j2yJ753g",
-	"Y3aIU9RxP8N32La9zqiG2tYQRDGXMnPVn+z2oQSU2dyOcGj0LW5SJ5zfscalPWfJLlC4NM/dRq0FzWe1",
-	"dN6dxIiZu+gjv+vrEm2NpzazeT8lHH05dYQo5uFfHuubBiRtMoGs1izdBoStLiEcsmkZFpPW3WON7mIn",
-	"tOzk3MWnmya/X9DfLkhVGkuPtkXo3A3bGgsSwMxNG720c7xPBZmHL8jyR52U3eqkfIicno9evqOWWYK5",
-	"tt4zck+3g7d+bzdb39/ybGdZGfLNxh3ej9ZonTWHKf4gFxiC6GoTGlxdKmtcjwgXZbuPAzLjwuZQP+6R",
-	"lC6VVy8j8vhJr0faVJCpLPJq0Ovh8deH1QDTJ73d7ICvGU25sI6R9UTysk9mGT294i3VlGd3qxeKSVTb",
-	"48J8DzfzeN3BrRKtXQd2WVzBDt/UwsbQ6/vhxL1Cxe8RNbwWSodFdc1ADVsqicJdtjMvVld2WM80V8z8",
-	"k1Fzq8EDcsG/reDxQe/oq+Mvn2zjxtYMPts09hNytTr4ky+//PLwYOvoc153j93A0HjzkSJzyAJ5W5nh",
-	"6ODro8e9LcJE7S0spZV6Bm/Zy3BmVO+mppRYjAoeIdQWu/Q5rdBMC9RTEZZd6ltmZ5T9cA7UAVxnsNPn",
-	"z1/9fPbd8OXZ1c+vXv94aRuPkjbaC6TAZA8jhhAvH7jwczWlua2hZR54pNxMnRO0mmAmQYPyvsKaoXzX",
-	"hFmTg4szb1fW/ggNp1Vj6dbkDpB4ajOvmyBJxVo5uYCTbUlHbk4m7mN7Lioq5hs0nIQZyuAY9rO4vObQ",
-	"7lRfNny3tNRzN/APOIj//DQYzX/5lxfQCQPaHNVmINsee2POslRVJDMmxtJQJNI2RCYi/nJDvq6KiKUj",
-	"ELy1tN1Sy860dzvkLffIVc+pXqaToGIlryDe3SaHVOGaPKBXl1ek2+3uw+9gGDKfcqaKGSNmGQ0e/lCs",
-	"3IKzbQj3mWOUllFmOgEal0a0Sp47OJhDy2JgQWwKOkCZVdUlOzFlbm0zXQITG7x+N6juJAs3FaWr3kSM",
-	"L6TK073XP728On9xdgmHUl24LcjN6wO+QZmpn87ecqZqlKRQjbFVOu5yklBBy97IUmUi7clfzB+2reKe",
-	"mtOEkWtzkhnkZaqkEwS0YDK9QfSyE5LNUTMq0b//+b9IKpNrlqfOcOnwBcsmwIARoaTEFmL529MMvCfC",
-	"w/fHry4djIdPn59eXp5ddskZGHbB2ORKnVYBw5Wr2HgXTGlUyktC7c4tvFurNCNq4Mme+Ll7voaZnsUE",
-	"9+RNszBQb/txKvHO5h8nWtT5/qqd3xpvRrVO47UwnH9U6FWdWsiFbWcOeLGY2pxAuTDoM2FQtrvtg1mY",
-	"IKX0UB5pp0teibX2qxhhuWQ6eBKbl9tybWUNeEpy5tNrdgJR0AGvEVr12FN/gLZYW10goZzXxhZdlfE/",
-	"GaPoZhqbrXnriKumiAE/9dR3c+jGPepVNiSungWV4GvrQcLh1ReCrC/Mf494juaqjneO82hO/LpktkV+",
-	"WDUQS41DzSSqXCpWG/PBDFBcElinu9EOXp3pJ8H/XjBCZ85UkFXKKQI2WCxoSBior/n0s7mFQay+IplU",
-	"9UNsCbj4YFEV9rqUOR13rYcYtW44W9Qy3J+nkizAkaGwVyPmCkKZfvIzG11iaCeQLts5AZUW7HngPH2G",
-	"RBkpOpdZxvLdozDsMv8Cy9tKVCrN2oM8uJUcKBtj4a6nvdpbQ+LtWlzLsRpTTo61Zdbz1LKU5S5QRUgw",
-	"ZxlGwOYNKYx3LPtUbalYQ4mCOJtdxnHd1GoDAlSrHC/ye94AsB/hgjeGozReF3avgpOGnAwVCh5bItvZ",
-	"SuBNsZEbfWYJTo6y7YwkjqnueIk2wmItpiZsrLTaUiJqIYk3Ep5RhXdTn8uZ3MCu2rQf335x5qap4lt5",
-	"cDBpufirlfzKgAHbXtAZBlyXdXbvtubzyoD2yx/Kce033wbDl6uzpG5dbrVdZtyqS2oK4WIo/NRGxiBt",
-	"3ynJr3zUdmSpxQE+Eef3LPoNTZE2dfqRvrNyxWXkraWN5azXcmdgpqb103t6RZtyy0+d0IJNps5fXkXE",
-	"V0z49z//BVl1aNldKeJAvijDQP609+bdQXTw5JbsUK7ALqV2hzrl9zwgF6q6XqmAajq08VfrYp7TLvGB",
-	"iMxpmqJ26eWc0VKvlC5uf9MP9r7/5t3RbeeLtS8Pb//8539Uv3p8++eGcBkmx3UNWKVitkA21rVY5JBy",
-	"2ZDtuw7PslNfTUu0ZFofYz0vhonMm5poglHuLqHraG+oz2hEi99dRpOqnhqs7f2Kqus7BrkbJIDyUlw/",
-	"YPT5hvqm94iM2RyHUnepNkSzbw5KH3PB1fSO+20A7UO062yE1nxKFdvkq7yX5rI9vZA1x5iuWYBtQa+7",
-	"+beByPm6sGvdA704XyUbtqhMBDFaqK1ionYbcz+nxYyKpkZ5Zdfh9ZblRe67VjccstJDt647Yc1qNahd",
-	"qk1saxK8Y2/fytSrLX5t318Plrqj3qSAc21b7PdtSm1Z7872Rzd/iuGvLJdDcx0jV2UIT2/oPylNJ1xM",
-	"hjhcVIar+W8US3Kmh4XImZIZ1I7zvSmHtgyOKy+XQfeZhIqEZRmWyQtrGe5gJahp12jr8PA06PZidILN",
-	"9ov3si5UVzHHsFoPrABK8Am8/2D4xs8u2Sj4m6Un5sY4mOK/w3lZjs/DrLme7DCZUjF5n9SKUPn3/XK9",
-	"+h+mVaxN6KlhlfUElORNA7NsbiDRRBLvUIXDPbgp5s8sYidltXYZdwghNpLBNm0Sh2xa5mUxmvGdg4ZW",
-	"jKi2sYbEtkiuoORwSWcZmKLcN1aVCAc8AF1i5ZsV64R9++55W+FCdhWyymjsuwHBvmijAyBO3yYUcBeA",
-	"rLB/TKlfnf29oBn247Be2I55GlOlMWIewadt6y6qzZdQoAmGBrJENbmhWcFO0FlxBmVLzTiYcSAk/oxd",
-	"kVbDBH2uR2fzVFD6BJ0c8EVZEcyskitbOVFL2SUvJWHjMUt0OZxfLg6BP6/H+uP3oXL9Ul5ap20ral3k",
-	"bMzyylcv5RmUo2U7GgbK860MU35dM0f4jp8N9IDlWh+LlcSD9i9l2oH964tffKZBezDobnyg88V+55uH",
-	"SF5wKBeCFrCvFbUQYe4MP/d68I0d6DZqAcZ98KSMugtc4wFbt+BsFnB44ApkKWmv+O7K5ku+WDvIGCfw",
-	"DBS99ZFJM5pMuWD4U+Atdt74zrpf0ZbaiGf0mln3dFzvJ9lVpSr9w3bj60wApKGkyLleXkIJDFu6BCs9",
-	"XzXbisC4E7TbJlypgqWEal8nmmCNaMQRsxMssmFUfUbzsE3gVOt5iK1+3i1vmOW7Pv8r9n5HaqEMx+nF",
-	"uaFBMchuPNmbTWY6Jm2UhJyx1zbHkrkmfyKHne5AnAHNgtpnhUhZTmIb1R1bUl1pXI5LRMAMRDt2R/7q",
-	"4uz16dWr18OrVz+evYx9J2eMAhPAPFIjtkoSY+mQlGpKUp7byiFuhj0YOu5EA2GH8C3Sg1pW2BqdtGOI",
-	"yXFh6IpPBBdxx/IKrDaJPdSpi8sYCKD+KIIp2ykK0swSOWPox5VlB0TfmlsuBJE5n3ChSDt+BX/FBn5X",
-	"4RKN8MyyMXFeeECVeD82cDa3CCPobM+1/7x89ZLE7wao8g9afTJodbvdQSsiA6ivjF+V9duH+OWtGQ4n",
-	"tr5oSNRXlv045kcnlAul8aqmMikgPG3ExtIsQSz11CiZLFOQQ/f3guXLgfDlr4NjNwD3VCJlSWb2UAZ2",
-	"2YaEawW0oWOgSIMxsachbHskU24rE09ZltrCuDwnVuoj4NJoZ0BdVURyOK6IWBKroMh5MVMnpLYbYqdL",
-	"Tv1ESwy8kRrLHttcHtBzcDa/u4Fw22vHddJRn4B0FIOZNRZFlsWuahSmWoUpgLHrGBXbutxcQ6Ekdz9d",
-	"CsaMCjrB1MjTi/OgAlK/1esedHuWZgg6561+63G3132M9s0pkDGH/DAsfFNbAPMSy4+MloSnZae/GGJh",
-	"4siiDoxhbw+HVn7gSwpSKe0LcJB0IOJA1I9RapoZ9BpLqI0Vep9i95Srx+t9VSc4r5XLzDWEuz+RZMT0",
-	"gjEBTykykzdG9rSRhUjJaJJLpdxCR4Y90dwVhgua+rf6ULPmdGI9iyVOtvq/vGtxAyK4Ak6T62OYkCPo",
-	"9M7h3vWhvx5ajsBAFSFZKO+Bq1uK1aVW1lJ1WqxyyTeQWQKF1QArDns9jHcX2mUvz+cZTwBA+3+zIkM5",
-	"wUYH7sS15wDuVFNTE+AcERVinUHkI1xF3eB+tfvf0jSonHHUO9j+yk9BGwtk+M4V3cIzh3AoX4DbMu0l",
-	"aZd9KAwvyLB1dcqV/x5uA0fuOclpAqUPuUw7XZinev323zmL9W1wE6t4+D1DNFzHwrotlo8g1M+/a334",
-	"o914rB/xHM1LR9tfein1M/Bv3t5uPJJ9VwIcU6KU3mgZgzZFZMSA5QNJjEeTvbhLQuuZbTyqApSpBgEN",
-	"RFsxRmIjL9qW/zHKxTb6zeq5lUB/J6ddMzZXzgCGFBmF84Gwb7PUyQAQs4bE1jB+K8z5EoY8RdkmDPTC",
-	"GDWv7NpGLCRnbifmApP4+7OrOCLxd2fPz67O4sh5uERqnZEKYp9x2i45NzvC0gtmQiNvMbQrKmwQ0MaO",
-	"JRC2qrko2NrCjAAHWdxGC6F5xlnudgnCAlcDMYH24DGWmx7ikLGLephTpUNwETTeEmXErtjXz0IxwR0l",
-	"FSUAsHyYdotYA3ZChWHx2mgxI5pckzboVE5u5MqwcqjimA7gySSjfIaUEKs5OrJyaFPJVAcAxNG+a9aT",
-	"ycmEpaBcgaRWQYaBkKIssFcIaIAOLR/CIq242jpmCPEOT31k0vsQIrjg30pM6HoQGhS2ELmt6nu2VfQK",
-	"+Tt8sKktSC4xTKeGDF5CQcOgqf7nTA7NC19vf+Gp7YIDLxw83v7ClZTPaT6BkL6jw693euEFFcvXrqDx",
-	"bdQ6xlPbCrLvqWYLa/EtmTrgL6ElHQ5ugwswtn60EwgodHQalEKaZSzfwr/3DcXeiVGUF5fwcTABmRi1",
-	"gi7o0mldXEPtxu5A2I4p2LWJxKstVuKwjYpR3zD8DehCQL9Qz9SgDp4GLMgJlwgPr7sxSw3tujdxGqRc",
-	"3NPykpSaveHOgprSWO2yHI4rJIvI55Cacg2scyACsKFjqzI0mqEUOe4dWlsGdAaLo6DgJYfWiFm2JFz1",
-	"Q9aVGFYHM5ft8LEeqKsXmvIyJLgk6//+5/8iFNPiLDzgPAcC+L7rQoJNZfANZLKjpU+XI6qYs9y1qpTQ",
-	"wjLlqW2obJeFA1ppMjgvFCxLc8p355dPX718efb0avj969OnhuseO0ZhJnUG9S45HQiLbcCtSpRbrULJ",
-	"7fdTiqqvOwWLuT562kot9gQr0k6NRMTe7sV9SIF7yxKSFJqoqZEpgM9Z+DqeOBCWe2KBVlj1IxU0RSUL",
-	"d30J1wE/NOqjkhLaHZcd3i1eGSwtxfoqn67jfGelIPbbZ3y9B54aOs80CP8OYXIqSNvIZ+wGGrWqstsK",
-	"2EVWmqeQdgz2rdhQqs7/37nl+3E9aPldy/PMZ0OMwbqCLXIV5D1u5nFBEmDG6nz0R72vSVzTds/ZvfxP",
-	"tiyZbYHhqG+cs6TIFb9hMVjqBiIOO/zhKPF+3CWvwKjDrJEUuzll2Bmk7hZD61T2DFuW3PMSR1sfNeNf",
-	"UD2FZ+sMM357FduMpc7el7oW+7euwNcEO+IW0498Y3bA52cyH/E0ZeIj3bFPImAi9AmFHpQRoa5/EGp6",
-	"UAcH2ghhHwthPcT+OpwQavud6ZwxvBweWf5siDmca62pNsarYRi2bU0D8kTOMgrZW5bZlVcv1Ol9lzMk",
-	"vlyQtlFsq+3Ijb4O2aUd5O9lt2m4e2a8Qlni7gfMDfFRXWILLAzEQS/q9Xr+ztOc2eLapB3KqKB0g1W4",
-	"0gKn0x2Io94RiattQeOIHPUek3itNyj8EJj6AUjmu68HIq7pKxs32YCfAc37KFTjQxrqwtZJDRzb0c8/",
-	"KMinoCCn5Q19pNwtqThGzXdLbGeAVMbRGJlbJ4eQKduJh+/TPJnaKs31/h/QJVl6AjIDPhzI6+1SUQAh",
-	"3KgKTouZ5GwBJrWB8ArKs/PnZ8MXp/81/PavV2eXcQeplW0HLEAyhARP7H/movUMzay7lq8ZTU/tBj7D",
-	"i/l2T9O8ejPLdANoVFgTvVF7I83+/7iNn/g2IkumwMFJO2eTIqM53EBVtpiGu2rvozVcU0XgEyoxtS2W",
-	"MJgC7zVX6Jdn6ZrTnStIDdFMoO4Mz6NC3e3GKFEMhG9Mh+UufKmJBShYI+bG8CZfL6QYeSVlNzzBWL2I",
-	"PDt/9orIfCCmNE9hF9Z7r4LOrI4qwELqeC02Vl3dQncgLh2crGXDjWREAhv/6qHXJUcHjy3X96294zLi",
-	"zr47EO1CmCPOmVIsBQIjDVlpIkF1dOXnnGv28QnLLoaBh6Epp07whDAHQ4PdF+4I2sGBsbcaaiCniMHb",
-	"VZAz98IfRGsXRd+gwac3jdtDAz9TTtqTX/mcUBss3rFuwUBxD5pPz2jKCB+7Jry7CR4Bfjd0XnVt+beI",
-	"Gx2wjTs7HuwSvH9L8EKW5QAGQjGmyJgtWE7AWo51eZ7iQvYwLKJbQ8FWbRYnhhQNxBotAjpTif6ykR+B",
-	"hXZVAGoSaz6eieJuMo1MNNN76GF4ENEGTuIPOvHboROnJBR9Hik8wch6nYwWX71RrqSafVrxX1nJtaGn",
-	"2ohNIFOtSTryaEImkmhpKBSbzWVOc1sXa8QUT5mfJSI5w1pVEk3NgQuIZpmRZkDIyPkNS/u+yE1eQGm4",
-	"Yp5JmpKMUef3k1kK40JtLiEF63RJPJMpA2OLTDTNBmKlzTNpu9qFvSdHR50G6eV+kslHNV/u8OwLmbI7",
-	"iDAPSkKaJRmsNLeTvPKzlUj/oEK/GSoEF8EaQMpAIIMEJSU6IXOagye7VM5AtzACyzYpxfchrJVODEm6",
-	"enpR6RcI0rIASsS1K51q+yNG5Pzi5gg0ofOLmyedqOqTzMBK4pv96SmbhV72TEofpn1IMBxaeakHtTCz",
-	"Bu/ldmHqbfBx4ycXFgBxVVhfNIblQziTb3nyBFvEZnLBlI6sdhmaZZkuA3YHArfeJbF1lMeO3O/ScrO5",
-	"zyZ4Z10tOZ+OZbNAqEArV6FAyLLjG6Jctp+CdSxWei9OpEavv1l1tHPfRZfdajOjQ89z23VxhOAym+41",
-	"ZQKVXqzmEERUlMF+nS55Zj0AFRM7Pgiebp5aWK6a4Q1oOxGJscR47P/CrHMMso6D3q8xIL2rAzwQcViD",
-	"Pxha7b8zQ1vcj20TYRHGTSMOQvgfN5DnN1QzDPowYBNyZeK2/QSNUJJpuFm1Odr6wnat/AxjXde7mG4w",
-	"pCNdAIhGZISwi/ASYsdU+8ESis86SjYkwE0UMPAuP/KpXpAnWR69UbKOSOB9QRfONpIc1pSqDZH2yHPp",
-	"nvws8Ses2NWAOW6rnyr4PVyDoeKGCsJBrPYuZGGtyDKOzorJ2Lq6KQ7OZWXZytaEkourv0IuWiIzFf+f",
-	"/x3ncqHiUpT+qvd//vfhUeeExEYujF04k4L+Sr5cVXcgTuvrVpYlRGPrnvTsqlrEciBOiau05d5+pILW",
-	"cDRT0kgXCi2UtpE6ctg9gw2YswYc3lbKIGPGzNqeypSpftXMYN4wdHw1H4m0RzQlZrORZai5c6x2Tswl",
-	"qvgw8RaZ778mta7NiMSuvIMZbQgNqWLSppVqlMAjquwQ7MfAdk5QkTGCVqDInNSE3dlPGMRTR+qxG5Wr",
-	"+/a5xVRVVnen4KqDhyYUtfHENmAtzM/8I6T4U4YU+9tTMsCmEOKIlBGyGHoJ1CIsQpvJVTsqX0z2fYpF",
-	"GGC8ajy0j5ye//x96wOGvJvxm+Pd/TI+diDB8S56dZAPvxoq59YNhqYygxsqyKprPp87FcYwHDkeQ/hc",
-	"zVGVBUAbs7lKAH7IxKyNx3SFtdd1oU7QSBaXReFj0oZAtE6pR0Geok3txULdn0pAgRKfPl49yLQvV9gl",
-	"LyGgwLbHUIS62o2VwypS3uyFeOXDLTCwnmq2B+q0wQKIO29fvLq8isjFT+Z/p1dPf4gIZjyV8enFfJLT",
-	"lNmMLTYQoD+NZb6geQrZzmqBBc9zlxyNL5s5yxxxxSdij4uIqCIxCu+4yKBso9T9gYAjasdUxx2jVUvz",
-	"d6JlbhhxLjNgyOgHiSFqvSRGRulE3QPepJq0Y4+rcYSiQIC8RvqCELYYLQVzqqdGCy+ztf8mucCcpXi/",
-	"TOm3Dl1IQYNmIRgWbnaA+uxULmymA4SCIVpa93GcgLlVjkFjNiKFhVqnTG2LrRgw5GkMM/7XnkW4vfO0",
-	"9A0Zuc7os/ZwvK8mkxOSGV0loXm+7JJTCH8zR49xKVOZpR6HILIPKnGB190nzxu5qEue8cwAol/GuOFj",
-	"Y83ygYgVFwmLSfv1s6fk8ePHX3ciLMBgz8v8bSHc9YnToah7AH3CXCOkXq/XOVlNqQblnJWV+CGObkaX",
-	"NsMaw/fMjrkiMVyBriErWexc8SnVdCBSnkcklxo88ZAdd3j8hLzg35pl2PcO3JttvZCuaAPoDddsjl1u",
-	"beoyMDk6EOUzBEDh01Rceoi351ldA48B6lGT495jEistczYM+hvE9gYExh5MTRGSwDKBoTbZG4AE7JTc",
-	"DeutBO3uVverfjQ48cb07MOvdh4I0aVppOODw51H+s1kr9du6oNmOBss2aSz415+O6IORPC6u1HV630J",
-	"B+hQY5C6yjStfbmRbZ7RZEpiW68u9q3eoXaLoTjvBq1rLlI1aPXJL91u981tDBS1GCmmy2o0yrCfOLQZ",
-	"Bios/O067Ju/p1xn5l+o6VYqoDOmc57AF2jXhB6LTt9fM9HZ9ju5+RHNqmRG8+tOH32VYEVFA7KyyVzt",
-	"lYn6KElNGc31iFGN9nr7qzXNpxFQJmd0AFYHgVZItRMGwQuU3HC2sEZx8EpSjCGXC0FsHPZTPIqBgKAp",
-	"STOmEsM/w9YGAH+QJmIwi9zQbDgzEHGGlcPjXsfOOCpy89Z4IIINJBK2a1st5OWgyEjQFgRfmHNgWSbj",
-	"yPoY0GJsThsnGAjbnQFsCu2cdXz+O+7RvoLRR1IkzCVbgyeE48z5khwcE4VEfiCgBOo8l28NswXukWRS",
-	"eWcDmGVq3almPxaCuzGAAH71uRuHx72oSjNDonlc1zBwO9XS7K3eB/jW+k13CrRAJMDXQTHNqDnUMgXT",
-	"nkuZCijDaBaitJx/MnvkJaxhD7Koz2yjCtfL16B9lqFDxhWDcZcM04FuGFwktULEbIbC/jv7lyu/USY1",
-	"VbHlR55l900BtO/Vm5Y/Yh662QNRYJsIChygVAhJHIUqaPY7syS9n4EHQEZ9krNLowMfHfpenYdzksti",
-	"3mnO0Hnl7cc50wW0gfKi7oTfMAFhLsQWujhZl2Zd342BqEn9lmPszoVX3OpN1UIX++Yzy3P3eSAUpPw6",
-	"J6xfFnBqrIrRHQjnHT4C0T9IMTd/Ogie1BTm8OPhfGiZx79RncCCgZiDiMl7gi2sZaxLzgWJEUOxfIgs",
-	"9D5ugNCcOX8r+GBL0zz3rfZ0oQyDdIlIPrUUPOyu2gXW3ED2qaaGsTovgV3FQKzatsuk55WUdJeD7N24",
-	"pRXdZ5hjKjemmNuiQSvJ3mRDrvcJWa8K08eEeyYwz99n1YLX15ZXCwuWYKdRn909YznLlpXaRUZHtzld",
-	"sUX7uAuBkrnMSHulpEtk67lEBhX4r6yDbn8AiJ1zIJrS86E4KtYhcIXog7RxKxi5EjBAzbFZotHhlYMU",
-	"1O9S/YE46Plsd/S9W8BEvhCZ71xjOPPalMr67fVAuHAIQHlUW3ju0EzLCQOveJuujUESWWBVMjYQDi01",
-	"mg86XXJhJqe45EDH3UOzx0SiMHUCW0QJCFBNlCA86h0hosEhO0/WkL2dc7TaBWQjZ65sXUk6QCbpEfs8",
-	"4ak6gUWAWKdcLz4/bulZqnXYf8/0A/DEBm3UUi9DT+qVblc4fnND5sbBDSl8/8FXgsko16SYY7olEAYx",
-	"8cXrHI5oCfe1Qu9IGx6dyywr8fWxOatOk4psyOaqJOplz8crsuf9RM8PKIsE1QE+b4HjvR1EGCPjzhnI",
-	"o+NEJQC2iab7SF43uX7M7w8loT68S7Xab38nX+pRba9p/isDGRZJnZe+mFbk8vz7n89fPv3hj4oRd8bZ",
-	"7QhYtpeqR0BsXfX5ImC1tdZ9ERBHQQS0XttSYqmoAn/g4AfAQSNyNtfXgrhgtX4uVlK1YrXMXZHDBT4P",
-	"5ZVtspORlQ97R2TGqFDo/sLsg/Ch0mMfFDkShrr/vWAFkvuFURwx7jGgUwPBBS4AyueKshat9+5XKkGS",
-	"diEgDimkdRD8K3MwczGFCgDWVwTxsVOW//PORbOlsiSY2STs3RpMsDDhiOHyUyjk5Ao1h/mb2LY4TEQ9",
-	"Ovwa1EwuhqNCLeMgntZH/lJbJhlMqAtb7Jhm0KnFzlhaLEst02ssRqRyRX1L6daIxGk4kZGadb60sn/8",
-	"2nzYOx3botLgOaoLiypXbOuBPcKcUwCX0QjbOKzrR21rXHUijLTCvcNJpFY3xKNYUDUQ+D1pj5YkZnKM",
-	"/lBb/8tFLkNZaC/HG0WgOfnDS1XmGnyGJDbs7XdfCnu62yU7ISnL+A1gt7tTf8RA7TADHNK3hVrei0jv",
-	"6HiCSarep5C6h16djQG9Z+GDd0X4Czphz8GluUMuk3n4KTodP6hiFOyoyZ8YbvpT2dzDNYSVhjHft21o",
-	"L/b1QDcYEl1fva8D0e5GT90SBVyX/wCivF77EUJgbeIMR75EyThnamqDMboDAXEjLEY3RtgYjPz7//l/",
-	"yUhK7JGXF0KdBEzWsihb4RtIypLpDryEDcWguDx2CnNFDDG0tb6VAIbumhWfEEoE0wuZX4OJDIJfVES4",
-	"khmgz0BoznLDBOYZTbCkv22spvmMlYU4oflKRBRdmj0gH7XfWibiuinYV10wcADGIYOGNNZMZEtEBNHb",
-	"tnvSQOBPXEG1YtE5Qf5pB67EXjQH955VepN9uDDdYJ5PVAA43GnNfb4IEPEjs6jPTsh/78AFD8yV9KkV",
-	"8/uJrwlLNYhl0CgQuuOBpR9cBcobZ7B7fNUOU5MctclBiMXfqkh/N34VvPuSzljrcy7599l57d4bsb5j",
-	"SudyuYpWFjtcTALXxKhFAfeADkMQDMjBiTWRPp24Kfj3AyNJ72MRthUO/ptJX8PAXr9ujMhHYpAzECmc",
-	"cxaqolpODBLHpMxgC/lqUx5bbYIlLdQGQ+6F+fn3giGwmT9o0/vSpmc5Y7+y9YRha0MwAuU1Yy47gecE",
-	"u66DpGtwV1m/b0LndMQzrjlTRpIkgIudHXD2j4T4PxLiP2RC/EAMBASOQnoElH9dTNHNjkY3l/COuicG",
-	"ri1g7GoCPARJDER88dMV+fc//4WYu//O/HO7b8fAvAGziUrCOp61xVE0jco5E9Afx+i4AzHK5UKxvO/6",
-	"EWIXRuxG2N/fxy/NVPjVHn5hDh+/6NoncFKSyhnlwr6OP4Fl0IAAdG6XWQABJFratodxNBDYEXOq9by/",
-	"v3988OXjvZTddDOZ0Gwqle5/dXB4uO/CAWCViIrloI9UhAMoW4rm6vnlCVq8cV0AdVee5uL12V/Oz34e",
-	"fvfqxen5yyB6NPZzxpGlMnidLKygqrjMbthAaGnu7rzSauG7l5cnUDmgvwo8X94vgAMW9rFVeL51E5jb",
-	"mSdUsYGApgowvy8A5oANP7n2u6GEh8t1C8rZhObgozcjnuCdHAi9kPbBsfStB7FLEgzMNQlDNCCBR0KL",
-	"X/soNMscy3zWHYgLVxcB4o4qvTahKyeSEZaTUaHhGaP/z4OuCOT04hxI4hIDHGWhDaUdCOjDCW0v1vbu",
-	"wlsyJYltUeTXZF60zzqKb2/Mv//5r9gF7lfWZttbwubbY/BG8KAhH7oUiuqZYB3Z+RyfweqPQFJ91Uro",
-	"UEja8T5VimkF03fIKGf0GghpziIzKNItGNgsH1oyub0mNMe0G7EkM6anMo3Iz2x0CTTWcgug/UB97eFA",
-	"TQvgVpHt37HaRdQPj11EZU7iUyt3gNzUJ99im1PEY9/8FLueWoxugzllIOR47Op7YqQcorfNBsVWID6T",
-	"PvSpuNobQMdsFRFUbOnMdildUBuARHK6ALbsWsIIpRlNI4wi+/6shj7atLR4INquJWyiM5h2z/3WWLkj",
-	"EAXvV7/jowquf9Tx2C64VeXN91V7ahBto0Rp0XbEplykpBEfI5Lxa0bi62LE1n7skksm0oGIn3oppU9+",
-	"wpRMWyvHfuoT12O1MgCyxh+uri72D7oHpO1pg7vghq1hTqCTSROaZZ1K/C6mSKAsgQ4tLzKtE6C1oj8Y",
-	"bOxkJpopLGrnealPsnSSC9f2KBWRIvKVKV2/I0N3+4bnWru0r/rLWMrSjkNly83ig94BuVxwnYD94yKX",
-	"WkKFDoCe79aXs9WdOTqsLY6hG30k9ZQs6FJFVoZjHIQ82Dk6tLvkTKS2XR17pKynGh5oUxhqSrPxHjwc",
-	"1P8MHrOU3Kd5ooC8oMuBwCIhEBDrVwoJJH5hPlyvhBYkqxoSzFGMQrdu0FixHMxm88uqhQGYOER9spS0",
-	"wZaupRzOqFgOLaap2ArB2M0EA4JLFmHTiAHN/vPy1cv+psu4qcMBioR1fhfbgjhoboql3NE7Ihj4RCIb",
-	"EW0QFkb2RCMuywZjnIRCKYTqELvRFT8QNft3TRzMyDb6wK4W3nf9mEcMwypAMzRqDV1aTUgKZljreg9u",
-	"MOWErbo6ETk6fGI0JIDq0LkKYrzgRg40g+iFhEyolOXgLyovxWaiUcsin+GPht28P2fcwZ8pc/2ymI1Y",
-	"jT/zAPnMSmTT+h0n7Vq6GW3df3/1WhAhFxWKYJPsagiDgd3HL8X4MMYwc3fr5IgQp/tkM0qXnTjDui4f",
-	"vsD+kw8PhtXr1q9IvxlNrhW5N6futqKWvatmgfbhdTyve7kSQ72WUFea/D4CllRoap/sQFJXfeXdwOD4",
-	"YRe8RsP7q2txhRMUMc+5shcQ+VxyTDD+mcvQXRFP7Rkina8KTXRVu6kXpFbgchcRFXWsTX3OXrOZvKnS",
-	"syBp+ASC7kDddobIKUXjhW2QWDFEgoI8ENYIuVnWruEuL+g1MyT/AqsyfmoOU+upvAo1WFzn5x76/15W",
-	"e3MmJVL6epmYN479RdGmYCRv5Uq8bKiF/YLm1yoYEZEN5ehY62yoWCJFqmKUeAzP9eXzHj/p9cLMEpLS",
-	"pTLiXM7mGU0wWtR3zjYI3CfhGn96/dway2GxQpYlaUqTCKhCuCDbw7vtDBGx16hyWRhBXfMss4OF+hSO",
-	"YXuMwTbNM8AmkSwOxJLpLkFY2PpaUJDF5jxhDzPDMCaSeHWtEilgryNXBK92elJmfT05gujTiv4FYTSe",
-	"2Flzc+ktqFSh1vTakgQL+e5ANNx2sstlhxaItgkBgMPb+g663SfHx4+PsWqB1hmRmF+Sm5k2EgkkbZ+C",
-	"Rjx8EBBuxkwURP98yK6n5YSNxUAqZjp3QStuij+yA96LtD5n5oovwR01t24tx4IDguWUOUOq0K4V2asE",
-	"NtXtEkHOVDHbnHVVzH433vrXNssdWBRmofrA98BKoNhHL5f/+3PpAwaj/z2tcBtomWkOYDt2AqvbkJFl",
-	"fv694CZs5uMHUP7+EM+XLNVYd+1OGpJ5aRPCyfnvB98wVeoPdHtfdJPz1ZjKNpSzGBeZ86HJPAHPgwti",
-	"sj3Jgb5VkXLKdbYxY+SH86vnv49MEbOTTY5JEHysRP3J8kRemUVMixk1quCenrK9TMq5X1a1stz6Ue6/",
-	"M/93Ce5zKdLm7E6vZ8WavcWQJur8VERLSdqUjCBagi0yLhiKeoPWBTjFzl5enb0etHwHaZh3rXC6/9YA",
-	"NyZtl6boEimtT0QR1+7JYCmWpMMmGJDAh+kY9d6XIJuwdDK5pML1UuqQeFKppn6ynnTZDotHl8ksNLV1",
-	"e+eFdgmXA2EzLrHn/6akyZOmcpv1bevg9OpvH1SvmFM9LYtX2GNvraZpbKqHOePCf24o//jw6qXZ0Wt7",
-	"E3bLK3lYCnBqMa+OCvzserlWyoej69khKFe+eJWTKv/IkfwsciSbeSaeOaHEIICjpSeO7v3JEbggE3sF",
-	"BVzOe5XgunqZG/nnC97UPWW1OHa2dEhm625xG0TfVLAGfqy4WjYhv10IFFDBUju/RSZud7GJjzsgfioW",
-	"7k6cSAFVCPIUPPmuG7CRy5qZuFv8/jv7l6uj2JT7YmfbiUmUQ+7KJw6Pn+zEJz7saW85aSNWKGnzZ7Ex",
-	"pQP1784fEuLKXMpsM/G5gCc+pO1WyqzpLsLkn+oS/kzzGQEAhanTq8DbOQ3R7OXuWpCU2e8r8bCaRCPz",
-	"CRjdFg7W4CVKbd4fx3q49JoJYuvmnVRa1mEutMsLM6xuuTHL78HP4GGvQbPzQma/qUy+8jh9CvDKOVoH",
-	"m3mmGrK6oedwpfRqrPivLK5igxyTWM1ZEhu+6VLj47LqgKsUAAlZNvZSldF1mIKSYsPiMc8y9E/47jLY",
-	"zgxqTLJFWYq9g/0WS6dtWeKRaqhQYHTPTGKMPM9dxuIpiS9eXdZ3fowxb2MgwkxHszUIW2RvaaIzSOQx",
-	"g4J7k9qgSZy8XwmNAzUztj3jIQzMCrAstRUHwhqkbUihgCYghAfgMSvG0fEkFIRUYtMSBAF4b+HqlpCG",
-	"zAPb16QSufyapWzMhU+4MptDGFpnrbvxmAAD2OR7N/myFqQSXNhU+6GuFEOdynxRPAiJ+AAeVSnvVift",
-	"4xEmQs2pj6HFjJCLz1yZ/chO0e8AMNhICIEUMjtMWXfkwtzskFS1Ze6qg3XWyVBVFHFJpY3R+6991ikV",
-	"5tqPCg0mKaQRUILF5ZW9/unl1fmLs8tHKiIsU65TLcrGNovJ9hG1Ub7fvXr649nr4Q+GmimmXZC02Vwq",
-	"k2uWp9BTsoN9b3POXI0aH03NXZ1bFQXtBDCcG8Vx26+okncGFAjbGAjCxMSA19XxLFMbLdvA/lhQSabs",
-	"O2mpCESf4/i2jD31Oea+0AuDutKGwKyQEkxWxy5IvhbMkrR9nRjcWgR/AxjxTy7IKswxDXIqF0RLYkQj",
-	"SNSFxMIZvWYWnDEUoF2X1d0hf0hx3c7RJLG7JXzKRqk+wzoskuRvlqrKDMCm2mWXNTgACP0117kTBRJD",
-	"JVe7ev92aoXb3AW3xo6jVzq+4h3B8ON6W45rzNu6v8E22r6UD2BWsnD5jZuVfgNdhB0CknbQjTfynXWj",
-	"gL10DKW3FQLW+wzXI//+O9fNdq1xRxUWcWlFioMWAdZvFCTFB/2IqTPVOG+R75y76jCqFm4sHUbyhuXN",
-	"bqCBuKsfiKy6geokyh95ljW21G1uwdye6+WwhCbWKbAAsD2RfK+DtCxHXrXVle8/tE/nAxXtsoAyMKv3",
-	"rvhuKX80RFlviOJxp6kRykmJQ94BxYXt8YgZAfaK0REUl9hoS7lvo2j73kdq6r6FFP+mrCpuzaSB/u1A",
-	"lfdd9/PmVnE3pVgUK/b3GLPnGYlBog66v/f6hGYZdpXEOh12uU4nzwthZPMxzSO0Dxi5FpJOsL0Fs1Ox",
-	"vGw56asOH/Z6PdAXzPgnPnneluxXmi4d3xiIoEkzNJixDd03MQnzheN7cUMfDYtCpw5k74HpTQ0nDUir",
-	"8tqn6g6xutmGe+Pw53dFgNc0CAP51O+VjBmzLNihTElsk4wWqUsi2DMw7+xyD1Ou5lQn0w2xNYWeQloc",
-	"NHstsybesqTwSRmEK1Vgb9+g6TLV5WNYQDW3hU3Bi9iY2yFHf2MgE1qRy0hdgeHz4uqvZWRNO1ZTspe4",
-	"2hruTVtWo+MMBclUKiacDIlU5fT85++HL84vL89fvRyefxcjE6qaBwfilGDqDHGg8qY+OmOkIkJ64MBP",
-	"kPPhbJ+HvUNrazAPoSkRnrLCJtYeoblWLq/vxNY/ISkHrV9gF2GbnXLU+7o7EE+nLLlWZErnc3MGViWC",
-	"gtf9SlPuFb1y5VTAptA+7j3uRAMxwlol7aPeQSfCKdtHB48jctTrdSICFofqtttmczI3a+pEkMMDdpyj",
-	"3hFkdGPy+gtrXbLAw4SYQC/2RopryE0CNygX2NLKLHU4hubJcadSbh9LvfOJkBCBpSq92WcUyooRJWfs",
-	"xC7cGblmhdJkSm+cLdzctCBrXwL20wxbH5mBRoyIIsu6JJ4xTVOqaez7T92wfEQ1nwG25GzOqG3mlsiJ",
-	"4MreCzKlalrZfzuhQgqe0Mwm7iP6+kUqkH6igRCFNc35qA7oE7qYQl0D6PjpKxrYvttxecvjvi1zYJ6E",
-	"Yv35QFgLOnY8sKXIPNqe+NJhNzQrADAGkiy1S4sAFq5sDJAkKBEWDUR80O3F4S/xQWwrCeOI4cIgUG8V",
-	"wdsGj2xqFFybDGovQOEv2/27TwYtqhSfCJYOWrY6ly3Zqi1yUKjsWiZZUnsyAzHmrjCEk0LHRQ5ro5k0",
-	"Fw/KfzGl+QyKpMG9jCtA4l4phetrriJye4iLC27eMOWKjjKWxlGAy4brl1fP/CTkEGgTdLZdj6sz0sIB",
-	"iYuAIZnvDh6T2MBsqKUcZjSfMJsU5l0PhhHAmKu+iBMUTOojEVdvXdfZdGJr7xTSp/AzW/qyYyUaRxkS",
-	"y9ZqpZrvLC1tDPmo4fh4sfHAwsMbMXNqimh5gtfRk2GnRjyUWrprCMnD+10cvD5RFWs3vWvAUCeV+eYM",
-	"bdcf1lwUd0iOeXqT+zqv/KM10718PCwpclCkfnnXctf2yghTrf4vbww+liJlwBv9eQQWLd+azg2ziwCJ",
-	"ilCjGle2NsX6bkyke9AGGzqaZnKCbUOZtSjZOkWWY7rSb7bxKSpvrlYOFwQafrXLZolBPx7nsOoSu4KV",
-	"djZAYlNb99NXhEm5gu4u4yLLwOksGMgmVimEKTMmEoYJ0DjdNWNz1wbSLVQRatTMDFzaPJlaboH9KcmM",
-	"uYfIhM5JO2dUSYHKIC4s7nhhZEmwg3chQN5px/+1h1vaey6VjqvlpDI5QXc4BIEC31NFMgW/1JwrmTIy",
-	"YhMusNidtM8MhJnVSAaY1KjcqrlGuWwEMTAsG3urZA4hprmUsy45xYByaASN4Qiw84GAxuFmh9DVB7i4",
-	"LS/ofeY+TB+ExIsMEuCNah4jPYnBQxivNbq2hWSsSFwWtcMjgUCc2Pw/HghnKMAXsOAWYN+UZWmnTHyP",
-	"Z/Rt3CUlfC8rfN+2p0X5zQgRZhzfyNYMGAXvnok0Dl8r3YDQZbRd7YnLdceaJsoRvqfzPjGEPUbRx9bC",
-	"sd2OcHNY/GR1wQZf4EqLSd2oe68B3WKymC77JLbIHZM2WkP0lApb2XbySGFpKjRXB+gJF2dpZIAiS0nl",
-	"TnVCEAKKesnJRyDjXrDxLtxDNM9AeV1b4yx1krKhEeFJQ6KHVY5ibFD9ZwRTWDEGjwfbB7ex6+bjHlGd",
-	"gRhL367VMqpgMmfaMshoMbBP1pGvb/D28vKsLBVMtS007LpYGeQK8TCy3VpdS21XnNOso+y17uQbGKpt",
-	"q60ZwZGDYDbOqY3Bqa7bXGCzkI7b0mrP9i55Zl5VfRLDRvp2aquzxkaf6ZN3gxai66AVkUHLfDloRQMx",
-	"aDGRSCi81ro14qFXf366erb3FQAI+1dRxZ7YLrRx+JYR2PHHQSsuPSuAB9hj2SADSKg4JuozMU/7NdcI",
-	"Sh6XbdEM4QJz4SW0UHFErCw+h3WT4udU6T14cM9o+7AKe48MgQINpnPiITSh8zXwQFE7BImWCCUk3vh3",
-	"JpUGEMHYJTeyt5G049zePdhdBreD2rodQPuQGD5STXe2euEdB3BLdniysmrQjHCF5olhIlPmDzY1C8Z2",
-	"2LaoHVOkHffJnItJ3EH25qK6LL5Tg72G8KtMLhxX44oYTRT01ZBt9n1VjTHNMuWqNuKdLqDaMjb2oSQG",
-	"mAOWwxX0JtSaYKqIxIgUwxFbSvSzGdz0B1ppJF4Sk85Jo+Nus/0VYf6e1tcV6QixWkvkoEAuvF27jls1",
-	"ObofulnxqW+LzW19JkRmg6EVTC2XazAz4zNuG/U1LnVG39b3JT46+Proce8oWOrBLktFmcHIlCfYEDAg",
-	"8LQOAUjbUG4rj1hy3AxY+L2uCNhIyoxRcWdzuEw0c4ykqoH5MxtxQWERa3ERrTVeVB1iJVH58gwvk3L0",
-	"PjJULbJ0grQVY7YejX8NILFW56w2yRT74Fdrq4UCUI02UCsMVYQorC1BpI2mBgreDjEOz2oDpq+jTCsk",
-	"peurMtJDSLHvKGNtXh4TBpN/gUlaUWtMM8Vab+qOtobe1/QxBcpeIyRGEOtVbUpqF7hByBuI7VIeqRHy",
-	"bMAd4I7RmRbUKk1IQte3bxdgLpYffwsYnte6I35wvjvcZlVue6Tcza9ZsxUyUWE0GoqRPNZUssr+J3Su",
-	"Oiekh9gR9Pox+8WHVjd8J3S8dFU6aq+J3VuNpvG+N+L2N+Jtfm1IAV0/XazaKqxUGFmOJHPUqUG0vgSF",
-	"eO/SyDTWl4wEc8WoAeV/mr1fl67joCsy7aJhYlfbrP2D1vNXIltG5JLO2CXX7M+XOueJjsglS4qc+R4K",
-	"HdtC7/XZ5VUUyum+CH1pxfd9AEAJAaZ2cEimssiVrRGI00MVxYEAmwolORWp0SdT0j48fkJGXKuO7Stv",
-	"NQuwkMpKt492jFDY83FhYDWGhsRY615TkvI8cv1pefpIkcsfTvcOj59A8VtV5DfVePhOfyWrwEwhCx2D",
-	"bgdVHX33NezXKNhixRuIWhBaTnzMAUQCwvlXTTdyYRCAT7hQIDo+w46MthId0kMQT1iKPYQR8q4wdpsK",
-	"23nG9aHBL56Q/SdHJ6s1ax8p8L/YunWGIEy9DKzzQmmWdvqWzR1D6kWR20YSIEHNuCg0iwbCbg4X6bZF",
-	"y2UF3ZZBpof8fl9uzrw35AILbg9EJUc/8tHFmUEUMXHCkK1JXuqc1naG1GaGLhlc4EDIDNItVJFA/M4Y",
-	"8qRUZY2PVLlBg4V1QvQln4hz0fpw3dvPxUN0bwcT34mtVg63C/yTHznK655p6x+pnqvDuWp5iADzrLtc",
-	"rQiGwRN1VBZe8UhpcNDegBnF+wGqB1YpqBHGq6zto1S4XXPSnVQsOBUBBIhuO6SlgSnaenRtuEZgz6/Y",
-	"7g1+Eupa55DQg1Klmuv8TRa6mcFhqmbFQOfjplw3oGbmV2EkEZTKlGAeL++Q7V11wzBYdL4se8UbsAAh",
-	"zaSYQIVOmkJ3FhCyuuRnpGBGTHPM1nU/gfJ+Y6g1ikvqYOuDbEmSjNFcBStookivCt3atTitAw23dVw8",
-	"oy4JBcx7/6TXzw5pcZ/vh7VnztCDaPuoDFgy8AOIYccwPKgK6mqqrjcnMlzBE1t8x9Dbfk8x85Bh/mAM",
-	"U7tnDMyp1iw3j/4P+aL9TX/OoAXFP5SmE/Nv2Ev6HxDh/Q8b1PoPczIZ08GfLP0Htoq2/wznOcMuT/9I",
-	"qEhYlrG00/6mT76IPtJknS/IF//R2iEF45RkdMQgze6aLf8MgSEnLtrFiKczmTcmYsCrFbByzWZqBb6/",
-	"/M+f3/zpz+uL8V/QPMeo4/owRpDv6o1Lx73eXQ1L5toL9lYPE8jacFQRJHNZKDKnk8b94isba8d/yCBK",
-	"czE2JYDg0j9RZpS5tJER90s/TZuaaznKGMYjdSKofzlhZXLzlmbxMyr42IxHFfnr6Yvn2J7CAHLvajln",
-	"fRLCcklnWQzGjv+8fPWStON3g5YbYGh+RH/Fv//5r0Hr1pbZCh4xv7779z//dXsbd7oQoRS/M7RqyNMI",
-	"qYt5295cM8IJib9J8+UwL4T1VBk+NUB7tiFGpH3Y65X8XBj9PYO4MTcn1pKOz1M2m0vNRLLc+5EtY6d2",
-	"tGU+ED4wrcvTuLMSYOEBhHaEIJTJLN3FGmKIlusRA5sqw3jIOa7Yj6UgM7BinHc/xS5/EQ0YLIM+aVRP",
-	"TwbCZi3i16iYWR2nuWG8QZqGujArN88CerPFttHefXD4FZnnXCAynl4+PT8nyZTmNDGTkjbE2hEtSfx/",
-	"x5Hz3JyfXT0jaU7H+pEaCDXewzvesX0GAYevGTgvacWaTlUwOAZu+RaeCAvYIR5yucUVLNiYZxdS18Hg",
-	"7WFvbzB4+yV7U0vzP1Dwkjm8y2I040EZ7qi1eiOr49VYoB821dxOgBGXTXQyzZckL8QjVXcngSQ9ZJSV",
-	"gdMuEVYfOU7qg5ddOzj+8IKvOc2QI2BwDzYYA4YhLDvoPkRhU0B2w7mouvb4ApYyCGjfkkQPgu++4ykb",
-	"S/o8BTmunjpu8Uual+qTnx4Wo+tOA5edQZQ72KQMnLDXC7QaW/xm8qFwJ+6obesOTHaDQPuVRm++Bqgr",
-	"Nu9FcmdEiypVhyrNaC1YmhLhHhgLeh8cC67syX/Wh73hYu7TXPMxTfR2LfXUP/k5HpBb3SaVwe8VrDa/",
-	"/SML6qVtulAONPc+t6i2fCH8s2sydO/w6GErF75PCEItcoA4+5vKYXV44IIRT7APP1fY2YjqqePSC5lf",
-	"g9gfkZ9eP99jKqGQIIpde1QXc8JcZ1D41NnIzzF8o7lEDuS4sJjE7+CPiFAdEYwb++Y2jkjs8gFjl/X3",
-	"SEFqYJ/E7665SCMIyPsmIhqqmtEZ+yYaCK6wPMA3EUmk0sNCpd/cxp2IxC4UMH7n/KlGizRTQUwPVZrE",
-	"EFzlVcoxFzRDzdGmsmFcmI2AtNF9wBKnVHUJtO+HbT9SJOZpjPHMihTzEx+MuRKYUKmy1v6KvODfguPO",
-	"jIrBhli0p3Q5mtObQCUejF520dhqKhd1qqW5ougafp/bvX4beBltZGAH+4bOKNbYirCC2EwpfEhjt0nd",
-	"q4QtNpkmf+ntff3m3UF08NVto2a3kT5sCSzaiQzYnTo3+2+n0bXBqUfKJYJTVRM9EHmnswtez+3RVc7H",
-	"3vwpo5me/rqJu/xgH/mQRcJhikYjoJVTbQ7mvRuobDD/P+c3TJg55rkcoZa0D1brjZB5jU98yOJRjKbc",
-	"LKy2dJSZ/nPw4mxc5Utbx395UkbHQ54A0j4/nO3dvNlN42fCgzqBfnqKMFoZyRZBA52Z2wxXBNVaIpJz",
-	"SVYTkeBSIX0t8syQOq3n/f39g8Mvu71ur3vQ/+rg8LB1++b2/wsAAP//",
+	"7L37chs3tjf6KiieXWUyu0VRsuwkVE2lFEdOtONbWcpkzw692SAbJDFqAhwALZrx+NT8dR7g1Ff1vcG8",
+	"yPcm8yRfYS0AjSa7SUq+JM52pSoWyW5cFxbW9bfetMZyvpCCCaNb/TetBVV0zgxT8OlsyoS5+M7+yUWr",
+	"31pQM2slLUHnrNVvUfvrkGetpKXY3wquWNbqG1WwpKXHMzan9r05ff2EiamZtfpHx18lrTkX4XPSMquF",
+	"bUkbxcW09fZt0nok53MqssZOx/j7++72XNxwJcWcCfMMOqrtHP7Zs9uH93f3+pjn7KnMoLuM6bHiC8Ol",
+	"7ff52NCcLJiac625FGTEjU4I6067pPfw5IRIRb588KDbSnCcfyuYWpUDndtG44EtqDFM2Sf/u/fNL72D",
+	"L1+9uf/231pNg3php70xqLORlnlhWGJ7Vyynht8wYiQxM0YyrtjYSLWCT0Ab9zRx26WJNlQZwkWfUEPm",
+	"Uhty0vv6wUCMVobphAhJnv30JCGMjmckkCRpj5hZMiaIzqmeMd0Jbx8/eEDcu1STJ1wUrwnNc7nUA9F+",
+	"cXb1w/Dp2X8SKjLy7Ozpuf1wSmg5aLuvJJdiyhQxMyrs/wyRYszIXyUXLNuY1kBwTRSbFJplZBTNstMl",
+	"J70eSbm4oTnPhrbplEgzY2rJNesORMMmOdrai5rsYq3TU7Snh1+0v+n/8t+Hg8HrXu/Vm6Pk+MGDt4f/",
+	"3vmi/K4H39VsedJ6fcCUkupgDKTYiidif35Bp+xRobRUmyRxNWNEsNdmOIYHiJzAwiwUu+Gy0GRBp4y0",
+	"uWFzjUs8lnNmyWcqid9b+4wmc3nDLBnAwhE6VlJrQrGBkSxERtWq00Tv2HuriQP0jk/qKN1O7Amfc1ND",
+	"6o7MzIxrMqdidUqW3MxkYQg3iaW0LvmZmxl8ihdA05UmyxlTDBbC/oRzgAOgmyaQwzDWxs/nxdyOvteD",
+	"rXcfw0y4MGzKFE5Fyvw9Ma4HJ7sZ1wupzLNiPmI1JHFGrh69IAupTEKOut2HDx7cL/lUdVj2oV3DwllD",
+	"KztX4ZIBs2y8PDT+/r4vjyuqrxv7NFRfv/cO5TUTL9mkbvGN/e2eJjwj7dTI6+G//vHPtGOPHDea2EE1",
+	"bAa8uPfttpNI3tqW9EIKzUCW+JZm31PDlnRlP42lMEzAwaOLRc7H1E7g8K/azuJN1Oe/KTvN1v9zWMop",
+	"h/irPjy3XAu72uRKwJvJ0v6PLumKLGc8xzPp7iSiqCBtFGKmUrB+ydLJmM4ZGdHxtT/1AxG9CfdfxjMi",
+	"pGNo4VEu3K2hx1IINjZkquiY2btnbnlC9APXA7Gk3LCMyMJ0oNFyBBPKc3sLzRixG8K08WMFXt2x18rb",
+	"xK7qS/z546yqHwtwxXwi1Zxl3RbIbWKS8/FHG4aWhRozOw4uCLXc1TC8YTLJNOwMiAPIwdsgOOHK4qbB",
+	"HrAsCdRAc8VotiJMZCzrwJysJHQl5ROqpuzjzGtiaZRrktsug2TCiGbqhql7dtGBIZL22ffnz64uHg0f",
+	"XzwB6Wb47V+uzi/duKUa8Sxj4iOetHuaFJopMqcrWOFMupUvZdhhxgRnWUnpY5rnMCslc+bfHIj2xI/f",
+	"U/kzaR5bEeDDz+eZJLoYzwKBwXq+lDn7iGsapt+vrhIwaEsdIJ6REcgi1cWzGoM9lLj2csEUjGwg2ral",
+	"OdPaiiKW4WtkLfZdS/32Q3jcL/ulybj4ttAfgWNr29VwVOhVP+bR9h4Ti8KQvxWsgJMxKfKctFHGlGOm",
+	"NZlRPO72+JKl5QCWs8ILWefU/jTjYoqSKddkqbhhZEk1tpl1yUtm1IrQiWEK/z44g781G0uRaRTgZ4xm",
+	"TiuOntm8gC/xJas+WOZORmwilWVYRq24mHYrMt6GCPPWr/pPgt5QntNR/hE4D94rQpph4Iv9ihaXc3Ft",
+	"Fz+TS7HHig7EjiXFDUR2rJjrVBMpgKDlEinwYy76x2Xz/hYdyWy1zu6PyFP+LbCdKymfUrFy97v+8EM7",
+	"I38rpKEEFF06nrGMVPiG0234eJYA07CbBYoLXjs/CVqYmVT8V/YROPVTe6lYKlRkqaSYkhGjyi6i5ZJ+",
+	"PB/vDD2zzFdqzUe5VWOXpA0EhgyVyMkkIew1GxdGKsetplwbpqwIIiSehYRoY+m2KAduV/atp160yV38",
+	"/P2loabQm+cANFK7Yxt9p28GdgEmfFoolg1afTKhuWZvU9hIf6JZrlnQa4kUCWE3TK0GYs6srmcJY6GY",
+	"ZsL0SaqpyEby9ZBn2Ejq54ffKEbYfGFWBDUCTQpheG5HNxA4eRyfhkfp+FrIZc6yqV2Qsim/TCj1pnYE",
+	"wt4Ahcgt77dzzak2AxEWN27bSdFd8szOg1BHHMBbFsred4Yzf7Dc2kQsYiRlzihchYEx1v/MRLaQHIlr",
+	"w7wSrcv236uTtc/auSL9oi628W65CTVNv42VuV/iOb4KTcnRX9nY2KbOxobfcLM6v3GnZH2FtBkWGvqx",
+	"IgY1rX4rk4UdXWhNoE3ALtiyfrJZgVszpAs+nOtKa1yYhyetTc0+emvvN7guV3Fzv645CpNMFHO7NFyA",
+	"9YVqzbWhwgwNe22/sMfi2o48aRkp86GVxfzfiukiR/OF+6MQlojR3AcyWrTObgXA2CaK+cENVSCG2d79",
+	"yl/gKPzHMz+aKxyM//6qHFT4Ssr8EY4t/uqlH5n/cuOLn8KQy0G4ob9NwIyc126jKOZDUyih627UpLWg",
+	"yooUsE6FZk2U71au7ifN/rbJ315IzeFcOzV7wiy3mCg5J0fdWjKILD4brT3KaZGxe5q4hwjPunXmUV2M",
+	"8LuaYQKd1P5gpw6ya72RRuYg2HsBNyE3TI2o4XPyH5fPn3VDE8IZ9eo72LK29nfYHTC+1j+CX1Cl6Ao+",
+	"q0KMaQOTW2Mmdn/cOdrGTC6L+Zyq1Tuzk0wKVm99nnBBc4KUBEKoZvb+T2pO/e25iL1bho17vI18i7FV",
+	"Tuq5T2AlDacHts7uLawOzTIgepq/qKxgzXvru9B4Qtc2E5+rDKwyCrf+5bSScv+qy1pLC9PaCwW1jhum",
+	"NEcJbGMRx3RBRzzn/o39KTlc10NqqhRGDTswfM7qDnppnLvlizOpTeNBbTiffDGkWaaqRFL+nNMRQ/rY",
+	"sf8bi1AuPFDvjFFlRuw205kzo/hY75KFn7rHLDEVQnAxHXp3Xz19KisC4ir5i9euHFCTMJQLplpJ62Ye",
+	"XaWv6vhxkH63jQ6ozgnK9qWVNmw+5GIid715CY9e2CfXDwrY8V3/5XwiAggbV7MmjWfjCddN56NK9zvn",
+	"W3cWIu9UjcbQ6Kk6JXRkJX2rlXsxG37v1nqN41VyI2+cb6m+eDKALlGkAStsK2mNCr3CxYYbIT6btVRx",
+	"pgyf0HGt5AqK37DxEm88unpGjx88rP+J/8r2ukTW1sZRCbweOkiqY6xdODe9Blpxv96CXPxybVDM+maG",
+	"pmuHVWTcnAtTd8XTsaknOYnWJe+psktC2oMW2h+lGrTIxFmI/Vf4bEIGrYzq2UhSlUVPaT4VB1yQsZTX",
+	"nNmnvErlHqJ8OUUbujej2oeokGI1l4UetMhyxgQRUqAdi47HbGHADVBDabdhpeOcu8tvU3IJhl13D6Cx",
+	"xVE5l+KeToLTGQyeUpn6EY1rY0hsH6ADESr0EnqyD546vVwK4q7z2jaDNbi+4fDzRUbkxH4UdMG7KzrP",
+	"a5tzJq9aQfws1xhs8Z8Hzth1cJER7z0kaAVEi9OaOySXU5Jzweq7lHnDqgBler9DG5cD6MRTRP0y6waz",
+	"i23yh6urFwQfcMvNsnqVxFA1ZabuXFBDuLGDYxmRzvq/oGZ2T5MyLsvHp4xW5LD0pChm5fbgtkD/r1Rw",
+	"tk7BOzBy9pg92DeownB43SIGOo7JIswkuhHHGHcUbXYj06hnZEwYtS7tbWVjJf95f1cfaS+o1rAXmuDr",
+	"nXe4Dv2c6pbChbvZG7EiFznhoZW02GvedOVFLyNZ1gnYDeJnFEdXa5MSY5nZv3es//PCLApz7p+uKEVb",
+	"7aiv2dgZI9zBYrteqSwVvJQxpeovZ/hpKCcTzcyeqp42mSxMU3OyMFFza7F68L0PfZpwpQ1RzOpULCP4",
+	"LoSqWUq5rbhQCXeMAi5xxcKow2qsD3Z9LaKdrSVH4CNRMGQUXFCvh4AZed2aCp53lg2tWNxkphbMLKW6",
+	"JgslX69I23J3KXKIqxOdBJYSXgcvQwgjtJwMfBN9wl7TsUFfZkK+6OpiMuGvyZLn2ZiqTFvu5y5W5i5S",
+	"QgWRC5wD6dvrlLQzNqFFbsjJyX24Yb7qYZCZZz5RzMvxw16dskRfX+DDxw8ebrIgPqfTmlvokVd4CDwA",
+	"jJySjOtr/AIDFO2d9Oen+pS4UeKV4NSOe+ApIxASRXN8rfba4lrmDTf5GXEGZKKNqkRDxt1oQ0VGld0g",
+	"5sxtdlMMt9dR+/vzK3JIF/zw5ujQvaM7fZJOb7iWKu2SM8c4FV5AOIm4zS45g8bibsswDjmZoOvhpNcj",
+	"PjbRe9AEnXMxJWYmNQOfhX0YBJpo4+4fJ81Cf4Mo4l2fPOuTs4P/IvTgV9I7+Jp0yZAcJMQrLI6uSM6M",
+	"YQrjgqbcrA1gMxY4it385ezgv+jBr72Dr1+Vf3aHB6++qA3WdOdmc+ggvQZ6xhBEWI6KN5dow/Pc+fd0",
+	"JE11En8UhQyHM2M3fGwlxikIqHhAJamcb3tWlSymsygkNoGzm5CR4pml7kKDar8xmUVOx2zuJORtzP9F",
+	"ePAtMJsJz1mDTY5mQzvOoZLS1NvfvJS0U7p4GR6sWi/W+L9gnvl7+kfHOC6so8k+qTsoJOeWx5kZm+8W",
+	"JEp7AxBvMwN3cZB3ZN5qemtrW65vGbIaBJAaI7+SU0Xnls5UIRKSS3nNMlIsrPT/4uzqhy556RYFGKRV",
+	"D8AZaNn3iI6vp0oWIvNWfU3alfBsxznSKJ7XCncCfKaKjiE83HsE/DP2aKlC6Apr0DOW56Sd/tvlD+dP",
+	"nqQJuE9Jejji4lDP0g5EpqfAKYbwbApMDXjDltDJpPX6YCoP7JcH+povDvyVdQAuRqbQGbjFx8bEzbsZ",
+	"Dut549HBwxNL6DE7BGZouXSVIR5YTjgM9xYZFL3e/bHtB/5iB/gFz8hCsQl/jd+uc82T23LNRqa5MKvN",
+	"+bwsBAYPGqbm4EUI3NMu8GkdRWhC8yVdaZLJDnrKHXkkhNYQH1yeGYeoLUoWfMEgWsYwYfU35/mhJQl7",
+	"usOYJtuqkx8tbaMkR0bSzMhU+gSFXE6TEMIVPFl4dV6zhQGdeV68Jm0exUbKwuR2WvYex3vBhVN16l0n",
+	"Si5vf8S9wW2rsRVHfGUffVtHi99xvaBmPDtzNpkanVEbPrfq7xCIsGajHz8i9+/f/9ouxU9Xj5BEQXzM",
+	"V2TO85xjXJIlxjG3w3GZNse944cHvQcHva+vel/2j+73j4+7R8f3/6siycf2n4hAB4Pszcnbg8EgGwwy",
+	"988V/tOv/DMYdO2z99/+Vy3p7ooe8MGVDT832Syo1nwqfIQPhs9S47QXtH9RMWad3bdSNIDqaCO7wPoW",
+	"vdqy0dGttW7HnS9y5gXZnaERYSgTnruosfV3mvXlNQKShXGJTtyfl/ZJ74TwSTWcGJZr58j292s1NBVu",
+	"3jXi2NFzrY9IiunQWxuam4hYwZwZmlFDm68YfLOhpbLrKuXGipZVpJo5/39jRlM9p8fm+Q2r5/dwI8/I",
+	"wdhdSeFxvIHSzct5z563HYpyTHV0fw6ydZMNHSXtejn2NoZoyJUbZnIp9rSH4AvF4oNF6IDrr47oISuo",
+	"3oHIqG4ySKsidwkAbs0gNUsqspxBaPSedk/nkHSZSX75o+WoLOVu53dkS7mlhQ5/bOLfz1HhYGXz97SP",
+	"IgRnBockDatesPqwlg0jzS0EfjQ338pHjipknQkC1c7qTBQbQx5OcIbooGUGkSUhgi2ZNmiLbYfM0DUL",
+	"zlYzZHT2aua5HkEWzebmVs7ZiAowvO7tFkvRbQw4lvLBdMINKihckDZaXjqBEDSJzCXgW2DenN1vMvU4",
+	"u1At5TT6SyPbxPtT9W9AInN8ZY2ju2kZGYLJabbay87qHM23IuF3thtstoi/1Qod4L4TUy6YM0ONS5th",
+	"lpBMzqmVZ3+6+C4hi6bQtXW/QlhP1DRHUq653bWRiwVwvAV1sT8YRGt5HbPiV8V0vC2s8VzcvKh2dy5u",
+	"vg09noubl67Tc3FzGfq1r/muz8XNY9/7ubj5Lgygwa1eWki8gTyymUdcKxzgHSy7IRb2dsE0EDzfIJyz",
+	"xe64XYpmfLbYNdoml1p44E4M6/fsWItmVrs2nn+vKxJ17vIzO8hRzogW9JoNx1Qz8JeDkWmBRindJ0WU",
+	"5ZAEe/RftVUa12xMyUCMZLYaGimHkOIBppLhRBYiS8icmZnMIO3GXcUJKTNx3EM1qTnJQJRJq/4JuKlC",
+	"MmPcgv+KvV5wxeIvRIbJB2ZIhwuzStBUMRznUkMvYP4QNPeNR0kFw4xru1ZZmdUAfVazGoZ4TQ8EpDUM",
+	"o7SGhHgBeezyRstvorH76N3yq4GYcZPHz4TPcsFE9Aqds6GhEOphf/UmloSgJ2w4YiuJq5AMRERJcdvx",
+	"1+w1B2O3i0wbOlaT+MuzMr2B8N+6tbON6mJhxUq7NpYi5lSsht6sFH3lfV0JZINW5r6RS1mS3IKamXsj",
+	"IreAXgHNgPslGYjQlVFU6AlTumxnTgWfWNolkLgeLQZ8LrfLr0OITLB06WKF4tcWEMW8TtGKgXE880Q3",
+	"KvQqgQgXeBbEVntpxKOdSLWkyi4MPOewOBJSLKaKZmzoWUO0lotilPPx0D4fL7HmUzHkdtVDriV0dM1E",
+	"2Gf8FAaOSSObcqDnMOu8xOdMAfNgcpHvw8+gMRdFUcvPwGv+Xoz6eyvUv7Wxv3VnU8AOM/je7VRH/Geq",
+	"OFwTmEVLFQMTEAYRUZGRGb2xNx8HHJN7f7pHhFTk2U9Pov2PbCD09VBCDMUQ1MoaRQ9+RVPugimijWJ0",
+	"Xpqqjx6Sp/zbjrOdO7SML496X33l7OdbtmW7WXyhWZHJg9I6vmmLnjM1rYbJvavNWBViSHVTGAavUYF+",
+	"dgZ1Zw8vM4fh+QQTFq0ubKw2hLcbadtrCzPRczYxEL9G2iHMwOdz1ceB2RWpkdfPXz7FKDLy4uovSfB9",
+	"vLaPHxw/eDiWuVTd1i0o2N4gsjBDlza72eePPIeUOrKcybxMiZ4qWSxc+i2YLHMppqR9efG9HWSCK3F5",
+	"8f2PF0+ekGOiSU4NU53YVd8jc0aFJvd7PaJhWnbFXLYgcQMLEZgbC1chx68enlQ2vle38VZx5GI6zLi6",
+	"xemsD5fZwjx9cNL7C5W6veXr7sFVDdfNz7NVBdlkLIsc0UmAqSL4BQpYYkpGXFC16tY7G7iVNJuiSRWj",
+	"ObHPuEDSo+Ov/v0ZWhmueZ5jVKK9XGlOntmfv8QfXbo+cPpybKATNKRtQRs1id7YNpj5XI8RFEBC+IRQ",
+	"seo2BXhtiRdrjP3amsjD5ywbVl+Nf75FPlVToFe5I3XBXoGSqmQYjyxO2ikHVHdAHvOcNZihcy6uh02B",
+	"q2dEr+b2iXua4DO1tDW/G9BdG7x1mpmCZ4eaman9x/Dx9coqkZRMZKHMDMNu6tn13Jtf9lPYm7MB9g35",
+	"Lz2f3uwC4SpJy/K2pOVWq5W0AOusJrSz3rgBD4XUAQfxh5Nr2s4nXBvHaN4tzrakjRqRcFGLFgiB1g4x",
+	"0OHtNRujK0dlLdFfKkbceDE6TQrmYqxd+MySKebu8cLUCSNrC+qAr7YF5v5wcfXkzMVxby5f5vzEtXQC",
+	"GundvbU7XeZPsY0QCOsRxnYakvzAmuZbbz/6jWw9IYp8fyK1c/Dq0a60ltB402JEetaGbsdDcIePE6Ic",
+	"gl+osXKzkvOFIe1yr1HQHEO+MaH6GkIWJSk0A0wCmQ9EHEMXcUPXFuQLt0NCMKiyLr341DZBtWW+bUcJ",
+	"gPZGB6IcZzyW05CfgIEQnpYdXpZUJGNi1alDSdghJonGTNm7OIze4RjhqjXklW99s/ksbU/pBj+MlCGf",
+	"2xI9JnInDQ01XDMNRzbMqVznyqo2UzEm0dzSXBDztw13XUmdcEKQwhw/bqs4NM9T5qn7FAgS47s1ndvj",
+	"QOx01iNqq7QIzBqvUvgFnBFiVZsV4Ymw+dTiWE8rQ4ymhYPzBhx3aqfMrIcVP3zw4P7DXXc3jKZ2dxjN",
+	"8dqsLn3p8GWv6XyRw1vXdWTUnDq9nqvvw3D8G3XjeeJNbi+c+33t6Je5ypuUn8sxzUMaGzd40wtNQiRV",
+	"rwv/JVYngD+PEtLv2w3u949qD8mEznm+qoB0LG6stMUXNw9rN97HDdwGNNQSPrvhbDksVF4/uZ9ePnHo",
+	"wAs7JW7QOjJScqmZSlwgCdxBLoqkf3iIX9oRVQIe7aF3sY7uCezdefPc6/jTy/PLK1K2cBguT8xUcx5P",
+	"g4BnVimveNBr19TpSQ0wvvY0ygleYIisJvMMo+sZ0XJ8zQxp+2wM9C67ux+H4nIzMrIZ/35SNxiwzW6O",
+	"5cJo4pfFrr1gLIP5+TTPNiIJOdsufGiwQMWP1MouTjWFx8icqmvCRKZPMdAdVFf8rTHgb/vB81Ek7uwE",
+	"og6T33kQ60UysGfvLRZVT/bulJVdsjj07o54mS5y/ODhpoAf7UWxyCIRoGEnXMS8YmPGb5xybxsNtF+i",
+	"uCLNzagmiqFbBSJm32GndmvIT0tghDWP4qIYLpgaO2/xPoAmXF8PjTQ0Lw2/+4RZ2dcKzbJbvZVLmg3p",
+	"zXR4tOfoyhce3PaNfV+Ys7lUqzssgXvxlotQF/voFKk7xWVti+qgfDkd7hA0xzM2vgZT6RazYxTu+l5E",
+	"anD53u6N5giozajrPZuMbYw1YYHc5LdU9LiJUtUbQHyYj+TYRFpZi4C9e8TrjgjX7bGqdTkLu4iojIes",
+	"sySo25LHnawPukR4qvVf5LwJuakUyDEYBxBtwUyMfvo8Y9pHpIfovvvH+0f3uaFeuVE02q+qV9Mdbo9K",
+	"tK+PPCp3dy30KOruVTNXqr/5XU/7X/6ex/1ug3jCjLasxUZ6vM9eKGF2Ws5gEJq2lKkXwPFagZlW49no",
+	"COSGWmWilnbeKRCsmQMJaZrgO258OCyFACNnDpIKMzb2CCm4QdiGBlpb8zBtjKEwk4OvUBCmkDXqstrR",
+	"ZV1iUf909fjgq6QsekJGVLOHJ7HeDk21khb+UrvmL+IQ0a3WijpapcTSfFbkDoV84WBTIrWItH8sRkwJ",
+	"Zpi+Bw5OLqadvqVaITOmXWbQDVMrAjhOVh+yvww1yyGQBlOtyuch79hQLjCJkxiZM49r6v5mXfLcqhM0",
+	"pDbjWyEgFnzTqmANqdTE0GumMWiX5Zot3WyFFAcYdVBpqSZLukvOYLzEz4JcsxWZF9qQkW0Jp2q/a/+C",
+	"+XiHr6w22CeUfPfskuhi5KJN8VfQEkMdnvtkPKOKjg3EEdGgRx4dPLy/ni54QIakW5p67FoykTXnUVvG",
+	"AgMr1dzGSW5YKysbty0SZC1TO3I9t6M0w/YvB2WiYffVm17y8Oht9Hvnm843tV78OX0d9xdlo0dIfSXd",
+	"7M3ar8I7VaUu6qC0fW/0+ELKfJOhzXgdYANmFbsKPkbKayhnYSX5PWOteVYHxfMUmtAYtU2MtNQIIXvd",
+	"JsF/5NDA91ofO0Psou72s/cO2zXXOTUAgw1BFAspcw8U5aYPaFF2cnuuQ6NvcZs64f2ONS7tBRvvswqX",
+	"9rm3SWtJ1byWz/udGDF7FkOQeD2E0c7Qa9tb8FPC1pddJ0hiYf3LbX3VQKRNJpB1eNNdi7DTJYRNNg3D",
+	"UdKme6zRXeyFlr2cu/h0U+d3C/rbh6hKY+nJrgid21FbI3YB9Nw00UvXx7uAzbx/7JbPkCr7Qap8iPSf",
+	"j470UXtZgrm23jNyR7dDsH7vNlvf3fLsellr8tXWGd6N1xiTN4cp/iCXGILoYQwtra60M64nhIuyMsgR",
+	"mXPh0q3v90hGVzqolwm5/7DXI20qyEwWqhr0evzg6+NqgOnD3n52wJeMZlw4x8hmznlZHbWMnl7zlhrK",
+	"89tBi2K+1e64sFC5zz5et3HrTGvfhn3CVzTDV7VrY/n13WjiTqHid4ga3gilQ/xd21DDlEqmcJvpLIr1",
+	"kR3XX5prZv7pqLnA5BF5wb+t0PFR7+SrB18+3HUbOzP4fFvbD8nVeuMPv/zyy+Ojna0veN059g1DudV7",
+	"miwgYeR1pYeTo69P7vd2CBO1p7CUVuoveHe9DOdW9W4qRYq4VfAIoQ4XM6S/QpUsUE9FjNDUd5edVfbj",
+	"PlAH8JXWzp48ef7z+XfDZ+dXPz9/+eOlKzdL2mgvkAKTPawYQoJ84MPP9YwqB7dlH7infU+dU7SaYCZB",
+	"g/K+djUD0teUOZODjzNvV8Z+Dw2nVWPpzuQOkHhqk7SbVpKKDeS56CbbkbncnHfcx0peVFTMN2g4iZOZ",
+	"wTEcevEp0LHdqR5hfL8M1gvf8A/YSPj8KGotfPnnp1A0Ayoi1SYru5qFE87yTFckMyYm0nIk0rZMJiHh",
+	"cENqr06I4yMQvLVyNXLLesS32+Qd58gD7VQP02kEbskrhHe7ziGruCYP6PnlFel2u4fwOxiG7CfFdDFn",
+	"xA6jwcMfi5U7aLYN4T4LjNKyykwnIuPSiFZJiQcHc2xZjCyITUEHKLPqumQnpu2pbeZLYGKD12+3qnvJ",
+	"wk34ddWTiPGFVAe+9/KnZ1cXT88vYVOqA3fY3bw+4BuUmfru3ClnukZJitUYB+hxm50EsC13IkuVibSn",
+	"f7Z/uDKVB3pBx4xc253MIYVTjztRQAvm3VtCL4smuRw1qxL96x//i2RyfM1U5g2Xnl4QYQEaTAglJbUQ",
+	"d789ysF7IsL6/vjVpV/j4aMnZ5eX55ddcg6GXTA2eVTU6sJw7cEdb0MpjUp5yaj9vsVna51nJA13cmB+",
+	"/pxvUGa4YqJz8qpZGKi3/XiVeG/zjxct6nx/1SJxjSejCul4LezNPyrMuk4t5NIVsQe6WM5cTqBcWvKZ",
+	"MkD4bodgFiZIKT2UW9rpkudio5wtRliumImexJL1DtmthIunRLGQXrPXEkXF8hpXq5566jfQ4brVBRLK",
+	"RW1s0VUZ/5Mzim6miZ1asI544EUM+KnnvttDN+4AbdmQuHoegcbXQkfC5tVjRtZj+N8hnqMZAPLWcR7N",
+	"iV+XzCCVxQCDiEoO8EpU+1SsNuaD2UXxSWCd7lY7eLWnnwT/W8EInXtTQV5BXgRqcFTQkDBQDw/1sz2F",
+	"Uay+JrnU9U3sCLj4YFEV7riUOR23hU5MWjecLWsv3J9nkizBkaGxrCPmCgKiP/mZjS4xtBNYlyuygEoL",
+	"lkfwnj7LoqwUrWSeM7V/FIYb5p9heDuZSqVEf5QHt5YD5WIs/PF0R3tnSLwbi69OVmPKUQhDs5mnlmdM",
+	"+UAVIcGcZS8CtmhIYbwlQlS1+mINJ4ribPZpxxdeqw0I0K2yvSTMecuC/QgHvDEcpfG4sDthU1p2MtQo",
+	"eOyIbGdrgTfF1tvod5bg5Dnb3kTiL9U9D9HWtdiIqYlrMK1Xn0hayOKthGdV4f3U57In37AHpg7tuy/O",
+	"fTdVeis3DjotB3+1ll8ZXcCubHSOAdclJO/txnxRadB9+UPZrvvm26j5cnSO1W3Kra4gjR91yU0hXAyF",
+	"n9rIGOTteyX5lY+64i21NMCn4uKO+OAAjLKtKJAMRZgrLqNgLW1Evt7InYGemsZP7+gVbcotP/NCC9aj",
+	"unh2lZCAmPCvf/wTsurQsrsG4kC+KMNA/v3g1Zuj5OjhW7IHXIEbSu0MTcbvuEE+VHUTqYAaOnTxV5ti",
+	"ntcu8YGELGiWoXYZ5JzRyqyhHLe/6UdzP3z15uRt54uNL4/f/ulPf69+df/tnxrCZZic1NVqlZo5LG3E",
+	"tVgqSLlsyPbdXM+yqF9N9bTxrD7GelEMx1I11dsEo9xtQtfR3lCf0YgWv9u0JnU9N9iY+xXV17cMcrdE",
+	"AEhU3LzH6PMtUKh3iIzZHodSd6i2RLNvD0qfcMH17JbzbVja91HZs3G1FjOq2TZf5Z00l93phaw5xnTD",
+	"Auywv27n3wYmFyBkNwoNBnG+yjYcqEwCMVqorWKidhtzP2fFnIqmmnplgeLN6uaFCgWuGzZZm6Ef162o",
+	"Zh0Nah+0iV31hPcsA1zper0asCsRHJalbqu3KeDcuGr8fZdSW0LjuVLq9k8x/JUpObTHMfEoQ7h7w/BJ",
+	"GzrlYjrE5pIyXC18o9lYMTMshGJa5gAzF8pYDh0Mjkeiy6FQzZiKMctzRNSLYQ/3sBLUVHZ0ODw8iwrD",
+	"WJ1gu/3inawL1VEsMKw2LFa0SvAJvP9g+MbPPtko+ptlp/bE+DXFf4eLErkvrFkz9OxwPKNi+i6pFbHy",
+	"H0rrBvU/TqvY6DBww+rVE3GSVw2XZXOtiSaWeAsUDv/gtpg/O4i9lNXaYdwihNhKBru0SWyyaZiXxWjO",
+	"9w4aWjOiuhocEisoeezJ4YrOczBF+W+cKhE3eAS6xNo3a9YJ9/bt87bigewrZHm1aC1o5C6CEkC16jsI",
+	"G9XlNfJ6CMt49JDM2GsMqdd1b5cyyfaA82smnuCjW2ObnJ67s62X9sFtJ95XH91u1YO2MG47cwEjzyet",
+	"/i97jKD1Nnmzv36L90pC9EwunWOOu0gS9M7sTshp0mlf+Xk82Skebi0stwO98swle+ixXES23aOH+L0+",
+	"JddshaW0bmheME2Oul3M40jj4nRp4hIz5nQ1EAB5aQ9x6tJH0k6X/MgWBr1godjzqQt0sBIYWqJjCGeE",
+	"mIXOByJY/V3SR2abXzGDsDTrvOBhE1XUM1EYzG0SLZBSdrBJbLSRQO+mzFd5QUPaPHRNtJELTZzIS9qu",
+	"VvKkMIVindOo3llCBLtZy93YylzeiT2sFREL5BTT0o5yiqdAAqnlZ//6xz/TW1VX9EXCdtVVfDemFfOr",
+	"ZgpYs/+hqS4UVQbsX5rNuYgKKdWaA6PMn9tduO5FF4kGOWEueY37ZBeNZc1KW9753wqaY5koF/HTsU8j",
+	"LAcyAbyqjasoSY39EsAAoWkQgalBhoJ0SM4BZdm2g9ltQuLPWKxvPSQ95BV2tncFMFvoUIcvSvRJO0qu",
+	"HUqvkbJLnknCJhM2NmVzYbjYBP68mVeG38cb+UxeugChVtJ6odiEqcpXz+Q5bCfb0whd7m+lmfLrmj7i",
+	"d0JvYHNabZRXWktya/9Spri5v774JWS1tQeD7tYHOl8cdr55H4ly4RhESwvU10paSDC3Xj//evSNa+ht",
+	"0gKK++AJgHXCYk20xaa3YLsyzaOwE5aR9lqcSFkTMNQQAX0WWSlAmoco2Dkdz7hg+FMUmeQjvzqbMSwO",
+	"1imd02vmQqHSep/8vua7MhbJTXyTjYLmPS4UN6tLgFtyNyRyyqtmuQ3vR8qXU4wwIVzrgmWEmlC+gGDp",
+	"AqQROxMEdGr1WyNGVVy9dmbMIqbW0O+ON+zwubM/r/mWPasFyKezFxd4P06ZMHx8MJ/OTUraqHV7x6Kr",
+	"2SiVIf9OjjvdgTgHngU4m4XImCKpyyBKHas2sYMGh4gLMxDt1G/58xfnL8+unr8cXj3/8fxZCgwVXoSI",
+	"YwGXR0a4MJKkCFOVUUNJxpVDqfI9HEDTaScZCNdERvVsJKnKItzEsZTXnJF2CvGfPuVJ86ngInUyi0M2",
+	"tg8mENgEd8JAAPdHdV+7AoaQ0jyWc4YxQ7IszIu+NVcyWyo+5UKTdvoc/krt+l3FQyTcaJZPiI/4AlJJ",
+	"D9PuQAzEMwjxQ3Fvfej4bdohY6oU5HzLnPVJild9mpDUL5D9Gy77NBmI1JNhelrdJ6Rc0C/8411y5rLu",
+	"8UcXFC1zhkGQEnDirWBn18i3ZVcbQsZPevdJGsoepHixe7A7DKkGg5Vtz7OQ0ETnlNCBUOwGUPoBFByq",
+	"irihnPSO7EJJMWaWIi2/wbh2VzT1Py6fPyPpmwEa4getPhm0ut3uoJWQAVQ9wK/KAixD/PItLnwUIQbw",
+	"Odpd1F5MoFPKhTbI1DI5LiBofMQm0g5BrMzMipgs15DZ/reCqdVAhPoV1ZmWcXcZG+d2DmW4tasovFEB",
+	"A0r+WuUlfIOaFEx7JDPu6gXMWJ45uHquiBMuCQQatHO4h3RCFBB2QtxlpKFKSTHXp6S2nHHHkoXvaBUo",
+	"ATQzl2EL1kfsLcxuIPz02mmdHNknIEem4PxMRZHnqcdyxAToODE/9SUfU1ctgxuAL/SczCdGzqmgUwQs",
+	"OHtxEeES9lu97lG357iroAve6rfud3vd++h1nAHD92cNmoVvamGpLxEUbLQiPCtL9aYQoZomjnSgDcdn",
+	"ONTihQiPCODAvQAbSQcijQxwKcqXc0teEwmIlXFMSOqf8ij5IYLkFPt1EqxlWMAlp5KMmFkyJuApTeby",
+	"xkrpLt4feT4dK6m1H+jIXuRUebjWQL4XWasPSHJnUxfvU9IkWEa4XSI4At7a0sfgXX/10VsnYdUn5ITV",
+	"8qwYsP1koUNcTN1QnIVzbSzVUIJ1eeIV5HsC3ClQxXGvh1lownhMkcUi52NYoMO/OuGq7GBrWNXU19eC",
+	"e7wG6XqKJgwdU50l5BMcRV3jYbSH39IswrM66R3tfuWnqA4VvnR/90tWA33seT8KVD6srIWUAqHNoZiG",
+	"E4pWpF2Wn7J3bc4SVM51+B7OkLM5TBUdA4wxl1mnC/1UD+3hG+99fhud3yr1fs+QeDdpt26O5SO4Vxff",
+	"tT48QWwlht/97tu3Tna/9UyaxxDh9Pbt1o089EVAMClam62+MahpSEYMBDFgv+loepB2Sew/c1XKdURo",
+	"1TDggWhrxgiIT4/wpRS1FRf/7qwPlVQ/Lz1fM7bQ3gWG3B/lHSvhOF+clzcgah0ZuxUynIgdQIx5hhJn",
+	"HOqNUerBBOGqthHF/EwssyDp9+dXVhT87vzJ+dV5mvgYF5G5cCS06GG3XXJhZ4TgS7ZDkPDQs6ixRFAb",
+	"y5tB4orhomAbA7NiNeC4WN2Qqpwz5WcJggnXAzG1onM7xYITQ2wy9XGPC6pNvFwE3bdEWxEvDQiaKJL4",
+	"raSiXAAEEDV+EBuLPabCihPG6pYjOr4mbdB0vTTPtRUb7jlDMdTfzimfI9dFPGfPjI5dMrnuwAJx9PDa",
+	"8eRyOmUZqLwgFVaIYSCkKCF2C6EYHc+g6FMM046jrbt4IeLxUYhNfhf2BWzhW4kp3e+Fc8VFxN5WtXCj",
+	"CvZ2g2kev7eu3ZJcYqBuDfO8BEhjWZLrH4+J2he+3v3CI1doD1442mNcV1I+oWoKqQAnx1/v9cJTKlYv",
+	"fSGEt0nrAe71zoX+nhq2dC6QUoAAqie05N7RGfLOBxd/cwruH8/dQcGnec7UDlnh0PL5va6X8rgTPok6",
+	"IFOr+NAlXXm9kBvAfO4OhKu0hoUhSbpemi2Ny69ZBRPD5oGbRFwPbQYGFNaz6OLy4i+uR9AumeOhbtzb",
+	"7ifkdzzcACUDtnPDmUW1KBAlu2yOa2SmeDsiD+YGLtyBiJYNA2IqTaNJUZMHvWNnl4Lio2kSAWVzqL6c",
+	"5yvCdT++8Mb2goSeSw8U4oh7nPGMl6lE5WXwr3/8L0Ixnd6tB+znQIC04KuXYTE6fAOv5tEqpNkTXSyY",
+	"8tWwJVTJzjhWnwIzkR0WNugk12i/UIgtTWPfXVw+ev7s2fmjq+H3L88e2bv6gb9ebKfeOdIlZwPhqA3u",
+	"uJLk1tGruft+RlE597vgKDdkXTlZx+1gRUaqkaPY64O0D6nzr9mYjAtD9MxKInA7uvX1N+lAuDsXgd1h",
+	"1Pd0VHedLP3xJdxEt6hVcLW0R1yX4pinK0ulpQpRvd3r7svzUnz79K/L3nvuGirWNSganmAUFaRtpTp2",
+	"A7XgdVmlDSw3a0XXSDsFC1xqOVXn8x17lzv23e7Kl4VouCntZ8vCwWqEtfs1oCxsvxkjyIGc1UUEnvS+",
+	"JmlNPWBvzws/ORBUV3DL8+xUsXGhNL9hKVggByKNSw9jK+lh2iXPwVjFnPEXa0fmWIes7uxDTXf2GAuk",
+	"3fHoJzsfte2/oGYGz9YZnML0KjYnx9ODN30j02DTxFCTWoFT/B2agz72GftNxFJcfUKhOHZCqK9WiFol",
+	"oO5B0UKsmiVcjEA4DqeEuuqqRjGGhyMQy5/sFQD7WmuCTvFo2GveFcIDKUSxnEKuuLsiy6MX2w9CTVVk",
+	"2VyQtlWiK1VewDYAWBYdlAr8NUwzOHu2vUK7KyE0qCzz0V3i4JwG4qiX9Hq9cOapYq6UB2nHki0o+GDt",
+	"rhTc63QH4qR3QtJqvfI0QV/TRtFy+CFyYcAi2e++Hoi0puB92mTbfgw876NwjQ9pSowLNTbc855/fuYg",
+	"vwUHOStP6D3tT0nFNW6/W2HxJOQynsdI5Zw3QmZsrzv8kKrxzNWEqPdrgQbKslOQGfDhSMpvl+oFiO5W",
+	"wfC6z1SxJZjvBiKoNY8vnpwPn5795/Dbv1ydX6Yd5FbgxXBxggTgJLDaqs8NsDyz7li+ZDQ7cxP4HR7M",
+	"1weGqurJLJMboSxyTfxO7Ym08/98Gn/j04hXMoUbnLQVmxY5VXACATINn4Kz6s6jM5JTTeATqj61BR0x",
+	"nAbPNdcYb8CyjWACriER1TCBGjc8j2p4t5uiRDEQoQwugmsFYKslqGUj5tsI5uUgpFh5JWM3fIzRmgl5",
+	"fPH4OZFqIGZUZTALF5WgozrwnivAQOruWizjvj6F7kBc+nVy9hDfkhUJXBR+WL0uOTm67259I+Uwt2JU",
+	"WsZcuncHol0Iu8WKac0yYDDSspUmFlTHV35W3LCPz1j2MSe8H55y5gVPCN/AgB/8wm9BO9ow9tpAxYUM",
+	"KXi3CnLuX/jMtPZR9C0Z/PYGdbdp4NNSpD39lS8IdalpHeeCjBR3jzUKEZ0ZI3ziS/7vJ3hE9N1Q590o",
+	"KvSEqR3iRgcs6t76B7MET+MKPJ4l+NBAaMY0mbAlUwRs7IgC+AgHcoDhHt0aDrZuszi1rGggNngR8JlK",
+	"/J+LaInsuusCUJNY8/FMFLeTaeTYMHOAfon3ItrATnzmE58OnzgjsehzT+MOJs5XZbX46onyAK7uac1/",
+	"ZeWtDRVcR2wKefFN0lEgEzKVxEjLodh8IRVVDoVzxDTPWOglIYohMqZEA3XkOKJ57jLIqFL8hmX9AKmn",
+	"CgCiLRa5pBnJGfXeQpln0C4ggQopWKdL0rnMGBhb5NjQfCCiQtUjbjRpe6Tk3sOTk06D9HI3yeSjmi/3",
+	"ePapzNgtRJj3ykKaJRnEtd1LXvnZSaSfudAnw4XgIDgDSBl0ZImg5ESnZEEV+L9L5Qx0Cyuw7JJSQtXj",
+	"WunEsqSrRy8q1YlBWhbAibjxQO2uGnNCLl7cnIAmdPHi5mEnqXoyc7CShNLCZsbmsW8+lzKEnx8TDPPW",
+	"QepBLcyOIfjGfaJCGzzj+MkHE0AMF4bepzB8CJ0KBdYeYkH6XC6ZNonTLmOzLDNlIPJA4NS7JHXu9dSz",
+	"+30KfDdX9QafrkeuDQl5Lg+ICrRyFRqELNe+ZcplsUsYx3Kt0vNUGowVsKNO9q7y7LE0HA5L7K9u+5rR",
+	"EMjmEv5mTKDSi9hRURxGGVjY6ZLHzgNQMbHjg+Af55lby3UzvF3aTkJSLGiShr8Q4waDx9Oo0nwKRO+r",
+	"DgxEGlf8iXOiD9/Yph3tp6cOcDaOB0cahFBDblee31DDMFTELpuQax233ScouzaeVTKwt0eRv3A1sn+H",
+	"0bibNdO3GNKRL8CKJmSEa5fgIcT67O6DYxR/wDjemG038c3IJ30vpAhCyk9JMFY1OyGRzwYdP7sYeYx7",
+	"WRv6HUju0j/5u6S6GFW0gd78VD+tVIB45PbGsBwXtm+9KjOLUbDLSD8nkoP60Bip53MAXc0OQsmLq79A",
+	"5uNY5jr9P/87VXKp01Js/6r3f/738UnnlKRWBk19wJWGypEBiLM7EGf1iNwlOHrqXKHhaqzCcw/EGfEY",
+	"ov7tezoqektzLa0ko9EainhW7jY/sDSEGZIgTTgMMDJhzI7tkcyY7ldNGvYNe2es53SR9ohmxE42cZe3",
+	"8k7czqk9ehV/KZ49+/3XpNaNmpDUA1fZ1oZQajMlbVrB2Yb7qHr1gq0arrhTVJqsUBcpTac1gYHuE4YZ",
+	"1V0riNfiEW1/b1FfldHdKvzr6H2zl9o4aRdSF2cDfw7j+vRCpcOZKy/bptDohJSRvxhSCjwmBuXP5bql",
+	"ly+nhyHhJA6cXjdvukfOLn7+vvUBEwBs+83R/2EYv8tQhw1qfrDPWxHSw3oIoJ8tGNBKbALA4dfXfLHw",
+	"qpm93ORkAmGBNRtcwqg35tGVy/4hU+K2bu4VVrAxhT5F419altZJSRsC7Dqlfgh5pS4VG8udfFoiFMCr",
+	"h5j/CHminFeXPIPwCleaTBPqcbMrW1xkvNkn8zwEn2ByAjXsAIwLlnYgdr/94vnlVUJe/GT/d3b16IeE",
+	"YK5ZGeNfLKaKZszlyrGBAG1yItWSqgxy2vUSi80onwKPL9s+S8wEzafigIuE6GJs1f9JkQNktjT9gYCN",
+	"bafUpJ2ELGfS/j12MAhK5iAyoFcohcj/kvFZFRw1MXiTGtJOA4WnyRrIwUVm5UMI6EvRbrKgZnZPkygn",
+	"/6+SC8wWSw9LiAvn3obkPyjUhqH1dgao3c/k0mWLQGAcErNzpqdjMD7LCdgPrNDjVq1TJhWmTlAZ8iyF",
+	"Hv/zwJHpwUVWesqs5Gm1e7c5wXOVyynJrQ4G0BJdcgbBgHbrMUpnJvMs0BDEOQJaHcQgBIgEK7l1yWOe",
+	"24XolxF/+NjEMDUQqeZizFLSfvn4Ebl///7XnQQBSdx+2b/dCndDenwsjB9BjVYPLdfr9Tqn64nzYKpg",
+	"ZRUkiCqc05XLo8dgRjtjrkkKR6BrmVGe+sCEjBo6EBlXCVHSQFwC5CUeP3hInvJv7TDce0f+zbZZSg9i",
+	"AprNNVuYzimhrnoDXqh0IMpnCCxFSPXxKTbBuum0IdwGqAVCHvTuk1Qbqdgwqi2VuhMQmb4wvUdIAsOE",
+	"y7vJ+gIsYK8UfhhvJYR5P8zV+tZgxxuT8I+/2rshJJemlh4cHe/d0ieDUVA7qQ+akW6pZJstAufyRxer",
+	"IAran6iqvSLAe0BNQXsUqlets9E3XrbndDwjqUMYTrEY0D0NrAj41JtB65qLTA9affJLt9t99RZgMnUx",
+	"0syUmE4aEX8iu2ukmsPfzm0Jf8+4ye2/gI1ZKtZzZhQfwxdoG4aq2N6OsWHmdAUTlf0RTdNkTtV1p4/+",
+	"XrBEoxFeuzS69lpHfZTaZowqM2LUoM/D/ercG1kC/MwbU+CChGA15PVjBgEglNxwtnSOBfDsUozDl0tB",
+	"XCz7I9yKgYDAM0lzpsf21o2LUcH6gwySgrnnhubDuV0RbzA6ftDruB5HhbJvTQYimsBYwnRdcSxVNorX",
+	"D9q44Au7DyzPZZo4Pw1a3e1uYwcD4eppga2krVgn4BXgHN0rGMEFAEkuOR68SRx7Vity9IBovBoGAkDr",
+	"F0q+tlc03DnjXOrgsAFzU61L2s7HreB+10a0fvX5L8cPekmV08as9kFdiefdvM6w1+YQ1rfW97xXsAoS",
+	"Ab4OqnNO7aaWya9uX8okTBlHBCFo6iemWsDIDyBX/twVJMPC0JhInOfoCvPwQv5oYiLWDYPjp9dYn8sN",
+	"OXzj/vLQLGU6WZXGfuR5fteUTfdevXn+I6IN2DkQDTaXCMYCJVBInyl0QfPPdrV3NnfBQtOQyu7THsGn",
+	"ir5y75GeKlksOs0ZVc+DDV4xU0CR0CCMT/kNExCWRBwIyummvO2rsg1ETYK/nGDtVmQnTrOrgqAc2s9M",
+	"Kf95IDQkdnuneRgWSAWImNIdCO/NPwHlJAISsH/6FTytAW0J7WF/6N3Av1HhQYhPzBnFZEvBls5O2CUX",
+	"gqRI1wgtIwtziBMgVDHvHwefeene4KEQsym0vYx94lhIIIaICI+EgngseFUjMrr3tLhRDMS6f6BMbV8D",
+	"HvCZ5sHtXnoiAo4AJux7KGuAoVpL6SdbMvpPySZiUB9hFZhANIeQOw1eegfzF4PZIORiyOGfM8XyVQUN",
+	"ayBCDl7qyD7tQmCrkjlpr8H9JA7rJ7GkwH9lHQzTgAVxfQ5EEwgDwBkj2oQvUxSBAzghzMMDwR2ApbRp",
+	"ZltzKwU4cro/EEe9gGmAsRJuYZIAiBfqGlopYKNL7eIszED48BUgeVSsuPJkZuSUQRRDm260QcayQHQ8",
+	"NhCeLA0aODpd8sJ2TnHIkRZ+gIaZqUTB7RSmiNIWkJool/Ckd4KEBpvsvYFDB2bpMDEd21DMwyeWrAPk",
+	"n14Av+SZPoVBgAjpawGU7ZbeudoAi++ZeQ83aYO+7LiX5Sf1ZgFfVigIc716vbmhccsK373xteA/yg0p",
+	"FpgeC4xBTAOIoqcRI+G8VvgdacOjC5nnJb3et3vVaVLiLdtcl3qDnHt/Tc69m5j7ASWYCAPijyimvLOT",
+	"DSOhPHUAU/X3V7lsu8TgQ2TK29xn9vf3JQ2/f2c2ju9WXuyakFxsBeRlZJBBZmNGk8uL73++ePboh89o",
+	"Ih8JTWQ32ZaFTuvJFouo/n7Jtlrk9a5ki60g2Tp/eSkdVdSOz5T7u6FcKxQ347xBpLne3E0nSzvBXyoP",
+	"0bnE5wGI3KXPWWn+uHdC5owKjS5EzGeJHyojLCKwLWFvkr8VrMCrZWlVW4ykjXjiQHCBAwCgaVGiNodo",
+	"jAqOKWkXAqLNYr4K4eRSgdGPaVRREB0UBNxOCV4ZHLR2SiU0nZ0kzN0ZghBWc8Rw+BkAinlI8zgjGEZW",
+	"SW0+Of4aFGEuhqNCr9IoQjvEklMHKA4G5aWDBac5VBp0PZb221IPDjqVFfo8/HUpf1uhPYs7snK9USun",
+	"naQv7YeDs4mDXwfvW13wWzlih0t3D7OYYbmsztrGZkEx5QEtr5NgPB3OHXYic9orbsWS6oHA70l7tCIp",
+	"kxP0KTscOh8LDwDqQdOwqkpzOlGQ+zIufo+MOa5NfVe+fLbfITslGcv5DVC3P1OfGfUHi3SDrf220Ks7",
+	"sfY9nXfQSdWDF98JsWdsa4j4efzgbY/JCzplT8CZvEdOnX34Ebp7P6jCF82oyZMbT/rT8lvEI48xuTFb",
+	"vW35PNYlQgckMviAWNmBXA2rte+IK6/L3gEVxWz8CEHVLu2L4x1IyUQxPXPBM92BgDgflqIDKS6iS/71",
+	"//3/ZCQl1pNWhdCn0YXurkOHoA/sa8VMB17C4rtQ8gGr6nrgTgyWri/wgcHgdsSnhBLBzFKqazAYQrCS",
+	"TgjXMgeiGwjDsXreIqdjLLThihAbPmcl+CwUj0qIpiuovQd3tvvWXVi+xol71YeXR8s4ZFBQyxnNHMBJ",
+	"lA/gqr8NBP7ENeB6i84p3tWu4UqsTHO4+Hmlju+HC/yO+vmNoLLjmdZwgRcRIX4S1+HvTg1550CTsAVr",
+	"KYNrLozTgJ7sKiNBKW6oPw3eEnC36GCqAn/2mnO2JiFwm2sWAQ+rR+V2d2P07jM6Z61PHObyU/CXvjM5",
+	"fse0UXK1ToyOpnzkCTfEqnvRTQXV2CBQlIP7cCpD4n1TOPkHJq3ex2Kia9LCHzzRE0PFw2wxnwQZj2Ig",
+	"9HhnOqAOO1kBZKJpmesZ3/xNGZ+1Ccy00FtM6C/sz38UuoLJfOaDvw0ffKwY+5VtpvE7O4wVlK8Z87k1",
+	"XJE5m0u1AgneUrx23v0xXdARz7nhTFsJmQAFd/ag9M8wFZ9hKj4kTMVADASEIkOaDoAyL2cYTIGGSw9D",
+	"gTo1hkIuoe0qLAWEwgxE+uKnK/Kvf/wTKffwjf3n7aFrA/NX7CQqMBK4145G0bwsF0xAhSyruw/ESMml",
+	"Zqrv68RidVysEts/PMQvbVf41QF+YTcfv+i6J7BTksk55cK9jj+BddUuAdgSfIYLhAkZ6crRpslAYKXi",
+	"mTGL/uHhg6Mv7x9k7KabyzHNZ1Kb/ldHx8eHPugDRomkWDZ6TyfYgHYAUVdPLk/Ra4DjglX3oFEvXp7/",
+	"+eL85+F3z5+eXTyL4pHT0GeaOC6Dx8mtFWD9y/yGDYSR9uwuKmVTvnt2eQp4Hv31xQugm9E6INyWw8b6",
+	"1ndgT6caU80GAgqkQP8Bls8vNvzky6LH0iQO1w9IsSlVEIlhWzzFMzkQZindgxMZCp1inTRomBsSB+JA",
+	"IpmE0uvuUShiPJFq3h2IFx6tBKLLKjWQoVoyshGmyKgw8AzUv40qnJCzFxfAElcY/CoLYzntQEB9ZChh",
+	"szF3H8SUa0lckbIwJvuie9ZzfHdi/vWPf6Y+gaQyNld2GCbfnoBHh0flP9EtU1T3BNGdFwt8BjFZgaUG",
+	"LFmoh0ra6SHVmhkN3XfISDF6DYxUscQ2inwLGrbDh6Jsfq5jqjD9S6zInJmZzBLyMxtdAo91twXwfuC+",
+	"bnMAaQZuq8TV4lmv7hyax+rOUpH0zEkrIG31ybdYfhrpuFrs2FN0G8xEAyEnE4+6i/GQSN4uAxrL+gTM",
+	"idgv5RFxgI85bB9UvencVY9eUhdmRhRdwrXsyzsJbRjNEowV/P68hj+69Mh0INq+VPfY5NDtgf+tEU8n",
+	"EiDvhqrzUcXdz+g67x1dx4l7VSn1XVWsGvLcKoc6Yh+xGRcZaaTihOT8mpH0uhixjR+75JKJbCDSR0G2",
+	"6ZOfMKHY4V65T33i60BXGsAL9YerqxeHR90j0g4cxbMFexliRquXZMc0zzuV2G5M1UEJBF2JQdDaZFsb",
+	"AF4YiO4lLZprBKgMN3BIEfbyDjduKzWRIgkos77imeXWfXtTOyt9QPBmLGNZxx8AdwemR70jcrnkZgwW",
+	"mhdKGgkIOLB6ocqnYusz89zbOBrDAIaRNDOypCudOMmPcRANYeYYStAl5yJzZS7ZPe1iBOCBNoWmZjSf",
+	"HMDDEZZv9Jjj/2WBeOhiSVcDgSA8ECwdRgqJTGFgIZSzXC1ItbaMm6PwhQ71qCBr2ZjDvZBVawZc/RAR",
+	"zDLSBs+CkXI4p2I1dJSmUyc6Y2UiDBYvLxaXBA9k9h+Xz5/1tx3GbdVKUJCs80K5MulRKWUsy4C+IsHA",
+	"Q5S4aHlLsNByYBppCQGOESoaZRdqYurGIIiBqJm/L8hiW3ZxH2608L6vGT9iGNAC+qRVhujK6U9SMHsh",
+	"V/PSrWgDZqO4WF8nISfHD61eBas69I6TFA+4lR5tI2YpISMvYwq8Z+Wh2M40ai/Wx/ijvaTe/T7dwycs",
+	"lXlWzEesxid8hLfTWiTa5hkn7Vq+meycf3/9WBAhlxWO4JI9axiDXbuPf+m+H8ObPbt10kdM032ynaTL",
+	"Cr7OQTPxt32/CjuhZM58E92PVVLj4YdfrPVD2a9I1jkdX2ty5/u820pa7kTbAbqHN09D3cuVKPyN9M/S",
+	"nPgRaKnCeftkD8a7Hl/QjYyZH3bAG5y+vz4WDw6iiX3OQ7tAFHx5r4Jh0dJ7d02IdXuIt0FVtKLrmlO9",
+	"uLW2LrcRZFF/21bZ8CWby5sq14tS3E8hKBJUeW/knFE0jLhCqhUjJyjfA+EMnNsl8po76Cm9ZvZieIE4",
+	"rL/1PVTrp72KtWMc5x8zeeSd/Ah2J0tSDri6iI2A1YvRymGleu3Bj7Zg5j+l6lpHLSKJooyeGpMPNRtL",
+	"kekUpSl7nwfoy/sPe704o4lkdKWtqKjYIqdjjAEO1fwt2fdJPMafXj5x5nsYrJAlWFNppAE1CwcEGocz",
+	"UtsDngZtTcnCKgGG57lrLNbVsA1XixCmaZ+BKxiZ6UCsmOkSXAuHcgdQRS7XDmsd2mtmKklQBSvRFe4Q",
+	"c02QIWSnZbbhwxOIKa7odhCwFFikM4CX/osKWr2h146RuJXvDkQDjyD7sAgoleqKlcByBOvjUbf78MGD",
+	"+w8QmcOYnEjMUFK2p62sBRnib8FZ3n+4FU7GdhTFWX3Imsplh40wORXDoT+gFcfJZ9fu3UK03okhP2GW",
+	"MazArbZw7jl/3UdszquXlsGhpS1xBxBsw7ulD8V0Md+e7VfM/zCxCi8dJgNcbJgzHZIgIruFZr/HYhz/",
+	"IwIagO4x+iCr3GxQxtdu226ahmt1Syag/fmPQtEwmU8lLPaPR64B2tggZuKtND/70jYylYs/DpViit5n",
+	"Iv1tiFQu1iNl2wAPMyly762UagzeGh8uxhE+BXhplZRn3ORbM5V+uLh68sfIULIz2eYCBtHMaQqfWH7S",
+	"czv0WTGnVjE+MDN2kEu5CJOpYkluEsDhG/t/DxixkCJrzmAOWmdq2GsMOaPeI0iMlKRNyQiiWdgy54Kh",
+	"CDtovQD34/mzq/OXg1aouw/9bpSACN/aLUlJ26fi+mRh533SxBfJs7SNIJRYOgiSVDENqN7PFWXMlu48",
+	"nzi7WRQCEp4qdSFONxOL2zGgfZlERTOHCr4ojE8qHgiXVTyBiWxLDD5tguWtL/YJu1d/ZgFDZkHNrISQ",
+	"cdveWk8P2oabO+cifG6AiX3/yrad0Ut3FPbLZ3q/fOPMUV4d7/jZV8CulDRAJ78nUK4DhJyXez9fnp9w",
+	"HnDz/YyUQiixZOM58Knnlv/u2WKEUbBGOB4NosqmPa7u1rv6KW+qObUOvZ+vPGk6zDzuEiqawKbgx4qT",
+	"a9uRcQMBGCOEyfoUBQY3i20yg1/ET0tc8HRCpABUD5VBfIav124lx2aBwU/58I37y+OtNuVcud72upDK",
+	"Jve9k44fPNzrTvqwNLKDPqwIo6XLEcfSwX6pP/uvNlAUFlLm2xndC3jiQ9rapcybzj10/mkd+J+pmhNY",
+	"1hiKYH3J907QtStwe51QyvxzSu56ypdUUzCSLv0OgQcxcxmxHPHA6TUTxGF5nlbKniIigc99tFf4amv+",
+	"63vfufd75JodWzL/H5DjWhJBSMRf233nsrXPVAOst1S7r4BIp5r/ytIqDckJSfWCjVMrD3hYi7REDPEo",
+	"H5B06CKFdRkLimlWGZbKn/A8R99VqP+FxS0BLZctywIWHaz0W4YBlGC11AC6iNXfc4l5IFz5XN4zkr54",
+	"fllfczjF3KSBiHOA7dQgyJa9pmOTQ7KabRQc5tSF+GLn/UogJ6jqKSlE5oOknTjPMocWEqMptyFNCAou",
+	"ER4tjx0xto47oSEAGCP1cAkgHgAOfLnSkF3jgvkqcfYvWcYmXISkQjs5XEPn/vd8ApO8gJpCTb4ASUMq",
+	"obBNuC11MCp1ZocXxXthLB/ARy/l7VAYPx47I9Tu+gTKeQm5/EMaBD6ym/07WE4s9YZLG1+sCBzhmYzl",
+	"BzGDa0vlsQc7m8yrKiz5dOvGDJWXIR+bCsssRoUBYyByFgBd8hmXL396dnXx9Pzynk4Iy7WvrI6agsvv",
+	"cxWsXST7d88f/Xj+cviD5YGaGZ8IYCeXyfE1UxnUJe5gnXbFmUelChkD3ON86yQq3YIpC6icuIpylYxM",
+	"4FtYMkYQJqZ2eT0icZn06y4brHsI2FFl7WLHeyDDAtt3xT9owGwI0E4McPUtW1pjQAj+gHXqAvrTirQD",
+	"MhROLYG/YRnxTy7I+ppjgvBMLomRxIphkMIOKbdzes3ccqYAwL2pg/hN/pBqiOujSRPxQ/j0SnQHxIIY",
+	"TC2cR12VT+BKbJc1N2HbICjeMoFOEkknFeyD6qndq3R7c9X2GguaWas1jicLCxrXW9F8IfnW3Q3sye6h",
+	"fACDnluXT9yg94eteu/JlrSj6vFJqASfRFdZx94qDqdjsy5+/ZE5fOOrr2+UVqquYFra79KoHIvzDkbQ",
+	"FFH9fOqNZN4nGCq9r7sFqxC0pVtQ3jDV7OwbiNt6+8i6s69O5v2R53ljCfhGuiLthVkNy9VEtBC3AK7W",
+	"Xagrk5WlH6pW0vL99+25+0CQgG6h7JrV+9BCPavPjrH3VbIqUFxTqarTkvKCc5ILVycYM27cwaQjAIbZ",
+	"allqPAs7eL97r76i2ntn/TvY/v8AG5OfKWngtXvcAIdwv3Czai43elMKbqlmf0sRL4ORFDSFtEwP6fUJ",
+	"zXOsZ4zIPG643kKhCmF1jglVCVpLrLwOqWBYtoi5rpgqix0HrPbjXq8HepBt/zTAZbiiKtrQlb+jBsKf",
+	"l1xOoXBYxnSfbL+Q7Bf+jk0b6iM5wjvzS/YO56Op1LFd0qpE+VtV/VmfbMNp8/TzmdlvakZ2v7KwQmTC",
+	"mBMSPKGVjH2c0yLzqT0Hdqc6+5zejOsFNePZlhivwswgxRWKk5e5TK/ZuAipUoRrXWAtesqXU1TiCDXl",
+	"YwggrRywM3iYGzOu5OivDKRWJxRauTAyHr+4+ksZ4dVO9YwcjD0Gj3/Twe90vNlkPJOaCS/lIi86u/j5",
+	"++HTi8vLi+fPhhffpXjhVU2sA3FGMKGN+KUK5lI6Z6Qi5IbFgZ8gE8vbj497x87yYh9Ccyw85cRhxCii",
+	"ymifo3vqcJJIxsEGIrDqvcsZO+l93R2IRzM2vtZkRhcLuwdO1YPiAn0Cp9zVf1/Tl9d2BSws7Qe9+51k",
+	"IEaIadQ+6R11EuyyfXJ0PyEnvV4nIWB/qU67bScnlR1TJ4HMOrBqnfROAMMB4SqeOlubWzxMU4v0/WCy",
+	"uYaMQXCRc4EFDu1QhxMo9p92KqVNsKwGnwoJkYBaxuQ3pwA/SLScs1M3cG/ymxfakBm98f4Ee9IinA4J",
+	"1E9zLIRnGxoxIoo875J0zgzNqKFpqEZ4w9SIGj4HalFswagr7TmWU8G1OxdkRvWsMv/2mAop+JjmDqoD",
+	"yTcMUoOklQyEKJyhMsQJQYXq5QyQTKDWdMAwsdrBPV1eVDxL+w7YxD4JhVHUQDgvBFaXcZCFgWxPA8Tg",
+	"Dc0LWBi7kixzQ0tgLTy8FLAkgBJMBiI96vbS+Jf0KHVI6thiPDAIGF0n8LalI5ewCMcmB7QVAAhMsQ5k",
+	"nwxaVGs+FSwbtByKnwOfNo44KGBUlwnT1O3MQEy4h4LxEu+kUDA2mkt78AAmkGnD5wCmCOcyrSwSD2oz",
+	"HF97FFFGgPjM6OQNM67pKGdZmkS0bGWF8ujZn4QcAm+Cmuqb8Z1WxjgiaRFdY/a7o/sktWs2NFIOc6qm",
+	"zKVqBveNvQigzXV/zimKM/URseunruttVamz/goZQDuYA9btODnIc4axu9ZqZaHvHC9tDAeqkRPwYOOG",
+	"xZs3YnbXNDHyFI9jYMNeZXlfivO+4UXv33fl1+s3QvH33ftiN3WyXCiE0/aVye1B8ZvkL8/ggNi8Kz+X",
+	"3PuIfjI2LhQobb+8afnDfmVFsFb/l1eWiktBNLpRwy5GlrpQ3tQ3s4/YiUpXo8pYlsdG9EgmsgMp8hVW",
+	"xc7lFEtPM2cpc3hm7p71wJKueDYqih5TiwsC5R/bZcHdqGKad/p1iRvBWsExYMyZQxUOyFEZ11B/a1Lk",
+	"Obj7BQOJximg0GXOxJghmAF2d83YwpcS9gPVhFqVNodgAj6euTsGaxyTOfMPkSldkLZiVEuBiicOLO0E",
+	"EWYF84ECxFZKaqf/eYBTOngitUmrsHO5nGIgAgQjw22pi/EMfHsLrmXGyIhNuUAoTemeGQjbq5UnMNVY",
+	"+1Fzg9LcCGKWWD4J1lYFoc5KynmXnGE6hDZyoTEQBGY+EFaIgxlC3TW4+x14aYhWCEkmIFq+yAHMgooV",
+	"SZELpeBlhTDrQ7AJHKBe5ACnnCBdQmbilkDgVGr/nw6EN0rgCwjMB9Q3Y3nWKUEs0jl9nXZJub6XFWnB",
+	"lThHqc+KHradUAzdNphE756LLI1fK12pUKm6Xa2rzk3HmUHKFr6niz6x10GKApPDzHL16HByCH+0PmBL",
+	"L3CkxbSu1YOXQG4pWc5WfZI64k5JGy0vZkaFw82e3tMIYYdm+Ig84eCsrORQ5BmpnKlOvIRAokHeCpHw",
+	"OBcs3g7nEE1BAN7tsBAzL19bHhHvNKQpOZUqncg8l8s/4TLFmFG4PViCvo2Vm+/3iO4MxESGkt/ueos6",
+	"82Y0S4yOAvtkk/j6lm4vL89LIHJqHIy5rzNoiSumw8RV/MYR6wD9a8eBiA6xCwWaajtURituchDnJoq6",
+	"6KfquO0BtgPp+Ckhni9i0tIlXXXJY/uq7pMUJtJ3XTtNN7VaUJ+8GbSQXAethAxa9stBKxmIQYuJsQSA",
+	"xtZbK1QGpemnq8cHX8ECYYVBqtlDV8k8jd+yYj7+OGilpccI6ADr9FtiALkW20QtKOVZv+YYAaB6WbjS",
+	"Mi4wTV5C4SnPxEqQSsRXS59QbQ7gwYOL79wo3DmyDAr0ns5pWKEpXWwsD4Bf4pIYiauEzBv/zqU2sETQ",
+	"dnkbudNI2qlyZw9ml8PpoA6DB3gfMsN7uunMVg+8vwH8kD2drI0a9CkcoX1iOJYZCxub2QF3ySM5nzvw",
+	"S6ZJO+2TBRfTtIPXm4+nc/ROLfVaxq9zufS3GtfE6q+g5cbXZj8g5ExonmuP7opnugAsdyyHRkkKaw5U",
+	"DkcwmGtrwtgSkiJRDEdsJdF/aGkzbOjCMtq1853Laee00SG53daLa/6Olt416Qip2ki8QYFdBBt63W3V",
+	"5PZ/3wXvfREFEAfBLI/EbCm0QqnlcC1l5nzOXSnVxqHO6ev62vYnR1+f3O+dREM92meoKDNYmfIUS7ZG",
+	"DJ7WEQBpW87t5BHHjpsXFn6vgwEcSZkzKm5tepdjw/xFUtXbwp6NuKAwiI0okdbGXVRtYi2l//IcD5P2",
+	"/D6xXC1xfIK0NWMOWyq8BiuxgXRYm1gNLa6hK8YCUI02UCsMVYQoRHwh0kW/AwdvxxSHe7WF0jdJphWz",
+	"0s1RWekh5ti3lLG2D48JS8m/QCetpDWhuWatV3VbW8PvaypNA2evERITiJerlo12A9wi5A3EbimP1Ah5",
+	"LmgRaMfqTEvqlCZkoZvTdwOwByu0v2MZntQ6MX7wfkKcZlVuu6f9ya8ZsxMyUWG0GoqVPDZUssr8p3Sh",
+	"O6ekh9QRVS2z88WH1id8K3K89Cg4tcfEza1G03jXE/H2D+0Pf2kZCN2kCcSEFk6WTNw9JhVq4iCQX4Ia",
+	"fXBpJSHn7UY2u2YKASivZk/bpa/u6iHsfWxQ6tEN2z8Ys3gu8lVCLumcXXLD/nRpFB+bhFyycaFYqOvS",
+	"ceVKX55fXiWxdB8KY5Qeg1CbBFQXuAqPjslMFko7bFHsHtBXBwIsMZQoKjKrhWakffzgIRlxozvonfT6",
+	"CFhjZaUCUTvFVTgIsXVgoYZC81h/w1CScZX4uuM8u6fJ5Q9nB8cPHgK0ti7UTTV/odNfywKxXcjCpKAR",
+	"AhpsqFmJtXEFW655HlF3QntLiIqAaErY/6rBRy4tAfApFxoEzsdY/dZhUSIXBaGGZVgbHlfew+63qXDV",
+	"sHxtLPziITl8eHK6joh9T4OvxyFXWjYyC5KzUYU2LOv03eX4AFJlCuWK24DcNeeiMCwZCDc5HKSfFi2H",
+	"FVXRB00AMC0C4KR9b8gFwvkPRAWXIglx3bklFDH1IpSreFBqqs7ihjxqju4fHOBAyBzSY3QxhrikCWTD",
+	"6coY7+lygpYK60TvSz4VF+IDldXFxt+1ZvwlOK4Id7gQ7nSBL/Qjx7zdEXThI+FAe5qrQqJElOdc83pN",
+	"nIyeqOOy8EogSkuD7gTMKZ4PUFgQmaNGhK9eiB8FGXvDIXhasftUxBZguu2Yl0YGbOc9dqEhkRegYvG3",
+	"9EmoL+dFYm9NlWtu3m+yMM0XHKbxVsx6IbLLVyhrvvwqF0kCYLkSjOrlGXL19G4Yhs4uIHAMAybssgAj",
+	"zaWYAkYvzaBiFIhmXfIzcjAr3PnL1ldkAqjOCaAN45A6WFglX5FxzqjS0QiaONLzwrT2BbX2S8MddlG4",
+	"qEtGAf3ePSH6d0e0OM93o9pzbx5Csr1XBkfZ9YMVwyqGuFEV0jVUX29PBrmCJ3b4qR/J+ZweaGYfspc/",
+	"mND0/lkXC2oMU/bR/yZftL/pLxgUuPm7NnRq/43r9v8d4t3/7oJ1/253Jmcm+pNlf8ey/O6f4UIxrDz3",
+	"9zEVY5bnLOu0v+mTL5KP1FnnC/LFv7X2SGM5IzkdMUiLvGarP0EQyqmPrLHi6VyqxmQWeLWyrNywuV5b",
+	"31/++0+v/v1Pm4MJX1ClMJq6PtAS5Lt6k9SDXu+25ih77AV7bYZjyHzxXBEkc1losqDTxvniK1trTnzI",
+	"ME97MLYl0eDQP6mcNHvUE6sklD6hNrWHeZQzjJjqJIBlO2VlCjvm3dfeewD+QgWf2PaoJn85e/oES+bY",
+	"5T+4Wi1Yn8Q7sKLzPAXDyn9cPn9G2umbQcs3MLQ/om/kX//456D11gHSRY/YX9/86x//fPs27XQhhip9",
+	"YznckGcJ8iT7tjvvtoVTkn6TqdVQFcJ5xeztNkDbuWVhpH3c65VSgJBqTnOIbPN9IgZ9epGx+UIaJsar",
+	"gx/ZKvXKSluqgQihc12epZ21EJCwQGiziIKt7NB9NCQGkfm6VTCpMtCIXOCIQ1saMjkrjgD/U+rzTdFY",
+	"wnKo+EjN7HQgXJYpfo3qnNOM6q73R5C+aommAdVo7by6hd5uHW60rR8df0UWigskxrPLRxcXZDyjio5t",
+	"p6QN0YDESJL+v2nivUQX51ePSaboxNzTA6EnB8gZOq5iKtDwNQNHKa1Y7qmOGsfQslCMGNcCZoibXE5x",
+	"jQq2ZjjGPHkweH3cOxgMXn/JXtXeFB8ovMpu3mUxmvMIvj9prZ/Ians11u73CyjgOsCY0CbumqkVUYW4",
+	"p+vOJLCk9xkHZtdpnxiwTyKS64MDFB49+PBCtqWB+B7B8CMslQjXjHCXSPd9wA3DEbH3HdXXgcrAKgeB",
+	"+jugEkDIPvQ30VZoqUcgM9bz1B2eU/tSfQLZ+z0HdbuBw84heh/sX3adsB4VFE1c/sFzynD+nkBceSFM",
+	"M4S0g7VClwGZ15e2CEqDN/MlFfSrSglvt5hNKYjvmXZ6H5x2rhy9/AFJZAsTOKTK8Akdm93a91l48ve4",
+	"rX5021ShMFewRv1P3egIWXDb4fULeufdTmpBReGffRPle8cn7xdP9F3COGpJCsT0/wGZyp56fBjoKSSi",
+	"AKyEQb3NSx9Lqa5BCUrITy+fHDA9ppAGjLXPdBdz+HztZvjU2SqnYOBMM8AT5CSxlKRv4I+EUJMQjNj7",
+	"5m2akNTnb6Y+S/OehlTOPknfXHORJRAK+U1CDCD50Tn7JhkIrhFw4puEjKU2w0Jn37xNOwlJfRBm+sb7",
+	"pK1ObbuCaCqqDUkhrC0o2BMuaI56tEs9xIg8F3vq4irh0p5R3SXnFIPPoehzyrMUI8k1KRanIQx2LSSk",
+	"gizY/oo85d+C89O2imGeCDlVum3t7k0BRwrjxn0cvJ7JZZ2ibQ82utffhSdsniFexnnZtYN5Q6UoZ7DG",
+	"tYKoWClCMGm3SfmtBIw2mXd/6R18/erNUXL01dtGPXcrV9kR0rUX83Az9aEKf2Qe4qWre9qDBFBdE7eR",
+	"BHe/TzZQbsMru7rGL+Q12wEldYWPfEix0vbQKHxA95/AFr+jggpmdDpnGbonS4DjMkIBU240GyvLato0",
+	"m7s40M4OA66PsSYptJ2Sdkq1GWKk38l9F8VeqDyymAGLs+wMu4C4xH4Nu4Qf7UXmAl0gVbhL7PLoPklv",
+	"OFsCUEaZDwT3gPPFpgPRjqLMRnaWMP3gOKRFxg2EMdvryE7ZNwavdKLc1JS0fZZXMhBQtyDgAwaAGOc7",
+	"dY1Dfhjk5Xa6xJUpvWZiyF5zbXTqdDu8r8VAFJolDRij+OSIekhVBblQ6AuCFGI7zgVXTA+pST2UH2bW",
+	"FKZQbIt9FpLbPpD50LZ9q6CQo/fbN06x1iTnfsKrDOgMsBXRE2sPQSDRz0a7d2dAuNqO2h0X8jgOUIY/",
+	"ZjindbsAcWp198vhG/h3D0R2T+q3FJGQiCd7QrK/ZDfy+o9Z+O0daQBXZo0GRisQMxWywSoVcBPH3rlQ",
+	"RYfJhJx0A5FpxmhuZr9u06F/cI98yGJI0EWj49dZ/hzGx51LWW4J+XjCb5iwfSyUHOE+HEKkwtaVeYlP",
+	"fEioVkYzbgdWC9Rqu/89RO5sHeUzV69sdVrmUUJGKepqoTk0bJvtoTmhJ9yoU6iirgmjlZYc5DD4LvyZ",
+	"wKXaSFn3ok81ZR1EKmR2hcqtambMon94eHT8ZbfX7XWP+l8dHR+33r56+38DAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

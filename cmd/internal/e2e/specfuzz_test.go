@@ -54,6 +54,9 @@ var semantic400 = map[string][]string{
 	// A command, but for an interactive session (the agent's shell):
 	// openapi 3.0 cannot make a member required by another's value.
 	"createSession": {"invalid_request:field command: required for a "},
+	// A token's expiry in the past, a label's characters (openapi 3.0
+	// has no schema for the names of a map's members), an id-like name.
+	"createToken": {"invalid_request:expires_at ", "invalid_request:label ", "invalid_request:token name "},
 }
 
 // specFuzz is a real agentic-mgmt with one host agent, and a generator

@@ -1130,6 +1130,49 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/tokens": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The named tokens, by name, without their secrets (admin only). */
+        get: operations["listTokens"];
+        put?: never;
+        /**
+         * Create a named token with a role (admin only); the secret is shown once.
+         * @description The answer's `token` (`ast_` and 43 base64url characters) is shown only here: the
+         *     server keeps only its SHA-256 hash. Roles: `viewer` (every read), `operator`
+         *     (everything but tokens and the audit log), `admin` (everything), `executor` (dispatch,
+         *     HITL answers, mission reads and the aiwg status). 409 `token_exists` for a name in
+         *     use, 400 `invalid_request` for a bad name, role, label or an `expires_at` not in the
+         *     future.
+         */
+        post: operations["createToken"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/tokens/{token}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Revoke a named token by id or name (admin only); it is refused at once. 404 `token_not_found`. */
+        delete: operations["deleteToken"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -1149,7 +1192,8 @@ export interface components {
              *     permission_denied, invalid_path, file_too_large, directory_not_empty,
              *     too_many_transfers, invalid_manifest, task_not_found, task_conflict, unknown_parameter,
              *     artifact_not_found, pool_not_found, agent_reserved, stdin_busy, port_not_listening,
-             *     too_many_forwards, port_refused, upgrade_required, too_many_public_ports, too_many_sign_ins.
+             *     too_many_forwards, port_refused, upgrade_required, too_many_public_ports, too_many_sign_ins, forbidden,
+             *     token_exists, token_not_found.
              */
             code: string;
         };
@@ -1792,6 +1836,45 @@ export interface components {
             misses: number;
             members: components["schemas"]["PoolMember"][];
         };
+        /** @enum {string} */
+        TokenRole: "viewer" | "operator" | "admin" | "executor";
+        /**
+         * @description A label scope (at most 16 labels; keys and values 1..63 of `A-Za-z0-9._-`, a key may
+         *     have one `prefix/`). Kept with the token; enforcing it on environments, tasks and
+         *     sessions is not done yet.
+         */
+        TokenLabels: {
+            [key: string]: string;
+        };
+        TokenRequest: {
+            /** @description 1..63 of `a-z0-9._-`, starting with a letter or digit; not `tok_…`. */
+            name: string;
+            role: components["schemas"]["TokenRole"];
+            /**
+             * Format: date-time
+             * @description When the token stops working (in the future); without it, never.
+             */
+            expires_at?: string;
+            labels?: components["schemas"]["TokenLabels"];
+        };
+        Token: {
+            /** @description tok_ and 16 hex digits */
+            id: string;
+            name: string;
+            role: components["schemas"]["TokenRole"];
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            expires_at?: string;
+            labels?: components["schemas"]["TokenLabels"];
+        };
+        TokenCreated: components["schemas"]["Token"] & {
+            /** @description The secret, shown only in this answer. */
+            token: string;
+        };
+        TokenList: {
+            tokens: components["schemas"]["Token"][];
+        };
         PoolList: {
             pools: components["schemas"]["Pool"][];
         };
@@ -1961,8 +2044,23 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description The agent's user may not do this (permission_denied). */
+        /**
+         * @description The agent's user may not do this (permission_denied), or the caller's role may not
+         *     (forbidden).
+         */
         Forbidden: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /**
+         * @description forbidden: the caller's token is valid but its role may not perform this operation
+         *     (the message names the role and the operation).
+         */
+        RoleForbidden: {
             headers: {
                 [name: string]: unknown;
             };
@@ -2021,6 +2119,8 @@ export interface components {
         /** @description The next_cursor of the previous page (items that come or go between pages move no other across a page boundary). */
         PageCursor: string;
         PoolName: string;
+        /** @description A token's id (`tok_…`) or its name. */
+        TokenRef: string;
         SessionID: string;
         TaskID: string;
         /**
@@ -2186,6 +2286,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
         };
     };
     listAgents: {
@@ -2212,6 +2313,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
         };
     };
     getAgent: {
@@ -2236,6 +2338,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
             404: components["responses"]["NotFound"];
         };
     };
@@ -2261,6 +2364,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
             404: components["responses"]["NotFound"];
         };
     };
@@ -2290,6 +2394,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["TooLarge"];
@@ -2322,6 +2427,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["TooLarge"];
@@ -2588,6 +2694,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
             404: components["responses"]["NotFound"];
             502: components["responses"]["BadGateway"];
         };
@@ -2614,6 +2721,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             502: components["responses"]["BadGateway"];
@@ -2643,6 +2751,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["TooLarge"];
@@ -2675,6 +2784,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["TooLarge"];
@@ -2705,6 +2815,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["TooLarge"];
@@ -2738,6 +2849,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["TooLarge"];
@@ -2773,6 +2885,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
         };
     };
     listAgentSessions: {
@@ -2797,6 +2910,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
         };
     };
     createSession: {
@@ -2825,6 +2939,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["TooLarge"];
@@ -2878,6 +2993,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
             404: components["responses"]["NotFound"];
         };
     };
@@ -2905,6 +3021,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
         };
@@ -2931,6 +3048,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
             404: components["responses"]["NotFound"];
         };
     };
@@ -2957,6 +3075,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             502: components["responses"]["BadGateway"];
@@ -2982,6 +3101,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
         };
     };
     listEnvironments: {
@@ -3009,6 +3129,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
         };
     };
     createEnvironment: {
@@ -3035,6 +3156,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["TooLarge"];
             502: components["responses"]["BadGateway"];
@@ -3061,6 +3183,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
         };
     };
     getPool: {
@@ -3085,6 +3208,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
             404: components["responses"]["NotFound"];
         };
     };
@@ -3114,6 +3238,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
             404: components["responses"]["NotFound"];
             413: components["responses"]["TooLarge"];
             503: components["responses"]["Unavailable"];
@@ -3139,6 +3264,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
             404: components["responses"]["NotFound"];
         };
     };
@@ -3164,6 +3290,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
             404: components["responses"]["NotFound"];
         };
     };
@@ -3187,6 +3314,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             502: components["responses"]["BadGateway"];
@@ -3215,6 +3343,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             502: components["responses"]["BadGateway"];
@@ -3243,6 +3372,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             502: components["responses"]["BadGateway"];
@@ -3271,6 +3401,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             502: components["responses"]["BadGateway"];
@@ -3299,6 +3430,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             502: components["responses"]["BadGateway"];
@@ -3327,6 +3459,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
             404: components["responses"]["NotFound"];
         };
     };
@@ -3358,6 +3491,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["TooLarge"];
@@ -3386,6 +3520,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
             404: components["responses"]["NotFound"];
             503: components["responses"]["Unavailable"];
         };
@@ -3415,7 +3550,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
-            /** @description port_refused: the port may not be reached through the agent. */
+            /** @description port_refused: the port may not be reached through the agent; forbidden: the caller's role may not. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3485,6 +3620,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
         };
     };
     createTask: {
@@ -3529,6 +3665,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["TooLarge"];
             /** @description The Content-Type is neither YAML nor JSON. */
@@ -3565,6 +3702,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
             404: components["responses"]["NotFound"];
         };
     };
@@ -3590,6 +3728,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
             404: components["responses"]["NotFound"];
         };
     };
@@ -3618,6 +3757,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
             404: components["responses"]["NotFound"];
         };
     };
@@ -3643,6 +3783,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
             404: components["responses"]["NotFound"];
         };
     };
@@ -3669,6 +3810,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
             404: components["responses"]["NotFound"];
         };
     };
@@ -3699,6 +3841,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
         };
     };
     getMission: {
@@ -3723,6 +3866,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
             404: components["responses"]["NotFound"];
             503: components["responses"]["Unavailable"];
         };
@@ -3752,6 +3896,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
         };
     };
     respondHITL: {
@@ -3780,6 +3925,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["TooLarge"];
@@ -3815,6 +3961,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
             503: components["responses"]["Unavailable"];
         };
     };
@@ -3838,6 +3985,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
         };
     };
     reconnectAIWG: {
@@ -3860,6 +4008,87 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    listTokens: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Tokens. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TokenList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    createToken: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TokenRequest"];
+            };
+        };
+        responses: {
+            /** @description Created; the only time the secret is shown. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TokenCreated"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["TooLarge"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    deleteToken: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A token's id (`tok_…`) or its name. */
+                token: components["parameters"]["TokenRef"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Revoked. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
+            404: components["responses"]["NotFound"];
             503: components["responses"]["Unavailable"];
         };
     };

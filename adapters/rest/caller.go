@@ -1,0 +1,123 @@
+package rest
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"fmt"
+	"net/http"
+	"sync"
+
+	"github.com/getkin/kin-openapi/openapi3"
+
+	"github.com/agentic-sandbox/agentic-sandbox/core/access"
+	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+)
+
+// caller is who sent a request that passed the REST auth step: the name of
+// its token and the token's role (core/access). The audit log and the
+// handlers read it with callerOf.
+type caller struct {
+	// Name is the named token's name, "operator" for the operator token,
+	// "dashboard" for the dashboard's session cookie.
+	Name string
+	Role string
+	// TokenID is the named token's id (empty for the operator token).
+	TokenID string
+	// Labels is the token's label scope (empty: everything).
+	Labels map[string]string
+}
+
+// operatorCaller is the server's operator token: the first admin.
+var operatorCaller = caller{Name: operatorTokenID, Role: access.Admin}
+
+// operatorTokenID names the operator token, as a dashboard session's
+// token id does (signin.OperatorTokenID). A session signed in with a named
+// token would map to that token's caller by s.d.Tokens.Get(its id).
+const operatorTokenID = "operator"
+
+type callerKey struct{}
+
+func withCaller(ctx context.Context, c caller) context.Context {
+	return context.WithValue(ctx, callerKey{}, c)
+}
+
+// callerOf returns who sent the request of ctx; ok is false outside the
+// auth step (sign-in, probes, dispatch by aiwg serve's own token).
+func callerOf(ctx context.Context) (c caller, ok bool) {
+	c, ok = ctx.Value(callerKey{}).(caller)
+	return c, ok
+}
+
+// noteCaller tells the audit log who r is from (its actor), so that a
+// named token's calls, and its refusals, carry its name and role.
+func noteCaller(r *http.Request, c caller) {
+	if ri := requestInfoOf(r.Context()); ri != nil {
+		ri.actor = &Actor{Name: c.Name, Role: c.Role}
+	}
+}
+
+// bearerCaller authenticates an 'Authorization: Bearer' header: the
+// operator token (compared in constant time) is an admin, a named token
+// from the store has its role; a revoked or expired one is refused at once.
+func (s *Server) bearerCaller(r *http.Request) (caller, bool) {
+	tok, ok := bearer(r)
+	if !ok || tok == "" {
+		return caller{}, false
+	}
+	if s.d.Token != "" {
+		got := sha256.Sum256([]byte(tok))
+		if subtle.ConstantTimeCompare(got[:], s.tokenHash[:]) == 1 {
+			return operatorCaller, true
+		}
+	}
+	if s.d.Tokens == nil {
+		return caller{}, false
+	}
+	t, ok := s.d.Tokens.Verify(tok, s.clock.Now())
+	if !ok {
+		return caller{}, false
+	}
+	return caller{Name: t.Name, Role: t.Role, TokenID: t.ID, Labels: t.Labels}, true
+}
+
+// permit checks the caller's role against the operation of the route
+// pattern (core/access): 403 forbidden, naming both, when it may not. A
+// route outside openapi.yaml is for admins only.
+func (s *Server) permit(c caller, pattern string) *apiError {
+	if pattern == "" {
+		return nil // no such route: 404 or 405 follows
+	}
+	op := operationOf(pattern)
+	if op == "" {
+		if c.Role == access.Admin {
+			return nil
+		}
+		op = pattern
+	} else if access.Allowed(c.Role, op) {
+		return nil
+	}
+	return newError(http.StatusForbidden, "forbidden",
+		"%s", fmt.Sprintf("token %q has role %q, which may not perform %s", c.Name, c.Role, op))
+}
+
+// operationOf is the operationId of a route pattern ("GET /api/v1/agents"),
+// "" for one openapi.yaml does not have.
+func operationOf(pattern string) string { return operationIDs()[pattern] }
+
+// operationIDs maps each route pattern to its operationId as openapi.yaml
+// writes it (the generated package's copy of the spec has them renamed to
+// Go names).
+var operationIDs = sync.OnceValue(func() map[string]string {
+	doc, err := openapi3.NewLoader().LoadFromData(restapi.Spec)
+	if err != nil {
+		panic(fmt.Sprintf("rest: the embedded openapi.yaml does not load: %v", err))
+	}
+	out := map[string]string{}
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			out[method+" "+path] = op.OperationID
+		}
+	}
+	return out
+})
