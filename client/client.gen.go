@@ -1960,8 +1960,9 @@ type ClientInterface interface {
 	// `since` (RFC 3339), of `actor`, of `target`. `limit` defaults to 100 (at most 1000);
 	// `next_cursor` is present when more may follow. The log is `audit.jsonl` in the data
 	// dir, rotated past 256 MiB to `audit.1.jsonl` (two generations kept); a cursor into a
-	// generation since dropped goes on from the oldest entry kept. 503 `store_unavailable`
-	// when the server keeps no audit log.
+	// generation since dropped goes on from the oldest entry kept; one the log never gave
+	// out is 400 `invalid_cursor`. 503 `store_unavailable` when the server keeps no audit
+	// log.
 	//
 	// Corresponds with GET /api/v1/audit (the `ListAudit` operationId).
 	ListAudit(ctx context.Context, params *ListAuditParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2975,8 +2976,9 @@ func (c *Client) GetAIWGStatus(ctx context.Context, reqEditors ...RequestEditorF
 // `since` (RFC 3339), of `actor`, of `target`. `limit` defaults to 100 (at most 1000);
 // `next_cursor` is present when more may follow. The log is `audit.jsonl` in the data
 // dir, rotated past 256 MiB to `audit.1.jsonl` (two generations kept); a cursor into a
-// generation since dropped goes on from the oldest entry kept. 503 `store_unavailable`
-// when the server keeps no audit log.
+// generation since dropped goes on from the oldest entry kept; one the log never gave
+// out is 400 `invalid_cursor`. 503 `store_unavailable` when the server keeps no audit
+// log.
 //
 // Corresponds with GET /api/v1/audit (the `ListAudit` operationId).
 func (c *Client) ListAudit(ctx context.Context, params *ListAuditParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -7423,8 +7425,9 @@ type ClientWithResponsesInterface interface {
 	// `since` (RFC 3339), of `actor`, of `target`. `limit` defaults to 100 (at most 1000);
 	// `next_cursor` is present when more may follow. The log is `audit.jsonl` in the data
 	// dir, rotated past 256 MiB to `audit.1.jsonl` (two generations kept); a cursor into a
-	// generation since dropped goes on from the oldest entry kept. 503 `store_unavailable`
-	// when the server keeps no audit log.
+	// generation since dropped goes on from the oldest entry kept; one the log never gave
+	// out is 400 `invalid_cursor`. 503 `store_unavailable` when the server keeps no audit
+	// log.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -13258,8 +13261,9 @@ func (c *ClientWithResponses) GetAIWGStatusWithResponse(ctx context.Context, req
 // `since` (RFC 3339), of `actor`, of `target`. `limit` defaults to 100 (at most 1000);
 // `next_cursor` is present when more may follow. The log is `audit.jsonl` in the data
 // dir, rotated past 256 MiB to `audit.1.jsonl` (two generations kept); a cursor into a
-// generation since dropped goes on from the oldest entry kept. 503 `store_unavailable`
-// when the server keeps no audit log.
+// generation since dropped goes on from the oldest entry kept; one the log never gave
+// out is 400 `invalid_cursor`. 503 `store_unavailable` when the server keeps no audit
+// log.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -247,7 +247,7 @@ func (s *Server) ListAudit(_ context.Context, req restapi.ListAuditRequestObject
 	entries, next, err := s.d.Audit.Query(q)
 	switch {
 	case errors.Is(err, ports.ErrBadCursor):
-		return nil, badRequest("cursor: not a next_cursor of this log")
+		return nil, newError(http.StatusBadRequest, "invalid_cursor", "cursor: not a next_cursor of this log")
 	case err != nil:
 		s.log.Error("rest: audit log query failed", "err", err)
 		return nil, newError(http.StatusServiceUnavailable, "store_unavailable", "the audit log cannot be read now; try again")

@@ -24,7 +24,7 @@ func TestAuditRecordsEveryStateChangingCall(t *testing.T) {
 
 	type want struct {
 		actor, role, op, target, code string
-		status                         int
+		status                        int
 	}
 	var wants []want
 	var ids []string
@@ -149,7 +149,7 @@ func TestAuditListFiltersAndPages(t *testing.T) {
 	if got := strings.Join(pages, "|"); got != "r0,r2|r4,r6" {
 		t.Errorf("pages of 2 of alice's: %s", got)
 	}
-	expect(t, e.call("GET", "/api/v1/audit?cursor=not-a-number", ""), 400, "invalid_request")
+	expect(t, e.call("GET", "/api/v1/audit?cursor=not-a-number", ""), 400, "invalid_cursor")
 	expect(t, e.call("GET", "/api/v1/audit?limit=1001", ""), 400, "")
 	expect(t, e.callAuth("GET", "/api/v1/audit", "", ""), 401, "unauthorized")
 

@@ -54,6 +54,8 @@ var semantic400 = map[string][]string{
 	// A command, but for an interactive session (the agent's shell):
 	// openapi 3.0 cannot make a member required by another's value.
 	"createSession": {"invalid_request:field command: required for a "},
+	// A cursor is opaque: only the log knows whether it gave it out.
+	"listAudit": {"invalid_cursor"},
 	// A token's expiry in the past, a label's characters (openapi 3.0
 	// has no schema for the names of a map's members), an id-like name.
 	"createToken": {"invalid_request:expires_at ", "invalid_request:label ", "invalid_request:token name "},

@@ -1084,8 +1084,9 @@ export interface paths {
          *     `since` (RFC 3339), of `actor`, of `target`. `limit` defaults to 100 (at most 1000);
          *     `next_cursor` is present when more may follow. The log is `audit.jsonl` in the data
          *     dir, rotated past 256 MiB to `audit.1.jsonl` (two generations kept); a cursor into a
-         *     generation since dropped goes on from the oldest entry kept. 503 `store_unavailable`
-         *     when the server keeps no audit log.
+         *     generation since dropped goes on from the oldest entry kept; one the log never gave
+         *     out is 400 `invalid_cursor`. 503 `store_unavailable` when the server keeps no audit
+         *     log.
          */
         get: operations["listAudit"];
         put?: never;
