@@ -51,6 +51,11 @@ func (s *Server) rawRoutes(next http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if serve, ok := raw[r.Pattern]; ok {
+			if streamRoutes[r.Pattern] {
+				var release func()
+				r, release = s.untilSignedOut(r)
+				defer release()
+			}
 			serve(w, r)
 			return
 		}

@@ -106,3 +106,30 @@ func (s *Server) cookieAuthorized(r *http.Request) (ok bool, apiErr *apiError) {
 	}
 	return true, nil
 }
+
+// streamRoutes are the routes that may stay open long (event streams).
+var streamRoutes = map[string]bool{sessionOutputRoute: true, taskEventsRoute: true, changesRoute: true}
+
+// untilSignedOut gives a stream opened with the dashboard's cookie (and no
+// bearer token) a context that ends with its session: signed out, or
+// expired. release frees it once the stream is done.
+func (s *Server) untilSignedOut(r *http.Request) (*http.Request, func()) {
+	if _, ok := bearer(r); ok {
+		return r, func() {}
+	}
+	now := s.clock.Now()
+	ss, ok := s.d.SignIns.FromRequest(r, now)
+	if !ok {
+		return r, func() {}
+	}
+	ended, stop := s.d.SignIns.Ended(ss, now)
+	ctx, cancel := context.WithCancel(r.Context())
+	go func() {
+		select {
+		case <-ended:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return r.WithContext(ctx), func() { stop(); cancel() }
+}

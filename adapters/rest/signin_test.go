@@ -1,10 +1,14 @@
 package rest
 
 import (
+	"bufio"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 )
 
 // The dashboard's session: the token buys an HttpOnly, SameSite=Strict
@@ -124,5 +128,65 @@ func TestSignInRateLimit(t *testing.T) {
 	e.clock.Advance(55 * time.Second)
 	if r := signIn(testToken); r.StatusCode != 204 {
 		t.Fatalf("a minute after the first failure: %d", r.StatusCode)
+	}
+}
+
+// TestSignOutEndsOpenStreams: a change stream opened with the dashboard's
+// cookie ends when its session is signed out; one opened with the token
+// does not.
+func TestSignOutEndsOpenStreams(t *testing.T) {
+	e := newEnv(t)
+	req, _ := http.NewRequest("POST", e.srv.URL+"/api/v1/signin", strings.NewReader(`{"token":"`+testToken+`"}`))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := e.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 204 || len(resp.Cookies()) != 1 {
+		t.Fatalf("sign-in: %d", resp.StatusCode)
+	}
+	cookie := resp.Cookies()[0]
+	open := func(auth func(*http.Request)) (ended <-chan error) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", e.srv.URL+"/api/v1/changes", nil)
+		auth(req)
+		resp, err := e.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		if resp.StatusCode != 200 {
+			t.Fatalf("the change stream: %d", resp.StatusCode)
+		}
+		br := bufio.NewReader(resp.Body)
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				t.Fatalf("before the hello event: %v", err)
+			}
+			if strings.HasPrefix(line, "event: hello") {
+				break
+			}
+		}
+		ch := make(chan error, 1)
+		go func() {
+			_, err := io.Copy(io.Discard, br)
+			ch <- err
+		}()
+		return ch
+	}
+	withCookie := open(func(r *http.Request) { r.AddCookie(&http.Cookie{Name: cookie.Name, Value: cookie.Value}) })
+	withToken := open(func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+testToken) })
+	req, _ = http.NewRequest("POST", e.srv.URL+"/api/v1/signout", nil)
+	req.AddCookie(&http.Cookie{Name: cookie.Name, Value: cookie.Value})
+	if resp, err := e.srv.Client().Do(req); err != nil || resp.StatusCode != 204 {
+		t.Fatalf("sign-out: %v %v", resp, err)
+	}
+	testkit.Receive(t, 15*time.Second, withCookie, "the end of the stream opened with the cookie")
+	select {
+	case err := <-withToken:
+		t.Fatalf("the stream opened with the token ended: %v", err)
+	default:
 	}
 }

@@ -123,24 +123,27 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
-func (s *Server) authorized(r *http.Request) bool {
+// authorized reports whether r may open the socket; a dashboard page's
+// session is returned too (nil for a token), whose end closes the socket.
+func (s *Server) authorized(r *http.Request) (bool, *ports.SignInSession) {
 	// A dashboard page: its session cookie (the origin is checked on upgrade).
-	if _, ok := s.cfg.SignIns.FromRequest(r, time.Now()); ok {
-		return true
+	if ss, ok := s.cfg.SignIns.FromRequest(r, time.Now()); ok {
+		return true, &ss
 	}
 	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok {
 		tok = r.URL.Query().Get("token") // browsers cannot set headers on a WebSocket
 	}
 	if tok == "" || s.cfg.Token == "" {
-		return false
+		return false, nil
 	}
 	a, b := sha256.Sum256([]byte(tok)), sha256.Sum256([]byte(s.cfg.Token))
-	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
+	return subtle.ConstantTimeCompare(a[:], b[:]) == 1, nil
 }
 
 func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
-	if !s.authorized(r) {
+	ok, session := s.authorized(r)
+	if !ok {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusUnauthorized)
 		_, _ = w.Write([]byte(`{"error":"missing or wrong operator token","code":"unauthorized"}`))
@@ -154,6 +157,20 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 	// dropped connection: readLoop reads up to this much of any frame and
 	// discards the rest. Beyond it (a flood) the connection goes.
 	ws.SetReadLimit(maxDiscardBytes)
+	if session != nil {
+		// Signed out, or expired: the socket goes at once.
+		ended, stop := s.cfg.SignIns.Ended(*session, time.Now())
+		done := make(chan struct{})
+		defer func() { stop(); close(done) }()
+		go func() {
+			select {
+			case <-ended:
+				_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.ClosePolicyViolation, "signed out"), time.Now().Add(time.Second))
+				_ = ws.Close()
+			case <-done:
+			}
+		}()
+	}
 	c := &conn{srv: s, ws: ws, viewer: s.cfg.IDs.NewID(), out: make(chan any, outQueue), joins: map[string]context.CancelFunc{}}
 	s.mu.Lock()
 	s.conns[c.viewer] = c

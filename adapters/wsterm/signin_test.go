@@ -15,7 +15,8 @@ import (
 
 // TestSessionCookieOpensTheSocketUntilSignOut: a page signed in opens /ws
 // with its session cookie alone; once the session is ended (sign-out) the
-// same cookie is refused, as is one of no session.
+// same cookie is refused, as is one of no session, and a socket it opened
+// is closed.
 func TestSessionCookieOpensTheSocketUntilSignOut(t *testing.T) {
 	sessions := signin.NewSessions(portsfake.NewSignInSessions(), "tok")
 	srv := httptest.NewServer(New(Config{Sessions: &busySessions{}, IDs: oneID{}, Token: "tok", SignIns: sessions}).Handler())
@@ -38,6 +39,21 @@ func TestSessionCookieOpensTheSocketUntilSignOut(t *testing.T) {
 	if got := dial(value); got != http.StatusSwitchingProtocols {
 		t.Fatalf("a live session: %d", got)
 	}
+	// A socket open on the session is closed when it ends.
+	open, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(srv.URL, "http")+"/ws", http.Header{"Cookie": {signin.CookieName + "=" + value}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close()
+	closed := make(chan error, 1)
+	go func() {
+		for {
+			if _, _, err := open.ReadMessage(); err != nil {
+				closed <- err
+				return
+			}
+		}
+	}()
 	if got := dial(strings.Repeat("A", 43)); got != http.StatusUnauthorized {
 		t.Fatalf("no such session: %d", got)
 	}
@@ -46,5 +62,13 @@ func TestSessionCookieOpensTheSocketUntilSignOut(t *testing.T) {
 	}
 	if got := dial(value); got != http.StatusUnauthorized {
 		t.Fatalf("after sign-out: %d", got)
+	}
+	select {
+	case err := <-closed:
+		if !websocket.IsCloseError(err, websocket.ClosePolicyViolation) {
+			t.Fatalf("the open socket ended with %v, want a close 1008", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the socket open on the session stayed open after sign-out")
 	}
 }

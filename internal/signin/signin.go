@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
@@ -39,6 +40,10 @@ const idBytes = 32
 // *Sessions knows no session.
 type Sessions struct {
 	store ports.SignInSessions
+	// watchers are the connections open on a session (Ended), by the
+	// session's id hash.
+	wmu      sync.Mutex
+	watchers map[string]map[*watcher]struct{}
 	// tokenHash is the SHA-256 of the secret of the token a session
 	// stands for now (ok false: no such token).
 	tokenHash func(tokenID string) ([32]byte, bool)
@@ -48,7 +53,7 @@ type Sessions struct {
 // to operatorToken (empty: none can be minted or found).
 func NewSessions(store ports.SignInSessions, operatorToken string) *Sessions {
 	opHash := sha256.Sum256([]byte(operatorToken))
-	return &Sessions{store: store, tokenHash: func(id string) ([32]byte, bool) {
+	return &Sessions{store: store, watchers: map[string]map[*watcher]struct{}{}, tokenHash: func(id string) ([32]byte, bool) {
 		return opHash, id == OperatorTokenID && operatorToken != ""
 	}}
 }
@@ -125,7 +130,12 @@ func (s *Sessions) End(value string) error {
 	if s == nil || !ok {
 		return nil
 	}
-	return s.store.Delete(idHash(id))
+	h := idHash(id)
+	if err := s.store.Delete(h); err != nil {
+		return err
+	}
+	s.endWatchers(func(w *watcher) bool { return w.idHash == h })
+	return nil
 }
 
 // EndForToken deletes every session of tokenID (it was revoked).
@@ -133,7 +143,63 @@ func (s *Sessions) EndForToken(tokenID string) error {
 	if s == nil {
 		return nil
 	}
-	return s.store.DeleteForToken(tokenID)
+	if err := s.store.DeleteForToken(tokenID); err != nil {
+		return err
+	}
+	s.endWatchers(func(w *watcher) bool { return w.tokenID == tokenID })
+	return nil
+}
+
+type watcher struct {
+	idHash, tokenID string
+	ended           chan struct{}
+	once            sync.Once
+	timer           *time.Timer
+}
+
+func (w *watcher) end() {
+	w.once.Do(func() { close(w.ended) })
+}
+
+// Ended tells a connection opened on session ss (a WebSocket, a stream)
+// when to close: the channel is closed once the session is ended here
+// (End, EndForToken) or expires (its end less now, by the caller's clock,
+// from now on the wall clock). stop releases it when the connection ends
+// first.
+func (s *Sessions) Ended(ss ports.SignInSession, now time.Time) (ended <-chan struct{}, stop func()) {
+	if s == nil {
+		return nil, func() {}
+	}
+	w := &watcher{idHash: ss.IDHash, tokenID: ss.TokenID, ended: make(chan struct{})}
+	s.wmu.Lock()
+	if s.watchers[ss.IDHash] == nil {
+		s.watchers[ss.IDHash] = map[*watcher]struct{}{}
+	}
+	s.watchers[ss.IDHash][w] = struct{}{}
+	s.wmu.Unlock()
+	w.timer = time.AfterFunc(ss.Expires.Sub(now), w.end)
+	return w.ended, func() {
+		w.timer.Stop()
+		s.wmu.Lock()
+		defer s.wmu.Unlock()
+		delete(s.watchers[w.idHash], w)
+		if len(s.watchers[w.idHash]) == 0 {
+			delete(s.watchers, w.idHash)
+		}
+	}
+}
+
+// endWatchers ends the watchers match picks.
+func (s *Sessions) endWatchers(match func(*watcher) bool) {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	for _, ws := range s.watchers {
+		for w := range ws {
+			if match(w) {
+				w.end()
+			}
+		}
+	}
 }
 
 func parseID(value string) ([]byte, bool) {

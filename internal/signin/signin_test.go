@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 	"github.com/agentic-sandbox/agentic-sandbox/ports/portsfake"
 )
 
@@ -110,6 +111,44 @@ func TestSessionsOfOtherTokens(t *testing.T) {
 	}
 	if err := s.EndForToken("tok-2"); err != nil || lookup(s, v2, now) || !lookup(s, vop, now) {
 		t.Fatalf("EndForToken: %v", err)
+	}
+}
+
+// TestEnded: a connection's watch of its session fires on End, on
+// EndForToken and at expiry, and not for another session.
+func TestEnded(t *testing.T) {
+	store := portsfake.NewSignInSessions()
+	s := NewSessions(store, "tok")
+	now := time.Now()
+	v1, _, _ := s.Mint(OperatorTokenID, now)
+	v2, _, _ := s.Mint(OperatorTokenID, now)
+	ss1, _ := s.Lookup(v1, now)
+	ss2, _ := s.Lookup(v2, now)
+	e1, stop1 := s.Ended(ss1, now)
+	defer stop1()
+	e2, stop2 := s.Ended(ss2, now)
+	defer stop2()
+	if err := s.End(v1); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Receive(t, 15*time.Second, e1, "the watch of an ended session")
+	select {
+	case <-e2:
+		t.Fatal("another session's watch fired")
+	default:
+	}
+	if err := s.EndForToken(OperatorTokenID); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Receive(t, 15*time.Second, e2, "the watch of a session of a revoked token")
+	expired := ss2
+	e3, stop3 := s.Ended(expired, expired.Expires)
+	defer stop3()
+	testkit.Receive(t, 15*time.Second, e3, "the watch of an expired session")
+	if ch, stop := (*Sessions)(nil).Ended(ss1, now); ch != nil {
+		t.Fatal("a nil Sessions' watch")
+	} else {
+		stop()
 	}
 }
 

@@ -16,12 +16,13 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 )
 
 // TestSignInSessionsEndOnSignOut: the dashboard's sign-in is a session kept
 // by the server. Its cookie reads the API and opens the client WebSocket;
 // sign-out ends it on the server (the same cookie, replayed, is refused
-// everywhere); a session outlives a restart on the same data dir but not a
+// everywhere, and the socket it opened is closed); a session outlives a restart on the same data dir but not a
 // new operator token; the file keeps no cookie; the sixth wrong sign-in
 // within a minute from one address is 429 with Retry-After, while another
 // address still signs in.
@@ -33,12 +34,33 @@ func TestSignInSessionsEndOnSignOut(t *testing.T) {
 	wantSessionReads(t, s, cookie, http.StatusOK, "a fresh session")
 	wantSessionWS(t, s, cookie, http.StatusSwitchingProtocols, "a fresh session")
 
+	// A socket open on the session is closed by its sign-out.
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(s.RESTURL, "http://"))
+	p, _ := strconv.Atoi(port)
+	open, _, err := websocket.DefaultDialer.Dial(fmt.Sprintf("ws://127.0.0.1:%d/ws", p-1), http.Header{"Cookie": {cookie.Name + "=" + cookie.Value}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close()
+	closed := make(chan error, 1)
+	go func() {
+		for {
+			if _, _, err := open.ReadMessage(); err != nil {
+				closed <- err
+				return
+			}
+		}
+	}()
+
 	resp := signinPost(t, nil, s.RESTURL+"/api/v1/signout", "", cookie)
 	if resp.StatusCode != http.StatusNoContent || len(resp.Cookies()) != 1 || resp.Cookies()[0].MaxAge >= 0 {
 		t.Fatalf("sign-out: %d %v", resp.StatusCode, resp.Cookies())
 	}
 	wantSessionReads(t, s, cookie, http.StatusUnauthorized, "the cookie after sign-out")
 	wantSessionWS(t, s, cookie, http.StatusUnauthorized, "the cookie after sign-out")
+	if err := testkit.Receive(t, patience, closed, "the socket open on the session closed by sign-out"); !websocket.IsCloseError(err, websocket.ClosePolicyViolation) {
+		t.Fatalf("the socket open on the session ended with %v, want a close 1008", err)
+	}
 
 	// A restart keeps a session; the file holds no cookie value.
 	cookie = signInCookie(t, s.RESTURL, s.Token, nil)
@@ -72,9 +94,10 @@ func TestSignInSessionsEndOnSignOut(t *testing.T) {
 	if ra, err := strconv.Atoi(r.Header.Get("Retry-After")); r.StatusCode != http.StatusTooManyRequests || body.Code != "too_many_sign_ins" || err != nil || ra < 1 || ra > 60 {
 		t.Fatalf("the sixth sign-in: %d %q %s", r.StatusCode, r.Header.Get("Retry-After"), r.body)
 	}
-	if !strings.Contains(s3.Log(), "too many failed sign-ins") {
-		t.Fatalf("the 429 is not logged:\n%s", s3.Log())
-	}
+	// The server's log reaches the test through a pipe: read as it comes.
+	testkit.Eventually(t, patience, "the 429 in the server's log", func() bool {
+		return strings.Contains(s3.Log(), "too many failed sign-ins")
+	})
 	other := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
 	c := signInCookie(t, s3.RESTURL, s3.Token, other)
 	wantSessionReads(t, s3, c, http.StatusOK, "a session signed in from another address")
