@@ -730,7 +730,7 @@ type Error struct {
 	// too_many_transfers, invalid_manifest, task_not_found, task_conflict, unknown_parameter,
 	// artifact_not_found, pool_not_found, agent_reserved, stdin_busy, port_not_listening,
 	// too_many_forwards, port_refused, upgrade_required, too_many_public_ports, too_many_sign_ins, forbidden,
-	// token_exists, token_not_found.
+	// token_exists, token_not_found, invalid_cursor.
 	Code string `json:"code"`
 
 	// Error A message for people.
