@@ -251,8 +251,8 @@ func clipReason(s string) string {
 // the stream. A deadline that passes closes the connection (it cannot be
 // extended afterwards), as does the idle time.
 type forwardConn struct {
-	stream  forwardServerStream
-	release func()
+	stream forwardServerStream
+	slot   forwardSlot
 
 	relMu    sync.Mutex
 	ended    bool        // under relMu: fail ran
@@ -277,17 +277,7 @@ func newForwardConn(stream forwardServerStream, idle time.Duration) *forwardConn
 	return fc
 }
 
-// setRelease gives the connection its slot to give back when it ends
-// (at once if it ended already).
-func (fc *forwardConn) setRelease(release func()) {
-	fc.relMu.Lock()
-	fc.release = release
-	ended := fc.ended
-	fc.relMu.Unlock()
-	if ended {
-		release()
-	}
-}
+func (fc *forwardConn) setRelease(release func()) { fc.slot.set(release) }
 
 func (fc *forwardConn) touch() { fc.idleT.Reset(fc.idle) }
 
@@ -381,13 +371,7 @@ func (fc *forwardConn) fail(error) {
 	fc.once.Do(func() {
 		// The slot first: once the end is seen (the agent's stream
 		// ends), a new connection may take it.
-		fc.relMu.Lock()
-		release := fc.release
-		fc.ended = true
-		fc.relMu.Unlock()
-		if release != nil {
-			release()
-		}
+		fc.slot.end()
 		close(fc.closed)
 		fc.idleT.Stop()
 		fc.deadMu.Lock()
@@ -427,3 +411,34 @@ type forwardAddr struct{}
 
 func (forwardAddr) Network() string { return "agent-link" }
 func (forwardAddr) String() string  { return "agent-link" }
+
+// forwardSlot is a connection's place in its environment's bound, given
+// back once when the connection ends, whichever comes first: the end, or
+// learning what to give back.
+type forwardSlot struct {
+	mu      sync.Mutex
+	release func()
+	ended   bool
+}
+
+// set names what to give back (at once if the connection ended already).
+func (s *forwardSlot) set(release func()) {
+	s.mu.Lock()
+	s.release = release
+	ended := s.ended
+	s.mu.Unlock()
+	if ended {
+		release()
+	}
+}
+
+// end gives the slot back, if it is known yet.
+func (s *forwardSlot) end() {
+	s.mu.Lock()
+	release := s.release
+	s.ended = true
+	s.mu.Unlock()
+	if release != nil {
+		release()
+	}
+}

@@ -93,10 +93,8 @@ type rawConn struct {
 	idle  time.Duration
 	timer *time.Timer
 
-	relMu   sync.Mutex
-	release func()
-	closed  bool
-	once    sync.Once
+	slot forwardSlot
+	once sync.Once
 }
 
 func newRawConn(c net.Conn, br *bufio.Reader, idle time.Duration) *rawConn {
@@ -135,30 +133,14 @@ func (rc *rawConn) CloseWrite() error {
 	return errors.New("this connection cannot half-close")
 }
 
-// setRelease gives the connection its slot to give back when it ends (at
-// once if it ended already).
-func (rc *rawConn) setRelease(release func()) {
-	rc.relMu.Lock()
-	rc.release = release
-	closed := rc.closed
-	rc.relMu.Unlock()
-	if closed {
-		release()
-	}
-}
+func (rc *rawConn) setRelease(release func()) { rc.slot.set(release) }
 
 func (rc *rawConn) Close() error {
 	err := os.ErrClosed
 	rc.once.Do(func() {
 		// The slot first: once the close is seen, a new connection may
 		// take it.
-		rc.relMu.Lock()
-		release := rc.release
-		rc.closed = true
-		rc.relMu.Unlock()
-		if release != nil {
-			release()
-		}
+		rc.slot.end()
 		rc.timer.Stop()
 		err = rc.Conn.Close()
 	})
