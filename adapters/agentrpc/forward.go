@@ -254,8 +254,6 @@ type forwardConn struct {
 	stream forwardServerStream
 	slot   forwardSlot
 
-	relMu    sync.Mutex
-	ended    bool        // under relMu: fail ran
 	data     chan []byte // from the agent; closed at its end of writes
 	rest     []byte
 	readErr  error // set before data closes
