@@ -17,9 +17,9 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/agentic-sandbox/agentic-sandbox/internal/credential"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -40,10 +40,9 @@ const idBytes = 32
 // *Sessions knows no session.
 type Sessions struct {
 	store ports.SignInSessions
-	// watchers are the connections open on a session (Ended), by the
-	// session's id hash.
-	wmu      sync.Mutex
-	watchers map[string]map[*watcher]struct{}
+	// watch tells the connections open on a session (Ended) when it
+	// ends; shared with the named tokens' connections (WithWatchers).
+	watch *credential.Watchers
 	// tokenHash is the SHA-256 of the secret of the token a session
 	// stands for now (ok false: no such token).
 	tokenHash func(tokenID string) ([32]byte, bool)
@@ -53,7 +52,7 @@ type Sessions struct {
 // to operatorToken (empty: none can be minted or found).
 func NewSessions(store ports.SignInSessions, operatorToken string) *Sessions {
 	opHash := sha256.Sum256([]byte(operatorToken))
-	return &Sessions{store: store, watchers: map[string]map[*watcher]struct{}{}, tokenHash: func(id string) ([32]byte, bool) {
+	return &Sessions{store: store, watch: credential.NewWatchers(), tokenHash: func(id string) ([32]byte, bool) {
 		return opHash, id == OperatorTokenID && operatorToken != ""
 	}}
 }
@@ -72,12 +71,40 @@ func (s *Sessions) WithTokens(hash func(tokenID string) ([32]byte, bool)) *Sessi
 	return s
 }
 
+// WithWatchers makes the sessions' connections watched in w, which the
+// server shares with connections opened with a named token: revoking the
+// token there (w.EndToken) ends its sessions' connections too.
+func (s *Sessions) WithWatchers(w *credential.Watchers) *Sessions {
+	if w != nil {
+		s.watch = w
+	}
+	return s
+}
+
 // ErrNoSuchToken: a session was asked for a token the server does not know.
 var ErrNoSuchToken = errors.New("signin: no such token")
+
+// TokenHashes is the hash WithTokens wants, read from a token store: a
+// token's hash while it is kept and has not expired by now().
+func TokenHashes(store ports.TokenStore, now func() time.Time) func(tokenID string) ([32]byte, bool) {
+	return func(id string) ([32]byte, bool) {
+		t, err := store.Get(id)
+		if err != nil || t.ID != id || t.Expired(now()) {
+			return [32]byte{}, false
+		}
+		return t.Hash, true
+	}
+}
 
 // Mint starts a session of tokenID at now: the cookie value (the id, which
 // the server never keeps) and when it ends.
 func (s *Sessions) Mint(tokenID string, now time.Time) (value string, expires time.Time, err error) {
+	return s.MintUntil(tokenID, now, time.Time{})
+}
+
+// MintUntil is Mint for a token that stops working at notAfter (zero:
+// never): the session ends then at the latest.
+func (s *Sessions) MintUntil(tokenID string, now, notAfter time.Time) (value string, expires time.Time, err error) {
 	th, ok := s.tokenHash(tokenID)
 	if !ok {
 		return "", time.Time{}, ErrNoSuchToken
@@ -87,6 +114,9 @@ func (s *Sessions) Mint(tokenID string, now time.Time) (value string, expires ti
 		return "", time.Time{}, err
 	}
 	expires = now.Add(TTL)
+	if !notAfter.IsZero() && notAfter.Before(expires) {
+		expires = notAfter
+	}
 	err = s.store.Create(ports.SignInSession{
 		IDHash: idHash(id), TokenID: tokenID, Binding: binding(id, th),
 		Created: now, Expires: expires,
@@ -134,7 +164,7 @@ func (s *Sessions) End(value string) error {
 	if err := s.store.Delete(h); err != nil {
 		return err
 	}
-	s.endWatchers(func(w *watcher) bool { return w.idHash == h })
+	s.watch.EndKey(h)
 	return nil
 }
 
@@ -146,19 +176,8 @@ func (s *Sessions) EndForToken(tokenID string) error {
 	if err := s.store.DeleteForToken(tokenID); err != nil {
 		return err
 	}
-	s.endWatchers(func(w *watcher) bool { return w.tokenID == tokenID })
+	s.watch.EndToken(tokenID)
 	return nil
-}
-
-type watcher struct {
-	idHash, tokenID string
-	ended           chan struct{}
-	once            sync.Once
-	timer           *time.Timer
-}
-
-func (w *watcher) end() {
-	w.once.Do(func() { close(w.ended) })
 }
 
 // Ended tells a connection opened on session ss (a WebSocket, a stream)
@@ -170,36 +189,7 @@ func (s *Sessions) Ended(ss ports.SignInSession, now time.Time) (ended <-chan st
 	if s == nil {
 		return nil, func() {}
 	}
-	w := &watcher{idHash: ss.IDHash, tokenID: ss.TokenID, ended: make(chan struct{})}
-	s.wmu.Lock()
-	if s.watchers[ss.IDHash] == nil {
-		s.watchers[ss.IDHash] = map[*watcher]struct{}{}
-	}
-	s.watchers[ss.IDHash][w] = struct{}{}
-	s.wmu.Unlock()
-	w.timer = time.AfterFunc(ss.Expires.Sub(now), w.end)
-	return w.ended, func() {
-		w.timer.Stop()
-		s.wmu.Lock()
-		defer s.wmu.Unlock()
-		delete(s.watchers[w.idHash], w)
-		if len(s.watchers[w.idHash]) == 0 {
-			delete(s.watchers, w.idHash)
-		}
-	}
-}
-
-// endWatchers ends the watchers match picks.
-func (s *Sessions) endWatchers(match func(*watcher) bool) {
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	for _, ws := range s.watchers {
-		for w := range ws {
-			if match(w) {
-				w.end()
-			}
-		}
-	}
+	return s.watch.Watch(ss.TokenID, ss.IDHash, ss.Expires, now)
 }
 
 func parseID(value string) ([]byte, bool) {
