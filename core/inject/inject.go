@@ -133,17 +133,23 @@ type Refusal struct {
 
 func (r *Refusal) Error() string { return r.Reason }
 
+// Refusal codes of Check.
+const (
+	CodeNoPlaceholder = "no_placeholder"
+	CodeMisplaced     = "placeholder_misplaced"
+)
+
 // Check decides whether req may go out with spec's value put in: the
 // placeholder must be in spec's header and nowhere else (path, query,
 // another header, the body), so that the value can only reach the header
 // the server writes and the workload cannot have it echoed back.
 func Check(spec Spec, placeholder string, req Request) *Refusal {
 	if placeholder == "" {
-		return &Refusal{Code: "no_placeholder", Reason: "the secret has no placeholder"}
+		return &Refusal{Code: CodeNoPlaceholder, Reason: "the secret has no placeholder"}
 	}
 	if strings.Contains(req.Path, placeholder) || strings.Contains(req.RawQuery, placeholder) ||
 		containsUnescaped(req.Path, placeholder) || containsUnescaped(req.RawQuery, placeholder) {
-		return &Refusal{Code: "placeholder_misplaced", Reason: "the placeholder is in the URL; it may only be in the " + spec.Header + " header"}
+		return &Refusal{Code: CodeMisplaced, Reason: "the placeholder is in the URL; it may only be in the " + spec.Header + " header"}
 	}
 	found := false
 	for name, values := range req.Header {
@@ -153,16 +159,16 @@ func Check(spec Spec, placeholder string, req Request) *Refusal {
 				continue
 			}
 			if canon != spec.Header {
-				return &Refusal{Code: "placeholder_misplaced", Reason: "the placeholder is in the " + canon + " header; it may only be in the " + spec.Header + " header"}
+				return &Refusal{Code: CodeMisplaced, Reason: "the placeholder is in the " + canon + " header; it may only be in the " + spec.Header + " header"}
 			}
 			found = true
 		}
 	}
 	if strings.Contains(string(req.Body), placeholder) {
-		return &Refusal{Code: "placeholder_misplaced", Reason: "the placeholder is in the request body; it may only be in the " + spec.Header + " header"}
+		return &Refusal{Code: CodeMisplaced, Reason: "the placeholder is in the request body; it may only be in the " + spec.Header + " header"}
 	}
 	if !found {
-		return &Refusal{Code: "no_placeholder", Reason: "the " + spec.Header + " header does not hold this environment's placeholder"}
+		return &Refusal{Code: CodeNoPlaceholder, Reason: "the " + spec.Header + " header does not hold this environment's placeholder"}
 	}
 	return nil
 }
