@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/agentic-sandbox/agentic-sandbox/core/egress"
@@ -19,9 +20,10 @@ import (
 
 // Spec says where an injected secret's value goes.
 type Spec struct {
-	// Host is the only host the value is sent to (lower case, no port:
-	// the server speaks TLS to it on 443).
+	// Host is the only host the value is sent to (lower case); the server
+	// speaks TLS to it on Port (443 unless the spec names one).
 	Host string
+	Port int
 	// Header is the canonical name of the header that carries the value.
 	Header string
 	// Format is the header's value with "{}" where the secret goes.
@@ -56,8 +58,12 @@ var hopHeaders = map[string]bool{
 // (DefaultBaseURLEnv) and is required for other hosts.
 func ParseSpec(host, header, format, baseURLEnv string) (Spec, error) {
 	r, err := egress.ParseRule(host)
-	if err != nil || r.Wildcard || r.IP.IsValid() || r.Port != 0 {
-		return Spec{}, fmt.Errorf("%w: inject.host %q must be a host name without port or wildcard", ErrBadSpec, host)
+	if err != nil || r.Wildcard || r.IP.IsValid() {
+		return Spec{}, fmt.Errorf("%w: inject.host %q must be a host name (with an optional :port), not a wildcard or address", ErrBadSpec, host)
+	}
+	port := r.Port
+	if port == 0 {
+		port = 443
 	}
 	if name, f, ok := strings.Cut(header, ":"); ok {
 		if format != "" {
@@ -88,8 +94,11 @@ func ParseSpec(host, header, format, baseURLEnv string) (Spec, error) {
 	if !isEnvName(baseURLEnv) {
 		return Spec{}, fmt.Errorf("%w: inject.base_url_env %q is not a variable name", ErrBadSpec, baseURLEnv)
 	}
-	return Spec{Host: r.Host, Header: canon, Format: format, BaseURLEnv: baseURLEnv}, nil
+	return Spec{Host: r.Host, Port: port, Header: canon, Format: format, BaseURLEnv: baseURLEnv}, nil
 }
+
+// Address is host:port of the secret's destination.
+func (s Spec) Address() string { return s.Host + ":" + strconv.Itoa(s.Port) }
 
 // Value is the header value carrying secret.
 func (s Spec) Value(secret string) string { return strings.Replace(s.Format, "{}", secret, 1) }

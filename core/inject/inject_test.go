@@ -12,10 +12,10 @@ func TestParseSpec(t *testing.T) {
 		host, header, format, env string
 		want                      Spec
 	}{
-		{"api.anthropic.com", "x-api-key", "", "", Spec{"api.anthropic.com", "X-Api-Key", "{}", "ANTHROPIC_BASE_URL"}},
-		{"API.Anthropic.com", "X-API-KEY", "", "CLAUDE_URL", Spec{"api.anthropic.com", "X-Api-Key", "{}", "CLAUDE_URL"}},
-		{"api.openai.com", "Authorization: Bearer {}", "", "", Spec{"api.openai.com", "Authorization", "Bearer {}", "OPENAI_BASE_URL"}},
-		{"api.github.com", "authorization", "token {}", "GH_API_URL", Spec{"api.github.com", "Authorization", "token {}", "GH_API_URL"}},
+		{"api.anthropic.com", "x-api-key", "", "", Spec{"api.anthropic.com", 443, "X-Api-Key", "{}", "ANTHROPIC_BASE_URL"}},
+		{"API.Anthropic.com:8443", "X-API-KEY", "", "CLAUDE_URL", Spec{"api.anthropic.com", 8443, "X-Api-Key", "{}", "CLAUDE_URL"}},
+		{"api.openai.com", "Authorization: Bearer {}", "", "", Spec{"api.openai.com", 443, "Authorization", "Bearer {}", "OPENAI_BASE_URL"}},
+		{"api.github.com", "authorization", "token {}", "GH_API_URL", Spec{"api.github.com", 443, "Authorization", "token {}", "GH_API_URL"}},
 	} {
 		got, err := ParseSpec(c.host, c.header, c.format, c.env)
 		if err != nil || got != c.want {
@@ -25,7 +25,7 @@ func TestParseSpec(t *testing.T) {
 	for _, c := range []struct{ host, header, format, env, field string }{
 		{"", "x-api-key", "", "", "inject.host"},
 		{"*.anthropic.com", "x-api-key", "", "", "inject.host"},
-		{"api.anthropic.com:8443", "x-api-key", "", "", "inject.host"},
+		{"api.anthropic.com:0", "x-api-key", "", "", "inject.host"},
 		{"10.0.0.1", "x-api-key", "", "X", "inject.host"},
 		{"https://api.anthropic.com", "x-api-key", "", "", "inject.host"},
 		{"api.anthropic.com", "", "", "", "inject.header"},

@@ -253,6 +253,15 @@ func placeholdersIn(s string) []string {
 	}
 }
 
+// Redact replaces every placeholder in s (a logged path, say) with its
+// prefix alone.
+func Redact(s string) string {
+	for _, ph := range placeholdersIn(s) {
+		s = strings.ReplaceAll(s, ph, PlaceholderPrefix+"…")
+	}
+	return s
+}
+
 // Record adds one response's usage to env's.
 func (r *Registry) Record(env string, resp Response) {
 	r.mu.Lock()

@@ -144,4 +144,7 @@ func TestPlaceholdersIn(t *testing.T) {
 	if len(got) != 2 || got[0] != a || got[1] != b {
 		t.Fatalf("%q", got)
 	}
+	if r := Redact("/v1/" + a + "?k=" + b); strings.Contains(r, a) || strings.Contains(r, b) || !strings.HasPrefix(r, "/v1/"+PlaceholderPrefix) {
+		t.Fatalf("Redact: %q", r)
+	}
 }
