@@ -142,11 +142,12 @@ func TestInjectsTheKeyAndReadsUsage(t *testing.T) {
 	if hdrs[0].Get("X-Forwarded-For") != "" || strings.Contains(fmt.Sprint(hdrs[0]), r.ph) {
 		t.Fatalf("the API saw %v", hdrs[0])
 	}
+	// The record is made once the answer is through, after the usage is kept.
+	rec := testkit.Receive(t, 15*time.Second, r.recs, "the request's record")
 	u, _ := r.reg.Usage("env-a")
 	if u.Requests != 1 || u.InputTokens != 10 || u.OutputTokens != 20 || u.CostUSD <= 0 {
 		t.Fatalf("usage %+v", u)
 	}
-	rec := testkit.Receive(t, 15*time.Second, r.recs, "the request's record")
 	if rec.Status != 200 || rec.Usage == nil || rec.Host != "example.com" || rec.BytesDown == 0 {
 		t.Fatalf("record %+v", rec)
 	}
@@ -238,6 +239,7 @@ func TestBudgetStopsRequests(t *testing.T) {
 	if resp, _ := r.send(t, "env-a", "/v1/messages", r.ph, `{}`); resp.StatusCode != 200 {
 		t.Fatalf("first: %d", resp.StatusCode)
 	}
+	testkit.Receive(t, 15*time.Second, r.recs, "the first request's record")
 	resp, body := r.send(t, "env-a", "/v1/messages", r.ph, `{}`)
 	if resp.StatusCode != 429 || !strings.Contains(body, inject.CodeBudget) {
 		t.Fatalf("over budget: %d %s", resp.StatusCode, body)
