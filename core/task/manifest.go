@@ -13,6 +13,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/agentic-sandbox/agentic-sandbox/core/inject"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -80,12 +81,15 @@ const (
 	SecretFromFile = "file"
 )
 
-// Secret is a value put into the run's environment as Name.
+// Secret is a value put into the run's environment as Name, or, when it
+// has Inject, a value the run never sees: Name holds a placeholder and the
+// server adds the value to requests bound for Inject.Host (core/inject).
 type Secret struct {
 	Name     string
 	Source   string
 	Key      string
 	Required bool
+	Inject   *inject.Spec
 }
 
 // Failure actions.
@@ -101,6 +105,9 @@ type Lifecycle struct {
 	FailureAction    string
 	PreserveFor      time.Duration
 	ArtifactPatterns []string
+	// MaxCostUSD stops the run's model requests through injected secrets,
+	// and fails the task, once their usage costs that much (0: no budget).
+	MaxCostUSD float64
 }
 
 // Defaults of fields a manifest leaves out.
@@ -596,6 +603,7 @@ func (p *parser) secrets(n *yaml.Node, at string) []Secret {
 			},
 			"key":      func(v *yaml.Node, at string) { s.Key = p.str(v, at) },
 			"required": func(v *yaml.Node, at string) { s.Required = p.boolean(v, at) },
+			"inject":   func(v *yaml.Node, at string) { s.Inject = p.inject(v, at) },
 		})
 		if s.Name == "" {
 			p.fail(join(sat, "name"), "required")
@@ -617,7 +625,39 @@ func (p *parser) secrets(n *yaml.Node, at string) []Secret {
 		}
 		out = append(out, s)
 	}
+	baseURLs := map[string]string{}
+	for i, s := range out {
+		if s.Inject == nil {
+			continue
+		}
+		at := fmt.Sprintf("%s[%d].inject.base_url_env", at, i)
+		if names[s.Inject.BaseURLEnv] {
+			p.fail(at, "%s is a secret's name", s.Inject.BaseURLEnv)
+		} else if other, ok := baseURLs[s.Inject.BaseURLEnv]; ok {
+			p.fail(at, "%s already names the endpoint of %s", s.Inject.BaseURLEnv, other)
+		}
+		baseURLs[s.Inject.BaseURLEnv] = s.Name
+	}
 	return out
+}
+
+// inject reads a secret's inject block: {host, header, format?, base_url_env?}.
+func (p *parser) inject(n *yaml.Node, at string) *inject.Spec {
+	var host, header, format, baseURLEnv string
+	p.fields(n, at, map[string]func(*yaml.Node, string){
+		"host":         func(v *yaml.Node, at string) { host = p.str(v, at) },
+		"header":       func(v *yaml.Node, at string) { header = p.str(v, at) },
+		"format":       func(v *yaml.Node, at string) { format = p.str(v, at) },
+		"base_url_env": func(v *yaml.Node, at string) { baseURLEnv = p.str(v, at) },
+	})
+	spec, err := inject.ParseSpec(host, header, format, baseURLEnv)
+	if err != nil {
+		// The error names the field (inject.host …); keep the path's prefix.
+		field, msg, _ := strings.Cut(strings.TrimPrefix(err.Error(), inject.ErrBadSpec.Error()+": "), " ")
+		p.fail(strings.TrimSuffix(at, ".inject")+"."+field, "%s", msg)
+		return nil
+	}
+	return &spec
 }
 
 func (p *parser) lifecycle(n *yaml.Node, at string, l *Lifecycle) {
@@ -630,6 +670,14 @@ func (p *parser) lifecycle(n *yaml.Node, at string, l *Lifecycle) {
 			}
 		},
 		"preserve_for": func(v *yaml.Node, at string) { l.PreserveFor = p.duration(v, at) },
+		"max_cost_usd": func(v *yaml.Node, at string) {
+			f, err := strconv.ParseFloat(v.Value, 64)
+			if v.Kind != yaml.ScalarNode || (v.Tag != "!!int" && v.Tag != "!!float") || err != nil || f <= 0 || f > 1e6 {
+				p.fail(at, "must be a number of US dollars above 0, at most 1000000")
+				return
+			}
+			l.MaxCostUSD = f
+		},
 		"artifact_patterns": func(v *yaml.Node, at string) {
 			l.ArtifactPatterns = p.strings(v, at, 256)
 			for i, pat := range l.ArtifactPatterns {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/core/inject"
 )
 
 // The contract's example, every field given.
@@ -108,6 +110,16 @@ func TestParseRefusals(t *testing.T) {
 		{`{claude: {prompt: x}, repository: {url: /r, subpath: "../up"}}`, "repository.subpath"},
 		{`{claude: {prompt: x}, repository: {url: /r, subpath: "/abs"}}`, "repository.subpath"},
 		{`{claude: {prompt: x}, secrets: [{name: K, source: vault}]}`, "secrets[0].source: vault is not a source"},
+		{`{claude: {prompt: x}, secrets: [{name: K, source: env, inject: {header: x-api-key}}]}`, "secrets[0].inject.host"},
+		{`{claude: {prompt: x}, secrets: [{name: K, source: env, inject: {host: "*.a.com", header: x-api-key}}]}`, "secrets[0].inject.host"},
+		{`{claude: {prompt: x}, secrets: [{name: K, source: env, inject: {host: api.anthropic.com, header: Host}}]}`, "secrets[0].inject.header"},
+		{`{claude: {prompt: x}, secrets: [{name: K, source: env, inject: {host: api.anthropic.com, header: x, format: nope}}]}`, "secrets[0].inject.format"},
+		{`{claude: {prompt: x}, secrets: [{name: K, source: env, inject: {host: example.com, header: x}}]}`, "secrets[0].inject.base_url_env"},
+		{`{claude: {prompt: x}, secrets: [{name: K, source: env, inject: {host: api.anthropic.com, header: x, proxy: y}}]}`, "secrets[0].inject.proxy: unknown field"},
+		{`{claude: {prompt: x}, secrets: [{name: K, source: env, inject: {host: api.anthropic.com, header: x}}, {name: L, source: env, inject: {host: api.anthropic.com, header: y}}]}`, "secrets[1].inject.base_url_env: ANTHROPIC_BASE_URL already names the endpoint of K"},
+		{`{claude: {prompt: x}, secrets: [{name: K, source: env, inject: {host: a.com, header: x, base_url_env: L}}, {name: L, source: env}]}`, "secrets[0].inject.base_url_env: L is a secret's name"},
+		{`{claude: {prompt: x}, lifecycle: {max_cost_usd: 0}}`, "lifecycle.max_cost_usd"},
+		{`{claude: {prompt: x}, lifecycle: {max_cost_usd: "5"}}`, "lifecycle.max_cost_usd"},
 		{`{claude: {prompt: x}, secrets: [{name: K, source: http}]}`, "secrets[0].source: must be env or file"},
 		{`{claude: {prompt: x}, secrets: [{name: "K-1", source: env}]}`, "secrets[0].name"},
 		{`{claude: {prompt: x}, secrets: [{name: K, source: file, key: ../../etc/shadow}]}`, "secrets[0].key"},
@@ -137,6 +149,24 @@ func TestParseRefusals(t *testing.T) {
 		if !strings.Contains(err.Error(), c.path) {
 			t.Errorf("%s: %q does not say %q", c.doc, err, c.path)
 		}
+	}
+}
+
+func TestParseInjectedSecret(t *testing.T) {
+	m, err := Parse([]byte(`{claude: {prompt: x}, lifecycle: {max_cost_usd: 2.5}, secrets: [
+  {name: ANTHROPIC_API_KEY, source: env, inject: {host: api.anthropic.com, header: x-api-key}},
+  {name: GH_TOKEN, source: file, key: gh, inject: {host: api.github.com, header: "Authorization: token {}", base_url_env: GH_API}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Secret{
+		{Name: "ANTHROPIC_API_KEY", Source: "env", Key: "ANTHROPIC_API_KEY", Required: true,
+			Inject: &inject.Spec{Host: "api.anthropic.com", Port: 443, Header: "X-Api-Key", Format: "{}", BaseURLEnv: "ANTHROPIC_BASE_URL"}},
+		{Name: "GH_TOKEN", Source: "file", Key: "gh", Required: true,
+			Inject: &inject.Spec{Host: "api.github.com", Port: 443, Header: "Authorization", Format: "token {}", BaseURLEnv: "GH_API"}},
+	}
+	if !reflect.DeepEqual(m.Secrets, want) || m.Lifecycle.MaxCostUSD != 2.5 {
+		t.Fatalf("%+v %v", m.Secrets, m.Lifecycle.MaxCostUSD)
 	}
 }
 
