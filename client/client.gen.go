@@ -905,6 +905,21 @@ type ListeningPortList struct {
 	UpdatedAt *time.Time `json:"updated_at,omitempty"`
 }
 
+// Me defines model for Me.
+type Me struct {
+	// ExpiresAt When the token stops working; absent: never.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+
+	// Labels A label scope (at most 16 labels; keys and values 1..63 of `A-Za-z0-9._-`, a key may
+	// have one `prefix/`). Kept with the token; enforcing it on environments, tasks and
+	// sessions is not done yet.
+	Labels TokenLabels `json:"labels"`
+
+	// Name The token's name: operator for the operator token, dashboard for a session signed in with it.
+	Name string    `json:"name"`
+	Role TokenRole `json:"role"`
+}
+
 // Metrics defines model for Metrics.
 type Metrics struct {
 	CpuPercent       *float64 `json:"cpu_percent,omitempty"`
@@ -2238,6 +2253,17 @@ type ClientInterface interface {
 	// Corresponds with POST /api/v1/hitl/{hitl_id}/respond (the `RespondHITL` operationId).
 	RespondHITL(ctx context.Context, hitlId string, body RespondHITLJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetMe Who the caller is (every role).
+	//
+	// The name, role, label scope and expiry of the caller's credentials: a named token's;
+	// `operator` (an `admin`, no expiry) for the operator token; for the dashboard's
+	// session cookie, the token it was signed in with (`dashboard`, an `admin`, for the
+	// operator token). The dashboard shows only what this role may do; the server
+	// enforces the role on every call regardless.
+	//
+	// Corresponds with GET /api/v1/me (the `GetMe` operationId).
+	GetMe(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListMissions Missions on record (not archived), oldest first.
 	//
 	// Corresponds with GET /api/v1/missions (the `ListMissions` operationId).
@@ -2420,7 +2446,7 @@ type ClientInterface interface {
 	// Corresponds with GET /api/v1/sessions/{session_id}/output (the `GetSessionOutput` operationId).
 	GetSessionOutput(ctx context.Context, sessionId SessionID, params *GetSessionOutputParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// SignInWithBody Sign a browser in with the operator token.
+	// SignInWithBody Sign a browser in with the operator token or a named token.
 	//
 	// Sets the `agentic_session` cookie (HttpOnly, SameSite=Strict, Secure over TLS) that
 	// REST, the client WebSocket and the previews accept for 12 hours. The cookie holds
@@ -2428,6 +2454,14 @@ type ClientInterface interface {
 	// in the data dir, by the id's SHA-256; it survives a restart): `POST /api/v1/signout`
 	// ends it at once, and a new operator token ends every session. Only from the
 	// server's own origins.
+	//
+	// A named token (`POST /api/v1/tokens`) signs in too: the session is bound to that
+	// token, so requests with the cookie act with its name, role and label scope (the
+	// audit log's actor is the token's name), and revoking the token or its expiry ends
+	// its sessions at once (open pages, streams and WebSockets included). A session never
+	// outlives its token's `expires_at`. An `executor` token may not sign in (403
+	// `forbidden`): it is for an orchestrator, not a browser. `GET /api/v1/me` tells the
+	// page who it is signed in as.
 	//
 	// Failed sign-ins are limited per client address (an IPv4 address, an IPv6 /64; the
 	// connection's, no forwarding header is trusted): after 5 failures within a minute,
@@ -2440,7 +2474,7 @@ type ClientInterface interface {
 	// Corresponds with POST /api/v1/signin (the `SignIn` operationId).
 	SignInWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// SignIn Sign a browser in with the operator token.
+	// SignIn Sign a browser in with the operator token or a named token.
 	//
 	// Sets the `agentic_session` cookie (HttpOnly, SameSite=Strict, Secure over TLS) that
 	// REST, the client WebSocket and the previews accept for 12 hours. The cookie holds
@@ -2448,6 +2482,14 @@ type ClientInterface interface {
 	// in the data dir, by the id's SHA-256; it survives a restart): `POST /api/v1/signout`
 	// ends it at once, and a new operator token ends every session. Only from the
 	// server's own origins.
+	//
+	// A named token (`POST /api/v1/tokens`) signs in too: the session is bound to that
+	// token, so requests with the cookie act with its name, role and label scope (the
+	// audit log's actor is the token's name), and revoking the token or its expiry ends
+	// its sessions at once (open pages, streams and WebSockets included). A session never
+	// outlives its token's `expires_at`. An `executor` token may not sign in (403
+	// `forbidden`): it is for an orchestrator, not a browser. `GET /api/v1/me` tells the
+	// page who it is signed in as.
 	//
 	// Failed sign-ins are limited per client address (an IPv4 address, an IPv6 /64; the
 	// connection's, no forwarding header is trusted): after 5 failures within a minute,
@@ -3524,6 +3566,27 @@ func (c *Client) RespondHITL(ctx context.Context, hitlId string, body RespondHIT
 	return c.Client.Do(req)
 }
 
+// GetMe Who the caller is (every role).
+//
+// The name, role, label scope and expiry of the caller's credentials: a named token's;
+// `operator` (an `admin`, no expiry) for the operator token; for the dashboard's
+// session cookie, the token it was signed in with (`dashboard`, an `admin`, for the
+// operator token). The dashboard shows only what this role may do; the server
+// enforces the role on every call regardless.
+//
+// Corresponds with GET /api/v1/me (the `GetMe` operationId).
+func (c *Client) GetMe(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetMeRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListMissions Missions on record (not archived), oldest first.
 //
 // Corresponds with GET /api/v1/missions (the `ListMissions` operationId).
@@ -3856,7 +3919,7 @@ func (c *Client) GetSessionOutput(ctx context.Context, sessionId SessionID, para
 	return c.Client.Do(req)
 }
 
-// SignInWithBody Sign a browser in with the operator token.
+// SignInWithBody Sign a browser in with the operator token or a named token.
 //
 // Sets the `agentic_session` cookie (HttpOnly, SameSite=Strict, Secure over TLS) that
 // REST, the client WebSocket and the previews accept for 12 hours. The cookie holds
@@ -3864,6 +3927,14 @@ func (c *Client) GetSessionOutput(ctx context.Context, sessionId SessionID, para
 // in the data dir, by the id's SHA-256; it survives a restart): `POST /api/v1/signout`
 // ends it at once, and a new operator token ends every session. Only from the
 // server's own origins.
+//
+// A named token (`POST /api/v1/tokens`) signs in too: the session is bound to that
+// token, so requests with the cookie act with its name, role and label scope (the
+// audit log's actor is the token's name), and revoking the token or its expiry ends
+// its sessions at once (open pages, streams and WebSockets included). A session never
+// outlives its token's `expires_at`. An `executor` token may not sign in (403
+// `forbidden`): it is for an orchestrator, not a browser. `GET /api/v1/me` tells the
+// page who it is signed in as.
 //
 // Failed sign-ins are limited per client address (an IPv4 address, an IPv6 /64; the
 // connection's, no forwarding header is trusted): after 5 failures within a minute,
@@ -3886,7 +3957,7 @@ func (c *Client) SignInWithBody(ctx context.Context, contentType string, body io
 	return c.Client.Do(req)
 }
 
-// SignIn Sign a browser in with the operator token.
+// SignIn Sign a browser in with the operator token or a named token.
 //
 // Sets the `agentic_session` cookie (HttpOnly, SameSite=Strict, Secure over TLS) that
 // REST, the client WebSocket and the previews accept for 12 hours. The cookie holds
@@ -3894,6 +3965,14 @@ func (c *Client) SignInWithBody(ctx context.Context, contentType string, body io
 // in the data dir, by the id's SHA-256; it survives a restart): `POST /api/v1/signout`
 // ends it at once, and a new operator token ends every session. Only from the
 // server's own origins.
+//
+// A named token (`POST /api/v1/tokens`) signs in too: the session is bound to that
+// token, so requests with the cookie act with its name, role and label scope (the
+// audit log's actor is the token's name), and revoking the token or its expiry ends
+// its sessions at once (open pages, streams and WebSockets included). A session never
+// outlives its token's `expires_at`. An `executor` token may not sign in (403
+// `forbidden`): it is for an orchestrator, not a browser. `GET /api/v1/me` tells the
+// page who it is signed in as.
 //
 // Failed sign-ins are limited per client address (an IPv4 address, an IPv6 /64; the
 // connection's, no forwarding header is trusted): after 5 failures within a minute,
@@ -5924,6 +6003,33 @@ func NewRespondHITLRequestWithBody(server string, hitlId string, contentType str
 	return req, nil
 }
 
+// NewGetMeRequest constructs an http.Request for the GetMe method
+func NewGetMeRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/me")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListMissionsRequest constructs an http.Request for the ListMissions method
 func NewListMissionsRequest(server string, params *ListMissionsParams) (*http.Request, error) {
 	var err error
@@ -7739,6 +7845,19 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /api/v1/hitl/{hitl_id}/respond (the `RespondHITL` operationId).
 	RespondHITLWithResponse(ctx context.Context, hitlId string, body RespondHITLJSONRequestBody, reqEditors ...RequestEditorFn) (*RespondHITLResponse, error)
 
+	// GetMeWithResponse Who the caller is (every role).
+	//
+	// The name, role, label scope and expiry of the caller's credentials: a named token's;
+	// `operator` (an `admin`, no expiry) for the operator token; for the dashboard's
+	// session cookie, the token it was signed in with (`dashboard`, an `admin`, for the
+	// operator token). The dashboard shows only what this role may do; the server
+	// enforces the role on every call regardless.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/me (the `GetMe` operationId).
+	GetMeWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetMeResponse, error)
+
 	// ListMissionsWithResponse Missions on record (not archived), oldest first.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -7943,7 +8062,7 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /api/v1/sessions/{session_id}/output (the `GetSessionOutput` operationId).
 	GetSessionOutputWithResponse(ctx context.Context, sessionId SessionID, params *GetSessionOutputParams, reqEditors ...RequestEditorFn) (*GetSessionOutputResponse, error)
 
-	// SignInWithBodyWithResponse Sign a browser in with the operator token.
+	// SignInWithBodyWithResponse Sign a browser in with the operator token or a named token.
 	//
 	// Sets the `agentic_session` cookie (HttpOnly, SameSite=Strict, Secure over TLS) that
 	// REST, the client WebSocket and the previews accept for 12 hours. The cookie holds
@@ -7951,6 +8070,14 @@ type ClientWithResponsesInterface interface {
 	// in the data dir, by the id's SHA-256; it survives a restart): `POST /api/v1/signout`
 	// ends it at once, and a new operator token ends every session. Only from the
 	// server's own origins.
+	//
+	// A named token (`POST /api/v1/tokens`) signs in too: the session is bound to that
+	// token, so requests with the cookie act with its name, role and label scope (the
+	// audit log's actor is the token's name), and revoking the token or its expiry ends
+	// its sessions at once (open pages, streams and WebSockets included). A session never
+	// outlives its token's `expires_at`. An `executor` token may not sign in (403
+	// `forbidden`): it is for an orchestrator, not a browser. `GET /api/v1/me` tells the
+	// page who it is signed in as.
 	//
 	// Failed sign-ins are limited per client address (an IPv4 address, an IPv6 /64; the
 	// connection's, no forwarding header is trusted): after 5 failures within a minute,
@@ -7963,7 +8090,7 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /api/v1/signin (the `SignIn` operationId).
 	SignInWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SignInResponse, error)
 
-	// SignInWithResponse Sign a browser in with the operator token.
+	// SignInWithResponse Sign a browser in with the operator token or a named token.
 	//
 	// Sets the `agentic_session` cookie (HttpOnly, SameSite=Strict, Secure over TLS) that
 	// REST, the client WebSocket and the previews accept for 12 hours. The cookie holds
@@ -7971,6 +8098,14 @@ type ClientWithResponsesInterface interface {
 	// in the data dir, by the id's SHA-256; it survives a restart): `POST /api/v1/signout`
 	// ends it at once, and a new operator token ends every session. Only from the
 	// server's own origins.
+	//
+	// A named token (`POST /api/v1/tokens`) signs in too: the session is bound to that
+	// token, so requests with the cookie act with its name, role and label scope (the
+	// audit log's actor is the token's name), and revoking the token or its expiry ends
+	// its sessions at once (open pages, streams and WebSockets included). A session never
+	// outlives its token's `expires_at`. An `executor` token may not sign in (403
+	// `forbidden`): it is for an orchestrator, not a browser. `GET /api/v1/me` tells the
+	// page who it is signed in as.
 	//
 	// Failed sign-ins are limited per client address (an IPv4 address, an IPv6 /64; the
 	// connection's, no forwarding header is trusted): after 5 failures within a minute,
@@ -11047,6 +11182,61 @@ func (r RespondHITLResponse) ContentType() string {
 	return ""
 }
 
+type GetMeResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Me
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetMeResponse) GetJSON200() *Me {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetMeResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetMeResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetBody returns the raw response body bytes
+func (r GetMeResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetMeResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetMeResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetMeResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListMissionsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -11988,6 +12178,8 @@ type SignInResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Error
 	// JSON413 the response for an HTTP 413 `application/json` response
 	JSON413 *TooLarge
 	// JSON429 the response for an HTTP 429 `application/json` response
@@ -12006,6 +12198,11 @@ func (r SignInResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r SignInResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r SignInResponse) GetJSON403() *Error {
+	return r.JSON403
 }
 
 // GetJSON413 returns the response for an HTTP 413 `application/json` response
@@ -13737,6 +13934,25 @@ func (c *ClientWithResponses) RespondHITLWithResponse(ctx context.Context, hitlI
 	return ParseRespondHITLResponse(rsp)
 }
 
+// GetMeWithResponse Who the caller is (every role).
+//
+// The name, role, label scope and expiry of the caller's credentials: a named token's;
+// `operator` (an `admin`, no expiry) for the operator token; for the dashboard's
+// session cookie, the token it was signed in with (`dashboard`, an `admin`, for the
+// operator token). The dashboard shows only what this role may do; the server
+// enforces the role on every call regardless.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/me (the `GetMe` operationId).
+func (c *ClientWithResponses) GetMeWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetMeResponse, error) {
+	rsp, err := c.GetMe(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetMeResponse(rsp)
+}
+
 // ListMissionsWithResponse Missions on record (not archived), oldest first.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -14031,7 +14247,7 @@ func (c *ClientWithResponses) GetSessionOutputWithResponse(ctx context.Context, 
 	return ParseGetSessionOutputResponse(rsp)
 }
 
-// SignInWithBodyWithResponse Sign a browser in with the operator token.
+// SignInWithBodyWithResponse Sign a browser in with the operator token or a named token.
 //
 // Sets the `agentic_session` cookie (HttpOnly, SameSite=Strict, Secure over TLS) that
 // REST, the client WebSocket and the previews accept for 12 hours. The cookie holds
@@ -14039,6 +14255,14 @@ func (c *ClientWithResponses) GetSessionOutputWithResponse(ctx context.Context, 
 // in the data dir, by the id's SHA-256; it survives a restart): `POST /api/v1/signout`
 // ends it at once, and a new operator token ends every session. Only from the
 // server's own origins.
+//
+// A named token (`POST /api/v1/tokens`) signs in too: the session is bound to that
+// token, so requests with the cookie act with its name, role and label scope (the
+// audit log's actor is the token's name), and revoking the token or its expiry ends
+// its sessions at once (open pages, streams and WebSockets included). A session never
+// outlives its token's `expires_at`. An `executor` token may not sign in (403
+// `forbidden`): it is for an orchestrator, not a browser. `GET /api/v1/me` tells the
+// page who it is signed in as.
 //
 // Failed sign-ins are limited per client address (an IPv4 address, an IPv6 /64; the
 // connection's, no forwarding header is trusted): after 5 failures within a minute,
@@ -14057,7 +14281,7 @@ func (c *ClientWithResponses) SignInWithBodyWithResponse(ctx context.Context, co
 	return ParseSignInResponse(rsp)
 }
 
-// SignInWithResponse Sign a browser in with the operator token.
+// SignInWithResponse Sign a browser in with the operator token or a named token.
 //
 // Sets the `agentic_session` cookie (HttpOnly, SameSite=Strict, Secure over TLS) that
 // REST, the client WebSocket and the previews accept for 12 hours. The cookie holds
@@ -14065,6 +14289,14 @@ func (c *ClientWithResponses) SignInWithBodyWithResponse(ctx context.Context, co
 // in the data dir, by the id's SHA-256; it survives a restart): `POST /api/v1/signout`
 // ends it at once, and a new operator token ends every session. Only from the
 // server's own origins.
+//
+// A named token (`POST /api/v1/tokens`) signs in too: the session is bound to that
+// token, so requests with the cookie act with its name, role and label scope (the
+// audit log's actor is the token's name), and revoking the token or its expiry ends
+// its sessions at once (open pages, streams and WebSockets included). A session never
+// outlives its token's `expires_at`. An `executor` token may not sign in (403
+// `forbidden`): it is for an orchestrator, not a browser. `GET /api/v1/me` tells the
+// page who it is signed in as.
 //
 // Failed sign-ins are limited per client address (an IPv4 address, an IPv6 /64; the
 // connection's, no forwarding header is trusted): after 5 failures within a minute,
@@ -16744,6 +16976,46 @@ func ParseRespondHITLResponse(rsp *http.Response) (*RespondHITLResponse, error) 
 	return response, nil
 }
 
+// ParseGetMeResponse parses an HTTP response from a GetMeWithResponse call
+func ParseGetMeResponse(rsp *http.Response) (*GetMeResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetMeResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Me
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseListMissionsResponse parses an HTTP response from a ListMissionsWithResponse call
 func ParseListMissionsResponse(rsp *http.Response) (*ListMissionsResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -17541,6 +17813,13 @@ func ParseSignInResponse(rsp *http.Response) (*SignInResponse, error) {
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest TooLarge

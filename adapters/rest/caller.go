@@ -7,11 +7,14 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 
 	"github.com/agentic-sandbox/agentic-sandbox/core/access"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/signin"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
 // caller is who sent a request that passed the REST auth step: the name of
@@ -26,6 +29,8 @@ type caller struct {
 	TokenID string
 	// Labels is the token's label scope (empty: everything).
 	Labels map[string]string
+	// Expires is when the named token stops working (zero: never).
+	Expires time.Time
 }
 
 // operatorCaller is the server's operator token: the first admin.
@@ -33,8 +38,32 @@ var operatorCaller = caller{Name: operatorTokenID, Role: access.Admin}
 
 // operatorTokenID names the operator token, as a dashboard session's
 // token id does (signin.OperatorTokenID). A session signed in with a named
-// token would map to that token's caller by s.d.Tokens.Get(its id).
-const operatorTokenID = "operator"
+// token maps to that token's caller (sessionCaller).
+const operatorTokenID = signin.OperatorTokenID
+
+// dashboardCaller is a dashboard session signed in with the operator token.
+var dashboardCaller = caller{Name: "dashboard", Role: access.Admin}
+
+// tokenCaller is the caller of a named token.
+func tokenCaller(t ports.Token) caller {
+	return caller{Name: t.Name, Role: t.Role, TokenID: t.ID, Labels: t.Labels, Expires: t.ExpiresAt}
+}
+
+// sessionCaller is who a live dashboard session acts as: the token it was
+// signed in with (ok false once that token is revoked or expired).
+func (s *Server) sessionCaller(ss ports.SignInSession) (caller, bool) {
+	if ss.TokenID == operatorTokenID {
+		return dashboardCaller, true
+	}
+	if s.d.Tokens == nil {
+		return caller{}, false
+	}
+	t, err := s.d.Tokens.Get(ss.TokenID)
+	if err != nil || t.ID != ss.TokenID || t.Expired(s.clock.Now()) {
+		return caller{}, false
+	}
+	return tokenCaller(t), true
+}
 
 type callerKey struct{}
 
@@ -78,7 +107,7 @@ func (s *Server) bearerCaller(r *http.Request) (caller, bool) {
 	if !ok {
 		return caller{}, false
 	}
-	return caller{Name: t.Name, Role: t.Role, TokenID: t.ID, Labels: t.Labels}, true
+	return tokenCaller(t), true
 }
 
 // permit checks the caller's role against the operation of the route

@@ -239,21 +239,19 @@ func (s *Server) serve(mux *http.ServeMux, w http.ResponseWriter, r *http.Reques
 	} else if p := path.Clean("/" + r.URL.Path); p == "/api" || strings.HasPrefix(p, "/api/") {
 		c, ok := s.bearerCaller(r)
 		if !ok {
-			cookieOK, apiErr := s.cookieAuthorized(r)
-			if apiErr != nil {
+			// The dashboard's cookie acts as the token it was signed in
+			// with (sessionCaller).
+			var apiErr *apiError
+			if c, ok, apiErr = s.cookieCaller(r); apiErr != nil {
 				_ = apiErr.write(sw)
 				return
 			}
-			if !cookieOK {
+			if !ok {
 				sw.Header().Set("WWW-Authenticate", `Bearer realm="agentic-sandbox"`)
 				writeError(sw, http.StatusUnauthorized, "unauthorized",
 					"missing, wrong, expired or revoked bearer token: send 'Authorization: Bearer <token>' (a named token, or the operator token: AGENTIC_OPERATOR_TOKEN or <data dir>/operator-token)")
 				return
 			}
-			// The dashboard's cookie stands for the operator token for
-			// now (a session signed in with a named token would take
-			// that token's role: see operatorTokenID).
-			c = caller{Name: "dashboard", Role: operatorCaller.Role}
 		}
 		noteCaller(r, c)
 		if apiErr := s.permit(c, pattern); apiErr != nil {

@@ -6,16 +6,19 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"strconv"
+	"time"
 
+	"github.com/agentic-sandbox/agentic-sandbox/core/access"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/signin"
 )
 
-// The dashboard's sign-in: the operator token in, an HttpOnly session
-// cookie out. Served before the strict handler, which cannot set cookies.
+// The dashboard's sign-in: the operator token or a named token in, an
+// HttpOnly session cookie out. Served before the strict handler, which cannot set cookies.
 const (
 	signInRoute  = http.MethodPost + " /api/v1/signin"
 	signOutRoute = http.MethodPost + " /api/v1/signout"
@@ -54,19 +57,26 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request) {
 			"too many failed sign-ins from this address: try again in %d s", int(math.Ceil(after.Seconds()))).write(w)
 		return
 	}
-	got := sha256.Sum256([]byte(req.Token))
-	if s.d.Token == "" || subtle.ConstantTimeCompare(got[:], s.tokenHash[:]) != 1 {
+	c, tokenID, ok := s.signInCaller(req.Token, now)
+	if !ok {
 		s.limiter.Failed(client, now)
 		s.log.Warn("rest: dashboard sign-in refused", "remote", r.RemoteAddr)
-		_ = newError(http.StatusUnauthorized, "unauthorized", "wrong operator token").write(w)
+		_ = newError(http.StatusUnauthorized, "unauthorized", "wrong token: sign in with the operator token or a named token").write(w)
 		return
 	}
 	s.limiter.Succeeded(client)
+	noteCaller(r, c)
+	if c.Role == access.Executor {
+		s.log.Warn("rest: dashboard sign-in refused: an executor token", "token", c.Name, "remote", r.RemoteAddr)
+		_ = newError(http.StatusForbidden, "forbidden",
+			"%s", fmt.Sprintf("token %q has role %q, which may not sign in to the dashboard (an executor token is for an orchestrator)", c.Name, c.Role)).write(w)
+		return
+	}
 	if s.d.SignIns == nil {
 		_ = newError(http.StatusServiceUnavailable, "store_unavailable", "this server keeps no sign-in sessions").write(w)
 		return
 	}
-	value, exp, err := s.d.SignIns.Mint(signin.OperatorTokenID, now)
+	value, exp, err := s.d.SignIns.MintUntil(tokenID, now, c.Expires)
 	if err != nil {
 		s.log.Error("rest: dashboard sign-in: the session could not be kept", "err", err)
 		_ = newError(http.StatusServiceUnavailable, "store_unavailable", "the sign-in session could not be kept; try again").write(w)
@@ -74,6 +84,25 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request) {
 	}
 	http.SetCookie(w, signin.Cookie(value, exp, r.TLS != nil))
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// signInCaller is who a sign-in's token is: the operator token (the
+// session stands for signin.OperatorTokenID, acting as the "dashboard"
+// admin), or a named token kept and not expired (the session stands for
+// its id).
+func (s *Server) signInCaller(tok string, now time.Time) (c caller, tokenID string, ok bool) {
+	got := sha256.Sum256([]byte(tok))
+	if s.d.Token != "" && subtle.ConstantTimeCompare(got[:], s.tokenHash[:]) == 1 {
+		return dashboardCaller, signin.OperatorTokenID, true
+	}
+	if s.d.Tokens == nil {
+		return caller{}, "", false
+	}
+	t, ok := s.d.Tokens.Verify(tok, now)
+	if !ok {
+		return caller{}, "", false
+	}
+	return tokenCaller(t), t.ID, true
 }
 
 // signOut ends the session on the server at once (its cookie no longer
@@ -90,21 +119,26 @@ func (s *Server) signOut(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// cookieAuthorized accepts a dashboard session cookie; a request that
-// changes state must also come from one of the server's own origins (the
-// cookie is SameSite=Strict too: two locks on cross-site requests).
-func (s *Server) cookieAuthorized(r *http.Request) (ok bool, apiErr *apiError) {
-	if _, ok := s.d.SignIns.FromRequest(r, s.clock.Now()); !ok {
-		return false, nil
+// cookieCaller accepts a dashboard session cookie, as the caller of the
+// token it was signed in with; a request that changes state must also come
+// from one of the server's own origins (the cookie is SameSite=Strict too:
+// two locks on cross-site requests).
+func (s *Server) cookieCaller(r *http.Request) (c caller, ok bool, apiErr *apiError) {
+	ss, ok := s.d.SignIns.FromRequest(r, s.clock.Now())
+	if !ok {
+		return caller{}, false, nil
+	}
+	if c, ok = s.sessionCaller(ss); !ok {
+		return caller{}, false, nil
 	}
 	switch r.Method {
 	case http.MethodGet, http.MethodHead, http.MethodOptions:
-		return true, nil
+		return c, true, nil
 	}
 	if !s.origins.Allow(r.Header.Get("Origin")) {
-		return false, newError(http.StatusUnauthorized, "unauthorized", "a request with the session cookie that changes state must come from this server's own pages (Origin)")
+		return caller{}, false, newError(http.StatusUnauthorized, "unauthorized", "a request with the session cookie that changes state must come from this server's own pages (Origin)")
 	}
-	return true, nil
+	return c, true, nil
 }
 
 // streamRoutes are the routes that may stay open long (event streams).

@@ -133,6 +133,11 @@ func (s *Server) DeleteToken(ctx context.Context, req restapi.DeleteTokenRequest
 		by = c.Name
 	}
 	s.log.Info("rest: token revoked", "token", t.Name, "id", t.ID, "role", t.Role, "by", by)
+	// Its dashboard sessions end too, with what they opened (pages'
+	// streams): the token is already refused, so this cannot undo it.
+	if err := s.d.SignIns.EndForToken(t.ID); err != nil {
+		s.log.Error("rest: the dashboard sessions of a revoked token could not be deleted (they are refused anyway)", "token", t.Name, "id", t.ID, "err", err)
+	}
 	return restapi.DeleteToken204Response{}, nil
 }
 

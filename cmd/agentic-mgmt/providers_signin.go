@@ -4,16 +4,18 @@ import (
 	"fmt"
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/clock"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/signin"
 )
 
 // provideSignIns are the dashboard's sign-in sessions, kept in
 // <data dir>/signin-sessions.json so that a restart keeps browsers signed
-// in; sessions of another operator token than this one are not valid.
-func provideSignIns(dir DataDir, token OperatorToken) (*signin.Sessions, error) {
+// in; sessions of another operator token than this one are not valid, nor
+// those of a named token revoked or expired since.
+func provideSignIns(dir DataDir, token OperatorToken, tokens *filestore.Tokens, clk clock.Wall) (*signin.Sessions, error) {
 	s, err := filestore.NewSignInSessions(string(dir))
 	if err != nil {
 		return nil, fmt.Errorf("sign-in sessions: %w", err)
 	}
-	return signin.NewSessions(s, string(token)), nil
+	return signin.NewSessions(s, string(token)).WithTokens(signin.TokenHashes(tokens, clk.Now)), nil
 }

@@ -117,7 +117,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 	client := provideAIWG(cfg, identity, missionService, outbox, wall, log, runtimes)
 	metricsHandler := provideMetrics(service, useCases, provisionTimes, taskMetrics, egressMetrics, poolMetrics)
 	readiness := provideReadiness(cfg, service, client, runtimes)
-	sessions, err := provideSignIns(dataDir, operatorToken)
+	tokens, err := provideTokens(cfg)
 	if err != nil {
 		cleanup7()
 		cleanup6()
@@ -128,7 +128,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		cleanup()
 		return nil, nil, err
 	}
-	tokens, err := provideTokens(cfg)
+	sessions, err := provideSignIns(dataDir, operatorToken, tokens, wall)
 	if err != nil {
 		cleanup7()
 		cleanup6()

@@ -58,6 +58,8 @@ var Rules = map[string]Rule{
 	"signOut":    {Kind: Read},
 
 	"watchChanges": {Kind: Read},
+	// Who the caller is: every role may ask.
+	"getMe": {Kind: Read, Executor: true},
 
 	// Agents, their commands and files.
 	"listAgents":        {Kind: Read},

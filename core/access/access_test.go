@@ -48,7 +48,7 @@ func TestAllowed(t *testing.T) {
 
 func TestExecutorGetsExactlyItsOperations(t *testing.T) {
 	want := map[string]bool{"dispatchMission": true, "respondHITL": true, "listMissions": true,
-		"getMission": true, "listHITL": true, "getAIWGStatus": true}
+		"getMission": true, "listHITL": true, "getAIWGStatus": true, "getMe": true}
 	for op := range Rules {
 		if Allowed(Executor, op) != want[op] {
 			t.Errorf("executor on %s: %v, want %v", op, Allowed(Executor, op), want[op])

@@ -913,6 +913,21 @@ type ListeningPortList struct {
 	UpdatedAt *time.Time `json:"updated_at,omitempty"`
 }
 
+// Me defines model for Me.
+type Me struct {
+	// ExpiresAt When the token stops working; absent: never.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+
+	// Labels A label scope (at most 16 labels; keys and values 1..63 of `A-Za-z0-9._-`, a key may
+	// have one `prefix/`). Kept with the token; enforcing it on environments, tasks and
+	// sessions is not done yet.
+	Labels TokenLabels `json:"labels"`
+
+	// Name The token's name: operator for the operator token, dashboard for a session signed in with it.
+	Name string    `json:"name"`
+	Role TokenRole `json:"role"`
+}
+
 // Metrics defines model for Metrics.
 type Metrics struct {
 	CpuPercent       *float64 `json:"cpu_percent,omitempty"`
@@ -2246,6 +2261,17 @@ type ClientInterface interface {
 	// Corresponds with POST /api/v1/hitl/{hitl_id}/respond (the `RespondHITL` operationId).
 	RespondHITL(ctx context.Context, hitlId string, body RespondHITLJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetMe Who the caller is (every role).
+	//
+	// The name, role, label scope and expiry of the caller's credentials: a named token's;
+	// `operator` (an `admin`, no expiry) for the operator token; for the dashboard's
+	// session cookie, the token it was signed in with (`dashboard`, an `admin`, for the
+	// operator token). The dashboard shows only what this role may do; the server
+	// enforces the role on every call regardless.
+	//
+	// Corresponds with GET /api/v1/me (the `GetMe` operationId).
+	GetMe(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListMissions Missions on record (not archived), oldest first.
 	//
 	// Corresponds with GET /api/v1/missions (the `ListMissions` operationId).
@@ -2428,7 +2454,7 @@ type ClientInterface interface {
 	// Corresponds with GET /api/v1/sessions/{session_id}/output (the `GetSessionOutput` operationId).
 	GetSessionOutput(ctx context.Context, sessionId SessionID, params *GetSessionOutputParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// SignInWithBody Sign a browser in with the operator token.
+	// SignInWithBody Sign a browser in with the operator token or a named token.
 	//
 	// Sets the `agentic_session` cookie (HttpOnly, SameSite=Strict, Secure over TLS) that
 	// REST, the client WebSocket and the previews accept for 12 hours. The cookie holds
@@ -2436,6 +2462,14 @@ type ClientInterface interface {
 	// in the data dir, by the id's SHA-256; it survives a restart): `POST /api/v1/signout`
 	// ends it at once, and a new operator token ends every session. Only from the
 	// server's own origins.
+	//
+	// A named token (`POST /api/v1/tokens`) signs in too: the session is bound to that
+	// token, so requests with the cookie act with its name, role and label scope (the
+	// audit log's actor is the token's name), and revoking the token or its expiry ends
+	// its sessions at once (open pages, streams and WebSockets included). A session never
+	// outlives its token's `expires_at`. An `executor` token may not sign in (403
+	// `forbidden`): it is for an orchestrator, not a browser. `GET /api/v1/me` tells the
+	// page who it is signed in as.
 	//
 	// Failed sign-ins are limited per client address (an IPv4 address, an IPv6 /64; the
 	// connection's, no forwarding header is trusted): after 5 failures within a minute,
@@ -2448,7 +2482,7 @@ type ClientInterface interface {
 	// Corresponds with POST /api/v1/signin (the `SignIn` operationId).
 	SignInWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// SignIn Sign a browser in with the operator token.
+	// SignIn Sign a browser in with the operator token or a named token.
 	//
 	// Sets the `agentic_session` cookie (HttpOnly, SameSite=Strict, Secure over TLS) that
 	// REST, the client WebSocket and the previews accept for 12 hours. The cookie holds
@@ -2456,6 +2490,14 @@ type ClientInterface interface {
 	// in the data dir, by the id's SHA-256; it survives a restart): `POST /api/v1/signout`
 	// ends it at once, and a new operator token ends every session. Only from the
 	// server's own origins.
+	//
+	// A named token (`POST /api/v1/tokens`) signs in too: the session is bound to that
+	// token, so requests with the cookie act with its name, role and label scope (the
+	// audit log's actor is the token's name), and revoking the token or its expiry ends
+	// its sessions at once (open pages, streams and WebSockets included). A session never
+	// outlives its token's `expires_at`. An `executor` token may not sign in (403
+	// `forbidden`): it is for an orchestrator, not a browser. `GET /api/v1/me` tells the
+	// page who it is signed in as.
 	//
 	// Failed sign-ins are limited per client address (an IPv4 address, an IPv6 /64; the
 	// connection's, no forwarding header is trusted): after 5 failures within a minute,
@@ -3532,6 +3574,27 @@ func (c *Client) RespondHITL(ctx context.Context, hitlId string, body RespondHIT
 	return c.Client.Do(req)
 }
 
+// GetMe Who the caller is (every role).
+//
+// The name, role, label scope and expiry of the caller's credentials: a named token's;
+// `operator` (an `admin`, no expiry) for the operator token; for the dashboard's
+// session cookie, the token it was signed in with (`dashboard`, an `admin`, for the
+// operator token). The dashboard shows only what this role may do; the server
+// enforces the role on every call regardless.
+//
+// Corresponds with GET /api/v1/me (the `GetMe` operationId).
+func (c *Client) GetMe(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetMeRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListMissions Missions on record (not archived), oldest first.
 //
 // Corresponds with GET /api/v1/missions (the `ListMissions` operationId).
@@ -3864,7 +3927,7 @@ func (c *Client) GetSessionOutput(ctx context.Context, sessionId SessionID, para
 	return c.Client.Do(req)
 }
 
-// SignInWithBody Sign a browser in with the operator token.
+// SignInWithBody Sign a browser in with the operator token or a named token.
 //
 // Sets the `agentic_session` cookie (HttpOnly, SameSite=Strict, Secure over TLS) that
 // REST, the client WebSocket and the previews accept for 12 hours. The cookie holds
@@ -3872,6 +3935,14 @@ func (c *Client) GetSessionOutput(ctx context.Context, sessionId SessionID, para
 // in the data dir, by the id's SHA-256; it survives a restart): `POST /api/v1/signout`
 // ends it at once, and a new operator token ends every session. Only from the
 // server's own origins.
+//
+// A named token (`POST /api/v1/tokens`) signs in too: the session is bound to that
+// token, so requests with the cookie act with its name, role and label scope (the
+// audit log's actor is the token's name), and revoking the token or its expiry ends
+// its sessions at once (open pages, streams and WebSockets included). A session never
+// outlives its token's `expires_at`. An `executor` token may not sign in (403
+// `forbidden`): it is for an orchestrator, not a browser. `GET /api/v1/me` tells the
+// page who it is signed in as.
 //
 // Failed sign-ins are limited per client address (an IPv4 address, an IPv6 /64; the
 // connection's, no forwarding header is trusted): after 5 failures within a minute,
@@ -3894,7 +3965,7 @@ func (c *Client) SignInWithBody(ctx context.Context, contentType string, body io
 	return c.Client.Do(req)
 }
 
-// SignIn Sign a browser in with the operator token.
+// SignIn Sign a browser in with the operator token or a named token.
 //
 // Sets the `agentic_session` cookie (HttpOnly, SameSite=Strict, Secure over TLS) that
 // REST, the client WebSocket and the previews accept for 12 hours. The cookie holds
@@ -3902,6 +3973,14 @@ func (c *Client) SignInWithBody(ctx context.Context, contentType string, body io
 // in the data dir, by the id's SHA-256; it survives a restart): `POST /api/v1/signout`
 // ends it at once, and a new operator token ends every session. Only from the
 // server's own origins.
+//
+// A named token (`POST /api/v1/tokens`) signs in too: the session is bound to that
+// token, so requests with the cookie act with its name, role and label scope (the
+// audit log's actor is the token's name), and revoking the token or its expiry ends
+// its sessions at once (open pages, streams and WebSockets included). A session never
+// outlives its token's `expires_at`. An `executor` token may not sign in (403
+// `forbidden`): it is for an orchestrator, not a browser. `GET /api/v1/me` tells the
+// page who it is signed in as.
 //
 // Failed sign-ins are limited per client address (an IPv4 address, an IPv6 /64; the
 // connection's, no forwarding header is trusted): after 5 failures within a minute,
@@ -5932,6 +6011,33 @@ func NewRespondHITLRequestWithBody(server string, hitlId string, contentType str
 	return req, nil
 }
 
+// NewGetMeRequest constructs an http.Request for the GetMe method
+func NewGetMeRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/me")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListMissionsRequest constructs an http.Request for the ListMissions method
 func NewListMissionsRequest(server string, params *ListMissionsParams) (*http.Request, error) {
 	var err error
@@ -7747,6 +7853,19 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /api/v1/hitl/{hitl_id}/respond (the `RespondHITL` operationId).
 	RespondHITLWithResponse(ctx context.Context, hitlId string, body RespondHITLJSONRequestBody, reqEditors ...RequestEditorFn) (*RespondHITLResponse, error)
 
+	// GetMeWithResponse Who the caller is (every role).
+	//
+	// The name, role, label scope and expiry of the caller's credentials: a named token's;
+	// `operator` (an `admin`, no expiry) for the operator token; for the dashboard's
+	// session cookie, the token it was signed in with (`dashboard`, an `admin`, for the
+	// operator token). The dashboard shows only what this role may do; the server
+	// enforces the role on every call regardless.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/me (the `GetMe` operationId).
+	GetMeWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetMeResponse, error)
+
 	// ListMissionsWithResponse Missions on record (not archived), oldest first.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -7951,7 +8070,7 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /api/v1/sessions/{session_id}/output (the `GetSessionOutput` operationId).
 	GetSessionOutputWithResponse(ctx context.Context, sessionId SessionID, params *GetSessionOutputParams, reqEditors ...RequestEditorFn) (*GetSessionOutputResponse, error)
 
-	// SignInWithBodyWithResponse Sign a browser in with the operator token.
+	// SignInWithBodyWithResponse Sign a browser in with the operator token or a named token.
 	//
 	// Sets the `agentic_session` cookie (HttpOnly, SameSite=Strict, Secure over TLS) that
 	// REST, the client WebSocket and the previews accept for 12 hours. The cookie holds
@@ -7959,6 +8078,14 @@ type ClientWithResponsesInterface interface {
 	// in the data dir, by the id's SHA-256; it survives a restart): `POST /api/v1/signout`
 	// ends it at once, and a new operator token ends every session. Only from the
 	// server's own origins.
+	//
+	// A named token (`POST /api/v1/tokens`) signs in too: the session is bound to that
+	// token, so requests with the cookie act with its name, role and label scope (the
+	// audit log's actor is the token's name), and revoking the token or its expiry ends
+	// its sessions at once (open pages, streams and WebSockets included). A session never
+	// outlives its token's `expires_at`. An `executor` token may not sign in (403
+	// `forbidden`): it is for an orchestrator, not a browser. `GET /api/v1/me` tells the
+	// page who it is signed in as.
 	//
 	// Failed sign-ins are limited per client address (an IPv4 address, an IPv6 /64; the
 	// connection's, no forwarding header is trusted): after 5 failures within a minute,
@@ -7971,7 +8098,7 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /api/v1/signin (the `SignIn` operationId).
 	SignInWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SignInResponse, error)
 
-	// SignInWithResponse Sign a browser in with the operator token.
+	// SignInWithResponse Sign a browser in with the operator token or a named token.
 	//
 	// Sets the `agentic_session` cookie (HttpOnly, SameSite=Strict, Secure over TLS) that
 	// REST, the client WebSocket and the previews accept for 12 hours. The cookie holds
@@ -7979,6 +8106,14 @@ type ClientWithResponsesInterface interface {
 	// in the data dir, by the id's SHA-256; it survives a restart): `POST /api/v1/signout`
 	// ends it at once, and a new operator token ends every session. Only from the
 	// server's own origins.
+	//
+	// A named token (`POST /api/v1/tokens`) signs in too: the session is bound to that
+	// token, so requests with the cookie act with its name, role and label scope (the
+	// audit log's actor is the token's name), and revoking the token or its expiry ends
+	// its sessions at once (open pages, streams and WebSockets included). A session never
+	// outlives its token's `expires_at`. An `executor` token may not sign in (403
+	// `forbidden`): it is for an orchestrator, not a browser. `GET /api/v1/me` tells the
+	// page who it is signed in as.
 	//
 	// Failed sign-ins are limited per client address (an IPv4 address, an IPv6 /64; the
 	// connection's, no forwarding header is trusted): after 5 failures within a minute,
@@ -11055,6 +11190,61 @@ func (r RespondHITLResponse) ContentType() string {
 	return ""
 }
 
+type GetMeResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Me
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetMeResponse) GetJSON200() *Me {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetMeResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetMeResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetBody returns the raw response body bytes
+func (r GetMeResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetMeResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetMeResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetMeResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListMissionsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -11996,6 +12186,8 @@ type SignInResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Error
 	// JSON413 the response for an HTTP 413 `application/json` response
 	JSON413 *TooLarge
 	// JSON429 the response for an HTTP 429 `application/json` response
@@ -12014,6 +12206,11 @@ func (r SignInResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r SignInResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r SignInResponse) GetJSON403() *Error {
+	return r.JSON403
 }
 
 // GetJSON413 returns the response for an HTTP 413 `application/json` response
@@ -13745,6 +13942,25 @@ func (c *ClientWithResponses) RespondHITLWithResponse(ctx context.Context, hitlI
 	return ParseRespondHITLResponse(rsp)
 }
 
+// GetMeWithResponse Who the caller is (every role).
+//
+// The name, role, label scope and expiry of the caller's credentials: a named token's;
+// `operator` (an `admin`, no expiry) for the operator token; for the dashboard's
+// session cookie, the token it was signed in with (`dashboard`, an `admin`, for the
+// operator token). The dashboard shows only what this role may do; the server
+// enforces the role on every call regardless.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/me (the `GetMe` operationId).
+func (c *ClientWithResponses) GetMeWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetMeResponse, error) {
+	rsp, err := c.GetMe(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetMeResponse(rsp)
+}
+
 // ListMissionsWithResponse Missions on record (not archived), oldest first.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -14039,7 +14255,7 @@ func (c *ClientWithResponses) GetSessionOutputWithResponse(ctx context.Context, 
 	return ParseGetSessionOutputResponse(rsp)
 }
 
-// SignInWithBodyWithResponse Sign a browser in with the operator token.
+// SignInWithBodyWithResponse Sign a browser in with the operator token or a named token.
 //
 // Sets the `agentic_session` cookie (HttpOnly, SameSite=Strict, Secure over TLS) that
 // REST, the client WebSocket and the previews accept for 12 hours. The cookie holds
@@ -14047,6 +14263,14 @@ func (c *ClientWithResponses) GetSessionOutputWithResponse(ctx context.Context, 
 // in the data dir, by the id's SHA-256; it survives a restart): `POST /api/v1/signout`
 // ends it at once, and a new operator token ends every session. Only from the
 // server's own origins.
+//
+// A named token (`POST /api/v1/tokens`) signs in too: the session is bound to that
+// token, so requests with the cookie act with its name, role and label scope (the
+// audit log's actor is the token's name), and revoking the token or its expiry ends
+// its sessions at once (open pages, streams and WebSockets included). A session never
+// outlives its token's `expires_at`. An `executor` token may not sign in (403
+// `forbidden`): it is for an orchestrator, not a browser. `GET /api/v1/me` tells the
+// page who it is signed in as.
 //
 // Failed sign-ins are limited per client address (an IPv4 address, an IPv6 /64; the
 // connection's, no forwarding header is trusted): after 5 failures within a minute,
@@ -14065,7 +14289,7 @@ func (c *ClientWithResponses) SignInWithBodyWithResponse(ctx context.Context, co
 	return ParseSignInResponse(rsp)
 }
 
-// SignInWithResponse Sign a browser in with the operator token.
+// SignInWithResponse Sign a browser in with the operator token or a named token.
 //
 // Sets the `agentic_session` cookie (HttpOnly, SameSite=Strict, Secure over TLS) that
 // REST, the client WebSocket and the previews accept for 12 hours. The cookie holds
@@ -14073,6 +14297,14 @@ func (c *ClientWithResponses) SignInWithBodyWithResponse(ctx context.Context, co
 // in the data dir, by the id's SHA-256; it survives a restart): `POST /api/v1/signout`
 // ends it at once, and a new operator token ends every session. Only from the
 // server's own origins.
+//
+// A named token (`POST /api/v1/tokens`) signs in too: the session is bound to that
+// token, so requests with the cookie act with its name, role and label scope (the
+// audit log's actor is the token's name), and revoking the token or its expiry ends
+// its sessions at once (open pages, streams and WebSockets included). A session never
+// outlives its token's `expires_at`. An `executor` token may not sign in (403
+// `forbidden`): it is for an orchestrator, not a browser. `GET /api/v1/me` tells the
+// page who it is signed in as.
 //
 // Failed sign-ins are limited per client address (an IPv4 address, an IPv6 /64; the
 // connection's, no forwarding header is trusted): after 5 failures within a minute,
@@ -16752,6 +16984,46 @@ func ParseRespondHITLResponse(rsp *http.Response) (*RespondHITLResponse, error) 
 	return response, nil
 }
 
+// ParseGetMeResponse parses an HTTP response from a GetMeWithResponse call
+func ParseGetMeResponse(rsp *http.Response) (*GetMeResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetMeResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Me
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseListMissionsResponse parses an HTTP response from a ListMissionsWithResponse call
 func ParseListMissionsResponse(rsp *http.Response) (*ListMissionsResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -17549,6 +17821,13 @@ func ParseSignInResponse(rsp *http.Response) (*SignInResponse, error) {
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest TooLarge
@@ -18372,6 +18651,9 @@ type ServerInterface interface {
 	// RespondHITL Answer a HITL request; `text` + newline is written to the session's stdin.
 	// (POST /api/v1/hitl/{hitl_id}/respond)
 	RespondHITL(w http.ResponseWriter, r *http.Request, hitlId string)
+	// GetMe Who the caller is (every role).
+	// (GET /api/v1/me)
+	GetMe(w http.ResponseWriter, r *http.Request)
 	// ListMissions Missions on record (not archived), oldest first.
 	// (GET /api/v1/missions)
 	ListMissions(w http.ResponseWriter, r *http.Request, params ListMissionsParams)
@@ -18411,7 +18693,7 @@ type ServerInterface interface {
 	// GetSessionOutput Read a session's output from an offset, plain or as a live Server-Sent Events stream.
 	// (GET /api/v1/sessions/{session_id}/output)
 	GetSessionOutput(w http.ResponseWriter, r *http.Request, sessionId SessionID, params GetSessionOutputParams)
-	// SignIn Sign a browser in with the operator token.
+	// SignIn Sign a browser in with the operator token or a named token.
 	// (POST /api/v1/signin)
 	SignIn(w http.ResponseWriter, r *http.Request)
 	// SignOut End the browser's session and clear its cookie.
@@ -19681,6 +19963,20 @@ func (siw *ServerInterfaceWrapper) RespondHITL(w http.ResponseWriter, r *http.Re
 	handler.ServeHTTP(w, r)
 }
 
+// GetMe operation middleware
+func (siw *ServerInterfaceWrapper) GetMe(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetMe(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ListMissions operation middleware
 func (siw *ServerInterfaceWrapper) ListMissions(w http.ResponseWriter, r *http.Request) {
 
@@ -20654,6 +20950,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/healthz", wrapper.GetHealthz)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/readyz", wrapper.GetReadyz)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/signin", wrapper.SignIn)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/me", wrapper.GetMe)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/signout", wrapper.SignOut)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/changes", wrapper.WatchChanges)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/agents", wrapper.ListAgents)
@@ -24584,6 +24881,55 @@ func (response RespondHITL503JSONResponse) VisitRespondHITLResponse(w http.Respo
 	return err
 }
 
+type GetMeRequestObject struct {
+}
+
+type GetMeResponseObject interface {
+	VisitGetMeResponse(w http.ResponseWriter) error
+}
+
+type GetMe200JSONResponse Me
+
+func (response GetMe200JSONResponse) VisitGetMeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetMe400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response GetMe400JSONResponse) VisitGetMeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetMe401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response GetMe401JSONResponse) VisitGetMeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListMissionsRequestObject struct {
 	Params ListMissionsParams
 }
@@ -25797,6 +26143,20 @@ func (response SignIn401JSONResponse) VisitSignInResponse(w http.ResponseWriter)
 	return err
 }
 
+type SignIn403JSONResponse Error
+
+func (response SignIn403JSONResponse) VisitSignInResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type SignIn413JSONResponse struct{ TooLargeJSONResponse }
 
 func (response SignIn413JSONResponse) VisitSignInResponse(w http.ResponseWriter) error {
@@ -26982,6 +27342,9 @@ type StrictServerInterface interface {
 	// RespondHITL Answer a HITL request; `text` + newline is written to the session's stdin.
 	// (POST /api/v1/hitl/{hitl_id}/respond)
 	RespondHITL(ctx context.Context, request RespondHITLRequestObject) (RespondHITLResponseObject, error)
+	// GetMe Who the caller is (every role).
+	// (GET /api/v1/me)
+	GetMe(ctx context.Context, request GetMeRequestObject) (GetMeResponseObject, error)
 	// ListMissions Missions on record (not archived), oldest first.
 	// (GET /api/v1/missions)
 	ListMissions(ctx context.Context, request ListMissionsRequestObject) (ListMissionsResponseObject, error)
@@ -27021,7 +27384,7 @@ type StrictServerInterface interface {
 	// GetSessionOutput Read a session's output from an offset, plain or as a live Server-Sent Events stream.
 	// (GET /api/v1/sessions/{session_id}/output)
 	GetSessionOutput(ctx context.Context, request GetSessionOutputRequestObject) (GetSessionOutputResponseObject, error)
-	// SignIn Sign a browser in with the operator token.
+	// SignIn Sign a browser in with the operator token or a named token.
 	// (POST /api/v1/signin)
 	SignIn(ctx context.Context, request SignInRequestObject) (SignInResponseObject, error)
 	// SignOut End the browser's session and clear its cookie.
@@ -28114,6 +28477,30 @@ func (sh *strictHandler) RespondHITL(w http.ResponseWriter, r *http.Request, hit
 	}
 }
 
+// GetMe operation middleware
+func (sh *strictHandler) GetMe(w http.ResponseWriter, r *http.Request) {
+	var request GetMeRequestObject
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetMe(ctx, request.(GetMeRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetMe")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetMeResponseObject); ok {
+		if err := validResponse.VisitGetMeResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // ListMissions operation middleware
 func (sh *strictHandler) ListMissions(w http.ResponseWriter, r *http.Request, params ListMissionsParams) {
 	var request ListMissionsRequestObject
@@ -28850,405 +29237,413 @@ func (sh *strictHandler) GetReadyz(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L37chs3tjf6KiieXWUyu0VRsuwkVE2lFEdOtONbWcpkzw692SAbJDFqAhwALZrx+NT8dR7g1Ff1vcG8",
-	"yPcm8yRfYS0AjSa7SUq+JM52pSoWyW5cFxbW9bfetMZyvpCCCaNb/TetBVV0zgxT8OlsyoS5+M7+yUWr",
-	"31pQM2slLUHnrNVvUfvrkGetpKXY3wquWNbqG1WwpKXHMzan9r05ff2EiamZtfpHx18lrTkX4XPSMquF",
-	"bUkbxcW09fZt0nok53MqssZOx/j7++72XNxwJcWcCfMMOqrtHP7Zs9uH93f3+pjn7KnMoLuM6bHiC8Ol",
-	"7ff52NCcLJiac625FGTEjU4I6067pPfw5IRIRb588KDbSnCcfyuYWpUDndtG44EtqDFM2Sf/u/fNL72D",
-	"L1+9uf/231pNg3php70xqLORlnlhWGJ7Vyynht8wYiQxM0YyrtjYSLWCT0Ab9zRx26WJNlQZwkWfUEPm",
-	"Uhty0vv6wUCMVobphAhJnv30JCGMjmckkCRpj5hZMiaIzqmeMd0Jbx8/eEDcu1STJ1wUrwnNc7nUA9F+",
-	"cXb1w/Dp2X8SKjLy7Ozpuf1wSmg5aLuvJJdiyhQxMyrs/wyRYszIXyUXLNuY1kBwTRSbFJplZBTNstMl",
-	"J70eSbm4oTnPhrbplEgzY2rJNesORMMmOdrai5rsYq3TU7Snh1+0v+n/8t+Hg8HrXu/Vm6Pk+MGDt4f/",
-	"3vmi/K4H39VsedJ6fcCUkupgDKTYiidif35Bp+xRobRUmyRxNWNEsNdmOIYHiJzAwiwUu+Gy0GRBp4y0",
-	"uWFzjUs8lnNmyWcqid9b+4wmc3nDLBnAwhE6VlJrQrGBkSxERtWq00Tv2HuriQP0jk/qKN1O7Amfc1ND",
-	"6o7MzIxrMqdidUqW3MxkYQg3iaW0LvmZmxl8ihdA05UmyxlTDBbC/oRzgAOgmyaQwzDWxs/nxdyOvteD",
-	"rXcfw0y4MGzKFE5Fyvw9Ma4HJ7sZ1wupzLNiPmI1JHFGrh69IAupTEKOut2HDx7cL/lUdVj2oV3DwllD",
-	"KztX4ZIBs2y8PDT+/r4vjyuqrxv7NFRfv/cO5TUTL9mkbvGN/e2eJjwj7dTI6+G//vHPtGOPHDea2EE1",
-	"bAa8uPfttpNI3tqW9EIKzUCW+JZm31PDlnRlP42lMEzAwaOLRc7H1E7g8K/azuJN1Oe/KTvN1v9zWMop",
-	"h/irPjy3XAu72uRKwJvJ0v6PLumKLGc8xzPp7iSiqCBtFGKmUrB+ydLJmM4ZGdHxtT/1AxG9CfdfxjMi",
-	"pGNo4VEu3K2hx1IINjZkquiY2btnbnlC9APXA7Gk3LCMyMJ0oNFyBBPKc3sLzRixG8K08WMFXt2x18rb",
-	"xK7qS/z546yqHwtwxXwi1Zxl3RbIbWKS8/FHG4aWhRozOw4uCLXc1TC8YTLJNOwMiAPIwdsgOOHK4qbB",
-	"HrAsCdRAc8VotiJMZCzrwJysJHQl5ROqpuzjzGtiaZRrktsug2TCiGbqhql7dtGBIZL22ffnz64uHg0f",
-	"XzwB6Wb47V+uzi/duKUa8Sxj4iOetHuaFJopMqcrWOFMupUvZdhhxgRnWUnpY5rnMCslc+bfHIj2xI/f",
-	"U/kzaR5bEeDDz+eZJLoYzwKBwXq+lDn7iGsapt+vrhIwaEsdIJ6REcgi1cWzGoM9lLj2csEUjGwg2ral",
-	"OdPaiiKW4WtkLfZdS/32Q3jcL/ulybj4ttAfgWNr29VwVOhVP+bR9h4Ti8KQvxWsgJMxKfKctFHGlGOm",
-	"NZlRPO72+JKl5QCWs8ILWefU/jTjYoqSKddkqbhhZEk1tpl1yUtm1IrQiWEK/z44g781G0uRaRTgZ4xm",
-	"TiuOntm8gC/xJas+WOZORmwilWVYRq24mHYrMt6GCPPWr/pPgt5QntNR/hE4D94rQpph4Iv9ihaXc3Ft",
-	"Fz+TS7HHig7EjiXFDUR2rJjrVBMpgKDlEinwYy76x2Xz/hYdyWy1zu6PyFP+LbCdKymfUrFy97v+8EM7",
-	"I38rpKEEFF06nrGMVPiG0234eJYA07CbBYoLXjs/CVqYmVT8V/YROPVTe6lYKlRkqaSYkhGjyi6i5ZJ+",
-	"PB/vDD2zzFdqzUe5VWOXpA0EhgyVyMkkIew1GxdGKsetplwbpqwIIiSehYRoY+m2KAduV/atp160yV38",
-	"/P2loabQm+cANFK7Yxt9p28GdgEmfFoolg1afTKhuWZvU9hIf6JZrlnQa4kUCWE3TK0GYs6srmcJY6GY",
-	"ZsL0SaqpyEby9ZBn2Ejq54ffKEbYfGFWBDUCTQpheG5HNxA4eRyfhkfp+FrIZc6yqV2Qsim/TCj1pnYE",
-	"wt4Ahcgt77dzzak2AxEWN27bSdFd8szOg1BHHMBbFsred4Yzf7Dc2kQsYiRlzihchYEx1v/MRLaQHIlr",
-	"w7wSrcv236uTtc/auSL9oi628W65CTVNv42VuV/iOb4KTcnRX9nY2KbOxobfcLM6v3GnZH2FtBkWGvqx",
-	"IgY1rX4rk4UdXWhNoE3ALtiyfrJZgVszpAs+nOtKa1yYhyetTc0+emvvN7guV3Fzv645CpNMFHO7NFyA",
-	"9YVqzbWhwgwNe22/sMfi2o48aRkp86GVxfzfiukiR/OF+6MQlojR3AcyWrTObgXA2CaK+cENVSCG2d79",
-	"yl/gKPzHMz+aKxyM//6qHFT4Ssr8EY4t/uqlH5n/cuOLn8KQy0G4ob9NwIyc126jKOZDUyih627UpLWg",
-	"yooUsE6FZk2U71au7ifN/rbJ315IzeFcOzV7wiy3mCg5J0fdWjKILD4brT3KaZGxe5q4hwjPunXmUV2M",
-	"8LuaYQKd1P5gpw6ya72RRuYg2HsBNyE3TI2o4XPyH5fPn3VDE8IZ9eo72LK29nfYHTC+1j+CX1Cl6Ao+",
-	"q0KMaQOTW2Mmdn/cOdrGTC6L+Zyq1Tuzk0wKVm99nnBBc4KUBEKoZvb+T2pO/e25iL1bho17vI18i7FV",
-	"Tuq5T2AlDacHts7uLawOzTIgepq/qKxgzXvru9B4Qtc2E5+rDKwyCrf+5bSScv+qy1pLC9PaCwW1jhum",
-	"NEcJbGMRx3RBRzzn/o39KTlc10NqqhRGDTswfM7qDnppnLvlizOpTeNBbTiffDGkWaaqRFL+nNMRQ/rY",
-	"sf8bi1AuPFDvjFFlRuw205kzo/hY75KFn7rHLDEVQnAxHXp3Xz19KisC4ir5i9euHFCTMJQLplpJ62Ye",
-	"XaWv6vhxkH63jQ6ozgnK9qWVNmw+5GIid715CY9e2CfXDwrY8V3/5XwiAggbV7MmjWfjCddN56NK9zvn",
-	"W3cWIu9UjcbQ6Kk6JXRkJX2rlXsxG37v1nqN41VyI2+cb6m+eDKALlGkAStsK2mNCr3CxYYbIT6btVRx",
-	"pgyf0HGt5AqK37DxEm88unpGjx88rP+J/8r2ukTW1sZRCbweOkiqY6xdODe9Blpxv96CXPxybVDM+maG",
-	"pmuHVWTcnAtTd8XTsaknOYnWJe+psktC2oMW2h+lGrTIxFmI/Vf4bEIGrYzq2UhSlUVPaT4VB1yQsZTX",
-	"nNmnvErlHqJ8OUUbujej2oeokGI1l4UetMhyxgQRUqAdi47HbGHADVBDabdhpeOcu8tvU3IJhl13D6Cx",
-	"xVE5l+KeToLTGQyeUpn6EY1rY0hsH6ADESr0EnqyD546vVwK4q7z2jaDNbi+4fDzRUbkxH4UdMG7KzrP",
-	"a5tzJq9aQfws1xhs8Z8Hzth1cJER7z0kaAVEi9OaOySXU5Jzweq7lHnDqgBler9DG5cD6MRTRP0y6waz",
-	"i23yh6urFwQfcMvNsnqVxFA1ZabuXFBDuLGDYxmRzvq/oGZ2T5MyLsvHp4xW5LD0pChm5fbgtkD/r1Rw",
-	"tk7BOzBy9pg92DeownB43SIGOo7JIswkuhHHGHcUbXYj06hnZEwYtS7tbWVjJf95f1cfaS+o1rAXmuDr",
-	"nXe4Dv2c6pbChbvZG7EiFznhoZW02GvedOVFLyNZ1gnYDeJnFEdXa5MSY5nZv3es//PCLApz7p+uKEVb",
-	"7aiv2dgZI9zBYrteqSwVvJQxpeovZ/hpKCcTzcyeqp42mSxMU3OyMFFza7F68L0PfZpwpQ1RzOpULCP4",
-	"LoSqWUq5rbhQCXeMAi5xxcKow2qsD3Z9LaKdrSVH4CNRMGQUXFCvh4AZed2aCp53lg2tWNxkphbMLKW6",
-	"JgslX69I23J3KXKIqxOdBJYSXgcvQwgjtJwMfBN9wl7TsUFfZkK+6OpiMuGvyZLn2ZiqTFvu5y5W5i5S",
-	"QgWRC5wD6dvrlLQzNqFFbsjJyX24Yb7qYZCZZz5RzMvxw16dskRfX+DDxw8ebrIgPqfTmlvokVd4CDwA",
-	"jJySjOtr/AIDFO2d9Oen+pS4UeKV4NSOe+ApIxASRXN8rfba4lrmDTf5GXEGZKKNqkRDxt1oQ0VGld0g",
-	"5sxtdlMMt9dR+/vzK3JIF/zw5ujQvaM7fZJOb7iWKu2SM8c4FV5AOIm4zS45g8bibsswDjmZoOvhpNcj",
-	"PjbRe9AEnXMxJWYmNQOfhX0YBJpo4+4fJ81Cf4Mo4l2fPOuTs4P/IvTgV9I7+Jp0yZAcJMQrLI6uSM6M",
-	"YQrjgqbcrA1gMxY4it385ezgv+jBr72Dr1+Vf3aHB6++qA3WdOdmc+ggvQZ6xhBEWI6KN5dow/Pc+fd0",
-	"JE11En8UhQyHM2M3fGwlxikIqHhAJamcb3tWlSymsygkNoGzm5CR4pml7kKDar8xmUVOx2zuJORtzP9F",
-	"ePAtMJsJz1mDTY5mQzvOoZLS1NvfvJS0U7p4GR6sWi/W+L9gnvl7+kfHOC6so8k+qTsoJOeWx5kZm+8W",
-	"JEp7AxBvMwN3cZB3ZN5qemtrW65vGbIaBJAaI7+SU0Xnls5UIRKSS3nNMlIsrPT/4uzqhy556RYFGKRV",
-	"D8AZaNn3iI6vp0oWIvNWfU3alfBsxznSKJ7XCncCfKaKjiE83HsE/DP2aKlC6Apr0DOW56Sd/tvlD+dP",
-	"nqQJuE9Jejji4lDP0g5EpqfAKYbwbApMDXjDltDJpPX6YCoP7JcH+povDvyVdQAuRqbQGbjFx8bEzbsZ",
-	"Dut549HBwxNL6DE7BGZouXSVIR5YTjgM9xYZFL3e/bHtB/5iB/gFz8hCsQl/jd+uc82T23LNRqa5MKvN",
-	"+bwsBAYPGqbm4EUI3NMu8GkdRWhC8yVdaZLJDnrKHXkkhNYQH1yeGYeoLUoWfMEgWsYwYfU35/mhJQl7",
-	"usOYJtuqkx8tbaMkR0bSzMhU+gSFXE6TEMIVPFl4dV6zhQGdeV68Jm0exUbKwuR2WvYex3vBhVN16l0n",
-	"Si5vf8S9wW2rsRVHfGUffVtHi99xvaBmPDtzNpkanVEbPrfq7xCIsGajHz8i9+/f/9ouxU9Xj5BEQXzM",
-	"V2TO85xjXJIlxjG3w3GZNse944cHvQcHva+vel/2j+73j4+7R8f3/6siycf2n4hAB4Pszcnbg8EgGwwy",
-	"988V/tOv/DMYdO2z99/+Vy3p7ooe8MGVDT832Syo1nwqfIQPhs9S47QXtH9RMWad3bdSNIDqaCO7wPoW",
-	"vdqy0dGttW7HnS9y5gXZnaERYSgTnruosfV3mvXlNQKShXGJTtyfl/ZJ74TwSTWcGJZr58j292s1NBVu",
-	"3jXi2NFzrY9IiunQWxuam4hYwZwZmlFDm68YfLOhpbLrKuXGipZVpJo5/39jRlM9p8fm+Q2r5/dwI8/I",
-	"wdhdSeFxvIHSzct5z563HYpyTHV0fw6ydZMNHSXtejn2NoZoyJUbZnIp9rSH4AvF4oNF6IDrr47oISuo",
-	"3oHIqG4ySKsidwkAbs0gNUsqspxBaPSedk/nkHSZSX75o+WoLOVu53dkS7mlhQ5/bOLfz1HhYGXz97SP",
-	"IgRnBockDatesPqwlg0jzS0EfjQ338pHjipknQkC1c7qTBQbQx5OcIbooGUGkSUhgi2ZNmiLbYfM0DUL",
-	"zlYzZHT2aua5HkEWzebmVs7ZiAowvO7tFkvRbQw4lvLBdMINKihckDZaXjqBEDSJzCXgW2DenN1vMvU4",
-	"u1At5TT6SyPbxPtT9W9AInN8ZY2ju2kZGYLJabbay87qHM23IuF3thtstoi/1Qod4L4TUy6YM0ONS5th",
-	"lpBMzqmVZ3+6+C4hi6bQtXW/QlhP1DRHUq653bWRiwVwvAV1sT8YRGt5HbPiV8V0vC2s8VzcvKh2dy5u",
-	"vg09noubl67Tc3FzGfq1r/muz8XNY9/7ubj5Lgygwa1eWki8gTyymUdcKxzgHSy7IRb2dsE0EDzfIJyz",
-	"xe64XYpmfLbYNdoml1p44E4M6/fsWItmVrs2nn+vKxJ17vIzO8hRzogW9JoNx1Qz8JeDkWmBRindJ0WU",
-	"5ZAEe/RftVUa12xMyUCMZLYaGimHkOIBppLhRBYiS8icmZnMIO3GXcUJKTNx3EM1qTnJQJRJq/4JuKlC",
-	"MmPcgv+KvV5wxeIvRIbJB2ZIhwuzStBUMRznUkMvYP4QNPeNR0kFw4xru1ZZmdUAfVazGoZ4TQ8EpDUM",
-	"o7SGhHgBeezyRstvorH76N3yq4GYcZPHz4TPcsFE9Aqds6GhEOphf/UmloSgJ2w4YiuJq5AMRERJcdvx",
-	"1+w1B2O3i0wbOlaT+MuzMr2B8N+6tbON6mJhxUq7NpYi5lSsht6sFH3lfV0JZINW5r6RS1mS3IKamXsj",
-	"IreAXgHNgPslGYjQlVFU6AlTumxnTgWfWNolkLgeLQZ8LrfLr0OITLB06WKF4tcWEMW8TtGKgXE880Q3",
-	"KvQqgQgXeBbEVntpxKOdSLWkyi4MPOewOBJSLKaKZmzoWUO0lotilPPx0D4fL7HmUzHkdtVDriV0dM1E",
-	"2Gf8FA3crxDyLUwi2ZQLPcdZ5y0+hwqYCZOLfB/+Bo25qIpa/gZe9Pdi5N9bwf6tjf+tO5sGdpjF926n",
-	"OuI/U8Xh2sCsWqoYmIQwqIiKjMzojb0JOeCa3PvTPSKkIs9+ehLtf2QToa+HEmIqhqBm1ih+8CuadhdM",
-	"EW0Uo/PSdH30kDzl33acLd2hZ3x51PvqK2dP37It283kC82KTB6U1vJN2/ScqWk1bO5dbciqEEOqm8Iy",
-	"eI1K9LMzsDv7eJlJDM8nmMBodWNjtSO87UjbXmOYmZ6ziYF4NtIOYQc+v6s+LsyuSI38fv7yKUaVkRdX",
-	"f0mCL+S1ffzg+MHDscyl6rZuQcH2RpGFGbo02s0+f+Q5pNiR5UzmZYr0VMli4dJxwYSZSzEl7cuL7+0g",
-	"E1yJy4vvf7x48oQcE01yapjqxK77HpkzKjS53+sRDdOyK+ayB4kbWIjI3Fi4Cjl+9fCksvG9uo23iiQX",
-	"02HG1S1OZ334zBbm6YOV3l/o1O0tYXcPtmq4bn6erSpIJ2NZ5IhWAkwVwTBQ4BJTMuKCqlW33vnAreTZ",
-	"FF2qGM2JfcYFlh4df/Xvz9DqcM3zHKMU7WVLc/LM/vwl/ujS94HTl2MDHaEhjQvaqEn8xrbB7Od6jKAB",
-	"EsInhIpVtynga0v8WGMs2NbEHj5n2bD6avzzLfKrmgK/yh2pC/4KlFQlw3hkcRJPOaC6A/KY56zBLJ1z",
-	"cT1sCmQ9I3o1t0/c0wSfqaWt+d2A79rgvdPMFDw71MxM7T+Gj69XVqmkZCILZWYYhlPPrufeHLOfAt+c",
-	"HbBvCkDpCfVmGAhfSVqWtyUtt1qtpAXYZzWhnvXGDngopBI4yD+cXNN2PuHaOEbzbnG3JW3UiISLWvRA",
-	"CLx2CIIOf6/ZOF05KmuJ/1Ix4saL0WpSMBdz7cJplkwxd48Xpk4YWVtQB4S1LVD3h4urJ2curntz+TLn",
-	"N66lE9BQ7+693elCf4pthMBYjzi207DkB9Y033p70m9k+wlR5fsTqZ2DV492pbmExpsWI9KzNnQ7HoI9",
-	"fNwQ5RAMQ42Vm5WcLwxpl3uNguYY8o8J1dcQwihJoRlgFMh8IOKYuogburYgf7gdEoRBtXXpxqe2Caot",
-	"8207SgD0NzoQ5TjjsZyGfAUMjPC07PCzpCIZE6tOHWrCDjFJNGbO3sWB9A7HCFetIc9865vNZ2l7ijf4",
-	"ZaQM+d2W6DGxO2loqOGaaTiyYU7lOldWtZmKManmluaCmL9tuO9K6oQTghTm+HFbxaF6njJP3adAkBjv",
-	"rencHgdip7MeYVulRWDWeJXCL+CcEKvaLAlPhM2nFsd6WhliNC0cnDfguFM7ZWY9zPjhgwf3H+66u2E0",
-	"tbvDaI7XZnXpSwcwe03nixzeuq4jo+ZU6vXcfR+W49+oG88Tb4J74dzxa0e/zF3epPxcjmke0tq4wZte",
-	"aBIiq3pd+C+xOgH8eZSQft9ucL9/VHtIJnTO81UFtGNxY6Utvrh5WLvxPo7gNiCilvDZDWfLYaHy+sn9",
-	"9PKJQwte2Clxg9aRkZJLzVTiAkvgDnJRJf3DQ/zSjqgSAGkPvYt9dE9g7867517Hn16eX16RsoXDcHli",
-	"5przgBoEQLNKecWjXrumTk9qgPW1p1FO8AJDpDWZZxhtz4iW42tmSNtnZ6C32d39OBSXq5GRzXj4k7rB",
-	"gK12cywXRhO/LHbtBWMZzM+nfbYRWcjZeuFDgwUqfqRWdnGqKTxG5lRdEyYyfYqB76C64m+NAYDbD56P",
-	"KnFnJxB1mPzOg1gvkoF9e2+xqHqyd6ew7JLFoXd3xMv0keMHDzcF/GgvikUWiQANO+Ei6BUbM37jlHvb",
-	"aKD9EtUVaW5GNVEM3SwQQfsOO7VbQ35aAiWseRgXxXDB1Nh5j/cBOOH6emikoXlp+N0n7Mq+VmiW3eqt",
-	"XNJsSG+mw6M9R1e+8OC2b+z7wpzNpVrdYQnci7dchLpYSKdI3SlOa1uUB+XL6XCHoDmesfE1mEq3mB2j",
-	"8Nf3IlKDC/h2bzRHRG1GYe/ZZGxjrAkT5Ca/paLHTZS63gDqw3xkxybyylpE7N0jYHdEvG6PXa3LYdhF",
-	"RGV8ZJ0lQd2WPO5kfdAl4lOt/yLnTUhOpUCOwTmAcAtmYvTb5xnTPkI9RPvdP94/2s8N9cqNotF+Vb2a",
-	"7nB7VKJ/fSRSubtroUhRd6+auVL9ze962v/y9zzudxvUE2a0ZS020uV9NkMJu9NyBoPQtKVMvQCO1wrM",
-	"tBrfRkcgN9QqE7W0806BYc0cSEjTBOdx48NjKQQcOXOQVJjBsUdIwQ3CODTQ2pqHaWMMhZkcfIWCMIUs",
-	"Upflji7rEpv6p6vHB18lZREUMqKaPTyJ9XZoqpW08JfaNX8Rh4xutVbU0SolluazIneo5AsHoxKpRaT9",
-	"YzFiSjDD9D1wcHIx7fQt1QqZMe0yhW6YWhHAdbL6kP1lqFkOgTWYelU+D3nIhnKBSZ3EyJx5nFP3N+uS",
-	"51adoCHVGd8KAbLgm1YFa0itJoZeM41BvCzXbOlmK6Q4wKiDSks1WdNdcgbjJX4W5JqtyLzQhoxsSzhV",
-	"+137F8zPO3xltcE+oeS7Z5dEFyMXfYq/gpYY6vLcJ+MZVXRsIK6IBj3y6ODh/fX0wQMyJN3S1GPXkoms",
-	"Oa/aMhYYWKnmNk5yw1pZ2bhtkSBrmduR67kdpR22fzkoEw+7r970kodHb6PfO990vqn14s/p67i/KDs9",
-	"Qu4r6WZv1n4V3qkqdVEHpe17o8cXUuabDG3G6wAcMMvYVfQxUl5DeQsrye8Ze82zOmiep9CExihuYqSl",
-	"Rgjh6zYJ/iOHDr7X+tgZYhd1t5+9d9iuuc6pAVhsCKJYSJl74Cg3fUCPspPbcx0afYvb1Anvd6xxaS/Y",
-	"eJ9VuLTPvU1aS6rmtXze78SI2bMYgsbrIY12hmLb3oKfEra+7DpBEgvrX27rqwYibTKBrMOd7lqEnS4h",
-	"bLJpGI6SNt1jje5iL7Ts5dzFp5s6v1vQ3z5EVRpLT3ZF6NyO2hqxDKDnpoleuj7eBXzm/WO5fIZY2Q9i",
-	"5UOkA3105I/ayxLMtfWekTu6HYL1e7fZ+u6WZ9fLWpOvts7wbrzGmLw5TPEHucQQRA9raGl1pZ1xPSFc",
-	"lJVCjsicC5d+fb9HMrrSQb1MyP2HvR5pU0FmslDVoNfjB18fVwNMH/b2swO+ZDTjwjlGNnPQy2qpZfT0",
-	"mrfUUJ7fDmoU8692x4WFSn728bqNW2da+zbsE8CiGb6qXRvLr+9GE3cKFb9D1PBGKB3i8dqGGqZUMoXb",
-	"TGdRrI/suP7SXDPzT0fNBSePyAv+bYWOj3onXz348uGu29iZwefb2n5IrtYbf/jll18eH+1sfcHrzrFv",
-	"GMqv3tNkAQkkrys9nBx9fXK/t0OYqD2FpbRSf8G762U4t6p3U2lSxLGCRwh1OJkhHRaqZoF6KmLEpr67",
-	"7KyyH/eBOoCvvHb25Mnzn8+/Gz47v/r5+csfL135WdJGe4EUmOxhxRAS5AMffq5nVDn4LfvAPe176pyi",
-	"1QQzCRqU97WrGZC/psyZHHycebsy9ntoOK0aS3cmd4DEU5u03bSSVGwg0UU32Y5M5uY85D5W9qKiYr5B",
-	"w0mc3AyO4dCLT4mO7U71iOP7ZbRe+IZ/wEbC50dRa+HLPz+FIhpQIak2ednVMJxwlme6IpkxMZGWI5G2",
-	"ZTIJCYcbUn11QhwfgeCtlauZW9Ynvt0m7zhHHninephOI7BLXiG823UOWcY1eUDPL69It9s9hN/BMGQ/",
-	"KaaLOSN2GA0e/lis3EGzbQj3WWCUllVmOhEZl0a0Soo8OJhjy2JkQWwKOkCZVdclOzFtT20zXwITG7x+",
-	"u1XdSxZuwrOrnkSML6Q68L2XPz27unh6fgmbUh24w/Lm9QHfoMzUd+dOOdM1SlKsxjiAj9vsJIBvuRNZ",
-	"qkykPf2z/cOVrTzQCzpm5NruZA4pnXrciQJaMA/fEnpZRMnlqFmV6F//+F8kk+NrpjJvuPT0gogL0GBC",
-	"KCmphbj77VEO3hMR1vfHry79Gg8fPTm7vDy/7JJzMOyCscmjpFYXhmsP9ngbSmlUyktG7fctPlvrPCNp",
-	"uJMD8/PnfIMywxUTnZNXzcJAve3Hq8R7m3+8aFHn+6sWjWs8GVWIx2thb/5RYdZ1aiGXrqg90MVy5nIC",
-	"5dKSz5QB4nc7BLMwQUrpodzSTpc8FxvlbTHCcsVM9CSWsHdIbyV8PCWKhfSavZYoKp7XuFr11FO/gQ7n",
-	"rS6QUC5qY4uuyvifnFF0M03s1IJ1xAMxYsBPPffdHrpxB6jLhsTV8whEvhZKEjavHkOyHtP/DvEczYCQ",
-	"t47zaE78umQGqSwGHESUcoBbotqnYrUxH8wuik8C63S32sGrPf0k+N8KRujcmwryChIjUIOjgoaEgXq4",
-	"qJ/tKYxi9TXJpa5vYkfAxQeLqnDHpczpuC2UYtK64WxZe+H+PJNkCY4MjWUeMVcQEP7Jz2x0iaGdwLpc",
-	"0QVUWrBcgvf0WRZlpWgl85yp/aMw3DD/DMPbyVQqJfujPLi1HCgXY+GPpzvaO0Pi3Vh8tbIaU45CWJrN",
-	"PLU8Y8oHqggJ5ix7EbBFQwrjLRGjqtUYazhRFGezTzu+EFttQIBule0lYc5bFuxHOOCN4SiNx4XdCavS",
-	"spOhRsFjR2Q7Wwu8KbbeRr+zBCfP2fYmEn+p7nmItq7FRkxNXJNpvRpF0kIWbyU8qwrvpz6XPfmGPVB1",
-	"aN99ce67qdJbuXHQaTn4q7X8yugCdmWkcwy4LiF6bzfmi0qD7ssfynbdN99GzZejc6xuU251BWr8qEtu",
-	"CuFiKPzURsYgb98rya981BVzqaUBPhUXd8QLB6CUbUWCZCjKXHEZBWtpIxL2Ru4M9NQ0fnpHr2hTbvmZ",
-	"F1qwPtXFs6uEBMSEf/3jn5BVh5bdNRAH8kUZBvLvB6/eHCVHD9+SPeAK3FBqZ2gyfscN8qGqm0gF1NCh",
-	"i7/aFPO8dokPJGRBswy1yyDnjFZmDfW4/U0/mvvhqzcnbztfbHx5/PZPf/p79av7b//UEC7D5KSudqvU",
-	"zGFrI67FUkHKZUO27+Z6lkX+aqqpjWf1MdaLYjiWqqn+JhjlbhO6jvaG+oxGtPjdpjWp67nBxtyvqL6+",
-	"ZZC7JQJApuLmPUafb4FGvUNkzPY4lLpDtSWafXtQ+oQLrme3nG/D0r6PSp+Nq7WYUc22+SrvpLnsTi9k",
-	"zTGmGxZghwV2O/82MLkAKbtReDCI81W24UBlEojRQm0VE7XbmPs5K+ZUNNXYKwsWb1Y7L1QoeN2wydoM",
-	"/bhuRTXraFD7oE3sqi+8Z1ngStfr1YFdyeCwLHVbvU0B58ZV5++7lNoSKs+VVrd/iuGvTMmhPY6JRxnC",
-	"3RuGT9rQKRfTITaXlOFq4RvNxoqZYSEU0zIH2LlQ1nLoYHA8Ml0OhWvGVIxZniPCXgyDuIeVoKbSo8Ph",
-	"4VlUKMbqBNvtF+9kXaiOYoFhtWGxolWCT+D9B8M3fvbJRtHfLDu1J8avKf47XJRIfmHNmqFoh+MZFdN3",
-	"Sa2Ilf9Qajeo/3FaxUaHgRtWr56Ik7xquCyba080scRboHD4B7fF/NlB7KWs1g7jFiHEVjLYpU1ik03D",
-	"vCxGc7530NCaEdXV5JBYUcljUQ5XdJ6DKcp/41SJuMEj0CXWvlmzTri3b5+3FQ9kXyHLq0VrQSN3EZQA",
-	"ulXfQdioLq+R10NYxqOHZMZeY0i9rnu7lEm2B5xfM/EEH90a2+T03J1tvbQPbjvxvhrpdqsetIVx25kL",
-	"GHk+afV/2WMErbfJm/31W7xXEqJncukcc9xFkqB3ZndCTpNO+8rP48lO8XBrobkd6JVnLtlDj+Uisu0e",
-	"PcTv9Sm5ZissrXVD84JpctTtYh5HGherSxOXmDGnq4EAyEt7iFOXPpJ2uuRHtjDoBQvFn09doIOVwNAS",
-	"HUM6I+QsdD4Qwervkj4y2/yKGYSlWecFD5uoop6JwmBuk2iBlLKDTWKjjQR6N2W+ygsa0uaha6KNXGji",
-	"RF7SdrWTJ4UpFOucRvXPEiLYzVruxlbm8k7sYa2oWCCnmJZ2lFc8BRJILT/71z/+md6q2qIvGrarzuK7",
-	"Ma2YXzVTwJr9D011ocgyYP/SbM5FVFip1hwYZf7c7sJ1L7pINMgJc8lr3Ce7aCxzVtryzv9W0BzLRrmI",
-	"n459GmE5kAngVW1chUlq7JcABghNgwhMDTIUpENyDqjLth3MbhMSf8bifesh6SGvsLO9K4DZQoc6fFGi",
-	"T9pRcu1Qeo2UXfJMEjaZsLEpmwvDxSbw5828Mvw+3shn8tIFCLWS1gvFJkxVvnomz2E72Z5G6HJ/K82U",
-	"X9f0Eb8TegOb02qj3NJaklv7lzLFzf31xS8hq609GHS3PtD54rDzzftIlAvHIFpaoL5W0kKCufX6+dej",
-	"b1xDb5MWUNwHTwCsExZroi02vQXblWkehZ2wjLTX4kTKGoGhpgjos8hKAeI8RMHO6XjGBcOfosgkH/nV",
-	"2YxhcbBO6ZxeMxcKldb75Pc135WxSG7im2wUNO9xobhZXQLckrshkVNeNctteD9SvpxihAnhWhcsI9SE",
-	"cgYESxkgjdiZIKBTq98aMariarYzYxYxtYZ+d7xhh8+d/XnNt+xZLUA+nb24wPtxyoTh44P5dG5S0kat",
-	"2zsWXQ1HqQz5d3Lc6Q7EOfAswNksRMYUSV0GUepYtYkdNDhEXJiBaKd+y5+/OH95dvX85fDq+Y/nz1Jg",
-	"qPAiRBwLuDwywoWRJEWYqowaSjKuHEqV7+EAmk47yUC4JjKqZyNJVRbhJo6lvOaMtFOI//QpT5pPBRep",
-	"k1kcsrF9MIHAJrgTBgK4P6r72hU0hJTmsZwzjBmSZaFe9K25EtpS8SkXmrTT5/BXatfvKh4i4UazfEJ8",
-	"xBeQSnqYdgdiIJ5BiB+Ke+tDx2/TDhlTpSDnW+asT1K86tOEpH6B7N9w2afJQKSeDNPT6j4h5YJ+4R/v",
-	"kjOXdY8/uqBomTMMgpSAE28FO7tGvi272hAyftK7T9JQBiHFi92D3WFINRisbHuehYQmOqeEDoRiN4DS",
-	"D6DgUGXEDeWkd2QXSooxsxRp+Q3Gtbsiqv9x+fwZSd8M0BA/aPXJoNXtdgethAyg6gF+VRZkGeKXb3Hh",
-	"owgxgM/R7qL2YgKdUi60QaaWyXEBQeMjNpF2CGJlZlbEZLmGzPa/FUytBiLUs6jOtIy7y9g4t3Mow61d",
-	"heGNihhQAtgqL+Eb1KRg2iOZcVcvYMbyzMHVc0WccEkg0KCdwz2kE6KAsBPiLiMNVUuKuT4lteWNO5Ys",
-	"fEerQAmgmbkMW7A+Ym9hdgPhp9dO6+TIPgE5MgXnZyqKPE89liMmQMeJ+akvAZm6ahncAHyh52Q+MXJO",
-	"BZ0iYMHZi4sIl7Df6nWPuj3HXQVd8Fa/db/b695Hr+MMGL4/a9AsfFMLS32JoGCjFeFZWbo3hQjVNHGk",
-	"A204PsOhNi9EeEQAB+4F2Eg6EGlkgEtRvpxb8ppIQKyMY0JS/5RHyQ8RJKfYr5NgLcMCLjmVZMTMkjEB",
-	"T2kylzdWSnfx/sjz6VhJrf1AR/Yip8rDtQbyvchafUCSO5u6eJ+SJsEywu0SwRHw1pY+Bu/6q4/eOgmr",
-	"PiEnrJZnxYDtJwsd4mLqhuIsnGtjqYYSrMsTryDfE+BOgSqOez3MQhPGY4osFjkfwwId/tUJV2UHW8Oq",
-	"pr7eFtzjNUjXUzRh6JjqLCGf4CjqGg+jPfyWZhGe1UnvaPcrP0V1qfCl+7tfshroY8/7UaDyYWUtpBQI",
-	"bQ7FNJxQtCLtshyVvWtzlqByrsP3cIaczWGq6BhgjLnMOl3op3poD9947/Pb6PxWqfd7hsS7Sbt1cywf",
-	"wb26+K714QliKzH87nffvnWy+61n0jyGCKe3b7du5KEvAoJJ0dps9Y1BjUMyYiCIAftNR9ODtEti/5mr",
-	"Wq4jQquGAQ9EWzNGQHx6hC+lqK24+Hdnfaik+nnp+ZqxhfYuMOT+KO9YCcf54ry8AVHryNitkOFE7ABi",
-	"zDOUOONQb4xSDyYIV8WNKOZnYpkFSb8/v7Ki4HfnT86vztPEx7iIzIUjoUUPu+2SCzsjBF+yHYKEh55F",
-	"jSWC2ljuDBJXDBcF2xiYFasBx8XqhlTlnCk/SxBMuB6IqRWd2ykWnBhik6mPe1xQbeLlIui+JdqKeGlA",
-	"0ESRxG8lFeUCIICo8YPYWOwxFVacMFa3HNHxNWmDpuulea6t2HDPGYqhHndO+Ry5LuI5e2Z07JLJdQcW",
-	"iKOH144nl9Mpy0DlBamwQgwDIUUJsVsIxeh4BkWfYph2HG3dxQsRj49CbPK7sC9gC99KTOl+L5wrLiL2",
-	"tqqFG1WwtxtM8/i9de2W5BIDdWuY5yVAGsuSXP94TNS+8PXuFx65wnvwwtEe47qS8glVU0gFODn+eq8X",
-	"nlKxeukLIbxNWg9wr3cu9PfUsKVzgZQCBFA9oSX3js6Qdz64+JtTcP947g4KPs1zpnbICoeWz+91vZTH",
-	"nfBJ1AGZWsWHLunK64XcAOZzdyBcpTUsFEnS9dJsaVx+zSqYGDYP3CTiemgzMKCwnkUXlxd/cT2Cdskc",
-	"D3Xj3nY/Ib/j4QYoGbCdG84sqkWBKNllc1wjM8XbEXkwN3DhDkS0bBgQU2kaTYqaPOgdO7sUFCNNkwgo",
-	"m0M15jxfEa778YU3thck9Fx6oBBH3OOMZ7xMJSovg3/9438Riun0bj1gPwcCpAVfvQyL0eEbeDWPViHN",
-	"nuhiwZSvji2hanbGsfoUmInssLBBJ7lG+4VCbGka++7i8tHzZ8/OH10Nv3959sje1Q/89WI79c6RLjkb",
-	"CEdtcMeVJLeOXs3d9zOKyrnfBUe5IevKyTpuBysyUo0cxV4fpH1InX/NxmRcGKJnVhKB29Gtr79JB8Ld",
-	"uQjsDqO+p6M67GTpjy/hJrpFrYKrpT3iuhTHPF1ZKi1ViOrtXndfnpfi26d/Xfbec9dQsa5B0fAEo6gg",
-	"bSvVsRuoDa/LKm1guVkrukbaKVjgUsupOp/v2Lvcse92V74sRMNNaT9bFg5WI6zlrwFlYfvNGEEO5Kwu",
-	"IvCk9zVJa+oDe3te+MmBoLqCW55np4qNC6X5DUvBAjkQaVyKGFtJD9MueQ7GKuaMv1g7Msc6ZHVnH2q8",
-	"s8dYIO2ORz/Z+aht/wU1M3i2zuAUplexOTmeHrzpG5kGmyaGmtQKnOLv0Bz0sc/YbyKW4uoTCsWyE0J9",
-	"tULUKgF1D4oWYtUs4WIEwnE4JdRVVzWKMTwcgVj+ZK8A2NdaE3SKR8Ne864QHkghiuUUcsXdFVkevdh+",
-	"EGqqIsvmgrStEl2p8gK2AcCy6KBU4K9hmsHZs+0V2l0JoUFlmY/uEgfnNBBHvaTX64UzTxVzpTxIO5Zs",
-	"QcEHa3el4F6nOxAnvROSVuuXpwn6mjaKmMMPkQsDFsl+9/VApDUF8NMm2/Zj4HkfhWt8SFNiXKix4Z73",
-	"/PMzB/ktOMhZeULvaX9KKq5x+90Kiychl/E8RirnvBEyY3vd4YdUjWeuJkS9Xws0UJadgsyAD0dSfrtU",
-	"L0B0twqG132mii3BfDcQQa15fPHkfPj07D+H3/7l6vwy7SC3Ai+GixMkACeB1VZ9boDlmXXH8iWj2Zmb",
-	"wO/wYL4+MFRVT2aZ3AhlkWvid2pPpJ3/59P4G59GvJIp3OCkrdi0yKmCEwiQafgUnFV3Hp2RnGoCn1D1",
-	"qS3oiOE0eK65xngDlm0EE3ANiaiGCdS44XlUw7vdFCWKgQhlcBFcKwBbLUEtGzHfRjAvByHFyisZu+Fj",
-	"jNZMyOOLx8+JVAMxoyqDWbioBB3VgfdcAQZSd9diGff1KXQH4tKvk7OH+JasSOCi8MPqdcnJ0X136xsp",
-	"h7kVo9Iy5tK9OxDtQtgtVkxrlgGDkZatNLGgOr7ys+KGfXzGso854f3wlDMveEL4Bgb84Bd+C9rRhrHX",
-	"BiouZEjBu1WQc//CZ6a1j6JvyeC3N6i7TQOfliLt6a98QahLTes4F2SkuHusUYjozBjhE1/yfz/BI6Lv",
-	"hjrvRlGhJ0ztEDc6YFH31j+YJXgaV+DxLMGHBkIzpsmELZkiYGNHFMBHOJADDPfo1nCwdZvFqWVFA7HB",
-	"i4DPVOL/XERLZNddF4CaxJqPZ6K4nUwjx4aZA/RLvBfRBnbiM5/4dPjEGYlFn3sadzBxviqrxVdPlAdw",
-	"dU9r/isrb22o4DpiU8iLb5KOApmQqSRGWg7F5gupqHIonCOmecZCLwlRDJExJRqoI8cRzXOXQUaV4jcs",
-	"6wdIPVUAEG2xyCXNSM6o9xbKPIN2AQlUSME6XZLOZcbA2CLHhuYDERWqHnGjSdsjJfcenpx0GqSXu0km",
-	"H9V8ucezT2XGbiHCvFcW0izJIK7tXvLKz04i/cyFPhkuBAfBGUDKoCNLBCUnOiULqsD/XSpnoFtYgWWX",
-	"lBKqHtdKJ5YlXT16UalODNKyAE7EjQdqd9WYE3Lx4uYENKGLFzcPO0nVk5mDlSSUFjYzNo9987mUIfz8",
-	"mGCYtw5SD2phdgzBN+4TFdrgGcdPPpgAYrgw9D6F4UPoVCiw9hAL0udyybRJnHYZm2WZKQORBwKn3iWp",
-	"c6+nnt3vU+C7uao3+HQ9cm1IyHN5QFSglavQIGS59i1TLotdwjiWa5Wep9JgrIAddbJ3lWePpeFwWGJ/",
-	"ddvXjIZANpfwN2MClV7EjoriMMrAwk6XPHYegIqJHR8E/zjP3Fqum+Ht0nYSkmJBkzT8hRg3GDyeRpXm",
-	"UyB6X3VgINK44k+cE334xjbtaD89dYCzcTw40iCEGnK78vyGGoahInbZhFzruO0+Qdm18aySgb09ivyF",
-	"q5H9O4zG3ayZvsWQjnwBVjQhI1y7BA8h1md3Hxyj+APG8cZsu4lvRj7peyFFEFJ+SoKxqtkJiXw26PjZ",
-	"xchj3Mva0O9Acpf+yd8l1cWoog305qf6aaUCxCO3N4bluLB961WZWYyCXUb6OZEc1IfGSD2fA+hqdhBK",
-	"Xlz9BTIfxzLX6f/536mSS52WYvtXvf/zv49POqcktTJo6gOuNFSODECc3YE4q0fkLsHRU+cKDVdjFZ57",
-	"IM6IxxD1b9/TUdFbmmtpJRmN1lDEs3K3+YGlIcyQBGnCYYCRCWN2bI9kxnS/atKwb9g7Yz2ni7RHNCN2",
-	"som7vJV34nZO7dGr+Evx7Nnvvya1btSEpB64yrY2hFKbKWnTCs423EfVqxds1XDFnaLSZIW6SGk6rQkM",
-	"dJ8wzKjuWkG8Fo9o+3uL+qqM7lbhX0fvm73Uxkm7kLo4G/hzGNenFyodzlx52TaFRiekjPzFkFLgMTEo",
-	"fy7XLb18OT0MCSdx4PS6edM9cnbx8/etD5gAYNtvjv4Pw/hdhjpsUPODfd6KkB7WQwD9bMGAVmITAA6/",
-	"vuaLhVfN7OUmJxMIC6zZ4BJGvTGPrlz2D5kSt3Vzr7CCjSn0KRr/0rK0TkraEGDXKfVDyCt1qdhY7uTT",
-	"EqEAXj3E/EfIE+W8uuQZhFe40mSaUI+bXdniIuPNPpnnIfgEkxOoYQdgXLC0A7H77RfPL68S8uIn+7+z",
-	"q0c/JARzzcoY/2IxVTRjLleODQRokxOpllRlkNOul1hsRvkUeHzZ9lliJmg+FQdcJEQXY6v+T4ocILOl",
-	"6Q8EbGw7pSbtJGQ5k/bvsYNBUDIHkQG9QilE/peMz6rgqInBm9SQdhooPE3WQA4uMisfQkBfinaTBTWz",
-	"e5pEOfl/lVxgtlh6WEJcOPc2JP9BoTYMrbczQO1+JpcuWwQC45CYnTM9HYPxWU7AfmCFHrdqnTKpMHWC",
-	"ypBnKfT4nweOTA8ustJTZiVPq927zQmeq1xOSW51MICW6JIzCAa0W49ROjOZZ4GGIM4R0OogBiFAJFjJ",
-	"rUse89wuRL+M+MPHJoapgUg1F2OWkvbLx4/I/fv3v+4kCEji9sv+7Va4G9LjY2H8CGq0emi5Xq/XOV1P",
-	"nAdTBSurIEFU4ZyuXB49BjPaGXNNUjgCXcuM8tQHJmTU0IHIuEqIkgbiEiAv8fjBQ/KUf2uH4d478m+2",
-	"zVJ6EBPQbK7ZwnROCXXVG/BCpQNRPkNgKUKqj0+xCdZNpw3hNtjmTl1wBw4eN2ZKb9hASFQdKoK/W40u",
-	"edC7T1JtpGLDqCBVumEuw5QgIQlMbSDsjd9ksgG+sVfeP0yyEve8H1BrfWtAJo2Z+8df7d0Q0lhTSw+O",
-	"jvdu6ZMBNqid1AdNY7dUss2AgXP5o8tiEDptl8Ie26qRI2CCQCFCexSq97Mz7Dfe0Od0PCOpgyVOsYLQ",
-	"PQ38C5jbm0HrmotMD1p98ku32331FrA1dTHSzJRAUBphgiJjbaTPw9/O1wl/z7jJ7b8AqFlq43NmFB/D",
-	"F2hQhlLa3vixYRt1VRaV/RHt2WRO1XWnj05iMF+j5V673Lv2Wkd9FPVmjCozYtSgo8T96nwiWQIMzVtg",
-	"4FaFCDe8IMYMokYoueFs6bwR4A6mGLwvl4K4APhHuBUDAdFqkuZMj+1VHVewgvUHwSUFG9ENzYdzuyLe",
-	"ynT8oNdxPY4KZd+aDEQ0gbGE6bqKWqpsFO8sNIzBF3YfWJ7LNHHOHTTV293GDgbCFeECA0tbsU4AOcA5",
-	"ulcw7AtQlVxGPbigOPasVuToAdF4NwwEIN0vlHxt73W4qMa51MHLAzaqWj+2nY9bwf2ujWj96pNmjh/0",
-	"kiqnjVntg7q60Lt5nWGvzSGsb63Deq8IFyQCfB307ZzaTS0zZt2+lJmbMg4jQqTVT0wfgZEfQIL9uati",
-	"htWkMfs4z9F/5jGJ/NHE7K0bBsdPr7E+l1By+Mb95fFcyhy0Ko39yPP8rnme7r16m/5HhCiwcyAaDDUR",
-	"9gWKrZBzU+iC5p+Nce9sI4OFpiH/3edKgiMWHezejT1Vslh0mtOwngfDvWKmgMqiQYKf8hsmIJaJOOSU",
-	"002B25dyG4gaVAA5wYKvyE6cOlhFTjm0n5lS/vNAaMgG9572MCyQChBmpTsQPgTgBDSaCH3A/ulX8LQG",
-	"6SW0h/2hSwT/Ri0JcUEx0RQzNAVbOuNil1wIkiJdIx6NLMwhToBQxbxTHRztpU+Eh+rNptD2MvbZZiHr",
-	"GMIoPHwKgrjgVY1w6t4940YxEOtOhTIffg2twKenB1996b4I4AOY5e/xrwG7ag0HgGyBATglmzBDfcRi",
-	"YAIhIELCNbj2HTZgjICDOI0h8X/OFMtXFQitgQiJe6kj+7QL0bBK5qS9hhGUOICgxJIC/5V1MLYDFsT1",
-	"ORBNyA2AgYwQFb62UYQo4IQwjykEdwDW36aZbc2tFIDP6f5AHPUCEAIGWLiFSQKKXiiGaKWAjS61C84w",
-	"A+FjXoDkUbHiypOZkVMGoQ9tutEGGcsCIfVQ2V4g0ARYRTpd8sJ2TnHIkep+gNacqUTB7RSmiNIWkJoo",
-	"l/Ckd4KEBpvsXYhDh4DpgDQd21DMYy6WrAPkn15AzOSZPoVBgAjpCwiU7ZYuvdqojO+ZeQ83aYO+7LiX",
-	"5Sf1ZgFfiygIc716vbmhccsK373xtYhByg0pFphTC4xBTAPyoqcRI+G8VvgdacOjC5nnJb3et3vVaVLi",
-	"Ldtcl3qDnHt/Tc69m5j7ASWYCDjijyimvLNnDsOnPHUAU/X3V7lsu8TgQ2TK23xu9vf3JQ2/fw84ju9W",
-	"ru+aOF5sBeRlZJBBZmNGk8uL73++ePboh88QJB8JgmQ32ZbVUevJFiuv/n7JtloZ9q5ki60g2Toneykd",
-	"VdSOz5T7u6FcKxQ3g8NBeLre3E0nSzvBXyqP67nE5wG93OXcWWn+uHdC5owKjX5HTIKJHyrDMiKELmFv",
-	"kr8VrMCrZWlVWwy/jXjiQHCBAwB0alFCPYcQjgr4KWkXAkLUYr4KMehSgdGPaVRREFIUBNxOiXgZvLp2",
-	"SiWenZ0kzN0ZghCLc8Rw+BmgkHkc9DiNGEZWyYc+Of4aFGEuhqNCr9IorDsEoFOHQg4G5aXDEqc5lCd0",
-	"PZb221IPDjqVFfo8ZnYpf1uhPYs7snK9USunnaQv7YeDs4nDbAfvW13EXDliB2Z3D1OfYbmsztrGZkEx",
-	"5QFir5NgEB7OHXYic9orbsWS6oHA70l7tCIpkxN0RDvwOh9AD6jrQdOwqkpzDlKQ+zIufo+MOS5ofVe+",
-	"fLbfITslGcv5DVC3P1OfGfUHC4+Drf220Ks7sfY9nXfQSdWDF98JsWdsa1z5efzgbY/JCzplT8CZvEci",
-	"nn34Ebp7P6jCF82oyZMbT/rT8lvEI4+BvDHFvW35PBYzQgckMvgAc9mBBA+rte8IRq9L+QEVxWz8CJHY",
-	"LleM4x1IyUQxPXMRN92BgOAglqIDKa68S/71//3/ZCQlFqFWhdCn0YXurkMHuw/sa8VMB17Cir1QJwJL",
-	"8Xq0T4ywrq8KghHkdsSnhBLBzFKqazAYQoSTTgjXMgeiGwjDseTeIqdjrM7hKhcbPmclYi1UnEqIpiso",
-	"2Ad3tvvWXVi+MIp71cekR8s4ZFCFyxnNHCpKlETgSsYNBP7ENYCBi84p3tWu4UqsTHOM+Xml+O+HixaP",
-	"+vmN8LXjmdZwgRcRIX4S1+HvTg1550CTsAVreYZrLozTALnsyilB/W4oWg3eEnC36GCqAn/2mnO2Jotw",
-	"m2sWURKrR+V2d2P07jM6Z61PHBvzU/CXvjM5fse0UXK1ToyOpnzkCTfEqnvRTQUl3CC6lIP7cCpDtn5T",
-	"DPoHJq3ex2Kia9LCHzw7FOPLw2wxCQUZj2Ig9HhnOkAVO1kBZKJpmSAa3/xNaaK1Wc+00FtM6C/sz38U",
-	"uoLJfOaDvw0ffKwY+5Vt5v47O4wVlK8Z8wk5XJE5m0u1AgneUrx23v0xXdARz7nhTFsJmQAFd/ag9M/Y",
-	"Fp+xLT4ktsVADASEIkNuDyA5L2cYTIGGS49dgTo1hkIuoe0qlgWEwgxE+uKnK/Kvf/wTKffwjf3n7aFr",
-	"A5Ne7CQq2BO4145G0bwsF0xAWS2ruw/ESMmlZqrvi8tiSV0sLds/PMQvbVf41QF+YTcfv+i6J7BTksk5",
-	"5cK9jj+BddUuAdgSfFoMhAkZ6WrYpslAYHnjmTGL/uHhg6Mv7x9k7KabyzHNZ1Kb/ldHx8eHPugDRomk",
-	"WDZ6TyfYgHaoUldPLk/Ra4DjglX3SFMvXp7/+eL85+F3z5+eXTyL4pHT0GeaOC6Dx8mtFRQIkPkNGwgj",
-	"7dldVGqtfPfs8hRAQPrrixeyS6J1QIwuB6j1re/Ank41ppoNBFRVgf4Dlp9fbPjJ11KPpUkcrh+QYlOq",
-	"IBLDtniKZ3IgzFK6BycyVEfF4mrQMDckDsSB7DMJ9drdo1D5eCLVvDsQLzzECUSXVQonQ4llZCNMkVFh",
-	"4BkomhuVRSFnLy6AJa4w+FUWxnLagYCiylD3ZmPuPogp15K4ymZhTPZF96zn+O7E/Osf/0x9AkllbK5W",
-	"MUy+PQGPDo9qhqJbpqjuCUJCLxb4DAK5AksNALRQRJW000OqNTMauu+QkWL0GhipYoltFPkWNGyHD5Xc",
-	"/FzHVGHOmFiROTMzmSXkZza6BB7rbgvg/cB93eYAPA3cVokr4LNeEjo0jyWhpSLpmZNWQNrqk2+xZjXS",
-	"cbVCsqfoNpiJBkJOJh6qF+Mhkbxd2jTWAgpAFbFfysPoAB9zgECoetO5Kzm9pC7MjCi6hGvZ14QS2jCa",
-	"JRgr+P15DX90OZXpQLR9fe+xyaHbA/9bIwhPJEDeDYrno4q7nyF53jskjxP3qlLqu6pYNeS5VQ51xD5i",
-	"My4y0kjFCcn5NSPpdTFiGz92ySUT2UCkj4Js0yc/YRayA8tyn/rEF4+uNIAX6g9XVy8Oj7pHpB04imcL",
-	"9jLENFgvyY5pnncqsd2YqoMSCLoSg6C1ybY2UL8wEN1LWjTXiGoZbuCQV+zlHW7cVmoiRRKgaX2ZNMut",
-	"+/amdlb6APvNWMayjj8A7g5Mj3pH5HLJzRgsNC+UNBJgc2D1QmlQxdZn5rm3cTSGAQwjaWZkSVc6cZIf",
-	"4yAawswxlKBLzkXmamOye9rFCMADbQpNzWg+OYCHIwDg6DHH/8uq8tDFkq4GApF7IFg6jBQSmcLAQihn",
-	"uVqQn20ZN0fhCx3qURXXsjEHliGr1gy4+iEimGWkDZ4FI+VwTsVq6ChNp050xnJGGCxeXiwucx7I7D8u",
-	"nz/rbzuM20qcoCBZ54VytdWj+stYywF9RYKBhyhx0fKWYKHlwDTSEjccI1Q0yi7UxNSNQRADUTN/X8XF",
-	"tuziPtxo4X1faH7EMKAF9EmrDNGV05+kYPZCriazW9EGzEZxhb9OQk6OH1q9ClZ16B0nKR5wKz3aRsxS",
-	"QkZexhR4z8pDsZ1p1F6sj/FHe0m9+326h09YKvOsmI9YjU/4CG+ntUi0zTNO2rV8M9k5//76sSBCLisc",
-	"wSV71jAGu3Yf/9J9P4Y3e3brpI+YpvtkO0mXZX+dg2bib/t+FatCyZz5Jrofqw7Hww+/WOuHsl+RrHM6",
-	"vtbkzvd5t5W03Im2A3QPb56GupcrUfgb6Z+lOfEj0FKF8/bJHox3Pb6gGxkzP+yANzh9f30sHlFEE/uc",
-	"x4OBKPjyXgXDoqX37poQ6/YQb4OqaEXXNad6cWttXW4jyKL+tq0c4ks2lzdVrheluJ9CUCSo8t7IOaNo",
-	"GHHVVytGTlC+B8IZOLdL5DV30FN6zezF8ALBW3/re6jWT3sVa8c4zj9m8sg7+RHsTpakHMB4ERsBSx6j",
-	"lcNK9dojJm0B2n9K1bWOWkQSRRk9NSYfajaWItMpSlP2Pg94mfcf9npxRhPJ6EpbUVGxRU7HGAMMhTk4",
-	"xFOp6z6Jx/jTyyfOfA+DFbJEeCqNNKBm4YBA43BGanvA06CtKVlYJcDwPHeNxboatuEKGMI07TNwBSMz",
-	"HYgVM12Ca+Gg8QDfyOXaYYFEe81MJQmqYCW6wh1irgkyhOy0zDZ8eAIxxRXdDgKWAot0BvDSf1GBuDf0",
-	"2jESt/LdgWjgEWQfFgH1VV2FE1iOYH086nYfPnhw/wEicxiTE4kZSsr2tJW1IEP8LTjL+w+3wsnYjqI4",
-	"qw9ZiLnssBEmp2I49Ae04jj57Nq9W4jWOzHkJ8wyhhW41RbOPeev+4jNefXSMji0tCXuAIJteLf0oZgu",
-	"5tuz/Yr5HyZW4aXDZICLDXOmQxJEZLfQ7PdYweN/READ0D1GH2SVmw1q/9pt203TcK1uyQS0P/9RKBom",
-	"86mExf7xyDXgIRsEWryV5mdf2kamcvHHoVJM0ftMpL8NkcrFeqRsG+BhJkXuvZVSjcFb48PFOMKnAC+t",
-	"kvKMm3xrptIPF1dP/hgZSnYm21zAIJo5TeETy096boc+K+bUKsYHZsYOcikXYTJVLMlNAjh8Y//vASMW",
-	"UmTNGcxB60wNe40hZ9R7BImRkrQpGUE0C1vmXDAUYQetF+B+PH92df5y0ArF+qHfjboR4Vu7JSlp+1Rc",
-	"nyzsvE+a+Mp6lrYRhBLrDUGSKqYB1fu5oozZ0p3nE2c3K0lAwlOlmMTpZmJxO0bBL5OoaOagxBeF8UnF",
-	"A+GyiicwkW2JwadNsLz1FUJh9+rPLGDILKiZlRAybttb6+lB23Bz51yEzw0wse9f2bYzeumOwn75TO+X",
-	"b5w5yqvjHT/7stmVOgjo5PcEynWAkPNy7+fL8xPOA26+n5FSCCWWbDwHPvXc8t89W4wwCtYIx6NBVNm0",
-	"x9Xdelc/5U2Fqtbx+vOVJ02HmcddQkUT2BT8WHFybTsybiAAY4QwWZ+iwOBmsU1m8Iv4aYkLnk6IFIDq",
-	"oTKIz/BF3q3k2Cww+CkfvnF/ebzVppwr19teF1LZ5L530vGDh3vdSR+WRnbQhxVhtHQ54lhv2C/1Z//V",
-	"BorCQsp8O6N7AU98SFu7lHnTuYfOP60D/zNVcwLLGkMRrC/53gm6dgVurxNKmX9OyV1P+ZJqCkbSpd8h",
-	"8CBmLiOWIx44vWaCOCzP00qtVEQk8LmP9gpfbc1/fe87936PXLNjS+b/A3JcSyIIifhru+9ctvaZaoD1",
-	"lhL5FRDpVPNfWVqlITkhqV6wcWrlAQ9rkZaIIR7lA5IOXaSwLmNBMc0qw/r6E57n6LsKRcOwIiag5bJl",
-	"WcCig+WByzCAEqyWGkAXsfp7LjEPhCufy3tG0hfPL+sLFaeYmzQQcQ6wnRoE2bLXdGxySFazjYLDnLoQ",
-	"X+y8XwnkBFU9JYXIfJC0E+dZ5tBCYjTlNqQJQZUmwqPlsSPG1nEnNAQAY6QeLgHEA8CBL1casmtcMF8l",
-	"zv4ly9iEi5BUaCeHa+jc/55PYJIXUFMo5BcgaUglFLYJt6UORqXO7PCieC+M5QP46KW8HQrjx2NnhNpd",
-	"n0ANMCGXf0iDwEd2s38Hy4n14XBp44sVgSM8k7H8IGZwbak89mBnk3lVhSWfbt2YofIy5GNTYZnFqDBg",
-	"DETOAqBLPuPy5U/Pri6enl/e0wlhufbl2FFTcPl9ruy1i2T/7vmjH89fDn+wPFAz4xMB7OQyOb5mKoNi",
-	"xh0s7q4486hUIWOAe5xvnUSlWzBlAZUTV4aukpEJfAtLxgjCxNQur0ckLpN+3WWDxRIBO6oseOx4D2RY",
-	"YPuu+AcNmA0B2ollvk7ZGgNC8AcsbhfQn1akHZChcGoJ/A3LiH9yQdbXHBOEZ3JJjCRWDIMUdki5ndNr",
-	"5pYzBQDuTR3Eb/KHVENcH02aiB/Cp1fXOyAWxGBq4TzqqnwCV2K7LNQJ2wZB8ZYJdJJIOqlgH1RP7V71",
-	"3ptLvddY0MxagXI8WVgFud6K5qvPt+5uYE92D+UDGPTcunziBr0/bKl8T7akHZWcT0L5+CS6yjr2VnE4",
-	"HZvF9OuPzOEbX7J9o7RSdQXT0n6XRuVYnHcwgqaIiu5TbyTzPsFQHn7dLViFoC3dgvKGqWZn30Dc1ttH",
-	"1p19dTLvjzzPG+vGN9IVaS/MaliuJqKFuAVwte5CXZmsLP1QtZKW779vz90HggR0C2XXrN6HFupZfXaM",
-	"va+SVYHimkpVnZaUF5yTXLjiwphx4w4mHQEwzFbLUuNZ2MH73Xv1FdXeO+vfwfb/B9iY/ExJA6/d4wY4",
-	"hPuFm1VzudGbUnBLNftbingZjKSgKaRlekivT2ieYxFkROZxw/UWClUIq3NMqErQWmLldUgFw7JFzHXF",
-	"VFkhOWC1H/d6PdCDsCqyzwlxRVW0oSt/Rw2EPy+5nELhsIzpPtl+Idkv/B2bNtRHcoR35pfsHc5HU6lj",
-	"u6RVifK3qvqzPtmG0+bp5zOz39SM7H5lYYXIhDEnJHhCKxn7OKdF5lN7DuxOdfY5vRnXC2rGsy0xXoWZ",
-	"QYorVDQvc5les3ERUqUI17rAAvaUL6eoxBFqyscQQFo5YGfwMDdmXMnRXxlIrU4otHJhZDx+cfWXMsKr",
-	"neoZORh7DB7/poPf6XizyXgmNRNeykVedHbx8/fDpxeXlxfPnw0vvkvxwquaWAfijGBCG/FLFcyldM5I",
-	"RcgNiwM/QSaWtx8f946d5cU+hOZYeMqJw4hRRJXRPkf31OEkkYyDDURgqXyXM3bS+7o7EI9mbHytyYwu",
-	"FnYPnKoHxQX6BE65Kxq/pi+v7QpYWNoPevc7yUCMENOofdI76iTYZfvk6H5CTnq9TkLA/lKddttOTio7",
-	"pk4CmXVg1TrpnQCGA8JVPHW2Nrd4mKYW6fvBZHMNGYPgIucCCxzaoQ4nPIcYuEppEyyrwadCQiSgljH5",
-	"zSnADxIt5+zUDdyb/OaFNmRGb7w/wZ60CKdDAvXTHAvh2YZGjIgiz7sknTNDM2poGqoR3jA1oobPgVoU",
-	"WzDqSnuO5VRw7c4FmVE9q8y/PaZCCj6muYPqQPINg9QgaSUDIQpnqAxxQlChejkDJBOoNR0wTKx2cE+X",
-	"FxXP0r4DNrFPQmEUNRDOC4HVZRxkYSDb0wAxeEPzAhbGriTL3NASWAsPLwUsCaAEk4FIj7q9NP4lPUod",
-	"kjq2GA8MAkbXCbxt6cglLMKxyQFtBQACU6wD2SeDFtWaTwXLBi2H4ufAp40jDgoY1WXCNHU7MxAT7qFg",
-	"vMQ7KRSMjebSHjyACWTa8DmAKcK5TCuLxIPaDMfXHkWUESA+Mzp5w4xrOspZliYRLVtZoTx69ichh8Cb",
-	"oKb6ZnynlTGOSFpE15j97ug+Se2aDY2Uw5yqKXOpmsF9Yy8CaHPdn3OK4kx9ROz6qet6W1XqrL9CBtAO",
-	"5oB1O04O8pxh7K61WlnoO8dLG8OBauQEPNi4YfHmjZjdNU2MPMXjGNiwV1nel+K8b3jR+/dd+fX6jVD8",
-	"ffe+2E2dLBcK4bR9ZXJ7UPwm+cszOCA278rPJfc+op+MjQsFStsvb1r+sF9ZEazV/+WVpeJSEI1u1LCL",
-	"kaUulDf1zewjdqLS1agyluWxET2SiexAinyFVbFzOcXS08xZyhyembtnPbCkK56NiqLH1OKCQPnHdllw",
-	"N6qY5p1+XeJGsFZwDBhz5lCFA3JUxjXU35oUeQ7ufsFAonEKKHSZMzFmCGaA3V0ztvClhP1ANaFWpc0h",
-	"mICPZ+6OwRrHZM78Q2RKF6StGNVSoOKJA0s7QYRZwXygALGVktrpfx7glA6eSG3SKuxcLqcYiADByHBb",
-	"6mI8A9/egmuZMTJiUy4QSlO6ZwbC9mrlCUw11n7U3KA0N4KYJZZPgrVVQaizknLeJWeYDqGNXGgMBIGZ",
-	"D4QV4mCGUHcN7n4HXhqiFUKSCYiWL3IAs6BiRVLkQil4WSHM+hBsAgeoFznAKSdIl5CZuCUQOJXa/6cD",
-	"4Y0S+AIC8wH1zViedUoQi3ROX6ddUq7vZUVacCXOUeqzoodtJxRDtw0m0bvnIkvj10pXKlSqblfrqnPT",
-	"cWaQsoXv6aJP7HWQosDkMLNcPTqcHMIfrQ/Y0gscaTGta/XgJZBbSpazVZ+kjrhT0kbLi5lR4XCzp/c0",
-	"QtihGT4iTzg4Kys5FHlGKmeqEy8hkGiQt0IkPM4Fi7fDOURTEIB3OyzEzMvXlkfEOw1pSk6lSicyz+Xy",
-	"T7hMMWYUbg+WoG9j5eb7PaI7AzGRoeS3u96izrwZzRKjo8A+2SS+vqXby8vzEoicGgdj7usMWuKK6TBx",
-	"Fb9xxDpA/9pxIKJD7EKBptoOldGKmxzEuYmiLvqpOm57gO1AOn5KiOeLmLR0SVdd8ti+qvskhYn0XddO",
-	"002tFtQnbwYtJNdBKyGDlv1y0EoGYtBiYiwBoLH11gqVQWn66erxwVewQFhhkGr20FUyT+O3rJiPPw5a",
-	"aekxAjrAOv2WGECuxTZRC0p51q85RgCoXhautIwLTJOXUHjKM7ESpBLx1dInVJsDePDg4js3CneOLIMC",
-	"vadzGlZoShcbywPgl7gkRuIqIfPGv3OpDSwRtF3eRu40knaq3NmD2eVwOqjD4AHeh8zwnm46s9UD728A",
-	"P2RPJ2ujBn0KR2ifGI5lxsLGZnbAXfJIzucO/JJp0k77ZMHFNO3g9ebj6Ry9U0u9lvHrXC79rcY1sfor",
-	"aLnxtdkPCDkTmufao7vimS4Ayx3LoVGSwpoDlcMRDObamjC2hKRIFMMRW0n0H1raDBu6sIx27Xzncto5",
-	"bXRIbrf14pq/o6V3TTpCqjYSb1BgF8GGXndbNbn933fBe19EAcRBMMsjMVsKrVBqOVxLmTmfc1dKtXGo",
-	"c/q6vrb9ydHXJ/d7J9FQj/YZKsoMVqY8xZKtEYOndQRA2pZzO3nEsePmhYXf62AAR1LmjIpbm97l2DB/",
-	"kVT1trBnIy4oDGIjSqS1cRdVm1hL6b88x8OkPb9PLFdLHJ8gbc2Yw5YKr8FKbCAd1iZWQ4tr6IqxAFSj",
-	"DdQKQxUhChFfiHTR78DB2zHF4V5tofRNkmnFrHRzVFZ6iDn2LWWs7cNjwlLyL9BJK2lNaK5Z61Xd1tbw",
-	"+5pK08DZa4TEBOLlqmWj3QC3CHkDsVvKIzVCngtaBNqxOtOSOqUJWejm9N0A7MEK7e9Yhie1TowfvJ8Q",
-	"p1mV2+5pf/JrxuyETFQYrYZiJY8Nlawy/yld6M4p6SF1RFXL7HzxofUJ34ocLz0KTu0xcXOr0TTe9US8",
-	"/UP7w19aBkI3aQIxoYWTJRN3j0mFmjgI5JegRh9cWknIebuRza6ZQgDKq9nTdumru3oIex8blHp0w/YP",
-	"xiyei3yVkEs6Z5fcsD9dGsXHJiGXbFwoFuq6dFy50pfnl1dJLN2HwhilxyDUJgHVBa7Co2Myk4XSDlsU",
-	"uwf01YEASwwliorMaqEZaR8/eEhG3OgOeie9PgLWWFmpQNROcRUOQmwdWKih0DzW3zCUZFwlvu44z+5p",
-	"cvnD2cHxg4cAra0LdVPNX+j017JAbBeyMClohIAGG2pWYm1cwZZrnkfUndDeEqIiIJoS9r9q8JFLSwB8",
-	"yoUGgfMxVr91WJTIRUGoYRnWhseV97D7bSpcNSxfGwu/eEgOH56criNi39Pg63HIlZaNzILkbFShDcs6",
-	"fXc5PoBUmUK54jYgd825KAxLBsJNDgfpp0XLYUVV9EETAEyLADhp3xtygXD+A1HBpUhCXHduCUVMvQjl",
-	"Kh6UmqqzuCGPmqP7Bwc4EDKH9BhdjCEuaQLZcLoyxnu6nKClwjrR+5JPxYX4QGV1sfF3rRl/CY4rwh0u",
-	"hDtd4Av9yDFvdwRd+Eg40J7mqpAoEeU517xeEyejJ+q4LLwSiNLSoDsBc4rnAxQWROaoEeGrF+JHQcbe",
-	"cAieVuw+FbEFmG475qWRAdt5j11oSOQFqFj8LX0S6st5kdhbU+Wam/ebLEzzBYdpvBWzXojs8hXKmi+/",
-	"ykWSAFiuBKN6eYZcPb0bhqGzCwgcw4AJuyzASHMppoDRSzOoGAWiWZf8jBzMCnf+svUVmQCqcwJowzik",
-	"DhZWyVdknDOqdDSCJo70vDCtfUGt/dJwh10ULuqSUUC/d0+I/t0RLc7z3aj23JuHkGzvlcFRdv1gxbCK",
-	"IW5UhXQN1dfbk0Gu4IkdfupHcj6nB5rZh+zlDyY0vX/WxYIaw5R99L/JF+1v+gsGBW7+rg2d2n/juv1/",
-	"h3j3v7tg3b/bncmZif5k2d+xLL/7Z7hQDCvP/X1MxZjlOcs67W/65IvkI3XW+YJ88W+tPdJYzkhORwzS",
-	"Iq/Z6k8QhHLqI2useDqXqjGZBV6tLCs3bK7X1veX//7Tq3//0+ZgwhdUKYymrg+0BPmu3iT1oNe7rTnK",
-	"HnvBXpvhGDJfPFcEyVwWmizotHG++MrWmhMfMszTHoxtSTQ49E8qJ80e9cQqCaVPqE3tYR7lDCOmOglg",
-	"2U5ZmcKOefe19x6Av1DBJ7Y9qslfzp4+wZI5dvkPrlYL1ifxDqzoPE/BsPIfl8+fkXb6ZtDyDQztj+gb",
-	"+dc//jlovXWAdNEj9tc3//rHP9++TTtdiKFK31gON+RZgjzJvu3Ou23hlKTfZGo1VIVwXjF7uw3Qdm5Z",
-	"GGkf93qlFCCkmtMcItt8n4hBn15kbL6Qhonx6uBHtkq9stKWaiBC6FyXZ2lnLQQkLBDaLKJgKzt0Hw2J",
-	"QWS+bhVMqgw0Ihc44tCWhkzOiiPA/5T6fFM0lrAcKj5SMzsdCJdlil+jOuc0o7rr/RGkr1qiaUA1Wjuv",
-	"bqG3W4cbbetHx1+RheICifHs8tHFBRnPqKJj2ylpQzQgMZKk/2+aeC/RxfnVY5IpOjH39EDoyQFyho6r",
-	"mAo0fM3AUUorlnuqo8YxtCwUI8a1gBniJpdTXKOCrRmOMU8eDF4f9w4Gg9dfsle1N8UHCq+ym3dZjOY8",
-	"gu9PWusnstpejbX7/QIKuA4wJrSJu2ZqRVQh7um6Mwks6X3Ggdl12icG7JOI5PrgAIVHDz68kG1pIL5H",
-	"MPwISyXCNSPcJdJ9H3DDcETsfUf1daAysMpBoP4OqAQQsg/9TbQVWuoRyIz1PHWH59S+VJ9A9n7PQd1u",
-	"4LBziN4H+5ddJ6xHBUUTl3/wnDKcvycQV14I0wwh7WCt0GVA5vWlLYLS4M18SQX9qlLC2y1mUwrie6ad",
-	"3gennStHL39AEtnCBA6pMnxCx2a39n0Wnvw9bqsf3TZVKMwVrFH/Uzc6Qhbcdnj9gt55t5NaUFH4Z99E",
-	"+d7xyfvFE32XMI5akgIx/X9AprKnHh8GegqJKAArYVBv89LHUqprUIIS8tPLJwdMjymkAWPtM93FHD5f",
-	"uxk+dbbKKRg40wzwBDlJLCXpG/gjIdQkBCP2vnmbJiT1+Zupz9K8pyGVs0/SN9dcZAmEQn6TEANIfnTO",
-	"vkkGgmsEnPgmIWOpzbDQ2Tdv005CUh+Emb7xPmmrU9uuIJqKakNSCGsLCvaEC5qjHu1SDzEiz8WeurhK",
-	"uLRnVHfJOcXgcyj6nPIsxUhyTYrFaQiDXQsJqSALtr8iT/m34Py0rWKYJ0JOlW5bu3tTwJHCuHEfB69n",
-	"clmnaNuDje71d+EJm2eIl3Fedu1g3lApyhmsca0gKlaKEEzabVJ+KwGjTebdX3oHX796c5QcffW2Uc/d",
-	"ylV2hHTtxTzcTH2owh+Zh3jp6p72IAFU18RtJMHd75MNlNvwyq6u8Qt5zXZASV3hIx9SrLQ9NAof0P0n",
-	"sMXvqKCCGZ3OWYbuyRLguIxQwJQbzcbKspo2zeYuDrSzw4DrY6xJCm2npJ1SbYYY6Xdy30WxFyqPLGbA",
-	"4iw7wy4gLrFfwy7hR3uRuUAXSBXuErs8uk/SG86WAJRR5gPBPeB8selAtKMos5GdJUw/OA5pkXEDYcz2",
-	"OrJT9o3BK50oNzUlbZ/llQwE1C0I+IABIMb5Tl3jkB8GebmdLnFlSq+ZGLLXXBudOt0O72sxEIVmSQPG",
-	"KD45oh5SVUEuFPqCIIXYjnPBFdNDalIP5YeZNYUpFNtin4Xktg9kPrRt3yoo5Oj99o1TrDXJuZ/wKgM6",
-	"A2xF9MTaQxBI9LPR7t0ZEK62o3bHhTyOA5ThjxnOad0uQJxa3f1y+Ab+3QOR3ZP6LUUkJOLJnpDsL9mN",
-	"vP5jFn57RxrAlVmjgdEKxEyFbLBKBdzEsXcuVNFhMiEn3UBkmjGam9mv23ToH9wjH7IYEnTR6Ph1lj+H",
-	"8XHnUpZbQj6e8BsmbB8LJUe4D4cQqbB1ZV7iEx8SqpXRjNuB1QK12u5/D5E7W0f5zNUrW52WeZSQUYq6",
-	"WmgODdtme2hO6Ak36hSqqGvCaKUlBzkMvgt/JnCpNlLWvehTTVkHkQqZXaFyq5oZs+gfHh4df9ntdXvd",
-	"o/5XR8fHrbev3v7fAAAA//8=",
+	"7L39chs3ti/6KijeXWUyu0VRsqwkVE2lFEdOtOMPlaVM9uzQmw12gyRGTYDTQItmPLo1f90HuHWqzhvM",
+	"i5w3mSc5hbUANJrsJilZduJsV6pikezG58LC+vytd61EzuZSMKFVq/+uNac5nTHNcvh0OmFCn39n/uSi",
+	"1W/NqZ62opagM9bqt6j5dcjTVtTK2d8KnrO01dd5waKWSqZsRs17M/r2ORMTPW31Dw6/ilozLvznqKWX",
+	"c9OS0jkXk9btbdR6KmczKtLGThP8/aG7PRM3PJdixoR+CR3Vdg7/7Njt8ePtvT7jGXshU+guZSrJ+Vxz",
+	"afp9lWiakTnLZ1wpLgUZca0iwrqTLukdHx0RmZMvnzzptiIc598Kli/Lgc5Mo+HA5lRrlpsn/7v3zS+9",
+	"vS/fvHt8+2+tpkFdmGmvDep0pGRWaBaZ3nOWUc1vGNGS6CkjKc9ZomW+hE9AG48UsduliNI014SLPqGa",
+	"zKTS5Kj39ZOBGC01UxERkrz86XlEGE2mxJMkaY+YXjAmiMqomjLV8W8fPnlC7LtUkedcFG8JzTK5UAPR",
+	"vji9+mH44vQ/CRUpeXn64sx8OCG0HLTZV5JJMWE50VMqzP80kSJh5K+SC5auTWsguCI5GxeKpWQUzLLT",
+	"JUe9Hom5uKEZT4em6ZhIPWX5givWHYiGTbK0tRM1mcVapadgT/e/aH/T/+W/9weDt73em3cH0eGTJ7f7",
+	"/975ovyuB9/VbHnUervH8lzmewmQYiuciPn5gk7Y0yJXMl8niaspI4K91cMEHiByDAszz9kNl4Uiczph",
+	"pM01mylc4kTOmCGfiSRub80ziszkDTNkAAtHaJJLpQjFBkayECnNl50mesfeW00coHd4VEfpZmLP+Yzr",
+	"GlK3ZKanXJEZFcsTsuB6KgtNuI4MpXXJz1xP4VO4AIouFVlMWc5gIcxPOAc4AKppAhkMY2X8fFbMzOh7",
+	"Pdh6+9HPhAvNJizHqUiZPRDjenK0nXFdyFy/LGYjVkMSp+Tq6QWZy1xH5KDbPX7y5HHJp6rDMg9tGxbO",
+	"GlrZugqXDJhl4+Wh8PeHvjyuqLpu7FNTdf3gHcprJl6zcd3ia/PbI0V4StqxltfDf/3jn3HHHDmuFTGD",
+	"atgMeHHn220rkdyaltRcCsVAlviWpt9TzRZ0aT4lUmgm4ODR+TzjCTUT2P+rMrN4F/T5b7mZZuv/2S/l",
+	"lH38Ve2fGa6FXa1zJeDNZGH+Rxd0SRZTnuGZtHcSyakgbRRiJlKwfsnSSUJnjIxocu1O/UAEb8L9l/KU",
+	"CGkZmn+UC3trqEQKwRJNJjlNmLl7ZoYnBD9wNRALyjVLiSx0BxotRzCmPDO30JQRsyFMaTdW4NUdc63c",
+	"RmZVX+PPH2dV3ViAK2Zjmc9Y2m2B3CbGGU8+2jCULPKEmXFwQajhrprhDZNKpmBnQBxADt4GwQlXFjcN",
+	"9oClkacGmuWMpkvCRMrSDszJSEJXUj6n+YR9nHmNDY1yRTLTpZdMGFEsv2H5I7PowBBJ+/T7s5dX50+H",
+	"z86fg3Qz/PYvV2eXdtwyH/E0ZeIjnrRHihSK5WRGl7DCqbQrX8qww5QJztKS0hOaZTCrXGbMvTkQ7bEb",
+	"v6Pyl1I/MyLAh5/PS0lUkUw9gcF6vpYZ+4hr6qffr64SMGhDHSCekRHIItXFMxqDOZS49nLOchjZQLRN",
+	"SzOmlBFFDMNXyFrMu4b6zQf/uFv2S51y8W2hPgLHVqar4ahQy37Io809JuaFJn8rWAEnY1xkGWmjjCkT",
+	"phSZUjzu5viSheEAhrPCC2nnxPw05WKCkilXZJFzzciCKmwz7ZLXTOdLQsea5fj33in8rVgiRapQgJ8y",
+	"mlqtOHhm/QK+xJeM+mCYOxmxscwNw9L5kotJtyLjrYkwt27VfxL0hvKMjrKPwHnwXhFSDz1f7Fe0uIyL",
+	"a7P4qVyIHVZ0ILYsKW4gsuOc2U4VkQIIWi6QAj/mon9cNu9u0ZFMl6vs/oC84N8C27mS8gUVS3u/qw8/",
+	"tFPyt0JqSkDRpcmUpaTCN6xuw5NpBEzDbBYoLnjt/CRooacy57+yj8CpX5hLxVBhTha5FBMyYjQ3i2i4",
+	"pBvPxztDLw3zlUrxUWbU2AVpA4EhQyVyPI4Ie8uSQsvccqsJV5rlRgQREs9CRJQ2dFuUAzcre+uoF21y",
+	"5z9/f6mpLtT6OQCN1OzYWt/xu4FZgDGfFDlLB60+GdNMsdsYNtKdaJYp5vVaIkVE2A3LlwMxY0bXM4Qx",
+	"z5liQvdJrKhIR/LtkKfYSOzmh9/kjLDZXC8JagSKFELzzIxuIHDyOD4Fj9LkWshFxtKJWZCyKbdMKPXG",
+	"ZgTC3ACFyAzvN3PNqNID4Rc3bNtK0V3y0syDUEscwFvmubnvNGfuYNm1CVjESMqMUbgKPWOs/5mJdC45",
+	"EteaeSVYl82/VydrnjVzRfpFXWzt3XITapq+DZW5X8I5vvFNydFfWaJNU6eJ5jdcL89u7ClZXSGlh4WC",
+	"foyIQXWr30plYUbnWxNoEzALtqifbFrg1gzpnA9nqtIaF/r4qLWu2Qdv7fwGV+Uqru/XNUdhkoliZpaG",
+	"C7C+UKW40lTooWZvzRfmWFybkUctLWU2NLKY+ztnqsjQfGH/KIQhYjT3gYwWrLNdATC2iWK2d0NzEMNM",
+	"727lz3EU7uOpG80VDsZ9f1UOyn8lZfYUxxZ+9dqNzH259sVPfsjlIOzQbyMwI2e12yiK2VAXuVB1N2rU",
+	"mtPciBSwToViTZRvV67uJ8X+ts7fLqTicK6tmj1mhluMczkjB91aMggsPmutPc1okbJHitiHCE+7deZR",
+	"VYzwu5phAp3U/mCmDrJrvZFGZiDYOwE3IjcsH1HNZ+Q/Ll+97PomhDXq1XewYW3N77A7YHytfwS/oHlO",
+	"l/A5L0RCG5jcCjMx+2PP0SZmclnMZjRfvjc7SaVg9dbnMRc0I0hJIIQqZu7/qObU352LmLtl2LjHm8i3",
+	"SIxyUs99PCtpOD2wdWZvYXVomgLR0+yisoI1763uQuMJXdlMfK4ysMoo7PqX04rK/asuay0tTGovFNQ6",
+	"bliuOEpga4uY0Dkd8Yy7N3anZH9dD6muUhjVbE/zGas76KVx7o4vTqXSjQe14Xzy+ZCmaV4lkvLnjI4Y",
+	"0seW/V9bhHLhgXqnjOZ6xO4ynRnTOU/UNln4hX3MEFMhBBeToXP31dNnbkRAXCV38ZqVA2oSmnLB8lbU",
+	"upkFV+mbOn7spd9NowOqs4KyeWmpNJsNuRjLbW9ewqPn5snVgwJ2fNt/OZ+AAPzG1axJ49l4zlXT+ajS",
+	"/db51p2FwDtVozE0eqpOCB0ZSd9o5U7Mht+7tV7jcJXsyBvnW6ovjgygSxRpwArbilqjQi1xseFGCM9m",
+	"LVWc5pqPaVIruYLiN2y8xBuPrprSwyfH9T/xX9lOl8jK2lgqgdd9B1F1jLULZ6fXQCv21zuQi1uuNYpZ",
+	"3UzfdO2wipTrM6Hrrnia6HqSk2hdcp4qsySkPWih/VHmgxYZWwux+wqfjciglVI1HUmap8FTik/EHhck",
+	"kfKaM/OUU6nsQ5QvJmhDd2ZU8xAVUixnslCDFllMmSBCCrRj0SRhcw1ugBpKuwsrTTJuL791ycUbdu09",
+	"gMYWS+Vcikcq8k5nMHjKXNePKKmNITF9gA5EqFAL6Mk8eGL1cimIvc5r2/TW4PqG/c/nKZFj81HQOe8u",
+	"6Syrbc6avGoF8dNMYbDFf+5ZY9feeUqc95CgFRAtTivukExOSMYFq+9SZg2rApTp/A5tXA6gE0cR9cus",
+	"Gswupskfrq4uCD5gl5ul9SqJpvmE6bpzQTXh2gyOpURa6/+c6ukjRcq4LBefMlqS/dKTkjMjt3u3Bfp/",
+	"ZQ5n6wS8AyNrj9mBfYMqDIfXLqKn45As/EyCGzHBuKNgsxuZRj0jY0Lnq9LeRjZW8p+Hu/pIe06Vgr1Q",
+	"BF/vvMd16OZUtxQ23M3ciBW5yAoPrajF3vKmKy94GcmyTsBuED+DOLpam5RIZGr+3rL+rwo9L/SZe7qi",
+	"FG20o75liTVG2IPFtr1SWSp4KWV5Xn85w09DOR4rpndU9ZROZaGbmpOFDppbidWD713o05jnSpOcGZ2K",
+	"pQTfhVA1Qyl3FRcq4Y5BwCWumB+1X43Vwa6uRbCzteQIfCQIhgyCC+r1EDAjr1pTwfPO0qERi5vM1ILp",
+	"hcyvyTyXb5ekbbi7FBnE1YlOBEsJr4OXwYcRGk4Gvok+YW9potGXGZEvuqoYj/lbsuBZmtA8VYb72YuV",
+	"2YuUUEHkHOdA+uY6Je2UjWmRaXJ09BhumK96GGTmmE8Q83J43KtTlujbc3z48MnxOgviMzqpuYWeOoWH",
+	"wAPAyClJubrGLzBA0dxJf36hTogdJV4JVu14BJ4yAiFRNMPXaq8trmTWcJOfEmtAJkrnlWjIsBulqUhp",
+	"bjaIWXOb2RTNzXXU/v7siuzTOd+/Odi376hOn8STG65kHnfJqWWcOV5AOImwzS45hcbCbsswDjkeo+vh",
+	"qNcjLjbRedAEnXExIXoqFQOfhXkYBJpg4x4fRs1Cf4Mo4lyfPO2T073/InTvV9Lb+5p0yZDsRcQpLJau",
+	"SMa0ZjnGBU24XhnAeixwELv5y+nef9G9X3t7X78p/+wO9958URusac/N+tBBevX0jCGIsBwVby5RmmeZ",
+	"9e+pQJrqRO4oCukPZ8pueGIkxgkIqHhAJamcb3NWc1lMpkFIbARnNyKjnKeGugsFqv3aZOYZTdjMSsib",
+	"mP+Ff/AWmM2YZ6zBJkfToRnnMJdS19vfnJS0Vbp47R+sWi9W+L9gjvk7+kfHOC6spck+qTsoJOOGx+kp",
+	"m20XJEp7AxBvMwO3cZD3ZN755M7WtkzdMWTVCyA1Rv5cTnI6M3SWFyIimZTXLCXF3Ej/F6dXP3TJa7so",
+	"wCCNegDOQMO+RzS5nuSyEKmz6ivSroRnW84RB/G8RrgT4DPNaQLh4c4j4J4xRysvhKqwBjVlWUba8b9d",
+	"/nD2/HkcgfuUxPsjLvbVNO5AZHoMnGIIz8bA1IA3bAidjFpv9yZyz3y5p675fM9dWXvgYmQ5OgM3+NiY",
+	"uHk/w2E9bzzYOz4yhB6yQ2CGhktXGeKe4YRDf2+RQdHrPU5MP/AX28MveErmORvzt/jtKtc8uivXbGSa",
+	"c71cn8/rQmDwoGb5DLwInnuaBT6powhFaLagS0VS2UFPuSWPiNAa4oPLM+UQtUXJnM8ZRMtoJoz+Zj0/",
+	"tCRhR3cY02RatfKjoW2U5MhI6imZSJegkMlJ5EO4vCcLr85rNtegM8+Kt6TNg9hIWejMTMvc43gv2HCq",
+	"Tr3rJJeLux9xZ3DbaGzFEV+ZR2/raPE7ruZUJ9NTa5Op0RmV5jOj/g6BCGs2+tlT8vjx46/NUvx09RRJ",
+	"FMTHbElmPMs4xiUZYky4GY7NtDnsHR7v9Z7s9b6+6n3ZP3jcPzzsHhw+/q+KJB/afwICHQzSd0e3e4NB",
+	"Ohik9p8r/Kdf+Wcw6JpnH9/+Vy3pbosecMGVDT832SyoUnwiXIQPhs9SbbUXtH9RkbDO9lspGEB1tIFd",
+	"YHWL3mzY6ODWWrXjzuYZc4Ls1tAIP5Qxz2zU2Oo7zfryCgHJQttEJ+7OS/uod0T4uBpODMu1dWS7+7Ua",
+	"mvI37wpxbOm51kckxWTorA3NTQSsYMY0TammzVcMvtnQUtl1lXJDRcsoUs2c/78xo6me02Pz/IbV83u4",
+	"kadkL7FXkn8cb6B4/XLesedNh6IcUx3dn4Fs3WRDR0m7Xo69iyEacuWGqVyIHe0h+EIx/2AROuD6qyN6",
+	"yAqqdyAyqpoM0nmR2QQAu2aQmiVzsphCaPSOdk/rkLSZSW75g+WoLOV253dgS7mjhQ5/bOLfr1DhYGXz",
+	"j5SLIgRnBockDaNesPqwljUjzR0EfjQ338lHjipknQkC1c7qTHKWQB6Od4Yor2V6kSUigi2Y0miLbfvM",
+	"0BULzkYzZHD2aua5GkEWzObmTs7ZgAowvO52g6XoLgYcQ/lgOuEaFRQuSBstLx1PCIoE5hLwLTBnzu43",
+	"mXqsXaiWchr9pYFt4uFU/RuQyCxfWeHodlpa+mBymi53srNaR/OdSPi97QbrLeJvtUIHuO/EhAtmzVBJ",
+	"aTNMI5LKGTXy7E/n30Vk3hS6tupX8OuJmuZIyhW3u9JyPgeON6c29geDaA2vY0b8qpiON4U1nombi2p3",
+	"Z+LmW9/jmbh5bTs9EzeXvl/zmuv6TNw8c72fiZvv/AAa3OqlhcQZyAObecC1/AHewrIbYmHvFkwDwfMN",
+	"wjmbb4/bpWjGZ/Nto21yqfkH7sWwfs+OtWBmtWvj+PeqIlHnLj81gxxljChBr9kwoYqBvxyMTHM0Sqk+",
+	"KYIsh8jbo/+qjNK4YmOKBmIk0+VQSzmEFA8wlQzHshBpRGZMT2UKaTf2Ko5ImYljH6pJzYkGokxadU/A",
+	"TeWTGcMW3Ffs7ZznLPxCpJh8oId0ONfLCE0VwySTCnoB84egmWs8SCoYplyZtUrLrAbos5rVMMRreiAg",
+	"rWEYpDVExAnIic0bLb8Jxu6id8uvBmLKdRY+4z/LORPBK3TGhppCqIf51ZlYIoKesOGILSWuQjQQASWF",
+	"bYdfs7ccjN02Mm1oWU3kLs/K9AbCfWvXzjSqirkRK83aGIqYUbEcOrNS8JXzdUWQDVqZ+1ouZUlyc6qn",
+	"9o2A3Dx6BTQD7pdoIHxXOqdCjVmuynZmVPCxoV0CievBYsDncrvcOvjIBEOXNlYofG0OUcyrFJ0zMI6n",
+	"juhGhVpGEOECz4LYai6NcLRjmS9obhYGnrNYHBEp5pOcpmzoWEOwlvNilPFkaJ4Pl1jxiRhys+o+1xI6",
+	"umbC7zN+CgbuVgj5FiaRrMuFjuOs8haXQwXMhMl5tgt/g8ZsVEUtfwMv+oMY+XdWsH9r43/r3qaBLWbx",
+	"ndupjvjPNOdwbWBWLc0ZmIQwqIiKlEzpjbkJOeCaPPrTIyJkTl7+9DzY/8AmQt8OJcRUDEHNrFH84Fc0",
+	"7c5ZTpTOGZ2VpuuDY/KCf9uxtnSLnvHlQe+rr6w9fcO2bDaTzxUrUrlXWsvXbdMzlk+qYXPva0POCzGk",
+	"qiksg9eoRD9bA7u1j5eZxPB8hAmMRjfWRjvC2460zTWGmekZG2uIZyNtH3bg8rvq48LMitTI72evX2BU",
+	"Gbm4+kvkfSFvzeN7h0+OE5nJvNu6AwWbG0UWemjTaNf7/JFnkGJHFlOZlSnSk1wWc5uOCybMTIoJaV+e",
+	"f28GGeFKXJ5//+P58+fkkCiSUc3yTui675EZo0KRx70eUTAts2I2e5DYgfmIzLWFq5DjV8dHlY3v1W28",
+	"USS5mAxTnt/hdNaHz2xgni5Y6eFCp+5uCbt/sFXDdfPzdFlBOklkkSFaCTBVBMNAgUtMyIgLmi+79c4H",
+	"biTPpujSnNGMmGdsYOnB4Vf//hKtDtc8yzBK0Vy2NCMvzc9f4o82fR84fTk20BEa0rigjZrEb2wbzH62",
+	"xwAaICJ8TKhYdpsCvjbEjzXGgm1M7OEzlg6rr4Y/3yG/qinwq9yRuuAvT0lVMgxHFibxlAOqOyDPeMYa",
+	"zNIZF9fDpkDWU6KWM/PEI0XwmVramt0P+K4N3jvFdMHTfcX0xPyjeXK9NEolJWNZ5HqKYTj17HrmzDG7",
+	"KfDN2QG7pgCUnlBnhoHwlahleFvUsqvVilqAfVYT6llv7ICHfCqBhfzDyTVt53OutGU07xd3W9JGjUg4",
+	"r0UPhMBriyBo8feajdOVo7KS+C9zRux4MVpNCmZjrm04zYLlzN7jha4TRlYW1AJhbQrU/eH86vmpjete",
+	"X77U+o1r6QQ01Pt7b7e60F9gGz4w1iGObTUsuYE1zbfenvQb2X58VPnuRGrm4NSjbWkuvvGmxQj0rDXd",
+	"jvtgDxc3RDkEw1Bt5OZczuaatMu9RkEzgfxjQtU1hDBKUigGGAUyG4gwpi7ghrYtyB9u+wRhUG1tuvGJ",
+	"aYIqw3zblhIA/Y0ORDnOcCwnPl8BAyMcLVv8LJmTlIllpw41YYuYJBozZ+/jQHqPY4Sr1pBnvvHN5rO0",
+	"OcUb/DJS+vxuQ/SY2B01NNRwzTQcWT+ncp0rq9pMxZhUc0dzQcjf1tx3JXXCCUEKs/y4nYeheo4yT+wn",
+	"T5AY763ozBwHYqazGmFbpUVg1niVwi/gnBDL2iwJR4TNpxbHelIZYjAtHJwz4NhTO2F6Ncz4+MmTx8fb",
+	"7m4YTe3uMJrhtVld+tIBzN7S2TyDt67ryKg5lXo1d9+F5bg36sbz3JngLqw7fuXol7nL65SfyYRmPq2N",
+	"a7zphSI+sqrXhf8ioxPAnwcR6ffNBvf7B7WHZExnPFtWQDvmN0ba4vOb49qNd3EEdwERNYTPbjhbDIs8",
+	"q5/cT6+fW7TguZkS12gdGeVyoVge2cASuINsVEl/fx+/NCOqBECaQ29jH+0T2Lv17tnX8afXZ5dXpGxh",
+	"31+emLlmPaAaAdCMUl7xqNeuqdWTGmB9zWmUY7zAEGlNZilG2zOiZHLNNGm77Az0Ntu7H4diczVSsh4P",
+	"f1Q3GLDVro/lXCvilsWsvWAshfm5tM82IgtZWy98aLBAhY/Uyi5WNYXHyIzm14SJVJ1g4DuorvhbYwDg",
+	"5oPnokrs2fFE7Se/9SDWi2Rg395ZLKqe7O0pLNtkcejdHvEyfeTwyfG6gB/sRTFPAxGgYSdsBH3OEsZv",
+	"rHJvGvW0X6K6Is1NqSI5QzcLRNC+x05t15BfsBpNCvxsavO8EMpRaTlXxBq6yogMwW5Yvuu4Q6SITZsO",
+	"kMHP8dHGCO+rlazsfpmA3ZSR7fOx7e3pJGAbXcoxht6ygMYU3a0jf20ebHL6Y4qqXYf6ffKAFiue4Hkx",
+	"nLM8sV7+XYBouLoeaqlpVhrodwmPM68ViqV3eiuTNB3Sm8nwYMfRlS88uesbu74wYzOZL++xBPbFOy5C",
+	"XcyqVXjvFU+3KRqH8sVkuEUhSKYsuQaT9gbzcBCm/CCqD7jq7/ZGc+TaerT8jk2GtuCacE6uszsq5FwH",
+	"EAMN4EvMReCs872VyOX7RypviUzeHGNcl2uyjYjKONY6i09+V/K4l5VIlchctX6mjDchbpWKEwZRARIx",
+	"mPMxviJLmXKZBD4q8/Hh7lGZdqhXdhSNdsaqCHGPW74Spe0ixsrdXQkZC7p708yV6iU029PuQprjcb/b",
+	"4Cs/ow1rsQZr4LJOSnikljXs+KYNZao5cLyWZ6bVOEQ6AvmuVumrpZ33CuBr5kBC6ibYlRsXxkwhMMya",
+	"7WSOmTY7hH7cINxGA62teALXxlDo8d5XqLBQyPa1aAQYWlBiiP909Wzvq6gsVkNGVLHjo9C+Ak21ohb+",
+	"UrvmF2Fo70arUh2tUmJoPi0yix4/t3A3gfpK2j8WI5YLppl6BI5oLiadvqFaIVOmbEbXDcuXBMRAo7ea",
+	"X4aKZRAAhSly5fOQL64pF5h8S7TMmMOjtX+zLnll1D7qU9LxLR/IDDEEecEaUuCJptdMYbA1yxRb2NkK",
+	"KfYwOqTSUk12e5ecwniJmwW5ZksyK5QmI9MSTtV81/4F8yj336DYTsl3Ly+JKkY2Shh/BW3e1096TJIp",
+	"zWmiIf6Len3/YO/48Wqa5x4Zkm5pkjNryUTanP9uGAsMrDRHNE5yzapc2bhNETsrGfZBiEA7SA9t/7JX",
+	"Joh237zrRccHt8HvnW8639RGW8zo27C/AEUgQFgs6WZn1n7l36kq30EHpY9irccLKbN1hjbldUAbmA1u",
+	"Ky9pKa+hDImR5HeMkedpHYTSC2hCYbQ90dJQI4RadpsE/5FFcd9pfcwMsYu628/cO2zbXGdUA3w5BLvM",
+	"pcwcwJedPqB8mcntuA6NPuBN6oTzD9eEHsxZsssqXJrnbqPWguazWj7vdmLEzFn0wf310FNbQ+ZNb96f",
+	"DFtfdh0hifn1L7f1TQORNpmqVmFpty3CVtcdNtk0DEtJ627MRre+E1p2csLj002d3y84cxeiKo3aR9si",
+	"qe5GbY2YE9Bz00QvbR/vAxL08Jg7n6FwdoPC+RBpWx8doaX2sgSzer0H657uIe+l2O5euL+HwPay0uSb",
+	"jTO8H6/ROmsOJ/1BLjBU1MFPGlpdKusEiQgXZUWXAzLjwqbJP+6RlC6VVy8j8vi41yNtKshUFnk1OPnw",
+	"ydeH1UDg495udsDXjKZcWAfWOlZAWdW2jHJf8WpryrO7QcJintz2+D1fcdE8Xrdxq0xr14Zdol4wwze1",
+	"a2P49f1o4l4h/feI7l4LeUTcZNNQw5RKpnCX6cyL1ZEd1l+aK2b+yai5MOgBueDfVuj4oHf01ZMvj7fd",
+	"xtYMPtvU9jG5Wm38+Msvvzw82Nr6nNedY9cwlMl9pMgcEn3eVno4Ovj66HFvizBRewpLaaX+grfXy3Bm",
+	"VO+mErKINwaPEGrxTH3aMlQ3A/VUhMhafXvZGWU/7AN1AFch7/T581c/n303fHl29fOr1z9e2jLBpI32",
+	"AikwKceIIcTLBy5NQE1pbmHSzAOPlOupc4JWE8z4aFDeV65mQGibMGtycPkA7crYH6HhtGos3ZqEAxJP",
+	"bXJ900pSsYYYGNxkWzLOm/PF+1iBjYqK+QYNJ2ESOjjwfS8udT20O9Ujw++WeXzuGv4BG/Gfnwat+S//",
+	"/AKKnUAlq9okc1trcsxZlqqKZMbEWBqORNqGyUTEH25IyVYRsXwEguyWtrZxWUf6bpu85Rw5gKTqYToJ",
+	"QEl5hfDu1jlkg9fka726vCLdbncffgfDkPmUM1XMGLi2GyIxQrFyC822wbE8x2g6o8x0AjIujWgVKAMI",
+	"BAgti4EFsSk4BGVWVZeUxpQ5tc18CUxs8PrdVnUnWbgJd7B6EjEOlCrP917/9PLq/MXZJWxKdeAWc73B",
+	"KQ/KTH139pQzVaMkhWqMBWK5y04CSJo9kaXKRNqTP5s/bHnRPTWnCSPXZiczSL1VSScIPEK8BEPoZbEr",
+	"m0toVKJ//eN/kVQm1yxPneHS0QsiY0CDEaGkpBZi77enGXhPhF/fH7+6dGs8fPr89PLy7LJLzsCwC8Ym",
+	"h2ZbXRiuHCjnXSilUSkvGbXbt/BsrfKMqOFO9szPnfM1yvRXTHBO3jQLA/W2H6cS72z+caJFne+vWtyv",
+	"8WRUoTivhbn5R4Ve1amFXESE0WSKdLGY2txNuTDkM2GAzN72QUdMkFJ6KLe00yWvxFoZYoyEXTIdPEmk",
+	"SEBLN4+VMP+U5MynQe20REGRw8bVqqee+g20eHx1AZ9yXhsDdlXGaWWMoptpbKbmrSMOMBMDs+q57+bQ",
+	"jXtAkjYkGJ8FYP+1kJ+wefVYn/W1F+4Rz9EM3HnnOI/mBL1LppHKQmBIRJMHWCyqXMpcG/P2zKK4ZL1O",
+	"d6MdvNrTT4L/rWCEzpypIKsgZgI1WCpoSOyoh/X62ZzCIKdCkUyq+ia2BFx8sKgKe1zK3Ju7Ql5GrRvO",
+	"FrUX7s9TSRbgyFBYjhNzOqESA/mZjS4xBBdYly2OgUoLlrVwnj7DoowUncssY/nuURh2mH+G4W1lKsEG",
+	"VPIVV3LVbIyFO572aG9NXbBjcVXlakw5OcIHrecTZinLXaCKkGDOMhcBmzekmt4R2ataNbOGEwVxNru0",
+	"4wrm1QYEqFbZXuTnvGHBfoQD3hiO0nhc2L0wRQ07GSoUPLZkILCVwJti4230O0tEc5xtZyJxl+qOh2jj",
+	"WqzF1IS1s1arhkQtZPFGwjOq8G7qc9mTa9gBivv27RdnrpsqvZUbB52Wg79ayYMNLmBb7jvDwPgSSvlu",
+	"Yz6vNGi//KFs137zbdB8OTrL6tblVhul7EZdclMIF0PhpzYyBnn7TsmY5aM2ormWBvhEnN8T1x0CtjcV",
+	"c5K+eHbFZeStpY2I5Ws5TtBT0/jpPb2iTRgAp05owTpi5y+vIuKRLf71j39C9iNadlfANsgXZRjIv++9",
+	"eXcQHRzfkh1gJexQameoU37PDXKhquuIElTToY2/WhfznHaJD0RkTtMUtUsv54yWegWduv1NP5j7/pt3",
+	"R7edL9a+PLz905/+Xv3q8e2fGsJlmBzX1diVilkMdMQfWeSQGtuQlb2+nmUxxpqqd8m0PsZ6XgwTmTfV",
+	"SQWj3F1C19HeUJ95iha/u7QmVT03WJv7FVXXdwxyN0QACGJcP2D0+QYI23tExmyOQ6k7VBui2TcHpY+5",
+	"4Gp6x/k2LO1DVGRtXK35lCq2yVd5L81lexooa44xXbMAW8y2u/m3gcl56N+1ApFenK+yDZsTFUGMFmqr",
+	"mFDfxiyjaTGjoqkWYllYer0qfZH7wuQNm6z00I3rTlSzitq1CyrItjrQO5ZvrnS9WsXZlnb2y1K31ZsU",
+	"cK4JBl73bepzCWloS+CbP8XwV5bLoTmOkUODwt0b+k9K0wkXkyE2F5Xhav4bxZKc6WEhcqZkBvCAvvzo",
+	"0MIVOQTBDAoMJVQkLMsQCTGEq9zBSlBTkdPiJfE0KOhjdILN9ov3si5URzHHsFq/WMEqwSfw/oPhGz+7",
+	"ZKPgb5aemBPj1hT/Hc5LxEW/Zs2QwcNkSsXkfVIrQuXfl0T26n+YVrHWoeeG1asn4CRvGi7L5hohTSzx",
+	"Dmgp7sFNMX9mEDspq7XDuEMIsZEMtmmT2GTTMC+L0YzvHDS0YkS1tVMkVr5ymKHDJZ1lYIpy31hVImzw",
+	"AHSJlW9WrBP27bvnbYUD2VXIcmrRStDIfQSlSurvXYSN6vJqeT2EZTw4JlP2FkPq1YPn/j5wNm544l3V",
+	"2M1WPWgL47ZTGzDyatzq/7LDCFq30bvd9Vu8VyKipnJhHXPcRpKgd2Z7Qk6TTvvGzeP5VvFwY0HALSij",
+	"pzbZQyVyHth2D47xe3VCrtkSS6Dd0Kxgihx0u5jHEYdFBePIJmbM6HIgAJrUHOLYpo/EnS75kc01esF8",
+	"pvqJDXQwEhhaokPobYQGhs4Hwlv9bdJHappfMo3wQau84LiJKuqZKAzmLokWSClb2CQ22kig91Pm7wsD",
+	"QNq2xvW40EXOOidBnbroN4QGKMkppKUtZTBPgARiw8/+9Y9/xneqiumKu22rh/lwEALNFLBi/0NTnS+G",
+	"DRjNNJ1xERTAqjUHBpk/d7tw7Ys2Eg1ywmzyGnfJLgrL0ZW2vLO/FTTD8l424qdjnkb4FGQCeFVrWwmU",
+	"avMlgDZC0yACU40MBemQnAE6tmkHs9uExJ+xyOJqSLrPK+xs7grg0NChDl+UKKFmlFxZNGUtZZe8lISN",
+	"xyzRZXN+uNgE/ryeV4bfhxv5Ul7aAKFW1LrI2Zjlla9eyjPYTrajEbrc30oz5dc1fYTv+N7A5rRcK4u1",
+	"kuTW/qVMcbN/ffGLz2prDwbdjQ90vtjvfPMQiXL+GARLC9TXilpIMHdeP/d68I1t6DZqAcV98ATAOmGx",
+	"Jtpi3VuwWZnmQdgJS0l7JU6krOXoa7+APousFKDofRTsjCZTLhj+FEQmucivznoMi4Xfimf0mtlQqLje",
+	"J7+r+a6MRbITX2ejoHknRc718hJgsewNiZzyqlluw/uR8sUEI0wIV6pgKaHal50gWHICacTMBIG3Wv3W",
+	"iNE8rDo81XoeUqvvd8sbZvjc2p9XfMuO1QI01+nFOd6PEyY0T/Zmk5mOSRu1budYtLU2Za7Jv5PDTncg",
+	"zoBnAR5qIVKWk9hmEMWWVVdQd3CIuDAD0Y7dlr+6OHt9evXq9fDq1Y9nL2NgqPAiRBwLuDxSwoWWJEY4",
+	"sZRqSlKeWzQx18MeNB13ooGwTXiEnwDfMpHymjPSjiH+06U8KT4RXMRWZrEI1ObBCAKb4E4YCOD+qO4r",
+	"W3gSUpoTOWMYMyTLgsroW7OlzmXOJ1wo0o5fwV+xWb+rcIiEa8WyMXERX0Aq8X7cHYiBeAkhfijurQ4d",
+	"v407JKF5DjnfMmN9EuNVH0ckdgtk/obLPo4GInZkGJ/UoCNB1VfhHu+SU5t1jz/aoGiZMQyClIDnbwQ7",
+	"s0auLbPaEDJ+1HtMYl+uIsaL3YESYkg1GKxMe46F+CY6J4QORM5uoJoCgLdDNRg7lKPegVkoKRJmKNLw",
+	"G4xrt8Vu/+Py1UsSvxugIX7Q6pNBq9vtDloRGUB1CvyqLJwzxC9vceGDCDGAz1H2onZiAp1QLpRGppbK",
+	"pICg8REbSzMEsdRTI2KyTEFm+98Kli8Hwtcdqc60jLtLWZKZOZTh1rYS9FrlEijVbJQX/w1qUjDtkUy5",
+	"reswZVlqywrwnFjhkkCgQTuDe0hFJAfCjoi9jBRUlylm6oTUlqHuGLJwHS09JYBmZjNswfqIvfnZDYSb",
+	"XjuukyP7BOTIGJyfsSiyLHaYm5gAHSbmx65UZ2yrmnANMJOOk7nEyBkVdIKABacX5wF+ZL/V6x50e5a7",
+	"CjrnrX7rcbfXfYxexykwfHfWoFn4phY+/BLB20ZLwtOyxHIMEapxZEkH2jhx2GKGv0CERwBwYF+AjaQD",
+	"EQcGuBjly5khr7EEZNEwJiR2TznMMx9BcoL9WgnWMCzgkhNJRkwvGBPwlCIzeWOkdBvvjzyfJrlUyg10",
+	"ZC5ymjtYXU++52mrD4h/pxMb71PSJFhGuFkiOALO2tLH4F139dE7J2HVJ+T41XKsGDAYZaF8XEzdUKyF",
+	"c2Us1VCCVXniDeR7AiwtUMVhr4dZaEI7TJH5POMJLND+X61wVXawMaxq4uqiwT1eg0g+QROGCqnOEPIR",
+	"jqKucT/a/W9pGuBZHfUOtr/yU1A/DF96vP0lo4E+c7wfBSoXVtZCSoHQZl/0xApFS9Iuy4aZuzZjESrn",
+	"yn8PZ8jaHCY5TQBumsu004V+qod2/53zPt8G57dKvd8zJN512q2bY/kI7tX5d60PTxAbieF3v/vmraPt",
+	"b72U+hlEON3ebtzIfVesBZOild7oG4NalGTEQBAD9huPJntxl4T+M1tdXgWEVg0DHoi2YoyA+PQUX4pR",
+	"W7Hx79b6UEn1c9LzNWNz5VxgyP1R3jESjvXFOXkDotaRsRshw4rYHmyapyhxhqHeGKXuTRC22h7JmZuJ",
+	"YRYk/v7syoiC3509P7s6iyMX4yJSG46EFj3stkvOzYwQfMl0CBIeehYVlnJqY1k6SFzRXBRsbWBGrAYc",
+	"F6Mb0jzjLHezBMGEq4GYGNG5HWNhkCE2Gbu4xzlVOlwugu5booyIF3ukUxRJ3FZSUS4AAr1qN4i1xU6o",
+	"MOKENrrliCbXpA2arpPmuTJiwyNrKIa66RnlM+S6iLvtmNGhTSZXHVggjh5eM55MTiYsBZUXpMIKMQyE",
+	"FCUUciFyRpMpFOcK4fRxtHUXL0Q8PvWxye/DvoAtfCsxpftBOFdY7O22qoXrvGC3a0zz8MG6tktyiYG6",
+	"NczzEqCnZUmufzwmal74evsLT22BRHjhYIdxXUn5nOYTSAU4Ovx6pxdeULF87QpW3EatJ7jXWxf6e6rZ",
+	"wrpASgECqJ7QknsHZ8g5H2z8zQm4fxx3BwWfZhnLt8gK+4bP73S9lMed8HHQAZkYxYcu6NLphVwDNnd3",
+	"IGxFPCzoSeLVEnpxWCbPKJgYNg/cJOB6aDPQoLCeBheXE39xPbx2ySwPtePedD8hv+P+BigZsJkbziyo",
+	"GYJo5mVzXCEzxdsReTDXcOEORLBsGBBTaRpNioo86R1auxQUjY2jANCcQ9XsLFsSrvrhhZeYCxJ6Lj1Q",
+	"iPfu8OBTXqYSlZfBv/7xvwjFdHq7HrCfAwHSgqsyh0UD8Q28mkdLn2ZPVDFnuatiLqG6ecqxShiYicyw",
+	"sEEruQb7hUJsaRr77vzy6auXL8+eXg2/f3361NzVT9z1Yjp1zpEuOR0IS21wx5Ukt4oyzu33U4rKudsF",
+	"S7k+68rKOnYHKzJSjRzF3u7FfUidf8sSkhSaqKmRROB2tOvrbtKBsHcuAvDDqB+poF4+WbjjS7gOblGj",
+	"4CppjrgqxTFHV4ZKSxWiervX3Zdnpfj26V+XvQfuGioLNigajmByKkjbSHXsBmr4q7KaHlhuVorjkXYM",
+	"FrjYcKrO5zv2Pnfs+92VrwvRcFOaz4aFg9XI7CRK19tuxgByIGN1EYFHva9JXFPH2dnz/E8WBNUWRnM8",
+	"O85ZUuSK37AYLJADEYclo7GVeD/ukldgrGLW+Is1PjOsF1d39qEWP3uGhezuefSjrY+a9i+onsKzdQYn",
+	"P72KzcnydO9NX8s0WDcx1KRW4BR/h+agj33GfhOxFFefUChqHhHqqkqiVgmoe1BcEqubCRsj4I/DCaG2",
+	"Cq7OGcPD4YnlT+YKgH2tNUHHeDTMNW8LFoIUkrOMQq64vSLLoxfaD3ztW2TZXJC2UaIr1XjANgBYFh2U",
+	"Ctw1TFM4e6a9QtkrwTeYG+ajusTCOQ3EQS/q9Xr+zNOc2ZIrpB1KtqDgg7W7Uhix0x2Io94Riat15uMI",
+	"fU1rxebhh8CFAYtkvvt6IKx0aRrxlsW4ybb9DHjeR+EaH9KUGBbUbLjnHf/8zEF+Cw5yWp7QR8qdkopr",
+	"3Hy3xCJXyGUcj5G5dd4ImbKd7vB9midTWxOi3q8FGihLT0BmwIcDKb9dqhcguhsFw+k+k5wtwHw3EF6t",
+	"eXb+/Gz44vQ/h9/+5ersMu4gtwIvho0TJAAngVVxXW6A4Zl1x/I1o+mpncDv8GC+3dM0r57MMrkRylfX",
+	"xO/Unkgz/8+n8Tc+jXglU7jBSTtnkyKjOZxAgEzDp+Cs2vNojeRUEfiEqk9t4U0Mp8FzzRXGG7B0LZiA",
+	"K0hE1Uygxg3Poxre7cYoUQyEL1eM4Foe2GoBatmIuTa8edkLKUZeSdkNTzBaMyLPzp+9IjIfiCnNU5iF",
+	"jUpQQb1+xxVgIHV3LZbbX51CdyAu3TpZe4hryYgENgrfr16XHB08tre+lnKYGTEqLmMu7bsD0S6E2eKc",
+	"KcVSYDDSsJUmFlTHV37OuWYfn7HsYk54GJ5y6gRPCN/AgB/8wm1BO9gw9lZDxYUUKXi7CnLmXvjMtHZR",
+	"9A0Z/PYGdbtp4NPKSXvyK58TalPTOtYFGSjuDmsUIjpTRviY2FzH3QSPgL4b6vHrnAo1ZvkWcaMDFnVn",
+	"/YNZgqdxCR7PEnxoIBRjiozZguUEbOyIAvgUB7KH4R7dGg62arM4MaxoINZ4EfCZSvyfjWgJ7LqrAlCT",
+	"WPPxTBR3k2lkopneQ7/Eg4g2sBOf+cSnwydOSSj6PFK4g5H1VRktvnqiHICrfVrxX1l5a0Ol3RGbQF58",
+	"k3TkyYRMJNHScCg2m8uc5haFc8QUT5nvJSI5Q2RMiQbqwHFEs8xmkNE85zcs7XtIvbwAINpinkmakoxR",
+	"5y2UWQrtAhKokIJ1uiSeyZSBsUUmmmYDERQUH3GtSNshJfeOj446DdLL/SSTj2q+3OHZFzJldxBhHpSF",
+	"NEsyiGu7k7zys5VIP3OhT4YLwUGwBpAy6MgQQcmJTsic5uD/LpUz0C2MwLJNSvHVqWulE8OSrp5eVKpI",
+	"g7QsgBNx7YDabdXsiJxf3ByBJnR+cXPciaqezAysJL4EtJ6yWeibz6T04eeHBMO8lZd6UAszY/C+cZeo",
+	"0AbPOH5ywQQQw4Wh9zEMH0KnfIG14wix5OSCKR1Z7TI0yzJdBiIPBE69S2LrXo8du9+lEHtz9XXw6Trk",
+	"Wp+QZ/OAqEArV6FAyLLtG6ZcFruEcSxWKnJPpMZYATPqaOdq3A5Lw+KwhP7qtqvtDYFsNuFvygQqvYgd",
+	"FcRhlIGFnS55Zj0AFRM7Pgj+cZ7atVw1w5ul7UQkxoImsf8LMW4weDy2xeeHRW6+gUXGqgMDEYcVf8Kc",
+	"6P13pmlL+/GJBZwN48GRBiHUkJuV5zdUMwwVMcsm5ErHbfsJyq4l00oG9uYo8gtby/x3GI27Xtt+gyEd",
+	"+QKsaERGuHYRHkKso28/WEbxB4zjDdl2E98MfNKPfIogpPyUBGNUsyMS+GzQ8bONkYe4l7Wh357kLt2T",
+	"v0uqC1FFG+jNTfXTSgUIR25uDMNxYftWqzKzEAW7jPSzIjmoD42Rei4H0NbsIJRcXP0FMh8Tman4//zv",
+	"OJcLFZdi+1e9//O/D486JyQ2MmjsAq4UVI70QJzdgTitR+QuwdFj6wr1V2MVnnsgTonDEHVvP1JB0Vua",
+	"KWkkGYXWUMSzsrf5nqEhzJAEacJigJExY2ZsT2XKVL9q0jBvmDtjNaeLtEc0JWaykb28c+fE7ZyYo1fx",
+	"l+LZM99/TWrdqBGJHXCVaW0IpTZj0qYVnG24j6pXL9iq4Yo7QaXJCHWB0nRSExhoP2GYUd21gngtDtH2",
+	"9xb1VRndncK/Dh6avdTGSduQujAb+HMY16cXKu3PXHnZNoVGR6SM/MWQUuAxISh/JlctvXwx2fcJJ2Hg",
+	"9Kp50z5yev7z960PmABg2m+O/vfD+F2GOqxR85Nd3gqQHlZDAN1swYBWYhMADr+65vO5U83M5SbHYwgL",
+	"rNngEka9MY+uXPYPmRK3cXOvsIKNLtQJGv/isrROTNoQYNcp9UPIK7Wp2Fju5NMSoQBe3cf8B8gT5by6",
+	"5CWEV9jSZIpQh5td2eIi5c0+mVc++ASTE6hme2BcMLQDsfvti1eXVxG5+Mn87/Tq6Q8RwVyzMsa/mE9y",
+	"mjKbK8cGArTJscwXNE8hp10tsNhM7lLg8WXTZ4mZoPhE7HEREVUkRv0fFxlAZkvdHwjY2HZMddyJyGIq",
+	"zd+JhUHIZQYiA3qFYoj8LxmfUcFRE4M3qSbt2FN4HK2AHJynRj6EgL4Y7SZzqqePFAly8v8qucBssXi/",
+	"hLiw7m1I/oNCbRhab2aA2v1ULmy2CATGITFbZ3qcgPFZjsF+YIQeu2qdMqkwtoLKkKcx9Pife5ZM987T",
+	"0lNmJE+j3dvN8Z6rTE5IZnQwgJboklMIBjRbj1E6U5mlnoYgzhHQ6iAGwUMkGMmtS57xzCxEv4z4w8fG",
+	"muUDESsuEhaT9utnT8njx4+/7kQISGL3y/xtV7jr0+NDYfwAarQ6aLler9c5WU2cB1MFK6sgQVThjC5t",
+	"Hj0GM5oZc0ViOAJdw4yy2AUmpFTTgUh5HpFcaohLgLzEwyfH5AX/1gzDvnfg3mzrhXQgJqDZXLO57pwQ",
+	"aqs34IVKB6J8hsBS+FQfl2LjrZtWG8JtMM2d2OAOHDxuzITesIGQqDpUBH+7Gl3ypPeYxErLnA2DglTx",
+	"mrkMU4KEJDC1gTA3fpPJBvjGTnn/MMlK3PNuQK31rQGZNGbuH361c0NIY00tPTk43LmlTwbYoHZSHzSN",
+	"3VDJJgMGzuWPLotB6LRZCnNsq0YOjwkChQjNUajez9aw33hDn9FkSmILSxxjBaFHCvgXMLd3g9Y1F6ka",
+	"tPrkl263++YWsDVVMVJMl0BQCmGCAmNtoM/D39bXCX9Puc7MvwCoWWrjM6ZznsAXaFCGUtrO+LFmG7VV",
+	"FnPzI9qzyYzm150+OonBfI2We2Vz79orHfVR1JsymusRoxodJfZX6xNJI2BozgIDtypEuOEFkTCIGqHk",
+	"hrOF9UaAO5hi8L5cCGID4J/iVgwERKtJmjGVmKs6rGAF6w+CSww2ohuaDWdmRZyV6fBJr2N7HBW5eWs8",
+	"EMEEEgnTtRW18rJRvLPQMAZfmH1gWSbjyDp30FRvdhs7GAhbhAsMLO2cdTzIAc7RvoJhX4CqZDPqwQXF",
+	"sed8SQ6eEIV3w0AA0v08l2/NvQ4XVZJJ5b08YKOq9WOb+dgV3O3aCNavPmnm8EkvqnLakNU+qasLvZ3X",
+	"afZW78P61jqsd4pwQSLA10HfzqjZ1DJj1u5LmbkpwzAiRFr9xPQRGPkeJNif2SpmWE0as4+zDP1nDpPI",
+	"HU3M3rphcPzUCuuzCSX77+xfDs+lzEGr0tiPPMvum+dp36u36X9EiAIzB6LAUBNgX6DYCjk3hSpo9tkY",
+	"9942Mlho6vPfXa4kOGLRwe7c2JNcFvNOcxrWK2+4z5kuoLKol+An/IYJiGUiFjnlZF3gdqXcBqIGFUCO",
+	"seArshOrDlaRU/bNZ5bn7vNAKMgGd552PyyQChBmpTsQLgTgCDSaAH3A/OlW8KQG6cW3h/2hSwT/Ri0J",
+	"cUEx0RQzNAVbWONil5wLEiNdIx6NLPQ+ToDQnDmnOjjaS58I99WbdaHMZeyyzXzWMYRROPgUBHHBqxrh",
+	"1J17xo5iIFadCmU+/ApagUtP97760n3hwQcwy9/hXwN21QoOANkAA3BC1mGG+ojFwARCQPiEa3DtW2zA",
+	"EAEHcRp94v+M5SxbViC0BsIn7sWW7OMuRMPmMiPtFYygyAIERYYU+K+sg7EdsCC2z4FoQm4ADGSEqHC1",
+	"jQJEASuEOUwhuAOw/jZNTWt2pQB8TvUH4qDngRAwwMIuTORR9HwxRCMFrHWpbHCGHggX8wIkj4oVzx2Z",
+	"aTlhEPrQpmttkEQWCKmHyvYcgSbAKtLpkgvTOcUhB6r7HlpzJhIFtxOYIkpbQGqiXMKj3hESGmyycyEO",
+	"LQKmBdK0bCNnDnOxZB0g//Q8YiZP1QkMAkRIV0CgbLd06dVGZXzP9APcpA36suVehp/UmwVcLSIvzPXq",
+	"9eaGxg0rfP/GVyIGKdekmGNOLTAGMfHIi45GtITzWuF3pA2PzmWWlfT62OxVp0mJN2xzVer1cu7jFTn3",
+	"fmLuB5RgAuCIP6KY8t6eOQyfctQBTNXdX+WybROD95Epb/K5md8fShp+eA84ju9Oru+aOF5sBeRlZJBe",
+	"ZmNakcvz738+f/n0h88QJB8JgmQ72ZbVUevJFiuv/n7JtloZ9r5ki60g2VoneykdVdSOz5T7u6FcIxQ3",
+	"g8NBeLpa300rS1vBX+YO13OBzwN6uc25M9L8Ye+IzBgVCv2OmAQTPlSGZQQIXcLcJH8rWIFXy8Kothh+",
+	"G/DEgeACBwDo1KKEevYhHBXwU9IuBISohXwVYtBlDkY/plBFQUhREHA7JeKl9+qaKZV4dmaSMHdrCEIs",
+	"zhHD4aeAQuZw0MM0YhhZJR/66PBrUIS5GI4KtYyDsG4fgE4tCjkYlBcWS5xmUJ7Q9ljab0s92OtURuhz",
+	"mNml/G2E9jTsyMj1Ol9a7SR+bT7snY4tZjt43+oi5soRWzC7R5j6DMtldNY2NguKKfcQe50Ig/Bw7rAT",
+	"qdVecSsWVA0Efk/aoyWJmRyjI9qC17kAekBd95qGUVWac5C83Jdy8XtkzGFB6/vy5dPdDtkJSVnGb4C6",
+	"3Zn6zKg/WHgcbO23hVrei7Xv6LyDTqoevPBOCD1jG+PKz8IH73pMLuiEPQdn8g6JeObhp+ju/aAKXzCj",
+	"Jk9uOOlPy28RjjwE8sYU97bh81jMCB2QyOA9zGUHEjyM1r4lGL0u5QdUFL32I0Ri21wxjncgJeOcqamN",
+	"uOkOBAQHsRgdSGHlXfKv/+//JyMpsQh1Xgh1Elzo9jq0sPvAvpZMd+AlrNgLdSKwFK9D+8QI6/qqIBhB",
+	"bkZ8QigRTC9kfg0GQ4hwUhHhSmZAdAOhOZbcm2c0weoctnKx5jNWItZCxamIKLqEgn1wZ9tv7YXlCqPY",
+	"V11MerCMQwZVuKzRzKKiBEkEtmTcQOBPXAEYuOic4F1tG67EyjTHmJ9Viv9+uGjxoJ/fCF87nGkNF7gI",
+	"CPGTuA5/d2rIewea+C1YyTNccWGceMhlW04J6ndD0WrwloC7RXlTFfizV5yzNVmEm1yziJJYPSp3uxuD",
+	"d1/SGWt94tiYn4K/9L3J8TumdC6Xq8RoacpFnnBNjLoX3FRQwg2iSzm4DyfSZ+s3xaB/YNLqfSwmuiIt",
+	"/MGzQzG+3M8Wk1CQ8eQMhB7nTAeoYisrgEw0KRNEw5u/KU20NuuZFmqDCf3C/PxHoSuYzGc++NvwwWc5",
+	"Y7+y9dx/a4cxgvI1Yy4hh+dkxmYyX4IEbyheWe9+Qud0xDOuOVNGQiZAwZ0dKP0ztsVnbIsPiW0xEAMB",
+	"ociQ2wNIzospBlOg4dJhV6BOjaGQC2i7imUBoTADEV/8dEX+9Y9/IuXuvzP/3O7bNjDpxUyigj2Be21p",
+	"FM3Lcs4ElNUyuvtAjHK5UCzvu+KyWFIXS8v29/fxS9MVfrWHX5jNxy+69gnslKRyRrmwr+NPYF01SwC2",
+	"BJcWA2FCWtoatnE0EFjeeKr1vL+//+Tgy8d7KbvpZjKh2VQq3f/q4PBw3wV9wCiRFMtGH6kIG1AWVerq",
+	"+eUJeg1wXLDqDmnq4vXZn8/Pfh5+9+rF6fnLIB459n3GkeUyeJzsWkGBAJndsIHQ0pzdeaXWyncvL08A",
+	"BKS/ung+uyRYB8TosoBa37oOzOnME6rYQEBVFejfY/m5xYafXC31UJrE4boB5WxCc4jEMC2e4JkcCL2Q",
+	"9sGx9NVRsbgaNMw1CQNxIPtMQr12+yhUPh7LfNYdiAsHcQLRZZXCyVBiGdkIy8mo0PAMFM0NyqKQ04tz",
+	"YIlLDH6VhTacdiCgqDLUvVmbuwtiypQktrKZH5N50T7rOL49Mf/6xz9jl0BSGZutVQyTb4/Bo8ODmqHo",
+	"limqe4KQ0PM5PoNArsBSPQAtFFEl7XifKsW0gu47ZJQzeg2MNGeRaRT5FjRshg+V3NxcE5pjzphYkhnT",
+	"U5lG5Gc2ugQea28L4P3Afe3mADwN3FaRLeCzWhLaN48loWVO4lMrrYC01SffYs1qpONqhWRH0W0wEw2E",
+	"HI8dVC/GQyJ527RprAXkgSpCv5SD0QE+ZgGBUPWmM1tyekFtmBnJ6QKuZVcTSijNaBphrOD3ZzX80eZU",
+	"xgPRdvW9E51Bt3vut0YQnkCAvB8Uz0cVdz9D8jw4JI8V96pS6vuqWDXkuVEOtcQ+YlMuUtJIxRHJ+DUj",
+	"8XUxYms/dsklE+lAxE+9bNMnP2EWsgXLsp/6xBWPrjSAF+oPV1cX+wfdA9L2HMWxBXMZYhqsk2QTmmWd",
+	"Smw3puqgBIKuRC9orbOtNdQvDER3khbNFKJa+hvY5xU7eYdru5WKSBF5aFpXJs1w6765qa2V3sN+M5ay",
+	"tOMOgL0D44PeAblccJ2AheYil1oCbA6sni8NmrPVmTnurS2NYQDDSOopWdCliqzkxziIhjBzDCXokjOR",
+	"2tqY7JGyMQLwQJtCU1Oajffg4QAAOHjM8v+yqjx0saDLgUDkHgiW9iOFRCY/MB/KWa4W5Gcbxs1R+EKH",
+	"elDFtWzMgmXIqjUDrn6ICGYpaYNnQUs5nFGxHFpKU7EVnbGcEQaLlxeLzZwHMvuPy1cv+5sO46YSJyhI",
+	"1nmhbG31oP4y1nJAX5Fg4CGKbLS8IVho2TONuMQNxwgVhbIL1SF1YxDEQNTM31VxMS3buA87WnjfFZof",
+	"MQxoAX3SKEN0afUnKZi5kKvJ7Ea0AbNRWOGvE5Gjw2OjV8GqDp3jJMYDbqRH04heSMjIS1kO3rPyUGxm",
+	"GrUX6zP80VxS73+f7uATlrl+WcxGrMYnfIC300ok2voZJ+1avhltnX9/9VgQIRcVjmCTPWsYg1m7j3/p",
+	"PozhzZzdOukjpOk+2UzSZdlf66AZu9u+X8WqyGXGXBPdj1WH4/jDL9bqoexXJOuMJteK3Ps+77ailj3R",
+	"ZoD24fXTUPdyJQp/Lf2zNCd+BFqqcN4+2YHxrsYXdANj5ocd8Bqn76+OxSGKKGKec3gwEAVf3qtgWDT0",
+	"3l0RYu0e4m1QFa3oquZUL26trMtdBFnU3zaVQ3zNZvKmyvWCFPcTCIoEVd4ZOacUDSO2+mrFyAnK90BY",
+	"A+dmibzmDnpBr5m5GC4QvPW3vodq/bRXoXaM4/xjJo+8lx/B7GRJyh6MF7ERsOQxWjmMVK8cYtIGoP0X",
+	"NL9WQYtIoiijx1pnQ8USKVIVozRl7nOPl/n4uNcLM5pISpfKiIo5m2c0wRhgKMzBIZ4qv+6TcIw/vX5u",
+	"zfcwWCFLhKfSSANqFg4INA5rpDYHPPbaWi4LowRonmW2sVBXwzZsAUOYpnkGrmBkpgOxZLpLcC0sNB7g",
+	"G9lcOyyQaK6ZiSReFaxEV9hDzBVBhpCelNmGx0cQU1zR7SBgybNIawAv/RcViHtNry0jsSvfHYgGHkF2",
+	"YRFQX9VWOIHl8NbHg273+MmTx08QmUPrjEjMUMpNTxtZCzLE34KzPHy4FU7GdBTEWX3IQsxlh40wORXD",
+	"oTugFcfJZ9fu/UK03oshP2eGMSzBrTa37jl33QdszqmXhsGhpS2yBxBsw9ulj5ypYrY526+Y/WFiFV5b",
+	"TAa42DBn2idBBHYLxX6PFTz+RwQ0AN1j9EFaudmg9q/Ztu00DdfqhkxA8/MfhaJhMp9KWOwfj1w9HrJG",
+	"oMU7aX7mpU1kKud/HCrFFL3PRPrbEKmcr0bKtgEeZlxkzlsp8wS8NS5cjCN8CvDSKilPuc42Zir9cH71",
+	"/I+RoWRmsskFDKKZ1RQ+sfykV2bo02JGjWK8p6dsL5Ny7idTxZJcJ4D9d+b/DjBiLkXanMHstc5Ys7cY",
+	"ckadR5BoKUmbkhFEs7BFxgVDEXbQugD349nLq7PXg5Yv1g/9rtWN8N+aLYlJ26XiumRh631SxFXWM7SN",
+	"IJRYbwiSVDENqN7PFWTMlu48lzi7XkkCEp4qxSRO1hOL2yEKfplERVMLJT4vtEsqHgibVTyGiWxKDD5p",
+	"guWtrxAKu1d/ZgFDZk71tISQsdveWk0P2oSbO+PCf26AiX14ZdvM6LU9CrvlMz0s3zi1lFfHO352ZbMr",
+	"dRDQye8IlCsPIefk3s+X5yecB9x8PyOlEEoM2TgOfOK45b87thhgFKwQjkODqLJpVOsb42EwQzGXGYtI",
+	"RkcsIyqRc5uX9XbODbMbV12ESc5SJjSnmeoTaoMuwQj6SJ0MROwMowjPG9N0xkUMKLnYYMcHQ1RNqCf+",
+	"+yCwbiAcY0SjLQbhotmWa7KgaIbGTHkwnrZj/zqg25cjsM0PRK3pNqgEAClqtsQrdbG2zjGaypMKVgMT",
+	"IDXZmDrzlBRB0I6NGM2YUg1AaC/Yhyxr8YI1gmjBhn5EhlKttzmVAVkZqrZJAGYJV1IOHDb0RnnzBW8q",
+	"trZacyJbOvZqcR+5TQpqAkyDHyuO2o0rjm0DFBdCvX2KQq+dxSa51y3ipyXyOjoxxzRnicxTiDEiNE+m",
+	"/Aa0n2ah1015/539y2EGN+UN2t52EqrKJneVqw6fHO8kV31YGtlCH0YMV9LiHGDNbLfUn32wa0ggcymz",
+	"zYzuAp74kP4iKbOmcw+df1oH/meazwgsawinsbrkOyeZmxW4u11DyuxzWvlq2qLMJ2DoX7gdArEztVnd",
+	"HDHtqRH1LB7tSaXeL6JquPxdc4UvN+ZwP/jOPeyRa3bOyux/QJ52SQQeTGJl923YgXmmmiTQEH1ytQqE",
+	"Hiv+K4urNCTHJFZzlsRGHnDQLHGJeuOQaiBx1ka7qzKeGVMFU6M+5WzMswz9r77wHVZ1BcRntiiLsHSw",
+	"xHUZylICLlMNCDlE5iSTmMvEc5ePfkrii1eX9cW2Y8yvG4gwj91MDQLF2Vua6AwSLk2jEPRBbZg6dt6v",
+	"BCODuSkmhUhdoL9VSVlqlcYQEbwNqW5QaYzwYHnMiLF13AkFQexW5oclgJgWOPDlSkOGmNU2K7kir1nK",
+	"xlz4xFgzOVxDq385PoGJikBNvhilh1UilXDuJuyhOiigOg3uongQxvIB4kykvBuS6MdjZ4SaXR9DHTsh",
+	"F39Io9ZHDhX5DpYTaxzi0oYXK4KfOCZj+EHI4Noyd/iZnXXmVRWWHGRAo1XptccUoMIwi1GhwaCNnAWA",
+	"w1zW8OufXl6dvzi7fKQiwjLgdYaloKZgc1Rt6XabjfHdq6c/nr0e/mB4oGLaJbOYyaUyuWZ5CgW5OzBF",
+	"nXPmkNV81gt3WPUqCsoPYdoNKie2lGIlqxj4FpY9EoSJiVleh6pdJq7bywYLfgL+WVm02/IeyBLC9m0B",
+	"G+pxRzw8GUtdrb0VBoQAJlig0SOYLUnbo5vh1CL4G5YR/+SCrK45JrlP5YJoSYwYBjAMkDY+o9fMLmcM",
+	"IPLrOojb5A+phtg+mjQRN4RPrza9R90IAQH9eVRV+QRtmmWxWdg2SOwwTKATBdJJBb+jempdpbWNiuUl",
+	"u4MFTa8U2ceThZW8661o6AXjaev+TqJo+1A+gEHPrssnbtCzs9hk0HOL+KnVBrNb34aSbjTR/IZFUIg2",
+	"AzSZ8irrlLZ5oMZNpj63GPvv7F/r5cGqKxiX9rs4KClkPdwBvApaxcw9Ragzkjm/tutrzbVdhVEuXdvy",
+	"huXNDuuBuKvHmqw6rOtk3h95lrn6/luYRUBXpD3Xy2G5moh4YxfA1mv0tZHSsnxJ1Upavv/Q3ucPBGtp",
+	"F8qsWb0f2Ndk++zcfaiya57imsqtnZSU5x3sXNgC2Zg1Zg8mHQG40UbLUuNZ2ML77Xv1VQEfnPVvYfv/",
+	"A2xMbqakgdfucAPsw/3C9bK5ZO5NKbjFiv0tRswXRmLQFOIyxanXJzTLsJA3OrbtcJ2FIi+E0TnGNI/Q",
+	"WmLkdUhnxNJbzHbF8rLKt683cNjr9UAPwsreLq/JFgZSmi7dHVU62TM5geJ3KVN9svlCMl+4OzZucG1b",
+	"wjt1S/Ye56OpXLdZ0qpE+VtVrlqdbMNpc/Tzmdmva0Zmv1K/QmTMmBUSHKGVjD3JaJG69LQ9s1OdXU5v",
+	"ytWc6mS6IU6x0FNI04aq/GU+3luWFD5mhHClCpaS0ZJQvpigEkeoLh9DEPTcgpODh7kxa1CO/spAarVC",
+	"oZELA+PxxdVfyijFdqymZC9xOFLuTQsh1XFmk2QqFRNOykVedHr+8/fDF+eXl+evXg7Pv4vxwquaWAfi",
+	"lGBSJnFL5c2ldMZIRcj1iwM/QTahsx8f9g6t5cU8hOZYeMqKw4izRXOtXJ75icX6IikHG4jQ2CLmPR71",
+	"vu4OxNMpS64VmdL53OyBVfWgQEafwCnHBScr+vLKroCFpf2k97gTDcQIcbnaR72DToRdto8OHkfkqNfr",
+	"RATsL9Vpt83kZG7G1IkgOxSsWke9I8AhQciVF9bWZhcPUy0Dfd+bbK4h6xVc5FxgkU4z1OGYZxDHWSnP",
+	"g6Vh+ERIiGZVMiS/GQUITaLkjJ3YgTuT36xQmkzpjfMnmJMWYM1IoH6aYTFH09CIEVFkWZfEM6ZpSjWN",
+	"fUXNG5aPqOYzoJaczRm15WkTORFc2XNBplRNK/NvJ1RIwROaWbgZJF8/SAWSVjQQorCGSh/rBvFjiymg",
+	"8UC9dI/DY7SDR6q8qHga9y04j3kSivvkA2G9EFghycJuerI98TCZNzQrYGHMSrLUDi2CtXAQacCSAA4z",
+	"Goj4oNuLw1/ig9hWA8AWw4FB0PMqgbcNHdmkWzg2GSAGAchljLVM+2TQogoD3QYti0RpAdS1JQ4KOOtl",
+	"0j+1OzMQY+7gjJzEOy5yGBvNpDl4AHXJlOYzAASFcxlXFol7tRmOrzmKKCNAjHFw8oYpV3SUsTSOAlo2",
+	"skJ59MxPQg6BN8URlJtYjVE2MsYBiYvgGjPfHTwmsVmzoZZymNF8wmy6sXffmIsA2lz155ygOFMf1b16",
+	"6rrOVhVb66+QHniGWXDojpWDHGdI7LVWKwt9Z3lpYzhQjZyABxs3LNy8ETO7poiWJ3gcPRt2KstDKc67",
+	"hhc9vO/KrddvVInCde8KNtXJcr6YU9tV1zcHxW2Suzy9A2L9rvxcNvIj+slYUuSgtP3yruUO+5URwVr9",
+	"X94YKi4F0eBG9bsYWOp8iV7XzC5iJypdjSpjWeIdEVCZSPcg/hgqu2dyguXTmbWUWUw+e886cFRbAB4V",
+	"RYcLxwWBEqbtsmh0UPXPOf26xI5gpWgeMObUImN79LOUK6ghNy6yDNz9goFEYxVQ6DJjImEIyIHdXTM2",
+	"d+Ww3UAVoUalzSCYgCdTe8dgnW4yY+4hMqFz0s4ZVVKg4okDiztehFnCfKCItpGS2vF/7uGU9p5LpeMq",
+	"dGImJxiIAAH1cFuqIpmCb2/OlUwZGbEJFwgHK+0zA2F6NfIEpssrN2quUZobQcwSy8be2ppDuH4u5axL",
+	"TjGlR2k5VxgIAjMfCCPEwQyhdiDc/RaA10cr+EQpEC0vMgBkoWJJYuRCMXhZIVVgH2wCe6gXWdA0K0iX",
+	"sK+4JRA4FZv/xwPhjBL4AoJLAvVNWZZ2SiCWeEbfxl1Sru9lRVqwZfpR6jOih2nHF/Q3DUbBu2cijcPX",
+	"SlcqVFtvG2bORcFcjFfHmkHKFr6n8z4x10GMApPFfbM1FXFyCOG1OmBDL3CkxaSu1b3XQG4xWUyXfRJb",
+	"4o5JGy0vekqFxX6fPFIIw4hm+IA84eAsjeRQZCmpnKlOuIRAol7e8tkcOBfzmj2HaAoCAHqL55k6+drw",
+	"iHCnIdXOqlTxWGaZXPwJlynEPcPtWVBzTNtYffxxj6jOQIylL1tvr7egM2dGM8RoKbBP1omvb+j28vKs",
+	"BNOn2kLxu1qZhrhCOoxs1XocsfLw1WYciEoSulCgqbZFFjXiJgdxbpxTG/1UHbc5wGYgHTclxKRGXGW6",
+	"oMsueWZeVX0Sw0T6tmur6cZGC+qTd4MWkuugFZFBy3w5aEUDMWgxkUgAGW3dxpCHYpWmn66e7X0FC4RV",
+	"Mqlix7Yafxy+ZcR8/HHQikuPEdDBQDikb5BrsU3UgmKe9muOERQFKIuvGsYFpslLKJ7mmFgJtIoYgfFz",
+	"qvQePLh3/p0dhT1HhkGB3tM58Ss0ofO15QEAV1wSLXGVkHnj35lUGpYI2i5vI3saSTvO7dmD2WVwOqjF",
+	"kQLeh8zwkWo6s9UD724AN2RHJyujBn0KR2ieGCYyZX5jUzPgLnkqZzML4MoUacd9MudiEnfwenPxdJbe",
+	"qaFew/hVJhfuVuOKGP0VtNzw2ux7lKcxzTLlEIrxTBdQjwBL+lESw5oDlcMR9ObamjC2iMRIFMMRW0r0",
+	"Hxra9Bs6N4x25XxnctI5aXRIbrb14pq/p6V3RTpCqtYSb1BgF96GXndbNbn9zZsVW/FY5jOq0UJ8fNSK",
+	"NhuP1wbmCoGAOAhmeSRmQ6EVSi2Haygz4zNuywE3DnVG367GSeDAjg6+PnrcOwqGerDLUFFmMDLlCZYd",
+	"Dhg8rSMA0jac28ojlh03Lyz8XgdlOZIyY1Tc2fQuE83cRVLV2/yejbigMIi1KJHW2l1UbWIFluLyDA+T",
+	"cvw+MlwtsnyCtBVjFh/NvwYrsYbWWQsOAC2uIISGAlCNNlArDFWEKEQtItJGvwMHb4cUh3u1gdLXSaYV",
+	"stL1URnpIeTYd5SxNg+PCUPJv0Anrag1pplirTd1W1vD72uqpQNnrxESI4iXq5Y+twPcIOQNxHYpj9QI",
+	"eTZoEWjH6EwLapUmZKHr07cDMAfLt79lGZ7XOjF+cH5CnGZVbnuk3MmvGbMVMlFhNBqKkTzWVLLK/Cd0",
+	"rjonpIfUEVTeg+xceGh1wncix0uH5FR7TOzcajSN9z0Rt39of/hrw0DoOk0grrmwsmRk7zGZoyYOAvkl",
+	"qNF7l0YSst5uZLMrphCAo2v2tF26CsWuDIOLDYodQmf7B63nr0S2jMglnbFLrtmfLnXOEx2RS5YUOfO1",
+	"iTq25O7rs8urKJTufXGX0mPg6+uA6gJX4cEhmcoiVxYfF7sHBOGBAEsMJTkVqdFCU9I+fHJMRlyrDnon",
+	"nT4C1lhZqaLVjnEV9nxsHVioB8JGhxnpk6Q8j1ztfJ4+UuTyh9O9wyfHAA+vivymmr/Q6a9kgZguZKFj",
+	"0AgB0djXXcX6zoItVjyPqDuhvcVHRUA0Jex/1eAjF4YA+IQLBQLnaZj0T9rVwcCXKu5AXj5GGEjZr+ht",
+	"3LJSNKWZXbPlLpT00DOlwdRuBk2CMrMlbAFKVAFyARqraJFybZVzmphpW/XaAhVgrkpko2lv5LXLKcE5",
+	"WZgYi4Bg1mogoHakizW0C0zaAP4zpxMoKQWHAK1GQU0hLpKsSEHnP/VrAML/QPjsFA61oHBsMfTL1JDq",
+	"GOBavX8ituNzIO9mjc0St4+g/oFHdY87fes4HWNhapknUwb+aGnDw6krwdXFaj8lYERMNDMqCCykmRpZ",
+	"TKVtrgRboEgLz7Cat8XWxRsVBFyWgtHSnkJXRqRNha3u52r94RfHZP/46GQV4f+RAr+fReI1WzT1WpTO",
+	"C6VZ2ulbQekJpE0VuS3WBTL4jItCs2ggLKHjIB2J03JY4L0EJH2kMcDo8QC65r0hF1ieZCAqODuRj/HP",
+	"JFKRFactSZdWC2t9xftqhq5AHOBAyAxSpVSRQIzaGDIjVWWMj1Q5QcOR6tSwSz4R5+IDlQnHxu/kkalJ",
+	"bb10BHQSHm7wi/8m8Y8fFqbeH8iTELdEWRvOqNBYeNbwsbY74521021xXjxCSfd9QHA+Ei6/OzNViKrg",
+	"5NgwE7WiGgVP1EkM8Io/VOYM2RNs1sytl0VKqlFHq8LdR6lUsObcPqnchRURHASIdigXBM4YGwlhw5wC",
+	"j1bFe2XOV8nbSeh5XJEAIN46uMjXhTdZ6GbpDXPUKzZrH7boSkg2S3YVKSkCNHMJHqOSKdiCpzcM48Ln",
+	"EBWJt5BZJ7gZMikmAKJOUyjpB3pHl/yMLNloLk6SdCXzAEt5DHDwOKQOVr7KliTJGM1VMIImFvsKDFy7",
+	"VR0IZB4I3fdSaMn5oN/7Z/v/7qgY5/l+ZHzmbJ9Ix4/KyD+zfrBiWGYWN6pCupqq682ZTlfwxJYgjKdy",
+	"NqN7ipmHjDQD9mG1e0rRnGrNcvPof5Mv2t/05wwqkP1daTox//qML/MBkjn+biPR/252JmM6+JOlfx+D",
+	"pGX/Gc5zhqVB/55QkbAsY2mn/U2ffBF9pM46X5Av/q21Q47WqRXPqTm3yz9BhNWJCxsz4ulM5o2ZWvBq",
+	"ZVm5ZjO1sr6//Pef3vz7n9YH47+geY6pAvVRxCCw1ttbn/R6d7W1Aq4ae6uHCaR1Oa4IaqcsFGgLTfPF",
+	"VzYWBfqQMczmYGzKEMOhf1IJl+aoR0YDLh2ebWoO8yhjGA5o1ECYWYnPgKAStfceIBtRwcemParIX05f",
+	"PMeaZmb5966Wc9Yn4Q4s6SyLwWr4H5evXpJ2/G7Qcg0MzY/o+PvXP/45aN1axNDgEfPru3/945+3t3Gn",
+	"CwGC8TvD4YY8jZAnmbfteTctnJD4mzRfDvNCWJevud0G6BgyLIy0D3u9UiwQMp/RDMI2XZ9YJCQ+T9ls",
+	"LjUTyXLvR7aMnfbVlvlA+LjQLk/jzkp8k18gNMgFkYRm6C7UFyMkXWFBmFQZRUfOccS+LQVpyhUvl/sp",
+	"dsnUaAlkGZTkpXp6MhA2hRq/Rv3Uqnp11/tTyM02RNMA2bVyXu1Cb3Z9NDqODg6/IvOcCyTG08un5+ck",
+	"mdKcJqZT0oZQVyP+x/9vHDkX6PnZ1TOS5nSsAR5xvIecoWNLWgMNXzOIAqAVtxRVQeMYN+mrxeNawAxx",
+	"k8sprlDBxvTdkCcPBm8Pe3uDwdsv2Zvam+IDxQ6azbssRjMe1FeJWqsnstpejSvnYdEybAcY8NzEXdN8",
+	"SfICrFPrZxJY0kMGOZp12iXA8ZMIU/zgCLIHTz68kG1oILxHMLYOa9nCNSPsJdJ9CDx4OCLmvqPq2lMZ",
+	"mJwhC2ULDggI2fvuJtqIm/YUZMZ6nrolLMC8VJ8d+bDnoG43cNgZpKaA8casExYMhKq2iz94wiTO3xGI",
+	"rf+GObSQU7NSidhDp7vaQ15pcHbLqALtFr7vFrMpv/aBaaf3wWnnytLLH5BENjCBfZprPqaJ3q59n/on",
+	"f4/b6ka3SRXycwVr1P/UjQ5gMzcdXreg997tqBYxF/7ZFQWid3j0sGC57xOjVEtSIKb/D0jDd9TjYpxP",
+	"wAwNmCka9TYnfSxkfg1KUER+ev18j6mEQo47FqdUXUxQdbjx8KmzUU7BqLBm9DJIuGMxid/BHxGhOiIY",
+	"jvrNbRyR2CUnxy4F+ZGCPOU+id9dc5FGEOf7TUQ0wFTSGfsmGgiuEE3lm4gkUulhodJvbuNORGIXYRy/",
+	"cwEXRqe+jSPr2FaaxBCz6RXsMRc0Qz3a5tViuKkNrLZBw3BpT6nqkjOKmRVQlT/maYxpEooU8xMf470S",
+	"71SBzWx/RV7wb8Gba1rFGGbEUytjEszuTQAkDZMiXJKHmspFnaJtDjbGjrwPT1g/Q7wMYjRrB/OGUn7W",
+	"YI1rBSHfUvhI6W6T8luJhm4y7/7S2/v6zbuD6OCr20Y9dyNX2RKvuBPzsDN1cTh/ZB7ipKtHyiFgUFUT",
+	"lBT5WBaXSZPbDa/s6gq/gPCVzfILPvIhxUrTQ6PwAd1/Alv8ngqqK09i3ZMlencZcoH5ZIoluWE1bSj0",
+	"AdbOzhYDrksgIDG0HZN2TJUeYhjr0WObolHkWWAxAxZn2Bl2AUG3/Rp2CT+ai8xGcUEefJeY5VF9Et9w",
+	"tgAUmDLZDe4BVzVlINpBCOXIzBKm7x2HPrTJvIa1TUjwSicKw4XaLoUxGggoLOPBLz36kfWd2sYh+RGS",
+	"zjtdYutIXzMxZG+50iq2uh3e12IgCsWiBgBdfHJE05oiMxiUFMY5OZxKTBsrdJGzDfZZyNz8QOZD0/ad",
+	"olwOHrZvnGKtSc7+hFcZ0BkAh6In1hwCT6KfjXbvz4BwtatBEg6kBEN2AoZzUrcLECNYd7/sv4N/dyg3",
+	"4Ej9jiISEvF4x3oDr9mNvP5jVuZ8TxrAlVmhgdESxMwc2WCVCrgOgwltmKgFHENOugY3NmU009NfN+nQ",
+	"P9hHPmS1Ouii0fFrLX8WwObetYY3hHw85zdMmD7muRzhPuxDpMLGlXmNT3xIHGJGU24GVotCbLr/PUTu",
+	"bBzlS1tQcnlSJglDujTqar45NGzrzaE5vifcqBOSGcmAMFppyeJpg+/CnQlcqjU8Bif6VPEYQKRCZlfk",
+	"mVHNtJ739/cPDr/s9rq97kH/q4PDw9btm9v/GwAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
 	"github.com/agentic-sandbox/agentic-sandbox/ports/portsfake"
 )
 
@@ -226,5 +227,59 @@ func TestClientKey(t *testing.T) {
 		if got := ClientKey(r); got != want {
 			t.Errorf("ClientKey(%q) = %q, want %q", addr, got, want)
 		}
+	}
+}
+
+// A session of a named token (TokenHashes over the token store) lives while
+// the token does: revoked or expired, its cookie no longer reads; and
+// MintUntil ends it with the token's expiry at the latest.
+func TestSessionsOfNamedTokens(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	store := portsfake.NewSignInSessions()
+	store.Now = func() time.Time { return now }
+	tokens := portsfake.NewTokens()
+	until := now.Add(time.Hour)
+	for _, tk := range []ports.Token{
+		{ID: "tok_0000000000000001", Name: "alice", Role: "viewer", Hash: ports.HashTokenSecret("ast_a")},
+		{ID: "tok_0000000000000002", Name: "bob", Role: "operator", Hash: ports.HashTokenSecret("ast_b"), ExpiresAt: until},
+	} {
+		if err := tokens.Create(tk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := NewSessions(store, "tok").WithTokens(TokenHashes(tokens, func() time.Time { return now }))
+	a, exp, err := s.MintUntil("tok_0000000000000001", now, time.Time{})
+	if err != nil || !exp.Equal(now.Add(TTL)) {
+		t.Fatalf("alice's session: %v %v", exp, err)
+	}
+	b, exp, err := s.MintUntil("tok_0000000000000002", now, until)
+	if err != nil || !exp.Equal(until) {
+		t.Fatalf("bob's session ends %v (%v), want with his token at %v", exp, err, until)
+	}
+	if _, _, err := s.Mint("alice", now); err == nil {
+		t.Error("a session minted for a token's name, not its id")
+	}
+	if _, _, err := s.Mint("tok_ffffffffffffffff", now); err == nil {
+		t.Error("a session minted for no token")
+	}
+	if ss, ok := s.Lookup(a, now); !ok || ss.TokenID != "tok_0000000000000001" {
+		t.Fatalf("alice's session: %+v %v", ss, ok)
+	}
+	if _, err := tokens.Delete("alice"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.Lookup(a, now); ok {
+		t.Error("the session of a revoked token still reads")
+	}
+	if _, ok := s.Lookup(b, now.Add(time.Hour-time.Second)); !ok {
+		t.Error("bob's session before his token expires")
+	}
+	now = until
+	if _, ok := s.Lookup(b, now); ok {
+		t.Error("the session of an expired token still reads")
+	}
+	// The operator token's sessions are as before.
+	if _, _, err := s.Mint(OperatorTokenID, now); err != nil {
+		t.Errorf("the operator token's session: %v", err)
 	}
 }

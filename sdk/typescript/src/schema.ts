@@ -48,13 +48,21 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Sign a browser in with the operator token.
+         * Sign a browser in with the operator token or a named token.
          * @description Sets the `agentic_session` cookie (HttpOnly, SameSite=Strict, Secure over TLS) that
          *     REST, the client WebSocket and the previews accept for 12 hours. The cookie holds
          *     only a random id (256 bits) of a session kept on the server (`signin-sessions.json`
          *     in the data dir, by the id's SHA-256; it survives a restart): `POST /api/v1/signout`
          *     ends it at once, and a new operator token ends every session. Only from the
          *     server's own origins.
+         *
+         *     A named token (`POST /api/v1/tokens`) signs in too: the session is bound to that
+         *     token, so requests with the cookie act with its name, role and label scope (the
+         *     audit log's actor is the token's name), and revoking the token or its expiry ends
+         *     its sessions at once (open pages, streams and WebSockets included). A session never
+         *     outlives its token's `expires_at`. An `executor` token may not sign in (403
+         *     `forbidden`): it is for an orchestrator, not a browser. `GET /api/v1/me` tells the
+         *     page who it is signed in as.
          *
          *     Failed sign-ins are limited per client address (an IPv4 address, an IPv6 /64; the
          *     connection's, no forwarding header is trusted): after 5 failures within a minute,
@@ -63,6 +71,30 @@ export interface paths {
          *     old. A success forgets that address's failures only.
          */
         post: operations["signIn"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/me": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Who the caller is (every role).
+         * @description The name, role, label scope and expiry of the caller's credentials: a named token's;
+         *     `operator` (an `admin`, no expiry) for the operator token; for the dashboard's
+         *     session cookie, the token it was signed in with (`dashboard`, an `admin`, for the
+         *     operator token). The dashboard shows only what this role may do; the server
+         *     enforces the role on every call regardless.
+         */
+        get: operations["getMe"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -1869,6 +1901,17 @@ export interface components {
             expires_at?: string;
             labels?: components["schemas"]["TokenLabels"];
         };
+        Me: {
+            /** @description The token's name: operator for the operator token, dashboard for a session signed in with it. */
+            name: string;
+            role: components["schemas"]["TokenRole"];
+            labels: components["schemas"]["TokenLabels"];
+            /**
+             * Format: date-time
+             * @description When the token stops working; absent: never.
+             */
+            expires_at?: string;
+        };
         TokenCreated: components["schemas"]["Token"] & {
             /** @description The secret, shown only in this answer. */
             token: string;
@@ -2214,6 +2257,15 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            /** @description forbidden; the token is valid but its role (executor) may not sign in to the dashboard. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             413: components["responses"]["TooLarge"];
             /** @description too_many_sign_ins; retry after Retry-After seconds. */
             429: {
@@ -2235,6 +2287,28 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+        };
+    };
+    getMe: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The caller. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Me"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
         };
     };
     signOut: {
