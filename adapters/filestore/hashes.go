@@ -162,16 +162,23 @@ func (h *AgentHashes) store(agentID, secret string, replace bool) (exists bool, 
 
 // Delete forgets agentID and its kind; an unknown agent is not an error.
 func (h *AgentHashes) Delete(agentID string) error {
+	_, err := h.Revoke(agentID)
+	return err
+}
+
+// Revoke is Delete that also says whether agentID had a credential (what
+// an audit of revocations records).
+func (h *AgentHashes) Revoke(agentID string) (existed bool, err error) {
 	if err := h.update(func(m map[string]string) bool {
-		if _, ok := m[agentID]; !ok {
+		if _, existed = m[agentID]; !existed {
 			return false
 		}
 		delete(m, agentID)
 		return true
 	}); err != nil {
-		return err
+		return existed, err
 	}
-	return h.updateKinds(func(m map[string]string) bool {
+	return existed, h.updateKinds(func(m map[string]string) bool {
 		if _, ok := m[agentID]; !ok {
 			return false
 		}

@@ -8,10 +8,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
@@ -42,8 +44,9 @@ var (
 // requestInfo is what serve keeps of a request for its log line and its
 // audit entry; it rides in the request's context.
 type requestInfo struct {
-	id    string
-	actor *Actor
+	id     string
+	client string
+	actor  *Actor
 }
 
 type requestInfoKey struct{}
@@ -69,9 +72,61 @@ func RequestID(ctx context.Context) string {
 func withRequestInfo(w http.ResponseWriter, r *http.Request) (*http.Request, *requestInfo) {
 	var b [12]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
-	ri := &requestInfo{id: hex.EncodeToString(b[:])}
+	ri := &requestInfo{id: hex.EncodeToString(b[:]), client: clientHost(r.RemoteAddr)}
 	w.Header().Set("X-Request-Id", ri.id)
 	return r.WithContext(context.WithValue(r.Context(), requestInfoKey{}, ri)), ri
+}
+
+// Requester is who a request under way is from, as its audit entry will
+// name them: what a use case's decorator (the agent credentials' audit in
+// agentic-mgmt) records for what the request causes.
+type Requester struct {
+	Actor     Actor
+	Client    string
+	RequestID string
+}
+
+// RequesterOf returns who sent the request of ctx; ok is false outside a
+// request that passed the authentication step (which names the caller).
+func RequesterOf(ctx context.Context) (Requester, bool) {
+	ri := requestInfoOf(ctx)
+	if ri == nil || ri.actor == nil {
+		return Requester{}, false
+	}
+	return Requester{Actor: *ri.actor, Client: ri.client, RequestID: ri.id}, true
+}
+
+// finish logs r's call once answered and records it in the audit log. A
+// state-changing call is one info line (method, route, status, duration,
+// actor, request id: the request id finds its audit entry in the log, and
+// the audit entry's request id finds the line), a read is a debug line.
+// The request's context goes with the record, for a handler that adds
+// what it carries (a trace id).
+func (s *Server) finish(mux *http.ServeMux, sw *statusWriter, r *http.Request, ri *requestInfo, start time.Time) {
+	status := sw.status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	if !audited(r) {
+		if s.log.Enabled(r.Context(), slog.LevelDebug) {
+			s.log.LogAttrs(r.Context(), slog.LevelDebug, "rest: request", slog.String("method", r.Method), slog.String("path", r.URL.Path),
+				slog.Int("status", status), slog.Duration("duration", time.Since(start)), slog.String("request_id", ri.id))
+		}
+		return
+	}
+	_, pattern := mux.Handler(r)
+	a := s.actorOf(r, pattern, status)
+	if ri.actor != nil { // the authentication step said
+		a = *ri.actor
+	}
+	route := pattern
+	if route == "" {
+		route = "(no route)"
+	}
+	s.log.LogAttrs(r.Context(), slog.LevelInfo, "rest: request", slog.String("method", r.Method), slog.String("route", route),
+		slog.Int("status", status), slog.Duration("duration", time.Since(start)), slog.String("actor", a.Name), slog.String("role", a.Role),
+		slog.String("request_id", ri.id))
+	s.audit(pattern, status, a, sw, r, ri)
 }
 
 // maxKeptBody is how much of an answer the status writer keeps for the
@@ -110,30 +165,20 @@ func (s *Server) auditPrepare(mux *http.ServeMux, sw *statusWriter, r *http.Requ
 	}
 }
 
-// audit records r's call once it is answered.
-func (s *Server) audit(mux *http.ServeMux, sw *statusWriter, r *http.Request, ri *requestInfo) {
-	if s.d.Audit == nil || !audited(r) {
-		return
-	}
-	_, pattern := mux.Handler(r)
-	if pattern == "" {
-		return // no such route: nothing it could change
+// audit records r's call, answered with status, once it is answered.
+func (s *Server) audit(pattern string, status int, a Actor, sw *statusWriter, r *http.Request, ri *requestInfo) {
+	if s.d.Audit == nil || pattern == "" {
+		return // no log, or no such route: nothing it could change
 	}
 	e := ports.AuditEntry{
 		At:        s.clock.Now().UTC(),
-		Client:    clientHost(r.RemoteAddr),
+		Client:    ri.client,
 		Operation: pattern,
-		Status:    sw.status,
+		Status:    status,
 		RequestID: ri.id,
+		Actor:     a.Name,
+		Role:      a.Role,
 	}
-	if e.Status == 0 {
-		e.Status = http.StatusOK
-	}
-	a := s.actorOf(r, pattern, e.Status)
-	if ri.actor != nil { // the authentication step said
-		a = *ri.actor
-	}
-	e.Actor, e.Role = a.Name, a.Role
 	var body struct {
 		Code      string `json:"code"`
 		ID        string `json:"id"`

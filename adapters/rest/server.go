@@ -210,8 +210,7 @@ func (s *Server) serve(mux *http.ServeMux, w http.ResponseWriter, r *http.Reques
 				writeError(sw, http.StatusInternalServerError, "internal_error", "internal server error")
 			}
 		}
-		s.log.Debug("rest: request", "method", r.Method, "path", r.URL.Path, "status", sw.status, "duration", time.Since(start), "request_id", ri.id)
-		s.audit(mux, sw, r, ri)
+		s.finish(mux, sw, r, ri, start)
 	}()
 
 	_, pattern := mux.Handler(r)

@@ -237,7 +237,7 @@ func provideMetrics(svc *agentrpc.Service, uc UseCases, times *promexport.Provis
 }
 
 func provideREST(cfg Config, svc *agentrpc.Service, op OperatorHTTP, uc UseCases, link *aiwg.Client, logs *filestore.SessionLog,
-	metrics MetricsHandler, ready *Readiness, clock ports.Clock, log *slog.Logger, ch *changes.Hub, public *filestore.PublicPorts, signIns *signin.Sessions, tokens *filestore.Tokens) (RESTHandler, error) {
+	metrics MetricsHandler, ready *Readiness, clock ports.Clock, log *slog.Logger, ch *changes.Hub, public *filestore.PublicPorts, signIns *signin.Sessions, tokens *filestore.Tokens, creds *credentialAudit) (RESTHandler, error) {
 	_, wsPort, _ := net.SplitHostPort(cfg.wsAddr())
 	port, _ := strconv.Atoi(wsPort)
 	dash, err := dashboard.New(port)
@@ -258,7 +258,7 @@ func provideREST(cfg Config, svc *agentrpc.Service, op OperatorHTTP, uc UseCases
 		Executor:     link,
 		Sessions:     uc.Sessions,
 		SessionLog:   logs,
-		Environments: uc.Environments,
+		Environments: attributedEnvironments{uc.Environments, creds},
 		Pools:        uc.Environments,
 		Files:        svc,
 		MaxFileBytes: cfg.FileMaxBytes,

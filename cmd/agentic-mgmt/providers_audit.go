@@ -5,6 +5,7 @@ import (
 	"log/slog"
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
 // provideAuditLog is the audit log, audit.jsonl in the data dir (rotated
@@ -15,4 +16,10 @@ func provideAuditLog(dir DataDir, log *slog.Logger) (*filestore.AuditLog, func()
 		return nil, nil, fmt.Errorf("audit log: %w", err)
 	}
 	return l, func() { _ = l.Close() }, nil
+}
+
+// provideCredentialAudit is the agent credentials every use case issues
+// and revokes through: each issued or revoked is a line of the audit log.
+func provideCredentialAudit(h *filestore.AgentHashes, audit ports.AuditLog, clock ports.Clock, log *slog.Logger) *credentialAudit {
+	return newCredentialAudit(h, audit, clock, log)
 }

@@ -19,7 +19,8 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 	wire.Build(
 		provideDataDir,
 		provideCredentials,
-		wire.Bind(new(ports.AgentCredentials), new(*filestore.AgentHashes)),
+		provideCredentialAudit,
+		wire.Bind(new(ports.AgentCredentials), new(*credentialAudit)),
 		provideOperatorToken,
 		provideClock,
 		wire.Bind(new(ports.Clock), new(clock.Wall)),

@@ -18,33 +18,42 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 	if err != nil {
 		return nil, nil, err
 	}
-	wall := provideClock()
-	uuiDv7 := provideIDs()
 	dataDir, err := provideDataDir(cfg)
 	if err != nil {
 		return nil, nil, err
 	}
+	auditLog, cleanup, err := provideAuditLog(dataDir, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	wall := provideClock()
+	mainCredentialAudit := provideCredentialAudit(agentHashes, auditLog, wall, log)
+	uuiDv7 := provideIDs()
 	operatorToken, err := provideOperatorToken(cfg, dataDir)
 	if err != nil {
+		cleanup()
 		return nil, nil, err
 	}
 	hub := provideChanges()
 	egressMetrics := provideEgressMetrics()
 	mainLinkReports := provideLinkReports(log, egressMetrics)
-	service := provideAgentService(cfg, agentHashes, wall, uuiDv7, operatorToken, log, hub, mainLinkReports)
+	service := provideAgentService(cfg, mainCredentialAudit, wall, uuiDv7, operatorToken, log, hub, mainLinkReports)
 	operatorHTTP := provideOperatorHTTP(cfg, operatorToken)
-	missionStore, cleanup, err := provideMissionStore(cfg, dataDir, wall)
-	if err != nil {
-		return nil, nil, err
-	}
-	outbox, cleanup2, err := provideOutbox(dataDir, log)
+	missionStore, cleanup2, err := provideMissionStore(cfg, dataDir, wall)
 	if err != nil {
 		cleanup()
 		return nil, nil, err
 	}
-	missionService := provideMissions(missionStore, outbox, service, wall, uuiDv7, log, hub, mainLinkReports)
-	sessionLog, cleanup3, err := provideSessionLog(dataDir)
+	outbox, cleanup3, err := provideOutbox(dataDir, log)
 	if err != nil {
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	missionService := provideMissions(missionStore, outbox, service, wall, uuiDv7, log, hub, mainLinkReports)
+	sessionLog, cleanup4, err := provideSessionLog(dataDir)
+	if err != nil {
+		cleanup3()
 		cleanup2()
 		cleanup()
 		return nil, nil, err
@@ -52,32 +61,16 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 	sessionService := provideSessions(cfg, service, sessionLog, wall, uuiDv7, log, hub)
 	users, err := provideHostUsers(cfg, dataDir, log)
 	if err != nil {
+		cleanup4()
 		cleanup3()
 		cleanup2()
 		cleanup()
 		return nil, nil, err
 	}
-	runtimes, cleanup4 := provideRuntimes(cfg, log, users)
+	runtimes, cleanup5 := provideRuntimes(cfg, log, users)
 	provisionTimes := provideProvisionTimes()
 	poolMetrics := providePoolMetrics()
 	publicPorts, err := providePublicPorts(cfg)
-	if err != nil {
-		cleanup4()
-		cleanup3()
-		cleanup2()
-		cleanup()
-		return nil, nil, err
-	}
-	environmentService, cleanup5, err := provideEnvironments(cfg, runtimes, service, missionService, agentHashes, wall, log, provisionTimes, poolMetrics, hub, publicPorts)
-	if err != nil {
-		cleanup4()
-		cleanup3()
-		cleanup2()
-		cleanup()
-		return nil, nil, err
-	}
-	taskMetrics := provideTaskMetrics()
-	taskService, cleanup6, err := provideTasks(cfg, dataDir, environmentService, service, runtimes, wall, uuiDv7, log, taskMetrics, hub)
 	if err != nil {
 		cleanup5()
 		cleanup4()
@@ -86,7 +79,17 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		cleanup()
 		return nil, nil, err
 	}
-	auditLog, cleanup7, err := provideAuditLog(dataDir, log)
+	environmentService, cleanup6, err := provideEnvironments(cfg, runtimes, service, missionService, mainCredentialAudit, wall, log, provisionTimes, poolMetrics, hub, publicPorts)
+	if err != nil {
+		cleanup5()
+		cleanup4()
+		cleanup3()
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	taskMetrics := provideTaskMetrics()
+	taskService, cleanup7, err := provideTasks(cfg, dataDir, environmentService, service, runtimes, wall, uuiDv7, log, taskMetrics, hub)
 	if err != nil {
 		cleanup6()
 		cleanup5()
@@ -139,7 +142,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		cleanup()
 		return nil, nil, err
 	}
-	restHandler, err := provideREST(cfg, service, operatorHTTP, useCases, client, sessionLog, metricsHandler, readiness, wall, log, hub, publicPorts, sessions, tokens)
+	restHandler, err := provideREST(cfg, service, operatorHTTP, useCases, client, sessionLog, metricsHandler, readiness, wall, log, hub, publicPorts, sessions, tokens, mainCredentialAudit)
 	if err != nil {
 		cleanup7()
 		cleanup6()
@@ -150,7 +153,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		cleanup()
 		return nil, nil, err
 	}
-	supervisor, err := provideSupervisor(cfg, agentHashes, log, users)
+	supervisor, err := provideSupervisor(cfg, mainCredentialAudit, log, users)
 	if err != nil {
 		cleanup7()
 		cleanup6()
