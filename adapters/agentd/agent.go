@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -118,6 +119,11 @@ type Agent struct {
 	// rawDial opens a connection of its own to the server for a forwarded
 	// connection (nil: the address takes one connection only).
 	rawDial func(context.Context) (net.Conn, error)
+	// serverHTTP and serverBase reach the server's plain routes (injected
+	// secrets' requests), on the files' connection.
+	serverHTTP *http.Client
+	serverBase string
+	inject     injectEndpoint
 
 	mu       sync.Mutex
 	running  map[string]*running
@@ -178,6 +184,9 @@ func New(cfg Config) (*Agent, error) {
 		guest:    realGuest,
 		ports:    newPortScanner("/proc"),
 		rawDial:  rawDial,
+
+		serverHTTP: bulk,
+		serverBase: base,
 
 		heartbeatAfter: time.After,
 	}
