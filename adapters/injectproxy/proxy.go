@@ -140,6 +140,8 @@ var hopHeaders = []string{
 	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
 	"Te", "Trailer", "Transfer-Encoding", "Upgrade", "Forwarded", "X-Forwarded-For",
 	"X-Forwarded-Host", "X-Forwarded-Proto", "X-Real-Ip",
+	// The agent's credentials, which carried the request to the server.
+	"X-Agent-Id", "X-Agent-Secret",
 }
 
 func dropHop(h http.Header) {

@@ -131,7 +131,7 @@ func (r *rig) send(t *testing.T, env, path, key, body string, extra ...string) (
 
 func TestInjectsTheKeyAndReadsUsage(t *testing.T) {
 	r := newRig(t, inject.Limits{})
-	resp, body := r.send(t, "env-a", "/v1/messages", r.ph, `{"model":"claude-haiku-4-5"}`, "Accept-Encoding", "identity", "X-Forwarded-For", "10.1.2.3")
+	resp, body := r.send(t, "env-a", "/v1/messages", r.ph, `{"model":"claude-haiku-4-5"}`, "Accept-Encoding", "identity", "X-Forwarded-For", "10.1.2.3", "X-Agent-Secret", "agent-secret")
 	if resp.StatusCode != 200 || !strings.Contains(body, `"output_tokens":20`) {
 		t.Fatalf("%d %s", resp.StatusCode, body)
 	}
@@ -139,7 +139,7 @@ func TestInjectsTheKeyAndReadsUsage(t *testing.T) {
 	if len(keys) != 1 || keys[0] != realKey {
 		t.Fatalf("the API saw keys %q", keys)
 	}
-	if hdrs[0].Get("X-Forwarded-For") != "" || strings.Contains(fmt.Sprint(hdrs[0]), r.ph) {
+	if hdrs[0].Get("X-Forwarded-For") != "" || hdrs[0].Get("X-Agent-Secret") != "" || strings.Contains(fmt.Sprint(hdrs[0]), r.ph) {
 		t.Fatalf("the API saw %v", hdrs[0])
 	}
 	// The record is made once the answer is through, after the usage is kept.
