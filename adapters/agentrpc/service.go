@@ -132,6 +132,8 @@ type Service struct {
 	// serverPorts are refused to host agents' forwards (SetServerPorts).
 	serverPorts atomic.Pointer[[]uint16]
 	transfers   transfers
+	// inject serves injected secrets' requests (SetInject).
+	inject atomic.Pointer[InjectHandler]
 }
 
 // New returns a service; call Run to sweep expired agents and commands.
@@ -214,6 +216,7 @@ func (s *Service) Mount(mux *http.ServeMux, operator bool) {
 		h.ServeHTTP(w, r)
 	}))
 	mux.HandleFunc("GET "+ForwardRawPath, s.serveForwardRaw)
+	mux.HandleFunc(InjectPath, s.serveInject)
 	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(sandboxv1connect.AgentServiceName)))
 	reflector := grpcreflect.NewStaticReflector(sandboxv1connect.AgentServiceName)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
