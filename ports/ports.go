@@ -74,6 +74,10 @@ type CommandSpec struct {
 	// PermissionPrompts gives the command a way to ask for permissions
 	// (PermissionRequest), answered through the server.
 	PermissionPrompts bool
+	// InjectEndpoints maps a variable to the name of an injected secret
+	// (core/inject): the agent sets the variable to its loopback endpoint
+	// for that secret, which carries requests to the server.
+	InjectEndpoints map[string]string
 }
 
 // OutputChunk is a piece of a command's output.
