@@ -80,18 +80,36 @@ var ErrDuplicate = errors.New("inject: secret given twice")
 // stop working) and returns the grants to put in the workload's
 // environment. random fills a placeholder's bytes.
 func (r *Registry) Register(env string, secrets []Secret, limits Limits, random func([]byte) error) ([]Grant, error) {
-	es := &envSecrets{secrets: map[string]*Secret{}, grants: map[string]string{}, limits: limits}
+	placeholders := make(map[string]string, len(secrets))
+	for _, s := range secrets {
+		b := make([]byte, PlaceholderBytes)
+		if err := random(b); err != nil {
+			return nil, err
+		}
+		placeholders[s.Name] = NewPlaceholder(b)
+	}
+	return r.Restore(env, secrets, placeholders, limits, Usage{})
+}
+
+// ErrBadPlaceholder is a placeholder Restore was given that is not one, or
+// that another environment holds.
+var ErrBadPlaceholder = errors.New("inject: not a placeholder of this environment")
+
+// Restore keeps env's secrets under the placeholders it was given before
+// (the server restarted while the workload holds them), with the usage
+// counted so far.
+func (r *Registry) Restore(env string, secrets []Secret, placeholders map[string]string, limits Limits, used Usage) ([]Grant, error) {
+	es := &envSecrets{secrets: map[string]*Secret{}, grants: map[string]string{}, limits: limits, usage: used}
 	grants := make([]Grant, 0, len(secrets))
 	for i := range secrets {
 		s := secrets[i]
 		if _, dup := es.secrets[s.Name]; dup {
 			return nil, fmt.Errorf("%w: %s", ErrDuplicate, s.Name)
 		}
-		b := make([]byte, PlaceholderBytes)
-		if err := random(b); err != nil {
-			return nil, err
+		ph := placeholders[s.Name]
+		if !IsPlaceholder(ph) {
+			return nil, fmt.Errorf("%w: %s", ErrBadPlaceholder, s.Name)
 		}
-		ph := NewPlaceholder(b)
 		es.secrets[s.Name] = &s
 		es.grants[s.Name] = ph
 		grants = append(grants, Grant{Name: s.Name, Placeholder: ph, BaseURLEnv: s.Spec.BaseURLEnv})
@@ -102,7 +120,15 @@ func (r *Registry) Register(env string, secrets []Secret, limits Limits, random 
 	es.tokens = float64(es.limits.PerMinute)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	for _, ph := range es.grants {
+		if o, ok := r.byPlaceholder[ph]; ok && o.env != env {
+			return nil, fmt.Errorf("%w: %s", ErrBadPlaceholder, o.name)
+		}
+	}
 	r.forgetLocked(env)
+	for _, ph := range es.grants {
+		delete(r.gone, ph) // a restored placeholder is live again
+	}
 	r.envs[env] = es
 	for name, ph := range es.grants {
 		r.byPlaceholder[ph] = placeholderOwner{env: env, name: name}

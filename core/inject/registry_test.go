@@ -148,3 +148,35 @@ func TestPlaceholdersIn(t *testing.T) {
 		t.Fatalf("Redact: %q", r)
 	}
 }
+
+func TestRegistryRestoreKeepsPlaceholdersAndUsage(t *testing.T) {
+	r := NewRegistry(nil)
+	now := time.Unix(1e9, 0)
+	g := registered(t, r, "e", Limits{})
+	r.Record("e", Response{Model: "claude-haiku-4-5", InputTokens: 7})
+	used, _ := r.Usage("e")
+	// A new server: the same placeholder works again, with the usage so far.
+	r2 := NewRegistry(nil)
+	spec, _ := ParseSpec("api.anthropic.com", "x-api-key", "", "")
+	secrets := []Secret{{Name: "ANTHROPIC_API_KEY", Spec: spec, Value: "sk-real-e"}}
+	grants, err := r2.Restore("e", secrets, map[string]string{"ANTHROPIC_API_KEY": g.Placeholder}, Limits{}, used)
+	if err != nil || grants[0] != g {
+		t.Fatalf("%+v %v", grants, err)
+	}
+	if _, ref := r2.Authorize("e", "ANTHROPIC_API_KEY", withKey(g.Placeholder), now); ref != nil {
+		t.Fatal(ref)
+	}
+	if u, _ := r2.Usage("e"); u.InputTokens != 7 {
+		t.Fatalf("usage %+v", u)
+	}
+	for name, phs := range map[string]map[string]string{
+		"none":      {},
+		"not one":   {"ANTHROPIC_API_KEY": "sk-123"},
+		"another's": {"ANTHROPIC_API_KEY": g.Placeholder},
+	} {
+		env := "other"
+		if _, err := r2.Restore(env, secrets, phs, Limits{}, Usage{}); !errors.Is(err, ErrBadPlaceholder) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
