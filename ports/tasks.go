@@ -46,12 +46,30 @@ type TaskRecord struct {
 	Artifacts []Artifact
 	// PreserveUntil is when a preserved environment is destroyed.
 	PreserveUntil time.Time
+	// Usage is what the run's requests through injected secrets used.
+	Usage TaskUsage
+	// Placeholders are the placeholders of the run's injected secrets, by
+	// secret name (never a value): a restarted server gives each back to
+	// its secret, as the workload still holds them.
+	Placeholders map[string]string
+}
+
+// TaskUsage counts a run's requests through its injected secrets and, for
+// a model API, the tokens its answers reported and what they cost.
+type TaskUsage struct {
+	Requests                 int64
+	InputTokens              int64
+	OutputTokens             int64
+	CacheCreationInputTokens int64
+	CacheReadInputTokens     int64
+	CostUSD                  float64
 }
 
 // Clone copies r with everything it refers to, so that a record handed out
 // and the one kept never change each other.
 func (r TaskRecord) Clone() TaskRecord {
 	r.Labels = maps.Clone(r.Labels)
+	r.Placeholders = maps.Clone(r.Placeholders)
 	r.Phases = slices.Clone(r.Phases)
 	r.Artifacts = slices.Clone(r.Artifacts)
 	if r.ExitCode != nil {
