@@ -22,6 +22,8 @@ func FailureMessage(e RunEnd, reason Reason, m Manifest) string {
 		if e.Result != "" {
 			msg += ": " + oneLine(e.Result)
 		}
+	case ReasonBudgetExhausted:
+		msg = fmt.Sprintf("the run's model requests reached lifecycle.max_cost_usd ($%g) and it was ended", m.Lifecycle.MaxCostUSD)
 	case ReasonNoResult:
 		msg = "claude exited 0 without its final result event: is `claude` Claude Code, which prints stream-json with --output-format stream-json --verbose?"
 	default:

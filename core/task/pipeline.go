@@ -153,7 +153,7 @@ func (s *Service) stage(ctx context.Context, e *entry) (Reason, error) {
 			// The reference only, never a value.
 			return ReasonSecretUnresolved, fmt.Errorf("secret %s (%s %s): %s", sec.Name, sec.Source, sec.Key, why)
 		}
-		if ok {
+		if ok && sec.Inject == nil { // an injected one is read again at launch
 			secrets[sec.Name] = v
 		}
 	}
@@ -276,6 +276,13 @@ func (s *Service) launch(ctx context.Context, e *entry) (ports.Command, Reason, 
 		env[k] = v
 	}
 	s.mu.Unlock()
+	injected, endpoints, reason, err := s.grantInjected(e, agent)
+	if err != nil {
+		return nil, reason, err
+	}
+	for k, v := range injected {
+		env[k] = v
+	}
 	commandID := "task-" + e.rec.ID
 	s.update(e, func(r *ports.TaskRecord) { r.Workspace, r.CommandID = l.Path, commandID })
 	// Running from here: a restart now binds to the command id (and fails
@@ -286,6 +293,7 @@ func (s *Service) launch(ctx context.Context, e *entry) (ports.Command, Reason, 
 		// No session type: the run is the task's, not a session the
 		// session reconciler would kill as unknown after a restart.
 		PermissionPrompts: e.manifest.Claude != nil && !e.manifest.Claude.SkipPermissions,
+		InjectEndpoints:   endpoints,
 	}, ports.StartOptions{CommandID: commandID, Detached: true, OnOutput: s.onOutput(e)})
 	if err != nil {
 		return nil, ReasonAgentLost, err
@@ -386,7 +394,10 @@ func (s *Service) wait(ctx context.Context, e *entry, cmd ports.Command) (RunEnd
 	if cmd == nil {
 		// After a restart: the agent kept the process; bind to it again.
 		cmd = s.cfg.Link.Attach(e.rec.AgentID, e.rec.CommandID, ports.StartOptions{CommandID: e.rec.CommandID, Detached: true, OnOutput: s.onOutput(e)})
+		s.restoreInjected(e)
 	}
+	// The run's secrets end with it (a stopping server forgets them anyway).
+	defer s.forgetInjected(e)
 	s.mu.Lock()
 	w := e.watch
 	s.mu.Unlock()
@@ -397,7 +408,7 @@ func (s *Service) wait(ctx context.Context, e *entry, cmd ports.Command) (RunEnd
 	idle := e.manifest.Lifecycle.IdleTimeout
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
-	var idled, lingered bool
+	var idled, lingered, spent bool
 	for {
 		select {
 		case <-cmd.Done():
@@ -413,7 +424,7 @@ func (s *Service) wait(ctx context.Context, e *entry, cmd ports.Command) (RunEnd
 			})
 			w.mu.Lock()
 			end := RunEnd{Kind: kind, ExitCode: code, ResultSeen: w.result, ResultIsError: w.resultErr, TimedOut: r.TimedOut, IdleTimedOut: idled,
-				Error: r.Error, Stderr: lastLine(w.stderr), Result: w.parser.Summary().Result}
+				Error: r.Error, Stderr: lastLine(w.stderr), Result: w.parser.Summary().Result, BudgetSpent: spent}
 			w.mu.Unlock()
 			if lingered && end.ExitCode != 0 && end.ResultSeen {
 				end.ExitCode = 0 // ended by the server after its result: the result decides
@@ -439,6 +450,10 @@ func (s *Service) wait(ctx context.Context, e *entry, cmd ports.Command) (RunEnd
 			}
 			if result && !lingered && now.Sub(resultAt) >= s.cfg.ResultGrace {
 				lingered = true
+				_ = cmd.Kill(ctx)
+			}
+			if s.injectedUsage(e) && !spent {
+				spent = true
 				_ = cmd.Kill(ctx)
 			}
 		}

@@ -27,6 +27,9 @@ func (s *Service) Check(doc []byte) (Manifest, error) {
 	if _, err := egress.ParseRules(m.Environment.AllowedHosts); err != nil {
 		return Manifest{}, fmt.Errorf("%w: environment.allowed_hosts: %v", ErrInvalidManifest, err)
 	}
+	if err := s.checkInjected(m); err != nil {
+		return Manifest{}, err
+	}
 	return m, nil
 }
 

@@ -6,7 +6,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentic-sandbox/agentic-sandbox/core/egress"
 	"github.com/agentic-sandbox/agentic-sandbox/core/environment"
+	"github.com/agentic-sandbox/agentic-sandbox/core/inject"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/clock"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
@@ -67,6 +69,14 @@ type Config struct {
 	// Changes hears of every change of a task's record, progress or open
 	// questions.
 	Changes ports.ChangeNotifier
+	// Injected keeps the values of runs' injected secrets (nil: manifests
+	// with inject are refused).
+	Injected *inject.Registry
+	// EgressBound, when set, bounds the hosts an injected secret may name
+	// (AGENTIC_EGRESS_ALLOWED_HOSTS).
+	EgressBound []egress.Rule
+	// Random fills placeholders (nil: crypto/rand).
+	Random func([]byte) error
 }
 
 // WorkspaceDir is the workspace on the agent, relative to where its

@@ -88,6 +88,7 @@ const (
 	ReasonAgentLost        Reason = "agent_lost"        // the environment's agent went away for good
 	ReasonCancelled        Reason = "cancelled"
 	ReasonInternal         Reason = "internal_error"
+	ReasonBudgetExhausted  Reason = "budget_exhausted" // lifecycle.max_cost_usd reached
 )
 
 // RunKind is what a task runs.
@@ -115,6 +116,9 @@ type RunEnd struct {
 	Error  string
 	Stderr string
 	Result string
+	// BudgetSpent says the run was ended as its model requests reached
+	// lifecycle.max_cost_usd.
+	BudgetSpent bool
 }
 
 // Outcome is the verdict on a finished run: success only when the process
@@ -122,6 +126,8 @@ type RunEnd struct {
 // claude that reports an API error with subtype success and exit 0 fails.
 func Outcome(e RunEnd) (ok bool, reason Reason) {
 	switch {
+	case e.BudgetSpent:
+		return false, ReasonBudgetExhausted
 	case e.TimedOut:
 		return false, ReasonTimeout
 	case e.IdleTimedOut:
