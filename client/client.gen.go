@@ -587,6 +587,9 @@ type CreateEnvironmentRequest struct {
 	// Isolation A sandbox stronger than the runtime's standard one, from its tiers (GET /api/v1/runtimes): `gvisor`. Absent or empty: the standard one. A tier the runtime does not offer is 400 invalid_request naming those it offers.
 	Isolation *string `json:"isolation,omitempty"`
 
+	// Labels Labels kept with the environment (at most 32): keys [prefix/]name and values of 1-63 characters of A-Z a-z 0-9 . _ -, starting and ending with a letter or digit (400 invalid_request otherwise). Keys starting with `agentic-sandbox.` are the server's own and refused. A token with a label scope sees only environments carrying its labels, and what it creates carries them, its scope's values over any given here. An environment with labels is provisioned, never taken from a warm pool.
+	Labels *map[string]string `json:"labels,omitempty"`
+
 	// Name Also the agent's id: A-Z a-z 0-9 . _ -, starting with a letter or digit.
 	Name string `json:"name"`
 
@@ -681,8 +684,11 @@ type Environment struct {
 
 	// Isolation The tier it runs in (gvisor), when its request named one; absent: the runtime's standard sandbox.
 	Isolation *string `json:"isolation,omitempty"`
-	Name      string  `json:"name"`
-	Network   *string `json:"network,omitempty"`
+
+	// Labels Its request's labels (a scoped token's on top); absent when it has none.
+	Labels  *map[string]string `json:"labels,omitempty"`
+	Name    string             `json:"name"`
+	Network *string            `json:"network,omitempty"`
 
 	// Placement Where a scheduler may put the environment (Kubernetes' meaning): on nodes with every label of node_selector, and on nodes whose taints the tolerations tolerate. Only a runtime whose placement is true (GET /api/v1/runtimes) takes one; elsewhere a non-empty placement is 400 invalid_request. A node selector key must be a label key ([prefix/]name: a DNS subdomain prefix of at most 253 characters, a name of 1-63 of A-Z a-z 0-9 - _ . starting and ending with a letter or digit); a key that is not is 400 invalid_request.
 	Placement *Placement `json:"placement,omitempty"`

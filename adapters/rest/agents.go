@@ -12,8 +12,9 @@ import (
 )
 
 // ListAgents lists the registry's agents, sorted by id.
-func (s *Server) ListAgents(_ context.Context, req restapi.ListAgentsRequestObject) (restapi.ListAgentsResponseObject, error) {
-	infos, next, apiErr := page(s.d.Agents.Agents(), func(a ports.AgentInfo) string { return a.ID }, req.Params.Limit, req.Params.Cursor)
+func (s *Server) ListAgents(ctx context.Context, req restapi.ListAgentsRequestObject) (restapi.ListAgentsResponseObject, error) {
+	all := inScope(ctx, s.d.Agents.Agents(), func(a ports.AgentInfo) bool { return s.agentInScope(ctx, a.ID) })
+	infos, next, apiErr := page(all, func(a ports.AgentInfo) string { return a.ID }, req.Params.Limit, req.Params.Cursor)
 	if apiErr != nil {
 		return nil, apiErr
 	}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 
+	"github.com/agentic-sandbox/agentic-sandbox/core/access"
 	"github.com/agentic-sandbox/agentic-sandbox/core/environment"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
@@ -22,6 +23,9 @@ type Environments interface {
 	Create(ctx context.Context, req environment.Request) (environment.Environment, error)
 	List(ctx context.Context) []environment.Environment
 	Inspect(ctx context.Context, name string) (environment.Environment, bool)
+	// Get is an environment as last known, without asking its runtime
+	// (for the label scope of each request).
+	Get(name string) (environment.Environment, bool)
 	Start(ctx context.Context, name string) (environment.Environment, error)
 	Stop(ctx context.Context, name string) (environment.Environment, error)
 	Pause(ctx context.Context, name string) (environment.Environment, error)
@@ -137,7 +141,10 @@ func (s *Server) ListEnvironments(ctx context.Context, req restapi.ListEnvironme
 	if s.d.Environments == nil {
 		return out, nil
 	}
-	envs, next, apiErr := page(s.d.Environments.List(ctx), func(e environment.Environment) string { return e.Name }, req.Params.Limit, req.Params.Cursor)
+	all := inScope(ctx, s.d.Environments.List(ctx), func(e environment.Environment) bool {
+		return access.InScope(scopeOf(ctx), e.Labels)
+	})
+	envs, next, apiErr := page(all, func(e environment.Environment) string { return e.Name }, req.Params.Limit, req.Params.Cursor)
 	if apiErr != nil {
 		return nil, apiErr
 	}
@@ -159,8 +166,15 @@ func (s *Server) CreateEnvironment(ctx context.Context, req restapi.CreateEnviro
 	if err != nil {
 		return nil, err
 	}
+	labels := deref(b.Labels)
+	if err := environment.CheckLabels(labels); err != nil {
+		return nil, createEnvironmentError(err, subject)
+	}
+	// A scoped token's labels go on top: it cannot create outside its scope.
+	labels = access.WithScope(scopeOf(ctx), labels)
 	r := environment.Request{Runtime: b.Runtime, Name: b.Name, Image: sp.Image, Profile: sp.Profile, Resources: sp.Resources,
-		Network: sp.Network, ReadOnlyRoot: sp.ReadOnlyRoot, AllowedHosts: sp.AllowedHosts, Tier: sp.Tier, Placement: sp.Placement}
+		Network: sp.Network, ReadOnlyRoot: sp.ReadOnlyRoot, AllowedHosts: sp.AllowedHosts, Tier: sp.Tier, Placement: sp.Placement,
+		Labels: labels}
 	env, err := s.d.Environments.Create(ctx, r)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -287,6 +301,9 @@ func toEnvironment(e environment.Environment) restapi.Environment {
 		out.ProvisionMs = ptr(e.ProvisionTime.Milliseconds())
 	}
 	out.Resources = toResources(e.Resources)
+	if len(e.Labels) > 0 {
+		out.Labels = ptr(maps.Clone(e.Labels))
+	}
 	return out
 }
 

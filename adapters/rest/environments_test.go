@@ -55,7 +55,8 @@ func (f *fakeEnvironments) Create(_ context.Context, req environment.Request) (e
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	e := environment.Environment{Name: req.Name, Runtime: req.Runtime, State: environment.StateProvisioning, AgentID: req.Name,
-		CreatedAt: time.Date(2026, 5, 9, 7, 0, 0, 0, time.UTC), Events: []environment.Event{{At: time.Date(2026, 5, 9, 7, 0, 0, 0, time.UTC), Step: "requested"}}}
+		CreatedAt: time.Date(2026, 5, 9, 7, 0, 0, 0, time.UTC), Events: []environment.Event{{At: time.Date(2026, 5, 9, 7, 0, 0, 0, time.UTC), Step: "requested"}},
+		Labels: req.Labels}
 	f.envs[req.Name] = e
 	return e, nil
 }
@@ -68,6 +69,10 @@ func (f *fakeEnvironments) List(context.Context) []environment.Environment {
 		out = append(out, e)
 	}
 	return out
+}
+
+func (f *fakeEnvironments) Get(name string) (environment.Environment, bool) {
+	return f.Inspect(context.Background(), name)
 }
 
 func (f *fakeEnvironments) Inspect(_ context.Context, name string) (environment.Environment, bool) {

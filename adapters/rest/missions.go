@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/agentic-sandbox/agentic-sandbox/core/session"
+	"github.com/agentic-sandbox/agentic-sandbox/core/task"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
@@ -19,7 +20,7 @@ const maxHITLTextLen = 65536
 
 // ListMissions lists the missions on record, oldest first, optionally in
 // one state. Without a mission service there are none.
-func (s *Server) ListMissions(_ context.Context, req restapi.ListMissionsRequestObject) (restapi.ListMissionsResponseObject, error) {
+func (s *Server) ListMissions(ctx context.Context, req restapi.ListMissionsRequestObject) (restapi.ListMissionsResponseObject, error) {
 	var state ports.MissionState
 	if p := req.Params.State; p != nil {
 		if !p.Valid() {
@@ -33,7 +34,7 @@ func (s *Server) ListMissions(_ context.Context, req restapi.ListMissionsRequest
 	}
 	var ms []ports.Mission
 	for _, m := range s.d.Missions.Missions(state) {
-		if state == "" || m.State == state {
+		if (state == "" || m.State == state) && s.agentInScope(ctx, m.AgentID) {
 			ms = append(ms, m)
 		}
 	}
@@ -81,15 +82,15 @@ func missionNotFound(subject string) *apiError {
 }
 
 // ListHITL lists the open HITL requests, oldest first.
-func (s *Server) ListHITL(_ context.Context, req restapi.ListHITLRequestObject) (restapi.ListHITLResponseObject, error) {
+func (s *Server) ListHITL(ctx context.Context, req restapi.ListHITLRequestObject) (restapi.ListHITLResponseObject, error) {
 	out := restapi.HITLList{Requests: []restapi.HITLRequest{}}
 	if s.d.Missions != nil {
-		for _, h := range s.d.Missions.OpenHITL() {
+		for _, h := range inScope(ctx, s.d.Missions.OpenHITL(), func(h ports.OpenHITL) bool { return s.agentInScope(ctx, h.AgentID) }) {
 			out.Requests = append(out.Requests, toHITL(h.HITLRequest, h.MissionID, h.AgentID, h.SessionID))
 		}
 	}
 	if s.d.Tasks != nil {
-		for _, h := range s.d.Tasks.OpenHITL() {
+		for _, h := range inScope(ctx, s.d.Tasks.OpenHITL(), func(h task.HITL) bool { return s.taskInScope(scopeOf(ctx), h.TaskID) }) {
 			out.Requests = append(out.Requests, taskHITL(h))
 		}
 	}

@@ -24,9 +24,10 @@ func poolNotFound(name string) *apiError {
 	return newError(http.StatusNotFound, "pool_not_found", "pool %q: not found", clip(name))
 }
 
-func (s *Server) ListPools(context.Context, restapi.ListPoolsRequestObject) (restapi.ListPoolsResponseObject, error) {
+func (s *Server) ListPools(ctx context.Context, _ restapi.ListPoolsRequestObject) (restapi.ListPoolsResponseObject, error) {
 	out := restapi.ListPools200JSONResponse{Pools: []restapi.Pool{}}
-	if s.d.Pools == nil {
+	// Pools serve every scope: a scoped token sees none (scope.go).
+	if s.d.Pools == nil || len(scopeOf(ctx)) > 0 {
 		return out, nil
 	}
 	for _, p := range s.d.Pools.Pools() {

@@ -85,13 +85,13 @@ func (s *Server) toSession(x session.Session) restapi.Session {
 	return out
 }
 
-func (s *Server) sessionList(agentID string, state *restapi.SessionState) restapi.SessionList {
+func (s *Server) sessionList(ctx context.Context, agentID string, state *restapi.SessionState) restapi.SessionList {
 	out := restapi.SessionList{Sessions: []restapi.Session{}}
 	if s.d.Sessions == nil {
 		return out
 	}
 	for _, x := range s.d.Sessions.List(agentID) {
-		if state != nil && string(x.State) != string(*state) {
+		if state != nil && string(x.State) != string(*state) || !s.agentInScope(ctx, x.AgentID) {
 			continue
 		}
 		out.Sessions = append(out.Sessions, s.toSession(x))
@@ -100,7 +100,7 @@ func (s *Server) sessionList(agentID string, state *restapi.SessionState) restap
 }
 
 // ListSessions lists the sessions of every agent, or of one.
-func (s *Server) ListSessions(_ context.Context, req restapi.ListSessionsRequestObject) (restapi.ListSessionsResponseObject, error) {
+func (s *Server) ListSessions(ctx context.Context, req restapi.ListSessionsRequestObject) (restapi.ListSessionsResponseObject, error) {
 	agentID := ""
 	if req.Params.AgentId != nil {
 		agentID = *req.Params.AgentId
@@ -111,7 +111,7 @@ func (s *Server) ListSessions(_ context.Context, req restapi.ListSessionsRequest
 	if st := req.Params.State; st != nil && !session.State(*st).Valid() {
 		return nil, badRequest("parameter state: one of starting, running, exited, killed, lost")
 	}
-	list := s.sessionList(agentID, req.Params.State)
+	list := s.sessionList(ctx, agentID, req.Params.State)
 	sessions, next, apiErr := page(list.Sessions, func(x restapi.Session) string { return timeKey(x.CreatedAt, x.SessionId) }, req.Params.Limit, req.Params.Cursor)
 	if apiErr != nil {
 		return nil, apiErr
@@ -120,8 +120,8 @@ func (s *Server) ListSessions(_ context.Context, req restapi.ListSessionsRequest
 }
 
 // ListAgentSessions lists the sessions of one agent.
-func (s *Server) ListAgentSessions(_ context.Context, req restapi.ListAgentSessionsRequestObject) (restapi.ListAgentSessionsResponseObject, error) {
-	return restapi.ListAgentSessions200JSONResponse(s.sessionList(req.AgentId, nil)), nil
+func (s *Server) ListAgentSessions(ctx context.Context, req restapi.ListAgentSessionsRequestObject) (restapi.ListAgentSessionsResponseObject, error) {
+	return restapi.ListAgentSessions200JSONResponse(s.sessionList(ctx, req.AgentId, nil)), nil
 }
 
 // CreateSession starts a session on an agent.

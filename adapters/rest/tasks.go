@@ -19,7 +19,9 @@ import (
 // Tasks is the task use case behind /api/v1/tasks.
 type Tasks interface {
 	Check(doc []byte) (task.Manifest, error)
-	Submit(ctx context.Context, doc []byte, idempotencyKey string) (task.Submitted, error)
+	// SubmitScoped submits for a caller with a label scope: the task (and
+	// its environment) carries the scope's labels over the manifest's.
+	SubmitScoped(ctx context.Context, doc []byte, idempotencyKey string, scope map[string]string) (task.Submitted, error)
 	Get(id string) (ports.TaskRecord, error)
 	List(f task.Filter) ([]ports.TaskRecord, string)
 	Cancel(ctx context.Context, id string) (ports.TaskRecord, error)
@@ -97,7 +99,7 @@ func (s *Server) createTask(w http.ResponseWriter, r *http.Request) {
 		_ = badRequest("Idempotency-Key: at most 128 bytes").write(w)
 		return
 	}
-	sub, err := t.Submit(r.Context(), doc, key)
+	sub, err := t.SubmitScoped(r.Context(), doc, key, scopeOf(r.Context()))
 	if err != nil {
 		s.responseError(w, r, taskError(err, ""))
 		return
@@ -227,7 +229,7 @@ func (s *Server) GetTask(_ context.Context, req restapi.GetTaskRequestObject) (r
 }
 
 // ListTasks implements restapi.StrictServerInterface.
-func (s *Server) ListTasks(_ context.Context, req restapi.ListTasksRequestObject) (restapi.ListTasksResponseObject, error) {
+func (s *Server) ListTasks(ctx context.Context, req restapi.ListTasksRequestObject) (restapi.ListTasksResponseObject, error) {
 	t, apiErr := s.tasks()
 	if apiErr != nil {
 		return nil, apiErr
@@ -260,6 +262,14 @@ func (s *Server) ListTasks(_ context.Context, req restapi.ListTasksRequestObject
 	}
 	if req.Params.Cursor != nil {
 		f.After = *req.Params.Cursor
+	}
+	// A scoped token lists only its scope's tasks: the scope joins the
+	// filter (a filter naming another value of a scope's key finds none).
+	for k, v := range scopeOf(ctx) {
+		if got, ok := f.Labels[k]; ok && got != v {
+			return restapi.ListTasks200JSONResponse{Tasks: []restapi.Task{}}, nil
+		}
+		f.Labels[k] = v
 	}
 	recs, next := t.List(f)
 	out := restapi.ListTasks200JSONResponse{Tasks: make([]restapi.Task, 0, len(recs)), NextCursor: nonEmpty(next)}

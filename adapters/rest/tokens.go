@@ -78,6 +78,10 @@ func (s *Server) CreateToken(ctx context.Context, req restapi.CreateTokenRequest
 		}
 		t.Labels = maps.Clone(map[string]string(*b.Labels))
 	}
+	// An admin with a label scope makes tokens within it, never wider.
+	if scope := scopeOf(ctx); len(scope) > 0 {
+		t.Labels = access.WithScope(scope, t.Labels)
+	}
 	sec, err := secret.Token()
 	if err != nil {
 		return nil, err
@@ -103,7 +107,7 @@ func (s *Server) CreateToken(ctx context.Context, req restapi.CreateTokenRequest
 }
 
 // ListTokens lists the named tokens, never their secrets.
-func (s *Server) ListTokens(context.Context, restapi.ListTokensRequestObject) (restapi.ListTokensResponseObject, error) {
+func (s *Server) ListTokens(ctx context.Context, _ restapi.ListTokensRequestObject) (restapi.ListTokensResponseObject, error) {
 	out := restapi.ListTokens200JSONResponse{Tokens: []restapi.Token{}}
 	if s.d.Tokens == nil {
 		return out, nil
@@ -112,7 +116,8 @@ func (s *Server) ListTokens(context.Context, restapi.ListTokensRequestObject) (r
 	if err != nil {
 		return nil, tokenStoreError(err, "tokens")
 	}
-	for _, t := range list {
+	// A scoped admin sees the tokens within its scope only.
+	for _, t := range inScope(ctx, list, func(t ports.Token) bool { return access.InScope(scopeOf(ctx), t.Labels) }) {
 		out.Tokens = append(out.Tokens, toToken(t))
 	}
 	return out, nil
@@ -123,6 +128,12 @@ func (s *Server) ListTokens(context.Context, restapi.ListTokensRequestObject) (r
 func (s *Server) DeleteToken(ctx context.Context, req restapi.DeleteTokenRequestObject) (restapi.DeleteTokenResponseObject, error) {
 	if s.d.Tokens == nil {
 		return nil, tokenNotFound(req.Token)
+	}
+	// A scoped admin revokes only tokens within its scope; others are absent.
+	if scope := scopeOf(ctx); len(scope) > 0 {
+		if t, err := s.d.Tokens.Get(req.Token); err == nil && !access.InScope(scope, t.Labels) {
+			return nil, tokenNotFound(req.Token)
+		}
 	}
 	t, err := s.d.Tokens.Delete(req.Token)
 	if err != nil {

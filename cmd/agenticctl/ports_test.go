@@ -34,6 +34,9 @@ func (e envsOf) Create(context.Context, environment.Request) (environment.Enviro
 	return environment.Environment{}, ports.ErrUnsupported
 }
 func (e envsOf) List(context.Context) []environment.Environment { return nil }
+func (e envsOf) Get(name string) (environment.Environment, bool) {
+	return e.Inspect(context.Background(), name)
+}
 func (e envsOf) Inspect(_ context.Context, name string) (environment.Environment, bool) {
 	env, ok := e[name]
 	return env, ok

@@ -163,6 +163,29 @@ func InScope(scope, itemLabels map[string]string) bool {
 	return true
 }
 
+// EnvironmentLabels finds the labels of the environment named name; ok is
+// false when there is no such environment. An agent's id is the name of
+// the environment it runs in.
+type EnvironmentLabels func(name string) (labels map[string]string, ok bool)
+
+// AgentInScope tells whether the agent agentID is in scope: an empty scope
+// covers every agent; otherwise the agent's environment must carry the
+// scope. An agent in no environment (a host agent) is outside every
+// non-empty scope, whatever labels it declares itself: those are the
+// agent's own claim, not set by anyone holding a token. A session, a
+// command, a mission and a terminal are in scope when their agent is.
+// Both the REST API and the client WebSocket decide with this.
+func AgentInScope(scope map[string]string, agentID string, envLabels EnvironmentLabels) bool {
+	if len(scope) == 0 {
+		return true
+	}
+	if envLabels == nil {
+		return false
+	}
+	labels, ok := envLabels(agentID)
+	return ok && InScope(scope, labels)
+}
+
 // WithScope returns the labels an item created by a token with scope
 // carries: its own, with the scope's on top (a scoped token cannot create
 // an item outside its scope). Neither map is changed.

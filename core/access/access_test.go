@@ -120,3 +120,39 @@ func TestValidLabel(t *testing.T) {
 		}
 	}
 }
+
+func TestAgentInScope(t *testing.T) {
+	envs := map[string]map[string]string{
+		"pay-1":    {"team": "payments"},
+		"search-1": {"team": "search"},
+		"bare":     nil,
+	}
+	lookup := func(name string) (map[string]string, bool) {
+		l, ok := envs[name]
+		return l, ok
+	}
+	payments := map[string]string{"team": "payments"}
+	cases := []struct {
+		scope map[string]string
+		agent string
+		want  bool
+	}{
+		{nil, "host", true},
+		{nil, "pay-1", true},
+		{payments, "pay-1", true},
+		{payments, "search-1", false},
+		{payments, "bare", false},
+		{payments, "host", false}, // in no environment
+	}
+	for _, c := range cases {
+		if got := AgentInScope(c.scope, c.agent, lookup); got != c.want {
+			t.Errorf("AgentInScope(%v, %q) = %v, want %v", c.scope, c.agent, got, c.want)
+		}
+	}
+	if AgentInScope(payments, "pay-1", nil) {
+		t.Error("a scoped token sees an agent when no environments are known")
+	}
+	if !AgentInScope(nil, "pay-1", nil) {
+		t.Error("an unscoped token does not see an agent when no environments are known")
+	}
+}

@@ -65,6 +65,10 @@ type Environment struct {
 	AllowedHosts []string
 	// Egress is its recent connections through the agent, newest last.
 	Egress []EgressEntry
+	// Labels are its request's labels (a scoped token's on top): what a
+	// token's label scope is matched against (core/access). Never an
+	// internal label (ReservedLabelPrefix).
+	Labels map[string]string
 }
 
 // EgressEntry is one connection of a proxy environment.
@@ -98,6 +102,8 @@ type Request struct {
 	// where the runtime's capabilities declare it.
 	Tier      string
 	Placement ports.Placement
+	// Labels are kept with the environment (CheckLabels says which may be).
+	Labels map[string]string
 }
 
 // Observation is what a refresh saw of an environment.

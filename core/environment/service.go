@@ -360,6 +360,7 @@ func fromRuntime(e ports.Environment, runtime string) Environment {
 		env.AllowedHosts = strings.Split(e.Labels[ports.LabelAllowedHosts], ",")
 	}
 	env.Tier = e.Labels[ports.LabelTier]
+	env.Labels = userLabels(e.Labels)
 	if v := e.Labels[ports.LabelPlacement]; v != "" {
 		// Only this server writes it; one it cannot read is not shown.
 		_ = json.Unmarshal([]byte(v), &env.Placement)
@@ -427,6 +428,9 @@ func (s *Service) create(ctx context.Context, req Request, pool string) (Environ
 	if err := s.networkAllowed(req, rt); err != nil {
 		return Environment{}, err
 	}
+	if err := CheckLabels(req.Labels); err != nil {
+		return Environment{}, err
+	}
 	if _, taken := s.cfg.Agents.Agent(req.Name); taken {
 		return Environment{}, fmt.Errorf("%w: an agent named %q is connected", ports.ErrEnvExists, req.Name)
 	}
@@ -448,8 +452,13 @@ func (s *Service) create(ctx context.Context, req Request, pool string) (Environ
 	}
 	// What only the request says is kept with the environment itself
 	// (labels), for a restarted server.
-	if labels := specLabels(req.Network, allowed, req.Tier, placement); len(labels) > 0 {
-		spec.Labels = labels
+	// The request's own labels too, under the internal ones.
+	if labels := specLabels(req.Network, allowed, req.Tier, placement); len(labels) > 0 || len(req.Labels) > 0 {
+		spec.Labels = maps.Clone(req.Labels)
+		if spec.Labels == nil {
+			spec.Labels = map[string]string{}
+		}
+		maps.Copy(spec.Labels, labels)
 	}
 	// The runtime's declared capabilities decide, before anything is stored.
 	if err := rt.Capabilities().CheckSpec(spec); err != nil {
@@ -461,6 +470,9 @@ func (s *Service) create(ctx context.Context, req Request, pool string) (Environ
 			spec.Labels = map[string]string{}
 		}
 		spec.Labels[ports.LabelPool] = pool
+	} else if len(req.Labels) > 0 {
+		// A pool's member carries no labels, and a taken member's runtime
+		// would not keep them across a restart: provisioned instead.
 	} else if env, taken, err := s.take(ctx, req, allowed, rt.Capabilities().Isolation); taken || err != nil {
 		return env, err
 	}
@@ -475,7 +487,7 @@ func (s *Service) create(ctx context.Context, req Request, pool string) (Environ
 	rec := &record{cancel: cancel, requested: now, pool: pool, env: Environment{
 		Name: req.Name, Runtime: req.Runtime, State: StateProvisioning, Image: req.Image, Network: req.Network,
 		Resources: req.Resources, Tier: req.Tier, Placement: placement, AgentID: req.Name, CreatedAt: now, AllowedHosts: allowed,
-		Events: []Event{{At: now, Step: "requested"}},
+		Labels: maps.Clone(req.Labels), Events: []Event{{At: now, Step: "requested"}},
 	}}
 	s.envs[req.Name] = rec
 	s.mu.Unlock()
@@ -687,6 +699,7 @@ func (s *Service) get(name string) (found, bool) {
 	e := rec.env
 	e.Events = append([]Event(nil), e.Events...)
 	e.Egress = append([]EgressEntry(nil), e.Egress...)
+	e.Labels = maps.Clone(e.Labels)
 	if a, ok := s.cfg.Agents.Agent(name); ok {
 		e.AgentStatus = a.Status
 	}

@@ -190,6 +190,7 @@ func (s *Service) provision(ctx context.Context, e *entry) (Reason, error) {
 	_, err := s.cfg.Environments.Create(ctx, environment.Request{
 		Runtime: e.rec.Environment.Runtime, Name: name, Image: env.Image, Network: env.NetworkMode, AllowedHosts: env.AllowedHosts,
 		Resources: ports.Resources{CPUs: env.CPUs, MemoryMB: env.MemoryMB, DiskGB: env.DiskGB}, Tier: env.Isolation, Placement: env.Placement,
+		Labels: envLabels(e.rec.Labels),
 	})
 	if err != nil {
 		return ReasonProvisionFailed, err
@@ -547,4 +548,22 @@ func clipText(s string) string {
 		return s[:2000] + "…"
 	}
 	return s
+}
+
+// envLabels are the labels a task's environment carries: the task's, so
+// that a token scoped to them reaches its agent and sessions too; each one
+// an environment may not carry (a value too long for it, a reserved key)
+// is left out, so the task still runs (a scope's labels always qualify).
+func envLabels(labels map[string]string) map[string]string {
+	var out map[string]string
+	for k, v := range labels {
+		if environment.CheckLabels(map[string]string{k: v}) != nil {
+			continue
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[k] = v
+	}
+	return out
 }

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/agentic-sandbox/agentic-sandbox/core/access"
 	"github.com/agentic-sandbox/agentic-sandbox/core/egress"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
@@ -43,10 +44,19 @@ type Submitted struct {
 // metadata.id) with the same manifest returns the same task; with another
 // manifest, ErrTaskConflict.
 func (s *Service) Submit(ctx context.Context, doc []byte, idempotencyKey string) (Submitted, error) {
+	return s.SubmitScoped(ctx, doc, idempotencyKey, nil)
+}
+
+// SubmitScoped is Submit for a caller with a label scope (core/access):
+// the task carries the scope's labels over its manifest's, and so does the
+// environment it runs in. A task of the same key or id outside the scope
+// is ErrTaskConflict, and never returned.
+func (s *Service) SubmitScoped(ctx context.Context, doc []byte, idempotencyKey string, scope map[string]string) (Submitted, error) {
 	m, err := s.Check(doc)
 	if err != nil {
 		return Submitted{}, err
 	}
+	m.Metadata.Labels = access.WithScope(scope, m.Metadata.Labels)
 	sum := sha256.Sum256(doc)
 	hash := hex.EncodeToString(sum[:])
 	runtime := m.Environment.Runtime
@@ -65,6 +75,9 @@ func (s *Service) Submit(ctx context.Context, doc []byte, idempotencyKey string)
 		}
 		rec := e.rec
 		s.mu.Unlock()
+		if !access.InScope(scope, rec.Labels) {
+			return Submitted{}, fmt.Errorf("%w: the idempotency key or metadata.id is taken", ports.ErrTaskConflict)
+		}
 		if rec.ManifestSHA256 != hash {
 			return Submitted{}, fmt.Errorf("%w: task %s", ports.ErrTaskConflict, rec.ID)
 		}

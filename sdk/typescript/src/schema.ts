@@ -1774,6 +1774,10 @@ export interface components {
             /** @description A sandbox stronger than the runtime's standard one, from its tiers (GET /api/v1/runtimes): `gvisor`. Absent or empty: the standard one. A tier the runtime does not offer is 400 invalid_request naming those it offers. */
             isolation?: string;
             placement?: components["schemas"]["Placement"];
+            /** @description Labels kept with the environment (at most 32): keys [prefix/]name and values of 1-63 characters of A-Z a-z 0-9 . _ -, starting and ending with a letter or digit (400 invalid_request otherwise). Keys starting with `agentic-sandbox.` are the server's own and refused. A token with a label scope sees only environments carrying its labels, and what it creates carries them, its scope's values over any given here. An environment with labels is provisioned, never taken from a warm pool. */
+            labels?: {
+                [key: string]: string;
+            };
         };
         EnvironmentEvent: {
             /** Format: date-time */
@@ -1810,6 +1814,10 @@ export interface components {
              */
             provision_ms?: number;
             error?: string;
+            /** @description Its request's labels (a scoped token's on top); absent when it has none. */
+            labels?: {
+                [key: string]: string;
+            };
             events: components["schemas"]["EnvironmentEvent"][];
         };
         PoolSpec: {
