@@ -71,6 +71,7 @@ Commands:
                          'kubectl port-forward' ('agenticctl port-forward --help')
   token create|list|revoke
                          named tokens with roles (admins only; 'agenticctl token help')
+  whoami [--json]        who the token is: its name, role, label scope and expiry
   mcp                    serve the sandboxes to an AI agent as MCP tools on stdio
                          ('agenticctl mcp --help')
 
@@ -132,6 +133,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer, env func(stri
 		{[]string{"port"}, c.port},
 		{[]string{"port-forward"}, c.portForward},
 		{[]string{"token", "tokens"}, c.tokens},
+		{[]string{"whoami"}, c.whoami},
 	}
 	if run := lookup(commands, rest[0]); run != nil {
 		return run(rest[1:])
