@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/telemetry/spanwire"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -91,6 +93,9 @@ type running struct {
 	// stdin is the command's input queue, made on its first input.
 	stdinOnce sync.Once
 	stdin     *stdinQueue
+	// span is the agent's span of a command the server traced (nil when
+	// it did not: no traceparent, no spans).
+	span *spanwire.AgentSpan
 }
 
 // finished is a command that ended recently. Its result and output tail go
@@ -117,7 +122,10 @@ func (a *Agent) startCommand(req *sandboxv1.CommandRequest) {
 	}
 	spec := agentwire.CommandSpec(req)
 	r := &running{id: id, offsets: map[ports.OutputStream]uint64{}, startedAt: time.Now(),
-		sessionID: spec.SessionID, sessionName: spec.SessionName, sessionType: spec.SessionType}
+		sessionID: spec.SessionID, sessionName: spec.SessionName, sessionType: spec.SessionType,
+		span: spanwire.StartRemote(req.GetTraceparent(), "agentd.Command", time.Now())}
+	r.span.SetAttr("agentic.command_id", id)
+	r.span.SetAttr("agentic.agent_id", a.ident.Load().ID)
 	a.running[id] = r
 	a.mu.Unlock()
 
@@ -193,6 +201,7 @@ func (a *Agent) run(r *running, spec ports.CommandSpec, found *foundSession) {
 			StreamId: id, Stream: agentwire.StreamToProto(stream), Data: data, Timestamp: timestamppb.Now(), Offset: off,
 		}}})
 	}
+	procSpan := r.span.Child("agentd.Process", time.Now())
 	var proc ports.Process
 	switch {
 	case found != nil && found.logFile != "":
@@ -216,6 +225,7 @@ func (a *Agent) run(r *running, spec ports.CommandSpec, found *foundSession) {
 		proc.Kill()
 	}
 	if pid := proc.Pid(); pid > 0 {
+		procSpan.SetAttr("process.pid", strconv.Itoa(pid))
 		a.out.pushNow(&sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_CommandStarted{CommandStarted: &sandboxv1.CommandStarted{
 			CommandId: id, Pid: int32(pid), StartedAt: timestamppb.Now(), //nolint:gosec // Linux pids fit in int32
 		}}})
@@ -237,6 +247,15 @@ func (a *Agent) run(r *running, spec ports.CommandSpec, found *foundSession) {
 			}}})
 		}
 		result := agentwire.CommandResult(id, res)
+		if r.span != nil {
+			// The spans go before the result: the server takes them while
+			// the command is its.
+			now := time.Now()
+			procSpan.End(now, res.Error)
+			r.span.SetAttr("agentic.exit_code", strconv.Itoa(res.ExitCode))
+			r.span.End(now, res.Error)
+			a.out.push(agentwire.SpanReport(finishedSpans(r.span, procSpan)))
+		}
 		a.out.push(&sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_CommandResult{CommandResult: result}})
 		// Output callbacks are over once Wait returned: r.tail is final.
 		info := &sandboxv1.SessionInfo{
@@ -292,4 +311,15 @@ func (a *Agent) sessionReport(requestID string) *sandboxv1.ConnectRequest {
 		}
 	}
 	return &sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_SessionReport{SessionReport: rep}}
+}
+
+// finishedSpans are the spans of spans that ended.
+func finishedSpans(spans ...*spanwire.AgentSpan) []spanwire.RemoteSpan {
+	var out []spanwire.RemoteSpan
+	for _, s := range spans {
+		if f, ok := s.Finished(); ok {
+			out = append(out, f)
+		}
+	}
+	return out
 }

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"time"
 
 	"connectrpc.com/connect"
 
 	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/telemetry/spanwire"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -27,6 +29,14 @@ type transferStream = *connect.BidiStreamForClient[sandboxv1.TransferRequest, sa
 func (a *Agent) transfer(ctx context.Context, req *sandboxv1.FileRequest) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	span := spanwire.StartRemote(req.GetTraceparent(), "agentd.File", time.Now())
+	span.SetAttr("agentic.transfer_id", req.GetTransferId())
+	span.SetAttr("agentic.file_op", req.GetOp().String())
+	defer func() {
+		if f, ok := span.Finished(); ok {
+			a.out.pushNow(agentwire.SpanReport([]spanwire.RemoteSpan{f}))
+		}
+	}()
 	stream := a.files.Transfer(ctx)
 	a.signIn(stream.RequestHeader())
 	if err := stream.Send(&sandboxv1.TransferRequest{Payload: &sandboxv1.TransferRequest_Open{Open: &sandboxv1.TransferOpen{TransferId: req.GetTransferId()}}}); err != nil {
@@ -34,6 +44,11 @@ func (a *Agent) transfer(ctx context.Context, req *sandboxv1.FileRequest) {
 		return
 	}
 	err := a.fileOp(ctx, stream, req)
+	if err != nil {
+		span.End(time.Now(), err.Error())
+	} else {
+		span.End(time.Now(), "")
+	}
 	end := &sandboxv1.TransferEnd{}
 	if err != nil {
 		end.Error, end.Message = agentwire.FileErrorToProto(err), err.Error()

@@ -8,8 +8,13 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/telemetry/spanwire"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -54,6 +59,9 @@ type command struct {
 	// and unclaimed (zero when it is not held): Attach claims it, and the
 	// sweep kills it once the claim grace is over.
 	heldAt time.Time
+
+	// trace is the link's span of a traced command (nil otherwise).
+	trace *linkSpan
 }
 
 var _ ports.Command = (*command)(nil)
@@ -97,6 +105,7 @@ func (c *command) complete(r ports.CommandResult, now time.Time, beforeDone func
 		stop()
 	}
 	c.forgetStdin()
+	c.trace.done(r)
 	if beforeDone != nil {
 		beforeDone()
 	}
@@ -125,6 +134,11 @@ func (c *command) claim(opts ports.StartOptions) {
 // markStarted fires OnStarted once.
 func (c *command) markStarted() {
 	c.started.Do(func() {
+		if c.detached {
+			// A session or a mission may run for days: its trace shows
+			// it sent and started, the agent's spans its end.
+			c.trace.end(ports.CommandResult{})
+		}
 		c.deliverMu.Lock()
 		f := c.onStarted
 		c.startedSeen = true
@@ -216,7 +230,9 @@ func (s *Service) Start(ctx context.Context, agentID string, spec ports.CommandS
 	if id == "" {
 		id = s.cfg.IDs.NewID()
 	}
+	ls := s.startLinkSpan(ctx, agentID, id, opts.Detached)
 	cmd := &command{
+		trace:     ls,
 		svc:       s,
 		id:        id,
 		agentID:   agentID,
@@ -232,6 +248,7 @@ func (s *Service) Start(ctx context.Context, agentID string, spec ports.CommandS
 	s.mu.Lock()
 	if _, dup := s.commands[cmd.id]; dup {
 		s.mu.Unlock()
+		ls.done(ports.CommandResult{ExitCode: -1, Error: "command id in use"})
 		return nil, fmt.Errorf("command id %q already in use", cmd.id)
 	}
 	s.commands[cmd.id] = cmd
@@ -240,6 +257,7 @@ func (s *Service) Start(ctx context.Context, agentID string, spec ports.CommandS
 	s.cfg.Changes.Changed(ports.ChangeAgents)
 
 	req := agentwire.CommandRequest(cmd.id, spec)
+	req.Traceparent = ls.traceparent()
 	if err := conn.send(ctx, &sandboxv1.ConnectResponse{Payload: &sandboxv1.ConnectResponse_Command{Command: req}}); err != nil {
 		s.finish(cmd, ports.CommandResult{ExitCode: -1, Error: "not sent to the agent: " + err.Error()})
 		return nil, err
@@ -318,4 +336,70 @@ func (s *Service) Lookup(commandID string) (ports.Command, bool) {
 		return nil, false
 	}
 	return cmd, true
+}
+
+// linkSpan is the link's span of a traced command or transfer: from the
+// request sent to the agent to its result (a detached command's: to its
+// start). The agent's spans come back as its children in a SpanReport,
+// taken while the relay expects the trace.
+type linkSpan struct {
+	span       trace.Span
+	parent     string
+	expectDone func()
+	once       sync.Once
+}
+
+// startLinkSpan starts the span of work sent to agentID; nil when tracing
+// is off or the work is not sampled.
+func (s *Service) startLinkSpan(ctx context.Context, agentID, id string, detached bool) *linkSpan {
+	tr := s.cfg.Tracing.Tracer()
+	if tr == nil {
+		return nil
+	}
+	_, span := tr.Start(ctx, "agentrpc.Command", trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("agentic.agent_id", agentID), attribute.String("agentic.command_id", id), attribute.Bool("agentic.detached", detached)))
+	return s.linkSpan(agentID, span)
+}
+
+func (s *Service) linkSpan(agentID string, span trace.Span) *linkSpan {
+	tp := spanwire.Traceparent(span.SpanContext())
+	if !span.IsRecording() || tp == "" {
+		span.End()
+		return nil
+	}
+	return &linkSpan{span: span, parent: tp, expectDone: s.cfg.Tracing.Relay().Expect(agentID, span.SpanContext().TraceID())}
+}
+
+func (l *linkSpan) traceparent() string {
+	if l == nil {
+		return ""
+	}
+	return l.parent
+}
+
+// end ends the span once, with the command's result; the relay still takes
+// the agent's spans for ReportGrace.
+func (l *linkSpan) end(r ports.CommandResult) {
+	if l == nil {
+		return
+	}
+	l.once.Do(func() {
+		if r.Error != "" {
+			l.span.SetStatus(codes.Error, r.Error)
+		}
+		if r.ExitCode != 0 || r.Signal != 0 {
+			l.span.SetAttributes(attribute.Int("agentic.exit_code", r.ExitCode), attribute.Int("agentic.signal", r.Signal))
+		}
+		l.span.End()
+	})
+}
+
+// done ends the span and the relay's expectation (the command or transfer
+// is over).
+func (l *linkSpan) done(r ports.CommandResult) {
+	if l == nil {
+		return
+	}
+	l.end(r)
+	l.expectDone()
 }

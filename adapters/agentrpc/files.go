@@ -153,11 +153,14 @@ func (s *Service) beginTransfer(ctx context.Context, agentID string, req *sandbo
 	if !s.transfers.add(t) {
 		return nil, nil, fmt.Errorf("%w (at most %d)", ports.ErrTooManyTransfers, maxTransfersPerAgent)
 	}
+	req.TransferId = t.id
+	ls := s.startTransferSpan(ctx, agentID, req)
+	req.Traceparent = ls.traceparent()
 	release := func() {
 		t.finish()
 		s.transfers.remove(t)
+		ls.done(ports.CommandResult{})
 	}
-	req.TransferId = t.id
 	if err := conn.send(ctx, &sandboxv1.ConnectResponse{Payload: &sandboxv1.ConnectResponse_FileRequest{FileRequest: req}}); err != nil {
 		release()
 		return nil, nil, err

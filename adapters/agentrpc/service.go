@@ -27,6 +27,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1/sandboxv1connect"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/clock"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/telemetry"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -95,6 +96,9 @@ type Config struct {
 	// Forwards configures the connections into environments (previews,
 	// port-forward).
 	Forwards Forwards
+	// Tracing traces the commands and transfers sent to agents and takes
+	// the agents' spans back (nil: off; agents get no traceparent).
+	Tracing *telemetry.Tracing
 }
 
 // Service implements sandboxv1connect.AgentServiceHandler, ports.AgentLink and

@@ -421,6 +421,8 @@ func (s *Service) handle(c *conn, msg *sandboxv1.ConnectRequest) error {
 		}
 	case *sandboxv1.ConnectRequest_PortsReport:
 		return s.portsReported(c, p.PortsReport, now)
+	case *sandboxv1.ConnectRequest_SpanReport:
+		s.spansReported(c, p.SpanReport)
 	case *sandboxv1.ConnectRequest_Pong, *sandboxv1.ConnectRequest_SessionAck:
 	case *sandboxv1.ConnectRequest_Registration:
 		s.log.Warn("agent sent a second registration; ignored", "agent_id", c.agentID)

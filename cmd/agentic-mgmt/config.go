@@ -21,6 +21,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/hostsup"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/tlsca"
 	"github.com/agentic-sandbox/agentic-sandbox/core/egress"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/telemetry"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -100,6 +101,10 @@ type Config struct {
 	// TestResolve is a test hook (AGENTIC_TEST_RESOLVE=name=ip,…): names the
 	// egress resolves to the given address instead of asking DNS.
 	TestResolve map[string]netip.Addr
+	// Tracing is OpenTelemetry tracing, set up by run from the standard
+	// OTEL_EXPORTER_OTLP_* variables of the process (not a flag, nor the
+	// config file); nil is off.
+	Tracing *telemetry.Tracing
 }
 
 // Ports derived from LISTEN_ADDR, as the contract fixes them.

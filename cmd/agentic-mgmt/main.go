@@ -11,11 +11,16 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/internal/debugserve"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/telemetry"
 )
 
 var version = "0.1.0-dev"
+
+// tracingShutdownTimeout bounds the export of the last spans at exit.
+const tracingShutdownTimeout = 500 * time.Millisecond
 
 func main() {
 	cfg, err := loadConfig(os.Args[1:], os.Environ(), os.Stderr, version)
@@ -26,7 +31,8 @@ func main() {
 		fmt.Fprintln(os.Stderr, "agentic-mgmt:", err)
 		os.Exit(2)
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel()}))
+	// A line logged inside a traced request carries its trace_id.
+	log := slog.New(telemetry.LogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel()})))
 	if err := run(cfg, log); err != nil {
 		log.Error("agentic-mgmt failed", "err", err)
 		os.Exit(1)
@@ -36,6 +42,23 @@ func main() {
 // run builds the server, serves until SIGTERM or SIGINT, and tears it down
 // in the reverse order of construction.
 func run(cfg Config, log *slog.Logger) error {
+	tracing, err := telemetry.FromEnv(context.Background(), os.Environ(), "agentic-mgmt", cfg.Version)
+	if err != nil {
+		return fmt.Errorf("tracing: %w", err)
+	}
+	if tracing != nil {
+		// Last out: what the server did until its end is exported, within
+		// the shutdown budget.
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), tracingShutdownTimeout)
+			defer cancel()
+			if err := tracing.Shutdown(ctx); err != nil {
+				log.Warn("spans not all exported before exit", "err", err)
+			}
+		}()
+		log.Info("tracing on: spans exported by OTLP over HTTP (OTEL_EXPORTER_OTLP_*)")
+	}
+	cfg.Tracing = tracing
 	app, cleanup, err := newApp(cfg, log, os.Stdout)
 	if err != nil {
 		return fmt.Errorf("start-up: %w", err)

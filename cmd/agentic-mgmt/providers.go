@@ -164,6 +164,7 @@ func provideAgentService(cfg Config, creds ports.AgentCredentials, clock ports.C
 		Reports:         reports,
 		Egress:          linkEgress(cfg, log, reports),
 		Forwards:        agentrpc.Forwards{MaxPerAgent: cfg.ForwardMax, Idle: cfg.ForwardIdle},
+		Tracing:         cfg.Tracing,
 	})
 }
 
@@ -279,7 +280,8 @@ func provideREST(cfg Config, svc *agentrpc.Service, op OperatorHTTP, uc UseCases
 	svc.SetCommandAdopter(srv)
 	// MCP at /mcp on the same port: its tools call this REST handler in
 	// process with the caller's own operator token.
-	api := mcptools.Mount(srv.Handler(), mcptools.HTTPOptions{Token: op.Token, Version: op.Version, Logger: log})
+	// A span per request when tracing is on (the handler itself when off).
+	api := mcptools.Mount(cfg.Tracing.Handler(srv.Handler()), mcptools.HTTPOptions{Token: op.Token, Version: op.Version, Logger: log})
 	// Previews in front: a preview host never reaches the API.
 	return newPreviews(cfg, op, svc, uc, public, signIns, clock, log).Wrap(api), nil
 }

@@ -613,6 +613,7 @@ type ConnectRequest struct {
 	//	*ConnectRequest_PermissionRequest
 	//	*ConnectRequest_StdinAck
 	//	*ConnectRequest_PortsReport
+	//	*ConnectRequest_SpanReport
 	Payload       isConnectRequest_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -763,6 +764,15 @@ func (x *ConnectRequest) GetPortsReport() *PortsReport {
 	return nil
 }
 
+func (x *ConnectRequest) GetSpanReport() *SpanReport {
+	if x != nil {
+		if x, ok := x.Payload.(*ConnectRequest_SpanReport); ok {
+			return x.SpanReport
+		}
+	}
+	return nil
+}
+
 type isConnectRequest_Payload interface {
 	isConnectRequest_Payload()
 }
@@ -815,6 +825,10 @@ type ConnectRequest_PortsReport struct {
 	PortsReport *PortsReport `protobuf:"bytes,12,opt,name=ports_report,json=portsReport,proto3,oneof"`
 }
 
+type ConnectRequest_SpanReport struct {
+	SpanReport *SpanReport `protobuf:"bytes,13,opt,name=span_report,json=spanReport,proto3,oneof"`
+}
+
 func (*ConnectRequest_Registration) isConnectRequest_Payload() {}
 
 func (*ConnectRequest_Heartbeat) isConnectRequest_Payload() {}
@@ -839,6 +853,177 @@ func (*ConnectRequest_StdinAck) isConnectRequest_Payload() {}
 
 func (*ConnectRequest_PortsReport) isConnectRequest_Payload() {}
 
+func (*ConnectRequest_SpanReport) isConnectRequest_Payload() {}
+
+// SpanReport carries the spans the agent made for work the server traced
+// (a CommandRequest or FileRequest with a traceparent). The agent never
+// exports spans itself (it may have no network, and must never hold the
+// server's exporter credentials): the server checks them and exports them
+// with its own. The server takes spans only for traces it started on this
+// agent, at most 64 in a report and a bounded number per trace; names,
+// attributes and messages over their bounds are cut. A report that breaks
+// the rules is dropped (logged), never an error that ends the stream.
+type SpanReport struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Spans         []*AgentSpan           `protobuf:"bytes,1,rep,name=spans,proto3" json:"spans,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SpanReport) Reset() {
+	*x = SpanReport{}
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SpanReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SpanReport) ProtoMessage() {}
+
+func (x *SpanReport) ProtoReflect() protoreflect.Message {
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SpanReport.ProtoReflect.Descriptor instead.
+func (*SpanReport) Descriptor() ([]byte, []int) {
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SpanReport) GetSpans() []*AgentSpan {
+	if x != nil {
+		return x.Spans
+	}
+	return nil
+}
+
+// AgentSpan is one finished span of the agent, as OpenTelemetry has it.
+type AgentSpan struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 16 bytes.
+	TraceId []byte `protobuf:"bytes,1,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
+	// 8 bytes.
+	SpanId []byte `protobuf:"bytes,2,opt,name=span_id,json=spanId,proto3" json:"span_id,omitempty"`
+	// 8 bytes: the server's span (from the traceparent) or another of the
+	// agent's spans of the same trace.
+	ParentSpanId []byte `protobuf:"bytes,3,opt,name=parent_span_id,json=parentSpanId,proto3" json:"parent_span_id,omitempty"`
+	// At most 128 bytes.
+	Name      string                 `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	EndTime   *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	// The span's status is an error.
+	Error bool `protobuf:"varint,7,opt,name=error,proto3" json:"error,omitempty"`
+	// At most 256 bytes.
+	StatusMessage string `protobuf:"bytes,8,opt,name=status_message,json=statusMessage,proto3" json:"status_message,omitempty"`
+	// At most 16 attributes: keys of at most 64 bytes, values of at most 256.
+	Attributes    map[string]string `protobuf:"bytes,9,rep,name=attributes,proto3" json:"attributes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentSpan) Reset() {
+	*x = AgentSpan{}
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentSpan) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentSpan) ProtoMessage() {}
+
+func (x *AgentSpan) ProtoReflect() protoreflect.Message {
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentSpan.ProtoReflect.Descriptor instead.
+func (*AgentSpan) Descriptor() ([]byte, []int) {
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *AgentSpan) GetTraceId() []byte {
+	if x != nil {
+		return x.TraceId
+	}
+	return nil
+}
+
+func (x *AgentSpan) GetSpanId() []byte {
+	if x != nil {
+		return x.SpanId
+	}
+	return nil
+}
+
+func (x *AgentSpan) GetParentSpanId() []byte {
+	if x != nil {
+		return x.ParentSpanId
+	}
+	return nil
+}
+
+func (x *AgentSpan) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AgentSpan) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *AgentSpan) GetEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTime
+	}
+	return nil
+}
+
+func (x *AgentSpan) GetError() bool {
+	if x != nil {
+		return x.Error
+	}
+	return false
+}
+
+func (x *AgentSpan) GetStatusMessage() string {
+	if x != nil {
+		return x.StatusMessage
+	}
+	return ""
+}
+
+func (x *AgentSpan) GetAttributes() map[string]string {
+	if x != nil {
+		return x.Attributes
+	}
+	return nil
+}
+
 // PortsReport lists the TCP ports listening inside the agent's environment
 // (sockets in the LISTEN state, IPv4 and IPv6, every address): the whole
 // list each time, sent on connecting and whenever it changes. An agent
@@ -857,7 +1042,7 @@ type PortsReport struct {
 
 func (x *PortsReport) Reset() {
 	*x = PortsReport{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[1]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -869,7 +1054,7 @@ func (x *PortsReport) String() string {
 func (*PortsReport) ProtoMessage() {}
 
 func (x *PortsReport) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[1]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -882,7 +1067,7 @@ func (x *PortsReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PortsReport.ProtoReflect.Descriptor instead.
 func (*PortsReport) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *PortsReport) GetPorts() []*ListeningPort {
@@ -916,7 +1101,7 @@ type ListeningPort struct {
 
 func (x *ListeningPort) Reset() {
 	*x = ListeningPort{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[2]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -928,7 +1113,7 @@ func (x *ListeningPort) String() string {
 func (*ListeningPort) ProtoMessage() {}
 
 func (x *ListeningPort) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[2]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -941,7 +1126,7 @@ func (x *ListeningPort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListeningPort.ProtoReflect.Descriptor instead.
 func (*ListeningPort) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ListeningPort) GetPort() uint32 {
@@ -984,7 +1169,7 @@ type CommandStarted struct {
 
 func (x *CommandStarted) Reset() {
 	*x = CommandStarted{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[3]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -996,7 +1181,7 @@ func (x *CommandStarted) String() string {
 func (*CommandStarted) ProtoMessage() {}
 
 func (x *CommandStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[3]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1009,7 +1194,7 @@ func (x *CommandStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandStarted.ProtoReflect.Descriptor instead.
 func (*CommandStarted) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CommandStarted) GetCommandId() string {
@@ -1060,7 +1245,7 @@ type ConnectResponse struct {
 
 func (x *ConnectResponse) Reset() {
 	*x = ConnectResponse{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[4]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1072,7 +1257,7 @@ func (x *ConnectResponse) String() string {
 func (*ConnectResponse) ProtoMessage() {}
 
 func (x *ConnectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[4]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1085,7 +1270,7 @@ func (x *ConnectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectResponse.ProtoReflect.Descriptor instead.
 func (*ConnectResponse) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ConnectResponse) GetPayload() isConnectResponse_Payload {
@@ -1342,7 +1527,7 @@ type PortDial struct {
 
 func (x *PortDial) Reset() {
 	*x = PortDial{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[5]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1354,7 +1539,7 @@ func (x *PortDial) String() string {
 func (*PortDial) ProtoMessage() {}
 
 func (x *PortDial) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[5]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1367,7 +1552,7 @@ func (x *PortDial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PortDial.ProtoReflect.Descriptor instead.
 func (*PortDial) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PortDial) GetForwardId() string {
@@ -1410,7 +1595,7 @@ type OutputAck struct {
 
 func (x *OutputAck) Reset() {
 	*x = OutputAck{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[6]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1422,7 +1607,7 @@ func (x *OutputAck) String() string {
 func (*OutputAck) ProtoMessage() {}
 
 func (x *OutputAck) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[6]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1435,7 +1620,7 @@ func (x *OutputAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputAck.ProtoReflect.Descriptor instead.
 func (*OutputAck) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *OutputAck) GetCommandId() string {
@@ -1472,7 +1657,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[7]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1484,7 +1669,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[7]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1497,7 +1682,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Drain) GetReason() string {
@@ -1522,7 +1707,7 @@ type Rename struct {
 
 func (x *Rename) Reset() {
 	*x = Rename{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[8]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1534,7 +1719,7 @@ func (x *Rename) String() string {
 func (*Rename) ProtoMessage() {}
 
 func (x *Rename) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[8]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1547,7 +1732,7 @@ func (x *Rename) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rename.ProtoReflect.Descriptor instead.
 func (*Rename) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Rename) GetAgentId() string {
@@ -1577,14 +1762,18 @@ type FileRequest struct {
 	// DELETE: remove a directory with everything in it.
 	Recursive bool `protobuf:"varint,5,opt,name=recursive,proto3" json:"recursive,omitempty"`
 	// WRITE, WRITE_ARCHIVE: the most bytes the agent may write (after gzip).
-	MaxBytes      int64 `protobuf:"varint,6,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	MaxBytes int64 `protobuf:"varint,6,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	// The W3C trace context (traceparent) of the server's span for this
+	// operation when it is traced; empty otherwise. The agent's spans come
+	// back in a SpanReport on Connect.
+	Traceparent   string `protobuf:"bytes,7,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FileRequest) Reset() {
 	*x = FileRequest{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[9]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1596,7 +1785,7 @@ func (x *FileRequest) String() string {
 func (*FileRequest) ProtoMessage() {}
 
 func (x *FileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[9]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1609,7 +1798,7 @@ func (x *FileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileRequest.ProtoReflect.Descriptor instead.
 func (*FileRequest) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *FileRequest) GetTransferId() string {
@@ -1654,6 +1843,13 @@ func (x *FileRequest) GetMaxBytes() int64 {
 	return 0
 }
 
+func (x *FileRequest) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
+}
+
 // TransferRequest is one message from the agent on a Transfer stream.
 type TransferRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1671,7 +1867,7 @@ type TransferRequest struct {
 
 func (x *TransferRequest) Reset() {
 	*x = TransferRequest{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[10]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1683,7 +1879,7 @@ func (x *TransferRequest) String() string {
 func (*TransferRequest) ProtoMessage() {}
 
 func (x *TransferRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[10]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1696,7 +1892,7 @@ func (x *TransferRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferRequest.ProtoReflect.Descriptor instead.
 func (*TransferRequest) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TransferRequest) GetPayload() isTransferRequest_Payload {
@@ -1799,7 +1995,7 @@ type TransferOpen struct {
 
 func (x *TransferOpen) Reset() {
 	*x = TransferOpen{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[11]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1811,7 +2007,7 @@ func (x *TransferOpen) String() string {
 func (*TransferOpen) ProtoMessage() {}
 
 func (x *TransferOpen) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[11]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1824,7 +2020,7 @@ func (x *TransferOpen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferOpen.ProtoReflect.Descriptor instead.
 func (*TransferOpen) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TransferOpen) GetTransferId() string {
@@ -1844,7 +2040,7 @@ type TransferReady struct {
 
 func (x *TransferReady) Reset() {
 	*x = TransferReady{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[12]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1856,7 +2052,7 @@ func (x *TransferReady) String() string {
 func (*TransferReady) ProtoMessage() {}
 
 func (x *TransferReady) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[12]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1869,7 +2065,7 @@ func (x *TransferReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferReady.ProtoReflect.Descriptor instead.
 func (*TransferReady) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *TransferReady) GetSize() int64 {
@@ -1892,7 +2088,7 @@ type FileListing struct {
 
 func (x *FileListing) Reset() {
 	*x = FileListing{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[13]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1904,7 +2100,7 @@ func (x *FileListing) String() string {
 func (*FileListing) ProtoMessage() {}
 
 func (x *FileListing) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[13]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1917,7 +2113,7 @@ func (x *FileListing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileListing.ProtoReflect.Descriptor instead.
 func (*FileListing) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *FileListing) GetPath() string {
@@ -1957,7 +2153,7 @@ type FileEntry struct {
 
 func (x *FileEntry) Reset() {
 	*x = FileEntry{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[14]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1969,7 +2165,7 @@ func (x *FileEntry) String() string {
 func (*FileEntry) ProtoMessage() {}
 
 func (x *FileEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[14]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1982,7 +2178,7 @@ func (x *FileEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileEntry.ProtoReflect.Descriptor instead.
 func (*FileEntry) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *FileEntry) GetName() string {
@@ -2037,7 +2233,7 @@ type TransferEnd struct {
 
 func (x *TransferEnd) Reset() {
 	*x = TransferEnd{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[15]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2049,7 +2245,7 @@ func (x *TransferEnd) String() string {
 func (*TransferEnd) ProtoMessage() {}
 
 func (x *TransferEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[15]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2062,7 +2258,7 @@ func (x *TransferEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferEnd.ProtoReflect.Descriptor instead.
 func (*TransferEnd) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TransferEnd) GetError() FileError {
@@ -2094,7 +2290,7 @@ type TransferResponse struct {
 
 func (x *TransferResponse) Reset() {
 	*x = TransferResponse{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[16]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2106,7 +2302,7 @@ func (x *TransferResponse) String() string {
 func (*TransferResponse) ProtoMessage() {}
 
 func (x *TransferResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[16]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2119,7 +2315,7 @@ func (x *TransferResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferResponse.ProtoReflect.Descriptor instead.
 func (*TransferResponse) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TransferResponse) GetPayload() isTransferResponse_Payload {
@@ -2204,7 +2400,7 @@ type Registration struct {
 
 func (x *Registration) Reset() {
 	*x = Registration{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[17]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2216,7 +2412,7 @@ func (x *Registration) String() string {
 func (*Registration) ProtoMessage() {}
 
 func (x *Registration) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[17]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2229,7 +2425,7 @@ func (x *Registration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Registration.ProtoReflect.Descriptor instead.
 func (*Registration) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Registration) GetAgentId() string {
@@ -2309,7 +2505,7 @@ type SystemInfo struct {
 
 func (x *SystemInfo) Reset() {
 	*x = SystemInfo{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[18]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2321,7 +2517,7 @@ func (x *SystemInfo) String() string {
 func (*SystemInfo) ProtoMessage() {}
 
 func (x *SystemInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[18]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2334,7 +2530,7 @@ func (x *SystemInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SystemInfo.ProtoReflect.Descriptor instead.
 func (*SystemInfo) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SystemInfo) GetOs() string {
@@ -2394,7 +2590,7 @@ type RegistrationAck struct {
 
 func (x *RegistrationAck) Reset() {
 	*x = RegistrationAck{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[19]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2406,7 +2602,7 @@ func (x *RegistrationAck) String() string {
 func (*RegistrationAck) ProtoMessage() {}
 
 func (x *RegistrationAck) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[19]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2419,7 +2615,7 @@ func (x *RegistrationAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistrationAck.ProtoReflect.Descriptor instead.
 func (*RegistrationAck) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RegistrationAck) GetAccepted() bool {
@@ -2469,7 +2665,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[20]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2481,7 +2677,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[20]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2494,7 +2690,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Heartbeat) GetStatus() AgentStatus {
@@ -2541,7 +2737,7 @@ type Metrics struct {
 
 func (x *Metrics) Reset() {
 	*x = Metrics{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[21]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2553,7 +2749,7 @@ func (x *Metrics) String() string {
 func (*Metrics) ProtoMessage() {}
 
 func (x *Metrics) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[21]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2566,7 +2762,7 @@ func (x *Metrics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Metrics.ProtoReflect.Descriptor instead.
 func (*Metrics) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Metrics) GetCpuPercent() float64 {
@@ -2643,7 +2839,7 @@ type OutputChunk struct {
 
 func (x *OutputChunk) Reset() {
 	*x = OutputChunk{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[22]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2655,7 +2851,7 @@ func (x *OutputChunk) String() string {
 func (*OutputChunk) ProtoMessage() {}
 
 func (x *OutputChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[22]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2668,7 +2864,7 @@ func (x *OutputChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputChunk.ProtoReflect.Descriptor instead.
 func (*OutputChunk) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *OutputChunk) GetStreamId() string {
@@ -2743,13 +2939,18 @@ type CommandRequest struct {
 	// the agent gives it a socket (AGENTIC_PERMISSION_SOCKET) whose requests
 	// it forwards as PermissionRequest and answers with the decision.
 	PermissionPrompts bool `protobuf:"varint,17,opt,name=permission_prompts,json=permissionPrompts,proto3" json:"permission_prompts,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The W3C trace context (traceparent header value) of the server's span
+	// for this command when the server traces it (sampled); empty otherwise,
+	// and the agent then makes no spans. The agent's spans for the command
+	// come back in a SpanReport before its CommandResult.
+	Traceparent   string `protobuf:"bytes,18,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CommandRequest) Reset() {
 	*x = CommandRequest{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[23]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2761,7 +2962,7 @@ func (x *CommandRequest) String() string {
 func (*CommandRequest) ProtoMessage() {}
 
 func (x *CommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[23]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2774,7 +2975,7 @@ func (x *CommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandRequest.ProtoReflect.Descriptor instead.
 func (*CommandRequest) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CommandRequest) GetCommandId() string {
@@ -2896,6 +3097,13 @@ func (x *CommandRequest) GetPermissionPrompts() bool {
 	return false
 }
 
+func (x *CommandRequest) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
+}
+
 // PermissionRequest is a command's question: may it use a tool so?
 type PermissionRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -2910,7 +3118,7 @@ type PermissionRequest struct {
 
 func (x *PermissionRequest) Reset() {
 	*x = PermissionRequest{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[24]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2922,7 +3130,7 @@ func (x *PermissionRequest) String() string {
 func (*PermissionRequest) ProtoMessage() {}
 
 func (x *PermissionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[24]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2935,7 +3143,7 @@ func (x *PermissionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermissionRequest.ProtoReflect.Descriptor instead.
 func (*PermissionRequest) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PermissionRequest) GetCommandId() string {
@@ -2979,7 +3187,7 @@ type PermissionDecision struct {
 
 func (x *PermissionDecision) Reset() {
 	*x = PermissionDecision{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[25]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2991,7 +3199,7 @@ func (x *PermissionDecision) String() string {
 func (*PermissionDecision) ProtoMessage() {}
 
 func (x *PermissionDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[25]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3004,7 +3212,7 @@ func (x *PermissionDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermissionDecision.ProtoReflect.Descriptor instead.
 func (*PermissionDecision) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PermissionDecision) GetCommandId() string {
@@ -3056,7 +3264,7 @@ type StdinChunk struct {
 
 func (x *StdinChunk) Reset() {
 	*x = StdinChunk{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[26]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3068,7 +3276,7 @@ func (x *StdinChunk) String() string {
 func (*StdinChunk) ProtoMessage() {}
 
 func (x *StdinChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[26]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3081,7 +3289,7 @@ func (x *StdinChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StdinChunk.ProtoReflect.Descriptor instead.
 func (*StdinChunk) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *StdinChunk) GetCommandId() string {
@@ -3136,7 +3344,7 @@ type StdinAck struct {
 
 func (x *StdinAck) Reset() {
 	*x = StdinAck{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[27]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3148,7 +3356,7 @@ func (x *StdinAck) String() string {
 func (*StdinAck) ProtoMessage() {}
 
 func (x *StdinAck) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[27]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3161,7 +3369,7 @@ func (x *StdinAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StdinAck.ProtoReflect.Descriptor instead.
 func (*StdinAck) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *StdinAck) GetCommandId() string {
@@ -3200,7 +3408,7 @@ type PtyControl struct {
 
 func (x *PtyControl) Reset() {
 	*x = PtyControl{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[28]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3212,7 +3420,7 @@ func (x *PtyControl) String() string {
 func (*PtyControl) ProtoMessage() {}
 
 func (x *PtyControl) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[28]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3225,7 +3433,7 @@ func (x *PtyControl) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PtyControl.ProtoReflect.Descriptor instead.
 func (*PtyControl) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PtyControl) GetCommandId() string {
@@ -3302,7 +3510,7 @@ type CommandKill struct {
 
 func (x *CommandKill) Reset() {
 	*x = CommandKill{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[29]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3314,7 +3522,7 @@ func (x *CommandKill) String() string {
 func (*CommandKill) ProtoMessage() {}
 
 func (x *CommandKill) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[29]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3327,7 +3535,7 @@ func (x *CommandKill) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandKill.ProtoReflect.Descriptor instead.
 func (*CommandKill) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CommandKill) GetReason() string {
@@ -3347,7 +3555,7 @@ type PtyResize struct {
 
 func (x *PtyResize) Reset() {
 	*x = PtyResize{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[30]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3359,7 +3567,7 @@ func (x *PtyResize) String() string {
 func (*PtyResize) ProtoMessage() {}
 
 func (x *PtyResize) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[30]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3372,7 +3580,7 @@ func (x *PtyResize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PtyResize.ProtoReflect.Descriptor instead.
 func (*PtyResize) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PtyResize) GetCols() uint32 {
@@ -3399,7 +3607,7 @@ type PtySignal struct {
 
 func (x *PtySignal) Reset() {
 	*x = PtySignal{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[31]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3411,7 +3619,7 @@ func (x *PtySignal) String() string {
 func (*PtySignal) ProtoMessage() {}
 
 func (x *PtySignal) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[31]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3424,7 +3632,7 @@ func (x *PtySignal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PtySignal.ProtoReflect.Descriptor instead.
 func (*PtySignal) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PtySignal) GetSignal() int32 {
@@ -3452,7 +3660,7 @@ type CommandResult struct {
 
 func (x *CommandResult) Reset() {
 	*x = CommandResult{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[32]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3464,7 +3672,7 @@ func (x *CommandResult) String() string {
 func (*CommandResult) ProtoMessage() {}
 
 func (x *CommandResult) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[32]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3477,7 +3685,7 @@ func (x *CommandResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandResult.ProtoReflect.Descriptor instead.
 func (*CommandResult) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CommandResult) GetCommandId() string {
@@ -3539,7 +3747,7 @@ type ConfigUpdate struct {
 
 func (x *ConfigUpdate) Reset() {
 	*x = ConfigUpdate{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[33]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3551,7 +3759,7 @@ func (x *ConfigUpdate) String() string {
 func (*ConfigUpdate) ProtoMessage() {}
 
 func (x *ConfigUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[33]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3564,7 +3772,7 @@ func (x *ConfigUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigUpdate.ProtoReflect.Descriptor instead.
 func (*ConfigUpdate) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ConfigUpdate) GetConfig() map[string]string {
@@ -3592,7 +3800,7 @@ type Shutdown struct {
 
 func (x *Shutdown) Reset() {
 	*x = Shutdown{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[34]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3604,7 +3812,7 @@ func (x *Shutdown) String() string {
 func (*Shutdown) ProtoMessage() {}
 
 func (x *Shutdown) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[34]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3617,7 +3825,7 @@ func (x *Shutdown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Shutdown.ProtoReflect.Descriptor instead.
 func (*Shutdown) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Shutdown) GetReason() string {
@@ -3643,7 +3851,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[35]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3655,7 +3863,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[35]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3668,7 +3876,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Ping) GetNonce() uint64 {
@@ -3687,7 +3895,7 @@ type Pong struct {
 
 func (x *Pong) Reset() {
 	*x = Pong{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[36]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3699,7 +3907,7 @@ func (x *Pong) String() string {
 func (*Pong) ProtoMessage() {}
 
 func (x *Pong) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[36]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3712,7 +3920,7 @@ func (x *Pong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pong.ProtoReflect.Descriptor instead.
 func (*Pong) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Pong) GetNonce() uint64 {
@@ -3731,7 +3939,7 @@ type SessionQuery struct {
 
 func (x *SessionQuery) Reset() {
 	*x = SessionQuery{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[37]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3743,7 +3951,7 @@ func (x *SessionQuery) String() string {
 func (*SessionQuery) ProtoMessage() {}
 
 func (x *SessionQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[37]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3756,7 +3964,7 @@ func (x *SessionQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionQuery.ProtoReflect.Descriptor instead.
 func (*SessionQuery) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SessionQuery) GetRequestId() string {
@@ -3792,7 +4000,7 @@ type SessionInfo struct {
 
 func (x *SessionInfo) Reset() {
 	*x = SessionInfo{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[38]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3804,7 +4012,7 @@ func (x *SessionInfo) String() string {
 func (*SessionInfo) ProtoMessage() {}
 
 func (x *SessionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[38]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3817,7 +4025,7 @@ func (x *SessionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
 func (*SessionInfo) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SessionInfo) GetSessionId() string {
@@ -3925,7 +4133,7 @@ type SessionReport struct {
 
 func (x *SessionReport) Reset() {
 	*x = SessionReport{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[39]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3937,7 +4145,7 @@ func (x *SessionReport) String() string {
 func (*SessionReport) ProtoMessage() {}
 
 func (x *SessionReport) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[39]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3950,7 +4158,7 @@ func (x *SessionReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionReport.ProtoReflect.Descriptor instead.
 func (*SessionReport) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SessionReport) GetRequestId() string {
@@ -3978,7 +4186,7 @@ type SessionDecision struct {
 
 func (x *SessionDecision) Reset() {
 	*x = SessionDecision{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[40]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3990,7 +4198,7 @@ func (x *SessionDecision) String() string {
 func (*SessionDecision) ProtoMessage() {}
 
 func (x *SessionDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[40]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4003,7 +4211,7 @@ func (x *SessionDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionDecision.ProtoReflect.Descriptor instead.
 func (*SessionDecision) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SessionDecision) GetSessionId() string {
@@ -4037,7 +4245,7 @@ type SessionReconcile struct {
 
 func (x *SessionReconcile) Reset() {
 	*x = SessionReconcile{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[41]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4049,7 +4257,7 @@ func (x *SessionReconcile) String() string {
 func (*SessionReconcile) ProtoMessage() {}
 
 func (x *SessionReconcile) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[41]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4062,7 +4270,7 @@ func (x *SessionReconcile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionReconcile.ProtoReflect.Descriptor instead.
 func (*SessionReconcile) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *SessionReconcile) GetRequestId() string {
@@ -4089,7 +4297,7 @@ type SessionAck struct {
 
 func (x *SessionAck) Reset() {
 	*x = SessionAck{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[42]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4101,7 +4309,7 @@ func (x *SessionAck) String() string {
 func (*SessionAck) ProtoMessage() {}
 
 func (x *SessionAck) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[42]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4114,7 +4322,7 @@ func (x *SessionAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionAck.ProtoReflect.Descriptor instead.
 func (*SessionAck) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *SessionAck) GetRequestId() string {
@@ -4143,7 +4351,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[43]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4155,7 +4363,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[43]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4168,7 +4376,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ExecRequest) GetAgentId() string {
@@ -4205,7 +4413,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[44]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4217,7 +4425,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[44]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4230,7 +4438,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ExecResponse) GetPayload() isExecResponse_Payload {
@@ -4289,7 +4497,7 @@ type TunnelRequest struct {
 
 func (x *TunnelRequest) Reset() {
 	*x = TunnelRequest{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[45]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4301,7 +4509,7 @@ func (x *TunnelRequest) String() string {
 func (*TunnelRequest) ProtoMessage() {}
 
 func (x *TunnelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[45]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4314,7 +4522,7 @@ func (x *TunnelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelRequest.ProtoReflect.Descriptor instead.
 func (*TunnelRequest) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{45}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *TunnelRequest) GetPayload() isTunnelRequest_Payload {
@@ -4387,7 +4595,7 @@ type TunnelOpen struct {
 
 func (x *TunnelOpen) Reset() {
 	*x = TunnelOpen{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[46]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4399,7 +4607,7 @@ func (x *TunnelOpen) String() string {
 func (*TunnelOpen) ProtoMessage() {}
 
 func (x *TunnelOpen) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[46]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4412,7 +4620,7 @@ func (x *TunnelOpen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelOpen.ProtoReflect.Descriptor instead.
 func (*TunnelOpen) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{46}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *TunnelOpen) GetHost() string {
@@ -4444,7 +4652,7 @@ type TunnelResponse struct {
 
 func (x *TunnelResponse) Reset() {
 	*x = TunnelResponse{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[47]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4456,7 +4664,7 @@ func (x *TunnelResponse) String() string {
 func (*TunnelResponse) ProtoMessage() {}
 
 func (x *TunnelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[47]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4469,7 +4677,7 @@ func (x *TunnelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelResponse.ProtoReflect.Descriptor instead.
 func (*TunnelResponse) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{47}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *TunnelResponse) GetPayload() isTunnelResponse_Payload {
@@ -4546,7 +4754,7 @@ type TunnelOpened struct {
 
 func (x *TunnelOpened) Reset() {
 	*x = TunnelOpened{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[48]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4558,7 +4766,7 @@ func (x *TunnelOpened) String() string {
 func (*TunnelOpened) ProtoMessage() {}
 
 func (x *TunnelOpened) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[48]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4571,7 +4779,7 @@ func (x *TunnelOpened) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelOpened.ProtoReflect.Descriptor instead.
 func (*TunnelOpened) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{48}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *TunnelOpened) GetAllowed() bool {
@@ -4610,7 +4818,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[49]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4622,7 +4830,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[49]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4635,7 +4843,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{49}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ForwardRequest) GetPayload() isForwardRequest_Payload {
@@ -4710,7 +4918,7 @@ type ForwardOpened struct {
 
 func (x *ForwardOpened) Reset() {
 	*x = ForwardOpened{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[50]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4722,7 +4930,7 @@ func (x *ForwardOpened) String() string {
 func (*ForwardOpened) ProtoMessage() {}
 
 func (x *ForwardOpened) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[50]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4735,7 +4943,7 @@ func (x *ForwardOpened) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardOpened.ProtoReflect.Descriptor instead.
 func (*ForwardOpened) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{50}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ForwardOpened) GetForwardId() string {
@@ -4773,7 +4981,7 @@ type ForwardResponse struct {
 
 func (x *ForwardResponse) Reset() {
 	*x = ForwardResponse{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[51]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4785,7 +4993,7 @@ func (x *ForwardResponse) String() string {
 func (*ForwardResponse) ProtoMessage() {}
 
 func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[51]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4798,7 +5006,7 @@ func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardResponse.ProtoReflect.Descriptor instead.
 func (*ForwardResponse) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{51}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ForwardResponse) GetPayload() isForwardResponse_Payload {
@@ -4848,7 +5056,7 @@ var File_agentic_sandbox_v1_agent_proto protoreflect.FileDescriptor
 
 const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x1eagentic/sandbox/v1/agent.proto\x12\x12agentic.sandbox.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xcb\x06\n" +
+	"\x1eagentic/sandbox/v1/agent.proto\x12\x12agentic.sandbox.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8e\a\n" +
 	"\x0eConnectRequest\x12F\n" +
 	"\fregistration\x18\x01 \x01(\v2 .agentic.sandbox.v1.RegistrationH\x00R\fregistration\x12=\n" +
 	"\theartbeat\x18\x02 \x01(\v2\x1d.agentic.sandbox.v1.HeartbeatH\x00R\theartbeat\x127\n" +
@@ -4863,8 +5071,29 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"\x12permission_request\x18\n" +
 	" \x01(\v2%.agentic.sandbox.v1.PermissionRequestH\x00R\x11permissionRequest\x12;\n" +
 	"\tstdin_ack\x18\v \x01(\v2\x1c.agentic.sandbox.v1.StdinAckH\x00R\bstdinAck\x12D\n" +
-	"\fports_report\x18\f \x01(\v2\x1f.agentic.sandbox.v1.PortsReportH\x00R\vportsReportB\t\n" +
-	"\apayload\"d\n" +
+	"\fports_report\x18\f \x01(\v2\x1f.agentic.sandbox.v1.PortsReportH\x00R\vportsReport\x12A\n" +
+	"\vspan_report\x18\r \x01(\v2\x1e.agentic.sandbox.v1.SpanReportH\x00R\n" +
+	"spanReportB\t\n" +
+	"\apayload\"A\n" +
+	"\n" +
+	"SpanReport\x123\n" +
+	"\x05spans\x18\x01 \x03(\v2\x1d.agentic.sandbox.v1.AgentSpanR\x05spans\"\xb6\x03\n" +
+	"\tAgentSpan\x12\x19\n" +
+	"\btrace_id\x18\x01 \x01(\fR\atraceId\x12\x17\n" +
+	"\aspan_id\x18\x02 \x01(\fR\x06spanId\x12$\n" +
+	"\x0eparent_span_id\x18\x03 \x01(\fR\fparentSpanId\x12\x12\n" +
+	"\x04name\x18\x04 \x01(\tR\x04name\x129\n" +
+	"\n" +
+	"start_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
+	"\bend_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x14\n" +
+	"\x05error\x18\a \x01(\bR\x05error\x12%\n" +
+	"\x0estatus_message\x18\b \x01(\tR\rstatusMessage\x12M\n" +
+	"\n" +
+	"attributes\x18\t \x03(\v2-.agentic.sandbox.v1.AgentSpan.AttributesEntryR\n" +
+	"attributes\x1a=\n" +
+	"\x0fAttributesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"d\n" +
 	"\vPortsReport\x127\n" +
 	"\x05ports\x18\x01 \x03(\v2!.agentic.sandbox.v1.ListeningPortR\x05ports\x12\x1c\n" +
 	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"\x92\x01\n" +
@@ -4913,7 +5142,7 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\";\n" +
 	"\x06Rename\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x16\n" +
-	"\x06secret\x18\x02 \x01(\tR\x06secret\"\xbd\x01\n" +
+	"\x06secret\x18\x02 \x01(\tR\x06secret\"\xdf\x01\n" +
 	"\vFileRequest\x12\x1f\n" +
 	"\vtransfer_id\x18\x01 \x01(\tR\n" +
 	"transferId\x12*\n" +
@@ -4921,7 +5150,8 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"\x04path\x18\x03 \x01(\tR\x04path\x12\x12\n" +
 	"\x04mode\x18\x04 \x01(\rR\x04mode\x12\x1c\n" +
 	"\trecursive\x18\x05 \x01(\bR\trecursive\x12\x1b\n" +
-	"\tmax_bytes\x18\x06 \x01(\x03R\bmaxBytes\"\x97\x02\n" +
+	"\tmax_bytes\x18\x06 \x01(\x03R\bmaxBytes\x12 \n" +
+	"\vtraceparent\x18\a \x01(\tR\vtraceparent\"\x97\x02\n" +
 	"\x0fTransferRequest\x126\n" +
 	"\x04open\x18\x01 \x01(\v2 .agentic.sandbox.v1.TransferOpenH\x00R\x04open\x129\n" +
 	"\x05ready\x18\x02 \x01(\v2!.agentic.sandbox.v1.TransferReadyH\x00R\x05ready\x12\x14\n" +
@@ -5012,7 +5242,7 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"\x04data\x18\x03 \x01(\fR\x04data\x128\n" +
 	"\ttimestamp\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x12\x10\n" +
 	"\x03eof\x18\x05 \x01(\bR\x03eof\x12\x16\n" +
-	"\x06offset\x18\x06 \x01(\x04R\x06offset\"\x97\x05\n" +
+	"\x06offset\x18\x06 \x01(\x04R\x06offset\"\xb9\x05\n" +
 	"\x0eCommandRequest\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12\x18\n" +
@@ -5035,7 +5265,8 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"stdin_open\x18\x0e \x01(\bR\tstdinOpen\x12B\n" +
 	"\fsession_type\x18\x0f \x01(\x0e2\x1f.agentic.sandbox.v1.SessionTypeR\vsessionType\x12\x18\n" +
 	"\apersist\x18\x10 \x01(\bR\apersist\x12-\n" +
-	"\x12permission_prompts\x18\x11 \x01(\bR\x11permissionPrompts\x1a6\n" +
+	"\x12permission_prompts\x18\x11 \x01(\bR\x11permissionPrompts\x12 \n" +
+	"\vtraceparent\x18\x12 \x01(\tR\vtraceparent\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8d\x01\n" +
@@ -5271,7 +5502,7 @@ func file_agentic_sandbox_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_agentic_sandbox_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
-var file_agentic_sandbox_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_agentic_sandbox_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
 var file_agentic_sandbox_v1_agent_proto_goTypes = []any{
 	(RuntimeKind)(0),              // 0: agentic.sandbox.v1.RuntimeKind
 	(AgentStatus)(0),              // 1: agentic.sandbox.v1.AgentStatus
@@ -5284,149 +5515,157 @@ var file_agentic_sandbox_v1_agent_proto_goTypes = []any{
 	(FileType)(0),                 // 8: agentic.sandbox.v1.FileType
 	(FileError)(0),                // 9: agentic.sandbox.v1.FileError
 	(*ConnectRequest)(nil),        // 10: agentic.sandbox.v1.ConnectRequest
-	(*PortsReport)(nil),           // 11: agentic.sandbox.v1.PortsReport
-	(*ListeningPort)(nil),         // 12: agentic.sandbox.v1.ListeningPort
-	(*CommandStarted)(nil),        // 13: agentic.sandbox.v1.CommandStarted
-	(*ConnectResponse)(nil),       // 14: agentic.sandbox.v1.ConnectResponse
-	(*PortDial)(nil),              // 15: agentic.sandbox.v1.PortDial
-	(*OutputAck)(nil),             // 16: agentic.sandbox.v1.OutputAck
-	(*Drain)(nil),                 // 17: agentic.sandbox.v1.Drain
-	(*Rename)(nil),                // 18: agentic.sandbox.v1.Rename
-	(*FileRequest)(nil),           // 19: agentic.sandbox.v1.FileRequest
-	(*TransferRequest)(nil),       // 20: agentic.sandbox.v1.TransferRequest
-	(*TransferOpen)(nil),          // 21: agentic.sandbox.v1.TransferOpen
-	(*TransferReady)(nil),         // 22: agentic.sandbox.v1.TransferReady
-	(*FileListing)(nil),           // 23: agentic.sandbox.v1.FileListing
-	(*FileEntry)(nil),             // 24: agentic.sandbox.v1.FileEntry
-	(*TransferEnd)(nil),           // 25: agentic.sandbox.v1.TransferEnd
-	(*TransferResponse)(nil),      // 26: agentic.sandbox.v1.TransferResponse
-	(*Registration)(nil),          // 27: agentic.sandbox.v1.Registration
-	(*SystemInfo)(nil),            // 28: agentic.sandbox.v1.SystemInfo
-	(*RegistrationAck)(nil),       // 29: agentic.sandbox.v1.RegistrationAck
-	(*Heartbeat)(nil),             // 30: agentic.sandbox.v1.Heartbeat
-	(*Metrics)(nil),               // 31: agentic.sandbox.v1.Metrics
-	(*OutputChunk)(nil),           // 32: agentic.sandbox.v1.OutputChunk
-	(*CommandRequest)(nil),        // 33: agentic.sandbox.v1.CommandRequest
-	(*PermissionRequest)(nil),     // 34: agentic.sandbox.v1.PermissionRequest
-	(*PermissionDecision)(nil),    // 35: agentic.sandbox.v1.PermissionDecision
-	(*StdinChunk)(nil),            // 36: agentic.sandbox.v1.StdinChunk
-	(*StdinAck)(nil),              // 37: agentic.sandbox.v1.StdinAck
-	(*PtyControl)(nil),            // 38: agentic.sandbox.v1.PtyControl
-	(*CommandKill)(nil),           // 39: agentic.sandbox.v1.CommandKill
-	(*PtyResize)(nil),             // 40: agentic.sandbox.v1.PtyResize
-	(*PtySignal)(nil),             // 41: agentic.sandbox.v1.PtySignal
-	(*CommandResult)(nil),         // 42: agentic.sandbox.v1.CommandResult
-	(*ConfigUpdate)(nil),          // 43: agentic.sandbox.v1.ConfigUpdate
-	(*Shutdown)(nil),              // 44: agentic.sandbox.v1.Shutdown
-	(*Ping)(nil),                  // 45: agentic.sandbox.v1.Ping
-	(*Pong)(nil),                  // 46: agentic.sandbox.v1.Pong
-	(*SessionQuery)(nil),          // 47: agentic.sandbox.v1.SessionQuery
-	(*SessionInfo)(nil),           // 48: agentic.sandbox.v1.SessionInfo
-	(*SessionReport)(nil),         // 49: agentic.sandbox.v1.SessionReport
-	(*SessionDecision)(nil),       // 50: agentic.sandbox.v1.SessionDecision
-	(*SessionReconcile)(nil),      // 51: agentic.sandbox.v1.SessionReconcile
-	(*SessionAck)(nil),            // 52: agentic.sandbox.v1.SessionAck
-	(*ExecRequest)(nil),           // 53: agentic.sandbox.v1.ExecRequest
-	(*ExecResponse)(nil),          // 54: agentic.sandbox.v1.ExecResponse
-	(*TunnelRequest)(nil),         // 55: agentic.sandbox.v1.TunnelRequest
-	(*TunnelOpen)(nil),            // 56: agentic.sandbox.v1.TunnelOpen
-	(*TunnelResponse)(nil),        // 57: agentic.sandbox.v1.TunnelResponse
-	(*TunnelOpened)(nil),          // 58: agentic.sandbox.v1.TunnelOpened
-	(*ForwardRequest)(nil),        // 59: agentic.sandbox.v1.ForwardRequest
-	(*ForwardOpened)(nil),         // 60: agentic.sandbox.v1.ForwardOpened
-	(*ForwardResponse)(nil),       // 61: agentic.sandbox.v1.ForwardResponse
-	nil,                           // 62: agentic.sandbox.v1.Registration.LabelsEntry
-	nil,                           // 63: agentic.sandbox.v1.RegistrationAck.ConfigEntry
-	nil,                           // 64: agentic.sandbox.v1.CommandRequest.EnvEntry
-	nil,                           // 65: agentic.sandbox.v1.ConfigUpdate.ConfigEntry
-	(*timestamppb.Timestamp)(nil), // 66: google.protobuf.Timestamp
+	(*SpanReport)(nil),            // 11: agentic.sandbox.v1.SpanReport
+	(*AgentSpan)(nil),             // 12: agentic.sandbox.v1.AgentSpan
+	(*PortsReport)(nil),           // 13: agentic.sandbox.v1.PortsReport
+	(*ListeningPort)(nil),         // 14: agentic.sandbox.v1.ListeningPort
+	(*CommandStarted)(nil),        // 15: agentic.sandbox.v1.CommandStarted
+	(*ConnectResponse)(nil),       // 16: agentic.sandbox.v1.ConnectResponse
+	(*PortDial)(nil),              // 17: agentic.sandbox.v1.PortDial
+	(*OutputAck)(nil),             // 18: agentic.sandbox.v1.OutputAck
+	(*Drain)(nil),                 // 19: agentic.sandbox.v1.Drain
+	(*Rename)(nil),                // 20: agentic.sandbox.v1.Rename
+	(*FileRequest)(nil),           // 21: agentic.sandbox.v1.FileRequest
+	(*TransferRequest)(nil),       // 22: agentic.sandbox.v1.TransferRequest
+	(*TransferOpen)(nil),          // 23: agentic.sandbox.v1.TransferOpen
+	(*TransferReady)(nil),         // 24: agentic.sandbox.v1.TransferReady
+	(*FileListing)(nil),           // 25: agentic.sandbox.v1.FileListing
+	(*FileEntry)(nil),             // 26: agentic.sandbox.v1.FileEntry
+	(*TransferEnd)(nil),           // 27: agentic.sandbox.v1.TransferEnd
+	(*TransferResponse)(nil),      // 28: agentic.sandbox.v1.TransferResponse
+	(*Registration)(nil),          // 29: agentic.sandbox.v1.Registration
+	(*SystemInfo)(nil),            // 30: agentic.sandbox.v1.SystemInfo
+	(*RegistrationAck)(nil),       // 31: agentic.sandbox.v1.RegistrationAck
+	(*Heartbeat)(nil),             // 32: agentic.sandbox.v1.Heartbeat
+	(*Metrics)(nil),               // 33: agentic.sandbox.v1.Metrics
+	(*OutputChunk)(nil),           // 34: agentic.sandbox.v1.OutputChunk
+	(*CommandRequest)(nil),        // 35: agentic.sandbox.v1.CommandRequest
+	(*PermissionRequest)(nil),     // 36: agentic.sandbox.v1.PermissionRequest
+	(*PermissionDecision)(nil),    // 37: agentic.sandbox.v1.PermissionDecision
+	(*StdinChunk)(nil),            // 38: agentic.sandbox.v1.StdinChunk
+	(*StdinAck)(nil),              // 39: agentic.sandbox.v1.StdinAck
+	(*PtyControl)(nil),            // 40: agentic.sandbox.v1.PtyControl
+	(*CommandKill)(nil),           // 41: agentic.sandbox.v1.CommandKill
+	(*PtyResize)(nil),             // 42: agentic.sandbox.v1.PtyResize
+	(*PtySignal)(nil),             // 43: agentic.sandbox.v1.PtySignal
+	(*CommandResult)(nil),         // 44: agentic.sandbox.v1.CommandResult
+	(*ConfigUpdate)(nil),          // 45: agentic.sandbox.v1.ConfigUpdate
+	(*Shutdown)(nil),              // 46: agentic.sandbox.v1.Shutdown
+	(*Ping)(nil),                  // 47: agentic.sandbox.v1.Ping
+	(*Pong)(nil),                  // 48: agentic.sandbox.v1.Pong
+	(*SessionQuery)(nil),          // 49: agentic.sandbox.v1.SessionQuery
+	(*SessionInfo)(nil),           // 50: agentic.sandbox.v1.SessionInfo
+	(*SessionReport)(nil),         // 51: agentic.sandbox.v1.SessionReport
+	(*SessionDecision)(nil),       // 52: agentic.sandbox.v1.SessionDecision
+	(*SessionReconcile)(nil),      // 53: agentic.sandbox.v1.SessionReconcile
+	(*SessionAck)(nil),            // 54: agentic.sandbox.v1.SessionAck
+	(*ExecRequest)(nil),           // 55: agentic.sandbox.v1.ExecRequest
+	(*ExecResponse)(nil),          // 56: agentic.sandbox.v1.ExecResponse
+	(*TunnelRequest)(nil),         // 57: agentic.sandbox.v1.TunnelRequest
+	(*TunnelOpen)(nil),            // 58: agentic.sandbox.v1.TunnelOpen
+	(*TunnelResponse)(nil),        // 59: agentic.sandbox.v1.TunnelResponse
+	(*TunnelOpened)(nil),          // 60: agentic.sandbox.v1.TunnelOpened
+	(*ForwardRequest)(nil),        // 61: agentic.sandbox.v1.ForwardRequest
+	(*ForwardOpened)(nil),         // 62: agentic.sandbox.v1.ForwardOpened
+	(*ForwardResponse)(nil),       // 63: agentic.sandbox.v1.ForwardResponse
+	nil,                           // 64: agentic.sandbox.v1.AgentSpan.AttributesEntry
+	nil,                           // 65: agentic.sandbox.v1.Registration.LabelsEntry
+	nil,                           // 66: agentic.sandbox.v1.RegistrationAck.ConfigEntry
+	nil,                           // 67: agentic.sandbox.v1.CommandRequest.EnvEntry
+	nil,                           // 68: agentic.sandbox.v1.ConfigUpdate.ConfigEntry
+	(*timestamppb.Timestamp)(nil), // 69: google.protobuf.Timestamp
 }
 var file_agentic_sandbox_v1_agent_proto_depIdxs = []int32{
-	27, // 0: agentic.sandbox.v1.ConnectRequest.registration:type_name -> agentic.sandbox.v1.Registration
-	30, // 1: agentic.sandbox.v1.ConnectRequest.heartbeat:type_name -> agentic.sandbox.v1.Heartbeat
-	31, // 2: agentic.sandbox.v1.ConnectRequest.metrics:type_name -> agentic.sandbox.v1.Metrics
-	32, // 3: agentic.sandbox.v1.ConnectRequest.output:type_name -> agentic.sandbox.v1.OutputChunk
-	42, // 4: agentic.sandbox.v1.ConnectRequest.command_result:type_name -> agentic.sandbox.v1.CommandResult
-	49, // 5: agentic.sandbox.v1.ConnectRequest.session_report:type_name -> agentic.sandbox.v1.SessionReport
-	52, // 6: agentic.sandbox.v1.ConnectRequest.session_ack:type_name -> agentic.sandbox.v1.SessionAck
-	46, // 7: agentic.sandbox.v1.ConnectRequest.pong:type_name -> agentic.sandbox.v1.Pong
-	13, // 8: agentic.sandbox.v1.ConnectRequest.command_started:type_name -> agentic.sandbox.v1.CommandStarted
-	34, // 9: agentic.sandbox.v1.ConnectRequest.permission_request:type_name -> agentic.sandbox.v1.PermissionRequest
-	37, // 10: agentic.sandbox.v1.ConnectRequest.stdin_ack:type_name -> agentic.sandbox.v1.StdinAck
-	11, // 11: agentic.sandbox.v1.ConnectRequest.ports_report:type_name -> agentic.sandbox.v1.PortsReport
-	12, // 12: agentic.sandbox.v1.PortsReport.ports:type_name -> agentic.sandbox.v1.ListeningPort
-	6,  // 13: agentic.sandbox.v1.ListeningPort.family:type_name -> agentic.sandbox.v1.AddressFamily
-	66, // 14: agentic.sandbox.v1.CommandStarted.started_at:type_name -> google.protobuf.Timestamp
-	29, // 15: agentic.sandbox.v1.ConnectResponse.registration_ack:type_name -> agentic.sandbox.v1.RegistrationAck
-	33, // 16: agentic.sandbox.v1.ConnectResponse.command:type_name -> agentic.sandbox.v1.CommandRequest
-	36, // 17: agentic.sandbox.v1.ConnectResponse.stdin:type_name -> agentic.sandbox.v1.StdinChunk
-	38, // 18: agentic.sandbox.v1.ConnectResponse.pty_control:type_name -> agentic.sandbox.v1.PtyControl
-	43, // 19: agentic.sandbox.v1.ConnectResponse.config_update:type_name -> agentic.sandbox.v1.ConfigUpdate
-	44, // 20: agentic.sandbox.v1.ConnectResponse.shutdown:type_name -> agentic.sandbox.v1.Shutdown
-	45, // 21: agentic.sandbox.v1.ConnectResponse.ping:type_name -> agentic.sandbox.v1.Ping
-	47, // 22: agentic.sandbox.v1.ConnectResponse.session_query:type_name -> agentic.sandbox.v1.SessionQuery
-	51, // 23: agentic.sandbox.v1.ConnectResponse.session_reconcile:type_name -> agentic.sandbox.v1.SessionReconcile
-	19, // 24: agentic.sandbox.v1.ConnectResponse.file_request:type_name -> agentic.sandbox.v1.FileRequest
-	35, // 25: agentic.sandbox.v1.ConnectResponse.permission_decision:type_name -> agentic.sandbox.v1.PermissionDecision
-	18, // 26: agentic.sandbox.v1.ConnectResponse.rename:type_name -> agentic.sandbox.v1.Rename
-	17, // 27: agentic.sandbox.v1.ConnectResponse.drain:type_name -> agentic.sandbox.v1.Drain
-	16, // 28: agentic.sandbox.v1.ConnectResponse.output_ack:type_name -> agentic.sandbox.v1.OutputAck
-	15, // 29: agentic.sandbox.v1.ConnectResponse.port_dial:type_name -> agentic.sandbox.v1.PortDial
-	2,  // 30: agentic.sandbox.v1.OutputAck.stream:type_name -> agentic.sandbox.v1.OutputStream
-	7,  // 31: agentic.sandbox.v1.FileRequest.op:type_name -> agentic.sandbox.v1.FileOp
-	21, // 32: agentic.sandbox.v1.TransferRequest.open:type_name -> agentic.sandbox.v1.TransferOpen
-	22, // 33: agentic.sandbox.v1.TransferRequest.ready:type_name -> agentic.sandbox.v1.TransferReady
-	23, // 34: agentic.sandbox.v1.TransferRequest.listing:type_name -> agentic.sandbox.v1.FileListing
-	25, // 35: agentic.sandbox.v1.TransferRequest.end:type_name -> agentic.sandbox.v1.TransferEnd
-	24, // 36: agentic.sandbox.v1.FileListing.entries:type_name -> agentic.sandbox.v1.FileEntry
-	8,  // 37: agentic.sandbox.v1.FileEntry.type:type_name -> agentic.sandbox.v1.FileType
-	66, // 38: agentic.sandbox.v1.FileEntry.mtime:type_name -> google.protobuf.Timestamp
-	9,  // 39: agentic.sandbox.v1.TransferEnd.error:type_name -> agentic.sandbox.v1.FileError
-	28, // 40: agentic.sandbox.v1.Registration.system_info:type_name -> agentic.sandbox.v1.SystemInfo
-	62, // 41: agentic.sandbox.v1.Registration.labels:type_name -> agentic.sandbox.v1.Registration.LabelsEntry
-	0,  // 42: agentic.sandbox.v1.Registration.runtime:type_name -> agentic.sandbox.v1.RuntimeKind
-	63, // 43: agentic.sandbox.v1.RegistrationAck.config:type_name -> agentic.sandbox.v1.RegistrationAck.ConfigEntry
-	1,  // 44: agentic.sandbox.v1.Heartbeat.status:type_name -> agentic.sandbox.v1.AgentStatus
-	66, // 45: agentic.sandbox.v1.Heartbeat.sent_at:type_name -> google.protobuf.Timestamp
-	31, // 46: agentic.sandbox.v1.Heartbeat.metrics:type_name -> agentic.sandbox.v1.Metrics
-	2,  // 47: agentic.sandbox.v1.OutputChunk.stream:type_name -> agentic.sandbox.v1.OutputStream
-	66, // 48: agentic.sandbox.v1.OutputChunk.timestamp:type_name -> google.protobuf.Timestamp
-	64, // 49: agentic.sandbox.v1.CommandRequest.env:type_name -> agentic.sandbox.v1.CommandRequest.EnvEntry
-	3,  // 50: agentic.sandbox.v1.CommandRequest.session_type:type_name -> agentic.sandbox.v1.SessionType
-	40, // 51: agentic.sandbox.v1.PtyControl.resize:type_name -> agentic.sandbox.v1.PtyResize
-	41, // 52: agentic.sandbox.v1.PtyControl.signal:type_name -> agentic.sandbox.v1.PtySignal
-	39, // 53: agentic.sandbox.v1.PtyControl.kill:type_name -> agentic.sandbox.v1.CommandKill
-	65, // 54: agentic.sandbox.v1.ConfigUpdate.config:type_name -> agentic.sandbox.v1.ConfigUpdate.ConfigEntry
-	3,  // 55: agentic.sandbox.v1.SessionInfo.type:type_name -> agentic.sandbox.v1.SessionType
-	4,  // 56: agentic.sandbox.v1.SessionInfo.state:type_name -> agentic.sandbox.v1.SessionState
-	66, // 57: agentic.sandbox.v1.SessionInfo.started_at:type_name -> google.protobuf.Timestamp
-	66, // 58: agentic.sandbox.v1.SessionInfo.ended_at:type_name -> google.protobuf.Timestamp
-	42, // 59: agentic.sandbox.v1.SessionInfo.result:type_name -> agentic.sandbox.v1.CommandResult
-	2,  // 60: agentic.sandbox.v1.SessionInfo.tail_stream:type_name -> agentic.sandbox.v1.OutputStream
-	48, // 61: agentic.sandbox.v1.SessionReport.sessions:type_name -> agentic.sandbox.v1.SessionInfo
-	5,  // 62: agentic.sandbox.v1.SessionDecision.action:type_name -> agentic.sandbox.v1.ReconcileAction
-	50, // 63: agentic.sandbox.v1.SessionReconcile.decisions:type_name -> agentic.sandbox.v1.SessionDecision
-	33, // 64: agentic.sandbox.v1.ExecRequest.command:type_name -> agentic.sandbox.v1.CommandRequest
-	32, // 65: agentic.sandbox.v1.ExecResponse.output:type_name -> agentic.sandbox.v1.OutputChunk
-	42, // 66: agentic.sandbox.v1.ExecResponse.result:type_name -> agentic.sandbox.v1.CommandResult
-	56, // 67: agentic.sandbox.v1.TunnelRequest.open:type_name -> agentic.sandbox.v1.TunnelOpen
-	58, // 68: agentic.sandbox.v1.TunnelResponse.opened:type_name -> agentic.sandbox.v1.TunnelOpened
-	60, // 69: agentic.sandbox.v1.ForwardRequest.opened:type_name -> agentic.sandbox.v1.ForwardOpened
-	10, // 70: agentic.sandbox.v1.AgentService.Connect:input_type -> agentic.sandbox.v1.ConnectRequest
-	53, // 71: agentic.sandbox.v1.AgentService.Exec:input_type -> agentic.sandbox.v1.ExecRequest
-	20, // 72: agentic.sandbox.v1.AgentService.Transfer:input_type -> agentic.sandbox.v1.TransferRequest
-	55, // 73: agentic.sandbox.v1.AgentService.Tunnel:input_type -> agentic.sandbox.v1.TunnelRequest
-	59, // 74: agentic.sandbox.v1.AgentService.Forward:input_type -> agentic.sandbox.v1.ForwardRequest
-	14, // 75: agentic.sandbox.v1.AgentService.Connect:output_type -> agentic.sandbox.v1.ConnectResponse
-	54, // 76: agentic.sandbox.v1.AgentService.Exec:output_type -> agentic.sandbox.v1.ExecResponse
-	26, // 77: agentic.sandbox.v1.AgentService.Transfer:output_type -> agentic.sandbox.v1.TransferResponse
-	57, // 78: agentic.sandbox.v1.AgentService.Tunnel:output_type -> agentic.sandbox.v1.TunnelResponse
-	61, // 79: agentic.sandbox.v1.AgentService.Forward:output_type -> agentic.sandbox.v1.ForwardResponse
-	75, // [75:80] is the sub-list for method output_type
-	70, // [70:75] is the sub-list for method input_type
-	70, // [70:70] is the sub-list for extension type_name
-	70, // [70:70] is the sub-list for extension extendee
-	0,  // [0:70] is the sub-list for field type_name
+	29, // 0: agentic.sandbox.v1.ConnectRequest.registration:type_name -> agentic.sandbox.v1.Registration
+	32, // 1: agentic.sandbox.v1.ConnectRequest.heartbeat:type_name -> agentic.sandbox.v1.Heartbeat
+	33, // 2: agentic.sandbox.v1.ConnectRequest.metrics:type_name -> agentic.sandbox.v1.Metrics
+	34, // 3: agentic.sandbox.v1.ConnectRequest.output:type_name -> agentic.sandbox.v1.OutputChunk
+	44, // 4: agentic.sandbox.v1.ConnectRequest.command_result:type_name -> agentic.sandbox.v1.CommandResult
+	51, // 5: agentic.sandbox.v1.ConnectRequest.session_report:type_name -> agentic.sandbox.v1.SessionReport
+	54, // 6: agentic.sandbox.v1.ConnectRequest.session_ack:type_name -> agentic.sandbox.v1.SessionAck
+	48, // 7: agentic.sandbox.v1.ConnectRequest.pong:type_name -> agentic.sandbox.v1.Pong
+	15, // 8: agentic.sandbox.v1.ConnectRequest.command_started:type_name -> agentic.sandbox.v1.CommandStarted
+	36, // 9: agentic.sandbox.v1.ConnectRequest.permission_request:type_name -> agentic.sandbox.v1.PermissionRequest
+	39, // 10: agentic.sandbox.v1.ConnectRequest.stdin_ack:type_name -> agentic.sandbox.v1.StdinAck
+	13, // 11: agentic.sandbox.v1.ConnectRequest.ports_report:type_name -> agentic.sandbox.v1.PortsReport
+	11, // 12: agentic.sandbox.v1.ConnectRequest.span_report:type_name -> agentic.sandbox.v1.SpanReport
+	12, // 13: agentic.sandbox.v1.SpanReport.spans:type_name -> agentic.sandbox.v1.AgentSpan
+	69, // 14: agentic.sandbox.v1.AgentSpan.start_time:type_name -> google.protobuf.Timestamp
+	69, // 15: agentic.sandbox.v1.AgentSpan.end_time:type_name -> google.protobuf.Timestamp
+	64, // 16: agentic.sandbox.v1.AgentSpan.attributes:type_name -> agentic.sandbox.v1.AgentSpan.AttributesEntry
+	14, // 17: agentic.sandbox.v1.PortsReport.ports:type_name -> agentic.sandbox.v1.ListeningPort
+	6,  // 18: agentic.sandbox.v1.ListeningPort.family:type_name -> agentic.sandbox.v1.AddressFamily
+	69, // 19: agentic.sandbox.v1.CommandStarted.started_at:type_name -> google.protobuf.Timestamp
+	31, // 20: agentic.sandbox.v1.ConnectResponse.registration_ack:type_name -> agentic.sandbox.v1.RegistrationAck
+	35, // 21: agentic.sandbox.v1.ConnectResponse.command:type_name -> agentic.sandbox.v1.CommandRequest
+	38, // 22: agentic.sandbox.v1.ConnectResponse.stdin:type_name -> agentic.sandbox.v1.StdinChunk
+	40, // 23: agentic.sandbox.v1.ConnectResponse.pty_control:type_name -> agentic.sandbox.v1.PtyControl
+	45, // 24: agentic.sandbox.v1.ConnectResponse.config_update:type_name -> agentic.sandbox.v1.ConfigUpdate
+	46, // 25: agentic.sandbox.v1.ConnectResponse.shutdown:type_name -> agentic.sandbox.v1.Shutdown
+	47, // 26: agentic.sandbox.v1.ConnectResponse.ping:type_name -> agentic.sandbox.v1.Ping
+	49, // 27: agentic.sandbox.v1.ConnectResponse.session_query:type_name -> agentic.sandbox.v1.SessionQuery
+	53, // 28: agentic.sandbox.v1.ConnectResponse.session_reconcile:type_name -> agentic.sandbox.v1.SessionReconcile
+	21, // 29: agentic.sandbox.v1.ConnectResponse.file_request:type_name -> agentic.sandbox.v1.FileRequest
+	37, // 30: agentic.sandbox.v1.ConnectResponse.permission_decision:type_name -> agentic.sandbox.v1.PermissionDecision
+	20, // 31: agentic.sandbox.v1.ConnectResponse.rename:type_name -> agentic.sandbox.v1.Rename
+	19, // 32: agentic.sandbox.v1.ConnectResponse.drain:type_name -> agentic.sandbox.v1.Drain
+	18, // 33: agentic.sandbox.v1.ConnectResponse.output_ack:type_name -> agentic.sandbox.v1.OutputAck
+	17, // 34: agentic.sandbox.v1.ConnectResponse.port_dial:type_name -> agentic.sandbox.v1.PortDial
+	2,  // 35: agentic.sandbox.v1.OutputAck.stream:type_name -> agentic.sandbox.v1.OutputStream
+	7,  // 36: agentic.sandbox.v1.FileRequest.op:type_name -> agentic.sandbox.v1.FileOp
+	23, // 37: agentic.sandbox.v1.TransferRequest.open:type_name -> agentic.sandbox.v1.TransferOpen
+	24, // 38: agentic.sandbox.v1.TransferRequest.ready:type_name -> agentic.sandbox.v1.TransferReady
+	25, // 39: agentic.sandbox.v1.TransferRequest.listing:type_name -> agentic.sandbox.v1.FileListing
+	27, // 40: agentic.sandbox.v1.TransferRequest.end:type_name -> agentic.sandbox.v1.TransferEnd
+	26, // 41: agentic.sandbox.v1.FileListing.entries:type_name -> agentic.sandbox.v1.FileEntry
+	8,  // 42: agentic.sandbox.v1.FileEntry.type:type_name -> agentic.sandbox.v1.FileType
+	69, // 43: agentic.sandbox.v1.FileEntry.mtime:type_name -> google.protobuf.Timestamp
+	9,  // 44: agentic.sandbox.v1.TransferEnd.error:type_name -> agentic.sandbox.v1.FileError
+	30, // 45: agentic.sandbox.v1.Registration.system_info:type_name -> agentic.sandbox.v1.SystemInfo
+	65, // 46: agentic.sandbox.v1.Registration.labels:type_name -> agentic.sandbox.v1.Registration.LabelsEntry
+	0,  // 47: agentic.sandbox.v1.Registration.runtime:type_name -> agentic.sandbox.v1.RuntimeKind
+	66, // 48: agentic.sandbox.v1.RegistrationAck.config:type_name -> agentic.sandbox.v1.RegistrationAck.ConfigEntry
+	1,  // 49: agentic.sandbox.v1.Heartbeat.status:type_name -> agentic.sandbox.v1.AgentStatus
+	69, // 50: agentic.sandbox.v1.Heartbeat.sent_at:type_name -> google.protobuf.Timestamp
+	33, // 51: agentic.sandbox.v1.Heartbeat.metrics:type_name -> agentic.sandbox.v1.Metrics
+	2,  // 52: agentic.sandbox.v1.OutputChunk.stream:type_name -> agentic.sandbox.v1.OutputStream
+	69, // 53: agentic.sandbox.v1.OutputChunk.timestamp:type_name -> google.protobuf.Timestamp
+	67, // 54: agentic.sandbox.v1.CommandRequest.env:type_name -> agentic.sandbox.v1.CommandRequest.EnvEntry
+	3,  // 55: agentic.sandbox.v1.CommandRequest.session_type:type_name -> agentic.sandbox.v1.SessionType
+	42, // 56: agentic.sandbox.v1.PtyControl.resize:type_name -> agentic.sandbox.v1.PtyResize
+	43, // 57: agentic.sandbox.v1.PtyControl.signal:type_name -> agentic.sandbox.v1.PtySignal
+	41, // 58: agentic.sandbox.v1.PtyControl.kill:type_name -> agentic.sandbox.v1.CommandKill
+	68, // 59: agentic.sandbox.v1.ConfigUpdate.config:type_name -> agentic.sandbox.v1.ConfigUpdate.ConfigEntry
+	3,  // 60: agentic.sandbox.v1.SessionInfo.type:type_name -> agentic.sandbox.v1.SessionType
+	4,  // 61: agentic.sandbox.v1.SessionInfo.state:type_name -> agentic.sandbox.v1.SessionState
+	69, // 62: agentic.sandbox.v1.SessionInfo.started_at:type_name -> google.protobuf.Timestamp
+	69, // 63: agentic.sandbox.v1.SessionInfo.ended_at:type_name -> google.protobuf.Timestamp
+	44, // 64: agentic.sandbox.v1.SessionInfo.result:type_name -> agentic.sandbox.v1.CommandResult
+	2,  // 65: agentic.sandbox.v1.SessionInfo.tail_stream:type_name -> agentic.sandbox.v1.OutputStream
+	50, // 66: agentic.sandbox.v1.SessionReport.sessions:type_name -> agentic.sandbox.v1.SessionInfo
+	5,  // 67: agentic.sandbox.v1.SessionDecision.action:type_name -> agentic.sandbox.v1.ReconcileAction
+	52, // 68: agentic.sandbox.v1.SessionReconcile.decisions:type_name -> agentic.sandbox.v1.SessionDecision
+	35, // 69: agentic.sandbox.v1.ExecRequest.command:type_name -> agentic.sandbox.v1.CommandRequest
+	34, // 70: agentic.sandbox.v1.ExecResponse.output:type_name -> agentic.sandbox.v1.OutputChunk
+	44, // 71: agentic.sandbox.v1.ExecResponse.result:type_name -> agentic.sandbox.v1.CommandResult
+	58, // 72: agentic.sandbox.v1.TunnelRequest.open:type_name -> agentic.sandbox.v1.TunnelOpen
+	60, // 73: agentic.sandbox.v1.TunnelResponse.opened:type_name -> agentic.sandbox.v1.TunnelOpened
+	62, // 74: agentic.sandbox.v1.ForwardRequest.opened:type_name -> agentic.sandbox.v1.ForwardOpened
+	10, // 75: agentic.sandbox.v1.AgentService.Connect:input_type -> agentic.sandbox.v1.ConnectRequest
+	55, // 76: agentic.sandbox.v1.AgentService.Exec:input_type -> agentic.sandbox.v1.ExecRequest
+	22, // 77: agentic.sandbox.v1.AgentService.Transfer:input_type -> agentic.sandbox.v1.TransferRequest
+	57, // 78: agentic.sandbox.v1.AgentService.Tunnel:input_type -> agentic.sandbox.v1.TunnelRequest
+	61, // 79: agentic.sandbox.v1.AgentService.Forward:input_type -> agentic.sandbox.v1.ForwardRequest
+	16, // 80: agentic.sandbox.v1.AgentService.Connect:output_type -> agentic.sandbox.v1.ConnectResponse
+	56, // 81: agentic.sandbox.v1.AgentService.Exec:output_type -> agentic.sandbox.v1.ExecResponse
+	28, // 82: agentic.sandbox.v1.AgentService.Transfer:output_type -> agentic.sandbox.v1.TransferResponse
+	59, // 83: agentic.sandbox.v1.AgentService.Tunnel:output_type -> agentic.sandbox.v1.TunnelResponse
+	63, // 84: agentic.sandbox.v1.AgentService.Forward:output_type -> agentic.sandbox.v1.ForwardResponse
+	80, // [80:85] is the sub-list for method output_type
+	75, // [75:80] is the sub-list for method input_type
+	75, // [75:75] is the sub-list for extension type_name
+	75, // [75:75] is the sub-list for extension extendee
+	0,  // [0:75] is the sub-list for field type_name
 }
 
 func init() { file_agentic_sandbox_v1_agent_proto_init() }
@@ -5447,8 +5686,9 @@ func file_agentic_sandbox_v1_agent_proto_init() {
 		(*ConnectRequest_PermissionRequest)(nil),
 		(*ConnectRequest_StdinAck)(nil),
 		(*ConnectRequest_PortsReport)(nil),
+		(*ConnectRequest_SpanReport)(nil),
 	}
-	file_agentic_sandbox_v1_agent_proto_msgTypes[4].OneofWrappers = []any{
+	file_agentic_sandbox_v1_agent_proto_msgTypes[6].OneofWrappers = []any{
 		(*ConnectResponse_RegistrationAck)(nil),
 		(*ConnectResponse_Command)(nil),
 		(*ConnectResponse_Stdin)(nil),
@@ -5465,44 +5705,44 @@ func file_agentic_sandbox_v1_agent_proto_init() {
 		(*ConnectResponse_OutputAck)(nil),
 		(*ConnectResponse_PortDial)(nil),
 	}
-	file_agentic_sandbox_v1_agent_proto_msgTypes[10].OneofWrappers = []any{
+	file_agentic_sandbox_v1_agent_proto_msgTypes[12].OneofWrappers = []any{
 		(*TransferRequest_Open)(nil),
 		(*TransferRequest_Ready)(nil),
 		(*TransferRequest_Data)(nil),
 		(*TransferRequest_Listing)(nil),
 		(*TransferRequest_End)(nil),
 	}
-	file_agentic_sandbox_v1_agent_proto_msgTypes[16].OneofWrappers = []any{
+	file_agentic_sandbox_v1_agent_proto_msgTypes[18].OneofWrappers = []any{
 		(*TransferResponse_Data)(nil),
 		(*TransferResponse_Eof)(nil),
 		(*TransferResponse_Abort)(nil),
 	}
-	file_agentic_sandbox_v1_agent_proto_msgTypes[26].OneofWrappers = []any{}
-	file_agentic_sandbox_v1_agent_proto_msgTypes[28].OneofWrappers = []any{
+	file_agentic_sandbox_v1_agent_proto_msgTypes[28].OneofWrappers = []any{}
+	file_agentic_sandbox_v1_agent_proto_msgTypes[30].OneofWrappers = []any{
 		(*PtyControl_Resize)(nil),
 		(*PtyControl_Signal)(nil),
 		(*PtyControl_Kill)(nil),
 	}
-	file_agentic_sandbox_v1_agent_proto_msgTypes[44].OneofWrappers = []any{
+	file_agentic_sandbox_v1_agent_proto_msgTypes[46].OneofWrappers = []any{
 		(*ExecResponse_Output)(nil),
 		(*ExecResponse_Result)(nil),
 	}
-	file_agentic_sandbox_v1_agent_proto_msgTypes[45].OneofWrappers = []any{
+	file_agentic_sandbox_v1_agent_proto_msgTypes[47].OneofWrappers = []any{
 		(*TunnelRequest_Open)(nil),
 		(*TunnelRequest_Data)(nil),
 		(*TunnelRequest_CloseWrite)(nil),
 	}
-	file_agentic_sandbox_v1_agent_proto_msgTypes[47].OneofWrappers = []any{
+	file_agentic_sandbox_v1_agent_proto_msgTypes[49].OneofWrappers = []any{
 		(*TunnelResponse_Opened)(nil),
 		(*TunnelResponse_Data)(nil),
 		(*TunnelResponse_Eof)(nil),
 	}
-	file_agentic_sandbox_v1_agent_proto_msgTypes[49].OneofWrappers = []any{
+	file_agentic_sandbox_v1_agent_proto_msgTypes[51].OneofWrappers = []any{
 		(*ForwardRequest_Opened)(nil),
 		(*ForwardRequest_Data)(nil),
 		(*ForwardRequest_CloseWrite)(nil),
 	}
-	file_agentic_sandbox_v1_agent_proto_msgTypes[51].OneofWrappers = []any{
+	file_agentic_sandbox_v1_agent_proto_msgTypes[53].OneofWrappers = []any{
 		(*ForwardResponse_Data)(nil),
 		(*ForwardResponse_CloseWrite)(nil),
 	}
@@ -5512,7 +5752,7 @@ func file_agentic_sandbox_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentic_sandbox_v1_agent_proto_rawDesc), len(file_agentic_sandbox_v1_agent_proto_rawDesc)),
 			NumEnums:      10,
-			NumMessages:   56,
+			NumMessages:   59,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,259 @@
+package e2e
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
+)
+
+// otlpSpan is one span the receiver got, with its resource's service.
+type otlpSpan struct {
+	service string
+	agentID string
+	span    *tracepb.Span
+}
+
+func (s otlpSpan) attr(key string) string { return attrOf(s.span.GetAttributes(), key) }
+
+func attrOf(kvs []*commonpb.KeyValue, key string) string {
+	for _, kv := range kvs {
+		if kv.GetKey() == key {
+			return kv.GetValue().GetStringValue()
+		}
+	}
+	return ""
+}
+
+// otlpReceiver is an OTLP/HTTP trace receiver (POST /v1/traces, protobuf).
+type otlpReceiver struct {
+	mu      sync.Mutex
+	spans   []otlpSpan
+	headers []http.Header
+}
+
+func (o *otlpReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost || r.URL.Path != "/v1/traces" || r.Header.Get("Content-Type") != "application/x-protobuf" {
+		http.Error(w, "not an OTLP/HTTP protobuf trace export", http.StatusBadRequest)
+		return
+	}
+	var body io.Reader = r.Body
+	if r.Header.Get("Content-Encoding") == "gzip" {
+		zr, err := gzip.NewReader(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		body = zr
+	}
+	b, err := io.ReadAll(body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	var req coltracepb.ExportTraceServiceRequest
+	if err := proto.Unmarshal(b, &req); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	o.mu.Lock()
+	o.headers = append(o.headers, r.Header.Clone())
+	for _, rs := range req.GetResourceSpans() {
+		svc := attrOf(rs.GetResource().GetAttributes(), "service.name")
+		agent := attrOf(rs.GetResource().GetAttributes(), "agentic.agent_id")
+		for _, ss := range rs.GetScopeSpans() {
+			for _, sp := range ss.GetSpans() {
+				o.spans = append(o.spans, otlpSpan{service: svc, agentID: agent, span: sp})
+			}
+		}
+	}
+	o.mu.Unlock()
+	out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	_, _ = w.Write(out)
+}
+
+// trace returns the spans of the trace whose server span carries the
+// request id.
+func (o *otlpReceiver) trace(requestID string) (traceID []byte, spans []otlpSpan) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, s := range o.spans {
+		if s.span.GetKind() == tracepb.Span_SPAN_KIND_SERVER && s.attr("request.id") == requestID {
+			traceID = s.span.GetTraceId()
+		}
+	}
+	if traceID == nil {
+		return nil, nil
+	}
+	for _, s := range o.spans {
+		if bytes.Equal(s.span.GetTraceId(), traceID) {
+			spans = append(spans, s)
+		}
+	}
+	return traceID, spans
+}
+
+func named(spans []otlpSpan, name string) *otlpSpan {
+	for i := range spans {
+		if spans[i].span.GetName() == name {
+			return &spans[i]
+		}
+	}
+	return nil
+}
+
+func describe(spans []otlpSpan) string {
+	var b strings.Builder
+	for _, s := range spans {
+		fmt.Fprintf(&b, "  %s %q span %x parent %x\n", s.service, s.span.GetName(), s.span.GetSpanId(), s.span.GetParentSpanId())
+	}
+	return b.String()
+}
+
+// One exec through REST is one trace, exported by OTLP/HTTP to the
+// endpoint of the standard variables: the REST server span, the agent
+// link's span under it, and the agent's spans (made in the agent, sent
+// back over the link, exported by the server) under that, with the
+// parents right. The server's log lines of the request carry the trace id;
+// the agent never sees the exporter's variables (their headers hold a key).
+// A file write is traced the same way.
+func TestTracesAcrossTheAgentLink(t *testing.T) {
+	recv := &otlpReceiver{}
+	collector := httptest.NewServer(recv)
+	t.Cleanup(collector.Close)
+	const otlpKey = "otlp-key-5f0c1d2e3b4a"
+	s := startServer(t, 1, "",
+		"OTEL_EXPORTER_OTLP_ENDPOINT="+collector.URL,
+		"OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
+		"OTEL_EXPORTER_OTLP_HEADERS=x-otlp-key="+otlpKey,
+		"OTEL_BSP_SCHEDULE_DELAY=200", // export within a fifth of a second
+	)
+
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	resp, err := s.Client().ExecCommandWithResponse(ctx, "host-01", restapi.ExecRequest{Command: "sh", Args: ptr([]string{"-c", "env; echo traced"})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.JSON200 == nil {
+		t.Fatalf("exec: %d %s", resp.StatusCode(), resp.Body)
+	}
+	res := *resp.JSON200
+	if !strings.Contains(res.Stdout, "traced") {
+		t.Fatalf("exec output %q", res.Stdout)
+	}
+	if strings.Contains(res.Stdout, "OTEL_") || strings.Contains(res.Stdout, otlpKey) {
+		t.Fatalf("the agent's command sees the exporter's variables:\n%s", res.Stdout)
+	}
+	requestID := resp.HTTPResponse.Header.Get("X-Request-Id")
+	if requestID == "" {
+		t.Fatal("no X-Request-Id")
+	}
+
+	var traceID []byte
+	var spans []otlpSpan
+	testkit.Eventually(t, patience, "the exec's trace with the server's and the agent's spans", func() bool {
+		traceID, spans = recv.trace(requestID)
+		return named(spans, "POST /api/v1/agents/{agent_id}/exec") != nil && named(spans, "agentrpc.Command") != nil &&
+			named(spans, "agentd.Command") != nil && named(spans, "agentd.Process") != nil
+	})
+	server := named(spans, "POST /api/v1/agents/{agent_id}/exec")
+	link := named(spans, "agentrpc.Command")
+	agentCmd := named(spans, "agentd.Command")
+	proc := named(spans, "agentd.Process")
+	tree := describe(spans)
+	if server.service != "agentic-mgmt" || server.span.GetKind() != tracepb.Span_SPAN_KIND_SERVER || len(server.span.GetParentSpanId()) != 0 {
+		t.Fatalf("the REST span is not the server root of the trace:\n%s", tree)
+	}
+	if !bytes.Equal(link.span.GetParentSpanId(), server.span.GetSpanId()) || link.service != "agentic-mgmt" ||
+		link.attr("agentic.command_id") != res.CommandId || link.attr("agentic.agent_id") != "host-01" {
+		t.Fatalf("the link's span is not the REST span's child for command %s:\n%s", res.CommandId, tree)
+	}
+	if !bytes.Equal(agentCmd.span.GetParentSpanId(), link.span.GetSpanId()) || agentCmd.service != "agentic-agent" ||
+		agentCmd.agentID != "host-01" || agentCmd.attr("agentic.command_id") != res.CommandId || agentCmd.attr("agentic.exit_code") != "0" {
+		t.Fatalf("the agent's span is not the link span's child:\n%s", tree)
+	}
+	if !bytes.Equal(proc.span.GetParentSpanId(), agentCmd.span.GetSpanId()) || proc.attr("process.pid") == "" {
+		t.Fatalf("the process span is not the agent command's child:\n%s", tree)
+	}
+	// Everything of the trace nests in the request: the agent's clock is
+	// this machine's.
+	for _, sp := range []*otlpSpan{link, agentCmd, proc} {
+		if sp.span.GetStartTimeUnixNano() < server.span.GetStartTimeUnixNano() || sp.span.GetEndTimeUnixNano() > server.span.GetEndTimeUnixNano() {
+			t.Fatalf("%q is outside the request's span:\n%s", sp.span.GetName(), tree)
+		}
+	}
+	recv.mu.Lock()
+	key := recv.headers[0].Get("X-Otlp-Key")
+	recv.mu.Unlock()
+	if key != otlpKey {
+		t.Fatalf("the exporter sent x-otlp-key %q, not OTEL_EXPORTER_OTLP_HEADERS'", key)
+	}
+
+	t.Logf("the exec's trace:\n%s", tree)
+
+	// The request's log lines carry its trace id.
+	tid := "trace_id=" + hex.EncodeToString(traceID)
+	var lines []string
+	testkit.Eventually(t, patience, "the exec's log lines", func() bool {
+		lines = nil
+		for l := range strings.SplitSeq(s.Log(), "\n") {
+			if strings.Contains(l, res.CommandId) || strings.Contains(l, requestID) {
+				lines = append(lines, l)
+			}
+		}
+		return len(lines) >= 2
+	})
+	t.Logf("its log lines:\n%s", strings.Join(lines, "\n"))
+	for _, l := range lines {
+		if !strings.Contains(l, tid) {
+			t.Fatalf("a log line of the request without its %s:\n%s", tid, strings.Join(lines, "\n"))
+		}
+	}
+
+	// A file written to the agent: the REST span, the link's, the agent's.
+	wctx, wcancel := context.WithTimeout(context.Background(), patience)
+	defer wcancel()
+	wr, err := s.Client().WriteFileWithBodyWithResponse(wctx, "host-01", &restapi.WriteFileParams{Path: "traced.txt"}, "application/octet-stream", strings.NewReader("hello"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wr.StatusCode()/100 != 2 {
+		t.Fatalf("write: %d %s", wr.StatusCode(), wr.Body)
+	}
+	fileRequest := wr.HTTPResponse.Header.Get("X-Request-Id")
+	testkit.Eventually(t, patience, "the file write's trace", func() bool {
+		_, spans = recv.trace(fileRequest)
+		return named(spans, "agentrpc.File") != nil && named(spans, "agentd.File") != nil
+	})
+	tree = describe(spans)
+	var fileServer *otlpSpan
+	for i := range spans {
+		if spans[i].span.GetKind() == tracepb.Span_SPAN_KIND_SERVER {
+			fileServer = &spans[i]
+		}
+	}
+	fileLink, fileAgent := named(spans, "agentrpc.File"), named(spans, "agentd.File")
+	if !bytes.Equal(fileLink.span.GetParentSpanId(), fileServer.span.GetSpanId()) || fileLink.attr("agentic.file_op") != "FILE_OP_WRITE" {
+		t.Fatalf("the file link span is not the REST span's child:\n%s", tree)
+	}
+	if !bytes.Equal(fileAgent.span.GetParentSpanId(), fileLink.span.GetSpanId()) || fileAgent.service != "agentic-agent" {
+		t.Fatalf("the agent's file span is not the link span's child:\n%s", tree)
+	}
+}
