@@ -173,7 +173,8 @@ func (s *Server) Handler() http.Handler {
 		BaseRouter: mux,
 		// The last runs first: the parameters are checked against
 		// openapi.yaml before any handler, raw or generated, sees them.
-		Middlewares:      []restapi.MiddlewareFunc{s.checkBody, s.rawRoutes, s.checkParams},
+		// A scoped token's items are checked after the parameters (scope.go).
+		Middlewares:      []restapi.MiddlewareFunc{s.checkBody, s.rawRoutes, s.checkScope, s.checkParams},
 		ErrorHandlerFunc: s.paramError,
 	})
 	mux.HandleFunc("GET /openapi.yaml", func(w http.ResponseWriter, r *http.Request) {
