@@ -31,7 +31,17 @@ func main() {
 	sshN := flag.Int("ssh-n", 100, "ssh round trips (each is slow)")
 	sustained := flag.Int("sustained", 2000, "missions in the sustained-rate run")
 	flag.StringVar(&only, "only", "", "run one part only: exec, missions, env, k8s, term, files, tasks, dashboard, egress, preview or agents")
+	beforeDir := flag.String("before", "", "directory with the binaries of an earlier build: compare its REST exec round trip with -bin's, interleaved, and nothing else")
+	rounds := flag.Int("rounds", 40, "with -before: alternating rounds")
+	batch := flag.Int("batch", 100, "with -before: calls of each build per round")
 	flag.Parse()
+	if *beforeDir != "" {
+		if err := compareExec(binaries(*binDir), binaries(*beforeDir), *rounds, *batch); err != nil {
+			fmt.Fprintln(os.Stderr, "benchrun:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(*binDir, *n, *sshN, *sustained); err != nil {
 		fmt.Fprintln(os.Stderr, "benchrun:", err)
 		os.Exit(1)
@@ -267,6 +277,15 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.3f ms", float64(d.Micros
 // hostServer runs agentic-mgmt with one host agent, host-01, in a data dir
 // of its own, and waits for the agent. prepare, when set, fills the data
 // dir first; stop kills it all and removes the dir.
+// binaries are the three binaries in dir.
+func binaries(dir string) harness.Binaries {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		abs = dir
+	}
+	return harness.Binaries{Mgmt: filepath.Join(abs, "agentic-mgmt"), Agent: filepath.Join(abs, "agentic-agent"), Ctl: filepath.Join(abs, "agenticctl")}
+}
+
 func hostServer(bins harness.Binaries, name string, env []string, prepare func(dataDir string) error) (srv *harness.Server, stop func(), err error) {
 	dataDir, err := os.MkdirTemp("", "agentic-bench-"+name+"-")
 	if err != nil {

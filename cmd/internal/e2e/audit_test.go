@@ -14,7 +14,8 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 )
 
-// The audit log of the real server: a session created, a kill of a
+// The audit log of the real server: the host agent's credential issued at
+// start, a session created, a kill of a
 // session that does not exist, a refused sign-in are in GET /api/v1/audit
 // in order, with their status, error code and the request id each answer
 // carried; the reads are not; audit.jsonl in the data dir holds no token.
@@ -54,7 +55,8 @@ func TestAuditLogOfTheRealServer(t *testing.T) {
 		status                  int
 		id                      string
 	}
-	var wants []want
+	// The host agent's credential, issued as the server started.
+	wants := []want{{"system", "agent.credential.issue", "host-01", "", 200, ""}}
 	st, id, body := call("POST", "/api/v1/agents/host-01/sessions", `{"type":"background","name":"audited","command":"true"}`, s.Token)
 	if st != 201 {
 		t.Fatalf("create session: %d %s", st, body)
@@ -91,10 +93,14 @@ func TestAuditLogOfTheRealServer(t *testing.T) {
 	}
 	for i, e := range got.Entries {
 		w := wants[i]
-		if e.Actor != w.actor || e.Operation != w.op || e.Target != w.target || e.Code != w.code || e.Status != w.status || e.RequestId != w.id || e.Client != "127.0.0.1" {
+		client := "127.0.0.1"
+		if w.actor == "system" {
+			client = ""
+		}
+		if e.Actor != w.actor || e.Operation != w.op || e.Target != w.target || e.Code != w.code || e.Status != w.status || e.RequestId != w.id || e.Client != client {
 			t.Errorf("entry %d = %+v; want %+v", i, e, w)
 		}
-		if e.RequestId == "" {
+		if e.RequestId == "" && w.actor != "system" {
 			t.Errorf("entry %d has no request id", i)
 		}
 	}
