@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/internal/signin"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
 // The preview cookie: `<unix expiry>.<base64url HMAC-SHA256>` keyed by the
@@ -105,10 +106,23 @@ func (h *Handler) bearerOK(r *http.Request) bool {
 // of the path form itself (sandboxed: an opaque origin), is not signed in,
 // so no page can use the operator's cookie through a preview. A request
 // that changes state must also carry this server's Origin, like the API's.
-func (h *Handler) sessionOK(r *http.Request) bool {
-	if _, ok := h.cfg.SignIns.FromRequest(r, h.clock.Now()); h.cfg.Token == "" || !ok {
-		return false
+func (h *Handler) sessionOK(r *http.Request) (tokenID string, ok bool) {
+	ss, ok := h.cfg.SignIns.FromRequest(r, h.clock.Now())
+	if h.cfg.Token == "" || !ok {
+		return "", false
 	}
+	return ss.TokenID, h.sameOrigin(r)
+}
+
+// mayReach tells whether a session signed in with tokenID may reach
+// agentID's previews (Config.SessionMayReach).
+func (h *Handler) mayReach(tokenID, agentID string) bool {
+	return h.cfg.SessionMayReach == nil || h.cfg.SessionMayReach(tokenID, agentID)
+}
+
+// sameOrigin is the browser side of sessionOK: the request comes from the
+// dashboard's own origin.
+func (h *Handler) sameOrigin(r *http.Request) bool {
 	switch r.Header.Get("Sec-Fetch-Site") {
 	case "", "none", "same-origin":
 	default:
@@ -268,9 +282,16 @@ func (h *Handler) serveSignin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	noStore(w)
-	if _, ok := h.cfg.SignIns.FromRequest(r, h.clock.Now()); h.cfg.Token == "" || !ok {
+	ss, ok := h.cfg.SignIns.FromRequest(r, h.clock.Now())
+	if h.cfg.Token == "" || !ok {
 		back := signinPath + "?" + url.Values{"host": {t.host}, "next": {next}}.Encode()
 		redirect(w, "/?next="+url.QueryEscape(back))
+		return
+	}
+	// A session whose token's label scope leaves the environment out gets
+	// no preview cookie for it: as if it did not exist.
+	if agentID, err := h.resolve(t.name, true); err == nil && !h.mayReach(ss.TokenID, agentID) {
+		h.writeResolveError(w, r, t.name, ports.ErrEnvNotFound, true)
 		return
 	}
 	code := h.codes.mint(t.host, h.clock.Now())

@@ -47,6 +47,11 @@ type Config struct {
 	// form, and /preview-signin, take the dashboard's session cookie (nil:
 	// no cookie is accepted).
 	SignIns *signin.Sessions
+	// SessionMayReach tells whether a dashboard session signed in with the
+	// token tokenID may reach the previews of agentID: false for an agent
+	// out of the token's label scope, which then answers as if absent
+	// (nil: every session may).
+	SessionMayReach func(tokenID, agentID string) bool
 	// Domain is AGENTIC_PREVIEW_DOMAIN ("" means "localhost").
 	Domain string
 	// KeepHost passes the browser's Host header through; otherwise it is

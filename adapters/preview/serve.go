@@ -98,9 +98,16 @@ func (h *Handler) servePath(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Security-Policy", sandboxCSP)
-	authed := h.bearerOK(r) || h.sessionOK(r)
+	bearerOK := h.bearerOK(r)
+	tokenID, sessionOK := h.sessionOK(r)
+	authed := bearerOK || sessionOK
 	agentID, err := h.resolve(name, false)
-	if !authed && err == nil && h.public(agentID, port) {
+	public := err == nil && h.public(agentID, port)
+	if authed && !bearerOK && err == nil && !public && !h.mayReach(tokenID, agentID) {
+		// Out of the session token's label scope: as if absent.
+		err = fmt.Errorf("%w: %q", ports.ErrEnvNotFound, name)
+	}
+	if !authed && public {
 		authed = true
 	}
 	if !authed {

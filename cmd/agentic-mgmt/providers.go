@@ -283,7 +283,7 @@ func provideREST(cfg Config, svc *agentrpc.Service, op OperatorHTTP, uc UseCases
 	// A span per request when tracing is on (the handler itself when off).
 	api := mcptools.Mount(cfg.Tracing.Handler(srv.Handler()), mcptools.HTTPOptions{Token: op.Token, Version: op.Version, Logger: log})
 	// Previews in front: a preview host never reaches the API.
-	return newPreviews(cfg, op, svc, uc, public, signIns, clock, log).Wrap(api), nil
+	return newPreviews(cfg, op, svc, uc, public, signIns, tokens, clock, log).Wrap(api), nil
 }
 
 // provideApp takes LinkBound so that the link's reports reach the use

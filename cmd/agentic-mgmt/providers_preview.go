@@ -9,6 +9,8 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/agentrpc"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/preview"
+	"github.com/agentic-sandbox/agentic-sandbox/core/access"
+	"github.com/agentic-sandbox/agentic-sandbox/core/environment"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/signin"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
@@ -24,12 +26,35 @@ func providePublicPorts(cfg Config) (*filestore.PublicPorts, error) {
 
 // newPreviews serves preview hosts and /preview/… in front of the REST
 // handler, reaching environments over the agent link.
-func newPreviews(cfg Config, op OperatorHTTP, svc *agentrpc.Service, uc UseCases, public *filestore.PublicPorts, signIns *signin.Sessions, clock ports.Clock, log *slog.Logger) *preview.Handler {
+func newPreviews(cfg Config, op OperatorHTTP, svc *agentrpc.Service, uc UseCases, public *filestore.PublicPorts, signIns *signin.Sessions,
+	tokens ports.TokenStore, clock ports.Clock, log *slog.Logger) *preview.Handler {
 	return preview.New(preview.Config{
 		Dialer: svc, Public: public, Token: op.Token, SignIns: signIns, Domain: cfg.PreviewDomain, KeepHost: cfg.PreviewKeepHost,
-		Resolve: previewTargets(uc.Environments.Names, func(name string) bool { _, ok := svc.Agent(name); return ok }, agentIDs(svc)),
-		Clock:   clock, Logger: log,
+		Resolve:         previewTargets(uc.Environments.Names, func(name string) bool { _, ok := svc.Agent(name); return ok }, agentIDs(svc)),
+		SessionMayReach: sessionMayReach(tokens, uc.Environments.Get),
+		Clock:           clock, Logger: log,
 	})
+}
+
+// sessionMayReach is the label scope of a dashboard session's token over
+// the previews (core/access.AgentInScope, as on the REST API): the
+// operator token's session reaches every agent; a named token's only the
+// agents its scope covers; a token no longer kept, none.
+func sessionMayReach(tokens ports.TokenStore, env func(string) (environment.Environment, bool)) func(tokenID, agentID string) bool {
+	labels := func(name string) (map[string]string, bool) {
+		e, ok := env(name)
+		return e.Labels, ok
+	}
+	return func(tokenID, agentID string) bool {
+		if tokenID == signin.OperatorTokenID {
+			return true
+		}
+		if tokens == nil {
+			return false
+		}
+		t, err := tokens.Get(tokenID)
+		return err == nil && access.AgentInScope(t.Labels, agentID, labels)
+	}
 }
 
 func agentIDs(svc *agentrpc.Service) func() []string {
