@@ -3,7 +3,8 @@
 // every call goes through here, so a dropped server shows one "offline"
 // banner, and every live view reloads when the stream comes back.
 import { createClient, type ErrorBody } from "@agentic-sandbox/client";
-export type { components } from "@agentic-sandbox/client";
+import type { components } from "@agentic-sandbox/client";
+export type { components };
 
 // The page's own origin, signed in by the session cookie. `client` has the
 // SDK's methods (errors thrown as ApiError); `api` is its typed raw client
@@ -158,6 +159,24 @@ export function live(kinds: Kind[], f: () => Promise<void>, every = 30000): () =
   };
 }
 
+// who is the signed-in caller (GET /api/v1/me): its token's name and role.
+// The page shows only what the role may do (the server enforces it on
+// every call regardless): a viewer reads, an operator also acts, an admin
+// also manages tokens and reads the audit log.
+export type Me = components["schemas"]["Me"];
+export const who: { me?: Me } = {};
+
+export async function loadMe(): Promise<{ me?: Me; status: number }> {
+  const r = await call(api.GET("/api/v1/me"));
+  if (r.data) who.me = r.data;
+  return { me: r.data, status: r.status };
+}
+
+// canWrite: the role may change state (operator, admin); isAdmin: tokens
+// and the audit log too.
+export const canWrite = () => who.me?.role === "operator" || who.me?.role === "admin";
+export const isAdmin = () => who.me?.role === "admin";
+
 export async function signIn(token: string): Promise<string | null> {
   const r = await api.POST("/api/v1/signin", { body: { token } }).catch(() => null);
   if (!r) return "the server cannot be reached";
@@ -170,6 +189,7 @@ export async function signIn(token: string): Promise<string | null> {
 
 export async function signOut() {
   await api.POST("/api/v1/signout").catch(() => null);
+  who.me = undefined;
   set(conn.online, false);
 }
 

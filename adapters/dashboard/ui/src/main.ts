@@ -5,7 +5,8 @@ import { useEffect, useRef, useState } from "preact/hooks";
 import htm from "htm";
 import "@xterm/xterm/css/xterm.css";
 import "./style.css";
-import { ago, api, bytes, call, conn, live, onConn, request, signIn, signOut, type Kind } from "./api";
+import { ago, api, bytes, call, canWrite, conn, isAdmin, live, loadMe, onConn, request, signIn, signOut, who, type Kind, type Me } from "./api";
+import { Audit, Tokens } from "./admin";
 import type { components } from "./api";
 import { LiveTerminal, type TermState } from "./term";
 
@@ -84,21 +85,32 @@ function SignIn() {
   return html`<main class="signin"><form onSubmit=${submit}>
     <h1>agentic-sandbox</h1>
     ${returnTo ? html`<p class="hint" data-testid="signin-for-preview">Sign in to open the preview; you go on to it once signed in.</p>` : ""}
-    <label for="token">Operator token</label>
+    <label for="token">Token</label>
     <input id="token" type="password" autocomplete="current-password" data-testid="signin-token" value=${token} onInput=${(e: any) => setToken(e.target.value)} />
     <button type="submit" data-testid="signin-submit">Sign in</button>
     <${Err} e=${err} />
-    <p class="hint">The token is in <code>${"<data dir>/operator-token"}</code> or AGENTIC_OPERATOR_TOKEN.</p>
+    <p class="hint">The operator token (in <code>${"<data dir>/operator-token"}</code> or AGENTIC_OPERATOR_TOKEN), or a named token
+      (<code>agenticctl token create</code>): the dashboard then shows what its role may do.</p>
   </form></main>`;
 }
 
 const views: [string, string][] = [["overview", "Overview"], ["agents", "Agents"], ["environments", "Environments"], ["sessions", "Sessions"],
   ["missions", "Missions"], ["tasks", "Tasks"], ["hitl", "HITL inbox"]];
 
-function Nav({ at }: { at: string }) {
+// The views only an admin sees (tokens and the audit log are admin-only
+// on the server too).
+const adminViews: [string, string][] = [["tokens", "Tokens"], ["audit", "Audit"]];
+
+function Nav({ at, me }: { at: string; me: Me }) {
   return html`<nav aria-label="Views"><span class="brand">agentic-sandbox</span>
-    ${views.map(([k, label]) => html`<a href=${"#/" + k} aria-current=${at === k ? "page" : undefined} data-testid=${"nav-" + k}>${label}</a>`)}
+    ${[...views, ...(isAdmin() ? adminViews : [])].map(([k, label]) => html`<a href=${"#/" + k} aria-current=${at === k ? "page" : undefined} data-testid=${"nav-" + k}>${label}</a>`)}
+    <span class="whoami" data-testid="whoami" title=${me.expires_at ? `token expires ${new Date(me.expires_at).toLocaleString()}` : ""}>${me.name} <span class="pill role">${me.role}</span></span>
     <button class="link" onClick=${signOut}>Sign out</button></nav>`;
+}
+
+// ReadOnly says, where a write control would be, that this role only reads.
+function ReadOnly({ what }: { what: string }) {
+  return html`<p class="muted note" data-testid="read-only">Your role (${who.me?.role}) only reads: ${what}.</p>`;
 }
 
 function count<T>(xs: T[] | undefined, key: (x: T) => string): Record<string, number> {
@@ -126,13 +138,13 @@ function Overview() {
   // Each empty card says what fills it.
   return html`<div class="grid">
     <${Counts} title="Agents by status" m=${count(agents, (a: S["Agent"]) => a.status)} empty=${agentsEmpty} />
-    <${Counts} title="Environments by runtime" m=${count(envs, (e: S["Environment"]) => e.runtime)} empty=${html`none: create one in <a href="#/environments">Environments</a>`} />
-    <${Counts} title="Running sessions" m=${count((sessions || []).filter((s: S["Session"]) => s.state === "running"), (s: S["Session"]) => s.type)} empty=${html`none: <a href="#/agents">Open terminal</a> on an agent starts a shell`} />
+    <${Counts} title="Environments by runtime" m=${count(envs, (e: S["Environment"]) => e.runtime)} empty=${canWrite() ? html`none: create one in <a href="#/environments">Environments</a>` : "none"} />
+    <${Counts} title="Running sessions" m=${count((sessions || []).filter((s: S["Session"]) => s.state === "running"), (s: S["Session"]) => s.type)} empty=${canWrite() ? html`none: <a href="#/agents">Open terminal</a> on an agent starts a shell` : "none"} />
     <${Counts} title="Missions by state" m=${count(missions, (m: S["Mission"]) => m.state)} empty=${missionsEmpty(aiwg)} />
-    <${Counts} title="Tasks by state" m=${count(tasks, (t: S["Task"]) => t.state)} empty=${html`none: <a href="#/newtask">New task</a> submits one`} />
+    <${Counts} title="Tasks by state" m=${count(tasks, (t: S["Task"]) => t.state)} empty=${canWrite() ? html`none: <a href="#/newtask">New task</a> submits one` : "none"} />
     <section class="card"><h2>Open HITL requests</h2><p class="big"><a href="#/hitl">${hitl ? hitl.length : "…"}</a></p></section>
     <section class="card" data-testid="aiwg-card"><h2>AIWG link</h2><${AIWGStatus} s=${aiwg} />
-      ${aiwg?.configured ? html`<button data-testid="aiwg-reconnect" onClick=${reconnect}>Reconnect</button><${Err} e=${reErr} />` : ""}</section>
+      ${aiwg?.configured && canWrite() ? html`<button data-testid="aiwg-reconnect" onClick=${reconnect}>Reconnect</button><${Err} e=${reErr} />` : ""}</section>
   </div>`;
 }
 
@@ -167,7 +179,7 @@ function Agents() {
       <td>${pct(a.metrics?.memory_used_bytes, a.metrics?.memory_total_bytes)}</td>
       <td>${pct(a.metrics?.disk_used_bytes, a.metrics?.disk_total_bytes)}</td>
       <td>${a.metrics?.load_avg_1?.toFixed(2) ?? "-"}</td><td>${a.running_commands}</td><td>${ago(a.last_heartbeat)}</td>
-      <td><button data-testid=${"open-terminal-" + a.id} disabled=${a.status !== "ready" && a.status !== "busy"} onClick=${() => go("terminal", "new", a.id)}>Open terminal</button></td>
+      <td>${canWrite() ? html`<button data-testid=${"open-terminal-" + a.id} disabled=${a.status !== "ready" && a.status !== "busy"} onClick=${() => go("terminal", "new", a.id)}>Open terminal</button>` : ""}</td>
     </tr>`)}</tbody></table></section>`;
 }
 
@@ -240,8 +252,8 @@ function TerminalView({ agentId, sessionId }: { agentId?: string; sessionId?: st
       html`<span>Terminal <strong>${name}</strong> on <strong>${agent}</strong></span>` : html`<span>Terminal${agent ? html` on <strong>${agent}</strong>` : ""}</span>`}</h1>
     <p class="status" data-testid="terminal-status">${st.connected ? "connected" : "reconnecting…"} · role: <strong data-testid="terminal-role">${st.role || "-"}</strong>
       ${ended ? html` · <strong>ended: ${ended}</strong>` : ""}
-      ${st.role === "observer" ? html` <button data-testid="take-control" onClick=${() => t.current?.takeControl()}>Take control</button>` : ""}
-      <button onClick=${() => t.current?.kill()} disabled=${!st.sessionId || !!ended}>Kill</button></p>
+      ${st.role === "observer" && canWrite() ? html` <button data-testid="take-control" onClick=${() => t.current?.takeControl()}>Take control</button>` : ""}
+      ${canWrite() ? html`<button data-testid="terminal-kill" onClick=${() => t.current?.kill()} disabled=${!st.sessionId || !!ended}>Kill</button>` : html`<span class="muted" data-testid="read-only">watching: your role (${who.me?.role}) only reads</span>`}</p>
     <${Err} e=${st.error} />
     <div class="term" data-testid="terminal" ref=${el}></div>
     ${leaving ? html`<div class="modal" role="dialog" aria-modal="true" aria-labelledby="leave-title" data-testid="leave-dialog">
@@ -259,7 +271,7 @@ function Sessions() {
   const kill = async (id: string) => { await call(api.DELETE("/api/v1/sessions/{session_id}", { params: { path: { session_id: id } } })); };
   const byAgent: Record<string, S["Session"][]> = {};
   for (const s of sessions || []) (byAgent[s.agent_id] ||= []).push(s);
-  return html`<section><h1>Sessions</h1>${sessions && Object.keys(byAgent).length === 0 ? html`<p class="empty" data-testid="sessions-empty">No sessions: <a href="#/agents">Open terminal</a> on an agent starts a shell here, as do <code>agenticctl shell AGENT</code> and <code>agenticctl sessions create</code>; tasks and missions run theirs.</p>` : ""}
+  return html`<section><h1>Sessions</h1>${sessions && Object.keys(byAgent).length === 0 ? html`<p class="empty" data-testid="sessions-empty">${canWrite() ? html`No sessions: <a href="#/agents">Open terminal</a> on an agent starts a shell here, as do <code>agenticctl shell AGENT</code> and <code>agenticctl sessions create</code>; tasks and missions run theirs.` : "No sessions."}</p>` : ""}
     ${Object.keys(byAgent).sort().map((agent) => html`<h2>${agent}</h2><table><thead><tr><th>Name</th><th>Type</th><th>State</th><th>Command</th><th>Viewers</th><th>Started</th><th></th></tr></thead><tbody>
     ${byAgent[agent].map((s) => html`<tr data-testid=${"session-row-" + s.session_id}><td>${s.name}</td><td>${s.type}</td><td>${s.state}${s.exit_code !== undefined ? ` (${s.exit_code})` : ""}</td>
       <td><code>${[s.command, ...s.args].join(" ") || "(login shell)"}</code></td>
@@ -267,7 +279,7 @@ function Sessions() {
       <td>${ago(s.started_at || s.created_at)}</td>
       <td>${s.type !== "headless" ? html`<a href=${"#/session/" + s.session_id}>Attach</a>` : html`<a href=${"#/activity/" + s.session_id}>Transcript</a>`}
         <a href=${"#/log/" + s.session_id}>Log</a>
-        ${s.state === "running" || s.state === "starting" ? html`<button onClick=${() => kill(s.session_id)}>Kill</button>` : ""}</td></tr>`)}</tbody></table>`)}</section>`;
+        ${(s.state === "running" || s.state === "starting") && canWrite() ? html`<button data-testid=${"session-kill-" + s.session_id} onClick=${() => kill(s.session_id)}>Kill</button>` : ""}</td></tr>`)}</tbody></table>`)}</section>`;
 }
 
 function Activity({ id }: { id: string }) {
@@ -407,7 +419,7 @@ function Environments() {
   };
   const pausable = (name: string) => !!(runtimes || []).find((r: S["Runtime"]) => r.runtime === name)?.pause;
   return html`<section><h1>Environments</h1>
-    <form class="inline" onSubmit=${create} aria-label="Create an environment">
+    ${!canWrite() ? html`<${ReadOnly} what="no environments are created, started, stopped or deleted from here" />` : html`<form class="inline" onSubmit=${create} aria-label="Create an environment">
       <label>Runtime <select value=${form.runtime} onChange=${(e: any) => { const v = e.target.value; setForm((f) => ({ ...f, runtime: v, network: "", profile: "", isolation: "" })); }} data-testid="env-runtime">${(runtimes || []).map((r: any) => html`<option value=${r.runtime}>${r.runtime}</option>`)}</select></label>
       <label>Name <input required value=${form.name} onInput=${set("name")} data-testid="env-name" /></label>
       ${rt?.images ? html`<label>Image <input value=${form.image} onInput=${set("image")} placeholder="the runtime's own" /></label>` : ""}
@@ -420,9 +432,9 @@ function Environments() {
       ${rt && rt.isolation !== "host" && rt.network_modes.some((m: string) => m !== defaultNet && !rt.allowed_network_modes.includes(m)) ?
         html`<span class="muted note" data-testid="env-network-note">${rt.network_modes.filter((m: string) => m !== defaultNet && !rt.allowed_network_modes.includes(m)).join(", ")}: not allowed on this server (<code>AGENTIC_ALLOWED_NETWORKS</code>)</span>` : ""}
       ${form.network === "proxy" ? html`<label>Allowed hosts <input value=${form.allowed} onInput=${set("allowed")} placeholder="api.anthropic.com, *.npmjs.org" data-testid="env-allowed-hosts" /></label>` : ""}
-      <button type="submit" data-testid="env-create">Create</button></form>
+      <button type="submit" data-testid="env-create">Create</button></form>`}
     <${Err} e=${err} />
-    ${envs && envs.length === 0 ? html`<p class="empty" data-testid="envs-empty">No environments: create one above (or <code>agenticctl env create</code>); a task makes its own.</p>` : ""}
+    ${envs && envs.length === 0 ? html`<p class="empty" data-testid="envs-empty">${canWrite() ? html`No environments: create one above (or <code>agenticctl env create</code>); a task makes its own.` : "No environments."}</p>` : ""}
     <table hidden=${!envs || envs.length === 0}><thead><tr><th>Name</th><th>Runtime</th><th>State</th><th>Agent</th><th>Steps</th><th></th></tr></thead><tbody>
     ${(envs || []).map((e: S["Environment"]) => {
       const task = taskOf[e.name];
@@ -437,9 +449,9 @@ function Environments() {
         html`<details data-testid=${"env-steps-" + e.name}><summary>${e.events.length} steps${last ? `, last ${last.step}` : ""}${e.provision_ms !== undefined ? ` · provisioned in ${ms(e.provision_ms)}` : ""}</summary>${steps}</details>`}
         ${e.allowed_hosts ? html`<p class="muted small">egress to ${e.allowed_hosts.join(", ")}</p>` : ""}
         ${(e.egress || []).slice(-5).map((g) => html`<div class=${"small " + (g.allowed ? "ok" : "error")}>${g.allowed ? "→" : "✕"} ${g.host}:${g.port} ${g.allowed ? bytes(g.bytes_down) : g.reason || ""}</div>`)}</td>
-      <td class="actions">${button(e, "start", "Start")}${button(e, "stop", "Stop")}
+      <td class="actions">${canWrite() ? html`${button(e, "start", "Start")}${button(e, "stop", "Stop")}
         ${pausable(e.runtime) ? html`${button(e, "pause", "Pause")}${button(e, "resume", "Resume")}` : ""}
-        ${button(e, "delete", "Delete")}</td></tr>`;
+        ${button(e, "delete", "Delete")}` : ""}</td></tr>`;
     })}</tbody></table>
     <${Pools} runtimes=${runtimes} /></section>`;
 }
@@ -540,7 +552,7 @@ function Ports({ env, agent }: { env?: string; agent?: string }) {
         <td data-testid=${"port-visibility-" + p.port}>${p.public ? html`<span class="pill public">public</span> <span class="small">until ${when(p.until)}</span>` :
           html`<span class="pill">private</span>`}</td>
         <td class="actions">${p.url ? html`<a class="button" href=${p.url} target="_blank" rel="noopener" data-testid=${"port-open-" + p.port}>Open</a>` : ""}
-          ${env ? p.public ?
+          ${env && canWrite() ? p.public ?
             html`<button data-testid=${"port-private-" + p.port} disabled=${busy === p.port} onClick=${() => setPublic(p.port, false)}>Make private</button>` :
             html`<button data-testid=${"port-public-" + p.port} disabled=${busy === p.port} title="Anyone with the link may open it for an hour, without signing in" onClick=${() => setPublic(p.port, true)}>Make public</button>` : ""}</td></tr>`)}
     </tbody></table>`}
@@ -561,7 +573,7 @@ function EnvironmentPage({ name }: { name: string }) {
   if (!env) return html`<p>Loading…</p>`;
   const up = env.agent_status === "ready" || env.agent_status === "busy";
   return html`<section><h1><span>Environment <strong data-testid="env-title">${env.name}</strong></span><span class=${"pill " + env.state} data-testid="env-state">${env.state}</span>
-      <button data-testid="env-open-terminal" disabled=${!up} title=${up ? "" : "its agent is not connected"} onClick=${() => go("terminal", "new", env.agent_id)}>Open terminal</button></h1>
+      ${canWrite() ? html`<button data-testid="env-open-terminal" disabled=${!up} title=${up ? "" : "its agent is not connected"} onClick=${() => go("terminal", "new", env.agent_id)}>Open terminal</button>` : ""}</h1>
     <p class="muted"><a href="#/environments">Environments</a> · runtime ${env.runtime}${env.isolation ? ` (${env.isolation})` : ""} · agent <code>${env.agent_id}</code> ${env.agent_status || "-"}
       ${env.network ? ` · network ${env.network}` : ""}${env.ready_at ? html` · ready ${ago(env.ready_at)}` : ""}</p>
     ${env.error ? html`<p class="error">${env.error}</p>` : ""}
@@ -578,7 +590,7 @@ function AgentPage({ id }: { id: string }) {
   }, [id]);
   if (missing) return html`<section><h1>Agent <code>${id}</code></h1><p class="empty">No agent <code>${id}</code>: see <a href="#/agents">Agents</a>.</p></section>`;
   return html`<section><h1><span>Agent <strong>${id}</strong></span>${agent ? html`<span class=${"pill " + agent.status}>${agent.status}</span>` : ""}
-      <button data-testid=${"open-terminal-" + id} disabled=${!agent || (agent.status !== "ready" && agent.status !== "busy")} onClick=${() => go("terminal", "new", id)}>Open terminal</button></h1>
+      ${canWrite() ? html`<button data-testid=${"open-terminal-" + id} disabled=${!agent || (agent.status !== "ready" && agent.status !== "busy")} onClick=${() => go("terminal", "new", id)}>Open terminal</button>` : ""}</h1>
     <p class="muted"><a href="#/agents">Agents</a>${agent ? ` · ${agent.runtime} · ${agent.hostname || ""}` : ""}</p>
     <${Ports} key=${"agent-" + id} agent=${id} /></section>`;
 }
@@ -599,18 +611,18 @@ function Pools({ runtimes }: { runtimes: any[] | undefined }) {
   const remove = async (name: string) => setErr((await call(api.DELETE("/api/v1/pools/{name}", { params: { path: { name } } }))).error);
   return html`<h2>Warm pools</h2>
     <p class="muted small">A create whose runtime and spec match a pool takes a member, ready at once under its own name.</p>
-    <form class="inline" onSubmit=${put} aria-label="Define a warm pool">
+    ${canWrite() ? html`<form class="inline" onSubmit=${put} aria-label="Define a warm pool">
       <label>Name <input required value=${form.name} onInput=${set("name")} data-testid="pool-name" /></label>
       <label>Runtime <select value=${form.runtime} onChange=${set("runtime")}>${(runtimes || []).map((r: any) => html`<option value=${r.runtime}>${r.runtime}</option>`)}</select></label>
       <label>Size <input type="number" min="0" max="64" value=${form.size} onInput=${set("size")} data-testid="pool-size" /></label>
-      <button type="submit" data-testid="pool-put">Keep ready</button></form>
+      <button type="submit" data-testid="pool-put">Keep ready</button></form>` : ""}
     <${Err} e=${err} />
     ${pools && pools.length === 0 ? html`<p class="muted">No pools: every create provisions.</p>` : ""}
     <table hidden=${!pools || pools.length === 0}><thead><tr><th>Pool</th><th>Runtime</th><th>Size</th><th>Idle</th><th>Warming</th><th>Hits</th><th>Misses</th><th>Members</th><th></th></tr></thead><tbody>
     ${(pools || []).map((p: S["Pool"]) => html`<tr data-testid=${"pool-row-" + p.name}><td>${p.name}</td><td>${p.runtime}${p.spec.isolation ? html` <span class="muted" title="isolation tier">${p.spec.isolation}</span>` : ""}</td><td>${p.size}</td>
       <td>${p.idle}</td><td>${p.warming}</td><td>${p.hits}</td><td>${p.misses}</td>
       <td>${p.members.map((m) => html`<div class="small"><code>${m.name}</code> <span class=${"pill " + m.state}>${m.state}</span></div>`)}</td>
-      <td><button data-testid=${"pool-delete-" + p.name} onClick=${() => remove(p.name)}>Delete</button></td></tr>`)}</tbody></table>`;
+      <td>${canWrite() ? html`<button data-testid=${"pool-delete-" + p.name} onClick=${() => remove(p.name)}>Delete</button>` : ""}</td></tr>`)}</tbody></table>`;
 }
 
 function Missions() {
@@ -635,10 +647,10 @@ function HITL() {
     ${(reqs || []).map((q: S["HITLRequest"]) => html`<article class="card hitl" data-testid=${"hitl-row-" + q.hitl_id}>
       <h2>${q.task_id ? html`Task <a href=${"#/task/" + q.task_id}>${q.task_id}</a>` : html`Mission ${q.mission_id}`} <span class="muted">${ago(q.created_at)}</span></h2>
       <p class="prompt">${q.prompt}</p>${q.context ? html`<pre>${q.context}</pre>` : ""}
-      <label>Answer <input value=${answers[q.hitl_id] || ""} onInput=${(e: any) => { const v = e.target.value; setAnswers((a) => ({ ...a, [q.hitl_id]: v })); }} data-testid=${"hitl-text-" + q.hitl_id} /></label>
+      ${!canWrite() ? html`<${ReadOnly} what="answering is for an operator" />` : html`<label>Answer <input value=${answers[q.hitl_id] || ""} onInput=${(e: any) => { const v = e.target.value; setAnswers((a) => ({ ...a, [q.hitl_id]: v })); }} data-testid=${"hitl-text-" + q.hitl_id} /></label>
       ${q.tool_name ? html`<button data-testid=${"hitl-allow-" + q.hitl_id} onClick=${() => respond(q.hitl_id, "allow")}>Allow</button>
         <button data-testid=${"hitl-deny-" + q.hitl_id} onClick=${() => respond(q.hitl_id, "deny")}>Deny</button>` :
-        html`<button data-testid=${"hitl-send-" + q.hitl_id} onClick=${() => respond(q.hitl_id)}>Send</button>`}
+        html`<button data-testid=${"hitl-send-" + q.hitl_id} onClick=${() => respond(q.hitl_id)}>Send</button>`}`}
     </article>`)}</section>`;
 }
 
@@ -648,11 +660,11 @@ function Tasks() {
   const [state, setState] = useState("");
   const [label, setLabel] = useState("");
   const tasks = useLive(["tasks"], async () => (await call(api.GET("/api/v1/tasks", { params: { query: { state: state || undefined, label: label ? [label] : undefined, limit: 200 } as any } }))).data?.tasks, [state, label]);
-  return html`<section><h1>Tasks <a class="button" href="#/newtask" data-testid="new-task">New task</a></h1>
+  return html`<section><h1>Tasks ${canWrite() ? html`<a class="button" href="#/newtask" data-testid="new-task">New task</a>` : ""}</h1>
     <form class="inline" onSubmit=${(e: Event) => e.preventDefault()}><label>State <select value=${state} onChange=${(e: any) => setState(e.target.value)}>
       ${taskStates.map((s) => html`<option value=${s}>${s || "any"}</option>`)}</select></label>
       <label>Label <input placeholder="key=value" value=${label} onChange=${(e: any) => setLabel(e.target.value)} /></label></form>
-    ${tasks && tasks.length === 0 ? html`<p class="empty" data-testid="tasks-empty">${state || label ? "No task matches these filters." :
+    ${tasks && tasks.length === 0 ? html`<p class="empty" data-testid="tasks-empty">${state || label ? "No task matches these filters." : !canWrite() ? "No tasks." :
       html`No tasks: <a href="#/newtask">New task</a> submits a manifest (a repository and a command), as does <code>agenticctl task submit -f task.yaml</code>.`}</p>` : ""}
     <table hidden=${!tasks || tasks.length === 0}><thead><tr><th>Task</th><th>State</th><th>Activity</th><th>Runtime</th><th>Created</th></tr></thead><tbody>
     ${(tasks || []).map((t: S["Task"]) => html`<tr data-testid=${"task-row-" + t.id}><td><a href=${"#/task/" + t.id}>${t.name}</a> <code class="muted">${t.id}</code></td>
@@ -751,9 +763,9 @@ function TaskPage({ id }: { id: string }) {
   return html`<section><h1>${task.name} <code class="muted">${task.id}</code></h1>
     <p>State <span class=${"pill " + task.state} data-testid="task-state">${task.state}</span>${task.reason ? html` <strong>${task.reason}</strong>` : ""}
       · activity <strong>${task.progress.activity || "-"}</strong> · ${task.progress.tool_calls} tool calls, ${task.progress.turns} turns, $${task.progress.cost_usd.toFixed(4)}
-      ${!ended ? html` <button data-testid="task-cancel" onClick=${cancel}>Cancel</button>` : ""}</p>
+      ${!ended && canWrite() ? html` <button data-testid="task-cancel" onClick=${cancel}>Cancel</button>` : ""}</p>
     ${task.error ? html`<p class="error">${task.error}</p>` : ""}
-    ${task.state === "failed_preserved" ? html`<p class="preserved" data-testid="task-preserved">Its environment <a href=${"#/environments"}><code>${task.environment.name}</code></a> is kept for inspection until ${when(task.preserve_until)}, then destroyed. <button data-testid="task-destroy-env" onClick=${cancel}>Destroy it now</button></p>` : ""}
+    ${task.state === "failed_preserved" ? html`<p class="preserved" data-testid="task-preserved">Its environment <a href=${"#/environments"}><code>${task.environment.name}</code></a> is kept for inspection until ${when(task.preserve_until)}, then destroyed. ${canWrite() ? html`<button data-testid="task-destroy-env" onClick=${cancel}>Destroy it now</button>` : ""}</p>` : ""}
     <h2>Phases</h2><ol class="phases">${phases.map((p, i) => {
       const next = phases[i + 1]?.at;
       const d = next ? new Date(next).getTime() - new Date(p.at).getTime() : undefined;
@@ -770,16 +782,29 @@ function TaskPage({ id }: { id: string }) {
 function App() {
   const c = useConn();
   const route = useRoute();
-  // One probe decides whether a sign-in is needed (the cookie is HttpOnly);
-  // already signed in, a return address is gone to at once.
-  useEffect(() => { call(api.GET("/api/v1/agents")).then((r) => { if (r.status && r.status !== 401) goOn(); }); }, []);
+  // One probe decides whether a sign-in is needed (the cookie is HttpOnly)
+  // and who is signed in (GET /api/v1/me): asked again at every sign-in.
+  // Already signed in, a return address is gone to at once.
+  const [me, setMe] = useState<Me | undefined>(undefined);
+  const [first, setFirst] = useState(true);
+  useEffect(() => {
+    if (!c.signedIn) { setMe(undefined); return; }
+    if (me || !c.online && !first) return; // known; or asked again once the server is back
+    loadMe().then((r) => {
+      if (r.me) setMe(r.me);
+      if (first && r.status && r.status !== 401) goOn();
+      setFirst(false);
+    });
+  }, [c.signedIn, c.online]);
   if (!c.signedIn) return html`<${SignIn} />`;
   if (returnTo) return html`<main class="signin"><p data-testid="going-on">Signed in: going on to the preview… (<a href=${returnTo}>continue</a>)</p></main>`;
+  if (!me) return html`${!c.online ? html`<div class="offline" role="status" data-testid="offline">Offline: the server cannot be reached; reconnecting…</div>` : ""}<main><p>Loading…</p></main>`;
   const [view, a, b] = route;
   let body;
   switch (view) {
     case "agents": body = html`<${Agents} />`; break;
-    case "terminal": body = html`<${TerminalView} key=${"new-" + b} agentId=${b} />`; break;
+    case "terminal": body = canWrite() ? html`<${TerminalView} key=${"new-" + b} agentId=${b} />` :
+      html`<section><h1>Terminal</h1><${ReadOnly} what="a new shell is for an operator; open a running session from Sessions to watch it" /></section>`; break;
     case "session": body = html`<${TerminalView} key=${a} sessionId=${a} />`; break;
     case "activity": body = html`<${Activity} id=${a} />`; break;
     case "log": body = html`<${Log} id=${a} />`; break;
@@ -790,12 +815,14 @@ function App() {
     case "missions": body = html`<${Missions} />`; break;
     case "hitl": body = html`<${HITL} />`; break;
     case "tasks": body = html`<${Tasks} />`; break;
-    case "newtask": body = html`<${NewTask} />`; break;
+    case "newtask": body = canWrite() ? html`<${NewTask} />` : html`<section><h1>New task</h1><${ReadOnly} what="submitting a task is for an operator" /></section>`; break;
+    case "tokens": body = html`<${Tokens} />`; break;
+    case "audit": body = html`<${Audit} />`; break;
     case "task": body = html`<${TaskPage} key=${a} id=${a} />`; break;
     default: body = html`<${Overview} />`;
   }
   return html`${!c.online ? html`<div class="offline" role="status" data-testid="offline">Offline: the server cannot be reached; reconnecting…</div>` : ""}
-    <${Nav} at=${view} /><main>${body}</main>`;
+    <${Nav} at=${view} me=${me} /><main>${body}</main>`;
 }
 
 render(html`<${App} />`, document.getElementById("app")!);
