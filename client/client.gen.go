@@ -522,7 +522,7 @@ type ArtifactList struct {
 
 // AuditEntry defines model for AuditEntry.
 type AuditEntry struct {
-	// Actor Who: the token's name ("operator" for the operator token, "dashboard" for the sign-in cookie, "executor" for aiwg serve's token, "anonymous" when none was accepted).
+	// Actor Who: the token's name ("operator" for the operator token, "dashboard" for a dashboard signed in with the operator token, the named token's name for one signed in with it, "executor" for aiwg serve's token, "anonymous" when none was accepted).
 	Actor string    `json:"actor"`
 	At    time.Time `json:"at"`
 

@@ -1564,7 +1564,7 @@ export interface components {
         AuditEntry: {
             /** Format: date-time */
             at: string;
-            /** @description Who: the token's name ("operator" for the operator token, "dashboard" for the sign-in cookie, "executor" for aiwg serve's token, "anonymous" when none was accepted). */
+            /** @description Who: the token's name ("operator" for the operator token, "dashboard" for a dashboard signed in with the operator token, the named token's name for one signed in with it, "executor" for aiwg serve's token, "anonymous" when none was accepted). */
             actor: string;
             /** @description The actor's role (empty for anonymous). */
             role: string;
