@@ -47,6 +47,9 @@ type requestInfo struct {
 	id     string
 	client string
 	actor  *Actor
+	// pattern is the route's pattern of a state-changing call ("": no
+	// route), looked up once by auditPrepare for finish.
+	pattern string
 }
 
 type requestInfoKey struct{}
@@ -102,7 +105,7 @@ func RequesterOf(ctx context.Context) (Requester, bool) {
 // the audit entry's request id finds the line), a read is a debug line.
 // The request's context goes with the record, for a handler that adds
 // what it carries (a trace id).
-func (s *Server) finish(mux *http.ServeMux, sw *statusWriter, r *http.Request, ri *requestInfo, start time.Time) {
+func (s *Server) finish(sw *statusWriter, r *http.Request, ri *requestInfo, start time.Time) {
 	status := sw.status
 	if status == 0 {
 		status = http.StatusOK
@@ -114,7 +117,7 @@ func (s *Server) finish(mux *http.ServeMux, sw *statusWriter, r *http.Request, r
 		}
 		return
 	}
-	_, pattern := mux.Handler(r)
+	pattern := ri.pattern // auditPrepare's
 	a := s.actorOf(r, pattern, status)
 	if ri.actor != nil { // the authentication step said
 		a = *ri.actor
@@ -156,10 +159,16 @@ func audited(r *http.Request) bool {
 // auditPrepare, before the call, asks the status writer to keep a created
 // resource's answer when the path names no target.
 func (s *Server) auditPrepare(mux *http.ServeMux, sw *statusWriter, r *http.Request) {
-	if s.d.Audit == nil || !audited(r) {
+	if !audited(r) {
 		return
 	}
 	_, pattern := mux.Handler(r)
+	if ri := requestInfoOf(r.Context()); ri != nil {
+		ri.pattern = pattern
+	}
+	if s.d.Audit == nil {
+		return
+	}
 	if sr := specRoutes()[pattern]; sr != nil && len(sr.pathParams) == 0 && r.Method == http.MethodPost {
 		sw.keepBody = true
 	}

@@ -212,7 +212,7 @@ func (s *Server) serve(mux *http.ServeMux, w http.ResponseWriter, r *http.Reques
 				writeError(sw, http.StatusInternalServerError, "internal_error", "internal server error")
 			}
 		}
-		s.finish(mux, sw, r, ri, start)
+		s.finish(sw, r, ri, start)
 	}()
 
 	_, pattern := mux.Handler(r)
