@@ -351,7 +351,9 @@ func (s *Service) Dispatch(ctx context.Context, req ports.DispatchRequest) (port
 	s.mu.Unlock()
 	s.cfg.Changes.Changed(ports.ChangeMissions)
 	s.wg.Add(1)
-	go s.launch(l) //nolint:gosec // a mission outlives the dispatch request; Close ends it
+	// The mission outlives the dispatch request (Close ends it), but keeps
+	// what its context carries (the request's trace).
+	go s.launch(context.WithoutCancel(ctx), l) //nolint:gosec // a mission outlives the dispatch request; Close ends it
 	return m, nil
 }
 
@@ -409,8 +411,9 @@ func agentRuntime(objective string) string {
 	return "shell"
 }
 
-// launch starts the objective's session on the agent, then watches it.
-func (s *Service) launch(l *live) {
+// launch starts the objective's session on the agent, then watches it;
+// ctx carries the dispatch request's values, never its end.
+func (s *Service) launch(ctx context.Context, l *live) {
 	m := l.snapshot()
 	spec := ports.CommandSpec{
 		Command:     "sh",
@@ -425,7 +428,7 @@ func (s *Service) launch(l *live) {
 		// (AGENTIC_MCP_CONFIG): each question is a mission.hitl_required.
 		PermissionPrompts: s.cfg.Permissions != nil,
 	}
-	cmd, err := s.cfg.Link.Start(context.Background(), m.AgentID, spec, ports.StartOptions{
+	cmd, err := s.cfg.Link.Start(ctx, m.AgentID, spec, ports.StartOptions{
 		Detached: true, CommandID: m.SessionID, OnOutput: l.onOutput(s.cfg.Clock.Now), OnStarted: l.markStarted,
 	})
 	if err != nil {

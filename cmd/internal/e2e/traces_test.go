@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,6 +19,8 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/fakeaiwg"
+	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 )
@@ -126,6 +129,24 @@ func describe(spans []otlpSpan) string {
 	return b.String()
 }
 
+const otlpKey = "otlp-key-5f0c1d2e3b4a"
+
+// startTraced starts agentic-mgmt with a host agent, exporting its traces
+// to an OTLP receiver of the test's own through the standard variables.
+func startTraced(t *testing.T, env ...string) (*otlpReceiver, *harness.Server) {
+	t.Helper()
+	recv := &otlpReceiver{}
+	collector := httptest.NewServer(recv)
+	t.Cleanup(collector.Close)
+	s := startServer(t, 1, "", append([]string{
+		"OTEL_EXPORTER_OTLP_ENDPOINT=" + collector.URL,
+		"OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
+		"OTEL_EXPORTER_OTLP_HEADERS=x-otlp-key=" + otlpKey,
+		"OTEL_BSP_SCHEDULE_DELAY=200", // export within a fifth of a second
+	}, env...)...)
+	return recv, s
+}
+
 // One exec through REST is one trace, exported by OTLP/HTTP to the
 // endpoint of the standard variables: the REST server span, the agent
 // link's span under it, and the agent's spans (made in the agent, sent
@@ -134,16 +155,7 @@ func describe(spans []otlpSpan) string {
 // the agent never sees the exporter's variables (their headers hold a key).
 // A file write is traced the same way.
 func TestTracesAcrossTheAgentLink(t *testing.T) {
-	recv := &otlpReceiver{}
-	collector := httptest.NewServer(recv)
-	t.Cleanup(collector.Close)
-	const otlpKey = "otlp-key-5f0c1d2e3b4a"
-	s := startServer(t, 1, "",
-		"OTEL_EXPORTER_OTLP_ENDPOINT="+collector.URL,
-		"OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
-		"OTEL_EXPORTER_OTLP_HEADERS=x-otlp-key="+otlpKey,
-		"OTEL_BSP_SCHEDULE_DELAY=200", // export within a fifth of a second
-	)
+	recv, s := startTraced(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
@@ -256,4 +268,54 @@ func TestTracesAcrossTheAgentLink(t *testing.T) {
 	if !bytes.Equal(fileAgent.span.GetParentSpanId(), fileLink.span.GetSpanId()) || fileAgent.service != "agentic-agent" {
 		t.Fatalf("the agent's file span is not the link span's child:\n%s", tree)
 	}
+}
+
+// A mission dispatched by aiwg serve is traced from the dispatch request
+// through the mission's session on the agent: the link's span (which ends
+// once the session started) under the dispatch's span, the agent's span
+// (which ends with the objective) under it.
+func TestTracesOfAMission(t *testing.T) {
+	fake, err := fakeaiwg.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fake.Close)
+	recv, s := startTraced(t, "AIWG_SERVE_ENDPOINT="+fake.URL())
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	if _, err := fake.WaitFrame(ctx, func(f fakeaiwg.Frame) bool { return f.Event == "executor.resync" }); err != nil {
+		t.Fatalf("no resync: %v\n%s", err, s.Log())
+	}
+	body, _ := json.Marshal(map[string]any{"mission_id": "m-traced-1", "objective": "echo traced mission"})
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.RESTURL+"/api/v1/sessions/sess-traced/dispatch", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+fake.ExecutorToken())
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("dispatch: %d", resp.StatusCode)
+	}
+	requestID := resp.Header.Get("X-Request-Id")
+	if _, err := fake.WaitFrame(ctx, func(f fakeaiwg.Frame) bool { return f.MissionID == "m-traced-1" && f.Event == "mission.completed" }); err != nil {
+		t.Fatalf("mission not completed: %v\n%s", err, s.Log())
+	}
+	var spans []otlpSpan
+	testkit.Eventually(t, patience, "the mission's trace", func() bool {
+		_, spans = recv.trace(requestID)
+		return named(spans, "POST /api/v1/sessions/{session_id}/dispatch") != nil && named(spans, "agentrpc.Command") != nil &&
+			named(spans, "agentd.Command") != nil
+	})
+	tree := describe(spans)
+	server := named(spans, "POST /api/v1/sessions/{session_id}/dispatch")
+	link, agentCmd := named(spans, "agentrpc.Command"), named(spans, "agentd.Command")
+	if !bytes.Equal(link.span.GetParentSpanId(), server.span.GetSpanId()) || link.attr("agentic.agent_id") != "host-01" {
+		t.Fatalf("the mission's link span is not the dispatch's child:\n%s", tree)
+	}
+	if !bytes.Equal(agentCmd.span.GetParentSpanId(), link.span.GetSpanId()) || agentCmd.service != "agentic-agent" {
+		t.Fatalf("the agent's span of the mission is not the link span's child:\n%s", tree)
+	}
+	t.Logf("the mission's trace:\n%s", tree)
 }
