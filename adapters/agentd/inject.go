@@ -3,13 +3,14 @@ package agentd
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/internal/httpstream"
 )
 
 // Injected secrets: the workload's variable holds a placeholder, and its
@@ -119,24 +120,5 @@ func (a *Agent) serveInject(w http.ResponseWriter, r *http.Request) {
 		w.Header()[k] = v
 	}
 	w.WriteHeader(resp.StatusCode)
-	copyFlushing(w, resp.Body)
-}
-
-// copyFlushing writes each read as it comes, so an event stream reaches the
-// client event by event.
-func copyFlushing(w http.ResponseWriter, body io.Reader) {
-	rc := http.NewResponseController(w)
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := body.Read(buf)
-		if n > 0 {
-			if _, werr := w.Write(buf[:n]); werr != nil {
-				return
-			}
-			_ = rc.Flush()
-		}
-		if err != nil {
-			return
-		}
-	}
+	httpstream.Copy(w, resp.Body, nil)
 }

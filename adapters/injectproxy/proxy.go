@@ -25,6 +25,7 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/core/egress"
 	"github.com/agentic-sandbox/agentic-sandbox/core/inject"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/httpstream"
 )
 
 // Defaults of Config's bounds.
@@ -34,7 +35,6 @@ const (
 	DefaultMaxRequestBytes = 32 << 20
 	// maxUsageBody is how much of a JSON answer is kept to read its usage.
 	maxUsageBody = 8 << 20
-	copyBuffer   = 32 << 10
 )
 
 // Config is what the proxy needs.
@@ -233,7 +233,7 @@ func (p *Proxy) Serve(w http.ResponseWriter, r *http.Request, env, secret, path 
 	}
 	w.WriteHeader(resp.StatusCode)
 	usage := newUsageReader(resp)
-	rec.BytesDown = stream(w, resp.Body, usage)
+	rec.BytesDown = httpstream.Copy(w, resp.Body, usage)
 	if u, seen := usage.result(); seen {
 		rec.Usage = &u
 		p.cfg.Registry.Record(env, u)
@@ -250,28 +250,6 @@ func scrub(err error, value string) string {
 		s = strings.ReplaceAll(s, value, "[redacted]")
 	}
 	return s
-}
-
-// stream copies the answer as it comes: each read is written and flushed,
-// so a server-sent event reaches the workload when the host sends it.
-func stream(w http.ResponseWriter, body io.Reader, tee io.Writer) int64 {
-	rc := http.NewResponseController(w)
-	buf := make([]byte, copyBuffer)
-	var n int64
-	for {
-		k, err := body.Read(buf)
-		if k > 0 {
-			_, _ = tee.Write(buf[:k])
-			if _, werr := w.Write(buf[:k]); werr != nil {
-				return n
-			}
-			n += int64(k)
-			_ = rc.Flush()
-		}
-		if err != nil {
-			return n
-		}
-	}
 }
 
 // usageReader reads the usage of an answer as it passes: a stream's events,
