@@ -19,7 +19,8 @@ import (
 //     task's HITL request: its task's).
 //
 // Pools serve every scope: a scoped token sees none and may not put or
-// delete one. Lists show only what is in scope; a single item out of scope
+// delete one; nor may it dispatch a mission (its agent is chosen among
+// all). Lists show only what is in scope; a single item out of scope
 // answers exactly as an absent one (404, the same code), for every
 // operation on it: checkScope decides before any handler runs.
 
@@ -192,6 +193,11 @@ func (s *Server) checkScope(next http.Handler) http.Handler {
 // scopeError is the answer to a scoped caller's request that names an item
 // out of its scope, nil when every item it names is in scope.
 func (s *Server) scopeError(r *http.Request) *apiError {
+	if r.Pattern == dispatchRoute {
+		// Its {session_id} is aiwg serve's, and a mission picks its agent
+		// among all: a scoped token could reach outside its scope.
+		return newError(http.StatusForbidden, "forbidden", "a token with a label scope may not dispatch missions: a mission may run on any agent")
+	}
 	sr := specRoutes()[r.Pattern]
 	if sr == nil || listsItsOwn[r.Pattern] {
 		return nil

@@ -304,3 +304,16 @@ func TestScopedAdminTokensStayInScope(t *testing.T) {
 	expect(t, s.callAuth("GET", "/api/v1/environments", "", "Bearer "+s.search), 200, "")
 	expect(t, s.callAuth("DELETE", "/api/v1/tokens/wider", "", "Bearer "+admin), 204, "")
 }
+
+// A scoped token may not dispatch a mission (its agent is chosen among
+// all); an unscoped executor token may.
+func TestScopedTokenMayNotDispatch(t *testing.T) {
+	s := newScopeEnv(t)
+	scoped := s.namedToken("pay-exec", "executor", `,"labels":{"team":"payments"}`)
+	expect(t, s.dispatch("s-9", `{"mission_id":"m-9","objective":"echo"}`, "Bearer "+scoped), 403, "forbidden")
+	if _, err := s.missions.Mission("m-9"); err == nil {
+		t.Fatal("a scoped token's refused dispatch made a mission")
+	}
+	free := s.namedToken("exec", "executor", "")
+	expect(t, s.dispatch("s-9", `{"mission_id":"m-9","objective":"echo"}`, "Bearer "+free), 202, "")
+}

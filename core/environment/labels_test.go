@@ -65,3 +65,23 @@ func TestLabelsRefused(t *testing.T) {
 		t.Fatalf("refused creates left %v %v", f.rt.specs, f.svc.Names())
 	}
 }
+
+// A labelled request is provisioned, never given a pool's member (which
+// carries no labels, and whose runtime would not keep them).
+func TestLabelledRequestsAreNotTakenFromAPool(t *testing.T) {
+	f := newPoolFixture(t, nil)
+	if _, err := f.svc.PutPool(context.Background(), ports.Pool{Name: "p", Runtime: "fake", Size: 1}); err != nil {
+		t.Fatal(err)
+	}
+	member := f.waitIdle(t, "p", 1).Members[0].Name
+	e, err := f.svc.Create(context.Background(), Request{Runtime: "fake", Name: "labelled", Labels: map[string]string{"team": "payments"}})
+	if err != nil || e.State != StateBooting || e.Labels["team"] != "payments" {
+		t.Fatalf("create: %+v %v", e, err)
+	}
+	if !f.rt.has("labelled") || f.rt.specs["labelled"].Labels["team"] != "payments" {
+		t.Fatal("the labelled environment was not provisioned with its labels")
+	}
+	if st, _ := f.svc.Pool("p"); st.Hits != 0 || st.Idle != 1 || st.Members[0].Name != member {
+		t.Fatalf("the pool after a labelled create: %+v", st)
+	}
+}

@@ -186,4 +186,49 @@ func TestLabelScopeEndToEnd(t *testing.T) {
 	waitEnvReady(t, s, "pay-env", patience)
 	waitEnvReady(t, s, "search-env", patience)
 	checkLists("after a restart")
+
+	// Tasks: payments' carries its scope over its manifest's label; search
+	// neither lists nor reads it, nor cancels it; the admin does.
+	st, b = call(pay, "POST", "/api/v1/tasks", `{"manifest":{"metadata":{"name":"scoped","labels":{"team":"search","owner":"ana"}},"command":{"argv":["true"]}}}`)
+	if st != 202 {
+		t.Fatalf("payments' task: %d %s", st, b)
+	}
+	var acc restapi.TaskAccepted
+	decode(b, &acc)
+	taskIDs := func(tok string) []string {
+		t.Helper()
+		st, b := call(tok, "GET", "/api/v1/tasks", "")
+		if st != 200 {
+			t.Fatalf("list tasks: %d %s", st, b)
+		}
+		var l restapi.TaskList
+		decode(b, &l)
+		var out []string
+		for _, x := range l.Tasks {
+			if x.Id == acc.TaskId && x.Labels["team"] != "payments" {
+				t.Errorf("the task has labels %v", x.Labels)
+			}
+			out = append(out, x.Id)
+		}
+		return out
+	}
+	if got := taskIDs(pay); !slices.Equal(got, []string{acc.TaskId}) {
+		t.Errorf("payments lists tasks %v", got)
+	}
+	if got := taskIDs(search); len(got) != 0 {
+		t.Errorf("search lists tasks %v", got)
+	}
+	if got := taskIDs(s.Token); !slices.Equal(got, []string{acc.TaskId}) {
+		t.Errorf("the admin lists tasks %v", got)
+	}
+	for _, m := range []string{"GET", "DELETE"} {
+		st, b := call(search, m, "/api/v1/tasks/"+acc.TaskId, "")
+		gst, gb := call(search, m, "/api/v1/tasks/ghost", "")
+		if st != 404 || codeOf(b) != "task_not_found" || gst != 404 || codeOf(gb) != "task_not_found" {
+			t.Errorf("%s another scope's task: %d %s; absent: %d %s", m, st, b, gst, gb)
+		}
+	}
+	if st, b := call(pay, "GET", "/api/v1/tasks/"+acc.TaskId, ""); st != 200 {
+		t.Errorf("payments reads its task: %d %s", st, b)
+	}
 }
