@@ -13,9 +13,10 @@ import (
 )
 
 const envUsage = `Usage:
-  agenticctl env create --runtime R [flags] NAME
+  agenticctl env create --runtime R [--label k=v]… [flags] NAME
                          provision an environment and its agent (id NAME), showing
-                         progress until the agent is ready (--no-wait: return at once)
+                         progress until the agent is ready (--no-wait: return at once);
+                         a token with a label scope adds its labels
   agenticctl env list [--json]
   agenticctl env get NAME
   agenticctl env stop NAME
@@ -50,6 +51,8 @@ func (c *cli) envCreate(args []string) int {
 	flags := c.flagSet("agenticctl env create")
 	runtime := flags.String("runtime", "", "runtime `R`, one of those the server offers ('agenticctl env runtimes')")
 	spec := specFlags(flags)
+	var labels multiFlag
+	flags.Var(&labels, "label", "a label `k=v` of the environment (repeatable)")
 	noWait := flags.Bool("no-wait", false, "return once provisioning started")
 	timeout := flags.Duration("timeout", 5*time.Minute, "how long to wait for the agent")
 	if code, done := parseFlags(flags, args, c.stdout, c.stderr, envUsage); done {
@@ -68,6 +71,17 @@ func (c *cli) envCreate(args []string) int {
 	}
 	body := restapi.CreateEnvironmentRequest{Name: flags.Arg(0), Runtime: *runtime, Image: sp.Image, Network: sp.Network,
 		Profile: sp.Profile, ReadOnlyRoot: sp.ReadOnlyRoot, Resources: sp.Resources, Isolation: sp.Isolation, Placement: sp.Placement}
+	if len(labels) > 0 {
+		m := map[string]string{}
+		for _, kv := range labels {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || k == "" {
+				return c.fail("--label %q: write it as KEY=VALUE", kv)
+			}
+			m[k] = v
+		}
+		body.Labels = &m
+	}
 	ctx := context.Background()
 	resp, err := cl.CreateEnvironmentWithResponse(ctx, body)
 	if err != nil || resp.JSON202 == nil {

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -78,9 +80,17 @@ func TestLabelScopeEndToEnd(t *testing.T) {
 	if pe.Labels == nil || (*pe.Labels)["team"] != "payments" || (*pe.Labels)["owner"] != "ana" {
 		t.Fatalf("payments' environment has labels %v: its scope must win", pe.Labels)
 	}
-	se := create(search, "search-env", "")
-	if se.Labels == nil || (*se.Labels)["team"] != "search" {
-		t.Fatalf("search's environment has labels %v", se.Labels)
+	// search's with agenticctl, adding a label of its own.
+	ctl := exec.Command(bins.Ctl, "--server", s.RESTURL, "--token", search, "env", "create", "--runtime", "host", "--label", "owner=bo", "--no-wait", "search-env")
+	ctl.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+	if out, err := ctl.CombinedOutput(); err != nil {
+		t.Fatalf("agenticctl env create: %v\n%s", err, out)
+	}
+	st, b := call(s.Token, "GET", "/api/v1/environments/search-env", "")
+	var se restapi.Environment
+	decode(b, &se)
+	if st != 200 || se.Labels == nil || (*se.Labels)["team"] != "search" || (*se.Labels)["owner"] != "bo" || len(*se.Labels) != 2 {
+		t.Fatalf("search's environment: %d, labels %v", st, se.Labels)
 	}
 	waitEnvReady(t, s, "pay-env", patience)
 	waitEnvReady(t, s, "search-env", patience)
@@ -135,7 +145,7 @@ func TestLabelScopeEndToEnd(t *testing.T) {
 	checkLists("after create")
 
 	// In scope: exec and a session on its own agent.
-	st, b := call(pay, "POST", "/api/v1/agents/pay-env/exec", `{"command":"echo","args":["in scope"]}`)
+	st, b = call(pay, "POST", "/api/v1/agents/pay-env/exec", `{"command":"echo","args":["in scope"]}`)
 	if st != 200 || !strings.Contains(string(b), "in scope") {
 		t.Fatalf("payments' exec on its own agent: %d %s", st, b)
 	}
