@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 )
@@ -30,36 +31,9 @@ func TestAuditSequenceOfTheRealServer(t *testing.T) {
 	s := startServer(t, 1, dataDir, "AGENTIC_RUNTIMES=host")
 	const wrongToken = "wrong-sign-in-token-9e107d9d372bb6826bd8"
 
-	type answer struct {
-		status    int
-		requestID string
-		body      []byte
-		header    http.Header
-	}
-	call := func(method, path, contentType, body, auth string) answer {
+	call := func(method, path, contentType, body, auth string) auditAnswer {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), patience)
-		defer cancel()
-		req, err := http.NewRequestWithContext(ctx, method, s.RESTURL+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if contentType != "" {
-			req.Header.Set("Content-Type", contentType)
-		}
-		if auth != "" {
-			req.Header.Set("Authorization", "Bearer "+auth)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return answer{resp.StatusCode, resp.Header.Get("X-Request-Id"), b, resp.Header}
+		return auditedCall(t, s, method, path, contentType, body, auth)
 	}
 	const jsonType = "application/json"
 
@@ -71,7 +45,7 @@ func TestAuditSequenceOfTheRealServer(t *testing.T) {
 	// The host agent's credential, issued by its supervisor as the server
 	// started (startServer waited for the agent).
 	wants := []want{{"agent.credential.issue", "system", "", "host-01", 200, "", ""}}
-	expect := func(a answer, status int, w want) {
+	expect := func(a auditAnswer, status int, w want) {
 		t.Helper()
 		if a.status != status {
 			t.Fatalf("%s: %d %s; want %d", w.op, a.status, a.body, status)
@@ -255,6 +229,42 @@ func TestAuditSequenceOfTheRealServer(t *testing.T) {
 			t.Errorf("the server's log holds %s", what)
 		}
 	}
+}
+
+// auditAnswer is an answer of the real server as the audit tests read it.
+type auditAnswer struct {
+	status    int
+	requestID string
+	body      []byte
+	header    http.Header
+}
+
+// auditedCall sends one request to s's REST API, with a bearer token when
+// auth is set.
+func auditedCall(t *testing.T, s *harness.Server, method, path, contentType, body, auth string) auditAnswer {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, s.RESTURL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	if auth != "" {
+		req.Header.Set("Authorization", "Bearer "+auth)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return auditAnswer{resp.StatusCode, resp.Header.Get("X-Request-Id"), b, resp.Header}
 }
 
 // agentHashes reads the agents' credential hashes, by agent id.

@@ -1,10 +1,7 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,28 +23,12 @@ func TestAuditLogOfTheRealServer(t *testing.T) {
 
 	call := func(method, path, body, auth string) (status int, requestID string, respBody []byte) {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), patience)
-		defer cancel()
-		req, err := http.NewRequestWithContext(ctx, method, s.RESTURL+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
+		contentType := ""
 		if body != "" {
-			req.Header.Set("Content-Type", "application/json")
+			contentType = "application/json"
 		}
-		if auth != "" {
-			req.Header.Set("Authorization", "Bearer "+auth)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.StatusCode, resp.Header.Get("X-Request-Id"), b
+		a := auditedCall(t, s, method, path, contentType, body, auth)
+		return a.status, a.requestID, a.body
 	}
 
 	type want struct {
