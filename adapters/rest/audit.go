@@ -217,7 +217,7 @@ func (s *Server) audit(pattern string, status int, a Actor, sw *statusWriter, r 
 		}
 	}
 	if err := s.d.Audit.Append(e); err != nil {
-		s.log.Error("rest: audit entry not kept", "request_id", ri.id, "operation", e.Operation, "err", err)
+		s.log.ErrorContext(r.Context(), "rest: audit entry not kept", "request_id", ri.id, "operation", e.Operation, "err", err)
 	}
 }
 

@@ -46,12 +46,12 @@ func (s *Server) StartCommand(ctx context.Context, req restapi.StartCommandReque
 		<-cmd.Done()
 		e.finish(cmd.Result(), s.clock.Now())
 	}()
-	s.log.Info("rest: command started", "agent", req.AgentId, "command_id", cmd.ID(), "program", o.spec.Command, "pty", o.spec.PTY)
+	s.log.InfoContext(ctx, "rest: command started", "agent", req.AgentId, "command_id", cmd.ID(), "program", o.spec.Command, "pty", o.spec.PTY)
 	if o.hasStdin {
 		// The command runs already; a failed first write is not worth hiding
 		// its id from the caller, who can write again.
 		if err := cmd.WriteStdin(ctx, o.stdin, false); err != nil {
-			s.log.Warn("rest: writing initial stdin failed", "command_id", cmd.ID(), "err", err)
+			s.log.WarnContext(ctx, "rest: writing initial stdin failed", "command_id", cmd.ID(), "err", err)
 		}
 	}
 	return restapi.StartCommand202JSONResponse(e.status(0, 0)), nil
@@ -151,7 +151,7 @@ func (s *Server) KillCommand(ctx context.Context, req restapi.KillCommandRequest
 	if err := cmd.Kill(ctx); err != nil {
 		return nil, portError(err, subject)
 	}
-	s.log.Info("rest: command killed by operator", "command_id", req.CommandId)
+	s.log.InfoContext(ctx, "rest: command killed by operator", "command_id", req.CommandId)
 	if e == nil {
 		return restapi.KillCommand202JSONResponse(foreignStatus(cmd)), nil
 	}
@@ -279,6 +279,6 @@ func (s *Server) SignalCommand(ctx context.Context, req restapi.SignalCommandReq
 	if err := cmd.Signal(ctx, sig); err != nil {
 		return nil, portError(err, subject)
 	}
-	s.log.Info("rest: signal sent", "command_id", req.CommandId, "signal", sig)
+	s.log.InfoContext(ctx, "rest: signal sent", "command_id", req.CommandId, "signal", sig)
 	return restapi.SignalCommand204Response{}, nil
 }

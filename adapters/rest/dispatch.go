@@ -376,7 +376,7 @@ func (s *Server) DispatchMission(ctx context.Context, r restapi.DispatchMissionR
 	if est.IsZero() {
 		est = m.CreatedAt
 	}
-	s.log.Info("rest: mission dispatched", "mission_id", m.ID, "aiwg_session_id", req.AIWGSessionID, "agent", m.AgentID, "state", m.State)
+	s.log.InfoContext(ctx, "rest: mission dispatched", "mission_id", m.ID, "aiwg_session_id", req.AIWGSessionID, "agent", m.AgentID, "state", m.State)
 	return dispatchAccepted{
 		MissionID:  m.ID,
 		ExecutorID: s.d.Executor.ExecutorID(),

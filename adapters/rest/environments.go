@@ -182,7 +182,7 @@ func (s *Server) CreateEnvironment(ctx context.Context, req restapi.CreateEnviro
 		}
 		return nil, createEnvironmentError(err, subject)
 	}
-	s.log.Info("rest: environment requested", "name", env.Name, "runtime", env.Runtime)
+	s.log.InfoContext(ctx, "rest: environment requested", "name", env.Name, "runtime", env.Runtime)
 	return restapi.CreateEnvironment202JSONResponse(toEnvironment(env)), nil
 }
 
@@ -227,7 +227,7 @@ func (s *Server) DeleteEnvironment(ctx context.Context, req restapi.DeleteEnviro
 		return nil, err
 	}
 	s.forgetPublicPorts(req.Name)
-	s.log.Info("rest: environment deleted", "name", req.Name)
+	s.log.InfoContext(ctx, "rest: environment deleted", "name", req.Name)
 	return restapi.DeleteEnvironment204Response{}, nil
 }
 

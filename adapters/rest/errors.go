@@ -122,21 +122,21 @@ func (s *Server) requestError(w http.ResponseWriter, _ *http.Request, err error)
 func (s *Server) responseError(w http.ResponseWriter, r *http.Request, err error) {
 	var broken *streamBroken
 	if errors.As(err, &broken) {
-		s.log.Info("rest: transfer cut short", "method", r.Method, "path", r.URL.Path, "err", broken.err)
+		s.log.InfoContext(r.Context(), "rest: transfer cut short", "method", r.Method, "path", r.URL.Path, "err", broken.err)
 		panic(http.ErrAbortHandler)
 	}
 	var ae *apiError
 	if errors.As(err, &ae) {
 		if werr := ae.write(w); werr != nil {
-			s.log.Debug("rest: error answer not written", "method", r.Method, "path", r.URL.Path, "err", werr)
+			s.log.DebugContext(r.Context(), "rest: error answer not written", "method", r.Method, "path", r.URL.Path, "err", werr)
 		}
 		return
 	}
 	if r.Context().Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
-		s.log.Debug("rest: caller went away", "method", r.Method, "path", r.URL.Path)
+		s.log.DebugContext(r.Context(), "rest: caller went away", "method", r.Method, "path", r.URL.Path)
 		return
 	}
-	s.log.Error("rest: internal error", "method", r.Method, "path", r.URL.Path, "err", err)
+	s.log.ErrorContext(r.Context(), "rest: internal error", "method", r.Method, "path", r.URL.Path, "err", err)
 	writeError(w, http.StatusInternalServerError, "internal_error", "internal server error")
 }
 

@@ -128,7 +128,7 @@ func (s *Server) forwardPort(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	// What the client sent after its request is in buf's reader already.
 	in, out := splice(client, buf.Reader, inside)
-	s.log.Debug("rest: port forward ended", "environment", e.Name, "port", port, "bytes_in", in, "bytes_out", out, "duration", time.Since(start))
+	s.log.DebugContext(r.Context(), "rest: port forward ended", "environment", e.Name, "port", port, "bytes_in", in, "bytes_out", out, "duration", time.Since(start))
 }
 
 // splice copies client's bytes (read through clientR) to inside and

@@ -153,7 +153,7 @@ func (s *Server) RespondHITL(ctx context.Context, req restapi.RespondHITLRequest
 			return nil, portError(err, subject)
 		}
 	}
-	s.log.Info("rest: HITL answered by operator", "hitl_id", req.HitlId, "mission_id", m.ID)
+	s.log.InfoContext(ctx, "rest: HITL answered by operator", "hitl_id", req.HitlId, "mission_id", m.ID)
 	state := restapi.MissionState(m.State)
 	return restapi.RespondHITL200JSONResponse{HitlId: req.HitlId, MissionId: &m.ID, State: &state}, nil
 }
@@ -174,7 +174,7 @@ func (s *Server) KillSession(ctx context.Context, req restapi.KillSessionRequest
 		missionID, err := s.d.Missions.KillSession(ctx, id)
 		switch {
 		case err == nil:
-			s.log.Info("rest: session killed by operator", "session_id", id, "mission_id", missionID)
+			s.log.InfoContext(ctx, "rest: session killed by operator", "session_id", id, "mission_id", missionID)
 			out := restapi.KillSession202JSONResponse{SessionId: id, Status: "kill_sent"}
 			if missionID != "" {
 				out.MissionId = ptr(missionID)
@@ -193,7 +193,7 @@ func (s *Server) KillSession(ctx context.Context, req restapi.KillSessionRequest
 				return nil, sessionError(ports.ErrCommandEnded, subject)
 			}
 			if err := s.d.Sessions.Kill(ctx, id); err == nil {
-				s.log.Info("rest: session killed by operator", "session_id", id)
+				s.log.InfoContext(ctx, "rest: session killed by operator", "session_id", id)
 				return restapi.KillSession202JSONResponse{SessionId: id, Status: "kill_sent"}, nil
 			} else if ctx.Err() != nil {
 				return nil, ctx.Err()
@@ -216,7 +216,7 @@ func (s *Server) KillSession(ctx context.Context, req restapi.KillSessionRequest
 		}
 		return nil, sessionError(err, subject)
 	}
-	s.log.Info("rest: session killed by operator", "session_id", id)
+	s.log.InfoContext(ctx, "rest: session killed by operator", "session_id", id)
 	return restapi.KillSession202JSONResponse{SessionId: id, Status: "kill_sent"}, nil
 }
 

@@ -70,7 +70,7 @@ func (s *Server) PutPool(ctx context.Context, req restapi.PutPoolRequestObject) 
 		}
 		return nil, createEnvironmentError(err, fmt.Sprintf("pool %q", clip(req.Name)))
 	}
-	s.log.Info("rest: pool defined", "pool", p.Name, "runtime", p.Runtime, "size", p.Size)
+	s.log.InfoContext(ctx, "rest: pool defined", "pool", p.Name, "runtime", p.Runtime, "size", p.Size)
 	return restapi.PutPool200JSONResponse(toPool(st)), nil
 }
 
@@ -84,7 +84,7 @@ func (s *Server) DeletePool(ctx context.Context, req restapi.DeletePoolRequestOb
 		}
 		return nil, newError(http.StatusServiceUnavailable, "store_unavailable", "pool %q: %v", clip(req.Name), err)
 	}
-	s.log.Info("rest: pool deleted", "pool", req.Name)
+	s.log.InfoContext(ctx, "rest: pool deleted", "pool", req.Name)
 	return restapi.DeletePool204Response{}, nil
 }
 

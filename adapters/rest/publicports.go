@@ -137,7 +137,7 @@ func (s *Server) MakePortPublic(ctx context.Context, req restapi.MakePortPublicR
 		return nil, publicPortsError(err, subject)
 	}
 	s.d.Changes.Changed(ports.ChangePorts)
-	s.log.Info("rest: port made public", "environment", e.Name, "port", port, "until", until)
+	s.log.InfoContext(ctx, "rest: port made public", "environment", e.Name, "port", port, "until", until)
 	return restapi.MakePortPublic200JSONResponse{Port: int(port), Public: true, PublicUntil: until}, nil
 }
 
@@ -156,7 +156,7 @@ func (s *Server) MakePortPrivate(ctx context.Context, req restapi.MakePortPrivat
 			return nil, publicPortsError(err, fmt.Sprintf("port %d of environment %q", port, clip(e.Name)))
 		}
 		s.d.Changes.Changed(ports.ChangePorts)
-		s.log.Info("rest: port made private", "environment", e.Name, "port", port)
+		s.log.InfoContext(ctx, "rest: port made private", "environment", e.Name, "port", port)
 	}
 	return restapi.MakePortPrivate204Response{}, nil
 }

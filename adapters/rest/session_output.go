@@ -265,7 +265,7 @@ func (s *Server) sessionSSE(w http.ResponseWriter, r *http.Request, id string, o
 		done := s.ended(id)
 		data, start, gap, err := s.d.SessionLog.ReadFrom(id, offset, sseChunk)
 		if err != nil {
-			s.log.Debug("rest: session output stream ends", "session_id", id, "err", err)
+			s.log.DebugContext(r.Context(), "rest: session output stream ends", "session_id", id, "err", err)
 			return
 		}
 		if gap {

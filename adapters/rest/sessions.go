@@ -174,7 +174,7 @@ func (s *Server) CreateSession(ctx context.Context, req restapi.CreateSessionReq
 		}
 		return nil, createSessionError(err, subject)
 	}
-	s.log.Info("rest: session created", "session_id", sess.ID, "agent_id", sess.AgentID, "type", sess.Type, "name", sess.Name)
+	s.log.InfoContext(ctx, "rest: session created", "session_id", sess.ID, "agent_id", sess.AgentID, "type", sess.Type, "name", sess.Name)
 	return restapi.CreateSession201JSONResponse(s.toSession(sess)), nil
 }
 

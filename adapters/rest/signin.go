@@ -51,7 +51,7 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request) {
 	// token is not even compared.
 	client, now := signin.ClientKey(r), s.clock.Now()
 	if ok, after := s.limiter.Allow(client, now); !ok {
-		s.log.Warn("rest: dashboard sign-in refused: too many failed sign-ins", "remote", r.RemoteAddr)
+		s.log.WarnContext(r.Context(), "rest: dashboard sign-in refused: too many failed sign-ins", "remote", r.RemoteAddr)
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(after.Seconds()))))
 		_ = newError(http.StatusTooManyRequests, "too_many_sign_ins",
 			"too many failed sign-ins from this address: try again in %d s", int(math.Ceil(after.Seconds()))).write(w)
@@ -60,14 +60,14 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request) {
 	c, tokenID, ok := s.signInCaller(req.Token, now)
 	if !ok {
 		s.limiter.Failed(client, now)
-		s.log.Warn("rest: dashboard sign-in refused", "remote", r.RemoteAddr)
+		s.log.WarnContext(r.Context(), "rest: dashboard sign-in refused", "remote", r.RemoteAddr)
 		_ = newError(http.StatusUnauthorized, "unauthorized", "wrong token: sign in with the operator token or a named token").write(w)
 		return
 	}
 	s.limiter.Succeeded(client)
 	noteCaller(r, c)
 	if c.Role == access.Executor {
-		s.log.Warn("rest: dashboard sign-in refused: an executor token", "token", c.Name, "remote", r.RemoteAddr)
+		s.log.WarnContext(r.Context(), "rest: dashboard sign-in refused: an executor token", "token", c.Name, "remote", r.RemoteAddr)
 		_ = newError(http.StatusForbidden, "forbidden",
 			"%s", fmt.Sprintf("token %q has role %q, which may not sign in to the dashboard (an executor token is for an orchestrator)", c.Name, c.Role)).write(w)
 		return
@@ -78,7 +78,7 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request) {
 	}
 	value, exp, err := s.d.SignIns.MintUntil(tokenID, now, c.Expires)
 	if err != nil {
-		s.log.Error("rest: dashboard sign-in: the session could not be kept", "err", err)
+		s.log.ErrorContext(r.Context(), "rest: dashboard sign-in: the session could not be kept", "err", err)
 		_ = newError(http.StatusServiceUnavailable, "store_unavailable", "the sign-in session could not be kept; try again").write(w)
 		return
 	}
@@ -111,7 +111,7 @@ func (s *Server) signOut(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, signin.Cookie("", s.clock.Now(), r.TLS != nil))
 	for _, c := range r.CookiesNamed(signin.CookieName) {
 		if err := s.d.SignIns.End(c.Value); err != nil {
-			s.log.Error("rest: sign-out: the session could not be ended", "err", err)
+			s.log.ErrorContext(r.Context(), "rest: sign-out: the session could not be ended", "err", err)
 			_ = newError(http.StatusServiceUnavailable, "store_unavailable", "the session could not be ended; try again").write(w)
 			return
 		}

@@ -414,6 +414,6 @@ func (s *Server) answerTaskHITL(ctx context.Context, req restapi.RespondHITLRequ
 	case err != nil:
 		return nil, portError(err, subject), true
 	}
-	s.log.Info("rest: task permission answered by operator", "hitl_id", req.HitlId, "task_id", h.TaskID, "decision", decision)
+	s.log.InfoContext(ctx, "rest: task permission answered by operator", "hitl_id", req.HitlId, "task_id", h.TaskID, "decision", decision)
 	return restapi.RespondHITL200JSONResponse{HitlId: req.HitlId, TaskId: &h.TaskID, Decision: &decision}, nil, true
 }

@@ -100,7 +100,7 @@ func (s *Server) CreateToken(ctx context.Context, req restapi.CreateTokenRequest
 	if c, ok := callerOf(ctx); ok {
 		by = c.Name
 	}
-	s.log.Info("rest: token created", "token", t.Name, "id", t.ID, "role", t.Role, "by", by)
+	s.log.InfoContext(ctx, "rest: token created", "token", t.Name, "id", t.ID, "role", t.Role, "by", by)
 	v := toToken(t)
 	return restapi.CreateToken201JSONResponse{Id: v.Id, Name: v.Name, Role: v.Role, CreatedAt: v.CreatedAt,
 		ExpiresAt: v.ExpiresAt, Labels: v.Labels, Token: sec}, nil
@@ -143,11 +143,11 @@ func (s *Server) DeleteToken(ctx context.Context, req restapi.DeleteTokenRequest
 	if c, ok := callerOf(ctx); ok {
 		by = c.Name
 	}
-	s.log.Info("rest: token revoked", "token", t.Name, "id", t.ID, "role", t.Role, "by", by)
+	s.log.InfoContext(ctx, "rest: token revoked", "token", t.Name, "id", t.ID, "role", t.Role, "by", by)
 	// Its dashboard sessions end too, with what they opened (pages'
 	// streams): the token is already refused, so this cannot undo it.
 	if err := s.d.SignIns.EndForToken(t.ID); err != nil {
-		s.log.Error("rest: the dashboard sessions of a revoked token could not be deleted (they are refused anyway)", "token", t.Name, "id", t.ID, "err", err)
+		s.log.ErrorContext(ctx, "rest: the dashboard sessions of a revoked token could not be deleted (they are refused anyway)", "token", t.Name, "id", t.ID, "err", err)
 	}
 	return restapi.DeleteToken204Response{}, nil
 }
