@@ -142,6 +142,20 @@ func (a *Agent) startCommand(req *sandboxv1.CommandRequest) {
 		}
 		spec.Env = env
 	}
+	if len(spec.InjectEndpoints) > 0 {
+		// Injected secrets: the base-URL variables name this agent's
+		// endpoint (the server's word wins over the command's own).
+		urls, err := a.injectURLs(spec.InjectEndpoints)
+		if err != nil {
+			a.log.Warn("no endpoint for injected secrets", "command_id", id, "err", err)
+		}
+		env := maps.Clone(spec.Env)
+		if env == nil {
+			env = map[string]string{}
+		}
+		maps.Copy(env, urls)
+		spec.Env = env
+	}
 	if me := a.ident.Load(); me.ID != a.cfg.AgentID {
 		// Renamed (a pool member taken): the agent's own environment still
 		// names the id it started with.

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
 )
 
 // fakeInjectRoute stands for the server's inject route: it keeps what it
@@ -121,5 +123,22 @@ func TestInjectEndpointWithoutASecretName(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(b), "server_unreachable") || strings.Contains(string(b), testSecret) {
 		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+}
+
+// A command with inject endpoints gets each variable set to the agent's
+// endpoint for its secret, over a value the command brought itself.
+func TestCommandGetsItsInjectEndpoints(t *testing.T) {
+	cp, url := startCP(t)
+	r := newFakeRunner()
+	runAgent(t, testConfig(url, r))
+	s := cp.nextSession(t)
+	s.send(commandMsg(&sandboxv1.CommandRequest{CommandId: "c1", Command: "x",
+		Env:             map[string]string{"ANTHROPIC_API_KEY": "placeholder", "ANTHROPIC_BASE_URL": "https://elsewhere"},
+		InjectEndpoints: map[string]string{"ANTHROPIC_BASE_URL": "ANTHROPIC_API_KEY"}}))
+	p := within(t, r.started, "the command")
+	env := p.spec.Env
+	if !strings.HasPrefix(env["ANTHROPIC_BASE_URL"], "http://127.0.0.1:") || !strings.HasSuffix(env["ANTHROPIC_BASE_URL"], "/ANTHROPIC_API_KEY") || env["ANTHROPIC_API_KEY"] != "placeholder" {
+		t.Fatalf("env %v", env)
 	}
 }

@@ -39,6 +39,7 @@ func CommandRequest(id string, spec ports.CommandSpec) *sandboxv1.CommandRequest
 		SessionType:       SessionTypeToProto(spec.SessionType),
 		Persist:           spec.Persist,
 		PermissionPrompts: spec.PermissionPrompts,
+		InjectEndpoints:   spec.InjectEndpoints,
 	}
 }
 
@@ -61,6 +62,7 @@ func CommandSpec(r *sandboxv1.CommandRequest) ports.CommandSpec {
 		SessionType:       SessionTypeFromProto(r.GetSessionType()),
 		Persist:           r.GetPersist(),
 		PermissionPrompts: r.GetPermissionPrompts(),
+		InjectEndpoints:   r.GetInjectEndpoints(),
 	}
 }
 

@@ -2943,9 +2943,14 @@ type CommandRequest struct {
 	// for this command when the server traces it (sampled); empty otherwise,
 	// and the agent then makes no spans. The agent's spans for the command
 	// come back in a SpanReport before its CommandResult.
-	Traceparent   string `protobuf:"bytes,18,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Traceparent string `protobuf:"bytes,18,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	// Injected secrets: each variable named here is set to the agent's
+	// loopback endpoint for the secret it maps to, which carries requests
+	// to the server (InjectPath); the variable of the secret itself holds a
+	// placeholder, never the value.
+	InjectEndpoints map[string]string `protobuf:"bytes,19,rep,name=inject_endpoints,json=injectEndpoints,proto3" json:"inject_endpoints,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *CommandRequest) Reset() {
@@ -3102,6 +3107,13 @@ func (x *CommandRequest) GetTraceparent() string {
 		return x.Traceparent
 	}
 	return ""
+}
+
+func (x *CommandRequest) GetInjectEndpoints() map[string]string {
+	if x != nil {
+		return x.InjectEndpoints
+	}
+	return nil
 }
 
 // PermissionRequest is a command's question: may it use a tool so?
@@ -5242,7 +5254,7 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"\x04data\x18\x03 \x01(\fR\x04data\x128\n" +
 	"\ttimestamp\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x12\x10\n" +
 	"\x03eof\x18\x05 \x01(\bR\x03eof\x12\x16\n" +
-	"\x06offset\x18\x06 \x01(\x04R\x06offset\"\xb9\x05\n" +
+	"\x06offset\x18\x06 \x01(\x04R\x06offset\"\xe1\x06\n" +
 	"\x0eCommandRequest\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12\x18\n" +
@@ -5266,8 +5278,12 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"\fsession_type\x18\x0f \x01(\x0e2\x1f.agentic.sandbox.v1.SessionTypeR\vsessionType\x12\x18\n" +
 	"\apersist\x18\x10 \x01(\bR\apersist\x12-\n" +
 	"\x12permission_prompts\x18\x11 \x01(\bR\x11permissionPrompts\x12 \n" +
-	"\vtraceparent\x18\x12 \x01(\tR\vtraceparent\x1a6\n" +
+	"\vtraceparent\x18\x12 \x01(\tR\vtraceparent\x12b\n" +
+	"\x10inject_endpoints\x18\x13 \x03(\v27.agentic.sandbox.v1.CommandRequest.InjectEndpointsEntryR\x0finjectEndpoints\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aB\n" +
+	"\x14InjectEndpointsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8d\x01\n" +
 	"\x11PermissionRequest\x12\x1d\n" +
@@ -5502,7 +5518,7 @@ func file_agentic_sandbox_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_agentic_sandbox_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
-var file_agentic_sandbox_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
+var file_agentic_sandbox_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
 var file_agentic_sandbox_v1_agent_proto_goTypes = []any{
 	(RuntimeKind)(0),              // 0: agentic.sandbox.v1.RuntimeKind
 	(AgentStatus)(0),              // 1: agentic.sandbox.v1.AgentStatus
@@ -5572,8 +5588,9 @@ var file_agentic_sandbox_v1_agent_proto_goTypes = []any{
 	nil,                           // 65: agentic.sandbox.v1.Registration.LabelsEntry
 	nil,                           // 66: agentic.sandbox.v1.RegistrationAck.ConfigEntry
 	nil,                           // 67: agentic.sandbox.v1.CommandRequest.EnvEntry
-	nil,                           // 68: agentic.sandbox.v1.ConfigUpdate.ConfigEntry
-	(*timestamppb.Timestamp)(nil), // 69: google.protobuf.Timestamp
+	nil,                           // 68: agentic.sandbox.v1.CommandRequest.InjectEndpointsEntry
+	nil,                           // 69: agentic.sandbox.v1.ConfigUpdate.ConfigEntry
+	(*timestamppb.Timestamp)(nil), // 70: google.protobuf.Timestamp
 }
 var file_agentic_sandbox_v1_agent_proto_depIdxs = []int32{
 	29, // 0: agentic.sandbox.v1.ConnectRequest.registration:type_name -> agentic.sandbox.v1.Registration
@@ -5590,12 +5607,12 @@ var file_agentic_sandbox_v1_agent_proto_depIdxs = []int32{
 	13, // 11: agentic.sandbox.v1.ConnectRequest.ports_report:type_name -> agentic.sandbox.v1.PortsReport
 	11, // 12: agentic.sandbox.v1.ConnectRequest.span_report:type_name -> agentic.sandbox.v1.SpanReport
 	12, // 13: agentic.sandbox.v1.SpanReport.spans:type_name -> agentic.sandbox.v1.AgentSpan
-	69, // 14: agentic.sandbox.v1.AgentSpan.start_time:type_name -> google.protobuf.Timestamp
-	69, // 15: agentic.sandbox.v1.AgentSpan.end_time:type_name -> google.protobuf.Timestamp
+	70, // 14: agentic.sandbox.v1.AgentSpan.start_time:type_name -> google.protobuf.Timestamp
+	70, // 15: agentic.sandbox.v1.AgentSpan.end_time:type_name -> google.protobuf.Timestamp
 	64, // 16: agentic.sandbox.v1.AgentSpan.attributes:type_name -> agentic.sandbox.v1.AgentSpan.AttributesEntry
 	14, // 17: agentic.sandbox.v1.PortsReport.ports:type_name -> agentic.sandbox.v1.ListeningPort
 	6,  // 18: agentic.sandbox.v1.ListeningPort.family:type_name -> agentic.sandbox.v1.AddressFamily
-	69, // 19: agentic.sandbox.v1.CommandStarted.started_at:type_name -> google.protobuf.Timestamp
+	70, // 19: agentic.sandbox.v1.CommandStarted.started_at:type_name -> google.protobuf.Timestamp
 	31, // 20: agentic.sandbox.v1.ConnectResponse.registration_ack:type_name -> agentic.sandbox.v1.RegistrationAck
 	35, // 21: agentic.sandbox.v1.ConnectResponse.command:type_name -> agentic.sandbox.v1.CommandRequest
 	38, // 22: agentic.sandbox.v1.ConnectResponse.stdin:type_name -> agentic.sandbox.v1.StdinChunk
@@ -5619,53 +5636,54 @@ var file_agentic_sandbox_v1_agent_proto_depIdxs = []int32{
 	27, // 40: agentic.sandbox.v1.TransferRequest.end:type_name -> agentic.sandbox.v1.TransferEnd
 	26, // 41: agentic.sandbox.v1.FileListing.entries:type_name -> agentic.sandbox.v1.FileEntry
 	8,  // 42: agentic.sandbox.v1.FileEntry.type:type_name -> agentic.sandbox.v1.FileType
-	69, // 43: agentic.sandbox.v1.FileEntry.mtime:type_name -> google.protobuf.Timestamp
+	70, // 43: agentic.sandbox.v1.FileEntry.mtime:type_name -> google.protobuf.Timestamp
 	9,  // 44: agentic.sandbox.v1.TransferEnd.error:type_name -> agentic.sandbox.v1.FileError
 	30, // 45: agentic.sandbox.v1.Registration.system_info:type_name -> agentic.sandbox.v1.SystemInfo
 	65, // 46: agentic.sandbox.v1.Registration.labels:type_name -> agentic.sandbox.v1.Registration.LabelsEntry
 	0,  // 47: agentic.sandbox.v1.Registration.runtime:type_name -> agentic.sandbox.v1.RuntimeKind
 	66, // 48: agentic.sandbox.v1.RegistrationAck.config:type_name -> agentic.sandbox.v1.RegistrationAck.ConfigEntry
 	1,  // 49: agentic.sandbox.v1.Heartbeat.status:type_name -> agentic.sandbox.v1.AgentStatus
-	69, // 50: agentic.sandbox.v1.Heartbeat.sent_at:type_name -> google.protobuf.Timestamp
+	70, // 50: agentic.sandbox.v1.Heartbeat.sent_at:type_name -> google.protobuf.Timestamp
 	33, // 51: agentic.sandbox.v1.Heartbeat.metrics:type_name -> agentic.sandbox.v1.Metrics
 	2,  // 52: agentic.sandbox.v1.OutputChunk.stream:type_name -> agentic.sandbox.v1.OutputStream
-	69, // 53: agentic.sandbox.v1.OutputChunk.timestamp:type_name -> google.protobuf.Timestamp
+	70, // 53: agentic.sandbox.v1.OutputChunk.timestamp:type_name -> google.protobuf.Timestamp
 	67, // 54: agentic.sandbox.v1.CommandRequest.env:type_name -> agentic.sandbox.v1.CommandRequest.EnvEntry
 	3,  // 55: agentic.sandbox.v1.CommandRequest.session_type:type_name -> agentic.sandbox.v1.SessionType
-	42, // 56: agentic.sandbox.v1.PtyControl.resize:type_name -> agentic.sandbox.v1.PtyResize
-	43, // 57: agentic.sandbox.v1.PtyControl.signal:type_name -> agentic.sandbox.v1.PtySignal
-	41, // 58: agentic.sandbox.v1.PtyControl.kill:type_name -> agentic.sandbox.v1.CommandKill
-	68, // 59: agentic.sandbox.v1.ConfigUpdate.config:type_name -> agentic.sandbox.v1.ConfigUpdate.ConfigEntry
-	3,  // 60: agentic.sandbox.v1.SessionInfo.type:type_name -> agentic.sandbox.v1.SessionType
-	4,  // 61: agentic.sandbox.v1.SessionInfo.state:type_name -> agentic.sandbox.v1.SessionState
-	69, // 62: agentic.sandbox.v1.SessionInfo.started_at:type_name -> google.protobuf.Timestamp
-	69, // 63: agentic.sandbox.v1.SessionInfo.ended_at:type_name -> google.protobuf.Timestamp
-	44, // 64: agentic.sandbox.v1.SessionInfo.result:type_name -> agentic.sandbox.v1.CommandResult
-	2,  // 65: agentic.sandbox.v1.SessionInfo.tail_stream:type_name -> agentic.sandbox.v1.OutputStream
-	50, // 66: agentic.sandbox.v1.SessionReport.sessions:type_name -> agentic.sandbox.v1.SessionInfo
-	5,  // 67: agentic.sandbox.v1.SessionDecision.action:type_name -> agentic.sandbox.v1.ReconcileAction
-	52, // 68: agentic.sandbox.v1.SessionReconcile.decisions:type_name -> agentic.sandbox.v1.SessionDecision
-	35, // 69: agentic.sandbox.v1.ExecRequest.command:type_name -> agentic.sandbox.v1.CommandRequest
-	34, // 70: agentic.sandbox.v1.ExecResponse.output:type_name -> agentic.sandbox.v1.OutputChunk
-	44, // 71: agentic.sandbox.v1.ExecResponse.result:type_name -> agentic.sandbox.v1.CommandResult
-	58, // 72: agentic.sandbox.v1.TunnelRequest.open:type_name -> agentic.sandbox.v1.TunnelOpen
-	60, // 73: agentic.sandbox.v1.TunnelResponse.opened:type_name -> agentic.sandbox.v1.TunnelOpened
-	62, // 74: agentic.sandbox.v1.ForwardRequest.opened:type_name -> agentic.sandbox.v1.ForwardOpened
-	10, // 75: agentic.sandbox.v1.AgentService.Connect:input_type -> agentic.sandbox.v1.ConnectRequest
-	55, // 76: agentic.sandbox.v1.AgentService.Exec:input_type -> agentic.sandbox.v1.ExecRequest
-	22, // 77: agentic.sandbox.v1.AgentService.Transfer:input_type -> agentic.sandbox.v1.TransferRequest
-	57, // 78: agentic.sandbox.v1.AgentService.Tunnel:input_type -> agentic.sandbox.v1.TunnelRequest
-	61, // 79: agentic.sandbox.v1.AgentService.Forward:input_type -> agentic.sandbox.v1.ForwardRequest
-	16, // 80: agentic.sandbox.v1.AgentService.Connect:output_type -> agentic.sandbox.v1.ConnectResponse
-	56, // 81: agentic.sandbox.v1.AgentService.Exec:output_type -> agentic.sandbox.v1.ExecResponse
-	28, // 82: agentic.sandbox.v1.AgentService.Transfer:output_type -> agentic.sandbox.v1.TransferResponse
-	59, // 83: agentic.sandbox.v1.AgentService.Tunnel:output_type -> agentic.sandbox.v1.TunnelResponse
-	63, // 84: agentic.sandbox.v1.AgentService.Forward:output_type -> agentic.sandbox.v1.ForwardResponse
-	80, // [80:85] is the sub-list for method output_type
-	75, // [75:80] is the sub-list for method input_type
-	75, // [75:75] is the sub-list for extension type_name
-	75, // [75:75] is the sub-list for extension extendee
-	0,  // [0:75] is the sub-list for field type_name
+	68, // 56: agentic.sandbox.v1.CommandRequest.inject_endpoints:type_name -> agentic.sandbox.v1.CommandRequest.InjectEndpointsEntry
+	42, // 57: agentic.sandbox.v1.PtyControl.resize:type_name -> agentic.sandbox.v1.PtyResize
+	43, // 58: agentic.sandbox.v1.PtyControl.signal:type_name -> agentic.sandbox.v1.PtySignal
+	41, // 59: agentic.sandbox.v1.PtyControl.kill:type_name -> agentic.sandbox.v1.CommandKill
+	69, // 60: agentic.sandbox.v1.ConfigUpdate.config:type_name -> agentic.sandbox.v1.ConfigUpdate.ConfigEntry
+	3,  // 61: agentic.sandbox.v1.SessionInfo.type:type_name -> agentic.sandbox.v1.SessionType
+	4,  // 62: agentic.sandbox.v1.SessionInfo.state:type_name -> agentic.sandbox.v1.SessionState
+	70, // 63: agentic.sandbox.v1.SessionInfo.started_at:type_name -> google.protobuf.Timestamp
+	70, // 64: agentic.sandbox.v1.SessionInfo.ended_at:type_name -> google.protobuf.Timestamp
+	44, // 65: agentic.sandbox.v1.SessionInfo.result:type_name -> agentic.sandbox.v1.CommandResult
+	2,  // 66: agentic.sandbox.v1.SessionInfo.tail_stream:type_name -> agentic.sandbox.v1.OutputStream
+	50, // 67: agentic.sandbox.v1.SessionReport.sessions:type_name -> agentic.sandbox.v1.SessionInfo
+	5,  // 68: agentic.sandbox.v1.SessionDecision.action:type_name -> agentic.sandbox.v1.ReconcileAction
+	52, // 69: agentic.sandbox.v1.SessionReconcile.decisions:type_name -> agentic.sandbox.v1.SessionDecision
+	35, // 70: agentic.sandbox.v1.ExecRequest.command:type_name -> agentic.sandbox.v1.CommandRequest
+	34, // 71: agentic.sandbox.v1.ExecResponse.output:type_name -> agentic.sandbox.v1.OutputChunk
+	44, // 72: agentic.sandbox.v1.ExecResponse.result:type_name -> agentic.sandbox.v1.CommandResult
+	58, // 73: agentic.sandbox.v1.TunnelRequest.open:type_name -> agentic.sandbox.v1.TunnelOpen
+	60, // 74: agentic.sandbox.v1.TunnelResponse.opened:type_name -> agentic.sandbox.v1.TunnelOpened
+	62, // 75: agentic.sandbox.v1.ForwardRequest.opened:type_name -> agentic.sandbox.v1.ForwardOpened
+	10, // 76: agentic.sandbox.v1.AgentService.Connect:input_type -> agentic.sandbox.v1.ConnectRequest
+	55, // 77: agentic.sandbox.v1.AgentService.Exec:input_type -> agentic.sandbox.v1.ExecRequest
+	22, // 78: agentic.sandbox.v1.AgentService.Transfer:input_type -> agentic.sandbox.v1.TransferRequest
+	57, // 79: agentic.sandbox.v1.AgentService.Tunnel:input_type -> agentic.sandbox.v1.TunnelRequest
+	61, // 80: agentic.sandbox.v1.AgentService.Forward:input_type -> agentic.sandbox.v1.ForwardRequest
+	16, // 81: agentic.sandbox.v1.AgentService.Connect:output_type -> agentic.sandbox.v1.ConnectResponse
+	56, // 82: agentic.sandbox.v1.AgentService.Exec:output_type -> agentic.sandbox.v1.ExecResponse
+	28, // 83: agentic.sandbox.v1.AgentService.Transfer:output_type -> agentic.sandbox.v1.TransferResponse
+	59, // 84: agentic.sandbox.v1.AgentService.Tunnel:output_type -> agentic.sandbox.v1.TunnelResponse
+	63, // 85: agentic.sandbox.v1.AgentService.Forward:output_type -> agentic.sandbox.v1.ForwardResponse
+	81, // [81:86] is the sub-list for method output_type
+	76, // [76:81] is the sub-list for method input_type
+	76, // [76:76] is the sub-list for extension type_name
+	76, // [76:76] is the sub-list for extension extendee
+	0,  // [0:76] is the sub-list for field type_name
 }
 
 func init() { file_agentic_sandbox_v1_agent_proto_init() }
@@ -5752,7 +5770,7 @@ func file_agentic_sandbox_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentic_sandbox_v1_agent_proto_rawDesc), len(file_agentic_sandbox_v1_agent_proto_rawDesc)),
 			NumEnums:      10,
-			NumMessages:   59,
+			NumMessages:   60,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
