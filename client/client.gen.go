@@ -522,23 +522,23 @@ type ArtifactList struct {
 
 // AuditEntry defines model for AuditEntry.
 type AuditEntry struct {
-	// Actor Who: the token's name ("operator" for the operator token, "dashboard" for a dashboard signed in with the operator token, the named token's name for one signed in with it, "executor" for aiwg serve's token, "anonymous" when none was accepted).
+	// Actor Who: the token's name ("operator" for the operator token, "dashboard" for a dashboard signed in with the operator token, the named token's name for one signed in with it, "executor" for aiwg serve's token, "anonymous" when none was accepted, "system" for what the server did on its own, such as a host agent's credential at its start).
 	Actor string    `json:"actor"`
 	At    time.Time `json:"at"`
 
-	// Client The caller's address (the connection's, without the port).
+	// Client The caller's address (the connection's, without the port); empty for system.
 	Client string `json:"client"`
 
 	// Code The error answer's code; empty on success.
 	Code string `json:"code"`
 
-	// Operation The operationId of openapi.yaml.
+	// Operation The operationId of openapi.yaml; agent.credential.issue and agent.credential.revoke for an agent's credential issued or revoked (the agent id as target; by the caller whose request caused it, with its request id, else system).
 	Operation string `json:"operation"`
 
-	// RequestId Also the X-Request-Id response header and in the server's log line.
+	// RequestId Also the X-Request-Id response header and on the request's info line of the server's log (msg="rest: request"); empty for system.
 	RequestId string `json:"request_id"`
 
-	// Role The actor's role (empty for anonymous).
+	// Role The actor's role (empty for anonymous and system).
 	Role string `json:"role"`
 
 	// Status The HTTP status answered.

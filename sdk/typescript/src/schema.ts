@@ -1564,13 +1564,13 @@ export interface components {
         AuditEntry: {
             /** Format: date-time */
             at: string;
-            /** @description Who: the token's name ("operator" for the operator token, "dashboard" for a dashboard signed in with the operator token, the named token's name for one signed in with it, "executor" for aiwg serve's token, "anonymous" when none was accepted). */
+            /** @description Who: the token's name ("operator" for the operator token, "dashboard" for a dashboard signed in with the operator token, the named token's name for one signed in with it, "executor" for aiwg serve's token, "anonymous" when none was accepted, "system" for what the server did on its own, such as a host agent's credential at its start). */
             actor: string;
-            /** @description The actor's role (empty for anonymous). */
+            /** @description The actor's role (empty for anonymous and system). */
             role: string;
-            /** @description The caller's address (the connection's, without the port). */
+            /** @description The caller's address (the connection's, without the port); empty for system. */
             client: string;
-            /** @description The operationId of openapi.yaml. */
+            /** @description The operationId of openapi.yaml; agent.credential.issue and agent.credential.revoke for an agent's credential issued or revoked (the agent id as target; by the caller whose request caused it, with its request id, else system). */
             operation: string;
             /** @description What it acted on: the path's parameters joined by /, or the created resource's id or name; may be empty. */
             target: string;
@@ -1578,7 +1578,7 @@ export interface components {
             status: number;
             /** @description The error answer's code; empty on success. */
             code: string;
-            /** @description Also the X-Request-Id response header and in the server's log line. */
+            /** @description Also the X-Request-Id response header and on the request's info line of the server's log (msg="rest: request"); empty for system. */
             request_id: string;
         };
         AuditList: {
