@@ -2590,6 +2590,15 @@ type ClientInterface interface {
 	// use, 400 `invalid_request` for a bad name, role, label or an `expires_at` not in the
 	// future.
 	//
+	// `labels` are the token's scope: it lists and reaches only environments carrying
+	// every one of them, the agents of those environments (never a host agent), their
+	// sessions, commands, missions and HITL requests, and tasks carrying them. Every
+	// operation on anything else answers as for an absent item (404 with that kind's code);
+	// pools are not its to see (404) or change (403), nor may it dispatch (403). What it
+	// creates carries its labels, their values over the request's; a scoped admin creates,
+	// lists and revokes only tokens within its scope. The change stream tells it only which
+	// kinds changed.
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /api/v1/tokens (the `CreateToken` operationId).
@@ -2603,6 +2612,15 @@ type ClientInterface interface {
 	// HITL answers, mission reads and the aiwg status). 409 `token_exists` for a name in
 	// use, 400 `invalid_request` for a bad name, role, label or an `expires_at` not in the
 	// future.
+	//
+	// `labels` are the token's scope: it lists and reaches only environments carrying
+	// every one of them, the agents of those environments (never a host agent), their
+	// sessions, commands, missions and HITL requests, and tasks carrying them. Every
+	// operation on anything else answers as for an absent item (404 with that kind's code);
+	// pools are not its to see (404) or change (403), nor may it dispatch (403). What it
+	// creates carries its labels, their values over the request's; a scoped admin creates,
+	// lists and revokes only tokens within its scope. The change stream tells it only which
+	// kinds changed.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -4183,6 +4201,15 @@ func (c *Client) ListTokens(ctx context.Context, reqEditors ...RequestEditorFn) 
 // use, 400 `invalid_request` for a bad name, role, label or an `expires_at` not in the
 // future.
 //
+// `labels` are the token's scope: it lists and reaches only environments carrying
+// every one of them, the agents of those environments (never a host agent), their
+// sessions, commands, missions and HITL requests, and tasks carrying them. Every
+// operation on anything else answers as for an absent item (404 with that kind's code);
+// pools are not its to see (404) or change (403), nor may it dispatch (403). What it
+// creates carries its labels, their values over the request's; a scoped admin creates,
+// lists and revokes only tokens within its scope. The change stream tells it only which
+// kinds changed.
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /api/v1/tokens (the `CreateToken` operationId).
@@ -4206,6 +4233,15 @@ func (c *Client) CreateTokenWithBody(ctx context.Context, contentType string, bo
 // HITL answers, mission reads and the aiwg status). 409 `token_exists` for a name in
 // use, 400 `invalid_request` for a bad name, role, label or an `expires_at` not in the
 // future.
+//
+// `labels` are the token's scope: it lists and reaches only environments carrying
+// every one of them, the agents of those environments (never a host agent), their
+// sessions, commands, missions and HITL requests, and tasks carrying them. Every
+// operation on anything else answers as for an absent item (404 with that kind's code);
+// pools are not its to see (404) or change (403), nor may it dispatch (403). What it
+// creates carries its labels, their values over the request's; a scoped admin creates,
+// lists and revokes only tokens within its scope. The change stream tells it only which
+// kinds changed.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -8222,6 +8258,15 @@ type ClientWithResponsesInterface interface {
 	// use, 400 `invalid_request` for a bad name, role, label or an `expires_at` not in the
 	// future.
 	//
+	// `labels` are the token's scope: it lists and reaches only environments carrying
+	// every one of them, the agents of those environments (never a host agent), their
+	// sessions, commands, missions and HITL requests, and tasks carrying them. Every
+	// operation on anything else answers as for an absent item (404 with that kind's code);
+	// pools are not its to see (404) or change (403), nor may it dispatch (403). What it
+	// creates carries its labels, their values over the request's; a scoped admin creates,
+	// lists and revokes only tokens within its scope. The change stream tells it only which
+	// kinds changed.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/tokens (the `CreateToken` operationId).
@@ -8235,6 +8280,15 @@ type ClientWithResponsesInterface interface {
 	// HITL answers, mission reads and the aiwg status). 409 `token_exists` for a name in
 	// use, 400 `invalid_request` for a bad name, role, label or an `expires_at` not in the
 	// future.
+	//
+	// `labels` are the token's scope: it lists and reaches only environments carrying
+	// every one of them, the agents of those environments (never a host agent), their
+	// sessions, commands, missions and HITL requests, and tasks carrying them. Every
+	// operation on anything else answers as for an absent item (404 with that kind's code);
+	// pools are not its to see (404) or change (403), nor may it dispatch (403). What it
+	// creates carries its labels, their values over the request's; a scoped admin creates,
+	// lists and revokes only tokens within its scope. The change stream tells it only which
+	// kinds changed.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -14479,6 +14533,15 @@ func (c *ClientWithResponses) ListTokensWithResponse(ctx context.Context, reqEdi
 // use, 400 `invalid_request` for a bad name, role, label or an `expires_at` not in the
 // future.
 //
+// `labels` are the token's scope: it lists and reaches only environments carrying
+// every one of them, the agents of those environments (never a host agent), their
+// sessions, commands, missions and HITL requests, and tasks carrying them. Every
+// operation on anything else answers as for an absent item (404 with that kind's code);
+// pools are not its to see (404) or change (403), nor may it dispatch (403). What it
+// creates carries its labels, their values over the request's; a scoped admin creates,
+// lists and revokes only tokens within its scope. The change stream tells it only which
+// kinds changed.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/tokens (the `CreateToken` operationId).
@@ -14498,6 +14561,15 @@ func (c *ClientWithResponses) CreateTokenWithBodyWithResponse(ctx context.Contex
 // HITL answers, mission reads and the aiwg status). 409 `token_exists` for a name in
 // use, 400 `invalid_request` for a bad name, role, label or an `expires_at` not in the
 // future.
+//
+// `labels` are the token's scope: it lists and reaches only environments carrying
+// every one of them, the agents of those environments (never a host agent), their
+// sessions, commands, missions and HITL requests, and tasks carrying them. Every
+// operation on anything else answers as for an absent item (404 with that kind's code);
+// pools are not its to see (404) or change (403), nor may it dispatch (403). What it
+// creates carries its labels, their values over the request's; a scoped admin creates,
+// lists and revokes only tokens within its scope. The change stream tells it only which
+// kinds changed.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -2598,6 +2598,15 @@ type ClientInterface interface {
 	// use, 400 `invalid_request` for a bad name, role, label or an `expires_at` not in the
 	// future.
 	//
+	// `labels` are the token's scope: it lists and reaches only environments carrying
+	// every one of them, the agents of those environments (never a host agent), their
+	// sessions, commands, missions and HITL requests, and tasks carrying them. Every
+	// operation on anything else answers as for an absent item (404 with that kind's code);
+	// pools are not its to see (404) or change (403), nor may it dispatch (403). What it
+	// creates carries its labels, their values over the request's; a scoped admin creates,
+	// lists and revokes only tokens within its scope. The change stream tells it only which
+	// kinds changed.
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /api/v1/tokens (the `CreateToken` operationId).
@@ -2611,6 +2620,15 @@ type ClientInterface interface {
 	// HITL answers, mission reads and the aiwg status). 409 `token_exists` for a name in
 	// use, 400 `invalid_request` for a bad name, role, label or an `expires_at` not in the
 	// future.
+	//
+	// `labels` are the token's scope: it lists and reaches only environments carrying
+	// every one of them, the agents of those environments (never a host agent), their
+	// sessions, commands, missions and HITL requests, and tasks carrying them. Every
+	// operation on anything else answers as for an absent item (404 with that kind's code);
+	// pools are not its to see (404) or change (403), nor may it dispatch (403). What it
+	// creates carries its labels, their values over the request's; a scoped admin creates,
+	// lists and revokes only tokens within its scope. The change stream tells it only which
+	// kinds changed.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -4191,6 +4209,15 @@ func (c *Client) ListTokens(ctx context.Context, reqEditors ...RequestEditorFn) 
 // use, 400 `invalid_request` for a bad name, role, label or an `expires_at` not in the
 // future.
 //
+// `labels` are the token's scope: it lists and reaches only environments carrying
+// every one of them, the agents of those environments (never a host agent), their
+// sessions, commands, missions and HITL requests, and tasks carrying them. Every
+// operation on anything else answers as for an absent item (404 with that kind's code);
+// pools are not its to see (404) or change (403), nor may it dispatch (403). What it
+// creates carries its labels, their values over the request's; a scoped admin creates,
+// lists and revokes only tokens within its scope. The change stream tells it only which
+// kinds changed.
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /api/v1/tokens (the `CreateToken` operationId).
@@ -4214,6 +4241,15 @@ func (c *Client) CreateTokenWithBody(ctx context.Context, contentType string, bo
 // HITL answers, mission reads and the aiwg status). 409 `token_exists` for a name in
 // use, 400 `invalid_request` for a bad name, role, label or an `expires_at` not in the
 // future.
+//
+// `labels` are the token's scope: it lists and reaches only environments carrying
+// every one of them, the agents of those environments (never a host agent), their
+// sessions, commands, missions and HITL requests, and tasks carrying them. Every
+// operation on anything else answers as for an absent item (404 with that kind's code);
+// pools are not its to see (404) or change (403), nor may it dispatch (403). What it
+// creates carries its labels, their values over the request's; a scoped admin creates,
+// lists and revokes only tokens within its scope. The change stream tells it only which
+// kinds changed.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -8230,6 +8266,15 @@ type ClientWithResponsesInterface interface {
 	// use, 400 `invalid_request` for a bad name, role, label or an `expires_at` not in the
 	// future.
 	//
+	// `labels` are the token's scope: it lists and reaches only environments carrying
+	// every one of them, the agents of those environments (never a host agent), their
+	// sessions, commands, missions and HITL requests, and tasks carrying them. Every
+	// operation on anything else answers as for an absent item (404 with that kind's code);
+	// pools are not its to see (404) or change (403), nor may it dispatch (403). What it
+	// creates carries its labels, their values over the request's; a scoped admin creates,
+	// lists and revokes only tokens within its scope. The change stream tells it only which
+	// kinds changed.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/tokens (the `CreateToken` operationId).
@@ -8243,6 +8288,15 @@ type ClientWithResponsesInterface interface {
 	// HITL answers, mission reads and the aiwg status). 409 `token_exists` for a name in
 	// use, 400 `invalid_request` for a bad name, role, label or an `expires_at` not in the
 	// future.
+	//
+	// `labels` are the token's scope: it lists and reaches only environments carrying
+	// every one of them, the agents of those environments (never a host agent), their
+	// sessions, commands, missions and HITL requests, and tasks carrying them. Every
+	// operation on anything else answers as for an absent item (404 with that kind's code);
+	// pools are not its to see (404) or change (403), nor may it dispatch (403). What it
+	// creates carries its labels, their values over the request's; a scoped admin creates,
+	// lists and revokes only tokens within its scope. The change stream tells it only which
+	// kinds changed.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -14487,6 +14541,15 @@ func (c *ClientWithResponses) ListTokensWithResponse(ctx context.Context, reqEdi
 // use, 400 `invalid_request` for a bad name, role, label or an `expires_at` not in the
 // future.
 //
+// `labels` are the token's scope: it lists and reaches only environments carrying
+// every one of them, the agents of those environments (never a host agent), their
+// sessions, commands, missions and HITL requests, and tasks carrying them. Every
+// operation on anything else answers as for an absent item (404 with that kind's code);
+// pools are not its to see (404) or change (403), nor may it dispatch (403). What it
+// creates carries its labels, their values over the request's; a scoped admin creates,
+// lists and revokes only tokens within its scope. The change stream tells it only which
+// kinds changed.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/tokens (the `CreateToken` operationId).
@@ -14506,6 +14569,15 @@ func (c *ClientWithResponses) CreateTokenWithBodyWithResponse(ctx context.Contex
 // HITL answers, mission reads and the aiwg status). 409 `token_exists` for a name in
 // use, 400 `invalid_request` for a bad name, role, label or an `expires_at` not in the
 // future.
+//
+// `labels` are the token's scope: it lists and reaches only environments carrying
+// every one of them, the agents of those environments (never a host agent), their
+// sessions, commands, missions and HITL requests, and tasks carrying them. Every
+// operation on anything else answers as for an absent item (404 with that kind's code);
+// pools are not its to see (404) or change (403), nor may it dispatch (403). What it
+// creates carries its labels, their values over the request's; a scoped admin creates,
+// lists and revokes only tokens within its scope. The change stream tells it only which
+// kinds changed.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -29650,12 +29722,16 @@ var swaggerSpec = []string{
 	"yy/4yIcUK00PrcIHdP8JbPF7KqiuPIl1T1bo3VXIBeaTKZYWhtV0odAHWDt7Owy4LoGAJNB2QroJVXqE",
 	"YawnD22KRlnkgcUMWJxhZ9gFBN0OG9gl/GguMhvFBXnwfWKWRw1JcsPZElBgqmQ3uAdc1ZRYdIMQyrGZ",
 	"JUzfOw59aJN5DWubkOCVXhSGC3VdCmMUCygs48EvPfqR9Z3axiH5EZLOe31i60hfMzFib7jSKrG6Hd7X",
-	"IhalYlELgC4+OaZZQ5EZDEoK45wcTiWmjZW6LNgW+yxkbn4g86Fp+1ZRLkf32zdOsdEkZ3/CqwzoDIBD",
-	"0RNrDoEn0c9Gu/dnQLja9SAJB1KCITsBwzlt2gWIEWy6Xw7fwr97lBtwpH5LEQmJeLJnvYFX7EZe/z4r",
-	"c74nDeDKrNHAeAViZvF/BSkGUVNBZgnyYkLoMlHogWOQkhTjuLGM1MSckowqfH1oD6gSWt5WB7YC58Qv",
-	"dOQPeoAN2XcN41ny4ZNZlpoHsqOgKD8JEg/64JUKeEMmCKKClucQpyamZIIchvUUYpD1g2HlDl5X+kEv",
-	"lKy0RmwSBm+XhvTV4MZBBrZL8C/NgdsEiShrhRxQy0AhNRHFJOh52uC5C1iegAQVxnkMsKYP6nkM4CYV",
-	"pLArLcoBdc1KSgqs9PUNjcz1DPQM9AytLAyNjJRqY2sBAQAA//8=",
+	"IhalYlELgC4+OaZZQ5EZDEoK45wcTiWmjZW6LDC5IYEXFMYShwFcEO0FUU65GVmFi2jjY+owiiktihUX",
+	"UxcKZN3AesbmUYWLZiNlpWL1t7vCuqFnUmmb/h05SGgXExY58LJqcXFUYUGf/8ve9fSkDwTRr9L8Lj9J",
+	"SEvRREO/gAfjgYuXeii2hg2wkLKSoOG7m31vdm2lbkAl8cCJA9vd7cz+mc68eSNMo7BK/KQwjdieWvXW",
+	"VadBOF37mDb5UR27RuFxXczHiZSpFmCgaFAoW2vk/zp6WpZVL8s1WO4jl0REuJm9GPEYwhNS8fvianDZ",
+	"68PXtCjAv+GZQPBXHD0ge8vkmkymfBElIDbqS6RDPoU1UZotaEAWFVRhGXHbSl/9XDf1uVnOnD5lGwi4",
+	"C2g8+7wgNlvVyolfc3F9GCS5noEGgQ1Dvn9kBZ/INW37PgpBlf7u2HzFTnev/EUziQJXi0qi/PaA9cff",
+	"2SH888uN0m4DcBwBDuFgjcss69IC8Kddtkvyht8DSlm4pX6k+c1F/HxgLYsx9nB5LvWytwYomU9rYLLF",
+	"J0zNK7a9CpRpAlUFgixkdryl96jsplUxN9PXkH/mVpqcshIihvgSVCBeZSFH+nYd6wCc6E5tKm3HWNXL",
+	"CfWQAAUTlMyYLU7JcV0VpbIT62S4tsP/BVRYcJb3Uqx0m30koCMVn34A3x2DJiYM+/IjUVGZ2HbWrGv0",
+	"JFztiIu5PUFR7XF9OLO6zfUBc52H3Us9t5/9xqxGSZIOr+NBPIjT0U06HP7bPe7eAwAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -1181,6 +1181,15 @@ export interface paths {
          *     HITL answers, mission reads and the aiwg status). 409 `token_exists` for a name in
          *     use, 400 `invalid_request` for a bad name, role, label or an `expires_at` not in the
          *     future.
+         *
+         *     `labels` are the token's scope: it lists and reaches only environments carrying
+         *     every one of them, the agents of those environments (never a host agent), their
+         *     sessions, commands, missions and HITL requests, and tasks carrying them. Every
+         *     operation on anything else answers as for an absent item (404 with that kind's code);
+         *     pools are not its to see (404) or change (403), nor may it dispatch (403). What it
+         *     creates carries its labels, their values over the request's; a scoped admin creates,
+         *     lists and revokes only tokens within its scope. The change stream tells it only which
+         *     kinds changed.
          */
         post: operations["createToken"];
         delete?: never;
