@@ -85,7 +85,53 @@ const (
 	// LabelUserPrefix prefixes the spec's own labels (as annotations:
 	// their values need not be label values).
 	LabelUserPrefix = "label.agentic-sandbox.io/"
+	// AnnotationPrefixedLabels holds the spec's labels whose keys have a
+	// prefix ("example.com/team"), as a JSON object: an annotation's name
+	// may hold one "/" only.
+	AnnotationPrefixedLabels = "agentic-sandbox.io/prefixed-labels"
 )
+
+// labelAnnotations are the annotations that keep labels.
+func labelAnnotations(labels map[string]string) map[string]string {
+	out := map[string]string{}
+	prefixed := map[string]string{}
+	for k, v := range labels {
+		if strings.Contains(k, "/") {
+			prefixed[k] = v
+			continue
+		}
+		out[LabelUserPrefix+k] = v
+	}
+	if len(prefixed) > 0 {
+		if b, err := json.Marshal(prefixed); err == nil {
+			out[AnnotationPrefixedLabels] = string(b)
+		}
+	}
+	return out
+}
+
+// annotatedLabels are the labels annotations keep (nil: none).
+func annotatedLabels(ann map[string]string) map[string]string {
+	var out map[string]string
+	put := func(k, v string) {
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[k] = v
+	}
+	for k, v := range ann {
+		if uk, ok := strings.CutPrefix(k, LabelUserPrefix); ok {
+			put(uk, v)
+		}
+	}
+	var prefixed map[string]string
+	if json.Unmarshal([]byte(ann[AnnotationPrefixedLabels]), &prefixed) == nil {
+		for k, v := range prefixed {
+			put(k, v)
+		}
+	}
+	return out
+}
 
 // Paths inside the environment's container.
 const (
@@ -373,8 +419,8 @@ func (r *Runtime) Provision(ctx context.Context, spec ports.EnvironmentSpec) (po
 	}
 	name := r.ObjectName(spec.Name)
 	ann := map[string]string{AnnotationEnv: spec.Name, AnnotationPod: string(podJSON), AnnotationNetwork: string(network)}
-	for k, v := range spec.Labels {
-		ann[LabelUserPrefix+k] = v
+	for k, v := range labelAnnotations(spec.Labels) {
+		ann[k] = v
 	}
 	data := map[string][]byte{keySecret: []byte(spec.Agent.Secret + "\n")}
 	if len(r.cfg.CA) > 0 {
@@ -1016,14 +1062,7 @@ func (r *Runtime) toEnv(sec *corev1.Secret, p *corev1.Pod) ports.Environment {
 		Name: sec.Annotations[AnnotationEnv], Runtime: RuntimeName, CreatedAt: sec.CreationTimestamp.Time,
 		Network: ports.NetworkMode(sec.Annotations[AnnotationNetwork]),
 	}
-	for k, v := range sec.Annotations {
-		if uk, ok := strings.CutPrefix(k, LabelUserPrefix); ok {
-			if env.Labels == nil {
-				env.Labels = map[string]string{}
-			}
-			env.Labels[uk] = v
-		}
-	}
+	env.Labels = annotatedLabels(sec.Annotations)
 	var kept corev1.Pod
 	if json.Unmarshal([]byte(sec.Annotations[AnnotationPod]), &kept) == nil && len(kept.Spec.Containers) > 0 {
 		c := kept.Spec.Containers[0]
