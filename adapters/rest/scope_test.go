@@ -317,3 +317,38 @@ func TestScopedTokenMayNotDispatch(t *testing.T) {
 	free := s.namedToken("exec", "executor", "")
 	expect(t, s.dispatch("s-9", `{"mission_id":"m-9","objective":"echo"}`, "Bearer "+free), 202, "")
 }
+
+// Missions and their HITL requests are their agent's: listed, read and
+// answered by a token whose scope covers that agent only.
+func TestScopedTokenMissionsAndHITL(t *testing.T) {
+	s := newScopeEnv(t)
+	s.missions.Put(ports.Mission{ID: "m-pay", Objective: "pay", AgentID: "payments-1", SessionID: "c-pay", State: ports.MissionRunning, CreatedAt: missionEpoch})
+	s.missions.RaiseHITL("m-pay", ports.HITLRequest{ID: "h-pay", Prompt: "ok?", CreatedAt: missionEpoch})
+	s.missions.RaiseHITL("m-0", ports.HITLRequest{ID: "h-0", Prompt: "ok?", CreatedAt: missionEpoch})
+	hitlIDs := func(v *restapi.HITLList) (out []string) {
+		for _, h := range v.Requests {
+			out = append(out, h.HitlId)
+		}
+		return out
+	}
+	for _, c := range []struct {
+		auth string
+		want []string
+	}{
+		{"Bearer " + s.pay, []string{"h-pay"}},
+		{"Bearer " + s.search, nil},
+		{"Bearer " + testToken, []string{"h-0", "h-pay"}},
+	} {
+		if got := listed(t, s.callAuth("GET", "/api/v1/hitl", "", c.auth), hitlIDs); !slices.Equal(got, c.want) {
+			t.Errorf("%.12s: HITL %v, want %v", c.auth, got, c.want)
+		}
+	}
+	expect(t, s.callAuth("GET", "/api/v1/missions/m-pay", "", "Bearer "+s.pay), 200, "")
+	expect(t, s.callAuth("GET", "/api/v1/missions/m-pay", "", "Bearer "+s.search), 404, "mission_not_found")
+	expect(t, s.callAuth("POST", "/api/v1/hitl/h-pay/respond", `{"text":"y"}`, "Bearer "+s.search), 404, "hitl_not_found")
+	expect(t, s.callAuth("POST", "/api/v1/hitl/h-0/respond", `{"text":"y"}`, "Bearer "+s.pay), 404, "hitl_not_found")
+	if a := s.missions.Answers(); len(a) != 0 {
+		t.Fatalf("refused answers reached the missions: %+v", a)
+	}
+	expect(t, s.callAuth("POST", "/api/v1/hitl/h-pay/respond", `{"text":"y"}`, "Bearer "+s.pay), 200, "")
+}
