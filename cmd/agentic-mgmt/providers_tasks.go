@@ -56,6 +56,7 @@ func provideTasks(cfg Config, dir DataDir, envs *environment.Service, svc *agent
 		Store: store, Workspace: ws, Environments: envs, Files: svc, Link: svc,
 		Secrets: filestore.TaskSecrets{Dir: filepath.Join(string(dir), "task-secrets"), Getenv: os.LookupEnv},
 		Clock:   clock, IDs: ids, Logger: log, DefaultRuntime: runtime, DefaultRuntimeOf: runtimeOf, Runtimes: runtimeNames(), ObserveEnd: metrics.ObserveEnd, Permissions: svc, Hold: hold, EventLog: events, Changes: ch,
+		Carry: cfg.Tracing.CarryTrace(),
 	})
 	// Loaded before the API serves: a restarted server knows its tasks at once.
 	if err := svcTasks.Load(context.Background()); err != nil {

@@ -16,8 +16,16 @@ import (
 
 // start runs e's pipeline (stage → provision → run → collect, each step
 // from its checkpoint) on a goroutine of its own.
-func (s *Service) start(e *entry) {
+func (s *Service) start(e *entry) { s.startFrom(context.Background(), e) }
+
+// startFrom is start for a task its caller submitted just now: the run
+// carries what Config.Carry takes from the request's context (its trace),
+// never the request's end.
+func (s *Service) startFrom(request context.Context, e *entry) {
 	ctx, cancel := context.WithCancel(s.life)
+	if s.cfg.Carry != nil {
+		ctx = s.cfg.Carry(request, ctx)
+	}
 	s.mu.Lock()
 	// Submit and Resume may both start a task submitted while the server
 	// resumes the ones it had (REST serves by then): it runs once.

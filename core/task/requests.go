@@ -113,7 +113,7 @@ func (s *Service) SubmitScoped(ctx context.Context, doc []byte, idempotencyKey s
 	s.mu.Lock()
 	submitted := e.rec.Clone()
 	s.mu.Unlock()
-	s.start(e)
+	s.startFrom(ctx, e)
 	return Submitted{Task: submitted, Created: true}, nil
 }
 

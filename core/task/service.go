@@ -77,6 +77,9 @@ type Config struct {
 	EgressBound []egress.Rule
 	// Random fills placeholders (nil: crypto/rand).
 	Random func([]byte) error
+	// Carry gives a submitted task's run what follows it from the submit
+	// request (its trace); nil: nothing.
+	Carry ports.ContextCarrier
 }
 
 // WorkspaceDir is the workspace on the agent, relative to where its

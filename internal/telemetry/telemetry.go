@@ -175,3 +175,18 @@ func lookup(env []string) func(string) string {
 	}
 	return func(k string) string { return m[k] }
 }
+
+// CarryTrace is the carrier of a request's trace into work that outlives
+// it (a task's run): the work's spans become the request's children. Nil
+// when tracing is off.
+func (t *Tracing) CarryTrace() func(request, work context.Context) context.Context {
+	if t == nil {
+		return nil
+	}
+	return func(request, work context.Context) context.Context {
+		if sc := trace.SpanContextFromContext(request); sc.IsValid() {
+			return trace.ContextWithSpanContext(work, sc)
+		}
+		return work
+	}
+}

@@ -135,16 +135,23 @@ const otlpKey = "otlp-key-5f0c1d2e3b4a"
 // to an OTLP receiver of the test's own through the standard variables.
 func startTraced(t *testing.T, env ...string) (*otlpReceiver, *harness.Server) {
 	t.Helper()
+	recv, otel := otlpCollector(t)
+	return recv, startServer(t, 1, "", append(otel, env...)...)
+}
+
+// otlpCollector is an OTLP receiver of the test's own and the variables
+// that send a server's traces to it.
+func otlpCollector(t *testing.T) (*otlpReceiver, []string) {
+	t.Helper()
 	recv := &otlpReceiver{}
 	collector := httptest.NewServer(recv)
 	t.Cleanup(collector.Close)
-	s := startServer(t, 1, "", append([]string{
+	return recv, []string{
 		"OTEL_EXPORTER_OTLP_ENDPOINT=" + collector.URL,
 		"OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
 		"OTEL_EXPORTER_OTLP_HEADERS=x-otlp-key=" + otlpKey,
 		"OTEL_BSP_SCHEDULE_DELAY=200", // export within a fifth of a second
-	}, env...)...)
-	return recv, s
+	}
 }
 
 // One exec through REST is one trace, exported by OTLP/HTTP to the
@@ -318,4 +325,54 @@ func TestTracesOfAMission(t *testing.T) {
 		t.Fatalf("the agent's span of the mission is not the link span's child:\n%s", tree)
 	}
 	t.Logf("the mission's trace:\n%s", tree)
+}
+
+// A task's run outlives its POST, under a context of its own, but carries
+// the request's trace: the file work and the command on the task's agent
+// are traced under POST /api/v1/tasks, down to the agent's spans.
+func TestTracesOfATask(t *testing.T) {
+	recv, otel := otlpCollector(t)
+	e := newTaskEnv(t, otel...)
+	req, _ := http.NewRequest(http.MethodPost, e.s.RESTURL+"/api/v1/tasks", strings.NewReader("command: {argv: [sh, -c, \"echo traced task\"]}\nenvironment: {runtime: host}\n"))
+	req.Header.Set("Authorization", "Bearer "+e.s.Token)
+	req.Header.Set("Content-Type", "application/yaml")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var acc restapi.TaskAccepted
+	_ = json.NewDecoder(resp.Body).Decode(&acc)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("submit: %d", resp.StatusCode)
+	}
+	if tk := e.waitEnd(acc.TaskId, patience); tk.State != "completed" {
+		t.Fatalf("task %s", tk.State)
+	}
+	requestID := resp.Header.Get("X-Request-Id")
+	var spans []otlpSpan
+	testkit.Eventually(t, patience, "the task's trace", func() bool {
+		_, spans = recv.trace(requestID)
+		return named(spans, "POST /api/v1/tasks") != nil && named(spans, "agentd.Command") != nil && named(spans, "agentd.File") != nil
+	})
+	tree := describe(spans)
+	server := named(spans, "POST /api/v1/tasks")
+	byID := map[string]otlpSpan{}
+	for _, sp := range spans {
+		byID[string(sp.span.GetSpanId())] = sp
+	}
+	// Every agent span hangs, through its link span, from the request.
+	for _, sp := range spans {
+		if sp.service != "agentic-agent" {
+			continue
+		}
+		link, ok := byID[string(sp.span.GetParentSpanId())]
+		for ok && link.service == "agentic-agent" {
+			link, ok = byID[string(link.span.GetParentSpanId())]
+		}
+		if !ok || !strings.HasPrefix(link.span.GetName(), "agentrpc.") || !bytes.Equal(link.span.GetParentSpanId(), server.span.GetSpanId()) {
+			t.Fatalf("%q of the agent does not hang from the task's request through a link span:\n%s", sp.span.GetName(), tree)
+		}
+	}
+	t.Logf("the task's trace:\n%s", tree)
 }
