@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 
@@ -18,6 +21,25 @@ import (
 // and body.
 func rolesCall(t *testing.T, s *harness.Server, method, path, body, token string) (int, []byte) {
 	t.Helper()
+	return rolesDo(t, s, method, path, body, func(r *http.Request) {
+		if token != "" {
+			r.Header.Set("Authorization", "Bearer "+token)
+		}
+	})
+}
+
+// cookieCall is one REST call with a dashboard session cookie, from the
+// server's own page (Origin).
+func cookieCall(t *testing.T, s *harness.Server, method, path, body string, c *http.Cookie) (int, []byte) {
+	t.Helper()
+	return rolesDo(t, s, method, path, body, func(r *http.Request) {
+		r.AddCookie(&http.Cookie{Name: c.Name, Value: c.Value})
+		r.Header.Set("Origin", s.RESTURL)
+	})
+}
+
+func rolesDo(t *testing.T, s *harness.Server, method, path, body string, auth func(*http.Request)) (int, []byte) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, s.RESTURL+path, strings.NewReader(body))
@@ -27,9 +49,7 @@ func rolesCall(t *testing.T, s *harness.Server, method, path, body, token string
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
+	auth(req)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -229,4 +249,55 @@ func setField(p *page, id, value, event string) {
 func jsString(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
+}
+
+// A dashboard session of a named token on the real server: the cookie
+// ends with the token's expiry, acts as the token (GET /api/v1/me; a write
+// of a viewer 403), outlives a restart of agentic-mgmt, and is refused
+// once the token is revoked, its session gone from the data dir.
+func TestNamedTokenSessionOfTheRealServer(t *testing.T) {
+	dataDir := t.TempDir()
+	s := startServer(t, 1, dataDir)
+	exp := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	st, body := rolesCall(t, s, "POST", "/api/v1/tokens", `{"name":"e2e-watcher","role":"viewer","expires_at":"`+exp.Format(time.RFC3339)+`"}`, s.Token)
+	var tok struct{ ID, Token string }
+	if st != 201 || json.Unmarshal(body, &tok) != nil || tok.Token == "" {
+		t.Fatalf("creating the token: %d %s", st, body)
+	}
+	cookie := signInCookie(t, s.RESTURL, tok.Token, nil)
+	if !cookie.Expires.Equal(exp) {
+		t.Errorf("the cookie expires %v, want the token's expiry %v", cookie.Expires, exp)
+	}
+	wantMe := func(s *harness.Server, what string) {
+		t.Helper()
+		st, body := cookieCall(t, s, "GET", "/api/v1/me", "", cookie)
+		var me struct{ Name, Role string }
+		if st != 200 || json.Unmarshal(body, &me) != nil || me.Name != "e2e-watcher" || me.Role != "viewer" {
+			t.Fatalf("%s: GET /api/v1/me: %d %s", what, st, body)
+		}
+	}
+	wantMe(s, "signed in")
+	sessions := func() string {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(dataDir, "signin-sessions.json"))
+		if err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	if !strings.Contains(sessions(), tok.ID) {
+		t.Fatalf("signin-sessions.json holds no session of token %s:\n%s", tok.ID, sessions())
+	}
+	if st, body := cookieCall(t, s, "POST", "/api/v1/environments", `{"runtime":"host","name":"by-watcher"}`, cookie); st != 403 || errorCode(body) != "forbidden" {
+		t.Errorf("a viewer's create with the cookie: %d %s", st, body)
+	}
+	s2 := restart(t, s)
+	wantMe(s2, "after a restart")
+	if st, body := rolesCall(t, s2, "DELETE", "/api/v1/tokens/e2e-watcher", "", s2.Token); st != 204 {
+		t.Fatalf("revoking: %d %s", st, body)
+	}
+	wantSessionReads(t, s2, cookie, http.StatusUnauthorized, "the revoked token's cookie")
+	if strings.Contains(sessions(), tok.ID) {
+		t.Errorf("signin-sessions.json still holds a session of the revoked token %s", tok.ID)
+	}
 }
