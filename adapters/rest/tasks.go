@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentic-sandbox/agentic-sandbox/core/access"
 	"github.com/agentic-sandbox/agentic-sandbox/core/task"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
@@ -91,6 +92,8 @@ func (s *Server) createTask(w http.ResponseWriter, r *http.Request) {
 			s.responseError(w, r, taskError(err, ""))
 			return
 		}
+		// The labels the task would carry: a scoped token's on top.
+		m.Metadata.Labels = access.WithScope(scopeOf(r.Context()), m.Metadata.Labels)
 		_ = writeJSON(w, http.StatusOK, normalised(m))
 		return
 	}

@@ -205,6 +205,17 @@ func TestLabelScopeEndToEnd(t *testing.T) {
 	}
 	var acc restapi.TaskAccepted
 	decode(b, &acc)
+	// A dry run shows the labels it would carry.
+	st, b = call(pay, "POST", "/api/v1/tasks?dry_run=true", `{"manifest":{"metadata":{"labels":{"team":"search"}},"command":{"argv":["true"]}}}`)
+	var dry struct {
+		Metadata struct {
+			Labels map[string]string `json:"labels"`
+		} `json:"metadata"`
+	}
+	decode(b, &dry)
+	if st != 200 || dry.Metadata.Labels["team"] != "payments" {
+		t.Errorf("payments' dry run: %d %s", st, b)
+	}
 	taskIDs := func(tok string) []string {
 		t.Helper()
 		st, b := call(tok, "GET", "/api/v1/tasks", "")
