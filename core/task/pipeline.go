@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -561,17 +562,22 @@ func clipText(s string) string {
 // envLabels are the labels a task's environment carries: the task's, so
 // that a token scoped to them reaches its agent and sessions too; each one
 // an environment may not carry (a value too long for it, a reserved key)
-// is left out, so the task still runs (a scope's labels always qualify).
+// is left out, and past environment.MaxLabels the rest (by key), so the
+// task still runs (a scope's labels always qualify, but for a manifest of
+// more labels than an environment takes).
 func envLabels(labels map[string]string) map[string]string {
 	var out map[string]string
-	for k, v := range labels {
-		if environment.CheckLabels(map[string]string{k: v}) != nil {
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		if len(out) == environment.MaxLabels {
+			break
+		}
+		if environment.CheckLabels(map[string]string{k: labels[k]}) != nil {
 			continue
 		}
 		if out == nil {
 			out = map[string]string{}
 		}
-		out[k] = v
+		out[k] = labels[k]
 	}
 	return out
 }

@@ -3,6 +3,7 @@ package task
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -52,5 +53,24 @@ func TestSubmitScopedCarriesTheScope(t *testing.T) {
 	again, err := s.SubmitScoped(context.Background(), []byte(manifest), "", scope)
 	if err != nil || again.Task.ID != "t-1" {
 		t.Fatalf("the same scope's resubmit: %+v %v", again, err)
+	}
+}
+
+// More labels than an environment takes: the environment gets the first
+// MaxLabels (by key) it may carry, and the task still runs.
+func TestEnvLabelsAreBounded(t *testing.T) {
+	labels := map[string]string{"bad key": "x"}
+	for i := range environment.MaxLabels + 5 {
+		labels[fmt.Sprintf("k%02d", i)] = "v"
+	}
+	got := envLabels(labels)
+	if len(got) != environment.MaxLabels || got["k00"] != "v" || got["bad key"] != "" {
+		t.Fatalf("%d labels: %v", len(got), got)
+	}
+	if err := environment.CheckLabels(got); err != nil {
+		t.Fatal(err)
+	}
+	if envLabels(nil) != nil {
+		t.Fatal("labels out of none")
 	}
 }
