@@ -21,6 +21,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/hostsup"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/tlsca"
 	"github.com/agentic-sandbox/agentic-sandbox/core/egress"
+	"github.com/agentic-sandbox/agentic-sandbox/core/inject"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/telemetry"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
@@ -101,6 +102,10 @@ type Config struct {
 	// TestResolve is a test hook (AGENTIC_TEST_RESOLVE=name=ip,…): names the
 	// egress resolves to the given address instead of asking DNS.
 	TestResolve map[string]netip.Addr
+	// ModelPrices price the model usage of requests through injected
+	// secrets (AGENTIC_MODEL_PRICES=prefix=input/output,… over the
+	// defaults, dollars per million tokens).
+	ModelPrices inject.Prices
 	// Tracing is OpenTelemetry tracing, set up by run from the standard
 	// OTEL_EXPORTER_OTLP_* variables of the process (not a flag, nor the
 	// config file); nil is off.
@@ -378,6 +383,9 @@ func loadConfig(args, environ []string, stderr io.Writer, version string) (Confi
 		if cfg.EgressBound, err = egress.ParseRules(strings.Split(v, ",")); err != nil {
 			return Config{}, fmt.Errorf("AGENTIC_EGRESS_ALLOWED_HOSTS: %w", err)
 		}
+	}
+	if cfg.ModelPrices, err = inject.ParsePrices(src.GetDefault("AGENTIC_MODEL_PRICES", ""), inject.DefaultPrices); err != nil {
+		return Config{}, fmt.Errorf("AGENTIC_MODEL_PRICES: %w", err)
 	}
 	if cfg.Pools, err = parsePools(src.GetDefault("AGENTIC_POOLS", "")); err != nil {
 		return Config{}, fmt.Errorf("AGENTIC_POOLS: %w", err)

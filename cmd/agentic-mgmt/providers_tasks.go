@@ -52,16 +52,19 @@ func provideTasks(cfg Config, dir DataDir, envs *environment.Service, svc *agent
 		log.Warn("AGENTIC_TEST_TASK_HOLD is set: tasks wait in the states it names (a test hook)", "hold", cfg.TaskHold)
 		hold = func(s task.State) time.Duration { return cfg.TaskHold[string(s)] }
 	}
+	injected, closeInjection := newInjection(cfg, svc, log)
 	svcTasks := task.New(task.Config{
 		Store: store, Workspace: ws, Environments: envs, Files: svc, Link: svc,
 		Secrets: filestore.TaskSecrets{Dir: filepath.Join(string(dir), "task-secrets"), Getenv: os.LookupEnv},
 		Clock:   clock, IDs: ids, Logger: log, DefaultRuntime: runtime, DefaultRuntimeOf: runtimeOf, Runtimes: runtimeNames(), ObserveEnd: metrics.ObserveEnd, Permissions: svc, Hold: hold, EventLog: events, Changes: ch,
-		Carry: cfg.Tracing.CarryTrace(),
+		Carry:    cfg.Tracing.CarryTrace(),
+		Injected: injected, EgressBound: cfg.EgressBound,
 	})
 	// Loaded before the API serves: a restarted server knows its tasks at once.
 	if err := svcTasks.Load(context.Background()); err != nil {
 		svcTasks.Close()
+		closeInjection()
 		return nil, nil, fmt.Errorf("loading tasks: %w", err)
 	}
-	return svcTasks, svcTasks.Close, nil
+	return svcTasks, func() { svcTasks.Close(); closeInjection() }, nil
 }
