@@ -33,6 +33,8 @@ func (s *Service) RetireAgent(_ context.Context, agentID, reason string) {
 	for _, cmd := range ending {
 		s.finish(cmd, ports.CommandResult{ExitCode: -1, Error: reason})
 	}
+	// Its spans are not taken any more: the relay keeps nothing of it.
+	s.cfg.Tracing.Relay().Forget(agentID)
 	if known {
 		s.log.Info("agent retired", "agent_id", agentID, "reason", reason, "commands_ended", len(ending))
 		kinds := ports.ChangeAgents
