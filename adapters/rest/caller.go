@@ -2,67 +2,31 @@ package rest
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"fmt"
 	"net/http"
 	"sync"
-	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 
 	"github.com/agentic-sandbox/agentic-sandbox/core/access"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
-	"github.com/agentic-sandbox/agentic-sandbox/internal/signin"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/credential"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
 // caller is who sent a request that passed the REST auth step: the name of
-// its token and the token's role (core/access). The audit log and the
-// handlers read it with callerOf.
-type caller struct {
-	// Name is the named token's name, "operator" for the operator token,
-	// "dashboard" for the dashboard's session cookie.
-	Name string
-	Role string
-	// TokenID is the named token's id (empty for the operator token).
-	TokenID string
-	// Labels is the token's label scope (empty: everything).
-	Labels map[string]string
-	// Expires is when the named token stops working (zero: never).
-	Expires time.Time
-}
-
-// operatorCaller is the server's operator token: the first admin.
-var operatorCaller = caller{Name: operatorTokenID, Role: access.Admin}
-
-// operatorTokenID names the operator token, as a dashboard session's
-// token id does (signin.OperatorTokenID). A session signed in with a named
-// token maps to that token's caller (sessionCaller).
-const operatorTokenID = signin.OperatorTokenID
+// its token, the token's role (core/access), its id, label scope and
+// expiry. The audit log and the handlers read it with callerOf. The client
+// WebSocket knows callers the same way (internal/credential).
+type caller = credential.Caller
 
 // dashboardCaller is a dashboard session signed in with the operator token.
-var dashboardCaller = caller{Name: "dashboard", Role: access.Admin}
-
-// tokenCaller is the caller of a named token.
-func tokenCaller(t ports.Token) caller {
-	return caller{Name: t.Name, Role: t.Role, TokenID: t.ID, Labels: t.Labels, Expires: t.ExpiresAt}
-}
+var dashboardCaller = credential.Dashboard
 
 // sessionCaller is who a live dashboard session acts as: the token it was
 // signed in with (ok false once that token is revoked or expired).
 func (s *Server) sessionCaller(ss ports.SignInSession) (caller, bool) {
-	if ss.TokenID == operatorTokenID {
-		return dashboardCaller, true
-	}
-	if s.d.Tokens == nil {
-		return caller{}, false
-	}
-	t, err := s.d.Tokens.Get(ss.TokenID)
-	if err != nil || t.ID != ss.TokenID || t.Expired(s.clock.Now()) {
-		return caller{}, false
-	}
-	return tokenCaller(t), true
+	return s.verify.Session(ss, s.clock.Now())
 }
 
 type callerKey struct{}
@@ -91,23 +55,10 @@ func noteCaller(r *http.Request, c caller) {
 // from the store has its role; a revoked or expired one is refused at once.
 func (s *Server) bearerCaller(r *http.Request) (caller, bool) {
 	tok, ok := bearer(r)
-	if !ok || tok == "" {
-		return caller{}, false
-	}
-	if s.d.Token != "" {
-		got := sha256.Sum256([]byte(tok))
-		if subtle.ConstantTimeCompare(got[:], s.tokenHash[:]) == 1 {
-			return operatorCaller, true
-		}
-	}
-	if s.d.Tokens == nil {
-		return caller{}, false
-	}
-	t, ok := s.d.Tokens.Verify(tok, s.clock.Now())
 	if !ok {
 		return caller{}, false
 	}
-	return tokenCaller(t), true
+	return s.verify.Secret(tok, s.clock.Now())
 }
 
 // permit checks the caller's role against the operation of the route

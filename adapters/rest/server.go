@@ -16,6 +16,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/changes"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/clock"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/credential"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/signin"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/telemetry"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
@@ -103,6 +104,9 @@ type Deps struct {
 	// SignIns keeps the dashboard's sign-in sessions (nil: signing in
 	// answers 503 and no cookie is accepted).
 	SignIns *signin.Sessions
+	// Watch closes the event streams of a named token when it is revoked
+	// (DELETE /api/v1/tokens tells it) or expires; nil: at expiry only.
+	Watch *credential.Watchers
 	// Dashboard serves the web dashboard at / and /assets/; nil serves none.
 	Dashboard http.Handler
 	// Changes tells GET /api/v1/changes what changed (nil: nothing ever).
@@ -132,6 +136,7 @@ type Server struct {
 	log       *slog.Logger
 	clock     ports.Clock
 	tokenHash [32]byte
+	verify    *credential.Verifier
 	store     *commandStore
 }
 
@@ -156,6 +161,7 @@ func New(d Deps) *Server {
 	// Comparing hashes keeps the comparison constant-time even in the
 	// token's length.
 	s.tokenHash = sha256.Sum256([]byte(d.Token))
+	s.verify = credential.NewVerifier(d.Token, d.Tokens)
 	s.origins = signin.NewOrigins(d.Origins)
 	s.limiter = signin.NewLimiter()
 	s.store = newCommandStore(s.clock, RetainFinishedCount, RetainFinishedBytes)

@@ -2,8 +2,6 @@ package rest
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -91,18 +89,14 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request) {
 // admin), or a named token kept and not expired (the session stands for
 // its id).
 func (s *Server) signInCaller(tok string, now time.Time) (c caller, tokenID string, ok bool) {
-	got := sha256.Sum256([]byte(tok))
-	if s.d.Token != "" && subtle.ConstantTimeCompare(got[:], s.tokenHash[:]) == 1 {
+	c, ok = s.verify.Secret(tok, now)
+	switch {
+	case !ok:
+		return caller{}, "", false
+	case c.TokenID == "": // the operator token
 		return dashboardCaller, signin.OperatorTokenID, true
 	}
-	if s.d.Tokens == nil {
-		return caller{}, "", false
-	}
-	t, ok := s.d.Tokens.Verify(tok, now)
-	if !ok {
-		return caller{}, "", false
-	}
-	return tokenCaller(t), t.ID, true
+	return c, c.TokenID, true
 }
 
 // signOut ends the session on the server at once (its cookie no longer
@@ -144,20 +138,36 @@ func (s *Server) cookieCaller(r *http.Request) (c caller, ok bool, apiErr *apiEr
 // streamRoutes are the routes that may stay open long (event streams).
 var streamRoutes = map[string]bool{sessionOutputRoute: true, taskEventsRoute: true, changesRoute: true}
 
-// untilSignedOut gives a stream opened with the dashboard's cookie (and no
-// bearer token) a context that ends with its session: signed out, or
-// expired. release frees it once the stream is done.
+// untilSignedOut gives a stream a context that ends with its credential:
+// a named token revoked (Deps.Watch, told by DELETE /api/v1/tokens) or
+// expired, or, for one opened with the dashboard's cookie alone, its
+// session signed out or expired. release frees it once the stream is done.
+// The credential is checked again once watched: a revocation in between is
+// not missed.
 func (s *Server) untilSignedOut(r *http.Request) (*http.Request, func()) {
-	if _, ok := bearer(r); ok {
-		return r, func() {}
-	}
 	now := s.clock.Now()
-	ss, ok := s.d.SignIns.FromRequest(r, now)
-	if !ok {
-		return r, func() {}
+	var ended <-chan struct{}
+	var stop func()
+	var still func() bool
+	if _, ok := bearer(r); ok {
+		c, ok := callerOf(r.Context())
+		if !ok || c.TokenID == "" {
+			return r, func() {} // the operator token lasts as long as the server
+		}
+		ended, stop = s.d.Watch.Watch(c.TokenID, "", c.Expires, now)
+		still = func() bool { _, ok := s.bearerCaller(r); return ok }
+	} else {
+		ss, ok := s.d.SignIns.FromRequest(r, now)
+		if !ok {
+			return r, func() {}
+		}
+		ended, stop = s.d.SignIns.Ended(ss, now)
+		still = func() bool { _, ok, _ := s.cookieCaller(r); return ok }
 	}
-	ended, stop := s.d.SignIns.Ended(ss, now)
 	ctx, cancel := context.WithCancel(r.Context())
+	if !still() {
+		cancel()
+	}
 	go func() {
 		select {
 		case <-ended:

@@ -149,6 +149,8 @@ func (s *Server) DeleteToken(ctx context.Context, req restapi.DeleteTokenRequest
 	if err := s.d.SignIns.EndForToken(t.ID); err != nil {
 		s.log.ErrorContext(ctx, "rest: the dashboard sessions of a revoked token could not be deleted (they are refused anyway)", "token", t.Name, "id", t.ID, "err", err)
 	}
+	// What it opened itself (event streams, client WebSockets) closes now.
+	s.d.Watch.EndToken(t.ID)
 	return restapi.DeleteToken204Response{}, nil
 }
 

@@ -2,12 +2,12 @@ package wsterm
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -17,7 +17,9 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/agentic-sandbox/agentic-sandbox/core/access"
 	"github.com/agentic-sandbox/agentic-sandbox/core/session"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/credential"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/signin"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
@@ -56,6 +58,21 @@ type Config struct {
 	// SignIns are the dashboard's sign-in sessions: a page signed in opens
 	// /ws with its session cookie (nil: no cookie is accepted).
 	SignIns *signin.Sessions
+	// Tokens are the named tokens (nil: only the operator token and the
+	// sign-in sessions open /ws). A viewer joins sessions as an observer
+	// only; an executor may not open /ws; a label scope limits what a
+	// token sees to the agents of environments carrying it.
+	Tokens ports.TokenStore
+	// Watch closes the sockets of a named token revoked (EndToken); nil:
+	// they close only when the token expires.
+	Watch *credential.Watchers
+	// EnvironmentLabels finds an environment's labels, which a scoped
+	// token's agents are matched against (access.AgentInScope; nil: a
+	// scoped token sees no agent).
+	EnvironmentLabels access.EnvironmentLabels
+	// Audit records the control frames: creating a session or a shell,
+	// taking control, signals and kills (nil: not recorded).
+	Audit ports.AuditLog
 	// StallTimeout is how long one frame may wait for a viewer that does
 	// not read before the viewer is disconnected (default 2m); it rejoins
 	// from its offset and loses nothing the log still holds.
@@ -64,8 +81,9 @@ type Config struct {
 
 // Server serves /ws.
 type Server struct {
-	cfg Config
-	up  websocket.Upgrader
+	cfg    Config
+	up     websocket.Upgrader
+	verify *credential.Verifier
 
 	mu    sync.Mutex
 	conns map[string]*conn // by viewer id, to tell a viewer its role changed
@@ -104,7 +122,7 @@ func New(cfg Config) *Server {
 	if cfg.StallTimeout <= 0 {
 		cfg.StallTimeout = 2 * time.Minute
 	}
-	s := &Server{cfg: cfg, conns: map[string]*conn{}}
+	s := &Server{cfg: cfg, conns: map[string]*conn{}, verify: credential.NewVerifier(cfg.Token, cfg.Tokens)}
 	allowed := signin.NewOrigins(cfg.Origins)
 	s.up = websocket.Upgrader{ReadBufferSize: 16 << 10, WriteBufferSize: 64 << 10, CheckOrigin: func(r *http.Request) bool {
 		o := r.Header.Get("Origin")
@@ -123,30 +141,72 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
-// authorized reports whether r may open the socket; a dashboard page's
-// session is returned too (nil for a token), whose end closes the socket.
-func (s *Server) authorized(r *http.Request) (bool, *ports.SignInSession) {
-	// A dashboard page: its session cookie (the origin is checked on upgrade).
-	if ss, ok := s.cfg.SignIns.FromRequest(r, time.Now()); ok {
-		return true, &ss
-	}
+// authorized returns who r is from, if anyone: the operator token or a
+// named token (Bearer, or ?token= as browsers cannot set headers on a
+// WebSocket), else a dashboard page's session cookie (the origin is
+// checked on upgrade), whose session is returned too (nil for a token).
+func (s *Server) authorized(r *http.Request, now time.Time) (credential.Caller, *ports.SignInSession, bool) {
 	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok {
-		tok = r.URL.Query().Get("token") // browsers cannot set headers on a WebSocket
+		tok = r.URL.Query().Get("token")
 	}
-	if tok == "" || s.cfg.Token == "" {
-		return false, nil
+	if c, ok := s.verify.Secret(strings.TrimSpace(tok), now); ok {
+		return c, nil, true
 	}
-	a, b := sha256.Sum256([]byte(tok)), sha256.Sum256([]byte(s.cfg.Token))
-	return subtle.ConstantTimeCompare(a[:], b[:]) == 1, nil
+	if ss, ok := s.cfg.SignIns.FromRequest(r, now); ok {
+		if c, ok := s.verify.Session(ss, now); ok {
+			return c, &ss, true
+		}
+	}
+	return credential.Caller{}, nil, false
+}
+
+// mayOpen tells whether role may open /ws at all: a viewer (to observe),
+// an operator and an admin; not an executor (aiwg serve's orchestration).
+func mayOpen(role string) bool {
+	return role == access.Viewer || role == access.Operator || role == access.Admin
+}
+
+func writeJSONError(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(struct {
+		Error string `json:"error"`
+		Code  string `json:"code"`
+	}{msg, code})
 }
 
 func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
-	ok, session := s.authorized(r)
+	now := time.Now()
+	who, session, ok := s.authorized(r, now)
 	if !ok {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusUnauthorized)
-		_, _ = w.Write([]byte(`{"error":"missing or wrong operator token","code":"unauthorized"}`))
+		w.Header().Set("WWW-Authenticate", `Bearer realm="agentic-sandbox"`)
+		writeJSONError(w, http.StatusUnauthorized, "unauthorized", "missing, wrong, expired or revoked token (the operator token or a named token: Authorization: Bearer, or ?token=), or no live dashboard sign-in")
+		return
+	}
+	if !mayOpen(who.Role) {
+		writeJSONError(w, http.StatusForbidden, "forbidden", fmt.Sprintf("token %q has role %q, which may not open the terminal WebSocket /ws", who.Name, who.Role))
+		return
+	}
+	// Signed out, the token revoked, or either expired: the socket goes at
+	// once. Watched before the upgrade, then authorized again: a
+	// revocation in between is not missed.
+	var ended <-chan struct{}
+	stop := func() {}
+	reason := "token revoked or expired"
+	switch {
+	case session != nil:
+		ss := *session
+		ss.Expires = who.Until(ss.Expires) // the sooner of the session's end and its token's
+		ended, stop = s.cfg.SignIns.Ended(ss, now)
+		reason = "signed out, or the token signed in with was revoked or expired"
+	case who.TokenID != "":
+		ended, stop = s.cfg.Watch.Watch(who.TokenID, "", who.Expires, now)
+	}
+	defer stop()
+	if _, _, ok := s.authorized(r, time.Now()); !ok {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="agentic-sandbox"`)
+		writeJSONError(w, http.StatusUnauthorized, "unauthorized", "the token was revoked or expired, or the sign-in ended")
 		return
 	}
 	ws, err := s.up.Upgrade(w, r, nil)
@@ -157,21 +217,20 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 	// dropped connection: readLoop reads up to this much of any frame and
 	// discards the rest. Beyond it (a flood) the connection goes.
 	ws.SetReadLimit(maxDiscardBytes)
-	if session != nil {
-		// Signed out, or expired: the socket goes at once.
-		ended, stop := s.cfg.SignIns.Ended(*session, time.Now())
+	if ended != nil {
 		done := make(chan struct{})
-		defer func() { stop(); close(done) }()
+		defer close(done)
 		go func() {
 			select {
 			case <-ended:
-				_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.ClosePolicyViolation, "signed out"), time.Now().Add(time.Second))
+				s.cfg.Logger.Info("terminal connection closed: its credential ended", "actor", who.Name, "reason", reason)
+				_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.ClosePolicyViolation, reason), time.Now().Add(time.Second))
 				_ = ws.Close()
 			case <-done:
 			}
 		}()
 	}
-	c := &conn{srv: s, ws: ws, viewer: s.cfg.IDs.NewID(), out: make(chan any, outQueue), joins: map[string]context.CancelFunc{}}
+	c := &conn{srv: s, ws: ws, who: who, client: clientHost(r.RemoteAddr), viewer: s.cfg.IDs.NewID(), out: make(chan any, outQueue), joins: map[string]context.CancelFunc{}}
 	s.mu.Lock()
 	s.conns[c.viewer] = c
 	s.mu.Unlock()
@@ -183,10 +242,20 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 	c.run()
 }
 
+// clientHost is the client's address without its port.
+func clientHost(remote string) string {
+	if h, _, err := net.SplitHostPort(remote); err == nil {
+		return h
+	}
+	return remote
+}
+
 // conn is one client connection: a viewer of any number of sessions.
 type conn struct {
 	srv    *Server
 	ws     *websocket.Conn
+	who    credential.Caller
+	client string
 	viewer string
 	out    chan any
 
@@ -355,6 +424,8 @@ type helloFrame struct {
 	Version  string   `json:"version"`
 	Features []string `json:"features"`
 	ViewerID string   `json:"viewer_id"`
+	// Role is the connection's token's role: a viewer only observes.
+	Role string `json:"role,omitempty"`
 }
 
 type startedFrame struct {
@@ -420,7 +491,7 @@ func (c *conn) handle(ctx context.Context, f ClientFrame) error {
 	switch f.Type {
 	case FrameHello:
 		c.send(ctx, helloFrame{Type: FrameHello, ID: f.ID, Version: c.srv.cfg.Version, ViewerID: c.viewer,
-			Features: []string{"sessions", "replay", "roles", "base64"}})
+			Features: []string{"sessions", "replay", "roles", "base64"}, Role: c.who.Role})
 	case FramePing:
 		c.send(ctx, struct {
 			Type string `json:"type"`
@@ -433,46 +504,83 @@ func (c *conn) handle(ctx context.Context, f ClientFrame) error {
 		}
 		var out []agentView
 		for _, a := range c.srv.cfg.Agents.Agents() {
-			out = append(out, agentView{a.ID, string(a.Status)})
+			if c.agentInScope(a.ID) {
+				out = append(out, agentView{a.ID, string(a.Status)})
+			}
 		}
 		c.send(ctx, listFrame{Type: FrameAgents, ID: f.ID, Agents: out})
 	case FrameListSessions:
 		out := []sessionView{}
 		for _, s := range sv.List(f.AgentID) {
-			out = append(out, sessionView{s.ID, s.AgentID, s.Name, string(s.Type), string(s.State), s.ExitCode})
+			if c.agentInScope(s.AgentID) {
+				out = append(out, sessionView{s.ID, s.AgentID, s.Name, string(s.Type), string(s.State), s.ExitCode})
+			}
 		}
 		c.send(ctx, listFrame{Type: FrameSessions, ID: f.ID, Sessions: out})
 	case FrameCreateSession, FrameStartShell:
-		var s session.Session
-		var err error
+		op := "ws.createSession"
 		if f.Type == FrameStartShell {
-			s, err = sv.StartShell(ctx, f.AgentID, f.Name, uint16(f.Cols), uint16(f.Rows)) //nolint:gosec // validate bounds cols and rows to 1..maxDim
-		} else {
-			s, err = sv.Create(ctx, session.Spec{AgentID: f.AgentID, Name: f.Name, Type: ports.SessionType(f.SessionTy),
-				Command: f.Command, Args: f.Args, Cwd: f.Cwd, Env: f.Env, PTY: f.PTY == nil || *f.PTY}, uint16(f.Cols), uint16(f.Rows)) //nolint:gosec // validate bounds cols and rows to 1..maxDim
+			op = "ws.startShell"
 		}
-		if err != nil {
-			return err
-		}
-		c.send(ctx, startedFrame{Type: FrameSessionStarted, ID: f.ID, SessionID: s.ID, AgentID: s.AgentID, Name: s.Name, SessType: string(s.Type)})
-		// The creator watches from the start and controls an interactive session.
-		from := uint64(0)
-		role := session.Observer
-		if s.Type == ports.SessionInteractive {
-			role = session.Controller
-		}
-		return c.join(ctx, f.ID, s.ID, role, &from, false)
+		return c.control(op, f.AgentID, func() (string, error) {
+			if !c.agentInScope(f.AgentID) {
+				return f.AgentID, ports.ErrAgentNotFound // out of scope: as if there were none
+			}
+			var s session.Session
+			var err error
+			if f.Type == FrameStartShell {
+				s, err = sv.StartShell(ctx, f.AgentID, f.Name, uint16(f.Cols), uint16(f.Rows)) //nolint:gosec // validate bounds cols and rows to 1..maxDim
+			} else {
+				s, err = sv.Create(ctx, session.Spec{AgentID: f.AgentID, Name: f.Name, Type: ports.SessionType(f.SessionTy),
+					Command: f.Command, Args: f.Args, Cwd: f.Cwd, Env: f.Env, PTY: f.PTY == nil || *f.PTY}, uint16(f.Cols), uint16(f.Rows)) //nolint:gosec // validate bounds cols and rows to 1..maxDim
+			}
+			if err != nil {
+				return f.AgentID, err
+			}
+			c.send(ctx, startedFrame{Type: FrameSessionStarted, ID: f.ID, SessionID: s.ID, AgentID: s.AgentID, Name: s.Name, SessType: string(s.Type)})
+			// The creator watches from the start and controls an interactive session.
+			from := uint64(0)
+			role := session.Observer
+			if s.Type == ports.SessionInteractive {
+				role = session.Controller
+			}
+			return s.ID, c.join(ctx, f.ID, s.ID, role, &from, false)
+		})
 	case FrameJoinSession:
 		role := session.Role(f.Role)
 		if role == "" {
 			role = session.Observer
 		}
-		return c.join(ctx, f.ID, f.SessionID, role, f.ReplayFrom, f.Take)
+		if role != session.Controller {
+			if err := c.sessionInScope(f.SessionID); err != nil {
+				return err
+			}
+			return c.join(ctx, f.ID, f.SessionID, role, f.ReplayFrom, f.Take)
+		}
+		// Asking for control (taking it from another viewer with take).
+		return c.control("ws.takeControl", f.SessionID, func() (string, error) {
+			if err := c.sessionInScope(f.SessionID); err != nil {
+				return f.SessionID, err
+			}
+			return f.SessionID, c.join(ctx, f.ID, f.SessionID, role, f.ReplayFrom, f.Take)
+		})
 	case FrameLeaveSession:
 		c.leave(f.SessionID)
 	case FrameInput:
+		if err := c.mayControl("send input"); err != nil {
+			return err
+		}
+		if err := c.sessionInScope(f.SessionID); err != nil {
+			return err
+		}
 		return c.input(ctx, f)
 	case FrameResize:
+		if err := c.mayControl("resize the terminal"); err != nil {
+			return err
+		}
+		if err := c.sessionInScope(f.SessionID); err != nil {
+			return err
+		}
 		cols, rows := uint16(f.Cols), uint16(f.Rows) //nolint:gosec // validate bounds cols and rows to 1..maxDim
 		if err := sv.Resize(ctx, f.SessionID, c.viewer, cols, rows); err != nil {
 			return err
@@ -488,9 +596,19 @@ func (c *conn) handle(ctx context.Context, f ClientFrame) error {
 		if !ok {
 			return bad("invalid_frame", "unknown signal %q", f.Signal)
 		}
-		return sv.Signal(ctx, f.SessionID, c.viewer, sig)
+		return c.control("ws.signal", f.SessionID, func() (string, error) {
+			if err := c.sessionInScope(f.SessionID); err != nil {
+				return f.SessionID, err
+			}
+			return f.SessionID, sv.Signal(ctx, f.SessionID, c.viewer, sig)
+		})
 	case FrameKillSession:
-		return sv.Kill(ctx, f.SessionID)
+		return c.control("ws.killSession", f.SessionID, func() (string, error) {
+			if err := c.sessionInScope(f.SessionID); err != nil {
+				return f.SessionID, err
+			}
+			return f.SessionID, sv.Kill(ctx, f.SessionID)
+		})
 	}
 	return nil
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/tlsca"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/changes"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/clock"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/credential"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/signin"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
@@ -238,7 +239,7 @@ func provideMetrics(svc *agentrpc.Service, uc UseCases, times *promexport.Provis
 }
 
 func provideREST(cfg Config, svc *agentrpc.Service, op OperatorHTTP, uc UseCases, link *aiwg.Client, logs *filestore.SessionLog,
-	metrics MetricsHandler, ready *Readiness, clock ports.Clock, log *slog.Logger, ch *changes.Hub, public *filestore.PublicPorts, signIns *signin.Sessions, tokens *filestore.Tokens, creds *credentialAudit) (RESTHandler, error) {
+	metrics MetricsHandler, ready *Readiness, clock ports.Clock, log *slog.Logger, ch *changes.Hub, public *filestore.PublicPorts, signIns *signin.Sessions, tokens *filestore.Tokens, creds *credentialAudit, watch *credential.Watchers) (RESTHandler, error) {
 	_, wsPort, _ := net.SplitHostPort(cfg.wsAddr())
 	port, _ := strconv.Atoi(wsPort)
 	dash, err := dashboard.New(port)
@@ -266,6 +267,7 @@ func provideREST(cfg Config, svc *agentrpc.Service, op OperatorHTTP, uc UseCases
 		Tasks:        uc.Tasks,
 		Origins:      op.Origins,
 		SignIns:      signIns,
+		Watch:        watch,
 		Audit:        uc.Audit,
 		Dashboard:    dash,
 		Changes:      ch,

@@ -9,6 +9,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/wsterm"
 	"github.com/agentic-sandbox/agentic-sandbox/core/session"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/credential"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/signin"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
@@ -28,6 +29,16 @@ func provideSessions(cfg Config, svc *agentrpc.Service, logs *filestore.SessionL
 	return session.New(session.Config{Link: svc, Agents: svc, Log: logs, Clock: clock, IDs: ids, Logger: log, Retention: cfg.SessionRetention, Changes: ch})
 }
 
-func provideWS(cfg Config, op OperatorHTTP, ss *session.Service, svc *agentrpc.Service, logs *filestore.SessionLog, ids ports.IDGenerator, log *slog.Logger, signIns *signin.Sessions) WSHandler {
-	return wsterm.New(wsterm.Config{Sessions: ss, Agents: svc, Log: logs, IDs: ids, Token: op.Token, Version: op.Version, Logger: log, StallTimeout: cfg.ViewerStallTimeout, Origins: op.Origins, SignIns: signIns}).Handler()
+// provideTokenWatch closes what a named token opened (client WebSockets,
+// REST event streams, its dashboard sessions' too) when it is revoked.
+func provideTokenWatch() *credential.Watchers { return credential.NewWatchers() }
+
+func provideWS(cfg Config, op OperatorHTTP, ss *session.Service, svc *agentrpc.Service, logs *filestore.SessionLog, ids ports.IDGenerator, log *slog.Logger, signIns *signin.Sessions,
+	tokens *filestore.Tokens, watch *credential.Watchers, uc UseCases) WSHandler {
+	return wsterm.New(wsterm.Config{Sessions: ss, Agents: svc, Log: logs, IDs: ids, Token: op.Token, Version: op.Version, Logger: log, StallTimeout: cfg.ViewerStallTimeout, Origins: op.Origins, SignIns: signIns,
+		Tokens: tokens, Watch: watch, Audit: uc.Audit,
+		EnvironmentLabels: func(name string) (map[string]string, bool) {
+			e, ok := uc.Environments.Get(name)
+			return e.Labels, ok
+		}}).Handler()
 }

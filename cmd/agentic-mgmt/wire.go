@@ -42,6 +42,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		provideSessionLog,
 		provideSessions,
 		provideWS,
+		provideTokenWatch,
 		provideSupervisor,
 		provideRuntimes,
 		provideProvisionTimes,

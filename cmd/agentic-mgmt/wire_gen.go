@@ -131,7 +131,8 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		cleanup()
 		return nil, nil, err
 	}
-	sessions, err := provideSignIns(dataDir, operatorToken, tokens, wall)
+	watchers := provideTokenWatch()
+	sessions, err := provideSignIns(dataDir, operatorToken, tokens, wall, watchers)
 	if err != nil {
 		cleanup7()
 		cleanup6()
@@ -142,7 +143,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		cleanup()
 		return nil, nil, err
 	}
-	restHandler, err := provideREST(cfg, service, operatorHTTP, useCases, client, sessionLog, metricsHandler, readiness, wall, log, hub, publicPorts, sessions, tokens, mainCredentialAudit)
+	restHandler, err := provideREST(cfg, service, operatorHTTP, useCases, client, sessionLog, metricsHandler, readiness, wall, log, hub, publicPorts, sessions, tokens, mainCredentialAudit, watchers)
 	if err != nil {
 		cleanup7()
 		cleanup6()
@@ -164,7 +165,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		cleanup()
 		return nil, nil, err
 	}
-	wsHandler := provideWS(cfg, operatorHTTP, sessionService, service, sessionLog, uuiDv7, log, sessions)
+	wsHandler := provideWS(cfg, operatorHTTP, sessionService, service, sessionLog, uuiDv7, log, sessions, tokens, watchers, useCases)
 	agentTLS, err := provideAgentTLS(cfg, dataDir)
 	if err != nil {
 		cleanup7()

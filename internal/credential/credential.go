@@ -27,8 +27,17 @@ type Caller struct {
 	TokenID string
 	// Labels is the token's label scope (empty: everything).
 	Labels map[string]string
-	// Expires is when the credential stops being valid (zero: never).
+	// Expires is when the token stops working (zero: never).
 	Expires time.Time
+}
+
+// Until is when a connection opened by c with a sign-in session ending
+// at sessionEnd (zero: none) must close: the sooner of the two ends.
+func (c Caller) Until(sessionEnd time.Time) time.Time {
+	if c.Expires.IsZero() || (!sessionEnd.IsZero() && sessionEnd.Before(c.Expires)) {
+		return sessionEnd
+	}
+	return c.Expires
 }
 
 // admin is core/access.Admin (internal/ sits below core: the test checks
@@ -85,8 +94,8 @@ func FromToken(t ports.Token) Caller {
 
 // Session returns the caller a live dashboard session stands for: the
 // operator token's (Dashboard), or the named token whose id it holds,
-// while that token is valid. Expires is the sooner of the session's end
-// and the token's.
+// while that token is valid. Expires is the token's (the session ends at
+// ss.Expires, or sooner with it: Until).
 func (v *Verifier) Session(ss ports.SignInSession, now time.Time) (Caller, bool) {
 	var c Caller
 	if ss.TokenID == OperatorTokenID {
@@ -100,9 +109,6 @@ func (v *Verifier) Session(ss ports.SignInSession, now time.Time) (Caller, bool)
 			return Caller{}, false
 		}
 		c = FromToken(t)
-	}
-	if c.Expires.IsZero() || (!ss.Expires.IsZero() && ss.Expires.Before(c.Expires)) {
-		c.Expires = ss.Expires
 	}
 	return c, true
 }
