@@ -56,7 +56,7 @@ func (s *Service) RenameAgent(ctx context.Context, agentID, newID, newSecret str
 	if err != nil {
 		return err
 	}
-	s.log.Info("agent renamed", "agent_id", agentID, "new_id", newID)
+	s.log.InfoContext(ctx, "agent renamed", "agent_id", agentID, "new_id", newID)
 	return c.send(ctx, &sandboxv1.ConnectResponse{Payload: &sandboxv1.ConnectResponse_Rename{
 		Rename: &sandboxv1.Rename{AgentId: newID, Secret: newSecret}}})
 }

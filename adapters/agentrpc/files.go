@@ -373,7 +373,7 @@ func (s *Service) write(ctx context.Context, agentID string, req *sandboxv1.File
 			return err // the agent's own reason is the better one
 		}
 	case <-time.After(abortGrace):
-		s.log.Warn("an agent did not end an aborted upload", "agent_id", agentID, "transfer_id", req.GetTransferId())
+		s.log.WarnContext(ctx, "an agent did not end an aborted upload", "agent_id", agentID, "transfer_id", req.GetTransferId())
 	}
 	return sendErr
 }

@@ -187,7 +187,7 @@ func (s *Service) Connect(ctx context.Context, stream *connect.BidiStream[sandbo
 		return errShuttingDown
 	}
 	if !s.streams.take(id, maxStreamsPerAgent) {
-		s.log.Warn("refused: too many streams of one agent", "agent_id", id, "limit", maxStreamsPerAgent)
+		s.log.WarnContext(ctx, "refused: too many streams of one agent", "agent_id", id, "limit", maxStreamsPerAgent)
 		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("agent %q has %d streams open already", id, maxStreamsPerAgent))
 	}
 	defer s.streams.release(id)
@@ -220,10 +220,10 @@ func (s *Service) Connect(ctx context.Context, stream *connect.BidiStream[sandbo
 	s.mu.Unlock()
 	if replaced && old != nil {
 		old.close()
-		s.log.Info("agent connection replaced by a new one", "agent_id", id)
+		s.log.InfoContext(ctx, "agent connection replaced by a new one", "agent_id", id)
 	}
 	s.cfg.Changes.Changed(ports.ChangeAgents)
-	s.log.Info("agent connected", "agent_id", id, "hostname", reg.GetHostname(), "runtime", reg.GetRuntime().String())
+	s.log.InfoContext(ctx, "agent connected", "agent_id", id, "hostname", reg.GetHostname(), "runtime", reg.GetRuntime().String())
 
 	ack := &sandboxv1.ConnectResponse{Payload: &sandboxv1.ConnectResponse_RegistrationAck{RegistrationAck: &sandboxv1.RegistrationAck{
 		Accepted:                 true,
@@ -281,10 +281,10 @@ loop:
 			case err := <-recvDone:
 				recvDone = nil
 				if err != nil && !errors.Is(err, io.EOF) {
-					s.log.Info("drained agent stream ended without its close", "agent_id", c.agentID, "err", err)
+					s.log.InfoContext(ctx, "drained agent stream ended without its close", "agent_id", c.agentID, "err", err)
 				}
 			case <-time.After(s.drainTimeout):
-				s.log.Warn("agent did not close its drained stream in time; ending it", "agent_id", c.agentID)
+				s.log.WarnContext(ctx, "agent did not close its drained stream in time; ending it", "agent_id", c.agentID)
 			case <-c.closed:
 			case <-ctx.Done():
 			}

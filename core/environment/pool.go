@@ -374,7 +374,7 @@ func (s *Service) take(ctx context.Context, req Request, allowed []string, kind 
 		}
 		// The caller's environment is provisioned the usual way; a member
 		// whose agent may be half renamed goes.
-		s.log.Error("a pool member could not be handed over; provisioning instead", "pool", p.def.Name, "member", member, "name", req.Name, "err", err)
+		s.log.ErrorContext(ctx, "a pool member could not be handed over; provisioning instead", "pool", p.def.Name, "member", member, "name", req.Name, "err", err)
 		s.mu.Lock()
 		p.misses++
 		s.mu.Unlock()
@@ -388,7 +388,7 @@ func (s *Service) take(ctx context.Context, req Request, allowed []string, kind 
 		e.State, e.Error, e.ReadyAt, e.ProvisionTime = StateReady, "", now, now.Sub(start)
 		e.Events = appendEvent(e.Events, Event{At: now, Step: "agent_ready", Message: fmt.Sprintf("after %s (from a pool)", now.Sub(start).Round(time.Microsecond))})
 	})
-	s.log.Info("environment taken from a pool", "name", req.Name, "pool", p.def.Name, "member", member, "take_time", now.Sub(start))
+	s.log.InfoContext(ctx, "environment taken from a pool", "name", req.Name, "pool", p.def.Name, "member", member, "take_time", now.Sub(start))
 	got, _ := s.Get(req.Name)
 	return got, true, nil
 }
@@ -454,7 +454,7 @@ func (s *Service) handOver(ctx context.Context, member, name string, kind ports.
 		}()
 	}
 	if err := s.cfg.Credentials.Delete(member); err != nil {
-		s.log.Error("a taken member's credential could not be revoked", "member", member, "err", err)
+		s.log.ErrorContext(ctx, "a taken member's credential could not be revoked", "member", member, "err", err)
 	}
 	if s.cfg.Retire != nil {
 		s.cfg.Retire.RetireAgent(ctx, member, ReasonPoolMemberTaken)
@@ -470,16 +470,16 @@ func (s *Service) recoverPools(ctx context.Context) map[string]string {
 	}
 	for _, p := range s.cfg.StartPools {
 		if err := s.CheckPool(p); err != nil {
-			s.log.Error("a pool given at start is refused", "pool", p.Name, "err", err)
+			s.log.ErrorContext(ctx, "a pool given at start is refused", "pool", p.Name, "err", err)
 			continue
 		}
 		if err := s.cfg.Pools.PutPool(ctx, p); err != nil {
-			s.log.Error("a pool given at start could not be stored", "pool", p.Name, "err", err)
+			s.log.ErrorContext(ctx, "a pool given at start could not be stored", "pool", p.Name, "err", err)
 		}
 	}
 	defs, err := s.cfg.Pools.Pools(ctx)
 	if err != nil {
-		s.log.Error("pools could not be read: none kept", "err", err)
+		s.log.ErrorContext(ctx, "pools could not be read: none kept", "err", err)
 	}
 	s.mu.Lock()
 	for _, d := range defs {
@@ -492,7 +492,7 @@ func (s *Service) recoverPools(ctx context.Context) map[string]string {
 	if err != nil {
 		// Without them, taken environments would look like idle members
 		// and be handed out again: keep no member at all instead.
-		s.log.Error("pool claims could not be read: no pool kept until they can", "err", err)
+		s.log.ErrorContext(ctx, "pool claims could not be read: no pool kept until they can", "err", err)
 		s.mu.Lock()
 		s.pools = map[string]*pool{}
 		s.mu.Unlock()

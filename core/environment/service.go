@@ -250,17 +250,17 @@ func (s *Service) addRuntime(ctx context.Context, name string, rt ports.Runtime)
 	rts[name] = rt
 	s.cfg.Runtimes = rts
 	s.rtMu.Unlock()
-	s.log.Info("runtime found after start: offered now", "runtime", name)
+	s.log.InfoContext(ctx, "runtime found after start: offered now", "runtime", name)
 	var claims map[string]string
 	if s.cfg.Pools != nil {
 		defs, err := s.cfg.Pools.Pools(ctx)
 		if err != nil {
-			s.log.Error("pools could not be read: none kept on the runtime found", "runtime", name, "err", err)
+			s.log.ErrorContext(ctx, "pools could not be read: none kept on the runtime found", "runtime", name, "err", err)
 		}
 		if claims, err = s.cfg.Pools.Claims(ctx); err != nil {
 			// As at Recover: without the claims, taken environments would
 			// look like idle members; keep no pool of it instead.
-			s.log.Error("pool claims could not be read: no pool kept on the runtime found", "runtime", name, "err", err)
+			s.log.ErrorContext(ctx, "pool claims could not be read: no pool kept on the runtime found", "runtime", name, "err", err)
 			defs = nil
 		}
 		s.mu.Lock()
@@ -307,7 +307,7 @@ func (s *Service) Recover(ctx context.Context) {
 func (s *Service) recoverRuntime(ctx context.Context, name string, rt ports.Runtime, claims map[string]string) {
 	envs, err := rt.Recover(ctx)
 	if err != nil {
-		s.log.Error("could not recover environments", "runtime", name, "err", err)
+		s.log.ErrorContext(ctx, "could not recover environments", "runtime", name, "err", err)
 		return
 	}
 	now := s.cfg.Clock.Now()
@@ -350,7 +350,7 @@ func (s *Service) recoverRuntime(ctx context.Context, name string, rt ports.Runt
 	}
 	s.mu.Unlock()
 	s.changed()
-	s.log.Info("environments recovered", "runtime", name, "count", len(envs))
+	s.log.InfoContext(ctx, "environments recovered", "runtime", name, "count", len(envs))
 }
 
 func fromRuntime(e ports.Environment, runtime string) Environment {
@@ -525,7 +525,7 @@ func (s *Service) create(ctx context.Context, req Request, pool string) (Environ
 			return Environment{}, err
 		}
 		s.fail(req.Name, err.Error())
-		s.log.Error("environment failed to provision", "name", req.Name, "runtime", req.Runtime, "err", err)
+		s.log.ErrorContext(ctx, "environment failed to provision", "name", req.Name, "runtime", req.Runtime, "err", err)
 		got, _ := s.get(req.Name)
 		return got.Environment, nil
 	}
@@ -540,7 +540,7 @@ func (s *Service) create(ctx context.Context, req Request, pool string) (Environ
 		dctx, dcancel := context.WithTimeout(context.WithoutCancel(s.life), 2*time.Minute)
 		defer dcancel()
 		if err := rt.Destroy(dctx, req.Name); err != nil && !errors.Is(err, ports.ErrEnvNotFound) {
-			s.log.Error("an environment deleted while provisioning could not be destroyed", "name", req.Name, "err", err)
+			s.log.ErrorContext(ctx, "an environment deleted while provisioning could not be destroyed", "name", req.Name, "err", err)
 		}
 		last.State = StateDeleting
 		return last, nil
@@ -597,7 +597,7 @@ func (s *Service) awaitAgent(ctx context.Context, name, runtime string) {
 			return
 		case <-deadline.C:
 			s.fail(name, fmt.Sprintf("the agent did not register within %s", s.cfg.ReadyTimeout))
-			s.log.Error("environment failed: no agent", "name", name, "runtime", runtime)
+			s.log.ErrorContext(ctx, "environment failed: no agent", "name", name, "runtime", runtime)
 			return
 		case <-tick.C:
 		}
@@ -867,7 +867,7 @@ func (s *Service) delete(ctx context.Context, name string, member bool) error {
 	// a mission would fail as a mere non-zero exit). From here the
 	// environment is gone for its work even if Destroy fails.
 	if err := s.cfg.Credentials.Delete(name); err != nil {
-		s.log.Error("the deleted environment's agent credential could not be removed", "name", name, "err", err)
+		s.log.ErrorContext(ctx, "the deleted environment's agent credential could not be removed", "name", name, "err", err)
 	}
 	if s.cfg.Retire != nil {
 		s.cfg.Retire.RetireAgent(ctx, name, ports.ReasonEnvironmentDeleted)
@@ -880,11 +880,11 @@ func (s *Service) delete(ctx context.Context, name string, member bool) error {
 	}
 	if e.runtimeName != name && s.cfg.Pools != nil {
 		if err := s.cfg.Pools.DeleteClaim(ctx, e.runtimeName); err != nil {
-			s.log.Error("a deleted environment's pool claim could not be removed", "name", name, "member", e.runtimeName, "err", err)
+			s.log.ErrorContext(ctx, "a deleted environment's pool claim could not be removed", "name", name, "member", e.runtimeName, "err", err)
 		}
 	}
 	s.forget(name)
-	s.log.Info("environment deleted", "name", name)
+	s.log.InfoContext(ctx, "environment deleted", "name", name)
 	return nil
 }
 

@@ -445,7 +445,7 @@ func (s *Service) launch(ctx context.Context, l *live) {
 	l.op.Unlock()
 	if ended {
 		if err := cmd.Kill(context.Background()); err != nil && !errors.Is(err, ports.ErrCommandEnded) {
-			s.log.Warn("could not kill the session of an aborted mission", "mission_id", l.id, "err", err)
+			s.log.WarnContext(ctx, "could not kill the session of an aborted mission", "mission_id", l.id, "err", err)
 		}
 	}
 	s.watch(l)
@@ -856,7 +856,7 @@ func (s *Service) Suspend(ctx context.Context) error {
 	select {
 	case <-watchers:
 	case <-ctx.Done():
-		s.log.Warn("suspending while a session start is still pending")
+		s.log.WarnContext(ctx, "suspending while a session start is still pending")
 	}
 	now := s.cfg.Clock.Now()
 	// Hold every mission until the suspension is stored and announced, so
@@ -880,7 +880,7 @@ func (s *Service) Suspend(ctx context.Context) error {
 	for i, l := range moved {
 		l.m = ms[i]
 	}
-	s.log.Info("missions suspended for shutdown", "count", len(ms))
+	s.log.InfoContext(ctx, "missions suspended for shutdown", "count", len(ms))
 	return nil
 }
 

@@ -142,7 +142,7 @@ func (s *Service) run(ctx context.Context, e *entry) {
 			if reason == "" {
 				reason = ReasonInternal
 			}
-			s.log.Warn("task failed", "task_id", e.rec.ID, "state", state, "reason", reason, "err", err)
+			s.log.WarnContext(ctx, "task failed", "task_id", e.rec.ID, "state", state, "reason", reason, "err", err)
 			s.failure(ctx, e, reason, err)
 			return
 		}
@@ -548,7 +548,7 @@ func (s *Service) destroy(ctx context.Context, e *entry) {
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
 	if err := s.cfg.Environments.Delete(dctx, name); err != nil && !errors.Is(err, ports.ErrEnvNotFound) {
-		s.log.Warn("task environment not destroyed", "task_id", e.rec.ID, "environment", name, "err", err)
+		s.log.WarnContext(ctx, "task environment not destroyed", "task_id", e.rec.ID, "environment", name, "err", err)
 	}
 }
 

@@ -157,7 +157,7 @@ func (s *Service) Load(ctx context.Context) error {
 	for _, r := range recs {
 		m, err := Parse([]byte(r.Manifest))
 		if err != nil {
-			s.log.Error("a stored task's manifest no longer parses", "task_id", r.ID, "err", err)
+			s.log.ErrorContext(ctx, "a stored task's manifest no longer parses", "task_id", r.ID, "err", err)
 			continue
 		}
 		e := &entry{rec: r, manifest: m}
