@@ -15,6 +15,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
 )
 
 // A forwarded connection on a connection of its own to the server (see
@@ -22,14 +24,9 @@ import (
 // move without per-chunk messages, and between two sockets the kernel
 // splices them.
 
-// The upgrade an agent sends (agentrpc's ForwardRawPath etc.; the two sides
-// are adapters of their own and share no code).
-const (
-	forwardRawPath     = "/agentic-sandbox/forward"
-	forwardRawProtocol = "agentic-forward"
-	headerForwardID    = "x-forward-id"
-	rawUpgradeTimeout  = 15 * time.Second
-)
+// rawUpgradeTimeout bounds the upgrade (agentwire.ForwardRawPath) of a
+// connection of its own.
+const rawUpgradeTimeout = 15 * time.Second
 
 // rawDialer opens a new connection to the server where its address allows
 // more than one: http:// (TCP), https:// (TLS, HTTP/1.1 by ALPN) and a
@@ -73,11 +70,11 @@ func (a *Agent) openRawForward(ctx context.Context, forwardID string) (net.Conn,
 	_ = conn.SetDeadline(time.Now().Add(rawUpgradeTimeout))
 	h := http.Header{}
 	a.signIn(h)
-	h.Set(headerForwardID, forwardID)
+	h.Set(agentwire.HeaderForwardID, forwardID)
 	h.Set("Connection", "Upgrade")
-	h.Set("Upgrade", forwardRawProtocol)
+	h.Set("Upgrade", agentwire.ForwardRawProtocol)
 	var req bytes.Buffer
-	req.WriteString("GET " + forwardRawPath + " HTTP/1.1\r\nHost: agentic-sandbox\r\n")
+	req.WriteString("GET " + agentwire.ForwardRawPath + " HTTP/1.1\r\nHost: agentic-sandbox\r\n")
 	_ = h.Write(&req)
 	req.WriteString("\r\n")
 	if _, err := conn.Write(req.Bytes()); err != nil {

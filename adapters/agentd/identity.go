@@ -23,8 +23,8 @@ type identity struct{ ID, Secret string }
 // own) and returns them.
 func (a *Agent) signIn(h http.Header) *identity {
 	me := a.ident.Load()
-	h.Set("x-agent-id", me.ID)
-	h.Set("x-agent-secret", me.Secret)
+	h.Set(agentwire.HeaderAgentID, me.ID)
+	h.Set(agentwire.HeaderAgentSecret, me.Secret)
 	return me
 }
 

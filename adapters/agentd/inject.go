@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/httpstream"
 )
 
@@ -19,10 +20,6 @@ import (
 // itself, to the server (agentrpc's InjectPath), which checks it, puts the
 // real value in and sends it to the real host. The agent never holds the
 // value.
-
-// injectPath is the server's route (agentrpc's InjectPath; the two sides
-// are adapters of their own and share no code).
-const injectPath = "/agentic-sandbox/inject/"
 
 // maxInjectInFlight bounds the requests the endpoint carries at once; more
 // wait for none and get 503 (the server bounds the rate too).
@@ -92,7 +89,7 @@ func (a *Agent) serveInject(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusNotFound, "not_found", "the path must start with an injected secret's name")
 		return
 	}
-	target := a.serverBase + injectPath + secret + "/" + rest
+	target := a.serverBase + agentwire.InjectPath + secret + "/" + rest
 	if r.URL.RawQuery != "" {
 		target += "?" + r.URL.RawQuery
 	}

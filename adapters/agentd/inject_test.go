@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
 )
 
 // fakeInjectRoute stands for the server's inject route: it keeps what it
@@ -85,7 +86,7 @@ func TestInjectEndpointCarriesRequestsToTheServer(t *testing.T) {
 	route.mu.Lock()
 	defer route.mu.Unlock()
 	got := route.seen[0]
-	if got.URL.Path != injectPath+"ANTHROPIC_API_KEY/v1/messages" || got.URL.RawQuery != "beta=true" || got.Method != http.MethodPost {
+	if got.URL.Path != agentwire.InjectPath+"ANTHROPIC_API_KEY/v1/messages" || got.URL.RawQuery != "beta=true" || got.Method != http.MethodPost {
 		t.Fatalf("the server was asked %s %s?%s", got.Method, got.URL.Path, got.URL.RawQuery)
 	}
 	if got.Header.Get("X-Agent-Id") != testAgentID || got.Header.Get("X-Agent-Secret") != testSecret || got.Header.Get("X-Api-Key") != "placeholder" {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
 )
 
 // A forwarded connection's bytes need no framing of the link's: where the
@@ -24,9 +26,9 @@ import (
 // ForwardRawPath, ForwardRawProtocol and HeaderForwardID are the upgrade
 // an agent sends on a connection of its own for a PortDial.
 const (
-	ForwardRawPath     = "/agentic-sandbox/forward"
-	ForwardRawProtocol = "agentic-forward"
-	HeaderForwardID    = "x-forward-id"
+	ForwardRawPath     = agentwire.ForwardRawPath
+	ForwardRawProtocol = agentwire.ForwardRawProtocol
+	HeaderForwardID    = agentwire.HeaderForwardID
 )
 
 // serveForwardRaw takes an agent's connection for one of its dials.

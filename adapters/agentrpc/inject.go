@@ -4,12 +4,14 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
+
+	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
 )
 
 // InjectPath is where an agent carries a request its workload sent to the
 // loopback endpoint of an injected secret: InjectPath + secret name +
 // the request's own path (agentd's injectPath).
-const InjectPath = "/agentic-sandbox/inject/"
+const InjectPath = agentwire.InjectPath
 
 // InjectHandler serves one such request of the authenticated agent agentID
 // for the secret named secret; path is the request's own (escaped, from /).

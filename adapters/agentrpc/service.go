@@ -33,8 +33,8 @@ import (
 
 // Header names of the agent's credentials.
 const (
-	HeaderAgentID     = "x-agent-id"
-	HeaderAgentSecret = "x-agent-secret"
+	HeaderAgentID     = agentwire.HeaderAgentID
+	HeaderAgentSecret = agentwire.HeaderAgentSecret
 )
 
 // ConfigConnectionID is the registration-ack config key naming the

@@ -1,0 +1,20 @@
+package agentwire
+
+// The agent link's plain HTTP beside its Connect service: the headers an
+// agent signs in with, and the routes of its raw forwarded connections and
+// of its injected secrets' requests. The server (agentrpc) serves them and
+// the agent (agentd) calls them.
+const (
+	HeaderAgentID     = "x-agent-id"
+	HeaderAgentSecret = "x-agent-secret"
+
+	// ForwardRawPath is upgraded (HTTP/1.1, ForwardRawProtocol) into a
+	// forwarded connection's raw bytes, for the dial HeaderForwardID names.
+	ForwardRawPath     = "/agentic-sandbox/forward"
+	ForwardRawProtocol = "agentic-forward"
+	HeaderForwardID    = "x-forward-id"
+
+	// InjectPath + a secret's name + the request's own path carries a
+	// workload's request for an injected secret.
+	InjectPath = "/agentic-sandbox/inject/"
+)
