@@ -5,14 +5,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"sync"
 	"time"
 
@@ -43,14 +41,11 @@ func rawDialer(server, caFile string, unixTakesTwo bool) (func(context.Context) 
 	case u.Scheme == "https" && u.Host != "":
 		cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: u.Hostname(), NextProtos: []string{"http/1.1"}}
 		if caFile != "" {
-			pem, err := os.ReadFile(caFile)
+			pool, err := managementCA(caFile)
 			if err != nil {
-				return nil, fmt.Errorf("MANAGEMENT_CA: %w", err)
+				return nil, err
 			}
-			cfg.RootCAs = x509.NewCertPool()
-			if !cfg.RootCAs.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("MANAGEMENT_CA %s: no certificate in it", caFile)
-			}
+			cfg.RootCAs = pool
 		}
 		td := &tls.Dialer{NetDialer: d, Config: cfg}
 		return func(ctx context.Context) (net.Conn, error) { return td.DialContext(ctx, "tcp", u.Host) }, nil

@@ -46,13 +46,9 @@ func serverClientOnce(server, caFile string) (*http.Client, string, error) {
 	case (u.Scheme == "http" || u.Scheme == "https") && u.Host != "":
 		c := httpClient(u.Scheme == "http", dialer.DialContext)
 		if caFile != "" {
-			pem, err := os.ReadFile(caFile)
+			pool, err := managementCA(caFile)
 			if err != nil {
-				return nil, "", fmt.Errorf("MANAGEMENT_CA: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, "", fmt.Errorf("MANAGEMENT_CA %s: no certificate in it", caFile)
+				return nil, "", err
 			}
 			c.Transport.(wholeEnvelopes).next.(*http.Transport).TLSClientConfig.RootCAs = pool
 		}
@@ -67,6 +63,20 @@ func serverClientOnce(server, caFile string) (*http.Client, string, error) {
 		}), "http://agent-serial", nil
 	}
 	return nil, "", errors.New("management server must be an http://, https://, unix:// or serial:// URL")
+}
+
+// managementCA reads MANAGEMENT_CA: the roots the server's certificate is
+// verified against (instead of the system's).
+func managementCA(caFile string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("MANAGEMENT_CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("MANAGEMENT_CA %s: no certificate in it", caFile)
+	}
+	return pool, nil
 }
 
 // httpClient speaks HTTP/2, over cleartext (h2c) or TLS, and pings an idle
