@@ -14,12 +14,12 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/ports/portsfake"
 )
 
-// openChanges opens GET /api/v1/changes with auth and reads up to its hello
-// event; the channel gets the stream's end.
-func (e *env) openChanges(auth string) <-chan error {
+// openChanges opens GET /api/v1/changes with the credentials auth sets and
+// reads up to its hello event; the channel gets the stream's end.
+func (e *env) openChanges(auth func(*http.Request)) <-chan error {
 	e.t.Helper()
 	req, _ := http.NewRequest("GET", e.srv.URL+"/api/v1/changes", nil)
-	req.Header.Set("Authorization", auth)
+	auth(req)
 	resp, err := e.srv.Client().Do(req)
 	if err != nil {
 		e.t.Fatal(err)
@@ -46,6 +46,10 @@ func (e *env) openChanges(auth string) <-chan error {
 	return ch
 }
 
+func withBearer(token string) func(*http.Request) {
+	return func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+token) }
+}
+
 // TestRevokedOrExpiredTokenEndsOpenStreams: a change stream opened with a
 // named token ends when DELETE /api/v1/tokens revokes it, and one opened
 // with a token whose expires_at passes ends then; streams of another
@@ -56,10 +60,10 @@ func TestRevokedOrExpiredTokenEndsOpenStreams(t *testing.T) {
 	gone := e.namedToken("gone", "viewer", "")
 	stay := e.namedToken("stay", "viewer", "")
 	soon := e.namedToken("soon", "viewer", fmt.Sprintf(`,"expires_at":%q`, e.clock.Now().Add(time.Second).UTC().Format(time.RFC3339)))
-	goneStream := e.openChanges("Bearer " + gone)
-	stayStream := e.openChanges("Bearer " + stay)
-	opStream := e.openChanges("Bearer " + testToken)
-	soonStream := e.openChanges("Bearer " + soon)
+	goneStream := e.openChanges(withBearer(gone))
+	stayStream := e.openChanges(withBearer(stay))
+	opStream := e.openChanges(withBearer(testToken))
+	soonStream := e.openChanges(withBearer(soon))
 
 	start := time.Now()
 	expect(t, e.call("DELETE", "/api/v1/tokens/gone", ""), 204, "")

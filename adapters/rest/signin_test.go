@@ -1,8 +1,6 @@
 package rest
 
 import (
-	"bufio"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -147,37 +145,8 @@ func TestSignOutEndsOpenStreams(t *testing.T) {
 		t.Fatalf("sign-in: %d", resp.StatusCode)
 	}
 	cookie := resp.Cookies()[0]
-	open := func(auth func(*http.Request)) (ended <-chan error) {
-		t.Helper()
-		req, _ := http.NewRequest("GET", e.srv.URL+"/api/v1/changes", nil)
-		auth(req)
-		resp, err := e.srv.Client().Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { resp.Body.Close() })
-		if resp.StatusCode != 200 {
-			t.Fatalf("the change stream: %d", resp.StatusCode)
-		}
-		br := bufio.NewReader(resp.Body)
-		for {
-			line, err := br.ReadString('\n')
-			if err != nil {
-				t.Fatalf("before the hello event: %v", err)
-			}
-			if strings.HasPrefix(line, "event: hello") {
-				break
-			}
-		}
-		ch := make(chan error, 1)
-		go func() {
-			_, err := io.Copy(io.Discard, br)
-			ch <- err
-		}()
-		return ch
-	}
-	withCookie := open(func(r *http.Request) { r.AddCookie(&http.Cookie{Name: cookie.Name, Value: cookie.Value}) })
-	withToken := open(func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+testToken) })
+	withCookie := e.openChanges(func(r *http.Request) { r.AddCookie(&http.Cookie{Name: cookie.Name, Value: cookie.Value}) })
+	withToken := e.openChanges(withBearer(testToken))
 	req, _ = http.NewRequest("POST", e.srv.URL+"/api/v1/signout", nil)
 	req.AddCookie(&http.Cookie{Name: cookie.Name, Value: cookie.Value})
 	if resp, err := e.srv.Client().Do(req); err != nil || resp.StatusCode != 204 {

@@ -103,12 +103,7 @@ type client struct {
 // id (frames of other ids, such as output, are skipped).
 func (c *client) do(frame map[string]any) map[string]any {
 	c.t.Helper()
-	c.n++
-	id := fmt.Sprintf("f%d", c.n)
-	frame["id"] = id
-	if err := c.ws.WriteJSON(frame); err != nil {
-		c.t.Fatal(err)
-	}
+	id := c.sendNew(frame)
 	_ = c.ws.SetReadDeadline(time.Now().Add(30 * time.Second))
 	for {
 		var got map[string]any
@@ -127,10 +122,8 @@ func (c *client) do(frame map[string]any) map[string]any {
 	}
 }
 
-// act sends a frame that answers only when it fails (input, resize,
-// signal, kill), then a ping: the error frame answering it, or nil once the
-// pong came first (frames are handled in order).
-func (c *client) act(frame map[string]any) map[string]any {
+// sendNew sends frame with a fresh id, which it returns.
+func (c *client) sendNew(frame map[string]any) string {
 	c.t.Helper()
 	c.n++
 	id := fmt.Sprintf("f%d", c.n)
@@ -138,6 +131,15 @@ func (c *client) act(frame map[string]any) map[string]any {
 	if err := c.ws.WriteJSON(frame); err != nil {
 		c.t.Fatal(err)
 	}
+	return id
+}
+
+// act sends a frame that answers only when it fails (input, resize,
+// signal, kill), then a ping: the error frame answering it, or nil once the
+// pong came first (frames are handled in order).
+func (c *client) act(frame map[string]any) map[string]any {
+	c.t.Helper()
+	id := c.sendNew(frame)
 	if got := c.do(map[string]any{"type": "ping"}); got["type"] != FramePong {
 		c.t.Fatalf("ping: %v", got)
 	}
