@@ -154,6 +154,24 @@ func (e EnvironmentState) Valid() bool {
 	}
 }
 
+// Defines values for ExecStreamChunkStream.
+const (
+	Stderr ExecStreamChunkStream = "stderr"
+	Stdout ExecStreamChunkStream = "stdout"
+)
+
+// Valid indicates whether the value is a known member of the ExecStreamChunkStream enum.
+func (e ExecStreamChunkStream) Valid() bool {
+	switch e {
+	case Stderr:
+		return true
+	case Stdout:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for FileEntryType.
 const (
 	Dir     FileEntryType = "dir"
@@ -797,6 +815,41 @@ type ExecResult struct {
 	Truncated bool   `json:"truncated"`
 }
 
+// ExecStreamChunk A line of a streamed exec (`Accept: application/x-ndjson`) carrying output.
+type ExecStreamChunk struct {
+	// Data The chunk's bytes
+	Data *string `json:"data,omitempty"`
+
+	// DataB64 The chunk's bytes, standard base64, when they are not valid UTF-8.
+	DataB64 *[]byte               `json:"data_b64,omitempty"`
+	Stream  ExecStreamChunkStream `json:"stream"`
+}
+
+// ExecStreamChunkStream defines model for ExecStreamChunk.Stream.
+type ExecStreamChunkStream string
+
+// ExecStreamEnd The last line of a streamed exec: the command's exit status (`exit_code` and the fields beside it), or, when its agent lost it, `code` `agent_gone` and `error` and no exit status.
+type ExecStreamEnd struct {
+	AgentId string `json:"agent_id"`
+
+	// Code `agent_gone` when the agent lost the command.
+	Code       *string `json:"code,omitempty"`
+	CommandId  string  `json:"command_id"`
+	DurationMs *int64  `json:"duration_ms,omitempty"`
+
+	// Error Why the command could not run, or (with `code`) why it has no exit status.
+	Error *string `json:"error,omitempty"`
+
+	// ExitCode As in ExecResult.
+	ExitCode *int  `json:"exit_code,omitempty"`
+	Signal   *int  `json:"signal,omitempty"`
+	Success  *bool `json:"success,omitempty"`
+	TimedOut *bool `json:"timed_out,omitempty"`
+
+	// Truncated Output beyond `max_output_bytes` of a stream was dropped.
+	Truncated *bool `json:"truncated,omitempty"`
+}
+
 // FileEntry defines model for FileEntry.
 type FileEntry struct {
 	// LinkTarget A symlink's target.
@@ -1276,7 +1329,7 @@ type Task struct {
 		Turns          int        `json:"turns"`
 	} `json:"progress"`
 
-	// Reason Why it failed: claude_error, no_result, non_zero_exit, timeout, idle_timeout, staging_failed, provision_failed, secret_unresolved, artifacts_missing, agent_lost, cancelled, internal_error.
+	// Reason Why it failed: claude_error, no_result, non_zero_exit, timeout, idle_timeout, staging_failed, provision_failed, secret_unresolved, artifacts_missing, agent_lost, cancelled, internal_error, budget_exhausted (its injected secrets' requests reached the manifest's lifecycle.max_cost_usd).
 	Reason *string `json:"reason,omitempty"`
 
 	// SessionId The command id of the run on its agent.
@@ -1286,6 +1339,16 @@ type Task struct {
 	// State pending, staging, provisioning, ready, running, completing, completed; or failed, failed_preserved, cancelled.
 	State          string    `json:"state"`
 	StateChangedAt time.Time `json:"state_changed_at"`
+
+	// Usage What the run's requests through its injected secrets used (absent when it made none): requests the server sent on to a secret's host (refused ones are not counted) and, for the Anthropic API, the tokens its answers' `usage` fields reported and what they cost at AGENTIC_MODEL_PRICES. Counted as the answers arrive, so a running task's grows; kept across a server restart.
+	Usage *struct {
+		CacheCreationInputTokens int64   `json:"cache_creation_input_tokens"`
+		CacheReadInputTokens     int64   `json:"cache_read_input_tokens"`
+		CostUsd                  float64 `json:"cost_usd"`
+		InputTokens              int64   `json:"input_tokens"`
+		OutputTokens             int64   `json:"output_tokens"`
+		Requests                 int64   `json:"requests"`
+	} `json:"usage,omitempty"`
 }
 
 // TaskAccepted defines model for TaskAccepted.
@@ -1824,6 +1887,25 @@ type ClientInterface interface {
 	// server (its caller's connection went with it) is killed as soon as its agent reports
 	// it to the restarted server.
 	//
+	// **Streamed output.** With `Accept: application/x-ndjson` (and no preference for
+	// `application/json` over it) the 200 answer is `application/x-ndjson`, sent as the output
+	// comes: one JSON object per line, first `ExecStreamChunk`s — `{"stream":"stdout"|"stderr",
+	// "data":"…"}` for a chunk that is valid UTF-8, `{"stream":…,"data_b64":"…"}` (standard
+	// base64) for one that is not — in the order the agent sent them, each flushed to the
+	// client as soon as it is written; then exactly one last line, an `ExecStreamEnd`: the
+	// exit status (`exit_code`, `duration_ms`, `timed_out`, `success`, `truncated`, `error`
+	// …), or `code` `agent_gone` with `error` when the agent lost the command (the JSON form's
+	// 502). A stream that ends without that line was cut (the server went away): the exit
+	// status is unknown. The bytes of a stream are exactly the concatenation of its chunks'
+	// decoded `data`/`data_b64`; `max_output_bytes` applies per stream as in the JSON form.
+	// Errors before the command starts keep their JSON answers and status codes; the default
+	// (no `Accept`, `application/json`, anything else) is the JSON `ExecResult`. The caller
+	// going away kills the command, as in the JSON form. NDJSON rather than multipart: a
+	// client reads it with any JSON library line by line, text chunks stay readable with
+	// `curl`, and it costs no JSON string escaping of the whole output at the end — a chunk
+	// is written once, as it comes (measured in docs/benchmarks.md); a raw multipart body
+	// would save base64 on binary output only, at the cost of a boundary parser in every client.
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /api/v1/agents/{agent_id}/exec (the `ExecCommand` operationId).
@@ -1844,6 +1926,25 @@ type ClientInterface interface {
 	// is back. The command's id begins with `ex-`: an exec cut short by a restart of this
 	// server (its caller's connection went with it) is killed as soon as its agent reports
 	// it to the restarted server.
+	//
+	// **Streamed output.** With `Accept: application/x-ndjson` (and no preference for
+	// `application/json` over it) the 200 answer is `application/x-ndjson`, sent as the output
+	// comes: one JSON object per line, first `ExecStreamChunk`s — `{"stream":"stdout"|"stderr",
+	// "data":"…"}` for a chunk that is valid UTF-8, `{"stream":…,"data_b64":"…"}` (standard
+	// base64) for one that is not — in the order the agent sent them, each flushed to the
+	// client as soon as it is written; then exactly one last line, an `ExecStreamEnd`: the
+	// exit status (`exit_code`, `duration_ms`, `timed_out`, `success`, `truncated`, `error`
+	// …), or `code` `agent_gone` with `error` when the agent lost the command (the JSON form's
+	// 502). A stream that ends without that line was cut (the server went away): the exit
+	// status is unknown. The bytes of a stream are exactly the concatenation of its chunks'
+	// decoded `data`/`data_b64`; `max_output_bytes` applies per stream as in the JSON form.
+	// Errors before the command starts keep their JSON answers and status codes; the default
+	// (no `Accept`, `application/json`, anything else) is the JSON `ExecResult`. The caller
+	// going away kills the command, as in the JSON form. NDJSON rather than multipart: a
+	// client reads it with any JSON library line by line, text chunks stay readable with
+	// `curl`, and it costs no JSON string escaping of the whole output at the end — a chunk
+	// is written once, as it comes (measured in docs/benchmarks.md); a raw multipart body
+	// would save base64 on binary output only, at the cost of a boundary parser in every client.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2745,6 +2846,25 @@ func (c *Client) StartCommand(ctx context.Context, agentId AgentID, body StartCo
 // server (its caller's connection went with it) is killed as soon as its agent reports
 // it to the restarted server.
 //
+// **Streamed output.** With `Accept: application/x-ndjson` (and no preference for
+// `application/json` over it) the 200 answer is `application/x-ndjson`, sent as the output
+// comes: one JSON object per line, first `ExecStreamChunk`s — `{"stream":"stdout"|"stderr",
+// "data":"…"}` for a chunk that is valid UTF-8, `{"stream":…,"data_b64":"…"}` (standard
+// base64) for one that is not — in the order the agent sent them, each flushed to the
+// client as soon as it is written; then exactly one last line, an `ExecStreamEnd`: the
+// exit status (`exit_code`, `duration_ms`, `timed_out`, `success`, `truncated`, `error`
+// …), or `code` `agent_gone` with `error` when the agent lost the command (the JSON form's
+// 502). A stream that ends without that line was cut (the server went away): the exit
+// status is unknown. The bytes of a stream are exactly the concatenation of its chunks'
+// decoded `data`/`data_b64`; `max_output_bytes` applies per stream as in the JSON form.
+// Errors before the command starts keep their JSON answers and status codes; the default
+// (no `Accept`, `application/json`, anything else) is the JSON `ExecResult`. The caller
+// going away kills the command, as in the JSON form. NDJSON rather than multipart: a
+// client reads it with any JSON library line by line, text chunks stay readable with
+// `curl`, and it costs no JSON string escaping of the whole output at the end — a chunk
+// is written once, as it comes (measured in docs/benchmarks.md); a raw multipart body
+// would save base64 on binary output only, at the cost of a boundary parser in every client.
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /api/v1/agents/{agent_id}/exec (the `ExecCommand` operationId).
@@ -2775,6 +2895,25 @@ func (c *Client) ExecCommandWithBody(ctx context.Context, agentId AgentID, conte
 // is back. The command's id begins with `ex-`: an exec cut short by a restart of this
 // server (its caller's connection went with it) is killed as soon as its agent reports
 // it to the restarted server.
+//
+// **Streamed output.** With `Accept: application/x-ndjson` (and no preference for
+// `application/json` over it) the 200 answer is `application/x-ndjson`, sent as the output
+// comes: one JSON object per line, first `ExecStreamChunk`s — `{"stream":"stdout"|"stderr",
+// "data":"…"}` for a chunk that is valid UTF-8, `{"stream":…,"data_b64":"…"}` (standard
+// base64) for one that is not — in the order the agent sent them, each flushed to the
+// client as soon as it is written; then exactly one last line, an `ExecStreamEnd`: the
+// exit status (`exit_code`, `duration_ms`, `timed_out`, `success`, `truncated`, `error`
+// …), or `code` `agent_gone` with `error` when the agent lost the command (the JSON form's
+// 502). A stream that ends without that line was cut (the server went away): the exit
+// status is unknown. The bytes of a stream are exactly the concatenation of its chunks'
+// decoded `data`/`data_b64`; `max_output_bytes` applies per stream as in the JSON form.
+// Errors before the command starts keep their JSON answers and status codes; the default
+// (no `Accept`, `application/json`, anything else) is the JSON `ExecResult`. The caller
+// going away kills the command, as in the JSON form. NDJSON rather than multipart: a
+// client reads it with any JSON library line by line, text chunks stay readable with
+// `curl`, and it costs no JSON string escaping of the whole output at the end — a chunk
+// is written once, as it comes (measured in docs/benchmarks.md); a raw multipart body
+// would save base64 on binary output only, at the cost of a boundary parser in every client.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -7400,6 +7539,25 @@ type ClientWithResponsesInterface interface {
 	// server (its caller's connection went with it) is killed as soon as its agent reports
 	// it to the restarted server.
 	//
+	// **Streamed output.** With `Accept: application/x-ndjson` (and no preference for
+	// `application/json` over it) the 200 answer is `application/x-ndjson`, sent as the output
+	// comes: one JSON object per line, first `ExecStreamChunk`s — `{"stream":"stdout"|"stderr",
+	// "data":"…"}` for a chunk that is valid UTF-8, `{"stream":…,"data_b64":"…"}` (standard
+	// base64) for one that is not — in the order the agent sent them, each flushed to the
+	// client as soon as it is written; then exactly one last line, an `ExecStreamEnd`: the
+	// exit status (`exit_code`, `duration_ms`, `timed_out`, `success`, `truncated`, `error`
+	// …), or `code` `agent_gone` with `error` when the agent lost the command (the JSON form's
+	// 502). A stream that ends without that line was cut (the server went away): the exit
+	// status is unknown. The bytes of a stream are exactly the concatenation of its chunks'
+	// decoded `data`/`data_b64`; `max_output_bytes` applies per stream as in the JSON form.
+	// Errors before the command starts keep their JSON answers and status codes; the default
+	// (no `Accept`, `application/json`, anything else) is the JSON `ExecResult`. The caller
+	// going away kills the command, as in the JSON form. NDJSON rather than multipart: a
+	// client reads it with any JSON library line by line, text chunks stay readable with
+	// `curl`, and it costs no JSON string escaping of the whole output at the end — a chunk
+	// is written once, as it comes (measured in docs/benchmarks.md); a raw multipart body
+	// would save base64 on binary output only, at the cost of a boundary parser in every client.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/agents/{agent_id}/exec (the `ExecCommand` operationId).
@@ -7420,6 +7578,25 @@ type ClientWithResponsesInterface interface {
 	// is back. The command's id begins with `ex-`: an exec cut short by a restart of this
 	// server (its caller's connection went with it) is killed as soon as its agent reports
 	// it to the restarted server.
+	//
+	// **Streamed output.** With `Accept: application/x-ndjson` (and no preference for
+	// `application/json` over it) the 200 answer is `application/x-ndjson`, sent as the output
+	// comes: one JSON object per line, first `ExecStreamChunk`s — `{"stream":"stdout"|"stderr",
+	// "data":"…"}` for a chunk that is valid UTF-8, `{"stream":…,"data_b64":"…"}` (standard
+	// base64) for one that is not — in the order the agent sent them, each flushed to the
+	// client as soon as it is written; then exactly one last line, an `ExecStreamEnd`: the
+	// exit status (`exit_code`, `duration_ms`, `timed_out`, `success`, `truncated`, `error`
+	// …), or `code` `agent_gone` with `error` when the agent lost the command (the JSON form's
+	// 502). A stream that ends without that line was cut (the server went away): the exit
+	// status is unknown. The bytes of a stream are exactly the concatenation of its chunks'
+	// decoded `data`/`data_b64`; `max_output_bytes` applies per stream as in the JSON form.
+	// Errors before the command starts keep their JSON answers and status codes; the default
+	// (no `Accept`, `application/json`, anything else) is the JSON `ExecResult`. The caller
+	// going away kills the command, as in the JSON form. NDJSON rather than multipart: a
+	// client reads it with any JSON library line by line, text chunks stay readable with
+	// `curl`, and it costs no JSON string escaping of the whole output at the end — a chunk
+	// is written once, as it comes (measured in docs/benchmarks.md); a raw multipart body
+	// would save base64 on binary output only, at the cost of a boundary parser in every client.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -13261,6 +13438,25 @@ func (c *ClientWithResponses) StartCommandWithResponse(ctx context.Context, agen
 // server (its caller's connection went with it) is killed as soon as its agent reports
 // it to the restarted server.
 //
+// **Streamed output.** With `Accept: application/x-ndjson` (and no preference for
+// `application/json` over it) the 200 answer is `application/x-ndjson`, sent as the output
+// comes: one JSON object per line, first `ExecStreamChunk`s — `{"stream":"stdout"|"stderr",
+// "data":"…"}` for a chunk that is valid UTF-8, `{"stream":…,"data_b64":"…"}` (standard
+// base64) for one that is not — in the order the agent sent them, each flushed to the
+// client as soon as it is written; then exactly one last line, an `ExecStreamEnd`: the
+// exit status (`exit_code`, `duration_ms`, `timed_out`, `success`, `truncated`, `error`
+// …), or `code` `agent_gone` with `error` when the agent lost the command (the JSON form's
+// 502). A stream that ends without that line was cut (the server went away): the exit
+// status is unknown. The bytes of a stream are exactly the concatenation of its chunks'
+// decoded `data`/`data_b64`; `max_output_bytes` applies per stream as in the JSON form.
+// Errors before the command starts keep their JSON answers and status codes; the default
+// (no `Accept`, `application/json`, anything else) is the JSON `ExecResult`. The caller
+// going away kills the command, as in the JSON form. NDJSON rather than multipart: a
+// client reads it with any JSON library line by line, text chunks stay readable with
+// `curl`, and it costs no JSON string escaping of the whole output at the end — a chunk
+// is written once, as it comes (measured in docs/benchmarks.md); a raw multipart body
+// would save base64 on binary output only, at the cost of a boundary parser in every client.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/agents/{agent_id}/exec (the `ExecCommand` operationId).
@@ -13287,6 +13483,25 @@ func (c *ClientWithResponses) ExecCommandWithBodyWithResponse(ctx context.Contex
 // is back. The command's id begins with `ex-`: an exec cut short by a restart of this
 // server (its caller's connection went with it) is killed as soon as its agent reports
 // it to the restarted server.
+//
+// **Streamed output.** With `Accept: application/x-ndjson` (and no preference for
+// `application/json` over it) the 200 answer is `application/x-ndjson`, sent as the output
+// comes: one JSON object per line, first `ExecStreamChunk`s — `{"stream":"stdout"|"stderr",
+// "data":"…"}` for a chunk that is valid UTF-8, `{"stream":…,"data_b64":"…"}` (standard
+// base64) for one that is not — in the order the agent sent them, each flushed to the
+// client as soon as it is written; then exactly one last line, an `ExecStreamEnd`: the
+// exit status (`exit_code`, `duration_ms`, `timed_out`, `success`, `truncated`, `error`
+// …), or `code` `agent_gone` with `error` when the agent lost the command (the JSON form's
+// 502). A stream that ends without that line was cut (the server went away): the exit
+// status is unknown. The bytes of a stream are exactly the concatenation of its chunks'
+// decoded `data`/`data_b64`; `max_output_bytes` applies per stream as in the JSON form.
+// Errors before the command starts keep their JSON answers and status codes; the default
+// (no `Accept`, `application/json`, anything else) is the JSON `ExecResult`. The caller
+// going away kills the command, as in the JSON form. NDJSON rather than multipart: a
+// client reads it with any JSON library line by line, text chunks stay readable with
+// `curl`, and it costs no JSON string escaping of the whole output at the end — a chunk
+// is written once, as it comes (measured in docs/benchmarks.md); a raw multipart body
+// would save base64 on binary output only, at the cost of a boundary parser in every client.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -14873,6 +15088,9 @@ func ParseExecCommandResponse(rsp *http.Response) (*ExecCommandResponse, error) 
 			return nil, err
 		}
 		response.JSON502 = &dest
+
+	case rsp.StatusCode == 200:
+		// Content-type (application/x-ndjson) unsupported
 
 	}
 

@@ -219,6 +219,16 @@ func toTask(r ports.TaskRecord) restapi.Task {
 	out.Progress.OutputBytes, out.Progress.ToolCalls, out.Progress.Turns = p.OutputBytes, p.ToolCalls, p.Turns
 	out.Progress.CostUsd = float32(p.CostUSD)
 	out.Progress.CurrentTool, out.Progress.Activity, out.Progress.LastActivityAt = nonEmpty(p.CurrentTool), nonEmpty(p.Activity), optTime(p.LastActivityAt)
+	if u := r.Usage; u != (ports.TaskUsage{}) {
+		out.Usage = &struct {
+			CacheCreationInputTokens int64   `json:"cache_creation_input_tokens"`
+			CacheReadInputTokens     int64   `json:"cache_read_input_tokens"`
+			CostUsd                  float64 `json:"cost_usd"`
+			InputTokens              int64   `json:"input_tokens"`
+			OutputTokens             int64   `json:"output_tokens"`
+			Requests                 int64   `json:"requests"`
+		}{u.CacheCreationInputTokens, u.CacheReadInputTokens, u.CostUSD, u.InputTokens, u.OutputTokens, u.Requests}
+	}
 	return out
 }
 

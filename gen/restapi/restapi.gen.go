@@ -162,6 +162,24 @@ func (e EnvironmentState) Valid() bool {
 	}
 }
 
+// Defines values for ExecStreamChunkStream.
+const (
+	Stderr ExecStreamChunkStream = "stderr"
+	Stdout ExecStreamChunkStream = "stdout"
+)
+
+// Valid indicates whether the value is a known member of the ExecStreamChunkStream enum.
+func (e ExecStreamChunkStream) Valid() bool {
+	switch e {
+	case Stderr:
+		return true
+	case Stdout:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for FileEntryType.
 const (
 	Dir     FileEntryType = "dir"
@@ -805,6 +823,41 @@ type ExecResult struct {
 	Truncated bool   `json:"truncated"`
 }
 
+// ExecStreamChunk A line of a streamed exec (`Accept: application/x-ndjson`) carrying output.
+type ExecStreamChunk struct {
+	// Data The chunk's bytes
+	Data *string `json:"data,omitempty"`
+
+	// DataB64 The chunk's bytes, standard base64, when they are not valid UTF-8.
+	DataB64 *[]byte               `json:"data_b64,omitempty"`
+	Stream  ExecStreamChunkStream `json:"stream"`
+}
+
+// ExecStreamChunkStream defines model for ExecStreamChunk.Stream.
+type ExecStreamChunkStream string
+
+// ExecStreamEnd The last line of a streamed exec: the command's exit status (`exit_code` and the fields beside it), or, when its agent lost it, `code` `agent_gone` and `error` and no exit status.
+type ExecStreamEnd struct {
+	AgentId string `json:"agent_id"`
+
+	// Code `agent_gone` when the agent lost the command.
+	Code       *string `json:"code,omitempty"`
+	CommandId  string  `json:"command_id"`
+	DurationMs *int64  `json:"duration_ms,omitempty"`
+
+	// Error Why the command could not run, or (with `code`) why it has no exit status.
+	Error *string `json:"error,omitempty"`
+
+	// ExitCode As in ExecResult.
+	ExitCode *int  `json:"exit_code,omitempty"`
+	Signal   *int  `json:"signal,omitempty"`
+	Success  *bool `json:"success,omitempty"`
+	TimedOut *bool `json:"timed_out,omitempty"`
+
+	// Truncated Output beyond `max_output_bytes` of a stream was dropped.
+	Truncated *bool `json:"truncated,omitempty"`
+}
+
 // FileEntry defines model for FileEntry.
 type FileEntry struct {
 	// LinkTarget A symlink's target.
@@ -1284,7 +1337,7 @@ type Task struct {
 		Turns          int        `json:"turns"`
 	} `json:"progress"`
 
-	// Reason Why it failed: claude_error, no_result, non_zero_exit, timeout, idle_timeout, staging_failed, provision_failed, secret_unresolved, artifacts_missing, agent_lost, cancelled, internal_error.
+	// Reason Why it failed: claude_error, no_result, non_zero_exit, timeout, idle_timeout, staging_failed, provision_failed, secret_unresolved, artifacts_missing, agent_lost, cancelled, internal_error, budget_exhausted (its injected secrets' requests reached the manifest's lifecycle.max_cost_usd).
 	Reason *string `json:"reason,omitempty"`
 
 	// SessionId The command id of the run on its agent.
@@ -1294,6 +1347,16 @@ type Task struct {
 	// State pending, staging, provisioning, ready, running, completing, completed; or failed, failed_preserved, cancelled.
 	State          string    `json:"state"`
 	StateChangedAt time.Time `json:"state_changed_at"`
+
+	// Usage What the run's requests through its injected secrets used (absent when it made none): requests the server sent on to a secret's host (refused ones are not counted) and, for the Anthropic API, the tokens its answers' `usage` fields reported and what they cost at AGENTIC_MODEL_PRICES. Counted as the answers arrive, so a running task's grows; kept across a server restart.
+	Usage *struct {
+		CacheCreationInputTokens int64   `json:"cache_creation_input_tokens"`
+		CacheReadInputTokens     int64   `json:"cache_read_input_tokens"`
+		CostUsd                  float64 `json:"cost_usd"`
+		InputTokens              int64   `json:"input_tokens"`
+		OutputTokens             int64   `json:"output_tokens"`
+		Requests                 int64   `json:"requests"`
+	} `json:"usage,omitempty"`
 }
 
 // TaskAccepted defines model for TaskAccepted.
@@ -1832,6 +1895,25 @@ type ClientInterface interface {
 	// server (its caller's connection went with it) is killed as soon as its agent reports
 	// it to the restarted server.
 	//
+	// **Streamed output.** With `Accept: application/x-ndjson` (and no preference for
+	// `application/json` over it) the 200 answer is `application/x-ndjson`, sent as the output
+	// comes: one JSON object per line, first `ExecStreamChunk`s — `{"stream":"stdout"|"stderr",
+	// "data":"…"}` for a chunk that is valid UTF-8, `{"stream":…,"data_b64":"…"}` (standard
+	// base64) for one that is not — in the order the agent sent them, each flushed to the
+	// client as soon as it is written; then exactly one last line, an `ExecStreamEnd`: the
+	// exit status (`exit_code`, `duration_ms`, `timed_out`, `success`, `truncated`, `error`
+	// …), or `code` `agent_gone` with `error` when the agent lost the command (the JSON form's
+	// 502). A stream that ends without that line was cut (the server went away): the exit
+	// status is unknown. The bytes of a stream are exactly the concatenation of its chunks'
+	// decoded `data`/`data_b64`; `max_output_bytes` applies per stream as in the JSON form.
+	// Errors before the command starts keep their JSON answers and status codes; the default
+	// (no `Accept`, `application/json`, anything else) is the JSON `ExecResult`. The caller
+	// going away kills the command, as in the JSON form. NDJSON rather than multipart: a
+	// client reads it with any JSON library line by line, text chunks stay readable with
+	// `curl`, and it costs no JSON string escaping of the whole output at the end — a chunk
+	// is written once, as it comes (measured in docs/benchmarks.md); a raw multipart body
+	// would save base64 on binary output only, at the cost of a boundary parser in every client.
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /api/v1/agents/{agent_id}/exec (the `ExecCommand` operationId).
@@ -1852,6 +1934,25 @@ type ClientInterface interface {
 	// is back. The command's id begins with `ex-`: an exec cut short by a restart of this
 	// server (its caller's connection went with it) is killed as soon as its agent reports
 	// it to the restarted server.
+	//
+	// **Streamed output.** With `Accept: application/x-ndjson` (and no preference for
+	// `application/json` over it) the 200 answer is `application/x-ndjson`, sent as the output
+	// comes: one JSON object per line, first `ExecStreamChunk`s — `{"stream":"stdout"|"stderr",
+	// "data":"…"}` for a chunk that is valid UTF-8, `{"stream":…,"data_b64":"…"}` (standard
+	// base64) for one that is not — in the order the agent sent them, each flushed to the
+	// client as soon as it is written; then exactly one last line, an `ExecStreamEnd`: the
+	// exit status (`exit_code`, `duration_ms`, `timed_out`, `success`, `truncated`, `error`
+	// …), or `code` `agent_gone` with `error` when the agent lost the command (the JSON form's
+	// 502). A stream that ends without that line was cut (the server went away): the exit
+	// status is unknown. The bytes of a stream are exactly the concatenation of its chunks'
+	// decoded `data`/`data_b64`; `max_output_bytes` applies per stream as in the JSON form.
+	// Errors before the command starts keep their JSON answers and status codes; the default
+	// (no `Accept`, `application/json`, anything else) is the JSON `ExecResult`. The caller
+	// going away kills the command, as in the JSON form. NDJSON rather than multipart: a
+	// client reads it with any JSON library line by line, text chunks stay readable with
+	// `curl`, and it costs no JSON string escaping of the whole output at the end — a chunk
+	// is written once, as it comes (measured in docs/benchmarks.md); a raw multipart body
+	// would save base64 on binary output only, at the cost of a boundary parser in every client.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2753,6 +2854,25 @@ func (c *Client) StartCommand(ctx context.Context, agentId AgentID, body StartCo
 // server (its caller's connection went with it) is killed as soon as its agent reports
 // it to the restarted server.
 //
+// **Streamed output.** With `Accept: application/x-ndjson` (and no preference for
+// `application/json` over it) the 200 answer is `application/x-ndjson`, sent as the output
+// comes: one JSON object per line, first `ExecStreamChunk`s — `{"stream":"stdout"|"stderr",
+// "data":"…"}` for a chunk that is valid UTF-8, `{"stream":…,"data_b64":"…"}` (standard
+// base64) for one that is not — in the order the agent sent them, each flushed to the
+// client as soon as it is written; then exactly one last line, an `ExecStreamEnd`: the
+// exit status (`exit_code`, `duration_ms`, `timed_out`, `success`, `truncated`, `error`
+// …), or `code` `agent_gone` with `error` when the agent lost the command (the JSON form's
+// 502). A stream that ends without that line was cut (the server went away): the exit
+// status is unknown. The bytes of a stream are exactly the concatenation of its chunks'
+// decoded `data`/`data_b64`; `max_output_bytes` applies per stream as in the JSON form.
+// Errors before the command starts keep their JSON answers and status codes; the default
+// (no `Accept`, `application/json`, anything else) is the JSON `ExecResult`. The caller
+// going away kills the command, as in the JSON form. NDJSON rather than multipart: a
+// client reads it with any JSON library line by line, text chunks stay readable with
+// `curl`, and it costs no JSON string escaping of the whole output at the end — a chunk
+// is written once, as it comes (measured in docs/benchmarks.md); a raw multipart body
+// would save base64 on binary output only, at the cost of a boundary parser in every client.
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /api/v1/agents/{agent_id}/exec (the `ExecCommand` operationId).
@@ -2783,6 +2903,25 @@ func (c *Client) ExecCommandWithBody(ctx context.Context, agentId AgentID, conte
 // is back. The command's id begins with `ex-`: an exec cut short by a restart of this
 // server (its caller's connection went with it) is killed as soon as its agent reports
 // it to the restarted server.
+//
+// **Streamed output.** With `Accept: application/x-ndjson` (and no preference for
+// `application/json` over it) the 200 answer is `application/x-ndjson`, sent as the output
+// comes: one JSON object per line, first `ExecStreamChunk`s — `{"stream":"stdout"|"stderr",
+// "data":"…"}` for a chunk that is valid UTF-8, `{"stream":…,"data_b64":"…"}` (standard
+// base64) for one that is not — in the order the agent sent them, each flushed to the
+// client as soon as it is written; then exactly one last line, an `ExecStreamEnd`: the
+// exit status (`exit_code`, `duration_ms`, `timed_out`, `success`, `truncated`, `error`
+// …), or `code` `agent_gone` with `error` when the agent lost the command (the JSON form's
+// 502). A stream that ends without that line was cut (the server went away): the exit
+// status is unknown. The bytes of a stream are exactly the concatenation of its chunks'
+// decoded `data`/`data_b64`; `max_output_bytes` applies per stream as in the JSON form.
+// Errors before the command starts keep their JSON answers and status codes; the default
+// (no `Accept`, `application/json`, anything else) is the JSON `ExecResult`. The caller
+// going away kills the command, as in the JSON form. NDJSON rather than multipart: a
+// client reads it with any JSON library line by line, text chunks stay readable with
+// `curl`, and it costs no JSON string escaping of the whole output at the end — a chunk
+// is written once, as it comes (measured in docs/benchmarks.md); a raw multipart body
+// would save base64 on binary output only, at the cost of a boundary parser in every client.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -7408,6 +7547,25 @@ type ClientWithResponsesInterface interface {
 	// server (its caller's connection went with it) is killed as soon as its agent reports
 	// it to the restarted server.
 	//
+	// **Streamed output.** With `Accept: application/x-ndjson` (and no preference for
+	// `application/json` over it) the 200 answer is `application/x-ndjson`, sent as the output
+	// comes: one JSON object per line, first `ExecStreamChunk`s — `{"stream":"stdout"|"stderr",
+	// "data":"…"}` for a chunk that is valid UTF-8, `{"stream":…,"data_b64":"…"}` (standard
+	// base64) for one that is not — in the order the agent sent them, each flushed to the
+	// client as soon as it is written; then exactly one last line, an `ExecStreamEnd`: the
+	// exit status (`exit_code`, `duration_ms`, `timed_out`, `success`, `truncated`, `error`
+	// …), or `code` `agent_gone` with `error` when the agent lost the command (the JSON form's
+	// 502). A stream that ends without that line was cut (the server went away): the exit
+	// status is unknown. The bytes of a stream are exactly the concatenation of its chunks'
+	// decoded `data`/`data_b64`; `max_output_bytes` applies per stream as in the JSON form.
+	// Errors before the command starts keep their JSON answers and status codes; the default
+	// (no `Accept`, `application/json`, anything else) is the JSON `ExecResult`. The caller
+	// going away kills the command, as in the JSON form. NDJSON rather than multipart: a
+	// client reads it with any JSON library line by line, text chunks stay readable with
+	// `curl`, and it costs no JSON string escaping of the whole output at the end — a chunk
+	// is written once, as it comes (measured in docs/benchmarks.md); a raw multipart body
+	// would save base64 on binary output only, at the cost of a boundary parser in every client.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/agents/{agent_id}/exec (the `ExecCommand` operationId).
@@ -7428,6 +7586,25 @@ type ClientWithResponsesInterface interface {
 	// is back. The command's id begins with `ex-`: an exec cut short by a restart of this
 	// server (its caller's connection went with it) is killed as soon as its agent reports
 	// it to the restarted server.
+	//
+	// **Streamed output.** With `Accept: application/x-ndjson` (and no preference for
+	// `application/json` over it) the 200 answer is `application/x-ndjson`, sent as the output
+	// comes: one JSON object per line, first `ExecStreamChunk`s — `{"stream":"stdout"|"stderr",
+	// "data":"…"}` for a chunk that is valid UTF-8, `{"stream":…,"data_b64":"…"}` (standard
+	// base64) for one that is not — in the order the agent sent them, each flushed to the
+	// client as soon as it is written; then exactly one last line, an `ExecStreamEnd`: the
+	// exit status (`exit_code`, `duration_ms`, `timed_out`, `success`, `truncated`, `error`
+	// …), or `code` `agent_gone` with `error` when the agent lost the command (the JSON form's
+	// 502). A stream that ends without that line was cut (the server went away): the exit
+	// status is unknown. The bytes of a stream are exactly the concatenation of its chunks'
+	// decoded `data`/`data_b64`; `max_output_bytes` applies per stream as in the JSON form.
+	// Errors before the command starts keep their JSON answers and status codes; the default
+	// (no `Accept`, `application/json`, anything else) is the JSON `ExecResult`. The caller
+	// going away kills the command, as in the JSON form. NDJSON rather than multipart: a
+	// client reads it with any JSON library line by line, text chunks stay readable with
+	// `curl`, and it costs no JSON string escaping of the whole output at the end — a chunk
+	// is written once, as it comes (measured in docs/benchmarks.md); a raw multipart body
+	// would save base64 on binary output only, at the cost of a boundary parser in every client.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -13269,6 +13446,25 @@ func (c *ClientWithResponses) StartCommandWithResponse(ctx context.Context, agen
 // server (its caller's connection went with it) is killed as soon as its agent reports
 // it to the restarted server.
 //
+// **Streamed output.** With `Accept: application/x-ndjson` (and no preference for
+// `application/json` over it) the 200 answer is `application/x-ndjson`, sent as the output
+// comes: one JSON object per line, first `ExecStreamChunk`s — `{"stream":"stdout"|"stderr",
+// "data":"…"}` for a chunk that is valid UTF-8, `{"stream":…,"data_b64":"…"}` (standard
+// base64) for one that is not — in the order the agent sent them, each flushed to the
+// client as soon as it is written; then exactly one last line, an `ExecStreamEnd`: the
+// exit status (`exit_code`, `duration_ms`, `timed_out`, `success`, `truncated`, `error`
+// …), or `code` `agent_gone` with `error` when the agent lost the command (the JSON form's
+// 502). A stream that ends without that line was cut (the server went away): the exit
+// status is unknown. The bytes of a stream are exactly the concatenation of its chunks'
+// decoded `data`/`data_b64`; `max_output_bytes` applies per stream as in the JSON form.
+// Errors before the command starts keep their JSON answers and status codes; the default
+// (no `Accept`, `application/json`, anything else) is the JSON `ExecResult`. The caller
+// going away kills the command, as in the JSON form. NDJSON rather than multipart: a
+// client reads it with any JSON library line by line, text chunks stay readable with
+// `curl`, and it costs no JSON string escaping of the whole output at the end — a chunk
+// is written once, as it comes (measured in docs/benchmarks.md); a raw multipart body
+// would save base64 on binary output only, at the cost of a boundary parser in every client.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/agents/{agent_id}/exec (the `ExecCommand` operationId).
@@ -13295,6 +13491,25 @@ func (c *ClientWithResponses) ExecCommandWithBodyWithResponse(ctx context.Contex
 // is back. The command's id begins with `ex-`: an exec cut short by a restart of this
 // server (its caller's connection went with it) is killed as soon as its agent reports
 // it to the restarted server.
+//
+// **Streamed output.** With `Accept: application/x-ndjson` (and no preference for
+// `application/json` over it) the 200 answer is `application/x-ndjson`, sent as the output
+// comes: one JSON object per line, first `ExecStreamChunk`s — `{"stream":"stdout"|"stderr",
+// "data":"…"}` for a chunk that is valid UTF-8, `{"stream":…,"data_b64":"…"}` (standard
+// base64) for one that is not — in the order the agent sent them, each flushed to the
+// client as soon as it is written; then exactly one last line, an `ExecStreamEnd`: the
+// exit status (`exit_code`, `duration_ms`, `timed_out`, `success`, `truncated`, `error`
+// …), or `code` `agent_gone` with `error` when the agent lost the command (the JSON form's
+// 502). A stream that ends without that line was cut (the server went away): the exit
+// status is unknown. The bytes of a stream are exactly the concatenation of its chunks'
+// decoded `data`/`data_b64`; `max_output_bytes` applies per stream as in the JSON form.
+// Errors before the command starts keep their JSON answers and status codes; the default
+// (no `Accept`, `application/json`, anything else) is the JSON `ExecResult`. The caller
+// going away kills the command, as in the JSON form. NDJSON rather than multipart: a
+// client reads it with any JSON library line by line, text chunks stay readable with
+// `curl`, and it costs no JSON string escaping of the whole output at the end — a chunk
+// is written once, as it comes (measured in docs/benchmarks.md); a raw multipart body
+// would save base64 on binary output only, at the cost of a boundary parser in every client.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -14881,6 +15096,9 @@ func ParseExecCommandResponse(rsp *http.Response) (*ExecCommandResponse, error) 
 			return nil, err
 		}
 		response.JSON502 = &dest
+
+	case rsp.StatusCode == 200:
+		// Content-type (application/x-ndjson) unsupported
 
 	}
 
@@ -21431,6 +21649,49 @@ func (response ExecCommand200JSONResponse) VisitExecCommandResponse(w http.Respo
 	w.WriteHeader(200)
 	_, err := buf.WriteTo(w)
 	return err
+}
+
+type ExecCommand200ApplicationxNdjsonResponse struct {
+	Body          io.Reader
+	ContentLength int64
+}
+
+func (response ExecCommand200ApplicationxNdjsonResponse) VisitExecCommandResponse(w http.ResponseWriter) error {
+
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	if response.ContentLength != 0 {
+		w.Header().Set("Content-Length", fmt.Sprint(response.ContentLength))
+	}
+	w.WriteHeader(200)
+
+	if closer, ok := response.Body.(io.ReadCloser); ok {
+		defer closer.Close()
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		// If w doesn't support flushing, fall back to io.Copy.
+		_, err := io.Copy(w, response.Body)
+		return err
+	}
+	// text/event-stream messages are typically small; use a
+	// modest buffer and flush after each chunk so clients see
+	// events immediately instead of waiting on OS buffering.
+	buf := make([]byte, 4096)
+	for {
+		n, err := response.Body.Read(buf)
+		if n > 0 {
+			if _, writeErr := w.Write(buf[:n]); writeErr != nil {
+				return writeErr
+			}
+			flusher.Flush()
+		}
+		if err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+	}
 }
 
 type ExecCommand400JSONResponse struct{ BadRequestJSONResponse }
@@ -29315,423 +29576,444 @@ func (sh *strictHandler) GetReadyz(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L39chs3ti/6KijeXWUyu0VRsuxJqJpKKY6SaMdfZSmTPTvtzQa7QRKjJsBpoEVzPL41f90HuHWqzhvM",
-	"i5w3mSc5hbUANJrsJilZduJsV6pikezG58LC+vytt51UzhdSMKFVZ/i2s6AFnTPNCvh0NmVCX3xr/uSi",
-	"M+wsqJ51oo6gc9YZdqj5dcSzTtQp2F9LXrCsM9RFyaKOSmdsTs17c/rmKRNTPesMj46/jDpzLvznqKNX",
-	"C9OS0gUX0867d1HniZzPqchaO03x9/vu9lzc8EKKORP6OXTU2Dn8s2e3jx/u7vU7nrNnMoPuMqbSgi80",
-	"l6bfF6mmOVmwYs6V4lKQMdcqIqw/7ZPB45MTIgvyh0eP+p0Ix/nXkhWraqBz02g4sAXVmhXmyf8efP3L",
-	"4OAPr98+fPdvnbZBvTTT3hjU2VjJvNQsMr0XLKea3zCiJdEzRjJesFTLYgWfgDYeKGK3SxGlaaEJF0NC",
-	"NZlLpcnJ4KtHsRivNFMREZI8/+lpRBhNZ8STJOmOmV4yJojKqZox1fNvHz96ROy7VJGnXJRvCM1zuVSx",
-	"6L48u/ph9OzsPwkVGXl+9uzcfDgltBq02VeSSzFlBdEzKsz/NJEiZeQvkguWbUwrFlyRgk1KxTIyDmbZ",
-	"65OTwYAkXNzQnGcj03RCpJ6xYskV68eiZZMsbe1FTWax1ukp2NPDL7pfD3/578M4fjMYvH57FB0/evTu",
-	"8N97X1TfDeC7hi2POm8OWFHI4iAFUuyEEzE/v6RT9qQslCw2SeJqxohgb/QohQeInMDCLAp2w2WpyIJO",
-	"GelyzeYKlziVc2bIZyqJ21vzjCJzecMMGcDCEZoWUilCsYGxLEVGi1Wvjd6x904bBxgcnzRRupnYUz7n",
-	"uoHULZnpGVdkTsXqlCy5nslSE64jQ2l98jPXM/gULoCiK0WWM1YwWAjzE84BDoBqm0AOw1gbP5+XczP6",
-	"wQC23n70M+FCsykrcCpS5vfEuB6d7GZcL2Whn5fzMWsgiTNy9eQlWchCR+So33/86NHDik/Vh2Ue2jUs",
-	"nDW0snMVLhkwy9bLQ+Hv9315XFF13dqnpur63juU10y8YpOmxdfmtweK8Ix0Ey2vR//6xz+TnjlyXCti",
-	"BtWyGfDi3rfbTiJ5Z1pSCykUA1niG5p9TzVb0pX5lEqhmYCDRxeLnKfUTODwL8rM4m3Q578VZpqd/+ew",
-	"klMO8Vd1eG64Fna1yZWAN5Ol+R9d0hVZzniOZ9LeSaSggnRRiJlKwYYVSycpnTMypum1O/WxCN6E+y/j",
-	"GRHSMjT/KBf21lCpFIKlmkwLmjJz98wNTwh+4CoWS8o1y4gsdQ8arUYwoTw3t9CMEbMhTGk3VuDVPXOt",
-	"vIvMqr7Cnz/OqrqxAFfMJ7KYs6zfAblNTHKefrRhKFkWKTPj4IJQw101wxsmk0zBzoA4gBy8C4ITrixu",
-	"GuwByyJPDTQvGM1WhImMZT2Yk5GErqR8Sosp+zjzmhga5YrkpksvmTCiWHHDigdm0YEhku7Z9+fPry6e",
-	"jL67eArSzeibP1+dX9pxy2LMs4yJj3jSHihSKlaQOV3BCmfSrnwlw44yJjjLKkpPaZ7DrAqZM/dmLLoT",
-	"N35H5c+l/s6IAB9+Ps8lUWU68wQG6/lK5uwjrqmf/rC+SsCgDXWAeEbGIIvUF89oDOZQ4trLBStgZLHo",
-	"mpbmTCkjihiGr5C1mHcN9ZsP/nG37Jc64+KbUn0Ejq1MV6NxqVbDkEebe0wsSk3+WrISTsakzHPSRRlT",
-	"pkwpMqN43M3xJUvDAQxnhRey3qn5acbFFCVTrsiy4JqRJVXYZtYnr5guVoRONCvw74Mz+FuxVIpMoQA/",
-	"YzSzWnHwzOYFfIkvGfXBMHcyZhNZGIalixUX035NxtsQYd65Vf9J0BvKczrOPwLnwXtFSD3yfHFY0+Jy",
-	"Lq7N4mdyKfZY0VjsWFLcQGTHBbOdKiIFELRcIgV+zEX/uGze3aJjma3W2f0Reca/AbZzJeUzKlb2flcf",
-	"fmhn5K+l1JSAokvTGctIjW9Y3YanswiYhtksUFzw2vlJ0FLPZMH/xj4Cp35mLhVDhQVZFlJMyZjRwiyi",
-	"4ZJuPB/vDD03zFcqxce5UWOXpAsEhgyVyMkkIuwNS0stC8utplxpVhgRREg8CxFR2tBtWQ3crOw7R71o",
-	"k7v4+ftLTXWpNs8BaKRmxzb6Tt7GZgEmfFoWLIs7QzKhuWLvEthId6JZrpjXa4kUEWE3rFjFYs6MrmcI",
-	"Y1EwxYQekkRRkY3lmxHPsJHEzQ+/KRhh84VeEdQIFCmF5rkZXSxw8jg+BY/S9FrIZc6yqVmQqim3TCj1",
-	"JmYEwtwApcgN7zdzzanSsfCLG7Ztpeg+eW7mQaglDuAti8Lcd5ozd7Ds2gQsYixlzihchZ4xNv/MRLaQ",
-	"HIlrw7wSrMv23+uTNc+auSL9oi628W61CQ1NvwuVuV/COb72TcnxX1iqTVNnqeY3XK/Ob+wpWV8hpUel",
-	"gn6MiEF1Z9jJZGlG51sTaBMwC7ZsnmxW4taM6IKP5qrWGhf68UlnU7MP3tr7Da6qVdzcr2uOwiQT5dws",
-	"DRdgfaFKcaWp0CPN3pgvzLG4NiOPOlrKfGRkMfd3wVSZo/nC/lEKQ8Ro7gMZLVhnuwJgbBPl/OCGFiCG",
-	"md7dyl/gKNzHMzeaKxyM+/6qGpT/Ssr8CY4t/OqVG5n7cuOLn/yQq0HYob+LwIycN26jKOcjXRZCNd2o",
-	"UWdBCyNSwDqVirVRvl25pp8U++smf3spFYdzbdXsCTPcYlLIOTnqN5JBYPHZaO1JTsuMPVDEPkR41m8y",
-	"j6pyjN81DBPopPEHM3WQXZuNNDIHwd4JuBG5YcWYaj4n/3H54nnfNyGsUa+5gy1ra36H3QHja/Mj+AUt",
-	"CrqCz0UpUtrC5NaYidkfe462MZPLcj6nxeq92UkmBWu2Pk+4oDlBSgIhVDFz/0cNp/72XMTcLaPWPd5G",
-	"vmVqlJNm7uNZScvpga0zewurQ7MMiJ7mL2sr2PDe+i60ntC1zcTnagOrjcKufzWtqNq/+rI20sK08UJB",
-	"reOGFYqjBLaxiCld0DHPuXtjf0r21/WI6jqFUc0ONJ+zpoNeGedu+eJMKt16UFvOJ1+MaJYVdSKpfs7p",
-	"mCF97Nj/jUWoFh6od8ZoocfsNtOZM13wVO2ShZ/ZxwwxlUJwMR05d18zfRZGBMRVchevWTmgJqEpF6zo",
-	"RJ2beXCVvm7ix1763TY6oDorKJuXVkqz+YiLidz15iU8emGeXD8oYMe3/VfzCQjAb1zDmrSejadctZ2P",
-	"Ot3vnG/TWQi8Uw0aQ6un6pTQsZH0jVbuxGz4vd/oNQ5XyY68db6V+uLIALpEkQassJ2oMy7VChcbboTw",
-	"bDZSxVmh+YSmjZIrKH6j1ku89eiqGT1+9Lj5J/43ttclsrY2lkrgdd9BVB9j48LZ6bXQiv31FuTilmuD",
-	"YtY30zfdOKwy4/pc6KYrnqa6meQkWpecp8osCenGHbQ/yiLukIm1ELuv8NmIxJ2MqtlY0iKzT1HivyGK",
-	"TwXLjHC4dIrwegNA6XQO/v2gd9OSFGy9Ba5Nl04/cz3y5RQN8s4max6iQorVXJYq7pDljAkiTHtGHqFp",
-	"yhbgaogtF7INga2ysu6DR6kygUVoiDYNEMNeqpCKgmVMaE5zQtECDKen1yi73obtpzm3F/WmlOWN0PbO",
-	"QsOQPZFcigcq8g5yMM7KQvdOrQXATBZn3jjGtDECxvQKGhyhQi2hb/Oga1MKYoWRxja9Lbu5Yf/zRUbk",
-	"xHwUdMH7KzrPT3Gh+9Uy97lSJZrJN34q2I28RvqhommL4N0MA2bMo1lo++SZ2V9NiynTpy6oBJeaLGdS",
-	"VZbClELciSFIS5mq8sVlEVhu7Bo3E4J9uFEROssVBrv854E1Nh5cZMR5bwlaYWH+9i6wjYHyMpEk54K5",
-	"yA/vqcrllHTnavrH2MjJeuheijv70kUh8xa6AM7i/EbdqjF/CGGw25ZDtVjQTOs/XF29JPiApT2WNWuX",
-	"uHNNLA5Ophmn2XvryFlQPXugSBVi50KNxityWDnFCmZUMO+BQle+LIBRnYKjZ2xNa3vcxGDVAD5s19Mf",
-	"8/CM+JkEwk2KIWQB3bTy/+Y7iQldrAvuW2+k6iq5PymGdBdUKdgLRfD13ntINm5OTUthIxeNcFMTca0c",
-	"2Ik67A1vk16Cl5Esm3SlFk0iCIlsNC+KVGbm7x3r/6LUi1Kfu6dr+u1Wk/gbllq7kj1YbNcrtaWClzJW",
-	"FM1yFvw0kpOJYnpPrV3pTJa6rTlZ6qC5tbBL+N7xsgkvlCYFM+oxywi+C1GHhlJuK/nVIleD2FlcMT9q",
-	"vxrrg11fi2BnG8kR+EgQ1xrEiTSrlOARWDeMQxAFy0ZGBGnzOAiml7K4JotCvlmRLl4UOdxmoocyF7wO",
-	"t5aPCDWcDNxMQ8Le0FSjWzoiX/RVOZnwN2TJ8yylRaYM97NyB7Nyhrlt5QLnQIZG2iDdjE1omWtycvIQ",
-	"+P+XA4wXdMwnCF86fjxo0nvpmwt8+PjR400WxOd02nAhPXG6K4EHgJFTknF1jV9grKm5nv70TJ0SO0q8",
-	"EqwG+QAkPgLRbUZmmDczo6jDlcxbxJozYn0BROmiFtgadqM0FZmRlaVg1nJqNkVzcx11vz+/Iod0wQ9v",
-	"jg7tO6o3JMn0hitZJH1yZhlngRcQTiJss0/OoLGw2yoiR04m6EU6GQyICzN1Yoygcy6mRIPcw+3DIN0F",
-	"G/fwOLqLrWQtLnvT8lNbyqfQHrlmC11pEqw6SaTropAfHveG5JqtFPllUbAJf3P4GvQJQ343NC+ZMrzk",
-	"6ODxQ5LOaGHkgQK+Ojv4L0IP/kYGB1+RPhmRg4g4HRheZsIcbEvqJGdaswKjzqZck27T+vmI416f/GiG",
-	"5BuEVhJgOTw9sGTSRx9dTWYzRAiRcRjmDJsJQSduHGZhiErlwrxkJmeOebAyiqS0AJ87OodhIdFZvLQy",
-	"Eco3+CDHMJR5hGqMafeB8gsHLjuxIlN+wwQxV3yfnInaRsC4sBd0TsobrrgU4FUFn5+mZvxA6JQsaTEn",
-	"CylzS1UhkQSUVTFRZxlokZedvM+z4dYdbd7GNdLeTBgIArx/OTv4L3rwt8HBV6+rP/ujg9dfNEZ0W468",
-	"OXTQSj2nxDhlOGi1kA+iNM9zGwSgAhrpRY7JC+nZfsZueGoUsylohsj6JandHOYWKGQ5nQVx8xHcChEZ",
-	"FzwzfLNUYP/bmMwipymbW9V0m1jx0j/4Dq6xCc9Zi+GeZiMzzlEhpW420jv5e6fc+so/WDdxrkkWlYrk",
-	"OCtGz1jlH7ndkDSxYJJzc3uak7JbRK2MkkC87aKBDZa+o1hQTG9tks/VLePavWjb4Aks5LSgc0NnRSki",
-	"kkvQrcsF4YK8PLv6oU9e2UWBq9fosBAxYFjRmKbX00KWRkfERVDIUpM1npoEQf9GbRAQWGHYOL9h3m3o",
-	"njFHqyiFqrEGNWN5TrrJv13+cP70aWI19eRwzMWhmiU9SF9JgFOM4NkErkvgDVviq6POm4OpPDBfHqhr",
-	"vjhwwtABxCGwAiMGtjjimbh5P+9CM288Onh8sn7BATM093+dIR4YTjjyEhGJy8HgYWr6gb/YAX7BM4J3",
-	"K367zjVPbss1W5nmQq825/OqFBhhrFkxB1ej555mgU+bKEIRmi/pSpFM9jCcxpJHRGgD8YFYlnEI7aRk",
-	"wRcMQuo0E2S8cu5hWpGwozsMfDStWs0EjB6gI5Cx1DMylS6LKZfTyMd5enc3CmUg5nBB9Lx8Q7o8CKCW",
-	"pc7NtMzljPeCjbnsNftXC7m8/RF3VvmtHhkc8ZV59F0TLX7L1YLqdHZmba0N1gil+Zxqlo2ACBs2+rsn",
-	"5OHDh1+Zpfjp6gmSKCgm+YrMeZ5zDF40xJiCkGHT8Y4Hx48PBo8OBl9dDf4wPHo4PD7uHx0//K+ajhga",
-	"XgMCjePs7cm7gzjO4jiz/1zhP8PaP3HcN88+fPdfjaS7K8TIRWC3/NxmDaPKGsS7Vs7XjFBt9WK0a1OR",
-	"st7uWykYQH20gcVpfYteb9no4NZad/bMFzlzKtLO+Ck/lAnPbWjp+jvtlpg1ApKlttmQ3J2X7snghPBJ",
-	"PecAlmvnyPZ3frc05W/eNeLY0XOjI1mK6cjZsdqbCFjBnGmaUU3brxh8s6Wlqus65YYqvFHR2zn/f2Pa",
-	"YzOnx+b5DWvm93Ajz8hBaq8k/zjeQMnm5bxnz9sORTWmJro/B9m6zdGGknazHHsbDxAk1I4yuRR7Wtrw",
-	"hXLxwcL4ID6gieghdbA5yoBR1eb3KcrcZgnZNQOPCvjiIH9iT4u6jVqw6Ytu+YPlqC3l7giZwEp3S9sv",
-	"/tjGv19M1k0XD5QLNQYnJYdMLqNesObYtw3z3y0EfnRk3CqQBlXIJuMWqp31mRQshWQ974VUXsv0IktE",
-	"BFsypdHK7w03x2u2wa0G7uDsNcxzPcw0mM3NrSI4AirAGNx3W2yQtzENGsoHoxzXqKBwQbpo0+t5Qqj8",
-	"iegfl4I5R8mwzYjoTEmd6F4CmOqjvqiG9MCZkkiXopmo8t9LQbRcVE4dR9dOOg4Gt6m7bDOc3J8dAm1S",
-	"lumtXTd2zbX06TA0W+3lXrChMrc6X+9t1NhsEX9rlIjAhS+mXDBrI0srU3kWkUzOqRG2f7r4NiKLtuDb",
-	"dXeaX09Ug8dSrgUOKS0XC2DHC2qjFzENwDBiZmTDmsdkW2D2ubh5We/uXNx843s8FzevbKfn4ubS92te",
-	"c12fi5vvXO/n4uZbP4CWwKDKfOP8QoGrKGCpnrvsuE9aovlvFw4I6T8tmgNb7M48oOi9Yotdo23zJFcG",
-	"5rtw09+yPzmYWePauMtlXctpCpk5M4Mc54woQa/ZKKWKQcwMWMAWaDFTQ1IGeVqRdyP8RRmNds0AFsVi",
-	"LLPVSEs5giQ1sOOMJrIUWUTmTM9kBomDVk6ISJVLaB9qSC6MYlGl3bsn4Br16dhhC+4r9mbBCxZ+ITJM",
-	"n9IjOlroVYR2lFGaSwW9gG1G0Nw1HqRFjTKuzFplVV4W9FnPyxqhDBELSMwaBYlZEXHSe2oz36tvgrG7",
-	"/IPqq1jMuM7DZ/xnuWAieIXO2QjcFzhFZ/+JCDqAR2O2krgKUSwCSgrbDr9mbzhY4m1s7ciymsjd7LXp",
-	"xcJ9a9fONKrKhZF5zdoYiphTsRo5m1fwlXPxRpDPXpv7RjZ4RXILqmf2jYDcPP4ONANexygWvitdUKEm",
-	"rFBVO3Mq+MTQLgHojWAx4HO1XW4dfECOoUsb7Ri+toA8jHWKLhhY7jNHdONSrSKIe4NnQaY2l0Y42oks",
-	"lrQwCwPPWTdbRMrFtKAZGznWEKzlohznPB2Z58MlVnwqRtysus8Wh46umfD7jJ+CgbsVQr6FaXCbQqvj",
-	"OOu8xWWBAjNhcpHvw9+gMRtM1MjfIHjkXjwQe2v/v7ZnonNnu8UOm/3e7dRH/CdacLg2EBeAFgzsVRhW",
-	"R0VGZvTG3IQckJke/PEBEbIgz3962ihaz+mbkYRQohHowA1aKfyKducFK4jSBaPzyq5+9Jg849/0rKHf",
-	"4v/84Wjw5ZfW2L9lW7bb8BeKlZk8qEz5m4bzOSum1kR3TwbuohQjqtqikXiDvvaztf5b432FhQDPR5iC",
-	"bRR3bXQdvO1I11xjiK2Rs4mGmFbS9dE2LkO1ORzSrEiD/H7+6pkNsn559efIO2remMcPjh89TmUui37n",
-	"FhRsbhRZ6pEFAtjs80eeQ5IwWc5kXoE8TAtZLiygANhXcymmpHt58b0ZZIQrcXnx/Y8XT5+SY2L0Rc2K",
-	"XhixMiBzRoUiDwcDomBaZsVs/jOxA/OR5xsLVyPHLx+f1DZ+0LTxRpHkYjrKeHGL09kcNbaFeboYvfuL",
-	"GLy9me7uMYYt183Ps1UNqymVZY54S8BUEc4HBS4xJWMuaLHqN3tGuJE82yLMC0ZzYp6xweVHx1/++3O0",
-	"IVzzPMfgXHPZ0pw8Nz//AX+0ACTA6auxgY7QkogKbTRAV2DbYJO0PQbgJhHhE0LFqt8W57glbLI1BHJr",
-	"aiKfs2xUfzX8+RYZom3xjtWONMU8ekqqk2E4sjANsRpQ0wH5juesxWaec3E9aovfPiNqNTdPPHDR+Y20",
-	"Nb8bdGcXXIuK6ZJnh4rpqflH8/R6hdkeE1kWeoYxQs3seu7MMfsp8O35TfsmMVVuWmeGgdiaqGN4W9Sx",
-	"q9WJOhCE1hDh3GzsgId8MpQFLcXJtW3nU660ZTTvF25e0UaDSLhoxD+F1AOLgWoRRNst57WjsgZdIgtG",
-	"7HgxSFMKZlMNbKzPkhXM3uOlbhJG1hbUQvlti0//4eLq6ZlNZ9hcvsw6tRvpBDTUu7uWd/r3n2EbPh7c",
-	"YSbuNCy5gbXNt9me9CvZfnwyxf5Eaubg1KNdiXq+8bbFCPSsDd2O+0gUF9REOQajaiM3F3K+0KRb7TUK",
-	"mikgKBCqriFyV5JSMUBZkXkswoC/gBvatgABoeshDkC1tYAJp6YJqgzz7VpKAPxKGotqnOFYTn2aDkZt",
-	"OFq2CICyIBkTq14T7ssOMUm05v7fxbv1HscIV60FKWPrm+1naTtIBTiNpPQIFYboEZoiammo5ZppObJ+",
-	"TtU611a1nYoxLe2W5oKQv234FivqhBOCFGb5cbcI4wgdZZ7aT54gMc1BQfC3ImY66+G/dVoEZo1XKfwC",
-	"zgmxakwOckTYfmpxrKe1IQbTwsE5A449tVOm16PrHz969PDxrrsbRtO4O4zmeG3Wl77yTrM3dL7I4a3r",
-	"JjJqB4NYRx9xMUPujabxPHUmuJc2VmDt6FfoC5uUn8uU5j7ZlWu86YUiPuxr0If/IqMTwJ9HERkOzQYP",
-	"h0eNh2RC5zxf1WCHFjdG2uKLm8eNG++CHG4Dg2wIn91wthyVRd48uZ9ePbV45wszJa7ROjIu5FKxIrJR",
-	"L3AH2ZCX4eEhfmlGVIvONIfeBmbaJ7B3692zr+NPr84vr0jVwqG/PMP0WRwZxCbW3f2Na2r1pBZgcnMa",
-	"5QQvMMSKlHmGSSaMKJleM026LikJXeH27seh2BSljGwG6580DQZstZtjudCKuGUxay8Yy2B+Rik84IJ0",
-	"ERvN2nrhQ4sFKnykUXaxqik8Rua0uCZMZOoUo/JBdcXfWqMTtx88F/Jiz44naj/5nQexWSQD+/beYlH9",
-	"ZO/O3Noli0Pv9ohXWVPHjx5vCvjBXpSLLBABWnbChvcXLGX8xir3ptEgXsHhUiPNzagiBUM3iw9guONO",
-	"7daQn7EGTQr8bGr7vDAvSGm5UMQauqpwEUi92XfcYajItk0H0HNMzWoPP79aw5UYVggQbZgSFX4E3p5O",
-	"At7AgtiapL5z5K/Mg21Of8zMtuvQvE8ekmfNE7woRwtWpNbLvw+UFlfXIy01zSsD/T6xe+a1UrHsVm/l",
-	"kmYjejMdHe05uuqFR7d9Y98X5mwui9UdlsC+eMtFaAqotQrvnYL9tkXjUL6cjnYoBOmMpddg0t5iHg5i",
-	"qO9F9QFX/e3eaA+r2wzl37PJ0BbcEGvKdX5LhZzrAGakBT6OuQicTb63FlZ99zDqHWHT2wOgmxJhdhFR",
-	"FWTbZPEpbksed7ISqQpbsNHPlPM2zMBKccIgKsBSB3M+xlfkGVMuzSHM9d07ZNQO9cqOotXOWBch7nDL",
-	"10LIXcRYtbtrIWNBd6/buVKzhGZ72l9IczzuNxt85We0ZS020DxcSkwF8Naxhh3ftKFMtQCO1/HMtB6H",
-	"SMcg3zUqfY20814BfO0cSEjdBr1042KsKQSGWbOdLDANaI/QjxtEmWmhtTVP4MYYSj05+BIVFgqpyBaE",
-	"A0MLqioIP119d/BlVCW/kzFV7PFJaF+BpjpRB39pXPOXYWjvVqtSE61SYmg+K3Nb/2JhQbBqkAE/lmNW",
-	"CKaZegCOaC6mvaGhWiEzpmy62Q0rVjbLXk7gl5FiOQRARQ6AyT4PMAmacoGZwUTLnDlEbfs365MXRu2j",
-	"HokB3/KBzBBDUJSsBfkBkucVRoKzXLGlna2Q4gCjQ2otNYAS9MkZjJe4WZBrtiLzUmkyZh5QwHzXrQEo",
-	"DAkl3z6/JKoc2yhh/BW0eV8BLgRViMy4rL4PeAtrOagHZET6t8BYMIwFBlaZI1onuWFVrm3cLXApghCB",
-	"bpC72v3loMpe7b9+O4geH70Lfu993fu6MdpiH4iDgG72Zu1X/p268h10UPkoNnp8KWW+ydBmvAlf5olF",
-	"i4Bd0FJeQyElI8nvGSPPsyYQsWfQhMJoe6KloUYItey3Cf5jW4dir/UxM8Qumm4/c++wXXOdUw0FGCDY",
-	"ZSFl7lAF7fQBWtBMbs91aPUBb1MnnH+4IfRgwdJ9VuHSPPcu6ixpMW/k824nxsycxQDAo783lmYQMm96",
-	"8/5k2Pqq6whJzK9/ta2vW4i0zVS1Dqy9axF2uu6wybZhWEradGO2uvWd0LKXEx6fbuv8bsGZ+xBVZdQ+",
-	"2RVJdTtqawXEgJ7bJnpp+3gfbKz7h5r6jAC1FwLUB0nb+ujwMY2XJZjVmz1Yd3QPeS/FbvfC3T0Etpe1",
-	"Jl9vneHdeI3WeXs46Q9yiaGiDpTW0OpKWSdIRLioalIdkTkXNof/4YBkdKW8ehmRh48HA9KlgsxkWdSD",
-	"k48ffXVcDwR+PNjPDviK0YwL68DaBDKo6nJXUe5rXm1NeX47UGvMk9sdv+drxprHmzZunWnt27BL1Atm",
-	"+LpxbQy/vhtN3Cmk/w7R3Rshj4j8bhpqmVLFFG4znUW5PrLj5ktzzcw/HbeXNj4iL/k3NTo+Gpx8+egP",
-	"j3fdxtYMPt/W9mNytd744z/84Q/HRztbX/Cmc+wahkLfDxRZQKLPm1oPJ0dfnTwc7BAmGk9hJa00X/D2",
-	"ehnNjerdVgQbwdDgEUItzJ3PqYb6jKCeihD2a2gvO6Psh32gDuBqfJ49ffri5/NvR8/Pr35+8erHS1vo",
-	"nHTRXiAFJuUASriXD1yagJrRwmK4mQceKNdT7xStJpjx0aK8r13NAB83Zdbk4PIBurWxP0DDad1YujMJ",
-	"BySexsz/tpWkYgMoM7jJdqTDtyezDxGpkK4BDdbQuDFRRshqtV1efWh3aq5tsV/m8YVr+AdsxH9+ErTm",
-	"v/zTMyjXBLX4GpPMbbXcCWd5pmqSGRMTaTgS6RomExF/uCElW0XE8hEIslvZ6uxVJfzbbfKOc+TQm+qH",
-	"6TTA4uU1wrtd55AN3pCv9eLyivT7/UP4HQxD5lPBVDln4NpuicQIxcodNNsFx/ICo+mMMtMLyLgyotVw",
-	"FiAQILQsBhbEtuAQlFlVU1IaU+bUtvMlMLHB67db1b1k4TZQxPpJxDhQqjzfe/XT86uLZ+eXsCn1gdu6",
-	"DS1OeVBmmruzp5ypBiUpVGMsSsxtdhIQ3OyJrFQm0p3+yfxhCyQfqAVNGbk2O5lD6q1Ke0HgEeIlGEKv",
-	"yvXZXEKjEv3rH/+LZDK9ZkXmDJeOXhC2AxqMCCUVtRB7vz3JwXsi/Pr++OWlW+PRk6dnl5fnl31yDoZd",
-	"MDY5EOf6wnDlEENvQymtSnnFqN2+hWdrnWdELXeyZ37unG9Qpr9ignPyul0YaLb9OJV4b/OPEy2afH/1",
-	"8qStJ6OOE3otzM0/LvW6Ti3kMiKMpjOki+XM5m7KpSGfKQPw3W4IklJJD9WW9vrkhdgopI6RsCumgyeJ",
-	"FClo6eaxqvgHJQXzaVB7LVFQprV1tZqpp3kDLVhgU8CnXDTGgF1VcVo5o+hmmpipeeuIQ/PEwKxm7rs9",
-	"dOMOeKktCcbnQbmLRjxS2LxmINLm+it3iOdoRxW9dZxHe4LeJdNIZSFqJRZRAMwuqlzKXBfz9qCgiE3W",
-	"6/W32sHrPf0k+F9LRujcmQryGpwnUIOlgpbEjmbMsZ/NKQxyKhTJpWpuYkfAxQeLqrDHpcq9uS0eZ9S5",
-	"4WzZeOH+PJNkCY4MhQWFMacTCpCQn9n4EkNwgXVBQWlhlRYs7OI8fYZFGSm6kHnOiv2jMOww/wTD28lU",
-	"gg2o5Suu5arZGAt3PO3R3pm6YMfi6mI2mHIKhA/azCfMM1a4QBUhwZxlLgK2aEk1vSXsWL3ubwMnCuJs",
-	"9mnHlfxsDAhQnaq9yM95y4L9CAe8NRyl9biwOwGeGnYyUih47MhAYGuBN+XW2+g3lojmONveROIu1T0P",
-	"0da12IipCav/rRfLiTrI4o2EZ1Th/dTnqifXsEM79+3bL85dN3V6qzYOOq0Gf7WWBxtcwJ2o4zB6INrE",
-	"4TzfbswXtQbtlz9U7dpvvgmar0ZnWd2m3GqjlN2oK24K4WIo/DRGxiBv3ysZs3rURjQ30gCfios7gs5D",
-	"wPa2gm7Sl/+vuYy8tbQVTn0jxwl6ahs/vaNXtA0D4MwJLVgJ8eL5VUQ8ssW//vFPyH5Ey+4a2Ab5ogoD",
-	"+feD12+PoqPH78gesBJ2KI0z1Bm/4wa5UNVNRAmq6cjGX22KeU67xAcisqBZhtqll3PGK70Gnd39ehjM",
-	"/fD125N3vS82vjx+98c//r3+1cN3f2wJl2Fy0lQlXCpmAdoRf2RZQGpsS1b25npW5WQb6nams+YY60U5",
-	"SmXRVukZjHK3CV1He0Nz5ila/G7TmlTN3GBj7ldUXd8yyN0QASCIcX2P0edb8HXvEBmzPQ6l6VBtiWbf",
-	"HpQ+4YKr2S3n27K091FTunW1FjOq2DZf5Z00l91poKw9xnTDAmwx227n3wYm53GJN0rcenG+zjZsTlQE",
-	"MVqorWJCfRezjGblnIpeSz3UqjT+hlsvLYsCCgXbILqGTVZ65MZ1K6pZR+3aBxVkVyX7PQvQ17per0Nv",
-	"i9P7ZWna6m0KONcEA6+HNvW5gjQcYYlD86cY/Y0VcmSOY+TQoHD3Rv6T0nTKxXSEzUVVuJr/RrG0YHpU",
-	"ioIpmQM8oC+gPLJwRQ5BMIfqRykVKctzREIM4Sr3sBI01Om1eEk8C6oNuarC7faL97Iu1EexwLBav1jB",
-	"KsEn8P6D4Rs/u2Sj4G+WnZoT49YU/x0tKsRFv2btkMGjdEbF9H1SK0Ll3xd19+p/mFax0aHnhvWrJ+Ak",
-	"r1suy/YCJm0s8RZoKe7BbTF/ZhB7KauNw7hFCLGRDHZpk9hk2zAvy/Gc7x00tGZEtYVdJJblcpihoxWd",
-	"52CKct80VIo7Al1i7Zs164R9+/Z5W+FA9hWynFq0FjRyF0Gplvp7G2GjvrxaXo9gGY8ekxl7gyH16t5z",
-	"f+85Gzc88a5Y8narHrSFcduZDRh5MekMf9ljBJ130dv99Vu8VyKiZnJpHXPcRpKgd2Z3Qk6bTvvazePp",
-	"bctobtWoow0lN6we6W27R48ttP8p1tEMKmce9fuYx5GEFQ+TyCZmzOkqFgBNag5xYtNHEqh+GRbuhHmf",
-	"2kAHrExpLsQQehuhgaHzWHirv036yEzzK6YRPmidFzxuo4pmJgqDuU2iBVLKDjaJjbYS6N2U+bvCAJAu",
-	"x98mpS4L1jsNiuhFvyI0QEVOIS3tqNF5CiSQGH72r3/8M7lVyU5XeW5Xsc77gxBop4A1+x+a6nwNeMBo",
-	"ptmci6A6V6M5MMj8ud2Fa1+0kWiQE2aT17hLdlFYK6+y5Z3/taQ51h6zET898zTCpyATwKta2zKlVJsv",
-	"AbQRmgYRmGpkKEiH5BzQsU07mN0mJP68q6ju9q4ADg0d6vBFhRJqRsmVRVPWUvbJc0nYZMJSXTXnh4tN",
-	"4M+beWX4fbiRz+WlDRDqRJ2XBZuwovbVc3kO28n2NEJX+1trpvq6oY/wHd8b2JxWGzW71pLcur9UKW72",
-	"ry9+8Vlt3Tjub32g98Vh7+v7SJTzxyBYWqC+TtRBgrn1+rnXg29sQ++iDlDcB08AbBIWG6ItNr0F25Vp",
-	"HoSdsIx01+JEqkKTvvYL6LPISgGK3kfBzmk644LhT0Fkkov86m3GsFj4rWROr5kNhUqaffL7mu+qWCQ7",
-	"8U02Cpp3WhZcry4BFsvekMgpr9rlNrwfKV9OMcKEcKVKlhGqfdkJgiUnkEbMTBB4qzPsjBktwpLIM60X",
-	"IbX6fne8YYbPrf15zbfsWC1Ac529vMD70VYKn0/nOiFd1LqdY9EWApWFJv9Ojnv9WJwDzwI81FJkrCCJ",
-	"zSBKLKuuoe7gEHFhYtFN3Ja/eHn+6uzqxavR1Ysfz58nwFDhRYg4FnB5ZIQLLUmCcGIZ1ZRkvLBoYq6H",
-	"A2g66UWxsE14hJ8A3zKV8poz0k0g/tOlPCk+FVwkVmaxCNTmwQgCm+BOiAVwf1T3la2KCSnNqZwzjBmS",
-	"VbXnWnF1WfApF4p0kxfwV2LW7yocIuFasXxCXMQXkEpymPRjEYvnEOKH4t760PHbpIcV2M1wZc6GJMGr",
-	"PolI4hbI/A2XfRLFInFkmJw2oCNBSVrhHu+TM5t1b6vCY1C0zBkGQUrA8zeCnVkj15ZZbQgZPxk8JIkv",
-	"V5Hgxe5ACTGkGgxWpj3HQnwTvVNCY1GwG6imAODtUA3GDuVkcGQWSoqUGYo0/Abj2m0l3v+4fPGcJG9j",
-	"NMTHnSGJO/1+P+5EJIbqFPhVVThnhF++w4UPIsQAPkfZi9qJCXRKuVAamVom0xKCxsdsIs0QxErPjIjJ",
-	"cgWZ7X8tWbGKha87Up9pFXeXsTQ3c6jCrW2Z6o3KJVBH2igv/hvUpGDaY5lxW9dhxvLMlhXgBbHCJZTW",
-	"J90c7iEVkQIIOyL2MlJQXaacq1PSWCO7Z8jCdbTylACamc2wteX9TW9+drFw0+smTXLkkIAcmYDzMxFl",
-	"nicOcxMToMPE/MTVEU1sVROuAWbScTKXGDmngk4RsODs5UWAHznsDPpH/YHlroIueGfYedgf9B+i13EG",
-	"DN+dNWgWvmmED79E8LbxivCsqv+cQIRqElnSgTZOHbaY4S8Q4REAHNgXYCNpLJLAAJegfDk35DWRgCwa",
-	"xoQk7imHeeYjSE6xXyvBGoYFXHIqyZjpJWMCnlJkLm+MlG7j/ZHn07SQSrmBjs1FTgsHq+vJ9yLrDAHx",
-	"72xq430qmgTLCDdLBEfAWVuGGLzrrj566ySs5oQcv1qOFQMGoyyVj4tpGoq1cK6NpR5KsC5PvIZ8T4Cl",
-	"Bao4HgwwC01ohymyWOQ8hQU6/IsVrqoOtoZVTV1dNLjHGxDJp2jCUCHVGUI+wVE0Ne5He/gNzQI8q5PB",
-	"0e5Xfgrqh+FLD3e/ZDTQ7xzvR4HKhZV1kFIgtNkXPbFC0Yp0q7Jh5q7NWYTKufLfwxmyNodpQVOAm+Yy",
-	"6/Whn/qhPXzrvM/vgvNbp97vGRLvJu02zbF6BPfq4tvOhyeIrcTwm99989bJ7reeS/0dRDi9e7d1Iw9d",
-	"sRZMilZ6q28MalGSMQNBDNhvMp4eJH0S+s9s6XsVEFo9DDgWXcUYAfHpCb6UoLZi49+t9aGW6uek52vG",
-	"Fsq5wJD7o7xjJBzri3PyBkStI2M3QoYVsT3YNM9Q4gxDvTFK3ZsgbLU9UjA3E8MsSPL9+ZURBb89f3p+",
-	"dZ5ELsZFZDYcCS162G2fXJgZIfiS6RAkPPQsKizl1MWydJC4orko2cbAjFgNOC5GN6RFzlnhZgmCCVex",
-	"mBrRuZtgYZARNpm4uMcFVTpcLoLuW6KMiJd4pFMUSdxWUlEtAAK9ajeIjcVOqTDihDa65Zim16QLmq6T",
-	"5rkyYsMDayiGou455XPkuoi77ZjRsU0mVz1YII4eXjOeXE6nLAOVF6TCGjHEQooKCrkUBaPpDIpzhXD6",
-	"ONqmixciHp/42OT3YV/AFr6RmNJ9L5wrLPb2rq6F66Jk7zaY5vG9dW2X5BIDdRuY5yVAT8uKXH9/TNS8",
-	"8NXuF57YAonwwtEe47qS8iktppAKcHL81V4vPKNi9coVrHgXdR7hXu9c6O+pZkvrAqkECKB6QivuHZwh",
-	"53yw8Ten4P5x3B0UfJrnrNghKxwaPr/X9VIdd8InQQdkahQfuqQrpxdyDdjc/VjYinhY0JMk6yX0krBM",
-	"nlEwMWweuEnA9dBmoEFhPQsuLif+4np47ZJZHmrHve1+Qn7H/Q1QMWAzN5xZUDME0cyr5rhCZoq3I/Jg",
-	"ruHCjUWwbBgQU2saTYqKPBocW7sUFI1NogDQnEPV7DxfEa6G4YWXmgsSeq48UIj37vDgM16lElWXwb/+",
-	"8b8IxXR6ux6wn7EAacFVmcOigfgGXs3jlU+zJ6pcsMKVWJdQej3jWCUMzERmWNiglVyD/UIhtjKNfXtx",
-	"+eTF8+fnT65G3786e2Lu6kfuejGdOudIn5zFwlIb3HEVya2jjHP7/Yyicu52wVKuz7qyso7dwZqM1CBH",
-	"sTcHyRBS59+wlKSlJmpmJBG4He36ups0FvbORQB+GPUDFRTzJ0t3fAnXwS1qFFwlzRFXlTjm6MpQaaVC",
-	"1G/3pvvyvBLfPv3rcnDPXUNlwRZFwxFMQQXpGqmOmb00++Gr6YHlZq04HukmYIFLDKfqfb5j73LHvt9d",
-	"+aoULTel+WxYOFiNzE6idL3rZgwgB3LWFBF4MviKJA11nJ09z/9kQVBtYTTHs5OCpWWh+A1LwAIZiyQs",
-	"GY2tJIdJn7wAYxWzxl+s8Zljvbimsw+1+Nl3WMjujkc/2vmoaf8l1TN4tsng5KdXszlZnu696RuZBpsm",
-	"hobUCpzib9Ac9LHP2K8iluLqEwpFzSNCXVVJ1CoBdQ+KS2J1M2FjBPxxOCXUVsHVBWN4ODyx/NFcAbCv",
-	"jSboBI+GueZtwUKQQgqWU8gVt1dkdfRC+4GvfYssmwvSNUp0rRoP2AYAy6KHUoG7hmkGZ8+0Vyp7JfgG",
-	"C8N8VJ9YOKdYHA2iwWDgzzwtmC25QrqhZAsKPli7a4URe/1YnAxOSFKvM59E6GvaKDYPPwQuDFgk891X",
-	"sbDSpWnEWxaTNtv2d8DzPgrX+JCmxLCgZss97/jnZw7ya3CQs+qEPlDulNRc4+a7FRa5Qi7jeIwsrPNG",
-	"yIztdYcf0iKd2ZoQzX4t0EBZdgoyAz4cSPndSr0A0d0oGE73mRZsCea7WHi15ruLp+ejZ2f/Ofrmz1fn",
-	"l0kPuRV4MWycIAE4CayK63IDDM9sOpavGM3O7AR+gwfzzYGmRf1kVsmNUL66IX6n8USa+X8+jb/yacQr",
-	"mcINTroFm5Y5LeAEAmQaPgVn1Z5HaySnisAnVH0aC29iOA2ea64w3oBlG8EEXEEiqmYCNW54HtXwfj9B",
-	"iSIWvlwxgmt5YKslqGVj5trw5mUvpBh5JWM3PMVozYh8d/HdCyKLWMxokcEsbFSCCur1O64AA2m6a7Hc",
-	"/voU+rG4dOtk7SGuJSMS2Ch8v3p9cnL00N76WspRbsSopIq5tO/GolsKs8UFU4plwGCkYSttLKiJr/xc",
-	"cM0+PmPZx5xwPzzlzAmeEL6BAT/4hduCbrBh7I2GigsZUvBuFeTcvfCZae2j6Bsy+PUN6nbTwKdVkO70",
-	"b3xBqE1N61kXZKC4O6xRiOjMGOETYnMd9xM8AvpuqcevCyrUhBU7xI0eWNSd9Q9mCZ7GFXg8K/ChWCjG",
-	"FJmwJSsI2NgRBfAJDuQAwz36DRxs3WZxalhRLDZ4EfCZWvyfjWgJ7LrrAlCbWPPxTBS3k2lkqpk+QL/E",
-	"vYg2sBOf+cSnwyfOSCj6PFC4g5H1VRktvn6iHICrfVrxv7Hq1oZKu2M2hbz4NunIkwmZSqKl4VBsvpAF",
-	"LSwK55gpnjHfS0QKhsiYEg3UgeOI5rnNIKNFwW9YNvSQekUJQLTlIpc0Izmjzlso8wzaBSRQIQXr9Uky",
-	"lxkDY4tMNc1jERQUH3OtSNchJQ8en5z0WqSXu0kmH9V8ucezz2TGbiHC3CsLaZdkENd2L3nlZyuRfuZC",
-	"nwwXgoNgDSBV0JEhgooTnZIFLcD/XSlnoFsYgWWXlOKrUzdKJ4YlXT15WasiDdKyAE7EtQNqt1WzI3Lx",
-	"8uYENKGLlzePe1Hdk5mDlcSXgNYzNg9987mUPvz8mGCYt/JSD2phZgzeN+4SFbrgGcdPLpgAYrgw9D6B",
-	"4UPolC+w9jhCLDm5ZEpHVrsMzbJMV4HIscCp90li3euJY/f7FGJvr74OPl2HXOsT8mweEBVo5SoVCFm2",
-	"fcOUq2KXMI7lWkXuqdQYK2BGHe1djdthaVgcltBf3XW1vSGQzSb8zZhApRexo4I4jCqwsNcn31kPQM3E",
-	"jg+Cf5xndi3XzfBmaXsRSbCgSeL/QowbDB5PbPH5UVmYb2CRsepALJKw4k+YE3341jRtaT85tYCzYTw4",
-	"0iCEGnKz8vyGaoahImbZhFzruGs/Qdm1dFbLwN4eRf7S1jL/DUbjbta232JIR74AKxqRMa5dhIcQ6+jb",
-	"D5ZR/A7jeEO23cY3A5/0A58iCCk/FcEY1eyEBD4bdPzsYuQh7mVj6LcnuUv35G+S6kJU0RZ6c1P9tFIB",
-	"wpGbG8NwXNi+9arMLETBriL9rEgO6kNrpJ7LAbQ1OwglL6/+DJmPqcxV8n/+d1LIpUoqsf3Lwf/538cn",
-	"vVOSGBk0cQFXCipHeiDOfizOmhG5K3D0xLpC/dVYh+eOxRlxGKLu7QcqKHpLcyWNJKPQGop4VvY2PzA0",
-	"hBmSIE1YDDAyYcyM7YnMmBrWTRrmDXNnrOd0ke6YZsRMNrKXd+GcuL1Tc/Rq/lI8e+b7r0ijGzUiiQOu",
-	"Mq2NoNRmQrq0hrMN91H96gVbNVxxp6g0GaEuUJpOGwID7ScMM2q6VhCvxSHa/taivmqju1X419F9s5fG",
-	"OGkbUhdmA38O4/r0QqX9masu27bQ6IhUkb8YUgo8JgTlz+W6pZcvp4c+4SQMnF43b9pHzi5+/r7zARMA",
-	"TPvt0f9+GL/JUIcNan60z1sB0sN6CKCbLRjQKmwCwOFX13yxcKqZudzkZAJhgQ0bXMGot+bRVcv+IVPi",
-	"tm7uFVaw0aU6ReNfUpXWSUgXAux6lX4IeaU2FRvLnXxaIhTAq/uY/wB5oppXnzyH8ApbmkwR6nCza1tc",
-	"ZrzdJ/PCB59gcgLV7ACMC4Z2IHa/+/LF5VVEXv5k/nd29eSHiGCuWRXjXy6mBc2YzZVjsQBtciKLJS0y",
-	"yGlXSyw2U7gUeHzZ9FlhJig+FQdcRESVqVH/J2UOkNlSD2MBG9tNqE56EVnOpPk7tTAIhcxBZECvUAKR",
-	"/xXjMyo4amLwJtWkm3gKT6I1kIOLzMiHENCXoN1kQfXsgSJBTv5fJBeYLZYcVhAX1r0NyX9QqA1D680M",
-	"ULufyaXNFoHAOCRm60xPUjA+ywnYD4zQY1etVyUVJlZQGfEsgR7/88CS6cFFVnnKjORptHu7Od5zlcsp",
-	"yY0OBtASfXIGwYBm6zFKZybzzNMQxDkCWh3EIHiIBCO59cl3PDcLMawi/vCxiWZFLBLFRcoS0n313RPy",
-	"8OHDr3oRApLY/TJ/2xXu+/T4UBg/ghqtDlpuMBj0TtcT58FUwaoqSBBVOKcrm0ePwYxmxlyRBI5A3zCj",
-	"PHGBCRnVNBYZLyJSSA1xCZCXePzoMXnGvzHDsO8duTe7eikdiAloNtdsoXunhNrqDXih0lhUzxBYCp/q",
-	"41JsvHXTakO4Daa5UxvcgYPHjZnSGxYLiapDTfC3q9EnjwYPSaK0LNgoKEiVbJjLMCVISAJTi4W58dtM",
-	"NsA39sr7h0nW4p73A2ptbg3IpDVz//jLvRtCGmtr6dHR8d4tfTLABo2T+qBp7IZKthkwcC6/d1kMQqfN",
-	"UphjWzdyeEwQKERojkL9fraG/dYb+pymM5JYWOIEKwg9UMC/gLm9jTvXXGQq7gzJL/1+//U7wNZU5Vgx",
-	"XQFBKYQJCoy1gT4Pf1tfJ/w94zo3/wKgZqWNz5kueApfoEEZSmk748eGbdRWWSzMj2jPJnNaXPeG6CQG",
-	"8zVa7pXNveuudTREUW/GaKHHjGp0lNhfrU8ki4ChOQsM3KoQ4YYXRMogaoSSG86W1hsB7mCKwftyKYgN",
-	"gH+CWxELiFaTNGcqNVd1WMEK1h8ElwRsRDc0H83Nijgr0/GjQc/2OC4L89YkFsEEUgnTtRW1iqpRvLPQ",
-	"MAZfmH1geS6TyDp30FRvdhs7iIUtwgUGlm7Beh7kAOdoX8GwL0BVshn14ILi2HOxIkePiMK7IRaAdL8o",
-	"5Btzr8NFleZSeS8P2Kga/dhmPnYF97s2gvVrTpo5fjSI6pw2ZLWPmupC7+Z1mr3Rh7C+jQ7rvSJckAjw",
-	"ddC3c2o2tcqYtftSZW7KMIwIkVY/MX0ERn4ACfbntooZVpPG7OM8R/+ZwyRyRxOzt24YHD+1xvpsQsnh",
-	"W/uXw3OpctDqNPYjz/O75nna95pt+h8RosDMgSgw1ATYFyi2Qs5NqUqafzbGvbeNDBaa+vx3lysJjlh0",
-	"sDs39rSQ5aLXnob1whvuC6ZLqCzqJfgpv2ECYpmIRU453RS4XSm3WDSgAsgJFnxFdmLVwTpyyqH5zIrC",
-	"fY6Fgmxw52n3wwKpAGFW+rFwIQAnoNEE6APmT7eCpw1IL7497A9dIvg3akmIC4qJppihKdjSGhf75EKQ",
-	"BOka8WhkqQ9xAoQWzDnVwdFe+US4r96sS2UuY5dt5rOOIYzCwacgiAte1Qin7twzdhSxWHcqVPnwa2gF",
-	"Lj3d++or94UHH8Asf4d/DdhVazgAZAsMwCnZhBkaIhYDEwgB4ROuwbVvsQFDBBzEafSJ/3NWsHxVg9CK",
-	"hU/cSyzZJ32Ihi1kTrprGEGRBQiKDCnwv7EexnbAgtg+Y9GG3AAYyAhR4WobBYgCVghzmEJwB2D9bZqZ",
-	"1uxKAficGsbiaOCBEDDAwi5M5FH0fDFEIwVsdKlscIaOhYt5AZJHxYoXjsy0nDIIfejSjTZIKkuE1ENl",
-	"e4FAE2AV6fXJS9M5xSEHqvsBWnOmEgW3U5giSltAaqJawpPBCRIabLJzIY4sAqYF0rRso2AOc7FiHSD/",
-	"DDxiJs/UKQwCREhXQKBqt3LpNUZlfM/0PdykLfqy5V6GnzSbBVwtIi/MDZr15pbGDSt8/8bXIgYp16Rc",
-	"YE4tMAYx9ciLjka0hPNa43ekC48uZJ5X9PrQ7FWvTYk3bHNd6vVy7sM1OfduYu4HlGAC4Ijfo5jy3p45",
-	"DJ9y1AFM1d1f1bLtEoMPkSlv87mZ3+9LGr5/DziO71au74Y4XmwF5GVkkF5mY1qRy4vvf754/uSHzxAk",
-	"HwmCZDfZVtVRm8kWK6/+dsm2Xhn2rmSLrSDZWid7JR3V1I7PlPuboVwjFLeDw0F4utrcTStLW8FfFg7X",
-	"c4nPA3q5zbkz0vzx4ITMGRUK/Y6YBBM+VIVlBAhdwtwkfy1ZiVfL0qi2GH4b8MRYcIEDAHRqUUE9+xCO",
-	"Gvgp6ZYCQtRCvgox6LIAox9TqKIgpCgIuL0K8dJ7dc2UKjw7M0mYuzUEIRbnmOHwM0AhczjoYRoxjKyW",
-	"D31y/BUowlyMxqVaJUFYtw9ApxaFHAzKS4slTnMoT2h7rOy3lR7sdSoj9DnM7Er+NkJ7FnZk5HpdrKx2",
-	"krwyHw7OJhazHbxvTRFz1YgtmN0DTH2G5TI6axebBcWUe4i9XoRBeDh32InMaq+4FUuqYoHfk+54RRIm",
-	"J+iItuB1LoAeUNe9pmFUlfYcJC/3ZVz8FhlzWND6rnz5bL9DdkoylvMboG53pj4z6g8WHgdb+02pVndi",
-	"7Xs676CTugcvvBNCz9jWuPLz8MHbHpOXdMqegjN5j0Q88/ATdPd+UIUvmFGbJzec9KfltwhHHgJ5Y4p7",
-	"1/B5LGaEDkhk8B7msgcJHkZr3xGM3pTyAyqK3vgRIrFtrhjHO5CSScHUzEbc9GMBwUEsQQdSWHmX/Ov/",
-	"+//JWEosQl2UQp0GF7q9Di3sPrCvFdM9eAkr9kKdCCzF69A+McK6uSoIRpCbEZ8SSgTTS1lcg8EQIpxU",
-	"RLiSORBdLDTHknuLnKZYncNWLtZ8zirEWqg4FRFFV1CwD+5s+629sFxhFPuqi0kPlnHEoAqXNZpZVJQg",
-	"icCWjIsF/sQVgIGL3ine1bbhWqxMe4z5ea3474eLFg/6+ZXwtcOZNnCBlwEhfhLX4W9ODXnvQBO/BWt5",
-	"hmsujFMPuWzLKUH9bihaDd4ScLcob6oCf/aac7Yhi3CbaxZREutH5XZ3Y/DuczpnnU8cG/NT8Je+Nzl+",
-	"y5Qu5GqdGC1NucgTrolR94KbCkq4QXQpB/fhVPps/bYY9A9MWoOPxUTXpIXfeXYoxpf72WISCjKegoHQ",
-	"45zpAFVsZQWQiaZVgmh487eliTZmPdNSbTGhvzQ//17oCibzmQ/+Onzwu4Kxv7HN3H9rhzGC8jVjLiGH",
-	"F2TO5rJYgQRvKF5Z735KF3TMc645U0ZCJkDBvT0o/TO2xWdsiw+JbRGLWEAoMuT2AJLzcobBFGi4dNgV",
-	"qFNjKOQS2q5jWUAoTCySlz9dkX/9459IuYdvzT/vDm0bmPRiJlHDnsC9tjSK5mW5YALKahndPRbjQi4V",
-	"K4auuCyW1MXSssPDQ/zSdIVfHeAXZvPxi759AjslmZxTLuzr+BNYV80SgC3BpcVAmJCWtoZtEsUCyxvP",
-	"tF4MDw8fHf3h4UHGbvq5TGk+k0oPvzw6Pj50QR8wSiTFqtEHKsIGlEWVunp6eYpeAxwXrLpDmnr56vxP",
-	"F+c/j7598ezs4nkQj5z4PpPIchk8TnatoECAzG9YLLQ0Z3dRq7Xy7fPLUwABGa4vns8uCdYBMbosoNY3",
-	"rgNzOouUKhYLqKoC/XssP7fY8JOrpR5KkzhcN6CCTWkBkRimxVM8k7HQS2kfnEhfHRWLq0HDXJMwEAey",
-	"zyTUa7ePQuXjiSzm/Vi8dBAnEF1WK5wMJZaRjbCCjEsNz0DR3KAsCjl7eQEscYXBr7LUhtPGAooqQ92b",
-	"jbm7IKZcSWIrm/kxmRfts47j2xPzr3/8M3EJJLWx2VrFMPnuBDw6PKgZim6Zsr4nCAm9WOAzCOQKLNUD",
-	"0EIRVdJNDqlSTCvovkfGBaPXwEgLFplGkW9Bw2b4UMnNzTWlBeaMiRWZMz2TWUR+ZuNL4LH2tgDeD9zX",
-	"bg7A08BtFdkCPusloX3zWBJaFiQ5s9IKSFtD8g3WrEY6rldIdhTdBTNRLORk4qB6MR4SydumTWMtIA9U",
-	"EfqlHIwO8DELCISqN53bktNLasPMSEGXcC27mlBCaUazCGMFvz9v4I82pzKJRdfV9051Dt0euN9aQXgC",
-	"AfJuUDwfVdz9DMlz75A8VtyrS6nvq2I1kOdWOdQS+5jNuMhIKxVHJOfXjCTX5Zht/Ngnl0xksUieeNlm",
-	"SH7CLGQLlmU/DYkrHl1rAC/UH66uXh4e9Y9I13MUxxbMZYhpsE6STWme92qx3ZiqgxIIuhK9oLXJtjZQ",
-	"vzAQ3UlaNFeIaulvYJ9X7OQdru1WKiJF5KFpXZk0w62H5qa2VnoP+81YxrKeOwD2DkyOBkfkcsl1Chaa",
-	"l4XUEmBzYPV8adCCrc/McW9taQwDGMZSz8iSrlRkJT/GQTSEmWMoQZ+ci8zWxmQPlI0RgAe6FJqa0Xxy",
-	"AA8HAMDBY5b/V1XloYslXcUCkXsgWNqPFBKZ/MB8KGe1WpCfbRg3R+ELHepBFdeqMQuWIevWDLj6ISKY",
-	"ZaQLngUt5WhOxWpkKU0lVnTGckYYLF5dLDZzHsjsPy5fPB9uO4zbSpygINnkhbK11YP6y1jLAX1FgoGH",
-	"KLLR8oZgoWXPNJIKNxwjVBTKLlSH1I1BELFomL+r4mJatnEfdrTwvis0P2YY0AL6pFGG6MrqT1IwcyHX",
-	"k9mNaANmo7DCXy8iJ8ePjV4FqzpyjpMED7iRHk0jeikhIy9jBXjPqkOxnWk0Xqzf4Y/mknr/+3QPn7As",
-	"9PNyPmYNPuEjvJ3WItE2zzjpNvLNaOf8h+vHggi5rHEEm+zZwBjM2n38S/d+DG/m7DZJHyFND8l2kq7K",
-	"/loHzcTd9sM6VkUhc+aa6H+sOhyPP/xirR/KYU2yzml6rcid7/N+J+rYE20GaB/ePA1NL9ei8DfSPytz",
-	"4kegpRrnHZI9GO96fEE/MGZ+2AFvcPrh+lgcoogi5jmHBwNR8NW9CoZFQ+/9NSHW7iHeBnXRiq5rTs3i",
-	"1tq63EaQRf1tWznEV2wub+pcL0hxP4WgSFDlnZFzRtEwYquv1oycoHzHwho4t0vkDXfQM3rNzMXwEsFb",
-	"f+17qNFPexVqxzjO32fyyHv5EcxOVqTswXgRGwFLHqOVw0j1yiEmbQHaf0aLaxW0iCSKMnqidT5SLJUi",
-	"UwlKU+Y+93iZDx8PBmFGE8noShlRsWCLnKYYAwyFOTjEUxXXQxKO8adXT635HgYrZIXwVBlpQM3CAYHG",
-	"YY3U5oAnXlsrZGmUAM3z3DYW6mrYhi1gCNM0z8AVjMw0Fium+wTXwkLjAb6RzbXDAonmmplK4lXBWnSF",
-	"PcRcEWQI2WmVbfj4BGKKa7odBCx5FmkN4JX/ogZxr+m1ZSR25fuxaOERZB8WAfVVbYUTWA5vfTzq9x8/",
-	"evTwESJzaJ0TiRlKhelpK2tBhvhrcJb7D7fCyZiOgjirD1mIueqwFSanZjh0B7TmOPns2r1biNZ7MeSn",
-	"zDCGFbjVFtY95677gM059dIwOLS0RfYAgm14t/RRMFXOt2f7lfPfTazCK4vJABcb5kz7JIjAbqHYb7GC",
-	"x/+IgAage4w+yGo3G9T+Ndu2m6bhWt2SCWh+/r1QNEzmUwmL/f2Rq8dD1gi0eCvNz7y0jUzl4vdDpZii",
-	"95lIfx0ilYv1SNkuwMNMytx5K2WRgrfGhYtxhE8BXlon5RnX+dZMpR8urp7+PjKUzEy2uYBBNLOawieW",
-	"n/TCDH1WzqlRjA/0jB3kUi78ZOpYkpsEcPjW/N8BRiykyNozmL3WmWj2BkPOqPMIEi0l6VIyhmgWtsy5",
-	"YCjCxp2X4H48f351/iru+GL90O9G3Qj/rdmShHRdKq5LFrbeJ0VcZT1D2whCifWGIEkV04Ca/VxBxmzl",
-	"znOJs5uVJCDhqVZM4nQzsbgbouBXSVQ0s1Dii1K7pOJY2KziCUxkW2LwaRssb3OFUNi95jMLGDILqmcV",
-	"hIzd9s56etA23Nw5F/5zC0zs/SvbZkav7FHYL5/pfvnGmaW8Jt7xsyubXauDgE5+R6BceQg5J/d+vjw/",
-	"4Tzg9vsZKYVQYsjGceBTxy3/3bHFAKNgjXAcGkSdTaNa3xoPgxmKhcxZRHI6ZjlRqVzYvKw3C26Y3aTu",
-	"IkwLljGhOc3VkFAbdAlG0AfqNBaJM4wiPG9CszkXCaDkYoM9HwxRN6Ge+u+DwLpYOMaIRlsMwkWzLddk",
-	"SdEMjZnyYDztJv51QLevRmCbj0Wj6TaoBAAparbEK3Wxts4xmsnTGlYDEyA12Zg685QUQdCOjRjNmVIt",
-	"QGjP2Icsa/GMtYJowYZ+RIZSr7c5kwFZGaq2SQBmCddSDhw29FZ58xlvK7a2XnMiXzn2anEfuU0KagNM",
-	"gx9rjtqtK45tAxQXQr19ikKvncU2udct4qcl8jo6Mce0YKksMogxIrRIZ/wGtJ92oddN+fCt/cthBrfl",
-	"Ddre9hKqqib3lauOHz3eS676sDSygz6MGK6kxTnAmtluqT/7YDeQQBZS5tsZ3Ut44kP6i6TM2849dP5p",
-	"HfifaTEnsKwhnMb6ku+dZG5W4PZ2DSnzz2nl62mLspiCoX/pdgjEzsxmdXPEtKdG1LN4tKe1er+IquHy",
-	"d80Vvtqaw33vO3e/R67dOSvz/wF52hUReDCJtd23YQfmmXqSQEv0ydU6EHqi+N9YUqchOSGJWrA0MfKA",
-	"g2ZJKtQbh1QDibM22l1V8cyYKpgZ9algE57n6H/1he+wqisgPrNlVYSlhyWuq1CWCnCZakDIIbIgucRc",
-	"Jl64fPQzkrx8cdlcbDvB/LpYhHnsZmoQKM7e0FTnkHBpGoWgD2rD1LHzYS0YGcxNCSlF5gL9rUrKMqs0",
-	"hojgXUh1g0pjhAfLY0aMreNOKAhitzI/LAHEtMCBr1YaMsSstlnLFXnFMjbhwifGmsnhGlr9y/EJTFQE",
-	"avLFKD2sEqmFc7dhDzVBATVpcC/Le2EsHyDORMrbIYl+PHZGqNn1CdSxE3L5uzRqfeRQkW9hObHGIS5t",
-	"eLEi+IljMoYfhAyuKwuHn9nbZF51YclBBrRalV55TAEqDLMYlxoM2shZADjMZQ2/+un51cWz88sHKiIs",
-	"B15nWApqCjZH1ZZut9kY37548uP5q9EPhgcqpl0yi5lcJtNrVmRQkLsHU9QFZw5ZzWe9cIdVr6Kg/BCm",
-	"3aByYksp1rKKgW9h2SNBmJia5XWo2lXiur1ssOAn4J9VRbst74EsIWzfFrChHnfEw5OxzNXaW2NACGCC",
-	"BRo9gtmKdD26GU4tgr9hGfFPLsj6mmOS+0wuiZbEiGEAwwBp43N6zexyJgAiv6mDuE3+kGqI7aNNE3FD",
-	"+PRq03vUjRAQ0J9HVZdP0KZZFZuFbYPEDsMEelEgndTwO+qn1lVa26pYXrJbWND0WpF9PFlYybvZioZe",
-	"MJ517u4kinYP5QMY9Oy6fOIGPTuLbQY9t4ifWm0wu/VdKOlGU81vWASFaHNAk6musl5lmwdq3Gbqc4tx",
-	"+Nb+tVkerL6CSWW/S4KSQtbDHcCroFXM3FOEOiOZ82u7vjZc23UY5cq1LW9Y0e6wjsVtPdZk3WHdJPP+",
-	"yPPc1fffwSwCuiLdhV6NqtVExBu7ALZeo6+NlFXlS+pW0ur9+/Y+fyBYS7tQZs2a/cC+Jttn5+59lV3z",
-	"FNdWbu20ojzvYOfCFsjGrDF7MOkYwI22WpZaz8IO3m/fa64KeO+sfwfb/x9gY3IzJS28do8b4BDuF65X",
-	"7SVzbyrBLVHsrwlivjCSgKaQVClOgyGheY6FvNGxbYfrLBRFKYzOMaFFhNYSI69DOiOW3mK2K1ZUVb59",
-	"vYHjwWAAehBW9nZ5TbYwkNJ05e6oysmeyykUv8uYGpLtF5L5wt2xSYtr2xLemVuy9zgfbeW6zZLWJcpf",
-	"q3LV+mRbTpujn8/MflMzMvuV+RUiE8askOAIrWLsaU7LzKWnHZid6u1zejOuFlSnsy1xiqWeQZo2VOWv",
-	"8vHesLT0MSOEK1WyjIxXhPLlFJU4QnX1GIKgFxacHDzMrVmDcvwXBlKrFQqNXBgYj19e/bmKUuwmakYO",
-	"Uocj5d60EFI9ZzZJZ1Ix4aRc5EVnFz9/P3p2cXl58eL56OLbBC+8uok1FmcEkzKJWypvLqVzRmpCrl8c",
-	"+AmyCZ39+HhwbC0v5iE0x8JTVhxGnC1aaOXyzE8t1hfJONhAhMYWMe/xZPBVPxZPZiy9VmRGFwuzB1bV",
-	"gwIZQwKnHBecrOnLa7sCFpbuo8HDXhSLMeJydU8GR70Iu+yeHD2MyMlg0IsI2F/q0+6aycnCjKkXQXYo",
-	"WLVOBieAQ4KQK8+src0uHqZaBvq+N9lcQ9YruMi5wCKdZqijCc8hjrNWngdLw/CpkBDNqmRIfnMKEJpE",
-	"yTk7tQN3Jr95qTSZ0RvnTzAnLcCakUD9NMdijqahMSOizPM+SeZM04xqmviKmjesGFPN50AtBVswasvT",
-	"pnIquLLngsyomtXm302pkIKnNLdwM0i+fpAKJK0oFqK0hkof6wbxY8sZoPFAvXSPw2O0gwequqh4lgwt",
-	"OI95Eor7FLGwXgiskGRhNz3ZnnqYzBual7AwZiVZZocWwVo4iDRgSQCHGcUiOeoPkvCX5Cix1QCwxXBg",
-	"EPS8TuBdQ0c26RaOTQ6IQQBymWAt0yGJO1RhoFvcsUiUFkBdW+KggLNeJf1TuzOxmHAHZ+Qk3klZwNho",
-	"Ls3BA6hLpjSfAyAonMuktkjcq81wfM1RRBkBYoyDkzfKuKLjnGVJFNCykRWqo2d+EnIEvCmJoNzEeoyy",
-	"kTGOSFIG15j57ughScyajbSUo5wWU2bTjb37xlwE0Oa6P+cUxZnmqO71U9d3tqrEWn+F9MAzzIJD96wc",
-	"5DhDaq+1RlnoW8tLW8OBGuQEPNi4YeHmjZnZNUW0PMXj6NmwU1nuS3HeN7zo/n1Xbr1+pUoUrntXsKlJ",
-	"lvPFnLquur45KG6T3OXpHRCbd+XnspEf0U/G0rIApe2Xtx132K+MCNYZ/vLaUHEliAY3qt/FwFLnS/S6",
-	"ZvYRO1HpalUZqxLviIDKRHYA8cdQ2T2XUyyfzqylzGLy2XvWgaPaAvCoKDpcOC4IlDDtVkWjg6p/zunX",
-	"J3YEa0XzgDFnFhnbo59lXEENuUmZ5+DuFwwkGquAQpc5EylDQA7s7pqxhSuH7QaqCDUqbQ7BBDyd2TsG",
-	"63STOXMPkSldkG7BqJICFU8cWNLzIswK5gNFtI2U1E3+8wCndPBUKp3UoRNzOcVABAioh9tSlekMfHsL",
-	"rmTGyJhNuUA4WGmfiYXp1cgTmC6v3Ki5RmluDDFLLJ94a2sB4fqFlPM+OcOUHqXlQmEgCMw8FkaIgxlC",
-	"7UC4+y0Ar49W8IlSIFq+zAGQhYoVSZALJeBlhVSBQ7AJHKBeZEHTrCBdwb7ilkDgVGL+n8TCGSXwBQSX",
-	"BOqbsTzrVUAsyZy+SfqkWt/LmrRgy/Sj1GdED9OOL+hvGoyCd89FloSvVa5UqLbeNcyci5K5GK+eNYNU",
-	"LXxPF0NiroMEBSaL+2ZrKuLkEMJrfcCGXuBIi2lTqwevgNwSspythiSxxJ2QLlpe9IwKi/0+faAQhhHN",
-	"8AF5wsFZGcmhzDNSO1O9cAmBRL285bM5cC7mNXsO0RQEAPQWzzNz8rXhEeFOQ6qdVamSicxzufwjLlOI",
-	"e4bbs6TmmHax+vjDAVG9WEykL1tvr7egM2dGM8RoKXBINolvaOj28vK8AtOn2kLxu1qZhrhCOoxs1Xoc",
-	"sfLw1WYciEoSulCgqa5FFjXiJgdxblJQG/1UH7c5wGYgPTclxKRGXGW6pKs++c68qoYkgYkMbddW002M",
-	"FjQkb+MOkmvciUjcMV/GnSgWcYeJVALIaOddAnkoVmn66eq7gy9hgbBKJlXssa3Gn4RvGTEff4w7SeUx",
-	"AjqIhUP6BrkW20QtKOHZsOEYQVGAqviqYVxgmryE4mmOiVVAq4gRmDylSh/AgwcX39pR2HNkGBToPb1T",
-	"v0JTuthYHgBwxSXRElcJmTf+nUulYYmg7eo2sqeRdJPCnj2YXQ6ng1ocKeB9yAwfqLYzWz/w7gZwQ3Z0",
-	"sjZq0KdwhOaJUSoz5jc2MwPukydyPrcArkyRbjIkCy6mSQ+vNxdPZ+mdGuo1jF/lculuNa6I0V9Byw2v",
-	"zaFHeZrQPFcOoRjPdAn1CLCkHyUJrDlQORxBb65tCGOLSIJEMRqzlUT/oaFNv6ELw2jXzncup73TVofk",
-	"dlsvrvl7WnrXpCOkai3xBgV24W3oTbdVm9vfvFmzFU9kMacaLcSPTzrRduPxxsBcIRAQB8Esj8RsKLRG",
-	"qdVwDWXmfM5tOeDWoc7pm/U4CRzYydFXJw8HJ8FQj/YZKsoMRqY8xbLDAYOnTQRAuoZzW3nEsuP2hYXf",
-	"m6Asx1LmjIpbm95lqpm7SOp6m9+zMRcUBrERJdLZuIvqTazBUlye42FSjt9HhqtFlk+QrmLM4qP512Al",
-	"NtA6G8EBoMU1hNBQAGrQBhqFoZoQhahFRNrod+Dg3ZDicK+2UPomyXRCVro5KiM9hBz7ljLW9uExYSj5",
-	"F+ikE3UmNFes87ppaxv4fUO1dODsDUJiBPFy9dLndoBbhLxY7JbySIOQZ4MWgXaMzrSkVmlCFro5fTsA",
-	"c7B8+zuW4WmjE+MH5yfEadbltgfKnfyGMVshExVGo6EYyWNDJavNf0oXqndKBkgdQeU9yM6Fh9YnfCty",
-	"vHRITo3HxM6tQdN43xPx7nftD39lGAjdpAnENRdWlozsPSYL1MRBIL8ENfrg0khC1tuNbHbNFAJwdO2e",
-	"tktXodiVYXCxQYlD6Oz+oPXihchXEbmkc3bJNfvjpS54qiNyydKyYL42Uc+W3H11fnkVhdK9L+5SeQx8",
-	"fR1QXeAqPDomM1kWyuLjYveAIBwLsMRQUlCRGS00I93jR4/JmGvVQ++k00fAGitrVbS6Ca7CgY+tAwt1",
-	"LGx0mJE+ScaLyNXO59kDRS5/ODs4fvQY4OFVWdzU8xd6w7UsENOFLHUCGiEgGvu6q1jfWbDlmucRdSe0",
-	"t/ioCIimhP2vG3zk0hAAn3KhQOA8C5P+Sbc+GPhSJT3Iy8cIAymHNb2NW1aKpjSza7bchZIeeqYymNrN",
-	"oGlQZraCLUCJKkAuQGMVLTOurXJOUzNtq15boALMVYlsNO2NvHY5JTgnCxNjERDMWsUCake6WEO7wKQL",
-	"4D8LOoWSUnAI0GoU1BTiIs3LDHT+M78GIPzHwmencKgFhWNLoF+mRlQnANfq/ROJHZ8DeTdrbJa4ewL1",
-	"Dzyqe9IbWsfpBAtTyyKdMfBHSxseTl0Jrj5W+6kAIxKimVFBYCHN1MhyJm1zFdgCRVr4Dqt5W2xdvFFB",
-	"wGUZGC3tKXRlRLpU2Op+rtYffvGYHD4+OV1H+H+gwO9nkXjNFs28FqWLUmmW9YZWUHoEaVNlYYt1gQw+",
-	"56LULIqFJXQcpCNxWg0LvJeApI80Bhg9HkDXvDfiAsuTxKKGsxP5GP9cIhVZcdqSdGW1sNZXvK/m6ArE",
-	"AcZC5pAqpcoUYtQmkBmpamN8oKoJGo7UpIZd8qm4EB+oTDg2fiuPTENq66UjoNPwcINf/FeJf/ywMPX+",
-	"QJ6GuCXK2nDGpcbCs4aPdd0Z722cbovz4hFK+u8DgvORcPndmalDVAUnx4aZqDXVKHiiSWKAV/yhMmfI",
-	"nmCzZm69LFJSgzpaF+4+SqWCDef2ae0urIngIEB0Q7kgcMbYSAgb5hR4tGreK3O+Kt5OQs/jmgQA8dbB",
-	"Rb4pvMlSt0tvmKNes1n7sEVXQrJdsqtJSRGgmUvwGFVMwRY8vWEYF76AqEi8hcw6wc2QSzEFEHWaQUk/",
-	"0Dv65GdkyUZzcZKkK5kHWMoTgIPHIfWw8lW+ImnOaKGCEbSx2Bdg4Nqv6kAg80DovpdCK84H/d492/83",
-	"R8U4z/cj43Nn+0Q6flBF/pn1gxXDMrO4UTXS1VRdb890uoIndgRhPJHzOT1QzDxkpBmwD6v9U4oWVGtW",
-	"mEf/m3zR/Xq4YFCB7O9K06n512d8mQ+QzPF3G4n+d7MzOdPBnyz7+wQkLfvPaFEwLA3695SKlOU5y3rd",
-	"r4fki+gjddb7gnzxb509crTOrHhOzbld/REirE5d2JgRT+eyaM3Ugldry8o1m6u19f3lv//4+t//uDkY",
-	"/wUtCkwVaI4iBoG12d76aDC4ra0VcNXYGz1KIa3LcUVQO2WpQFtomy++srUo0IeMYTYHY1uGGA79k0q4",
-	"NEc9Mhpw5fDsUnOYxznDcECjBsLMKnwGBJVovPcA2YgKPjHtUUX+fPbsKdY0M8t/cLVasCEJd2BF53kC",
-	"VsP/uHzxnHSTt3HHNTAyP6Lj71//+GfceWcRQ4NHzK9v//WPf757l/T6ECCYvDUcbsSzCHmSedued9PC",
-	"KUm+zorVqCiFdfma2y1Gx5BhYaR7PBhUYoGQxZzmELbp+sQiIclFxuYLqZlIVwc/slXitK+uLGLh40L7",
-	"PEt6a/FNfoHQIBdEEpqhu1BfjJB0hQVhUlUUHbnAEfu2FKQp17xc7qfEJVOjJZDlUJKX6tlpLGwKNX6N",
-	"+qlV9Zqu9yeQm22IpgWya+282oXe7vpodRwdHX9JFgUXSIxnl08uLkg6owVNTaekC6GuRvxP/t8kci7Q",
-	"i/Or70hW0IkGeMTJAXKGni1pDTR8zSAKgNbcUlQFjWPcpK8Wj2sBM8RNrqa4RgVb03dDnhzHb44HB3H8",
-	"5g/sdeNN8YFiB83mXZbjOQ/qq0Sd9RNZb6/BlXO/aBm2Awx4buOuWbEiRQnWqc0zCSzpPoMczTrtE+D4",
-	"SYQpfnAE2aNHH17INjQQ3iMYW4e1bOGaEfYS6d8HHjwcEXPfUXXtqQxMzpCFsgMHBITsQ3cTbcVNewIy",
-	"YzNP3REWYF5qzo6833PQtBs47BxSU8B4Y9YJCwZCVdvl7zxhEufvCMTWf8McWsipWatE7KHTXe0hrzQ4",
-	"u2VUg3YL33eL2ZZfe8+0M/jgtHNl6eV3SCJbmMAhLTSf0FTv1r7P/JO/xW11o9umCvm5gjXqf+pGB7CZ",
-	"2w6vW9A773bUiJgL/+yLAjE4PrlfsNz3iVFqJCkQ0/8HpOE76nExzqdghgbMFI16m5M+lrK4BiUoIj+9",
-	"enrAVEohxx2LU6o+Jqg63Hj41Nsqp2BUWDt6GSTcsYQkb+GPiFAdEQxH/fpdEpHEJScnLgX5gYI85SFJ",
-	"3l5zkUUQ5/t1RDTAVNI5+zqKBVeIpvJ1RFKp9KhU2dfvkl5EEhdhnLx1ARdGp36XRNaxrTRJIGbTK9gT",
-	"LmiOerTNq8VwUxtYbYOG4dKeUdUn5xQzK6Aqf8KzBNMkFCkXpz7Gey3eqQab2f2SPOPfgDfXtIoxzIin",
-	"VsUkmN2bAkgaJkW4JA81k8smRdscbIwdeR+esHmGeBXEaNYO5g2l/KzBGtcKQr6l8JHS/TbltxYN3Wbe",
-	"/WVw8NXrt0fR0ZfvWvXcrVxlR7ziXszDztTF4fyeeYiTrh4oh4BBVUNQUuRjWVwmTWE3vLara/wCwle2",
-	"yy/4yIcUK00PrcIHdP8JbPF7KqiuPIl1T1bo3VXIBeaTKZYWhtV0odAHWDt7Owy4LoGAJNB2QroJVXqE",
-	"YawnD22KRlnkgcUMWJxhZ9gFBN0OG9gl/GguMhvFBXnwfWKWRw1JcsPZElBgqmQ3uAdc1ZRYdIMQyrGZ",
-	"JUzfOw59aJN5DWubkOCVXhSGC3VdCmMUCygs48EvPfqR9Z3axiH5EZLOe31i60hfMzFib7jSKrG6Hd7X",
-	"IhalYlELgC4+OaZZQ5EZDEoK45wcTiWmjZW6LDC5IYEXFMYShwFcEO0FUU65GVmFi2jjY+owiiktihUX",
-	"UxcKZN3AesbmUYWLZiNlpWL1t7vCuqFnUmmb/h05SGgXExY58LJqcXFUYUGf/8ve9fSkDwTRr9L8Lj9J",
-	"SEvRREO/gAfjgYuXeii2hg2wkLKSoOG7m31vdm2lbkAl8cCJA9vd7cz+mc68eSNMo7BK/KQwjdieWvXW",
-	"VadBOF37mDb5UR27RuFxXczHiZSpFmCgaFAoW2vk/zp6WpZVL8s1WO4jl0REuJm9GPEYwhNS8fvianDZ",
-	"68PXtCjAv+GZQPBXHD0ge8vkmkymfBElIDbqS6RDPoU1UZotaEAWFVRhGXHbSl/9XDf1uVnOnD5lGwi4",
-	"C2g8+7wgNlvVyolfc3F9GCS5noEGgQ1Dvn9kBZ/INW37PgpBlf7u2HzFTnev/EUziQJXi0qi/PaA9cff",
-	"2SH888uN0m4DcBwBDuFgjcss69IC8Kddtkvyht8DSlm4pX6k+c1F/HxgLYsx9nB5LvWytwYomU9rYLLF",
-	"J0zNK7a9CpRpAlUFgixkdryl96jsplUxN9PXkH/mVpqcshIihvgSVCBeZSFH+nYd6wCc6E5tKm3HWNXL",
-	"CfWQAAUTlMyYLU7JcV0VpbIT62S4tsP/BVRYcJb3Uqx0m30koCMVn34A3x2DJiYM+/IjUVGZ2HbWrGv0",
-	"JFztiIu5PUFR7XF9OLO6zfUBc52H3Us9t5/9xqxGSZIOr+NBPIjT0U06HP7bPe7eAwAA//8=",
+	"7P37biM3ti8AvwqhbwOWssvypd09iYzBwOk4ic/0DW1nZ+8dZasoFSVxXCI1RZbVmkwD89f3AB8OcN5g",
+	"XuS8yTzJB661yGJJVbLct1xOECBtSVW8Li6u62/91JnoxVIroazpDH7qLHnBF8KKAj5dzISyV1+5P6Xq",
+	"DDpLbuedpKP4QnQGHe5+Hcmsk3QK8ddSFiLrDGxRiqRjJnOx4O69BX/zTKiZnXcGJ6efJ52FVOFz0rHr",
+	"pWvJ2EKqWeft26TzVC8WXGWtnU7w9w/d7aW6k4VWC6HsC+iosXP4Z89unzy6v9evZS6e6wy6y4SZFHJp",
+	"pXb9vpxYnrOlKBbSGKkVG0trEib6sz47fnJ2xnTB/vD4cb+T4Dj/WopiXQ104RqNB7bk1orCPfk/x3/6",
+	"4fjwDz/+9Ojtv3XaBvXKTXtrUBdjo/PSisT1XoicW3knmNXMzgXLZCEmVhdr+AS0cWAYbZdhxvLCMqkG",
+	"jFu20Mays+MvHg/VeG2FSZjS7MV3zxIm+GTOAkmy7ljYlRCKmZybuTC98Pbp48eM3uWGPZOqfMN4nuuV",
+	"Garuq4ubb0fPL/6TcZWxFxfPL92Hc8arQbt9ZblWM1EwO+fK/c8yrSaC/UVLJbKtaQ2VNKwQ09KIjI2j",
+	"Wfb67Oz4mKVS3fFcZiPXdMq0nYtiJY3oD1XLJhFt7UVNbrE26Sna06PPun8a/PA/R8Phm+PjH386SU4f",
+	"P3579O+9z6rvjuG7hi1POm8ORVHo4nACpNiJJ+J+fsVn4mlZGF1sk8TNXDAl3tjRBB5gegoLsyzEndSl",
+	"YUs+E6wrrVgYXOKJXghHPjPN/N66Zwxb6DvhyAAWjvFJoY1hHBsY61JlvFj32ugde++0cYDj07MmSncT",
+	"eyYX0jaQOpGZnUvDFlytz9lK2rkuLZM2cZTWZ99LO4dP8QIYvjZsNReFgIVwP+Ec4ACYtgnkMIyN8ctF",
+	"uXCjPz6GraePYSZSWTETBU5F6/wDMa7HZ/czrle6sC/KxVg0kMQFu3n6ii11YRN20u8/efz4UcWn6sNy",
+	"D903LJw1tHLvKlwLYJatl4fB3z/05XHDzW1rn5ab2w/eob4V6rWYNi2+db8dGCYz1k2tvh396x//THvu",
+	"yElrmBtUy2bAi3vfbvcSyVvXkllqZQTIEl/y7BtuxYqv3aeJVlYoOHh8uczlhLsJHP3FuFn8FPX5b4Wb",
+	"Zuf/c1TJKUf4qzm6dFwLu9rmSsCb2cr9j6/4mq3mMsczSXcSK7hiXRRiZlqJQcXS2YQvBBvzya0/9UMV",
+	"vQn3XyYzpjQxtPCoVHRrmIlWSkwsmxV8Itzds3A8IfpBmqFacWlFxnRpe9BoNYIpl7m7heaCuQ0Rxvqx",
+	"Aq/uuWvlbeJW9TX+/GlW1Y8FuGI+1cVCZP0OyG1qmsvJJxuG0WUxEW4cUjHuuKsVeMNkWhjYGRAHkIN3",
+	"QXDClcVNgz0QWRKogeeF4NmaCZWJrAdzcpLQjdbPeDETn2ZeU0ej0rDcdRkkE8GMKO5EceAWHRgi6158",
+	"c/ni5urp6OurZyDdjL78r5vLaxq3LsYyy4T6hCftwLDSiIIt+BpWONO08pUMO8qEkiKrKH3C8xxmVehc",
+	"+DeHqjv14/dU/kLbr50I8PHn80IzU07mgcBgPV/rXHzCNQ3TH9RXCRi0ow4Qz9gYZJH64jmNwR1KXHu9",
+	"FAWMbKi6rqWFMMaJIo7hG2Qt7l1H/e5DeNwv+7XNpPqyNJ+AYxvX1WhcmvUg5tHuHlPL0rK/lqKEkzEt",
+	"85x1UcbUE2EMm3M87u74spXjAI6zwgtZ79z9NJdqhpKpNGxVSCvYihtsM+uz18IWa8anVhT49+EF/G3E",
+	"RKvMoAA/FzwjrTh6ZvsCvsaXnPrgmDsbi6kuHMOyxVqqWb8m422JMG/9qn+n+B2XOR/nn4Dz4L2itB0F",
+	"vjioaXG5VLdu8TO9Unus6FDds6S4gciOC0GdGqYVELReIQV+ykX/tGze36Jjna032f0Jey6/BLZzo/Vz",
+	"rtZ0v5uPP7QL9tdSW85A0eWTuchYjW+QbiMn8wSYhtssUFzw2vlO8dLOdSH/Jj4Bp37uLhVHhQVbFVrN",
+	"2Fjwwi2i45J+PJ/uDL1wzFcbI8e5U2NXrAsEhgyV6ek0YeKNmJRWF8StZtJYUTgRRGk8Cwkz1tFtWQ3c",
+	"rexbT71ok7v6/ptry21pts8BaKRux7b6Tn8augWYyllZiGzYGbApz414m8JG+hMtciOCXsu0Spi4E8V6",
+	"qBbC6XqOMJaFMELZAUsNV9lYvxnJDBtJ/fzwm0IwsVjaNUONwLBSWZm70Q0VTh7HZ+BRPrlVepWLbOYW",
+	"pGrKLxNKvakbgXI3QKlyx/vdXHNu7FCFxY3bJim6z164eTBOxAG8ZVm4+85K4Q8WrU3EIsZa54LDVRgY",
+	"Y/PPQmVLLZG4tswr0brs/r0+WfesmyvSL+piW+9Wm9DQ9NtYmfshnuOPoSk9/ouYWNfUxcTKO2nXl3d0",
+	"SjZXyNhRaaAfJ2Jw2xl0Ml260YXWFNoE3IKtmieblbg1I76Uo4WptSaVfXLW2dbso7f2fkOaahW39+tW",
+	"ojApVLlwSyMVWF+4MdJYruzIijfuC3csbt3Ik47VOh85Wcz/XQhT5mi+oD9K5YgYzX0go0XrTCsAxjZV",
+	"Lg7veAFimOvdr/wVjsJ/vPCjucHB+O9vqkGFr7TOn+LY4q9e+5H5L7e++C4MuRoEDf1tAmbkvHEbVbkY",
+	"2bJQpulGTTpLXjiRAtapNKKN8mnlmn4y4q/b/O2VNhLONanZU+G4xbTQC3bSbySDyOKz1drTnJeZODCM",
+	"HmIy6zeZR005xu8ahgl00viDmzrIrs1GGp2DYO8F3ITdiWLMrVyw/3X98kU/NKHIqNfcwY61db/D7oDx",
+	"tfkR/IIXBV/D56JUE97C5DaYidsfOke7mMl1uVjwYv3e7CTTSjRbn6dS8ZwhJYEQaoS7/5OGU/9wLuLu",
+	"llHrHu8i33LilJNm7hNYScvpga1zewurw7MMiJ7nr2or2PDe5i60ntCNzcTnagOrjYLWv5pWUu1ffVkb",
+	"aWHWeKGg1nEnCiNRAttaxAlf8rHMpX9jf0oO1/WI2zqFcSsOrVyIpoNeGece+OJcG9t6UFvOp1yOeJYV",
+	"dSKpfs75WCB93LP/W4tQLTxQ71zwwo7FQ6azELaQE3OfLPycHnPEVCol1Wzk3X3N9Fk4ERBXyV+8buWA",
+	"mpTlUomik3TuFtFV+mMTPw7S767RAdWRoOxeWhsrFiOppvq+N6/h0Sv35OZBATs+9V/NJyKAsHENa9J6",
+	"Np5J03Y+6nR/73ybzkLknWrQGFo9VeeMj52k77RyL2bD7/1Gr3G8SjTy1vlW6osnA+gSRRqwwnaSzrg0",
+	"a1xsuBHis9lIFReFlVM+aZRcQfEbtV7irUfXzPnp4yfNP8m/ib0ukY21ISqB10MHSX2MjQtH02uhFfr1",
+	"AeTil2uLYjY3MzTdOKwyk/ZS2aYrnk9sM8lptC55T5VbEtYddtD+qIthh03JQuy/wmcTNuxk3MzHmhcZ",
+	"PcVZ+IYZOVMic8LhyivCmw0ApfMF+Pej3l1LWonNFqR1XXr9zPcoVzM0yHubrHuIK63WC12aYYet5kIx",
+	"5dpz8gifTMQSXA1D4kLUENgqK+s+eJQqE1iChmjXAHPspQqpKEQmlJU8ZxwtwHB6eo2y60PY/iSXdFFv",
+	"S1nBCE13FhqG6ERKrQ5MEhzkYJzVhe2dkwXATRZn3jjGSWMEjOsVNDjGlVlB3+5B36ZWjISRxjaDLbu5",
+	"4fDzVcb01H1UfCn7a77Iz3Gh+9Uy96UxJZrJt34qxJ2+RfrhqmmL4N0MA2bco1ls+5SZ21/Li5mw5z6o",
+	"BJearebaVJbCCYe4E0eQRJmm8sVlCVhuaI2bCYEeblSELnKDwS7/eUjGxsOrjHnvLUMrLMyf7gJqDJSX",
+	"qWa5VMJHfgRPVa5nrLswsz8OnZxsB/6lYWdfuih03kIXwFm836hbNRYOIQx213KYFguaa/3bm5tXDB8g",
+	"2hNZs3aJO9fE4uBkunG6vSdHzpLb+YFhVYidDzUar9lR5RQrhFPBggcKXfm6AEZ1Do6eMZnW9riJwaoB",
+	"fJjWMxzz+IyEmUTCzQRDyCK6aeX/zXeSULbYFNx33kjVVfLhpBjWXXJjYC8Mw9d77yHZ+Dk1LQVFLjrh",
+	"pibikhzYSTrijWyTXqKXkSybdKUWTSIKiWw0L6qJztzf96z/y9IuS3vpn67ptztN4m/EhOxKdLDEfa/U",
+	"lgpeykRRNMtZ8NNIT6dG2D21dmMzXdq25nRpo+Y2wi7he8/LprIwlhXCqcciY/guRB06Snmo5FeLXI1i",
+	"Z3HFwqjDamwOdnMtop1tJEfgI1FcaxQn0qxSgkdg0zAOQRQiGzkRpM3joIRd6eKWLQv9Zs26eFHkcJup",
+	"Hspc8DrcWiEi1HEycDMNmHjDJxbd0gn7rG/K6VS+YSuZZxNeZMZxP5I7BMkZ7rbVS5wDGzhpg3UzMeVl",
+	"btnZ2SPg/58fY7ygZz5R+NLpk+MmvZe/ucKHTx8/2WZBcsFnDRfSU6+7MngAGDlnmTS3+AXGmrrr6T+e",
+	"m3NGo8QrgTTIA5D4GES3OZlh0cyMko40Om8Ray4Y+QKYsUUtsDXuxliuMicrayXIcuo2xUp3HXW/ubxh",
+	"R3wpj+5Ojugd0xuwdHYnjS7SPrsgxlngBYSTiNvsswtoLO62isjR0yl6kc6Oj5kPM/VijOILqWbMgtwj",
+	"6WGQ7qKNe3SavIutZCMue9vyU1vKZ9AeuxVLW2kSojpJrOujkB+d9gbsVqwN+2FZiKl8c/Qj6BOO/O54",
+	"XgrjeMnJ4ZNHbDLnhZMHCvjq4vC/GT/8Gzs+/IL12YgdJszrwPCyUO5gE6mzXFgrCow6m0nLuk3rFyKO",
+	"e332Zzek0CC0kgLLkZNDIpM++uhqMpsjQoiMwzBn2EwIOvHjcAvDzEQv3Utucu6YRytj2IQX4HNH5zAs",
+	"JDqLVyQToXyDD0oMQ1kkqMa4dg9MWDhw2ak1m8k7oZi74vvsQtU2AsaFvaBzUt9JI7UCryr4/Cx34wdC",
+	"52zFiwVbap0TVcVEElFWxUS9ZaBFXvbyvswGO3e0eRs3SHs7YSAK8P7h4vC/+eHfjg+/+LH6sz86/PGz",
+	"xohu4sjbQwetNHBKjFOGg1YL+WDGyjynIAAT0Ugv8Uxe6cD2M3EnJ04xm4FmiKxfs9rN4W6BQpezeRQ3",
+	"n8CtkLBxITPHN0sD9r+tySxzPhELUk13iRWvwoNv4Rqbyly0GO55NnLjHBVa22YjvZe/75VbX4cH6ybO",
+	"DcmiUpE8Z8XoGVL+kdsNWBMLZrl0t6c7KfeLqJVREoi3XTSgYOl3FAuK2YNN8rl5YFx7EG0bPIGFnhV8",
+	"4eisKFXCcg26dblkUrFXFzff9tlrWhS4ep0OCxEDjhWN+eR2VujS6Yi4CAZZarrBU9Mo6N+pDQoCKxwb",
+	"l3ciuA39M+5oFaUyNdZg5iLPWTf9t+tvL589S0lTT4/GUh2ZedqD9JUUOMUInk3hugTesCO+Oum8OZzp",
+	"Q/flobmVy0MvDB1CHIIoMGJghyNeqLv38y4088aTwydnmxccMEN3/9cZ4qHjhKMgEbFheXz8aOL6gb/E",
+	"IX4hM4Z3K367yTXPHso1W5nm0q635/O6VBhhbEWxAFdj4J5ugc+bKMIwnq/42rBM9zCchsgjYbyB+EAs",
+	"yySEdnK2lEsBIXVWKDZee/cwr0jY0x0GPrpWSTMBowfoCGys7ZzNtM9iyvUsCXGewd2NQhmIOVIxuyjf",
+	"sK6MAqh1aXM3LXc5471AMZe9Zv9qoVcPP+LeKr/TI4MjvnGPvm2ixa+kWXI7mV+QrbXBGmGsXHArshEQ",
+	"YcNGf/2UPXr06Au3FN/dPEUSBcUkX7OFzHOJwYuOGCcgZFA63unx6ZPD48eHx1/cHP9hcPJocHraPzl9",
+	"9N81HTE2vEYEOhxmP529PRwOs+Ewo39u8J9B7Z/hsO+effT2vxtJ974QIx+B3fJzmzWMGzKId0nOt4Jx",
+	"S3ox2rW5moje/bdSNID6aCOL0+YW/bhjo6Nba9PZs1jmwqtI98ZPhaFMZU6hpZvvtFtiNghIl5ayIaU/",
+	"L92z4zMmp/WcA1iue0e2v/O7palw824Qxz09NzqStZqNvB2rvYmIFSyE5Rm3vP2KwTdbWqq6rlNurMI7",
+	"Fb2d8/8Ppj02c3psXt6JZn4PN/KcHU7oSgqP4w2Ubl/Oe/a861BUY2qi+0uQrdscbShpN8uxD/EAQULt",
+	"KNMrtaelDV8olx8tjA/iA5qIHlIHm6MMBDdtfp+izClLiNYMPCrgi4P8iT0t6hS1QOmLfvmj5agt5f0R",
+	"MpGV7oG2X/yxjX+/nG6aLg6MDzUGJ6WETC6nXojm2Lct898DBH50ZDwokAZVyCbjFqqd9ZkUYgLJesEL",
+	"aYKWGUSWhCmxEsailT8Ybk43bIM7DdzR2WuY52aYaTSbuwdFcERUgDG4b3fYIB9iGnSUD0Y5aVFBkYp1",
+	"0abXC4RQ+RPRP66V8I6SQZsR0ZuSOskHCWCqj/qqGtKBNyWxLkczUeW/14pZvaycOp6uvXQcDW5bd9ll",
+	"OPlwdgi0SRHT27huaM2tDukwPFvv5V6gUJkHna/3Nmpst4i/NUpE4MJXM6kE2cgmlak8S1imF9wJ299d",
+	"fZWwZVvw7aY7LawnqsFjrTcCh4zVyyWw4yWn6EVMA3CMWDjZsOYx2RWYfanuXtW7u1R3X4YeL9Xda+r0",
+	"Ut1dh37da77rS3X3te/9Ut19FQbQEhhUmW+8XyhyFUUsNXCXe+6Tlmj+h4UDQvpPi+YglvdnHnD0Xonl",
+	"faNt8yRXBuZ34aa/ZH9yNLPGtfGXy6aW0xQyc+EGOc4FM4rfitGEGwExM2ABW6LFzAxYGeVpJcGN8Bfj",
+	"NNoNA1gyVGOdrUdW6xEkqYEdZzTVpcoSthB2rjNIHCQ5IWFVLiE91JBcmAxVlXbvn4BrNKRjxy34r8Sb",
+	"pSxE/IXKMH3KjvhoadcJ2lFGk1wb6AVsM4rnvvEoLWqUSePWKqvysqDPel7WCGWIoYLErFGUmJUwL71P",
+	"KPO9+iYau88/qL4aqrm0efxM+KyXQkWv8IUYgfsCp+jtPwlDB/BoLNYaVyEZqoiS4rbjr8UbCZZ4iq0d",
+	"EatJ/M1em95Q+W9p7Vyjplw6mdetjaOIBVfrkbd5RV95F28C+ey1uW9lg1ckt+R2Tm9E5Bbwd6AZ8Dom",
+	"QxW6sgVXZioKU7Wz4EpOHe0ygN6IFgM+V9vl1yEE5Di6pGjH+LUl5GFsUnQhwHKfeaIbl2adQNwbPAsy",
+	"tbs04tFOdbHihVsYeI7cbAkrl7OCZ2LkWUO0lstynMvJyD0fL7GRMzWSbtVDtjh0dCtU2Gf8FA3crxDy",
+	"LUyD2xZaPcfZ5C0+CxSYidDLfB/+Bo1RMFEjf4PgkQ/igdhb+/+5PROdd7Zb3GOz37ud+oj/gxcSrg3E",
+	"BeCFAHsVhtVxlbE5v3M3oQRkpoM/HjClC/biu2eNovWCvxlpCCUagQ7coJXCr2h3XoqCGVsIvqjs6idP",
+	"2HP5ZY8M/YT/84eT488/J2P/jm3ZbcNfGlFm+rAy5W8bzheimJGJ7gMZuItSjbhpi0aSDfra92T9J+N9",
+	"hYUAzyeYgu0Ud+t0HbztWNddY4itkYuphZhW1g3RNj5DtTkc0q1Ig/x++fo5BVm/uvmvJDhq3rjHD08f",
+	"P5noXBf9zgMo2N0ourQjAgLY7vPPMockYbaa67wCeZgVulwSoADYV3OtZqx7ffWNG2SCK3F99c2fr549",
+	"Y6fM6YtWFL04YuWYLQRXhj06PmYGpuVWjPKfGQ0sRJ5vLVyNHD9/clbb+OOmjXeKpFSzUSaLB5zO5qix",
+	"HczTx+h9uIjBh5vp3j3GsOW6+X6+rmE1TXSZI94SMFWE80GBS83YWCperPvNnhHpJM+2CPNC8Jy5Zyi4",
+	"/OT0839/gTaEW5nnGJzrLluesxfu5z/gjwRAApy+GhvoCC2JqNBGA3QFtg02SeoxAjdJmJwyrtb9tjjH",
+	"HWGTrSGQO1MT5UJko/qr8c8PyBBti3esdqQp5jFQUp0M45HFaYjVgNoOyDXcLk/npbptkmp87Dqna0hk",
+	"yBa6KfoSBywGi3hzqDKnKKW9KtAJL7v+FqSAd380JFO4wRwYxK/sbFsiPIWt4S5GtJ/vbr4+/LzfGagy",
+	"z90R5ZaPxk/O9uggqex1Y27Ek7OE1TtwlFvrJDI+uRaazTJuseopXPWt/PE+zkZN7N63S9ViVwIlu2Xz",
+	"NiGE4HxTQH83DfSXBo/4VIo8M2wsjMwEkwjGFllG0TSXa4Pojym+nVZKrEfAQJAKulKibrep4x7+3MSv",
+	"av0FLhSNLZp1S6LNh2b778S8dcG6GJII69gD50uw2G4u20M4+gWYtqtr8T5W3PDbh2KOjSIvauws3ZSR",
+	"05iIIWksK8CY2CSG7sVmm07V1zIXLR7EXKrbUVs2ywUz64V74sDnKjXuy+LdgIyRFIywpcyOjLAz94+V",
+	"k9s15r5NdVnYOUZMNguvC2+c3s+c2Z7tuW9KZxW04pkfRBomHSfpJR1arU7SgZDc+zkhmX7hoZAaShDO",
+	"OLm27XwmjSWx6/2SbyraaFCQl41o0JCIRYjQhKfc7kfccTae60IwGi+GrGslKPGKIh9XohCk1ZR2jzNB",
+	"wKa7snW+vbp5dkHJXdvLl1GITyOdgL3u3QNt7o12eo5thOwYjyB7r5ndD6xtvs3W9Z/JEh5Sy/YnUjcH",
+	"byy6L205NN62GJHVacvSJUNcng/x5BJD8y3jTjZfLC3rVnuNavcE8GQYN7eQx6BZaQRgTul8qOLw54gb",
+	"UluAB9MNgC9g6CP4mHPXBDeO+XaJEgDNlw9VNc54LOchaRFj2DwtEx6qLlgm1LrXhIJ1j1CiWpFQ3sXX",
+	"/x7HCFetBTdo55vtZ2k3ZA+40LUOeD2O6BGoJ2lpqOWaaTmyYU7VOtdWtZ2KMUn3gcbTmL9tRVpU1Akn",
+	"BCmM+HG3iKOqPWWe06dAkJj0ZSAVxjA3nc1kiDotArPGqxR+AVetWjemSnoibD+1ONbz2hCjaeHgvDmb",
+	"Tu1M2M1coyePHz96ct/dDaNp3B3Bc7w260tfxeqIN3yxzOGt2yYyaofG2dKkKILSv9E0nmfeIfGKIqc2",
+	"jn6FRdOgbOkJz0Pqv7R40yvDQhDscR/+S9jJ6R/gz5OEDQZugweDk8ZDMuULma9rIGzLOydtyeXdk8aN",
+	"9yFfDwGFd4Qv7qRYjcoib57cd6+fUfWHpZuStGgrHhd6ZUSRUAwg3EEUADg4OsIv3Yhqseru0FOYOj2B",
+	"vVOsA72OP72+vL5hVQtH4fKMwQRwZBIVozj4qXFNyWrUUqbBnUbQMwJyrs4zTLkTzOjJrbCs61M0MTCI",
+	"7n4cCiVsZmw7demsaTDgudoey5U1zC+LW3slRAbzc3rZoVSsi0iR5PmCDy32+PiRRtmFDHXwGFvw4pYJ",
+	"lZlzzFECFRp/a43V3n3wfAAgnZ1A1GHy9x7EZpEMvH17i0X1k31/Hut9sjj0Tke8yiE9ffxkW8CP9qJc",
+	"ZpEI0LITlOxUiImQd2TqdI1G0VsepR9pbs4NKwQ6nUM41zvu1P32wueiQZOCqAOze16YJWmsXhpGZv8q",
+	"eA4SEfcddxw4t2vToQQEJqq2J+PcbKDsDCo8nDaEnQpNB29PLwFvIePshOy4d+Sv3YNtIVCIU0Hr0LxP",
+	"AaBsIy5mWY6WophQzNM+wILS3I6stjyv3JX7RDK710ojsge9lWuejfjdbHSy5+iqFx4/9I19X1iIhS7W",
+	"77AE9OIDF6EpvYAU3ncKfd4Vm8jlaja6RyGYzMXkFhx8O5xlUUbJB1F9IHDpYW+0BxlvJzbt2WRsR22I",
+	"vJc2f6BCLm0EutQCpil8POI239tIMnn3pJJ7kkh2p4M0pQXeR0RVykGTxad4KHm8k5XIVEirjV73XLYh",
+	"qFaKE4aUQmUJcG5itFmeCeOTvmLkg70D6GmoNzSKVjtjXYR4h1u+llDj42er3d0IoI26+7GdKzVLaNTT",
+	"/kKa53G/2FDUMKMda7GFbeQTBCu4yw4ZdkLTjjLNEjheJzDTelQ2H4N816j0NdLOe4Uzt3MgpW0bEN2d",
+	"zzjhECZLZjtdYFLkHoFwd4i51UJrG3ERW2Mo7fTwc1RYOAAzECQROpGqmjDgwE0qKBDy+Mb2FWiqk3Tw",
+	"l8Y1fxUnOuy0KjXRKmeO5rMyp2pAS4IErAGo/Lkci0IJK8wBhOVINesNHNUqnQlDybd3olgT5oiewi8j",
+	"I3IIB008HB09D6AxlkuFOAnM6lz4+gL0t+izl07t4wGXBt8KaR0QUVWUogUHB6BEDObFiNyIFc1WaXWI",
+	"sXK1lhogWvrsAsbL/CzYrVizRWksG4sAr+K+69bgZAaMs69eXDNTjilnAn8FbT7Uw4whZhI3LtL3AX1m",
+	"IyP/kI1Y/wGIM46xwMAqc0TrJLesyrWNewBKTxQw1Y0y+bs/HFa5/P0ffzpOnpy8jX7v/an3p8bYs30A",
+	"XyK62Zu134R36sp31EHlo9jq8ZXW+TZDm8smtK2nhJ0Du2C1voWyck6S3zNjSGZNkIrPoQmDuUfMakeN",
+	"EHjebxP8x1SVZ6/1cTPELppuP3fviPvmuuAWytFA6N9S69xjrNL0wWfuJrfnOrT6gHepE94/3BA1sBST",
+	"fVbh2j33NumseLFo5PN+J8bCncUIzqi/N7JwlEDkegv+ZNj6qusESSysf7WtP7YQaZuparPMwH2LcK/r",
+	"DptsGwZR0rYbs9Wt74WWvZzw+HRb5+8Wqr4PUVVG7bP74kofRm2t8EDQc9tEr6mP90EK/PDAe7/j4e2F",
+	"h/dRklg/OZhW42UJZvVmD9Y7uoeCl+J+98K7ewiol40mf9w5w3fjNdbm7cH13+oVBs57iG5Hq2tDTpCE",
+	"SVVV6DthC6kI0eTRMcv42gT1MmGPnhwfsy5XbK7Lop6qcfr4i9N6WsST4/3sgK8Fz6QiB9Y2rAuSSj3n",
+	"Z8OrbbnMHwbxj1nD90czhwra7vGmjdtkWvs27NOWoxn+2Lg2jl+/G028U4LTO+S6bEUmYh0M11DLlCqm",
+	"8JDpLMvNkZ02X5obZv7ZuL3Q+wl7Jb+s0fHJ8dnnj//w5L7bmMzgi11tP2E3m40/+cMf/nB6cm/rS9l0",
+	"jn3Dz6Qq3xwYtoS0xze1Hs5Ovjh7dHyPMNF4CitppfmCp+tltHCqd4uvmaAh4RHGCfQzIExAtVpQT1UM",
+	"gjigy84p+3EfqAP4iscXz569/P7yq9GLy5vvX77+8zXGkhjWRXuBVpiiCDUTgnzgk6bMnBeEaOkeODC+",
+	"p945Wk0w/61Fed+4mgFMcybI5OCzo7q1sR+g4bRuLL03JREknkYclLaV5GoLNji6ye4BB2mH9hggbivf",
+	"gF2t1SbAtEGlq9X2KCOx3am50s9+OAxXvuFvsZHw+WnUWvjyP55D8TqoTNoIuUG1wynqP5bMhJpqx5FY",
+	"1zGZhIXDDQAVJmHERyDIbo0Ug+VSETD3QZt8zznyWHb1w3QeIZPLGuE9rHPAxmjIXn15fcP6/f4R/A6G",
+	"IfepEKZcCHBtt0RixGLlPTTbBcfyEqPpnDLTi8i4MqLVUGcgECC2LEYWxLbgEJRZTVOKrjDu1LbzJTCx",
+	"wesPW9W9ZOE2iNj6ScQ4UG4C33v93Yubq+eX17Ap9YFTFZsWpzwoM83d0SkXpkFJitUYwsx6yE4CniWd",
+	"yEplYt3Zf7g/qFz8oVnyiWC3bidzACIwk14UeIToMY7Qq+KllFntVKJ//eN/s0xPbkWRecOlpxcEMYIG",
+	"E8ZZRS2M7renOXhPVFjfP39+7dd49PTZxfX15XWfXYJhF4xNHtK+vjDSePzkh1BKq1JeMWq/b/HZ2uQZ",
+	"ScudHJifP+dblBmumOic/NguDDTbfrxKvLf5x4sWTb6/erHm1pNRR02+Ve7mH5d2U6dWepUwwSdzpIvV",
+	"nDLZ9cqRz0wAFHk3hoyqpIdqS3t99tITf+iAImHXwkZPMq0moKW7x6pSSJwVIiSF7rVEUdHq1tVqpp7m",
+	"DSTo1KaAT71sjAG7qeK0csHRzTR1UwvWEY9tjIFZzdx3d+jGO6BHt8AtXEbFfxrRmWHzmmGZm5Pk3iGe",
+	"ox1j+cFxHu3JbdfCIpXFGL5YUgYQDLnxCcRdzGKG8kqUutzr77SD13v6Tsm/loLxhTcV5DVwY6AGooKW",
+	"xI5mBMbv3SmMcioMpC02w36J+/JoPk5UBR2XKvfmoejESedOilXjhfv9XLMVODIMllfHJEkox8S+F+Nr",
+	"DMEF1gXl9RUpLVjmynv6HItyUnSh81wU+0dh0DD/A4Z3L1OJNqCWvb2Rq0YxFv540tG+N3WBxuKrBDeY",
+	"cjD/sSGfMM9E4QNVlAZzlrsIxLIl2/OBIIz1KugNnCiKs9mnHV8AuTEgwHSq9pIw5x0L9mc44K3hKK3H",
+	"RbwT/LNjJyODgsc9GQhiI/Cm3Hkb/cIS0Txn25tI/KW65yHauRZbMTVxLdTN0mFJB1m8k/CcKryf+lz1",
+	"5Bv2tR9C+/TFpe+mTm/VxkGn1eBvNvJgowu4k3Q8YhlEm3jU+4eN+arWIH35bdUuffNl1Hw1OmJ123Ir",
+	"RSn7UVfcFMLFUPhpjIxB3r5XMmb1KEU0N9KAnKmrdyzBAQHbu8pb+qDuDZdRsJa2FpfYynGCntrGz9/R",
+	"K9qGiHLhhRasC3v14iZhAefnX//4J2Q/omV3A3qIfVaFgfz74Y8/nSQnT96yPUB2aCiNM7SZfMcN8qGq",
+	"20ALAN6B8VfbYt4mWMeSZxlql5uoHHGAzJ8G0dyPfvzp7G3vs60vT9/+8Y9/r3/16O0fW8JlhJ42RGXk",
+	"2ggqV4FoTKsCUmNbsrK317Mqrt1QxXgyb46xXpajiS7a6t6DUe4hoetob2jOPEWL30Na06aZG2zN/Yab",
+	"2wcGuTsiADxFaT9g9PkOtPF3iIzZHYfSdKh2RLPvDkqfSiXN/IHzbVnaD1Fhv3W1lnNuxC5f5TtpLven",
+	"gYr2GNMtCzAhWD7Mvw1MLqC0bxX8DuJ8nW1QTlQCMVqorWJCfRezjOblgqteC2iNsaPSxHtYufUmZVFA",
+	"2XQKomvYZGNHflwPoppNDMN9UEG0zkcTnuctfMqWhWr8aWMja13XmvVtRMvStNW7FHBpGQZeDyj1uQJ4",
+	"HWHBV/enGv1NFHrkjmPisfFw90bhk7F8JtVshM0lVbha+MaISSHsqFSFMDoHsNRQTn5E4G0eTzWHWnAT",
+	"riYizxEXtg7eOy6zmbAj8WbOS2NFhrmqUv0FMIWpL3NQ2cSxfB0mGXpQ2APDcjkVk/UkF/0FfzPy69jb",
+	"wwzRALRFCEcyi4q7+SLu7QaS9zJf1EexxLjdsBvRNsAnCC8Ayzp+9tlM0d8iO3dH0m8a/jtaVgC3YVPa",
+	"EdpHkzlXswdOqTSNBVW/93Xxi1IdmGo/49oOm9vOoDx6d6MGwIJnAry0vUHcTLBvBhVRg13KtXRg0HPc",
+	"JZce0yrCRJ3oUlmR9RhXWRJyKC8A3WMpJ+zi1VVSJYRiwVu0F5sDlsJ8U+93DGmtoTomILJNoNZ/5e5+",
+	"/vKry2ejV6+vnl5e99lTHACgKsw9So4bXyHvRMKMRheIgsgxBD6YFXplzhFulU8KbcCR5hNxg3V6I8bC",
+	"HZ0RSBdA/8oxJJzUnswQWwC3w7u8HXH9PZIY36EHYrIPeidGrHlo+efw7sZoN0eS7Fz79nXdeSVsjCW2",
+	"5JEYFNny4hyprcMdRJu6HBmJBT+2SL7ttdna5JsHQB/5B3cF8LpB7GV5ahzGA/IBnJh/n2kIm2wb5nU5",
+	"Xsi9IwA3PCJUs04jNqK/+UZrvsiB1/hvGorgnoBhYOObDVMjvf3wJMx4IPtqTN7GscGd3kXrqeXxP0Rz",
+	"qC+v1bcjWMaTJ2wu3mB+jPngifwfOLU+PvGUX3+PiR7awiSMjKK/Xk47gx/2GEHnbfLT/sYqvHcTZuZ6",
+	"RV52SWFheL3dn13XZqD60c/j2UMrhO80jyXbKLJRYezgqDl5QlWLzrFEeFQU/KTfx6SsNC7mnCaUZbXg",
+	"66EC1HV3iFPKBUuhsHdckxzmfU5RS1h024kzcVURrHoAnQ9VcOFRBlfmml8Li1hgm7zgSRtVNDPR6ibd",
+	"M2sKKeUeNomNthLou1nm3hXTg3Ul/jYtbVmI3nlUHzj5GXE+KnKKaeme8uPnQAKp42f/+sc/0wdVI/dF",
+	"de+rQ/7h8EDaKWDDmI92dydWkREcAHoWUkWFRxtt+1Ea38MuXHqRwkohwZMyUaXPXDNYBrgyzF/+teQ5",
+	"llWl8L2eexqxkJAJ4FVtqQI7t+5LQGCFpkHd5BYZCtIhu4TCH64dTFVVGn/G4tab+SUhSbi3uyvANsTo",
+	"GPiigh52o5SGCkVYrfvshWZiOhUTWzUXhotN4M/bCgd+H2/kC31N0X6dpPOqEFNR1L56oS9hO8WeHqVq",
+	"f2vNVF839BG/E3oDA/J6qxzpRsZq94cqX5X++uyHkKLaHQ77Ox/ofXbU+9OHyHoNxyBaWqC+TtJBgnnw",
+	"+vnXo2+oobdJByjuo2fzNgmLDaFT266/3ZYxGcWQiYx1N4K+qhraoawdGKeQlUKVnRDSvuCTuVQCf4rC",
+	"DH0YZ287II2w9NIFvxUU15g2B9jsa4uvAgtp4o2qoRGTspB2fQ0Yd3RDIqe8aZfb8H7kcjVDawKTxpQi",
+	"Y9yGiloMq2khjbiZIIpeZ9AZC14Al6bRzK1dxtQa+r3njbeg/KMzaSNQxLNawNm7eHWF9+NMKCsnh4vZ",
+	"wqasixYuHyVANc51Ydm/s9Nef6gugWcBuHGpMlGwlNIBU2LVNQgtHCIuzFB1U7/lL19dvr64efl6dPPy",
+	"z5cvUmCo8CKkDyi4PDImldUsRWzAjFvOMlkQNKDv4RCaTnvJUFETAa4rAqudaH0rBeumEMzt8xeNnCmp",
+	"UpJZCJ/dPZhAlCLcCUMF3B/VfUMFvwGfYKIXAgMASa2srGgHhoHgXsiZVIZ105fwV+rW7yYeIpPWiHzK",
+	"fPgmkEp6lPaHaqheQLwumc02ho7f+poLbrg6FwOW4lWfJiz1C+T+hss+TYYq9WSYnjdAnUG1feUf77ML",
+	"gtDAHynDQecCI5o1lCpygp1bI9+WW23I/zg7fsTSUIkrxYvdI4xifgQYNF17noWEJnrnjA9VIe6gUBTU",
+	"pYFCdzSUs+MTt1BaTYSjSMdv0CDJ8xVfIwwtS38aoldt2BmwYaff7w87CRtCJQH8qqoJOMIv3+LCR+Ge",
+	"gIVl6KL2YgKfcamguIA0jimVkAEyFlPthqDWdu5ETJEbgKn4aymK9VCFkmr1mVZBtJmY5G4OVe4ECinp",
+	"VlG2tJeg8hK+QU0Kpj3WmSTz7FzkGVVMkgUj4ZJB1FA3h3vIJKwAwk4YXUYGCueVC3MOGT/phojkFK6L",
+	"0NE6UAJoZpQuDyZe7C3Mbqj89Lppkxw5YCBHphDJkKoyz1MPoItoBjHKRupLpKdUsE1awIz1nMxnOS+4",
+	"4jNEH7l4dRWBwQ46x/2T/jFxV8WXsjPoPOof9x9hCMEcGL4/a9AsfNNYC+AaTdbjNZMZyrRO+0kh3DxN",
+	"iHSgjXMPFOj4C4RrRWgl9AJsJB+qNDLAUWmLhSOvqQaY4DjAK/VPeeN7CAc7x35JgnUMC7jkTLOxsCsh",
+	"FDxl2ELfOSmdkneQ5we7OAx07C5yXniM7EC+V1lnAPCdFzMK3qtoEiwj0i0RHAFvbRlgJL6/+viDMyqb",
+	"s+vCanlWDICqujQhyK1pKGTh3BhLPS5oU574EZK3AWMaqOL0+BhTSpX1AEFRfZy/kHBVdbAzRnLmS77C",
+	"Pd5QXmCGJgwTU50j5DMcRVPjYbRHX/IsAqc7Oz65/5XvotKo+NKj+19yGujXnvejQOVjRDtIKZCnEOq5",
+	"kVC0Zt2qIqq7a3ORoHJuwvdwhsjmMCv4BLDjpc56feinfmiPfvKhJG+j81un3m8EEu827TbNsXoE9+rq",
+	"q87HJ4idxPCL33331tn9b73Q9msIV3z7dudGHvk6dIhwYOxOPzSU2WZjAYIYltgZzw7TPot91bq0ubwT",
+	"JiK0ekz/UHWNEAzEp6f4UoraCrkLyfpQy9v10vOtEEsTXJDA/VHecRIO+b29vAEpKMjYnZBBInZAjpcZ",
+	"Spxx3gY6TYMJggoJs0L4mYAPNP3m8saJgl9dPru8uUwTH7CmMootRIsedttnV25GiKTmOgQJD734Bt2m",
+	"Xay4C1loVqpSbA3MidXebS14kUvwLsMsQTCRZqhmTnTuplgoa4RNpj6IecmpuJQXDzEWgxkn4qUBthhF",
+	"Er+VXFULgKjNNvjONxd7wpUTJ6zTLcd8csu6oOl6aV4aJzYckKEYfN05lwvkugii75nRKSFDmB4skMRw",
+	"DTeeXM9mIgOVF6TCGjEMlVYVrnmpIDwD6o7GtTFwtE0XL4QvPw2JBu/DvoAtfKkRn+GDcK64ju3buhZu",
+	"i1K83WKapx+sa1qSa4y6b2Ce14Ajryty/e0xUffCF/e/8JRqP8MLJ3uM60brZ7yYQV7P2ekXe73wnKv1",
+	"a+/sf5t0HuNe37vQ33ArVuQCqQQIoHrGK+4dnSHvfKBgunNw/3juDgo+z3NR3CMrHDk+v9f1Uh13JqdR",
+	"B2zmFB++4muvF0oLQPv9obq38llUAViGumdYTq/iemgzsKCwXkQXlxd/cT2CdimIh9K4d91PyO9kuAEq",
+	"BuzmhjOLCgBhaYKqOWmQmeLtiDxYWrhwhypaNoxuqzXtY3ceH5/WSgkmUXUCaaFCab5m0gziC2/iLkjo",
+	"ufJAYUCcL+6QySovsLoM/vWP/804RjjResB+DhVIC76ALtZDxjfwah6vA2YGM+VSFJDOjXWPpGWZzCg+",
+	"ioaFDZLkGu0XCrGVaeyrq+unL1+8uHx6M/rm9cVTd1c/9teL69Q7R/rsYqiI2uCOq0hus2SApO/nHJVz",
+	"vwtEuSGFkmQd2sGajNQgR4k3h+kAcDDeiAmblJaZuZNE4Hak9fU36VDRnYvVNGDUByA8uDWA3Ed/fJm0",
+	"0S3qFFyj3RE3Ud1JoitHpZUKUb/d4WB89tm1r4JJNUk/+wzdTrtrmbIuFaxcggNEuAWa6mKo0s1LKWXa",
+	"TcuNGUpCHB/7bGhpWNrYeIJBdhSvhuOCkyHMAKQPMK+gMRp4QS4BiQ0ALtKNAq6pAQJOfxpS9dBhZzCk",
+	"yqPDzt+HVHt02EmGaghpFvDAv/7xz2HnrbexQHHUYGKp4ebWGv7XP/6ZDEOh1VpDXQ8BMFSYpdGDtgNQ",
+	"Aplu3FjpCOjCi7a4pwZru4gFZalP89LMhTdgDRVlhdbowTW7wtLg51jwWkShPqEgagJmzVoJ1ZR4R1sh",
+	"1ISlUfFP9zGUunQfqCgmfB9YcuLLnQ7Vv/7xT+QETYVR6fhgZdR7qpai3RQoYqqLxYEZqsfHpyDy0hUB",
+	"y+uulsD34BsoBLuC/D+LjdAJhIPm2EEPLwE356GiJZCGkbkRTz/cSLVSnLwQYZFxnDB7hdZMUpqAoMwB",
+	"WP10JjKWOqJJj1JPO+l508UHx0WY+ALkxtNLWIPK5EtXa7xcpDu4O43snvBeiArFR9xUJxV2DLHUoeoq",
+	"7TkD2M03D3tSN+/2PN4MGpyrKqtevwQ+59QcgBR2LNhxNROPOGmcInvxFXwoOJjkAIFkUeZWLnnhmFY4",
+	"DoXgGZwEjGhQa2wkl+OCF2ukgvGaTgFUHcO9AZg7eBv0Dff2UKWTsshTSrW2EHcLLnNoEu1fTJgJX0KR",
+	"52lUlJ50Ra/uKX+tQmdwo9AxhcsmodMLPI91F4IbgDGRimV6Yo7GQk3mC17cmv4Cqvexgq+q+YPpeahW",
+	"UEPX8DuP6c2glqpy86bxOLEh8aOCMGIgZW/NZEteGMeqPdYFLmqTqnVZaf6/fk3r+AN3DfX2XcdN9129",
+	"sbok/UwqZC9b11rCyOIgNhk3A1NMzYlyYFjUblPeQrP9zDONgivWXc25FXiXm6r+PTgkNsrZu4sCmbcR",
+	"tve76vguquP7qYCvS9WiAELmAJdYMk5CyguWvd6t8EWwWLloSio5O/6CpZksALF9PVLajiDIx4tQ4ScC",
+	"6qfivf5KTgsxKQsj70QKjrWhCp61JbdzbCU9SvvsJTB8QT5NAz/kWNO4iS99BeP9GostvyNbSu591LX/",
+	"its5PNvkRwnTq7lS6F4NQWJb2bDblvOG9F+c4i/Qy/Gpz9jPYm3B1WecuSOSODkQa3mjsRSQoaEAOlbg",
+	"VRT6Fo6Du7xRRLCFQDmDBWL5o7ueYF8bPaspHg2nvVJRbRCpC5FzwDMiza86erFZ3HsJiGVL5XS6oapV",
+	"jASTN+Ct9VBg89qlk6lIPysNXQmhwcIxH9NnBDk6VCfHyfHxcTjzTkLGsoCsGxtswG4NTtxa8e5ef6jO",
+	"js9Y6hYYGAtETaUJhlBURVpHmVBS4A+RZx4WyX33hVNPgaO5RoLDLG1z2X4NPO+TcI2P6SGLi7633POe",
+	"f/7OQX4ODnJRndAD409JLeLLfbdG0Ry5jOcxuqCYBKUzsdcdfsSLyZzqljWHa5BB6BxkBnw4Ml51K1U8",
+	"KMrepDcrxAq8UkMVrHVfXz27HD2/+M/Rl/91c3md9pBbgXOewt8ZQJ4xAOv06aWOZzYdy9eCZxc0gV/g",
+	"wXxzaHlRP5kVAAcoXvtK3m7+v5/Gn/k04pXM4QZn3ULMypwXcAIB1hefgrNK55F8v9ww+ISqT2NxeIwS",
+	"xXMtDYbRiWwrRq6yC6AhGZ5H81i/n6JEMVT+9icA2GBTRAPAWATbgveaBiHFySuZuJMTTEJI2NdXX79k",
+	"uhiqOS8ymAUF25nImOG5Agyk6a5F4/DmFPpDde3XiQw6viUnElByWVi9Pjs7eUS3vtV6lDsxKrYH4rtD",
+	"1S2V2+JCGCMyYDBgcm5jQU185ftCWvHpGcs+po4Pw1MuvOAJUYkYx4pf+C3oRhsm3lioCpYhBd+vglz6",
+	"F35nWvso+o4Mfn4/MW0ahGoUrDv7m1wyThnXPYqsiRR3j4cPiQqZYHLKCI9jP8Ejou9GweOC2YIrMxXF",
+	"PeJGD6355NSCWUIAzRoCeSqAzKEyQhg2FStRkKEe7MRPcSCHGMXYb+BgmzaLc8eKhmqLFwGfqYW1U6Bm",
+	"5K7cFIDaxJpPZ6J4mEyjJ1bYQ/Q2fBDRBnbidz7x6+ETFywWfQ4M7mBCHiinxddPlHf60NNG/k1Ut3Yh",
+	"OLjJAbupTTqqPGszjUgrViyWGjw2APE3FkZmIvSSsEIgejs5m6N4CJ7nlBiNiCfZIMA+FyUUSyiXueYZ",
+	"ywX3QTA6z6BdQKsHMJg+SxfgqHTSxcTyfKgqwwMbS2tY11fzOH5ydtZrkV7eTTL5pObLPZ59rjPxABHm",
+	"g7KQdkkGay/sJa98TxLp71zoV8OF4CCQAaSKpXVEUHGic7bkBYR1VcoZ6BZOYLlPSoGImVbpxLGkm6ev",
+	"GMZrgfkSw8EUcCJpfTEhnmVYBP3q1d0ZaEJXr+6e9JJ6gE4OVpKA52TnYjGoRTnokFV1ysgtH6Qe1MLc",
+	"GELIl8+/62IoCHyqAiCEooyyFIYPEcGhCPAThJ/K9UoYm5B2GZtlha3ya4YKp95nKUWNpZ7d++LBPMST",
+	"zXWeScKDN4BUnkSFOnCmC/KyQ6iSB+MKeeaU3soVWrlKA0IWte+YclWQHcYRrhmK5Zhpi2EsbtQJC1hf",
+	"9fCvOY+gtaBCE8GxEVZgHIbVtWQvhfhsymOfC4VKL+KbRuGFVbx8r8++Jg9AzcSODyIwXUZruWmGd0vb",
+	"S1iKRffS8BfiMGJOVAr5PGI1Kgv3DSwyVsYaqjSuShlDfRz95Jom2k/PqShCnOaENAgR9NKtvLzjVmAE",
+	"pFs2pTc67tInwtKrAYvsTo56BefvF5lk8swfdzfGXdlHFV+AFU3YGNeOvPVTvpBOTYEPxCh+g+kpMdtu",
+	"45uRT/ogZL5DJmtFME41O2ORzwYdP/cx8hibvTGjKZDctX/yF0l1MfJ9C735qf66Mtzikbsbw3Fc2L7E",
+	"Sd7CWIrl7Iq4UksVwE4iOagPrQHoPrWd6soxzl7d/BeE0kx0btL/+3/SQq9MWontnx//3/9zetY7Z6mT",
+	"QVMf9GagunkAi+8P1UVz1ZiqgE9KrtBwNdZLyAzVBfM49/7tg5BO5CTa3GgMvQJrKGKu0m1+6GgIE/9B",
+	"miCcWjYVwo3tqc6EGdRNGhSZt5WqzLpjnjE32YQu78I7cXvn7ujV/KV49tz3X7BGN2rCUo996lobQTn4",
+	"lHV5rRYM3Ef1qxds1XDFnaPS5IS6SGk6b4h3p08YZtR0rSAMma+68EuLSKuN7kGhaScfmr00pv9QpHgM",
+	"cvF7GNevLwMonLnqsm3L+ElYldCCmRLAY+LCUbnetPTK1ewo5FHG+UCb5k165OLq+286HzGvzbXfntQW",
+	"hvGLDHXYoubH+7wVARhthgD62YIBrYLcgVpR5lYul141c5ebnk4hLLBhg6tSP63p4dWyf8xM752be4NV",
+	"Fm1pztH4l1blH1PWhQC7XqUfAlwCIYxgSb5flwgFJYBCKlsEqFTNq89eQHgFlc81jPvaLrUtLjPZ7pN5",
+	"GYJPMOWAW3EIxgVHO5CS1n318vomYa++c/+7uHn6bcIwhbpKXSuXs4JnglLAxVCBNjnVxYoXGUC1mBUW",
+	"RCw8sgu+7PqsoICMnKlDqRJGuSXTMoeyLtoOhgo2tptym/YStppr9/eE0H0KnYPIgF6hFCLvK8bnVHDU",
+	"xOBNblk3DRSeJhvYPVeZkw8hoA9DsAHp6cCwCGrmL1oqTIJOjyrkJnJvQ047FBPGjDE3A9Tu53pFSZAQ",
+	"GIfETM50ypLRU7AfOKGHVq1X5cqnJKiMZJZCj/95SGR6eJVVnjIneTrtnjYneK5yPcNsCEBM6rMLCAZ0",
+	"W49ROnOdZ4GGkgB+DjEIAfnHSW599rXM3UIMqog/fGxqRTFUqZFqIlLWff31U/bo0aMvegnibNF+ub9p",
+	"hfsB9SUWxk+OjyPE1OPj4975Jh4MmCpEBewOUYULviZ4GAxmdDOGJDR3BPqOGeWpD0yARDCVySJhhbYQ",
+	"lwDp9qePn7Dn8ks3DHrvxL/ZtSvtsblAs7kVSwvJGYS7AhcqH6rqGQZLETJYfeZosG6SNoTb4Jo7p+AO",
+	"HDxuzIzfiaHSqDrUBH9ajT57fPyIpcbqQoyioqnplrkMM12VZjC1oXI3fpvJBvjGXnA2MMla3PM+aKdt",
+	"kdRAJq2ANKef790Q0lhbS49PTvdu6VeD19M4qY+KzuKoZJcBA+fyW5fFIHTaLYU7tnUjR4C6gmLZ7ijU",
+	"72cy7Lfe0Jd8Mmcpoe2nWOXywAD/Aub207BzK1Vmhp0B+6Hf7//4FiCjTTk2wlb4hgbR7yJjbaTPw9/k",
+	"64S/59LmkNrJza2ptPGFsIWcwBdoUGbdyMa3ZRulSuCF+xHt2WzBi1sovMEzNF+j5d5QSnl3o6MBinpz",
+	"wQs7Ftyio4R+JZ9IlgBD8xYYzG3UxVDhBTHxJTDupFiRNwLcwRyD9/VKMQqAf4pbMVQQraZ5LswEKohE",
+	"VVZh/UFwScFGdMdzTI/1VqbTx8c96nFcFpBwN1TRBDCnkFPV16JqFO8sNIzBF24fRJ7rNCHnDprq3W5j",
+	"ByEHEgws3UL0AnYPzpFewbAvAAskoBhwQUnsuVizk8cMM0bNUEE1pmWh37h7HS6qSa5N8PKAjarRj+3m",
+	"Qyu437URrV9z0szp4+OkzmljVut+3OK19/M6K97YI1jfRof1XhEuSAT4OujbOXebWgFB0L5UgAS6qNWY",
+	"sXr5KzPpXsPIDwE35pIq7fKFJ4uJznP0n3moPX80MXvrTsDxMxusjxJKjn6ivzxMWZWDVqexP8s8f9cc",
+	"VHqv2ab/CZF33Bwg1f88hnRCsRVybkpT8vx3Y9x728hgoavKRwFOwDF9dLB7N/as0OWy156G9TIY7gth",
+	"S6h+HyT4mbwTCmKZGAGCnW8L3L7c8FA15PzrKcI9IDshdbAOCHaUIoiF/zxUBkBOvKc9DAukAkQA6A+V",
+	"DwE4A40mwhRYYpknWMHzBgCz0B72hy4R/Bu1JJ/jvuJuNd0ZV2LlEUbYlWIp0jXCrOnSHuEEGC+Ed6p3",
+	"K/APt7Skl+H97S5jn20Wso4hjMKjgiE2GV7VWCXEu2doFAATUYedCDAvGyA8HnUl+Oor90XA1EHwGl/W",
+	"ASAZN+Bt2A50m3O2jZ43QIghoRDZKCRcg2s/YFBUwG4IPxzwbBaiEPm6hgw5VCFxLyWyT/sQDVvonHU3",
+	"oO8Swr1LHCnIv4kexnbAglCfQ9UGSATQ/oi85OtvRkA5FZYGpEvAHcAtxga61milAIXADIbq5Djg+2CA",
+	"BS1MEsBhQ8FuJwVsdWkoOMMOlY95AZJHxUoWnsysngkIfejyrTawjhtFZ3iytGgV6fXZK9c5ASdEqvsh",
+	"WnNmGgW3c5giSltAaqpawrPjMyQ02GTvQhwRsHNagygphIcSrlgHyD/HAQhaZuYcBlFQOToE3QntVi69",
+	"xqiMb4T9ADdpi75M3Mvxk2azgK+PFoS542a9uaVxxwrfv/GNiEEuLSuXmFMLjEHNAqCwpxGr4bzW+B3r",
+	"wqNLnecVvT5ye9VrU+Id29yUeoOc+2hDzn03MfcjSjARcMRvUUx5b88chk8FBBaEDsL7q1q2+8TgI2TK",
+	"u3xu7vcPJQ1/eA84ju9Bru+GOF5sBaGxumgkI5lNWMOur775/urF029/hyD5RBAk95NtVcG/mWyv4fdf",
+	"Ltni+N6XbLEVQnTT8RVSRbei2vE75f5iKNcJxe2YpxCebrZ3k2TpLUy/FT4PRTko585J86fHZ2whuDLo",
+	"d8QkmPihKiwjAp5U7ib5aylKvFpWTrXF8NuIJw6VVDgAKLqgqgoGIYSjhunNuqWCELWYr0IMui7A6CcM",
+	"qiiIlA0Cbq8Ccg5eXTelCqbVTRLmToYghJgeCxx+BlBovrxHnEYMI6vlQ5+dfgGKsFSjcWnWaRTWHQLQ",
+	"ORXXAIPyinAWeQ4VrqnHyn5b6cFBp3JCny8FUcnfTmjP4o6cXG+LNWkn6Wv34fBiSqVIwPvWFDFXjZgw",
+	"Wg8w9RmWy+msXWwWFFMZkGN7CQbh4dxhJzLSXnErVtwMFX7PuuM1S4WeoiOaMFl9AD0BMJKm4VSV9hyk",
+	"IPdlUv0SGbMb1/vy5Yv9Dtk5y0Qu7wRB8sGZ+p1Rf7TwONjaL0uzfifWvqfzDjqpe/DiOyH2jO2MK7+M",
+	"H3zoMXnFZ+IZOJP3SMRzDz9Fd+9HVfiiGbV5cuNJ/7r8FvHI4/oUmOIOKMdYow8dkMjgA3pzDxI8nNZ+",
+	"TzB6U8oPqCh260eIxKZcMYl3IGfTQpg5Rdz0hwqCg0SKDqRloe+kkRrM2P/6//7/2FhrAB7vFqUy59GF",
+	"TtchVZMB9rUWtgcvwZWIReKmXOZUR8aj8Pabi11hBLkb8TnjTAm70sUtGAwhwskkTBqdA9ENlZVYSXaZ",
+	"8wkWnQJbMpYbrIDYoZBiwgxfQx1auLPpW7qwfL0vetXHpEfLOBJQXJKMZoSKEiURUCXUocKfpIEaF6p3",
+	"jnc1NVyLlWmPMb+s1bT/eNHiUT8/U9mIeKYNXOBVRIi/iuvwF6eGvHegSdiCjTzDDRfGeYX3bAlweFno",
+	"WQEJKXO9AneLCaYq8GdvOGcbsgh3uWYRJbF+VB52N0bvvuAL0fmVY2P+Gvyl702OXwljC73eJEaiKR95",
+	"Ii1z6l50U0FlUoguleA+nOmQrd8Wg/6RSev4UzHRDWnhN54divHlYbaYhIKMpxAg9HhnOkAVk6wAMtGs",
+	"ShCNb/62NNHGrGdemh0m9Ffu598KXcFkfueDPw8f/LoQ4m9iO/ef7DBOUL4VwifkyIItxEIXa5DgHcUb",
+	"8u5P+JKPZS6tFMZJyAwouLcHpf+ObfE7tsXHxLYYqqGCUGTI7QEk59UcgynQcOmxK1CnxlDIFbRdx7KA",
+	"UJihSl99d8P+9Y9/IuUe/eT+eXtEbfSoAIepY0/gXhONonlZL4XCOjiK8aEaF3plRDHwNdOxUjxWTB8c",
+	"HeGXriv86hC/cJuPX/TpCeyUZXrBpaLX8SewrrolAFuCT4uBMCGrqTR7mgwVVu2fW7scHB09PvnDo8NM",
+	"3PVzPeH5XBs7+Pzk9PTIB33AKJEUq0YPTIINGEKVunl2fY5eAxwXrLpHmnr1+vI/ri6/H3318vnF1Yso",
+	"HjkNfaYJcRk8TrRWUCBA53diqKx2Z3dZKyH21YvrcwABGWwuXsguidYBMboIUOtL34E7ncWEGzFUUCwM",
+	"+g9Yfn6x4acFREWbmjSJw/UDKsSMFxCJ4Vo8xzM5VHal6cGpDkW/sWYoNAxV3apAHMg+01LZ4NGBgv5U",
+	"XeeVhziB6DKsS0+p0q8vr2+Ig4qCjUsLz0At+KjaF7t4dQUscY3Br7q0jtMOVeqYOJRz25q7D2LKjfYF",
+	"W8KY3Iv0rOf4dGL+9Y9/pj6BpDY2KsEPk+9OwaMjo1LY6JYp63uCkNDLZSigdEulzgIALdQGZ930iBsj",
+	"rIHue2xcCH4LjLQQiWsU+RY07IYP1Zr8XCe8wJwxtWYLYec6S9j3YnwNPNYXKHK8H7gvbQ7A08BtlVBd",
+	"OkziotxB4KvUvNa3EqAO0guSVkDaGrAvBS9EwZCO64X/PUV3wUw0VHo6jWsrefKmtGksbBWAKmK/lIfR",
+	"AT5GgECoenOoIcstW3EKM4OaPu5a9qUOlbGCZwnGCn5z2cAfKacyHSrKlJCTic2h20P/WysITyRAvhsU",
+	"zycVd3+H5PngkDwk7tWl1PdVsRrIc6ccSsQ+FnOpMtZKxQnL5a1g6W05Fls/9tm1UNlQpU+DbDNg32EW",
+	"MoFl0acBow4Oaw3ghfrtzc2ro5P+CesGjuLZgrsMMQ3WS7ITnue9Wmw3puqgBEKF4Lygtc22tlC/MBDd",
+	"S1o8N4hqGW7gkFfs5R1paSsN0yoJ0LS++qfj1gN3U5OVPsB+C5GJrOcPAN2B6cnxCbteSTsBC82rQlsN",
+	"sDmweqHidagtF2bmubclGsMAhrG2c7bia5OQ5CckiIYwcwwl6LNLlVHJZ3FgKEYAHuhyaGrO8+khPBwB",
+	"AEePEf8Pmc0oVq/4eqgQuQeCpcNIIZEpDCyEclarBfnZjnFLFL7QoR4VJ68aI7AMXbdmwNUPEcEiY13w",
+	"LFitRwuu1iOiNJOS6IzljDBYvLpYKHMeyOx/Xb98Mdh1GHeVOEFBsskLRXUnw6O+lgP6ipQAD1FC0fKO",
+	"YKHlwDTSCjccI1QMyi7cxtSNQRBD1TB/X8XFtUxxHzRaeN+pUBQgAgEtoE86ZYivSX/SSrgLuZ7M7kQb",
+	"MBvFhWt7CTs7feL0KljVkXecpHjAsTKkYHalISMvEwV4z6pDsZtpNF6sX+OP7pJ6//t0D5+wLuyLcjEW",
+	"DT7hE7ydNiLRts846zbyzeTe+Q82jwVTelXjCJTs2cAY3Np9+kv3wxje3Nltkj5imh6w3SRdVbMnB83U",
+	"3/aDOlZFoXPhm+h/qjocTz7+Ym0eykFNss755Nawd77P+52kQyfaDZAe3j4NTS/XovC30j8rc+InoKUa",
+	"5x2wPRjvZnxBPzJmftwBb3H6weZYPKKIYe45jwcDUfDVvYp1UBd83d8QYmkP8Taoi1Z8U3NqFrc21uUh",
+	"gizqb7vKIb4WC31X53pRivs5BEWCKu+NnHOOhhEqjFszcoLyPVRk4NwtkTfcQc/5rXAXwysEb/2576FG",
+	"P+1NrB3jOH+bySPv5UdwO1mRcgDjRWwErOSPVg4n1RuPmLQDaP85L25N1CKSKMroqbX5yIiJVplJUZpy",
+	"93nAy3z05Pg4zmhiGV8bJyoWYpnzCcYAQ2EOCfFUxe2AxWP87vUzMt/DYJWuEJ4qIw2oWTgg0DjISO0O",
+	"eBq0tUKXTgmwMs+psVhXwzaogCFM0z0DVzAy06FaC9tnuBYEjQf4RpRrhwUS3TUz0yyogrXoCjrE0jBk",
+	"CNl5lW345Axiimu6HQQsBRZJBvDKf1GDuLf8lhgJrXx/qFp4BNuHRUB9VapwAssRrI8n/f6Tx48fPUZk",
+	"DmtzpjFDqXA97WQtyBB/Ds7y4cOtcDKuoyjO6mMWia46bIXJqRkO/QGtOU5+d+2+W4jWezHkZ8IxhjW4",
+	"1ZbknvPXfcTmvHrpGBxa2hI6gGAbvl/6KIQpF7uz/crFbyZW4TVhMsDFhjnTIQkislsY8Uus4PH/READ",
+	"0D1GH2S1mw1q/7ptu5+m4VrdkQnofv6tUDRM5tcSFvvbI9eAh2wRaPFBmp97aReZ6uVvh0oxRe93Iv15",
+	"iFQvNyNluwAPMy1z763UxQS8NT5cTCJ8CvDSOinPpc13Zip9e3Xz7LeRoeRmsssFDKIZaQq/svykl27o",
+	"83LBnWJ8aOfiMNd6GSZTx5LcJoCjn9z/PWDEUqusPYM5aJ2pFW8w5Ix7jyCzWrMuZ2OIZhGrXCqBIuyw",
+	"8wrcj5cvbi5fDzuhWD/0u1U3InzrtiRlXZ+K65OFyftkmK+s52gbQSix3hAkqWIaULOfK8qYrdx5PnF2",
+	"u5IEJDzVikmcbycWd2MU/CqJimcEJb4srU8qHirKKp7CRHYlBp+3wfI2VwiF3Ws+s4Ahs+R2XkHI0LZ3",
+	"NtODduHmLqQKn1tgYj+8su1m9JqOwn75TB+Wb1wQ5TXxju992exaHQR08nsClSZAyHm59/fL81ecB9x+",
+	"PyOlMM4c2XgOfO655b97thhhFGwQjkeDqLNpVOtb42EwQ7HQuUhYzsciZ2ail5SX9WYpHbOb1l2Ek0Jk",
+	"QlnJczNgnIIuwQh6YM6HKvWGUYTnTXm2kCoFlFxssBeCIeom1PPwfRRYN1SeMaLRFoNw0WwrLVtxNENj",
+	"pjwYT7tpeB3Q7asRUPND1Wi6jSoBQIoalXjlPtbWO0YzfV7DahAKpCaKqXNPaRUF7VDEaC6MaQFCey4+",
+	"ZlmL56IVRAs29BMylHq9zbmOyMpRNSUBuCXcSDnw2NA75c3nsq3Y2mbNiXzt2SvhPkpKCmoDTIMfa47a",
+	"nSuObQMUF0K9/RqFXprFLrnXL+KvS+T1dOKOaSEmusggxojxYjKXd6D9tAu9fspHP9FfHjO4LW+QettL",
+	"qKqa3FeuOn38ZC+56uPSyD304cRwownnAGtm+6X+3Qe7hQSy1DrfzehewRMf01+kdd527qHzX9eB/54X",
+	"CwbLGsNpbC753knmbgUebtfQOv89rXwzbVEXMzD0r/wOgdiZUVa3REx77kQ9wqM9r9X7RVQNn7/rrvD1",
+	"zhzuD75zH/bItTtndf7/QJ52RQQBTGJj9ynswD1TTxJoiT652QRCT438m0jrNKSnLDVLMUmdPOChWdIK",
+	"9cYj1UDiLEW7myqeGVMFM6c+FWIq8xz9r6HwHVZ1BcRnsaqKsPSwxHUVylIBLnMLCDlMFyzXmMskC5+P",
+	"fsHSVy+vm4ttp5hfN1RxHrubGgSKizd8YnNIuHSNQtAHpzB17HxQC0YGc1PKSpX5QH9SSUVGSmOMCN6F",
+	"VDeoNMZktDxuxNg67oSBIHaS+WEJIKYFDny10pAhRtpmLVfktcjEVKqQGOsmh2tI+pfnE5ioCNQUilEG",
+	"WCVWC+duwx5qggJq0uBelR+EsXyEOBOtH4Yk+unYGeNu16dQx07p1W/SqPWJQ0W+guXEGoe4tPHFiuAn",
+	"nsk4fhAzuK4uPH5mb5t51YUlDxnQalV6HTAFuHLMYlxaMGgjZwHgMJ81/Pq7FzdXzy+vD0zCRA68zrEU",
+	"1BQoR5VKt1M2xlcvn/758vXoW8cDjbA+mcVNLtOTW1FkUJC7B1O0hRQeWS1kvUiPVW+SqPwQpt2gckKl",
+	"FGtZxcC3sOyRYkLN3PJ6VO0qcZ0uGyz4CfhnVdFu4j2QJYTtUwEbHnBHAjyZyHytvQ0GhAAmWKAxIJit",
+	"WTegm+HUEvgblhH/lIptrjkmuc/1ilnNnBgGMAyQNr7gt4KWMwUQ+W0dxG/yx1RDqI82TcQP4ddXmz6g",
+	"bsSAgOE8mrp8gjbNqtgsbBskdjgm0Esi6aSG31E/tb7S2k7F8lo8wIJmN4rs48nCSt7NVjT0gsms8+5O",
+	"ouT+oXwEgx6ty6/coEez2GXQ84v4a6sNRlvfhZJufGLlnUigEG0OaDLVVdarbPNAjbtMfX4xjn6iv7bL",
+	"g9VXMK3sd2lUUog83BG8ClrF3D3FuDeSeb+272vLtV2HUa5c2/pOFO0O66F6qMeabTqsm2TeP8s89/X9",
+	"72EWEV2x7tKuR9VqIuINLQDVawy1kbKqfEndSlq9/6G9zx8J1pIWyq1Zsx841GT73bn7ocquBYprK7d2",
+	"XlFecLBLRQWyMWuMDiYfA7jRTstS61m4h/fTe81VAT8467+H7f8/YGPyM2UtvHaPG+AI7hdp1+0lc+8q",
+	"wS014q8pYr4IloKmkFYpTscDxvMcC3mjY5uG6y0URamczjHlRYLWEievQzojlt4S1JUoqirfod7A6fHx",
+	"MehBWNnb5zVRYSBj+drfUZWTPdczKH6XCTNguy8k94W/Y9MW1zYR3oVfsvc4H23lut2S1iXKn6ty1eZk",
+	"W06bp5/fmf22ZuT2KwsrxKZCkJDgCa1i7JOcl5lPTzt0O9Xb5/Rm0iy5ncx3xCmWdg5p2lCVv8rHeyMm",
+	"ZYgZYdKYUmRsvGZcrmaoxDFuq8cQBL0gcHLwMLdmDerxXwRIrSQUOrkwMh6/uvmvKkqxm5o5O5x4HCn/",
+	"JkFI9bzZZDLXRigv5SIvurj6/pvR86vr66uXL0ZXX6V44dVNrEN1wTApk/mlCuZSvhCsJuSGxYGfIJvQ",
+	"249Pj0/J8uIeQnMsPEXiMOJs8cIan2d+TlhfLJNgA1EWW8S8x7PjL/pD9XQuJreGzfly6faAVD0okDFg",
+	"cMpxwdmGvryxK2Bh6T4+ftRLhmqMuFzds+OTXoJdds9OHiXs7Pi4lzCwv9Sn3XWT04UbUy+B7FCwap0d",
+	"nwEOCUKuPCdbGy0eplpG+n4w2dxC1iu4yKXCIp1uqKOpzCGOs1aeB0vDyJnSEM1qdEx+Cw4QmszohTin",
+	"gXuT36I0ls35nfcnuJMWYc1ooH6eYzFH19BYMFXmeZ+lC2F5xi1PQ0XNO1GMuZULoJZCLAWn8rQTPVPS",
+	"0Llgc27mtfl3J1xpJSc8J7gZJN8wSAOSVjJUqiRDZYh1g/ix1RzQeKBeesDhcdrBgakuKpmlAwLncU9C",
+	"cZ9iqMgLgRWSCHYzkO15gMm843kJC+NWUmQ0tATWwkOkAUsCOMxkqNKT/nEa/5KepFQNAFuMBwZBz5sE",
+	"3nV0REm3cGxyQAwCkMsUa5kO2LDDDQa6DTuEREkA6paIgwPOepX0z2lnhmoqPZyRl3inZQFj47l2Bw+g",
+	"LoWxcgGAoHAu09oiyaA2w/F1RxFlBIgxjk7eKJOGj3ORpUlEy05WqI6e+0npEfCmNIFyE5sxyk7GOGFp",
+	"GV1j7ruTRyx1azayWo9yXswEpRsH9427CKDNTX/OOYozzVHdm6eu721VKVl/lQ7AM4LAoXskB3nOMKFr",
+	"rVEW+op4aWs4UIOcgAcbNyzevLFwu2aY1ed4HAMb9irLh1Kc9w0v+vC+K79eP1MlCt+9L9jUJMuFYk5d",
+	"X13fHRS/Sf7yDA6I7bvy97KRn9BPJiZlAUrbDz91/GG/cSJYZ/DDj46KK0E0ulHDLkaWulCi1zezj9iJ",
+	"SleryliVeEcEVKGyQ4g/hsruuZ5h+XRBljLC5KN71oOjUgF4VBQ9LpxUDEqYdqui0VHVP+/06zMawUbR",
+	"PGDMGSFjB/SzTBqoITct8xzc/UqAREMKKHSZCzURCMiB3d0KsfTlsP1ADeNOpc0hmEBO5nTHYJ1uthD+",
+	"ITbjS9YtBDdaoeKJA0t7QYRZw3ygiLaTkrrpfx7ilA6faWPTOnRirmcYiAAB9XBbmnIyB9/eUhqdCTYW",
+	"M6kQDlbTM0PlenXyBKbLGz9qaVGaG0PMksinwdpaQLh+ofWizy4wpcdYvTQYCAIzHyonxMEMoXYg3P0E",
+	"wBuiFUKiFIiWr3IAZOFqzVLkQil4WSFV4AhsAoeoFxFoGgnSFewrbgkETqXu/+lQeaMEvoDgkkB9c5Fn",
+	"vQqIJV3wN2mfVet7XZMWqEw/Sn1O9HDthIL+rsEkevdSZWn8WuVKhWrrXcfMpSqFj/HqkRmkauEbvhww",
+	"dx2kKDAR7hvVVMTJIYTX5oAdvcCRVrOmVg9fA7mlbDVfD1hKxJ2yLlpe7Jwrwn6fHRiEYUQzfESecHDW",
+	"TnIo84zVzlQvXkIg0SBvhWwOnIt7jc4hmoIAgJ7wPDMvXzseEe80pNqRSpVOdZ7r1R9xmWLcM9yeFXfH",
+	"tIvVxx8dM9MbqqkOZevpeos682Y0R4xEgQO2TXwDR7fX15cVmD63BMXva2U64orpMKGq9ThiE+Cr3TgQ",
+	"lSR2oUBTXUIWdeKmBHFuWnCKfqqP2x1gN5CenxJiUiOuMl/xdZ997V41A5bCRAbUNWm6qdOCBuynYQfJ",
+	"ddhJ2LDjvhx2kqEadoSaaAAZ7bxNIQ+FlKbvbr4+/BwWCKtkciOeUDX+NH7Lifn447CTVh4joIOh8kjf",
+	"INdim6gFpTIbNBwjKApQFV91jAtMk9dQPM0zsQpoFTEC02fc2EN48PDqKxoFnSPHoEDv6Z2HFZrx5dby",
+	"AIArLonVuErIvPHvXBsLSwRtV7cRnUbWTQs6ezC7HE4HJxwp4H3IDA9M25mtH3h/A/ghezrZGDXoUzhC",
+	"98RoojMRNjZzA+6zp3qxIABXYVg3HbClVLO0h9ebj6cjeueOeh3jN7le+VtNGub0V9By42tzEFCepjzP",
+	"jUcoxjNdQj0CLOnHWQprDlQORzCYaxvC2BKWIlGMxmKt0X/oaDNs6NIx2o3znetZ77zVIbnb1otr/p6W",
+	"3g3pCKnaarxBgV0EG3rTbdXm9ndv1mzFU10suEUL8ZOzTrLbeLw1MF8IBMRBMMsjMTsKrVFqNVxHmblc",
+	"SCoH3DrUBX+zGSeBAzs7+eLs0fFZNNSTfYaKMoOTKc+x7HDE4HkTAbCu49wkjxA7bl9Y+L0JynKsdS64",
+	"erDpXU+s8BdJXW8LezaWisMgtqJEOlt3Ub2JDViK60s8TMbz+8RxtYT4BOsaIQgfLbwGK7GF1tkIDgAt",
+	"biCExgJQgzbQKAzVhChELWKaot+Bg3djisO92kHp2yTTiVnp9qic9BBz7AfKWLuHJ5Sj5B+gk07SmfLc",
+	"iM6PTVvbwO8bqqUDZ28QEhOIl6uXPqcB7hDyhup+KY81CHkUtAi043SmFSelCVno9vRpAO5ghfbvWYZn",
+	"jU6Mb72fEKdZl9sOjD/5DWMmIRMVRqehOMljSyWrzX/Gl6Z3zo6ROqLKe5CdCw9tTvhB5HjtkZwajwnN",
+	"rUHTeN8T8fY37Q9/7RgI36YJxDVXJEsmdI/pAjVxEMivQY0+vHaSEHm7kc1umEIAjq7d03btKxT7Mgw+",
+	"Nij1CJ3db61dvlT5OmHXfCGupRV/vLaFnNiEXYtJWYhQm6hHJXdfX17fJLF0H4q7VB6DUF8HVBe4Ck9O",
+	"2VyXhSF8XOweEISHCiwxnBVcZU4LzVj39PETNpbW9NA76fURsMbqWhWtboqrcBhi68BCPVQUHeakT5bJ",
+	"IvG182V2YNj1txeHp4+fADy8KYu7ev5Cb7CRBeK60KVNQSMERONQdxXrOyux2vA8ou6E9pYQFQHRlLD/",
+	"dYOPXjkCkDOpDAicF3HSP+vWBwNfmrQHefkYYaD1oKa3SWKlaEpzu0blLowO0DOVwZQ2g0+iMrMVbAFK",
+	"VBFyARqreJlJS8o5n7hpk3pNQAWYq5JQNO2dvvU5JTgngokhBAS3VkMFtSN9rCEtMOsC+M+Sz6CkFBwC",
+	"tBpFNYWkmuRlBjr/RVgDEP6HKmSnSKgFhWNLoV9hRtymANca/BMpjc+DvLs1dkvcPYP6BwHVPe0NyHE6",
+	"xcLUupjMBfijNYWHc1+Cq4/VfirAiJRZ4VQQWEg3Nbaaa2quAlvgSAtfYzVvwtbFGxUEXJGB0ZJOoS8j",
+	"0uWKqvv5Wn/4xRN29OTsfBPh/8CA34+QeN0WzYMWZYvSWJH1BiQoPYa0qbKgYl0ggy+kKq1IhooIHQfp",
+	"SZxXwwLvJSDpI40BRk8A0HXvjaTC8iRDVcPZSUKMf66RikicJpKurBZkfcX7aoGuQBzgUOkcUqVMOYEY",
+	"tSlkRpraGA9MNUHHkZrUsGs5U1fqI5UJx8Yf5JFpSG299gR0Hh9u8Iv/LPGPHxemPhzI8xi3xJANZ1xa",
+	"LDzr+FjXn/He1ukmnJeAUNJ/HxCcT4TL789MHaIqOjkUZmI2VKPoiSaJAV4Jh8qdITrBbs38ehFSUoM6",
+	"WhfuPkmlgi3n9nntLqyJ4CBAdGO5IHLGUCQEhTlFHq2a98qdr4q3s9jzuCEBQLx1dJFvC2+6tO3SG+ao",
+	"12zWIWzRl5Bsl+xqUlICaOYaPEYVU6CCp3cC48KXEBWJt5BbJ7gZcq1mAKLOMyjpB3pHn32PLNlpLl6S",
+	"9CXzAEt5CnDwOKQeVr7K12ySC16YaARtLPYlGLj2qzoQyTwQuh+k0IrzQb/vnu3/i6NinOf7kfGlt30i",
+	"HR9UkX9u/WDFsMwsblSNdC03t7sznW7giXuCMJ7qxYIfGuEectIM2IfN/ilFS26tKNyj/8M+6/5psBRQ",
+	"gezvxvKZ+zdkfLkPkMzxd4pE/7vbmVzY6E+R/X0Kkhb9M1oWAkuD/n3C1UTkuch63T8N2GfJJ+qs9xn7",
+	"7N86e+RoXZB4zt25Xf8RIqzOfdiYE08XumjN1IJXa8sqrViYjfX94X/++OO//3F7MOELXhSYKtAcRQwC",
+	"a7O99fHx8UNtrYCrJt7Y0eT/z97V7rZtc+FbIfKnNsAottsXzRv/CLqiw7K1HdB2GIapCBmLqQXblCHK",
+	"TT3DQ6+mF9YrGc4HKcmRlbSxgX79ylZLFD8PyXOe5zlI6/JWEa+d2cLhbWFbe+mV1qRA+8Qww8JoY4hR",
+	"1b8qwiUsdQk34DLg2dGwmC+mhuCAcA3ElpX6DCQq0bjvobKRtukllKed+OvRs6eU0wy6//DVcm5ORHUE",
+	"lno2Veg1/PXl789FR63iA1/AOfxIgb+P7z/EB2tWDK08Ar+uPr7/sF6rboQAQbUCC3eeJpJsErzN6x1K",
+	"GAp1muTL83xhOeQLu1tMgSEwYaIz6PXKY4HN8pmeImzTf5OShKizxMzmWWHsaHn4m1kqf/vqZHlsAy40",
+	"ShPV3cA3hQ4ih1wFSQhV91BfQkj6xILYqBJFJ86oxqEshzTlWpTL/6Q8mZo8gWaKKXl1MR7GlinU9M90",
+	"P+WrXtP2/hi52TBptkh2baxX7uj20MfWwFF/cCzmeWppMj56+fjsTIzGOtcj+KjoINQVjv/qXyV9CPTs",
+	"yaufRZLrywLlES8PyTJ0OaU1zuGJQRSAroWltKsUTrjJkC2e+gJbSINcNnFjFrTSd6s2OY7fDXqHcfzu",
+	"oXnduFPsCTsIg/dycTFLK/lV5MHmiqyX1xDK2a1aBn+AAM/brGuSL0W+QO/U9TWJJmmXIEfop9sAHL8K",
+	"mOLeFWT7/9v/IRvmQHUfIWwd5bLFbcbyJhLtQg8elwjsd9pNwixDlzOyUG7QAcFD9pHfiVp10x7jmbHZ",
+	"pt4AC4CXmtmRu10HTaNB1Z4iNQWdN9BPlDAQs9pefeOESWq/nyCc/404tMip2chEHKTTfe6hcGnwfktZ",
+	"k3arvu87cxu/dsdzp7f3ufOK58s3OEVajMCRzov0Uo+Km2/fj8KTX+Kw+tq1XYVCW9Eb9b0OdEU2s23x",
+	"+g797NGWjYq5+Oe2KhC9wYPdiuXeBaPUOKXwmP4d0PD97PEY5yG6oVEzpaB7mz99XGX5BC9BUvzx4umh",
+	"cSONHHdKTukiIqh63Xj8v27rOYVQYdvVy5BwZ5RQK/wPKXQhBcFRT9dKCuXJycpTkO855CmfCLWapDaR",
+	"iPM9laJAmUo9M6cytqkjNZVTKUaZK84XLjldq64UyiOM1coDLuBOvVaSA9uuEAoxm+GCfZlaPaV7NPNq",
+	"CW7KwGoGDeOmPdYuEk80MSswK79KE0U0CScW82HAeG/gnWqymZ1j8Sz9CaO5UCphmElPrcQkwOi9QZE0",
+	"IkV4kocbZ1dNF21Y2IQduYtNuL6G0hLECH2H7cZUfuywpr5CyHdmA1I62nb5raGht7l3/+4d/v/1qi/7",
+	"x+ut99xWq3IDXvFWxoNb6nE437IN8aere84rYGjXAEqSAcvimTQ5D3htVDfsBcJX2s8v9Mg+j5Xwha2H",
+	"D/z8VzDEd7yg+vQkHJ4s1btLyAXxyZwZ5WBqOpjoA72d3RscuJ5AIBSWrURHaVecE4z1wX2maCzyacVj",
+	"hiYOzBl9AkG3Jw3mEn+EjYxRXMiDjwR0jzsR6m1qrlAFpiS74T7gs6bEtlOBUF5AK7H5IXAYoE3wGuU2",
+	"EZVXurIKF+p4CqOMLSaWCeKXQf2IY6dcOJIfkXTejQTnkZ4Ye27epa5wiu92tF/b2C6ckVsEdOnJC500",
+	"JJkhUFIV5+R1Kok2tigWOZEbFL7gCEtcBXAh2gtRTlOoWamLyPiYuoziSOf5MrVvPBSIw8DF2MxkqYvG",
+	"SNnMmfrbHcth6HHmCqZ/Sy8J7TFh0ouXlZ1Ltaom9GGlUTyVhEphNSKwWvnSZ6fBcLoNMW3SR/XqGjrg",
+	"uoiPI9LCzFCBoiKhDKeRe06MssR0h7FFlXvhSUQEN4ONEV/D8ARn/O486N3vSvQ1zTTqbwQlEPwpEn8i",
+	"e6uILSmZUkNSBrHReHHvkJ6CI5RmDRowFJqGMBG0bLksGdvqeL7NJn48eRkwuAvRePA+IzZr2coJv+bj",
+	"+nggie0EZRDowTbfP7KC9+SahrI/CUHV3+23qYmN7l7+iY5J1OHpzHCUHwxsMH8/HMJ339yot+sAHC+A",
+	"Q3CwymY2bBoFxJ82nV2OVvj3Fqks/FT/xOM3TeLLW+ayeIFrOPmR6uXaHKCe2ZgDF0u8wuS0xdZnQVpU",
+	"gaoMQWYxO9qlr0nZjY2eFuN/2vwzv/Aj+8yEiJ/YCipgrzKLI312HusWONHT9K2x8I15nl3QOBwhCqa1",
+	"Z17QE/vUuDY6SaFijQrX8PkvARXWWsvnnKx0OSwJ6EjFJz9AKI6CJkU77Ct8iQZqyGc7ONZVSmKtdoyL",
+	"+TVBXXVN68Mfq+taH3hcJ2O3yKdw7S+K+cnRUX/wMOpFvah/ctwfDA7Wr9f/BQAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

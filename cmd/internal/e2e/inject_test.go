@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/tlsca"
 	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
 )
@@ -131,14 +133,23 @@ func injectClientRepo(t *testing.T) string {
 func TestInjectedSecretOnTheHostRuntime(t *testing.T) {
 	// Workloads run as users of their own (as the server does by default
 	// as root): one that shared the server's user could read its memory.
-	injectScenario(t, "host", "", func(data string, env ...string) *harness.Server {
+	s, spentID := injectScenario(t, "host", "", func(data string, env ...string) *harness.Server {
 		return startServer(t, 0, data, append(env, "AGENTIC_RUNTIMES=host", "AGENTIC_TASK_RUNTIME=host", "AGENTIC_HOST_USER=")...)
 	})
+	// The dashboard's task view shows the spent task's usage and why it
+	// ended. A screenshot (inject-usage) goes to the test's artifacts.
+	p := newBrowser(t).newPage()
+	signInAs(p, s.RESTURL+"/", s.Token, "")
+	p.do("the spent task", chromedp.Navigate(s.RESTURL+"/#/task/"+spentID), chromedp.WaitVisible(testid("task-usage")))
+	p.waitJS("its usage and reason", `(() => { const u = document.querySelector('[data-testid="task-usage"]').innerText;
+		return /\b2 requests\b/.test(u) && /2000 input, 2000 output tokens/.test(u) && /cost \$0\.03\d\d/.test(u) &&
+			document.body.innerText.includes("budget_exhausted") })()`)
+	p.shot("inject-usage")
 }
 
 func TestInjectedSecretInDockerWithoutANetwork(t *testing.T) {
 	host := privateDockerd(t)
-	injectScenario(t, "docker", ", network_mode: none", func(data string, env ...string) *harness.Server {
+	_, _ = injectScenario(t, "docker", ", network_mode: none", func(data string, env ...string) *harness.Server {
 		return startServer(t, 0, data, append(env, "DOCKER_HOST="+host, "AGENTIC_RUNTIMES=docker", "AGENTIC_TASK_RUNTIME=docker", "AGENTIC_ALLOWED_NETWORKS=none")...)
 	})
 }
@@ -146,12 +157,14 @@ func TestInjectedSecretInDockerWithoutANetwork(t *testing.T) {
 // A VM under TCG has no NIC: the agent's endpoint is on the guest's
 // loopback and its requests cross the virtio-serial link.
 func TestInjectedSecretInAVM(t *testing.T) {
-	injectScenario(t, "libvirt", "", func(_ string, env ...string) *harness.Server {
+	_, _ = injectScenario(t, "libvirt", "", func(_ string, env ...string) *harness.Server {
 		return startLibvirtServer(t, append(env, "AGENTIC_TASK_RUNTIME=libvirt")...)
 	})
 }
 
-func injectScenario(t *testing.T, runtime, network string, start func(dataDir string, env ...string) *harness.Server) {
+// injectScenario runs its tasks on a server start gives; it returns the
+// server and the id of the task its budget ended.
+func injectScenario(t *testing.T, runtime, network string, start func(dataDir string, env ...string) *harness.Server) (*harness.Server, string) {
 	api := newFakeModelAPI(t)
 	repo := injectClientRepo(t)
 	data := t.TempDir()
@@ -193,6 +206,11 @@ secrets:
 	}
 	if len(keys) != 2 || keys[0] != injectRealKey || keys[1] != injectRealKey {
 		t.Errorf("the API saw keys %q, want the real key twice", keys)
+	}
+	// Its usage, as GET /api/v1/tasks/{id} shows it: the stream's tokens
+	// (11 in, 22 out) priced, and the ack's request.
+	if u := e.get(streamed.Id).Usage; u == nil || u.Requests != 2 || u.InputTokens != 11 || u.OutputTokens != 22 || u.CostUsd <= 0 {
+		t.Errorf("the stream task's usage %+v, want 2 requests, 11 input and 22 output tokens, a cost", u)
 	}
 	// The run could read a placeholder, never the key: its environment and
 	// every /proc environ and cmdline open to it.
@@ -238,6 +256,9 @@ secrets:
 	if keys, _ := api.seen(); len(keys) != 4 {
 		t.Errorf("the API saw %d requests, want 4 (2 of the stream, 2 within the budget)", len(keys))
 	}
+	if u := e.get(spent.Id).Usage; u == nil || u.Requests != 2 || u.CostUsd < 0.03 {
+		t.Errorf("the spending task's usage %+v, want its 2 requests costing at least $0.03", u)
+	}
 
 	// Nothing the server wrote holds the key: its log, its data directory.
 	if strings.Contains(s.Log(), injectRealKey) {
@@ -252,4 +273,5 @@ secrets:
 		}
 		return nil
 	})
+	return s, spent.Id
 }

@@ -241,6 +241,25 @@ export interface paths {
          *     is back. The command's id begins with `ex-`: an exec cut short by a restart of this
          *     server (its caller's connection went with it) is killed as soon as its agent reports
          *     it to the restarted server.
+         *
+         *     **Streamed output.** With `Accept: application/x-ndjson` (and no preference for
+         *     `application/json` over it) the 200 answer is `application/x-ndjson`, sent as the output
+         *     comes: one JSON object per line, first `ExecStreamChunk`s — `{"stream":"stdout"|"stderr",
+         *     "data":"…"}` for a chunk that is valid UTF-8, `{"stream":…,"data_b64":"…"}` (standard
+         *     base64) for one that is not — in the order the agent sent them, each flushed to the
+         *     client as soon as it is written; then exactly one last line, an `ExecStreamEnd`: the
+         *     exit status (`exit_code`, `duration_ms`, `timed_out`, `success`, `truncated`, `error`
+         *     …), or `code` `agent_gone` with `error` when the agent lost the command (the JSON form's
+         *     502). A stream that ends without that line was cut (the server went away): the exit
+         *     status is unknown. The bytes of a stream are exactly the concatenation of its chunks'
+         *     decoded `data`/`data_b64`; `max_output_bytes` applies per stream as in the JSON form.
+         *     Errors before the command starts keep their JSON answers and status codes; the default
+         *     (no `Accept`, `application/json`, anything else) is the JSON `ExecResult`. The caller
+         *     going away kills the command, as in the JSON form. NDJSON rather than multipart: a
+         *     client reads it with any JSON library line by line, text chunks stay readable with
+         *     `curl`, and it costs no JSON string escaping of the whole output at the end — a chunk
+         *     is written once, as it comes (measured in docs/benchmarks.md); a raw multipart body
+         *     would save base64 on binary output only, at the cost of a boundary parser in every client.
          */
         post: operations["execCommand"];
         delete?: never;
@@ -1272,7 +1291,7 @@ export interface components {
             };
             /** @description pending, staging, provisioning, ready, running, completing, completed; or failed, failed_preserved, cancelled. */
             state: string;
-            /** @description Why it failed: claude_error, no_result, non_zero_exit, timeout, idle_timeout, staging_failed, provision_failed, secret_unresolved, artifacts_missing, agent_lost, cancelled, internal_error. */
+            /** @description Why it failed: claude_error, no_result, non_zero_exit, timeout, idle_timeout, staging_failed, provision_failed, secret_unresolved, artifacts_missing, agent_lost, cancelled, internal_error, budget_exhausted (its injected secrets' requests reached the manifest's lifecycle.max_cost_usd). */
             reason?: string;
             error?: string;
             /** Format: date-time */
@@ -1310,6 +1329,21 @@ export interface components {
                 last_activity_at?: string;
                 /** @description working, idle or waiting (for a human). */
                 activity?: string;
+            };
+            /** @description What the run's requests through its injected secrets used (absent when it made none): requests the server sent on to a secret's host (refused ones are not counted) and, for the Anthropic API, the tokens its answers' `usage` fields reported and what they cost at AGENTIC_MODEL_PRICES. Counted as the answers arrive, so a running task's grows; kept across a server restart. */
+            usage?: {
+                /** Format: int64 */
+                requests: number;
+                /** Format: int64 */
+                input_tokens: number;
+                /** Format: int64 */
+                output_tokens: number;
+                /** Format: int64 */
+                cache_creation_input_tokens: number;
+                /** Format: int64 */
+                cache_read_input_tokens: number;
+                /** Format: double */
+                cost_usd: number;
             };
         };
         FileListing: {
@@ -1485,6 +1519,36 @@ export interface components {
             truncated: boolean;
             /** @description Why the command could not run, e.g. a missing binary. */
             error?: string;
+        };
+        /** @description A line of a streamed exec (`Accept: application/x-ndjson`) carrying output. */
+        ExecStreamChunk: {
+            /** @enum {string} */
+            stream: "stdout" | "stderr";
+            /** @description The chunk's bytes */
+            data?: string;
+            /**
+             * Format: byte
+             * @description The chunk's bytes, standard base64, when they are not valid UTF-8.
+             */
+            data_b64?: string;
+        };
+        /** @description The last line of a streamed exec: the command's exit status (`exit_code` and the fields beside it), or, when its agent lost it, `code` `agent_gone` and `error` and no exit status. */
+        ExecStreamEnd: {
+            command_id: string;
+            agent_id: string;
+            /** @description As in ExecResult. */
+            exit_code?: number;
+            signal?: number;
+            /** Format: int64 */
+            duration_ms?: number;
+            timed_out?: boolean;
+            success?: boolean;
+            /** @description Output beyond `max_output_bytes` of a stream was dropped. */
+            truncated?: boolean;
+            /** @description Why the command could not run, or (with `code`) why it has no exit status. */
+            error?: string;
+            /** @description `agent_gone` when the agent lost the command. */
+            code?: string;
         };
         /** @enum {string} */
         CommandState: "running" | "exited";
@@ -2482,6 +2546,7 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ExecResult"];
+                    "application/x-ndjson": string;
                 };
             };
             400: components["responses"]["BadRequest"];

@@ -761,10 +761,12 @@ function TaskPage({ id }: { id: string }) {
   const activity = events.filter((e) => e.type === "activity").map((e) => e.data);
   const ended = ["completed", "failed", "failed_preserved", "cancelled"].includes(task.state);
   return html`<section><h1>${task.name} <code class="muted">${task.id}</code></h1>
-    <p>State <span class=${"pill " + task.state} data-testid="task-state">${task.state}</span>${task.reason ? html` <strong>${task.reason}</strong>` : ""}
+    <p>State <span class=${"pill " + task.state} data-testid="task-state">${task.state}</span>${task.reason ? html` <strong>${task.reason}</strong>` : ""}${" "}
       · activity <strong>${task.progress.activity || "-"}</strong> · ${task.progress.tool_calls} tool calls, ${task.progress.turns} turns, $${task.progress.cost_usd.toFixed(4)}
       ${!ended && canWrite() ? html` <button data-testid="task-cancel" onClick=${cancel}>Cancel</button>` : ""}</p>
     ${task.error ? html`<p class="error">${task.error}</p>` : ""}
+    ${task.usage ? html`<p data-testid="task-usage">Injected secrets: <strong>${task.usage.requests}</strong> requests · ${task.usage.input_tokens} input, ${task.usage.output_tokens} output tokens${
+      task.usage.cache_creation_input_tokens || task.usage.cache_read_input_tokens ? ` (cache: ${task.usage.cache_creation_input_tokens} written, ${task.usage.cache_read_input_tokens} read)` : ""} · cost <strong>$${task.usage.cost_usd.toFixed(4)}</strong></p>` : ""}
     ${task.state === "failed_preserved" ? html`<p class="preserved" data-testid="task-preserved">Its environment <a href=${"#/environments"}><code>${task.environment.name}</code></a> is kept for inspection until ${when(task.preserve_until)}, then destroyed. ${canWrite() ? html`<button data-testid="task-destroy-env" onClick=${cancel}>Destroy it now</button>` : ""}</p>` : ""}
     <h2>Phases</h2><ol class="phases">${phases.map((p, i) => {
       const next = phases[i + 1]?.at;
