@@ -171,7 +171,8 @@ export class AgenticClient {
    * see outputText/outputBytes.
    */
   async exec(agentId: string, req: ExecRequest, o: CallOptions = {}): Promise<ExecResult> {
-    return data(await this.raw.POST("/api/v1/agents/{agent_id}/exec", { params: { path: { agent_id: agentId } }, body: req, signal: o.signal }));
+    // Without an Accept of application/x-ndjson the answer is the JSON ExecResult.
+    return data(await this.raw.POST("/api/v1/agents/{agent_id}/exec", { params: { path: { agent_id: agentId } }, body: req, signal: o.signal })) as ExecResult;
   }
 
   // --- runtimes and environments
