@@ -817,7 +817,7 @@ type ExecResult struct {
 
 // ExecStreamChunk A line of a streamed exec (`Accept: application/x-ndjson`) carrying output.
 type ExecStreamChunk struct {
-	// Data The chunk's bytes
+	// Data The chunk's bytes, when they are valid UTF-8.
 	Data *string `json:"data,omitempty"`
 
 	// DataB64 The chunk's bytes, standard base64, when they are not valid UTF-8.

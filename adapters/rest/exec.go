@@ -22,9 +22,16 @@ func (s *Server) ExecCommand(ctx context.Context, req restapi.ExecCommandRequest
 	}
 	o.spec.StdinOpen = o.hasStdin
 	col := &collector{max: o.maxOut}
+	onOutput := col.add
+	var streamed *streamer
+	if streamWanted(ctx) {
+		// Accept: application/x-ndjson (exec_stream.go).
+		streamed = newStreamer(o.maxOut)
+		onOutput = streamed.add
+	}
 	// Its id says it is an exec's: a restarted server kills it (its caller
 	// went with the server).
-	cmd, err := s.d.Link.Start(ctx, req.AgentId, o.spec, ports.StartOptions{OnOutput: col.add, CommandID: newExecID()})
+	cmd, err := s.d.Link.Start(ctx, req.AgentId, o.spec, ports.StartOptions{OnOutput: onOutput, CommandID: newExecID()})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -42,6 +49,9 @@ func (s *Server) ExecCommand(ctx context.Context, req restapi.ExecCommandRequest
 			}
 			return nil, portError(err, fmt.Sprintf("command %q", cmd.ID()))
 		}
+	}
+	if streamed != nil {
+		return execStream{s: s, ctx: ctx, cmd: cmd, agentID: req.AgentId, out: streamed}, nil
 	}
 	select {
 	case <-cmd.Done():

@@ -171,7 +171,7 @@ func New(d Deps) *Server {
 // Handler returns the full HTTP handler of the REST port.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	strict := restapi.NewStrictHandlerWithOptions(s, []restapi.StrictMiddlewareFunc{withRequestOrigin}, restapi.StrictHTTPServerOptions{
+	strict := restapi.NewStrictHandlerWithOptions(s, []restapi.StrictMiddlewareFunc{withRequestOrigin, withExecStream}, restapi.StrictHTTPServerOptions{
 		RequestErrorHandlerFunc:  s.requestError,
 		ResponseErrorHandlerFunc: s.responseError,
 	})

@@ -1524,7 +1524,7 @@ export interface components {
         ExecStreamChunk: {
             /** @enum {string} */
             stream: "stdout" | "stderr";
-            /** @description The chunk's bytes */
+            /** @description The chunk's bytes, when they are valid UTF-8. */
             data?: string;
             /**
              * Format: byte
