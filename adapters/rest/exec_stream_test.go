@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -263,5 +264,27 @@ func TestExecStreamNegotiation(t *testing.T) {
 		if r.status != 200 || !strings.HasPrefix(r.header.Get("Content-Type"), want) {
 			t.Errorf("Accept %q: %d %q, want %s", accept, r.status, r.header.Get("Content-Type"), want)
 		}
+	}
+}
+
+// BenchmarkChunkLine is the server's cost of one 64 KiB chunk's line: text
+// (a JSON string, escaped in one pass) and random bytes (base64).
+func BenchmarkChunkLine(b *testing.B) {
+	raw := make([]byte, 64<<10)
+	if _, err := rand.Read(raw); err != nil {
+		b.Fatal(err)
+	}
+	text := []byte(base64.StdEncoding.EncodeToString(raw))[:64<<10]
+	for _, c := range []struct {
+		name string
+		data []byte
+	}{{"text", text}, {"random", raw}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(c.data)))
+			var buf []byte
+			for b.Loop() {
+				buf = appendChunkLine(buf[:0], ports.OutputChunk{Stream: ports.StreamStdout, Data: c.data})
+			}
+		})
 	}
 }

@@ -1,0 +1,188 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
+)
+
+// execStreamBench is `benchrun -only execstream` (and part of a full run):
+// 1 MiB of output (`cat` of a file, text and then random bytes) through
+// REST exec as the JSON answer and as the NDJSON stream (Accept:
+// application/x-ndjson), each received and decoded to the bytes by the
+// client, beside a local `cat` into a buffer, interleaved call by call so
+// all three see the same machine state.
+func execStreamBench(bins harness.Binaries) error {
+	srv, stop, err := hostServer(bins, "execstream", nil, nil)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	post := func(body, accept string) (*http.Response, error) {
+		req, _ := http.NewRequest(http.MethodPost, srv.RESTURL+"/api/v1/agents/host-01/exec", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+srv.Token)
+		req.Header.Set("Content-Type", "application/json")
+		if accept != "" {
+			req.Header.Set("Accept", accept)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		if resp.StatusCode != 200 {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			return nil, fmt.Errorf("status %d: %s", resp.StatusCode, b)
+		}
+		return resp, nil
+	}
+	const size, reps = 1 << 20, 50
+	fmt.Printf("# agentic-sandbox exec output, JSON vs NDJSON stream, %s\n\n", time.Now().UTC().Format(time.RFC3339))
+	fmt.Println("| 1 MiB of output | n | p50 | MiB/s at p50 | × local `cat` |")
+	fmt.Println("| --- | --- | --- | --- | --- |")
+	for _, kind := range []string{"text", "random bytes"} {
+		data := make([]byte, size)
+		if _, err := rand.Read(data); err != nil {
+			return err
+		}
+		if kind == "text" {
+			data = []byte(base64.StdEncoding.EncodeToString(data))[:size]
+		}
+		f, err := os.CreateTemp("", "agentic-bench-stream-")
+		if err != nil {
+			return err
+		}
+		defer os.Remove(f.Name())
+		if _, err := f.Write(data); err != nil {
+			return err
+		}
+		f.Close()
+		body := fmt.Sprintf(`{"command":"cat","args":[%q]}`, f.Name())
+		check := func(got []byte) error {
+			if !bytes.Equal(got, data) {
+				return fmt.Errorf("output differs: %d bytes", len(got))
+			}
+			return nil
+		}
+		var jsonRecv time.Duration
+		variants := []struct {
+			name string
+			f    func() error
+		}{
+			{"local `cat` into a buffer (floor)", func() error {
+				var buf bytes.Buffer
+				c := exec.Command("cat", f.Name())
+				c.Stdout = &buf
+				if err := c.Run(); err != nil {
+					return err
+				}
+				return check(buf.Bytes())
+			}},
+			{"REST exec, JSON answer received and decoded", func() error {
+				start := time.Now()
+				resp, err := post(body, "")
+				if err != nil {
+					return err
+				}
+				b, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil {
+					return err
+				}
+				jsonRecv = time.Since(start)
+				var r struct {
+					Stdout   string `json:"stdout"`
+					Encoding string `json:"encoding"`
+				}
+				if err := json.Unmarshal(b, &r); err != nil {
+					return err
+				}
+				out := []byte(r.Stdout)
+				if r.Encoding == "base64" {
+					if out, err = base64.StdEncoding.DecodeString(r.Stdout); err != nil {
+						return err
+					}
+				}
+				return check(out)
+			}},
+			{"REST exec, `Accept: application/x-ndjson`, streamed and decoded", func() error {
+				resp, err := post(body, "application/x-ndjson")
+				if err != nil {
+					return err
+				}
+				defer resp.Body.Close()
+				var out []byte
+				rd := bufio.NewReaderSize(resp.Body, 64<<10)
+				for {
+					line, err := rd.ReadSlice('\n')
+					if err == bufio.ErrBufferFull {
+						// A line longer than the buffer: read it whole.
+						rest, rerr := rd.ReadBytes('\n')
+						line, err = append(append([]byte(nil), line...), rest...), rerr
+					}
+					if err != nil {
+						return fmt.Errorf("stream cut: %w", err)
+					}
+					var l struct {
+						Stream   string  `json:"stream"`
+						Data     *string `json:"data"`
+						DataB64  []byte  `json:"data_b64"`
+						ExitCode *int    `json:"exit_code"`
+					}
+					if err := json.Unmarshal(line, &l); err != nil {
+						return err
+					}
+					if l.Stream == "" {
+						if l.ExitCode == nil || *l.ExitCode != 0 {
+							return fmt.Errorf("last line %s", line)
+						}
+						return check(out)
+					}
+					if l.Data != nil {
+						out = append(out, *l.Data...)
+					} else {
+						out = append(out, l.DataB64...)
+					}
+				}
+			}},
+		}
+		times := make([][]time.Duration, len(variants)+1)
+		for r := range reps + 5 { // the first 5 warm up
+			for i, v := range variants {
+				start := time.Now()
+				if err := v.f(); err != nil {
+					return fmt.Errorf("%s, %s: %w", kind, v.name, err)
+				}
+				if r >= 5 {
+					times[i] = append(times[i], time.Since(start))
+					if i == 1 {
+						times[len(variants)] = append(times[len(variants)], jsonRecv)
+					}
+				}
+			}
+		}
+		names := []string{variants[0].name, variants[1].name, variants[2].name, "  (of which the JSON answer received, before decoding)"}
+		var floor time.Duration
+		for i, d := range times {
+			sortDurations(d)
+			p50 := d[len(d)/2]
+			if i == 0 {
+				floor = p50
+			}
+			fmt.Printf("| %s: %s | %d | %s | %.0f | %.2f× |\n", kind, names[i], len(d), ms(p50), 1/p50.Seconds(), float64(floor)/float64(p50))
+		}
+	}
+	return nil
+}
