@@ -488,7 +488,17 @@ func (c *cli) exec(args []string) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(wait)*time.Second+time.Minute)
 	defer cancel()
-	resp, err := cl.ExecCommandWithResponse(ctx, rc.agent, req)
+	// The output is printed as it comes (exec_stream.go); a server that
+	// answers JSON anyway gets the JSON form's handling.
+	raw, err := cl.ExecCommand(ctx, rc.agent, req, acceptNDJSON)
+	if err != nil {
+		return c.unreachable(server, err)
+	}
+	defer raw.Body.Close()
+	if streamed(raw) {
+		return c.execStreamed(raw.Body, wait)
+	}
+	resp, err := restapi.ParseExecCommandResponse(raw)
 	if err != nil {
 		return c.unreachable(server, err)
 	}
@@ -509,17 +519,22 @@ func (c *cli) exec(args []string) int {
 	// operator asked for.
 	_, _ = c.stdout.Write(stdout)
 	_, _ = c.stderr.Write(stderr)
-	if res.Error != nil {
-		fmt.Fprintf(c.stderr, "agenticctl: the command could not run: %s\n", clean(*res.Error))
+	return c.execEnded(res.Error, res.TimedOut, res.Truncated, res.ExitCode, res.Success, wait)
+}
+
+// execEnded reports how an exec ended and returns agenticctl's exit code.
+func (c *cli) execEnded(errMsg *string, timedOut, truncated bool, exitCode int, success bool, wait int) int {
+	if errMsg != nil {
+		fmt.Fprintf(c.stderr, "agenticctl: the command could not run: %s\n", clean(*errMsg))
 	}
-	if res.TimedOut {
+	if timedOut {
 		fmt.Fprintf(c.stderr, "agenticctl: the command timed out after %d s and was killed\n", wait)
 	}
-	if res.Truncated {
+	if truncated {
 		fmt.Fprintln(c.stderr, "agenticctl: output was truncated (more than 16 MiB on a stream)")
 	}
-	code = res.ExitCode
-	if code < 0 || code > 255 || (code == 0 && !res.Success) {
+	code := exitCode
+	if code < 0 || code > 255 || (code == 0 && !success) {
 		code = exitError
 	}
 	return code
