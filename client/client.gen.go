@@ -1340,8 +1340,13 @@ type Task struct {
 	State          string    `json:"state"`
 	StateChangedAt time.Time `json:"state_changed_at"`
 
-	// Usage What the run's requests through its injected secrets used (absent when it made none): requests the server sent on to a secret's host (refused ones are not counted) and, for the Anthropic API, the tokens its answers' `usage` fields reported and what they cost at AGENTIC_MODEL_PRICES. Counted as the answers arrive, so a running task's grows; kept across a server restart.
+	// Usage What the run's requests through its injected secrets used (absent when it made none): requests the server sent on to a secret's host (refused ones are not counted), their request and answer bodies' bytes and, for the Anthropic API, the tokens its answers' `usage` fields reported and what they cost at AGENTIC_MODEL_PRICES. Counted as the answers arrive, so a running task's grows; kept across a server restart.
 	Usage *struct {
+		// BytesReceived The answers' body bytes received from the hosts.
+		BytesReceived int64 `json:"bytes_received"`
+
+		// BytesSent The requests' body bytes sent to the hosts.
+		BytesSent                int64   `json:"bytes_sent"`
 		CacheCreationInputTokens int64   `json:"cache_creation_input_tokens"`
 		CacheReadInputTokens     int64   `json:"cache_read_input_tokens"`
 		CostUsd                  float64 `json:"cost_usd"`

@@ -63,6 +63,9 @@ type TaskUsage struct {
 	CacheCreationInputTokens int64
 	CacheReadInputTokens     int64
 	CostUSD                  float64
+	// BytesSent and BytesReceived are the requests' and answers' body
+	// bytes carried to and from the hosts.
+	BytesSent, BytesReceived int64
 }
 
 // Clone copies r with everything it refers to, so that a record handed out

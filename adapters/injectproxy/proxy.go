@@ -234,6 +234,7 @@ func (p *Proxy) Serve(w http.ResponseWriter, r *http.Request, env, secret, path 
 	w.WriteHeader(resp.StatusCode)
 	usage := newUsageReader(resp)
 	rec.BytesDown = httpstream.Copy(w, resp.Body, usage)
+	p.cfg.Registry.AddBytes(env, rec.BytesUp, rec.BytesDown)
 	if u, seen := usage.result(); seen {
 		rec.Usage = &u
 		p.cfg.Registry.Record(env, u)

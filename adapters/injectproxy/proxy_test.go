@@ -145,8 +145,9 @@ func TestInjectsTheKeyAndReadsUsage(t *testing.T) {
 	// The record is made once the answer is through, after the usage is kept.
 	rec := testkit.Receive(t, 15*time.Second, r.recs, "the request's record")
 	u, _ := r.reg.Usage("env-a")
-	if u.Requests != 1 || u.InputTokens != 10 || u.OutputTokens != 20 || u.CostUSD <= 0 {
-		t.Fatalf("usage %+v", u)
+	if u.Requests != 1 || u.InputTokens != 10 || u.OutputTokens != 20 || u.CostUSD <= 0 ||
+		u.BytesSent != int64(len(`{"model":"claude-haiku-4-5"}`)) || u.BytesReceived != int64(len(body)) {
+		t.Fatalf("usage %+v (answer of %d bytes)", u, len(body))
 	}
 	if rec.Status != 200 || rec.Usage == nil || rec.Host != "example.com" || rec.BytesDown == 0 {
 		t.Fatalf("record %+v", rec)

@@ -220,16 +220,19 @@ func toTask(r ports.TaskRecord) restapi.Task {
 	out.Progress.CostUsd = float32(p.CostUSD)
 	out.Progress.CurrentTool, out.Progress.Activity, out.Progress.LastActivityAt = nonEmpty(p.CurrentTool), nonEmpty(p.Activity), optTime(p.LastActivityAt)
 	if u := r.Usage; u != (ports.TaskUsage{}) {
-		out.Usage = &struct {
-			CacheCreationInputTokens int64   `json:"cache_creation_input_tokens"`
-			CacheReadInputTokens     int64   `json:"cache_read_input_tokens"`
-			CostUsd                  float64 `json:"cost_usd"`
-			InputTokens              int64   `json:"input_tokens"`
-			OutputTokens             int64   `json:"output_tokens"`
-			Requests                 int64   `json:"requests"`
-		}{u.CacheCreationInputTokens, u.CacheReadInputTokens, u.CostUSD, u.InputTokens, u.OutputTokens, u.Requests}
+		v := alloc(&out.Usage)
+		v.Requests, v.BytesSent, v.BytesReceived, v.CostUsd = u.Requests, u.BytesSent, u.BytesReceived, u.CostUSD
+		v.InputTokens, v.OutputTokens = u.InputTokens, u.OutputTokens
+		v.CacheCreationInputTokens, v.CacheReadInputTokens = u.CacheCreationInputTokens, u.CacheReadInputTokens
 	}
 	return out
+}
+
+// alloc points *p at a new zero T and returns it: for the generated
+// schemas' unnamed structs.
+func alloc[T any](p **T) *T {
+	*p = new(T)
+	return *p
 }
 
 // GetTask implements restapi.StrictServerInterface.

@@ -13,6 +13,7 @@ import (
 func TestTaskUsageIsShown(t *testing.T) {
 	rec := ports.TaskRecord{ID: "t1", Name: "n", State: "failed", Reason: "budget_exhausted", Usage: ports.TaskUsage{
 		Requests: 3, InputTokens: 11, OutputTokens: 22, CacheCreationInputTokens: 5, CacheReadInputTokens: 7, CostUSD: 0.0315,
+		BytesSent: 1234, BytesReceived: 56789,
 	}}
 	b, err := json.Marshal(toTask(rec))
 	if err != nil {
@@ -26,7 +27,8 @@ func TestTaskUsageIsShown(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]any{"requests": 3.0, "input_tokens": 11.0, "output_tokens": 22.0,
-		"cache_creation_input_tokens": 5.0, "cache_read_input_tokens": 7.0, "cost_usd": 0.0315}
+		"cache_creation_input_tokens": 5.0, "cache_read_input_tokens": 7.0, "cost_usd": 0.0315,
+		"bytes_sent": 1234.0, "bytes_received": 56789.0}
 	if got.Reason != "budget_exhausted" || len(got.Usage) != len(want) {
 		t.Fatalf("task JSON %s", b)
 	}

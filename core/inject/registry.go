@@ -307,6 +307,16 @@ func (r *Registry) CountRequest(env string) {
 	}
 }
 
+// AddBytes adds a request's body bytes, sent and received, to env's.
+func (r *Registry) AddBytes(env string, sent, received int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if es := r.envs[env]; es != nil {
+		es.usage.BytesSent += sent
+		es.usage.BytesReceived += received
+	}
+}
+
 // Usage is what env's requests used so far, and whether its budget is spent.
 func (r *Registry) Usage(env string) (u Usage, overBudget bool) {
 	r.mu.Lock()

@@ -108,9 +108,15 @@ func TestRegistryBudget(t *testing.T) {
 	if u, _ := r.Usage("e"); u.Requests != 2 {
 		t.Fatalf("CountRequest: %+v", u)
 	}
+	r.AddBytes("e", 100, 2000)
+	r.AddBytes("e", 1, 20)
+	if u, _ := r.Usage("e"); u.BytesSent != 101 || u.BytesReceived != 2020 || u.Requests != 2 {
+		t.Fatalf("AddBytes: %+v", u)
+	}
 	// Unknown environments have no usage and do not panic.
 	r.Record("nope", Response{})
 	r.CountRequest("nope")
+	r.AddBytes("nope", 1, 1)
 	if u, over := r.Usage("nope"); u != (Usage{}) || over {
 		t.Fatal("usage of an unknown environment")
 	}
@@ -154,6 +160,7 @@ func TestRegistryRestoreKeepsPlaceholdersAndUsage(t *testing.T) {
 	now := time.Unix(1e9, 0)
 	g := registered(t, r, "e", Limits{})
 	r.Record("e", Response{Model: "claude-haiku-4-5", InputTokens: 7})
+	r.AddBytes("e", 3, 5)
 	used, _ := r.Usage("e")
 	// A new server: the same placeholder works again, with the usage so far.
 	r2 := NewRegistry(nil)
@@ -166,7 +173,7 @@ func TestRegistryRestoreKeepsPlaceholdersAndUsage(t *testing.T) {
 	if _, ref := r2.Authorize("e", "ANTHROPIC_API_KEY", withKey(g.Placeholder), now); ref != nil {
 		t.Fatal(ref)
 	}
-	if u, _ := r2.Usage("e"); u.InputTokens != 7 {
+	if u, _ := r2.Usage("e"); u.InputTokens != 7 || u.BytesSent != 3 || u.BytesReceived != 5 {
 		t.Fatalf("usage %+v", u)
 	}
 	for name, phs := range map[string]map[string]string{

@@ -18,6 +18,9 @@ type Usage struct {
 	CacheReadInputTokens     int64
 	// CostUSD is the sum of each response's cost at Prices.
 	CostUSD float64
+	// BytesSent and BytesReceived are the request and response bodies'
+	// bytes carried to and from the hosts.
+	BytesSent, BytesReceived int64
 	// UnpricedModels counts responses of a model the table does not know
 	// (priced as the dearest known one, so a budget still holds).
 	UnpricedModels int64

@@ -99,6 +99,7 @@ func (s *Service) restoreInjected(e *entry) {
 		_, err = s.cfg.Injected.Restore(agentID, secrets, placeholders, injectLimits(e.manifest), inject.Usage{
 			Requests: used.Requests, InputTokens: used.InputTokens, OutputTokens: used.OutputTokens,
 			CacheCreationInputTokens: used.CacheCreationInputTokens, CacheReadInputTokens: used.CacheReadInputTokens, CostUSD: used.CostUSD,
+			BytesSent: used.BytesSent, BytesReceived: used.BytesReceived,
 		})
 	}
 	if err != nil {
@@ -118,7 +119,8 @@ func (s *Service) injectedUsage(e *entry) (overBudget bool) {
 	s.mu.Unlock()
 	u, over := s.cfg.Injected.Usage(agentID)
 	now := ports.TaskUsage{Requests: u.Requests, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
-		CacheCreationInputTokens: u.CacheCreationInputTokens, CacheReadInputTokens: u.CacheReadInputTokens, CostUSD: u.CostUSD}
+		CacheCreationInputTokens: u.CacheCreationInputTokens, CacheReadInputTokens: u.CacheReadInputTokens, CostUSD: u.CostUSD,
+		BytesSent: u.BytesSent, BytesReceived: u.BytesReceived}
 	if u.Requests > 0 && now != had {
 		s.update(e, func(r *ports.TaskRecord) { r.Usage = now })
 	}

@@ -92,13 +92,15 @@ func TestARunGetsPlaceholdersAndTheBudgetEndsIt(t *testing.T) {
 		t.Fatalf("the record keeps %v", rec.Placeholders)
 	}
 	// Usage past the budget ($0.015 of Sonnet output) ends the run.
+	reg.AddBytes(agent, 12, 345)
 	reg.Record(agent, inject.Response{Model: "claude-sonnet-4-5", OutputTokens: 1000})
 	var rec ports.TaskRecord
 	testkit.Eventually(t, 15*time.Second, "the task failed", func() bool {
 		rec, _ = s.Get(sub.Task.ID)
 		return State(rec.State).Terminal()
 	})
-	if rec.Reason != string(ReasonBudgetExhausted) || !strings.Contains(rec.Error, "max_cost_usd") || rec.Usage.OutputTokens != 1000 || rec.Usage.CostUSD <= 0.01 {
+	if rec.Reason != string(ReasonBudgetExhausted) || !strings.Contains(rec.Error, "max_cost_usd") || rec.Usage.OutputTokens != 1000 || rec.Usage.CostUSD <= 0.01 ||
+		rec.Usage.BytesSent != 12 || rec.Usage.BytesReceived != 345 {
 		t.Fatalf("ended %s %s %q usage %+v", rec.State, rec.Reason, rec.Error, rec.Usage)
 	}
 	// The run's end forgets the value.
@@ -116,7 +118,7 @@ func TestARestartGivesTheRunItsSecretsBack(t *testing.T) {
 	rec := ports.TaskRecord{ID: "t1", State: string(Running), Manifest: injectedManifest, CreatedAt: now,
 		Phases: []ports.TaskPhase{{State: string(Running), At: now}}, Environment: ports.TaskEnvironment{Name: EnvironmentName("t1"), Runtime: "host"},
 		AgentID: EnvironmentName("t1"), Workspace: "/w/workspace", CommandID: "task-t1",
-		Placeholders: map[string]string{"ANTHROPIC_API_KEY": ph}, Usage: ports.TaskUsage{Requests: 3, InputTokens: 30}}
+		Placeholders: map[string]string{"ANTHROPIC_API_KEY": ph}, Usage: ports.TaskUsage{Requests: 3, InputTokens: 30, BytesSent: 300, BytesReceived: 3000}}
 	_ = store.Put(context.Background(), rec)
 	reg := inject.NewRegistry(nil)
 	attached := make(chan *portsfake.Command, 1)
@@ -135,7 +137,7 @@ func TestARestartGivesTheRunItsSecretsBack(t *testing.T) {
 		a, ref := reg.Authorize(rec.AgentID, "ANTHROPIC_API_KEY", req, time.Now())
 		return ref == nil && a.HeaderValue == "sk-real"
 	})
-	if u, _ := reg.Usage(rec.AgentID); u.Requests < 3 || u.InputTokens != 30 {
+	if u, _ := reg.Usage(rec.AgentID); u.Requests < 3 || u.InputTokens != 30 || u.BytesSent != 300 || u.BytesReceived != 3000 {
 		t.Fatalf("usage %+v", u)
 	}
 	cmd.Exit(0)

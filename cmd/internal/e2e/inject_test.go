@@ -209,8 +209,9 @@ secrets:
 	}
 	// Its usage, as GET /api/v1/tasks/{id} shows it: the stream's tokens
 	// (11 in, 22 out) priced, and the ack's request.
-	if u := e.get(streamed.Id).Usage; u == nil || u.Requests != 2 || u.InputTokens != 11 || u.OutputTokens != 22 || u.CostUsd <= 0 {
-		t.Errorf("the stream task's usage %+v, want 2 requests, 11 input and 22 output tokens, a cost", u)
+	if u := e.get(streamed.Id).Usage; u == nil || u.Requests != 2 || u.InputTokens != 11 || u.OutputTokens != 22 || u.CostUsd <= 0 ||
+		u.BytesSent == 0 || u.BytesReceived < int64(len("event: message_start\nevent: message_delta\nevent: message_stop\n")) {
+		t.Errorf("the stream task's usage %+v, want 2 requests, 11 input and 22 output tokens, a cost, the bodies' bytes", u)
 	}
 	// The run could read a placeholder, never the key: its environment and
 	// every /proc environ and cmdline open to it.

@@ -1330,10 +1330,20 @@ export interface components {
                 /** @description working, idle or waiting (for a human). */
                 activity?: string;
             };
-            /** @description What the run's requests through its injected secrets used (absent when it made none): requests the server sent on to a secret's host (refused ones are not counted) and, for the Anthropic API, the tokens its answers' `usage` fields reported and what they cost at AGENTIC_MODEL_PRICES. Counted as the answers arrive, so a running task's grows; kept across a server restart. */
+            /** @description What the run's requests through its injected secrets used (absent when it made none): requests the server sent on to a secret's host (refused ones are not counted), their request and answer bodies' bytes and, for the Anthropic API, the tokens its answers' `usage` fields reported and what they cost at AGENTIC_MODEL_PRICES. Counted as the answers arrive, so a running task's grows; kept across a server restart. */
             usage?: {
                 /** Format: int64 */
                 requests: number;
+                /**
+                 * Format: int64
+                 * @description The requests' body bytes sent to the hosts.
+                 */
+                bytes_sent: number;
+                /**
+                 * Format: int64
+                 * @description The answers' body bytes received from the hosts.
+                 */
+                bytes_received: number;
                 /** Format: int64 */
                 input_tokens: number;
                 /** Format: int64 */

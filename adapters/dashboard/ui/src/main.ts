@@ -765,7 +765,7 @@ function TaskPage({ id }: { id: string }) {
       · activity <strong>${task.progress.activity || "-"}</strong> · ${task.progress.tool_calls} tool calls, ${task.progress.turns} turns, $${task.progress.cost_usd.toFixed(4)}
       ${!ended && canWrite() ? html` <button data-testid="task-cancel" onClick=${cancel}>Cancel</button>` : ""}</p>
     ${task.error ? html`<p class="error">${task.error}</p>` : ""}
-    ${task.usage ? html`<p data-testid="task-usage">Injected secrets: <strong>${task.usage.requests}</strong> requests · ${task.usage.input_tokens} input, ${task.usage.output_tokens} output tokens${
+    ${task.usage ? html`<p data-testid="task-usage">Injected secrets: <strong>${task.usage.requests}</strong> requests (${bytes(task.usage.bytes_sent)} sent, ${bytes(task.usage.bytes_received)} received) · ${task.usage.input_tokens} input, ${task.usage.output_tokens} output tokens${
       task.usage.cache_creation_input_tokens || task.usage.cache_read_input_tokens ? ` (cache: ${task.usage.cache_creation_input_tokens} written, ${task.usage.cache_read_input_tokens} read)` : ""} · cost <strong>$${task.usage.cost_usd.toFixed(4)}</strong></p>` : ""}
     ${task.state === "failed_preserved" ? html`<p class="preserved" data-testid="task-preserved">Its environment <a href=${"#/environments"}><code>${task.environment.name}</code></a> is kept for inspection until ${when(task.preserve_until)}, then destroyed. ${canWrite() ? html`<button data-testid="task-destroy-env" onClick=${cancel}>Destroy it now</button>` : ""}</p>` : ""}
     <h2>Phases</h2><ol class="phases">${phases.map((p, i) => {
