@@ -27,9 +27,12 @@ type streamLine struct {
 }
 
 // openExecStream posts an exec asking for NDJSON and returns the answer
-// once its headers are in, with the command the fake link started.
+// once its headers are in. Reading it is bounded (60 s): a line that never
+// comes fails the test instead of hanging it.
 func openExecStream(t *testing.T, e *env, ctx context.Context, body string) (*http.Request, *http.Response, *bufio.Reader) {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	t.Cleanup(cancel)
 	req, err := http.NewRequestWithContext(ctx, "POST", e.srv.URL+"/api/v1/agents/a1/exec", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
