@@ -550,7 +550,7 @@ type AuditEntry struct {
 	// Code The error answer's code; empty on success.
 	Code string `json:"code"`
 
-	// Operation The operationId of openapi.yaml; agent.credential.issue and agent.credential.revoke for an agent's credential issued or revoked (the agent id as target; by the caller whose request caused it, with its request id, else system).
+	// Operation The operationId of openapi.yaml; agent.credential.issue and agent.credential.revoke for an agent's credential issued or revoked (the agent id as target; by the caller whose request caused it, with its request id, else system); ws.createSession, ws.startShell, ws.takeControl, ws.signal and ws.killSession for control over the client WebSocket (the session or agent as target; never input).
 	Operation string `json:"operation"`
 
 	// RequestId Also the X-Request-Id response header and on the request's info line of the server's log (msg="rest: request"); empty for system.

@@ -1653,7 +1653,7 @@ export interface components {
             role: string;
             /** @description The caller's address (the connection's, without the port); empty for system. */
             client: string;
-            /** @description The operationId of openapi.yaml; agent.credential.issue and agent.credential.revoke for an agent's credential issued or revoked (the agent id as target; by the caller whose request caused it, with its request id, else system). */
+            /** @description The operationId of openapi.yaml; agent.credential.issue and agent.credential.revoke for an agent's credential issued or revoked (the agent id as target; by the caller whose request caused it, with its request id, else system); ws.createSession, ws.startShell, ws.takeControl, ws.signal and ws.killSession for control over the client WebSocket (the session or agent as target; never input). */
             operation: string;
             /** @description What it acted on: the path's parameters joined by /, or the created resource's id or name; may be empty. */
             target: string;
