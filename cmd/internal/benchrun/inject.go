@@ -89,13 +89,16 @@ func injectBench(bins harness.Binaries) error {
 		return fmt.Errorf("git: %v %s", err, out)
 	}
 
-	srv, err := harness.Start(bins, harness.Options{DataDir: filepath.Join(dataDir, "server"), Env: []string{
+	serverDir := filepath.Join(dataDir, "server")
+	srv, err := harness.Start(bins, harness.Options{DataDir: serverDir, Env: []string{
 		"AGENTIC_RUNTIMES=host", "AGENTIC_TASK_RUNTIME=host", "AGENTIC_TASK_REPO_DIRS=" + repoDir,
 		"SSL_CERT_FILE=" + caFile, "AGENTIC_TEST_RESOLVE=api.anthropic.com=127.0.0.1", "BENCH_INJECT_KEY=sk-ant-bench",
 	}})
 	if err != nil {
 		return err
 	}
+	// After the server: the task's environment agent outlives it by design.
+	defer harness.KillHostAgents(serverDir)
 	defer srv.Kill()
 	manifest := `repository: {url: ` + repo + `}
 command: {argv: [./injectbench, "` + strconv.Itoa(injectN) + `", "127.0.0.1:` + port + `", ca.pem]}
@@ -149,7 +152,8 @@ secrets:
 		ms(rows[1].p50-rows[0].p50), ms(rows[3].p50-rows[2].p50))
 	fmt.Printf("the API accepted %d TLS connections for its %d requests (warm-up included)\n", conns.Load(), reqs.Load())
 	if u := tk.Usage; u != nil {
-		fmt.Printf("the task's usage: %d requests, %d input and %d output tokens, $%.4f\n", u.Requests, u.InputTokens, u.OutputTokens, u.CostUsd)
+		fmt.Printf("the task's usage: %d requests, %d bytes sent, %d received, %d input and %d output tokens, $%.4f\n",
+			u.Requests, u.BytesSent, u.BytesReceived, u.InputTokens, u.OutputTokens, u.CostUsd)
 	}
 	return nil
 }
