@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -243,28 +241,12 @@ type auditAnswer struct {
 // auth is set.
 func auditedCall(t *testing.T, s *harness.Server, method, path, contentType, body, auth string) auditAnswer {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, s.RESTURL+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
-	if auth != "" {
-		req.Header.Set("Authorization", "Bearer "+auth)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return auditAnswer{resp.StatusCode, resp.Header.Get("X-Request-Id"), b, resp.Header}
+	st, h, b := restDo(t, s, method, path, contentType, body, func(r *http.Request) {
+		if auth != "" {
+			r.Header.Set("Authorization", "Bearer "+auth)
+		}
+	})
+	return auditAnswer{st, h.Get("X-Request-Id"), b, h}
 }
 
 // agentHashes reads the agents' credential hashes, by agent id.

@@ -1,10 +1,8 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -40,26 +38,12 @@ func cookieCall(t *testing.T, s *harness.Server, method, path, body string, c *h
 
 func rolesDo(t *testing.T, s *harness.Server, method, path, body string, auth func(*http.Request)) (int, []byte) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, s.RESTURL+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
+	contentType := ""
 	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
+		contentType = "application/json"
 	}
-	auth(req)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, b
+	st, _, b := restDo(t, s, method, path, contentType, body, auth)
+	return st, b
 }
 
 // rolesToken creates a named token with the operator token: its secret.

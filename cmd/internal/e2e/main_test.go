@@ -5,7 +5,10 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -57,6 +60,32 @@ func startServer(t *testing.T, n int, dataDir string, env ...string) *harness.Se
 	}
 	waitAgents(t, s, ids...)
 	return s
+}
+
+// restDo sends one request to s's REST API, with body as contentType when
+// given; prepare adds its credentials (and whatever else it needs).
+func restDo(t *testing.T, s *harness.Server, method, path, contentType, body string, prepare func(*http.Request)) (int, http.Header, []byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, s.RESTURL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	prepare(req)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, resp.Header, b
 }
 
 // patience bounds a wait for what a quiet machine does in a second or two:
