@@ -154,6 +154,24 @@ func (e EnvironmentState) Valid() bool {
 	}
 }
 
+// Defines values for EnvironmentSecretSource.
+const (
+	SecretSourceEnv  EnvironmentSecretSource = "env"
+	SecretSourceFile EnvironmentSecretSource = "file"
+)
+
+// Valid indicates whether the value is a known member of the EnvironmentSecretSource enum.
+func (e EnvironmentSecretSource) Valid() bool {
+	switch e {
+	case SecretSourceEnv:
+		return true
+	case SecretSourceFile:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ExecStreamChunkStream.
 const (
 	Stderr ExecStreamChunkStream = "stderr"
@@ -622,6 +640,9 @@ type CreateEnvironmentRequest struct {
 
 	// Runtime One of the runtimes this server offers: GET /api/v1/runtimes lists them.
 	Runtime string `json:"runtime"`
+
+	// Secrets Injected secrets (README "Injected secrets"), validated as a task manifest's: the value never enters the environment. Every command started on its agent (exec, commands, sessions, missions, tasks) holds a placeholder in the secret's variable and, in the variable inject.base_url_env names, its agent's local endpoint; the server adds the value to the requests sent there, for inject.host only. These variables override a command's own of the same name. The value is read at create (400 secret_unresolved when it cannot be) and again after a restart of the server (the workload keeps its placeholders; a value gone then leaves the environment up and its requests refused). Deleting the environment ends the placeholders (403 placeholder_gone). Only injected secrets: one without inject is 400 invalid_request. An environment with secrets is provisioned, never taken from a warm pool.
+	Secrets *[]EnvironmentSecret `json:"secrets,omitempty"`
 }
 
 // CreateSessionRequest defines model for CreateSessionRequest.
@@ -718,8 +739,11 @@ type Environment struct {
 	Runtime     string     `json:"runtime"`
 
 	// RuntimeId The engine's id: container id, domain UUID, pid.
-	RuntimeId *string          `json:"runtime_id,omitempty"`
-	State     EnvironmentState `json:"state"`
+	RuntimeId *string `json:"runtime_id,omitempty"`
+
+	// Secrets Its injected secrets' names and hosts (never a value or a placeholder); absent when it has none.
+	Secrets *[]EnvironmentSecretInfo `json:"secrets,omitempty"`
+	State   EnvironmentState         `json:"state"`
 }
 
 // EnvironmentState defines model for Environment.State.
@@ -740,6 +764,30 @@ type EnvironmentList struct {
 	NextCursor *string `json:"next_cursor,omitempty"`
 }
 
+// EnvironmentSecret An injected secret; inject is required (a secret without it is 400 invalid_request saying so: an environment takes no plain secrets).
+type EnvironmentSecret struct {
+	Inject *SecretInject `json:"inject,omitempty"`
+
+	// Key The variable's or file's name; default: name.
+	Key *string `json:"key,omitempty"`
+
+	// Name The variable that holds the placeholder.
+	Name string `json:"name"`
+
+	// Source env: a variable of the server; file: a file under the server's task-secrets directory.
+	Source EnvironmentSecretSource `json:"source"`
+}
+
+// EnvironmentSecretSource env: a variable of the server; file: a file under the server's task-secrets directory.
+type EnvironmentSecretSource string
+
+// EnvironmentSecretInfo defines model for EnvironmentSecretInfo.
+type EnvironmentSecretInfo struct {
+	// Host host:port the secret's value is sent to.
+	Host string `json:"host"`
+	Name string `json:"name"`
+}
+
 // Error defines model for Error.
 type Error struct {
 	// Code A stable snake_case code for programs: unauthorized, invalid_json, invalid_request,
@@ -754,7 +802,7 @@ type Error struct {
 	// too_many_transfers, invalid_manifest, task_not_found, task_conflict, unknown_parameter,
 	// artifact_not_found, pool_not_found, agent_reserved, stdin_busy, port_not_listening,
 	// too_many_forwards, port_refused, upgrade_required, too_many_public_ports, too_many_sign_ins, forbidden,
-	// token_exists, token_not_found, invalid_cursor.
+	// token_exists, token_not_found, invalid_cursor, secret_unresolved.
 	Code string `json:"code"`
 
 	// Error A message for people.
@@ -1194,6 +1242,21 @@ type RuntimeList struct {
 
 	// Unavailable The runtimes this server knows but does not offer now, each with why and how to get it (absent when every one is offered). One that does not answer yet is offered once it does, without a restart.
 	Unavailable *[]UnavailableRuntime `json:"unavailable,omitempty"`
+}
+
+// SecretInject defines model for SecretInject.
+type SecretInject struct {
+	// BaseUrlEnv The variable naming the agent's endpoint; default by host (ANTHROPIC_BASE_URL for api.anthropic.com, OPENAI_BASE_URL for api.openai.com), required for others.
+	BaseUrlEnv *string `json:"base_url_env,omitempty"`
+
+	// Format The header's value with {} where the secret goes (default {}).
+	Format *string `json:"format,omitempty"`
+
+	// Header The header that carries the value, optionally with its format ("Authorization: Bearer {}").
+	Header string `json:"header"`
+
+	// Host The only host the value goes to (host name, optional :port; default 443).
+	Host string `json:"host"`
 }
 
 // Session defines model for Session.
@@ -2192,8 +2255,10 @@ type ClientInterface interface {
 	// The environment's agent gets the environment's name as its id and a fresh secret.
 	// `state` goes provisioning → booting (runs; its agent has not registered yet) → ready,
 	// or failed with `error`. 400 `invalid_request` (bad name; a network, resources, isolation
-	// tier or placement the runtime does not offer, saying what it offers) or `unknown_runtime`; 409 `environment_exists` (the name, or an agent of that
-	// name, is taken); 503 `runtime_unavailable`.
+	// tier or placement the runtime does not offer, saying what it offers; a bad secret, one without `inject`, or an
+	// injected secret's host outside AGENTIC_EGRESS_ALLOWED_HOSTS) or `unknown_runtime`; 400 `secret_unresolved` (an
+	// injected secret's value cannot be read on this server; the message names the reference, never a value);
+	// 409 `environment_exists` (the name, or an agent of that name, is taken); 503 `runtime_unavailable`.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2205,8 +2270,10 @@ type ClientInterface interface {
 	// The environment's agent gets the environment's name as its id and a fresh secret.
 	// `state` goes provisioning → booting (runs; its agent has not registered yet) → ready,
 	// or failed with `error`. 400 `invalid_request` (bad name; a network, resources, isolation
-	// tier or placement the runtime does not offer, saying what it offers) or `unknown_runtime`; 409 `environment_exists` (the name, or an agent of that
-	// name, is taken); 503 `runtime_unavailable`.
+	// tier or placement the runtime does not offer, saying what it offers; a bad secret, one without `inject`, or an
+	// injected secret's host outside AGENTIC_EGRESS_ALLOWED_HOSTS) or `unknown_runtime`; 400 `secret_unresolved` (an
+	// injected secret's value cannot be read on this server; the message names the reference, never a value);
+	// 409 `environment_exists` (the name, or an agent of that name, is taken); 503 `runtime_unavailable`.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3401,8 +3468,10 @@ func (c *Client) ListEnvironments(ctx context.Context, params *ListEnvironmentsP
 // The environment's agent gets the environment's name as its id and a fresh secret.
 // `state` goes provisioning → booting (runs; its agent has not registered yet) → ready,
 // or failed with `error`. 400 `invalid_request` (bad name; a network, resources, isolation
-// tier or placement the runtime does not offer, saying what it offers) or `unknown_runtime`; 409 `environment_exists` (the name, or an agent of that
-// name, is taken); 503 `runtime_unavailable`.
+// tier or placement the runtime does not offer, saying what it offers; a bad secret, one without `inject`, or an
+// injected secret's host outside AGENTIC_EGRESS_ALLOWED_HOSTS) or `unknown_runtime`; 400 `secret_unresolved` (an
+// injected secret's value cannot be read on this server; the message names the reference, never a value);
+// 409 `environment_exists` (the name, or an agent of that name, is taken); 503 `runtime_unavailable`.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3424,8 +3493,10 @@ func (c *Client) CreateEnvironmentWithBody(ctx context.Context, contentType stri
 // The environment's agent gets the environment's name as its id and a fresh secret.
 // `state` goes provisioning → booting (runs; its agent has not registered yet) → ready,
 // or failed with `error`. 400 `invalid_request` (bad name; a network, resources, isolation
-// tier or placement the runtime does not offer, saying what it offers) or `unknown_runtime`; 409 `environment_exists` (the name, or an agent of that
-// name, is taken); 503 `runtime_unavailable`.
+// tier or placement the runtime does not offer, saying what it offers; a bad secret, one without `inject`, or an
+// injected secret's host outside AGENTIC_EGRESS_ALLOWED_HOSTS) or `unknown_runtime`; 400 `secret_unresolved` (an
+// injected secret's value cannot be read on this server; the message names the reference, never a value);
+// 409 `environment_exists` (the name, or an agent of that name, is taken); 503 `runtime_unavailable`.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -7876,8 +7947,10 @@ type ClientWithResponsesInterface interface {
 	// The environment's agent gets the environment's name as its id and a fresh secret.
 	// `state` goes provisioning → booting (runs; its agent has not registered yet) → ready,
 	// or failed with `error`. 400 `invalid_request` (bad name; a network, resources, isolation
-	// tier or placement the runtime does not offer, saying what it offers) or `unknown_runtime`; 409 `environment_exists` (the name, or an agent of that
-	// name, is taken); 503 `runtime_unavailable`.
+	// tier or placement the runtime does not offer, saying what it offers; a bad secret, one without `inject`, or an
+	// injected secret's host outside AGENTIC_EGRESS_ALLOWED_HOSTS) or `unknown_runtime`; 400 `secret_unresolved` (an
+	// injected secret's value cannot be read on this server; the message names the reference, never a value);
+	// 409 `environment_exists` (the name, or an agent of that name, is taken); 503 `runtime_unavailable`.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7889,8 +7962,10 @@ type ClientWithResponsesInterface interface {
 	// The environment's agent gets the environment's name as its id and a fresh secret.
 	// `state` goes provisioning → booting (runs; its agent has not registered yet) → ready,
 	// or failed with `error`. 400 `invalid_request` (bad name; a network, resources, isolation
-	// tier or placement the runtime does not offer, saying what it offers) or `unknown_runtime`; 409 `environment_exists` (the name, or an agent of that
-	// name, is taken); 503 `runtime_unavailable`.
+	// tier or placement the runtime does not offer, saying what it offers; a bad secret, one without `inject`, or an
+	// injected secret's host outside AGENTIC_EGRESS_ALLOWED_HOSTS) or `unknown_runtime`; 400 `secret_unresolved` (an
+	// injected secret's value cannot be read on this server; the message names the reference, never a value);
+	// 409 `environment_exists` (the name, or an agent of that name, is taken); 503 `runtime_unavailable`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -13925,8 +14000,10 @@ func (c *ClientWithResponses) ListEnvironmentsWithResponse(ctx context.Context, 
 // The environment's agent gets the environment's name as its id and a fresh secret.
 // `state` goes provisioning → booting (runs; its agent has not registered yet) → ready,
 // or failed with `error`. 400 `invalid_request` (bad name; a network, resources, isolation
-// tier or placement the runtime does not offer, saying what it offers) or `unknown_runtime`; 409 `environment_exists` (the name, or an agent of that
-// name, is taken); 503 `runtime_unavailable`.
+// tier or placement the runtime does not offer, saying what it offers; a bad secret, one without `inject`, or an
+// injected secret's host outside AGENTIC_EGRESS_ALLOWED_HOSTS) or `unknown_runtime`; 400 `secret_unresolved` (an
+// injected secret's value cannot be read on this server; the message names the reference, never a value);
+// 409 `environment_exists` (the name, or an agent of that name, is taken); 503 `runtime_unavailable`.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -13944,8 +14021,10 @@ func (c *ClientWithResponses) CreateEnvironmentWithBodyWithResponse(ctx context.
 // The environment's agent gets the environment's name as its id and a fresh secret.
 // `state` goes provisioning → booting (runs; its agent has not registered yet) → ready,
 // or failed with `error`. 400 `invalid_request` (bad name; a network, resources, isolation
-// tier or placement the runtime does not offer, saying what it offers) or `unknown_runtime`; 409 `environment_exists` (the name, or an agent of that
-// name, is taken); 503 `runtime_unavailable`.
+// tier or placement the runtime does not offer, saying what it offers; a bad secret, one without `inject`, or an
+// injected secret's host outside AGENTIC_EGRESS_ALLOWED_HOSTS) or `unknown_runtime`; 400 `secret_unresolved` (an
+// injected secret's value cannot be read on this server; the message names the reference, never a value);
+// 409 `environment_exists` (the name, or an agent of that name, is taken); 503 `runtime_unavailable`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -234,3 +234,9 @@ type Runtime interface {
 	// host-side plumbing such as a serial proxy) and returns them.
 	Recover(ctx context.Context) ([]Environment, error)
 }
+
+// LabelInjected is the environment label that keeps its injected secrets'
+// references and placeholders (JSON; never a value) with the environment
+// itself, so that a restarted server gives its workload the same
+// placeholders and resolves the values again.
+const LabelInjected = "agentic-sandbox.injected"

@@ -226,6 +226,7 @@ func (s *Service) Start(ctx context.Context, agentID string, spec ports.CommandS
 	if err != nil {
 		return nil, err
 	}
+	spec = s.withInjected(agentID, spec)
 	id := opts.CommandID
 	if id == "" {
 		id = s.cfg.IDs.NewID()

@@ -2,10 +2,12 @@ package agentrpc
 
 import (
 	"encoding/json"
+	"maps"
 	"net/http"
 	"strings"
 
 	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
 // InjectPath is where an agent carries a request its workload sent to the
@@ -25,6 +27,46 @@ func (s *Service) SetInject(h InjectHandler) {
 		return
 	}
 	s.inject.Store(&h)
+}
+
+// CommandEnv says what every command started on agentID gets for its
+// environment's injected secrets: variables (placeholders) and the
+// base-URL variables its agent points at its endpoint (variable → secret
+// name); nil for none.
+type CommandEnv func(agentID string) (env, endpoints map[string]string)
+
+// SetCommandEnv sets who says so (nil: nobody). Start applies it to every
+// command, whoever starts it (REST exec and commands, sessions, missions,
+// tasks); its variables override the command's own of the same name.
+func (s *Service) SetCommandEnv(f CommandEnv) {
+	if f == nil {
+		s.commandEnv.Store(nil)
+		return
+	}
+	s.commandEnv.Store(&f)
+}
+
+// withInjected is spec with agentID's injected secrets' variables.
+func (s *Service) withInjected(agentID string, spec ports.CommandSpec) ports.CommandSpec {
+	f := s.commandEnv.Load()
+	if f == nil {
+		return spec
+	}
+	env, endpoints := (*f)(agentID)
+	if len(env) == 0 && len(endpoints) == 0 {
+		return spec
+	}
+	spec.Env = maps.Clone(spec.Env)
+	if spec.Env == nil {
+		spec.Env = map[string]string{}
+	}
+	maps.Copy(spec.Env, env)
+	spec.InjectEndpoints = maps.Clone(spec.InjectEndpoints)
+	if spec.InjectEndpoints == nil {
+		spec.InjectEndpoints = map[string]string{}
+	}
+	maps.Copy(spec.InjectEndpoints, endpoints)
+	return spec
 }
 
 // serveInject takes an agent's request for an injected secret: signed in

@@ -138,6 +138,9 @@ type Service struct {
 	transfers   transfers
 	// inject serves injected secrets' requests (SetInject).
 	inject atomic.Pointer[InjectHandler]
+	// commandEnv adds an environment's injected secrets to its commands
+	// (SetCommandEnv).
+	commandEnv atomic.Pointer[CommandEnv]
 }
 
 // New returns a service; call Run to sweep expired agents and commands.

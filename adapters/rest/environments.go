@@ -58,6 +58,8 @@ func createEnvironmentError(err error, subject string) *apiError {
 		return badRequest("%s: %v", subject, err)
 	case errors.Is(err, environment.ErrUnknownRuntime):
 		return newError(http.StatusBadRequest, "unknown_runtime", "%s: %v", subject, err)
+	case errors.Is(err, environment.ErrSecretUnresolved):
+		return newError(http.StatusBadRequest, "secret_unresolved", "%s: %v", subject, err)
 	case errors.Is(err, ports.ErrEnvExists):
 		return newError(http.StatusConflict, "environment_exists", "%s: %v", subject, err)
 	case errors.Is(err, ports.ErrRuntimeUnavailable):
@@ -172,9 +174,13 @@ func (s *Server) CreateEnvironment(ctx context.Context, req restapi.CreateEnviro
 	}
 	// A scoped token's labels go on top: it cannot create outside its scope.
 	labels = access.WithScope(scopeOf(ctx), labels)
+	secrets, apiErr := fromSecrets(b.Secrets, subject)
+	if apiErr != nil {
+		return nil, apiErr
+	}
 	r := environment.Request{Runtime: b.Runtime, Name: b.Name, Image: sp.Image, Profile: sp.Profile, Resources: sp.Resources,
 		Network: sp.Network, ReadOnlyRoot: sp.ReadOnlyRoot, AllowedHosts: sp.AllowedHosts, Tier: sp.Tier, Placement: sp.Placement,
-		Labels: labels}
+		Labels: labels, Secrets: secrets}
 	env, err := s.d.Environments.Create(ctx, r)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -304,7 +310,31 @@ func toEnvironment(e environment.Environment) restapi.Environment {
 	if len(e.Labels) > 0 {
 		out.Labels = ptr(maps.Clone(e.Labels))
 	}
+	if len(e.Secrets) > 0 {
+		list := make([]restapi.EnvironmentSecretInfo, len(e.Secrets))
+		for i, sec := range e.Secrets {
+			list[i] = restapi.EnvironmentSecretInfo{Name: sec.Name, Host: sec.Spec.Address()}
+		}
+		out.Secrets = &list
+	}
 	return out
+}
+
+// fromSecrets reads a create request's injected secrets; one without
+// inject is refused (an environment takes no plain secrets).
+func fromSecrets(in *[]restapi.EnvironmentSecret, subject string) ([]environment.SecretRequest, *apiError) {
+	if in == nil {
+		return nil, nil
+	}
+	out := make([]environment.SecretRequest, len(*in))
+	for i, sec := range *in {
+		if sec.Inject == nil {
+			return nil, badRequest("%s: secrets[%d] (%s) has no inject: an environment takes injected secrets only (its value never enters the environment); a plain secret belongs in a task manifest", subject, i, clip(sec.Name))
+		}
+		out[i] = environment.SecretRequest{Name: sec.Name, Source: string(sec.Source), Key: deref(sec.Key),
+			Host: sec.Inject.Host, Header: sec.Inject.Header, Format: deref(sec.Inject.Format), BaseURLEnv: deref(sec.Inject.BaseUrlEnv)}
+	}
+	return out, nil
 }
 
 // fromSpec reads what an environment is made of, from a create request or

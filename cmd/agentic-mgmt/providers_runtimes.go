@@ -11,6 +11,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/promexport"
 	"github.com/agentic-sandbox/agentic-sandbox/core/environment"
+	"github.com/agentic-sandbox/agentic-sandbox/core/inject"
 	"github.com/agentic-sandbox/agentic-sandbox/core/mission"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
@@ -29,7 +30,7 @@ func (rs retirers) RetireAgent(ctx context.Context, agentID, reason string) {
 	}
 }
 
-func provideEnvironments(cfg Config, rts *Runtimes, svc *agentrpc.Service, ms *mission.Service, creds ports.AgentCredentials, clock ports.Clock, log *slog.Logger, times *promexport.ProvisionTimes, poolMetrics *promexport.PoolMetrics, ch ports.ChangeNotifier, public *filestore.PublicPorts) (*environment.Service, func(), error) {
+func provideEnvironments(cfg Config, rts *Runtimes, svc *agentrpc.Service, ms *mission.Service, creds ports.AgentCredentials, clock ports.Clock, log *slog.Logger, times *promexport.ProvisionTimes, poolMetrics *promexport.PoolMetrics, ch ports.ChangeNotifier, public *filestore.PublicPorts, dir DataDir, injected *inject.Registry) (*environment.Service, func(), error) {
 	pools, err := filestore.NewPoolStore(filepath.Join(cfg.DataDir, "pools"))
 	if err != nil {
 		return nil, nil, fmt.Errorf("pool store: %w", err)
@@ -61,6 +62,11 @@ func provideEnvironments(cfg Config, rts *Runtimes, svc *agentrpc.Service, ms *m
 		Renamer:       svc,
 		ObserveRefill: poolMetrics.ObserveRefill,
 		Link:          svc,
+		Injected:      injected,
+		Secrets:       secretSource(dir),
 	})
+	// Every command on an environment with injected secrets holds their
+	// placeholders and endpoints, whoever starts it.
+	svc.SetCommandEnv(envs.InjectedEnv)
 	return envs, envs.Close, nil
 }

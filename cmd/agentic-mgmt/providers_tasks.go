@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/gitwork"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/promexport"
 	"github.com/agentic-sandbox/agentic-sandbox/core/environment"
+	"github.com/agentic-sandbox/agentic-sandbox/core/inject"
 	"github.com/agentic-sandbox/agentic-sandbox/core/task"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
@@ -20,7 +20,7 @@ import (
 // provideTasks is the task use case: records in <data dir>/tasks, staged
 // trees and artifacts in <data dir>/task-work, file secrets from
 // <data dir>/task-secrets.
-func provideTasks(cfg Config, dir DataDir, envs *environment.Service, svc *agentrpc.Service, rts *Runtimes, clock ports.Clock, ids ports.IDGenerator, log *slog.Logger, metrics *promexport.TaskMetrics, ch ports.ChangeNotifier) (*task.Service, func(), error) {
+func provideTasks(cfg Config, dir DataDir, envs *environment.Service, svc *agentrpc.Service, rts *Runtimes, clock ports.Clock, ids ports.IDGenerator, log *slog.Logger, metrics *promexport.TaskMetrics, ch ports.ChangeNotifier, injected *inject.Registry) (*task.Service, func(), error) {
 	store, err := filestore.NewTaskStore(filepath.Join(string(dir), "tasks"))
 	if err != nil {
 		return nil, nil, err
@@ -52,10 +52,9 @@ func provideTasks(cfg Config, dir DataDir, envs *environment.Service, svc *agent
 		log.Warn("AGENTIC_TEST_TASK_HOLD is set: tasks wait in the states it names (a test hook)", "hold", cfg.TaskHold)
 		hold = func(s task.State) time.Duration { return cfg.TaskHold[string(s)] }
 	}
-	injected, closeInjection := newInjection(cfg, svc, log)
 	svcTasks := task.New(task.Config{
 		Store: store, Workspace: ws, Environments: envs, Files: svc, Link: svc,
-		Secrets: filestore.TaskSecrets{Dir: filepath.Join(string(dir), "task-secrets"), Getenv: os.LookupEnv},
+		Secrets: secretSource(dir),
 		Clock:   clock, IDs: ids, Logger: log, DefaultRuntime: runtime, DefaultRuntimeOf: runtimeOf, Runtimes: runtimeNames(), ObserveEnd: metrics.ObserveEnd, Permissions: svc, Hold: hold, EventLog: events, Changes: ch,
 		Carry:    cfg.Tracing.CarryTrace(),
 		Injected: injected, EgressBound: cfg.EgressBound,
@@ -63,8 +62,7 @@ func provideTasks(cfg Config, dir DataDir, envs *environment.Service, svc *agent
 	// Loaded before the API serves: a restarted server knows its tasks at once.
 	if err := svcTasks.Load(context.Background()); err != nil {
 		svcTasks.Close()
-		closeInjection()
 		return nil, nil, fmt.Errorf("loading tasks: %w", err)
 	}
-	return svcTasks, func() { svcTasks.Close(); closeInjection() }, nil
+	return svcTasks, svcTasks.Close, nil
 }

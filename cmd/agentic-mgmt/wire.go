@@ -50,6 +50,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		providePublicPorts,
 		provideTokens,
 		provideSignIns,
+		provideInjection,
 		provideEnvironments,
 		provideTasks,
 		provideReadiness,

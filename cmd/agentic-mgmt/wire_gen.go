@@ -79,8 +79,10 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		cleanup()
 		return nil, nil, err
 	}
-	environmentService, cleanup6, err := provideEnvironments(cfg, runtimes, service, missionService, mainCredentialAudit, wall, log, provisionTimes, poolMetrics, hub, publicPorts)
+	registry, cleanup6 := provideInjection(cfg, service, log)
+	environmentService, cleanup7, err := provideEnvironments(cfg, runtimes, service, missionService, mainCredentialAudit, wall, log, provisionTimes, poolMetrics, hub, publicPorts, dataDir, registry)
 	if err != nil {
+		cleanup6()
 		cleanup5()
 		cleanup4()
 		cleanup3()
@@ -89,8 +91,9 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		return nil, nil, err
 	}
 	taskMetrics := provideTaskMetrics()
-	taskService, cleanup7, err := provideTasks(cfg, dataDir, environmentService, service, runtimes, wall, uuiDv7, log, taskMetrics, hub)
+	taskService, cleanup8, err := provideTasks(cfg, dataDir, environmentService, service, runtimes, wall, uuiDv7, log, taskMetrics, hub, registry)
 	if err != nil {
+		cleanup7()
 		cleanup6()
 		cleanup5()
 		cleanup4()
@@ -108,6 +111,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 	}
 	identity, err := provideIdentity(dataDir)
 	if err != nil {
+		cleanup8()
 		cleanup7()
 		cleanup6()
 		cleanup5()
@@ -122,6 +126,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 	readiness := provideReadiness(cfg, service, client, runtimes)
 	tokens, err := provideTokens(cfg)
 	if err != nil {
+		cleanup8()
 		cleanup7()
 		cleanup6()
 		cleanup5()
@@ -134,6 +139,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 	watchers := provideTokenWatch()
 	sessions, err := provideSignIns(dataDir, operatorToken, tokens, wall, watchers)
 	if err != nil {
+		cleanup8()
 		cleanup7()
 		cleanup6()
 		cleanup5()
@@ -145,6 +151,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 	}
 	restHandler, err := provideREST(cfg, service, operatorHTTP, useCases, client, sessionLog, metricsHandler, readiness, wall, log, hub, publicPorts, sessions, tokens, mainCredentialAudit, watchers)
 	if err != nil {
+		cleanup8()
 		cleanup7()
 		cleanup6()
 		cleanup5()
@@ -156,6 +163,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 	}
 	supervisor, err := provideSupervisor(cfg, mainCredentialAudit, log, users)
 	if err != nil {
+		cleanup8()
 		cleanup7()
 		cleanup6()
 		cleanup5()
@@ -168,6 +176,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 	wsHandler := provideWS(cfg, operatorHTTP, sessionService, service, sessionLog, uuiDv7, log, sessions, tokens, watchers, useCases)
 	agentTLS, err := provideAgentTLS(cfg, dataDir)
 	if err != nil {
+		cleanup8()
 		cleanup7()
 		cleanup6()
 		cleanup5()
@@ -180,6 +189,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 	linkBound := bindLinkReports(mainLinkReports, useCases, wall)
 	app := provideApp(cfg, log, service, restHandler, supervisor, operatorToken, banner, useCases, client, wsHandler, readiness, agentTLS, linkBound)
 	return app, func() {
+		cleanup8()
 		cleanup7()
 		cleanup6()
 		cleanup5()

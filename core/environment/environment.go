@@ -69,6 +69,8 @@ type Environment struct {
 	// token's label scope is matched against (core/access). Never an
 	// internal label (ReservedLabelPrefix).
 	Labels map[string]string
+	// Secrets are its injected secrets' references (never a value).
+	Secrets []InjectedSecret
 }
 
 // EgressEntry is one connection of a proxy environment.
@@ -104,6 +106,9 @@ type Request struct {
 	Placement ports.Placement
 	// Labels are kept with the environment (CheckLabels says which may be).
 	Labels map[string]string
+	// Secrets are injected secrets (CheckSecrets): every command on its
+	// agent holds placeholders, the server adds the values on the way out.
+	Secrets []SecretRequest
 }
 
 // Observation is what a refresh saw of an environment.

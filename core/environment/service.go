@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/core/egress"
+	"github.com/agentic-sandbox/agentic-sandbox/core/inject"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/secret"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
@@ -85,6 +86,13 @@ type Config struct {
 	// so the caller's first command does not pay for a cold exec path (a
 	// VM under TCG translates it the first time: 50-90 ms, then 20 ms).
 	Link ports.AgentLink
+	// Injected keeps the values of environments' injected secrets under
+	// their names, Secrets reads them (env or file); without both a
+	// request with secrets is refused. Random fills placeholders (nil:
+	// crypto/rand).
+	Injected *inject.Registry
+	Secrets  SecretSource
+	Random   func([]byte) error
 }
 
 // maxEvents bounds the events kept per environment.
@@ -106,6 +114,10 @@ type record struct {
 	unhealthySince time.Time
 	// warming, warmed: a member's warm-up command is under way, or done.
 	warming, warmed bool
+	// secrets are its injected secrets, placeholders what its workload
+	// holds for them (by name).
+	secrets      []InjectedSecret
+	placeholders map[string]string
 }
 
 // rtName is the record's name on its runtime.
@@ -311,6 +323,7 @@ func (s *Service) recoverRuntime(ctx context.Context, name string, rt ports.Runt
 		return
 	}
 	now := s.cfg.Clock.Now()
+	var restore []*record
 	s.mu.Lock()
 	for _, e := range envs {
 		if _, dup := s.envs[e.Name]; dup {
@@ -338,6 +351,15 @@ func (s *Service) recoverRuntime(ctx context.Context, name string, rt ports.Runt
 		if _, dup := s.envs[rec.env.Name]; dup {
 			continue
 		}
+		if v := e.Labels[ports.LabelInjected]; v != "" && rec.pool == "" {
+			if secrets, placeholders, err := decodeInjected(v); err != nil {
+				s.log.WarnContext(ctx, "environment's injected secrets unreadable; its requests through them are refused", "name", rec.env.Name, "err", err)
+			} else {
+				rec.secrets, rec.placeholders = secrets, placeholders
+				rec.env.Secrets = secrets
+				restore = append(restore, rec)
+			}
+		}
 		s.envs[rec.env.Name] = rec
 		// A running one is ready again when its agent reconnects, as
 		// after a start; nobody has to look at it first.
@@ -349,6 +371,9 @@ func (s *Service) recoverRuntime(ctx context.Context, name string, rt ports.Runt
 		}
 	}
 	s.mu.Unlock()
+	for _, rec := range restore {
+		s.restoreInjected(ctx, rec.env.Name, rec.secrets, rec.placeholders)
+	}
 	s.changed()
 	s.log.InfoContext(ctx, "environments recovered", "runtime", name, "count", len(envs))
 }
@@ -431,6 +456,13 @@ func (s *Service) create(ctx context.Context, req Request, pool string) (Environ
 	if err := CheckLabels(req.Labels); err != nil {
 		return Environment{}, err
 	}
+	secrets, err := CheckSecrets(req.Secrets)
+	if err != nil {
+		return Environment{}, err
+	}
+	if err := s.checkInjected(secrets); err != nil {
+		return Environment{}, err
+	}
 	if _, taken := s.cfg.Agents.Agent(req.Name); taken {
 		return Environment{}, fmt.Errorf("%w: an agent named %q is connected", ports.ErrEnvExists, req.Name)
 	}
@@ -470,7 +502,7 @@ func (s *Service) create(ctx context.Context, req Request, pool string) (Environ
 			spec.Labels = map[string]string{}
 		}
 		spec.Labels[ports.LabelPool] = pool
-	} else if len(req.Labels) > 0 {
+	} else if len(req.Labels) > 0 || len(secrets) > 0 {
 		// A pool's member carries no labels, and a taken member's runtime
 		// would not keep them across a restart: provisioned instead.
 	} else if env, taken, err := s.take(ctx, req, allowed, rt.Capabilities().Isolation); taken || err != nil {
@@ -487,10 +519,27 @@ func (s *Service) create(ctx context.Context, req Request, pool string) (Environ
 	rec := &record{cancel: cancel, requested: now, pool: pool, env: Environment{
 		Name: req.Name, Runtime: req.Runtime, State: StateProvisioning, Image: req.Image, Network: req.Network,
 		Resources: req.Resources, Tier: req.Tier, Placement: placement, AgentID: req.Name, CreatedAt: now, AllowedHosts: allowed,
-		Labels: maps.Clone(req.Labels), Events: []Event{{At: now, Step: "requested"}},
+		Labels: maps.Clone(req.Labels), Events: []Event{{At: now, Step: "requested"}}, Secrets: secrets,
 	}}
 	s.envs[req.Name] = rec
 	s.mu.Unlock()
+	if len(secrets) > 0 {
+		placeholders, err := s.registerInjected(req.Name, secrets)
+		if err != nil {
+			s.forget(req.Name)
+			cancel()
+			return Environment{}, err
+		}
+		s.mu.Lock()
+		rec.secrets, rec.placeholders = secrets, placeholders
+		s.mu.Unlock()
+		// Kept with the environment for a restarted server (never a value).
+		spec.Labels = maps.Clone(spec.Labels)
+		if spec.Labels == nil {
+			spec.Labels = map[string]string{}
+		}
+		spec.Labels[ports.LabelInjected] = encodeInjected(secrets, placeholders)
+	}
 	s.changed()
 	s.forgetPublicPorts(req.Name)
 
@@ -498,6 +547,7 @@ func (s *Service) create(ctx context.Context, req Request, pool string) (Environ
 	// name (provisioned by hand, or a host agent) keeps it.
 	if err := s.cfg.Credentials.Create(req.Name, agentSecret); err != nil {
 		s.forget(req.Name)
+		s.forgetInjected(req.Name)
 		cancel()
 		if errors.Is(err, ports.ErrCredentialExists) {
 			return Environment{}, fmt.Errorf("%w: an agent named %q already has a credential", ports.ErrEnvExists, req.Name)
@@ -508,6 +558,7 @@ func (s *Service) create(ctx context.Context, req Request, pool string) (Environ
 	if _, err := s.cfg.Credentials.PinKind(req.Name, rt.Capabilities().Isolation); err != nil {
 		_ = s.cfg.Credentials.Delete(req.Name)
 		s.forget(req.Name)
+		s.forgetInjected(req.Name)
 		cancel()
 		return Environment{}, fmt.Errorf("recording the agent's runtime kind: %w", err)
 	}
@@ -522,6 +573,7 @@ func (s *Service) create(ctx context.Context, req Request, pool string) (Environ
 		_ = s.cfg.Credentials.Delete(req.Name)
 		if errors.Is(err, ports.ErrInvalidSpec) || errors.Is(err, ports.ErrEnvExists) {
 			s.forget(req.Name)
+			s.forgetInjected(req.Name)
 			return Environment{}, err
 		}
 		s.fail(req.Name, err.Error())
@@ -872,6 +924,8 @@ func (s *Service) delete(ctx context.Context, name string, member bool) error {
 	if s.cfg.Retire != nil {
 		s.cfg.Retire.RetireAgent(ctx, name, ports.ReasonEnvironmentDeleted)
 	}
+	// Its placeholders fail from now on, even if Destroy does.
+	s.forgetInjected(name)
 	if err := rt.Destroy(ctx, e.runtimeName); err != nil && !errors.Is(err, ports.ErrEnvNotFound) {
 		s.update(name, func(x *Environment) {
 			x.State, x.Error = StateFailed, "delete: "+err.Error()

@@ -21,10 +21,8 @@ type Environments interface {
 }
 
 // SecretSource resolves a manifest's secret reference; ok is false when
-// there is no such secret.
-type SecretSource interface {
-	Resolve(source, key string) (value string, ok bool, err error)
-}
+// there is no such secret (the environment use case's, for theirs).
+type SecretSource = environment.SecretSource
 
 // Config is what the task use case runs on.
 type Config struct {

@@ -692,8 +692,10 @@ export interface paths {
          * @description The environment's agent gets the environment's name as its id and a fresh secret.
          *     `state` goes provisioning → booting (runs; its agent has not registered yet) → ready,
          *     or failed with `error`. 400 `invalid_request` (bad name; a network, resources, isolation
-         *     tier or placement the runtime does not offer, saying what it offers) or `unknown_runtime`; 409 `environment_exists` (the name, or an agent of that
-         *     name, is taken); 503 `runtime_unavailable`.
+         *     tier or placement the runtime does not offer, saying what it offers; a bad secret, one without `inject`, or an
+         *     injected secret's host outside AGENTIC_EGRESS_ALLOWED_HOSTS) or `unknown_runtime`; 400 `secret_unresolved` (an
+         *     injected secret's value cannot be read on this server; the message names the reference, never a value);
+         *     409 `environment_exists` (the name, or an agent of that name, is taken); 503 `runtime_unavailable`.
          */
         post: operations["createEnvironment"];
         delete?: never;
@@ -1254,7 +1256,7 @@ export interface components {
              *     too_many_transfers, invalid_manifest, task_not_found, task_conflict, unknown_parameter,
              *     artifact_not_found, pool_not_found, agent_reserved, stdin_busy, port_not_listening,
              *     too_many_forwards, port_refused, upgrade_required, too_many_public_ports, too_many_sign_ins, forbidden,
-             *     token_exists, token_not_found, invalid_cursor.
+             *     token_exists, token_not_found, invalid_cursor, secret_unresolved.
              */
             code: string;
         };
@@ -1861,6 +1863,36 @@ export interface components {
             labels?: {
                 [key: string]: string;
             };
+            /** @description Injected secrets (README "Injected secrets"), validated as a task manifest's: the value never enters the environment. Every command started on its agent (exec, commands, sessions, missions, tasks) holds a placeholder in the secret's variable and, in the variable inject.base_url_env names, its agent's local endpoint; the server adds the value to the requests sent there, for inject.host only. These variables override a command's own of the same name. The value is read at create (400 secret_unresolved when it cannot be) and again after a restart of the server (the workload keeps its placeholders; a value gone then leaves the environment up and its requests refused). Deleting the environment ends the placeholders (403 placeholder_gone). Only injected secrets: one without inject is 400 invalid_request. An environment with secrets is provisioned, never taken from a warm pool. */
+            secrets?: components["schemas"]["EnvironmentSecret"][];
+        };
+        /** @description An injected secret; inject is required (a secret without it is 400 invalid_request saying so: an environment takes no plain secrets). */
+        EnvironmentSecret: {
+            /** @description The variable that holds the placeholder. */
+            name: string;
+            /**
+             * @description env: a variable of the server; file: a file under the server's task-secrets directory.
+             * @enum {string}
+             */
+            source: "env" | "file";
+            /** @description The variable's or file's name; default: name. */
+            key?: string;
+            inject?: components["schemas"]["SecretInject"];
+        };
+        SecretInject: {
+            /** @description The only host the value goes to (host name, optional :port; default 443). */
+            host: string;
+            /** @description The header that carries the value, optionally with its format ("Authorization: Bearer {}"). */
+            header: string;
+            /** @description The header's value with {} where the secret goes (default {}). */
+            format?: string;
+            /** @description The variable naming the agent's endpoint; default by host (ANTHROPIC_BASE_URL for api.anthropic.com, OPENAI_BASE_URL for api.openai.com), required for others. */
+            base_url_env?: string;
+        };
+        EnvironmentSecretInfo: {
+            name: string;
+            /** @description host:port the secret's value is sent to. */
+            host: string;
         };
         EnvironmentEvent: {
             /** Format: date-time */
@@ -1901,6 +1933,8 @@ export interface components {
             labels?: {
                 [key: string]: string;
             };
+            /** @description Its injected secrets' names and hosts (never a value or a placeholder); absent when it has none. */
+            secrets?: components["schemas"]["EnvironmentSecretInfo"][];
             events: components["schemas"]["EnvironmentEvent"][];
         };
         PoolSpec: {
