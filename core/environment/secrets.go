@@ -6,7 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/agentic-sandbox/agentic-sandbox/core/egress"
@@ -30,8 +31,8 @@ type SecretSource interface {
 
 // Secret sources.
 const (
-	SecretFromEnv  = "env"
-	SecretFromFile = "file"
+	SecretFromEnv  = inject.SourceEnv
+	SecretFromFile = inject.SourceFile
 )
 
 // SecretRequest is an injected secret as a create request gives it: the
@@ -52,43 +53,35 @@ type InjectedSecret struct {
 // read; the error names the reference, never a value.
 var ErrSecretUnresolved = errors.New("secret unresolved")
 
-var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
-
-// CheckSecrets validates injected secret references and parses their
-// inject specs (core/inject.ParseSpec): names are variable names, given
-// once; source env or file; the key a server variable's name or a file
-// under the secrets directory (defaults to the name); no base-URL variable
-// named twice or also a secret's name. The error names the field.
+// CheckSecrets validates injected secret references as a task manifest's
+// are (core/inject's rules: NameProblem, SourceProblem, KeyProblem,
+// ParseSpec, Endpoints) and returns them with their inject specs; the key
+// defaults to the name. The error names the field.
 func CheckSecrets(reqs []SecretRequest) ([]InjectedSecret, error) {
 	if len(reqs) > 64 {
 		return nil, fmt.Errorf("%w: at most 64 secrets", ports.ErrInvalidSpec)
 	}
+	bad := func(at, why string) error { return fmt.Errorf("%w: %s %s", ports.ErrInvalidSpec, at, why) }
 	out := make([]InjectedSecret, 0, len(reqs))
 	names := map[string]bool{}
 	for i, r := range reqs {
 		at := fmt.Sprintf("secrets[%d]", i)
-		if !envName.MatchString(r.Name) {
-			return nil, fmt.Errorf("%w: %s.name must be an environment variable name", ports.ErrInvalidSpec, at)
+		if why := inject.NameProblem(r.Name); why != "" {
+			return nil, bad(at+".name", why)
 		}
 		if names[r.Name] {
-			return nil, fmt.Errorf("%w: %s.name: %s given twice", ports.ErrInvalidSpec, at, r.Name)
+			return nil, bad(at+".name:", r.Name+" given twice")
 		}
 		names[r.Name] = true
+		if why := inject.SourceProblem(r.Source); why != "" {
+			return nil, bad(at+".source", why)
+		}
 		key := r.Key
 		if key == "" {
 			key = r.Name
 		}
-		switch r.Source {
-		case SecretFromEnv:
-			if !envName.MatchString(key) {
-				return nil, fmt.Errorf("%w: %s.key must be an environment variable name of the server", ports.ErrInvalidSpec, at)
-			}
-		case SecretFromFile:
-			if !ValidSecretFile(key) {
-				return nil, fmt.Errorf("%w: %s.key must be a file name under the server's secrets directory, without ..", ports.ErrInvalidSpec, at)
-			}
-		default:
-			return nil, fmt.Errorf("%w: %s.source must be env or file", ports.ErrInvalidSpec, at)
+		if why := inject.KeyProblem(r.Source, key); why != "" {
+			return nil, bad(at+".key", why)
 		}
 		spec, err := inject.ParseSpec(r.Host, r.Header, r.Format, r.BaseURLEnv)
 		if err != nil {
@@ -96,31 +89,13 @@ func CheckSecrets(reqs []SecretRequest) ([]InjectedSecret, error) {
 		}
 		out = append(out, InjectedSecret{Name: r.Name, Source: r.Source, Key: key, Spec: spec})
 	}
-	baseURLs := map[string]string{}
+	endpoints := inject.NewEndpoints(slices.Collect(maps.Keys(names)))
 	for i, s := range out {
-		at := fmt.Sprintf("secrets[%d].inject.base_url_env", i)
-		if names[s.Spec.BaseURLEnv] {
-			return nil, fmt.Errorf("%w: %s: %s is a secret's name", ports.ErrInvalidSpec, at, s.Spec.BaseURLEnv)
+		if why := endpoints.Problem(s.Name, s.Spec.BaseURLEnv); why != "" {
+			return nil, bad(fmt.Sprintf("secrets[%d].inject.base_url_env:", i), why)
 		}
-		if other, ok := baseURLs[s.Spec.BaseURLEnv]; ok {
-			return nil, fmt.Errorf("%w: %s: %s already names the endpoint of %s", ports.ErrInvalidSpec, at, s.Spec.BaseURLEnv, other)
-		}
-		baseURLs[s.Spec.BaseURLEnv] = s.Name
 	}
 	return out, nil
-}
-
-// ValidSecretFile is a relative file name without "..".
-func ValidSecretFile(p string) bool {
-	if p == "" || len(p) > 1024 || strings.HasPrefix(p, "/") || strings.ContainsRune(p, 0) {
-		return false
-	}
-	for _, part := range strings.Split(p, "/") {
-		if part == "" || part == "." || part == ".." {
-			return false
-		}
-	}
-	return true
 }
 
 // checkInjected refuses secrets this server cannot serve: none are

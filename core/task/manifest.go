@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"path"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -77,8 +79,8 @@ type Environment struct {
 
 // Secret sources.
 const (
-	SecretFromEnv  = "env"
-	SecretFromFile = "file"
+	SecretFromEnv  = inject.SourceEnv
+	SecretFromFile = inject.SourceFile
 )
 
 // Secret is a value put into the run's environment as Name, or, when it
@@ -278,15 +280,13 @@ func (p *parser) size(n *yaml.Node, at string) int64 {
 }
 
 var (
-	namePattern      = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$`)
-	idPattern        = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._-]{0,127}$`)
-	labelKeyPattern  = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._/-]{0,62}$`)
-	envNamePattern   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
-	commitPattern    = regexp.MustCompile(`^[0-9a-fA-F]{4,64}$`)
-	hostPattern      = regexp.MustCompile(`^(\*\.)?[a-zA-Z0-9]([a-zA-Z0-9-]{0,62}[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,62}[a-zA-Z0-9])?)*(:[0-9]{1,5})?$`)
-	scpLikeURL       = regexp.MustCompile(`^[a-zA-Z0-9._-]+@[a-zA-Z0-9.-]+:[^\x00-\x1f]+$`)
-	runtimePattern   = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
-	secretSourcesNot = map[string]string{"vault": "vault", "aws": "AWS secrets manager", "k8s": "Kubernetes secrets"}
+	namePattern     = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$`)
+	idPattern       = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._-]{0,127}$`)
+	labelKeyPattern = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._/-]{0,62}$`)
+	commitPattern   = regexp.MustCompile(`^[0-9a-fA-F]{4,64}$`)
+	hostPattern     = regexp.MustCompile(`^(\*\.)?[a-zA-Z0-9]([a-zA-Z0-9-]{0,62}[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,62}[a-zA-Z0-9])?)*(:[0-9]{1,5})?$`)
+	scpLikeURL      = regexp.MustCompile(`^[a-zA-Z0-9._-]+@[a-zA-Z0-9.-]+:[^\x00-\x1f]+$`)
+	runtimePattern  = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
 )
 
 func (p *parser) manifest(n *yaml.Node) Manifest {
@@ -589,16 +589,13 @@ func (p *parser) secrets(n *yaml.Node, at string) []Secret {
 		s := Secret{Required: true}
 		p.fields(c, sat, map[string]func(*yaml.Node, string){
 			"name": func(v *yaml.Node, at string) {
-				if s.Name = p.str(v, at); !envNamePattern.MatchString(s.Name) {
-					p.fail(at, "must be an environment variable name")
+				if s.Name = p.str(v, at); inject.NameProblem(s.Name) != "" {
+					p.fail(at, "%s", inject.NameProblem(s.Name))
 				}
 			},
 			"source": func(v *yaml.Node, at string) {
-				s.Source = p.str(v, at)
-				if what, ok := secretSourcesNot[s.Source]; ok {
-					p.fail(at, "%s is not a source this server reads; use env or file", what)
-				} else if s.Source != SecretFromEnv && s.Source != SecretFromFile {
-					p.fail(at, "must be env or file")
+				if s.Source = p.str(v, at); inject.SourceProblem(s.Source) != "" {
+					p.fail(at, "%s", inject.SourceProblem(s.Source))
 				}
 			},
 			"key":      func(v *yaml.Node, at string) { s.Key = p.str(v, at) },
@@ -617,26 +614,19 @@ func (p *parser) secrets(n *yaml.Node, at string) []Secret {
 		if s.Key == "" {
 			s.Key = s.Name
 		}
-		if s.Source == SecretFromEnv && !envNamePattern.MatchString(s.Key) {
-			p.fail(join(sat, "key"), "must be an environment variable name of the server")
-		}
-		if s.Source == SecretFromFile && !validSubpath(s.Key) {
-			p.fail(join(sat, "key"), "must be a file name under the server's secrets directory, without ..")
+		if why := inject.KeyProblem(s.Source, s.Key); why != "" {
+			p.fail(join(sat, "key"), "%s", why)
 		}
 		out = append(out, s)
 	}
-	baseURLs := map[string]string{}
+	endpoints := inject.NewEndpoints(slices.Collect(maps.Keys(names)))
 	for i, s := range out {
 		if s.Inject == nil {
 			continue
 		}
-		at := fmt.Sprintf("%s[%d].inject.base_url_env", at, i)
-		if names[s.Inject.BaseURLEnv] {
-			p.fail(at, "%s is a secret's name", s.Inject.BaseURLEnv)
-		} else if other, ok := baseURLs[s.Inject.BaseURLEnv]; ok {
-			p.fail(at, "%s already names the endpoint of %s", s.Inject.BaseURLEnv, other)
+		if why := endpoints.Problem(s.Name, s.Inject.BaseURLEnv); why != "" {
+			p.fail(fmt.Sprintf("%s[%d].inject.base_url_env", at, i), "%s", why)
 		}
-		baseURLs[s.Inject.BaseURLEnv] = s.Name
 	}
 	return out
 }
