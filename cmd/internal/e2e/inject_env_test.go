@@ -16,7 +16,8 @@ import (
 // Issue 31, environments: an environment created over REST with an
 // injected ANTHROPIC_API_KEY. Every command on its agent (exec, sessions)
 // holds the placeholder and the endpoint; the fake API gets the real key;
-// deleting the environment ends the placeholder.
+// a restarted server serves the same placeholder again; deleting the
+// environment ends it.
 func TestInjectedSecretOfAnEnvironmentOnTheHostRuntime(t *testing.T) {
 	api := newFakeModelAPI(t)
 	client, err := os.ReadFile(filepath.Join(injectClientRepo(t), "injectclient"))
@@ -137,6 +138,19 @@ func TestInjectedSecretOfAnEnvironmentOnTheHostRuntime(t *testing.T) {
 		t.Fatalf("GET the environment: %v %s", err, g.Body)
 	}
 
+	// A restarted server reads the value again: the environment's commands
+	// hold the same placeholder, and it works.
+	stop(t, s)
+	s = restart(t, s)
+	waitEnvReady(t, s, "inj-a", patience)
+	results, seen = run("inj-a", "replay", placeholder)
+	if results != "replay 200 \n" || !strings.Contains(seen, "env ANTHROPIC_API_KEY="+placeholder+"\n") {
+		t.Errorf("after a restart, the environment's own placeholder:\n%s", results)
+	}
+	if keys, _ := api.seen(); len(keys) != 3 || keys[2] != injectRealKey {
+		t.Errorf("after a restart the API saw keys %q, want the real key a third time", keys)
+	}
+
 	// Deleted: its placeholder, replayed from another environment, is gone.
 	if out, errOut, code := ctl(t, s.RESTURL, s.Token, "env", "rm", "inj-a"); code != 0 {
 		t.Fatalf("delete: %d %q %q", code, out, errOut)
@@ -149,7 +163,7 @@ func TestInjectedSecretOfAnEnvironmentOnTheHostRuntime(t *testing.T) {
 	if results, _ := run("inj-b", "replay", placeholder); results != "replay 403 placeholder_gone\n" {
 		t.Errorf("the deleted environment's placeholder replayed:\n%s", results)
 	}
-	if keys, _ := api.seen(); len(keys) != 2 {
+	if keys, _ := api.seen(); len(keys) != 3 {
 		t.Errorf("the refused request reached the API: %d requests", len(keys))
 	}
 	assertNoKey(t, s, data)
