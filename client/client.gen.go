@@ -744,6 +744,9 @@ type Environment struct {
 	// Secrets Its injected secrets' names and hosts (never a value or a placeholder); absent when it has none.
 	Secrets *[]EnvironmentSecretInfo `json:"secrets,omitempty"`
 	State   EnvironmentState         `json:"state"`
+
+	// Usage What requests through injected secrets used: a task's run's (Task.usage), or the workloads' of an environment (Environment.usage; a task's own environment shows its run's). Absent when there were none. Requests the server sent on to a secret's host (refused ones are not counted), their request and answer bodies' bytes and, for the Anthropic API, the tokens its answers' `usage` fields reported and what they cost at AGENTIC_MODEL_PRICES. Counted as the answers arrive, so a running workload's grows; kept across a server restart.
+	Usage *InjectedUsage `json:"usage,omitempty"`
 }
 
 // EnvironmentState defines model for Environment.State.
@@ -976,6 +979,21 @@ type Health struct {
 	// Status Example: ok
 	Status  string `json:"status"`
 	Version string `json:"version"`
+}
+
+// InjectedUsage What requests through injected secrets used: a task's run's (Task.usage), or the workloads' of an environment (Environment.usage; a task's own environment shows its run's). Absent when there were none. Requests the server sent on to a secret's host (refused ones are not counted), their request and answer bodies' bytes and, for the Anthropic API, the tokens its answers' `usage` fields reported and what they cost at AGENTIC_MODEL_PRICES. Counted as the answers arrive, so a running workload's grows; kept across a server restart.
+type InjectedUsage struct {
+	// BytesReceived The answers' body bytes received from the hosts.
+	BytesReceived int64 `json:"bytes_received"`
+
+	// BytesSent The requests' body bytes sent to the hosts.
+	BytesSent                int64   `json:"bytes_sent"`
+	CacheCreationInputTokens int64   `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int64   `json:"cache_read_input_tokens"`
+	CostUsd                  float64 `json:"cost_usd"`
+	InputTokens              int64   `json:"input_tokens"`
+	OutputTokens             int64   `json:"output_tokens"`
+	Requests                 int64   `json:"requests"`
 }
 
 // ListeningPort defines model for ListeningPort.
@@ -1403,20 +1421,8 @@ type Task struct {
 	State          string    `json:"state"`
 	StateChangedAt time.Time `json:"state_changed_at"`
 
-	// Usage What the run's requests through its injected secrets used (absent when it made none): requests the server sent on to a secret's host (refused ones are not counted), their request and answer bodies' bytes and, for the Anthropic API, the tokens its answers' `usage` fields reported and what they cost at AGENTIC_MODEL_PRICES. Counted as the answers arrive, so a running task's grows; kept across a server restart.
-	Usage *struct {
-		// BytesReceived The answers' body bytes received from the hosts.
-		BytesReceived int64 `json:"bytes_received"`
-
-		// BytesSent The requests' body bytes sent to the hosts.
-		BytesSent                int64   `json:"bytes_sent"`
-		CacheCreationInputTokens int64   `json:"cache_creation_input_tokens"`
-		CacheReadInputTokens     int64   `json:"cache_read_input_tokens"`
-		CostUsd                  float64 `json:"cost_usd"`
-		InputTokens              int64   `json:"input_tokens"`
-		OutputTokens             int64   `json:"output_tokens"`
-		Requests                 int64   `json:"requests"`
-	} `json:"usage,omitempty"`
+	// Usage What requests through injected secrets used: a task's run's (Task.usage), or the workloads' of an environment (Environment.usage; a task's own environment shows its run's). Absent when there were none. Requests the server sent on to a secret's host (refused ones are not counted), their request and answer bodies' bytes and, for the Anthropic API, the tokens its answers' `usage` fields reported and what they cost at AGENTIC_MODEL_PRICES. Counted as the answers arrive, so a running workload's grows; kept across a server restart.
+	Usage *InjectedUsage `json:"usage,omitempty"`
 }
 
 // TaskAccepted defines model for TaskAccepted.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/core/access"
 	"github.com/agentic-sandbox/agentic-sandbox/core/environment"
+	"github.com/agentic-sandbox/agentic-sandbox/core/inject"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
@@ -31,6 +32,9 @@ type Environments interface {
 	Pause(ctx context.Context, name string) (environment.Environment, error)
 	Resume(ctx context.Context, name string) (environment.Environment, error)
 	Delete(ctx context.Context, name string) error
+	// InjectedUsage is what the environment's workloads used through
+	// injected secrets; false when they made no request through one.
+	InjectedUsage(name string) (inject.Usage, bool)
 }
 
 func environmentNotFound(subject string) *apiError {
@@ -151,7 +155,7 @@ func (s *Server) ListEnvironments(ctx context.Context, req restapi.ListEnvironme
 		return nil, apiErr
 	}
 	for _, e := range envs {
-		out.Environments = append(out.Environments, toEnvironment(e))
+		out.Environments = append(out.Environments, s.toEnvironment(e))
 	}
 	out.NextCursor = next
 	return out, nil
@@ -189,7 +193,7 @@ func (s *Server) CreateEnvironment(ctx context.Context, req restapi.CreateEnviro
 		return nil, createEnvironmentError(err, subject)
 	}
 	s.log.InfoContext(ctx, "rest: environment requested", "name", env.Name, "runtime", env.Runtime)
-	return restapi.CreateEnvironment202JSONResponse(toEnvironment(env)), nil
+	return restapi.CreateEnvironment202JSONResponse(s.toEnvironment(env)), nil
 }
 
 func (s *Server) GetEnvironment(ctx context.Context, req restapi.GetEnvironmentRequestObject) (restapi.GetEnvironmentResponseObject, error) {
@@ -201,7 +205,7 @@ func (s *Server) GetEnvironment(ctx context.Context, req restapi.GetEnvironmentR
 	if !ok {
 		return nil, environmentNotFound(subject)
 	}
-	return restapi.GetEnvironment200JSONResponse(toEnvironment(e)), nil
+	return restapi.GetEnvironment200JSONResponse(s.toEnvironment(e)), nil
 }
 
 // envOp is one operation of the use case on a named environment, as a
@@ -222,7 +226,7 @@ func (s *Server) onEnvironment(ctx context.Context, name string, op envOp) (rest
 		}
 		return restapi.Environment{}, environmentError(err, subject)
 	}
-	return toEnvironment(e), nil
+	return s.toEnvironment(e), nil
 }
 
 func (s *Server) DeleteEnvironment(ctx context.Context, req restapi.DeleteEnvironmentRequestObject) (restapi.DeleteEnvironmentResponseObject, error) {
@@ -267,6 +271,23 @@ func (s *Server) StopEnvironment(ctx context.Context, req restapi.StopEnvironmen
 		return nil, err
 	}
 	return restapi.StopEnvironment200JSONResponse(e), nil
+}
+
+// toEnvironment is e as the API answers it, with its workloads' usage of
+// injected secrets.
+func (s *Server) toEnvironment(e environment.Environment) restapi.Environment {
+	out := toEnvironment(e)
+	if u, ok := s.d.Environments.InjectedUsage(e.Name); ok {
+		out.Usage = toInjectedUsage(u)
+	}
+	return out
+}
+
+// toInjectedUsage is u as Task.usage and Environment.usage show it.
+func toInjectedUsage(u inject.Usage) *restapi.InjectedUsage {
+	return &restapi.InjectedUsage{Requests: u.Requests, BytesSent: u.BytesSent, BytesReceived: u.BytesReceived, CostUsd: u.CostUSD,
+		InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
+		CacheCreationInputTokens: u.CacheCreationInputTokens, CacheReadInputTokens: u.CacheReadInputTokens}
 }
 
 func toEnvironment(e environment.Environment) restapi.Environment {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/core/environment"
+	"github.com/agentic-sandbox/agentic-sandbox/core/inject"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -19,6 +20,8 @@ type fakeEnvironments struct {
 	mu   sync.Mutex
 	envs map[string]environment.Environment
 	fail map[string]error
+	// injected, when set, counts the environments' injected usage.
+	injected *inject.Registry
 }
 
 func newFakeEnvironments() *fakeEnvironments {
@@ -69,6 +72,14 @@ func (f *fakeEnvironments) List(context.Context) []environment.Environment {
 		out = append(out, e)
 	}
 	return out
+}
+
+func (f *fakeEnvironments) InjectedUsage(name string) (inject.Usage, bool) {
+	if f.injected == nil {
+		return inject.Usage{}, false
+	}
+	u, _ := f.injected.Usage(name)
+	return u, u != (inject.Usage{})
 }
 
 func (f *fakeEnvironments) Get(name string) (environment.Environment, bool) {

@@ -19,6 +19,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/rest"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/rest/resttest"
 	"github.com/agentic-sandbox/agentic-sandbox/core/environment"
+	"github.com/agentic-sandbox/agentic-sandbox/core/inject"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 	"github.com/agentic-sandbox/agentic-sandbox/ports/portsfake"
@@ -53,7 +54,8 @@ func (e envsOf) Pause(context.Context, string) (environment.Environment, error) 
 func (e envsOf) Resume(context.Context, string) (environment.Environment, error) {
 	return environment.Environment{}, ports.ErrUnsupported
 }
-func (e envsOf) Delete(context.Context, string) error { return ports.ErrUnsupported }
+func (e envsOf) Delete(context.Context, string) error      { return ports.ErrUnsupported }
+func (e envsOf) InjectedUsage(string) (inject.Usage, bool) { return inject.Usage{}, false }
 
 // listeningOf is a ports.ListeningPortsReader of fixed lists.
 type listeningOf map[string]ports.ListeningPorts

@@ -240,3 +240,15 @@ func (s *Service) InjectedEnv(agentID string) (env, endpoints map[string]string)
 	}
 	return env, endpoints
 }
+
+// InjectedUsage is what the workloads of environment name used through its
+// injected secrets so far (a task's own environment: its run's, which the
+// task registers under the same agent id); false when they made no request
+// through one, or the environment has no injected secrets.
+func (s *Service) InjectedUsage(name string) (inject.Usage, bool) {
+	if s.cfg.Injected == nil {
+		return inject.Usage{}, false
+	}
+	u, _ := s.cfg.Injected.Usage(name)
+	return u, u != (inject.Usage{})
+}

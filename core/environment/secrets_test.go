@@ -80,6 +80,35 @@ func TestInjectedSecretsAreRegisteredAtCreateAndForgottenAtDelete(t *testing.T) 
 	}
 }
 
+// What the environment's workloads sent through its injected secrets is
+// its usage, from the first request the registry records until delete.
+func TestInjectedUsageOfAnEnvironment(t *testing.T) {
+	reg := inject.NewRegistry(nil)
+	svc := newSecretFixture(t, newFakeRuntime(), reg, mapSecrets{"REAL_KEY": "sk-real"}, nil)
+	if _, err := svc.Create(context.Background(), Request{Runtime: "fake", Name: "box", Secrets: []SecretRequest{anthropicKey}}); err != nil {
+		t.Fatal(err)
+	}
+	if u, ok := svc.InjectedUsage("box"); ok {
+		t.Fatalf("before any request the usage is %+v", u)
+	}
+	reg.Record("box", inject.Response{Model: "claude-x", InputTokens: 11, OutputTokens: 22})
+	reg.AddBytes("box", 100, 200)
+	reg.CountRequest("box")
+	u, ok := svc.InjectedUsage("box")
+	if !ok || u.Requests != 2 || u.InputTokens != 11 || u.OutputTokens != 22 || u.BytesSent != 100 || u.BytesReceived != 200 {
+		t.Fatalf("after two requests the usage is %+v (%v)", u, ok)
+	}
+	if _, ok := svc.InjectedUsage("other"); ok {
+		t.Fatal("an environment without injected secrets has usage")
+	}
+	if err := svc.Delete(context.Background(), "box"); err != nil {
+		t.Fatal(err)
+	}
+	if u, ok := svc.InjectedUsage("box"); ok {
+		t.Fatalf("a deleted environment's usage is %+v", u)
+	}
+}
+
 // A restarted server gives the recovered environment its values back under
 // the same placeholders; a value gone by then leaves the environment up
 // and its requests refused.

@@ -1332,31 +1332,32 @@ export interface components {
                 /** @description working, idle or waiting (for a human). */
                 activity?: string;
             };
-            /** @description What the run's requests through its injected secrets used (absent when it made none): requests the server sent on to a secret's host (refused ones are not counted), their request and answer bodies' bytes and, for the Anthropic API, the tokens its answers' `usage` fields reported and what they cost at AGENTIC_MODEL_PRICES. Counted as the answers arrive, so a running task's grows; kept across a server restart. */
-            usage?: {
-                /** Format: int64 */
-                requests: number;
-                /**
-                 * Format: int64
-                 * @description The requests' body bytes sent to the hosts.
-                 */
-                bytes_sent: number;
-                /**
-                 * Format: int64
-                 * @description The answers' body bytes received from the hosts.
-                 */
-                bytes_received: number;
-                /** Format: int64 */
-                input_tokens: number;
-                /** Format: int64 */
-                output_tokens: number;
-                /** Format: int64 */
-                cache_creation_input_tokens: number;
-                /** Format: int64 */
-                cache_read_input_tokens: number;
-                /** Format: double */
-                cost_usd: number;
-            };
+            usage?: components["schemas"]["InjectedUsage"];
+        };
+        /** @description What requests through injected secrets used: a task's run's (Task.usage), or the workloads' of an environment (Environment.usage; a task's own environment shows its run's). Absent when there were none. Requests the server sent on to a secret's host (refused ones are not counted), their request and answer bodies' bytes and, for the Anthropic API, the tokens its answers' `usage` fields reported and what they cost at AGENTIC_MODEL_PRICES. Counted as the answers arrive, so a running workload's grows; kept across a server restart. */
+        InjectedUsage: {
+            /** Format: int64 */
+            requests: number;
+            /**
+             * Format: int64
+             * @description The requests' body bytes sent to the hosts.
+             */
+            bytes_sent: number;
+            /**
+             * Format: int64
+             * @description The answers' body bytes received from the hosts.
+             */
+            bytes_received: number;
+            /** Format: int64 */
+            input_tokens: number;
+            /** Format: int64 */
+            output_tokens: number;
+            /** Format: int64 */
+            cache_creation_input_tokens: number;
+            /** Format: int64 */
+            cache_read_input_tokens: number;
+            /** Format: double */
+            cost_usd: number;
         };
         FileListing: {
             /** @description The absolute path listed. */
@@ -1935,6 +1936,7 @@ export interface components {
             };
             /** @description Its injected secrets' names and hosts (never a value or a placeholder); absent when it has none. */
             secrets?: components["schemas"]["EnvironmentSecretInfo"][];
+            usage?: components["schemas"]["InjectedUsage"];
             events: components["schemas"]["EnvironmentEvent"][];
         };
         PoolSpec: {

@@ -561,7 +561,14 @@ function Ports({ env, agent }: { env?: string; agent?: string }) {
   </section>`;
 }
 
-// An environment's page: its state, a terminal on its agent and its ports.
+// What requests through injected secrets used (Task.usage, Environment.usage).
+function InjectedUsage({ usage: u, testid }: { usage: S["InjectedUsage"]; testid: string }) {
+  return html`<p data-testid=${testid}>Injected secrets: <strong>${u.requests}</strong> requests (${bytes(u.bytes_sent)} sent, ${bytes(u.bytes_received)} received) · ${u.input_tokens} input, ${u.output_tokens} output tokens${
+    u.cache_creation_input_tokens || u.cache_read_input_tokens ? ` (cache: ${u.cache_creation_input_tokens} written, ${u.cache_read_input_tokens} read)` : ""} · cost <strong>$${u.cost_usd.toFixed(4)}</strong></p>`;
+}
+
+// An environment's page: its state, its injected secrets' usage, a terminal
+// on its agent and its ports.
 function EnvironmentPage({ name }: { name: string }) {
   const [missing, setMissing] = useState(false);
   const env = useLive(["environments"], async () => {
@@ -577,6 +584,8 @@ function EnvironmentPage({ name }: { name: string }) {
     <p class="muted"><a href="#/environments">Environments</a> · runtime ${env.runtime}${env.isolation ? ` (${env.isolation})` : ""} · agent <code>${env.agent_id}</code> ${env.agent_status || "-"}
       ${env.network ? ` · network ${env.network}` : ""}${env.ready_at ? html` · ready ${ago(env.ready_at)}` : ""}</p>
     ${env.error ? html`<p class="error">${env.error}</p>` : ""}
+    ${env.secrets?.length ? html`<p class="muted" data-testid="env-secrets">Injected secrets: ${env.secrets.map((x, i) => html`${i ? ", " : ""}<code>${x.name}</code> → ${x.host}`)}</p>` : ""}
+    ${env.usage ? html`<${InjectedUsage} usage=${env.usage} testid="env-usage" />` : ""}
     <${Ports} key=${"env-" + name} env=${name} /></section>`;
 }
 
@@ -765,8 +774,7 @@ function TaskPage({ id }: { id: string }) {
       · activity <strong>${task.progress.activity || "-"}</strong> · ${task.progress.tool_calls} tool calls, ${task.progress.turns} turns, $${task.progress.cost_usd.toFixed(4)}
       ${!ended && canWrite() ? html` <button data-testid="task-cancel" onClick=${cancel}>Cancel</button>` : ""}</p>
     ${task.error ? html`<p class="error">${task.error}</p>` : ""}
-    ${task.usage ? html`<p data-testid="task-usage">Injected secrets: <strong>${task.usage.requests}</strong> requests (${bytes(task.usage.bytes_sent)} sent, ${bytes(task.usage.bytes_received)} received) · ${task.usage.input_tokens} input, ${task.usage.output_tokens} output tokens${
-      task.usage.cache_creation_input_tokens || task.usage.cache_read_input_tokens ? ` (cache: ${task.usage.cache_creation_input_tokens} written, ${task.usage.cache_read_input_tokens} read)` : ""} · cost <strong>$${task.usage.cost_usd.toFixed(4)}</strong></p>` : ""}
+    ${task.usage ? html`<${InjectedUsage} usage=${task.usage} testid="task-usage" />` : ""}
     ${task.state === "failed_preserved" ? html`<p class="preserved" data-testid="task-preserved">Its environment <a href=${"#/environments"}><code>${task.environment.name}</code></a> is kept for inspection until ${when(task.preserve_until)}, then destroyed. ${canWrite() ? html`<button data-testid="task-destroy-env" onClick=${cancel}>Destroy it now</button>` : ""}</p>` : ""}
     <h2>Phases</h2><ol class="phases">${phases.map((p, i) => {
       const next = phases[i + 1]?.at;
