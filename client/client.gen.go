@@ -745,7 +745,7 @@ type Environment struct {
 	Secrets *[]EnvironmentSecretInfo `json:"secrets,omitempty"`
 	State   EnvironmentState         `json:"state"`
 
-	// Usage What requests through injected secrets used: a task's run's (Task.usage), or the workloads' of an environment (Environment.usage; a task's own environment shows its run's). Absent when there were none. Requests the server sent on to a secret's host (refused ones are not counted), their request and answer bodies' bytes and, for the Anthropic API, the tokens its answers' `usage` fields reported and what they cost at AGENTIC_MODEL_PRICES. Counted as the answers arrive, so a running workload's grows; kept across a server restart.
+	// Usage What requests through injected secrets used: a task's run's (Task.usage), or the workloads' of an environment (Environment.usage; a task's own environment shows its run's). Absent when there were none. Requests the server sent on to a secret's host (refused ones are not counted), their request and answer bodies' bytes and, for the Anthropic API, the tokens its answers' `usage` fields reported and what they cost at AGENTIC_MODEL_PRICES. Counted as the answers arrive, so a running workload's grows. A task's is kept across a server restart; an environment's counts from the server's start (a restarted server restores its secrets, not its count).
 	Usage *InjectedUsage `json:"usage,omitempty"`
 }
 
@@ -981,7 +981,7 @@ type Health struct {
 	Version string `json:"version"`
 }
 
-// InjectedUsage What requests through injected secrets used: a task's run's (Task.usage), or the workloads' of an environment (Environment.usage; a task's own environment shows its run's). Absent when there were none. Requests the server sent on to a secret's host (refused ones are not counted), their request and answer bodies' bytes and, for the Anthropic API, the tokens its answers' `usage` fields reported and what they cost at AGENTIC_MODEL_PRICES. Counted as the answers arrive, so a running workload's grows; kept across a server restart.
+// InjectedUsage What requests through injected secrets used: a task's run's (Task.usage), or the workloads' of an environment (Environment.usage; a task's own environment shows its run's). Absent when there were none. Requests the server sent on to a secret's host (refused ones are not counted), their request and answer bodies' bytes and, for the Anthropic API, the tokens its answers' `usage` fields reported and what they cost at AGENTIC_MODEL_PRICES. Counted as the answers arrive, so a running workload's grows. A task's is kept across a server restart; an environment's counts from the server's start (a restarted server restores its secrets, not its count).
 type InjectedUsage struct {
 	// BytesReceived The answers' body bytes received from the hosts.
 	BytesReceived int64 `json:"bytes_received"`
@@ -1421,7 +1421,7 @@ type Task struct {
 	State          string    `json:"state"`
 	StateChangedAt time.Time `json:"state_changed_at"`
 
-	// Usage What requests through injected secrets used: a task's run's (Task.usage), or the workloads' of an environment (Environment.usage; a task's own environment shows its run's). Absent when there were none. Requests the server sent on to a secret's host (refused ones are not counted), their request and answer bodies' bytes and, for the Anthropic API, the tokens its answers' `usage` fields reported and what they cost at AGENTIC_MODEL_PRICES. Counted as the answers arrive, so a running workload's grows; kept across a server restart.
+	// Usage What requests through injected secrets used: a task's run's (Task.usage), or the workloads' of an environment (Environment.usage; a task's own environment shows its run's). Absent when there were none. Requests the server sent on to a secret's host (refused ones are not counted), their request and answer bodies' bytes and, for the Anthropic API, the tokens its answers' `usage` fields reported and what they cost at AGENTIC_MODEL_PRICES. Counted as the answers arrive, so a running workload's grows. A task's is kept across a server restart; an environment's counts from the server's start (a restarted server restores its secrets, not its count).
 	Usage *InjectedUsage `json:"usage,omitempty"`
 }
 

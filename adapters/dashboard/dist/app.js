@@ -182,7 +182,7 @@ ${d.join(`
     <p class="muted"><a href="#/environments">Environments</a> · runtime ${s.runtime}${s.isolation?` (${s.isolation})`:""} · agent <code>${s.agent_id}</code> ${s.agent_status||"-"}
       ${s.network?` \xB7 network ${s.network}`:""}${s.ready_at?m` · ready ${pt(s.ready_at)}`:""}</p>
     ${s.error?m`<p class="error">${s.error}</p>`:""}
-    ${s.secrets?.length?m`<p class="muted" data-testid="env-secrets">Injected secrets: ${s.secrets.map((n,o)=>m`${o?", ":""}<code>${n.name}</code> → ${n.host}`)}</p>`:""}
+    ${s.secrets?.length?m`<p class="muted" data-testid="env-secrets">Secrets injected by the server: ${s.secrets.map((n,o)=>m`${o?", ":""}<code>${n.name}</code> → ${n.host}`)}</p>`:""}
     ${s.usage?m`<${Ga} usage=${s.usage} testid="env-usage" />`:""}
     <${ja} key=${"env-"+e} env=${e} /></section>`}function $u({id:e}){let[t,i]=M(!1),s=ee(["agents"],async()=>{let r=await P(B.GET("/api/v1/agents/{agent_id}",{params:{path:{agent_id:e}}}));return i(r.status===404),r.data},[e]);return t?m`<section><h1>Agent <code>${e}</code></h1><p class="empty">No agent <code>${e}</code>: see <a href="#/agents">Agents</a>.</p></section>`:m`<section><h1><span>Agent <strong>${e}</strong></span>${s?m`<span class=${"pill "+s.status}>${s.status}</span>`:""}
       ${G()?m`<button data-testid=${"open-terminal-"+e} disabled=${!s||s.status!=="ready"&&s.status!=="busy"} onClick=${()=>rs("terminal","new",e)}>Open terminal</button>`:""}</h1>

@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+	"github.com/chromedp/chromedp"
 )
 
 // Issue 31, environments: an environment created over REST with an
@@ -137,6 +138,20 @@ func TestInjectedSecretOfAnEnvironmentOnTheHostRuntime(t *testing.T) {
 	if err != nil || g.JSON200 == nil || g.JSON200.Secrets == nil || strings.Contains(string(g.Body), placeholder) || strings.Contains(string(g.Body), injectRealKey) {
 		t.Fatalf("GET the environment: %v %s", err, g.Body)
 	}
+	// Its usage: the stream's tokens (11 in, 22 out) priced, and the ack's
+	// request, as the run of a task shows them.
+	if u := g.JSON200.Usage; u == nil || u.Requests < 1 || u.InputTokens != 11 || u.OutputTokens != 22 || u.CostUsd <= 0 || u.BytesReceived == 0 {
+		t.Errorf("the environment's usage after the stream: %s", g.Body)
+	}
+	// The dashboard's environment page shows its secret and usage (a
+	// screenshot, inject-env-usage, goes to the test's artifacts).
+	p := newBrowser(t).newPage()
+	signInAs(p, s.RESTURL+"/", s.Token, "")
+	p.do("the environment's page", chromedp.Navigate(s.RESTURL+"/#/environment/inj-a"), chromedp.WaitVisible(testid("env-usage")))
+	p.waitJS("its secret and usage", `(() => { const u = document.querySelector('[data-testid="env-usage"]').innerText;
+		return /\b[1-9]\d* requests\b/.test(u) && /11 input, 22 output tokens/.test(u) && /cost \$0\.\d{4}/.test(u) &&
+			document.querySelector('[data-testid="env-secrets"]').innerText.includes("ANTHROPIC_API_KEY") })()`)
+	p.shot("inject-env-usage")
 
 	// A restarted server reads the value again: the environment's commands
 	// hold the same placeholder, and it works.

@@ -1334,7 +1334,7 @@ export interface components {
             };
             usage?: components["schemas"]["InjectedUsage"];
         };
-        /** @description What requests through injected secrets used: a task's run's (Task.usage), or the workloads' of an environment (Environment.usage; a task's own environment shows its run's). Absent when there were none. Requests the server sent on to a secret's host (refused ones are not counted), their request and answer bodies' bytes and, for the Anthropic API, the tokens its answers' `usage` fields reported and what they cost at AGENTIC_MODEL_PRICES. Counted as the answers arrive, so a running workload's grows; kept across a server restart. */
+        /** @description What requests through injected secrets used: a task's run's (Task.usage), or the workloads' of an environment (Environment.usage; a task's own environment shows its run's). Absent when there were none. Requests the server sent on to a secret's host (refused ones are not counted), their request and answer bodies' bytes and, for the Anthropic API, the tokens its answers' `usage` fields reported and what they cost at AGENTIC_MODEL_PRICES. Counted as the answers arrive, so a running workload's grows. A task's is kept across a server restart; an environment's counts from the server's start (a restarted server restores its secrets, not its count). */
         InjectedUsage: {
             /** Format: int64 */
             requests: number;

@@ -584,7 +584,7 @@ function EnvironmentPage({ name }: { name: string }) {
     <p class="muted"><a href="#/environments">Environments</a> · runtime ${env.runtime}${env.isolation ? ` (${env.isolation})` : ""} · agent <code>${env.agent_id}</code> ${env.agent_status || "-"}
       ${env.network ? ` · network ${env.network}` : ""}${env.ready_at ? html` · ready ${ago(env.ready_at)}` : ""}</p>
     ${env.error ? html`<p class="error">${env.error}</p>` : ""}
-    ${env.secrets?.length ? html`<p class="muted" data-testid="env-secrets">Injected secrets: ${env.secrets.map((x, i) => html`${i ? ", " : ""}<code>${x.name}</code> → ${x.host}`)}</p>` : ""}
+    ${env.secrets?.length ? html`<p class="muted" data-testid="env-secrets">Secrets injected by the server: ${env.secrets.map((x, i) => html`${i ? ", " : ""}<code>${x.name}</code> → ${x.host}`)}</p>` : ""}
     ${env.usage ? html`<${InjectedUsage} usage=${env.usage} testid="env-usage" />` : ""}
     <${Ports} key=${"env-" + name} env=${name} /></section>`;
 }
