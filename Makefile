@@ -52,14 +52,14 @@ check-generated: generate
 		git status --short -- gen client cmd $(DASH) $(SDK_TS); git diff --stat -- gen client cmd $(DASH) $(SDK_TS); \
 		echo "generated code is stale: run 'make generate' and commit"; exit 1; fi
 
-# --allow-parallel-runners: a second checkout's CI on the same machine waits
+# --allow-serial-runners: a second checkout's CI on the same machine waits
 # for the linter's lock instead of failing on it.
 lint:
 	$(GO) tool buf lint
-	$(GO) tool golangci-lint run --allow-parallel-runners ./...
+	$(GO) tool golangci-lint run --allow-serial-runners ./...
 	@# The Go client is a module of its own (client/go.mod): the same linter, run there.
 	$(GO) build -o $(BIN)/golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint
-	cd client && $(BIN)/golangci-lint run --allow-parallel-runners ./...
+	cd client && $(BIN)/golangci-lint run --allow-serial-runners ./...
 	@# Compare the contract with the previous commit on main, once there is one that has it.
 	@if git rev-parse -q --verify HEAD~1 >/dev/null && git cat-file -e HEAD~1:buf.yaml 2>/dev/null; then \
 		echo "buf breaking against HEAD~1"; $(GO) tool buf breaking --against '.git#ref=HEAD~1'; fi
