@@ -116,9 +116,21 @@ func asAnotherUser(t *testing.T, f func()) {
 	}
 	errc := make(chan error, 1)
 	go func() {
-		// Never unlocked: the thread, with its changed ids, ends with this
-		// goroutine instead of going back to the scheduler.
 		runtime.LockOSThread()
+		// The thread goes back to the scheduler only with root's ids again.
+		// Were it left to end with this goroutine, the commands this
+		// package's parallel tests started from it earlier would get their
+		// parent-death SIGKILL (Pdeathsig follows the thread, not the
+		// process): TestWaitConcurrent's sh was killed so, once in CI.
+		defer func() {
+			unix.Setfsuid(0) //nolint:errcheck // checked by its result
+			unix.Setfsgid(0) //nolint:errcheck // checked by its result
+			uid, _ := unix.SetfsuidRetUid(-1)
+			gid, _ := unix.SetfsgidRetGid(-1)
+			if uid == 0 && gid == 0 {
+				runtime.UnlockOSThread()
+			}
+		}()
 		unix.Setfsgid(65534) //nolint:errcheck // checked below by its result
 		unix.Setfsuid(65534) //nolint:errcheck // checked below by its result
 		uid, _ := unix.SetfsuidRetUid(-1)
