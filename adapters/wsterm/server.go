@@ -522,11 +522,12 @@ func (c *conn) handle(ctx context.Context, f ClientFrame) error {
 		if f.Type == FrameStartShell {
 			op = "ws.startShell"
 		}
-		return c.control(op, f.AgentID, func() (string, error) {
+		var s session.Session
+		// The entry is kept before the creator hears of the session.
+		if err := c.control(op, f.AgentID, func() (string, error) {
 			if !c.agentInScope(f.AgentID) {
 				return f.AgentID, ports.ErrAgentNotFound // out of scope: as if there were none
 			}
-			var s session.Session
 			var err error
 			if f.Type == FrameStartShell {
 				s, err = sv.StartShell(ctx, f.AgentID, f.Name, uint16(f.Cols), uint16(f.Rows)) //nolint:gosec // validate bounds cols and rows to 1..maxDim
@@ -537,15 +538,18 @@ func (c *conn) handle(ctx context.Context, f ClientFrame) error {
 			if err != nil {
 				return f.AgentID, err
 			}
-			c.send(ctx, startedFrame{Type: FrameSessionStarted, ID: f.ID, SessionID: s.ID, AgentID: s.AgentID, Name: s.Name, SessType: string(s.Type)})
-			// The creator watches from the start and controls an interactive session.
-			from := uint64(0)
-			role := session.Observer
-			if s.Type == ports.SessionInteractive {
-				role = session.Controller
-			}
-			return s.ID, c.join(ctx, f.ID, s.ID, role, &from, false)
-		})
+			return s.ID, nil
+		}); err != nil {
+			return err
+		}
+		c.send(ctx, startedFrame{Type: FrameSessionStarted, ID: f.ID, SessionID: s.ID, AgentID: s.AgentID, Name: s.Name, SessType: string(s.Type)})
+		// The creator watches from the start and controls an interactive session.
+		from := uint64(0)
+		role := session.Observer
+		if s.Type == ports.SessionInteractive {
+			role = session.Controller
+		}
+		return c.join(ctx, f.ID, s.ID, role, &from, false)
 	case FrameJoinSession:
 		role := session.Role(f.Role)
 		if role == "" {
