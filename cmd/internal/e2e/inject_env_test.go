@@ -97,15 +97,7 @@ func TestInjectedSecretOfAnEnvironmentOnTheHostRuntime(t *testing.T) {
 	if strings.Contains(seen, injectRealKey) {
 		t.Errorf("the command could read the real key:\n%s", seen)
 	}
-	var placeholder, baseURL string
-	for _, line := range strings.Split(seen, "\n") {
-		if v, ok := strings.CutPrefix(line, "env ANTHROPIC_API_KEY="); ok {
-			placeholder = v
-		}
-		if v, ok := strings.CutPrefix(line, "env ANTHROPIC_BASE_URL="); ok {
-			baseURL = v
-		}
-	}
+	placeholder, baseURL := seenVariables(seen)
 	if !strings.HasPrefix(placeholder, "agentic-placeholder-") || !strings.HasPrefix(baseURL, "http://127.0.0.1:") {
 		t.Fatalf("the command's ANTHROPIC_API_KEY %q and ANTHROPIC_BASE_URL %q", placeholder, baseURL)
 	}

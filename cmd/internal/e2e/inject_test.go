@@ -219,15 +219,7 @@ secrets:
 	if strings.Contains(seen, injectRealKey) {
 		t.Errorf("the run could read the real key:\n%s", seen)
 	}
-	var placeholder, baseURL string
-	for _, line := range strings.Split(seen, "\n") {
-		if v, ok := strings.CutPrefix(line, "env ANTHROPIC_API_KEY="); ok {
-			placeholder = v
-		}
-		if v, ok := strings.CutPrefix(line, "env ANTHROPIC_BASE_URL="); ok {
-			baseURL = v
-		}
-	}
+	placeholder, baseURL := seenVariables(seen)
 	if !strings.HasPrefix(placeholder, "agentic-placeholder-") || !strings.HasPrefix(baseURL, "http://127.0.0.1:") {
 		t.Errorf("the run's ANTHROPIC_API_KEY %q and ANTHROPIC_BASE_URL %q", placeholder, baseURL)
 	}
@@ -263,4 +255,18 @@ secrets:
 
 	assertNoKey(t, s, data)
 	return s, spent.Id
+}
+
+// seenVariables reads the ANTHROPIC_API_KEY and ANTHROPIC_BASE_URL the
+// injectclient found in its environment from its seen.txt.
+func seenVariables(seen string) (placeholder, baseURL string) {
+	for _, line := range strings.Split(seen, "\n") {
+		if v, ok := strings.CutPrefix(line, "env ANTHROPIC_API_KEY="); ok {
+			placeholder = v
+		}
+		if v, ok := strings.CutPrefix(line, "env ANTHROPIC_BASE_URL="); ok {
+			baseURL = v
+		}
+	}
+	return placeholder, baseURL
 }
