@@ -26,6 +26,11 @@ type RuntimeCapabilities struct {
 	Isolation RuntimeKind
 	// Pause: Pause and Resume work.
 	Pause bool
+	// Hibernate is what Hibernate keeps ("" is HibernateNone): the
+	// environment's memory, only its filesystem, or nothing (Hibernate and
+	// Wake refuse with ErrUnsupported). Never claimed stronger than the
+	// engine at hand does it.
+	Hibernate HibernateMode
 	// NetworkModes lists the modes Provision accepts; the first is the default.
 	NetworkModes []NetworkMode
 	// Limits lists the Resources fields it enforces; any other non-zero

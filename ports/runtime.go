@@ -183,7 +183,10 @@ const (
 	EnvRunning  EnvState = "running"
 	EnvStopped  EnvState = "stopped"
 	EnvPaused   EnvState = "paused"
-	EnvFailed   EnvState = "failed"
+	// EnvHibernated is saved to disk by Hibernate, holding no memory or
+	// CPU, until Wake.
+	EnvHibernated EnvState = "hibernated"
+	EnvFailed     EnvState = "failed"
 )
 
 // Environment is one environment a runtime manages for this server.
@@ -200,6 +203,11 @@ type Environment struct {
 	// Detail says why a failed or stopped environment is so (exit code, reason).
 	Detail string
 	Labels map[string]string
+	// HibernatedAt is when a hibernated environment was saved, SavedBytes
+	// what its saved state (memory, checkpoint) takes on disk; zero for
+	// any other.
+	HibernatedAt time.Time
+	SavedBytes   int64
 }
 
 // Runtime provisions and manages the environments agents live in. Every
@@ -221,6 +229,17 @@ type Runtime interface {
 	// Resume lets them run again. ErrUnsupported unless Capabilities().Pause.
 	Pause(ctx context.Context, name string) error
 	Resume(ctx context.Context, name string) error
+	// Hibernate saves a running environment to disk and frees its memory
+	// and CPU: with HibernateMemory its processes continue after Wake as if
+	// nothing happened; with HibernateFilesystem they end and only its files
+	// are kept. Inspect then reports EnvHibernated, also after a restart of
+	// the server. ErrUnsupported unless Capabilities().Hibernate says so.
+	Hibernate(ctx context.Context, name string) (Hibernation, error)
+	// Wake runs a hibernated environment again from its saved state; its
+	// agent reconnects under the same identity on its own. A saved state
+	// that is missing or unusable is ErrSavedStateLost (the environment
+	// cannot be woken; Destroy still removes it).
+	Wake(ctx context.Context, name string) error
 	// Stop stops an environment, keeping it for Start (graceful, then forced).
 	Stop(ctx context.Context, name string) error
 	// Destroy stops and removes an environment and everything it used
@@ -234,6 +253,37 @@ type Runtime interface {
 	// host-side plumbing such as a serial proxy) and returns them.
 	Recover(ctx context.Context) ([]Environment, error)
 }
+
+// HibernateMode is what hibernating an environment keeps.
+type HibernateMode string
+
+const (
+	HibernateNone HibernateMode = "none"
+	// HibernateFilesystem keeps the files; processes end and the
+	// environment starts afresh at Wake.
+	HibernateFilesystem HibernateMode = "filesystem"
+	// HibernateMemory keeps memory and processes: what ran continues.
+	HibernateMemory HibernateMode = "memory"
+)
+
+// Of reports the mode, "" read as HibernateNone.
+func (m HibernateMode) Of() HibernateMode {
+	if m == "" {
+		return HibernateNone
+	}
+	return m
+}
+
+// Hibernation is what Hibernate saved.
+type Hibernation struct {
+	Mode HibernateMode
+	// Bytes is the saved state's size on disk.
+	Bytes int64
+	At    time.Time
+}
+
+// ErrSavedStateLost is a Wake whose saved state is missing or unusable.
+var ErrSavedStateLost = errors.New("the saved state of the hibernated environment is missing or unusable")
 
 // LabelInjected is the environment label that keeps its injected secrets'
 // references and placeholders (JSON; never a value) with the environment

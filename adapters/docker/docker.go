@@ -695,6 +695,16 @@ func (r *Runtime) Stop(ctx context.Context, name string) error {
 	return r.idErr("stop", name, r.cli.ContainerStop(ctx, id, container.StopOptions{Timeout: &secs}))
 }
 
+// Hibernate is not offered yet.
+func (r *Runtime) Hibernate(context.Context, string) (ports.Hibernation, error) {
+	return ports.Hibernation{}, fmt.Errorf("%w: the docker runtime cannot hibernate", ports.ErrUnsupported)
+}
+
+// Wake is not offered yet.
+func (r *Runtime) Wake(context.Context, string) error {
+	return fmt.Errorf("%w: the docker runtime cannot hibernate", ports.ErrUnsupported)
+}
+
 // Pause freezes an environment's processes (cgroup freezer).
 func (r *Runtime) Pause(ctx context.Context, name string) error {
 	id, err := r.find(ctx, name)

@@ -116,6 +116,17 @@ func (r *Runtime) validate(spec ports.EnvironmentSpec) error {
 	return nil
 }
 
+// Hibernate is not offered: the host's processes cannot be saved apart
+// from the host (Capabilities().Hibernate is none).
+func (r *Runtime) Hibernate(context.Context, string) (ports.Hibernation, error) {
+	return ports.Hibernation{}, fmt.Errorf("%w: the host runtime cannot hibernate", ports.ErrUnsupported)
+}
+
+// Wake is not offered either.
+func (r *Runtime) Wake(context.Context, string) error {
+	return fmt.Errorf("%w: the host runtime cannot hibernate", ports.ErrUnsupported)
+}
+
 // Pause is not offered: host processes share the host's cgroup.
 func (r *Runtime) Pause(context.Context, string) error {
 	return fmt.Errorf("%w: the host runtime cannot pause", ports.ErrUnsupported)

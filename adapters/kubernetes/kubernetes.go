@@ -972,6 +972,16 @@ func (r *Runtime) deletePod(ctx context.Context, name string, grace int64) error
 	}
 }
 
+// Hibernate is not offered: a pod cannot be saved with its memory, and deleting it loses its filesystem.
+func (r *Runtime) Hibernate(context.Context, string) (ports.Hibernation, error) {
+	return ports.Hibernation{}, fmt.Errorf("%w: the kubernetes runtime cannot hibernate", ports.ErrUnsupported)
+}
+
+// Wake is not offered either.
+func (r *Runtime) Wake(context.Context, string) error {
+	return fmt.Errorf("%w: the kubernetes runtime cannot hibernate", ports.ErrUnsupported)
+}
+
 // Pause implements ports.Runtime: pods cannot be frozen.
 func (r *Runtime) Pause(context.Context, string) error {
 	return fmt.Errorf("%w: pause (kubernetes pods cannot be frozen)", ports.ErrUnsupported)

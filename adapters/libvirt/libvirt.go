@@ -882,6 +882,16 @@ func (r *Runtime) Stop(ctx context.Context, name string) error {
 	return nil
 }
 
+// Hibernate is not offered yet.
+func (r *Runtime) Hibernate(context.Context, string) (ports.Hibernation, error) {
+	return ports.Hibernation{}, fmt.Errorf("%w: the libvirt runtime cannot hibernate", ports.ErrUnsupported)
+}
+
+// Wake is not offered yet.
+func (r *Runtime) Wake(context.Context, string) error {
+	return fmt.Errorf("%w: the libvirt runtime cannot hibernate", ports.ErrUnsupported)
+}
+
 // Pause suspends a running environment's vCPUs (its memory stays).
 func (r *Runtime) Pause(ctx context.Context, name string) error {
 	return r.domainCall(ctx, name, "suspend", (*golibvirt.Libvirt).DomainSuspend)

@@ -41,8 +41,12 @@ func (r *specRuntime) spec(name string) (ports.EnvironmentSpec, bool) {
 	s, ok := r.specs[name]
 	return s, ok
 }
-func (r *specRuntime) Start(context.Context, string) error  { return nil }
-func (r *specRuntime) Stop(context.Context, string) error   { return nil }
+func (r *specRuntime) Start(context.Context, string) error { return nil }
+func (r *specRuntime) Stop(context.Context, string) error  { return nil }
+func (r *specRuntime) Hibernate(context.Context, string) (ports.Hibernation, error) {
+	return ports.Hibernation{}, ports.ErrUnsupported
+}
+func (r *specRuntime) Wake(context.Context, string) error   { return ports.ErrUnsupported }
 func (r *specRuntime) Pause(context.Context, string) error  { return ports.ErrUnsupported }
 func (r *specRuntime) Resume(context.Context, string) error { return ports.ErrUnsupported }
 func (r *specRuntime) Destroy(_ context.Context, name string) error {
