@@ -1,0 +1,49 @@
+package ports
+
+import (
+	"context"
+	"errors"
+)
+
+// Kinds of use an environment's idle clock hears of (the record's
+// last_activity_kind).
+const (
+	UseExec    = "exec"    // a command, a task step or a mission's run
+	UseSession = "session" // a session created, attached, or its output
+	UseViewer  = "viewer"  // a viewer attached to a session
+	UseFiles   = "files"   // a file read, written, listed or deleted
+	UseTunnel  = "tunnel"  // egress through the agent
+	UsePreview = "preview" // a preview or a forwarded port's connection
+	UseWake    = "wake"    // an explicit wake
+)
+
+// ErrWakeFailed is work aimed at a hibernated environment that could not be
+// woken (its saved state lost, the wake bound passed): the environment is
+// then failed with the reason, and the work is refused rather than queued.
+var ErrWakeFailed = errors.New("the hibernated environment could not be woken")
+
+// EnvironmentUse is how work aimed at an agent tells that agent's
+// environment it is in use. It wakes a hibernated environment first, so
+// the caller waits (bounded) instead of failing, and it keeps the
+// environment's idle clock from running while the work holds it.
+type EnvironmentUse interface {
+	// Use wakes agentID's environment if it is hibernated (concurrent
+	// callers wake it once and all wait for that one wake) and holds it in
+	// use by kind until release is called (release is safe to call more
+	// than once). An agent that is no environment's, or one that is not
+	// hibernated, returns at once. Errors: ErrWakeFailed, or ctx's.
+	Use(ctx context.Context, agentID, kind string) (release func(), err error)
+	// Touch records activity (session output, bytes through a tunnel)
+	// without holding the environment.
+	Touch(agentID, kind string)
+}
+
+// NoUse is the EnvironmentUse of a server without hibernation: nothing to
+// wake, nothing to hold.
+type NoUse struct{}
+
+// Use returns at once.
+func (NoUse) Use(context.Context, string, string) (func(), error) { return func() {}, nil }
+
+// Touch does nothing.
+func (NoUse) Touch(string, string) {}
