@@ -1,6 +1,9 @@
 package ports
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // LabelPool is the environment label that marks a warm pool's member with
 // its pool's name, kept with the environment itself so that a restarted
@@ -29,7 +32,26 @@ type Pool struct {
 	Runtime string   `json:"runtime"`
 	Spec    PoolSpec `json:"spec"`
 	Size    int      `json:"size"`
+	// Idle is the policy of the environments taken from it (a member
+	// waiting to be taken is never put to sleep).
+	Idle IdlePolicy `json:"idle,omitzero"`
 }
+
+// IdlePolicy puts an environment to sleep: hibernated once nothing used it
+// for IdleAfter, deleted once hibernated or stopped for DeleteAfter. Zero
+// is off.
+type IdlePolicy struct {
+	IdleAfter   time.Duration `json:"idle_after,omitempty"`
+	DeleteAfter time.Duration `json:"delete_after,omitempty"`
+}
+
+// LabelIdleAfter and LabelDeleteAfter keep an environment's IdlePolicy
+// (time.Duration strings) with the environment itself, for a restarted
+// server.
+const (
+	LabelIdleAfter   = "agentic-sandbox.idle-after"
+	LabelDeleteAfter = "agentic-sandbox.delete-after"
+)
 
 // PoolStore keeps the pools defined at run time and the claims on their
 // members, so that both outlive a restart of the server. A claim says a

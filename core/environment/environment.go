@@ -23,12 +23,17 @@ const (
 	StateReady        State = "ready"        // its agent is connected
 	StateStopped      State = "stopped"
 	StatePaused       State = "paused" // runtimes that can pause
-	StateFailed       State = "failed"
-	StateDeleting     State = "deleting"
+	// Hibernating, Hibernated, Waking: saved to disk by Hibernate (or the
+	// idle policy), holding no memory or CPU, until Wake or a use.
+	StateHibernating State = "hibernating"
+	StateHibernated  State = "hibernated"
+	StateWaking      State = "waking"
+	StateFailed      State = "failed"
+	StateDeleting    State = "deleting"
 )
 
 // States lists every state, in the order of an environment's life.
-var States = []State{StateProvisioning, StateBooting, StateReady, StatePaused, StateStopped, StateFailed, StateDeleting}
+var States = []State{StateProvisioning, StateBooting, StateReady, StatePaused, StateHibernating, StateHibernated, StateWaking, StateStopped, StateFailed, StateDeleting}
 
 // ErrUnknownRuntime is a request for a runtime that is not configured.
 var ErrUnknownRuntime = errors.New("runtime not configured")
@@ -71,6 +76,20 @@ type Environment struct {
 	Labels map[string]string
 	// Secrets are its injected secrets' references (never a value).
 	Secrets []InjectedSecret
+	// Hibernate is what its runtime keeps when it hibernates.
+	Hibernate ports.HibernateMode
+	// HibernatedAt and SavedBytes: when a hibernated environment was saved
+	// and what its saved state takes on disk. SleepReason says why it went
+	// to sleep ("requested", or the idle policy's "idle for 30m0s").
+	HibernatedAt time.Time
+	SavedBytes   int64
+	SleepReason  string
+	// LastActivity is when something last used it, LastActivityKind what
+	// (ports.UseExec …); zero until something did.
+	LastActivity     time.Time
+	LastActivityKind string
+	// Idle is its idle policy (zero: never put to sleep).
+	Idle ports.IdlePolicy
 }
 
 // EgressEntry is one connection of a proxy environment.
@@ -109,6 +128,9 @@ type Request struct {
 	// Secrets are injected secrets (CheckSecrets): every command on its
 	// agent holds placeholders, the server adds the values on the way out.
 	Secrets []SecretRequest
+	// Idle puts it to sleep when unused (only on a runtime that can
+	// hibernate, for IdleAfter; DeleteAfter on any).
+	Idle ports.IdlePolicy
 }
 
 // Observation is what a refresh saw of an environment.
@@ -123,7 +145,8 @@ type Observation struct {
 // never came stays failed while it runs.
 func Next(current State, o Observation) State {
 	switch {
-	case current == StateProvisioning || current == StateDeleting:
+	case current == StateProvisioning || current == StateDeleting ||
+		current == StateHibernating || current == StateWaking:
 		return current
 	case o.Gone:
 		return StateFailed
@@ -135,6 +158,8 @@ func Next(current State, o Observation) State {
 		return StateFailed
 	case ports.EnvPaused:
 		return StatePaused
+	case ports.EnvHibernated:
+		return StateHibernated
 	case ports.EnvRunning:
 		if o.AgentConnected {
 			return StateReady
@@ -165,6 +190,8 @@ func FromRuntime(st ports.EnvState) State {
 		return StateBooting
 	case ports.EnvPaused:
 		return StatePaused
+	case ports.EnvHibernated:
+		return StateHibernated
 	case ports.EnvFailed:
 		return StateFailed
 	}

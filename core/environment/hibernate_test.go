@@ -2,35 +2,298 @@ package environment
 
 import (
 	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
 	"time"
 
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
+	"github.com/agentic-sandbox/agentic-sandbox/ports/portsfake"
 )
 
-// The fake runtime hibernates by state alone: what it saved is a number.
-func (r *fakeRuntime) Hibernate(_ context.Context, n string) (ports.Hibernation, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+// The plain fake runtime cannot hibernate.
+func (r *fakeRuntime) Hibernate(context.Context, string) (ports.Hibernation, error) {
+	return ports.Hibernation{}, ports.ErrUnsupported
+}
+
+func (r *fakeRuntime) Wake(context.Context, string) error { return ports.ErrUnsupported }
+
+// sleeper is the fake runtime hibernating with memory: what it saved is a
+// number, and a wake brings the agent back (a new connection) unless
+// wakeErr says the saved state is lost.
+type sleeper struct {
+	*fakeRuntime
+	agents  *portsfake.Directory
+	wakes   atomic.Int32
+	mu      sync.Mutex
+	wakeErr error
+	// gate, when set, holds every Wake until it is closed.
+	gate chan struct{}
+}
+
+func (r *sleeper) Capabilities() ports.RuntimeCapabilities {
+	c := r.fakeRuntime.Capabilities()
+	c.Runtime, c.Hibernate, c.Limits = "sleeper", ports.HibernateMemory, []ports.Limit{ports.LimitMemoryMB}
+	return c
+}
+
+func (r *sleeper) Hibernate(_ context.Context, n string) (ports.Hibernation, error) {
+	r.fakeRuntime.mu.Lock()
+	defer r.fakeRuntime.mu.Unlock()
 	e, ok := r.envs[n]
 	if !ok {
 		return ports.Hibernation{}, ports.ErrEnvNotFound
 	}
-	if r.caps == nil || r.caps.Hibernate.Of() == ports.HibernateNone {
-		return ports.Hibernation{}, ports.ErrUnsupported
+	if e.State != ports.EnvRunning {
+		return ports.Hibernation{}, errors.New("not running")
 	}
 	e.State, e.HibernatedAt, e.SavedBytes = ports.EnvHibernated, time.Now(), 4096
 	r.envs[n] = e
-	return ports.Hibernation{Mode: r.caps.Hibernate, Bytes: e.SavedBytes, At: e.HibernatedAt}, nil
+	r.agents.SetStatus(n, ports.AgentDisconnected)
+	return ports.Hibernation{Mode: ports.HibernateMemory, Bytes: e.SavedBytes, At: e.HibernatedAt}, nil
 }
 
-func (r *fakeRuntime) Wake(_ context.Context, n string) error {
+func (r *sleeper) Wake(_ context.Context, n string) error {
+	r.wakes.Add(1)
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	e, ok := r.envs[n]
-	if !ok {
-		return ports.ErrEnvNotFound
+	gate, wakeErr := r.gate, r.wakeErr
+	r.mu.Unlock()
+	if gate != nil {
+		<-gate
 	}
-	e.State, e.HibernatedAt, e.SavedBytes = ports.EnvRunning, time.Time{}, 0
-	r.envs[n] = e
+	if wakeErr != nil {
+		return wakeErr
+	}
+	if err := r.set(n, ports.EnvRunning); err != nil {
+		return err
+	}
+	r.agents.Add(ports.AgentInfo{ID: n, Status: ports.AgentReady, ConnectedAt: time.Now()})
 	return nil
+}
+
+// sleepy is a fixture with the sleeper runtime and one ready environment.
+func sleepy(t *testing.T, name string, idle ports.IdlePolicy) (*fixture, *sleeper) {
+	t.Helper()
+	f := newFixture(t, time.Minute)
+	rt := &sleeper{fakeRuntime: f.rt, agents: f.agents}
+	f.svc.cfg.Runtimes["sleeper"] = rt
+	if _, err := f.svc.Create(context.Background(), Request{Runtime: "sleeper", Name: name, Idle: idle,
+		Resources: ports.Resources{MemoryMB: 64}}); err != nil {
+		t.Fatal(err)
+	}
+	f.agents.Add(ports.AgentInfo{ID: name, Status: ports.AgentReady, ConnectedAt: time.Now()})
+	waitState(t, f.svc, name, StateReady)
+	return f, rt
+}
+
+func TestHibernateFollowsTheCapability(t *testing.T) {
+	f := newFixture(t, time.Minute)
+	ctx := context.Background()
+	if _, err := f.svc.Create(ctx, Request{Runtime: "fake", Name: "plain"}); err != nil {
+		t.Fatal(err)
+	}
+	f.agents.SetStatus("plain", ports.AgentReady)
+	waitState(t, f.svc, "plain", StateReady)
+	if _, err := f.svc.Hibernate(ctx, "plain"); !errors.Is(err, ports.ErrUnsupported) {
+		t.Fatalf("hibernate on a runtime without it: %v", err)
+	}
+	if e, _ := f.svc.Get("plain"); e.State != StateReady || e.Hibernate != ports.HibernateNone {
+		t.Fatalf("a refused hibernation changed the environment: %+v", e)
+	}
+	// An idle policy it cannot follow is refused before anything is made.
+	_, err := f.svc.Create(ctx, Request{Runtime: "fake", Name: "sleepless", Idle: ports.IdlePolicy{IdleAfter: time.Minute}})
+	if !errors.Is(err, ports.ErrInvalidSpec) || !strings.Contains(err.Error(), "cannot hibernate") {
+		t.Fatalf("idle_after on a runtime that cannot hibernate: %v", err)
+	}
+	if _, err := f.svc.Create(ctx, Request{Runtime: "fake", Name: "neg", Idle: ports.IdlePolicy{DeleteAfter: -time.Second}}); !errors.Is(err, ports.ErrInvalidSpec) {
+		t.Fatalf("a negative delete_after: %v", err)
+	}
+	if _, ok := f.svc.Get("sleepless"); ok || len(f.rt.specs) != 1 {
+		t.Fatalf("refused requests were provisioned: %v", f.rt.specs)
+	}
+}
+
+func TestHibernateThenWakeOnUseWakesOnceForConcurrentCallers(t *testing.T) {
+	f, rt := sleepy(t, "box", ports.IdlePolicy{})
+	ctx := context.Background()
+	e, err := f.svc.Hibernate(ctx, "box")
+	if err != nil || e.State != StateHibernated || e.SavedBytes != 4096 || e.SleepReason != Requested || e.HibernatedAt.IsZero() {
+		t.Fatalf("hibernate: %+v %v", e, err)
+	}
+	if again, err := f.svc.Hibernate(ctx, "box"); err != nil || again.State != StateHibernated {
+		t.Fatalf("a second hibernate: %+v %v", again, err)
+	}
+	if n, bytes := f.svc.Hibernated(); n != 1 || bytes != 4096 {
+		t.Fatalf("Hibernated() = %d, %d", n, bytes)
+	}
+	waitState(t, f.svc, "box", StateHibernated) // a refresh agrees with the runtime
+
+	rt.mu.Lock()
+	rt.gate = make(chan struct{})
+	rt.mu.Unlock()
+	const callers = 8
+	errs := make(chan error, callers)
+	var releases sync.WaitGroup
+	for range callers {
+		go func() {
+			release, err := f.svc.Use(ctx, "box", ports.UseExec)
+			if err == nil {
+				releases.Add(1)
+				defer releases.Done()
+				defer release()
+				if e, _ := f.svc.Get("box"); e.State != StateReady {
+					err = errors.New("a caller went on before the wake ended: " + string(e.State))
+				}
+			}
+			errs <- err
+		}()
+	}
+	if !testkit.Within(15*time.Second, func() bool { return rt.wakes.Load() == 1 }) {
+		t.Fatal("no wake began")
+	}
+	if e, _ := f.svc.Get("box"); e.State != StateWaking {
+		t.Fatalf("state during the wake: %s", e.State)
+	}
+	rt.mu.Lock()
+	close(rt.gate)
+	rt.gate = nil
+	rt.mu.Unlock()
+	for range callers {
+		if err := testkit.Receive(t, 15*time.Second, errs, "a caller's use"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	releases.Wait()
+	if n := rt.wakes.Load(); n != 1 {
+		t.Fatalf("%d callers woke it %d times", callers, n)
+	}
+	e, _ = f.svc.Get("box")
+	if e.State != StateReady || e.SavedBytes != 0 || e.LastActivityKind != ports.UseExec || e.LastActivity.IsZero() {
+		t.Fatalf("after the wake: %+v", e)
+	}
+	steps := []string{}
+	for _, ev := range e.Events {
+		steps = append(steps, ev.Step)
+	}
+	if got := strings.Join(steps, " "); !strings.HasSuffix(got, "hibernating hibernated waking woke") {
+		t.Fatalf("events %s", got)
+	}
+	// Use of an awake environment, and of an agent that is none's, returns at once.
+	for _, id := range []string{"box", "hand-made-agent"} {
+		release, err := f.svc.Use(ctx, id, ports.UseFiles)
+		if err != nil {
+			t.Fatal(err)
+		}
+		release()
+		release() // twice is harmless
+	}
+	if rt.wakes.Load() != 1 {
+		t.Fatal("a use of an awake environment woke it")
+	}
+}
+
+func TestAWakeThatFailsLeavesTheEnvironmentFailedWithTheReason(t *testing.T) {
+	f, rt := sleepy(t, "box", ports.IdlePolicy{})
+	ctx := context.Background()
+	if _, err := f.svc.Hibernate(ctx, "box"); err != nil {
+		t.Fatal(err)
+	}
+	rt.mu.Lock()
+	rt.wakeErr = ports.ErrSavedStateLost
+	rt.mu.Unlock()
+	_, err := f.svc.Use(ctx, "box", ports.UseSession)
+	if !errors.Is(err, ports.ErrWakeFailed) || !strings.Contains(err.Error(), "saved state") {
+		t.Fatalf("use of an environment that cannot wake: %v", err)
+	}
+	e, _ := f.svc.Get("box")
+	if e.State != StateFailed || !strings.Contains(e.Error, "saved state") {
+		t.Fatalf("after a failed wake: %+v", e)
+	}
+	// Failed, not asleep: a second use does not try again.
+	if _, err := f.svc.Use(ctx, "box", ports.UseSession); err != nil || rt.wakes.Load() != 1 {
+		t.Fatalf("second use: %v, %d wakes", err, rt.wakes.Load())
+	}
+}
+
+func TestOnlyARunningEnvironmentHibernatesAndTheLimitHolds(t *testing.T) {
+	f, _ := sleepy(t, "box", ports.IdlePolicy{})
+	ctx := context.Background()
+	if _, err := f.svc.Stop(ctx, "box"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.svc.Hibernate(ctx, "box"); !errors.Is(err, ErrWrongState) {
+		t.Fatalf("hibernate of a stopped environment: %v", err)
+	}
+	if _, err := f.svc.Hibernate(ctx, "nope"); !errors.Is(err, ports.ErrEnvNotFound) {
+		t.Fatalf("hibernate of an unknown environment: %v", err)
+	}
+	if _, err := f.svc.Wake(ctx, "nope"); !errors.Is(err, ports.ErrEnvNotFound) {
+		t.Fatalf("wake of an unknown environment: %v", err)
+	}
+
+	// 64 MiB of memory to save, 32 MiB allowed.
+	f2, _ := sleepy(t, "big", ports.IdlePolicy{})
+	f2.svc.cfg.HibernateMaxBytes = 32 << 20
+	if _, err := f2.svc.Hibernate(ctx, "big"); !errors.Is(err, ErrHibernateLimit) {
+		t.Fatalf("hibernate past the limit: %v", err)
+	}
+	if e, _ := f2.svc.Get("big"); e.State != StateReady {
+		t.Fatalf("a refused hibernation changed the state: %s", e.State)
+	}
+}
+
+func TestIdlePolicyHibernatesUnusedEnvironmentsAndDeletesSleepingOnes(t *testing.T) {
+	f, _ := sleepy(t, "idle", ports.IdlePolicy{IdleAfter: 200 * time.Millisecond, DeleteAfter: 400 * time.Millisecond})
+	ctx := context.Background()
+	if got := f.rt.specs["idle"].Labels; got[ports.LabelIdleAfter] != "200ms" || got[ports.LabelDeleteAfter] != "400ms" {
+		t.Fatalf("the policy is not kept with the environment: %v", got)
+	}
+	// A second one held by a viewer never sleeps.
+	if _, err := f.svc.Create(ctx, Request{Runtime: "sleeper", Name: "watched", Idle: ports.IdlePolicy{IdleAfter: 200 * time.Millisecond}}); err != nil {
+		t.Fatal(err)
+	}
+	f.agents.Add(ports.AgentInfo{ID: "watched", Status: ports.AgentReady, ConnectedAt: time.Now()})
+	waitState(t, f.svc, "watched", StateReady)
+	release, err := f.svc.Use(ctx, "watched", ports.UseViewer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.svc.Recover(ctx) // starts the idle keeper
+
+	e := waitState(t, f.svc, "idle", StateHibernated)
+	if !strings.HasPrefix(e.SleepReason, "idle for 200ms") {
+		t.Fatalf("sleep reason %q", e.SleepReason)
+	}
+	// Then, asleep past delete_after, it goes.
+	if !testkit.Within(15*time.Second, func() bool { _, ok := f.svc.Get("idle"); return !ok }) {
+		t.Fatal("a hibernated environment outlived its delete_after")
+	}
+	if _, kept := f.rt.envs["idle"]; kept {
+		t.Fatal("deleted but not destroyed")
+	}
+	if e, _ := f.svc.Get("watched"); e.State != StateReady {
+		t.Fatalf("an environment with a viewer attached went to sleep: %s", e.State)
+	}
+	// Released, it sleeps too.
+	release()
+	waitState(t, f.svc, "watched", StateHibernated)
+}
+
+func TestAHibernatedEnvironmentIsFoundAfterARestart(t *testing.T) {
+	f := newFixture(t, time.Minute)
+	f.rt.envs["old"] = ports.Environment{Name: "old", Runtime: "sleeper", State: ports.EnvHibernated, SavedBytes: 123,
+		HibernatedAt: time.Now().Add(-time.Hour), Labels: map[string]string{ports.LabelIdleAfter: "1h0m0s", ports.LabelDeleteAfter: "bogus"}}
+	rt := &sleeper{fakeRuntime: f.rt, agents: f.agents}
+	f.svc.cfg.Runtimes = map[string]ports.Runtime{"sleeper": rt}
+	f.svc.Recover(context.Background())
+	e, ok := f.svc.Get("old")
+	if !ok || e.State != StateHibernated || e.SavedBytes != 123 || e.Idle.IdleAfter != time.Hour || e.Idle.DeleteAfter != 0 {
+		t.Fatalf("recovered: %+v", e)
+	}
+	if e, err := f.svc.Wake(context.Background(), "old"); err != nil || e.State != StateReady {
+		t.Fatalf("wake after a restart: %+v %v", e, err)
+	}
 }

@@ -91,6 +91,9 @@ func (s *Service) CheckPool(p ports.Pool) error {
 	if _, err := s.allowedHosts(req); err != nil {
 		return err
 	}
+	if err := CheckIdlePolicy(p.Idle, rt.Capabilities()); err != nil {
+		return err
+	}
 	// Checked as a member's spec will be; its secret is made at provision.
 	return rt.Capabilities().CheckSpec(ports.EnvironmentSpec{Name: req.Name, Image: req.Image, Profile: req.Profile,
 		Resources: req.Resources, Network: req.Network, ReadOnlyRoot: req.ReadOnlyRoot, Tier: req.Tier, Placement: req.Placement,
@@ -342,6 +345,9 @@ func (s *Service) take(ctx context.Context, req Request, allowed []string, kind 
 	rec.env.Events = appendEvent(rec.env.Events, Event{At: start, Step: "taken",
 		Message: fmt.Sprintf("from pool %s (member %s)", p.def.Name, member)})
 	rec.unhealthySince = time.Time{}
+	if rt := s.runtimes()[rec.env.Runtime]; rt != nil {
+		rec.env.Idle = takenPolicy(p.def, rt.Capabilities())
+	}
 	s.envs[req.Name] = rec
 	p.hits++
 	defer s.forgetPublicPorts(req.Name)
@@ -365,6 +371,7 @@ func (s *Service) take(ctx context.Context, req Request, allowed []string, kind 
 			// Nothing changed on the member's side: it is idle again.
 			rec.pool, rec.runtimeName = p.def.Name, ""
 			rec.env.Name, rec.env.AgentID, rec.env.State = member, member, StateReady
+			rec.env.Idle = ports.IdlePolicy{}
 			s.envs[member] = rec
 		}
 		s.mu.Unlock()

@@ -93,6 +93,15 @@ type Config struct {
 	Injected *inject.Registry
 	Secrets  SecretSource
 	Random   func([]byte) error
+	// HibernateMaxBytes bounds the disk the saved states of hibernated
+	// environments take together (AGENTIC_HIBERNATE_MAX_BYTES; 0: no bound);
+	// a hibernation past it is refused (ErrHibernateLimit).
+	HibernateMaxBytes int64
+	// WakeTimeout bounds a hibernation and a wake (default
+	// DefaultWakeTimeout); a wake past it leaves the environment failed.
+	WakeTimeout time.Duration
+	// ObserveHibernate and ObserveWake record how long each took, by runtime.
+	ObserveHibernate, ObserveWake func(runtime string, d time.Duration)
 }
 
 // maxEvents bounds the events kept per environment.
@@ -118,6 +127,12 @@ type record struct {
 	// holds for them (by name).
 	secrets      []InjectedSecret
 	placeholders map[string]string
+	// transition is closed when the hibernation or wake under way ends
+	// (nil: none is).
+	transition chan struct{}
+	// sleptAt is when this server saw it hibernate (zero if before a
+	// restart), stoppedAt when the idle keeper first saw it stopped.
+	sleptAt, stoppedAt time.Time
 }
 
 // rtName is the record's name on its runtime.
@@ -142,8 +157,10 @@ type Service struct {
 	// written once published (copied on write).
 	rtMu sync.RWMutex
 
-	mu    sync.Mutex
-	envs  map[string]*record
+	mu   sync.Mutex
+	envs map[string]*record
+	// acts is the activity of each environment by name (*activity).
+	acts  sync.Map
 	pools map[string]*pool
 	wg    sync.WaitGroup
 
@@ -168,6 +185,9 @@ func New(cfg Config) *Service {
 	}
 	if cfg.DiscoverEvery <= 0 {
 		cfg.DiscoverEvery = 15 * time.Second
+	}
+	if cfg.WakeTimeout <= 0 {
+		cfg.WakeTimeout = DefaultWakeTimeout
 	}
 	life, end := context.WithCancel(context.Background())
 	return &Service{cfg: cfg, log: cfg.Logger.With("component", "environments"), envs: map[string]*record{}, life: life, end: end,
@@ -308,6 +328,8 @@ func (s *Service) Recover(ctx context.Context) {
 		s.recoverRuntime(ctx, name, rts[name], claims)
 	}
 	s.startPools()
+	s.wg.Add(1)
+	go s.keepIdle()
 	if s.cfg.Discover != nil {
 		s.wg.Add(1)
 		go s.watchRuntimes()
@@ -336,6 +358,9 @@ func (s *Service) recoverRuntime(ctx context.Context, name string, rt ports.Runt
 			if claim, ok := claims[e.Name]; ok {
 				// Taken before the restart: the caller's environment.
 				rec.runtimeName, rec.env.Name, rec.env.AgentID = e.Name, claim, claim
+				if p, ok := s.pools[pool]; ok {
+					rec.env.Idle = takenPolicy(p.def, rt.Capabilities())
+				}
 			} else if _, kept := s.pools[pool]; kept {
 				rec.pool = pool
 			} else {
@@ -393,6 +418,8 @@ func fromRuntime(e ports.Environment, runtime string) Environment {
 	if e.State == ports.EnvFailed {
 		env.Error = e.Detail
 	}
+	env.Idle = policyOf(e.Labels)
+	env.HibernatedAt, env.SavedBytes = e.HibernatedAt, e.SavedBytes
 	return env
 }
 
@@ -456,6 +483,9 @@ func (s *Service) create(ctx context.Context, req Request, pool string) (Environ
 	if err := CheckLabels(req.Labels); err != nil {
 		return Environment{}, err
 	}
+	if err := CheckIdlePolicy(req.Idle, rt.Capabilities()); err != nil {
+		return Environment{}, err
+	}
 	secrets, err := CheckSecrets(req.Secrets)
 	if err != nil {
 		return Environment{}, err
@@ -485,7 +515,9 @@ func (s *Service) create(ctx context.Context, req Request, pool string) (Environ
 	// What only the request says is kept with the environment itself
 	// (labels), for a restarted server.
 	// The request's own labels too, under the internal ones.
-	if labels := specLabels(req.Network, allowed, req.Tier, placement); len(labels) > 0 || len(req.Labels) > 0 {
+	labels := specLabels(req.Network, allowed, req.Tier, placement)
+	policyLabels(req.Idle, labels)
+	if len(labels) > 0 || len(req.Labels) > 0 {
 		spec.Labels = maps.Clone(req.Labels)
 		if spec.Labels == nil {
 			spec.Labels = map[string]string{}
@@ -502,9 +534,10 @@ func (s *Service) create(ctx context.Context, req Request, pool string) (Environ
 			spec.Labels = map[string]string{}
 		}
 		spec.Labels[ports.LabelPool] = pool
-	} else if len(req.Labels) > 0 || len(secrets) > 0 {
+	} else if len(req.Labels) > 0 || len(secrets) > 0 || req.Idle != (ports.IdlePolicy{}) {
 		// A pool's member carries no labels, and a taken member's runtime
-		// would not keep them across a restart: provisioned instead.
+		// would not keep them (nor an idle policy of its own) across a
+		// restart: provisioned instead.
 	} else if env, taken, err := s.take(ctx, req, allowed, rt.Capabilities().Isolation); taken || err != nil {
 		return env, err
 	}
@@ -519,7 +552,7 @@ func (s *Service) create(ctx context.Context, req Request, pool string) (Environ
 	rec := &record{cancel: cancel, requested: now, pool: pool, env: Environment{
 		Name: req.Name, Runtime: req.Runtime, State: StateProvisioning, Image: req.Image, Network: req.Network,
 		Resources: req.Resources, Tier: req.Tier, Placement: placement, AgentID: req.Name, CreatedAt: now, AllowedHosts: allowed,
-		Labels: maps.Clone(req.Labels), Events: []Event{{At: now, Step: "requested"}}, Secrets: secrets,
+		Labels: maps.Clone(req.Labels), Events: []Event{{At: now, Step: "requested"}}, Secrets: secrets, Idle: req.Idle,
 	}}
 	s.envs[req.Name] = rec
 	s.mu.Unlock()
@@ -671,7 +704,7 @@ func (s *Service) markReady(name string, observed bool) {
 	// one an operator paused or stopped meanwhile stays so (a late wake of
 	// the agent's wait undid a pause once: TestPauseAndResumeFollowTheCapability).
 	// What the runtime itself reports (observed) decides either way.
-	held := rec != nil && !observed && (rec.env.State == StatePaused || rec.env.State == StateStopped)
+	held := rec != nil && !observed && (rec.env.State == StatePaused || rec.env.State == StateStopped || asleep(rec.env.State))
 	if !ok || held || rec.env.State == StateReady || rec.env.State == StateDeleting {
 		s.mu.Unlock()
 		return
@@ -755,6 +788,12 @@ func (s *Service) get(name string) (found, bool) {
 	if a, ok := s.cfg.Agents.Agent(name); ok {
 		e.AgentStatus = a.Status
 	}
+	if v, ok := s.acts.Load(name); ok {
+		e.LastActivity, e.LastActivityKind = v.(*activity).lastUse()
+	}
+	if rt := s.runtimes()[e.Runtime]; rt != nil {
+		e.Hibernate = rt.Capabilities().Hibernate.Of()
+	}
 	return found{Environment: e, pool: rec.pool, runtimeName: rec.rtName()}, true
 }
 
@@ -803,6 +842,9 @@ func (s *Service) Start(ctx context.Context, name string) (Environment, error) {
 	e, rt, err := s.lookup(name, false)
 	if err != nil {
 		return Environment{}, err
+	}
+	if asleep(e.State) {
+		return s.Wake(ctx, name)
 	}
 	if err := rt.Start(ctx, e.runtimeName); err != nil {
 		return Environment{}, err
@@ -1004,6 +1046,7 @@ func (s *Service) forget(name string) {
 	s.mu.Lock()
 	delete(s.envs, name)
 	s.mu.Unlock()
+	s.acts.Delete(name)
 	s.changed()
 	s.forgetPublicPorts(name)
 }

@@ -5,7 +5,7 @@ import "testing"
 // The states' words are the API's (EnvironmentState in openapi.yaml): a
 // renamed constant must not change what clients read.
 func TestStateWords(t *testing.T) {
-	want := []string{"provisioning", "booting", "ready", "paused", "stopped", "failed", "deleting"}
+	want := []string{"provisioning", "booting", "ready", "paused", "hibernating", "hibernated", "waking", "stopped", "failed", "deleting"}
 	if len(States) != len(want) {
 		t.Fatalf("States = %v, want the words %v", States, want)
 	}

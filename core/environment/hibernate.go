@@ -1,0 +1,506 @@
+package environment
+
+// Sleep and wake: an environment hibernates (its runtime saves it to disk
+// and frees its memory and CPU) when asked or when its idle policy says so,
+// and wakes when asked or when work is aimed at it (Use). One transition at
+// a time per environment: concurrent callers of a wake wait for the one
+// wake under way.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+// Errors of Hibernate.
+var (
+	// ErrWrongState is an operation the environment's state does not allow
+	// (hibernating one that is not running).
+	ErrWrongState = errors.New("not possible in the environment's state")
+	// ErrHibernateLimit is a hibernation that would take the saved states
+	// past Config.HibernateMaxBytes.
+	ErrHibernateLimit = errors.New("the saved states of hibernated environments would exceed their limit")
+)
+
+// Defaults of the sleep and wake settings.
+const (
+	// DefaultWakeTimeout bounds a wake: the runtime's restore and the
+	// agent's return (a VM under TCG restores in about a second).
+	DefaultWakeTimeout = 2 * time.Minute
+	// DefaultTakenIdleAfter is the idle policy of an environment taken from
+	// a pool whose definition names none: a member taken and then left
+	// does not hold its memory forever.
+	DefaultTakenIdleAfter = 30 * time.Minute
+	// Requested is the SleepReason of an explicit Hibernate.
+	Requested = "requested"
+)
+
+// activity is what the idle clock knows of one environment: when it was
+// last used, for what, and how many pieces of work hold it now.
+type activity struct {
+	last  atomic.Int64 // unix nanoseconds
+	kind  atomic.Pointer[string]
+	holds atomic.Int32
+}
+
+func (a *activity) touch(at time.Time, kind string) {
+	a.last.Store(at.UnixNano())
+	a.kind.Store(&kind)
+}
+
+func (a *activity) lastUse() (time.Time, string) {
+	n := a.last.Load()
+	if n == 0 {
+		return time.Time{}, ""
+	}
+	kind := ""
+	if k := a.kind.Load(); k != nil {
+		kind = *k
+	}
+	return time.Unix(0, n), kind
+}
+
+// activityOf is the activity of an environment (not a pool's untaken
+// member), nil for an agent that is no environment's.
+func (s *Service) activityOf(name string) *activity {
+	if a, ok := s.acts.Load(name); ok {
+		return a.(*activity)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if rec, ok := s.envs[name]; !ok || rec.pool != "" {
+		return nil
+	}
+	a, _ := s.acts.LoadOrStore(name, &activity{})
+	return a.(*activity)
+}
+
+// Touch records a use of agentID's environment that holds nothing (output
+// of a session, bytes through a tunnel).
+func (s *Service) Touch(agentID, kind string) {
+	if a := s.activityOf(agentID); a != nil {
+		a.touch(s.cfg.Clock.Now(), kind)
+	}
+}
+
+// Use wakes agentID's environment when it sleeps and holds it in use by
+// kind until release (ports.EnvironmentUse).
+func (s *Service) Use(ctx context.Context, agentID, kind string) (func(), error) {
+	a := s.activityOf(agentID)
+	if a == nil {
+		return func() {}, nil
+	}
+	a.holds.Add(1)
+	a.touch(s.cfg.Clock.Now(), kind)
+	release := sync.OnceFunc(func() {
+		a.touch(s.cfg.Clock.Now(), kind)
+		a.holds.Add(-1)
+	})
+	if _, err := s.wake(ctx, agentID, kind); err != nil {
+		release()
+		if errors.Is(err, ports.ErrEnvNotFound) {
+			return func() {}, nil // deleted meanwhile: the work fails on its own
+		}
+		return func() {}, err
+	}
+	return release, nil
+}
+
+// Hibernate saves a running environment to disk through its runtime.
+func (s *Service) Hibernate(ctx context.Context, name string) (Environment, error) {
+	return s.hibernate(ctx, name, Requested)
+}
+
+// Wake runs a hibernated environment again and returns once its agent is
+// back; an environment that is not asleep is returned as it is.
+func (s *Service) Wake(ctx context.Context, name string) (Environment, error) {
+	if s.activityOf(name) == nil {
+		return Environment{}, fmt.Errorf("%w: %q", ports.ErrEnvNotFound, name)
+	}
+	s.Touch(name, ports.UseWake)
+	return s.wake(ctx, name, ports.UseWake)
+}
+
+// Hibernated counts the hibernated environments and the bytes their saved
+// states take on disk.
+func (s *Service) Hibernated() (count int, bytes int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, rec := range s.envs {
+		if rec.env.State == StateHibernated || rec.env.State == StateHibernating {
+			count++
+			bytes += rec.env.SavedBytes
+		}
+	}
+	return count, bytes
+}
+
+// settle waits, with s.mu held on entry and on return, for the transition
+// under way on name (a hibernation or a wake) to end; the record may be
+// gone after it.
+func (s *Service) settle(ctx context.Context, name string) (*record, error) {
+	for {
+		rec, ok := s.envs[name]
+		if !ok || rec.pool != "" {
+			return nil, fmt.Errorf("%w: %q", ports.ErrEnvNotFound, name)
+		}
+		if rec.transition == nil {
+			return rec, nil
+		}
+		done := rec.transition
+		s.mu.Unlock()
+		select {
+		case <-done:
+			s.mu.Lock()
+		case <-ctx.Done():
+			s.mu.Lock()
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (s *Service) hibernate(ctx context.Context, name, reason string) (Environment, error) {
+	f, rt, err := s.lookup(name, false)
+	if err != nil {
+		return Environment{}, err
+	}
+	mode := rt.Capabilities().Hibernate.Of()
+	if mode == ports.HibernateNone {
+		return Environment{}, fmt.Errorf("%w: the %s runtime cannot hibernate", ports.ErrUnsupported, f.Runtime)
+	}
+	s.mu.Lock()
+	rec, err := s.settle(ctx, name)
+	if err != nil {
+		s.mu.Unlock()
+		return Environment{}, err
+	}
+	switch rec.env.State {
+	case StateHibernated:
+		s.mu.Unlock()
+		got, _ := s.Get(name)
+		return got, nil
+	case StateReady, StateBooting:
+	default:
+		state := rec.env.State
+		s.mu.Unlock()
+		return Environment{}, fmt.Errorf("%w: %q is %s; only a running environment hibernates", ErrWrongState, name, state)
+	}
+	if max := s.cfg.HibernateMaxBytes; max > 0 {
+		var saved int64
+		for _, r := range s.envs {
+			saved += r.env.SavedBytes
+		}
+		// A memory save takes about the guest's memory; a filesystem one
+		// is known only once made.
+		estimate := int64(0)
+		if mode == ports.HibernateMemory {
+			estimate = int64(rec.env.Resources.MemoryMB) << 20
+		}
+		if saved >= max || saved+estimate > max {
+			s.mu.Unlock()
+			return Environment{}, fmt.Errorf("%w: %d bytes saved, %d more expected, limit %d (AGENTIC_HIBERNATE_MAX_BYTES): delete or wake a hibernated environment", ErrHibernateLimit, saved, estimate, max)
+		}
+	}
+	if rec.cancel != nil {
+		rec.cancel() // a wait for its agent: it is going away on purpose
+		rec.cancel = nil
+	}
+	done := make(chan struct{})
+	rec.transition = done
+	prev := rec.env.State
+	start := s.cfg.Clock.Now()
+	rec.env.State = StateHibernating
+	rec.env.Events = appendEvent(rec.env.Events, Event{At: start, Step: "hibernating", Message: reason})
+	s.mu.Unlock()
+	s.changed()
+
+	// The caller leaving must not leave the environment half saved.
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.WakeTimeout)
+	h, err := rt.Hibernate(hctx, f.runtimeName)
+	cancel()
+	now := s.cfg.Clock.Now()
+	s.mu.Lock()
+	rec.transition = nil
+	close(done)
+	if err != nil {
+		rec.env.State = prev
+		rec.env.Events = appendEvent(rec.env.Events, Event{At: now, Step: "hibernate_failed", Message: err.Error()})
+	} else {
+		if h.At.IsZero() {
+			h.At = now
+		}
+		rec.env.State, rec.sleptAt = StateHibernated, now
+		rec.env.HibernatedAt, rec.env.SavedBytes, rec.env.SleepReason = h.At, h.Bytes, reason
+		rec.env.Events = appendEvent(rec.env.Events, Event{At: now, Step: "hibernated",
+			Message: fmt.Sprintf("%s; %s: %d bytes on disk, after %s", reason, h.Mode, h.Bytes, now.Sub(start).Round(time.Millisecond))})
+	}
+	s.mu.Unlock()
+	s.changed()
+	if err != nil {
+		s.log.WarnContext(ctx, "environment could not hibernate", "name", name, "err", err)
+		return Environment{}, err
+	}
+	s.log.InfoContext(ctx, "environment hibernated", "name", name, "reason", reason, "mode", h.Mode, "saved_bytes", h.Bytes, "took", now.Sub(start))
+	if s.cfg.ObserveHibernate != nil {
+		s.cfg.ObserveHibernate(f.Runtime, now.Sub(start))
+	}
+	got, _ := s.Get(name)
+	return got, nil
+}
+
+// wake wakes name if it sleeps (why: what asked) and waits for it; every
+// caller meanwhile waits for the same wake. An environment that is not
+// asleep comes back at once, as it is.
+func (s *Service) wake(ctx context.Context, name, why string) (Environment, error) {
+	s.mu.Lock()
+	rec, err := s.settle(ctx, name)
+	if err != nil {
+		s.mu.Unlock()
+		return Environment{}, err
+	}
+	if rec.env.State != StateHibernated {
+		s.mu.Unlock()
+		got, _ := s.Get(name)
+		return got, nil
+	}
+	done := make(chan struct{})
+	rec.transition = done
+	rec.env.State = StateWaking
+	start := s.cfg.Clock.Now()
+	rec.env.Events = appendEvent(rec.env.Events, Event{At: start, Step: "waking", Message: "by " + why})
+	s.mu.Unlock()
+	s.changed()
+
+	s.wg.Add(1)
+	go s.runWake(rec, name, start, done)
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return Environment{}, ctx.Err()
+	}
+	got, ok := s.Get(name)
+	if !ok {
+		return Environment{}, fmt.Errorf("%w: %q", ports.ErrEnvNotFound, name)
+	}
+	if got.State == StateFailed {
+		return got, fmt.Errorf("%w: %s", ports.ErrWakeFailed, got.Error)
+	}
+	return got, nil
+}
+
+// runWake wakes rec through its runtime and waits for its agent, under the
+// service's life (not a caller's: others wait for the same wake).
+func (s *Service) runWake(rec *record, name string, start time.Time, done chan struct{}) {
+	defer s.wg.Done()
+	ctx, cancel := context.WithTimeout(s.life, s.cfg.WakeTimeout)
+	defer cancel()
+	err := s.wakeRuntime(ctx, rec, name)
+	now := s.cfg.Clock.Now()
+	s.mu.Lock()
+	rec.transition = nil
+	close(done)
+	var runtime string
+	if err != nil {
+		why := "wake: " + err.Error()
+		rec.env.State, rec.env.Error = StateFailed, why
+		rec.env.Events = appendEvent(rec.env.Events, Event{At: now, Step: "failed", Message: why})
+	} else {
+		rec.env.State, rec.env.Error, rec.env.ReadyAt = StateReady, "", now
+		rec.env.HibernatedAt, rec.env.SavedBytes, rec.env.SleepReason = time.Time{}, 0, ""
+		rec.env.Events = appendEvent(rec.env.Events, Event{At: now, Step: "woke", Message: fmt.Sprintf("after %s", now.Sub(start).Round(time.Millisecond))})
+		runtime = rec.env.Runtime
+	}
+	s.mu.Unlock()
+	s.changed()
+	if err != nil {
+		s.log.Error("environment could not be woken", "name", name, "err", err)
+		return
+	}
+	if a := s.activityOf(name); a != nil {
+		a.touch(now, ports.UseWake)
+	}
+	s.log.Info("environment woke", "name", name, "took", now.Sub(start))
+	if s.cfg.ObserveWake != nil {
+		s.cfg.ObserveWake(runtime, now.Sub(start))
+	}
+}
+
+// wakeRuntime asks the runtime to wake name and waits until its agent has
+// connected again (a connection made after it went to sleep).
+func (s *Service) wakeRuntime(ctx context.Context, rec *record, name string) error {
+	s.mu.Lock()
+	runtime, rtName, slept := rec.env.Runtime, rec.rtName(), rec.sleptAt
+	s.mu.Unlock()
+	rt := s.runtimes()[runtime]
+	if rt == nil {
+		return fmt.Errorf("%w: %s is not configured now", ports.ErrRuntimeUnavailable, runtime)
+	}
+	if err := rt.Wake(ctx, rtName); err != nil {
+		return err
+	}
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if a, ok := s.cfg.Agents.Agent(name); ok && a.Status.Working() && a.ConnectedAt.After(slept) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			if s.life.Err() != nil {
+				return errors.New("the server shut down during the wake")
+			}
+			return fmt.Errorf("the agent did not come back within %s of the wake", s.cfg.WakeTimeout)
+		case <-tick.C:
+		}
+	}
+}
+
+// asleep reports whether st is hibernated or on its way in or out.
+func asleep(st State) bool {
+	return st == StateHibernated || st == StateHibernating || st == StateWaking
+}
+
+// policyOf is the idle policy the labels of an environment keep.
+func policyOf(labels map[string]string) ports.IdlePolicy {
+	var p ports.IdlePolicy
+	if d, err := time.ParseDuration(labels[ports.LabelIdleAfter]); err == nil && d > 0 {
+		p.IdleAfter = d
+	}
+	if d, err := time.ParseDuration(labels[ports.LabelDeleteAfter]); err == nil && d > 0 {
+		p.DeleteAfter = d
+	}
+	return p
+}
+
+// policyLabels are the labels that keep p.
+func policyLabels(p ports.IdlePolicy, into map[string]string) {
+	if p.IdleAfter > 0 {
+		into[ports.LabelIdleAfter] = p.IdleAfter.String()
+	}
+	if p.DeleteAfter > 0 {
+		into[ports.LabelDeleteAfter] = p.DeleteAfter.String()
+	}
+}
+
+// CheckIdlePolicy refuses (ports.ErrInvalidSpec) a policy a runtime with
+// capabilities c cannot follow: negative times, or IdleAfter on a runtime
+// that cannot hibernate.
+func CheckIdlePolicy(p ports.IdlePolicy, c ports.RuntimeCapabilities) error {
+	if p.IdleAfter < 0 || p.DeleteAfter < 0 {
+		return fmt.Errorf("%w: idle_after and delete_after must not be negative", ports.ErrInvalidSpec)
+	}
+	if p.IdleAfter > 0 && c.Hibernate.Of() == ports.HibernateNone {
+		return fmt.Errorf("%w: idle_after: the %s runtime cannot hibernate (its capabilities say hibernate: none)", ports.ErrInvalidSpec, c.Runtime)
+	}
+	return nil
+}
+
+// takenPolicy is the idle policy of an environment taken from pool def.
+func takenPolicy(def ports.Pool, c ports.RuntimeCapabilities) ports.IdlePolicy {
+	p := def.Idle
+	if p.IdleAfter == 0 && c.Hibernate.Of() != ports.HibernateNone {
+		p.IdleAfter = DefaultTakenIdleAfter
+	}
+	return p
+}
+
+// keepIdle follows every environment's idle policy until the service
+// closes, looking as often as the shortest policy needs.
+func (s *Service) keepIdle() {
+	defer s.wg.Done()
+	for {
+		wait := s.idleRound()
+		select {
+		case <-s.life.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// idleRound puts to sleep and deletes what the policies say, and returns
+// how long to wait before the next round.
+func (s *Service) idleRound() time.Duration {
+	const most, least = 10 * time.Second, 50 * time.Millisecond
+	wait := most
+	now := s.cfg.Clock.Now()
+	var sleep, remove []string
+	s.mu.Lock()
+	for name, rec := range s.envs {
+		p := rec.env.Idle
+		if rec.pool != "" || rec.transition != nil || (p.IdleAfter == 0 && p.DeleteAfter == 0) {
+			continue
+		}
+		for _, d := range []time.Duration{p.IdleAfter, p.DeleteAfter} {
+			if d > 0 {
+				wait = min(wait, max(d/8, least))
+			}
+		}
+		switch rec.env.State {
+		case StateReady:
+			rec.stoppedAt = time.Time{}
+			if p.IdleAfter > 0 && s.idleFor(name, rec, now) >= p.IdleAfter {
+				sleep = append(sleep, name)
+			}
+		case StateHibernated:
+			if p.DeleteAfter > 0 && !rec.env.HibernatedAt.IsZero() && now.Sub(rec.env.HibernatedAt) >= p.DeleteAfter {
+				remove = append(remove, name)
+			}
+		case StateStopped:
+			if rec.stoppedAt.IsZero() {
+				rec.stoppedAt = now
+			}
+			if p.DeleteAfter > 0 && now.Sub(rec.stoppedAt) >= p.DeleteAfter {
+				remove = append(remove, name)
+			}
+		}
+	}
+	s.mu.Unlock()
+	for _, name := range sleep {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if e, ok := s.Get(name); ok {
+				_, _ = s.hibernate(s.life, name, fmt.Sprintf("idle for %s", e.Idle.IdleAfter))
+			}
+		}()
+	}
+	for _, name := range remove {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.log.Info("deleting an environment asleep past its delete_after", "name", name)
+			if err := s.Delete(s.life, name); err != nil && !errors.Is(err, ports.ErrEnvNotFound) {
+				s.log.Error("an environment past its delete_after could not be deleted", "name", name, "err", err)
+			}
+		}()
+	}
+	return wait
+}
+
+// idleFor is how long nothing has used rec (s.mu held): zero while work
+// holds it or its agent runs a command.
+func (s *Service) idleFor(name string, rec *record, now time.Time) time.Duration {
+	last := rec.env.ReadyAt
+	if v, ok := s.acts.Load(name); ok {
+		a := v.(*activity)
+		if a.holds.Load() > 0 {
+			return 0
+		}
+		if t, _ := a.lastUse(); t.After(last) {
+			last = t
+		}
+	}
+	if a, ok := s.cfg.Agents.Agent(name); ok && a.RunningCommands > 0 {
+		return 0
+	}
+	if last.IsZero() {
+		return 0
+	}
+	return now.Sub(last)
+}
