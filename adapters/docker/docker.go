@@ -215,6 +215,7 @@ func (r *Runtime) Capabilities() ports.RuntimeCapabilities {
 		Runtime:      RuntimeName,
 		Isolation:    ports.KindContainer,
 		Pause:        true,
+		Hibernate:    ports.HibernateFilesystem, // the files, not the memory: hibernate.go
 		NetworkModes: []ports.NetworkMode{ports.NetworkNone, ports.NetworkProxy, ports.NetworkHost, ports.NetworkBridge},
 		Limits:       []ports.Limit{ports.LimitCPUs, ports.LimitMemoryMB, ports.LimitPIDs},
 		ReadOnlyRoot: true,
@@ -676,7 +677,11 @@ func (r *Runtime) Start(ctx context.Context, name string) error {
 	if c.State != nil && c.State.Paused {
 		return r.idErr("unpause", name, r.cli.ContainerUnpause(ctx, id))
 	}
-	return r.idErr("start", name, r.cli.ContainerStart(ctx, id, container.StartOptions{}))
+	if err := r.idErr("start", name, r.cli.ContainerStart(ctx, id, container.StartOptions{})); err != nil {
+		return err
+	}
+	// A hibernated environment started is awake (its files were all it kept).
+	return r.removeMarker(name)
 }
 
 // Stop implements ports.Runtime: SIGTERM, then SIGKILL after StopTimeout.
@@ -693,16 +698,6 @@ func (r *Runtime) Stop(ctx context.Context, name string) error {
 	}
 	secs := int((r.cfg.StopTimeout + time.Second - 1) / time.Second)
 	return r.idErr("stop", name, r.cli.ContainerStop(ctx, id, container.StopOptions{Timeout: &secs}))
-}
-
-// Hibernate is not offered yet.
-func (r *Runtime) Hibernate(context.Context, string) (ports.Hibernation, error) {
-	return ports.Hibernation{}, fmt.Errorf("%w: the docker runtime cannot hibernate", ports.ErrUnsupported)
-}
-
-// Wake is not offered yet.
-func (r *Runtime) Wake(context.Context, string) error {
-	return fmt.Errorf("%w: the docker runtime cannot hibernate", ports.ErrUnsupported)
 }
 
 // Pause freezes an environment's processes (cgroup freezer).
@@ -723,19 +718,32 @@ func (r *Runtime) Resume(ctx context.Context, name string) error {
 	return r.idErr("unpause", name, r.cli.ContainerUnpause(ctx, id))
 }
 
-// Destroy implements ports.Runtime: a forced remove with its anonymous volumes.
+// Destroy implements ports.Runtime: a forced remove with its anonymous
+// volumes, its secret and its hibernation marker.
 func (r *Runtime) Destroy(ctx context.Context, name string) error {
 	id, err := r.find(ctx, name)
+	if errors.Is(err, ports.ErrEnvNotFound) {
+		// Removed behind the server's back: what was kept for it goes too.
+		if ferr := r.removeFiles(name); ferr != nil {
+			return ferr
+		}
+	}
 	if err != nil {
 		return err
 	}
 	if err := r.idErr("remove", name, r.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})); err != nil {
 		return err
 	}
+	return r.removeFiles(name)
+}
+
+// removeFiles removes what the host keeps for an environment: its agent
+// secret and its hibernation marker.
+func (r *Runtime) removeFiles(name string) error {
 	if err := os.Remove(r.secretFile(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("docker: %w", err)
 	}
-	return nil
+	return r.removeMarker(name)
 }
 
 // secretFile is where an environment's agent secret lives on the host.
@@ -779,7 +787,7 @@ func (r *Runtime) inspectID(ctx context.Context, id, name string) (ports.Environ
 	if err != nil {
 		return ports.Environment{}, r.idErr("inspect", name, err)
 	}
-	return toEnv(c), nil
+	return r.markHibernated(toEnv(c)), nil
 }
 
 // List implements ports.Runtime: every container of this owner, any state.
@@ -801,7 +809,7 @@ func (r *Runtime) List(ctx context.Context) ([]ports.Environment, error) {
 		if err != nil {
 			return nil, engineErr("inspect", err)
 		}
-		envs = append(envs, toEnv(c))
+		envs = append(envs, r.markHibernated(toEnv(c)))
 	}
 	return envs, nil
 }

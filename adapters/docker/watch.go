@@ -115,7 +115,7 @@ func (r *Runtime) event(ctx context.Context, m events.Message, at time.Time) Eve
 	c, err := r.cli.ContainerInspect(ctx, m.Actor.ID)
 	switch {
 	case err == nil:
-		ev.Env = toEnv(c)
+		ev.Env = r.markHibernated(toEnv(c))
 	case cerrdefs.IsNotFound(err):
 		ev.Removed = true
 	default:

@@ -51,6 +51,7 @@ func TestDocker(t *testing.T) {
 	t.Run("Recover", func(t *testing.T) { dockerRecover(t, d) })
 	t.Run("ServerRestart", func(t *testing.T) { dockerServerRestart(t, d) })
 	t.Run("Timings", func(t *testing.T) { dockerTimings(t, d) })
+	t.Run("Hibernate", func(t *testing.T) { dockerHibernate(t, d) })
 	// After the others: it restarts the daemon.
 	t.Run("DaemonRestart", func(t *testing.T) { dockerDaemonRestart(t, d) })
 	// Every subtest destroyed what it made; the engine holds nothing more.

@@ -1,0 +1,116 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+// Hibernation against a real dockerd is tested in cmd/internal/runtimetest
+// (TestDocker/Hibernate); these need no engine.
+
+func offlineIn(t *testing.T, secrets string) *Runtime {
+	t.Helper()
+	rt, err := New(Config{Host: "unix://" + filepath.Join(t.TempDir(), "none.sock"), SecretDir: secrets})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close() })
+	return rt
+}
+
+func TestHibernateCapabilityIsFilesystem(t *testing.T) {
+	if got := offline(t).Capabilities().Hibernate; got != ports.HibernateFilesystem {
+		t.Errorf("Capabilities().Hibernate = %q, want filesystem (the memory needs a working criu: hibernate.go)", got)
+	}
+}
+
+func TestHibernateUnreachableEngine(t *testing.T) {
+	rt := offline(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := rt.Hibernate(ctx, "x"); !errors.Is(err, ports.ErrRuntimeUnavailable) {
+		t.Errorf("Hibernate: %v, want ErrRuntimeUnavailable", err)
+	}
+	if err := rt.Wake(ctx, "x"); !errors.Is(err, ports.ErrRuntimeUnavailable) {
+		t.Errorf("Wake: %v, want ErrRuntimeUnavailable", err)
+	}
+}
+
+// markHibernated: only a container that does not run and has a marker
+// naming it is hibernated; the marker survives a new adapter (a restarted
+// server) on the same directory; an unreadable one says why.
+func TestMarkHibernated(t *testing.T) {
+	dir := t.TempDir()
+	rt := offlineIn(t, dir)
+	at := time.Date(2026, 12, 5, 15, 0, 0, 0, time.UTC)
+	stopped := ports.Environment{Name: "dev", RuntimeID: "c1", State: ports.EnvStopped, Detail: "exit code 0"}
+
+	if got := rt.markHibernated(stopped); got.State != ports.EnvStopped {
+		t.Errorf("without a marker: %s, want stopped", got.State)
+	}
+	if err := rt.writeMarker("dev", hibernationMarker{Mode: ports.HibernateFilesystem, At: at, Bytes: 4096, Container: "c1"}); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(rt.HibernationFile("dev")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("marker %v, %v; want mode 0600", fi, err)
+	}
+
+	restarted := offlineIn(t, dir)
+	got := restarted.markHibernated(stopped)
+	if got.State != ports.EnvHibernated || !got.HibernatedAt.Equal(at) || got.SavedBytes != 4096 || got.Detail != "" {
+		t.Errorf("with its marker: %+v, want hibernated at %s with 4096 bytes", got, at)
+	}
+	failed := stopped
+	failed.State, failed.Detail = ports.EnvFailed, "exit code 137"
+	if got := restarted.markHibernated(failed); got.State != ports.EnvHibernated {
+		t.Errorf("killed after the stop timeout, with its marker: %s, want hibernated", got.State)
+	}
+	running := stopped
+	running.State = ports.EnvRunning
+	if got := restarted.markHibernated(running); got.State != ports.EnvRunning || !got.HibernatedAt.IsZero() {
+		t.Errorf("running with a marker: %+v, want running", got)
+	}
+	reused := stopped
+	reused.RuntimeID = "c2"
+	if got := restarted.markHibernated(reused); got.State != ports.EnvStopped {
+		t.Errorf("another container under the name: %s, want stopped", got.State)
+	}
+	if got := restarted.markHibernated(ports.Environment{Name: "other", RuntimeID: "c1", State: ports.EnvStopped}); got.State != ports.EnvStopped {
+		t.Errorf("another environment: %s, want stopped", got.State)
+	}
+	// Another owner's markers are apart.
+	otherOwner, err := New(Config{Owner: "ci-2", SecretDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer otherOwner.Close()
+	if got := otherOwner.markHibernated(stopped); got.State != ports.EnvStopped {
+		t.Errorf("another owner's adapter: %s, want stopped", got.State)
+	}
+
+	for _, corrupt := range []string{"{not json", `{"mode":"filesystem","bytes":1}`, `{"mode":"memory","at":"2026-12-05T15:00:00Z","container":"c1"}`} {
+		if err := os.WriteFile(rt.HibernationFile("dev"), []byte(corrupt), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		got := rt.markHibernated(stopped)
+		if got.State != ports.EnvHibernated || !strings.HasPrefix(got.Detail, "saved state unusable: ") {
+			t.Errorf("marker %q: %+v, want hibernated with the reason its state is unusable", corrupt, got)
+		}
+	}
+	if err := rt.removeMarker("dev"); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.removeMarker("dev"); err != nil {
+		t.Errorf("removing a missing marker: %v", err)
+	}
+	if got := rt.markHibernated(stopped); got.State != ports.EnvStopped {
+		t.Errorf("after the marker's removal: %s", got.State)
+	}
+}
