@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"time"
 
@@ -57,6 +58,16 @@ func (a *Agent) Run(ctx context.Context) error {
 			// The server is restarting: its successor is usually up within
 			// a second, and a refused attempt falls back to the backoff.
 			wait = jitter(min(backoff, drainedRetry))
+		}
+		if registered && a.serialLink() {
+			// A VM's link whose host side went away: its relay ended (the
+			// VM hibernates, the server restarts) or dropped a stale
+			// stream. The dial's first write waits in the guest kernel
+			// until a host side is back, so one attempt right away costs
+			// nothing, and a VM woken from hibernation reconnects in
+			// milliseconds instead of BackoffMin; a refused attempt falls
+			// back to the backoff.
+			wait = jitter(min(wait, serialRedial))
 		}
 		if connect.CodeOf(err) == connect.CodeUnauthenticated {
 			a.log.Error("management server rejected this agent's credentials; will retry", "retry_in", wait)
@@ -199,6 +210,14 @@ var errDrained = errors.New("stream drained by the management server")
 
 // drainedRetry is the wait before connecting again after a drain.
 const drainedRetry = 500 * time.Millisecond
+
+// serialRedial is the wait before connecting again after a registered
+// stream over a serial link (a VM's virtio-serial port) ended.
+const serialRedial = 100 * time.Millisecond
+
+// serialLink reports whether the agent reaches its server over a serial
+// port (the host's relay is the other end).
+func (a *Agent) serialLink() bool { return strings.HasPrefix(a.cfg.ServerURL, "serial:") }
 
 // drainWait bounds the wait, after a drained stream's side was closed, for
 // the server to end it.
