@@ -198,6 +198,8 @@ func (r *Runtime) Capabilities() ports.RuntimeCapabilities {
 		Limits:   []ports.Limit{ports.LimitCPUs, ports.LimitMemoryMB, ports.LimitDiskGB},
 		Images:   true,
 		Profiles: slices.Sorted(maps.Keys(r.cfg.Profiles)),
+		// The guest's memory saved to a file and restored (hibernate.go).
+		Hibernate: ports.HibernateMemory,
 	}
 }
 
@@ -408,6 +410,7 @@ func (r *Runtime) environment(lv *golibvirt.Libvirt, o owned) (ports.Environment
 	if env.Network == "" {
 		env.Network = networkNone
 	}
+	r.hibernated(&env)
 	if o.def.VCPU != nil {
 		env.Resources.CPUs = float64(o.def.VCPU.Value)
 	}
@@ -512,6 +515,8 @@ func (r *Runtime) Recover(ctx context.Context) ([]ports.Environment, error) {
 		if err != nil {
 			return nil, err
 		}
+		// A hibernated environment gets its relay when it wakes.
+		env = r.recoverSave(env)
 		if env.State == ports.EnvRunning || env.State == ports.EnvPaused {
 			r.startRelay(o.meta.Name, o.meta.Socket, nil)
 		}
@@ -803,7 +808,9 @@ func (r *Runtime) imageAllowed(image string) error {
 }
 
 // Start implements ports.Runtime: it boots a stopped environment (resumes a
-// paused one) and starts its relay.
+// paused one, wakes a hibernated one: a restore of its saved memory, as
+// Wake, never a boot that would throw the saved state away) and starts its
+// relay.
 func (r *Runtime) Start(ctx context.Context, name string) error {
 	unlock := r.lock(name)
 	defer unlock()
@@ -822,6 +829,9 @@ func (r *Runtime) Start(ctx context.Context, name string) error {
 			return r.lverr(lv, "resume "+o.dom.Name, err)
 		}
 	default:
+		if _, ok := r.saved(name); ok {
+			return r.wake(ctx, lv, o)
+		}
 		if err := qemuFolder(r.EnvDir(name)); err != nil {
 			return fmt.Errorf("libvirt: %w", err)
 		}
@@ -835,7 +845,7 @@ func (r *Runtime) Start(ctx context.Context, name string) error {
 
 // Stop implements ports.Runtime: an ACPI power-button press, then, after
 // StopTimeout (or shortly before ctx's deadline), a forced power-off. The
-// domain stays defined.
+// domain stays defined. A hibernated environment is left hibernated.
 func (r *Runtime) Stop(ctx context.Context, name string) error {
 	unlock := r.lock(name)
 	defer unlock()
@@ -880,16 +890,6 @@ func (r *Runtime) Stop(ctx context.Context, name string) error {
 		return r.lverr(lv, "power off "+o.dom.Name, err)
 	}
 	return nil
-}
-
-// Hibernate is not offered yet.
-func (r *Runtime) Hibernate(context.Context, string) (ports.Hibernation, error) {
-	return ports.Hibernation{}, fmt.Errorf("%w: the libvirt runtime cannot hibernate", ports.ErrUnsupported)
-}
-
-// Wake is not offered yet.
-func (r *Runtime) Wake(context.Context, string) error {
-	return fmt.Errorf("%w: the libvirt runtime cannot hibernate", ports.ErrUnsupported)
 }
 
 // Pause suspends a running environment's vCPUs (its memory stays).

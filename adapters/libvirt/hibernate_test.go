@@ -1,0 +1,152 @@
+package libvirt
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+// hibernatedFiles lays out what Hibernate leaves in an environment's
+// folder: a save (as libvirt writes one) finished with its record.
+func hibernatedFiles(t *testing.T, rt *Runtime, name string) ports.Hibernation {
+	t.Helper()
+	if err := qemuFolder(rt.EnvDir(name)); err != nil {
+		t.Fatal(err)
+	}
+	fakeSaveImage(t, rt.SavePath(name)+".tmp", "<domain><name>x</name></domain>", "<cookie/>", 4096, nil)
+	h, err := rt.finishSave(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// A finished save is a hibernation: its size, its time, a stopped
+// environment reported hibernated; the record checks the file at Wake.
+func TestHibernationFiles(t *testing.T) {
+	rt, _ := newTestRuntime(t)
+	if c := rt.Capabilities(); c.Hibernate != ports.HibernateMemory {
+		t.Errorf("capability %q, want memory", c.Hibernate)
+	}
+	h := hibernatedFiles(t, rt, "a1")
+	st, err := os.Stat(rt.SavePath("a1"))
+	if err != nil || h.Mode != ports.HibernateMemory || h.Bytes != st.Size() || time.Since(h.At) > time.Minute {
+		t.Fatalf("hibernation %+v for a save of %v (%v)", h, st, err)
+	}
+	if _, err := os.Stat(rt.SavePath("a1") + ".tmp"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the save's temporary file is left: %v", err)
+	}
+	if got, ok := rt.saved("a1"); !ok || got != h {
+		t.Errorf("saved: %+v %v, want %+v", got, ok, h)
+	}
+	if err := rt.checkSaved("a1"); err != nil {
+		t.Errorf("a sound save: %v", err)
+	}
+	env := ports.Environment{Name: "a1", State: ports.EnvStopped, Detail: "saved"}
+	rt.hibernated(&env)
+	if env.State != ports.EnvHibernated || env.Detail != "" || env.SavedBytes != h.Bytes || !env.HibernatedAt.Equal(h.At) {
+		t.Errorf("a stopped environment with a save: %+v", env)
+	}
+	for _, st := range []ports.EnvState{ports.EnvRunning, ports.EnvPaused} {
+		env := ports.Environment{Name: "a1", State: st}
+		rt.hibernated(&env)
+		if env.State != st || env.SavedBytes != 0 {
+			t.Errorf("a %s environment: %+v", st, env)
+		}
+	}
+	env = ports.Environment{Name: "b1", State: ports.EnvStopped}
+	rt.hibernated(&env)
+	if env.State != ports.EnvStopped {
+		t.Errorf("a stopped environment without a save: %+v", env)
+	}
+}
+
+// A saved state that is missing, cut short, garbled or without its record
+// is lost: ErrSavedStateLost, before QEMU is asked to load it.
+func TestSavedStateLost(t *testing.T) {
+	for why, spoil := range map[string]func(t *testing.T, rt *Runtime, save string){
+		"missing": func(t *testing.T, _ *Runtime, save string) {
+			if err := os.Remove(save); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"truncated": func(t *testing.T, _ *Runtime, save string) {
+			st, _ := os.Stat(save)
+			if err := os.Truncate(save, st.Size()-100); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"garbled": func(t *testing.T, _ *Runtime, save string) {
+			f, err := os.OpenFile(save, os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if _, err := f.WriteAt([]byte("garbage"), 20000); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"not a save image": func(t *testing.T, _ *Runtime, save string) {
+			f, err := os.OpenFile(save, os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if _, err := f.WriteAt([]byte("X"), 0); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"no record": func(t *testing.T, rt *Runtime, _ string) {
+			if err := os.Remove(rt.recordPath("a1")); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"garbled record": func(t *testing.T, rt *Runtime, _ string) {
+			if err := os.WriteFile(rt.recordPath("a1"), []byte("{"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		},
+	} {
+		t.Run(why, func(t *testing.T) {
+			rt, _ := newTestRuntime(t)
+			hibernatedFiles(t, rt, "a1")
+			spoil(t, rt, rt.SavePath("a1"))
+			if err := rt.checkSaved("a1"); !errors.Is(err, ports.ErrSavedStateLost) {
+				t.Errorf("checkSaved: %v, want ErrSavedStateLost", err)
+			}
+		})
+	}
+}
+
+// A restart that cut a hibernation off between libvirt's save and the
+// record finishes it when the domain is shut off (the save completed),
+// and leaves a running domain's alone.
+func TestRecoverSave(t *testing.T) {
+	rt, _ := newTestRuntime(t)
+	if err := qemuFolder(rt.EnvDir("a1")); err != nil {
+		t.Fatal(err)
+	}
+	tmp := rt.SavePath("a1") + ".tmp"
+	fakeSaveImage(t, tmp, "<domain/>", "", 4096, nil)
+	running := rt.recoverSave(ports.Environment{Name: "a1", State: ports.EnvRunning})
+	if running.State != ports.EnvRunning {
+		t.Errorf("a running domain: %+v", running)
+	}
+	if _, err := os.Stat(tmp); err != nil {
+		t.Errorf("a running domain's save in the making was touched: %v", err)
+	}
+	env := rt.recoverSave(ports.Environment{Name: "a1", State: ports.EnvStopped, Detail: "saved"})
+	if env.State != ports.EnvHibernated || env.SavedBytes == 0 {
+		t.Errorf("a shut-off domain with a complete save: %+v", env)
+	}
+	if err := rt.checkSaved("a1"); err != nil {
+		t.Errorf("the finished save: %v", err)
+	}
+	if m, _ := filepath.Glob(filepath.Join(rt.EnvDir("a1"), "*.tmp")); len(m) != 0 {
+		t.Errorf("left %v", m)
+	}
+}
