@@ -18,6 +18,13 @@ import (
 // the command is killed rather than buffered without end.
 const maxExecQueueBytes = 64 << 20
 
+// SetExecLink makes the operator Exec RPC start its commands through link
+// (a decorator of this service, as the other callers of the link get),
+// instead of straight on this service.
+func (s *Service) SetExecLink(link ports.AgentLink) {
+	s.execLink.Store(&link)
+}
+
 // Exec runs one command for an operator and streams its output and result.
 func (s *Service) Exec(ctx context.Context, req *connect.Request[sandboxv1.ExecRequest], stream *connect.ServerStream[sandboxv1.ExecResponse]) error {
 	if !s.auth.operatorAuthorized(req.Header().Get("Authorization")) {
@@ -31,7 +38,11 @@ func (s *Service) Exec(ctx context.Context, req *connect.Request[sandboxv1.ExecR
 	spec.StdinOpen = len(msg.GetStdin()) > 0
 
 	q := &chunkQueue{notify: make(chan struct{}, 1)}
-	cmd, err := s.Start(ctx, msg.GetAgentId(), spec, ports.StartOptions{OnOutput: q.push})
+	link := ports.AgentLink(s)
+	if l := s.execLink.Load(); l != nil {
+		link = *l
+	}
+	cmd, err := link.Start(ctx, msg.GetAgentId(), spec, ports.StartOptions{OnOutput: q.push})
 	switch {
 	case errors.Is(err, ports.ErrAgentNotFound):
 		return connect.NewError(connect.CodeNotFound, err)

@@ -2,6 +2,9 @@ package agentrpc
 
 import (
 	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -194,5 +197,44 @@ func TestExecCallerCancelKillsCommand(t *testing.T) {
 	}
 	if r := waitExec(t, done); connect.CodeOf(r.err) != connect.CodeCanceled {
 		t.Fatalf("cancelled exec: %v", r.err)
+	}
+}
+
+// wakingLink stands for the server's decorator of the link: it counts the
+// starts it sees and may refuse them (a wake that failed).
+type wakingLink struct {
+	ports.AgentLink
+	starts atomic.Int32
+	err    error
+}
+
+func (l *wakingLink) Start(ctx context.Context, agentID string, spec ports.CommandSpec, opts ports.StartOptions) (ports.Command, error) {
+	l.starts.Add(1)
+	if l.err != nil {
+		return nil, l.err
+	}
+	return l.AgentLink.Start(ctx, agentID, spec, opts)
+}
+
+func TestExecStartsThroughTheExecLink(t *testing.T) {
+	h := newHarness(t)
+	a := h.connectAgent("agent-a")
+	refusing := &wakingLink{AgentLink: h.svc, err: fmt.Errorf("%w: saved state lost", ports.ErrWakeFailed)}
+	h.svc.SetExecLink(refusing)
+	r := waitExec(t, h.execAsync(context.Background(), "Bearer "+operatorToken, execReq("agent-a", "true")))
+	if connect.CodeOf(r.err) != connect.CodeUnavailable || !strings.Contains(r.err.Error(), "could not be woken") || refusing.starts.Load() != 1 {
+		t.Fatalf("refused by the exec link: %v (%d starts)", r.err, refusing.starts.Load())
+	}
+	if m := a.pending(); m != nil {
+		t.Fatalf("agent got %v after the exec link refused", m)
+	}
+
+	passing := &wakingLink{AgentLink: h.svc}
+	h.svc.SetExecLink(passing)
+	done := h.execAsync(context.Background(), "Bearer "+operatorToken, execReq("agent-a", "true"))
+	id := a.recv().GetCommand().GetCommandId()
+	a.send(result(id, ports.CommandResult{ExitCode: 0}))
+	if r := waitExec(t, done); r.err != nil || passing.starts.Load() != 1 {
+		t.Fatalf("exec: %v (%d starts through the exec link)", r.err, passing.starts.Load())
 	}
 }

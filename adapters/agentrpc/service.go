@@ -141,6 +141,9 @@ type Service struct {
 	// commandEnv adds an environment's injected secrets to its commands
 	// (SetCommandEnv).
 	commandEnv atomic.Pointer[CommandEnv]
+	// execLink starts the operator Exec RPC's commands (SetExecLink; nil:
+	// this service itself).
+	execLink atomic.Pointer[ports.AgentLink]
 }
 
 // New returns a service; call Run to sweep expired agents and commands.

@@ -39,9 +39,13 @@ type EgressRecord struct {
 // Egress is the tunnels' configuration: the policy, how names resolve (a
 // test may replace it), and who hears of each tunnel.
 type Egress struct {
-	Policy   EgressPolicy
-	Resolve  func(ctx context.Context, host string) ([]netip.Addr, error)
-	Observe  func(EgressRecord)
+	Policy  EgressPolicy
+	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
+	Observe func(EgressRecord)
+	// Active, when set, hears of a tunnel's traffic as it moves: called
+	// with the agent's id once per message or read that carries bytes
+	// (either way), never per byte; it must return quickly.
+	Active   func(agentID string)
 	DialWait time.Duration
 	// MaxTunnels bounds the connections one environment keeps open at
 	// once (default DefaultMaxTunnels).
@@ -158,6 +162,9 @@ func (s *Service) Tunnel(ctx context.Context, stream tunnelServerStream) error {
 					return
 				}
 				up.Add(int64(len(b)))
+				if e.Active != nil {
+					e.Active(id)
+				}
 			}
 		}
 	}()
@@ -170,6 +177,9 @@ func (s *Service) Tunnel(ctx context.Context, stream tunnelServerStream) error {
 				break
 			}
 			down.Add(int64(n))
+			if e.Active != nil {
+				e.Active(id)
+			}
 		}
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {

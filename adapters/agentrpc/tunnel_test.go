@@ -95,6 +95,7 @@ func TestTunnelsReachOnlyWhatTheEnvironmentAllows(t *testing.T) {
 	port, _ := echoServer(t)
 	var mu sync.Mutex
 	var records []EgressRecord
+	active := map[string]int{} // traffic heard of, by agent
 	// A server without egress refuses every tunnel.
 	if _, opened, err := newHarness(t).tunnel("agent-a", secretPrefix+"agent-a", "127.0.0.1", port); err != nil || !opened.GetDenied() || !strings.Contains(opened.GetReason(), "no egress") {
 		t.Fatalf("without egress: %v %v", opened, err)
@@ -110,6 +111,7 @@ func TestTunnelsReachOnlyWhatTheEnvironmentAllows(t *testing.T) {
 				return nil, errors.New("no such host")
 			},
 			Observe: func(r EgressRecord) { mu.Lock(); records = append(records, r); mu.Unlock() },
+			Active:  func(id string) { mu.Lock(); active[id]++; mu.Unlock() },
 		}
 	})
 	// Wrong credentials: not even a refusal to read.
@@ -160,6 +162,13 @@ func TestTunnelsReachOnlyWhatTheEnvironmentAllows(t *testing.T) {
 	mu.Unlock()
 	if !last.Allowed || last.BytesUp != 12 || last.BytesDown != 12 || last.Host != "allowed.test" {
 		t.Fatalf("the allowed tunnel's record: %+v", last)
+	}
+	// Its traffic was heard of, once per message or read (two messages
+	// up, at least one read down); the refused tunnels moved nothing.
+	mu.Lock()
+	defer mu.Unlock()
+	if n := active["agent-a"]; n < 3 || n > 14 || len(active) != 1 {
+		t.Fatalf("traffic heard of: %v", active)
 	}
 }
 

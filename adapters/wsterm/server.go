@@ -409,6 +409,10 @@ func mapError(err error) error {
 		return bad("stdin_busy", "the session is not reading its input: this input was not written (none of it); send it again later")
 	case errors.Is(err, ports.ErrStdinClosed):
 		return bad("stdin_closed", "the session's input is closed: this input was not written")
+	case errors.Is(err, ports.ErrWakeFailed):
+		// Work aimed at a hibernated environment that could not be woken:
+		// the environment is failed with the reason (GET it for more).
+		return bad("wake_failed", "%v", err)
 	case errors.Is(err, session.ErrQuota):
 		return bad("too_many_sessions", "%v", err)
 	case errors.Is(err, session.ErrInvalidName), errors.Is(err, session.ErrInvalidSpec), errors.Is(err, session.ErrNameTaken):
