@@ -94,7 +94,9 @@ const (
 	SecretPath = "/run/agentic-secret" //nolint:gosec // a path, not a credential
 	SocketDir  = "/run/agentic"
 	// IdentityPath is where the agent keeps the identity a rename gave it
-	// (root's, 0600, in a directory of root's alone).
+	// (root's, 0600, in a directory of root's alone): the writable layer,
+	// or with a read-only root a host directory beside the secret
+	// (identityDir), so that a stop or a hibernation keeps it either way.
 	IdentityPath = "/run/agentic-agent/identity"
 	DefaultTag   = "agentic-sandbox/base:busybox"
 )
@@ -506,8 +508,15 @@ func (r *Runtime) Provision(ctx context.Context, spec ports.EnvironmentSpec) (po
 	defer func() {
 		if !provisioned {
 			_ = os.Remove(secretFile)
+			_ = os.RemoveAll(r.identityDir(spec.Name))
 		}
 	}()
+	if spec.ReadOnlyRoot {
+		_ = os.RemoveAll(r.identityDir(spec.Name)) // an earlier namesake's
+		if err := os.Mkdir(r.identityDir(spec.Name), 0o700); err != nil {
+			return ports.Environment{}, fmt.Errorf("docker: identity dir: %w", err)
+		}
+	}
 	cfg, host := r.containerConfig(p, image)
 	created, err := r.cli.ContainerCreate(ctx, cfg, host, nil, nil, r.ContainerName(spec.Name))
 	if err != nil {
@@ -585,7 +594,8 @@ func (r *Runtime) containerConfig(p plan, image string) (*container.Config, *con
 		// connection of their own beside the control stream.
 		"MANAGEMENT_BULK_CONNECTION=1",
 		// Where a rename (a pool member taken) is kept: the container's
-		// writable layer outlives a restart (a read-only root's tmpfs not).
+		// writable layer, or a read-only root's host directory, outlives
+		// a stop and a hibernation.
 		"AGENT_IDENTITY_FILE=" + IdentityPath,
 	}
 	if p.network == ports.NetworkProxy {
@@ -628,6 +638,12 @@ func (r *Runtime) containerConfig(p plan, image string) (*container.Config, *con
 	}, {
 		Type: mount.TypeBind, Source: r.secretFile(spec.Name), Target: SecretPath, ReadOnly: true,
 	}}
+	if spec.ReadOnlyRoot {
+		// The read-only root's one writable place that outlives a stop.
+		mounts = append(mounts, mount.Mount{
+			Type: mount.TypeBind, Source: r.identityDir(spec.Name), Target: path.Dir(IdentityPath),
+		})
+	}
 	if p.sockDir != "" {
 		mounts = append(mounts, mount.Mount{
 			Type: mount.TypeBind, Source: p.sockDir, Target: SocketDir, ReadOnly: true,
@@ -652,7 +668,7 @@ func (r *Runtime) containerConfig(p plan, image string) (*container.Config, *con
 		host.MemorySwap = host.Memory // no swap beyond the limit
 	}
 	if spec.ReadOnlyRoot {
-		host.Tmpfs = map[string]string{"/tmp": "rw,nosuid,nodev,mode=1777", path.Dir(IdentityPath): "rw,nosuid,nodev,noexec,mode=0700"}
+		host.Tmpfs = map[string]string{"/tmp": "rw,nosuid,nodev,mode=1777"}
 	}
 	if !r.cfg.NoInit {
 		init := true
@@ -738,12 +754,21 @@ func (r *Runtime) Destroy(ctx context.Context, name string) error {
 }
 
 // removeFiles removes what the host keeps for an environment: its agent
-// secret and its hibernation marker.
+// secret, its identity directory and its hibernation marker.
 func (r *Runtime) removeFiles(name string) error {
 	if err := os.Remove(r.secretFile(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("docker: %w", err)
 	}
+	if err := os.RemoveAll(r.identityDir(name)); err != nil {
+		return fmt.Errorf("docker: %w", err)
+	}
 	return r.removeMarker(name)
+}
+
+// identityDir is the host directory mounted at path.Dir(IdentityPath) in a
+// read-only root's container.
+func (r *Runtime) identityDir(name string) string {
+	return filepath.Join(r.cfg.SecretDir, r.cfg.Owner+"."+name+".identity")
 }
 
 // secretFile is where an environment's agent secret lives on the host.

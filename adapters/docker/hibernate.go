@@ -43,6 +43,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
@@ -212,10 +213,18 @@ func (r *Runtime) Wake(ctx context.Context, name string) error {
 	case env.Detail != "":
 		return fmt.Errorf("docker wake %s: %w: %s", name, ports.ErrSavedStateLost, env.Detail)
 	}
-	// The secret is bind-mounted: without it the engine would refuse the
+	// What the host keeps for it (the agent's secret, a read-only root's
+	// identity) is bind-mounted: without it the engine would refuse the
 	// start, and the agent could not prove who it is anyway.
-	if _, err := os.Stat(r.secretFile(name)); err != nil {
-		return fmt.Errorf("docker wake %s: %w: the agent's secret: %w", name, ports.ErrSavedStateLost, err)
+	if c.HostConfig != nil {
+		for _, m := range c.HostConfig.Mounts {
+			if !strings.HasPrefix(m.Source, r.cfg.SecretDir+string(filepath.Separator)) {
+				continue
+			}
+			if _, err := os.Stat(m.Source); err != nil {
+				return fmt.Errorf("docker wake %s: %w: what the agent needs at %s: %w", name, ports.ErrSavedStateLost, m.Target, err)
+			}
+		}
 	}
 	if err := r.cli.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
 		return r.idErr("wake (start)", name, err)

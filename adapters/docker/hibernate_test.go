@@ -114,3 +114,28 @@ func TestMarkHibernated(t *testing.T) {
 		t.Errorf("after the marker's removal: %s", got.State)
 	}
 }
+
+// A read-only root keeps a renamed agent's identity in a host directory
+// beside its secret, not in a tmpfs a stop or a hibernation would empty.
+func TestReadOnlyRootKeepsIdentityOnTheHost(t *testing.T) {
+	rt := offline(t)
+	spec := validSpec(t)
+	spec.ReadOnlyRoot = true
+	p, err := rt.validate(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, host := rt.containerConfig(p, DefaultTag)
+	var found bool
+	for _, m := range host.Mounts {
+		if m.Target == filepath.Dir(IdentityPath) {
+			found = m.Source == rt.identityDir(spec.Name) && !m.ReadOnly
+		}
+	}
+	if !found {
+		t.Errorf("mounts %+v: want %s writable from %s", host.Mounts, filepath.Dir(IdentityPath), rt.identityDir(spec.Name))
+	}
+	if len(host.Tmpfs) != 1 || host.Tmpfs["/tmp"] == "" {
+		t.Errorf("tmpfs %v, want /tmp alone", host.Tmpfs)
+	}
+}

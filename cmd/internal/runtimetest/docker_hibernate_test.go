@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/docker"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/secret"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -188,6 +190,60 @@ func dockerHibernate(t *testing.T, d *dockerd) {
 	if left := d.leftovers(t, "hib-3"); marker("hib-3") || len(left) > 0 {
 		t.Errorf("after Destroy of a hibernated environment: marker %v, containers %v", marker("hib-3"), left)
 	}
+	// A read-only root whose agent was renamed (a pool member taken): its
+	// new identity is kept on the host, not in a tmpfs, so that it comes
+	// back as the new one after a wake; without it the wake is refused.
+	ro := envSpec(t, link, "hib-ro")
+	ro.ReadOnlyRoot = true
+	provision(t, rt, ro)
+	waitStatus(t, link, "hib-ro", patience, "ready")
+	newSecret, err := secret.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := link.Credentials.Put("hib-taken", newSecret); err != nil {
+		t.Fatal(err)
+	}
+	if err := link.Service.RenameAgent(ctx, "hib-ro", "hib-taken", newSecret); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, link, "hib-taken", patience, "ready")
+	if err := link.Credentials.Delete("hib-ro"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Hibernate(ctx, "hib-ro"); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, link, "hib-taken", patience, "disconnected")
+	t2 := time.Now()
+	if err := rt.Wake(ctx, "hib-ro"); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if a, ok := link.Service.Agent("hib-taken"); ok && a.Status == "ready" && a.ConnectedAt.After(t2) {
+			break
+		}
+		if time.Since(t2) > patience {
+			t.Fatal("the woken read-only root's agent did not sign in as hib-taken")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if out, code := runSh(t, link, "hib-taken", "echo $AGENT_ID"); out != "hib-taken\n" || code != 0 {
+		t.Errorf("the woken agent says it is %q (exit %d), want hib-taken", out, code)
+	}
+	if _, err := rt.Hibernate(ctx, "hib-ro"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(state, "hib.hib-ro.secret")); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Wake(ctx, "hib-ro"); !errors.Is(err, ports.ErrSavedStateLost) {
+		t.Errorf("Wake without the agent's secret on the host: %v, want ErrSavedStateLost", err)
+	}
+	if err := rt.Destroy(ctx, "hib-ro"); err != nil {
+		t.Fatal(err)
+	}
+
 	if entries, err := os.ReadDir(state); err != nil || len(entries) > 0 {
 		t.Errorf("state directory after every Destroy: %v, %v; want empty", entries, err)
 	}
