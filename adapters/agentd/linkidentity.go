@@ -91,8 +91,6 @@ func (a *Agent) takeLinkIdentity(li agentwire.LinkIdentity) {
 type guestSystem struct {
 	setClock    func(unixNano int64) error
 	setHostname func(name string) error
-	// readRTC reads the machine's real-time clock (clockFromRTC).
-	readRTC func() (time.Time, error)
 }
 
 var realGuest = guestSystem{
@@ -101,5 +99,4 @@ var realGuest = guestSystem{
 		return unix.Settimeofday(&tv)
 	},
 	setHostname: func(name string) error { return unix.Sethostname([]byte(name)) },
-	readRTC:     readRTC,
 }
