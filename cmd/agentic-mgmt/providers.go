@@ -24,6 +24,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/rest"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/system"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/tlsca"
+	"github.com/agentic-sandbox/agentic-sandbox/core/wakeful"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/changes"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/clock"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/credential"
@@ -226,7 +227,7 @@ type MetricsHandler http.Handler
 // provideMetrics is the metrics page. The collectors are made before the
 // use cases (which report into them); the counts read at each scrape come
 // from the use cases, named here where both exist.
-func provideMetrics(svc *agentrpc.Service, uc UseCases, times *promexport.ProvisionTimes, taskMetrics *promexport.TaskMetrics, egressMetrics *promexport.EgressMetrics, poolMetrics *promexport.PoolMetrics, sleep *promexport.SleepMetrics) MetricsHandler {
+func provideMetrics(svc *agentrpc.Service, uc UseCases, times *promexport.ProvisionTimes, taskMetrics *promexport.TaskMetrics, egressMetrics *promexport.EgressMetrics, poolMetrics *promexport.PoolMetrics) MetricsHandler {
 	taskMetrics.Counts = uc.Tasks.Counts
 	poolMetrics.Stats = func() []promexport.PoolStats {
 		var out []promexport.PoolStats
@@ -235,12 +236,12 @@ func provideMetrics(svc *agentrpc.Service, uc UseCases, times *promexport.Provis
 		}
 		return out
 	}
-	sleep.Hibernated = uc.Environments.Hibernated
-	return promexport.Handler(svc, times, taskMetrics, egressMetrics, poolMetrics, sleep)
+	return promexport.Handler(svc, times, taskMetrics, egressMetrics, poolMetrics)
 }
 
 func provideREST(cfg Config, svc *agentrpc.Service, op OperatorHTTP, uc UseCases, link *aiwg.Client, logs *filestore.SessionLog,
-	metrics MetricsHandler, ready *Readiness, clock ports.Clock, log *slog.Logger, ch *changes.Hub, public *filestore.PublicPorts, signIns *signin.Sessions, tokens *filestore.Tokens, creds *credentialAudit, watch *credential.Watchers) (RESTHandler, error) {
+	metrics MetricsHandler, ready *Readiness, clock ports.Clock, log *slog.Logger, ch *changes.Hub, public *filestore.PublicPorts, signIns *signin.Sessions, tokens *filestore.Tokens, creds *credentialAudit, watch *credential.Watchers,
+	w Wakeful, viewed *wakeful.Sessions) (RESTHandler, error) {
 	_, wsPort, _ := net.SplitHostPort(cfg.wsAddr())
 	port, _ := strconv.Atoi(wsPort)
 	dash, err := dashboard.New(port)
@@ -248,7 +249,7 @@ func provideREST(cfg Config, svc *agentrpc.Service, op OperatorHTTP, uc UseCases
 		return nil, err
 	}
 	srv := rest.New(rest.Deps{
-		Link:         svc,
+		Link:         w.Link,
 		Agents:       svc,
 		Token:        op.Token,
 		Tokens:       tokens,
@@ -259,11 +260,11 @@ func provideREST(cfg Config, svc *agentrpc.Service, op OperatorHTTP, uc UseCases
 		Clock:        clock,
 		Missions:     uc.Missions,
 		Executor:     link,
-		Sessions:     uc.Sessions,
+		Sessions:     viewed,
 		SessionLog:   logs,
 		Environments: attributedEnvironments{uc.Environments, creds},
 		Pools:        uc.Environments,
-		Files:        svc,
+		Files:        w.Files,
 		MaxFileBytes: cfg.FileMaxBytes,
 		Tasks:        uc.Tasks,
 		Origins:      op.Origins,
@@ -274,7 +275,7 @@ func provideREST(cfg Config, svc *agentrpc.Service, op OperatorHTTP, uc UseCases
 		Changes:      ch,
 
 		ListeningPorts: svc,
-		Forwards:       svc,
+		Forwards:       w.Dialer,
 		PublicPorts:    public,
 		PreviewDomain:  cfg.PreviewDomain,
 	})
@@ -286,7 +287,7 @@ func provideREST(cfg Config, svc *agentrpc.Service, op OperatorHTTP, uc UseCases
 	// A span per request when tracing is on (the handler itself when off).
 	api := mcptools.Mount(cfg.Tracing.Handler(srv.Handler()), mcptools.HTTPOptions{Token: op.Token, Version: op.Version, Logger: log})
 	// Previews in front: a preview host never reaches the API.
-	return newPreviews(cfg, op, svc, uc, public, signIns, tokens, clock, log).Wrap(api), nil
+	return newPreviews(cfg, op, svc, w.Dialer, uc, public, signIns, tokens, clock, log).Wrap(api), nil
 }
 
 // provideApp takes LinkBound so that the link's reports reach the use

@@ -36,7 +36,10 @@ type UseCases struct {
 // before any listener serves (no agent can connect earlier). Asked before
 // that, it answers as a server without use cases would: a session report
 // is dropped, a permission question refused, every agent held (no work
-// goes where nobody can say whether it is free), no egress.
+// goes where nobody can say whether it is free), no egress, no environment
+// to wake or keep awake. It is also the environments' use
+// (ports.EnvironmentUse) for the decorators of the link (core/wakeful),
+// which the use cases are made with, before the environments exist.
 type linkReports struct {
 	log     *slog.Logger
 	metrics *promexport.EgressMetrics
@@ -51,11 +54,14 @@ type linkTargets struct {
 	egress       agentrpc.EgressPolicy
 	recordEgress func(agentID string, e environment.EgressEntry)
 	clock        ports.Clock
+	// use wakes environments and keeps their idle clocks (nil: none).
+	use ports.EnvironmentUse
 }
 
 var (
 	_ ports.LinkReports     = (*linkReports)(nil)
 	_ agentrpc.EgressPolicy = (*linkReports)(nil)
+	_ ports.EnvironmentUse  = (*linkReports)(nil)
 )
 
 func provideLinkReports(log *slog.Logger, metrics *promexport.EgressMetrics) *linkReports {
@@ -77,6 +83,7 @@ func bindLinkReports(r *linkReports, uc UseCases, clock ports.Clock) LinkBound {
 		egress:       uc.Environments,
 		recordEgress: uc.Environments.RecordEgress,
 		clock:        clock,
+		use:          uc.Environments,
 	})
 	return LinkBound{reports: r}
 }
@@ -118,6 +125,24 @@ func (r *linkReports) EgressRules(agentID string) ([]egress.Rule, bool) {
 	return t.egress.EgressRules(agentID)
 }
 
+// Use implements ports.EnvironmentUse.
+func (r *linkReports) Use(ctx context.Context, agentID, kind string) (func(), error) {
+	if t := r.to.Load(); t != nil && t.use != nil {
+		return t.use.Use(ctx, agentID, kind)
+	}
+	return func() {}, nil
+}
+
+// Touch implements ports.EnvironmentUse.
+func (r *linkReports) Touch(agentID, kind string) {
+	if t := r.to.Load(); t != nil && t.use != nil {
+		t.use.Touch(agentID, kind)
+	}
+}
+
+// tunnelActive is a tunnel's traffic: it touches its environment.
+func (r *linkReports) tunnelActive(agentID string) { r.Touch(agentID, ports.UseTunnel) }
+
 // egressObserved counts a tunnel and keeps it with its environment.
 func (r *linkReports) egressObserved(rec agentrpc.EgressRecord) {
 	r.metrics.Observe(rec.Allowed, rec.BytesUp, rec.BytesDown)
@@ -130,7 +155,7 @@ func (r *linkReports) egressObserved(rec agentrpc.EgressRecord) {
 // linkEgress is the tunnels' configuration: the router's policy, and the
 // test hook that resolves names to fixed addresses.
 func linkEgress(cfg Config, log *slog.Logger, reports *linkReports) agentrpc.Egress {
-	e := agentrpc.Egress{Policy: reports, Observe: reports.egressObserved}
+	e := agentrpc.Egress{Policy: reports, Observe: reports.egressObserved, Active: reports.tunnelActive}
 	if cfg.TestResolve != nil {
 		log.Warn("AGENTIC_TEST_RESOLVE is set: egress resolves the names it lists to fixed addresses (a test hook)")
 		e.Resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {

@@ -42,9 +42,9 @@ func provideOutbox(dir DataDir, log *slog.Logger) (*filestore.Outbox, func(), er
 	return o, func() { _ = o.Close() }, nil
 }
 
-func provideMissions(store ports.MissionStore, outbox ports.EventOutbox, svc *agentrpc.Service, clock ports.Clock, ids ports.IDGenerator, log *slog.Logger, ch ports.ChangeNotifier, reports *linkReports) *mission.Service {
+func provideMissions(store ports.MissionStore, outbox ports.EventOutbox, svc *agentrpc.Service, clock ports.Clock, ids ports.IDGenerator, log *slog.Logger, ch ports.ChangeNotifier, reports *linkReports, w Wakeful) *mission.Service {
 	return mission.New(mission.Config{
-		Store: store, Outbox: outbox, Link: svc, Agents: svc, Clock: clock, IDs: ids, Logger: log, Permissions: svc, Changes: ch,
+		Store: store, Outbox: outbox, Link: w.Link, Agents: svc, Clock: clock, IDs: ids, Logger: log, Permissions: svc, Changes: ch,
 		// An idle pool member is held for whoever takes it: no mission goes
 		// there (the router knows once the environments exist).
 		Reserved: reports,

@@ -26,10 +26,10 @@ func providePublicPorts(cfg Config) (*filestore.PublicPorts, error) {
 
 // newPreviews serves preview hosts and /preview/… in front of the REST
 // handler, reaching environments over the agent link.
-func newPreviews(cfg Config, op OperatorHTTP, svc *agentrpc.Service, uc UseCases, public *filestore.PublicPorts, signIns *signin.Sessions,
+func newPreviews(cfg Config, op OperatorHTTP, svc *agentrpc.Service, dialer ports.PortDialer, uc UseCases, public *filestore.PublicPorts, signIns *signin.Sessions,
 	tokens ports.TokenStore, clock ports.Clock, log *slog.Logger) *preview.Handler {
 	return preview.New(preview.Config{
-		Dialer: svc, Public: public, Token: op.Token, SignIns: signIns, Domain: cfg.PreviewDomain, KeepHost: cfg.PreviewKeepHost,
+		Dialer: dialer, Public: public, Token: op.Token, SignIns: signIns, Domain: cfg.PreviewDomain, KeepHost: cfg.PreviewKeepHost,
 		Resolve:         previewTargets(uc.Environments.Names, func(name string) bool { _, ok := svc.Agent(name); return ok }, agentIDs(svc)),
 		SessionMayReach: sessionMayReach(tokens, uc.Environments.Get),
 		Clock:           clock, Logger: log,

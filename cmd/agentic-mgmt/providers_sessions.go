@@ -9,6 +9,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/filestore"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/wsterm"
 	"github.com/agentic-sandbox/agentic-sandbox/core/session"
+	"github.com/agentic-sandbox/agentic-sandbox/core/wakeful"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/credential"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/signin"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
@@ -25,15 +26,15 @@ func provideSessionLog(dir DataDir) (*filestore.SessionLog, func(), error) {
 	return l, func() { _ = l.Close() }, nil
 }
 
-func provideSessions(cfg Config, svc *agentrpc.Service, logs *filestore.SessionLog, clock ports.Clock, ids ports.IDGenerator, log *slog.Logger, ch ports.ChangeNotifier) *session.Service {
-	return session.New(session.Config{Link: svc, Agents: svc, Log: logs, Clock: clock, IDs: ids, Logger: log, Retention: cfg.SessionRetention, Changes: ch})
+func provideSessions(cfg Config, svc *agentrpc.Service, logs *filestore.SessionLog, clock ports.Clock, ids ports.IDGenerator, log *slog.Logger, ch ports.ChangeNotifier, w Wakeful) *session.Service {
+	return session.New(session.Config{Link: w.Sessions, Agents: svc, Log: logs, Clock: clock, IDs: ids, Logger: log, Retention: cfg.SessionRetention, Changes: ch})
 }
 
 // provideTokenWatch closes what a named token opened (client WebSockets,
 // REST event streams, its dashboard sessions' too) when it is revoked.
 func provideTokenWatch() *credential.Watchers { return credential.NewWatchers() }
 
-func provideWS(cfg Config, op OperatorHTTP, ss *session.Service, svc *agentrpc.Service, logs *filestore.SessionLog, ids ports.IDGenerator, log *slog.Logger, signIns *signin.Sessions,
+func provideWS(cfg Config, op OperatorHTTP, ss *wakeful.Sessions, svc *agentrpc.Service, logs *filestore.SessionLog, ids ports.IDGenerator, log *slog.Logger, signIns *signin.Sessions,
 	tokens *filestore.Tokens, watch *credential.Watchers, uc UseCases) WSHandler {
 	return wsterm.New(wsterm.Config{Sessions: ss, Agents: svc, Log: logs, IDs: ids, Token: op.Token, Version: op.Version, Logger: log, StallTimeout: cfg.ViewerStallTimeout, Origins: op.Origins, SignIns: signIns,
 		Tokens: tokens, Watch: watch, Audit: uc.Audit,

@@ -20,7 +20,7 @@ import (
 // provideTasks is the task use case: records in <data dir>/tasks, staged
 // trees and artifacts in <data dir>/task-work, file secrets from
 // <data dir>/task-secrets.
-func provideTasks(cfg Config, dir DataDir, envs *environment.Service, svc *agentrpc.Service, rts *Runtimes, clock ports.Clock, ids ports.IDGenerator, log *slog.Logger, metrics *promexport.TaskMetrics, ch ports.ChangeNotifier, injected *inject.Registry) (*task.Service, func(), error) {
+func provideTasks(cfg Config, dir DataDir, envs *environment.Service, svc *agentrpc.Service, rts *Runtimes, clock ports.Clock, ids ports.IDGenerator, log *slog.Logger, metrics *promexport.TaskMetrics, ch ports.ChangeNotifier, injected *inject.Registry, w Wakeful) (*task.Service, func(), error) {
 	store, err := filestore.NewTaskStore(filepath.Join(string(dir), "tasks"))
 	if err != nil {
 		return nil, nil, err
@@ -53,7 +53,7 @@ func provideTasks(cfg Config, dir DataDir, envs *environment.Service, svc *agent
 		hold = func(s task.State) time.Duration { return cfg.TaskHold[string(s)] }
 	}
 	svcTasks := task.New(task.Config{
-		Store: store, Workspace: ws, Environments: envs, Files: svc, Link: svc,
+		Store: store, Workspace: ws, Environments: envs, Files: w.Files, Link: w.Link,
 		Secrets: secretSource(dir),
 		Clock:   clock, IDs: ids, Logger: log, DefaultRuntime: runtime, DefaultRuntimeOf: runtimeOf, Runtimes: runtimeNames(), ObserveEnd: metrics.ObserveEnd, Permissions: svc, Hold: hold, EventLog: events, Changes: ch,
 		Carry:    cfg.Tracing.CarryTrace(),

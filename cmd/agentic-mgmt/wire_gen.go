@@ -50,7 +50,8 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		cleanup()
 		return nil, nil, err
 	}
-	missionService := provideMissions(missionStore, outbox, service, wall, uuiDv7, log, hub, mainLinkReports)
+	wakeful := provideWakeful(service, mainLinkReports)
+	missionService := provideMissions(missionStore, outbox, service, wall, uuiDv7, log, hub, mainLinkReports, wakeful)
 	sessionLog, cleanup4, err := provideSessionLog(dataDir)
 	if err != nil {
 		cleanup3()
@@ -58,7 +59,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		cleanup()
 		return nil, nil, err
 	}
-	sessionService := provideSessions(cfg, service, sessionLog, wall, uuiDv7, log, hub)
+	sessionService := provideSessions(cfg, service, sessionLog, wall, uuiDv7, log, hub, wakeful)
 	users, err := provideHostUsers(cfg, dataDir, log)
 	if err != nil {
 		cleanup4()
@@ -70,7 +71,6 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 	runtimes, cleanup5 := provideRuntimes(cfg, log, users)
 	provisionTimes := provideProvisionTimes()
 	poolMetrics := providePoolMetrics()
-	sleepMetrics := provideSleepMetrics()
 	publicPorts, err := providePublicPorts(cfg)
 	if err != nil {
 		cleanup5()
@@ -81,7 +81,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		return nil, nil, err
 	}
 	registry, cleanup6 := provideInjection(cfg, service, log)
-	environmentService, cleanup7, err := provideEnvironments(cfg, runtimes, service, missionService, mainCredentialAudit, wall, log, provisionTimes, poolMetrics, sleepMetrics, hub, publicPorts, dataDir, registry)
+	environmentService, cleanup7, err := provideEnvironments(cfg, runtimes, service, missionService, mainCredentialAudit, wall, log, provisionTimes, poolMetrics, hub, publicPorts, dataDir, registry)
 	if err != nil {
 		cleanup6()
 		cleanup5()
@@ -92,7 +92,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		return nil, nil, err
 	}
 	taskMetrics := provideTaskMetrics()
-	taskService, cleanup8, err := provideTasks(cfg, dataDir, environmentService, service, runtimes, wall, uuiDv7, log, taskMetrics, hub, registry)
+	taskService, cleanup8, err := provideTasks(cfg, dataDir, environmentService, service, runtimes, wall, uuiDv7, log, taskMetrics, hub, registry, wakeful)
 	if err != nil {
 		cleanup7()
 		cleanup6()
@@ -123,7 +123,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		return nil, nil, err
 	}
 	client := provideAIWG(cfg, identity, missionService, outbox, wall, log, runtimes)
-	metricsHandler := provideMetrics(service, useCases, provisionTimes, taskMetrics, egressMetrics, poolMetrics, sleepMetrics)
+	metricsHandler := provideMetrics(service, useCases, provisionTimes, taskMetrics, egressMetrics, poolMetrics)
 	readiness := provideReadiness(cfg, service, client, runtimes)
 	tokens, err := provideTokens(cfg)
 	if err != nil {
@@ -150,7 +150,8 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		cleanup()
 		return nil, nil, err
 	}
-	restHandler, err := provideREST(cfg, service, operatorHTTP, useCases, client, sessionLog, metricsHandler, readiness, wall, log, hub, publicPorts, sessions, tokens, mainCredentialAudit, watchers)
+	wakefulSessions := provideViewedSessions(sessionService, mainLinkReports)
+	restHandler, err := provideREST(cfg, service, operatorHTTP, useCases, client, sessionLog, metricsHandler, readiness, wall, log, hub, publicPorts, sessions, tokens, mainCredentialAudit, watchers, wakeful, wakefulSessions)
 	if err != nil {
 		cleanup8()
 		cleanup7()
@@ -174,7 +175,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		cleanup()
 		return nil, nil, err
 	}
-	wsHandler := provideWS(cfg, operatorHTTP, sessionService, service, sessionLog, uuiDv7, log, sessions, tokens, watchers, useCases)
+	wsHandler := provideWS(cfg, operatorHTTP, wakefulSessions, service, sessionLog, uuiDv7, log, sessions, tokens, watchers, useCases)
 	agentTLS, err := provideAgentTLS(cfg, dataDir)
 	if err != nil {
 		cleanup8()
