@@ -165,7 +165,13 @@ func (r *Runtime) Hibernate(ctx context.Context, name string) (ports.Hibernation
 	}
 	secs := int((r.cfg.StopTimeout + time.Second - 1) / time.Second)
 	if err := r.cli.ContainerStop(ctx, id, container.StopOptions{Timeout: &secs}); err != nil {
-		_ = r.removeMarker(name)
+		// The stop may have happened all the same (ctx ended while the
+		// engine stopped it): a container that stopped keeps its marker.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		if c, ierr := r.cli.ContainerInspect(cctx, id); ierr != nil || c.State == nil || c.State.Running {
+			_ = r.removeMarker(name)
+		}
 		return ports.Hibernation{}, r.idErr("hibernate (stop)", name, err)
 	}
 	// What the engine keeps of it: its writable layer.

@@ -219,15 +219,7 @@ func dockerHibernate(t *testing.T, d *dockerd) {
 	if err := rt.Wake(ctx, "hib-ro"); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		if a, ok := link.Service.Agent("hib-taken"); ok && a.Status == "ready" && a.ConnectedAt.After(t2) {
-			break
-		}
-		if time.Since(t2) > patience {
-			t.Fatal("the woken read-only root's agent did not sign in as hib-taken")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitReconnected(t, link, "hib-taken", t2)
 	if out, code := runSh(t, link, "hib-taken", "echo $AGENT_ID"); out != "hib-taken\n" || code != 0 {
 		t.Errorf("the woken agent says it is %q (exit %d), want hib-taken", out, code)
 	}
@@ -246,5 +238,19 @@ func dockerHibernate(t *testing.T, d *dockerd) {
 
 	if entries, err := os.ReadDir(state); err != nil || len(entries) > 0 {
 		t.Errorf("state directory after every Destroy: %v, %v; want empty", entries, err)
+	}
+}
+
+// waitReconnected waits until agent id is ready on a connection made after since.
+func waitReconnected(t *testing.T, link *Link, id string, since time.Time) ports.AgentInfo {
+	t.Helper()
+	for {
+		if a, ok := link.Service.Agent(id); ok && a.Status == "ready" && a.ConnectedAt.After(since) {
+			return a
+		}
+		if time.Since(since) > patience {
+			t.Fatalf("agent %s did not connect again within %v", id, patience)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

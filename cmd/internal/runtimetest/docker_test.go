@@ -743,6 +743,7 @@ func dockerServerRestart(t *testing.T, d *dockerd) {
 // dockerDaemonRestart: the engine restarts under a running environment.
 // Watch sees the stream come back and says so; the environment is stopped
 // (restart policy "no": the server decides) and Start brings its agent back.
+// A hibernated one beside it is still hibernated, and wakes.
 func dockerDaemonRestart(t *testing.T, d *dockerd) {
 	ctx := context.Background()
 	link := StartLink(t, linkDir(t))
@@ -750,6 +751,12 @@ func dockerDaemonRestart(t *testing.T, d *dockerd) {
 	events := watchEvents(t, rt)
 	provision(t, rt, envSpec(t, link, "dmn-1"))
 	waitStatus(t, link, "dmn-1", patience, "ready")
+	provision(t, rt, envSpec(t, link, "dmn-2"))
+	waitStatus(t, link, "dmn-2", patience, "ready")
+	h, err := rt.Hibernate(ctx, "dmn-2")
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	d.stop(t)
 	if err := rt.Ping(ctx); !errors.Is(err, ports.ErrRuntimeUnavailable) {
@@ -771,9 +778,19 @@ func dockerDaemonRestart(t *testing.T, d *dockerd) {
 		}
 	}
 	got, err := rt.Recover(ctx)
-	if err != nil || len(got) != 1 || got[0].State != ports.EnvStopped {
-		t.Fatalf("Recover after the engine restart: %+v, %v; want dmn-1 stopped", got, err)
+	states := map[string]ports.Environment{}
+	for _, e := range got {
+		states[e.Name] = e
 	}
+	if err != nil || len(got) != 2 || states["dmn-1"].State != ports.EnvStopped ||
+		states["dmn-2"].State != ports.EnvHibernated || !states["dmn-2"].HibernatedAt.Equal(h.At) {
+		t.Fatalf("Recover after the engine restart: %+v, %v; want dmn-1 stopped, dmn-2 hibernated at %s", got, err, h.At)
+	}
+	woken := time.Now()
+	if err := rt.Wake(ctx, "dmn-2"); err != nil {
+		t.Fatal(err)
+	}
+	waitReconnected(t, link, "dmn-2", woken)
 	if err := rt.Start(ctx, "dmn-1"); err != nil {
 		t.Fatal(err)
 	}
