@@ -54,6 +54,12 @@ func (e envsOf) Pause(context.Context, string) (environment.Environment, error) 
 func (e envsOf) Resume(context.Context, string) (environment.Environment, error) {
 	return environment.Environment{}, ports.ErrUnsupported
 }
+func (e envsOf) Hibernate(context.Context, string) (environment.Environment, error) {
+	return environment.Environment{}, ports.ErrUnsupported
+}
+func (e envsOf) Wake(context.Context, string) (environment.Environment, error) {
+	return environment.Environment{}, ports.ErrUnsupported
+}
 func (e envsOf) Delete(context.Context, string) error      { return ports.ErrUnsupported }
 func (e envsOf) InjectedUsage(string) (inject.Usage, bool) { return inject.Usage{}, false }
 
