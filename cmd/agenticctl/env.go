@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -16,7 +17,10 @@ const envUsage = `Usage:
   agenticctl env create --runtime R [--label k=v]… [flags] NAME
                          provision an environment and its agent (id NAME), showing
                          progress until the agent is ready (--no-wait: return at once);
-                         a token with a label scope adds its labels
+                         a token with a label scope adds its labels;
+                         --idle-after D hibernates it once unused for D (runtimes that
+                         can hibernate), --delete-after D deletes it once hibernated or
+                         stopped for D (D: 90s, 30m, 1h30m)
   agenticctl env list [--json]
   agenticctl env get NAME
   agenticctl env stop NAME
@@ -24,6 +28,12 @@ const envUsage = `Usage:
   agenticctl env pause NAME
                          freeze its processes, keeping their memory (runtimes with pause)
   agenticctl env resume NAME
+  agenticctl env hibernate NAME
+                         save it to disk and free its memory and CPU (runtimes whose
+                         hibernate is memory or filesystem); returns once saved
+  agenticctl env wake NAME
+                         run a hibernated environment again; returns once its agent is
+                         back (work aimed at it, an exec or a file call, wakes it too)
   agenticctl env rm NAME
   agenticctl env runtimes
                          the runtimes the server offers, with their capabilities
@@ -43,6 +53,8 @@ func (c *cli) environments(args []string) int {
 		verb{[]string{"start"}, one("start")},
 		verb{[]string{"pause"}, one("pause")},
 		verb{[]string{"resume"}, one("resume")},
+		verb{[]string{"hibernate", "sleep"}, c.envHibernate},
+		verb{[]string{"wake"}, c.envWake},
 		verb{[]string{"rm", "delete"}, one("rm")},
 		verb{[]string{"runtimes"}, c.envRuntimes})
 }
@@ -53,6 +65,7 @@ func (c *cli) envCreate(args []string) int {
 	spec := specFlags(flags)
 	var labels multiFlag
 	flags.Var(&labels, "label", "a label `k=v` of the environment (repeatable)")
+	idle := idleFlags(flags, "it")
 	noWait := flags.Bool("no-wait", false, "return once provisioning started")
 	timeout := flags.Duration("timeout", 5*time.Minute, "how long to wait for the agent")
 	if code, done := parseFlags(flags, args, c.stdout, c.stderr, envUsage); done {
@@ -71,6 +84,7 @@ func (c *cli) envCreate(args []string) int {
 	}
 	body := restapi.CreateEnvironmentRequest{Name: flags.Arg(0), Runtime: *runtime, Image: sp.Image, Network: sp.Network,
 		Profile: sp.Profile, ReadOnlyRoot: sp.ReadOnlyRoot, Resources: sp.Resources, Isolation: sp.Isolation, Placement: sp.Placement}
+	body.IdleAfter, body.DeleteAfter = idle.values()
 	if len(labels) > 0 {
 		m := map[string]string{}
 		for _, kv := range labels {
@@ -162,7 +176,7 @@ func (c *cli) envList(args []string) int {
 			if e.Image != nil {
 				image = *e.Image
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", cell(e.Name), cell(runtimeAndTier(e.Runtime, e.Isolation)), cell(string(e.State)), cell(agent), prov, cell(image))
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", cell(e.Name), cell(runtimeAndTier(e.Runtime, e.Isolation)), cell(stateOf(e)), cell(agent), prov, cell(image))
 		}
 	})
 }
@@ -214,6 +228,9 @@ func (c *cli) envRuntimes(args []string) int {
 					opts = append(opts, o.name)
 				}
 			}
+			if r.Hibernate != "" && r.Hibernate != restapi.HibernateNone {
+				opts = append(opts, "hibernate="+string(r.Hibernate))
+			}
 			for _, tier := range r.Tiers {
 				opts = append(opts, "isolation="+tier)
 			}
@@ -230,6 +247,76 @@ func (c *cli) envRuntimes(args []string) int {
 		fmt.Fprintf(c.stdout, "not offered: %s: %s\n", cell(u.Runtime), cell(u.Reason))
 	}
 	return 0
+}
+
+// stateOf is an environment's state as listed: a hibernated one's with
+// what its saved state takes and why it sleeps.
+func stateOf(e restapi.Environment) string {
+	if e.State != restapi.EnvHibernated {
+		return string(e.State)
+	}
+	var why []string
+	if e.SavedBytes != nil {
+		why = append(why, mib(*e.SavedBytes))
+	}
+	if e.SleepReason != nil {
+		why = append(why, *e.SleepReason)
+	}
+	if len(why) == 0 {
+		return string(e.State)
+	}
+	return string(e.State) + " (" + strings.Join(why, "; ") + ")"
+}
+
+// envHibernate saves an environment and says what it took.
+func (c *cli) envHibernate(args []string) int {
+	wrong := "env hibernate takes exactly one environment name; 'agenticctl env list' shows them"
+	return c.byID("env hibernate", envUsage, wrong, args, restapi.ClientInterface.HibernateEnvironment, http.StatusOK, func(id string, body []byte) int {
+		var e restapi.Environment
+		if err := json.Unmarshal(body, &e); err != nil {
+			return c.fail("reading the answer: %v", err)
+		}
+		fmt.Fprintf(c.stdout, "%s: %s\n", clean(id), stateOf(e))
+		return 0
+	})
+}
+
+// envWake wakes an environment and says its state once the server answers
+// (ready: its agent is back).
+func (c *cli) envWake(args []string) int {
+	wrong := "env wake takes exactly one environment name; 'agenticctl env list' shows them"
+	return c.byID("env wake", envUsage, wrong, args, restapi.ClientInterface.WakeEnvironment, http.StatusOK, func(id string, body []byte) int {
+		var e restapi.Environment
+		if err := json.Unmarshal(body, &e); err != nil {
+			return c.fail("reading the answer: %v", err)
+		}
+		fmt.Fprintf(c.stdout, "%s: %s\n", clean(id), e.State)
+		return 0
+	})
+}
+
+// idlePolicy are the --idle-after and --delete-after flags of env create
+// and pool put.
+type idlePolicy struct{ idleAfter, deleteAfter *time.Duration }
+
+func idleFlags(flags *flag.FlagSet, of string) idlePolicy {
+	return idlePolicy{
+		idleAfter:   flags.Duration("idle-after", 0, "hibernate "+of+" once nothing used it for `D` (e.g. 30m; runtimes that can hibernate; 0: never)"),
+		deleteAfter: flags.Duration("delete-after", 0, "delete "+of+" once hibernated or stopped for `D` (e.g. 24h; 0: never)"),
+	}
+}
+
+// values are the flags as the API's durations: unset (0) ones absent; a
+// negative one is sent as it is, for the server to refuse.
+func (p idlePolicy) values() (idleAfter, deleteAfter *string) {
+	opt := func(d time.Duration) *string {
+		if d == 0 {
+			return nil
+		}
+		s := d.String()
+		return &s
+	}
+	return opt(*p.idleAfter), opt(*p.deleteAfter)
 }
 
 // envSpec are the flags that say what an environment is made of, for env

@@ -10,9 +10,12 @@ import (
 )
 
 const poolUsage = `Usage:
-  agenticctl pool put --runtime R --size N [env create's spec flags] NAME
+  agenticctl pool put --runtime R --size N [env create's spec flags] [--idle-after D] [--delete-after D] NAME
                          keep N environments of this spec ready; an 'env create' with
-                         the same runtime and spec takes one at once
+                         the same runtime and spec takes one at once; an environment
+                         taken from it hibernates once unused for --idle-after (default
+                         30m where the runtime can hibernate) and is deleted once
+                         hibernated or stopped for --delete-after
   agenticctl pool list [--json]
   agenticctl pool get NAME
                          the pool as JSON, with its untaken members
@@ -35,6 +38,7 @@ func (c *cli) poolPut(args []string) int {
 	runtime := flags.String("runtime", "", "runtime `R` of the members, one of those the server offers ('agenticctl env runtimes')")
 	size := flags.Int("size", -1, "how many members to keep ready (0 keeps none)")
 	spec := specFlags(flags)
+	idle := idleFlags(flags, "an environment taken from the pool")
 	if code, done := parseFlags(flags, args, c.stdout, c.stderr, poolUsage); done {
 		return code
 	}
@@ -49,7 +53,9 @@ func (c *cli) poolPut(args []string) int {
 	if err != nil {
 		return c.fail("pool put: %v", err)
 	}
-	resp, err := cl.PutPoolWithResponse(context.Background(), flags.Arg(0), restapi.PoolRequest{Runtime: *runtime, Size: *size, Spec: &sp})
+	req := restapi.PoolRequest{Runtime: *runtime, Size: *size, Spec: &sp}
+	req.IdleAfter, req.DeleteAfter = idle.values()
+	resp, err := cl.PutPoolWithResponse(context.Background(), flags.Arg(0), req)
 	if err != nil || resp.JSON200 == nil {
 		return c.failed(server, err, resp)
 	}

@@ -309,6 +309,8 @@ func (c *cli) apiError(status int, body []byte) int {
 		"agent_not_found":     "'agenticctl agents list' shows the known agents",
 		"agent_not_connected": "wait until the agent reconnects ('agenticctl agents list' shows its status)",
 		"body_too_large":      "requests are limited to 1 MiB; send less stdin",
+		"wake_failed":         "the environment is failed now; 'agenticctl env get NAME' shows why",
+		"hibernate_limit":     "wake or delete a hibernated environment first ('agenticctl env list' shows them)",
 	}[e.Code]
 	if hint != "" {
 		hint = "\n" + hint
