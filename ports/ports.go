@@ -182,6 +182,10 @@ type AgentInfo struct {
 	LastHeartbeat   time.Time
 	DisconnectedAt  time.Time
 	RunningCommands int
+	// KeptSessions is how many of RunningCommands are kept sessions' (an
+	// interactive or background session's shell or process, which may run
+	// for days): not work that ends, so an idle policy does not count them.
+	KeptSessions int
 }
 
 // SystemInfo describes an agent's machine.

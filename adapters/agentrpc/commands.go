@@ -26,6 +26,9 @@ type command struct {
 	detached bool
 	pty      bool
 	onOutput func(ports.OutputChunk)
+	// kept: the command is a kept session's (an interactive or background
+	// session: its agent's KeptSessions counts it); guarded by svc.mu.
+	kept bool
 	// sentGen is the connection generation the command was sent on (0 for
 	// attached commands); a report from a later connection that lacks it
 	// means the agent lost it.
@@ -254,6 +257,10 @@ func (s *Service) Start(ctx context.Context, agentID string, spec ports.CommandS
 	}
 	s.commands[cmd.id] = cmd
 	s.registry.CommandStarted(agentID)
+	if keptSession(spec.SessionType) {
+		cmd.kept = true
+		s.registry.SessionKept(agentID)
+	}
 	s.mu.Unlock()
 	s.cfg.Changes.Changed(ports.ChangeAgents)
 
@@ -288,6 +295,23 @@ func (s *Service) Start(ctx context.Context, agentID string, spec ports.CommandS
 		}
 	}
 	return cmd, nil
+}
+
+// keptSession is a session type whose command lives on whether or not
+// anyone works with it: a terminal or a background process.
+func keptSession(t ports.SessionType) bool {
+	return t == ports.SessionInteractive || t == ports.SessionBackground
+}
+
+// markKept counts agentID's running command id as a kept session's (one
+// bound again by Attach, which names no type: the agent's report does).
+func (s *Service) markKept(agentID, id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cmd := s.commands[id]; cmd != nil && cmd.agentID == agentID && !cmd.kept && !cmd.isDone() {
+		cmd.kept = true
+		s.registry.SessionKept(agentID)
+	}
 }
 
 // Attach binds to a detached command that an earlier run of the server started.

@@ -120,5 +120,6 @@ func agentInfo(r agent.Record, now time.Time) ports.AgentInfo {
 		LastHeartbeat:   r.LastHeartbeat,
 		DisconnectedAt:  r.DisconnectedAt,
 		RunningCommands: r.RunningCommands,
+		KeptSessions:    r.KeptSessions,
 	}
 }

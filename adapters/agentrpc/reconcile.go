@@ -68,6 +68,12 @@ func (s *Service) reconcileCommands(c *conn, rep *sandboxv1.SessionReport) {
 	s.mu.Unlock()
 	if current {
 		s.cfg.Reports.ReconcileSessions(c.agentID, sessions)
+		// The sessions' commands it bound (Attach names no type).
+		for _, rs := range sessions {
+			if keptSession(rs.Type) {
+				s.markKept(c.agentID, rs.CommandID)
+			}
+		}
 		// Before the output that came ahead of the report is handed out:
 		// the commands adopted now get theirs.
 		s.adoptReported(c, plain)
@@ -253,6 +259,9 @@ func (s *Service) finish(cmd *command, r ports.CommandResult) {
 	cmd.complete(r, s.cfg.Clock.Now(), func() {
 		s.mu.Lock()
 		s.registry.CommandEnded(cmd.agentID)
+		if cmd.kept {
+			s.registry.SessionUnkept(cmd.agentID)
+		}
 		s.mu.Unlock()
 		s.cfg.Changes.Changed(ports.ChangeAgents)
 	})

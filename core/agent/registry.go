@@ -51,6 +51,9 @@ type Record struct {
 	Metrics           *ports.Metrics
 	// RunningCommands counts commands the server has started and not yet seen end.
 	RunningCommands int
+	// KeptSessions counts those of RunningCommands that are kept sessions
+	// (a terminal or a background process, which may run for days).
+	KeptSessions int
 }
 
 // StatusAt derives the status of r at now.
@@ -166,6 +169,21 @@ func (g *Registry) CommandStarted(id string) {
 func (g *Registry) CommandEnded(id string) {
 	if r, ok := g.records[id]; ok && r.RunningCommands > 0 {
 		r.RunningCommands--
+	}
+}
+
+// SessionKept marks one of id's running commands a kept session;
+// SessionUnkept is its counterpart, when that command ends.
+func (g *Registry) SessionKept(id string) {
+	if r, ok := g.records[id]; ok {
+		r.KeptSessions++
+	}
+}
+
+// SessionUnkept is the counterpart of SessionKept.
+func (g *Registry) SessionUnkept(id string) {
+	if r, ok := g.records[id]; ok && r.KeptSessions > 0 {
+		r.KeptSessions--
 	}
 }
 
