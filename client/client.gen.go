@@ -126,10 +126,13 @@ const (
 	EnvBooting      EnvironmentState = "booting"
 	EnvDeleting     EnvironmentState = "deleting"
 	EnvFailed       EnvironmentState = "failed"
+	EnvHibernated   EnvironmentState = "hibernated"
+	EnvHibernating  EnvironmentState = "hibernating"
 	EnvPaused       EnvironmentState = "paused"
 	EnvProvisioning EnvironmentState = "provisioning"
 	EnvReady        EnvironmentState = "ready"
 	EnvStopped      EnvironmentState = "stopped"
+	EnvWaking       EnvironmentState = "waking"
 )
 
 // Valid indicates whether the value is a known member of the EnvironmentState enum.
@@ -141,6 +144,10 @@ func (e EnvironmentState) Valid() bool {
 		return true
 	case EnvFailed:
 		return true
+	case EnvHibernated:
+		return true
+	case EnvHibernating:
+		return true
 	case EnvPaused:
 		return true
 	case EnvProvisioning:
@@ -148,6 +155,8 @@ func (e EnvironmentState) Valid() bool {
 	case EnvReady:
 		return true
 	case EnvStopped:
+		return true
+	case EnvWaking:
 		return true
 	default:
 		return false
@@ -226,6 +235,27 @@ func (e HITLResponseDecision) Valid() bool {
 	case Allow:
 		return true
 	case Deny:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for HibernateMode.
+const (
+	HibernateFilesystem HibernateMode = "filesystem"
+	HibernateMemory     HibernateMode = "memory"
+	HibernateNone       HibernateMode = "none"
+)
+
+// Valid indicates whether the value is a known member of the HibernateMode enum.
+func (e HibernateMode) Valid() bool {
+	switch e {
+	case HibernateFilesystem:
+		return true
+	case HibernateMemory:
+		return true
+	case HibernateNone:
 		return true
 	default:
 		return false
@@ -617,6 +647,12 @@ type CreateEnvironmentRequest struct {
 	// AllowedHosts With network proxy (and only then), the hosts its commands may reach: exact names, *.suffix wildcards or addresses, with an optional :port (default 443 and 80).
 	AllowedHosts *[]string `json:"allowed_hosts,omitempty"`
 
+	// DeleteAfter Delete the environment once it has been hibernated or stopped for this long (on any runtime). Absent: never.
+	DeleteAfter *string `json:"delete_after,omitempty"`
+
+	// IdleAfter A duration in Go's syntax (time.ParseDuration: "90s", "30m", "1h30m"; "0" is off; a negative or malformed one is 400 invalid_request, as is delete_after's). Hibernate the environment once nothing has used it for this long (no running command, no attached viewer, no session output, no file, tunnel or preview traffic). Only on a runtime that can hibernate (400 invalid_request where its hibernate is `none`). Absent: never (an environment taken from a warm pool whose definition names none gets 30m where its runtime can hibernate).
+	IdleAfter *string `json:"idle_after,omitempty"`
+
 	// Image Container image, or a disk image path for VMs; default: the runtime's own minimal image.
 	Image *string `json:"image,omitempty"`
 
@@ -715,19 +751,37 @@ type Environment struct {
 	AllowedHosts *[]string `json:"allowed_hosts,omitempty"`
 	CreatedAt    time.Time `json:"created_at"`
 
+	// DeleteAfter Its idle policy: deleted after this long hibernated or stopped. Absent: off.
+	DeleteAfter *string `json:"delete_after,omitempty"`
+
 	// Egress A proxy environment's recent connections through its agent, newest last (at most 20).
 	Egress *[]EgressEntry     `json:"egress,omitempty"`
 	Error  *string            `json:"error,omitempty"`
 	Events []EnvironmentEvent `json:"events"`
-	Image  *string            `json:"image,omitempty"`
+
+	// Hibernate What POST .../hibernate keeps of an environment on this runtime: `memory` (memory and processes: what ran continues after the wake), `filesystem` (its files only: its processes start again), `none` (it cannot hibernate: the call is 409 not_supported, and idle_after is refused).
+	Hibernate *HibernateMode `json:"hibernate,omitempty"`
+
+	// HibernatedAt When a hibernated environment was saved; absent otherwise.
+	HibernatedAt *time.Time `json:"hibernated_at,omitempty"`
+
+	// IdleAfter Its idle policy: hibernated after this long unused. Absent: off.
+	IdleAfter *string `json:"idle_after,omitempty"`
+	Image     *string `json:"image,omitempty"`
 
 	// Isolation The tier it runs in (gvisor), when its request named one; absent: the runtime's standard sandbox.
 	Isolation *string `json:"isolation,omitempty"`
 
 	// Labels Its request's labels (a scoped token's on top); absent when it has none.
-	Labels  *map[string]string `json:"labels,omitempty"`
-	Name    string             `json:"name"`
-	Network *string            `json:"network,omitempty"`
+	Labels *map[string]string `json:"labels,omitempty"`
+
+	// LastActivityAt When something last used it (since this server started); absent until something did.
+	LastActivityAt *time.Time `json:"last_activity_at,omitempty"`
+
+	// LastActivityKind What last used it: exec, session, viewer, files, tunnel, preview or wake.
+	LastActivityKind *string `json:"last_activity_kind,omitempty"`
+	Name             string  `json:"name"`
+	Network          *string `json:"network,omitempty"`
 
 	// Placement Where a scheduler may put the environment (Kubernetes' meaning): on nodes with every label of node_selector, and on nodes whose taints the tolerations tolerate. Only a runtime whose placement is true (GET /api/v1/runtimes) takes one; elsewhere a non-empty placement is 400 invalid_request. A node selector key must be a label key ([prefix/]name: a DNS subdomain prefix of at most 253 characters, a name of 1-63 of A-Z a-z 0-9 - _ . starting and ending with a letter or digit); a key that is not is 400 invalid_request.
 	Placement *Placement `json:"placement,omitempty"`
@@ -741,15 +795,23 @@ type Environment struct {
 	// RuntimeId The engine's id: container id, domain UUID, pid.
 	RuntimeId *string `json:"runtime_id,omitempty"`
 
+	// SavedBytes What a hibernated environment's saved state takes on disk; absent otherwise.
+	SavedBytes *int64 `json:"saved_bytes,omitempty"`
+
 	// Secrets Its injected secrets' names and hosts (never a value or a placeholder); absent when it has none.
 	Secrets *[]EnvironmentSecretInfo `json:"secrets,omitempty"`
-	State   EnvironmentState         `json:"state"`
+
+	// SleepReason Why a hibernated environment went to sleep: `requested`, or its idle policy's `idle for 30m0s`; absent otherwise.
+	SleepReason *string `json:"sleep_reason,omitempty"`
+
+	// State hibernating: being saved to disk; hibernated: saved, holding no memory or CPU, until POST .../wake or work aimed at it wakes it; waking: being restored, until its agent is back.
+	State EnvironmentState `json:"state"`
 
 	// Usage What requests through injected secrets used: a task's run's (Task.usage), or the workloads' of an environment (Environment.usage; a task's own environment shows its run's). Absent when there were none. Requests the server sent on to a secret's host (refused ones are not counted), their request and answer bodies' bytes and, for the Anthropic API, the tokens its answers' `usage` fields reported and what they cost at AGENTIC_MODEL_PRICES. Counted as the answers arrive, so a running workload's grows. A task's is kept across a server restart; an environment's counts from the server's start (a restarted server restores its secrets, not its count).
 	Usage *InjectedUsage `json:"usage,omitempty"`
 }
 
-// EnvironmentState defines model for Environment.State.
+// EnvironmentState hibernating: being saved to disk; hibernated: saved, holding no memory or CPU, until POST .../wake or work aimed at it wakes it; waking: being restored, until its agent is back.
 type EnvironmentState string
 
 // EnvironmentEvent defines model for EnvironmentEvent.
@@ -805,7 +867,8 @@ type Error struct {
 	// too_many_transfers, invalid_manifest, task_not_found, task_conflict, unknown_parameter,
 	// artifact_not_found, pool_not_found, agent_reserved, stdin_busy, port_not_listening,
 	// too_many_forwards, port_refused, upgrade_required, too_many_public_ports, too_many_sign_ins, forbidden,
-	// token_exists, token_not_found, invalid_cursor, secret_unresolved.
+	// token_exists, token_not_found, invalid_cursor, secret_unresolved, invalid_state, hibernate_limit,
+	// wake_failed.
 	Code string `json:"code"`
 
 	// Error A message for people.
@@ -981,6 +1044,9 @@ type Health struct {
 	Version string `json:"version"`
 }
 
+// HibernateMode What POST .../hibernate keeps of an environment on this runtime: `memory` (memory and processes: what ran continues after the wake), `filesystem` (its files only: its processes start again), `none` (it cannot hibernate: the call is 409 not_supported, and idle_after is refused).
+type HibernateMode string
+
 // InjectedUsage What requests through injected secrets used: a task's run's (Task.usage), or the workloads' of an environment (Environment.usage; a task's own environment shows its run's). Absent when there were none. Requests the server sent on to a secret's host (refused ones are not counted), their request and answer bodies' bytes and, for the Anthropic API, the tokens its answers' `usage` fields reported and what they cost at AGENTIC_MODEL_PRICES. Counted as the answers arrive, so a running workload's grows. A task's is kept across a server restart; an environment's counts from the server's start (a restarted server restores its secrets, not its count).
 type InjectedUsage struct {
 	// BytesReceived The answers' body bytes received from the hosts.
@@ -1122,12 +1188,18 @@ type Placement struct {
 
 // Pool defines model for Pool.
 type Pool struct {
+	// DeleteAfter As defined; absent: not named.
+	DeleteAfter *string `json:"delete_after,omitempty"`
+
 	// Hits Creates that took a member.
 	Hits int64 `json:"hits"`
 
 	// Idle Members ready to be taken.
-	Idle    int          `json:"idle"`
-	Members []PoolMember `json:"members"`
+	Idle int `json:"idle"`
+
+	// IdleAfter As defined (absent: not named; taken environments then get 30m where the runtime can hibernate).
+	IdleAfter *string      `json:"idle_after,omitempty"`
+	Members   []PoolMember `json:"members"`
 
 	// Misses Creates that matched this pool when no member was idle.
 	Misses  int64    `json:"misses"`
@@ -1153,9 +1225,14 @@ type PoolMember struct {
 
 // PoolRequest defines model for PoolRequest.
 type PoolRequest struct {
-	Runtime string    `json:"runtime"`
-	Size    int       `json:"size"`
-	Spec    *PoolSpec `json:"spec,omitempty"`
+	// DeleteAfter Taken environments are deleted after this long hibernated or stopped. Absent: never.
+	DeleteAfter *string `json:"delete_after,omitempty"`
+
+	// IdleAfter The idle policy of the environments taken from the pool (an untaken member never sleeps): hibernated after this long unused. Absent: 30m where the runtime can hibernate (a member taken and then left does not hold its memory forever), never elsewhere. Only on a runtime that can hibernate (400 invalid_request otherwise).
+	IdleAfter *string   `json:"idle_after,omitempty"`
+	Runtime   string    `json:"runtime"`
+	Size      int       `json:"size"`
+	Spec      *PoolSpec `json:"spec,omitempty"`
 }
 
 // PoolSpec defines model for PoolSpec.
@@ -1221,6 +1298,9 @@ type Resources struct {
 type Runtime struct {
 	// AllowedNetworkModes The network modes a create request may name on this server: those of network_modes that AGENTIC_ALLOWED_NETWORKS allows (every one for host isolation, which shares the host's network); others are 400 invalid_request. A request naming none gets the default (network_modes' first).
 	AllowedNetworkModes []string `json:"allowed_network_modes"`
+
+	// Hibernate What POST .../hibernate keeps of an environment on this runtime: `memory` (memory and processes: what ran continues after the wake), `filesystem` (its files only: its processes start again), `none` (it cannot hibernate: the call is 409 not_supported, and idle_after is refused).
+	Hibernate HibernateMode `json:"hibernate"`
 
 	// Images A create request may name an image.
 	Images bool `json:"images"`
@@ -1577,6 +1657,9 @@ type FileTooLarge = Error
 
 // Forbidden defines model for Forbidden.
 type Forbidden = Error
+
+// HibernateLimit defines model for HibernateLimit.
+type HibernateLimit = Error
 
 // NotFound defines model for NotFound.
 type NotFound = Error
@@ -2296,6 +2379,13 @@ type ClientInterface interface {
 	// Corresponds with GET /api/v1/environments/{name} (the `GetEnvironment` operationId).
 	GetEnvironment(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// HibernateEnvironment Save a running environment to disk and free its memory and CPU (runtimes whose capabilities say hibernate memory or filesystem).
+	//
+	// Answers once the environment is saved (state `hibernated`, with `hibernated_at`, `saved_bytes` and `sleep_reason` `requested`); the save is bounded by the wake timeout (AGENTIC_WAKE_TIMEOUT, default 2m) and goes on if the caller leaves. With hibernate `memory` its processes continue after a wake as if nothing happened; with `filesystem` only its files are kept (its processes start again). One already hibernated is answered as it is; one in a transition is waited for. Errors: 409 not_supported on a runtime whose hibernate is `none`; 409 invalid_state when the environment is not running (stopped, paused, failed …); 507 hibernate_limit when the saved states of hibernated environments would take more than AGENTIC_HIBERNATE_MAX_BYTES (wake or delete one first). A save that fails leaves it as it was.
+	//
+	// Corresponds with POST /api/v1/environments/{name}/hibernate (the `HibernateEnvironment` operationId).
+	HibernateEnvironment(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// PauseEnvironment Freeze an environment's processes, keeping their memory (runtimes whose capabilities say pause).
 	//
 	// Corresponds with POST /api/v1/environments/{name}/pause (the `PauseEnvironment` operationId).
@@ -2406,6 +2496,13 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /api/v1/environments/{name}/stop (the `StopEnvironment` operationId).
 	StopEnvironment(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// WakeEnvironment Run a hibernated environment again; answers once its agent is back.
+	//
+	// Restores the environment from its saved state and waits until its agent has connected again (state `ready`), bounded by the wake timeout (AGENTIC_WAKE_TIMEOUT, default 2m). Concurrent wakes, and work aimed at it meanwhile (exec, sessions, files, previews, task steps, which wake it by themselves), wait for the same one wake. An environment that is not hibernated is answered as it is. A wake that fails (saved state missing or corrupt, image gone, agent not back in time) leaves the environment `failed` with the reason in `error`, and is 503 wake_failed.
+	//
+	// Corresponds with POST /api/v1/environments/{name}/wake (the `WakeEnvironment` operationId).
+	WakeEnvironment(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListHITL Open human-in-the-loop requests, oldest first.
 	//
@@ -3549,6 +3646,23 @@ func (c *Client) GetEnvironment(ctx context.Context, name EnvironmentName, reqEd
 	return c.Client.Do(req)
 }
 
+// HibernateEnvironment Save a running environment to disk and free its memory and CPU (runtimes whose capabilities say hibernate memory or filesystem).
+//
+// Answers once the environment is saved (state `hibernated`, with `hibernated_at`, `saved_bytes` and `sleep_reason` `requested`); the save is bounded by the wake timeout (AGENTIC_WAKE_TIMEOUT, default 2m) and goes on if the caller leaves. With hibernate `memory` its processes continue after a wake as if nothing happened; with `filesystem` only its files are kept (its processes start again). One already hibernated is answered as it is; one in a transition is waited for. Errors: 409 not_supported on a runtime whose hibernate is `none`; 409 invalid_state when the environment is not running (stopped, paused, failed …); 507 hibernate_limit when the saved states of hibernated environments would take more than AGENTIC_HIBERNATE_MAX_BYTES (wake or delete one first). A save that fails leaves it as it was.
+//
+// Corresponds with POST /api/v1/environments/{name}/hibernate (the `HibernateEnvironment` operationId).
+func (c *Client) HibernateEnvironment(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewHibernateEnvironmentRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // PauseEnvironment Freeze an environment's processes, keeping their memory (runtimes whose capabilities say pause).
 //
 // Corresponds with POST /api/v1/environments/{name}/pause (the `PauseEnvironment` operationId).
@@ -3740,6 +3854,23 @@ func (c *Client) StartEnvironment(ctx context.Context, name EnvironmentName, req
 // Corresponds with POST /api/v1/environments/{name}/stop (the `StopEnvironment` operationId).
 func (c *Client) StopEnvironment(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewStopEnvironmentRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// WakeEnvironment Run a hibernated environment again; answers once its agent is back.
+//
+// Restores the environment from its saved state and waits until its agent has connected again (state `ready`), bounded by the wake timeout (AGENTIC_WAKE_TIMEOUT, default 2m). Concurrent wakes, and work aimed at it meanwhile (exec, sessions, files, previews, task steps, which wake it by themselves), wait for the same one wake. An environment that is not hibernated is answered as it is. A wake that fails (saved state missing or corrupt, image gone, agent not back in time) leaves the environment `failed` with the reason in `error`, and is 503 wake_failed.
+//
+// Corresponds with POST /api/v1/environments/{name}/wake (the `WakeEnvironment` operationId).
+func (c *Client) WakeEnvironment(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWakeEnvironmentRequest(c.Server, name)
 	if err != nil {
 		return nil, err
 	}
@@ -5847,6 +5978,40 @@ func NewGetEnvironmentRequest(server string, name EnvironmentName) (*http.Reques
 	return req, nil
 }
 
+// NewHibernateEnvironmentRequest constructs an http.Request for the HibernateEnvironment method
+func NewHibernateEnvironmentRequest(server string, name EnvironmentName) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/environments/%s/hibernate", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewPauseEnvironmentRequest constructs an http.Request for the PauseEnvironment method
 func NewPauseEnvironmentRequest(server string, name EnvironmentName) (*http.Request, error) {
 	var err error
@@ -6136,6 +6301,40 @@ func NewStopEnvironmentRequest(server string, name EnvironmentName) (*http.Reque
 	}
 
 	operationPath := fmt.Sprintf("/api/v1/environments/%s/stop", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewWakeEnvironmentRequest constructs an http.Request for the WakeEnvironment method
+func NewWakeEnvironmentRequest(server string, name EnvironmentName) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/environments/%s/wake", pathParam0)
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -7992,6 +8191,15 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /api/v1/environments/{name} (the `GetEnvironment` operationId).
 	GetEnvironmentWithResponse(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*GetEnvironmentResponse, error)
 
+	// HibernateEnvironmentWithResponse Save a running environment to disk and free its memory and CPU (runtimes whose capabilities say hibernate memory or filesystem).
+	//
+	// Answers once the environment is saved (state `hibernated`, with `hibernated_at`, `saved_bytes` and `sleep_reason` `requested`); the save is bounded by the wake timeout (AGENTIC_WAKE_TIMEOUT, default 2m) and goes on if the caller leaves. With hibernate `memory` its processes continue after a wake as if nothing happened; with `filesystem` only its files are kept (its processes start again). One already hibernated is answered as it is; one in a transition is waited for. Errors: 409 not_supported on a runtime whose hibernate is `none`; 409 invalid_state when the environment is not running (stopped, paused, failed …); 507 hibernate_limit when the saved states of hibernated environments would take more than AGENTIC_HIBERNATE_MAX_BYTES (wake or delete one first). A save that fails leaves it as it was.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/environments/{name}/hibernate (the `HibernateEnvironment` operationId).
+	HibernateEnvironmentWithResponse(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*HibernateEnvironmentResponse, error)
+
 	// PauseEnvironmentWithResponse Freeze an environment's processes, keeping their memory (runtimes whose capabilities say pause).
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -8116,6 +8324,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /api/v1/environments/{name}/stop (the `StopEnvironment` operationId).
 	StopEnvironmentWithResponse(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*StopEnvironmentResponse, error)
+
+	// WakeEnvironmentWithResponse Run a hibernated environment again; answers once its agent is back.
+	//
+	// Restores the environment from its saved state and waits until its agent has connected again (state `ready`), bounded by the wake timeout (AGENTIC_WAKE_TIMEOUT, default 2m). Concurrent wakes, and work aimed at it meanwhile (exec, sessions, files, previews, task steps, which wake it by themselves), wait for the same one wake. An environment that is not hibernated is answered as it is. A wake that fails (saved state missing or corrupt, image gone, agent not back in time) leaves the environment `failed` with the reason in `error`, and is 503 wake_failed.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/environments/{name}/wake (the `WakeEnvironment` operationId).
+	WakeEnvironmentWithResponse(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*WakeEnvironmentResponse, error)
 
 	// ListHITLWithResponse Open human-in-the-loop requests, oldest first.
 	//
@@ -8732,6 +8949,8 @@ type StartCommandResponse struct {
 	JSON429 *TooManyRequests
 	// JSON502 the response for an HTTP 502 `application/json` response
 	JSON502 *BadGateway
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
 }
 
 // GetJSON202 returns the response for an HTTP 202 `application/json` response
@@ -8777,6 +8996,11 @@ func (r StartCommandResponse) GetJSON429() *TooManyRequests {
 // GetJSON502 returns the response for an HTTP 502 `application/json` response
 func (r StartCommandResponse) GetJSON502() *BadGateway {
 	return r.JSON502
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r StartCommandResponse) GetJSON503() *Unavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -8827,6 +9051,8 @@ type ExecCommandResponse struct {
 	JSON413 *TooLarge
 	// JSON502 the response for an HTTP 502 `application/json` response
 	JSON502 *BadGateway
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -8867,6 +9093,11 @@ func (r ExecCommandResponse) GetJSON413() *TooLarge {
 // GetJSON502 returns the response for an HTTP 502 `application/json` response
 func (r ExecCommandResponse) GetJSON502() *BadGateway {
 	return r.JSON502
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ExecCommandResponse) GetJSON503() *Unavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -8915,6 +9146,8 @@ type DeleteFileResponse struct {
 	JSON429 *TooManyRequests
 	// JSON502 the response for an HTTP 502 `application/json` response
 	JSON502 *BadGateway
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
 }
 
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
@@ -8950,6 +9183,11 @@ func (r DeleteFileResponse) GetJSON429() *TooManyRequests {
 // GetJSON502 returns the response for an HTTP 502 `application/json` response
 func (r DeleteFileResponse) GetJSON502() *BadGateway {
 	return r.JSON502
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r DeleteFileResponse) GetJSON503() *Unavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -9000,6 +9238,8 @@ type ListFilesResponse struct {
 	JSON429 *TooManyRequests
 	// JSON502 the response for an HTTP 502 `application/json` response
 	JSON502 *BadGateway
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -9040,6 +9280,11 @@ func (r ListFilesResponse) GetJSON429() *TooManyRequests {
 // GetJSON502 returns the response for an HTTP 502 `application/json` response
 func (r ListFilesResponse) GetJSON502() *BadGateway {
 	return r.JSON502
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ListFilesResponse) GetJSON503() *Unavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -9088,6 +9333,8 @@ type ReadArchiveResponse struct {
 	JSON429 *TooManyRequests
 	// JSON502 the response for an HTTP 502 `application/json` response
 	JSON502 *BadGateway
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
 }
 
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
@@ -9123,6 +9370,11 @@ func (r ReadArchiveResponse) GetJSON429() *TooManyRequests {
 // GetJSON502 returns the response for an HTTP 502 `application/json` response
 func (r ReadArchiveResponse) GetJSON502() *BadGateway {
 	return r.JSON502
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ReadArchiveResponse) GetJSON503() *Unavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -9173,6 +9425,8 @@ type WriteArchiveResponse struct {
 	JSON429 *TooManyRequests
 	// JSON502 the response for an HTTP 502 `application/json` response
 	JSON502 *BadGateway
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
 }
 
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
@@ -9213,6 +9467,11 @@ func (r WriteArchiveResponse) GetJSON429() *TooManyRequests {
 // GetJSON502 returns the response for an HTTP 502 `application/json` response
 func (r WriteArchiveResponse) GetJSON502() *BadGateway {
 	return r.JSON502
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r WriteArchiveResponse) GetJSON503() *Unavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -9263,6 +9522,8 @@ type ReadFileResponse struct {
 	JSON429 *TooManyRequests
 	// JSON502 the response for an HTTP 502 `application/json` response
 	JSON502 *BadGateway
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
 }
 
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
@@ -9303,6 +9564,11 @@ func (r ReadFileResponse) GetJSON429() *TooManyRequests {
 // GetJSON502 returns the response for an HTTP 502 `application/json` response
 func (r ReadFileResponse) GetJSON502() *BadGateway {
 	return r.JSON502
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ReadFileResponse) GetJSON503() *Unavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -9353,6 +9619,8 @@ type WriteFileResponse struct {
 	JSON429 *TooManyRequests
 	// JSON502 the response for an HTTP 502 `application/json` response
 	JSON502 *BadGateway
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
 }
 
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
@@ -9393,6 +9661,11 @@ func (r WriteFileResponse) GetJSON429() *TooManyRequests {
 // GetJSON502 returns the response for an HTTP 502 `application/json` response
 func (r WriteFileResponse) GetJSON502() *BadGateway {
 	return r.JSON502
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r WriteFileResponse) GetJSON503() *Unavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -9576,6 +9849,8 @@ type CreateSessionResponse struct {
 	JSON429 *TooManyRequests
 	// JSON502 the response for an HTTP 502 `application/json` response
 	JSON502 *BadGateway
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
 }
 
 // GetJSON201 returns the response for an HTTP 201 `application/json` response
@@ -9621,6 +9896,11 @@ func (r CreateSessionResponse) GetJSON429() *TooManyRequests {
 // GetJSON502 returns the response for an HTTP 502 `application/json` response
 func (r CreateSessionResponse) GetJSON502() *BadGateway {
 	return r.JSON502
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r CreateSessionResponse) GetJSON503() *Unavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -10647,6 +10927,103 @@ func (r GetEnvironmentResponse) ContentType() string {
 	return ""
 }
 
+type HibernateEnvironmentResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Environment
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSON502 the response for an HTTP 502 `application/json` response
+	JSON502 *BadGateway
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// JSON507 the response for an HTTP 507 `application/json` response
+	JSON507 *HibernateLimit
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r HibernateEnvironmentResponse) GetJSON200() *Environment {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r HibernateEnvironmentResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r HibernateEnvironmentResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r HibernateEnvironmentResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r HibernateEnvironmentResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r HibernateEnvironmentResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSON502 returns the response for an HTTP 502 `application/json` response
+func (r HibernateEnvironmentResponse) GetJSON502() *BadGateway {
+	return r.JSON502
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r HibernateEnvironmentResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetJSON507 returns the response for an HTTP 507 `application/json` response
+func (r HibernateEnvironmentResponse) GetJSON507() *HibernateLimit {
+	return r.JSON507
+}
+
+// GetBody returns the raw response body bytes
+func (r HibernateEnvironmentResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r HibernateEnvironmentResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r HibernateEnvironmentResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r HibernateEnvironmentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type PauseEnvironmentResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -11326,6 +11703,96 @@ func (r StopEnvironmentResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r StopEnvironmentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type WakeEnvironmentResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Environment
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSON502 the response for an HTTP 502 `application/json` response
+	JSON502 *BadGateway
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r WakeEnvironmentResponse) GetJSON200() *Environment {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r WakeEnvironmentResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r WakeEnvironmentResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r WakeEnvironmentResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r WakeEnvironmentResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r WakeEnvironmentResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSON502 returns the response for an HTTP 502 `application/json` response
+func (r WakeEnvironmentResponse) GetJSON502() *BadGateway {
+	return r.JSON502
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r WakeEnvironmentResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r WakeEnvironmentResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r WakeEnvironmentResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r WakeEnvironmentResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r WakeEnvironmentResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -14069,6 +14536,21 @@ func (c *ClientWithResponses) GetEnvironmentWithResponse(ctx context.Context, na
 	return ParseGetEnvironmentResponse(rsp)
 }
 
+// HibernateEnvironmentWithResponse Save a running environment to disk and free its memory and CPU (runtimes whose capabilities say hibernate memory or filesystem).
+//
+// Answers once the environment is saved (state `hibernated`, with `hibernated_at`, `saved_bytes` and `sleep_reason` `requested`); the save is bounded by the wake timeout (AGENTIC_WAKE_TIMEOUT, default 2m) and goes on if the caller leaves. With hibernate `memory` its processes continue after a wake as if nothing happened; with `filesystem` only its files are kept (its processes start again). One already hibernated is answered as it is; one in a transition is waited for. Errors: 409 not_supported on a runtime whose hibernate is `none`; 409 invalid_state when the environment is not running (stopped, paused, failed …); 507 hibernate_limit when the saved states of hibernated environments would take more than AGENTIC_HIBERNATE_MAX_BYTES (wake or delete one first). A save that fails leaves it as it was.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/environments/{name}/hibernate (the `HibernateEnvironment` operationId).
+func (c *ClientWithResponses) HibernateEnvironmentWithResponse(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*HibernateEnvironmentResponse, error) {
+	rsp, err := c.HibernateEnvironment(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseHibernateEnvironmentResponse(rsp)
+}
+
 // PauseEnvironmentWithResponse Freeze an environment's processes, keeping their memory (runtimes whose capabilities say pause).
 //
 // Returns a wrapper object for the known response body format(s).
@@ -14246,6 +14728,21 @@ func (c *ClientWithResponses) StopEnvironmentWithResponse(ctx context.Context, n
 		return nil, err
 	}
 	return ParseStopEnvironmentResponse(rsp)
+}
+
+// WakeEnvironmentWithResponse Run a hibernated environment again; answers once its agent is back.
+//
+// Restores the environment from its saved state and waits until its agent has connected again (state `ready`), bounded by the wake timeout (AGENTIC_WAKE_TIMEOUT, default 2m). Concurrent wakes, and work aimed at it meanwhile (exec, sessions, files, previews, task steps, which wake it by themselves), wait for the same one wake. An environment that is not hibernated is answered as it is. A wake that fails (saved state missing or corrupt, image gone, agent not back in time) leaves the environment `failed` with the reason in `error`, and is 503 wake_failed.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/environments/{name}/wake (the `WakeEnvironment` operationId).
+func (c *ClientWithResponses) WakeEnvironmentWithResponse(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*WakeEnvironmentResponse, error) {
+	rsp, err := c.WakeEnvironment(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseWakeEnvironmentResponse(rsp)
 }
 
 // ListHITLWithResponse Open human-in-the-loop requests, oldest first.
@@ -15104,6 +15601,13 @@ func ParseStartCommandResponse(rsp *http.Response) (*StartCommandResponse, error
 		}
 		response.JSON502 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
 	}
 
 	return response, nil
@@ -15179,6 +15683,13 @@ func ParseExecCommandResponse(rsp *http.Response) (*ExecCommandResponse, error) 
 		}
 		response.JSON502 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
 	case rsp.StatusCode == 200:
 		// Content-type (application/x-ndjson) unsupported
 
@@ -15252,6 +15763,13 @@ func ParseDeleteFileResponse(rsp *http.Response) (*DeleteFileResponse, error) {
 			return nil, err
 		}
 		response.JSON502 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
 
 	}
 
@@ -15328,6 +15846,13 @@ func ParseListFilesResponse(rsp *http.Response) (*ListFilesResponse, error) {
 		}
 		response.JSON502 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
 	}
 
 	return response, nil
@@ -15395,6 +15920,13 @@ func ParseReadArchiveResponse(rsp *http.Response) (*ReadArchiveResponse, error) 
 			return nil, err
 		}
 		response.JSON502 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
 
 	}
 
@@ -15474,6 +16006,13 @@ func ParseWriteArchiveResponse(rsp *http.Response) (*WriteArchiveResponse, error
 		}
 		response.JSON502 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
 	}
 
 	return response, nil
@@ -15548,6 +16087,13 @@ func ParseReadFileResponse(rsp *http.Response) (*ReadFileResponse, error) {
 			return nil, err
 		}
 		response.JSON502 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
 
 	}
 
@@ -15626,6 +16172,13 @@ func ParseWriteFileResponse(rsp *http.Response) (*WriteFileResponse, error) {
 			return nil, err
 		}
 		response.JSON502 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
 
 	}
 
@@ -15809,6 +16362,13 @@ func ParseCreateSessionResponse(rsp *http.Response) (*CreateSessionResponse, err
 			return nil, err
 		}
 		response.JSON502 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
 
 	}
 
@@ -16636,6 +17196,88 @@ func ParseGetEnvironmentResponse(rsp *http.Response) (*GetEnvironmentResponse, e
 	return response, nil
 }
 
+// ParseHibernateEnvironmentResponse parses an HTTP response from a HibernateEnvironmentWithResponse call
+func ParseHibernateEnvironmentResponse(rsp *http.Response) (*HibernateEnvironmentResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &HibernateEnvironmentResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Environment
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
+		var dest BadGateway
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON502 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 507:
+		var dest HibernateLimit
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON507 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParsePauseEnvironmentResponse parses an HTTP response from a PauseEnvironmentWithResponse call
 func ParsePauseEnvironmentResponse(rsp *http.Response) (*PauseEnvironmentResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -17147,6 +17789,81 @@ func ParseStopEnvironmentResponse(rsp *http.Response) (*StopEnvironmentResponse,
 	}
 
 	response := &StopEnvironmentResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Environment
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
+		var dest BadGateway
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON502 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseWakeEnvironmentResponse parses an HTTP response from a WakeEnvironmentWithResponse call
+func ParseWakeEnvironmentResponse(rsp *http.Response) (*WakeEnvironmentResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &WakeEnvironmentResponse{
 		Body:         bodyBytes,
 		HTTPResponse: rsp,
 	}

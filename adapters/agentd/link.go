@@ -114,6 +114,7 @@ func (a *Agent) serve(ctx context.Context) (registered bool, err error) {
 	a.connected.Store(true)
 	defer a.connected.Store(false)
 	a.log.Info("registered with management server", "server", a.cfg.ServerURL)
+	a.clockFromRTC()
 
 	// Heartbeats queued during a previous connection are stale.
 	for len(a.control) > 0 {

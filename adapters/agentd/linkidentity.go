@@ -91,6 +91,8 @@ func (a *Agent) takeLinkIdentity(li agentwire.LinkIdentity) {
 type guestSystem struct {
 	setClock    func(unixNano int64) error
 	setHostname func(name string) error
+	// readRTC reads the machine's real-time clock (clockFromRTC).
+	readRTC func() (time.Time, error)
 }
 
 var realGuest = guestSystem{
@@ -99,4 +101,5 @@ var realGuest = guestSystem{
 		return unix.Settimeofday(&tv)
 	},
 	setHostname: func(name string) error { return unix.Sethostname([]byte(name)) },
+	readRTC:     readRTC,
 }

@@ -978,6 +978,12 @@ func isNotRunning(err error) bool {
 // startRelay starts the environment's relay; identity, when set, answers
 // its guest's identity hello (a clone of a template).
 func (r *Runtime) startRelay(name, socket string, identity func() ([]byte, error)) {
+	r.startRelayWith(name, socket, identity, false)
+}
+
+// startRelayWith is startRelay; eager makes the relay dial a channel that
+// is not there yet every few milliseconds (relay.eager).
+func (r *Runtime) startRelayWith(name, socket string, identity func() ([]byte, error), eager bool) {
 	if r.cfg.AgentSocket != "" {
 		socket = r.cfg.AgentSocket
 	}
@@ -994,6 +1000,7 @@ func (r *Runtime) startRelay(name, socket string, identity func() ([]byte, error
 	if identity != nil {
 		rl.offerIdentity(identity)
 	}
+	rl.eager = eager
 	r.relays[name] = rl
 	rl.start()
 }

@@ -14,6 +14,9 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
 )
 
+// eagerRetry spaces an eager relay's dials of a channel not there yet.
+const eagerRetry = 10 * time.Millisecond
+
 // h2Preface is how every agent connection starts (HTTP/2 with prior
 // knowledge, h2c).
 var h2Preface = []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
@@ -45,6 +48,12 @@ type relay struct {
 	connected bool // a server connection is up
 
 	unreachable bool // the last server dial failed (logged once per outage)
+
+	// eager, set before start, dials the channel every eagerRetry until it
+	// answers once (a domain being restored: its QEMU listens any moment
+	// now, and a guest woken from hibernation waits for this side);
+	// reached records that it did.
+	eager, reached bool
 
 	// identity is the answer to the guest's identity hello (a clone of a
 	// saved template asks who it is), given once: nil before and after.
@@ -106,7 +115,9 @@ func (r *relay) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		ok := r.once(ctx, &d)
 		wait := r.pause
-		if !ok {
+		if !ok && r.eager && !r.reached {
+			wait = eagerRetry
+		} else if !ok {
 			wait = backoff
 			backoff = min(backoff*2, r.backoffMax)
 		} else {
@@ -127,6 +138,7 @@ func (r *relay) once(ctx context.Context, d *net.Dialer) bool {
 		// The domain is not running (yet), or QEMU is gone.
 		return false
 	}
+	r.reached = true
 	stop := context.AfterFunc(ctx, func() { ch.Close() })
 	defer stop()
 	defer ch.Close()

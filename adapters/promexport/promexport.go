@@ -108,9 +108,16 @@ func (c *taskCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // Handler returns the /metrics handler with process, Go and agent metrics,
-// and the provision times, task, egress and pool metrics when given.
-func Handler(dir ports.AgentDirectory, provision *ProvisionTimes, tasks *TaskMetrics, egress *EgressMetrics, pools *PoolMetrics) http.Handler {
+// and the provision times, task, egress, pool and sleep metrics when given.
+func Handler(dir ports.AgentDirectory, provision *ProvisionTimes, tasks *TaskMetrics, egress *EgressMetrics, pools *PoolMetrics, sleep *SleepMetrics) http.Handler {
 	reg := prometheus.NewRegistry()
+	if sleep != nil {
+		reg.MustRegister(sleep.hibernate, sleep.wake, &sleepCollector{m: sleep,
+			count: prometheus.NewDesc("agentic_environments_hibernated", "Environments hibernated (or being saved).", nil, nil),
+			bytes: prometheus.NewDesc("agentic_hibernated_saved_bytes",
+				"Disk the saved states of hibernated environments take (bounded by AGENTIC_HIBERNATE_MAX_BYTES).", nil, nil),
+		})
+	}
 	if pools != nil {
 		reg.MustRegister(pools.refill, &poolCollector{m: pools,
 			size:   prometheus.NewDesc("agentic_pool_size", "Members a warm pool keeps.", []string{"pool"}, nil),
@@ -140,6 +147,55 @@ func Handler(dir ports.AgentDirectory, provision *ProvisionTimes, tasks *TaskMet
 		},
 	)
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+}
+
+// SleepMetrics are the metrics of hibernation: how long each hibernation
+// and each wake took, by runtime, and (read at scrape time) how many
+// environments are hibernated and the disk their saved states take.
+type SleepMetrics struct {
+	hibernate, wake *prometheus.HistogramVec
+	// Hibernated is read at each scrape; nil counts nothing.
+	Hibernated func() (count int, bytes int64)
+}
+
+// NewSleepMetrics returns the sleep metrics; buckets span a container's
+// checkpoint (50 ms) to a large VM's memory save (minutes).
+func NewSleepMetrics() *SleepMetrics {
+	return &SleepMetrics{
+		hibernate: secondsBy("agentic_environment_hibernate_seconds",
+			"Time an environment took to hibernate (its runtime's save), by runtime.", "runtime", provisionBuckets),
+		wake: secondsBy("agentic_environment_wake_seconds",
+			"Time a hibernated environment took to wake, until its agent was back, by runtime.", "runtime", provisionBuckets),
+	}
+}
+
+// ObserveHibernate records one hibernation.
+func (m *SleepMetrics) ObserveHibernate(runtime string, d time.Duration) {
+	m.hibernate.WithLabelValues(runtime).Observe(d.Seconds())
+}
+
+// ObserveWake records one wake.
+func (m *SleepMetrics) ObserveWake(runtime string, d time.Duration) {
+	m.wake.WithLabelValues(runtime).Observe(d.Seconds())
+}
+
+type sleepCollector struct {
+	m            *SleepMetrics
+	count, bytes *prometheus.Desc
+}
+
+func (c *sleepCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.count
+	ch <- c.bytes
+}
+
+func (c *sleepCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.m.Hibernated == nil {
+		return
+	}
+	n, b := c.m.Hibernated()
+	ch <- prometheus.MustNewConstMetric(c.count, prometheus.GaugeValue, float64(n))
+	ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.GaugeValue, float64(b))
 }
 
 // PoolMetrics are the warm pools' metrics: members' provision times, and

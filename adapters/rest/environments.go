@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/core/access"
 	"github.com/agentic-sandbox/agentic-sandbox/core/environment"
@@ -31,6 +32,10 @@ type Environments interface {
 	Stop(ctx context.Context, name string) (environment.Environment, error)
 	Pause(ctx context.Context, name string) (environment.Environment, error)
 	Resume(ctx context.Context, name string) (environment.Environment, error)
+	// Hibernate saves a running environment to disk (answers once saved);
+	// Wake runs a hibernated one again (answers once its agent is back).
+	Hibernate(ctx context.Context, name string) (environment.Environment, error)
+	Wake(ctx context.Context, name string) (environment.Environment, error)
 	Delete(ctx context.Context, name string) error
 	// InjectedUsage is what the environment's workloads used through
 	// injected secrets; false when they made no request through one.
@@ -48,6 +53,10 @@ func environmentError(err error, subject string) *apiError {
 		return environmentNotFound(subject)
 	case errors.Is(err, ports.ErrUnsupported):
 		return newError(http.StatusConflict, "not_supported", "%s: %v (GET /api/v1/runtimes shows what each runtime can do)", subject, err)
+	case errors.Is(err, environment.ErrWrongState):
+		return newError(http.StatusConflict, "invalid_state", "%s: %v", subject, err)
+	case errors.Is(err, environment.ErrHibernateLimit):
+		return newError(http.StatusInsufficientStorage, "hibernate_limit", "%s: %v", subject, err)
 	case errors.Is(err, ports.ErrRuntimeUnavailable):
 		return newError(http.StatusServiceUnavailable, "runtime_unavailable", "%s: %v", subject, err)
 	default:
@@ -86,7 +95,7 @@ func (s *Server) ListRuntimes(_ context.Context, _ restapi.ListRuntimesRequestOb
 		out.Runtimes = append(out.Runtimes, restapi.Runtime{
 			Runtime: c.Runtime, Isolation: restapi.RuntimeIsolation(c.Isolation), NetworkModes: networkNames(c.NetworkModes),
 			AllowedNetworkModes: networkNames(s.d.Environments.OfferedNetworks(c)),
-			Limits:              limitNames(c.Limits), Pause: c.Pause, ReadOnlyRoot: c.ReadOnlyRoot,
+			Limits:              limitNames(c.Limits), Pause: c.Pause, Hibernate: restapi.HibernateMode(c.Hibernate.Of()), ReadOnlyRoot: c.ReadOnlyRoot,
 			Images: c.Images, Profiles: nonNil(c.Profiles), Tiers: nonNil(c.Tiers), Placement: c.Placement,
 		})
 	}
@@ -182,9 +191,13 @@ func (s *Server) CreateEnvironment(ctx context.Context, req restapi.CreateEnviro
 	if apiErr != nil {
 		return nil, apiErr
 	}
+	idle, apiErr := fromIdlePolicy(b.IdleAfter, b.DeleteAfter, subject)
+	if apiErr != nil {
+		return nil, apiErr
+	}
 	r := environment.Request{Runtime: b.Runtime, Name: b.Name, Image: sp.Image, Profile: sp.Profile, Resources: sp.Resources,
 		Network: sp.Network, ReadOnlyRoot: sp.ReadOnlyRoot, AllowedHosts: sp.AllowedHosts, Tier: sp.Tier, Placement: sp.Placement,
-		Labels: labels, Secrets: secrets}
+		Labels: labels, Secrets: secrets, Idle: idle}
 	env, err := s.d.Environments.Create(ctx, r)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -265,6 +278,27 @@ func (s *Server) ResumeEnvironment(ctx context.Context, req restapi.ResumeEnviro
 	return restapi.ResumeEnvironment200JSONResponse(e), nil
 }
 
+// HibernateEnvironment answers once the environment is saved (the use case
+// bounds the save by its wake timeout, and finishes it if the caller leaves).
+func (s *Server) HibernateEnvironment(ctx context.Context, req restapi.HibernateEnvironmentRequestObject) (restapi.HibernateEnvironmentResponseObject, error) {
+	e, err := s.onEnvironment(ctx, req.Name, Environments.Hibernate)
+	if err != nil {
+		return nil, err
+	}
+	s.log.InfoContext(ctx, "rest: environment hibernated", "name", req.Name)
+	return restapi.HibernateEnvironment200JSONResponse(e), nil
+}
+
+// WakeEnvironment answers once the environment's agent is back (bounded by
+// the use case's wake timeout).
+func (s *Server) WakeEnvironment(ctx context.Context, req restapi.WakeEnvironmentRequestObject) (restapi.WakeEnvironmentResponseObject, error) {
+	e, err := s.onEnvironment(ctx, req.Name, Environments.Wake)
+	if err != nil {
+		return nil, err
+	}
+	return restapi.WakeEnvironment200JSONResponse(e), nil
+}
+
 func (s *Server) StopEnvironment(ctx context.Context, req restapi.StopEnvironmentRequestObject) (restapi.StopEnvironmentResponseObject, error) {
 	e, err := s.onEnvironment(ctx, req.Name, Environments.Stop)
 	if err != nil {
@@ -338,7 +372,58 @@ func toEnvironment(e environment.Environment) restapi.Environment {
 		}
 		out.Secrets = &list
 	}
+	if e.Hibernate != "" {
+		out.Hibernate = ptr(restapi.HibernateMode(e.Hibernate.Of()))
+	}
+	if !e.HibernatedAt.IsZero() {
+		out.HibernatedAt = ptr(e.HibernatedAt.UTC())
+	}
+	if e.SavedBytes > 0 {
+		out.SavedBytes = ptr(e.SavedBytes)
+	}
+	setStr(&out.SleepReason, e.SleepReason)
+	if !e.LastActivity.IsZero() {
+		out.LastActivityAt = ptr(e.LastActivity.UTC())
+	}
+	setStr(&out.LastActivityKind, e.LastActivityKind)
+	out.IdleAfter, out.DeleteAfter = toIdlePolicy(e.Idle)
 	return out
+}
+
+// fromIdlePolicy reads a request's idle_after and delete_after (Go
+// durations; absent, empty or "0" is off). A malformed or negative one is
+// refused here, before the use case is asked.
+func fromIdlePolicy(idleAfter, deleteAfter *string, subject string) (ports.IdlePolicy, *apiError) {
+	var p ports.IdlePolicy
+	for _, f := range []struct {
+		name string
+		v    *string
+		dst  *time.Duration
+	}{{"idle_after", idleAfter, &p.IdleAfter}, {"delete_after", deleteAfter, &p.DeleteAfter}} {
+		if f.v == nil || *f.v == "" {
+			continue
+		}
+		d, err := time.ParseDuration(*f.v)
+		if err != nil {
+			return p, badRequest("%s: field %s: %q is not a duration: a number and a unit (ns, us, ms, s, m, h), e.g. \"30m\" or \"1h30m\"", subject, f.name, clip(*f.v))
+		}
+		if d < 0 {
+			return p, badRequest("%s: field %s: %q must not be negative (\"0\" or absent is off)", subject, f.name, clip(*f.v))
+		}
+		*f.dst = d
+	}
+	return p, nil
+}
+
+// toIdlePolicy is p as the API shows it: Go durations, nil when off.
+func toIdlePolicy(p ports.IdlePolicy) (idleAfter, deleteAfter *string) {
+	if p.IdleAfter > 0 {
+		idleAfter = ptr(p.IdleAfter.String())
+	}
+	if p.DeleteAfter > 0 {
+		deleteAfter = ptr(p.DeleteAfter.String())
+	}
+	return idleAfter, deleteAfter
 }
 
 // fromSecrets reads a create request's injected secrets; one without

@@ -22,6 +22,8 @@ type fakeEnvironments struct {
 	fail map[string]error
 	// injected, when set, counts the environments' injected usage.
 	injected *inject.Registry
+	// requests are the create requests it was given, in order.
+	requests []environment.Request
 }
 
 func newFakeEnvironments() *fakeEnvironments {
@@ -43,7 +45,7 @@ func (f *fakeEnvironments) take(op string) error {
 }
 
 func (f *fakeEnvironments) Runtimes() []ports.RuntimeCapabilities {
-	return []ports.RuntimeCapabilities{{Runtime: "docker", Isolation: ports.KindContainer, Pause: true, NetworkModes: []ports.NetworkMode{ports.NetworkNone},
+	return []ports.RuntimeCapabilities{{Runtime: "docker", Isolation: ports.KindContainer, Pause: true, Hibernate: ports.HibernateFilesystem, NetworkModes: []ports.NetworkMode{ports.NetworkNone},
 		Limits: []ports.Limit{ports.LimitCPUs}, Images: true, Profiles: []string{"default"}}}
 }
 
@@ -57,6 +59,7 @@ func (f *fakeEnvironments) Create(_ context.Context, req environment.Request) (e
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.requests = append(f.requests, req)
 	e := environment.Environment{Name: req.Name, Runtime: req.Runtime, State: environment.StateProvisioning, AgentID: req.Name,
 		CreatedAt: time.Date(2026, 5, 9, 7, 0, 0, 0, time.UTC), Events: []environment.Event{{At: time.Date(2026, 5, 9, 7, 0, 0, 0, time.UTC), Step: "requested"}},
 		Labels: req.Labels}
@@ -120,6 +123,12 @@ func (f *fakeEnvironments) Pause(_ context.Context, n string) (environment.Envir
 func (f *fakeEnvironments) Resume(_ context.Context, n string) (environment.Environment, error) {
 	return f.op("resume", n, environment.StateReady)
 }
+func (f *fakeEnvironments) Hibernate(_ context.Context, n string) (environment.Environment, error) {
+	return f.op("hibernate", n, environment.StateHibernated)
+}
+func (f *fakeEnvironments) Wake(_ context.Context, n string) (environment.Environment, error) {
+	return f.op("wake", n, environment.StateReady)
+}
 func (f *fakeEnvironments) Delete(_ context.Context, n string) error {
 	if _, err := f.op("delete", n, environment.StateDeleting); err != nil {
 		return err
@@ -161,7 +170,7 @@ func TestEnvironmentsOperationsKeepTheContract(t *testing.T) {
 	expect(t, e.call("POST", "/api/v1/environments", `{"runtime":"docker","name":"x","resources":{"cpus":-1}}`), http.StatusBadRequest, "invalid_request")
 	expect(t, e.call("POST", "/api/v1/environments", `{"runtime":`), http.StatusBadRequest, "")
 
-	for _, op := range []string{"start", "stop", "pause", "resume"} {
+	for _, op := range []string{"start", "stop", "pause", "resume", "hibernate", "wake"} {
 		path := "/api/v1/environments/box/" + op
 		expect(t, e.call("POST", path, ""), http.StatusOK, "")
 		expect(t, e.call("POST", "/api/v1/environments/nope/"+op, ""), http.StatusNotFound, "environment_not_found")
@@ -192,7 +201,7 @@ func TestEnvironmentsWithoutRuntimes(t *testing.T) {
 	expect(t, e.call("GET", "/api/v1/runtimes", ""), http.StatusOK, "")
 	expect(t, e.call("GET", "/api/v1/environments", ""), http.StatusOK, "")
 	expect(t, e.call("POST", "/api/v1/environments", `{"runtime":"docker","name":"box"}`), http.StatusServiceUnavailable, "runtime_unavailable")
-	for _, op := range []string{"start", "stop", "pause", "resume"} {
+	for _, op := range []string{"start", "stop", "pause", "resume", "hibernate", "wake"} {
 		expect(t, e.call("POST", "/api/v1/environments/box/"+op, ""), http.StatusNotFound, "environment_not_found")
 	}
 	expect(t, e.call("DELETE", "/api/v1/environments/box", ""), http.StatusNotFound, "environment_not_found")

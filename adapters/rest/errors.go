@@ -25,9 +25,23 @@ type apiError struct {
 
 func (e *apiError) Error() string { return e.body.Code + ": " + e.body.Error }
 
+// newError is an error answer. It is also the one place a failed wake
+// becomes 503 wake_failed, whichever operation's mapper it went through:
+// work aimed at a hibernated environment that could not be woken (exec,
+// files, sessions, forwards, an explicit wake …) is not the operation's own
+// failure, and its environment is now failed with the reason.
 func newError(status int, code, format string, args ...any) *apiError {
+	for _, a := range args {
+		if err, ok := a.(error); ok && errors.Is(err, ports.ErrWakeFailed) {
+			status, code = http.StatusServiceUnavailable, codeWakeFailed
+			break
+		}
+	}
 	return &apiError{status: status, body: restapi.Error{Code: code, Error: fmt.Sprintf(format, args...)}}
 }
+
+// codeWakeFailed is ports.ErrWakeFailed's code.
+const codeWakeFailed = "wake_failed"
 
 func badRequest(format string, args ...any) *apiError {
 	return newError(http.StatusBadRequest, "invalid_request", format, args...)
@@ -134,6 +148,10 @@ func (s *Server) responseError(w http.ResponseWriter, r *http.Request, err error
 	}
 	if r.Context().Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 		s.log.DebugContext(r.Context(), "rest: caller went away", "method", r.Method, "path", r.URL.Path)
+		return
+	}
+	if errors.Is(err, ports.ErrWakeFailed) {
+		_ = newError(http.StatusServiceUnavailable, codeWakeFailed, "%v", err).write(w)
 		return
 	}
 	s.log.ErrorContext(r.Context(), "rest: internal error", "method", r.Method, "path", r.URL.Path, "err", err)

@@ -104,7 +104,7 @@ type fakePools struct{ t *testing.T }
 
 func (f fakePools) PutPool(_ context.Context, p ports.Pool) (environment.PoolStatus, error) {
 	r := p.Spec.Resources
-	if p.Name == "" || r.CPUs < 0 || r.MemoryMB < 0 || r.PIDs < 0 || r.DiskGB < 0 {
+	if p.Name == "" || r.CPUs < 0 || r.MemoryMB < 0 || r.PIDs < 0 || r.DiskGB < 0 || p.Idle.IdleAfter < 0 || p.Idle.DeleteAfter < 0 {
 		f.t.Fatalf("the REST layer let through %+v", p)
 	}
 	return environment.PoolStatus{Pool: p}, nil
@@ -121,6 +121,8 @@ func FuzzPoolRequestDecoding(f *testing.F) {
 		`{"runtime":"x","size":-1}`, `{"runtime":"x","size":1e9}`, `{"runtime":"x","size":1,"spec":{"resources":{"cpus":-1}}}`,
 		`{"runtime":"x","size":1,"spec":{"resources":{"memory_mb":-5}}}`, `{"runtime":"x","size":1,"spec":{"allowed_hosts":[null]}}`,
 		`{"runtime":"x","size":1,"extra":true}`, `{"runtime":"x","size":"1"}`, `{`, "\xff",
+		`{"runtime":"x","size":1,"idle_after":"30m","delete_after":"24h"}`, `{"runtime":"x","size":1,"idle_after":"-1s"}`,
+		`{"runtime":"x","size":1,"delete_after":"soon"}`, `{"runtime":"x","size":1,"idle_after":"9999999999h"}`, `{"runtime":"x","size":1,"idle_after":5}`,
 	} {
 		f.Add("p", []byte(seed))
 	}

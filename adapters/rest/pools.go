@@ -60,6 +60,11 @@ func (s *Server) PutPool(ctx context.Context, req restapi.PutPoolRequestObject) 
 		}
 		p.Spec = sp
 	}
+	idle, apiErr := fromIdlePolicy(b.IdleAfter, b.DeleteAfter, fmt.Sprintf("pool %q", clip(req.Name)))
+	if apiErr != nil {
+		return nil, apiErr
+	}
+	p.Idle = idle
 	st, err := s.d.Pools.PutPool(ctx, p)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -104,6 +109,8 @@ func toPool(p environment.PoolStatus) restapi.Pool {
 	setStr(&out.Spec.Isolation, sp.Tier)
 	out.Spec.Placement = toPlacement(sp.Placement)
 	out.Spec.Resources = toResources(sp.Resources)
+	// p.Idle is the count of idle members; p.Pool.Idle the definition's policy.
+	out.IdleAfter, out.DeleteAfter = toIdlePolicy(p.Pool.Idle)
 	for _, m := range p.Members {
 		out.Members = append(out.Members, restapi.PoolMember{Name: m.Name, State: string(m.State)})
 	}

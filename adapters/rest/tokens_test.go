@@ -96,13 +96,15 @@ func TestRoleMatrix(t *testing.T) {
 	listTokens := call{"GET", "/api/v1/tokens", ""}
 	createToken := call{"POST", "/api/v1/tokens", `{"name":"x-%s","role":"viewer"}`}
 	deleteToken := call{"DELETE", "/api/v1/tokens/nope", ""}
+	hibernate := call{"POST", "/api/v1/environments/box/hibernate", ""}
+	wake := call{"POST", "/api/v1/environments/box/wake", ""}
 	allowed := map[string][]call{
 		access.Viewer:   {listAgents, getAgent, listMissions, getMission, listHITL, aiwgStatus},
-		access.Operator: {listAgents, getAgent, createEnv, listMissions, getMission, listHITL, aiwgStatus, exec},
-		access.Admin:    {listAgents, getAgent, createEnv, listMissions, getMission, listHITL, aiwgStatus, exec, listTokens, createToken, deleteToken},
+		access.Operator: {listAgents, getAgent, createEnv, listMissions, getMission, listHITL, aiwgStatus, exec, hibernate, wake},
+		access.Admin:    {listAgents, getAgent, createEnv, listMissions, getMission, listHITL, aiwgStatus, exec, listTokens, createToken, deleteToken, hibernate, wake},
 		access.Executor: {listMissions, getMission, listHITL, aiwgStatus},
 	}
-	all := []call{listAgents, getAgent, createEnv, exec, listMissions, getMission, listHITL, aiwgStatus, listTokens, createToken, deleteToken}
+	all := []call{listAgents, getAgent, createEnv, exec, listMissions, getMission, listHITL, aiwgStatus, listTokens, createToken, deleteToken, hibernate, wake}
 	for _, role := range access.Roles {
 		ok := map[call]bool{}
 		for _, c := range allowed[role] {

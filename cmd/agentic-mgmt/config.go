@@ -21,6 +21,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/hostsup"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/tlsca"
 	"github.com/agentic-sandbox/agentic-sandbox/core/egress"
+	"github.com/agentic-sandbox/agentic-sandbox/core/environment"
 	"github.com/agentic-sandbox/agentic-sandbox/core/inject"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/telemetry"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
@@ -65,6 +66,11 @@ type Config struct {
 	SessionRetention time.Duration
 	// FileMaxBytes is the largest file or archive moved to or from an agent.
 	FileMaxBytes int64
+	// HibernateMaxBytes bounds the disk the saved states of hibernated
+	// environments take together (AGENTIC_HIBERNATE_MAX_BYTES; 0: none).
+	HibernateMaxBytes int64
+	// WakeTimeout bounds a hibernation and a wake (AGENTIC_WAKE_TIMEOUT).
+	WakeTimeout time.Duration
 	// TaskRuntime runs tasks whose manifest names no runtime ("": the
 	// catalog's choice, defaultTaskRuntime).
 	TaskRuntime string
@@ -310,6 +316,12 @@ func loadConfig(args, environ []string, stderr io.Writer, version string) (Confi
 	}
 	if cfg.FileMaxBytes, err = strconv.ParseInt(src.GetDefault("AGENTIC_FILE_MAX_BYTES", strconv.FormatInt(agentrpc.DefaultMaxFileBytes, 10)), 10, 64); err != nil || cfg.FileMaxBytes <= 0 {
 		return Config{}, fmt.Errorf("AGENTIC_FILE_MAX_BYTES must be a positive number of bytes")
+	}
+	if cfg.HibernateMaxBytes, err = strconv.ParseInt(src.GetDefault("AGENTIC_HIBERNATE_MAX_BYTES", "0"), 10, 64); err != nil || cfg.HibernateMaxBytes < 0 {
+		return Config{}, fmt.Errorf("AGENTIC_HIBERNATE_MAX_BYTES must be a number of bytes (0: no bound)")
+	}
+	if cfg.WakeTimeout, err = time.ParseDuration(src.GetDefault("AGENTIC_WAKE_TIMEOUT", environment.DefaultWakeTimeout.String())); err != nil || cfg.WakeTimeout <= 0 {
+		return Config{}, fmt.Errorf("AGENTIC_WAKE_TIMEOUT must be a positive duration such as 2m")
 	}
 	// TLS is off by default only where nothing can listen in: loopback.
 	tlsDefault := "auto"

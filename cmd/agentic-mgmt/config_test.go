@@ -10,7 +10,9 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/agentic-sandbox/agentic-sandbox/core/environment"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/ociimage"
 )
 
@@ -282,6 +284,31 @@ func TestPreviewSettings(t *testing.T) {
 		{"AGENTIC_PREVIEW_HOST", "sometimes"},
 		{"AGENTIC_PREVIEW_IDLE_TIMEOUT", "0s"},
 		{"AGENTIC_PREVIEW_MAX_CONNECTIONS", "0"},
+	} {
+		if _, err := load(t, nil, bad[0]+"="+bad[1]); err == nil || !strings.Contains(err.Error(), bad[0]) {
+			t.Errorf("%s=%s: %v", bad[0], bad[1], err)
+		}
+	}
+}
+
+// The sleep settings: defaults (no bound, the use case's wake timeout),
+// each set, and each bad value refused at start naming its variable.
+func TestSleepSettings(t *testing.T) {
+	cfg, err := load(t, nil)
+	if err != nil || cfg.HibernateMaxBytes != 0 || cfg.WakeTimeout != environment.DefaultWakeTimeout {
+		t.Fatalf("defaults: max %d, wake %s, %v", cfg.HibernateMaxBytes, cfg.WakeTimeout, err)
+	}
+	cfg, err = load(t, nil, "AGENTIC_HIBERNATE_MAX_BYTES=10737418240", "AGENTIC_WAKE_TIMEOUT=45s")
+	if err != nil || cfg.HibernateMaxBytes != 10<<30 || cfg.WakeTimeout != 45*time.Second {
+		t.Fatalf("set: max %d, wake %s, %v", cfg.HibernateMaxBytes, cfg.WakeTimeout, err)
+	}
+	for _, bad := range [][2]string{
+		{"AGENTIC_HIBERNATE_MAX_BYTES", "-1"},
+		{"AGENTIC_HIBERNATE_MAX_BYTES", "10G"},
+		{"AGENTIC_HIBERNATE_MAX_BYTES", "lots"},
+		{"AGENTIC_WAKE_TIMEOUT", "0s"},
+		{"AGENTIC_WAKE_TIMEOUT", "-1m"},
+		{"AGENTIC_WAKE_TIMEOUT", "120"},
 	} {
 		if _, err := load(t, nil, bad[0]+"="+bad[1]); err == nil || !strings.Contains(err.Error(), bad[0]) {
 			t.Errorf("%s=%s: %v", bad[0], bad[1], err)

@@ -20,6 +20,7 @@ func provideProvisionTimes() *promexport.ProvisionTimes { return promexport.NewP
 func provideTaskMetrics() *promexport.TaskMetrics       { return promexport.NewTaskMetrics() }
 func provideEgressMetrics() *promexport.EgressMetrics   { return promexport.NewEgressMetrics() }
 func providePoolMetrics() *promexport.PoolMetrics       { return promexport.NewPoolMetrics() }
+func provideSleepMetrics() *promexport.SleepMetrics     { return promexport.NewSleepMetrics() }
 
 // retirers retire an agent in each part of the server, in order.
 type retirers []ports.AgentRetirer
@@ -30,7 +31,7 @@ func (rs retirers) RetireAgent(ctx context.Context, agentID, reason string) {
 	}
 }
 
-func provideEnvironments(cfg Config, rts *Runtimes, svc *agentrpc.Service, ms *mission.Service, creds ports.AgentCredentials, clock ports.Clock, log *slog.Logger, times *promexport.ProvisionTimes, poolMetrics *promexport.PoolMetrics, ch ports.ChangeNotifier, public *filestore.PublicPorts, dir DataDir, injected *inject.Registry) (*environment.Service, func(), error) {
+func provideEnvironments(cfg Config, rts *Runtimes, svc *agentrpc.Service, ms *mission.Service, creds ports.AgentCredentials, clock ports.Clock, log *slog.Logger, times *promexport.ProvisionTimes, poolMetrics *promexport.PoolMetrics, sleep *promexport.SleepMetrics, ch ports.ChangeNotifier, public *filestore.PublicPorts, dir DataDir, injected *inject.Registry) (*environment.Service, func(), error) {
 	pools, err := filestore.NewPoolStore(filepath.Join(cfg.DataDir, "pools"))
 	if err != nil {
 		return nil, nil, fmt.Errorf("pool store: %w", err)
@@ -64,6 +65,11 @@ func provideEnvironments(cfg Config, rts *Runtimes, svc *agentrpc.Service, ms *m
 		Link:          svc,
 		Injected:      injected,
 		Secrets:       secretSource(dir),
+
+		HibernateMaxBytes: cfg.HibernateMaxBytes,
+		WakeTimeout:       cfg.WakeTimeout,
+		ObserveHibernate:  sleep.ObserveHibernate,
+		ObserveWake:       sleep.ObserveWake,
 	})
 	// Every command on an environment with injected secrets holds their
 	// placeholders and endpoints, whoever starts it.

@@ -108,6 +108,8 @@ var Rules = map[string]Rule{
 	"startEnvironment":     {Kind: Write},
 	"pauseEnvironment":     {Kind: Write},
 	"resumeEnvironment":    {Kind: Write},
+	"hibernateEnvironment": {Kind: Write},
+	"wakeEnvironment":      {Kind: Write},
 	"stopEnvironment":      {Kind: Write},
 	"listEnvironmentPorts": {Kind: Read},
 	"makePortPublic":       {Kind: Write},

@@ -134,10 +134,13 @@ const (
 	EnvBooting      EnvironmentState = "booting"
 	EnvDeleting     EnvironmentState = "deleting"
 	EnvFailed       EnvironmentState = "failed"
+	EnvHibernated   EnvironmentState = "hibernated"
+	EnvHibernating  EnvironmentState = "hibernating"
 	EnvPaused       EnvironmentState = "paused"
 	EnvProvisioning EnvironmentState = "provisioning"
 	EnvReady        EnvironmentState = "ready"
 	EnvStopped      EnvironmentState = "stopped"
+	EnvWaking       EnvironmentState = "waking"
 )
 
 // Valid indicates whether the value is a known member of the EnvironmentState enum.
@@ -149,6 +152,10 @@ func (e EnvironmentState) Valid() bool {
 		return true
 	case EnvFailed:
 		return true
+	case EnvHibernated:
+		return true
+	case EnvHibernating:
+		return true
 	case EnvPaused:
 		return true
 	case EnvProvisioning:
@@ -156,6 +163,8 @@ func (e EnvironmentState) Valid() bool {
 	case EnvReady:
 		return true
 	case EnvStopped:
+		return true
+	case EnvWaking:
 		return true
 	default:
 		return false
@@ -234,6 +243,27 @@ func (e HITLResponseDecision) Valid() bool {
 	case Allow:
 		return true
 	case Deny:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for HibernateMode.
+const (
+	HibernateFilesystem HibernateMode = "filesystem"
+	HibernateMemory     HibernateMode = "memory"
+	HibernateNone       HibernateMode = "none"
+)
+
+// Valid indicates whether the value is a known member of the HibernateMode enum.
+func (e HibernateMode) Valid() bool {
+	switch e {
+	case HibernateFilesystem:
+		return true
+	case HibernateMemory:
+		return true
+	case HibernateNone:
 		return true
 	default:
 		return false
@@ -625,6 +655,12 @@ type CreateEnvironmentRequest struct {
 	// AllowedHosts With network proxy (and only then), the hosts its commands may reach: exact names, *.suffix wildcards or addresses, with an optional :port (default 443 and 80).
 	AllowedHosts *[]string `json:"allowed_hosts,omitempty"`
 
+	// DeleteAfter Delete the environment once it has been hibernated or stopped for this long (on any runtime). Absent: never.
+	DeleteAfter *string `json:"delete_after,omitempty"`
+
+	// IdleAfter A duration in Go's syntax (time.ParseDuration: "90s", "30m", "1h30m"; "0" is off; a negative or malformed one is 400 invalid_request, as is delete_after's). Hibernate the environment once nothing has used it for this long (no running command, no attached viewer, no session output, no file, tunnel or preview traffic). Only on a runtime that can hibernate (400 invalid_request where its hibernate is `none`). Absent: never (an environment taken from a warm pool whose definition names none gets 30m where its runtime can hibernate).
+	IdleAfter *string `json:"idle_after,omitempty"`
+
 	// Image Container image, or a disk image path for VMs; default: the runtime's own minimal image.
 	Image *string `json:"image,omitempty"`
 
@@ -723,19 +759,37 @@ type Environment struct {
 	AllowedHosts *[]string `json:"allowed_hosts,omitempty"`
 	CreatedAt    time.Time `json:"created_at"`
 
+	// DeleteAfter Its idle policy: deleted after this long hibernated or stopped. Absent: off.
+	DeleteAfter *string `json:"delete_after,omitempty"`
+
 	// Egress A proxy environment's recent connections through its agent, newest last (at most 20).
 	Egress *[]EgressEntry     `json:"egress,omitempty"`
 	Error  *string            `json:"error,omitempty"`
 	Events []EnvironmentEvent `json:"events"`
-	Image  *string            `json:"image,omitempty"`
+
+	// Hibernate What POST .../hibernate keeps of an environment on this runtime: `memory` (memory and processes: what ran continues after the wake), `filesystem` (its files only: its processes start again), `none` (it cannot hibernate: the call is 409 not_supported, and idle_after is refused).
+	Hibernate *HibernateMode `json:"hibernate,omitempty"`
+
+	// HibernatedAt When a hibernated environment was saved; absent otherwise.
+	HibernatedAt *time.Time `json:"hibernated_at,omitempty"`
+
+	// IdleAfter Its idle policy: hibernated after this long unused. Absent: off.
+	IdleAfter *string `json:"idle_after,omitempty"`
+	Image     *string `json:"image,omitempty"`
 
 	// Isolation The tier it runs in (gvisor), when its request named one; absent: the runtime's standard sandbox.
 	Isolation *string `json:"isolation,omitempty"`
 
 	// Labels Its request's labels (a scoped token's on top); absent when it has none.
-	Labels  *map[string]string `json:"labels,omitempty"`
-	Name    string             `json:"name"`
-	Network *string            `json:"network,omitempty"`
+	Labels *map[string]string `json:"labels,omitempty"`
+
+	// LastActivityAt When something last used it (since this server started); absent until something did.
+	LastActivityAt *time.Time `json:"last_activity_at,omitempty"`
+
+	// LastActivityKind What last used it: exec, session, viewer, files, tunnel, preview or wake.
+	LastActivityKind *string `json:"last_activity_kind,omitempty"`
+	Name             string  `json:"name"`
+	Network          *string `json:"network,omitempty"`
 
 	// Placement Where a scheduler may put the environment (Kubernetes' meaning): on nodes with every label of node_selector, and on nodes whose taints the tolerations tolerate. Only a runtime whose placement is true (GET /api/v1/runtimes) takes one; elsewhere a non-empty placement is 400 invalid_request. A node selector key must be a label key ([prefix/]name: a DNS subdomain prefix of at most 253 characters, a name of 1-63 of A-Z a-z 0-9 - _ . starting and ending with a letter or digit); a key that is not is 400 invalid_request.
 	Placement *Placement `json:"placement,omitempty"`
@@ -749,15 +803,23 @@ type Environment struct {
 	// RuntimeId The engine's id: container id, domain UUID, pid.
 	RuntimeId *string `json:"runtime_id,omitempty"`
 
+	// SavedBytes What a hibernated environment's saved state takes on disk; absent otherwise.
+	SavedBytes *int64 `json:"saved_bytes,omitempty"`
+
 	// Secrets Its injected secrets' names and hosts (never a value or a placeholder); absent when it has none.
 	Secrets *[]EnvironmentSecretInfo `json:"secrets,omitempty"`
-	State   EnvironmentState         `json:"state"`
+
+	// SleepReason Why a hibernated environment went to sleep: `requested`, or its idle policy's `idle for 30m0s`; absent otherwise.
+	SleepReason *string `json:"sleep_reason,omitempty"`
+
+	// State hibernating: being saved to disk; hibernated: saved, holding no memory or CPU, until POST .../wake or work aimed at it wakes it; waking: being restored, until its agent is back.
+	State EnvironmentState `json:"state"`
 
 	// Usage What requests through injected secrets used: a task's run's (Task.usage), or the workloads' of an environment (Environment.usage; a task's own environment shows its run's). Absent when there were none. Requests the server sent on to a secret's host (refused ones are not counted), their request and answer bodies' bytes and, for the Anthropic API, the tokens its answers' `usage` fields reported and what they cost at AGENTIC_MODEL_PRICES. Counted as the answers arrive, so a running workload's grows. A task's is kept across a server restart; an environment's counts from the server's start (a restarted server restores its secrets, not its count).
 	Usage *InjectedUsage `json:"usage,omitempty"`
 }
 
-// EnvironmentState defines model for Environment.State.
+// EnvironmentState hibernating: being saved to disk; hibernated: saved, holding no memory or CPU, until POST .../wake or work aimed at it wakes it; waking: being restored, until its agent is back.
 type EnvironmentState string
 
 // EnvironmentEvent defines model for EnvironmentEvent.
@@ -813,7 +875,8 @@ type Error struct {
 	// too_many_transfers, invalid_manifest, task_not_found, task_conflict, unknown_parameter,
 	// artifact_not_found, pool_not_found, agent_reserved, stdin_busy, port_not_listening,
 	// too_many_forwards, port_refused, upgrade_required, too_many_public_ports, too_many_sign_ins, forbidden,
-	// token_exists, token_not_found, invalid_cursor, secret_unresolved.
+	// token_exists, token_not_found, invalid_cursor, secret_unresolved, invalid_state, hibernate_limit,
+	// wake_failed.
 	Code string `json:"code"`
 
 	// Error A message for people.
@@ -989,6 +1052,9 @@ type Health struct {
 	Version string `json:"version"`
 }
 
+// HibernateMode What POST .../hibernate keeps of an environment on this runtime: `memory` (memory and processes: what ran continues after the wake), `filesystem` (its files only: its processes start again), `none` (it cannot hibernate: the call is 409 not_supported, and idle_after is refused).
+type HibernateMode string
+
 // InjectedUsage What requests through injected secrets used: a task's run's (Task.usage), or the workloads' of an environment (Environment.usage; a task's own environment shows its run's). Absent when there were none. Requests the server sent on to a secret's host (refused ones are not counted), their request and answer bodies' bytes and, for the Anthropic API, the tokens its answers' `usage` fields reported and what they cost at AGENTIC_MODEL_PRICES. Counted as the answers arrive, so a running workload's grows. A task's is kept across a server restart; an environment's counts from the server's start (a restarted server restores its secrets, not its count).
 type InjectedUsage struct {
 	// BytesReceived The answers' body bytes received from the hosts.
@@ -1130,12 +1196,18 @@ type Placement struct {
 
 // Pool defines model for Pool.
 type Pool struct {
+	// DeleteAfter As defined; absent: not named.
+	DeleteAfter *string `json:"delete_after,omitempty"`
+
 	// Hits Creates that took a member.
 	Hits int64 `json:"hits"`
 
 	// Idle Members ready to be taken.
-	Idle    int          `json:"idle"`
-	Members []PoolMember `json:"members"`
+	Idle int `json:"idle"`
+
+	// IdleAfter As defined (absent: not named; taken environments then get 30m where the runtime can hibernate).
+	IdleAfter *string      `json:"idle_after,omitempty"`
+	Members   []PoolMember `json:"members"`
 
 	// Misses Creates that matched this pool when no member was idle.
 	Misses  int64    `json:"misses"`
@@ -1161,9 +1233,14 @@ type PoolMember struct {
 
 // PoolRequest defines model for PoolRequest.
 type PoolRequest struct {
-	Runtime string    `json:"runtime"`
-	Size    int       `json:"size"`
-	Spec    *PoolSpec `json:"spec,omitempty"`
+	// DeleteAfter Taken environments are deleted after this long hibernated or stopped. Absent: never.
+	DeleteAfter *string `json:"delete_after,omitempty"`
+
+	// IdleAfter The idle policy of the environments taken from the pool (an untaken member never sleeps): hibernated after this long unused. Absent: 30m where the runtime can hibernate (a member taken and then left does not hold its memory forever), never elsewhere. Only on a runtime that can hibernate (400 invalid_request otherwise).
+	IdleAfter *string   `json:"idle_after,omitempty"`
+	Runtime   string    `json:"runtime"`
+	Size      int       `json:"size"`
+	Spec      *PoolSpec `json:"spec,omitempty"`
 }
 
 // PoolSpec defines model for PoolSpec.
@@ -1229,6 +1306,9 @@ type Resources struct {
 type Runtime struct {
 	// AllowedNetworkModes The network modes a create request may name on this server: those of network_modes that AGENTIC_ALLOWED_NETWORKS allows (every one for host isolation, which shares the host's network); others are 400 invalid_request. A request naming none gets the default (network_modes' first).
 	AllowedNetworkModes []string `json:"allowed_network_modes"`
+
+	// Hibernate What POST .../hibernate keeps of an environment on this runtime: `memory` (memory and processes: what ran continues after the wake), `filesystem` (its files only: its processes start again), `none` (it cannot hibernate: the call is 409 not_supported, and idle_after is refused).
+	Hibernate HibernateMode `json:"hibernate"`
 
 	// Images A create request may name an image.
 	Images bool `json:"images"`
@@ -1585,6 +1665,9 @@ type FileTooLarge = Error
 
 // Forbidden defines model for Forbidden.
 type Forbidden = Error
+
+// HibernateLimit defines model for HibernateLimit.
+type HibernateLimit = Error
 
 // NotFound defines model for NotFound.
 type NotFound = Error
@@ -2304,6 +2387,13 @@ type ClientInterface interface {
 	// Corresponds with GET /api/v1/environments/{name} (the `GetEnvironment` operationId).
 	GetEnvironment(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// HibernateEnvironment Save a running environment to disk and free its memory and CPU (runtimes whose capabilities say hibernate memory or filesystem).
+	//
+	// Answers once the environment is saved (state `hibernated`, with `hibernated_at`, `saved_bytes` and `sleep_reason` `requested`); the save is bounded by the wake timeout (AGENTIC_WAKE_TIMEOUT, default 2m) and goes on if the caller leaves. With hibernate `memory` its processes continue after a wake as if nothing happened; with `filesystem` only its files are kept (its processes start again). One already hibernated is answered as it is; one in a transition is waited for. Errors: 409 not_supported on a runtime whose hibernate is `none`; 409 invalid_state when the environment is not running (stopped, paused, failed …); 507 hibernate_limit when the saved states of hibernated environments would take more than AGENTIC_HIBERNATE_MAX_BYTES (wake or delete one first). A save that fails leaves it as it was.
+	//
+	// Corresponds with POST /api/v1/environments/{name}/hibernate (the `HibernateEnvironment` operationId).
+	HibernateEnvironment(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// PauseEnvironment Freeze an environment's processes, keeping their memory (runtimes whose capabilities say pause).
 	//
 	// Corresponds with POST /api/v1/environments/{name}/pause (the `PauseEnvironment` operationId).
@@ -2414,6 +2504,13 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /api/v1/environments/{name}/stop (the `StopEnvironment` operationId).
 	StopEnvironment(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// WakeEnvironment Run a hibernated environment again; answers once its agent is back.
+	//
+	// Restores the environment from its saved state and waits until its agent has connected again (state `ready`), bounded by the wake timeout (AGENTIC_WAKE_TIMEOUT, default 2m). Concurrent wakes, and work aimed at it meanwhile (exec, sessions, files, previews, task steps, which wake it by themselves), wait for the same one wake. An environment that is not hibernated is answered as it is. A wake that fails (saved state missing or corrupt, image gone, agent not back in time) leaves the environment `failed` with the reason in `error`, and is 503 wake_failed.
+	//
+	// Corresponds with POST /api/v1/environments/{name}/wake (the `WakeEnvironment` operationId).
+	WakeEnvironment(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListHITL Open human-in-the-loop requests, oldest first.
 	//
@@ -3557,6 +3654,23 @@ func (c *Client) GetEnvironment(ctx context.Context, name EnvironmentName, reqEd
 	return c.Client.Do(req)
 }
 
+// HibernateEnvironment Save a running environment to disk and free its memory and CPU (runtimes whose capabilities say hibernate memory or filesystem).
+//
+// Answers once the environment is saved (state `hibernated`, with `hibernated_at`, `saved_bytes` and `sleep_reason` `requested`); the save is bounded by the wake timeout (AGENTIC_WAKE_TIMEOUT, default 2m) and goes on if the caller leaves. With hibernate `memory` its processes continue after a wake as if nothing happened; with `filesystem` only its files are kept (its processes start again). One already hibernated is answered as it is; one in a transition is waited for. Errors: 409 not_supported on a runtime whose hibernate is `none`; 409 invalid_state when the environment is not running (stopped, paused, failed …); 507 hibernate_limit when the saved states of hibernated environments would take more than AGENTIC_HIBERNATE_MAX_BYTES (wake or delete one first). A save that fails leaves it as it was.
+//
+// Corresponds with POST /api/v1/environments/{name}/hibernate (the `HibernateEnvironment` operationId).
+func (c *Client) HibernateEnvironment(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewHibernateEnvironmentRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // PauseEnvironment Freeze an environment's processes, keeping their memory (runtimes whose capabilities say pause).
 //
 // Corresponds with POST /api/v1/environments/{name}/pause (the `PauseEnvironment` operationId).
@@ -3748,6 +3862,23 @@ func (c *Client) StartEnvironment(ctx context.Context, name EnvironmentName, req
 // Corresponds with POST /api/v1/environments/{name}/stop (the `StopEnvironment` operationId).
 func (c *Client) StopEnvironment(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewStopEnvironmentRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// WakeEnvironment Run a hibernated environment again; answers once its agent is back.
+//
+// Restores the environment from its saved state and waits until its agent has connected again (state `ready`), bounded by the wake timeout (AGENTIC_WAKE_TIMEOUT, default 2m). Concurrent wakes, and work aimed at it meanwhile (exec, sessions, files, previews, task steps, which wake it by themselves), wait for the same one wake. An environment that is not hibernated is answered as it is. A wake that fails (saved state missing or corrupt, image gone, agent not back in time) leaves the environment `failed` with the reason in `error`, and is 503 wake_failed.
+//
+// Corresponds with POST /api/v1/environments/{name}/wake (the `WakeEnvironment` operationId).
+func (c *Client) WakeEnvironment(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWakeEnvironmentRequest(c.Server, name)
 	if err != nil {
 		return nil, err
 	}
@@ -5855,6 +5986,40 @@ func NewGetEnvironmentRequest(server string, name EnvironmentName) (*http.Reques
 	return req, nil
 }
 
+// NewHibernateEnvironmentRequest constructs an http.Request for the HibernateEnvironment method
+func NewHibernateEnvironmentRequest(server string, name EnvironmentName) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/environments/%s/hibernate", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewPauseEnvironmentRequest constructs an http.Request for the PauseEnvironment method
 func NewPauseEnvironmentRequest(server string, name EnvironmentName) (*http.Request, error) {
 	var err error
@@ -6144,6 +6309,40 @@ func NewStopEnvironmentRequest(server string, name EnvironmentName) (*http.Reque
 	}
 
 	operationPath := fmt.Sprintf("/api/v1/environments/%s/stop", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewWakeEnvironmentRequest constructs an http.Request for the WakeEnvironment method
+func NewWakeEnvironmentRequest(server string, name EnvironmentName) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/environments/%s/wake", pathParam0)
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -8000,6 +8199,15 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /api/v1/environments/{name} (the `GetEnvironment` operationId).
 	GetEnvironmentWithResponse(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*GetEnvironmentResponse, error)
 
+	// HibernateEnvironmentWithResponse Save a running environment to disk and free its memory and CPU (runtimes whose capabilities say hibernate memory or filesystem).
+	//
+	// Answers once the environment is saved (state `hibernated`, with `hibernated_at`, `saved_bytes` and `sleep_reason` `requested`); the save is bounded by the wake timeout (AGENTIC_WAKE_TIMEOUT, default 2m) and goes on if the caller leaves. With hibernate `memory` its processes continue after a wake as if nothing happened; with `filesystem` only its files are kept (its processes start again). One already hibernated is answered as it is; one in a transition is waited for. Errors: 409 not_supported on a runtime whose hibernate is `none`; 409 invalid_state when the environment is not running (stopped, paused, failed …); 507 hibernate_limit when the saved states of hibernated environments would take more than AGENTIC_HIBERNATE_MAX_BYTES (wake or delete one first). A save that fails leaves it as it was.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/environments/{name}/hibernate (the `HibernateEnvironment` operationId).
+	HibernateEnvironmentWithResponse(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*HibernateEnvironmentResponse, error)
+
 	// PauseEnvironmentWithResponse Freeze an environment's processes, keeping their memory (runtimes whose capabilities say pause).
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -8124,6 +8332,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /api/v1/environments/{name}/stop (the `StopEnvironment` operationId).
 	StopEnvironmentWithResponse(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*StopEnvironmentResponse, error)
+
+	// WakeEnvironmentWithResponse Run a hibernated environment again; answers once its agent is back.
+	//
+	// Restores the environment from its saved state and waits until its agent has connected again (state `ready`), bounded by the wake timeout (AGENTIC_WAKE_TIMEOUT, default 2m). Concurrent wakes, and work aimed at it meanwhile (exec, sessions, files, previews, task steps, which wake it by themselves), wait for the same one wake. An environment that is not hibernated is answered as it is. A wake that fails (saved state missing or corrupt, image gone, agent not back in time) leaves the environment `failed` with the reason in `error`, and is 503 wake_failed.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/environments/{name}/wake (the `WakeEnvironment` operationId).
+	WakeEnvironmentWithResponse(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*WakeEnvironmentResponse, error)
 
 	// ListHITLWithResponse Open human-in-the-loop requests, oldest first.
 	//
@@ -8740,6 +8957,8 @@ type StartCommandResponse struct {
 	JSON429 *TooManyRequests
 	// JSON502 the response for an HTTP 502 `application/json` response
 	JSON502 *BadGateway
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
 }
 
 // GetJSON202 returns the response for an HTTP 202 `application/json` response
@@ -8785,6 +9004,11 @@ func (r StartCommandResponse) GetJSON429() *TooManyRequests {
 // GetJSON502 returns the response for an HTTP 502 `application/json` response
 func (r StartCommandResponse) GetJSON502() *BadGateway {
 	return r.JSON502
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r StartCommandResponse) GetJSON503() *Unavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -8835,6 +9059,8 @@ type ExecCommandResponse struct {
 	JSON413 *TooLarge
 	// JSON502 the response for an HTTP 502 `application/json` response
 	JSON502 *BadGateway
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -8875,6 +9101,11 @@ func (r ExecCommandResponse) GetJSON413() *TooLarge {
 // GetJSON502 returns the response for an HTTP 502 `application/json` response
 func (r ExecCommandResponse) GetJSON502() *BadGateway {
 	return r.JSON502
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ExecCommandResponse) GetJSON503() *Unavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -8923,6 +9154,8 @@ type DeleteFileResponse struct {
 	JSON429 *TooManyRequests
 	// JSON502 the response for an HTTP 502 `application/json` response
 	JSON502 *BadGateway
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
 }
 
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
@@ -8958,6 +9191,11 @@ func (r DeleteFileResponse) GetJSON429() *TooManyRequests {
 // GetJSON502 returns the response for an HTTP 502 `application/json` response
 func (r DeleteFileResponse) GetJSON502() *BadGateway {
 	return r.JSON502
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r DeleteFileResponse) GetJSON503() *Unavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -9008,6 +9246,8 @@ type ListFilesResponse struct {
 	JSON429 *TooManyRequests
 	// JSON502 the response for an HTTP 502 `application/json` response
 	JSON502 *BadGateway
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -9048,6 +9288,11 @@ func (r ListFilesResponse) GetJSON429() *TooManyRequests {
 // GetJSON502 returns the response for an HTTP 502 `application/json` response
 func (r ListFilesResponse) GetJSON502() *BadGateway {
 	return r.JSON502
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ListFilesResponse) GetJSON503() *Unavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -9096,6 +9341,8 @@ type ReadArchiveResponse struct {
 	JSON429 *TooManyRequests
 	// JSON502 the response for an HTTP 502 `application/json` response
 	JSON502 *BadGateway
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
 }
 
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
@@ -9131,6 +9378,11 @@ func (r ReadArchiveResponse) GetJSON429() *TooManyRequests {
 // GetJSON502 returns the response for an HTTP 502 `application/json` response
 func (r ReadArchiveResponse) GetJSON502() *BadGateway {
 	return r.JSON502
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ReadArchiveResponse) GetJSON503() *Unavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -9181,6 +9433,8 @@ type WriteArchiveResponse struct {
 	JSON429 *TooManyRequests
 	// JSON502 the response for an HTTP 502 `application/json` response
 	JSON502 *BadGateway
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
 }
 
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
@@ -9221,6 +9475,11 @@ func (r WriteArchiveResponse) GetJSON429() *TooManyRequests {
 // GetJSON502 returns the response for an HTTP 502 `application/json` response
 func (r WriteArchiveResponse) GetJSON502() *BadGateway {
 	return r.JSON502
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r WriteArchiveResponse) GetJSON503() *Unavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -9271,6 +9530,8 @@ type ReadFileResponse struct {
 	JSON429 *TooManyRequests
 	// JSON502 the response for an HTTP 502 `application/json` response
 	JSON502 *BadGateway
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
 }
 
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
@@ -9311,6 +9572,11 @@ func (r ReadFileResponse) GetJSON429() *TooManyRequests {
 // GetJSON502 returns the response for an HTTP 502 `application/json` response
 func (r ReadFileResponse) GetJSON502() *BadGateway {
 	return r.JSON502
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ReadFileResponse) GetJSON503() *Unavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -9361,6 +9627,8 @@ type WriteFileResponse struct {
 	JSON429 *TooManyRequests
 	// JSON502 the response for an HTTP 502 `application/json` response
 	JSON502 *BadGateway
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
 }
 
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
@@ -9401,6 +9669,11 @@ func (r WriteFileResponse) GetJSON429() *TooManyRequests {
 // GetJSON502 returns the response for an HTTP 502 `application/json` response
 func (r WriteFileResponse) GetJSON502() *BadGateway {
 	return r.JSON502
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r WriteFileResponse) GetJSON503() *Unavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -9584,6 +9857,8 @@ type CreateSessionResponse struct {
 	JSON429 *TooManyRequests
 	// JSON502 the response for an HTTP 502 `application/json` response
 	JSON502 *BadGateway
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
 }
 
 // GetJSON201 returns the response for an HTTP 201 `application/json` response
@@ -9629,6 +9904,11 @@ func (r CreateSessionResponse) GetJSON429() *TooManyRequests {
 // GetJSON502 returns the response for an HTTP 502 `application/json` response
 func (r CreateSessionResponse) GetJSON502() *BadGateway {
 	return r.JSON502
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r CreateSessionResponse) GetJSON503() *Unavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -10655,6 +10935,103 @@ func (r GetEnvironmentResponse) ContentType() string {
 	return ""
 }
 
+type HibernateEnvironmentResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Environment
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSON502 the response for an HTTP 502 `application/json` response
+	JSON502 *BadGateway
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// JSON507 the response for an HTTP 507 `application/json` response
+	JSON507 *HibernateLimit
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r HibernateEnvironmentResponse) GetJSON200() *Environment {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r HibernateEnvironmentResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r HibernateEnvironmentResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r HibernateEnvironmentResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r HibernateEnvironmentResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r HibernateEnvironmentResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSON502 returns the response for an HTTP 502 `application/json` response
+func (r HibernateEnvironmentResponse) GetJSON502() *BadGateway {
+	return r.JSON502
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r HibernateEnvironmentResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetJSON507 returns the response for an HTTP 507 `application/json` response
+func (r HibernateEnvironmentResponse) GetJSON507() *HibernateLimit {
+	return r.JSON507
+}
+
+// GetBody returns the raw response body bytes
+func (r HibernateEnvironmentResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r HibernateEnvironmentResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r HibernateEnvironmentResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r HibernateEnvironmentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type PauseEnvironmentResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -11334,6 +11711,96 @@ func (r StopEnvironmentResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r StopEnvironmentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type WakeEnvironmentResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Environment
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *RoleForbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSON502 the response for an HTTP 502 `application/json` response
+	JSON502 *BadGateway
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r WakeEnvironmentResponse) GetJSON200() *Environment {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r WakeEnvironmentResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r WakeEnvironmentResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r WakeEnvironmentResponse) GetJSON403() *RoleForbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r WakeEnvironmentResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r WakeEnvironmentResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSON502 returns the response for an HTTP 502 `application/json` response
+func (r WakeEnvironmentResponse) GetJSON502() *BadGateway {
+	return r.JSON502
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r WakeEnvironmentResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r WakeEnvironmentResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r WakeEnvironmentResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r WakeEnvironmentResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r WakeEnvironmentResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -14077,6 +14544,21 @@ func (c *ClientWithResponses) GetEnvironmentWithResponse(ctx context.Context, na
 	return ParseGetEnvironmentResponse(rsp)
 }
 
+// HibernateEnvironmentWithResponse Save a running environment to disk and free its memory and CPU (runtimes whose capabilities say hibernate memory or filesystem).
+//
+// Answers once the environment is saved (state `hibernated`, with `hibernated_at`, `saved_bytes` and `sleep_reason` `requested`); the save is bounded by the wake timeout (AGENTIC_WAKE_TIMEOUT, default 2m) and goes on if the caller leaves. With hibernate `memory` its processes continue after a wake as if nothing happened; with `filesystem` only its files are kept (its processes start again). One already hibernated is answered as it is; one in a transition is waited for. Errors: 409 not_supported on a runtime whose hibernate is `none`; 409 invalid_state when the environment is not running (stopped, paused, failed …); 507 hibernate_limit when the saved states of hibernated environments would take more than AGENTIC_HIBERNATE_MAX_BYTES (wake or delete one first). A save that fails leaves it as it was.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/environments/{name}/hibernate (the `HibernateEnvironment` operationId).
+func (c *ClientWithResponses) HibernateEnvironmentWithResponse(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*HibernateEnvironmentResponse, error) {
+	rsp, err := c.HibernateEnvironment(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseHibernateEnvironmentResponse(rsp)
+}
+
 // PauseEnvironmentWithResponse Freeze an environment's processes, keeping their memory (runtimes whose capabilities say pause).
 //
 // Returns a wrapper object for the known response body format(s).
@@ -14254,6 +14736,21 @@ func (c *ClientWithResponses) StopEnvironmentWithResponse(ctx context.Context, n
 		return nil, err
 	}
 	return ParseStopEnvironmentResponse(rsp)
+}
+
+// WakeEnvironmentWithResponse Run a hibernated environment again; answers once its agent is back.
+//
+// Restores the environment from its saved state and waits until its agent has connected again (state `ready`), bounded by the wake timeout (AGENTIC_WAKE_TIMEOUT, default 2m). Concurrent wakes, and work aimed at it meanwhile (exec, sessions, files, previews, task steps, which wake it by themselves), wait for the same one wake. An environment that is not hibernated is answered as it is. A wake that fails (saved state missing or corrupt, image gone, agent not back in time) leaves the environment `failed` with the reason in `error`, and is 503 wake_failed.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/environments/{name}/wake (the `WakeEnvironment` operationId).
+func (c *ClientWithResponses) WakeEnvironmentWithResponse(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*WakeEnvironmentResponse, error) {
+	rsp, err := c.WakeEnvironment(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseWakeEnvironmentResponse(rsp)
 }
 
 // ListHITLWithResponse Open human-in-the-loop requests, oldest first.
@@ -15112,6 +15609,13 @@ func ParseStartCommandResponse(rsp *http.Response) (*StartCommandResponse, error
 		}
 		response.JSON502 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
 	}
 
 	return response, nil
@@ -15187,6 +15691,13 @@ func ParseExecCommandResponse(rsp *http.Response) (*ExecCommandResponse, error) 
 		}
 		response.JSON502 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
 	case rsp.StatusCode == 200:
 		// Content-type (application/x-ndjson) unsupported
 
@@ -15260,6 +15771,13 @@ func ParseDeleteFileResponse(rsp *http.Response) (*DeleteFileResponse, error) {
 			return nil, err
 		}
 		response.JSON502 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
 
 	}
 
@@ -15336,6 +15854,13 @@ func ParseListFilesResponse(rsp *http.Response) (*ListFilesResponse, error) {
 		}
 		response.JSON502 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
 	}
 
 	return response, nil
@@ -15403,6 +15928,13 @@ func ParseReadArchiveResponse(rsp *http.Response) (*ReadArchiveResponse, error) 
 			return nil, err
 		}
 		response.JSON502 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
 
 	}
 
@@ -15482,6 +16014,13 @@ func ParseWriteArchiveResponse(rsp *http.Response) (*WriteArchiveResponse, error
 		}
 		response.JSON502 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
 	}
 
 	return response, nil
@@ -15556,6 +16095,13 @@ func ParseReadFileResponse(rsp *http.Response) (*ReadFileResponse, error) {
 			return nil, err
 		}
 		response.JSON502 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
 
 	}
 
@@ -15634,6 +16180,13 @@ func ParseWriteFileResponse(rsp *http.Response) (*WriteFileResponse, error) {
 			return nil, err
 		}
 		response.JSON502 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
 
 	}
 
@@ -15817,6 +16370,13 @@ func ParseCreateSessionResponse(rsp *http.Response) (*CreateSessionResponse, err
 			return nil, err
 		}
 		response.JSON502 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
 
 	}
 
@@ -16644,6 +17204,88 @@ func ParseGetEnvironmentResponse(rsp *http.Response) (*GetEnvironmentResponse, e
 	return response, nil
 }
 
+// ParseHibernateEnvironmentResponse parses an HTTP response from a HibernateEnvironmentWithResponse call
+func ParseHibernateEnvironmentResponse(rsp *http.Response) (*HibernateEnvironmentResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &HibernateEnvironmentResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Environment
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
+		var dest BadGateway
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON502 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 507:
+		var dest HibernateLimit
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON507 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParsePauseEnvironmentResponse parses an HTTP response from a PauseEnvironmentWithResponse call
 func ParsePauseEnvironmentResponse(rsp *http.Response) (*PauseEnvironmentResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -17155,6 +17797,81 @@ func ParseStopEnvironmentResponse(rsp *http.Response) (*StopEnvironmentResponse,
 	}
 
 	response := &StopEnvironmentResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Environment
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest RoleForbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
+		var dest BadGateway
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON502 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseWakeEnvironmentResponse parses an HTTP response from a WakeEnvironmentWithResponse call
+func ParseWakeEnvironmentResponse(rsp *http.Response) (*WakeEnvironmentResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &WakeEnvironmentResponse{
 		Body:         bodyBytes,
 		HTTPResponse: rsp,
 	}
@@ -19007,6 +19724,9 @@ type ServerInterface interface {
 	// GetEnvironment One environment, its state refreshed from its runtime and agent. 404 `environment_not_found`.
 	// (GET /api/v1/environments/{name})
 	GetEnvironment(w http.ResponseWriter, r *http.Request, name EnvironmentName)
+	// HibernateEnvironment Save a running environment to disk and free its memory and CPU (runtimes whose capabilities say hibernate memory or filesystem).
+	// (POST /api/v1/environments/{name}/hibernate)
+	HibernateEnvironment(w http.ResponseWriter, r *http.Request, name EnvironmentName)
 	// PauseEnvironment Freeze an environment's processes, keeping their memory (runtimes whose capabilities say pause).
 	// (POST /api/v1/environments/{name}/pause)
 	PauseEnvironment(w http.ResponseWriter, r *http.Request, name EnvironmentName)
@@ -19031,6 +19751,9 @@ type ServerInterface interface {
 	// StopEnvironment Stop an environment (graceful, then forced), keeping it for start.
 	// (POST /api/v1/environments/{name}/stop)
 	StopEnvironment(w http.ResponseWriter, r *http.Request, name EnvironmentName)
+	// WakeEnvironment Run a hibernated environment again; answers once its agent is back.
+	// (POST /api/v1/environments/{name}/wake)
+	WakeEnvironment(w http.ResponseWriter, r *http.Request, name EnvironmentName)
 	// ListHITL Open human-in-the-loop requests, oldest first.
 	// (GET /api/v1/hitl)
 	ListHITL(w http.ResponseWriter, r *http.Request, params ListHITLParams)
@@ -20042,6 +20765,32 @@ func (siw *ServerInterfaceWrapper) GetEnvironment(w http.ResponseWriter, r *http
 	handler.ServeHTTP(w, r)
 }
 
+// HibernateEnvironment operation middleware
+func (siw *ServerInterfaceWrapper) HibernateEnvironment(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "name" -------------
+	var name EnvironmentName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", r.PathValue("name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "name", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.HibernateEnvironment(w, r, name)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // PauseEnvironment operation middleware
 func (siw *ServerInterfaceWrapper) PauseEnvironment(w http.ResponseWriter, r *http.Request) {
 
@@ -20268,6 +21017,32 @@ func (siw *ServerInterfaceWrapper) StopEnvironment(w http.ResponseWriter, r *htt
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.StopEnvironment(w, r, name)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// WakeEnvironment operation middleware
+func (siw *ServerInterfaceWrapper) WakeEnvironment(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "name" -------------
+	var name EnvironmentName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", r.PathValue("name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "name", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.WakeEnvironment(w, r, name)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -21375,6 +22150,8 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/environments/{name}/start", wrapper.StartEnvironment)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/environments/{name}/pause", wrapper.PauseEnvironment)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/environments/{name}/resume", wrapper.ResumeEnvironment)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/environments/{name}/hibernate", wrapper.HibernateEnvironment)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/environments/{name}/wake", wrapper.WakeEnvironment)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/api/v1/environments/{name}/stop", wrapper.StopEnvironment)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/api/v1/environments/{name}/ports", wrapper.ListEnvironmentPorts)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/api/v1/environments/{name}/ports/{port}/public", wrapper.MakePortPrivate)
@@ -21410,6 +22187,8 @@ type ConflictJSONResponse Error
 type FileTooLargeJSONResponse Error
 
 type ForbiddenJSONResponse Error
+
+type HibernateLimitJSONResponse Error
 
 type NotFoundJSONResponse Error
 
@@ -21718,6 +22497,20 @@ func (response StartCommand502JSONResponse) VisitStartCommandResponse(w http.Res
 	return err
 }
 
+type StartCommand503JSONResponse struct{ UnavailableJSONResponse }
+
+func (response StartCommand503JSONResponse) VisitStartCommandResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ExecCommandRequestObject struct {
 	AgentId AgentID `json:"agent_id"`
 	Body    *ExecCommandJSONRequestBody
@@ -21882,6 +22675,20 @@ func (response ExecCommand502JSONResponse) VisitExecCommandResponse(w http.Respo
 	return err
 }
 
+type ExecCommand503JSONResponse struct{ UnavailableJSONResponse }
+
+func (response ExecCommand503JSONResponse) VisitExecCommandResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type DeleteFileRequestObject struct {
 	AgentId AgentID `json:"agent_id"`
 	Params  DeleteFileParams
@@ -21993,6 +22800,20 @@ func (response DeleteFile502JSONResponse) VisitDeleteFileResponse(w http.Respons
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(502)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteFile503JSONResponse struct{ UnavailableJSONResponse }
+
+func (response DeleteFile503JSONResponse) VisitDeleteFileResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -22114,6 +22935,20 @@ func (response ListFiles502JSONResponse) VisitListFilesResponse(w http.ResponseW
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(502)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListFiles503JSONResponse struct{ UnavailableJSONResponse }
+
+func (response ListFiles503JSONResponse) VisitListFilesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -22245,6 +23080,20 @@ func (response ReadArchive502JSONResponse) VisitReadArchiveResponse(w http.Respo
 	return err
 }
 
+type ReadArchive503JSONResponse struct{ UnavailableJSONResponse }
+
+func (response ReadArchive503JSONResponse) VisitReadArchiveResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type WriteArchiveRequestObject struct {
 	AgentId AgentID `json:"agent_id"`
 	Params  WriteArchiveParams
@@ -22371,6 +23220,20 @@ func (response WriteArchive502JSONResponse) VisitWriteArchiveResponse(w http.Res
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(502)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WriteArchive503JSONResponse struct{ UnavailableJSONResponse }
+
+func (response WriteArchive503JSONResponse) VisitWriteArchiveResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -22516,6 +23379,20 @@ func (response ReadFile502JSONResponse) VisitReadFileResponse(w http.ResponseWri
 	return err
 }
 
+type ReadFile503JSONResponse struct{ UnavailableJSONResponse }
+
+func (response ReadFile503JSONResponse) VisitReadFileResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type WriteFileRequestObject struct {
 	AgentId AgentID `json:"agent_id"`
 	Params  WriteFileParams
@@ -22642,6 +23519,20 @@ func (response WriteFile502JSONResponse) VisitWriteFileResponse(w http.ResponseW
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(502)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WriteFile503JSONResponse struct{ UnavailableJSONResponse }
+
+func (response WriteFile503JSONResponse) VisitWriteFileResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -22919,6 +23810,20 @@ func (response CreateSession502JSONResponse) VisitCreateSessionResponse(w http.R
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(502)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSession503JSONResponse struct{ UnavailableJSONResponse }
+
+func (response CreateSession503JSONResponse) VisitCreateSessionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -24188,6 +25093,140 @@ func (response GetEnvironment404JSONResponse) VisitGetEnvironmentResponse(w http
 	return err
 }
 
+type HibernateEnvironmentRequestObject struct {
+	Name EnvironmentName `json:"name"`
+}
+
+type HibernateEnvironmentResponseObject interface {
+	VisitHibernateEnvironmentResponse(w http.ResponseWriter) error
+}
+
+type HibernateEnvironment200JSONResponse Environment
+
+func (response HibernateEnvironment200JSONResponse) VisitHibernateEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HibernateEnvironment400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response HibernateEnvironment400JSONResponse) VisitHibernateEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HibernateEnvironment401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response HibernateEnvironment401JSONResponse) VisitHibernateEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HibernateEnvironment403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response HibernateEnvironment403JSONResponse) VisitHibernateEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HibernateEnvironment404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response HibernateEnvironment404JSONResponse) VisitHibernateEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HibernateEnvironment409JSONResponse struct{ ConflictJSONResponse }
+
+func (response HibernateEnvironment409JSONResponse) VisitHibernateEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HibernateEnvironment502JSONResponse struct{ BadGatewayJSONResponse }
+
+func (response HibernateEnvironment502JSONResponse) VisitHibernateEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(502)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HibernateEnvironment503JSONResponse struct{ UnavailableJSONResponse }
+
+func (response HibernateEnvironment503JSONResponse) VisitHibernateEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HibernateEnvironment507JSONResponse struct{ HibernateLimitJSONResponse }
+
+func (response HibernateEnvironment507JSONResponse) VisitHibernateEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(507)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type PauseEnvironmentRequestObject struct {
 	Name EnvironmentName `json:"name"`
 }
@@ -25083,6 +26122,126 @@ func (response StopEnvironment502JSONResponse) VisitStopEnvironmentResponse(w ht
 type StopEnvironment503JSONResponse struct{ UnavailableJSONResponse }
 
 func (response StopEnvironment503JSONResponse) VisitStopEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WakeEnvironmentRequestObject struct {
+	Name EnvironmentName `json:"name"`
+}
+
+type WakeEnvironmentResponseObject interface {
+	VisitWakeEnvironmentResponse(w http.ResponseWriter) error
+}
+
+type WakeEnvironment200JSONResponse Environment
+
+func (response WakeEnvironment200JSONResponse) VisitWakeEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WakeEnvironment400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response WakeEnvironment400JSONResponse) VisitWakeEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WakeEnvironment401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response WakeEnvironment401JSONResponse) VisitWakeEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WakeEnvironment403JSONResponse struct{ RoleForbiddenJSONResponse }
+
+func (response WakeEnvironment403JSONResponse) VisitWakeEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WakeEnvironment404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response WakeEnvironment404JSONResponse) VisitWakeEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WakeEnvironment409JSONResponse struct{ ConflictJSONResponse }
+
+func (response WakeEnvironment409JSONResponse) VisitWakeEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WakeEnvironment502JSONResponse struct{ BadGatewayJSONResponse }
+
+func (response WakeEnvironment502JSONResponse) VisitWakeEnvironmentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(502)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WakeEnvironment503JSONResponse struct{ UnavailableJSONResponse }
+
+func (response WakeEnvironment503JSONResponse) VisitWakeEnvironmentResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response); err != nil {
@@ -27741,6 +28900,9 @@ type StrictServerInterface interface {
 	// GetEnvironment One environment, its state refreshed from its runtime and agent. 404 `environment_not_found`.
 	// (GET /api/v1/environments/{name})
 	GetEnvironment(ctx context.Context, request GetEnvironmentRequestObject) (GetEnvironmentResponseObject, error)
+	// HibernateEnvironment Save a running environment to disk and free its memory and CPU (runtimes whose capabilities say hibernate memory or filesystem).
+	// (POST /api/v1/environments/{name}/hibernate)
+	HibernateEnvironment(ctx context.Context, request HibernateEnvironmentRequestObject) (HibernateEnvironmentResponseObject, error)
 	// PauseEnvironment Freeze an environment's processes, keeping their memory (runtimes whose capabilities say pause).
 	// (POST /api/v1/environments/{name}/pause)
 	PauseEnvironment(ctx context.Context, request PauseEnvironmentRequestObject) (PauseEnvironmentResponseObject, error)
@@ -27765,6 +28927,9 @@ type StrictServerInterface interface {
 	// StopEnvironment Stop an environment (graceful, then forced), keeping it for start.
 	// (POST /api/v1/environments/{name}/stop)
 	StopEnvironment(ctx context.Context, request StopEnvironmentRequestObject) (StopEnvironmentResponseObject, error)
+	// WakeEnvironment Run a hibernated environment again; answers once its agent is back.
+	// (POST /api/v1/environments/{name}/wake)
+	WakeEnvironment(ctx context.Context, request WakeEnvironmentRequestObject) (WakeEnvironmentResponseObject, error)
 	// ListHITL Open human-in-the-loop requests, oldest first.
 	// (GET /api/v1/hitl)
 	ListHITL(ctx context.Context, request ListHITLRequestObject) (ListHITLResponseObject, error)
@@ -28626,6 +29791,32 @@ func (sh *strictHandler) GetEnvironment(w http.ResponseWriter, r *http.Request, 
 	}
 }
 
+// HibernateEnvironment operation middleware
+func (sh *strictHandler) HibernateEnvironment(w http.ResponseWriter, r *http.Request, name EnvironmentName) {
+	var request HibernateEnvironmentRequestObject
+
+	request.Name = name
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.HibernateEnvironment(ctx, request.(HibernateEnvironmentRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "HibernateEnvironment")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(HibernateEnvironmentResponseObject); ok {
+		if err := validResponse.VisitHibernateEnvironmentResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // PauseEnvironment operation middleware
 func (sh *strictHandler) PauseEnvironment(w http.ResponseWriter, r *http.Request, name EnvironmentName) {
 	var request PauseEnvironmentRequestObject
@@ -28840,6 +30031,32 @@ func (sh *strictHandler) StopEnvironment(w http.ResponseWriter, r *http.Request,
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(StopEnvironmentResponseObject); ok {
 		if err := validResponse.VisitStopEnvironmentResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// WakeEnvironment operation middleware
+func (sh *strictHandler) WakeEnvironment(w http.ResponseWriter, r *http.Request, name EnvironmentName) {
+	var request WakeEnvironmentRequestObject
+
+	request.Name = name
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.WakeEnvironment(ctx, request.(WakeEnvironmentRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "WakeEnvironment")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(WakeEnvironmentResponseObject); ok {
+		if err := validResponse.VisitWakeEnvironmentResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {
@@ -29666,463 +30883,492 @@ func (sh *strictHandler) GetReadyz(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L37bhtHti/8KgV+BzA5u0VJtuxJKAw2FEdJdMY3WMpk7x3msIvsIlmjZhWnq1o0x8fA/PU9wIcDnDeY",
-	"FzlvMk/yodZaVV1NdpOUYzuXYwSIRbK7rqtWretvve1M9GKplVDWdAZvO0te8IWwooBPFzOh7NXX7k+p",
-	"OoPOktt5J+kovhCdQYe7X0cy6ySdQvytlIXIOgNblCLpmMlcLLh7b8HfPBNqZuedwenDL5LOQqrwOenY",
-	"9dK1ZGwh1azz7l3SeaoXC66y1k4n+PuH7vZS3clCq4VQ9gV01Ng5/HNgt08e7e/1G5mL5zqD7jJhJoVc",
-	"Wqldvy8nludsKYqFNEZqxcbSmoSJ/qzPTp6cnTFdsD8+ftzvJDjOv5WiWFcDXbhG44EtubWicE/+j5N/",
-	"//Hk6I8/vX307r912gb1yk17a1AXY6Pz0orE9V6InFt5J5jVzM4Fy2QhJlYXa/gEtPHAMNouw4zlhWVS",
-	"DRi3bKGNZWcnXz4eqvHaCpMwpdmL758lTPDJnAWSZN2xsCshFDM5N3NheuHth48fM3qXG/ZMqvIN43mu",
-	"V2aouq8ubr4bPb/4D8ZVxl5cPL90H84Zrwbt9pXlWs1EweycK/c/y7SaCPZXLZXItqY1VNKwQkxLIzI2",
-	"jmbZ67OzkxOWSnXHc5mNXNMp03YuipU0oj9ULZtEtHUQNbnF2qSnaE+P/9D998GP/+N4OHxzcvLT29Pk",
-	"4ePH747/rfeH6rsT+K5hy5POmyNRFLo4mgApduKJuJ9f8Zl4WhZGF9skcTMXTIk3djSBB5iewsIsC3En",
-	"dWnYks8E60orFgaXeKIXwpHPTDO/t+4Zwxb6TjgygIVjfFJoYxjHBsa6VBkv1r02esfeO20c4OThWROl",
-	"u4k9kwtpG0idyMzOpWELrtbnbCXtXJeWSZs4SuuzH6Sdw6d4AQxfG7aai0LAQrifcA5wAEzbBHIYxsb4",
-	"5aJcuNGfnMDW08cwE6msmIkCp6J1/oEY1+Oz/YzrlS7si3IxFg0kccFunr5iS13YhJ32+08eP35U8an6",
-	"sNxD+4aFs4ZW9q7CtQBm2Xp5GPz9Q18eN9zctvZpubn94B3qW6Fei2nT4lv32wPDZMa6qdW3o3/9459p",
-	"zx05aQ1zg2rZDHjx4NttL5G8cy2ZpVZGgCzxFc++5Vas+Np9mmhlhYKDx5fLXE64m8DxX42bxduoz/9W",
-	"uGl2/p/jSk45xl/N8aXjWtjVNlcC3sxW7n98xddsNZc5nkm6k1jBFeuiEDPTSgwqls4mfCHYmE9u/akf",
-	"quhNuP8ymTGliaGFR6WiW8NMtFJiYtms4BPh7p6F4wnRD9IM1YpLKzKmS9uDRqsRTLnM3S00F8xtiDDW",
-	"jxV4dc9dK+8St6qv8edPs6p+LMAV86kuFiLrd0BuU9NcTj7ZMIwui4lw45CKccddrcAbJtPCwM6AOIAc",
-	"vAuCE64sbhrsgciSQA08LwTP1kyoTGQ9mJOThG60fsaLmfg085o6GpWG5a7LIJkIZkRxJ4oHbtGBIbLu",
-	"xbeXL26uno6+uXoG0s3oq/+8ubymcetiLLNMqE940h4YVhpRsAVfwwpnmla+kmFHmVBSZBWlT3iew6wK",
-	"nQv/5lB1p378nspfaPuNEwE+/nxeaGbKyTwQGKzna52LT7imYfqD+ioBg3bUAeIZG4MsUl88pzG4Q4lr",
-	"r5eigJENVde1tBDGOFHEMXyDrMW966jffQiP+2W/tplUX5XmE3Bs47oajUuzHsQ82t1jalla9rdSlHAy",
-	"pmWesy7KmHoijGFzjsfdHV+2chzAcVZ4Ieudu5/mUs1QMpWGrQppBVtxg21mffZa2GLN+NSKAv8+uoC/",
-	"jZholRkU4OeCZ6QVR89sX8DX+JJTHxxzZ2Mx1YVjWLZYSzXr12S8LRHmnV/17xW/4zLn4/wTcB68V5S2",
-	"o8AXBzUtLpfq1i1+plfqgBUdqj1LihuI7LgQ1KlhWgFB6xVS4Kdc9E/L5v0tOtbZepPdn7Ln8itgOzda",
-	"P+dqTfe7+fhDu2B/K7XlDBRdPpmLjNX4Buk2cjJPgGm4zQLFBa+d7xUv7VwX8u/iE3Dq5+5ScVRYsFWh",
-	"1YyNBS/cIjou6cfz6c7QC8d8tTFynDs1dsW6QGDIUJmeThMm3ohJaXVB3GomjRWFE0GUxrOQMGMd3ZbV",
-	"wN3KvvPUiza5qx++vbbclmb7HIBG6nZsq+/07dAtwFTOykJkw86ATXluxLsUNtKfaJEbEfRaplXCxJ0o",
-	"1kO1EE7Xc4SxLIQRyg5YarjKxvrNSGbYSOrnh98UgonF0q4ZagSGlcrK3I1uqHDyOD4Dj/LJrdKrXGQz",
-	"tyBVU36ZUOpN3QiUuwFKlTve7+aac2OHKixu3DZJ0X32ws2DcSIO4C3Lwt13Vgp/sGhtIhYx1joXHK7C",
-	"wBibfxYqW2qJxLVlXonWZffv9cm6Z91ckX5RF9t6t9qEhqbfxcrcj/EcfwpN6fFfxcS6pi4mVt5Ju768",
-	"o1OyuULGjkoD/TgRg9vOoJPp0o0utKbQJuAWbNU82azErRnxpRwtTK01qeyTs862Zh+9dfAb0lSruL1f",
-	"txKFSaHKhVsaqcD6wo2RxnJlR1a8cV+4Y3HrRp50rNb5yMli/u9CmDJH8wX9USpHxGjuAxktWmdaATC2",
-	"qXJxdMcLEMNc737lr3AU/uOFH80NDsZ/f1MNKnyldf4UxxZ/9dqPzH+59cX3YcjVIGjo7xIwI+eN26jK",
-	"xciWhTJNN2rSWfLCiRSwTqURbZRPK9f0kxF/2+Zvr7SRcK5JzZ4Kxy2mhV6w034jGUQWn63Wnua8zMQD",
-	"w+ghJrN+k3nUlGP8rmGYQCeNP7ipg+zabKTROQj2XsBN2J0oxtzKBfvv1y9f9EMTiox6zR3sWFv3O+wO",
-	"GF+bH8EveFHwNXwuSjXhLUxug5m4/aFztIuZXJeLBS/WP5udZFqJZuvzVCqeM6QkEEKNcPd/0nDq789F",
-	"3N0yat3jXeRbTpxy0sx9AitpOT2wdW5vYXV4lgHR8/xVbQUb3tvchdYTurGZ+FxtYLVR0PpX00qq/asv",
-	"ayMtzBovFNQ67kRhJEpgW4s44Us+lrn0bxxOyeG6HnFbpzBuxZGVC9F00Cvj3D1fnGtjWw9qy/mUyxHP",
-	"sqJOJNXPOR8LpI89+7+1CNXCA/XOBS/sWNxnOgthCzkx+2Th5/SYI6ZSKalmI+/ua6bPwomAuEr+4nUr",
-	"B9SkLJdKFJ2kc7eIrtKfmvhxkH53jQ6ojgRl99LaWLEYSTXV+968hkev3JObBwXs+NR/NZ+IAMLGNaxJ",
-	"69l4Jk3b+ajT/d75Np2FyDvVoDG0eqrOGR87Sd9p5V7Mht/7jV7jeJVo5K3zrdQXTwbQJYo0YIXtJJ1x",
-	"ada42HAjxGezkSouCiunfNIouYLiN2q9xFuPrpnzh4+fNP8k/y4OukQ21oaoBF4PHST1MTYuHE2vhVbo",
-	"13uQi1+uLYrZ3MzQdOOwykzaS2Wbrng+sc0kp9G65D1VbklYd9hB+6Muhh02JQux/wqfTdiwk3EzH2te",
-	"ZPQUZ+EbZuRMicwJhyuvCG82AJTOF+Dfj3p3LWklNluQ1nXp9TPfo1zN0CDvbbLuIa60Wi90aYYdtpoL",
-	"xZRrz8kjfDIRS3A1DIkLUUNgq6ys++BRqkxgCRqiXQPMsZcqpKIQmVBW8pxxtADD6ek1yq73YfuTXNJF",
-	"vS1lBSM03VloGKITKbV6YJLgIAfjrC5s75wsAG6yOPPGMU4aI2Bcr6DBMa7MCvp2D/o2tWIkjDS2GWzZ",
-	"zQ2Hn68ypqfuo+JL2V/zRX6OC92vlrkvjSnRTL71UyHu9C3SD1dNWwTvZhgw4x7NYtunzNz+Wl7MhD33",
-	"QSW41Gw116ayFE44xJ04giTKNJUvLkvAckNr3DtnK+PGyK0gh3jivgEquZ6LPIePlt+Kp1rZQuNnR/qO",
-	"pFTmPt3KPKeXYXITfJLpO0G+GyAW9oMYX+vJrbA4La9JueWAGUbTU2CDAW2nmVZpPo262kVuMB7nP47I",
-	"Hnp0lTHvYGZoKIbB03VFjYF+NdUsl0r44JTgTMv1jHUXZvanoRPl7cC/NOwcSrqFzltIF5ifd211q8YC",
-	"n4DB0o41q50tRj7X+nc3N68YPkDHQ2TNCjCufhMXBubhxunIk3xNS27nDwyrogB9NNR4zY4rvx3QVhac",
-	"ZBhtoAvgpefgixqT9e8AYQEML3BV0HoGThQf4zCTSP6aYJRbRDetV1TztSmULTZ1i52XZnXbfThBi3WX",
-	"3BjYC8Pw9d7PEL78nJqWgoIrnfxVk8JJVO0kHfFGtglY0ctIlk3qXIuyE0VtNlpA1URn7u896/+ytMvS",
-	"Xvqnayr4Tqv9GzEh0xcdLLHvldpSwUuZKIpmURB+Gunp1Ah7oGHB2EyXtq05XdqouY3IUPje87KpLIxl",
-	"hXAavMgYvguBkY5S7iuc1oJro/BeXLEw6rAam4PdXItoZxvJEfhIFHobhbI0a73gtNi03UOch8hGTkpq",
-	"c4ooYVe6uGXLQr9Zsy5eFDlcuKqHYiG8DhdrCFp1nAw8YQMm3vCJRc95wv7QN+V0Kt+wlcyzCS8yAzce",
-	"ikaCRCEnEOglzoENnEDEupmY8jK37OzsEfD/L04wpNEznyjC6uGTkybVnL+5wocfPn6yzYLkgs8aLqSn",
-	"Xr1m8AAwcs4yaW7xCwyHddfTX56bc0ajxCuBlNwHIJQyCMBzYs2imRklHWl03iJ5XTByVzBji1rsbdyN",
-	"sVxlTpzXSpBx122Kle466n57ecOO+VIe350e0zumN2Dp7E4aXaR9dkGMs8ALCCcRt9lnF9BY3G0VNKSn",
-	"U3R0nZ2cMB8J6yUtxRdSzZgF0UzSwyCARhv36GHyPuacjdDxbeNUbSmfQXvsVixtpeyI6iSxrg+UfvSw",
-	"N2C3Ym3Yj8tCTOWb459A5XHkd8fzUhjHS06PnjxikzkvnDxQwFcXR//F+NHf2cnRl6zPRuwoYV5Nh5eF",
-	"cgebSJ3lwlpRYGDcTFrWbVq/EBTd67M/uyGFBqGVFFiOnBwRmfTRjViT2RwRQvAeRmLDZkJcjB+HWxhm",
-	"JnrpXnKTc8c8WhnDJryAsAD0X8NCoj97RTIRyjf4oMRImUWCmpZr94EJCwdeRbVmM3knFHNXfJ9dqNpG",
-	"wLiwF/Sf6jvpZGRw/IJI7CRxhYTO2YoXC7bUOieqiokkoqyKiXrjRYu87FUSmQ127mjzNm6Q9nZOQxSD",
-	"/uPF0X/xo7+fHH35U/Vnf3T00x8ag86JI28PHRTnwCkxlBoOWi0qhRkr85ziFExEI73EM3mlA9vPxJ2c",
-	"ON1xBsorsn7NajeHuwUKXc7mUWh/ArdCwsaFzBzfLA2YKLcms8z5RCxIe94lVrwKD76Da2wqc9HiW+DZ",
-	"yI1zVGhtm/0IXv7eK7e+Dg/WrbAbkkWlInnOigE+ZJ9AbjdgTSyY5dLdnu6kNCszYlKIptv5Sv0VbHqM",
-	"nmDd15cXXz+/ZMOtn4adXoKxb6B9gGXEcnPLFlzJKSh7SCBwOulwCQX8bIM99tnlnSjWIfgTjoEI5hek",
-	"sK54IyYhQNQkXrs1CaOIRkcz3NyaHpvrPIN0Bbe/7gOoukSWbvTANArJxxhwl/hfw5cSZtsfcyNGZZGP",
-	"hLrz4kYYEuisE54zH29wHtuPeJaZaP6UwEK81+2iAttM4W5VXfgOwbbkCK3PbubCVCNC9lbITDAexeM5",
-	"BuwVaXePQES5e5W6xeChjHHPR/EqwFUYlcoRbX4nMrSSOW7Llbt4x6JHJhYuFYWOcadiQuJQTXVHW4M7",
-	"2LnmGbsVYomCW7T65pxxGtHMMRQn6LFc8DuxRQysXIZwprBadL/0+uxrkQuL1379NaFoveNu3Wwfxd9A",
-	"bHmvz146niM3SHoAVseQWQK/tggfzReLPzX3vVkOUncjyfwa+qlLoE/O9piOK/8IXFLtKgBZmt5T/C9m",
-	"9/YO5uaeKTZBhW0ISij0rOALd96KUiUs12DmK5fuiL+6uPmuz17TosC5mwueQfCSo7kxn9zOCl06HkTc",
-	"Bc9LurH9aZR/1Dt3uoUbmxPX5F1ld/PPOKoqSmVqIoCZizxn3fS/XX93+exZSkbD9Hgs1bGZpz3IpEvh",
-	"vI3g2RTEYpABdqR6JJ03RzN95L48MrdyeeSVniNgUaLA4KUdMUFC3f08R2ezDHR69ORsU5AFocexm7rg",
-	"c+QknlHQfNiwPDl5NHH9wF/iCL+QGUMZGr/dlI7O7isdtQpHS7vens/rUmGygxXFAqIegpTkFvi8iSIM",
-	"4/mKrw3LdA8j+4g8EsYbiA/Ur0xClDlnS7kUEN1rhWLjtY9U4RUJe7rDGGzXKlkg8FLNRFGwsbZzNtP+",
-	"Psr1LAkh5yHyBpUvUGfcxbgo37CujHI5dGlzN63qdqbw715zqEehV/c/4t5BuNM5jCO+cY++a6LFr6VZ",
-	"cjuZX5Dbp8HqaKxcOBFmBETYsNHfPGWPHj360i3F9zdPkUTBAJGv2ULmucQ4akeME4kGfkhweXjy8MnR",
-	"yeOjky9vTv44OH00ePiwf/rw0X/VbEGxDygi0OEwe3v27mg4zIbDjP65wX8GtX+Gw7579tG7/2ok3X3R",
-	"jj4ZpOXnNqs3N+Sb65I+b4UTMdD+hS42riait99AGg2gPtrIsry5RT/t2Ojo1tr0Oy+WTnRAU8jeUM4w",
-	"lKnMKcp98512i+sGAenSkgAogzR7dnLG5LSe/gTLtXdkh8fhtDQVbt4N4tjTc2NMi1azkbdXtzcRsYKF",
-	"sDzjlrdfMfhmS0tV13XKjU11j5/s4vz/AzOwmzk9Ni/vRDO/hxt5zo4mdCWFx/EGSrcv5wN73nUoqjE1",
-	"0f0l6NBtPn/UqJv11fs4oyG3f5TplTrQoo4vlMuPFlEMoUpNRA9ZzM0BT4KbNhd0UeaUsEhrBs5dCAuA",
-	"VK4DPWcUQEWZ1H75o+WoLeX+YL1I5r+njwd/bOPfL6eb+tMD47MevCYo0YwgmsNwt8z89xD40WF5r5g+",
-	"NBU1GbHRvFSfSSEmkDccAiJMsCYFkcVpZSthLHrzgoH24YYPYKdGFp29hnluRrxHs7m7VzBZRAWYDvBu",
-	"h6/hPi4AR/lgfJcWFRSpWBdt971ACFVoA4bqaCW8Q3TQ5izwJuNO8kFiKTeMVNWQHniTMetyNAdXoURa",
-	"MauXlfPW07WXjqPBbesuuwykH87eiBYCYnob1w2tudUhM49n64PciBS1d6/z9bONl9st4m+NEhFEE6mZ",
-	"VIJs4ZPKJZYlLNML7oTt76++TtiyLQ+g1YZpzZZl5wFl2TpNBz2LXUVJSGiVAhdcZCfaTTbvZ6/BGNbt",
-	"o2s2AwACZaBCP9Z6IxrTWL1cwsWy5BQSjrlV7kohA9mB2S6X6u5VvbtLdfdV6PFS3b2mTi/V3XXo173m",
-	"u75Ud9/43i/V3ddhAO+STmmILe1aKW9a/h4ebonRrMxX3v8ducSjKyVw1z33aUti1f0is41p47rGiuX+",
-	"JDCOXnqx3DfatoiZypH2PrfJrzluJprZnrUha+g+O+WG4KA2mcR5ZPH1Q4FrBX6NDH5t/mjDwY9p9IDx",
-	"unHY8luwnDgOI5VnSiBo1DcUR7Df6oHsxK/FrVg381jvPHgAERFTCX9hWFiIKvAYNPsQmtrsenE/KEGj",
-	"92XDFL/ZxcMvmng6XC3bfQh1NwBWTd3U/A/nMDH3O+B1lCqjaILgpbbc3B5523yAEOtDQAxyXKHuHA+V",
-	"uTiQbeIWXMN4L+Hl+JtvoKG2YHOc5EFEfUUJEnUq8bpPfZHctxjYsuHnIj8Qepx042XaIvY0TwC6bxy+",
-	"F3g3LS9NEcUXjnG4zTSK34rRhBsBIcVglV+iFd8MWBmlsSfhyP3VaJVsHsBkqMY6W4+s1iPI4Qfb8miq",
-	"S5UlbCHsXGeAq0C6S8IqqAV6qAF7IRmqCpXIPwGifXBGxi34r8SbpSxE/IXKMLvcjvhoadcJ2nZHk1wb",
-	"6AXsxYrnvvEoa3yUSePWKqvS1qHPetr6CPWaoYK89VGUtx5cpG5aAAxUfRON3adnVl8N1VzaPH4mfNZL",
-	"oaJX+EKMwMGFU/Q26YRh8NloLNYaVyEZqog3xm3HX4s3EqIAKPVoRNd/4rWN2vSGyn9La+caNeXSnQa3",
-	"No4iFlytR5XPOHxVOZTd8a/NfQsspyK5JbdzeiMit8BboBmIeEqGKnRlC67MVBSmasc7y9F1HS8GfK62",
-	"y69DCAZ2dEnJIPFrS0hT3aToQgAzzDzRjUuzTiAtAJ4FPd+Jf/Fop7pY8cItDDxHLtiElctZwTMx8pwh",
-	"WstlOc7lZOSej5fYyJkaSbfqAUwHOroVKuwzfooG7lcIZYlk22WNwAHburVnQpvsxuNmAH8RepkfIoZA",
-	"YxTb3MjyIJb1gzhKDzZS/tIO1M57m1f3uBYPbqc+4r94sYB0vEKAWR2j/EHj43dOYJWAZfngTw+Y0gV7",
-	"8f2zRgvAgr8ZaYhsHoGprsF4Br+ie2wpCmZsIfiicv+dPmHP5Vc9kngIMfGPpydffEE+yR3bstvVuDSi",
-	"zPRR5XHc9u8tRDEjT8IH8sMVpRpx0xYcLRvMSj+Qk5J8jFW0CjyfIGiNE0kgDAQvQIzvQTSyXEwtZAGx",
-	"bgj+9TE2zdkZbkUaRNPL188pLe3VzX8mwZ/8xj1+9PDxk4nONUimh589uRC6tCOCTtru888yB1gVtprr",
-	"vILFmhW6XFIcDbiBcq1mrHt99a0bZIIrcX317Z+vnj1jD5lhObei6MUBtCdsIbgy7NHJCTMwLbdihBjD",
-	"aGAhV29r4Wrk+MWTs9rGnzRt/EoXt1LNRpks7nE6m4PYdzBPnzLw4RIY7u9NeP+Uh5br5of5uoZuOdFl",
-	"jgiVwFQRABFlMDVjY6l4se43O3ClE0bbcvIKwXPmnqF0vNOHX/zbC7RZ3co8x1whSiZ74X7+I/5IkG3A",
-	"6auxgSrfAt0BbTSAfWHboPhRjxEcXMLklHG17relXezI4mjNyNgJ5iAXIhvVX41/vgemRlv6RbUjTSkY",
-	"gZLqZBiPLAZuqAbUdkCu4XZ5Oi/VbZNU41PpOF1DIkO20E0x5GHAYnitN0cqc7pT2qvirvGy27ZFeC9t",
-	"Q/qpG8wD4xG/PUGt4epFOMTvb745+qKRoF2zo/GTs4OaDg6FMTfiydlmX45mN/oLh9210JzI55apnu5e",
-	"38Sf9vE0amL3jl2qFsM3WMFatm0TbhFONmUWdtNAeWkI2ZlKkWeGjYWRmWASgWsj1w36DnJtECk7xbfT",
-	"SqP1aGEI6EWXSdTtNl3s4cxNnKrWX+A/0diiWbckJX9ohv9ebFsXrIu5EbCOPfAOB9/A5rLdh5dfgO+t",
-	"uhD3MeGG3z4UW2wUdlF9Z+mmdJzGRAwJ9lkBPoImAfQgBtt0qr6RuWgJcciluh21pdVeMLNeuCce+MTn",
-	"xn1ZvF/Rhy7F/NpSZsdG2Jn7x8rJ7Rqj4ae6LOwcUzeaxdaF954d5m9oR8Y4FP6iiqrzzA9snknHyXhJ",
-	"h1ark3QgN2g/JySLIDwUYDSo3AVOrm07n0ljSeD6eVnAFW00qMbLxsoZkBFO1TOo9kR7oMOOs/FcF4LR",
-	"eDF3TitBGeCUgrEShSB9prQHnAkCgd+VNvzd1c2zC8oy316+jGIQG+kEjHfvHwm415H3HNsIaboebX+v",
-	"ZdkPrG2+ze6vX8hVFXLcDydSNwdvJtoH8RIab1uMyN60ZeOSIXDYx6BziTmClnEnlS+WlnWrvUaFewLY",
-	"e4ybW8is0Kw0AvA5dT5UcR5WxA2pLcDO6wZwPLD6EdTeOWUEPTCsS5QAlQ/4UFXjjMdyHtATMMjW0zJh",
-	"x+uCZUKte02IoXuEEtWKGvc+wUg/4xjhqrVgLO58s/0s7YY3hBgfrQO2oSN6BDVMWho6zBnkFyHMqVrn",
-	"2qq2UzGihdzTbBrzt61QsIo64YQghRE/7hZx2oenzHP6FAgyqXKpuGFuOptZmXVajJyI8AtEYKh1I2aD",
-	"J8L2U4tjPa8NMZoWDs4bsunUzoTdTHp+8vjxoyf77m4YTePuCJ7jtVlf+iqYULzhi2UOb902kVE7jOCW",
-	"JkUh3v6NpvHUw0OasVNCpliI89vMZCyNyAbVohYlcJ8bbm77EKRSFULwqWzmAQi3dVd+N/LR4osRm9Or",
-	"+sNmrleYCwfdVeY8rwMVAiUECCxir6tJhOS6cClpxiunLqQJdn39K60is/dEl8pCXQc7F7IIwXuQzYdH",
-	"YawzKcwDVLIx/9GbDS+A3S/lhF28ukoqYDCcBb5vHrAUZp569bMQ6Gmr8rZBRZ8AUJZlvjrG85dfXz4b",
-	"vXp99fTyus+e4kDhmM292OTmUcg7kTDjJkyh5WFLHoAldWUg0RzXXFLefahRRQtHuYrnGxsIwFWlsgYT",
-	"8WpxApjc2A15jkA9oTFdCFwFoijMXEKEipIM0/UDg6G+hZgIeSdarAFhSQF9HnfEv1ENEWLWDgz+w15N",
-	"K3iYPyq1Lik44N6dTfhkLkbA7uHucjfMCCnmQIUEW4AE6/d5+37Ate/RA2m793onlg/vi/oS3q3tZLJJ",
-	"TBtz2Rzn7p1pX/VoRZtY8TPvKH5FUfYbUlgFodpg94JcaY9YJy0qXcqwkDB10of/Enb68I/w52nCBgPH",
-	"lgeD00Z5ZcoXMl/XsMOXd26R5fLuSeMd7NMD7lPLzJ1rcSfFalQWefPkvn/9jIoWLpFZosNu7JiVKBLK",
-	"FwF1gJJFBsfH+KUbUS2v0clflNJIT2DvFBdLr+NPry+vb1jVwnHQY2IMPByZRBtVzAob15RM9y3VBZ1g",
-	"BCafUPBF55nPxzYEPudhezCInNQwHAqB+GRsG86iKeYMIwqag3z9sri1V0JkMD8jZ+pIKtbFAgcUkQAf",
-	"Wpyi8SONaiR5S+AxtuDFLeSanyNuBdzk+FtrXt9uGcgni9DZCUQdJr/3IDZrxxCFcbCGWj/Z+7GN9plF",
-	"oHc64hWu0MPHT7ZtLdFelMss0sZadiLcyXRLgr4ujY1Ctn1xOaS5OY9EFB/D/Z47td9p81w0GLUgGszs",
-	"nhci5xirl4aR77VKtIBw9UPHHSdZ7Np0qFyI4EW7AzxjeNZBBePaBgxbgcCiIuONEVuArjthHPeO/LV7",
-	"sC1cHLELaR2a9yngam/EKy7L0VIUE5KgDsHDl+Z2ZLXleRUzckjWm3vNSfD3esvJwSN+NxudHji66oXH",
-	"933j0BcWYqGL9XssAb14z0VoSkUl2+N7pcntymPhcjUb7bHNTOZicgtRFjsiFqLs4w9ihYKA0vu90Z6Q",
-	"tp0Ef2CTsUurIUtT2vyetlFpI6zglhoQwudubPO9jYTk909A3pNwvDt1uAlCYh8RVempTcb34r7k8V4G",
-	"e1MVCGkMfcplW+GPyoaF6TdQEBEiTDAKOM+E8QABMRrewelUNNQbGkWry6cuQrzHLV9Lvva5RtXubiQb",
-	"Rd391M6VmiU0j1t1sJDmedyvNm0nzGjHWmzh3XowiapKQ4ds7KFpR5lmCRyvE5hpPe+Nj0G+a1T6Gmnn",
-	"Z6V+tXMgpW0bfvqdz07mkL5AHhRdIIDGAdHId2gKaKG1jeC0rTGUdnr0BSosHMD6CKYWLQdVKVOIpUkq",
-	"eEgKvolN3dBUJ+ngL41r/ipOir1HYhbSKmeO5rMypyK2S0Kyr5li/1yORaGEFeYBxEZKNesNHNUqnQlD",
-	"QC2ALIc4lHoKv4yMyCFMP/EQ5fQ8AIlaLhWZYK3OhS+LR38Lgg7jAasU3wopwBDWWpSiBRuVUsEgh1rk",
-	"RqxotkqrIwxYrrXUjDwG42V+FuxWrNmiNJaNRYDcdN91axCjA8bZ1y+umSnHlF+Lv4I275PfH8ewo4kb",
-	"F+n7gEi6gd50xEasfw8UUsdYYGCVOaJ1klu21NrG3QO5NYpa7UaoT90fjyrcp/5Pb0+SJ6fvot97/977",
-	"98YA4ENAQCO6OZi134R36sp31EHlLt7q8ZXWeUOemGzKj35KeKqwC1brW6iG7iT5A22+MmuC2X8OTSDc",
-	"IMB5jgUi3vXbBP8xFZM9aH3cDLGLptvP3Tti31wX3EIVVYi/Xmqd+9IgNH0IX3KTO3AdWsNxdqkTPlSn",
-	"IYBrKSaHrMK1e+5d0lnxYtHI5/1OjIU7ixEQYf/ggjhRsrXrLYT2wNZXXSdIYmH9q239qYVI20xVm9Xx",
-	"9i3C3igKbLJtGERJ2xElrRFWXmg5KB4Kn27r/P3yhQ4hqsqofbYvuP9+1NYKJQk9t030mvr4OejxHx6M",
-	"/TNG+kEY6R8F8OSTAyw3XpZgVm/2YL2neyh4Kfa7F97fQ0C9bDT5084Zvh+vsTZvz3D6Tq8we8lXlnK0",
-	"ujbkBAEo5VBY/pQtpCL0u0cnLONrE9TLhD16cnLCulyxuS6Ler7cw8dfPqznpj05OcwO+FrwTCpyYG1D",
-	"ACKp1BMvNwKMLJf5/SrTIS7L/pQSf7vC400bt8m0Dm3YA8NEM/ypcW0cv34/mnivLNP3SDjcChLH8o2u",
-	"oZYpVUzhPtNZlpsje9h8aW6Y+WfjhmuC9KdT9kp+VaPj05OzLx7/8cm+25jM4ItdbT9hN5uNP/njH//4",
-	"8HRv60vZdI59w8+kKt88MGwJ6ehvaj2cnX559uhkjzDReAoraaX5gqfrZbRwqneLr5nKBcAjjHsAc3+1",
-	"Lfia1FMVA+MP6LJzyn7cB+oAPhTp4tmzlz9cfj16cXnzw8vXf77GsD7Dumgv0ArzxCHOKsgHPnPVzHlB",
-	"wOXugQfG99Q7R6sJRmO1KO8bVzMUWJgJMjn4FNVubewP0HBaN5buzQsHiacRM69tJbnaKiUT3WR7gOTa",
-	"YeAGGBO2EUlXL6mHudtKV6vtEeliu1NzgdrDIFuufMPfYSPh89OotfDlX54DflUuF41KtGc7PgIulsyE",
-	"mmrHkVjXMZmEhcMNYGYmYcRHIN55jRSDoENYROVem7znHHnc4/phOo+qVcka4d2vc0Afa4AQeHl9w/r9",
-	"/jH8DoYh96kQplxgeGVLJEYsVu6h2S4itmFgs1NmehEZV0a0GkIhBALElsXIgtgWHIIyq2nCSRDGndp2",
-	"vgQmNnj9fqt6kCzcVjakfhIxJJ+bwPdef//i5ur55TVsSn3gVHy1xSkPykxzd3TKhWlQkmI1hvBV77OT",
-	"gH1OJ7JSmVh39hf3xwOI6i2OzJJPBLt1O5kDQIyZ9KLAI0QadIQ+0WoqZ2UBKJHuQacS/esf/4tlenIr",
-	"iswbLj29IOAlNJgwzipqYXS/Pc3Be6LC+v75i2u/xqOnzy6ury+v++wSDLtgbPJlzuoLI42vqXMfSmlV",
-	"yitG7fctPlubPCNpuZMD8/PnfIsywxUTnZOf2oWBZtuPV4kPNv940aLJ91dhAu08GfVKOrfK3fzj0m7q",
-	"1EqvEib4ZI50sZoTnIheOfKZCQCD68Y4kZX0UG0pVBsh4g8dUCT2WtjoSabVBLR091hVwTfEIx/sK/2+",
-	"WofW1WqmnuYNrAHO3U/Ojivo7AGPC7aKqkhGVVnHC0bjNQW/X7y4+e71y1dXT0dfXVxfjr5//QyDjZay",
-	"z30Qe3+iFwl7+eryxcXV9mNQZ1i6Z3oJq2WHoBB3EGSdV+ebZoZ1cAMGGxDR23cRZyJowZmjigAf8/Zd",
-	"b6Pn2J4VZSFB67t6RpqL6qbhQJJQCDFfV/WLcSKsO+xcEOAacd2vBC9Ewd6+G3Y2B/bopMkQ1wxPB4We",
-	"Hfeb+4RvXw/IjU2zLnyPF1a9UGO1+Wdnj7bWpsEWuJmphPIerVczfbfFDmV6adtC94l95IKjG3Xqjm6w",
-	"/nkSxsDDZulid2jSe1TSacF0uowKHjdWqgFCaS5R05yP/x7xSu31Zu4dx9SeR38tLHLRuJ4JltEFNHdu",
-	"PEpJF6FSoKQ04aP0+jv9PPWevlfyb6VgfOFNYXmt0AtQA1FBSw5pMxr9D+6WidI3DSAktEAg70vZ/ThR",
-	"Q3RcqjTf+1ZqSTp3UqwaBcof5pqtwFEHUSkUgrJV3xyuZigTpkgpx9Le3pPtrmCqkp6L4vAoIxrmX2B4",
-	"ey/NaANqEDEbafEUQ+SPJx3tvVmSNJYLd1SlbQhYIaiFBugCqHhHgVhKg7nWCTpi2QIscU9Aej+kVjT6",
-	"KI7skHau6fHGgBfTqdpLwpx3LNif4YC3hlu1HhfxXqVwHDvxOTp7kh3FRmBZaXZN41eW8+4528FE4i/V",
-	"Aw/RzrXYihnzUSe1mDEql550kMU7DaYOVbsb0df35Bv2dfBC+/TFpe+mTm/VxkGn1eBvNiA3oguYxJIc",
-	"Ez+qCmD3G/NVrUH68ruqXfrmq6j5anTE6rb1MorC96OuuCmEQ6Lw0xj5hbz9INyH6lGK2G+kATlTV+9Z",
-	"jhASElqE0VrSQiME9q5Ce1vp1NBT2/j5e3r922DXLrzQAmaS7tWLm4QFMMF//eOfALSAnosNfEP2hyrM",
-	"6d+Ofnp7mpw+eccOQPKjoTTO0GbyPTfIh2K34IRhfOG2mLeJC7bkWYbWk00AsDgA7N8H0dyPf3p79q73",
-	"h60vH77705/+Z/2rR+/+1BIOJvS0Ieoo10ZQ6T6EfFwVgMLRAgCzvZ5rY8WiGfybF5N5cw7BshxNdFEr",
-	"obKZbHKf1Ay0pzWDXKBF+z6tadPMDbbmfsPN7T2TOMDG4KQraT9gdsWOykvvEfm1O86q6VDtyNbYnXQx",
-	"lUqa+T3n27K071Gs5/CaOss5N2KXL/69NJf9iBOiPYZ6y8NByNn3i98AJhcqVm3MKRLn62yDcv4SiEFE",
-	"bRWxe7qYRTcvF1z1WvDxqjT4Lbf1pCwKd3osBYk2bLKxIz+ue1HNJlDyIQBkWuejCc/zFj5ly0I1/rSx",
-	"kbWua836Nvbksu9SwKVlmFgwIJSVClh+VABAn/tTjf4uCj1yxzHxALy4e6PwyVg+k2o2wuaSKhwzfLMF",
-	"bJ4wD+xuRoQQ63Hcc6h/P+FqIvIc8ejrRQPGZTYTdiTezHlprMgwF3u7HFJUWZtTUKyIKrezXE7FZD3J",
-	"RX/B34z8OvYOMEM0YHoSmKLMooL2teLu/ZYD/f7mi/oolhiXHnYj2gb4BOEziUcbgZoNSyxiFP4W2TnU",
-	"UKFNw39HywpYP2xKv3Vgo8mcq9k9p/QBKijFNgli6JFVIs5m2hpmYNL1GzFicD+13OHtFXfbOPU98OL8",
-	"g7tCbd0gDtKhG4dxj8h9J7DsU3KxybZhXpfjhTw4Vm/DtkuViDUCyvozPFrzRQ4WMv8NaThxg6eg4mx8",
-	"s2E0obfvny4ZD+RQ2c9raxuxWu8jv9Uy7u8jA9WX1+rbESzj6RM2F28wk8V88JT7D5wEH594yoTfY2yE",
-	"tjBdIqM4rZfTzuDHA0bQeZe8PVztxisoAWws8odLCuBCp+j+PLg2VfsnP49ne6XWjSyhnYp+sg26DTlW",
-	"UG+yMjmfPqFalOfsVqyx1iC4uAw77fcxfSoNamV/dJQmlA+14OuhgiIV7hCnlLWV9vrsz2KJlccqgIhz",
-	"ii9ygiEayONaaVg3BjofquCMoFyrzDW/FhYBFDd5wZM2qmhmohUg0oH5TUgpe9gkNtpKoO9nY3hf9A3W",
-	"lfjbtLRlIXrnURG45BdE5KjIKaalDZjCzey7cyCB1PGzf/3jn+km+M6jXUVdKCnux9BdS3WMD4fc0U4B",
-	"G2ZJtCB2ko435wGUzkKqqJx8o5UySri734VLL5JHHVIxKWdU+hwz02c/uE0IJsbLv5U8x2L55MvuuacR",
-	"tQiZAF7V6PjCagpiDbDV0DQIztwiQ0E6ZJdQOsm1E+oLoku925QJEtJ5e7u7AhhEjGOBLyq8djdKaaiu",
-	"jtW6z15oJqZTMbFVc2G42AT+vJ3Oid/HG/lCX1NcXifpvCrEVBS1r17oS9jOQyv0Vftba6b6uqGP+J3Q",
-	"W1VgsRaSsZFb2v2xyiylv/7wY0gm7Q6H/Z0P9P5w3Pv3D5GfGo5BtLRAfZ2kgwRz7/Xzr0ffUEPvkg5Q",
-	"3EfPu20SFhuCnLadGLt1fBlFezldeSM8KwllFkKxYlCzkZVCnbIQfL7gk7lUAn+KAgJ9wGVvO3SMUO/S",
-	"Bb8VFIGYNocKHGpVrEIAaeLbbBQrJ5eFtOtrQKOjGxI55U273Ib3I5erGQa+MGlMKTLGbahJyLAeIdKI",
-	"mwni3XUGnTHEEFVzm1u7jKk19LvnjXeA4Yhm8Q2Xt2e1gIh38eoK78eZUFZOjhazhU1ZF3V17+9EcDDI",
-	"YPo39rDXH6pL4FmACI9lRFNK3EuJVdfArnCIuDBD1U39lr98dfn64ubl69HNyz9fvkgDriwG+iu4PDIm",
-	"ldUsRRS/jFvOMlkQiJ/v4QiaTnvJUFETAVgrQvieaH0rBeumEHbtMw2NnCmpUpJZqKiFezCBeEK4E4YK",
-	"A8RA3TeIQoFIAhO9EBjKRGplDScVBPdCzqQyrJu+hL9St3438RCZtEbkU+YDLYFU0uO0P1RD9QIiawla",
-	"dmPo+K0vUeOGq3MxYCle9WnCUr9A7m+47NNkqFJPhul5AygZA/3CP95nFwR2gT9SLoLOBcYea6js5gQ7",
-	"t0a+LbfakKlxdvKIpaGWYYoXu4dlxkwGMHO59jwLCU30zhkfqkLcQV09KOMFpUJpKGcnp26htJoIR5GO",
-	"32A6Cc9XfI3Y3Sx9O0T/wLAzYMNOv98fdhI2hPIr+FVVVXWEX77DhY8C1wC1ytBFHWCCZ1wqCNCTxjGl",
-	"EnI1xmKq3RDU2s6diClyA4ASfytFsR6qUJSyPtMq3DUTk9zNocpyQCEl3SprmfYSVF7CN6hJwbQRuBhW",
-	"Yy7yjABrZcFIuGQQ/9DN4R4yCSuAsBNGl5GB0qPlwpxDbk66ISI5hesidLQOlACaGSW2IwAw9BZmN1R+",
-	"et20SY4cMJAjU/DJpqrM89SjjiPuQIyHAb+7Oy2l+pbSAtC252Q+H3nBFZ8hTsjFq6sIQXvQOemf9k+I",
-	"uyq+lJ1B51H/pP8InaFzYPj+rEGz8E1jAZVrxEwcr5nMUKZ12k8KgeFpQqQDbZz7SFLHXyDwJMIVoRcQ",
-	"g3qo0sgAR/WAFo68phqw1eNQldQ/5aEGQ2DLOfZLEqxjWMAlZ5qNhV0JoeApwxb6zknplGaDPD9gRcNA",
-	"x+4i54UvLBDI9yrrDABo82JGYUgVTYJlRLolgiPgrS0DjJn3Vx+/d+5jcx5cWC3PigH6VJcmhOs0DYUs",
-	"nBtj2Vnk+91PkGYNwPxAFQ9PTjD5U1kP5ROVE/srCVdVBzujvWa+kD3c4w1Y2DM0YZiY6hwhn+EomhoP",
-	"oz3+imcRjNzZyen+V76PikvjS4/2v+Q00G8870eByke7dZBSIKMglL8koWjNulVNaXfX5iJB5dyE7+EM",
-	"kc1hVvAJFNyQOuv1oZ/6oT1+653i76LzW6febwUS7zbtNs2xegT36urrzscniJ3E8KvffffW2f63Xmj7",
-	"DQRevXu3cyOPfdlOxCJoi6OvCsTJjI0FCGJYl2w8O0r7LPa66dLm8k6YiNDq0clD1TVCMBCfnuJLKWor",
-	"lHZC1odahq2Xnm+FWJoA0w/cH+UdJ+FsgOhDMD0ydidkxJX6IdcrwruvB88HEwSVYmeF8DOBOgHpt5c3",
-	"ThT8+vLZ5c1lmvjQG5VRlBRa9LDbPrtyM0LMM9chSHjoj6RSAl2sWQ75YlaqUmwNzInVVOaACV7kEio1",
-	"wCxBMJFmqGZOdO6mWF1whE2mPhxzyakinxcP0avMjBPx0gAwjCKJ30quqgVAfGXrB7G12BOunDhhnW45",
-	"5pNb1gVN10vz0jix4QEZiqFuRM7lArku1rPwzOghYTiYHiyQRMezG0+uZzORgcoLUmGNGIZKqwqBvFTg",
-	"aIY8n7igEI626eKFQMynIWT657AvYAtfaURS+CCcKy77/a6uhduiFO+2mObDD9Y1Lck1xg83MM/rqJTD",
-	"75SJuhe+3P/CU6qeDy+cHjCuG62f8WIGGQpnD7886IXnXK194Rb33mPc670L/S23YkUukEqAAKpnvOLe",
-	"0RnyzgcKCzoH94/n7qDg8zwXxR5Z4djx+YOul+q4MzmNOsCULb7ia68XSguQ+P2h2lsuMiqYLkOxSKxB",
-	"WnE9tBlYUFgvoovLi7+4HkG7FMRDady77ifkdzLcABUDdnPDmUVV07CIQNWcNMhM8XZEHiwtXLhDFS0b",
-	"xunUmvb1bR6fPKzVX02iOgLSQkHnfM2kGcQX3sRdkNBz5YHC0B5fhiGTVYZTdRn86x//i3HMuKP1gP0c",
-	"KpAWfL1xLB+Pb+DVPF4HdAtmyqUoIPEaSyRJyzKZUa0hGhY2SJJrtF8oxFamsa+vrp++fPHi8unN6NvX",
-	"F0/dXf3YXy+uU+8c6bOLoSJqgzuuIrlNcH9J38+5Yb7uhJsQUW5IBiNZh3awJiM1yFHizVE6AMSKN2LC",
-	"JiXUcios3o60vv4mHSq6c7HuBYwaygzBGkAWlz++TNroFnUKrtHuiJuoWC/RlaPSSoWo3+5wMP7wh2tf",
-	"OphKOP/hD+h22l36mXWpyu8SHCDCLdBUF0OVbl5KKdNuWm7MULzh5MTnLUvD0sbGE6wkRDWdcFxwMoQZ",
-	"gPQB5hU0RgMvyCVgpgEURbpR7zo1QMDp2yGVXB52BkMq1zzs/M8hFWwedpKhGkLAODzwr3/8c9h5520s",
-	"UFE6mFhqCLe1hv/1j38mw1CdutZQ1yfrDxXGm/cwS9hndZPpxo2VjoAuvGiLe4rlleZiQfnk07w0c+EN",
-	"WENF+W01enDNrgpprVBg0HS0WIX6hCrSCZg1a3WnU+IdbdWjE5ZGFZPdx1Af2H2gSsLwfWDJia8RPVT/",
-	"+sc/kRM0VZOm44PlpPeUeka7KVDEVBeLB2aoHp88BJGXrghYXne1BL4H30D17BVkMllshE4gHDTHDnp4",
-	"Cbg5DxUtgTSMzI14+rHyVVy/mBciLDKOE2av0JpJShMQlHkAVj+diYyljmjS49TTTnredPHBcREmvgC5",
-	"8fQS1qAy+dLVGi8X6Q7uTiO7J7wXKqfhI26qkwrlhVjqUHWV9pwB7Oabhz2pm3d7HhkGDc5VaWqvXwKf",
-	"c2oOgP86Fuy4molHnDROkb34Gj4UHExygBWyKHMrl7xwTCsch0LwDE4CRjSoNTaSy3HBizVSwXhNpwBK",
-	"NeLeACAdvA36hnt7qNJJWeQpJY1aqE0HLnNoEu1fTJgJX0JNfJQzVnOdey7GvLqn/LUKncGNQscULpuE",
-	"Ti/wPNZdCG4AcEQqlumJOR4LNZkveHFr+gsoecoKvqrmD6bnoVpB4XHD7zz6NoMC1MrNm8bjxIbEjwpK",
-	"7QEpe2smW/LCOFbtUSlwUZtUrctK8//ta1onH7hrR/IgUTfdd/XG6pL0M6mQvWxdawkji4PYZNwMTDE1",
-	"J8oDw6J2myKwm+1nnmkUXLHuas6twLvcYJl6xyHAIVGVuKfyh555G2F7n1XH91Edf54K+LpULQogVNfk",
-	"Eou7QVVRoM59Cl8EYJWLpvD4s5MvWZrJArDV1yOl7QiCfLwIFX4iSH2qeO6v5LQQk7Iw8k6k4FgbquBZ",
-	"W3I7x1bS47TPXgLDF+TTBMwRqNwl1ayJL30N4/0GK9S/J1tK9j7q2n/F7RyebfKjhOnVXCl0r4Ygsa28",
-	"vm3LeUMiI07xV+jl+NRn7BextuDqM87cEUmcHLhe5FKRsRQwnN2Ztli2XFHoWzgO7vJGEcEWgvB9ArH8",
-	"yV1PsK+NntUUj4bTXsdG56VFb1Ahcg7ILKT5VUcvNot7LwGxbKmcTjdU9TK3K13cAjJaDwU2r106mYr0",
-	"s9LQlRAaLBzzMX1G4KBDdXqSnJychDPvJGQs4Me6scEG7NbgxIV6xrmYgm2q1x+qs5MzlroFBsYCUVNp",
-	"giEUVWXrUSaUFPhD5JmHRXLffenUU+BorpHgMEvbXLbfAM/7JFzjY3rIXC/PkEG23fOef37mIL8EB7mo",
-	"TijAlcEpqUV8ue/WKJojl/E8xuOMQQjxQXf4MS8mc6ow1hyuQQYhKHpND0fGq26ligdF2Zv0ZoVYgVdq",
-	"qIK17purZ5ej5xf/MfrqP28ur9MecitwzlP4OwPwJgawmj5RzvHMpmP5WvDsgibwKzyYb44sL+ons4IS",
-	"AMXrUMnbzf/zafyFTyNeyRxucNYtxKzMeQEnEAB48Sk4q3QefRl5w+ATqj7LsuGUYZQonmtpMIxOZFsx",
-	"cpVdAA3J8Dyax/r9FCWKofK3v0e+8zZFNACMRbAteK9pEFKcvJKJOznBJISEfXP1zUumi6Ga8yKDWVCw",
-	"nYmMGZ4rwECa7lo0Dm9OoT9U136dyKDjW3IiASWXhdXrs7PTR3TrW61HuROjYnsgvjtU3VK5LS6EMSID",
-	"BgMm5zYW1MRXfiikFZ+esRxi6vgwPOXCC54QlYhxrPiF34JutGHijYX6XRlS8H4V5NK/8JlpHaLoOzL4",
-	"5f3EtGkQqlGw7uzvcsk4ZVz3KLImUtw9cj0kKmSCySkjZIHDBI+IvhsFjwtmC67MVBR7xI0eWvPJqQWz",
-	"hACaNQTyVFB/Q2WEMGwqVqIgQz3YiZ/iQI4wirHfwME2bRbnjhUN1RYvAj5TC2unQM3IXbkpALWJNZ/O",
-	"RHE/mUZPrLBH6G34IKIN7MRnPvHb4RMXLBZ9HhjcwYQ8UE6Lr58o7/Shp438u6hu7UJwcJMDCk2bdFR5",
-	"1maaWe04lFgsNXhsAKxsLIzMROglYYVAnHVyNkfxEDzPKTGaF4W8E9kgANgWJZQ1KJe55hnLBfdBMDrP",
-	"oF3AlVdaiV6fpQtwVDrpYmJ5PlSV4YGNpY3Al0+enJ31WqSX95NMPqn58oBnn+tM3EOE+aAspF2SwSoJ",
-	"B8krP5BE+pkL/Wa4EBwEMoBUsbSOCCpOdM6WvICwrko5A93CCSz7pBSImGmVThxLunn6imG8FpgvMRxM",
-	"ASeS1pf94VmG5cqvXt2dgSZ09eruSS+pB+jkYCXBMB1ETloMalEOOmRVPWTklg9SD2phbgwh5Mvn33Ux",
-	"FAQ+VQEQQlFGWQrDh4jgUK73SYLIrXoljE1Iu4zNssJW+TVDhVPvs5SixlLP7n2ZXx7iyeY6zzwavwHM",
-	"5SQCrseZLsjLDqFKvg5CyDOn9Fau0MpVGhCyqH3HlKvS6TCOcM1QLMdMWwxjcaNOWCizUA//mnMfJS4y",
-	"rKVEwFKEehaHYXUt2UshPpvy2OdCodKLSI1ReGEVL9/rs2/IA1AzseODCLGV0VpumuHd0vYSlmJ5vDT8",
-	"hYhymBOVQj6PWI3Kwn0Di4w1rIYqjetHxlAfx29d00T76TnBu8dpTkiDEEEv3crLO24FRkC6ZVN6o+Mu",
-	"fSJUsBqwyO7kqFdw/n6VSSbP/HF3Y9yVfVTxBVjRhI1x7chbP+UL6dQU+ECM4neYnhKz7Ta+GfmkH4TM",
-	"d8hkrQjGqWZnLPLZoONnHyOPUaYbM5oCyV37J3+VVBdjeLfQm5/qbyvDLR65uzEcx4XtS5zkLYylWM6u",
-	"iGtOVAHsJJKD+tAagO5T26kCHOPs1c1/QijNROcm/T//Oy30yqSV2P7Fyf/53w/PeucsdTJo6oPeoLBI",
-	"hardH6qL5voXVamdlFyh4WqsF8MYqgvmEbv92w9COpGTaHOjMfQKrKGIHkm3+ZGjIUz8B2mCEDfZVAg3",
-	"tqc6E2ZQN2lQZN5WqjLrjnnG3GQTurwL78TtnbujV/OX4tlz33/JGt2oCUs9iqNrbQSF21PW5bWqFnAf",
-	"1a9esFXDFXeOSpMT6iKl6bwh3p0+YZhR07WCMGQeP/7XFpFWG929QtNOPzR7aUz/oUjxGOTicxjXby8D",
-	"KJy56rJty/hJWJXQgpkSwGPiEji53rT0ytXsOORRxvlAm+ZNeuTi6odvOx8xr821357UFobxqwx12KLm",
-	"x4e8FQEYbYYA+tmCAa2C3IGqN+ZWLpdeNXOXm55OISywYYOroiWt6eHVsn/MTO+dm3uD9RBtac7R+JdW",
-	"hRpT1oUAu16lHwJcAiGMYPG835YIBcVMQipbBKhUzavPXkB4BRW6NYz7KhW1LS4z2e6TeRmCTzDlgFtx",
-	"BMYFRzuQktZ99fL6JmGvvnf/u7h5+l3CMIW6Sl0rl7OCZ4JSwMVQgTY51cWKFxlAtZgVli4sPLILvuz6",
-	"rKCAjJypI6kSRrkl0zKHAhXaDoYKNrabcpv2Eraaa/f3hNB9Cp2DyIBeoRQi7yvG51Rw1MTgTW5ZNw0U",
-	"niYb2D1XmZMPIaAPQ7AB6emBYRHUzF+1VJgEnR5XyE3k3oacdij7ixljbgao3c/1ipIgITAOiZmc6ZQl",
-	"o6dgP3BCD61ar8qVT0lQGckshR7/44jI9OgqqzxlVNbPb07wXOV6htkQgJjUZxcQDOi2HqN05jrPAg1B",
-	"nCMWHgRPmUf+cZJbn30jc7cQgyriDx+bWlEMVWqkmoiUdV9/85Q9evToy16COFu0X+5vWuF+QH2JhfFT",
-	"qPjvEVNPTk5655t4MGCqEFVNTYgqXPA1wcNgMKObMSShuSPQd8woT31gAiSCqUwWCSu0hbgESLd/+PgJ",
-	"ey6/csOg9079m1270h6bCzSbW7G0kJxBuCtwofKhqp5hsBQhg9VnjgbrJmlDuA2uuXMK7sDB48bM+J0Y",
-	"Ko2qQ03wp9Xos8cnj1hqrC7EKCpvmm6ZyzDTVWkGUxsqd+O3mWyAbxwEZwOTrMU9H4J22hZJDWTSCkjT",
-	"UF+zrSGksbaWHp8+PLil3wxeT+OkPio6i6OSXQYMnMvvXRaD0Gm3FO7Y1o0cAeoKylq7o1C/n8mw33pD",
-	"X/LJnKWEtp9ivb4HBvgXMLe3w86tVJkZdgbsx36//9M7gIw25dgIW+EbGkS/i4y1kT4Pf5OvE/6eS5tD",
-	"aic3t6bSxhfCFnICX6BBmXUjG9+WbZRqdhfuR7RnswUvbnsDdBKD+Rot94ZSyrsbHQ2oGqzghR0LbtFR",
-	"Qr+STyRLgKF5CwzmNupiqPCCmAiIGuHsTooVeSPAHcwxeF+vFKMA+Ke4FUMF0Wqa58JM3FUd14uE9QfB",
-	"JQUb0R3PMT3WW5kePj7pUY/jsoCEu6GKJoA5hZzqVxZVo3hnoWEMvnD7IPJcpwk5d9BU73YbOwg5kGBg",
-	"6RaiF7B7cI70CoZ9AVggAcWAC0piz8WanT5mmDFqhgrqyiwL/cbd63BRTXJtgpcHbFSNfmw3H1rBw66N",
-	"aP2ak2YePj5J6pw2ZrWPTxp47X5eZ8Ubewzr2+iwPijCBYkAXwd9O+duUysgCNqXCpBAx2FECCD+G9NH",
-	"YORHgBtzSTVDq1LcE53n6D/zUHv+aGL21p2A42c2WB8llBy/pb88TFmVg1ansT/LPH/fHFR6r9mm/wmR",
-	"d9wcINX/PIZ0QrEVcm5KU/L8szHuZ9vIYKF5gHUJcAKO6aOD3buxZ4Uul732NKyXwXBfCFtCHe8gwc/k",
-	"nVAQy8QIEOx8W+D2hVOHqiHnX08R7gHZCamDdUCw4xRBLPznoTIAcuI97WFYIBUgAkB/qHwIwBloNBGm",
-	"gPvTr+B5A4BZaA/7Q5cI/o1aks9xX3GqCs+UWHmEEXalWIp0jTBrurTHOAHGC+Gd6t0K/MMtLelleH+7",
-	"y9hnm4WsYwij8KhgiE2GVzVWCfHuGRoFwETUYScCzMsGCE9V35589ZX7ImDqIHiNL+sAkIwb8DZsB7rN",
-	"OdtGzxsgxJBQiGwUEq7BtR8wKCpgN4QfDng2C1GIfF1DhhyqkLiXEtmnfYiGLXTOuhvQdwnh3iWOFOTf",
-	"RQ9jO2BBqM+hagMkAmh/RF7ylQQjoJwKSwPSJeAO4BZjA11rtFKAQmAGQ3V6EvB9MMCCFiYJ4LCh9LCT",
-	"Ara6NBScYYfKx7wAyaNiJQtPZlbPBIQ+dPlWG2yiS0SKRWV7ifhJYBXp9dkr1zkBJ0Sq+xFac2YaBbdz",
-	"mCJKW0BqqlrCs5MzJDTYZO9CHBGwc1qDKCmEhxKuWAfIPycBCFpm5hwGASKkr4tTtVu59BqjMr4V9gPc",
-	"pC36MnEvx0+azQK+8l8Q5k6a9eaWxh0r/PmNb0QMcmlZucScWmAMahYAhT2NWA3ntcbvWBceXeo8r+j1",
-	"kdurXpsS79jmptQb5NxHG3Lu+4m5H1GCiYAjfo9iys/2zGH4VEBgQeggvL+qZdsnBh8jU97lc3O/fyhp",
-	"+MN7wHF893J9N8TxYisIjdVFIxnJbMIadn317Q9XL55+9xmC5BNBkOwn26oWeTPZYp3zXy/Z1uuwvy/Z",
-	"YiuE6KbjK6SKbkW14zPl/moo1wnF7ZinEJ5utneTZOktTL8VPg9FOSjnzknzD0/O2EJwZdDviEkw8UNV",
-	"WEYEPKncTfK3UpR4taycaovhtxFPHCqpcABQdEFVFQxCCEcN05t1SwUhajFfhRh0XYDRTxhUURApGwTc",
-	"XgXkHLy6bkoVTKubJMydDEEIMT0WOPwMoNB8eY84jRhGVsuHPnv4JSjCUo3GpVmnUVh3CEDnVFwDDMor",
-	"wlnkOdTqpR4r+22lBwedygl9vhREJX87oT2LO3JyvS3WpJ2kr92Ho4splSIB71tTxFw1YsJofYCpz7Bc",
-	"TmftYrOgmMqAHNtLMAgP5w47kZH2ilux4mao8HvWHa9ZKvQUHdGEyeoD6AmAkTQNp6q05yAFuS+T6tfI",
-	"mN24fi5fvjjskJ2zTOTyThAkH5ypz4z6o4XHwdZ+VZr1e7H2A5130EndgxffCbFnbGdc+WX84H2PySs+",
-	"E8/AmXxAIp57+Cm6ez+qwhfNqM2TG0/6t+W3iEce16fAFHdAOcYafeiARAYf0Jt7kODhtPY9wehNKT+g",
-	"otitHyESm3LFJN6BnE0LYeYUcdMfKggOEik6kOIy9Oxf/+//x8ZaA/B4tyiVOY8udLoOqZoMsK+1sD14",
-	"CcvXQ/kjrEtfQ+HtNxe7wghyN+JzxpkSdqWLWzAYQoSTSZg0OgeiGyorsZLsMucTLDpFZfytXIgKiB0K",
-	"KSbM8DXUoYU7m741rhfXo6//rJWoEAQl1K/He44rJ+1gPXt6+oFBKHJdWsjY8zm4l9++vry+Hl08e/by",
-	"h8uvR9+9vL65xovR1xWjIaZU8QubG5UQyJXfgW2uuT+spFqJOCCF+GKPSGfoDWgo++ZhtT1IEsfWeudD",
-	"BZd/RDQjAaU0yURIGDBRyoSv+4q/SAMFPVTvHAUTml0tMKg9oP6yVsD/44XGR/38QjUy4pk2sLxX0an7",
-	"Tdz9vzqd62dH1YQt2Eiq3PDXnFfg1pbQlZeFnhWQfTPXK/AtmWCXA+f9hie6IWVylx8aISHrR+V+gkD0",
-	"7gu+EJ3fOBDob8E5/LPJ8WthbKHXm8RINOXDbKRlTreNrmUowwqhtBJ8pTMdoAnaAu4/MmmdfComuiEa",
-	"/c5TYTGYPswWM26Q8RQCJDwfOQC4zCQYgQA4q7Jh44u/LSe2McWbl2aHv+CV+/n3Qlcwmc988Jfhg98U",
-	"QvxdbAMdkNHJaQW3QvjsI1mwhVjoYg3qiqN4Q6EME77kY5lLK4Vx6gADCu4dQOmfgTw+A3l8TCCPoRoq",
-	"iLuGRCaArV7NMXIErbQeqAMNCBj3uYK268AdEPczVOmr72/Yv/7xT6Tc47fun3fH1EaPqo2YOtAG7jXR",
-	"KOp3eikUFv1RjA/VuNArI4qBLxCPZfGxPPzg+Bi/dF3hV0f4hdt8/KJPT2CnLNMLLhW9jj+BKdktASi0",
-	"PgcIYqKspjr0aTJUsPXp3Nrl4Pj48ekfHx1l4q6f6wnPnUo++OL04cNjH+ECo0RSrBp9YBJswBCE1s2z",
-	"63N0keC4YNW9Sv/q9eVfri5/GH398vnF1Yso+DoNfaYJcRk8TrRWUA3B6fRDZbU7u8tavbSvX1yfA+LJ",
-	"YHPxQipNtA4ISEboYV/5DtzpLCbciKECcwT0H4AL/WLDTwsIATc1aRKH6wdUiBkvIOzEtXiOZ3Ko7ErT",
-	"g1MdKpxjgVRoGErYVVFHkGqnpbLBfbXkdu5LCb3yeC4QSodF+Ckv/PXl9Q1xUFGwcWnhGSh8H5U2Yxev",
-	"roAlrjHSlwwwQ5U6Jg6167bm7iO2cqN9dZowJvciPes5Pp2Yf/3jn6nPlqmN7QHG8cPku1NwX8mo7jca",
-	"aMr6niD+9XIZqkXdUl23gLYLhdBZNz3mxghroPseGxeC3wIjLUTiGkW+BQ274UNpKj/XCS8wQU6t2ULY",
-	"uc4S9oMYXwOP9dWYHO8H7kubA1g8cFslVIQPM9YoURL4KjWv9a0EXIf0gqQVkLYG7CvBC1EwpGOUBHWB",
-	"uX2eortgJhoqPZ3GhaQ8eVOOOFbxCqgcsRPOYwYBHyP0I1S9ORTM5ZatOMXUQQEjdy37uo7KWMGzBAMj",
-	"v71s4I+UQJoOFaWFyMnE5tDtkf+tFXEoEiDfD3fok4q7n/GHPjj+EIl7dSn156pYDeS5Uw4lYh+LuVQZ",
-	"a6XihOXyVrD0thyLrR/77FqobKjSp0G2GbDvMeWakMHo04BRB0e1BvBC/e7m5tXxaf+UdQNH8WzBXYaY",
-	"8+sl2QnP814tkB3zklACoap3XtDaZltbEGcYde8lLZ4bhPAMN3BIovbyjrS0lYZplQQcXl/q1HHrgbup",
-	"ySURMM6FyETW8weA7sD09OSUXa+knYCF5lWhrQaMIFi9UN47FNILM/Pc2xKNYbTGWNs5W/G1SUjyExJE",
-	"Q5g5xk302aXKqL61eGAoIAIe6HJoas7z6RE8HKEdR48R/w9p3ChWr/h6qBCmCCLDw0ghaysMLMStVqsF",
-	"yeiOcUsUvjB6IKrEXjVGyCC6bs2Aqx/Cn0XGuuBZsFqPFlytR0RpJiXRGWs3YWR8dbEQTACQ2X+/fvli",
-	"sOsw7qrngoJkk8uNimyGR33hCnSMKQHusIRSAxzBQsuBaaQVSDqG4xiUXbiNqRsjPoaqYf6+ZI1rmYJc",
-	"aLTwvlOhKlfRBIp7OgEKSmyAEK2VcBdyPXPfiTZgNoqr9PYSdvbwidOrYFVH3nGS4gHHMpiC2ZWG9MMM",
-	"vGuRYLiHaTRerN/gj+6S+vn36QEOcF3YF+ViLBoc4Kd4O22E3W2fcdZt5JvJ3vkPNo8FU3pV4wiU2drA",
-	"GNzaffpL98MY3tzZbZI+YpoesN0kXZXuJwfN1N/2gzowR6Fz4Zvof6qiI08+/mJtHspBTbLO+eTWsPe+",
-	"z/udpEMn2g2QHt4+DU0v11IOtnJdK3PiJ6ClGucdsAMY72YwRT8yZn7cAW9x+sHmWDx8imHuOQ9+AyH/",
-	"1b2KRV8XfN3fEGJpD/E2qItWfFNzaha3NtblPoIs6m+7aj++Fgt9V+d6UT7/OUSAgirvjZxzjoYRqgJc",
-	"M3KC8j1UZODcLZE33EHP+a1wF8MrRKr9pe+hRj/tTawd4zh/n5kyP8uP4HayIuWAPIxAEE5f8FYOJ9Ub",
-	"Dw+1o6rAc17cmqhFJFGU0VNr85ERE60yk6I05e7zAA766MnJSZy+xTK+Nk5ULMQy5xMMeIYqJBKCx4rb",
-	"AYvH+P3rZ2S+h8EqXcFZVUYaULNwQKBxkJHaHfA0aGuFLp0SYGWeU2OxroZtULVGmKZ7Bq5gZKZDtRa2",
-	"z3AtCAcQwJwosRCrQbprZqZZUAVr0RV0iKVhyBCy8yq18skZBFDXdDuIVwoskgzglf+ihudv+S0xElr5",
-	"/lC18Ah2CIvAmK1pgBqprI+n/f6Tx48fPUYYEmtzpjEdq3A97WQtyBB/Cc7y4cOtcDKuoyjO6mNWxK46",
-	"bMUEqhkO/QGtOU4+u3bfL0TrZzHkZ8IxhjW41ZbknvPXfcTmvHrpGBxa2hI6gGAb3i99FMKUi92pjeXi",
-	"dxOr8JoAKOBiwwTxkPER2S2M+DWWK/m/IqAB6B6jD7LazQaFjt227adpuFZ3pD26n38vFA2T+a2Exf7+",
-	"yDWAP1tElbyX5ude2kWmevn7oVLMR/xMpL8MkerlZqRsF7BwpmXuvZW6mIC3xoeLScSKAV5aJ+W5tPnO",
-	"tKzvrm6e/T7SsdxMdrmAQTQjTeE3loz10g19Xi64U4yP7Fwc5Vovw2TqwJnbBHD81v3fo2Mstcra07WD",
-	"1pla8QZDzrj3CDKrNetyNoZoFrHKpRIowg47r8D9ePni5vL1sNPrDxXontDvVpGM8K3bkpR1fd6xz4wm",
-	"75Nhvoygo21E3MTiSpCRi7lIzX6uKD24cuf5LOHtshmQ3VWrnHG+nUXdjSH/q4wxnhFu+rK0PoN6qCiF",
-	"egoT2ZUFfd6GQdxcDhV2r/nMAmDOktt5hZdD297ZTA/aBRK8kCp8bsHE/fDKtpvRazoKh+UzfVi+cUGU",
-	"18Q7fvA1wmtFHyg/jQhUmoCX5+Xez5fnbzjpuf1+RkphnDmy8Rz43HPLf/NsMQJk2CAcD31RZ9Oo1rfG",
-	"w2CGYqFzkbCcj0XOzEQvKS/rzVI6ZjetuwgnhciEspLnZsA4BV2CEfSBOR+q1BtGEYs45dlCqhQggbHB",
-	"XgiGqJtQz8P3UWDdUHnGiEZbDMJFs620bMXRDI2wAGA87abhdYDyr0ZAzQ9Vo+k2KnsAKWpUz5b7WFvv",
-	"GM30eQ2YQiiQmiimzj2lVRS0QxGjuTCmBfXtufiYNTyei1bEMNjQT8hQ6sVF5zoiK0fVlATglnAj5cAD",
-	"Ye+UN5/LtspymwU28rVnrwRyKSkpqA0dDn6sOWp3rji2DbhjiGv3WxR6aRa75F6/iL8tkdfTiTumhZjo",
-	"IoMYI8aLyVzegfbTLvT6KR+/pb88QHJb3iD1dpBQVTV5qFz18PGTg+Sqj0sje+jDieFGE6gDFgj3S/3Z",
-	"B7sFe7LUOt/N6F7BEx/TX6R13nbuofPf1oH/gRcLBssaY4dsLvnBSeZuBe5v19A6/5xWvpm2qIsZGPpX",
-	"fodA7Mwoq1sigD93oh6B757XihsjqobP33VX+HpnDvcH37kPe+TanbM6/78gT7siggAmsbH7FHbgnqkn",
-	"CbREn9xsor6nRv5dpHUa0lOWmqWYpE4e8NAsaQXx42F5IHGWot1NFc+MqYKZU58KMZV5jv7XUOUPS9gC",
-	"vLVYVRVneljPuwplqdCluQU4IKYLlmvMZZKFz0e/YOmrl9fNlcVTzK8bqjiP3U0NAsXFGz6xOSRcukYh",
-	"6INTmDp2PqgFI4O5KWWlynygP6mkIiOlMYY/70KqG5RVYzJaHjdibB13wkAQO8n8sAQQ0wIHvlppyBAj",
-	"bbOWK/JaZGIqVUiMdZPDNST9y/MJTFQEagqVNwOGFKuFc7cBLTXhETVpcK/KD8JYPkKcidb3g039dOyM",
-	"cbfrUyjap/Tqd2nU+sShIl/DcmJBR1za+GJF8BPPZBw/iBlcVxceLLS3zbzqwpKHDGi1Kr0OmAJcOWYx",
-	"Li0YtJGzAEqazxp+/f2Lm6vnl9cPTMJEDrzOsRTUFChHlerUUzbG1y+f/vnyNUCGQXI9JbO4yWV6ciuK",
-	"DKqP92CKtpDCw8iFrBfpgflNEtVawrQbVE6obmQtqxj4FtZ4UkyomVteDyFeJa7TZYPVTQHsrapQTrwH",
-	"soSwfarWwwPuSMBiE5kvLLjBgBDABKtRBri2NesGKDecWgJ/wzLin1KxzTXHJPe5XjGrmRPDAIYB0sYX",
-	"/FbQcqaAmL+tg/hN/phqCPXRpon4Ifz2CvEH1I0Y/TCcR1OXT9CmWVXWhW2DxA7HBHpJJJ3U8Dvqp9aX",
-	"ldupWF6Le1jQIsOzCXnnVLa82YqGXjCZdd7fSZTsH8pHMOjRuvzGDXo0i10GPb+Iv7VCaLT1XahfxydW",
-	"3okEqu7mgCZTXWW9yjYP1LjL1OcX4/gt/bVdC62+gmllv0uj+knk4Y7gVdAq5u4pxr2RzPu1fV9bru06",
-	"ZnTl2tZ3omh3WA/VfT3WbNNh3STz/lnmOS37PmYR0RXrLu16VK0mIt7QAlBxylAIKqtqtdStpNX7H9r7",
-	"/JFgLWmh3Jo1+4FDAbrPzt0PVWMuUFxbbbnzivKCg10qqgaOWWN0MPkYwI12WpZaz8Ie3k/vNZdA/OCs",
-	"fw/b/7/AxuRnylp47QE3wDHcL9Ku2+sD31WCW2rE31LEfBEsBU0hrVKcTgaM5zlWLUfHNg3XWyiKUjmd",
-	"Y8qLBK0lTl6HdEasMyaoK1FUJc1DcYWHJycnoAdhGXOf10RVkIzla39HVU72XM+g0l8mzIDtvpDcF/6O",
-	"TVtc20R4F37Jfsb5aKtN7pa0LlH+UmW6Nifbcto8/Xxm9tuakduvLKwQmwpBQoIntIqxT3JeZj497cjt",
-	"VO+Q05tJs+R2Mt8Rp1jaOaRpcxvZfpl4IyZliBlh0phSZGy8ZlyuZqjEMW6rxxDxvSAkdvAwt2YN6vFf",
-	"BUitJBQaAF0PxuNXN/9ZRSl2UzNnRxOPI+XfJAipnjebTObaCOWlXORFF1c/fDt6fnV9ffXyxejq6xQv",
-	"vLqJdaguGCZlMr9UwVzKF4LVhNywOPATZBN6+/HDk4dkeXEPoTkWniJxGHG2eGGNzzM/J6wvlkmwgSiL",
-	"LWLe49nJl/2hejoXk1vD5ny5dHtAqh5UAxkwOOW44GxDX97YFbCwdB+fPOolQzVGXK7u2clpL8Euu2en",
-	"jxJ2dnLSSxjYX+rT7rrJ6cKNqZdAdihYtc5OzgCHBCFXnpOtjRYPUy0jfT+YbG4h6xVc5FJhRVI31NFU",
-	"5hDHWatFhHVw5ExpiGY1Oia/BQcITWb0QpzTwL3Jb1Eay+b8zvsT3EmLsGY0UD/PsXKla2gsmCrzvM/S",
-	"hbA845anoXzonSjG3MoFUEshloJTLd6Jnilp6FywOTfz2vy7E660khOeE9wMkm8YpAFJKxkqVZKhMsS6",
-	"QfzYag5oPFAcPuDwOO3ggakuKpmlAwLncU9CJaNiqMgLgeWgCHYzkO15gMkEyH8IG+NZJjIaWgJr4SHS",
-	"gCUBHGYyVOlp/ySNf0lPfUEEbDEeGAQ9bxJ419ERJd3CsckBMQhALlMs3Dpgww43GOg27BASJQGoWyIO",
-	"DjjrVdI/p50Zqqn0cEZe4p2WBYyN59odPIC6FMbKBQCCwrlMa4skg9oMx9cdRZQRIMY4OnmjTBo+zkWW",
-	"JhEtO1mhOnruJ6VHwJvSBGprbMYoOxnjlKVldI25704fsdSt2chqPcp5MQslIrz7xl0E0OamP+ccxZnm",
-	"qO7NU9f3tqqUrL9KB+AZQeDQPZKDPGeY0LXWKAt9Tby0NRyoQU7Ag40bFm/eWLhdM8zqczyOgQ17leVD",
-	"Kc6Hhhd9eN+VX69fqBKF795Xp2qS5ULlqi5FrcJB8ZvkL8/ggNi+Kz/XyPyEfjIxKQtQ2n582/GH/caJ",
-	"YJ3Bjz85Kq4E0ehGDbsYWepCPWLfzCFiJypdrSpjVc8eEVCFyo4g/hjK2Od6hrXiBVnKCJOP7lkPjkrV",
-	"7lFR9LhwUjGo19qtKmRHJQ6906/PaAQbFQKBMWeEjB3QzzJpoGDetMxzcPdjvRyvgEKXuVATgYAc2N2t",
-	"EEtf+9sP1DDuVNocggnkZE53DBYlZwvhH2IzvmTdQnCjFSqeOLC0F0SYNcwHKoY7Kamb/scRTunomTY2",
-	"rUMn5nqGgQgQUA+3pSknc/DtLaXRmWBjMZMK4WA1PTNUrlcnT2C6vPGjlhaluTHELIl8GqytBYTrF1ov",
-	"+uwCU3qM1UuDgSAw86FyQhzMEAolwt1PALwhWiEkSoFo+SoHQBau1ixFLpSClxVSBY7BJnCEehGBppEg",
-	"XcG+4pZA4FTq/p8OlTdK4AsILgnUNxd51quAWNIFf5P2WbW+1zVpAfeWpD4nerh2CmHLQgG5WpFE716q",
-	"LI1fq1ypUFq+65i5VKXwMV49MoNULXzLlwPmroMUBSbCfaMCkjg5hPDaHLCjFzjSatbU6tFrILeUrebr",
-	"AUuJuFPWRcuLnXNF2O+zBwZhGNEMH5EnHJy1kxzKPGO1M9WLlxBINMhbIZsD5+Jeo3OIpiAAoCc8z8zL",
-	"145HxDsNqXakUqVTned69Sdcphj3DLdnxd0x7WKp9UcnzPSGaqpDjX663qLOvBnNESNR4IBtE9/A0e31",
-	"9WUFps8tQfH7wqCOuGI6TKhEP47YBPhqNw5EJYldKNBUl5BFnbgpQZybFpyin+rjdgfYDaTnp4SY1Iir",
-	"zFd83WffuFfNgKUwkQF1TZpu6rSgAXs77CC5DjsJG3bcl8NOMlTDjlATDSCjnXcp5KGQ0vT9zTdHX8AC",
-	"YUlQbsSTM2ozfsuJ+fjjsJNWHiOgg6HySN8g12KbqAWlMhs0HCMoClBVmnWMC0yT11ApzjOxCmgVMQLT",
-	"Z9zYI3jw6OprGgWdI8egQO/pnYcVmvHl1vIAgCsuidW4Ssi88e9cGwtLBG1XtxGdRtZNCzp7MLscTgcn",
-	"HCngfcgMH5i2M1s/8P4G8EP2dLIxatCncITuidFEZyJsbOYG3GdP9WJBAK7CsG46YEupZmkPrzcfT0f0",
-	"zh31OsZvcr3yt5o0zOmvoOXG1+YgoDxNeZ4bj1CMZ7qEegRYv5CzFNYcqByOYDDXNoSxJSxFohiNxVqj",
-	"/9DRZtjQpWO0G+c71zOsetdsJN9p68U1/5mW3g3pCKnaarxBgV0EG3rTbdXm9ndv1mzFU10suEUL8ZOz",
-	"TrLbeLw1MF8IBMRBMMsjMTsKrVFqNVxHmblcSKp93DrUBX+zGSeBAzs7/fLs0clZNNTTQ4aKMoOTKc+x",
-	"xnLE4HkTAbCu49wkjxA7bl9Y+L0JynKsdS64urfpXU+s8BdJXW8LezaWisMgtqJEOlt3Ub2JDViK60s8",
-	"TMbz+8RxtYT4BOsaIQgfLbwGK7GF1tkIDgAtbiCExgJQgzbQKAzVhKjzUNkSTgNw8G5McbhXOyh9m2Q6",
-	"MSvdHpWTHmKOfU8Za/fwhHKU/CN00kk6U54b0fmpaWsb+H1DaXjg7A1CYgLxcvU67zTAHULeUO2X8liD",
-	"kEdBi0A7TmdacVKakIVuT58G4A5WaH/PMjxrdGJ85/2EOM263PbA+JPfMGYSMlFhdBqKkzy2VLLa/Gd8",
-	"aXrn7ASpI6q8B9m58NDmhO9FjtceyanxmNDcGjSNn3si3v2u/eGvHQPh2zSBuOaKZMmE7jFdoCYOAvk1",
-	"qNFH104SIm83stkNUwjA0bV72q59OWZfhsHHBqUeobP7nbXLlypfJ+yaL8S1tOJP17aQE5uwazEpCxFq",
-	"E/VAvRiq15fX/z9717rbtpGFX2UQLGAqS8uymqRZCYXhDVLUu2kLxFkUizIVx+LIIiwNBQ5pR2t70afp",
-	"g/VJFvOdM0NSpmQntrJJ2l+yJV5mztzO5TvfeRPWtXtf3KWKGPj6OjBdcBTu98U0K3PD/Lj0ejAIRxqe",
-	"GClyqRNrhSYi6D99Jk7SwnQoOunsEXhjs0YVrSAmKex6bB081JFmdJjVPkWS5khNA91HsmPE8XeHu/2n",
-	"z0APb8r8vJm/0BmsZIHYV2RlEcMiBKOxr7tKxay1uliJPJLtRP4Wj4oAmhLj33T4ZBd2AqSnqTZQOA/r",
-	"Sf8iaDYGX5q4g7x8Qhhk2aBht6W8lZIrzY4al7swmaeeqRymPBhyXCszW9EWkEZVYy4gZ5Usk7Rg41yO",
-	"bbfZvGaiAspVCRlNe56duZwS6hPTxDADgpVVpFE70mENWcAiAPnPQp6ipBQWAXmNajWFUj2elQls/kMv",
-	"Ayj/kfbZKSlqQVHbYrxXmZEsYtC1+vhEzO1zJO9WxlbEwRPUP/Cs7nFnwIHTCdWlzvLxVCEenTE8XLoS",
-	"XF2q9lMRRsSiUNYEgSBt18TFNOPHVWQLkubCt1S6nLl16USFgqsSOC15FboyIoHUXN3P1fqjL56JvWdP",
-	"hqsM/zsGcT9m4rVDNPVWVJGXplBJZ8CK0lOkTZU5F+uCDj5PdVmoMNI80amRborLqlmIXoJJn+YYOHo8",
-	"ga69b5RqKk8S6QbPTugx/rOMZhGr0zylK68Fe1/pvJpTKJAaGOlshlQpU46BUZsgM9I02rhjqg7aHanN",
-	"DDtOT/WR3lKZcHr4e0VkWlJbj90EGtYXN+Li/xf843Zp6v2CHNZ5Swz7cE7KggrP2n0scGu8c2N1M8+L",
-	"Zyjp3ocE5yPx8rs106Soqq0chpmYFdOodkWbxoBb/KKya4hXsJWZkxczJbWYo03l7qNUKrgR3B42zsKG",
-	"Cg4FIqjrBbVgDCMhGOZUi2g1old2fVV7u6hHHlc0AOCtawf5TeUtK4v12hvlqDd81h626EpIrtfsGlpS",
-	"CDbzDBGjalPggqfninDhC6Ai6RSycsLJMMv0KUjUZYKSfrA7uuIn2pKt5eI0SVcyD1zKE9DBU5M6VPlq",
-	"thTjmZK5qbVg3Rb7Ixxcd6s6UNN5AN33Wmi18+G9H57t/8nNYurn/abxS+f7pHm8UyH/rPwgMSozSwPV",
-	"mLqFNGebM53e4IpbQBgvsvlc7hplL7LaDPzD5u4pRQtZFCq3l/4iHgcHg4VCBbIrU8hT++kzvuw/SOa4",
-	"YiT6lR2ZmSpqf6rkagJNiz9Gi1xRadCrsdRjNZuppBMcDMTj8CO9rPNYPP7LozvkaB2yei7tul1+A4TV",
-	"0MHGrHo6z/K1mVq4tSHWtFBzsyLfn3/55u1fv7nZGP+FzHNKFWhHEUNhbfe3Pu313tfXCl419a4YjZHW",
-	"5XZFmJ1ZaWAtrOsv3bKxKNA2Mcx2YWzKEKOmf1YJl3aph9YCrgKegbSL+WSmCA5ozUD0rOJnIFKJ1nMP",
-	"zEZSpxP7PGnEvw+/f0U1zaz4d98sF2og6iOwlPNZDK/hP45//EEE8WX0yD1gZH+kwN/vv/4WPbpmxtDa",
-	"JfbXy99//e36Ou50ARCML+0ON0qTkPYkezevd/uEoYgPknw5ykvNIV97ukUUGLJbmAj6vV6lFugsn8sZ",
-	"YJvunVQkJD5K1HyRFUqPl7v/VMvYWV9Blkfa40K7aRJ3VvBNXkDkkKshCW3THdSXEJKusCA6VaHoxBG1",
-	"2D/LIE25EeVyP8UumZo8gWqGkryymA4jzSnU9DXZp2zqtR3vL5CbbSfNGsqulfXKgt4c+lgbONrvPxeL",
-	"PNU0GQ+PXxwdifFU5nJsXyoCQF2t+h//Nw5dCPTo5ZtvRZLLSQF6xMku7QwdLmmNOXymgAKQjbCUNLWH",
-	"E27SV4snWaCHNMhVF1dmwcb03fqeHEXv+r3dKHr3tXrbelJsCTtoB++4PJmntfoq4aPVFdl8Xkso52HZ",
-	"MvgFBHhet7sm+VLkJbxTN9cktqSHBDlaOd0F4PhZwBS3ziC7/3T7SradA/VzhLB1VMsWx4zmQ6T7EHzw",
-	"WCL2vJPmzM8yuJyRhXILDwiU7D13Em3kTXsBnbF9T70FFmBvas+OfNh10DYa1OwZUlPgvLFyooKBqGp7",
-	"8YUnTFL/3QTh+m+UQ4ucmpVKxJ463dUe8kaD81uGDWq3+v1OmOvyax947vS2Pnfe8Hz5AqfIhk1gT+ZF",
-	"OpHj4nbr+9Bf+SkOq2vdJlPI9xXeqD/qQNdoMzctXifQDx7tsJUxFx93ZYHo9Z88LFnufTBKrVMKavof",
-	"IA3fzR6HcR7CDQ3OlILsNqd9XGT5GYygUPzr9atdZcYSOe5UnNJ0KUHV8cbjv85GPYVQYevZy5Bwp2IR",
-	"X+KPUMgiFARHPbiOQxG75OTYpSDvGOQpD0R8eZbqJATO9yAUBWgq5VwdhJFODbGpHIRinJliVJrk4Dru",
-	"hCJ2COP40gEurE19HYcc2DaFiIHZ9Ab2JNVyRnY059US3JSB1QwaxqE9laYrXkrKrEBV/jhNYkqTMKJc",
-	"DD3GewXv1KDNDJ6L79O/I5prn0oYZuJTqzAJdvROQZJGSREuycNMs4s2Q9subMKO3GdPuLmG0grEaGWH",
-	"fqOUHzusSVaAfGfaI6W764zfBhp6nXv3597u395e7of7z6/X2rkbd5Vb8Ip32jy4pw6H8yXvIU672jGO",
-	"AUOaFlBS6LEsLpMm5wFvjOrKfgH4ymb9hS7Zplpp37BW+cDrP4MhvqeB6sqTcHiyYu+uIBeUT2bUOLdb",
-	"TYBCH/B2dm5x4LoEAhHj2bEIYmmKEcFYn3zFKRplPqt5zLDF2e2MXgHQ7aBlu8SP9iBjFBfy4LvCiscM",
-	"RHyeqguwwFTJbjgHXNWUSAc1COWJ7SW67wOHHtpkb6PaJqJ2Syesw4UCl8IYRhqFZTz5pWc/4tgpPxzJ",
-	"j0g673QF15E+U3qk3qWmMDHbdnRe60iXRoVrCHTpyhOZtBSZIVBSHefkeCopbawsypySG2LcYAhLXAdw",
-	"Ae0FlNPMtqziRWR8TJNGcSzzfJnqUwcF4jBwMVXzsOJFY6RsZlTz7kBzGHqamYLTv0NHCe0wYaEjL6uE",
-	"S62qF/RhplFoJb5RaEbX7lr50lWnQThd+5g28aM6dg3pcV2UjyPSQs3BQFGjULbayI4R4yxRnWGkwXIv",
-	"XBIRwc3swYjbEJ7git/Bk95XnRC+prkE/4ZnAsFPXfETsreKSBOTKXUkZRAbjRdLh/gUDKE0G9CAoZA0",
-	"hImgZcvPCiNdH8/z7MyNJy8DBncBjWfvZ8Rmo1o54ddcXB8KSaTPQINAF27y/SMreEuuafvs90JQ7T/s",
-	"u6mLre5e/onUJBJ4Olcc5bcbrN/+/nQI3/9wI2k3ATiOAIfgYLXDbNg2CsCftukue5f4vEMpCzfV31P9",
-	"pkk8uWMti9dYw8mfpV5uzAGSzMocOFnChMnpiG3OgrSoA1UZgsxkdnRK36Cymyo5K6b/2eSf+Y4v2WYl",
-	"RLxiLaiAvcpMjvTBdaw3wIlepedK23cs8uyExmEPKJiNknlNV2yT41rJJLUNa2W4tq//FFBhG1v5Axcr",
-	"XQ6rBHSk4pMfwD+OgibFZtiXfxMN1JB1O6vW1Z7EXO2Ii7k1QaK6wfXh1Oom1wfUddrsynxmzf6iWAz2",
-	"9vb7X3d73V53f/B8v99/dP32+n8BAAD//w==",
+	"7L19biNHsi+6lQTfBUT6lChKrW7bFAYDuS3buu4PQVKPzzlDH1aSlSRzVMzkVFaJzenbwPz1FvBwgbuD",
+	"2cjdyazkISMis7LIKpKSu3tsn8YA41axKj8jIyLj4xfvWmM9X2glVG5a/XetBc/4XOQig7/Op0Lll9/a",
+	"f0rV6rcWPJ+1opbic9Hqt7j9dSiTVtTKxF8LmYmk1c+zQkQtM56JObffzfnbF0JN81mrf3zyVdSaS+X/",
+	"jlr5amFbMnkm1bT1/n3Ueq7nc66Sxk7H+PuH7vZC3ctMq7lQ+SvoqLZz+M+e3T57srvX72QqXuoEukuE",
+	"GWdykUtt+309znnKFiKbS2OkVmwkcxMx0Z12We/Z6SnTGfvy6dNuK8Jx/rUQ2aoc6Nw2Gg5swfNcZPbN",
+	"/+r98c+9wy9/fvfk/f9oNQ3qyk57Y1DnI6PTIheR7T0TKc/lvWC5ZvlMsERmYpzrbAV/AW0cGEbbZZjJ",
+	"eZYzqfqM52yuTc5Oe18/HajRKhcmYkqzV29eREzw8Yx5kmTtkciXQihmUm5mwnT81ydPnzL6lhv2Qqri",
+	"LeNpqpdmoNpX57c/DF+e/zvjKmGvzl9e2D/OGC8HbfeVpVpNRcbyGVf2/3Km1Viwv2ipRLIxrYGShmVi",
+	"UhiRsFEwy06XnfZ6LJbqnqcyGdqmY6bzmciW0ojuQDVsEtHWXtRkF2udnoI9Pfqi/cf+n//raDB42+v9",
+	"/O44Onn69P3Rv3W+KJ/14FnNlkett4ciy3R2OAZSbIUTsT9f8al4XmRGZ5skcTsTTIm3+XAMLzA9gYVZ",
+	"ZOJe6sKwBZ8K1pa5mBtc4rGeC0s+U83c3tp3DJvre2HJABaO8XGmjWEcGxjpQiU8W3Wa6B17bzVxgN7J",
+	"aR2l24m9kHOZ15A6kVk+k4bNuVqdsaXMZ7rImcwjS2ld9pPMZ/BXuACGrwxbzkQmYCHsTzgHOACmaQIp",
+	"DGNt/HJezO3oez3YevrTz0SqXExFhlPROv1AjOvp6W7GdaWz/FUxH4kakjhnt8+v2EJnecSOu91nT58+",
+	"KflUdVj2pV3DwllDKztX4UYAs2wUHgZ//9DC45abu8Y+c27uPniH+k6oazGpW/zc/nZgmExYO8713fCf",
+	"f/9H3LFHTuaG2UE1bAZ8uLd020kk721LZqGVEaBLfMOT73kulnxl/xprlQsFB48vFqkcczuBo78YO4t3",
+	"QZ//I7PTbP0/R6WecoS/mqMLy7Wwq02uBLyZLe3/8SVfseVMpngmSSaxjCvWRiVmqpXolyydjflcsBEf",
+	"37lTP1DBlyD/EpkwpYmh+VelIqlhxlopMc7ZNONjYWXP3PKE4AdpBmrJZS4Spou8A42WI5hwmVopNBPM",
+	"bogwuRsr8OqOFSvvI7uq1/jzp1lVNxbgiulEZ3ORdFugt6lJKsefbBhGF9lY2HFIxbjlrrlACZNoYWBn",
+	"QB1ADt4GxQlXFjcN9kAkkacGnmaCJysmVCKSDszJakK3Wr/g2VR8mnlNLI1Kw1LbpddMBDMiuxfZgV10",
+	"YIisff79xavby+fD7y5fgHYz/OY/bi9uaNw6G8kkEeoTnrQDwwojMjbnK1jhRNPKlzrsMBFKiqSk9DFP",
+	"U5hVplPhvhyo9sSN31H5D3IkMsXzUlp/3FnNXH9DkMvIGQy/FwkSmrF6jn8pYaK8PRi21EWasJzfCTbX",
+	"eOTvcCfdnv1w+c3F9avz22DjSHdlbdvTXBgDKoPVJWZ6yebFeGbJAodgqdW+BmPrnLGl7cpyJJGKXDDe",
+	"MDI2kZnJgUBe6fw7q1J9/JV8pZmxg3cHFrq/1qn4hDTqyalfpToQeHZZQd1lI9DtqsRob2CWySEt64XI",
+	"YGQDVdknK0ANsmr7rdsf/7oj45s8keqbwnwCCWhsV8NRYVb9UOZZvUAtipz9tRAFcJpJkaZIdYtMj4Ux",
+	"bMaRfVp2yJaWo1pJBR8knTP700yqKWr60rBlJnPBltxgm0mXXYs8WzE+yUWG/z48h38bMdYqMXghmgme",
+	"kJUheGdTobnBj+x1zApLNhITe6gy+41U025FZ95QCd+7VX+j+D2XKR+ln4CTo5xWOh96OdOv3IpTqe7s",
+	"4id6qfZY0YHasaS4gSjeMkGdGqYVELReIgV+ykX/tGLTaSUjnazWxecxeym/AbZzq/VLrlakL5mPP7Rz",
+	"9tdC55yB4YCPZyKp4e/LmRzPImAadrOQqcN43yhe5DOdyb+JT8CpX1ohbakwY8tMqykbCZ7ZRbRc0o3n",
+	"052hV5b5amPkKBVM6SVrA4EhQ2V6MomYeCvGRa4z4lZTaXKRWZVOaTwLETO5pduiHDgqH1ZiDlHDxoO5",
+	"1NkdnDgu51bC5s1SlKwYVsbbfkf2YytH2hK04nwmFIux7RiuBKTDc2MFAVzfaPJgYb386fubnOeF2TyF",
+	"P7mPN2YevxvY5Z/IaZGJZNDqswlPjXgfAxk5fiJSI7yVgmkVMXEvstVAzYW9udvRLjJhhMr7LDZcJSP9",
+	"digTbCR2q4tPMsHEfJGvGN7vDCtULlM7uoHCpcfxGXiVj++UXqYimdrtKJtym4R3mNiOQFn5U6jUSh5Q",
+	"arjJB8pvbdg23Ym67JWdB+NEmsDZFpmVtrkU7ljT2gQMaqR1KjgIYs+W638WKlloiaS9YSwL1mX779XJ",
+	"2nftXPH04M1649tyE2qafh9ezf8czvFn35Qe/UWMc9vU+TiX9zJfXdzTGV1fIZMPCwP9WAWH561+K9GF",
+	"HZ1vTaGFxy7Ysn6ySYFbM+QLOZybSmtS5c9OW5t2muCrvb+QplzFzf26k6jKClXM7dJIBbY0bow0OVf5",
+	"MBdv7QN7LO7syKNWrnU6tJqg+3cmTJGiMYr+UShLxGi8BQ0xWGdaATCdqmJ+eM8zUAJt727lL3EU7s9z",
+	"N5pbHIx7flsOyj/SOn2OYwsfXbuRuYcbD974IZeDoKG/j8ApkNZuoyrmw7zIlKmT51FrwTOr0MA6FUY0",
+	"UT6tXN1PRvx1k79daSPhXJPRZCIst5hkes6Ou7VkENjvNlp7nvIiEQeG0UtMJt06Y7cpRvisZphAJ7U/",
+	"2KmD5lxvctMpXCuceh2xe5GNeC7n7H/evH7V9U0oMtHWd7Blbe3vsDtgSq9/BR/wLOMr+Dsr1Jg3MLk1",
+	"ZmL3h87RNmZyU8znPFv9YnaSaCXqfQkTqXjKkJJAIBthtY+o5tQ/nItY2TJs3ONt5FuM7dWonvt4VtJw",
+	"emDr7N7C6vAkAaLn6VVlBWu+W9+FxhO6tpn4XmVglVHQ+pfTisr9qy5rLS1MawUK3nnuRWYk6n8bizjm",
+	"Cz6SqXRf7E/JXlwPeV6lMJ6Lw1zORd1BL02tD/xwpk3eeFAbzqdcDHmSZFUiKX9O+UggfezY/41FKBce",
+	"qHcmeJaPxEOmMxd5Jsdmlyb+kl6zxFQoJdV06Jy39fSZWRUQV8kJXrtyQE0q51KJrBW17ueBKP25jh97",
+	"7Xfb6IDqSFG2H61MLuZDqSZ615c38OqlfXP9oIBXhvov5xMQgN+4mjVpPBsvpGk6H1W63znfurMQ+Bpr",
+	"bgyNfsczxkdW02daeTUbfu/WxgCEq0Qjb5xveX1xZABdokoDNvVW1BoVZoWLDRIhPJu1VHGe5XLCx7Wa",
+	"K1w7h41CvPHomhk/efqs/if5N7GXEFlbG6IS+Nx3EFXHWLtwNL0GWqFfH0Aubrk2KGZ9M33TtcMqEplf",
+	"qLxOxPNxXk9yGq/Qzu9ol4S1By20fups0GITsve7R/huxAathJvZSPMsobc480+YkVMlEqsc+lv0egNA",
+	"6XwO0RpB77YlrcR6CzK3Xbr7metRLqfoXnEWYfsSV1qt5rowgxZb2hu9su2BgWA8FgtwHA2IC1FDYCkt",
+	"fTXgHywNcBGawW0DzLKXMkAmE4lQueQp42h/htPTqdVdH8L2x6kkQb2pZXkTOMksNEvRiZRaHZjIhzuA",
+	"aVhneeeMLAB2sjjz2jGOa+OZbK9wg2NcmSX0bV90bWrFSBmpbdNb0usb9j9fJkxP7J+KL2R3xefpGS50",
+	"t1zmrjSmQCP9xk+ZuNd3SD9c1W0RfJtg+JN9NQktrzKx+5vzbCryMxcihEvNljNtSjvlmEMUkSVIokxT",
+	"elaTCCw3tMadM7Y0dow8FxTeENknQCU3M5Gm8GfO78RzrfJM49+W9C1JqcT+dSfTlD6GyY3xTabvBXni",
+	"gFjYT2J0o8d3IsdpuZuUXQ6YYTA9BTYYuO3U0yrNp/audp4ajK7690Oyxh5eJsyFCzA0U8PgSVxRY3C/",
+	"mmiWSiVcqJF3jaZ6ytpzM/3DwKryed99NGjtS7qZThtIF5ifc1S2y8Y8n4DB0o7VXzsbjHy29R9ub68Y",
+	"vkDHQyT1F2Bc/TouDMzDjtOSJ3m6FjyfHRhWxnS62LbRih2VXligrcS76DB2RGfAS8/AEzYi698eygIY",
+	"XkBU0Hp6ThQeYz+TQP8aY8xiQDeNIqpebAqVZ+t3i61Cs5R2H07RYu0FNwb2wjD8vPMLlC83p7qloFBZ",
+	"q39VtHBSVVtRS7yVTQpW8DGSZd11ruGyE8Tg1lpA1Vgn9t871v91kS+K/MK9XbmCb/UZvBVjMn3RwRK7",
+	"PqksFXyUiCyrVwXhp6GeTIzI9zQsmDzRRd7UnC7yoLm1OF947ngZeOhZJuwNHmIN7LcQ5mop5aHKaSVU",
+	"OgjWxhXzo/arsT7Y9bUIdraWHIGPBIHUQWBS/a0XnBbrtnsIhBDJ0GpJTU4RJXLw2Cwy/XbF2igoUhC4",
+	"qoNqIXwOgtWHIFtOBn64PhNv+ThHv33EvuiaYjKRb9lSpsmYZ4kBiYeqkSBVyCoEeoFzYH2rELF2Iia8",
+	"SHN2evoE+P9XPQxQdcwniJc7edaru5rzt5f48snTZ5ssCAM6hrzeSfsthnvYyYb+KYhhljm48UdCqNCP",
+	"ZcVfrhcLkZBOLg0EQbO2VoyrFaM7cKfLzkfoGAI5b2cVTObJSVRnGEkbh3rOnFXJKuPf6wPDzErl/C1r",
+	"2+66Vzwz4lt6pc8Gra97ZtCyKvaT3hz/cTyDf56xQas3aDFpmJ5MzhhnSkwxpFtnZUgaqP/SQGC2C2cm",
+	"wQLx4tKwcHEPTKfLfJBR/ZI6r5pdV9Le1hdRaUa8t4wUVJrxPEfn770US5HBM69aAQ+ERxOZiojlhVIi",
+	"tZOBGGqxZHnGJxM57nTZa0vjdqfcPpEzkgebzNo1c6aAZHsayhelYbG91sTru20PVNXlye+EQsM8Z0ue",
+	"zdlC65R02kRMpEI7PsbBwFVpKnLDnvTmQc9uzJXhdvYirTmf1ihmz52ZicELoNBwDLeCBxjkb/foTy/N",
+	"GaPTiqoRDeYALmcMwoqtej+vF8pRSxqdNtxAzhm57ZjJs0pGQdiNyblK7LVWK0FODrsoubRqWfv7i1t2",
+	"xBfy6P74iL4xnT6Lp/fS6Cx2G2RnCIoYRaQFbXbZOTQWdluGQurJBB2+dcSh+NySbA7bKells8/G7DZr",
+	"riXEbBppK0v5Atpjd2KRl5f+kBLbLv3jyUmnz+7EyrA/LzIxkW+Pfoarv2XD9zwtMETv+PDZEzae8czq",
+	"xRk8Oj/8T8YP/8Z6h1+zLhuyw4g5cxV8LJQVcMTyWSryXGQY7juVef3h8qkenS770Q7JNwitxCB65fiQ",
+	"yKSL7vTK3cUSIYQkY34JbCZEFbhx2IVhZqwX9iM7OcsKKmGHY55BcA5GkcBCYlTJku4GqOfjixLj1eYR",
+	"WhxsuwfGLxx419WKTeW9lR8is9RVZQkwLuwF4wj0vbQMDcIvgInUMw2iqpBIAsoqlQlnxGu4N7qruUz6",
+	"W3e0fhvXSHszUyvIrPnz+eF/8sO/9Q6//rn8Z3d4+PMXtak0pJlsDh24otcYkCvCQavEhjGTyzSlaCET",
+	"0EgncsqO0l79ScS9HIszJqZgxEEVSLOKBmW1oUwX01mQsBSBdhSxUSYTyzcLA6b6jcksUj4Wc7IibVOv",
+	"r/yL70Gds6KswcfGk6Ed5zDTOq/3p7l76M7727V/seqNWNOwS1OB46wos8lOh9yuz+pYMEul1SLtSam/",
+	"1ItxJuq01Ev1F7BtM3qDta8vzr99ecEGGz8NWp0II1BBRQMLYc7NHZtzJSdg9EACgdNJh0so4Gdr7LHL",
+	"Lu5FtvIh7XAMhDdDIoW1xVsx9mHvJnKqiIkYxWlbmuHmznTYTKcJJGHZ/bV/gMmHyNKOHphGJvkIw14j",
+	"96t/KGG23RE3Ylhk6VCoe6d2+yGB7WbMU+bibs5COypPEhPMn9LyiPfaXYSYLJFZqaoz1yHYWC2hddnt",
+	"TJhyRMjeMpkIxoOoWMuAnUHJyhHIk7GfUrcYwgeRYchHURTgKgwLZYk2vRcJWoslKGUYHtYhUyOXigI4",
+	"OcsEpkNWTFhoc7MHO9U8YXdCLPACE6y+sRovjmhqGQpEm6WC34sNYmDFwgcV+tUi+dLpMrg9oNivfiYU",
+	"rXfYrZ3tk/AJZMw4lVSukXQf1G+fLwe/Nigf9YLFnZqHSpa9zD7BDfUG+qnexJ6d7nChlH5CEFLNV2Gy",
+	"uD7yGpxNH+wlT80DEwe9KacmOCfT04zP7XnLChWxVIO5u1jYI351fvtDl13TosC5mwmeQBCfpbkRH99N",
+	"M11YHkTcBc9LvLb9cZBV2Tmzd2w7Nquu2RuduyS5dyxVZYUyFRXAzESasnb8P25+uHjxIibjeXw0kurI",
+	"zOIO3PdiOG9DeDcGtRh0gC0JbFHr7eFUH9qHh+ZOLg7d5f8QWJS95eZZIbbExgl1/8sc/vU60PHhs9N1",
+	"RRaUHstuqorPodV4hv7mwwZFr/dkbPuBf4lDfCAThjo0Pl3Xjk4fqh01KkeLfLU5n+tCYQpXLrI5RP94",
+	"Lcku8FkdRRjG0yVfGZboDka4EnlEjNcQH1y/Egm5Hpwt5EJAjH0uFButXMQWL0nY0R1mQthWyRKHQjUR",
+	"WcZGOp+xqXbyKNXTyCd++Ag0vHzBdcYKxnnxFsKEy2tZkad2WqV0piSMTn3IU6aXDz/izlG+NUgCR3xr",
+	"X31fR4vfSrPg+Xh2Tu7PGuu7yeXcqjBDIMKajf7uOXvy5MnXdine3D5HEgVDXLpic5mmErMZLDGOJTq6",
+	"IG3vpHfy7LD39LD39W3vy/7xk/7JSff45Ml/VmyioS80INDBIHl3+v5wMEgGg4T+c4v/6Vf+Mxh07btP",
+	"3v9nLenuivp1KW4NPzd5f7ghH3Wb7vO5sCoG2oHR1czVWHR2OwqCAVRHG3hY1rfo5y0bHUit9fiL+cKq",
+	"DmgK2RnS7IcykSnZBte/afY8rBGQLnJSAKXXZk97p0xOqkmdsFw7R7Z/PFpDU17yrhHHjp5rY7u0mg6d",
+	"36a5iYAVzEXOE57zZhGDXza0VHZdpdzQZP302TbO/1+IK1HP6bF5eS/q+T1I5Bk7HJNI8q+jBIo3hfOe",
+	"PW87FOWY6uj+Au7QTbEveKOuv68+JCgDEEuGiV6qPT1L+EGx+GiR9RCyV0f0gM1QH/gHuSz1ruysSMkq",
+	"TWsGQQ4QHgMJlXt6kCmQkPAh3PIHy1FZyt1Bq4HO/0BfJ/7YxL9fT9bvTwfG5R65m6BEM4KoD0ffcHc9",
+	"QOFHx/3DgmK3upQu7Z0rSQVb6FSOV31ykiR0cS1dHbU+pdKNoCeTfczHaLeqs6ijrau6rJkYAzSDj1Iy",
+	"3rTl9Sd7RVwKk6OL3VuLT9Ycc1uvhwEjqFn09TSUYDb3D4rwDEgSc3RqOvPLvKsx77sCNKnwS0ceG/EL",
+	"qjnFDeLu+b1IysAFj2bUpHM9yB+4QWfBQNZJrVBkEX8YbXmf0UNcOZaDgRNF5njRlIq10QfT8Qe6DNXC",
+	"0EOthFunfpPTx5n+W9EHiQ3fXM0yQIqM8m2OZv0yNFIrlutFGYzi+JO75QSDWws655T+0UxKRs8Fukfh",
+	"4Dn/aNtINRYVcyvZJMthYCJh2UCCeTv7EVl1eC4PrCY2KhxWn6EJ1LhwOueXnchUGOeCjbwDlhJGazev",
+	"Mdg4cAR8OLs6WsJIuK+pVUSTufZ54DxZ7RU2QlHaD5Ijv9hIv9ki/lar+UP0qJpKJcjnMy5dv0nEEj3n",
+	"9lL55vLbiC2a8r4sQxuC1tBAI0388MCE2B9gfoTTlEhzt4NDuiX3N/RefVpbkxvB8sk14+oBudm5SijI",
+	"pa0oHxYNw+AFD0y120/840ymmE6xKbBMKsRi2KQg/jRbbRE6YMjXDJros5g4mkjiyIFXBSLjwLAY/pzo",
+	"jD3pzXsmrt+K2qt4zbXEjUqqaZ+NhOVEuOm5po0ux93HnyLwj9g3lWZzMdfZyo70+dWbiLja1eubW9bt",
+	"do8cRAu47XyOucyBsRgmc0BxCfrOBKSuJ66l0kIkDVi4uhCOhQF/njOg4XKk9Vr2BSloYBqhFLBgvq1Q",
+	"XWhFLRyJJWPIt26R1liN+9qWAXuh7q+qQ7pQ99/4UV2o+2sa2IW6v/Fjs5+54V2o+x8qIwweuBd+cuO8",
+	"UPffuaFeqPtv/WjfR63CkB6wjb6dT+4NvNyQ5FHa/V0AXRBTF+jiXhPccRFpyMx+WGqXMU1qjsnFYncW",
+	"OccwP7HYNdqmkNsyAuExmu+vOfA2mNmOtSE30i4Hz9olR62z9rPAVeaGAnoc/Bp4SpoCeQyHABCj+6wm",
+	"gsvyfCsXpHKiBC5F1Q3FEew2F6MQcGtxJ1b1Qtt5XQ8gpNLqV5SjE4RjOUjCXYCdTQ6RsB80PaDbes2H",
+	"ud7FyVd1wgF0lc0+hLrvg4ClbiqO2zOYmP0d4NsKlVAYlg/vybm5O3ROTY8oG7Jwoe4tw5Wp2JPH4hbc",
+	"wHgv4OPwyXfQUFO2Gk5yL6K+pAzLKpU4o9GaCNUmx8jYtQABcqCjq14/RI+unwB0Xzt8dzlfN1nXpSSd",
+	"W8ZhN9MofieGY24E5CSBSrFA96fpsyJA4Yn8kfuLsReH9dDSgRrpZDXMtR4CBBE45YYTXagkYvaCoxOA",
+	"hSKjT8RKpCh6qQY6KhqoEqTSvQFmCB/FEbbgHom3C5mJ8IFKEBwnH/LhIl9F6BQbjlNtoBdwtCmeusYD",
+	"2JlhIo1dq6RE3YE+q6g7Q7TBDBToLsMAdsfHlthpAU5k+SQYu8N3KB8N1EzmafiO/1svhAo+4XMxhMgA",
+	"nKJz5kUMo9eHI7HSuArRQAW8MWw7fCzeSgifotzlIYn/yF3vK9MbKPeU1s42aoqFPQ12bSxFzLlaDctg",
+	"G/+ojMSxx78y9w3sxJLkFjyf0RcBuXneAs1AqGg0UL6rPOPKTERmynZclBHG/ISLAX+X2+XWwWcTWbqk",
+	"bNLwswXgXKxTdCaAGSaO6EaFWUWQVwjvgoHU6orhaCc6W/LMLgy8R7ErESsW04wnYug4Q7CWi2KUyvHQ",
+	"vh8usZFTNZR21T0WIHR0J5TfZ/wrGLhbIdQlos1Yn/IVUAgjtgYbGQ1UADSFOEWbVkPHstaZkwMJA24k",
+	"9CLdR2mBxiiVqpZBQurMB4lH2dsX9K+OU2k92ou1I4Jj73aqI/6TUyLoHp9BbgFlKMKtnt9b9VYCEPrB",
+	"Hw6Y0hl79eZFrYFuzt8OMYmgybaBaVYYhbAAC1wm+LyMsjh+xl7Kb1wgPsFtf3nc++orCv3Ysi3bIzoW",
+	"RhSJPiwDOzbDKOYim5LD9gOFO2SFGnLTlIsl68wSFAtCoRxlUCC8HyFCn8d2Q3GJYZSIJpeKSQ5Jx6zt",
+	"c41cKGN9MqhdkRpF9uL6JWXBX93+R+TDdt7a1w9Pnj4b61SDHrv/2ZNzoYt8SDiRm33+KNMUEfBmOi0x",
+	"QKeZLhYbpvj2zeX3dpARrsTN5fc/Xr54wU6YYSnPRdYJ8xR6bC64MuxJr8cMTMuuGAHUMRqYhwbYWLgK",
+	"OX717LSy8bVWtKXO7qSaDhOZPeB01ufMbWGeLkPxw+VLPtxp+/gMywZx89NsVYFGL/ENgakiejZqbGrK",
+	"RlLxbNWtj5ORVnVtggDIBE+ZfYey/49Pvvq3V2iXvJNpiqnJlLv+yv78Jf5I+LTA6cuxwcW/ASkM2qhB",
+	"NsW24ZpIPQbYtxGTE8bVqtuU5bklabQxAXQrdpSci2RY/TT8+QEQXk3ZnuWO1GV8ekqqkmE4shAnqhxQ",
+	"0wG5AenyfFaouzqtxmXucxJDIkG20I4xsqzPQizRt4cqsTetuFOmt6Cw27RcuGCYGrQLO5gD48rFOIJa",
+	"gehF7Oc3t98dflVL0LbZ4ejZ6V5Ne3/fiBvx7HS9L0uza/35w25bqDdX22WqoutUN/HnXTyNmti+Yxeq",
+	"we8CNrOGbVvHloaTTUAG7dhTXuwjIydSpIlhI2FkIpjEqgeBZxVN3Kk2WGYlxq/j8v7rwEkRP5SESdDt",
+	"Jl3s4Mx1nKrSn+c/wdiCWTdgoHxohv8otq0z1sYUNFjHDgTheP/P+rI9hJefg2u8FIi7mHDNbx+KLdYq",
+	"u3jZZ/G6dhyHRAxxDkmGsSs1CuheDLbuVH0nU9EQSZZKdTdsQvE4Z2Y1t28cOJyV2n2ZP65iWJtSK/JC",
+	"JkdG5FP7n1yO71aYdDTRRZbPMEOuXm2dO+ftft6JZiCufdG2yuBlx/zAQhq1rI4XtWi1WlELXH67OSHZ",
+	"D+Elj9pFtdJwck3b+UKanBSuXwY6UtJGzdV4UVt2DQBoqPQaFS5rjifbcjZe6kwwGi+mKGslCHCGMt2W",
+	"IhN0nynyPc4EVRDahlLyw+Xti3MCtdlcvoRCvWvpBEx9jw+43un2e4lteFQQV6pppx3aDaxpvvXOsn+R",
+	"Y8tD6uxPpHYOzky0C1HON960GIG9acPGJX1+hkv14RJTsXPGrVY+X+SsXe41XrjHAPXLuLmDBDbNCiMA",
+	"DlynAxWmuwbckNoCqN62x+IFGyEh+55R4uWBYW2iBCibxQeqHGc4ljMP1oS5DI6WqfAQVGRRq04dQPkO",
+	"pUQ1gtQ+JubzFxwjXLUGSOetXzafpe1oyhCCp7WHUrZEjxjKUUND+7mO3CL4OZXrXFnVZipGcLIHmk1D",
+	"/rYR5FpSJ5wQpDDix+0szK5zlHlGf3mCjMqUVW6Ync568nuVFgOXI/wCwR1qVQsR5Yiw+dTiWM8qQwym",
+	"hYNzhmw6tVORr2NLPHv69MmzXbIbRlO7O4KnKDarS1/GbIu3fL5I4au7OjJqRi3euElRJo37onY8lVjc",
+	"+lAzHxhUwrFgvq9VT9Ua+Axa4MjB1GcxhhrFrE0xRxxypsCAIUwf8R4yriBITqpCGG/IExBv1IlYDKGO",
+	"AFcXs7a9ecEDyJjuY9Kxa5Aqt0ICs/0SIGMgjY1SnP0UyvJKGKDw9boXDNKRfVgwk0E+ckCXOCvyhuMY",
+	"WxHgJ+zpGi83wLXkn3wXNumfvoK230etahxQ/db5XGoffL6e629n1C/PQ1aA4Ljl5q4L0UhlATSX7G0O",
+	"aja+HTjj8cNAQull9WUz00vjYHYAzug8iPmD/HhU7iDuj12Xk/Dp516f0IyX3ntIpG+7urdaBR6LsS5U",
+	"DvXc8pmQmQ+Lhnx35GIjnUhhDtA+gggBzuJ7DpJ6Icfs/OoyKiFkcRb4vTlgMcw8dpaDTCAxlcgmYF0Z",
+	"A6Rq7iusvXz97cWL4dX15fOLmy57jgMFDjlzGq+dRybvRcSMRkQlAG5yW3IARvClASgWXHNJyDS+Ni0t",
+	"HGXzn61tIECcFsqerUzPqwEheKbaHgkAqMc3pjOBq0AUhbm9iGVWkE+hyuswGSYTYyHvRYMhxy8pVEnC",
+	"HXFflEOEkNI9w4axV9MIM+uOSqVLigJ5cGdjPp6JIUhqUDuscjBEitnzLoktAATJY75+WImDR/RAhooH",
+	"fROq9g/FB/TfVnYyWiemtbmsj3P7zjSverCidVL0hYsIuKI8tDUFugTbrzFZApqIwzaWOd6XlWE+pbjX",
+	"hf9F7PjkS/jnccT6fcuW+/3jWlVzwucyXVWqzCzu7SLLxf2zWvXJJdA9pIaxPdeQdDAssrR+cm+uX1Cx",
+	"8gUyS/S1jiyzEllEGZVwk6N0yv7RET60I6pk/luRSUn/9AalPGBEPX2OP11f3NyysoUjfwUN0ZJxZBLN",
+	"iyErrF1T0jEaqopbnRasdb4wIUVbAyclmGIH8IjpOXSDxqEQ3GPCNgGf6oILMXSkPgbfLYtdeyVEAvMz",
+	"cqoOpWJtjNCm0BP4o8GfHb7SkEgDt1Z4jc15dgdoLGeI7ASSHH/bN0Fm3VpD6ZR0djxR+8nvPIj1hg0I",
+	"t9nbuFA92btRMHdZtKB3OuIl8t7J02ebZrJgL4pFsj07LtCMvJTEqqsmDzIqXFFppLkZD1QUl2LxyJ3a",
+	"7W97KWrskRD2Z7bPC7HlTK4XhpHbvExh84if+6ZgufS1bZsOFcsR3m97JG8I5N8vAf+bSgiU5QLwDurs",
+	"SBvQ/1sBv3eO/Nq+2JQXgCjXtA71++QrsKwFpi6K4UJkY9Kg9qmcJM3dMNc5T8twn33ywu1nVoN/0FdW",
+	"Dx7y++nweM/RlR88fegX+36At8NHLAF9+MBFqANrILPxoxLJt2XAcbmcDneY1cYzMb6DAJktwSYBPscH",
+	"MSBC5PDDvmjOkt6EidmzydAbWYNjIPP0gWZtmQdVJRqqhQmXpLPJ99YgOx4P0bEDkmM7uEYdyNIuIirz",
+	"8+r8JtlDyeNRvhZTlpKrjVpLZVOJuNL8iHlWULgbgoMw3DtNhHEQOiFe7N7ZjjTUWxpFo7euqkI8QspX",
+	"4ElcUlm5u2tZZUF3PzdzpXoNzSE77q2kOR73q83P8jPashYblREc3FJZz6tF7hHftKVMswCO1/LMFP7t",
+	"syH5CPS72ktfLe38ohy/Zg6kdN5UaefeQWZwyFMh5xdAdfB8n0DyezQFNNDaWlzhxhiKfHL4FV5YOMDZ",
+	"UkEDtByUJfchDCoqE3Ypbiq0BkNTraiFv9Su+VWYTv+ADDykVc4szSdFKjK4Mi6o5lHFFPtjMRKZErkw",
+	"BxDWKtW007dUq3QiDEGZAfYqIjXrCfwyNCKFfIzIFbOh9wFqO+dSkQk216lwBZTp34LANUuwd/zKgwdA",
+	"RHJWiAb0cJ+nLs4AEnFJs1VaHWKseaWlemxOGC9zs2B3YsXmhYGq1w6U2j5rV0C4+4yzb1/dMFOMKDMf",
+	"f4XbvENkeRoCc0d2XHTfB8zuNXzDQzZk3QfgdFvGAgMrzRGNk9ywpVY27gHY5kHAcTvARWz/+bBERuz+",
+	"/K4XPTt+H/ze+WPnj7Wx2/vAZAd0szdrv/XfVC/fQQelp3+jxyut07owjm2wQucGqwSUgDJ92BHAT9kH",
+	"zGUm69ARnhOgOWxyrvUd4wxLm+9pUpZJXb2nl9AE4v0CnvYIMR9Ut7GR3RNn7Y2JnxGQbQXFHQLrpyIP",
+	"aieEgP4Pr52AC7I/ddj9xRWok/1W6opdWzHnOZS7ALclVYqAEnq0OxB3Z5dtz21qjCPbdplyMWY1kYcL",
+	"Md5nFW7se++j1pJn81op5wgFERsCoOLu3oUjA0wB25uPSQPKLLumE+DXv9zWnxuOaJOhbr2K9K5F2Bn+",
+	"g002DYMoaTMUqjE00KlsewXy4dtNnT8u0W07K7vdPLI8E4/FSfsgxXWswhcgo7jc9CpbKSGzsZ6jTqHK",
+	"S6HwFzqYCCQDCCym8yBUrj3YFWs79kzDoaBwhQGHHhR3plNELafwhonOBFZAIOx7p8z8koI4Qc2OPZZ/",
+	"H0ZTunlOd+L9PIgDNcKPQ89NxH9DffySylsfrJDVo8DY/hvX1fko4GGfvChHrfoIjqZ6n+4jHabeb7fb",
+	"4fZ4nxn1stbkz1tn+Dj5k+dpc7rmD3qJ/NdV5bW0ujLkFoTyG/Qtax+zuVSEmPykxxK+Mt7gErEnz3o9",
+	"EAEzXWTV5N+Tp1+fVBNtn/X2s4xfC55IRS7dTdhoJJVqFvma7M25TB9W1RsxrnbnxzmNC16v27h1prVv",
+	"ww5kK5jhz7VrY/n142jiUSnzj8ie3sh4wdL3tqGGKZVM4SHTWRTrIzupF5prjq/pqEZMkEXhmF3Jbyp0",
+	"fNw7/erpl892SWNyDM23tf2M3a43/uzLL788Od7Z+kLWnWPX8AupircHhi0AieNtpYfT469Pn/R2KBO1",
+	"p7DUVuoFPImX4Vwnoin6gkpMwSuMu6I3TrTN+YoMNipE9+yTsNMTVukD1TIXnHf+4sXrny6+Hb66uP3p",
+	"9fWPNxijbFgbLWhaIegFRB56/cCl4ZsZz6jYjX3hwLieOmeo1KFC3mDOWhPNZalC257Lt29Xxn6AroSq",
+	"+2AnyMXjkXtBV6oFRW7aA642ChcGMnAH3G0zWC1FEq9FpVYLmbuKj+U+Odzc0IZLaN4etLMVte7newbz",
+	"XrqGf8BG/N/Pg9b8wz+9hDhegF+pBUlFhuWiSUOdTqiJtryMtS17iphnCwApaiJGHAjSPlZIa0EI88PI",
+	"Y8cJdFU2qsfwLKgRLCsk+7DOAQOyBknFxaTD73A7s39lwhRzDFVuiGoKFdIdNNtGcFLM77DXoE5AxqVB",
+	"uoKjDEE1oZU+sMY3BVqhtmvq4GKEsee9maOBuRo+f9iq7qVFNxWpq55EzEzixnPM6zevbi9fXtzAplQH",
+	"bmjU9QEucA2q745OOQT4r1+vwgsQofk/ZCeh0g6dyPKyxdrTP9l/HECEfHZoFnws2J3dyRRQtcy4E9gQ",
+	"EO/XEvpYq4mcFhmCsWYFYNj+8+//myV6fCeyxDkBHL0gLDc0GDHOSmphJBmfp+CJVH59f/zqxq3x8PmL",
+	"85ubi5suuwAnCZguXXHp6sJgDWJXrH9fSmm8zpeM2u1beLbWeUbUIM0983PnPJRFG1TqxU1wZn5uVinq",
+	"rYruYr23YdEpKHU+9RJUbespqdZwvFNWfxgV+frNXOllxAQfz5BGljNCWNJLS0pTAWia7RAeudRByu2F",
+	"Ond0EHwHlOGwEnnwpq++bV+LPGSnj/PfOwbhTbkOjatVT0n1G1hB7HyYth7WbtyBvuktHmV5trKmo1Ov",
+	"RitKKjl/dfvD9eury+fDb85vLoZvrl9gEN9CdrlLDumO9Txir68uXp1fbr6mF0Jxad/pRKySMIeq4F6Y",
+	"n84oUDezmeAJJGwgiCUQ0bv3AZcibNappQqPqPXu/bpVMbSKBW4taH1bz86e6Sv24kAiX4o+XbkAR8BY",
+	"mvOctQetc0KsJA78jeCZyNi794PWhrmzV2fOq8f3tMMCTjhzGBiuEqUdm2ZteI7Cq1oqv9z809MnG2tT",
+	"Y1FcT95E3Y/Wq56+m2LyEr3Im1JiiH2kgmN4wgSKujsboiNhDOit1zS2h/w9ooZjA8wdCiMKta+rkQiE",
+	"Ul8csR6i5BFxgM2VDh8cH9gMLXIjqOB+WEnPvo8+lCU3DripjehRdlEcZFSnu9WDWO3pjZJ/LQTjc2dQ",
+	"SyslBoEaiAoa0uq3wdyXGe0GQGMaCgjvQjH4ONF4dFxK5IOH1giMWlg0o7aWgmZLcAFDtBeFdo1TaWXs",
+	"T2J0g6kbIJohI1TR1T7TqSgj9qwItjfGTKepyPaP3qNh/gmGt1NoBhtQQc1aQwqh2Dx3POlo70wcp7Gc",
+	"U4GSGoMnos/UoLlArWUKcFQajL5W0RGLBqydB1YfckNqLD0UxGfu084NvV4bSGZaZXuRn/OWBfsRDnhj",
+	"GGPjcRGPKsJo2YnLfduR/y3WAjYLs20avzIYEMfZ9iYSJ1T3PERb12IjFtNFc1ViMZHPt6IWsnh7m6li",
+	"fW+HRHc9uYZdBWbfPj24cN1U6a3cOOi0HPztGgpRIIBJLUkxoaqsPfuwMV9WGqSHP5Tt0pNvgubL0RGr",
+	"27yXUXaLG3XJTSHMGJWf2ohK5O17QeGUr1ImTC0NyKm6fGQhbEj0aVBGK8lAtTUEtpV43kCYgJ6axs8f",
+	"GU/ShER57pQWMJm0L1/dRszjq/7z7/8A7Bn0f6xBvrIvyvDBfzv8+d1xdPzsPdsD3JSGUjvDPJGP3CCX",
+	"4tAAnYhxu5tq3jpU4oIniUjqMBHDwMo/9oO5H/387vR954uNhyfv//CH/1V99OT9HxrCLIWe1MSzpdoI",
+	"KhqNoS/LDICJGjCxNtcTQCbqqyfwbDyrz81ZFMOxzipF39aTuB6S8oS2tXrcH7RuP6Q1beq5wcbcb7m5",
+	"e2ByFNgYrHYl8w+YtbSl5ucjYgq3R/DVHaotWVDbk5kmUkkze+B8G5b2EeUFGyvRbwajzLgR2zz6j7q5",
+	"7AbhEc25CRveDio98LAoEGByvjzp2pwCdb7KNiiXNsJ4PLitIpxZG7NTZ8Wcq04DZGgJL7Hh/B4XWWZP",
+	"T07B1zvqID5k0dex4/fBZNQ6HY55mjbwqbzIVO1PaxtZ6brSrGtjB0bEtgu4zBkm7PQJeKqszDHMALPU",
+	"/lMN/yYyPbTHMXKY5Lh7Q/+XyflUqimVcYjKQF//pKYyhKuMYYYEmu0KYVh9NmJjrsYiTbGGRLXqyqhI",
+	"piIfirczXphcJIhxsFkF0Pt/MsEp3FowV83jwLBUTsR4NU5Fd87fDt06dvYwQ9TAHBO+rExcdGlWKHvp",
+	"2G4g+UXmi+ooFpjv4Xcj2Ab4C4JwIofiA0VvFlgFzv9bJGdQhIo2Df87XJSVSfymNNcNHI5nXE0fOKUP",
+	"UIIutEkQQw+sEmGW4MYwPZOuSsSAwf3cIMOdF7oeWk08EPZvXdmmF7cFcdtB7HWHrh3GAzJirMKy65KL",
+	"TTYN86YYzeXeEX9rtt23fJyn6HTSE3+Ghys+T8FC5p7QDSds8BiuOGtP1owm9PXD05DDgeyr+7nb2lrE",
+	"12P0twqSxUN0oOry5vpuCMt4/IzNxFvMEDMfHMriA4NLhCeeECZ2GBuhLUzESSja6/Wk1f/zHiNovY/e",
+	"7X/tRhEUAeYc+cYlhYGhU3R3fmnTVftnN48XO7XWtey7rRf9aLMOAeQuQoXs0uR8/IyqZ5+xO7HCErvg",
+	"4jLsuNvFtMTYXyu7w8M4ojzDOV8NFNTtsYc4pmzIuNNlP4oFlm4sgVfOKNbIKoZoIA9zNbDwFnQ+UN4Z",
+	"QTmMiW1+JXLElF3nBc+aqKKeiZZAY3vmDSKl7GCT2GgjgT7OxvBYVBvWlvjbpMiLTHTOgiqa0b8Q6aYk",
+	"p5CW1pBb17Naz4AEYsvP/vn3f8TroFZPttW5omTTP/vuGgoGfThEnGYKWDNLogWxFbWcOQ8gquZSgT0Y",
+	"iw3WWimDRNaHCVz6kDzqkOJMudjSZS+aLvvJboI3MV78teApawdBdx37NqKBIRNAUY2OLywwI1aA5A9N",
+	"g+LMc2QoSIfsAmrP2XZ8gVZ0qe/IWdreFcCLYhwLPChLWNhRSkOlxnKtu+yVZmIyEeO8bM4PF5vAnzfT",
+	"pPF5uJGv9A3F6LWi1lUmJiKrPHqlL2A798VxLfe30kz5uKaP8BvfW1mhthKSsZaz3f5zmbFN//rizz5J",
+	"uz0YdLe+0PniqPPHD5H37Y9BsLRAfa2ohQTz4PVznwdPqKH3UQso7qPns9cpizVBTptOjO13fBlEe9m7",
+	"8lp4VuQrz2A44YFhcM1GVgqFHn0I+5yPZ1IJ/CkIDnTBl53N0DFCk4zn/E5QNGJcHyqwr1WxDAekiW+y",
+	"Ubivj4tM5qsbQHkkCYmc8rZZb0P5yOVyioEvTBpTYCV69zXDgq5II3YmiCPZ6rdGEENUzm2W54uQWn2/",
+	"O754D9ioaBZfc3k7VgtIk+dXlygfp0Llcnw4n87zmLXxru78nQi6B3lQ/8ZOOt2BugCeBUUysA5zTOl/",
+	"MbHqCogcDhEXZqDasdvy11cX1+e3r6+Ht69/vHgVe7xmTBdQIDwSJlWuWYzomAnPOUtkRuCYrodDaDru",
+	"RANFTXjAuqDowVjrOylYO4YQbJevaORUSRWTzkJ1fuyLEcQTgkwYKAwQg+u+QXQXROgY67nAUCa6Vlbw",
+	"h0Fxz+RUKsPa8Wv4V2zX7zYcIpO5EemEuUBLIJX4KO4O1EC9gihbgmxeGzo+dVW77HB1KvosRlEfRyx2",
+	"C2T/DcI+jgYqdmQYn9WA/TG4X7jXu+ycQGTwR8pL0KnAOGQNxS6tYmfXyLVlVxvyPU57T1jsi8HGKNgd",
+	"Uj1mNYCZy7bnWIhvonPG+EBl4h5KjUJlQ6i1TEM57R3bhdJqLCxFWn6DSSk8XfIVljNg8bsB+gcGrT4b",
+	"tLrd7qAVsQFUpMJHZVnqIT58jwsfBK4BGpwhQe3ht6dcKgjQk8YypQLyNkZiou0Q1CqfWRVTpAaAWv5a",
+	"iGw1UL6qb3WmZbhrIsapnUOZ8YBKSrxRFzjuRHh58U/wJgXTRkBwWI2ZSBMCgpYZI+WSQfxDOwU5ZCKW",
+	"AWFHjISRgdrNxdycQYZPvKYi2QvXue9o5SkBbmYEmYDA2tCbn91Auem14zo9ss9Aj4zBJxurIk1jV4iB",
+	"EtoDnBn43cq0mEr+yhxqDzhO5rKa51zxKeLvnF9dBkUF+q1e97jbI+6q+EK2+q0n3V73CTpDZ8Dw3VmD",
+	"ZuFJbU2pG8QiHa2YTFCntbefGILE44hIB9o4c5Gklr9A4EmA10MfILb7QMWBAY5KpM0teU00lJsIQ1Vi",
+	"95aD8PSBLWfYL2mwlmEBl5xqNhL5UggFbxk21/dWS6eUG+T5HoMdBjqygpxnrtaKJ9/LpNUHANvzKYUh",
+	"lTQJlhFplwiOgLO29DF+3ok+/uAMyvpsOr9ajhUDpLAujA/XqRsKWTjXxlKNcFjXJ36GZG2oVQJUcdLr",
+	"YQqpyh1EVlBh8S+kXJUdbI32sssIxgSQ4zUY81M0YZiQ6iwhn+Io6hr3oz36hicBPONp73j3J2+C6vz4",
+	"0ZPdH9kb6HeO96NC5aLdWkgpkFHgKwKTUrRi7bIov5W1qYjwcm78czhDZHOYZnwMNYikTjpd6Kd6aI/e",
+	"Oaf4++D8Vqn3e4HEu0m7dXMsX8G9uvy29fEJYisx/Op33351uvurVzr/DgKv3r/fupFHrpIxIho0xdGX",
+	"NTNlwkYCFDEs1TiaHsZdFnrddJGn8l6YgNCq0ckD1TZCMFCfnuNHMd5WKO2ErA+VPF2nPWPdGVf+Arg/",
+	"6jtWw1krTgHB9MjYrZJBKravQCSDOhLV4Hlvghgo7DUTbiZQfyP+/uLWqoLfXry4uL0AUxiE3qiEoqTQ",
+	"oofddtmlnRFiCdoOQcNDfySV6GjryQTy/FwNnI2BWbWayocwwbNUQgUUmCUoJtIM1NSqzu0YC64OscnY",
+	"hWMuOBUpdeohepWZsSpe7IG7USVxW8lVuQCIW567QWwsNpXXye3dcsTHd6wNN12nzUtj1YYDMhRDPZaU",
+	"yzlyXawT45jRCSFBmA4skETHsx1PqqdTkcCVF7TCCjEMlFYlsn+hwNEMeT5hjTUcbZ3ghUDM5z5k+pew",
+	"L2AL32jEY/ggnAtrlxK7qd7C86wQ7zeY5skH65qW5Abjh2uY501QIuV3ykTtB1/v/uC5VpNUorXo9HiP",
+	"cd1q/YJnU8hQOD35eq8PXnK1cgWR7HdPca93LvT3PBdLDDJ6us+aBeauNaXjBktslRw/OHfOYUGhRGfg",
+	"MnISwRXcEtkO/eLIyoa9RFLJIpicBB1gmhdf8pW7S8ocylN0B2pn1d2F5a5YdFf6mrtYyrnklGhnyOGS",
+	"ex4IO6cy43r4G6kgvkvj3ibTkEdKLzVKpg3VymBmQfFJLOhRNicNMmCUqMi3ZQ5CeqCCZcPYnkrTrtbU",
+	"095JpYx1FNT0kDnUxU9XTJp+KCTHVqhCz6XXCsOBXEmURJZZUaUA+eff/zfjmKVH6wH7OVCgYdxcfv/j",
+	"5YsXKFzpCxTno5XH1WCmWIgMErexXJnMWSITqvtFw8IGSdsN9gsV39Kc9u3lzfPXr15dPL8dfn99/tzK",
+	"96dOJNlOnUOly84HiqgN5GJJcuuFNiQ9n3HDXA0YOyGiXJ9ARvoR7WBFr6rRvcTbw7gPiBdvxZiNC6ir",
+	"luUoUWl9nfQdKJLTWIMGRg0lv2ANIPPLHV8m80Dy2kux0faIm6DmOdGVpdLy2lHVCOBgfPHFjavATpXw",
+	"v/gCXVXbK+izNhVLX4DTRNgFmuhsoOJ1QRYzbadlxwyFVHo9l+ssDYtrG4+wqhfVV8NxwckQpg8aC5hk",
+	"0IANvCCVgNYGUBZxWYT++axQd7EBAo7fDahy/aDVH1DV+0Hrfw2o7v2gFQ3UAILM4YV//v0fg9Z7Z5eB",
+	"wvzeLFNBm640/M+//yMa+CL/lYbaLtl/oDBGvYOZxS4TnMw9dqx0BHTm1GHcUyx1NhNzykGfpIWZCWf0",
+	"GijKiavQg212mck8F+oM0RFFEB7ki/FHYAqtlO+PiXc0FeGPWBwUnrd/+jLr9g8qyA7PPUuOXKn9gfrn",
+	"3/+BnKCuKD8dH6zKv6NiPtpagSImOpsfmIF62jsBNZlEBCyvFS2e78ETO2/gdPZgtoP6PHDQLDvooBCw",
+	"cx4oWgJpGJko8fRjFbqwDDzPhF9kHCfMXqEFlC5aQFDmACyFOhEJiy3RxEexo534rE7wwXERJhSA3Dh6",
+	"8WtQmolJtIbLRfcNK9PIVgrf+SqG+Iqd6rhEiSGWOlBtpR1nAFv7+mGPqibhjkOWQSN1WeHf3UmBz9mr",
+	"EQBxWxZsuZoJRxzVTpG9+hb+yDiY8QBrZF6kuVzwzDItfxwywRM4CRgFoVbYSCpHGc9WSAWjFZ0CqHiL",
+	"ewNQePA13FHs1wMVj4ssjSnRNIc6keBmhybRZsaEGfOF/QfpGcuZTh0XY+6KqJxYhc5AotAxBWET0ekF",
+	"nsfac8ENAJZIxRI9NkcjocazOc/uTHcOlaNZxpfl/MFcPVBLXaQJM/zeIeEzqOOv7LxpPFZtiNyooOwl",
+	"kLKzgLIFz4xl1Q7JAhe17np2UVoLfvu3s94H7tqSPGjUdfKu2lhVk34hFbKXDbEWMbJSiHXGzcB8U3G8",
+	"HBgWtFsXtV1vc3NMI+OKtZcznguU5QaYInAIcGKMgdKs/KJSpI55G5F3Pl83H3Pd/PTXxutCNVwaoTou",
+	"l1icEaoCA0XvuiQGoFmpqAvDP+19zeJEZlAbYTVUOh9CMJFTu/xPVBJD5QBc4sR4nIlxkRl5L2Jw4A2U",
+	"9+AteD7DVuKjuMteg5AQ5DsFbBOovCfVtI6XfQvj/U6m4vGsLNr5qm3/iuczeLfOX+OnV3HZkCz2wWgb",
+	"+YObFvqahEmc4q/Qm/Kpz+VvxqqDO8Y41FaPrL65mqdSkSEXUKot78iBIdtLJ4Tl+SNklQRURfJMEPaQ",
+	"J7A/WDEItFDr9Y3xONlb8sjotMjRU5WJlANqDN0wy+MamuydB4NEg1T27jhQ1dLWS53dAYJbBxVDd4u1",
+	"uhvdAwtDosc3mFmGZbqM4E8H6rgX9Xo9zyesJo5FO1k7NAyBTR0czFDDHPDidZF3ugN12jvFavbAjCCi",
+	"K44wvGMhMgcYkQglBf4QRA3AItlnX9trMHBB24h35sVN7mQoI/9pOM3H9N7ZXl4gU23SJxzP/cx1fitc",
+	"57w81QC/BierEsFmn63w2oCcyfElh5sGIdF76QpHPBvPqBJhffgJGaugOD69HBjW2qWZwF/inblxmokl",
+	"eNkGylsSv7t8cTF8ef7vw2/+4/biJu4gh4NgA18eQiVoY+M+8c/y2bqjfC14ck4T+BUe5reHOc+qp7mE",
+	"RoBL4b63Ajv/zyf4N3iCUfRz0BRYOxPTIuUZnFoAJMa34HzTGSb/NzcM/sKr3KKoOZkYKYu8QBoMJRTJ",
+	"RpxgaedAwzi8j+a+bjdGzWWgnJbh0P+cjRQNGiPhbSXOc+yVIasXJeJejjERI2LfXX73mulsoGY8S2AW",
+	"FHBoAuOM4yQwkDqZjsbu9Sl0B+rGrRMZqFxLVvWgBDu/el12evyEtItc62Fq1bXQvonfDlS7UHaPM2GM",
+	"SIApgQm9iW3V8aKfMpmLT8+M9jHdfBg+dO4UXIjMxFhefOC2oB1smHibQ23ABCl49/Xown3wmdHtY7iw",
+	"ZPDb9JXTRkOIS8ba07/JBeOUqd6hiKTAEOHqBkCCRyKYnDBCZNhPwQnORK2Cc87yjCszEdkOtaaDHg1y",
+	"7ME0IfBoBQFQJUTiQBkhDJuIpcjIWQG28uc4kEOM/uzWcL11G8yZZV8DtcG/gDdV0gEowDVw2a4rWk3q",
+	"06czuTxMd9LjXOSH6HH5ICoU7MRn3vL75i3nLFSxDgzuekSeO5GwdvUUOmcZvW3k30SpHWSCQ3gBIP40",
+	"aWGlR3KqWa4tVxPzhQZPFwDDjYSRifC9RCwTiG9PTvogjoSnKSWh8yyT9yLpe7DgrIByEsUi1TxhqeAu",
+	"eEinCbQLeP5KK9HpsngODl6rxYxzng5UaUhhI5kHQNe9Z6ennQYt6XEa0Cc14e7xLlZl2VtV+qBsp1lj",
+	"wuoUe+lFP5Hm+5lz/a45FxweMuiUsc6WcErudcYWPIMQuvLiCPceqxjt0oYgOqlRC7Js7Pb5FcPYODDh",
+	"YuidAu4lc1fciSeJvSVF7PLq/hRuaZdX9886UTUYKgWrD4ZEIbLVvF+JKNE+6+2EUQiE167whmjH4MPr",
+	"XH5kG8Nu4K8y2EQoyviLYfgQse3LlD+LEFlXL4XJI7r5hqZpkZf5TwOFU++ymCL0YiciXHlz7mP3ZjpN",
+	"XLUEA5jYUVBYAGc6p4gGCAtzdSo8DgClH3OFVrvCgDJH7VtGXiwSQoyBcXjRRHEzU51jyJAddcR8GYxq",
+	"qN2Muyh+kWDFLAL+IlS6MOStnZPNGOLnCWdgJhReyF0RWR/KWeYzdLrsO/KCVNwM+CJCoCW0luuuCLu0",
+	"nYjFWAQx9v9CxD/MWYsh30osh0Vmn8AiY6WygYrDKqEhFMvRO9s00X58RvD7YRoa0iBkOEi78vKe5wKj",
+	"Te2yKb3WcZv+ItS2CvDL9uS1Kzh/v8okoBfuuNsxbssOK/kCrGjERrh2FBkx4XNpr0PwBzGK32H6UMi2",
+	"m/hm4Ms/8MgEkGlcEoy9Ap6ywG+Fzq9djDxEAa/NOPMkd+Pe/FVSXYix3kBvbqq/rQzEcORWYliOC9sX",
+	"WW1dmJziZtsirAlSJguQGg9XjsZgfwc9QNX6GGdXt/8BYUtjnZr4//6fONNLE5eq/le9//t/Tk47Zyy2",
+	"emvsAgyh8EuJet4dqPP6+iRlKaSY3MFeNFaLlQzUOXOI6u7rA5/uZbXg1GgMcwNLLaJ7kjQ/tDSEwAyg",
+	"TRAiKpsIYcf2XCfC9KumE4qC3EglZ+0RT5idbETCO3OO7M6ZPXoVnzGePfv8a1brSo5Y7FA2bWtDKIEe",
+	"szavVB0BeVQVvWBHBxF3hhctq9QFF62zmtwC+gtDuurECsLEOXz/X1v0X2V0DwoDPP7Q7KU2PYui8kMQ",
+	"ks8hc/89MrT8OS0FdFNGVsTKhCPMZAG+FJY1SvW6FVoup0c+NzbM11o3vdIr55c/fd/6iLmKtv3mREU/",
+	"jF9liMjGCfil4ZZutmCoK2GUoJKRuZOLhbvOWYGoJxMIwazZ4LIQTWPKf7nsHzN7f+vm3mK9y7wwZ2hk",
+	"jMtCnDFrQzBjp7xTAgQGocZgQcTfltoFBWp8qmEAklXOq8teQYgJFTI2jLvKI5UtLhLZ7C967QNwMCWE",
+	"5+IQDBKWdiBlsH31+uY2Yldv7P+d3z7/IWKYFl+mFhaLacYTQWn9YqDgBjrR2ZJnCcDvmCWWo8wcWg9+",
+	"bPss4Z2MnKpDqSJGuT+TIoWiIzrvDxRsbDvmedyJ2HKm7b/HhNiU6RTUDPRYxZAZUTI+e23H2xt8yXPW",
+	"jj2Fx9EaHtNlYnVKCITEEHlA7zowLIAP+ouWChPb46MSjYvc9YBTAGWdMaPPzgAtAjO9pCRVCChEYqbg",
+	"AMpi0hOwOVhFiVatU+IfxKTcDGUSQ4//fkhkeniZlF48KtXoNsd71VI9xWwVQMHqsnMIorRbj5FKM50m",
+	"noYgPhSLSYIXz6E5WW2vy76TqV2Ifhkpia9NcpENVGykGouYta+/e86ePHnydSdC7DTaL/tvWuGuR/IJ",
+	"FfjjXi9Awe31ep2zdYwfMG+Isk4qRGPO+YogfzAI1M4YkgTtEehaZpTGLtACEvVUIrOIZTqHOAuAUDh5",
+	"+oy9lN/YYdB3x+7Ldr7UDm8NbkN3YpFD8gxh6YBA5QNVvsNgKXyGscvs9RZRukHhNtjmzihYBQePGzPl",
+	"92KgNF43KpcFWo0ue9p7wmKT60wMg5K18YaJDTORlWYwtYGyEr/JzAN8Yy+IIphkJcZ8HwTbpqh1IJNG",
+	"kKGamqlNDSGNNbX09Phk75Z+MxhMtZP6qIg7lkq2GT1wLr93XQxCzu1S2GNbNYx4+DIoW26PQlU+kzOg",
+	"UUJf8PGMxVRBIcYajAcG+Bcwt3eD1p1UiRm0+uzP3W735/cAA26KkRF5iVlpENEwMPAGNgD4N/lU4d8z",
+	"maeQesvNnSlv8HORZ3IMD9AIzdqBXXDDnko12TP7I9rA2Zxnd50+OqPB5I3WfkMp/+21jvpU4VfwLB8J",
+	"nqNzhX4lP0oSAUNzVhvMPdXZQKGAGAuIaOHsXooleTDA7cwx6UEvFaPEgee4FQMF0Xeap8KMragOa4DC",
+	"+oPiEoNd6Z6nmL7sLFMnT3sd6nFUZJAQOVDBBDDnk1NN0qxsFGUWGtPggd0HkaY6jsghhOZ9u9vYgc9R",
+	"BaNMOxMdj8eEc6RPMIwNACAJ/AfcVhJ7zlbs+CnDjF4zUFAraJHpt1aug6Aap9p4zxDYtWr95XY+tIL7",
+	"iY1g/eoTlE6e9qIqpw1Z7dNeDa/dzety8TY/gvWtdYzvFX2DRICfw3075XZTS6AO2pcSMEKHIU4ICv8b",
+	"u4/AyA8BC+iC6sCW5dXHOk3R5+bgE93RxEy5ewHHz6yxPkrEOXpH/3LQc2W+X5XGfpRp+tgcYfqu3g/w",
+	"CdGU7BwAiuEshOlCtRVylQpT8PSzAe8xdrUKxcJCcw+74+EeLNNHp7xzfU8zXSw6zelrr72xPxN5AbXZ",
+	"vQY/lfdCQcwUI5C3s02F2xXDHagaTAY9QTgOZCd0HayCvB3FCDLi/h4oAyA0zjvvhwVaASI0dAfKhQ2c",
+	"wo0mwHyw/3QreFYDSufbw/7QjYL/xluSwyBYcqr0z5RYOgQYdqlYjHSN0Hm6yI9wAoxnwjni2yU4i11a",
+	"upeh/LbC2GXp+axwCL1wSG+IN4eiGiu/OJcOjQJgPKqwIB6GZw0kyaHieP9+6fLwmEcILuRKdQDM5hr8",
+	"ENuCPnTGNhER+wgBJRQiT/mEeAgH8BghJVgfQkp7vKG5yES6qqB9DpRPeIyJ7OMuROpmOmXtNTjDiLAM",
+	"I0sK8m+ig/EgsCDU50A1AUZBuQZExnLVIQMgoxLrBNI/QAbwHGMQbWu0UoASYfoDddzz+EsYlEELE3nA",
+	"X19O2moBG10aCujIB8rFyQDJ48VKZo7Mcj0VEC7R5httsLEuEP0XL9sLxLcCq0iny65s5wRsEVzdD9Ga",
+	"M9WouJ3BFFHbAlJT5RKe9k6R0GCTndtxSGDdcQVCJhMOHrpkHaD/9Dy4t0zMGQwCVEhX66hst3QD1kZy",
+	"fC/yDyBJG+7LxL0sP6k3C7hqjl6Z69Xfmxsat6zwlze+FpnIZc6KBeYiA2NQUw8S7Wgk13BeK/yOteHV",
+	"hU7Tkl6f2L3qNF3iLdtc13q9nvtkTc99nJr7ETWYANjj96im/DKtA+32hJMLCDkI7YTyq1y2XWrwETLl",
+	"bT43+/uH0oY/vNccx/cgd3lNvDC2gtBlbTSSkc4mcsNuLr//6fLV8x8+Q8R8GoiY97vJtqwvX0+2WLv+",
+	"10u21dr6jyVbbIUQ93QoQsqIWLx2fKbcXw3lWqW4GZMWQtrN5m6SLr2BubjE96HQCuUDWm3+pHfK5oIr",
+	"g35HTLYJXyrDMgJgUGUlyV8LUaBoWdqrLYbsBjxxoKTCAUAhDVVWpfAhHBWcdtYuFIS1hXwV4tZ1BkY/",
+	"YfCKgujnoOB2SnBu79W1UyphdO0kYe5kCELY8JHA4ScAVedKtoRp0TCySn736cnXcBGWajgqzCoOQsF9",
+	"0DqngilgUF4SDiZPof4y9Vjab8t7sL9TWaXPlfco9W+rtCdhR1avz7MV3U7ia/vH4fmEysuA960uyq4c",
+	"MWHoHmAqNyyXvbO2sVm4mEqP7NuJMHAP5w47kdDtFbdiyc1A4XPWHq1YLPQEHdGEmeuC7gkgk24a9qrS",
+	"nOvk9b5Eql8jY7bj+qV8+Xy/Q3bGEpHKe0GQiXCmPjPqjxZSB1v7TWFWHzOYDjqpevBCmRB6xrbGol+E",
+	"Lz70mFzxqXgBzuQ9Ev7sy8/R3ftRL3zBjJo8ueGkf1t+i3DkYc0RTL8HFGqsu4gOSGTwHl27A0kh9ta+",
+	"I4C9Lk0Irij5xo8QvU35ZRJlIGeTTJgZRdx0BwqCg0SMDqRFpu+lkRrM2P/8f/8/NtIagOHbWaHMWSDQ",
+	"SRxShSBgXyuRd+AjEIlY+G/CZUq1gRxKcre+gBlGndsRnzHOlMiXOrsDgyFEOJmISaNTILqByiVWB16k",
+	"fIyFxMCWjCUkS6B8KI4ZMcNXUFsYZDY9NbYX26Or6a2VKNEapfqLGOco57iy2s5fsMgRvn1gECpeFzlk",
+	"+blc34vvry9ubobnL168/uni2+EPr29ub1AwulpxNMSYqrhhc8MCArnSe7DN1feH1XFLFQe0EFfAE+kM",
+	"vQE1pfwc7LkDiuLYWudsoED4B0QzFFAelUyEhGkTpFm4Wr74izRQpEV1zlAxodlVAoOag/CD89L6mOH0",
+	"QT//oron4UxrWN5VcOp+E7L/9wco67dgLRFzzV9zVoKP54R+vcj0NIOMnZlegm/JeLscOO/XPNE1aZbb",
+	"/NAIpVk9Kg9TBIJvX/G5aP3GQVd/C87hDwCgavJMr9aJkWjKhdnInNm7bSCWobQuhNJK8JVOtYdAaAq4",
+	"/8ik1ftUTHRNNfqdp89iML2fLWbcIOPJBGh4LnIAMLBJMQIFcFpm0IaCvymPti4tfCZHIlM8F802rHPi",
+	"k94RHtKxVVn4vUig0kguWOwbTGKHNFA+GnIs02G/8NUlIHIhFWIxxHLhMXMx6yKJOxQYwaHUN3pSMYoe",
+	"zGX8TkB0pFX12k53++n8x4vh7eXLi9dvboMQuzlGxbtw6mphKISTweKyzA+YxXMx19kqZkHBIhFU5HOa",
+	"PwzEqucTb5qa8cVCKHumcRUAimtlcjGPMT4RgiDsQ7DkYcm/ajeIXQx3jE6XWUJxRqpySRFThYxqrvoK",
+	"BoRDSiwge0mX0bLk0n4z0VmXYbWOPliNLMmYYkEACVZ2ekrDCIJySaRhsdJKUKKoU/5x+33o+BqNwP2C",
+	"YmraJgebX8QWHLM66Grxz7//A9TPL8vehhBEHUSkA61BX5A4EqxDSN2E2QhlB+dYi4SXxfB/uPzm4vrV",
+	"+W0A5sPasIM6Yyi9Yf3Qdgk1XSz5gbZsh2oc+BAWB7bj46a7oRr/4Mb2e+HLfkKfdYlPpkvYb77c/Y3f",
+	"GrITVb3LAKflz194NHPNEmmwKtwkEwKYEvI8ePb86g0YDCwnMMQKxnzBRzKVubQsigfMyH2pCd4VuF1n",
+	"txACPtDs/buyP/9eDhFM5vMB+tco499lQvxNbCL0eJEbQewlBSjLzBH0ziMAFLwPpX9GoPqMQPUxEagG",
+	"aqAg+QeyaaHmxHKG4YvoKnQIU2jFxuSDJbRdRZyC4NOBiq/e3FrFDCn36J39z/sjaqNDJclMFSEK95po",
+	"FNUmvRAKdVPF+ECNMr00IuuzeFD0ek/GwDsF/Fv0j47woe0KHx3iA7v5+KBLb2CnLNFzLhV9jj+BP9Mu",
+	"AVhVXSIqBObmGt88iqOBgq2PZ3m+6B8dPT3+8slhIu67qR7zdKZN3v/q+OTkyIVZwiiRFMtGD0yEDRjC",
+	"i7x9cXOGfnocF6y60z2vri/+dHnx0/Db1y/PL18FGUCx7zOOiMvgcaK1gvJHOr0XA5Vre3YXlaKq3766",
+	"OQOorv764vl8zmAdEH2ToDK/cR3Y05mNuREDBTZx6N8j+7rFhp/mkIdkKroEDtcNKBNTnkHso23xDM/k",
+	"QOVLTS9OdOqqSGLldWgY6tyWoa+Q762lyn0MxYLnM1dv8MoBkUE8tz2NHtDk+uLmljioyNioyOEdew1Z",
+	"BPVP2fnVJbDEFaabkBdgoGLLxKHA7cbcXdhwarQrYefHZD+kdx3HpxPzz7//I3Ypm5WxHWAyGUy+PYEY",
+	"CklupzIQoqjuCRaiWCx8Sck7Kv7qIeztiAxrx0fcGJEb6L7DRpngd8BIMxHZRpFvQcN2+HDXcXMd8wyz",
+	"tNWKzUU+00nEfhKjG+CxrmSj5f3AfWlzAEQOpFVElXoxbZqy9YGvUvNa30m4ccXnpK2AttVn3wieiYwh",
+	"HaMmqDNMMHcU3QZfxUDpySSsNunIm4BKsNSnh5MKI0Ec2B3wMYLtQ/svh0r83N7pKLAbqhxaseyKPyuT",
+	"C55EGJ3//UUNfyQUg3igKDdRjsd5Ct0eut8aofICBfJxgHmfVN39DJz3wYHzSN2raqm/0M5XR55b9VAi",
+	"9pGYSZWwRiqOWCrvBIvvipHY+LHLboRKBip+7nWbPnuDuB9k+KO/+ow6OKw0gAL1h9vbq6Pj7jFre47i",
+	"2IIVhgg84TTZMU/TTiWbCpNjUQOh0rhO0dpkWxvYnGiTc5oWTw3iVXsJ7JE8nL4jc9pKw7SKPFC9q4du",
+	"uXXfSmryi/vCIUIkIum4A0AyMD7uHbObpczHYFO8ynSuAdyObuwauJXw1Xb9zBz3zonGMGRwpPMZW/KV",
+	"iUjzExJUQ5g5Bu912YWyCvXAsswDQ1F58EKbQ1Mznk4O4eWgHEDwGvF/jyWCavWSrwYK8fUgPcmPFFKH",
+	"/cB88kS5WoCIkqKdF6q8QAhbVEKclI0RPJWumtRB9DvLcRvc27nWwzlXqyFRmolJdcZijZieVQoWwqoB",
+	"MvufN69f9bcdxm3F2FCRrIv7ICOpf9VVkMLoDCUgJiOi/DRLsNCyZxpxWXkEY0IN6i48D6kbww4Hqmb+",
+	"rt6cbZkiLWm08L29QpXxCmOoAD4Dg/KK7k9aCSuQq/AxVrUB30VYyr8TsdOTZ/ZeBas6dN77GA841soW",
+	"LF9qyIFPIMQjUAx3MI1awfod/miF1C+Xp3tEYeksf1XMR6ImCusYpdNa7PfmGWftWr4Z7Zx/f/1YMKWX",
+	"FY5A8Ao1jMGu3acXuh/G8GbPbp32EdJ0n20naZcpKlyUwMRJ+34VHSrTqXBNdD9V9a9nH3+x1g9lv6JZ",
+	"p3x8Z9ij5Xm3FbXoRNsB0subp6Hu40re2wbgQmlO/AS0VOG8fbYH4133iXUDY+bHHfAGp+9v+OcIw8sw",
+	"+55DYIO8s1Kuop9rzlfdNSWW9hClQVW14us3p3p1a21dHqLI4v1tW7HnazHX91WuF4DKnEEaAlzlnZFz",
+	"xtEwgsAqVSMnXL4Higyc2zXyGhn0kt8JKxiuEGL9Xy2HaoOFbsPbMY7z95mu+Yv8CC8h7sAtlYfMRzQi",
+	"9OGjlcNq9cZhFG4pofOSZ3cmaBFJFHX0OM/ToRFjrRITozZl5blHtX7yrNcLc4hZwlfGqoqZWKR8jFk3",
+	"UKZLQgRzdtdn4RjfXL8g8z0MVukSU7E00sA1CwcENw4yUtsDHvvbWqYLewnIZZpSY+FdDdugUsswTfsO",
+	"iGBkpgO1EnmX4VoQGC0gClJ2O4VDQAwH81fBSogfHWJpyI+fnJX5/c9OIYuncreDoFnPIskAXvovKsVr",
+	"cn5HjIRWvjtQDTyC7cMiMHB44vGuSuvjcbf77OnTJ08RCyvPU6YxJzizPW1lLcgQ/xWc5cPH/OJkbEdB",
+	"sO/7j2jLKjtsBKarGA7dAa04Tj67dh8XJ/yLGPILYRnDCtxqC3LPOXEfsDl3vbQMDi1tER1AsA3v1j4y",
+	"YYr59vz6Yv67iVW4pogREGyIUuLTDgO7hRG/xtpc/y0CGoDuKY6uItmyQuG27aZpEKtbcu/tz78XiobJ",
+	"/FZyM35/5OorEGAE6MNufvajbWSqF78fKsWk+M9E+q8hUr1YT9doAyDbpEidt1JnY/DWuHAxiYBlwEt3",
+	"k/KS320JuL8WAMq9kQZaZgEEYdCMe0Q91EariZ3en+BupxSmD7I87kS/MKIegOJcBJP9lqIjwLPF5VwQ",
+	"Yi6gV6D/vS3einHkq0NFGCoaOT3NRCzn5o6ZXCyMK3wNo5I5DXJuRHovAJif07r7IBLw8/M7gZe3MNKV",
+	"YB7sdXNH9DyAUeAN30d8t8Mlp+LbWE0J6tJGTM75VLCpViKi5QfbMh/fAcqHnItOWLM2HFqM8e9xeafF",
+	"RAj7IWXa4qpKA8mZdmxD/KZbg6h797vRP89hF7Cqb7hrLtAR93P5mU/+S/jktVUxGzIw3JWBh7lDlUuD",
+	"PRlVRjmTeboVROGHy9sXvw/wBDuTbbEycIclk8pvDDrhtR36rJhzdSjVYT4Th6nWCz+ZKsz9JgEcvbP/",
+	"77DsFlol2xLTyDwX5+ItxuZyFzrBcq1Zm7MRhP2JZSotY7aiYtC6gjiNi1e3F9eDVqc7UGCkg343yuD5",
+	"p3ZLYtZ2CVhOaJCb3jBXXNwqASjasHwq4OcgckB9QEAA5lPGPThMn83CeIDFUKmNd7aJedQOC3SV+A48",
+	"oSpHiyJ3qWQDRYBHE5jINsyis6aKIXUWyWvcvfozC/CWC57PSnRL2vbWejL/tpIec6n83w0VLD68VdLO",
+	"6JqOwn7oAx+Wb5wT5dXxDiqUzqol2ghNgghUGp8J5AwEn6XnbxiiqFlAI6UwzizZOA585rjlvzm2GMCn",
+	"rRGOA6qrsmm0fzYGDiKeSKZTEbGUj0TKzFgvCEXh7UJaZjepxlKMM5EIlUuemj7jFJ0O3qIDczZQsfMg",
+	"YeWQmCdzqWIo4IENdvwdoOprOvPPgwjkgXKMEb1bmK2A/i1M5QTzMIJ4gUbejv3noIiXI6DmB6rWxxUU",
+	"KQNACcj6BegaDMZ3ESSJPqvAyAkF10sKPrZvaRVEN1JofSqMacBofik+ZsW9l6IR3xc29BMylAq5/zTT",
+	"YUa3NC5byi7hWm6WK1uzVd98KZtqR6+Xw0tXjr0SJL2kFP4mLGf4sRLRsnXFsW1ACUYU6t+i0kuz2Kb3",
+	"ukX8bam8jk7sMc3EWGcJBGMyno1n8h6uq81Kr5vy0Tv6lytn0oTyQb3tpVSVTe6rV508fbaXXvVxaWQH",
+	"fVg13GiCYAOfv1/qz8EqGyCFC63T7YzuCt74mI51rdOmcw+d/7YO/E88mzNY1hDpb33J94aEsivwcLuG",
+	"1ulnEKj1/G6dTcEjunQ7BGpnQhhMZCTnVtWjUhlnVdwQ/I3s7FaEr7YiLn3wnfuwR645ikWn/w1QlUoi",
+	"8NBva7tP8Vn2nWo2VUOY3u16jabYyL+JuEpDesJisxDj2OoDDkgxLgE5HYgmIAxQWlDFUaMSSHiJWCYm",
+	"Mk0xUMXX5J5CEg0UoxHLsj4k5GKHMX9lLRhyYjCdsVRj0qfMHHrUOYuvXt/csjp3VYyJyAMVok7ZqUFG",
+	"jXjLx3kKHhnbKETHccrnwc77lawNdDmxQiUuI8rDPNGlMSxW1AZ3DhRBZjJYHjtibB13woDLh3R+WAII",
+	"/oMDX640pNLSbbOSVHctEjGRyiMI2MnhGtL9y/EJzOgGavJ18j3iK6vkvTTBotahh9bd4K6KD8JYPkJA",
+	"ntYPK3Lw6dgZ43bXJ1Bi+/fqEvrEMXXfwnJi+XVc2lCwnjmoIGAylh+EDK6tMwft39lkXlVlyWGrNFqV",
+	"rj34CleWWYwKdK4iZwFIMeeovn7z6vby5cXNgYmYSIHXWZaCNwVK5p/z8Qy8AZC29u3r5z9eXAPAL6CQ",
+	"UNafnVyix3ciS1hWKNOBKeaZ9J50nx7oXcgmCiqjkh8cLidU5b0CvwB8CyuyKibU1C6vK/hTInyQsJEG",
+	"oY6JoekiL3kPpFNi+1Rbs8Ru88jJ6Om2bGmNASHcINaO9+DKK9b2wMs4tQj+DcuI/5QlnJpbc0QDmekl",
+	"yzWzahjg1QC+xpzfCVrOuNOtzXp3m/wxryHUR9NNxA3ht3UZuS3hsqtY5f48mjVsPLBpjrWayGmRkcIB",
+	"GXCWCXSiQDupAB1VT62L39h6sbwRD7CgBYZn4wE6UEtpsKKhF0wmrcc7iaLdQ/kIBj1al9+4QY9msc2g",
+	"5xbxt1a2mLa+DdWm+TiX9yJiM8HB6h4FoqxT2uaBGreZ+txiHL2jf21WLq6uYFza7+Kg2il5uAMcKrSK",
+	"WTnFuDOSOb+262vDtV2t8FK6tvW9yJod1gP1UI81W3dY1+m8P8o0pWXfxSwCumLtRb4alquJ0GC0AFRK",
+	"3pdtTcrKilUrafn9h/Y+fyQQeloou2b1fmBfLvqzc/dDVYT2FNdUCfqspDzvYJfgUgSQDO5DRLp8BChw",
+	"Wy1LjWdhB++n7+oLln9w1r+D7f83sDG5mbIGXruHBDgC+SLzVeMFiErnI2qiEX+NERxLsBhuCnGZC9rr",
+	"M56mACaNUDKMhussFFmh7J1jwrMIrSVWX4e8b6wKLKgrkQl3gStLoZ30ej0PVn3msbGoZqnJ+crJqNLJ",
+	"nuopRAknwvTZdoFkHzgZGze4tonwzt2S/YLz0VApGJa0qlH+q4rqrk+24bQ5+vnM7DdvRna/Er9CbCIE",
+	"KQmO0ErGPk55kbg83kO7U519Tm8izYLn49mWOMUinwGeBUTJlonLb8W48DEjTBpTYBw+l8spXuIYz8vX",
+	"sD5TRnWTwMPcmF6tR38RoLWSUmigRJI3Hl/d/kcZpdiOzYwdjh3gnvuSsPY6zmwynmkjlNNykRedX/70",
+	"/fDl5c3N5etXw8tvYxR4VRPrQJ0zzF5nbqm8uZTPBasouX5x4CdIu3b245PeCVle7EtojoW3SB1GQEKe",
+	"5cYBchDyPmeJBBuIyrFFDBw/7X3dHajnMzG+MwTW7696ULuvz+CU44Kztfvy2q6AhaX9tPekEw3UCAEM",
+	"26e9Y0iwSFasfXr8JGKnvV4nYmB/qU67bSenMzumTgRp9GDVOu2dAmATYlO9JFsbLR7mpAf3fW+yuQN4",
+	"AHCRQwYBDXU4kSnEcVYqh2LVSjlVGqJZjQ7Jb84Ba5gZPRdnNHBn8psXJmczBMYXMoOTFoByaaB+nmKd",
+	"edvQSDBVpGmXxXOR84TnPPbF/u9FNuK5nAO1ZGIhMFkjE2M9VdLQuWAzbmaV+bfHXGklxzwlXC4kXz9I",
+	"A5pWNFCqIEOlj3WD+LHlDGDLFnyMDhQP53lgSkElk7hPKGb2Tcz8GCjyQmDxVsIn9mR75vGEoUAXhI3x",
+	"JBEJDS2CtXBYksCSADc4Gqj4uPv/s3ety23kVvpVUKytUnO2SUsa2XHIcrkcx7PjXU9my3Qqu+V2CJAN",
+	"Ul1qolmNbsuMrK08TR4sT7J1LkCjySYlj6TJ3P7EE7EvaOAAOOfgO993LMNf5ImTL6Mnhg1D0PO2gUdg",
+	"R8xOgNMmR2o1ZANGkbjajkTSU5aAbkmPKXu5oKhi41CoitSwoygemcQsMsf75jzeRV1i21RewMRDTmBt",
+	"q2yFzMk4L2WrkzIfNuP0halIPgJijIOZN00zq2Y56ok0tgy+QjP14CdTTHFtkjEq4W1jlMHHOBGyDrYx",
+	"+NvJ10JCn02ropjmqlx6QTd3fAMbAT5z+zxnTO5MN6p7e9YNXa5KcvbXFJ6hS7OUS5/9ILcyzHlb6/SF",
+	"/shr6V44UIefQBObBiwcvJmGUbOiKsY0Hf0y7EKW+wqcbwsvuv+zK9df/yLdOPd6pyXbWe7kdGajsKLN",
+	"DZLbPP0BxO5e+Zui/Y94TqbndYlB2/urnpvs78AF643efwArbhzRYEf1oxhk6gh1nVnvVNzG7aSga2/I",
+	"+D3FZFwSA85NOkD88WxTaQjKkAuHHxg78lLeZx2LdLFYWOZ6TowrFM2MsNnfNNWYcLKzESR3h35DwS3Y",
+	"0vPGhTllCQFPE4kaJJkVizrP8bif1C1dAIqvzLWZa2IuotddaL1m38M31AoFIW2uXeUoI4CRc06stLtI",
+	"LNVaRFxmiYEnNUz2vQuzwe+ZF7VBLymS/zOgTxq8KWwl2xyzebEkIAIC6nG3tPX8HM/21pktUi1mepkZ",
+	"4s0u+JrEwFvBnyBeEV/vmlXkzc0Qs6Tzhc+2lgjXL4tiNRQvqKTHVsXaEhAEvzwx4MThF6KsOe79zFTu",
+	"0Qq+UApdy//OsTZYmY2QtApJPGXFUoFHmBMYUFzE7JLsSDf82DQkCJyS8L8yMS4pQTcQCy9a37nOsYST",
+	"swpypT7JoWj6d9LyFmhs2esD1wOeU+qqLg2aa6Xj4N5XJpXhbc1Raq5shcdepNzFGK8+p0GaJ/yHWo8E",
+	"bAeSHCYmyGS5d/o44jrcbjDYC5cGdz118JblzS7PNyMh2biliCjzghJVJJKxPGKlM0rDB+aJE2cDnkOd",
+	"p6I1p/phF6KJen/LV3PQt8BtPA8pFYRKHUx8nDr/GtaIcKSx1M6LmRV5Xlw+o24KCSJpeKgeParXsLR9",
+	"fSxsPzGLonSZIt7egpe5NBoYI1vgSOwa3wjsdjJ51aiOqIo1S5yMPxhXaIdUsA+vhxZbz/MP7aCC+fAI",
+	"BR8VMQUzuJsZunOLUjH6qd1umMDQkL77JCLvJwJ6dak2Q/EN3GpHQuKHjPjVHOlKiIJG4irpkbkmvVgk",
+	"Pfhj0osTk/S0mRfIxty7lliHwkHTn999M3iKHUQC/srqJ2f8zPAucPPpx6QnmxMjtIPEOEkE9GvpmRQF",
+	"ySwddUwjVE/BoIxoHs1SYGpygrrObhFrGKmJTFW+UbYa4IWD13/kVvA8ggUK457+2PfQUq13ugeZrqlL",
+	"qoJ6iRZv+u+8sBV2ET672Y1coX4knbQgfl2Os0Mx4R6ufbQYHtl9c7Y94d0O4Jrs7GSr1RhPUQvhium8",
+	"SLUf2BQaPBQvi9WKma61FZEciXVmlrJP25vD07G9K7BeFKTLi0u3q2VWQPyKUW64bY48Hd5C5bl1VO40",
+	"p2sUbiG1cSUk9jlaOU5Bn67tgLHFQpJRTGd6U9D5IdimH9A1LLRb8zsvlqRR3Z0kP5jrpT6/Y6Z3yzsi",
+	"q64K2kFxufA59K7dat+xP9zZyhUvinKlKsoQPznrxYeTxzsNc4pJ6A5iWp6MGaUcQ0ttmguWSSqJZ+K7",
+	"7A97m7pSn7ZxEtSws5Pfn319fBY09eQ2TSWfAXzKccPDwQur6jIAEcHKzf4IL8f7OxZ/7+L8nRVFrpX5",
+	"4tR7Ma+020jacZsfs1lmFDZiByXS29mL2o/Y4u+ZvKLJZN16H8OqFvM6ISKrNRNJ+tuwJ3ZojTvJAfCJ",
+	"W1TKoQPUEQ10OkMtJ2rsdehxNuAKHoUWR2N1wNJ3TaYXLqW7rQLvIVyxv9DHOtw8bcCS3+NLenFvoXKr",
+	"ex+6hrZjvd9tK+rCdjmJMeLl/KYaNvCAk5eYm7080eHkMWgRbQdipkvFQRMtobufzw2AieWff0M3vOk8",
+	"xPjWnRPSZ7b9tiPrZn5Hm9nJpIARIhTwPHZCstb3L9Xa9sfimKwj0MnG6ly8aPuDv8gcJ47yrnOa8Ld1",
+	"RBp3nRHXv+jz8LewgKhdmyABCMO+ZMz7WFFSJI4O+QTD6MEEPCE+7aZldisVgryd+0/aJpolm5xejcMG",
+	"SUdlHH1bVevvTb6JxUSt9CSr9LNJVWbzKhYTPa9L7UXc+hheJObtq8m7OPTuvQpWc2LghcgwdMGt8ORU",
+	"nBd1aZlInF6PVOuJwUyMEqUyKUShqYhOHz8Rs6yyfTqddPEIZmOLltxgJKkXBh5bhxnqxDA6DLxPkWZl",
+	"7Ci9svTIism3Lwanj5+gjoaty4/t+oX+aKsKBF5R1JXEiJCEjivMQbD4mTD6cuvkkWInyrd4VASiKXH8",
+	"2wmf4hIMIFtmxqLD+SIs+hdRuzH4Ryv7WJdPCIOiGLXiNicNTqk0GDXWBbKFp55pEqY8GGpeNZVBDW0B",
+	"eVQBcwElq1SdZhUH52oOn83hNRMVUK1KzGjaj8WFqymhb2KaGGZAgL5KDFK5Oawhd7CIkPxnrZaovYeT",
+	"gLJGgfhaZuZ5nWLM/8L3ATr/ifHVKRmK5lHbJL5X26mqJFKj+fMJye1zahjQx9DF0RkKxXj5C9kf8cEp",
+	"EubCB83PNZ5HFwwPV06rcEiyaA1hhBSVhhAEOxI+TVyeF/y4hmxBkS18Q2rgTEJOOyo6uDrFpCXPQqe3",
+	"FCnDMqhOFJX+8EQ8enI23pZCObJ47seU5ajT7qOoqqxtpdP+iB2lx1g2VZesaog++CozdaXjxLChUyOd",
+	"iaumWXh6iZIjZGPI0eOZxuG+aWZIxykxLZ6d2GP884KsiN1pNukma8HZV9qvVnQUSA1MTJFjqZSt54hR",
+	"W2BlpG218cg2HwgrUlcYNsmW5rXpPcyZDD38i05kOkpbJ86AxuHkxnPxfwn+8WH1PPyEHIe8JZZzOLO6",
+	"wnmP61jk5nh/Z3Yzz4tnKBnehQTnRxIwcXOmTVEVzByGmdit0Ci4ostjwFv8pII5xDMY+sz1FzMldYSj",
+	"befuR5F02TncHrf2wpYLjg5EFPoFwWEMIyEY5hScaLVOr2B+NWu7CE8etzwAxFsHG/mu81bU1X7vjWrU",
+	"WzlrD1t0Wrv7PbuWlxSj7EOBJ0bNosDK0B814cLXiIqkXQj6CXeGvDBLVJtQKWqfYtwxFH+hJRkiF+dJ",
+	"Om1RJJ1foG4GNalPEoH5RsxzrUobtGDfEvs9JrhuJ88S+DwI3fdeaLPy4Xt/eLX/T86K6TvvZsavXO6T",
+	"7PioQf5B/2GPkR43DVTLdCtlLw5XOr3DK24AYbwsVis1sBouqhybrL19SdFaVZUu4dK/iq+i56O1RqnG",
+	"z7ZSS/jXV3zB/8Fijs+MRP8MI5PrKvhPnX4mDln+Z7ouNWkof54rM9d5rtN+9Hwkvop/pJf1vxJf/Vvv",
+	"FjVaL9g9VzBvN88QYTV2sDFwT1dFubdSC29tdWtW6ZXd6t/3f3324d+f7TbG/0GVJZUKdKOI0WHtzrc+",
+	"Pj7+0lwr8qrpT9V0jmVdblXEsLOoLUYL+76XbjmonvaQGGaYGIcqxKjpP6uCS5jqMUTAzYFnpGAyz3JN",
+	"cEAIA/HLGn4GIpXo3PeQ2UiZbAHPU1b874vv3pD4I3T/4N1mrUciHIGNWuUSs4b/Ofn+TyKSV0nPPWAK",
+	"P9LB3z///o+kd82MocEl8OvVP//+j+tr2R8iQFBewQo3zdKY1iS4m+c7PGEs5PO03EzL2vCRL+xuCR0M",
+	"wRImotPj48YtMEW5UjnCNt07SU1Jvk71al1U2sw3g//SG+mir6goE+NxocMslf0tfJPvIErIBUhCaLqD",
+	"+hJC0imw4kc1KDrxmlrsn2WxTLl1yuV+kq6YmjKBOkftclWdjxPDJdT0Z4pPOdTr2t5fYm02GM0eyq6t",
+	"+codffjoY+/B0cnpU7EuM0PG+GLy8vVrMT9XpZrDS0WEUFdw/+X/ydgdgb5+9e4bkZZqUSE94mJAK0Of",
+	"tf/Rhi80ogBU61hK2eDhhJvEAbjMLLs6+IU0yM0nblnBwfLdcE1Okk+nx4Mk+fQ7/aFzp3gg7CAM3qSe",
+	"rbJAiCrubc/I9vM6jnLuly2DX0CA532ra1puRFljdmp3TuKSdJ8gR+in2wAcfxYwxQdnkD15/PBONthA",
+	"uI8Qto5Ev3GbMbyJDO9DOAOnCOx3yl54K8OUM1ah3MADgk72I7cTHeRNe4k+Y/eaegMsAG7qro6833nQ",
+	"NRrU7BxLUzB5A/30y1YyaBkIfb8zEBbKpBparKnZkmz31OlOpM0HDS5vGbeo3cL7XWfuq6+9Z9s5fnDb",
+	"ecf28gs0kQOLwCNVVtlCzaubo+8X/sqf4rC61h0Khfy3Yjbq1zrQAW3mocnrOvQHj3bcyZiL/9yWBeL4",
+	"9Ox+yXLvglHqNCl0038FZfjOehzGeYxpaORMqShuc97HZVFeYBAUiz+/fTPQdq6wxp1UfO2QClQdbzz+",
+	"v/5BP4VQYfvZy7DgTkshr/A/YqGqmAWenl/LWEhXnCxdCfKRxTrlkZBXF5lJY8T5Po9FhTSVaqWfx4nJ",
+	"LLGpPI/FvLDVtLbp82vZj4V0CGN55QAXEFNfs4YUIr8kYjZ9gL3IjMopjua6WoKbMrCaQcO4aZ8rOxSv",
+	"FFVWGEzIZ6mkMgkr6vXYY7y38E4t2szoqfgu+wOe5sJTCcNMfGoNJgFGj/S0qCjCFXnY8+KyK9CGiU3Y",
+	"kbusCbtzKGtAjNB3+N2oecoJa+orhHwXxiOlh/uC3xYael969/3x4Pcfrk7ik6fXe+Pcg6vKDXjFWy0e",
+	"/KUOh/NLXkOcd3VkHQOGsh2gpNhjWVwlTckD3hrVrfUC4SuH/Re65CHdSnjDXucDX/8zGOI7BqhOnoSP",
+	"Jxv27gZyQfVkVs9LWGoiFPrAbGf/hgSuKyAQEp8tRSSVraYEYz37mks06jIPMma4xMFyRq9A0O2oY7nE",
+	"H2EjYxQX1sEPBXSPHQn5MdOXyALTFLvhPuBUUxITBRDKGXwlfr4/OPTQJriNtE1EcEs/DuFCkSthjBOD",
+	"wjKe/NKzH/HZKT8cix+x6Lw/FCy4f6HNVH/KbGUlx3a0X5vE1FbHewh06cqZSjtEZgiUFOKcHE8llY3V",
+	"VV1ScYPEGyxhiUMAF6K9EOWUQ8saXkTGx7RpFOeqLDeZWTooEB8DV+d6FTe8aIyULaxu3x0ZPoY+L2zF",
+	"5d+xo4RutDGZvKzpXGpVKOjDTKPolfhGYTOGsGqVG6dOg8fpxp9pEz+qY9dQHtdF9Tgiq/QKGSgCCmXw",
+	"Ro6smBep7o8Tgyz3whUREdwMNka8DY8nyKlCLFk/xlzTSiH/hmcCwZ+G4i9YvVUlhphM6UMyBrHReHHv",
+	"EJ+CJZRmCxowFoqGMBU0bflZcWLC8fxYXLjx5GnA4C5E48H9jNiktrtKM8SvuXN9dEgSc4E0CHThodw/",
+	"VgU/UGoanv1FCKqT+303fWJnupd/IjeJOjxbaT7lhwXWL3+/JYTvvrlRb7cBOI4Ah+BgwWY27hoFxJ92",
+	"+S6PrvDfW0hZOFP/QvebjHhxSy2LtziH09+kXnYlWbFntmxgtsEQpqQttm0FWRUCVRmCzGR2tEvvUNmd",
+	"a5VX5387lJ/5li95SCVEfMVeUAFnlZkc6QcL/h+AE73JPmoD71iXxYzG4RGiYA72zFu64iE5rrVKM2hY",
+	"J8M1vP6ngAo72Mo/sVjpZtwUoGMpPuUB/ONYzvsw7Mu/iQZqzL4duHXBk5irHc/F3Jygrtrh+nBudZvr",
+	"A911WuzqMoewv6rWo0ePTk5/NzweHg9PRk9PTk971x+u/z8AAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -818,6 +818,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/environments/{name}/hibernate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Save a running environment to disk and free its memory and CPU (runtimes whose capabilities say hibernate memory or filesystem).
+         * @description Answers once the environment is saved (state `hibernated`, with `hibernated_at`, `saved_bytes` and `sleep_reason` `requested`); the save is bounded by the wake timeout (AGENTIC_WAKE_TIMEOUT, default 2m) and goes on if the caller leaves. With hibernate `memory` its processes continue after a wake as if nothing happened; with `filesystem` only its files are kept (its processes start again). One already hibernated is answered as it is; one in a transition is waited for. Errors: 409 not_supported on a runtime whose hibernate is `none`; 409 invalid_state when the environment is not running (stopped, paused, failed …); 507 hibernate_limit when the saved states of hibernated environments would take more than AGENTIC_HIBERNATE_MAX_BYTES (wake or delete one first). A save that fails leaves it as it was.
+         */
+        post: operations["hibernateEnvironment"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/environments/{name}/wake": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Run a hibernated environment again; answers once its agent is back.
+         * @description Restores the environment from its saved state and waits until its agent has connected again (state `ready`), bounded by the wake timeout (AGENTIC_WAKE_TIMEOUT, default 2m). Concurrent wakes, and work aimed at it meanwhile (exec, sessions, files, previews, task steps, which wake it by themselves), wait for the same one wake. An environment that is not hibernated is answered as it is. A wake that fails (saved state missing or corrupt, image gone, agent not back in time) leaves the environment `failed` with the reason in `error`, and is 503 wake_failed.
+         */
+        post: operations["wakeEnvironment"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/environments/{name}/stop": {
         parameters: {
             query?: never;
@@ -1256,7 +1296,8 @@ export interface components {
              *     too_many_transfers, invalid_manifest, task_not_found, task_conflict, unknown_parameter,
              *     artifact_not_found, pool_not_found, agent_reserved, stdin_busy, port_not_listening,
              *     too_many_forwards, port_refused, upgrade_required, too_many_public_ports, too_many_sign_ins, forbidden,
-             *     token_exists, token_not_found, invalid_cursor, secret_unresolved.
+             *     token_exists, token_not_found, invalid_cursor, secret_unresolved, invalid_state, hibernate_limit,
+             *     wake_failed.
              */
             code: string;
         };
@@ -1828,12 +1869,18 @@ export interface components {
             limits: string[];
             /** @description POST .../pause and .../resume work. */
             pause: boolean;
+            hibernate: components["schemas"]["HibernateMode"];
             read_only_root: boolean;
             /** @description A create request may name an image. */
             images: boolean;
             /** @description Presets a create request may name in profile. */
             profiles: string[];
         };
+        /**
+         * @description What POST .../hibernate keeps of an environment on this runtime: `memory` (memory and processes: what ran continues after the wake), `filesystem` (its files only: its processes start again), `none` (it cannot hibernate: the call is 409 not_supported, and idle_after is refused).
+         * @enum {string}
+         */
+        HibernateMode: "memory" | "filesystem" | "none";
         Resources: {
             cpus?: number;
             /** @description At most 16 TiB. */
@@ -1866,6 +1913,10 @@ export interface components {
             };
             /** @description Injected secrets (README "Injected secrets"), validated as a task manifest's: the value never enters the environment. Every command started on its agent (exec, commands, sessions, missions, tasks) holds a placeholder in the secret's variable and, in the variable inject.base_url_env names, its agent's local endpoint; the server adds the value to the requests sent there, for inject.host only. These variables override a command's own of the same name. The value is read at create (400 secret_unresolved when it cannot be) and again after a restart of the server (the workload keeps its placeholders; a value gone then leaves the environment up and its requests refused). Deleting the environment ends the placeholders (403 placeholder_gone). Only injected secrets: one without inject is 400 invalid_request. An environment with secrets is provisioned, never taken from a warm pool. */
             secrets?: components["schemas"]["EnvironmentSecret"][];
+            /** @description A duration in Go's syntax (time.ParseDuration: "90s", "30m", "1h30m"; "0" is off; a negative or malformed one is 400 invalid_request, as is delete_after's). Hibernate the environment once nothing has used it for this long (no running command, no attached viewer, no session output, no file, tunnel or preview traffic). Only on a runtime that can hibernate (400 invalid_request where its hibernate is `none`). Absent: never (an environment taken from a warm pool whose definition names none gets 30m where its runtime can hibernate). */
+            idle_after?: string;
+            /** @description Delete the environment once it has been hibernated or stopped for this long (on any runtime). Absent: never. */
+            delete_after?: string;
         };
         /** @description An injected secret; inject is required (a secret without it is 400 invalid_request saying so: an environment takes no plain secrets). */
         EnvironmentSecret: {
@@ -1904,8 +1955,11 @@ export interface components {
         Environment: {
             name: string;
             runtime: string;
-            /** @enum {string} */
-            state: "provisioning" | "booting" | "ready" | "stopped" | "paused" | "failed" | "deleting";
+            /**
+             * @description hibernating: being saved to disk; hibernated: saved, holding no memory or CPU, until POST .../wake or work aimed at it wakes it; waking: being restored, until its agent is back.
+             * @enum {string}
+             */
+            state: "provisioning" | "booting" | "ready" | "stopped" | "paused" | "hibernating" | "hibernated" | "waking" | "failed" | "deleting";
             /** @description The engine's id: container id, domain UUID, pid. */
             runtime_id?: string;
             image?: string;
@@ -1937,6 +1991,30 @@ export interface components {
             /** @description Its injected secrets' names and hosts (never a value or a placeholder); absent when it has none. */
             secrets?: components["schemas"]["EnvironmentSecretInfo"][];
             usage?: components["schemas"]["InjectedUsage"];
+            hibernate?: components["schemas"]["HibernateMode"];
+            /**
+             * Format: date-time
+             * @description When a hibernated environment was saved; absent otherwise.
+             */
+            hibernated_at?: string;
+            /**
+             * Format: int64
+             * @description What a hibernated environment's saved state takes on disk; absent otherwise.
+             */
+            saved_bytes?: number;
+            /** @description Why a hibernated environment went to sleep: `requested`, or its idle policy's `idle for 30m0s`; absent otherwise. */
+            sleep_reason?: string;
+            /**
+             * Format: date-time
+             * @description When something last used it (since this server started); absent until something did.
+             */
+            last_activity_at?: string;
+            /** @description What last used it: exec, session, viewer, files, tunnel, preview or wake. */
+            last_activity_kind?: string;
+            /** @description Its idle policy: hibernated after this long unused. Absent: off. */
+            idle_after?: string;
+            /** @description Its idle policy: deleted after this long hibernated or stopped. Absent: off. */
+            delete_after?: string;
             events: components["schemas"]["EnvironmentEvent"][];
         };
         PoolSpec: {
@@ -1970,6 +2048,10 @@ export interface components {
             runtime: string;
             spec?: components["schemas"]["PoolSpec"];
             size: number;
+            /** @description The idle policy of the environments taken from the pool (an untaken member never sleeps): hibernated after this long unused. Absent: 30m where the runtime can hibernate (a member taken and then left does not hold its memory forever), never elsewhere. Only on a runtime that can hibernate (400 invalid_request otherwise). */
+            idle_after?: string;
+            /** @description Taken environments are deleted after this long hibernated or stopped. Absent: never. */
+            delete_after?: string;
         };
         PoolMember: {
             name: string;
@@ -1994,6 +2076,10 @@ export interface components {
              * @description Creates that matched this pool when no member was idle.
              */
             misses: number;
+            /** @description As defined (absent: not named; taken environments then get 30m where the runtime can hibernate). */
+            idle_after?: string;
+            /** @description As defined; absent: not named. */
+            delete_after?: string;
             members: components["schemas"]["PoolMember"][];
         };
         /** @enum {string} */
@@ -2257,8 +2343,17 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description Not possible now (integration off, executor not registered, no agent, store unavailable). */
+        /** @description Not possible now (integration off, executor not registered, no agent, store unavailable), or wake_failed: the work was aimed at a hibernated environment that could not be woken (it is then `failed` with the reason). */
         Unavailable: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /** @description hibernate_limit: the saved states of hibernated environments would take more disk than AGENTIC_HIBERNATE_MAX_BYTES allows (the message says how much is saved and the limit); wake or delete a hibernated environment first. */
+        HibernateLimit: {
             headers: {
                 [name: string]: unknown;
             };
@@ -2602,6 +2697,7 @@ export interface operations {
             409: components["responses"]["Conflict"];
             413: components["responses"]["TooLarge"];
             502: components["responses"]["BadGateway"];
+            503: components["responses"]["Unavailable"];
         };
     };
     startCommand: {
@@ -2636,6 +2732,7 @@ export interface operations {
             413: components["responses"]["TooLarge"];
             429: components["responses"]["TooManyRequests"];
             502: components["responses"]["BadGateway"];
+            503: components["responses"]["Unavailable"];
         };
     };
     listFiles: {
@@ -2673,6 +2770,7 @@ export interface operations {
             409: components["responses"]["Conflict"];
             429: components["responses"]["TooManyRequests"];
             502: components["responses"]["BadGateway"];
+            503: components["responses"]["Unavailable"];
         };
     };
     deleteFile: {
@@ -2709,6 +2807,7 @@ export interface operations {
             409: components["responses"]["Conflict"];
             429: components["responses"]["TooManyRequests"];
             502: components["responses"]["BadGateway"];
+            503: components["responses"]["Unavailable"];
         };
     };
     readFile: {
@@ -2747,6 +2846,7 @@ export interface operations {
             413: components["responses"]["FileTooLarge"];
             429: components["responses"]["TooManyRequests"];
             502: components["responses"]["BadGateway"];
+            503: components["responses"]["Unavailable"];
         };
     };
     writeFile: {
@@ -2790,6 +2890,7 @@ export interface operations {
             413: components["responses"]["FileTooLarge"];
             429: components["responses"]["TooManyRequests"];
             502: components["responses"]["BadGateway"];
+            503: components["responses"]["Unavailable"];
         };
     };
     readArchive: {
@@ -2827,6 +2928,7 @@ export interface operations {
             409: components["responses"]["Conflict"];
             429: components["responses"]["TooManyRequests"];
             502: components["responses"]["BadGateway"];
+            503: components["responses"]["Unavailable"];
         };
     };
     writeArchive: {
@@ -2868,6 +2970,7 @@ export interface operations {
             413: components["responses"]["FileTooLarge"];
             429: components["responses"]["TooManyRequests"];
             502: components["responses"]["BadGateway"];
+            503: components["responses"]["Unavailable"];
         };
     };
     getCommand: {
@@ -3148,6 +3251,7 @@ export interface operations {
             413: components["responses"]["TooLarge"];
             429: components["responses"]["TooManyRequests"];
             502: components["responses"]["BadGateway"];
+            503: components["responses"]["Unavailable"];
         };
     };
     getSessionOutput: {
@@ -3594,6 +3698,65 @@ export interface operations {
         requestBody?: never;
         responses: {
             /** @description Running again; ready once its agent is seen. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Environment"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            502: components["responses"]["BadGateway"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    hibernateEnvironment: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: components["parameters"]["EnvironmentName"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Hibernated. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Environment"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["RoleForbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            502: components["responses"]["BadGateway"];
+            503: components["responses"]["Unavailable"];
+            507: components["responses"]["HibernateLimit"];
+        };
+    };
+    wakeEnvironment: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: components["parameters"]["EnvironmentName"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Awake (or not hibernated), as it is now. */
             200: {
                 headers: {
                     [name: string]: unknown;
