@@ -88,6 +88,23 @@ func TestEnvironmentsOnTheHostRuntime(t *testing.T) {
 	if code == 0 || !strings.Contains(errOut, "not_supported") {
 		t.Fatalf("pause on the host runtime: %d %q", code, errOut)
 	}
+	// Nor can it hibernate (hibernate: none): refused, and so is an idle
+	// policy that would need it; a wake of one awake answers it as it is;
+	// /metrics counts no hibernated environment.
+	_, errOut, code = ctl(t, s.RESTURL, s.Token, "env", "hibernate", "hb-1")
+	if code == 0 || !strings.Contains(errOut, "not_supported") || !strings.Contains(errOut, "cannot hibernate") {
+		t.Fatalf("hibernate on the host runtime: %d %q", code, errOut)
+	}
+	if out, errOut, code = ctl(t, s.RESTURL, s.Token, "env", "wake", "hb-1"); code != 0 || strings.TrimSpace(out) != "hb-1: ready" {
+		t.Fatalf("wake of an awake environment: %d %q %q", code, out, errOut)
+	}
+	_, errOut, code = ctl(t, s.RESTURL, s.Token, "env", "create", "--runtime", "host", "--idle-after", "10m", "hb-4")
+	if code == 0 || !strings.Contains(errOut, "invalid_request") || !strings.Contains(errOut, "cannot hibernate") {
+		t.Fatalf("idle_after on the host runtime: %d %q", code, errOut)
+	}
+	if m := readMetrics(t, s.RESTURL); !strings.Contains(m, "\nagentic_environments_hibernated 0\n") || !strings.Contains(m, "\nagentic_hibernated_saved_bytes 0\n") {
+		t.Fatalf("no sleep metrics in /metrics:\n%s", m)
+	}
 
 	// The environment outlives agentic-mgmt and is found again.
 	stop(t, s)
