@@ -36,6 +36,9 @@
 // else on the host, including a domain with a clashing name, is left alone.
 // Per-domain files live in Config.StateDir/<name>/ and Destroy removes them
 // with the domain.
+//
+// Hibernate saves a running guest's memory to its folder and ends its
+// QEMU; Wake restores it (hibernate.go, docs/vm-restore.md).
 package libvirt
 
 import (
