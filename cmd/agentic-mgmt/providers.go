@@ -227,7 +227,7 @@ type MetricsHandler http.Handler
 // provideMetrics is the metrics page. The collectors are made before the
 // use cases (which report into them); the counts read at each scrape come
 // from the use cases, named here where both exist.
-func provideMetrics(svc *agentrpc.Service, uc UseCases, times *promexport.ProvisionTimes, taskMetrics *promexport.TaskMetrics, egressMetrics *promexport.EgressMetrics, poolMetrics *promexport.PoolMetrics) MetricsHandler {
+func provideMetrics(svc *agentrpc.Service, uc UseCases, times *promexport.ProvisionTimes, taskMetrics *promexport.TaskMetrics, egressMetrics *promexport.EgressMetrics, poolMetrics *promexport.PoolMetrics, sleep *promexport.SleepMetrics) MetricsHandler {
 	taskMetrics.Counts = uc.Tasks.Counts
 	poolMetrics.Stats = func() []promexport.PoolStats {
 		var out []promexport.PoolStats
@@ -236,7 +236,8 @@ func provideMetrics(svc *agentrpc.Service, uc UseCases, times *promexport.Provis
 		}
 		return out
 	}
-	return promexport.Handler(svc, times, taskMetrics, egressMetrics, poolMetrics)
+	sleep.Hibernated = uc.Environments.Hibernated
+	return promexport.Handler(svc, times, taskMetrics, egressMetrics, poolMetrics, sleep)
 }
 
 func provideREST(cfg Config, svc *agentrpc.Service, op OperatorHTTP, uc UseCases, link *aiwg.Client, logs *filestore.SessionLog,

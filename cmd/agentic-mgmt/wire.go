@@ -48,7 +48,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		provideSupervisor,
 		provideRuntimes,
 		provideProvisionTimes,
-		provideTaskMetrics, provideEgressMetrics, providePoolMetrics,
+		provideTaskMetrics, provideEgressMetrics, providePoolMetrics, provideSleepMetrics,
 		providePublicPorts,
 		provideTokens,
 		provideSignIns,

@@ -71,6 +71,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 	runtimes, cleanup5 := provideRuntimes(cfg, log, users)
 	provisionTimes := provideProvisionTimes()
 	poolMetrics := providePoolMetrics()
+	sleepMetrics := provideSleepMetrics()
 	publicPorts, err := providePublicPorts(cfg)
 	if err != nil {
 		cleanup5()
@@ -81,7 +82,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		return nil, nil, err
 	}
 	registry, cleanup6 := provideInjection(cfg, service, log)
-	environmentService, cleanup7, err := provideEnvironments(cfg, runtimes, service, missionService, mainCredentialAudit, wall, log, provisionTimes, poolMetrics, hub, publicPorts, dataDir, registry)
+	environmentService, cleanup7, err := provideEnvironments(cfg, runtimes, service, missionService, mainCredentialAudit, wall, log, provisionTimes, poolMetrics, sleepMetrics, hub, publicPorts, dataDir, registry)
 	if err != nil {
 		cleanup6()
 		cleanup5()
@@ -123,7 +124,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		return nil, nil, err
 	}
 	client := provideAIWG(cfg, identity, missionService, outbox, wall, log, runtimes)
-	metricsHandler := provideMetrics(service, useCases, provisionTimes, taskMetrics, egressMetrics, poolMetrics)
+	metricsHandler := provideMetrics(service, useCases, provisionTimes, taskMetrics, egressMetrics, poolMetrics, sleepMetrics)
 	readiness := provideReadiness(cfg, service, client, runtimes)
 	tokens, err := provideTokens(cfg)
 	if err != nil {
