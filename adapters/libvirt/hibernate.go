@@ -177,7 +177,17 @@ func (r *Runtime) Hibernate(ctx context.Context, name string) (ports.Hibernation
 	saved := time.Since(start)
 	h, err := r.finishSave(name)
 	if err != nil {
-		return ports.Hibernation{}, fmt.Errorf("libvirt: hibernate %s: %w", name, err)
+		// The guest exists only in the save now, which cannot be kept
+		// (disk full?): run it again rather than leave it in between.
+		err = fmt.Errorf("libvirt: hibernate %s: %w", name, err)
+		if rerr := lv.DomainRestoreFlags(tmp, nil, r.restoreFlags()); rerr != nil {
+			r.log.Error("a hibernation that could not be kept cannot be undone either; the saved state is left for Recover", "env", name, "file", tmp, "err", rerr)
+			return ports.Hibernation{}, err
+		}
+		_ = os.Remove(tmp)
+		_ = os.Remove(r.recordPath(name))
+		r.startRelay(name, o.meta.Socket, nil)
+		return ports.Hibernation{}, err
 	}
 	r.log.Info("hibernated", "env", name, "bytes", h.Bytes, "agent_away", away.Round(time.Millisecond),
 		"save", (saved - away).Round(time.Millisecond), "took", time.Since(start).Round(time.Millisecond))
@@ -392,12 +402,8 @@ func (r *Runtime) wake(ctx context.Context, lv *golibvirt.Libvirt, o owned) erro
 	// The relay first, dialling as soon as the restored QEMU listens: the
 	// guest's pending connection goes through as it resumes.
 	r.startRelayWith(name, o.meta.Socket, nil, true)
-	flags := uint32(golibvirt.DomainSaveRunning)
-	if r.domType == "test" {
-		flags = 0 // the test driver takes none (and restores it running)
-	}
 	restoreStart := time.Now()
-	if err := lv.DomainRestoreFlags(r.SavePath(name), nil, flags); err != nil {
+	if err := lv.DomainRestoreFlags(r.SavePath(name), nil, r.restoreFlags()); err != nil {
 		r.stopRelay(name)
 		// A failed restore leaves no QEMU; make sure.
 		if st, _, serr := r.state(lv, o.dom); serr == nil && st != ports.EnvStopped {
@@ -424,6 +430,15 @@ func (r *Runtime) wake(ctx context.Context, lv *golibvirt.Libvirt, o owned) erro
 	r.log.Info("woken", "env", name, "check", checked.Round(time.Millisecond), "restore", restored.Sub(restoreStart).Round(time.Millisecond),
 		"took", time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// restoreFlags are DomainRestoreFlags' flags: running, whatever the save
+// says.
+func (r *Runtime) restoreFlags() uint32 {
+	if r.domType == "test" {
+		return 0 // the test driver takes none (and restores it running)
+	}
+	return uint32(golibvirt.DomainSaveRunning)
 }
 
 // later runs f in the background (Close waits for it), or now once closed.
