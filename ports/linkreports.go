@@ -10,6 +10,15 @@ type LinkReports interface {
 	SessionReconciler
 	PermissionAsker
 	HeldAgents
+	AwaitedAgents
+}
+
+// AwaitedAgents names the agents away on purpose that will come back (their
+// environment hibernated, or on its way in or out): the link keeps such an
+// agent listed, and what it runs, past its disconnect grace, instead of
+// forgetting it and ending its commands and sessions as lost.
+type AwaitedAgents interface {
+	AgentAwaited(agentID string) bool
 }
 
 // HeldAgents names the agents held for someone (a warm pool's idle
@@ -31,3 +40,6 @@ func (NoLinkReports) PermissionAsked(PermissionRequest) bool { return false }
 
 // AgentHeld implements HeldAgents.
 func (NoLinkReports) AgentHeld(string) bool { return false }
+
+// AgentAwaited implements AwaitedAgents.
+func (NoLinkReports) AgentAwaited(string) bool { return false }

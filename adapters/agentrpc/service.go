@@ -240,8 +240,20 @@ func (s *Service) Run(ctx context.Context) {
 
 func (s *Service) sweep() {
 	now := s.cfg.Clock.Now()
+	// An agent away on purpose (its environment hibernated) is kept past
+	// the grace, and so is what it runs. Asked outside s.mu: whoever
+	// answers may ask this link under a lock of its own.
 	s.mu.Lock()
-	gone := s.registry.Sweep(now, s.cfg.DisconnectGrace)
+	expired := s.registry.Expired(now, s.cfg.DisconnectGrace)
+	s.mu.Unlock()
+	var awaited []string
+	for _, id := range expired {
+		if s.cfg.Reports.AgentAwaited(id) {
+			awaited = append(awaited, id)
+		}
+	}
+	s.mu.Lock()
+	gone := s.registry.Sweep(now, s.cfg.DisconnectGrace, awaited...)
 	var lost []*command
 	for _, id := range gone {
 		lost = append(lost, s.runningOn(id, nil)...)

@@ -56,6 +56,8 @@ type linkTargets struct {
 	clock        ports.Clock
 	// use wakes environments and keeps their idle clocks (nil: none).
 	use ports.EnvironmentUse
+	// awaited: the agent's environment sleeps (nil: none does).
+	awaited func(agentID string) bool
 }
 
 var (
@@ -84,6 +86,9 @@ func bindLinkReports(r *linkReports, uc UseCases, clock ports.Clock) LinkBound {
 		recordEgress: uc.Environments.RecordEgress,
 		clock:        clock,
 		use:          uc.Environments,
+		// A hibernated environment's agent is away until its wake: the
+		// link keeps it, and its sessions and commands, past the grace.
+		awaited: environmentAsleep(uc.Environments.Get),
 	})
 	return LinkBound{reports: r}
 }
@@ -114,6 +119,21 @@ func (r *linkReports) PermissionAsked(req ports.PermissionRequest) bool {
 func (r *linkReports) AgentHeld(agentID string) bool {
 	t := r.to.Load()
 	return t == nil || t.held(agentID)
+}
+
+// AgentAwaited implements ports.AwaitedAgents.
+func (r *linkReports) AgentAwaited(agentID string) bool {
+	t := r.to.Load()
+	return t != nil && t.awaited != nil && t.awaited(agentID)
+}
+
+// environmentAsleep says whether an agent's environment is hibernated, or
+// on its way in or out (an environment's name is its agent's id).
+func environmentAsleep(get func(string) (environment.Environment, bool)) func(string) bool {
+	return func(agentID string) bool {
+		e, ok := get(agentID)
+		return ok && (e.State == environment.StateHibernated || e.State == environment.StateHibernating || e.State == environment.StateWaking)
+	}
 }
 
 // EgressRules implements agentrpc.EgressPolicy.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/agentrpc"
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/promexport"
+	"github.com/agentic-sandbox/agentic-sandbox/core/environment"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/clock"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 	"github.com/agentic-sandbox/agentic-sandbox/ports/portsfake"
@@ -58,5 +59,33 @@ func TestWorkOnAgentsUsesTheirEnvironments(t *testing.T) {
 	r.tunnelActive("box")
 	if n := use.Touches("box", ports.UseTunnel); n != 1 {
 		t.Errorf("tunnel touches %d", n)
+	}
+}
+
+// The link keeps an agent past its disconnect grace while its environment
+// sleeps (hibernated, or on its way in or out), and only then; before the
+// router is bound, no agent is awaited.
+func TestAnAgentIsAwaitedWhileItsEnvironmentSleeps(t *testing.T) {
+	r := provideLinkReports(slog.New(slog.DiscardHandler), promexport.NewEgressMetrics())
+	if r.AgentAwaited("box") {
+		t.Fatal("awaited before binding")
+	}
+	states := map[string]environment.State{}
+	get := func(name string) (environment.Environment, bool) {
+		st, ok := states[name]
+		return environment.Environment{Name: name, State: st}, ok
+	}
+	r.bind(&linkTargets{awaited: environmentAsleep(get)})
+	for st, want := range map[environment.State]bool{
+		environment.StateHibernated: true, environment.StateHibernating: true, environment.StateWaking: true,
+		environment.StateReady: false, environment.StateStopped: false, environment.StateFailed: false, environment.StatePaused: false,
+	} {
+		states["box"] = st
+		if got := r.AgentAwaited("box"); got != want {
+			t.Errorf("%s: awaited %v, want %v", st, got, want)
+		}
+	}
+	if r.AgentAwaited("host-01") {
+		t.Error("an agent that is no environment's is awaited")
 	}
 }

@@ -5,6 +5,7 @@
 package agent
 
 import (
+	"slices"
 	"sort"
 	"time"
 
@@ -187,18 +188,30 @@ func (g *Registry) SessionUnkept(id string) {
 	}
 }
 
-// Sweep forgets agents whose stream has been closed for at least grace and
-// returns their ids.
-func (g *Registry) Sweep(now time.Time, grace time.Duration) []string {
+// Sweep forgets agents whose stream has been closed for at least grace,
+// except those keep names (awaited back), and returns their ids.
+func (g *Registry) Sweep(now time.Time, grace time.Duration, keep ...string) []string {
 	var gone []string
 	for id, r := range g.records {
-		if !r.Connected && now.Sub(r.DisconnectedAt) >= grace {
+		if !r.Connected && now.Sub(r.DisconnectedAt) >= grace && !slices.Contains(keep, id) {
 			gone = append(gone, id)
 			delete(g.records, id)
 		}
 	}
 	sort.Strings(gone)
 	return gone
+}
+
+// Expired lists the agents Sweep would forget at now, sorted.
+func (g *Registry) Expired(now time.Time, grace time.Duration) []string {
+	var out []string
+	for id, r := range g.records {
+		if !r.Connected && now.Sub(r.DisconnectedAt) >= grace {
+			out = append(out, id)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // Forget drops id at once, connected or not (its environment is gone).
