@@ -33,9 +33,13 @@ import (
 //     size as SavedBytes), whatever libvirtd or this server did meanwhile.
 //
 // A record without its save, or a save whose size or checksum is not the
-// record's (truncated, garbled), is a lost state: Wake fails with
-// ErrSavedStateLost, the domain stays shut off, and the file is kept until
-// Destroy (which removes the whole folder) so that it can be looked at.
+// record's (truncated, garbled), or one QEMU refuses to load, is a lost
+// state: Wake fails with ErrSavedStateLost, the domain stays shut off, and
+// the reason is kept in hibernate.lost, so that Inspect, List and Recover
+// report the environment EnvFailed with that reason (also after a restart)
+// rather than hibernated. A corrupt save is removed; one QEMU refused is
+// kept as hibernate.save.lost to be looked at. Start boots such an
+// environment afresh (its memory is gone) and Destroy removes it all.
 //
 // The agent link across a hibernation: Hibernate ends the domain's relay
 // before the save, so the guest sees the host side of its port go away
@@ -52,6 +56,7 @@ import (
 const (
 	hibernateFile   = "hibernate.save"
 	hibernateRecord = "hibernate.json"
+	hibernateLost   = "hibernate.lost"
 	// hibernateAgentAway bounds the wait, between ending the relay and the
 	// save, for the agent to see its link end (logged on the console) and
 	// dial again; hibernateAgentRedial is that dial's wait in the agent
@@ -108,7 +113,8 @@ func (r *Runtime) readRecord(name string) (savedRecord, error) {
 	return rec, nil
 }
 
-// hibernated fills in a shut-off environment that is hibernated.
+// hibernated fills in a shut-off environment that is hibernated, or whose
+// saved state was lost.
 func (r *Runtime) hibernated(env *ports.Environment) {
 	if env.State != ports.EnvStopped {
 		return
@@ -116,6 +122,45 @@ func (r *Runtime) hibernated(env *ports.Environment) {
 	if h, ok := r.saved(env.Name); ok {
 		env.State, env.Detail = ports.EnvHibernated, ""
 		env.HibernatedAt, env.SavedBytes = h.At, h.Bytes
+	} else if why, ok := r.lost(env.Name); ok {
+		env.State, env.Detail = ports.EnvFailed, why
+	}
+}
+
+func (r *Runtime) lostPath(name string) string {
+	return filepath.Join(r.EnvDir(name), hibernateLost)
+}
+
+// lost reports why the environment's saved state was lost, if it was.
+func (r *Runtime) lost(name string) (string, bool) {
+	b, err := os.ReadFile(r.lostPath(name))
+	if err != nil {
+		return "", false
+	}
+	return string(b), true
+}
+
+// markLost records a Wake's ErrSavedStateLost: the reason in
+// hibernate.lost, the save removed (corrupt) or set aside (keep: QEMU
+// refused a sound-looking one), the record gone.
+func (r *Runtime) markLost(name string, why error, keep bool) {
+	if err := writeFileSync(r.lostPath(name), []byte(why.Error())); err != nil {
+		r.log.Warn("cannot record a lost saved state", "env", name, "err", err)
+		return
+	}
+	if keep {
+		_ = os.Rename(r.SavePath(name), r.SavePath(name)+".lost")
+	} else {
+		_ = os.Remove(r.SavePath(name))
+	}
+	_ = os.Remove(r.recordPath(name))
+	r.log.Warn("the saved state of a hibernated environment is lost", "env", name, "err", why)
+}
+
+// forgetLost removes what a lost saved state left (Start boots afresh).
+func (r *Runtime) forgetLost(name string) {
+	for _, f := range []string{r.lostPath(name), r.SavePath(name) + ".lost", r.SavePath(name), r.recordPath(name)} {
+		_ = os.Remove(f)
 	}
 }
 
@@ -157,7 +202,7 @@ func (r *Runtime) Hibernate(ctx context.Context, name string) (ports.Hibernation
 	}
 	tmp := r.SavePath(name) + ".tmp"
 	_ = os.Remove(tmp)
-	_ = os.Remove(r.recordPath(name))
+	r.forgetLost(name)
 
 	start := time.Now()
 	r.letAgentGo(ctx, name)
@@ -383,6 +428,11 @@ func (r *Runtime) wake(ctx context.Context, lv *golibvirt.Libvirt, o owned) erro
 	case ports.EnvPaused:
 		return fmt.Errorf("%w: environment %s is paused, not hibernated (resume it)", ports.ErrInvalidSpec, name)
 	}
+	if why, ok := r.lost(name); ok {
+		if _, err := os.Stat(r.SavePath(name)); err != nil {
+			return fmt.Errorf("%w: environment %s: %s (start it to boot it afresh)", ports.ErrSavedStateLost, name, why)
+		}
+	}
 	if _, err := os.Stat(r.SavePath(name)); errors.Is(err, os.ErrNotExist) {
 		if _, rerr := os.Stat(r.recordPath(name)); rerr != nil && detail != "saved" {
 			return fmt.Errorf("%w: environment %s is %s, not hibernated (start it)", ports.ErrInvalidSpec, name, st)
@@ -390,6 +440,7 @@ func (r *Runtime) wake(ctx context.Context, lv *golibvirt.Libvirt, o owned) erro
 	}
 	start := time.Now()
 	if err := r.checkSaved(name); err != nil {
+		r.markLost(name, err, false)
 		return err
 	}
 	checked := time.Since(start)
@@ -411,13 +462,16 @@ func (r *Runtime) wake(ctx context.Context, lv *golibvirt.Libvirt, o owned) erro
 		}
 		var le golibvirt.Error
 		if errors.As(err, &le) {
-			return fmt.Errorf("%w: environment %s: restore: %v", ports.ErrSavedStateLost, name, err)
+			err = fmt.Errorf("%w: environment %s: restore: %v", ports.ErrSavedStateLost, name, err)
+			r.markLost(name, err, true)
+			return err
 		}
 		return r.lverr(lv, "restore "+o.dom.Name, err)
 	}
 	restored := time.Now()
 	// Renamed now, removed after: unlinking 100 MB takes a while.
 	_ = os.Remove(r.recordPath(name))
+	_ = os.Remove(r.lostPath(name))
 	old := r.SavePath(name) + ".old"
 	if err := os.Rename(r.SavePath(name), old); err != nil && !errors.Is(err, os.ErrNotExist) {
 		r.log.Warn("cannot remove the saved state of a woken environment", "env", name, "err", err)

@@ -115,8 +115,29 @@ func TestSavedStateLost(t *testing.T) {
 			rt, _ := newTestRuntime(t)
 			hibernatedFiles(t, rt, "a1")
 			spoil(t, rt, rt.SavePath("a1"))
-			if err := rt.checkSaved("a1"); !errors.Is(err, ports.ErrSavedStateLost) {
-				t.Errorf("checkSaved: %v, want ErrSavedStateLost", err)
+			err := rt.checkSaved("a1")
+			if !errors.Is(err, ports.ErrSavedStateLost) {
+				t.Fatalf("checkSaved: %v, want ErrSavedStateLost", err)
+			}
+			// Wake records it: the environment is failed with the
+			// reason, its corrupt save gone.
+			rt.markLost("a1", err, false)
+			env := ports.Environment{Name: "a1", State: ports.EnvStopped, Detail: "saved"}
+			rt.hibernated(&env)
+			if env.State != ports.EnvFailed || env.Detail != err.Error() || env.SavedBytes != 0 {
+				t.Errorf("after a lost saved state: %+v", env)
+			}
+			if _, ok := rt.saved("a1"); ok {
+				t.Error("the lost save is still taken for a hibernation")
+			}
+			rt.forgetLost("a1")
+			env = ports.Environment{Name: "a1", State: ports.EnvStopped}
+			rt.hibernated(&env)
+			if env.State != ports.EnvStopped {
+				t.Errorf("after forgetLost: %+v", env)
+			}
+			if entries, _ := os.ReadDir(rt.EnvDir("a1")); len(entries) != 0 {
+				t.Errorf("forgetLost left %v", entries)
 			}
 		})
 	}

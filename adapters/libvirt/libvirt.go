@@ -812,8 +812,8 @@ func (r *Runtime) imageAllowed(image string) error {
 
 // Start implements ports.Runtime: it boots a stopped environment (resumes a
 // paused one, wakes a hibernated one: a restore of its saved memory, as
-// Wake, never a boot that would throw the saved state away) and starts its
-// relay.
+// Wake, never a boot that would throw the saved state away; boots afresh
+// one whose saved state was lost) and starts its relay.
 func (r *Runtime) Start(ctx context.Context, name string) error {
 	unlock := r.lock(name)
 	defer unlock()
@@ -835,6 +835,8 @@ func (r *Runtime) Start(ctx context.Context, name string) error {
 		if _, ok := r.saved(name); ok {
 			return r.wake(ctx, lv, o)
 		}
+		// A lost saved state: boots afresh.
+		r.forgetLost(name)
 		if err := qemuFolder(r.EnvDir(name)); err != nil {
 			return fmt.Errorf("libvirt: %w", err)
 		}

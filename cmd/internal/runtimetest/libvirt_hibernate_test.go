@@ -182,8 +182,19 @@ func TestLibvirtHibernate(t *testing.T) {
 	if err := rt2.Wake(ctx, name); !errors.Is(err, ports.ErrSavedStateLost) {
 		t.Errorf("Wake from a garbled saved state: %v, want ErrSavedStateLost", err)
 	}
-	if env, err := rt2.Inspect(ctx, name); err != nil || env.State == ports.EnvRunning {
-		t.Errorf("after a failed Wake: %+v, %v; want not running", env, err)
+	// Failed with the reason, also for a new adapter (a restarted server).
+	rt3, err := libvirt.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt3.Close() })
+	for _, rt := range []*libvirt.Runtime{rt2, rt3} {
+		if env, err := rt.Inspect(ctx, name); err != nil || env.State != ports.EnvFailed || !strings.Contains(env.Detail, "corrupt") {
+			t.Errorf("after a failed Wake: %+v, %v; want failed, saying the saved state is corrupt", env, err)
+		}
+	}
+	if err := rt3.Wake(ctx, name); !errors.Is(err, ports.ErrSavedStateLost) {
+		t.Errorf("Wake again: %v, want ErrSavedStateLost", err)
 	}
 	if running, _ := rt2.Relaying(name); running || qemuRuns(t, rt2.DomainName(name)) {
 		t.Errorf("after a failed Wake: relay %v, QEMU %v; want neither", running, qemuRuns(t, rt2.DomainName(name)))
@@ -421,7 +432,8 @@ func TestLibvirtTestDriverHibernate(t *testing.T) {
 		t.Error("no relay after Wake")
 	}
 
-	// Cut short: lost, and the domain stays shut off.
+	// Cut short: lost, the domain stays shut off and is failed with the
+	// reason; Start boots it afresh.
 	h, err = rt2.Hibernate(ctx, name)
 	if err != nil {
 		t.Fatalf("Hibernate: %v", err)
@@ -432,15 +444,27 @@ func TestLibvirtTestDriverHibernate(t *testing.T) {
 	if err := rt2.Wake(ctx, name); !errors.Is(err, ports.ErrSavedStateLost) {
 		t.Errorf("Wake from a truncated saved state: %v, want ErrSavedStateLost", err)
 	}
-	if err := rt2.Start(ctx, name); !errors.Is(err, ports.ErrSavedStateLost) {
-		t.Errorf("Start from a truncated saved state: %v, want ErrSavedStateLost", err)
-	}
 	dom, err := lv.DomainLookupByName(rt2.DomainName(name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if st, _, err := lv.DomainGetState(dom, 0); err != nil || golibvirt.DomainState(st) != golibvirt.DomainShutoff {
 		t.Errorf("after a failed Wake the domain's state is %d, %v; want shut off", st, err)
+	}
+	if env, err := rt2.Inspect(ctx, name); err != nil || env.State != ports.EnvFailed || !strings.Contains(env.Detail, "bytes") {
+		t.Errorf("after a failed Wake: %+v, %v; want failed saying the save is short", env, err)
+	}
+	if rec, err := rt2.Recover(ctx); err != nil || len(rec) != 1 || rec[0].State != ports.EnvFailed {
+		t.Errorf("Recover after a failed Wake: %+v, %v", rec, err)
+	}
+	if err := rt2.Wake(ctx, name); !errors.Is(err, ports.ErrSavedStateLost) {
+		t.Errorf("Wake again: %v, want ErrSavedStateLost", err)
+	}
+	if err := rt2.Start(ctx, name); err != nil {
+		t.Fatalf("Start after a lost saved state: %v", err)
+	}
+	if env, err := rt2.Inspect(ctx, name); err != nil || env.State != ports.EnvRunning || env.Detail != "" {
+		t.Errorf("after Start: %+v, %v; want running afresh", env, err)
 	}
 	if err := rt2.Destroy(ctx, name); err != nil {
 		t.Fatalf("Destroy: %v", err)
