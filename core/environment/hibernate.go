@@ -48,9 +48,23 @@ type activity struct {
 	holds atomic.Int32
 }
 
+// useKinds holds one pointer per known kind, so that a touch (once per
+// chunk of session output) allocates nothing.
+var useKinds = func() map[string]*string {
+	m := map[string]*string{}
+	for _, k := range []string{ports.UseExec, ports.UseSession, ports.UseViewer, ports.UseFiles, ports.UseTunnel, ports.UsePreview, ports.UseWake} {
+		m[k] = &k
+	}
+	return m
+}()
+
 func (a *activity) touch(at time.Time, kind string) {
 	a.last.Store(at.UnixNano())
-	a.kind.Store(&kind)
+	p, ok := useKinds[kind]
+	if !ok {
+		p = &kind
+	}
+	a.kind.Store(p)
 }
 
 func (a *activity) lastUse() (time.Time, string) {
@@ -496,7 +510,9 @@ func (s *Service) idleFor(name string, rec *record, now time.Time) time.Duration
 			last = t
 		}
 	}
-	if a, ok := s.cfg.Agents.Agent(name); ok && a.RunningCommands > 0 {
+	// A kept session's shell left open is no work: its output and viewers
+	// count, not its being there.
+	if a, ok := s.cfg.Agents.Agent(name); ok && a.RunningCommands > a.KeptSessions {
 		return 0
 	}
 	if last.IsZero() {

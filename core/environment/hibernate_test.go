@@ -297,3 +297,19 @@ func TestAHibernatedEnvironmentIsFoundAfterARestart(t *testing.T) {
 		t.Fatalf("wake after a restart: %+v %v", e, err)
 	}
 }
+
+func TestAnOpenSessionIsNoWorkButACommandIs(t *testing.T) {
+	f, _ := sleepy(t, "shell", ports.IdlePolicy{IdleAfter: 100 * time.Millisecond})
+	// One command running besides its session's shell: busy.
+	f.agents.Add(ports.AgentInfo{ID: "shell", Status: ports.AgentBusy, ConnectedAt: time.Now(), RunningCommands: 2, KeptSessions: 1})
+	f.svc.mu.Lock()
+	busy := f.svc.idleFor("shell", f.svc.envs["shell"], time.Now().Add(time.Hour))
+	f.svc.mu.Unlock()
+	if busy != 0 {
+		t.Fatalf("an environment running a command is idle for %s", busy)
+	}
+	// Only the session's shell: idle, and it goes to sleep.
+	f.agents.Add(ports.AgentInfo{ID: "shell", Status: ports.AgentBusy, ConnectedAt: time.Now(), RunningCommands: 1, KeptSessions: 1})
+	f.svc.Recover(context.Background())
+	waitState(t, f.svc, "shell", StateHibernated)
+}
