@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -279,15 +280,18 @@ func execFloor(srv *harness.Server, runtime string, n int) (stats, error) {
 // provisionOnce creates an environment, waits for its agent, runs `echo`
 // in it, and deletes it (waiting until it is gone, outside the timings).
 func provisionOnce(srv *harness.Server, runtime, name string) (ready, output time.Duration, err error) {
-	return provisionOnceHook(srv, runtime, name, nil)
+	return provisionOnceHook(srv, runtime, name, nil, nil)
 }
 
-// provisionOnceHook is provisionOnce calling then, when set, after the
-// first output and before the delete (not timed).
-func provisionOnceHook(srv *harness.Server, runtime, name string, then func()) (ready, output time.Duration, err error) {
+// provisionOnceHook is provisionOnce with the create request's other
+// fields, calling then, when set, after the first output and before the
+// delete (not timed).
+func provisionOnceHook(srv *harness.Server, runtime, name string, fields map[string]any, then func()) (ready, output time.Duration, err error) {
 	call := func(method, path string, body any) (int, []byte, error) { return restCall(srv, method, path, body) }
 	start := time.Now()
-	code, body, err := call(http.MethodPost, "/api/v1/environments", map[string]any{"runtime": runtime, "name": name})
+	req := map[string]any{"runtime": runtime, "name": name}
+	maps.Copy(req, fields)
+	code, body, err := call(http.MethodPost, "/api/v1/environments", req)
 	if err != nil || code != http.StatusAccepted {
 		return 0, 0, fmt.Errorf("create %s: %d %s %v", name, code, body, err)
 	}

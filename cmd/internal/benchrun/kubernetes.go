@@ -256,7 +256,7 @@ func envSteps(srv *harness.Server, name string, start time.Time) (map[string]tim
 // output, before the delete (not timed).
 func provisionOnceThen(srv *harness.Server, runtime, name string, then func() error) (ready, output time.Duration, err error) {
 	var thenErr error
-	ready, output, err = provisionOnceHook(srv, runtime, name, func() { thenErr = then() })
+	ready, output, err = provisionOnceHook(srv, runtime, name, nil, func() { thenErr = then() })
 	return ready, output, errors.Join(err, thenErr)
 }
 
