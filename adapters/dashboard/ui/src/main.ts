@@ -340,17 +340,108 @@ function Log({ id }: { id: string }) {
 
 // What an environment's state lets an operator do (the others are shown
 // disabled, saying why).
-const envActions: Record<"start" | "stop" | "pause" | "resume" | "delete", { when: string[]; why: string }> = {
+const envActions: Record<"start" | "stop" | "pause" | "resume" | "hibernate" | "wake" | "delete", { when: string[]; why: string }> = {
   start: { when: ["stopped", "failed"], why: "only a stopped or failed environment starts" },
   stop: { when: ["ready", "booting", "paused"], why: "only a running environment stops" },
   pause: { when: ["ready"], why: "only a ready environment pauses" },
   resume: { when: ["paused"], why: "only a paused environment resumes" },
-  delete: { when: ["provisioning", "booting", "ready", "stopped", "paused", "failed"], why: "being deleted" },
+  hibernate: { when: ["ready"], why: "only a ready environment hibernates" },
+  wake: { when: ["hibernated"], why: "only a hibernated environment wakes" },
+  delete: { when: ["provisioning", "booting", "ready", "stopped", "paused", "hibernated", "failed"], why: "being deleted" },
 };
+
+// ---- sleep and wake: hibernate (saved to disk, its memory and CPU freed)
+// and wake (restored; answered once its agent is back).
+
+type SleepOp = "hibernate" | "wake";
+type Sleep = { op: SleepOp; since: number; took?: number; env?: S["Environment"]; err?: { error?: string; code?: string } };
+
+// canSleep: the runtime keeps something across a hibernation (memory, or
+// its files only); `none` cannot hibernate, and offers neither button.
+const canSleep = (mode?: string) => !!mode && mode !== "none";
+
+// What a hibernation keeps, as a person reads it.
+const keeps: Record<string, string> = {
+  memory: "memory and processes kept: what ran continues after the wake",
+  filesystem: "files kept: its processes start again after the wake",
+};
+
+// dur shows a Go duration as a person writes it ("30m0s" → "30m").
+function dur(d?: string): string {
+  return (d || "").replace(/(\d)m0s$/, "$1m").replace(/(\d)h0m$/, "$1h");
+}
+
+// useSleep runs hibernate and wake (each answers once done: saved, or its
+// agent back) and keeps, per environment, the one under way or its outcome.
+function useSleep(): [Record<string, Sleep>, (name: string, op: SleepOp) => Promise<void>] {
+  const [runs, setRuns] = useState<Record<string, Sleep>>({});
+  const run = async (name: string, op: SleepOp) => {
+    const since = Date.now();
+    setRuns((m) => ({ ...m, [name]: { op, since } }));
+    const p = { params: { path: { name } } };
+    const r = op === "hibernate" ? await call(api.POST("/api/v1/environments/{name}/hibernate", p)) :
+      await call(api.POST("/api/v1/environments/{name}/wake", p));
+    setRuns((m) => ({ ...m, [name]: { op, since, took: Date.now() - since, env: r.data, err: r.error } }));
+  };
+  return [runs, run];
+}
+
+// Elapsed counts the seconds since `since`, once a second.
+function Elapsed({ since }: { since: number }) {
+  const [, tick] = useState(0);
+  useEffect(() => { const t = window.setInterval(() => tick((n) => n + 1), 1000); return () => window.clearInterval(t); }, []);
+  return html`${Math.max(0, Math.floor((Date.now() - since) / 1000))} s`;
+}
+
+// sleepError says what a refused or failed hibernate or wake means: a
+// headline, then the server's own words.
+function sleepError(op: SleepOp, e: { error?: string; code?: string }): string {
+  switch (e.code) {
+    case "wake_failed": return "Wake failed: its saved state could not be used.";
+    case "hibernate_limit": return "Not hibernated: the saved states of hibernated environments are at their limit (AGENTIC_HIBERNATE_MAX_BYTES); wake or delete a hibernated environment first.";
+    case "invalid_state": return `Not possible in its state: only a ready environment hibernates, only a hibernated one wakes.`;
+    case "not_supported": return "Its runtime cannot hibernate.";
+    default: return `${op === "hibernate" ? "Hibernate" : "Wake"} failed.`;
+  }
+}
+
+// SleepOutcome shows a hibernate or wake under way (with its seconds), or
+// what it came to.
+function SleepOutcome({ name, s, shown }: { name: string; s?: Sleep; shown?: string }) {
+  if (!s) return null;
+  if (s.took === undefined) return html`<div class="progress" role="status" data-testid=${"env-sleep-progress-" + name}>${s.op === "hibernate" ?
+    "hibernating: saving it to disk…" : "waking: restoring it and waiting for its agent…"} <${Elapsed} since=${s.since} /></div>`;
+  if (s.err) return html`<div class="error sleep-error" role="alert" data-testid=${"env-sleep-error-" + name}><strong>${sleepError(s.op, s.err)}</strong>
+    ${s.err.code ? html` <code>${s.err.code}</code>` : ""}${shown && s.err.error?.includes(shown) ? "" : html`<div class="detail">${s.err.error || ""}</div>`}</div>`;
+  const e = s.env;
+  return html`<div class="ok sleep-done" role="status" data-testid=${"env-sleep-done-" + name}>${s.op === "hibernate" ?
+    `Hibernated in ${ms(s.took)}${e?.state === "hibernated" ? `: ${bytes(e.saved_bytes ?? 0)} saved` : ""}.` :
+    e?.state === "ready" ? `Awake in ${ms(s.took)}: its agent is back.` : `Wake answered in ${ms(s.took)}: ${e?.state || "done"}.`}</div>`;
+}
+
+// Asleep says of a hibernated environment its saved size, since when and
+// why it sleeps.
+function Asleep({ e }: { e: S["Environment"] }) {
+  if (e.state !== "hibernated") return null;
+  return html`<div class="sleep" data-testid=${"env-asleep-" + e.name}>
+    <span title=${e.hibernate ? keeps[e.hibernate] || e.hibernate : ""}><strong data-testid=${"env-saved-" + e.name}>${bytes(e.saved_bytes ?? 0)}</strong> saved${e.hibernate ? ` (${e.hibernate})` : ""}</span>${" · "}
+    asleep <span title=${e.hibernated_at ? new Date(e.hibernated_at).toLocaleString() : ""}>${ago(e.hibernated_at)}</span>
+    ${e.sleep_reason ? html`${" · "}<span data-testid=${"env-sleep-reason-" + e.name}>${e.sleep_reason.replace(/(\S+)$/, (d) => dur(d))}</span>` : ""}</div>`;
+}
+
+// Activity says when something last used the environment, and its idle
+// policy when it has one.
+function EnvActivity({ e, label }: { e: S["Environment"]; label?: string }) {
+  return html`<div data-testid=${"env-activity-" + e.name}>${label ? html`<span class="muted">${label} </span>` : ""}${e.last_activity_at ?
+      html`<span title=${new Date(e.last_activity_at).toLocaleString()}>${ago(e.last_activity_at)}</span>${e.last_activity_kind ? html` <span class="act-kind">${e.last_activity_kind}</span>` : ""}` :
+      html`<span class="muted" title="nothing has used it since this server started">-</span>`}
+    ${e.idle_after ? html`<div class="policy" data-testid=${"env-idle-after-" + e.name}>sleeps after ${dur(e.idle_after)} idle</div>` : ""}
+    ${e.delete_after ? html`<div class="policy" data-testid=${"env-delete-after-" + e.name}>deleted ${dur(e.delete_after)} after it sleeps or stops</div>` : ""}</div>`;
+}
 
 // The states in which an environment's steps are still under way: shown
 // open; once done they fold into one line.
-const envBusy = ["provisioning", "booting", "deleting"];
+const envBusy = ["provisioning", "booting", "hibernating", "waking", "deleting"];
 
 function until(t?: string): string {
   if (!t) return "-";
@@ -379,7 +470,7 @@ function Environments() {
   const tasks = useLive(["tasks"], async () => (await call(api.GET("/api/v1/tasks", { params: { query: { state: "provisioning,ready,running,completing,failed_preserved", limit: 500 } } }))).data?.tasks, [], 15000);
   const taskOf: Record<string, S["Task"]> = {};
   for (const t of tasks || []) taskOf[t.environment.name] = t;
-  const [form, setForm] = useState<Record<string, string>>({ runtime: "", name: "", image: "", profile: "", cpus: "", memory_mb: "", network: "", allowed: "", isolation: "" });
+  const [form, setForm] = useState<Record<string, string>>({ runtime: "", name: "", image: "", profile: "", cpus: "", memory_mb: "", network: "", allowed: "", isolation: "", idle_after: "", delete_after: "" });
   // Functional updates: a poll's answer must not undo keys typed meanwhile.
   useEffect(() => { if (runtimes?.length) setForm((f) => (f.runtime ? f : { ...f, runtime: runtimes[0].runtime })); }, [runtimes]);
   const [err, setErr] = useState<any>();
@@ -401,11 +492,17 @@ function Environments() {
     if (form.cpus && limits.includes("cpus")) res.cpus = Number(form.cpus);
     if (form.memory_mb && limits.includes("memory_mb")) res.memory_mb = Number(form.memory_mb);
     if (Object.keys(res).length) body.resources = res;
+    // The idle policy (Go durations, checked by the server): idle_after only
+    // where the runtime can hibernate; delete_after on any.
+    if (form.idle_after.trim() && canSleep(rt?.hibernate)) body.idle_after = form.idle_after.trim();
+    if (form.delete_after.trim()) body.delete_after = form.delete_after.trim();
     const r = await call(api.POST("/api/v1/environments", { body }));
     setErr(r.error);
     if (!r.error) setForm((f) => ({ ...f, name: "" }));
   };
+  const [sleeps, sleep] = useSleep();
   const act = async (name: string, what: keyof typeof envActions) => {
+    if (what === "hibernate" || what === "wake") return sleep(name, what);
     const p = { params: { path: { name } } };
     const r = what === "delete" ? await call(api.DELETE("/api/v1/environments/{name}", p)) :
       what === "start" ? await call(api.POST("/api/v1/environments/{name}/start", p)) :
@@ -413,11 +510,15 @@ function Environments() {
       what === "pause" ? await call(api.POST("/api/v1/environments/{name}/pause", p)) : await call(api.POST("/api/v1/environments/{name}/resume", p));
     setErr(r.error);
   };
-  const button = (e: S["Environment"], what: keyof typeof envActions, label: string) => {
-    const ok = envActions[what].when.includes(e.state);
-    return html`<button data-testid=${`env-${what}-${e.name}`} disabled=${!ok} title=${ok ? "" : `${e.state}: ${envActions[what].why}`} onClick=${() => act(e.name, what)}>${label}</button>`;
+  const button = (e: S["Environment"], what: keyof typeof envActions, label: string, title = "") => {
+    // One hibernate or wake at a time from this page.
+    const busy = sleeps[e.name] && sleeps[e.name].took === undefined;
+    const ok = envActions[what].when.includes(e.state) && !busy;
+    return html`<button data-testid=${`env-${what}-${e.name}`} disabled=${!ok} title=${ok ? title : busy ? `${sleeps[e.name].op} under way` : `${e.state}: ${envActions[what].why}`} onClick=${() => act(e.name, what)}>${label}</button>`;
   };
   const pausable = (name: string) => !!(runtimes || []).find((r: S["Runtime"]) => r.runtime === name)?.pause;
+  // What a hibernation keeps: the environment's own word, else its runtime's.
+  const sleepMode = (e: S["Environment"]) => e.hibernate || (runtimes || []).find((r: S["Runtime"]) => r.runtime === e.runtime)?.hibernate;
   return html`<section><h1>Environments</h1>
     ${!canWrite() ? html`<${ReadOnly} what="no environments are created, started, stopped or deleted from here" />` : html`<form class="inline" onSubmit=${create} aria-label="Create an environment">
       <label>Runtime <select value=${form.runtime} onChange=${(e: any) => { const v = e.target.value; setForm((f) => ({ ...f, runtime: v, network: "", profile: "", isolation: "" })); }} data-testid="env-runtime">${(runtimes || []).map((r: any) => html`<option value=${r.runtime}>${r.runtime}</option>`)}</select></label>
@@ -432,10 +533,14 @@ function Environments() {
       ${rt && rt.isolation !== "host" && rt.network_modes.some((m: string) => m !== defaultNet && !rt.allowed_network_modes.includes(m)) ?
         html`<span class="muted note" data-testid="env-network-note">${rt.network_modes.filter((m: string) => m !== defaultNet && !rt.allowed_network_modes.includes(m)).join(", ")}: not allowed on this server (<code>AGENTIC_ALLOWED_NETWORKS</code>)</span>` : ""}
       ${form.network === "proxy" ? html`<label>Allowed hosts <input value=${form.allowed} onInput=${set("allowed")} placeholder="api.anthropic.com, *.npmjs.org" data-testid="env-allowed-hosts" /></label>` : ""}
+      ${canSleep(rt?.hibernate) ? html`<label title=${`Hibernate it once nothing has used it for this long (${keeps[rt!.hibernate] || rt!.hibernate}); empty: never`}>Idle after
+        <input size="7" value=${form.idle_after} onInput=${set("idle_after")} placeholder="e.g. 30m" data-testid="env-idle-after" /></label>` : ""}
+      <label title="Delete it once it has been hibernated or stopped for this long; empty: never">Delete after
+        <input size="7" value=${form.delete_after} onInput=${set("delete_after")} placeholder="e.g. 24h" data-testid="env-delete-after" /></label>
       <button type="submit" data-testid="env-create">Create</button></form>`}
     <${Err} e=${err} />
     ${envs && envs.length === 0 ? html`<p class="empty" data-testid="envs-empty">${canWrite() ? html`No environments: create one above (or <code>agenticctl env create</code>); a task makes its own.` : "No environments."}</p>` : ""}
-    <table hidden=${!envs || envs.length === 0}><thead><tr><th>Name</th><th>Runtime</th><th>State</th><th>Agent</th><th>Steps</th><th></th></tr></thead><tbody>
+    <table hidden=${!envs || envs.length === 0}><thead><tr><th>Name</th><th>Runtime</th><th>State</th><th>Agent</th><th>Last activity</th><th>Steps</th><th></th></tr></thead><tbody>
     ${(envs || []).map((e: S["Environment"]) => {
       const task = taskOf[e.name];
       const last = e.events[e.events.length - 1];
@@ -444,13 +549,16 @@ function Environments() {
         ${task ? html`<div class="note" data-testid=${"env-task-" + e.name}>task <a href=${"#/task/" + encodeURIComponent(task.id)}>${task.name}</a>
           ${task.state === "failed_preserved" ? html`<div class="preserved" data-testid=${"env-preserved-" + e.name}>failed, kept for inspection until ${when(task.preserve_until)}, then destroyed</div>` :
             html` <span class="muted">(${task.state})</span>`}</div>` : ""}</td><td>${e.runtime}${e.isolation ? html` <span class="muted" data-testid=${"env-isolation-" + e.name} title="isolation tier">${e.isolation}</span>` : ""}</td>
-      <td><span class=${"pill " + e.state}>${e.state}</span>${e.error ? html`<div class="error">${e.error}</div>` : ""}</td><td>${e.agent_status || "-"}</td>
+      <td><span class=${"pill " + e.state} data-testid=${"env-state-" + e.name}>${e.state}</span>${e.error ? html`<div class="error">${e.error}</div>` : ""}
+        <${Asleep} e=${e} /><${SleepOutcome} name=${e.name} s=${sleeps[e.name]} shown=${e.error} /></td><td>${e.agent_status || "-"}</td>
+      <td><${EnvActivity} e=${e} /></td>
       <td>${envBusy.includes(e.state) ? steps :
         html`<details data-testid=${"env-steps-" + e.name}><summary>${e.events.length} steps${last ? `, last ${last.step}` : ""}${e.provision_ms !== undefined ? ` · provisioned in ${ms(e.provision_ms)}` : ""}</summary>${steps}</details>`}
         ${e.allowed_hosts ? html`<p class="muted small">egress to ${e.allowed_hosts.join(", ")}</p>` : ""}
         ${(e.egress || []).slice(-5).map((g) => html`<div class=${"small " + (g.allowed ? "ok" : "error")}>${g.allowed ? "→" : "✕"} ${g.host}:${g.port} ${g.allowed ? bytes(g.bytes_down) : g.reason || ""}</div>`)}</td>
       <td class="actions">${canWrite() ? html`${button(e, "start", "Start")}${button(e, "stop", "Stop")}
         ${pausable(e.runtime) ? html`${button(e, "pause", "Pause")}${button(e, "resume", "Resume")}` : ""}
+        ${canSleep(sleepMode(e)) ? html`${button(e, "hibernate", "Hibernate", `Save it to disk and free its memory and CPU (${keeps[sleepMode(e)!] || sleepMode(e)})`)}${button(e, "wake", "Wake")}` : ""}
         ${button(e, "delete", "Delete")}` : ""}</td></tr>`;
     })}</tbody></table>
     <${Pools} runtimes=${runtimes} /></section>`;
@@ -571,6 +679,7 @@ function InjectedUsage({ usage: u, testid }: { usage: S["InjectedUsage"]; testid
 // on its agent and its ports.
 function EnvironmentPage({ name }: { name: string }) {
   const [missing, setMissing] = useState(false);
+  const [sleeps, sleep] = useSleep();
   const env = useLive(["environments"], async () => {
     const r = await call(api.GET("/api/v1/environments/{name}", { params: { path: { name } } }));
     setMissing(r.status === 404);
@@ -579,11 +688,19 @@ function EnvironmentPage({ name }: { name: string }) {
   if (missing) return html`<section><h1>Environment <code>${name}</code></h1><p class="empty" data-testid="env-missing">No environment named <code>${name}</code>: see <a href="#/environments">Environments</a>.</p></section>`;
   if (!env) return html`<p>Loading…</p>`;
   const up = env.agent_status === "ready" || env.agent_status === "busy";
+  const run = sleeps[name], busy = !!run && run.took === undefined;
+  const sleepButton = (op: SleepOp, label: string) => {
+    const ok = envActions[op].when.includes(env.state) && !busy;
+    return html`<button data-testid=${`env-${op}`} disabled=${!ok} title=${ok ? "" : busy ? `${run.op} under way` : `${env.state}: ${envActions[op].why}`} onClick=${() => sleep(name, op)}>${label}</button>`;
+  };
   return html`<section><h1><span>Environment <strong data-testid="env-title">${env.name}</strong></span><span class=${"pill " + env.state} data-testid="env-state">${env.state}</span>
-      ${canWrite() ? html`<button data-testid="env-open-terminal" disabled=${!up} title=${up ? "" : "its agent is not connected"} onClick=${() => go("terminal", "new", env.agent_id)}>Open terminal</button>` : ""}</h1>
+      ${canWrite() ? html`<button data-testid="env-open-terminal" disabled=${!up} title=${up ? "" : "its agent is not connected"} onClick=${() => go("terminal", "new", env.agent_id)}>Open terminal</button>
+        ${canSleep(env.hibernate) ? html`${sleepButton("hibernate", "Hibernate")}${sleepButton("wake", "Wake")}` : ""}` : ""}</h1>
     <p class="muted"><a href="#/environments">Environments</a> · runtime ${env.runtime}${env.isolation ? ` (${env.isolation})` : ""} · agent <code>${env.agent_id}</code> ${env.agent_status || "-"}
       ${env.network ? ` · network ${env.network}` : ""}${env.ready_at ? html` · ready ${ago(env.ready_at)}` : ""}</p>
     ${env.error ? html`<p class="error">${env.error}</p>` : ""}
+    <${Asleep} e=${env} /><${SleepOutcome} name=${name} s=${run} shown=${env.error} />
+    <${EnvActivity} e=${env} label="Last activity:" />
     ${env.secrets?.length ? html`<p class="muted" data-testid="env-secrets">Secrets injected by the server: ${env.secrets.map((x, i) => html`${i ? ", " : ""}<code>${x.name}</code> → ${x.host}`)}</p>` : ""}
     ${env.usage ? html`<${InjectedUsage} usage=${env.usage} testid="env-usage" />` : ""}
     <${Ports} key=${"env-" + name} env=${name} /></section>`;
