@@ -1,0 +1,430 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
+	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
+)
+
+// envJSON is an environment as the REST API answers it, the fields the
+// sleep and wake tests read.
+type envJSON struct {
+	Name             string `json:"name"`
+	State            string `json:"state"`
+	Error            string `json:"error"`
+	Hibernate        string `json:"hibernate"`
+	SavedBytes       int64  `json:"saved_bytes"`
+	SleepReason      string `json:"sleep_reason"`
+	HibernatedAt     string `json:"hibernated_at"`
+	LastActivityKind string `json:"last_activity_kind"`
+	Events           []struct {
+		Step    string `json:"step"`
+		Message string `json:"message"`
+	} `json:"events"`
+}
+
+// envCall sends method to /api/v1/environments/{name}{suffix} as the
+// operator and decodes the environment it answers.
+func envCall(t *testing.T, s *harness.Server, method, name, suffix, body string) (int, envJSON, []byte) {
+	t.Helper()
+	ct := ""
+	if body != "" {
+		ct = "application/json"
+	}
+	st, _, b := restDo(t, s, method, "/api/v1/environments/"+name+suffix, ct, body, func(r *http.Request) {
+		r.Header.Set("Authorization", "Bearer "+s.Token)
+	})
+	var e envJSON
+	_ = json.Unmarshal(b, &e)
+	return st, e, b
+}
+
+// waitEnv waits until name is in state want, and returns it.
+func waitEnv(t *testing.T, s *harness.Server, name, want string) envJSON {
+	t.Helper()
+	var e envJSON
+	var body []byte
+	if !testkit.Within(patience, func() bool {
+		_, e, body = envCall(t, s, "GET", name, "", "")
+		return e.State == want
+	}) {
+		t.Fatalf("%s: state %q, want %q: %s", name, e.State, want, body)
+	}
+	return e
+}
+
+// execOut runs sh -c script in name's environment and returns its stdout.
+func execOut(t *testing.T, s *harness.Server, name, script string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	r, err := s.Client().ExecCommandWithResponse(ctx, name, restapi.ExecRequest{Command: "sh", Args: ptr([]string{"-c", script})})
+	if err != nil || r.JSON200 == nil {
+		t.Fatalf("exec %q: %v %d %s", script, err, r.StatusCode(), r.Body)
+	}
+	if r.JSON200.ExitCode != 0 {
+		t.Fatalf("exec %q: exit %d: %s %s", script, r.JSON200.ExitCode, r.JSON200.Stdout, r.JSON200.Stderr)
+	}
+	return r.JSON200.Stdout
+}
+
+// counter reads the counter file the background session writes.
+func counter(t *testing.T, s *harness.Server, name string) int {
+	t.Helper()
+	out := strings.TrimSpace(execOut(t, s, name, "cat /tmp/counter"))
+	n, err := strconv.Atoi(out)
+	if err != nil {
+		t.Fatalf("counter %q: %v", out, err)
+	}
+	return n
+}
+
+// qemuOf reports whether a QEMU process runs the domain of environment name.
+func qemuOf(t *testing.T, name string) bool {
+	t.Helper()
+	out, _ := exec.Command("pgrep", "-af", "qemu-system").Output()
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.Contains(l, "guest="+name) || strings.Contains(l, name+",") || strings.Contains(l, "-"+name+" ") {
+			return true
+		}
+	}
+	return false
+}
+
+// A VM hibernates with its memory and wakes where it was: a background
+// session writing a counter every 100 ms and a small HTTP server inside
+// go on after a restart of agentic-mgmt and a wake by an exec; the session's
+// log has no gap and no duplicate, and the agent comes back as itself. Its
+// saved state corrupted, a wake leaves it failed with the reason.
+func TestAVMHibernatesWithItsMemoryAndWakesWhereItWas(t *testing.T) {
+	s := startLibvirtServer(t)
+	name := fmt.Sprintf("sleepy-%d", time.Now().UnixNano()%100000)
+	t.Cleanup(func() { ctl(t, s.RESTURL, s.Token, "env", "rm", name) })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	mem := 512
+	created, err := s.Client().CreateEnvironmentWithResponse(ctx, restapi.CreateEnvironmentRequest{Runtime: "libvirt", Name: name,
+		Resources: &restapi.Resources{MemoryMb: &mem}})
+	if err != nil || created.JSON202 == nil {
+		t.Fatalf("create: %v %s", err, created.Body)
+	}
+	e := waitEnv(t, s, name, "ready")
+	if e.Hibernate != "memory" {
+		t.Fatalf("the libvirt runtime's environment says hibernate %q, want memory", e.Hibernate)
+	}
+	bg := restapi.SessionBackground
+	sess := createSession(t, s, name, restapi.CreateSessionRequest{Type: &bg, Name: ptr("counter"), Command: "sh",
+		Args: ptr([]string{"-c", "i=0; while :; do i=$((i+1)); echo $i > /tmp/counter; echo n$i; sleep 0.1; done"})})
+	execOut(t, s, name, "mkdir -p /tmp/www && echo still-serving > /tmp/www/index.html && (busybox httpd -p 127.0.0.1:8000 -h /tmp/www &) && sleep 0.2")
+	if got := execOut(t, s, name, "busybox wget -qO- http://127.0.0.1:8000/"); !strings.Contains(got, "still-serving") {
+		t.Fatalf("the HTTP server inside does not answer: %q", got)
+	}
+	if !testkit.Within(patience, func() bool { return counter(t, s, name) >= 10 }) {
+		t.Fatal("the counter does not count")
+	}
+
+	st, e, body := envCall(t, s, "POST", name, "/hibernate", "")
+	if st != 200 || e.State != "hibernated" || e.SavedBytes <= 0 || e.SleepReason != "requested" {
+		t.Fatalf("hibernate: %d %s", st, body)
+	}
+	if qemuOf(t, name) {
+		t.Fatal("the guest's QEMU process still runs: its memory is still held")
+	}
+
+	// agentic-mgmt restarts meanwhile: the environment is still hibernated.
+	stop(t, s)
+	s = restart(t, s)
+	e = waitEnv(t, s, name, "hibernated")
+	if e.SavedBytes <= 0 {
+		t.Fatalf("after a restart the saved state's size is unknown: %+v", e)
+	}
+
+	// Woken by an exec: the counter goes on from where it was.
+	first := counter(t, s, name)
+	if first < 10 {
+		t.Fatalf("the counter started again: %d", first)
+	}
+	if e := waitEnv(t, s, name, "ready"); !hasStep(e, "woke") {
+		t.Fatalf("no woke event: %+v", e.Events)
+	}
+	if !testkit.Within(patience, func() bool { return counter(t, s, name) > first+5 }) {
+		t.Fatal("the counter stopped after the wake")
+	}
+	if got := execOut(t, s, name, "busybox wget -qO- http://127.0.0.1:8000/"); !strings.Contains(got, "still-serving") {
+		t.Fatalf("the HTTP server inside does not answer after the wake: %q", got)
+	}
+	if got := strings.TrimSpace(execOut(t, s, name, "echo $AGENT_ID")); got != name {
+		t.Fatalf("the agent came back as %q", got)
+	}
+	agent, err := s.Client().GetAgentWithResponse(ctx, name)
+	if err != nil || agent.JSON200 == nil || (agent.JSON200.Status != restapi.Ready && agent.JSON200.Status != restapi.Busy) {
+		t.Fatalf("agent after the wake: %v %s", err, agent.Body)
+	}
+
+	// Woken by a preview request: the HTTP server inside answers it.
+	hibernated(t, s, name)
+	st, _, b := restDo(t, s, "GET", "/preview/"+name+"/8000/", "", "", func(r *http.Request) {
+		r.Header.Set("Authorization", "Bearer "+s.Token)
+	})
+	if st != 200 || !strings.Contains(string(b), "still-serving") {
+		t.Fatalf("a preview request to a hibernated VM: %d %s", st, b)
+	}
+	wokeBy(t, s, name, "preview")
+
+	// Woken by a viewer joining the session over /ws: it sees the counter go on.
+	hibernated(t, s, name)
+	v := dialWS(t, s, s.Token)
+	v.send(map[string]any{"type": "join_session", "session_id": sess.SessionId, "role": "observer"})
+	// The join answers once the wake it caused is over; only then an exec.
+	v.waitFor("joined", func(f map[string]any) bool { return f["type"] == "role_changed" })
+	before := counter(t, s, name)
+	v.waitOutput(sess.SessionId, regexp.MustCompile(fmt.Sprintf(`n%d\r?\n`, before+3)))
+	v.ws.Close()
+	wokeBy(t, s, name, "viewer")
+
+	// The session's log: every number once, in order.
+	if r, err := s.Client().KillSessionWithResponse(ctx, sess.SessionId); err != nil || r.StatusCode() >= 300 {
+		t.Fatalf("kill the session: %v %v", err, r)
+	}
+	out, err := s.Client().GetSessionOutput(ctx, sess.SessionId, &restapi.GetSessionOutputParams{From: ptr(int64(0))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := io.ReadAll(out.Body)
+	out.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Header.Get("X-Output-Gap") != "false" {
+		t.Fatalf("the session's log has a gap: %v", out.Header)
+	}
+	prev := 0
+	for _, f := range strings.Fields(strings.ReplaceAll(string(raw), "\r", "")) {
+		n, err := strconv.Atoi(strings.TrimPrefix(f, "n"))
+		if err != nil || !strings.HasPrefix(f, "n") {
+			continue
+		}
+		if n != prev+1 {
+			t.Fatalf("the session's log goes from %d to %d", prev, n)
+		}
+		prev = n
+	}
+	if prev <= first {
+		t.Fatalf("the session's log ends at %d, before the counter read after the wake (%d)", prev, first)
+	}
+
+	// A corrupted saved state: the wake fails, saying why.
+	if st, e, body := envCall(t, s, "POST", name, "/hibernate", ""); st != 200 || e.State != "hibernated" {
+		t.Fatalf("second hibernate: %d %s", st, body)
+	}
+	saved := savedStateOf(t, s, name)
+	if err := os.WriteFile(saved, []byte("not a saved guest"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st, _, body = envCall(t, s, "POST", name, "/wake", "")
+	if st != 503 || !strings.Contains(string(body), "wake_failed") {
+		t.Fatalf("wake of a corrupted saved state: %d %s", st, body)
+	}
+	e = waitEnv(t, s, name, "failed")
+	if !strings.Contains(e.Error, "saved state") {
+		t.Fatalf("a failed wake says %q", e.Error)
+	}
+	if out, errOut, code := ctl(t, s.RESTURL, s.Token, "env", "rm", name); code != 0 {
+		t.Fatalf("rm: %q %q", out, errOut)
+	}
+	if _, err := os.Stat(saved); !os.IsNotExist(err) {
+		t.Fatalf("the saved state outlived its environment: %v", err)
+	}
+}
+
+func hasStep(e envJSON, step string) bool {
+	for _, ev := range e.Events {
+		if ev.Step == step {
+			return true
+		}
+	}
+	return false
+}
+
+// savedStateOf finds the file holding a hibernated VM's memory under the
+// server's data dir.
+func savedStateOf(t *testing.T, s *harness.Server, name string) string {
+	t.Helper()
+	var found string
+	_ = filepath.Walk(s.Opts.DataDir, func(p string, info os.FileInfo, err error) error {
+		if err == nil && !info.IsDir() && strings.Contains(p, name) && strings.HasSuffix(p, ".save") {
+			found = p
+		}
+		return nil
+	})
+	if found == "" {
+		t.Fatalf("no saved state of %s under %s", name, s.Opts.DataDir)
+	}
+	return found
+}
+
+// startDockerSleeper runs the server with the Docker runtime on a private
+// dockerd.
+func startDockerSleeper(t *testing.T) *harness.Server {
+	t.Helper()
+	host := privateDockerd(t)
+	return startServer(t, 0, t.TempDir(), "DOCKER_HOST="+host, "AGENTIC_RUNTIMES=docker")
+}
+
+// createReady creates an environment on runtime with the request's extra
+// JSON fields and waits until it is ready.
+func createReady(t *testing.T, s *harness.Server, runtime, name, extra string) envJSON {
+	t.Helper()
+	body := fmt.Sprintf(`{"runtime":%q,"name":%q%s}`, runtime, name, extra)
+	st, _, b := restDo(t, s, "POST", "/api/v1/environments", "application/json", body, func(r *http.Request) {
+		r.Header.Set("Authorization", "Bearer "+s.Token)
+	})
+	if st != 202 {
+		t.Fatalf("create %s: %d %s", name, st, b)
+	}
+	t.Cleanup(func() { ctl(t, s.RESTURL, s.Token, "env", "rm", name) })
+	return waitEnv(t, s, name, "ready")
+}
+
+// hibernated hibernates name and checks it says so.
+func hibernated(t *testing.T, s *harness.Server, name string) envJSON {
+	t.Helper()
+	st, e, body := envCall(t, s, "POST", name, "/hibernate", "")
+	if st != 200 || e.State != "hibernated" {
+		t.Fatalf("hibernate %s: %d %s", name, st, body)
+	}
+	return e
+}
+
+// wokeBy checks that name is ready again, woken by a use of kind, once
+// since its last hibernation.
+func wokeBy(t *testing.T, s *harness.Server, name, kind string) {
+	t.Helper()
+	e := waitEnv(t, s, name, "ready")
+	wakes, woke, by := 0, false, ""
+	for _, ev := range e.Events {
+		switch ev.Step {
+		case "hibernated":
+			wakes, woke, by = 0, false, ""
+		case "waking":
+			wakes++
+			by = ev.Message
+		case "woke":
+			woke = true
+		}
+	}
+	if wakes != 1 || !woke || by != "by "+kind {
+		t.Fatalf("%s: %d wakes since it hibernated (woke %v, %q), want one by %s: %+v", name, wakes, woke, by, kind, e.Events)
+	}
+}
+
+// Every entry point aimed at a hibernated container wakes it and then
+// proceeds: an exec, a file read, a session created, and eight execs at
+// once (one wake for all).
+func TestWakeOnUseInDocker(t *testing.T) {
+	s := startDockerSleeper(t)
+	name := fmt.Sprintf("wou-%d", time.Now().UnixNano()%100000)
+	e := createReady(t, s, "docker", name, "")
+	if e.Hibernate != "memory" && e.Hibernate != "filesystem" {
+		t.Fatalf("a Docker environment says hibernate %q", e.Hibernate)
+	}
+	execOut(t, s, name, "echo kept > /tmp/kept")
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+
+	hibernated(t, s, name)
+	if got := execOut(t, s, name, "cat /tmp/kept"); strings.TrimSpace(got) != "kept" {
+		t.Fatalf("after a wake by exec the file holds %q", got)
+	}
+	wokeBy(t, s, name, "exec")
+
+	hibernated(t, s, name)
+	st, _, b := restDo(t, s, "GET", "/api/v1/agents/"+name+"/files/content?path=/tmp/kept", "", "", func(r *http.Request) {
+		r.Header.Set("Authorization", "Bearer "+s.Token)
+	})
+	if st != 200 || strings.TrimSpace(string(b)) != "kept" {
+		t.Fatalf("file read of a hibernated environment: %d %s", st, b)
+	}
+	wokeBy(t, s, name, "files")
+
+	hibernated(t, s, name)
+	bg := restapi.SessionBackground
+	sess := createSession(t, s, name, restapi.CreateSessionRequest{Type: &bg, Name: ptr("woken"), Command: "sh", Args: ptr([]string{"-c", "echo session-ran"})})
+	out, _ := followSSE(t, s, sess.SessionId)
+	if !strings.Contains(string(out), "session-ran") {
+		t.Fatalf("a session created on a hibernated environment: %q", out)
+	}
+	wokeBy(t, s, name, "session")
+
+	hibernated(t, s, name)
+	const callers = 8
+	errs := make(chan error, callers)
+	for i := range callers {
+		go func() {
+			r, err := s.Client().ExecCommandWithResponse(ctx, name, restapi.ExecRequest{Command: "echo", Args: ptr([]string{fmt.Sprint("caller-", i)})})
+			switch {
+			case err != nil:
+				errs <- err
+			case r.JSON200 == nil || !strings.Contains(r.JSON200.Stdout, fmt.Sprint("caller-", i)):
+				errs <- fmt.Errorf("caller %d: %d %s", i, r.StatusCode(), r.Body)
+			default:
+				errs <- nil
+			}
+		}()
+	}
+	for range callers {
+		if err := testkit.Receive(t, patience, errs, "a concurrent exec"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wokeBy(t, s, name, "exec")
+}
+
+// The idle policy: an environment nobody uses hibernates after idle_after
+// (saying why), one with a viewer attached does not until the viewer
+// leaves, and one asleep past delete_after is deleted.
+func TestIdlePolicyInDocker(t *testing.T) {
+	s := startDockerSleeper(t)
+	suffix := time.Now().UnixNano() % 100000
+	idle, watched, doomed := fmt.Sprintf("idle-%d", suffix), fmt.Sprintf("watched-%d", suffix), fmt.Sprintf("doomed-%d", suffix)
+	createReady(t, s, "docker", watched, `,"idle_after":"2s"`)
+	// The viewer: a shell over /ws that prints nothing.
+	v := dialWS(t, s, s.Token)
+	v.send(map[string]any{"type": "start_shell", "id": "1", "agent_id": watched, "cols": 80, "rows": 24})
+	v.waitFor("session_started", func(f map[string]any) bool { return f["type"] == "session_started" })
+	createReady(t, s, "docker", idle, `,"idle_after":"2s"`)
+	createReady(t, s, "docker", doomed, `,"idle_after":"1s","delete_after":"2s"`)
+
+	e := waitEnv(t, s, idle, "hibernated")
+	if e.SleepReason != "idle for 2s" {
+		t.Fatalf("sleep reason %q", e.SleepReason)
+	}
+	if !testkit.Within(patience, func() bool {
+		st, _, _ := envCall(t, s, "GET", doomed, "", "")
+		return st == 404
+	}) {
+		t.Fatal("an environment asleep past its delete_after was not deleted")
+	}
+	// The watched one was idle as long as the others, and is awake.
+	if _, e, _ := envCall(t, s, "GET", watched, "", ""); e.State != "ready" {
+		t.Fatalf("an environment with a viewer attached is %s", e.State)
+	}
+	v.ws.Close()
+	if e := waitEnv(t, s, watched, "hibernated"); e.SleepReason != "idle for 2s" {
+		t.Fatalf("sleep reason %q", e.SleepReason)
+	}
+}
