@@ -159,6 +159,11 @@ func Next(current State, o Observation) State {
 	case ports.EnvPaused:
 		return StatePaused
 	case ports.EnvHibernated:
+		// A wake that failed leaves it failed, whatever the runtime still
+		// keeps of it (a saved state it could not use).
+		if current == StateFailed {
+			return StateFailed
+		}
 		return StateHibernated
 	case ports.EnvRunning:
 		if o.AgentConnected {

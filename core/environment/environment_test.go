@@ -34,6 +34,13 @@ func TestNext(t *testing.T) {
 		// agent connected proves it runs.
 		{StateBooting, Observation{Runtime: ports.EnvCreating, AgentConnected: true}, StateReady},
 		{StateReady, Observation{Runtime: ports.EnvCreating, AgentConnected: true}, StateReady},
+		// Sleep and wake: a transition under way is the operation's; a
+		// failed wake stays failed though the runtime keeps its saved state.
+		{StateReady, Observation{Runtime: ports.EnvHibernated}, StateHibernated},
+		{StateHibernating, Observation{Runtime: ports.EnvStopped}, StateHibernating},
+		{StateWaking, up, StateWaking},
+		{StateFailed, Observation{Runtime: ports.EnvHibernated}, StateFailed},
+		{StateHibernated, up, StateReady},
 	}
 	for _, tt := range tests {
 		if got := Next(tt.from, tt.obs); got != tt.want {
