@@ -348,24 +348,9 @@ func qemuRuns(t *testing.T, domain string) bool {
 // new adapter, which starts no relay for it), wakes back to running, a
 // spoiled saved state is ErrSavedStateLost, and Destroy removes it all.
 func TestLibvirtTestDriverHibernate(t *testing.T) {
-	needLibvirt(t)
 	ctx := context.Background()
-	const uri = "test:///default"
-	lv := libvirtConn(t, uri) // the test driver's state lives while a connection is open
-	dir := t.TempDir()
-	kernel, initrd := filepath.Join(dir, "vmlinuz"), filepath.Join(dir, "initrd.img")
-	for _, f := range []string{kernel, initrd} {
-		if err := os.WriteFile(f, []byte("not really a kernel"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	owner := randomOwner(t)
-	cfg := libvirt.Config{URI: uri, Owner: owner, StateDir: filepath.Join(dir, "state"), Kernel: kernel, Initrd: initrd, StopTimeout: 5 * time.Second}
-	rt, err := libvirt.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rt.Close() })
+	td := newTestDriver(t)
+	rt, lv, dir, owner, cfg := td.rt, td.lv, td.dir, td.owner, td.cfg
 	name := "tdh-" + owner[len(owner)-8:]
 	spec := ports.EnvironmentSpec{Name: name, Resources: ports.Resources{CPUs: 1, MemoryMB: 128},
 		Agent: ports.AgentBootstrap{ID: name, Secret: "s3cret", Socket: filepath.Join(dir, "agent.sock")}}

@@ -173,29 +173,45 @@ func libvirtLeftovers(rt *libvirt.Runtime, lv *golibvirt.Libvirt) func(t *testin
 	}
 }
 
-// TestLibvirtTestDriver runs the lifecycle against libvirt's in-daemon test
-// driver (test:///default): no guest boots, so it is fast and checks the
-// adapter's bookkeeping: typed XML accepted, states, ownership, files.
-func TestLibvirtTestDriver(t *testing.T) {
+// testDriver is a libvirt runtime on libvirt's in-daemon test driver
+// (test:///default) with files of its own, and a connection of the test's
+// that keeps the driver's state while the test runs.
+type testDriver struct {
+	rt    *libvirt.Runtime
+	lv    *golibvirt.Libvirt
+	cfg   libvirt.Config
+	dir   string
+	owner string
+}
+
+func newTestDriver(t *testing.T) testDriver {
+	t.Helper()
 	needLibvirt(t)
-	ctx := context.Background()
 	const uri = "test:///default"
-	// The test driver's state lives while a connection is open.
-	lv := libvirtConn(t, uri)
-	dir := t.TempDir()
-	kernel, initrd := filepath.Join(dir, "vmlinuz"), filepath.Join(dir, "initrd.img")
+	td := testDriver{lv: libvirtConn(t, uri), dir: t.TempDir(), owner: randomOwner(t)}
+	kernel, initrd := filepath.Join(td.dir, "vmlinuz"), filepath.Join(td.dir, "initrd.img")
 	for _, f := range []string{kernel, initrd} {
 		if err := os.WriteFile(f, []byte("not really a kernel"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	owner := randomOwner(t)
-	cfg := libvirt.Config{URI: uri, Owner: owner, StateDir: filepath.Join(dir, "state"), Kernel: kernel, Initrd: initrd, StopTimeout: 5 * time.Second}
-	rt, err := libvirt.New(cfg)
+	td.cfg = libvirt.Config{URI: uri, Owner: td.owner, StateDir: filepath.Join(td.dir, "state"), Kernel: kernel, Initrd: initrd, StopTimeout: 5 * time.Second}
+	rt, err := libvirt.New(td.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = rt.Close() })
+	td.rt = rt
+	return td
+}
+
+// TestLibvirtTestDriver runs the lifecycle against libvirt's in-daemon test
+// driver (test:///default): no guest boots, so it is fast and checks the
+// adapter's bookkeeping: typed XML accepted, states, ownership, files.
+func TestLibvirtTestDriver(t *testing.T) {
+	ctx := context.Background()
+	td := newTestDriver(t)
+	rt, lv, dir, owner := td.rt, td.lv, td.dir, td.owner
 	if rt.DomainType() != "test" {
 		t.Fatalf("domain type %q on the test driver", rt.DomainType())
 	}
@@ -348,11 +364,11 @@ func TestLibvirtTestDriver(t *testing.T) {
 
 	// A second adapter (a restarted server) recovers it, and removes the
 	// folder of an environment whose domain vanished.
-	stale := filepath.Join(cfg.StateDir, "vanished")
+	stale := filepath.Join(td.cfg.StateDir, "vanished")
 	if err := os.MkdirAll(stale, 0o711); err != nil {
 		t.Fatal(err)
 	}
-	rt2, err := libvirt.New(cfg)
+	rt2, err := libvirt.New(td.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,7 +381,7 @@ func TestLibvirtTestDriver(t *testing.T) {
 		t.Errorf("Recover left the stale folder %s: %v", stale, err)
 	}
 	// Another owner sees nothing.
-	other, _ := libvirt.New(libvirt.Config{URI: uri, Owner: "nobody", StateDir: filepath.Join(dir, "other")})
+	other, _ := libvirt.New(libvirt.Config{URI: td.cfg.URI, Owner: "nobody", StateDir: filepath.Join(dir, "other")})
 	if l, err := other.List(ctx); err != nil || len(l) != 0 {
 		t.Errorf("another owner lists %+v, %v", l, err)
 	}
@@ -380,7 +396,7 @@ func TestLibvirtTestDriver(t *testing.T) {
 	disk := "disk-" + owner[len(owner)-8:]
 	ds := spec(disk)
 	ds.Image = base
-	ds.Agent.Binary = kernel // any file: it is only copied onto the seed
+	ds.Agent.Binary = td.cfg.Kernel // any file: it is only copied onto the seed
 	if _, err := rt.Provision(ctx, ds); err != nil {
 		t.Fatalf("Provision of a disk image: %v", err)
 	}
