@@ -313,3 +313,38 @@ func TestAnOpenSessionIsNoWorkButACommandIs(t *testing.T) {
 	f.svc.Recover(context.Background())
 	waitState(t, f.svc, "shell", StateHibernated)
 }
+
+func TestATakenPoolMemberFollowsItsPoolsIdlePolicy(t *testing.T) {
+	f := newPoolFixture(t, nil)
+	f.svc.cfg.Runtimes["fake"] = &sleeper{fakeRuntime: f.rt, agents: f.agents}
+	ctx := context.Background()
+	if _, err := f.svc.PutPool(ctx, ports.Pool{Name: "p", Runtime: "fake", Size: 1, Idle: ports.IdlePolicy{IdleAfter: 150 * time.Millisecond}}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitIdle(t, "p", 1)
+	e, err := f.svc.Create(ctx, Request{Runtime: "fake", Name: "mine"})
+	if err != nil || e.State != StateReady || e.Idle.IdleAfter != 150*time.Millisecond {
+		t.Fatalf("take: %+v %v", e, err)
+	}
+	// Members waiting to be taken never sleep; the taken one does.
+	e = waitState(t, f.svc, "mine", StateHibernated)
+	if e.SleepReason != "idle for 150ms" {
+		t.Fatalf("sleep reason %q", e.SleepReason)
+	}
+	f.waitIdle(t, "p", 1)
+
+	// A pool naming no policy: its taken members sleep after the default.
+	if _, err := f.svc.PutPool(ctx, ports.Pool{Name: "p", Runtime: "fake", Size: 1}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitIdle(t, "p", 1)
+	e, err = f.svc.Create(ctx, Request{Runtime: "fake", Name: "yours"})
+	if err != nil || e.Idle.IdleAfter != DefaultTakenIdleAfter {
+		t.Fatalf("take from a pool without a policy: %+v %v", e, err)
+	}
+	// A request with a policy of its own is provisioned, not taken.
+	e, err = f.svc.Create(ctx, Request{Runtime: "fake", Name: "own", Idle: ports.IdlePolicy{DeleteAfter: time.Hour}})
+	if err != nil || e.State != StateBooting || !f.rt.has("own") {
+		t.Fatalf("a request with its own policy: %+v %v", e, err)
+	}
+}
