@@ -75,6 +75,10 @@ type Config struct {
 	// PortsInterval is how often the agent looks at the TCP ports
 	// listening in its environment (0: every 2 s; negative: never).
 	PortsInterval time.Duration
+	// NoFileDataPlane makes the agent register without file_data_plane,
+	// as an agent from before it did: file bytes then go in Transfer
+	// messages (AGENT_NO_FILE_DATA_PLANE=1; tests of the fallback).
+	NoFileDataPlane bool
 }
 
 // Agent is a running agent.

@@ -91,11 +91,17 @@ func (a *Agent) fileOp(ctx context.Context, stream transferStream, req *sandboxv
 		if err != nil {
 			return err
 		}
+		if req.GetDataPlane() {
+			return a.postFrom(ctx, stream, r, req.GetTransferId())
+		}
 		return sendFrom(stream, r)
 	case sandboxv1.FileOp_FILE_OP_READ_ARCHIVE:
 		r, err := files.OpenArchive(ctx, req.GetPath())
 		if err != nil {
 			return err
+		}
+		if req.GetDataPlane() {
+			return a.postFrom(ctx, stream, r, req.GetTransferId())
 		}
 		return sendFrom(stream, r)
 	case sandboxv1.FileOp_FILE_OP_WRITE:
@@ -103,11 +109,17 @@ func (a *Agent) fileOp(ctx context.Context, stream transferStream, req *sandboxv
 		if err != nil {
 			return err
 		}
+		if req.GetDataPlane() {
+			return a.getInto(ctx, stream, w, req.GetTransferId())
+		}
 		return receiveInto(stream, w)
 	case sandboxv1.FileOp_FILE_OP_WRITE_ARCHIVE:
 		w, err := files.CreateArchive(ctx, req.GetPath(), req.GetMaxBytes())
 		if err != nil {
 			return err
+		}
+		if req.GetDataPlane() {
+			return a.getInto(ctx, stream, w, req.GetTransferId())
 		}
 		return receiveInto(stream, w)
 	case sandboxv1.FileOp_FILE_OP_DELETE:

@@ -298,6 +298,8 @@ func (a *Agent) registration(id string) *sandboxv1.ConnectRequest {
 		AgentVersion: a.cfg.Version,
 		Capabilities: a.tools,
 		StdinAcks:    true,
+
+		FileDataPlane: !a.cfg.NoFileDataPlane,
 	}}}
 }
 

@@ -69,6 +69,13 @@ type transfer struct {
 	done        chan struct{}
 	doneOnce    sync.Once
 	claimed     bool
+	// dataPlane: the bytes come on the data route (dataplane.go), POSTed
+	// for a read (upload false) or fetched by GET for a write (upload
+	// true); data hands its one stream to the transfer's user.
+	dataPlane   bool
+	upload      bool
+	dataClaimed bool
+	data        chan *dataConn
 }
 
 func (t *transfer) finish() { t.doneOnce.Do(func() { close(t.done) }) }
@@ -141,17 +148,25 @@ func (s *Service) Transfer(_ context.Context, stream transferServerStream) error
 
 // beginTransfer asks agentID for an operation and waits for its stream.
 // release must be called when done with it.
-func (s *Service) beginTransfer(ctx context.Context, agentID string, req *sandboxv1.FileRequest) (transferServerStream, func(), error) {
+func (s *Service) beginTransfer(ctx context.Context, agentID string, req *sandboxv1.FileRequest) (transferServerStream, *transfer, func(), error) {
 	if s.isHeld(agentID) {
-		return nil, nil, fmt.Errorf("%w: %s", ports.ErrAgentHeld, agentID)
+		return nil, nil, nil, fmt.Errorf("%w: %s", ports.ErrAgentHeld, agentID)
 	}
 	conn, err := s.liveConn(agentID)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	t := &transfer{id: s.cfg.IDs.NewID(), agentID: agentID, opened: make(chan transferServerStream, 1), done: make(chan struct{})}
+	if conn.fileDataPlane && req.GetOp() != sandboxv1.FileOp_FILE_OP_LIST && req.GetOp() != sandboxv1.FileOp_FILE_OP_DELETE {
+		// The id names a route an agent may call: unguessable as well as
+		// unique, and good for this transfer only.
+		t.id += "." + randomToken()
+		t.dataPlane, t.data = true, make(chan *dataConn, 1)
+		t.upload = req.GetOp() == sandboxv1.FileOp_FILE_OP_WRITE || req.GetOp() == sandboxv1.FileOp_FILE_OP_WRITE_ARCHIVE
+		req.DataPlane = true
+	}
 	if !s.transfers.add(t) {
-		return nil, nil, fmt.Errorf("%w (at most %d)", ports.ErrTooManyTransfers, maxTransfersPerAgent)
+		return nil, nil, nil, fmt.Errorf("%w (at most %d)", ports.ErrTooManyTransfers, maxTransfersPerAgent)
 	}
 	req.TransferId = t.id
 	ls := s.startTransferSpan(ctx, agentID, req)
@@ -163,22 +178,22 @@ func (s *Service) beginTransfer(ctx context.Context, agentID string, req *sandbo
 	}
 	if err := conn.send(ctx, &sandboxv1.ConnectResponse{Payload: &sandboxv1.ConnectResponse_FileRequest{FileRequest: req}}); err != nil {
 		release()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	timer := time.NewTimer(transferOpenTimeout)
 	defer timer.Stop()
 	select {
 	case stream := <-t.opened:
-		return stream, release, nil
+		return stream, t, release, nil
 	case <-conn.closed:
 		release()
-		return nil, nil, ports.ErrAgentGone
+		return nil, nil, nil, ports.ErrAgentGone
 	case <-timer.C:
 		release()
-		return nil, nil, fmt.Errorf("%w: the agent did not open the transfer within %v", ports.ErrAgentGone, transferOpenTimeout)
+		return nil, nil, nil, fmt.Errorf("%w: the agent did not open the transfer within %v", ports.ErrAgentGone, transferOpenTimeout)
 	case <-ctx.Done():
 		release()
-		return nil, nil, ctx.Err()
+		return nil, nil, nil, ctx.Err()
 	}
 }
 
@@ -209,7 +224,7 @@ func agentGone(err error) error {
 
 // ListFiles implements ports.AgentFiles.
 func (s *Service) ListFiles(ctx context.Context, agentID, path string) (ports.FileListing, error) {
-	stream, release, err := s.beginTransfer(ctx, agentID, &sandboxv1.FileRequest{Op: sandboxv1.FileOp_FILE_OP_LIST, Path: path})
+	stream, _, release, err := s.beginTransfer(ctx, agentID, &sandboxv1.FileRequest{Op: sandboxv1.FileOp_FILE_OP_LIST, Path: path})
 	if err != nil {
 		return ports.FileListing{}, err
 	}
@@ -231,7 +246,7 @@ func (s *Service) ListFiles(ctx context.Context, agentID, path string) (ports.Fi
 
 // DeleteFile implements ports.AgentFiles.
 func (s *Service) DeleteFile(ctx context.Context, agentID, path string, recursive bool) error {
-	stream, release, err := s.beginTransfer(ctx, agentID, &sandboxv1.FileRequest{Op: sandboxv1.FileOp_FILE_OP_DELETE, Path: path, Recursive: recursive})
+	stream, _, release, err := s.beginTransfer(ctx, agentID, &sandboxv1.FileRequest{Op: sandboxv1.FileOp_FILE_OP_DELETE, Path: path, Recursive: recursive})
 	if err != nil {
 		return err
 	}
@@ -250,7 +265,7 @@ func (s *Service) ReadArchive(ctx context.Context, agentID, dir string) (ports.F
 }
 
 func (s *Service) read(ctx context.Context, agentID string, req *sandboxv1.FileRequest) (ports.FileReader, error) {
-	stream, release, err := s.beginTransfer(ctx, agentID, req)
+	stream, t, release, err := s.beginTransfer(ctx, agentID, req)
 	if err != nil {
 		return nil, err
 	}
@@ -271,6 +286,9 @@ func (s *Service) read(ctx context.Context, agentID string, req *sandboxv1.FileR
 		if size > s.cfg.MaxFileBytes {
 			release()
 			return nil, fmt.Errorf("%w: %d bytes, over the maximum of %d", ports.ErrFileTooLarge, size, s.cfg.MaxFileBytes)
+		}
+		if t.dataPlane {
+			return newDataReader(t, stream, release, size, s.cfg.MaxFileBytes), nil
 		}
 		return &transferReader{stream: stream, release: release, size: size, max: s.cfg.MaxFileBytes}, nil
 	}
@@ -349,14 +367,20 @@ func (s *Service) WriteArchive(ctx context.Context, agentID, dir string, body io
 // refuses early (no permission, a refused path) stops the upload at once.
 func (s *Service) write(ctx context.Context, agentID string, req *sandboxv1.FileRequest, body io.Reader) error {
 	req.MaxBytes = s.cfg.MaxFileBytes
-	stream, release, err := s.beginTransfer(ctx, agentID, req)
+	stream, t, release, err := s.beginTransfer(ctx, agentID, req)
 	if err != nil {
 		return err
 	}
 	defer release()
 	ended := make(chan error, 1)
 	go func() { ended <- receiveEnd(stream, nil) }()
-	agentEnded, sendErr := s.sendBody(stream, body, ended)
+	send := s.sendBody
+	if t.dataPlane {
+		send = func(stream transferServerStream, body io.Reader, ended <-chan error) (bool, error) {
+			return s.sendData(ctx, t, stream, body, ended)
+		}
+	}
+	agentEnded, sendErr := send(stream, body, ended)
 	switch {
 	case agentEnded:
 		return sendErr

@@ -176,8 +176,14 @@ func (h *harness) connectAgent(id string) *fakeAgent {
 // nothing after the ack until gate is closed (nil: reads at once).
 func (h *harness) connectAgentVia(client sandboxv1connect.AgentServiceClient, id string, gate <-chan struct{}) *fakeAgent {
 	h.t.Helper()
+	return h.connectAgentWith(client, id, gate, registration(id))
+}
+
+// connectAgentWith is connectAgentVia with a registration of its own.
+func (h *harness) connectAgentWith(client sandboxv1connect.AgentServiceClient, id string, gate <-chan struct{}, reg *sandboxv1.ConnectRequest) *fakeAgent {
+	h.t.Helper()
 	fa := h.openVia(client, id, secretPrefix+id)
-	if err := fa.stream.Send(registration(id)); err != nil {
+	if err := fa.stream.Send(reg); err != nil {
 		h.t.Fatalf("send registration of %s: %v", id, err)
 	}
 	msg, err := fa.stream.Receive()

@@ -42,6 +42,9 @@ type conn struct {
 	orphanBytes int
 	// stdinAcks: the agent acknowledges input, so it is paced (stdin.go).
 	stdinAcks bool
+	// fileDataPlane: the agent moves file bytes on the data plane
+	// (dataplane.go).
+	fileDataPlane bool
 	// acks are the output acknowledgements due to the agent (OutputAck),
 	// coalesced per command stream: the receive loop notes each once the
 	// output is handled (stored), sendAcks sends them.
@@ -207,7 +210,7 @@ func (s *Service) Connect(ctx context.Context, stream *connect.BidiStream[sandbo
 	}
 
 	c := &conn{agentID: id, out: make(chan *sandboxv1.ConnectResponse, 256), closed: make(chan struct{}), draining: make(chan struct{}),
-		stdinAcks: reg.GetStdinAcks(), ackWake: make(chan struct{}, 1)}
+		stdinAcks: reg.GetStdinAcks(), fileDataPlane: reg.GetFileDataPlane(), ackWake: make(chan struct{}, 1)}
 	s.mu.Lock()
 	if s.closing { // CloseStreams ran while this stream registered
 		s.mu.Unlock()

@@ -201,6 +201,9 @@ func loadConfig(args, environ []string, stderr io.Writer) (agentd.Config, error)
 	cfg.CAFile = src.GetDefault("MANAGEMENT_CA", "")
 	cfg.EgressListen = src.GetDefault("AGENT_EGRESS_PROXY", "")
 	cfg.BulkConnection = src.GetDefault("MANAGEMENT_BULK_CONNECTION", "") == "1"
+	// An agent as before the file data plane (its bytes in Transfer
+	// messages): for comparing the two, and a way back should it fail.
+	cfg.NoFileDataPlane = src.GetDefault("AGENT_NO_FILE_DATA_PLANE", "") == "1"
 	// Commands as another user, who cannot read the agent's secret.
 	runAs := src.GetDefault("AGENT_RUN_AS", "")
 	if home := src.GetDefault("AGENT_RUN_AS_HOME", ""); home != "" {

@@ -17,4 +17,9 @@ const (
 	// InjectPath + a secret's name + the request's own path carries a
 	// workload's request for an injected secret.
 	InjectPath = "/agentic-sandbox/inject/"
+
+	// DataPath + a transfer id carries a file transfer's bytes on the data
+	// plane (FileRequest.data_plane): the agent POSTs a read's bytes, or
+	// GETs a write's, as the raw body of that HTTP/2 stream.
+	DataPath = "/agentic-sandbox/data/"
 )

@@ -1766,7 +1766,14 @@ type FileRequest struct {
 	// The W3C trace context (traceparent) of the server's span for this
 	// operation when it is traced; empty otherwise. The agent's spans come
 	// back in a SpanReport on Connect.
-	Traceparent   string `protobuf:"bytes,7,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Traceparent string `protobuf:"bytes,7,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	// READ, READ_ARCHIVE, WRITE, WRITE_ARCHIVE: the bytes go on the data
+	// plane (an agent that registered with file_data_plane only): the agent
+	// POSTs a read's bytes to, or GETs a write's bytes from,
+	// /agentic-sandbox/data/{transfer_id} on the same connection, as the raw
+	// body of that HTTP/2 stream; the Transfer stream keeps the control
+	// (open, ready, eof, abort, end) and carries no data messages.
+	DataPlane     bool `protobuf:"varint,8,opt,name=data_plane,json=dataPlane,proto3" json:"data_plane,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1848,6 +1855,13 @@ func (x *FileRequest) GetTraceparent() string {
 		return x.Traceparent
 	}
 	return ""
+}
+
+func (x *FileRequest) GetDataPlane() bool {
+	if x != nil {
+		return x.DataPlane
+	}
+	return false
 }
 
 // TransferRequest is one message from the agent on a Transfer stream.
@@ -2393,7 +2407,10 @@ type Registration struct {
 	// The agent acknowledges the input it wrote (StdinAck) and takes offsets
 	// on StdinChunk: the server then paces each command's input by a window
 	// and refuses writes beyond it instead of sending what could be dropped.
-	StdinAcks     bool `protobuf:"varint,9,opt,name=stdin_acks,json=stdinAcks,proto3" json:"stdin_acks,omitempty"`
+	StdinAcks bool `protobuf:"varint,9,opt,name=stdin_acks,json=stdinAcks,proto3" json:"stdin_acks,omitempty"`
+	// The agent moves file bytes on the data plane (FileRequest.data_plane)
+	// when the server asks it to; without it they go in Transfer messages.
+	FileDataPlane bool `protobuf:"varint,10,opt,name=file_data_plane,json=fileDataPlane,proto3" json:"file_data_plane,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2487,6 +2504,13 @@ func (x *Registration) GetCapabilities() []string {
 func (x *Registration) GetStdinAcks() bool {
 	if x != nil {
 		return x.StdinAcks
+	}
+	return false
+}
+
+func (x *Registration) GetFileDataPlane() bool {
+	if x != nil {
+		return x.FileDataPlane
 	}
 	return false
 }
@@ -5154,7 +5178,7 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\";\n" +
 	"\x06Rename\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x16\n" +
-	"\x06secret\x18\x02 \x01(\tR\x06secret\"\xdf\x01\n" +
+	"\x06secret\x18\x02 \x01(\tR\x06secret\"\xfe\x01\n" +
 	"\vFileRequest\x12\x1f\n" +
 	"\vtransfer_id\x18\x01 \x01(\tR\n" +
 	"transferId\x12*\n" +
@@ -5163,7 +5187,9 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"\x04mode\x18\x04 \x01(\rR\x04mode\x12\x1c\n" +
 	"\trecursive\x18\x05 \x01(\bR\trecursive\x12\x1b\n" +
 	"\tmax_bytes\x18\x06 \x01(\x03R\bmaxBytes\x12 \n" +
-	"\vtraceparent\x18\a \x01(\tR\vtraceparent\"\x97\x02\n" +
+	"\vtraceparent\x18\a \x01(\tR\vtraceparent\x12\x1d\n" +
+	"\n" +
+	"data_plane\x18\b \x01(\bR\tdataPlane\"\x97\x02\n" +
 	"\x0fTransferRequest\x126\n" +
 	"\x04open\x18\x01 \x01(\v2 .agentic.sandbox.v1.TransferOpenH\x00R\x04open\x129\n" +
 	"\x05ready\x18\x02 \x01(\v2!.agentic.sandbox.v1.TransferReadyH\x00R\x05ready\x12\x14\n" +
@@ -5195,7 +5221,7 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"\x04data\x18\x01 \x01(\fH\x00R\x04data\x12\x12\n" +
 	"\x03eof\x18\x02 \x01(\bH\x00R\x03eof\x12\x16\n" +
 	"\x05abort\x18\x03 \x01(\bH\x00R\x05abortB\t\n" +
-	"\apayload\"\xc9\x03\n" +
+	"\apayload\"\xf1\x03\n" +
 	"\fRegistration\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1a\n" +
 	"\bhostname\x18\x02 \x01(\tR\bhostname\x12\x1d\n" +
@@ -5208,7 +5234,9 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"\ragent_version\x18\a \x01(\tR\fagentVersion\x12\"\n" +
 	"\fcapabilities\x18\b \x03(\tR\fcapabilities\x12\x1d\n" +
 	"\n" +
-	"stdin_acks\x18\t \x01(\bR\tstdinAcks\x1a9\n" +
+	"stdin_acks\x18\t \x01(\bR\tstdinAcks\x12&\n" +
+	"\x0ffile_data_plane\x18\n" +
+	" \x01(\bR\rfileDataPlane\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa7\x01\n" +
