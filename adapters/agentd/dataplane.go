@@ -91,7 +91,10 @@ func (a *Agent) getInto(ctx context.Context, stream transferStream, w ports.File
 		return fmt.Errorf("the server refused the data stream: %s", resp.Status)
 	}
 	dst := &writeErr{w: w}
-	if _, err := io.Copy(dst, resp.Body); err != nil {
+	// The file's writer hands each Write to the file helper (a pipe write
+	// and its wake-up): the chunks of the Transfer messages, not io.Copy's
+	// 32 KiB.
+	if _, err := io.CopyBuffer(dst, resp.Body, make([]byte, transferChunk)); err != nil {
 		w.Abort()
 		if dst.err != nil {
 			return dst.err // the file's own error: too large, no space
