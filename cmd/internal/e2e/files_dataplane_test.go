@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -101,32 +102,52 @@ func TestFilesInAVM(t *testing.T) {
 		t.Fatalf("create: %v %s", err, created.Body)
 	}
 	waitEnvReady(t, s, name, 3*time.Minute)
+	filesRoundTripIn(t, s, name)
+}
+
+// A container's agent reaches the server through a socket mounted into
+// it: the same files and tree both ways.
+func TestFilesInDocker(t *testing.T) {
+	host := privateDockerd(t)
+	s := startServer(t, 0, "", "DOCKER_HOST="+host, "AGENTIC_RUNTIMES=docker")
+	name := fmt.Sprintf("files-dk-%d", time.Now().UnixNano()%100000)
+	t.Cleanup(func() { ctl(t, s.RESTURL, s.Token, "env", "rm", name) })
+	if out, errOut, code := ctl(t, s.RESTURL, s.Token, "env", "create", "--runtime", "docker", name); code != 0 || !strings.Contains(out, name+": ready") {
+		t.Fatalf("create %s: exit %d\nstdout %q\nstderr %q", name, code, out, errOut)
+	}
+	filesRoundTripIn(t, s, name)
+}
+
+// filesRoundTripIn moves files of 0 B, 1 B and 5 MiB into environment name
+// and back, a tree out as tar and in again, and reads a missing file.
+func filesRoundTripIn(t *testing.T, s *harness.Server, name string) {
+	t.Helper()
 	for _, size := range []int{0, 1, 5<<20 + 3} {
 		data := make([]byte, size)
 		_, _ = rand.Read(data)
 		remote := fmt.Sprintf("/tmp/src/f%d.bin", size)
 		if st, b := fileDo(t, s, http.MethodPut, fileURL(s, name, "/content", remote), bytes.NewReader(data)); st != http.StatusNoContent {
-			t.Fatalf("upload of %d bytes into the VM: %d %s", size, st, b)
+			t.Fatalf("upload of %d bytes into %s: %d %s", size, name, st, b)
 		}
 		st, b := fileDo(t, s, http.MethodGet, fileURL(s, name, "/content", remote), nil)
 		if st != http.StatusOK || sha256.Sum256(b) != sha256.Sum256(data) {
-			t.Fatalf("download of %d bytes from the VM: %d, %d bytes back", size, st, len(b))
+			t.Fatalf("download of %d bytes from %s: %d, %d bytes back", size, name, st, len(b))
 		}
 	}
 	st, tarball := fileDo(t, s, http.MethodGet, fileURL(s, name, "/archive", "/tmp/src"), nil)
 	if st != http.StatusOK {
-		t.Fatalf("archive from the VM: %d %s", st, tarball)
+		t.Fatalf("archive from %s: %d %s", name, st, tarball)
 	}
 	var gz bytes.Buffer
 	zw := gzip.NewWriter(&gz)
 	_, _ = zw.Write(tarball)
 	_ = zw.Close()
 	if st, b := fileDo(t, s, http.MethodPut, fileURL(s, name, "/archive", "/tmp/copy"), &gz); st != http.StatusNoContent {
-		t.Fatalf("extract in the VM: %d %s", st, b)
+		t.Fatalf("extract in %s: %d %s", name, st, b)
 	}
 	l := listing(t, s, name, "/tmp/copy")
 	if len(l.Entries) != 3 {
-		t.Errorf("the extracted tree in the VM: %+v", l)
+		t.Errorf("the extracted tree in %s: %+v", name, l)
 	}
 	for _, e := range l.Entries {
 		if e.Name == "f5242883.bin" && e.Size != 5<<20+3 {
@@ -134,6 +155,6 @@ func TestFilesInAVM(t *testing.T) {
 		}
 	}
 	if st, b := fileDo(t, s, http.MethodGet, fileURL(s, name, "/content", "/tmp/nope"), nil); st != 404 || errorCode(b) != "file_not_found" {
-		t.Errorf("a missing file in the VM: %d %s", st, b)
+		t.Errorf("a missing file in %s: %d %s", name, st, b)
 	}
 }
