@@ -525,25 +525,33 @@ func (s *Service) Run(ctx context.Context) {
 func (s *Service) ForgetEnded(cutoff time.Time) int {
 	defer s.changed()
 	s.mu.Lock()
-	var gone []string
+	var due []string
 	for _, sess := range s.reg.List("") {
-		if !sess.State.Ended() || sess.EndedAt.IsZero() || !sess.EndedAt.Before(cutoff) {
-			continue
-		}
-		if s.reg.Forget(sess.ID) == nil {
-			gone = append(gone, sess.ID)
-			delete(s.feeds, sess.ID)
-			delete(s.sizes, sess.ID)
-			delete(s.exited, sess.ID)
-			delete(s.cmds, sess.ID)
+		if sess.State.Ended() && !sess.EndedAt.IsZero() && sess.EndedAt.Before(cutoff) {
+			due = append(due, sess.ID)
 		}
 	}
 	s.mu.Unlock()
-	for _, id := range gone {
+	// The logs go first, so that a session that answers "not found" has
+	// left no log behind (an ended session's log is only read, never
+	// written, so nothing recreates it).
+	for _, id := range due {
 		if err := s.cfg.Log.Delete(id); err != nil {
 			s.log.Warn("ended session's log not deleted", "session_id", id, "err", err)
 		}
 	}
+	s.mu.Lock()
+	var gone []string
+	for _, id := range due {
+		if s.reg.Forget(id) == nil {
+			gone = append(gone, id)
+			delete(s.feeds, id)
+			delete(s.sizes, id)
+			delete(s.exited, id)
+			delete(s.cmds, id)
+		}
+	}
+	s.mu.Unlock()
 	if len(gone) > 0 {
 		s.log.Info("ended sessions forgotten after their retention", "count", len(gone), "retention", s.cfg.Retention)
 	}
