@@ -127,19 +127,10 @@ func sleepAndWake(srv *harness.Server, name string, row *sleepRow) error {
 	return nil
 }
 
-func median(d []time.Duration) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := append([]time.Duration(nil), d...)
-	sortDurations(s)
-	return s[len(s)/2]
-}
+// median is the p50 summarize reports.
+func median(d []time.Duration) time.Duration { return summarize("", d).p50 }
 
 func medianInt(v []int64) int64 {
-	if len(v) == 0 {
-		return 0
-	}
 	d := make([]time.Duration, len(v))
 	for i, x := range v {
 		d[i] = time.Duration(x)

@@ -12,7 +12,6 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
 )
 
@@ -114,7 +113,7 @@ func TestDashboardSleepAndWake(t *testing.T) {
 	noSleepButtons("both are ready")
 
 	// Some work in dash-sleep: its last activity.
-	execIn(t, s, "dash-sleep", "echo kept > /tmp/kept")
+	execOut(t, s, "dash-sleep", "echo kept > /tmp/kept")
 
 	// Hibernate: asleep, with its saved size, since when and why.
 	p.do("hibernate dash-sleep", chromedp.Click(testid("env-hibernate-dash-sleep")))
@@ -188,7 +187,7 @@ func TestDashboardSleepAndWake(t *testing.T) {
 	v.waitJS("the viewer sees it ready", state("dash-sleep")+` === "ready" && !document.querySelector('[data-testid="env-asleep-dash-sleep"]')`)
 	q.waitJS("its page sees it ready", `document.querySelector('[data-testid="env-state"]').innerText === "ready" && !document.querySelector('[data-testid="env-asleep-dash-sleep"]')`)
 	noSleepButtons("dash-sleep woke")
-	if got := execIn(t, s, "dash-sleep", "cat /tmp/kept"); got != "kept" {
+	if got := strings.TrimSpace(execOut(t, s, "dash-sleep", "cat /tmp/kept")); got != "kept" {
 		t.Errorf("a file of before the hibernation: %q", got)
 	}
 	p.shot("sleep-05-woken")
@@ -222,19 +221,6 @@ func TestDashboardSleepAndWake(t *testing.T) {
 	noSleepButtons("dash-full failed to wake")
 	p.shot("sleep-07-wake-failed")
 	v.shot("sleep-08-viewer-wake-failed")
-}
-
-// execIn runs a shell script in an environment as the operator: its
-// output, trimmed.
-func execIn(t *testing.T, s *harness.Server, name, script string) string {
-	t.Helper()
-	ctx, cancel := ctxFor(patience)
-	defer cancel()
-	exe, err := s.Client().ExecCommandWithResponse(ctx, name, restapi.ExecRequest{Command: "sh", Args: &[]string{"-c", script}})
-	if err != nil || exe.JSON200 == nil {
-		t.Fatalf("exec in %s: %v %v", name, err, exe)
-	}
-	return strings.TrimSpace(exe.JSON200.Stdout)
 }
 
 // checkSize checks that a size the page shows ("12.3 MiB") is n bytes, to

@@ -67,19 +67,15 @@ func waitEnv(t *testing.T, s *harness.Server, name, want string) envJSON {
 	return e
 }
 
-// execOut runs sh -c script in name's environment and returns its stdout.
+// execOut runs sh -c script in name's environment and returns its stdout;
+// a non-zero exit fails the test.
 func execOut(t *testing.T, s *harness.Server, name, script string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	r, err := s.Client().ExecCommandWithResponse(ctx, name, restapi.ExecRequest{Command: "sh", Args: ptr([]string{"-c", script})})
-	if err != nil || r.JSON200 == nil {
-		t.Fatalf("exec %q: %v %d %s", script, err, r.StatusCode(), r.Body)
+	r := execOK(t, s, name, restapi.ExecRequest{Command: "sh", Args: ptr([]string{"-c", script})})
+	if r.ExitCode != 0 {
+		t.Fatalf("exec %q: exit %d: %s %s", script, r.ExitCode, r.Stdout, r.Stderr)
 	}
-	if r.JSON200.ExitCode != 0 {
-		t.Fatalf("exec %q: exit %d: %s %s", script, r.JSON200.ExitCode, r.JSON200.Stdout, r.JSON200.Stderr)
-	}
-	return r.JSON200.Stdout
+	return r.Stdout
 }
 
 // counter reads the counter file the background session writes.
