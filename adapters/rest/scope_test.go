@@ -171,6 +171,8 @@ func TestScopedTokenGets404OutOfScope(t *testing.T) {
 		{"POST", "/api/v1/environments/%[1]s/start", "", "environment_not_found"},
 		{"POST", "/api/v1/environments/%[1]s/pause", "", "environment_not_found"},
 		{"POST", "/api/v1/environments/%[1]s/resume", "", "environment_not_found"},
+		{"POST", "/api/v1/environments/%[1]s/hibernate", "", "environment_not_found"},
+		{"POST", "/api/v1/environments/%[1]s/wake", "", "environment_not_found"},
 		{"GET", "/api/v1/environments/%[1]s/ports", "", "environment_not_found"},
 		{"PUT", "/api/v1/environments/%[1]s/ports/8080/public", "", "environment_not_found"},
 		{"GET", "/api/v1/environments/%[1]s/ports/8080/forward", "", "environment_not_found"},
