@@ -433,7 +433,17 @@ func (s *Service) keepIdle() {
 		case <-s.life.Done():
 			return
 		case <-time.After(wait):
+		case <-s.idlePolicy:
 		}
+	}
+}
+
+// pokeIdleKeeper has the idle keeper look again now: an environment with
+// a policy appeared, which its current wait (up to 10s) did not count.
+func (s *Service) pokeIdleKeeper() {
+	select {
+	case s.idlePolicy <- struct{}{}:
+	default:
 	}
 }
 

@@ -32,6 +32,24 @@ type sleeper struct {
 	wakeErr error
 	// gate, when set, holds every Wake until it is closed.
 	gate chan struct{}
+	// saving, when set, holds a Hibernate after the save (the runtime
+	// already says hibernated) until it is closed; inspecting, when set,
+	// holds an Inspect after it looked until it is closed.
+	saving, inspecting chan struct{}
+	looked             chan struct{}
+}
+
+func (r *sleeper) Inspect(ctx context.Context, n string) (ports.Environment, error) {
+	e, err := r.fakeRuntime.Inspect(ctx, n)
+	r.mu.Lock()
+	hold, looked := r.inspecting, r.looked
+	r.inspecting = nil
+	r.mu.Unlock()
+	if hold != nil {
+		close(looked)
+		<-hold
+	}
+	return e, err
 }
 
 func (r *sleeper) Capabilities() ports.RuntimeCapabilities {
@@ -52,6 +70,16 @@ func (r *sleeper) Hibernate(_ context.Context, n string) (ports.Hibernation, err
 	}
 	e.State, e.HibernatedAt, e.SavedBytes = ports.EnvHibernated, time.Now(), 4096
 	r.envs[n] = e
+	r.mu.Lock()
+	hold := r.saving
+	r.mu.Unlock()
+	if hold != nil {
+		// As with a real engine, the agent is seen going only some time
+		// after the save began.
+		r.fakeRuntime.mu.Unlock()
+		<-hold
+		r.fakeRuntime.mu.Lock()
+	}
 	r.agents.SetStatus(n, ports.AgentDisconnected)
 	return ports.Hibernation{Mode: ports.HibernateMemory, Bytes: e.SavedBytes, At: e.HibernatedAt}, nil
 }
@@ -215,6 +243,41 @@ func TestAWakeThatFailsLeavesTheEnvironmentFailedWithTheReason(t *testing.T) {
 	// Failed, not asleep: a second use does not try again.
 	if _, err := f.svc.Use(ctx, "box", ports.UseSession); err != nil || rt.wakes.Load() != 1 {
 		t.Fatalf("second use: %v, %d wakes", err, rt.wakes.Load())
+	}
+}
+
+// An Inspect that saw the agent connected just before a hibernation began
+// must not make the environment ready mid-hibernation; once it did, and
+// the next Inspect showed it hibernated without its reason (a CI failure
+// of TestIdlePolicyInDocker).
+func TestAnInspectDuringAHibernationLeavesItToTheHibernation(t *testing.T) {
+	f, rt := sleepy(t, "box", ports.IdlePolicy{})
+	ctx := context.Background()
+	rt.mu.Lock()
+	rt.inspecting, rt.looked = make(chan struct{}), make(chan struct{})
+	rt.saving = make(chan struct{})
+	release, saved, looked := rt.inspecting, rt.saving, rt.looked
+	rt.mu.Unlock()
+
+	stale := make(chan Environment, 1)
+	go func() { e, _ := f.svc.Inspect(ctx, "box"); stale <- e }()
+	testkit.Receive(t, 15*time.Second, looked, "the first Inspect looking at a running environment")
+	hibernated := make(chan Environment, 1)
+	go func() { e, _ := f.svc.Hibernate(ctx, "box"); hibernated <- e }()
+	waitState(t, f.svc, "box", StateHibernating)
+	close(release) // the Inspect that saw it running and connected ends now
+	if e := testkit.Receive(t, 15*time.Second, stale, "the first Inspect"); e.State != StateHibernating {
+		t.Fatalf("an Inspect from before the hibernation made it %s mid-hibernation", e.State)
+	}
+	if e, _ := f.svc.Inspect(ctx, "box"); e.State != StateHibernating {
+		t.Fatalf("mid-hibernation an Inspect says %s (reason %q)", e.State, e.SleepReason)
+	}
+	close(saved)
+	if e := testkit.Receive(t, 15*time.Second, hibernated, "the hibernation"); e.State != StateHibernated || e.SleepReason != Requested {
+		t.Fatalf("hibernated: %s, reason %q", e.State, e.SleepReason)
+	}
+	if e, _ := f.svc.Inspect(ctx, "box"); e.State != StateHibernated || e.SleepReason != Requested {
+		t.Fatalf("after the hibernation an Inspect says %s, reason %q", e.State, e.SleepReason)
 	}
 }
 

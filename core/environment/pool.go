@@ -347,6 +347,7 @@ func (s *Service) take(ctx context.Context, req Request, allowed []string, kind 
 	rec.unhealthySince = time.Time{}
 	if rt := s.runtimes()[rec.env.Runtime]; rt != nil {
 		rec.env.Idle = takenPolicy(p.def, rt.Capabilities())
+		defer s.pokeIdleKeeper()
 	}
 	s.envs[req.Name] = rec
 	p.hits++

@@ -167,6 +167,9 @@ type Service struct {
 	// refill wakes the pools' keeper; slots bound its provisions.
 	refill chan struct{}
 	slots  chan struct{}
+	// idlePolicy wakes the idle keeper when an environment gets a policy
+	// shorter than its current wait.
+	idlePolicy chan struct{}
 }
 
 // New returns the service; call Recover once at start.
@@ -191,7 +194,7 @@ func New(cfg Config) *Service {
 	}
 	life, end := context.WithCancel(context.Background())
 	return &Service{cfg: cfg, log: cfg.Logger.With("component", "environments"), envs: map[string]*record{}, life: life, end: end,
-		pools: map[string]*pool{}, refill: make(chan struct{}, 1), slots: make(chan struct{}, cfg.RefillConcurrency)}
+		pools: map[string]*pool{}, refill: make(chan struct{}, 1), idlePolicy: make(chan struct{}, 1), slots: make(chan struct{}, cfg.RefillConcurrency)}
 }
 
 // Runtimes names the configured runtimes and their capabilities, after
@@ -556,6 +559,9 @@ func (s *Service) create(ctx context.Context, req Request, pool string) (Environ
 	}}
 	s.envs[req.Name] = rec
 	s.mu.Unlock()
+	if req.Idle != (ports.IdlePolicy{}) {
+		s.pokeIdleKeeper()
+	}
 	if len(secrets) > 0 {
 		placeholders, err := s.registerInjected(req.Name, secrets)
 		if err != nil {
@@ -705,7 +711,12 @@ func (s *Service) markReady(name string, observed bool) {
 	// the agent's wait undid a pause once: TestPauseAndResumeFollowTheCapability).
 	// What the runtime itself reports (observed) decides either way.
 	held := rec != nil && !observed && (rec.env.State == StatePaused || rec.env.State == StateStopped || asleep(rec.env.State))
-	if !ok || held || rec.env.State == StateReady || rec.env.State == StateDeleting {
+	// A hibernation or wake in flight owns the state whatever was observed:
+	// an Inspect that saw the agent connected just before a hibernation
+	// began once made it ready mid-hibernation, and the next Inspect then
+	// showed it hibernated without its reason (TestIdlePolicyInDocker).
+	inFlight := rec != nil && (rec.env.State == StateHibernating || rec.env.State == StateWaking)
+	if !ok || held || inFlight || rec.env.State == StateReady || rec.env.State == StateDeleting {
 		s.mu.Unlock()
 		return
 	}
