@@ -61,6 +61,7 @@ func filesBench(bins harness.Binaries) error {
 			return fmt.Errorf("cp: %w", err)
 		}
 		row("local `cp` (floor)", d, 0, 0)
+		var scpUp, scpDown time.Duration
 		_ = os.Remove(dst)
 		if sshErr == nil {
 			d, err = timed(func() error { return quiet(sshd.scp(src, "127.0.0.1:"+dst)) })
@@ -68,12 +69,14 @@ func filesBench(bins harness.Binaries) error {
 				return fmt.Errorf("scp up: %w", err)
 			}
 			row("`scp` up (local sshd)", d, 0, 0)
+			scpUp = d
 			back := filepath.Join(work, "back")
 			d, err = timed(func() error { return quiet(sshd.scp("127.0.0.1:"+dst, back)) })
 			if err != nil {
 				return fmt.Errorf("scp down: %w", err)
 			}
 			row("`scp` down (local sshd)", d, 0, 0)
+			scpDown = d
 			_ = os.Remove(dst)
 			_ = os.Remove(back)
 		}
@@ -85,6 +88,7 @@ func filesBench(bins harness.Binaries) error {
 			return fmt.Errorf("REST upload: %w", err)
 		}
 		row("REST PUT files/content → agent", d, mgmtPeak, agentPeak)
+		notePaths(size, "files-up", d, scpUp)
 		back := filepath.Join(work, "back")
 		mgmtPeak, agentPeak = 0, 0
 		sample = peakRSS(srv.Cmd.Process.Pid, agentPID, &mgmtPeak, &agentPeak)
@@ -94,6 +98,7 @@ func filesBench(bins harness.Binaries) error {
 			return fmt.Errorf("REST download: %w", err)
 		}
 		row("REST GET files/content ← agent", d, mgmtPeak, agentPeak)
+		notePaths(size, "files-down", d, scpDown)
 		for _, p := range []string{src, dst, back} {
 			_ = os.Remove(p)
 		}
@@ -102,6 +107,15 @@ func filesBench(bins harness.Binaries) error {
 		fmt.Println("\nscp baseline skipped:", sshErr)
 	}
 	return nil
+}
+
+// notePaths notes a 1 GiB transfer that took d beside scp's (0: none).
+func notePaths(size int64, key string, d, scp time.Duration) {
+	if size != 1<<30 || scp == 0 {
+		return
+	}
+	mibs := func(d time.Duration) string { return fmt.Sprintf("%.0f MiB/s", float64(size)/(1<<20)/d.Seconds()) }
+	notePath(key, mibs(d), mibs(scp), float64(scp)/float64(d))
 }
 
 func timed(f func() error) (time.Duration, error) {

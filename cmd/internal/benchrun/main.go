@@ -42,7 +42,9 @@ func main() {
 		}
 		return
 	}
-	if err := run(*binDir, *n, *sshN, *sustained); err != nil {
+	err := run(*binDir, *n, *sshN, *sustained)
+	printBytePaths()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "benchrun:", err)
 		os.Exit(1)
 	}
@@ -174,6 +176,7 @@ func run(binDir string, n, sshN, sustained int) error {
 	floor = rows[0]
 	rest := rows[1]
 	fmt.Printf("\nREST exec p50 / bare fork/exec p50 = %.2fx (goal ≤ 3x)\n", float64(rest.p50)/float64(floor.p50))
+	notePath("exec-true", "p50 "+ms(rest.p50), "p50 "+ms(floor.p50), float64(rest.p50)/float64(floor.p50))
 	if len(rows) > 2 {
 		fmt.Printf("REST exec p50 / ssh p50 = %.3f (goal < 0.1)\n", float64(rest.p50)/float64(rows[2].p50))
 	}
@@ -268,6 +271,8 @@ func throughput(exec1 func(string) ([]byte, error)) error {
 	for _, s := range []stats{local, viaStack, decode} {
 		fmt.Printf("| %s | %d | %s | %.0f |\n", s.name, s.n, ms(s.p50), 1/s.p50.Seconds())
 	}
+	notePath("exec-1mib", fmt.Sprintf("%.0f MiB/s (p50 %s, received)", 1/viaStack.p50.Seconds(), ms(viaStack.p50)),
+		fmt.Sprintf("%.0f MiB/s", 1/local.p50.Seconds()), float64(local.p50)/float64(viaStack.p50))
 	fmt.Printf("\nREST exec 1 MiB / local cat throughput = %.2fx received, %.2fx received and decoded (goal ≥ 0.5x)\n",
 		float64(local.p50)/float64(viaStack.p50), float64(local.p50)/float64(viaStack.p50+decode.p50))
 	return nil
