@@ -14,6 +14,18 @@ const (
 	ForwardRawProtocol = "agentic-forward"
 	HeaderForwardID    = "x-forward-id"
 
+	// TunnelRawPath is upgraded (HTTP/1.1, TunnelRawProtocol) into an
+	// egress tunnel's raw bytes, to the destination HeaderTunnelTo names
+	// (host:port), once the server has checked it against the
+	// environment's egress policy.
+	TunnelRawPath     = "/agentic-sandbox/tunnel"
+	TunnelRawProtocol = "agentic-tunnel"
+	HeaderTunnelTo    = "x-tunnel-to"
+	// HeaderTunnelRefused, on a refusal of TunnelRawPath, says whether the
+	// policy denied the destination ("denied") or it could not be reached
+	// ("failed"); the body is the reason.
+	HeaderTunnelRefused = "x-tunnel-refused"
+
 	// InjectPath + a secret's name + the request's own path carries a
 	// workload's request for an injected secret.
 	InjectPath = "/agentic-sandbox/inject/"

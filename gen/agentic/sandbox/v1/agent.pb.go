@@ -2411,6 +2411,11 @@ type Registration struct {
 	// The agent moves file bytes on the data plane (FileRequest.data_plane)
 	// when the server asks it to; without it they go in Transfer messages.
 	FileDataPlane bool `protobuf:"varint,10,opt,name=file_data_plane,json=fileDataPlane,proto3" json:"file_data_plane,omitempty"`
+	// The agent can carry an egress tunnel on a connection of its own,
+	// upgraded to raw bytes (HTTP/1.1, agentwire.TunnelRawPath), when the
+	// server accepts it (RegistrationAck.tunnel_raw); without it, or on a
+	// serial link, tunnels stay on Tunnel streams.
+	TunnelRaw     bool `protobuf:"varint,11,opt,name=tunnel_raw,json=tunnelRaw,proto3" json:"tunnel_raw,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2515,6 +2520,13 @@ func (x *Registration) GetFileDataPlane() bool {
 	return false
 }
 
+func (x *Registration) GetTunnelRaw() bool {
+	if x != nil {
+		return x.TunnelRaw
+	}
+	return false
+}
+
 type SystemInfo struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Os            string                 `protobuf:"bytes,1,opt,name=os,proto3" json:"os,omitempty"`
@@ -2607,7 +2619,10 @@ type RegistrationAck struct {
 	Config                   map[string]string      `protobuf:"bytes,4,rep,name=config,proto3" json:"config,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// The server acknowledges output (OutputAck); without it the agent lets
 	// output go once sent.
-	OutputAcks    bool `protobuf:"varint,5,opt,name=output_acks,json=outputAcks,proto3" json:"output_acks,omitempty"`
+	OutputAcks bool `protobuf:"varint,5,opt,name=output_acks,json=outputAcks,proto3" json:"output_acks,omitempty"`
+	// The server takes egress tunnels on agentwire.TunnelRawPath (an answer
+	// to Registration.tunnel_raw); without it the agent opens Tunnel streams.
+	TunnelRaw     bool `protobuf:"varint,6,opt,name=tunnel_raw,json=tunnelRaw,proto3" json:"tunnel_raw,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2673,6 +2688,13 @@ func (x *RegistrationAck) GetConfig() map[string]string {
 func (x *RegistrationAck) GetOutputAcks() bool {
 	if x != nil {
 		return x.OutputAcks
+	}
+	return false
+}
+
+func (x *RegistrationAck) GetTunnelRaw() bool {
+	if x != nil {
+		return x.TunnelRaw
 	}
 	return false
 }
@@ -5221,7 +5243,7 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"\x04data\x18\x01 \x01(\fH\x00R\x04data\x12\x12\n" +
 	"\x03eof\x18\x02 \x01(\bH\x00R\x03eof\x12\x16\n" +
 	"\x05abort\x18\x03 \x01(\bH\x00R\x05abortB\t\n" +
-	"\apayload\"\xf1\x03\n" +
+	"\apayload\"\x90\x04\n" +
 	"\fRegistration\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1a\n" +
 	"\bhostname\x18\x02 \x01(\tR\bhostname\x12\x1d\n" +
@@ -5236,7 +5258,9 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"stdin_acks\x18\t \x01(\bR\tstdinAcks\x12&\n" +
 	"\x0ffile_data_plane\x18\n" +
-	" \x01(\bR\rfileDataPlane\x1a9\n" +
+	" \x01(\bR\rfileDataPlane\x12\x1d\n" +
+	"\n" +
+	"tunnel_raw\x18\v \x01(\bR\ttunnelRaw\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa7\x01\n" +
@@ -5248,14 +5272,16 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"\tcpu_cores\x18\x04 \x01(\rR\bcpuCores\x12!\n" +
 	"\fmemory_bytes\x18\x05 \x01(\x04R\vmemoryBytes\x12\x1d\n" +
 	"\n" +
-	"disk_bytes\x18\x06 \x01(\x04R\tdiskBytes\"\xaa\x02\n" +
+	"disk_bytes\x18\x06 \x01(\x04R\tdiskBytes\"\xc9\x02\n" +
 	"\x0fRegistrationAck\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\bR\baccepted\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12<\n" +
 	"\x1aheartbeat_interval_seconds\x18\x03 \x01(\rR\x18heartbeatIntervalSeconds\x12G\n" +
 	"\x06config\x18\x04 \x03(\v2/.agentic.sandbox.v1.RegistrationAck.ConfigEntryR\x06config\x12\x1f\n" +
 	"\voutput_acks\x18\x05 \x01(\bR\n" +
-	"outputAcks\x1a9\n" +
+	"outputAcks\x12\x1d\n" +
+	"\n" +
+	"tunnel_raw\x18\x06 \x01(\bR\ttunnelRaw\x1a9\n" +
 	"\vConfigEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdb\x01\n" +
