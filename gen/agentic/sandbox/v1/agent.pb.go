@@ -2411,13 +2411,18 @@ type Registration struct {
 	// The agent moves file bytes on the data plane (FileRequest.data_plane)
 	// when the server asks it to; without it they go in Transfer messages.
 	FileDataPlane bool `protobuf:"varint,10,opt,name=file_data_plane,json=fileDataPlane,proto3" json:"file_data_plane,omitempty"`
-	// The agent can carry an egress tunnel on a connection of its own,
-	// upgraded to raw bytes (HTTP/1.1, agentwire.TunnelRawPath), when the
-	// server accepts it (RegistrationAck.tunnel_raw); without it, or on a
-	// serial link, tunnels stay on Tunnel streams.
-	TunnelRaw     bool `protobuf:"varint,11,opt,name=tunnel_raw,json=tunnelRaw,proto3" json:"tunnel_raw,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// The agent carries its egress tunnels on connections of their own,
+	// upgraded to raw bytes (HTTP/1.1, agentwire.TunnelRawPath); a server
+	// that does not serve that route answers 404 and the agent opens Tunnel
+	// streams instead, as it does on a serial link and without it.
+	TunnelRaw bool `protobuf:"varint,11,opt,name=tunnel_raw,json=tunnelRaw,proto3" json:"tunnel_raw,omitempty"`
+	// The agent can send command output on the data plane: the raw body of
+	// a POST per command stream to agentwire.OutputPath, the Connect stream
+	// keeping started, result and acks. It does so only when the server's
+	// RegistrationAck sets output_data_plane.
+	OutputDataPlane bool `protobuf:"varint,12,opt,name=output_data_plane,json=outputDataPlane,proto3" json:"output_data_plane,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Registration) Reset() {
@@ -2527,6 +2532,13 @@ func (x *Registration) GetTunnelRaw() bool {
 	return false
 }
 
+func (x *Registration) GetOutputDataPlane() bool {
+	if x != nil {
+		return x.OutputDataPlane
+	}
+	return false
+}
+
 type SystemInfo struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Os            string                 `protobuf:"bytes,1,opt,name=os,proto3" json:"os,omitempty"`
@@ -2620,11 +2632,12 @@ type RegistrationAck struct {
 	// The server acknowledges output (OutputAck); without it the agent lets
 	// output go once sent.
 	OutputAcks bool `protobuf:"varint,5,opt,name=output_acks,json=outputAcks,proto3" json:"output_acks,omitempty"`
-	// The server takes egress tunnels on agentwire.TunnelRawPath (an answer
-	// to Registration.tunnel_raw); without it the agent opens Tunnel streams.
-	TunnelRaw     bool `protobuf:"varint,6,opt,name=tunnel_raw,json=tunnelRaw,proto3" json:"tunnel_raw,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// The server takes command output on the data plane (an answer to
+	// Registration.output_data_plane) and acknowledges it by OutputAck as
+	// it places it, by offset.
+	OutputDataPlane bool `protobuf:"varint,7,opt,name=output_data_plane,json=outputDataPlane,proto3" json:"output_data_plane,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *RegistrationAck) Reset() {
@@ -2692,9 +2705,9 @@ func (x *RegistrationAck) GetOutputAcks() bool {
 	return false
 }
 
-func (x *RegistrationAck) GetTunnelRaw() bool {
+func (x *RegistrationAck) GetOutputDataPlane() bool {
 	if x != nil {
-		return x.TunnelRaw
+		return x.OutputDataPlane
 	}
 	return false
 }
@@ -3711,7 +3724,11 @@ type CommandResult struct {
 	Success    bool   `protobuf:"varint,5,opt,name=success,proto3" json:"success,omitempty"`
 	TimedOut   bool   `protobuf:"varint,6,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
 	// Signal that killed the process, 0 if it exited by itself.
-	Signal        int32 `protobuf:"varint,7,opt,name=signal,proto3" json:"signal,omitempty"`
+	Signal int32 `protobuf:"varint,7,opt,name=signal,proto3" json:"signal,omitempty"`
+	// Where each of the command's output streams ended: the server holds
+	// the result (bounded) until its output reached these offsets, as it
+	// may come on data streams beside this one.
+	OutputEnds    []*OutputEnd `protobuf:"bytes,8,rep,name=output_ends,json=outputEnds,proto3" json:"output_ends,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3795,6 +3812,66 @@ func (x *CommandResult) GetSignal() int32 {
 	return 0
 }
 
+func (x *CommandResult) GetOutputEnds() []*OutputEnd {
+	if x != nil {
+		return x.OutputEnds
+	}
+	return nil
+}
+
+// OutputEnd is the final offset of one output stream of a command.
+type OutputEnd struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Stream        OutputStream           `protobuf:"varint,1,opt,name=stream,proto3,enum=agentic.sandbox.v1.OutputStream" json:"stream,omitempty"`
+	Offset        uint64                 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OutputEnd) Reset() {
+	*x = OutputEnd{}
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OutputEnd) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OutputEnd) ProtoMessage() {}
+
+func (x *OutputEnd) ProtoReflect() protoreflect.Message {
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OutputEnd.ProtoReflect.Descriptor instead.
+func (*OutputEnd) Descriptor() ([]byte, []int) {
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *OutputEnd) GetStream() OutputStream {
+	if x != nil {
+		return x.Stream
+	}
+	return OutputStream_OUTPUT_STREAM_UNSPECIFIED
+}
+
+func (x *OutputEnd) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
 type ConfigUpdate struct {
 	state                    protoimpl.MessageState `protogen:"open.v1"`
 	Config                   map[string]string      `protobuf:"bytes,1,rep,name=config,proto3" json:"config,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
@@ -3805,7 +3882,7 @@ type ConfigUpdate struct {
 
 func (x *ConfigUpdate) Reset() {
 	*x = ConfigUpdate{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[35]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3817,7 +3894,7 @@ func (x *ConfigUpdate) String() string {
 func (*ConfigUpdate) ProtoMessage() {}
 
 func (x *ConfigUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[35]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3830,7 +3907,7 @@ func (x *ConfigUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigUpdate.ProtoReflect.Descriptor instead.
 func (*ConfigUpdate) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ConfigUpdate) GetConfig() map[string]string {
@@ -3858,7 +3935,7 @@ type Shutdown struct {
 
 func (x *Shutdown) Reset() {
 	*x = Shutdown{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[36]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3870,7 +3947,7 @@ func (x *Shutdown) String() string {
 func (*Shutdown) ProtoMessage() {}
 
 func (x *Shutdown) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[36]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3883,7 +3960,7 @@ func (x *Shutdown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Shutdown.ProtoReflect.Descriptor instead.
 func (*Shutdown) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Shutdown) GetReason() string {
@@ -3909,7 +3986,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[37]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3921,7 +3998,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[37]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3934,7 +4011,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Ping) GetNonce() uint64 {
@@ -3953,7 +4030,7 @@ type Pong struct {
 
 func (x *Pong) Reset() {
 	*x = Pong{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[38]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3965,7 +4042,7 @@ func (x *Pong) String() string {
 func (*Pong) ProtoMessage() {}
 
 func (x *Pong) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[38]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3978,7 +4055,7 @@ func (x *Pong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pong.ProtoReflect.Descriptor instead.
 func (*Pong) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Pong) GetNonce() uint64 {
@@ -3997,7 +4074,7 @@ type SessionQuery struct {
 
 func (x *SessionQuery) Reset() {
 	*x = SessionQuery{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[39]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4009,7 +4086,7 @@ func (x *SessionQuery) String() string {
 func (*SessionQuery) ProtoMessage() {}
 
 func (x *SessionQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[39]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4022,7 +4099,7 @@ func (x *SessionQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionQuery.ProtoReflect.Descriptor instead.
 func (*SessionQuery) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SessionQuery) GetRequestId() string {
@@ -4058,7 +4135,7 @@ type SessionInfo struct {
 
 func (x *SessionInfo) Reset() {
 	*x = SessionInfo{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[40]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4070,7 +4147,7 @@ func (x *SessionInfo) String() string {
 func (*SessionInfo) ProtoMessage() {}
 
 func (x *SessionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[40]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4083,7 +4160,7 @@ func (x *SessionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
 func (*SessionInfo) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SessionInfo) GetSessionId() string {
@@ -4191,7 +4268,7 @@ type SessionReport struct {
 
 func (x *SessionReport) Reset() {
 	*x = SessionReport{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[41]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4203,7 +4280,7 @@ func (x *SessionReport) String() string {
 func (*SessionReport) ProtoMessage() {}
 
 func (x *SessionReport) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[41]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4216,7 +4293,7 @@ func (x *SessionReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionReport.ProtoReflect.Descriptor instead.
 func (*SessionReport) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SessionReport) GetRequestId() string {
@@ -4244,7 +4321,7 @@ type SessionDecision struct {
 
 func (x *SessionDecision) Reset() {
 	*x = SessionDecision{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[42]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4256,7 +4333,7 @@ func (x *SessionDecision) String() string {
 func (*SessionDecision) ProtoMessage() {}
 
 func (x *SessionDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[42]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4269,7 +4346,7 @@ func (x *SessionDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionDecision.ProtoReflect.Descriptor instead.
 func (*SessionDecision) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *SessionDecision) GetSessionId() string {
@@ -4303,7 +4380,7 @@ type SessionReconcile struct {
 
 func (x *SessionReconcile) Reset() {
 	*x = SessionReconcile{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[43]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4315,7 +4392,7 @@ func (x *SessionReconcile) String() string {
 func (*SessionReconcile) ProtoMessage() {}
 
 func (x *SessionReconcile) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[43]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4328,7 +4405,7 @@ func (x *SessionReconcile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionReconcile.ProtoReflect.Descriptor instead.
 func (*SessionReconcile) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *SessionReconcile) GetRequestId() string {
@@ -4355,7 +4432,7 @@ type SessionAck struct {
 
 func (x *SessionAck) Reset() {
 	*x = SessionAck{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[44]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4367,7 +4444,7 @@ func (x *SessionAck) String() string {
 func (*SessionAck) ProtoMessage() {}
 
 func (x *SessionAck) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[44]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4380,7 +4457,7 @@ func (x *SessionAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionAck.ProtoReflect.Descriptor instead.
 func (*SessionAck) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *SessionAck) GetRequestId() string {
@@ -4409,7 +4486,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[45]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4421,7 +4498,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[45]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4434,7 +4511,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{45}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ExecRequest) GetAgentId() string {
@@ -4471,7 +4548,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[46]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4483,7 +4560,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[46]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4496,7 +4573,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{46}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ExecResponse) GetPayload() isExecResponse_Payload {
@@ -4555,7 +4632,7 @@ type TunnelRequest struct {
 
 func (x *TunnelRequest) Reset() {
 	*x = TunnelRequest{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[47]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4567,7 +4644,7 @@ func (x *TunnelRequest) String() string {
 func (*TunnelRequest) ProtoMessage() {}
 
 func (x *TunnelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[47]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4580,7 +4657,7 @@ func (x *TunnelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelRequest.ProtoReflect.Descriptor instead.
 func (*TunnelRequest) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{47}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *TunnelRequest) GetPayload() isTunnelRequest_Payload {
@@ -4653,7 +4730,7 @@ type TunnelOpen struct {
 
 func (x *TunnelOpen) Reset() {
 	*x = TunnelOpen{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[48]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4665,7 +4742,7 @@ func (x *TunnelOpen) String() string {
 func (*TunnelOpen) ProtoMessage() {}
 
 func (x *TunnelOpen) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[48]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4678,7 +4755,7 @@ func (x *TunnelOpen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelOpen.ProtoReflect.Descriptor instead.
 func (*TunnelOpen) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{48}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *TunnelOpen) GetHost() string {
@@ -4710,7 +4787,7 @@ type TunnelResponse struct {
 
 func (x *TunnelResponse) Reset() {
 	*x = TunnelResponse{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[49]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4722,7 +4799,7 @@ func (x *TunnelResponse) String() string {
 func (*TunnelResponse) ProtoMessage() {}
 
 func (x *TunnelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[49]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4735,7 +4812,7 @@ func (x *TunnelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelResponse.ProtoReflect.Descriptor instead.
 func (*TunnelResponse) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{49}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *TunnelResponse) GetPayload() isTunnelResponse_Payload {
@@ -4812,7 +4889,7 @@ type TunnelOpened struct {
 
 func (x *TunnelOpened) Reset() {
 	*x = TunnelOpened{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[50]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4824,7 +4901,7 @@ func (x *TunnelOpened) String() string {
 func (*TunnelOpened) ProtoMessage() {}
 
 func (x *TunnelOpened) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[50]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4837,7 +4914,7 @@ func (x *TunnelOpened) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelOpened.ProtoReflect.Descriptor instead.
 func (*TunnelOpened) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{50}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *TunnelOpened) GetAllowed() bool {
@@ -4876,7 +4953,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[51]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4888,7 +4965,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[51]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4901,7 +4978,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{51}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ForwardRequest) GetPayload() isForwardRequest_Payload {
@@ -4976,7 +5053,7 @@ type ForwardOpened struct {
 
 func (x *ForwardOpened) Reset() {
 	*x = ForwardOpened{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[52]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4988,7 +5065,7 @@ func (x *ForwardOpened) String() string {
 func (*ForwardOpened) ProtoMessage() {}
 
 func (x *ForwardOpened) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[52]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5001,7 +5078,7 @@ func (x *ForwardOpened) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardOpened.ProtoReflect.Descriptor instead.
 func (*ForwardOpened) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{52}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ForwardOpened) GetForwardId() string {
@@ -5039,7 +5116,7 @@ type ForwardResponse struct {
 
 func (x *ForwardResponse) Reset() {
 	*x = ForwardResponse{}
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[53]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5051,7 +5128,7 @@ func (x *ForwardResponse) String() string {
 func (*ForwardResponse) ProtoMessage() {}
 
 func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[53]
+	mi := &file_agentic_sandbox_v1_agent_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5064,7 +5141,7 @@ func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardResponse.ProtoReflect.Descriptor instead.
 func (*ForwardResponse) Descriptor() ([]byte, []int) {
-	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{53}
+	return file_agentic_sandbox_v1_agent_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ForwardResponse) GetPayload() isForwardResponse_Payload {
@@ -5243,7 +5320,7 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"\x04data\x18\x01 \x01(\fH\x00R\x04data\x12\x12\n" +
 	"\x03eof\x18\x02 \x01(\bH\x00R\x03eof\x12\x16\n" +
 	"\x05abort\x18\x03 \x01(\bH\x00R\x05abortB\t\n" +
-	"\apayload\"\x90\x04\n" +
+	"\apayload\"\xbc\x04\n" +
 	"\fRegistration\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1a\n" +
 	"\bhostname\x18\x02 \x01(\tR\bhostname\x12\x1d\n" +
@@ -5260,7 +5337,8 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"\x0ffile_data_plane\x18\n" +
 	" \x01(\bR\rfileDataPlane\x12\x1d\n" +
 	"\n" +
-	"tunnel_raw\x18\v \x01(\bR\ttunnelRaw\x1a9\n" +
+	"tunnel_raw\x18\v \x01(\bR\ttunnelRaw\x12*\n" +
+	"\x11output_data_plane\x18\f \x01(\bR\x0foutputDataPlane\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa7\x01\n" +
@@ -5272,16 +5350,15 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"\tcpu_cores\x18\x04 \x01(\rR\bcpuCores\x12!\n" +
 	"\fmemory_bytes\x18\x05 \x01(\x04R\vmemoryBytes\x12\x1d\n" +
 	"\n" +
-	"disk_bytes\x18\x06 \x01(\x04R\tdiskBytes\"\xc9\x02\n" +
+	"disk_bytes\x18\x06 \x01(\x04R\tdiskBytes\"\xd6\x02\n" +
 	"\x0fRegistrationAck\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\bR\baccepted\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12<\n" +
 	"\x1aheartbeat_interval_seconds\x18\x03 \x01(\rR\x18heartbeatIntervalSeconds\x12G\n" +
 	"\x06config\x18\x04 \x03(\v2/.agentic.sandbox.v1.RegistrationAck.ConfigEntryR\x06config\x12\x1f\n" +
 	"\voutput_acks\x18\x05 \x01(\bR\n" +
-	"outputAcks\x12\x1d\n" +
-	"\n" +
-	"tunnel_raw\x18\x06 \x01(\bR\ttunnelRaw\x1a9\n" +
+	"outputAcks\x12*\n" +
+	"\x11output_data_plane\x18\a \x01(\bR\x0foutputDataPlane\x1a9\n" +
 	"\vConfigEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdb\x01\n" +
@@ -5384,7 +5461,7 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"\x04cols\x18\x01 \x01(\rR\x04cols\x12\x12\n" +
 	"\x04rows\x18\x02 \x01(\rR\x04rows\"#\n" +
 	"\tPtySignal\x12\x16\n" +
-	"\x06signal\x18\x01 \x01(\x05R\x06signal\"\xd1\x01\n" +
+	"\x06signal\x18\x01 \x01(\x05R\x06signal\"\x91\x02\n" +
 	"\rCommandResult\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12\x1b\n" +
@@ -5394,7 +5471,12 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"durationMs\x12\x18\n" +
 	"\asuccess\x18\x05 \x01(\bR\asuccess\x12\x1b\n" +
 	"\ttimed_out\x18\x06 \x01(\bR\btimedOut\x12\x16\n" +
-	"\x06signal\x18\a \x01(\x05R\x06signal\"\xcd\x01\n" +
+	"\x06signal\x18\a \x01(\x05R\x06signal\x12>\n" +
+	"\voutput_ends\x18\b \x03(\v2\x1d.agentic.sandbox.v1.OutputEndR\n" +
+	"outputEnds\"]\n" +
+	"\tOutputEnd\x128\n" +
+	"\x06stream\x18\x01 \x01(\x0e2 .agentic.sandbox.v1.OutputStreamR\x06stream\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x04R\x06offset\"\xcd\x01\n" +
 	"\fConfigUpdate\x12D\n" +
 	"\x06config\x18\x01 \x03(\v2,.agentic.sandbox.v1.ConfigUpdate.ConfigEntryR\x06config\x12<\n" +
 	"\x1aheartbeat_interval_seconds\x18\x02 \x01(\rR\x18heartbeatIntervalSeconds\x1a9\n" +
@@ -5572,7 +5654,7 @@ func file_agentic_sandbox_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_agentic_sandbox_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
-var file_agentic_sandbox_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
+var file_agentic_sandbox_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
 var file_agentic_sandbox_v1_agent_proto_goTypes = []any{
 	(RuntimeKind)(0),              // 0: agentic.sandbox.v1.RuntimeKind
 	(AgentStatus)(0),              // 1: agentic.sandbox.v1.AgentStatus
@@ -5619,32 +5701,33 @@ var file_agentic_sandbox_v1_agent_proto_goTypes = []any{
 	(*PtyResize)(nil),             // 42: agentic.sandbox.v1.PtyResize
 	(*PtySignal)(nil),             // 43: agentic.sandbox.v1.PtySignal
 	(*CommandResult)(nil),         // 44: agentic.sandbox.v1.CommandResult
-	(*ConfigUpdate)(nil),          // 45: agentic.sandbox.v1.ConfigUpdate
-	(*Shutdown)(nil),              // 46: agentic.sandbox.v1.Shutdown
-	(*Ping)(nil),                  // 47: agentic.sandbox.v1.Ping
-	(*Pong)(nil),                  // 48: agentic.sandbox.v1.Pong
-	(*SessionQuery)(nil),          // 49: agentic.sandbox.v1.SessionQuery
-	(*SessionInfo)(nil),           // 50: agentic.sandbox.v1.SessionInfo
-	(*SessionReport)(nil),         // 51: agentic.sandbox.v1.SessionReport
-	(*SessionDecision)(nil),       // 52: agentic.sandbox.v1.SessionDecision
-	(*SessionReconcile)(nil),      // 53: agentic.sandbox.v1.SessionReconcile
-	(*SessionAck)(nil),            // 54: agentic.sandbox.v1.SessionAck
-	(*ExecRequest)(nil),           // 55: agentic.sandbox.v1.ExecRequest
-	(*ExecResponse)(nil),          // 56: agentic.sandbox.v1.ExecResponse
-	(*TunnelRequest)(nil),         // 57: agentic.sandbox.v1.TunnelRequest
-	(*TunnelOpen)(nil),            // 58: agentic.sandbox.v1.TunnelOpen
-	(*TunnelResponse)(nil),        // 59: agentic.sandbox.v1.TunnelResponse
-	(*TunnelOpened)(nil),          // 60: agentic.sandbox.v1.TunnelOpened
-	(*ForwardRequest)(nil),        // 61: agentic.sandbox.v1.ForwardRequest
-	(*ForwardOpened)(nil),         // 62: agentic.sandbox.v1.ForwardOpened
-	(*ForwardResponse)(nil),       // 63: agentic.sandbox.v1.ForwardResponse
-	nil,                           // 64: agentic.sandbox.v1.AgentSpan.AttributesEntry
-	nil,                           // 65: agentic.sandbox.v1.Registration.LabelsEntry
-	nil,                           // 66: agentic.sandbox.v1.RegistrationAck.ConfigEntry
-	nil,                           // 67: agentic.sandbox.v1.CommandRequest.EnvEntry
-	nil,                           // 68: agentic.sandbox.v1.CommandRequest.InjectEndpointsEntry
-	nil,                           // 69: agentic.sandbox.v1.ConfigUpdate.ConfigEntry
-	(*timestamppb.Timestamp)(nil), // 70: google.protobuf.Timestamp
+	(*OutputEnd)(nil),             // 45: agentic.sandbox.v1.OutputEnd
+	(*ConfigUpdate)(nil),          // 46: agentic.sandbox.v1.ConfigUpdate
+	(*Shutdown)(nil),              // 47: agentic.sandbox.v1.Shutdown
+	(*Ping)(nil),                  // 48: agentic.sandbox.v1.Ping
+	(*Pong)(nil),                  // 49: agentic.sandbox.v1.Pong
+	(*SessionQuery)(nil),          // 50: agentic.sandbox.v1.SessionQuery
+	(*SessionInfo)(nil),           // 51: agentic.sandbox.v1.SessionInfo
+	(*SessionReport)(nil),         // 52: agentic.sandbox.v1.SessionReport
+	(*SessionDecision)(nil),       // 53: agentic.sandbox.v1.SessionDecision
+	(*SessionReconcile)(nil),      // 54: agentic.sandbox.v1.SessionReconcile
+	(*SessionAck)(nil),            // 55: agentic.sandbox.v1.SessionAck
+	(*ExecRequest)(nil),           // 56: agentic.sandbox.v1.ExecRequest
+	(*ExecResponse)(nil),          // 57: agentic.sandbox.v1.ExecResponse
+	(*TunnelRequest)(nil),         // 58: agentic.sandbox.v1.TunnelRequest
+	(*TunnelOpen)(nil),            // 59: agentic.sandbox.v1.TunnelOpen
+	(*TunnelResponse)(nil),        // 60: agentic.sandbox.v1.TunnelResponse
+	(*TunnelOpened)(nil),          // 61: agentic.sandbox.v1.TunnelOpened
+	(*ForwardRequest)(nil),        // 62: agentic.sandbox.v1.ForwardRequest
+	(*ForwardOpened)(nil),         // 63: agentic.sandbox.v1.ForwardOpened
+	(*ForwardResponse)(nil),       // 64: agentic.sandbox.v1.ForwardResponse
+	nil,                           // 65: agentic.sandbox.v1.AgentSpan.AttributesEntry
+	nil,                           // 66: agentic.sandbox.v1.Registration.LabelsEntry
+	nil,                           // 67: agentic.sandbox.v1.RegistrationAck.ConfigEntry
+	nil,                           // 68: agentic.sandbox.v1.CommandRequest.EnvEntry
+	nil,                           // 69: agentic.sandbox.v1.CommandRequest.InjectEndpointsEntry
+	nil,                           // 70: agentic.sandbox.v1.ConfigUpdate.ConfigEntry
+	(*timestamppb.Timestamp)(nil), // 71: google.protobuf.Timestamp
 }
 var file_agentic_sandbox_v1_agent_proto_depIdxs = []int32{
 	29, // 0: agentic.sandbox.v1.ConnectRequest.registration:type_name -> agentic.sandbox.v1.Registration
@@ -5652,30 +5735,30 @@ var file_agentic_sandbox_v1_agent_proto_depIdxs = []int32{
 	33, // 2: agentic.sandbox.v1.ConnectRequest.metrics:type_name -> agentic.sandbox.v1.Metrics
 	34, // 3: agentic.sandbox.v1.ConnectRequest.output:type_name -> agentic.sandbox.v1.OutputChunk
 	44, // 4: agentic.sandbox.v1.ConnectRequest.command_result:type_name -> agentic.sandbox.v1.CommandResult
-	51, // 5: agentic.sandbox.v1.ConnectRequest.session_report:type_name -> agentic.sandbox.v1.SessionReport
-	54, // 6: agentic.sandbox.v1.ConnectRequest.session_ack:type_name -> agentic.sandbox.v1.SessionAck
-	48, // 7: agentic.sandbox.v1.ConnectRequest.pong:type_name -> agentic.sandbox.v1.Pong
+	52, // 5: agentic.sandbox.v1.ConnectRequest.session_report:type_name -> agentic.sandbox.v1.SessionReport
+	55, // 6: agentic.sandbox.v1.ConnectRequest.session_ack:type_name -> agentic.sandbox.v1.SessionAck
+	49, // 7: agentic.sandbox.v1.ConnectRequest.pong:type_name -> agentic.sandbox.v1.Pong
 	15, // 8: agentic.sandbox.v1.ConnectRequest.command_started:type_name -> agentic.sandbox.v1.CommandStarted
 	36, // 9: agentic.sandbox.v1.ConnectRequest.permission_request:type_name -> agentic.sandbox.v1.PermissionRequest
 	39, // 10: agentic.sandbox.v1.ConnectRequest.stdin_ack:type_name -> agentic.sandbox.v1.StdinAck
 	13, // 11: agentic.sandbox.v1.ConnectRequest.ports_report:type_name -> agentic.sandbox.v1.PortsReport
 	11, // 12: agentic.sandbox.v1.ConnectRequest.span_report:type_name -> agentic.sandbox.v1.SpanReport
 	12, // 13: agentic.sandbox.v1.SpanReport.spans:type_name -> agentic.sandbox.v1.AgentSpan
-	70, // 14: agentic.sandbox.v1.AgentSpan.start_time:type_name -> google.protobuf.Timestamp
-	70, // 15: agentic.sandbox.v1.AgentSpan.end_time:type_name -> google.protobuf.Timestamp
-	64, // 16: agentic.sandbox.v1.AgentSpan.attributes:type_name -> agentic.sandbox.v1.AgentSpan.AttributesEntry
+	71, // 14: agentic.sandbox.v1.AgentSpan.start_time:type_name -> google.protobuf.Timestamp
+	71, // 15: agentic.sandbox.v1.AgentSpan.end_time:type_name -> google.protobuf.Timestamp
+	65, // 16: agentic.sandbox.v1.AgentSpan.attributes:type_name -> agentic.sandbox.v1.AgentSpan.AttributesEntry
 	14, // 17: agentic.sandbox.v1.PortsReport.ports:type_name -> agentic.sandbox.v1.ListeningPort
 	6,  // 18: agentic.sandbox.v1.ListeningPort.family:type_name -> agentic.sandbox.v1.AddressFamily
-	70, // 19: agentic.sandbox.v1.CommandStarted.started_at:type_name -> google.protobuf.Timestamp
+	71, // 19: agentic.sandbox.v1.CommandStarted.started_at:type_name -> google.protobuf.Timestamp
 	31, // 20: agentic.sandbox.v1.ConnectResponse.registration_ack:type_name -> agentic.sandbox.v1.RegistrationAck
 	35, // 21: agentic.sandbox.v1.ConnectResponse.command:type_name -> agentic.sandbox.v1.CommandRequest
 	38, // 22: agentic.sandbox.v1.ConnectResponse.stdin:type_name -> agentic.sandbox.v1.StdinChunk
 	40, // 23: agentic.sandbox.v1.ConnectResponse.pty_control:type_name -> agentic.sandbox.v1.PtyControl
-	45, // 24: agentic.sandbox.v1.ConnectResponse.config_update:type_name -> agentic.sandbox.v1.ConfigUpdate
-	46, // 25: agentic.sandbox.v1.ConnectResponse.shutdown:type_name -> agentic.sandbox.v1.Shutdown
-	47, // 26: agentic.sandbox.v1.ConnectResponse.ping:type_name -> agentic.sandbox.v1.Ping
-	49, // 27: agentic.sandbox.v1.ConnectResponse.session_query:type_name -> agentic.sandbox.v1.SessionQuery
-	53, // 28: agentic.sandbox.v1.ConnectResponse.session_reconcile:type_name -> agentic.sandbox.v1.SessionReconcile
+	46, // 24: agentic.sandbox.v1.ConnectResponse.config_update:type_name -> agentic.sandbox.v1.ConfigUpdate
+	47, // 25: agentic.sandbox.v1.ConnectResponse.shutdown:type_name -> agentic.sandbox.v1.Shutdown
+	48, // 26: agentic.sandbox.v1.ConnectResponse.ping:type_name -> agentic.sandbox.v1.Ping
+	50, // 27: agentic.sandbox.v1.ConnectResponse.session_query:type_name -> agentic.sandbox.v1.SessionQuery
+	54, // 28: agentic.sandbox.v1.ConnectResponse.session_reconcile:type_name -> agentic.sandbox.v1.SessionReconcile
 	21, // 29: agentic.sandbox.v1.ConnectResponse.file_request:type_name -> agentic.sandbox.v1.FileRequest
 	37, // 30: agentic.sandbox.v1.ConnectResponse.permission_decision:type_name -> agentic.sandbox.v1.PermissionDecision
 	20, // 31: agentic.sandbox.v1.ConnectResponse.rename:type_name -> agentic.sandbox.v1.Rename
@@ -5690,54 +5773,56 @@ var file_agentic_sandbox_v1_agent_proto_depIdxs = []int32{
 	27, // 40: agentic.sandbox.v1.TransferRequest.end:type_name -> agentic.sandbox.v1.TransferEnd
 	26, // 41: agentic.sandbox.v1.FileListing.entries:type_name -> agentic.sandbox.v1.FileEntry
 	8,  // 42: agentic.sandbox.v1.FileEntry.type:type_name -> agentic.sandbox.v1.FileType
-	70, // 43: agentic.sandbox.v1.FileEntry.mtime:type_name -> google.protobuf.Timestamp
+	71, // 43: agentic.sandbox.v1.FileEntry.mtime:type_name -> google.protobuf.Timestamp
 	9,  // 44: agentic.sandbox.v1.TransferEnd.error:type_name -> agentic.sandbox.v1.FileError
 	30, // 45: agentic.sandbox.v1.Registration.system_info:type_name -> agentic.sandbox.v1.SystemInfo
-	65, // 46: agentic.sandbox.v1.Registration.labels:type_name -> agentic.sandbox.v1.Registration.LabelsEntry
+	66, // 46: agentic.sandbox.v1.Registration.labels:type_name -> agentic.sandbox.v1.Registration.LabelsEntry
 	0,  // 47: agentic.sandbox.v1.Registration.runtime:type_name -> agentic.sandbox.v1.RuntimeKind
-	66, // 48: agentic.sandbox.v1.RegistrationAck.config:type_name -> agentic.sandbox.v1.RegistrationAck.ConfigEntry
+	67, // 48: agentic.sandbox.v1.RegistrationAck.config:type_name -> agentic.sandbox.v1.RegistrationAck.ConfigEntry
 	1,  // 49: agentic.sandbox.v1.Heartbeat.status:type_name -> agentic.sandbox.v1.AgentStatus
-	70, // 50: agentic.sandbox.v1.Heartbeat.sent_at:type_name -> google.protobuf.Timestamp
+	71, // 50: agentic.sandbox.v1.Heartbeat.sent_at:type_name -> google.protobuf.Timestamp
 	33, // 51: agentic.sandbox.v1.Heartbeat.metrics:type_name -> agentic.sandbox.v1.Metrics
 	2,  // 52: agentic.sandbox.v1.OutputChunk.stream:type_name -> agentic.sandbox.v1.OutputStream
-	70, // 53: agentic.sandbox.v1.OutputChunk.timestamp:type_name -> google.protobuf.Timestamp
-	67, // 54: agentic.sandbox.v1.CommandRequest.env:type_name -> agentic.sandbox.v1.CommandRequest.EnvEntry
+	71, // 53: agentic.sandbox.v1.OutputChunk.timestamp:type_name -> google.protobuf.Timestamp
+	68, // 54: agentic.sandbox.v1.CommandRequest.env:type_name -> agentic.sandbox.v1.CommandRequest.EnvEntry
 	3,  // 55: agentic.sandbox.v1.CommandRequest.session_type:type_name -> agentic.sandbox.v1.SessionType
-	68, // 56: agentic.sandbox.v1.CommandRequest.inject_endpoints:type_name -> agentic.sandbox.v1.CommandRequest.InjectEndpointsEntry
+	69, // 56: agentic.sandbox.v1.CommandRequest.inject_endpoints:type_name -> agentic.sandbox.v1.CommandRequest.InjectEndpointsEntry
 	42, // 57: agentic.sandbox.v1.PtyControl.resize:type_name -> agentic.sandbox.v1.PtyResize
 	43, // 58: agentic.sandbox.v1.PtyControl.signal:type_name -> agentic.sandbox.v1.PtySignal
 	41, // 59: agentic.sandbox.v1.PtyControl.kill:type_name -> agentic.sandbox.v1.CommandKill
-	69, // 60: agentic.sandbox.v1.ConfigUpdate.config:type_name -> agentic.sandbox.v1.ConfigUpdate.ConfigEntry
-	3,  // 61: agentic.sandbox.v1.SessionInfo.type:type_name -> agentic.sandbox.v1.SessionType
-	4,  // 62: agentic.sandbox.v1.SessionInfo.state:type_name -> agentic.sandbox.v1.SessionState
-	70, // 63: agentic.sandbox.v1.SessionInfo.started_at:type_name -> google.protobuf.Timestamp
-	70, // 64: agentic.sandbox.v1.SessionInfo.ended_at:type_name -> google.protobuf.Timestamp
-	44, // 65: agentic.sandbox.v1.SessionInfo.result:type_name -> agentic.sandbox.v1.CommandResult
-	2,  // 66: agentic.sandbox.v1.SessionInfo.tail_stream:type_name -> agentic.sandbox.v1.OutputStream
-	50, // 67: agentic.sandbox.v1.SessionReport.sessions:type_name -> agentic.sandbox.v1.SessionInfo
-	5,  // 68: agentic.sandbox.v1.SessionDecision.action:type_name -> agentic.sandbox.v1.ReconcileAction
-	52, // 69: agentic.sandbox.v1.SessionReconcile.decisions:type_name -> agentic.sandbox.v1.SessionDecision
-	35, // 70: agentic.sandbox.v1.ExecRequest.command:type_name -> agentic.sandbox.v1.CommandRequest
-	34, // 71: agentic.sandbox.v1.ExecResponse.output:type_name -> agentic.sandbox.v1.OutputChunk
-	44, // 72: agentic.sandbox.v1.ExecResponse.result:type_name -> agentic.sandbox.v1.CommandResult
-	58, // 73: agentic.sandbox.v1.TunnelRequest.open:type_name -> agentic.sandbox.v1.TunnelOpen
-	60, // 74: agentic.sandbox.v1.TunnelResponse.opened:type_name -> agentic.sandbox.v1.TunnelOpened
-	62, // 75: agentic.sandbox.v1.ForwardRequest.opened:type_name -> agentic.sandbox.v1.ForwardOpened
-	10, // 76: agentic.sandbox.v1.AgentService.Connect:input_type -> agentic.sandbox.v1.ConnectRequest
-	55, // 77: agentic.sandbox.v1.AgentService.Exec:input_type -> agentic.sandbox.v1.ExecRequest
-	22, // 78: agentic.sandbox.v1.AgentService.Transfer:input_type -> agentic.sandbox.v1.TransferRequest
-	57, // 79: agentic.sandbox.v1.AgentService.Tunnel:input_type -> agentic.sandbox.v1.TunnelRequest
-	61, // 80: agentic.sandbox.v1.AgentService.Forward:input_type -> agentic.sandbox.v1.ForwardRequest
-	16, // 81: agentic.sandbox.v1.AgentService.Connect:output_type -> agentic.sandbox.v1.ConnectResponse
-	56, // 82: agentic.sandbox.v1.AgentService.Exec:output_type -> agentic.sandbox.v1.ExecResponse
-	28, // 83: agentic.sandbox.v1.AgentService.Transfer:output_type -> agentic.sandbox.v1.TransferResponse
-	59, // 84: agentic.sandbox.v1.AgentService.Tunnel:output_type -> agentic.sandbox.v1.TunnelResponse
-	63, // 85: agentic.sandbox.v1.AgentService.Forward:output_type -> agentic.sandbox.v1.ForwardResponse
-	81, // [81:86] is the sub-list for method output_type
-	76, // [76:81] is the sub-list for method input_type
-	76, // [76:76] is the sub-list for extension type_name
-	76, // [76:76] is the sub-list for extension extendee
-	0,  // [0:76] is the sub-list for field type_name
+	45, // 60: agentic.sandbox.v1.CommandResult.output_ends:type_name -> agentic.sandbox.v1.OutputEnd
+	2,  // 61: agentic.sandbox.v1.OutputEnd.stream:type_name -> agentic.sandbox.v1.OutputStream
+	70, // 62: agentic.sandbox.v1.ConfigUpdate.config:type_name -> agentic.sandbox.v1.ConfigUpdate.ConfigEntry
+	3,  // 63: agentic.sandbox.v1.SessionInfo.type:type_name -> agentic.sandbox.v1.SessionType
+	4,  // 64: agentic.sandbox.v1.SessionInfo.state:type_name -> agentic.sandbox.v1.SessionState
+	71, // 65: agentic.sandbox.v1.SessionInfo.started_at:type_name -> google.protobuf.Timestamp
+	71, // 66: agentic.sandbox.v1.SessionInfo.ended_at:type_name -> google.protobuf.Timestamp
+	44, // 67: agentic.sandbox.v1.SessionInfo.result:type_name -> agentic.sandbox.v1.CommandResult
+	2,  // 68: agentic.sandbox.v1.SessionInfo.tail_stream:type_name -> agentic.sandbox.v1.OutputStream
+	51, // 69: agentic.sandbox.v1.SessionReport.sessions:type_name -> agentic.sandbox.v1.SessionInfo
+	5,  // 70: agentic.sandbox.v1.SessionDecision.action:type_name -> agentic.sandbox.v1.ReconcileAction
+	53, // 71: agentic.sandbox.v1.SessionReconcile.decisions:type_name -> agentic.sandbox.v1.SessionDecision
+	35, // 72: agentic.sandbox.v1.ExecRequest.command:type_name -> agentic.sandbox.v1.CommandRequest
+	34, // 73: agentic.sandbox.v1.ExecResponse.output:type_name -> agentic.sandbox.v1.OutputChunk
+	44, // 74: agentic.sandbox.v1.ExecResponse.result:type_name -> agentic.sandbox.v1.CommandResult
+	59, // 75: agentic.sandbox.v1.TunnelRequest.open:type_name -> agentic.sandbox.v1.TunnelOpen
+	61, // 76: agentic.sandbox.v1.TunnelResponse.opened:type_name -> agentic.sandbox.v1.TunnelOpened
+	63, // 77: agentic.sandbox.v1.ForwardRequest.opened:type_name -> agentic.sandbox.v1.ForwardOpened
+	10, // 78: agentic.sandbox.v1.AgentService.Connect:input_type -> agentic.sandbox.v1.ConnectRequest
+	56, // 79: agentic.sandbox.v1.AgentService.Exec:input_type -> agentic.sandbox.v1.ExecRequest
+	22, // 80: agentic.sandbox.v1.AgentService.Transfer:input_type -> agentic.sandbox.v1.TransferRequest
+	58, // 81: agentic.sandbox.v1.AgentService.Tunnel:input_type -> agentic.sandbox.v1.TunnelRequest
+	62, // 82: agentic.sandbox.v1.AgentService.Forward:input_type -> agentic.sandbox.v1.ForwardRequest
+	16, // 83: agentic.sandbox.v1.AgentService.Connect:output_type -> agentic.sandbox.v1.ConnectResponse
+	57, // 84: agentic.sandbox.v1.AgentService.Exec:output_type -> agentic.sandbox.v1.ExecResponse
+	28, // 85: agentic.sandbox.v1.AgentService.Transfer:output_type -> agentic.sandbox.v1.TransferResponse
+	60, // 86: agentic.sandbox.v1.AgentService.Tunnel:output_type -> agentic.sandbox.v1.TunnelResponse
+	64, // 87: agentic.sandbox.v1.AgentService.Forward:output_type -> agentic.sandbox.v1.ForwardResponse
+	83, // [83:88] is the sub-list for method output_type
+	78, // [78:83] is the sub-list for method input_type
+	78, // [78:78] is the sub-list for extension type_name
+	78, // [78:78] is the sub-list for extension extendee
+	0,  // [0:78] is the sub-list for field type_name
 }
 
 func init() { file_agentic_sandbox_v1_agent_proto_init() }
@@ -5795,26 +5880,26 @@ func file_agentic_sandbox_v1_agent_proto_init() {
 		(*PtyControl_Signal)(nil),
 		(*PtyControl_Kill)(nil),
 	}
-	file_agentic_sandbox_v1_agent_proto_msgTypes[46].OneofWrappers = []any{
+	file_agentic_sandbox_v1_agent_proto_msgTypes[47].OneofWrappers = []any{
 		(*ExecResponse_Output)(nil),
 		(*ExecResponse_Result)(nil),
 	}
-	file_agentic_sandbox_v1_agent_proto_msgTypes[47].OneofWrappers = []any{
+	file_agentic_sandbox_v1_agent_proto_msgTypes[48].OneofWrappers = []any{
 		(*TunnelRequest_Open)(nil),
 		(*TunnelRequest_Data)(nil),
 		(*TunnelRequest_CloseWrite)(nil),
 	}
-	file_agentic_sandbox_v1_agent_proto_msgTypes[49].OneofWrappers = []any{
+	file_agentic_sandbox_v1_agent_proto_msgTypes[50].OneofWrappers = []any{
 		(*TunnelResponse_Opened)(nil),
 		(*TunnelResponse_Data)(nil),
 		(*TunnelResponse_Eof)(nil),
 	}
-	file_agentic_sandbox_v1_agent_proto_msgTypes[51].OneofWrappers = []any{
+	file_agentic_sandbox_v1_agent_proto_msgTypes[52].OneofWrappers = []any{
 		(*ForwardRequest_Opened)(nil),
 		(*ForwardRequest_Data)(nil),
 		(*ForwardRequest_CloseWrite)(nil),
 	}
-	file_agentic_sandbox_v1_agent_proto_msgTypes[53].OneofWrappers = []any{
+	file_agentic_sandbox_v1_agent_proto_msgTypes[54].OneofWrappers = []any{
 		(*ForwardResponse_Data)(nil),
 		(*ForwardResponse_CloseWrite)(nil),
 	}
@@ -5824,7 +5909,7 @@ func file_agentic_sandbox_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentic_sandbox_v1_agent_proto_rawDesc), len(file_agentic_sandbox_v1_agent_proto_rawDesc)),
 			NumEnums:      10,
-			NumMessages:   60,
+			NumMessages:   61,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
