@@ -128,9 +128,11 @@ func execStreamBench(bins harness.Binaries) error {
 				for {
 					line, err := rd.ReadSlice('\n')
 					if err == bufio.ErrBufferFull {
-						// A line longer than the buffer: read it whole.
+						// A line longer than the buffer: read it whole
+						// (line is the reader's buffer: copied first).
+						head := append([]byte(nil), line...)
 						rest, rerr := rd.ReadBytes('\n')
-						line, err = append(append([]byte(nil), line...), rest...), rerr
+						line, err = append(head, rest...), rerr
 					}
 					if err != nil {
 						return fmt.Errorf("stream cut: %w", err)
