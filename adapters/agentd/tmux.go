@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentic-sandbox/agentic-sandbox/internal/hoptrace"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -180,7 +181,7 @@ func startTmuxSession(runner ports.ProcessRunner, spec ports.CommandSpec, onOutp
 	if cols == 0 || rows == 0 {
 		cols, rows = 80, 24
 	}
-	t := &tmuxProc{runner: runner, name: spec.SessionName, exitFile: exitFile, onOutput: onOutput, start: time.Now(), done: make(chan struct{})}
+	t := &tmuxProc{runner: runner, name: spec.SessionName, exitFile: exitFile, onOutput: marked(onOutput), start: time.Now(), done: make(chan struct{})}
 	t.base = ports.CommandSpec{PTY: true, Cols: cols, Rows: rows, Term: spec.Term, StdinOpen: true}
 	t.run(ports.CommandSpec{Command: "tmux", Args: args})
 	return t
@@ -188,7 +189,7 @@ func startTmuxSession(runner ports.ProcessRunner, spec ports.CommandSpec, onOutp
 
 // attachTmuxSession takes over a session an earlier agent process ran.
 func attachTmuxSession(runner ports.ProcessRunner, found foundSession, onOutput func(ports.OutputStream, []byte)) *tmuxProc {
-	t := &tmuxProc{runner: runner, name: found.name, exitFile: found.exitFile, onOutput: onOutput, start: found.created, done: make(chan struct{})}
+	t := &tmuxProc{runner: runner, name: found.name, exitFile: found.exitFile, onOutput: marked(onOutput), start: found.created, done: make(chan struct{})}
 	t.base = ports.CommandSpec{PTY: true, Cols: 80, Rows: 24, StdinOpen: true}
 	t.run(t.attachSpec())
 	return t
@@ -204,6 +205,19 @@ func (t *tmuxProc) run(first ports.CommandSpec) {
 	t.cur = t.client(first)
 	t.mu.Unlock()
 	go t.supervise()
+}
+
+// marked is onOutput marking the hops of the per-hop timeline
+// (hoptrace) when they are recorded; onOutput itself when not.
+func marked(onOutput func(ports.OutputStream, []byte)) func(ports.OutputStream, []byte) {
+	if !hoptrace.On() {
+		return onOutput
+	}
+	return func(s ports.OutputStream, b []byte) {
+		hoptrace.Mark("agent.pty_read")
+		onOutput(s, b)
+		hoptrace.Mark("agent.queued")
+	}
 }
 
 func (t *tmuxProc) client(cmd ports.CommandSpec) ports.Process {

@@ -8,6 +8,7 @@ import (
 
 	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/hoptrace"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -82,6 +83,7 @@ func (c *command) WriteStdin(ctx context.Context, data []byte, eof bool) error {
 	if busy > 0 && busy+uint64(len(data)) > agentwire.StdinWindow {
 		return ports.ErrStdinBusy
 	}
+	hoptrace.Mark("mgmt.link_send")
 	if err := conn.send(ctx, stdinMessage(c.id, data, eof, &off, p.epoch)); err != nil {
 		return err
 	}

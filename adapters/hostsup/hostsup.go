@@ -368,6 +368,9 @@ func (s *Supervisor) spawn(ctx context.Context, a *agentState) (*proc, error) {
 var inheritedEnv = map[string]bool{
 	"PATH": true, "HOME": true, "LANG": true, "TERM": true, "TZ": true,
 	"USER": true, "LOGNAME": true, "SHELL": true,
+	// A benchmark's per-hop timeline (internal/hoptrace/hopenv): a
+	// directory the agent writes its marks in; unset in production.
+	"AGENTIC_HOP_TRACE": true,
 }
 
 func inherited(k string) bool { return inheritedEnv[k] || strings.HasPrefix(k, "LC_") }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/internal/debugserve"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/hoptrace/hopenv"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/telemetry"
 )
 
@@ -23,6 +24,7 @@ var version = "0.1.0-dev"
 const tracingShutdownTimeout = 500 * time.Millisecond
 
 func main() {
+	hopenv.Start(os.Environ(), "agentic-mgmt") // benchmarks' per-hop timeline; off unless set
 	cfg, err := loadConfig(os.Args[1:], os.Environ(), os.Stderr, version)
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/core/claudefeed"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/clock"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/hoptrace"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -151,6 +152,7 @@ func (s *Service) startOptions(sessionID, commandID string, fd *feed) ports.Star
 		Detached:  true, // sessions outlive the viewer that started them
 		CommandID: commandID,
 		OnOutput: func(c ports.OutputChunk) {
+			hoptrace.Mark("mgmt.link_output")
 			epMu.Lock()
 			var off uint64
 			var err error
@@ -176,6 +178,7 @@ func (s *Service) startOptions(sessionID, commandID string, fd *feed) ports.Star
 					"gap_from", lostFrom, "gap_to", off, "session_lost_bytes", s.cfg.Log.Lost(sessionID))
 			}
 			epMu.Unlock()
+			hoptrace.Mark("mgmt.stored")
 			if fd != nil && fd.write(c.Data) {
 				s.changed() // a headless session's transcript grew
 			}

@@ -101,7 +101,7 @@ func dashboardBench(bins harness.Binaries) error {
 	if err != nil {
 		return err
 	}
-	wsCat, err := wsEcho(srv, 200, deadline)
+	wsCat, err := wsEcho(srv, 200, deadline, nil)
 	if err != nil {
 		return err
 	}

@@ -61,7 +61,10 @@ func startSSHDWithSCP() (sshdRun, error) {
 		return sshdRun{}, err
 	}
 	_ = os.MkdirAll("/run/sshd", 0o755)
-	cfg := fmt.Sprintf("Port %d\nListenAddress 127.0.0.1\nHostKey %s/host\nAuthorizedKeysFile %s/authorized_keys\nPidFile %s/pid\nStrictModes no\nUsePAM no\nPermitRootLogin yes\nPasswordAuthentication no\nSubsystem sftp internal-sftp\n", port, dir, dir, dir)
+	// HOME is the scratch dir: the user's shell start-up files (a
+	// ~/.bashrc that bash runs under sshd) are not part of the floor, and
+	// one that hangs (a stale pyenv lock: 60 s each) broke every ssh row.
+	cfg := fmt.Sprintf("Port %d\nListenAddress 127.0.0.1\nHostKey %s/host\nAuthorizedKeysFile %s/authorized_keys\nPidFile %s/pid\nStrictModes no\nUsePAM no\nPermitRootLogin yes\nPasswordAuthentication no\nSubsystem sftp internal-sftp\nSetEnv HOME=%s\n", port, dir, dir, dir, dir)
 	if err := os.WriteFile(filepath.Join(dir, "sshd_config"), []byte(cfg), 0o600); err != nil {
 		cleanup()
 		return sshdRun{}, err

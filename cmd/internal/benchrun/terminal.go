@@ -26,6 +26,7 @@ var (
 	termReps     = flag.Int("term-reps", 3, "runs per terminal throughput measurement (median reported)")
 	termEchoN    = flag.Int("term-echo-n", 1000, "keystroke echo round trips")
 	termSessions = flag.Int("term-sessions", 120, "idle sessions (and idle viewers) for the memory measurement; below the 128 live sessions an agent may have")
+	termHops     = flag.Bool("term-hops", true, "time each hop of the WebSocket keystroke echo (AGENTIC_HOP_TRACE in agentic-mgmt and the agent) and print the per-hop table")
 )
 
 // terminalBench starts its own agentic-mgmt so the memory figures start
@@ -42,7 +43,16 @@ func terminalBench(bins harness.Binaries) error {
 	if err := os.Mkdir(tmuxDir, 0o700); err != nil {
 		return err
 	}
-	srv, err := harness.Start(bins, harness.Options{HostAgents: 1, DataDir: dataDir, Env: []string{"TMUX_TMPDIR=" + tmuxDir}})
+	env := []string{"TMUX_TMPDIR=" + tmuxDir}
+	var hops *hopTrace
+	if *termHops {
+		if hops, err = newHopTrace(); err != nil {
+			return err
+		}
+		defer hops.remove()
+		env = append(env, hops.env())
+	}
+	srv, err := harness.Start(bins, harness.Options{HostAgents: 1, DataDir: dataDir, Env: env})
 	if err != nil {
 		return err
 	}
@@ -142,7 +152,7 @@ func terminalBench(bins harness.Binaries) error {
 		return fmt.Errorf("local PTY echo: %w", err)
 	}
 	echo = append(echo, s)
-	s, err = wsEcho(srv, n, deadline)
+	s, err = wsEcho(srv, n, deadline, hops)
 	if err != nil {
 		return fmt.Errorf("WebSocket echo: %w", err)
 	}
@@ -162,8 +172,19 @@ func terminalBench(bins harness.Binaries) error {
 		fmt.Printf("| %s | %d | %s | %s | %s |\n", r.name, r.n, ms(r.p50), ms(r.p99), ms(r.avg))
 	}
 	fmt.Printf("\nWebSocket echo p50 %s (goal < 1 ms)\n", ms(echo[1].p50))
+	if len(echo) > 2 && echo[2].p50 > 0 {
+		fmt.Printf("WebSocket echo / ssh -tt echo (p50) = %.2f× (goal ≤ 1.5×)\n", float64(echo[1].p50)/float64(echo[2].p50))
+	}
 	if sshEchoNote != "" {
 		fmt.Println(sshEchoNote)
+	}
+	if hops != nil {
+		table, err := hops.report()
+		if err != nil {
+			fmt.Printf("\nper-hop timeline: %v\n", err)
+		} else {
+			fmt.Print(table)
+		}
 	}
 
 	fmt.Print(memReport)
@@ -272,7 +293,7 @@ func localPTYEcho(n int) (stats, error) {
 		func(b byte) error { _, err := m.Write([]byte{b}); return err }, br.expect)
 }
 
-func wsEcho(srv *harness.Server, n int, deadline time.Time) (stats, error) {
+func wsEcho(srv *harness.Server, n int, deadline time.Time, hops *hopTrace) (stats, error) {
 	c, err := dialTerm(srv)
 	if err != nil {
 		return stats{}, err
@@ -287,6 +308,9 @@ func wsEcho(srv *harness.Server, n int, deadline time.Time) (stats, error) {
 		return stats{}, err
 	}
 	input, readBack := c.echo(id, deadline)
+	if hops != nil {
+		input, readBack = hops.timed(input, readBack)
+	}
 	return echoLoop("WebSocket `input` → agent PTY `cat` in tmux → `output`", n, input, readBack)
 }
 

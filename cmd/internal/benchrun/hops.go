@@ -1,0 +1,191 @@
+package main
+
+// The per-hop timeline of the keystroke echo (issue 33): agentic-mgmt and
+// the agent mark each hop of a keystroke (internal/hoptrace, on with
+// AGENTIC_HOP_TRACE), the bench notes when it sent each byte and when its
+// echo came back, and each round trip is split at the marks that fall in
+// it. One keystroke is in flight at a time, so a round trip's marks are its
+// own.
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// hopSteps are the marks in the order a keystroke passes them, each with
+// what happens between the one before it and itself.
+var hopSteps = []struct{ mark, what string }{
+	{"mgmt.ws_read", "client writes the `input` frame → agentic-mgmt has read it off the WebSocket"},
+	{"mgmt.link_send", "frame decoded and checked (role, scope), session and command looked up, offset given"},
+	{"agent.link_stdin", "agent link: agentic-mgmt's send → HTTP/2 → the agent's receive loop"},
+	{"agent.pty_write", "agent: the input is at the PTY writer, about to write(2)"},
+	{"agent.pty_read", "write(2) to the tmux client's PTY → tmux server → pane PTY (its line discipline echoes) → tmux server redraws → the agent's PTY reader has it"},
+	{"agent.queued", "agent: output message made and queued in the outbox"},
+	{"mgmt.link_output", "agent link: the agent's send loop → HTTP/2 → agentic-mgmt's receive loop"},
+	{"mgmt.stored", "agentic-mgmt: appended to the session log"},
+	{"mgmt.ws_log_read", "the viewer's stream wakes and reads the log"},
+	{"mgmt.ws_write", "`output` frame made and at the connection's writer, about to be written"},
+	{"client.recv", "written to the WebSocket; the client has read and decoded it"},
+}
+
+type hopTrace struct {
+	dir   string
+	trips [][2]int64 // unix ns: byte sent, echo read
+}
+
+func newHopTrace() (*hopTrace, error) {
+	dir, err := os.MkdirTemp("", "agentic-hops-")
+	if err != nil {
+		return nil, err
+	}
+	// The agent may run as a user of its own.
+	if err := os.Chmod(dir, 0o1777); err != nil { //nolint:gosec // a scratch dir of marks, sticky
+		return nil, err
+	}
+	return &hopTrace{dir: dir}, nil
+}
+
+func (h *hopTrace) env() string { return "AGENTIC_HOP_TRACE=" + h.dir }
+func (h *hopTrace) remove()     { _ = os.RemoveAll(h.dir) }
+
+// timed wraps the two halves of a round trip to note their times.
+func (h *hopTrace) timed(input, readBack func(byte) error) (func(byte) error, func(byte) error) {
+	in := func(b byte) error {
+		h.trips = append(h.trips, [2]int64{time.Now().UnixNano(), 0})
+		return input(b)
+	}
+	back := func(b byte) error {
+		err := readBack(b)
+		h.trips[len(h.trips)-1][1] = time.Now().UnixNano()
+		return err
+	}
+	return in, back
+}
+
+type hopMark struct {
+	at   int64
+	name string
+}
+
+// marks reads what the processes wrote (they flush every 200 ms).
+func (h *hopTrace) marks() ([]hopMark, error) {
+	time.Sleep(time.Second)
+	files, err := filepath.Glob(filepath.Join(h.dir, "*.hops"))
+	if err != nil {
+		return nil, err
+	}
+	var out []hopMark
+	for _, p := range files {
+		f, err := os.Open(p)
+		if err != nil {
+			return nil, err
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			ns, name, ok := strings.Cut(sc.Text(), " ")
+			at, err := strconv.ParseInt(ns, 10, 64)
+			if ok && err == nil {
+				out = append(out, hopMark{at, name})
+			}
+		}
+		f.Close()
+	}
+	slices.SortFunc(out, func(a, b hopMark) int { return int(a.at - b.at) })
+	return out, nil
+}
+
+// report is the per-hop table: for each step the median over the round
+// trips (warm-up excluded) in which every marked step was found, each step
+// ending at the first mark of its name after the step before.
+func (h *hopTrace) report() (string, error) {
+	marks, err := h.marks()
+	if err != nil {
+		return "", err
+	}
+	seen := map[string]bool{"client.recv": true}
+	for _, m := range marks {
+		seen[m.name] = true
+	}
+	var steps []int
+	for i, s := range hopSteps {
+		if seen[s.mark] {
+			steps = append(steps, i)
+		}
+	}
+	if len(steps) < 2 {
+		return "", fmt.Errorf("no marks in %s (binaries without internal/hoptrace?)", h.dir)
+	}
+	const warm = 50
+	trips := h.trips
+	if len(trips) > warm {
+		trips = trips[warm:]
+	}
+	deltas := make([][]time.Duration, len(steps))
+	var totals []time.Duration
+	complete := 0
+	missing := map[string]int{}
+	for _, t := range trips {
+		if t[1] == 0 {
+			continue
+		}
+		prev := t[0]
+		d := make([]time.Duration, len(steps))
+		ok := true
+		for k, si := range steps {
+			at := t[1]
+			if name := hopSteps[si].mark; name != "client.recv" {
+				i, _ := slices.BinarySearchFunc(marks, prev, func(m hopMark, v int64) int { return int(m.at - v) })
+				for i < len(marks) && marks[i].at <= t[1] && marks[i].name != name {
+					i++
+				}
+				if i == len(marks) || marks[i].at > t[1] {
+					ok = false
+					missing[name]++
+					break
+				}
+				at = marks[i].at
+			}
+			d[k] = time.Duration(at - prev)
+			prev = at
+		}
+		if !ok {
+			continue
+		}
+		complete++
+		totals = append(totals, time.Duration(t[1]-t[0]))
+		for k := range steps {
+			deltas[k] = append(deltas[k], d[k])
+		}
+	}
+	if complete == 0 {
+		return "", fmt.Errorf("no round trip had all its marks (%d marks, %d round trips)", len(marks), len(trips))
+	}
+	median := func(x []time.Duration) time.Duration {
+		y := slices.Clone(x)
+		slices.Sort(y)
+		return y[len(y)/2]
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nKeystroke echo, per hop (AGENTIC_HOP_TRACE marks; %d of %d round trips had every mark; median of each step, so the steps need not add up to the round trip's median %s):\n\n", complete, len(trips), ms(median(totals)))
+	fmt.Fprintln(&b, "| step | ends at | median | p90 |")
+	fmt.Fprintln(&b, "| --- | --- | --- | --- |")
+	var sum time.Duration
+	for k, si := range steps {
+		m := median(deltas[k])
+		sum += m
+		y := slices.Clone(deltas[k])
+		slices.Sort(y)
+		fmt.Fprintf(&b, "| %s | `%s` | %s | %s |\n", hopSteps[si].what, hopSteps[si].mark, ms(m), ms(y[len(y)*9/10]))
+	}
+	fmt.Fprintf(&b, "| sum of the step medians | | %s | |\n", ms(sum))
+	if len(missing) > 0 {
+		fmt.Fprintf(&b, "\nRound trips left out, by the first mark not found in them: %v\n", missing)
+	}
+	return b.String(), nil
+}
