@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/core/access"
 	"github.com/agentic-sandbox/agentic-sandbox/core/session"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/credential"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/hoptrace"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/signin"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
@@ -98,9 +100,11 @@ func (s *Server) tell(viewer string, v any) {
 	if c == nil {
 		return
 	}
+	c.pending.Add(1)
 	select {
 	case c.out <- v:
 	default:
+		c.pending.Add(-1)
 	}
 }
 
@@ -258,6 +262,14 @@ type conn struct {
 	client string
 	viewer string
 	out    chan any
+	// pending counts the frames queued on out and not yet written: a
+	// session's stream writes its frames itself (write) only when none
+	// is, so a frame never overtakes one sent before it.
+	pending atomic.Int64
+	// wmu serialises the writes to ws (the writer loop's and write's).
+	wmu sync.Mutex
+	// cancel ends the connection (a write that failed or stalled).
+	cancel context.CancelFunc
 
 	mu    sync.Mutex
 	joins map[string]context.CancelFunc
@@ -268,9 +280,10 @@ type conn struct {
 func (c *conn) run() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	c.cancel = cancel
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() { defer wg.Done(); c.writeLoop(ctx, cancel) }()
+	go func() { defer wg.Done(); c.writeLoop(ctx) }()
 	c.readLoop(ctx)
 	cancel()
 	c.mu.Lock()
@@ -286,15 +299,50 @@ func (c *conn) run() {
 // send queues a frame; it blocks while the client is slow (that paces only
 // this client's streams), and gives up when the connection ends.
 func (c *conn) send(ctx context.Context, v any) bool {
+	c.pending.Add(1)
 	select {
 	case c.out <- v:
 		return true
 	case <-ctx.Done():
+		c.pending.Add(-1)
 		return false
 	}
 }
 
-func (c *conn) writeLoop(ctx context.Context, cancel context.CancelFunc) {
+// write writes a frame of a session's stream on the calling goroutine
+// (the keystroke echo's path: no hand-off to the writer loop), unless
+// frames queued before it are not written yet: then it queues it behind
+// them, as send. It blocks while the client is slow, as send does, and
+// reports false once the connection is over.
+func (c *conn) write(ctx context.Context, v any) bool {
+	c.wmu.Lock()
+	if c.pending.Load() > 0 {
+		c.wmu.Unlock()
+		return c.send(ctx, v)
+	}
+	if ctx.Err() != nil {
+		c.wmu.Unlock()
+		return false
+	}
+	err := c.writeFrame(v)
+	c.wmu.Unlock()
+	if err != nil {
+		c.drop(err)
+		return false
+	}
+	return true
+}
+
+// writeFrame writes v; wmu must be held.
+func (c *conn) writeFrame(v any) error {
+	if _, ok := v.(OutputFrame); ok {
+		hoptrace.Mark("mgmt.ws_write")
+	}
+	_ = c.ws.SetWriteDeadline(time.Now().Add(c.srv.cfg.StallTimeout))
+	return c.ws.WriteJSON(v)
+}
+
+func (c *conn) writeLoop(ctx context.Context) {
 	ping := time.NewTicker(pingEvery)
 	defer ping.Stop()
 	for {
@@ -302,14 +350,17 @@ func (c *conn) writeLoop(ctx context.Context, cancel context.CancelFunc) {
 		case <-ctx.Done():
 			return
 		case v := <-c.out:
-			_ = c.ws.SetWriteDeadline(time.Now().Add(c.srv.cfg.StallTimeout))
-			if err := c.ws.WriteJSON(v); err != nil {
-				c.drop(cancel, err)
+			c.wmu.Lock()
+			err := c.writeFrame(v)
+			c.pending.Add(-1) // written (or never to be): a stream may write again
+			c.wmu.Unlock()
+			if err != nil {
+				c.drop(err)
 				return
 			}
 		case <-ping.C:
 			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(pingTimeout)); err != nil {
-				c.drop(cancel, err)
+				c.drop(err)
 				return
 			}
 		}
@@ -319,9 +370,9 @@ func (c *conn) writeLoop(ctx context.Context, cancel context.CancelFunc) {
 // drop ends a connection whose writes fail or stall: closing the socket
 // tells the viewer (a read error, not silence) and ends the read loop, which
 // would otherwise wait on a viewer that sends nothing.
-func (c *conn) drop(cancel context.CancelFunc, err error) {
+func (c *conn) drop(err error) {
 	c.srv.cfg.Logger.Info("terminal viewer disconnected: writes stalled or failed", "viewer", c.viewer, "err", err)
-	cancel()
+	c.cancel()
 	_ = c.ws.Close()
 }
 
@@ -335,6 +386,7 @@ func (c *conn) readLoop(ctx context.Context) {
 		if err != nil {
 			return
 		}
+		hoptrace.Mark("mgmt.ws_read")
 		if len(raw) > MaxFrameBytes {
 			if _, err := io.Copy(io.Discard, r); err != nil {
 				return
@@ -667,31 +719,45 @@ func (c *conn) leave(id string) {
 }
 
 // stream sends the session's log from off on, then live output, exactly
-// once and in order, then session_exited. A client that reads slowly makes
-// send block, so it falls behind in the log instead of holding up anyone
-// else; if the log dropped what it had not read yet, it gets a gap frame.
+// once and in order, then session_exited. It writes the frames itself
+// (write): live output goes from the log to the socket without another
+// goroutine. A client that reads slowly makes the write block, so it falls
+// behind in the log instead of holding up anyone else; if the log dropped
+// what it had not read yet, it gets a gap frame.
 func (c *conn) stream(ctx context.Context, id string, off uint64) {
 	log := c.srv.cfg.Log
 	exited := c.srv.cfg.Sessions.Exited(id)
+	// The waits for output end when the session does (one watcher for
+	// the whole stream, not one per wait).
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-exited:
+			cancel()
+		case <-wctx.Done():
+		}
+	}()
 	for {
 		data, start, gap, err := log.ReadFrom(id, off, readChunk)
 		if errors.Is(err, ports.ErrOffsetBeyondEnd) {
 			end := log.End(id)
-			c.send(ctx, gapFrame{Type: FrameGap, SessionID: id, From: off, To: end})
+			c.write(ctx, gapFrame{Type: FrameGap, SessionID: id, From: off, To: end})
 			off = end
 			continue
 		}
 		if err != nil {
-			c.send(ctx, NewErrorFrame("", err))
+			c.write(ctx, NewErrorFrame("", err))
 			return
 		}
 		if gap {
-			if !c.send(ctx, gapFrame{Type: FrameGap, SessionID: id, From: off, To: start}) {
+			if !c.write(ctx, gapFrame{Type: FrameGap, SessionID: id, From: off, To: start}) {
 				return
 			}
 		}
 		if len(data) > 0 {
-			if !c.send(ctx, NewOutputFrame(id, start, data)) {
+			hoptrace.Mark("mgmt.ws_log_read")
+			if !c.write(ctx, NewOutputFrame(id, start, data)) {
 				return
 			}
 			off = start + uint64(len(data))
@@ -704,25 +770,16 @@ func (c *conn) stream(ctx context.Context, id string, off uint64) {
 				continue // output that came with the end
 			}
 			s, _ := c.srv.cfg.Sessions.Get(id)
-			c.send(ctx, exitedFrame{Type: FrameSessionExited, SessionID: id, State: string(s.State), ExitCode: s.ExitCode})
+			c.write(ctx, exitedFrame{Type: FrameSessionExited, SessionID: id, State: string(s.State), ExitCode: s.ExitCode})
 			return
 		default:
 		}
-		wctx, cancel := context.WithCancel(ctx)
-		go func() {
-			select {
-			case <-exited:
-				cancel()
-			case <-wctx.Done():
-			}
-		}()
 		err = log.Wait(wctx, id, off)
-		cancel()
 		if ctx.Err() != nil {
 			return
 		}
 		if err != nil && !errors.Is(err, context.Canceled) {
-			c.send(ctx, NewErrorFrame("", err))
+			c.write(ctx, NewErrorFrame("", err))
 			return
 		}
 	}
