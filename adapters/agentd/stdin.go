@@ -2,9 +2,11 @@ package agentd
 
 import (
 	"sync"
+	"time"
 
 	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/hoptrace"
 )
 
 // maxStdinQueued bounds the input waiting for a command that does not read
@@ -37,6 +39,10 @@ type stdinQueue struct {
 	epoch             string
 	epochOff, epochAt uint64
 	wake              chan struct{}
+	// ackedAt is what written was at the last ack; ackArmed: an ack is
+	// due within stdinAckDelay (ackSoon).
+	ackedAt  uint64
+	ackArmed bool
 }
 
 func newStdinQueue() *stdinQueue {
@@ -147,6 +153,7 @@ func (q *stdinQueue) ack(commandID string) *sandboxv1.ConnectRequest {
 	if !q.paced {
 		return nil
 	}
+	q.ackedAt, q.ackArmed = q.written, false
 	written := q.epochOff // in the server's count (input of an earlier epoch is not its)
 	if q.written > q.epochAt {
 		written += q.written - q.epochAt
@@ -176,6 +183,7 @@ func (a *Agent) stdinLoop(r *running, q *stdinQueue) {
 		}
 		chunks, eof := q.take()
 		for _, c := range chunks {
+			hoptrace.Mark("agent.pty_write")
 			if err := r.proc.WriteStdin(c); err != nil {
 				a.log.Info("stdin write failed; the rest of the input cannot be delivered", "command_id", r.id, "err", err)
 				q.close()
@@ -191,13 +199,46 @@ func (a *Agent) stdinLoop(r *running, q *stdinQueue) {
 			return
 		}
 		if len(chunks) > 0 {
-			a.sendAck(r, q)
+			a.ackSoon(r, q)
 		}
+	}
+}
+
+// Acknowledgements of input written are coalesced: a keystroke's ack
+// would cross the link (two processes' goroutines woken on each side)
+// just while the keystroke's echo is on its way back, and that echo waits
+// behind it. The server needs acks only to open its window
+// (agentwire.StdinWindow) and to forget what it keeps for a resend, so
+// what was written is acknowledged at most stdinAckDelay after it was,
+// or at once when stdinAckBytes are unacknowledged (far inside the
+// window). Duplicates, refusals, the end of input and a failed write are
+// acknowledged at once as before.
+const stdinAckBytes = agentwire.StdinWindow / 8
+
+// stdinAckDelay: a variable for tests.
+var stdinAckDelay = 10 * time.Millisecond
+
+// ackSoon acknowledges what r's writer wrote: now past stdinAckBytes,
+// else within stdinAckDelay.
+func (a *Agent) ackSoon(r *running, q *stdinQueue) {
+	q.mu.Lock()
+	due := q.written-q.ackedAt >= stdinAckBytes
+	arm := !due && !q.ackArmed && q.paced
+	if arm {
+		q.ackArmed = true
+	}
+	q.mu.Unlock()
+	switch {
+	case due:
+		a.sendAck(r, q)
+	case arm:
+		time.AfterFunc(stdinAckDelay, func() { a.sendAck(r, q) })
 	}
 }
 
 // stdinChunk queues a chunk of input for r's process.
 func (a *Agent) stdinChunk(r *running, c *sandboxv1.StdinChunk) {
+	hoptrace.Mark("agent.link_stdin")
 	r.stdinOnce.Do(func() {
 		r.stdin = newStdinQueue()
 		go a.stdinLoop(r, r.stdin)

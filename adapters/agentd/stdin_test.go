@@ -3,9 +3,11 @@ package agentd
 import (
 	"strings"
 	"testing"
+	"time"
 
 	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 )
 
 func joined(chunks [][]byte) string {
@@ -193,4 +195,66 @@ func TestStdinIsAcknowledgedAsWritten(t *testing.T) {
 		t.Fatalf("process saw %q", e)
 	}
 	ackUpTo(9, true)
+}
+
+// Input written is acknowledged within stdinAckDelay, not once per write
+// (a keystroke's ack would cross the link just when its echo does), and at
+// once when stdinAckBytes wait for an ack, far inside the server's window.
+func TestStdinAcksAreCoalesced(t *testing.T) {
+	if stdinAckBytes >= agentwire.StdinWindow/2 {
+		t.Fatalf("an ack every %d bytes would let the server's window (%d) close", stdinAckBytes, agentwire.StdinWindow)
+	}
+	old := stdinAckDelay
+	stdinAckDelay = time.Hour // only the byte count can make an ack here
+	t.Cleanup(func() { stdinAckDelay = old })
+	a, err := New(testConfig("http://127.0.0.1:1", newFakeRunner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &running{id: "c1"}
+	q := newStdinQueue()
+	off := func(n uint64) *uint64 { return &n }
+	write := func(data []byte, at uint64) {
+		t.Helper()
+		if got := q.push(data, false, off(at), "e1"); got != pushQueued {
+			t.Fatalf("push at %d: %v", at, got)
+		}
+		chunks, _ := q.take()
+		q.wrote(len(joined(chunks)))
+		a.ackSoon(r, q)
+	}
+	write([]byte("k"), 0)
+	write([]byte("e"), 1)
+	if n := a.out.len(); n != 0 {
+		t.Fatalf("%d messages queued after two keystrokes, want none before stdinAckDelay", n)
+	}
+	write(make([]byte, stdinAckBytes), 2)
+	m := a.out.peek()
+	if a := m.GetStdinAck(); a.GetCommandId() != "c1" || a.GetWritten() != stdinAckBytes+2 || a.GetClosed() {
+		t.Fatalf("after %d bytes: %v, want an ack of all of them", stdinAckBytes+2, m)
+	}
+}
+
+// The ack that waits comes without more input.
+func TestStdinAckComesAfterTheDelay(t *testing.T) {
+	old := stdinAckDelay
+	stdinAckDelay = time.Millisecond
+	t.Cleanup(func() { stdinAckDelay = old })
+	a, err := New(testConfig("http://127.0.0.1:1", newFakeRunner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &running{id: "c1"}
+	q := newStdinQueue()
+	at := uint64(0)
+	if got := q.push([]byte("k"), false, &at, "e1"); got != pushQueued {
+		t.Fatalf("push: %v", got)
+	}
+	q.take()
+	q.wrote(1)
+	a.ackSoon(r, q)
+	testkit.Eventually(t, 15*time.Second, "the delayed ack", func() bool { return a.out.len() == 1 })
+	if m := a.out.peek(); m.GetStdinAck().GetWritten() != 1 {
+		t.Fatalf("queued %v, want the ack of 1 byte", m)
+	}
 }

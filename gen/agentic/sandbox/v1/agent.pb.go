@@ -3400,8 +3400,11 @@ func (x *StdinChunk) GetInputEpoch() string {
 
 // StdinAck tells the server how much of a command's input the agent has
 // written to the process (cumulative), so it can send more: an agent that
-// registered with stdin_acks sends one after each batch it wrote, and for a
-// chunk it already had (a resend after a reconnect).
+// registered with stdin_acks sends one at most 10 ms after a batch it wrote
+// (at once when an eighth of the server's window waits for one: a keystroke
+// is not answered by a message of its own), and at once for a chunk it
+// already had (a resend after a reconnect), a refused one, the end of input
+// and a failed write.
 type StdinAck struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	CommandId string                 `protobuf:"bytes,1,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
