@@ -139,6 +139,9 @@ func terminalBench(bins harness.Binaries) error {
 	}
 	floor, ws := med(rows[0].mbs), med(rows[1].mbs)
 	fmt.Printf("\nkept in tmux / local PTY = %.2f (the price of sessions that outlive the agent)\n", med(rows[3].mbs)/floor)
+	if floor > 0 && len(rows[3].mbs) > 0 {
+		notePath("pty-tmux", fmt.Sprintf("%.0f MB/s", med(rows[3].mbs)), fmt.Sprintf("%.0f MB/s", floor), med(rows[3].mbs)/floor)
+	}
 	fmt.Printf("\nWebSocket / local PTY = %.2f (goal ≥ 0.5)\n", ws/floor)
 	if s := med(rows[2].mbs); s > 0 {
 		fmt.Printf("WebSocket / ssh -tt = %.2f\n", ws/s)
@@ -173,7 +176,9 @@ func terminalBench(bins harness.Binaries) error {
 	}
 	fmt.Printf("\nWebSocket echo p50 %s (goal < 1 ms)\n", ms(echo[1].p50))
 	if len(echo) > 2 && echo[2].p50 > 0 {
-		fmt.Printf("WebSocket echo / ssh -tt echo (p50) = %.2f× (goal ≤ 1.5×)\n", float64(echo[1].p50)/float64(echo[2].p50))
+		ratio := float64(echo[1].p50) / float64(echo[2].p50)
+		fmt.Printf("WebSocket echo / ssh -tt echo (p50) = %.2f× (goal ≤ 1.5×)\n", ratio)
+		notePath("echo-tmux", "p50 "+ms(echo[1].p50), "p50 "+ms(echo[2].p50), ratio)
 	}
 	if sshEchoNote != "" {
 		fmt.Println(sshEchoNote)
