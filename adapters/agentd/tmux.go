@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentic-sandbox/agentic-sandbox/internal/hoptrace"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/hoptrace/hopenv"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -207,9 +208,15 @@ func (t *tmuxProc) run(first ports.CommandSpec) {
 	go t.supervise()
 }
 
+// hopTraceOnce starts the benchmarks' per-hop timeline of the keystroke
+// path (AGENTIC_HOP_TRACE, internal/hoptrace) with the first session kept
+// in tmux, where the path begins; unset, nothing is started.
+var hopTraceOnce sync.Once
+
 // marked is onOutput marking the hops of the per-hop timeline
 // (hoptrace) when they are recorded; onOutput itself when not.
 func marked(onOutput func(ports.OutputStream, []byte)) func(ports.OutputStream, []byte) {
+	hopTraceOnce.Do(func() { hopenv.Start(os.Environ(), "agentic-agent") })
 	if !hoptrace.On() {
 		return onOutput
 	}
