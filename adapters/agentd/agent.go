@@ -79,6 +79,10 @@ type Config struct {
 	// as an agent from before it did: file bytes then go in Transfer
 	// messages (AGENT_NO_FILE_DATA_PLANE=1; tests of the fallback).
 	NoFileDataPlane bool
+	// NoTunnelRaw makes the agent register without tunnel_raw and carry
+	// every egress tunnel on a Tunnel stream, as an agent from before it
+	// did (AGENT_NO_TUNNEL_RAW=1; tests of the fallback).
+	NoTunnelRaw bool
 }
 
 // Agent is a running agent.
@@ -123,6 +127,10 @@ type Agent struct {
 	// rawDial opens a connection of its own to the server for a forwarded
 	// connection (nil: the address takes one connection only).
 	rawDial func(context.Context) (net.Conn, error)
+	// noRawTunnels is set when the server answered a raw tunnel's upgrade
+	// with 404 (it is older than TunnelRawPath): tunnels go on Tunnel
+	// streams until the agent registers again.
+	noRawTunnels atomic.Bool
 	// serverHTTP and serverBase reach the server's plain routes (injected
 	// secrets' requests), on the files' connection.
 	serverHTTP *http.Client

@@ -21,8 +21,10 @@ import (
 // The egress proxy: in an environment without a network device, commands
 // reach the hosts the server allows through an HTTP proxy the agent serves
 // on loopback (CONNECT for TLS, absolute-form requests for plain HTTP). Each
-// connection is a Tunnel stream of its own to the server, which checks the
-// destination and dials it.
+// connection is a connection of its own to the server upgraded to raw bytes
+// (tunnelraw.go) where the server's address takes more than one, else a
+// Tunnel stream; either way the server checks the destination and dials
+// it.
 
 // EgressEnv is what commands get when the agent serves egress at addr.
 func EgressEnv(addr string) map[string]string {
@@ -73,6 +75,9 @@ func (a *Agent) proxy(ctx context.Context, c net.Conn) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if a.rawTunnels() && a.proxyRaw(ctx, c, br, req, host, port, head) {
+		return
+	}
 	stream := a.files.Tunnel(ctx)
 	a.signIn(stream.RequestHeader())
 	if err := stream.Send(&sandboxv1.TunnelRequest{Payload: &sandboxv1.TunnelRequest_Open{Open: &sandboxv1.TunnelOpen{Host: host, Port: uint32(port)}}}); err != nil { //nolint:gosec // port checked 1..65535 by proxyTarget

@@ -300,6 +300,7 @@ func (a *Agent) registration(id string) *sandboxv1.ConnectRequest {
 		StdinAcks:    true,
 
 		FileDataPlane: !a.cfg.NoFileDataPlane,
+		TunnelRaw:     a.tunnelRawCapability(),
 	}}}
 }
 

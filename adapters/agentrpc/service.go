@@ -226,6 +226,7 @@ func (s *Service) Mount(mux *http.ServeMux, operator bool) {
 		h.ServeHTTP(w, r)
 	}))
 	mux.HandleFunc("GET "+ForwardRawPath, s.serveForwardRaw)
+	mux.HandleFunc("GET "+TunnelRawPath, s.serveTunnelRaw)
 	mux.HandleFunc(DataPath+"{id}", s.serveData)
 	mux.HandleFunc(InjectPath, s.serveInject)
 	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(sandboxv1connect.AgentServiceName)))

@@ -84,58 +84,23 @@ func (s *Service) Tunnel(ctx context.Context, stream tunnelServerStream) error {
 	if open == nil || open.GetHost() == "" || len(open.GetHost()) > 255 || open.GetPort() == 0 || open.GetPort() > 65535 {
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("the first message must name a host and a port"))
 	}
-	e := s.cfg.Egress
-	limit := e.MaxTunnels
-	if e.Policy == nil {
-		limit = 0 // refused below, at once: not counted against a bound
-	}
-	if !s.tunnels.take(id, limit) {
-		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("%d tunnels open, the limit", e.MaxTunnels))
-	}
-	defer s.tunnels.release(id)
-	rec := EgressRecord{AgentID: id, Host: open.GetHost(), Port: int(open.GetPort())}
-	start := s.cfg.Clock.Now()
-	defer func() {
-		rec.Duration = s.cfg.Clock.Now().Sub(start)
-		s.log.Info("egress", "agent_id", rec.AgentID, "host", rec.Host, "port", rec.Port, "allowed", rec.Allowed, "reason", rec.Reason,
-			"bytes_up", rec.BytesUp, "bytes_down", rec.BytesDown, "duration", rec.Duration)
-		if e.Observe != nil {
-			e.Observe(rec)
-		}
-	}()
-	refuse := func(reason string, denied bool) error {
-		rec.Reason = reason
-		return stream.Send(&sandboxv1.TunnelResponse{Payload: &sandboxv1.TunnelResponse_Opened{Opened: &sandboxv1.TunnelOpened{Reason: reason, Denied: denied}}})
-	}
-	if e.Policy == nil {
-		return refuse("this server gives no egress", true)
-	}
-	rules, ok := e.Policy.EgressRules(id)
+	rec, end, ok := s.beginTunnel(id, open.GetHost(), int(open.GetPort()), "stream")
 	if !ok {
-		return refuse("this environment has no egress (network mode is not proxy)", true)
+		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("%d tunnels open, the limit", s.cfg.Egress.MaxTunnels))
 	}
-	d := egress.Decide(rules, open.GetHost(), int(open.GetPort()), func(h string) ([]netip.Addr, error) {
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		return e.Resolve(rctx, h)
-	})
-	if !d.Allowed {
-		return refuse(d.Reason, true)
+	defer end()
+	e := s.cfg.Egress
+	dst, rule, ref := s.dialEgress(ctx, rec)
+	if ref != nil {
+		return stream.Send(&sandboxv1.TunnelResponse{Payload: &sandboxv1.TunnelResponse_Opened{Opened: &sandboxv1.TunnelOpened{Reason: ref.reason, Denied: ref.denied}}})
 	}
-	dctx, cancel := context.WithTimeout(ctx, e.DialWait)
-	dst, err := (&net.Dialer{}).DialContext(dctx, "tcp", d.Addr.String())
-	cancel()
-	if err != nil {
-		return refuse(fmt.Sprintf("%s:%d (%s): %v", open.GetHost(), open.GetPort(), d.Addr, err), false)
-	}
-	defer dst.Close()
+	defer func() { _ = dst.Close() }()
 	// A stream the agent drops (it died, or its client went away) ends the
 	// connection, even when the destination says nothing more: a tunnel
 	// must not hold its place, a socket and a goroutine, until then.
 	stopWatch := context.AfterFunc(ctx, func() { _ = dst.Close() })
 	defer stopWatch()
-	rec.Allowed, rec.Reason = true, d.Rule
-	if err := stream.Send(&sandboxv1.TunnelResponse{Payload: &sandboxv1.TunnelResponse_Opened{Opened: &sandboxv1.TunnelOpened{Allowed: true, Reason: d.Rule}}}); err != nil {
+	if err := stream.Send(&sandboxv1.TunnelResponse{Payload: &sandboxv1.TunnelResponse_Opened{Opened: &sandboxv1.TunnelOpened{Allowed: true, Reason: rule}}}); err != nil {
 		return nil
 	}
 	var up, down atomic.Int64
@@ -146,7 +111,7 @@ func (s *Service) Tunnel(ctx context.Context, stream tunnelServerStream) error {
 		for {
 			m, err := stream.Receive()
 			if errors.Is(err, io.EOF) {
-				_ = dst.(*net.TCPConn).CloseWrite()
+				_ = dst.CloseWrite()
 				return
 			}
 			if err != nil {
@@ -154,7 +119,7 @@ func (s *Service) Tunnel(ctx context.Context, stream tunnelServerStream) error {
 				return
 			}
 			if m.GetCloseWrite() {
-				_ = dst.(*net.TCPConn).CloseWrite()
+				_ = dst.CloseWrite()
 				return
 			}
 			if b := m.GetData(); len(b) > 0 {
@@ -183,7 +148,7 @@ func (s *Service) Tunnel(ctx context.Context, stream tunnelServerStream) error {
 		}
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-				rec.Reason = d.Rule + "; " + err.Error()
+				rec.Reason = rule + "; " + err.Error()
 			}
 			break
 		}
@@ -203,4 +168,72 @@ func (s *Service) Tunnel(ctx context.Context, stream tunnelServerStream) error {
 	_ = dst.Close()
 	rec.BytesUp, rec.BytesDown = up.Load(), down.Load()
 	return nil
+}
+
+// beginTunnel takes one of id's tunnel places and starts its record; end
+// gives the place back and logs and reports the record. ok is false when
+// the agent holds its limit already (nothing is recorded then). Both kinds
+// of tunnel go through it; kind ("stream": a Tunnel stream, "raw": a
+// connection of its own) is logged.
+func (s *Service) beginTunnel(id, host string, port int, kind string) (rec *EgressRecord, end func(), ok bool) {
+	e := s.cfg.Egress
+	limit := e.MaxTunnels
+	if e.Policy == nil {
+		limit = 0 // refused at once: not counted against a bound
+	}
+	if !s.tunnels.take(id, limit) {
+		return nil, nil, false
+	}
+	rec = &EgressRecord{AgentID: id, Host: host, Port: port}
+	start := s.cfg.Clock.Now()
+	return rec, func() {
+		s.tunnels.release(id)
+		rec.Duration = s.cfg.Clock.Now().Sub(start)
+		s.log.Info("egress", "agent_id", rec.AgentID, "host", rec.Host, "port", rec.Port, "allowed", rec.Allowed, "reason", rec.Reason,
+			"bytes_up", rec.BytesUp, "bytes_down", rec.BytesDown, "duration", rec.Duration, "tunnel", kind)
+		if e.Observe != nil {
+			e.Observe(*rec)
+		}
+	}, true
+}
+
+// tunnelRefusal is why a tunnel was not opened: denied by the policy (or
+// no egress at all), or its destination could not be reached.
+type tunnelRefusal struct {
+	reason string
+	denied bool
+}
+
+// dialEgress checks rec's destination against its agent's egress policy
+// and dials it; on success rec is marked allowed by the rule that allowed
+// it, on a refusal rec carries its reason.
+func (s *Service) dialEgress(ctx context.Context, rec *EgressRecord) (dst *net.TCPConn, rule string, ref *tunnelRefusal) {
+	e := s.cfg.Egress
+	refuse := func(reason string, denied bool) (*net.TCPConn, string, *tunnelRefusal) {
+		rec.Reason = reason
+		return nil, "", &tunnelRefusal{reason: reason, denied: denied}
+	}
+	if e.Policy == nil {
+		return refuse("this server gives no egress", true)
+	}
+	rules, ok := e.Policy.EgressRules(rec.AgentID)
+	if !ok {
+		return refuse("this environment has no egress (network mode is not proxy)", true)
+	}
+	d := egress.Decide(rules, rec.Host, rec.Port, func(h string) ([]netip.Addr, error) {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		return e.Resolve(rctx, h)
+	})
+	if !d.Allowed {
+		return refuse(d.Reason, true)
+	}
+	dctx, cancel := context.WithTimeout(ctx, e.DialWait)
+	c, err := (&net.Dialer{}).DialContext(dctx, "tcp", d.Addr.String())
+	cancel()
+	if err != nil {
+		return refuse(fmt.Sprintf("%s:%d (%s): %v", rec.Host, rec.Port, d.Addr, err), false)
+	}
+	rec.Allowed, rec.Reason = true, d.Rule
+	return c.(*net.TCPConn), d.Rule, nil
 }

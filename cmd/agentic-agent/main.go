@@ -29,6 +29,13 @@ import (
 
 var version = "0.1.0-dev"
 
+// noTunnelRawDefault is AGENT_NO_TUNNEL_RAW where it is not set: an agent
+// built with -ldflags "-X main.noTunnelRawDefault=1" carries its egress
+// tunnels on Tunnel streams wherever it runs, as one from before raw
+// tunnels (the e2e tests of the fallback put it in containers, whose
+// environment they do not choose).
+var noTunnelRawDefault = ""
+
 const defaultConfigFile = "/etc/agentic-sandbox/agent.env"
 
 // shutdownGrace bounds how long SIGTERM waits for running commands to end.
@@ -204,6 +211,8 @@ func loadConfig(args, environ []string, stderr io.Writer) (agentd.Config, error)
 	// An agent as before the file data plane (its bytes in Transfer
 	// messages): for comparing the two, and a way back should it fail.
 	cfg.NoFileDataPlane = src.GetDefault("AGENT_NO_FILE_DATA_PLANE", "") == "1"
+	// And before raw tunnels (egress on Tunnel streams, each message framed).
+	cfg.NoTunnelRaw = src.GetDefault("AGENT_NO_TUNNEL_RAW", noTunnelRawDefault) == "1"
 	// Commands as another user, who cannot read the agent's secret.
 	runAs := src.GetDefault("AGENT_RUN_AS", "")
 	if home := src.GetDefault("AGENT_RUN_AS_HOME", ""); home != "" {

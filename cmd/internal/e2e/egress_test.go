@@ -32,6 +32,11 @@ func TestEgressThroughTheAgentInDocker(t *testing.T) {
 
 	s := startServer(t, 0, t.TempDir(), append([]string{"DOCKER_HOST=" + host, "AGENTIC_RUNTIMES=docker", "AGENTIC_TASK_RUNTIME=docker"}, egressEnv...)...)
 	egressScenario(t, s, "docker", "egress-1")
+	// The agent's socket takes connections of its own: every tunnel was
+	// raw (issue 33; the fallback: egress_tunnelraw_test.go).
+	if log := s.Log(); !strings.Contains(log, "tunnel=raw") || strings.Contains(log, "tunnel=stream") {
+		t.Errorf("the tunnels were not all raw:\n%s", log)
+	}
 	taskThroughTheProxy(t, s)
 
 	// The agent killed mid-download: the tunnel ends, and so does the
@@ -96,6 +101,10 @@ func TestEgressThroughTheAgentInDocker(t *testing.T) {
 func TestEgressThroughTheAgentInAVM(t *testing.T) {
 	s := startLibvirtServer(t, egressEnv...)
 	egressScenario(t, s, "libvirt", fmt.Sprintf("egress-vm-%d", time.Now().UnixNano()%100000))
+	// One serial link, one connection: the tunnels stay Tunnel streams.
+	if log := s.Log(); !strings.Contains(log, "tunnel=stream") || strings.Contains(log, "tunnel=raw") {
+		t.Errorf("the tunnels were not all Tunnel streams:\n%s", log)
+	}
 }
 
 // egressEnv lets proxy environments be made, and points the test names at
