@@ -3,10 +3,13 @@ package agentrpc
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -370,4 +373,53 @@ func TestARawTunnelWhoseDestinationIsCutEnds(t *testing.T) {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// Off loopback the agent port is TLS: a raw tunnel is the same upgrade
+// inside it (no splice there, the bytes are decrypted), ends of writes
+// included.
+func TestARawTunnelOverTLS(t *testing.T) {
+	port, _ := echoServer(t)
+	dst := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	var rec recorded
+	h := newHarness(t, func(c *Config) { c.Egress = rec.egress(policyOf{"agent-a": {dst}}) })
+	mux := http.NewServeMux()
+	h.svc.Mount(mux, false)
+	srv := httptest.NewTLSServer(mux)
+	t.Cleanup(srv.Close)
+	pool := x509.NewCertPool()
+	pool.AddCert(srv.Certificate())
+	c, err := tls.Dial("tcp", srv.Listener.Addr().String(), &tls.Config{RootCAs: pool, ServerName: "example.com", NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	var req strings.Builder
+	req.WriteString("GET " + TunnelRawPath + " HTTP/1.1\r\nHost: agentic-sandbox\r\n")
+	for k, v := range agentHeaders("agent-a", secretPrefix+"agent-a", dst) {
+		req.WriteString(k + ": " + v + "\r\n")
+	}
+	req.WriteString("\r\n")
+	if _, err := io.WriteString(c, req.String()); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("the upgrade over TLS: %v %v", resp, err)
+	}
+	if _, err := io.WriteString(c, "over tls"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := io.ReadAll(br); err != nil || string(got) != "OVER TLS" {
+		t.Fatalf("through the tunnel: %q %v", got, err)
+	}
+	eventually(t, "the tunnel recorded", func() bool { return rec.n() == 1 })
+	if r := rec.last(); !r.Allowed || r.BytesUp != 8 || r.BytesDown != 8 || r.Reason != dst {
+		t.Fatalf("record: %+v", r)
+	}
 }
