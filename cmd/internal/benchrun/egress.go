@@ -223,7 +223,8 @@ func egressBench(bins harness.Binaries) error {
 		fmt.Printf("| %s | %s | %.0f |\n", r.name, ms(r.ttfbs[len(r.ttfbs)/2]), med(r.mbs))
 	}
 	sortDurations(rows[0].ttfbs)
-	fmt.Printf("\ntunnel / direct throughput = %.2f (goal ≥ 0.5); TTFB tunnel − direct = %s (goal ≤ 2 ms)\n",
+	notePath("egress", fmt.Sprintf("%.0f MiB/s", med(rows[1].mbs)), fmt.Sprintf("%.0f MiB/s", med(rows[0].mbs)), med(rows[1].mbs)/med(rows[0].mbs))
+	fmt.Printf("\ntunnel / direct throughput = %.2f (goal ≥ 0.6); TTFB tunnel − direct = %s (goal ≤ 2 ms)\n",
 		med(rows[1].mbs)/med(rows[0].mbs), ms(rows[1].ttfbs[len(rows[1].ttfbs)/2]-rows[0].ttfbs[len(rows[0].ttfbs)/2]))
 	fmt.Println("\n| terminal on the same agent | n | p50 | p99 | mean |")
 	fmt.Println("| --- | --- | --- | --- | --- |")
