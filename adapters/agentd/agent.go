@@ -79,6 +79,11 @@ type Config struct {
 	// as an agent from before it did: file bytes then go in Transfer
 	// messages (AGENT_NO_FILE_DATA_PLANE=1; tests of the fallback).
 	NoFileDataPlane bool
+	// NoOutputDataPlane makes the agent register without
+	// output_data_plane, as an agent from before it did: command output
+	// then goes in OutputChunk messages on the Connect stream
+	// (AGENT_NO_OUTPUT_DATA_PLANE=1; tests of the fallback).
+	NoOutputDataPlane bool
 	// NoTunnelRaw makes the agent register without tunnel_raw and carry
 	// every egress tunnel on a Tunnel stream, as an agent from before it
 	// did (AGENT_NO_TUNNEL_RAW=1; tests of the fallback).
@@ -136,6 +141,10 @@ type Agent struct {
 	serverHTTP *http.Client
 	serverBase string
 	inject     injectEndpoint
+
+	// linkHTTP is the link's own connection (the Connect stream's), which
+	// the output data streams share (outputplane.go).
+	linkHTTP *http.Client
 
 	mu       sync.Mutex
 	running  map[string]*running
@@ -199,6 +208,7 @@ func New(cfg Config) (*Agent, error) {
 
 		serverHTTP: bulk,
 		serverBase: base,
+		linkHTTP:   client,
 
 		heartbeatAfter: time.After,
 	}
@@ -229,7 +239,9 @@ func (a *Agent) Shutdown(timeout time.Duration) {
 			a.idle.Wait()
 		}
 		a.mu.Unlock()
-		for a.connected.Load() && a.out.len() > 0 && time.Now().Before(deadline) {
+		// Until the server has it all: sent, and acknowledged when it
+		// acknowledges output (data streams included).
+		for a.connected.Load() && a.out.pending() > 0 && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		close(done)

@@ -99,6 +99,10 @@ type fakeCP struct {
 	// raws are the raw forward connections (served only when rawOn).
 	raws  chan *cpRaw
 	rawOn atomic.Bool
+	// outputs are the output data streams (outputplane_test.go), offered
+	// in the ack only when outputOn.
+	outputs  chan *cpOutput
+	outputOn atomic.Bool
 }
 
 // cpRaw is one raw forward connection after its upgrade.
@@ -183,10 +187,12 @@ func startCP(t *testing.T) (*fakeCP, string) {
 // much each stream buffers before the agent's sends block.
 func startCPWindow(t *testing.T, window int) (*fakeCP, string) {
 	t.Helper()
-	cp := &fakeCP{hbSecs: 5, sessions: make(chan *cpSession, 16), forwards: make(chan *cpForward, 16), raws: make(chan *cpRaw, 16)}
+	cp := &fakeCP{hbSecs: 5, sessions: make(chan *cpSession, 16), forwards: make(chan *cpForward, 16), raws: make(chan *cpRaw, 16),
+		outputs: make(chan *cpOutput, 16)}
 	mux := http.NewServeMux()
 	mux.Handle(sandboxv1connect.NewAgentServiceHandler(cp))
 	mux.HandleFunc("GET /agentic-sandbox/forward", cp.forwardRaw)
+	mux.HandleFunc("POST /agentic-sandbox/output/{id}/{stream}", cp.output)
 	srv := httptest.NewUnstartedServer(mux)
 	p := new(http.Protocols)
 	p.SetHTTP1(true)
@@ -240,6 +246,7 @@ func (f *fakeCP) Connect(ctx context.Context, stream *connect.BidiStream[sandbox
 	connID := strconv.FormatUint(f.conns.Add(1), 10)
 	if err := stream.Send(&sandboxv1.ConnectResponse{Payload: &sandboxv1.ConnectResponse_RegistrationAck{RegistrationAck: &sandboxv1.RegistrationAck{
 		Accepted: true, HeartbeatIntervalSeconds: f.hbSecs, Config: map[string]string{"connection_id": connID},
+		OutputAcks: f.outputOn.Load(), OutputDataPlane: f.outputOn.Load(),
 	}}}); err != nil {
 		return err
 	}

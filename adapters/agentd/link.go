@@ -171,12 +171,20 @@ func (a *Agent) serve(ctx context.Context) (registered bool, err error) {
 			a.handle(cctx, msg)
 		}
 	}()
-	go func() { defer wg.Done(); errc <- a.sendLoop(cctx, stream, draining) }()
+	// Output on the data plane when both ends take it (outputplane.go).
+	var plane *outputPlane
+	if ack.GetOutputDataPlane() && !a.cfg.NoOutputDataPlane {
+		plane = a.newOutputPlane(cctx, ack.GetConfig()["connection_id"])
+	}
+	go func() { defer wg.Done(); errc <- a.sendLoop(cctx, stream, draining, plane) }()
 	go func() { defer wg.Done(); a.heartbeatLoop(cctx) }()
 	go func() { defer wg.Done(); a.portsLoop(cctx) }()
 
 	err = <-errc
 	if errors.Is(err, errDrained) {
+		// The output data streams end first, after what they were given;
+		// the server waits for them before its last acknowledgements.
+		plane.finish(drainWait)
 		// Our side ends here; the server reads up to this close, then ends
 		// the stream. Cancelling first could cut off what is still in flight.
 		_ = stream.CloseRequest()
@@ -187,6 +195,7 @@ func (a *Agent) serve(ctx context.Context) (registered bool, err error) {
 		}
 	}
 	cancel()
+	plane.stop()
 	_ = stream.CloseRequest()
 	_ = stream.CloseResponse()
 	wg.Wait()
@@ -227,7 +236,11 @@ const drainWait = 5 * time.Second
 // sendLoop sends the control messages and the outbox until the stream
 // fails or the server drains it; a message leaves the outbox only once
 // sent, so what is left goes on the next connection.
-func (a *Agent) sendLoop(ctx context.Context, stream linkStream, draining <-chan struct{}) error {
+func (a *Agent) sendLoop(ctx context.Context, stream linkStream, draining <-chan struct{}, plane *outputPlane) error {
+	var planeFailed <-chan error
+	if plane != nil {
+		planeFailed = plane.failed
+	}
 	for {
 		select {
 		case <-draining:
@@ -243,15 +256,27 @@ func (a *Agent) sendLoop(ctx context.Context, stream linkStream, draining <-chan
 		default:
 		}
 		if m := a.out.peek(); m != nil {
-			if err := stream.Send(m); err != nil {
-				return err
+			// The data plane takes output (and names where it ends in
+			// results), else the message goes on this stream.
+			switch r, send := plane.take(m); r {
+			case routeTaken:
+				a.out.pop()
+			case routeDropped:
+				a.out.drop()
+			default:
+				if err := stream.Send(send); err != nil {
+					return err
+				}
+				a.out.pop()
+				plane.sent(send)
 			}
-			a.out.pop()
 			continue
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case err := <-planeFailed:
+			return err
 		case <-draining:
 			return errDrained
 		case m := <-a.control:
@@ -301,6 +326,8 @@ func (a *Agent) registration(id string) *sandboxv1.ConnectRequest {
 
 		FileDataPlane: !a.cfg.NoFileDataPlane,
 		TunnelRaw:     a.tunnelRawCapability(),
+
+		OutputDataPlane: !a.cfg.NoOutputDataPlane,
 	}}}
 }
 

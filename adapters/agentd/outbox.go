@@ -86,14 +86,20 @@ func (o *outbox) peek() *sandboxv1.ConnectRequest {
 
 // pop removes the oldest message, which was sent: output is retained until
 // acknowledged when the server acknowledges output.
-func (o *outbox) pop() {
+func (o *outbox) pop() { o.take(true) }
+
+// drop removes the oldest message, which needs no sending (an end of
+// output the data plane carries itself).
+func (o *outbox) drop() { o.take(false) }
+
+func (o *outbox) take(retain bool) {
 	o.mu.Lock()
 	if len(o.items) > 0 {
 		m, n := o.items[0], o.sizes[0]
 		o.items[0] = nil
 		o.items = o.items[1:]
 		o.sizes = o.sizes[1:]
-		if out := m.GetOutput(); o.acks && out != nil {
+		if out := m.GetOutput(); retain && o.acks && out != nil {
 			o.retained = append(o.retained, retainedOutput{msg: m, size: n, id: out.GetStreamId(), stream: out.GetStream(),
 				end: out.GetOffset() + uint64(len(out.GetData()))})
 		} else {
@@ -151,4 +157,11 @@ func (o *outbox) len() int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return len(o.items)
+}
+
+// pending counts the messages not sent and the output not acknowledged.
+func (o *outbox) pending() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.items) + len(o.retained)
 }

@@ -44,6 +44,9 @@ type command struct {
 	next        map[ports.OutputStream]uint64
 	fromZero    bool
 	startedSeen bool
+	// progress is closed at the next delivery (a result waiting for its
+	// output, outputplane.go); made by whoever waits.
+	progress chan struct{}
 
 	// stdin paces the command's input (stdin.go).
 	stdin stdinPipe
@@ -182,6 +185,10 @@ func (c *command) deliver(o *sandboxv1.OutputChunk) {
 	c.next[stream] = off + uint64(len(data))
 	if c.onOutput != nil {
 		c.onOutput(ports.OutputChunk{Stream: stream, Data: data, Offset: off, Lost: lost})
+	}
+	if c.progress != nil {
+		close(c.progress)
+		c.progress = nil
 	}
 }
 

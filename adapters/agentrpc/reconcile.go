@@ -111,10 +111,13 @@ func (s *Service) reconcileCommands(c *conn, rep *sandboxv1.SessionReport) {
 				s.log.Warn("could not kill abandoned command", "command_id", cmd.id, "err", err)
 			}
 		case agent.FateEnded:
-			if tail := si.GetOutputTail(); len(tail) > 0 && uint64(len(tail)) <= si.GetOutputOffset() {
-				cmd.deliver(&sandboxv1.OutputChunk{StreamId: cmd.id, Stream: si.GetTailStream(), Data: tail, Offset: si.GetOutputOffset() - uint64(len(tail))})
-			}
-			s.finish(cmd, agentwire.Result(si.GetResult()))
+			// The output on its way on the data plane first (the result
+			// names where it ends); the tail fills in what never came.
+			s.finishAfterOutput(cmd, si.GetResult(), func() {
+				if tail := si.GetOutputTail(); len(tail) > 0 && uint64(len(tail)) <= si.GetOutputOffset() {
+					cmd.deliver(&sandboxv1.OutputChunk{StreamId: cmd.id, Stream: si.GetTailStream(), Data: tail, Offset: si.GetOutputOffset() - uint64(len(tail))})
+				}
+			})
 		case agent.FateLost:
 			s.log.Warn("agent no longer runs a command; marking it lost", "agent_id", c.agentID, "command_id", cmd.id)
 			s.finish(cmd, agent.LostResult(true))

@@ -45,6 +45,13 @@ type conn struct {
 	// fileDataPlane: the agent moves file bytes on the data plane
 	// (dataplane.go).
 	fileDataPlane bool
+	// outputDataPlane: the agent may send command output on the data
+	// plane (outputplane.go); its data streams wait for reportedCh (closed
+	// once the connect report is handled) and are counted in dataStreams.
+	outputDataPlane bool
+	reportedCh      chan struct{}
+	reportedOnce    sync.Once
+	dataStreams     dataStreams
 	// acks are the output acknowledgements due to the agent (OutputAck),
 	// coalesced per command stream: the receive loop notes each once the
 	// output is handled (stored), sendAcks sends them.
@@ -64,20 +71,7 @@ type ackKey struct {
 // ackOutput notes that the agent's output o is handled: stored where it is
 // kept, or deliberately dropped (a command nobody has). Receive loop only.
 func (c *conn) ackOutput(o *sandboxv1.OutputChunk) {
-	end := o.GetOffset() + uint64(len(o.GetData()))
-	k := ackKey{o.GetStreamId(), o.GetStream()}
-	c.ackMu.Lock()
-	if c.acks == nil {
-		c.acks = map[ackKey]uint64{}
-	}
-	if end > c.acks[k] {
-		c.acks[k] = end
-	}
-	c.ackMu.Unlock()
-	select {
-	case c.ackWake <- struct{}{}:
-	default:
-	}
+	c.ackAt(o.GetStreamId(), o.GetStream(), o.GetOffset()+uint64(len(o.GetData())))
 }
 
 // takeAcks returns the acknowledgements due and forgets them.
@@ -210,7 +204,8 @@ func (s *Service) Connect(ctx context.Context, stream *connect.BidiStream[sandbo
 	}
 
 	c := &conn{agentID: id, out: make(chan *sandboxv1.ConnectResponse, 256), closed: make(chan struct{}), draining: make(chan struct{}),
-		stdinAcks: reg.GetStdinAcks(), fileDataPlane: reg.GetFileDataPlane(), ackWake: make(chan struct{}, 1)}
+		stdinAcks: reg.GetStdinAcks(), fileDataPlane: reg.GetFileDataPlane(), ackWake: make(chan struct{}, 1),
+		outputDataPlane: reg.GetOutputDataPlane(), reportedCh: make(chan struct{})}
 	s.mu.Lock()
 	if s.closing { // CloseStreams ran while this stream registered
 		s.mu.Unlock()
@@ -234,6 +229,7 @@ func (s *Service) Connect(ctx context.Context, stream *connect.BidiStream[sandbo
 		HeartbeatIntervalSeconds: uint32(s.cfg.HeartbeatInterval / time.Second), //nolint:gosec // a configured interval of seconds
 		Config:                   map[string]string{ConfigConnectionID: strconv.FormatUint(gen, 10)},
 		OutputAcks:               true,
+		OutputDataPlane:          c.outputDataPlane,
 	}}}
 	if err := stream.Send(ack); err != nil {
 		s.disconnect(c)
@@ -280,6 +276,7 @@ loop:
 			}
 			// Read on until the agent closed its side; what came before
 			// that close is handled by the receive loop before it returns.
+			drainEnd := time.Now().Add(s.drainTimeout)
 			select {
 			case err := <-recvDone:
 				recvDone = nil
@@ -291,6 +288,9 @@ loop:
 			case <-c.closed:
 			case <-ctx.Done():
 			}
+			// The agent ended its output data streams before its side of
+			// this one: what they carried is handled, and acknowledged below.
+			c.dataStreams.wait(time.Until(drainEnd))
 			// The agent reads until the stream ends: it lets go of what
 			// this server has, and sends only the rest to the next one.
 			for _, m := range c.takeAcks() {
@@ -408,7 +408,8 @@ func (s *Service) handle(c *conn, msg *sandboxv1.ConnectRequest) error {
 		}
 	case *sandboxv1.ConnectRequest_CommandResult:
 		if cmd := s.commandOf(c.agentID, p.CommandResult.GetCommandId()); cmd != nil {
-			s.finish(cmd, agentwire.Result(p.CommandResult))
+			// Its output may still be on the way on the data plane.
+			s.finishAfterOutput(cmd, p.CommandResult, nil)
 		}
 	case *sandboxv1.ConnectRequest_CommandStarted:
 		if cmd := s.commandOf(c.agentID, p.CommandStarted.GetCommandId()); cmd != nil {
@@ -416,6 +417,9 @@ func (s *Service) handle(c *conn, msg *sandboxv1.ConnectRequest) error {
 		}
 	case *sandboxv1.ConnectRequest_SessionReport:
 		s.reconcileCommands(c, p.SessionReport)
+		if c.reported {
+			c.markReported()
+		}
 	case *sandboxv1.ConnectRequest_PermissionRequest:
 		s.permissionAsked(c.agentID, p.PermissionRequest)
 	case *sandboxv1.ConnectRequest_StdinAck:

@@ -211,6 +211,8 @@ func loadConfig(args, environ []string, stderr io.Writer) (agentd.Config, error)
 	// An agent as before the file data plane (its bytes in Transfer
 	// messages): for comparing the two, and a way back should it fail.
 	cfg.NoFileDataPlane = src.GetDefault("AGENT_NO_FILE_DATA_PLANE", "") == "1"
+	// And before the output data plane (output in OutputChunk messages).
+	cfg.NoOutputDataPlane = src.GetDefault("AGENT_NO_OUTPUT_DATA_PLANE", "") == "1"
 	// And before raw tunnels (egress on Tunnel streams, each message framed).
 	cfg.NoTunnelRaw = src.GetDefault("AGENT_NO_TUNNEL_RAW", noTunnelRawDefault) == "1"
 	// Commands as another user, who cannot read the agent's secret.

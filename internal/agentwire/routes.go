@@ -34,4 +34,13 @@ const (
 	// plane (FileRequest.data_plane): the agent POSTs a read's bytes, or
 	// GETs a write's, as the raw body of that HTTP/2 stream.
 	DataPath = "/agentic-sandbox/data/"
+
+	// OutputPath + a command id + "/" + a stream's name (OutputStreamName)
+	// carries that command stream's output on the data plane
+	// (Registration.output_data_plane): the agent POSTs the stream's bytes
+	// from HeaderOutputOffset on as the raw body of one HTTP/2 stream on
+	// its link, for the connection HeaderOutputConnection names.
+	OutputPath             = "/agentic-sandbox/output/"
+	HeaderOutputOffset     = "x-output-offset"
+	HeaderOutputConnection = "x-output-connection"
 )
