@@ -30,7 +30,7 @@ func main() {
 	n := flag.Int("n", 1000, "round trips per measurement")
 	sshN := flag.Int("ssh-n", 100, "ssh round trips (each is slow)")
 	sustained := flag.Int("sustained", 2000, "missions in the sustained-rate run")
-	flag.StringVar(&only, "only", "", "run one part only: exec, missions, env, k8s, term, files, tasks, dashboard, egress, preview, inject, execstream, sleep or agents")
+	flag.StringVar(&only, "only", "", "run one part only: exec, missions, env, k8s, term, files, tasks, dashboard, egress, preview, inject, execstream, sleep or agents; or paths: exec and the parts of issue 33's byte paths (term, files, egress), for their table")
 	beforeDir := flag.String("before", "", "directory with the binaries of an earlier build: compare its REST exec round trip with -bin's, interleaved, and nothing else")
 	rounds := flag.Int("rounds", 40, "with -before: alternating rounds")
 	batch := flag.Int("batch", 100, "with -before: calls of each build per round")
@@ -191,7 +191,7 @@ func run(binDir string, n, sshN, sustained int) error {
 	}
 	srv.Kill()
 	for _, p := range parts {
-		if !p.full {
+		if !p.full || (only == "paths" && !slices.Contains(byteParts, p.name)) {
 			continue
 		}
 		if err := p.run(bins); err != nil {

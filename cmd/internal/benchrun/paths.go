@@ -26,6 +26,10 @@ var bytePaths = []bytePath{
 	{"files-down", "files 1 GiB down (REST GET) / `scp` down", true, 2},
 }
 
+// byteParts are the parts after exec that measure a byte path
+// (-only paths runs exec and these).
+var byteParts = []string{"term", "files", "egress"}
+
 type pathResult struct {
 	now, floor string
 	ratio      float64
