@@ -5,7 +5,7 @@ STATE_DIR ?= $(CURDIR)/.state
 BIN := $(CURDIR)/bin
 LISTEN_ADDR ?= 127.0.0.1:8120
 
-.PHONY: all build generate sdk-ts dashboard check-generated lint vet fmt-check test test-env vm-image unit bench bench-agents run deps clean claude-standin
+.PHONY: all build generate sdk-ts dashboard check-generated lint vet fmt-check test test-env vm-image unit bench bench-paths bench-agents run deps clean claude-standin
 
 all: build
 
@@ -122,6 +122,11 @@ test: deps test-env vm-image check-generated lint vet fmt-check
 
 bench: deps build
 	$(GO) run ./cmd/internal/benchrun -bin $(BIN)
+
+# The byte paths (exec, terminals, files, egress) beside their floors, in
+# one run ending with their table (a few minutes; Docker for egress).
+bench-paths: build
+	$(GO) run ./cmd/internal/benchrun -bin $(BIN) -only paths
 
 # Many simulated agents against one server (0, 1k, 5k, 10k; about four
 # minutes; BENCH_AGENT_COUNTS to choose).
