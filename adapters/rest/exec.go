@@ -59,6 +59,9 @@ func (s *Server) ExecCommand(ctx context.Context, req restapi.ExecCommandRequest
 		// The link kills a non-detached command with its context; the
 		// explicit kill makes sure of it.
 		s.kill(ctx, cmd)
+		stdout, stderr, _ := col.take()
+		putOutBuf(stdout)
+		putOutBuf(stderr)
 		log.InfoContext(ctx, "rest: exec caller went away; command killed")
 		return nil, ctx.Err()
 	}
@@ -68,10 +71,14 @@ func (s *Server) ExecCommand(ctx context.Context, req restapi.ExecCommandRequest
 		// Its agent lost it (came back without it, or never came back):
 		// no exit code to tell.
 		log.WarnContext(ctx, "rest: exec lost with its agent", "reason", res.Error)
+		putOutBuf(stdout)
+		putOutBuf(stderr)
 		return nil, lostError(fmt.Sprintf("command %q", cmd.ID()), res)
 	}
 	log.InfoContext(ctx, "rest: exec ended", "exit_code", res.ExitCode, "timed_out", res.TimedOut, "duration", res.Duration)
-	return restapi.ExecCommand200JSONResponse(execResult(cmd.ID(), req.AgentId, res, stdout, stderr, truncated)), nil
+	// The answer is written from the collected bytes (execanswer.go), as
+	// encoding/json would write restapi.ExecCommand200JSONResponse.
+	return newExecAnswer(execResult(cmd.ID(), req.AgentId, res, nil, nil, truncated), stdout, stderr), nil
 }
 
 // kill stops cmd even when ctx has ended, within killTimeout.

@@ -113,19 +113,29 @@ func (c *collector) add(ch ports.OutputChunk) {
 	if ch.Stream == ports.StreamStderr {
 		dst = &c.stderr
 	}
-	room := c.max - len(*dst)
-	if len(ch.Data) > room {
+	data := ch.Data
+	if room := c.max - len(*dst); len(data) > room {
 		c.truncated = true
-		*dst = append(*dst, ch.Data[:max(room, 0)]...)
+		data = data[:max(room, 0)]
+	}
+	if len(data) == 0 {
 		return
 	}
-	*dst = append(*dst, ch.Data...)
+	// Pooled buffers (execanswer.go), a size class up at a time: no
+	// reallocation per chunk, and the answer gives them back once written.
+	if need := len(*dst) + len(data); need > cap(*dst) {
+		nb := getOutBuf(min(max(need, 2*cap(*dst), 32<<10), c.max))
+		nb = append(nb, *dst...)
+		putOutBuf(*dst)
+		*dst = nb
+	}
+	*dst = append(*dst, data...)
 }
 
-// take returns what was collected and lets go of it: the link keeps the
-// command (and so this collector, through its output callback) for late
-// lookups long after the exec call returned, and must not keep its output
-// with it. Output that arrives later is dropped.
+// take returns what was collected (in pooled buffers: see putOutBuf) and
+// lets go of it: the link keeps the command (and so this collector, through
+// its output callback) for late lookups long after the exec call returned,
+// and must not keep its output with it. Output that arrives later is dropped.
 func (c *collector) take() (stdout, stderr []byte, truncated bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
