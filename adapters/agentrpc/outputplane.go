@@ -28,7 +28,8 @@ import (
 //   dropped, a hole before them is a gap (Lost).
 // - Acknowledgements: OutputAck on the Connect stream as before, sent as
 //   the data stream's bytes are handled (stored, for a session), by the
-//   offset they reached. The agent keeps what it sent until acknowledged
+//   offset they reached, coalesced (ackcoalesce.go) and at once at the
+//   data stream's end. The agent keeps what it sent until acknowledged
 //   and sends it again on its next connection, so a server killed -9
 //   loses nothing it acknowledged later.
 // - Order between the planes: a result carries where each stream whose
@@ -123,24 +124,6 @@ func (c *conn) markReported() {
 	c.reportedOnce.Do(func() { close(c.reportedCh) })
 }
 
-// ackAt notes that the agent's output of command id's stream is handled up
-// to end.
-func (c *conn) ackAt(id string, stream sandboxv1.OutputStream, end uint64) {
-	k := ackKey{id, stream}
-	c.ackMu.Lock()
-	if c.acks == nil {
-		c.acks = map[ackKey]uint64{}
-	}
-	if end > c.acks[k] {
-		c.acks[k] = end
-	}
-	c.ackMu.Unlock()
-	select {
-	case c.ackWake <- struct{}{}:
-	default:
-	}
-}
-
 // serveOutput is the output data route: an agent's POST of one command
 // stream's bytes.
 func (s *Service) serveOutput(w http.ResponseWriter, r *http.Request) {
@@ -212,14 +195,16 @@ func (s *Service) serveOutput(w http.ResponseWriter, r *http.Request) {
 			copy(data, buf[:n])
 			cmd.deliverData(stream, off, data)
 			off += uint64(n)
-			c.ackAt(id, stream, off)
+			c.noteAck(id, stream, off, n, false)
 		}
 		switch {
 		case err == nil:
 		case errors.Is(err, io.EOF):
+			c.flushAcks() // the stream's end: acknowledged at once
 			w.WriteHeader(http.StatusNoContent)
 			return
 		default:
+			c.flushAcks()
 			return // cut: the agent sends again what was not acknowledged
 		}
 	}

@@ -53,11 +53,14 @@ type conn struct {
 	reportedOnce    sync.Once
 	dataStreams     dataStreams
 	// acks are the output acknowledgements due to the agent (OutputAck),
-	// coalesced per command stream: the receive loop notes each once the
-	// output is handled (stored), sendAcks sends them.
-	ackMu   sync.Mutex
-	acks    map[ackKey]uint64
-	ackWake chan struct{}
+	// coalesced per command stream: each is noted once the output is
+	// handled (stored), sendAcks sends them when due (ackcoalesce.go).
+	ackMu    sync.Mutex
+	acks     map[ackKey]uint64
+	ackBytes int         // handled since the last acknowledgements
+	ackArmed bool        // ackTimer will wake sendAcks
+	ackTimer *time.Timer // made on first use
+	ackWake  chan struct{}
 	// listening is what the agent last reported listens in its
 	// environment on this connection (Service.mu).
 	listening ports.ListeningPorts
@@ -71,40 +74,7 @@ type ackKey struct {
 // ackOutput notes that the agent's output o is handled: stored where it is
 // kept, or deliberately dropped (a command nobody has). Receive loop only.
 func (c *conn) ackOutput(o *sandboxv1.OutputChunk) {
-	c.ackAt(o.GetStreamId(), o.GetStream(), o.GetOffset()+uint64(len(o.GetData())))
-}
-
-// takeAcks returns the acknowledgements due and forgets them.
-func (c *conn) takeAcks() []*sandboxv1.ConnectResponse {
-	c.ackMu.Lock()
-	due := c.acks
-	c.acks = nil
-	c.ackMu.Unlock()
-	out := make([]*sandboxv1.ConnectResponse, 0, len(due))
-	for k, off := range due {
-		out = append(out, &sandboxv1.ConnectResponse{Payload: &sandboxv1.ConnectResponse_OutputAck{OutputAck: &sandboxv1.OutputAck{
-			CommandId: k.id, Stream: k.stream, Offset: off}}})
-	}
-	return out
-}
-
-// sendAcks sends the output acknowledgements as they fall due, until the
-// stream ends.
-func (s *Service) sendAcks(ctx context.Context, c *conn) {
-	for {
-		select {
-		case <-c.ackWake:
-		case <-c.closed:
-			return
-		case <-ctx.Done():
-			return
-		}
-		for _, m := range c.takeAcks() {
-			if err := c.send(ctx, m); err != nil {
-				return
-			}
-		}
-	}
+	c.noteAck(o.GetStreamId(), o.GetStream(), o.GetOffset()+uint64(len(o.GetData())), len(o.GetData()), o.GetEof())
 }
 
 // drainTimeout bounds how long a drained stream is read for the agent's
@@ -239,7 +209,8 @@ func (s *Service) Connect(ctx context.Context, stream *connect.BidiStream[sandbo
 	recvDone := make(chan error, 1)
 	go func() { recvDone <- s.receiveLoop(c, stream) }()
 	go s.resendStdin(ctx, c)
-	go s.sendAcks(ctx, c)
+	acksDone := make(chan struct{})
+	go s.sendAcks(ctx, c, acksDone)
 
 	var result error
 	var held []*sandboxv1.ConnectResponse // taken from c.out, not sent
@@ -293,11 +264,7 @@ loop:
 			c.dataStreams.wait(time.Until(drainEnd))
 			// The agent reads until the stream ends: it lets go of what
 			// this server has, and sends only the rest to the next one.
-			for _, m := range c.takeAcks() {
-				if stream.Send(m) != nil {
-					break
-				}
-			}
+			held = drainAcks(c, stream, acksDone, held)
 			break loop
 		case <-ctx.Done():
 			break loop
@@ -411,6 +378,7 @@ func (s *Service) handle(c *conn, msg *sandboxv1.ConnectRequest) error {
 			// Its output may still be on the way on the data plane.
 			s.finishAfterOutput(cmd, p.CommandResult, nil)
 		}
+		c.flushAcks() // the command's end: the agent lets go of its output
 	case *sandboxv1.ConnectRequest_CommandStarted:
 		if cmd := s.commandOf(c.agentID, p.CommandStarted.GetCommandId()); cmd != nil {
 			cmd.markStarted()
