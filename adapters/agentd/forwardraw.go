@@ -58,28 +58,8 @@ func rawDialer(server, caFile string, unixTakesTwo bool) (func(context.Context) 
 // openRawForward opens a connection of its own for the dial forwardID and
 // upgrades it; what the server sent after its answer is read first.
 func (a *Agent) openRawForward(ctx context.Context, forwardID string) (net.Conn, io.Reader, error) {
-	conn, err := a.rawDial(ctx)
+	conn, br, resp, err := a.rawUpgrade(ctx, agentwire.ForwardRawPath, agentwire.ForwardRawProtocol, agentwire.HeaderForwardID, forwardID)
 	if err != nil {
-		return nil, nil, err
-	}
-	_ = conn.SetDeadline(time.Now().Add(rawUpgradeTimeout))
-	h := http.Header{}
-	a.signIn(h)
-	h.Set(agentwire.HeaderForwardID, forwardID)
-	h.Set("Connection", "Upgrade")
-	h.Set("Upgrade", agentwire.ForwardRawProtocol)
-	var req bytes.Buffer
-	req.WriteString("GET " + agentwire.ForwardRawPath + " HTTP/1.1\r\nHost: agentic-sandbox\r\n")
-	_ = h.Write(&req)
-	req.WriteString("\r\n")
-	if _, err := conn.Write(req.Bytes()); err != nil {
-		_ = conn.Close()
-		return nil, nil, err
-	}
-	br := bufio.NewReaderSize(conn, 4<<10)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		_ = conn.Close()
 		return nil, nil, err
 	}
 	_ = resp.Body.Close()
@@ -94,6 +74,38 @@ func (a *Agent) openRawForward(ctx context.Context, forwardID string) (net.Conn,
 		r = io.MultiReader(bytes.NewReader(bytes.Clone(early)), conn)
 	}
 	return conn, r, nil
+}
+
+// rawUpgrade opens a connection of the agent's own to the server and asks
+// it, signed in and with header set to value, to switch path to protocol;
+// it returns the server's answer (its body unread), with the connection's
+// deadline still set. On an error the connection is closed.
+func (a *Agent) rawUpgrade(ctx context.Context, path, protocol, header, value string) (net.Conn, *bufio.Reader, *http.Response, error) {
+	conn, err := a.rawDial(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	_ = conn.SetDeadline(time.Now().Add(rawUpgradeTimeout))
+	h := http.Header{}
+	a.signIn(h)
+	h.Set(header, value)
+	h.Set("Connection", "Upgrade")
+	h.Set("Upgrade", protocol)
+	var req bytes.Buffer
+	req.WriteString("GET " + path + " HTTP/1.1\r\nHost: agentic-sandbox\r\n")
+	_ = h.Write(&req)
+	req.WriteString("\r\n")
+	if _, err := conn.Write(req.Bytes()); err != nil {
+		_ = conn.Close()
+		return nil, nil, nil, err
+	}
+	br := bufio.NewReaderSize(conn, 4<<10)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		_ = conn.Close()
+		return nil, nil, nil, err
+	}
+	return conn, br, resp, nil
 }
 
 // pipeRaw copies port ↔ raw until both directions end: the end of one

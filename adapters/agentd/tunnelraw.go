@@ -54,28 +54,9 @@ func (r *tunnelRefused) Error() string { return r.reason }
 // to host:port and upgrades it; what the server sent after its answer is
 // in early. A refusal is a *tunnelRefused; a 404 is errRawTunnelUnknown.
 func (a *Agent) openRawTunnel(ctx context.Context, host string, port int) (conn net.Conn, early []byte, err error) {
-	conn, err = a.rawDial(ctx)
+	conn, br, resp, err := a.rawUpgrade(ctx, agentwire.TunnelRawPath, agentwire.TunnelRawProtocol,
+		agentwire.HeaderTunnelTo, net.JoinHostPort(host, strconv.Itoa(port)))
 	if err != nil {
-		return nil, nil, err
-	}
-	_ = conn.SetDeadline(time.Now().Add(rawUpgradeTimeout))
-	h := http.Header{}
-	a.signIn(h)
-	h.Set(agentwire.HeaderTunnelTo, net.JoinHostPort(host, strconv.Itoa(port)))
-	h.Set("Connection", "Upgrade")
-	h.Set("Upgrade", agentwire.TunnelRawProtocol)
-	var req bytes.Buffer
-	req.WriteString("GET " + agentwire.TunnelRawPath + " HTTP/1.1\r\nHost: agentic-sandbox\r\n")
-	_ = h.Write(&req)
-	req.WriteString("\r\n")
-	if _, err := conn.Write(req.Bytes()); err != nil {
-		_ = conn.Close()
-		return nil, nil, err
-	}
-	br := bufio.NewReaderSize(conn, 4<<10)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		_ = conn.Close()
 		return nil, nil, err
 	}
 	if resp.StatusCode != http.StatusSwitchingProtocols {
