@@ -91,17 +91,7 @@ func TestFilesWithAndWithoutTheDataPlane(t *testing.T) {
 // the data plane's streams multiplex on it beside the control streams, and
 // files and a tree go both ways with the same bytes, typed errors intact.
 func TestFilesInAVM(t *testing.T) {
-	harness.NeedEngine(t, "libvirt") // libvirtd started when it is not
-	s := startLibvirtServer(t)
-	name := fmt.Sprintf("files-vm-%d", time.Now().UnixNano()%100000)
-	t.Cleanup(func() { ctl(t, s.RESTURL, s.Token, "env", "rm", name) })
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	created, err := s.Client().CreateEnvironmentWithResponse(ctx, restapi.CreateEnvironmentRequest{Runtime: "libvirt", Name: name})
-	if err != nil || created.JSON202 == nil {
-		t.Fatalf("create: %v %s", err, created.Body)
-	}
-	waitEnvReady(t, s, name, 3*time.Minute)
+	s, name := readyVM(t, "files-vm")
 	filesRoundTripIn(t, s, name)
 }
 
@@ -157,4 +147,23 @@ func filesRoundTripIn(t *testing.T, s *harness.Server, name string) {
 	if st, b := fileDo(t, s, http.MethodGet, fileURL(s, name, "/content", "/tmp/nope"), nil); st != 404 || errorCode(b) != "file_not_found" {
 		t.Errorf("a missing file in %s: %d %s", name, st, b)
 	}
+}
+
+// readyVM starts a server with the libvirt runtime and a VM named prefix-N
+// on it, ready (its agent registered over its serial link); the VM is
+// removed at the test's end.
+func readyVM(t *testing.T, prefix string) (*harness.Server, string) {
+	t.Helper()
+	harness.NeedEngine(t, "libvirt") // libvirtd started when it is not
+	s := startLibvirtServer(t)
+	name := fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano()%100000)
+	t.Cleanup(func() { ctl(t, s.RESTURL, s.Token, "env", "rm", name) })
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	created, err := s.Client().CreateEnvironmentWithResponse(ctx, restapi.CreateEnvironmentRequest{Runtime: "libvirt", Name: name})
+	if err != nil || created.JSON202 == nil {
+		t.Fatalf("create: %v %s", err, created.Body)
+	}
+	waitEnvReady(t, s, name, 3*time.Minute)
+	return s, name
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
@@ -61,16 +60,6 @@ func outputWholeFrom(t *testing.T, s *harness.Server, agent string, n, rounds in
 // A VM's agent has one connection, its serial link: the output data
 // streams go on it beside the Connect stream, multiplexed by HTTP/2.
 func TestCommandOutputInAVM(t *testing.T) {
-	harness.NeedEngine(t, "libvirt") // libvirtd started when it is not
-	s := startLibvirtServer(t)
-	name := fmt.Sprintf("out-vm-%d", time.Now().UnixNano()%100000)
-	t.Cleanup(func() { ctl(t, s.RESTURL, s.Token, "env", "rm", name) })
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	created, err := s.Client().CreateEnvironmentWithResponse(ctx, restapi.CreateEnvironmentRequest{Runtime: "libvirt", Name: name})
-	if err != nil || created.JSON202 == nil {
-		t.Fatalf("create: %v %s", err, created.Body)
-	}
-	waitEnvReady(t, s, name, 3*time.Minute)
+	s, name := readyVM(t, "out-vm")
 	outputWholeFrom(t, s, name, 50000, 2)
 }
