@@ -33,14 +33,8 @@ const (
 
 // serveForwardRaw takes an agent's connection for one of its dials.
 func (s *Service) serveForwardRaw(w http.ResponseWriter, r *http.Request) {
-	id := r.Header.Get(HeaderAgentID)
-	if err := s.auth.authenticate(id, r.Header.Get(HeaderAgentSecret)); err != nil {
-		http.Error(w, "unknown agent or wrong secret", http.StatusUnauthorized)
-		return
-	}
-	if r.ProtoMajor != 1 || !headerHas(r.Header, "Connection", "upgrade") || !strings.EqualFold(r.Header.Get("Upgrade"), ForwardRawProtocol) {
-		w.Header().Set("Upgrade", ForwardRawProtocol)
-		http.Error(w, "an HTTP/1.1 upgrade to "+ForwardRawProtocol+" is required", http.StatusUpgradeRequired)
+	id, ok := s.signedIn(w, r)
+	if !ok || !upgradingTo(w, r, ForwardRawProtocol) {
 		return
 	}
 	fwID := r.Header.Get(HeaderForwardID)

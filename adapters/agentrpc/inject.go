@@ -77,9 +77,9 @@ func (s *Service) serveInject(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(status)
 		_ = json.NewEncoder(w).Encode(map[string]string{"error": msg, "code": code})
 	}
-	id := r.Header.Get(HeaderAgentID)
-	if err := s.auth.authenticate(id, r.Header.Get(HeaderAgentSecret)); err != nil {
-		fail(http.StatusUnauthorized, "unauthorized", "unknown agent or wrong secret")
+	id, no := s.signIn(r)
+	if no.status != 0 {
+		fail(no.status, no.code, no.msg)
 		return
 	}
 	r.Header.Del(HeaderAgentID)

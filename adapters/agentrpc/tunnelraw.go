@@ -11,8 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"connectrpc.com/connect"
-
 	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
 )
 
@@ -45,18 +43,8 @@ const tunnelActiveEvery = time.Second
 // agent is authenticated, the destination checked against its policy and
 // dialed, and only then is the connection switched to raw bytes.
 func (s *Service) serveTunnelRaw(w http.ResponseWriter, r *http.Request) {
-	id := r.Header.Get(HeaderAgentID)
-	if err := s.auth.authenticate(id, r.Header.Get(HeaderAgentSecret)); err != nil {
-		if connect.CodeOf(err) == connect.CodeUnavailable {
-			http.Error(w, "credential store unavailable", http.StatusServiceUnavailable)
-			return
-		}
-		http.Error(w, "unknown agent or wrong secret", http.StatusUnauthorized)
-		return
-	}
-	if r.ProtoMajor != 1 || !headerHas(r.Header, "Connection", "upgrade") || !headerHas(r.Header, "Upgrade", TunnelRawProtocol) {
-		w.Header().Set("Upgrade", TunnelRawProtocol)
-		http.Error(w, "an HTTP/1.1 upgrade to "+TunnelRawProtocol+" is required", http.StatusUpgradeRequired)
+	id, ok := s.signedIn(w, r)
+	if !ok || !upgradingTo(w, r, TunnelRawProtocol) {
 		return
 	}
 	host, port, ok := tunnelTarget(r.Header.Get(HeaderTunnelTo))
