@@ -114,6 +114,17 @@ func object(body []byte) (any, error) {
 	return m, nil
 }
 
+// objectAnswer is a tool's result from a REST answer that is one JSON
+// object: its structured output, or the tool error the answer carries.
+func objectAnswer(resp *http.Response, err error) (*sdk.CallToolResult, any, error) {
+	body, _, err := answer(resp, err)
+	if err != nil {
+		return nil, nil, err
+	}
+	out, err := object(body)
+	return nil, out, err
+}
+
 // jsonBody marshals a request body.
 func jsonBody(v any) io.Reader {
 	b, _ := json.Marshal(v)
@@ -207,12 +218,7 @@ func (t *tools) listAgents(ctx context.Context, req *sdk.CallToolRequest, _ noIn
 	if err != nil {
 		return nil, nil, err
 	}
-	body, _, err := answer(t.c.ListAgents(ctx, nil, ed...))
-	if err != nil {
-		return nil, nil, err
-	}
-	out, err := object(body)
-	return nil, out, err
+	return objectAnswer(t.c.ListAgents(ctx, nil, ed...))
 }
 
 func (t *tools) listRuntimes(ctx context.Context, req *sdk.CallToolRequest, _ noInput) (*sdk.CallToolResult, any, error) {
@@ -220,12 +226,7 @@ func (t *tools) listRuntimes(ctx context.Context, req *sdk.CallToolRequest, _ no
 	if err != nil {
 		return nil, nil, err
 	}
-	body, _, err := answer(t.c.ListRuntimes(ctx, ed...))
-	if err != nil {
-		return nil, nil, err
-	}
-	out, err := object(body)
-	return nil, out, err
+	return objectAnswer(t.c.ListRuntimes(ctx, ed...))
 }
 
 func (t *tools) listEnvironments(ctx context.Context, req *sdk.CallToolRequest, _ noInput) (*sdk.CallToolResult, any, error) {
@@ -233,12 +234,7 @@ func (t *tools) listEnvironments(ctx context.Context, req *sdk.CallToolRequest, 
 	if err != nil {
 		return nil, nil, err
 	}
-	body, _, err := answer(t.c.ListEnvironments(ctx, nil, ed...))
-	if err != nil {
-		return nil, nil, err
-	}
-	out, err := object(body)
-	return nil, out, err
+	return objectAnswer(t.c.ListEnvironments(ctx, nil, ed...))
 }
 
 type createEnvironmentIn struct {
@@ -388,12 +384,7 @@ func (t *tools) exec(ctx context.Context, req *sdk.CallToolRequest, in execIn) (
 	if in.TimeoutSeconds > 0 {
 		body["timeout_seconds"] = in.TimeoutSeconds
 	}
-	b, _, err := answer(t.c.ExecCommandWithBody(ctx, in.Agent, "application/json", jsonBody(body), ed...))
-	if err != nil {
-		return nil, nil, err
-	}
-	out, err := object(b)
-	return nil, out, err
+	return objectAnswer(t.c.ExecCommandWithBody(ctx, in.Agent, "application/json", jsonBody(body), ed...))
 }
 
 type pathIn struct {
@@ -406,12 +397,7 @@ func (t *tools) listFiles(ctx context.Context, req *sdk.CallToolRequest, in path
 	if err != nil {
 		return nil, nil, err
 	}
-	b, _, err := answer(t.c.ListFiles(ctx, in.Agent, &restapi.ListFilesParams{Path: in.Path}, ed...))
-	if err != nil {
-		return nil, nil, err
-	}
-	out, err := object(b)
-	return nil, out, err
+	return objectAnswer(t.c.ListFiles(ctx, in.Agent, &restapi.ListFilesParams{Path: in.Path}, ed...))
 }
 
 type readFileIn struct {
@@ -534,12 +520,7 @@ func (t *tools) startSession(ctx context.Context, req *sdk.CallToolRequest, in s
 	if in.Rows > 0 {
 		body["rows"] = in.Rows
 	}
-	b, _, err := answer(t.c.CreateSessionWithBody(ctx, in.Agent, "application/json", jsonBody(body), ed...))
-	if err != nil {
-		return nil, nil, err
-	}
-	out, err := object(b)
-	return nil, out, err
+	return objectAnswer(t.c.CreateSessionWithBody(ctx, in.Agent, "application/json", jsonBody(body), ed...))
 }
 
 type sessionOutputIn struct {
@@ -610,12 +591,7 @@ func (t *tools) killSession(ctx context.Context, req *sdk.CallToolRequest, in se
 	if err != nil {
 		return nil, nil, err
 	}
-	b, _, err := answer(t.c.KillSession(ctx, in.SessionID, ed...))
-	if err != nil {
-		return nil, nil, err
-	}
-	out, err := object(b)
-	return nil, out, err
+	return objectAnswer(t.c.KillSession(ctx, in.SessionID, ed...))
 }
 
 type submitTaskIn struct {
@@ -644,12 +620,7 @@ func (t *tools) submitTask(ctx context.Context, req *sdk.CallToolRequest, in sub
 	if in.IdempotencyKey != "" {
 		params.IdempotencyKey = &in.IdempotencyKey
 	}
-	b, _, err := answer(t.c.CreateTaskWithBody(ctx, params, "application/json", jsonBody(body), ed...))
-	if err != nil {
-		return nil, nil, err
-	}
-	out, err := object(b)
-	return nil, out, err
+	return objectAnswer(t.c.CreateTaskWithBody(ctx, params, "application/json", jsonBody(body), ed...))
 }
 
 type waitTaskIn struct {
@@ -709,10 +680,5 @@ func (t *tools) cancelTask(ctx context.Context, req *sdk.CallToolRequest, in tas
 	if err != nil {
 		return nil, nil, err
 	}
-	b, _, err := answer(t.c.CancelTask(ctx, in.TaskID, ed...))
-	if err != nil {
-		return nil, nil, err
-	}
-	out, err := object(b)
-	return nil, out, err
+	return objectAnswer(t.c.CancelTask(ctx, in.TaskID, ed...))
 }
