@@ -47,19 +47,7 @@ func (c *cli) attach(args []string) int {
 	if code, ok := c.operands(flags, attachUsage, args, 1, "attach takes one session id; run 'agenticctl attach --help'"); !ok {
 		return code
 	}
-	detach, err := parseDetachKey(o.detachKey)
-	if err != nil {
-		return c.fail("%v", err)
-	}
-	_, server, err := c.client()
-	if err != nil {
-		return c.fail("%v", err)
-	}
-	wsURL, err := c.wsURL(o.ws, server)
-	if err != nil {
-		return c.fail("%v", err)
-	}
-	token, err := c.resolveToken()
+	detach, wsURL, token, err := c.terminalSetup(o)
 	if err != nil {
 		return c.fail("%v", err)
 	}
@@ -73,6 +61,25 @@ func (c *cli) attach(args []string) int {
 		join.ReplayFrom = &from
 	}
 	return c.attachTo(wsURL, token, join, detach, o)
+}
+
+// terminalSetup is what attach and shell need before their first frame:
+// the detach key's byte, the client WebSocket's URL and the token.
+func (c *cli) terminalSetup(o attachOptions) (detach int, wsURL, token string, err error) {
+	if detach, err = parseDetachKey(o.detachKey); err != nil {
+		return 0, "", "", err
+	}
+	_, server, err := c.client()
+	if err != nil {
+		return 0, "", "", err
+	}
+	if wsURL, err = c.wsURL(o.ws, server); err != nil {
+		return 0, "", "", err
+	}
+	if token, err = c.resolveToken(); err != nil {
+		return 0, "", "", err
+	}
+	return detach, wsURL, token, nil
 }
 
 // parseDetachKey maps "ctrl-X" to its control byte; "none" is -1.

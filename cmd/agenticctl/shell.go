@@ -59,19 +59,7 @@ func (c *cli) shell(args []string) int {
 	if err != nil {
 		return c.fail("%v", err)
 	}
-	detach, err := parseDetachKey(o.detachKey)
-	if err != nil {
-		return c.fail("%v", err)
-	}
-	_, server, err := c.client()
-	if err != nil {
-		return c.fail("%v", err)
-	}
-	wsURL, err := c.wsURL(o.ws, server)
-	if err != nil {
-		return c.fail("%v", err)
-	}
-	token, err := c.resolveToken()
+	detach, wsURL, token, err := c.terminalSetup(o)
 	if err != nil {
 		return c.fail("%v", err)
 	}
