@@ -48,6 +48,9 @@ func provideMissions(store ports.MissionStore, outbox ports.EventOutbox, svc *ag
 		// An idle pool member is held for whoever takes it: no mission goes
 		// there (the router knows once the environments exist).
 		Reserved: reports,
+		// A hibernated environment's agent takes missions too: the launch
+		// (w.Link) wakes it.
+		Asleep: reports,
 	})
 }
 

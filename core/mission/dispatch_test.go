@@ -3,7 +3,9 @@ package mission
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,6 +104,58 @@ func TestDispatchAgentHint(t *testing.T) {
 	if n := len(h.link.Starts()); n != 1 {
 		t.Fatalf("%d sessions started, want 1", n)
 	}
+}
+
+// A mission may go to an agent whose environment sleeps: named, or when no
+// awake agent fits. The launch starts on it through the link (which wakes
+// it, core/wakeful); a wake that fails fails the mission as wake_failed.
+func TestDispatchToAnAsleepAgent(t *testing.T) {
+	h := newHarness(t)
+	// box-a sleeps and is still listed; box-b slept before this server
+	// started, so the directory has never seen it.
+	h.dir.Set(agentInfo("agent-1", "ready", 3), agentInfo("box-a", "disconnected", 0))
+	h.asleep = asleepAgents{"box-a": true, "box-b": true}
+	h.svc = h.newService()
+
+	if m := h.dispatch("awake-first"); m.AgentID != "agent-1" {
+		t.Fatalf("unnamed mission went to %q, want the awake agent-1", m.AgentID)
+	}
+	for _, name := range []string{"box-a", "box-b"} {
+		req := request("to-" + name)
+		req.Filter.AgentID = name
+		m, err := h.svc.Dispatch(context.Background(), req)
+		if err != nil || m.AgentID != name {
+			t.Fatalf("mission named %s: %+v, %v", name, m, err)
+		}
+		if got := h.cmd(m.SessionID).AgentID(); got != name {
+			t.Fatalf("started on %q, want %s", got, name)
+		}
+		h.waitEvent(m.ID, "mission.assigned")
+	}
+	// No awake agent fits: the asleep one is taken rather than refusing.
+	req := request("container")
+	req.Filter.Capabilities = []string{"isolation:container"}
+	boxA := agentInfo("box-a", "disconnected", 0)
+	boxA.Runtime = ports.KindContainer
+	h.dir.Set(agentInfo("agent-1", "ready", 3), boxA)
+	if m, err := h.svc.Dispatch(context.Background(), req); err != nil || m.AgentID != "box-a" {
+		t.Fatalf("container mission: %+v, %v; want box-a, asleep", m, err)
+	}
+
+	h.link.SetBeforeStart(func(string, ports.CommandSpec) error {
+		return fmt.Errorf("%w: wake: the saved state is gone", ports.ErrWakeFailed)
+	})
+	req = request("wake-fails")
+	req.Filter.AgentID = "box-a"
+	if _, err := h.svc.Dispatch(context.Background(), req); err != nil {
+		t.Fatalf("a mission to an asleep agent is accepted before its wake: %v", err)
+	}
+	ev := h.waitEvent("wake-fails", "mission.failed")
+	if ev.Data["reason"] != ReasonWakeFailed || !strings.Contains(fmt.Sprint(ev.Data["error"]), "the saved state is gone") {
+		t.Fatalf("mission.failed data = %v, want wake_failed with the wake's reason", ev.Data)
+	}
+	h.wantEvents("wake-fails", "mission.assigned", "mission.failed")
+	h.checkOrder()
 }
 
 func TestDispatchNoAgent(t *testing.T) {

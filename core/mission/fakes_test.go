@@ -201,6 +201,8 @@ type harness struct {
 	svc   *Service
 	// reserved are the agents held for someone (Config.Reserved).
 	reserved heldAgents
+	// asleep are the agents whose environment sleeps (Config.Asleep).
+	asleep asleepAgents
 	// decisions are the permission answers the service sent.
 	decisions fakeDecider
 	changes   countChanges
@@ -255,6 +257,11 @@ type heldAgents map[string]bool
 
 func (h heldAgents) AgentHeld(id string) bool { return h[id] }
 
+// asleepAgents are the agents a test says sleep (ports.AwaitedAgents).
+type asleepAgents map[string]bool
+
+func (a asleepAgents) AgentAwaited(id string) bool { return a[id] }
+
 func newHarness(t *testing.T) *harness {
 	t.Helper()
 	return newHarnessOn(t, portsfake.NewRunningClock())
@@ -289,7 +296,7 @@ func (h *harness) newService() *Service {
 	s := New(Config{
 		Store: h.store, Outbox: h.outbox, Link: h.link, Agents: h.dir, Clock: h.clock, IDs: h.ids,
 		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-		HITLQuiet: hitlQuiet, Permissions: &h.decisions, Changes: &h.changes, Reserved: h.reserved,
+		HITLQuiet: hitlQuiet, Permissions: &h.decisions, Changes: &h.changes, Reserved: h.reserved, Asleep: h.asleep,
 	})
 	h.t.Cleanup(func() {
 		h.store.SetBeforePut(nil)

@@ -23,6 +23,7 @@ const ProgressInterval = 5 * time.Second
 const (
 	ReasonNonZeroExit     = "non_zero_exit"
 	ReasonSessionStart    = "session_start_failed"
+	ReasonWakeFailed      = "wake_failed" // the agent's hibernated environment could not be woken
 	ReasonSessionLost     = "session_lost"
 	ReasonTimedOut        = "timed_out"
 	ReasonNotStarted      = "not_started_before_restart"

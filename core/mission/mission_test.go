@@ -3,6 +3,7 @@ package mission
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -287,6 +288,36 @@ func TestRoute(t *testing.T) {
 	if _, err := Route(ports.MissionFilter{}, nil); !errors.Is(err, ErrNoAgent) {
 		t.Fatalf("no agents: %v", err)
 	}
+	// Agents whose environment sleeps: taken when named, and without a name
+	// only when no awake agent fits (a wake costs the mission a restore).
+	sleepy := append(slices.Clone(agents),
+		Candidate{ID: "sleepy-vm", Status: "disconnected", Runtime: "vm", Arch: "amd64", Asleep: true},
+		Candidate{ID: "sleepy-box", Status: "disconnected", Runtime: "container", Arch: "amd64", Capabilities: []string{"claude"}, Asleep: true},
+		Candidate{ID: "sleepy-box2", Status: "disconnected", Runtime: "container", Arch: "amd64", Capabilities: []string{"claude"}, Load: 1, Asleep: true},
+	)
+	for _, tc := range []struct {
+		name   string
+		agents []Candidate
+		filter ports.MissionFilter
+		want   string
+		err    error
+	}{
+		{"named asleep agent is woken", sleepy, ports.MissionFilter{AgentID: "sleepy-vm"}, "sleepy-vm", nil},
+		{"named asleep agent, no other agent", sleepy[len(sleepy)-2:], ports.MissionFilter{AgentID: "sleepy-box"}, "sleepy-box", nil},
+		{"awake agents first", sleepy, ports.MissionFilter{}, "host-02", nil},
+		{"awake busy agent before an asleep idle one", sleepy, ports.MissionFilter{Capabilities: []string{"isolation:vm"}}, "vm-01", nil},
+		{"asleep only when no awake agent fits", sleepy, ports.MissionFilter{Capabilities: []string{"isolation:container"}}, "sleepy-box", nil},
+		{"asleep and awake both missing the capability", sleepy, ports.MissionFilter{Capabilities: []string{"isolation:kubernetes"}}, "", ErrNoAgent},
+		{"only asleep agents", sleepy[len(sleepy)-3:], ports.MissionFilter{}, "sleepy-box", nil},
+		{"disconnected and not asleep stays refused", sleepy, ports.MissionFilter{AgentID: "gone-01"}, "", ErrAgentNotConnected},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Route(tc.filter, tc.agents)
+			if got != tc.want || !errors.Is(err, tc.err) {
+				t.Fatalf("Route = %q, %v; want %q, %v", got, err, tc.want, tc.err)
+			}
+		})
+	}
 	// Ties on load go by id, so routing is deterministic.
 	got, _ := Route(ports.MissionFilter{}, []Candidate{{ID: "b", Status: "ready"}, {ID: "a", Status: "ready"}})
 	if got != "a" {
@@ -310,6 +341,8 @@ func TestExecutorCapabilities(t *testing.T) {
 			[]string{"hitl", "isolation:vm", "platform:linux/x64", "resumable", "runtime:claude-code"}},
 		{"a disconnected container agent counts for nothing", nil, false, []Candidate{{ID: "c-1", Status: "disconnected", Runtime: "container"}},
 			[]string{"hitl", "platform:linux/x64", "resumable"}},
+		{"an asleep container agent counts: a mission wakes it", nil, false, []Candidate{{ID: "c-1", Status: "disconnected", Runtime: "container", Asleep: true}},
+			[]string{"hitl", "isolation:container", "platform:linux/x64", "resumable"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := ExecutorCapabilities("amd64", tc.isolations, tc.claude, tc.agents); !reflect.DeepEqual(got, tc.want) {

@@ -23,6 +23,9 @@ type Candidate struct {
 	Arch         string
 	Capabilities []string // tools the agent found, e.g. "claude", "tmux"
 	Load         int
+	// Asleep: the agent is away because its environment is hibernated (or
+	// on its way in or out), and work sent to it wakes it first.
+	Asleep bool
 }
 
 // accepting reports whether an agent can take new work: connected and
@@ -53,21 +56,46 @@ func PlatformArch(goarch string) string {
 	}
 }
 
+// wakeable reports whether an agent that cannot take work now will once
+// its environment is woken (which the mission's launch does).
+func wakeable(c Candidate) bool { return c.Asleep && !accepting(c) }
+
 // Route picks the agent for a mission: the named agent if the filter names
-// one (ErrAgentNotConnected if it cannot take work), otherwise an accepting
-// agent that has every requested capability, least loaded first, then by id.
+// one and it can take work or is asleep (ErrAgentNotConnected otherwise),
+// else an accepting agent that has every requested capability, least loaded
+// first, then by id. A sleeping agent is taken without being named only
+// when no awake one fits: waking costs the mission a restore, and an awake
+// agent that is busy is still the cheaper place.
 func Route(f ports.MissionFilter, agents []Candidate) (string, error) {
 	if f.AgentID != "" {
 		for _, c := range agents {
-			if c.ID == f.AgentID && accepting(c) {
+			if c.ID == f.AgentID && (accepting(c) || wakeable(c)) {
 				return c.ID, nil
 			}
 		}
 		return "", ErrAgentNotConnected
 	}
+	fit := fitting(f, agents, accepting)
+	if len(fit) == 0 {
+		fit = fitting(f, agents, wakeable)
+	}
+	if len(fit) == 0 {
+		return "", ErrNoAgent
+	}
+	sort.SliceStable(fit, func(i, j int) bool {
+		if fit[i].Load != fit[j].Load {
+			return fit[i].Load < fit[j].Load
+		}
+		return fit[i].ID < fit[j].ID
+	})
+	return fit[0].ID, nil
+}
+
+// fitting are the agents that pass and have every capability f asks for.
+func fitting(f ports.MissionFilter, agents []Candidate, pass func(Candidate) bool) []Candidate {
 	var fit []Candidate
 	for _, c := range agents {
-		if !accepting(c) {
+		if !pass(c) {
 			continue
 		}
 		have := AgentCapabilities(c)
@@ -82,16 +110,7 @@ func Route(f ports.MissionFilter, agents []Candidate) (string, error) {
 			fit = append(fit, c)
 		}
 	}
-	if len(fit) == 0 {
-		return "", ErrNoAgent
-	}
-	sort.SliceStable(fit, func(i, j int) bool {
-		if fit[i].Load != fit[j].Load {
-			return fit[i].Load < fit[j].Load
-		}
-		return fit[i].ID < fit[j].ID
-	})
-	return fit[0].ID, nil
+	return fit
 }
 
 func sortByCreation(ms []ports.Mission) {
@@ -107,7 +126,8 @@ func sortByCreation(ms []ports.Mission) {
 // platform, resumable and hitl always; an isolation tier only when a runtime of
 // that kind is configured and reachable (isolations: "host" for the host
 // supervisor, "container", "vm") or has a connected agent;
-// runtime:claude-code only when claude is on the host or an agent reports it.
+// runtime:claude-code only when claude is on the host or an agent reports it
+// (a connected one, or one asleep: a mission wakes it).
 func ExecutorCapabilities(goarch string, isolations []ports.RuntimeKind, claudeOnHost bool, agents []Candidate) []string {
 	set := map[string]bool{"platform:linux/" + PlatformArch(goarch): true, "resumable": true, "hitl": true}
 	for _, iso := range isolations {
@@ -117,7 +137,7 @@ func ExecutorCapabilities(goarch string, isolations []ports.RuntimeKind, claudeO
 		set["runtime:claude-code"] = true
 	}
 	for _, a := range agents {
-		if a.Status == ports.AgentDisconnected {
+		if a.Status == ports.AgentDisconnected && !a.Asleep {
 			continue
 		}
 		for _, c := range AgentCapabilities(a) {

@@ -45,6 +45,10 @@ type Config struct {
 	// Reserved names the agents held for someone (a warm pool's idle
 	// members): never a candidate (nil: none).
 	Reserved ports.HeldAgents
+	// Asleep names the agents whose environment is hibernated: a candidate
+	// although not connected, woken by the mission's launch (its Link wakes
+	// the environment it starts on). Nil: none sleeps.
+	Asleep ports.AwaitedAgents
 }
 
 // summaryBytes bounds a mission's summary (the tail of its output).
@@ -381,6 +385,10 @@ func (s *Service) candidates(named string) []Candidate {
 	if named != "" {
 		if a, ok := s.cfg.Agents.Agent(named); ok {
 			agents = []ports.AgentInfo{a}
+		} else if s.asleep(named) {
+			// Hibernated before this server started: its agent has not
+			// been seen since, but a wake brings it.
+			return []Candidate{{ID: named, Status: ports.AgentDisconnected, Asleep: true}}
 		}
 	} else {
 		agents = s.cfg.Agents.Agents()
@@ -393,9 +401,14 @@ func (s *Service) candidates(named string) []Candidate {
 		out = append(out, Candidate{
 			ID: a.ID, Status: a.Status, Runtime: a.Runtime, Arch: a.System.Arch,
 			Capabilities: a.Capabilities, Load: a.RunningCommands,
+			Asleep: !a.Status.Working() && s.asleep(a.ID),
 		})
 	}
 	return out
+}
+
+func (s *Service) asleep(agentID string) bool {
+	return s.cfg.Asleep != nil && s.cfg.Asleep.AgentAwaited(agentID)
 }
 
 // agentRuntime names what runs the objective, for mission.started.
@@ -433,8 +446,12 @@ func (s *Service) launch(ctx context.Context, l *live) {
 	})
 	if err != nil {
 		defer s.wg.Done() // Suspend waits until the failure is stored and announced
+		reason := ReasonSessionStart
+		if errors.Is(err, ports.ErrWakeFailed) {
+			reason = ReasonWakeFailed
+		}
 		_, _ = s.transition(l, func(m ports.Mission) (ports.Mission, ports.Event, error) {
-			return Fail(m, ReasonSessionStart, "session could not start: "+err.Error(), nil, "", s.cfg.Clock.Now())
+			return Fail(m, reason, "session could not start: "+err.Error(), nil, "", s.cfg.Clock.Now())
 		})
 		s.forgetSession(l)
 		return
