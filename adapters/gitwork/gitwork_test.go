@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/agentic-sandbox/agentic-sandbox/internal/tarsafe"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -40,7 +41,7 @@ func write(t *testing.T, p, content string) {
 // anyone may read (a root server reads it as nobody).
 func origin(t *testing.T) (dir, first string) {
 	dir = t.TempDir()
-	defer openUp(t, dir)
+	defer testkit.OpenToAll(t, dir)
 	run(t, dir, "git", "init", "-q", "-b", "main")
 	write(t, filepath.Join(dir, "a.txt"), "a1\n")
 	write(t, filepath.Join(dir, "b.txt"), "b1\n")

@@ -9,40 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
-
-// openUp lets anyone read dir's tree and reach dir (the test's own temp
-// directories above it are 0700).
-func openUp(t *testing.T, dir string) {
-	t.Helper()
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.Type()&fs.ModeSymlink != 0 {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		add := fs.FileMode(0o044)
-		if d.IsDir() {
-			add = 0o055
-		}
-		return os.Chmod(p, fi.Mode().Perm()|add)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for p := filepath.Dir(dir); p != filepath.Dir(p) && p != filepath.Clean(os.TempDir()); p = filepath.Dir(p) {
-		fi, err := os.Stat(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(p, fi.Mode().Perm()|0o011); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
 
 func needRoot(t *testing.T) {
 	t.Helper()
@@ -91,7 +60,7 @@ func TestRootOnlyRepositoryRefused(t *testing.T) {
 	if err := os.Symlink(secret, filepath.Join(base, "link")); err != nil {
 		t.Fatal(err)
 	}
-	openUp(t, public)
+	testkit.OpenToAll(t, public)
 	w, err := New(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -210,7 +179,7 @@ func TestStageReplacesTheRepositorysTaskFile(t *testing.T) {
 	}
 	run(t, repo, "git", "add", "-A")
 	run(t, repo, "git", "commit", "-q", "-m", "link")
-	openUp(t, repo)
+	testkit.OpenToAll(t, repo)
 	w, _ := New(t.TempDir())
 	if _, err := w.Stage(ctx, "t", ports.TaskRepository{URL: repo}, "the prompt\n"); err != nil {
 		t.Fatal(err)

@@ -231,7 +231,7 @@ func taskThroughTheProxy(t *testing.T, s *harness.Server) {
 	_ = os.WriteFile(filepath.Join(repo, "ca.pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: site.Certificate().Raw}), 0o644)
 	gitIn(t, repo, "add", "-A")
 	gitIn(t, repo, "-c", "user.name=t", "-c", "user.email=t@x", "commit", "-q", "-m", "client")
-	openForNobody(t, repo)
+	testkit.OpenToAll(t, repo)
 	e := &taskEnv{t: t, s: s, repo: repo}
 	// A rule that is not one is refused at submit, with its path.
 	if st, b := e.submit("repository: {url: " + repo + "}\ncommand: {argv: [\"true\"]}\nenvironment: {runtime: docker, network_mode: proxy, allowed_hosts: [\"http://x\"]}\n"); st != http.StatusBadRequest || !strings.Contains(string(b), "allowed_hosts[0]") {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/tlsca"
 	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 )
 
 // Issue 31: a task's ANTHROPIC_API_KEY is injected. The run holds a
@@ -126,7 +127,7 @@ func injectClientRepo(t *testing.T) string {
 	}
 	gitIn(t, repo, "add", "injectclient")
 	gitIn(t, repo, "-c", "user.name=t", "-c", "user.email=t@x", "commit", "-q", "-m", "client")
-	openForNobody(t, repo)
+	testkit.OpenToAll(t, repo)
 	return repo
 }
 

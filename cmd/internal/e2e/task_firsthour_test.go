@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/testreq"
 )
 
@@ -93,8 +94,8 @@ func standinTools(t *testing.T, root string) (bin, repo string) {
 			t.Fatalf("scripts/claude-standin.sh %v: %v %s", args, err, out)
 		}
 	}
-	openForNobody(t, bin)
-	openForNobody(t, repo)
+	testkit.OpenToAll(t, bin)
+	testkit.OpenToAll(t, repo)
 	return bin, repo
 }
 

@@ -10,40 +10,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-)
 
-// openForNobody lets anyone read the repository at dir and reach it: a
-// server running as root (CI) reads a local repository outside
-// AGENTIC_TASK_REPO_DIRS as nobody, and the test's temp dirs are 0700.
-func openForNobody(t *testing.T, dir string) {
-	t.Helper()
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.Type()&fs.ModeSymlink != 0 {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		add := fs.FileMode(0o044)
-		if d.IsDir() {
-			add = 0o055
-		}
-		return os.Chmod(p, fi.Mode().Perm()|add)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for p := filepath.Dir(dir); p != filepath.Dir(p) && p != filepath.Clean(os.TempDir()); p = filepath.Dir(p) {
-		fi, err := os.Stat(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(p, fi.Mode().Perm()|0o011); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
+)
 
 // rootOnlyRepo makes a repository at dir that only root can read (0700),
 // holding secret.txt with content.
@@ -75,7 +44,7 @@ func TestTaskRootOnlyRepositoryRefused(t *testing.T) {
 	// A root-only repository in a directory anyone can reach: only its
 	// own mode keeps nobody out.
 	outside := t.TempDir()
-	openForNobody(t, outside)
+	testkit.OpenToAll(t, outside)
 	secret := filepath.Join(outside, "secret")
 	rootOnlyRepo(t, secret, marker)
 	allowed := t.TempDir()

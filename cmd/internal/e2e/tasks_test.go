@@ -18,6 +18,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/apicontract"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 )
 
 // fakeClaude is a stand-in for claude on PATH: by its prompt ($2) it edits,
@@ -85,7 +86,7 @@ func baseRepo(t *testing.T, names ...string) string {
 	}
 	gitIn(t, repo, "add", "-A")
 	gitIn(t, repo, "-c", "user.name=t", "-c", "user.email=t@x", "commit", "-q", "-m", "base")
-	openForNobody(t, repo)
+	testkit.OpenToAll(t, repo)
 	return repo
 }
 
