@@ -12,6 +12,8 @@ import (
 
 	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/hoptrace"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/hoptrace/hopenv"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/telemetry/spanwire"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
@@ -114,6 +116,10 @@ const (
 )
 
 func (a *Agent) startCommand(req *sandboxv1.CommandRequest) {
+	// The per-hop timeline of the exec path (AGENTIC_HOP_TRACE) starts
+	// with the first command; unset, nothing is started.
+	hopTraceOnce.Do(func() { hopenv.Start(os.Environ(), "agentic-agent") })
+	hoptrace.Mark("agent.cmd_read")
 	id := req.GetCommandId()
 	a.mu.Lock()
 	if _, dup := a.running[id]; dup || id == "" {
@@ -238,6 +244,7 @@ func (a *Agent) run(r *running, spec ports.CommandSpec, found *foundSession) {
 	if stop {
 		proc.Kill()
 	}
+	hoptrace.Mark("agent.proc_started")
 	if pid := proc.Pid(); pid > 0 {
 		procSpan.SetAttr("process.pid", strconv.Itoa(pid))
 		a.out.pushNow(&sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_CommandStarted{CommandStarted: &sandboxv1.CommandStarted{
@@ -246,6 +253,7 @@ func (a *Agent) run(r *running, spec ports.CommandSpec, found *foundSession) {
 	}
 	go func() {
 		res := proc.Wait()
+		hoptrace.Mark("agent.proc_waited")
 		if t, ok := proc.(interface{ isDetached() bool }); ok && t.isDetached() {
 			// The session lives on in tmux for the next agent process,
 			// which adopts it: no result, nothing to remember.
@@ -271,6 +279,7 @@ func (a *Agent) run(r *running, spec ports.CommandSpec, found *foundSession) {
 			a.out.push(agentwire.SpanReport(finishedSpans(r.span, procSpan)))
 		}
 		a.out.push(&sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_CommandResult{CommandResult: result}})
+		hoptrace.Mark("agent.result_queued")
 		// Output callbacks are over once Wait returned: r.tail is final.
 		info := &sandboxv1.SessionInfo{
 			CommandId: id, State: sandboxv1.SessionState_SESSION_STATE_EXITED, ExitCode: int32(res.ExitCode), //nolint:gosec // exit codes are 0-255 or 128+signal

@@ -14,6 +14,7 @@ import (
 
 	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/hoptrace"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/telemetry/spanwire"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
@@ -115,6 +116,7 @@ func (c *command) complete(r ports.CommandResult, now time.Time, beforeDone func
 	if beforeDone != nil {
 		beforeDone()
 	}
+	hoptrace.Mark("mgmt.cmd_done")
 	close(c.done)
 }
 
@@ -277,6 +279,7 @@ func (s *Service) Start(ctx context.Context, agentID string, spec ports.CommandS
 		s.finish(cmd, ports.CommandResult{ExitCode: -1, Error: "not sent to the agent: " + err.Error()})
 		return nil, err
 	}
+	hoptrace.Mark("mgmt.cmd_queued")
 	if !opts.Detached {
 		// A caller that goes away takes its command with it; when its agent
 		// is disconnected, the kill waits for the agent's return.

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentic-sandbox/agentic-sandbox/internal/hoptrace"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/runas"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
@@ -300,6 +301,7 @@ func (p *Process) startPiped(spec Spec) (err error) {
 	// Own group, so signals reach children and the command cannot signal us.
 	p.cmd.SysProcAttr.Setpgid = true
 	p.started = time.Now()
+	hoptrace.Mark("agent.forking")
 	return p.cmd.Start()
 }
 

@@ -7,12 +7,14 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/core/agent"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/hoptrace"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
 // ExecCommand runs a command and waits for its result. The command runs under
 // the request's context, so it is killed when the caller goes away.
 func (s *Server) ExecCommand(ctx context.Context, req restapi.ExecCommandRequestObject) (restapi.ExecCommandResponseObject, error) {
+	hoptrace.Mark("mgmt.exec_request")
 	if len(req.AgentId) > maxIDLen {
 		return nil, portError(ports.ErrAgentNotFound, fmt.Sprintf("agent %q", clip(req.AgentId)))
 	}
@@ -65,6 +67,7 @@ func (s *Server) ExecCommand(ctx context.Context, req restapi.ExecCommandRequest
 		log.InfoContext(ctx, "rest: exec caller went away; command killed")
 		return nil, ctx.Err()
 	}
+	hoptrace.Mark("mgmt.exec_woken")
 	res := cmd.Result()
 	stdout, stderr, truncated := col.take()
 	if agent.Lost(res) {

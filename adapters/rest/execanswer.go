@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/hoptrace"
 )
 
 // Output buffers of exec calls, pooled by size class (powers of two): a
@@ -76,6 +77,7 @@ func (a *execAnswer) VisitExecCommandResponse(w http.ResponseWriter) error {
 		// The status went out.
 		return &streamBroken{err}
 	}
+	hoptrace.Mark("mgmt.exec_answered")
 	return nil
 }
 

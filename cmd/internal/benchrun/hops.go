@@ -18,9 +18,11 @@ import (
 	"time"
 )
 
-// hopSteps are the marks in the order a keystroke passes them, each with
-// what happens between the one before it and itself.
-var hopSteps = []struct{ mark, what string }{
+// hopStep is a mark and what happens between the one before it and itself.
+type hopStep struct{ mark, what string }
+
+// hopSteps are the marks in the order a keystroke passes them.
+var hopSteps = []hopStep{
 	{"mgmt.ws_read", "client writes the `input` frame → agentic-mgmt has read it off the WebSocket"},
 	{"mgmt.link_send", "frame decoded and checked (role, scope), session and command looked up, offset given"},
 	{"agent.link_stdin", "agent link: agentic-mgmt's send → HTTP/2 → the agent's receive loop"},
@@ -34,9 +36,36 @@ var hopSteps = []struct{ mark, what string }{
 	{"client.recv", "written to the WebSocket; the client has read and decoded it"},
 }
 
+// execHopSteps are the marks in the order a REST exec of `true` passes
+// them (the exec part's per-hop timeline, -exec-hops).
+var execHopSteps = []hopStep{
+	{"mgmt.exec_request", "client writes the request → agentic-mgmt's REST handler has it (HTTP/1.1, routing, auth, decoding)"},
+	{"mgmt.cmd_queued", "spec checked, command registered, the request queued for the agent's stream"},
+	{"agent.cmd_read", "agent link: agentic-mgmt's send loop → HTTP/2 → the agent's receive loop"},
+	{"agent.forking", "agent: the command set up (environment, PATH lookup, user, pipes), about to fork"},
+	{"agent.proc_started", "fork/exec: Start returns once the child exec'd (and the readers and reaper are started)"},
+	{"agent.proc_waited", "the process runs and exits; reaped, its output drained, the result made"},
+	{"agent.result_queued", "agent: end-of-output chunks and the result queued in the outbox"},
+	{"mgmt.cmd_done", "agent link: the agent's send loop → HTTP/2 → agentic-mgmt's receive loop, the command finished"},
+	{"mgmt.exec_woken", "the waiting REST handler wakes"},
+	{"mgmt.exec_answered", "the JSON answer made and written to the ResponseWriter"},
+	{"client.recv", "the server flushes the answer; the client has read it"},
+}
+
 type hopTrace struct {
 	dir   string
 	trips [][2]int64 // unix ns: byte sent, echo read
+	steps []hopStep
+	title string
+}
+
+func newExecHopTrace() (*hopTrace, error) {
+	h, err := newHopTrace()
+	if err != nil {
+		return nil, err
+	}
+	h.steps, h.title = execHopSteps, "REST exec `true`"
+	return h, nil
 }
 
 func newHopTrace() (*hopTrace, error) {
@@ -48,7 +77,7 @@ func newHopTrace() (*hopTrace, error) {
 	if err := os.Chmod(dir, 0o1777); err != nil { //nolint:gosec // a scratch dir of marks, sticky
 		return nil, err
 	}
-	return &hopTrace{dir: dir}, nil
+	return &hopTrace{dir: dir, steps: hopSteps, title: "Keystroke echo"}, nil
 }
 
 func (h *hopTrace) env() string { return "AGENTIC_HOP_TRACE=" + h.dir }
@@ -66,6 +95,16 @@ func (h *hopTrace) timed(input, readBack func(byte) error) (func(byte) error, fu
 		return err
 	}
 	return in, back
+}
+
+// trip wraps a whole round trip (an exec) to note its times.
+func (h *hopTrace) trip(f func() error) func() error {
+	return func() error {
+		start := time.Now().UnixNano()
+		err := f()
+		h.trips = append(h.trips, [2]int64{start, time.Now().UnixNano()})
+		return err
+	}
 }
 
 type hopMark struct {
@@ -113,7 +152,7 @@ func (h *hopTrace) report() (string, error) {
 		seen[m.name] = true
 	}
 	var steps []int
-	for i, s := range hopSteps {
+	for i, s := range h.steps {
 		if seen[s.mark] {
 			steps = append(steps, i)
 		}
@@ -139,7 +178,7 @@ func (h *hopTrace) report() (string, error) {
 		ok := true
 		for k, si := range steps {
 			at := t[1]
-			if name := hopSteps[si].mark; name != "client.recv" {
+			if name := h.steps[si].mark; name != "client.recv" {
 				i, _ := slices.BinarySearchFunc(marks, prev, func(m hopMark, v int64) int { return int(m.at - v) })
 				for i < len(marks) && marks[i].at <= t[1] && marks[i].name != name {
 					i++
@@ -172,7 +211,7 @@ func (h *hopTrace) report() (string, error) {
 		return y[len(y)/2]
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "\nKeystroke echo, per hop (AGENTIC_HOP_TRACE marks; %d of %d round trips had every mark; median of each step, so the steps need not add up to the round trip's median %s):\n\n", complete, len(trips), ms(median(totals)))
+	fmt.Fprintf(&b, "\n%s, per hop (AGENTIC_HOP_TRACE marks; %d of %d round trips had every mark; median of each step, so the steps need not add up to the round trip's median %s):\n\n", h.title, complete, len(trips), ms(median(totals)))
 	fmt.Fprintln(&b, "| step | ends at | median | p90 |")
 	fmt.Fprintln(&b, "| --- | --- | --- | --- |")
 	var sum time.Duration
@@ -181,7 +220,7 @@ func (h *hopTrace) report() (string, error) {
 		sum += m
 		y := slices.Clone(deltas[k])
 		slices.Sort(y)
-		fmt.Fprintf(&b, "| %s | `%s` | %s | %s |\n", hopSteps[si].what, hopSteps[si].mark, ms(m), ms(y[len(y)*9/10]))
+		fmt.Fprintf(&b, "| %s | `%s` | %s | %s |\n", h.steps[si].what, h.steps[si].mark, ms(m), ms(y[len(y)*9/10]))
 	}
 	fmt.Fprintf(&b, "| sum of the step medians | | %s | |\n", ms(sum))
 	if len(missing) > 0 {

@@ -75,6 +75,8 @@ func measure(name string, n int, f func() error) (stats, error) {
 
 var only string
 
+var execHops = flag.Bool("exec-hops", false, "time each hop of the REST exec `true` round trip (AGENTIC_HOP_TRACE in agentic-mgmt and the agent) and print the per-hop table")
+
 func run(binDir string, n, sshN, sustained int) error {
 	abs, err := filepath.Abs(binDir)
 	if err != nil {
@@ -108,7 +110,16 @@ func run(binDir string, n, sshN, sustained int) error {
 			return p.run(bins)
 		}
 	}
-	srv, stop, err := hostServer(bins, "main", nil, nil)
+	var hops *hopTrace
+	var env []string
+	if *execHops {
+		if hops, err = newExecHopTrace(); err != nil {
+			return err
+		}
+		defer hops.remove()
+		env = append(env, hops.env())
+	}
+	srv, stop, err := hostServer(bins, "main", env, nil)
 	if err != nil {
 		return err
 	}
@@ -132,6 +143,10 @@ func run(binDir string, n, sshN, sustained int) error {
 	}
 	restTrue := func() error { _, err := exec1(`{"command":"true"}`); return err }
 	bareTrue := func() error { return exec.Command("sh", "-c", "true").Run() }
+	timedTrue := restTrue
+	if hops != nil {
+		timedTrue = hops.trip(restTrue)
+	}
 	for range 50 { // warm up connections, caches and the agent
 		if err := restTrue(); err != nil {
 			return err
@@ -146,7 +161,7 @@ func run(binDir string, n, sshN, sustained int) error {
 		f    func() error
 	}{
 		{"bare fork/exec `sh -c true` (floor)", bareTrue},
-		{"REST exec `true` via host agent", restTrue},
+		{"REST exec `true` via host agent", timedTrue},
 	} {
 		s, err := measure(m.name, n, m.f)
 		if err != nil {
@@ -155,7 +170,9 @@ func run(binDir string, n, sshN, sustained int) error {
 		rows = append(rows, s)
 	}
 	sshNote := ""
-	if build, stop, err := startSSHD(); err != nil {
+	if sshN <= 0 {
+		sshNote = "ssh baseline skipped (-ssh-n 0)"
+	} else if build, stop, err := startSSHD(); err != nil {
 		sshNote = "ssh baseline skipped: " + err.Error()
 	} else {
 		s, err := measure("`ssh localhost true` (local sshd, key auth)", sshN, sshTrue(build))
@@ -182,6 +199,14 @@ func run(binDir string, n, sshN, sustained int) error {
 	}
 	if sshNote != "" {
 		fmt.Println(sshNote)
+	}
+	if hops != nil {
+		table, err := hops.report()
+		if err != nil {
+			fmt.Printf("\nper-hop timeline: %v\n", err)
+		} else {
+			fmt.Print(table)
+		}
 	}
 	if err := throughput(exec1); err != nil {
 		return err
