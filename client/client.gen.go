@@ -775,7 +775,7 @@ type Environment struct {
 	// Labels Its request's labels (a scoped token's on top); absent when it has none.
 	Labels *map[string]string `json:"labels,omitempty"`
 
-	// LastActivityAt When something last used it (since this server started); absent until something did.
+	// LastActivityAt When something last used it (kept across restarts of agentic-mgmt: written every 10 s at most while it is used, when it hibernates and at shutdown); absent until something did.
 	LastActivityAt *time.Time `json:"last_activity_at,omitempty"`
 
 	// LastActivityKind What last used it: exec, session, viewer, files, tunnel, preview or wake.

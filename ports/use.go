@@ -3,6 +3,7 @@ package ports
 import (
 	"context"
 	"errors"
+	"time"
 )
 
 // Kinds of use an environment's idle clock hears of (the record's
@@ -47,3 +48,22 @@ func (NoUse) Use(context.Context, string, string) (func(), error) { return func(
 
 // Touch does nothing.
 func (NoUse) Touch(string, string) {}
+
+// Activity is when an environment was last used and for what (a Use*
+// kind): its record's last_activity_at and last_activity_kind.
+type Activity struct {
+	At   time.Time `json:"at"`
+	Kind string    `json:"kind"`
+}
+
+// ActivityStore keeps the environments' last activity, by environment
+// name, so that a restarted server still knows when each was last used
+// (and its idle policy counts from then, not from the restart). Writers
+// batch: it is written every few seconds at most, never per use.
+type ActivityStore interface {
+	Activities(ctx context.Context) (map[string]Activity, error)
+	// PutActivities sets the activity of each environment named.
+	PutActivities(ctx context.Context, acts map[string]Activity) error
+	// DeleteActivity forgets an environment's; one never stored is no error.
+	DeleteActivity(ctx context.Context, name string) error
+}

@@ -36,6 +36,12 @@ func provideEnvironments(cfg Config, rts *Runtimes, svc *agentrpc.Service, ms *m
 	if err != nil {
 		return nil, nil, fmt.Errorf("pool store: %w", err)
 	}
+	// Each environment's last activity, so that its idle clock outlives
+	// a restart (written every few seconds at most, and at shutdown).
+	activity, err := filestore.NewActivityStore(filepath.Join(cfg.DataDir, "environments"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("activity store: %w", err)
+	}
 	var bin string
 	// Only runtimes that hand environments the host's agent need it (not
 	// kubernetes', whose pods take it from the agent image).
@@ -70,6 +76,7 @@ func provideEnvironments(cfg Config, rts *Runtimes, svc *agentrpc.Service, ms *m
 		WakeTimeout:       cfg.WakeTimeout,
 		ObserveHibernate:  sleep.ObserveHibernate,
 		ObserveWake:       sleep.ObserveWake,
+		Activity:          activity,
 	})
 	// Every command on an environment with injected secrets holds their
 	// placeholders and endpoints, whoever starts it.

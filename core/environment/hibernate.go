@@ -32,6 +32,11 @@ const (
 	// DefaultWakeTimeout bounds a wake: the runtime's restore and the
 	// agent's return (a VM under TCG restores in about a second).
 	DefaultWakeTimeout = 2 * time.Minute
+	// DefaultActivitySaveEvery is how often the environments' last
+	// activity is written while it changes: a restart loses at most that
+	// much of it (the idle clock then runs a little early, never late),
+	// and busy environments cost one small write per period in all.
+	DefaultActivitySaveEvery = 10 * time.Second
 	// DefaultTakenIdleAfter is the idle policy of an environment taken from
 	// a pool whose definition names none: a member taken and then left
 	// does not hold its memory forever.
@@ -46,6 +51,8 @@ type activity struct {
 	last  atomic.Int64 // unix nanoseconds
 	kind  atomic.Pointer[string]
 	holds atomic.Int32
+	// saved is the last written to the activity store (unix nanoseconds).
+	saved atomic.Int64
 }
 
 // useKinds holds one pointer per known kind, so that a touch (once per
@@ -65,6 +72,12 @@ func (a *activity) touch(at time.Time, kind string) {
 		p = &kind
 	}
 	a.kind.Store(p)
+}
+
+// restore sets what a store kept, as saved already.
+func (a *activity) restore(act ports.Activity) {
+	a.touch(act.At, act.Kind)
+	a.saved.Store(act.At.UnixNano())
 }
 
 func (a *activity) lastUse() (time.Time, string) {
@@ -259,6 +272,8 @@ func (s *Service) hibernate(ctx context.Context, name, reason string) (Environme
 		s.log.WarnContext(ctx, "environment could not hibernate", "name", name, "err", err)
 		return Environment{}, err
 	}
+	// Asleep, it is not used until its wake: its last use is final now.
+	s.saveActivity()
 	s.log.InfoContext(ctx, "environment hibernated", "name", name, "reason", reason, "mode", h.Mode, "saved_bytes", h.Bytes, "took", now.Sub(start))
 	if s.cfg.ObserveHibernate != nil {
 		s.cfg.ObserveHibernate(f.Runtime, now.Sub(start))
@@ -324,7 +339,7 @@ func (s *Service) runWake(rec *record, name string, start time.Time, done chan s
 		rec.env.State, rec.env.Error = StateFailed, why
 		rec.env.Events = appendEvent(rec.env.Events, Event{At: now, Step: "failed", Message: why})
 	} else {
-		rec.env.State, rec.env.Error, rec.env.ReadyAt = StateReady, "", now
+		rec.env.State, rec.env.Error, rec.env.ReadyAt, rec.idleFrom = StateReady, "", now, now
 		rec.env.HibernatedAt, rec.env.SavedBytes, rec.env.SleepReason = time.Time{}, 0, ""
 		rec.env.Events = appendEvent(rec.env.Events, Event{At: now, Step: "woke", Message: fmt.Sprintf("after %s", now.Sub(start).Round(time.Millisecond))})
 		runtime = rec.env.Runtime
@@ -510,7 +525,7 @@ func (s *Service) idleRound() time.Duration {
 // idleFor is how long nothing has used rec (s.mu held): zero while work
 // holds it or its agent runs a command.
 func (s *Service) idleFor(name string, rec *record, now time.Time) time.Duration {
-	last := rec.env.ReadyAt
+	last := rec.idleFrom
 	if v, ok := s.acts.Load(name); ok {
 		a := v.(*activity)
 		if a.holds.Load() > 0 {
@@ -529,4 +544,73 @@ func (s *Service) idleFor(name string, rec *record, now time.Time) time.Duration
 		return 0
 	}
 	return now.Sub(last)
+}
+
+// loadActivity reads the stored activities for Recover to give back to
+// the environments it finds.
+func (s *Service) loadActivity(ctx context.Context) {
+	if s.cfg.Activity == nil {
+		return
+	}
+	acts, err := s.cfg.Activity.Activities(ctx)
+	if err != nil {
+		s.log.WarnContext(ctx, "environments' last activity unreadable; their idle clocks start now", "err", err)
+		return
+	}
+	s.mu.Lock()
+	s.storedActs = acts
+	s.mu.Unlock()
+}
+
+// keepActivity writes the activity that changed every ActivitySaveEvery
+// until the service closes (Close writes the last).
+func (s *Service) keepActivity() {
+	defer s.wg.Done()
+	if s.cfg.Activity != nil {
+		s.every(s.cfg.ActivitySaveEvery, s.saveActivity)
+	}
+}
+
+// saveActivity writes, in one batch, the last activity of every
+// environment used since its last write.
+func (s *Service) saveActivity() {
+	if s.cfg.Activity == nil {
+		return
+	}
+	s.saveMu.Lock()
+	defer s.saveMu.Unlock()
+	batch := map[string]ports.Activity{}
+	stamps := map[*activity]int64{}
+	s.acts.Range(func(k, v any) bool {
+		a := v.(*activity)
+		if n := a.last.Load(); n != 0 && n != a.saved.Load() {
+			at, kind := a.lastUse()
+			batch[k.(string)] = ports.Activity{At: at, Kind: kind}
+			stamps[a] = at.UnixNano()
+		}
+		return true
+	})
+	if len(batch) == 0 {
+		return
+	}
+	if err := s.cfg.Activity.PutActivities(context.Background(), batch); err != nil {
+		s.log.Warn("environments' last activity not saved; tried again next time", "count", len(batch), "err", err)
+		return
+	}
+	for a, n := range stamps {
+		a.saved.Store(n)
+	}
+}
+
+// forgetActivity drops a deleted environment's stored activity, so that a
+// new one under its name starts afresh.
+func (s *Service) forgetActivity(name string) {
+	if s.cfg.Activity == nil {
+		return
+	}
+	s.saveMu.Lock()
+	defer s.saveMu.Unlock()
+	if err := s.cfg.Activity.DeleteActivity(context.Background(), name); err != nil {
+		s.log.Warn("a deleted environment's last activity not forgotten", "name", name, "err", err)
+	}
 }

@@ -392,6 +392,11 @@ func (s *Service) take(ctx context.Context, req Request, allowed []string, kind 
 		return Environment{}, false, nil
 	}
 	now := s.cfg.Clock.Now()
+	s.mu.Lock()
+	if taken, ok := s.envs[req.Name]; ok {
+		taken.idleFrom = now // its idle clock starts at the take
+	}
+	s.mu.Unlock()
 	s.update(req.Name, func(e *Environment) {
 		e.State, e.Error, e.ReadyAt, e.ProvisionTime = StateReady, "", now, now.Sub(start)
 		e.Events = appendEvent(e.Events, Event{At: now, Step: "agent_ready", Message: fmt.Sprintf("after %s (from a pool)", now.Sub(start).Round(time.Microsecond))})

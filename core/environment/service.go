@@ -102,6 +102,12 @@ type Config struct {
 	WakeTimeout time.Duration
 	// ObserveHibernate and ObserveWake record how long each took, by runtime.
 	ObserveHibernate, ObserveWake func(runtime string, d time.Duration)
+	// Activity keeps each environment's last activity across restarts (nil:
+	// in memory only). It is written in batches: every ActivitySaveEvery
+	// (default DefaultActivitySaveEvery) while something changed, when an
+	// environment hibernates, and at Close; read at Recover.
+	Activity          ports.ActivityStore
+	ActivitySaveEvery time.Duration
 }
 
 // maxEvents bounds the events kept per environment.
@@ -133,6 +139,14 @@ type record struct {
 	// sleptAt is when this server saw it hibernate (zero if before a
 	// restart), stoppedAt when the idle keeper first saw it stopped.
 	sleptAt, stoppedAt time.Time
+	// idleFrom is when its idle clock started absent any use: when it
+	// became ready, except that an agent coming back after a restart of
+	// this server is no use (the clock goes on from the stored activity).
+	idleFrom time.Time
+	// recovered: found running at Recover; its next agent_ready is its
+	// agent's return, which does not restart its idle clock (an operator's
+	// start, stop, pause or resume meanwhile ends that).
+	recovered bool
 }
 
 // rtName is the record's name on its runtime.
@@ -170,6 +184,12 @@ type Service struct {
 	// idlePolicy wakes the idle keeper when an environment gets a policy
 	// shorter than its current wait.
 	idlePolicy chan struct{}
+	// storedActs are the stored activities of environments not recovered
+	// yet (a runtime found later brings its own); under mu.
+	storedActs map[string]ports.Activity
+	// saveMu serialises writes of the activity store, so that an older
+	// batch never lands after a newer one.
+	saveMu sync.Mutex
 }
 
 // New returns the service; call Recover once at start.
@@ -191,6 +211,9 @@ func New(cfg Config) *Service {
 	}
 	if cfg.WakeTimeout <= 0 {
 		cfg.WakeTimeout = DefaultWakeTimeout
+	}
+	if cfg.ActivitySaveEvery <= 0 {
+		cfg.ActivitySaveEvery = DefaultActivitySaveEvery
 	}
 	life, end := context.WithCancel(context.Background())
 	return &Service{cfg: cfg, log: cfg.Logger.With("component", "environments"), envs: map[string]*record{}, life: life, end: end,
@@ -257,14 +280,19 @@ func (s *Service) discover(ctx context.Context) {
 // watchRuntimes asks Discover every DiscoverEvery until Close.
 func (s *Service) watchRuntimes() {
 	defer s.wg.Done()
-	tick := time.NewTicker(s.cfg.DiscoverEvery)
+	s.every(s.cfg.DiscoverEvery, func() { s.discover(s.life) })
+}
+
+// every runs f every d until the service closes.
+func (s *Service) every(d time.Duration, f func()) {
+	tick := time.NewTicker(d)
 	defer tick.Stop()
 	for {
 		select {
 		case <-s.life.Done():
 			return
 		case <-tick.C:
-			s.discover(s.life)
+			f()
 		}
 	}
 }
@@ -325,14 +353,16 @@ func (s *Service) unknownRuntime(name string) error {
 // Recover takes over the environments earlier runs of the server made,
 // and the pools: their members, and the environments taken from them.
 func (s *Service) Recover(ctx context.Context) {
+	s.loadActivity(ctx)
 	claims := s.recoverPools(ctx)
 	rts := s.runtimes()
 	for _, name := range slices.Sorted(maps.Keys(rts)) {
 		s.recoverRuntime(ctx, name, rts[name], claims)
 	}
 	s.startPools()
-	s.wg.Add(1)
+	s.wg.Add(2)
 	go s.keepIdle()
+	go s.keepActivity()
 	if s.cfg.Discover != nil {
 		s.wg.Add(1)
 		go s.watchRuntimes()
@@ -356,7 +386,7 @@ func (s *Service) recoverRuntime(ctx context.Context, name string, rt ports.Runt
 		}
 		env := fromRuntime(e, name)
 		env.Events = []Event{{At: now, Step: "recovered", Message: "found after a restart of agentic-mgmt"}}
-		rec := &record{env: env}
+		rec := &record{env: env, recovered: env.State == StateBooting}
 		if pool := e.Labels[ports.LabelPool]; pool != "" {
 			if claim, ok := claims[e.Name]; ok {
 				// Taken before the restart: the caller's environment.
@@ -389,6 +419,13 @@ func (s *Service) recoverRuntime(ctx context.Context, name string, rt ports.Runt
 			}
 		}
 		s.envs[rec.env.Name] = rec
+		if act, ok := s.storedActs[rec.env.Name]; ok && rec.pool == "" {
+			rec.idleFrom = act.At
+			a := &activity{}
+			a.restore(act)
+			s.acts.Store(rec.env.Name, a)
+		}
+		delete(s.storedActs, rec.env.Name)
 		// A running one is ready again when its agent reconnects, as
 		// after a start; nobody has to look at it first.
 		if env.State == StateBooting {
@@ -722,6 +759,10 @@ func (s *Service) markReady(name string, observed bool) {
 	}
 	e := &rec.env
 	e.State, e.Error, e.ReadyAt = StateReady, "", now
+	if !rec.recovered || rec.idleFrom.IsZero() {
+		rec.idleFrom = now
+	}
+	rec.recovered = false
 	var observe time.Duration
 	msg := ""
 	if !rec.requested.IsZero() && !rec.observed {
@@ -926,6 +967,11 @@ func (s *Service) act(name, step string, call func(rt ports.Runtime, runtimeName
 	}
 	now := s.cfg.Clock.Now()
 	state := next()
+	s.mu.Lock()
+	if rec, ok := s.envs[name]; ok {
+		rec.recovered = false
+	}
+	s.mu.Unlock()
 	s.update(name, func(x *Environment) {
 		x.State = state
 		x.Events = appendEvent(x.Events, Event{At: now, Step: step})
@@ -999,6 +1045,7 @@ func (s *Service) delete(ctx context.Context, name string, member bool) error {
 func (s *Service) Close() {
 	s.end()
 	s.wg.Wait()
+	s.saveActivity()
 }
 
 // lookup finds an environment and its runtime; a pool's untaken member
@@ -1057,7 +1104,9 @@ func (s *Service) forget(name string) {
 	s.mu.Lock()
 	delete(s.envs, name)
 	s.mu.Unlock()
-	s.acts.Delete(name)
+	if _, ok := s.acts.LoadAndDelete(name); ok {
+		s.forgetActivity(name)
+	}
 	s.changed()
 	s.forgetPublicPorts(name)
 }

@@ -34,16 +34,7 @@ func TestDashboardSleepAndWake(t *testing.T) {
 	s := startServer(t, 0, dataDir, "DOCKER_HOST="+host, "AGENTIC_RUNTIMES=docker", "AGENTIC_HIBERNATE_MAX_BYTES=1")
 	url := s.RESTURL + "/"
 	viewer := rolesToken(t, s, "e2e-sleep-viewer", "viewer")
-	get := func(name string) restapi.Environment {
-		t.Helper()
-		ctx, cancel := ctxFor(patience)
-		defer cancel()
-		r, err := s.Client().GetEnvironmentWithResponse(ctx, name)
-		if err != nil || r.JSON200 == nil {
-			t.Fatalf("get %s: %v %v", name, err, r)
-		}
-		return *r.JSON200
-	}
+	get := func(name string) restapi.Environment { t.Helper(); return getEnv(t, s, name) }
 	row := func(name string) string {
 		return `(document.querySelector('[data-testid="env-row-` + name + `"]') || {innerText: ""}).innerText`
 	}

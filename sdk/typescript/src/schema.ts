@@ -2006,7 +2006,7 @@ export interface components {
             sleep_reason?: string;
             /**
              * Format: date-time
-             * @description When something last used it (since this server started); absent until something did.
+             * @description When something last used it (kept across restarts of agentic-mgmt: written every 10 s at most while it is used, when it hibernates and at shutdown); absent until something did.
              */
             last_activity_at?: string;
             /** @description What last used it: exec, session, viewer, files, tunnel, preview or wake. */
