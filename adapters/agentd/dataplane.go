@@ -85,36 +85,12 @@ func (a *Agent) getInto(ctx context.Context, stream transferStream, w ports.File
 		w.Abort()
 		return err
 	}
-	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
+		_ = resp.Body.Close()
 		w.Abort()
 		return fmt.Errorf("the server refused the data stream: %s", resp.Status)
 	}
-	dst := &writeErr{w: w}
-	// The file's writer hands each Write to the file helper (a pipe write
-	// and its wake-up): the chunks of the Transfer messages, not io.Copy's
-	// 32 KiB.
-	if _, err := io.CopyBuffer(dst, resp.Body, make([]byte, transferChunk)); err != nil {
-		w.Abort()
-		if dst.err != nil {
-			return dst.err // the file's own error: too large, no space
-		}
-		return err
-	}
-	msg, err := stream.Receive()
-	if err != nil {
-		w.Abort()
-		return err
-	}
-	switch msg.GetPayload().(type) {
-	case *sandboxv1.TransferResponse_Eof:
-		return w.Commit()
-	case *sandboxv1.TransferResponse_Abort:
-		w.Abort()
-		return errors.New("the server gave up the upload")
-	}
-	w.Abort()
-	return fmt.Errorf("the server answered a data-plane write with %T", msg.GetPayload())
+	return receiveData(stream, w, resp.Body)
 }
 
 // writeErr remembers the error of the file's write.

@@ -105,6 +105,9 @@ func (a *Agent) fileOp(ctx context.Context, stream transferStream, req *sandboxv
 		}
 		return sendFrom(stream, r)
 	case sandboxv1.FileOp_FILE_OP_WRITE:
+		if sf, ok := a.rawWrites(); ok && req.GetDataPlane() {
+			return a.writeRaw(ctx, stream, req, sf)
+		}
 		w, err := files.Create(ctx, req.GetPath(), fs.FileMode(req.GetMode()).Perm(), req.GetMaxBytes())
 		if err != nil {
 			return err

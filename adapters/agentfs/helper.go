@@ -10,7 +10,9 @@
 // and a stream that ends without it is an abort); stdout carries download
 // data (or a listing as JSON); stderr carries status lines as JSON: an
 // optional {"ready":true,"size":N} once a read has opened its file, then
-// one final {"done":true} or {"error":code,"message":…}.
+// one final {"done":true} or {"error":code,"message":…}. A write may take
+// its bytes from a socket instead (files_socket.go), stdin keeping the
+// commit.
 package agentfs
 
 import (
@@ -120,7 +122,14 @@ func serve(args []string, stdin io.Reader, stdout io.Writer, ready func(size int
 		if err != nil {
 			return err
 		}
-		return write(path, fs.FileMode(mode)&(fs.ModePerm), max, frames(stdin)) //nolint:gosec // permission bits only
+		perm := fs.FileMode(mode) & fs.ModePerm //nolint:gosec // permission bits only
+		if len(args) > 4 && args[4] == socketArg {
+			return write(path, perm, func(tmp *os.File) error { return fromSocket(tmp, stdin, max) })
+		}
+		return write(path, perm, func(tmp *os.File) error {
+			_, err := io.Copy(tmp, limit(frames(stdin), max))
+			return err
+		})
 	case "delete":
 		rec, err := intArg(2)
 		if err != nil {
@@ -331,7 +340,7 @@ func read(path string, out io.Writer, ready func(int64)) error {
 // written through). The temporary file is made and renamed relative to
 // the directory: its name is longer than path's, which may be as long as
 // PATH_MAX allows.
-func write(path string, mode fs.FileMode, max int64, in io.Reader) error {
+func write(path string, mode fs.FileMode, fill func(tmp *os.File) error) error {
 	if mode == 0 {
 		mode = 0o644
 	}
@@ -372,7 +381,7 @@ func write(path string, mode fs.FileMode, max int64, in io.Reader) error {
 			_ = root.Remove(tmpName)
 		}
 	}()
-	if _, err := io.Copy(tmp, limit(in, max)); err != nil {
+	if err := fill(tmp); err != nil {
 		return err
 	}
 	if err := tmp.Chmod(mode); err != nil {
@@ -445,6 +454,10 @@ func writeArchive(dir string, max int64, in io.Reader) (err error) {
 func frames(r io.Reader) io.Reader {
 	return &frameReader{r: bufio.NewReaderSize(r, 64<<10)}
 }
+
+// framesOn reads frames from br up to the next zero-length frame: br may
+// go on with more after it.
+func framesOn(br *bufio.Reader) io.Reader { return &frameReader{r: br} }
 
 type frameReader struct {
 	r    *bufio.Reader

@@ -76,8 +76,14 @@ type helper struct {
 const maxStatusLine = 64 << 10
 
 func (l *Local) start(ctx context.Context, withStdin bool, args ...string) (*helper, error) {
+	return l.startWith(ctx, withStdin, nil, args...)
+}
+
+// startWith starts a helper that gets extra as its descriptors 3 and on.
+func (l *Local) startWith(ctx context.Context, withStdin bool, extra []*os.File, args ...string) (*helper, error) {
 	cmd := exec.Command(l.exe, append([]string{HelperArg}, args...)...) //nolint:gosec // our own binary
 	cmd.Dir = l.dir
+	cmd.ExtraFiles = extra
 	cmd.Env = l.env
 	// SIGTERM when the agent dies: a helper writing a file ignores it and
 	// ends on its input's end instead, removing its temporary file.
@@ -291,9 +297,10 @@ func (l *Local) create(ctx context.Context, op string, args ...string) (ports.Fi
 }
 
 type writer struct {
-	h    *helper
-	done bool
-	err  error
+	h       *helper
+	done    bool
+	err     error
+	failure error
 }
 
 func (w *writer) Write(p []byte) (int, error) {
@@ -352,9 +359,18 @@ func (w *writer) Abort() {
 	w.err = errors.New("aborted")
 	w.h.stdin.Close()
 	t := time.AfterFunc(10*time.Second, func() { _ = syscall.Kill(-w.h.cmd.Process.Pid, syscall.SIGKILL) })
-	_ = w.h.finish()
+	st := w.h.readStatus()
+	_ = w.h.wait()
 	t.Stop()
+	if st.Error != "" && st.Error != codeCutShort {
+		w.failure = statusError(st)
+	}
 }
+
+// Failure is why the helper of an aborted upload ended, when it failed on
+// its own before the abort (an upload from a socket learns of it only
+// so); nil when it ended because of the abort.
+func (w *writer) Failure() error { return w.failure }
 
 // Delete implements ports.FileSystem.
 func (l *Local) Delete(ctx context.Context, path string, recursive bool) error {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -34,7 +35,9 @@ import (
 // against the same bounds (the announced size, the maximum), a data
 // stream that breaks is an error never an end of file, and a write is
 // committed by the agent only after the clean end of the data stream AND
-// the server's eof on the Transfer stream.
+// the server's eof on the Transfer stream. An agent that can open plain
+// connections of its own fetches a write's bytes on one instead, raw
+// (files_raw.go).
 
 // DataPath is the data route's prefix; the transfer id follows.
 const DataPath = agentwire.DataPath
@@ -48,6 +51,7 @@ type dataConn struct {
 	body io.Reader           // a read's bytes: the agent's POST body
 	w    http.ResponseWriter // a write's bytes: the agent's GET response
 	rc   *http.ResponseController
+	raw  net.Conn    // or a write's bytes on a connection of its own (files_raw.go)
 	ok   atomic.Bool // set before done: the stream ends cleanly; otherwise it is reset
 	done chan struct{}
 	once sync.Once
@@ -102,6 +106,10 @@ func (s *Service) serveData(w http.ResponseWriter, r *http.Request) {
 	if t == nil {
 		// Another agent's transfer, one gone, one served already, or none.
 		http.Error(w, "no such transfer for this agent", http.StatusNotFound)
+		return
+	}
+	if upload && r.ProtoMajor == 1 && headerHas(r.Header, "Upgrade", DataRawProtocol) {
+		serveDataRaw(w, t)
 		return
 	}
 	d := &dataConn{body: r.Body, w: w, rc: http.NewResponseController(w), done: make(chan struct{})}
@@ -256,10 +264,13 @@ func (s *Service) sendData(ctx context.Context, t *transfer, stream transferServ
 	if err != nil {
 		return agentEnded, err
 	}
+	if d.raw != nil {
+		return s.sendRaw(ctx, d, stream, body, ended)
+	}
 	buf := make([]byte, dataChunk)
 	var sent int64
 	for {
-		n, rerr := io.ReadFull(body, buf)
+		n, rerr := fill(body, buf)
 		if n > 0 {
 			if sent += int64(n); sent > s.cfg.MaxFileBytes {
 				d.finish(false)
@@ -283,7 +294,7 @@ func (s *Service) sendData(ctx context.Context, t *transfer, stream transferServ
 				return false, fmt.Errorf("%w: the data stream broke: %v", ports.ErrAgentGone, err)
 			}
 		}
-		if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
+		if rerr == io.EOF { //nolint:errorlint // fill says the end so
 			break
 		}
 		if rerr != nil {

@@ -402,6 +402,22 @@ func (s *Service) write(ctx context.Context, agentID string, req *sandboxv1.File
 	return sendErr
 }
 
+// fill reads body into buf until buf is full or the body ends: io.EOF
+// only at its clean end. A body that breaks is an error, whatever it says,
+// an io.ErrUnexpectedEOF of its own too (an HTTP body cut short of its
+// Content-Length): io.ReadFull's would take that for the last chunk.
+func fill(body io.Reader, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		m, err := body.Read(buf[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
 // abortGrace is how long an agent may take to discard an aborted upload.
 const abortGrace = 15 * time.Second
 
@@ -411,7 +427,7 @@ func (s *Service) sendBody(stream transferServerStream, body io.Reader, ended <-
 	buf := make([]byte, transferChunk)
 	var sent int64
 	for {
-		n, rerr := io.ReadFull(body, buf)
+		n, rerr := fill(body, buf)
 		if n > 0 {
 			if sent += int64(n); sent > s.cfg.MaxFileBytes {
 				return false, fmt.Errorf("%w: over the maximum of %d bytes", ports.ErrFileTooLarge, s.cfg.MaxFileBytes)
@@ -428,7 +444,7 @@ func (s *Service) sendBody(stream transferServerStream, body io.Reader, ended <-
 				return false, agentGone(err)
 			}
 		}
-		if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
+		if rerr == io.EOF { //nolint:errorlint // fill says the end so
 			break
 		}
 		if rerr != nil {

@@ -37,9 +37,12 @@ var fileModePattern = regexp.MustCompile(`^0?[0-7]{3}$`)
 // uploadBody is an upload's body: bounded by the file maximum, with a read
 // deadline pushed back on every read, so a slow upload lives and a stalled
 // one does not.
-func (s *Server) uploadBody(w http.ResponseWriter, r *http.Request) (io.ReadCloser, *apiError) {
+func (s *Server) uploadBody(w *statusWriter, r *http.Request) (io.ReadCloser, *apiError) {
 	if r.ContentLength > s.maxFileBytes() {
 		return nil, tooLarge(r.ContentLength, s.maxFileBytes())
+	}
+	if b := s.spliceUpload(w, r); b != nil {
+		return b, nil
 	}
 	rc := http.NewResponseController(w)
 	body := http.MaxBytesReader(w, r.Body, s.maxFileBytes())
@@ -49,16 +52,41 @@ func (s *Server) uploadBody(w http.ResponseWriter, r *http.Request) (io.ReadClos
 type deadlineBody struct {
 	io.ReadCloser
 	push func()
+	err  error // the body's own failure (the client's), first one
 }
 
 func (b *deadlineBody) Read(p []byte) (int, error) {
 	b.push()
 	n, err := b.ReadCloser.Read(p)
 	var tooBig *http.MaxBytesError
-	if errors.As(err, &tooBig) {
+	switch {
+	case errors.As(err, &tooBig):
 		err = fmt.Errorf("%w: the upload is over the maximum of %d bytes", ports.ErrFileTooLarge, tooBig.Limit)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		// Cut short of its Content-Length: not an end of file.
+		err = errUploadCut
+	}
+	if err != nil && !errors.Is(err, io.EOF) && b.err == nil {
+		b.err = err
 	}
 	return n, err
+}
+
+func (b *deadlineBody) failure() error { return b.err }
+
+// uploadFailed is the answer to an upload whose body failed on the
+// client's side (cut short, idle too long): the client's fault explains
+// the failure better than what it caused further on (a transfer given up).
+func uploadFailed(body io.Reader) *apiError {
+	f, ok := body.(interface{ failure() error })
+	if !ok || f.failure() == nil {
+		return nil
+	}
+	err := f.failure()
+	if errors.Is(err, ports.ErrFileTooLarge) {
+		return nil // fileError's, as the agent's
+	}
+	return badRequest("reading the upload: %v", err)
 }
 
 func (s *Server) maxFileBytes() int64 {
@@ -213,6 +241,9 @@ func (s *Server) WriteFile(ctx context.Context, req restapi.WriteFileRequestObje
 		mode = fs.FileMode(m)
 	}
 	if err := f.WriteFile(ctx, req.AgentId, req.Params.Path, mode, req.Body); err != nil {
+		if e := uploadFailed(req.Body); e != nil {
+			return nil, e
+		}
 		return nil, fileError(err, req.AgentId, req.Params.Path)
 	}
 	return restapi.WriteFile204Response{}, nil
@@ -225,6 +256,9 @@ func (s *Server) WriteArchive(ctx context.Context, req restapi.WriteArchiveReque
 		return nil, err
 	}
 	if err := f.WriteArchive(ctx, req.AgentId, req.Params.Path, req.Body); err != nil {
+		if e := uploadFailed(req.Body); e != nil {
+			return nil, e
+		}
 		return nil, fileError(err, req.AgentId, req.Params.Path)
 	}
 	return restapi.WriteArchive204Response{}, nil

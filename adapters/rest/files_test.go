@@ -22,6 +22,7 @@ type fakeFiles struct {
 	body    string
 	size    int64
 	cut     error
+	refuse  string // WriteFile of a path starting so: permission denied
 	written map[string]string
 	modes   map[string]fs.FileMode
 }
@@ -58,6 +59,9 @@ func (f *fakeFiles) WriteFile(_ context.Context, _, p string, mode fs.FileMode, 
 	b, err := io.ReadAll(r)
 	if err != nil {
 		return err
+	}
+	if f.refuse != "" && strings.HasPrefix(p, f.refuse) {
+		return ports.ErrPermissionDenied
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -34,6 +34,10 @@ const (
 	// plane (FileRequest.data_plane): the agent POSTs a read's bytes, or
 	// GETs a write's, as the raw body of that HTTP/2 stream.
 	DataPath = "/agentic-sandbox/data/"
+	// DataRawProtocol: a write's GET of DataPath + its transfer id on a
+	// connection of the agent's own, upgraded (HTTP/1.1) to it, gets the
+	// bytes raw on that connection up to its half-close.
+	DataRawProtocol = "agentic-data"
 
 	// OutputPath + a command id + "/" + a stream's name (OutputStreamName)
 	// carries that command stream's output on the data plane
