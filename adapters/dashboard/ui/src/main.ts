@@ -434,7 +434,7 @@ function Asleep({ e }: { e: S["Environment"] }) {
 function EnvActivity({ e, label }: { e: S["Environment"]; label?: string }) {
   return html`<div data-testid=${"env-activity-" + e.name}>${label ? html`<span class="muted">${label} </span>` : ""}${e.last_activity_at ?
       html`<span title=${new Date(e.last_activity_at).toLocaleString()}>${ago(e.last_activity_at)}</span>${e.last_activity_kind ? html` <span class="act-kind">${e.last_activity_kind}</span>` : ""}` :
-      html`<span class="muted" title="nothing has used it since this server started">-</span>`}
+      html`<span class="muted" title="nothing has used it yet">-</span>`}
     ${e.idle_after ? html`<div class="policy" data-testid=${"env-idle-after-" + e.name}>sleeps after ${dur(e.idle_after)} idle</div>` : ""}
     ${e.delete_after ? html`<div class="policy" data-testid=${"env-delete-after-" + e.name}>deleted ${dur(e.delete_after)} after it sleeps or stops</div>` : ""}</div>`;
 }
@@ -723,32 +723,61 @@ function AgentPage({ id }: { id: string }) {
 
 function Pools({ runtimes }: { runtimes: any[] | undefined }) {
   const pools = useLive(["environments"], async () => (await call(api.GET("/api/v1/pools"))).data?.pools);
-  const [form, setForm] = useState<Record<string, string>>({ name: "", runtime: "", size: "1" });
+  const blank = { name: "", runtime: "", size: "1", idle_after: "", delete_after: "" };
+  const [form, setForm] = useState<Record<string, string>>(blank);
+  // The pool being edited: its spec goes back as it is (this form sets the
+  // runtime's default spec for a new one).
+  const [editing, setEditing] = useState<S["Pool"] | undefined>();
   useEffect(() => { if (runtimes?.length) setForm((f) => (f.runtime ? f : { ...f, runtime: runtimes[0].runtime })); }, [runtimes]);
   const [err, setErr] = useState<any>();
   const set = (k: string) => (e: any) => { const v = e.target.value; setForm((f) => ({ ...f, [k]: v })); };
+  const rt = (runtimes || []).find((r: S["Runtime"]) => r.runtime === (form.runtime || runtimes?.[0]?.runtime));
   const put = async (ev: Event) => {
     ev.preventDefault();
-    const r = await call(api.PUT("/api/v1/pools/{name}", { params: { path: { name: form.name } },
-      body: { runtime: form.runtime || runtimes?.[0]?.runtime, size: Number(form.size) } }));
+    const body: S["PoolRequest"] = { runtime: form.runtime || runtimes?.[0]?.runtime, size: Number(form.size) };
+    if (editing && editing.name === form.name && editing.runtime === body.runtime) body.spec = editing.spec;
+    // The idle policy of the environments taken from it (Go durations,
+    // checked by the server, whose refusal is shown as it says it).
+    if (form.idle_after.trim() && canSleep(rt?.hibernate)) body.idle_after = form.idle_after.trim();
+    if (form.delete_after.trim()) body.delete_after = form.delete_after.trim();
+    const r = await call(api.PUT("/api/v1/pools/{name}", { params: { path: { name: form.name } }, body }));
     setErr(r.error);
-    if (!r.error) setForm((f) => ({ ...f, name: "" }));
+    if (!r.error) { setForm((f) => ({ ...blank, runtime: f.runtime })); setEditing(undefined); }
+  };
+  const edit = (p: S["Pool"]) => {
+    setEditing(p);
+    setErr(undefined);
+    setForm({ name: p.name, runtime: p.runtime, size: String(p.size), idle_after: dur(p.idle_after), delete_after: dur(p.delete_after) });
   };
   const remove = async (name: string) => setErr((await call(api.DELETE("/api/v1/pools/{name}", { params: { path: { name } } }))).error);
   return html`<h2>Warm pools</h2>
     <p class="muted small">A create whose runtime and spec match a pool takes a member, ready at once under its own name.</p>
     ${canWrite() ? html`<form class="inline" onSubmit=${put} aria-label="Define a warm pool">
       <label>Name <input required value=${form.name} onInput=${set("name")} data-testid="pool-name" /></label>
-      <label>Runtime <select value=${form.runtime} onChange=${set("runtime")}>${(runtimes || []).map((r: any) => html`<option value=${r.runtime}>${r.runtime}</option>`)}</select></label>
+      <label>Runtime <select value=${form.runtime} onChange=${set("runtime")} data-testid="pool-runtime">${(runtimes || []).map((r: any) => html`<option value=${r.runtime}>${r.runtime}</option>`)}</select></label>
       <label>Size <input type="number" min="0" max="64" value=${form.size} onInput=${set("size")} data-testid="pool-size" /></label>
-      <button type="submit" data-testid="pool-put">Keep ready</button></form>` : ""}
+      ${canSleep(rt?.hibernate) ? html`<label title=${`Hibernate an environment taken from it once nothing has used it for this long (${keeps[rt!.hibernate] || rt!.hibernate}); empty: 30m`}>Idle after
+        <input size="7" value=${form.idle_after} onInput=${set("idle_after")} placeholder="30m" data-testid="pool-idle-after" /></label>` : ""}
+      <label title="Delete an environment taken from it once it has been hibernated or stopped for this long; empty: never">Delete after
+        <input size="7" value=${form.delete_after} onInput=${set("delete_after")} placeholder="e.g. 24h" data-testid="pool-delete-after" /></label>
+      <button type="submit" data-testid="pool-put">${editing && editing.name === form.name ? "Save" : "Keep ready"}</button></form>` : ""}
     <${Err} e=${err} />
     ${pools && pools.length === 0 ? html`<p class="muted">No pools: every create provisions.</p>` : ""}
-    <table hidden=${!pools || pools.length === 0}><thead><tr><th>Pool</th><th>Runtime</th><th>Size</th><th>Idle</th><th>Warming</th><th>Hits</th><th>Misses</th><th>Members</th><th></th></tr></thead><tbody>
+    <table hidden=${!pools || pools.length === 0}><thead><tr><th>Pool</th><th>Runtime</th><th>Size</th><th>Idle</th><th>Warming</th><th>Hits</th><th>Misses</th><th>Taken ones</th><th>Members</th><th></th></tr></thead><tbody>
     ${(pools || []).map((p: S["Pool"]) => html`<tr data-testid=${"pool-row-" + p.name}><td>${p.name}</td><td>${p.runtime}${p.spec.isolation ? html` <span class="muted" title="isolation tier">${p.spec.isolation}</span>` : ""}</td><td>${p.size}</td>
       <td>${p.idle}</td><td>${p.warming}</td><td>${p.hits}</td><td>${p.misses}</td>
+      <td><${PoolPolicy} p=${p} hibernate=${(runtimes || []).find((r: S["Runtime"]) => r.runtime === p.runtime)?.hibernate} /></td>
       <td>${p.members.map((m) => html`<div class="small"><code>${m.name}</code> <span class=${"pill " + m.state}>${m.state}</span></div>`)}</td>
-      <td>${canWrite() ? html`<button data-testid=${"pool-delete-" + p.name} onClick=${() => remove(p.name)}>Delete</button>` : ""}</td></tr>`)}</tbody></table>`;
+      <td class="actions">${canWrite() ? html`<button data-testid=${"pool-edit-" + p.name} onClick=${() => edit(p)}>Edit</button><button data-testid=${"pool-delete-" + p.name} onClick=${() => remove(p.name)}>Delete</button>` : ""}</td></tr>`)}</tbody></table>`;
+}
+
+// PoolPolicy is the idle policy of the environments taken from a pool: as
+// defined, or the server's default (30m where the runtime can hibernate).
+function PoolPolicy({ p, hibernate }: { p: S["Pool"]; hibernate?: string }) {
+  const idle = p.idle_after ? html`<div class="policy" data-testid=${"pool-idle-after-" + p.name}>sleep after ${dur(p.idle_after)} idle</div>` :
+    canSleep(hibernate) ? html`<div class="policy muted" data-testid=${"pool-idle-after-" + p.name} title="the default of a pool naming none">sleep after 30m idle</div>` : "";
+  return html`${idle}${p.delete_after ? html`<div class="policy" data-testid=${"pool-delete-after-" + p.name}>deleted ${dur(p.delete_after)} after they sleep or stop</div>` : ""}
+    ${!idle && !p.delete_after ? html`<span class="muted">-</span>` : ""}`;
 }
 
 function Missions() {
