@@ -88,6 +88,10 @@ type Config struct {
 	// every egress tunnel on a Tunnel stream, as an agent from before it
 	// did (AGENT_NO_TUNNEL_RAW=1; tests of the fallback).
 	NoTunnelRaw bool
+	// NoSessionRaw makes the agent register without session_raw: a PTY
+	// session's bytes then go on the link's connection as before
+	// (AGENT_NO_SESSION_RAW=1; tests of the fallback).
+	NoSessionRaw bool
 }
 
 // Agent is a running agent.

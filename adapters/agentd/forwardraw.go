@@ -77,10 +77,10 @@ func (a *Agent) openRawForward(ctx context.Context, forwardID string) (net.Conn,
 }
 
 // rawUpgrade opens a connection of the agent's own to the server and asks
-// it, signed in and with header set to value, to switch path to protocol;
-// it returns the server's answer (its body unread), with the connection's
-// deadline still set. On an error the connection is closed.
-func (a *Agent) rawUpgrade(ctx context.Context, path, protocol, header, value string) (net.Conn, *bufio.Reader, *http.Response, error) {
+// it, signed in and with the headers named and valued in pairs, to switch
+// path to protocol; it returns the server's answer (its body unread), with
+// the connection's deadline still set. On an error the connection is closed.
+func (a *Agent) rawUpgrade(ctx context.Context, path, protocol string, headerValues ...string) (net.Conn, *bufio.Reader, *http.Response, error) {
 	conn, err := a.rawDial(ctx)
 	if err != nil {
 		return nil, nil, nil, err
@@ -88,7 +88,9 @@ func (a *Agent) rawUpgrade(ctx context.Context, path, protocol, header, value st
 	_ = conn.SetDeadline(time.Now().Add(rawUpgradeTimeout))
 	h := http.Header{}
 	a.signIn(h)
-	h.Set(header, value)
+	for i := 0; i+1 < len(headerValues); i += 2 {
+		h.Set(headerValues[i], headerValues[i+1])
+	}
 	h.Set("Connection", "Upgrade")
 	h.Set("Upgrade", protocol)
 	var req bytes.Buffer

@@ -103,6 +103,10 @@ type fakeCP struct {
 	// in the ack only when outputOn.
 	outputs  chan *cpOutput
 	outputOn atomic.Bool
+	// sessionRaws are the session connections (sessionraw_test.go),
+	// offered in the ack only when sessionOn.
+	sessionRaws chan *cpRaw
+	sessionOn   atomic.Bool
 }
 
 // cpRaw is one raw forward connection after its upgrade.
@@ -188,11 +192,12 @@ func startCP(t *testing.T) (*fakeCP, string) {
 func startCPWindow(t *testing.T, window int) (*fakeCP, string) {
 	t.Helper()
 	cp := &fakeCP{hbSecs: 5, sessions: make(chan *cpSession, 16), forwards: make(chan *cpForward, 16), raws: make(chan *cpRaw, 16),
-		outputs: make(chan *cpOutput, 16)}
+		outputs: make(chan *cpOutput, 16), sessionRaws: make(chan *cpRaw, 16)}
 	mux := http.NewServeMux()
 	mux.Handle(sandboxv1connect.NewAgentServiceHandler(cp))
 	mux.HandleFunc("GET /agentic-sandbox/forward", cp.forwardRaw)
 	mux.HandleFunc("POST /agentic-sandbox/output/{id}/{stream}", cp.output)
+	mux.HandleFunc("GET /agentic-sandbox/output/{id}/{stream}", cp.sessionRaw)
 	srv := httptest.NewUnstartedServer(mux)
 	p := new(http.Protocols)
 	p.SetHTTP1(true)
@@ -246,7 +251,7 @@ func (f *fakeCP) Connect(ctx context.Context, stream *connect.BidiStream[sandbox
 	connID := strconv.FormatUint(f.conns.Add(1), 10)
 	if err := stream.Send(&sandboxv1.ConnectResponse{Payload: &sandboxv1.ConnectResponse_RegistrationAck{RegistrationAck: &sandboxv1.RegistrationAck{
 		Accepted: true, HeartbeatIntervalSeconds: f.hbSecs, Config: map[string]string{"connection_id": connID},
-		OutputAcks: f.outputOn.Load(), OutputDataPlane: f.outputOn.Load(),
+		OutputAcks: f.outputOn.Load(), OutputDataPlane: f.outputOn.Load(), SessionRaw: f.sessionOn.Load(),
 	}}}); err != nil {
 		return err
 	}

@@ -175,6 +175,7 @@ func (a *Agent) serve(ctx context.Context) (registered bool, err error) {
 	var plane *outputPlane
 	if ack.GetOutputDataPlane() && !a.cfg.NoOutputDataPlane {
 		plane = a.newOutputPlane(cctx, ack.GetConfig()["connection_id"])
+		plane.raw = ack.GetSessionRaw() && a.sessionRawCapable()
 	}
 	go func() { defer wg.Done(); errc <- a.sendLoop(cctx, stream, draining, plane) }()
 	go func() { defer wg.Done(); a.heartbeatLoop(cctx) }()
@@ -328,6 +329,7 @@ func (a *Agent) registration(id string) *sandboxv1.ConnectRequest {
 		TunnelRaw:     a.tunnelRawCapability(),
 
 		OutputDataPlane: !a.cfg.NoOutputDataPlane,
+		SessionRaw:      a.sessionRawCapable(),
 	}}}
 }
 

@@ -30,7 +30,17 @@ type outbox struct {
 	notify   chan struct{}
 	acks     bool
 	retained []retainedOutput
+	// early are acknowledgements that came before the output they cover
+	// was retained: a data stream's writer sends the bytes it is handed
+	// before the send loop pops them, and on a session connection the
+	// server's ack can come back first. Kept for this connection, bounded.
+	early map[outKey]uint64
 }
+
+// maxEarlyAcks bounds the early acknowledgements kept; past it they are
+// forgotten, and what they covered waits for the next ack or goes again on
+// the next connection (the server drops it by offset).
+const maxEarlyAcks = 1024
 
 // retainedOutput is output sent on the current connection and not yet
 // acknowledged.
@@ -99,9 +109,10 @@ func (o *outbox) take(retain bool) {
 		o.items[0] = nil
 		o.items = o.items[1:]
 		o.sizes = o.sizes[1:]
-		if out := m.GetOutput(); retain && o.acks && out != nil {
-			o.retained = append(o.retained, retainedOutput{msg: m, size: n, id: out.GetStreamId(), stream: out.GetStream(),
-				end: out.GetOffset() + uint64(len(out.GetData()))})
+		out := m.GetOutput()
+		end := out.GetOffset() + uint64(len(out.GetData()))
+		if acked, ok := o.early[outKey{out.GetStreamId(), out.GetStream()}]; retain && o.acks && out != nil && (!ok || acked < end) {
+			o.retained = append(o.retained, retainedOutput{msg: m, size: n, id: out.GetStreamId(), stream: out.GetStream(), end: end})
 		} else {
 			o.bytes -= n
 		}
@@ -115,15 +126,27 @@ func (o *outbox) take(retain bool) {
 func (o *outbox) ack(id string, stream sandboxv1.OutputStream, offset uint64) {
 	o.mu.Lock()
 	kept := o.retained[:0]
+	found := false
 	for _, r := range o.retained {
 		if r.id == id && r.stream == stream && r.end <= offset {
 			o.bytes -= r.size
+			found = true
 			continue
 		}
 		kept = append(kept, r)
 	}
 	clear(o.retained[len(kept):])
 	o.retained = kept
+	k := outKey{id, stream}
+	switch {
+	case found:
+		delete(o.early, k)
+	case o.acks:
+		if o.early == nil || len(o.early) >= maxEarlyAcks {
+			o.early = map[outKey]uint64{}
+		}
+		o.early[k] = max(o.early[k], offset)
+	}
 	o.mu.Unlock()
 	o.space.Broadcast()
 }
@@ -143,6 +166,7 @@ func (o *outbox) requeue(acks bool) {
 		o.retained = nil
 	}
 	o.acks = acks
+	o.early = nil // acknowledgements of the last connection's sends
 	n := len(o.items)
 	o.mu.Unlock()
 	if n > 0 {

@@ -64,6 +64,9 @@ type outputPlane struct {
 	a    *Agent
 	ctx  context.Context
 	conn string // the connection's id (RegistrationAck config)
+	// raw: a PTY stream goes on a connection of its own, which also
+	// brings its input (sessionraw.go).
+	raw bool
 
 	mu      sync.Mutex
 	writers map[outKey]*outputWriter
@@ -227,6 +230,10 @@ func (p *outputPlane) ends(res *sandboxv1.CommandResult, last bool) *sandboxv1.C
 func (p *outputPlane) post(w *outputWriter) {
 	defer p.wg.Done()
 	defer w.abort()
+	if p.raw && w.key.stream == sandboxv1.OutputStream_OUTPUT_STREAM_PTY {
+		p.postRaw(w)
+		return
+	}
 	target := p.a.serverBase + agentwire.OutputPath + url.PathEscape(w.key.id) + "/" + agentwire.OutputStreamName(w.key.stream)
 	req, err := http.NewRequestWithContext(p.ctx, http.MethodPost, target, w)
 	if err != nil {
@@ -247,14 +254,21 @@ func (p *outputPlane) post(w *outputWriter) {
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 	_ = resp.Body.Close()
+	p.ended(w, resp.StatusCode, resp.Status)
+}
+
+// ended settles w's data stream by the server's answer: a clean end lets
+// it go, 404 lets the command's output go, anything else ends the
+// connection (the next one sends again what was not acknowledged).
+func (p *outputPlane) ended(w *outputWriter, status int, desc string) {
 	switch {
-	case resp.StatusCode == http.StatusNoContent && w.closedCleanly():
+	case status == http.StatusNoContent && w.closedCleanly():
 		p.mu.Lock()
 		if p.writers[w.key] == w {
 			delete(p.writers, w.key)
 		}
 		p.mu.Unlock()
-	case resp.StatusCode == http.StatusNotFound:
+	case status == http.StatusNotFound:
 		// A command the server does not have: its output goes nowhere.
 		p.mu.Lock()
 		p.refused[w.key] = true
@@ -264,7 +278,7 @@ func (p *outputPlane) post(w *outputWriter) {
 		p.mu.Unlock()
 		p.a.out.ack(w.key.id, w.key.stream, math.MaxUint64)
 	default:
-		p.fail(fmt.Errorf("the server ended an output data stream: %s", resp.Status))
+		p.fail(fmt.Errorf("the server ended an output data stream: %s", desc))
 	}
 }
 

@@ -127,54 +127,81 @@ func (c *conn) markReported() {
 // serveOutput is the output data route: an agent's POST of one command
 // stream's bytes.
 func (s *Service) serveOutput(w http.ResponseWriter, r *http.Request) {
+	o, ok := s.admitOutput(w, r, "")
+	if !ok {
+		return
+	}
+	defer o.c.dataStreams.release()
+	// A data stream never outlives its connection: its end unblocks the read.
+	defer o.c.closeAtEnd(r.Body)()
+	if s.readOutput(o, r.Body) {
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+// outputStream is an output data stream let in: whose, and from where.
+type outputStream struct {
+	c      *conn
+	cmd    *command
+	id     string
+	stream sandboxv1.OutputStream
+	off    uint64
+}
+
+// admitOutput checks an output data stream (a POST, or a GET upgrading to
+// upgrade when not empty) and answers its refusal: the agent's id and
+// secret (401), the stream and its offset (400), the upgrade (426), the
+// agent's live connection (409), the connection's bound (429), its report
+// (waited for), and the command, one of that agent's (404). Once admitted,
+// the stream counts in the connection's dataStreams until the caller
+// releases it.
+func (s *Service) admitOutput(w http.ResponseWriter, r *http.Request, upgrade string) (outputStream, bool) {
 	agentID := r.Header.Get(HeaderAgentID)
 	if err := s.auth.authenticate(agentID, r.Header.Get(HeaderAgentSecret)); err != nil {
 		http.Error(w, "unknown agent or wrong secret", http.StatusUnauthorized)
-		return
+		return outputStream{}, false
 	}
 	stream := agentwire.OutputStreamNamed(r.PathValue("stream"))
 	off, err := strconv.ParseUint(r.Header.Get(agentwire.HeaderOutputOffset), 10, 64)
 	if stream == sandboxv1.OutputStream_OUTPUT_STREAM_UNSPECIFIED || err != nil {
 		http.Error(w, "an output stream is stdout, stderr or pty, from the offset "+agentwire.HeaderOutputOffset+" names", http.StatusBadRequest)
-		return
+		return outputStream{}, false
+	}
+	if upgrade != "" && (r.ProtoMajor != 1 || !headerHas(r.Header, "Connection", "upgrade") || !headerHas(r.Header, "Upgrade", upgrade)) {
+		w.Header().Set("Upgrade", upgrade)
+		http.Error(w, "an HTTP/1.1 upgrade to "+upgrade+" is required", http.StatusUpgradeRequired)
+		return outputStream{}, false
 	}
 	s.mu.Lock()
 	c := s.conns[agentID]
 	s.mu.Unlock()
 	if c == nil || !c.outputDataPlane || r.Header.Get(agentwire.HeaderOutputConnection) != strconv.FormatUint(c.gen, 10) {
 		http.Error(w, "not this agent's live connection", http.StatusConflict)
-		return
+		return outputStream{}, false
 	}
 	if !c.dataStreams.take(maxOutputStreams) {
 		s.log.Warn("refused: too many output data streams on one connection", "agent_id", agentID, "limit", maxOutputStreams)
 		http.Error(w, "too many output data streams", http.StatusTooManyRequests)
-		return
+		return outputStream{}, false
 	}
-	defer c.dataStreams.release()
-	// A data stream never outlives its connection: its end unblocks the read.
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		select {
-		case <-c.closed:
-			_ = r.Body.Close()
-		case <-stop:
+	admitted := false
+	defer func() {
+		if !admitted {
+			c.dataStreams.release()
 		}
 	}()
 	wait := time.NewTimer(outputReportWait)
+	defer wait.Stop()
 	select {
 	case <-c.reportedCh:
-		wait.Stop()
 	case <-c.closed:
-		wait.Stop()
 		http.Error(w, "connection gone", http.StatusConflict)
-		return
+		return outputStream{}, false
 	case <-wait.C:
 		http.Error(w, "the connection's report did not come", http.StatusServiceUnavailable)
-		return
+		return outputStream{}, false
 	case <-r.Context().Done():
-		wait.Stop()
-		return
+		return outputStream{}, false
 	}
 	id := r.PathValue("id")
 	cmd := s.commandOf(agentID, id)
@@ -182,30 +209,52 @@ func (s *Service) serveOutput(w http.ResponseWriter, r *http.Request) {
 		// Another agent's command, or one nobody has (any more): the agent
 		// lets its output go, as the server acknowledged such chunks.
 		http.Error(w, "no such command for this agent", http.StatusNotFound)
-		return
+		return outputStream{}, false
 	}
+	admitted = true
+	return outputStream{c: c, cmd: cmd, id: id, stream: stream, off: off}, true
+}
+
+// closeAtEnd closes body when c ends (a data stream never outlives its
+// connection), until the returned stop is called.
+func (c *conn) closeAtEnd(body io.Closer) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-c.closed:
+			_ = body.Close()
+		case <-done:
+		}
+	}()
+	return func() { close(done) }
+}
+
+// readOutput places o's bytes as they come from body and acknowledges
+// them; true at body's clean end, false when it was cut (the agent sends
+// again what was not acknowledged).
+func (s *Service) readOutput(o outputStream, body io.Reader) bool {
 	bp := readBufs.Get().(*[]byte)
 	defer readBufs.Put(bp)
 	buf := *bp
+	off := o.off
 	for {
-		n, err := r.Body.Read(buf)
+		n, err := body.Read(buf)
 		if n > 0 {
 			// The handler may keep the bytes (a buffer, a log queue).
 			data := make([]byte, n)
 			copy(data, buf[:n])
-			cmd.deliverData(stream, off, data)
+			o.cmd.deliverData(o.stream, off, data)
 			off += uint64(n)
-			c.noteAck(id, stream, off, n, false)
+			o.c.noteAck(o.id, o.stream, off, n, false)
 		}
 		switch {
 		case err == nil:
 		case errors.Is(err, io.EOF):
-			c.flushAcks() // the stream's end: acknowledged at once
-			w.WriteHeader(http.StatusNoContent)
-			return
+			o.c.flushAcks() // the stream's end: acknowledged at once
+			return true
 		default:
-			c.flushAcks()
-			return // cut: the agent sends again what was not acknowledged
+			o.c.flushAcks()
+			return false
 		}
 	}
 }

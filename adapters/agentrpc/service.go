@@ -229,6 +229,7 @@ func (s *Service) Mount(mux *http.ServeMux, operator bool) {
 	mux.HandleFunc("GET "+TunnelRawPath, s.serveTunnelRaw)
 	mux.HandleFunc(DataPath+"{id}", s.serveData)
 	mux.HandleFunc("POST "+OutputPath+"{id}/{stream}", s.serveOutput)
+	mux.HandleFunc("GET "+OutputPath+"{id}/{stream}", s.serveSessionRaw)
 	mux.HandleFunc(InjectPath, s.serveInject)
 	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(sandboxv1connect.AgentServiceName)))
 	reflector := grpcreflect.NewStaticReflector(sandboxv1connect.AgentServiceName)

@@ -29,6 +29,9 @@ type stdinPipe struct {
 	// epoch names this handle's count of offsets (writeMu): an agent that
 	// had input from an earlier server counts the new offsets from there.
 	epoch string
+	// onRaw is the session connection the input not acknowledged went on,
+	// if it went on one (writeMu; sessionraw.go).
+	onRaw *sessionRaw
 
 	mu      sync.Mutex
 	sent    uint64       // offset of the next input byte
@@ -36,6 +39,7 @@ type stdinPipe struct {
 	unacked []stdinPiece // sent, not yet acknowledged written
 	eof     bool         // the end of input was sent
 	closed  bool         // the agent said the process's stdin is closed
+	raw     *sessionRaw  // the PTY stream's session connection, if any
 }
 
 type stdinPiece struct {
@@ -77,15 +81,28 @@ func (c *command) WriteStdin(ctx context.Context, data []byte, eof bool) error {
 	if p.epoch == "" {
 		p.epoch = newEpoch()
 	}
-	if err := c.catchUpStdin(ctx, conn); err != nil {
-		return err
+	raw := p.sessionRawFor(conn, busy)
+	if raw == nil {
+		if err := c.catchUpStdin(ctx, conn); err != nil {
+			return err
+		}
 	}
 	if busy > 0 && busy+uint64(len(data)) > agentwire.StdinWindow {
 		return ports.ErrStdinBusy
 	}
 	hoptrace.Mark("mgmt.link_send")
-	if err := conn.send(ctx, stdinMessage(c.id, data, eof, &off, p.epoch)); err != nil {
-		return err
+	if raw != nil && raw.send(agentwire.SessionInput{Epoch: p.epoch, Offset: off, Data: data, EOF: eof}) != nil {
+		// Cut: what went on it and is not acknowledged goes again on the
+		// stream (the agent skips what it has), then this.
+		raw, p.onRaw, p.on = nil, nil, nil
+		if err := c.catchUpStdin(ctx, conn); err != nil {
+			return err
+		}
+	}
+	if raw == nil {
+		if err := conn.send(ctx, stdinMessage(c.id, data, eof, &off, p.epoch)); err != nil {
+			return err
+		}
 	}
 	p.mu.Lock()
 	p.unacked = append(p.unacked, stdinPiece{off: off, data: append([]byte(nil), data...), eof: eof})
@@ -111,8 +128,46 @@ func (c *command) catchUpStdin(ctx context.Context, conn *conn) error {
 			return err
 		}
 	}
-	p.on = conn
+	p.on, p.onRaw = conn, nil
 	return nil
+}
+
+// sessionRawFor is the session connection to send input on now, or nil
+// for the Connect stream. writeMu must be held; busy is the input not
+// acknowledged. Input moves to a session connection only when nothing
+// sent before is unacknowledged (it could otherwise overtake it, and the
+// agent refuses input past a gap); it leaves one that way too or, when the
+// connection is gone, by sending again what was not acknowledged
+// (catchUpStdin, as after a reconnect).
+func (p *stdinPipe) sessionRawFor(conn *conn, busy uint64) *sessionRaw {
+	p.mu.Lock()
+	raw := p.raw
+	p.mu.Unlock()
+	if raw != nil && raw.c == conn && (busy == 0 || p.onRaw == raw) {
+		p.on, p.onRaw = conn, raw
+		return raw
+	}
+	if p.onRaw != nil && busy > 0 {
+		p.on = nil // what went on it goes again
+	}
+	p.onRaw = nil
+	return nil
+}
+
+// attachRaw makes raw the connection for the PTY's input.
+func (p *stdinPipe) attachRaw(raw *sessionRaw) {
+	p.mu.Lock()
+	p.raw = raw
+	p.mu.Unlock()
+}
+
+// detachRaw stops input going on raw: it ended.
+func (p *stdinPipe) detachRaw(raw *sessionRaw) {
+	p.mu.Lock()
+	if p.raw == raw {
+		p.raw = nil
+	}
+	p.mu.Unlock()
 }
 
 // resendStdin sends conn what its agent's commands were sent on an earlier

@@ -200,6 +200,7 @@ func (s *Service) Connect(ctx context.Context, stream *connect.BidiStream[sandbo
 		Config:                   map[string]string{ConfigConnectionID: strconv.FormatUint(gen, 10)},
 		OutputAcks:               true,
 		OutputDataPlane:          c.outputDataPlane,
+		SessionRaw:               c.outputDataPlane && reg.GetSessionRaw(), // sessionraw.go
 	}}}
 	if err := stream.Send(ack); err != nil {
 		s.disconnect(c)

@@ -215,6 +215,8 @@ func loadConfig(args, environ []string, stderr io.Writer) (agentd.Config, error)
 	cfg.NoOutputDataPlane = src.GetDefault("AGENT_NO_OUTPUT_DATA_PLANE", "") == "1"
 	// And before raw tunnels (egress on Tunnel streams, each message framed).
 	cfg.NoTunnelRaw = src.GetDefault("AGENT_NO_TUNNEL_RAW", noTunnelRawDefault) == "1"
+	// And before PTY sessions on connections of their own.
+	cfg.NoSessionRaw = src.GetDefault("AGENT_NO_SESSION_RAW", "") == "1"
 	// Commands as another user, who cannot read the agent's secret.
 	runAs := src.GetDefault("AGENT_RUN_AS", "")
 	if home := src.GetDefault("AGENT_RUN_AS_HOME", ""); home != "" {

@@ -2421,8 +2421,13 @@ type Registration struct {
 	// keeping started, result and acks. It does so only when the server's
 	// RegistrationAck sets output_data_plane.
 	OutputDataPlane bool `protobuf:"varint,12,opt,name=output_data_plane,json=outputDataPlane,proto3" json:"output_data_plane,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// With the output data plane, the agent can carry a PTY session's bytes
+	// on a connection of its own (HTTP/1.1 upgrade of agentwire.OutputPath
+	// to agentwire.SessionRawProtocol): the PTY output one way, its input
+	// the other. It does so only when RegistrationAck sets session_raw.
+	SessionRaw    bool `protobuf:"varint,13,opt,name=session_raw,json=sessionRaw,proto3" json:"session_raw,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Registration) Reset() {
@@ -2539,6 +2544,13 @@ func (x *Registration) GetOutputDataPlane() bool {
 	return false
 }
 
+func (x *Registration) GetSessionRaw() bool {
+	if x != nil {
+		return x.SessionRaw
+	}
+	return false
+}
+
 type SystemInfo struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Os            string                 `protobuf:"bytes,1,opt,name=os,proto3" json:"os,omitempty"`
@@ -2636,8 +2648,12 @@ type RegistrationAck struct {
 	// Registration.output_data_plane) and acknowledges it by OutputAck as
 	// it places it, by offset.
 	OutputDataPlane bool `protobuf:"varint,7,opt,name=output_data_plane,json=outputDataPlane,proto3" json:"output_data_plane,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The server takes a PTY session's output on a connection of its own
+	// and sends the session's input on it (an answer to
+	// Registration.session_raw).
+	SessionRaw    bool `protobuf:"varint,8,opt,name=session_raw,json=sessionRaw,proto3" json:"session_raw,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegistrationAck) Reset() {
@@ -2708,6 +2724,13 @@ func (x *RegistrationAck) GetOutputAcks() bool {
 func (x *RegistrationAck) GetOutputDataPlane() bool {
 	if x != nil {
 		return x.OutputDataPlane
+	}
+	return false
+}
+
+func (x *RegistrationAck) GetSessionRaw() bool {
+	if x != nil {
+		return x.SessionRaw
 	}
 	return false
 }
@@ -5323,7 +5346,7 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"\x04data\x18\x01 \x01(\fH\x00R\x04data\x12\x12\n" +
 	"\x03eof\x18\x02 \x01(\bH\x00R\x03eof\x12\x16\n" +
 	"\x05abort\x18\x03 \x01(\bH\x00R\x05abortB\t\n" +
-	"\apayload\"\xbc\x04\n" +
+	"\apayload\"\xdd\x04\n" +
 	"\fRegistration\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1a\n" +
 	"\bhostname\x18\x02 \x01(\tR\bhostname\x12\x1d\n" +
@@ -5341,7 +5364,9 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	" \x01(\bR\rfileDataPlane\x12\x1d\n" +
 	"\n" +
 	"tunnel_raw\x18\v \x01(\bR\ttunnelRaw\x12*\n" +
-	"\x11output_data_plane\x18\f \x01(\bR\x0foutputDataPlane\x1a9\n" +
+	"\x11output_data_plane\x18\f \x01(\bR\x0foutputDataPlane\x12\x1f\n" +
+	"\vsession_raw\x18\r \x01(\bR\n" +
+	"sessionRaw\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa7\x01\n" +
@@ -5353,7 +5378,7 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"\tcpu_cores\x18\x04 \x01(\rR\bcpuCores\x12!\n" +
 	"\fmemory_bytes\x18\x05 \x01(\x04R\vmemoryBytes\x12\x1d\n" +
 	"\n" +
-	"disk_bytes\x18\x06 \x01(\x04R\tdiskBytes\"\xd6\x02\n" +
+	"disk_bytes\x18\x06 \x01(\x04R\tdiskBytes\"\xf7\x02\n" +
 	"\x0fRegistrationAck\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\bR\baccepted\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12<\n" +
@@ -5361,7 +5386,9 @@ const file_agentic_sandbox_v1_agent_proto_rawDesc = "" +
 	"\x06config\x18\x04 \x03(\v2/.agentic.sandbox.v1.RegistrationAck.ConfigEntryR\x06config\x12\x1f\n" +
 	"\voutput_acks\x18\x05 \x01(\bR\n" +
 	"outputAcks\x12*\n" +
-	"\x11output_data_plane\x18\a \x01(\bR\x0foutputDataPlane\x1a9\n" +
+	"\x11output_data_plane\x18\a \x01(\bR\x0foutputDataPlane\x12\x1f\n" +
+	"\vsession_raw\x18\b \x01(\bR\n" +
+	"sessionRaw\x1a9\n" +
 	"\vConfigEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdb\x01\n" +
