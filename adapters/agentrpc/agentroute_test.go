@@ -23,6 +23,8 @@ func TestAgentRoutesSignInAlike(t *testing.T) {
 		{http.MethodGet, ForwardRawPath},
 		{http.MethodGet, TunnelRawPath},
 		{http.MethodGet, InjectPath + "some-secret/v1/x"},
+		{http.MethodPost, OutputPath + "cmd-1/stdout"},
+		{http.MethodGet, OutputPath + "cmd-1/pty"},
 	}
 	good := newHarness(t)
 	broken := newHarness(t, func(c *Config) { c.Credentials = unreadableCreds{c.Credentials} })

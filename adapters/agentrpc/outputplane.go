@@ -150,15 +150,14 @@ type outputStream struct {
 
 // admitOutput checks an output data stream (a POST, or a GET upgrading to
 // upgrade when not empty) and answers its refusal: the agent's id and
-// secret (401), the stream and its offset (400), the upgrade (426), the
+// secret (401, 503 while they cannot be checked), the stream and its offset (400), the upgrade (426), the
 // agent's live connection (409), the connection's bound (429), its report
 // (waited for), and the command, one of that agent's (404). Once admitted,
 // the stream counts in the connection's dataStreams until the caller
 // releases it.
 func (s *Service) admitOutput(w http.ResponseWriter, r *http.Request, upgrade string) (outputStream, bool) {
-	agentID := r.Header.Get(HeaderAgentID)
-	if err := s.auth.authenticate(agentID, r.Header.Get(HeaderAgentSecret)); err != nil {
-		http.Error(w, "unknown agent or wrong secret", http.StatusUnauthorized)
+	agentID, ok := s.signedIn(w, r)
+	if !ok {
 		return outputStream{}, false
 	}
 	stream := agentwire.OutputStreamNamed(r.PathValue("stream"))
@@ -167,9 +166,7 @@ func (s *Service) admitOutput(w http.ResponseWriter, r *http.Request, upgrade st
 		http.Error(w, "an output stream is stdout, stderr or pty, from the offset "+agentwire.HeaderOutputOffset+" names", http.StatusBadRequest)
 		return outputStream{}, false
 	}
-	if upgrade != "" && (r.ProtoMajor != 1 || !headerHas(r.Header, "Connection", "upgrade") || !headerHas(r.Header, "Upgrade", upgrade)) {
-		w.Header().Set("Upgrade", upgrade)
-		http.Error(w, "an HTTP/1.1 upgrade to "+upgrade+" is required", http.StatusUpgradeRequired)
+	if upgrade != "" && !upgradingTo(w, r, upgrade) {
 		return outputStream{}, false
 	}
 	s.mu.Lock()
