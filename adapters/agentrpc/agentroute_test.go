@@ -25,6 +25,8 @@ func TestAgentRoutesSignInAlike(t *testing.T) {
 		{http.MethodGet, InjectPath + "some-secret/v1/x"},
 		{http.MethodPost, OutputPath + "cmd-1/stdout"},
 		{http.MethodGet, OutputPath + "cmd-1/pty"},
+		{http.MethodGet, DataPath + "t-1"},
+		{http.MethodPost, DataPath + "t-1"},
 	}
 	good := newHarness(t)
 	broken := newHarness(t, func(c *Config) { c.Credentials = unreadableCreds{c.Credentials} })

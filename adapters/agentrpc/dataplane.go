@@ -87,9 +87,8 @@ func (ts *transfers) claimData(id, agentID string, upload bool) *transfer {
 // serveData is the data route: an agent's POST of a read's bytes or GET
 // of a write's.
 func (s *Service) serveData(w http.ResponseWriter, r *http.Request) {
-	id := r.Header.Get(HeaderAgentID)
-	if err := s.auth.authenticate(id, r.Header.Get(HeaderAgentSecret)); err != nil {
-		http.Error(w, "unknown agent or wrong secret", http.StatusUnauthorized)
+	id, ok := s.signedIn(w, r)
+	if !ok {
 		return
 	}
 	var upload bool
