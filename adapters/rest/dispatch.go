@@ -394,7 +394,7 @@ func dispatchError(err error, req ports.DispatchRequest, s *Server) *apiError {
 		return newError(http.StatusConflict, "mission_conflict", "%s: already dispatched with a different body", subject)
 	case errors.Is(err, ports.ErrAgentNotConnected), errors.Is(err, ports.ErrAgentNotFound):
 		return newError(http.StatusNotFound, "agent_not_connected",
-			"%s: executor_filter.agent_id %q names no connected agent", subject, clip(req.Filter.AgentID))
+			"%s: executor_filter.agent_id %q names no agent that is connected or asleep", subject, clip(req.Filter.AgentID))
 	case errors.Is(err, ports.ErrNoAgent):
 		return newError(http.StatusServiceUnavailable, "no_agent", "%s: no connected, ready agent matches the executor_filter; retry later", subject)
 	case errors.Is(err, ports.ErrStoreUnavailable):
