@@ -26,9 +26,6 @@ import (
 // offset 0 and the server drops what it already has: nothing is lost while
 // no agent ran. Input goes in with send-keys.
 const (
-	// logWrapper waits until the pipe is in place, so the first bytes are
-	// logged too, then runs "$@" and writes its status to $0.
-	logWrapper = `f=$0; tmux wait-for "$1"; shift; "$@"; s=$?; echo $s >"$f.tmp" && mv "$f.tmp" "$f"; exit $s`
 	// logPoll is how often the follower looks for new output at the end of
 	// the file, idleLogPoll once nothing came for idleAfter (hundreds of idle
 	// sessions must cost next to nothing); livenessPoll how often it checks
@@ -52,6 +49,30 @@ const (
 	// server on its way out (its last session just ended).
 	newSessionTries = 5
 )
+
+// logWrapper is the pane's command of a background session: it waits until
+// the pipe is in place, so the first bytes are logged too, then runs "$@"
+// and writes its status to $0. Then it lets go of the terminal and lives on
+// until tmux hangs it up. tmux ends a pane when its process has exited and
+// the pty has nothing left to read, but it asks the pty with FIONREAD, which
+// does not count the bytes the kernel still holds on their way from the
+// pane's terminal to tmux: a pane whose process exits right after a flood
+// lost its last few KiB now and then (about 1 in 40 floods of 128 KiB, 8
+// at once). Once no process holds the terminal, tmux reads every byte
+// before the pty reports its end, and only then ends the pane and hangs up
+// the terminal. What the wrapper's exit would have hung up (the rest of its
+// process group, as the kernel does when a session leader exits) is hung up
+// first; something else that keeps the terminal open (ignoring the hang-up)
+// ends the wait after wrapperHangupWait, as tmux would have at once.
+func logWrapper() string {
+	return `f=$0; tmux wait-for "$1"; shift; "$@"; s=$?; echo $s >"$f.tmp" && mv "$f.tmp" "$f"
+trap '' HUP; kill -HUP 0 2>/dev/null; trap - HUP; exec sleep ` + strconv.Itoa(int(wrapperHangupWait/time.Second)) + ` </dev/null >/dev/null 2>&1`
+}
+
+// wrapperHangupWait bounds how long a background session's wrapper waits,
+// once its command ended, for tmux to hang it up (a variable so that a
+// test can make the hang-up the only way to end).
+var wrapperHangupWait = 5 * time.Second
 
 // livenessPoll is how often the follower checks that the session is there,
 // when no exit notice woke it first (a variable so that a test can make the
@@ -91,7 +112,7 @@ func startTmuxLog(spec ports.CommandSpec, onOutput func(ports.OutputStream, []by
 	}
 	giveTmuxUser(t.logFile) // its pipe-pane cat appends to it
 	channel := "agentic-go-" + spec.SessionName
-	wrapped := append([]string{"sh", "-c", logWrapper, t.exitFile, channel}, sessionCommand(spec)...)
+	wrapped := append([]string{"sh", "-c", logWrapper(), t.exitFile, channel}, sessionCommand(spec)...)
 	args := newSessionArgs(spec, true, wrapped, optExitFile, t.exitFile, optLogFile, t.logFile, optLogEOF, t.eofFile)
 	// Once tmux closes the pipe (the pane is gone), cat writes what it
 	// holds and exits; the marker after it says the log is complete.
