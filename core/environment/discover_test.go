@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,6 +22,9 @@ type lateFixture struct {
 	late      *fakeRuntime
 	up, given atomic.Bool
 	asks      atomic.Int32
+	// wrap, when set before the engine is up, is what Discover hands out
+	// around the late runtime.
+	wrap func(ports.Runtime) ports.Runtime
 }
 
 // lateRuntime is a fakeRuntime under its own name.
@@ -45,7 +49,11 @@ func newLateFixture(t *testing.T, every time.Duration) *lateFixture {
 			if !f.up.Load() || f.given.Swap(true) {
 				return nil
 			}
-			return map[string]ports.Runtime{"late": lateRuntime{f.late}}
+			var rt ports.Runtime = lateRuntime{f.late}
+			if f.wrap != nil {
+				rt = f.wrap(rt)
+			}
+			return map[string]ports.Runtime{"late": rt}
 		},
 		Unavailable: func(name string) string {
 			if name == "late" {
@@ -110,6 +118,45 @@ func TestRuntimesFoundLaterAreAskedForPeriodicallyAndRecovered(t *testing.T) {
 	e, ok := f.svc.Inspect(context.Background(), "old")
 	if !ok || e.Runtime != "late" || e.State != StateStopped {
 		t.Fatalf("the late runtime's environment: %+v %v; want it recovered, stopped", e, ok)
+	}
+}
+
+// gatedRecover is a runtime whose Recover waits for the test.
+type gatedRecover struct {
+	ports.Runtime
+	entered chan<- struct{}
+	gate    <-chan struct{}
+}
+
+func (g gatedRecover) Recover(ctx context.Context) ([]ports.Environment, error) {
+	g.entered <- struct{}{}
+	<-g.gate
+	return g.Runtime.Recover(ctx)
+}
+
+// A runtime found after start is offered together with what it already
+// holds: while its environments are being recovered it is not offered, so
+// no request sees it without them (a create could take a name one of them
+// has).
+func TestARuntimeFoundLaterIsOfferedWithItsEnvironments(t *testing.T) {
+	f := newLateFixture(t, 10*time.Millisecond)
+	f.late.envs["old"] = ports.Environment{Name: "old", Runtime: "late", RuntimeID: "rt-old", State: ports.EnvStopped}
+	entered, gate := make(chan struct{}, 1), make(chan struct{})
+	var open sync.Once
+	// Registered after the fixture's Close, so it runs first: a failure
+	// must not leave the discovery waiting at the gate.
+	t.Cleanup(func() { open.Do(func() { close(gate) }) })
+	f.wrap = func(rt ports.Runtime) ports.Runtime { return gatedRecover{rt, entered, gate} }
+	f.svc.Recover(context.Background())
+	f.up.Store(true)
+	testkit.Receive(t, 15*time.Second, entered, "the late runtime asked for what it holds")
+	if _, ok := f.svc.runtime("late"); ok {
+		t.Fatal("late offered while its environments were still being recovered")
+	}
+	open.Do(func() { close(gate) })
+	testkit.Eventually(t, 15*time.Second, "late offered once recovered", func() bool { _, ok := f.svc.runtime("late"); return ok })
+	if e, ok := f.svc.Inspect(context.Background(), "old"); !ok || e.Runtime != "late" {
+		t.Fatalf("the late runtime's environment once it is offered: %+v %v", e, ok)
 	}
 }
 

@@ -301,19 +301,9 @@ func (s *Service) every(d time.Duration, f func()) {
 // earlier run of the server left on it: its pools, their members and the
 // environments taken from them, and its environments.
 func (s *Service) addRuntime(ctx context.Context, name string, rt ports.Runtime) {
-	s.rtMu.Lock()
-	if _, dup := s.cfg.Runtimes[name]; dup {
-		s.rtMu.Unlock()
+	if _, known := s.runtime(name); known {
 		return
 	}
-	rts := maps.Clone(s.cfg.Runtimes)
-	if rts == nil {
-		rts = map[string]ports.Runtime{}
-	}
-	rts[name] = rt
-	s.cfg.Runtimes = rts
-	s.rtMu.Unlock()
-	s.log.InfoContext(ctx, "runtime found after start: offered now", "runtime", name)
 	var claims map[string]string
 	if s.cfg.Pools != nil {
 		defs, err := s.cfg.Pools.Pools(ctx)
@@ -334,8 +324,31 @@ func (s *Service) addRuntime(ctx context.Context, name string, rt ports.Runtime)
 		}
 		s.mu.Unlock()
 	}
-	s.recoverRuntime(ctx, name, rt, claims)
+	s.recoverRuntime(ctx, name, rt, claims, func() bool {
+		if !s.offerRuntime(name, rt) {
+			return false
+		}
+		s.log.InfoContext(ctx, "runtime found after start: offered now", "runtime", name)
+		return true
+	})
 	s.kick()
+}
+
+// offerRuntime publishes a runtime found after start, unless it already
+// is (two discoveries can race).
+func (s *Service) offerRuntime(name string, rt ports.Runtime) bool {
+	s.rtMu.Lock()
+	defer s.rtMu.Unlock()
+	if _, dup := s.cfg.Runtimes[name]; dup {
+		return false
+	}
+	rts := maps.Clone(s.cfg.Runtimes)
+	if rts == nil {
+		rts = map[string]ports.Runtime{}
+	}
+	rts[name] = rt
+	s.cfg.Runtimes = rts
+	return true
 }
 
 // unknownRuntime is the error of a request naming a runtime the service
@@ -357,7 +370,7 @@ func (s *Service) Recover(ctx context.Context) {
 	claims := s.recoverPools(ctx)
 	rts := s.runtimes()
 	for _, name := range slices.Sorted(maps.Keys(rts)) {
-		s.recoverRuntime(ctx, name, rts[name], claims)
+		s.recoverRuntime(ctx, name, rts[name], claims, nil)
 	}
 	s.startPools()
 	s.wg.Add(2)
@@ -370,16 +383,23 @@ func (s *Service) Recover(ctx context.Context) {
 }
 
 // recoverRuntime takes over the environments earlier runs of the server
-// made on one runtime; claims are the pools' (member → taken name).
-func (s *Service) recoverRuntime(ctx context.Context, name string, rt ports.Runtime, claims map[string]string) {
+// made on one runtime; claims are the pools' (member → taken name). offer,
+// for a runtime found after start, publishes it in the same hold of the
+// lock that adds its environments, so nobody sees the runtime without
+// them (a create could otherwise take a name one of them has); false from
+// it means another discovery took the runtime on.
+func (s *Service) recoverRuntime(ctx context.Context, name string, rt ports.Runtime, claims map[string]string, offer func() bool) {
 	envs, err := rt.Recover(ctx)
 	if err != nil {
 		s.log.ErrorContext(ctx, "could not recover environments", "runtime", name, "err", err)
-		return
 	}
 	now := s.cfg.Clock.Now()
 	var restore []*record
 	s.mu.Lock()
+	if offer != nil && !offer() {
+		s.mu.Unlock()
+		return
+	}
 	for _, e := range envs {
 		if _, dup := s.envs[e.Name]; dup {
 			continue
