@@ -139,6 +139,20 @@ func (h *hopTrace) marks() ([]hopMark, error) {
 	return out, nil
 }
 
+// print writes the per-hop table, or why there is none; nothing when the
+// timeline was not asked for (h nil).
+func (h *hopTrace) print() {
+	if h == nil {
+		return
+	}
+	table, err := h.report()
+	if err != nil {
+		fmt.Printf("\nper-hop timeline: %v\n", err)
+		return
+	}
+	fmt.Print(table)
+}
+
 // report is the per-hop table: for each step the median over the round
 // trips (warm-up excluded) in which every marked step was found, each step
 // ending at the first mark of its name after the step before.

@@ -200,14 +200,7 @@ func run(binDir string, n, sshN, sustained int) error {
 	if sshNote != "" {
 		fmt.Println(sshNote)
 	}
-	if hops != nil {
-		table, err := hops.report()
-		if err != nil {
-			fmt.Printf("\nper-hop timeline: %v\n", err)
-		} else {
-			fmt.Print(table)
-		}
-	}
+	hops.print()
 	if err := throughput(exec1); err != nil {
 		return err
 	}

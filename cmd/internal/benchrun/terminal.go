@@ -183,14 +183,7 @@ func terminalBench(bins harness.Binaries) error {
 	if sshEchoNote != "" {
 		fmt.Println(sshEchoNote)
 	}
-	if hops != nil {
-		table, err := hops.report()
-		if err != nil {
-			fmt.Printf("\nper-hop timeline: %v\n", err)
-		} else {
-			fmt.Print(table)
-		}
-	}
+	hops.print()
 
 	fmt.Print(memReport)
 	return nil
