@@ -124,11 +124,7 @@ func TestPTYSessionOnAConnectionOfItsOwn(t *testing.T) {
 	if o := within(t, cp.outputs, "no data stream for a piped command"); o.id != "cmd-2" || o.read(t, 5) != "piped" {
 		t.Fatalf("data stream %s", o.id)
 	}
-	select {
-	case c := <-cp.sessionRaws:
-		t.Fatalf("a session connection for a piped command: %v", c.header)
-	default:
-	}
+	noSessionConnection(t, cp, "for a piped command")
 }
 
 // A session connection cut without the server's end frame ends the link's
@@ -186,11 +182,7 @@ func TestNoSessionRawKeepsTheDataStream(t *testing.T) {
 			if o := within(t, cp.outputs, "no data stream"); o.stream != "pty" || o.read(t, 2) != "$ " {
 				t.Fatalf("data stream %s", o.stream)
 			}
-			select {
-			case c := <-cp.sessionRaws:
-				t.Fatalf("a session connection: %v", c.header)
-			default:
-			}
+			noSessionConnection(t, cp, "without session connections")
 		})
 	}
 }
@@ -262,5 +254,15 @@ func TestOutboxAckBeforeRetention(t *testing.T) {
 	o.pop()
 	if n := o.pending(); n != 1 {
 		t.Fatalf("%d pending, want the output past the ack retained", n)
+	}
+}
+
+// noSessionConnection fails t if the agent opened a session connection.
+func noSessionConnection(t *testing.T, cp *fakeCP, when string) {
+	t.Helper()
+	select {
+	case c := <-cp.sessionRaws:
+		t.Fatalf("a session connection %s: %v", when, c.header)
+	default:
 	}
 }
