@@ -8,9 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strings"
 	"testing"
-	"time"
 
 	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
@@ -25,23 +23,7 @@ func (h *harness) rawData(id, secret, transferID string) (int, net.Conn, *bufio.
 	if secret == "" {
 		secret = secretPrefix + id
 	}
-	c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	h.t.Cleanup(func() { _ = c.Close() })
-	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
-	req := "GET " + DataPath + transferID + " HTTP/1.1\r\nHost: agentic-sandbox\r\n" +
-		HeaderAgentID + ": " + id + "\r\n" + HeaderAgentSecret + ": " + secret + "\r\n" +
-		"Connection: Upgrade\r\nUpgrade: " + DataRawProtocol + "\r\n\r\n"
-	if _, err := io.WriteString(c, req); err != nil {
-		h.t.Fatal(err)
-	}
-	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		h.t.Fatalf("the upgrade's answer: %v", err)
-	}
+	c, br, resp := h.rawGet(DataPath+transferID, append([]string{HeaderAgentID, id, HeaderAgentSecret, secret}, upgradeTo(DataRawProtocol)...), "")
 	if resp.StatusCode != http.StatusSwitchingProtocols {
 		_ = c.Close()
 		return resp.StatusCode, nil, nil

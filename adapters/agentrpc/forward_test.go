@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -204,24 +203,11 @@ func TestAnIdleForwardedConnectionIsClosed(t *testing.T) {
 // upgraded; it returns the connection and the server's answer.
 func (h *harness) rawOpen(t *testing.T, agentID, secret, forwardID string, upgrade bool) (net.Conn, *bufio.Reader, *http.Response) {
 	t.Helper()
-	c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	req := "GET " + ForwardRawPath + " HTTP/1.1\r\nHost: x\r\n" + HeaderAgentID + ": " + agentID + "\r\n" + HeaderAgentSecret + ": " + secret + "\r\n" + HeaderForwardID + ": " + forwardID + "\r\n"
+	header := []string{HeaderAgentID, agentID, HeaderAgentSecret, secret, HeaderForwardID, forwardID}
 	if upgrade {
-		req += "Connection: Upgrade\r\nUpgrade: " + ForwardRawProtocol + "\r\n"
+		header = append(header, upgradeTo(ForwardRawProtocol)...)
 	}
-	if _, err := io.WriteString(c, req+"\r\n"); err != nil {
-		t.Fatal(err)
-	}
-	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c, br, resp
+	return h.rawGet(ForwardRawPath, header, "")
 }
 
 // An agent that can open a connection of its own answers a dial with it:

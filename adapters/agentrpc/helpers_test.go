@@ -1,14 +1,17 @@
 package agentrpc
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -391,3 +394,38 @@ const (
 )
 
 var errStore = errors.New("disk on fire")
+
+// rawGet opens a connection of its own to the server, as an agent does for
+// a raw connection, sends a GET of path with header (name, value, ... in
+// that order) and extra right behind it, and reads the answer within
+// waitTimeout. The connection closes with the test.
+func (h *harness) rawGet(path string, header []string, extra string) (net.Conn, *bufio.Reader, *http.Response) {
+	h.t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { _ = c.Close() })
+	_ = c.SetDeadline(time.Now().Add(waitTimeout))
+	var req strings.Builder
+	req.WriteString("GET " + path + " HTTP/1.1\r\nHost: agentic-sandbox\r\n")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.WriteString(header[i] + ": " + header[i+1] + "\r\n")
+	}
+	req.WriteString("\r\n" + extra)
+	if _, err := io.WriteString(c, req.String()); err != nil {
+		h.t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		h.t.Fatalf("the answer to GET %s: %v", path, err)
+	}
+	_ = c.SetDeadline(time.Time{})
+	return c, br, resp
+}
+
+// upgradeTo are the headers of an HTTP/1.1 upgrade to protocol.
+func upgradeTo(protocol string) []string {
+	return []string{"Connection", "Upgrade", "Upgrade", protocol}
+}

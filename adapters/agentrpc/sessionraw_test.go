@@ -6,9 +6,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"testing"
-	"time"
 
 	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
@@ -44,34 +42,16 @@ type sessionConn struct {
 // p's agent (p.body is not used); upgrade false leaves the upgrade out.
 func (h *harness) openSession(p outputPost, upgrade bool) sessionConn {
 	h.t.Helper()
-	c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	h.t.Cleanup(func() { _ = c.Close() })
-	_ = c.SetDeadline(time.Now().Add(waitTimeout))
-	var req strings.Builder
-	req.WriteString("GET " + OutputPath + p.cmd + "/" + p.stream + " HTTP/1.1\r\nHost: agentic-sandbox\r\n")
-	req.WriteString(HeaderAgentID + ": " + p.agent + "\r\n" + HeaderAgentSecret + ": " + p.secret + "\r\n")
-	req.WriteString(agentwire.HeaderOutputOffset + ": " + strconv.FormatUint(p.offset, 10) + "\r\n")
-	req.WriteString(agentwire.HeaderOutputConnection + ": " + p.conn + "\r\n")
+	header := []string{HeaderAgentID, p.agent, HeaderAgentSecret, p.secret,
+		agentwire.HeaderOutputOffset, strconv.FormatUint(p.offset, 10), agentwire.HeaderOutputConnection, p.conn}
 	if upgrade {
-		req.WriteString("Connection: Upgrade\r\nUpgrade: " + agentwire.SessionRawProtocol + "\r\n")
+		header = append(header, upgradeTo(agentwire.SessionRawProtocol)...)
 	}
-	req.WriteString("\r\n")
-	if _, err := io.WriteString(c, req.String()); err != nil {
-		h.t.Fatal(err)
-	}
-	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		h.t.Fatalf("the upgrade's answer: %v", err)
-	}
+	c, br, resp := h.rawGet(OutputPath+p.cmd+"/"+p.stream, header, "")
 	if resp.StatusCode != http.StatusSwitchingProtocols {
 		_ = c.Close()
 		return sessionConn{status: resp.StatusCode}
 	}
-	_ = c.SetDeadline(time.Time{})
 	return sessionConn{status: resp.StatusCode, conn: c, r: br}
 }
 

@@ -34,29 +34,13 @@ type rawTunnelAnswer struct {
 // right behind the request, before any answer.
 func (h *harness) rawTunnel(hdr map[string]string, extra string) rawTunnelAnswer {
 	h.t.Helper()
-	c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	h.t.Cleanup(func() { _ = c.Close() })
-	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
-	var req strings.Builder
-	req.WriteString("GET " + TunnelRawPath + " HTTP/1.1\r\nHost: agentic-sandbox\r\n")
+	var header []string
 	for k, v := range hdr {
-		req.WriteString(k + ": " + v + "\r\n")
+		header = append(header, k, v)
 	}
-	req.WriteString("\r\n" + extra)
-	if _, err := io.WriteString(c, req.String()); err != nil {
-		h.t.Fatal(err)
-	}
-	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		h.t.Fatalf("the upgrade's answer: %v", err)
-	}
+	c, br, resp := h.rawGet(TunnelRawPath, header, extra)
 	a := rawTunnelAnswer{status: resp.StatusCode, refused: resp.Header.Get(HeaderTunnelRefused)}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
-		_ = c.SetDeadline(time.Time{})
 		a.conn, a.r = c, br
 		return a
 	}
