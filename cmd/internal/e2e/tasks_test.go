@@ -636,27 +636,30 @@ func TestTaskSecretNeverInArgv(t *testing.T) {
 	e := newTaskEnv(t)
 	acc := e.accepted("command: {argv: [sleep, \"31\"]}\nenvironment: {runtime: host}\nsecrets: [{name: MY_TOKEN, source: env, key: TASK_TEST_TOKEN}]\n")
 	eventually(t, patience, "the task running", func() bool { return e.get(acc.TaskId).State == "running" })
-	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	// "running" is recorded when the agent has started the run, which can be
+	// a moment before the child has exec'd sleep: look until it shows, and
+	// check every process seen meanwhile.
 	sawSleep := false
-	for _, p := range procs {
-		cmdline, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		if bytes.Contains(cmdline, []byte(taskSecret)) {
-			t.Errorf("%s has the secret in its argv: %q", p, cmdline)
-		}
-		if string(cmdline) == "sleep\x0031\x00" {
-			sawSleep = true
-			// The run itself has it in its environment, and only there.
-			if env, err := os.ReadFile(filepath.Join(filepath.Dir(p), "environ")); err == nil && !bytes.Contains(env, []byte("MY_TOKEN="+taskSecret)) {
-				t.Errorf("the run's environment lacks its secret")
+	eventually(t, patience, "the run among the processes", func() bool {
+		procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+		for _, p := range procs {
+			cmdline, err := os.ReadFile(p)
+			if err != nil {
+				continue
+			}
+			if bytes.Contains(cmdline, []byte(taskSecret)) {
+				t.Errorf("%s has the secret in its argv: %q", p, cmdline)
+			}
+			if string(cmdline) == "sleep\x0031\x00" && !sawSleep {
+				sawSleep = true
+				// The run itself has it in its environment, and only there.
+				if env, err := os.ReadFile(filepath.Join(filepath.Dir(p), "environ")); err == nil && !bytes.Contains(env, []byte("MY_TOKEN="+taskSecret)) {
+					t.Errorf("the run's environment lacks its secret")
+				}
 			}
 		}
-	}
-	if !sawSleep {
-		t.Error("the run was not found among the processes")
-	}
+		return sawSleep
+	})
 	if st, b := fileDo(t, e.s, http.MethodDelete, e.s.RESTURL+"/api/v1/tasks/"+acc.TaskId, nil); st != 202 {
 		t.Fatalf("cancel: %d %s", st, b)
 	}
