@@ -248,7 +248,7 @@ func (s *Service) hibernate(ctx context.Context, name, reason string) (Environme
 
 	// The caller leaving must not leave the environment half saved.
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.WakeTimeout)
-	h, err := rt.Hibernate(hctx, f.runtimeName)
+	h, err := s.hibernateQuiet(hctx, rt, name, f.runtimeName)
 	cancel()
 	now := s.cfg.Clock.Now()
 	s.mu.Lock()
@@ -280,6 +280,22 @@ func (s *Service) hibernate(ctx context.Context, name, reason string) (Environme
 	}
 	got, _ := s.Get(name)
 	return got, nil
+}
+
+// hibernateQuiet has rt hibernate rtName, with the link of its agent (name)
+// ended and kept ended meanwhile when rt needs it so (a memory save
+// cannot keep a connection to the outside). The hold ends as soon as rt
+// has saved it (or failed to): its processes are stopped then, and
+// after a wake its agent must be able to reconnect at once.
+func (s *Service) hibernateQuiet(ctx context.Context, rt ports.Runtime, name, rtName string) (ports.Hibernation, error) {
+	if q, ok := rt.(ports.QuietLinkHibernator); ok && q.HibernateNeedsQuietLink() && s.cfg.LinkQuiet != nil {
+		release, err := s.cfg.LinkQuiet.QuiesceLink(ctx, name)
+		if err != nil {
+			return ports.Hibernation{}, fmt.Errorf("ending the agent's link for the save: %w", err)
+		}
+		defer release()
+	}
+	return rt.Hibernate(ctx, rtName)
 }
 
 // wake wakes name if it sleeps (why: what asked) and waits for it; every

@@ -97,6 +97,10 @@ type Config struct {
 	// environments take together (AGENTIC_HIBERNATE_MAX_BYTES; 0: no bound);
 	// a hibernation past it is refused (ErrHibernateLimit).
 	HibernateMaxBytes int64
+	// LinkQuiet ends an environment's agent link while its runtime saves
+	// it, for runtimes that need it (ports.QuietLinkHibernator; nil: such
+	// a runtime's hibernation is tried with the link up, and fails).
+	LinkQuiet ports.LinkQuiescer
 	// WakeTimeout bounds a hibernation and a wake (default
 	// DefaultWakeTimeout); a wake past it leaves the environment failed.
 	WakeTimeout time.Duration
