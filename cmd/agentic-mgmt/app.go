@@ -40,6 +40,7 @@ type App struct {
 	tasks        *task.Service
 	ready        *Readiness
 	tls          *AgentTLS
+	hold         *agentrpc.LinkHold
 }
 
 // RESTHandler is the REST port's handler.
@@ -107,7 +108,11 @@ func (a *App) Run(ctx context.Context) error {
 	tlsProtocols.SetHTTP2(true)
 	agentServer := func(h http.Handler, p *http.Protocols) *http.Server {
 		return &http.Server{
-			Handler:           h,
+			// Every agent request names its agent: a hold (an environment
+			// saved with its memory) can end its connections and refuse it.
+			Handler:           a.hold.Gate(h),
+			ConnContext:       a.hold.ConnContext,
+			ConnState:         a.hold.ConnState,
 			Protocols:         p,
 			ReadHeaderTimeout: 10 * time.Second,
 			IdleTimeout:       2 * time.Minute,

@@ -170,6 +170,11 @@ func provideAgentService(cfg Config, creds ports.AgentCredentials, clock ports.C
 	})
 }
 
+// provideLinkHold is what ends one agent's connections while its
+// environment is saved with its memory: the agent listeners go through it
+// (App.Run), the environments use it (LinkQuiet).
+func provideLinkHold() *agentrpc.LinkHold { return agentrpc.NewLinkHold() }
+
 func provideSupervisor(cfg Config, creds ports.AgentCredentials, log *slog.Logger, hostUsers *hostsup.Users) (*hostsup.Supervisor, error) {
 	if cfg.HostAgents == 0 {
 		return nil, nil
@@ -294,9 +299,9 @@ func provideREST(cfg Config, svc *agentrpc.Service, op OperatorHTTP, uc UseCases
 // provideApp takes LinkBound so that the link's reports reach the use
 // cases before the app can serve.
 func provideApp(cfg Config, log *slog.Logger, svc *agentrpc.Service, h RESTHandler, sup *hostsup.Supervisor, token OperatorToken, banner io.Writer,
-	uc UseCases, link *aiwg.Client, ws WSHandler, ready *Readiness, agentTLS *AgentTLS, _ LinkBound) *App {
+	uc UseCases, link *aiwg.Client, ws WSHandler, ready *Readiness, agentTLS *AgentTLS, hold *agentrpc.LinkHold, _ LinkBound) *App {
 	return &App{cfg: cfg, log: log, agents: svc, rest: h, supervisor: sup, token: token, banner: banner,
-		missions: uc.Missions, sessions: uc.Sessions, aiwg: link, ws: ws, environments: uc.Environments, tasks: uc.Tasks, ready: ready, tls: agentTLS}
+		missions: uc.Missions, sessions: uc.Sessions, aiwg: link, ws: ws, environments: uc.Environments, tasks: uc.Tasks, ready: ready, tls: agentTLS, hold: hold}
 }
 func provideClock() clock.Wall  { return clock.Wall{} }
 func provideIDs() system.UUIDv7 { return system.UUIDv7{} }

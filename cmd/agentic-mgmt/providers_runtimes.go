@@ -31,7 +31,7 @@ func (rs retirers) RetireAgent(ctx context.Context, agentID, reason string) {
 	}
 }
 
-func provideEnvironments(cfg Config, rts *Runtimes, svc *agentrpc.Service, ms *mission.Service, creds ports.AgentCredentials, clock ports.Clock, log *slog.Logger, times *promexport.ProvisionTimes, poolMetrics *promexport.PoolMetrics, sleep *promexport.SleepMetrics, ch ports.ChangeNotifier, public *filestore.PublicPorts, dir DataDir, injected *inject.Registry) (*environment.Service, func(), error) {
+func provideEnvironments(cfg Config, rts *Runtimes, svc *agentrpc.Service, ms *mission.Service, creds ports.AgentCredentials, clock ports.Clock, log *slog.Logger, times *promexport.ProvisionTimes, poolMetrics *promexport.PoolMetrics, sleep *promexport.SleepMetrics, ch ports.ChangeNotifier, public *filestore.PublicPorts, dir DataDir, injected *inject.Registry, hold *agentrpc.LinkHold) (*environment.Service, func(), error) {
 	pools, err := filestore.NewPoolStore(filepath.Join(cfg.DataDir, "pools"))
 	if err != nil {
 		return nil, nil, fmt.Errorf("pool store: %w", err)
@@ -73,6 +73,7 @@ func provideEnvironments(cfg Config, rts *Runtimes, svc *agentrpc.Service, ms *m
 		Secrets:       secretSource(dir),
 
 		HibernateMaxBytes: cfg.HibernateMaxBytes,
+		LinkQuiet:         hold,
 		WakeTimeout:       cfg.WakeTimeout,
 		ObserveHibernate:  sleep.ObserveHibernate,
 		ObserveWake:       sleep.ObserveWake,

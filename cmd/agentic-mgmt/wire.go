@@ -30,6 +30,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		wire.Bind(new(ports.ChangeNotifier), new(*changes.Hub)),
 		provideLinkReports,
 		provideAgentService,
+		provideLinkHold,
 		provideWakeful,
 		provideIdentity,
 		provideMissionStore,

@@ -82,7 +82,8 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		return nil, nil, err
 	}
 	registry, cleanup6 := provideInjection(cfg, service, log)
-	environmentService, cleanup7, err := provideEnvironments(cfg, runtimes, service, missionService, mainCredentialAudit, wall, log, provisionTimes, poolMetrics, sleepMetrics, hub, publicPorts, dataDir, registry)
+	linkHold := provideLinkHold()
+	environmentService, cleanup7, err := provideEnvironments(cfg, runtimes, service, missionService, mainCredentialAudit, wall, log, provisionTimes, poolMetrics, sleepMetrics, hub, publicPorts, dataDir, registry, linkHold)
 	if err != nil {
 		cleanup6()
 		cleanup5()
@@ -190,7 +191,7 @@ func newApp(cfg Config, log *slog.Logger, banner io.Writer) (*App, func(), error
 		return nil, nil, err
 	}
 	linkBound := bindLinkReports(mainLinkReports, useCases, wall)
-	app := provideApp(cfg, log, service, restHandler, supervisor, operatorToken, banner, useCases, client, wsHandler, readiness, agentTLS, linkBound)
+	app := provideApp(cfg, log, service, restHandler, supervisor, operatorToken, banner, useCases, client, wsHandler, readiness, agentTLS, linkHold, linkBound)
 	return app, func() {
 		cleanup8()
 		cleanup7()
