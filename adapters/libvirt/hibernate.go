@@ -76,6 +76,14 @@ type savedRecord struct {
 	At     time.Time `json:"at"`
 	Bytes  int64     `json:"bytes"`
 	CRC32C uint32    `json:"crc32c"`
+	// HeadBytes and HeadCRC32C cover the file's start up to QEMU's
+	// stream (libvirt's header and the domain XML, what libvirt acts on
+	// before QEMU runs): checked before a restore, the whole file while
+	// it runs. Absent in records of older servers (the whole file is
+	// then checked while the restore runs, the head check being only the
+	// magic and size).
+	HeadBytes  int64  `json:"head_bytes,omitempty"`
+	HeadCRC32C uint32 `json:"head_crc32c,omitempty"`
 }
 
 // SavePath is the file a hibernated environment's memory is saved to.
@@ -225,7 +233,7 @@ func (r *Runtime) Hibernate(ctx context.Context, name string) (ports.Hibernation
 		// The guest exists only in the save now, which cannot be kept
 		// (disk full?): run it again rather than leave it in between.
 		err = fmt.Errorf("libvirt: hibernate %s: %w", name, err)
-		if rerr := lv.DomainRestoreFlags(tmp, nil, r.restoreFlags()); rerr != nil {
+		if rerr := lv.DomainRestoreFlags(tmp, nil, r.restoreFlags(false)); rerr != nil {
 			r.log.Error("a hibernation that could not be kept cannot be undone either; the saved state is left for Recover", "env", name, "file", tmp, "err", rerr)
 			return ports.Hibernation{}, err
 		}
@@ -304,8 +312,18 @@ func (r *Runtime) finishSave(name string) (ports.Hibernation, error) {
 	if err != nil {
 		return ports.Hibernation{}, err
 	}
+	var head int64
+	if img, err := readSaveImage(f); err == nil {
+		head = img.streamFrom
+	}
 	sum := crc32.New(crc32c)
-	n, err := io.Copy(sum, f)
+	n, err := io.CopyN(sum, f, head)
+	headSum := sum.Sum32()
+	if err == nil {
+		var m int64
+		m, err = io.Copy(sum, f)
+		n += m
+	}
 	if err == nil {
 		// The guest exists only in this file now: a host crash must not
 		// lose it.
@@ -322,7 +340,7 @@ func (r *Runtime) finishSave(name string) (ports.Hibernation, error) {
 	if st.Size() != n || n < int64(len(saveMagic)) {
 		return ports.Hibernation{}, fmt.Errorf("the save of %d bytes changed while read (%d)", st.Size(), n)
 	}
-	rec := savedRecord{At: time.Now().UTC(), Bytes: n, CRC32C: sum.Sum32()}
+	rec := savedRecord{At: time.Now().UTC(), Bytes: n, CRC32C: sum.Sum32(), HeadBytes: head, HeadCRC32C: headSum}
 	b, _ := json.Marshal(rec)
 	if err := writeFileSync(r.recordPath(name), b); err != nil {
 		return ports.Hibernation{}, err
@@ -362,37 +380,70 @@ func writeFileSync(path string, b []byte) error {
 // checkSaved checks the saved state against its record: ErrSavedStateLost
 // when it is missing, cut short or garbled.
 func (r *Runtime) checkSaved(name string) error {
-	lost := func(format string, a ...any) error {
-		return fmt.Errorf("%w: environment %s: %s", ports.ErrSavedStateLost, name, fmt.Sprintf(format, a...))
+	rec, err := r.checkHead(name)
+	if err != nil {
+		return err
 	}
+	return r.checkRest(name, rec)
+}
+
+func lostState(name, format string, a ...any) error {
+	return fmt.Errorf("%w: environment %s: %s", ports.ErrSavedStateLost, name, fmt.Sprintf(format, a...))
+}
+
+// checkHead is the part of checkSaved a restore waits for: the record, the
+// file's magic and size, and the checksum of its head (see savedRecord).
+func (r *Runtime) checkHead(name string) (savedRecord, error) {
 	rec, rerr := r.readRecord(name)
 	f, err := os.Open(r.SavePath(name))
 	if err != nil {
-		return lost("%v", err)
+		return rec, lostState(name, "%v", err)
 	}
 	defer f.Close()
 	if rerr != nil {
-		return lost("its record: %v", rerr)
+		return rec, lostState(name, "its record: %v", rerr)
 	}
 	magic := make([]byte, len(saveMagic))
 	// (libvirt's test driver saves a format of its own.)
 	if _, err := io.ReadFull(f, magic); err != nil || (string(magic) != saveMagic && r.domType != "test") {
-		return lost("%s is not a libvirt save image", hibernateFile)
+		return rec, lostState(name, "%s is not a libvirt save image", hibernateFile)
 	}
 	st, err := f.Stat()
 	if err != nil {
-		return lost("%v", err)
+		return rec, lostState(name, "%v", err)
 	}
 	if st.Size() != rec.Bytes {
-		return lost("%s has %d bytes, %d were saved", hibernateFile, st.Size(), rec.Bytes)
+		return rec, lostState(name, "%s has %d bytes, %d were saved", hibernateFile, st.Size(), rec.Bytes)
 	}
+	if rec.HeadBytes > 0 {
+		sum := crc32.New(crc32c)
+		if _, err := io.Copy(sum, io.NewSectionReader(f, 0, rec.HeadBytes)); err != nil {
+			return rec, lostState(name, "reading %s: %v", hibernateFile, err)
+		}
+		if sum.Sum32() != rec.HeadCRC32C {
+			return rec, lostState(name, "%s is corrupt (the checksum of its header is not the saved one's)", hibernateFile)
+		}
+	}
+	return rec, nil
+}
+
+// checkRest checks the checksum of the whole saved state.
+func (r *Runtime) checkRest(name string, rec savedRecord) error {
+	f, err := os.Open(r.SavePath(name))
+	if err != nil {
+		return lostState(name, "%v", err)
+	}
+	defer f.Close()
 	sum := crc32.New(crc32c)
-	sum.Write(magic)
-	if _, err := io.Copy(sum, f); err != nil {
-		return lost("reading %s: %v", hibernateFile, err)
+	n, err := io.Copy(sum, f)
+	if err != nil {
+		return lostState(name, "reading %s: %v", hibernateFile, err)
+	}
+	if n != rec.Bytes {
+		return lostState(name, "%s has %d bytes, %d were saved", hibernateFile, n, rec.Bytes)
 	}
 	if sum.Sum32() != rec.CRC32C {
-		return lost("%s is corrupt (its checksum is not the saved one's)", hibernateFile)
+		return lostState(name, "%s is corrupt (its checksum is not the saved one's)", hibernateFile)
 	}
 	return nil
 }
@@ -439,22 +490,45 @@ func (r *Runtime) wake(ctx context.Context, lv *golibvirt.Libvirt, o owned) erro
 		}
 	}
 	start := time.Now()
-	if err := r.checkSaved(name); err != nil {
+	rec, err := r.checkHead(name)
+	if err != nil {
 		r.markLost(name, err, false)
 		return err
 	}
-	checked := time.Since(start)
 	if err := qemuFolder(r.EnvDir(name)); err != nil {
 		return fmt.Errorf("libvirt: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	// The relay first, dialling as soon as the restored QEMU listens: the
+	// The rest of the file (QEMU's stream: the guest's memory and
+	// devices, ~100 MB, 15-40 ms to checksum) is checked while libvirt
+	// starts QEMU for the restore, which takes ten times longer. The
+	// domain is restored paused and runs only once that check passed: a
+	// guest is never resumed from a state that failed it. Its relay starts
+	// then too, dialling as soon as the restored QEMU listens, so the
 	// guest's pending connection goes through as it resumes.
-	r.startRelayWith(name, o.meta.Socket, nil, true)
+	checked := make(chan error, 1)
+	var checkTook time.Duration
+	go func() {
+		err := r.checkRest(name, rec)
+		checkTook = time.Since(start)
+		if err == nil {
+			r.startRelayWith(name, o.meta.Socket, nil, true)
+		}
+		checked <- err
+	}()
 	restoreStart := time.Now()
-	if err := lv.DomainRestoreFlags(r.SavePath(name), nil, r.restoreFlags()); err != nil {
+	err = lv.DomainRestoreFlags(r.SavePath(name), nil, r.restoreFlags(true))
+	if cerr := <-checked; cerr != nil {
+		r.stopRelay(name)
+		if st, _, serr := r.state(lv, o.dom); serr == nil && st != ports.EnvStopped {
+			_ = lv.DomainDestroy(o.dom)
+		}
+		r.markLost(name, cerr, false)
+		return cerr
+	}
+	if err != nil {
 		r.stopRelay(name)
 		// A failed restore leaves no QEMU; make sure.
 		if st, _, serr := r.state(lv, o.dom); serr == nil && st != ports.EnvStopped {
@@ -467,6 +541,14 @@ func (r *Runtime) wake(ctx context.Context, lv *golibvirt.Libvirt, o owned) erro
 			return err
 		}
 		return r.lverr(lv, "restore "+o.dom.Name, err)
+	}
+	if r.domType != "test" { // (the test driver restores it running)
+		if err := lv.DomainResume(o.dom); err != nil {
+			// The saved state is still there: a later Wake tries again.
+			r.stopRelay(name)
+			_ = lv.DomainDestroy(o.dom)
+			return r.lverr(lv, "resume "+o.dom.Name+" after its restore", err)
+		}
 	}
 	restored := time.Now()
 	// Renamed now, removed after: unlinking 100 MB takes a while.
@@ -481,16 +563,19 @@ func (r *Runtime) wake(ctx context.Context, lv *golibvirt.Libvirt, o owned) erro
 			r.log.Warn("cannot remove the saved state of a woken environment", "env", name, "err", err)
 		}
 	})
-	r.log.Info("woken", "env", name, "check", checked.Round(time.Millisecond), "restore", restored.Sub(restoreStart).Round(time.Millisecond),
+	r.log.Info("woken", "env", name, "check", checkTook.Round(time.Millisecond), "restore", restored.Sub(restoreStart).Round(time.Millisecond),
 		"took", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
-// restoreFlags are DomainRestoreFlags' flags: running, whatever the save
-// says.
-func (r *Runtime) restoreFlags() uint32 {
+// restoreFlags are DomainRestoreFlags' flags: running, or paused,
+// whatever the save says.
+func (r *Runtime) restoreFlags(paused bool) uint32 {
 	if r.domType == "test" {
 		return 0 // the test driver takes none (and restores it running)
+	}
+	if paused {
+		return uint32(golibvirt.DomainSavePaused)
 	}
 	return uint32(golibvirt.DomainSaveRunning)
 }

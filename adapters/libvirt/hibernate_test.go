@@ -1,9 +1,11 @@
 package libvirt
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -169,5 +171,71 @@ func TestRecoverSave(t *testing.T) {
 	}
 	if m, _ := filepath.Glob(filepath.Join(rt.EnvDir("a1"), "*.tmp")); len(m) != 0 {
 		t.Errorf("left %v", m)
+	}
+}
+
+// A restore waits only for the check of the save's head (libvirt's header
+// and the domain XML); QEMU's stream is checked while it runs. A garbled
+// head is caught by the first, a garbled stream by the second, and a
+// record of an older server (no head checksum) still has its whole file
+// checked.
+func TestSavedStateCheckedInTwoParts(t *testing.T) {
+	garble := func(t *testing.T, save string, at int64) {
+		t.Helper()
+		f, err := os.OpenFile(save, os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.WriteAt([]byte("garbage"), at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rt, _ := newTestRuntime(t)
+	hibernatedFiles(t, rt, "a1")
+	rec, err := rt.readRecord("a1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := readSaveImageFile(rt.SavePath("a1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.HeadBytes != img.streamFrom || rec.HeadCRC32C == 0 {
+		t.Fatalf("record %+v: want the head up to QEMU's stream at %d", rec, img.streamFrom)
+	}
+
+	garble(t, rt.SavePath("a1"), 200) // in the domain XML's block
+	if _, err := rt.checkHead("a1"); !errors.Is(err, ports.ErrSavedStateLost) || !strings.Contains(err.Error(), "header") {
+		t.Errorf("checkHead of a garbled head: %v, want ErrSavedStateLost naming the header", err)
+	}
+
+	rt.forgetLost("a1")
+	hibernatedFiles(t, rt, "a1")
+	garble(t, rt.SavePath("a1"), img.streamFrom+1000) // in QEMU's stream
+	rec, err = rt.checkHead("a1")
+	if err != nil {
+		t.Errorf("checkHead of a save garbled after its head: %v", err)
+	}
+	if err := rt.checkRest("a1", rec); !errors.Is(err, ports.ErrSavedStateLost) || !strings.Contains(err.Error(), "corrupt") {
+		t.Errorf("checkRest of a garbled stream: %v, want ErrSavedStateLost saying corrupt", err)
+	}
+
+	// An older server's record: the head check is the magic and size.
+	rt.forgetLost("a1")
+	hibernatedFiles(t, rt, "a1")
+	rec, _ = rt.readRecord("a1")
+	rec.HeadBytes, rec.HeadCRC32C = 0, 0
+	b, _ := json.Marshal(rec)
+	if err := os.WriteFile(rt.recordPath("a1"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	garble(t, rt.SavePath("a1"), 200)
+	rec, err = rt.checkHead("a1")
+	if err != nil {
+		t.Errorf("checkHead with an older record: %v", err)
+	}
+	if err := rt.checkRest("a1", rec); !errors.Is(err, ports.ErrSavedStateLost) {
+		t.Errorf("checkRest with an older record of a garbled save: %v, want ErrSavedStateLost", err)
 	}
 }
