@@ -942,7 +942,7 @@ type ExecStreamChunk struct {
 // ExecStreamChunkStream defines model for ExecStreamChunk.Stream.
 type ExecStreamChunkStream string
 
-// ExecStreamEnd The last line of a streamed exec: the command's exit status (`exit_code` and the fields beside it), or, when its agent lost it, `code` `agent_gone` and `error` and no exit status.
+// ExecStreamEnd The last line (`application/x-ndjson`) or the last part, `end` (`multipart/mixed`), of a streamed exec: the command's exit status (`exit_code` and the fields beside it), or, when its agent lost it, `code` `agent_gone` and `error` and no exit status.
 type ExecStreamEnd struct {
 	AgentId string `json:"agent_id"`
 
@@ -2044,24 +2044,38 @@ type ClientInterface interface {
 	// server (its caller's connection went with it) is killed as soon as its agent reports
 	// it to the restarted server.
 	//
-	// **Streamed output.** With `Accept: application/x-ndjson` (and no preference for
-	// `application/json` over it) the 200 answer is `application/x-ndjson`, sent as the output
-	// comes: one JSON object per line, first `ExecStreamChunk`s — `{"stream":"stdout"|"stderr",
-	// "data":"…"}` for a chunk that is valid UTF-8, `{"stream":…,"data_b64":"…"}` (standard
-	// base64) for one that is not — in the order the agent sent them, each flushed to the
-	// client as soon as it is written; then exactly one last line, an `ExecStreamEnd`: the
-	// exit status (`exit_code`, `duration_ms`, `timed_out`, `success`, `truncated`, `error`
-	// …), or `code` `agent_gone` with `error` when the agent lost the command (the JSON form's
-	// 502). A stream that ends without that line was cut (the server went away): the exit
-	// status is unknown. The bytes of a stream are exactly the concatenation of its chunks'
-	// decoded `data`/`data_b64`; `max_output_bytes` applies per stream as in the JSON form.
-	// Errors before the command starts keep their JSON answers and status codes; the default
-	// (no `Accept`, `application/json`, anything else) is the JSON `ExecResult`. The caller
-	// going away kills the command, as in the JSON form. NDJSON rather than multipart: a
-	// client reads it with any JSON library line by line, text chunks stay readable with
-	// `curl`, and it costs no JSON string escaping of the whole output at the end — a chunk
-	// is written once, as it comes (measured in docs/benchmarks.md); a raw multipart body
-	// would save base64 on binary output only, at the cost of a boundary parser in every client.
+	// **Streamed output.** A caller can ask for the output as it comes instead of one JSON
+	// answer at the end, in one of two forms; `Accept` picks the one with the higher `q`
+	// (`multipart/mixed` on a tie), if that is not below `application/json`'s. Both send each
+	// batch of output to the client as soon as the agent delivered it, end with the exit
+	// status, and apply `max_output_bytes` per stream as the JSON form does. Errors before the
+	// command starts keep their JSON answers and status codes; the default (no `Accept`,
+	// `application/json`, anything else) is the JSON `ExecResult`. The caller going away kills
+	// the command, as in the JSON form. A stream that ends without its exit status was cut
+	// (the server went away): the exit status is unknown.
+	//
+	// - `Accept: multipart/mixed` — the output's raw bytes, with no escaping or base64 (the
+	//   cheapest form for large or binary output). The 200 answer is `multipart/mixed;
+	//   boundary=…` (RFC 2046; the boundary is random per answer, so a command cannot print
+	//   it): parts of output, each `Content-Type: application/octet-stream` and
+	//   `Content-Disposition: inline; name="stdout"` or `name="stderr"`, whose body is a run
+	//   of that stream's bytes exactly as the command wrote them, in the order the agent sent
+	//   them; then exactly one last part, `Content-Disposition: inline; name="end"`,
+	//   `Content-Type: application/json`, an `ExecStreamEnd` (below); then the closing
+	//   delimiter. A stream's bytes are exactly the concatenation of its parts' bodies; where
+	//   a part ends says nothing (runs may be split or joined anywhere). Any MIME multipart
+	//   reader reads it (Go: `mime/multipart.NewReader`).
+	// - `Accept: application/x-ndjson` — one JSON object per line, first `ExecStreamChunk`s —
+	//   `{"stream":"stdout"|"stderr", "data":"…"}` for a chunk that is valid UTF-8,
+	//   `{"stream":…,"data_b64":"…"}` (standard base64) for one that is not — in the order the
+	//   agent sent them; then exactly one last line, an `ExecStreamEnd`. The bytes of a stream
+	//   are exactly the concatenation of its chunks' decoded `data`/`data_b64`. Read with any
+	//   JSON library line by line; text stays readable with `curl`.
+	//
+	// The `ExecStreamEnd` is the exit status (`exit_code`, `duration_ms`, `timed_out`,
+	// `success`, `truncated`, `error` …), or `code` `agent_gone` with `error` when the agent
+	// lost the command (the JSON form's 502). Neither form escapes the whole output at the end
+	// as the JSON answer does (measured in docs/benchmarks.md).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2084,24 +2098,38 @@ type ClientInterface interface {
 	// server (its caller's connection went with it) is killed as soon as its agent reports
 	// it to the restarted server.
 	//
-	// **Streamed output.** With `Accept: application/x-ndjson` (and no preference for
-	// `application/json` over it) the 200 answer is `application/x-ndjson`, sent as the output
-	// comes: one JSON object per line, first `ExecStreamChunk`s — `{"stream":"stdout"|"stderr",
-	// "data":"…"}` for a chunk that is valid UTF-8, `{"stream":…,"data_b64":"…"}` (standard
-	// base64) for one that is not — in the order the agent sent them, each flushed to the
-	// client as soon as it is written; then exactly one last line, an `ExecStreamEnd`: the
-	// exit status (`exit_code`, `duration_ms`, `timed_out`, `success`, `truncated`, `error`
-	// …), or `code` `agent_gone` with `error` when the agent lost the command (the JSON form's
-	// 502). A stream that ends without that line was cut (the server went away): the exit
-	// status is unknown. The bytes of a stream are exactly the concatenation of its chunks'
-	// decoded `data`/`data_b64`; `max_output_bytes` applies per stream as in the JSON form.
-	// Errors before the command starts keep their JSON answers and status codes; the default
-	// (no `Accept`, `application/json`, anything else) is the JSON `ExecResult`. The caller
-	// going away kills the command, as in the JSON form. NDJSON rather than multipart: a
-	// client reads it with any JSON library line by line, text chunks stay readable with
-	// `curl`, and it costs no JSON string escaping of the whole output at the end — a chunk
-	// is written once, as it comes (measured in docs/benchmarks.md); a raw multipart body
-	// would save base64 on binary output only, at the cost of a boundary parser in every client.
+	// **Streamed output.** A caller can ask for the output as it comes instead of one JSON
+	// answer at the end, in one of two forms; `Accept` picks the one with the higher `q`
+	// (`multipart/mixed` on a tie), if that is not below `application/json`'s. Both send each
+	// batch of output to the client as soon as the agent delivered it, end with the exit
+	// status, and apply `max_output_bytes` per stream as the JSON form does. Errors before the
+	// command starts keep their JSON answers and status codes; the default (no `Accept`,
+	// `application/json`, anything else) is the JSON `ExecResult`. The caller going away kills
+	// the command, as in the JSON form. A stream that ends without its exit status was cut
+	// (the server went away): the exit status is unknown.
+	//
+	// - `Accept: multipart/mixed` — the output's raw bytes, with no escaping or base64 (the
+	//   cheapest form for large or binary output). The 200 answer is `multipart/mixed;
+	//   boundary=…` (RFC 2046; the boundary is random per answer, so a command cannot print
+	//   it): parts of output, each `Content-Type: application/octet-stream` and
+	//   `Content-Disposition: inline; name="stdout"` or `name="stderr"`, whose body is a run
+	//   of that stream's bytes exactly as the command wrote them, in the order the agent sent
+	//   them; then exactly one last part, `Content-Disposition: inline; name="end"`,
+	//   `Content-Type: application/json`, an `ExecStreamEnd` (below); then the closing
+	//   delimiter. A stream's bytes are exactly the concatenation of its parts' bodies; where
+	//   a part ends says nothing (runs may be split or joined anywhere). Any MIME multipart
+	//   reader reads it (Go: `mime/multipart.NewReader`).
+	// - `Accept: application/x-ndjson` — one JSON object per line, first `ExecStreamChunk`s —
+	//   `{"stream":"stdout"|"stderr", "data":"…"}` for a chunk that is valid UTF-8,
+	//   `{"stream":…,"data_b64":"…"}` (standard base64) for one that is not — in the order the
+	//   agent sent them; then exactly one last line, an `ExecStreamEnd`. The bytes of a stream
+	//   are exactly the concatenation of its chunks' decoded `data`/`data_b64`. Read with any
+	//   JSON library line by line; text stays readable with `curl`.
+	//
+	// The `ExecStreamEnd` is the exit status (`exit_code`, `duration_ms`, `timed_out`,
+	// `success`, `truncated`, `error` …), or `code` `agent_gone` with `error` when the agent
+	// lost the command (the JSON form's 502). Neither form escapes the whole output at the end
+	// as the JSON answer does (measured in docs/benchmarks.md).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3021,24 +3049,38 @@ func (c *Client) StartCommand(ctx context.Context, agentId AgentID, body StartCo
 // server (its caller's connection went with it) is killed as soon as its agent reports
 // it to the restarted server.
 //
-// **Streamed output.** With `Accept: application/x-ndjson` (and no preference for
-// `application/json` over it) the 200 answer is `application/x-ndjson`, sent as the output
-// comes: one JSON object per line, first `ExecStreamChunk`s — `{"stream":"stdout"|"stderr",
-// "data":"…"}` for a chunk that is valid UTF-8, `{"stream":…,"data_b64":"…"}` (standard
-// base64) for one that is not — in the order the agent sent them, each flushed to the
-// client as soon as it is written; then exactly one last line, an `ExecStreamEnd`: the
-// exit status (`exit_code`, `duration_ms`, `timed_out`, `success`, `truncated`, `error`
-// …), or `code` `agent_gone` with `error` when the agent lost the command (the JSON form's
-// 502). A stream that ends without that line was cut (the server went away): the exit
-// status is unknown. The bytes of a stream are exactly the concatenation of its chunks'
-// decoded `data`/`data_b64`; `max_output_bytes` applies per stream as in the JSON form.
-// Errors before the command starts keep their JSON answers and status codes; the default
-// (no `Accept`, `application/json`, anything else) is the JSON `ExecResult`. The caller
-// going away kills the command, as in the JSON form. NDJSON rather than multipart: a
-// client reads it with any JSON library line by line, text chunks stay readable with
-// `curl`, and it costs no JSON string escaping of the whole output at the end — a chunk
-// is written once, as it comes (measured in docs/benchmarks.md); a raw multipart body
-// would save base64 on binary output only, at the cost of a boundary parser in every client.
+// **Streamed output.** A caller can ask for the output as it comes instead of one JSON
+// answer at the end, in one of two forms; `Accept` picks the one with the higher `q`
+// (`multipart/mixed` on a tie), if that is not below `application/json`'s. Both send each
+// batch of output to the client as soon as the agent delivered it, end with the exit
+// status, and apply `max_output_bytes` per stream as the JSON form does. Errors before the
+// command starts keep their JSON answers and status codes; the default (no `Accept`,
+// `application/json`, anything else) is the JSON `ExecResult`. The caller going away kills
+// the command, as in the JSON form. A stream that ends without its exit status was cut
+// (the server went away): the exit status is unknown.
+//
+//   - `Accept: multipart/mixed` — the output's raw bytes, with no escaping or base64 (the
+//     cheapest form for large or binary output). The 200 answer is `multipart/mixed;
+//     boundary=…` (RFC 2046; the boundary is random per answer, so a command cannot print
+//     it): parts of output, each `Content-Type: application/octet-stream` and
+//     `Content-Disposition: inline; name="stdout"` or `name="stderr"`, whose body is a run
+//     of that stream's bytes exactly as the command wrote them, in the order the agent sent
+//     them; then exactly one last part, `Content-Disposition: inline; name="end"`,
+//     `Content-Type: application/json`, an `ExecStreamEnd` (below); then the closing
+//     delimiter. A stream's bytes are exactly the concatenation of its parts' bodies; where
+//     a part ends says nothing (runs may be split or joined anywhere). Any MIME multipart
+//     reader reads it (Go: `mime/multipart.NewReader`).
+//   - `Accept: application/x-ndjson` — one JSON object per line, first `ExecStreamChunk`s —
+//     `{"stream":"stdout"|"stderr", "data":"…"}` for a chunk that is valid UTF-8,
+//     `{"stream":…,"data_b64":"…"}` (standard base64) for one that is not — in the order the
+//     agent sent them; then exactly one last line, an `ExecStreamEnd`. The bytes of a stream
+//     are exactly the concatenation of its chunks' decoded `data`/`data_b64`. Read with any
+//     JSON library line by line; text stays readable with `curl`.
+//
+// The `ExecStreamEnd` is the exit status (`exit_code`, `duration_ms`, `timed_out`,
+// `success`, `truncated`, `error` …), or `code` `agent_gone` with `error` when the agent
+// lost the command (the JSON form's 502). Neither form escapes the whole output at the end
+// as the JSON answer does (measured in docs/benchmarks.md).
 //
 // Takes any type of body and a specified content type.
 //
@@ -3071,24 +3113,38 @@ func (c *Client) ExecCommandWithBody(ctx context.Context, agentId AgentID, conte
 // server (its caller's connection went with it) is killed as soon as its agent reports
 // it to the restarted server.
 //
-// **Streamed output.** With `Accept: application/x-ndjson` (and no preference for
-// `application/json` over it) the 200 answer is `application/x-ndjson`, sent as the output
-// comes: one JSON object per line, first `ExecStreamChunk`s — `{"stream":"stdout"|"stderr",
-// "data":"…"}` for a chunk that is valid UTF-8, `{"stream":…,"data_b64":"…"}` (standard
-// base64) for one that is not — in the order the agent sent them, each flushed to the
-// client as soon as it is written; then exactly one last line, an `ExecStreamEnd`: the
-// exit status (`exit_code`, `duration_ms`, `timed_out`, `success`, `truncated`, `error`
-// …), or `code` `agent_gone` with `error` when the agent lost the command (the JSON form's
-// 502). A stream that ends without that line was cut (the server went away): the exit
-// status is unknown. The bytes of a stream are exactly the concatenation of its chunks'
-// decoded `data`/`data_b64`; `max_output_bytes` applies per stream as in the JSON form.
-// Errors before the command starts keep their JSON answers and status codes; the default
-// (no `Accept`, `application/json`, anything else) is the JSON `ExecResult`. The caller
-// going away kills the command, as in the JSON form. NDJSON rather than multipart: a
-// client reads it with any JSON library line by line, text chunks stay readable with
-// `curl`, and it costs no JSON string escaping of the whole output at the end — a chunk
-// is written once, as it comes (measured in docs/benchmarks.md); a raw multipart body
-// would save base64 on binary output only, at the cost of a boundary parser in every client.
+// **Streamed output.** A caller can ask for the output as it comes instead of one JSON
+// answer at the end, in one of two forms; `Accept` picks the one with the higher `q`
+// (`multipart/mixed` on a tie), if that is not below `application/json`'s. Both send each
+// batch of output to the client as soon as the agent delivered it, end with the exit
+// status, and apply `max_output_bytes` per stream as the JSON form does. Errors before the
+// command starts keep their JSON answers and status codes; the default (no `Accept`,
+// `application/json`, anything else) is the JSON `ExecResult`. The caller going away kills
+// the command, as in the JSON form. A stream that ends without its exit status was cut
+// (the server went away): the exit status is unknown.
+//
+//   - `Accept: multipart/mixed` — the output's raw bytes, with no escaping or base64 (the
+//     cheapest form for large or binary output). The 200 answer is `multipart/mixed;
+//     boundary=…` (RFC 2046; the boundary is random per answer, so a command cannot print
+//     it): parts of output, each `Content-Type: application/octet-stream` and
+//     `Content-Disposition: inline; name="stdout"` or `name="stderr"`, whose body is a run
+//     of that stream's bytes exactly as the command wrote them, in the order the agent sent
+//     them; then exactly one last part, `Content-Disposition: inline; name="end"`,
+//     `Content-Type: application/json`, an `ExecStreamEnd` (below); then the closing
+//     delimiter. A stream's bytes are exactly the concatenation of its parts' bodies; where
+//     a part ends says nothing (runs may be split or joined anywhere). Any MIME multipart
+//     reader reads it (Go: `mime/multipart.NewReader`).
+//   - `Accept: application/x-ndjson` — one JSON object per line, first `ExecStreamChunk`s —
+//     `{"stream":"stdout"|"stderr", "data":"…"}` for a chunk that is valid UTF-8,
+//     `{"stream":…,"data_b64":"…"}` (standard base64) for one that is not — in the order the
+//     agent sent them; then exactly one last line, an `ExecStreamEnd`. The bytes of a stream
+//     are exactly the concatenation of its chunks' decoded `data`/`data_b64`. Read with any
+//     JSON library line by line; text stays readable with `curl`.
+//
+// The `ExecStreamEnd` is the exit status (`exit_code`, `duration_ms`, `timed_out`,
+// `success`, `truncated`, `error` …), or `code` `agent_gone` with `error` when the agent
+// lost the command (the JSON form's 502). Neither form escapes the whole output at the end
+// as the JSON answer does (measured in docs/benchmarks.md).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -7820,24 +7876,38 @@ type ClientWithResponsesInterface interface {
 	// server (its caller's connection went with it) is killed as soon as its agent reports
 	// it to the restarted server.
 	//
-	// **Streamed output.** With `Accept: application/x-ndjson` (and no preference for
-	// `application/json` over it) the 200 answer is `application/x-ndjson`, sent as the output
-	// comes: one JSON object per line, first `ExecStreamChunk`s — `{"stream":"stdout"|"stderr",
-	// "data":"…"}` for a chunk that is valid UTF-8, `{"stream":…,"data_b64":"…"}` (standard
-	// base64) for one that is not — in the order the agent sent them, each flushed to the
-	// client as soon as it is written; then exactly one last line, an `ExecStreamEnd`: the
-	// exit status (`exit_code`, `duration_ms`, `timed_out`, `success`, `truncated`, `error`
-	// …), or `code` `agent_gone` with `error` when the agent lost the command (the JSON form's
-	// 502). A stream that ends without that line was cut (the server went away): the exit
-	// status is unknown. The bytes of a stream are exactly the concatenation of its chunks'
-	// decoded `data`/`data_b64`; `max_output_bytes` applies per stream as in the JSON form.
-	// Errors before the command starts keep their JSON answers and status codes; the default
-	// (no `Accept`, `application/json`, anything else) is the JSON `ExecResult`. The caller
-	// going away kills the command, as in the JSON form. NDJSON rather than multipart: a
-	// client reads it with any JSON library line by line, text chunks stay readable with
-	// `curl`, and it costs no JSON string escaping of the whole output at the end — a chunk
-	// is written once, as it comes (measured in docs/benchmarks.md); a raw multipart body
-	// would save base64 on binary output only, at the cost of a boundary parser in every client.
+	// **Streamed output.** A caller can ask for the output as it comes instead of one JSON
+	// answer at the end, in one of two forms; `Accept` picks the one with the higher `q`
+	// (`multipart/mixed` on a tie), if that is not below `application/json`'s. Both send each
+	// batch of output to the client as soon as the agent delivered it, end with the exit
+	// status, and apply `max_output_bytes` per stream as the JSON form does. Errors before the
+	// command starts keep their JSON answers and status codes; the default (no `Accept`,
+	// `application/json`, anything else) is the JSON `ExecResult`. The caller going away kills
+	// the command, as in the JSON form. A stream that ends without its exit status was cut
+	// (the server went away): the exit status is unknown.
+	//
+	// - `Accept: multipart/mixed` — the output's raw bytes, with no escaping or base64 (the
+	//   cheapest form for large or binary output). The 200 answer is `multipart/mixed;
+	//   boundary=…` (RFC 2046; the boundary is random per answer, so a command cannot print
+	//   it): parts of output, each `Content-Type: application/octet-stream` and
+	//   `Content-Disposition: inline; name="stdout"` or `name="stderr"`, whose body is a run
+	//   of that stream's bytes exactly as the command wrote them, in the order the agent sent
+	//   them; then exactly one last part, `Content-Disposition: inline; name="end"`,
+	//   `Content-Type: application/json`, an `ExecStreamEnd` (below); then the closing
+	//   delimiter. A stream's bytes are exactly the concatenation of its parts' bodies; where
+	//   a part ends says nothing (runs may be split or joined anywhere). Any MIME multipart
+	//   reader reads it (Go: `mime/multipart.NewReader`).
+	// - `Accept: application/x-ndjson` — one JSON object per line, first `ExecStreamChunk`s —
+	//   `{"stream":"stdout"|"stderr", "data":"…"}` for a chunk that is valid UTF-8,
+	//   `{"stream":…,"data_b64":"…"}` (standard base64) for one that is not — in the order the
+	//   agent sent them; then exactly one last line, an `ExecStreamEnd`. The bytes of a stream
+	//   are exactly the concatenation of its chunks' decoded `data`/`data_b64`. Read with any
+	//   JSON library line by line; text stays readable with `curl`.
+	//
+	// The `ExecStreamEnd` is the exit status (`exit_code`, `duration_ms`, `timed_out`,
+	// `success`, `truncated`, `error` …), or `code` `agent_gone` with `error` when the agent
+	// lost the command (the JSON form's 502). Neither form escapes the whole output at the end
+	// as the JSON answer does (measured in docs/benchmarks.md).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7860,24 +7930,38 @@ type ClientWithResponsesInterface interface {
 	// server (its caller's connection went with it) is killed as soon as its agent reports
 	// it to the restarted server.
 	//
-	// **Streamed output.** With `Accept: application/x-ndjson` (and no preference for
-	// `application/json` over it) the 200 answer is `application/x-ndjson`, sent as the output
-	// comes: one JSON object per line, first `ExecStreamChunk`s — `{"stream":"stdout"|"stderr",
-	// "data":"…"}` for a chunk that is valid UTF-8, `{"stream":…,"data_b64":"…"}` (standard
-	// base64) for one that is not — in the order the agent sent them, each flushed to the
-	// client as soon as it is written; then exactly one last line, an `ExecStreamEnd`: the
-	// exit status (`exit_code`, `duration_ms`, `timed_out`, `success`, `truncated`, `error`
-	// …), or `code` `agent_gone` with `error` when the agent lost the command (the JSON form's
-	// 502). A stream that ends without that line was cut (the server went away): the exit
-	// status is unknown. The bytes of a stream are exactly the concatenation of its chunks'
-	// decoded `data`/`data_b64`; `max_output_bytes` applies per stream as in the JSON form.
-	// Errors before the command starts keep their JSON answers and status codes; the default
-	// (no `Accept`, `application/json`, anything else) is the JSON `ExecResult`. The caller
-	// going away kills the command, as in the JSON form. NDJSON rather than multipart: a
-	// client reads it with any JSON library line by line, text chunks stay readable with
-	// `curl`, and it costs no JSON string escaping of the whole output at the end — a chunk
-	// is written once, as it comes (measured in docs/benchmarks.md); a raw multipart body
-	// would save base64 on binary output only, at the cost of a boundary parser in every client.
+	// **Streamed output.** A caller can ask for the output as it comes instead of one JSON
+	// answer at the end, in one of two forms; `Accept` picks the one with the higher `q`
+	// (`multipart/mixed` on a tie), if that is not below `application/json`'s. Both send each
+	// batch of output to the client as soon as the agent delivered it, end with the exit
+	// status, and apply `max_output_bytes` per stream as the JSON form does. Errors before the
+	// command starts keep their JSON answers and status codes; the default (no `Accept`,
+	// `application/json`, anything else) is the JSON `ExecResult`. The caller going away kills
+	// the command, as in the JSON form. A stream that ends without its exit status was cut
+	// (the server went away): the exit status is unknown.
+	//
+	// - `Accept: multipart/mixed` — the output's raw bytes, with no escaping or base64 (the
+	//   cheapest form for large or binary output). The 200 answer is `multipart/mixed;
+	//   boundary=…` (RFC 2046; the boundary is random per answer, so a command cannot print
+	//   it): parts of output, each `Content-Type: application/octet-stream` and
+	//   `Content-Disposition: inline; name="stdout"` or `name="stderr"`, whose body is a run
+	//   of that stream's bytes exactly as the command wrote them, in the order the agent sent
+	//   them; then exactly one last part, `Content-Disposition: inline; name="end"`,
+	//   `Content-Type: application/json`, an `ExecStreamEnd` (below); then the closing
+	//   delimiter. A stream's bytes are exactly the concatenation of its parts' bodies; where
+	//   a part ends says nothing (runs may be split or joined anywhere). Any MIME multipart
+	//   reader reads it (Go: `mime/multipart.NewReader`).
+	// - `Accept: application/x-ndjson` — one JSON object per line, first `ExecStreamChunk`s —
+	//   `{"stream":"stdout"|"stderr", "data":"…"}` for a chunk that is valid UTF-8,
+	//   `{"stream":…,"data_b64":"…"}` (standard base64) for one that is not — in the order the
+	//   agent sent them; then exactly one last line, an `ExecStreamEnd`. The bytes of a stream
+	//   are exactly the concatenation of its chunks' decoded `data`/`data_b64`. Read with any
+	//   JSON library line by line; text stays readable with `curl`.
+	//
+	// The `ExecStreamEnd` is the exit status (`exit_code`, `duration_ms`, `timed_out`,
+	// `success`, `truncated`, `error` …), or `code` `agent_gone` with `error` when the agent
+	// lost the command (the JSON form's 502). Neither form escapes the whole output at the end
+	// as the JSON answer does (measured in docs/benchmarks.md).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -13991,24 +14075,38 @@ func (c *ClientWithResponses) StartCommandWithResponse(ctx context.Context, agen
 // server (its caller's connection went with it) is killed as soon as its agent reports
 // it to the restarted server.
 //
-// **Streamed output.** With `Accept: application/x-ndjson` (and no preference for
-// `application/json` over it) the 200 answer is `application/x-ndjson`, sent as the output
-// comes: one JSON object per line, first `ExecStreamChunk`s — `{"stream":"stdout"|"stderr",
-// "data":"…"}` for a chunk that is valid UTF-8, `{"stream":…,"data_b64":"…"}` (standard
-// base64) for one that is not — in the order the agent sent them, each flushed to the
-// client as soon as it is written; then exactly one last line, an `ExecStreamEnd`: the
-// exit status (`exit_code`, `duration_ms`, `timed_out`, `success`, `truncated`, `error`
-// …), or `code` `agent_gone` with `error` when the agent lost the command (the JSON form's
-// 502). A stream that ends without that line was cut (the server went away): the exit
-// status is unknown. The bytes of a stream are exactly the concatenation of its chunks'
-// decoded `data`/`data_b64`; `max_output_bytes` applies per stream as in the JSON form.
-// Errors before the command starts keep their JSON answers and status codes; the default
-// (no `Accept`, `application/json`, anything else) is the JSON `ExecResult`. The caller
-// going away kills the command, as in the JSON form. NDJSON rather than multipart: a
-// client reads it with any JSON library line by line, text chunks stay readable with
-// `curl`, and it costs no JSON string escaping of the whole output at the end — a chunk
-// is written once, as it comes (measured in docs/benchmarks.md); a raw multipart body
-// would save base64 on binary output only, at the cost of a boundary parser in every client.
+// **Streamed output.** A caller can ask for the output as it comes instead of one JSON
+// answer at the end, in one of two forms; `Accept` picks the one with the higher `q`
+// (`multipart/mixed` on a tie), if that is not below `application/json`'s. Both send each
+// batch of output to the client as soon as the agent delivered it, end with the exit
+// status, and apply `max_output_bytes` per stream as the JSON form does. Errors before the
+// command starts keep their JSON answers and status codes; the default (no `Accept`,
+// `application/json`, anything else) is the JSON `ExecResult`. The caller going away kills
+// the command, as in the JSON form. A stream that ends without its exit status was cut
+// (the server went away): the exit status is unknown.
+//
+//   - `Accept: multipart/mixed` — the output's raw bytes, with no escaping or base64 (the
+//     cheapest form for large or binary output). The 200 answer is `multipart/mixed;
+//     boundary=…` (RFC 2046; the boundary is random per answer, so a command cannot print
+//     it): parts of output, each `Content-Type: application/octet-stream` and
+//     `Content-Disposition: inline; name="stdout"` or `name="stderr"`, whose body is a run
+//     of that stream's bytes exactly as the command wrote them, in the order the agent sent
+//     them; then exactly one last part, `Content-Disposition: inline; name="end"`,
+//     `Content-Type: application/json`, an `ExecStreamEnd` (below); then the closing
+//     delimiter. A stream's bytes are exactly the concatenation of its parts' bodies; where
+//     a part ends says nothing (runs may be split or joined anywhere). Any MIME multipart
+//     reader reads it (Go: `mime/multipart.NewReader`).
+//   - `Accept: application/x-ndjson` — one JSON object per line, first `ExecStreamChunk`s —
+//     `{"stream":"stdout"|"stderr", "data":"…"}` for a chunk that is valid UTF-8,
+//     `{"stream":…,"data_b64":"…"}` (standard base64) for one that is not — in the order the
+//     agent sent them; then exactly one last line, an `ExecStreamEnd`. The bytes of a stream
+//     are exactly the concatenation of its chunks' decoded `data`/`data_b64`. Read with any
+//     JSON library line by line; text stays readable with `curl`.
+//
+// The `ExecStreamEnd` is the exit status (`exit_code`, `duration_ms`, `timed_out`,
+// `success`, `truncated`, `error` …), or `code` `agent_gone` with `error` when the agent
+// lost the command (the JSON form's 502). Neither form escapes the whole output at the end
+// as the JSON answer does (measured in docs/benchmarks.md).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -14037,24 +14135,38 @@ func (c *ClientWithResponses) ExecCommandWithBodyWithResponse(ctx context.Contex
 // server (its caller's connection went with it) is killed as soon as its agent reports
 // it to the restarted server.
 //
-// **Streamed output.** With `Accept: application/x-ndjson` (and no preference for
-// `application/json` over it) the 200 answer is `application/x-ndjson`, sent as the output
-// comes: one JSON object per line, first `ExecStreamChunk`s — `{"stream":"stdout"|"stderr",
-// "data":"…"}` for a chunk that is valid UTF-8, `{"stream":…,"data_b64":"…"}` (standard
-// base64) for one that is not — in the order the agent sent them, each flushed to the
-// client as soon as it is written; then exactly one last line, an `ExecStreamEnd`: the
-// exit status (`exit_code`, `duration_ms`, `timed_out`, `success`, `truncated`, `error`
-// …), or `code` `agent_gone` with `error` when the agent lost the command (the JSON form's
-// 502). A stream that ends without that line was cut (the server went away): the exit
-// status is unknown. The bytes of a stream are exactly the concatenation of its chunks'
-// decoded `data`/`data_b64`; `max_output_bytes` applies per stream as in the JSON form.
-// Errors before the command starts keep their JSON answers and status codes; the default
-// (no `Accept`, `application/json`, anything else) is the JSON `ExecResult`. The caller
-// going away kills the command, as in the JSON form. NDJSON rather than multipart: a
-// client reads it with any JSON library line by line, text chunks stay readable with
-// `curl`, and it costs no JSON string escaping of the whole output at the end — a chunk
-// is written once, as it comes (measured in docs/benchmarks.md); a raw multipart body
-// would save base64 on binary output only, at the cost of a boundary parser in every client.
+// **Streamed output.** A caller can ask for the output as it comes instead of one JSON
+// answer at the end, in one of two forms; `Accept` picks the one with the higher `q`
+// (`multipart/mixed` on a tie), if that is not below `application/json`'s. Both send each
+// batch of output to the client as soon as the agent delivered it, end with the exit
+// status, and apply `max_output_bytes` per stream as the JSON form does. Errors before the
+// command starts keep their JSON answers and status codes; the default (no `Accept`,
+// `application/json`, anything else) is the JSON `ExecResult`. The caller going away kills
+// the command, as in the JSON form. A stream that ends without its exit status was cut
+// (the server went away): the exit status is unknown.
+//
+//   - `Accept: multipart/mixed` — the output's raw bytes, with no escaping or base64 (the
+//     cheapest form for large or binary output). The 200 answer is `multipart/mixed;
+//     boundary=…` (RFC 2046; the boundary is random per answer, so a command cannot print
+//     it): parts of output, each `Content-Type: application/octet-stream` and
+//     `Content-Disposition: inline; name="stdout"` or `name="stderr"`, whose body is a run
+//     of that stream's bytes exactly as the command wrote them, in the order the agent sent
+//     them; then exactly one last part, `Content-Disposition: inline; name="end"`,
+//     `Content-Type: application/json`, an `ExecStreamEnd` (below); then the closing
+//     delimiter. A stream's bytes are exactly the concatenation of its parts' bodies; where
+//     a part ends says nothing (runs may be split or joined anywhere). Any MIME multipart
+//     reader reads it (Go: `mime/multipart.NewReader`).
+//   - `Accept: application/x-ndjson` — one JSON object per line, first `ExecStreamChunk`s —
+//     `{"stream":"stdout"|"stderr", "data":"…"}` for a chunk that is valid UTF-8,
+//     `{"stream":…,"data_b64":"…"}` (standard base64) for one that is not — in the order the
+//     agent sent them; then exactly one last line, an `ExecStreamEnd`. The bytes of a stream
+//     are exactly the concatenation of its chunks' decoded `data`/`data_b64`. Read with any
+//     JSON library line by line; text stays readable with `curl`.
+//
+// The `ExecStreamEnd` is the exit status (`exit_code`, `duration_ms`, `timed_out`,
+// `success`, `truncated`, `error` …), or `code` `agent_gone` with `error` when the agent
+// lost the command (the JSON form's 502). Neither form escapes the whole output at the end
+// as the JSON answer does (measured in docs/benchmarks.md).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -15691,7 +15803,7 @@ func ParseExecCommandResponse(rsp *http.Response) (*ExecCommandResponse, error) 
 		response.JSON503 = &dest
 
 	case rsp.StatusCode == 200:
-		// Content-type (application/x-ndjson) unsupported
+		// Content-type (multipart/mixed) unsupported
 
 	}
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/agentic-sandbox/agentic-sandbox/core/agent"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
@@ -26,10 +27,19 @@ func (s *Server) ExecCommand(ctx context.Context, req restapi.ExecCommandRequest
 	col := &collector{max: o.maxOut}
 	onOutput := col.add
 	var streamed *streamer
-	if streamWanted(ctx) {
-		// Accept: application/x-ndjson (exec_stream.go).
+	form := streamWanted(ctx)
+	if form != "" {
+		// Accept: multipart/mixed or application/x-ndjson (exec_stream.go).
 		streamed = newStreamer(o.maxOut)
 		onOutput = streamed.add
+	}
+	if hoptrace.On() {
+		// The first output to reach this handler (benchrun -exec-hops).
+		next, first := onOutput, sync.Once{}
+		onOutput = func(ch ports.OutputChunk) {
+			first.Do(func() { hoptrace.Mark("mgmt.exec_output") })
+			next(ch)
+		}
 	}
 	// Its id says it is an exec's: a restarted server kills it (its caller
 	// went with the server).
@@ -53,7 +63,7 @@ func (s *Server) ExecCommand(ctx context.Context, req restapi.ExecCommandRequest
 		}
 	}
 	if streamed != nil {
-		return execStream{s: s, ctx: ctx, cmd: cmd, agentID: req.AgentId, out: streamed}, nil
+		return execStream{s: s, ctx: ctx, cmd: cmd, agentID: req.AgentId, out: streamed, form: form}, nil
 	}
 	select {
 	case <-cmd.Done():

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"mime"
+	"mime/multipart"
 	"net/http"
 	"strconv"
 	"strings"
@@ -13,14 +14,18 @@ import (
 
 	"github.com/agentic-sandbox/agentic-sandbox/core/agent"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/hoptrace"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
-// ndjson is the media type of a streamed exec (openapi.yaml, execCommand).
-const ndjson = "application/x-ndjson"
+// The media types of a streamed exec (openapi.yaml, execCommand).
+const (
+	ndjson         = "application/x-ndjson"
+	multipartMixed = "multipart/mixed"
+)
 
-// execStreamKey marks, in an execCommand request's context, a caller that
-// asked for the output streamed as NDJSON.
+// execStreamKey holds, in an execCommand request's context, the streamed
+// form its caller asked for (ndjson or multipartMixed).
 type execStreamKey struct{}
 
 // withExecStream is a strict middleware: the strict handler does not see
@@ -30,22 +35,25 @@ func withExecStream(f restapi.StrictHandlerFunc, operationID string) restapi.Str
 		return f
 	}
 	return func(ctx context.Context, w http.ResponseWriter, r *http.Request, request any) (any, error) {
-		if wantsNDJSON(r.Header.Values("Accept")) {
-			ctx = context.WithValue(ctx, execStreamKey{}, true)
+		if form := streamForm(r.Header.Values("Accept")); form != "" {
+			ctx = context.WithValue(ctx, execStreamKey{}, form)
 		}
 		return f(ctx, w, r, request)
 	}
 }
 
-func streamWanted(ctx context.Context) bool {
-	v, _ := ctx.Value(execStreamKey{}).(bool)
+// streamWanted is the streamed form asked for, "" for the JSON answer.
+func streamWanted(ctx context.Context) string {
+	v, _ := ctx.Value(execStreamKey{}).(string)
 	return v
 }
 
-// wantsNDJSON says an Accept header asks for application/x-ndjson with no
-// preference (q) for application/json over it.
-func wantsNDJSON(accept []string) bool {
-	var qN, qJ float64
+// streamForm is the streamed form an Accept header prefers: the one of
+// multipart/mixed and application/x-ndjson with the higher q (multipart on
+// a tie: raw bytes cost least), if that q is above 0 and not below
+// application/json's; else "" (the JSON answer).
+func streamForm(accept []string) string {
+	var qN, qM, qJ float64
 	for _, line := range accept {
 		for _, part := range strings.Split(line, ",") {
 			mt, params, err := mime.ParseMediaType(strings.TrimSpace(part))
@@ -61,12 +69,20 @@ func wantsNDJSON(accept []string) bool {
 			switch mt {
 			case ndjson:
 				qN = max(qN, q)
+			case multipartMixed:
+				qM = max(qM, q)
 			case "application/json":
 				qJ = max(qJ, q)
 			}
 		}
 	}
-	return qN > 0 && qN >= qJ
+	switch {
+	case qM > 0 && qM >= qN && qM >= qJ:
+		return multipartMixed
+	case qN > 0 && qN >= qJ:
+		return ndjson
+	}
+	return ""
 }
 
 // streamer queues an exec's output between the agent link's receive loop
@@ -104,8 +120,16 @@ func (s *streamer) add(ch ports.OutputChunk) {
 	}
 	if len(data) > 0 {
 		s.sent[i] += len(data)
-		// The link may reuse its buffer once add returns.
-		s.queue = append(s.queue, ports.OutputChunk{Stream: ch.Stream, Data: append([]byte(nil), data...)})
+		// The link may reuse its buffer once add returns: the bytes are
+		// copied, into the last queued chunk of the same stream while it
+		// has room (fewer, larger writes), else into a pooled buffer
+		// (execanswer.go) the writer gives back.
+		if n := len(s.queue); n > 0 && s.queue[n-1].Stream == ch.Stream && cap(s.queue[n-1].Data)-len(s.queue[n-1].Data) >= len(data) {
+			s.queue[n-1].Data = append(s.queue[n-1].Data, data...)
+		} else {
+			b := getOutBuf(max(len(data), streamBufMin))
+			s.queue = append(s.queue, ports.OutputChunk{Stream: ch.Stream, Data: append(b, data...)})
+		}
 	}
 	s.mu.Unlock()
 	select {
@@ -114,7 +138,12 @@ func (s *streamer) add(ch ports.OutputChunk) {
 	}
 }
 
+// streamBufMin is the smallest buffer a queued chunk gets, so that small
+// chunks coming close together join.
+const streamBufMin = 32 << 10
+
 // take returns the queued chunks, in order, and whether output was dropped.
+// Their buffers are the caller's to give back (putOutBuf).
 func (s *streamer) take() ([]ports.OutputChunk, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -128,26 +157,42 @@ func (s *streamer) take() ([]ports.OutputChunk, bool) {
 func (s *streamer) close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	for _, ch := range s.queue {
+		putOutBuf(ch.Data)
+	}
 	s.closed, s.queue = true, nil
 }
 
-// execStream is the NDJSON answer of an exec whose command has started.
+// execStream is the streamed answer (NDJSON or multipart) of an exec whose
+// command has started.
 type execStream struct {
 	s       *Server
 	ctx     context.Context
 	cmd     ports.Command
 	agentID string
 	out     *streamer
+	form    string // ndjson or multipartMixed
+}
+
+// streamEncoding writes a streamed form: a batch of chunks, and the end.
+type streamEncoding interface {
+	contentType() string
+	chunks(w http.ResponseWriter, chunks []ports.OutputChunk) error
+	end(w http.ResponseWriter, end restapi.ExecStreamEnd) error
 }
 
 // VisitExecCommandResponse writes the chunks as they come, flushing after
-// each batch the link delivered, then the exit status line. The caller
-// going away kills the command, as in the JSON form.
+// each batch the link delivered, then the exit status. The caller going
+// away kills the command, as in the JSON form.
 func (e execStream) VisitExecCommandResponse(w http.ResponseWriter) error {
 	defer e.out.close()
+	var enc streamEncoding = &ndjsonEncoding{}
+	if e.form == multipartMixed {
+		enc = newMultipartEncoding()
+	}
 	log := e.s.log.With("agent", e.agentID, "command_id", e.cmd.ID())
 	h := w.Header()
-	h.Set("Content-Type", ndjson)
+	h.Set("Content-Type", enc.contentType())
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
@@ -161,23 +206,23 @@ func (e execStream) VisitExecCommandResponse(w http.ResponseWriter) error {
 	if err := rc.Flush(); err != nil {
 		return gone(err)
 	}
-	var buf []byte
 	done := e.cmd.Done()
 	for {
 		select {
 		case <-e.out.wake:
 		case <-done:
 			done = nil
+			hoptrace.Mark("mgmt.exec_woken")
 		case <-e.ctx.Done():
 			return gone(e.ctx.Err())
 		}
 		chunks, truncated := e.out.take()
 		if len(chunks) > 0 {
-			buf = buf[:0]
+			err := enc.chunks(w, chunks)
 			for _, ch := range chunks {
-				buf = appendChunkLine(buf, ch)
+				putOutBuf(ch.Data)
 			}
-			if _, err := w.Write(buf); err != nil {
+			if err != nil {
 				return gone(err)
 			}
 			if err := rc.Flush(); err != nil {
@@ -195,7 +240,7 @@ func (e execStream) VisitExecCommandResponse(w http.ResponseWriter) error {
 			lerr := lostError("command "+strconv.Quote(e.cmd.ID()), res)
 			end.Code, end.Error = &lerr.body.Code, &lerr.body.Error
 		} else {
-			log.InfoContext(e.ctx, "rest: exec ended", "exit_code", res.ExitCode, "timed_out", res.TimedOut, "duration", res.Duration, "streamed", true)
+			log.InfoContext(e.ctx, "rest: exec ended", "exit_code", res.ExitCode, "timed_out", res.TimedOut, "duration", res.Duration, "streamed", e.form)
 			code, ms, success := res.ExitCode, res.Duration.Milliseconds(), res.Success()
 			end.ExitCode, end.DurationMs, end.TimedOut, end.Success, end.Truncated = &code, &ms, &res.TimedOut, &success, &truncated
 			if res.Signal != 0 {
@@ -207,15 +252,104 @@ func (e execStream) VisitExecCommandResponse(w http.ResponseWriter) error {
 				end.Error = &msg
 			}
 		}
-		line, err := json.Marshal(end)
-		if err != nil {
+		if err := enc.end(w, end); err != nil {
 			return &streamBroken{err}
 		}
-		if _, err := w.Write(append(line, '\n')); err != nil {
-			return &streamBroken{err}
-		}
+		hoptrace.Mark("mgmt.exec_answered")
 		return nil
 	}
+}
+
+// ndjsonEncoding is Accept: application/x-ndjson: a JSON line per chunk,
+// then the ExecStreamEnd line.
+type ndjsonEncoding struct{ buf []byte }
+
+func (*ndjsonEncoding) contentType() string { return ndjson }
+
+func (n *ndjsonEncoding) chunks(w http.ResponseWriter, chunks []ports.OutputChunk) error {
+	n.buf = n.buf[:0]
+	for _, ch := range chunks {
+		n.buf = appendChunkLine(n.buf, ch)
+	}
+	_, err := w.Write(n.buf)
+	return err
+}
+
+func (*ndjsonEncoding) end(w http.ResponseWriter, end restapi.ExecStreamEnd) error {
+	line, err := json.Marshal(end)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(line, '\n'))
+	return err
+}
+
+// multipartEncoding is Accept: multipart/mixed: each run of a stream's
+// bytes a part of their own, raw (no escaping, no base64), named by its
+// Content-Disposition; then a last part "end", the ExecStreamEnd as JSON,
+// and the closing delimiter. The boundary is random (multipart.Writer's,
+// 240 bits): a command cannot know it to print it.
+type multipartEncoding struct {
+	boundary string
+	started  bool
+	hdr      []byte
+}
+
+func newMultipartEncoding() *multipartEncoding {
+	return &multipartEncoding{boundary: multipart.NewWriter(nil).Boundary()}
+}
+
+func (m *multipartEncoding) contentType() string {
+	return multipartMixed + "; boundary=" + m.boundary
+}
+
+// partHeader is the delimiter and the headers that open a part.
+func (m *multipartEncoding) partHeader(name, ctype string) []byte {
+	m.hdr = m.hdr[:0]
+	if m.started {
+		// The CRLF before a delimiter is the delimiter's, not the part's.
+		m.hdr = append(m.hdr, "\r\n"...)
+	}
+	m.started = true
+	m.hdr = append(m.hdr, "--"...)
+	m.hdr = append(m.hdr, m.boundary...)
+	m.hdr = append(m.hdr, "\r\nContent-Type: "...)
+	m.hdr = append(m.hdr, ctype...)
+	m.hdr = append(m.hdr, "\r\nContent-Disposition: inline; name=\""...)
+	m.hdr = append(m.hdr, name...)
+	return append(m.hdr, "\"\r\n\r\n"...)
+}
+
+func (m *multipartEncoding) chunks(w http.ResponseWriter, chunks []ports.OutputChunk) error {
+	for i, ch := range chunks {
+		// Chunks of the same stream in a row share a part.
+		if i == 0 || chunks[i-1].Stream != ch.Stream {
+			name := "stdout"
+			if ch.Stream == ports.StreamStderr {
+				name = "stderr"
+			}
+			if _, err := w.Write(m.partHeader(name, "application/octet-stream")); err != nil {
+				return err
+			}
+		}
+		if _, err := w.Write(ch.Data); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *multipartEncoding) end(w http.ResponseWriter, end restapi.ExecStreamEnd) error {
+	body, err := json.Marshal(end)
+	if err != nil {
+		return err
+	}
+	b := append(m.partHeader("end", "application/json"), body...)
+	b = append(b, "\r\n--"...)
+	b = append(b, m.boundary...)
+	b = append(b, "--\r\n"...)
+	_, err = w.Write(b)
+	return err
 }
 
 // appendChunkLine appends a chunk's NDJSON line: its bytes as a JSON string

@@ -234,7 +234,8 @@ func TestExecStreamCallerGoes(t *testing.T) {
 }
 
 // TestExecStreamNegotiation: errors before the command starts keep their
-// JSON answers; without a preference for NDJSON the answer is JSON.
+// JSON answers; without a preference for a streamed form the answer is
+// JSON; of the two streamed forms the higher q wins, multipart on a tie.
 func TestExecStreamNegotiation(t *testing.T) {
 	e := newEnv(t)
 	send := func(path, accept string) response {
@@ -255,13 +256,21 @@ func TestExecStreamNegotiation(t *testing.T) {
 	}
 	expect(t, send("/api/v1/agents/ghost/exec", "application/x-ndjson"), 404, "agent_not_found")
 	expect(t, send("/api/v1/agents/off/exec", "application/x-ndjson"), 409, "agent_not_connected")
+	expect(t, send("/api/v1/agents/ghost/exec", "multipart/mixed"), 404, "agent_not_found")
+	expect(t, send("/api/v1/agents/off/exec", "multipart/mixed"), 409, "agent_not_connected")
 	for accept, want := range map[string]string{
 		"":                 "application/json",
 		"application/json": "application/json",
 		"*/*":              "application/json",
-		"application/x-ndjson;q=0.5, application/json": "application/json",
-		"application/x-ndjson":                         "application/x-ndjson",
-		"application/json;q=0.9, application/x-ndjson": "application/x-ndjson",
+		"application/x-ndjson;q=0.5, application/json":                 "application/json",
+		"application/x-ndjson":                                         "application/x-ndjson",
+		"application/json;q=0.9, application/x-ndjson":                 "application/x-ndjson",
+		"multipart/mixed":                                              "multipart/mixed; boundary=",
+		"multipart/mixed, application/x-ndjson":                        "multipart/mixed; boundary=",
+		"multipart/mixed;q=0.5, application/x-ndjson":                  "application/x-ndjson",
+		"application/json, multipart/mixed;q=0.9":                      "application/json",
+		"multipart/mixed;q=0, application/x-ndjson;q=0":                "application/json",
+		"application/x-ndjson;q=0.4, multipart/mixed;q=0.6, */*;q=0.1": "multipart/mixed; boundary=",
 	} {
 		r := send("/api/v1/agents/a1/exec", accept)
 		if r.status != 200 || !strings.HasPrefix(r.header.Get("Content-Type"), want) {

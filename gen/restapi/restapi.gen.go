@@ -14,6 +14,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
+	"mime/multipart"
 	"net/http"
 	"net/url"
 	"path"
@@ -950,7 +952,7 @@ type ExecStreamChunk struct {
 // ExecStreamChunkStream defines model for ExecStreamChunk.Stream.
 type ExecStreamChunkStream string
 
-// ExecStreamEnd The last line of a streamed exec: the command's exit status (`exit_code` and the fields beside it), or, when its agent lost it, `code` `agent_gone` and `error` and no exit status.
+// ExecStreamEnd The last line (`application/x-ndjson`) or the last part, `end` (`multipart/mixed`), of a streamed exec: the command's exit status (`exit_code` and the fields beside it), or, when its agent lost it, `code` `agent_gone` and `error` and no exit status.
 type ExecStreamEnd struct {
 	AgentId string `json:"agent_id"`
 
@@ -2052,24 +2054,38 @@ type ClientInterface interface {
 	// server (its caller's connection went with it) is killed as soon as its agent reports
 	// it to the restarted server.
 	//
-	// **Streamed output.** With `Accept: application/x-ndjson` (and no preference for
-	// `application/json` over it) the 200 answer is `application/x-ndjson`, sent as the output
-	// comes: one JSON object per line, first `ExecStreamChunk`s — `{"stream":"stdout"|"stderr",
-	// "data":"…"}` for a chunk that is valid UTF-8, `{"stream":…,"data_b64":"…"}` (standard
-	// base64) for one that is not — in the order the agent sent them, each flushed to the
-	// client as soon as it is written; then exactly one last line, an `ExecStreamEnd`: the
-	// exit status (`exit_code`, `duration_ms`, `timed_out`, `success`, `truncated`, `error`
-	// …), or `code` `agent_gone` with `error` when the agent lost the command (the JSON form's
-	// 502). A stream that ends without that line was cut (the server went away): the exit
-	// status is unknown. The bytes of a stream are exactly the concatenation of its chunks'
-	// decoded `data`/`data_b64`; `max_output_bytes` applies per stream as in the JSON form.
-	// Errors before the command starts keep their JSON answers and status codes; the default
-	// (no `Accept`, `application/json`, anything else) is the JSON `ExecResult`. The caller
-	// going away kills the command, as in the JSON form. NDJSON rather than multipart: a
-	// client reads it with any JSON library line by line, text chunks stay readable with
-	// `curl`, and it costs no JSON string escaping of the whole output at the end — a chunk
-	// is written once, as it comes (measured in docs/benchmarks.md); a raw multipart body
-	// would save base64 on binary output only, at the cost of a boundary parser in every client.
+	// **Streamed output.** A caller can ask for the output as it comes instead of one JSON
+	// answer at the end, in one of two forms; `Accept` picks the one with the higher `q`
+	// (`multipart/mixed` on a tie), if that is not below `application/json`'s. Both send each
+	// batch of output to the client as soon as the agent delivered it, end with the exit
+	// status, and apply `max_output_bytes` per stream as the JSON form does. Errors before the
+	// command starts keep their JSON answers and status codes; the default (no `Accept`,
+	// `application/json`, anything else) is the JSON `ExecResult`. The caller going away kills
+	// the command, as in the JSON form. A stream that ends without its exit status was cut
+	// (the server went away): the exit status is unknown.
+	//
+	// - `Accept: multipart/mixed` — the output's raw bytes, with no escaping or base64 (the
+	//   cheapest form for large or binary output). The 200 answer is `multipart/mixed;
+	//   boundary=…` (RFC 2046; the boundary is random per answer, so a command cannot print
+	//   it): parts of output, each `Content-Type: application/octet-stream` and
+	//   `Content-Disposition: inline; name="stdout"` or `name="stderr"`, whose body is a run
+	//   of that stream's bytes exactly as the command wrote them, in the order the agent sent
+	//   them; then exactly one last part, `Content-Disposition: inline; name="end"`,
+	//   `Content-Type: application/json`, an `ExecStreamEnd` (below); then the closing
+	//   delimiter. A stream's bytes are exactly the concatenation of its parts' bodies; where
+	//   a part ends says nothing (runs may be split or joined anywhere). Any MIME multipart
+	//   reader reads it (Go: `mime/multipart.NewReader`).
+	// - `Accept: application/x-ndjson` — one JSON object per line, first `ExecStreamChunk`s —
+	//   `{"stream":"stdout"|"stderr", "data":"…"}` for a chunk that is valid UTF-8,
+	//   `{"stream":…,"data_b64":"…"}` (standard base64) for one that is not — in the order the
+	//   agent sent them; then exactly one last line, an `ExecStreamEnd`. The bytes of a stream
+	//   are exactly the concatenation of its chunks' decoded `data`/`data_b64`. Read with any
+	//   JSON library line by line; text stays readable with `curl`.
+	//
+	// The `ExecStreamEnd` is the exit status (`exit_code`, `duration_ms`, `timed_out`,
+	// `success`, `truncated`, `error` …), or `code` `agent_gone` with `error` when the agent
+	// lost the command (the JSON form's 502). Neither form escapes the whole output at the end
+	// as the JSON answer does (measured in docs/benchmarks.md).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2092,24 +2108,38 @@ type ClientInterface interface {
 	// server (its caller's connection went with it) is killed as soon as its agent reports
 	// it to the restarted server.
 	//
-	// **Streamed output.** With `Accept: application/x-ndjson` (and no preference for
-	// `application/json` over it) the 200 answer is `application/x-ndjson`, sent as the output
-	// comes: one JSON object per line, first `ExecStreamChunk`s — `{"stream":"stdout"|"stderr",
-	// "data":"…"}` for a chunk that is valid UTF-8, `{"stream":…,"data_b64":"…"}` (standard
-	// base64) for one that is not — in the order the agent sent them, each flushed to the
-	// client as soon as it is written; then exactly one last line, an `ExecStreamEnd`: the
-	// exit status (`exit_code`, `duration_ms`, `timed_out`, `success`, `truncated`, `error`
-	// …), or `code` `agent_gone` with `error` when the agent lost the command (the JSON form's
-	// 502). A stream that ends without that line was cut (the server went away): the exit
-	// status is unknown. The bytes of a stream are exactly the concatenation of its chunks'
-	// decoded `data`/`data_b64`; `max_output_bytes` applies per stream as in the JSON form.
-	// Errors before the command starts keep their JSON answers and status codes; the default
-	// (no `Accept`, `application/json`, anything else) is the JSON `ExecResult`. The caller
-	// going away kills the command, as in the JSON form. NDJSON rather than multipart: a
-	// client reads it with any JSON library line by line, text chunks stay readable with
-	// `curl`, and it costs no JSON string escaping of the whole output at the end — a chunk
-	// is written once, as it comes (measured in docs/benchmarks.md); a raw multipart body
-	// would save base64 on binary output only, at the cost of a boundary parser in every client.
+	// **Streamed output.** A caller can ask for the output as it comes instead of one JSON
+	// answer at the end, in one of two forms; `Accept` picks the one with the higher `q`
+	// (`multipart/mixed` on a tie), if that is not below `application/json`'s. Both send each
+	// batch of output to the client as soon as the agent delivered it, end with the exit
+	// status, and apply `max_output_bytes` per stream as the JSON form does. Errors before the
+	// command starts keep their JSON answers and status codes; the default (no `Accept`,
+	// `application/json`, anything else) is the JSON `ExecResult`. The caller going away kills
+	// the command, as in the JSON form. A stream that ends without its exit status was cut
+	// (the server went away): the exit status is unknown.
+	//
+	// - `Accept: multipart/mixed` — the output's raw bytes, with no escaping or base64 (the
+	//   cheapest form for large or binary output). The 200 answer is `multipart/mixed;
+	//   boundary=…` (RFC 2046; the boundary is random per answer, so a command cannot print
+	//   it): parts of output, each `Content-Type: application/octet-stream` and
+	//   `Content-Disposition: inline; name="stdout"` or `name="stderr"`, whose body is a run
+	//   of that stream's bytes exactly as the command wrote them, in the order the agent sent
+	//   them; then exactly one last part, `Content-Disposition: inline; name="end"`,
+	//   `Content-Type: application/json`, an `ExecStreamEnd` (below); then the closing
+	//   delimiter. A stream's bytes are exactly the concatenation of its parts' bodies; where
+	//   a part ends says nothing (runs may be split or joined anywhere). Any MIME multipart
+	//   reader reads it (Go: `mime/multipart.NewReader`).
+	// - `Accept: application/x-ndjson` — one JSON object per line, first `ExecStreamChunk`s —
+	//   `{"stream":"stdout"|"stderr", "data":"…"}` for a chunk that is valid UTF-8,
+	//   `{"stream":…,"data_b64":"…"}` (standard base64) for one that is not — in the order the
+	//   agent sent them; then exactly one last line, an `ExecStreamEnd`. The bytes of a stream
+	//   are exactly the concatenation of its chunks' decoded `data`/`data_b64`. Read with any
+	//   JSON library line by line; text stays readable with `curl`.
+	//
+	// The `ExecStreamEnd` is the exit status (`exit_code`, `duration_ms`, `timed_out`,
+	// `success`, `truncated`, `error` …), or `code` `agent_gone` with `error` when the agent
+	// lost the command (the JSON form's 502). Neither form escapes the whole output at the end
+	// as the JSON answer does (measured in docs/benchmarks.md).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3029,24 +3059,38 @@ func (c *Client) StartCommand(ctx context.Context, agentId AgentID, body StartCo
 // server (its caller's connection went with it) is killed as soon as its agent reports
 // it to the restarted server.
 //
-// **Streamed output.** With `Accept: application/x-ndjson` (and no preference for
-// `application/json` over it) the 200 answer is `application/x-ndjson`, sent as the output
-// comes: one JSON object per line, first `ExecStreamChunk`s — `{"stream":"stdout"|"stderr",
-// "data":"…"}` for a chunk that is valid UTF-8, `{"stream":…,"data_b64":"…"}` (standard
-// base64) for one that is not — in the order the agent sent them, each flushed to the
-// client as soon as it is written; then exactly one last line, an `ExecStreamEnd`: the
-// exit status (`exit_code`, `duration_ms`, `timed_out`, `success`, `truncated`, `error`
-// …), or `code` `agent_gone` with `error` when the agent lost the command (the JSON form's
-// 502). A stream that ends without that line was cut (the server went away): the exit
-// status is unknown. The bytes of a stream are exactly the concatenation of its chunks'
-// decoded `data`/`data_b64`; `max_output_bytes` applies per stream as in the JSON form.
-// Errors before the command starts keep their JSON answers and status codes; the default
-// (no `Accept`, `application/json`, anything else) is the JSON `ExecResult`. The caller
-// going away kills the command, as in the JSON form. NDJSON rather than multipart: a
-// client reads it with any JSON library line by line, text chunks stay readable with
-// `curl`, and it costs no JSON string escaping of the whole output at the end — a chunk
-// is written once, as it comes (measured in docs/benchmarks.md); a raw multipart body
-// would save base64 on binary output only, at the cost of a boundary parser in every client.
+// **Streamed output.** A caller can ask for the output as it comes instead of one JSON
+// answer at the end, in one of two forms; `Accept` picks the one with the higher `q`
+// (`multipart/mixed` on a tie), if that is not below `application/json`'s. Both send each
+// batch of output to the client as soon as the agent delivered it, end with the exit
+// status, and apply `max_output_bytes` per stream as the JSON form does. Errors before the
+// command starts keep their JSON answers and status codes; the default (no `Accept`,
+// `application/json`, anything else) is the JSON `ExecResult`. The caller going away kills
+// the command, as in the JSON form. A stream that ends without its exit status was cut
+// (the server went away): the exit status is unknown.
+//
+//   - `Accept: multipart/mixed` — the output's raw bytes, with no escaping or base64 (the
+//     cheapest form for large or binary output). The 200 answer is `multipart/mixed;
+//     boundary=…` (RFC 2046; the boundary is random per answer, so a command cannot print
+//     it): parts of output, each `Content-Type: application/octet-stream` and
+//     `Content-Disposition: inline; name="stdout"` or `name="stderr"`, whose body is a run
+//     of that stream's bytes exactly as the command wrote them, in the order the agent sent
+//     them; then exactly one last part, `Content-Disposition: inline; name="end"`,
+//     `Content-Type: application/json`, an `ExecStreamEnd` (below); then the closing
+//     delimiter. A stream's bytes are exactly the concatenation of its parts' bodies; where
+//     a part ends says nothing (runs may be split or joined anywhere). Any MIME multipart
+//     reader reads it (Go: `mime/multipart.NewReader`).
+//   - `Accept: application/x-ndjson` — one JSON object per line, first `ExecStreamChunk`s —
+//     `{"stream":"stdout"|"stderr", "data":"…"}` for a chunk that is valid UTF-8,
+//     `{"stream":…,"data_b64":"…"}` (standard base64) for one that is not — in the order the
+//     agent sent them; then exactly one last line, an `ExecStreamEnd`. The bytes of a stream
+//     are exactly the concatenation of its chunks' decoded `data`/`data_b64`. Read with any
+//     JSON library line by line; text stays readable with `curl`.
+//
+// The `ExecStreamEnd` is the exit status (`exit_code`, `duration_ms`, `timed_out`,
+// `success`, `truncated`, `error` …), or `code` `agent_gone` with `error` when the agent
+// lost the command (the JSON form's 502). Neither form escapes the whole output at the end
+// as the JSON answer does (measured in docs/benchmarks.md).
 //
 // Takes any type of body and a specified content type.
 //
@@ -3079,24 +3123,38 @@ func (c *Client) ExecCommandWithBody(ctx context.Context, agentId AgentID, conte
 // server (its caller's connection went with it) is killed as soon as its agent reports
 // it to the restarted server.
 //
-// **Streamed output.** With `Accept: application/x-ndjson` (and no preference for
-// `application/json` over it) the 200 answer is `application/x-ndjson`, sent as the output
-// comes: one JSON object per line, first `ExecStreamChunk`s — `{"stream":"stdout"|"stderr",
-// "data":"…"}` for a chunk that is valid UTF-8, `{"stream":…,"data_b64":"…"}` (standard
-// base64) for one that is not — in the order the agent sent them, each flushed to the
-// client as soon as it is written; then exactly one last line, an `ExecStreamEnd`: the
-// exit status (`exit_code`, `duration_ms`, `timed_out`, `success`, `truncated`, `error`
-// …), or `code` `agent_gone` with `error` when the agent lost the command (the JSON form's
-// 502). A stream that ends without that line was cut (the server went away): the exit
-// status is unknown. The bytes of a stream are exactly the concatenation of its chunks'
-// decoded `data`/`data_b64`; `max_output_bytes` applies per stream as in the JSON form.
-// Errors before the command starts keep their JSON answers and status codes; the default
-// (no `Accept`, `application/json`, anything else) is the JSON `ExecResult`. The caller
-// going away kills the command, as in the JSON form. NDJSON rather than multipart: a
-// client reads it with any JSON library line by line, text chunks stay readable with
-// `curl`, and it costs no JSON string escaping of the whole output at the end — a chunk
-// is written once, as it comes (measured in docs/benchmarks.md); a raw multipart body
-// would save base64 on binary output only, at the cost of a boundary parser in every client.
+// **Streamed output.** A caller can ask for the output as it comes instead of one JSON
+// answer at the end, in one of two forms; `Accept` picks the one with the higher `q`
+// (`multipart/mixed` on a tie), if that is not below `application/json`'s. Both send each
+// batch of output to the client as soon as the agent delivered it, end with the exit
+// status, and apply `max_output_bytes` per stream as the JSON form does. Errors before the
+// command starts keep their JSON answers and status codes; the default (no `Accept`,
+// `application/json`, anything else) is the JSON `ExecResult`. The caller going away kills
+// the command, as in the JSON form. A stream that ends without its exit status was cut
+// (the server went away): the exit status is unknown.
+//
+//   - `Accept: multipart/mixed` — the output's raw bytes, with no escaping or base64 (the
+//     cheapest form for large or binary output). The 200 answer is `multipart/mixed;
+//     boundary=…` (RFC 2046; the boundary is random per answer, so a command cannot print
+//     it): parts of output, each `Content-Type: application/octet-stream` and
+//     `Content-Disposition: inline; name="stdout"` or `name="stderr"`, whose body is a run
+//     of that stream's bytes exactly as the command wrote them, in the order the agent sent
+//     them; then exactly one last part, `Content-Disposition: inline; name="end"`,
+//     `Content-Type: application/json`, an `ExecStreamEnd` (below); then the closing
+//     delimiter. A stream's bytes are exactly the concatenation of its parts' bodies; where
+//     a part ends says nothing (runs may be split or joined anywhere). Any MIME multipart
+//     reader reads it (Go: `mime/multipart.NewReader`).
+//   - `Accept: application/x-ndjson` — one JSON object per line, first `ExecStreamChunk`s —
+//     `{"stream":"stdout"|"stderr", "data":"…"}` for a chunk that is valid UTF-8,
+//     `{"stream":…,"data_b64":"…"}` (standard base64) for one that is not — in the order the
+//     agent sent them; then exactly one last line, an `ExecStreamEnd`. The bytes of a stream
+//     are exactly the concatenation of its chunks' decoded `data`/`data_b64`. Read with any
+//     JSON library line by line; text stays readable with `curl`.
+//
+// The `ExecStreamEnd` is the exit status (`exit_code`, `duration_ms`, `timed_out`,
+// `success`, `truncated`, `error` …), or `code` `agent_gone` with `error` when the agent
+// lost the command (the JSON form's 502). Neither form escapes the whole output at the end
+// as the JSON answer does (measured in docs/benchmarks.md).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -7828,24 +7886,38 @@ type ClientWithResponsesInterface interface {
 	// server (its caller's connection went with it) is killed as soon as its agent reports
 	// it to the restarted server.
 	//
-	// **Streamed output.** With `Accept: application/x-ndjson` (and no preference for
-	// `application/json` over it) the 200 answer is `application/x-ndjson`, sent as the output
-	// comes: one JSON object per line, first `ExecStreamChunk`s — `{"stream":"stdout"|"stderr",
-	// "data":"…"}` for a chunk that is valid UTF-8, `{"stream":…,"data_b64":"…"}` (standard
-	// base64) for one that is not — in the order the agent sent them, each flushed to the
-	// client as soon as it is written; then exactly one last line, an `ExecStreamEnd`: the
-	// exit status (`exit_code`, `duration_ms`, `timed_out`, `success`, `truncated`, `error`
-	// …), or `code` `agent_gone` with `error` when the agent lost the command (the JSON form's
-	// 502). A stream that ends without that line was cut (the server went away): the exit
-	// status is unknown. The bytes of a stream are exactly the concatenation of its chunks'
-	// decoded `data`/`data_b64`; `max_output_bytes` applies per stream as in the JSON form.
-	// Errors before the command starts keep their JSON answers and status codes; the default
-	// (no `Accept`, `application/json`, anything else) is the JSON `ExecResult`. The caller
-	// going away kills the command, as in the JSON form. NDJSON rather than multipart: a
-	// client reads it with any JSON library line by line, text chunks stay readable with
-	// `curl`, and it costs no JSON string escaping of the whole output at the end — a chunk
-	// is written once, as it comes (measured in docs/benchmarks.md); a raw multipart body
-	// would save base64 on binary output only, at the cost of a boundary parser in every client.
+	// **Streamed output.** A caller can ask for the output as it comes instead of one JSON
+	// answer at the end, in one of two forms; `Accept` picks the one with the higher `q`
+	// (`multipart/mixed` on a tie), if that is not below `application/json`'s. Both send each
+	// batch of output to the client as soon as the agent delivered it, end with the exit
+	// status, and apply `max_output_bytes` per stream as the JSON form does. Errors before the
+	// command starts keep their JSON answers and status codes; the default (no `Accept`,
+	// `application/json`, anything else) is the JSON `ExecResult`. The caller going away kills
+	// the command, as in the JSON form. A stream that ends without its exit status was cut
+	// (the server went away): the exit status is unknown.
+	//
+	// - `Accept: multipart/mixed` — the output's raw bytes, with no escaping or base64 (the
+	//   cheapest form for large or binary output). The 200 answer is `multipart/mixed;
+	//   boundary=…` (RFC 2046; the boundary is random per answer, so a command cannot print
+	//   it): parts of output, each `Content-Type: application/octet-stream` and
+	//   `Content-Disposition: inline; name="stdout"` or `name="stderr"`, whose body is a run
+	//   of that stream's bytes exactly as the command wrote them, in the order the agent sent
+	//   them; then exactly one last part, `Content-Disposition: inline; name="end"`,
+	//   `Content-Type: application/json`, an `ExecStreamEnd` (below); then the closing
+	//   delimiter. A stream's bytes are exactly the concatenation of its parts' bodies; where
+	//   a part ends says nothing (runs may be split or joined anywhere). Any MIME multipart
+	//   reader reads it (Go: `mime/multipart.NewReader`).
+	// - `Accept: application/x-ndjson` — one JSON object per line, first `ExecStreamChunk`s —
+	//   `{"stream":"stdout"|"stderr", "data":"…"}` for a chunk that is valid UTF-8,
+	//   `{"stream":…,"data_b64":"…"}` (standard base64) for one that is not — in the order the
+	//   agent sent them; then exactly one last line, an `ExecStreamEnd`. The bytes of a stream
+	//   are exactly the concatenation of its chunks' decoded `data`/`data_b64`. Read with any
+	//   JSON library line by line; text stays readable with `curl`.
+	//
+	// The `ExecStreamEnd` is the exit status (`exit_code`, `duration_ms`, `timed_out`,
+	// `success`, `truncated`, `error` …), or `code` `agent_gone` with `error` when the agent
+	// lost the command (the JSON form's 502). Neither form escapes the whole output at the end
+	// as the JSON answer does (measured in docs/benchmarks.md).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7868,24 +7940,38 @@ type ClientWithResponsesInterface interface {
 	// server (its caller's connection went with it) is killed as soon as its agent reports
 	// it to the restarted server.
 	//
-	// **Streamed output.** With `Accept: application/x-ndjson` (and no preference for
-	// `application/json` over it) the 200 answer is `application/x-ndjson`, sent as the output
-	// comes: one JSON object per line, first `ExecStreamChunk`s — `{"stream":"stdout"|"stderr",
-	// "data":"…"}` for a chunk that is valid UTF-8, `{"stream":…,"data_b64":"…"}` (standard
-	// base64) for one that is not — in the order the agent sent them, each flushed to the
-	// client as soon as it is written; then exactly one last line, an `ExecStreamEnd`: the
-	// exit status (`exit_code`, `duration_ms`, `timed_out`, `success`, `truncated`, `error`
-	// …), or `code` `agent_gone` with `error` when the agent lost the command (the JSON form's
-	// 502). A stream that ends without that line was cut (the server went away): the exit
-	// status is unknown. The bytes of a stream are exactly the concatenation of its chunks'
-	// decoded `data`/`data_b64`; `max_output_bytes` applies per stream as in the JSON form.
-	// Errors before the command starts keep their JSON answers and status codes; the default
-	// (no `Accept`, `application/json`, anything else) is the JSON `ExecResult`. The caller
-	// going away kills the command, as in the JSON form. NDJSON rather than multipart: a
-	// client reads it with any JSON library line by line, text chunks stay readable with
-	// `curl`, and it costs no JSON string escaping of the whole output at the end — a chunk
-	// is written once, as it comes (measured in docs/benchmarks.md); a raw multipart body
-	// would save base64 on binary output only, at the cost of a boundary parser in every client.
+	// **Streamed output.** A caller can ask for the output as it comes instead of one JSON
+	// answer at the end, in one of two forms; `Accept` picks the one with the higher `q`
+	// (`multipart/mixed` on a tie), if that is not below `application/json`'s. Both send each
+	// batch of output to the client as soon as the agent delivered it, end with the exit
+	// status, and apply `max_output_bytes` per stream as the JSON form does. Errors before the
+	// command starts keep their JSON answers and status codes; the default (no `Accept`,
+	// `application/json`, anything else) is the JSON `ExecResult`. The caller going away kills
+	// the command, as in the JSON form. A stream that ends without its exit status was cut
+	// (the server went away): the exit status is unknown.
+	//
+	// - `Accept: multipart/mixed` — the output's raw bytes, with no escaping or base64 (the
+	//   cheapest form for large or binary output). The 200 answer is `multipart/mixed;
+	//   boundary=…` (RFC 2046; the boundary is random per answer, so a command cannot print
+	//   it): parts of output, each `Content-Type: application/octet-stream` and
+	//   `Content-Disposition: inline; name="stdout"` or `name="stderr"`, whose body is a run
+	//   of that stream's bytes exactly as the command wrote them, in the order the agent sent
+	//   them; then exactly one last part, `Content-Disposition: inline; name="end"`,
+	//   `Content-Type: application/json`, an `ExecStreamEnd` (below); then the closing
+	//   delimiter. A stream's bytes are exactly the concatenation of its parts' bodies; where
+	//   a part ends says nothing (runs may be split or joined anywhere). Any MIME multipart
+	//   reader reads it (Go: `mime/multipart.NewReader`).
+	// - `Accept: application/x-ndjson` — one JSON object per line, first `ExecStreamChunk`s —
+	//   `{"stream":"stdout"|"stderr", "data":"…"}` for a chunk that is valid UTF-8,
+	//   `{"stream":…,"data_b64":"…"}` (standard base64) for one that is not — in the order the
+	//   agent sent them; then exactly one last line, an `ExecStreamEnd`. The bytes of a stream
+	//   are exactly the concatenation of its chunks' decoded `data`/`data_b64`. Read with any
+	//   JSON library line by line; text stays readable with `curl`.
+	//
+	// The `ExecStreamEnd` is the exit status (`exit_code`, `duration_ms`, `timed_out`,
+	// `success`, `truncated`, `error` …), or `code` `agent_gone` with `error` when the agent
+	// lost the command (the JSON form's 502). Neither form escapes the whole output at the end
+	// as the JSON answer does (measured in docs/benchmarks.md).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -13999,24 +14085,38 @@ func (c *ClientWithResponses) StartCommandWithResponse(ctx context.Context, agen
 // server (its caller's connection went with it) is killed as soon as its agent reports
 // it to the restarted server.
 //
-// **Streamed output.** With `Accept: application/x-ndjson` (and no preference for
-// `application/json` over it) the 200 answer is `application/x-ndjson`, sent as the output
-// comes: one JSON object per line, first `ExecStreamChunk`s — `{"stream":"stdout"|"stderr",
-// "data":"…"}` for a chunk that is valid UTF-8, `{"stream":…,"data_b64":"…"}` (standard
-// base64) for one that is not — in the order the agent sent them, each flushed to the
-// client as soon as it is written; then exactly one last line, an `ExecStreamEnd`: the
-// exit status (`exit_code`, `duration_ms`, `timed_out`, `success`, `truncated`, `error`
-// …), or `code` `agent_gone` with `error` when the agent lost the command (the JSON form's
-// 502). A stream that ends without that line was cut (the server went away): the exit
-// status is unknown. The bytes of a stream are exactly the concatenation of its chunks'
-// decoded `data`/`data_b64`; `max_output_bytes` applies per stream as in the JSON form.
-// Errors before the command starts keep their JSON answers and status codes; the default
-// (no `Accept`, `application/json`, anything else) is the JSON `ExecResult`. The caller
-// going away kills the command, as in the JSON form. NDJSON rather than multipart: a
-// client reads it with any JSON library line by line, text chunks stay readable with
-// `curl`, and it costs no JSON string escaping of the whole output at the end — a chunk
-// is written once, as it comes (measured in docs/benchmarks.md); a raw multipart body
-// would save base64 on binary output only, at the cost of a boundary parser in every client.
+// **Streamed output.** A caller can ask for the output as it comes instead of one JSON
+// answer at the end, in one of two forms; `Accept` picks the one with the higher `q`
+// (`multipart/mixed` on a tie), if that is not below `application/json`'s. Both send each
+// batch of output to the client as soon as the agent delivered it, end with the exit
+// status, and apply `max_output_bytes` per stream as the JSON form does. Errors before the
+// command starts keep their JSON answers and status codes; the default (no `Accept`,
+// `application/json`, anything else) is the JSON `ExecResult`. The caller going away kills
+// the command, as in the JSON form. A stream that ends without its exit status was cut
+// (the server went away): the exit status is unknown.
+//
+//   - `Accept: multipart/mixed` — the output's raw bytes, with no escaping or base64 (the
+//     cheapest form for large or binary output). The 200 answer is `multipart/mixed;
+//     boundary=…` (RFC 2046; the boundary is random per answer, so a command cannot print
+//     it): parts of output, each `Content-Type: application/octet-stream` and
+//     `Content-Disposition: inline; name="stdout"` or `name="stderr"`, whose body is a run
+//     of that stream's bytes exactly as the command wrote them, in the order the agent sent
+//     them; then exactly one last part, `Content-Disposition: inline; name="end"`,
+//     `Content-Type: application/json`, an `ExecStreamEnd` (below); then the closing
+//     delimiter. A stream's bytes are exactly the concatenation of its parts' bodies; where
+//     a part ends says nothing (runs may be split or joined anywhere). Any MIME multipart
+//     reader reads it (Go: `mime/multipart.NewReader`).
+//   - `Accept: application/x-ndjson` — one JSON object per line, first `ExecStreamChunk`s —
+//     `{"stream":"stdout"|"stderr", "data":"…"}` for a chunk that is valid UTF-8,
+//     `{"stream":…,"data_b64":"…"}` (standard base64) for one that is not — in the order the
+//     agent sent them; then exactly one last line, an `ExecStreamEnd`. The bytes of a stream
+//     are exactly the concatenation of its chunks' decoded `data`/`data_b64`. Read with any
+//     JSON library line by line; text stays readable with `curl`.
+//
+// The `ExecStreamEnd` is the exit status (`exit_code`, `duration_ms`, `timed_out`,
+// `success`, `truncated`, `error` …), or `code` `agent_gone` with `error` when the agent
+// lost the command (the JSON form's 502). Neither form escapes the whole output at the end
+// as the JSON answer does (measured in docs/benchmarks.md).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -14045,24 +14145,38 @@ func (c *ClientWithResponses) ExecCommandWithBodyWithResponse(ctx context.Contex
 // server (its caller's connection went with it) is killed as soon as its agent reports
 // it to the restarted server.
 //
-// **Streamed output.** With `Accept: application/x-ndjson` (and no preference for
-// `application/json` over it) the 200 answer is `application/x-ndjson`, sent as the output
-// comes: one JSON object per line, first `ExecStreamChunk`s — `{"stream":"stdout"|"stderr",
-// "data":"…"}` for a chunk that is valid UTF-8, `{"stream":…,"data_b64":"…"}` (standard
-// base64) for one that is not — in the order the agent sent them, each flushed to the
-// client as soon as it is written; then exactly one last line, an `ExecStreamEnd`: the
-// exit status (`exit_code`, `duration_ms`, `timed_out`, `success`, `truncated`, `error`
-// …), or `code` `agent_gone` with `error` when the agent lost the command (the JSON form's
-// 502). A stream that ends without that line was cut (the server went away): the exit
-// status is unknown. The bytes of a stream are exactly the concatenation of its chunks'
-// decoded `data`/`data_b64`; `max_output_bytes` applies per stream as in the JSON form.
-// Errors before the command starts keep their JSON answers and status codes; the default
-// (no `Accept`, `application/json`, anything else) is the JSON `ExecResult`. The caller
-// going away kills the command, as in the JSON form. NDJSON rather than multipart: a
-// client reads it with any JSON library line by line, text chunks stay readable with
-// `curl`, and it costs no JSON string escaping of the whole output at the end — a chunk
-// is written once, as it comes (measured in docs/benchmarks.md); a raw multipart body
-// would save base64 on binary output only, at the cost of a boundary parser in every client.
+// **Streamed output.** A caller can ask for the output as it comes instead of one JSON
+// answer at the end, in one of two forms; `Accept` picks the one with the higher `q`
+// (`multipart/mixed` on a tie), if that is not below `application/json`'s. Both send each
+// batch of output to the client as soon as the agent delivered it, end with the exit
+// status, and apply `max_output_bytes` per stream as the JSON form does. Errors before the
+// command starts keep their JSON answers and status codes; the default (no `Accept`,
+// `application/json`, anything else) is the JSON `ExecResult`. The caller going away kills
+// the command, as in the JSON form. A stream that ends without its exit status was cut
+// (the server went away): the exit status is unknown.
+//
+//   - `Accept: multipart/mixed` — the output's raw bytes, with no escaping or base64 (the
+//     cheapest form for large or binary output). The 200 answer is `multipart/mixed;
+//     boundary=…` (RFC 2046; the boundary is random per answer, so a command cannot print
+//     it): parts of output, each `Content-Type: application/octet-stream` and
+//     `Content-Disposition: inline; name="stdout"` or `name="stderr"`, whose body is a run
+//     of that stream's bytes exactly as the command wrote them, in the order the agent sent
+//     them; then exactly one last part, `Content-Disposition: inline; name="end"`,
+//     `Content-Type: application/json`, an `ExecStreamEnd` (below); then the closing
+//     delimiter. A stream's bytes are exactly the concatenation of its parts' bodies; where
+//     a part ends says nothing (runs may be split or joined anywhere). Any MIME multipart
+//     reader reads it (Go: `mime/multipart.NewReader`).
+//   - `Accept: application/x-ndjson` — one JSON object per line, first `ExecStreamChunk`s —
+//     `{"stream":"stdout"|"stderr", "data":"…"}` for a chunk that is valid UTF-8,
+//     `{"stream":…,"data_b64":"…"}` (standard base64) for one that is not — in the order the
+//     agent sent them; then exactly one last line, an `ExecStreamEnd`. The bytes of a stream
+//     are exactly the concatenation of its chunks' decoded `data`/`data_b64`. Read with any
+//     JSON library line by line; text stays readable with `curl`.
+//
+// The `ExecStreamEnd` is the exit status (`exit_code`, `duration_ms`, `timed_out`,
+// `success`, `truncated`, `error` …), or `code` `agent_gone` with `error` when the agent
+// lost the command (the JSON form's 502). Neither form escapes the whole output at the end
+// as the JSON answer does (measured in docs/benchmarks.md).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -15699,7 +15813,7 @@ func ParseExecCommandResponse(rsp *http.Response) (*ExecCommandResponse, error) 
 		response.JSON503 = &dest
 
 	case rsp.StatusCode == 200:
-		// Content-type (application/x-ndjson) unsupported
+		// Content-type (multipart/mixed) unsupported
 
 	}
 
@@ -22575,6 +22689,18 @@ func (response ExecCommand200ApplicationxNdjsonResponse) VisitExecCommandRespons
 			return err
 		}
 	}
+}
+
+type ExecCommand200MultipartResponse func(writer *multipart.Writer) error
+
+func (response ExecCommand200MultipartResponse) VisitExecCommandResponse(w http.ResponseWriter) error {
+	writer := multipart.NewWriter(w)
+
+	w.Header().Set("Content-Type", mime.FormatMediaType("multipart/mixed", map[string]string{"boundary": writer.Boundary()}))
+	w.WriteHeader(200)
+
+	defer writer.Close()
+	return response(writer)
 }
 
 type ExecCommand400JSONResponse struct{ BadRequestJSONResponse }
@@ -30883,493 +31009,500 @@ func (sh *strictHandler) GetReadyz(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L39bhtHti/6KgXeA4jMblGULDsJhcFAcZREJ/4QJHmy9x5ms4vsIlmjZhWnq1s0x8fA/HUf4OIA5w3m",
-	"Rc6bzJNc1FqrqqvJbpJSbE+SbQwwsZrd9blq1fr8rXetsZ4vtBIqN63+u9aCZ3wucpHBX+dTofLLb+0/",
-	"pWr1Wwuez1pRS/G5aPVb3P46lEkramXir4XMRNLq51khopYZz8Sc2+/m/O0Loab5rNU/Pvkqas2l8n9H",
-	"rXy1sC2ZPJNq2nr/Pmo91/M5V0ljp2P8/UN3e6HuZabVXKj8FXRU2zn8Z89unz3Z3et3MhUvdQLdJcKM",
-	"M7nIpbb9vh7nPGULkc2lMVIrNpK5iZjoTrus9+z0lOmMffn0abcV4Tj/WohsVQ50bhsNB7bgeS4y++Z/",
-	"9f74597hlz+/e/L+f7SaBnVlp70xqPOR0WmRi8j2nomU5/JesFyzfCZYIjMxznW2gr+ANg4Mo+0yzOQ8",
-	"y5lUfcZzNtcmZ6e9r58O1GiVCxMxpdmrNy8iJvh4xjxJsvZI5EshFDMpNzNhOv7rk6dPGX3LDXshVfGW",
-	"8TTVSzNQ7avz2x+GL8//nXGVsFfnLy/sH2eMl4O2+8pSraYiY/mMK/t/OdNqLNhftFQi2ZjWQEnDMjEp",
-	"jEjYKJhlp8tOez0WS3XPU5kMbdMx0/lMZEtpRHegGjaJaGsvarKLtU5PwZ4efdH+Y//P/3U0GLzt9X5+",
-	"dxydPH36/ujfOl+Uz3rwrGbLo9bbQ5FlOjscAym2wonYn6/4VDwvMqOzTZK4nQmmxNt8OIYXmJ7Awiwy",
-	"cS91YdiCTwVry1zMDS7xWM+FJZ+pZm5v7TuGzfW9sGQAC8f4ONPGMI4NjHShEp6tOk30jr23mjhA7+S0",
-	"jtLtxF7IucxrSJ3ILJ9Jw+Zcrc7YUuYzXeRM5pGltC77SeYz+CtcAMNXhi1nIhOwEPYnnAMcANM0gRSG",
-	"sTZ+OS/mdvS9Hmw9/elnIlUupiLDqWidfiDG9fR0N+O60ln+qpiPRA1JnLPb51dsobM8Ysfd7rOnT5+U",
-	"fKo6LPvSrmHhrKGVnatwI4BZNl4eBn//0JfHLTd3jX3m3Nx98A71nVDXYlK3+Ln97cAwmbB2nOu74T//",
-	"/o+4Y4+czA2zg2rYDPhw79ttJ5G8ty2ZhVZGgCzxDU++57lY8pX9a6xVLhQcPL5YpHLM7QSO/mLsLN4F",
-	"ff6PzE6z9f8clXLKEf5qji4s18KuNrkS8Ga2tP/Hl3zFljOZ4pmkO4llXLE2CjFTrUS/ZOlszOeCjfj4",
-	"zp36gQq+hPsvkQlTmhiaf1UqujXMWCslxjmbZnws7N0ztzwh+EGagVpymYuE6SLvQKPlCCZcpvYWmglm",
-	"N0SY3I0VeHXHXivvI7uq1/jzp1lVNxbgiulEZ3ORdFsgt6lJKsefbBhGF9lY2HFIxbjlrrnAGybRwsDO",
-	"gDiAHLwNghOuLG4a7IFIIk8NPM0ET1ZMqEQkHZiTlYRutX7Bs6n4NPOaWBqVhqW2Sy+ZCGZEdi+yA7vo",
-	"wBBZ+/z7i1e3l8+H312+AOlm+M1/3F7c0Lh1NpJJItQnPGkHhhVGZGzOV7DCiaaVL2XYYSKUFElJ6WOe",
-	"pjCrTKfCfTlQ7Ykbv6PyH+RIZIrn5W39cWc1c/0N4V5GzmD4vUiQ0IyVc/xLCROl9mDYUhdpwnJ+J9hc",
-	"45G/w510e/bD5TcX16/Ob4ONI9mVtW1Pc2EMiAxWlpjpJZsX45klCxyCpVb7Goytc8aWtivLkUQqcsF4",
-	"w8jYRGYmBwJ5pfPvrEj18VfylWbGDt4dWOj+WqfiE9KoJ6d+lergwrPLCuIuG4FsVyVGq4FZJoe0rBci",
-	"g5ENVGWf7AVqkFXbb93++NcdGd/kiVTfFOYT3IDGdjUcFWbVD+88KxeoRZGzvxaiAE4zKdIUqW6R6bEw",
-	"hs04sk/LDtnSclR7U8EHSefM/jSTaoqSvjRsmclcsCU32GbSZdciz1aMT3KR4b8Pz+HfRoy1SgwqRDPB",
-	"E7IyBO9sCjQ3+JFVx+xlyUZiYg9VZr+RatqtyMwbIuF7t+pvFL/nMuWj9BNwcrynlc6H/p7pV7TiVKo7",
-	"u/iJXqo9VnSgdiwpbiBeb5mgTg3TCghaL5ECP+Wif9pr00klI52s1q/PY/ZSfgNs51brl1ytSF4yH39o",
-	"5+yvhc45A8MBH89EUsPflzM5nkXANOxmIVOH8b5RvMhnOpN/E5+AU7+0l7SlwowtM62mbCR4ZhfRckk3",
-	"nk93hl5Z5quNkaNUMKWXrA0EhgyV6ckkYuKtGBe5zohbTaXJRWZFOqXxLETM5JZui3LgKHzYG3OIEjYe",
-	"zKXO7uDEcTm3N2zefIuSFcPe8bbfkf3Y3iNtCVJxPhOKxdh2DCoByfDc2IsA1DeaPFhYL3/6/ibneWE2",
-	"T+FP7uONmcfvBnb5J3JaZCIZtPpswlMj3sdARo6fiNQIb6VgWkVM3ItsNVBzYTV3O9pFJoxQeZ/Fhqtk",
-	"pN8OZYKNxG518UkmmJgv8hVD/c6wQuUytaMbKFx6HJ+BV/n4TullKpKp3Y6yKbdJqMPEdgTK3j+FSu3N",
-	"A0INN/lA+a0N2yadqMte2XkwTqQJnG2R2ds2l8Ida1qbgEGNtE4Fh4vYs+X6n4VKFloiaW8Yy4J12f57",
-	"dbL2XTtXPD2oWW98W25CTdPvQ9X8z+Ecf/ZN6dFfxDi3TZ2Pc3kv89XFPZ3R9RUy+bAw0I8VcHje6rcS",
-	"XdjR+dYUWnjsgi3rJ5sUuDVDvpDDuam0JlX+7LS1aacJvtr7C2nKVdzcrzuJoqxQxdwujVRgS+PGSJNz",
-	"lQ9z8dY+sMfizo48auVap0MrCbp/Z8IUKRqj6B+FskSMxluQEIN1phUA06kq5of3PAMh0PbuVv4SR+H+",
-	"PHejucXBuOe35aD8I63T5zi28NG1G5l7uPHgjR9yOQga+vsInAJp7TaqYj7Mi0yZuvs8ai14ZgUaWKfC",
-	"iCbKp5Wr+8mIv27ytyttJJxrMppMhOUWk0zP2XG3lgwC+91Ga89TXiTiwDB6icmkW2fsNsUIn9UME+ik",
-	"9gc7dZCc601uOgW1wonXEbsX2Yjncs7+583rV13fhCITbX0HW9bW/g67A6b0+lfwAc8yvoK/s0KNeQOT",
-	"W2Mmdn/oHG1jJjfFfM6z1S9mJ4lWot6XMJGKpwwpCS5kI6z0EdWc+odzEXu3DBv3eBv5FmOrGtVzH89K",
-	"Gk4PbJ3dW1gdniRA9Dy9qqxgzXfru9B4Qtc2E9+rDKwyClr/clpRuX/VZa2lhWnthYI6z73IjET5b2MR",
-	"x3zBRzKV7ov9Kdlf10OeVymM5+Iwl3NRd9BLU+sDP5xpkzce1IbzKRdDniRZlUjKn1M+EkgfO/Z/YxHK",
-	"hQfqnQme5SPxkOnMRZ7Jsdklib+k1ywxFUpJNR065209fWZWBMRVchevXTmgJpVzqUTWilr38+Aq/bmO",
-	"H3vpd9vogOpIULYfrUwu5kOpJnrXlzfw6qV9c/2ggFeG+i/nExCA37iaNWk8Gy+kaTofVbrfOd+6sxD4",
-	"Gms0hka/4xnjIyvpM628mA2/d2tjAMJVopE3zrdUXxwZQJco0oBNvRW1RoVZ4WLDjRCezVqqOM9yOeHj",
-	"WskV1M5h4yXeeHTNjJ88fVb/k/yb2OsSWVsbohL43HcQVcdYu3A0vQZaoV8fQC5uuTYoZn0zfdO1wyoS",
-	"mV+ovO6K5+O8nuQ0qtDO72iXhLUHLbR+6mzQYhOy97tH+G7EBq2Em9lI8yyhtzjzT5iRUyUSKxx6LXq9",
-	"AaB0PodojaB325JWYr0FmdsunX7mepTLKbpXnEXYvsSVVqu5LsygxZZWo1e2PTAQjMdiAY6jAXEhaggs",
-	"paWvBvyDpQEuQjO4bYBZ9lIGyGQiESqXPGUc7c9wejq1sutD2P44lXRRb0pZ3gROdxaapehESq0OTOTD",
-	"HcA0rLO8c0YWADtZnHntGMe18Uy2V9DgGFdmCX3bF12bWjESRmrb9Jb0+ob9z5cJ0xP7p+IL2V3xeXqG",
-	"C90tl7krjSnQSL/xUybu9R3SD1d1WwTfJhj+ZF9NQsurTOz+5jybivzMhQjhUrPlTJvSTjnmEEVkCZIo",
-	"05Se1SQCyw2tceeMLY0dI88FhTdE9glQyc1MpCn8mfM78VyrPNP4tyV9S1IqsX/dyTSlj2FyY3yT6XtB",
-	"njggFvaTGN3o8Z3IcVpOk7LLATMMpqfABgPaTj2t0nxqdbXz1GB01b8fkjX28DJhLlyAoZkaBk/XFTUG",
-	"+tVEs1Qq4UKNvGs01VPWnpvpHwZWlM/77qNBa1/SzXTaQLrA/Jyjsl025vkEDJZ2rF7tbDDy2dZ/uL29",
-	"YvgCHQ+R1CvAuPp1XBiYhx2nJU/ydC14PjswrIzpdLFtoxU7Kr2wQFuJd9Fh7IjOgJeegSdsRNa/PYQF",
-	"MLzAVUHr6TlReIz9TAL5a4wxiwHdNF5R9demUHm2rltsvTTL2+7DCVqsveDGwF4Yhp93foHw5eZUtxQU",
-	"Kmvlr4oUTqJqK2qJt7JJwAo+RrKsU+calJ0gBrfWAqrGOrH/3rH+r4t8UeQX7u2KCr7VZ/BWjMn0RQdL",
-	"7PqkslTwUSKyrF4UhJ+GejIxIt/TsGDyRBd5U3O6yIPm1uJ84bnjZeChZ5mwGjzEGthvIczVUspDhdNK",
-	"qHQQrI0r5kftV2N9sOtrEexsLTkCHwkCqYPApHqtF5wW67Z7CIQQydBKSU1OESVy8NgsMv12xdp4UaRw",
-	"4aoOioXwOVysPgTZcjLww/WZeMvHOfrtI/ZF1xSTiXzLljJNxjxLDNx4KBoJEoWsQKAXOAfWtwIRaydi",
-	"wos0Z6enT4D/f9XDAFXHfIJ4uZNnvTrVnL+9xJdPnj7bZEEY0DHk9U7abzHcw0429E9BDLPMwY0/EkKF",
-	"fix7/eV6sRAJyeTSQBA0a2vFuFox0oE7XXY+QscQ3PN2VsFknpxEdYaRtHGo58xZlaww/r0+MMysVM7f",
-	"srbtrnvFMyO+pVf6bND6umcGLStiP+nN8R/HM/jnGRu0eoMWk4bpyeSMcabEFEO6dVaGpIH4Lw0EZrtw",
-	"ZrpYIF5cGhYu7oHpdJkPMqpfUudVs+tK0tv6IirNiPeWkYJKM57n6Py9l2IpMnjmRSvggfBoIlMRsbxQ",
-	"SqR2MhBDLZYsz/hkIsedLnttadzulNsnckbyYJNZu2bOFJBsT0P5ojQstmpNvL7b9kBVXZ78Tig0zHO2",
-	"5NmcLbROSaZNxEQqtONjHAyoSlORG/akNw96dmOuDLezF2nN+bRGMHvuzEwMXgCBhmO4FTzAIH+7R396",
-	"ac4YnVYUjWgwB6CcMQgrtuL9vP5SjlrS6LRBAzln5LZjJs8qGQVhNybnKrFqrVaCnBx2UXJpxbL29xe3",
-	"7Igv5NH98RF9Yzp9Fk/vpdFZ7DbIzhAEMYpIC9rssnNoLOy2DIXUkwk6fOuIQ/G5JdkctlPSy2afjdlt",
-	"1lxLiNk00laW8gW0x+7EIi+V/pAS2y7948lJp8/uxMqwPy8yMZFvj34G1d+y4XueFhiid3z47Akbz3hm",
-	"5eIMHp0f/ifjh39jvcOvWZcN2WHEnLkKPhbKXnDE8lkq8lxkGO47lXn94fKpHp0u+9EOyTcIrcRw9crx",
-	"IZFJF93pFd3FEiGEJGN+CWwmRBW4cdiFYWasF/YjOznLCiphh2OeQXAORpHAQmJUyZJ0A5Tz8UWJ8Wrz",
-	"CC0Ott0D4xcOvOtqxaby3t4fIrPUVWUJMC7sBeMI9L20DA3CL4CJ1DMNoqqQSALKKoUJZ8Rr0Budai6T",
-	"/tYdrd/GNdLezNQKMmv+fH74n/zwb73Dr38u/9kdHv78RW0qDUkmm0MHruglBuSKcNAqsWHM5DJNKVrI",
-	"BDTSiZywo7QXfxJxL8fijIkpGHFQBNKsIkFZaSjTxXQWJCxFIB1FbJTJxPLNwoCpfmMyi5SPxZysSNvE",
-	"6yv/4nsQ5+xV1uBj48nQjnOYaZ3X+9OcHrpTf7v2L1a9EWsSdmkqcJwV72yy0yG367M6FsxSaaVIe1Lq",
-	"lXoxzkSdlHqp/gK2bUZvsPb1xfm3Ly/YYOOnQasTYQQqiGhgIcy5uWNzruQEjB5IIHA66XAJBfxsjT12",
-	"2cW9yFY+pB2OgfBmSKSwtngrxj7s3UROFDERozhtSzPc3JkOm+k0gSQsu7/2DzD5EFna0QPTyCQfYdhr",
-	"5H71DyXMtjviRgyLLB0Kde/Ebj8ksN2Mecpc3M1ZaEflSWKC+VNaHvFeu4sQkyUye6vqzHUINlZLaF12",
-	"OxOmHBGyt0wmgvEgKtYyYGdQsvcI5MnYT6lbDOGDyDDko3gV4CoMC2WJNr0XCVqLJQhlGB7WIVMjl4oC",
-	"ODnLBKZDVkxYaHOzBzvVPGF3QixQgQlW31iJF0c0tQwFos1Swe/FBjGwYuGDCv1q0f3S6TLQHvDar34m",
-	"FK132K2d7ZPwCWTMOJFUrpF0H8Rvny8HvzYIH/UXizs1D71Z9jL7BBrqDfRT1cSene5woZR+QrikmlVh",
-	"srg+Ug3Opg/2kqfmgYmD3pRTE5yT6WnG5/a8ZYWKWKrB3F0s7BG/Or/9ocuuaVHg3M0ETyCIz9LciI/v",
-	"ppkuLA8i7oLnJV7b/jjIquycWR3bjs2Ka1ajc0qSe8dSVVYoUxEBzEykKWvH/+Pmh4sXL2IynsdHI6mO",
-	"zCzugL4Xw3kbwrsxiMUgA2xJYItabw+n+tA+PDR3cnHolP9DYFFWy82zQmyJjRPq/pc5/OtloOPDZ6fr",
-	"giwIPZbdVAWfQyvxDL3mwwZFr/dkbPuBf4lDfCAThjI0Pl2Xjk4fKh01CkeLfLU5n+tCYQpXLrI5RP94",
-	"Kcku8FkdRRjG0yVfGZboDka4EnlEjNcQH6hfiYRcD84WciEgxj4Xio1WLmKLlyTs6A4zIWyrZInDSzUR",
-	"WcZGOp+xqXb3UaqnkU/88BFoqHyBOmMvxnnxFsKES7WsyFM7rfJ2piSMTn3IU6aXDz/izlG+NUgCR3xr",
-	"X31fR4vfSrPg+Xh2Tu7PGuu7yeXcijBDIMKajf7uOXvy5MnXdine3D5HEgVDXLpic5mmErMZLDGOJTq6",
-	"IG3vpHfy7LD39LD39W3vy/7xk/7JSff45Ml/VmyioS80INDBIHl3+v5wMEgGg4T+c4v/6Vf+Mxh07btP",
-	"3v9nLenuivp1KW4NPzd5f7ghH3Wb9PlcWBED7cDoauZqLDq7HQXBAKqjDTws61v085aNDm6t9fiL+cKK",
-	"DmgK2RnS7IcykSnZBte/afY8rBGQLnISAKWXZk97p0xOqkmdsFw7R7Z/PFpDU/7mXSOOHT3XxnZpNR06",
-	"v01zEwErmIucJzznzVcMftnQUtl1lXJDk/XTZ9s4/38hrkQ9p8fm5b2o5/dwI8/Y4ZiuJP863kDx5uW8",
-	"Z8/bDkU5pjq6vwAduin2BTXqen31IUEZgFgyTPRS7elZwg+KxUeLrIeQvTqiB2yG+sA/yGWpd2VnRUpW",
-	"aVozCHKA8BhIqNzTg0yBhIQP4ZY/WI7KUu4OWg1k/gf6OvHHJv79erKuPx0Yl3vkNEGJZgRRH46+4e56",
-	"gMCPjvuHBcVudSldWp0rSQVb6FSOV31ykiSkuJaujlqfUulG0JPJPuZjtFvVWdTR1lVd1kyMAZrBRykZ",
-	"b9ry8pNVEZfC5Ohi99bikzXH3Fb1MGAENYu+noYSzOb+QRGeAUlijk5NZ36ZdzXmfVeAJhV+6chjI35B",
-	"Nae4Qdw9vxdJGbjg0YyaZK4H+QM36CwYyDqpFYos4g+jLe8zeogrx3IwcKLIHBVNqVgbfTAdf6DLUC0M",
-	"PdRKuHXqNzl9nOm/FX2Q2PDN1SwDpMgo3+Zo1i9DI7ViuV6UwSiOPzktJxjcWtA5p/SPZlIyei7QPQoH",
-	"z/lH26D6EJYTGb3AC+NcIvPpPO97ZQzSE9lxjxkP84WoLchFbaslW/UkgyYHnjMzK3J7H5RTxCTFcnAJ",
-	"5gTtR8DVqbscs5q4q3DKfYbmVeNC9ZzPdyJTYZx7N/LOXUpGrSWMxkDmwMnw4Wz2aGUjwWFNZCN6z7XP",
-	"MefJaq+QFIoAf9Ad9YsdAJst4m+1WgVEpqqpVIL8SePSrZxELNFzbhXWN5ffRmzRlFNmmeUQJJIGGmni",
-	"tQcmxBUB0yac1ESaux3c1y251/579SlzTS4Ky4PXDLcH5MK3BwoDaNqKcm3R6Awe9sAMvJ2bPM4ci6ka",
-	"m5ehSYVYDJuEz59mqy0XGjgJNIMm+iwmbimSOHLAWMF1dGBYDH9OdMae9OY9E9dvRa2aX6PyuFFJNe2z",
-	"kbCcCDc917TR5bj7+FMEvhf7ptJsLuY6W9mRPr96ExFXu3p9c8u63e6Rg38Bl6DPX5c5MBbDZA4IMUHf",
-	"lhFrSJTHlkrrkzRgPetCqBcGE3rOgEbRkdZrmR0k/IHZhdLLgvm2QlGkFbVwJJaMIZe7RRJpNaZsW3bt",
-	"hbq/qg7pQt1/40d1oe6vaWAX6v7Gj81+5oZ3oe5/qIwweOBe+MmN80Ldf+eGeqHuv/WjfR+1CkMyxjb6",
-	"dv6+N/ByQwJJ6VNwwXlBvF4g53spc4eS05D1/bC0MWOaRCiTi8XuDHWOIYRisWu0TeG8ZXTDY6TqX3NQ",
-	"bzCzHWtDLqpdzqM1BUqts/azwA3nhgIyIvwaeGGagoQMh+ASo/usJjrM8nx7L0jlrhJQuKobiiPYbYrG",
-	"S8CtxZ1Y1V/azqN7AOGaVr6i/J8g1MvBHe4CA21ytoT9oFkDXeJr/tH1Lk6+qrscQFbZ7EOo+z5csNRN",
-	"xSl8BhOzvwM0XKESCvHyoUM5N3eHzmHq0WpDFi7UvWW4MhV78ljcghsY7wV8HD75DhpqyoTDSe5F1JeU",
-	"vVmlEmeQWrtCtckx6nYt+ICc8xgGoB8iR9dPALqvHb5T/NfN4XXpTueWcdjNNIrfieGYGwH5TiBSLNC1",
-	"avqsCBB+In/k/mKs4rAetjpQI52shrnWQ4A3AoffcKILlUTMKjg6AcgpMihFrEShopdqYKmigSoBMN0b",
-	"YOLwESJhC+6ReLuQmQgfqASBd/IhHy7yVYQOt+E41QZ6ASee4qlrPIC0GSbS2LVKSkQf6LOK6DNE+85A",
-	"gewyDCB9fNyKnRZgUJZPgrE77Ijy0UDNZJ6G7/i/9UKo4BM+F0OIOsApOkdhxDAyfjgSK42rEA1UwBvD",
-	"tsPH4q2E0CzKix7S9R8500FlegPlntLa2UZNsbCnwa6NpYg5V6thGcjjH5VRPvb4V+a+gctYktyC5zP6",
-	"IiA3z1ugGQhDjQbKd5VnXJmJyEzZjotgwniicDHg73K73Dr4TCVLl5SpGn62AAyNdYrOBDDDxBHdqDCr",
-	"CHIW4V0wvlpZMRztRGdLntmFgfcoLiZixWKa8UQMHWcI1nJRjFI5Htr3wyU2cqqG0q66xxmEju6E8vuM",
-	"fwUDdyuEskS0GUdUvgICYcTWICmjgQpArBADadMi6VjWOnNyAGTAjYRepPsILdAYpWnVMkhIy/kgsS57",
-	"+5n+1TEwrUd7yHZEh+zdTnXEf3JCBOnxGeQtUPYjaPX83oq3EkDWD/5wwJTO2Ks3L2qNf3P+dogJCk22",
-	"DUzhwgiHhciYyTPB52UEx/Ez9lJ+44L8Ccr7y+PeV19RWMmWbdkeLbIwokj0YRk0shmiMRfZlJzBHyiU",
-	"IivUkJumPC9ZZ5Yg0yaFiZQBh/B+hOh/HjcOr0sM0USkulRMckhoZm2fx+TCJOsTTe2K1AiyF9cvKcP+",
-	"6vY/Ih8S9Na+fnjy9NlYpxrk2P3PnpwLXeRDwqDc7PNHmaaIrjfTaYkvOs10sdgw87dvLr+3g4xwJW4u",
-	"v//x8sULdsIMS3kusk6YA9Fjc8GVYU96PWZgWnbFCPyO0cA87MDGwlXI8atnp5WNr7WiLXV2J9V0mMjs",
-	"AaezPh9vC/N02Y8fLhfz4Q7hx2dvNlw3P81WFdj1EjsRmCoic6PEpqZsJBXPVt36GBxpRdcmeIFM8JTZ",
-	"dwhZ4Pjkq397hXbJO5mmmPZMefGv7M9f4o+EfQucvhwbKP4NKGTQRg1qKrYNaiL1GODqRkxOGFerblMG",
-	"6ZaE1Mbk0q24VHIukmH10/DnB8CDNWWSljtSl03qKalKhuHIQgyqckBNB+QGbpfns0Ld1Uk1DhWA0zUk",
-	"EmQL7Rij1vosxCl9e6gSq2nFnTJ1Bi+7TcuFC7SpQdKwgzkwrhSNI6gVXL2IK/3m9rvDr2oJ2jY7HD07",
-	"3atp70sccSOena73ZWl2rT9/2G0L9eZqu0xV5J7qJv68i6dRE9t37EI1+F3AZtawbeu41XCyCSShHXvK",
-	"i33U5USKNDFsJIxMBJNYUSHw2qKJO9UGS7jE+HVc6r8O+BSxSekyCbrdpIsdnLmOU1X68/wnGFsw6wZ8",
-	"lQ/N8B/FtnXG2pjeBuvYgQAf7/9ZX7aH8PJzcLuXF+IuJlzz24dii7XCLir7LF6XjuOQiCGGIskwLqZG",
-	"AN2Lwdadqu9kKhqi1FKp7oZNCCHnzKzm9o0Dh+FSuy/zx1Uja1PaRl7I5MiIfGr/k8vx3QoTmia6yPIZ",
-	"Zt/Vi61z57zdzzvRDPK1L5JXGRjtmB9YSKOWlfGiFq1WK2qBy283JyT7IbzkEcGoDhtOrmk7X0iTk8D1",
-	"ywBNStqoUY0XtSXdANyGyrpRUbTmWLUtZ+OlzgSj8WL6s1aCwGwoi24pMkH6TJHvcSaoOtE2BJQfLm9f",
-	"nBNgzubyJRRGXksnYOp7fDD3TrffS2zDI464MlA77dBuYE3zrXeW/YscWx6uZ38itXNwZqJdaHW+8abF",
-	"COxNGzYu6XM/XBoRl5jmnTNupfL5Imftcq9R4R4DjDDj5g6S4zQrjACocZ0OVJhKG3BDagtggNse5xds",
-	"hIQafEZJnQeGtYkSoCQXH6hynOFYzjwQFOZJOFqmokZQ7UWtOnXg5zuEEtUIgPuYeNJfcIxw1Rrgord+",
-	"2XyWtiM1Q3if1h6m2RI94jNHDQ3t5zpyi+DnVK5zZVWbqRiBzx5oNg3520YAbUmdcEKQwogft7Mwc89R",
-	"5hn95QkyKtNhuWF2OuuJ9VVaDFyO8AsEd6hVLfyUI8LmU4tjPasMMZgWDs4ZsunUTkW+jlvx7OnTJ892",
-	"3d0wmtrdETzFa7O69GU8uHjL54sUvrqrI6NmROQNTYqydNwXteOpxPnWh5r5wKAS6gVzia14qtaAbdAC",
-	"Rw6mPosx1ChmbYo54pCPBQYMYfqIJZFxBUFyUhXCeEOegHijTsRiCHUEKLyYta3mBQ8gG7uPCc2uQaoK",
-	"C8nR9kuAo4EUOUqf9lMoSzdhgMLX614wSHX2IcdMBrnOAV3irMgbjmNsRYDNsKdrvNwA15J/8l3YpH/6",
-	"Ctp+H7WqcUD1W+fztH1g+zqOgJ1RvzwPWQEXxy03d12IRiqLq7lEcnNQs/HtwBmPHwY3lF5WXzYzvTQO",
-	"wgegks6DmD/IvUfhDuL+2HU5CZ/a7uUJzXjpvYck/barqatV4LEY60LlUCsunwmZ+ZBrCPVFLjbSiRTm",
-	"AO0jiD7gLL7ncFMv5JidX11GJTwtzgK/NwcshpnHznKQCSSmEjUFrCtjgGvNffW2l6+/vXgxvLq+fH5x",
-	"02XPcaDAIWdO4rXzyOS9iJjRiNYEoFBuSw7ACL40APOCay4J9cbXvaWFo6Dps7UNBPjUQtmzlel5NSAE",
-	"z1TbowwA9fjGdCZwFYiiMG8YcdIK8ilUeR0m2mRiLOS9aDDk+CWFCky4I+6LcogQUrpn2DD2ahohbN1R",
-	"qXRJUSAP7mzMxzMxhJsaxA4rHAyRYvbUJbEFgDd5zNcPK5/wiB7IUPGgb0LR/qHYg/7byk5G68S0Npf1",
-	"cW7fmeZVD1a07hZ94SICrijHbU2ALoH8a0yWgFTicJNljvqyMsynK/e68L+IHZ98Cf88jli/b9lyv39c",
-	"K2pO+Fymq0oFm8W9XWS5uH9WKz655LyH1Ee25xqSDoZFltZP7s31CyqEvkBmib7WkWVWIosoWxM0OUrV",
-	"7B8d4UM7ogqqgL0yCVCA3qCUB4yop8/xp+uLm1tWtnDkVdAQiRlHJtG8GLLC2jUlGaOhYrmVacFa54se",
-	"UrQ1cFKCQHbgkZj6Qxo0DoWgJBO2CSZVF1yIoSP1MfhuWezaKyESmJ+RU3UoFWtjhDaFnsAfDf7s8JWG",
-	"JB3QWuE1NufZHSC9nCFqFNzk+Nu+CTLr1hpK1aSz44naT37nQaw3bEC4zd7GherJ3o2wucuiBb3TES9R",
-	"/U6ePts0kwV7USyS7Zl3gWTkb0ms6GryIKPCFaxGmpvxQERxKRaP3Knd/raXosYeCWF/Zvu8ELfO5Hph",
-	"GLnNy/Q4jya6bwqWS43btulQDR2hA7dH8oZFAvplMYGm8gRlKQLUQZ0daaOswFYw8Z0jv7YvNuUFIII2",
-	"rUP9PvnqLmuBqYtiuBDZmCSofaoySXM3zHXO0zLcZ5+cc/uZleAf9JWVg4f8fjo83nN05QdPH/rFvh+g",
-	"dviIJaAPH7gIdUAQZDZ+VJL6tgw4LpfT4Q6z2ngmxncQILMl2CTA/vggBkSIHH7YF80Z2JsQNHs2GXoj",
-	"azASZJ4+0Kwt86BiRUMlMuGSdDb53hocyOPhP3bAfWwH7qgDcNpFRGV+Xp3fJHsoeTzK12LKMnW1UWup",
-	"bCo/V5ofMc8KioJDcBCGe6eJMA6eJ8Si3TvbkYZ6S6No9NZVRYhH3PIV6BOXVFbu7lpWWdDdz81cqV5C",
-	"c6iRewtpjsf9avOz/Iy2rMVG1QUH5VTWCmuRe8Q3bSnTLIDjtTwzhX/7bEg+AvmuVumrpZ1flOPXzIGU",
-	"zpuq+Nw7OA4OeSrk/AIYEJ7vE0h+j6aABlpbiyvcGEORTw6/QoWFA1QuFUtAy0FZzh/CoKIyYZfipkJr",
-	"MDTVilr4S+2aX4Xp9A/IwENa5czSfFKkIgOVcUH1lCqm2B+LkciUyIU5gLBWqaadvqVapRNhCCYNkBEQ",
-	"BVpP4JehESnkY0SuUA69DzDeOZeKTLC5ToUrzkz/FgTcWQLJ41cePAAikrNCNCCT+zx1cQZwi0uardLq",
-	"EGPNKy3V437CeJmbBbsTKzYvDFTUdoDX9lm7AvDdZ5x9++qGmWJEmfn4K2jzDu3laQj6Hdlxkb4PeOBr",
-	"2ImHbMi6D8AAt4wFBlaaIxonuWFLrWzcA3DTg4DjdoC52P7zYYm62P35XS96dvw++L3zx84fa2O394Hg",
-	"Duhmb9Z+67+pKt9BB6Wnf6PHK63TujCObZBF5wYrEJRgNX3YEcBm2QcoZibr0BGeE1g6bHKu9R3jDMum",
-	"72lSlkldLamX0ARiCQNW9wgxH1S3sZHdE2ftjYmfEUhuBSEeAuunIg/qMoTFAh5elwEXZH/qsPuLK1B3",
-	"99tbV+zaijnPoZQGuC2pCgWU56Pdgbg7u2x7blNjHNk2ZcrFmNVEHi7EeJ9VuLHvvY9aS57Na285RyiI",
-	"2BCAIHf3LkoZYArY3nxMGlBm2TWdAL/+5bb+3HBEmwx16xWqdy3CzvAfbLJpGERJm6FQjaGBTmTbK5AP",
-	"327q/HGJbttZ2e3mkeWZeCwG2wcp3GMFvgAZxeWmV9lKCceNtSJ1ChVkCoW/0MFEIBlAYDGdByF+7cGu",
-	"WNuxZxoOBYUrDDj0gLsznSIiOoU3THQmsLoC4eo7YeaXFNsJ6oHssfz7MJrSzXO6E+/nQRyoEdocem4i",
-	"/hvq45dU9fpgRbIeBfT237hmz0cBD/vkBT9qxUdwNNX7dB/pMPV+u90Ot8f7zKiXtSZ/3jrDx90/eZ42",
-	"p2v+oJfIf13FX0urK0NuQSjtQd+y9jGbS0VozE96LOEr4w0uEXvyrNeDK2Cmi6ya/Hvy9OuTaqLts95+",
-	"lvFrwROpyKW7CUmNpFLNIl+7e3Mu04dVDEeMq935cU7igtfrNm6dae3bsAPZCmb4c+3aWH79OJp4VMr8",
-	"I7KnNzJesKy+bahhSiVTeMh0FsX6yE7qL801x9d0VHNNkEXhmF3Jbyp0fNw7/erpl8923cbkGJpva/sZ",
-	"u11v/NmXX355cryz9YWsO8eu4RdSFW8PDFsAEsfbSg+nx1+fPuntECZqT2EprdRf8HS9DOc6EU3RF1S+",
-	"Cl5h3BXUcVfbnK/IYKPCQk19uuz0hFX6QLHMBeedv3jx+qeLb4evLm5/en394w3GKBvWRguaVgh6AZGH",
-	"Xj5wafhmxjMqpGNfODCup84ZCnUokDeYs9au5rIMom3P5du3K2M/QFdC1X2wE+Ti8ajAICvVAi437QFX",
-	"G0URgztwB5RuMxAuRRKvRaVWi6S7apLlPjlM3tCGS0jhHrSzFbXu53sG8166hn/ARvzfz4PW/MM/vYQ4",
-	"XoBfqQVJRYbloklDmU6oiba8jLUte4qYZwsAKWoiRhwI0j5WSGtBCPPDyGPHCXQVPKrH8CyoPywrJPuw",
-	"zgEDsgZJxcWkw++gndm/MmGKOYYqN0Q1hQLpDpptIzgp5ndYNagTkHFpkK5gNENQTWilD6zxTYFWKO2a",
-	"OrgYYex5b+ZoYK6Gzx+2qntJ0U0F8KonETOTuPEc8/rNq9vLlxc3sCnVgRsadX2AC6hB9d3RKYcA/3X1",
-	"KlSAqFLAQ3YSqvjQiSyVLdae/sn+4wAi5LNDs+Bjwe7sTqaAqmXGncCGgHi/ltDHWk3ktMgQjDUrAMP2",
-	"n3//3yzR4zuRJc4J4OgFIb+hwYhxVlILo5vxeQqeSOXX98evbtwaD5+/OL+5ubjpsgtwkoDp0hWuri4M",
-	"1jcW2cMOf6M6XzJqt2/h2VrnGVHDbe6Znzvn4V20QaX+ugnOzM/NIkW9VdEp1nsbFp2AUudTL0HVtp6S",
-	"an3IO2Xlh1GRr2vmSi8jJvh4hjSynBHCkl5aUpoKQNNsh/DIpQxSbi/U0KOD4DugDIeVyIM3fWVv+1rk",
-	"ITt9nP/eMQhvynVoXK16SqrfwApi58Ok9bAu5A70TW/xKEu/lfUinXg1WlFSyfmr2x+uX19dPh9+c35z",
-	"MXxz/QKD+Bayy11ySHes5xF7fXXx6vxy8zW9EIpL+04nYpWEORQF98L8dEaBupnNBE8gYQNBLIGI3r0P",
-	"uBRhs04tVXhErXfv162KoVUscGtB69t6dvZMXw0YBxL5MvfpygU4AsbSnOesPWidE2IlceBvBM9Ext69",
-	"H7Q2zJ29OnNePb6nHRZwwpnDwHBVLu3YNGvDc7y8qmX4y80/PX2ysTY1FsX15E2U/Wi96um7KSYv0Yu8",
-	"KSWG2EcqOIYnTKBgvLMhOhLGgN56SWN7yN8j6kM2wNzhZUSh9nX1F4FQ6gsv1kOUPCIOsLmK4oPjA5uh",
-	"RW4EFfMPq/TZ99GHsuTGATe1ET3KLoqDjOp0t3oQqz29UfKvhWB87gxqaaV8IVADUUFDWv02mPsyo90A",
-	"aExDceJdKAYfJxqPjkuJfPDQ+oNRC4tm1NZS0GwJLmCI9qLQrnEq7R37kxjdYOoGXM2QEapItc90KsqI",
-	"PXsFW40x02kqsv2j92iYf4Lh7bw0gw2ooGatIYVQbJ47nnS0dyaO01jOqUBJjcET0Wdq0FygjjMFOCoN",
-	"Rl8r6IhFA9bOAysbuSE1ljUK4jP3aeeGXq8NJDOtsr3Iz3nLgv0IB7wxjLHxuIhHFXi07MTlvu3I/xZr",
-	"AZuF2TaNXxkMiONsexOJu1T3PERb12IjFtNFc1ViMZHPt6IWsnirzVSxvrdDorueXMOuurNvnx5cuG6q",
-	"9FZuHHRaDv52DYUouIBJLEkxoaqsa/uwMV9WGqSHP5Tt0pNvgubL0RGr29TLKLvFjbrkphBmjMJPbUQl",
-	"8va9oHDKVykTppYG5FRdPrLINiT6NAijlWSg2hoC28pHbyBMQE9N4+ePjCdpQqI8d0ILmEzal69uI+bx",
-	"Vf/5938A9gz6P9YgX9kXZfjgvx3+/O44On72nu0BbkpDqZ1hnshHbpBLcWiATsS43U0xbx0qccGTRCR1",
-	"mIhhYOUf+8Hcj35+d/q+88XGw5P3f/jD/6o+evL+Dw1hlkJPauLZUm0EFaTG0JdlBsBEDZhYm+sJIBP1",
-	"1RN4Np7V5+YsiuFYZ5WCcutJXA9JeULbWj3uD1q3H9KaNvXcYGPut9zcPTA5CmwMVrqS+QfMWtpST/QR",
-	"MYXbI/jqDtWWLKjtyUwTqaSZPXC+DUv7iNKFjVXuN4NRZtyIbR79R2kuu0F4RHNuwoa3g0oPPCwKBJic",
-	"L326NqdAnK+yDcqljTAeD7RVhDNrY3bqrJhz1WmADC3hJTac3+Miy+zpySn4ekcdxIcs+jp2/D6YjFqn",
-	"wzFP0wY+lReZqv1pbSMrXVeadW3swIjYpoDLnGHCTp+Ap8rKHMMMMEvtP9XwbyLTQ3scI4dJjrs39H+Z",
-	"nE+lmlIZh6gM9PVPaipDuMoYZkig2a4QhpVnIzbmaizSFGtIVKuujIpkKvKheDvjhclFghgHm1UAvf8n",
-	"E5zCrQVz1TwODEvlRIxX41R05/zt0K1jZw8zRA3MMeHLysRFl2aFskrHdgPJLzJfVEexwHwPvxvBNsBf",
-	"EIQTORQfKHqzwCpw/t8iOYMiVLRp+N/hoqxM4jeluW7gcDzjavrAKX2AEnShTYIYemCVCLMEN4bpmXT1",
-	"RgwY3M8Nd7jzQtdDq4kHwv6tC9v04rYgbjuIvXTo2mE8ICPGCiy7lFxssmmYN8VoLveO+Fuz7b7l4zxF",
-	"p5Oe+DM8XPF5ChYy94Q0nLDBY1Bx1p6sGU3o64enIYcD2Vf2c9raWsTXY+S3CpLFQ2Sg6vLm+m4Iy3j8",
-	"jM3EW8wQMx8cyuIDg0uEJ54QJnYYG6EtTMRJKNrr9aTV//MeI2i9j97tr3bjFRQB5hz5xiWFgaFTdHd+",
-	"aZOq/bObx4udUuta9t1WRT/arEMAuYtQfbs0OR8/o8rcZ+xOrLDELri4DDvudjEtMfZqZXd4GEeUZzjn",
-	"q4GCuj32EMeUDRl3uuxHscDSjSXwyhnFGlnBEA3kYa4GFt6CzgfKOyMohzGxza9Ejpiy67zgWRNV1DPR",
-	"Emhsz7xBpJQdbBIbbSTQx9kYHotqw9oSf5sUeZGJzllQRTP6FyLdlOQU0tIacut6VusZkEBs+dk///6P",
-	"eB3U6sm2OleUbPpn311DwaAPh4jTTAFrZkm0ILailjPnAUTVXCqwB2OxwVorZZDI+rALlz4kjzqkOFMu",
-	"tnTZi6bLfrKb4E2MF38teMraQdBdx76NaGDIBPCqRscXFpgRK0Dyh6ZBcOY5MhSkQ3YBtedsO75AK7rU",
-	"d+Qsbe8K4EUxjgUelCUs7CiloVJjudZd9kozMZmIcV4254eLTeDPm2nS+DzcyFf6hmL0WlHrKhMTkVUe",
-	"vdIXsJ374riW+1tppnxc00f4je+trFBbCclYy9lu/7nM2KZ/ffFnn6TdHgy6W1/ofHHU+eOHyPv2xyBY",
-	"WqC+VtRCgnnw+rnPgyfU0PuoBRT30fPZ64TFmiCnTSfGdh1fBtFeVldeC8+KfOUZDCc8MAzUbGSlUOjR",
-	"h7DP+XgmlcCfguBAF3zZ2QwdIzTJeM7vBEUjxvWhAvtaFctwQJr4JhsFfX1cZDJf3QDKI92QyClvm+U2",
-	"vB+5XE4x8IVJYwqsRO++ZljQFWnEzgRxJFv91ghiiMq5zfJ8EVKr73fHF+8BGxXN4msub8dqAWny/OoS",
-	"78epULkcH86n8zxmbdTVnb8TQfcgD+rf2EmnO1AXwLOgSAbWYY4p/S8mVl0BkcMh4sIMVDt2W/766uL6",
-	"/Pb19fD29Y8Xr2KP14zpAgouj4RJlWsWIzpmwnPOEpkROKbr4RCajjvRQFETHrAuKHow1vpOCtaOIQTb",
-	"5SsaOVVSxSSzUJ0f+2IE8YRwJwwUBoiBum8Q3QUROsZ6LjCUidTKCv4wCO6ZnEplWDt+Df+K7frdhkNk",
-	"MjcinTAXaAmkEh/F3YEaqFcQZUuQzWtDx6euapcdrk5Fn8V41ccRi90C2X/DZR9HAxU7MozPasD+GOgX",
-	"7vUuOycQGfyR8hJ0KjAOWUOxSyvY2TVybdnVhnyP094TFvtisDFe7A6pHrMawMxl23MsxDfROWN8oDJx",
-	"D6VGobIh1FqmoZz2ju1CaTUWliItv8GkFJ4u+QrLGbD43QD9A4NWnw1a3W530IrYACpS4aOyLPUQH77H",
-	"hQ8C1wANztBF7eG3p1wqCNCTxjKlAvI2RmKi7RDUKp9ZEVOkBoBa/lqIbDVQvqpvdaZluGsixqmdQ5nx",
-	"gEJKvFEXOO5EqLz4J6hJwbQREBxWYybShICgZcZIuGQQ/9BO4R4yEcuAsCNGl5GB2s3F3JxBhk+8JiJZ",
-	"hevcd7TylACaGUEmILA29OZnN1Bueu24To7sM5AjY/DJxqpI09gVYqCE9gBnBn63d1pMJX9lDrUHHCdz",
-	"Wc1zrvgU8XfOry6DogL9Vq973O0Rd1V8IVv91pNur/sEnaEzYPjurEGz8KS2ptQNYpGOVkwmKNNa7SeG",
-	"IPE4ItKBNs5cJKnlLxB4EuD10AeI7T5QcWCAoxJpc0teEw3lJsJQldi95SA8fWDLGfZLEqxlWMAlp5qN",
-	"RL4UQsFbhs31vZXSKeUGeb7HYIeBjuxFzjNXa8WT72XS6gOA7fmUwpBKmgTLiLRLBEfAWVv6GD/vrj7+",
-	"4AzK+mw6v1qOFQOksC6MD9epGwpZONfGUo1wWJcnfoZkbahVAlRx0uthCqnKHURWUGHxLyRclR1sjfay",
-	"ywjGBLjHazDmp2jCMCHVWUI+xVHUNe5He/QNTwJ4xtPe8e5P3gTV+fGjJ7s/shrod473o0Dlot1aSCmQ",
-	"UeArApNQtGLtsii/vWtTEaFybvxzOENkc5hmfAw1iKROOl3op3poj945p/j74PxWqfd7gcS7Sbt1cyxf",
-	"wb26/Lb18QliKzH86nfffnW6+6tXOv8OAq/ev9+6kUeukjEiGjTF0Zc1M2XCRgIEMSzVOJoexl0Wet10",
-	"kafyXpiA0KrRyQPVNkIwEJ+e40cxaiuUdkLWh0qerpOese6MK38B3B/lHSvhrBWngGB6ZOxWyCAR21cg",
-	"kkEdiWrwvDdBDBT2mgk3E6i/EX9/cWtFwW8vXlzcXoApDEJvVEJRUmjRw2677NLOCLEEbYcg4aE/kkp0",
-	"tPVkAnl+rgbOxsCsWE3lQ5jgWSqhAgrMEgQTaQZqakXndowFV4fYZOzCMRecipQ68RC9ysxYES/2wN0o",
-	"krit5KpcAMQtz90gNhabyuvkVrcc8fEda4Om66R5aazYcECGYqjHknI5R66LdWIcMzohJAjTgQWS6Hi2",
-	"40n1dCoSUHlBKqwQw0BpVSL7FwoczZDnE9ZYw9HWXbwQiPnch0z/EvYFbOEbjXgMH4RzYe1SYjdVLTzP",
-	"CvF+g2mefLCuaUluMH64hnneBCVSfqdM1H7w9e4Pnms1SSVai06P9xjXrdYveDaFDIXTk6/3+uAlVytX",
-	"EMl+9xT3eudCf89zscQgo6f7rFlg7loTOm6wxFbJ8YNz5xwWFEp0Bi4jdyO4glsi2yFfHNm7Ya8rqWQR",
-	"TE6CDjDNiy/5yumSMofyFN2B2ll1d2G5Kxbdlb7mLpZyLjkl2hlyUHLPg8vOicy4Hl4jFcR3adzb7jTk",
-	"kdLfGiXThmplMLOg+CQW9CibkwYZMN6oyLdlDpf0QAXLhrE9laZdramnvZNKGesoqOkhc6iLn66YNP3w",
-	"khzbSxV6Lr1WGA7kSqIkssyKKi+Qf/79fzOOWXq0HrCfAwUSxs3l9z9evniBlyt9gdf5aOVxNZgpFiKD",
-	"xG0sVyZzlsiE6n7RsLBBknaD/ULBtzSnfXt58/z1q1cXz2+H31+fP7f3+1N3JdlOnUOly84HiqgN7sWS",
-	"5NYLbUh6PuOGuRowdkJEuT6BjOQj2sGKXFUje4m3h3EfEC/eijEbF1BXLcvxRqX1dbfvQNE9jTVoYNRQ",
-	"8gvWADK/3PFlMg9uXqsUG22PuAlqnhNdWSot1Y6qRAAH44svblwFdqqE/8UX6KraXkGftalY+gKcJsIu",
-	"0ERnAxWvX2Qx03ZadsxQSKXXc7nO0rC4tvEIq3pRfTUcF5wMYfogsYBJBg3YwAtSCWhtAGURl0Xon88K",
-	"dRcbIOD43YAq1w9a/QFVvR+0/teA6t4PWtFADSDIHF7459//MWi9d3YZKMzvzTIVtOlKw//8+z+igS/y",
-	"X2mo7ZL9Bwpj1DuYWewywcncY8dKR0BnThzGPcVSZzMxpxz0SVqYmXBGr4GinLgKPdhml5nMc6HOEB1R",
-	"BOFBvhh/BKbQSvn+mHhHUxH+iMVB4Xn7py+zbv+gguzw3LPkyJXaH6h//v0fyAnqivLT8cGq/Dsq5qOt",
-	"FShiorP5gRmop70TEJPpioDltVeL53vwxM4bOJ09mO2gPg8cNMsOOngJ2DkPFC2BNIxMlHj6sQpdWAae",
-	"Z8IvMo4TZq/QAkqKFhCUOQBLoU5EwmJLNPFR7GgnPqu7+OC4CBNegNw4evFrUJqJ6WoNl4v0DXunka0U",
-	"vvNVDPEVO9VxiRJDLHWg2ko7zgC29vXDHlVNwh2HLING6rLCv9NJgc9Z1QiAuC0LtlzNhCOOaqfIXn0L",
-	"f2QczHiANTIv0lwueGaZlj8OmeAJnASMglArbCSVo4xnK6SC0YpOAVS8xb0BKDz4GnQU+/VAxeMiS2NK",
-	"NM2hTiS42aFJtJkxYcZ8Yf9BcsZyplPHxZhTEZW7VqEzuFHomMJlE9HpBZ7H2nPBDQCWSMUSPTZHI6HG",
-	"sznP7kx3DpWjWcaX5fzBXD1QS12kCTP83iHhM6jjr+y8aTxWbIjcqKDsJZCys4CyBc+MZdUOyQIXtU49",
-	"uyitBb997az3gbu2JA8Sdd19V22sKkm/kArZy8a1FjGyUoh1xs3AfFNxvBwYFrRbF7Vdb3NzTCPjirWX",
-	"M54LvMsNMEXgEODEGAOl2fuLSpE65m1E3vmsbj5G3fz0auN1oRqURqiOyyUWZ4SqwEDRu5TEADQrFXVh",
-	"+Ke9r1mcyAxqI6yGSudDCCZyYpf/iUpiqByAS9w1HmdiXGRG3osYHHgD5T14C57PsJX4KO6y13BJCPKd",
-	"ArYJVN6TalrHy76F8X4nU/F4VhbtfNW2f8XzGbxb56/x06u4bOgu9sFoG/mDmxb6moRJnOKv0Jvyqc/l",
-	"b8aqgzvGONRWj6y8uZqnUpEhF1CqLe/IgSFbpRPC8vwRskICiiJ5Jgh7yBPYH+w1CLRQ6/WN8ThZLXlk",
-	"dFrk6KnKRMoBNYY0zPK4hiZ758Ggq0EqqzsOVLW09VJnd4Dg1kHB0GmxVnYjPbAwdPX4BjPLsEyXEfzp",
-	"QB33ol6v5/mElcSxaCdrh4YhsKmDgxlqmANevC7yTnegTnunWM0emBFEdMURhncsROYAIxKhpMAfgqgB",
-	"WCT77GurBgMXtI14Z17c5E6GMvKfhtN8TO+d7eUFMtUmecLx3M9c57fCdc7LUw3wa3CyKhFs9tkK1Qbk",
-	"TI4vOdw0CIneS1Y44tl4RpUI68NPyFgFxfHp5cCw1i7NBF6Jd+bGaSaW4GUbKG9J/O7yxcXw5fm/D7/5",
-	"j9uLm7iDHA6CDXx5CJWgjY37xD/LZ+uO8rXgyTlN4Fd4mN8e5jyrnuYSGgGUwn21Ajv/zyf4N3iC8ern",
-	"ICmwdiamRcozOLUASIxvwfmmM0z+b24Y/IWq3KKoOZkYKYu8QBoMJRTJRpxgaedAwzi8j+a+bjdGyWWg",
-	"nJTh0P+cjRQNGiPhbSXOc+yFISsXJeJejjERI2LfXX73mulsoGY8S2AWFHBoAuOM4yQwkLo7HY3d61Po",
-	"DtSNWycyULmWrOhBCXZ+9brs9PgJSRe51sPUimuhfRO/Hah2oeweZ8IYkQBTAhN6E9uq40U/ZTIXn54Z",
-	"7WO6+TB86NwJuBCZibG8+MBtQTvYMPE2h9qACVLwbvXown3wmdHtY7iwZPDb9JXTRkOIS8ba07/JBeOU",
-	"qd6hiKTAEOHqBkCCRyKYnDBCZNhPwAnORK2Ac87yjCszEdkOsaaDHg1y7ME0IfBoBQFQJUTiQBkhDJuI",
-	"pcjIWQG28uc4kEOM/uzWcL11G8yZZV8DtcG/gDdV0gEowDVw2a4LWk3i06czuTxMdtLjXOSH6HH5ICIU",
-	"7MRn3vL75i3nLBSxDgzuekSeO5GwdvUUOmcZvW3k30QpHWSCQ3gBIP40SWGlR3KqWa4tVxPzhQZPFwDD",
-	"jYSRifC9RCwTiG9PTvogjoSnKSWh8yyT9yLpe7DgrIByEsUi1TxhqeAueEinCbQLeP5KK9HpsngODl4r",
-	"xYxzng5UaUhhI5kHQNe9Z6ennQYp6XES0Cc14e7xLlZl2VtU+qBsp1liwuoUe8lFP5Hk+5lz/a45Fxwe",
-	"MuiUsc6WcErudcYWPIMQulJxBL3HCka7pCGITmqUgiwbu31+xTA2Dky4GHqngHvJ3BV34klitaSIXV7d",
-	"n4KWdnl1/6wTVYOhUrD6YEgUIlvN+5WIEu2z3k4YhUB46Qo1RDsGH17n8iPbGHYDf5XBJkJRxl8Mw4eI",
-	"bV+m/FmEyLp6KUwekeYbmqZFXuY/DRROvctiitCL3RXhyptzH7s302niqiUYwMSOgsICONM5RTRAWJir",
-	"U+FxACj9mCu02hUGhDlq3zLyYpEQYgyMw19NFDcz1TmGDNlRR8yXwaiG2s24i+IXCVbMIuAvQqULQ97a",
-	"OdmMIX6ecAZmQqFC7orI+lDOMp+h02XfkRek4mbAFxECLaG1XHdF2KXtRCzGIoix/xci/mHOWgz5VmI5",
-	"LDL7BBYZK5UNVBxWCQ2hWI7e2aaJ9uMzgt8P09CQBiHDQdqVl/c8FxhtapdN6bWO2/QXobZVgF+2J69d",
-	"wfn7VSYBvXDH3Y5xW3ZYyRdgRSM2wrWjyIgJn0urDsEfxCh+h+lDIdtu4puBL//AIxNApnFJMFYFPGWB",
-	"3wqdX7sYeYgCXptx5knuxr35q6S6EGO9gd7cVH9bGYjhyO2NYTkubF9kpXVhcoqbbYuwJkiZLEBiPKgc",
-	"jcH+DnqAqvUxzq5u/wPClsY6NfH//T9xppcmLkX9r3r/9/+cnHbOWGzl1tgFGELhlxL1vDtQ5/X1ScpS",
-	"SDG5g/3VWC1WMlDnzCGqu68PfLqXlYJTozHMDSy1iO5Jt/mhpSEEZgBpghBR2UQIO7bnOhGmXzWdUBTk",
-	"Rio5a494wuxkI7q8M+fI7pzZo1fxGePZs8+/ZrWu5IjFDmXTtjaEEugxa/NK1RG4j6pXL9jR4Yo7Q0XL",
-	"CnWBonVWk1tAf2FIV921gjBxDt//1xb9Vxndg8IAjz80e6lNz6Ko/BCE5HPI3H+PDC1/TssLuikjK2Jl",
-	"whFmsgBfCssapXrdCi2X0yOfGxvma62bXumV88ufvm99xFxF235zoqIfxq8yRGTjBPzScEs3WzDUlTBK",
-	"UMnI3MnFwqlz9kLUkwmEYNZscFmIpjHlv1z2j5m9v3Vzb7HeZV6YMzQyxmUhzpi1IZixU+qUAIFBqDFY",
-	"EPG3JXZBgRqfahiAZJXz6rJXEGJChYwN467ySGWLi0Q2+4te+wAcTAnhuTgEg4SlHUgZbF+9vrmN2NUb",
-	"+3/nt89/iBimxZephcVimvFEUFq/GCjQQCc6W/IsAfgds8RylJlD68GPbZ8lvJORU3UoVcQo92dSpFB0",
-	"ROf9gYKNbcc8jzsRW860/feYEJsynYKYgR6rGDIjSsZn1XbU3uBLnrN27Ck8jtbwmC4TK1NCICSGyAN6",
-	"14FhAXzQX7RUmNgeH5VoXOSuB5wCKOuMGX12BmgRmOklJalCQCESMwUHUBaTnoDNwQpKtGqdEv8gJuFm",
-	"KJMYevz3QyLTw8uk9OJRqUa3Od6rluopZqsAClaXnUMQpd16jFSa6TTxNATxoVhMErx4Ds3JSntd9p1M",
-	"7UL0y0hJfG2Si2ygYiPVWMSsff3dc/bkyZOvOxFip9F+2X/TCnc9kk8owB/3egEKbq/X65ytY/yAeUOU",
-	"dVIhGnPOVwT5g0GgdsaQJGiPQNcyozR2gRaQqKcSmUUs0znEWQCEwsnTZ+yl/MYOg747dl+286V2eGug",
-	"Dd2JRQ7JM4SlAxcqH6jyHQZL4TOMXWavt4iSBoXbYJs7o2AVHDxuzJTfi4HSqG5UlAVajS572nvCYpPr",
-	"TAyDkrXxhokNM5GVZjC1gbI3fpOZB/jGXhBFMMlKjPk+CLZNUetAJo0gQzU1U5saQhpraunp8cneLf1m",
-	"MJhqJ/VREXcslWwzeuBcfu+yGISc26Wwx7ZqGPHwZVC23B6F6v1MzoDGG/qCj2cspgoKMdZgPDDAv4C5",
-	"vRu07qRKzKDVZ3/udrs/vwcYcFOMjMhLzEqDiIaBgTewAcC/yacK/57JPIXUW27uTKnBz0WeyTE8QCM0",
-	"awd2wQ17KtVkz+yPaANnc57ddfrojAaTN1r7DaX8t9c66lOFX8GzfCR4js4V+pX8KEkEDM1ZbTD3VGcD",
-	"hRfEWEBEC2f3UizJgwFuZ45JD3qpGCUOPMetGCiIvtM8FWZsr+qwBiisPwguMdiV7nmK6cvOMnXytNeh",
-	"HkdFBgmRAxVMAHM+OdUkzcpG8c5CYxo8sPsg0lTHETmE0Lxvdxs78DmqYJRpZ6Lj8ZhwjvQJhrEBACSB",
-	"/4DbSmLP2YodP2WY0WsGCmoFLTL91t7rcFGNU228ZwjsWrX+cjsfWsH9ro1g/eoTlE6e9qIqpw1Z7dNe",
-	"Da/dzety8TY/gvWtdYzvFX2DRICfg76dcrupJVAH7UsJGKHDECcEhf+N6SMw8kPAArqgOrBlefWxTlP0",
-	"uTn4RHc0MVPuXsDxM2usjxJxjt7Rvxz0XJnvV6WxH2WaPjZHmL6r9wN8QjQlOweAYjgLYbpQbIVcpcIU",
-	"PP1swHuMXa1CsbDQ3MPueLgHy/TRKe9c39NMF4tOc/raa2/sz0ReQG12L8FP5b1QEDPFCOTtbFPgdsVw",
-	"B6oGk0FPEI4D2Qmpg1WQt6MYQUbc3wNlAITGeef9sEAqQISG7kC5sIFT0GgCzAf7T7eCZzWgdL497A/d",
-	"KPhv1JIcBsGSU6V/psTSIcCwS8VipGuEztNFfoQTYDwTzhHfLsFZ7NKSXob3t72MXZaezwqH0AuH9IZ4",
-	"c3hVY+UX59KhUQCMRxUWxMPwrIEkOVQc798vXR4e8wjBhVypDoDZXIMfYlvQh87YJiJiHyGghELkKZ8Q",
-	"D+EAHiOkBOtDSGmPNzQXmUhXFbTPgfIJjzGRfdyFSN1Mp6y9BmcYEZZhZElB/k10MB4EFoT6HKgmwCgo",
-	"14DIWK46ZABkVGKdQPoH3AE8xxhE2xqtFKBEmP5AHfc8/hIGZdDCRB7w15eTtlLARpeGAjrygXJxMkDy",
-	"qFjJzJFZrqcCwiXafKMNNtYFov+isr1AfCuwinS67Mp2TsAWgep+iNacqUbB7QymiNIWkJoql/C0d4qE",
-	"Bpvs3I5DAuuOKxAymXDw0CXrAPmn58G9ZWLOYBAgQrpaR2W7pRuwNpLje5F/gJu0QV8m7mX5Sb1ZwFVz",
-	"9MJcr15vbmjcssJf3vhaZCKXOSsWmIsMjEFNPUi0o5Fcw3mt8DvWhlcXOk1Len1i96rTpMRbtrku9Xo5",
-	"98manPs4MfcjSjABsMfvUUz5ZVIH2u0JJxcQchDaCe+vctl2icFHyJS3+dzs7x9KGv7wXnMc34Pc5TXx",
-	"wtgKQpe10UhGMpvIDbu5/P6ny1fPf/gMEfNpIGLe7ybbsr58Pdli7fpfL9lWa+s/lmyxFULc0+EVUkbE",
-	"otrxmXJ/NZRrheJmTFoIaTebu0my9Abm4hLfh0IrlA9opfmT3imbC64M+h0x2SZ8qQzLCIBBlb1J/lqI",
-	"Aq+WpVVtMWQ34IkDJRUOAAppqLIqhQ/hqOC0s3ahIKwt5KsQt64zMPoJgyoKop+DgNspwbm9V9dOqYTR",
-	"tZOEuZMhCGHDRwKHnwBUnSvZEqZFw8gq+d2nJ1+DIizVcFSYVRyEgvugdU4FU8CgvCQcTJ5C/WXqsbTf",
-	"lnqw16ms0OfKe5TytxXak7AjK9fn2Yq0k/ja/nF4PqHyMuB9q4uyK0dMGLoHmMoNy2V11jY2C4qp9Mi+",
-	"nQgD93DusBMJaa+4FUtuBgqfs/ZoxWKhJ+iIJsxcF3RPAJmkaVhVpTnXyct9iVS/RsZsx/VL+fL5fofs",
-	"jCUilfeCIBPhTH1m1B8tpA629pvCrD5mMB10UvXghXdC6BnbGot+Eb740GNyxafiBTiT90j4sy8/R3fv",
-	"R1X4ghk1eXLDSf+2/BbhyMOaI5h+DyjUWHcRHZDI4D26dgeSQqzWviOAvS5NCFSUfONHiN6m/DKJdyBn",
-	"k0yYGUXcdAcKgoNEjA6kRabvpZEazNj//H//PzbSGoDh21mhzFlwodN1SBWCgH2tRN6Bj+BKxMJ/Ey5T",
-	"qg3kUJK79QXMMOrcjviMcaZEvtTZHRgMIcLJREwanQLRDVQusTrwIuVjLCQGtmQsIVkC5UNxzIgZvoLa",
-	"wnBn01Nje7E9upreWokSrVGqv4hxjvccV1ba+QsWOcK3DwxCxesihyw/l+t78f31xc3N8PzFi9c/XXw7",
-	"/OH1ze0NXoyuVhwNMaYqbtjcsIBArvQebHP1/WF13FLEASnEFfBEOkNvQE0pPwd77oCiOLbWORsouPwD",
-	"ohkKKI9KJkLCtAnSLFwtX/xFGijSojpnKJjQ7CqBQc1B+MF5aX3McPqgn39R3ZNwpjUs7yo4db+Ju//3",
-	"Byjrt2AtEXPNX3NWgo/nhH69yPQ0g4ydmV6Cb8l4uxw479c80TVpltv80AilWT0qDxMEgm9f8blo/cZB",
-	"V38LzuEPAKBq8kyv1omRaMqF2cicWd02uJahtC6E0krwlU61h0BoCrj/yKTV+1RMdE00+p2nz2IwvZ8t",
-	"Ztwg48kESHgucgAwsEkwAgFwWmbQhhd/Ux5tXVr4TI5Epngumm1Y58QnvSM8pGMrsvB7kUClkVyw2DeY",
-	"xA5poHw05Fimw37hq0tA5EIqxGKI5cJj5mLWRRJ3KDCCQ6lv9KRiFD2Yy/idgOhIK+q1nez20/mPF8Pb",
-	"y5cXr9/cBiF2c4yKd+HU1cJQCCeDxWWZHzCL52Kus1XMgoJFIqjI5yR/GIgVzyfeNDXji4VQ9kzjKgAU",
-	"18rkYh5jfCIEQdiHYMnDkn/VbhC7GHSMTpdZQnFGqnJJEVOFjGqu+goGhENKLCB7SZfRsuTSfjPRWZdh",
-	"tY4+WI0syZhiQQAJ9u70lIYRBOWSSMNipZWgRFEn/OP2+9DxNRoB/YJiatomB5tfxBYcszpItfjn3/8B",
-	"4ueXZW9DCKIOItKB1qAvSBwJ1iGkbsJshLKDc6xFwsti+D9cfnNx/er8NgDzYW3YQZ0xvL1h/dB2CTVd",
-	"LPmBtGyHahz4EBYHtuPjprshGv/gxvZ74ct+Qp9liU8mS9hvvtz9jd8ashNVvcsAp+XPX3g0c80SabAq",
-	"3CQTApgS8jx49vzqDRgMLCcwxArGfMFHMpW5tCyKB8zIfakJ3hW4XWf3JQR8oNn7d2V//r0cIpjM5wP0",
-	"rxHGv8uE+JvYROjxV24EsZcUoCwzR9A7jwBQ8D6U/hmB6jMC1cdEoBqogYLkH8imhZoTyxmGL6Kr0CFM",
-	"oRUbkw+W0HYVcQqCTwcqvnpzawUzpNyjd/Y/74+ojQ6VJDNVhCjca6JRFJv0QiiUTRXjAzXK9NKIrM/i",
-	"QdHrPRkD7xTwb9E/OsKHtit8dIgP7Objgy69gZ2yRM+5VPQ5/gT+TLsEYFV1iagQmJtrfPMojgYKtj6e",
-	"5fmif3T09PjLJ4eJuO+meszTmTZ5/6vjk5MjF2YJo0RSLBs9MBE2YAgv8vbFzRn66XFcsOpO9ry6vvjT",
-	"5cVPw29fvzy/fBVkAMW+zzgiLoPHidYKyh/p9F4MVK7t2V1Uiqp+++rmDKC6+uuL5/M5g3VA9E2CyvzG",
-	"dWBPZzbmRgwU2MShf4/s6xYbfppDHpKpyBI4XDegTEx5BrGPtsUzPJMDlS81vTjRqasiiZXXoWGoc1uG",
-	"vkK+t5Yq9zEUC57PXL3BKwdEBvHc9jR6QJPri5tb4qAiY6Mih3esGrII6p+y86tLYIkrTDchL8BAxZaJ",
-	"Q4Hbjbm7sOHUaFfCzo/JfkjvOo5PJ+aff/9H7FI2K2M7wGQymHx7AjEUktxOZSBEUd0TLESxWPiSkndU",
-	"/NVD2NsRGdaOj7gxIjfQfYeNMsHvgJFmIrKNIt+Chu3wQddxcx3zDLO01YrNRT7TScR+EqMb4LGuZKPl",
-	"/cB9aXMARA5uq4gq9WLaNGXrA1+l5rW+k6BxxeckrYC01WffCJ6JjCEdoySoM0wwdxTdBl/FQOnJJKw2",
-	"6cibgEqw1KeHkwojQRzYHfAxgu1D+y+HSvzc6nQU2A1VDu217Io/K5MLnkQYnf/9RQ1/JBSDeKAoN1GO",
-	"x3kK3R663xqh8gIB8nGAeZ9U3P0MnPfBgfNI3KtKqb/QzldHnlvlUCL2kZhJlbBGKo5YKu8Ei++Kkdj4",
-	"sctuhEoGKn7uZZs+e4O4H2T4o7/6jDo4rDSAF+oPt7dXR8fdY9b2HMWxBXsZIvCEk2THPE07lWwqTI5F",
-	"CYRK4zpBa5NtbWBzok3OSVo8NYhX7W9gj+Th5B2Z01YaplXkgepdPXTLrfv2pia/uC8cIkQiko47AHQH",
-	"xse9Y3azlPkYbIpXmc41gNuRxq6BWwlfbdfPzHHvnGgMQwZHOp+xJV+ZiCQ/IUE0hJlj8F6XXSgrUA8s",
-	"yzwwFJUHL7Q5NDXj6eQQXg7KAQSvEf/3WCIoVi/5aqAQXw/Sk/xIIXXYD8wnT5SrBYgoKdp5ocoLhLBF",
-	"JcRJ2RjBU+mqSR2ufmc5boN7O9d6OOdqNSRKMzGJzlisEdOzyouFsGqAzP7nzetX/W2HcVsxNhQk6+I+",
-	"yEjqX3UVpDA6QwmIyYgoP80SLLTsmUZcVh7BmFCDsgvPQ+rGsMOBqpm/qzdnW6ZISxotfG9VqDJeYQwV",
-	"wGdgUF6R/qSVsBdyFT7GijbguwhL+XcidnryzOpVsKpD572P8YBjrWzB8qWGHPgEQjwCwXAH06i9WL/D",
-	"H+0l9cvv0z2isHSWvyrmI1EThXWMt9Na7PfmGWftWr4Z7Zx/f/1YMKWXFY5A8Ao1jMGu3ae/dD+M4c2e",
-	"3TrpI6TpPttO0i5TVLgogYm77ftVdKhMp8I10f1U1b+effzFWj+U/YpknfLxnWGPvs+7rahFJ9oOkF7e",
-	"PA11H1fy3jYAF0pz4iegpQrn7bM9GO+6T6wbGDM/7oA3OH1/wz9HGF6G2fccAhvknZX3Kvq55nzVXRNi",
-	"aQ/xNqiKVnxdc6oXt9bW5SGCLOpv24o9X4u5vq9yvQBU5gzSEECVd0bOGUfDCAKrVI2coHwPFBk4t0vk",
-	"NXfQS34n7MVwhRDr/+p7qDZY6DbUjnGcv890zV/kR3gJcQduqTxkPqIRoQ8frRxWqjcOo3BLCZ2XPLsz",
-	"QYtIoiijx3meDo0Ya5WYGKUpe597VOsnz3q9MIeYJXxlrKiYiUXKx5h1A2W6JEQwZ3d9Fo7xzfULMt/D",
-	"YJUuMRVLIw2oWTgg0DjISG0PeOy1tUwXVgnIZZpSY6Guhm1QqWWYpn0HrmBkpgO1EnmX4VoQGC0gClJ2",
-	"O4VDQAwH86pgJcSPDrE05MdPzsr8/menkMVT0e0gaNazSDKAl/6LSvGanN8RI6GV7w5UA49g+7AIDBye",
-	"eLyr0vp43O0+e/r0yVPEwsrzlGnMCc5sT1tZCzLEfwVn+fAxvzgZ21EQ7Pv+I9qyyg4bgekqhkN3QCuO",
-	"k8+u3cfFCf8ihvxCWMawArfagtxz7roP2JxTLy2DQ0tbRAcQbMO7pY9MmGK+Pb++mP9uYhWuKWIELjZE",
-	"KfFph4HdwohfY22u/xYBDUD3FEdXudmyQuG27aZpuFa35N7bn38vFA2T+a3kZvz+yNVXIMAI0Idpfvaj",
-	"bWSqF78fKsWk+M9E+q8hUr1YT9doAyDbpEidt1JnY/DWuHAxiYBlwEt3k/KS320JuL8WAMq9kQZaZgEE",
-	"YdCMe0Q9lEariZ3en+C0UwrTh7s87kS/MKIegOJcBJP9lqIjwLPF5VwQYi6gV6D/vS3einHkq0NFGCoa",
-	"OTnNRCzn5o6ZXCyMK3wNo5I5DXJuRHovAJif07r7IBLw8/M7gcpbGOlKMA9W3dwRPQ9gFKjh+4jvdrjk",
-	"VHwbqylBXdqIyTmfCjbVSkS0/GBb5uM7QPmQc9EJa9aGQ4sx/j0udVpMhLAfUqYtrqo0kJxpxzbEb7o1",
-	"iLp3vxv58xx2Aav6hrvmAh1xP5ef+eS/hE9eWxGzIQPDqQw8zB2qKA32ZFQZ5Uzm6VYQhR8ub1/8PsAT",
-	"7Ey2xcqADksmld8YdMJrO/RZMefqUKrDfCYOU60XfjJVmPtNAjh6Z//fYdkttEq2JaaReS7OxVuMzeUu",
-	"dILlWrM2ZyMI+xPLVFrGbK+KQesK4jQuXt1eXA9ane5AgZEO+t0og+ef2i2JWdslYLlLg9z0hrni4lYI",
-	"wKsNy6cCfg4iB9QHBARgPmXcg8P02SyMB1gMldp4Z5uYR+2wQFeJ78ATqnK0KHKXSjZQBHg0gYlswyw6",
-	"a6oYUmeRvMbdqz+zAG+54PmsRLekbW+tJ/NvK+kxl8r/3VDB4sNbJe2Mruko7Ic+8GH5xjlRXh3voELp",
-	"rFqijdAkiECl8ZlAzkDw+fb8DUMUNV/QSCmMM0s2jgOfOW75b44tBvBpa4TjgOqqbBrtn42Bg4gnkulU",
-	"RCzlI5EyM9YLQlF4u5CW2U2qsRTjTCRC5ZKnps84RaeDt+jAnA1U7DxIWDkk5slcqhgKeGCDHa8DVH1N",
-	"Z/55EIE8UI4xoncLsxXQv4WpnGAeRhAvkMjbsf8cBPFyBNT8QNX6uIIiZQAoAVm/AF2DwfgugiTRZxUY",
-	"OaFAvaTgY/uWVkF0I4XWp8KYBozml+JjVtx7KRrxfWFDPyFDqZD7TzMdZnRL47Kl7BKu5Wa5sjVb5c2X",
-	"sql29Ho5vHTl2CtB0ktK4W/CcoYfKxEtW1cc2waUYESh/i0KvTSLbXKvW8Tflsjr6MQe00yMdZZAMCbj",
-	"2Xgm70FdbRZ63ZSP3tG/XDmTJpQP6m0voapscl+56uTps73kqo9LIzvow4rhRhMEG/j8/VJ/DlbZAClc",
-	"aJ1uZ3RX8MbHdKxrnTade+j8t3Xgf+LZnMGyhkh/60u+NySUXYGH2zW0Tj+DQK3nd+tsCh7RpdshEDsT",
-	"wmAiIzm3oh6Vyjir4obgb2Rnt1f4aivi0gffuQ975JqjWHT63wBVqSQCD/22tvsUn2XfqWZTNYTp3a7X",
-	"aIqN/JuIqzSkJyw2CzGOrTzggBTjEpDTgWgCwgClBVUcNSqBhJeIZWIi0xQDVXxN7ikk0UAxGrEs60NC",
-	"LnYY81fWgiEnBtMZSzUmfcrMoUeds/jq9c0tq3NXxZiIPFAh6pSdGmTUiLd8nKfgkbGNQnQcp3we7Lxf",
-	"ydpAlxMrVOIyojzMEymNYbGiNrhzoAgyk8Hy2BFj67gTBlw+JPPDEkDwHxz4cqUhlZa0zUpS3bVIxEQq",
-	"jyBgJ4drSPqX4xOY0Q3U5Ovke8RXVsl7aYJFrUMPrdPgrooPwlg+QkCe1g8rcvDp2BnjdtcnUGL79+oS",
-	"+sQxdd/CcmL5dVza8GI9c1BBwGQsPwgZXFtnDtq/s8m8qsKSw1ZptCpde/AVriyzGBXoXEXOApBizlF9",
-	"/ebV7eXLi5sDEzGRAq+zLAU1BUrmn/PxDLwBkLb27evnP15cA8AvoJBQ1p+dXKLHdyJLWFYo04Ep5pn0",
-	"nnSfHuhdyCYKKqOSHxyUE6ryXoFfAL6FFVkVE2pql9cV/CkRPuiykQahjomh6SIveQ+kU2L7VFuzxG7z",
-	"yMno6bZsaY0BIdwg1o734Mor1vbAyzi1CP4Ny4j/lCWcmltzRAOZ6SXLNbNiGODVAL7GnN8JWs64063N",
-	"eneb/DHVEOqjSRNxQ/htKSO3JVx2Favcn0ezho0HNs2xVhM5LTISOCADzjKBThRIJxWgo+qpdfEbWxXL",
-	"G/EAC1pgeDYeoAOllAYrGnrBZNJ6vJMo2j2Uj2DQo3X5jRv0aBbbDHpuEX9rZYtp69tQbZqPc3kvIjYT",
-	"HKzuUXCVdUrbPFDjNlOfW4yjd/SvzcrF1RWMS/tdHFQ7JQ93gEOFVjF7TzHujGTOr+362nBtVyu8lK5t",
-	"fS+yZof1QD3UY83WHdZ1Mu+PMk1p2Xcxi4CuWHuRr4blaiI0GC0AlZL3ZVuTsrJi1Upafv+hvc8fCYSe",
-	"FsquWb0f2JeL/uzc/VAVoT3FNVWCPispzzvYJbgUASSD+xCRLh8BCtxWy1LjWdjB++m7+oLlH5z172D7",
-	"/w1sTG6mrIHX7nEDHMH9IvNVowJEpfMRNdGIv8YIjiVYDJpCXOaC9vqMpymASSOUDKPhOgtFViirc0x4",
-	"FqG1xMrrkPeNVYEFdSUy4RS4shTaSa/X82DVZx4bi2qWmpyv3B1VOtlTPYUo4USYPtt+IdkH7o6NG1zb",
-	"RHjnbsl+wfloqBQMS1qVKP9VRXXXJ9tw2hz9fGb2m5qR3a/ErxCbCEFCgiO0krGPU14kLo/30O5UZ5/T",
-	"m0iz4Pl4tiVOschngGcBUbJl4vJbMS58zAiTxhQYh8/lcopKHON5+RrWZ8qobhJ4mBvTq/XoLwKkVhIK",
-	"DZRI8sbjq9v/KKMU27GZscOxA9xzXxLWXseZTcYzbYRyUi7yovPLn74fvry8ubl8/Wp4+W2MF17VxDpQ",
-	"5wyz15lbKm8u5XPBKkKuXxz4CdKunf34pHdClhf7Eppj4S0ShxGQkGe5cYAchLzPWSLBBqJybBEDx097",
-	"X3cH6vlMjO8MgfV7VQ9q9/UZnHJccLamL6/tClhY2k97TzrRQI0QwLB92juGBItkxdqnx08idtrrdSIG",
-	"9pfqtNt2cjqzY+pEkEYPVq3T3ikANiE21UuytdHiYU56oO97k80dwAOAixwyCGiow4lMIY6zUjkUq1bK",
-	"qdIQzWp0SH5zDljDzOi5OKOBO5PfvDA5myEwvpAZnLQAlEsD9fMU68zbhkaCqSJNuyyei5wnPOexL/Z/",
-	"L7IRz+UcqCUTC4HJGpkY66mShs4Fm3Ezq8y/PeZKKznmKeFyIfn6QRqQtKKBUgUZKn2sG8SPLWcAW7bg",
-	"Y3SgeDjPA1NeVDKJ+4RiZt/EzI//n73rX24bR9KvglJdlak5SrE9TjYrVSqVzWZucpfZuYqytXcVZg1Y",
-	"hGyWKVBFkHG0jq/2afbB9kmu8HUDJCVKcSb27Pz6ZzNr8QcINIDuxtfflxg+hSDxVuYnDmY7DXzCEOgC",
-	"bEylqU65aTH6wnNJYkkCb3CcGHk0PpTtX+SRly+jJ7YbBtDzpoFHzo6YnQDTJge1GtiAIRJX24lIBsoS",
-	"0C0ZMGUvFxRVbBwKqkgNO4rikUnMIvO8b97jXdQl2qbywk08cAJrW2VLMCdjXspOJ2UhbMb0dVORfARg",
-	"jFsz7zTNrDrLoSfS2LLzFZqp534yxSnWJhlDCW8To+x8jCMh69Y25v529LWQrs9Oq6I4zVV5HgTd/PGN",
-	"2wjwzM3znCm5M/2o7s1ZN/a5KsnZX1MEhi7NUi5D9oP8yjDnba3XF/ojr6U74UA9fgJNbBqw9uCdaTdq",
-	"VlTFlKZjWIZ9yHJXgfNt4UV3f3bl++tfpBvnX++1ZHvLnbzObNSuaPOD5DfPcACxvVf+pmj/I56T6Xld",
-	"Imh7ez3wk/2Nc8EGk7fvnBU3jmhrRw2j2MrUEeo6s8GpuI3bSUHXzpDxe4rJuCTGOTfpCPjjs3WlXVAG",
-	"Lhx+YOzJS3mf9SzSxWJhmes5Mb5QNDPCZn/TVGPCyc5GkNwf+o0Ft2BDzxsLc8oSAoEmEhokmRWLOs9x",
-	"3E/qlj4AxStzbeaamIvodZdar9j3CA21QrmQNte+cpQRwOCcE0vtLxLnaiUiLrNE4EkNk8PgwqzxPfOi",
-	"NvCSIvk/I/qk0avCVrLLMZsX5wREAKAeu6Wt5xc421tltki1ONPnmSHe7IKvSYx7q/MniFck1LtmFXlz",
-	"Z8As6XwRsq0l4PplUSzH4hmV9NiqWFkCguDLE+OcOHwhZM2x9zNTeUArhEIpuJb/naM2WJm1kLQKSZyy",
-	"olTgAXICI4qLmF2SHemGH5uGBMAp6f5XJsYnJegGYuGF9V3oHCWcnFWQS/VBjkXTv7OOt0Bjy16fcz3c",
-	"c0pd1aWBuVY6bt37wqSyfVtzlJorW+HYi5S7GOM15DRI84T/UKuJcNuBJIeJCTJZ7p0+jrgONxvs7IVL",
-	"g/ueOnrN8mZXF+uJkGzcUkSUeYFEFYlknB+w0hml4VvmiYmzdp5DnaeiM6eG7S6EiQZ/K1Rz0Le423ge",
-	"UioISh1MfJx6/9qtEe2RRqldEDMr8ry4ekLd1CaIpOGhevSoXrml7etDYYeJWRSlzxTx9tZ6mU+jOWNk",
-	"C5yIbeObOLudzV40qiOqYs0SL+PvjKtth1Sw717vWmwDz79rBxXMt49Q8KiIKZidu5nBnVuUitFP3Xa7",
-	"CewaMvSfROT9RECvrtR6LL5xt9qJkPiQCb+aI13poqCJuE4GZK7JIBbJwP0xGcSJSQbazAuwMQ9uJOpQ",
-	"OGj685tvRo/RQSTgr6x+dMLPbN/l3Hz6MRnI5sQIdpAYL4kAv5aeSVGQzNJJzzSCegqCMqJ5NOcCqckZ",
-	"dJ39ItYwUhOZqnylbDXChaOXf+RW8DxyCxTinuE09NC5Wm11D5iuqUuqgnqJFm/677ywFboIz252I1+o",
-	"H0kvLYivyzE7FBPuYe2jxfDA7pqz3QnvdwDfZG8nG61GPEUtdFeczotUh4FNXYPH4nmxXDLTtbYikhOx",
-	"ysy5HNL25vF0bO/KWS8E6fLiyu9qmRUufkWU2942J4EOb6Hy3Hoqd5rTNYRbSG1cCYk+h5VjCoZ0bQ+M",
-	"LRaSjOL0TK8LOj90thkGdOUW2o35nRfnpFHdnyTfm+ulPv/CTO+Gd0RWXRW0g2K5CDn0vt1q17G/u7OT",
-	"K14U5VJVlCF+dDKI9yePtxrmFZPgDiItT8YMKce2pTbNdZZJKokn4rvsDzubulQfNnES1LCTo9+ffH14",
-	"0mrq0W2aSj6D8ymnDQ8HL6yqzwBE5FZu9kd4Od7dsfi9j/P3rChyrcxnp96LeaX9RtKN28KYnWVGoRFb",
-	"KJHB1l7UfcQGf8/sBU0m69f72K1qMa8TIrJaM5FkuA09sUVr3EsOgCduUCm3HaCeaKDXGeo4UdOgQ4/Z",
-	"gBU8alscjdUeS982mUF7Kd1ulfMe2iv2Z/pY+5unjbPkt3jJIB4sVG714F3f0Pas99tthS5sn5MYAy8X",
-	"NtV2A/c4eYn5tJcnepw8Bi3CdlzMdKU4aKIldPvzuQFuYoXnf6IbXvUeYnzrzwnpM7t+24H1M7+nzexk",
-	"UsDoIhTneWyFZJ3vP1crO5yKQ7KOlk42qnNx0eYHf5Y5zjzlXe804W/riTS+dEbc/KLPw1+7BURt2wQJ",
-	"QBj2JWPex4qSInE45DOE0aOZ84T4tJuW2Y1UCHg7d5+0zTRLNnm9Go8Nkp7KOPq2qlbfm3wdi5la6llW",
-	"6SezqszmVSxmel6XOoi4DRFeJOb1i9mbuO3dBxWs5sQgCJEhdMFWeHQsLoq6tEwkTq8H1XpikIlRolQm",
-	"dVFoKqLjh4/EWVbZIZ1O+ngE2diiIzcYSeqFUcDWIUOdGEaHOe9TpFkZe0qvLD2wYvbts9Hxw0fQ0bB1",
-	"+b5bvzCcbFSBuFcUdSUREZLQcYUcBIufCaOvNk4eKXaifEtARQBNifHvJnyKK2cA2XlmLBzOZ+2ifxF1",
-	"G4M/WjlEXT4hDIpi0onbvDQ4pdLcqLEukC0C9UyTMOXBUPOqqQxqaAvIo2oxF1CyStVpVnFwrubuszm8",
-	"ZqICqlWJGU37vrj0NSX0TUwTwwwIrq8SAyo3jzXkDhYRyH9W6hzae5gElDVqia9lZp7XKWL+Z6EP4Pwn",
-	"JlSnZBDNo7ZJvFfbU1VJUKOF8wnJ7fNqGK6PXRdHJxCKCfIXcjjhg1MQ5roPml9onEcXDA9XXqtwTLJo",
-	"DWGEFJV2IQg60n2auLoo+HEN2YIiW/iG1MCZhJx2VDi4OkXSkmeh11uKlGEZVC+KSn94JB48OpluSqEc",
-	"WJz7MWU5dNpDFFWVta10Opywo/QQZVN1yaqG8MGXmakrHSeGDZ0a6U1cNc3C6SUkR8jGwNETmMbdfaeZ",
-	"IR2nxHR4duKA8c8LsiJ2p9mkm6wFZ19pv1rSUSA1MDFFjlIpW8+BUVugMtJ22nhgmw90K1JfGDbLzs1L",
-	"M7ifMxl6+GedyPSUts68AU3bkxvn4v8S/OP96nmECTlt85ZYzuGc1RXmPdaxyM/x4dbsZp6XwFAy/hIS",
-	"nB9JwMTPmS5FVWvmMMzEboRGrSv6PAbcEiaVm0M8g12f+f5ipqSecLTr3P0oki5bh9vTzl7YccHhQERt",
-	"v6B1GMNICIY5tU60OqdXbn41a7tonzxueADAW7c28m3nrair3d4b1ah3ctYBtui1dnd7dh0vKYbsQ4ET",
-	"o2ZRYGXo95pw4SugImkXcv2EnSEvzDnUJlQK7VPEHWPxF1qSXeTiPUmvLQrS+QV0M6hJQ5IIzNdinmtV",
-	"2lYLdi2x3yPBdTt5lpbPA+h+8EKblQ/v/eHV/j85K6bv/DIzfuFzn2THBw3yz/Ufeoz0uGmgOqZbKXu5",
-	"v9LpDa74BAjjebFcqpHV7qLKs8na25cUrVRV6dJd+lfxVfR0stKQavxoK3Xu/g0VX+7/oJjjIyPRP7qR",
-	"yXXV+k+dfiQOWf7ndFVq0lD+OFdmrvNcp8Po6UR8Ff9ILxt+Jb76t8EtarSesXuu3LxdPwHCauphY849",
-	"XRblzkot3Nrp1qzSS7vRv2//+uTdvz/Zbkz4gypLKhXoRxHDYe3Ptz48PPzcXCt41fSH6nSOsi6/KiLs",
-	"LGqLaGHX99Ite9XT7hPD7CbGvgoxavrPquDSTfXYRcDNgWek3GQ+yzXBAV0YiC9r+BmIVKJ33wOzkTLZ",
-	"wj1PWfG/z757ReKPrvtHb9YrPRHtEVirZS6RNfzP2fd/EpG8Tgb+AafuRzr4++ff/5EMbpgxtHWJ+/X6",
-	"n3//x82NHI4BEJTXboU7zdKY1iR3N89394SpkE/Tcn1a1oaPfN3ultDBkFvCRHR8eNi4BaYolyoHbNO/",
-	"k9SU5MtUL1dFpc18PfovvZY++oqKMjEBFzrOUjncwDeFDqKEXAtJ6Jruob6EkPQKrPioBkUnXlKLw7Ms",
-	"ypQ7p1z+J+mLqSkTqHNol6vqYpoYLqGmP1N8yqFe3/b+HLXZzmh2UHZtzFfu6P1HHzsPjo6OH4tVmRky",
-	"xmez5y9fivmFKtXcvVREgLo691/+n4z9EejLF2++EWmpFhXoERcjWhmGrP0PG77UQAGozrGUsq2HE24S",
-	"A3CVWXZ18IU0yM0nbljB3vLd9pqcJB+OD0dJ8uF3+l3vTnFP2EE3eLP6bJm1hKjiweaM7D6v5yjnbtky",
-	"+AUEeN61uqblWpQ1slPbcxJL0l2CHF0/3Qbg+LOAKd47g+zRw/t3sp0NtPcRwtaR6De2GcObyPguhDMw",
-	"Rdx+p+xlsDKknFGF8gkeEDjZD/xOtJc37Tl8xv419ROwAHdTf3Xk3c6DvtGgZucoTUHyxvXTL1vJoGMg",
-	"9P3eQFgok2poUVOzIdkeqNO9SFsIGnzeMu5Qu7Xv9525q772jm3n8N5t5w3byy/QRPYsAg9UWWULNa8+",
-	"HX0/C1f+FIfVt25fKBS+FdmoX+tAt2gz901e36E/eLTjXsZc/HNbFojD45O7Jcv9EoxSr0nBTf8VlOF7",
-	"6/EY5ynS0OBMqShu897HVVFeIgiKxZ9fvxppO1eocScVXzumAlXPG4//N9zrpxAqbDd7GQrutBTyGv8R",
-	"C1XFLPD09EbGQvriZOlLkA8s6pQnQl5fZiaNgfN9GosKNJVqqZ/Gickssak8jcW8sNVpbdOnN3IYC+kR",
-	"xvLaAy5cTH3DGlJAfklgNkOAvciMyimO5rpagpsysJpBw9i0L5QdixeKKisMEvJZKqlMwop6NQ0Y7w28",
-	"U4c2M3osvsv+gNNc91TCMBOfWoNJcKNHelpUFOGLPOxFcdUXaLuJTdiRL1kTtudQ1oAYXd/hu6F5yglr",
-	"6itAvgsTkNLjXcFvBw29K7379nD0+3fXR/HR45udce7eVeUTeMVbLR78pR6H80teQ7x3dWA9A4ayPaCk",
-	"OGBZfCVNyQPeGdWN9QLwlf3+C11yn26le8NO5wOv/xkM8RcGqF6ehI8nG/buBnJB9WRWz0u31EQQ+kC2",
-	"c/iJBK4vIBASz5YikspWpwRjPfmaSzTqMm9lzLDEueWMXgHQ7aRnucSPbiNjFBfq4MfCdY+dCPk+01dg",
-	"gWmK3bAPeNWUxEQtCOWZ+0p8fjg4DNAmdxtpm4jWLcO4DReKfAljnBgIywTyy8B+xGen/HAUP6LofDgW",
-	"LLh/qc2p/pDZykqO7Wi/NomprY53EOjSlWcq7RGZIVBSG+fkeSqpbKyu6pKKGyRusIQlbgO4gPYCyil3",
-	"LWt4ERkf06VRnKuyXGfm3EOB+Bi4utDLuOFFY6RsYXX37sjwMfRFYSsu/449JXSjjcnkZU3nUqvagj7M",
-	"NAqvJDQKzRi7Vatce3UaHKebcKZN/KieXUMFXBfV44is0kswULQolJ03cmDFvEj1cJoYsNwLX0REcDO3",
-	"MeI2HE+QUwUs2TBGrmmpwL8RmEDw01j8BdVbVWKIyZQ+JGMQG40X9w7xKVhCaXagAVOhaAhTQdOWnxUn",
-	"pj2e74tLP548DRjcBTSeu58Rm9R2X2kG/Jo/14dDkphL0CDQhfty/6gKvqfUtHv2ZyGoju723fSJvele",
-	"/oncJOrwbKn5lN8tsGH5+y0h/OWbG/V2F4DjCXAIDtbazKZ9owD8aZ/v8uAa/95CysKb+me632TEi1tq",
-	"WbzGHE5/k3rZlmRFz2zYwNkaIUxJW2zXCrKqDVRlCDKT2dEuvUVld6FVXl38bV9+5lu+5D6VEPGKnaAC",
-	"ziozOdIPFvzfAyd6lb3Xxr1jVRZnNA4PgILZ2zOv6Yr75LjWKs1cw3oZrt3rfwqosL2t/BOLla6nTQE6",
-	"SvEpDxAex3Le+2Ff4U00UFP27Zxb13oSc7XjXMzPCeqqLa4P71Z3uT7grtNiV5e5C/urajV58ODo+Hfj",
-	"w/Hh+Gjy+Oj4eHDz7ub/AwAA//8=",
+	"7L37biNHki/8Kgl+B2hytkRJfbNNYbCQ27Kt474ILXm9u0MvK8lKkjkqZnIqs8Tm+DQwf30P8OEA5w3m",
+	"Rc6bzJN8yIjIrCyyiqTk7h7bawwwbhWr8hoZERmXX/zUmejFUiuhrOkMfuosecEXwooC/jqfCWUvv3L/",
+	"lKoz6Cy5nXeSjuIL0Rl0uPt1JLNO0inEX0pZiKwzsEUpko6ZzMWCu+8W/N1LoWZ23hmcPv486SykCn8n",
+	"HbteupaMLaSadd6/Tzov9GLBVdba6QR//9DdXqg7WWi1EMq+ho4aO4f/HNjt8yf7e/1a5uKVzqC7TJhJ",
+	"IZdWatfvm4nlOVuKYiGNkVqxsbQmYaI/67OT50+fMl2wz54963cSHOdfSlGsq4EuXKPxwJbcWlG4N//r",
+	"5F//dHL02Y8/PXn/Pzptg7py094a1PnY6Ly0InG9FyLnVt4JZjWzc8EyWYiJ1cUa/gLaeGQYbZdhxvLC",
+	"MqkGjFu20MaypydfPBuq8doKkzCl2evvXyZM8MmcBZJk3bGwKyEUMzk3c2F64evHz54x+pYb9lKq8h3j",
+	"ea5XZqi6V+c3345enf874ypjr89fXbg/zhivBu32leVazUTB7Jwr93+WaTUR7M9aKpFtTWuopGGFmJZG",
+	"ZGwczbLXZ09PTlgq1R3PZTZyTadM27koVtKI/lC1bBLR1kHU5BZrk56iPT3+Q/dfB3/6r+Ph8N3JyY8/",
+	"nSaPnz17f/wvvT9Uz07gWcOWJ513R6IodHE0AVLsxBNxP1/xmXhRFkYX2yRxMxdMiXd2NIEXmJ7CwiwL",
+	"cSd1adiSzwTrSisWBpd4ohfCkc9MM7+37h3DFvpOODKAhWN8UmhjGMcGxrpUGS/WvTZ6x947bRzg5PHT",
+	"Jkp3E3spF9I2kDqRmZ1LwxZcrc/YStq5Li2TNnGU1mc/SDuHv+IFMHxt2GouCgEL4X7COcABMG0TyGEY",
+	"G+OXi3LhRn9yAltPf4aZSGXFTBQ4Fa3zD8S4nj3dz7iudGFfl4uxaCCJc3bz4ootdWETdtrvP3/27EnF",
+	"p+rDci/tGxbOGlrZuwrXAphlq/Aw+PuHFh433Ny29mm5uf3gHepbod6KadPiW/fbI8Nkxrqp1bejf/zt",
+	"72nPHTlpDXODatkM+PBg6baXSN67lsxSKyNAl/iSZ99wK1Z87f6aaGWFgoPHl8tcTribwPGfjZvFT1Gf",
+	"/6Nw0+z8P8eVnnKMv5rjC8e1sKttrgS8ma3c//EVX7PVXOZ4JkkmsYIr1kUlZqaVGFQsnU34QrAxn9z6",
+	"Uz9U0Zcg/zKZMaWJoYVXpSKpYSZaKTGxbFbwiXCyZ+F4QvSDNEO14tKKjOnS9qDRagRTLnMnheaCuQ0R",
+	"xvqxAq/uObHyPnGr+hZ//jSr6scCXDGf6mIhsn4H9DY1zeXkkw3D6LKYCDcOqRh33NUKlDCZFgZ2BtQB",
+	"5OBdUJxwZXHTYA9ElgRq4HkheLZmQmUi68GcnCZ0o/VLXszEp5nX1NGoNCx3XQbNRDAjijtRPHKLDgyR",
+	"dc+/uXh9c/li9PXlS9BuRl/+x83FNY1bF2OZZUJ9wpP2yLDSiIIt+BpWONO08pUOO8qEkiKrKH3C8xxm",
+	"Vehc+C+Hqjv14/dU/q0ci0JxW0nrjzurue9vBHIZOYPhdyJDQjNOzwkvZUxUtwfDVrrMM2b5rWALjUf+",
+	"FnfS79m3l19evH19fhNtHOmurOt6WghjQGVwusRcr9iinMwdWeAQHLW612BsvTO2cl05jiRyYQXjLSNj",
+	"U1kYCwTyWtuvnUr18VfytWbGDd4fWOj+rc7FJ6TRQE6DOtWBwHPLCuouG4NuVydGdwNzTA5pWS9FASMb",
+	"qto+OQFqkFW7b/3+hNc9GV/bTKovS/MJJKBxXY3GpVkPYpnn9AK1LC37SylK4DTTMs+R6paFnghj2Jwj",
+	"+3TskK0cR3WSCj7Iemfup7lUM9T0pWGrQlrBVtxgm1mfvRW2WDM+taLAfx+dw7+NmGiVGbwQzQXPyMoQ",
+	"vbOt0FzjR+465oQlG4upO1SF+0aqWb+mM2+phO/9qn+v+B2XOR/nn4CTo5xW2o6CnBnUbsW5VLdu8TO9",
+	"Uges6FDtWVLcQBRvhaBODdMKCFqvkAI/5aJ/WrHptZKxztab4vOUvZJfAtu50foVV2vSl8zHH9o5+0up",
+	"LWdgOOCTucga+PtqLifzBJiG2yxk6jDe7xUv7VwX8q/iE3DqV05IOyos2KrQasbGghduER2X9OP5dGfo",
+	"tWO+2hg5zgVTesW6QGDIUJmeThMm3olJaXVB3GomjRWFU+mUxrOQMGMd3ZbVwFH5cBJzhBo2HsyVLm7h",
+	"xHG5cBLWtktRsmI4Ge/6HbuPnRzpStCK7VwolmLbKVwJSIfnxgkCuL7R5MHCevnDN9eW29Jsn8If/Mdb",
+	"M09/Grrln8pZWYhs2BmwKc+NeJ8CGXl+InIjgpWCaZUwcSeK9VAthLu5u9EuC2GEsgOWGq6ysX43khk2",
+	"kvrVxSeFYGKxtGuG9zvDSmVl7kY3VLj0OD4Dr/LJrdKrXGQztx1VU36T8A6TuhEoJ39KlTvJA0oNN3ao",
+	"wtbGbdOdqM9eu3kwTqQJnG1ZOGlrpfDHmtYmYlBjrXPBQRAHttz8s1DZUksk7S1jWbQuu3+vT9a96+aK",
+	"pwdv1lvfVpvQ0PT7+Gr+p3iOP4am9PjPYmJdU+cTK++kXV/c0RndXCFjR6WBfpyCw21n0Ml06UYXWlNo",
+	"4XELtmqebFbi1oz4Uo4WptaaVPb50862nSb66uAvpKlWcXu/biWqskKVC7c0UoEtjRsjjeXKjqx45x64",
+	"Y3HrRp50rNb5yGmC/t+FMGWOxij6R6kcEaPxFjTEaJ1pBcB0qsrF0R0vQAl0vfuVv8RR+D/P/WhucDD+",
+	"+U01qPBI6/wFji1+9NaPzD/cevB9GHI1CBr6+wScAnnjNqpyMbJloUyTPE86S144hQbWqTSijfJp5Zp+",
+	"MuIv2/ztShsJ55qMJlPhuMW00At22m8kg8h+t9Xai5yXmXhkGL3EZNZvMnabcozPGoYJdNL4g5s6aM7N",
+	"Jjedw7XCq9cJuxPFmFu5YP/z+s3rfmhCkYm2uYMda+t+h90BU3rzK/iAFwVfw99FqSa8hcltMBO3P3SO",
+	"djGT63Kx4MX6Z7OTTCvR7EuYSsVzhpQEAtkIp30kDaf+/lzEyZZR6x7vIt9y4q5GzdwnsJKW0wNb5/YW",
+	"VodnGRA9z69qK9jw3eYutJ7Qjc3E92oDq42C1r+aVlLtX31ZG2lh1ihQ8M5zJwojUf/bWsQJX/KxzKX/",
+	"4nBKDuJ6xG2dwrgVR1YuRNNBr0yt9/xwro1tPagt51MuRzzLijqRVD/nfCyQPvbs/9YiVAsP1DsXvLBj",
+	"cZ/pLIQt5MTs08Rf0WuOmEqlpJqNvPO2mT4LpwLiKnnB61YOqElZLpUoOknnbhGJ0h+b+HHQfneNDqiO",
+	"FGX30dpYsRhJNdX7vryGVy/dm5sHBbwy1H81n4gAwsY1rEnr2XgpTdv5qNP93vk2nYXI19hwY2j1O54x",
+	"PnaaPtMqqNnwe78xBiBeJRp563yr64snA+gSVRqwqXeSzrg0a1xskAjx2WykivPCyimfNGqucO0ctQrx",
+	"1qNr5vzxs+fNP8m/ioOEyMbaEJXA56GDpD7GxoWj6bXQCv16D3Lxy7VFMZubGZpuHFaZSXuhbJOI5xPb",
+	"THIar9De7+iWhHWHHbR+6mLYYVOy9/tH+G7Chp2Mm/lY8yKjtzgLT5iRMyUypxyGW/RmA0DpfAHRGlHv",
+	"riWtxGYL0rou/f3M9yhXM3SveIuwe4krrdYLXZphh63cjV659sBAMJmIJTiOhsSFqCGwlFa+GvAPVga4",
+	"BM3grgHm2EsVIFOITCgrec442p/h9PQaddf7sP1JLklQb2tZwQROMgvNUnQipVaPTBLCHcA0rAvbOyML",
+	"gJsszrxxjJPGeCbXK9zgGFdmBX27F32bWjFSRhrbDJb05obDz5cZ01P3p+JL2V/zRX6GC92vlrkvjSnR",
+	"SL/1UyHu9C3SD1dNWwTfZhj+5F7NYsurzNz+Wl7MhD3zIUK41Gw116ayU044RBE5giTKNJVnNUvAckNr",
+	"3DtjK+PGyK2g8IbEPQEquZ6LPIc/Lb8VL7Syhca/Hek7klKZ++tW5jl9DJOb4JtM3wnyxAGxsB/E+FpP",
+	"boXFafmblFsOmGE0PQU2GLjtNNMqzafxrnaeG4yu+vcjssYeXWbMhwswNFPD4ElcUWNwv5pqlkslfKhR",
+	"cI3mesa6CzP749Cp8nbgPxp2DiXdQuctpAvMzzsqu1VjgU/AYGnHmq+dLUY+1/q3NzdXDF+g4yGy5gsw",
+	"rn4TFwbm4cbpyJM8XUtu548Mq2I6fWzbeM2OKy8s0FYWXHQYO6IL4KVn4Akbk/XvAGUBDC8gKmg9AyeK",
+	"j3GYSaR/TTBmMaKbVhHVLDaFssXm3WKn0Kyk3YdTtFh3yY2BvTAMP+/9DOXLz6lpKShU1ulfNS2cVNVO",
+	"0hHvZJuCFX2MZNl0nWu57EQxuI0WUDXRmfv3nvV/U9plaS/827Ur+E6fwTsxIdMXHSyx75PaUsFHmSiK",
+	"ZlUQfhrp6dQIe6BhwdhMl7atOV3aqLmNOF947nkZeOhZIdwNHmIN3LcQ5uoo5b7KaS1UOgrWxhULow6r",
+	"sTnYzbWIdraRHIGPRIHUUWBS860XnBabtnsIhBDZyGlJbU4RJSx4bJaFfrdmXRQUOQhc1UO1ED4HwRpC",
+	"kB0nAz/cgIl3fGLRb5+wP/RNOZ3Kd2wl82zCi8yAxEPVSJAq5BQCvcQ5sIFTiFg3E1Ne5pY9ffoE+P/n",
+	"Jxig6plPFC/3+PlJ09Wcv7vElx8/e77NgjCgY8SbnbRfYbiHm2zsn4IYZmnBjT8WQsV+LCf+rF4uRUY6",
+	"uTQQBM26WjGu1ozuwL0+Ox+jYwjkvJtVNJknj5Mmw0jeOtRz5q1KThn/Rj8yzKyV5e9Y13XXv+KFEV/R",
+	"KwM27HxxYoYdp2I/OVngP07n8M8zNuycDDtMGqan0zPGmRIzDOnWRRWSBuq/NBCY7cOZSbBAvLg0LF7c",
+	"R6bXZyHIqHlJvVfNrStpb5uLqDQj3ltFCirNuLXo/L2TYiUKeBZUK+CB8Ggqc5EwWyolcjcZiKEWK2YL",
+	"Pp3KSa/P3jgadzvl94mckTzaZNZtmDMFJLvTUL0oDUvdtSbd3G13oOouT34rFBrmOVvxYsGWWuek02Zi",
+	"KhXa8TEOBq5KM2ENe3KyiHr2Y64Nt3cQaS34rEExe+HNTAxeAIWGY7gVPMAgf7dH//bKnDE6raga0WAe",
+	"weWMQVixU+8XzUI56Uij85YbyDkjtx0ztqhlFMTdGMtV5q61WglycrhFsdKpZd1vLm7YMV/K47vTY/rG",
+	"9AYsnd1Jo4vUb5CbIShiFJEWtdln59BY3G0VCqmnU3T4NhGH4gtHsha2U9LL5pCN2W/W3EiI2TbS1pby",
+	"JbTHbsXSVpf+mBK7Pv3jyePegN2KtWF/WhZiKt8d/whXf8eG73heYoje6dHzJ2wy54XTiwt4dH70n4wf",
+	"/ZWdHH3B+mzEjhLmzVXwsVBOwBHLZ7mwVhQY7juTtvlwhVSPXp9954YUGoRWUhC9cnJEZNJHd3rt7uKI",
+	"EEKSMb8ENhOiCvw43MIwM9FL95GbnGMFtbDDCS8gOAejSGAhMapkRXcD1PPxRYnxaosELQ6u3UcmLBx4",
+	"19WazeSdkx+icNRVZwkwLuwF4wj0nXQMDcIvgIk0Mw2iqphIIsqqlAlvxGu5N/qrucwGO3e0eRs3SHs7",
+	"UyvKrPnT+dF/8qO/nhx98WP1z/7o6Mc/NKbSkGayPXTgikFjQK4IB60WG8aMlXlO0UImopFe4pUdpYP6",
+	"k4k7ORFnTMzAiIMqkGY1DcppQ4UuZ/MoYSkB7Shh40Jmjm+WBkz1W5NZ5nwiFmRF2qVeX4UX34M650RZ",
+	"i4+NZyM3zlGhtW32p/l76N7729vwYt0bsaFhV6YCz1lRZpOdDrndgDWxYJZLp0W6k9J8qReTQjRpqZfq",
+	"z2DbZvQG6769OP/q1QUbbv007PQSjEAFFQ0shJabW7bgSk7B6IEEAqeTDpdQwM822GOfXdyJYh1C2uEY",
+	"iGCGRArrindiEsLeTeJVEZMwitN2NMPNremxuc4zSMJy++v+AJMPkaUbPTCNQvIxhr0m/tfwUMJs+2Nu",
+	"xKgs8pFQd17tDkMC282E58zH3ZzFdlSeZSaaP6XlEe91uwgxWaJwUlUXvkOwsTpC67ObuTDViJC9FTIT",
+	"jEdRsY4Be4OSkyOQJ+M+pW4xhA8iw5CPoijAVRiVyhFtficytBZLUMowPKxHpkYuFQVwclYITIesmbDQ",
+	"5uYOdq55xm6FWOIFJlp94zReHNHMMRSINssFvxNbxMDKZQgqDKtF8qXXZ3B7QLFf/0woWu+4WzfbJ/ET",
+	"yJjxKqncIOkBqN8hXw5+bVE+mgWLPzX3lSwHmX2iG+o19FO/iT1/useFUvkJQUi1X4XJ4vrAa3Axu7eX",
+	"PDf3TBwMppyG4JxCzwq+cOetKFXCcg3m7nLpjvjV+c23ffaWFgXO3VzwDIL4HM2N+eR2VujS8SDiLnhe",
+	"0o3tT6Osyt6Zu2O7sTl1zd3o/CXJv+OoqiiVqakAZi7ynHXT/3H97cXLlykZz9PjsVTHZp724L6Xwnkb",
+	"wbspqMWgA+xIYEs6745m+sg9PDK3cnnkL/9HwKLcLdcWpdgRGyfU3c9z+DfrQKdHz59uKrKg9Dh2U1d8",
+	"jpzGMwo3HzYsT06eTFw/8C9xhA9kxlCHxqeb2tHT+2pHrcrR0q635/O2VJjCZUWxgOifoCW5BT5rogjD",
+	"eL7ia8My3cMIVyKPhPEG4oPrVyYh14OzpVwKiLG3QrHx2kds8YqEPd1hJoRrlSxxKFQzURRsrO2czbSX",
+	"R7meJSHxI0Sg4eULrjNOMC7KdxAmXF3LSpu7aVXSmZIwes0hT4Ve3f+Ie0f5ziAJHPGNe/V9Ey1+Jc2S",
+	"28n8nNyfDdZ3Y+XCqTAjIMKGjf76BXvy5MkXbim+v3mBJAqGuHzNFjLPJWYzOGKcSHR0Qdre45PHz49O",
+	"nh2dfHFz8tng9Mng8eP+6eMn/1mzica+0IhAh8Psp6fvj4bDbDjM6D83+J9B7T/DYd+9++T9fzaS7r6o",
+	"X5/i1vJzm/eHG/JRd+k+b4VTMdAOjK5mriait99REA2gPtrIw7K5RT/u2OhIam3GXyyWTnVAU8jekOYw",
+	"lKnMyTa4+U2752GDgHRpSQGUQZt9evKUyWk9qROWa+/IDo9Ha2kqSN4N4tjTc2Nsl1azkffbtDcRsYKF",
+	"sDzjlreLGPyypaWq6zrlxibrZ893cf7/QlyJZk6Pzcs70czvQSLP2dGERFJ4HSVQui2cD+x516GoxtRE",
+	"9xdwh26LfcEbdfN99T5BGYBYMsr0Sh3oWcIPyuVHi6yHkL0mogdshubAP8hlaXZlF2VOVmlaMwhygPAY",
+	"SKg80INMgYSED+GXP1qO2lLuD1qNdP57+jrxxzb+/Wa6eX96ZHzukb8JSjQjiOZw9C131z0UfnTc3y8o",
+	"dqdL6dLdubJcsKXO5WQ9ICdJRhfXytXR6FOq3Ah6Oj3EfIx2qyaLOtq66staiAlAM4QoJRNMW0F/clfE",
+	"lTAWXezBWvx4wzG383oYMYKGRd9MQ4lmc3evCM+IJDFHp6GzsMz7Ggu+K0CTir/05LEVv6DaU9wg7p7f",
+	"iawKXAhoRm061738gVt0Fg1kk9RKRRbx+9FW8Bndx5XjOBg4UaTFi6ZUrIs+mF440FWoFoYeaiX8Og3a",
+	"nD7e9N9JPkhs+PZqVgFSZJTvcjTrV6GRWjGrl1UwiudP/pYTDW4j6JxT+kc7KRm9EOgehYPn/aNduPoQ",
+	"lhMZvcAL410ii9nCDsJlDNIT2ekJMwHmC1FbkIu6Viu2GkgGTQ7cMjMvrZMH1RQxSbEaXIY5QYcRcH3q",
+	"PsesIe4qnvKAoXnV+FA97/OdylwY795NgnOXklEbCaM1kDlyMnw4mz1a2Uhx2FDZiN6tDjnmPFsfFJJC",
+	"EeD3klE/2wGw3SL+1nirgMhUNZNKkD9pUrmVs4RlesHdhfX7y68StmzLKXPMcgQaSQuNtPHaRybGFQHT",
+	"JpzUTJrbPdzXL3m4/Z80p8y1uSgcD94w3D4iF747UBhA01WUa4tGZ/CwR2bg3dzkYeZYTNXYFoYmF2I5",
+	"alM+f5ivdwg0cBJoBk0MWErcUmRp4oGxInH0yLAU/pzqgj05WZyYtHkrGq/5DVcePyqpZgM2Fo4T4aZb",
+	"TRtdjXuAPyXge3FvKs0WYqGLtRvpi6vvE+JqV2+ub1i/3z/28C/gEgz569ICYzFMWkCIifp2jFhDojy2",
+	"VFmfpAHrWR9CvTCYMHAGNIqOtd7I7CDlD8wulF4WzbcTqyKdpIMjcWQMudwd0kjrMWW7smsv1N1VfUgX",
+	"6u7LMKoLdfeWBnah7q7D2NxnfngX6u7b2gijB/6FH/w4L9Td136oF+ruqzDa90mnNKRj7KJv7+/7Hl5u",
+	"SSCpfAo+OC+K14v0/KBl7rnktGR93y9tzJg2FcpYsdyfoc4xhFAs9422LZy3im54iFb9Sw7qjWa2Z23I",
+	"RbXPebRxgVKbrP0scsP5oYCOCL9GXpi2ICHDIbjE6AFriA5zPN/JBam8KIELV31DcQT7TdEoBPxa3Ip1",
+	"s9D2Ht1HEK7p9CvK/4lCvTzc4T4w0DZnS9wPmjXQJb7hH93s4vHnTcIBdJXtPoS6G4CApW5qTuEzmJj7",
+	"HaDhSpVRiFcIHbLc3B55h2lAq41ZuFB3juHKXBzIY3ELrmG8F/Bx/ORraKgtEw4neRBRX1L2Zp1KvEFq",
+	"Q4RqYzHqdiP4gJzzGAag76NHN08Aum8cvr/4b5rDm9Kdzh3jcJtpFL8Vowk3AvKdQKVYomvVDFgZIfwk",
+	"4cj92biLw2bY6lCNdbYeWa1HAG8EDr/RVJcqS5i74OgMIKfIoJSwCoWKXmqApUqGqgLA9G+AiSNEiMQt",
+	"+Efi3VIWIn6gMgTesSM+Wtp1gg630STXBnoBJ57iuW88grQZZdK4tcoqRB/os47oM0L7zlCB7jKKIH1C",
+	"3IqbFmBQVk+isXvsiOrRUM2lzeN3wt96KVT0CV+IEUQd4BS9ozBhGBk/Gou1xlVIhirijXHb8WPxTkJo",
+	"FuVFj0j8J950UJveUPmntHauUVMu3Wlwa+MoYsHVelQF8oRHVZSPO/61uW/hMlYkt+R2Tl9E5BZ4CzQD",
+	"YajJUIWubMGVmYrCVO34CCaMJ4oXA/6utsuvQ8hUcnRJmarxZ0vA0Nik6EIAM8w80Y1Ls04gZxHeBeOr",
+	"0xXj0U51seKFWxh4j+JiElYuZwXPxMhzhmgtl+U4l5ORez9eYiNnaiTdqgecQejoVqiwz/hXNHC/QqhL",
+	"JNtxRNUroBAmbAOSMhmqCMQKMZC2LZKeZW0yJw9ABtxI6GV+iNICjVGaViODhLScDxLrcrCf6Z8dA9N5",
+	"sIdsT3TIwe3UR/xvXomge3wBeQuU/Qi3en7n1FsJIOuP/viIKV2w19+/bDT+Lfi7ESYotNk2MIULIxyW",
+	"omDGFoIvqgiO0+fslfzSB/kTlPdnpyeff05hJTu2ZXe0yNKIMtNHVdDIdojGQhQzcgZ/oFCKolQjbtry",
+	"vGSTWYJMmxQmUgUcwvsJov8F3DgUlxiiiUh1uZhaSGhm3ZDH5MMkmxNN3Yo0KLIXb19Rhv3VzX8kISTo",
+	"nXv96PGz5xOda9BjDz97ciF0aUeEQbnd53cyzxFdb67zCl90VuhyuWXm715ffuMGmeBKXF9+893ly5fs",
+	"MTMs51YUvTgH4oQtBFeGPTk5YQam5VaMwO8YDSzADmwtXI0cP3/+tLbxjVa0lS5upZqNMlnc43Q25+Pt",
+	"YJ4++/HD5WLe3yH88OzNFnHzw3xdg12vsBOBqSIyN2psasbGUvFi3W+OwZFOdW2DFygEz5l7h5AFTh9/",
+	"/i+v0S55K/Mc054pL/61+/kz/JGwb4HTV2ODi38LChm00YCaim3DNZF6jHB1EyanjKt1vy2DdEdCamty",
+	"6U5cKrkQ2aj+afzzPeDB2jJJqx1pyiYNlFQnw3hkMQZVNaC2A3IN0uXFvFS3TVqNRwXgJIZEhmyhm2LU",
+	"2oDFOKXvjlTmblppr0qdQWG3bbnwgTYNSBpuMI+ML0XjCWoNohdxpb+/+fro80aCds2Oxs+fHtR08CWO",
+	"uRHPn2725Wh2o79w2F0LzeZqt0x15J76Jv64j6dRE7t37EK1+F3AZgbb1k1b9oZ4OFnXCpuwVKgsZd10",
+	"UeZWukfHC/lOZKkTmFubv4l+DfyBoBa6aaDfNMRuTqXIM8PGwshMMIl1GSLfLxrKc22wEEyKX6fVLdrD",
+	"pyLCKYmkqNtt6trD35v4Xa2/wMWisUWzbkFp+dBi40HMXxesi0lysI49CBMKXqTNZbuPRDgH530lVvex",
+	"8obfPhRzbVSZ0WTA0k0dO42JGCIxsgKjaxrU2IPYdNPZ/FrmoiXWLZfqdtSGM3LOzHrh3njkkWAa92Xx",
+	"sJpmXUr+sKXMjo2wM/cfKye3a0yLmuqysHPM4WtWfhfeBXyYj6MdKuxQPLAqvNqzULCzJh2nKSYdWq1O",
+	"0gHH4X5+SlZIeCngilE1N5xc23a+lMaS2vbzYFEq2mi4YC8bC8MBRA4Vh6PSau0RbzvOxitdCEbjxSRq",
+	"rQRB4lAu3koUgm5FpT3gTFCNo104Kt9e3rw8J9id7eXLKBi9kU7AYPjwkPC9zsNX2EbALfHFpPZas/3A",
+	"2ubb7HL7J7nHAujP4UTq5uCNTfsw70LjbYsRWa22LGUyZJD4ZCQuMVncMu50+8XSsm6113htnwAYMePm",
+	"FlLsNCuNAMBynQ9VnJAbcUNqC8CEuwEtGCyNhD18RqmhjwzrEiWAgsSHqhpnPJazACeF2Raelqk0EtSM",
+	"UeteE4T6HqVEtcLoPiQq9WccI1y1FtDpnV+2n6XdeM8QJKh1AHt2RI8oz0lLQ4c5oPwihDlV61xb1XYq",
+	"Rvi0expfY/62FYZbUSecEKQw4sfdIs7/85R5Rn8FgkyqpFpumJvOZnp+nRYjxyX8AiEiat0IYuWJsP3U",
+	"4ljPakOMpoWD8+ZwOrUzYTfRL54/e/bk+T7ZDaNp3B3BcxSb9aWvosrFO75Y5vDVbRMZteMqb93HKNfH",
+	"f9E4nlq0cHPAWggvqgBjMCPZqadqAx4H7XjkphqwFAOWUtalyCUOWV1gBhFmgIgUBVcQaidVKUwwBwqI",
+	"WuolLIWASQDUS1nX3bzgAeR0DzAt2jdItWUhxdp9CaA2kGhHSdhhClUBKAxz+GLTlwYJ0yFwmckoYzqi",
+	"S5wV+dRxjJ0EEB4OdLBXG+BbCk++jpsMT19D2++TTj2aqHnrQrZ3CI/fRCNwMxpU56EoQXDccHPbh5im",
+	"qkSbT0c3jxo2vhu59PHDSELpVf1lM9cr44GAAHDpPIochAx+VO4gepC9rSYREuSDPqEZr2IAINW/6yvz",
+	"ahX5PSa6VBYqztm5kEUI3IaAYeRiY51JYR6hlQUxDLzd+Bwk9VJO2PnVZVKB3OIs8HvziKUw89RbDgqB",
+	"xFRhr4CNZgKgrzbUgHv15quLl6Ort5cvLq777AUOFDjk3Gu8bh6FvBMJMxoxnwBaym/JIzClrwyAxeCa",
+	"S8LOCdVzaeEo9PpsYwMBhLVU7mwVelEPK8Ez1Q1YBUA9oTFdCFwFoijMPka0tZI8E3Veh+k6hZgIeSda",
+	"zEFhSaGOE+6I/6IaIgSmHhh8jL2aViBcf1RqXVIsyb07m/DJXIxAUoPa4ZSDEVLMgXdJbAFAUh7y9f2K",
+	"MDygBzJU3OubWLW/L4Jh+La2k8kmMW3MZXOcu3emfdWjFW2Soi99XMEVZcptKNBVOYAGwyfgnXj0ZWnx",
+	"vqwMC0nPJ334X8JOH38G/zxN2GDg2PJgcNqoak75QubrWh2c5Z1bZLm8e96oPvkUv/tUWXbnGlIXRmWR",
+	"N0/u+7cvqZz6EpklemzHjlmJIqGcT7jJUcLn4PgYH7oR1bAJnMgkWAJ6gxInMC6fPsef3l5c37CqheNw",
+	"BY3xnHFkEs2LMStsXFPSMVrqnjudFqx1oXQixWwDJyUgZQ9BiQlEdIPGoRAgZca2IamaQhQxAKU5kt8v",
+	"i1t7JUQG8zNypo6kYl2M86YAFvijxSsev9KS6gO3VniNLXhxC3gxZ4g9BZIcfzs0zWbTWkMJn3R2AlGH",
+	"ye89iM2GDQjaOdi4UD/Z+3E691m0oHc64hU24ONnz7fNZNFelMtsd/5epBkFKYl1YY2N8jJ82WukuTmP",
+	"VBSfqPHAndrvtXslGuyREDxods8L0e+M1UvDyPleJdkFTNJDE7l8gt2uTYea6ghAuDseOC41MKhKErQV",
+	"OagKGuAd1NuRtooT7IQk3zvyt+7FtuwCxOGmdWjep1AjZiO8dVmOlqKYkAZ1SG0naW5HVlueV0FDh2Su",
+	"u8+cBn+vr5wePOJ3s9HpgaOrPnh23y8O/QBvhw9YAvrwnovQBCdBZuMHpbrvyqPjcjUb7TGrTeZicgth",
+	"NjtCViIEkQ9iQIT44/t90Z7HvQ1kc2CTsTeyAWlB2vyeZm1po7oXLfXMhE/12eZ7G6AiDwcR2QMashv+",
+	"owkGah8RVVl+TX6T4r7k8SBfi6mK3TXGvuWyrYhdZX7EbC0oLQ4hRhg0nmfCeJCfGNH24JxJGuoNjaLV",
+	"W1dXIR4g5WsAKj41rdrdjdy0qLsf27lSs4bmsScPVtI8j/vFZnmFGe1Yi63aDR4Qqqo41iH3SGjaUaZZ",
+	"AsfrBGYK/w45lXwM+l3jpa+Rdn5WpmA7B1LattUCuvOgHhyyXcj5BWAi3B4Sjn6HpoAWWtuITtwaQ2mn",
+	"R5/jhYUD4C6VXEDLgbsfRsFUSZX2S9FXsTUYmuokHfylcc2v4qT8e+TxIa1y5mg+K3NRwJVxSVWZaqbY",
+	"78qxKJSwwjyC4FipZr2Bo1qlM2EIbA3wFRBLWk/hl5EROWR1JL7cDr0PYOCWS0UmWKtz4Us8078FwX9W",
+	"cPT4VYAggLjmohQt+OYh212cAWjjimartDrCiPVaS83ooTBe5mfBbsWaLUoDdbk9bLZ71q3BhA8YZ1+9",
+	"vmamHFN+P/4Kt3mPGfMshg5P3Ljovg+o4hsIjEdsxPr3QBJ3jAUGVpkjWie5ZUutbdw90NejsOVuhNzY",
+	"/dNRhd3Y//Gnk+T56fvo996/9v61MQL8ECDviG4OZu034Zv65TvqoPL0b/V4pXXeFMaxC/jo3GAdgwry",
+	"ZgA7Aggvh8DNzGUTxsILglyHTbZa3zLOsPj6gSZlmTVVpHoFTSAiMSB+jxE5QvVbG9k/cdbdmvgZQe3W",
+	"cOYhPH8mbFTdIS45cP/qDrggh1OH219cgSbZ76Su2LcVC26hIAe4LamWBRT5o92BuDu3bAduU2sc2a7L",
+	"lI8xa4g8XIrJIatw7d57n3RWvFg0SjlPKIj7EEEp9w8ubRkhE7jeQkwaUGbVNZ2AsP7Vtv7YckTbDHWb",
+	"da73LcLe8B9ssm0YREnboVCtoYFeZTsokA/fbuv8Yelyu1nZzfaR5YV4KJLbByn/4xS+CF/FZ7jX2UoF",
+	"6o0VJ3UOdWhKhb/QwUQ4GsBxMb174YYdwK5Y17NnGg4FhSsMOAywvXOdI646hTdMdSGwRgOh83tl5ueU",
+	"7Imqihyw/IcwmsrN83QvatC9OFArQDr03Eb819THz6kN9sFKbT0ILu6/ceWfjwJB9snLhjSqj+Boavbp",
+	"PtBhGvx2+x1uD/eZUS8bTf64c4YPkz/W5u1Jn9/qFfJfXzfY0erakFsQCoTQt6x7yhZSEabzkxOW8bUJ",
+	"BpeEPXl+cgIiYK7Lop5C/PjZF4/r6brPTw6zjL8VPJOKXLrbwNZIKvVc9A3Za7nM71d3HJGy9mfZeY0L",
+	"Xm/auE2mdWjDHqormuGPjWvj+PXDaOJBifcPyMHeynjB4vyuoZYpVUzhPtNZlpsje9wsNDccX7Nxg5gg",
+	"i8Ipu5Jf1uj49OTp588+e75PGpNjaLGr7efsZrPx55999tnj072tL2XTOfYNv5SqfPfIsCXgebyr9fD0",
+	"9IunT072KBONp7DSVpoFPImX0UJnoi36gopgwSuM+7I8XrQt+JoMNiou9zQgYaenrNYHqmU+OO/85cs3",
+	"P1x8NXp9cfPDm7ffXWOMsmFdtKBphdAZEHkY9AOfzG/mvKByPO6FR8b31DtDpQ4V8hZz1oZoroopuvZ8",
+	"1n63NvZH6Eqouw/2QmU8HFsYdKVG2Oa2PeBqq7RiJAP3APK2w+lSJPFGVGq91LqvSVntk0f2jW24hDce",
+	"oD87SeducWAw76Vv+FtsJPz9ImotPPy3VxDHCyAujVCryLB8NGms0wk11Y6Xsa5jTwkLbAGASU3CiANB",
+	"2scaaS0KYb4feew5gb4OSP0YnkVVjGWNZO/XOSBJNuCx+Jh0+B1uZ+6vQphygaHKLVFNsUK6h2a7CHGK",
+	"+R3uGtSLyLgySNeQniGoJrbSR9b4tkAr1HZNE+iMMO68t3M0MFfD5/db1YO06LYyevWTiJlJ3ASO+fb7",
+	"1zeXry6uYVPqAzc06uYAF7gGNXdHpxwC/DevV/EFiOoN3GcnoRYQncjqssW6s39z/3gEEfLFkVnyiWC3",
+	"bidzwOYyk15kQ0DUYEfoE62mclYWCOlalICE+4+//W+W6cmtKDLvBPD0gsDh0GDCOKuohZFkfJGDJ1KF",
+	"9f3u82u/xqMXL8+vry+u++wCnCRguvTlr+sLg1WSRXG/w996na8Ytd+3+Gxt8oykRZoH5ufPeSyLtqg0",
+	"iJvozPzYrlI0WxX9xfpgw6JXUJp86hU0285TUq8yeauc/jAu7ebNXOlVwgSfzJFGVnPCadIrR0ozAZic",
+	"3RhkudJBqu2FSnx0EEIHlOGwFjZ6M9QHd68lAfgzxPkfHIPwfbUOravVTEnNG1jD/byfth5Xl9yD4Rks",
+	"HlUBuarqpFevxmtKKjl/ffPt2zdXly9GX55fX4y+f/sSg/iWss99ckh/ohcJe3N18fr8cvs1vRSKS/dO",
+	"L2G1hDlUBQ9CDvVGgaaZzQXPIGEDoTCBiH56H3EpQnidOaoIuFw/vd+0KsZWscitBa3v6tnbM0NNYRxI",
+	"Eorl52sf4AhITQtuWXfYOSfcS+LAXwpeiIL99H7Y2TJ3njSZ85pRQt2wgBPOPQaGr5XpxqZZF56j8KoX",
+	"8682/+nTJ1tr02BR3EzeRN2P1quZvtti8jK9tG0pMcQ+csExPGEKZee9DdGTMAb0Nmsau0P+HlBlsgUs",
+	"D4URhdo3VXEEQmku39gMUfKAOMD2Woz3jg9shxa5Fha5aFzrz72PPpQVNx7+qYsYVG5RPPBUr7/Tg1jv",
+	"6Xsl/1IKxhfeoJbXiiACNRAVtKTV7wLLrzLaDYDGtJQ43odi8HGi8ei4VMgH961imHSw9EZjRQbNVuAC",
+	"hmgvCu2a5NLJ2B/E+BpTN0A0Q0aooqt9oXNRRew5EexujIXOc1EcHr1Hw/w3GN5eoRltQA17awMphGLz",
+	"/PGko703cZzGck5lThoMnog+04DmAtWgKcBRaTD6OkVHLFuwdu5ZH8kPqbU4UhSfeUg71/R6YyCZ6VTt",
+	"JWHOOxbsOzjgrWGMrcdFPKhMpGMnPvdtT/632AjYLM2uafzCYEA8ZzuYSLxQPfAQ7VyLrVhMH81Vi8VE",
+	"Pt9JOsji3W2mjhi+G1jd9+Qb9jWiQ/v04MJ3U6e3auOg02rwNxsoRJEAJrUkx4Sqqjru/cZ8WWuQHn5b",
+	"tUtPvoyar0ZHrG77XkbZLX7UFTeFMGNUfhojKpG3HwSFU71KmTCNNCBn6vKBpboh0adFGa0lAzVWIthV",
+	"hHoLYQJ6ahs/f2A8SRue5blXWsBk0r18fZOwgNL6j7/9HbBn0P+xARzL/lCFD/7L0Y8/nSanz9+zAyBS",
+	"aSiNM7SZfOAG+RSHFgBGjNvdVvM2AReXPMtE1oSsGAdW/usgmvvxjz89fd/7w9bDx+//+Mf/VX/05P0f",
+	"W8IshZ42xLPl2ggqa42hL6sCgIlaMLG21xNAJpprMPBiMm/OzVmWo4kuamXpNpO47pPyhLa1ZtwftG7f",
+	"pzVtmrnB1txvuLm9Z3IU2BicdiXtB8xa2lGV9AExhbsj+JoO1Y4sqN3JTFOppJnfc74tS/uAAoittfK3",
+	"g1Hm3IhdHv0H3Vz2g/CI9tyELW8HFTC4XxQIMLlQQHVjTpE6X2cblEubYDwe3FYRzqyL2anzcsFVrwUy",
+	"tIKX2HJ+T8qicKfHUvD1nmqK91n0TQT6QzAZtc5HE57nLXzKloVq/GljI2td15r1bezBiNh1AZeWYcLO",
+	"gICnqvoeowIwS90/1eivotAjdxwTj2yOuzcKfxnLZ1LNqBhEUgX6hicN9SV8fQ0zIuhtX07D6bMJm3A1",
+	"EXmOlSjqtVvGZTYTdiTezXlprMgQ42C7lmDw/xSCU7i1YL4myCPDcjkVk/UkF/0Ffzfy69g7wAzRAJZM",
+	"+LIy89GlRancpWO3geRnmS/qo1hivkfYjWgb4C8Iwkk8ig+UzlliLbnwb5GdQSkr2jT872hZ1TcJm9Je",
+	"fXA0mXM1u+eUPkAhu9gmQQw9skrEWYJbwwxMui4RIwb3Y4sM917oZmg1cU/Yv01lm17cFcTtBnHQHbpx",
+	"GPfIiHEKy75LLjbZNszrcryQB0f8bdh23/GJzdHppKfhDI/WfJGDhcw/oRtO3OApXHE2nmwYTejr+6ch",
+	"xwM5VPfzt7WNiK+H6G81JIv76ED15bX6dgTLePqczcU7zBAzHxzK4gODS8QnnhAm9hgboS1MxMko2uvN",
+	"tDP40wEj6LxPfjr82o0iKAHMOfKNSwoDQ6fo/vzStqv2j34eL/dqrRvZdzsv+sl2NQPIXYQa3pXJ+fQ5",
+	"1fc+Y7dijYV6wcVl2Gm/j2mJabhW9kdHaUJ5hgu+Hiqo/uMOcUrZkGmvz74TSywAWQGvnFGskVMM0UAe",
+	"52pg+S7ofKiCM4JyGDPX/FpYxJTd5AXP26iimYlWQGMH5g0ipexhk9hoK4E+zMbwUFQb1pX427S0ZSF6",
+	"Z1EtzuSfiHRTkVNMSxvIrZtZrWdAAqnjZ//429/TTVCrJ7uqZVGy6Z9Cdy1lhz4cIk47BWyYJdGC2Ek6",
+	"3pwHEFULqcAejCULG62UUSLr/QQufUgedUhxplxs6bMXTZ/94DYhmBgv/lLynHWjoLueexvRwJAJoKhG",
+	"xxeWqRFrQPKHpkFx5hYZCtIhu4AKdq6dUOYVXep7cpZ2dwXwohjHAg+qEhZulNJQwTKrdZ+91kxMp2Ji",
+	"q+bCcLEJ/Hk7TRqfxxv5Wl9TjF4n6VwVYiqK2qPX+gK281Ac12p/a81Ujxv6iL8JvVV1bmshGRs5290/",
+	"VRnb9K8//CkkaXeHw/7OF3p/OO7964fI+w7HIFpaoL5O0kGCuff6+c+jJ9TQ+6QDFPfR89mblMWGIKdt",
+	"J8buO76Mor3cXXkjPCsJlWcwnPCRYXDNRlYK5SJDCPuCT+ZSCfwpCg70wZe97dAxQpNMF/xWUDRi2hwq",
+	"cKhVsQoHpIlvs1G4r0/KQtr1NaA8koRETnnTrrehfORyNcPAFyaNKbGevf+aYVlYpBE3E8SR7Aw6Y4gh",
+	"quY2t3YZU2vod88X7wEbFc3iGy5vz2oBafL86hLl40woKydHi9nCpqyLd3Xv70TQPciD+hf2uNcfqgvg",
+	"WVAkA6s5p5T+lxKrroHI4RBxYYaqm/otf3N18fb85s3b0c2b7y5epwGvGdMFFAiPjEllNUsRHTPjlrNM",
+	"FgSO6Xs4gqbTXjJU1EQArIuKHky0vpWCdVMIwfb5ikbOlFQp6SxU58e9mEA8IciEocIAMbjuG0R3QYSO",
+	"iV4IDGWia2UNfxgU90LOpDKsm76Bf6Vu/W7iITJpjcinzAdaAqmkx2l/qIbqNUTZEmTzxtDxqa/95Yar",
+	"czFgKYr6NGGpXyD3bxD2aTJUqSfD9KwB7I/B/cK/3mfnBCKDP1Jegs4FxiFrKJnpFDu3Rr4tt9qQ7/H0",
+	"5AlLQ0nZFAW7R6rHrAYwc7n2PAsJTfTOGB+qQtxBwVKojwgVm2koT09O3UJpNRGOIh2/waQUnq/4GssZ",
+	"sPSnIfoHhp0BG3b6/f6wk7AhVKTCR1Vx6xE+fI8LHwWuARqcIUEd4LdnXCoI0JPGMaUS8jbGYqrdENTa",
+	"zp2KKXIDQC1/KUWxHqpQG7g+0yrcNROT3M2hynhAJSXdqi6c9hK8vIQneJOCaSMgOKzGXOQZAUHLgpFy",
+	"ySD+oZuDHDIJK4CwE0bCyEAF6HJhziDDJ91QkdyF6zx0tA6UADczgkxAYG3oLcxuqPz0ummTHjlgoEdi",
+	"wbRUlXme+kIMlNAe4czA706mpVQ4WFqoPeA5mc9qXnDFZ4i/c351GRUVGHRO+qf9E+Kuii9lZ9B50j/p",
+	"P0Fn6BwYvj9r0Cw8aawpdY1YpOM1kxnqtO72k0KQeJoQ6UAbZz6S1PEXCDyJ8HroA8R2H6o0MsBRibSF",
+	"I6+phnITcahK6t/yEJ4hsOUM+yUN1jEs4JIzzcbCroRQ8JZhC33ntHRKuUGeHzDYYaBjJ8h54WutBPK9",
+	"zDoDALA9n1EYUkWTYBmRbongCHhrywDj573o4/fOoGzOpgur5VkxQArr0oRwnaahkIVzYyz1CIdNfeJH",
+	"SNaGWiVAFY9PTjCFVFkPkRXVAvwzKVdVBzujvdwygjEB5HgDxvwMTRgmpjpHyE9xFE2Nh9Eef8mzCJ7x",
+	"6cnp/k++j2r840dP9n/kbqBfe96PCpWPdusgpUBGQagrTErRmnWr0v5O1uYiwcu5Cc/hDJHNYVbwCdQg",
+	"kjrr9aGf+qE9/sk7xd9H57dOvd8IJN5t2m2aY/UK7tXlV52PTxA7ieEXv/vuq6f7v3qt7dcQePX+/c6N",
+	"PPb1kBHRoC2OvqqZKTM2FqCIYanG8ewo7bPY66ZLm8s7YSJCq0cnD1XXCMFAfXqBH6V4W6G0E7I+1PJ0",
+	"vfaMdWd8+Qvg/qjvOA1nozgFBNMjY3dKBqnYoQKRjOpI1IPngwliqLDXQviZQP2N9JuLG6cKfnXx8uLm",
+	"AkxhEHqjMoqSQosedttnl25GiCXoOgQND/2RVKKjq6dTyPPzNXC2BubUaiofwgQvcgkVUGCWoJhIM1Qz",
+	"DbVTsWzrCJtMfTjmklORUq8eoleZGafipQG4G1USv5VcVQuAuOXWD2Jrsam8jnV3yzGf3LIu3HS9Ni+N",
+	"UxsekaEY6rHkXC6Q62KdGM+MHhMShOnBAkl0PLvx5Ho2ExlceUErrBHDUGlVIfuXChzNkOcT11jD0TYJ",
+	"XgjEfBFCpn8O+wK28KVGPIYPwrmwdimxm/ot3BaleL/FNB9/sK5pSa4xfriBeV5HJVJ+o0zUffDF/g9e",
+	"aDXNJVqLnp4eMK4brV/yYgYZCk8ff3HQB6+4WvuCSO67Z7jXexf6G27FCoOMnh2yZpG5a0PpuMYSWxXH",
+	"j86dd1hQKNEZuIy8RPAFt0SxR784drLhIJFUsQgmp1EHmObFV3zt75LSQnmK/lDtrbq7dNwVi+7KUHMX",
+	"SzlXnBLtDBYuueeRsPMqM65HuJEK4rs07l0yDXmkDFKjYtpQrQxmFhWfxIIeVXPSIANGiYp8W1oQ0kMV",
+	"LRvG9tSa9rWmnp08rpWxTqKaHtJCdf18zaQZxEJy4oQq9Fx5rTAcyJdEyWSVFVUJkH/87X8zjll6tB6w",
+	"n0MFGsb15TffXb58icKVvkBxPl4HXA1myqUoIHEby5VJyzKZUd0vGhY2SNputF+o+FbmtK8ur1+8ef36",
+	"4sXN6Ju35y+cfH/mRZLr1DtU+ux8qIjaQC5WJLdZaEPS8zk3zNeAcRMiyg0JZKQf0Q7W9KoG3Uu8O0oH",
+	"gHjxTkzYpIS6aoVFiUrr66XvUJGcxho0MGoo+QVrAJlf/vgyaSPJ6y7FRrsjbqKa50RXjkqra0ddI4CD",
+	"8Yc/XPsK7FRP/w9/cAoGrtrEsQ1zW5XLwIMJPcG+GSaVsYJDIJfTJf7n9ZvXQ0XJzF4fUhCXFnSNlYbc",
+	"UnPGqNZ/ypZycmuCTTQYKOdy5u7o6V/SodquIY9QfVaKXoK8pTKajEWuVyzdFKrpI9NnX2qoW60yyOQe",
+	"qjG3kzmMH2dHy0UZZtHqRkxDOH5ZOJ5mE+AcYcjinbRDhck8eHjdINZ7uBi1DqYmtzbAlvqMjH3EIG3M",
+	"H0htdKyJTF7wcShGh6/Y0pFQAPuoIGl0WPtkqLbXKalb9noeIARtjVWhdn+18Cwd4JTdQXK0adBUSiMG",
+	"BAo63GGeTpmlJYDtcwIg4k4mLioPXGlSuutJVEwHToXrsjcI6+8/kIaRORFo/cjPecC2SMnxuIrC3UWD",
+	"r7DCHKbdQwUqM+FLN0NdUJoB2HmHirHJXPAl1Alwm+eOS+7UBnhTKl6sqeEertfjkxOf8C8N2yTsM9ei",
+	"t0H98R9/+3vKum+/fsEenzx9jvvofwTzKVeZXgAxeScVVCAMRfxR718W0nEu5pjHgC39Lc4LMAA1SF+g",
+	"Pnp0s16KAYupQk+ssEe4VSnKP1a9/5U0S20kpodLlaPfiy/EH4cdvO4MOykaO8NDURTDTpqQpR3sq44L",
+	"OzHr2vb+bezykaFyf4KC2+jA+EmuCm3hgCwST2O68JdJPLNG4PzdS2cIFCqiSDnKdStscti0hMrc8GvL",
+	"sL1s4TDhoUFee6GylHWBRfVoJMhwtIFrEgP+spBWFNX5CCvACxEGjksA+o5CAzvd42F/H5F5/AwBBlzD",
+	"HH7BYwY3S39T60Ku9wK0MWaWuQQQyz9rAJvmag0tOImq1uzV5auL6gS5ZgtEF3D/AdHQ/UYPWLqQC3Ec",
+	"3uu/Fqu38B54hqLDGC/YuyOVwaLBifQShaGzEojc7UJCsEXRor6Yl+o2Ne4z2JOfHJG5H4adQUWE/6si",
+	"vYQNIaUIfv/H3/4+7Lz3VviJayvIk7i2wFbT//jb35MhpSY9f1prq2vqOUk9RJLwyB8kqdw0NykWdioQ",
+	"7U6KxdXYpi/kM0gxUPWORuxaPoSAYAnMI5YJJz4ylroppsepn2naZ24zKbRIrV3DsFO5HBeOM7mBOUUH",
+	"D42vJL1GHHS49aOONCmLvHJEbZ4SEjsxU++mIdslTVialWgiGC2M+9PKhcicnAW5ZsqJ02vhh3AvSFgK",
+	"nrIU0uJAG02htZpG7VU4fDOEvJACmHvICs+AujWx9gg09F6fvRYSvAwgFkB+0C1rNdd5pU8FPWmoYk2A",
+	"RARcUboLwQ2AFknFMj0xx2OhJvMFL25Nf5E1uiouKgPer99gcvKBu3bqC1xym9hPvbH65falVHiotrhP",
+	"wshwuE3IYFGt+UIfGRa122sOct3QDHYN6wpEOlkX0+MU+VzqBup0GS/owwhBEKRCZS3y6ZABV6mVoOQ0",
+	"TKHRku8PTcEV667m3AIQd1D33GEE1+hElzneEanAsT+ORtje70ashxixPr0x6m2pWkxRoLhxiSVfodY4",
+	"HMp9pqcIii8XTck9T0++YGkmC6i4sh4pbUcQoujFe/iJCu0oC3BI/tqRFmJSFkbeiRTCAoYqxAUsuZ1j",
+	"K+lx2mdvgLcLisgwqPdLA4m9Dez4Kxjv1zIXD+fGyd5XXftX3M7h3SYvcJhezRFMV8MQ4rqVlbzt92tI",
+	"w8Yp/gJ9tJ/6XP5qbMW4Y4wzd6wSpyiuF7lU5B4C7HvHOywwZK4o2DccoTPGSZexhSCdLhDYH50kB1po",
+	"jCVJ8Ti5W9/Y6Ly06P8uRM4Bi4oMMdVxjR2B3i9KokEq1uVqqOoF81e6uAVcSLp3e9uYu6aQolUaEj2h",
+	"wcIxLNNnBKo8VKcnycnJSeATTn/GUsCsG5ub4T4FYSsr4V4RU7CsO83s6clTlroFBmYEcaJpgkFjS1F4",
+	"GJpMKCnwhygWCRbJPftiqEhBdY2EEIG0LUjla+CTn4TTfMyYANfLS2SqbfqE57m/c51fC9c5r041gDrC",
+	"yarFxbpna7y6ImfyfMmjMUKixUG6wjEvJnOqb9oc1EYm8DPQTfDlyFzfrYxIwdronRizQqzAdz9UwT/x",
+	"9eXLi9Gr838fffkfNxfXaQ85HIQwhaIzKkPLPQ/pxI7PNh1ld80+pwn8Ag/zuyPLi/ppfuCtwM3/9xP8",
+	"KzzBKPo5aAqsW4hZmfMCTi3AnONbcL7pDFNUDTcM/sKr3LJsOJkYf4+8QBoMUBbZVvSxNACoY4VCdxu8",
+	"jwacfj9FzWWovJbhMUW9JW4F18yx8G2EeJSgDDm9KBN3coLpXQn7+vLrN0wXQzXnRQazoDDm2LrjOQkM",
+	"pEmmuwuQN8BWU+gP1bVfJ7IM+pac6kFpu2H1+uzp6RPSLqzWI3A8xBYr/HaouqVye1wIY0QGTEk7VtTG",
+	"tpp40Q+FtOLTM6NDrE8fhg+dewU3+CP8A78F3WjDxDsLFUczpOD916ML/8HvjO4Qw4Ujg19nBA5tNATO",
+	"Faw7+6tcMk74Fz2Kc4wMEb4aCaSNZYLJKSOcl8MUnOhMNCo458wWXJmpKPaoNT10DVG4AEwTwhnX4FSs",
+	"3OJDZYQwbCpWoiAvA6D9e08YxpT3G7jepg3mzLGvodriX8CbaklGFDYfBYJsKlpt6tOnM7ncT3eKnaof",
+	"RIWCnfidt/y2ecs5i1Us7xdOyMMnMtatn0LvRKO3jfyrqLSDQnAIWgIcsTYtrHIlzjSz2nE1sVhq8PMB",
+	"3ORYGJmJ0EvCCoFVMzQa9qPoNJ7nBG3Bi0LeiWwQIMiLEorUlMtc84zlgvuQRJ1n0C5UCVFaiV6fpQtw",
+	"2TktZmJ5PlSVIYWNpY3g80+eP33aa9GSHqYBfVIT7gHvYq2ng1WlD8p22jUmrHlzkF70A2m+v3Ou3zTn",
+	"gsNDBp0qg8IRTsW9ztiSFxBjV10c4d7jFKN92hDEPLZqQY6N3by4YhhxCyZcDOhVwL2k9SXjeJa5W1LC",
+	"Lq/unsIt7fLq7nkvqYdY5mD1wUBLxMtbxEHDudYhl/Yxo4i8oF3hDdGNIQTt+qxrjCnDv6rgOKEojziF",
+	"4UMeCCVTPn72PEG8br0SxlLAWs00LWyVVTlUOPU+SynuN8RZYA2+KeMhIniu88zXYDGAtJ9E5Upwpgu+",
+	"BjkCwaa++k1AFyFQA67QalcaUOaofcfIy2VGOFQwjiCaKMBvpi3GxLhRJywU16kH8M65zw0SGdbhIzhB",
+	"wrqMA2m7lmzGkJVD6CVzoShcc2prcWNRllSvz74mL0jNzYAvIrBiRmu56YpwS9tLWIqlVdPwL8QRxUzY",
+	"FLI4xWpUFu4JLDLWPxyqNK49HAM8Hf/kmibaT8+oqEec3Io0CHlT0q28vONWYAyfWzalNzru0l+EBVmD",
+	"k9qdEnsF5+8XmVr40h93N8ZdOacVX4AVTdgY145CJ6Z8Id11CP4gRvEbTEqM2XYb34x8+Y8C3gngF1QE",
+	"466AT1nkt0Ln1z5GHtcWaMxjDSR37d/8RVJdXLmhhd78VH9dec3xyH3sP2xf4rR1iISGCM2uiCsNVSlI",
+	"pMbDlaM1hcgDmlANUMbZ1c1/QOTVROcm/b//Jy30yqSVqv/5yf/9P4+f9s5Y6vTW1Me7QzmpqpZCf6jO",
+	"m6seVQXWUnIHB9FYL4E0VOfM12nwXz8KSaROC86NdpqMQUstYgaTND9yNIRwL6BNEM4ymwrhxvZCZ8IM",
+	"6qYTiiPeAqhg3THPmJtsQsK78I7s3pk7ejWfMZ499/wL1uhKTljqsXtdayPLbwHNhNdqGYE8qotesKOD",
+	"iDvDi5ZT6qKL1llDxhL9hSFdTWIFwSd91ZBfWgBjbXT3imQ8/dDspTHpk3J9Ymij30Pm/nvkfYZzWgno",
+	"tjzPhFVpjJgfB3wpLpaW600rtFzNjkPGfZwFuml6pVfOL3/4pvMRM6Bd++3pz2EYv8gQka0T8HPDLf1s",
+	"wVBXgbNBfTRzK5dLf51zAlFPpxCC2bDBVXmrViCRatk/JibIzs29wSq6tjRnaGRMq/K+KetCMGOvulMC",
+	"sA5hUWGZ1V+X2gVlr0ICcwS9V82rz15DiAmVRzeM+3pGtS0uM9nuL3oTAnAwR5FbcQQGCUc7kIjcvXpz",
+	"fZOwq+/d/53fvPg2YQi2USUsl8tZwTNBYCFiqOAGOtXFihcZgHqZFRa5LTwGGH7s+qxA44ycqSOpEkbJ",
+	"HNMyh1JG2g6GCja2m3Kb9iCTzP17Qjhwhc5BzUCPVZXiF3Jr6fYGX3LLummg8DTZQHm7zJxOCYGQGOUP",
+	"mICPINHKg5JRstR4zdLjCuOP3PWAfgLF4jFP2M0ALQJzvaLUdwgoRGKm4ADKS9FTsDk4RYlWrVehqqSk",
+	"3IxklkKP/35EZHp0mVVePCoA6zcneNVyPcNcHcDW67NzCKJ0W4+RSnOdZ4GGID4US9SCF89jxDltr8++",
+	"lrlbiEEVKYmvTa0ohio1Uk0EpTI+efLki16CiIy0X+7ftML9gA8WK/CnJycRtvbJyUnvbBM5DMwboqq+",
+	"DNGYC74mIDEMAnUzloalcAT6jhnlqQ+0gIQwlckiYYW2EGcBwCyPnz1nr+SXbhj03an/smtX2qM4wm3o",
+	"Vixt74xxqqqHApUPVfUOg6UIuAUeLyBYROkGhdvgmjujYBUcPG7MjN+JodJ43ahdFmg1+uzZyROWGqsL",
+	"MYoKYadbJjbEN1CawdSGykn8NjMP8I2DgM9gkrUY80Nwsdui1oFMWqHLGioxtzWENNbW0rPTxwe39KtB",
+	"dmuc1EfF8XJUssvogXP5retiEHLulsId27phJIAicggSkYsN3wY5A1ol9AXka1NdlhQruz4ywL+Auf00",
+	"7NxKlZlhZ8D+1O/3f3wPxQVMOTbCVki4BnFSIwNvZAOAf5NPFf49lzaHXEpubk11g18IW8gJPEAjNOtG",
+	"dsEteypIDvdvJz7BBs4WvLjtDdAZDSZvtPYbAhLpbnQ0oLrhghd2LLhF5wr9Sn6ULAGG5q02mDuqi6FC",
+	"ATERlCZ/J8WKPBjgduaY9KBXilHiwAvciqGC6DvNc2EmTlTHlYVh/UFxScGudMdzTEj1lqnHz0561OO4",
+	"LNxX06GKJjDRMF2qdFxUjaLMQmMaPHD7IPJcpwk5hNC873YbOxgqgq4Ao0y3EL2A8oZzpE8wjA1gZQlS",
+	"DNxWEnsu1uz0GUOACTNUUIFsWeh3Tq6DoKJ0dZQjYNdq9Je7+dAKHiY2ovVrTlB6/OwkqXPamNU+O2ng",
+	"tft5nRXv7DGsb6Nj/KDoGyQC/Bzu2zl3m1rB/9C+VDA0Og5xwlITv7L7CIz8CBDGLqi6NF94spjoPEef",
+	"mwdl9UcTM+XuBBw/s8H6KBHn+Cf6lwe0rPL96jT2nczzh6Y503fNfoBPiNHm5gDZ/mcx+B+qrZCrVJqS",
+	"578b8B5iV6tRLCw0D2BeIX/fMX10ynvX96zQ5bLXnr72Jhj7C2HLwt39ggY/k3dCQcwUI+jIs22F25fY",
+	"HqoGcCA9RUwWZCd0HaxDR/ocb//3UBmAtvLe+TAs0AoQMKg/VD5s4CncaCIQoiVAeOAKnjVAXYb2sD90",
+	"o+C/8ZZEIAZgUcJsWCV85nmfXSqWIl0jIKcu7TFOgPFCeEd8N8KZkiEAHuW3E8Y+Sy9khUPohcePRBRL",
+	"FNVYT8q7dGgUQ7XpiKjAvTag1zzWVvDvVy6PgKSGkGW+ABCA926AmrEdmGZnbBtndYDAckIhnl1IiIdw",
+	"AI9mFEGAInxOQDFbiELk6xqG8FCFhMeUyD7tQ6RuoXPW3QBJTQghNXGkIP8qehgPAgtCfXp8r20YOigC",
+	"g3h7vuZsBI9WoTJB+geiJFlB6DHGrxSAG5nBUJ2eBFQ3DMqghUkCjHgoUu+0gK0uPf6WHSofJwMkjxcr",
+	"WVSAXzMB4RJdvtUGm+gSMcXxsr1E1DywivT67Mp1znHI0dX9CK05M42K2xlMEbUtIDVVLeHTk6dIaLDJ",
+	"3u04ohIAVEmA2EYhPOh8xTpA/zkJJQNkZs5gEKBC+gpqVbuVG7AxkuMbYT+AJG25LxP3cvyk2Szga8QG",
+	"Ze6k+d7c0rhjhT+/8Y3IRC4tK5eYiwyMQc0CHJ6nEavhvNb4HevCq0ud5xW9PnF71Wu7xDu2uan1Bj33",
+	"yYae+zA19yNqMBGwx29RTfl5Wgfa7Ql921EHYTKh/KqWbZ8afIxMeZfPzf3+obThD+81x/Hdy13eEC+M",
+	"rSA6VheNZKSzCWvY9eU3P1y+fvHt7xAxnwYi5v1+skWdop1sr+H3Xy7Z4vh+LtliKwTqpmMRUkXE4rXj",
+	"d8r9xVCuU4rbka4hpN1s7ybp0ltYlCt8H8o3UT6g0+YfnzxlC8EVQaZWSI/+pSosI4IbVk6S/KUUJYqW",
+	"lbvaYshuxBOHSiocAJTnUVWtmxDCUav+wLqlgrC2mK9C3LouwOgnDF5RsKYCKLi9CvI/eHXdlCpwbjdJ",
+	"mDsZghCUdCxw+BlAKvtCUHFaNIyslt/99PEXcBGWajQuzTqNQsFD0DqnMkxgUF4R2iLPoao79VjZb6t7",
+	"cLhTOaXPFw2q9G+ntGdxR06vt8WabifpW/fH0fmUilaB960pyq4aMSFzP8JUblgud2ftYrNwMZUBL7yX",
+	"YOAezh12IqPbK27FipuhwuesO16zVOgpOqIJidsH3RPkId003FWlPdcp6H2ZVL9ExuzG9XP58vlhh+ws",
+	"xn2mM/U7o/5oIXWwtV+WZv0xg+mgk7oHL5YJsWdsZyz6RfzifY/JFZ+Jl+BMPiDhz738At29H/XCF82o",
+	"zZMbT/rX5beIRx5XMsL0+67j81jNFR2QyOADZn8PkkLcrX1PAHtTmhBcUezWjxC9TfllEmUgZ9NCmDlF",
+	"3PSHCoKDRIoOpGWh76SRGszY//h//z821toGKOezSKCTOKS6Y8C+1sL24CMQiVhOdMplThXHPO5tv7ks",
+	"IkaduxGfMc6UsCtd3ILBECKcTMKk0TkQ3VBZiTXHlzmfYHlCsCVjYdqq/AaU3E2Y4WuoWA4ym54a14vr",
+	"ERciCTUCAK1Rqj+LiUU5x5XTdv6MpdPw7UcGC1Do0kKWn8/1vfjm7cX19ej85cs3P1x8Nfr2zfXNNQpG",
+	"X4GShphSbUhsblRCIFd+B7a55v6w5nal4oAW4ssCI52hN6ChQKiYigK90xjlw7G13tlQgfCPiGYkoOgy",
+	"mQgJ0yZKs/AI6viLNFD6SfXOUDGh2dUCg9qD8KPz0vmY4fRRP/+kakrxTBtY3lV06n4Vsv+3BygbtmAj",
+	"EXPDX3NW1cLA4rmJY5mzAjJ25noFviUT7HLgvN/wRDekWe7yQyOUZv2o3E8RiL59zRei8ysHXf01OIc/",
+	"AICqsYVebxIj0ZQPs5GWubttJJahYDeE0krwlc50gEBoC7j/yKR18qmY6IZq9BtPn8Vg+jBbzLhBxlMI",
+	"0PB85ABgYJNiBArgrMqgjQV/Wx5tU1r4XI5FobgV7Tasc+KTwREe07FTWfidyKCchRUsDQ1mqUcaqB6N",
+	"uIUAQveFj2TAyIVciOWoEBxqe/iYdZGlPQqM4HdQDBw8qRhFD+YyfisgOtKpel2vu/1w/t3F6Oby1cWb",
+	"72+iELsFRsX7cOp6uTmEk8GS1SwMmKULsdDFOmVRGTQR1fn0mj8MxKnn02CamvPlUih3pnEVAIprbaxY",
+	"pBifCEEQ7iFY8rCQaL0bxC6GO0avzxyheCNVtaSIqUJGNay8JQ0GhENKLCB7SZ/RsuLSfTPVha8eNQCr",
+	"kSMZUy4JIAEKZ3lKwwiCakmkYanSSlCiqFf+cftD6PgGjcD9gmJqusaCzS9hS45ZHXS1+Mff/g7q52dV",
+	"byMIoo4i0oHWoC9IHInWIaZuwmyEYqYLrI3FVdDtv7388uLt6/ObCMyHdWEHdcFQesP6oe0Sauw48gNt",
+	"2Q3VePAh6Wudrbjpb6nG3/qx/Vb4cpjQ77rEJ9Ml3Def7f8mbA3ZiereZYDTCucvPppWs0warDU5LYQA",
+	"poQ8D569uPoeDAaOExhiBRO+5GOZSysFVImKeAN9qQneFbhdb78QAj7Q7v27cj//Vg4RTOb3A/TPUca/",
+	"LoT4q9hG6AkiN4HYSwpQloUn6L1HACj4EEr/HYHqdwSqj4lANVRDBck/kE0LNSdWcwxfRFehR5hCKzYm",
+	"H6yg7TriFASfDlV69f2NU8yQco9/cv95f0xtoELtJlFDiMK9JhpFtUkvhULdVDE+VONCr4woBiwdlicn",
+	"TybAOwX8WwyOj/Gh6wofHeEDt/n4oE9vYKcs0wsuFX2OP4E/0y0BWFV9IioE5lqNbx6nyVDB1qdza5eD",
+	"4+Nnp589OcrEXT/XE57PtbGDz08fPz72YZYwSiTFqtFHJsEGDOFF3ry8PkM/PY4LVt3rnldvL/7t8uKH",
+	"0VdvXp1fvo4ygNLQZyh6iceJ1grKH+n8TgyV1e7sLmulmr96fX0GUF2DzcUL+ZzROiD6JkFlfuk7cKez",
+	"mHAjhgps4tB/QPb1iw0/LSAPydR0CRyuH1AhZryA2EfXYqgxaVeaXpzqPPOBEcbtCzQM1bOr0FfI99ZS",
+	"2RBDseR2jrVhh+rKA5FBPLc7jQHQ5O3F9Q1xUFGwcWnhHah0GlVVZudXl8AS15huQl6AoUodE4ey2Vtz",
+	"92HDudG+Ml8Yk/uQ3vUcn04MlGmllM3a2B5hMhlMvjuFGApJbqcqEKKs7wkWolgu8R2EgsdKix7C3o3I",
+	"sG56zI0R1kD3PTYuBMc6yoVIXKPIt6BhN3y46/i5TniBWdpqzRbCznWWsB/E+Bp4rK8g7Hg/cF/aHACR",
+	"A2mVUP1vTJumbH3gq9S81rcSblzpOWkrHCupfil4IQqGdIyaoC4wwdxTdBd8FUOlp9Oo+nEgbwIqweKN",
+	"AU4qjgTxYHfAxwi2D+2/fOHOLnd3Ogrshvp4Tiz7kvJY0jrB6PxvLhr4I6EYQFlqYNJyMrE5dHvkf2uF",
+	"yosUyIcB5n1Sdfd34LwPDpxH6l5dS/2Zdr4m8typhxKxj8Vcqoy1UnHCcnkrWHpbjsXWj312DUVL0xdB",
+	"txmw7xH3gwx/9NeAUQdHtQZQoH57c3N1fNo/Zd3AUTxbcMIQgSe8Jjvhed6rZVNhcixqIFTQ1ita22xr",
+	"C5sTbXJe0+K5QbzqIIEDkofXd6SlrTRMqyQA1VMsF3DrgZPU5BcPhUOEyETW8weAZGB6enLKrlfSTsCm",
+	"eFVoqwHcjm7sGriV13ajmXnubYnGMGRwrO2crfjaJKT5Uf1ZmDkG7/XZhcqgzrRW4pGhqDx4ocuhqTnP",
+	"p0fwclQOIHqN+H/AEkG1esXXQ4X4epCeFEYKqcNhYCF5olotQETJ0c4LVV4ghC2pIE6qxgieStdN6iD6",
+	"veW4C+5tq/VowdV6RJRmUlKdsVgjpmdVgoWwaoDM/uf1m9eDXYdxVzE2VCSb4j7ISBpe9RWkMDpDCYjJ",
+	"SCg/zREstByYRlpVHsGYUIO6C7cxdWPY4VA1zN/Xm3MtU6QljRa+d1eoKl5hMof7JBiU13R/0ko4gVyH",
+	"j3GqDfguOGo4MNdewp4+fu7uVbCqI++9T/GAO+3RNWJXGnLgMwjxiBTDPUyjUbB+jT86IfXz5ekBUVi6",
+	"sK/LxVg0RGGdonTaiP3ePuOs28g3k73zH2weC6b0qsYRCF6hgTG4tfv0QvfDGN7c2W3SPmKaHrDdJO0z",
+	"RYWPEph6aT+oo0MVOhe+if6nqv71/OMv1uahHNQ065xPbg17sDzvd5IOnWg3QHp5+zQ0fVzLe9sCXKjM",
+	"iZ+Almqcd8AOYLybPrF+ZMz8uAPe4vSDLf8cYXgZ5t7zCGyQd1bJVfRzLfi6v6HE0h6iNKirVnzz5tSs",
+	"bm2sy30UWby/7Sr2/FYs9F2d60WgMmeQhgBXeW/knHM0jCCwSt3ICZfvoSID526NvEEGveK3wgmGK4RY",
+	"/2fLocZgoZv4dozj/G2ma/4sP8IriDvwSxUg8xGNCH34aOVwWr3xGIU7Sui84sWtiVpEEkUdPbU2Hxkx",
+	"0SozKWpTTp4HVOsnz09O4hxilvG1capiIZY5n2DWDZTpkhDBXNwOWDzG79++JPM9DFbpClOxMtLANQsH",
+	"BDcOMlK7A56G21qhS3cJsDLPqbH4roZtUKllmKZ7B0QwMtOhWgvbZ7gWBEYLiIKU3U7hEBDDwcJVsBbi",
+	"R4dYGvLjZ2dVfv/zp5DFU7vbQdBsYJFkAK/8F7XiNZbfEiOhle8PVQuPYIewCAwcnga8q8r6eNrvP3/2",
+	"7MkzxMKyNmcac4IL19NO1oIM8Z/BWT58zC9OxnUUBfu+/4i2rKrDVmC6muHQH9Ca4+R31+7D4oR/FkN+",
+	"KRxjWINbbUnuOS/uIzbnr5eOwaGlLaEDCLbh/dpHIUy52J1fXy5+M7EKbyliBAQbopSEtMPIbmHEL7E2",
+	"13+LgAage4qjq0m2olS4bftpGsTqjtx79/NvhaJhMr+W3IzfHrmGCgQYAXq/m5/7aBeZ6uVvh0oxKf53",
+	"Iv3nEKlebqZrdAGQbVrm3lupiwl4a3y4mETAMuCl+0l5xW93BNy/FQDKvZUGWmUBRGHQjAdEPdRG64md",
+	"wZ/gb6cUpg+yPO0lPzOiHoDifAST+5aiI8CzxeVCEGIuoFeg/70r3olJEqpDJRgqmng9zSTMcnPLjBVL",
+	"4wtfw6ikpUEujMjvBADzc1r3EEQCfn5+K/DyFke6EsyDu27uiZ4HMAq84YeI72685FR8G6spQV3ahMkF",
+	"nwk200oktPxgW+aTW0D5kAvRi2vWxkNLMf49re60mAjhPqRMW1xVaSA5041thN/0GxB1b38z+uc57AJW",
+	"9Y13zQc64n6ufueT/xQ++dapmC0ZGP7KwOPcodqlwZ2MOqOcS5vvBFH49vLm5W8DPMHNZFesDNxhyaTy",
+	"K4NOeOOGPi8XXB1JdWTn4ijXehkmU4e53yaA45/c/3ssu6VW2a7ENDLPpVa8w9hc7kMnmNWadTkbQ9if",
+	"WOXSMWYnKoadK4jTuHh9c/F22On1hwqMdNDvVhm88NRtScq6PgHLCw1y0xvmi4s7JQBFG5ZPBfwcRA5o",
+	"DgiIwHyquAeP6bNdGA+wGGq18c62MY+6cYGuCt+BZ1TlaFlan0o2VAR4NIWJ7MIsOmurGNJkkXyLu9d8",
+	"ZgHecsntvEK3pG3vbCbz7yrpsZAq/N1SweLDWyXdjN7SUTgMfeDD8o1zorwm3kGF0lm9RBuhSRCBShMy",
+	"gbyB4Hfp+SuGKGoX0EgpjDNHNp4Dn3lu+S+eLUbwaRuE44Hq6mwa7Z+tgYOIJ1LoXCQs52ORMzPRS0JR",
+	"eLeUjtlN67EUk0JkQlnJczNgnKLTwVv0yJwNVeo9SFg5JOXZQqoUCnhgg71wB6j7ms7C8ygCeag8Y0Tv",
+	"FmYroH8LUznBPIwgXqCRd9PwOSji1Qio+aFq9HFFRcoAUAKyfgG6BoPxfQRJps9qMHJCwfWSgo/dW1pF",
+	"0Y0UWp8LY1owml+Jj1lx75VoxfeFDf2EDKVG7j/MdZzRLY3PlnJLuJGb5cvW7NQ3X8m22tGb5fDytWev",
+	"BEkvKYW/DcsZfqxFtOxccWwbUIIRhfrXqPTSLHbpvX4Rf10qr6cTd0wLMdFFBsGYjBeTubyD62q70uun",
+	"fPwT/cuXM2lD+aDeDlKqqiYP1aseP3t+kF71cWlkD304NdxogmADn39Y6t+DVbZACpda57sZ3RW88TEd",
+	"61rnbeceOv91HfgfeLFgsKwx0t/mkh8MCeVW4P52Da3z30GgNvO7dTEDj+jK7xConRlhMJGRnDtVj0pl",
+	"nNVxQ/A3srM7Eb7eibj0wXfuwx659igWnf83QFWqiCBAv23sPsVnuXfq2VQtYXo3mzWaUiP/KtI6Dekp",
+	"S81STFKnD3ggxbQC5PQgmoAwQGlBNUeNyiDhJWGFmMo8x0CVUJN7Bkk0UIxGrKr6kJCLHcf8VbVgyInB",
+	"dMFyjUmfsvDoUecsvXpzfcOa3FUpJiIPVYw65aYGGTXiHZ/YHDwyrlGIjuOUz4OdD2pZG+hyYqXKfEZU",
+	"gHmiS2NcrKgL7hwogsxktDxuxNg67oQBlw/p/LAEEPwHB75aaUilpdtmLanurcjEVKqAIOAmh2tI9y/P",
+	"JzCjG6gp1MkPiK+slvfSBovahB7adIO7Kj8IY/kIAXla36/IwadjZ4y7XZ9Cie3fqkvoE8fUfQXLieXX",
+	"cWljwXrmoYKAyTh+EDO4ri48tH9vm3nVlSWPrdJqVXobwFe4csxiXKJzFTkLQIp5R/Xb71/fXL66uH5k",
+	"EiZy4HWOpeBNgZL5F3wyB28ApK199ebFdxdvAeAXUEgo689NLtOTW1FkrCiV6cEUbSGDJz2kBwYXskmi",
+	"yqjkB4fLCVV5r8EvAN/CiqyKCTVzy+sL/lQIHyRspEGoY2JourQV74F0SmyfamtW2G0BORk93Y4tbTAg",
+	"hBvE2vEBXHnNugF4GaeWwL9hGfGfsoJT82uOaCBzvWJWM6eGAV4N4Gss+K2g5Ux7/casd7/JH/MaQn20",
+	"3UT8EH5dl5GbCi67jlUezqPZwMYDm+ZEq6mclQUpHJAB55hAL4m0kxrQUf3U+viNnRfLa3EPC1pkeDYB",
+	"oAO1lBYrGnrBZNZ5uJMo2T+Uj2DQo3X5lRv0aBa7DHp+EX9tZYtp67tQbZpPrLwTCZsLDlb3JBJlvco2",
+	"D9S4y9TnF+P4J/rXduXi+gqmlf0ujaqdkoc7wqFCq5iTU4x7I5n3a/u+tlzb9QovlWtb34mi3WE9VPf1",
+	"WLNNh3WTzvudzHNa9n3MIqIr1l3a9ahaTYQGowWgUvKhbGtWVVasW0mr7z+09/kjgdDTQrk1a/YDh3LR",
+	"vzt3P1RF6EBxbZWgzyrKCw52CS5FAMngIUSkz8eAArfTstR6FvbwfvquuWD5B2f9e9j+fwMbk58pa+G1",
+	"B0iAY5Av0q5bL0BUOh9RE434S4rgWIKlcFNIq1zQkwHjeQ5g0gglw2i43kJRlMrdOaa8SNBa4vR1yPvG",
+	"qsCCuhKF8Be4qhTa45OTkwBWfRawsahmqbF87WVU5WTP9QyihDNhBmy3QHIPvIxNW1zbRHjnfsl+xvlo",
+	"qRQMS1rXKP9ZRXU3J9ty2jz9/M7st29Gbr+ysEJsKgQpCZ7QKsY+yXmZ+TzeI7dTvUNObybNktvJfEec",
+	"YmnngGcBUbJV4vI7MSlDzAiTxpQYh8/laoaXOMZt9RrWZyqobhJ4mFvTq/X4zwK0VlIKDZRICsbjq5v/",
+	"qKIUu6mZ///sXf9y2za2fhWM5s6Y6qUU2XGyrTSZjDdNt743ae5E2em9E2ZFSIQsjilQQ1BxtI7v7NPs",
+	"g+2T7OA7ByApUYrT2N222382XYs/QOAAOOfgO98nejNHuOfuZK69rkubzBa5Udp5ubQWnZ3/+KfJy/Px",
+	"+PzVD5Pzb2Pa8Jop1kifCapeF66rfLpULpVoOLm+c/ATyq5d/vhkcMKZF3sRpWNxFbvDREgoi9I4Qg5m",
+	"3pciSZED0SU9kYDjp4Nv+pF+tlCzS8Nk/T7Ug3bfUGCWU4eLrXh5a1SQYQkeDR52w0hPicAwOB0co8Ai",
+	"2Yjg9PhhKE4Hg24okH9pfnZgPy4vbJu6IcrokdU6HZyCsIm4qV5yro07j2rSa/G+T9lcgh4AR+SoIOCm",
+	"TuZpBhxnQzmUVCvTC50DzWryuvktJbiGhcmXasQNdym/5dqUYkHE+CotMNNqpFw5rF9mpDNvHzRVQq+z",
+	"rC/ipSplIksZe7H/96qYyjJdwloKtVJUrFGoWX6hU8PzQiykWTS+P5hJnet0JjPm5SLz9Y008LTCSOs1",
+	"Jyo91g34sasFaMtWckYHKJ7O88hUG1WaxENmMbNXUuVHpPkUgsRbmZ/Ym+3I8wlDoAuwMZkkKuGmhegL",
+	"xyWJJQm8wWGk4+P+IK7/Eh87+TJ6Yr1hAD1vG3hg7YjZCTBtMlCrgQ0YInFrMxRRRxoCukUdpuzlgqKS",
+	"jUNCFaliR5E8MpGep473zXm883WBtskstxMPnMDKlOkSzMmYl3Gjk1IfNmP62qlIPgIwxrWZN0lSI6cZ",
+	"9EQqW7a+QjX17E86n2BtikMo4W1jlK2PcSzidW0bs387fihi22eTMs8nmSwuvKCbO76xGwGeuX2eMyJ3",
+	"ph3VvT3r+i5XFXP2V+eeoUuxlEuX/SC3Msx4W2v1hb7ltXQvHKjFT6CJTQNWH7ypsqNmRJmPaDr6ZdiF",
+	"LHcVON8WXnT3Z1euv/5FunHu9U5LtrXcyenMBvWKNjdIbvP0BxC7e+XvivY/4zmZmq0LBG1vrztusr+x",
+	"Llhn+PadteLKEa3tqH4Ua5k6Ql2nxjsVt3E7KejaGzK+opiMS2Ksc5P0gD+ebkplgzJw4fADQ0deyvus",
+	"Y5HO53PDXM+RdoWiqRYm/auiGhNOdlaC5O7Qry+4BVt63liYE5YQ8DSR0CBJjZivswzH/aRu6QJQvDJT",
+	"eqaIuYhed6nUin0P31AjpA1pM+UqRxkBDM45sVTuInEhVyLgMksEntSwuOtdmA2+Z5avNbykIP7fHn1S",
+	"70VuyrjJMZvlFwREAKAeu6VZzxY421ulJk+UmKqLVBNvds7XRNq+1foTxCvi613Tkry5KTBLKpv7bGsB",
+	"uH6R58u+OKOSHlPmK0NAEHx5pK0Thy+ErDn2fmYq92gFXygF1/J/MtQGS70RMa1CMU5ZUSrwADmBHsVF",
+	"zC7JjnTFj01DAuBUbP83jrRLStANxMIL61uoDCWcnFWIl/JD3BdV/44b3gKNLXt91vWwzylUuS40zLVU",
+	"Ye3e5zqJ67dVR6mZNCWOvUi5izFeXU6DVE/4k1wNhd0OYnKYmCCT5d7p44jrcLvB1l64NLjtqb3XLG92",
+	"tdgMRczGHYuAMi+QqCKRjIsjVjqjNHzNPDFxNtZzWGeJaMypbr0LYaLe3/LVHPQt9jaeh5QKglIHEx8n",
+	"zr+2a0R9pFFq58XM8izLr55QN9UJIml4qB49WK/s0vZwIEw30vO8cJki3t5qL3NpNGuMbIFDsWt8Q2u3",
+	"4/HzSnVElqxZ4mT8rXHV7ZAK9u3rbYuN5/m37aCC+foRCh4VMAWzdTdTuHPzQjL6qdluO4FtQ7ruk4i8",
+	"nwjo5ZXc9MV39lYzFDE+ZMiv5kg3tlHQUFxHHTLXqBOKqGP/GHXCSEcdpWc52Jg7NzHqUDho+vOb73pf",
+	"o4NIwF8a9fiUn1m/y7r59GPUiasTI9hBpJ0kAvxaeiZFQXGaDFumEdRTEJQRzaO+EEhNjqHr7BaxipGa",
+	"yFTjF9KUPVzYO/+WW8HzyC5QiHu6I99DF3K10z1guqYuKXPqJVq86b+z3JToIjy72o1coX4QO2lBfF2G",
+	"2SGZcA9rHy2GR2bfnG1OeLcDuCY7O9lqNeIpaqG9YjLLE+UHNrEN7otn+XLJTNfKiCAeilWqL+IubW8O",
+	"T8f2Lq31QpAuy6/crpYaYeNXRLn1bXPo6fDmMsuMo3KnOb2GcAupjUsRo89h5ZiCPl3bAmMLRUxGMZmq",
+	"TU7nh9Y2/YCu7EK7Nb+z/II0qtuT5AdzvdTnX5jp3fKOyKrLnHZQLBc+h962W+079rd3NnLF87xYypIy",
+	"xI9PO+Hh5PFOw5xiEtxBpOXJmCHlWLfUqrnWMkkl8VS8TP+4t6lL+WEbJ0ENOz3+5vTh4LTW1OPbNJV8",
+	"ButTjioeDl5YZZsBiMCu3OyP8HK8v2Pxexvn7zTPMyX1Z6fe81mp3EbSjNv8mE1TLdGIHZRIZ2cvaj5i",
+	"i79n/Jwmk3HrfWhXtZDXCREYpZhI0t+GntihNW4lB8ATt6iU6w5QSzTQ6gw1nKiR16HHbMAKHtQtjsbq",
+	"gKXvmkynvpTutsp6D/UV+zN9rMPNU9pa8lu8pBN25jIzqvOubWhb1vvdtkIXts1JDIGX85tqvYEHnLxI",
+	"f9rLEy1OHoMWYTs2ZrqSHDTRErr7+dwAO7H88z/RDS9aDzG+d+eE9JlNv+3IuJnf0mZ2MilgtBGK9Tx2",
+	"QrLG91/IlemOxICso6aTjepcXLT9wZ9ljmNHedc6TfjbWiKNL50RN7/p8/DXdgGRuzZBAhCafcmQ97G8",
+	"oEgcDvkYYXRvbD0hPu2mZXYrFQLezv0nbWPFkk1Or8Zhg2JHZRx8X5arVzrbhGIsl2qclurJuCzSWRmK",
+	"sZqtC+VF3LoILyL9+vn4TVj37r0KVnVi4IXIELpgKzw+EYt8XRgmEqfXg2o90sjESFFIndgoNBHByaPH",
+	"YpqWpkunky4eQTY2b8gNBjH1Qs9j65ChjjSjw6z3KZK0CB2lV5ocGTH+/qx38ugxdDTMunjfrF/oDreq",
+	"QOwr8nUZIyIkoeMSOQgWPxNaXW2dPFLsRPkWj4oAmhLj30z45FfWANKLVBs4nGf1on8RNBuDP5q4i7p8",
+	"Qhjk+bARtzlpcEql2VFjXSCTe+qZKmHKgyFnZVUZVNEWkEdVYy6gZJVcJ2nJwbmc2c/m8JqJCqhWJWQ0",
+	"7fv80tWU0DcxTQwzINi+ijSo3BzWkDtYBCD/WckLaO9hElDWqCa+lupZtk4Q85/5PoDzH2lfnZJCNI/a",
+	"FuO9ykxkGYMazZ9PxNw+p4Zh+9h2cXAKoRgvfxF3h3xwCsJc+0GzhcJ5dM7wcOm0Cvski1YRRsSiVDYE",
+	"QUfaTxNXi5wfV5EtSLKF70gNnEnIaUeFg6sSJC15Fjq9pUBqlkF1oqj0h8fiwePT0bYUypHBuR9TlkOn",
+	"3UdRZbE2pUq6Q3aUHqFsal2wqiF88GWq16UKI82GTo10Ji6rZuH0EpIjZGPg6PFM4/a+SapJxynSDZ6d",
+	"0GP8s5ysiN1pNukqa8HZV9qvlnQUSA2MdJ6hVMqsZ8CozVEZaRptPDLVB9oVqS0MG6cX+lx37udMhh7+",
+	"WScyLaWtY2dAo/rkxrn4vwT/eL96Hn5Cjuq8JYZzONN1iXmPdSxwc7y7M7uZ58UzlPS/hATnZxIwcXOm",
+	"SVFVmzkMMzFboVHtijaPAbf4SWXnEM9g22euv5gpqSUcbTp3P4uky87h9qixFzZccDgQQd0vqB3GMBKC",
+	"YU61E63G6ZWdX9XaLuonj1seAPDWtY1813nL1+V+741q1Bs5aw9bdFq7+z27hpcUQvYhx4lRtSiwMvR7",
+	"RbjwFVCRtAvZfsLOkOX6AmoTMoH2KeKOvviRlmQbuThP0mmLgnR+Dt0MalKXJAKzjZhlSham1oJ9S+wr",
+	"JLhuJ89S83kA3fdeaLXy4b0/vdr/F2fF9J1fZsbPXe6T7PioQv7Z/kOPkR43DVTDdEtpLg9XOr3BFZ8A",
+	"YTzLl0vZM8peVDo2WXP7kqKVLEtV2Ev/Ir4Kng5XClKNH00pL+y/vuLL/h8Uc3xkJPpHOzKZKmv/qZKP",
+	"xCHL/0xWhSIN5Y8zqWcqy1TSDZ4OxVfhz/Sy7lfiq//o3KJG64zdc2nn7eYJEFYjBxuz7ukyL/ZWauHW",
+	"RrempVqarf59+5cn7/7zyW5j/B9kUVCpQDuKGA5re7710WDwublW8KqpD+VkhrIutyoi7MzXBtHCvu+l",
+	"Ww6qp90nhtlOjEMVYtT0X1XBpZ3qoY2AqwPPQNrJPM0UwQFtGIgvq/gZiFSidd8Ds5HU6dw+Txrxf2cv",
+	"X5D4o+3+3pvNSg1FfQQ2cpnFyBr+1/jVDyKIr6OOe8DE/kgHf//429+jzg0zhtYusb9e/+Nvf7+5ibt9",
+	"AATja7vCTdIkpDXJ3s3z3T5hJOKnSbGZFGvNR752d4voYMguYSI4GQwqt0DnxVJmgG26d5KaUnyeqOUq",
+	"L5WebXr/rTaxi76CvIi0x4X20yTubuGbfAdRQq6GJLRNd1BfQkg6BVZ8VIWiE+fUYv8sgzLlximX+yl2",
+	"xdSUCVQZtMtluRhFmkuo6c8Un3Ko17a9P0NttjWaPZRdW/OVO/rw0cfeg6Pjk6/Fqkg1GePZ+Nn5uZgt",
+	"ZCFn9qUiANTVuv/x/8ehOwI9f/7mO5EUcl6CHnHeo5Why9r/sOFLBRSAbBxLSVN7OOEmMQBXqWFXB19I",
+	"g1x94pYVHCzfra/JUfThZNCLog9/UO9ad4p7wg7awRuvp8u0JkQVdrZnZPN5LUc5d8uWwS8gwPO+1TUp",
+	"NqJYIzu1OyexJN0lyNH2020Ajr8KmOK9M8geP7p/J9vaQH0fIWwdiX5jm9G8ifTvQjgDU8Tud9JceitD",
+	"yhlVKJ/gAYGT/cDtRAd5057BZ2xfUz8BC7A3tVdH3u08aBsNanaG0hQkb2w//baVDBoGQt/vDISFMqmG",
+	"FjU1W5LtnjrdibT5oMHlLcMGtVv9fteZ++pr79h2BvduO2/YXn6DJnJgEXggizKdy1n56ej7zF/5SxxW",
+	"17pDoZD/VmSj/l0HukabeWjyug79yaMdtjLm4p/bskAMTk7vliz3SzBKrSYFN/3foAzfWY/DOI+QhgZn",
+	"Sklxm/M+rvLiEkFQKP78+kVPmZlEjTup+Jo+Fag63nj8v+5BP4VQYfvZy1Bwp2IRX+M/QiHLkAWent7E",
+	"oYhdcXLsSpCPDOqUhyK+vkx1EgLn+zQUJWgq5VI9DSOdGmJTeRqKWW7KydokT2/ibihihzCOrx3gwsbU",
+	"N6whBeRXDMymD7DnqZYZxdFcV0twUwZWM2gYm/ZCmr54LqmyQiMhnyYxlUkYsV6NPMZ7C+/UoM0MvhYv",
+	"0z/iNNc+lTDMxKdWYRLs6JGeFhVFuCIPs8iv2gJtO7EJO/Ila8LuHEorEKPtO3w3NE85YU19Bch3rj1S",
+	"ur8v+G2gofeld98Oet+8uz4Oj7++2RvnHlxVPoFXvNXiwV/qcDi/5TXEeVdHxjFgSNMCSgo9lsVV0hQ8",
+	"4I1R3VovAF857L/QJffpVto37HU+8PpfwRB/YYDq5En4eLJi764gF1RPZtSssEtNAKEPZDu7n0jgugIC",
+	"EePZsQhiacoJwVhPH3KJxrrIahkzLHF2OaNXAHQ7bFku8aPdyBjFhTr4vrDdY4Yifp+qK7DAVMVu2Aec",
+	"akqkgxqEcmq/Ep/vDw49tMneRtomonZLN6zDhQJXwhhGGsIynvzSsx/x2Sk/HMWPKDrv9gUL7l8qPVEf",
+	"UlOamGM72q91pNdGhXsIdOnKqUxaRGYIlFTHOTmeSiobW5frgoobYtxgCEtcB3AB7QWUU2ZbVvEiMj6m",
+	"SaM4k0WxSfWFgwLxMXC5UMuw4kVjpGxuVPPuQPMx9CI3JZd/h44SutLGZPKyqnOpVXVBH2YahVfiG4Vm",
+	"9O2qVWycOg2O07U/0yZ+VMeuIT2ui+pxRFqqJRgoahTK1hs5MmKWJ6o7ijRY7oUrIiK4md0YcRuOJ8ip",
+	"ApasGyLXtJTg3/BMIPipL35E9VYZaWIypQ9JGcRG48W9Q3wKhlCaDWjASEgawkTQtOVnhZGuj+f7/NKN",
+	"J08DBncBjWfvZ8Qmtd1VmgG/5s714ZBE+hI0CHThodw/qoLvKTVtn/1ZCKrju303fWJrupd/IjeJOjxd",
+	"Kj7ltwusX/5+Twh/+eZGvd0E4DgCHIKD1TazUdsoAH/a5rs8uMa/t5CycKb+me43GfH8lloWrzGHk9+l",
+	"XnYlWdEzWzYw3SCEKWiLbVpBWtaBqgxBZjI72qV3qOwWSmbl4q+H8jPf8yX3qYSIV+wFFXBWmcmRfrLg",
+	"/wE40Yv0vdL2Hasin9I4PAAK5mDPvKYr7pPjWskktQ1rZbi2r/8loMIOtvIHFivdjKoCdJTiUx7AP47l",
+	"vA/DvvybaKBG7NtZt672JOZqx7mYmxPUVTtcH86tbnJ9wF2nxW5dZDbsL8vV8MGD45M/9Af9Qf94+PXx",
+	"yUnn5t3NPwMAAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

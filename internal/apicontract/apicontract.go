@@ -34,6 +34,8 @@ func Spec() (*openapi3.T, routers.Router, error) {
 	specOnce.Do(func() {
 		// A streamed exec's NDJSON lines are the string the spec declares.
 		openapi3filter.RegisterBodyDecoder("application/x-ndjson", openapi3filter.PlainBodyDecoder)
+		// And a multipart one's parts the binary string it declares.
+		openapi3filter.RegisterBodyDecoder("multipart/mixed", openapi3filter.PlainBodyDecoder)
 		loader := openapi3.NewLoader()
 		doc, err := loader.LoadFromData(restapi.Spec)
 		if err != nil {

@@ -242,24 +242,38 @@ export interface paths {
          *     server (its caller's connection went with it) is killed as soon as its agent reports
          *     it to the restarted server.
          *
-         *     **Streamed output.** With `Accept: application/x-ndjson` (and no preference for
-         *     `application/json` over it) the 200 answer is `application/x-ndjson`, sent as the output
-         *     comes: one JSON object per line, first `ExecStreamChunk`s — `{"stream":"stdout"|"stderr",
-         *     "data":"…"}` for a chunk that is valid UTF-8, `{"stream":…,"data_b64":"…"}` (standard
-         *     base64) for one that is not — in the order the agent sent them, each flushed to the
-         *     client as soon as it is written; then exactly one last line, an `ExecStreamEnd`: the
-         *     exit status (`exit_code`, `duration_ms`, `timed_out`, `success`, `truncated`, `error`
-         *     …), or `code` `agent_gone` with `error` when the agent lost the command (the JSON form's
-         *     502). A stream that ends without that line was cut (the server went away): the exit
-         *     status is unknown. The bytes of a stream are exactly the concatenation of its chunks'
-         *     decoded `data`/`data_b64`; `max_output_bytes` applies per stream as in the JSON form.
-         *     Errors before the command starts keep their JSON answers and status codes; the default
-         *     (no `Accept`, `application/json`, anything else) is the JSON `ExecResult`. The caller
-         *     going away kills the command, as in the JSON form. NDJSON rather than multipart: a
-         *     client reads it with any JSON library line by line, text chunks stay readable with
-         *     `curl`, and it costs no JSON string escaping of the whole output at the end — a chunk
-         *     is written once, as it comes (measured in docs/benchmarks.md); a raw multipart body
-         *     would save base64 on binary output only, at the cost of a boundary parser in every client.
+         *     **Streamed output.** A caller can ask for the output as it comes instead of one JSON
+         *     answer at the end, in one of two forms; `Accept` picks the one with the higher `q`
+         *     (`multipart/mixed` on a tie), if that is not below `application/json`'s. Both send each
+         *     batch of output to the client as soon as the agent delivered it, end with the exit
+         *     status, and apply `max_output_bytes` per stream as the JSON form does. Errors before the
+         *     command starts keep their JSON answers and status codes; the default (no `Accept`,
+         *     `application/json`, anything else) is the JSON `ExecResult`. The caller going away kills
+         *     the command, as in the JSON form. A stream that ends without its exit status was cut
+         *     (the server went away): the exit status is unknown.
+         *
+         *     - `Accept: multipart/mixed` — the output's raw bytes, with no escaping or base64 (the
+         *       cheapest form for large or binary output). The 200 answer is `multipart/mixed;
+         *       boundary=…` (RFC 2046; the boundary is random per answer, so a command cannot print
+         *       it): parts of output, each `Content-Type: application/octet-stream` and
+         *       `Content-Disposition: inline; name="stdout"` or `name="stderr"`, whose body is a run
+         *       of that stream's bytes exactly as the command wrote them, in the order the agent sent
+         *       them; then exactly one last part, `Content-Disposition: inline; name="end"`,
+         *       `Content-Type: application/json`, an `ExecStreamEnd` (below); then the closing
+         *       delimiter. A stream's bytes are exactly the concatenation of its parts' bodies; where
+         *       a part ends says nothing (runs may be split or joined anywhere). Any MIME multipart
+         *       reader reads it (Go: `mime/multipart.NewReader`).
+         *     - `Accept: application/x-ndjson` — one JSON object per line, first `ExecStreamChunk`s —
+         *       `{"stream":"stdout"|"stderr", "data":"…"}` for a chunk that is valid UTF-8,
+         *       `{"stream":…,"data_b64":"…"}` (standard base64) for one that is not — in the order the
+         *       agent sent them; then exactly one last line, an `ExecStreamEnd`. The bytes of a stream
+         *       are exactly the concatenation of its chunks' decoded `data`/`data_b64`. Read with any
+         *       JSON library line by line; text stays readable with `curl`.
+         *
+         *     The `ExecStreamEnd` is the exit status (`exit_code`, `duration_ms`, `timed_out`,
+         *     `success`, `truncated`, `error` …), or `code` `agent_gone` with `error` when the agent
+         *     lost the command (the JSON form's 502). Neither form escapes the whole output at the end
+         *     as the JSON answer does (measured in docs/benchmarks.md).
          */
         post: operations["execCommand"];
         delete?: never;
@@ -1586,7 +1600,7 @@ export interface components {
              */
             data_b64?: string;
         };
-        /** @description The last line of a streamed exec: the command's exit status (`exit_code` and the fields beside it), or, when its agent lost it, `code` `agent_gone` and `error` and no exit status. */
+        /** @description The last line (`application/x-ndjson`) or the last part, `end` (`multipart/mixed`), of a streamed exec: the command's exit status (`exit_code` and the fields beside it), or, when its agent lost it, `code` `agent_gone` and `error` and no exit status. */
         ExecStreamEnd: {
             command_id: string;
             agent_id: string;
@@ -2688,6 +2702,7 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ExecResult"];
                     "application/x-ndjson": string;
+                    "multipart/mixed": string;
                 };
             };
             400: components["responses"]["BadRequest"];
