@@ -52,11 +52,39 @@ var execHopSteps = []hopStep{
 	{"client.recv", "the server flushes the answer; the client has read it"},
 }
 
+// exec1MiBSteps are the marks in the order a REST exec of `cat` of 1 MiB
+// passes them: the output reaches the handler while the process runs.
+var exec1MiBSteps = []hopStep{
+	{"mgmt.exec_request", "client writes the request → agentic-mgmt's REST handler has it (HTTP/1.1, routing, auth, decoding)"},
+	{"mgmt.cmd_queued", "spec checked, command registered, the request queued for the agent's stream"},
+	{"agent.cmd_read", "agent link: agentic-mgmt's send loop → HTTP/2 → the agent's receive loop"},
+	{"agent.forking", "agent: the command set up (environment, PATH lookup, user, pipes), about to fork"},
+	{"agent.proc_started", "fork/exec: Start returns once the child exec'd (and the readers and reaper are started)"},
+	{"mgmt.exec_output", "`cat` writes its first bytes → pipe → agent → output data plane → the REST handler has the first chunk"},
+	{"agent.proc_waited", "the rest of the output read by the agent; `cat` exits; reaped, its output drained, the result made"},
+	{"agent.result_queued", "agent: end-of-output and the result queued in the outbox"},
+	{"mgmt.cmd_done", "agent link: the result → agentic-mgmt, the command finished once its output got there"},
+	{"mgmt.exec_woken", "the waiting REST handler wakes (a streamed answer: it has written what came before)"},
+	{"mgmt.exec_answered", "the answer (the JSON form: all of it; a streamed one: its end) written to the ResponseWriter"},
+	{"client.recv", "the server flushes the answer; the client has read (and, streamed, parsed) it"},
+}
+
 type hopTrace struct {
 	dir   string
 	trips [][2]int64 // unix ns: byte sent, echo read
 	steps []hopStep
 	title string
+	warm  int // round trips left out at the start
+}
+
+// sub is another timeline over the same processes' marks (the same
+// directory), for calls made after h's: each round trip takes the marks
+// that fall in it.
+func (h *hopTrace) sub(title string, steps []hopStep, warm int) *hopTrace {
+	if h == nil {
+		return nil
+	}
+	return &hopTrace{dir: h.dir, steps: steps, title: title, warm: warm}
 }
 
 func newExecHopTrace() (*hopTrace, error) {
@@ -77,7 +105,7 @@ func newHopTrace() (*hopTrace, error) {
 	if err := os.Chmod(dir, 0o1777); err != nil { //nolint:gosec // a scratch dir of marks, sticky
 		return nil, err
 	}
-	return &hopTrace{dir: dir, steps: hopSteps, title: "Keystroke echo"}, nil
+	return &hopTrace{dir: dir, steps: hopSteps, title: "Keystroke echo", warm: 50}, nil
 }
 
 func (h *hopTrace) env() string { return "AGENTIC_HOP_TRACE=" + h.dir }
@@ -99,6 +127,9 @@ func (h *hopTrace) timed(input, readBack func(byte) error) (func(byte) error, fu
 
 // trip wraps a whole round trip (an exec) to note its times.
 func (h *hopTrace) trip(f func() error) func() error {
+	if h == nil {
+		return f
+	}
 	return func() error {
 		start := time.Now().UnixNano()
 		err := f()
@@ -174,10 +205,9 @@ func (h *hopTrace) report() (string, error) {
 	if len(steps) < 2 {
 		return "", fmt.Errorf("no marks in %s (binaries without internal/hoptrace?)", h.dir)
 	}
-	const warm = 50
 	trips := h.trips
-	if len(trips) > warm {
-		trips = trips[warm:]
+	if len(trips) > h.warm {
+		trips = trips[h.warm:]
 	}
 	deltas := make([][]time.Duration, len(steps))
 	var totals []time.Duration
