@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -35,8 +38,8 @@ func (w *notifyWriter) String() string {
 	return w.buf.String()
 }
 
-// TestExecPrintsOutputAsItComes: agenticctl exec asks for the NDJSON
-// stream, so a command's output is printed while the command still runs
+// TestExecPrintsOutputAsItComes: agenticctl exec asks for the output as it
+// comes (multipart/mixed from this server), so a command's output is printed while the command still runs
 // (the fake command ends only after the test saw it), bytes exact on both
 // streams, and the exit code is the command's.
 func TestExecPrintsOutputAsItComes(t *testing.T) {
@@ -79,5 +82,35 @@ func TestExecStreamLost(t *testing.T) {
 	c.Lose()
 	if code := testkit.Receive(t, 15*time.Second, done, "agenticctl did not return"); code != exitError || !strings.Contains(errb.String(), "agent_gone") {
 		t.Fatalf("exit %d, stderr %q", code, errb.String())
+	}
+}
+
+// TestExecAsksForMultipartTakesNDJSON: agenticctl exec prefers the raw
+// multipart form and still reads NDJSON, which a server without the
+// multipart form answers: the output bytes exact (text and base64 lines),
+// the exit code the end line's.
+func TestExecAsksForMultipartTakesNDJSON(t *testing.T) {
+	accepts := make(chan string, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != "/api/v1/agents/host-01/exec" {
+			http.Error(w, `{"error":"no","code":"not_found"}`, http.StatusNotFound)
+			return
+		}
+		accepts <- r.Header.Get("Accept")
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		_, _ = io.WriteString(w, `{"stream":"stdout","data":"text\n"}`+"\n"+
+			`{"stream":"stdout","data_b64":"/wD+"}`+"\n"+
+			`{"stream":"stderr","data":"warn\n"}`+"\n"+
+			`{"command_id":"ex-1","agent_id":"host-01","exit_code":6,"success":false,"timed_out":false,"truncated":false,"duration_ms":1}`+"\n")
+	}))
+	defer srv.Close()
+	var out, errb bytes.Buffer
+	code := run([]string{"exec", "host-01", "--", "x"}, strings.NewReader(""), &out, &errb,
+		envOf("AGENTIC_SERVER", srv.URL, "AGENTIC_OPERATOR_TOKEN", token))
+	if accept := testkit.Receive(t, 15*time.Second, accepts, "no exec call"); accept != "multipart/mixed, application/x-ndjson;q=0.9" {
+		t.Errorf("Accept %q", accept)
+	}
+	if code != 6 || out.String() != "text\n\xff\x00\xfe" || errb.String() != "warn\n" {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
 	}
 }

@@ -492,12 +492,15 @@ func (c *cli) exec(args []string) int {
 	defer cancel()
 	// The output is printed as it comes (exec_stream.go); a server that
 	// answers JSON anyway gets the JSON form's handling.
-	raw, err := cl.ExecCommand(ctx, rc.agent, req, acceptNDJSON)
+	raw, err := cl.ExecCommand(ctx, rc.agent, req, acceptStreamed)
 	if err != nil {
 		return c.unreachable(server, err)
 	}
 	defer raw.Body.Close()
-	if streamed(raw) {
+	switch form, boundary := streamed(raw); form {
+	case "multipart/mixed":
+		return c.execMultipart(raw.Body, boundary, wait)
+	case "application/x-ndjson":
 		return c.execStreamed(raw.Body, wait)
 	}
 	resp, err := restapi.ParseExecCommandResponse(raw)

@@ -112,3 +112,18 @@ func TestExecMultipartThroughHostAgent(t *testing.T) {
 	}
 	t.Logf("1 MiB in %d parts", parts)
 }
+
+// TestCtlExecRawOutput: agenticctl exec (which asks for multipart/mixed)
+// writes the command's output byte for byte — 300 000 random bytes on
+// stdout, their sha256sum on stderr — and exits with its exit code.
+func TestCtlExecRawOutput(t *testing.T) {
+	s := startServer(t, 1, "")
+	file := filepath.Join(t.TempDir(), "random")
+	out, errOut, code := ctl(t, s.RESTURL, s.Token, "exec", "host-01", "--", "sh", "-c",
+		`head -c 300000 /dev/urandom > "$1"; cat "$1"; sha256sum < "$1" >&2; exit 5`, "sh", file)
+	sum := sha256.Sum256([]byte(out))
+	want, _, _ := strings.Cut(errOut, " ")
+	if code != 5 || len(out) != 300000 || hex.EncodeToString(sum[:]) != want {
+		t.Fatalf("exit %d, %d bytes with sha256 %x; the file's sha256sum: %q", code, len(out), sum, errOut)
+	}
+}
