@@ -87,6 +87,11 @@ func (a *Agent) fileOp(ctx context.Context, stream transferStream, req *sandboxv
 		}
 		return nil
 	case sandboxv1.FileOp_FILE_OP_READ:
+		if sr, ok := a.rawReads(); ok && req.GetDataPlane() {
+			if handled, err := a.readRaw(ctx, stream, req, sr); handled {
+				return err
+			}
+		}
 		r, err := files.Open(ctx, req.GetPath())
 		if err != nil {
 			return err

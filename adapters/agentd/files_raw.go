@@ -38,14 +38,22 @@ type socketFiles interface {
 // rawWrites reports whether writes go on plain connections of their own.
 func (a *Agent) rawWrites() (socketFiles, bool) {
 	sf, ok := a.cfg.Files.(socketFiles)
-	if !ok || a.rawDial == nil {
-		return nil, false
-	}
-	u, err := url.Parse(a.cfg.ServerURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "unix") {
+	if !ok || !a.plainConnections() {
 		return nil, false
 	}
 	return sf, true
+}
+
+// plainConnections reports whether the agent can open plain connections of
+// its own to the server, which a file helper can take: http://, or a unix
+// socket that takes more than one (not TLS, whose bytes must be
+// decrypted here, nor a serial link).
+func (a *Agent) plainConnections() bool {
+	if a.rawDial == nil {
+		return false
+	}
+	u, err := url.Parse(a.cfg.ServerURL)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "unix")
 }
 
 // writeRaw serves a data-plane WRITE on a connection of its own.

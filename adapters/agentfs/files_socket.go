@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"net"
 	"os"
 	"strconv"
+	"syscall"
 
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
@@ -88,4 +90,75 @@ func (l *Local) CreateFrom(ctx context.Context, path string, mode fs.FileMode, m
 		_ = w.fail()
 	}
 	return w, nil
+}
+
+// A download sent straight to a socket: the agent hands the helper the
+// connection the file's bytes go out on (descriptor 3, after the read's
+// arguments socketArg), and the helper sends them with sendfile(2), from
+// the page cache to the socket: the bytes pass through neither the agent
+// nor a pipe. It sends the size it announced and no more, then says
+// whether that was the file (read's unchanged); the socket's end alone
+// says nothing, so the server holds the last byte back until the agent's
+// clean end (agentrpc's files_raw_read.go).
+
+// toSocket sends the first size bytes of f on the socket on socketFD.
+func toSocket(f *os.File, size int64) error {
+	s := os.NewFile(socketFD, "download")
+	if s == nil {
+		return errors.New("no download socket")
+	}
+	sock, err := net.FileConn(s)
+	_ = s.Close() // FileConn holds a duplicate
+	if err != nil {
+		return fmt.Errorf("the download socket: %w", err)
+	}
+	defer func() { _ = sock.Close() }()
+	sc, ok := sock.(syscall.Conn)
+	if !ok {
+		return fmt.Errorf("a %T cannot take sendfile", sock)
+	}
+	sent, err := sendFile(sc, f, size)
+	if err != nil {
+		return fmt.Errorf("sending the file: %w", err)
+	}
+	if sent < size {
+		return fmt.Errorf("%w: it ended at %d of %d bytes", errChanged, sent, size)
+	}
+	return nil
+}
+
+// sendFile sends up to n bytes of f, from its offset, to sock with
+// sendfile(2), TCP or unix socket alike (net's ReadFrom does it for TCP
+// only); fewer at the file's end.
+func sendFile(sock syscall.Conn, f *os.File, n int64) (int64, error) {
+	rc, err := sock.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	src := int(f.Fd()) //nolint:gosec // a descriptor fits an int
+	var (
+		sent int64
+		serr error
+		eof  bool
+	)
+	for sent < n && serr == nil && !eof {
+		werr := rc.Write(func(fd uintptr) bool {
+			m, err := syscall.Sendfile(int(fd), src, nil, int(min(n-sent, 1<<30))) //nolint:gosec // a descriptor fits an int
+			switch {
+			case errors.Is(err, syscall.EAGAIN), errors.Is(err, syscall.EINTR):
+				return false // wait until the socket takes more
+			case err != nil:
+				serr = err
+			case m == 0:
+				eof = true
+			default:
+				sent += int64(m)
+			}
+			return true
+		})
+		if werr != nil && serr == nil {
+			serr = werr
+		}
+	}
+	return sent, serr
 }

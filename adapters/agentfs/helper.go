@@ -12,7 +12,7 @@
 // optional {"ready":true,"size":N} once a read has opened its file, then
 // one final {"done":true} or {"error":code,"message":…}. A write may take
 // its bytes from a socket instead (files_socket.go), stdin keeping the
-// commit.
+// commit, and a read may send them to one.
 package agentfs
 
 import (
@@ -109,7 +109,13 @@ func serve(args []string, stdin io.Reader, stdout io.Writer, ready func(size int
 		}
 		return json.NewEncoder(stdout).Encode(l)
 	case "read":
-		return read(path, stdout, ready)
+		if len(args) > 2 && args[2] == socketArg {
+			return read(path, ready, toSocket)
+		}
+		return read(path, ready, func(f *os.File, _ int64) error {
+			_, err := io.Copy(stdout, f)
+			return err
+		})
 	case "write":
 		// An upload ends by its input (committed or cut short), never by
 		// a signal that would leave its temporary file behind.
@@ -313,7 +319,10 @@ func list(path string) (wireListing, error) {
 	return l, nil
 }
 
-func read(path string, out io.Writer, ready func(int64)) error {
+// read opens path, says its size, and has send move its bytes; a file
+// that changed meanwhile (another size, another modification time) is an
+// error, so that what was sent is never taken for the file.
+func read(path string, ready func(int64), send func(f *os.File, size int64) error) error {
 	// O_NONBLOCK: opening a FIFO must not hang the helper.
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
@@ -331,8 +340,31 @@ func read(path string, out io.Writer, ready func(int64)) error {
 		return fmt.Errorf("%w: %s is not a regular file", errInvalid, path)
 	}
 	ready(fi.Size())
-	_, err = io.Copy(out, f)
-	return err
+	if err := send(f, fi.Size()); err != nil {
+		return err
+	}
+	return unchanged(f, fi)
+}
+
+// errChanged is a file that changed while it was read.
+var errChanged = errors.New("the file changed while it was read")
+
+// unchanged checks that f, read up to here, is as it was when its read
+// began (fi): nothing past this point, the same size and modification time.
+func unchanged(f *os.File, fi fs.FileInfo) error {
+	var b [1]byte
+	if n, _ := f.Read(b[:]); n > 0 {
+		return fmt.Errorf("%w: it grew past %d bytes", errChanged, fi.Size())
+	}
+	now, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if now.Size() != fi.Size() || !now.ModTime().Equal(fi.ModTime()) {
+		return fmt.Errorf("%w: %d bytes modified %v, then %d bytes modified %v", errChanged,
+			fi.Size(), fi.ModTime().UTC().Format(time.RFC3339Nano), now.Size(), now.ModTime().UTC().Format(time.RFC3339Nano))
+	}
+	return nil
 }
 
 // write puts the bytes under a temporary name beside path and renames it

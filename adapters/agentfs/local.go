@@ -230,8 +230,20 @@ func (l *Local) OpenArchive(ctx context.Context, dir string) (ports.FileReader, 
 	return l.open(ctx, "read-archive", dir)
 }
 
+// OpenTo is Open for a read whose bytes the helper sends to sock itself
+// (files_socket.go); the caller closes its own copy of sock once this
+// returns. The reader's Read gives no bytes: its end, once the helper is
+// done, says whether all of the file went out unchanged.
+func (l *Local) OpenTo(ctx context.Context, path string, sock *os.File) (ports.FileReader, error) {
+	return l.openWith(ctx, []*os.File{sock}, "read", path, socketArg)
+}
+
 func (l *Local) open(ctx context.Context, op, path string) (ports.FileReader, error) {
-	h, err := l.start(ctx, false, op, path)
+	return l.openWith(ctx, nil, op, path)
+}
+
+func (l *Local) openWith(ctx context.Context, extra []*os.File, args ...string) (ports.FileReader, error) {
+	h, err := l.startWith(ctx, false, extra, args...)
 	if err != nil {
 		return nil, err
 	}

@@ -36,8 +36,8 @@ import (
 // stream that breaks is an error never an end of file, and a write is
 // committed by the agent only after the clean end of the data stream AND
 // the server's eof on the Transfer stream. An agent that can open plain
-// connections of its own fetches a write's bytes on one instead, raw
-// (files_raw.go).
+// connections of its own moves a write's or a read's bytes on one
+// instead, raw (files_raw.go, files_raw_read.go).
 
 // DataPath is the data route's prefix; the transfer id follows.
 const DataPath = agentwire.DataPath
@@ -51,7 +51,7 @@ type dataConn struct {
 	body io.Reader           // a read's bytes: the agent's POST body
 	w    http.ResponseWriter // a write's bytes: the agent's GET response
 	rc   *http.ResponseController
-	raw  net.Conn    // or a write's bytes on a connection of its own (files_raw.go)
+	raw  net.Conn    // or the bytes on a connection of its own (files_raw.go; a read's body then)
 	ok   atomic.Bool // set before done: the stream ends cleanly; otherwise it is reset
 	done chan struct{}
 	once sync.Once
@@ -72,12 +72,13 @@ func randomToken() string {
 }
 
 // claimData hands the data stream of transfer id to agentID: once, only
-// for a data-plane transfer of that agent, only in its direction.
-func (ts *transfers) claimData(id, agentID string, upload bool) *transfer {
+// for a data-plane transfer of that agent, only in its direction (either,
+// for a raw connection, which goes the transfer's way).
+func (ts *transfers) claimData(id, agentID string, upload, either bool) *transfer {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	t := ts.byID[id]
-	if t == nil || t.agentID != agentID || !t.dataPlane || t.upload != upload || t.dataClaimed {
+	if t == nil || t.agentID != agentID || !t.dataPlane || (t.upload != upload && !either) || t.dataClaimed {
 		return nil
 	}
 	t.dataClaimed = true
@@ -101,13 +102,18 @@ func (s *Service) serveData(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "GET a write's bytes or POST a read's", http.StatusMethodNotAllowed)
 		return
 	}
-	t := s.transfers.claimData(r.PathValue("id"), id, upload)
+	// A GET upgraded to a raw connection carries a write's bytes or a
+	// read's (files_raw.go): a server from before raw reads answers a
+	// read's 404 and leaves it unclaimed, so the agent falls back to a
+	// POST.
+	raw := upload && r.ProtoMajor == 1 && headerHas(r.Header, "Upgrade", DataRawProtocol)
+	t := s.transfers.claimData(r.PathValue("id"), id, upload, raw)
 	if t == nil {
 		// Another agent's transfer, one gone, one served already, or none.
 		http.Error(w, "no such transfer for this agent", http.StatusNotFound)
 		return
 	}
-	if upload && r.ProtoMajor == 1 && headerHas(r.Header, "Upgrade", DataRawProtocol) {
+	if raw {
 		serveDataRaw(w, t)
 		return
 	}

@@ -288,7 +288,15 @@ func (s *Service) read(ctx context.Context, agentID string, req *sandboxv1.FileR
 			return nil, fmt.Errorf("%w: %d bytes, over the maximum of %d", ports.ErrFileTooLarge, size, s.cfg.MaxFileBytes)
 		}
 		if t.dataPlane {
-			return newDataReader(t, stream, release, size, s.cfg.MaxFileBytes), nil
+			r := newDataReader(t, stream, release, size, s.cfg.MaxFileBytes)
+			select {
+			case d := <-t.data:
+				// A raw connection, opened before the ready
+				// (files_raw_read.go).
+				r.d = d
+			default:
+			}
+			return r, nil
 		}
 		return &transferReader{stream: stream, release: release, size: size, max: s.cfg.MaxFileBytes}, nil
 	}

@@ -29,28 +29,45 @@ import (
 // DataRawProtocol is the upgrade of a write's data connection.
 const DataRawProtocol = agentwire.DataRawProtocol
 
-// serveDataRaw takes over an agent's connection for the write t, which it
-// has claimed, and keeps it until the write ends.
+// serveDataRaw takes over an agent's connection for the write or read t,
+// which it has claimed, and keeps it until the transfer is done with it.
 func serveDataRaw(w http.ResponseWriter, t *transfer) {
-	conn, _, err := http.NewResponseController(w).Hijack()
+	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		http.Error(w, "cannot take the connection over", http.StatusInternalServerError)
 		return
 	}
 	defer func() { _ = conn.Close() }()
+	if brw.Reader.Buffered() > 0 {
+		// Bytes before the 101: not an agent of ours.
+		_, _ = io.WriteString(conn, "HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n")
+		return
+	}
 	// The listener's header and idle bounds are for requests; the upload
 	// is bounded by its client's and the transfer's.
 	_ = conn.SetDeadline(time.Time{})
-	if _, err := io.WriteString(conn, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: "+DataRawProtocol+"\r\n\r\n"); err != nil {
-		return
-	}
+	const switched = "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + DataRawProtocol + "\r\n\r\n"
 	d := &dataConn{raw: conn, done: make(chan struct{})}
-	t.data <- d // room for one, and the route is claimed once
+	if t.upload {
+		// The 101 first: the write's bytes follow it.
+		if _, err := io.WriteString(conn, switched); err != nil {
+			return
+		}
+		t.data <- d // room for one, and the route is claimed once
+	} else {
+		// A read: the agent says ready only after the 101, and by then
+		// the connection waits in t.data, where read looks for it.
+		d.body = conn
+		t.data <- d
+		if _, err := io.WriteString(conn, switched); err != nil {
+			d.finish(false)
+		}
+	}
 	select {
 	case <-d.done:
 	case <-t.done:
 	}
-	if d.ok.Load() {
+	if d.ok.Load() && t.upload {
 		// Half-closed after the last byte: open until the agent has
 		// read them all and ended the transfer.
 		<-t.done

@@ -21,11 +21,19 @@ import (
 // through ports.AgentFiles, so memory does not grow with a file's size.
 
 // The upload routes take bodies of any size (up to the file maximum) instead
-// of MaxBodyBytes, and a read deadline that moves with the data.
+// of MaxBodyBytes, and a read deadline that moves with the data. The
+// server hands them to uploadBody once the caller is signed in; a file's
+// download is among them for that hand-over only: uploadBody bounds its
+// body as any other and notes whether its answer may be spliced
+// (files_splice_download.go).
 var uploadRoutes = map[string]bool{
 	http.MethodPut + " /api/v1/agents/{agent_id}/files/content": true,
 	http.MethodPut + " /api/v1/agents/{agent_id}/files/archive": true,
+	readFileRoute: true,
 }
+
+// readFileRoute is a file's download.
+const readFileRoute = http.MethodGet + " /api/v1/agents/{agent_id}/files/content"
 
 // uploadIdle is how long an upload may go without a byte before it is cut.
 const uploadIdle = time.Minute
@@ -38,6 +46,10 @@ var fileModePattern = regexp.MustCompile(`^0?[0-7]{3}$`)
 // deadline pushed back on every read, so a slow upload lives and a stalled
 // one does not.
 func (s *Server) uploadBody(w *statusWriter, r *http.Request) (io.ReadCloser, *apiError) {
+	if r.Method != http.MethodPut {
+		spliceDownload(w, r)
+		return http.MaxBytesReader(w, r.Body, MaxBodyBytes), nil
+	}
 	if r.ContentLength > s.maxFileBytes() {
 		return nil, tooLarge(r.ContentLength, s.maxFileBytes())
 	}
@@ -184,7 +196,7 @@ func (s *Server) ReadFile(ctx context.Context, req restapi.ReadFileRequestObject
 	if err != nil {
 		return nil, fileError(err, req.AgentId, req.Params.Path)
 	}
-	return restapi.ReadFile200ApplicationoctetStreamResponse{Body: download(ctx, r), ContentLength: r.Size()}, nil
+	return fileDownload{r: r, body: download(ctx, r)}, nil
 }
 
 // ReadArchive implements restapi.StrictServerInterface.
@@ -208,13 +220,38 @@ func download(ctx context.Context, r ports.FileReader) io.Reader {
 	return &downloadBody{r: r}
 }
 
-type downloadBody struct{ r ports.FileReader }
+// downloadBody holds the last byte of a file of known size back until
+// the reader's clean end, so that a download the agent ends with an error
+// after its bytes (the file changed meanwhile) is cut short of its
+// Content-Length, not answered whole.
+type downloadBody struct {
+	r       ports.FileReader
+	got     int64
+	last    byte
+	holding bool
+}
 
 func (d *downloadBody) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
 	n, err := d.r.Read(p)
-	if err != nil && !errors.Is(err, io.EOF) {
+	d.got += int64(n)
+	switch {
+	case err != nil && !errors.Is(err, io.EOF):
 		_ = d.r.Close()
-		return n, &streamBroken{err}
+		return 0, &streamBroken{err}
+	case d.holding && n > 0:
+		_ = d.r.Close()
+		return 0, &streamBroken{fmt.Errorf("%w: more than the file's %d bytes", ports.ErrAgentGone, d.r.Size())}
+	case err == nil && n > 0 && d.got == d.r.Size():
+		d.last, d.holding = p[n-1], true
+		return n - 1, nil
+	case err != nil && d.holding:
+		// The clean end: the file was whole.
+		d.holding = false
+		p[0] = d.last
+		return 1, io.EOF
 	}
 	return n, err
 }

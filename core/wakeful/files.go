@@ -87,6 +87,10 @@ type heldReader struct {
 	release func()
 }
 
+// Unwrap is the reader held: what it can do beside reading (adapters/rest
+// splices a download whose reader can) stays within reach.
+func (r *heldReader) Unwrap() ports.FileReader { return r.FileReader }
+
 func (r *heldReader) Close() error {
 	err := r.FileReader.Close()
 	r.release()

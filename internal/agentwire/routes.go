@@ -34,9 +34,11 @@ const (
 	// plane (FileRequest.data_plane): the agent POSTs a read's bytes, or
 	// GETs a write's, as the raw body of that HTTP/2 stream.
 	DataPath = "/agentic-sandbox/data/"
-	// DataRawProtocol: a write's GET of DataPath + its transfer id on a
-	// connection of the agent's own, upgraded (HTTP/1.1) to it, gets the
-	// bytes raw on that connection up to its half-close.
+	// DataRawProtocol: a GET of DataPath + a transfer id on a connection
+	// of the agent's own, upgraded (HTTP/1.1) to it, carries the bytes
+	// raw on that connection: a write's from the server up to its
+	// half-close, a read's from the agent up to its end (opened before
+	// the read's ready; a server without raw reads answers 404).
 	DataRawProtocol = "agentic-data"
 
 	// OutputPath + a command id + "/" + a stream's name (OutputStreamName)

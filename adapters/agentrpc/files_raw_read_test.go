@@ -1,0 +1,205 @@
+package agentrpc
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
+)
+
+// rawSplicer is what adapters/rest asks of a download it may splice.
+type rawSplicer interface {
+	Spliceable() bool
+	SpliceTo(dst net.Conn, idle time.Duration) (int64, error)
+}
+
+// tcpPair is a connected pair of TCP connections on 127.0.0.1.
+func tcpPair(t *testing.T) (*net.TCPConn, *net.TCPConn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(); _ = s.Close() })
+	return s.(*net.TCPConn), c.(*net.TCPConn)
+}
+
+// startRawRead starts a read of agent-a's /f, which the fake agent takes
+// on a raw connection as a new agent does: the upgrade before the ready.
+// It returns the reader, the agent's raw connection and Transfer stream.
+func startRawRead(t *testing.T, h *harness, a *fakeAgent, size int64) (ports.FileReader, net.Conn, transferClient) {
+	t.Helper()
+	got := make(chan readResult, 1)
+	go func() {
+		r, err := h.svc.ReadFile(context.Background(), "agent-a", "/f")
+		got <- readResult{r, err}
+	}()
+	req := a.fileRequest()
+	if !req.GetDataPlane() {
+		t.Fatalf("file request %v, want a data-plane read", req)
+	}
+	s := h.openTransfer("agent-a", req.GetTransferId())
+	st, conn, _ := h.rawData("agent-a", "", req.GetTransferId())
+	if st != http.StatusSwitchingProtocols {
+		t.Fatalf("the read's upgrade: %d", st)
+	}
+	sendT(t, s, ready(size))
+	res := testkit.Receive(t, waitTimeout, got, "the read's reader")
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	t.Cleanup(func() { _ = res.r.Close() })
+	return res.r, conn, s
+}
+
+// A read's bytes on a connection of the agent's own: only its agent gets
+// the route, once; opened before the ready, the connection is the
+// reader's, which splices the bytes into a socket and holds the last one
+// back until the connection has ended there and the agent's end is clean.
+func TestRawDataConnectionRead(t *testing.T) {
+	h := newHarness(t)
+	a := h.connectDataPlaneAgent("agent-a")
+	h.connectDataPlaneAgent("agent-b")
+	data := bytes.Repeat([]byte("0123456789abcdef"), 200<<10) // 3.2 MiB: more than the sockets hold
+
+	got := make(chan readResult, 1)
+	go func() {
+		r, err := h.svc.ReadFile(context.Background(), "agent-a", "/f")
+		got <- readResult{r, err}
+	}()
+	req := a.fileRequest()
+	s := h.openTransfer("agent-a", req.GetTransferId())
+	for _, c := range []struct {
+		name, agent, secret string
+		want                int
+	}{
+		{"a wrong secret", "agent-a", "guess", http.StatusUnauthorized},
+		{"another agent", "agent-b", "", http.StatusNotFound},
+	} {
+		if st, _, _ := h.rawData(c.agent, c.secret, req.GetTransferId()); st != c.want {
+			t.Errorf("%s: %d, want %d", c.name, st, c.want)
+		}
+	}
+	st, conn, _ := h.rawData("agent-a", "", req.GetTransferId())
+	if st != http.StatusSwitchingProtocols {
+		t.Fatalf("the owner's upgrade: %d", st)
+	}
+	if st, _, _ := h.rawData("agent-a", "", req.GetTransferId()); st != http.StatusNotFound {
+		t.Errorf("a second use of the id: %d, want 404", st)
+	}
+	sendT(t, s, ready(int64(len(data))))
+	res := testkit.Receive(t, waitTimeout, got, "the read's reader")
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	defer res.r.Close()
+	sp, ok := res.r.(rawSplicer)
+	if !ok || !sp.Spliceable() {
+		t.Fatalf("a read on a raw connection: %T, not spliceable", res.r)
+	}
+	dst, client := tcpPair(t)
+	spliced := make(chan error, 1)
+	go func() {
+		n, err := sp.SpliceTo(dst, time.Minute)
+		if err == nil && n != int64(len(data)) {
+			err = io.ErrShortWrite
+		}
+		spliced <- err
+		_ = dst.Close()
+	}()
+	go func() {
+		_, _ = conn.Write(data)
+		_ = conn.Close()
+	}()
+	// All but the last byte come; the last waits for the agent's end.
+	if _, err := io.ReadFull(client, make([]byte, len(data)-1)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-spliced:
+		t.Fatalf("the splice ended before the agent did: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	sendT(t, s, end(0, ""))
+	if err := testkit.Receive(t, waitTimeout, spliced, "the splice's end"); err != nil {
+		t.Fatal(err)
+	}
+	last, err := io.ReadAll(client)
+	if err != nil || !bytes.Equal(last, data[len(data)-1:]) {
+		t.Fatalf("after the end: %q %v, want the last byte", last, err)
+	}
+}
+
+// A raw read the agent ends with an error after all of its bytes (the
+// file changed meanwhile), or whose connection ends short, or that is
+// read over its size, leaves the socket short of the size: never the
+// whole, and an error.
+func TestASplicedReadThatFailsStopsShort(t *testing.T) {
+	h := newHarness(t)
+	a := h.connectDataPlaneAgent("agent-a")
+	const size = 2 << 20
+	for _, c := range []struct {
+		name string
+		sent int
+		end  *sandboxv1.TransferRequest
+	}{
+		{"the agent's error after the bytes", size, end(sandboxv1.FileError_FILE_ERROR_FAILED, "the file changed while it was read")},
+		{"the connection short", size / 2, end(0, "")},
+		{"more than the size", size + 10, end(0, "")},
+	} {
+		r, conn, s := startRawRead(t, h, a, size)
+		dst, client := tcpPair(t)
+		spliced := make(chan error, 1)
+		go func() {
+			_, err := r.(rawSplicer).SpliceTo(dst, time.Minute)
+			spliced <- err
+			_ = dst.Close()
+		}()
+		go func() {
+			_, _ = conn.Write(make([]byte, c.sent))
+			_ = conn.Close()
+			_ = s.Send(c.end)
+		}()
+		b, _ := io.ReadAll(client)
+		if err := testkit.Receive(t, waitTimeout, spliced, "the splice's end"); err == nil {
+			t.Errorf("%s: the splice ended well", c.name)
+		}
+		if len(b) >= size {
+			t.Errorf("%s: %d bytes reached the socket, want fewer than %d", c.name, len(b), size)
+		}
+		_ = r.Close()
+	}
+}
+
+// Read, not spliced, takes a raw connection's bytes as a data stream's:
+// all of them, then the agent's end.
+func TestARawReadReadsAsADataStream(t *testing.T) {
+	h := newHarness(t)
+	a := h.connectDataPlaneAgent("agent-a")
+	r, conn, s := startRawRead(t, h, a, 5)
+	go func() {
+		_, _ = io.WriteString(conn, "hello")
+		_ = conn.Close()
+		_ = s.Send(end(0, ""))
+	}()
+	b, err := io.ReadAll(r)
+	if err != nil || string(b) != "hello" {
+		t.Fatalf("%q %v", b, err)
+	}
+}
