@@ -44,6 +44,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path"
 	"path/filepath"
@@ -142,6 +143,8 @@ type Config struct {
 	// SecretDir holds each environment's agent secret (0400), bind-mounted
 	// read-only into its container; default <temp dir>/agentic-docker-<owner>.
 	SecretDir string
+	// Logger hears the checkpoint probe's outcome (default slog.Default()).
+	Logger *slog.Logger
 }
 
 // Runtime is the Docker adapter; safe for concurrent use.
@@ -157,6 +160,8 @@ type Runtime struct {
 	// engine is what dockerd said of its runtimes at the last Ping (nil
 	// before the first that answered).
 	engine atomic.Pointer[engineRuntimes]
+	// criu is the checkpoint probe of the engine (criu.go).
+	criu atomic.Pointer[criuState]
 }
 
 // engineRuntimes is what the adapter makes of dockerd's runtimes.
@@ -166,6 +171,12 @@ type engineRuntimes struct {
 	// agent-link socket), or its registration does not say (a shim v2
 	// runtime keeps its flags in its own config).
 	gvisorSocket bool
+	// id, experimental and rootDir are the engine's: which one it is,
+	// whether it checkpoints (dockerd --experimental), and where its
+	// checkpoints are kept.
+	id           string
+	experimental bool
+	rootDir      string
 }
 
 var _ ports.Runtime = (*Runtime)(nil)
@@ -217,7 +228,7 @@ func (r *Runtime) Capabilities() ports.RuntimeCapabilities {
 		Runtime:      RuntimeName,
 		Isolation:    ports.KindContainer,
 		Pause:        true,
-		Hibernate:    ports.HibernateFilesystem, // the files, not the memory: hibernate.go
+		Hibernate:    r.hibernateMode(), // criu.go, hibernate.go
 		NetworkModes: []ports.NetworkMode{ports.NetworkNone, ports.NetworkProxy, ports.NetworkHost, ports.NetworkBridge},
 		Limits:       []ports.Limit{ports.LimitCPUs, ports.LimitMemoryMB, ports.LimitPIDs},
 		ReadOnlyRoot: true,
@@ -242,12 +253,13 @@ func (r *Runtime) readRuntimes(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	e := &engineRuntimes{}
+	e := &engineRuntimes{id: info.ID, experimental: info.ExperimentalBuild, rootDir: info.DockerRootDir}
 	if rt, ok := info.Runtimes[GVisorRuntime]; ok {
 		e.tiers = []string{ports.TierGVisor}
 		e.gvisorSocket = rt.Type != "" || HostUDSAllowed(rt.Args)
 	}
 	r.engine.Store(e)
+	r.maybeProbe(e)
 }
 
 // hostUDS matches runsc's flag letting a sandbox connect to the host's unix
@@ -696,7 +708,11 @@ func (r *Runtime) Start(ctx context.Context, name string) error {
 	if err := r.idErr("start", name, r.cli.ContainerStart(ctx, id, container.StartOptions{})); err != nil {
 		return err
 	}
-	// A hibernated environment started is awake (its files were all it kept).
+	// A hibernated environment started is awake, afresh: a checkpoint of
+	// its memory is spent.
+	if m, err := r.readMarker(name); err == nil && m.Mode == ports.HibernateMemory && m.Container == id {
+		r.deleteCheckpoint(ctx, id, m.Checkpoint)
+	}
 	return r.removeMarker(name)
 }
 

@@ -1,39 +1,37 @@
 package docker
 
-// Hibernation on Docker keeps the filesystem, not the memory
-// (Capabilities().Hibernate is ports.HibernateFilesystem).
+// Hibernation on Docker keeps the memory where the engine checkpoints
+// containers (criu.go says when: Capabilities().Hibernate is then
+// ports.HibernateMemory), else the filesystem only.
 //
-// Hibernate stops the container (SIGTERM, then SIGKILL after StopTimeout,
-// as Stop) and keeps it: its writable layer, with every file written
-// inside, stays on the engine; its memory and CPU are freed and its
-// processes end. Wake starts the same container again: the processes start
-// afresh and the agent reconnects under the same identity and secret, as
-// after Start. SavedBytes is the writable layer's size on disk (the
-// engine's SizeRw), read once the container has stopped.
+// With the memory, Hibernate checkpoints the container (criu dumps its
+// processes, the container stops, its memory is freed) into a checkpoint
+// the engine keeps with the container, and Wake starts it from that
+// checkpoint: what ran inside goes on where it was, and the agent, whose
+// link the server ended before the dump (HibernateNeedsQuietLink: criu
+// cannot dump a connection to the outside), redials under the same
+// identity. SavedBytes is the checkpoint's size on disk. A restore that
+// fails is a saved state lost: never a fresh start posing as a wake.
+// Destroy removes the checkpoint with the container.
+//
+// With the filesystem, Hibernate stops the container (SIGTERM, then
+// SIGKILL after StopTimeout, as Stop) and keeps it: its writable layer,
+// with every file written inside, stays on the engine; its memory and CPU
+// are freed and its processes end. Wake starts the same container again:
+// the processes start afresh and the agent reconnects under the same
+// identity and secret, as after Start. SavedBytes is the writable layer's
+// size on disk (the engine's SizeRw), read once the container has stopped.
 //
 // That a container is hibernated rather than stopped is kept in a marker
 // file beside its agent secret, in Config.SecretDir
-// (<owner>.<name>.hibernated, JSON: mode, time, bytes and the container's
-// id): labels cannot change after create, and the secret directory is
-// already what a restarted server needs to start its containers again, so
-// the marker survives restarts of the server and of the engine alike. A
-// container is reported ports.EnvHibernated while it has a marker naming
-// its id and does not run; a marker naming another container (the name
-// reused after a removal behind the server's back) is ignored. Destroy
-// removes the marker with the container.
-//
-// Why not the memory (CRIU): dockerd checkpoints only when started with
-// --experimental and criu works on the host, and neither holds in general.
-// On the machines this was built on (Debian 12's criu 3.17.1 on a 6.18
-// kernel) every dump fails before touching the container: "vdso:
-// Unexpected rt vDSO area bounds" (kernels from 6.13 split the vvar
-// mapping, which criu understands from 4.1 on). Even where criu works, the
-// agent holds its link to the server open (a unix socket mounted in, or
-// established TCP), which criu refuses to dump unless told to
-// (--ext-unix-sk, --tcp-established) and dockerd's checkpoint API cannot
-// tell it; a memory mode needs the agent to drop its link before the dump
-// and redial after the restore. Until both hold the adapter never claims
-// the memory mode.
+// (<owner>.<name>.hibernated, JSON: mode, checkpoint, time, bytes and the
+// container's id): labels cannot change after create, and the secret
+// directory is already what a restarted server needs to start its
+// containers again, so the marker survives restarts of the server and of
+// the engine alike. A container is reported ports.EnvHibernated while it
+// has a marker naming its id and does not run; a marker naming another
+// container (the name reused after a removal behind the server's back) is
+// ignored. Destroy removes the marker with the container.
 
 import (
 	"context"
@@ -43,9 +41,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/docker/docker/api/types/checkpoint"
 	"github.com/docker/docker/api/types/container"
 
 	"github.com/agentic-sandbox/agentic-sandbox/internal/fsatomic"
@@ -54,10 +54,12 @@ import (
 
 // hibernationMarker is the content of an environment's marker file.
 type hibernationMarker struct {
-	Mode      ports.HibernateMode `json:"mode"`
-	At        time.Time           `json:"at"`
-	Bytes     int64               `json:"bytes"`
-	Container string              `json:"container"`
+	Mode ports.HibernateMode `json:"mode"`
+	// Checkpoint names the engine's checkpoint of a memory hibernation.
+	Checkpoint string    `json:"checkpoint,omitempty"`
+	At         time.Time `json:"at"`
+	Bytes      int64     `json:"bytes"`
+	Container  string    `json:"container"`
 }
 
 // HibernationFile is where the marker of a hibernated environment is kept.
@@ -82,7 +84,7 @@ func (r *Runtime) readMarker(name string) (hibernationMarker, error) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		return m, fmt.Errorf("hibernation marker %s: %w", r.HibernationFile(name), err)
 	}
-	if m.Container == "" || m.At.IsZero() || m.Mode != ports.HibernateFilesystem {
+	if m.Container == "" || m.At.IsZero() || (m.Mode != ports.HibernateFilesystem && (m.Mode != ports.HibernateMemory || m.Checkpoint == "")) {
 		return m, fmt.Errorf("hibernation marker %s: incomplete", r.HibernationFile(name))
 	}
 	return m, nil
@@ -150,12 +152,19 @@ func (r *Runtime) Hibernate(ctx context.Context, name string) (ports.Hibernation
 		if env.Detail != "" {
 			return ports.Hibernation{}, fmt.Errorf("docker hibernate %s: %w: %s", name, ports.ErrSavedStateLost, env.Detail)
 		}
-		return ports.Hibernation{Mode: ports.HibernateFilesystem, Bytes: env.SavedBytes, At: env.HibernatedAt}, nil
+		m, err := r.readMarker(name)
+		if err != nil {
+			return ports.Hibernation{}, fmt.Errorf("docker hibernate %s: %w: %w", name, ports.ErrSavedStateLost, err)
+		}
+		return ports.Hibernation{Mode: m.Mode, Bytes: env.SavedBytes, At: env.HibernatedAt}, nil
 	case ports.EnvRunning:
 	default:
 		return ports.Hibernation{}, fmt.Errorf("docker hibernate %s: the environment is %s; only a running one can hibernate", name, env.State)
 	}
 
+	if r.memoryMode() {
+		return r.hibernateMemory(ctx, name, id)
+	}
 	// The marker first: a server that dies during the stop leaves a
 	// stopped container that is hibernated, never one that is neither.
 	// While the container still runs the marker means nothing.
@@ -232,8 +241,86 @@ func (r *Runtime) Wake(ctx context.Context, name string) error {
 			}
 		}
 	}
+	m, err := r.readMarker(name)
+	if err != nil {
+		return fmt.Errorf("docker wake %s: %w: %w", name, ports.ErrSavedStateLost, err)
+	}
+	if m.Mode == ports.HibernateMemory {
+		if err := r.restore(ctx, id, m.Checkpoint); err != nil {
+			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+				return fmt.Errorf("docker wake %s: %w", name, err)
+			}
+			return fmt.Errorf("docker wake %s: %w: %w", name, ports.ErrSavedStateLost, err)
+		}
+		// Woken, the checkpoint is spent: its disk goes back.
+		r.deleteCheckpoint(ctx, id, m.Checkpoint)
+		return r.removeMarker(name)
+	}
 	if err := r.cli.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
 		return r.idErr("wake (start)", name, err)
 	}
 	return r.removeMarker(name)
+}
+
+// hibernateMemory checkpoints running container id of environment name
+// (its agent's link ended by the caller: HibernateNeedsQuietLink).
+func (r *Runtime) hibernateMemory(ctx context.Context, name, id string) (ports.Hibernation, error) {
+	at := time.Now().UTC()
+	m := hibernationMarker{Mode: ports.HibernateMemory, At: at, Container: id,
+		Checkpoint: "agentic-" + strconv.FormatInt(at.UnixNano(), 36)}
+	// The marker first, as for the filesystem: a server dying during the
+	// dump leaves a stopped container that is hibernated (or, the dump
+	// not done, a restore that fails: a saved state lost, said so).
+	if err := r.writeMarker(name, m); err != nil {
+		return ports.Hibernation{}, err
+	}
+	if err := r.checkpoint(ctx, id, m.Checkpoint); err != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		if c, ierr := r.cli.ContainerInspect(cctx, id); ierr != nil || c.State == nil || c.State.Running {
+			_ = r.removeMarker(name)
+		}
+		return ports.Hibernation{}, fmt.Errorf("docker hibernate %s: %w", name, err)
+	}
+	m.Bytes = r.checkpointBytes(id, m.Checkpoint)
+	if err := r.writeMarker(name, m); err != nil {
+		return ports.Hibernation{}, err
+	}
+	return ports.Hibernation{Mode: m.Mode, Bytes: m.Bytes, At: m.At}, nil
+}
+
+// checkpointBytes is the size on disk of container id's checkpoint name,
+// where dockerd keeps it (<root>/containers/<id>/checkpoints/<name>; the
+// engine runs on this machine). 0 if it cannot be read.
+func (r *Runtime) checkpointBytes(id, name string) int64 {
+	e := r.engine.Load()
+	if e == nil || e.rootDir == "" {
+		return 0
+	}
+	var n int64
+	_ = filepath.WalkDir(filepath.Join(e.rootDir, "containers", id, "checkpoints", name), func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+// deleteCheckpoint removes a checkpoint no longer needed; a failure only
+// leaves its disk taken until the container is removed.
+func (r *Runtime) deleteCheckpoint(ctx context.Context, id, name string) {
+	if err := r.cli.CheckpointDelete(ctx, id, checkpoint.DeleteOptions{CheckpointID: name}); err != nil {
+		r.log().Warn("docker: a spent checkpoint not deleted; it goes with its container", "container", id, "checkpoint", name, "err", err)
+	}
+}
+
+// hibernateMode is the capability: memory once the engine's probe worked.
+func (r *Runtime) hibernateMode() ports.HibernateMode {
+	if r.memoryMode() {
+		return ports.HibernateMemory
+	}
+	return ports.HibernateFilesystem
 }

@@ -37,8 +37,8 @@ var dockerRuntime = runtimeDef[dockerOptions]{
 		return o, nil
 	},
 	Found: func(o dockerOptions) bool { return o.Host != "" || exists(dockerSocket) },
-	New: func(cfg Config, o dockerOptions, _ runtimeDeps) (ports.Runtime, func(), error) {
-		rt, err := docker.New(docker.Config{Host: o.Host, Owner: owner(cfg), SecretDir: filepath.Join(cfg.DataDir, "docker-secrets")})
+	New: func(cfg Config, o dockerOptions, deps runtimeDeps) (ports.Runtime, func(), error) {
+		rt, err := docker.New(docker.Config{Host: o.Host, Owner: owner(cfg), SecretDir: filepath.Join(cfg.DataDir, "docker-secrets"), Logger: deps.Log})
 		if err != nil {
 			return nil, nil, err
 		}

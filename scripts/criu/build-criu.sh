@@ -9,10 +9,11 @@
 #
 # Prints the prefix's sbin directory. POSIX sh; root or sudo.
 #
-# Not called by make yet: the Docker runtime still hibernates with the
-# filesystem only. What else memory hibernation on Docker needs (dockerd
-# flags, the agent's link ended before the dump) is in docs/benchmarks.md,
-# "Sleep and wake", "CRIU 4.1.1 tried".
+# make test-env runs it (scripts/criu-test-env.sh); the tests' dockerd is
+# started with it (cmd/internal/harness, CheckpointDockerd). What else
+# memory hibernation on Docker needs (dockerd --experimental and
+# --init-path, the agent's link ended before the dump) is in
+# adapters/docker/criu.go and docs/benchmarks.md, "CRIU 4.1.1 tried".
 set -eu
 
 cache=${1:-/var/cache/agentic-criu}

@@ -70,12 +70,44 @@ func StartDockerdIn(dir string) (host string, stop func(), err error) {
 // StartDockerdWith is StartDockerdIn with more arguments for dockerd
 // (--config-file registering a runtime, say).
 func StartDockerdWith(dir string, extra ...string) (host string, stop func(), err error) {
+	return StartDockerdEnv(dir, nil, extra...)
+}
+
+// CriuSbin is where scripts/criu/build-criu.sh (run by make test-env)
+// installs the criu that a checkpointing dockerd runs.
+const CriuSbin = "/var/cache/agentic-criu/4.1.1-p1/sbin"
+
+// CheckpointDockerd is what a dockerd needs to checkpoint containers here
+// (docs/benchmarks.md, "CRIU 4.1.1 tried"): the environment putting
+// CriuSbin first in its PATH (runc runs criu from there), and the
+// arguments --experimental and --init-path naming docker-init's real file
+// (criu cannot restore the bind mount of a symlink, which Debian's
+// docker-init is). An error, saying how to get it, when criu is missing.
+func CheckpointDockerd() (env, args []string, err error) {
+	if _, err := os.Stat(filepath.Join(CriuSbin, "criu")); err != nil {
+		return nil, nil, &Missing{What: "criu 4.1.1 (" + CriuSbin + "/criu)", How: "run make test-env (scripts/criu/build-criu.sh builds it)"}
+	}
+	args = []string{"--experimental"}
+	if init, err := exec.LookPath("docker-init"); err == nil {
+		if real, err := filepath.EvalSymlinks(init); err == nil {
+			args = append(args, "--init-path", real)
+		}
+	}
+	return []string{"PATH=" + CriuSbin + ":" + os.Getenv("PATH")}, args, nil
+}
+
+// StartDockerdEnv is StartDockerdWith with variables added to dockerd's
+// environment (env, as KEY=value; later ones win).
+func StartDockerdEnv(dir string, env []string, extra ...string) (host string, stop func(), err error) {
 	if err := canRunDockerd(); err != nil {
 		return "", nil, err
 	}
 	bin, _ := exec.LookPath("dockerd")
 	host, args := DockerdArgs(dir)
 	cmd := exec.Command(bin, append(args, extra...)...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	logf, err := os.Create(filepath.Join(dir, "dockerd.log"))
 	if err != nil {
 		_ = os.RemoveAll(dir)
