@@ -74,10 +74,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		} else {
 			a.log.Warn("agent stream ended; reconnecting", "err", err, "retry_in", wait)
 		}
-		select {
-		case <-ctx.Done():
+		if !waitAwake(ctx, wait) {
 			return nil
-		case <-time.After(wait):
 		}
 		if !registered {
 			backoff = min(backoff*2, a.cfg.BackoffMax)

@@ -1,0 +1,45 @@
+package agentd
+
+import (
+	"context"
+	"time"
+)
+
+// awakeSlice is the longest the agent sleeps at once while it waits to
+// reconnect; frozenGap is how much longer than asked a slice must have
+// taken for the agent to count itself as having been frozen.
+const (
+	awakeSlice = 250 * time.Millisecond
+	frozenGap  = time.Second
+)
+
+// waitAwake waits d (false if ctx ends first) in slices of awakeSlice. It
+// is done once d has passed on the monotonic or the wall clock, or as soon
+// as a slice took far longer than asked: the agent was frozen meanwhile
+// (its container checkpointed by CRIU and now restored, or paused and
+// resumed), and its environment, just woken, waits for it. One long sleep
+// would be resumed by the kernel for what was left of it, holding a woken
+// agent for up to its whole backoff (5 s and more) before it reconnects.
+// A slice that overran on a loaded machine only brings an attempt forward.
+func waitAwake(ctx context.Context, d time.Duration) bool {
+	start := time.Now()
+	wall := start.Round(0).Add(d)
+	for {
+		left := min(d-time.Since(start), time.Until(wall))
+		if left <= 0 {
+			return true
+		}
+		slice := min(left, awakeSlice)
+		before := time.Now()
+		t := time.NewTimer(slice)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+		if took := max(time.Since(before), time.Now().Round(0).Sub(before.Round(0))); took > slice+frozenGap {
+			return true
+		}
+	}
+}
