@@ -77,6 +77,8 @@ func measure(name string, n int, f func() error) (stats, error) {
 
 var only string
 
+var mibN = flag.Int("mib-n", 50, "1 MiB output calls of each form in the exec part")
+
 var execHops = flag.Bool("exec-hops", false, "time each hop of the REST exec `true` round trip (AGENTIC_HOP_TRACE in agentic-mgmt and the agent) and print the per-hop table")
 
 func run(binDir string, n, sshN, sustained int) error {
@@ -256,7 +258,7 @@ func throughput(exec1 func(string) ([]byte, error), post func(body, accept strin
 	}
 	f.Close()
 	body := fmt.Sprintf(`{"command":"cat","args":[%q]}`, f.Name())
-	const reps, warm = 50, 5
+	reps, warm := *mibN, 5
 	check := func(b []byte) error {
 		var r struct {
 			Stdout string `json:"stdout"`
@@ -286,6 +288,11 @@ func throughput(exec1 func(string) ([]byte, error), post func(body, accept strin
 		defer resp.Body.Close()
 		stdout, code, err := readMultipartExec(resp, out[:0])
 		if err != nil {
+			return err
+		}
+		// To its end (the chunked body's last chunk), or the transport
+		// would not keep the connection for the next call.
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
 			return err
 		}
 		if code != 0 || !bytes.Equal(stdout, text) {
