@@ -25,9 +25,28 @@ func offlineIn(t *testing.T, secrets string) *Runtime {
 	return rt
 }
 
+// Until a probe of its engine has checkpointed and restored a container
+// (criu.go), the adapter claims the filesystem only and needs no quiet link.
 func TestHibernateCapabilityIsFilesystem(t *testing.T) {
-	if got := offline(t).Capabilities().Hibernate; got != ports.HibernateFilesystem {
-		t.Errorf("Capabilities().Hibernate = %q, want filesystem (the memory needs a working criu: hibernate.go)", got)
+	rt := offline(t)
+	if got := rt.Capabilities().Hibernate; got != ports.HibernateFilesystem {
+		t.Errorf("Capabilities().Hibernate = %q, want filesystem (the memory needs a working criu: criu.go)", got)
+	}
+	if rt.HibernateNeedsQuietLink() {
+		t.Error("HibernateNeedsQuietLink before any probe")
+	}
+	if done, err := rt.CheckpointProbe(); done || err != nil {
+		t.Errorf("CheckpointProbe of an engine never pinged: %v, %v", done, err)
+	}
+	// A probe that worked on another engine says nothing of this one.
+	rt.engine.Store(&engineRuntimes{id: "B", experimental: true})
+	rt.criu.Store(&criuState{engineID: "A", done: true})
+	if rt.Capabilities().Hibernate != ports.HibernateFilesystem || rt.HibernateNeedsQuietLink() {
+		t.Error("another engine's probe counted for this one")
+	}
+	rt.criu.Store(&criuState{engineID: "B", done: true})
+	if rt.Capabilities().Hibernate != ports.HibernateMemory || !rt.HibernateNeedsQuietLink() {
+		t.Error("this engine's probe worked, and the capability is not memory")
 	}
 }
 
@@ -95,6 +114,13 @@ func TestMarkHibernated(t *testing.T) {
 		t.Errorf("another owner's adapter: %s, want stopped", got.State)
 	}
 
+	// A memory hibernation names its checkpoint.
+	if err := rt.writeMarker("dev", hibernationMarker{Mode: ports.HibernateMemory, Checkpoint: "cp1", At: at, Bytes: 7 << 20, Container: "c1"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := rt.markHibernated(failed); got.State != ports.EnvHibernated || got.SavedBytes != 7<<20 || got.Detail != "" {
+		t.Errorf("checkpointed (exit 137) with its marker: %+v, want hibernated with 7 MiB", got)
+	}
 	for _, corrupt := range []string{"{not json", `{"mode":"filesystem","bytes":1}`, `{"mode":"memory","at":"2026-12-05T15:00:00Z","container":"c1"}`} {
 		if err := os.WriteFile(rt.HibernationFile("dev"), []byte(corrupt), 0o600); err != nil {
 			t.Fatal(err)

@@ -16,8 +16,9 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
-// dockerHibernate: the docker runtime hibernates by keeping the filesystem
-// (criu does not dump on these machines: adapters/docker/hibernate.go). A
+// dockerHibernate: on a dockerd without --experimental the docker runtime
+// hibernates by keeping the filesystem (with the memory where the engine
+// checkpoints: e2e TestAContainerHibernatesWithItsMemoryAndWakesWhereItWas). A
 // file written inside is there after a hibernation, a restart of the
 // server (a new adapter on the same state directory) and a wake; the
 // container does not run meanwhile and is reported hibernated with when
@@ -41,6 +42,10 @@ func dockerHibernate(t *testing.T, d *dockerd) {
 
 	env := provision(t, rt, envSpec(t, link, "hib-1"))
 	before := waitStatus(t, link, "hib-1", patience, "ready")
+	// Pinged (by the provision), this dockerd runs without --experimental: it is never probed.
+	if done, err := rt.CheckpointProbe(); !done || err == nil || !strings.Contains(err.Error(), "--experimental") {
+		t.Errorf("CheckpointProbe on a dockerd without --experimental: %v, %v; want done, saying why", done, err)
+	}
 	if out, code := runSh(t, link, "hib-1", "echo kept > /tmp/kept && dd if=/dev/urandom of=/tmp/blob bs=1024 count=256 2>/dev/null && echo written"); out != "written\n" || code != 0 {
 		t.Fatalf("writing inside: %q exit %d", out, code)
 	}
