@@ -88,10 +88,14 @@ func (s *Server) ExecCommand(ctx context.Context, req restapi.ExecCommandRequest
 		putOutBuf(stderr)
 		return nil, lostError(fmt.Sprintf("command %q", cmd.ID()), res)
 	}
-	log.InfoContext(ctx, "rest: exec ended", "exit_code", res.ExitCode, "timed_out", res.TimedOut, "duration", res.Duration)
 	// The answer is written from the collected bytes (execanswer.go), as
-	// encoding/json would write restapi.ExecCommand200JSONResponse.
-	return newExecAnswer(execResult(cmd.ID(), req.AgentId, res, nil, nil, truncated), stdout, stderr), nil
+	// encoding/json would write restapi.ExecCommand200JSONResponse; the
+	// line saying it ended once the client has it.
+	ans := newExecAnswer(execResult(cmd.ID(), req.AgentId, res, nil, nil, truncated), stdout, stderr)
+	ans.answered = func() {
+		log.InfoContext(ctx, "rest: exec ended", "exit_code", res.ExitCode, "timed_out", res.TimedOut, "duration", res.Duration)
+	}
+	return ans, nil
 }
 
 // kill stops cmd even when ctx has ended, within killTimeout.

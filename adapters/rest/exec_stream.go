@@ -235,12 +235,15 @@ func (e execStream) VisitExecCommandResponse(w http.ResponseWriter) error {
 		// Output comes before the end: all of it is written.
 		res := e.cmd.Result()
 		end := restapi.ExecStreamEnd{CommandId: e.cmd.ID(), AgentId: e.agentID}
+		var ended func()
 		if agent.Lost(res) {
 			log.WarnContext(e.ctx, "rest: exec lost with its agent", "reason", res.Error)
 			lerr := lostError("command "+strconv.Quote(e.cmd.ID()), res)
 			end.Code, end.Error = &lerr.body.Code, &lerr.body.Error
 		} else {
-			log.InfoContext(e.ctx, "rest: exec ended", "exit_code", res.ExitCode, "timed_out", res.TimedOut, "duration", res.Duration, "streamed", e.form)
+			ended = func() {
+				log.InfoContext(e.ctx, "rest: exec ended", "exit_code", res.ExitCode, "timed_out", res.TimedOut, "duration", res.Duration, "streamed", e.form)
+			}
 			code, ms, success := res.ExitCode, res.Duration.Milliseconds(), res.Success()
 			end.ExitCode, end.DurationMs, end.TimedOut, end.Success, end.Truncated = &code, &ms, &res.TimedOut, &success, &truncated
 			if res.Signal != 0 {
@@ -252,10 +255,18 @@ func (e execStream) VisitExecCommandResponse(w http.ResponseWriter) error {
 				end.Error = &msg
 			}
 		}
+		// The end flushed before the log line: a client that stops
+		// reading at the end has it sooner.
 		if err := enc.end(w, end); err != nil {
 			return &streamBroken{err}
 		}
+		if err := rc.Flush(); err != nil {
+			return &streamBroken{err}
+		}
 		hoptrace.Mark("mgmt.exec_answered")
+		if ended != nil {
+			ended()
+		}
 		return nil
 	}
 }

@@ -56,6 +56,9 @@ func putOutBuf(b []byte) {
 type execAnswer struct {
 	result         restapi.ExecResult // Stdout, Stderr and Encoding unset
 	stdout, stderr []byte
+	// answered, when set, runs once the answer is written and flushed
+	// (the exec's "ended" log line): the client has it by then.
+	answered func()
 }
 
 func newExecAnswer(r restapi.ExecResult, stdout, stderr []byte) *execAnswer {
@@ -69,16 +72,47 @@ func (a *execAnswer) release() {
 	a.stdout, a.stderr = nil, nil
 }
 
+// VisitExecCommandResponse writes the answer and flushes it before the
+// handler returns: what runs after (answered, then the request's log line
+// and audit entry in serve) no longer delays it. An answer that fits in
+// one stage goes with its Content-Length, so the client has all of it
+// with that flush; a longer one is chunked and its last chunk follows the
+// handler's return as before.
 func (a *execAnswer) VisitExecCommandResponse(w http.ResponseWriter) error {
 	defer a.release()
 	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	if err := a.writeTo(w); err != nil {
+	lw := &lazyHeader{w: w, length: -1}
+	if err := a.writeTo(lw); err != nil {
 		// The status went out.
 		return &streamBroken{err}
 	}
+	if err := http.NewResponseController(w).Flush(); err != nil {
+		return &streamBroken{err}
+	}
 	hoptrace.Mark("mgmt.exec_answered")
+	if a.answered != nil {
+		a.answered()
+	}
 	return nil
+}
+
+// lazyHeader sends the status with the first write, and a Content-Length
+// if length was known by then (≥ 0).
+type lazyHeader struct {
+	w      http.ResponseWriter
+	sent   bool
+	length int
+}
+
+func (l *lazyHeader) Write(p []byte) (int, error) {
+	if !l.sent {
+		l.sent = true
+		if l.length >= 0 {
+			l.w.Header().Set("Content-Length", strconv.Itoa(l.length))
+		}
+		l.w.WriteHeader(http.StatusOK)
+	}
+	return l.w.Write(p)
 }
 
 // stageSize is the piece the answer is written in, except runs of output
@@ -195,6 +229,10 @@ func (a *execAnswer) writeTo(w io.Writer) error {
 	aw.str(`,"truncated":`)
 	aw.bool(r.Truncated)
 	aw.str("}\n")
+	if lw, ok := w.(*lazyHeader); ok && !lw.sent {
+		// Nothing written yet: the stage holds the whole answer.
+		lw.length = len(aw.buf)
+	}
 	aw.flush()
 	return aw.err
 }

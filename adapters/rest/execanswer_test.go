@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"reflect"
 	"strings"
@@ -163,5 +165,36 @@ func BenchmarkExecAnswer(b *testing.B) {
 				_ = newExecAnswer(execResult("c", "a", r, nil, nil, false), out, nil).VisitExecCommandResponse(w)
 			}
 		})
+	}
+}
+
+// TestExecAnswerLengthAndFlush: over a real server, an answer that fits in
+// the stage comes with its Content-Length (so the client has all of it
+// when the handler flushes, before the request's log line and audit
+// entry), a longer one chunked; both whole and as encoding/json writes them.
+func TestExecAnswerLengthAndFlush(t *testing.T) {
+	e := newEnv(t)
+	for _, n := range []int{2, 10_000, stageSize + 1, 3 * stageSize} {
+		req, _ := http.NewRequest("POST", e.srv.URL+"/api/v1/agents/a1/exec", strings.NewReader(fmt.Sprintf(`{"command":"spam","args":["%d"]}`, n)))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		resp, err := e.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var res restapi.ExecResult
+		if err := json.Unmarshal(body, &res); err != nil || res.Stdout != strings.Repeat("x", n) {
+			t.Fatalf("%d bytes of output: %v, %d bytes of stdout back", n, err, len(res.Stdout))
+		}
+		checkContract(t, req, resp.StatusCode, resp.Header, body)
+		fits := n <= 10_000 // in the stage; a longer run goes straight out
+		if fits && resp.ContentLength != int64(len(body)) || !fits && (resp.ContentLength != -1 || len(resp.TransferEncoding) == 0) {
+			t.Fatalf("%d bytes of output, a %d-byte answer: Content-Length %d, Transfer-Encoding %v", n, len(body), resp.ContentLength, resp.TransferEncoding)
+		}
 	}
 }

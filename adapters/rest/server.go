@@ -17,6 +17,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/internal/changes"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/clock"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/credential"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/hoptrace"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/signin"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/telemetry"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
@@ -204,6 +205,7 @@ func (s *Server) Handler() http.Handler {
 }
 
 func (s *Server) serve(mux *http.ServeMux, w http.ResponseWriter, r *http.Request) {
+	hoptrace.Mark("mgmt.rest_in")
 	start := time.Now()
 	r, ri := withRequestInfo(w, r)
 	sw := &statusWriter{ResponseWriter: w}

@@ -39,7 +39,8 @@ var hopSteps = []hopStep{
 // execHopSteps are the marks in the order a REST exec of `true` passes
 // them (the exec part's per-hop timeline, -exec-hops).
 var execHopSteps = []hopStep{
-	{"mgmt.exec_request", "client writes the request → agentic-mgmt's REST handler has it (HTTP/1.1, routing, auth, decoding)"},
+	{"mgmt.rest_in", "client writes the request → agentic-mgmt's HTTP/1.1 server has read it and calls the REST handler chain"},
+	{"mgmt.exec_request", "the REST chain (request id, auth, route, parameters and body checked against openapi.yaml, body decoded) → the exec handler"},
 	{"mgmt.cmd_queued", "spec checked, command registered, the request queued for the agent's stream"},
 	{"agent.cmd_read", "agent link: agentic-mgmt's send loop → HTTP/2 → the agent's receive loop"},
 	{"agent.forking", "agent: the command set up (environment, PATH lookup, user, pipes), about to fork"},
@@ -55,7 +56,8 @@ var execHopSteps = []hopStep{
 // exec1MiBSteps are the marks in the order a REST exec of `cat` of 1 MiB
 // passes them: the output reaches the handler while the process runs.
 var exec1MiBSteps = []hopStep{
-	{"mgmt.exec_request", "client writes the request → agentic-mgmt's REST handler has it (HTTP/1.1, routing, auth, decoding)"},
+	{"mgmt.rest_in", "client writes the request → agentic-mgmt's HTTP/1.1 server has read it and calls the REST handler chain"},
+	{"mgmt.exec_request", "the REST chain (request id, auth, route, parameters and body checked against openapi.yaml, body decoded) → the exec handler"},
 	{"mgmt.cmd_queued", "spec checked, command registered, the request queued for the agent's stream"},
 	{"agent.cmd_read", "agent link: agentic-mgmt's send loop → HTTP/2 → the agent's receive loop"},
 	{"agent.forking", "agent: the command set up (environment, PATH lookup, user, pipes), about to fork"},
