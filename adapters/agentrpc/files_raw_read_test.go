@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"testing"
 	"time"
 
@@ -201,5 +202,64 @@ func TestARawReadReadsAsADataStream(t *testing.T) {
 	b, err := io.ReadAll(r)
 	if err != nil || string(b) != "hello" {
 		t.Fatalf("%q %v", b, err)
+	}
+}
+
+// A client gone mid-splice stops it at once with an error; the agent's
+// connection is closed (its send fails, so the helper ends), and once the
+// reader is closed nothing of the read is left: no goroutine, no place
+// among the agent's transfers.
+func TestAClientGoneMidSpliceLeavesNothing(t *testing.T) {
+	h := newHarness(t)
+	a := h.connectDataPlaneAgent("agent-a")
+	const size = 64 << 20
+	before := runtime.NumGoroutine()
+	r, conn, s := startRawRead(t, h, a, size)
+	dst, client := tcpPair(t)
+	spliced := make(chan error, 1)
+	go func() {
+		_, err := r.(rawSplicer).SpliceTo(dst, time.Minute)
+		spliced <- err
+		_ = dst.Close()
+	}()
+	sent := make(chan error, 1)
+	go func() {
+		_, err := conn.Write(make([]byte, size)) // more than the sockets hold
+		sent <- err
+		// As the agent does once its helper's send failed.
+		_ = s.Send(end(sandboxv1.FileError_FILE_ERROR_FAILED, "broken pipe"))
+	}()
+	if _, err := io.ReadFull(client, make([]byte, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	_ = client.SetLinger(0) // gone: a reset, as a killed client's
+	_ = client.Close()
+	if err := testkit.Receive(t, waitTimeout, spliced, "the splice's end"); err == nil {
+		t.Fatal("a splice to a client gone ended well")
+	}
+	if err := testkit.Receive(t, waitTimeout, sent, "the agent's send"); err == nil {
+		t.Error("the agent's send went on: its connection was not closed")
+	}
+	_ = r.Close()
+	_ = conn.Close()
+	_ = dst.Close()
+	eventually(t, "the read's goroutines gone", func() bool { return runtime.NumGoroutine() <= before+2 })
+	// All of the agent's transfer places are free again: as many reads
+	// as it may have at once.
+	var readers []ports.FileReader
+	for range maxTransfersPerAgent {
+		r, conn, s := startRawRead(t, h, a, 1)
+		go func() {
+			_, _ = conn.Write([]byte("x"))
+			_ = conn.Close()
+			_ = s.Send(end(0, ""))
+		}()
+		readers = append(readers, r)
+	}
+	for i, r := range readers {
+		if b, err := io.ReadAll(r); err != nil || string(b) != "x" {
+			t.Errorf("read %d after the client gone: %q %v", i, b, err)
+		}
+		_ = r.Close()
 	}
 }
