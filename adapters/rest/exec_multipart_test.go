@@ -10,6 +10,7 @@ import (
 	"mime"
 	"mime/multipart"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -285,6 +286,93 @@ func TestExecMultipartCallerGoes(t *testing.T) {
 	testkit.Eventually(t, 15*time.Second, "the command killed", func() bool {
 		kills, ctxCancelled := c.Killed()
 		return kills > 0 || ctxCancelled
+	})
+}
+
+// FuzzMultipartEncoding: whatever the output — chunks of either stream in
+// any order and batches, any bytes (CRLFs, dashes, would-be delimiters) —
+// a standard MIME reader gets back each stream's bytes exactly, then the
+// end part, then the end of the body.
+func FuzzMultipartEncoding(f *testing.F) {
+	f.Add([]byte("hello\r\n--"), []byte("\r\n--x--\r\n"), uint16(0x5a5a))
+	f.Add([]byte("\r"), []byte("\n"), uint16(1))
+	f.Add([]byte("--\r\n\r\n"), []byte{0, 0xff, '\r'}, uint16(0xffff))
+	f.Fuzz(func(t *testing.T, a, b []byte, pattern uint16) {
+		// Cut a and b in pieces, alternately, each piece's stream and
+		// whether a batch ends after it taken from pattern's bits.
+		var batches [][]ports.OutputChunk
+		var batch []ports.OutputChunk
+		var want [2][]byte
+		bit := 0
+		next := func() bool { v := pattern>>(bit%16)&1 == 1; bit++; return v }
+		for _, src := range [][]byte{a, b} {
+			for len(src) > 0 {
+				n := min(len(src), 1+int(pattern>>(bit%16))%7)
+				i := 0
+				st := ports.StreamStdout
+				if next() {
+					st, i = ports.StreamStderr, 1
+				}
+				batch = append(batch, ports.OutputChunk{Stream: st, Data: src[:n]})
+				want[i] = append(want[i], src[:n]...)
+				src = src[n:]
+				if next() {
+					batches, batch = append(batches, batch), nil
+				}
+			}
+		}
+		batches = append(batches, batch)
+		enc := newMultipartEncoding()
+		rec := httptest.NewRecorder()
+		for _, b := range batches {
+			if len(b) > 0 {
+				if err := enc.chunks(rec, b); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		code := int(pattern % 256)
+		if err := enc.end(rec, restapi.ExecStreamEnd{CommandId: "ex-1", AgentId: "a1", ExitCode: &code}); err != nil {
+			t.Fatal(err)
+		}
+		body := rec.Body.Bytes()
+		mr := multipart.NewReader(bytes.NewReader(body), enc.boundary)
+		var got [2][]byte
+		for {
+			p, err := mr.NextPart()
+			if err != nil {
+				t.Fatalf("no end part: %v in %q", err, apiClip(body))
+			}
+			b, err := io.ReadAll(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			name := partName(p)
+			if name == "end" {
+				var end restapi.ExecStreamEnd
+				if err := json.Unmarshal(b, &end); err != nil || end.ExitCode == nil || *end.ExitCode != code {
+					t.Fatalf("end part %q: %v", b, err)
+				}
+				break
+			}
+			switch name {
+			case "stdout":
+				got[0] = append(got[0], b...)
+			case "stderr":
+				got[1] = append(got[1], b...)
+			default:
+				t.Fatalf("part %v", p.Header)
+			}
+		}
+		if _, err := mr.NextPart(); !errors.Is(err, io.EOF) {
+			t.Fatalf("after the end part: %v", err)
+		}
+		if !bytes.Equal(got[0], want[0]) || !bytes.Equal(got[1], want[1]) {
+			t.Fatalf("stdout %q stderr %q, want %q %q", got[0], got[1], want[0], want[1])
+		}
+		if !bytes.HasSuffix(body, []byte("\r\n--"+enc.boundary+"--\r\n")) {
+			t.Fatalf("body ends %q", body[max(0, len(body)-80):])
+		}
 	})
 }
 
