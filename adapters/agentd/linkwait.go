@@ -7,10 +7,12 @@ import (
 
 // awakeSlice is the longest the agent sleeps at once while it waits to
 // reconnect; frozenGap is how much longer than asked a slice must have
-// taken for the agent to count itself as having been frozen.
+// taken for the agent to count itself as having been frozen. A container
+// hibernated and woken at once is frozen for its dump and its restore,
+// 0.2-0.8 s each here: the gap is under their sum.
 const (
 	awakeSlice = 250 * time.Millisecond
-	frozenGap  = time.Second
+	frozenGap  = 150 * time.Millisecond
 )
 
 // waitAwake waits d (false if ctx ends first) in slices of awakeSlice. It

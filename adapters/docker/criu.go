@@ -22,6 +22,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -144,6 +147,7 @@ func (r *Runtime) probeCheckpoint(ctx context.Context) error {
 	if err := r.checkpoint(ctx, created.ID, "probe"); err != nil {
 		return err
 	}
+	r.unshareCheckpoint(created.ID, "probe")
 	if err := r.restore(ctx, created.ID, "probe"); err != nil {
 		return err
 	}
@@ -200,6 +204,36 @@ func (r *Runtime) checkpoint(ctx context.Context, id, name string) error {
 	return fmt.Errorf("checkpoint (criu dump): %w", err)
 }
 
+// checkpointDir is where dockerd keeps container id's checkpoint name
+// (<root>/containers/<id>/checkpoints/<name>; the engine runs on this
+// machine), "" when the engine's root is unknown.
+func (r *Runtime) checkpointDir(id, name string) string {
+	e := r.engine.Load()
+	if e == nil || e.rootDir == "" {
+		return ""
+	}
+	return filepath.Join(e.rootDir, "containers", id, "checkpoints", name)
+}
+
+// unshareCheckpoint adds a file of its own to a checkpoint just made.
+// dockerd 20.10 fetches a checkpoint from containerd's content store as a
+// tar and, to restore it, sends it back as a tar of the same bytes: until
+// containerd's garbage collector has dropped the first (seconds, at
+// random), the restore fails ("commit failed: content sha256:… already
+// exists"). With one more file the tar is another: the restore goes at
+// once. criu reads only the image files it knows. Where the file cannot
+// be written (the engine's root unknown), restore's retries remain.
+func (r *Runtime) unshareCheckpoint(id, name string) {
+	dir := r.checkpointDir(id, name)
+	if dir == "" {
+		return
+	}
+	nonce := strconv.FormatInt(time.Now().UnixNano(), 10) + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "agentic-saved"), []byte(nonce), 0o600); err != nil {
+		r.log().Debug("docker: checkpoint left as the engine made it", "dir", dir, "err", err)
+	}
+}
+
 // restore starts container id from checkpoint name. dockerd 20.10 with
 // containerd 1.6 often fails a restore soon after a checkpoint ("failed
 // to upload checkpoint to containerd: commit failed: content sha256:…
@@ -219,6 +253,7 @@ func (r *Runtime) restore(ctx context.Context, id, name string) error {
 		if err == nil || !strings.Contains(err.Error(), "already exists") {
 			break
 		}
+		r.log().Info("docker: restore refused while containerd still holds the checkpoint; trying again", "container", id, "checkpoint", name, "attempt", attempt+1)
 	}
 	if err != nil {
 		return fmt.Errorf("restore from checkpoint %s (criu restore): %w", name, err)

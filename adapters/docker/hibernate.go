@@ -282,6 +282,7 @@ func (r *Runtime) hibernateMemory(ctx context.Context, name, id string) (ports.H
 		}
 		return ports.Hibernation{}, fmt.Errorf("docker hibernate %s: %w", name, err)
 	}
+	r.unshareCheckpoint(id, m.Checkpoint)
 	m.Bytes = r.checkpointBytes(id, m.Checkpoint)
 	if err := r.writeMarker(name, m); err != nil {
 		return ports.Hibernation{}, err
@@ -289,16 +290,15 @@ func (r *Runtime) hibernateMemory(ctx context.Context, name, id string) (ports.H
 	return ports.Hibernation{Mode: m.Mode, Bytes: m.Bytes, At: m.At}, nil
 }
 
-// checkpointBytes is the size on disk of container id's checkpoint name,
-// where dockerd keeps it (<root>/containers/<id>/checkpoints/<name>; the
-// engine runs on this machine). 0 if it cannot be read.
+// checkpointBytes is the size on disk of container id's checkpoint name
+// (checkpointDir), 0 if it cannot be read.
 func (r *Runtime) checkpointBytes(id, name string) int64 {
-	e := r.engine.Load()
-	if e == nil || e.rootDir == "" {
+	dir := r.checkpointDir(id, name)
+	if dir == "" {
 		return 0
 	}
 	var n int64
-	_ = filepath.WalkDir(filepath.Join(e.rootDir, "containers", id, "checkpoints", name), func(_ string, d fs.DirEntry, err error) error {
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {
 			if fi, err := d.Info(); err == nil {
 				n += fi.Size()

@@ -15,7 +15,10 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
 )
 
-var sleepN = flag.Int("sleep-n", 3, "hibernate/wake rounds per runtime (sleep)")
+var (
+	sleepN      = flag.Int("sleep-n", 3, "hibernate/wake rounds per runtime (sleep)")
+	sleepDocker = flag.String("sleep-docker", "auto", "the docker engine of sleep: criu (a dockerd that checkpoints: hibernate memory), plain (hibernate filesystem), auto (criu where make test-env built it)")
+)
 
 // sleepRow is one runtime's sleep and wake, medians of its rounds.
 type sleepRow struct {
@@ -37,7 +40,12 @@ func sleepBench(bins harness.Binaries) error {
 	}
 	defer os.RemoveAll(dataDir)
 	var runtimes, env, notes []string
-	if e, err := harness.StartEngine("docker"); err != nil {
+	startDocker := func() (harness.Engine, error) { return harness.StartEngine("docker") }
+	dockerMode := "filesystem"
+	if _, _, err := harness.CheckpointDockerd(); *sleepDocker == "criu" || *sleepDocker == "auto" && err == nil {
+		startDocker, dockerMode = harness.StartCheckpointDockerEngine, "memory"
+	}
+	if e, err := startDocker(); err != nil {
 		notes = append(notes, "docker not measured: "+err.Error())
 	} else {
 		defer e.Stop()
@@ -69,6 +77,12 @@ func sleepBench(bins harness.Binaries) error {
 
 	var rows []sleepRow
 	for _, rt := range runtimes {
+		if rt == "docker" {
+			// The checkpoint probe runs in the background after start.
+			if err := waitHibernateMode(srv, rt, dockerMode); err != nil {
+				return err
+			}
+		}
 		row := sleepRow{runtime: rt, memoryMB: 512, rounds: *sleepN}
 		// The first environment pays one-time costs (an image built on
 		// first use): not measured.
@@ -136,4 +150,34 @@ func medianInt(v []int64) int64 {
 		d[i] = time.Duration(x)
 	}
 	return int64(median(d))
+}
+
+// waitHibernateMode waits until runtime rt's capability says hibernate
+// want (a minute at most).
+func waitHibernateMode(srv *harness.Server, rt, want string) error {
+	got := ""
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		code, body, err := restCall(srv, http.MethodGet, "/api/v1/runtimes", nil)
+		if err != nil || code != http.StatusOK {
+			continue
+		}
+		var list struct {
+			Runtimes []struct {
+				Runtime   string `json:"runtime"`
+				Hibernate string `json:"hibernate"`
+			} `json:"runtimes"`
+		}
+		if json.Unmarshal(body, &list) != nil {
+			continue
+		}
+		for _, r := range list.Runtimes {
+			if r.Runtime == rt {
+				got = r.Hibernate
+			}
+		}
+		if got == want {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s: hibernate %q, want %q (see the server's log)", rt, got, want)
 }

@@ -50,6 +50,28 @@ func startDockerEngine() (Engine, error) {
 	return Engine{Env: []string{"DOCKER_HOST=" + host}, stop: stop}, nil
 }
 
+// StartCheckpointDockerEngine is the docker engine of StartEngine("docker")
+// started to checkpoint containers (CheckpointDockerd): environments on it
+// hibernate with their memory.
+func StartCheckpointDockerEngine() (Engine, error) {
+	if err := canRunDockerd(); err != nil {
+		return Engine{}, err
+	}
+	env, args, err := CheckpointDockerd()
+	if err != nil {
+		return Engine{}, err
+	}
+	dir, err := os.MkdirTemp("/tmp", "bc")
+	if err != nil {
+		return Engine{}, err
+	}
+	host, stop, err := StartDockerdEnv(dir, env, args...)
+	if err != nil {
+		return Engine{}, err
+	}
+	return Engine{Runtime: "docker", Env: []string{"DOCKER_HOST=" + host}, stop: stop}, nil
+}
+
 func canRunDockerd() error {
 	if _, err := exec.LookPath("dockerd"); err != nil {
 		return &Missing{What: "dockerd", How: testEnvHow("docker")}
