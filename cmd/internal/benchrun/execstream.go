@@ -19,9 +19,9 @@ import (
 
 // execStreamBench is `benchrun -only execstream` (and part of a full run):
 // 1 MiB of output (`cat` of a file, text and then random bytes) through
-// REST exec as the JSON answer and as the NDJSON stream (Accept:
-// application/x-ndjson), each received and decoded to the bytes by the
-// client, beside a local `cat` into a buffer, interleaved call by call so
+// REST exec as the JSON answer, as the NDJSON stream (Accept:
+// application/x-ndjson) and as raw multipart parts (Accept:
+// multipart/mixed), each received and decoded to the bytes by the client, beside a local `cat` into a buffer, interleaved call by call so
 // all three see the same machine state.
 func execStreamBench(bins harness.Binaries) error {
 	srv, stop, err := hostServer(bins, "execstream", nil, nil)
@@ -29,7 +29,9 @@ func execStreamBench(bins harness.Binaries) error {
 		return err
 	}
 	defer stop()
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	// A 64 KiB read buffer, as the exec part's client (a multipart reader's
+	// reads are a system call each with the default 4 KiB).
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, ReadBufferSize: 64 << 10}}
 	post := func(body, accept string) (*http.Response, error) {
 		req, _ := http.NewRequest(http.MethodPost, srv.RESTURL+"/api/v1/agents/host-01/exec", strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+srv.Token)
@@ -49,7 +51,7 @@ func execStreamBench(bins harness.Binaries) error {
 		return resp, nil
 	}
 	const size, reps = 1 << 20, 50
-	fmt.Printf("# agentic-sandbox exec output, JSON vs NDJSON stream, %s\n\n", time.Now().UTC().Format(time.RFC3339))
+	fmt.Printf("# agentic-sandbox exec output, JSON vs NDJSON vs multipart, %s\n\n", time.Now().UTC().Format(time.RFC3339))
 	fmt.Println("| 1 MiB of output | n | p50 | MiB/s at p50 | × local `cat` |")
 	fmt.Println("| --- | --- | --- | --- | --- |")
 	for _, kind := range []string{"text", "random bytes"} {
@@ -77,6 +79,7 @@ func execStreamBench(bins harness.Binaries) error {
 			return nil
 		}
 		var jsonRecv time.Duration
+		mpOut := make([]byte, 0, 2*size)
 		variants := []struct {
 			name string
 			f    func() error
@@ -159,6 +162,25 @@ func execStreamBench(bins harness.Binaries) error {
 					}
 				}
 			}},
+			{"REST exec, `Accept: multipart/mixed`, streamed and parsed", func() error {
+				resp, err := post(body, "multipart/mixed")
+				if err != nil {
+					return err
+				}
+				defer resp.Body.Close()
+				out, code, err := readMultipartExec(resp, mpOut[:0])
+				if err != nil {
+					return err
+				}
+				// To its end, so that the connection is kept.
+				if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+					return err
+				}
+				if code != 0 {
+					return fmt.Errorf("exit %d", code)
+				}
+				return check(out)
+			}},
 		}
 		times := make([][]time.Duration, len(variants)+1)
 		for r := range reps + 5 { // the first 5 warm up
@@ -175,7 +197,7 @@ func execStreamBench(bins harness.Binaries) error {
 				}
 			}
 		}
-		names := []string{variants[0].name, variants[1].name, variants[2].name, "  (of which the JSON answer received, before decoding)"}
+		names := []string{variants[0].name, variants[1].name, variants[2].name, variants[3].name, "  (of which the JSON answer received, before decoding)"}
 		var floor time.Duration
 		for i, d := range times {
 			sortDurations(d)
