@@ -260,10 +260,10 @@ func (e execStream) VisitExecCommandResponse(w http.ResponseWriter) error {
 		if err := enc.end(w, end); err != nil {
 			return &streamBroken{err}
 		}
+		hoptrace.Mark("mgmt.exec_answered")
 		if err := rc.Flush(); err != nil {
 			return &streamBroken{err}
 		}
-		hoptrace.Mark("mgmt.exec_answered")
 		if ended != nil {
 			ended()
 		}

@@ -86,10 +86,10 @@ func (a *execAnswer) VisitExecCommandResponse(w http.ResponseWriter) error {
 		// The status went out.
 		return &streamBroken{err}
 	}
+	hoptrace.Mark("mgmt.exec_answered")
 	if err := http.NewResponseController(w).Flush(); err != nil {
 		return &streamBroken{err}
 	}
-	hoptrace.Mark("mgmt.exec_answered")
 	if a.answered != nil {
 		a.answered()
 	}
