@@ -48,7 +48,7 @@ const dataChunk = 256 << 10
 // dataConn is a transfer's data stream, handed by its handler to the
 // transfer's user while the handler waits.
 type dataConn struct {
-	body io.Reader           // a read's bytes: the agent's POST body
+	body io.Reader           // a read's bytes: the agent's POST body, or its raw connection
 	w    http.ResponseWriter // a write's bytes: the agent's GET response
 	rc   *http.ResponseController
 	raw  net.Conn    // or the bytes on a connection of its own (files_raw.go; a read's body then)

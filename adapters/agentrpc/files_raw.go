@@ -26,7 +26,8 @@ import (
 // half-close commits, an abort or a connection closed early keeps
 // nothing.
 
-// DataRawProtocol is the upgrade of a write's data connection.
+// DataRawProtocol is the upgrade of a write's or a read's data connection
+// (a read's: files_raw_read.go).
 const DataRawProtocol = agentwire.DataRawProtocol
 
 // serveDataRaw takes over an agent's connection for the write or read t,
