@@ -30,11 +30,20 @@ if [ -x "$prefix/sbin/criu" ] && "$prefix/sbin/criu" --version 2>/dev/null | gre
 	exit 0
 fi
 
-# Debian's Build-Depends for the binary (no docs, no python).
-$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-	curl xz-utils gcc make pkgconf libbsd-dev libcap-dev libgnutls28-dev \
+# Debian's Build-Depends for the binary (no docs, no python), those missing;
+# a new machine's apt knows no package lists yet.
+need=""
+for p in curl xz-utils gcc make pkgconf libbsd-dev libcap-dev libgnutls28-dev \
 	libnet1-dev libnftables-dev libnl-3-dev libprotobuf-c-dev libprotobuf-dev \
-	protobuf-c-compiler protobuf-compiler uuid-dev >&2
+	protobuf-c-compiler protobuf-compiler uuid-dev; do
+	dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
+done
+if [ -n "$need" ]; then
+	echo "build-criu: installing:$need" >&2
+	$SUDO apt-get update -qq >&2
+	# $need unquoted: one word per package.
+	$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $need >&2
+fi
 
 $SUDO mkdir -p "$cache/src"
 tarball="$cache/src/criu_$version.orig.tar.xz"
