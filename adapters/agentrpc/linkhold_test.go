@@ -44,7 +44,10 @@ func holdServer(t *testing.T) (*LinkHold, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: hold.Gate(mux), ConnContext: hold.ConnContext, ConnState: hold.ConnState, ReadHeaderTimeout: waitTimeout}
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true) // as the agent link: agents speak h2c
+	srv := &http.Server{Handler: hold.Gate(mux), ConnContext: hold.ConnContext, ConnState: hold.ConnState, ReadHeaderTimeout: waitTimeout, Protocols: protocols}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return hold, sock
@@ -172,6 +175,68 @@ func TestLinkHoldForgetsClosedConnections(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%d connections of a1 noted (%d in all) after all but a few closed", n, all)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// An agent's HTTP/2 connection (how agents hold their stream): the hold
+// ends it, its new requests get 503 and no connection stays open, and a
+// connection it closed itself is forgotten.
+func TestLinkHoldEndsAnAgentsHTTP2Connection(t *testing.T) {
+	hold, sock := holdServer(t)
+	p := new(http.Protocols)
+	p.SetUnencryptedHTTP2(true)
+	tr := &http.Transport{Protocols: p, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	get := func(ctx context.Context, path string) (*http.Response, error) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent-socket"+path, nil)
+		req.Header.Set(HeaderAgentID, "h2")
+		return client.Do(req)
+	}
+	resp, err := get(context.Background(), "/stream")
+	if err != nil || resp.ProtoMajor != 2 {
+		t.Fatalf("stream: %v %v", resp, err)
+	}
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	if err != nil || line != "open\n" {
+		t.Fatalf("stream: %q %v", line, err)
+	}
+	release, _ := hold.QuiesceLink(context.Background(), "h2")
+	ended := make(chan error, 1)
+	go func() { _, err := io.Copy(io.Discard, resp.Body); ended <- err }()
+	select {
+	case <-ended:
+	case <-time.After(waitTimeout):
+		t.Fatal("the held agent's HTTP/2 stream is still open")
+	}
+	resp.Body.Close()
+	if r, err := get(context.Background(), "/x"); err == nil {
+		r.Body.Close()
+		if r.StatusCode != http.StatusServiceUnavailable {
+			t.Errorf("a held agent's HTTP/2 request: %d, want 503", r.StatusCode)
+		}
+	} // or the connection closed under the answer: refused either way
+	release()
+	r, err := get(context.Background(), "/x")
+	if err != nil || r.StatusCode != http.StatusOK {
+		t.Fatalf("after the release: %v %v", r, err)
+	}
+	r.Body.Close()
+	tr.CloseIdleConnections()
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		hold.mu.Lock()
+		n := len(hold.byConn)
+		hold.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections still noted after the agent closed its own", n)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
