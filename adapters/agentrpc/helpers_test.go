@@ -263,7 +263,9 @@ func (fa *fakeAgent) hangUp() {
 
 // barrier returns once the server has handled everything this agent sent
 // before: it sends a heartbeat at a fresh clock instant and waits for the
-// registry to show it. Only for the agent's current connection.
+// registry to show it. Only for the agent's current connection, and only
+// with no heartbeat of the caller's in flight: one handled after the
+// clock moved would pass for the barrier's, which would land later.
 func (fa *fakeAgent) barrier() {
 	fa.t.Helper()
 	at := fa.h.clock.Advance(time.Millisecond)
