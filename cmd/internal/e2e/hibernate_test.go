@@ -330,13 +330,26 @@ func wokeBy(t *testing.T, s *harness.Server, name, kind string) {
 
 // Every entry point aimed at a hibernated container wakes it and then
 // proceeds: an exec, a file read, a session created, and eight execs at
-// once (one wake for all).
+// once (one wake for all). On a dockerd without checkpoints (hibernate
+// filesystem).
 func TestWakeOnUseInDocker(t *testing.T) {
-	s := startDockerSleeper(t)
+	wakeOnUseInDocker(t, startDockerSleeper(t), "filesystem")
+}
+
+// The same on a dockerd that checkpoints (hibernate memory): every entry
+// point waits for a CRIU restore and its agent's return.
+func TestWakeOnUseInDockerWithItsMemory(t *testing.T) {
+	host, _ := checkpointDockerd(t)
+	s := startServer(t, 0, t.TempDir(), "DOCKER_HOST="+host, "AGENTIC_RUNTIMES=docker")
+	waitHibernateCapability(t, s, "memory")
+	wakeOnUseInDocker(t, s, "memory")
+}
+
+func wakeOnUseInDocker(t *testing.T, s *harness.Server, mode string) {
 	name := fmt.Sprintf("wou-%d", time.Now().UnixNano()%100000)
 	e := createReady(t, s, "docker", name, "")
-	if e.Hibernate != "memory" && e.Hibernate != "filesystem" {
-		t.Fatalf("a Docker environment says hibernate %q", e.Hibernate)
+	if e.Hibernate != mode {
+		t.Fatalf("a Docker environment says hibernate %q, want %s", e.Hibernate, mode)
 	}
 	execOut(t, s, name, "echo kept > /tmp/kept")
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
