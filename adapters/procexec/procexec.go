@@ -40,8 +40,7 @@ const (
 	// (a process in uninterruptible sleep dies only when it wakes).
 	afterKillWait = time.Second
 	// groupPoll is how often a kill checks whether the group is gone yet.
-	groupPoll   = 20 * time.Millisecond
-	readBufSize = 32 << 10
+	groupPoll = 20 * time.Millisecond
 	// leftMax bounds what is read after the drain ended (see readLeft).
 	leftMax = 1 << 20
 
@@ -119,6 +118,7 @@ func StartFailure(err error) ports.CommandResult {
 type outputFile struct {
 	f      *os.File
 	stream ports.OutputStream
+	big    bool // enlargePipe counted it
 }
 
 // Process is a started command.
@@ -267,6 +267,12 @@ func (p *Process) startPiped(spec Spec) (err error) {
 			for _, f := range parentEnds {
 				f.Close()
 			}
+			for _, o := range p.outputs {
+				if o.big {
+					bigPipes.Add(-1)
+				}
+			}
+			p.outputs = nil
 		}
 	}()
 	pipe := func() (r, w *os.File, err error) {
@@ -296,7 +302,9 @@ func (p *Process) startPiped(spec Spec) (err error) {
 		} else {
 			p.cmd.Stderr = w
 		}
-		p.outputs = append(p.outputs, outputFile{f: r, stream: stream})
+		// stdout carries the bulk; stderr keeps the default.
+		big := stream == ports.StreamStdout && enlargePipe(r)
+		p.outputs = append(p.outputs, outputFile{f: r, stream: stream, big: big})
 	}
 	// Own group, so signals reach children and the command cannot signal us.
 	p.cmd.SysProcAttr.Setpgid = true
@@ -347,16 +355,21 @@ func (p *Process) startPTY(spec Spec) error {
 var betweenReads atomic.Pointer[func(*Process)]
 
 // read forwards one stream until EOF, EIO (PTY slave side closed) or the
-// drain deadline set by reap.
+// drain deadline set by reap. Each read is as large as what is buffered
+// (readChunk) and its slice is handed on as is.
 func (p *Process) read(o outputFile) {
 	defer p.readers.Done()
-	buf := make([]byte, readBufSize)
+	rc, err := o.f.SyscallConn()
+	if err != nil {
+		return
+	}
+	probe := make([]byte, probeSize)
 	for {
-		n, err := o.f.Read(buf)
-		if n > 0 && p.onOutput != nil {
+		chunk, err := readChunk(rc, probe)
+		if len(chunk) > 0 && p.onOutput != nil {
 			p.handing.Add(1)
 			p.lastOutput.Store(time.Now().UnixNano())
-			p.handOn(o.stream, buf[:n])
+			p.handOn(o.stream, chunk)
 			p.lastOutput.Store(time.Now().UnixNano())
 			p.handing.Add(-1)
 		}
@@ -407,6 +420,9 @@ func (p *Process) reap() {
 	for _, o := range p.outputs {
 		p.readLeft(o)
 		o.f.Close()
+		if o.big {
+			bigPipes.Add(-1)
+		}
 	}
 	if p.stdin != nil {
 		p.stdin.Close() // also wakes a WriteStdin blocked on a full pipe
@@ -416,11 +432,9 @@ func (p *Process) reap() {
 	close(p.done)
 }
 
-// handOn gives a copy of b (the read buffer is reused) to the caller, one
-// call at a time.
-func (p *Process) handOn(stream ports.OutputStream, b []byte) {
-	chunk := make([]byte, len(b))
-	copy(chunk, b)
+// handOn gives chunk, which no one else holds, to the caller, one call at
+// a time.
+func (p *Process) handOn(stream ports.OutputStream, chunk []byte) {
 	p.outMu.Lock()
 	p.onOutput(stream, chunk)
 	p.outMu.Unlock()
@@ -440,12 +454,12 @@ func (p *Process) readLeft(o outputFile) {
 	if err != nil || o.f.SetReadDeadline(time.Time{}) != nil {
 		return
 	}
-	buf := make([]byte, readBufSize)
 	for total := 0; total < leftMax; {
+		buf := make([]byte, probeSize)
 		var n int
 		var rerr error
 		if err := rc.Read(func(fd uintptr) bool {
-			n, rerr = syscall.Read(int(fd), buf)
+			n, rerr = readFD(fd, buf)
 			return true // never wait for more
 		}); err != nil || rerr != nil || n <= 0 {
 			return

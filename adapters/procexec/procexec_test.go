@@ -47,7 +47,7 @@ func (c *collector) on(s ports.OutputStream, b []byte) {
 	if c.waited.Load() {
 		c.t.Errorf("OnOutput called after Wait returned")
 	}
-	if len(b) == 0 || len(b) > readBufSize {
+	if len(b) == 0 || len(b) > readMax {
 		c.t.Errorf("chunk of %d bytes", len(b))
 	}
 	c.mu.Lock()
@@ -901,5 +901,42 @@ func TestStalledReaderLosesNothing(t *testing.T) {
 		if r.ExitCode != 0 || c.get(s) != "firstsecond" {
 			t.Errorf("pty=%v: %+v, output %q, want \"firstsecond\"", pty, r, c.get(s))
 		}
+	}
+}
+
+// A process that writes 1 MiB in one write has it read in a few large
+// chunks: the stdout pipe holds it all (enlarged) and a read takes what is
+// buffered, up to readMax. With the default 64 KiB pipe and 32 KiB reads it
+// took 32 chunks, each a message and a hand-off downstream. Each chunk is
+// the caller's: the ones kept still hold their bytes at the end. Not
+// parallel: parallel tests' pipes could take the enlarged pipes' bound.
+func TestLargeWriteReadInFewChunks(t *testing.T) {
+	var mu sync.Mutex
+	var kept [][]byte
+	c := newCollector(t)
+	p, err := Start(Spec{Command: "dd", Args: []string{"if=/dev/urandom", "bs=1M", "count=1", "status=none"}}, func(s ports.OutputStream, b []byte) {
+		c.on(s, b)
+		mu.Lock()
+		kept = append(kept, b)
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := wait(t, p, c, 20*time.Second)
+	if res.ExitCode != 0 {
+		t.Fatalf("dd: %+v", res)
+	}
+	out := c.get(ports.StreamStdout)
+	if len(out) != 1<<20 {
+		t.Fatalf("got %d bytes, want 1 MiB", len(out))
+	}
+	if c.chunks > 1<<20/readMax+2 {
+		t.Errorf("1 MiB written at once came in %d chunks, want at most %d", c.chunks, 1<<20/readMax+2)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if got := string(bytes.Join(kept, nil)); got != out {
+		t.Errorf("the chunks kept changed after they were handed on")
 	}
 }
