@@ -6,16 +6,18 @@ package docker
 // here. On the machines this was built on each of these failed in turn
 // (docs/benchmarks.md, "CRIU 4.1.1 tried"): bookworm's criu 3.17 on a
 // kernel >= 6.13 (vDSO), a non-root process where root lacks
-// CAP_SYS_RESOURCE (criu's rlimits; scripts/criu patches it), and the
-// restore of an --init container whose docker-init is a symlink (dockerd
-// --init-path). A flag or a version says none of that, so the adapter
-// tries: once per engine (by its ID), in the background after the first
-// Ping that finds it experimental, it checkpoints and restores a tiny
-// container made as environments are (non-root, behind the engine's
-// init, no capabilities, no network). Until that has worked the
-// capability stays filesystem, never claimed stronger than it is; start-up
-// does not wait for the 1-3 s it takes. A failure is logged once, with
-// criu's reason, and not tried again until the server restarts.
+// CAP_SYS_RESOURCE (criu's rlimits), a TCP listener on a kernel >= 6.16
+// (SO_PASSCRED refused; scripts/criu patches both), and the restore of an
+// --init container whose docker-init is a symlink (dockerd --init-path).
+// A flag or a version says none of that, so the adapter tries: once per
+// engine (by its ID), in the background after the first Ping that finds
+// it experimental, it checkpoints and restores a tiny container made as
+// environments are (non-root, behind the engine's init, no capabilities,
+// no network) running a TCP listener, as a dev server would. Until that
+// has worked the capability stays filesystem, never claimed stronger than
+// it is; start-up does not wait for the 1-3 s it takes. A failure is
+// logged once, with criu's reason, and not tried again until the server
+// restarts.
 
 import (
 	"context"
@@ -122,9 +124,11 @@ func (r *Runtime) probeCheckpoint(ctx context.Context) error {
 	init := true
 	pids := int64(32)
 	created, err := r.cli.ContainerCreate(ctx, &container.Config{
-		Image:  DefaultTag,
-		User:   nobody,
-		Cmd:    []string{"sh", "-c", "i=0; while :; do i=$((i+1)); echo $i > /tmp/n; sleep 0.1; done"},
+		Image: DefaultTag,
+		User:  nobody,
+		// A listener as well, as a dev server inside would be: criu
+		// 4.1.1 cannot dump one on kernels from 6.16 unpatched.
+		Cmd:    []string{"sh", "-c", "busybox httpd -p 127.0.0.1:8080 -h /tmp; i=0; while :; do i=$((i+1)); echo $i > /tmp/n; sleep 0.1; done"},
 		Labels: map[string]string{LabelProbe: r.cfg.Owner},
 	}, &container.HostConfig{
 		NetworkMode: "none",

@@ -19,8 +19,10 @@ set -eu
 cache=${1:-/var/cache/agentic-criu}
 version=4.1.1
 sha256=f80a66cb3726bb2116266d4759ce3bcbfab7abdb6b6d430bf20dd41911717afe
-# -p1: with the patch below (a root without CAP_SYS_RESOURCE can dump).
-prefix="$cache/$version-p1"
+# -p2: with the two patches beside this script: a root without
+# CAP_SYS_RESOURCE can dump (criu-rlimits-...), and a TCP listener dumps on
+# kernels >= 6.16, where SO_PASSCRED is refused on it (criu-sockopt-...).
+prefix="$cache/$version-p2"
 here=$(cd "$(dirname "$0")" && pwd)
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
@@ -56,7 +58,9 @@ fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 tar -C "$work" -xf "$tarball"
-(cd "$work/criu-$version" && patch -s -p1 <"$here/criu-rlimits-without-cap-sys-resource.patch")
+for p in "$here"/criu-*.patch; do
+	(cd "$work/criu-$version" && patch -s -p1 <"$p")
+done
 echo "build-criu: building criu $version (make criu, $(nproc) jobs)" >&2
 make -s -C "$work/criu-$version" -j"$(nproc)" criu >&2
 $SUDO make -s -C "$work/criu-$version" install-criu PREFIX="$prefix" >&2

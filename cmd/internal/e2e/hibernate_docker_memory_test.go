@@ -95,7 +95,7 @@ func waitHibernateCapability(t *testing.T, s *harness.Server, want string) {
 // A container hibernates with its memory where the engine checkpoints
 // (CRIU) and wakes where it was: a background session writing a counter
 // every 100 ms goes on after a restart of agentic-mgmt and a wake by an
-// exec (not from zero), the container does not run while it sleeps, the
+// exec (not from zero), a small HTTP server inside still answers, the container does not run while it sleeps, the
 // session's log has no gap and no duplicate, the agent comes back as
 // itself, and the runtime says hibernate memory. Its checkpoint removed
 // behind its back, a wake leaves it failed with the reason; deleted, it
@@ -114,6 +114,10 @@ func TestAContainerHibernatesWithItsMemoryAndWakesWhereItWas(t *testing.T) {
 	bg := restapi.SessionBackground
 	sess := createSession(t, s, name, restapi.CreateSessionRequest{Type: &bg, Name: ptr("counter"), Command: "sh",
 		Args: ptr([]string{"-c", "i=0; while :; do i=$((i+1)); echo $i > /tmp/counter; echo n$i; sleep 0.1; done"})})
+	execOut(t, s, name, "mkdir -p /tmp/www && echo still-serving > /tmp/www/index.html && (busybox httpd -p 127.0.0.1:8000 -h /tmp/www &) && sleep 0.2")
+	if got := execOut(t, s, name, "busybox wget -qO- http://127.0.0.1:8000/"); !strings.Contains(got, "still-serving") {
+		t.Fatalf("the HTTP server inside does not answer: %q", got)
+	}
 	if !testkit.Within(patience, func() bool { return countNow(t, s, name) >= 10 }) {
 		t.Fatal("the counter does not count")
 	}
@@ -153,6 +157,9 @@ func TestAContainerHibernatesWithItsMemoryAndWakesWhereItWas(t *testing.T) {
 	}
 	if !testkit.Within(patience, func() bool { return countNow(t, s, name) > first+5 }) {
 		t.Fatal("the counter stopped after the wake")
+	}
+	if got := execOut(t, s, name, "busybox wget -qO- http://127.0.0.1:8000/"); !strings.Contains(got, "still-serving") {
+		t.Fatalf("the HTTP server inside does not answer after the wake: %q", got)
 	}
 	if got := strings.TrimSpace(execOut(t, s, name, "echo $AGENT_ID")); got != name {
 		t.Fatalf("the agent came back as %q", got)

@@ -97,7 +97,7 @@ func StartDockerdWith(dir string, extra ...string) (host string, stop func(), er
 
 // CriuSbin is where scripts/criu/build-criu.sh (run by make test-env)
 // installs the criu that a checkpointing dockerd runs.
-const CriuSbin = "/var/cache/agentic-criu/4.1.1-p1/sbin"
+const CriuSbin = "/var/cache/agentic-criu/4.1.1-p2/sbin"
 
 // CheckpointDockerd is what a dockerd needs to checkpoint containers here
 // (docs/benchmarks.md, "CRIU 4.1.1 tried"): the environment putting
