@@ -146,6 +146,43 @@ func TestBackgroundTmuxSessionEndsPromptlyWithAllOutput(t *testing.T) {
 	}
 }
 
+// A session whose command is over before the follower starts still ends
+// at its exit notice: its pane's pid is known (read while the pane waits
+// for the pipe), and a pid already gone is a notice of its own. A tmux in
+// front of the real one lets the command start only once the session is
+// gone, as a loaded machine now and then did (4 MiB: about 1 run in 30
+// read no pid, so had no notice, and waited for the liveness poll).
+func TestBackgroundTmuxSessionOverBeforeItIsFollowed(t *testing.T) {
+	privateTmux(t)
+	defer func(d time.Duration) { livenessPoll = d }(livenessPoll)
+	livenessPoll = time.Hour
+	real, err := exec.LookPath("tmux")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	script := fmt.Sprintf(`#!/bin/sh
+if [ "$1" = wait-for ] && [ "$2" = -S ]; then
+	%[1]s "$@" || exit
+	while %[1]s has-session -t "=${3#agentic-go-}" 2>/dev/null; do sleep 0.01; done
+	exit 0
+fi
+exec %[1]s "$@"
+`, real)
+	if err := os.WriteFile(filepath.Join(dir, "tmux"), []byte(script), 0o755); err != nil { //nolint:gosec // a program for this test
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	var out capture
+	p := startTmuxLog(bgSpec("as-early", "echo over-already; exit 8"), out.add)
+	if p.Pid() <= 0 {
+		t.Fatal("no pid of the session's pane")
+	}
+	if r := waitResult(t, p); r.ExitCode != 8 || !strings.Contains(out.String(), "over-already") {
+		t.Fatalf("result %+v, output %q; want exit 8 and the output", r, out.String())
+	}
+}
+
 // A session started while the tmux server is on its way out (its last
 // session just ended) is made by the next server, not refused: a tmux in
 // front of the real one answers the first new-session as a client that met

@@ -123,10 +123,13 @@ func startTmuxLog(spec ports.CommandSpec, onOutput func(ports.OutputStream, []by
 		_ = os.Remove(t.logFile)
 		return t.failed(tmuxError(err))
 	}
+	// The pane's pid before its command may start: the pane waits for the
+	// channel, so it is there to ask. Once the command runs, the session
+	// can be over (the server gone with it) before tmux could be asked.
+	t.pid = panePid(t.name)
 	if _, err := tmuxCmd(context.Background(), "wait-for", "-S", channel); err != nil {
 		t.Kill()
 	}
-	t.pid = panePid(t.name)
 	go t.follow()
 	return t
 }
@@ -314,13 +317,20 @@ func serverWentAway(err error) bool {
 // exitNotice returns a channel closed when pid may have ended, and a stop
 // function. It waits on a pidfd in the runtime's poller: no thread, timer
 // or process start per session. A pidfd is readable once the process has
-// exited, a zombie included, as processEnded counts it. Nil (never ready)
-// where pids or pidfds are missing; then only the liveness poll notices.
+// exited, a zombie included, as processEnded counts it; a pid already
+// reaped has it closed at once. Nil (never ready) where pids or pidfds are
+// missing; then only the liveness poll notices.
 func exitNotice(pid int) (<-chan struct{}, func()) {
 	if pid <= 0 {
 		return nil, func() {}
 	}
 	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if errors.Is(err, unix.ESRCH) {
+		// Gone (reaped) already: that is the notice.
+		ch := make(chan struct{})
+		close(ch)
+		return ch, func() {}
+	}
 	if err != nil {
 		return nil, func() {}
 	}
