@@ -74,7 +74,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		} else {
 			a.log.Warn("agent stream ended; reconnecting", "err", err, "retry_in", wait)
 		}
-		if !waitAwake(ctx, wait) {
+		if !a.waitToReconnect(ctx, wait) {
 			return nil
 		}
 		if !registered {

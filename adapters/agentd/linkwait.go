@@ -3,6 +3,8 @@ package agentd
 import (
 	"context"
 	"time"
+
+	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
 )
 
 // awakeSlice is the longest the agent sleeps at once while it waits to
@@ -14,6 +16,25 @@ const (
 	awakeSlice = 250 * time.Millisecond
 	frozenGap  = 150 * time.Millisecond
 )
+
+// waitToReconnect waits d before the next attempt (false if ctx ends
+// first). Only a container's agent can be checkpointed and restored, so
+// only it waits in slices: elsewhere a slice late under load would bring
+// attempts forward for nothing, and many agents would wake four times a
+// second while their server is away.
+func (a *Agent) waitToReconnect(ctx context.Context, d time.Duration) bool {
+	if a.cfg.Runtime == sandboxv1.RuntimeKind_RUNTIME_KIND_CONTAINER {
+		return waitAwake(ctx, d)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
 
 // waitAwake waits d (false if ctx ends first) in slices of awakeSlice. It
 // is done once d has passed on the monotonic or the wall clock, or as soon
