@@ -70,8 +70,21 @@ else
 	mkdir -p "$dir"
 	group=""
 	[ "$(id -u)" = 0 ] || group="-G $(id -gn)"
-	# $group unquoted: empty, or a flag and its value.
-	$SUDO sh -c "nohup dockerd --iptables=false --bridge=none --log-level=warn -H '$host' $group \
+	# Checkpoints (the docker runtime's memory hibernation) where make
+	# test-env built criu 4.1.1: dockerd's experimental checkpoints, that
+	# criu first in its PATH, and --init-path at the real tini (Debian's
+	# docker-init is a symlink a restore cannot remount). Else the runtime
+	# hibernates keeping the filesystem only.
+	criu_sbin=/var/cache/agentic-criu/4.1.1-p2/sbin
+	checkpoint=""
+	path_env=""
+	if [ -x "$criu_sbin/criu" ] && init=$(command -v docker-init) && init=$(readlink -f "$init"); then
+		checkpoint="--experimental --init-path '$init'"
+		path_env="PATH='$criu_sbin':\$PATH"
+		echo "docker: criu found ($criu_sbin): dockerd checkpoints, environments hibernate with their memory"
+	fi
+	# $group and $checkpoint unquoted: empty, or flags and their values.
+	$SUDO sh -c "$path_env nohup dockerd --iptables=false --bridge=none --log-level=warn -H '$host' $group $checkpoint \
 		--data-root '$dir/root' --exec-root '$exec_root' --pidfile '$dir/pid' \
 		--containerd-namespace agentic-$id --containerd-plugins-namespace agentic-$id-plugins \
 		>'$dir/dockerd.log' 2>&1 &"
