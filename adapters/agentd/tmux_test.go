@@ -218,10 +218,13 @@ exec %[2]s "$@"
 
 // The log is whole however long pipe-pane's cat takes to write its last
 // bytes: here it cannot before the session is over, as a stopped cat.
+// The command waits for the test's input to go on, so it is the test that
+// ends the session, once the cat is stopped (a timed pause let it end, and
+// its files go, before a loaded test read the pipe's pid: 1 run in 30).
 func TestBackgroundTmuxLogWaitsForASlowPipe(t *testing.T) {
 	privateTmux(t)
 	var out capture
-	spec := bgSpec("as-slowpipe", `echo first; sleep 0.3; echo last-line; exit 3`)
+	spec := bgSpec("as-slowpipe", `echo first; read x; echo last-line; exit 3`)
 	p := startTmuxLog(spec, out.add)
 	out.waitFor(t, "first")
 	// Freeze the pipe's shell and cat: the last line stays in tmux's pipe.
@@ -249,6 +252,12 @@ func TestBackgroundTmuxLogWaitsForASlowPipe(t *testing.T) {
 		}
 	}
 	t.Cleanup(resume) // a failed run leaves no stopped process behind
+	if err := p.WriteStdin([]byte("go\r")); err != nil {
+		t.Fatal(err)
+	}
+	if !testkit.Within(10*time.Second, func() bool { return processEnded(p.Pid()) }) {
+		t.Fatal("the session's pane did not end")
+	}
 	// Held well past pipeDrainWait, the old bound that gave up on it.
 	select {
 	case <-p.Done():
