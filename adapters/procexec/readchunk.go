@@ -32,10 +32,6 @@ const (
 	maxBigPipes = 16
 )
 
-// Piped reports whether the process's output comes on pipes (stdout and
-// stderr), not a terminal.
-func (p *Process) Piped() bool { return !p.isPTY }
-
 // bigPipes counts the enlarged pipes alive.
 var bigPipes atomic.Int32
 
