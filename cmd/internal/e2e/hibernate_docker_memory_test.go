@@ -29,17 +29,13 @@ func checkpointDockerd(t *testing.T) (host, root string) {
 	testreq.Command(t, "dockerd", "run make test-env")
 	testreq.Root(t, "a private dockerd")
 	testreq.File(t, filepath.Join(harness.CriuSbin, "criu"), "criu 4.1.1", "run make test-env (scripts/criu/build-criu.sh)")
-	env, args, err := harness.CheckpointDockerd()
-	if err != nil {
-		t.Fatalf("a dockerd that checkpoints: %v", err)
-	}
 	dir, err := os.MkdirTemp("/tmp", "ck")
 	if err != nil {
 		t.Fatal(err)
 	}
-	host, stop, err := harness.StartDockerdEnv(dir, env, args...)
+	host, stop, err := harness.StartCheckpointDockerd(dir)
 	if err != nil {
-		t.Fatalf("private dockerd with %v: %v", args, err)
+		t.Fatalf("a private dockerd that checkpoints: %v", err)
 	}
 	t.Cleanup(stop)
 	return host, filepath.Join(dir, "root")

@@ -57,15 +57,11 @@ func StartCheckpointDockerEngine() (Engine, error) {
 	if err := canRunDockerd(); err != nil {
 		return Engine{}, err
 	}
-	env, args, err := CheckpointDockerd()
-	if err != nil {
-		return Engine{}, err
-	}
 	dir, err := os.MkdirTemp("/tmp", "bc")
 	if err != nil {
 		return Engine{}, err
 	}
-	host, stop, err := StartDockerdEnv(dir, env, args...)
+	host, stop, err := StartCheckpointDockerd(dir)
 	if err != nil {
 		return Engine{}, err
 	}
@@ -118,15 +114,40 @@ func CheckpointDockerd() (env, args []string, err error) {
 	return []string{"PATH=" + CriuSbin + ":" + os.Getenv("PATH")}, args, nil
 }
 
+// StartCheckpointDockerd is StartDockerdIn for a dockerd that checkpoints
+// (CheckpointDockerd), in a mount namespace of its own: a CRIU restore
+// mounts a cgroup yard for a moment (/tmp/.criu.cgyard.*), and a libvirtd
+// seeing it then takes it for the cgroup root and refuses to start or
+// restore a domain. Mounts made outside still reach it (slave).
+func StartCheckpointDockerd(dir string) (host string, stop func(), err error) {
+	env, args, err := CheckpointDockerd()
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return "", nil, err
+	}
+	return startDockerd(dir, env, true, args...)
+}
+
 // StartDockerdEnv is StartDockerdWith with variables added to dockerd's
 // environment (env, as KEY=value; later ones win).
 func StartDockerdEnv(dir string, env []string, extra ...string) (host string, stop func(), err error) {
+	return startDockerd(dir, env, false, extra...)
+}
+
+func startDockerd(dir string, env []string, ownMounts bool, extra ...string) (host string, stop func(), err error) {
 	if err := canRunDockerd(); err != nil {
 		return "", nil, err
 	}
 	bin, _ := exec.LookPath("dockerd")
 	host, args := DockerdArgs(dir)
 	cmd := exec.Command(bin, append(args, extra...)...)
+	if ownMounts {
+		unshare, err := exec.LookPath("unshare")
+		if err != nil {
+			return "", nil, &Missing{What: "unshare (util-linux)", How: "apt-get install util-linux"}
+		}
+		cmd = exec.Command(unshare, append([]string{"--mount", "--propagation", "slave", bin}, append(args, extra...)...)...)
+	}
 	if len(env) > 0 {
 		cmd.Env = append(os.Environ(), env...)
 	}
