@@ -75,16 +75,21 @@ else
 	# criu first in its PATH, and --init-path at the real tini (Debian's
 	# docker-init is a symlink a restore cannot remount). Else the runtime
 	# hibernates keeping the filesystem only.
+	# Such a dockerd gets a mount namespace of its own: a restore mounts a
+	# cgroup yard for a moment, which a libvirtd on this machine would take
+	# for the cgroup root and refuse to start or restore a VM.
 	criu_sbin=/var/cache/agentic-criu/4.1.1-p2/sbin
 	checkpoint=""
 	path_env=""
+	own_mounts=""
 	if [ -x "$criu_sbin/criu" ] && init=$(command -v docker-init) && init=$(readlink -f "$init"); then
 		checkpoint="--experimental --init-path '$init'"
 		path_env="PATH='$criu_sbin':\$PATH"
+		own_mounts="unshare --mount --propagation slave"
 		echo "docker: criu found ($criu_sbin): dockerd checkpoints, environments hibernate with their memory"
 	fi
 	# $group and $checkpoint unquoted: empty, or flags and their values.
-	$SUDO sh -c "$path_env nohup dockerd --iptables=false --bridge=none --log-level=warn -H '$host' $group $checkpoint \
+	$SUDO sh -c "$path_env nohup $own_mounts dockerd --iptables=false --bridge=none --log-level=warn -H '$host' $group $checkpoint \
 		--data-root '$dir/root' --exec-root '$exec_root' --pidfile '$dir/pid' \
 		--containerd-namespace agentic-$id --containerd-plugins-namespace agentic-$id-plugins \
 		>'$dir/dockerd.log' 2>&1 &"
