@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -166,35 +165,7 @@ func TestAContainerHibernatesWithItsMemoryAndWakesWhereItWas(t *testing.T) {
 	}
 
 	// The session's log: every number once, in order.
-	if r, err := s.Client().KillSessionWithResponse(ctx, sess.SessionId); err != nil || r.StatusCode() >= 300 {
-		t.Fatalf("kill the session: %v %v", err, r)
-	}
-	out, err := s.Client().GetSessionOutput(ctx, sess.SessionId, &restapi.GetSessionOutputParams{From: ptr(int64(0))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := io.ReadAll(out.Body)
-	out.Body.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out.Header.Get("X-Output-Gap") != "false" {
-		t.Fatalf("the session's log has a gap: %v", out.Header)
-	}
-	prev := 0
-	for _, f := range strings.Fields(strings.ReplaceAll(string(raw), "\r", "")) {
-		n, err := strconv.Atoi(strings.TrimPrefix(f, "n"))
-		if err != nil || !strings.HasPrefix(f, "n") {
-			continue
-		}
-		if n != prev+1 {
-			t.Fatalf("the session's log goes from %d to %d", prev, n)
-		}
-		prev = n
-	}
-	if prev <= first {
-		t.Fatalf("the session's log ends at %d, before the counter read after the wake (%d)", prev, first)
-	}
+	sessionCountsOnFrom(t, s, sess.SessionId, first)
 
 	// Its checkpoint removed behind its back: the wake fails, saying why.
 	if st, e, body := envCall(t, s, "POST", name, "/hibernate", ""); st != 200 || e.State != "hibernated" {

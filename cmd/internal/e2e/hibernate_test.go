@@ -193,35 +193,7 @@ func TestAVMHibernatesWithItsMemoryAndWakesWhereItWas(t *testing.T) {
 	wokeBy(t, s, name, "viewer")
 
 	// The session's log: every number once, in order.
-	if r, err := s.Client().KillSessionWithResponse(ctx, sess.SessionId); err != nil || r.StatusCode() >= 300 {
-		t.Fatalf("kill the session: %v %v", err, r)
-	}
-	out, err := s.Client().GetSessionOutput(ctx, sess.SessionId, &restapi.GetSessionOutputParams{From: ptr(int64(0))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := io.ReadAll(out.Body)
-	out.Body.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out.Header.Get("X-Output-Gap") != "false" {
-		t.Fatalf("the session's log has a gap: %v", out.Header)
-	}
-	prev := 0
-	for _, f := range strings.Fields(strings.ReplaceAll(string(raw), "\r", "")) {
-		n, err := strconv.Atoi(strings.TrimPrefix(f, "n"))
-		if err != nil || !strings.HasPrefix(f, "n") {
-			continue
-		}
-		if n != prev+1 {
-			t.Fatalf("the session's log goes from %d to %d", prev, n)
-		}
-		prev = n
-	}
-	if prev <= first {
-		t.Fatalf("the session's log ends at %d, before the counter read after the wake (%d)", prev, first)
-	}
+	sessionCountsOnFrom(t, s, sess.SessionId, first)
 
 	// A corrupted saved state: the wake fails, saying why.
 	if st, e, body := envCall(t, s, "POST", name, "/hibernate", ""); st != 200 || e.State != "hibernated" {
@@ -435,5 +407,43 @@ func TestIdlePolicyInDocker(t *testing.T) {
 	v.ws.Close()
 	if e := waitEnv(t, s, watched, "hibernated"); e.SleepReason != "idle for 2s" {
 		t.Fatalf("sleep reason %q", e.SleepReason)
+	}
+}
+
+// sessionCountsOnFrom kills the counter session and checks its whole log:
+// no gap, every number once and in order, past first (the counter read
+// after the wake).
+func sessionCountsOnFrom(t *testing.T, s *harness.Server, sessionID string, first int) {
+	t.Helper()
+	ctx, cancel := ctxFor(patience)
+	defer cancel()
+	if r, err := s.Client().KillSessionWithResponse(ctx, sessionID); err != nil || r.StatusCode() >= 300 {
+		t.Fatalf("kill the session: %v %v", err, r)
+	}
+	out, err := s.Client().GetSessionOutput(ctx, sessionID, &restapi.GetSessionOutputParams{From: ptr(int64(0))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := io.ReadAll(out.Body)
+	out.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Header.Get("X-Output-Gap") != "false" {
+		t.Fatalf("the session's log has a gap: %v", out.Header)
+	}
+	prev := 0
+	for _, f := range strings.Fields(strings.ReplaceAll(string(raw), "\r", "")) {
+		n, err := strconv.Atoi(strings.TrimPrefix(f, "n"))
+		if err != nil || !strings.HasPrefix(f, "n") {
+			continue
+		}
+		if n != prev+1 {
+			t.Fatalf("the session's log goes from %d to %d", prev, n)
+		}
+		prev = n
+	}
+	if prev <= first {
+		t.Fatalf("the session's log ends at %d, before the counter read after the wake (%d)", prev, first)
 	}
 }
