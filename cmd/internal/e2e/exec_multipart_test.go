@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -10,7 +9,6 @@ import (
 	"io"
 	"mime"
 	"mime/multipart"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -27,27 +25,7 @@ import (
 // reader reads it and the answer keeps openapi.yaml.
 func TestExecMultipartThroughHostAgent(t *testing.T) {
 	s := startServer(t, 1, "")
-	file := filepath.Join(t.TempDir(), "random")
-	body, err := json.Marshal(restapi.ExecRequest{
-		Command: "sh",
-		Args:    ptr([]string{"-c", `head -c 1048576 /dev/urandom | tee "$1"; sha256sum < "$1" >&2; exit 7`, "sh", file}),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, "POST", s.RESTURL+"/api/v1/agents/host-01/exec", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "multipart/mixed")
-	req.Header.Set("Authorization", "Bearer "+s.Token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := execRandomMiB(t, s, "multipart/mixed")
 	defer resp.Body.Close()
 	mt, params, err := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if resp.StatusCode != 200 || err != nil || mt != "multipart/mixed" || params["boundary"] == "" {
@@ -107,7 +85,7 @@ func TestExecMultipartThroughHostAgent(t *testing.T) {
 	if !bytes.HasSuffix(all.Bytes(), []byte("\r\n--"+params["boundary"]+"--\r\n")) {
 		t.Fatalf("the body does not end with the closing delimiter")
 	}
-	if err := apicontract.CheckResponse(req, resp.StatusCode, resp.Header, all.Bytes()); err != nil {
+	if err := apicontract.CheckResponse(resp.Request, resp.StatusCode, resp.Header, all.Bytes()); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("1 MiB in %d parts", parts)

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/apicontract"
 )
@@ -23,27 +24,7 @@ import (
 // answer keeps openapi.yaml.
 func TestExecStreamedThroughHostAgent(t *testing.T) {
 	s := startServer(t, 1, "")
-	file := filepath.Join(t.TempDir(), "random")
-	body, err := json.Marshal(restapi.ExecRequest{
-		Command: "sh",
-		Args:    ptr([]string{"-c", `head -c 1048576 /dev/urandom | tee "$1"; sha256sum < "$1" >&2; exit 7`, "sh", file}),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, "POST", s.RESTURL+"/api/v1/agents/host-01/exec", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/x-ndjson")
-	req.Header.Set("Authorization", "Bearer "+s.Token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := execRandomMiB(t, s, "application/x-ndjson")
 	defer resp.Body.Close()
 	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != 200 || ct != "application/x-ndjson" {
 		t.Fatalf("status %d, content type %q", resp.StatusCode, ct)
@@ -100,8 +81,37 @@ func TestExecStreamedThroughHostAgent(t *testing.T) {
 		end.AgentId != "host-01" || !strings.HasPrefix(end.CommandId, "ex-") || end.Code != nil {
 		t.Fatalf("last line %s", apicontract.Clip(bytes.TrimSpace(all.Bytes()[bytes.LastIndexByte(bytes.TrimSpace(all.Bytes()), '\n')+1:])))
 	}
-	if err := apicontract.CheckResponse(req, resp.StatusCode, resp.Header, all.Bytes()); err != nil {
+	if err := apicontract.CheckResponse(resp.Request, resp.StatusCode, resp.Header, all.Bytes()); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("1 MiB streamed in %d lines", lines)
+}
+
+// execRandomMiB POSTs …/exec of host-01 asking for accept: a command that
+// writes 1 MiB of random bytes to stdout and to file, the file's sha256sum
+// to stderr, and exits 7. The caller reads and closes the answer.
+func execRandomMiB(t *testing.T, s *harness.Server, accept string) *http.Response {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "random")
+	body, err := json.Marshal(restapi.ExecRequest{
+		Command: "sh",
+		Args:    ptr([]string{"-c", `head -c 1048576 /dev/urandom | tee "$1"; sha256sum < "$1" >&2; exit 7`, "sh", file}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), patience)
+	t.Cleanup(cancel)
+	req, err := http.NewRequestWithContext(ctx, "POST", s.RESTURL+"/api/v1/agents/host-01/exec", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", accept)
+	req.Header.Set("Authorization", "Bearer "+s.Token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
 }
