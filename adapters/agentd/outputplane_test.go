@@ -78,6 +78,11 @@ func outputAck(id string, s sandboxv1.OutputStream, off uint64) *sandboxv1.Conne
 	return &sandboxv1.ConnectResponse{Payload: &sandboxv1.ConnectResponse_OutputAck{OutputAck: &sandboxv1.OutputAck{CommandId: id, Stream: s, Offset: off}}}
 }
 
+// endsOf is where res says its streams end. A test that checks it takes
+// the result before it answers the data streams' clean ends (marked
+// resultBeforeEnd): a stream the server already ended is let go, and a
+// result sent after that does not name it (the server has its bytes), so
+// answering first raced the send loop and lost under load (9 of 300 runs).
 func endsOf(res *sandboxv1.CommandResult) string {
 	var s []string
 	for _, e := range res.GetOutputEnds() {
@@ -134,12 +139,15 @@ func TestOutputOnTheDataPlane(t *testing.T) {
 		if rest, err := d.rest(t); rest != "" || err != nil {
 			t.Fatalf("the %s stream ended with %q, %v; want a clean end", d.stream, rest, err)
 		}
-		d.end <- http.StatusNoContent
 	}
 	// No OutputChunk on the Connect stream: the next message is the result.
+	// Taken before the streams' ends are answered (resultBeforeEnd).
 	res := s.next(t).GetCommandResult()
 	if res.GetExitCode() != 2 || endsOf(res) != "stderr=4 stdout=11" {
 		t.Fatalf("result %v", res)
+	}
+	for _, d := range []*cpOutput{o, e} {
+		d.end <- http.StatusNoContent
 	}
 	if a.out.pending() == 0 {
 		t.Fatal("output let go before the server acknowledged it")
@@ -182,10 +190,10 @@ func TestOutputDataPlaneCutStreamIsSentAgain(t *testing.T) {
 	if rest, err := o2.rest(t); rest != "" || err != nil {
 		t.Fatalf("end %q %v", rest, err)
 	}
-	o2.end <- http.StatusNoContent
-	if res := s2.next(t).GetCommandResult(); endsOf(res) != "stdout=13" {
+	if res := s2.next(t).GetCommandResult(); endsOf(res) != "stdout=13" { // resultBeforeEnd
 		t.Fatalf("result %v", res)
 	}
+	o2.end <- http.StatusNoContent
 	noMoreOutputs(t, cp)
 }
 
@@ -286,11 +294,11 @@ func TestDrainEndsDataStreamsFirst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o2.end <- http.StatusNoContent
 	if !strings.HasPrefix(again, got) || again != want.String() {
 		t.Fatalf("got %d then %d bytes, want %d", len(got), len(again), want.Len())
 	}
-	if res := s2.next(t).GetCommandResult(); endsOf(res) != "stdout="+strconv.Itoa(want.Len()) {
+	if res := s2.next(t).GetCommandResult(); endsOf(res) != "stdout="+strconv.Itoa(want.Len()) { // resultBeforeEnd
 		t.Fatalf("result %v", res)
 	}
+	o2.end <- http.StatusNoContent
 }

@@ -106,12 +106,12 @@ func TestPTYSessionOnAConnectionOfItsOwn(t *testing.T) {
 	if rest, err := io.ReadAll(c.r); len(rest) != 0 || err != nil {
 		t.Fatalf("the session connection ended with %q, %v; want a half-close", rest, err)
 	}
-	if _, err := c.conn.Write([]byte{agentwire.SessionFrameEnd}); err != nil {
-		t.Fatal(err)
-	}
-	res := s.next(t).GetCommandResult()
+	res := s.next(t).GetCommandResult() // resultBeforeEnd
 	if endsOf(res) != "pty=6" {
 		t.Fatalf("result %v", res)
+	}
+	if _, err := c.conn.Write([]byte{agentwire.SessionFrameEnd}); err != nil {
+		t.Fatal(err)
 	}
 	if a.out.pending() == 0 {
 		t.Fatal("output let go before the server acknowledged it")
