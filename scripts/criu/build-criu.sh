@@ -9,7 +9,7 @@
 #
 # Prints the prefix's sbin directory. POSIX sh; root or sudo.
 #
-# make test-env runs it (scripts/criu-test-env.sh); the tests' dockerd is
+# make test-env runs it (scripts/docker-test-env.sh); the tests' dockerd is
 # started with it (cmd/internal/harness, CheckpointDockerd). What else
 # memory hibernation on Docker needs (dockerd --experimental and
 # --init-path, the agent's link ended before the dump) is in
