@@ -115,9 +115,15 @@ func TestCommandLongPollTimesOut(t *testing.T) {
 	if st.State != restapi.CommandStateRunning || st.Stdout != "" {
 		t.Fatalf("%+v", st)
 	}
-	// An offset past the end is clamped, and later output wakes the poll.
+	// An offset past the end is clamped to the end.
+	if st := getStatus(t, e, c.ID(), "?stdout_from=1000&wait_ms=0"); st.Stdout != "" || st.StdoutOffset != 0 {
+		t.Fatalf("past the end: %+v", st)
+	}
+	// Later output wakes a poll from the end. (Polling from the end, not
+	// past it: output that lands before the poll starts is then its answer
+	// too, where a clamp to after it would wait the whole 10 s.)
 	got := make(chan restapi.CommandStatus, 1)
-	go func() { got <- getStatus(t, e, c.ID(), "?stdout_from=1000&wait_ms=10000") }()
+	go func() { got <- getStatus(t, e, c.ID(), "?stdout_from=0&wait_ms=10000") }()
 	time.Sleep(50 * time.Millisecond)
 	c.Stdout("abc")
 	st = <-got
