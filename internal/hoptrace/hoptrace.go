@@ -21,9 +21,11 @@ import (
 const flushEvery = 200 * time.Millisecond
 
 var (
-	on  atomic.Bool
-	mu  sync.Mutex
-	buf []byte
+	on      atomic.Bool
+	mu      sync.Mutex
+	buf     []byte
+	sink    atomic.Pointer[io.Writer]
+	flusher sync.Once
 )
 
 // On reports whether marks are recorded.
@@ -44,20 +46,23 @@ func Mark(hop string) {
 }
 
 // Start records marks from now on and writes them to w every flushEvery,
-// until the process ends. Once per process.
+// until the process ends. The first Start of a process chooses w.
 func Start(w io.Writer) {
 	if !on.CompareAndSwap(false, true) {
 		return
 	}
-	go func() {
-		var out []byte
-		for range time.Tick(flushEvery) {
-			mu.Lock()
-			out, buf = buf, out[:0]
-			mu.Unlock()
-			if len(out) > 0 {
-				_, _ = w.Write(out)
+	sink.Store(&w)
+	flusher.Do(func() {
+		go func() {
+			var out []byte
+			for range time.Tick(flushEvery) {
+				mu.Lock()
+				out, buf = buf, out[:0]
+				mu.Unlock()
+				if len(out) > 0 {
+					_, _ = (*sink.Load()).Write(out)
+				}
 			}
-		}
-	}()
+		}()
+	})
 }

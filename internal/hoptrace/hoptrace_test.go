@@ -36,6 +36,7 @@ func TestMarksAreWrittenOnlyOnceStarted(t *testing.T) {
 	Mark("before")
 	var w lockedBuf
 	Start(&w)
+	t.Cleanup(stopForTest)
 	if !On() {
 		t.Fatal("off after Start")
 	}
