@@ -35,37 +35,15 @@ type mpStream struct {
 // openExecStream.
 func openExecMultipart(t *testing.T, e *env, ctx context.Context, body string) *mpStream {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	t.Cleanup(cancel)
-	req, err := http.NewRequestWithContext(ctx, "POST", e.srv.URL+"/api/v1/agents/a1/exec", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "multipart/mixed")
-	req.Header.Set("Authorization", "Bearer "+testToken)
-	type answer struct {
-		resp *http.Response
-		err  error
-	}
-	got := make(chan answer, 1)
-	go func() {
-		resp, err := e.srv.Client().Do(req)
-		got <- answer{resp, err}
-	}()
-	a := testkit.Receive(t, 15*time.Second, got, "no answer to the multipart exec")
-	if a.err != nil {
-		t.Fatal(a.err)
-	}
-	t.Cleanup(func() { a.resp.Body.Close() })
-	mt, params, err := mime.ParseMediaType(a.resp.Header.Get("Content-Type"))
-	if a.resp.StatusCode != 200 || err != nil || mt != "multipart/mixed" || params["boundary"] == "" {
-		b, _ := io.ReadAll(a.resp.Body)
-		t.Fatalf("status %d, content type %q: %s", a.resp.StatusCode, a.resp.Header.Get("Content-Type"), b)
+	req, resp := postExecAccepting(t, e, ctx, body, "multipart/mixed")
+	mt, params, err := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if resp.StatusCode != 200 || err != nil || mt != "multipart/mixed" || params["boundary"] == "" {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("status %d, content type %q: %s", resp.StatusCode, resp.Header.Get("Content-Type"), b)
 	}
 	all := &bytes.Buffer{}
-	return &mpStream{req: req, resp: a.resp, all: all, sep: params["boundary"],
-		mr: multipart.NewReader(io.TeeReader(a.resp.Body, all), params["boundary"])}
+	return &mpStream{req: req, resp: resp, all: all, sep: params["boundary"],
+		mr: multipart.NewReader(io.TeeReader(resp.Body, all), params["boundary"])}
 }
 
 // next returns the next part, checking its headers: a stream's raw bytes,

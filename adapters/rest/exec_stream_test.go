@@ -31,6 +31,19 @@ type streamLine struct {
 // comes fails the test instead of hanging it.
 func openExecStream(t *testing.T, e *env, ctx context.Context, body string) (*http.Request, *http.Response, *bufio.Reader) {
 	t.Helper()
+	req, resp := postExecAccepting(t, e, ctx, body, "application/x-ndjson")
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/x-ndjson" {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("status %d, content type %q: %s", resp.StatusCode, resp.Header.Get("Content-Type"), b)
+	}
+	return req, resp, bufio.NewReaderSize(resp.Body, 64<<10)
+}
+
+// postExecAccepting posts an exec with the given Accept and returns the
+// request and its answer once the headers came (the body closed at the
+// test's end).
+func postExecAccepting(t *testing.T, e *env, ctx context.Context, body, accept string) (*http.Request, *http.Response) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	t.Cleanup(cancel)
 	req, err := http.NewRequestWithContext(ctx, "POST", e.srv.URL+"/api/v1/agents/a1/exec", strings.NewReader(body))
@@ -38,7 +51,7 @@ func openExecStream(t *testing.T, e *env, ctx context.Context, body string) (*ht
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/x-ndjson")
+	req.Header.Set("Accept", accept)
 	req.Header.Set("Authorization", "Bearer "+testToken)
 	type answer struct {
 		resp *http.Response
@@ -49,16 +62,12 @@ func openExecStream(t *testing.T, e *env, ctx context.Context, body string) (*ht
 		resp, err := e.srv.Client().Do(req)
 		got <- answer{resp, err}
 	}()
-	a := testkit.Receive(t, 15*time.Second, got, "no answer to the streamed exec")
+	a := testkit.Receive(t, 15*time.Second, got, "no answer to the exec accepting "+accept)
 	if a.err != nil {
 		t.Fatal(a.err)
 	}
 	t.Cleanup(func() { a.resp.Body.Close() })
-	if a.resp.StatusCode != 200 || a.resp.Header.Get("Content-Type") != "application/x-ndjson" {
-		b, _ := io.ReadAll(a.resp.Body)
-		t.Fatalf("status %d, content type %q: %s", a.resp.StatusCode, a.resp.Header.Get("Content-Type"), b)
-	}
-	return req, a.resp, bufio.NewReaderSize(a.resp.Body, 64<<10)
+	return req, a.resp
 }
 
 // readLine reads one NDJSON line (the body it came in is kept in all).
