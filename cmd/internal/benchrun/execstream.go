@@ -8,10 +8,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
-	"strings"
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
@@ -29,27 +27,7 @@ func execStreamBench(bins harness.Binaries) error {
 		return err
 	}
 	defer stop()
-	// A 64 KiB read buffer, as the exec part's client (a multipart reader's
-	// reads are a system call each with the default 4 KiB).
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, ReadBufferSize: 64 << 10}}
-	post := func(body, accept string) (*http.Response, error) {
-		req, _ := http.NewRequest(http.MethodPost, srv.RESTURL+"/api/v1/agents/host-01/exec", strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+srv.Token)
-		req.Header.Set("Content-Type", "application/json")
-		if accept != "" {
-			req.Header.Set("Accept", accept)
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return nil, err
-		}
-		if resp.StatusCode != 200 {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			return nil, fmt.Errorf("status %d: %s", resp.StatusCode, b)
-		}
-		return resp, nil
-	}
+	post := execPoster(srv)
 	const size, reps = 1 << 20, 50
 	fmt.Printf("# agentic-sandbox exec output, JSON vs NDJSON vs multipart, %s\n\n", time.Now().UTC().Format(time.RFC3339))
 	fmt.Println("| 1 MiB of output | n | p50 | MiB/s at p50 | × local `cat` |")

@@ -21,7 +21,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
@@ -129,27 +128,7 @@ func run(binDir string, n, sshN, sustained int) error {
 	}
 	defer stop()
 
-	// A read buffer a client streaming large answers would pick: with the
-	// default 4 KiB, a multipart reader's reads are one system call each.
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, ReadBufferSize: 64 << 10}}
-	post := func(body, accept string) (*http.Response, error) {
-		req, _ := http.NewRequest(http.MethodPost, srv.RESTURL+"/api/v1/agents/host-01/exec", strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+srv.Token)
-		req.Header.Set("Content-Type", "application/json")
-		if accept != "" {
-			req.Header.Set("Accept", accept)
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return nil, err
-		}
-		if resp.StatusCode != 200 {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			return nil, fmt.Errorf("status %d: %s", resp.StatusCode, b)
-		}
-		return resp, nil
-	}
+	post := execPoster(srv)
 	exec1 := func(body string) ([]byte, error) {
 		resp, err := post(body, "")
 		if err != nil {
