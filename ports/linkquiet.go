@@ -15,11 +15,19 @@ type LinkQuiescer interface {
 	QuiesceLink(ctx context.Context, agentID string) (release func(), err error)
 }
 
-// QuietLinkHibernator is a Runtime whose Hibernate needs the environment's
-// agent link quiet (LinkQuiescer) while it saves: the hibernate use case
-// quiesces the link around Runtime.Hibernate when HibernateNeedsQuietLink
-// says so now (a runtime's mode may change once it knows its engine), and
-// releases it once Hibernate returns, before any Wake.
+// QuietLink ends the link of the environment's agent and keeps it ended
+// until release (LinkQuiescer.QuiesceLink for that agent).
+type QuietLink func(ctx context.Context) (release func(), err error)
+
+// QuietLinkHibernator is a Runtime whose Hibernate may need the
+// environment's agent link quiet (LinkQuiescer) while it saves, depending
+// on a mode that can change at any time (a runtime learns its engine's
+// abilities in the background). The hibernate use case calls
+// HibernateQuiet instead of Hibernate: the runtime decides the mode of
+// this hibernation once, calls quiet (when not nil) before saving if and
+// only if that mode needs it, and releases the hold before it returns,
+// saved or not (before any Wake: the woken agent must reconnect at once).
+// Asking first and saving after would let the mode change in between.
 type QuietLinkHibernator interface {
-	HibernateNeedsQuietLink() bool
+	HibernateQuiet(ctx context.Context, name string, quiet QuietLink) (Hibernation, error)
 }

@@ -32,6 +32,8 @@ import (
 
 	"github.com/docker/docker/api/types/checkpoint"
 	"github.com/docker/docker/api/types/container"
+
+	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
 // probeTimeout bounds the whole probe.
@@ -56,9 +58,7 @@ func (r *Runtime) memoryMode() bool {
 	return e != nil && e.experimental && s != nil && s.engineID == e.id && s.done && s.err == nil
 }
 
-// HibernateNeedsQuietLink implements ports.QuietLinkHibernator: a
-// checkpoint cannot keep the agent's connection to the server.
-func (r *Runtime) HibernateNeedsQuietLink() bool { return r.memoryMode() }
+var _ ports.QuietLinkHibernator = (*Runtime)(nil)
 
 // CheckpointProbe reports the probe of the engine last pinged: done once
 // it has ended, and why memory hibernation does not work there (nil if

@@ -8,8 +8,8 @@ package docker
 // processes, the container stops, its memory is freed) into a checkpoint
 // the engine keeps with the container, and Wake starts it from that
 // checkpoint: what ran inside goes on where it was, and the agent, whose
-// link the server ended before the dump (HibernateNeedsQuietLink: criu
-// cannot dump a connection to the outside), redials under the same
+// link the server ended before the dump (HibernateQuiet: criu cannot
+// dump a connection to the outside), redials under the same
 // identity. SavedBytes is the checkpoint's size on disk. A restore that
 // fails is a saved state lost: never a fresh start posing as a wake.
 // Destroy removes the checkpoint with the container.
@@ -45,6 +45,7 @@ import (
 	"strings"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/checkpoint"
 	"github.com/docker/docker/api/types/container"
 
@@ -134,10 +135,24 @@ func (r *Runtime) markHibernated(env ports.Environment) ports.Environment {
 	return env
 }
 
-// Hibernate implements ports.Runtime: a running container is stopped and
-// kept, marked hibernated (see the top of this file). A hibernated one
-// returns its hibernation unchanged; any other state is refused.
+// Hibernate implements ports.Runtime: a running container is
+// checkpointed or stopped and kept, marked hibernated (see the top of this
+// file). A hibernated one returns its hibernation unchanged; any other
+// state is refused. Without a quiet link (HibernateQuiet), a checkpoint
+// is tried with the agent's link up (criu then fails while it is).
 func (r *Runtime) Hibernate(ctx context.Context, name string) (ports.Hibernation, error) {
+	return r.HibernateQuiet(ctx, name, nil)
+}
+
+// HibernateQuiet implements ports.QuietLinkHibernator: Hibernate, the mode
+// (memory or filesystem) decided once, here, for both the link and the
+// save: the checkpoint probe (criu.go) may end at any moment, and a
+// hibernation that asked for the link by one mode and saved by the other
+// would fail. With the memory, quiet ends the agent's link before the
+// checkpoint (criu cannot dump a connection to the outside) and the hold
+// ends once the checkpoint is made or failed.
+func (r *Runtime) HibernateQuiet(ctx context.Context, name string, quiet ports.QuietLink) (ports.Hibernation, error) {
+	memory := r.memoryMode()
 	id, err := r.find(ctx, name)
 	if err != nil {
 		return ports.Hibernation{}, err
@@ -162,7 +177,14 @@ func (r *Runtime) Hibernate(ctx context.Context, name string) (ports.Hibernation
 		return ports.Hibernation{}, fmt.Errorf("docker hibernate %s: the environment is %s; only a running one can hibernate", name, env.State)
 	}
 
-	if r.memoryMode() {
+	if memory {
+		if quiet != nil {
+			release, err := quiet(ctx)
+			if err != nil {
+				return ports.Hibernation{}, fmt.Errorf("docker hibernate %s: %w", name, err)
+			}
+			defer release()
+		}
 		return r.hibernateMemory(ctx, name, id)
 	}
 	// The marker first: a server that dies during the stop leaves a
@@ -247,10 +269,13 @@ func (r *Runtime) Wake(ctx context.Context, name string) error {
 	}
 	if m.Mode == ports.HibernateMemory {
 		if err := r.restore(ctx, id, m.Checkpoint); err != nil {
-			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-				return fmt.Errorf("docker wake %s: %w", name, err)
+			if why := r.restoreLost(id, m.Checkpoint, err); why != "" {
+				return fmt.Errorf("docker wake %s: %w: %s: %w", name, ports.ErrSavedStateLost, why, err)
 			}
-			return fmt.Errorf("docker wake %s: %w: %w", name, ports.ErrSavedStateLost, err)
+			// The checkpoint is still there and criu did not refuse it:
+			// the engine failed (down, busy, containerd); the container
+			// stays hibernated for the next Wake.
+			return fmt.Errorf("docker wake %s: %w", name, err)
 		}
 		// Woken, the checkpoint is spent: its disk goes back.
 		r.deleteCheckpoint(ctx, id, m.Checkpoint)
@@ -262,8 +287,29 @@ func (r *Runtime) Wake(ctx context.Context, name string) error {
 	return r.removeMarker(name)
 }
 
+// restoreLost says why a restore of container id from checkpoint cp that
+// failed with err lost the saved state, "" if it did not: the
+// checkpoint's files gone (removed behind the engine's back, or the
+// engine does not know it), or criu failing on them (the restore proved
+// them unusable). Anything else is the engine's failure, not the state's.
+func (r *Runtime) restoreLost(id, cp string, err error) string {
+	if dir := r.checkpointDir(id, cp); dir != "" {
+		if _, serr := os.Stat(filepath.Join(dir, "inventory.img")); serr != nil {
+			return "its checkpoint's files are gone (" + serr.Error() + ")"
+		}
+	}
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "criu failed"):
+		return "criu could not restore its checkpoint"
+	case cerrdefs.IsNotFound(err):
+		return "the engine does not have its checkpoint"
+	}
+	return ""
+}
+
 // hibernateMemory checkpoints running container id of environment name
-// (its agent's link ended by the caller: HibernateNeedsQuietLink).
+// (its agent's link ended: HibernateQuiet).
 func (r *Runtime) hibernateMemory(ctx context.Context, name, id string) (ports.Hibernation, error) {
 	at := time.Now().UTC()
 	m := hibernationMarker{Mode: ports.HibernateMemory, At: at, Container: id,

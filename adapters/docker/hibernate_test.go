@@ -32,8 +32,8 @@ func TestHibernateCapabilityIsFilesystem(t *testing.T) {
 	if got := rt.Capabilities().Hibernate; got != ports.HibernateFilesystem {
 		t.Errorf("Capabilities().Hibernate = %q, want filesystem (the memory needs a working criu: criu.go)", got)
 	}
-	if rt.HibernateNeedsQuietLink() {
-		t.Error("HibernateNeedsQuietLink before any probe")
+	if rt.memoryMode() {
+		t.Error("memory mode before any probe")
 	}
 	if done, err := rt.CheckpointProbe(); done || err != nil {
 		t.Errorf("CheckpointProbe of an engine never pinged: %v, %v", done, err)
@@ -41,12 +41,58 @@ func TestHibernateCapabilityIsFilesystem(t *testing.T) {
 	// A probe that worked on another engine says nothing of this one.
 	rt.engine.Store(&engineRuntimes{id: "B", experimental: true})
 	rt.criu.Store(&criuState{engineID: "A", done: true})
-	if rt.Capabilities().Hibernate != ports.HibernateFilesystem || rt.HibernateNeedsQuietLink() {
+	if rt.Capabilities().Hibernate != ports.HibernateFilesystem || rt.memoryMode() {
 		t.Error("another engine's probe counted for this one")
 	}
 	rt.criu.Store(&criuState{engineID: "B", done: true})
-	if rt.Capabilities().Hibernate != ports.HibernateMemory || !rt.HibernateNeedsQuietLink() {
+	if rt.Capabilities().Hibernate != ports.HibernateMemory || !rt.memoryMode() {
 		t.Error("this engine's probe worked, and the capability is not memory")
+	}
+}
+
+// A failed restore loses the saved state only when the checkpoint's files
+// are gone or criu failed on them; the engine failing otherwise (down,
+// containerd busy) leaves it for the next Wake.
+func TestRestoreLost(t *testing.T) {
+	rt := offline(t)
+	root := t.TempDir()
+	rt.engine.Store(&engineRuntimes{id: "A", experimental: true, rootDir: root})
+	dir := rt.checkpointDir("c1", "cp1")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "inventory.img"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	engine := errors.New("Error response from daemon: failed to upload checkpoint to containerd: commit failed: content sha256:ab already exists")
+	if why := rt.restoreLost("c1", "cp1", engine); why != "" {
+		t.Errorf("an engine's failure with the checkpoint present: lost (%s)", why)
+	}
+	criu := errors.New("Error response from daemon: OCI runtime restore failed: criu failed: type RESTORE errno 0")
+	if why := rt.restoreLost("c1", "cp1", criu); why == "" {
+		t.Error("criu failing on the checkpoint: not lost")
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if why := rt.restoreLost("c1", "cp1", engine); !strings.Contains(why, "files are gone") {
+		t.Errorf("the checkpoint's files gone: %q", why)
+	}
+}
+
+// HibernateQuiet asks for the quiet link only once it knows the
+// container and decided to save its memory: an unreachable engine does
+// not end the agent's link.
+func TestHibernateQuietUnreachableEngine(t *testing.T) {
+	rt := offline(t)
+	rt.engine.Store(&engineRuntimes{id: "A", experimental: true})
+	rt.criu.Store(&criuState{engineID: "A", done: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	asked := false
+	_, err := rt.HibernateQuiet(ctx, "x", func(context.Context) (func(), error) { asked = true; return func() {}, nil })
+	if !errors.Is(err, ports.ErrRuntimeUnavailable) || asked {
+		t.Errorf("HibernateQuiet: %v (link asked for: %v), want ErrRuntimeUnavailable without it", err, asked)
 	}
 }
 

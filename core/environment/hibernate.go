@@ -261,7 +261,7 @@ func (s *Service) hibernate(ctx context.Context, name, reason string) (Environme
 		if h.At.IsZero() {
 			h.At = now
 		}
-		rec.env.State, rec.sleptAt = StateHibernated, now
+		rec.env.State, rec.env.Error, rec.sleptAt = StateHibernated, "", now
 		rec.env.HibernatedAt, rec.env.SavedBytes, rec.env.SleepReason = h.At, h.Bytes, reason
 		rec.env.Events = appendEvent(rec.env.Events, Event{At: now, Step: "hibernated",
 			Message: fmt.Sprintf("%s; %s: %d bytes on disk, after %s", reason, h.Mode, h.Bytes, now.Sub(start).Round(time.Millisecond))})
@@ -284,29 +284,51 @@ func (s *Service) hibernate(ctx context.Context, name, reason string) (Environme
 
 // hibernateQuiet has rt hibernate rtName, with the link of its agent (name)
 // ended and kept ended meanwhile when rt needs it so (a memory save
-// cannot keep a connection to the outside). The hold ends as soon as rt
-// has saved it (or failed to): its processes are stopped then, and
-// after a wake its agent must be able to reconnect at once.
+// cannot keep a connection to the outside). The runtime decides that as
+// it saves (ports.QuietLinkHibernator): its mode can change at any time,
+// and a look at it before the save could disagree with the save. The
+// hold ends as soon as rt has saved it (or failed to): its processes are
+// stopped then, and after a wake its agent must be able to reconnect at
+// once.
 func (s *Service) hibernateQuiet(ctx context.Context, rt ports.Runtime, name, rtName string) (ports.Hibernation, error) {
-	if q, ok := rt.(ports.QuietLinkHibernator); ok && q.HibernateNeedsQuietLink() && s.cfg.LinkQuiet != nil {
-		release, err := s.cfg.LinkQuiet.QuiesceLink(ctx, name)
-		if err != nil {
-			return ports.Hibernation{}, fmt.Errorf("ending the agent's link for the save: %w", err)
-		}
-		defer release()
+	q, ok := rt.(ports.QuietLinkHibernator)
+	if !ok {
+		return rt.Hibernate(ctx, rtName)
 	}
-	return rt.Hibernate(ctx, rtName)
+	var quiet ports.QuietLink
+	if lq := s.cfg.LinkQuiet; lq != nil {
+		quiet = func(ctx context.Context) (func(), error) {
+			release, err := lq.QuiesceLink(ctx, name)
+			if err != nil {
+				return nil, fmt.Errorf("ending the agent's link for the save: %w", err)
+			}
+			return release, nil
+		}
+	}
+	return q.HibernateQuiet(ctx, rtName, quiet)
 }
 
 // wake wakes name if it sleeps (why: what asked) and waits for it; every
-// caller meanwhile waits for the same wake. An environment that is not
-// asleep comes back at once, as it is.
+// caller meanwhile waits for the same wake and gets its outcome. An
+// environment that is not asleep comes back at once, as it is. A wake
+// that failed leaving the environment hibernated (its saved state intact:
+// runWake) is tried again by the next caller, not by those that waited
+// for it.
 func (s *Service) wake(ctx context.Context, name, why string) (Environment, error) {
 	s.mu.Lock()
+	waited := false
+	if rec, ok := s.envs[name]; ok && rec.transition != nil {
+		waited = true
+	}
 	rec, err := s.settle(ctx, name)
 	if err != nil {
 		s.mu.Unlock()
 		return Environment{}, err
+	}
+	if waited && (rec.env.State != StateHibernated || rec.env.Error != "") {
+		// The outcome of the wake (or hibernation) waited for.
+		s.mu.Unlock()
+		return s.woken(name)
 	}
 	if rec.env.State != StateHibernated {
 		s.mu.Unlock()
@@ -328,33 +350,48 @@ func (s *Service) wake(ctx context.Context, name, why string) (Environment, erro
 	case <-ctx.Done():
 		return Environment{}, ctx.Err()
 	}
+	return s.woken(name)
+}
+
+// woken is name after a wake: ErrWakeFailed with the reason when the
+// wake failed (failed, or hibernated with the error of its last wake; a
+// successful hibernation clears that error).
+func (s *Service) woken(name string) (Environment, error) {
 	got, ok := s.Get(name)
 	if !ok {
 		return Environment{}, fmt.Errorf("%w: %q", ports.ErrEnvNotFound, name)
 	}
-	if got.State == StateFailed {
+	if got.State == StateFailed || (got.State == StateHibernated && got.Error != "") {
 		return got, fmt.Errorf("%w: %s", ports.ErrWakeFailed, got.Error)
 	}
 	return got, nil
 }
 
 // runWake wakes rec through its runtime and waits for its agent, under the
-// service's life (not a caller's: others wait for the same wake).
+// service's life (not a caller's: others wait for the same wake). A
+// failure leaves it hibernated when its runtime still holds its saved
+// state (the failure was the host's: the next wake tries again), failed
+// otherwise.
 func (s *Service) runWake(rec *record, name string, start time.Time, done chan struct{}) {
 	defer s.wg.Done()
 	ctx, cancel := context.WithTimeout(s.life, s.cfg.WakeTimeout)
 	defer cancel()
-	err := s.wakeRuntime(ctx, rec, name)
+	stillAsleep, err := s.wakeRuntime(ctx, rec, name)
 	now := s.cfg.Clock.Now()
 	s.mu.Lock()
 	rec.transition = nil
 	close(done)
 	var runtime string
-	if err != nil {
+	switch {
+	case err != nil && stillAsleep:
+		why := "wake: " + err.Error()
+		rec.env.State, rec.env.Error = StateHibernated, why
+		rec.env.Events = appendEvent(rec.env.Events, Event{At: now, Step: "wake_failed", Message: why})
+	case err != nil:
 		why := "wake: " + err.Error()
 		rec.env.State, rec.env.Error = StateFailed, why
 		rec.env.Events = appendEvent(rec.env.Events, Event{At: now, Step: "failed", Message: why})
-	} else {
+	default:
 		rec.env.State, rec.env.Error, rec.env.ReadyAt, rec.idleFrom = StateReady, "", now, now
 		rec.env.HibernatedAt, rec.env.SavedBytes, rec.env.SleepReason = time.Time{}, 0, ""
 		rec.env.Events = appendEvent(rec.env.Events, Event{At: now, Step: "woke", Message: fmt.Sprintf("after %s", now.Sub(start).Round(time.Millisecond))})
@@ -363,7 +400,11 @@ func (s *Service) runWake(rec *record, name string, start time.Time, done chan s
 	s.mu.Unlock()
 	s.changed()
 	if err != nil {
-		s.log.Error("environment could not be woken", "name", name, "err", err)
+		if stillAsleep {
+			s.log.Warn("environment could not be woken; still hibernated, the next wake tries again", "name", name, "err", err)
+		} else {
+			s.log.Error("environment could not be woken", "name", name, "err", err)
+		}
 		return
 	}
 	if a := s.activityOf(name); a != nil {
@@ -376,33 +417,56 @@ func (s *Service) runWake(rec *record, name string, start time.Time, done chan s
 }
 
 // wakeRuntime asks the runtime to wake name and waits until its agent has
-// connected again (a connection made after it went to sleep).
-func (s *Service) wakeRuntime(ctx context.Context, rec *record, name string) error {
+// connected again (a connection made after it went to sleep). On an
+// error, asleep says whether the environment is still hibernated, its
+// saved state intact (wakeFailedAsleep).
+func (s *Service) wakeRuntime(ctx context.Context, rec *record, name string) (asleep bool, err error) {
 	s.mu.Lock()
 	runtime, rtName, slept := rec.env.Runtime, rec.rtName(), rec.sleptAt
 	s.mu.Unlock()
 	rt := s.runtimes()[runtime]
 	if rt == nil {
-		return fmt.Errorf("%w: %s is not configured now", ports.ErrRuntimeUnavailable, runtime)
+		return true, fmt.Errorf("%w: %s is not configured now", ports.ErrRuntimeUnavailable, runtime)
 	}
 	if err := rt.Wake(ctx, rtName); err != nil {
-		return err
+		return s.wakeFailedAsleep(rt, rtName, err), err
 	}
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		if a, ok := s.cfg.Agents.Agent(name); ok && a.Status.Working() && a.ConnectedAt.After(slept) {
-			return nil
+			return false, nil
 		}
 		select {
 		case <-ctx.Done():
+			// Restored, it runs without its agent: not asleep.
 			if s.life.Err() != nil {
-				return errors.New("the server shut down during the wake")
+				return false, errors.New("the server shut down during the wake")
 			}
-			return fmt.Errorf("the agent did not come back within %s of the wake", s.cfg.WakeTimeout)
+			return false, fmt.Errorf("the agent did not come back within %s of the wake", s.cfg.WakeTimeout)
 		case <-tick.C:
 		}
 	}
+}
+
+// wakeFailedAsleep reports whether an environment whose runtime's Wake
+// failed with err is still hibernated: not when the runtime said its
+// saved state is lost (missing, corrupt, or refused by the restore), nor
+// when the runtime no longer reports it hibernated; yes when it does (the
+// failure was the host's), or cannot say now (it is unreachable: the
+// saved state was not found wanting).
+func (s *Service) wakeFailedAsleep(rt ports.Runtime, rtName string, err error) bool {
+	if errors.Is(err, ports.ErrSavedStateLost) {
+		return false
+	}
+	// The wake's own context may be spent: a look of its own.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.life), 30*time.Second)
+	defer cancel()
+	e, ierr := rt.Inspect(ctx, rtName)
+	if ierr != nil {
+		return !errors.Is(ierr, ports.ErrEnvNotFound)
+	}
+	return e.State == ports.EnvHibernated
 }
 
 // asleep reports whether st is hibernated or on its way in or out.

@@ -11,23 +11,67 @@ import (
 
 // quietSleeper is the sleeper whose saves need the agent's link quiet
 // (CRIU on Docker) while quiet says so; it notes whether the link was
-// held while it saved.
+// held while it saved. As Docker's adapter, it learns its mode in the
+// background: probeEndsOnAsk has the probe end (quiet becomes true) just
+// after the next read of the mode.
 type quietSleeper struct {
 	*sleeper
-	quiet    bool
-	link     *fakeQuiescer
-	saveErr  error
-	heldSave []bool
+	quiet          bool
+	probeEndsOnAsk bool
+	link           *fakeQuiescer
+	saveErr        error
+	heldSave       []bool
 }
 
-func (r *quietSleeper) HibernateNeedsQuietLink() bool { return r.quiet }
+// mode is one read of whether a save now needs the link quiet.
+func (r *quietSleeper) mode() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := r.quiet
+	if r.probeEndsOnAsk {
+		r.quiet, r.probeEndsOnAsk = true, false
+	}
+	return m
+}
+
+// HibernateNeedsQuietLink is the question the use case once asked before
+// Hibernate (a separate read of the mode, which the probe could change
+// before the save): still answered, so a use case asking it first would
+// be caught by the interleaving test below.
+func (r *quietSleeper) HibernateNeedsQuietLink() bool { return r.mode() }
 
 func (r *quietSleeper) Hibernate(ctx context.Context, n string) (ports.Hibernation, error) {
-	r.heldSave = append(r.heldSave, r.link.held(n))
+	return r.save(ctx, n, r.mode())
+}
+
+func (r *quietSleeper) HibernateQuiet(ctx context.Context, n string, quiet ports.QuietLink) (ports.Hibernation, error) {
+	memory := r.mode()
+	if memory && quiet != nil {
+		release, err := quiet(ctx)
+		if err != nil {
+			return ports.Hibernation{}, err
+		}
+		defer release()
+	}
+	return r.save(ctx, n, memory)
+}
+
+// save saves n with its memory or its files; with its memory, it fails
+// as criu does when the agent still holds its link.
+func (r *quietSleeper) save(ctx context.Context, n string, memory bool) (ports.Hibernation, error) {
+	held := r.link.held(n)
+	r.heldSave = append(r.heldSave, held)
+	if memory && !held {
+		return ports.Hibernation{}, errors.New("criu dump: the agent holds a connection to the outside")
+	}
 	if r.saveErr != nil {
 		return ports.Hibernation{}, r.saveErr
 	}
-	return r.sleeper.Hibernate(ctx, n)
+	h, err := r.sleeper.Hibernate(ctx, n)
+	if !memory {
+		h.Mode = ports.HibernateFilesystem
+	}
+	return h, err
 }
 
 // fakeQuiescer is a ports.LinkQuiescer counting holds per agent.
@@ -100,4 +144,38 @@ func TestHibernateHoldsTheAgentLinkOnlyWhileARuntimeThatNeedsItSaves(t *testing.
 		t.Fatalf("a save that does not need the link quiet held it (%d calls, held %v)", q.calls-calls, rt.heldSave[2])
 	}
 	waitState(t, f.svc, "q1", StateHibernated)
+}
+
+// The runtime's mode changing between the use case's look at it and the
+// save (Docker's checkpoint probe ending just then) does not fail that
+// hibernation: the mode is decided once, by the runtime, for both the
+// link and the save.
+func TestTheModeChangingJustBeforeTheSaveDoesNotFailTheHibernation(t *testing.T) {
+	f, base := sleepy(t, "q2", ports.IdlePolicy{})
+	q := &fakeQuiescer{holds: map[string]int{}}
+	rt := &quietSleeper{sleeper: base, link: q, probeEndsOnAsk: true}
+	f.svc.cfg.Runtimes["sleeper"] = rt
+	f.svc.cfg.LinkQuiet = q
+	ctx := context.Background()
+
+	e, err := f.svc.Hibernate(ctx, "q2")
+	if err != nil || e.State != StateHibernated {
+		t.Fatalf("hibernate while the probe ends: %+v %v", e, err)
+	}
+	if len(rt.heldSave) != 1 || rt.heldSave[0] || q.calls != 0 {
+		t.Fatalf("a save decided without its memory held the link (%v, %d holds)", rt.heldSave, q.calls)
+	}
+	if !rt.quiet {
+		t.Fatal("the probe did not end during the hibernation: the test forced nothing")
+	}
+	if _, err := f.svc.Wake(ctx, "q2"); err != nil {
+		t.Fatal(err)
+	}
+	// The next one is decided with the memory: the link held, released.
+	if _, err := f.svc.Hibernate(ctx, "q2"); err != nil {
+		t.Fatal(err)
+	}
+	if len(rt.heldSave) != 2 || !rt.heldSave[1] || q.held("q2") {
+		t.Fatalf("the save with the memory: held %v, still held %v", rt.heldSave, q.held("q2"))
+	}
 }

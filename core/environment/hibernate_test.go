@@ -30,6 +30,8 @@ type sleeper struct {
 	wakes   atomic.Int32
 	mu      sync.Mutex
 	wakeErr error
+	// wakeLeaves, when set, is the state a failing Wake leaves behind.
+	wakeLeaves ports.EnvState
 	// gate, when set, holds every Wake until it is closed.
 	gate chan struct{}
 	// saving, when set, holds a Hibernate after the save (the runtime
@@ -87,12 +89,17 @@ func (r *sleeper) Hibernate(_ context.Context, n string) (ports.Hibernation, err
 func (r *sleeper) Wake(_ context.Context, n string) error {
 	r.wakes.Add(1)
 	r.mu.Lock()
-	gate, wakeErr := r.gate, r.wakeErr
+	gate, wakeErr, leaves := r.gate, r.wakeErr, r.wakeLeaves
 	r.mu.Unlock()
 	if gate != nil {
 		<-gate
 	}
 	if wakeErr != nil {
+		if leaves != "" {
+			if err := r.set(n, leaves); err != nil {
+				return err
+			}
+		}
 		return wakeErr
 	}
 	if err := r.set(n, ports.EnvRunning); err != nil {
@@ -243,6 +250,89 @@ func TestAWakeThatFailsLeavesTheEnvironmentFailedWithTheReason(t *testing.T) {
 	// Failed, not asleep: a second use does not try again.
 	if _, err := f.svc.Use(ctx, "box", ports.UseSession); err != nil || rt.wakes.Load() != 1 {
 		t.Fatalf("second use: %v, %d wakes", err, rt.wakes.Load())
+	}
+}
+
+// A wake that fails on the host's side (the engine refused, QEMU did not
+// start) while the runtime still holds the saved state leaves the
+// environment hibernated, the reason shown as its error: the callers
+// waiting for that wake get the failure (one wake for all of them), and
+// the next use tries again. A runtime that no longer says hibernated
+// after the failure makes it failed.
+func TestAWakeThatFailsOnTheHostSideLeavesItHibernatedForTheNextWake(t *testing.T) {
+	f, rt := sleepy(t, "box", ports.IdlePolicy{})
+	ctx := context.Background()
+	if _, err := f.svc.Hibernate(ctx, "box"); err != nil {
+		t.Fatal(err)
+	}
+	rt.mu.Lock()
+	rt.wakeErr = errors.New("libvirt restore: internal error: process exited while connecting to monitor")
+	rt.gate = make(chan struct{})
+	gate := rt.gate
+	rt.mu.Unlock()
+	const callers = 6
+	errs := make(chan error, callers)
+	for range callers {
+		go func() {
+			release, err := f.svc.Use(ctx, "box", ports.UseExec)
+			if err == nil {
+				release()
+			}
+			errs <- err
+		}()
+	}
+	if !testkit.Within(15*time.Second, func() bool { return rt.wakes.Load() == 1 }) {
+		t.Fatal("no wake began")
+	}
+	waitState(t, f.svc, "box", StateWaking)
+	close(gate)
+	for range callers {
+		err := testkit.Receive(t, 15*time.Second, errs, "a caller's use")
+		if !errors.Is(err, ports.ErrWakeFailed) || !strings.Contains(err.Error(), "connecting to monitor") {
+			t.Fatalf("a caller of a wake that failed: %v", err)
+		}
+	}
+	if n := rt.wakes.Load(); n != 1 {
+		t.Fatalf("%d callers woke it %d times", callers, n)
+	}
+	e, _ := f.svc.Get("box")
+	if e.State != StateHibernated || !strings.HasPrefix(e.Error, "wake: ") || !strings.Contains(e.Error, "connecting to monitor") ||
+		e.SavedBytes != 4096 || e.SleepReason != Requested {
+		t.Fatalf("after a wake that failed on the host's side: %+v", e)
+	}
+	if last := e.Events[len(e.Events)-1]; last.Step != "wake_failed" || last.Message != e.Error {
+		t.Fatalf("last event %+v", last)
+	}
+	if n, bytes := f.svc.Hibernated(); n != 1 || bytes != 4096 {
+		t.Fatalf("Hibernated() = %d, %d", n, bytes)
+	}
+
+	// The next use tries again, and works.
+	rt.mu.Lock()
+	rt.wakeErr, rt.gate = nil, nil
+	rt.mu.Unlock()
+	release, err := f.svc.Use(ctx, "box", ports.UseExec)
+	if err != nil {
+		t.Fatalf("the next use: %v", err)
+	}
+	release()
+	if e, _ := f.svc.Get("box"); e.State != StateReady || e.Error != "" || rt.wakes.Load() != 2 {
+		t.Fatalf("after the second wake: %+v, %d wakes", e, rt.wakes.Load())
+	}
+
+	// A host-side error after which the runtime says the environment is
+	// no longer hibernated: failed, with the reason.
+	if _, err := f.svc.Hibernate(ctx, "box"); err != nil {
+		t.Fatal(err)
+	}
+	rt.mu.Lock()
+	rt.wakeErr, rt.wakeLeaves = errors.New("restore: the engine lost the container"), ports.EnvStopped
+	rt.mu.Unlock()
+	if _, err := f.svc.Wake(ctx, "box"); !errors.Is(err, ports.ErrWakeFailed) {
+		t.Fatalf("wake: %v", err)
+	}
+	if e, _ := f.svc.Get("box"); e.State != StateFailed || !strings.Contains(e.Error, "lost the container") {
+		t.Fatalf("after a wake that left it not hibernated: %+v", e)
 	}
 }
 
