@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	golibvirt "github.com/digitalocean/go-libvirt"
@@ -33,11 +34,15 @@ import (
 //     size as SavedBytes), whatever libvirtd or this server did meanwhile.
 //
 // A record without its save, or a save whose size or checksum is not the
-// record's (truncated, garbled), or one QEMU refuses to load, is a lost
+// record's (truncated, garbled), or one the restore refuses (QEMU cannot
+// load it, or what it needs is gone: restoreRefusedState), is a lost
 // state: Wake fails with ErrSavedStateLost, the domain stays shut off, and
 // the reason is kept in hibernate.lost, so that Inspect, List and Recover
 // report the environment EnvFailed with that reason (also after a restart)
-// rather than hibernated. A corrupt save is removed; one QEMU refused is
+// rather than hibernated. A restore that fails on the host's side (QEMU
+// does not start, libvirtd refuses for now) with a sound save loses
+// nothing: the environment stays hibernated, its save kept, and the next
+// Wake tries again. A corrupt save is removed; one QEMU refused is
 // kept as hibernate.save.lost to be looked at. Start boots such an
 // environment afresh (its memory is gone) and Destroy removes it all.
 //
@@ -452,8 +457,9 @@ func (r *Runtime) checkRest(name string, rec savedRecord) error {
 // its saved state (a restore, not a boot), removes the saved state and
 // starts its relay; the guest's agent reconnects under its own identity. A
 // running environment is left as it is. A saved state that is missing, cut
-// short or garbled, or that QEMU refuses, is ErrSavedStateLost and the
-// domain stays shut off. A paused environment, or a stopped one that was
+// short or garbled, or that the restore refuses, is ErrSavedStateLost and
+// the domain stays shut off; any other failure leaves it hibernated, shut
+// off, for the next Wake. A paused environment, or a stopped one that was
 // not hibernated, is refused with ErrInvalidSpec (Resume it, Start it).
 func (r *Runtime) Wake(ctx context.Context, name string) error {
 	unlock := r.lock(name)
@@ -534,12 +540,14 @@ func (r *Runtime) wake(ctx context.Context, lv *golibvirt.Libvirt, o owned) erro
 		if st, _, serr := r.state(lv, o.dom); serr == nil && st != ports.EnvStopped {
 			_ = lv.DomainDestroy(o.dom)
 		}
-		var le golibvirt.Error
-		if errors.As(err, &le) {
+		if restoreRefusedState(err) {
 			err = fmt.Errorf("%w: environment %s: restore: %v", ports.ErrSavedStateLost, name, err)
 			r.markLost(name, err, true)
 			return err
 		}
+		// The save passed its checks and the restore did not find fault
+		// with it: the host failed (QEMU could not start, libvirtd
+		// refused for now). It stays hibernated for the next Wake.
 		return r.lverr(lv, "restore "+o.dom.Name, err)
 	}
 	if r.domType != "test" { // (the test driver restores it running)
@@ -566,6 +574,40 @@ func (r *Runtime) wake(ctx context.Context, lv *golibvirt.Libvirt, o owned) erro
 	r.log.Info("woken", "env", name, "check", checkTook.Round(time.Millisecond), "restore", restored.Sub(restoreStart).Round(time.Millisecond),
 		"took", time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// stateRefusals are what libvirt and QEMU say when a restore fails on
+// the saved state itself (QEMU refusing its stream, libvirt its header or
+// domain XML) or on what it needs that is gone for good (its disk,
+// kernel or initrd): a restore that tries again fails again.
+var stateRefusals = []string{
+	"load of migration failed", "error while loading state", "not a migration stream",
+	"savevm section", "section footer", "migration flags", "missing section",
+	"image magic", "qemu header", "save image",
+	"cannot access storage file", "could not load kernel", "could not load initrd", "could not load initial ram disk",
+}
+
+// restoreRefusedState reports whether a failed DomainRestoreFlags failed
+// on the saved state (stateRefusals, or a domain XML this libvirt will
+// not take), rather than on the host: QEMU or its cgroup, socket or
+// monitor failing as it started, a busy or stopping libvirtd, a broken
+// connection (not a libvirt error at all).
+func restoreRefusedState(err error) bool {
+	var le golibvirt.Error
+	if !errors.As(err, &le) {
+		return false
+	}
+	switch le.Code {
+	case uint32(golibvirt.ErrXMLError), uint32(golibvirt.ErrXMLDetail), uint32(golibvirt.ErrConfigUnsupported):
+		return true
+	}
+	msg := strings.ToLower(le.Message)
+	for _, s := range stateRefusals {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // restoreFlags are DomainRestoreFlags' flags: running, or paused,

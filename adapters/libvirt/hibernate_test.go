@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	golibvirt "github.com/digitalocean/go-libvirt"
+
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -237,5 +239,35 @@ func TestSavedStateCheckedInTwoParts(t *testing.T) {
 	}
 	if err := rt.checkRest("a1", rec); !errors.Is(err, ports.ErrSavedStateLost) {
 		t.Errorf("checkRest with an older record of a garbled save: %v, want ErrSavedStateLost", err)
+	}
+}
+
+// A restore that fails on the saved state (QEMU refusing its stream,
+// libvirt its header or XML, its disk or kernel gone) loses it; one that
+// fails on the host (QEMU not starting for its socket or cgroup, a busy
+// libvirtd, a broken connection) does not: the next Wake tries again.
+func TestRestoreRefusedState(t *testing.T) {
+	lverr := func(code golibvirt.ErrorNumber, msg string) error {
+		return golibvirt.Error{Code: uint32(code), Message: msg}
+	}
+	for _, c := range []struct {
+		err  error
+		lost bool
+	}{
+		{lverr(golibvirt.ErrInternalError, "internal error: qemu unexpectedly closed the monitor: 2026-12-06T05:00:00.000000Z qemu-system-x86_64: Not a migration stream\nqemu-system-x86_64: load of migration failed: Invalid argument"), true},
+		{lverr(golibvirt.ErrOperationFailed, "operation failed: job 'restore' failed: error while loading state for instance 0x0 of device 'ram'"), true},
+		{lverr(golibvirt.ErrOperationFailed, "operation failed: failed to read qemu header"), true},
+		{lverr(golibvirt.ErrXMLError, "XML error: expected root element <domain>"), true},
+		{lverr(golibvirt.ErrSystemError, "Cannot access storage file '/var/lib/agentic/vms/a1/disk.qcow2': No such file or directory"), true},
+		{lverr(golibvirt.ErrInternalError, "internal error: qemu unexpectedly closed the monitor: qemu-system-x86_64: -chardev socket,id=charchannel0,path=/x/agent.sock,server=on,wait=off: Failed to bind socket to /x/agent.sock: Address already in use"), false},
+		{lverr(golibvirt.ErrSystemError, "Unable to unlink /x/agent.sock: Is a directory"), false},
+		{lverr(golibvirt.ErrInternalError, "internal error: process exited while connecting to monitor"), false},
+		{lverr(golibvirt.ErrSystemError, "Unable to write to '/sys/fs/cgroup/machine.slice/cpu.max': Device or resource busy"), false},
+		{lverr(golibvirt.ErrOperationTimeout, "Timed out during operation: cannot acquire state change lock"), false},
+		{errors.New("read unix @->/var/run/libvirt/libvirt-sock: EOF"), false},
+	} {
+		if got := restoreRefusedState(c.err); got != c.lost {
+			t.Errorf("restoreRefusedState(%q) = %v, want %v", c.err, got, c.lost)
+		}
 	}
 }

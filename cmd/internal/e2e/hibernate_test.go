@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"net/http"
 	"os"
@@ -107,8 +109,11 @@ func qemuOf(t *testing.T, name string) bool {
 // log has no gap and no duplicate, and the agent comes back as itself. Its
 // saved state corrupted, a wake leaves it failed with the reason.
 func TestAVMHibernatesWithItsMemoryAndWakesWhereItWas(t *testing.T) {
-	s := startLibvirtServer(t)
 	name := fmt.Sprintf("sleepy-%d", time.Now().UnixNano()%100000)
+	// Last, whatever failed: no domain left on the machine's libvirtd
+	// (which outlives the test's servers).
+	t.Cleanup(func() { undefineLeft(t, name) })
+	s := startLibvirtServer(t)
 	t.Cleanup(func() { ctl(t, s.RESTURL, s.Token, "env", "rm", name) })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -144,6 +149,10 @@ func TestAVMHibernatesWithItsMemoryAndWakesWhereItWas(t *testing.T) {
 	// agentic-mgmt restarts meanwhile: the environment is still hibernated.
 	stop(t, s)
 	s = restart(t, s)
+	// Cleanups run last first: this rm runs while the restarted server
+	// still does (the first one's runs after it was killed, and left the
+	// domain of a failed run defined).
+	t.Cleanup(func() { ctl(t, s.RESTURL, s.Token, "env", "rm", name) })
 	e = waitEnv(t, s, name, "hibernated")
 	if e.SavedBytes <= 0 {
 		t.Fatalf("after a restart the saved state's size is unknown: %+v", e)
@@ -195,11 +204,73 @@ func TestAVMHibernatesWithItsMemoryAndWakesWhereItWas(t *testing.T) {
 	// The session's log: every number once, in order.
 	sessionCountsOnFrom(t, s, sess.SessionId, first)
 
+	// The host failing the restore (QEMU cannot bind its channel socket:
+	// a directory is in the way) with a sound saved state: the wake fails,
+	// saying why, and the environment stays hibernated, its save kept and
+	// its domain defined, shut off; the next wake works.
+	hibernated(t, s, name)
+	saved := savedStateOf(t, s, name)
+	sock := filepath.Join(filepath.Dir(saved), "agent.sock")
+	_ = os.Remove(sock)
+	if err := os.MkdirAll(filepath.Join(sock, "in-the-way"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	st, _, body = envCall(t, s, "POST", name, "/wake", "")
+	if st != 503 || !strings.Contains(string(body), "wake_failed") {
+		t.Fatalf("wake with its channel socket blocked: %d %s", st, body)
+	}
+	_, e, body = envCall(t, s, "GET", name, "", "")
+	if e.State != "hibernated" || !strings.HasPrefix(e.Error, "wake: ") || e.SavedBytes <= 0 || !hasStep(e, "wake_failed") {
+		t.Fatalf("after a wake the host failed: %s", body)
+	}
+	t.Logf("a wake the host failed: %s", e.Error)
+	if _, err := os.Stat(saved); err != nil {
+		t.Fatalf("the saved state is gone after a wake the host failed: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(saved), "hibernate.lost")); !os.IsNotExist(err) {
+		t.Fatalf("a wake the host failed marked the saved state lost: %v", err)
+	}
+	if st := domainState(t, name); st != "shut off" {
+		t.Fatalf("after a wake the host failed the domain is %q, want shut off", st)
+	}
+	if err := os.RemoveAll(sock); err != nil {
+		t.Fatal(err)
+	}
+	if st, e, body := envCall(t, s, "POST", name, "/wake", ""); st != 200 || e.State != "ready" || e.Error != "" {
+		t.Fatalf("the wake after the host's failure: %d %s", st, body)
+	}
+	if got := strings.TrimSpace(execOut(t, s, name, "echo $AGENT_ID")); got != name {
+		t.Fatalf("the agent came back as %q", got)
+	}
+
+	// A saved state sound by its checksums that QEMU refuses (its stream's
+	// magic garbled, the record's checksum made to match): the restore
+	// proves it bad, the environment is failed with the reason.
+	hibernated(t, s, name)
+	refusedStream(t, saved)
+	st, _, body = envCall(t, s, "POST", name, "/wake", "")
+	if st != 503 || !strings.Contains(string(body), "wake_failed") {
+		t.Fatalf("wake of a saved state QEMU refuses: %d %s", st, body)
+	}
+	e = waitEnv(t, s, name, "failed")
+	if !strings.Contains(e.Error, "saved state") || !strings.Contains(e.Error, "restore") {
+		t.Fatalf("a wake QEMU refused says %q", e.Error)
+	}
+	t.Logf("a wake QEMU refused: %s", e.Error)
+	if st := domainState(t, name); st != "shut off" {
+		t.Fatalf("after a restore QEMU refused the domain is %q, want shut off", st)
+	}
+	// Started, it boots afresh.
+	if st, _, body := envCall(t, s, "POST", name, "/start", ""); st >= 300 {
+		t.Fatalf("start after a lost saved state: %d %s", st, body)
+	}
+	waitEnv(t, s, name, "ready")
+
 	// A corrupted saved state: the wake fails, saying why.
 	if st, e, body := envCall(t, s, "POST", name, "/hibernate", ""); st != 200 || e.State != "hibernated" {
 		t.Fatalf("second hibernate: %d %s", st, body)
 	}
-	saved := savedStateOf(t, s, name)
+	saved = savedStateOf(t, s, name)
 	if err := os.WriteFile(saved, []byte("not a saved guest"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -216,6 +287,71 @@ func TestAVMHibernatesWithItsMemoryAndWakesWhereItWas(t *testing.T) {
 	}
 	if _, err := os.Stat(saved); !os.IsNotExist(err) {
 		t.Fatalf("the saved state outlived its environment: %v", err)
+	}
+	if st := domainState(t, name); st != "" {
+		t.Fatalf("the domain of a removed environment is left, %s", st)
+	}
+}
+
+// domainState is the state virsh says environment name's domain is in on
+// the machine's libvirtd, "" when it has no such domain.
+func domainState(t *testing.T, name string) string {
+	t.Helper()
+	out, err := exec.Command("virsh", "-c", "qemu:///system", "domstate", "agentic-"+name).CombinedOutput()
+	if err != nil {
+		if strings.Contains(string(out), "failed to get domain") {
+			return ""
+		}
+		t.Fatalf("virsh domstate agentic-%s: %v %s", name, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// undefineLeft powers off and undefines environment name's domain if a
+// failed run left it on the machine's libvirtd, saying so.
+func undefineLeft(t *testing.T, name string) {
+	dom := "agentic-" + name
+	if exec.Command("virsh", "-c", "qemu:///system", "domstate", dom).Run() != nil {
+		return
+	}
+	_ = exec.Command("virsh", "-c", "qemu:///system", "destroy", dom).Run()
+	out, err := exec.Command("virsh", "-c", "qemu:///system", "undefine", dom).CombinedOutput()
+	t.Logf("domain %s was left; undefined: %v %s", dom, err, out)
+}
+
+// refusedStream garbles the magic of the QEMU stream in the saved state
+// at path and makes its record's checksum match: a file the checks take
+// and QEMU refuses.
+func refusedStream(t *testing.T, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := bytes.Index(b, []byte("QEVM"))
+	if i < 0 {
+		t.Fatalf("no QEMU stream in %s", path)
+	}
+	copy(b[i:], "XXXX")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	recPath := filepath.Join(filepath.Dir(path), "hibernate.json")
+	raw, err := os.ReadFile(recPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec map[string]any
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		t.Fatal(err)
+	}
+	if head, _ := rec["head_bytes"].(float64); int(head) > i {
+		t.Fatalf("the stream's magic at %d is inside the checked head (%v bytes)", i, head)
+	}
+	rec["crc32c"] = crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli))
+	raw, _ = json.Marshal(rec)
+	if err := os.WriteFile(recPath, raw, 0o600); err != nil {
+		t.Fatal(err)
 	}
 }
 
