@@ -11,7 +11,9 @@ package docker
 // link the server ended before the dump (HibernateQuiet: criu cannot
 // dump a connection to the outside), redials under the same
 // identity. SavedBytes is the checkpoint's size on disk. A restore that
-// fails is a saved state lost: never a fresh start posing as a wake.
+// fails is never followed by a fresh start posing as a wake: with the
+// checkpoint's files gone it is a saved state lost, with them there the
+// container stays hibernated for the next Wake (restoreLost).
 // Destroy removes the checkpoint with the container.
 //
 // With the filesystem, Hibernate stops the container (SIGTERM, then
@@ -272,9 +274,8 @@ func (r *Runtime) Wake(ctx context.Context, name string) error {
 			if why := r.restoreLost(id, m.Checkpoint, err); why != "" {
 				return fmt.Errorf("docker wake %s: %w: %s: %w", name, ports.ErrSavedStateLost, why, err)
 			}
-			// The checkpoint is still there and criu did not refuse it:
-			// the engine failed (down, busy, containerd); the container
-			// stays hibernated for the next Wake.
+			// The checkpoint is still there: the container stays
+			// hibernated for the next Wake.
 			return fmt.Errorf("docker wake %s: %w", name, err)
 		}
 		// Woken, the checkpoint is spent: its disk goes back.
@@ -290,19 +291,21 @@ func (r *Runtime) Wake(ctx context.Context, name string) error {
 // restoreLost says why a restore of container id from checkpoint cp that
 // failed with err lost the saved state, "" if it did not: the
 // checkpoint's files gone (removed behind the engine's back, or the
-// engine does not know it), or criu failing on them (the restore proved
-// them unusable). Anything else is the engine's failure, not the state's.
+// engine does not know it). With its files there, a failure is not taken
+// for the state's: the engine failing (down, containerd busy) or criu
+// failing on this host for a while (a cgroup's limit, a resource taken)
+// passes, and criu's images carry no checksum that could tell a garbled
+// one apart; the environment stays hibernated, the error shown, and each
+// wake tries again until it works or the environment is deleted.
 func (r *Runtime) restoreLost(id, cp string, err error) string {
 	if dir := r.checkpointDir(id, cp); dir != "" {
 		if _, serr := os.Stat(filepath.Join(dir, "inventory.img")); serr != nil {
 			return "its checkpoint's files are gone (" + serr.Error() + ")"
 		}
+		return ""
 	}
-	msg := err.Error()
-	switch {
-	case strings.Contains(msg, "criu failed"):
-		return "criu could not restore its checkpoint"
-	case cerrdefs.IsNotFound(err):
+	// An engine whose folders cannot be looked at here: by its words.
+	if cerrdefs.IsNotFound(err) || strings.Contains(err.Error(), "does not exist for container") {
 		return "the engine does not have its checkpoint"
 	}
 	return ""
@@ -316,7 +319,7 @@ func (r *Runtime) hibernateMemory(ctx context.Context, name, id string) (ports.H
 		Checkpoint: "agentic-" + strconv.FormatInt(at.UnixNano(), 36)}
 	// The marker first, as for the filesystem: a server dying during the
 	// dump leaves a stopped container that is hibernated (or, the dump
-	// not done, a restore that fails: a saved state lost, said so).
+	// not done, a restore without its checkpoint: a saved state lost).
 	if err := r.writeMarker(name, m); err != nil {
 		return ports.Hibernation{}, err
 	}

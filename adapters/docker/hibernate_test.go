@@ -51,8 +51,8 @@ func TestHibernateCapabilityIsFilesystem(t *testing.T) {
 }
 
 // A failed restore loses the saved state only when the checkpoint's files
-// are gone or criu failed on them; the engine failing otherwise (down,
-// containerd busy) leaves it for the next Wake.
+// are gone; the engine or criu failing with them there leaves it for the
+// next Wake.
 func TestRestoreLost(t *testing.T) {
 	rt := offline(t)
 	root := t.TempDir()
@@ -69,14 +69,23 @@ func TestRestoreLost(t *testing.T) {
 		t.Errorf("an engine's failure with the checkpoint present: lost (%s)", why)
 	}
 	criu := errors.New("Error response from daemon: OCI runtime restore failed: criu failed: type RESTORE errno 0")
-	if why := rt.restoreLost("c1", "cp1", criu); why == "" {
-		t.Error("criu failing on the checkpoint: not lost")
+	if why := rt.restoreLost("c1", "cp1", criu); why != "" {
+		t.Errorf("criu failing with the checkpoint's files there: lost (%s)", why)
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		t.Fatal(err)
 	}
 	if why := rt.restoreLost("c1", "cp1", engine); !strings.Contains(why, "files are gone") {
 		t.Errorf("the checkpoint's files gone: %q", why)
+	}
+	// An engine whose folders cannot be looked at: by its words.
+	rt.engine.Store(&engineRuntimes{id: "A", experimental: true})
+	if why := rt.restoreLost("c1", "cp1", engine); why != "" {
+		t.Errorf("an engine's failure, its folders unknown: lost (%s)", why)
+	}
+	gone := errors.New("Error response from daemon: checkpoint cp1 does not exist for container c1")
+	if why := rt.restoreLost("c1", "cp1", gone); why == "" {
+		t.Error("the engine saying the checkpoint does not exist: not lost")
 	}
 }
 

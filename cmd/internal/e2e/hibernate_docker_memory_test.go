@@ -40,6 +40,17 @@ func checkpointDockerd(t *testing.T) (host, root string) {
 	return host, filepath.Join(dir, "root")
 }
 
+// dockerCLI runs the docker CLI on host and returns its output; a failure
+// fails the test.
+func dockerCLI(t *testing.T, host string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("docker", append([]string{"-H", host}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("docker %s: %v %s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
 // countNow reads the counter the background session writes; the file
 // rewritten ten times a second may be read empty (or not be there yet):
 // read again then.
@@ -166,6 +177,40 @@ func TestAContainerHibernatesWithItsMemoryAndWakesWhereItWas(t *testing.T) {
 
 	// The session's log: every number once, in order.
 	sessionCountsOnFrom(t, s, sess.SessionId, first)
+
+	// The host failing the restore with the checkpoint there (its
+	// processes cannot be made again under a pids limit of 1): the wake
+	// fails, saying why, the environment stays hibernated with its
+	// checkpoint, and once the limit is back the next wake works.
+	hibernated(t, s, name)
+	cid := strings.TrimSpace(dockerCLI(t, host, "ps", "-aq", "--filter", "label="+docker.LabelEnv+"="+name))
+	pids := strings.TrimSpace(dockerCLI(t, host, "inspect", "--format", "{{.HostConfig.PidsLimit}}", cid))
+	if pids == "" || pids == "<nil>" || pids == "0" {
+		pids = "-1"
+	}
+	dockerCLI(t, host, "update", "--pids-limit", "1", cid)
+	st, _, body = envCall(t, s, "POST", name, "/wake", "")
+	if st != 503 || !strings.Contains(string(body), "wake_failed") {
+		t.Fatalf("wake under a pids limit of 1: %d %s", st, body)
+	}
+	_, e, body = envCall(t, s, "GET", name, "", "")
+	if e.State != "hibernated" || !strings.HasPrefix(e.Error, "wake: ") || e.SavedBytes <= 0 || !hasStep(e, "wake_failed") {
+		t.Fatalf("after a wake the host failed: %s", body)
+	}
+	t.Logf("a restore the host failed: %s", e.Error)
+	if dockerRunning(t, host, name) {
+		t.Fatal("a failed restore left the container running")
+	}
+	if cps, _ := filepath.Glob(filepath.Join(root, "containers", "*", "checkpoints", "*", "inventory.img")); len(cps) != 1 {
+		t.Fatalf("checkpoints after a restore the host failed: %v, want the one kept", cps)
+	}
+	dockerCLI(t, host, "update", "--pids-limit", pids, cid)
+	if st, e, body := envCall(t, s, "POST", name, "/wake", ""); st != 200 || e.State != "ready" || e.Error != "" {
+		t.Fatalf("the wake after the host's failure: %d %s", st, body)
+	}
+	if n := countNow(t, s, name); n < first {
+		t.Fatalf("the counter after the second wake: %d, it was at %d", n, first)
+	}
 
 	// Its checkpoint removed behind its back: the wake fails, saying why.
 	if st, e, body := envCall(t, s, "POST", name, "/hibernate", ""); st != 200 || e.State != "hibernated" {
