@@ -6,6 +6,7 @@ package procexec
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -119,6 +120,10 @@ type outputFile struct {
 	f      *os.File
 	stream ports.OutputStream
 	big    bool // enlargePipe counted it
+	// atEnd: its reader stopped at the end (EOF, or EIO of a terminal
+	// whose other side closed), so nothing is left to read after it.
+	// Written by the reader before it counts itself out (readersLeft).
+	atEnd bool
 }
 
 // Process is a started command.
@@ -140,9 +145,11 @@ type Process struct {
 	outMu sync.Mutex // serialises onOutput calls
 	// lastOutput is when a reader last got data or finished handing it on
 	// (UnixNano); handing counts readers inside onOutput.
-	lastOutput  atomic.Int64
-	handing     atomic.Int32
-	readers     sync.WaitGroup
+	lastOutput atomic.Int64
+	handing    atomic.Int32
+	// readersLeft counts the readers still running; the last one to stop
+	// closes readersDone.
+	readersLeft atomic.Int32
 	readersDone chan struct{}
 	done        chan struct{}
 	result      ports.CommandResult // written once before done is closed
@@ -240,14 +247,13 @@ func Start(spec Spec, onOutput func(stream ports.OutputStream, data []byte)) (*P
 	}
 	p.pid = cmd.Process.Pid
 
-	for _, o := range p.outputs {
-		p.readers.Add(1)
-		go p.read(o)
-	}
-	go func() {
-		p.readers.Wait()
+	p.readersLeft.Store(int32(len(p.outputs))) //nolint:gosec // two at most
+	if len(p.outputs) == 0 {
 		close(p.readersDone)
-	}()
+	}
+	for i := range p.outputs {
+		go p.read(i)
+	}
 	if p.timeout > 0 {
 		p.timer = time.AfterFunc(p.timeout, func() { p.startKill(true) })
 	}
@@ -275,24 +281,18 @@ func (p *Process) startPiped(spec Spec) (err error) {
 			p.outputs = nil
 		}
 	}()
-	pipe := func() (r, w *os.File, err error) {
-		r, w, err = os.Pipe()
-		if err != nil {
-			return nil, nil, fmt.Errorf("pipe: %w", err)
-		}
-		return r, w, nil
-	}
-
 	if spec.StdinOpen {
-		r, w, err := pipe()
+		r, w, err := os.Pipe()
 		if err != nil {
-			return err
+			return fmt.Errorf("pipe: %w", err)
 		}
 		childEnds, parentEnds = append(childEnds, r), append(parentEnds, w)
 		p.cmd.Stdin, p.stdin = r, w
+	} else if null := devNull(); null != nil {
+		p.cmd.Stdin = null
 	} // else exec.Cmd opens /dev/null
 	for _, stream := range []ports.OutputStream{ports.StreamStdout, ports.StreamStderr} {
-		r, w, err := pipe()
+		r, w, err := outputPipe()
 		if err != nil {
 			return err
 		}
@@ -357,8 +357,13 @@ var betweenReads atomic.Pointer[func(*Process)]
 // read forwards one stream until EOF, EIO (PTY slave side closed) or the
 // drain deadline set by reap. Each read is as large as what is buffered
 // (readChunk) and its slice is handed on as is.
-func (p *Process) read(o outputFile) {
-	defer p.readers.Done()
+func (p *Process) read(i int) {
+	o := p.outputs[i]
+	defer func() {
+		if p.readersLeft.Add(-1) == 0 {
+			close(p.readersDone)
+		}
+	}()
 	rc, err := o.f.SyscallConn()
 	if err != nil {
 		return
@@ -374,6 +379,7 @@ func (p *Process) read(o outputFile) {
 			p.handing.Add(-1)
 		}
 		if err != nil {
+			p.outputs[i].atEnd = errors.Is(err, io.EOF) || errors.Is(err, syscall.EIO)
 			return
 		}
 		if hook := betweenReads.Load(); hook != nil {
@@ -411,14 +417,22 @@ func (p *Process) reap() {
 		}
 	}
 
-	for _, o := range p.outputs {
-		// The files are in the runtime poller, so a past deadline wakes a
-		// blocked Read; Close alone would not.
-		_ = o.f.SetReadDeadline(time.Now())
+	select {
+	case <-p.readersDone: // the usual case: every reader saw the end
+	default:
+		for i := range p.outputs {
+			// The files are in the runtime poller, so a past deadline
+			// wakes a blocked Read; Close alone would not. (Indexed: a
+			// copy of the element would read atEnd, which its reader
+			// may be writing.)
+			_ = p.outputs[i].f.SetReadDeadline(time.Now())
+		}
+		<-p.readersDone
 	}
-	<-p.readersDone
 	for _, o := range p.outputs {
-		p.readLeft(o)
+		if !o.atEnd {
+			p.readLeft(o)
+		}
 		o.f.Close()
 		if o.big {
 			bigPipes.Add(-1)
@@ -472,6 +486,11 @@ func (p *Process) readLeft(o outputFile) {
 // drainOutput waits for the readers to reach EOF, or for drainGrace without
 // output activity, or for drainMax in all.
 func (p *Process) drainOutput(exitedAt time.Time) {
+	select {
+	case <-p.readersDone:
+		return // no timer needed: the usual case, the output ended with the process
+	default:
+	}
 	deadline := exitedAt.Add(p.drainMax)
 	timer := time.NewTimer(p.drainGrace)
 	defer timer.Stop()
