@@ -31,10 +31,6 @@ import (
 // answer's Content-Length, the one honest signal left once the status is
 // out. An old agent POSTs on the HTTP/2 data stream as before.
 
-// spliceSegment is the most bytes one splice moves before the idle
-// deadlines are pushed back.
-const spliceSegment = 1 << 20
-
 // Spliceable says the bytes arrive on a raw connection of their own and
 // the size is known, so SpliceTo can move them.
 func (r *dataReader) Spliceable() bool {
@@ -42,8 +38,9 @@ func (r *dataReader) Spliceable() bool {
 }
 
 // SpliceTo writes the file to dst (see above): all of it and a nil error,
-// or an error and dst short of the size. idle bounds each segment's wait
-// on either side.
+// or an error and dst short of the size. idle bounds how long the bytes
+// may stand still, on either side: each move pushes it back, so a slow
+// client or agent is not cut while bytes still move (files_raw_splice_linux.go).
 func (r *dataReader) SpliceTo(dst net.Conn, idle time.Duration) (int64, error) {
 	if !r.Spliceable() {
 		return 0, errors.New("this read has no raw connection to splice")
@@ -66,6 +63,7 @@ func (r *dataReader) SpliceTo(dst net.Conn, idle time.Duration) (int64, error) {
 			if err != nil {
 				stopped.Store(true)
 				_ = raw.SetReadDeadline(time.Unix(1, 0))
+				_ = dst.SetWriteDeadline(time.Unix(1, 0))
 			}
 		case <-quit:
 		}
@@ -76,19 +74,19 @@ func (r *dataReader) SpliceTo(dst net.Conn, idle time.Duration) (int64, error) {
 		_ = raw.SetReadDeadline(now.Add(idle))
 		if stopped.Load() {
 			_ = raw.SetReadDeadline(time.Unix(1, 0))
+			_ = dst.SetWriteDeadline(time.Unix(1, 0))
 		}
 	}
 	held := min(r.size, 1)
-	var (
-		written int64
-		cerr    error
-		last    []byte
-	)
-	for written < r.size-held && cerr == nil {
+	var last []byte
+	written, handled, cerr := spliceConns(dst, raw, r.size-held, idle, &stopped)
+	if !handled {
 		push()
-		var n int64
-		n, cerr = io.CopyN(dst, raw, min(r.size-held-written, spliceSegment))
-		written += n
+		// Copied, each write pushing the bounds back.
+		written, cerr = io.CopyBuffer(progressWriter{dst, push}, io.LimitReader(raw, r.size-held), make([]byte, 256<<10))
+		if cerr == nil && written < r.size-held {
+			cerr = io.ErrUnexpectedEOF
+		}
 	}
 	if cerr == nil {
 		push()
@@ -146,4 +144,18 @@ func readToEnd(c io.Reader, max int64) ([]byte, error) {
 		}
 	}
 	return buf, nil
+}
+
+// progressWriter calls moved after each write that moved bytes.
+type progressWriter struct {
+	w     io.Writer
+	moved func()
+}
+
+func (p progressWriter) Write(b []byte) (int, error) {
+	n, err := p.w.Write(b)
+	if n > 0 {
+		p.moved()
+	}
+	return n, err
 }

@@ -263,3 +263,121 @@ func TestAClientGoneMidSpliceLeavesNothing(t *testing.T) {
 		_ = r.Close()
 	}
 }
+
+// A splice's idle bound is how long its bytes stand still, not how long
+// it takes: an agent that sends its file in pieces, or a client that
+// reads it in pieces, each well within the bound but all of them well
+// past it, gets every byte; one that stops is cut, short of the size.
+func TestASplicedReadIsCutOnlyWhenItStandsStill(t *testing.T) {
+	h := newHarness(t)
+	a := h.connectDataPlaneAgent("agent-a")
+	const idle = time.Second
+	splice := func(r ports.FileReader, dst net.Conn) chan error {
+		spliced := make(chan error, 1)
+		go func() {
+			_, err := r.(rawSplicer).SpliceTo(dst, idle)
+			spliced <- err
+			_ = dst.Close()
+		}()
+		return spliced
+	}
+
+	t.Run("an agent sending slowly", func(t *testing.T) {
+		const pieces, piece = 10, 1000
+		r, conn, s := startRawRead(t, h, a, pieces*piece)
+		dst, client := tcpPair(t)
+		spliced := splice(r, dst)
+		go func() {
+			for range pieces {
+				time.Sleep(idle / 5)
+				if _, err := conn.Write(make([]byte, piece)); err != nil {
+					return
+				}
+			}
+			_ = conn.Close()
+			_ = s.Send(end(0, ""))
+		}()
+		b, _ := io.ReadAll(client)
+		if err := testkit.Receive(t, waitTimeout, spliced, "the splice's end"); err != nil {
+			t.Fatalf("cut while the bytes moved: %v", err)
+		}
+		if len(b) != pieces*piece {
+			t.Fatalf("%d bytes, want %d", len(b), pieces*piece)
+		}
+	})
+
+	t.Run("a client reading slowly", func(t *testing.T) {
+		const size, piece = 3 << 19, 64 << 10
+		r, conn, s := startRawRead(t, h, a, size)
+		dst, client := tcpPair(t)
+		// Small buffers between the splice and the client, so that the
+		// client's pace is the splice's.
+		_ = dst.SetWriteBuffer(16 << 10)
+		_ = client.SetReadBuffer(16 << 10)
+		spliced := splice(r, dst)
+		go func() {
+			_, _ = conn.Write(make([]byte, size))
+			_ = conn.Close()
+			_ = s.Send(end(0, ""))
+		}()
+		var got int
+		buf := make([]byte, piece)
+		for {
+			time.Sleep(idle / 10)
+			n, err := io.ReadFull(client, buf)
+			got += n
+			if err != nil {
+				break
+			}
+		}
+		if err := testkit.Receive(t, waitTimeout, spliced, "the splice's end"); err != nil {
+			t.Fatalf("cut while the bytes moved: %v", err)
+		}
+		if got != size {
+			t.Fatalf("%d bytes, want %d", got, size)
+		}
+	})
+
+	t.Run("an agent that stops", func(t *testing.T) {
+		const size = 1 << 20
+		r, conn, s := startRawRead(t, h, a, size)
+		dst, client := tcpPair(t)
+		spliced := splice(r, dst)
+		if _, err := conn.Write(make([]byte, size/2)); err != nil {
+			t.Fatal(err)
+		}
+		// As the agent does once its helper's send failed.
+		go func() {
+			_, _ = io.Copy(io.Discard, conn)
+			_ = s.Send(end(sandboxv1.FileError_FILE_ERROR_FAILED, "broken pipe"))
+		}()
+		b, _ := io.ReadAll(client)
+		if err := testkit.Receive(t, waitTimeout, spliced, "the splice's end"); err == nil {
+			t.Error("a stalled agent's splice ended well")
+		}
+		if len(b) >= size {
+			t.Errorf("%d bytes reached the client, want fewer than %d", len(b), size)
+		}
+	})
+
+	t.Run("a client that stops", func(t *testing.T) {
+		const size = 8 << 20 // more than the sockets hold
+		r, conn, s := startRawRead(t, h, a, size)
+		dst, client := tcpPair(t)
+		spliced := splice(r, dst)
+		go func() {
+			if _, err := conn.Write(make([]byte, size)); err != nil {
+				_ = s.Send(end(sandboxv1.FileError_FILE_ERROR_FAILED, "broken pipe"))
+				return
+			}
+			_ = conn.Close()
+			_ = s.Send(end(0, ""))
+		}()
+		if _, err := io.ReadFull(client, make([]byte, 1<<10)); err != nil {
+			t.Fatal(err)
+		}
+		if err := testkit.Receive(t, waitTimeout, spliced, "the splice's end"); err == nil {
+			t.Error("a splice to a stalled client ended well")
+		}
+	})
+}
