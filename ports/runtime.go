@@ -238,7 +238,10 @@ type Runtime interface {
 	// Wake runs a hibernated environment again from its saved state; its
 	// agent reconnects under the same identity on its own. A saved state
 	// that is missing or unusable is ErrSavedStateLost (the environment
-	// cannot be woken; Destroy still removes it).
+	// cannot be woken; Destroy still removes it). Any other error is the
+	// host's (the engine or hypervisor failing for now): the saved state
+	// is left as it was, Inspect still says EnvHibernated, and a later
+	// Wake tries again.
 	Wake(ctx context.Context, name string) error
 	// Stop stops an environment, keeping it for Start (graceful, then forced).
 	Stop(ctx context.Context, name string) error
