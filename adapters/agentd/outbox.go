@@ -6,6 +6,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/hoptrace"
 )
 
 // outbox holds command output and results until a connection takes them.
@@ -77,6 +78,11 @@ func (o *outbox) put(m *sandboxv1.ConnectRequest, wait bool) {
 	o.sizes = append(o.sizes, n)
 	o.bytes += n
 	o.mu.Unlock()
+	if hoptrace.On() {
+		if out := m.GetOutput(); out != nil && out.GetOffset() == 0 && len(out.GetData()) > 0 {
+			hoptrace.Mark("agent.out_queued") // a stream's first bytes (benchrun -exec-hops)
+		}
+	}
 	select {
 	case o.notify <- struct{}{}:
 	default:

@@ -17,6 +17,7 @@ import (
 
 	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/hoptrace"
 )
 
 // The output data plane (agentrpc's outputplane.go): on a connection whose
@@ -173,6 +174,7 @@ func (p *outputPlane) output(o *sandboxv1.OutputChunk) route {
 		w = newOutputWriter(k, off)
 		w.append(off, data)
 		p.writers[k] = w
+		hoptrace.Mark("agent.plane_new")
 		if p.released {
 			p.wg.Add(1)
 			go p.post(w)
@@ -228,6 +230,7 @@ func (p *outputPlane) ends(res *sandboxv1.CommandResult, last bool) *sandboxv1.C
 
 // post runs w's data stream until it ends.
 func (p *outputPlane) post(w *outputWriter) {
+	hoptrace.Mark("agent.post_run")
 	defer p.wg.Done()
 	defer w.abort()
 	if p.raw && w.key.stream == sandboxv1.OutputStream_OUTPUT_STREAM_PTY {
@@ -338,6 +341,7 @@ type outputWriter struct {
 	closed  bool   // no more: the body ends after the queue
 	aborted bool
 	eof     bool // the transport read the clean end
+	read    bool // the transport read bytes (a hop mark)
 }
 
 func newOutputWriter(k outKey, start uint64) *outputWriter {
@@ -409,6 +413,10 @@ func (w *outputWriter) Read(p []byte) (int, error) {
 	if len(w.queue) == 0 {
 		w.eof = true
 		return 0, io.EOF
+	}
+	if !w.read {
+		w.read = true
+		hoptrace.Mark("agent.body_read")
 	}
 	n := 0
 	for n < len(p) && len(w.queue) > 0 {

@@ -10,6 +10,7 @@ import (
 
 	sandboxv1 "github.com/agentic-sandbox/agentic-sandbox/gen/agentic/sandbox/v1"
 	"github.com/agentic-sandbox/agentic-sandbox/internal/agentwire"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/hoptrace"
 )
 
 // The output data plane: for an agent that registered with
@@ -127,10 +128,12 @@ func (c *conn) markReported() {
 // serveOutput is the output data route: an agent's POST of one command
 // stream's bytes.
 func (s *Service) serveOutput(w http.ResponseWriter, r *http.Request) {
+	hoptrace.Mark("mgmt.output_in")
 	o, ok := s.admitOutput(w, r, "")
 	if !ok {
 		return
 	}
+	hoptrace.Mark("mgmt.output_admitted")
 	defer o.c.dataStreams.release()
 	// A data stream never outlives its connection: its end unblocks the read.
 	defer o.c.closeAtEnd(r.Body)()
@@ -234,9 +237,14 @@ func (s *Service) readOutput(o outputStream, body io.Reader) bool {
 	defer readBufs.Put(bp)
 	buf := *bp
 	off := o.off
+	first := true
 	for {
 		n, err := body.Read(buf)
 		if n > 0 {
+			if first {
+				first = false
+				hoptrace.Mark("mgmt.output_read")
+			}
 			// The handler may keep the bytes (a buffer, a log queue).
 			data := make([]byte, n)
 			copy(data, buf[:n])

@@ -18,57 +18,69 @@ import (
 	"time"
 )
 
-// hopStep is a mark and what happens between the one before it and itself.
-type hopStep struct{ mark, what string }
+// hopStep is a mark and what happens between the one before it and itself;
+// or, with from, between the first mark named from in the round trip and
+// the first of its own after that (aside: off the chain, as marks that may
+// come before or after their neighbours).
+type hopStep struct{ mark, what, from string }
 
 // hopSteps are the marks in the order a keystroke passes them.
 var hopSteps = []hopStep{
-	{"mgmt.ws_read", "client writes the `input` frame → agentic-mgmt has read it off the WebSocket"},
-	{"mgmt.link_send", "frame decoded and checked (role, scope), session and command looked up, offset given"},
-	{"agent.link_stdin", "agent link: agentic-mgmt's send → HTTP/2 → the agent's receive loop"},
-	{"agent.pty_write", "agent: the input is at the PTY writer, about to write(2)"},
-	{"agent.pty_read", "write(2) to the tmux client's PTY → tmux server → pane PTY (its line discipline echoes) → tmux server redraws → the agent's PTY reader has it"},
-	{"agent.queued", "agent: output message made and queued in the outbox"},
-	{"mgmt.link_output", "agent link: the agent's send loop → HTTP/2 → agentic-mgmt's receive loop"},
-	{"mgmt.stored", "agentic-mgmt: appended to the session log"},
-	{"mgmt.ws_log_read", "the viewer's stream wakes and reads the log"},
-	{"mgmt.ws_write", "`output` frame made and at the connection's writer, about to be written"},
-	{"client.recv", "written to the WebSocket; the client has read and decoded it"},
+	{"mgmt.ws_read", "client writes the `input` frame → agentic-mgmt has read it off the WebSocket", ""},
+	{"mgmt.link_send", "frame decoded and checked (role, scope), session and command looked up, offset given", ""},
+	{"agent.link_stdin", "agent link: agentic-mgmt's send → HTTP/2 → the agent's receive loop", ""},
+	{"agent.pty_write", "agent: the input is at the PTY writer, about to write(2)", ""},
+	{"agent.pty_read", "write(2) to the tmux client's PTY → tmux server → pane PTY (its line discipline echoes) → tmux server redraws → the agent's PTY reader has it", ""},
+	{"agent.queued", "agent: output message made and queued in the outbox", ""},
+	{"mgmt.link_output", "agent link: the agent's send loop → HTTP/2 → agentic-mgmt's receive loop", ""},
+	{"mgmt.stored", "agentic-mgmt: appended to the session log", ""},
+	{"mgmt.ws_log_read", "the viewer's stream wakes and reads the log", ""},
+	{"mgmt.ws_write", "`output` frame made and at the connection's writer, about to be written", ""},
+	{"client.recv", "written to the WebSocket; the client has read and decoded it", ""},
 }
 
 // execHopSteps are the marks in the order a REST exec of `true` passes
 // them (the exec part's per-hop timeline, -exec-hops).
 var execHopSteps = []hopStep{
-	{"mgmt.rest_in", "client writes the request → agentic-mgmt's HTTP/1.1 server has read it and calls the REST handler chain"},
-	{"mgmt.exec_request", "the REST chain (request id, auth, route, parameters and body checked against openapi.yaml, body decoded) → the exec handler"},
-	{"mgmt.cmd_queued", "spec checked, command registered, the request queued for the agent's stream"},
-	{"agent.cmd_read", "agent link: agentic-mgmt's send loop → HTTP/2 → the agent's receive loop"},
-	{"agent.forking", "agent: the command set up (environment, PATH lookup, user, pipes), about to fork"},
-	{"agent.proc_started", "fork/exec: Start returns once the child exec'd (and the readers and reaper are started)"},
-	{"agent.proc_waited", "the process runs and exits; reaped, its output drained, the result made"},
-	{"agent.result_queued", "agent: end-of-output chunks and the result queued in the outbox"},
-	{"mgmt.cmd_done", "agent link: the agent's send loop → HTTP/2 → agentic-mgmt's receive loop, the command finished"},
-	{"mgmt.exec_woken", "the waiting REST handler wakes"},
-	{"mgmt.exec_answered", "the JSON answer made and written to the ResponseWriter"},
-	{"client.recv", "the server flushes the answer; the client has read it"},
+	{"mgmt.rest_in", "client writes the request → agentic-mgmt's HTTP/1.1 server has read it and calls the REST handler chain", ""},
+	{"mgmt.exec_request", "the REST chain (request id, auth, route, parameters and body checked against openapi.yaml, body decoded) → the exec handler", ""},
+	{"mgmt.cmd_queued", "spec checked, command registered, the request queued for the agent's stream", ""},
+	{"agent.cmd_read", "agent link: agentic-mgmt's send loop → HTTP/2 → the agent's receive loop", ""},
+	{"agent.forking", "agent: the command set up (environment, PATH lookup, user, pipes), about to fork", ""},
+	{"agent.proc_started", "fork/exec: Start returns once the child exec'd (and the readers and reaper are started)", ""},
+	{"agent.proc_waited", "the process runs and exits; reaped, its output drained, the result made", ""},
+	{"agent.result_queued", "agent: end-of-output chunks and the result queued in the outbox", ""},
+	{"mgmt.cmd_done", "agent link: the agent's send loop → HTTP/2 → agentic-mgmt's receive loop, the command finished", ""},
+	{"mgmt.exec_woken", "the waiting REST handler wakes", ""},
+	{"mgmt.exec_answered", "the JSON answer made and written to the ResponseWriter", ""},
+	{"client.recv", "the server flushes the answer; the client has read it", ""},
 }
 
 // exec1MiBSteps are the marks in the order a REST exec of `cat` of 1 MiB
-// passes them: the output reaches the handler while the process runs.
+// passes them: the output reaches the handler while the process runs. The
+// agent may reap `cat` before or after the handler has the first chunk,
+// so those marks are timed aside (from), off the chain.
 var exec1MiBSteps = []hopStep{
-	{"mgmt.rest_in", "client writes the request → agentic-mgmt's HTTP/1.1 server has read it and calls the REST handler chain"},
-	{"mgmt.exec_request", "the REST chain (request id, auth, route, parameters and body checked against openapi.yaml, body decoded) → the exec handler"},
-	{"mgmt.cmd_queued", "spec checked, command registered, the request queued for the agent's stream"},
-	{"agent.cmd_read", "agent link: agentic-mgmt's send loop → HTTP/2 → the agent's receive loop"},
-	{"agent.forking", "agent: the command set up (environment, PATH lookup, user, pipes), about to fork"},
-	{"agent.proc_started", "fork/exec: Start returns once the child exec'd (and the readers and reaper are started)"},
-	{"mgmt.exec_output", "`cat` writes its first bytes → pipe → agent → output data plane → the REST handler has the first chunk"},
-	{"agent.proc_waited", "the rest of the output read by the agent; `cat` exits; reaped, its output drained, the result made"},
-	{"agent.result_queued", "agent: end-of-output and the result queued in the outbox"},
-	{"mgmt.cmd_done", "agent link: the result → agentic-mgmt, the command finished once its output got there"},
-	{"mgmt.exec_woken", "the waiting REST handler wakes (a streamed answer: it has written what came before)"},
-	{"mgmt.exec_answered", "the answer (the JSON form: all of it; a streamed one: its end) written to the ResponseWriter"},
-	{"client.recv", "the server flushes the answer; the client has read (and, streamed, parsed) it"},
+	{"mgmt.rest_in", "client writes the request → agentic-mgmt's HTTP/1.1 server has read it and calls the REST handler chain", ""},
+	{"mgmt.exec_request", "the REST chain (request id, auth, route, parameters and body checked against openapi.yaml, body decoded) → the exec handler", ""},
+	{"mgmt.cmd_queued", "spec checked, command registered, the request queued for the agent's stream", ""},
+	{"agent.cmd_read", "agent link: agentic-mgmt's send loop → HTTP/2 → the agent's receive loop", ""},
+	{"agent.forking", "agent: the command set up (environment, PATH lookup, user, pipes), about to fork", ""},
+	{"agent.proc_started", "fork/exec: Start returns once the child exec'd (and the readers and reaper are started)", ""},
+	{"agent.out_queued", "`cat` writes its first bytes → pipe → the agent's reader → the output message queued in the outbox", ""},
+	{"agent.plane_new", "the send loop wakes, takes it and hands it to the output plane: a new data stream", ""},
+	{"agent.post_run", "the data stream's goroutine runs", ""},
+	{"agent.body_read", "the POST made and handed to the link's HTTP/2 transport, which opens the stream and reads the body's first bytes", ""},
+	{"mgmt.output_in", "HEADERS (and DATA) → agentic-mgmt's HTTP/2 server → the output route's handler called", ""},
+	{"mgmt.output_admitted", "agent signed in, its connection and the command looked up", ""},
+	{"mgmt.output_read", "the first bytes read from the request body", ""},
+	{"mgmt.exec_output", "placed by offset and handed to the REST handler: it has the first chunk", ""},
+	{"agent.proc_waited", "(aside, from `agent.proc_started`) `cat` runs, its output read by the agent; exits; reaped, its output drained, the result made", "agent.proc_started"},
+	{"agent.result_queued", "(aside, from `agent.proc_waited`) end-of-output and the result queued in the outbox", "agent.proc_waited"},
+	{"mgmt.cmd_done", "the rest of the output and then the result → agentic-mgmt, the command finished once its output got there", ""},
+	{"mgmt.exec_woken", "the waiting REST handler wakes (a streamed answer: it has written what came before)", ""},
+	{"mgmt.exec_answered", "the answer (the JSON form: all of it; a streamed one: its end) written to the ResponseWriter", ""},
+	{"client.recv", "the server flushes the answer; the client has read (and, streamed, parsed) it", ""},
 }
 
 type hopTrace struct {
@@ -111,7 +123,16 @@ func newHopTrace() (*hopTrace, error) {
 }
 
 func (h *hopTrace) env() string { return "AGENTIC_HOP_TRACE=" + h.dir }
-func (h *hopTrace) remove()     { _ = os.RemoveAll(h.dir) }
+
+// remove removes the marks, unless AGENTIC_HOP_KEEP is set (to look at
+// them: every mark, not only the table's).
+func (h *hopTrace) remove() {
+	if os.Getenv("AGENTIC_HOP_KEEP") != "" {
+		fmt.Fprintf(os.Stderr, "hop marks kept in %s\n", h.dir)
+		return
+	}
+	_ = os.RemoveAll(h.dir)
+}
 
 // timed wraps the two halves of a round trip to note their times.
 func (h *hopTrace) timed(input, readBack func(byte) error) (func(byte) error, func(byte) error) {
@@ -222,19 +243,41 @@ func (h *hopTrace) report() (string, error) {
 		prev := t[0]
 		d := make([]time.Duration, len(steps))
 		ok := true
+		// find is the first mark named name in [from, the trip's end].
+		find := func(name string, from int64) (int64, bool) {
+			i, _ := slices.BinarySearchFunc(marks, from, func(m hopMark, v int64) int { return int(m.at - v) })
+			for i < len(marks) && marks[i].at <= t[1] && marks[i].name != name {
+				i++
+			}
+			if i == len(marks) || marks[i].at > t[1] {
+				return 0, false
+			}
+			return marks[i].at, true
+		}
 		for k, si := range steps {
 			at := t[1]
-			if name := h.steps[si].mark; name != "client.recv" {
-				i, _ := slices.BinarySearchFunc(marks, prev, func(m hopMark, v int64) int { return int(m.at - v) })
-				for i < len(marks) && marks[i].at <= t[1] && marks[i].name != name {
-					i++
+			st := h.steps[si]
+			if st.from != "" {
+				// Aside: from the first mark named from, off the chain.
+				start, found := find(st.from, t[0])
+				if found {
+					at, found = find(st.mark, start)
 				}
-				if i == len(marks) || marks[i].at > t[1] {
+				if !found {
 					ok = false
-					missing[name]++
+					missing[st.mark]++
 					break
 				}
-				at = marks[i].at
+				d[k] = time.Duration(at - start)
+				continue
+			}
+			if st.mark != "client.recv" {
+				var found bool
+				if at, found = find(st.mark, prev); !found {
+					ok = false
+					missing[st.mark]++
+					break
+				}
 			}
 			d[k] = time.Duration(at - prev)
 			prev = at
@@ -263,12 +306,14 @@ func (h *hopTrace) report() (string, error) {
 	var sum time.Duration
 	for k, si := range steps {
 		m := median(deltas[k])
-		sum += m
+		if h.steps[si].from == "" {
+			sum += m
+		}
 		y := slices.Clone(deltas[k])
 		slices.Sort(y)
 		fmt.Fprintf(&b, "| %s | `%s` | %s | %s |\n", h.steps[si].what, h.steps[si].mark, ms(m), ms(y[len(y)*9/10]))
 	}
-	fmt.Fprintf(&b, "| sum of the step medians | | %s | |\n", ms(sum))
+	fmt.Fprintf(&b, "| sum of the step medians (asides left out) | | %s | |\n", ms(sum))
 	if len(missing) > 0 {
 		fmt.Fprintf(&b, "\nRound trips left out, by the first mark not found in them: %v\n", missing)
 	}
