@@ -368,9 +368,10 @@ func (p *Process) read(i int) {
 	if err != nil {
 		return
 	}
-	probe := make([]byte, probeSize)
-	for {
-		chunk, err := readChunk(rc, probe)
+	probe := probes.Get().(*[probeSize]byte)
+	defer probes.Put(probe)
+	for fresh := true; ; fresh = false {
+		chunk, err := readChunk(rc, probe[:], fresh)
 		if len(chunk) > 0 && p.onOutput != nil {
 			p.handing.Add(1)
 			p.lastOutput.Store(time.Now().UnixNano())

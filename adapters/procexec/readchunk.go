@@ -3,6 +3,7 @@ package procexec
 import (
 	"io"
 	"os"
+	"sync"
 	"sync/atomic"
 	"syscall"
 
@@ -31,6 +32,13 @@ const (
 	// get 8 KiB. 16 MiB keeps well inside it.
 	maxBigPipes = 16
 )
+
+// probes are the readers' probe buffers: a reader takes one for its life.
+// readChunk copies what it reads into a probe out of it, so none is held
+// after its reader stopped. Pooled, a command's readers allocate (and the
+// runtime zeroes) no 64 KiB, which on a command as short as `true` is
+// most of what the agent allocates for it.
+var probes = sync.Pool{New: func() any { return new([probeSize]byte) }}
 
 // bigPipes counts the enlarged pipes alive.
 var bigPipes atomic.Int32
@@ -61,22 +69,30 @@ func enlargePipe(f *os.File) bool {
 // kernel how much is buffered (FIONREAD, alias TIOCINQ: pipes and terminals) and reads
 // that at once. Like File.Read it waits in the runtime poller, so a read
 // deadline wakes it; io.EOF at the end. probe is the caller's, reused.
-func readChunk(rc syscall.RawConn, probe []byte) ([]byte, error) {
+// fresh skips the first question, for a reader's first read, which
+// nearly always finds a pipe the command has not written to yet: the
+// probe's read says so as well, one system call fewer for each stream of
+// each command.
+func readChunk(rc syscall.RawConn, probe []byte, fresh bool) ([]byte, error) {
 	var chunk []byte
 	var rerr error
 	err := rc.Read(func(fd uintptr) bool {
 		chunk, rerr = nil, nil
-		if avail, err := unix.IoctlGetInt(int(fd), unix.TIOCINQ); err == nil && avail > 0 {
-			chunk = make([]byte, min(avail, readMax))
-			n, err := readFD(fd, chunk)
-			if err == syscall.EAGAIN {
-				return false
+		ask := !fresh
+		fresh = false // a call after a wait asks: what woke it may be a lot
+		if ask {
+			if avail, err := unix.IoctlGetInt(int(fd), unix.TIOCINQ); err == nil && avail > 0 {
+				chunk = make([]byte, min(avail, readMax))
+				n, err := readFD(fd, chunk)
+				if err == syscall.EAGAIN {
+					return false
+				}
+				chunk, rerr = readDone(chunk, n, err)
+				return true
 			}
-			chunk, rerr = readDone(chunk, n, err)
-			return true
 		}
-		// Nothing buffered when asked: a plain read says whether it is
-		// the end, nothing yet (wait) or what came since.
+		// Nothing buffered when asked (or not asked): a plain read says
+		// whether it is the end, nothing yet (wait) or what came since.
 		n, err := readFD(fd, probe)
 		if err == syscall.EAGAIN {
 			return false
