@@ -88,7 +88,7 @@ func (a *Agent) fileOp(ctx context.Context, stream transferStream, req *sandboxv
 		return nil
 	case sandboxv1.FileOp_FILE_OP_READ:
 		if sr, ok := a.rawReads(); ok && req.GetDataPlane() {
-			if handled, err := a.readRaw(ctx, stream, req, sr); handled {
+			if handled, err := a.readRaw(ctx, stream, req, sr.OpenTo); handled {
 				return err
 			}
 		}
@@ -101,6 +101,11 @@ func (a *Agent) fileOp(ctx context.Context, stream transferStream, req *sandboxv
 		}
 		return sendFrom(stream, r)
 	case sandboxv1.FileOp_FILE_OP_READ_ARCHIVE:
+		if sr, ok := a.rawReads(); ok && req.GetDataPlane() {
+			if handled, err := a.readRaw(ctx, stream, req, sr.OpenArchiveTo); handled {
+				return err
+			}
+		}
 		r, err := files.OpenArchive(ctx, req.GetPath())
 		if err != nil {
 			return err

@@ -26,10 +26,15 @@ import (
 // the upgrade 404 without claiming the route: the read goes on the HTTP/2
 // data stream then, as before.
 
-// socketReads is a file system that sends a read to a socket (agentfs.Local).
+// socketReads is a file system that sends a read, or an archive, to a
+// socket (agentfs.Local).
 type socketReads interface {
 	OpenTo(ctx context.Context, path string, sock *os.File) (ports.FileReader, error)
+	OpenArchiveTo(ctx context.Context, dir string, sock *os.File) (ports.FileReader, error)
 }
+
+// openTo is how a raw read opens its path: OpenTo or OpenArchiveTo.
+type openTo func(ctx context.Context, path string, sock *os.File) (ports.FileReader, error)
 
 // rawReads reports whether reads go on plain connections of their own.
 func (a *Agent) rawReads() (socketReads, bool) {
@@ -40,10 +45,12 @@ func (a *Agent) rawReads() (socketReads, bool) {
 	return sr, true
 }
 
-// readRaw serves a data-plane READ on a connection of its own; handled is
-// false when the server would not take one (nothing claimed: the caller
-// reads as before).
-func (a *Agent) readRaw(ctx context.Context, stream transferStream, req *sandboxv1.FileRequest, sr socketReads) (handled bool, err error) {
+// readRaw serves a data-plane READ or READ_ARCHIVE on a connection of its
+// own, opened with open; handled is false when the server would not take
+// one (nothing claimed: the caller reads as before). An archive's size is
+// unknown (-1): the server reads the connection to its end, and the
+// helper's clean end after the tar's own says it is whole.
+func (a *Agent) readRaw(ctx context.Context, stream transferStream, req *sandboxv1.FileRequest, open openTo) (handled bool, err error) {
 	conn, _, resp, err := a.rawUpgrade(ctx, agentwire.DataPath+url.PathEscape(req.GetTransferId()), agentwire.DataRawProtocol)
 	if err != nil {
 		return false, nil
@@ -66,7 +73,7 @@ func (a *Agent) readRaw(ctx context.Context, stream transferStream, req *sandbox
 	if err != nil {
 		return true, err
 	}
-	r, err := sr.OpenTo(ctx, req.GetPath(), sock)
+	r, err := open(ctx, req.GetPath(), sock)
 	// The helper holds the socket now: its end is the connection's.
 	_ = sock.Close()
 	_ = conn.Close()

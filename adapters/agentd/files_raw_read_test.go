@@ -40,6 +40,11 @@ func (f *socketFS) Open(context.Context, string) (ports.FileReader, error) {
 }
 
 func (f *socketFS) OpenTo(_ context.Context, _ string, sock *os.File) (ports.FileReader, error) {
+	return f.sendTo(sock, int64(len(f.data)))
+}
+
+// sendTo sends the bytes on sock as the helper does.
+func (f *socketFS) sendTo(sock *os.File, size int64) (ports.FileReader, error) {
 	f.openedTo.Add(1)
 	c, err := net.FileConn(sock) // a copy of its own, as the helper's
 	if err != nil {
@@ -51,11 +56,17 @@ func (f *socketFS) OpenTo(_ context.Context, _ string, sock *os.File) (ports.Fil
 		_ = c.Close()
 		done <- err
 	}()
-	return &sentReader{done: done, size: int64(len(f.data))}, nil
+	return &sentReader{done: done, size: size}, nil
 }
 
+// The archive is the same bytes, of a size not known before.
 func (f *socketFS) OpenArchive(context.Context, string) (ports.FileReader, error) {
-	return nil, errNotHere
+	f.opened.Add(1)
+	return &sizedReader{Reader: bytes.NewReader(f.data), size: -1}, nil
+}
+
+func (f *socketFS) OpenArchiveTo(_ context.Context, _ string, sock *os.File) (ports.FileReader, error) {
+	return f.sendTo(sock, -1)
 }
 
 func (f *socketFS) Create(context.Context, string, fs.FileMode, int64) (ports.FileWriter, error) {
@@ -152,18 +163,29 @@ func startDataCP(t *testing.T, rawReads bool) (*dataCP, string) {
 	return d, srv.URL
 }
 
-// A data-plane read goes on a raw connection of the agent's own, opened
-// before the ready, its bytes sent by the file system itself; a server
-// from before raw reads answers the upgrade 404, and the read goes on the
-// HTTP/2 data stream as before: the same bytes, the same clean end.
+// A data-plane read, of a file or of an archive, goes on a raw connection
+// of the agent's own, opened before the ready, its bytes sent by the file
+// system itself; a server from before raw reads answers the upgrade 404,
+// and the read goes on the HTTP/2 data stream as before: the same bytes,
+// the same clean end.
 func TestAReadGoesRawOrFallsBackToTheDataStream(t *testing.T) {
 	data := bytes.Repeat([]byte("raw read "), 100<<10)
-	for _, raw := range []bool{true, false} {
+	for _, c := range []struct {
+		op   sandboxv1.FileOp
+		raw  bool
+		size int64
+	}{
+		{sandboxv1.FileOp_FILE_OP_READ, true, int64(len(data))},
+		{sandboxv1.FileOp_FILE_OP_READ, false, int64(len(data))},
+		{sandboxv1.FileOp_FILE_OP_READ_ARCHIVE, true, -1},
+		{sandboxv1.FileOp_FILE_OP_READ_ARCHIVE, false, -1},
+	} {
+		raw := c.raw
 		d, url := startDataCP(t, raw)
 		files := &socketFS{data: data}
 		_, _, s := agentOn(t, d.fakeCP, url, func(c *Config) { c.Files = files })
 		s.send(&sandboxv1.ConnectResponse{Payload: &sandboxv1.ConnectResponse_FileRequest{FileRequest: &sandboxv1.FileRequest{
-			Op: sandboxv1.FileOp_FILE_OP_READ, Path: "/f", TransferId: "t1", DataPlane: true,
+			Op: c.op, Path: "/f", TransferId: "t1", DataPlane: true,
 		}}})
 		stream := within(t, d.transfers, "the transfer stream")
 		var got []string
@@ -180,8 +202,8 @@ func TestAReadGoesRawOrFallsBackToTheDataStream(t *testing.T) {
 				if raw && len(d.how) == 0 {
 					t.Errorf("the ready before the raw connection")
 				}
-				if r.GetSize() != int64(len(data)) {
-					t.Errorf("raw server %v: ready with %d bytes, want %d", raw, r.GetSize(), len(data))
+				if r.GetSize() != c.size {
+					t.Errorf("%v, raw server %v: ready with %d bytes, want %d", c.op, raw, r.GetSize(), c.size)
 				}
 				continue
 			}
@@ -194,11 +216,11 @@ func TestAReadGoesRawOrFallsBackToTheDataStream(t *testing.T) {
 		}
 		how := within(t, d.how, "the data route")
 		if b := within(t, d.bytes, "the bytes"); !bytes.Equal(b, data) {
-			t.Errorf("raw server %v: %d bytes on the data route, want %d", raw, len(b), len(data))
+			t.Errorf("%v, raw server %v: %d bytes on the data route, want %d", c.op, raw, len(b), len(data))
 		}
 		want := map[bool]string{true: "raw", false: "post"}[raw]
 		if how != want || files.openedTo.Load() != map[bool]int32{true: 1, false: 0}[raw] || files.opened.Load() != map[bool]int32{true: 0, false: 1}[raw] {
-			t.Errorf("raw server %v: bytes by %s, sent to a socket %d times, opened %d times; want %s", raw, how, files.openedTo.Load(), files.opened.Load(), want)
+			t.Errorf("%v, raw server %v: bytes by %s, sent to a socket %d times, opened %d times; want %s", c.op, raw, how, files.openedTo.Load(), files.opened.Load(), want)
 		}
 		if len(got) != 1 {
 			t.Errorf("raw server %v: %v, want one ready", raw, got)

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/agentic-sandbox/agentic-sandbox/internal/tarsafe"
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
@@ -101,16 +102,25 @@ func (l *Local) CreateFrom(ctx context.Context, path string, mode fs.FileMode, m
 // says nothing, so the server holds the last byte back until the agent's
 // clean end (agentrpc's files_raw_read.go).
 
-// toSocket sends the first size bytes of f on the socket on socketFD.
-func toSocket(f *os.File, size int64) error {
+// downloadSocket is the socket on socketFD.
+func downloadSocket() (net.Conn, error) {
 	s := os.NewFile(socketFD, "download")
 	if s == nil {
-		return errors.New("no download socket")
+		return nil, errors.New("no download socket")
 	}
 	sock, err := net.FileConn(s)
 	_ = s.Close() // FileConn holds a duplicate
 	if err != nil {
-		return fmt.Errorf("the download socket: %w", err)
+		return nil, fmt.Errorf("the download socket: %w", err)
+	}
+	return sock, nil
+}
+
+// toSocket sends the first size bytes of f on the socket on socketFD.
+func toSocket(f *os.File, size int64) error {
+	sock, err := downloadSocket()
+	if err != nil {
+		return err
 	}
 	defer func() { _ = sock.Close() }()
 	sc, ok := sock.(syscall.Conn)
@@ -161,4 +171,34 @@ func sendFile(sock syscall.Conn, f *os.File, n int64) (int64, error) {
 		}
 	}
 	return sent, serr
+}
+
+// An archive sent straight to a socket, the same way (after
+// read-archive's arguments socketArg): the tar is written on it in large
+// writes, with neither the agent nor the HTTP/2 stream's framing on the
+// way. The socket's end says nothing: only the helper's clean end (after
+// the tar's own end) makes the archive whole, so one that fails midway
+// is cut short, never ended as complete.
+
+// archiveWrite is the most the helper writes to the socket at once.
+const archiveWrite = 256 << 10
+
+// archiveToSocket writes dir as tar on the socket on socketFD.
+func archiveToSocket(dir string) error {
+	sock, err := downloadSocket()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = sock.Close() }()
+	bw := bufio.NewWriterSize(sock, archiveWrite)
+	if err := tarsafe.Create(bw, dir); err != nil {
+		return err
+	}
+	return bw.Flush()
+}
+
+// OpenArchiveTo is OpenArchive for an archive the helper writes to sock
+// itself (see above), as OpenTo is Open's.
+func (l *Local) OpenArchiveTo(ctx context.Context, dir string, sock *os.File) (ports.FileReader, error) {
+	return l.openWith(ctx, []*os.File{sock}, "read-archive", dir, socketArg)
 }

@@ -157,6 +157,9 @@ func serve(args []string, stdin io.Reader, stdout io.Writer, ready func(size int
 			return err
 		}
 		ready(-1)
+		if len(args) > 2 && args[2] == socketArg {
+			return archiveToSocket(path)
+		}
 		return tarsafe.Create(stdout, path)
 	case "write-archive":
 		signal.Ignore(syscall.SIGTERM)

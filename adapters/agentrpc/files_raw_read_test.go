@@ -46,9 +46,15 @@ func tcpPair(t *testing.T) (*net.TCPConn, *net.TCPConn) {
 // It returns the reader, the agent's raw connection and Transfer stream.
 func startRawRead(t *testing.T, h *harness, a *fakeAgent, size int64) (ports.FileReader, net.Conn, transferClient) {
 	t.Helper()
+	return startRaw(t, h, a, size, h.svc.ReadFile)
+}
+
+// startRaw is startRawRead of read's: ReadFile's or ReadArchive's.
+func startRaw(t *testing.T, h *harness, a *fakeAgent, size int64, read func(context.Context, string, string) (ports.FileReader, error)) (ports.FileReader, net.Conn, transferClient) {
+	t.Helper()
 	got := make(chan readResult, 1)
 	go func() {
-		r, err := h.svc.ReadFile(context.Background(), "agent-a", "/f")
+		r, err := read(context.Background(), "agent-a", "/f")
 		got <- readResult{r, err}
 	}()
 	req := a.fileRequest()
@@ -202,6 +208,42 @@ func TestARawReadReadsAsADataStream(t *testing.T) {
 	b, err := io.ReadAll(r)
 	if err != nil || string(b) != "hello" {
 		t.Fatalf("%q %v", b, err)
+	}
+}
+
+// An archive on a raw connection (its size not known): all of its bytes,
+// then the agent's end, which alone makes it whole: an error there, or a
+// connection cut short of the agent's clean end, is an error after the
+// bytes, never an end of file.
+func TestARawArchiveEndsAsTheAgentSays(t *testing.T) {
+	h := newHarness(t)
+	a := h.connectDataPlaneAgent("agent-a")
+	data := bytes.Repeat([]byte("tar "), 300<<10)
+	for _, c := range []struct {
+		name  string
+		end   *sandboxv1.TransferRequest
+		clean bool
+	}{
+		{"a clean end", end(0, ""), true},
+		{"an error at the end", end(sandboxv1.FileError_FILE_ERROR_FAILED, "write too long"), false},
+	} {
+		r, conn, s := startRaw(t, h, a, -1, h.svc.ReadArchive)
+		if sp, ok := r.(rawSplicer); ok && sp.Spliceable() {
+			t.Errorf("%s: an archive of no known size is spliceable", c.name)
+		}
+		go func() {
+			_, _ = conn.Write(data)
+			_ = conn.Close()
+			_ = s.Send(c.end)
+		}()
+		b, err := io.ReadAll(r)
+		if c.clean && (err != nil || !bytes.Equal(b, data)) {
+			t.Errorf("%s: %d bytes, %v; want %d and the end", c.name, len(b), err, len(data))
+		}
+		if !c.clean && err == nil {
+			t.Errorf("%s: %d bytes and a clean end", c.name, len(b))
+		}
+		_ = r.Close()
 	}
 }
 
