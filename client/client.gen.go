@@ -2527,7 +2527,7 @@ type ClientInterface interface {
 
 	// WakeEnvironment Run a hibernated environment again; answers once its agent is back.
 	//
-	// Restores the environment from its saved state and waits until its agent has connected again (state `ready`), bounded by the wake timeout (AGENTIC_WAKE_TIMEOUT, default 2m). Concurrent wakes, and work aimed at it meanwhile (exec, sessions, files, previews, task steps, which wake it by themselves), wait for the same one wake. An environment that is not hibernated is answered as it is. A wake that fails (saved state missing or corrupt, image gone, agent not back in time) leaves the environment `failed` with the reason in `error`, and is 503 wake_failed.
+	// Restores the environment from its saved state and waits until its agent has connected again (state `ready`), bounded by the wake timeout (AGENTIC_WAKE_TIMEOUT, default 2m). Concurrent wakes, and work aimed at it meanwhile (exec, sessions, files, previews, task steps, which wake it by themselves), wait for the same one wake. An environment that is not hibernated is answered as it is. A wake that fails is 503 wake_failed: with its saved state lost (missing, corrupt or refused by the restore, image gone) or its agent not back in time, the environment is left `failed` with the reason in `error`; a failure on the host's side with the saved state intact (libvirtd or QEMU not starting, the engine or criu failing) leaves it `hibernated` with the reason in `error`, and the next wake tries again.
 	//
 	// Corresponds with POST /api/v1/environments/{name}/wake (the `WakeEnvironment` operationId).
 	WakeEnvironment(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3922,7 +3922,7 @@ func (c *Client) StopEnvironment(ctx context.Context, name EnvironmentName, reqE
 
 // WakeEnvironment Run a hibernated environment again; answers once its agent is back.
 //
-// Restores the environment from its saved state and waits until its agent has connected again (state `ready`), bounded by the wake timeout (AGENTIC_WAKE_TIMEOUT, default 2m). Concurrent wakes, and work aimed at it meanwhile (exec, sessions, files, previews, task steps, which wake it by themselves), wait for the same one wake. An environment that is not hibernated is answered as it is. A wake that fails (saved state missing or corrupt, image gone, agent not back in time) leaves the environment `failed` with the reason in `error`, and is 503 wake_failed.
+// Restores the environment from its saved state and waits until its agent has connected again (state `ready`), bounded by the wake timeout (AGENTIC_WAKE_TIMEOUT, default 2m). Concurrent wakes, and work aimed at it meanwhile (exec, sessions, files, previews, task steps, which wake it by themselves), wait for the same one wake. An environment that is not hibernated is answered as it is. A wake that fails is 503 wake_failed: with its saved state lost (missing, corrupt or refused by the restore, image gone) or its agent not back in time, the environment is left `failed` with the reason in `error`; a failure on the host's side with the saved state intact (libvirtd or QEMU not starting, the engine or criu failing) leaves it `hibernated` with the reason in `error`, and the next wake tries again.
 //
 // Corresponds with POST /api/v1/environments/{name}/wake (the `WakeEnvironment` operationId).
 func (c *Client) WakeEnvironment(ctx context.Context, name EnvironmentName, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -8411,7 +8411,7 @@ type ClientWithResponsesInterface interface {
 
 	// WakeEnvironmentWithResponse Run a hibernated environment again; answers once its agent is back.
 	//
-	// Restores the environment from its saved state and waits until its agent has connected again (state `ready`), bounded by the wake timeout (AGENTIC_WAKE_TIMEOUT, default 2m). Concurrent wakes, and work aimed at it meanwhile (exec, sessions, files, previews, task steps, which wake it by themselves), wait for the same one wake. An environment that is not hibernated is answered as it is. A wake that fails (saved state missing or corrupt, image gone, agent not back in time) leaves the environment `failed` with the reason in `error`, and is 503 wake_failed.
+	// Restores the environment from its saved state and waits until its agent has connected again (state `ready`), bounded by the wake timeout (AGENTIC_WAKE_TIMEOUT, default 2m). Concurrent wakes, and work aimed at it meanwhile (exec, sessions, files, previews, task steps, which wake it by themselves), wait for the same one wake. An environment that is not hibernated is answered as it is. A wake that fails is 503 wake_failed: with its saved state lost (missing, corrupt or refused by the restore, image gone) or its agent not back in time, the environment is left `failed` with the reason in `error`; a failure on the host's side with the saved state intact (libvirtd or QEMU not starting, the engine or criu failing) leaves it `hibernated` with the reason in `error`, and the next wake tries again.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -14844,7 +14844,7 @@ func (c *ClientWithResponses) StopEnvironmentWithResponse(ctx context.Context, n
 
 // WakeEnvironmentWithResponse Run a hibernated environment again; answers once its agent is back.
 //
-// Restores the environment from its saved state and waits until its agent has connected again (state `ready`), bounded by the wake timeout (AGENTIC_WAKE_TIMEOUT, default 2m). Concurrent wakes, and work aimed at it meanwhile (exec, sessions, files, previews, task steps, which wake it by themselves), wait for the same one wake. An environment that is not hibernated is answered as it is. A wake that fails (saved state missing or corrupt, image gone, agent not back in time) leaves the environment `failed` with the reason in `error`, and is 503 wake_failed.
+// Restores the environment from its saved state and waits until its agent has connected again (state `ready`), bounded by the wake timeout (AGENTIC_WAKE_TIMEOUT, default 2m). Concurrent wakes, and work aimed at it meanwhile (exec, sessions, files, previews, task steps, which wake it by themselves), wait for the same one wake. An environment that is not hibernated is answered as it is. A wake that fails is 503 wake_failed: with its saved state lost (missing, corrupt or refused by the restore, image gone) or its agent not back in time, the environment is left `failed` with the reason in `error`; a failure on the host's side with the saved state intact (libvirtd or QEMU not starting, the engine or criu failing) leaves it `hibernated` with the reason in `error`, and the next wake tries again.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -863,7 +863,7 @@ export interface paths {
         put?: never;
         /**
          * Run a hibernated environment again; answers once its agent is back.
-         * @description Restores the environment from its saved state and waits until its agent has connected again (state `ready`), bounded by the wake timeout (AGENTIC_WAKE_TIMEOUT, default 2m). Concurrent wakes, and work aimed at it meanwhile (exec, sessions, files, previews, task steps, which wake it by themselves), wait for the same one wake. An environment that is not hibernated is answered as it is. A wake that fails (saved state missing or corrupt, image gone, agent not back in time) leaves the environment `failed` with the reason in `error`, and is 503 wake_failed.
+         * @description Restores the environment from its saved state and waits until its agent has connected again (state `ready`), bounded by the wake timeout (AGENTIC_WAKE_TIMEOUT, default 2m). Concurrent wakes, and work aimed at it meanwhile (exec, sessions, files, previews, task steps, which wake it by themselves), wait for the same one wake. An environment that is not hibernated is answered as it is. A wake that fails is 503 wake_failed: with its saved state lost (missing, corrupt or refused by the restore, image gone) or its agent not back in time, the environment is left `failed` with the reason in `error`; a failure on the host's side with the saved state intact (libvirtd or QEMU not starting, the engine or criu failing) leaves it `hibernated` with the reason in `error`, and the next wake tries again.
          */
         post: operations["wakeEnvironment"];
         delete?: never;
