@@ -211,6 +211,35 @@ func TestARawReadReadsAsADataStream(t *testing.T) {
 	}
 }
 
+// An agent's error stops a splice at once, also while it waits on a
+// client that reads nothing: the idle bound is not waited out.
+func TestAnAgentErrorStopsASpliceWaitingOnTheClient(t *testing.T) {
+	h := newHarness(t)
+	a := h.connectDataPlaneAgent("agent-a")
+	const size = 32 << 20 // more than the sockets hold
+	r, conn, s := startRawRead(t, h, a, size)
+	dst, client := tcpPair(t)
+	_ = dst.SetWriteBuffer(16 << 10)
+	_ = client.SetReadBuffer(16 << 10)
+	spliced := make(chan error, 1)
+	go func() {
+		_, err := r.(rawSplicer).SpliceTo(dst, time.Hour)
+		spliced <- err
+		_ = dst.Close()
+	}()
+	wrote := make(chan struct{})
+	go func() {
+		_, _ = conn.Write(make([]byte, 4<<20))
+		close(wrote)
+	}()
+	testkit.Receive(t, waitTimeout, wrote, "the agent's first bytes taken")
+	sendT(t, s, end(sandboxv1.FileError_FILE_ERROR_FAILED, "the file changed while it was read"))
+	if err := testkit.Receive(t, waitTimeout, spliced, "the splice's end"); err == nil {
+		t.Fatal("the splice ended well")
+	}
+	_ = conn.Close()
+}
+
 // An archive on a raw connection (its size not known): all of its bytes,
 // then the agent's end, which alone makes it whole: an error there, or a
 // connection cut short of the agent's clean end, is an error after the
