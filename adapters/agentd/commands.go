@@ -248,7 +248,7 @@ func (a *Agent) run(r *running, spec ports.CommandSpec, found *foundSession) {
 		proc.Kill()
 	}
 	hoptrace.Mark("agent.proc_started")
-	if pid := proc.Pid(); pid > 0 && os.Getenv("XX_NOSTARTED") == "" {
+	if pid := proc.Pid(); pid > 0 {
 		procSpan.SetAttr("process.pid", strconv.Itoa(pid))
 		a.out.pushNow(&sandboxv1.ConnectRequest{Payload: &sandboxv1.ConnectRequest_CommandStarted{CommandStarted: &sandboxv1.CommandStarted{
 			CommandId: id, Pid: int32(pid), StartedAt: timestamppb.Now(), //nolint:gosec // Linux pids fit in int32
