@@ -50,19 +50,36 @@ func (NoUse) Use(context.Context, string, string) (func(), error) { return func(
 func (NoUse) Touch(string, string) {}
 
 // Activity is when an environment was last used and for what (a Use*
-// kind): its record's last_activity_at and last_activity_kind.
+// kind): its record's last_activity_at and last_activity_kind (At zero:
+// never used). Sleep is what its record says of its sleep, which its
+// runtime does not keep.
 type Activity struct {
-	At   time.Time `json:"at"`
-	Kind string    `json:"kind"`
+	At    time.Time `json:"at"`
+	Kind  string    `json:"kind"`
+	Sleep Sleep     `json:"sleep,omitzero"`
+}
+
+// Sleep is what the record of a hibernated environment says of its sleep
+// beyond what its runtime reports: why it went to sleep (sleep_reason),
+// and the error of its last wake when that failed (its record's error);
+// WakeLost when that wake found the saved state lost (the environment
+// failed, whatever its runtime still keeps). Zero for one awake.
+type Sleep struct {
+	Reason    string `json:"reason,omitempty"`
+	WakeError string `json:"wake_error,omitempty"`
+	WakeLost  bool   `json:"wake_lost,omitempty"`
 }
 
 // ActivityStore keeps the environments' last activity, by environment
 // name, so that a restarted server still knows when each was last used
-// (and its idle policy counts from then, not from the restart). Writers
-// batch: it is written every few seconds at most, never per use.
+// (and its idle policy counts from then, not from the restart), and what
+// their records say of their sleep. Writers batch the uses: it is written
+// every few seconds at most, never per use; a change of sleep (a
+// hibernation, a wake or its failure) is written at once.
 type ActivityStore interface {
 	Activities(ctx context.Context) (map[string]Activity, error)
-	// PutActivities sets the activity of each environment named.
+	// PutActivities sets the activity of each environment named (its
+	// whole entry: its Sleep too).
 	PutActivities(ctx context.Context, acts map[string]Activity) error
 	// DeleteActivity forgets an environment's; one never stored is no error.
 	DeleteActivity(ctx context.Context, name string) error

@@ -15,9 +15,11 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/ports"
 )
 
-// ActivityStore keeps the environments' last activity in one small file,
-// <dir>/activity.json, rewritten atomically on each batch the environment
-// use case writes (every few seconds at most): one entry per environment.
+// ActivityStore keeps the environments' last activity, and what their
+// records say of their sleep, in one small file, <dir>/activity.json,
+// rewritten atomically on each batch the environment use case writes
+// (every few seconds at most, and at a hibernation or a wake): one entry
+// per environment.
 type ActivityStore struct {
 	path string
 	mu   sync.Mutex

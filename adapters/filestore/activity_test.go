@@ -51,3 +51,43 @@ func TestActivityStoreOutlivesARestart(t *testing.T) {
 		t.Fatalf("after a put over a damaged file: %+v, %v", got, err)
 	}
 }
+
+// What a hibernated environment's record says of its sleep is kept with
+// its activity, also for one never used (no time), and read back after a
+// reopen; a put of its whole entry without it clears it. A file written
+// before sleeps were kept reads as entries without one.
+func TestActivityStoreKeepsTheSleep(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := NewActivityStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 12, 6, 5, 0, 0, 0, time.UTC)
+	failed := ports.Sleep{Reason: "idle for 30m0s", WakeError: "wake: libvirt restore: internal error"}
+	lost := ports.Sleep{Reason: "requested", WakeError: "wake: saved state lost", WakeLost: true}
+	if err := s.PutActivities(ctx, map[string]ports.Activity{"a": {At: at, Kind: ports.UseWake, Sleep: failed}, "b": {Sleep: lost}, "c": {At: at, Kind: ports.UseExec}}); err != nil {
+		t.Fatal(err)
+	}
+	again, _ := NewActivityStore(dir)
+	got, err := again.Activities(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got["a"].Sleep != failed || !got["a"].At.Equal(at) || got["b"].Sleep != lost || !got["b"].At.IsZero() || got["c"].Sleep != (ports.Sleep{}) {
+		t.Fatalf("after a reopen: %+v", got)
+	}
+	if err := again.PutActivities(ctx, map[string]ports.Activity{"a": {At: at.Add(time.Second), Kind: ports.UseWake}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := again.Activities(ctx); got["a"].Sleep != (ports.Sleep{}) || got["b"].Sleep != lost {
+		t.Fatalf("after a wake's put: %+v", got)
+	}
+	old := `{"x":{"at":"2026-12-05T22:00:00Z","kind":"exec"}}`
+	if err := os.WriteFile(filepath.Join(dir, "activity.json"), []byte(old), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := again.Activities(ctx); err != nil || got["x"].Kind != ports.UseExec || got["x"].Sleep != (ports.Sleep{}) {
+		t.Fatalf("a file from before: %+v, %v", got, err)
+	}
+}

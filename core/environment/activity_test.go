@@ -2,7 +2,10 @@ package environment
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"maps"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -118,5 +121,82 @@ func TestTheIdleClockCountsFromTheStoredActivityAfterARestart(t *testing.T) {
 	}
 	if act, _ := store.get("box"); !act.At.IsZero() {
 		t.Fatalf("a deleted environment's activity is still stored: %+v", act)
+	}
+}
+
+// What the record of a hibernated environment says of its sleep outlives a
+// restart of the server, though its runtime keeps none of it: why it went
+// to sleep, and the error of a wake that failed on the host's side (still
+// hibernated, the next wake tries again) or that found its saved state
+// lost (failed). A successful wake clears it, in the store too.
+func TestAWakesFailureOutlivesARestart(t *testing.T) {
+	ctx := context.Background()
+	store := &memActivity{}
+	f, rt := sleepy(t, "box", ports.IdlePolicy{})
+	f.svc.cfg.Activity = store
+	restart := func(prev *Service) *Service {
+		t.Helper()
+		prev.Close()
+		f.agents.SetStatus("box", ports.AgentDisconnected)
+		s := New(Config{Runtimes: map[string]ports.Runtime{"sleeper": rt}, Agents: f.agents, Credentials: f.creds, Clock: prev.cfg.Clock,
+			Bootstrap: prev.cfg.Bootstrap, ReadyTimeout: time.Minute, Activity: store})
+		t.Cleanup(s.Close)
+		s.Recover(ctx)
+		return s
+	}
+	if _, err := f.svc.Hibernate(ctx, "box"); err != nil {
+		t.Fatal(err)
+	}
+	if act, _ := store.get("box"); act.Sleep != (ports.Sleep{Reason: Requested}) {
+		t.Fatalf("stored after the hibernation: %+v", act)
+	}
+	rt.mu.Lock()
+	rt.wakeErr = errors.New("libvirt restore: internal error: process exited while connecting to monitor")
+	rt.mu.Unlock()
+	if _, err := f.svc.Wake(ctx, "box"); !errors.Is(err, ports.ErrWakeFailed) {
+		t.Fatalf("wake: %v", err)
+	}
+	before, _ := f.svc.Get("box")
+	if before.State != StateHibernated || !strings.Contains(before.Error, "connecting to monitor") {
+		t.Fatalf("after the failed wake: %+v", before)
+	}
+
+	s := restart(f.svc)
+	e := waitState(t, s, "box", StateHibernated)
+	if e.Error != before.Error || e.SleepReason != Requested || e.SavedBytes != 4096 {
+		t.Fatalf("after a restart: error %q, sleep reason %q, %d bytes; want %q, %q, 4096", e.Error, e.SleepReason, e.SavedBytes, before.Error, Requested)
+	}
+
+	// The next wake works: the error is gone, from the store too.
+	rt.mu.Lock()
+	rt.wakeErr = nil
+	rt.mu.Unlock()
+	if _, err := s.Wake(ctx, "box"); err != nil {
+		t.Fatal(err)
+	}
+	if act, _ := store.get("box"); act.Sleep != (ports.Sleep{}) || act.Kind != ports.UseWake {
+		t.Fatalf("stored after the wake: %+v", act)
+	}
+	s = restart(s)
+	f.agents.Add(ports.AgentInfo{ID: "box", Status: ports.AgentReady, ConnectedAt: time.Now()})
+	if e := waitState(t, s, "box", StateReady); e.Error != "" || e.SleepReason != "" {
+		t.Fatalf("after a restart of a woken one: %+v", e)
+	}
+
+	// A wake that finds the saved state lost leaves it failed, and a
+	// restart does not make it hibernated again (its runtime still says so).
+	if _, err := s.Hibernate(ctx, "box"); err != nil {
+		t.Fatal(err)
+	}
+	rt.mu.Lock()
+	rt.wakeErr = fmt.Errorf("%w: the checkpoint's files are gone", ports.ErrSavedStateLost)
+	rt.mu.Unlock()
+	if _, err := s.Wake(ctx, "box"); !errors.Is(err, ports.ErrWakeFailed) {
+		t.Fatalf("wake: %v", err)
+	}
+	before, _ = s.Get("box")
+	s = restart(s)
+	if e := waitState(t, s, "box", StateFailed); e.Error != before.Error || !strings.Contains(e.Error, "files are gone") {
+		t.Fatalf("after a restart of one whose wake found its state lost: %+v; before %+v", e, before)
 	}
 }

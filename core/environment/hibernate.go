@@ -53,6 +53,11 @@ type activity struct {
 	holds atomic.Int32
 	// saved is the last written to the activity store (unix nanoseconds).
 	saved atomic.Int64
+	// sleep is what its record says of its sleep (nil: nothing), kept
+	// with its activity; sleepDirty: not written yet. Both change under
+	// Service.saveMu, so that a batch never marks a newer one written.
+	sleep      atomic.Pointer[ports.Sleep]
+	sleepDirty atomic.Bool
 }
 
 // useKinds holds one pointer per known kind, so that a touch (once per
@@ -76,8 +81,24 @@ func (a *activity) touch(at time.Time, kind string) {
 
 // restore sets what a store kept, as saved already.
 func (a *activity) restore(act ports.Activity) {
-	a.touch(act.At, act.Kind)
-	a.saved.Store(act.At.UnixNano())
+	if !act.At.IsZero() { // an entry kept only for its sleep
+		a.touch(act.At, act.Kind)
+		a.saved.Store(act.At.UnixNano())
+	}
+	if act.Sleep != (ports.Sleep{}) {
+		sl := act.Sleep
+		a.sleep.Store(&sl)
+	}
+}
+
+// stored is its entry in the activity store.
+func (a *activity) stored() ports.Activity {
+	at, kind := a.lastUse()
+	act := ports.Activity{At: at, Kind: kind}
+	if sl := a.sleep.Load(); sl != nil {
+		act.Sleep = *sl
+	}
+	return act
 }
 
 func (a *activity) lastUse() (time.Time, string) {
@@ -250,6 +271,11 @@ func (s *Service) hibernate(ctx context.Context, name, reason string) (Environme
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.WakeTimeout)
 	h, err := s.hibernateQuiet(hctx, rt, name, f.runtimeName)
 	cancel()
+	if err == nil {
+		// Written before the transition ends, so that a wake that follows
+		// never has its own note overwritten by this one.
+		s.noteSleep(name, ports.Sleep{Reason: reason})
+	}
 	now := s.cfg.Clock.Now()
 	s.mu.Lock()
 	rec.transition = nil
@@ -377,6 +403,16 @@ func (s *Service) runWake(rec *record, name string, start time.Time, done chan s
 	ctx, cancel := context.WithTimeout(s.life, s.cfg.WakeTimeout)
 	defer cancel()
 	stillAsleep, err := s.wakeRuntime(ctx, rec, name)
+	// What its record says of its sleep is written before the callers
+	// learn the outcome: a restart then shows a failed wake's error too.
+	if err != nil {
+		s.mu.Lock()
+		reason := rec.env.SleepReason
+		s.mu.Unlock()
+		s.noteSleep(name, ports.Sleep{Reason: reason, WakeError: "wake: " + err.Error(), WakeLost: !stillAsleep})
+	} else {
+		s.noteSleep(name, ports.Sleep{})
+	}
 	now := s.cfg.Clock.Now()
 	s.mu.Lock()
 	rec.transition = nil
@@ -642,6 +678,51 @@ func (s *Service) loadActivity(ctx context.Context) {
 	s.mu.Unlock()
 }
 
+// noteSleep sets what name's record says of its sleep, which its runtime
+// does not keep, and writes it at once (with the activity that changed
+// meanwhile) when it changed.
+func (s *Service) noteSleep(name string, sl ports.Sleep) {
+	a := s.activityOf(name)
+	if a == nil {
+		return
+	}
+	s.saveMu.Lock()
+	old := ports.Sleep{}
+	if p := a.sleep.Load(); p != nil {
+		old = *p
+	}
+	changed := old != sl
+	if changed {
+		if sl == (ports.Sleep{}) {
+			a.sleep.Store(nil)
+		} else {
+			a.sleep.Store(&sl)
+		}
+		a.sleepDirty.Store(true)
+	}
+	s.saveMu.Unlock()
+	if changed {
+		s.saveActivity()
+	}
+}
+
+// recoverSleep gives an environment found hibernated after a restart what
+// its record said of its sleep before: why it went to sleep, and the
+// error of its last wake if that failed; one whose saved state that wake
+// found lost is failed again (as Next keeps it before a restart).
+func recoverSleep(env *Environment, sl ports.Sleep) {
+	if env.State != StateHibernated {
+		return
+	}
+	env.SleepReason = sl.Reason
+	if sl.WakeError != "" {
+		env.Error = sl.WakeError
+		if sl.WakeLost {
+			env.State = StateFailed
+		}
+	}
+}
+
 // keepActivity writes the activity that changed every ActivitySaveEvery
 // until the service closes (Close writes the last).
 func (s *Service) keepActivity() {
@@ -651,8 +732,8 @@ func (s *Service) keepActivity() {
 	}
 }
 
-// saveActivity writes, in one batch, the last activity of every
-// environment used since its last write.
+// saveActivity writes, in one batch, the whole entry of every
+// environment used, or whose sleep changed, since its last write.
 func (s *Service) saveActivity() {
 	if s.cfg.Activity == nil {
 		return
@@ -663,10 +744,13 @@ func (s *Service) saveActivity() {
 	stamps := map[*activity]int64{}
 	s.acts.Range(func(k, v any) bool {
 		a := v.(*activity)
-		if n := a.last.Load(); n != 0 && n != a.saved.Load() {
-			at, kind := a.lastUse()
-			batch[k.(string)] = ports.Activity{At: at, Kind: kind}
-			stamps[a] = at.UnixNano()
+		if n := a.last.Load(); (n != 0 && n != a.saved.Load()) || a.sleepDirty.Load() {
+			act := a.stored()
+			batch[k.(string)] = act
+			stamps[a] = 0
+			if !act.At.IsZero() {
+				stamps[a] = act.At.UnixNano()
+			}
 		}
 		return true
 	})
@@ -679,6 +763,7 @@ func (s *Service) saveActivity() {
 	}
 	for a, n := range stamps {
 		a.saved.Store(n)
+		a.sleepDirty.Store(false)
 	}
 }
 

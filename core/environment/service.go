@@ -448,6 +448,7 @@ func (s *Service) recoverRuntime(ctx context.Context, name string, rt ports.Runt
 			a := &activity{}
 			a.restore(act)
 			s.acts.Store(rec.env.Name, a)
+			recoverSleep(&rec.env, act.Sleep)
 		}
 		delete(s.storedActs, rec.env.Name)
 		// A running one is ready again when its agent reconnects, as
