@@ -238,21 +238,9 @@ func (s *Service) hibernate(ctx context.Context, name, reason string) (Environme
 		s.mu.Unlock()
 		return Environment{}, fmt.Errorf("%w: %q is %s; only a running environment hibernates", ErrWrongState, name, state)
 	}
-	if max := s.cfg.HibernateMaxBytes; max > 0 {
-		var saved int64
-		for _, r := range s.envs {
-			saved += r.env.SavedBytes
-		}
-		// A memory save takes about the guest's memory; a filesystem one
-		// is known only once made.
-		estimate := int64(0)
-		if mode == ports.HibernateMemory {
-			estimate = int64(rec.env.Resources.MemoryMB) << 20
-		}
-		if saved >= max || saved+estimate > max {
-			s.mu.Unlock()
-			return Environment{}, fmt.Errorf("%w: %d bytes saved, %d more expected, limit %d (AGENTIC_HIBERNATE_MAX_BYTES): delete or wake a hibernated environment", ErrHibernateLimit, saved, estimate, max)
-		}
+	if err := s.overHibernateLimit(rec, mode); err != nil {
+		s.mu.Unlock()
+		return Environment{}, err
 	}
 	if rec.cancel != nil {
 		rec.cancel() // a wait for its agent: it is going away on purpose
@@ -269,7 +257,7 @@ func (s *Service) hibernate(ctx context.Context, name, reason string) (Environme
 
 	// The caller leaving must not leave the environment half saved.
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.WakeTimeout)
-	h, err := s.hibernateQuiet(hctx, rt, name, f.runtimeName)
+	h, err := s.hibernateQuiet(hctx, rt, name, f.runtimeName, mode)
 	cancel()
 	if err == nil {
 		// Written before the transition ends, so that a wake that follows
@@ -316,22 +304,64 @@ func (s *Service) hibernate(ctx context.Context, name, reason string) (Environme
 // hold ends as soon as rt has saved it (or failed to): its processes are
 // stopped then, and after a wake its agent must be able to reconnect at
 // once.
-func (s *Service) hibernateQuiet(ctx context.Context, rt ports.Runtime, name, rtName string) (ports.Hibernation, error) {
+//
+// looked is the mode the limit was checked with before: a runtime asks
+// for the quiet link only for a save with the memory (only a save of the
+// processes must not hold a connection), so that call is when the limit is checked
+// again, with the memory's estimate, if the look saw another mode (the
+// mode changed since: Docker's checkpoint probe ended); the save is then
+// refused before it is made.
+func (s *Service) hibernateQuiet(ctx context.Context, rt ports.Runtime, name, rtName string, looked ports.HibernateMode) (ports.Hibernation, error) {
 	q, ok := rt.(ports.QuietLinkHibernator)
 	if !ok {
 		return rt.Hibernate(ctx, rtName)
 	}
-	var quiet ports.QuietLink
-	if lq := s.cfg.LinkQuiet; lq != nil {
-		quiet = func(ctx context.Context) (func(), error) {
-			release, err := lq.QuiesceLink(ctx, name)
-			if err != nil {
-				return nil, fmt.Errorf("ending the agent's link for the save: %w", err)
+	lq := s.cfg.LinkQuiet
+	quiet := func(ctx context.Context) (func(), error) {
+		if looked != ports.HibernateMemory {
+			s.mu.Lock()
+			var err error
+			if rec, ok := s.envs[name]; ok {
+				err = s.overHibernateLimit(rec, ports.HibernateMemory)
 			}
-			return release, nil
+			s.mu.Unlock()
+			if err != nil {
+				return nil, err
+			}
 		}
+		if lq == nil {
+			return func() {}, nil
+		}
+		release, err := lq.QuiesceLink(ctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("ending the agent's link for the save: %w", err)
+		}
+		return release, nil
 	}
 	return q.HibernateQuiet(ctx, rtName, quiet)
+}
+
+// overHibernateLimit is ErrHibernateLimit when saving rec by mode would
+// take the saved states past Config.HibernateMaxBytes (s.mu held).
+func (s *Service) overHibernateLimit(rec *record, mode ports.HibernateMode) error {
+	max := s.cfg.HibernateMaxBytes
+	if max <= 0 {
+		return nil
+	}
+	var saved int64
+	for _, r := range s.envs {
+		saved += r.env.SavedBytes
+	}
+	// A memory save takes about the guest's memory; a filesystem one
+	// is known only once made.
+	estimate := int64(0)
+	if mode == ports.HibernateMemory {
+		estimate = int64(rec.env.Resources.MemoryMB) << 20
+	}
+	if saved >= max || saved+estimate > max {
+		return fmt.Errorf("%w: %d bytes saved, %d more expected, limit %d (AGENTIC_HIBERNATE_MAX_BYTES): delete or wake a hibernated environment", ErrHibernateLimit, saved, estimate, max)
+	}
+	return nil
 }
 
 // wake wakes name if it sleeps (why: what asked) and waits for it; every

@@ -179,3 +179,57 @@ func TestTheModeChangingJustBeforeTheSaveDoesNotFailTheHibernation(t *testing.T)
 		t.Fatalf("the save with the memory: held %v, still held %v", rt.heldSave, q.held("q2"))
 	}
 }
+
+// probingSleeper is the quietSleeper whose capabilities say the mode it
+// would save by now, and whose probe ends (the memory becomes its mode)
+// just as a hibernation begins: after the use case's look at it.
+type probingSleeper struct{ *quietSleeper }
+
+func (r *probingSleeper) Capabilities() ports.RuntimeCapabilities {
+	c := r.quietSleeper.Capabilities()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.quiet {
+		c.Hibernate = ports.HibernateFilesystem
+	}
+	return c
+}
+
+func (r *probingSleeper) HibernateQuiet(ctx context.Context, n string, quiet ports.QuietLink) (ports.Hibernation, error) {
+	r.mu.Lock()
+	r.quiet = true
+	r.mu.Unlock()
+	return r.quietSleeper.HibernateQuiet(ctx, n, quiet)
+}
+
+// AGENTIC_HIBERNATE_MAX_BYTES holds when the runtime's mode changes
+// between the use case's look (filesystem: nothing expected) and the save
+// (with the memory): the save with the memory is refused before it is
+// made, as it would have been had the look seen it.
+func TestTheHibernateLimitCountsTheModeTheRuntimeSavesBy(t *testing.T) {
+	f, base := sleepy(t, "q3", ports.IdlePolicy{}) // 64 MiB of memory
+	q := &fakeQuiescer{holds: map[string]int{}}
+	rt := &probingSleeper{&quietSleeper{sleeper: base, link: q}}
+	f.svc.cfg.Runtimes["sleeper"] = rt
+	f.svc.cfg.LinkQuiet = q
+	f.svc.cfg.HibernateMaxBytes = 32 << 20
+	ctx := context.Background()
+
+	if e, err := f.svc.Hibernate(ctx, "q3"); !errors.Is(err, ErrHibernateLimit) {
+		t.Fatalf("a save with 64 MiB of memory under a 32 MiB limit: %+v, %v", e, err)
+	}
+	if len(rt.heldSave) != 0 || q.calls != 0 {
+		t.Fatalf("the save was made (%v) or the link held (%d)", rt.heldSave, q.calls)
+	}
+	if e, _ := f.svc.Get("q3"); e.State != StateReady || e.SavedBytes != 0 {
+		t.Fatalf("after the refusal: %+v", e)
+	}
+	// Under a limit it fits in, the same save is made, the link held.
+	f.svc.cfg.HibernateMaxBytes = 128 << 20
+	if _, err := f.svc.Hibernate(ctx, "q3"); err != nil {
+		t.Fatal(err)
+	}
+	if len(rt.heldSave) != 1 || !rt.heldSave[0] || q.held("q3") {
+		t.Fatalf("the save: held %v, still held %v", rt.heldSave, q.held("q3"))
+	}
+}
