@@ -106,8 +106,10 @@ func qemuOf(t *testing.T, name string) bool {
 // A VM hibernates with its memory and wakes where it was: a background
 // session writing a counter every 100 ms and a small HTTP server inside
 // go on after a restart of agentic-mgmt and a wake by an exec; the session's
-// log has no gap and no duplicate, and the agent comes back as itself. Its
-// saved state corrupted, a wake leaves it failed with the reason.
+// log has no gap and no duplicate, and the agent comes back as itself. A
+// wake the host fails leaves it hibernated with the reason, also after a
+// restart. Its saved state corrupted, a wake leaves it failed with the
+// reason.
 func TestAVMHibernatesWithItsMemoryAndWakesWhereItWas(t *testing.T) {
 	name := fmt.Sprintf("sleepy-%d", time.Now().UnixNano()%100000)
 	// Last, whatever failed: no domain left on the machine's libvirtd
@@ -248,6 +250,14 @@ func TestAVMHibernatesWithItsMemoryAndWakesWhereItWas(t *testing.T) {
 	}
 	if st := domainState(t, name); st != "shut off" {
 		t.Fatalf("after a wake the host failed the domain is %q, want shut off", st)
+	}
+	// agentic-mgmt killed (nothing written at its exit) and started again:
+	// the record still says why the last wake failed, and why it sleeps.
+	s.Kill()
+	s = restart(t, s)
+	t.Cleanup(func() { ctl(t, s.RESTURL, s.Token, "env", "rm", name) })
+	if again := waitEnv(t, s, name, "hibernated"); again.Error != e.Error || again.SleepReason != "requested" || again.SavedBytes <= 0 {
+		t.Fatalf("after a restart the failed wake's record says %q (asleep: %q, %d bytes), want %q", again.Error, again.SleepReason, again.SavedBytes, e.Error)
 	}
 	if err := os.RemoveAll(sock); err != nil {
 		t.Fatal(err)
