@@ -28,6 +28,11 @@ type QuietLink func(ctx context.Context) (release func(), err error)
 // only if that mode needs it, and releases the hold before it returns,
 // saved or not (before any Wake: the woken agent must reconnect at once).
 // Asking first and saving after would let the mode change in between.
+// Only a save with the memory needs the link quiet, so a call of quiet
+// says this hibernation saves the memory: the use case checks
+// AGENTIC_HIBERNATE_MAX_BYTES again there, with the memory's size, and an
+// error from quiet (the use case's limit refusal) must end the
+// hibernation unsaved and be returned wrapped.
 type QuietLinkHibernator interface {
 	HibernateQuiet(ctx context.Context, name string, quiet QuietLink) (Hibernation, error)
 }
