@@ -310,6 +310,10 @@ func startLibvirtServer(t *testing.T, env ...string) *harness.Server {
 	testreq.File(t, filepath.Join(imageDir, "initrd.img"), "the tiny VM image", "run make vm-image")
 	testreq.File(t, "/var/run/libvirt/libvirt-sock", "libvirtd", "run make test-env")
 	dataDir := t.TempDir()
+	// Last, after the server is killed: no domain of this server left on
+	// the machine's libvirtd, which outlives it (a pool's members are
+	// destroyed in the background after `pool rm` answers).
+	t.Cleanup(func() { undefineLeft(t, dataDir) })
 	// QEMU runs as libvirt-qemu and must reach the data dir's vms/.
 	for d := filepath.Dir(dataDir); d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
 		if err := os.Chmod(d, 0o711); err != nil {
@@ -375,5 +379,31 @@ func TestEnvironmentsInLibvirt(t *testing.T) {
 	out, err := exec.Command("virsh", "-c", "qemu:///system", "list", "--all", "--name").CombinedOutput()
 	if err != nil || strings.Contains(string(out), name) {
 		t.Fatalf("domain left after rm: %v %s", err, out)
+	}
+}
+
+// undefineLeft powers off and undefines every domain on the machine's
+// libvirtd whose environment kept its state under dataDir (a server's data
+// directory), saying so: what a killed or failed server left behind.
+func undefineLeft(t *testing.T, dataDir string) {
+	virsh := func(args ...string) ([]byte, error) {
+		return exec.Command("virsh", append([]string{"-c", "qemu:///system"}, args...)...).CombinedOutput()
+	}
+	names, err := virsh("list", "--all", "--name")
+	if err != nil {
+		t.Logf("listing domains: %v %s", err, names)
+		return
+	}
+	for _, dom := range strings.Fields(string(names)) {
+		if !strings.HasPrefix(dom, "agentic-") {
+			continue
+		}
+		xml, err := virsh("dumpxml", dom)
+		if err != nil || !strings.Contains(string(xml), dataDir+"/") {
+			continue
+		}
+		_, _ = virsh("destroy", dom)
+		out, err := virsh("undefine", "--managed-save", dom)
+		t.Logf("domain %s was left; undefined: %v %s", dom, err, out)
 	}
 }

@@ -112,9 +112,6 @@ func qemuOf(t *testing.T, name string) bool {
 // reason.
 func TestAVMHibernatesWithItsMemoryAndWakesWhereItWas(t *testing.T) {
 	name := fmt.Sprintf("sleepy-%d", time.Now().UnixNano()%100000)
-	// Last, whatever failed: no domain left on the machine's libvirtd
-	// (which outlives the test's servers).
-	t.Cleanup(func() { undefineLeft(t, name) })
 	s := startLibvirtServer(t)
 	t.Cleanup(func() { ctl(t, s.RESTURL, s.Token, "env", "rm", name) })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -345,18 +342,6 @@ func wakesSinceHibernated(e envJSON) int {
 		}
 	}
 	return n
-}
-
-// undefineLeft powers off and undefines environment name's domain if a
-// failed run left it on the machine's libvirtd, saying so.
-func undefineLeft(t *testing.T, name string) {
-	dom := "agentic-" + name
-	if exec.Command("virsh", "-c", "qemu:///system", "domstate", dom).Run() != nil {
-		return
-	}
-	_ = exec.Command("virsh", "-c", "qemu:///system", "destroy", dom).Run()
-	out, err := exec.Command("virsh", "-c", "qemu:///system", "undefine", dom).CombinedOutput()
-	t.Logf("domain %s was left; undefined: %v %s", dom, err, out)
 }
 
 // refusedStream garbles the magic of the QEMU stream in the saved state
