@@ -24,12 +24,20 @@ type rawSplicer interface {
 // tcpPair is a connected pair of TCP connections on 127.0.0.1.
 func tcpPair(t *testing.T) (*net.TCPConn, *net.TCPConn) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	s, c := connPair(t, "tcp", "127.0.0.1:0")
+	return s.(*net.TCPConn), c.(*net.TCPConn)
+}
+
+// connPair is a connected pair of stream sockets listening at addr: the
+// accepted end first, both closed at the test's end.
+func connPair(t *testing.T, network, addr string) (net.Conn, net.Conn) {
+	t.Helper()
+	ln, err := net.Listen(network, addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	c, err := net.Dial("tcp", ln.Addr().String())
+	c, err := net.Dial(network, ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +46,7 @@ func tcpPair(t *testing.T) (*net.TCPConn, *net.TCPConn) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close(); _ = s.Close() })
-	return s.(*net.TCPConn), c.(*net.TCPConn)
+	return s, c
 }
 
 // startRawRead starts a read of agent-a's /f, which the fake agent takes

@@ -15,21 +15,7 @@ import (
 // unixPair is a connected pair of unix stream sockets.
 func unixPair(t *testing.T) (net.Conn, net.Conn) {
 	t.Helper()
-	ln, err := net.Listen("unix", filepath.Join(t.TempDir(), "s"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	c, err := net.Dial("unix", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close(); _ = s.Close() })
-	return s, c
+	return connPair(t, "unix", filepath.Join(t.TempDir(), "s"))
 }
 
 // The splice loop from an agent's connection, TCP (where the low-water

@@ -39,34 +39,33 @@ var hopSteps = []hopStep{
 	{"client.recv", "written to the WebSocket; the client has read and decoded it", ""},
 }
 
-// execHopSteps are the marks in the order a REST exec of `true` passes
-// them (the exec part's per-hop timeline, -exec-hops).
-var execHopSteps = []hopStep{
+// execStartSteps are the marks every REST exec passes, in order, from the
+// request until its process started.
+var execStartSteps = []hopStep{
 	{"mgmt.rest_in", "client writes the request → agentic-mgmt's HTTP/1.1 server has read it and calls the REST handler chain", ""},
 	{"mgmt.exec_request", "the REST chain (request id, auth, route, parameters and body checked against openapi.yaml, body decoded) → the exec handler", ""},
 	{"mgmt.cmd_queued", "spec checked, command registered, the request queued for the agent's stream", ""},
 	{"agent.cmd_read", "agent link: agentic-mgmt's send loop → HTTP/2 → the agent's receive loop", ""},
 	{"agent.forking", "agent: the command set up (environment, PATH lookup, user, pipes), about to fork", ""},
 	{"agent.proc_started", "fork/exec: Start returns once the child exec'd (and the readers and reaper are started)", ""},
+}
+
+// execHopSteps are the marks in the order a REST exec of `true` passes
+// them (the exec part's per-hop timeline, -exec-hops).
+var execHopSteps = append(slices.Clone(execStartSteps), []hopStep{
 	{"agent.proc_waited", "the process runs and exits; reaped, its output drained, the result made", ""},
 	{"agent.result_queued", "agent: end-of-output chunks and the result queued in the outbox", ""},
 	{"mgmt.cmd_done", "agent link: the agent's send loop → HTTP/2 → agentic-mgmt's receive loop, the command finished", ""},
 	{"mgmt.exec_woken", "the waiting REST handler wakes", ""},
 	{"mgmt.exec_answered", "the JSON answer made and written to the ResponseWriter", ""},
 	{"client.recv", "the server flushes the answer; the client has read it", ""},
-}
+}...)
 
 // exec1MiBSteps are the marks in the order a REST exec of `cat` of 1 MiB
 // passes them: the output reaches the handler while the process runs. The
 // agent may reap `cat` before or after the handler has the first chunk,
 // so those marks are timed aside (from), off the chain.
-var exec1MiBSteps = []hopStep{
-	{"mgmt.rest_in", "client writes the request → agentic-mgmt's HTTP/1.1 server has read it and calls the REST handler chain", ""},
-	{"mgmt.exec_request", "the REST chain (request id, auth, route, parameters and body checked against openapi.yaml, body decoded) → the exec handler", ""},
-	{"mgmt.cmd_queued", "spec checked, command registered, the request queued for the agent's stream", ""},
-	{"agent.cmd_read", "agent link: agentic-mgmt's send loop → HTTP/2 → the agent's receive loop", ""},
-	{"agent.forking", "agent: the command set up (environment, PATH lookup, user, pipes), about to fork", ""},
-	{"agent.proc_started", "fork/exec: Start returns once the child exec'd (and the readers and reaper are started)", ""},
+var exec1MiBSteps = append(slices.Clone(execStartSteps), []hopStep{
 	{"agent.out_queued", "`cat` writes its first bytes → pipe → the agent's reader → the output message queued in the outbox", ""},
 	{"agent.plane_new", "the send loop wakes, takes it and hands it to the output plane: a new data stream", ""},
 	{"agent.post_run", "the data stream's goroutine runs", ""},
@@ -81,7 +80,7 @@ var exec1MiBSteps = []hopStep{
 	{"mgmt.exec_woken", "the waiting REST handler wakes (a streamed answer: it has written what came before)", ""},
 	{"mgmt.exec_answered", "the answer (the JSON form: all of it; a streamed one: its end) written to the ResponseWriter", ""},
 	{"client.recv", "the server flushes the answer; the client has read (and, streamed, parsed) it", ""},
-}
+}...)
 
 type hopTrace struct {
 	dir   string
