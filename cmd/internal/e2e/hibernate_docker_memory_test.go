@@ -223,14 +223,7 @@ func TestAContainerHibernatesWithItsMemoryAndWakesWhereItWas(t *testing.T) {
 	if err := os.RemoveAll(cps[0]); err != nil {
 		t.Fatal(err)
 	}
-	st, _, body = envCall(t, s, "POST", name, "/wake", "")
-	if st != 503 || !strings.Contains(string(body), "wake_failed") {
-		t.Fatalf("wake without its checkpoint: %d %s", st, body)
-	}
-	e = waitEnv(t, s, name, "failed")
-	if !strings.Contains(e.Error, "saved state") || !strings.Contains(e.Error, "checkpoint") {
-		t.Fatalf("a failed wake says %q", e.Error)
-	}
+	e = wakeLeavesFailed(t, s, name, "wake without its checkpoint", "saved state", "checkpoint")
 	if dockerRunning(t, host, name) {
 		t.Fatal("a failed restore left the container running (a fresh start posing as a wake?)")
 	}

@@ -271,14 +271,7 @@ func TestAVMHibernatesWithItsMemoryAndWakesWhereItWas(t *testing.T) {
 	// proves it bad, the environment is failed with the reason.
 	hibernated(t, s, name)
 	refusedStream(t, saved)
-	st, _, body = envCall(t, s, "POST", name, "/wake", "")
-	if st != 503 || !strings.Contains(string(body), "wake_failed") {
-		t.Fatalf("wake of a saved state QEMU refuses: %d %s", st, body)
-	}
-	e = waitEnv(t, s, name, "failed")
-	if !strings.Contains(e.Error, "saved state") || !strings.Contains(e.Error, "restore") {
-		t.Fatalf("a wake QEMU refused says %q", e.Error)
-	}
+	e = wakeLeavesFailed(t, s, name, "wake of a saved state QEMU refuses", "saved state", "restore")
 	t.Logf("a wake QEMU refused: %s", e.Error)
 	if st := domainState(t, name); st != "shut off" {
 		t.Fatalf("after a restore QEMU refused the domain is %q, want shut off", st)
@@ -297,14 +290,7 @@ func TestAVMHibernatesWithItsMemoryAndWakesWhereItWas(t *testing.T) {
 	if err := os.WriteFile(saved, []byte("not a saved guest"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	st, _, body = envCall(t, s, "POST", name, "/wake", "")
-	if st != 503 || !strings.Contains(string(body), "wake_failed") {
-		t.Fatalf("wake of a corrupted saved state: %d %s", st, body)
-	}
-	e = waitEnv(t, s, name, "failed")
-	if !strings.Contains(e.Error, "saved state") {
-		t.Fatalf("a failed wake says %q", e.Error)
-	}
+	e = wakeLeavesFailed(t, s, name, "wake of a corrupted saved state", "saved state")
 	if out, errOut, code := ctl(t, s.RESTURL, s.Token, "env", "rm", name); code != 0 {
 		t.Fatalf("rm: %q %q", out, errOut)
 	}
@@ -342,6 +328,24 @@ func wakesSinceHibernated(e envJSON) int {
 		}
 	}
 	return n
+}
+
+// wakeLeavesFailed wakes name, which must answer 503 wake_failed and leave
+// the environment failed with an error mentioning each of mentions; what
+// names the case in a failure.
+func wakeLeavesFailed(t *testing.T, s *harness.Server, name, what string, mentions ...string) envJSON {
+	t.Helper()
+	st, _, body := envCall(t, s, "POST", name, "/wake", "")
+	if st != 503 || !strings.Contains(string(body), "wake_failed") {
+		t.Fatalf("%s: %d %s", what, st, body)
+	}
+	e := waitEnv(t, s, name, "failed")
+	for _, m := range mentions {
+		if !strings.Contains(e.Error, m) {
+			t.Fatalf("%s: the error %q does not mention %q", what, e.Error, m)
+		}
+	}
+	return e
 }
 
 // refusedStream garbles the magic of the QEMU stream in the saved state
