@@ -242,6 +242,8 @@ func (s *Service) hibernate(ctx context.Context, name, reason string) (Environme
 		s.mu.Unlock()
 		return Environment{}, err
 	}
+	// Until its save ends, others count what this one expects to save.
+	reservations.Store(rec, hibernateEstimate(rec, mode))
 	if rec.cancel != nil {
 		rec.cancel() // a wait for its agent: it is going away on purpose
 		rec.cancel = nil
@@ -257,7 +259,7 @@ func (s *Service) hibernate(ctx context.Context, name, reason string) (Environme
 
 	// The caller leaving must not leave the environment half saved.
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.WakeTimeout)
-	h, err := s.hibernateQuiet(hctx, rt, name, f.runtimeName, mode)
+	h, err := s.hibernateQuiet(hctx, rt, rec, name, f.runtimeName, mode)
 	cancel()
 	if err == nil {
 		// Written before the transition ends, so that a wake that follows
@@ -268,6 +270,8 @@ func (s *Service) hibernate(ctx context.Context, name, reason string) (Environme
 	s.mu.Lock()
 	rec.transition = nil
 	close(done)
+	// Its saved bytes (or, failed, nothing) count from now instead.
+	reservations.Delete(rec)
 	if err != nil {
 		rec.env.State = prev
 		rec.env.Events = appendEvent(rec.env.Events, Event{At: now, Step: "hibernate_failed", Message: err.Error()})
@@ -310,8 +314,9 @@ func (s *Service) hibernate(ctx context.Context, name, reason string) (Environme
 // processes must not hold a connection), so that call is when the limit is checked
 // again, with the memory's estimate, if the look saw another mode (the
 // mode changed since: Docker's checkpoint probe ended); the save is then
-// refused before it is made.
-func (s *Service) hibernateQuiet(ctx context.Context, rt ports.Runtime, name, rtName string, looked ports.HibernateMode) (ports.Hibernation, error) {
+// refused before it is made, or else that estimate becomes rec's
+// reservation.
+func (s *Service) hibernateQuiet(ctx context.Context, rt ports.Runtime, rec *record, name, rtName string, looked ports.HibernateMode) (ports.Hibernation, error) {
 	q, ok := rt.(ports.QuietLinkHibernator)
 	if !ok {
 		return rt.Hibernate(ctx, rtName)
@@ -320,9 +325,9 @@ func (s *Service) hibernateQuiet(ctx context.Context, rt ports.Runtime, name, rt
 	quiet := func(ctx context.Context) (func(), error) {
 		if looked != ports.HibernateMemory {
 			s.mu.Lock()
-			var err error
-			if rec, ok := s.envs[name]; ok {
-				err = s.overHibernateLimit(rec, ports.HibernateMemory)
+			err := s.overHibernateLimit(rec, ports.HibernateMemory)
+			if err == nil {
+				reservations.Store(rec, hibernateEstimate(rec, ports.HibernateMemory)) // replaces the look's
 			}
 			s.mu.Unlock()
 			if err != nil {
@@ -341,25 +346,44 @@ func (s *Service) hibernateQuiet(ctx context.Context, rt ports.Runtime, name, rt
 	return q.HibernateQuiet(ctx, rtName, quiet)
 }
 
+// reservations holds, by record, the bytes its hibernation under way
+// expects to save: counted against Config.HibernateMaxBytes from the
+// check it passed until its save ends, so that hibernations at once (the
+// idle keeper starts several) cannot each pass the check and together go
+// past the limit; SavedBytes stays the bytes saved (the metric's).
+// Written and read under the records' Service.mu; a sync.Map because the
+// records of several services share it.
+var reservations sync.Map // *record → int64
+
+// hibernateEstimate is what saving rec by mode is expected to take: a
+// memory save about the guest's memory; a filesystem one is known only
+// once made.
+func hibernateEstimate(rec *record, mode ports.HibernateMode) int64 {
+	if mode == ports.HibernateMemory {
+		return int64(rec.env.Resources.MemoryMB) << 20
+	}
+	return 0
+}
+
 // overHibernateLimit is ErrHibernateLimit when saving rec by mode would
-// take the saved states past Config.HibernateMaxBytes (s.mu held).
+// take the saved states, with the reservations of the hibernations under
+// way but rec's own (the estimate replaces it), past
+// Config.HibernateMaxBytes (s.mu held).
 func (s *Service) overHibernateLimit(rec *record, mode ports.HibernateMode) error {
 	max := s.cfg.HibernateMaxBytes
 	if max <= 0 {
 		return nil
 	}
-	var saved int64
+	var saved, reserved int64
 	for _, r := range s.envs {
 		saved += r.env.SavedBytes
+		if v, ok := reservations.Load(r); ok && r != rec {
+			reserved += v.(int64)
+		}
 	}
-	// A memory save takes about the guest's memory; a filesystem one
-	// is known only once made.
-	estimate := int64(0)
-	if mode == ports.HibernateMemory {
-		estimate = int64(rec.env.Resources.MemoryMB) << 20
-	}
-	if saved >= max || saved+estimate > max {
-		return fmt.Errorf("%w: %d bytes saved, %d more expected, limit %d (AGENTIC_HIBERNATE_MAX_BYTES): delete or wake a hibernated environment", ErrHibernateLimit, saved, estimate, max)
+	estimate := hibernateEstimate(rec, mode)
+	if used := saved + reserved; used >= max || used+estimate > max {
+		return fmt.Errorf("%w: %d bytes saved, %d reserved by hibernations under way, %d more expected, limit %d (AGENTIC_HIBERNATE_MAX_BYTES): delete or wake a hibernated environment", ErrHibernateLimit, saved, reserved, estimate, max)
 	}
 	return nil
 }
