@@ -243,7 +243,7 @@ func (s *Service) hibernate(ctx context.Context, name, reason string) (Environme
 		return Environment{}, err
 	}
 	// Until its save ends, others count what this one expects to save.
-	reservations.Store(rec, hibernateEstimate(rec, mode))
+	rec.reserved = hibernateEstimate(rec, mode)
 	if rec.cancel != nil {
 		rec.cancel() // a wait for its agent: it is going away on purpose
 		rec.cancel = nil
@@ -271,7 +271,7 @@ func (s *Service) hibernate(ctx context.Context, name, reason string) (Environme
 	rec.transition = nil
 	close(done)
 	// Its saved bytes (or, failed, nothing) count from now instead.
-	reservations.Delete(rec)
+	rec.reserved = 0
 	if err != nil {
 		rec.env.State = prev
 		rec.env.Events = appendEvent(rec.env.Events, Event{At: now, Step: "hibernate_failed", Message: err.Error()})
@@ -327,7 +327,7 @@ func (s *Service) hibernateQuiet(ctx context.Context, rt ports.Runtime, rec *rec
 			s.mu.Lock()
 			err := s.overHibernateLimit(rec, ports.HibernateMemory)
 			if err == nil {
-				reservations.Store(rec, hibernateEstimate(rec, ports.HibernateMemory)) // replaces the look's
+				rec.reserved = hibernateEstimate(rec, ports.HibernateMemory) // replaces the look's
 			}
 			s.mu.Unlock()
 			if err != nil {
@@ -345,15 +345,6 @@ func (s *Service) hibernateQuiet(ctx context.Context, rt ports.Runtime, rec *rec
 	}
 	return q.HibernateQuiet(ctx, rtName, quiet)
 }
-
-// reservations holds, by record, the bytes its hibernation under way
-// expects to save: counted against Config.HibernateMaxBytes from the
-// check it passed until its save ends, so that hibernations at once (the
-// idle keeper starts several) cannot each pass the check and together go
-// past the limit; SavedBytes stays the bytes saved (the metric's).
-// Written and read under the records' Service.mu; a sync.Map because the
-// records of several services share it.
-var reservations sync.Map // *record → int64
 
 // hibernateEstimate is what saving rec by mode is expected to take: a
 // memory save about the guest's memory; a filesystem one is known only
@@ -377,8 +368,8 @@ func (s *Service) overHibernateLimit(rec *record, mode ports.HibernateMode) erro
 	var saved, reserved int64
 	for _, r := range s.envs {
 		saved += r.env.SavedBytes
-		if v, ok := reservations.Load(r); ok && r != rec {
-			reserved += v.(int64)
+		if r != rec {
+			reserved += r.reserved
 		}
 	}
 	estimate := hibernateEstimate(rec, mode)

@@ -140,6 +140,9 @@ type record struct {
 	// transition is closed when the hibernation or wake under way ends
 	// (nil: none is).
 	transition chan struct{}
+	// reserved is what its hibernation under way expects to save, counted
+	// against Config.HibernateMaxBytes until the save ends (hibernate.go).
+	reserved int64
 	// sleptAt is when this server saw it hibernate (zero if before a
 	// restart), stoppedAt when the idle keeper first saw it stopped.
 	sleptAt, stoppedAt time.Time
