@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
@@ -254,6 +255,38 @@ func (d *downloadBody) Read(p []byte) (int, error) {
 		return 1, io.EOF
 	}
 	return n, err
+}
+
+// downloadChunk is the size of the writes WriteTo makes: io.Copy into the
+// ResponseWriter would read 32 KiB at a time, each a read of the agent's
+// stream and a chunk of the answer.
+const downloadChunk = 256 << 10
+
+var downloadBufs = sync.Pool{New: func() any { return new([downloadChunk]byte) }}
+
+// WriteTo copies the download to w in large writes, through Read (so the
+// last byte is held back the same way).
+func (d *downloadBody) WriteTo(w io.Writer) (int64, error) {
+	buf := downloadBufs.Get().(*[downloadChunk]byte)
+	defer downloadBufs.Put(buf)
+	var total int64
+	for {
+		n, err := d.Read(buf[:])
+		if n > 0 {
+			m, werr := w.Write(buf[:n])
+			total += int64(m)
+			if werr != nil {
+				_ = d.r.Close()
+				return total, werr
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+	}
 }
 
 // streamBroken is an error after the answer's status went out: the only

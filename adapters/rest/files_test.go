@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -188,4 +189,29 @@ func FuzzFileParams(f *testing.F) {
 			t.Fatalf("status %d for path %q mode %q: %s", rec.Code, p, mode, rec.Body.String())
 		}
 	})
+}
+
+// writeSizes records the size of each write.
+type writeSizes struct{ sizes []int }
+
+func (w *writeSizes) Write(p []byte) (int, error) {
+	w.sizes = append(w.sizes, len(p))
+	return len(p), nil
+}
+
+// A download is copied to the answer in writes of up to downloadChunk,
+// not io.Copy's 32 KiB (a read of the agent's stream and a chunk of the
+// answer each), with its bytes whole and in order.
+func TestADownloadIsWrittenInLargeChunks(t *testing.T) {
+	const size = 1 << 20
+	body := strings.Repeat("0123456789abcdef", size/16)
+	r := &cutReader{r: strings.NewReader(body), size: size}
+	w := &writeSizes{}
+	n, err := io.Copy(w, download(context.Background(), r))
+	if err != nil || n != size {
+		t.Fatalf("copied %d of %d bytes: %v", n, size, err)
+	}
+	if largest := slices.Max(w.sizes); largest <= 32<<10 {
+		t.Fatalf("largest write %d bytes in %d writes, want more than 32 KiB", largest, len(w.sizes))
+	}
 }
