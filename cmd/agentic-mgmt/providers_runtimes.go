@@ -53,7 +53,7 @@ func provideEnvironments(cfg Config, rts *Runtimes, svc *agentrpc.Service, ms *m
 		bin = b
 	}
 	envs := environment.New(environment.Config{
-		Runtimes: rts.snapshot(), Discover: rts.discover, DiscoverEvery: discoverEvery, Unavailable: rts.unavailable, Known: runtimeNames(),
+		Runtimes: rts.snapshot(), Discover: rts.discover, Offered: rts.offered, DiscoverEvery: discoverEvery, Unavailable: rts.unavailable, Known: runtimeNames(),
 		Agents: svc, Credentials: creds, Clock: clock, Logger: log,
 		Bootstrap:        ports.AgentBootstrap{Binary: bin, ServerURL: cfg.agentServerURL(), Socket: cfg.AgentSocket},
 		ObserveProvision: times.Observe,

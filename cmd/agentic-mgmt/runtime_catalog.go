@@ -25,8 +25,13 @@ import (
 // one, so an engine started after the server is used without a restart.
 type Runtimes struct {
 	mu sync.Mutex
-	// Available answer (at start, or since discovered).
+	// Available answer and are offered: from the start, or once the
+	// environments took on what one found later holds (offered).
 	Available map[string]ports.Runtime
+	// pending answer, found after start and handed to the environments,
+	// which have not offered them yet: until they do, a client told such
+	// a runtime is ready would not find it listed.
+	pending map[string]ports.Runtime
 	// Unreachable were asked for (or found) but do not answer, with why.
 	Unreachable map[string]error
 	// explicit is whether AGENTIC_RUNTIMES chose them.
@@ -87,6 +92,9 @@ func (r *Runtimes) readiness() []rest.ReadinessCheck {
 	for name := range r.Available {
 		out = append(out, rest.ReadinessCheck{Name: "runtime_" + name, Ready: true, Detail: "reachable"})
 	}
+	for name := range r.pending {
+		out = append(out, rest.ReadinessCheck{Name: "runtime_" + name, Ready: !r.explicit, Detail: "reachable, not offered yet: its environments are being recovered"})
+	}
 	for name, err := range r.Unreachable {
 		out = append(out, rest.ReadinessCheck{Name: "runtime_" + name, Ready: !r.explicit, Detail: "unreachable, not used: " + err.Error()})
 	}
@@ -144,7 +152,8 @@ func (r *Runtimes) try(ctx context.Context, name string, timeout time.Duration) 
 
 // discover tries again the runtimes wanted that do not answer (an engine
 // started, or DOCKER_HOST's socket made, after this server) and returns
-// those that answer now, which become available.
+// those that answer now, for the environments to take on; each becomes
+// available once they offered it (offered).
 func (r *Runtimes) discover(ctx context.Context) map[string]ports.Runtime {
 	r.probe.Lock()
 	defer r.probe.Unlock()
@@ -152,8 +161,9 @@ func (r *Runtimes) discover(ctx context.Context) map[string]ports.Runtime {
 	for _, name := range r.wanted() {
 		r.mu.Lock()
 		_, have := r.Available[name]
+		_, handed := r.pending[name]
 		r.mu.Unlock()
-		if have || time.Since(r.slow[name]) < retryAfter {
+		if have || handed || time.Since(r.slow[name]) < retryAfter {
 			continue
 		}
 		start := time.Now()
@@ -169,12 +179,27 @@ func (r *Runtimes) discover(ctx context.Context) map[string]ports.Runtime {
 		}
 		delete(r.Unreachable, name)
 		delete(r.slow, name)
-		r.Available[name] = rt
+		r.pending[name] = rt
 		r.mu.Unlock()
 		found[name] = rt
-		r.deps.Log.Info("runtime available now (found after start)", "runtime", name, "isolation", rt.Capabilities().Isolation)
 	}
 	return found
+}
+
+// offered makes a runtime discover found available, once the environments
+// offer it (environment.Config.Offered): readiness, the isolation tiers
+// and the runtimes listed then say the same.
+func (r *Runtimes) offered(name string) {
+	r.mu.Lock()
+	rt, ok := r.pending[name]
+	if ok {
+		delete(r.pending, name)
+		r.Available[name] = rt
+	}
+	r.mu.Unlock()
+	if ok {
+		r.deps.Log.Info("runtime available now (found after start)", "runtime", name, "isolation", rt.Capabilities().Isolation)
+	}
 }
 
 // unavailable says why a runtime is not offered and how to get it, for
@@ -187,10 +212,13 @@ func (r *Runtimes) unavailable(name string) string {
 	again := fmt.Sprintf("agentic-mgmt tries again every %s and on GET /api/v1/runtimes", discoverEvery)
 	r.mu.Lock()
 	err, unreachable := r.Unreachable[name]
+	_, pending := r.pending[name]
 	r.mu.Unlock()
 	switch {
 	case r.explicit && !slices.Contains(r.cfg.Runtimes, name):
 		return fmt.Sprintf("AGENTIC_RUNTIMES (%s) does not name %s: add it and restart agentic-mgmt", strings.Join(r.cfg.Runtimes, ","), name)
+	case pending:
+		return fmt.Sprintf("%s answers now and its environments are being recovered: it is offered in a moment", name)
 	case unreachable:
 		return fmt.Sprintf("%s does not answer (%v): %s; %s", name, err, e.HowTo, again)
 	default:
@@ -342,7 +370,7 @@ func catalogEntry(name string) (runtimeEntry, bool) {
 // catalog entry found on this machine, and keeps those whose engine
 // answers; the others are tried again later (Runtimes.discover).
 func provideRuntimes(cfg Config, log *slog.Logger, hostUsers *hostsup.Users) (*Runtimes, func()) {
-	r := &Runtimes{Available: map[string]ports.Runtime{}, Unreachable: map[string]error{}, explicit: cfg.Runtimes != nil,
+	r := &Runtimes{Available: map[string]ports.Runtime{}, pending: map[string]ports.Runtime{}, Unreachable: map[string]error{}, explicit: cfg.Runtimes != nil,
 		cfg: cfg, deps: runtimeDeps{Log: log, HostUsers: hostUsers}, slow: map[string]time.Time{}}
 	for _, name := range r.wanted() {
 		rt, err := r.try(context.Background(), name, 5*time.Second)

@@ -76,6 +76,11 @@ type Config struct {
 	// takes a new runtime's environments and pools on as Recover does.
 	Discover      func(ctx context.Context) map[string]ports.Runtime
 	DiscoverEvery time.Duration
+	// Offered, when set, is told the name of each runtime Discover handed
+	// over once the service offers it, what it holds taken on: whoever
+	// reports it usable (readiness) waits for this, not for Discover, so
+	// that a client told it answers finds it listed.
+	Offered func(name string)
 	// Unavailable, when set, says why a runtime the service lacks is not
 	// offered and how to get it, for the error of a request naming it.
 	Unavailable func(name string) string
@@ -308,6 +313,10 @@ func (s *Service) every(d time.Duration, f func()) {
 // earlier run of the server left on it: its pools, their members and the
 // environments taken from them, and its environments.
 func (s *Service) addRuntime(ctx context.Context, name string, rt ports.Runtime) {
+	if s.cfg.Offered != nil {
+		// Whichever way this returns, the runtime is offered by then.
+		defer s.cfg.Offered(name)
+	}
 	if _, known := s.runtime(name); known {
 		return
 	}
