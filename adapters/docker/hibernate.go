@@ -150,16 +150,21 @@ func (r *Runtime) Hibernate(ctx context.Context, name string) (ports.Hibernation
 // (memory or filesystem) decided once, here, for both the link and the
 // save: the checkpoint probe (criu.go) may end at any moment, and a
 // hibernation that asked for the link by one mode and saved by the other
-// would fail. With the memory, quiet ends the agent's link before the
-// checkpoint (criu cannot dump a connection to the outside) and the hold
-// ends once the checkpoint is made or failed.
+// would fail. quiet is told the save before it is made: with the memory
+// (no estimate: the use case counts the container's memory), it ends the
+// agent's link before the checkpoint (criu cannot dump a connection to
+// the outside) and the hold ends once the checkpoint is made or failed;
+// with the filesystem, the estimate is the writable layer's size now, the
+// measure SavedBytes takes once the container has stopped.
 func (r *Runtime) HibernateQuiet(ctx context.Context, name string, quiet ports.QuietLink) (ports.Hibernation, error) {
 	memory := r.memoryMode()
 	id, err := r.find(ctx, name)
 	if err != nil {
 		return ports.Hibernation{}, err
 	}
-	c, err := r.cli.ContainerInspect(ctx, id)
+	// A filesystem save's estimate comes with this look (the engine walks
+	// the writable layer for it).
+	c, _, err := r.cli.ContainerInspectWithRaw(ctx, id, !memory && quiet != nil)
 	if err != nil {
 		return ports.Hibernation{}, r.idErr("inspect", name, err)
 	}
@@ -179,14 +184,21 @@ func (r *Runtime) HibernateQuiet(ctx context.Context, name string, quiet ports.Q
 		return ports.Hibernation{}, fmt.Errorf("docker hibernate %s: the environment is %s; only a running one can hibernate", name, env.State)
 	}
 
-	if memory {
-		if quiet != nil {
-			release, err := quiet(ctx)
-			if err != nil {
-				return ports.Hibernation{}, fmt.Errorf("docker hibernate %s: %w", name, err)
+	if quiet != nil {
+		save := ports.PlannedSave{Mode: ports.HibernateMemory}
+		if !memory {
+			save.Mode = ports.HibernateFilesystem
+			if c.SizeRw != nil {
+				save.Bytes = *c.SizeRw
 			}
-			defer release()
 		}
+		release, err := quiet(ctx, save)
+		if err != nil {
+			return ports.Hibernation{}, fmt.Errorf("docker hibernate %s: %w", name, err)
+		}
+		defer release()
+	}
+	if memory {
 		return r.hibernateMemory(ctx, name, id)
 	}
 	// The marker first: a server that dies during the stop leaves a

@@ -99,7 +99,7 @@ func TestHibernateQuietUnreachableEngine(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	asked := false
-	_, err := rt.HibernateQuiet(ctx, "x", func(context.Context) (func(), error) { asked = true; return func() {}, nil })
+	_, err := rt.HibernateQuiet(ctx, "x", func(context.Context, ports.PlannedSave) (func(), error) { asked = true; return func() {}, nil })
 	if !errors.Is(err, ports.ErrRuntimeUnavailable) || asked {
 		t.Errorf("HibernateQuiet: %v (link asked for: %v), want ErrRuntimeUnavailable without it", err, asked)
 	}

@@ -238,12 +238,13 @@ func (s *Service) hibernate(ctx context.Context, name, reason string) (Environme
 		s.mu.Unlock()
 		return Environment{}, fmt.Errorf("%w: %q is %s; only a running environment hibernates", ErrWrongState, name, state)
 	}
-	if err := s.overHibernateLimit(rec, mode); err != nil {
+	estimate := hibernateEstimate(rec, mode)
+	if err := s.overHibernateLimit(rec, estimate); err != nil {
 		s.mu.Unlock()
 		return Environment{}, err
 	}
 	// Until its save ends, others count what this one expects to save.
-	rec.reserved = hibernateEstimate(rec, mode)
+	rec.reserved = estimate
 	if rec.cancel != nil {
 		rec.cancel() // a wait for its agent: it is going away on purpose
 		rec.cancel = nil
@@ -259,7 +260,7 @@ func (s *Service) hibernate(ctx context.Context, name, reason string) (Environme
 
 	// The caller leaving must not leave the environment half saved.
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.WakeTimeout)
-	h, err := s.hibernateQuiet(hctx, rt, rec, name, f.runtimeName, mode)
+	h, err := s.hibernateQuiet(hctx, rt, rec, name, f.runtimeName)
 	cancel()
 	if err == nil {
 		// Written before the transition ends, so that a wake that follows
@@ -309,32 +310,22 @@ func (s *Service) hibernate(ctx context.Context, name, reason string) (Environme
 // stopped then, and after a wake its agent must be able to reconnect at
 // once.
 //
-// looked is the mode the limit was checked with before: a runtime asks
-// for the quiet link only for a save with the memory (only a save of the
-// processes must not hold a connection), so that call is when the limit is checked
-// again, with the memory's estimate, if the look saw another mode (the
-// mode changed since: Docker's checkpoint probe ended); the save is then
-// refused before it is made, or else that estimate becomes rec's
-// reservation.
-func (s *Service) hibernateQuiet(ctx context.Context, rt ports.Runtime, rec *record, name, rtName string, looked ports.HibernateMode) (ports.Hibernation, error) {
+// The runtime tells, before the save, its mode and what it expects it to
+// take (reserveSave): the limit is checked again there when that is more
+// than the look before reserved (the mode changed since, Docker's
+// checkpoint probe having ended, or the runtime measured the files a
+// filesystem save keeps), and the save refused before it is made.
+func (s *Service) hibernateQuiet(ctx context.Context, rt ports.Runtime, rec *record, name, rtName string) (ports.Hibernation, error) {
 	q, ok := rt.(ports.QuietLinkHibernator)
 	if !ok {
 		return rt.Hibernate(ctx, rtName)
 	}
 	lq := s.cfg.LinkQuiet
-	quiet := func(ctx context.Context) (func(), error) {
-		if looked != ports.HibernateMemory {
-			s.mu.Lock()
-			err := s.overHibernateLimit(rec, ports.HibernateMemory)
-			if err == nil {
-				rec.reserved = hibernateEstimate(rec, ports.HibernateMemory) // replaces the look's
-			}
-			s.mu.Unlock()
-			if err != nil {
-				return nil, err
-			}
+	quiet := func(ctx context.Context, save ports.PlannedSave) (func(), error) {
+		if err := s.reserveSave(rec, save); err != nil {
+			return nil, err
 		}
-		if lq == nil {
+		if save.Mode != ports.HibernateMemory || lq == nil {
 			return func() {}, nil
 		}
 		release, err := lq.QuiesceLink(ctx, name)
@@ -346,9 +337,30 @@ func (s *Service) hibernateQuiet(ctx context.Context, rt ports.Runtime, rec *rec
 	return q.HibernateQuiet(ctx, rtName, quiet)
 }
 
-// hibernateEstimate is what saving rec by mode is expected to take: a
-// memory save about the guest's memory; a filesystem one is known only
-// once made.
+// reserveSave makes the runtime's estimate of the save it is about to
+// make rec's reservation (the guest's memory for a save with the memory
+// it gives none for). A reservation grows only through a check: one
+// larger than the look's is ErrHibernateLimit when it does not fit.
+func (s *Service) reserveSave(rec *record, save ports.PlannedSave) error {
+	estimate := save.Bytes
+	if estimate <= 0 {
+		estimate = hibernateEstimate(rec, save.Mode)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if estimate > rec.reserved {
+		if err := s.overHibernateLimit(rec, estimate); err != nil {
+			return err
+		}
+	}
+	rec.reserved = estimate
+	return nil
+}
+
+// hibernateEstimate is what the look before a save expects saving rec by
+// mode to take: a memory save about the guest's memory; a filesystem
+// one's size only its runtime can tell (ports.PlannedSave), just before
+// it is made.
 func hibernateEstimate(rec *record, mode ports.HibernateMode) int64 {
 	if mode == ports.HibernateMemory {
 		return int64(rec.env.Resources.MemoryMB) << 20
@@ -356,11 +368,11 @@ func hibernateEstimate(rec *record, mode ports.HibernateMode) int64 {
 	return 0
 }
 
-// overHibernateLimit is ErrHibernateLimit when saving rec by mode would
-// take the saved states, with the reservations of the hibernations under
-// way but rec's own (the estimate replaces it), past
-// Config.HibernateMaxBytes (s.mu held).
-func (s *Service) overHibernateLimit(rec *record, mode ports.HibernateMode) error {
+// overHibernateLimit is ErrHibernateLimit when saving rec, expected to
+// take estimate bytes, would take the saved states, with the reservations
+// of the hibernations under way but rec's own (the estimate replaces it),
+// past Config.HibernateMaxBytes (s.mu held).
+func (s *Service) overHibernateLimit(rec *record, estimate int64) error {
 	max := s.cfg.HibernateMaxBytes
 	if max <= 0 {
 		return nil
@@ -372,7 +384,6 @@ func (s *Service) overHibernateLimit(rec *record, mode ports.HibernateMode) erro
 			reserved += r.reserved
 		}
 	}
-	estimate := hibernateEstimate(rec, mode)
 	if used := saved + reserved; used >= max || used+estimate > max {
 		return fmt.Errorf("%w: %d bytes saved, %d reserved by hibernations under way, %d more expected, limit %d (AGENTIC_HIBERNATE_MAX_BYTES): delete or wake a hibernated environment", ErrHibernateLimit, saved, reserved, estimate, max)
 	}

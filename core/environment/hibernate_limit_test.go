@@ -165,3 +165,62 @@ func TestTheQuietLinksCheckReservesTheMemory(t *testing.T) {
 		t.Fatalf("saves made: %v, want the first's only, with the link held", rt.heldSave)
 	}
 }
+
+// filesSleeper is the quietSleeper saving the files only, as its
+// capabilities say (Docker without checkpoints): the look before a save
+// expects nothing, and only the runtime knows, just before the save, what
+// the files take.
+type filesSleeper struct{ *quietSleeper }
+
+func (r *filesSleeper) Capabilities() ports.RuntimeCapabilities {
+	c := r.quietSleeper.Capabilities()
+	c.Hibernate = ports.HibernateFilesystem
+	return c
+}
+
+// Filesystem saves at once respect AGENTIC_HIBERNATE_MAX_BYTES too: the
+// runtime's estimate, told before the save (ports.PlannedSave), is
+// checked and reserved as a memory save's is, so that two 64 MiB saves of
+// files under a 100 MiB limit cannot both pass a check that expected
+// nothing of either.
+func TestFilesystemSavesAtOnceReserveTheirEstimate(t *testing.T) {
+	f, base := sleepy(t, "a", ports.IdlePolicy{})
+	addSleepy(t, f, "b")
+	q := &fakeQuiescer{holds: map[string]int{}}
+	rt := &filesSleeper{&quietSleeper{sleeper: base, link: q, filesBytes: 64 << 20}}
+	f.svc.cfg.Runtimes["sleeper"] = rt
+	f.svc.cfg.LinkQuiet = q
+	f.svc.cfg.HibernateMaxBytes = 100 << 20
+	release := holdSaves(t, base)
+
+	ended, results := startHibernations(t, f, "a", "b")
+	if len(ended) != 1 || !errors.Is(ended[0].err, ErrHibernateLimit) {
+		t.Fatalf("two 64 MiB filesystem saves at once under a 100 MiB limit: refused %v, want exactly one ErrHibernateLimit", ended)
+	}
+	refused := ended[0].name
+	winner := map[string]string{"a": "b", "b": "a"}[refused]
+	if e, _ := f.svc.Get(refused); e.State != StateReady || e.SavedBytes != 0 {
+		t.Fatalf("the refused one: %s, %d bytes", e.State, e.SavedBytes)
+	}
+	release()
+	if r := testkit.Receive(t, 15*time.Second, results, "the save held"); r.name != winner || r.err != nil {
+		t.Fatalf("the save held: %+v", r)
+	}
+	if e, _ := f.svc.Get(winner); e.State != StateHibernated || e.SavedBytes != 64<<20 {
+		t.Fatalf("the one saved: %s, %d bytes", e.State, e.SavedBytes)
+	}
+	if len(rt.heldSave) != 1 || rt.heldSave[0] || q.calls != 0 {
+		t.Fatalf("saves made: %v (%d link holds), want one, without the link held", rt.heldSave, q.calls)
+	}
+	// Saved, it still leaves no room for the other; deleted, it does.
+	ctx := context.Background()
+	if _, err := f.svc.Hibernate(ctx, refused); !errors.Is(err, ErrHibernateLimit) {
+		t.Fatalf("64 MiB more with 64 MiB saved under 100 MiB: %v", err)
+	}
+	if err := f.svc.Delete(ctx, winner); err != nil {
+		t.Fatal(err)
+	}
+	if e, err := f.svc.Hibernate(ctx, refused); err != nil || e.State != StateHibernated || e.SavedBytes != 64<<20 {
+		t.Fatalf("with nothing saved: %+v %v", e, err)
+	}
+}

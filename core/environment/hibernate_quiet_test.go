@@ -21,6 +21,9 @@ type quietSleeper struct {
 	link           *fakeQuiescer
 	saveErr        error
 	heldSave       []bool
+	// filesBytes is what a save of the files takes, and what the runtime
+	// tells quiet it expects it to take.
+	filesBytes int64
 }
 
 // mode is one read of whether a save now needs the link quiet.
@@ -46,8 +49,12 @@ func (r *quietSleeper) Hibernate(ctx context.Context, n string) (ports.Hibernati
 
 func (r *quietSleeper) HibernateQuiet(ctx context.Context, n string, quiet ports.QuietLink) (ports.Hibernation, error) {
 	memory := r.mode()
-	if memory && quiet != nil {
-		release, err := quiet(ctx)
+	if quiet != nil {
+		save := ports.PlannedSave{Mode: ports.HibernateMemory}
+		if !memory {
+			save = ports.PlannedSave{Mode: ports.HibernateFilesystem, Bytes: r.filesBytes}
+		}
+		release, err := quiet(ctx, save)
 		if err != nil {
 			return ports.Hibernation{}, err
 		}
@@ -70,6 +77,9 @@ func (r *quietSleeper) save(ctx context.Context, n string, memory bool) (ports.H
 	h, err := r.sleeper.Hibernate(ctx, n)
 	if !memory {
 		h.Mode = ports.HibernateFilesystem
+		if r.filesBytes > 0 {
+			h.Bytes = r.filesBytes
+		}
 	}
 	return h, err
 }

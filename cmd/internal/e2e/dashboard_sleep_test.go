@@ -17,8 +17,9 @@ import (
 
 // Sleep and wake in the dashboard, in a real Chromium against the real
 // server with the Docker runtime on a private dockerd (whose hibernate is
-// `filesystem` here) and AGENTIC_HIBERNATE_MAX_BYTES=1 (one hibernated
-// environment at a time): the create form takes an idle policy (a bad one
+// `filesystem` here) and AGENTIC_HIBERNATE_MAX_BYTES of 12 MiB (one
+// hibernated environment at a time: each has 8 MiB written, which a save
+// of its files reserves before it is made): the create form takes an idle policy (a bad one
 // is the server's refusal, shown); Hibernate shows the environment asleep
 // with its saved size, why and since when, and its last activity; a second
 // Hibernate is refused as hibernate_limit, said so; Wake shows its progress
@@ -31,8 +32,9 @@ func TestDashboardSleepAndWake(t *testing.T) {
 	host := privateDockerd(t)
 	b := newBrowser(t)
 	dataDir := t.TempDir()
-	s := startServer(t, 0, dataDir, "DOCKER_HOST="+host, "AGENTIC_RUNTIMES=docker", "AGENTIC_HIBERNATE_MAX_BYTES=1")
+	s := startServer(t, 0, dataDir, "DOCKER_HOST="+host, "AGENTIC_RUNTIMES=docker", "AGENTIC_HIBERNATE_MAX_BYTES="+strconv.Itoa(12<<20))
 	url := s.RESTURL + "/"
+	const fill = "dd if=/dev/zero of=/tmp/fill bs=1048576 count=8 2>/dev/null" // of the 12 MiB limit
 	viewer := rolesToken(t, s, "e2e-sleep-viewer", "viewer")
 	get := func(name string) restapi.Environment { t.Helper(); return getEnv(t, s, name) }
 	row := func(name string) string {
@@ -82,6 +84,7 @@ func TestDashboardSleepAndWake(t *testing.T) {
 		t.Fatalf("creating dash-full: %d %s", st, body)
 	}
 	p.waitJS("dash-full ready", state("dash-full")+` === "ready"`)
+	execOut(t, s, "dash-full", fill)
 
 	// The viewer watches the same list: no write control, and every change
 	// below reaches it without a reload.
@@ -104,7 +107,7 @@ func TestDashboardSleepAndWake(t *testing.T) {
 	noSleepButtons("both are ready")
 
 	// Some work in dash-sleep: its last activity.
-	execOut(t, s, "dash-sleep", "echo kept > /tmp/kept")
+	execOut(t, s, "dash-sleep", "echo kept > /tmp/kept && "+fill)
 
 	// Hibernate: asleep, with its saved size, since when and why.
 	p.do("hibernate dash-sleep", chromedp.Click(testid("env-hibernate-dash-sleep")))
