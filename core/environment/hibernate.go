@@ -461,11 +461,13 @@ func (s *Service) runWake(rec *record, name string, start time.Time, done chan s
 	stillAsleep, err := s.wakeRuntime(ctx, rec, name)
 	// What its record says of its sleep is written before the callers
 	// learn the outcome: a restart then shows a failed wake's error too.
+	var why string // a failed wake's error, on the record and in the note alike
 	if err != nil {
+		why = "wake: " + err.Error()
 		s.mu.Lock()
 		reason := rec.env.SleepReason
 		s.mu.Unlock()
-		s.noteSleep(name, ports.Sleep{Reason: reason, WakeError: "wake: " + err.Error(), WakeLost: !stillAsleep})
+		s.noteSleep(name, ports.Sleep{Reason: reason, WakeError: why, WakeLost: !stillAsleep})
 	} else {
 		s.noteSleep(name, ports.Sleep{})
 	}
@@ -476,11 +478,9 @@ func (s *Service) runWake(rec *record, name string, start time.Time, done chan s
 	var runtime string
 	switch {
 	case err != nil && stillAsleep:
-		why := "wake: " + err.Error()
 		rec.env.State, rec.env.Error = StateHibernated, why
 		rec.env.Events = appendEvent(rec.env.Events, Event{At: now, Step: "wake_failed", Message: why})
 	case err != nil:
-		why := "wake: " + err.Error()
 		rec.env.State, rec.env.Error = StateFailed, why
 		rec.env.Events = appendEvent(rec.env.Events, Event{At: now, Step: "failed", Message: why})
 	default:
