@@ -391,6 +391,7 @@ func (p *Process) read(i int) {
 
 // reap waits for the main process, drains the output and publishes the result.
 func (p *Process) reap() {
+	awaitExit(p.cmd.Process.Pid)
 	waitErr := p.cmd.Wait()
 	exitedAt := time.Now()
 	if p.timer != nil {
