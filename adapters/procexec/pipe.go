@@ -1,9 +1,12 @@
 package procexec
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -47,13 +50,14 @@ var devNull = sync.OnceValue(func() *os.File {
 
 // awaitExit parks the calling goroutine in the runtime poller until the
 // process pid (our child, not yet reaped) has exited, so that the Wait
-// that follows returns at once. exec.Cmd.Wait alone blocks its thread in
-// waitid for the child's whole life: the runtime then hands that thread's
-// P to another thread, and its sysmon keeps polling every 20 µs while any
-// command runs (perf of the agent under exec `true`: sysmon and those
-// hand-offs were a fifth of its CPU). Without pidfds (Linux < 5.10) it
-// returns at once and Wait blocks as before.
+// that follows returns at once. exec.Cmd.Wait alone blocks a thread in
+// waitid for the child's whole life: 45 commands running held 45 threads.
+// Without pidfds (Linux < 5.10, a sandbox that refuses them) it returns
+// at once and Wait blocks as before.
 func awaitExit(pid int) {
+	if pidfdPollBroken.Load() {
+		return
+	}
 	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
 	if err != nil {
 		return
@@ -64,10 +68,37 @@ func awaitExit(pid int) {
 	if err != nil {
 		return
 	}
-	_ = rc.Read(func(fd uintptr) bool {
+	exited := func(fd uintptr) bool {
 		// WNOWAIT: only look; Wait reaps it and reads the status.
 		var info unix.Siginfo
 		err := unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
 		return err != nil || info.Signo != 0
-	})
+	}
+	for {
+		if err := f.SetReadDeadline(time.Now().Add(time.Duration(pidfdRecheck.Load()))); err != nil {
+			return
+		}
+		if err := rc.Read(exited); !errors.Is(err, os.ErrDeadlineExceeded) {
+			return
+		}
+		// A long-running child, or a platform whose pidfds never poll
+		// readable (an emulated kernel): then it has exited unseen, and
+		// the blocking Wait is used from now on.
+		gone := false
+		if err := rc.Control(func(fd uintptr) { gone = exited(fd) }); err != nil || gone {
+			if gone {
+				pidfdPollBroken.Store(true)
+			}
+			return
+		}
+	}
 }
+
+// pidfdRecheck is how often awaitExit looks whether the poller missed the
+// child's exit (a variable for tests).
+var pidfdRecheck atomic.Int64 // ns
+
+func init() { pidfdRecheck.Store(int64(5 * time.Second)) }
+
+// pidfdPollBroken: the poller once missed a child's exit.
+var pidfdPollBroken atomic.Bool

@@ -60,3 +60,19 @@ func TestWaitingCommandsHoldNoThreads(t *testing.T) {
 	}
 	t.Logf("%d commands waiting: up to %d threads (%d before)", n, most, before)
 }
+
+// TestALongCommandIsNotTakenForAMissedExit: a command that outlives
+// several of awaitExit's rechecks ends with its own status, and the
+// rechecks do not take it for an exit the poller missed.
+func TestALongCommandIsNotTakenForAMissedExit(t *testing.T) {
+	recheck := pidfdRecheck.Load()
+	t.Cleanup(func() { pidfdRecheck.Store(recheck) })
+	pidfdRecheck.Store(int64(20 * time.Millisecond))
+	r, _ := run(t, Spec{Command: "sh", Args: []string{"-c", "sleep 0.3; exit 7"}})
+	if r.ExitCode != 7 {
+		t.Fatalf("result %+v, want exit 7", r)
+	}
+	if pidfdPollBroken.Load() {
+		t.Fatal("a child still running was taken for an exit the poller missed")
+	}
+}
