@@ -371,6 +371,8 @@ var inheritedEnv = map[string]bool{
 	// A benchmark's per-hop timeline (internal/hoptrace/hopenv): a
 	// directory the agent writes its marks in; unset in production.
 	"AGENTIC_HOP_TRACE": true,
+	// The operator's choice of how soon host agents retry a lost link.
+	"AGENT_RECONNECT_MIN": true,
 }
 
 func inherited(k string) bool { return inheritedEnv[k] || strings.HasPrefix(k, "LC_") }

@@ -507,10 +507,10 @@ func TestBackoff(t *testing.T) {
 func TestAgentEnv(t *testing.T) {
 	base := []string{"PATH=/bin", "AGENT_SECRET=old", "AGENTIC_OPERATOR_TOKEN=tok", "HOME=/root", "AGENT_ID=x", "NOEQ",
 		"SECRETS_DIR=/var/lib/agentic-sandbox/secrets", "AIWG_SERVE_ENDPOINT=http://aiwg", "DOCKER_HOST=unix:///var/run/docker.sock",
-		"AWS_SECRET_ACCESS_KEY=k", "LC_ALL=C.UTF-8", "TERM=xterm"}
+		"AWS_SECRET_ACCESS_KEY=k", "LC_ALL=C.UTF-8", "TERM=xterm", "AGENT_RECONNECT_MIN=1s"}
 	extra := []string{"HOME=/home/agent", "FOO=bar", "AGENT_ID=nope"}
 	got := agentEnv(base, extra, "host-01", "http://s")
-	want := []string{"PATH=/bin", "HOME=/home/agent", "LC_ALL=C.UTF-8", "TERM=xterm", "FOO=bar", "AGENT_ID=host-01", "MANAGEMENT_SERVER=http://s"}
+	want := []string{"PATH=/bin", "HOME=/home/agent", "LC_ALL=C.UTF-8", "TERM=xterm", "AGENT_RECONNECT_MIN=1s", "FOO=bar", "AGENT_ID=host-01", "MANAGEMENT_SERVER=http://s"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("env %q\nwant %q", got, want)
 	}

@@ -311,5 +311,19 @@ func loadConfig(args, environ []string, stderr io.Writer) (agentd.Config, error)
 			cfg.Labels[k] = v
 		}
 	}
+	if v := src.GetDefault("AGENT_RECONNECT_MIN", ""); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < minReconnect || d > maxReconnect {
+			return cfg, fmt.Errorf("AGENT_RECONNECT_MIN %q: want a duration from %v to %v", v, minReconnect, maxReconnect)
+		}
+		cfg.BackoffMin = d
+	}
 	return cfg, nil
 }
+
+// The bounds of AGENT_RECONNECT_MIN: below, a broken server would be
+// hammered; above, the backoff's own ceiling.
+const (
+	minReconnect = 100 * time.Millisecond
+	maxReconnect = 60 * time.Second
+)

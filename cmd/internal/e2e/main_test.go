@@ -93,6 +93,11 @@ func restDo(t *testing.T, s *harness.Server, method, path, contentType, body str
 // and a wait that is met ends at once.
 const patience = 2 * time.Minute
 
+// quickReconnect, in a server's environment, has its host agents retry a
+// lost link after 300 ms instead of 5 s (AGENT_RECONNECT_MIN): for tests
+// that kill agentic-mgmt again and again and are not about the backoff.
+const quickReconnect = "AGENT_RECONNECT_MIN=300ms"
+
 // waitAgents waits until each id is connected to s.
 func waitAgents(t *testing.T, s *harness.Server, ids ...string) {
 	t.Helper()

@@ -91,7 +91,7 @@ func checkTicks(out string) (last, skipped int, fault string) {
 // the log marks a gap there, never a silent one.
 func TestSessionOutputWholeAcrossServerKills(t *testing.T) {
 	dataDir := t.TempDir()
-	s := startServer(t, 1, dataDir, "PATH="+noTmuxPath(t))
+	s := startServer(t, 1, dataDir, "PATH="+noTmuxPath(t), quickReconnect)
 	bg := restapi.SessionBackground
 	ticker := "i=0; while :; do echo tick-$i; i=$((i+1)); sleep 0.2; done"
 	ids := map[string]string{

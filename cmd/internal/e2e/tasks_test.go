@@ -458,7 +458,7 @@ func TestTaskSurvivesAServerKill(t *testing.T) {
 func TestTaskSurvivesAServerKillInEachPhase(t *testing.T) {
 	for _, phase := range []string{"pending", "staging", "provisioning", "ready", "completing"} {
 		t.Run(phase, func(t *testing.T) {
-			e := newTaskEnv(t, "AGENTIC_TEST_TASK_HOLD="+phase+"=2m")
+			e := newTaskEnv(t, "AGENTIC_TEST_TASK_HOLD="+phase+"=2m", quickReconnect)
 			marker := filepath.Join(t.TempDir(), "starts")
 			acc := e.accepted("repository: {url: " + e.repo + "}\ncommand: {argv: [sh, -c, \"echo x >> " + marker + "; echo made > REPORT.md; echo more >> a.txt\"]}\nenvironment: {runtime: host}\nlifecycle: {artifact_patterns: [REPORT.md]}\n")
 			eventually(t, patience, "the task in "+phase, func() bool { return e.get(acc.TaskId).State == phase })
