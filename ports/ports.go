@@ -249,6 +249,19 @@ type AgentRetirer interface {
 	RetireAgent(ctx context.Context, agentID, reason string)
 }
 
+// AgentDowner ends what an agent whose environment went down (failed or
+// stopped: its agent process, container or VM is gone) was running,
+// without waiting out the disconnect grace.
+type AgentDowner interface {
+	// AgentDown ends the commands agentID runs as lost with their agent
+	// (the result of an agent that did not come back), unless it is
+	// connected. Kept sessions' commands are left running: they may
+	// outlive the agent (tmux) and a restarted agent may adopt them. The
+	// agent stays known: a start of its environment brings it back. why
+	// is logged.
+	AgentDown(ctx context.Context, agentID, why string)
+}
+
 // ProcessRunner starts processes on the agent's own machine.
 type ProcessRunner interface {
 	// Start runs spec; spec.Env is added to the agent's environment. A process

@@ -78,6 +78,10 @@ func provideEnvironments(cfg Config, rts *Runtimes, svc *agentrpc.Service, ms *m
 		ObserveHibernate:  sleep.ObserveHibernate,
 		ObserveWake:       sleep.ObserveWake,
 		Activity:          activity,
+
+		// What ran on an agent whose environment failed or stopped ends
+		// with it, not after the disconnect grace.
+		AgentDown: svc,
 	})
 	// Every command on an environment with injected secrets holds their
 	// placeholders and endpoints, whoever starts it.

@@ -117,6 +117,14 @@ type Config struct {
 	// environment hibernates, and at Close; read at Recover.
 	Activity          ports.ActivityStore
 	ActivitySaveEvery time.Duration
+	// AgentDown, when set, ends the commands of an environment's agent
+	// that disconnected once its runtime says the environment failed or
+	// stopped (agentdown.go); without it they end after the link's
+	// disconnect grace. Agents are looked at every AgentWatchEvery
+	// (default 500 ms); the runtime of one that disconnected is asked
+	// again after AgentDownBackoff (default 250 ms), doubled each time.
+	AgentDown                         ports.AgentDowner
+	AgentWatchEvery, AgentDownBackoff time.Duration
 }
 
 // maxEvents bounds the events kept per environment.
@@ -226,6 +234,12 @@ func New(cfg Config) *Service {
 	}
 	if cfg.ActivitySaveEvery <= 0 {
 		cfg.ActivitySaveEvery = DefaultActivitySaveEvery
+	}
+	if cfg.AgentWatchEvery <= 0 {
+		cfg.AgentWatchEvery = 500 * time.Millisecond
+	}
+	if cfg.AgentDownBackoff <= 0 {
+		cfg.AgentDownBackoff = 250 * time.Millisecond
 	}
 	life, end := context.WithCancel(context.Background())
 	return &Service{cfg: cfg, log: cfg.Logger.With("component", "environments"), envs: map[string]*record{}, life: life, end: end,
@@ -395,6 +409,10 @@ func (s *Service) Recover(ctx context.Context) {
 	if s.cfg.Discover != nil {
 		s.wg.Add(1)
 		go s.watchRuntimes()
+	}
+	if s.cfg.AgentDown != nil {
+		s.wg.Add(1)
+		go s.watchAgents()
 	}
 }
 
@@ -906,24 +924,33 @@ func (s *Service) Inspect(ctx context.Context, name string) (Environment, bool) 
 		s.markReady(name, true)
 	} else {
 		now := s.cfg.Clock.Now()
-		s.update(name, func(x *Environment) {
-			next := Next(x.State, obs)
-			if next == x.State {
-				return
-			}
-			msg := re.Detail
-			if obs.Gone {
-				msg = "removed outside agentic-sandbox"
-			}
-			x.State = next
-			if msg != "" && (next == StateFailed || next == StateStopped) {
-				x.Error = msg
-			}
-			x.Events = appendEvent(x.Events, Event{At: now, Step: string(next), Message: msg})
-		})
+		s.update(name, func(x *Environment) { observe(x, obs, re.Detail, now) })
 	}
 	e, _ = s.Get(name)
 	return e, true
+}
+
+// observe moves e to the state obs makes it (Next), saying why (detail,
+// the runtime's) when it failed or stopped.
+func observe(e *Environment, obs Observation, detail string, now time.Time) {
+	next := Next(e.State, obs)
+	if next == e.State {
+		return
+	}
+	msg := observedWhy(obs, detail)
+	e.State = next
+	if msg != "" && (next == StateFailed || next == StateStopped) {
+		e.Error = msg
+	}
+	e.Events = appendEvent(e.Events, Event{At: now, Step: string(next), Message: msg})
+}
+
+// observedWhy is what an observation says of an environment's end.
+func observedWhy(obs Observation, detail string) string {
+	if obs.Gone {
+		return "removed outside agentic-sandbox"
+	}
+	return detail
 }
 
 // Start starts a stopped environment.
