@@ -15,6 +15,7 @@ import (
 	"github.com/agentic-sandbox/agentic-sandbox/adapters/hostsup"
 	"github.com/agentic-sandbox/agentic-sandbox/cmd/internal/harness"
 	"github.com/agentic-sandbox/agentic-sandbox/gen/restapi"
+	"github.com/agentic-sandbox/agentic-sandbox/internal/testkit"
 )
 
 // These tests try, from inside a command on a root server's host agents,
@@ -269,7 +270,9 @@ func TestDeletedHostEnvironmentLeavesNoProcess(t *testing.T) {
 }
 
 // An agent killed while its command runs takes the command with it: what
-// the command would have done after, it never does.
+// the command would have done after, it never does. Its environment's
+// runtime says failed, so the exec answers 502 agent_gone at once (not
+// after the disconnect grace), and the environment reads failed.
 func TestAgentKilledMidCommandLeavesNoSideEffect(t *testing.T) {
 	needRoot(t)
 	dataDir := t.TempDir()
@@ -277,13 +280,17 @@ func TestAgentKilledMidCommandLeavesNoSideEffect(t *testing.T) {
 	createHostEnv(t, s, "mid")
 	home := envHome(dataDir, "mid")
 	nap := "4." + uniqueSleep()
-	done := make(chan error, 1)
+	type answer struct {
+		resp *restapi.ExecCommandResponse
+		err  error
+	}
+	done := make(chan answer, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), patience)
 		defer cancel()
-		_, err := s.Client().ExecCommandWithResponse(ctx, "mid", restapi.ExecRequest{Command: "sh", Args: ptr([]string{"-c",
+		r, err := s.Client().ExecCommandWithResponse(ctx, "mid", restapi.ExecRequest{Command: "sh", Args: ptr([]string{"-c",
 			`(sleep ` + nap + `; touch "$HOME/late-child") & sleep ` + nap + `; touch "$HOME/late-parent"`})})
-		done <- err
+		done <- answer{r, err}
 	}()
 	var sleepers []int
 	eventually(t, patience, "the command to run", func() bool {
@@ -299,7 +306,16 @@ func TestAgentKilledMidCommandLeavesNoSideEffect(t *testing.T) {
 	}
 	// Every process of the command is gone, so neither file can come.
 	eventually(t, patience, "the command's processes to end with their agent", func() bool { return len(processesOfUID(uid)) == 0 })
-	<-done
+	a := testkit.Receive(t, patience, done, "the exec did not answer after its agent was killed")
+	if a.err != nil {
+		t.Fatalf("exec of the killed agent's command: %v", a.err)
+	}
+	if a.resp.StatusCode() != 502 || errorCode(a.resp.Body) != "agent_gone" {
+		t.Fatalf("exec of the killed agent's command: %d %s, want 502 agent_gone", a.resp.StatusCode(), a.resp.Body)
+	}
+	if e := getEnv(t, s, "mid"); e.State != restapi.EnvFailed {
+		t.Fatalf("mid after its agent was killed: %s, want failed", e.State)
+	}
 	for _, f := range []string{"late-child", "late-parent"} {
 		if _, err := os.Stat(filepath.Join(home, f)); err == nil {
 			t.Fatalf("%s was written after the agent died", f)
