@@ -2038,7 +2038,10 @@ type ClientInterface interface {
 	// command is lost, and the call answers 502 `agent_gone`, only when it really is: the
 	// agent came back without it (its process died or was restarted — a host agent killed
 	// with SIGKILL and started again by the host supervisor), or it did not come back
-	// within the disconnect grace (`AGENTIC_DISCONNECT_GRACE`, 5 minutes by default). A
+	// within the disconnect grace (`AGENTIC_DISCONNECT_GRACE`, 5 minutes by default), or,
+	// sooner, its environment's runtime says after the disconnect that the environment
+	// failed or stopped (its agent process, container or VM is gone): then within seconds.
+	// Kept sessions and a hibernated environment's agent are still waited for. A
 	// caller that goes away while the agent is away has its command killed once the agent
 	// is back. The command's id begins with `ex-`: an exec cut short by a restart of this
 	// server (its caller's connection went with it) is killed as soon as its agent reports
@@ -2092,7 +2095,10 @@ type ClientInterface interface {
 	// command is lost, and the call answers 502 `agent_gone`, only when it really is: the
 	// agent came back without it (its process died or was restarted — a host agent killed
 	// with SIGKILL and started again by the host supervisor), or it did not come back
-	// within the disconnect grace (`AGENTIC_DISCONNECT_GRACE`, 5 minutes by default). A
+	// within the disconnect grace (`AGENTIC_DISCONNECT_GRACE`, 5 minutes by default), or,
+	// sooner, its environment's runtime says after the disconnect that the environment
+	// failed or stopped (its agent process, container or VM is gone): then within seconds.
+	// Kept sessions and a hibernated environment's agent are still waited for. A
 	// caller that goes away while the agent is away has its command killed once the agent
 	// is back. The command's id begins with `ex-`: an exec cut short by a restart of this
 	// server (its caller's connection went with it) is killed as soon as its agent reports
@@ -2303,7 +2309,8 @@ type ClientInterface interface {
 	// empty (the output is in the status). Commands not started through this API
 	// are shown without output.
 	// 502 `agent_gone` once the command is lost with its agent (the agent came back
-	// without it, or did not come back within the disconnect grace; see `execCommand`):
+	// without it, did not come back within the disconnect grace, or its environment failed
+	// or stopped after it disconnected; see `execCommand`):
 	// its end and exit code are unknown. A command whose agent is merely disconnected
 	// reads as `running`. Control (`DELETE`, stdin, signal, resize) of a lost command
 	// answers 502 `agent_gone` too.
@@ -3043,7 +3050,10 @@ func (c *Client) StartCommand(ctx context.Context, agentId AgentID, body StartCo
 // command is lost, and the call answers 502 `agent_gone`, only when it really is: the
 // agent came back without it (its process died or was restarted — a host agent killed
 // with SIGKILL and started again by the host supervisor), or it did not come back
-// within the disconnect grace (`AGENTIC_DISCONNECT_GRACE`, 5 minutes by default). A
+// within the disconnect grace (`AGENTIC_DISCONNECT_GRACE`, 5 minutes by default), or,
+// sooner, its environment's runtime says after the disconnect that the environment
+// failed or stopped (its agent process, container or VM is gone): then within seconds.
+// Kept sessions and a hibernated environment's agent are still waited for. A
 // caller that goes away while the agent is away has its command killed once the agent
 // is back. The command's id begins with `ex-`: an exec cut short by a restart of this
 // server (its caller's connection went with it) is killed as soon as its agent reports
@@ -3107,7 +3117,10 @@ func (c *Client) ExecCommandWithBody(ctx context.Context, agentId AgentID, conte
 // command is lost, and the call answers 502 `agent_gone`, only when it really is: the
 // agent came back without it (its process died or was restarted — a host agent killed
 // with SIGKILL and started again by the host supervisor), or it did not come back
-// within the disconnect grace (`AGENTIC_DISCONNECT_GRACE`, 5 minutes by default). A
+// within the disconnect grace (`AGENTIC_DISCONNECT_GRACE`, 5 minutes by default), or,
+// sooner, its environment's runtime says after the disconnect that the environment
+// failed or stopped (its agent process, container or VM is gone): then within seconds.
+// Kept sessions and a hibernated environment's agent are still waited for. A
 // caller that goes away while the agent is away has its command killed once the agent
 // is back. The command's id begins with `ex-`: an exec cut short by a restart of this
 // server (its caller's connection went with it) is killed as soon as its agent reports
@@ -3478,7 +3491,8 @@ func (c *Client) KillCommand(ctx context.Context, commandId CommandID, reqEditor
 // empty (the output is in the status). Commands not started through this API
 // are shown without output.
 // 502 `agent_gone` once the command is lost with its agent (the agent came back
-// without it, or did not come back within the disconnect grace; see `execCommand`):
+// without it, did not come back within the disconnect grace, or its environment failed
+// or stopped after it disconnected; see `execCommand`):
 // its end and exit code are unknown. A command whose agent is merely disconnected
 // reads as `running`. Control (`DELETE`, stdin, signal, resize) of a lost command
 // answers 502 `agent_gone` too.
@@ -7870,7 +7884,10 @@ type ClientWithResponsesInterface interface {
 	// command is lost, and the call answers 502 `agent_gone`, only when it really is: the
 	// agent came back without it (its process died or was restarted — a host agent killed
 	// with SIGKILL and started again by the host supervisor), or it did not come back
-	// within the disconnect grace (`AGENTIC_DISCONNECT_GRACE`, 5 minutes by default). A
+	// within the disconnect grace (`AGENTIC_DISCONNECT_GRACE`, 5 minutes by default), or,
+	// sooner, its environment's runtime says after the disconnect that the environment
+	// failed or stopped (its agent process, container or VM is gone): then within seconds.
+	// Kept sessions and a hibernated environment's agent are still waited for. A
 	// caller that goes away while the agent is away has its command killed once the agent
 	// is back. The command's id begins with `ex-`: an exec cut short by a restart of this
 	// server (its caller's connection went with it) is killed as soon as its agent reports
@@ -7924,7 +7941,10 @@ type ClientWithResponsesInterface interface {
 	// command is lost, and the call answers 502 `agent_gone`, only when it really is: the
 	// agent came back without it (its process died or was restarted — a host agent killed
 	// with SIGKILL and started again by the host supervisor), or it did not come back
-	// within the disconnect grace (`AGENTIC_DISCONNECT_GRACE`, 5 minutes by default). A
+	// within the disconnect grace (`AGENTIC_DISCONNECT_GRACE`, 5 minutes by default), or,
+	// sooner, its environment's runtime says after the disconnect that the environment
+	// failed or stopped (its agent process, container or VM is gone): then within seconds.
+	// Kept sessions and a hibernated environment's agent are still waited for. A
 	// caller that goes away while the agent is away has its command killed once the agent
 	// is back. The command's id begins with `ex-`: an exec cut short by a restart of this
 	// server (its caller's connection went with it) is killed as soon as its agent reports
@@ -8157,7 +8177,8 @@ type ClientWithResponsesInterface interface {
 	// empty (the output is in the status). Commands not started through this API
 	// are shown without output.
 	// 502 `agent_gone` once the command is lost with its agent (the agent came back
-	// without it, or did not come back within the disconnect grace; see `execCommand`):
+	// without it, did not come back within the disconnect grace, or its environment failed
+	// or stopped after it disconnected; see `execCommand`):
 	// its end and exit code are unknown. A command whose agent is merely disconnected
 	// reads as `running`. Control (`DELETE`, stdin, signal, resize) of a lost command
 	// answers 502 `agent_gone` too.
@@ -14069,7 +14090,10 @@ func (c *ClientWithResponses) StartCommandWithResponse(ctx context.Context, agen
 // command is lost, and the call answers 502 `agent_gone`, only when it really is: the
 // agent came back without it (its process died or was restarted — a host agent killed
 // with SIGKILL and started again by the host supervisor), or it did not come back
-// within the disconnect grace (`AGENTIC_DISCONNECT_GRACE`, 5 minutes by default). A
+// within the disconnect grace (`AGENTIC_DISCONNECT_GRACE`, 5 minutes by default), or,
+// sooner, its environment's runtime says after the disconnect that the environment
+// failed or stopped (its agent process, container or VM is gone): then within seconds.
+// Kept sessions and a hibernated environment's agent are still waited for. A
 // caller that goes away while the agent is away has its command killed once the agent
 // is back. The command's id begins with `ex-`: an exec cut short by a restart of this
 // server (its caller's connection went with it) is killed as soon as its agent reports
@@ -14129,7 +14153,10 @@ func (c *ClientWithResponses) ExecCommandWithBodyWithResponse(ctx context.Contex
 // command is lost, and the call answers 502 `agent_gone`, only when it really is: the
 // agent came back without it (its process died or was restarted — a host agent killed
 // with SIGKILL and started again by the host supervisor), or it did not come back
-// within the disconnect grace (`AGENTIC_DISCONNECT_GRACE`, 5 minutes by default). A
+// within the disconnect grace (`AGENTIC_DISCONNECT_GRACE`, 5 minutes by default), or,
+// sooner, its environment's runtime says after the disconnect that the environment
+// failed or stopped (its agent process, container or VM is gone): then within seconds.
+// Kept sessions and a hibernated environment's agent are still waited for. A
 // caller that goes away while the agent is away has its command killed once the agent
 // is back. The command's id begins with `ex-`: an exec cut short by a restart of this
 // server (its caller's connection went with it) is killed as soon as its agent reports
@@ -14458,7 +14485,8 @@ func (c *ClientWithResponses) KillCommandWithResponse(ctx context.Context, comma
 // empty (the output is in the status). Commands not started through this API
 // are shown without output.
 // 502 `agent_gone` once the command is lost with its agent (the agent came back
-// without it, or did not come back within the disconnect grace; see `execCommand`):
+// without it, did not come back within the disconnect grace, or its environment failed
+// or stopped after it disconnected; see `execCommand`):
 // its end and exit code are unknown. A command whose agent is merely disconnected
 // reads as `running`. Control (`DELETE`, stdin, signal, resize) of a lost command
 // answers 502 `agent_gone` too.

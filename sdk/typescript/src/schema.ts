@@ -236,7 +236,10 @@ export interface paths {
          *     command is lost, and the call answers 502 `agent_gone`, only when it really is: the
          *     agent came back without it (its process died or was restarted — a host agent killed
          *     with SIGKILL and started again by the host supervisor), or it did not come back
-         *     within the disconnect grace (`AGENTIC_DISCONNECT_GRACE`, 5 minutes by default). A
+         *     within the disconnect grace (`AGENTIC_DISCONNECT_GRACE`, 5 minutes by default), or,
+         *     sooner, its environment's runtime says after the disconnect that the environment
+         *     failed or stopped (its agent process, container or VM is gone): then within seconds.
+         *     Kept sessions and a hibernated environment's agent are still waited for. A
          *     caller that goes away while the agent is away has its command killed once the agent
          *     is back. The command's id begins with `ex-`: an exec cut short by a restart of this
          *     server (its caller's connection went with it) is killed as soon as its agent reports
@@ -413,7 +416,8 @@ export interface paths {
          *     empty (the output is in the status). Commands not started through this API
          *     are shown without output.
          *     502 `agent_gone` once the command is lost with its agent (the agent came back
-         *     without it, or did not come back within the disconnect grace; see `execCommand`):
+         *     without it, did not come back within the disconnect grace, or its environment failed
+         *     or stopped after it disconnected; see `execCommand`):
          *     its end and exit code are unknown. A command whose agent is merely disconnected
          *     reads as `running`. Control (`DELETE`, stdin, signal, resize) of a lost command
          *     answers 502 `agent_gone` too.
@@ -2377,8 +2381,8 @@ export interface components {
         };
         /**
          * @description The agent went away while the command ran (agent_gone: the agent came back without
-         *     the command, or did not come back within the disconnect grace; a mere disconnect is
-         *     waited out), or the agent failed the request (agent_error).
+         *     the command, did not come back within the disconnect grace, or its environment failed
+         *     or stopped after it disconnected; a mere disconnect is waited out), or the agent failed the request (agent_error).
          */
         BadGateway: {
             headers: {
