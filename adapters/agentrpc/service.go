@@ -6,6 +6,7 @@
 // authentication and the failed-login limiter (auth.go), the directory of
 // agents: registry queries, retire, rename, held (directory.go), commands
 // and their reconciliation after a reconnect (commands.go, reconcile.go),
+// those of an agent gone with its environment (agentdown.go),
 // files (files.go), egress tunnels (tunnel.go), permission questions
 // (permissions.go) and the operator's Exec (exec.go).
 package agentrpc
