@@ -40,11 +40,7 @@ func AgentGoneWith(current State, o Observation) bool {
 // awayOnPurpose: in these states the environment's agent is away, or not
 // there yet, because of what is being done to it.
 func awayOnPurpose(st State) bool {
-	switch st {
-	case StateProvisioning, StateDeleting, StateHibernating, StateHibernated, StateWaking:
-		return true
-	}
-	return false
+	return st == StateProvisioning || st == StateDeleting || asleep(st)
 }
 
 // watchAgents looks at the environments' agents every AgentWatchEvery

@@ -112,6 +112,17 @@ func (w *watched) runtimeSays(st ports.EnvState, detail string) {
 
 // settle lets the watch make more rounds (each looks at the directory),
 // then ends the service, so that every look it began is over.
+// wantDownOnce waits for the agent's commands to be ended, lets the watch
+// settle, and wants them ended exactly once.
+func (w *watched) wantDownOnce(t *testing.T) {
+	t.Helper()
+	testkit.Eventually(t, 15*time.Second, "the agent's commands ended", func() bool { return len(w.downs.got()) > 0 })
+	w.settle(t)
+	if got := w.downs.got(); len(got) != 1 || got[0] != "box" {
+		t.Fatalf("AgentDown calls %v, want [box] once", got)
+	}
+}
+
 func (w *watched) settle(t *testing.T) {
 	t.Helper()
 	from := w.dir.looks.Load()
@@ -126,11 +137,7 @@ func TestAgentGoneWithItsEnvironmentEndsItsCommandsOnce(t *testing.T) {
 	w := newWatched(t, nil)
 	w.runtimeSays(ports.EnvFailed, "agent process: signal: killed")
 	w.disconnect(time.Now())
-	testkit.Eventually(t, 15*time.Second, "the agent's commands ended", func() bool { return len(w.downs.got()) > 0 })
-	w.settle(t)
-	if got := w.downs.got(); len(got) != 1 || got[0] != "box" {
-		t.Fatalf("AgentDown calls %v, want [box] once", got)
-	}
+	w.wantDownOnce(t)
 	if e, _ := w.svc.Get("box"); e.State != StateFailed || e.Error != "agent process: signal: killed" {
 		t.Fatalf("box: %s %q, want failed with the runtime's reason", e.State, e.Error)
 	}
@@ -149,11 +156,7 @@ func TestAgentGoneWithItsEnvironmentSeenFailedByARefreshToo(t *testing.T) {
 	}
 	w.runtimeSays(ports.EnvFailed, "agent process: signal: killed")
 	w.disconnect(time.Now())
-	testkit.Eventually(t, 15*time.Second, "the agent's commands ended", func() bool { return len(w.downs.got()) > 0 })
-	w.settle(t)
-	if got := w.downs.got(); len(got) != 1 || got[0] != "box" {
-		t.Fatalf("AgentDown calls %v, want [box] once", got)
-	}
+	w.wantDownOnce(t)
 }
 
 // An operator's stop: the agent goes with it, and so does what it ran that
@@ -164,11 +167,7 @@ func TestAgentOfAStoppedEnvironmentEndsItsCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.disconnect(time.Now())
-	testkit.Eventually(t, 15*time.Second, "the agent's commands ended", func() bool { return len(w.downs.got()) > 0 })
-	w.settle(t)
-	if got := w.downs.got(); len(got) != 1 || got[0] != "box" {
-		t.Fatalf("AgentDown calls %v, want [box] once", got)
-	}
+	w.wantDownOnce(t)
 	if e, _ := w.svc.Get("box"); e.State != StateStopped {
 		t.Fatalf("box: %s, want stopped", e.State)
 	}
